@@ -16,10 +16,10 @@ import sys
 from .experiments import PAPER_FIGURES
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
+from .sparse_parity import BEYOND_FIGURES
 from .tasks import BIT_DISTRIBUTIONS, TASKS
 from .train import MODELS, OPTIMIZERS, RunConfig
 
-BEYOND_FIGURES = ("parity", "parity_pe")
 
 
 def _parser() -> argparse.ArgumentParser:

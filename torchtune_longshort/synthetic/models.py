@@ -79,7 +79,8 @@ class SyntheticTransformer(nn.Module):
         max_len: longest token sequence (bits + BOS + EOS) the model accepts; learned/RoPE tables are built for it.
         vocab_size: token vocabulary (5 for the paper's tasks).
     Forward:
-        ``tokens [b, s]`` long, ``read_pos [b]`` long (index of the token whose hidden state is read, usually EOS),
+        ``tokens [b, s]`` long, ``read_pos [b]`` long (index of the token whose hidden state is read, usually EOS;
+        ``None`` reads every position, as a language-model head: the output is then ``[b, s, out_dim]``),
         optional ``position_ids [b, s]`` (PoSE-style position ids; default 0..s-1) -> ``[b, out_dim]`` float
         (squeezed to ``[b]`` when ``out_dim == 1``).
     """
@@ -114,7 +115,7 @@ class SyntheticTransformer(nn.Module):
         self.head = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, out_dim))
 
     def forward(
-        self, tokens: torch.Tensor, read_pos: torch.Tensor, position_ids: Optional[torch.Tensor] = None
+        self, tokens: torch.Tensor, read_pos: Optional[torch.Tensor], position_ids: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         b, s = tokens.shape
         pos = position_ids if position_ids is not None else torch.arange(s).expand(b, s)
@@ -135,7 +136,7 @@ class SyntheticTransformer(nn.Module):
             bias = bias.masked_fill(~causal, float("-inf"))
         for blk in self.blocks:
             x = blk(x, bias, position_ids if self.pe == "rope" else None)
-        h = self.ln_f(x[torch.arange(b), read_pos])
+        h = self.ln_f(x if read_pos is None else x[torch.arange(b), read_pos])
         out = self.head(h)
         return out.squeeze(-1) if self.out_dim == 1 else out
 

@@ -89,17 +89,23 @@ def position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos: int, gener
         # BOS 0, pair i (tokens 2i-1, 2i) -> i, SEP -> l+1; padding continues counting (never attended by SEP)
         return (base + 1) // 2
     if scheme == "pose" and generator is not None:
-        n_tok = 2 * lengths + 2
-        if int(n_tok.max()) > max_pos:
-            raise ValueError(f"a sequence of {int(n_tok.max())} tokens does not fit max_pos={max_pos}")
-        # cut in 1..n_tok-1 (BOS always in chunk 1), shift in 0..max_pos-n_tok (the last real id stays < max_pos)
-        cut = 1 + (torch.rand(b, generator=generator) * (n_tok - 1).double()).long()
-        shift = (torch.rand(b, generator=generator) * (max_pos - n_tok + 1).double()).long()
-        base = base + (base >= cut.unsqueeze(1)).long() * shift.unsqueeze(1)
-        # padding after SEP is never attended by SEP (causal); keep its ids in range so the table lookup is valid
-        pad = torch.arange(s).unsqueeze(0) >= n_tok.unsqueeze(1)
-        base = torch.where(pad, torch.zeros_like(base), base)
+        return pose_ids(2 * lengths + 2, s, max_pos, generator)
     return base
+
+
+def pose_ids(n_tok: torch.Tensor, s: int, max_pos: int, generator: torch.Generator) -> torch.Tensor:
+    """PoSE-style training ids ``[b, s]`` for right-padded sequences of ``n_tok [b]`` real tokens: 0..s-1 cut in two
+    chunks at a random point (the first token always in chunk 1) and the second chunk shifted by a random offset, so
+    that the last real id is uniform-ish in ``[n_tok-1, max_pos-1]``. Padding gets id 0 (causal: never attended)."""
+    b = n_tok.numel()
+    if int(n_tok.max()) > max_pos:
+        raise ValueError(f"a sequence of {int(n_tok.max())} tokens does not fit max_pos={max_pos}")
+    base = torch.arange(s).expand(b, s).clone()
+    cut = 1 + (torch.rand(b, generator=generator) * (n_tok - 1).double()).long()
+    shift = (torch.rand(b, generator=generator) * (max_pos - n_tok + 1).double()).long()
+    base = base + (base >= cut.unsqueeze(1)).long() * shift.unsqueeze(1)
+    pad = torch.arange(s).unsqueeze(0) >= n_tok.unsqueeze(1)
+    return torch.where(pad, torch.zeros_like(base), base)
 
 
 @dataclass
@@ -173,70 +179,156 @@ def train_parity(cfg: ParityConfig) -> Dict:
             "seconds": time.time() - t0}
 
 
-def _worker(cfg: ParityConfig) -> Dict:
-    torch.set_num_threads(1)
+def _train_any(cfg) -> Dict:
+    from .sparsity import PlantedConfig, ScratchpadConfig, train_planted, train_scratchpad
+
+    if isinstance(cfg, PlantedConfig):
+        return train_planted(cfg)
+    if isinstance(cfg, ScratchpadConfig):
+        return train_scratchpad(cfg)
     return train_parity(cfg)
 
 
+def _worker(item) -> tuple:
+    key, cfg = item
+    torch.set_num_threads(1)
+    return key, _train_any(cfg)
+
+
+BEYOND_FIGURES = ("parity", "parity_pe", "planted", "scratchpad")
+BEYOND_TITLES = {
+    "parity": "Sparse parity: accuracy vs length, by K_train",
+    "parity_pe": "Sparse parity (K_train=2): position schemes",
+    "planted": "k-sparse planted correlations (sum mod q at <SEP>), RoPE",
+    "scratchpad": "Parity of l bits: direct answer vs scratchpad, position ids",
+}
+
+
 def beyond_configs(name: str, quick: bool) -> List[tuple]:
-    """(label, ParityConfig) curves of a beyond-the-paper figure."""
-    base = ParityConfig()
-    if quick:
-        base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
-    if name == "parity":
-        # sparsity: train on k <= K_train for K_train = 1, 2, 3; test k = 1..4 at every length
-        return [(f"K_train={K}", replace(base, k_train=K, test_ks=(1, 2, 3, 4) if not quick else (1, 2, 3)))
-                for K in ((1, 2, 3) if not quick else (1, 2))]
-    if name == "parity_pe":
+    """(label, config) curves of a beyond-the-paper figure (configs are ParityConfig, PlantedConfig or
+    ScratchpadConfig; seed 0)."""
+    from .sparsity import PlantedConfig, ScratchpadConfig
+
+    if name in ("parity", "parity_pe"):
+        base = ParityConfig()
+        if quick:
+            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        if name == "parity":
+            # sparsity: train on k <= K_train for K_train = 1, 2, 3; test k = 1..4 at every length
+            return [(f"K_train={K}", replace(base, k_train=K, test_ks=(1, 2, 3, 4) if not quick else (1, 2, 3)))
+                    for K in ((1, 2, 3) if not quick else (1, 2))]
         return [(label, replace(base, pe=pe, positions=p)) for label, pe, p in
                 (("NoPE", "nope", "plain"), ("RoPE", "rope", "plain"), ("RoPE + PoSE", "rope", "pose"),
                  ("RoPE + coupling", "rope", "couple"))]
-    raise ValueError(f"figure={name!r} is unknown; accepted: parity, parity_pe")
+    if name == "planted":
+        base = PlantedConfig()
+        if quick:
+            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        w = 4 if not quick else 3
+        curves = [(f"k={k}, spread", replace(base, k=k)) for k in (1, 2, 3)]
+        return curves + [(f"k={k}, window {w}", replace(base, k=k, window=w)) for k in (2, 3)]
+    if name == "scratchpad":
+        base = ScratchpadConfig()
+        if quick:
+            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        return [(label, replace(base, mode=mode, pe=pe, positions=p)) for label, mode, pe, p in
+                (("no scratchpad, RoPE", "direct", "rope", "plain"),
+                 ("scratchpad, RoPE", "scratchpad", "rope", "plain"),
+                 ("scratchpad, RoPE + PoSE", "scratchpad", "rope", "pose"),
+                 ("scratchpad, RoPE + coupling", "scratchpad", "rope", "couple"),
+                 ("scratchpad, learned abs. + coupling", "scratchpad", "learned", "couple"))]
+    raise ValueError(f"figure={name!r} is unknown; accepted: {', '.join(BEYOND_FIGURES)}")
+
+
+def _run_key(cfg) -> str:
+    return type(cfg).__name__ + json.dumps(asdict(cfg), sort_keys=True)
 
 
 def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[int], workers: int) -> Dict:
-    """Train the sparse-parity curves of each figure over seeds; writes ``<name>.csv``, ``<name>.png`` and
-    ``beyond_summary.json``. Returns the summary."""
+    """Train the curves of each figure over seeds; writes ``fig_<name>.csv``, ``fig_<name>.png`` and
+    ``beyond_summary.json`` (merged with an earlier one in ``out_dir``, so figures can be run one at a time).
+    Returns the summary."""
     from tqdm import tqdm
 
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: beyond_configs(n, quick) for n in names}
-    todo = {json.dumps(asdict(replace(c, seed=s)), sort_keys=True): replace(c, seed=s)
-            for cs in curves.values() for _, c in cs for s in seeds}
+    todo = {_run_key(replace(c, seed=s)): replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds}
     results = {}
     if workers <= 1:
-        for k, c in tqdm(todo.items(), desc="parity runs"):
-            results[k] = train_parity(c)
+        for k, c in tqdm(todo.items(), desc="beyond runs"):
+            results[k] = _train_any(c)
     else:
         ctx = torch.multiprocessing.get_context("spawn")
         with ctx.Pool(workers) as pool:
-            for r in tqdm(pool.imap_unordered(_worker, list(todo.values())), total=len(todo), desc="parity runs"):
-                c = dict(r["config"])
-                c["test_ls"], c["test_ks"] = tuple(c["test_ls"]), tuple(c["test_ks"])
-                results[json.dumps(asdict(ParityConfig(**c)), sort_keys=True)] = r
-    summary: Dict = {"meta": {"quick": quick, "seeds": list(seeds), "workers": workers}}
+            for k, r in tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"):
+                results[k] = r
+    path = os.path.join(out_dir, "beyond_summary.json")
+    summary: Dict = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            summary = json.load(fh)
+    meta = summary.setdefault("meta", {})
     for n, cs in curves.items():
         table = {}
         with open(os.path.join(out_dir, f"fig_{n}.csv"), "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["figure", "curve", "seed", "k_test", "l_test", "accuracy"])
+            w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
             for label, c in cs:
-                rs = [results[json.dumps(asdict(replace(c, seed=s)), sort_keys=True)] for s in seeds]
+                rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
                 for s, r in zip(seeds, rs):
                     for key, a in r["acc"].items():
-                        k, l = key.split(",")
-                        w.writerow([n, label, s, k, l, f"{a:.4f}"])
-                table[label] = {"l_train": c.l_train, "k_train": c.k_train,
+                        grp, l = key.split(",")
+                        w.writerow([n, label, s, grp, l, f"{a:.4f}"])
+                table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
                                 "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
                                 "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
-                                "final_train_loss": [r["final_train_loss"] for r in rs]}
+                                "final_train_loss": [r["final_train_loss"] for r in rs],
+                                "seconds": [r["seconds"] for r in rs]}
         summary[n] = table
-        _plot_beyond(n, table, os.path.join(out_dir, f"fig_{n}.png"))
+        (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
+    meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,
+                             "wall_seconds": time.time() - t0}
     summary["meta"]["wall_seconds"] = time.time() - t0
-    with open(os.path.join(out_dir, "beyond_summary.json"), "w") as fh:
+    with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
     return summary
+
+
+def _plot_lines(name: str, table: Dict, path: str) -> None:
+    """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
+    whole scratchpad), a line per curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: Dict[str, List] = {}
+    for label, d in table.items():
+        if name == "planted":
+            k, placement = label.split(", ")
+            panels.setdefault(placement, []).append((k, d["acc_mean"], d["l_train"]))
+        else:
+            for metric, title in (("answer", "final answer"), ("exact", "whole scratchpad")):
+                pts = {key: v for key, v in d["acc_mean"].items() if key.startswith(metric + ",")}
+                if pts:
+                    panels.setdefault(title, []).append((label, pts, d["l_train"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), dpi=90, sharey=True, squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels.items()):
+        for line, acc, l_train in lines:
+            pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line)
+        ax.axvline(lines[0][2], color="grey", ls=":", lw=0.8)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("test length l", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3, lw=0.5)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("accuracy")
+    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def _plot_beyond(name: str, table: Dict, path: str) -> None:
@@ -262,8 +354,7 @@ def _plot_beyond(name: str, table: Dict, path: str) -> None:
         ax.grid(alpha=0.3, lw=0.5)
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel("accuracy")
-    fig.suptitle({"parity": "Sparse parity: accuracy vs length, by K_train",
-                  "parity_pe": "Sparse parity (K_train=2): position schemes"}[name], fontsize=9)
+    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

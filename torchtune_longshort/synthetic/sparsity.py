@@ -1,0 +1,312 @@
+"""Beyond the paper, part 2: k-sparse planted correlations and parity with a scratchpad (Golowich et al. 2025).
+
+Golowich et al. argue that a transformer length-generalizes when each predicted token depends on a small number ``k``
+of earlier tokens ("k-sparse planted correlations"), that locality of those tokens matters, and that a scratchpad plus
+*position coupling* turns a dense task (parity of all bits) into a sparse and local one. Two CPU-sized probes:
+
+**planted** -- ``<BOS> x_1 ... x_l <SEP>``. Background tokens are uniform over ``m`` symbols; a planted set S of
+``k`` positions carries tokens from a separate alphabet of ``q`` values, and the label read at ``<SEP>`` is the sum of
+the planted values mod ``q``. The distribution of the planted tokens and of the label does not depend on ``l``: only
+the amount of background does. ``window = 0`` spreads S uniformly over the sequence; ``window = w`` first places a
+window of ``w`` consecutive positions uniformly, then S uniformly inside it (the theory's locality condition: the
+span of S is bounded independently of ``l``).
+
+**scratchpad** -- parity of ``l`` bits, ``<BOS> b_1 ... b_l <SEP> p_1 ... p_l``, with the running parity
+``p_i = b_1 xor ... xor b_i`` written as a scratchpad (its own tokens P0/P1) and learned by next-token prediction;
+``p_l`` is the answer. Each scratchpad token depends on two tokens (``p_{i-1}`` and ``b_i``): sparse. Where ``b_i`` sits
+relative to ``p_{i-1}`` depends on ``l`` with plain position ids (``l`` tokens back), so the dependency is not local;
+*position coupling* (Cho et al. 2024, as Golowich et al. use it for this task) gives ``b_i`` and ``p_i`` the same
+position id ``i`` (``<BOS>`` and ``<SEP>`` id 0), so that ``b_i`` is always at relative id +1 from the query
+``p_{i-1}`` whatever ``l`` is. ``mode="direct"`` is the baseline without a scratchpad (the label at ``<SEP>``).
+Test answers are decoded greedily, token by token, from the model's own scratchpad.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .models import SyntheticTransformer
+from .sparse_parity import pose_ids
+
+# ----------------------------------------------------------------------------------------------- planted correlations
+P_BOS, P_SEP, P_PAD = 0, 1, 2
+
+
+def planted_vocab_size(m: int, q: int) -> int:
+    return 3 + m + q
+
+
+def make_planted_batch(lengths: torch.Tensor, k: int, q: int, m: int, window: int, generator: torch.Generator):
+    """k-sparse planted-correlation batch (see module doc).
+
+    Args:
+        lengths: ``[b]`` sequence lengths ``l >= k``.  k: planted tokens per sequence.  q: planted alphabet (label
+        classes).  m: background alphabet.  window: 0 = S anywhere, else S inside ``window`` consecutive positions.
+    Returns:
+        ``tokens [b, max(l)+2]`` (right-padded with P_PAD), ``sep_pos [b]`` (= l+1), ``target [b]`` long in
+        ``[0, q)``, ``planted [b, max(l)]`` bool (S), ``values [b, max(l)]`` long (planted value, -1 elsewhere).
+    """
+    lengths = torch.as_tensor(lengths)
+    if k < 1 or q < 2 or m < 1:
+        raise ValueError(f"need k >= 1, q >= 2, m >= 1; got k={k}, q={q}, m={m}")
+    if window and window < k:
+        raise ValueError(f"window={window} cannot hold k={k} planted positions")
+    if bool((lengths < k).any()):
+        raise ValueError(f"every length must be >= k={k}; got {lengths.min().item()}")
+    b, L = lengths.numel(), int(lengths.max())
+    pos = torch.arange(L).unsqueeze(0)
+    valid = pos < lengths.unsqueeze(1)
+    if window:
+        w = torch.clamp(lengths, max=window)
+        start = (torch.rand(b, generator=generator) * (lengths - w + 1).double()).long()
+        allowed = (pos >= start.unsqueeze(1)) & (pos < (start + w).unsqueeze(1))
+    else:
+        allowed = valid
+    keys = torch.where(allowed, torch.rand(b, L, generator=generator), torch.full((b, L), 2.0))
+    planted = keys.argsort(1).argsort(1) < k
+    vals = torch.randint(0, q, (b, L), generator=generator)
+    background = torch.randint(0, m, (b, L), generator=generator)
+    body = torch.where(planted, 3 + m + vals, 3 + background)
+    tokens = torch.full((b, L + 2), P_PAD, dtype=torch.long)
+    tokens[:, 0] = P_BOS
+    tokens[:, 1:-1] = torch.where(valid, body, torch.full_like(body, P_PAD))
+    sep_pos = lengths + 1
+    tokens[torch.arange(b), sep_pos] = P_SEP
+    values = torch.where(planted, vals, torch.full_like(vals, -1))
+    target = (vals * planted).sum(1) % q
+    return tokens, sep_pos, target.long(), planted, values
+
+
+@dataclass
+class PlantedConfig:
+    """One planted-correlation run: fixed ``k``, training lengths ``l ~ U{k..l_train}``, test every ``l`` in
+    ``test_ls``."""
+
+    k: int = 2
+    q: int = 4
+    m: int = 8
+    window: int = 0
+    l_train: int = 10
+    pe: str = "rope"
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    batch_size: int = 128
+    lr: float = 1e-3
+    max_steps: int = 1500
+    test_ls: tuple = (5, 10, 20, 40, 80)
+    test_n: int = 256
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.k < 1 or self.k > self.l_train:
+            raise ValueError(f"k={self.k} must be in [1, l_train={self.l_train}]")
+        if self.window and not self.k <= self.window:
+            raise ValueError(f"window={self.window} must be 0 (spread) or >= k={self.k}")
+        if min(self.test_ls) < self.k:
+            raise ValueError(f"test length {min(self.test_ls)} is shorter than k={self.k}")
+
+
+def _cosine(opt, step: int, max_steps: int, lr: float) -> None:
+    for grp in opt.param_groups:
+        grp["lr"] = 0.5 * lr * (1 + np.cos(np.pi * step / max_steps))
+
+
+def train_planted(cfg: PlantedConfig) -> Dict:
+    """Cross-entropy at ``<SEP>``; returns config, final train loss, test accuracy per ``"k,l"``."""
+    cfg.validate()
+    t0 = time.time()
+    torch.manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    max_len = max(cfg.test_ls) + 2
+    model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                                 max_len=max_len, vocab_size=planted_vocab_size(cfg.m, cfg.q), out_dim=cfg.q)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    losses = []
+    for step in range(cfg.max_steps):
+        _cosine(opt, step, cfg.max_steps, cfg.lr)
+        ls = torch.randint(cfg.k, cfg.l_train + 1, (cfg.batch_size,), generator=g)
+        tok, sep, y, _, _ = make_planted_batch(ls, cfg.k, cfg.q, cfg.m, cfg.window, g)
+        model.train()
+        loss = nn.functional.cross_entropy(model(tok, sep), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    acc = {}
+    gt = torch.Generator().manual_seed(30_000 + cfg.seed)
+    model.eval()
+    with torch.no_grad():
+        for l in cfg.test_ls:
+            tok, sep, y, _, _ = make_planted_batch(torch.full((cfg.test_n,), l), cfg.k, cfg.q, cfg.m, cfg.window, gt)
+            acc[f"{cfg.k},{l}"] = float((model(tok, sep).argmax(-1) == y).double().mean())
+    return {"config": asdict(cfg), "final_train_loss": float(np.mean(losses[-50:])), "acc": acc,
+            "seconds": time.time() - t0}
+
+
+# --------------------------------------------------------------------------------------------- parity with scratchpad
+S_BOS, S_SEP, S_PAD, B0, B1, P0, P1 = range(7)
+SCRATCH_VOCAB = 7
+SCRATCH_MODES = ("scratchpad", "direct")
+SCRATCH_POSITIONS = ("plain", "pose", "couple")
+
+
+def make_scratchpad_batch(lengths: torch.Tensor, generator: torch.Generator):
+    """Parity-with-scratchpad batch.
+
+    Returns ``tokens [b, 2*max(l)+2]`` = ``<BOS> b_1..b_l <SEP> p_1..p_l`` right-padded with S_PAD, ``bits [b, max(l)]``
+    (0/1, 0 past ``l``), ``running [b, max(l)]`` (prefix parity, 0 past ``l``), ``target [b]`` (= parity of all bits).
+    """
+    lengths = torch.as_tensor(lengths)
+    if bool((lengths < 1).any()):
+        raise ValueError(f"every length must be >= 1; got {lengths.min().item()}")
+    b, L = lengths.numel(), int(lengths.max())
+    valid = torch.arange(L).unsqueeze(0) < lengths.unsqueeze(1)
+    bits = torch.randint(0, 2, (b, L), generator=generator) * valid
+    running = bits.cumsum(1) % 2 * valid
+    tokens = torch.full((b, 2 * L + 2), S_PAD, dtype=torch.long)
+    tokens[:, 0] = S_BOS
+    rows = torch.arange(b).unsqueeze(1)
+    i = torch.arange(L).unsqueeze(0).expand(b, L)
+    # bit i (0-based) at 1+i, SEP at l+1, scratch token i at l+2+i; invalid slots written to a dummy column, then padded
+    tokens[rows, torch.where(valid, 1 + i, 2 * L + 1)] = torch.where(valid, B0 + bits, S_PAD)
+    tokens[torch.arange(b), lengths + 1] = S_SEP
+    tokens[rows, torch.where(valid, lengths.unsqueeze(1) + 2 + i, 2 * L + 1)] = torch.where(valid, P0 + running, S_PAD)
+    target = running[torch.arange(b), lengths - 1]
+    return tokens, bits, running, target
+
+
+def scratchpad_position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos: int,
+                            generator: Optional[torch.Generator], n_tok: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``[b, s]`` ids for ``<BOS> b_1..b_l <SEP> p_1..p_l`` (right-padded): plain 0..s-1; ``pose`` random two-chunk
+    shift during training (``generator`` given; over the first ``n_tok`` tokens, default ``2l+2``), plain at test;
+    ``couple``: BOS 0, b_i -> i, SEP 0, p_i -> i (padding 0), plus one random offset per sample during training."""
+    if scheme not in SCRATCH_POSITIONS:
+        raise ValueError(f"positions={scheme!r} is unknown; accepted: {', '.join(SCRATCH_POSITIONS)}")
+    lengths = torch.as_tensor(lengths)
+    b = lengths.numel()
+    base = torch.arange(s).expand(b, s).clone()
+    if scheme == "couple":
+        l = lengths.unsqueeze(1)
+        ids = torch.where(base <= l, base, base - l - 1)  # bits keep 1..l; SEP -> 0; p_i (at l+1+i) -> i
+        ids = torch.where(ids > l, torch.zeros_like(ids), ids)  # padding past 2l+1 -> 0
+        if generator is not None:
+            # training: every id of a sample shifted by one random offset (Cho et al.), so that a learned position
+            # table is trained up to max_pos; a no-op for RoPE, which only sees id differences
+            if int(lengths.max()) >= max_pos:
+                raise ValueError(f"coupled ids of l={int(lengths.max())} bits do not fit max_pos={max_pos}")
+            off = (torch.rand(b, generator=generator) * (max_pos - lengths).double()).long().unsqueeze(1)
+            ids = torch.where(base < 2 * l + 2, ids + off, ids)
+        return ids
+    if scheme == "pose" and generator is not None:
+        return pose_ids(2 * lengths + 2 if n_tok is None else n_tok, s, max_pos, generator)
+    return base
+
+
+@dataclass
+class ScratchpadConfig:
+    """One parity run with (``mode="scratchpad"``) or without (``"direct"``) a scratchpad; training lengths
+    ``l ~ U{1..l_train}``, test every ``l`` in ``test_ls`` (greedy decoding of the scratchpad)."""
+
+    mode: str = "scratchpad"
+    pe: str = "rope"
+    positions: str = "plain"
+    l_train: int = 10
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    batch_size: int = 128
+    lr: float = 1e-3
+    max_steps: int = 1500
+    test_ls: tuple = (5, 10, 20, 30, 40)
+    test_n: int = 256
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.mode not in SCRATCH_MODES:
+            raise ValueError(f"mode={self.mode!r} is unknown; accepted: {', '.join(SCRATCH_MODES)}")
+        if self.positions not in SCRATCH_POSITIONS:
+            raise ValueError(f"positions={self.positions!r} is unknown; accepted: {', '.join(SCRATCH_POSITIONS)}")
+        if self.positions != "plain" and self.pe not in ("rope", "learned"):
+            raise ValueError(f"positions={self.positions!r} needs pe 'rope' or 'learned', got pe={self.pe!r}")
+        if self.positions == "couple" and self.mode != "scratchpad":
+            raise ValueError("positions='couple' couples scratchpad tokens to bits: it needs mode='scratchpad'")
+        if self.l_train < 1:
+            raise ValueError(f"l_train={self.l_train} must be >= 1")
+
+
+def _ids(cfg: ScratchpadConfig, lengths, s: int, max_pos: int, g: Optional[torch.Generator]):
+    if cfg.pe not in ("rope", "learned"):
+        return None
+    n_tok = lengths + 2 if cfg.mode == "direct" else None
+    return scratchpad_position_ids(lengths, s, cfg.positions, max_pos, g, n_tok)
+
+
+@torch.no_grad()
+def decode_scratchpad(model: nn.Module, cfg: ScratchpadConfig, prompt: torch.Tensor, l: int, max_pos: int):
+    """Greedy decoding of ``l`` scratchpad tokens after ``prompt [b, l+2]`` (``<BOS> bits <SEP>``); returns the
+    generated tokens ``[b, l]``. Position ids are those of the full sequence (coupled ids are known in advance)."""
+    b = prompt.shape[0]
+    ids = _ids(cfg, torch.full((b,), l), 2 * l + 2, max_pos, None)
+    seq = prompt
+    for _ in range(l):
+        s = seq.shape[1]
+        logits = model(seq, torch.full((b,), s - 1), None if ids is None else ids[:, :s])
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+    return seq[:, l + 2 :]
+
+
+def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
+    """Next-token cross-entropy on the scratchpad (or on the answer at ``<SEP>`` for ``direct``); returns config,
+    final train loss, test accuracy: ``"answer,l"`` (final parity right) and ``"exact,l"`` (whole scratchpad right)."""
+    cfg.validate()
+    t0 = time.time()
+    torch.manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    max_pos = 2 * max(max(cfg.test_ls), cfg.l_train) + 2
+    model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                                 max_len=max_pos, vocab_size=SCRATCH_VOCAB, out_dim=SCRATCH_VOCAB)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    losses = []
+    for step in range(cfg.max_steps):
+        _cosine(opt, step, cfg.max_steps, cfg.lr)
+        ls = torch.randint(1, cfg.l_train + 1, (cfg.batch_size,), generator=g)
+        tok, _, _, target = make_scratchpad_batch(ls, g)
+        model.train()
+        if cfg.mode == "direct":
+            n = int(ls.max()) + 2
+            out = model(tok[:, :n], ls + 1, _ids(cfg, ls, n, max_pos, g))
+            loss = nn.functional.cross_entropy(out, P0 + target)
+        else:
+            ids = _ids(cfg, ls, tok.shape[1], max_pos, g)
+            logits = model(tok[:, :-1], None, None if ids is None else ids[:, :-1])
+            labels = tok[:, 1:].clone()
+            labels[(labels != P0) & (labels != P1)] = -100  # loss on scratchpad tokens only
+            loss = nn.functional.cross_entropy(logits.reshape(-1, SCRATCH_VOCAB), labels.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    acc = {}
+    gt = torch.Generator().manual_seed(30_000 + cfg.seed)
+    model.eval()
+    with torch.no_grad():
+        for l in cfg.test_ls:
+            ls = torch.full((cfg.test_n,), l)
+            tok, _, running, target = make_scratchpad_batch(ls, gt)
+            prompt = tok[:, : l + 2]
+            if cfg.mode == "direct":
+                pred = model(prompt, ls + 1, _ids(cfg, ls, l + 2, max_pos, None)).argmax(-1)
+                acc[f"answer,{l}"] = float((pred == P0 + target).double().mean())
+                continue
+            gen = decode_scratchpad(model, cfg, prompt, l, max_pos)
+            acc[f"answer,{l}"] = float((gen[:, -1] == P0 + target).double().mean())
+            acc[f"exact,{l}"] = float((gen == P0 + running).all(1).double().mean())
+    return {"config": asdict(cfg), "final_train_loss": float(np.mean(losses[-50:])), "acc": acc,
+            "seconds": time.time() - t0}
