@@ -43,3 +43,30 @@ def test_single_run_writes_json(tmp_path):
     assert main(["--task", "mean", "--quick", "--steps", "5", "--dim", "8", "--heads", "2", "--out", str(out)]) == 0
     r = json.loads((out / "run.json").read_text())
     assert len(r["test_mse"]) == 16 and r["config"]["task"] == "mean"
+
+
+def test_lr_search_keeps_the_run_with_the_lowest_validation_mse(tmp_path):
+    out = tmp_path / "lrs"
+    argv = ["--figure", "1a", "--quick", "--seeds", "1", "--steps", "20", "--dim", "8", "--heads", "2",
+            "--lrs", "1e-4,3e-3", "--out", str(out)]
+    assert main(argv) == 0
+    s = json.loads((out / "summary.json").read_text())
+    choice = s["meta"]["lr_choice"]
+    assert len(choice) == 4 and s["meta"]["lrs"] == [1e-4, 3e-3]  # 4 PEs x 1 seed
+    runs = json.loads((out / "runs.json").read_text())
+    rows = list(csv.DictReader(open(out / "fig1a.csv")))
+    for key, c in choice.items():
+        assert c["val_mse"][str(c["chosen"])] == min(c["val_mse"].values())
+        label = key.split(": ")[1]
+        # the plotted curve is the chosen run's test MSE
+        run = [r for r in runs if r["config"]["lr"] == c["chosen"] and r["config"]["seed"] == 0
+               and r["config"]["task"] == "mean" and
+               {"NoPE": "nope", "learned abs.": "learned", "ALiBi": "alibi", "RoPE": "rope"}[label] == r["config"]["pe"]]
+        assert len(run) == 1
+        curve = [float(r["test_mse"]) for r in rows if r["curve"] == label]
+        assert curve == pytest.approx(run[0]["test_mse"], rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", ["0,1e-4", "fast"])
+def test_lr_search_bad_grid(tmp_path, bad):
+    assert main(["--figure", "1a", "--quick", "--lrs", bad, "--out", str(tmp_path)]) == 2

@@ -157,6 +157,7 @@ def test_scratchpad_config_errors():
         ScratchpadConfig(pe="alibi", positions="pose").validate()
 
 
+@pytest.mark.slow
 def test_beyond_cli_quick_planted_and_scratchpad(tmp_path):
     from torchtune_longshort.synthetic.__main__ import main
 

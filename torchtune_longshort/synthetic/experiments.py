@@ -301,10 +301,14 @@ def run_figures(
     workers: int = 2,
     l_trains: Sequence[int] = (10, 20, 30),
     cache_dir: Optional[str] = None,
+    lrs: Optional[Sequence[float]] = None,
 ) -> Dict:
     """Train, evaluate, plot and summarize the requested figures. Returns the summary dict (also in summary.json).
 
     ``cache_dir``: per-run JSON cache (see ``run_all``); None trains everything afresh.
+    ``lrs``: learning-rate grid (the paper's is 5e-5, 1e-4, 5e-4). Every transformer curve and seed is trained once
+    per lr and the run with the lowest validation MSE (training lengths only: test lengths never pick the lr) is
+    kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
     """
     for n in names:
         if n not in PAPER_FIGURES:
@@ -313,8 +317,26 @@ def run_figures(
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: figure_curves(n, base, l_trains) for n in names}
-    configs = [replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds]
+    if lrs is not None and (not lrs or any(not lr > 0 for lr in lrs)):
+        raise ValueError(f"lrs={list(lrs)} must be a non-empty list of positive learning rates")
+
+    def grid(c: RunConfig) -> List[float]:
+        return list(lrs) if lrs and c.model == "transformer" else [c.lr]
+
+    configs = [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds for lr in grid(c)]
     results = run_all(configs, workers, cache_dir)
+    lr_choice: Dict[str, Dict] = {}
+    if lrs:
+        for n, cs in curves.items():
+            for label, c in cs:
+                if c.model != "transformer":
+                    continue
+                for s in seeds:
+                    cands = {lr: results[_key(replace(c, seed=s, lr=lr))] for lr in lrs}
+                    best_lr = min(cands, key=lambda lr: cands[lr]["best_val_mse"])
+                    results[_key(replace(c, seed=s))] = cands[best_lr]
+                    lr_choice[f"{n}: {label}: seed {s}"] = {
+                        "chosen": best_lr, "val_mse": {str(lr): r["best_val_mse"] for lr, r in cands.items()}}
     figs: Dict[str, Dict] = {}
     for n, cs in curves.items():
         figs[n] = {label: {"lengths": list(range(1, c.l_test + 1)), "l_train": c.l_train,
@@ -334,12 +356,14 @@ def run_figures(
             misal[f"{n}: {label}"] = {L: {k: float(np.mean([r[L][k] for r in rs])) for k in rs[0][L]} for L in rs[0]}
     summary["scalar_misalignment"] = misal
     summary["meta"] = {"base_config": asdict(base), "seeds": list(seeds), "workers": workers,
-                       "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads()}
-    summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in ("task", "bits", "pe", "outrep", "model", "l_train", "seed")},
+                       "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
+                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice}
+    runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys
+    summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")},
                                 "steps": r["steps"], "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]}
-                               for r in results.values()]
+                               for r in runs]
     with open(os.path.join(out_dir, "runs.json"), "w") as fh:
-        json.dump(list(results.values()), fh)
+        json.dump(runs, fh)
     with open(os.path.join(out_dir, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1, default=float)
     return summary
