@@ -284,7 +284,7 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
                                 "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
                                 "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
                                 "final_train_loss": [r["final_train_loss"] for r in rs],
-                                "seconds": [r["seconds"] for r in rs]}
+                                "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
         summary[n] = table
         (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
     meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,
@@ -313,12 +313,17 @@ def _plot_lines(name: str, table: Dict, path: str) -> None:
                 pts = {key: v for key, v in d["acc_mean"].items() if key.startswith(metric + ",")}
                 if pts:
                     panels.setdefault(title, []).append((label, pts, d["l_train"]))
+    names = list(dict.fromkeys(line for lines in panels.values() for line, _, _ in lines))
+    colors = {line: f"C{i}" for i, line in enumerate(names)}  # one colour per line across panels
+    chance = next(iter(table.values())).get("chance", 0.5)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), dpi=90, sharey=True, squeeze=False)
     for ax, (title, lines) in zip(axes[0], panels.items()):
         for line, acc, l_train in lines:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
         ax.axvline(lines[0][2], color="grey", ls=":", lw=0.8)
+        if title != "whole scratchpad":
+            ax.axhline(chance, color="k", lw=0.5, ls="--")
         ax.set_title(title, fontsize=8)
         ax.set_xlabel("test length l", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
