@@ -22,7 +22,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -140,6 +140,23 @@ class ParityConfig:
             raise ValueError(f"test_ks max {max(self.test_ks)} exceeds the shortest test length {min(self.test_ls)}")
 
 
+def fit(model: nn.Module, lr: float, max_steps: int, step_loss: Callable[[], torch.Tensor]) -> float:
+    """The beyond-the-paper training loop: AdamW (no weight decay), cosine lr from ``lr`` to 0 over ``max_steps``,
+    ``step_loss()`` draws a fresh batch and returns its loss. Returns the mean loss of the last 50 steps."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for step in range(max_steps):
+        for grp in opt.param_groups:
+            grp["lr"] = 0.5 * lr * (1 + np.cos(np.pi * step / max_steps))
+        model.train()
+        loss = step_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses[-50:]))
+
+
 def train_parity(cfg: ParityConfig) -> Dict:
     """Train with cross-entropy at ``<SEP>``; returns config, final train loss, and test accuracy per (k, l)."""
     cfg.validate()
@@ -149,22 +166,16 @@ def train_parity(cfg: ParityConfig) -> Dict:
     max_len = 2 * max(cfg.test_ls) + 2
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_len, vocab_size=vocab_size(cfg.N), out_dim=2)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    losses = []
-    for step in range(cfg.max_steps):
-        for grp in opt.param_groups:
-            grp["lr"] = 0.5 * cfg.lr * (1 + np.cos(np.pi * step / cfg.max_steps))
+
+    def step_loss() -> torch.Tensor:
         ks = torch.randint(1, cfg.k_train + 1, (cfg.batch_size,), generator=g)
         # l ~ U{k..l_train} given k
         ls = ks + (torch.rand(cfg.batch_size, generator=g) * (cfg.l_train - ks + 1).double()).long()
         tok, sep, y, _ = make_parity_batch(ls, ks, cfg.N, g)
         pos = position_ids(ls, tok.shape[1], cfg.positions, max_len, g) if cfg.pe in ("rope", "learned") else None
-        model.train()
-        loss = nn.functional.cross_entropy(model(tok, sep, pos), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        return nn.functional.cross_entropy(model(tok, sep, pos), y)
+
+    final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
     acc = {}
     gt = torch.Generator().manual_seed(30_000 + cfg.seed)
     model.eval()
@@ -175,7 +186,7 @@ def train_parity(cfg: ParityConfig) -> Dict:
                 tok, sep, y, _ = make_parity_batch(ls, torch.full((cfg.test_n,), k), cfg.N, gt)
                 pos = position_ids(ls, tok.shape[1], cfg.positions, max_len, None) if cfg.pe in ("rope", "learned") else None
                 acc[f"{k},{l}"] = float((model(tok, sep, pos).argmax(-1) == y).double().mean())
-    return {"config": asdict(cfg), "final_train_loss": float(np.mean(losses[-50:])), "acc": acc,
+    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
             "seconds": time.time() - t0}
 
 

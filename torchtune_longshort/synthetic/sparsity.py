@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from .models import SyntheticTransformer
-from .sparse_parity import pose_ids
+from .sparse_parity import fit, pose_ids
 
 # ----------------------------------------------------------------------------------------------- planted correlations
 P_BOS, P_SEP, P_PAD = 0, 1, 2
@@ -113,11 +113,6 @@ class PlantedConfig:
             raise ValueError(f"test length {min(self.test_ls)} is shorter than k={self.k}")
 
 
-def _cosine(opt, step: int, max_steps: int, lr: float) -> None:
-    for grp in opt.param_groups:
-        grp["lr"] = 0.5 * lr * (1 + np.cos(np.pi * step / max_steps))
-
-
 def train_planted(cfg: PlantedConfig) -> Dict:
     """Cross-entropy at ``<SEP>``; returns config, final train loss, test accuracy per ``"k,l"``."""
     cfg.validate()
@@ -127,18 +122,13 @@ def train_planted(cfg: PlantedConfig) -> Dict:
     max_len = max(cfg.test_ls) + 2
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_len, vocab_size=planted_vocab_size(cfg.m, cfg.q), out_dim=cfg.q)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    losses = []
-    for step in range(cfg.max_steps):
-        _cosine(opt, step, cfg.max_steps, cfg.lr)
+
+    def step_loss() -> torch.Tensor:
         ls = torch.randint(cfg.k, cfg.l_train + 1, (cfg.batch_size,), generator=g)
         tok, sep, y, _, _ = make_planted_batch(ls, cfg.k, cfg.q, cfg.m, cfg.window, g)
-        model.train()
-        loss = nn.functional.cross_entropy(model(tok, sep), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        return nn.functional.cross_entropy(model(tok, sep), y)
+
+    final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
     acc = {}
     gt = torch.Generator().manual_seed(30_000 + cfg.seed)
     model.eval()
@@ -146,7 +136,7 @@ def train_planted(cfg: PlantedConfig) -> Dict:
         for l in cfg.test_ls:
             tok, sep, y, _, _ = make_planted_batch(torch.full((cfg.test_n,), l), cfg.k, cfg.q, cfg.m, cfg.window, gt)
             acc[f"{cfg.k},{l}"] = float((model(tok, sep).argmax(-1) == y).double().mean())
-    return {"config": asdict(cfg), "final_train_loss": float(np.mean(losses[-50:])), "acc": acc,
+    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
             "seconds": time.time() - t0}
 
 
@@ -272,27 +262,21 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
     max_pos = 2 * max(max(cfg.test_ls), cfg.l_train) + 2
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_pos, vocab_size=SCRATCH_VOCAB, out_dim=SCRATCH_VOCAB)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    losses = []
-    for step in range(cfg.max_steps):
-        _cosine(opt, step, cfg.max_steps, cfg.lr)
+
+    def step_loss() -> torch.Tensor:
         ls = torch.randint(1, cfg.l_train + 1, (cfg.batch_size,), generator=g)
         tok, _, _, target = make_scratchpad_batch(ls, g)
-        model.train()
         if cfg.mode == "direct":
             n = int(ls.max()) + 2
             out = model(tok[:, :n], ls + 1, _ids(cfg, ls, n, max_pos, g))
-            loss = nn.functional.cross_entropy(out, P0 + target)
-        else:
-            ids = _ids(cfg, ls, tok.shape[1], max_pos, g)
-            logits = model(tok[:, :-1], None, None if ids is None else ids[:, :-1])
-            labels = tok[:, 1:].clone()
-            labels[(labels != P0) & (labels != P1)] = -100  # loss on scratchpad tokens only
-            loss = nn.functional.cross_entropy(logits.reshape(-1, SCRATCH_VOCAB), labels.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+            return nn.functional.cross_entropy(out, P0 + target)
+        ids = _ids(cfg, ls, tok.shape[1], max_pos, g)
+        logits = model(tok[:, :-1], None, None if ids is None else ids[:, :-1])
+        labels = tok[:, 1:].clone()
+        labels[(labels != P0) & (labels != P1)] = -100  # loss on scratchpad tokens only
+        return nn.functional.cross_entropy(logits.reshape(-1, SCRATCH_VOCAB), labels.reshape(-1))
+
+    final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
     acc = {}
     gt = torch.Generator().manual_seed(30_000 + cfg.seed)
     model.eval()
@@ -308,5 +292,5 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
             gen = decode_scratchpad(model, cfg, prompt, l, max_pos)
             acc[f"answer,{l}"] = float((gen[:, -1] == P0 + target).double().mean())
             acc[f"exact,{l}"] = float((gen == P0 + running).all(1).double().mean())
-    return {"config": asdict(cfg), "final_train_loss": float(np.mean(losses[-50:])), "acc": acc,
+    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
             "seconds": time.time() - t0}
