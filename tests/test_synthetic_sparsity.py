@@ -189,3 +189,15 @@ def test_coupled_training_offsets_keep_the_coupling():
         offs.append(int(d))
         assert int(ids[i].max()) < 82
     assert max(offs) > 50  # short training samples reach far ids
+
+
+def test_teacher_forced_step_accuracy_is_per_scratchpad_position():
+    from torchtune_longshort.synthetic.sparsity import train_scratchpad
+
+    r = train_scratchpad(ScratchpadConfig(l_train=3, max_steps=3, dim=16, test_ls=(2, 5), test_n=16))
+    assert [len(r["step_acc"][k]) for k in ("2", "5")] == [2, 5]
+    assert all(0.0 <= a <= 1.0 for v in r["step_acc"].values() for a in v)
+    # exact match of the whole greedy scratchpad can never beat the first step's teacher-forced accuracy
+    assert r["acc"]["exact,5"] <= r["step_acc"]["5"][0]
+    assert "step_acc" not in train_scratchpad(ScratchpadConfig(mode="direct", max_steps=2, dim=16, l_train=3,
+                                                                 test_ls=(2,), test_n=8))

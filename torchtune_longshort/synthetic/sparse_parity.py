@@ -296,6 +296,9 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
                                 "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
                                 "final_train_loss": [r["final_train_loss"] for r in rs],
                                 "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
+                if "step_acc" in rs[0]:
+                    table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
+                                                     for l in rs[0]["step_acc"]}
         summary[n] = table
         (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
     meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,

@@ -254,7 +254,8 @@ def decode_scratchpad(model: nn.Module, cfg: ScratchpadConfig, prompt: torch.Ten
 
 def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
     """Next-token cross-entropy on the scratchpad (or on the answer at ``<SEP>`` for ``direct``); returns config,
-    final train loss, test accuracy: ``"answer,l"`` (final parity right) and ``"exact,l"`` (whole scratchpad right)."""
+    final train loss, test accuracy: ``"answer,l"`` (final parity right) and ``"exact,l"`` (whole scratchpad right),
+    both decoded greedily, and for the scratchpad mode ``step_acc[l][j-1]``: teacher-forced accuracy of step j."""
     cfg.validate()
     t0 = time.time()
     torch.manual_seed(cfg.seed)
@@ -277,7 +278,7 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
         return nn.functional.cross_entropy(logits.reshape(-1, SCRATCH_VOCAB), labels.reshape(-1))
 
     final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
-    acc = {}
+    acc, step_acc = {}, {}
     gt = torch.Generator().manual_seed(30_000 + cfg.seed)
     model.eval()
     with torch.no_grad():
@@ -292,5 +293,11 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
             gen = decode_scratchpad(model, cfg, prompt, l, max_pos)
             acc[f"answer,{l}"] = float((gen[:, -1] == P0 + target).double().mean())
             acc[f"exact,{l}"] = float((gen == P0 + running).all(1).double().mean())
-    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
-            "seconds": time.time() - t0}
+            # teacher-forced: is step j right when p_1..p_{j-1} are the true ones? (where along the pad it breaks)
+            ids = _ids(cfg, ls, 2 * l + 2, max_pos, None)
+            logits = model(tok[:, :-1], None, None if ids is None else ids[:, :-1])
+            step_acc[str(l)] = (logits[:, l + 1 :].argmax(-1) == tok[:, l + 2 :]).double().mean(0).tolist()
+    out = {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc, "seconds": time.time() - t0}
+    if step_acc:
+        out["step_acc"] = step_acc
+    return out
