@@ -109,7 +109,21 @@ def pose_ids(n_tok: torch.Tensor, s: int, max_pos: int, generator: torch.Generat
 
 
 @dataclass
-class ParityConfig:
+class ProbeSettings:
+    """Model size, training budget, test size and seed shared by the beyond-the-paper probes."""
+
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    batch_size: int = 128
+    lr: float = 1e-3
+    max_steps: int = 1500
+    test_n: int = 256
+    seed: int = 0
+
+
+@dataclass
+class ParityConfig(ProbeSettings):
     """One sparse-parity run. Training: l ~ U{l_min..l_train} pairs, k ~ U{1..k_train}; test: every l in
     ``test_ls`` and k in ``test_ks``."""
 
@@ -118,16 +132,8 @@ class ParityConfig:
     k_train: int = 2
     pe: str = "rope"
     positions: str = "plain"
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    batch_size: int = 128
-    lr: float = 1e-3
-    max_steps: int = 1500
     test_ls: tuple = (5, 10, 20, 30, 40)
     test_ks: tuple = (1, 2, 3)
-    test_n: int = 256
-    seed: int = 0
 
     def validate(self) -> None:
         if self.positions not in POSITION_SCHEMES:

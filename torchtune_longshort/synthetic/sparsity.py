@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from .models import SyntheticTransformer
-from .sparse_parity import fit, pose_ids
+from .sparse_parity import ProbeSettings, fit, pose_ids
 
 # ----------------------------------------------------------------------------------------------- planted correlations
 P_BOS, P_SEP, P_PAD = 0, 1, 2
@@ -84,7 +84,7 @@ def make_planted_batch(lengths: torch.Tensor, k: int, q: int, m: int, window: in
 
 
 @dataclass
-class PlantedConfig:
+class PlantedConfig(ProbeSettings):
     """One planted-correlation run: fixed ``k``, training lengths ``l ~ U{k..l_train}``, test every ``l`` in
     ``test_ls``."""
 
@@ -94,15 +94,7 @@ class PlantedConfig:
     window: int = 0
     l_train: int = 10
     pe: str = "rope"
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    batch_size: int = 128
-    lr: float = 1e-3
-    max_steps: int = 1500
     test_ls: tuple = (5, 10, 20, 40, 80)
-    test_n: int = 256
-    seed: int = 0
 
     def validate(self) -> None:
         if self.k < 1 or self.k > self.l_train:
@@ -200,7 +192,7 @@ def scratchpad_position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos:
 
 
 @dataclass
-class ScratchpadConfig:
+class ScratchpadConfig(ProbeSettings):
     """One parity run with (``mode="scratchpad"``) or without (``"direct"``) a scratchpad; training lengths
     ``l ~ U{1..l_train}``, test every ``l`` in ``test_ls`` (greedy decoding of the scratchpad)."""
 
@@ -208,15 +200,7 @@ class ScratchpadConfig:
     pe: str = "rope"
     positions: str = "plain"
     l_train: int = 10
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    batch_size: int = 128
-    lr: float = 1e-3
-    max_steps: int = 1500
     test_ls: tuple = (5, 10, 20, 30, 40)
-    test_n: int = 256
-    seed: int = 0
 
     def validate(self) -> None:
         if self.mode not in SCRATCH_MODES:
