@@ -22,7 +22,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -315,6 +315,27 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
     return summary
 
 
+def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
+    ax.axvline(l_train, color="grey", ls=":", lw=0.8)
+    if chance is not None:
+        ax.axhline(chance, color="k", lw=0.5, ls="--")
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylim(y_low, 1.02)
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=6)
+
+
+def _finish(fig, axes, name: str, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    axes[0][0].set_ylabel("accuracy")
+    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _plot_lines(name: str, table: Dict, path: str) -> None:
     """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
     whole scratchpad), a line per curve."""
@@ -341,19 +362,8 @@ def _plot_lines(name: str, table: Dict, path: str) -> None:
         for line, acc, l_train in lines:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
-        ax.axvline(lines[0][2], color="grey", ls=":", lw=0.8)
-        if title != "whole scratchpad":
-            ax.axhline(chance, color="k", lw=0.5, ls="--")
-        ax.set_title(title, fontsize=8)
-        ax.set_xlabel("test length l", fontsize=8)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3, lw=0.5)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("accuracy")
-    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        _style(ax, title, "test length l", -0.02, lines[0][2], chance if title != "whole scratchpad" else None)
+    _finish(fig, axes, name, path)
 
 
 def _plot_beyond(name: str, table: Dict, path: str) -> None:
@@ -371,15 +381,5 @@ def _plot_beyond(name: str, table: Dict, path: str) -> None:
             pts = sorted((int(key.split(",")[1]), v) for key, v in d["acc_mean"].items() if int(key.split(",")[0]) == k)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2,
                     label=f"k={k}" + (" (> K_train)" if k > d["k_train"] else ""))
-        ax.axvline(d["l_train"], color="grey", ls=":", lw=0.8)
-        ax.axhline(0.5, color="k", lw=0.5)
-        ax.set_title(label, fontsize=8)
-        ax.set_xlabel("test pairs l", fontsize=8)
-        ax.set_ylim(0.4, 1.02)
-        ax.grid(alpha=0.3, lw=0.5)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("accuracy")
-    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        _style(ax, label, "test pairs l", 0.4, d["l_train"], 0.5)
+    _finish(fig, axes, name, path)
