@@ -165,6 +165,7 @@ def test_beyond_cli_quick_planted_and_scratchpad(tmp_path):
     assert main(["--figure", "planted,scratchpad", "--quick", "--seeds", "1", "--out", out]) == 0
     with open(os.path.join(out, "beyond_summary.json")) as fh:
         s = json.load(fh)
+    assert set(s["meta"]) == {"planted,scratchpad"} and s["meta"]["planted,scratchpad"]["wall_seconds"] > 0
     assert set(s["planted"]) == {"k=1, spread", "k=2, spread", "k=3, spread", "k=2, window 3", "k=3, window 3"}
     assert set(s["scratchpad"]["scratchpad, RoPE + coupling"]["acc_mean"]) == {
         f"{m},{l}" for m in ("answer", "exact") for l in (3, 6, 12)}

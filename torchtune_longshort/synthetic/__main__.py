@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         from .sparse_parity import run_beyond
 
         s = run_beyond(beyond, a.out, quick=q, seeds=range(n_seeds), workers=workers)
-        print(f"beyond figures {','.join(beyond)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
+        print(f"beyond figures {','.join(beyond)}: {s['meta'][','.join(beyond)]['wall_seconds']:.0f}s -> {a.out}")
     return 0
 
 
