@@ -221,15 +221,18 @@ BEYOND_TITLES = {
 }
 
 
+def _sized(base, quick: bool):
+    """``base`` as is, or its test-sized version (``--quick``): l_train 6, 40 steps, width 32, 3 test lengths."""
+    return replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64) if quick else base
+
+
 def beyond_configs(name: str, quick: bool) -> List[tuple]:
     """(label, config) curves of a beyond-the-paper figure (configs are ParityConfig, PlantedConfig or
     ScratchpadConfig; seed 0)."""
     from .sparsity import PlantedConfig, ScratchpadConfig
 
     if name in ("parity", "parity_pe"):
-        base = ParityConfig()
-        if quick:
-            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        base = _sized(ParityConfig(), quick)
         if name == "parity":
             # sparsity: train on k <= K_train for K_train = 1, 2, 3; test k = 1..4 at every length
             return [(f"K_train={K}", replace(base, k_train=K, test_ks=(1, 2, 3, 4) if not quick else (1, 2, 3)))
@@ -238,16 +241,12 @@ def beyond_configs(name: str, quick: bool) -> List[tuple]:
                 (("NoPE", "nope", "plain"), ("RoPE", "rope", "plain"), ("RoPE + PoSE", "rope", "pose"),
                  ("RoPE + coupling", "rope", "couple"))]
     if name == "planted":
-        base = PlantedConfig()
-        if quick:
-            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        base = _sized(PlantedConfig(), quick)
         w = 4 if not quick else 3
         curves = [(f"k={k}, spread", replace(base, k=k)) for k in (1, 2, 3)]
         return curves + [(f"k={k}, window {w}", replace(base, k=k, window=w)) for k in (2, 3)]
     if name == "scratchpad":
-        base = ScratchpadConfig()
-        if quick:
-            base = replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64)
+        base = _sized(ScratchpadConfig(), quick)
         return [(label, replace(base, mode=mode, pe=pe, positions=p)) for label, mode, pe, p in
                 (("no scratchpad, RoPE", "direct", "rope", "plain"),
                  ("scratchpad, RoPE", "scratchpad", "rope", "plain"),
