@@ -73,11 +73,10 @@ def train_sentencepiece(
 
 
 def _write_hf_tokenizer_files(out_dir: Path) -> None:
-    # AutoTokenizer on a folder with only tokenizer.model gives wrong ids in transformers 5;
-    # LlamaTokenizer(..., add_bos_token=True).save_pretrained writes a tokenizer.json that matches.
     try:
-        from transformers import LlamaTokenizer
-    except ImportError:  # transformers is optional for the library itself
+        import transformers  # noqa: F401  (optional for the library itself)
+    except ImportError:
         return
-    tok = LlamaTokenizer.from_pretrained(str(out_dir), add_bos_token=True)
-    tok.save_pretrained(str(out_dir))
+    from torchtune_longshort.models.hf_checkpoint import write_hf_tokenizer_files
+
+    write_hf_tokenizer_files(out_dir)

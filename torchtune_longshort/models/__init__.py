@@ -1,18 +1,22 @@
 """Model builders and checkpoint helpers (torchtune decoders + RoPE scaling)."""
 
 from torchtune_longshort.models.hf_checkpoint import (
+    check_checkpoint_folder,
+    copy_tokenizer,
+    hf_config_from_llama_kwargs,
     llama2_from_hf_config,
+    load_hf_checkpoint,
     load_llama2_hf_checkpoint,
     read_hf_config,
+    save_hf_checkpoint,
+    write_hf_checkpoint,
     write_random_llama2_checkpoint,
 )
 from torchtune_longshort.models.hf_rope import (
     hf_config_updates,
-    load_hf_checkpoint,
     rope_scaling_to_hf,
     rope_spec_from_hf_config,
     rope_state_dict,
-    save_hf_checkpoint,
     split_rope_state_dict,
     update_hf_config,
 )
@@ -33,6 +37,10 @@ from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_att
 from torchtune_longshort.models.s2_attn import disable_s2_attn, enable_s2_attn, s2_attention
 
 __all__ = [
+    "check_checkpoint_folder",
+    "copy_tokenizer",
+    "hf_config_from_llama_kwargs",
+    "write_hf_checkpoint",
     "llama2_from_hf_config",
     "load_llama2_hf_checkpoint",
     "read_hf_config",

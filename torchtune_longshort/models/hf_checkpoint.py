@@ -1,114 +1,221 @@
-"""Hugging Face-format Llama-2 checkpoints: write a random one (tests, offline pre-training) and load one.
+"""The Hugging Face checkpoint folder: the one module that writes and reads it.
 
-Loading goes through torchtune's own ``convert_weights.hf_to_tune`` (the same q/k permutation its
-``FullModelHFCheckpointer`` applies), so a checkpoint written by transformers and loaded here has its RoPE
-pairs in torchtune's interleaved layout.
+A folder this project writes (the recipe's ``step_<k>``, ``step_0``, :func:`save_hf_checkpoint`)::
+
+    config.json                          transformers config + RoPE entries (``hf_rope.hf_config_updates``)
+                                         + ``"longshort_checkpoint_format": 1``
+    model-00001-of-0000N.safetensors     weights in HF key names and HF q/k layout, sharded
+    model.safetensors.index.json         weight_map: every key -> its shard
+    longshort_rope/rope_params.safetensors   learnable RoPE parameters (CLEX's ODE), only for such methods
+    tokenizer.model, tokenizer.json, tokenizer_config.json, special_tokens_map.json
+                                         so ``AutoTokenizer`` and ``lm-eval --model hf --model_args pretrained=DIR``
+                                         work with nothing else
+
+Everything that reads a checkpoint (the recipe through torchtune's checkpointer, :func:`load_hf_checkpoint`, the
+``longshort`` eval model, the misalignment CLI, the study) first calls :func:`check_checkpoint_folder`, which
+refuses an incomplete folder (missing config, index, shard, side file or tokenizer) with the path and what is
+missing. Foreign folders (a base model from the hub, transformers' ``save_pretrained``) load too: they need no
+tokenizer unless the caller needs one, and a single ``model.safetensors`` needs no index.
+
+Weights are converted with torchtune's own ``convert_weights.tune_to_hf`` / ``hf_to_tune`` (the q/k permutation
+its ``FullModelHFCheckpointer`` applies), so a folder loads identically in torchtune and in transformers.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch
+from torch import nn
+
+from torchtune_longshort.models.hf_rope import (
+    SPEC_KEY,
+    check_hf_config_consistent,
+    rope_spec_from_hf_config,
+    split_rope_state_dict,
+    transformers_representable,
+    update_hf_config,
+)
 
 PathLike = Union[str, Path]
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+# In a subfolder: loaders that glob the checkpoint folder for *.safetensors must not take it for model weights.
+ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
+FORMAT_KEY = "longshort_checkpoint_format"
+FORMAT_VERSION = 1
+SP_MODEL = "tokenizer.model"
+# What AutoTokenizer reads; copied when the source has them, generated from a SentencePiece model otherwise.
+TOKENIZER_FILES = (SP_MODEL, "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
 
 
-def write_random_llama2_checkpoint(
-    out_dir: PathLike,
-    *,
-    vocab_size: int,
-    embed_dim: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: Optional[int] = None,
-    intermediate_dim: int = 172,
-    max_seq_len: int = 256,
-    rope_base: float = 10_000.0,
-    norm_eps: float = 1e-5,
-    seed: int = 0,
-    rope_scaling: Optional[Dict[str, Any]] = None,
-) -> Path:
-    """Write a randomly initialised Llama-2-shaped model in Hugging Face format (``config.json`` + safetensors).
-
-    The weights come from transformers' ``LlamaForCausalLM`` initialisation (seeded), i.e. an independent
-    implementation from torchtune's, which is what parity tests want.
-
-    Returns:
-        ``out_dir`` as a Path.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = dict(
-        vocab_size=vocab_size,
-        hidden_size=embed_dim,
-        intermediate_size=intermediate_dim,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads or num_heads,
-        max_position_embeddings=max_seq_len,
-        rms_norm_eps=norm_eps,
-        rope_theta=rope_base,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype="float32",
-    )
-    if rope_scaling is not None:
-        cfg["rope_scaling"] = rope_scaling
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**cfg))
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    return out_dir
-
-
+# ----------------------------------------------------------------------------------------------- config.json
 def read_hf_config(checkpoint_dir: PathLike) -> Dict[str, Any]:
     """Read ``config.json`` from a Hugging Face checkpoint folder, with a clear error if it is missing."""
-    path = Path(checkpoint_dir) / "config.json"
-    if not Path(checkpoint_dir).is_dir():
+    d = Path(checkpoint_dir)
+    if not d.is_dir():
         raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is not a directory")
+    path = d / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"checkpoint_dir={str(checkpoint_dir)!r} has no config.json: expected a Hugging Face-format checkpoint"
         )
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-def hf_weight_files(checkpoint_dir: PathLike) -> list[Path]:
-    """The weight files of a Hugging Face checkpoint: ``*.safetensors`` if any, else ``pytorch_model*.bin``."""
-    d = Path(checkpoint_dir)
-    files = sorted(d.glob("*.safetensors")) or sorted(d.glob("pytorch_model*.bin"))
-    if not files:
-        raise FileNotFoundError(
-            f"checkpoint_dir={str(d)!r} holds no *.safetensors or pytorch_model*.bin weight files"
+# Keys of torchtune's llama-family builders -> config.json entries of transformers' Llama/Mistral configs.
+_LLAMA_KEYS = {
+    "vocab_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "embed_dim": "hidden_size",
+    "intermediate_dim": "intermediate_size",
+    "max_seq_len": "max_position_embeddings",
+    "norm_eps": "rms_norm_eps",
+    "rope_base": "rope_theta",
+}
+
+
+def hf_config_from_llama_kwargs(kwargs: Dict[str, Any], architecture: str = "LlamaForCausalLM") -> Dict[str, Any]:
+    """A transformers ``config.json`` dict for a model built from scratch with torchtune's ``llama2(...)`` kwargs.
+
+    ``intermediate_dim`` defaults as torchtune's llama2 builder does (``scale_hidden_dim_for_mlp``).
+    """
+    missing = [k for k in ("vocab_size", "num_layers", "num_heads", "embed_dim", "max_seq_len") if k not in kwargs]
+    if missing:
+        raise ValueError(
+            f"model: training from scratch needs explicit dimensions; missing {missing} "
+            "(give vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len)"
         )
+    from torchtune.models.llama2._model_utils import scale_hidden_dim_for_mlp
+
+    kw = dict(kwargs)
+    kw.setdefault("num_kv_heads", kw["num_heads"])
+    if kw.get("intermediate_dim") is None:
+        kw["intermediate_dim"] = scale_hidden_dim_for_mlp(kw["embed_dim"])
+    kw.setdefault("norm_eps", 1e-5)
+    kw.setdefault("rope_base", 10_000.0)
+    cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items() if tt in kw}
+    cfg.update(
+        architectures=[architecture],
+        model_type="llama",
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        torch_dtype="float32",
+        head_dim=kw["embed_dim"] // kw["num_heads"],
+    )
+    cfg["rope_theta"] = float(cfg["rope_theta"])
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------- checking
+def _learnable_rope(spec: Optional[Dict[str, Any]]) -> bool:
+    """Whether ``spec``'s method has learned parameters (asks the method's class)."""
+    if not spec:
+        return False
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    cls = ROPE_METHODS.get(spec["method"])
+    return cls is not None and getattr(cls, "has_learned_parameters", False)
+
+
+def check_checkpoint_folder(checkpoint_dir: PathLike, *, need_tokenizer: bool = False) -> List[Path]:
+    """Refuse an incomplete or inconsistent checkpoint folder; return its weight files.
+
+    Checks, each failing with the path and what is missing:
+    - ``config.json`` exists and parses; its transformers RoPE entries agree with its ``longshort_rope`` spec;
+    - with ``model.safetensors.index.json``: every shard it names exists; sharded files without an index fail;
+    - a RoPE method with learned parameters has its side file, and a side file belongs to such a method;
+    - a folder this project wrote (``longshort_checkpoint_format``), or any folder when ``need_tokenizer``, holds
+      ``tokenizer.model`` or ``tokenizer.json``.
+    """
+    d = Path(checkpoint_dir)
+    config = read_hf_config(d)
+    check_hf_config_consistent(config, where=str(d / CONFIG_FILE))
+    files = _weight_files(d)
+
+    spec = rope_spec_from_hf_config(config)
+    side = d / ROPE_SIDE_FILE
+    if _learnable_rope(spec) and not side.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {str(d)!r}: config.json names RoPE method {spec['method']!r}, whose learned parameters "
+            f"live in {ROPE_SIDE_FILE}, but {side} is missing"
+        )
+    if side.is_file() and not _learnable_rope(spec):
+        method = spec["method"] if spec else "plain RoPE"
+        raise ValueError(
+            f"checkpoint {str(d)!r}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE "
+            f"scaling is {method!r}, which has none: config.json and the side file disagree"
+        )
+    if config.get(FORMAT_KEY) or need_tokenizer:
+        if not any((d / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+            why = "was written by torchtune_longshort, which always saves" if config.get(FORMAT_KEY) else "needs"
+            raise FileNotFoundError(
+                f"checkpoint {str(d)!r} has no tokenizer (tokenizer.model or tokenizer.json): this folder {why} one"
+            )
     return files
 
 
+def _weight_files(d: Path) -> List[Path]:
+    index = d / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{index}: not a safetensors index (expected JSON with a 'weight_map'): {e}") from None
+        names = sorted(set(weight_map.values()))
+        missing = [n for n in names if not (d / n).is_file()]
+        if missing:
+            raise FileNotFoundError(f"checkpoint {str(d)!r}: {index.name} names shard(s) {missing} that are missing")
+        return [d / n for n in names]
+    sharded = sorted(d.glob("model-*-of-*.safetensors"))
+    if sharded:
+        raise FileNotFoundError(
+            f"checkpoint {str(d)!r} holds sharded weights ({sharded[0].name}, ...) but no {INDEX_FILE}"
+        )
+    files = sorted(d.glob("*.safetensors")) or sorted(d.glob("pytorch_model*.bin"))
+    if not files:
+        raise FileNotFoundError(f"checkpoint {str(d)!r} holds no *.safetensors or pytorch_model*.bin weight files")
+    return files
+
+
+def weight_files(checkpoint_dir: PathLike) -> List[str]:
+    """File names of the weights of a checkpoint folder (checked), e.g. for torchtune's ``checkpoint_files``."""
+    return [p.name for p in check_checkpoint_folder(checkpoint_dir)]
+
+
+# ----------------------------------------------------------------------------------------------- reading
 def load_hf_state_dict(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
-    """Load and merge every weight file of a Hugging Face checkpoint (HF key names, HF q/k layout)."""
+    """Load and merge every weight file of a checked checkpoint folder (HF key names, HF q/k layout)."""
     from safetensors.torch import load_file
 
     sd: Dict[str, torch.Tensor] = {}
-    for f in hf_weight_files(checkpoint_dir):
-        if f.suffix == ".safetensors":
-            sd.update(load_file(str(f)))
-        else:
-            sd.update(torch.load(str(f), map_location="cpu", weights_only=True))
+    for f in check_checkpoint_folder(checkpoint_dir):
+        try:
+            if f.suffix == ".safetensors":
+                sd.update(load_file(str(f)))
+            else:
+                sd.update(torch.load(str(f), map_location="cpu", weights_only=True))
+        except Exception as e:  # safetensors raises its own error types; name the file whatever they are
+            raise ValueError(f"cannot read weight file {f}: {type(e).__name__}: {e}") from None
     return sd
 
 
 def llama2_from_hf_config(config: Dict[str, Any], max_seq_len: Optional[int] = None):
-    """Build an (uninitialised) torchtune ``llama2`` decoder with the dimensions of an HF ``config.json``.
-
-    Args:
-        config: the parsed ``config.json``.
-        max_seq_len: cache length for RoPE / KV cache; defaults to ``max_position_embeddings``.
-    """
+    """Build an (uninitialised) torchtune ``llama2`` decoder with the dimensions of an HF ``config.json``."""
     from torchtune.models.llama2 import llama2
 
     rope_base = config.get("rope_theta")
@@ -133,11 +240,8 @@ def load_llama2_hf_checkpoint(
     dtype: torch.dtype = torch.float32,
     device: Union[str, torch.device] = "cpu",
 ):
-    """Load a Hugging Face-format Llama-2 checkpoint into a torchtune ``TransformerDecoder`` (plain RoPE).
-
-    RoPE scaling is applied separately (``torchtune_longshort.models`` / ``rope``), so the same loader serves
-    every method. Returns the model in eval mode.
-    """
+    """Load a Hugging Face-format Llama-2-family checkpoint into a torchtune ``TransformerDecoder`` (plain RoPE,
+    ``rope_theta`` of config.json). :func:`load_hf_checkpoint` applies the RoPE scaling on top."""
     from torchtune.models.convert_weights import hf_to_tune
 
     config = read_hf_config(checkpoint_dir)
@@ -163,3 +267,299 @@ def load_llama2_hf_checkpoint(
         if hasattr(m, "rope_init"):
             m.rope_init()
     return model.to(dtype=dtype).eval()
+
+
+def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
+    """The learned RoPE parameters of a checkpoint (keyed by their name inside the RoPE module); {} if none."""
+    side = Path(checkpoint_dir) / ROPE_SIDE_FILE
+    if not side.is_file():
+        return {}
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(side))
+    except Exception as e:
+        raise ValueError(f"cannot read RoPE side file {side}: {type(e).__name__}: {e}") from None
+
+
+def load_hf_checkpoint(
+    checkpoint_dir: PathLike,
+    rope: Optional[Union[str, Dict[str, Any]]] = None,
+    max_seq_len: Optional[int] = None,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+) -> nn.Module:
+    """Load a Llama-2-family HF checkpoint into torchtune and apply RoPE scaling.
+
+    Args:
+        checkpoint_dir: a checkpoint folder (see module doc); checked with :func:`check_checkpoint_folder`.
+        rope: the scaling to apply: a spec dict (``{"method": "yarn", "factor": 4, ...}``), a method name (its
+            defaults, e.g. factor L'/L), or None to take it from config.json (our ``longshort_rope`` key, else the
+            transformers ``rope_scaling``/``rope_parameters``); no scaling there gives plain RoPE.
+        max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
+        dtype, device: of the returned model (RoPE caches stay float32).
+
+    Returns:
+        a torchtune ``TransformerDecoder`` in eval mode; learned RoPE parameters (CLEX) come from the side file.
+    """
+    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+
+    check_checkpoint_folder(checkpoint_dir)
+    config = read_hf_config(checkpoint_dir)
+    if isinstance(rope, str):
+        rope = {"method": rope}
+    if rope is not None and not (isinstance(rope, dict) and "method" in rope):
+        raise ValueError(f"rope={rope!r} is not accepted: expected a method name, a spec dict with 'method', or None")
+    from_config = rope is None
+    spec = rope_spec_from_hf_config(config) if from_config else dict(rope)
+    plain_len = int(config.get("max_position_embeddings", 4096))
+    if spec is None:
+        return load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=max_seq_len, dtype=dtype, device=device)
+
+    target = max_seq_len or spec.get("max_seq_len") or plain_len
+    # The stored pre-trained length and base, not the (possibly scaled) ones in config.json.
+    original = spec.get("original_max_seq_len")
+    if original is None and not from_config:
+        original = plain_len
+    base = spec.get("base")
+    model = load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=original or target, dtype=dtype, device=device)
+    if base is None:
+        base = model.layers[0].attn.pos_embeddings.base
+    kwargs = {k: v for k, v in spec.items() if k not in ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")}
+    apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
+
+    learned = load_rope_parameters(checkpoint_dir) if from_config else {}
+    if learned:
+        rope_module = model.layers[0].attn.pos_embeddings
+        try:
+            rope_module.load_state_dict(learned, strict=True)
+        except RuntimeError as e:
+            raise ValueError(
+                f"checkpoint {str(checkpoint_dir)!r}: {ROPE_SIDE_FILE} does not fit RoPE method "
+                f"{spec['method']!r} of config.json: {e}"
+            ) from None
+    return model.to(device=device).eval()
+
+
+# ----------------------------------------------------------------------------------------------- writing
+def write_hf_checkpoint(
+    out_dir: PathLike,
+    tune_state_dict: Dict[str, torch.Tensor],
+    hf_config: Dict[str, Any],
+    *,
+    rope_spec: Optional[Dict[str, Any]] = None,
+    tokenizer: Optional[PathLike] = None,
+    dtype: Optional[torch.dtype] = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Path:
+    """Write a torchtune llama-family state dict as a checkpoint folder (see module doc).
+
+    Args:
+        out_dir: the folder to fill (created).
+        tune_state_dict: torchtune key names; learned RoPE parameters (``*.pos_embeddings.*``) go to the side file;
+            adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
+        hf_config: the base config.json (the source checkpoint's, or :func:`hf_config_from_llama_kwargs`).
+        rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
+        tokenizer: a ``tokenizer.model`` path or a tokenizer folder to copy in (see :func:`copy_tokenizer`).
+        dtype: weight dtype to save (default: as in the state dict).
+        max_shard_bytes: shard size limit.
+
+    Returns:
+        ``out_dir`` as a Path.
+    """
+    from safetensors.torch import save_file
+    from torchtune.models.convert_weights import tune_to_hf
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
+    adapters = [k for k in model_sd if "lora_" in k or k.endswith("magnitude")]
+    if adapters:
+        raise ValueError(
+            f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
+            "torchtune.modules.peft.get_merged_lora_ckpt"
+        )
+    num_heads = hf_config["num_attention_heads"]
+    hf_sd = tune_to_hf(
+        model_sd,
+        num_heads=num_heads,
+        num_kv_heads=hf_config.get("num_key_value_heads", num_heads),
+        dim=hf_config["hidden_size"],
+        head_dim=hf_config.get("head_dim"),
+    )
+    hf_sd = {k: _plain_tensor(v, dtype) for k, v in hf_sd.items()}
+    _write_shards(out_dir, hf_sd, max_shard_bytes, save_file)
+    if rope_sd:
+        (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
+        save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
+
+    config = update_hf_config(hf_config, rope_spec)
+    if not rope_spec:
+        for k in (SPEC_KEY, "rope_scaling"):
+            config.pop(k, None)
+    elif not transformers_representable(rope_spec):
+        logger.warning(
+            "RoPE method %r is not representable in transformers: %s loads with torchtune_longshort "
+            "(lm-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
+            rope_spec["method"],
+            out_dir,
+        )
+    config[FORMAT_KEY] = FORMAT_VERSION
+    if dtype is not None or "torch_dtype" not in config:
+        name = str(dtype or next(iter(hf_sd.values())).dtype).replace("torch.", "")
+        config["torch_dtype"] = config["dtype"] = name
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    if tokenizer is not None:
+        copy_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """A contiguous CPU tensor safetensors can store (NF4 / DTensor state-dict entries are dequantized / gathered)."""
+    if hasattr(v, "full_tensor"):
+        v = v.full_tensor()
+    if type(v) is not torch.Tensor and hasattr(v, "get_original_weight"):  # torchao NF4Tensor
+        v = v.get_original_weight()
+    v = v.detach().cpu()
+    if dtype is not None:
+        v = v.to(dtype)
+    return v.contiguous()
+
+
+def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes: int, save_file) -> None:
+    shards: List[Dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for k, v in hf_sd.items():
+        n = v.numel() * v.element_size()
+        if shards[-1] and size + n > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = v
+        size += n
+    total = len(shards)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{total:05d}.safetensors"
+        save_file(shard, str(out_dir / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in shard})
+    index = {
+        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_sd.values())},
+        "weight_map": weight_map,
+    }
+    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
+
+
+def copy_tokenizer(source: PathLike, out_dir: PathLike) -> None:
+    """Put a tokenizer into a checkpoint folder so torchtune, ``AutoTokenizer`` and lm-eval's ``hf`` all load it.
+
+    ``source`` is a ``tokenizer.model`` file or a folder. The files of :data:`TOKENIZER_FILES` found beside it are
+    copied; a SentencePiece ``tokenizer.model`` without ``tokenizer.json`` gets transformers' files written
+    (``LlamaTokenizer(..., add_bos_token=True).save_pretrained``, whose ids match SentencePiece's).
+    """
+    src = Path(source)
+    src_dir = src if src.is_dir() else src.parent
+    if not src.exists():
+        raise FileNotFoundError(f"tokenizer source {str(src)!r} does not exist")
+    out_dir = Path(out_dir)
+    found = [f for f in TOKENIZER_FILES if (src_dir / f).is_file()]
+    if src.is_file() and src.name != SP_MODEL:  # a SentencePiece model under another name
+        shutil.copyfile(src, out_dir / SP_MODEL)
+    if not found and not (out_dir / SP_MODEL).is_file():
+        raise FileNotFoundError(f"tokenizer source {str(src)!r} holds none of {list(TOKENIZER_FILES)}")
+    for f in found:
+        if (src_dir / f).resolve() != (out_dir / f).resolve():
+            shutil.copyfile(src_dir / f, out_dir / f)
+    if not (out_dir / "tokenizer.json").is_file():
+        write_hf_tokenizer_files(out_dir)
+
+
+def write_hf_tokenizer_files(folder: PathLike) -> None:
+    """Write transformers' tokenizer files next to a SentencePiece ``tokenizer.model``.
+
+    ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5;
+    ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes a ``tokenizer.json`` that matches.
+    """
+    from transformers import LlamaTokenizer
+
+    tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True)
+    tok.save_pretrained(str(folder))
+
+
+def save_hf_checkpoint(
+    model: nn.Module,
+    out_dir: PathLike,
+    config: Union[Dict[str, Any], PathLike],
+    *,
+    tokenizer: Optional[PathLike] = None,
+    dtype: Optional[torch.dtype] = None,
+) -> Path:
+    """Save a (scaled) torchtune Llama-2-family model as a checkpoint folder (see :func:`write_hf_checkpoint`).
+
+    Args:
+        model: a torchtune decoder (LoRA weights must be merged first: torchtune's ``get_merged_lora_ckpt``).
+        out_dir: the folder to write.
+        config: the source checkpoint's config.json (dict, or the checkpoint folder / file path).
+        tokenizer: ``tokenizer.model`` path or tokenizer folder; default: the source checkpoint folder's tokenizer
+            when ``config`` is a folder that has one.
+        dtype: weights dtype to save (default: as in the model).
+    """
+    if not isinstance(config, dict):
+        p = Path(config)
+        if p.is_dir():
+            if tokenizer is None and any((p / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+                tokenizer = p
+            config = read_hf_config(p)
+        else:
+            config = json.loads(p.read_text())
+    return write_hf_checkpoint(
+        out_dir,
+        model.state_dict(),
+        config,
+        rope_spec=getattr(model, "rope_scaling", None),
+        tokenizer=tokenizer,
+        dtype=dtype,
+    )
+
+
+def write_random_llama2_checkpoint(
+    out_dir: PathLike,
+    *,
+    vocab_size: int,
+    embed_dim: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: Optional[int] = None,
+    intermediate_dim: int = 172,
+    max_seq_len: int = 256,
+    rope_base: float = 10_000.0,
+    norm_eps: float = 1e-5,
+    seed: int = 0,
+    rope_scaling: Optional[Dict[str, Any]] = None,
+) -> Path:
+    """Write a randomly initialised Llama-2-shaped model in Hugging Face format with transformers' own
+    ``save_pretrained`` (an independent writer and initialisation, which parity tests want)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = dict(
+        vocab_size=vocab_size,
+        hidden_size=embed_dim,
+        intermediate_size=intermediate_dim,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
+        max_position_embeddings=max_seq_len,
+        rms_norm_eps=norm_eps,
+        rope_theta=rope_base,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        torch_dtype="float32",
+    )
+    if rope_scaling is not None:
+        cfg["rope_scaling"] = rope_scaling
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    return out_dir

@@ -1,4 +1,7 @@
-"""Hugging Face interop for scaled-RoPE models: config.json entries, loading and saving.
+"""Hugging Face interop for scaled-RoPE models: the config.json entries of a RoPE spec, and back.
+
+The checkpoint folder itself (weights, index, side file, tokenizer) is owned by
+:mod:`torchtune_longshort.models.hf_checkpoint`; this module only maps a spec to config.json entries.
 
 Which methods transformers can represent (5.23, ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``):
 
@@ -13,7 +16,9 @@ llama3         ``rope_type: llama3``, ``factor``, ``low_freq_factor``, ``high_fr
 ntk, abf       plain RoPE with another ``rope_theta`` (``base * factor^(d/(d-2))``, resp. ``new_base``):
                loads in transformers with identical frequencies
 eabf, clex     not representable (EABF's query factor and CLEX's ODE are not in transformers): config.json
-               gets ABF's / the plain ``rope_theta`` and our own key only
+               gets ``rope_type: "longshort-<method> ..."``, which transformers refuses with that text
+               (``KeyError``) instead of silently running ABF / plain RoPE (each class's
+               ``transformers_representable``)
 =============  ==============================================================================================
 
 Every saved config.json also carries ``"longshort_rope"``: the exact spec (``model.rope_scaling``), which
@@ -31,8 +36,6 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
-
-from torchtune_longshort.models.hf_checkpoint import load_llama2_hf_checkpoint, read_hf_config
 
 PathLike = Union[str, Path]
 SPEC_KEY = "longshort_rope"
@@ -96,6 +99,20 @@ def _hf_theta(spec: Dict[str, Any]) -> float:
     return float(spec["base"])
 
 
+def transformers_representable(spec: Dict[str, Any]) -> bool:
+    """Whether transformers runs ``spec``'s method from config.json alone (asks the method's class)."""
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    cls = ROPE_METHODS.get(spec["method"])
+    return bool(getattr(cls, "transformers_representable", True))
+
+
+def not_representable_rope_type(method: str) -> str:
+    """The ``rope_type`` written for a method transformers cannot run: transformers raises ``KeyError`` with this
+    text when it builds the model, so ``lm-eval --model hf`` fails with the reason instead of a wrong model."""
+    return f"longshort-{method} (not representable in transformers: evaluate with lm-eval --model longshort)"
+
+
 def hf_config_updates(model_or_spec) -> Dict[str, Any]:
     """The config.json entries for a scaled model: ``rope_theta``, ``rope_parameters`` (transformers 5.x),
     ``rope_scaling`` (the 4.x name, when a scaling type applies), ``max_position_embeddings`` and our
@@ -105,6 +122,8 @@ def hf_config_updates(model_or_spec) -> Dict[str, Any]:
         return {}
     theta = _hf_theta(spec)
     scaling = rope_scaling_to_hf(spec)
+    if not transformers_representable(spec):
+        scaling = {"rope_type": not_representable_rope_type(spec["method"])}
     params = {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
     max_pos = spec["original_max_seq_len"] if spec["method"] == "dynamic_ntk" else spec["max_seq_len"]
     out = {
@@ -210,121 +229,38 @@ def split_rope_state_dict(state_dict: Dict[str, torch.Tensor]):
     return model_sd, rope_sd
 
 
-def _spec_to_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in spec.items() if k not in _NOT_KWARGS}
-
-
-def load_hf_checkpoint(
-    checkpoint_dir: PathLike,
-    rope: Optional[Union[str, Dict[str, Any]]] = None,
-    max_seq_len: Optional[int] = None,
-    dtype: torch.dtype = torch.float32,
-    device: Union[str, torch.device] = "cpu",
-) -> nn.Module:
-    """Load a Llama-2-family HF checkpoint into torchtune and apply RoPE scaling.
-
-    Args:
-        checkpoint_dir: folder with config.json and safetensors / pytorch_model*.bin.
-        rope: the scaling to apply: a spec dict (``{"method": "yarn", "factor": 4, ...}``), a method name (its
-            defaults, e.g. factor L'/L), or None to take it from config.json (our ``longshort_rope`` key, else the
-            transformers ``rope_scaling``/``rope_parameters``); no scaling there gives plain RoPE.
-        max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
-        dtype, device: of the returned model (RoPE caches stay float32).
-
-    Returns:
-        a torchtune ``TransformerDecoder`` in eval mode. CLEX parameters come from ``longshort_rope/rope_params.safetensors``
-        when present.
-    """
-    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
-
-    config = read_hf_config(checkpoint_dir)
-    if isinstance(rope, str):
-        rope = {"method": rope}
-    if rope is not None and not (isinstance(rope, dict) and "method" in rope):
-        raise ValueError(f"rope={rope!r} is not accepted: expected a method name, a spec dict with 'method', or None")
-    from_config = rope is None
-    spec = rope_spec_from_hf_config(config) if from_config else dict(rope)
-    plain_len = int(config.get("max_position_embeddings", 4096))
-    if spec is None:
-        return load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=max_seq_len, dtype=dtype, device=device)
-
-    target = max_seq_len or spec.get("max_seq_len") or plain_len
-    # The stored pre-trained length and base, not the (possibly scaled) ones in config.json.
-    original = spec.get("original_max_seq_len")
-    if original is None and not from_config:
-        original = plain_len
-    base = spec.get("base")
-    model = load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=original or target, dtype=dtype, device=device)
-    if base is None:
-        base = model.layers[0].attn.pos_embeddings.base
-    apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **_spec_to_kwargs(spec))
-
-    side = Path(checkpoint_dir) / ROPE_SIDE_FILE
-    rope_module = model.layers[0].attn.pos_embeddings
-    expected = set(dict(rope_module.named_parameters()))
-    if expected:
-        if not side.is_file():
-            if from_config and config.get(SPEC_KEY):
-                raise FileNotFoundError(
-                    f"checkpoint {str(checkpoint_dir)!r} was saved with learnable {spec['method']} parameters but "
-                    f"has no {ROPE_SIDE_FILE}"
-                )
+def check_hf_config_consistent(config: Dict[str, Any], where: str = "config.json") -> None:
+    """Refuse a config.json whose transformers RoPE entries disagree with its ``longshort_rope`` spec (a hand edit
+    of one but not the other): the two loaders would then run different models from one folder."""
+    spec = config.get(SPEC_KEY)
+    if not spec:
+        return
+    want = hf_config_updates(spec)
+    for key in ("rope_theta", "rope_scaling", "rope_parameters"):
+        have = config.get(key)
+        expected = want.get(key)
+        if key == "rope_parameters" and have is not None and expected is not None:
+            same = _same_entry(have, expected)
+        elif key == "rope_theta":
+            same = have is None or expected is None or abs(float(have) - float(expected)) <= 1e-6 * float(expected)
         else:
-            from safetensors.torch import load_file
+            same = _same_entry(have or {}, expected or {})
+        if not same:
+            raise ValueError(
+                f"{where}: {key}={have!r} disagrees with its '{SPEC_KEY}' spec {spec!r} (which implies "
+                f"{key}={expected!r}); the folder would load differently in transformers and torchtune_longshort. "
+                f"Re-save it with save_hf_checkpoint, or fix one of the two entries"
+            )
 
-            rope_module.load_state_dict(load_file(str(side)), strict=True)
-    return model.to(device=device).eval()
 
-
-def save_hf_checkpoint(
-    model: nn.Module,
-    out_dir: PathLike,
-    config: Union[Dict[str, Any], PathLike],
-    *,
-    dtype: Optional[torch.dtype] = None,
-) -> Path:
-    """Save a (scaled) torchtune Llama-2-family model in HF format with the rope entries in config.json.
-
-    Args:
-        model: a torchtune decoder (LoRA weights must be merged first: torchtune's ``get_merged_lora_ckpt``).
-        out_dir: folder to write ``model.safetensors``, ``config.json`` and, for CLEX, ``longshort_rope/rope_params.safetensors``.
-        config: the source checkpoint's config.json (dict, or the checkpoint folder / file path).
-        dtype: weights dtype to save (default: as in the model).
-
-    Returns:
-        ``out_dir`` as a Path.
-    """
-    from safetensors.torch import save_file
-    from torchtune.models.convert_weights import tune_to_hf
-
-    if not isinstance(config, dict):
-        p = Path(config)
-        config = read_hf_config(p) if p.is_dir() else json.loads(p.read_text())
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model_sd, rope_sd = split_rope_state_dict(model.state_dict())
-    lora = [k for k in model_sd if "lora_" in k or "magnitude" in k]
-    if lora:
-        raise ValueError(
-            f"save_hf_checkpoint: the state dict holds adapter weights ({lora[:2]}...): merge them first with "
-            "torchtune.modules.peft.get_merged_lora_ckpt"
-        )
-    num_heads = config["num_attention_heads"]
-    hf_sd = tune_to_hf(
-        model_sd,
-        num_heads=num_heads,
-        num_kv_heads=config.get("num_key_value_heads", num_heads),
-        dim=config["hidden_size"],
-        head_dim=config.get("head_dim"),
-    )
-    hf_sd = {k: (v.to(dtype) if dtype is not None else v).contiguous() for k, v in hf_sd.items()}
-    save_file(hf_sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    if rope_sd:
-        (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
-        save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
-    new_config = update_hf_config(config, model)
-    if dtype is not None:
-        new_config["torch_dtype"] = str(dtype).replace("torch.", "")
-        new_config["dtype"] = new_config["torch_dtype"]
-    (out_dir / "config.json").write_text(json.dumps(new_config, indent=2))
-    return out_dir
+def _same_entry(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
+    if set(a) != set(b):
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if isinstance(v, (int, float)) and isinstance(w, (int, float)) and not isinstance(v, bool):
+            if abs(float(v) - float(w)) > 1e-6 * max(1.0, abs(float(w))):
+                return False
+        elif v != w:
+            return False
+    return True

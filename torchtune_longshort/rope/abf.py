@@ -59,6 +59,7 @@ class EABFRoPE(ABFRoPE):
     """
 
     method = "eabf"
+    transformers_representable = False  # the query factor has no config.json entry in transformers
 
     def __init__(
         self,

@@ -87,6 +87,12 @@ class ScaledRoPE(nn.Module):
     """
 
     method: str = "default"
+    # Whether transformers can run this method from config.json alone (rope_theta / rope_scaling). A method that
+    # cannot (a learned ODE, a query factor) is saved so that transformers refuses the folder instead of silently
+    # loading plain RoPE: see torchtune_longshort.models.hf_rope.
+    transformers_representable: bool = True
+    # Whether the method has learned parameters (saved in the checkpoint's RoPE side file).
+    has_learned_parameters: bool = False
 
     def __init__(self, dim: int, max_seq_len: int, base: float = 10_000.0, layout: str = "interleaved") -> None:
         super().__init__()

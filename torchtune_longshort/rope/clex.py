@@ -65,6 +65,8 @@ class CLEXRoPE(ScaledRoPE):
     """
 
     method = "clex"
+    transformers_representable = False  # the learned frequency ODE has no config.json entry in transformers
+    has_learned_parameters = True  # ode_up_proj / ode_down_proj
 
     def __init__(
         self,

@@ -1,19 +1,13 @@
-"""Helpers for the ``recipes/longshort_finetune.py`` recipe: atomic step checkpoints and resume, HF config.json
-for models trained from scratch, run-time metrics, and the tiny-run bootstrap (tokenizer trained on the spot)."""
+"""Helpers for the long-short recipe: atomic step checkpoints and resume, output-folder rules, run-time metrics,
+and the tiny-run bootstrap (tokenizer trained on the spot). The checkpoint folder's format itself is owned by
+``torchtune_longshort.models.hf_checkpoint``."""
 
-from torchtune_longshort.training.checkpointing import (
-    StepCheckpoints,
-    hf_config_from_llama_kwargs,
-    prepare_output_dir,
-    write_hf_checkpoint,
-)
+from torchtune_longshort.training.checkpointing import StepCheckpoints, prepare_output_dir
 from torchtune_longshort.training.metrics import JsonlMetricLogger, peak_memory_gib
 
 __all__ = [
     "StepCheckpoints",
-    "hf_config_from_llama_kwargs",
     "prepare_output_dir",
-    "write_hf_checkpoint",
     "JsonlMetricLogger",
     "peak_memory_gib",
 ]

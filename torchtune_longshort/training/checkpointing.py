@@ -2,14 +2,15 @@
 
 Layout of a run's ``output_dir``::
 
-    step_0/            the start weights when training from scratch (HF format)
-    step_20/           HF format (config.json with the RoPE scaling, *.safetensors, index) + recipe_state.pt
+    step_0/            the start weights when training from scratch (checkpoint folder)
+    step_20/           checkpoint folder (models.hf_checkpoint: config.json, shards + index, RoPE side file,
+                       tokenizer) + recipe_state.pt
     step_40/
     latest             text file naming the newest complete step directory (informational)
     .staging/          where a checkpoint is written before it is renamed into place
 
-A checkpoint is first written completely under ``.staging/`` (torchtune's ``FullModelHFCheckpointer`` writes the
-weights there), then moved to ``step_<k>`` with one ``os.rename``, which is atomic on POSIX file systems. A run
+A checkpoint is first written completely under ``.staging/`` (by ``models.hf_checkpoint.write_hf_checkpoint``),
+then moved to ``step_<k>`` with one ``os.rename``, which is atomic on POSIX file systems. A run
 killed while saving therefore leaves only a stale staging folder, which the next save or resume discards; every
 ``step_<k>`` folder is complete, and :meth:`StepCheckpoints.latest` picks the newest.
 """
@@ -40,9 +41,11 @@ def prepare_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool) -
     """
     out = Path(output_dir)
     if resume:
-        if StepCheckpoints(out).latest() is None:
+        if StepCheckpoints(out).latest(resumable=True) is None:
             raise FileNotFoundError(
-                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint to resume from"
+                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with "
+                f"{RECIPE_STATE} to resume from (a run killed before its first save leaves only step_0: start it "
+                "again with overwrite_output_dir=True)"
             )
         return out
     if out.exists() and any(out.iterdir()):
@@ -63,23 +66,31 @@ class StepCheckpoints:
         self.root = Path(output_dir)
         self.staging_root = self.root / ".staging"
 
-    def steps(self) -> List[int]:
-        """Steps of the complete checkpoints, ascending."""
+    def steps(self, resumable: bool = False) -> List[int]:
+        """Steps of the complete checkpoints (every file the folder's index names is there), ascending;
+        ``resumable``: only those that also hold ``recipe_state.pt`` (``step_0`` of a run from scratch does not)."""
+        from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
+
         if not self.root.is_dir():
             return []
         found = []
         for p in self.root.iterdir():
             m = _STEP_RE.match(p.name)
-            if m and p.is_dir() and (p / "config.json").is_file():
-                found.append(int(m.group(1)))
+            if not (m and p.is_dir()) or (resumable and not (p / RECIPE_STATE).is_file()):
+                continue
+            try:
+                check_checkpoint_folder(p)
+            except (FileNotFoundError, ValueError):
+                continue
+            found.append(int(m.group(1)))
         return sorted(found)
 
     def path(self, step: int) -> Path:
         return self.root / f"step_{step}"
 
-    def latest(self) -> Optional[Path]:
-        """The newest complete checkpoint folder, or None."""
-        s = self.steps()
+    def latest(self, resumable: bool = False) -> Optional[Path]:
+        """The newest complete (``resumable``: and resumable) checkpoint folder, or None."""
+        s = self.steps(resumable)
         return self.path(s[-1]) if s else None
 
     def clean_staging(self) -> None:
@@ -135,84 +146,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-# Keys of torchtune's llama-family builders -> config.json entries of transformers' Llama/Mistral/Qwen2 configs.
-_LLAMA_KEYS = {
-    "vocab_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "num_kv_heads": "num_key_value_heads",
-    "embed_dim": "hidden_size",
-    "intermediate_dim": "intermediate_size",
-    "max_seq_len": "max_position_embeddings",
-    "norm_eps": "rms_norm_eps",
-    "rope_base": "rope_theta",
-}
-
-
-def hf_config_from_llama_kwargs(kwargs: Dict[str, Any], architecture: str = "LlamaForCausalLM") -> Dict[str, Any]:
-    """A transformers ``config.json`` dict for a model built from scratch with torchtune's ``llama2(...)`` kwargs.
-
-    Needed because torchtune's HF checkpointer converts weights with the dimensions it reads from config.json.
-    ``intermediate_dim`` defaults as torchtune's llama2 builder does (``scale_hidden_dim_for_mlp``).
-    """
-    missing = [k for k in ("vocab_size", "num_layers", "num_heads", "embed_dim", "max_seq_len") if k not in kwargs]
-    if missing:
-        raise ValueError(
-            f"model: training from scratch needs explicit dimensions; missing {missing} "
-            "(give vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len)"
-        )
-    from torchtune.models.llama2._model_utils import scale_hidden_dim_for_mlp
-
-    kw = dict(kwargs)
-    kw.setdefault("num_kv_heads", kw["num_heads"])
-    if kw.get("intermediate_dim") is None:
-        kw["intermediate_dim"] = scale_hidden_dim_for_mlp(kw["embed_dim"])
-    kw.setdefault("norm_eps", 1e-5)
-    kw.setdefault("rope_base", 10_000.0)
-    cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items() if tt in kw}
-    cfg.update(
-        architectures=[architecture],
-        model_type="llama",
-        hidden_act="silu",
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype="float32",
-        head_dim=kw["embed_dim"] // kw["num_heads"],
-    )
-    cfg["rope_theta"] = float(cfg["rope_theta"])
-    return cfg
-
-
-def write_hf_checkpoint(out_dir: Path, tune_state_dict: Dict[str, torch.Tensor], hf_config: Dict[str, Any]) -> Path:
-    """Write a torchtune llama-family state dict as a one-file HF checkpoint (``config.json`` + safetensors).
-
-    Uses torchtune's own ``convert_weights.tune_to_hf`` (the q/k permutation its HF checkpointer applies).
-    """
-    from safetensors.torch import save_file
-    from torchtune.models.convert_weights import tune_to_hf
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sd = tune_to_hf(
-        {k: v for k, v in tune_state_dict.items() if ".pos_embeddings." not in k},
-        num_heads=hf_config["num_attention_heads"],
-        num_kv_heads=hf_config["num_key_value_heads"],
-        dim=hf_config["hidden_size"],
-        head_dim=hf_config.get("head_dim"),
-    )
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2))
-    return out_dir
-
-
-def weight_files(checkpoint_dir: PathLike) -> List[str]:
-    """Names of the weight files of an HF checkpoint folder (for the checkpointer's ``checkpoint_files``)."""
-    d = Path(checkpoint_dir)
-    if not d.is_dir():
-        raise FileNotFoundError(f"checkpointer.checkpoint_dir={str(d)!r} does not exist or is not a directory")
-    files = sorted(p.name for p in d.glob("*.safetensors")) or sorted(p.name for p in d.glob("pytorch_model*.bin"))
-    if not files:
-        raise FileNotFoundError(f"checkpointer.checkpoint_dir={str(d)!r} holds no *.safetensors / pytorch_model*.bin")
-    return files

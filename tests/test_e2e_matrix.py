@@ -1,0 +1,224 @@
+"""Every config and every RoPE method, trained through ``tune run`` and then evaluated, as a user chains them.
+
+Each shipped config under ``configs/`` (the study configs aside) is shrunk by command-line overrides only to a tiny
+random model (same method, same loss, same recipe path: full / LoRA / QLoRA / S2-Attn), trained 2 steps, and its
+``step_2`` folder is evaluated with ``long_ppl`` (stdlib) through lm-eval twice: with our ``longshort`` model and
+with lm-eval's own ``hf`` model (transformers), where transformers can represent the method. The two perplexities
+must agree (rel 1e-4): the reference is transformers' implementation reading the same folder. The same for every
+method of ``ROPE_METHODS`` and both ``POSITION_SAMPLERS``. Where transformers cannot represent the method (EABF,
+CLEX), ``hf`` must refuse the folder rather than run another model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+REPO = Path(__file__).resolve().parents[1]
+TUNE = str(Path(sys.executable).with_name("tune"))
+RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
+L0, L_TARGET, EVAL_LEN = 64, 256, 128  # base positions, scaled target, evaluation length (2x the training L)
+DIMS = dict(vocab_size=512, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=172)
+# NF4 quantizes blocks of 64 x 256 values: QLoRA needs every quantized weight's numel % 16384 == 0.
+QDIMS = dict(vocab_size=512, num_layers=2, num_heads=4, num_kv_heads=4, embed_dim=128, intermediate_dim=384)
+
+
+def _kv(prefix: str, d: dict) -> list:
+    return [f"{prefix}{k}={v}" for k, v in d.items()]
+
+
+COMMON = [
+    "tokenizer._component_=torchtune.models.llama2.llama2_tokenizer",
+    "checkpointer.checkpoint_files=null",
+    "dataset._component_=torchtune_longshort.data.corpus.stdlib",
+    "dataset.include_tests=False",
+    "dataset.limit=20",
+    "validation=null",
+    "device=cpu",
+    "dtype=fp32",
+    "compile=False",
+    "enable_activation_checkpointing=False",
+    "optimizer.fused=False",
+    f"seq_len={L0}",
+    "batch_size=2",
+    "gradient_accumulation_steps=1",
+    "max_steps=2",
+    "save_every_n_steps=2",
+    "loss.num_chunks=2",
+]
+LLAMA2_SCALED = ["model._component_=torchtune_longshort.models.llama2_longshort", *_kv("model.", DIMS),
+                 f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
+
+
+def _inner(component: str) -> list:
+    return [f"model.model._component_={component}", *_kv("model.model.", DIMS), f"model.model.max_seq_len={L0}",
+            f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
+
+
+# config -> (base checkpoint: "tiny" | "qlora", overrides that shrink it). Every config must have an entry.
+CONFIGS = {
+    "llama2_7b/clex_4k_pg19.yaml": ("tiny", LLAMA2_SCALED),
+    "llama2_7b/clex_4k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
+    "llama2_7b/eabf_8k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
+    "llama2_7b/longqlora_8k_redpajama_book.yaml": (
+        "qlora",
+        ["model._component_=torchtune_longshort.models.longqlora_llama2", *_kv("model.dims.", QDIMS),
+         f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}", "model.lora_rank=8"],
+    ),
+    "llama3_8b/eabf_16k_redpajama_book.yaml": ("tiny", _inner("torchtune.models.llama3.llama3")),
+    "mistral_7b/eabf_16k_redpajama_book.yaml": ("tiny", _inner("torchtune.models.mistral.mistral")),
+    "tiny/longshort_from_checkpoint.yaml": ("tiny", [f"model.max_seq_len={L_TARGET}"]),
+    "tiny/lora_from_checkpoint.yaml": ("tiny", [f"model.max_seq_len={L_TARGET}"]),
+    "tiny/qlora_from_checkpoint.yaml": ("qlora", [f"model.max_seq_len={L_TARGET}"]),
+    "tiny/longshort_stdlib.yaml": ("scratch", [*_kv("model.", DIMS), f"model.max_seq_len={L_TARGET}"]),
+}
+
+
+def _method_overrides(method: str) -> list:
+    return ["model._component_=torchtune_longshort.models.llama2_longshort", *_kv("model.", DIMS),
+            f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}", f"model.rope_method={method}"]
+
+
+SAMPLERS = {
+    "random_pos": ["position_sampler._component_=torchtune_longshort.rope.RandomPositions",
+                   f"position_sampler.max_position={L_TARGET}"],
+    "pose": ["position_sampler._component_=torchtune_longshort.rope.PoSEPositions",
+             f"position_sampler.target_len={L_TARGET}"],
+}
+
+
+def _all_cases() -> dict:
+    from torchtune_longshort.rope import POSITION_SAMPLERS, ROPE_METHODS
+
+    assert set(SAMPLERS) == set(POSITION_SAMPLERS), "a position sampler has no case in this matrix"
+    cases = {f"config:{c}": (c, *CONFIGS[c]) for c in CONFIGS}
+    for m in ROPE_METHODS:
+        cases[f"method:{m}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides(m))
+    for name, ov in SAMPLERS.items():
+        cases[f"sampler:{name}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides("linear") + ov)
+    return cases
+
+
+def test_every_config_has_a_matrix_entry():
+    shipped = {str(p.relative_to(REPO / "configs")) for p in (REPO / "configs").rglob("*.yaml")}
+    shipped = {c for c in shipped if not c.startswith("study/")}
+    assert shipped == set(CONFIGS), f"configs without a shrink entry: {sorted(shipped - set(CONFIGS))}"
+
+
+def _env(tmp: Path) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # the recipe runs from the installed package, as a user runs it
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp / "hf_home"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory, sp_tokenizer_dir):
+    """Base checkpoints with the tokenizer in them (as a hub folder has): L0 = 64 positions."""
+    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+
+    out = {}
+    for name, dims in (("tiny", DIMS), ("qlora", QDIMS)):
+        d = tmp_path_factory.mktemp(f"base_{name}")
+        write_random_llama2_checkpoint(d, max_seq_len=L0, seed=0, **dims)
+        for f in sp_tokenizer_dir.iterdir():
+            shutil.copy(f, d / f.name)
+        out[name] = d
+    out["tokenizer"] = sp_tokenizer_dir
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, bases):
+    """Train every case 2 steps through ``tune run`` (two processes at a time, from a folder outside the repo)."""
+    tmp = tmp_path_factory.mktemp("matrix")
+    cases = _all_cases()
+
+    def run(item):
+        key, (cfg, base, overrides) = item
+        out = tmp / key.replace(":", "_").replace("/", "_")
+        args = [f"output_dir={out}"]
+        if base == "scratch":
+            args += [f"tokenizer.path={bases['tokenizer']}"]
+        else:
+            args += [f"checkpoint_dir={bases[base]}", f"tokenizer.path={bases[base] / 'tokenizer.model'}"]
+        if cfg != "tiny/longshort_stdlib.yaml":
+            args = COMMON + args
+        else:
+            args = [a for a in COMMON if not a.startswith(("tokenizer.", "checkpointer.", "dataset._"))] + args
+        cmd = [TUNE, "run", RECIPE, "--config", str(REPO / "configs" / cfg), *args, *overrides]
+        p = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=600)
+        return key, out, p
+
+    results = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for key, out, p in pool.map(run, cases.items()):
+            if p.returncode != 0:
+                raise AssertionError(f"{key}: tune run failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-5000:]}")
+            results[key] = out / "step_2"
+    return results
+
+
+def _ppl(model: str, model_args: str, out: Path) -> float:
+    from torchtune_longshort.eval.cli_run import run_cli
+
+    res = run_cli(
+        ["run", "--model", model, "--model_args", model_args, "--device", "cpu", "--batch_size", "2",
+         "--include_path", str(REPO / "evals" / "tasks"), "--tasks", f"long_ppl_{EVAL_LEN}",
+         "--metadata", '{"ppl_source": "stdlib", "ppl_num_samples": 2}', "--output_path", str(out)]
+    )
+    return float(res["results"][f"long_ppl_{EVAL_LEN}"]["ppl,none"])
+
+
+def _representable(step_dir: Path) -> bool:
+    from torchtune_longshort.models.hf_rope import SPEC_KEY, transformers_representable
+
+    spec = json.loads((step_dir / "config.json").read_text()).get(SPEC_KEY)
+    return spec is None or transformers_representable(spec)
+
+
+@pytest.mark.slow
+def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, tmp_path):
+    from torchtune_longshort.models import load_hf_checkpoint
+
+    refused = []
+    for key, step in trained.items():
+        load_hf_checkpoint(step)  # the project's loader takes every folder the recipe writes
+        ours = _ppl("longshort", f"checkpoint_dir={step}", tmp_path / "ours" / key.replace(":", "_"))
+        assert math.isfinite(ours), f"{key}: longshort ppl {ours}"
+        if _representable(step):
+            theirs = _ppl("hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}", tmp_path / "hf" / key.replace(":", "_"))
+            assert ours == pytest.approx(theirs, rel=1e-4), f"{key}: longshort {ours} vs hf {theirs}"
+        else:
+            with pytest.raises(Exception, match="not representable in transformers"):
+                _ppl("hf", f"pretrained={step},dtype=float32", tmp_path / "hf_refused")
+            refused.append(key)
+    assert any("clex" in k for k in refused) and any("eabf" in k for k in refused)
+
+
+@pytest.mark.slow
+def test_clex_recipe_checkpoint_carries_its_trained_parameters(trained):
+    """The learned ODE weights travel in the side file and load back into the model (they were trained: the
+    released initialisation has ode_down_proj = 0)."""
+    from safetensors.torch import load_file
+
+    from torchtune_longshort.models import load_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE
+
+    step = trained["method:clex"]
+    side = load_file(str(step / ROPE_SIDE_FILE))
+    assert side["ode_down_proj"].abs().max() > 0
+    model = load_hf_checkpoint(step)
+    rope = model.layers[0].attn.pos_embeddings
+    for k, v in side.items():
+        assert (getattr(rope, k).detach() == v).all(), k

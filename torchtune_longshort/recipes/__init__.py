@@ -1,0 +1,1 @@
+"""The package's torchtune recipes (``tune run torchtune_longshort/recipes/<name>.py --config ...``)."""
