@@ -55,6 +55,7 @@ COMMON = [
     "max_steps=2",
     "save_every_n_steps=2",
     "loss.num_chunks=2",
+    "lr_scheduler.num_warmup_steps=0",  # the configs warm up for 20+ steps: at step 1 the LR would be 0
 ]
 LLAMA2_SCALED = ["model._component_=torchtune_longshort.models.llama2_longshort", *_kv("model.", DIMS),
                  f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
@@ -102,8 +103,10 @@ def _all_cases() -> dict:
 
     assert set(SAMPLERS) == set(POSITION_SAMPLERS), "a position sampler has no case in this matrix"
     cases = {f"config:{c}": (c, *CONFIGS[c]) for c in CONFIGS}
+    covered = {"default", "clex", "eabf"}  # by tiny/longshort_from_checkpoint and the Llama-2-7B CLEX / EABF configs
     for m in ROPE_METHODS:
-        cases[f"method:{m}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides(m))
+        if m not in covered:
+            cases[f"method:{m}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides(m))
     for name, ov in SAMPLERS.items():
         cases[f"sampler:{name}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides("linear") + ov)
     return cases
@@ -169,14 +172,24 @@ def trained(tmp_path_factory, bases):
     return results
 
 
-def _ppl(model: str, model_args: str, out: Path) -> float:
-    from torchtune_longshort.eval.cli_run import run_cli
+@pytest.fixture(scope="module")
+def task_manager(bases):
+    """One lm-eval task index for the whole matrix (building it costs seconds; the evaluations are tiny). Every
+    case shares one tokenizer, which the task reads from the metadata as the CLI's model_args would give it."""
+    from lm_eval.tasks import TaskManager
 
-    res = run_cli(
-        ["run", "--model", model, "--model_args", model_args, "--device", "cpu", "--batch_size", "2",
-         "--include_path", str(REPO / "evals" / "tasks"), "--tasks", f"long_ppl_{EVAL_LEN}",
-         "--metadata", '{"ppl_source": "stdlib", "ppl_num_samples": 2}', "--output_path", str(out)]
-    )
+    import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
+
+    meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": str(bases["tokenizer"])}
+    return TaskManager(include_path=str(REPO / "evals" / "tasks"), metadata=meta)
+
+
+def _ppl(task_manager, model: str, model_args: str) -> float:
+    """lm-eval's evaluator (the CLI's own ``simple_evaluate``) on ``long_ppl_<EVAL_LEN>``."""
+    from lm_eval import simple_evaluate
+
+    res = simple_evaluate(model=model, model_args=model_args, tasks=[f"long_ppl_{EVAL_LEN}"], batch_size=2,
+                          device="cpu", task_manager=task_manager, log_samples=False, bootstrap_iters=0)
     return float(res["results"][f"long_ppl_{EVAL_LEN}"]["ppl,none"])
 
 
@@ -188,20 +201,20 @@ def _representable(step_dir: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, tmp_path):
+def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, task_manager):
     from torchtune_longshort.models import load_hf_checkpoint
 
     refused = []
     for key, step in trained.items():
         load_hf_checkpoint(step)  # the project's loader takes every folder the recipe writes
-        ours = _ppl("longshort", f"checkpoint_dir={step}", tmp_path / "ours" / key.replace(":", "_"))
+        ours = _ppl(task_manager, "longshort", f"checkpoint_dir={step}")
         assert math.isfinite(ours), f"{key}: longshort ppl {ours}"
         if _representable(step):
-            theirs = _ppl("hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}", tmp_path / "hf" / key.replace(":", "_"))
+            theirs = _ppl(task_manager, "hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}")
             assert ours == pytest.approx(theirs, rel=1e-4), f"{key}: longshort {ours} vs hf {theirs}"
         else:
             with pytest.raises(Exception, match="not representable in transformers"):
-                _ppl("hf", f"pretrained={step},dtype=float32", tmp_path / "hf_refused")
+                _ppl(task_manager, "hf", f"pretrained={step},dtype=float32")
             refused.append(key)
     assert any("clex" in k for k in refused) and any("eabf" in k for k in refused)
 
@@ -215,10 +228,23 @@ def test_clex_recipe_checkpoint_carries_its_trained_parameters(trained):
     from torchtune_longshort.models import load_hf_checkpoint
     from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE
 
-    step = trained["method:clex"]
+    step = trained["config:llama2_7b/clex_4k_redpajama_book.yaml"]
     side = load_file(str(step / ROPE_SIDE_FILE))
     assert side["ode_down_proj"].abs().max() > 0
     model = load_hf_checkpoint(step)
     rope = model.layers[0].attn.pos_embeddings
     for k, v in side.items():
         assert (getattr(rope, k).detach() == v).all(), k
+
+
+@pytest.mark.slow
+def test_readme_lm_eval_hf_command_works_as_written_on_a_recipe_checkpoint(trained, tmp_path):
+    """``lm-eval run --model hf --model_args pretrained=<step_k> ...`` exactly as the README writes it, stock lm-eval."""
+    step = trained["method:linear"]
+    cmd = [str(Path(sys.executable).with_name("lm-eval")), "run", "--model", "hf", "--model_args",
+           f"pretrained={step}", "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl_256",
+           "--metadata", '{"ppl_source":"stdlib","ppl_num_samples":2}', "--output_path", str(tmp_path / "res")]
+    p = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(next((tmp_path / "res").rglob("results_*.json")).read_text())
+    assert math.isfinite(res["results"]["long_ppl_256"]["ppl,none"])

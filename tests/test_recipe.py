@@ -69,7 +69,7 @@ def test_checkpoint_is_hf_format_with_rope_and_state(uninterrupted):
     for step in (4, 8):
         d = uninterrupted / f"step_{step}"
         assert (d / "config.json").is_file() and (d / "recipe_state.pt").is_file()
-    assert not any((uninterrupted / ".staging").glob("epoch_*"))
+    assert not any((uninterrupted / ".staging").glob("step_*"))
     m = LlamaForCausalLM.from_pretrained(str(uninterrupted / "step_8"))
     assert m.config.max_position_embeddings == 256
     rows = losses(uninterrupted)
@@ -99,7 +99,7 @@ def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path,
                                                       LONGSHORT_TEST_PAUSE_AT_STEP=8),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        staged = out2 / ".staging" / "epoch_8" / "recipe_state.pt"
+        staged = out2 / ".staging" / "step_8" / "recipe_state.pt"
         deadline = time.time() + 180
         while not staged.exists():
             assert proc.poll() is None and time.time() < deadline
@@ -162,3 +162,57 @@ def test_qlora_loss_goes_down(tmp_path, sp_tokenizer_dir):
     )
     first, last = _first_and_last(out)
     assert last < first - 0.3, (first, last)
+
+
+def _step1_loss(out: Path) -> float:
+    return losses(out)[0][1]
+
+
+def _ppl_pair(step: Path, tmp: Path):
+    """long_ppl_128 of a checkpoint with our model and with lm-eval's hf model (the independent reader)."""
+    from torchtune_longshort.eval.cli_run import run_cli
+
+    meta = '{"ppl_source": "stdlib", "ppl_num_samples": 2}'
+    out = []
+    for model, args in (("longshort", f"checkpoint_dir={step}"), ("hf", f"pretrained={step},dtype=float32")):
+        res = run_cli(["run", "--model", model, "--model_args", args, "--device", "cpu", "--batch_size", "2",
+                       "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl_128",
+                       "--metadata", meta, "--output_path", str(tmp / model)])
+        out.append(res["results"]["long_ppl_128"]["ppl,none"])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["lora", "qlora"])
+def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """LongQLoRA's setup (LoRA / NF4 QLoRA on several processes, FSDP2 over gloo): step 1's loss equals the
+    single-process run's on the same global batch, and the 2-process checkpoint evaluates in both models."""
+    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+
+    overrides = ["max_steps=2", "save_every_n_steps=2", "batch_size=4", "validation=null"]
+    ckpt = tiny_llama2_dir
+    if kind == "qlora":  # the smallest NF4 shapes that shard over 2 ranks: numel % (16384 * 2) == 0
+        dims = dict(vocab_size=512, embed_dim=256, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_dim=768)
+        ckpt = write_random_llama2_checkpoint(tmp_path / "ckpt256", max_seq_len=256, seed=0, **dims)
+        overrides += [f"model.{k}={v}" for k, v in dims.items()]
+    cfg = f"configs/tiny/{kind}_from_checkpoint.yaml"
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, one, *overrides), tmp_path)
+    run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, two, *overrides, nproc=2), tmp_path, timeout=400)
+    a, b = _step1_loss(one), _step1_loss(two)
+    assert abs(a - b) <= 1e-5 * abs(a), (a, b)
+    ours, theirs = _ppl_pair(two / "step_2", tmp_path / "eval")
+    assert ours == pytest.approx(theirs, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_unshardable_qlora_shapes_are_refused_before_loading(tmp_path, sp_tokenizer_dir):
+    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+
+    ckpt = write_random_llama2_checkpoint(tmp_path / "ckpt128", vocab_size=512, embed_dim=128, num_layers=2,
+                                          num_heads=4, num_kv_heads=4, intermediate_dim=384, max_seq_len=256, seed=0)
+    cmd = tune_cmd("configs/tiny/qlora_from_checkpoint.yaml", ckpt, sp_tokenizer_dir, tmp_path / "out",
+                   "batch_size=4", nproc=2)
+    p = subprocess.run(cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "numel divisible by 64 * 256 * world_size = 32768" in p.stderr + p.stdout

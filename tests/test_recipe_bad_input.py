@@ -15,7 +15,7 @@ CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
 
 @pytest.fixture(scope="module")
 def recipe_cls():
-    from recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     return LongShortFinetuneRecipe
 

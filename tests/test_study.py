@@ -101,8 +101,8 @@ def test_shipped_configs_load_and_grid_sizes():
     full = load_study_config(CPU_SMALL, repo_root=ROOT)
     quick = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
     assert (full["L0"], full["L"]) == (128, 256)
-    assert len(grid(full)) == 2 * 3 * 2 and {r["method"] for r in grid(full)} == {"pi", "yarn"}
-    assert len(grid(quick)) == 2 and {r["method"] for r in grid(quick)} == {"pi"}  # quick's methods replace
+    assert len(grid(full)) == 3 * 3 * 2 and {r["method"] for r in grid(full)} == {"pi", "yarn", "clex"}
+    assert len(grid(quick)) == 2 and {r["method"] for r in grid(quick)} == {"clex"}  # quick's methods replace
     keys = [r["key"] for r in grid(full)]
     assert len(set(keys)) == len(keys) and "yarn_a0.1_s1" in keys
     for name in ("gpu_medium.yaml", "llama2_7b_clex.yaml"):

@@ -161,8 +161,9 @@ class LongShortLM(TemplateLM):
         if checkpoint_dir is None:
             raise ValueError("longshort model: model_args needs checkpoint_dir=<folder with config.json + weights>")
         self.checkpoint_dir = Path(str(checkpoint_dir))
-        from torchtune_longshort.models.hf_checkpoint import read_hf_config
+        from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
 
+        check_checkpoint_folder(self.checkpoint_dir, need_tokenizer=tokenizer is None)
         config = read_hf_config(self.checkpoint_dir)
 
         if rope_kwargs and rope is None:

@@ -1,7 +1,10 @@
 """Command line: long-short misalignment (paper Eq. 4) of a Hugging Face-format checkpoint on a token corpus.
 
-    longshort-misalignment --checkpoint-dir CKPT --tokenizer CKPT/tokenizer.model --data stdlib \
-        --length 256 --num-samples 200 --output misalignment.json
+    longshort-misalignment --checkpoint-dir CKPT --data stdlib --length 256 --num-samples 200 \
+        --output misalignment.json
+
+The tokenizer is the checkpoint folder's own (every folder the recipe writes holds one); ``--tokenizer`` names
+another ``tokenizer.model``.
 
 ``--data`` is ``stdlib`` (the Python standard library's source files), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
@@ -30,21 +33,10 @@ def documents_for(data: str, text_field: str, split: str):
     return corpus.hf_text(data, split=split, text_field=text_field)
 
 
-def _load_model(checkpoint_dir: str, max_seq_len: int):
-    try:  # with RoPE scaling from config.json when the models package provides it
-        from torchtune_longshort.models import load_hf_checkpoint  # type: ignore[attr-defined]
-
-        return load_hf_checkpoint(checkpoint_dir, max_seq_len=max_seq_len)
-    except ImportError:
-        from torchtune_longshort.models.hf_checkpoint import load_llama2_hf_checkpoint
-
-        return load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=max_seq_len)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="longshort-misalignment", description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
-    ap.add_argument("--tokenizer", required=True, help="SentencePiece tokenizer.model")
+    ap.add_argument("--tokenizer", default=None, help="SentencePiece tokenizer.model (default: the checkpoint's)")
     ap.add_argument("--data", default="stdlib", help="'stdlib', a text file, a folder, or a .jsonl file")
     ap.add_argument("--text-field", default="text")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
@@ -59,11 +51,17 @@ def main(argv=None) -> int:
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
+    from torchtune_longshort.models.hf_checkpoint import SP_MODEL, check_checkpoint_folder, load_hf_checkpoint
 
-    if not Path(args.tokenizer).is_file():
-        ap.error(f"--tokenizer {args.tokenizer!r} is not a file")
-    tok = llama2_tokenizer(args.tokenizer)
-    model = _load_model(args.checkpoint_dir, max_seq_len=args.length).to(args.device)
+    try:
+        check_checkpoint_folder(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
+    except (FileNotFoundError, ValueError) as e:
+        ap.error(str(e))
+    tok_path = args.tokenizer or str(Path(args.checkpoint_dir) / SP_MODEL)
+    if not Path(tok_path).is_file():
+        ap.error(f"tokenizer {tok_path!r} is not a file: pass --tokenizer <tokenizer.model>")
+    tok = llama2_tokenizer(tok_path)
+    model = load_hf_checkpoint(args.checkpoint_dir, max_seq_len=args.length).to(args.device)
     from torchtune_longshort.data.corpus import fixed_length_sequences
 
     seqs = fixed_length_sequences(

@@ -51,8 +51,10 @@ from torchtune_longshort.models.hf_checkpoint import (
     weight_files,
     write_hf_checkpoint,
 )
+from torchtune_longshort.training.config_checks import check_recipe_config
 from torchtune_longshort.training.checkpointing import (
     RECIPE_STATE,
+    OutputDirLock,
     StepCheckpoints,
     atomic_torch_save,
     prepare_output_dir,
@@ -105,20 +107,9 @@ class LongShortFinetuneRecipe:
     def _validate_static(self, world_size: int) -> None:
         cfg = self.cfg
         self.world_size = world_size
-        bs, ga = cfg.batch_size, cfg.get("gradient_accumulation_steps", 1)
-        if not isinstance(bs, int) or bs < 1:
-            raise ValueError(f"batch_size={bs!r} must be an int >= 1 (global sequences per optimizer step)")
-        if not isinstance(ga, int) or ga < 1:
-            raise ValueError(f"gradient_accumulation_steps={ga!r} must be an int >= 1")
-        if bs % (self.world_size * ga) != 0:
-            raise ValueError(
-                f"batch_size={bs} is not divisible by world_size ({self.world_size}) x gradient_accumulation_steps "
-                f"({ga}) = {self.world_size * ga}; accepted: a multiple of {self.world_size * ga}"
-            )
-        self.micro_batch = bs // (self.world_size * ga)
-        self.grad_accum = ga
-        if not isinstance(cfg.max_steps, int) or cfg.max_steps < 1:
-            raise ValueError(f"max_steps={cfg.max_steps!r} must be an int >= 1")
+        derived = check_recipe_config(cfg, world_size)
+        self.micro_batch = derived["micro_batch"]
+        self.grad_accum = cfg.get("gradient_accumulation_steps", 1)
         overhead = cfg.get("equal_compute_overhead")
         if overhead is not None and float(cfg.loss.get("alpha", 0.0)) > 0:
             # Appendix F: the regularized run gets the baseline's compute, not its step count.
@@ -139,8 +130,13 @@ class LongShortFinetuneRecipe:
     def setup(self) -> None:
         cfg = self.cfg
         resume = bool(cfg.get("resume", False))
+        self._lock = None
         if self._is_rank_zero:
-            prepare_output_dir(self.output_dir, resume=resume, overwrite=bool(cfg.get("overwrite_output_dir", False)))
+            self._lock = OutputDirLock(self.output_dir).acquire()
+            protect = [p for p in (cfg.checkpointer.get("checkpoint_dir"), cfg.tokenizer.get("path")) if p]
+            prepare_output_dir(
+                self.output_dir, resume=resume, overwrite=bool(cfg.get("overwrite_output_dir", False)), protect=protect
+            )
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir)
         resume_dir = self.ckpts.latest(resumable=True) if resume else None
@@ -152,6 +148,7 @@ class LongShortFinetuneRecipe:
         self._tokenizer = config.instantiate(cfg.tokenizer)
         self._model_kw = _model_kwargs(cfg.model)
         model = self._build_model()
+        self._check_quantized_shapes(model)
         model_sd, self._start_dir = self._load_start_weights(resume_dir)
         self._model = self._setup_model(model, model_sd, recipe_state)
         self._check_model_against_data()
@@ -263,6 +260,24 @@ class LongShortFinetuneRecipe:
             self._lora_rank, self._lora_alpha = lora[0].rank, lora[0].alpha
         return model
 
+    def _check_quantized_shapes(self, model: nn.Module) -> None:
+        """NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256, and FSDP2 splits each weight along
+        dim 0 across ranks: every quantized weight needs numel divisible by 64 * 256 * world_size. Refuse other
+        shapes before any weight is loaded, with the rule."""
+        block = 64 * 256
+        bad = []
+        for name, p in model.named_parameters():
+            if type(p).__name__ == "NF4Tensor" or type(getattr(p, "data", None)).__name__ == "NF4Tensor":
+                if p.numel() % (block * self.world_size) or p.shape[0] % self.world_size:
+                    bad.append(f"{name} {tuple(p.shape)}")
+        if bad:
+            raise ValueError(
+                f"QLoRA (NF4) cannot quantize/shard {len(bad)} weight(s) at world_size={self.world_size}: "
+                f"{bad[:3]}... Each quantized weight needs numel divisible by 64 * 256 * world_size = "
+                f"{block * self.world_size} (and dim 0 by world_size); choose model dimensions that satisfy it "
+                "(e.g. embed_dim 256, intermediate_dim 768 for 2 processes) or quantize_base=False"
+            )
+
     def _setup_model(
         self, model: nn.Module, model_sd: Dict[str, torch.Tensor], recipe_state: Optional[Dict[str, Any]]
     ) -> nn.Module:
@@ -301,8 +316,15 @@ class LongShortFinetuneRecipe:
                 cpu_offload=False,
                 reshard_after_forward=cfg.get("fsdp_reshard_after_forward", True),
             )
+            from torchtune.modules.peft import AdapterModule
+
             with training.set_default_dtype(self._dtype), self._device:
                 for m in model.modules():
+                    if isinstance(m, AdapterModule) and not saved_trainable:
+                        # A new adapter is in no checkpoint: materialize it (LoRA's B = 0, so step 1's loss is the
+                        # base model's, as in one process) -- torchtune's lora_finetune_distributed does the same.
+                        m.to_empty(device=self._device)
+                        m.initialize_parameters()
                     if hasattr(m, "rope_init"):
                         m.rope_init()
             full = {**model_sd, **saved_trainable}
@@ -528,6 +550,14 @@ class LongShortFinetuneRecipe:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_norm=float(clip))
                 if hasattr(grad_norm, "full_tensor"):
                     grad_norm = grad_norm.full_tensor()
+                if not torch.isfinite(grad_norm).item():
+                    # Clipping an infinite norm scales every gradient to zero or NaN: the run would go on without
+                    # learning. Stop before the optimizer step; the last checkpoint stays the last good one.
+                    raise FloatingPointError(
+                        f"non-finite gradient norm {grad_norm.item()} at step {self.global_step + 1} (rank "
+                        f"{self.rank}), e={e}, data position {batch['data_position']}, loss {sums['loss']:.6g}; "
+                        f"stopping before the optimizer step (last checkpoint: {self.ckpts.latest()})"
+                    )
             self._optimizer.step()
             if self._lr_scheduler is not None:
                 self._lr_scheduler.step()
@@ -567,7 +597,13 @@ class LongShortFinetuneRecipe:
         if pbar is not None:
             pbar.close()
 
+    def release_output_dir(self) -> None:
+        """Give up the output folder's lock (also after a failure, so the next run need not wait for a dead PID)."""
+        if getattr(self, "_lock", None) is not None:
+            self._lock.release()
+
     def cleanup(self) -> None:
+        self.release_output_dir()
         if self._is_rank_zero:
             self._metric_logger.close()
             latest = self.ckpts.latest()
@@ -588,8 +624,12 @@ def _split_windows(out, bsz: int):
 def recipe_main(cfg: DictConfig) -> None:
     """Entry point for ``tune run``."""
     recipe = LongShortFinetuneRecipe(cfg)
-    recipe.setup()
-    recipe.train()
+    try:
+        recipe.setup()
+        recipe.train()
+    except BaseException:
+        recipe.release_output_dir()
+        raise
     recipe.cleanup()
 
 

@@ -93,7 +93,7 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     root = Path(repo_root) if repo_root else Path.cwd()
     _need(cfg, "name")
     cfg.setdefault("output_dir", f"outputs/study/{cfg['name']}" + ("_quick" if cfg.get("quick") else ""))
-    cfg.setdefault("recipe", "recipes/longshort_finetune.py")
+    cfg.setdefault("recipe", "torchtune_longshort/recipes/longshort_finetune.py")
     _need(cfg, "recipe_config")
     for f in ("recipe", "recipe_config"):
         if not (root / cfg[f]).is_file():

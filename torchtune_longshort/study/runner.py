@@ -2,7 +2,7 @@
 
 Every step goes through the project's own entry points in a subprocess, exactly as a user would type them:
 
-- training: ``PYTHONPATH=<repo> tune run recipes/longshort_finetune.py --config <run>/recipe.yaml [resume=True]``
+- training: ``tune run torchtune_longshort/recipes/longshort_finetune.py --config <run>/recipe.yaml [resume=True]``
 - evaluation: ``python -m torchtune_longshort.eval run --model longshort ... --include_path evals/tasks``
 - BABILong data: ``python -m torchtune_longshort.eval.babilong_generator``
 
@@ -107,7 +107,6 @@ class Study:
         self.executor, self.log = executor, log
         self.timeout = cfg.get("timeout_s")
         self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join([str(self.root), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
         self.env.setdefault("HF_DATASETS_OFFLINE", "1")
         self.env.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
@@ -31,13 +31,21 @@ RECIPE_STATE = "recipe_state.pt"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
-def prepare_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool) -> Path:
+MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
+LOCK = ".lock"
+
+
+def prepare_output_dir(
+    output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()
+) -> Path:
     """Check the output directory rules before anything is built or written.
 
-    - ``resume``: the folder must hold at least one complete ``step_<k>`` checkpoint.
-    - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set (then it is emptied).
+    - ``resume``: the folder must hold at least one complete, resumable ``step_<k>`` checkpoint.
+    - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set. ``overwrite`` deletes only
+      a folder this recipe made (it holds :data:`MARKER`), never the working directory, ``$HOME``, a git work tree
+      or a folder holding one of ``protect`` (the start checkpoint, the tokenizer).
 
-    Returns the folder as a Path (created if needed).
+    Returns the folder as a Path (created, with its marker, if needed).
     """
     out = Path(output_dir)
     if resume:
@@ -48,15 +56,95 @@ def prepare_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool) -
                 "again with overwrite_output_dir=True)"
             )
         return out
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
         if not overwrite:
             raise FileExistsError(
                 f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
                 "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
             )
-        shutil.rmtree(out)
+        _check_deletable(out, protect)
+        for child in out.iterdir():  # this run's own lock stays
+            if child.name == LOCK:
+                continue
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this folder\n")
     return out
+
+
+def _check_deletable(out: Path, protect: Sequence[PathLike]) -> None:
+    real = out.resolve()
+    refuse = None
+    if real in (Path.cwd().resolve(), Path.home().resolve(), Path(real.anchor)):
+        refuse = "it is the working directory, $HOME or a filesystem root"
+    elif (real / ".git").exists():
+        refuse = "it is a git work tree"
+    elif not (real / MARKER).is_file():
+        refuse = f"this recipe did not make it (no {MARKER} marker)"
+    else:
+        for p in protect:
+            p = Path(p).resolve()
+            if p == real or real in p.parents:
+                refuse = f"it holds {p}, which this run reads"
+                break
+    if refuse:
+        raise FileExistsError(
+            f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: {refuse}. Choose another "
+            "output_dir, or delete the folder yourself"
+        )
+
+
+class OutputDirLock:
+    """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID, created with O_EXCL.
+
+    A lock whose PID is no longer alive (a killed run) is taken over; a live one refuses the second writer with a
+    message naming the holder.
+    """
+
+    def __init__(self, output_dir: PathLike):
+        self.path = Path(output_dir) / LOCK
+        self.held = False
+
+    def acquire(self) -> "OutputDirLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None and _pid_alive(holder):
+                    raise RuntimeError(
+                        f"output_dir={str(self.path.parent)!r} is in use by another run (PID {holder}, {self.path}); "
+                        "wait for it, or choose another output_dir"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{os.getpid()}\n")
+            self.held = True
+            return self
+        raise RuntimeError(f"could not take the lock {self.path}")
+
+    def _holder(self) -> Optional[int]:
+        try:
+            return int(self.path.read_text().strip() or "0") or None
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        if self.held and self._holder() == os.getpid():
+            self.path.unlink(missing_ok=True)
+        self.held = False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class StepCheckpoints:

@@ -31,7 +31,19 @@ class JsonlMetricLogger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step and self.path.exists():
-            keep = [l for l in self.path.read_text().splitlines() if l and json.loads(l).get("step", 0) <= resume_step]
+            lines = self.path.read_text().splitlines()
+            keep = []
+            for i, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    if i == len(lines) - 1:  # a kill while appending tears only the last line: drop it
+                        continue
+                    raise ValueError(f"{self.path}:{i + 1}: not a JSON line ({line[:80]!r})") from None
+                if row.get("step", 0) <= resume_step:
+                    keep.append(line)
             self.path.write_text("".join(l + "\n" for l in keep))
         elif not resume_step and self.path.exists():
             self.path.unlink()

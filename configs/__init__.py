@@ -1,0 +1,1 @@
+"""The YAML configs shipped with torchtune_longshort (installed as ``torchtune_longshort.configs``; see ``longshort-cp``)."""

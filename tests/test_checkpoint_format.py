@@ -1,0 +1,136 @@
+"""The checkpoint folder (``models.hf_checkpoint``): what it writes loads in transformers (an independent reader),
+and an incomplete or inconsistent folder is refused with the path and what is missing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from torchtune_longshort.models import apply_rope_scaling, load_hf_checkpoint, load_llama2_hf_checkpoint
+from torchtune_longshort.models.hf_checkpoint import (
+    INDEX_FILE,
+    ROPE_SIDE_FILE,
+    check_checkpoint_folder,
+    save_hf_checkpoint,
+)
+
+
+@pytest.fixture(scope="module")
+def base_with_tokenizer(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
+    d = tmp_path_factory.mktemp("base_tok")
+    for f in list(tiny_llama2_dir.iterdir()) + list(sp_tokenizer_dir.iterdir()):
+        shutil.copy(f, d / f.name)
+    return d
+
+
+def _saved(tmp_path, base, method, **kw):
+    model = load_llama2_hf_checkpoint(base)
+    apply_rope_scaling(model, method, 512, original_max_seq_len=256, **kw)
+    out = tmp_path / method
+    save_hf_checkpoint(model, out, base)
+    return model, out
+
+
+def test_linear_folder_loads_in_transformers_with_its_tokenizer(tmp_path, base_with_tokenizer, sp_tokenizer_dir):
+    import sentencepiece as spm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, out = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
+    assert (out / INDEX_FILE).is_file() and (out / "tokenizer.model").is_file()
+    text = "def f(x):\n    return x + 1\n"
+    tok = AutoTokenizer.from_pretrained(str(out))
+    sp = spm.SentencePieceProcessor(model_file=str(sp_tokenizer_dir / "tokenizer.model"))
+    ids = tok(text)["input_ids"]
+    assert ids == [1] + sp.encode(text)
+    hf = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    x = torch.randint(3, 500, (1, 400))  # past the 256 base positions: the scaling matters
+    with torch.no_grad():
+        ours = model(x)
+        theirs = hf(x).logits
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_many_shards_with_index_load_in_transformers(tmp_path, base_with_tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models.hf_checkpoint import read_hf_config, write_hf_checkpoint
+
+    model = load_llama2_hf_checkpoint(base_with_tokenizer)
+    out = tmp_path / "sharded"
+    write_hf_checkpoint(out, model.state_dict(), read_hf_config(base_with_tokenizer), tokenizer=base_with_tokenizer,
+                        max_shard_bytes=200_000)
+    index = json.loads((out / INDEX_FILE).read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2 and all((out / s).is_file() for s in shards)
+    hf = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    x = torch.randint(3, 500, (1, 64))
+    with torch.no_grad():
+        torch.testing.assert_close(load_hf_checkpoint(out)(x), hf(x).logits, rtol=1e-4, atol=1e-4)
+    (out / shards[1]).unlink()
+    with pytest.raises(FileNotFoundError, match=shards[1]):
+        load_hf_checkpoint(out)
+    shutil.copy(out / shards[0], out / shards[1])
+    (out / INDEX_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="no model.safetensors.index.json"):
+        check_checkpoint_folder(out)
+
+
+@pytest.mark.parametrize("method,kw", [("clex", {"t_max": 2}), ("eabf", {})])
+def test_not_representable_methods_are_refused_by_transformers(tmp_path, base_with_tokenizer, method, kw):
+    from transformers import AutoModelForCausalLM
+
+    model, out = _saved(tmp_path, base_with_tokenizer, method, **kw)
+    with pytest.raises(KeyError, match="not representable in transformers"):
+        AutoModelForCausalLM.from_pretrained(str(out))
+    x = torch.randint(3, 500, (1, 300))
+    with torch.no_grad():
+        torch.testing.assert_close(load_hf_checkpoint(out)(x), model.eval()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_incomplete_or_inconsistent_folders_are_refused(tmp_path, base_with_tokenizer):
+    _, clex = _saved(tmp_path, base_with_tokenizer, "clex", t_max=2)
+    # missing tokenizer in a folder the project wrote
+    no_tok = tmp_path / "no_tok"
+    shutil.copytree(clex, no_tok)
+    for f in ("tokenizer.model", "tokenizer.json"):
+        (no_tok / f).unlink()
+    with pytest.raises(FileNotFoundError, match=r"no_tok.*no tokenizer"):
+        load_hf_checkpoint(no_tok)
+    # missing RoPE side file
+    no_side = tmp_path / "no_side"
+    shutil.copytree(clex, no_side)
+    (no_side / ROPE_SIDE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=r"clex.*rope_params.safetensors"):
+        load_hf_checkpoint(no_side)
+    # a side file beside a method that has none
+    _, lin = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
+    (lin / ROPE_SIDE_FILE).parent.mkdir()
+    shutil.copy(clex / ROPE_SIDE_FILE, lin / ROPE_SIDE_FILE)
+    with pytest.raises(ValueError, match="disagree"):
+        load_hf_checkpoint(lin)
+    # transformers entries edited against the spec
+    _, yarn = _saved(tmp_path, base_with_tokenizer, "yarn")
+    cfg = json.loads((yarn / "config.json").read_text())
+    cfg["rope_scaling"]["factor"] = 8.0
+    (yarn / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="rope_scaling.*disagrees"):
+        load_hf_checkpoint(yarn)
+
+
+def test_corrupted_shard_is_named(tmp_path, base_with_tokenizer):
+    _, out = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
+    shard = next(out.glob("model-*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ValueError, match=shard.name):
+        load_hf_checkpoint(out)
+
+
+def test_eval_model_refuses_a_foreign_folder_without_tokenizer(tiny_llama2_dir):
+    pytest.importorskip("lm_eval")
+    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        LongShortLM(checkpoint_dir=str(tiny_llama2_dir))

@@ -1,0 +1,74 @@
+"""``longshort-cp``: list and copy the configs this package ships, as ``tune ls`` / ``tune cp`` do for torchtune's.
+
+    longshort-cp --list
+    longshort-cp tiny/longshort_stdlib.yaml my_run.yaml
+
+The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
+so a non-editable ``pip install .`` has them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import List
+
+
+def shipped_configs() -> List[str]:
+    """Names (``family/name.yaml``) of every shipped config, sorted."""
+    root = resources.files("torchtune_longshort.configs")
+    names = []
+
+    def walk(node, prefix=""):
+        for child in node.iterdir():
+            if child.is_dir() and child.name != "__pycache__":
+                walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".yaml"):
+                names.append(prefix + child.name)
+
+    walk(root)
+    return sorted(names)
+
+
+def config_path(name: str) -> Path:
+    """The installed file of a shipped config (``.yaml`` may be left out); ``FileNotFoundError`` naming the choices."""
+    if not name.endswith(".yaml"):
+        name += ".yaml"
+    names = shipped_configs()
+    if name not in names:
+        raise FileNotFoundError(f"no shipped config {name!r}; available: {', '.join(names)}")
+    with resources.as_file(resources.files("torchtune_longshort.configs").joinpath(name)) as p:
+        return Path(p)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
+    ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
+    ap.add_argument("destination", nargs="?", help="file or folder to copy it to")
+    ap.add_argument("--list", action="store_true", help="list the shipped configs")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing destination file")
+    args = ap.parse_args(argv)
+    if args.list or not args.name:
+        print("\n".join(shipped_configs()))
+        return 0
+    if not args.destination:
+        ap.error("give a destination: longshort-cp NAME DEST")
+    try:
+        src = config_path(args.name)
+    except FileNotFoundError as e:
+        ap.error(str(e))
+    dest = Path(args.destination)
+    if dest.is_dir():
+        dest = dest / src.name
+    if dest.exists() and not args.force:
+        ap.error(f"{dest} exists; pass --force to overwrite it")
+    shutil.copyfile(src, dest)
+    print(f"Copied {args.name} to {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Checks of a long-short recipe config that run before anything exists: no output folder, process group,
+tokenizer or model yet. Each failure names the field, the value and what would be accepted.
+
+The schema is the set of top-level keys the recipe reads (:data:`RECIPE_KEYS`); an unknown key is refused with the
+nearest known one, since OmegaConf would otherwise keep a typo such as ``max_step=2`` silently and train the
+default step count. torchtune's ``~key`` removal on the command line still works: a removed key is simply absent.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig
+
+# Top-level keys the recipe reads; ``checkpoint_dir`` is the configs' interpolation variable.
+RECIPE_KEYS = {
+    "output_dir": "folder for step_<k> checkpoints, metrics.jsonl and logs",
+    "overwrite_output_dir": "replace a folder an earlier run of this recipe made",
+    "resume": "continue from the newest resumable step_<k>",
+    "seed": "model init and e-sampler seed",
+    "data_seed": "data order seed (default: seed)",
+    "tokenizer": "torchtune tokenizer component",
+    "model": "model builder component",
+    "checkpointer": "torchtune checkpointer (reads the start weights)",
+    "checkpoint_dir": "start checkpoint folder (interpolated into checkpointer/tokenizer)",
+    "dataset": "documents source",
+    "validation": "optional fixed-length validation set",
+    "seq_len": "L, the window length",
+    "e_range": "[lo, hi] range of the shift e, ints or expressions in L",
+    "batch_size": "global sequences per optimizer step",
+    "gradient_accumulation_steps": "micro-batches per optimizer step",
+    "max_steps": "optimizer steps",
+    "stop_after_step": "end this process early (resume=True continues)",
+    "equal_compute_overhead": "Appendix F: alpha > 0 runs get floor(max_steps / ratio) steps",
+    "loss": "LongShortLoss component",
+    "optimizer": "optimizer component",
+    "lr_scheduler": "optional LR scheduler component",
+    "clip_grad_norm": "max gradient norm (null: no clipping)",
+    "device": "cpu | cuda | cuda:N",
+    "dtype": "fp32 | bf16 | fp16",
+    "compile": "torch.compile the model",
+    "enable_activation_checkpointing": "checkpoint each transformer layer",
+    "train_embeddings_and_norms": "LoRA: also train embeddings and norms (LongQLoRA)",
+    "fsdp_reshard_after_forward": "FSDP2 reshard_after_forward",
+    "position_sampler": "optional position-id sampler component (PoSE, random_pos)",
+    "save_every_n_steps": "checkpoint period in steps",
+    "log_every_n_steps": "logging period in steps",
+    "metric_logger": "torchtune metric logger component",
+}
+REQUIRED = ("output_dir", "tokenizer", "model", "checkpointer", "dataset", "seq_len", "batch_size", "max_steps",
+            "loss", "optimizer", "metric_logger")
+_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} is not accepted: expected an integer >= {minimum}")
+    return value
+
+
+def _positive_number(name: str, value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not accepted: expected a positive number or null") from None
+    if isinstance(value, bool) or not math.isfinite(out) or out <= 0:
+        raise ValueError(f"{name}={value!r} is not accepted: expected a positive finite number or null")
+    return out
+
+
+def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Optional[bool] = None) -> Dict[str, Any]:
+    """Check every scalar of a recipe config; return the derived values (``micro_batch``, ``e_lo``, ``e_hi``).
+
+    Raises ``ValueError`` (``KeyError`` for unknown or missing keys) naming the field, before any side effect.
+    """
+    unknown = [k for k in cfg.keys() if k not in RECIPE_KEYS]
+    if unknown:
+        hints = []
+        for k in unknown:
+            near = difflib.get_close_matches(str(k), RECIPE_KEYS, n=1, cutoff=0.6)
+            hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        raise KeyError(
+            f"unknown top-level config key(s): {', '.join(hints)}. The recipe reads: {', '.join(sorted(RECIPE_KEYS))}"
+        )
+    missing = [k for k in REQUIRED if cfg.get(k) is None]
+    if missing:
+        raise KeyError(f"config is missing required key(s) {missing}")
+
+    out: Dict[str, Any] = {}
+    bs = _positive_int("batch_size", cfg.batch_size)
+    ga = _positive_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps", 1))
+    if bs % (world_size * ga) != 0:
+        raise ValueError(
+            f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
+            f"({ga}) = {world_size * ga}; accepted: a multiple of {world_size * ga}"
+        )
+    out["micro_batch"] = bs // (world_size * ga)
+    _positive_int("max_steps", cfg.max_steps)
+    L = _positive_int("seq_len", cfg.seq_len, minimum=4)
+    for key in ("save_every_n_steps", "log_every_n_steps", "stop_after_step"):
+        if cfg.get(key) is not None:
+            _positive_int(key, cfg.get(key))
+    if cfg.get("clip_grad_norm") is not None:
+        _positive_number("clip_grad_norm", cfg.clip_grad_norm)
+    if cfg.get("equal_compute_overhead") is not None:
+        _positive_number("equal_compute_overhead", cfg.equal_compute_overhead)
+
+    from torchtune_longshort.data.dual_window import resolve_e_range
+
+    e_range = cfg.get("e_range", [1, "L/2"])
+    try:
+        out["e_lo"], out["e_hi"] = resolve_e_range(list(e_range) if not isinstance(e_range, str) else e_range, L)
+    except (ValueError, TypeError, ZeroDivisionError) as e:
+        raise ValueError(f"e_range={e_range!r}: {e}") from None
+
+    val = cfg.get("validation")
+    if val is not None:
+        for key in ("seq_len", "num_sequences"):
+            _positive_int(f"validation.{key}", val.get(key))
+        if val.get("every_n_steps") is not None:
+            _positive_int("validation.every_n_steps", val.every_n_steps)
+        if val.get("dataset") is None:
+            raise KeyError("validation.dataset is missing (or set validation: null)")
+
+    dtype = cfg.get("dtype", "fp32")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not accepted: expected one of {_DTYPES}")
+    device = str(cfg.get("device", "cpu"))
+    if device.startswith("cuda"):
+        if cuda_available is None:
+            import torch
+
+            cuda_available = torch.cuda.is_available()
+        if not cuda_available:
+            raise ValueError(f"device={device!r} but CUDA is not available on this machine: pass device=cpu")
+    elif device not in ("cpu", "mps"):
+        raise ValueError(f"device={device!r} is not accepted: expected cpu, cuda or cuda:N")
+    alpha = cfg.loss.get("alpha")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0
+                              or not math.isfinite(alpha)):
+        raise ValueError(f"loss.alpha={alpha!r} is not accepted: expected a number >= 0")
+    return out
