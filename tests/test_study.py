@@ -150,7 +150,7 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     assert recs["pi_a0.3_s1"]["status"] == "failed" and recs["pi_a0.3_s1"]["stage"] == "train"
     assert "FloatingPointError: non-finite loss nan" in recs["pi_a0.3_s1"]["error"]
     ok = [k for k, r in recs.items() if r["status"] == "ok"]
-    assert len(ok) == 12  # base + 11 of 12 fine-tunes
+    assert len(ok) == 18  # base + 17 of 18 fine-tunes (3 methods x 3 alphas x 2 seeds)
     summary = build_report(study.out, tmp_path / "report", study.cfg)
     md = (tmp_path / "report" / "report.md").read_text()
     assert re.search(r"\| pi_a0\.3_s1 \| failed \|.*FloatingPointError: non-finite loss nan", md)
@@ -173,7 +173,7 @@ def test_interrupted_training_resumes_and_finished_training_is_not_redone(tmp_pa
     (train / "step_10").mkdir(parents=True)  # an interrupted run left a checkpoint
     study.run_one(run["key"], run)
     tune_calls = [a for a in ex.calls if a[0] == "tune"]
-    assert tune_calls[-1][-1] == "resume=True" and "runs/pi_a0_s0" in tune_calls[-1][4]
+    assert tune_calls[-1][-1] == "resume=True" and f"runs/{run['key']}" in tune_calls[-1][4]
     # eval interrupted after training: result.json gone, step_<max> present -> only lm-eval runs
     (study.run_dir(run["key"]) / "result.json").unlink()
     n = len(ex.calls)

@@ -360,7 +360,8 @@ def write_hf_checkpoint(
             adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
         hf_config: the base config.json (the source checkpoint's, or :func:`hf_config_from_llama_kwargs`).
         rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
-        tokenizer: a ``tokenizer.model`` path or a tokenizer folder to copy in (see :func:`copy_tokenizer`).
+        tokenizer: a ``tokenizer.model`` path or a tokenizer folder to copy in (see :func:`copy_tokenizer`);
+            required unless ``out_dir`` already holds one.
         dtype: weight dtype to save (default: as in the state dict).
         max_shard_bytes: shard size limit.
 
@@ -371,6 +372,11 @@ def write_hf_checkpoint(
     from torchtune.models.convert_weights import tune_to_hf
 
     out_dir = Path(out_dir)
+    if tokenizer is None and not any((out_dir / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+        raise ValueError(
+            f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
+            "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<tokenizer.model or folder>"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
     adapters = [k for k in model_sd if "lora_" in k or k.endswith("magnitude")]

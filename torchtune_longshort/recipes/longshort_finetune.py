@@ -55,6 +55,7 @@ from torchtune_longshort.training.config_checks import check_recipe_config
 from torchtune_longshort.training.checkpointing import (
     RECIPE_STATE,
     OutputDirLock,
+    check_output_dir,
     StepCheckpoints,
     atomic_torch_save,
     prepare_output_dir,
@@ -128,15 +129,23 @@ class LongShortFinetuneRecipe:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
+        """Build everything; on failure the output folder's lock is given back before the error propagates."""
+        self._lock = None
+        try:
+            self._setup()
+        except BaseException:
+            self.release_output_dir()
+            raise
+
+    def _setup(self) -> None:
         cfg = self.cfg
         resume = bool(cfg.get("resume", False))
-        self._lock = None
         if self._is_rank_zero:
-            self._lock = OutputDirLock(self.output_dir).acquire()
             protect = [p for p in (cfg.checkpointer.get("checkpoint_dir"), cfg.tokenizer.get("path")) if p]
-            prepare_output_dir(
-                self.output_dir, resume=resume, overwrite=bool(cfg.get("overwrite_output_dir", False)), protect=protect
-            )
+            rules = dict(resume=resume, overwrite=bool(cfg.get("overwrite_output_dir", False)), protect=protect)
+            check_output_dir(self.output_dir, **rules)  # refuse before the lock file is written
+            self._lock = OutputDirLock(self.output_dir).acquire()
+            prepare_output_dir(self.output_dir, **rules)
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir)
         resume_dir = self.ckpts.latest(resumable=True) if resume else None
@@ -624,8 +633,8 @@ def _split_windows(out, bsz: int):
 def recipe_main(cfg: DictConfig) -> None:
     """Entry point for ``tune run``."""
     recipe = LongShortFinetuneRecipe(cfg)
+    recipe.setup()
     try:
-        recipe.setup()
         recipe.train()
     except BaseException:
         recipe.release_output_dir()

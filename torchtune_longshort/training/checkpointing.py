@@ -48,21 +48,10 @@ def prepare_output_dir(
     Returns the folder as a Path (created, with its marker, if needed).
     """
     out = Path(output_dir)
+    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect)
     if resume:
-        if StepCheckpoints(out).latest(resumable=True) is None:
-            raise FileNotFoundError(
-                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with "
-                f"{RECIPE_STATE} to resume from (a run killed before its first save leaves only step_0: start it "
-                "again with overwrite_output_dir=True)"
-            )
         return out
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(
-                f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
-                "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
-            )
-        _check_deletable(out, protect)
         for child in out.iterdir():  # this run's own lock stays
             if child.name == LOCK:
                 continue
@@ -70,6 +59,26 @@ def prepare_output_dir(
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this folder\n")
     return out
+
+
+def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()) -> None:
+    """The rules of :func:`prepare_output_dir`, checked without touching anything."""
+    out = Path(output_dir)
+    if resume:
+        if StepCheckpoints(out).latest(resumable=True) is None:
+            raise FileNotFoundError(
+                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with "
+                f"{RECIPE_STATE} to resume from (a run killed before its first save leaves only step_0: start it "
+                "again with overwrite_output_dir=True)"
+            )
+        return
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
+                "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
+            )
+        _check_deletable(out, protect)
 
 
 def _check_deletable(out: Path, protect: Sequence[PathLike]) -> None:
