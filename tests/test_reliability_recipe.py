@@ -1,0 +1,176 @@
+"""Nothing lost, nothing silent (recipe side): bad config values fail before any side effect with the field named;
+``overwrite_output_dir`` deletes only what the recipe made; one writer per output folder; a non-finite gradient norm
+stops the run; a torn last metrics line does not block resume. In-process (the recipe class), so the set stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
+
+
+@pytest.fixture(scope="module")
+def recipe_cls():
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    return LongShortFinetuneRecipe
+
+
+def make_cfg(ckpt, tok, out, **over):
+    cfg = OmegaConf.load(CFG)
+    cfg.checkpoint_dir = str(ckpt) if ckpt is not None else None
+    cfg.tokenizer.path = str(Path(tok) / "tokenizer.model")
+    cfg.output_dir = str(out)
+    cfg.validation = None
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    return cfg
+
+
+BAD_VALUES = [
+    ({"max_step": 2}, KeyError, r"'max_step' \(did you mean 'max_steps'\?\)"),
+    ({"save_every_n_steps": 0}, ValueError, r"save_every_n_steps=0 .*integer >= 1"),
+    ({"log_every_n_steps": 0}, ValueError, r"log_every_n_steps=0"),
+    ({"clip_grad_norm": "abc"}, ValueError, r"clip_grad_norm='abc'"),
+    ({"e_range": [1, "L/0"]}, ValueError, r"e_range="),
+    ({"e_range": [0, "L/2"]}, ValueError, r"e_range="),
+    ({"max_steps": -1}, ValueError, r"max_steps=-1"),
+    ({"seq_len": 2}, ValueError, r"seq_len=2"),
+    ({"dtype": "fp8"}, ValueError, r"dtype='fp8'"),
+    ({"loss.alpha": -0.1}, ValueError, r"loss.alpha=-0.1"),
+    ({"batch_size": 3, "gradient_accumulation_steps": 2}, ValueError, r"batch_size=3 is not divisible"),
+]
+
+
+@pytest.mark.parametrize("over,exc,match", BAD_VALUES, ids=[next(iter(o)) for o, _, _ in BAD_VALUES])
+def test_bad_values_fail_before_any_side_effect(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, exc, match):
+    out = tmp_path / "out"
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **over)
+    with pytest.raises(exc, match=match):
+        recipe_cls(cfg)  # the constructor checks; setup() would make the folder
+    assert not out.exists()
+
+
+def test_cuda_device_without_cuda_is_refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="device='cuda' but CUDA is not available"):
+        recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, device="cuda"))
+    assert not out.exists()
+
+
+def test_torchtune_key_removal_still_works(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """``~validation`` on the command line removes the key; the schema does not ask for it back."""
+    from torchtune_longshort.training.config_checks import check_recipe_config
+
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "o")
+    del cfg["validation"]
+    assert check_recipe_config(cfg)["micro_batch"] == cfg.batch_size
+
+
+@pytest.mark.parametrize("where", ["not_ours", "cwd", "git", "holds_start_checkpoint"])
+def test_overwrite_deletes_only_what_the_recipe_made(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                     monkeypatch, where):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    ckpt = tiny_llama2_dir
+    if where == "cwd":
+        (out / ".longshort_output").write_text("")
+        monkeypatch.chdir(out)
+    elif where == "git":
+        (out / ".longshort_output").write_text("")
+        (out / ".git").mkdir()
+    elif where == "holds_start_checkpoint":
+        (out / ".longshort_output").write_text("")
+        ckpt = out / "base"
+        ckpt.mkdir()
+        for f in tiny_llama2_dir.iterdir():
+            (ckpt / f.name).write_bytes(f.read_bytes())
+    cfg = make_cfg(ckpt, sp_tokenizer_dir, out, overwrite_output_dir=True)
+    with pytest.raises(FileExistsError, match="refuses to delete"):
+        recipe_cls(cfg).setup()
+    assert (out / "precious.txt").read_text() == "keep me"
+    assert not (out / ".lock").exists()
+
+
+def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".longshort_output").write_text("")
+    (out / "old_metrics.jsonl").write_text("{}\n")
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1))
+    r.setup()
+    r.release_output_dir()
+    assert not (out / "old_metrics.jsonl").exists() and (out / ".longshort_output").is_file()
+
+
+def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                   sp_tokenizer_dir):
+    from torchtune_longshort.training.checkpointing import OutputDirLock
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        out.mkdir()
+        (out / ".lock").write_text(f"{holder.pid}\n")
+        with pytest.raises(RuntimeError, match=f"in use by another run \\(PID {holder.pid}"):
+            recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1)).setup()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is dead now: its lock is stale and the next run takes it.
+    lock = OutputDirLock(out).acquire()
+    assert (out / ".lock").read_text().strip() == str(os.getpid())
+    lock.release()
+    assert not (out / ".lock").exists()
+
+
+def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    out = tmp_path / "out"
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3, save_every_n_steps=1))
+    r.setup()
+    before = r._model.output.weight.detach().clone()
+    # A finite loss whose gradient overflows: clipping would scale every update to zero and the run would go on.
+    r._model.output.weight.register_hook(lambda g: g * float("inf"))
+    with pytest.raises(FloatingPointError, match=r"non-finite gradient norm inf at step 1 \(rank 0\), e=\d+"):
+        r.train()
+    r.release_output_dir()
+    assert torch.equal(r._model.output.weight.detach(), before)  # no optimizer step was taken
+    assert not list(out.glob("step_[1-9]*"))
+
+
+def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
+    from torchtune_longshort.training.metrics import JsonlMetricLogger
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    JsonlMetricLogger(p, resume_step=2)
+    assert p.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+    p.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
+        JsonlMetricLogger(p, resume_step=2)
+
+
+def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokenizer_dir):
+    """A run from scratch killed before its first save leaves step_0 (no recipe state): not a resume point."""
+    from torchtune_longshort.models.hf_checkpoint import hf_config_from_llama_kwargs, write_hf_checkpoint
+    from torchtune.models.llama2 import llama2
+
+    out = tmp_path / "out"
+    kw = dict(vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32, max_seq_len=128)
+    write_hf_checkpoint(out / "step_0", llama2(**kw).state_dict(), hf_config_from_llama_kwargs(kw),
+                        tokenizer=sp_tokenizer_dir)
+    cfg = make_cfg(None, sp_tokenizer_dir, out, resume=True)
+    with pytest.raises(FileNotFoundError, match="leaves only step_0"):
+        recipe_cls(cfg).setup()
