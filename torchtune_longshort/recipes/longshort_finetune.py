@@ -325,11 +325,11 @@ class LongShortFinetuneRecipe:
                 cpu_offload=False,
                 reshard_after_forward=cfg.get("fsdp_reshard_after_forward", True),
             )
-            from torchtune.modules.peft import AdapterModule
+            from torchtune.modules.peft import DoRALinear, LoRALinear
 
             with training.set_default_dtype(self._dtype), self._device:
                 for m in model.modules():
-                    if isinstance(m, AdapterModule) and not saved_trainable:
+                    if isinstance(m, (LoRALinear, DoRALinear)) and not saved_trainable:
                         # A new adapter is in no checkpoint: materialize it (LoRA's B = 0, so step 1's loss is the
                         # base model's, as in one process) -- torchtune's lora_finetune_distributed does the same.
                         m.to_empty(device=self._device)
