@@ -178,7 +178,7 @@ class LongShortFinetuneRecipe:
         if self._metric_logger is not None:
             self._metric_logger.log_config(cfg)
         self._jsonl = (
-            JsonlMetricLogger(self.output_dir / "metrics.jsonl", resume_step=self.global_step)
+            JsonlMetricLogger(self.output_dir / "metrics.jsonl", resume_step=self.global_step, device=self._device)
             if self._is_rank_zero
             else None
         )

@@ -43,6 +43,11 @@ def test_tables_plots_and_curve(tmp_path):
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
     assert [float(r["mean_nll"]) for r in rows] == [2.0, 2.0, 2.0]
     assert summary["per_position_mean_nll"]["longshort"]["3"] == pytest.approx(2.0)
+    import torch
+
+    assert summary["provenance"]["packages"]["torch"] == torch.__version__
+    assert summary["run_provenance"] == {"baseline": None, "longshort": None}  # hand-made files carry none
+    assert "## Provenance" in md and "Run `baseline`:" in md
 
 
 def test_bad_input(tmp_path):

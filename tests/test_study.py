@@ -254,6 +254,23 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
         assert (rdir / png).stat().st_size > 1000
 
 
+def test_provenance_in_every_file_the_study_writes(tmp_path):
+    import torch
+
+    study, _ = _study(tmp_path)
+    study.run(only=["pi_a0_s0"])
+    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    assert rec["provenance"]["packages"]["torch"] == torch.__version__
+    # cpu_small trains and evaluates on the stdlib corpus: its content hash is recorded
+    assert len(rec["provenance"]["stdlib_corpus"]["sha256"]) == 64
+    assert json.loads((study.out / "study.json").read_text())["provenance"] == rec["provenance"]
+    summary = build_report(study.out, tmp_path / "report", study.cfg)
+    assert summary["provenance"]["stdlib_corpus"] == rec["provenance"]["stdlib_corpus"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Provenance" in md and f"torch {torch.__version__}" in md
+    assert rec["provenance"]["stdlib_corpus"]["sha256"][:16] in md
+
+
 def test_outcome_is_paired_by_seed(tmp_path):
     study, _ = _study(tmp_path)
     study.run()

@@ -261,7 +261,10 @@ class LongShortLM(TemplateLM):
         return str(self.tokenizer_path)
 
     def get_model_info(self) -> dict:
-        """Extra fields for lm-eval's results ``config`` block."""
+        """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls
+        this after the evaluation, so the stdlib corpus hash is there when a task used the corpus)."""
+        from torchtune_longshort.provenance import provenance
+
         return {
             "checkpoint_dir": str(self.checkpoint_dir),
             "rope": self.rope_spec,
@@ -269,6 +272,7 @@ class LongShortLM(TemplateLM):
             "usable_length": self.usable_length,
             "truncation": self.truncation,
             "model_dtype": str(self.dtype),
+            "provenance": provenance(device=str(self._device)),
         }
 
     # ------------------------------------------------------------------ tokenisation

@@ -57,6 +57,16 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
+    """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
+    files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
+    for f in reversed(files):
+        prov = (json.loads(f.read_text()).get("config") or {}).get("provenance")
+        if isinstance(prov, dict):
+            return prov
+    return None
+
+
 def load_curves(results_dir: Path) -> Dict[int, List[float]]:
     """Per-position mean NLL per ``long_ppl`` length from lm-eval samples files (newest per task)."""
     from torchtune_longshort.eval.long_ppl import position_curve
@@ -234,9 +244,19 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         name = f"heatmap_{family}_{run}.png".replace("/", "_")
         _plot_heatmap(grid, f"{family}: accuracy by depth x length ({run})", out_dir / name)
         files.append(name)
+    from torchtune_longshort.provenance import provenance, provenance_markdown
+
+    run_prov = {name: load_provenance(d) for name, d in zip(names, results_dirs)}
+    prov = provenance(stdlib=any("stdlib_corpus" in (p or {}) for p in run_prov.values()))
+    summary["provenance"] = prov
+    summary["run_provenance"] = run_prov
     md = ["# Evaluation report", "", "Runs: " + ", ".join(f"`{n}` ({d})" for n, d in zip(names, results_dirs)), ""]
     md += [s + "\n" for s in sections]
-    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png"))] if files else []
+    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png")), ""] if files else []
+    md += ["## Provenance", "", "Report built by:", "", provenance_markdown(prov), ""]
+    for name, p in run_prov.items():
+        md += [f"Run `{name}`:", "", provenance_markdown(p) if p else "- not recorded (results not written by the "
+               "`longshort` model)", ""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     summary["files"] = ["report.md", "summary.json", *files]
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

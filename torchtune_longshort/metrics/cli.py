@@ -76,8 +76,11 @@ def main(argv=None) -> int:
     res = misalignment_metric(
         model, seqs, length=args.length, divergences=args.divergences, seed=args.seed, device=args.device
     )
+    from torchtune_longshort.provenance import provenance
+
     out = res.to_dict()
-    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data)
+    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data,
+               provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -256,6 +256,27 @@ def _plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dict[str
     return made
 
 
+def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+    """The report's own provenance block, and a Markdown section that also names the runs whose provenance
+    (recorded in their result.json when they ran) differs from it in anything but the device."""
+    from torchtune_longshort.provenance import provenance, provenance_markdown
+
+    runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
+    prov = provenance(device=str(cfg["eval"].get("device", "cpu")),
+                      stdlib=any("stdlib_corpus" in p for p in runs.values()))
+    same = lambda p: {k: v for k, v in p.items() if k != "device"} == {k: v for k, v in prov.items() if k != "device"}  # noqa: E731
+    md = ["## Provenance", "", "This report was built by:", "", provenance_markdown(prov), ""]
+    differ = sorted(k for k, p in runs.items() if not same(p))
+    unknown = sorted(k for k, r in recs.items() if r.get("status") not in (None, "not run") and k not in runs)
+    if differ:
+        md += [f"Runs computed under another provenance (see their result.json): {', '.join(differ)}.", ""]
+    if unknown:
+        md += [f"Runs with no provenance recorded (written by an older version): {', '.join(unknown)}.", ""]
+    if not differ and not unknown and runs:
+        md += ["Every run's result.json records the same provenance (device aside).", ""]
+    return prov, md
+
+
 def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
@@ -329,10 +350,12 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
         md += [f"Wall time of the invocation that finished the grid: {wall:.0f} s.", ""]
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    prov, prov_md = _provenance(cfg, recs)
+    md += prov_md
     (rdir / "report.md").write_text("\n".join(md))
     summary = {"name": cfg["name"], "quick": cfg.get("quick", False), "tables": tables, "outcome": outcome,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},
-               "plots": plots, "wall_s": wall}
+               "plots": plots, "wall_s": wall, "provenance": prov}
     (rdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

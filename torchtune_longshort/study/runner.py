@@ -173,6 +173,26 @@ class Study:
             c["checkpointer"]["output_dir"] = "${output_dir}"
         return c
 
+    def uses_stdlib_corpus(self) -> bool:
+        """Whether a run reads the stdlib corpus (training data or tokenizer, ppl / misalignment text, haystacks):
+        its content hash then goes into the provenance block."""
+        def components(node: Any) -> List[str]:
+            if isinstance(node, dict):
+                return [str(node.get("_component_", ""))] + [c for v in node.values() for c in components(v)]
+            return [c for v in node for c in components(v)] if isinstance(node, list) else []
+
+        ev = self.cfg["eval"]
+        sources = [ev.get("ppl_source"), (ev.get("metadata") or {}).get("mis_source", "stdlib"),
+                   (ev.get("metadata") or {}).get("passkey_haystack"), (ev.get("babilong") or {}).get("haystack")]
+        return "stdlib" in sources or any(c.rsplit(".", 1)[-1].startswith("stdlib")
+                                          for c in components(self._recipe_base()))
+
+    def provenance(self) -> Dict[str, Any]:
+        """The provenance block of this study's files (device: the evaluation's)."""
+        from torchtune_longshort.provenance import provenance
+
+        return provenance(device=str(self.cfg["eval"]["device"]), stdlib=self.uses_stdlib_corpus())
+
     def eval_tasks(self) -> List[str]:
         ev = self.cfg["eval"]
         tasks = [f"{FAMILY_TASK[f]}_{length_label(n)}" for f in FAMILY_TASK for n in ev[f"{f}_lengths"]]
@@ -343,6 +363,7 @@ class Study:
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
             self.log(f"[study] {key}: FAILED at {rec['stage']}: {e}")
         rec["wall_s"] = round(time.time() - t0, 1)
+        rec["provenance"] = self.provenance()
         rdir.mkdir(parents=True, exist_ok=True)
         tmp = res_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, default=str))
@@ -367,7 +388,7 @@ class Study:
             self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
             records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
         summary = {"name": self.cfg["name"], "quick": self.cfg.get("quick", False), "config": self.cfg,
-                   "wall_s_this_invocation": round(time.time() - t0, 1),
+                   "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
         (self.out / "study.json").write_text(json.dumps(summary, indent=1, default=str))
