@@ -22,7 +22,7 @@ def test_tables_plots_and_curve(tmp_path):
     base = {
         "long_ppl_2k": {"ppl,none": 7.5, "ppl_stderr,none": "N/A"},
         "long_ppl_512": {"ppl,none": 9.25},
-        "passkey_2k": {"acc,none": 0.5, "acc_depth_0,none": 1.0, "acc_depth_50,none": 0.0},
+        "longshort_passkey_2k": {"acc,none": 0.5, "acc_depth_0,none": 1.0, "acc_depth_50,none": 0.0},
         "babilong_longshort": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
     }
     ours = {"long_ppl_2k": {"ppl,none": 6.5}, "long_ppl_512": {"ppl,none": 8.0}}
@@ -37,7 +37,7 @@ def test_tables_plots_and_curve(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["long_ppl"]["ppl"]["longshort"] == {"512": 8.0, "2k": 6.5}
     assert summary["tasks"]["babilong_longshort"]["baseline"]["acc_4k_d50"] == 0.25
-    for f in ("ppl_vs_length.png", "heatmap_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
+    for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
               "per_position_loss.png"):
         assert (out / f).stat().st_size > 1000
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))

@@ -41,7 +41,7 @@ def _value(task: str, alpha: float, seed: int) -> dict:
     if task.startswith("misalignment"):
         return {"sce,none": 5.0 - alpha + 0.11 * seed + n / 1000, "jeffreys,none": 0.5 - alpha / 2 + 0.01 * seed,
                 "js,none": 0.01}
-    if task.startswith("passkey"):
+    if task.startswith("longshort_passkey"):
         return {"acc,none": 0.5 * seed, "acc_depth_0,none": 0.0}
     if task == "babilong_longshort":
         return {"acc,none": 0.2 + alpha, "acc_1k,none": 0.1 * seed, **{f"acc_1k_d{d},none": d / 200 for d in (0, 50, 100)}}
@@ -116,7 +116,7 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"alphas": [0.1, 0.3]}, "must include 0"),
     ({"alphas": [0, -1]}, "alphas=[0, -1]"),
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
-    ({"eval": {"passkey_lengths": [128]}}, "task passkey_128 does not exist"),
+    ({"eval": {"passkey_lengths": [128]}}, "task longshort_passkey_128 does not exist"),
     ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
 ])
 def test_bad_config_names_field_and_value(tmp_path, change, needle):
@@ -217,7 +217,7 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     build_report(study.out, rdir, study.cfg)
     md = (rdir / "report.md").read_text()
     metric_of = {"Perplexity": ("long_ppl", "ppl"), "Misalignment metric, Eq. 4 (SCE": ("misalignment", "sce"),
-                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey": ("passkey", "acc")}
+                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey": ("longshort_passkey", "acc")}
     checked = 0
     for heads, header, rows in _parse_tables(md):
         fam = next((v for k, v in metric_of.items() if heads and heads[1].startswith(k)), None) if len(heads) > 1 else None

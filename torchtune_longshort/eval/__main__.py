@@ -4,7 +4,7 @@ Every argument goes to lm-eval 0.4.13's ``lm_eval.__main__.cli_evaluate`` unchan
 or the legacy form without a subcommand), e.g.::
 
     python -m torchtune_longshort.eval run --model longshort --model_args checkpoint_dir=/ckpt \
-        --include_path evals/tasks --tasks long_ppl,passkey --output_path results/ours
+        --include_path evals/tasks --tasks long_ppl,longshort_passkey --output_path results/ours
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@
 Each folder is an lm-eval ``--output_path`` (its ``results_*.json`` files are found recursively; a task that
 appears in several files is taken from the newest). Writes to ``--out``:
 
-- ``report.md``: one table per task family, rows = runs, columns = lengths (``long_ppl`` perplexity, ``passkey``
-  accuracy, ``misalignment`` SCE / Jeffreys / JS) or, for any other task (LongBench-E, BABILong, ...), its metrics;
+- ``report.md``: one table per task family, rows = runs, columns = lengths (``long_ppl`` perplexity,
+  ``longshort_passkey`` accuracy, ``misalignment`` SCE / Jeffreys / JS) or, for any other task (LongBench-E,
+  BABILong, ...), its metrics;
 - ``summary.json``: every number in the tables;
 - ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``long_ppl`` samples
   (``--log_samples``, ``longshort`` model);
-- ``heatmap_<task>_<run>.png``: depth x length accuracy for ``passkey`` (``acc_depth_<d>`` of ``passkey_<L>``) and
-  for tasks with ``acc_<len>_d<depth>`` metrics (BABILong fact-depth variant, see docs/longbench_babilong.md).
+- ``heatmap_<task>_<run>.png``: depth x length accuracy for ``longshort_passkey`` (``acc_depth_<d>`` of
+  ``longshort_passkey_<L>``) and for tasks with ``acc_<len>_d<depth>`` metrics (BABILong fact-depth variant, see
+  docs/longbench_babilong.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _LEN = re.compile(r"^(\d+)(k?)$")
-_FAMILIES = {"long_ppl": ("ppl",), "passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
+_FAMILIES = {"long_ppl": ("ppl",), "longshort_passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
+_PASSKEY = "longshort_passkey_"
 
 
 def length_tokens(label: str) -> Optional[int]:
@@ -143,11 +146,11 @@ def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str]
     pat = re.compile(r"^acc_(\w+?)_d(\d+)$")
     for run, res in runs.items():
         for task, metrics in res.items():
-            if task.startswith("passkey_") and length_tokens(task[8:]):
-                lab = task[8:]
+            if task.startswith(_PASSKEY) and length_tokens(task[len(_PASSKEY) :]):
+                lab = task[len(_PASSKEY) :]
                 for m, v in metrics.items():
                     if m.startswith("acc_depth_") and isinstance(v, (int, float)):
-                        out[("passkey", run)][(length_tokens(lab), lab)][int(m[10:])] = float(v)
+                        out[("longshort_passkey", run)][(length_tokens(lab), lab)][int(m[10:])] = float(v)
             for m, v in metrics.items():
                 mm = pat.match(m)
                 if mm and length_tokens(mm.group(1)) is not None and isinstance(v, (int, float)):

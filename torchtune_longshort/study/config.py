@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 # Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
-FAMILY_TASK = {"ppl": "long_ppl", "passkey": "passkey", "misalignment": "misalignment"}
+FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.

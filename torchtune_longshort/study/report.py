@@ -31,7 +31,8 @@ TABLES = {
                      "misalignment_lengths", True),
     "jeffreys": ("Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; misalignment task)",
                  "misalignment", "jeffreys", "misalignment_lengths", True),
-    "passkey": ("Passkey retrieval accuracy (mean over depths)", "passkey", "acc", "passkey_lengths", False),
+    "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "longshort_passkey", "acc",
+                "passkey_lengths", False),
 }
 
 
