@@ -79,7 +79,7 @@ class FakeExecutor:
             return 0
         assert argv[1:4] == ["-m", "torchtune_longshort.eval", "run"], argv
         margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))
-        run_dir = Path(margs["checkpoint_dir"]).parents[1]
+        run_dir = Path(margs["pretrained"]).parents[1]
         rc = yaml.safe_load((run_dir / "recipe.yaml").read_text())
         alpha, seed = rc["loss"]["alpha"], rc["seed"]
         out = Path(argv[argv.index("--output_path") + 1]) / "model"

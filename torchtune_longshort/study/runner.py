@@ -271,7 +271,7 @@ class Study:
             except FileNotFoundError:
                 pass
         longest = max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK)
-        model_args = {"checkpoint_dir": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
+        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
         metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
                     "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"]}
