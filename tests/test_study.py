@@ -118,6 +118,7 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
     ({"eval": {"passkey_lengths": [128]}}, "task longshort_passkey_128 does not exist"),
     ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
+    ({"not_a_torchtune_config": {"_component_": "torch.nn.Linear"}}, "not_a_torchtune_config="),
 ])
 def test_bad_config_names_field_and_value(tmp_path, change, needle):
     with pytest.raises(StudyConfigError, match=re.escape(needle)):
