@@ -170,7 +170,9 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     ev.setdefault("misalignment_lengths", [L0, L, 2 * L, 4 * L])
     ev.setdefault("ppl_num_samples", 20)
     ev.setdefault("passkey_num_samples", 5)
-    ev.setdefault("mis_num_samples", 20)
+    from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+
+    ev.setdefault("mis_num_samples", DEFAULT_NUM_SAMPLES)
     ev.setdefault("ppl_source", "stdlib")
     ev.setdefault("batch_size", 1)
     ev.setdefault("device", "cpu")
