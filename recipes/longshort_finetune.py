@@ -541,6 +541,9 @@ def _split_windows(out, bsz: int):
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
     """Entry point for ``tune run``."""
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     recipe = LongShortFinetuneRecipe(cfg)
     recipe.setup()
     recipe.train()

@@ -17,6 +17,9 @@ import sys
 
 def main() -> None:
     """Register the adapter, then hand over to lm-eval's CLI."""
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()  # before the imports below: torchao logs its line on import
     import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 

@@ -52,6 +52,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
 def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     """Run ``lm-eval <args>`` in-process; when ``--output_path`` is given, return its newest ``results_*.json``
     parsed (else ``{}``)."""
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 

@@ -58,7 +58,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
     args = ap.parse_args(argv)
+    from torchtune_longshort._quiet import quiet_upstream
 
+    quiet_upstream()  # before torchtune (and so torchao) is imported below
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
