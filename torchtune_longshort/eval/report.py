@@ -32,6 +32,11 @@ _FAMILIES = {"long_ppl": ("ppl",), "longshort_passkey": ("acc",), "misalignment"
 _PASSKEY = "longshort_passkey_"
 
 
+def length_label(n: int) -> str:
+    """Token count -> the label the task pack uses in task names: 512 -> ``"512"``, 1024 -> ``"1k"``."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
 def length_tokens(label: str) -> Optional[int]:
     """``"4k"`` -> 4096, ``"512"`` -> 512, anything else -> None."""
     m = _LEN.match(label)
@@ -159,16 +164,21 @@ def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str]
     return out
 
 
-def _plot_heatmap(grid: Dict[Tuple[int, str], Dict[int, float]], title: str, path: Path) -> None:
-    import matplotlib
+def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
+    """Depth x length accuracy heatmap (``{(length_tokens, label): {depth: acc}}``) as a matplotlib Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    One row or one column keeps readable cells (:func:`plot_axes.heatmap_size`) and the title is wrapped to the
+    figure's width, so neither is squeezed nor clipped."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import heatmap_size, wrapped_title
 
     lengths = sorted(grid)
     depths = sorted({d for row in grid.values() for d in row})
     data = [[grid[L].get(d, float("nan")) for L in lengths] for d in depths]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(lengths), 1.0 + 0.5 * len(depths)))
+    size = heatmap_size(len(lengths), len(depths))
+    fig = Figure(figsize=size, layout="constrained")
+    ax = fig.subplots()
     im = ax.imshow(data, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [lab for _, lab in lengths])
     ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
@@ -178,21 +188,23 @@ def _plot_heatmap(grid: Dict[Tuple[int, str], Dict[int, float]], title: str, pat
         for j, v in enumerate(row):
             if not math.isnan(v):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.suptitle(wrapped_title(title, size[0]), fontsize=9)
+    fig.colorbar(im, ax=ax, label="accuracy")
+    return fig
 
 
-def _plot_ppl(runs: Dict[str, Dict[str, Dict[str, Any]]], path: Path) -> bool:
-    import matplotlib
+def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
+    """Perplexity against length, one line per run (None when no run has a ``long_ppl_<L>`` value).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Lengths get one labelled tick each; perplexity goes on a log axis only when it spans a decade
+    (:func:`plot_axes.value_axis`), with plain-number tick labels and no offset."""
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
+    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    xs, ys = [], []
     for run, res in runs.items():
         pts = sorted(
             (length_tokens(t[9:]), v["ppl"])
@@ -202,20 +214,17 @@ def _plot_ppl(runs: Dict[str, Dict[str, Dict[str, Any]]], path: Path) -> bool:
         pts = [(x, y) for x, y in pts if math.isfinite(y)]
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=run)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+            xs += [x for x, _ in pts]
+            ys += [y for _, y in pts]
+    if not xs:
+        return None
+    length_axis(ax, xs)
+    value_axis(ax, ys)
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("perplexity")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -231,7 +240,9 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     out_dir.mkdir(parents=True, exist_ok=True)
     sections, summary = family_tables(runs)
     files: List[str] = []
-    if _plot_ppl(runs, out_dir / "ppl_vs_length.png"):
+    fig = ppl_figure(runs)
+    if fig is not None:
+        fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in zip(names, results_dirs)}
     curves = {k: v for k, v in curves.items() if v}
@@ -245,7 +256,7 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         }
     for (family, run), grid in heatmaps(runs).items():
         name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        _plot_heatmap(grid, f"{family}: accuracy by depth x length ({run})", out_dir / name)
+        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})").savefig(out_dir / name, dpi=120)
         files.append(name)
     from torchtune_longshort.provenance import provenance, provenance_markdown
 

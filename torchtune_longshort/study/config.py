@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from torchtune_longshort.eval.report import length_label  # noqa: F401  (the task pack's length labels)
+
 # Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 
@@ -66,11 +68,6 @@ def deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
         else:
             out[k] = copy.deepcopy(v)
     return out
-
-
-def length_label(n: int) -> str:
-    """Token count -> the label the task pack uses in task names: 512 -> ``"512"``, 1024 -> ``"1k"``."""
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
 def _need(cfg: Dict[str, Any], key: str, where: str = "") -> Any:
