@@ -57,3 +57,34 @@ def test_bad_input(tmp_path):
     with pytest.raises(ValueError, match="labels"):
         build_report([tmp_path / "a"], tmp_path / "o", labels=["a", "b"])
     assert length_tokens("32k") == 32768 and length_tokens("e") is None
+
+
+def test_partial_group_scores_are_marked(tmp_path):
+    # LongBench-E with 2 of its 3 (toy) datasets present across nested groups; a complete group is left alone.
+    d = tmp_path / "run"
+    d.mkdir()
+    data = {"results": {
+        "longbench_e_full": {"score,none": 0.4, "missing_data,none": 1.0},
+        "longbench_e_full_single": {"score,none": 0.4},
+        "longbench_e_full_code": {"missing_data,none": 1.0},
+        "longbench_qasper_e": {"score,none": 0.3}, "longbench_multifieldqa_en_e": {"score,none": 0.5},
+        "longbench_lcc_e": {"missing_data,none": 1.0},
+        "long_ppl": {"ppl,none": 5.0}, "long_ppl_2k": {"ppl,none": 5.0},
+    }, "group_subtasks": {
+        "longbench_e_full": ["longbench_e_full_single", "longbench_e_full_code"],
+        "longbench_e_full_single": ["longbench_qasper_e", "longbench_multifieldqa_en_e"],
+        "longbench_e_full_code": ["longbench_lcc_e"],
+        "long_ppl": ["long_ppl_2k"],
+    }}
+    (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    out = tmp_path / "rep"
+    summary = build_report([d], out)
+    md = (out / "report.md").read_text()
+    section = lambda t: md.split(f"### {t}\n", 1)[1].split("\n### ", 1)[0]  # noqa: E731
+    assert "| run | 1 | 0.4 (2/3 tasks) |" in section("longbench_e_full")  # score over 2 of its 3 leaf datasets
+    assert "| run | 0.4 |" in section("longbench_e_full_single")  # complete: no mark
+    assert "no value from longbench_lcc_e" in md
+    part = summary["partial_groups"]["longbench_e_full"]["run"]["score"]
+    assert part == {"present": ["longbench_qasper_e", "longbench_multifieldqa_en_e"], "missing": ["longbench_lcc_e"],
+                    "total": 3}
+    assert "long_ppl" not in summary.get("partial_groups", {})

@@ -281,3 +281,58 @@ def test_outcome_is_paired_by_seed(tmp_path):
     assert math.isclose(d["mean_diff"], -0.3, abs_tol=1e-9) and d["sd_diff"] < 1e-9 and (d["n_lower"], d["n_pairs"]) == (2, 2)
     p = s["outcome"]["ppl"]["yarn"]["0.1"]["1k"]
     assert math.isclose(p["mean_diff"], -0.2, abs_tol=1e-9)
+
+
+class PartialBabilongExecutor(FakeExecutor):
+    """Like FakeExecutor, and lm-eval's group bookkeeping for babilong_longshort: only ``with_data`` of its five QA
+    tasks report scores, the others only missing_data (as when the generator made fewer QA tasks)."""
+
+    def __init__(self, with_data):
+        super().__init__()
+        self.with_data = with_data
+
+    def __call__(self, argv, log_path, cwd, env, timeout):
+        rc = super().__call__(argv, log_path, cwd, env, timeout)
+        if argv[1:4] == ["-m", "torchtune_longshort.eval", "run"]:
+            f = next((Path(argv[argv.index("--output_path") + 1]) / "model").glob("results_*.json"))
+            data = json.loads(f.read_text())
+            qas = [f"babilong_qa{i}" for i in range(1, 6)]
+            for t in qas:
+                data["results"][t] = ({"acc,none": 0.5, "acc_1k,none": 0.5} if t in self.with_data
+                                      else {"missing_data,none": 1.0})
+            data["group_subtasks"] = {"babilong_longshort": qas}
+            f.write_text(json.dumps(data))
+        return rc
+
+
+@pytest.mark.parametrize("qa, with_data, heading, mark", [
+    ("qa1", ["babilong_qa1"], "## BABILong QA1 accuracy", " (1/5 tasks)"),
+    ("qa1,qa2,qa3,qa4,qa5", [f"babilong_qa{i}" for i in range(1, 6)], "## BABILong QA1-QA5 accuracy", None),
+])
+def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_path, qa, with_data, heading, mark):
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["eval"]["babilong"]["qa"] = qa
+    raw["methods"], raw["seeds"] = {"pi": {"method": "linear"}}, [0]
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    cfg = load_study_config(p, repo_root=ROOT)
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=PartialBabilongExecutor(with_data),
+                  log=lambda m: None)
+    study.run()
+    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    cov = rec["coverage"]["babilong_longshort"]["acc"]
+    assert cov["present"] == with_data and cov["total"] == 5
+    summary = build_report(study.out, tmp_path / "report", cfg)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert heading in md
+    assert "not comparable with published BABILong results" in md
+    section = md.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| CE")]
+    assert rows
+    cell = summary["tables"]["babilong"]["methods"]["pi"][0]["cells"]["all"]
+    if mark:
+        assert all(mark in row for row in rows)
+        assert cell["partial_group"]["missing"] == ["babilong_qa2", "babilong_qa3", "babilong_qa4", "babilong_qa5"]
+        assert "no value from babilong_qa2, babilong_qa3, babilong_qa4, babilong_qa5" in section
+    else:
+        assert "tasks)" not in " ".join(rows) and "partial_group" not in cell

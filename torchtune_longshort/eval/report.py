@@ -65,6 +65,53 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
+    """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
+    out: Dict[str, List[str]] = {}
+    for f in sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name):
+        out.update(json.loads(f.read_text()).get("group_subtasks") or {})
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def group_coverage(results: Dict[str, Dict[str, Any]], group_subtasks: Dict[str, List[str]]) -> Dict[str, Any]:
+    """How many leaf tasks each group score averages: ``{group: {metric: {"present", "missing", "total"}}}``.
+
+    lm-eval averages a group metric over the subtasks that report it, so a group whose datasets are partly missing
+    (LongBench-E without some files, BABILong with some QA tasks not generated) scores what is there; ``present``
+    and ``missing`` name the leaf tasks (nested groups flattened) that did and did not report ``metric``.
+    """
+
+    def leaves(group: str, seen=()) -> List[str]:
+        out: List[str] = []
+        for t in group_subtasks.get(group, []):
+            out += leaves(t, seen + (group,)) if t in group_subtasks and t not in seen else [t]
+        return out
+
+    cov: Dict[str, Any] = {}
+    for group in group_subtasks:
+        if group not in results:
+            continue
+        tasks = leaves(group)
+        for metric, value in results[group].items():
+            if metric == "missing_data" or not _number(value):
+                continue
+            present = [t for t in tasks if _number(results.get(t, {}).get(metric))]
+            cov.setdefault(group, {})[metric] = {"present": present, "missing": [t for t in tasks if t not in present],
+                                                 "total": len(tasks)}
+    return cov
+
+
+def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
+    """`` (k/n tasks)`` when a group score averages fewer than all of its tasks, else ``""``."""
+    if not cov or not cov["missing"]:
+        return ""
+    return f" ({len(cov['present'])}/{cov['total']} tasks)"
+
+
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
     """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
     files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
@@ -109,8 +156,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Tuple[List[str], Dict[str, Any]]:
-    """Markdown sections and their numbers: length-indexed families, then every other task."""
+def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
+                  coverage: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[List[str], Dict[str, Any]]:
+    """Markdown sections and their numbers: length-indexed families, then every other task.
+
+    ``coverage`` (``{run: group_coverage(...)}``): a group score that averages fewer tasks than the group has is
+    printed as ``value (k/n tasks)``, with the missing tasks listed under its table."""
+    coverage = coverage or {}
     sections, summary = [], {}
     used = set()
     for fam, metrics in _FAMILIES.items():
@@ -141,7 +193,22 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Tuple[List[str]
         header = ["run"] + metrics
         rows = [[run] + [res.get(task, {}).get(m) for m in metrics] for run, res in runs.items()]
         summary.setdefault("tasks", {})[task] = {r[0]: dict(zip(metrics, r[1:])) for r in rows}
-        sections.append(f"### {task}\n\n" + _table(header, rows))
+        notes = []
+        for row in rows:
+            cov = coverage.get(row[0], {}).get(task, {})
+            for i, m in enumerate(metrics, 1):
+                note = coverage_note(cov.get(m))
+                if note and row[i] is not None:
+                    row[i] = _fmt(row[i]) + note
+            partial = {m: c for m, c in cov.items() if c["missing"]}
+            if partial:
+                missing = sorted({t for c in partial.values() for t in c["missing"]})
+                one = len(partial) == 1
+                notes.append(f"Partial group score for `{row[0]}`: {', '.join(sorted(partial))} "
+                             f"{'averages' if one else 'average'} only the tasks that reported {'it' if one else 'them'}; "
+                             f"no value from {', '.join(missing)}.")
+                summary.setdefault("partial_groups", {}).setdefault(task, {})[row[0]] = partial
+        sections.append(f"### {task}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes))
     return sections, summary
 
 
@@ -238,7 +305,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections, summary = family_tables(runs)
+    coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
+    sections, summary = family_tables(runs, coverage)
     files: List[str] = []
     fig = ppl_figure(runs)
     if fig is not None:

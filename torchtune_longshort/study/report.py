@@ -80,23 +80,59 @@ def load_records(out: Path, cfg: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return recs
 
 
+def qa_label(qa: str) -> str:
+    """``"qa1,qa2,qa3,qa4,qa5"`` -> ``"QA1-QA5"``; ``"qa1"`` -> ``"QA1"``; ``"qa1,qa3"`` -> ``"QA1, QA3"``."""
+    nums = [int(q.strip()[2:]) for q in qa.split(",") if q.strip()]
+    if len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
+        return f"QA{nums[0]}-QA{nums[-1]}"
+    return ", ".join(f"QA{n}" for n in nums)
+
+
+def _babilong_note(bab: Dict[str, Any]) -> str:
+    depths = f", fact depths {bab['depths']} %" if bab.get("depths") else ""
+    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.babilong_generator` (tasks "
+            f"{qa_label(bab['qa'])}, lengths {', '.join(bab['lengths'])}, {bab['n']} per task and length{depths}, "
+            f"haystack {bab.get('haystack', 'stdlib')}), not the official BABILong data: these numbers are not "
+            "comparable with published BABILong results. The group `babilong_longshort` holds QA1-QA5; a cell "
+            "marked (k/5 tasks) averages the k QA tasks that had data.")
+
+
+def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str, metric: str) -> Tuple[str, Optional[Dict]]:
+    """`` (k/n tasks)`` when the cell's runs scored a group over fewer tasks than it has, and what was missing."""
+    covs = [((recs[k].get("coverage") or {}).get(task) or {}).get(metric) for k in runs]
+    covs = [c for c in covs if c]
+    partial = [c for c in covs if c["missing"]]
+    if not partial:
+        return "", None
+    ks = sorted({len(c["present"]) for c in covs})
+    k = str(ks[0]) if len(ks) == 1 else f"{ks[0]}-{ks[-1]}"
+    info = {"present": sorted({t for c in covs for t in c["present"]}), "missing": sorted({t for c in partial for t in c["missing"]}),
+            "total": partial[0]["total"]}
+    return f" ({k}/{info['total']} tasks)", info
+
+
 def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
     out: Dict[str, Any] = {}
     ev, runs = cfg["eval"], grid(cfg)
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
+    notes: Dict[str, str] = {}
     for tid, (title, prefix, metric, field, lower) in TABLES.items():
         cols = [(length_label(n), f"{prefix}_{length_label(n)}", metric) for n in ev[field]]
         specs[tid] = (title.format(src=ev.get("ppl_source")), prefix, cols, lower)
     bab = ev.get("babilong")
     if bab and bab.get("lengths"):
         cols = [(lab, "babilong_longshort", f"acc_{lab}") for lab in bab["lengths"]] + [("all", "babilong_longshort", "acc")]
-        specs["babilong"] = ("BABILong QA1-QA5 accuracy (official scoring)", "babilong", cols, False)
+        specs["babilong"] = (f"BABILong {qa_label(bab['qa'])} accuracy (official scoring, generated data)", "babilong",
+                             cols, False)
+        notes["babilong"] = _babilong_note(bab)
     lb = ev.get("longbench_e_data_dir")
     if lb and any("longbench_e_full" in (r.get("results") or {}) for r in recs.values()):
         keys = sorted({m for r in recs.values() for m in (r.get("results") or {}).get("longbench_e_full", {})
                        if m.startswith("score")})
         specs["longbench_e"] = ("LongBench-E (longbench_e_full)", "longbench_e", [(k, "longbench_e_full", k) for k in keys], False)
+        notes["longbench_e"] = ("The group holds 13 datasets; a cell marked (k/13 tasks) averages the k datasets "
+                                "whose data files were present.")
     for tid, (title, _prefix, cols, lower) in specs.items():
         per_method = {}
         for mname in cfg["methods"]:
@@ -109,20 +145,32 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
                     vals = {k: metric_value(recs[k], task, metric) for k in ok}
                     vals = {k: v for k, v in vals.items() if v is not None}
                     m, s = mean_sd(list(vals.values()))
+                    mark, cov = _coverage_text(recs, list(vals), task, metric)
                     cells[col] = {"mean": m, "sd": s, "n": len(vals), "values": vals,
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(m, s)}
+                                  "json_key": f"results.{task}.{metric}", "text": cell_text(m, s) + mark}
+                    if cov:
+                        cells[col]["partial_group"] = cov
                 rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
             if cfg["eval"].get("eval_base", True):
                 cells = {}
                 rb = recs.get("base", {})
                 for col, task, metric in cols:
                     v = metric_value(rb, task, metric) if rb.get("status") == "ok" else None
+                    mark, cov = _coverage_text(recs, ["base"] if v is not None else [], task, metric)
                     cells[col] = {"mean": v, "sd": None, "n": int(v is not None), "values": {"base": v} if v is not None else {},
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(v, None)}
+                                  "json_key": f"results.{task}.{metric}", "text": cell_text(v, None) + mark}
+                    if cov:
+                        cells[col]["partial_group"] = cov
                 rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
                              "runs": ["base"], "ok_runs": ["base"] if rb.get("status") == "ok" else [], "cells": cells})
             per_method[mname] = rows
-        out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method}
+        partial = sorted({t for rows in per_method.values() for row in rows for c in row["cells"].values()
+                          for t in (c.get("partial_group") or {}).get("missing", [])})
+        note = notes.get(tid, "")
+        if partial:
+            note += (" " if note else "") + f"Partial group scores here: no value from {', '.join(partial)}."
+        out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method,
+                    "note": note}
     return out
 
 
@@ -345,7 +393,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
            "the result.json files each cell of the row was computed from (key named in summary.json).", ""]
     for tid, t in tables.items():
         arrow = "lower is better" if t["lower_is_better"] else "higher is better"
-        md += [f"## {t['title']} — {arrow}", ""]
+        md += [f"## {t['title']} — {arrow}", ""] + ([t["note"], ""] if t.get("note") else [])
         for mname, rows in t["methods"].items():
             md += [f"### {mname} (`{cfg['methods'][mname]['method']}`)", ""]
             body = []

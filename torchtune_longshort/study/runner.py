@@ -258,7 +258,11 @@ class Study:
         return out
 
     def _eval(self, key: str, checkpoint: Path, extrapolate: bool = True) -> Dict[str, Any]:
-        from torchtune_longshort.eval.report import load_curves, load_results
+        from torchtune_longshort.eval.report import group_coverage, load_curves, load_group_subtasks, load_results
+
+        def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
+            return {"results": have, "curves": load_curves(eval_dir),
+                    "coverage": group_coverage(have, load_group_subtasks(eval_dir))}
 
         ev, rdir = self.cfg["eval"], self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
@@ -267,7 +271,7 @@ class Study:
                 have = load_results(eval_dir)
                 if all(t in have for t in tasks):
                     self.log(f"[study] {key}: lm-eval results present, skipped")
-                    return {"results": have, "curves": load_curves(eval_dir)}
+                    return read(eval_dir, have)
             except FileNotFoundError:
                 pass
         longest = max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK)
@@ -298,7 +302,7 @@ class Study:
         missing = [t for t in tasks if t not in have]
         if missing:
             raise StageError("eval", f"lm-eval results lack tasks {missing}", _tail(log_path))
-        return {"results": have, "curves": load_curves(eval_dir)}
+        return read(eval_dir, have)
 
     @staticmethod
     def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
