@@ -376,21 +376,42 @@ class Study:
 
     # ------------------------------------------------------------------ everything
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-        """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``."""
+        """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``.
+
+        A tqdm bar over the runs (base included) shows the count, elapsed time and ETA; the log lines are written
+        above it."""
+        from tqdm.auto import tqdm
+
         t0 = time.time()
         self.out.mkdir(parents=True, exist_ok=True)
         records: Dict[str, Dict[str, Any]] = {}
-        base = self.run_one("base", None, evaluate=bool(self.cfg["eval"].get("eval_base", True)))
-        if base["status"] != "ok" and base.get("stage") == "eval":
-            # The base model exists; only its own evaluation failed: the fine-tunes can still run.
-            blocked = None
-        else:
-            blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
-        records["base"] = base
         runs = [r for r in self.runs() if not only or r["key"] in only]
-        for i, run in enumerate(runs, 1):
-            self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
-            records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
+        bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
+        log = self.log
+
+        def above_the_bar(msg: str) -> None:
+            with tqdm.external_write_mode():
+                log(msg)
+
+        self.log = above_the_bar
+        try:
+            bar.set_postfix_str("base", refresh=True)
+            base = self.run_one("base", None, evaluate=bool(self.cfg["eval"].get("eval_base", True)))
+            bar.update(1)
+            if base["status"] != "ok" and base.get("stage") == "eval":
+                # The base model exists; only its own evaluation failed: the fine-tunes can still run.
+                blocked = None
+            else:
+                blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
+            records["base"] = base
+            for i, run in enumerate(runs, 1):
+                self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
+                bar.set_postfix_str(run["key"], refresh=True)
+                records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
+                bar.update(1)
+        finally:
+            bar.close()
+            self.log = log
         summary = {"name": self.cfg["name"], "quick": self.cfg.get("quick", False), "config": self.cfg,
                    "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
