@@ -34,6 +34,9 @@ def _record(name, level, msg):
     ("lm_eval.evaluator_utils", logging.WARNING,
      "[longshort_passkey_256] Metrics were not scored on the same number of documents (acc,none=5, ...)",
      "[hellaswag] Metrics were not scored on the same number of documents (acc,none=5, ...)"),
+    ("lm_eval.api.group", logging.WARNING,
+     "Group 'babilong_longshort': metric 'missing_data,none' is missing in 1/5 tasks. Missing in: babilong_qa1",
+     "Group 'babilong_longshort': metric 'acc,none' is missing in 4/5 tasks. Missing in: babilong_qa2, babilong_qa3"),
     ("torchtune.utils._logging", logging.INFO, "Saving final epoch checkpoint.",
      "Model checkpoint of size 0.01 GiB saved to /x"),
 ])

@@ -15,6 +15,10 @@ Why each one says nothing to the user:
   per-length metrics (``acc_depth_<d>``, ``acc_<len>_d<depth>``, ``score_<bucket>``) are by design means over the
   documents of that depth / length / bucket; the size-weighting it warns about is not used by the pack's groups
   (``weight_by_size: false``). Filtered only for the pack's task names.
+- lm-eval "Group '<group>': metric 'missing_data,none' is missing in k/n tasks": the pack's ``missing_data`` marker
+  exists only on the tasks whose data is missing, so it is "missing" on every task that had data. Filtered for the
+  pack's groups and that metric only: the same warning for a real score (``acc``, ``score``) still shows, and the
+  reports mark such partial group scores (``value (k/n tasks)``).
 - fuzzywuzzy "Using slow pure-python SequenceMatcher": a speed hint from a LongBench metric's dependency.
 - torchtune "Saving final epoch checkpoint.": its checkpointer says this at every save the recipe makes (the recipe
   saves by step, not by epoch); the recipe prints its own line naming the step and folder.
@@ -39,6 +43,9 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
     "lm_eval.api.task": [(logging.WARNING, rf"^{_PACK_TASK}: Custom kwargs can be passed to `--metadata`")],
     "lm_eval.evaluator_utils": [
         (logging.WARNING, rf"^\[{_PACK_TASK}\] Metrics were not scored on the same number of documents")
+    ],
+    "lm_eval.api.group": [
+        (logging.WARNING, r"^Group '(?:babilong_longshort|longbench_e_full\w*)': metric 'missing_data,[^']*' is missing in")
     ],
     "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
 }
