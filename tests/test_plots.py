@@ -51,7 +51,8 @@ def _no_overlap(labels, renderer):
 def _inside_figure(fig, artist):
     r = fig.canvas.get_renderer()
     box, page = artist.get_window_extent(r), fig.bbox
-    assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1 and box.y0 >= page.y0 - 1 and box.y1 <= page.y1 + 1, (box, page)
+    inside = box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1 and box.y0 >= page.y0 - 1 and box.y1 <= page.y1 + 1
+    assert inside, (box, page)
 
 
 def test_ppl_near_equal_values_linear_with_plain_ticks():

@@ -45,7 +45,8 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
         (logging.WARNING, rf"^\[{_PACK_TASK}\] Metrics were not scored on the same number of documents")
     ],
     "lm_eval.api.group": [
-        (logging.WARNING, r"^Group '(?:babilong_longshort|longbench_e_full\w*)': metric 'missing_data,[^']*' is missing in")
+        (logging.WARNING,
+         r"^Group '(?:babilong_longshort|longbench_e_full\w*)': metric 'missing_data,[^']*' is missing in")
     ],
     "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
 }

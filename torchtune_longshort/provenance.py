@@ -126,7 +126,10 @@ def provenance_markdown(block: Dict[str, Any]) -> str:
     """A short Markdown paragraph of a provenance block, for the reports."""
     proj, pk, py, dev = block["project"], block["packages"], block["python"], block["device"]
     commit = proj.get("git_commit")
-    commit = "no git checkout" if not commit else commit[:12] + (" (with uncommitted changes)" if proj.get("git_dirty") else "")
+    if not commit:
+        commit = "no git checkout"
+    else:
+        commit = commit[:12] + (" (with uncommitted changes)" if proj.get("git_dirty") else "")
     lines = [f"- torchtune-longshort {proj['version']}, commit {commit}",
              "- " + ", ".join(f"{k} {v or 'not installed'}" for k, v in pk.items()),
              f"- Python {py['version']} ({py['implementation']})",

@@ -9,7 +9,8 @@ type ``next_token_divergence``; the ``longshort`` model answers them with
 Other lm-eval models do not implement that request type: run this task with ``--model longshort``.
 
 Task metadata: ``mis_source`` (stdlib | pg19 | hf | local; with ``mis_data_files`` etc. as for long_ppl),
-``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
+``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences``
+(["sce", "jeffreys", "js"]).
 """
 
 from __future__ import annotations

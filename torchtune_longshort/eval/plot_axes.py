@@ -95,7 +95,8 @@ def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:
 
 
 def heatmap_size(n_cols: int, n_rows: int, cell: Tuple[float, float] = (0.9, 0.5),
-                 extra: Tuple[float, float] = (2.4, 1.6), min_size: Tuple[float, float] = (4.0, 2.6)) -> Tuple[float, float]:
+                 extra: Tuple[float, float] = (2.4, 1.6),
+                 min_size: Tuple[float, float] = (4.0, 2.6)) -> Tuple[float, float]:
     """Figure size (inches) for a heatmap of ``n_cols x n_rows`` cells plus labels and a colour bar, never below
     ``min_size`` (a single column or row is not squeezed to a sliver)."""
     return (max(min_size[0], extra[0] + cell[0] * n_cols), max(min_size[1], extra[1] + cell[1] * n_rows))

@@ -204,9 +204,9 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
             if partial:
                 missing = sorted({t for c in partial.values() for t in c["missing"]})
                 one = len(partial) == 1
-                notes.append(f"Partial group score for `{row[0]}`: {', '.join(sorted(partial))} "
-                             f"{'averages' if one else 'average'} only the tasks that reported {'it' if one else 'them'}; "
-                             f"no value from {', '.join(missing)}.")
+                verb, pron = ("averages", "it") if one else ("average", "them")
+                notes.append(f"Partial group score for `{row[0]}`: {', '.join(sorted(partial))} {verb} only the "
+                             f"tasks that reported {pron}; no value from {', '.join(missing)}.")
                 summary.setdefault("partial_groups", {}).setdefault(task, {})[row[0]] = partial
         sections.append(f"### {task}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes))
     return sections, summary

@@ -97,7 +97,8 @@ def _babilong_note(bab: Dict[str, Any]) -> str:
             "marked (k/5 tasks) averages the k QA tasks that had data.")
 
 
-def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str, metric: str) -> Tuple[str, Optional[Dict]]:
+def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
+                   metric: str) -> Tuple[str, Optional[Dict]]:
     """`` (k/n tasks)`` when the cell's runs scored a group over fewer tasks than it has, and what was missing."""
     covs = [((recs[k].get("coverage") or {}).get(task) or {}).get(metric) for k in runs]
     covs = [c for c in covs if c]
@@ -106,8 +107,8 @@ def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str, 
         return "", None
     ks = sorted({len(c["present"]) for c in covs})
     k = str(ks[0]) if len(ks) == 1 else f"{ks[0]}-{ks[-1]}"
-    info = {"present": sorted({t for c in covs for t in c["present"]}), "missing": sorted({t for c in partial for t in c["missing"]}),
-            "total": partial[0]["total"]}
+    info = {"present": sorted({t for c in covs for t in c["present"]}),
+            "missing": sorted({t for c in partial for t in c["missing"]}), "total": partial[0]["total"]}
     return f" ({k}/{info['total']} tasks)", info
 
 
@@ -343,7 +344,10 @@ def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[D
     runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
     prov = provenance(device=str(cfg["eval"].get("device", "cpu")),
                       stdlib=any("stdlib_corpus" in p for p in runs.values()))
-    same = lambda p: {k: v for k, v in p.items() if k != "device"} == {k: v for k, v in prov.items() if k != "device"}  # noqa: E731
+
+    def same(p: Dict[str, Any]) -> bool:
+        return {k: v for k, v in p.items() if k != "device"} == {k: v for k, v in prov.items() if k != "device"}
+
     md = ["## Provenance", "", "This report was built by:", "", provenance_markdown(prov), ""]
     differ = sorted(k for k, p in runs.items() if not same(p))
     unknown = sorted(k for k, r in recs.items() if r.get("status") not in (None, "not run") and k not in runs)
