@@ -214,7 +214,9 @@ def main(argv=None) -> int:
               f"{r['mem_vs_ours0']:.3f} | {r['time_vs_same_path_a0']:.3f} | {r['mem_vs_same_path_a0']:.3f} |")
     if args.output:
         with open(args.output, "w") as f:
-            json.dump(rows, f, indent=2)
+            from torchtune_longshort.provenance import provenance
+
+            json.dump({"rows": rows, "provenance": provenance(device=args.device)}, f, indent=2)
     return 0
 
 

@@ -182,6 +182,9 @@ def main():
         print(f"{k:42s} {v['tokens_per_s']:10.0f} {v.get('peak_rss_gib', float('nan')):13.2f}")
     print(f"ratio ours(alpha=0) / torchtune = {a0 / base:.3f}   (target >= 0.95)")
     print(f"ratio alpha=0.1 / alpha=0      = {a1 / a0:.3f}")
+    from torchtune_longshort.provenance import provenance
+
+    summary["provenance"] = provenance(device="cpu", stdlib=True)  # both recipes train on stdlib text
     (work / "results.json").write_text(json.dumps(summary, indent=2))
     print(f"results: {work / 'results.json'}")
 

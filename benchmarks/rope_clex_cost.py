@@ -94,7 +94,10 @@ def main() -> None:
     print(f"(ODE-only rows use t drawn uniformly in [1, {a.t_max}]: {ts})")
     if a.out:
         with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "median_seconds": med, "ts": ts}, fh, indent=2)
+            from torchtune_longshort.provenance import provenance
+
+            json.dump({"args": vars(a), "median_seconds": med, "ts": ts, "provenance": provenance(device="cpu")}, fh,
+                      indent=2)
 
 
 if __name__ == "__main__":

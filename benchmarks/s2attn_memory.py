@@ -108,7 +108,9 @@ def main() -> None:
     print("ratio = S2-Attn / full attention (lower is better for S2-Attn)")
     if a.out:
         with open(a.out, "w") as fh:
-            json.dump(rows, fh, indent=2)
+            from torchtune_longshort.provenance import provenance
+
+            json.dump({"rows": rows, "provenance": provenance(device="cpu")}, fh, indent=2)
 
 
 if __name__ == "__main__":

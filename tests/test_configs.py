@@ -1,5 +1,6 @@
-"""Every config in configs/ (ours: not synthetic/ or study/) passes torchtune's own validation, and the other
-base models' configs differ from the Llama-2 one only where the model differs."""
+"""Every config in configs/ (ours: not synthetic/ or study/) passes torchtune's own validation, the study configs
+are refused by it with the reason, and the other base models' configs differ from the Llama-2 one only where the
+model differs."""
 
 from __future__ import annotations
 
@@ -49,3 +50,31 @@ def test_paper_configs_have_paper_settings():
         c = OmegaConf.load(p)
         assert c.batch_size == 64 and c.max_steps == 200 and list(c.e_range) == [1, "L/2"], p
         assert c.loss.alpha == 0.1
+
+
+STUDY_CONFIGS = sorted((REPO / "configs/study").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDY_CONFIGS, ids=[p.name for p in STUDY_CONFIGS])
+def test_tune_validate_refuses_study_configs_with_the_reason(path):
+    # Study configs are not torchtune recipe configs; torchtune's check must say so, not "well-formed".
+    from torchtune import config
+    from torchtune.config._errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        config.validate(OmegaConf.load(path))
+    assert "not a torchtune config" in str(err.value).lower()
+    assert "python -m torchtune_longshort.study --config" in str(err.value)
+    assert len(err.value.errors) == 1  # the marker only: the rest of the file is fine
+
+
+def test_tune_validate_command_exits_nonzero_on_a_study_config():
+    import os
+    import subprocess
+    import sys
+
+    tune = str(Path(sys.executable).with_name("tune"))
+    p = subprocess.run([tune, "validate", "configs/study/cpu_small.yaml"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert p.returncode != 0 and "well-formed!" not in p.stdout
+    assert "torchtune-longshort study config" in p.stderr

@@ -207,7 +207,7 @@ def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, task_m
     refused = []
     for key, step in trained.items():
         load_hf_checkpoint(step)  # the project's loader takes every folder the recipe writes
-        ours = _ppl(task_manager, "longshort", f"checkpoint_dir={step}")
+        ours = _ppl(task_manager, "longshort", f"pretrained={step}")
         assert math.isfinite(ours), f"{key}: longshort ppl {ours}"
         if _representable(step):
             theirs = _ppl(task_manager, "hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}")

@@ -22,7 +22,7 @@ def test_tables_plots_and_curve(tmp_path):
     base = {
         "long_ppl_2k": {"ppl,none": 7.5, "ppl_stderr,none": "N/A"},
         "long_ppl_512": {"ppl,none": 9.25},
-        "passkey_2k": {"acc,none": 0.5, "acc_depth_0,none": 1.0, "acc_depth_50,none": 0.0},
+        "longshort_passkey_2k": {"acc,none": 0.5, "acc_depth_0,none": 1.0, "acc_depth_50,none": 0.0},
         "babilong_longshort": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
     }
     ours = {"long_ppl_2k": {"ppl,none": 6.5}, "long_ppl_512": {"ppl,none": 8.0}}
@@ -37,12 +37,17 @@ def test_tables_plots_and_curve(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["long_ppl"]["ppl"]["longshort"] == {"512": 8.0, "2k": 6.5}
     assert summary["tasks"]["babilong_longshort"]["baseline"]["acc_4k_d50"] == 0.25
-    for f in ("ppl_vs_length.png", "heatmap_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
+    for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
               "per_position_loss.png"):
         assert (out / f).stat().st_size > 1000
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
     assert [float(r["mean_nll"]) for r in rows] == [2.0, 2.0, 2.0]
     assert summary["per_position_mean_nll"]["longshort"]["3"] == pytest.approx(2.0)
+    import torch
+
+    assert summary["provenance"]["packages"]["torch"] == torch.__version__
+    assert summary["run_provenance"] == {"baseline": None, "longshort": None}  # hand-made files carry none
+    assert "## Provenance" in md and "Run `baseline`:" in md
 
 
 def test_bad_input(tmp_path):
@@ -52,3 +57,34 @@ def test_bad_input(tmp_path):
     with pytest.raises(ValueError, match="labels"):
         build_report([tmp_path / "a"], tmp_path / "o", labels=["a", "b"])
     assert length_tokens("32k") == 32768 and length_tokens("e") is None
+
+
+def test_partial_group_scores_are_marked(tmp_path):
+    # LongBench-E with 2 of its 3 (toy) datasets present across nested groups; a complete group is left alone.
+    d = tmp_path / "run"
+    d.mkdir()
+    data = {"results": {
+        "longbench_e_full": {"score,none": 0.4, "missing_data,none": 1.0},
+        "longbench_e_full_single": {"score,none": 0.4},
+        "longbench_e_full_code": {"missing_data,none": 1.0},
+        "longbench_qasper_e": {"score,none": 0.3}, "longbench_multifieldqa_en_e": {"score,none": 0.5},
+        "longbench_lcc_e": {"missing_data,none": 1.0},
+        "long_ppl": {"ppl,none": 5.0}, "long_ppl_2k": {"ppl,none": 5.0},
+    }, "group_subtasks": {
+        "longbench_e_full": ["longbench_e_full_single", "longbench_e_full_code"],
+        "longbench_e_full_single": ["longbench_qasper_e", "longbench_multifieldqa_en_e"],
+        "longbench_e_full_code": ["longbench_lcc_e"],
+        "long_ppl": ["long_ppl_2k"],
+    }}
+    (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    out = tmp_path / "rep"
+    summary = build_report([d], out)
+    md = (out / "report.md").read_text()
+    section = lambda t: md.split(f"### {t}\n", 1)[1].split("\n### ", 1)[0]  # noqa: E731
+    assert "| run | 1 | 0.4 (2/3 tasks) |" in section("longbench_e_full")  # score over 2 of its 3 leaf datasets
+    assert "| run | 0.4 |" in section("longbench_e_full_single")  # complete: no mark
+    assert "no value from longbench_lcc_e" in md
+    part = summary["partial_groups"]["longbench_e_full"]["run"]["score"]
+    assert part == {"present": ["longbench_qasper_e", "longbench_multifieldqa_en_e"], "missing": ["longbench_lcc_e"],
+                    "total": 3}
+    assert "long_ppl" not in summary.get("partial_groups", {})

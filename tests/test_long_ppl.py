@@ -94,8 +94,9 @@ def test_local_data_and_a_missing_file_of_another_task(tiny_llama2_dir, sp_token
     missing = tmp_path / "nope.jsonl"
     meta = json.dumps({"ppl_data_files": str(data), "ppl_num_samples": 2, "passkey_data_files": str(missing)})
     with caplog.at_level("ERROR"):
-        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "long_ppl_128,passkey_256", meta=meta)
-    assert math.isnan(res["results"]["passkey_256"]["acc,none"])
+        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "long_ppl_128,longshort_passkey_256",
+                    meta=meta)
+    assert math.isnan(res["results"]["longshort_passkey_256"]["acc,none"])
     assert "nope.jsonl" in caplog.text and "no such file" in caplog.text
     assert math.isfinite(res["results"]["long_ppl_128"]["ppl,none"])
     rows = samples_of(tmp_path / "out", "long_ppl_128")

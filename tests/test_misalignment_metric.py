@@ -77,3 +77,5 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     assert res["num_samples"] == 6 and set(res["summary"]) == {"sce", "jeffreys", "js"}
     vals = res["values"]["sce"]
     assert res["summary"]["sce"]["mean"] == pytest.approx(sum(vals) / len(vals))
+    assert res["provenance"]["device"]["type"] == "cpu"
+    assert len(res["provenance"]["stdlib_corpus"]["sha256"]) == 64  # --data stdlib

@@ -61,17 +61,17 @@ def test_passkey_end_to_end_and_hf_parity(tiny_llama2_dir, sp_tokenizer_dir, tmp
     from torchtune_longshort.eval.cli_run import run_cli, samples_of
 
     common = ["--device", "cpu", "--batch_size", "4", "--include_path", "evals/tasks", "--tasks",
-              "passkey_256", "--metadata", '{"passkey_num_samples": 2}', "--log_samples"]
+              "longshort_passkey_256", "--metadata", '{"passkey_num_samples": 2}', "--log_samples"]
     ours = run_cli(["run", "--model", "longshort", "--model_args",
                     f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
-                    "--output_path", str(tmp_path / "o"), *common])["results"]["passkey_256"]
+                    "--output_path", str(tmp_path / "o"), *common])["results"]["longshort_passkey_256"]
     theirs = run_cli(["run", "--model", "hf", "--model_args",
                       f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32",
-                      "--output_path", str(tmp_path / "h"), *common])["results"]["passkey_256"]
+                      "--output_path", str(tmp_path / "h"), *common])["results"]["longshort_passkey_256"]
     for k in ("acc,none", "acc_depth_0,none", "acc_depth_100,none"):
         assert ours[k] == theirs[k]
-    a = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "o", "passkey_256")}
-    b = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "h", "passkey_256")}
+    a = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "o", "longshort_passkey_256")}
+    b = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "h", "longshort_passkey_256")}
     assert len(a) == 10
     # same greedy tokens; byte-fallback pieces of a random model may decode differently, digits do not
     assert {k: re.findall(r"\d+", v) for k, v in a.items()} == {k: re.findall(r"\d+", v) for k, v in b.items()}

@@ -74,7 +74,9 @@ def test_checkpoint_is_hf_format_with_rope_and_state(uninterrupted):
     assert m.config.max_position_embeddings == 256
     rows = losses(uninterrupted)
     assert [s for s, _ in rows] == list(range(1, 9))
-    first = json.loads((uninterrupted / "metrics.jsonl").read_text().splitlines()[0])
+    header, first = [json.loads(l) for l in (uninterrupted / "metrics.jsonl").read_text().splitlines()[:2]]
+    assert header["step"] == 0 and header["provenance"]["device"]["type"] == "cpu"
+    assert "stdlib_corpus" in header["provenance"]  # the tiny config trains on the stdlib corpus
     for k in ("loss", "ce", "misalignment", "lr", "tokens_per_second", "peak_memory_gib", "e"):
         assert k in first
 

@@ -41,7 +41,7 @@ def _value(task: str, alpha: float, seed: int) -> dict:
     if task.startswith("misalignment"):
         return {"sce,none": 5.0 - alpha + 0.11 * seed + n / 1000, "jeffreys,none": 0.5 - alpha / 2 + 0.01 * seed,
                 "js,none": 0.01}
-    if task.startswith("passkey"):
+    if task.startswith("longshort_passkey"):
         return {"acc,none": 0.5 * seed, "acc_depth_0,none": 0.0}
     if task == "babilong_longshort":
         return {"acc,none": 0.2 + alpha, "acc_1k,none": 0.1 * seed, **{f"acc_1k_d{d},none": d / 200 for d in (0, 50, 100)}}
@@ -79,7 +79,7 @@ class FakeExecutor:
             return 0
         assert argv[1:4] == ["-m", "torchtune_longshort.eval", "run"], argv
         margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))
-        run_dir = Path(margs["checkpoint_dir"]).parents[1]
+        run_dir = Path(margs["pretrained"]).parents[1]
         rc = yaml.safe_load((run_dir / "recipe.yaml").read_text())
         alpha, seed = rc["loss"]["alpha"], rc["seed"]
         out = Path(argv[argv.index("--output_path") + 1]) / "model"
@@ -116,8 +116,9 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"alphas": [0.1, 0.3]}, "must include 0"),
     ({"alphas": [0, -1]}, "alphas=[0, -1]"),
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
-    ({"eval": {"passkey_lengths": [128]}}, "task passkey_128 does not exist"),
+    ({"eval": {"passkey_lengths": [128]}}, "task longshort_passkey_128 does not exist"),
     ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
+    ({"not_a_torchtune_config": {"_component_": "torch.nn.Linear"}}, "not_a_torchtune_config="),
 ])
 def test_bad_config_names_field_and_value(tmp_path, change, needle):
     with pytest.raises(StudyConfigError, match=re.escape(needle)):
@@ -217,7 +218,7 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     build_report(study.out, rdir, study.cfg)
     md = (rdir / "report.md").read_text()
     metric_of = {"Perplexity": ("long_ppl", "ppl"), "Misalignment metric, Eq. 4 (SCE": ("misalignment", "sce"),
-                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey": ("passkey", "acc")}
+                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey": ("longshort_passkey", "acc")}
     checked = 0
     for heads, header, rows in _parse_tables(md):
         fam = next((v for k, v in metric_of.items() if heads and heads[1].startswith(k)), None) if len(heads) > 1 else None
@@ -254,6 +255,23 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
         assert (rdir / png).stat().st_size > 1000
 
 
+def test_provenance_in_every_file_the_study_writes(tmp_path):
+    import torch
+
+    study, _ = _study(tmp_path)
+    study.run(only=["pi_a0_s0"])
+    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    assert rec["provenance"]["packages"]["torch"] == torch.__version__
+    # cpu_small trains and evaluates on the stdlib corpus: its content hash is recorded
+    assert len(rec["provenance"]["stdlib_corpus"]["sha256"]) == 64
+    assert json.loads((study.out / "study.json").read_text())["provenance"] == rec["provenance"]
+    summary = build_report(study.out, tmp_path / "report", study.cfg)
+    assert summary["provenance"]["stdlib_corpus"] == rec["provenance"]["stdlib_corpus"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Provenance" in md and f"torch {torch.__version__}" in md
+    assert rec["provenance"]["stdlib_corpus"]["sha256"][:16] in md
+
+
 def test_outcome_is_paired_by_seed(tmp_path):
     study, _ = _study(tmp_path)
     study.run()
@@ -263,3 +281,58 @@ def test_outcome_is_paired_by_seed(tmp_path):
     assert math.isclose(d["mean_diff"], -0.3, abs_tol=1e-9) and d["sd_diff"] < 1e-9 and (d["n_lower"], d["n_pairs"]) == (2, 2)
     p = s["outcome"]["ppl"]["yarn"]["0.1"]["1k"]
     assert math.isclose(p["mean_diff"], -0.2, abs_tol=1e-9)
+
+
+class PartialBabilongExecutor(FakeExecutor):
+    """Like FakeExecutor, and lm-eval's group bookkeeping for babilong_longshort: only ``with_data`` of its five QA
+    tasks report scores, the others only missing_data (as when the generator made fewer QA tasks)."""
+
+    def __init__(self, with_data):
+        super().__init__()
+        self.with_data = with_data
+
+    def __call__(self, argv, log_path, cwd, env, timeout):
+        rc = super().__call__(argv, log_path, cwd, env, timeout)
+        if argv[1:4] == ["-m", "torchtune_longshort.eval", "run"]:
+            f = next((Path(argv[argv.index("--output_path") + 1]) / "model").glob("results_*.json"))
+            data = json.loads(f.read_text())
+            qas = [f"babilong_qa{i}" for i in range(1, 6)]
+            for t in qas:
+                data["results"][t] = ({"acc,none": 0.5, "acc_1k,none": 0.5} if t in self.with_data
+                                      else {"missing_data,none": 1.0})
+            data["group_subtasks"] = {"babilong_longshort": qas}
+            f.write_text(json.dumps(data))
+        return rc
+
+
+@pytest.mark.parametrize("qa, with_data, heading, mark", [
+    ("qa1", ["babilong_qa1"], "## BABILong QA1 accuracy", " (1/5 tasks)"),
+    ("qa1,qa2,qa3,qa4,qa5", [f"babilong_qa{i}" for i in range(1, 6)], "## BABILong QA1-QA5 accuracy", None),
+])
+def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_path, qa, with_data, heading, mark):
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["eval"]["babilong"]["qa"] = qa
+    raw["methods"], raw["seeds"] = {"pi": {"method": "linear"}}, [0]
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    cfg = load_study_config(p, repo_root=ROOT)
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=PartialBabilongExecutor(with_data),
+                  log=lambda m: None)
+    study.run()
+    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    cov = rec["coverage"]["babilong_longshort"]["acc"]
+    assert cov["present"] == with_data and cov["total"] == 5
+    summary = build_report(study.out, tmp_path / "report", cfg)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert heading in md
+    assert "not comparable with published BABILong results" in md
+    section = md.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| CE")]
+    assert rows
+    cell = summary["tables"]["babilong"]["methods"]["pi"][0]["cells"]["all"]
+    if mark:
+        assert all(mark in row for row in rows)
+        assert cell["partial_group"]["missing"] == ["babilong_qa2", "babilong_qa3", "babilong_qa4", "babilong_qa5"]
+        assert "no value from babilong_qa2, babilong_qa3, babilong_qa4, babilong_qa5" in section
+    else:
+        assert "tasks)" not in " ".join(rows) and "partial_group" not in cell

@@ -43,6 +43,17 @@ def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     assert rec["spec"]["recipe_config"]["loss"]["alpha"] == 0.3
     assert rec["results"]["long_ppl_512"]["ppl"] == ppl[1]["cells"]["512"]["mean"]
     assert rec["curves"]  # per-position curves came back from lm-eval's samples
+    # What the study prints: its own lines and its progress bar, no upstream warning lines.
+    printed = (p.stdout + p.stderr).replace("\r", "\n")
+    assert not [x for x in printed.splitlines() if "warn" in x.lower()], printed[-3000:]
+    assert "study runs: 100%" in printed and "5/5" in printed
+    assert rec["provenance"]["stdlib_corpus"] == summary["provenance"]["stdlib_corpus"]
+    # The evaluation logs (lm-eval's output) carry none of the filtered noise either.
+    eval_log = (out / "runs/pi_a0_s0/eval.log").read_text()
+    for noise in ("Custom kwargs can be passed", "not scored on the same number", "overrides existing task",
+                  "Skipping import of cpp extensions", "metric 'missing_data,none' is missing"):
+        assert noise not in eval_log, noise
+    assert "Saving final epoch checkpoint" not in (out / "runs/pi_a0_s0/train.log").read_text()
 
     # Rerun: every ok run is skipped; only the two failing ones are tried again.
     t0 = time.time()

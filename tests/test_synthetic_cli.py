@@ -2,6 +2,7 @@
 
 import csv
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -43,6 +44,7 @@ def test_single_run_writes_json(tmp_path):
     assert main(["--task", "mean", "--quick", "--steps", "5", "--dim", "8", "--heads", "2", "--out", str(out)]) == 0
     r = json.loads((out / "run.json").read_text())
     assert len(r["test_mse"]) == 16 and r["config"]["task"] == "mean"
+    assert r["provenance"]["device"]["type"] == "cpu" and "stdlib_corpus" not in r["provenance"]
 
 
 def test_lr_search_keeps_the_run_with_the_lowest_validation_mse(tmp_path):
@@ -53,6 +55,7 @@ def test_lr_search_keeps_the_run_with_the_lowest_validation_mse(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     choice = s["meta"]["lr_choice"]
     assert len(choice) == 4 and s["meta"]["lrs"] == [1e-4, 3e-3]  # 4 PEs x 1 seed
+    assert s["meta"]["provenance"]["python"]["version"] == "%d.%d.%d" % sys.version_info[:3]
     runs = json.loads((out / "runs.json").read_text())
     rows = list(csv.DictReader(open(out / "fig1a.csv")))
     for key, c in choice.items():

@@ -30,6 +30,9 @@ def stdlib_source_files(
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
+    from torchtune_longshort.provenance import mark_stdlib_used
+
+    mark_stdlib_used()  # results computed in this process then carry the corpus's content hash
     root = stdlib_dir()
     files = []
     for f in sorted(root.rglob("*.py")):

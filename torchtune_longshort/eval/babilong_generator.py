@@ -428,12 +428,14 @@ def generate(
     tokenizer: Optional[str] = None,
     haystack: str = "stdlib",
     seed: int = 0,
+    progress: bool = False,
 ) -> List[Path]:
     """Write ``<out_dir>/<length>/<qa>.jsonl`` files; ``n`` rows per (length, qa[, depth]). Returns the paths.
 
     ``depths`` (e.g. ``[0, 25, 50, 75, 100]``) makes the fact-depth variant (``"0k"`` is then skipped: it
     has no haystack); without it facts are scattered at random as in BABILong. ``tokenizer`` is required
-    for any length other than ``"0k"``: lengths are counted in its tokens.
+    for any length other than ``"0k"``: lengths are counted in its tokens. ``progress``: a tqdm bar over the rows
+    (total and ETA; long lengths take a while to fit).
     """
     for qa in qa_tasks:
         _check_qa(qa)
@@ -448,19 +450,25 @@ def generate(
     lines = iter_haystack_lines(haystack)
     out = Path(out_dir)
     paths = []
-    for length in lengths:
+    todo = [l for l in lengths if not (depths is not None and LENGTHS[l] == 0)]
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
+               disable=not progress)
+    for length in todo:
         plan: List[Optional[int]] = [None] if depths is None else list(depths)
-        if depths is not None and LENGTHS[length] == 0:
-            continue
         (out / length).mkdir(parents=True, exist_ok=True)
         for qa in qa_tasks:
+            bar.set_postfix_str(f"{length} {qa}", refresh=False)
             path = out / length / f"{qa}.jsonl"
             with open(path, "w", encoding="utf-8") as f:
                 for depth in plan:
                     for _ in range(n):
                         row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth)
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        bar.update(1)
             paths.append(path)
+    bar.close()
     return paths
 
 
@@ -480,7 +488,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    paths = generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed)
+    paths = generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
+                     progress=True)
     for p in paths:
         print(p)
 

@@ -7,18 +7,58 @@ CLI's behaviour without paying the interpreter start-up and imports again.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
+
+_CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
+
+
+def lm_eval_argv(args: Sequence[str]) -> List[str]:
+    """``args`` with ``checkpoint_dir=`` in the ``longshort`` model's ``--model_args`` given as ``pretrained=``.
+
+    lm-eval 0.4.13 names the results folder (``<output_path>/<name>/results_*.json``) after ``pretrained`` in
+    model_args, and gives any other model a random name; ``checkpoint_dir`` is ``pretrained``'s older name here,
+    so the folder is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
+    """
+    out = [str(a) for a in args]
+    model = next((out[i + 1] for i, a in enumerate(out[:-1]) if a == "--model"), None)
+    model = model or next((a.split("=", 1)[1] for a in out if a.startswith("--model=")), None)
+    if model != "longshort":
+        return out
+    spans, i = [], 0  # indices of the model_args tokens
+    while i < len(out):
+        if out[i].startswith("--model_args="):
+            spans.append(i)
+        elif out[i] in ("--model_args", "-a"):
+            j = i + 1
+            while j < len(out) and not out[j].startswith("-"):
+                spans.append(j)
+                j += 1
+            i = j
+            continue
+        i += 1
+    if any(re.search(r"(^|,|=)pretrained=", out[k]) for k in spans):
+        return out
+    for k in spans:
+        head, sep, value = out[k].partition("--model_args=") if out[k].startswith("--model_args=") else ("", "", out[k])
+        if _CHECKPOINT_DIR.search(value):
+            out[k] = head + sep + _CHECKPOINT_DIR.sub(r"\1pretrained=", value, count=1)
+            break
+    return out
 
 
 def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     """Run ``lm-eval <args>`` in-process; when ``--output_path`` is given, return its newest ``results_*.json``
     parsed (else ``{}``)."""
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 
-    argv: List[str] = ["lm-eval", *map(str, args)]
+    argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
     saved = sys.argv
     sys.argv = argv
     try:

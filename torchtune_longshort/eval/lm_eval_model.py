@@ -3,12 +3,13 @@
 Use::
 
     python -m torchtune_longshort.eval run --model longshort \
-        --model_args checkpoint_dir=/ckpt,max_length=8192,rope=linear,rope_factor=2 \
+        --model_args pretrained=/ckpt,max_length=8192,rope=linear,rope_factor=2 \
         --include_path evals/tasks --tasks long_ppl
 
 Model arguments (``--model_args k=v,...``):
-    checkpoint_dir: folder with ``config.json`` + safetensors (+ ``tokenizer.model``).
-    tokenizer: folder or ``tokenizer.model`` path (default: ``checkpoint_dir``).
+    pretrained: folder with ``config.json`` + safetensors (+ ``tokenizer.model``), as for lm-eval's ``hf`` model;
+        lm-eval names the results folder after it. ``checkpoint_dir`` is the same argument under its older name.
+    tokenizer: folder or ``tokenizer.model`` path (default: ``pretrained``).
     rope: RoPE scaling method name (overrides ``config.json``'s ``rope_scaling``); ``rope_<key>=<value>`` sets
         its parameters (``rope_factor=4``). Without ``rope``, the checkpoint's own scaling (if any) is used.
     max_length: longest sequence the model is run on (default: the checkpoint's positions x scaling factor).
@@ -133,6 +134,7 @@ class LongShortLM(TemplateLM):
 
     def __init__(
         self,
+        pretrained: Optional[str] = None,
         checkpoint_dir: Optional[str] = None,
         tokenizer: Optional[str] = None,
         rope: Optional[str] = None,
@@ -154,12 +156,16 @@ class LongShortLM(TemplateLM):
         unknown = [k for k in unknown if k not in ("trust_remote_code", "pretrained_model_name_or_path")]
         if unknown:
             raise ValueError(
-                f"longshort model: unknown model_args {unknown}; accepted: checkpoint_dir, tokenizer, rope, "
-                "rope_<param>, max_length, allow_extrapolation, batch_size, dtype, device, truncation, "
+                f"longshort model: unknown model_args {unknown}; accepted: pretrained (or checkpoint_dir), tokenizer, "
+                "rope, rope_<param>, max_length, allow_extrapolation, batch_size, dtype, device, truncation, "
                 "max_gen_toks, add_bos_token"
             )
+        if pretrained is not None and checkpoint_dir is not None and str(pretrained) != str(checkpoint_dir):
+            raise ValueError(f"longshort model: pretrained={pretrained!r} and checkpoint_dir={checkpoint_dir!r} name "
+                             "different checkpoints; give one of them (checkpoint_dir is pretrained's older name)")
+        checkpoint_dir = pretrained if pretrained is not None else checkpoint_dir
         if checkpoint_dir is None:
-            raise ValueError("longshort model: model_args needs checkpoint_dir=<folder with config.json + weights>")
+            raise ValueError("longshort model: model_args needs pretrained=<folder with config.json + weights>")
         self.checkpoint_dir = Path(str(checkpoint_dir))
         from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
 
@@ -262,7 +268,10 @@ class LongShortLM(TemplateLM):
         return str(self.tokenizer_path)
 
     def get_model_info(self) -> dict:
-        """Extra fields for lm-eval's results ``config`` block."""
+        """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls
+        this after the evaluation, so the stdlib corpus hash is there when a task used the corpus)."""
+        from torchtune_longshort.provenance import provenance
+
         return {
             "checkpoint_dir": str(self.checkpoint_dir),
             "rope": self.rope_spec,
@@ -270,6 +279,7 @@ class LongShortLM(TemplateLM):
             "usable_length": self.usable_length,
             "truncation": self.truncation,
             "model_dtype": str(self.dtype),
+            "provenance": provenance(device=str(self._device)),
         }
 
     # ------------------------------------------------------------------ tokenisation

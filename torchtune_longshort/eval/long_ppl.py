@@ -133,6 +133,32 @@ def agg_curve_mean_nll(items: Sequence[Optional[Sequence[float]]]) -> float:
     return sum(curve) / len(curve) if curve else float("nan")
 
 
+def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: int = 0):
+    """Per-position mean NLL, one line per run and length (see :func:`write_curves`), as a matplotlib Figure;
+    plain-number NLL ticks without an offset (:func:`plot_axes.value_axis`)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import value_axis
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.subplots()
+    ys_all: List[float] = []
+    for run, by_len in curves.items():
+        for length, curve in sorted(by_len.items()):
+            b = bucket or max(1, len(curve) // 200)
+            xs = [i + b / 2 for i in range(0, len(curve), b)]
+            ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
+            ax.plot(xs, ys, label=f"{run} L={length}")
+            ys_all += ys
+    value_axis(ax, ys_all, log_span=float("inf"))
+    ax.set_xlabel("position (tokens)")
+    ax.set_ylabel("mean NLL (nats)")
+    ax.set_title("Per-position loss")
+    if ys_all:
+        ax.legend(fontsize=7)
+    return fig
+
+
 def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: Path, bucket: int = 0) -> Dict[str, Path]:
     """Write per-position loss curves: ``per_position_loss.csv`` (run, length, position, mean_nll) and a PNG.
 
@@ -150,24 +176,6 @@ def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: P
             for length, curve in sorted(by_len.items()):
                 for pos, v in enumerate(curve):
                     w.writerow([run, length, pos, f"{v:.6f}"])
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for run, by_len in curves.items():
-        for length, curve in sorted(by_len.items()):
-            b = bucket or max(1, len(curve) // 200)
-            xs = [i + b / 2 for i in range(0, len(curve), b)]
-            ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
-            ax.plot(xs, ys, label=f"{run} L={length}")
-    ax.set_xlabel("position (tokens)")
-    ax.set_ylabel("mean NLL (nats)")
-    ax.set_title("Per-position loss")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
     png = out_dir / "per_position_loss.png"
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    curves_figure(curves, bucket).savefig(png, dpi=120)
     return {"csv": csv_path, "png": png}

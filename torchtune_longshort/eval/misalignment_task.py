@@ -9,7 +9,8 @@ type ``next_token_divergence``; the ``longshort`` model answers them with
 Other lm-eval models do not implement that request type: run this task with ``--model longshort``.
 
 Task metadata: ``mis_source`` (stdlib | pg19 | hf | local; with ``mis_data_files`` etc. as for long_ppl),
-``mis_num_samples`` (default 20), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
+``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences``
+(["sce", "jeffreys", "js"]).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.long_text import TaskDataError, fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,8 @@ def misalignment_dataset(length: int, **metadata: Any):
     try:
         tok = tokenizer_from_metadata(metadata)
         texts = texts_from_metadata(metadata, "mis", min_chars=length // 2)
-        samples = fixed_length_samples(texts, tok, length, num_samples=int(metadata.get("mis_num_samples", 20)))
+        samples = fixed_length_samples(texts, tok, length,
+                                       num_samples=int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)))
     except (TaskDataError, FileNotFoundError) as err:
         msg = f"misalignment_{length}: {err}"
         logger.error("%s -- this subtask reports NaN; the other tasks go on", msg)

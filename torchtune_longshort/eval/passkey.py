@@ -5,7 +5,8 @@ key.`` at a chosen depth of a haystack, then asks ``What is the pass key? The pa
 when the first number in the greedy continuation equals the key. The prompt text is LongLoRA's
 ``passkey_retrieval.py``; the haystack is its repeated filler by default, or text from any corpus.
 
-Subtasks ``passkey_<L>`` hold ``len(depths) x passkey_num_samples`` prompts of at most ``L - 16`` tokens (BOS
+Subtasks ``longshort_passkey_<L>`` (group ``longshort_passkey``; not ``passkey``, which is lm-eval's own libra
+group) hold ``len(depths) x passkey_num_samples`` prompts of at most ``L - 16`` tokens (BOS
 included), leaving 16 tokens to generate within ``L``. Scores: ``acc`` and ``acc_depth_<d>`` per depth percent.
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
@@ -160,7 +161,7 @@ def write_passkey_jsonl(samples: Iterable[PasskeySample], path: Path) -> Path:
 
 
 def passkey_dataset(length: int, **metadata: Any):
-    """lm-eval ``custom_dataset`` for ``passkey_<length>`` (see module docstring for the metadata keys)."""
+    """lm-eval ``custom_dataset`` for ``longshort_passkey_<length>`` (see module docstring for the metadata keys)."""
     import datasets
 
     from torchtune_longshort.eval.long_ppl import error_dataset
@@ -195,7 +196,7 @@ def passkey_dataset(length: int, **metadata: Any):
             )
             rows = [asdict(s) for s in samples]
     except (TaskDataError, FileNotFoundError) as err:
-        msg = f"passkey_{length}: {err}"
+        msg = f"longshort_passkey_{length}: {err}"
         logger.error("%s -- this subtask reports NaN; the other tasks go on", msg)
         return error_dataset(msg, placeholder)
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})

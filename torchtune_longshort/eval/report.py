@@ -5,13 +5,15 @@
 Each folder is an lm-eval ``--output_path`` (its ``results_*.json`` files are found recursively; a task that
 appears in several files is taken from the newest). Writes to ``--out``:
 
-- ``report.md``: one table per task family, rows = runs, columns = lengths (``long_ppl`` perplexity, ``passkey``
-  accuracy, ``misalignment`` SCE / Jeffreys / JS) or, for any other task (LongBench-E, BABILong, ...), its metrics;
+- ``report.md``: one table per task family, rows = runs, columns = lengths (``long_ppl`` perplexity,
+  ``longshort_passkey`` accuracy, ``misalignment`` SCE / Jeffreys / JS) or, for any other task (LongBench-E,
+  BABILong, ...), its metrics;
 - ``summary.json``: every number in the tables;
 - ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``long_ppl`` samples
   (``--log_samples``, ``longshort`` model);
-- ``heatmap_<task>_<run>.png``: depth x length accuracy for ``passkey`` (``acc_depth_<d>`` of ``passkey_<L>``) and
-  for tasks with ``acc_<len>_d<depth>`` metrics (BABILong fact-depth variant, see docs/longbench_babilong.md).
+- ``heatmap_<task>_<run>.png``: depth x length accuracy for ``longshort_passkey`` (``acc_depth_<d>`` of
+  ``longshort_passkey_<L>``) and for tasks with ``acc_<len>_d<depth>`` metrics (BABILong fact-depth variant, see
+  docs/longbench_babilong.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _LEN = re.compile(r"^(\d+)(k?)$")
-_FAMILIES = {"long_ppl": ("ppl",), "passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
+_FAMILIES = {"long_ppl": ("ppl",), "longshort_passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
+_PASSKEY = "longshort_passkey_"
+
+
+def length_label(n: int) -> str:
+    """Token count -> the label the task pack uses in task names: 512 -> ``"512"``, 1024 -> ``"1k"``."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
 def length_tokens(label: str) -> Optional[int]:
@@ -55,6 +63,63 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
                 clean[name if filt == "none" else f"{name},{filt}"] = value
             out[task] = clean
     return out
+
+
+def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
+    """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
+    out: Dict[str, List[str]] = {}
+    for f in sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name):
+        out.update(json.loads(f.read_text()).get("group_subtasks") or {})
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def group_coverage(results: Dict[str, Dict[str, Any]], group_subtasks: Dict[str, List[str]]) -> Dict[str, Any]:
+    """How many leaf tasks each group score averages: ``{group: {metric: {"present", "missing", "total"}}}``.
+
+    lm-eval averages a group metric over the subtasks that report it, so a group whose datasets are partly missing
+    (LongBench-E without some files, BABILong with some QA tasks not generated) scores what is there; ``present``
+    and ``missing`` name the leaf tasks (nested groups flattened) that did and did not report ``metric``.
+    """
+
+    def leaves(group: str, seen=()) -> List[str]:
+        out: List[str] = []
+        for t in group_subtasks.get(group, []):
+            out += leaves(t, seen + (group,)) if t in group_subtasks and t not in seen else [t]
+        return out
+
+    cov: Dict[str, Any] = {}
+    for group in group_subtasks:
+        if group not in results:
+            continue
+        tasks = leaves(group)
+        for metric, value in results[group].items():
+            if metric == "missing_data" or not _number(value):
+                continue
+            present = [t for t in tasks if _number(results.get(t, {}).get(metric))]
+            cov.setdefault(group, {})[metric] = {"present": present, "missing": [t for t in tasks if t not in present],
+                                                 "total": len(tasks)}
+    return cov
+
+
+def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
+    """`` (k/n tasks)`` when a group score averages fewer than all of its tasks, else ``""``."""
+    if not cov or not cov["missing"]:
+        return ""
+    return f" ({len(cov['present'])}/{cov['total']} tasks)"
+
+
+def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
+    """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
+    files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
+    for f in reversed(files):
+        prov = (json.loads(f.read_text()).get("config") or {}).get("provenance")
+        if isinstance(prov, dict):
+            return prov
+    return None
 
 
 def load_curves(results_dir: Path) -> Dict[int, List[float]]:
@@ -91,8 +156,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Tuple[List[str], Dict[str, Any]]:
-    """Markdown sections and their numbers: length-indexed families, then every other task."""
+def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
+                  coverage: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[List[str], Dict[str, Any]]:
+    """Markdown sections and their numbers: length-indexed families, then every other task.
+
+    ``coverage`` (``{run: group_coverage(...)}``): a group score that averages fewer tasks than the group has is
+    printed as ``value (k/n tasks)``, with the missing tasks listed under its table."""
+    coverage = coverage or {}
     sections, summary = [], {}
     used = set()
     for fam, metrics in _FAMILIES.items():
@@ -123,7 +193,22 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Tuple[List[str]
         header = ["run"] + metrics
         rows = [[run] + [res.get(task, {}).get(m) for m in metrics] for run, res in runs.items()]
         summary.setdefault("tasks", {})[task] = {r[0]: dict(zip(metrics, r[1:])) for r in rows}
-        sections.append(f"### {task}\n\n" + _table(header, rows))
+        notes = []
+        for row in rows:
+            cov = coverage.get(row[0], {}).get(task, {})
+            for i, m in enumerate(metrics, 1):
+                note = coverage_note(cov.get(m))
+                if note and row[i] is not None:
+                    row[i] = _fmt(row[i]) + note
+            partial = {m: c for m, c in cov.items() if c["missing"]}
+            if partial:
+                missing = sorted({t for c in partial.values() for t in c["missing"]})
+                one = len(partial) == 1
+                verb, pron = ("averages", "it") if one else ("average", "them")
+                notes.append(f"Partial group score for `{row[0]}`: {', '.join(sorted(partial))} {verb} only the "
+                             f"tasks that reported {pron}; no value from {', '.join(missing)}.")
+                summary.setdefault("partial_groups", {}).setdefault(task, {})[row[0]] = partial
+        sections.append(f"### {task}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes))
     return sections, summary
 
 
@@ -133,11 +218,11 @@ def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str]
     pat = re.compile(r"^acc_(\w+?)_d(\d+)$")
     for run, res in runs.items():
         for task, metrics in res.items():
-            if task.startswith("passkey_") and length_tokens(task[8:]):
-                lab = task[8:]
+            if task.startswith(_PASSKEY) and length_tokens(task[len(_PASSKEY) :]):
+                lab = task[len(_PASSKEY) :]
                 for m, v in metrics.items():
                     if m.startswith("acc_depth_") and isinstance(v, (int, float)):
-                        out[("passkey", run)][(length_tokens(lab), lab)][int(m[10:])] = float(v)
+                        out[("longshort_passkey", run)][(length_tokens(lab), lab)][int(m[10:])] = float(v)
             for m, v in metrics.items():
                 mm = pat.match(m)
                 if mm and length_tokens(mm.group(1)) is not None and isinstance(v, (int, float)):
@@ -146,16 +231,21 @@ def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str]
     return out
 
 
-def _plot_heatmap(grid: Dict[Tuple[int, str], Dict[int, float]], title: str, path: Path) -> None:
-    import matplotlib
+def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
+    """Depth x length accuracy heatmap (``{(length_tokens, label): {depth: acc}}``) as a matplotlib Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    One row or one column keeps readable cells (:func:`plot_axes.heatmap_size`) and the title is wrapped to the
+    figure's width, so neither is squeezed nor clipped."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import heatmap_size, wrapped_title
 
     lengths = sorted(grid)
     depths = sorted({d for row in grid.values() for d in row})
     data = [[grid[L].get(d, float("nan")) for L in lengths] for d in depths]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(lengths), 1.0 + 0.5 * len(depths)))
+    size = heatmap_size(len(lengths), len(depths))
+    fig = Figure(figsize=size, layout="constrained")
+    ax = fig.subplots()
     im = ax.imshow(data, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [lab for _, lab in lengths])
     ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
@@ -165,21 +255,23 @@ def _plot_heatmap(grid: Dict[Tuple[int, str], Dict[int, float]], title: str, pat
         for j, v in enumerate(row):
             if not math.isnan(v):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.suptitle(wrapped_title(title, size[0]), fontsize=9)
+    fig.colorbar(im, ax=ax, label="accuracy")
+    return fig
 
 
-def _plot_ppl(runs: Dict[str, Dict[str, Dict[str, Any]]], path: Path) -> bool:
-    import matplotlib
+def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
+    """Perplexity against length, one line per run (None when no run has a ``long_ppl_<L>`` value).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Lengths get one labelled tick each; perplexity goes on a log axis only when it spans a decade
+    (:func:`plot_axes.value_axis`), with plain-number tick labels and no offset."""
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
+    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    xs, ys = [], []
     for run, res in runs.items():
         pts = sorted(
             (length_tokens(t[9:]), v["ppl"])
@@ -189,20 +281,17 @@ def _plot_ppl(runs: Dict[str, Dict[str, Dict[str, Any]]], path: Path) -> bool:
         pts = [(x, y) for x, y in pts if math.isfinite(y)]
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=run)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+            xs += [x for x, _ in pts]
+            ys += [y for _, y in pts]
+    if not xs:
+        return None
+    length_axis(ax, xs)
+    value_axis(ax, ys)
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("perplexity")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -216,9 +305,12 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections, summary = family_tables(runs)
+    coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
+    sections, summary = family_tables(runs, coverage)
     files: List[str] = []
-    if _plot_ppl(runs, out_dir / "ppl_vs_length.png"):
+    fig = ppl_figure(runs)
+    if fig is not None:
+        fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in zip(names, results_dirs)}
     curves = {k: v for k, v in curves.items() if v}
@@ -232,11 +324,21 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         }
     for (family, run), grid in heatmaps(runs).items():
         name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        _plot_heatmap(grid, f"{family}: accuracy by depth x length ({run})", out_dir / name)
+        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})").savefig(out_dir / name, dpi=120)
         files.append(name)
+    from torchtune_longshort.provenance import provenance, provenance_markdown
+
+    run_prov = {name: load_provenance(d) for name, d in zip(names, results_dirs)}
+    prov = provenance(stdlib=any("stdlib_corpus" in (p or {}) for p in run_prov.values()))
+    summary["provenance"] = prov
+    summary["run_provenance"] = run_prov
     md = ["# Evaluation report", "", "Runs: " + ", ".join(f"`{n}` ({d})" for n, d in zip(names, results_dirs)), ""]
     md += [s + "\n" for s in sections]
-    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png"))] if files else []
+    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png")), ""] if files else []
+    md += ["## Provenance", "", "Report built by:", "", provenance_markdown(prov), ""]
+    for name, p in run_prov.items():
+        md += [f"Run `{name}`:", "", provenance_markdown(p) if p else "- not recorded (results not written by the "
+               "`longshort` model)", ""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     summary["files"] = ["report.md", "summary.json", *files]
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

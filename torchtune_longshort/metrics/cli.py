@@ -1,6 +1,6 @@
 """Command line: long-short misalignment (paper Eq. 4) of a Hugging Face-format checkpoint on a token corpus.
 
-    longshort-misalignment --checkpoint-dir CKPT --data stdlib --length 256 --num-samples 200 \
+    longshort-misalignment --checkpoint-dir CKPT --data stdlib --length 256 [--num-samples N] \
         --output misalignment.json
 
 The tokenizer is the checkpoint folder's own (every folder the recipe writes holds one); ``--tokenizer`` names
@@ -9,7 +9,8 @@ another ``tokenizer.model``.
 ``--data`` is ``stdlib`` (the Python standard library's source files), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
 (BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.corpus.fixed_length_sequences``); each
-sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``.
+sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
+``DEFAULT_NUM_SAMPLES`` (the ``misalignment_<L>`` task's default too).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 from torchtune_longshort.loss.divergences import DIVERGENCES
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 
 def documents_for(data: str, text_field: str, split: str):
@@ -41,13 +43,16 @@ def main(argv=None) -> int:
     ap.add_argument("--text-field", default="text")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
     ap.add_argument("--length", type=int, required=True, help="L: suffix lengths are drawn from [L/2, L]")
-    ap.add_argument("--num-samples", type=int, default=100)
+    ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
+                    help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
     ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
     args = ap.parse_args(argv)
+    from torchtune_longshort._quiet import quiet_upstream
 
+    quiet_upstream()  # before torchtune (and so torchao) is imported below
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
@@ -72,10 +77,14 @@ def main(argv=None) -> int:
         vocab_size=tok.vocab_size,
     )
     res = misalignment_metric(
-        model, seqs, length=args.length, divergences=args.divergences, seed=args.seed, device=args.device
+        model, seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
+        device=args.device,
     )
+    from torchtune_longshort.provenance import provenance
+
     out = res.to_dict()
-    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data)
+    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data,
+               provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,12 @@ from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 
+# How many texts (one (l1, l2) draw each) the metric averages over unless told otherwise. The one default for every
+# way of running it: the longshort-misalignment CLI's --num-samples and the misalignment_<L> task's mis_num_samples
+# (and the study's eval.mis_num_samples) all take it from here. 100 keeps the 95% CI near a fifth of the spread of
+# the per-text values.
+DEFAULT_NUM_SAMPLES = 100
+
 
 def _last_logits(model: Model, tokens: torch.Tensor) -> torch.Tensor:
     out = model(tokens)

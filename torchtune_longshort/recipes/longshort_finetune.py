@@ -193,7 +193,7 @@ class LongShortFinetuneRecipe:
         if self._metric_logger is not None:
             self._metric_logger.log_config(cfg)
         self._jsonl = (
-            JsonlMetricLogger(self.output_dir / "metrics.jsonl", resume_step=self.global_step)
+            JsonlMetricLogger(self.output_dir / "metrics.jsonl", resume_step=self.global_step, device=self._device)
             if self._is_rank_zero
             else None
         )
@@ -632,6 +632,9 @@ def _split_windows(out, bsz: int):
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
     """Entry point for ``tune run``."""
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     recipe = LongShortFinetuneRecipe(cfg)
     recipe.setup()
     try:

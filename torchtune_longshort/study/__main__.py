@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--repo-root", default=".", help="folder holding recipes/, configs/ and evals/tasks")
     a = p.parse_args(argv)
 
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     from torchtune_longshort.study.config import load_study_config
     from torchtune_longshort.study.report import build_report
     from torchtune_longshort.study.runner import Study

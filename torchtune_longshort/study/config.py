@@ -6,6 +6,9 @@ the same tokens, fine-tuned at ``L`` once with cross-entropy alone (``alpha = 0`
 
 Fields (see ``configs/study/cpu_small.yaml`` for a commented example):
 
+``not_a_torchtune_config`` (optional, in every shipped study YAML): ``{_component_: ...NOT_A_TORCHTUNE_CONFIG}``,
+which makes torchtune's ``tune validate`` refuse the file with the reason, since it is not a recipe config.
+
 ``name``, ``output_dir`` (runs, checkpoints, lm-eval output), ``recipe`` (path of the ``tune run`` recipe),
 ``recipe_config`` (its base YAML) and ``recipe_overrides`` (nested dict merged over it for every run),
 ``L0``, ``L``, ``base`` (``checkpoint_dir`` + ``tokenizer`` of a Hugging Face checkpoint, or ``pretrain``),
@@ -23,12 +26,33 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from torchtune_longshort.eval.report import length_label  # noqa: F401  (the task pack's length labels)
+
 # Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
-FAMILY_TASK = {"ppl": "long_ppl", "passkey": "passkey", "misalignment": "misalignment"}
+FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
 _QUICK_REPLACES = ("methods",)
+
+# Every study YAML starts with this node, so that torchtune's ``tune validate`` refuses it with a reason instead of
+# calling it well-formed (it only binds each top-level ``_component_``'s signature, which this one does not have).
+MARKER_KEY = "not_a_torchtune_config"
+MARKER_COMPONENT = "torchtune_longshort.study.config.NOT_A_TORCHTUNE_CONFIG"
+
+
+class _NotATorchtuneConfig:
+    """Not callable on purpose: ``tune validate`` then reports ``TypeError: <__name__> <repr> is not a callable
+    object``, which reads as the reason below."""
+
+    __name__ = "Not a torchtune config:"
+
+    def __repr__(self) -> str:
+        return ("this is a torchtune-longshort study config (run it with `python -m torchtune_longshort.study "
+                f"--config <file>`); its marker node {MARKER_KEY}")
+
+
+NOT_A_TORCHTUNE_CONFIG = _NotATorchtuneConfig()
 
 
 class StudyConfigError(ValueError):
@@ -44,11 +68,6 @@ def deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
         else:
             out[k] = copy.deepcopy(v)
     return out
-
-
-def length_label(n: int) -> str:
-    """Token count -> the label the task pack uses in task names: 512 -> ``"512"``, 1024 -> ``"1k"``."""
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
 def _need(cfg: Dict[str, Any], key: str, where: str = "") -> Any:
@@ -74,6 +93,10 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise StudyConfigError(f"study config {str(path)!r}: expected a mapping at the top level")
+    marker = raw.pop(MARKER_KEY, None)
+    if marker is not None and (not isinstance(marker, dict) or marker.get("_component_") != MARKER_COMPONENT):
+        raise StudyConfigError(f"study config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
+                               "(it makes `tune validate` refuse the file)")
     quick_over = raw.pop("quick", None) or {}
     cfg = deep_merge(raw, quick_over) if quick else raw
     if quick:
@@ -144,7 +167,9 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     ev.setdefault("misalignment_lengths", [L0, L, 2 * L, 4 * L])
     ev.setdefault("ppl_num_samples", 20)
     ev.setdefault("passkey_num_samples", 5)
-    ev.setdefault("mis_num_samples", 20)
+    from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+
+    ev.setdefault("mis_num_samples", DEFAULT_NUM_SAMPLES)
     ev.setdefault("ppl_source", "stdlib")
     ev.setdefault("batch_size", 1)
     ev.setdefault("device", "cpu")

@@ -31,7 +31,8 @@ TABLES = {
                      "misalignment_lengths", True),
     "jeffreys": ("Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; misalignment task)",
                  "misalignment", "jeffreys", "misalignment_lengths", True),
-    "passkey": ("Passkey retrieval accuracy (mean over depths)", "passkey", "acc", "passkey_lengths", False),
+    "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "longshort_passkey", "acc",
+                "passkey_lengths", False),
 }
 
 
@@ -79,23 +80,60 @@ def load_records(out: Path, cfg: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return recs
 
 
+def qa_label(qa: str) -> str:
+    """``"qa1,qa2,qa3,qa4,qa5"`` -> ``"QA1-QA5"``; ``"qa1"`` -> ``"QA1"``; ``"qa1,qa3"`` -> ``"QA1, QA3"``."""
+    nums = [int(q.strip()[2:]) for q in qa.split(",") if q.strip()]
+    if len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
+        return f"QA{nums[0]}-QA{nums[-1]}"
+    return ", ".join(f"QA{n}" for n in nums)
+
+
+def _babilong_note(bab: Dict[str, Any]) -> str:
+    depths = f", fact depths {bab['depths']} %" if bab.get("depths") else ""
+    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.babilong_generator` (tasks "
+            f"{qa_label(bab['qa'])}, lengths {', '.join(bab['lengths'])}, {bab['n']} per task and length{depths}, "
+            f"haystack {bab.get('haystack', 'stdlib')}), not the official BABILong data: these numbers are not "
+            "comparable with published BABILong results. The group `babilong_longshort` holds QA1-QA5; a cell "
+            "marked (k/5 tasks) averages the k QA tasks that had data.")
+
+
+def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
+                   metric: str) -> Tuple[str, Optional[Dict]]:
+    """`` (k/n tasks)`` when the cell's runs scored a group over fewer tasks than it has, and what was missing."""
+    covs = [((recs[k].get("coverage") or {}).get(task) or {}).get(metric) for k in runs]
+    covs = [c for c in covs if c]
+    partial = [c for c in covs if c["missing"]]
+    if not partial:
+        return "", None
+    ks = sorted({len(c["present"]) for c in covs})
+    k = str(ks[0]) if len(ks) == 1 else f"{ks[0]}-{ks[-1]}"
+    info = {"present": sorted({t for c in covs for t in c["present"]}),
+            "missing": sorted({t for c in partial for t in c["missing"]}), "total": partial[0]["total"]}
+    return f" ({k}/{info['total']} tasks)", info
+
+
 def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
     out: Dict[str, Any] = {}
     ev, runs = cfg["eval"], grid(cfg)
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
+    notes: Dict[str, str] = {}
     for tid, (title, prefix, metric, field, lower) in TABLES.items():
         cols = [(length_label(n), f"{prefix}_{length_label(n)}", metric) for n in ev[field]]
         specs[tid] = (title.format(src=ev.get("ppl_source")), prefix, cols, lower)
     bab = ev.get("babilong")
     if bab and bab.get("lengths"):
         cols = [(lab, "babilong_longshort", f"acc_{lab}") for lab in bab["lengths"]] + [("all", "babilong_longshort", "acc")]
-        specs["babilong"] = ("BABILong QA1-QA5 accuracy (official scoring)", "babilong", cols, False)
+        specs["babilong"] = (f"BABILong {qa_label(bab['qa'])} accuracy (official scoring, generated data)", "babilong",
+                             cols, False)
+        notes["babilong"] = _babilong_note(bab)
     lb = ev.get("longbench_e_data_dir")
     if lb and any("longbench_e_full" in (r.get("results") or {}) for r in recs.values()):
         keys = sorted({m for r in recs.values() for m in (r.get("results") or {}).get("longbench_e_full", {})
                        if m.startswith("score")})
         specs["longbench_e"] = ("LongBench-E (longbench_e_full)", "longbench_e", [(k, "longbench_e_full", k) for k in keys], False)
+        notes["longbench_e"] = ("The group holds 13 datasets; a cell marked (k/13 tasks) averages the k datasets "
+                                "whose data files were present.")
     for tid, (title, _prefix, cols, lower) in specs.items():
         per_method = {}
         for mname in cfg["methods"]:
@@ -108,20 +146,32 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
                     vals = {k: metric_value(recs[k], task, metric) for k in ok}
                     vals = {k: v for k, v in vals.items() if v is not None}
                     m, s = mean_sd(list(vals.values()))
+                    mark, cov = _coverage_text(recs, list(vals), task, metric)
                     cells[col] = {"mean": m, "sd": s, "n": len(vals), "values": vals,
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(m, s)}
+                                  "json_key": f"results.{task}.{metric}", "text": cell_text(m, s) + mark}
+                    if cov:
+                        cells[col]["partial_group"] = cov
                 rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
             if cfg["eval"].get("eval_base", True):
                 cells = {}
                 rb = recs.get("base", {})
                 for col, task, metric in cols:
                     v = metric_value(rb, task, metric) if rb.get("status") == "ok" else None
+                    mark, cov = _coverage_text(recs, ["base"] if v is not None else [], task, metric)
                     cells[col] = {"mean": v, "sd": None, "n": int(v is not None), "values": {"base": v} if v is not None else {},
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(v, None)}
+                                  "json_key": f"results.{task}.{metric}", "text": cell_text(v, None) + mark}
+                    if cov:
+                        cells[col]["partial_group"] = cov
                 rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
                              "runs": ["base"], "ok_runs": ["base"] if rb.get("status") == "ok" else [], "cells": cells})
             per_method[mname] = rows
-        out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method}
+        partial = sorted({t for rows in per_method.values() for row in rows for c in row["cells"].values()
+                          for t in (c.get("partial_group") or {}).get("missing", [])})
+        note = notes.get(tid, "")
+        if partial:
+            note += (" " if note else "") + f"Partial group scores here: no value from {', '.join(partial)}."
+        out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method,
+                    "note": note}
     return out
 
 
@@ -155,105 +205,159 @@ def _rel(p: Path, start: Path) -> str:
     return os.path.relpath(p, start)
 
 
+def _mark_lengths(ax, cfg: Dict[str, Any]) -> None:
+    """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
+    for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
+        ax.axvline(x, color="grey", lw=0.8, ls=":")
+        ax.text(x, 0.98, f" {lab}", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
+                color="grey")
+
+
+def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], ylabel: str):
+    """One panel per method: the table's mean ± sd against length, one line per loss row (a Figure).
+
+    Lengths get one labelled tick each; the value axis is log only when the values span a decade, with plain
+    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
+
+    methods = list(table["methods"])
+    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        ys_all: List[float] = []
+        for row in table["methods"][m]:
+            ys = [row["cells"][length_label(n)]["mean"] for n in lengths]
+            es = [row["cells"][length_label(n)]["sd"] or 0.0 for n in lengths]
+            pts = [(x, y, e) for x, y, e in zip(lengths, ys, es) if y is not None]
+            if pts:
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                            capsize=3, label=row["label"] if row["alpha"] is not None else "base (reference)",
+                            linestyle="--" if row["alpha"] is None else "-")
+                ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
+        length_axis(ax, list(lengths) + [cfg["L0"], cfg["L"]])
+        value_axis(ax, ys_all)
+        _mark_lengths(ax, cfg)
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{m}: mean ± sd over seeds")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no successful run", transform=ax.transAxes, ha="center", va="center")
+    return fig
+
+
+def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>``, one panel per method x
+    alpha (a Figure); a single length or depth keeps readable cells and titles."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import heatmap_size
+
+    bab = cfg["eval"]["babilong"]
+    combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
+    w, h = heatmap_size(len(bab["lengths"]), len(bab["depths"]), extra=(1.4, 1.4), min_size=(2.6, 2.2))
+    fig = Figure(figsize=(w * len(cfg["alphas"]) + 1.0, h * len(cfg["methods"])), layout="constrained")
+    axes = fig.subplots(len(cfg["methods"]), len(cfg["alphas"]), squeeze=False)
+    im = None
+    for (m, a), ax in zip(combos, axes.flatten()):
+        keys = [r["key"] for r in grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
+        grid_v = []
+        for d in bab["depths"]:
+            row = []
+            for lab in bab["lengths"]:
+                vals = [metric_value(recs[k], "babilong_longshort", f"acc_{lab}_d{d}") for k in keys]
+                vals = [v for v in vals if v is not None]
+                row.append(statistics.fmean(vals) if vals else float("nan"))
+            grid_v.append(row)
+        im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(bab["lengths"])), bab["lengths"])
+        ax.set_yticks(range(len(bab["depths"])), [f"{d}%" for d in bab["depths"]])
+        for i, row in enumerate(grid_v):
+            for j, v in enumerate(row):
+                ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+        ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
+        ax.set_xlabel("length")
+        ax.set_ylabel("fact depth")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
+    return fig
+
+
+def curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], longest: str):
+    """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import value_axis
+
+    methods = list(cfg["methods"])
+    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        ys_all: List[float] = []
+        for a in cfg["alphas"]:
+            curves = [recs[r["key"]]["curves"][longest] for r in grid(cfg) if r["method"] == m and r["alpha"] == a
+                      and recs[r["key"]].get("status") == "ok" and longest in (recs[r["key"]].get("curves") or {})]
+            if curves:
+                n = min(map(len, curves))
+                ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
+                w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
+                ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
+                ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a))
+                ys_all += ys_s
+        value_axis(ax, ys_all, log_span=float("inf"))
+        _mark_lengths(ax, cfg)
+        ax.set_xlabel("position")
+        ax.set_ylabel("mean NLL (nats)")
+        ax.set_title(f"{m}: per-position loss at {longest} tokens")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
 def _plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     made = []
     ev = cfg["eval"]
     for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", "ppl_vs_length.png"),
                                      ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
                                       "misalignment_vs_length.png")):
-        t = tables.get(tid)
-        if not t:
-            continue
-        methods = list(t["methods"])
-        fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4), squeeze=False)
-        xs = ev[field]
-        for ax, m in zip(axes[0], methods):
-            for row in t["methods"][m]:
-                ys = [row["cells"][length_label(n)]["mean"] for n in xs]
-                es = [row["cells"][length_label(n)]["sd"] or 0.0 for n in xs]
-                pts = [(x, y, e) for x, y, e in zip(xs, ys, es) if y is not None]
-                if pts:
-                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
-                                capsize=3, label=row["label"] if row["alpha"] is not None else "base (reference)",
-                                linestyle="--" if row["alpha"] is None else "-")
-            for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
-                ax.axvline(x, color="grey", lw=0.8, ls=":")
-                ax.text(x, ax.get_ylim()[1], lab, ha="center", va="bottom", fontsize=8)
-            ax.set_xscale("log", base=2)
-            if tid == "ppl":
-                ax.set_yscale("log")
-            ax.set_xlabel("sequence length (tokens)")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{m}: mean ± sd over seeds")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(rdir / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
-
-    # BABILong depth x length: mean over seeds and QA tasks of acc_<len>_d<depth>, one panel per method x alpha.
+        if tables.get(tid):
+            line_figure(cfg, tables[tid], ev[field], ylabel).savefig(rdir / name, dpi=110)
+            made.append(name)
     bab = ev.get("babilong")
     if bab and bab.get("lengths") and bab.get("depths"):
-        combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
-        fig, axes = plt.subplots(len(cfg["methods"]), len(cfg["alphas"]),
-                                 figsize=(2.2 + 1.2 * len(bab["lengths"]) * len(cfg["alphas"]), 1.5 + 2.2 * len(cfg["methods"])),
-                                 squeeze=False)
-        for (m, a), ax in zip(combos, axes.flatten()):
-            keys = [r["key"] for r in grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
-            grid_v = []
-            for d in bab["depths"]:
-                row = []
-                for lab in bab["lengths"]:
-                    vals = [metric_value(recs[k], "babilong_longshort", f"acc_{lab}_d{d}") for k in keys]
-                    vals = [v for v in vals if v is not None]
-                    row.append(statistics.fmean(vals) if vals else float("nan"))
-                grid_v.append(row)
-            im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            ax.set_xticks(range(len(bab["lengths"])), bab["lengths"])
-            ax.set_yticks(range(len(bab["depths"])), [f"{d}%" for d in bab["depths"]])
-            for i, row in enumerate(grid_v):
-                for j, v in enumerate(row):
-                    ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
-            ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
-            ax.set_xlabel("length")
-            ax.set_ylabel("fact depth")
-        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
-        fig.savefig(rdir / "babilong_depth_length.png", dpi=110)
-        plt.close(fig)
+        babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
         made.append("babilong_depth_length.png")
-
-    # Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha.
     longest = str(max(ev["ppl_lengths"]))
-    have = any(longest in (r.get("curves") or {}) for r in recs.values())
-    if have:
-        methods = list(cfg["methods"])
-        fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4), squeeze=False)
-        for ax, m in zip(axes[0], methods):
-            for a in cfg["alphas"]:
-                curves = [recs[r["key"]]["curves"][longest] for r in grid(cfg) if r["method"] == m and r["alpha"] == a
-                          and recs[r["key"]].get("status") == "ok" and longest in (recs[r["key"]].get("curves") or {})]
-                if curves:
-                    n = min(map(len, curves))
-                    ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
-                    w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
-                    ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
-                    ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a))
-            for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
-                ax.axvline(x, color="grey", lw=0.8, ls=":")
-            ax.set_xlabel("position")
-            ax.set_ylabel("mean NLL (nats)")
-            ax.set_title(f"{m}: per-position loss at {longest} tokens")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(rdir / "per_position_loss.png", dpi=110)
-        plt.close(fig)
+    if any(longest in (r.get("curves") or {}) for r in recs.values()):
+        curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
         made.append("per_position_loss.png")
     return made
+
+
+def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+    """The report's own provenance block, and a Markdown section that also names the runs whose provenance
+    (recorded in their result.json when they ran) differs from it in anything but the device."""
+    from torchtune_longshort.provenance import provenance, provenance_markdown
+
+    runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
+    prov = provenance(device=str(cfg["eval"].get("device", "cpu")),
+                      stdlib=any("stdlib_corpus" in p for p in runs.values()))
+
+    def same(p: Dict[str, Any]) -> bool:
+        return {k: v for k, v in p.items() if k != "device"} == {k: v for k, v in prov.items() if k != "device"}
+
+    md = ["## Provenance", "", "This report was built by:", "", provenance_markdown(prov), ""]
+    differ = sorted(k for k, p in runs.items() if not same(p))
+    unknown = sorted(k for k, r in recs.items() if r.get("status") not in (None, "not run") and k not in runs)
+    if differ:
+        md += [f"Runs computed under another provenance (see their result.json): {', '.join(differ)}.", ""]
+    if unknown:
+        md += [f"Runs with no provenance recorded (written by an older version): {', '.join(unknown)}.", ""]
+    if not differ and not unknown and runs:
+        md += ["Every run's result.json records the same provenance (device aside).", ""]
+    return prov, md
 
 
 def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optional[float] = None,
@@ -293,7 +397,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
            "the result.json files each cell of the row was computed from (key named in summary.json).", ""]
     for tid, t in tables.items():
         arrow = "lower is better" if t["lower_is_better"] else "higher is better"
-        md += [f"## {t['title']} — {arrow}", ""]
+        md += [f"## {t['title']} — {arrow}", ""] + ([t["note"], ""] if t.get("note") else [])
         for mname, rows in t["methods"].items():
             md += [f"### {mname} (`{cfg['methods'][mname]['method']}`)", ""]
             body = []
@@ -329,10 +433,12 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
         md += [f"Wall time of the invocation that finished the grid: {wall:.0f} s.", ""]
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    prov, prov_md = _provenance(cfg, recs)
+    md += prov_md
     (rdir / "report.md").write_text("\n".join(md))
     summary = {"name": cfg["name"], "quick": cfg.get("quick", False), "tables": tables, "outcome": outcome,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},
-               "plots": plots, "wall_s": wall}
+               "plots": plots, "wall_s": wall, "provenance": prov}
     (rdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -172,6 +172,26 @@ class Study:
             c["checkpointer"]["output_dir"] = "${output_dir}"
         return c
 
+    def uses_stdlib_corpus(self) -> bool:
+        """Whether a run reads the stdlib corpus (training data or tokenizer, ppl / misalignment text, haystacks):
+        its content hash then goes into the provenance block."""
+        def components(node: Any) -> List[str]:
+            if isinstance(node, dict):
+                return [str(node.get("_component_", ""))] + [c for v in node.values() for c in components(v)]
+            return [c for v in node for c in components(v)] if isinstance(node, list) else []
+
+        ev = self.cfg["eval"]
+        sources = [ev.get("ppl_source"), (ev.get("metadata") or {}).get("mis_source", "stdlib"),
+                   (ev.get("metadata") or {}).get("passkey_haystack"), (ev.get("babilong") or {}).get("haystack")]
+        return "stdlib" in sources or any(c.rsplit(".", 1)[-1].startswith("stdlib")
+                                          for c in components(self._recipe_base()))
+
+    def provenance(self) -> Dict[str, Any]:
+        """The provenance block of this study's files (device: the evaluation's)."""
+        from torchtune_longshort.provenance import provenance
+
+        return provenance(device=str(self.cfg["eval"]["device"]), stdlib=self.uses_stdlib_corpus())
+
     def eval_tasks(self) -> List[str]:
         ev = self.cfg["eval"]
         tasks = [f"{FAMILY_TASK[f]}_{length_label(n)}" for f in FAMILY_TASK for n in ev[f"{f}_lengths"]]
@@ -237,7 +257,11 @@ class Study:
         return out
 
     def _eval(self, key: str, checkpoint: Path, extrapolate: bool = True) -> Dict[str, Any]:
-        from torchtune_longshort.eval.report import load_curves, load_results
+        from torchtune_longshort.eval.report import group_coverage, load_curves, load_group_subtasks, load_results
+
+        def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
+            return {"results": have, "curves": load_curves(eval_dir),
+                    "coverage": group_coverage(have, load_group_subtasks(eval_dir))}
 
         ev, rdir = self.cfg["eval"], self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
@@ -246,11 +270,11 @@ class Study:
                 have = load_results(eval_dir)
                 if all(t in have for t in tasks):
                     self.log(f"[study] {key}: lm-eval results present, skipped")
-                    return {"results": have, "curves": load_curves(eval_dir)}
+                    return read(eval_dir, have)
             except FileNotFoundError:
                 pass
         longest = max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK)
-        model_args = {"checkpoint_dir": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
+        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
         metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
                     "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"]}
@@ -277,7 +301,7 @@ class Study:
         missing = [t for t in tasks if t not in have]
         if missing:
             raise StageError("eval", f"lm-eval results lack tasks {missing}", _tail(log_path))
-        return {"results": have, "curves": load_curves(eval_dir)}
+        return read(eval_dir, have)
 
     @staticmethod
     def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
@@ -342,6 +366,7 @@ class Study:
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
             self.log(f"[study] {key}: FAILED at {rec['stage']}: {e}")
         rec["wall_s"] = round(time.time() - t0, 1)
+        rec["provenance"] = self.provenance()
         rdir.mkdir(parents=True, exist_ok=True)
         tmp = res_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, default=str))
@@ -350,23 +375,44 @@ class Study:
 
     # ------------------------------------------------------------------ everything
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-        """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``."""
+        """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``.
+
+        A tqdm bar over the runs (base included) shows the count, elapsed time and ETA; the log lines are written
+        above it."""
+        from tqdm.auto import tqdm
+
         t0 = time.time()
         self.out.mkdir(parents=True, exist_ok=True)
         records: Dict[str, Dict[str, Any]] = {}
-        base = self.run_one("base", None, evaluate=bool(self.cfg["eval"].get("eval_base", True)))
-        if base["status"] != "ok" and base.get("stage") == "eval":
-            # The base model exists; only its own evaluation failed: the fine-tunes can still run.
-            blocked = None
-        else:
-            blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
-        records["base"] = base
         runs = [r for r in self.runs() if not only or r["key"] in only]
-        for i, run in enumerate(runs, 1):
-            self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
-            records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
+        bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
+        log = self.log
+
+        def above_the_bar(msg: str) -> None:
+            with tqdm.external_write_mode():
+                log(msg)
+
+        self.log = above_the_bar
+        try:
+            bar.set_postfix_str("base", refresh=True)
+            base = self.run_one("base", None, evaluate=bool(self.cfg["eval"].get("eval_base", True)))
+            bar.update(1)
+            if base["status"] != "ok" and base.get("stage") == "eval":
+                # The base model exists; only its own evaluation failed: the fine-tunes can still run.
+                blocked = None
+            else:
+                blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
+            records["base"] = base
+            for i, run in enumerate(runs, 1):
+                self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
+                bar.set_postfix_str(run["key"], refresh=True)
+                records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
+                bar.update(1)
+        finally:
+            bar.close()
+            self.log = log
         summary = {"name": self.cfg["name"], "quick": self.cfg.get("quick", False), "config": self.cfg,
-                   "wall_s_this_invocation": round(time.time() - t0, 1),
+                   "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
         (self.out / "study.json").write_text(json.dumps(summary, indent=1, default=str))

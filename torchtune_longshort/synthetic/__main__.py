@@ -88,6 +88,9 @@ def main(argv=None) -> int:
         model = res.pop("model")
         res["misalignment"] = {L: scalar_misalignment(model, base.task, L, base.outrep, bits=base.bits)
                                for L in (base.l_train, base.l_test) if L >= 2}
+        from torchtune_longshort.provenance import provenance
+
+        res["provenance"] = provenance(device="cpu", stdlib=False)
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "run.json"), "w") as fh:
             json.dump(res, fh, indent=1)

@@ -357,7 +357,7 @@ def run_figures(
     summary["scalar_misalignment"] = misal
     summary["meta"] = {"base_config": asdict(base), "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
-                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice}
+                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": _provenance()}
     runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")},
                                 "steps": r["steps"], "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]}
@@ -367,6 +367,13 @@ def run_figures(
     with open(os.path.join(out_dir, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1, default=float)
     return summary
+
+
+def _provenance() -> Dict:
+    """The provenance block of the synthetic experiments (they train on the CPU)."""
+    from torchtune_longshort.provenance import provenance
+
+    return provenance(device="cpu", stdlib=False)
 
 
 def resummarize(out_dir: str) -> Dict:
@@ -391,7 +398,8 @@ def resummarize(out_dir: str) -> Dict:
         _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None)
     summary = summarize(figs, base)
     summary["scalar_misalignment"] = old.get("scalar_misalignment")
-    summary["meta"] = old["meta"]
+    summary["meta"] = old["meta"]  # its provenance is the training run's; the redrawing adds its own
+    summary["meta"]["resummarized_by"] = _provenance()
     with open(os.path.join(out_dir, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1, default=float)
     return summary

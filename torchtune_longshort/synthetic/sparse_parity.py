@@ -307,8 +307,10 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
         summary[n] = table
         (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
     # one entry per invocation (keyed by its figures): the file merges several runs of the command
+    from torchtune_longshort.provenance import provenance
+
     meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,
-                             "wall_seconds": time.time() - t0}
+                             "wall_seconds": time.time() - t0, "provenance": provenance(device="cpu", stdlib=False)}
     with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
     return summary

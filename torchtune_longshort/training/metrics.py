@@ -6,7 +6,7 @@ import json
 import resource
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
@@ -23,11 +23,12 @@ def peak_memory_gib(device: torch.device) -> float:
 class JsonlMetricLogger:
     """Append one JSON object per logged step to ``path`` (exact float reprs, so runs can be compared bit-wise).
 
-    On resume the lines of steps after the resumed step are dropped first, so the file always holds one
-    trajectory.
+    A fresh file starts with a ``{"step": 0, "provenance": {...}}`` row (``torchtune_longshort.provenance``;
+    ``device``: the training device); step rows follow. On resume the lines of steps after the resumed step are
+    dropped first, so the file always holds one trajectory.
     """
 
-    def __init__(self, path: Union[str, Path], resume_step: int = 0):
+    def __init__(self, path: Union[str, Path], resume_step: int = 0, device: Optional[Union[str, torch.device]] = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step and self.path.exists():
@@ -45,8 +46,14 @@ class JsonlMetricLogger:
                 if row.get("step", 0) <= resume_step:
                     keep.append(line)
             self.path.write_text("".join(l + "\n" for l in keep))
-        elif not resume_step and self.path.exists():
+            return
+        if self.path.exists():
             self.path.unlink()
+        from torchtune_longshort.provenance import provenance
+
+        dev = None if device is None else str(torch.device(device).type)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": 0, "provenance": provenance(device=dev)}) + "\n")
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         row: Dict[str, Any] = {"step": step}

@@ -1,0 +1,80 @@
+"""``pretrained=`` for the ``longshort`` model, as lm-eval users type it (``checkpoint_dir=`` still works), and
+results folders named after the checkpoint exactly as lm-eval's own ``hf`` model names them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from torchtune_longshort.eval.cli_run import lm_eval_argv, run_cli  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+META = '{"ppl_source": "stdlib", "ppl_num_samples": 2}'
+
+
+def _run(model, model_args, out):
+    return run_cli(["run", "--model", model, "--model_args", model_args, "--device", "cpu", "--batch_size", "2",
+                    "--include_path", "evals/tasks", "--tasks", "long_ppl_128", "--metadata", META,
+                    "--output_path", str(out)])
+
+
+def _results_folder(out: Path) -> str:
+    files = list(out.rglob("results_*.json"))
+    assert len(files) == 1, files
+    return files[0].parent.relative_to(out).as_posix()
+
+
+def test_results_folder_named_after_the_checkpoint_as_hf_names_it(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    tok = f"tokenizer={sp_tokenizer_dir}"
+    hf = _run("hf", f"pretrained={tiny_llama2_dir},{tok},dtype=float32", tmp_path / "hf")
+    by_pretrained = _run("longshort", f"pretrained={tiny_llama2_dir},{tok}", tmp_path / "p")
+    by_checkpoint_dir = _run("longshort", f"checkpoint_dir={tiny_llama2_dir},{tok}", tmp_path / "c")
+    name = _results_folder(tmp_path / "hf")
+    assert "tiny_llama2" in name  # hf names the folder after the path (sanitized), not randomly
+    assert _results_folder(tmp_path / "p") == name
+    assert _results_folder(tmp_path / "c") == name
+    ppl = [r["results"]["long_ppl_128"]["ppl,none"] for r in (hf, by_pretrained, by_checkpoint_dir)]
+    assert ppl[1] == ppl[2] and ppl[1] == pytest.approx(ppl[0], rel=1e-4)
+    assert by_pretrained["config"]["checkpoint_dir"] == str(tiny_llama2_dir)
+
+
+def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
+    a = ["run", "--model", "longshort", "--model_args", "checkpoint_dir=/c,tokenizer=/t", "--tasks", "x"]
+    assert lm_eval_argv(a)[4] == "pretrained=/c,tokenizer=/t"
+    b = ["run", "--model", "longshort", "--model_args", "tokenizer=/t", "checkpoint_dir=/c", "--tasks", "x"]
+    assert lm_eval_argv(b)[4:6] == ["tokenizer=/t", "pretrained=/c"]
+    c = ["run", "--model=longshort", "--model_args=tokenizer=/t,checkpoint_dir=/c"]
+    assert lm_eval_argv(c)[2] == "--model_args=tokenizer=/t,pretrained=/c"
+    for same in (["run", "--model", "hf", "--model_args", "checkpoint_dir=/c"],
+                 ["run", "--model", "longshort", "--model_args", "pretrained=/p,checkpoint_dir=/p"]):
+        assert lm_eval_argv(same) == same
+
+
+def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+
+    with pytest.raises(ValueError, match="pretrained=.*checkpoint_dir=.*different"):
+        LongShortLM(pretrained=str(tiny_llama2_dir), checkpoint_dir=str(tmp_path), tokenizer=str(sp_tokenizer_dir),
+                    device="cpu")
+    with pytest.raises(ValueError, match="needs pretrained="):
+        LongShortLM(tokenizer=str(sp_tokenizer_dir), device="cpu")
+
+
+def test_cli_entry_point_names_the_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """The same through ``python -m torchtune_longshort.eval`` (the rewrite happens in its ``main``)."""
+    out = tmp_path / "cli"
+    cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort", "--model_args",
+           f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
+           "--include_path", "evals/tasks", "--tasks", "long_ppl_128", "--metadata", META, "--output_path", str(out)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    from lm_eval.utils import sanitize_model_name
+
+    assert _results_folder(out) == sanitize_model_name(str(tiny_llama2_dir))

@@ -1,0 +1,46 @@
+"""One default sample count for the misalignment metric: the CLI without --num-samples and the lm-eval task without
+mis_num_samples (loaded through lm-eval from its YAML) both measure DEFAULT_NUM_SAMPLES texts, as does a study
+config that does not set eval.mis_num_samples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cli_default(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys):
+    from torchtune_longshort.metrics.cli import main
+
+    out = tmp_path / "m.json"
+    assert main(["--checkpoint-dir", str(tiny_llama2_dir), "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
+                 "--data", "stdlib", "--length", "32", "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["num_samples"] == DEFAULT_NUM_SAMPLES == len(res["values"]["sce"])
+    # the progress bar knew its total (tqdm prints "n/total")
+    assert f"{DEFAULT_NUM_SAMPLES}/{DEFAULT_NUM_SAMPLES}" in capsys.readouterr().err
+
+
+def test_task_default_through_lm_eval(sp_tokenizer_dir):
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(REPO / "evals/tasks"), include_defaults=False,
+                     metadata={"tokenizer": str(sp_tokenizer_dir)})
+    task = tm.load(["misalignment_128"])["tasks"]["misalignment_128"]
+    assert "mis_num_samples" not in (task.config.metadata or {})  # the YAML does not restate the default
+    assert len(list(task.test_docs())) == DEFAULT_NUM_SAMPLES
+
+
+def test_study_default(tmp_path):
+    from torchtune_longshort.study import load_study_config
+
+    raw = yaml.safe_load((REPO / "configs/study/cpu_small.yaml").read_text())
+    raw["eval"].pop("mis_num_samples")
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    assert load_study_config(p, repo_root=REPO)["eval"]["mis_num_samples"] == DEFAULT_NUM_SAMPLES

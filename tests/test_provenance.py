@@ -1,0 +1,73 @@
+"""The provenance block: each field equals what an independent look-up gives (sys, torch.__version__, git, a
+stdlib hash computed here by walking the folder), and the stdlib hash appears only when the corpus was used."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fresh(code: str) -> dict:
+    """Run ``code`` (which prints one JSON line) in a fresh interpreter: the stdlib-used flag is per process."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_fields_match_independent_lookups():
+    import torch
+    import transformers
+
+    from torchtune_longshort import __version__
+    from torchtune_longshort.provenance import provenance
+
+    p = provenance(device="cpu", stdlib=False)
+    assert p["project"]["version"] == __version__
+    assert p["packages"]["torch"] == torch.__version__
+    assert p["packages"]["transformers"] == transformers.__version__
+    assert p["packages"]["lm_eval"] and p["packages"]["torchtune"]
+    assert p["python"]["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert p["python"]["implementation"] == platform.python_implementation()
+    assert p["device"]["type"] == "cpu" and p["device"]["count"] == os.cpu_count()
+    assert "stdlib_corpus" not in p
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if git.returncode == 0:
+        assert p["project"]["git_commit"] == git.stdout.strip()
+        assert isinstance(p["project"]["git_dirty"], bool)
+    json.dumps(p)  # plain JSON
+
+
+def test_stdlib_hash_equals_a_walk_of_the_stdlib_folder():
+    from torchtune_longshort.provenance import provenance
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for d, dirs, names in os.walk(root):
+        rel = Path(d).relative_to(root).parts
+        if "site-packages" in rel or "dist-packages" in rel:
+            dirs[:] = []
+            continue
+        files += [Path(d, n) for n in names if n.endswith(".py")]
+    h, total = hashlib.sha256(), 0
+    for f in sorted(files):
+        b = f.read_bytes()
+        total += len(b)
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + len(b).to_bytes(8, "little") + b)
+    s = provenance(device="cpu", stdlib=True)["stdlib_corpus"]
+    assert s == {"sha256": h.hexdigest(), "files": len(files), "bytes": total, "root": str(root)}
+
+
+def test_stdlib_hash_only_when_the_corpus_was_used():
+    base = "from torchtune_longshort.provenance import provenance; import json; "
+    assert "stdlib_corpus" not in _fresh(base + "print(json.dumps(provenance('cpu')))")
+    used = _fresh(base + "from torchtune_longshort.data import corpus; corpus.stdlib(limit=2); "
+                  "print(json.dumps(provenance('cpu')))")
+    assert len(used["stdlib_corpus"]["sha256"]) == 64

@@ -1,0 +1,95 @@
+"""Known upstream noise is filtered in the entry points, narrowly: each filter drops its own message and nothing
+else from the same logger, and the same evaluation run without the filters does print the lines (so it is the
+filter, not a changed upstream, that removed them)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort._quiet import LOG_FILTERS, DropMessages, filter_warnings
+
+REPO = Path(__file__).resolve().parents[1]
+NOISE = ("Skipping import of cpp extensions", "Custom kwargs can be passed to `--metadata`",
+         "Metrics were not scored on the same number of documents", "overrides existing task")
+
+
+def _record(name, level, msg):
+    return logging.LogRecord(name, level, __file__, 1, msg, None, None)
+
+
+@pytest.mark.parametrize("name, level, dropped, kept", [
+    ("torchao", logging.WARNING,
+     "Skipping import of cpp extensions due to incompatible torch version 2.13.0+cpu for torchao version 0.14.1",
+     "Some other torchao warning"),
+    ("lm_eval.api.task", logging.WARNING,
+     "misalignment_256: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.",
+     "ruler_niah: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager."),
+    ("lm_eval.evaluator_utils", logging.WARNING,
+     "[longshort_passkey_256] Metrics were not scored on the same number of documents (acc,none=5, ...)",
+     "[hellaswag] Metrics were not scored on the same number of documents (acc,none=5, ...)"),
+    ("lm_eval.api.group", logging.WARNING,
+     "Group 'babilong_longshort': metric 'missing_data,none' is missing in 1/5 tasks. Missing in: babilong_qa1",
+     "Group 'babilong_longshort': metric 'acc,none' is missing in 4/5 tasks. Missing in: babilong_qa2, babilong_qa3"),
+    ("torchtune.utils._logging", logging.INFO, "Saving final epoch checkpoint.",
+     "Model checkpoint of size 0.01 GiB saved to /x"),
+])
+def test_each_filter_drops_its_message_only(name, level, dropped, kept):
+    f = DropMessages(LOG_FILTERS[name])
+    assert not f.filter(_record(name, level, dropped))
+    assert f.filter(_record(name, level, kept))
+    assert f.filter(_record(name, logging.ERROR, dropped))  # same text at another level still shows
+
+
+def test_fuzzywuzzy_warning_filtered_by_category_and_module():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        filter_warnings()
+        warnings.warn_explicit("Using slow pure-python SequenceMatcher. Install python-Levenshtein to remove this "
+                               "warning", UserWarning, "fuzz.py", 11, module="fuzzywuzzy.fuzz")
+        warnings.warn_explicit("Using slow pure-python SequenceMatcher.", UserWarning, "x.py", 1, module="other")
+    assert [str(w.message) for w in caught] == ["Using slow pure-python SequenceMatcher."]
+
+
+_EVAL = ["run", "--model", "longshort", "--device", "cpu", "--include_path", "evals/tasks",
+         "--tasks", "long_ppl_128,longshort_passkey_256", "--metadata",
+         '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1}']
+# The same CLI call without quiet_upstream: register the model and hand over to lm-eval.
+_UNFILTERED = ("import sys, torchtune_longshort.eval.lm_eval_model; from lm_eval.__main__ import cli_evaluate; "
+               "sys.argv = ['lm-eval'] + sys.argv[1:]; cli_evaluate()")
+
+
+def _run(cmd, tmp):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp / "hf")}
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout + p.stderr
+
+
+@pytest.mark.slow
+def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    margs = ["--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"]
+    before = _run([sys.executable, "-c", _UNFILTERED, *_EVAL, *margs, "--output_path", str(tmp_path / "a")], tmp_path)
+    after = _run([sys.executable, "-m", "torchtune_longshort.eval", *_EVAL, *margs,
+                  "--output_path", str(tmp_path / "b")], tmp_path)
+    present = [n for n in NOISE[:3] if n in before]
+    assert len(present) == 3, before[-3000:]  # the unfiltered run shows them
+    assert [n for n in NOISE if n in after] == [], after[-3000:]
+    assert "longshort_passkey_256" in after and "long_ppl_128" in after  # the results table is still printed
+
+
+@pytest.mark.slow
+def test_recipe_does_not_claim_a_final_epoch_checkpoint(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    tune = str(Path(sys.executable).with_name("tune"))
+    out = _run([tune, "run", "recipes/longshort_finetune.py", "--config", "configs/tiny/longshort_from_checkpoint.yaml",
+                f"checkpoint_dir={tiny_llama2_dir}", f"tokenizer.path={sp_tokenizer_dir / 'tokenizer.model'}",
+                f"output_dir={tmp_path / 'out'}", "max_steps=1", "save_every_n_steps=1", "validation=null"], tmp_path)
+    assert "Saving final epoch checkpoint" not in out
+    assert "Checkpoint for step 1 written to" in out  # the recipe's own line says what was saved

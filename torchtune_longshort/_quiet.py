@@ -1,0 +1,90 @@
+"""Known upstream noise, filtered narrowly in the project's own entry points (never on import of the library).
+
+Each filter names the logger (or warning category and module) and a message pattern; anything else those
+libraries say still gets through. The entry points that call :func:`quiet_upstream`: ``python -m
+torchtune_longshort.eval`` (and ``cli_run.run_cli``), ``python -m torchtune_longshort.study``, the
+``longshort-misalignment`` CLI and the recipe's ``recipe_main``.
+
+Why each one says nothing to the user:
+
+- torchao "Skipping import of cpp extensions ...": torchtune imports torchao, whose C++ kernels do not match the
+  installed torch; no code path of this project uses them.
+- lm-eval "<task>: Custom kwargs can be passed to `--metadata` ...": printed for every task built by a
+  ``custom_dataset`` function, i.e. every task of this pack, whether or not kwargs were given.
+- lm-eval "[<task>] Metrics were not scored on the same number of documents ...": the pack's per-depth and
+  per-length metrics (``acc_depth_<d>``, ``acc_<len>_d<depth>``, ``score_<bucket>``) are by design means over the
+  documents of that depth / length / bucket; the size-weighting it warns about is not used by the pack's groups
+  (``weight_by_size: false``). Filtered only for the pack's task names.
+- lm-eval "Group '<group>': metric 'missing_data,none' is missing in k/n tasks": the pack's ``missing_data`` marker
+  exists only on the tasks whose data is missing, so it is "missing" on every task that had data. Filtered for the
+  pack's groups and that metric only: the same warning for a real score (``acc``, ``score``) still shows, and the
+  reports mark such partial group scores (``value (k/n tasks)``).
+- fuzzywuzzy "Using slow pure-python SequenceMatcher": a speed hint from a LongBench metric's dependency.
+- torchtune "Saving final epoch checkpoint.": its checkpointer says this at every save the recipe makes (the recipe
+  saves by step, not by epoch); the recipe prints its own line naming the step and folder.
+
+Note: under ``tune run`` torchtune (and so torchao) is imported before the recipe file runs, so the torchao line
+still appears in the recipe's own output; in the eval, study and metric entry points it is filtered.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from typing import Dict, List, Tuple
+
+# Task names of this pack (and the lm-eval tasks its groups re-score) as they appear in lm-eval's messages.
+_PACK_TASK = r"(?:long_ppl_\w+|longshort_passkey_\w+|misalignment_\w+|babilong_qa\d+|longbench_[\w-]+_e)"
+
+# logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match.
+LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
+    "torchao": [(logging.WARNING, r"^Skipping import of cpp extensions")],
+    "lm_eval.api.task": [(logging.WARNING, rf"^{_PACK_TASK}: Custom kwargs can be passed to `--metadata`")],
+    "lm_eval.evaluator_utils": [
+        (logging.WARNING, rf"^\[{_PACK_TASK}\] Metrics were not scored on the same number of documents")
+    ],
+    "lm_eval.api.group": [
+        (logging.WARNING,
+         r"^Group '(?:babilong_longshort|longbench_e_full\w*)': metric 'missing_data,[^']*' is missing in")
+    ],
+    "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
+}
+
+# (message pattern, category, module pattern) for warnings.filterwarnings
+WARNING_FILTERS: List[Tuple[str, type, str]] = [
+    (r"Using slow pure-python SequenceMatcher", UserWarning, r"fuzzywuzzy(\..*)?$"),
+]
+
+
+class DropMessages(logging.Filter):
+    """Drops the records of one logger whose level and message match one of ``rules``; passes all others."""
+
+    def __init__(self, rules: List[Tuple[int, str]]):
+        super().__init__()
+        self.rules = [(level, re.compile(pattern, re.S)) for level, pattern in rules]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(record.levelno == level and p.search(msg) for level, p in self.rules)
+
+
+_installed = False
+
+
+def filter_warnings() -> None:
+    """Add :data:`WARNING_FILTERS` to the ``warnings`` filters (part of :func:`quiet_upstream`)."""
+    for message, category, module in WARNING_FILTERS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+def quiet_upstream() -> None:
+    """Install the filters above (once per process). Call it first thing in an entry point, before the imports
+    whose noise it filters (torchao's line is logged when torchao is imported)."""
+    global _installed
+    if _installed:
+        return
+    for name, rules in LOG_FILTERS.items():
+        logging.getLogger(name).addFilter(DropMessages(rules))
+    filter_warnings()
+    _installed = True

@@ -1,0 +1,140 @@
+"""Where a number came from: the provenance block every results, metrics and report file of the project carries.
+
+:func:`provenance` is the one function that builds it; everything that writes a file calls it::
+
+    {"project": {"name", "version", "git_commit", "git_dirty"},       # git fields null outside a git checkout
+     "packages": {"torch", "torchtune", "lm_eval", "transformers"},  # installed versions (null: not installed)
+     "python": {"version", "implementation", "executable"},
+     "stdlib_corpus": {"sha256", "files", "bytes", "root"},         # only when the stdlib corpus was used
+     "device": {"type", "name", "count"}}
+
+The stdlib corpus (``torchtune_longshort.data.stdlib_corpus``) is the running interpreter's own source files, so
+perplexities on it change with the Python version; its content hash says which text a number was measured on.
+It is included when asked (``stdlib=True``) or, by default, when this process has listed the corpus
+(:func:`mark_stdlib_used`, called by ``stdlib_source_files``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+PACKAGES = ("torch", "torchtune", "lm_eval", "transformers")
+# Distribution names where they differ from the import name.
+_DISTRIBUTIONS = {"lm_eval": "lm-eval"}
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_stdlib_used = False
+
+
+def mark_stdlib_used() -> None:
+    """Record that this process read the stdlib corpus (its hash then goes into :func:`provenance`)."""
+    global _stdlib_used
+    _stdlib_used = True
+
+
+def _version(dist: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _git(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
+    """Commit and dirty flag of the checkout that holds this package; nulls when it is not in one (a wheel)."""
+
+    def run(*args: str) -> Optional[str]:
+        try:
+            p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    top = run("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root:
+        return {"git_commit": None, "git_dirty": None}
+    status = run("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": run("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status)}
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_corpus_hash() -> Dict[str, Any]:
+    """SHA-256 over every file of the stdlib corpus (relative path, size and bytes, in sorted order)."""
+    from torchtune_longshort.data.stdlib_corpus import stdlib_dir, stdlib_source_files
+
+    root = stdlib_dir()
+    h, total = hashlib.sha256(), 0
+    files = stdlib_source_files()
+    for f in files:
+        data = f.read_bytes()
+        total += len(data)
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return {"sha256": h.hexdigest(), "files": len(files), "bytes": total, "root": str(root)}
+
+
+def device_info(device: Optional[str] = None) -> Dict[str, Any]:
+    """``{"type", "name", "count"}`` for ``device`` (``cpu``, ``cuda``, ``cuda:1``; None: cuda if available)."""
+    import torch
+
+    dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and torch.cuda.is_available():
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        return {"type": "cuda", "name": torch.cuda.get_device_name(idx), "count": torch.cuda.device_count(),
+                "cuda": torch.version.cuda}
+    name = platform.processor() or platform.machine()
+    try:  # Linux: the CPU's model name
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"type": dev.type, "name": name, "count": os.cpu_count()}
+
+
+def provenance(device: Optional[str] = None, stdlib: Optional[bool] = None) -> Dict[str, Any]:
+    """The provenance block (see the module docstring).
+
+    Args:
+        device: the device the numbers were computed on (``cpu``, ``cuda:0``; None: cuda if available, else cpu).
+        stdlib: include the stdlib corpus hash (None: when this process used the corpus, see
+            :func:`mark_stdlib_used`).
+    """
+    from torchtune_longshort import __version__
+
+    out: Dict[str, Any] = {
+        "project": {"name": "torchtune-longshort", "version": __version__, **_git()},
+        "packages": {p: _version(_DISTRIBUTIONS.get(p, p)) for p in PACKAGES},
+        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
+                   "executable": sys.executable},
+    }
+    if stdlib or (stdlib is None and _stdlib_used):
+        out["stdlib_corpus"] = stdlib_corpus_hash()
+    out["device"] = device_info(device)
+    return out
+
+
+def provenance_markdown(block: Dict[str, Any]) -> str:
+    """A short Markdown paragraph of a provenance block, for the reports."""
+    proj, pk, py, dev = block["project"], block["packages"], block["python"], block["device"]
+    commit = proj.get("git_commit")
+    if not commit:
+        commit = "no git checkout"
+    else:
+        commit = commit[:12] + (" (with uncommitted changes)" if proj.get("git_dirty") else "")
+    lines = [f"- torchtune-longshort {proj['version']}, commit {commit}",
+             "- " + ", ".join(f"{k} {v or 'not installed'}" for k, v in pk.items()),
+             f"- Python {py['version']} ({py['implementation']})",
+             f"- device: {dev['type']} ({dev.get('name')})"]
+    if "stdlib_corpus" in block:
+        s = block["stdlib_corpus"]
+        lines.append(f"- stdlib corpus: sha256 {s['sha256'][:16]}… ({s['files']} files, {s['bytes']} bytes)")
+    return "\n".join(lines)
