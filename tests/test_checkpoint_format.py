@@ -134,3 +134,27 @@ def test_eval_model_refuses_a_foreign_folder_without_tokenizer(tiny_llama2_dir):
 
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
         LongShortLM(checkpoint_dir=str(tiny_llama2_dir))
+
+
+def test_saving_a_method_transformers_cannot_run_says_so(tmp_path, base_with_tokenizer, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+        _saved(tmp_path, base_with_tokenizer, "eabf")
+    assert any("'eabf' is not representable in transformers" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+        _saved(tmp_path, base_with_tokenizer, "yarn")
+    assert not caplog.records
+
+
+def test_misalignment_cli_reads_the_checkpoints_own_tokenizer(tmp_path, base_with_tokenizer):
+    """The README's command: no --tokenizer for a folder that carries one; the result matches an explicit one."""
+    from torchtune_longshort.metrics.cli import main
+
+    _, out = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
+    args = ["--checkpoint-dir", str(out), "--data", "stdlib", "--length", "128", "--num-samples", "3"]
+    assert main(args + ["--output", str(tmp_path / "a.json")]) == 0
+    assert main(args + ["--tokenizer", str(out / "tokenizer.model"), "--output", str(tmp_path / "b.json")]) == 0
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert a["summary"] == b["summary"] and a["summary"]["sce"]["mean"] > 0
