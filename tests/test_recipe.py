@@ -218,3 +218,41 @@ def test_unshardable_qlora_shapes_are_refused_before_loading(tmp_path, sp_tokeni
     p = subprocess.run(cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode != 0
     assert "numel divisible by 64 * 256 * world_size = 32768" in p.stderr + p.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_step_saves_and_resumes_exactly(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """A scheduler's SIGTERM: the step in flight finishes, a checkpoint is written, the exit code says 'signal',
+    and resume=True reproduces an uninterrupted run's losses."""
+    common = ["loss.alpha=0.1", "max_steps=200", "save_every_n_steps=100", "validation=null"]
+    ref = tmp_path / "ref"
+    run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, ref, *common, "stop_after_step=12"), tmp_path)
+    out = tmp_path / "out"
+    cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, *common)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 240
+    while not ((out / "metrics.jsonl").is_file() and any(s >= 2 for s, _ in losses(out))):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    last = losses(out)[-1][0]
+    assert (out / f"step_{last}" / "recipe_state.pt").is_file() and "SIGTERM received" in err
+    run_tune(cmd + ["resume=True", "stop_after_step=12"], tmp_path)
+    assert losses(out)[:12] == losses(ref)[:12]
+
+
+@pytest.mark.slow
+def test_resume_applies_a_lowered_lr(uninterrupted, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    out = tmp_path / "out"
+    run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "loss.alpha=0.1", "stop_after_step=4"), tmp_path)
+    run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "loss.alpha=0.1", "resume=True",
+                      "optimizer.lr=1.5e-3"), tmp_path)
+    rows = {r["step"]: r for r in (json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
+    ref = {r["step"]: r for r in (json.loads(l) for l in (uninterrupted / "metrics.jsonl").read_text().splitlines())
+           if "lr" in r}
+    assert rows[4]["lr"] == ref[4]["lr"]
+    for step in range(5, 9):  # same schedule, half the base lr
+        assert rows[step]["lr"] == pytest.approx(ref[step]["lr"] / 2, rel=1e-6)

@@ -174,3 +174,67 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
     cfg = make_cfg(None, sp_tokenizer_dir, out, resume=True)
     with pytest.raises(FileNotFoundError, match="leaves only step_0"):
         recipe_cls(cfg).setup()
+
+
+# ---------------------------------------------------------------- data read before step 1
+def _jsonl(tmp_path, lines, name="c.jsonl"):
+    p = tmp_path / "corpus"
+    p.mkdir(exist_ok=True)
+    (p / name).write_bytes(b"".join(lines))
+    return p
+
+
+GOOD = b'{"text": "' + b"def f(x):\\n    return x + 1\\n" * 200 + b'"}\n'
+
+
+@pytest.mark.parametrize("bad,match", [
+    (b'{"text": "ok"\n', r"c.jsonl:2: not a JSON line"),
+    (b'{"text": "\xff\xfe broken"}\n', r"c.jsonl:2: bytes that are not utf-8"),
+    (b'{"body": "no text field"}\n', r"c.jsonl:2: .*'text'"),
+])
+def test_bad_records_are_named_with_file_and_line_before_anything(tmp_path, bad, match):
+    from torchtune_longshort.data.corpus import local_text
+
+    with pytest.raises(ValueError, match=match):
+        local_text(str(_jsonl(tmp_path, [GOOD, bad, GOOD])))
+
+
+def test_bad_records_can_be_skipped_and_counted(tmp_path, caplog):
+    from torchtune_longshort.data.corpus import local_text
+
+    path = _jsonl(tmp_path, [GOOD, b"not json\n", b'{"text": "\xff"}\n', GOOD])
+    docs = local_text(str(path), skip_bad_records=True)
+    assert len(list(docs())) == 2
+    assert "skipped 2 unreadable record(s)" in caplog.text
+
+
+def test_empty_corpus_is_refused(tmp_path):
+    from torchtune_longshort.data.corpus import local_text
+
+    (tmp_path / "d").mkdir()
+    for i in range(3):
+        (tmp_path / "d" / f"{i}.txt").write_text("")
+    with pytest.raises(ValueError, match="yields no non-empty documents"):
+        local_text(str(tmp_path / "d"))
+
+
+def test_corpus_shorter_than_one_sample_is_refused_before_step_1(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                 sp_tokenizer_dir):
+    small = tmp_path / "small.txt"
+    small.write_text("x = 1\n" * 5)
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out")
+    cfg.dataset = OmegaConf.create({"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(small)})
+    with pytest.raises(ValueError, match=r"fewer than one sample of seq_len \+ e_max \+ 1 = 97"):
+        recipe_cls(cfg).setup()
+    assert not list((tmp_path / "out").glob("step_*"))
+
+
+# ---------------------------------------------------------------- resume with a changed config
+def test_resume_refuses_changes_that_break_exactness_and_applies_the_others():
+    from torchtune_longshort.training.resume import compare_resume_config
+
+    saved = {"seq_len": 64, "max_steps": 8, "optimizer": {"lr": 3e-3}, "loss": {"alpha": 0.1}, "resume": False}
+    applied = compare_resume_config(saved, {**saved, "max_steps": 12, "optimizer": {"lr": 1e-3}, "resume": True})
+    assert applied == [("max_steps", 8, 12), ("optimizer.lr", 3e-3, 1e-3)]
+    with pytest.raises(ValueError, match=r"loss.alpha: 0.1 -> 0.3; seq_len: 64 -> 128"):
+        compare_resume_config(saved, {**saved, "seq_len": 128, "loss": {"alpha": 0.3}})

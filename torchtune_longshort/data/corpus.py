@@ -72,12 +72,16 @@ def local_text(
     text_field: str = "text",
     suffixes: Sequence[str] = TEXT_SUFFIXES,
     encoding: str = "utf-8",
+    skip_bad_records: bool = False,
 ) -> Documents:
     """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``,
     recursively, sorted; each file one document), or JSON Lines (``*.jsonl``: each line an object whose
     ``text_field`` is one document). A directory of ``*.jsonl`` files is read line by line too.
 
-    The path and the first record are checked here, so a wrong path or field fails before any training step.
+    The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are
+    not ``encoding``, a line that is not JSON, a missing or non-string ``text_field``) fails with its file and line,
+    or, with ``skip_bad_records=True``, is skipped and counted in the log. A corpus with no non-empty document
+    fails too.
     """
     p = Path(path)
     if not p.exists():
@@ -88,23 +92,53 @@ def local_text(
             raise FileNotFoundError(f"dataset.path={path!r} holds no files ending in {list(suffixes) + ['.jsonl']}")
     else:
         files = [p]
+    bad: List[str] = []
 
-    def docs() -> Iterator[str]:
+    def records(strict: bool, sink: Optional[List[str]] = None) -> Iterator[str]:
         for f in files:
             if f.suffix == ".jsonl":
-                with open(f, encoding=encoding) as fh:
-                    for i, line in enumerate(fh):
-                        if line.strip():
-                            yield _text_of(json.loads(line), text_field, f"{f}:{i + 1}")
+                with open(f, "rb") as fh:
+                    for i, raw in enumerate(fh):
+                        where = f"{f}:{i + 1}"
+                        try:
+                            line = raw.decode(encoding)
+                            if not line.strip():
+                                continue
+                            try:
+                                record = json.loads(line)
+                            except json.JSONDecodeError as e:
+                                raise ValueError(f"{where}: not a JSON line ({e.msg})") from None
+                            text = _text_of(record, text_field, where)
+                        except (UnicodeDecodeError, ValueError) as e:
+                            if isinstance(e, UnicodeDecodeError):
+                                e = ValueError(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})")
+                            if strict:
+                                raise e from None
+                            if sink is not None:
+                                sink.append(str(e))
+                            continue
+                        yield text
             else:
-                yield f.read_text(encoding=encoding, errors="replace")
+                try:
+                    yield f.read_bytes().decode(encoding)
+                except UnicodeDecodeError as e:
+                    msg = f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})"
+                    if strict:
+                        raise ValueError(msg) from None
+                    if sink is not None:
+                        sink.append(msg)
 
-    src = _Source(docs, f"local_text({path!r}, {len(files)} files)")
-    try:
-        next(src())
-    except StopIteration:
-        raise ValueError(f"dataset.path={path!r} yields no documents") from None
-    return src
+    strict = not skip_bad_records
+    n_docs = sum(1 for text in records(strict, bad) if text.strip())
+    if bad:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "dataset.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s", path, len(bad), bad[0]
+        )
+    if n_docs == 0:
+        raise ValueError(f"dataset.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
+    return _Source(lambda: (t for t in records(False) if t.strip()), f"local_text({path!r}, {len(files)} files)")
 
 
 def hf_text(

@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -52,6 +54,7 @@ from torchtune_longshort.models.hf_checkpoint import (
     write_hf_checkpoint,
 )
 from torchtune_longshort.training.config_checks import check_recipe_config
+from torchtune_longshort.training.resume import compare_resume_config
 from torchtune_longshort.training.checkpointing import (
     RECIPE_STATE,
     OutputDirLock,
@@ -103,6 +106,8 @@ class LongShortFinetuneRecipe:
         self.seed = training.set_seed(seed=cfg.get("seed", 0))
         self.output_dir = Path(cfg.output_dir)
         self.global_step = 0
+        self._signal = 0  # set by the SIGTERM/SIGINT handler (recipe_main installs it)
+        self.stopped_by = 0
 
     # ------------------------------------------------------------------ checks that need no model
     def _validate_static(self, world_size: int) -> None:
@@ -151,8 +156,13 @@ class LongShortFinetuneRecipe:
         resume_dir = self.ckpts.latest(resumable=True) if resume else None
         self._resume_dir = resume_dir
         recipe_state = torch.load(resume_dir / RECIPE_STATE, weights_only=False) if resume_dir else None
+        self._resume_changes = []
         if recipe_state is not None:
             self.global_step = int(recipe_state["step"])
+            if recipe_state.get("config") is not None:
+                self._resume_changes = compare_resume_config(
+                    recipe_state["config"], OmegaConf.to_container(cfg, resolve=True)
+                )
 
         self._tokenizer = config.instantiate(cfg.tokenizer)
         self._model_kw = _model_kwargs(cfg.model)
@@ -184,6 +194,7 @@ class LongShortFinetuneRecipe:
                 self._optimizer.load_state_dict(recipe_state["optimizer"])
             if self._lr_scheduler is not None:
                 self._lr_scheduler.load_state_dict(recipe_state["lr_scheduler"])
+            self._apply_resume_changes()
 
         self._batcher = self._setup_data(recipe_state)
         self._pos_sampler, self._pos_generator = self._setup_position_sampler(recipe_state)
@@ -200,6 +211,21 @@ class LongShortFinetuneRecipe:
         if recipe_state is not None:
             torch.set_rng_state(recipe_state["torch_rng"])
             utils.log_rank_zero(log, f"Resumed from {resume_dir} at step {self.global_step}")
+
+    def _apply_resume_changes(self) -> None:
+        """Apply (and log) what a resumed run changes on purpose; the optimizer's saved param groups would
+        otherwise keep the old values (an lr lowered after a NaN would silently not apply)."""
+        for key, old, new in self._resume_changes:
+            if key.startswith("optimizer.") and key != "optimizer._component_":
+                name = key.split(".", 1)[1]
+                for group in self._optimizer.param_groups:
+                    if name in group:
+                        group[name] = new
+                        if name == "lr":
+                            group["initial_lr"] = new
+                if name == "lr" and self._lr_scheduler is not None:
+                    self._lr_scheduler.base_lrs = [new for _ in self._lr_scheduler.base_lrs]
+            utils.log_rank_zero(log, f"resume: {key} changed {old!r} -> {new!r} (applied)")
 
     def _barrier(self) -> None:
         if self._distributed:
@@ -400,10 +426,25 @@ class LongShortFinetuneRecipe:
         if recipe_state is not None:
             batcher.load_state_dict(recipe_state["data"])
         else:
-            # Read one sample now so a bad corpus or a tokenizer/model mismatch fails before step 1.
+            # Before step 1: a corpus shorter than one sample would be trained on repeats, one of empty documents
+            # on BOS/EOS alone; then read one sample so a tokenizer/model mismatch fails here too.
+            self._check_corpus_length(documents, cfg.seq_len + batcher.e_hi + 1)
             probe = PackedTokenStream(documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
             probe.take(cfg.seq_len + batcher.e_hi)
         return batcher
+
+    def _check_corpus_length(self, documents, need: int) -> None:
+        """One pass over the documents must hold ``need`` = L + e_max + 1 text tokens (BOS/EOS not counted)."""
+        got = 0
+        for text in documents():
+            got += max(0, len(self._tokenizer.encode(text, add_bos=False, add_eos=False)))
+            if got >= need:
+                return
+        raise ValueError(
+            f"dataset {documents!r} holds {got} text tokens in one pass, fewer than one sample of "
+            f"seq_len + e_max + 1 = {need}: training would repeat it (or see only BOS/EOS). Use more data, a "
+            "shorter seq_len or a smaller e_range"
+        )
 
     def _setup_position_sampler(self, recipe_state):
         """Optional ``position_sampler`` (``torchtune_longshort.rope.POSITION_SAMPLERS``: random_pos, PoSE): each
@@ -601,10 +642,42 @@ class LongShortFinetuneRecipe:
                 if self._is_rank_zero:
                     self._metric_logger.log_dict(vm, step=self.global_step)
                     self._jsonl.log(self.global_step, vm)
-            if self.global_step % save_every == 0 or self.global_step in (max_steps, stop_at):
+            stop_signal = self._signal_received()
+            if self.global_step % save_every == 0 or self.global_step in (max_steps, stop_at) or stop_signal:
                 self.save_checkpoint()
+            if stop_signal:
+                self.stopped_by = stop_signal
+                utils.log_rank_zero(
+                    log,
+                    f"{signal.Signals(stop_signal).name} received: finished step {self.global_step}, saved "
+                    f"{self.ckpts.path(self.global_step)}; continue with resume=True",
+                )
+                break
         if pbar is not None:
             pbar.close()
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM / SIGINT (a job scheduler's time limit, Ctrl-C) end the run after the current step, with a save."""
+        self._signal = 0
+        self.stopped_by = 0
+
+        def handler(signum, frame):
+            if self._signal:  # a second signal: stop now, as the default handler would
+                raise KeyboardInterrupt
+            self._signal = signum
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, handler)
+
+    def _signal_received(self) -> int:
+        """The signal any rank received (all ranks stop at the same step)."""
+        flag = self._signal
+        if self._distributed:
+            t = torch.tensor([flag], device=self._device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            flag = int(t.item())
+        return flag
 
     def release_output_dir(self) -> None:
         """Give up the output folder's lock (also after a failure, so the next run need not wait for a dead PID)."""
@@ -637,12 +710,15 @@ def recipe_main(cfg: DictConfig) -> None:
     quiet_upstream()
     recipe = LongShortFinetuneRecipe(cfg)
     recipe.setup()
+    recipe._install_signal_handlers()
     try:
         recipe.train()
     except BaseException:
         recipe.release_output_dir()
         raise
     recipe.cleanup()
+    if recipe.stopped_by:
+        sys.exit(128 + recipe.stopped_by)  # the shell's convention for "ended by a signal"
 
 
 if __name__ == "__main__":
