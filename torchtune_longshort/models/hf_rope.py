@@ -52,51 +52,22 @@ def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
     raise TypeError(f"expected a model with .rope_scaling or a spec dict, got {type(model_or_spec).__name__}")
 
 
+def _method_class(spec: Dict[str, Any]):
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    if spec["method"] not in ROPE_METHODS:
+        raise ValueError(f"unknown rope method {spec['method']!r}: expected one of {sorted(ROPE_METHODS)}")
+    return ROPE_METHODS[spec["method"]]
+
+
 def rope_scaling_to_hf(model_or_spec) -> Optional[Dict[str, Any]]:
     """The transformers ``rope_scaling`` dict for a scaled model (or its spec); None where transformers has no
     scaling type for the method (plain, ntk and abf are a ``rope_theta`` change; eabf and clex are not
-    representable -- see :func:`hf_config_updates` for the full set of config.json entries)."""
+    representable -- see :func:`hf_config_updates`). Asks the method's class (``ScaledRoPE.to_hf``)."""
     spec = _spec_of(model_or_spec)
     if not spec:
         return None
-    m = spec["method"]
-    if m == "linear":
-        return {"rope_type": "linear", "factor": float(spec["factor"])}
-    if m == "dynamic_ntk":
-        return {"rope_type": "dynamic", "factor": float(spec["factor"])}
-    if m == "yarn":
-        out = {
-            "rope_type": "yarn",
-            "factor": float(spec["factor"]),
-            "original_max_position_embeddings": int(spec["original_max_seq_len"]),
-            "beta_fast": float(spec.get("beta", 32.0)),
-            "beta_slow": float(spec.get("alpha", 1.0)),
-            "truncate": bool(spec.get("truncate", True)),
-        }
-        if spec.get("attention_factor") is not None:
-            out["attention_factor"] = float(spec["attention_factor"])
-        return out
-    if m == "llama3":
-        return {
-            "rope_type": "llama3",
-            "factor": float(spec["factor"]),
-            "low_freq_factor": float(spec["low_freq_factor"]),
-            "high_freq_factor": float(spec["high_freq_factor"]),
-            "original_max_position_embeddings": int(spec["original_max_seq_len"]),
-        }
-    return None
-
-
-def _hf_theta(spec: Dict[str, Any]) -> float:
-    m = spec["method"]
-    if m in ("abf", "eabf"):
-        return float(spec["new_base"])
-    if m == "ntk":
-        if "head_dim" not in spec:
-            raise ValueError("an ntk spec needs 'head_dim' to write its scaled base into config.json")
-        d = spec["head_dim"]
-        return float(spec["base"]) * float(spec["factor"]) ** (d / (d - 2))
-    return float(spec["base"])
+    return _method_class(spec).to_hf(spec)
 
 
 def transformers_representable(spec: Dict[str, Any]) -> bool:
@@ -120,12 +91,13 @@ def hf_config_updates(model_or_spec) -> Dict[str, Any]:
     spec = _spec_of(model_or_spec)
     if not spec:
         return {}
-    theta = _hf_theta(spec)
-    scaling = rope_scaling_to_hf(spec)
+    cls = _method_class(spec)
+    theta = cls.hf_theta(spec)
+    scaling = cls.to_hf(spec)
     if not transformers_representable(spec):
         scaling = {"rope_type": not_representable_rope_type(spec["method"])}
     params = {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
-    max_pos = spec["original_max_seq_len"] if spec["method"] == "dynamic_ntk" else spec["max_seq_len"]
+    max_pos = cls.hf_max_position_embeddings(spec)
     out = {
         "rope_theta": theta,
         "rope_parameters": params,
@@ -162,47 +134,15 @@ def rope_spec_from_hf_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]
     max_pos = int(config.get("max_position_embeddings", 4096))
     if kind == "default":
         return None
-    factor = float(entry["factor"])
-    if kind == "linear":
-        return {"method": "linear", "base": theta, "factor": factor, "max_seq_len": max_pos}
-    if kind == "dynamic":
-        return {
-            "method": "dynamic_ntk",
-            "base": theta,
-            "factor": factor,
-            "original_max_seq_len": max_pos,
-            "max_seq_len": int(round(max_pos * factor)),
-        }
-    if kind == "yarn":
-        if entry.get("mscale") or entry.get("mscale_all_dim"):
-            raise ValueError("yarn rope_scaling with mscale/mscale_all_dim (DeepSeek form) is not supported")
-        spec = {
-            "method": "yarn",
-            "base": theta,
-            "factor": factor,
-            "original_max_seq_len": int(entry.get("original_max_position_embeddings", max_pos)),
-            "alpha": float(entry.get("beta_slow") or 1.0),
-            "beta": float(entry.get("beta_fast") or 32.0),
-            "truncate": bool(entry.get("truncate", True)),
-            "max_seq_len": max_pos,
-        }
-        if entry.get("attention_factor") is not None:
-            spec["attention_factor"] = float(entry["attention_factor"])
-        return spec
-    if kind == "llama3":
-        return {
-            "method": "llama3",
-            "base": theta,
-            "factor": factor,
-            "low_freq_factor": float(entry["low_freq_factor"]),
-            "high_freq_factor": float(entry["high_freq_factor"]),
-            "original_max_seq_len": int(entry["original_max_position_embeddings"]),
-            "max_seq_len": max_pos,
-        }
-    raise ValueError(
-        f"config.json rope type {kind!r} is not supported: expected one of default, linear, dynamic, yarn, llama3 "
-        f"(or a '{SPEC_KEY}' entry written by torchtune_longshort)"
-    )
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    by_hf_type = {c.hf_rope_type: c for c in ROPE_METHODS.values() if c.hf_rope_type}
+    if kind not in by_hf_type:
+        raise ValueError(
+            f"config.json rope type {kind!r} is not supported: expected one of default, "
+            f"{', '.join(sorted(by_hf_type))} (or a '{SPEC_KEY}' entry written by torchtune_longshort)"
+        )
+    return by_hf_type[kind].from_hf(entry, theta, max_pos)
 
 
 def rope_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:

@@ -15,9 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from torchtune_longshort.rope import HAS_FACTOR, NEEDS_ORIGINAL_LENGTH, ROPE_METHODS, build_rope
+from torchtune_longshort.rope import ROPE_METHODS, build_rope
 from torchtune_longshort.rope.base import ScaledRoPE, check_positive_int
-from torchtune_longshort.rope.clex import CLEXRoPE
 
 _HOOKS_ATTR = "_longshort_rope_hooks"
 
@@ -89,8 +88,9 @@ def _install_query_scale(model: nn.Module, rope: nn.Module, attentions) -> None:
         hooks.append(attn.q_proj.register_forward_hook(q_hook))
 
 
-def _install_clex(model: nn.Module, rope: CLEXRoPE) -> None:
-    """Draw CLEX's t (and training positions) once per decoder forward, shared by q and k of every layer."""
+def _install_per_forward(model: nn.Module, rope: nn.Module) -> None:
+    """Call ``rope.prepare`` once per decoder forward (CLEX draws its t and training positions there, shared by q
+    and k of every layer) and ``rope.clear`` after it."""
     hooks = getattr(model, _HOOKS_ATTR)
 
     def pre_hook(module, args, kwargs):
@@ -154,19 +154,7 @@ def apply_rope_scaling(
         raise ValueError("original_max_seq_len could not be inferred from the model: pass it explicitly")
     check_positive_int("original_max_seq_len", original_max_seq_len)
 
-    kwargs = dict(method_kwargs)
-    if method in HAS_FACTOR and "factor" not in kwargs:
-        factor = max_seq_len / original_max_seq_len
-        if factor < 1:
-            raise ValueError(
-                f"max_seq_len={max_seq_len} is shorter than original_max_seq_len={original_max_seq_len}: the "
-                f"default factor L'/L={factor:.4g} is < 1; pass factor >= 1 explicitly or a longer max_seq_len"
-            )
-        kwargs["factor"] = factor
-    if method in NEEDS_ORIGINAL_LENGTH:
-        kwargs.setdefault("original_max_seq_len", original_max_seq_len)
-    if method == "clex" and "t_max" not in kwargs:
-        kwargs["t_max"] = max(1, max_seq_len // kwargs["original_max_seq_len"])
+    kwargs = ROPE_METHODS[method].default_kwargs(max_seq_len, original_max_seq_len, method_kwargs)
     kwargs.setdefault("layout", _layout_of(old))
 
     with torch.device(_module_device(old)):
@@ -180,8 +168,8 @@ def apply_rope_scaling(
     model.max_seq_len = max_seq_len
     if hasattr(rope, "query_scale"):
         _install_query_scale(model, rope, attentions)
-    if isinstance(rope, CLEXRoPE):
-        _install_clex(model, rope)
+    if hasattr(rope, "prepare"):  # a method that fixes its state once per forward (CLEX's t and positions)
+        _install_per_forward(model, rope)
     model.rope_scaling = {
         **rope.spec(),
         "head_dim": head_dim,

@@ -42,10 +42,9 @@ POSITION_SAMPLERS = {
     "pose": PoSEPositions,
 }
 
-# Methods whose parameters include the pre-trained context length L (``original_max_seq_len``).
-NEEDS_ORIGINAL_LENGTH = ("dynamic_ntk", "yarn", "eabf", "clex", "llama3")
-# Methods with a context-extension factor.
-HAS_FACTOR = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")
+# Derived from the classes (each declares what it needs); kept for code that lists them.
+NEEDS_ORIGINAL_LENGTH = tuple(m for m, c in ROPE_METHODS.items() if c.needs_original_length)
+HAS_FACTOR = tuple(m for m, c in ROPE_METHODS.items() if c.has_factor)
 
 
 def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10_000.0, **method_kwargs) -> nn.Module:

@@ -36,6 +36,10 @@ class ABFRoPE(ScaledRoPE):
 
     method = "abf"
 
+    @classmethod
+    def hf_theta(cls, spec):
+        return float(spec["new_base"])  # ABF is plain RoPE with another base: a rope_theta change for transformers
+
     def __init__(self, dim, max_seq_len, base=10_000.0, *, new_base: float = 500_000.0, layout="interleaved"):
         super().__init__(dim, max_seq_len, base, layout)
         self.new_base = check_base("new_base", new_base)
@@ -59,6 +63,7 @@ class EABFRoPE(ABFRoPE):
     """
 
     method = "eabf"
+    needs_original_length = True
     transformers_representable = False  # the query factor has no config.json entry in transformers
 
     def __init__(

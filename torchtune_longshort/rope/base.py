@@ -93,6 +93,55 @@ class ScaledRoPE(nn.Module):
     transformers_representable: bool = True
     # Whether the method has learned parameters (saved in the checkpoint's RoPE side file).
     has_learned_parameters: bool = False
+    # What the method needs: a context-extension factor (default L'/L) and/or the pre-trained length L.
+    has_factor: bool = False
+    needs_original_length: bool = False
+    # transformers' ``rope_type`` for this method (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``); None where the
+    # method is a ``rope_theta`` change (``hf_theta``) or not representable.
+    hf_rope_type: Optional[str] = None
+
+    # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
+    @classmethod
+    def default_kwargs(cls, max_seq_len: int, original_max_seq_len: int, given: Optional[dict] = None) -> dict:
+        """The method's parameters for a target length L' = ``max_seq_len`` from L = ``original_max_seq_len``:
+        ``given`` completed with the method's defaults."""
+        out = dict(given or {})
+        if cls.has_factor and "factor" not in out:
+            factor = max_seq_len / original_max_seq_len
+            if factor < 1:
+                raise ValueError(
+                    f"max_seq_len={max_seq_len} is shorter than original_max_seq_len={original_max_seq_len}: the "
+                    f"default factor L'/L={factor:.4g} is < 1; pass factor >= 1 explicitly or a longer max_seq_len"
+                )
+            out["factor"] = factor
+        if cls.needs_original_length:
+            out.setdefault("original_max_seq_len", original_max_seq_len)
+        return out
+
+    @classmethod
+    def hf_theta(cls, spec: dict) -> float:
+        """The ``rope_theta`` config.json gets for ``spec``."""
+        return float(spec["base"])
+
+    @classmethod
+    def hf_max_position_embeddings(cls, spec: dict) -> int:
+        """The ``max_position_embeddings`` config.json gets (transformers reads some methods' L from it)."""
+        return int(spec["max_seq_len"])
+
+    @classmethod
+    def to_hf(cls, spec: dict) -> Optional[dict]:
+        """The transformers ``rope_scaling`` entry for ``spec`` (without ``rope_theta``); None if there is none."""
+        return None
+
+    @classmethod
+    def from_hf(cls, entry: dict, theta: float, max_position_embeddings: int) -> dict:
+        """Inverse of :meth:`to_hf`: a spec from a transformers ``rope_scaling`` entry of ``hf_rope_type``."""
+        raise NotImplementedError(f"{cls.__name__} has no transformers rope_type")
+
+    @classmethod
+    def usable_length(cls, spec: dict) -> int:
+        """Positions a model scaled with ``spec`` covers (its cache length)."""
+        return int(spec["max_seq_len"])
 
     def __init__(self, dim: int, max_seq_len: int, base: float = 10_000.0, layout: str = "interleaved") -> None:
         super().__init__()

@@ -67,6 +67,14 @@ class CLEXRoPE(ScaledRoPE):
     method = "clex"
     transformers_representable = False  # the learned frequency ODE has no config.json entry in transformers
     has_learned_parameters = True  # ode_up_proj / ode_down_proj
+    needs_original_length = True
+
+    @classmethod
+    def default_kwargs(cls, max_seq_len, original_max_seq_len, given=None):
+        # t_max: the largest scaling factor the ODE is trained for (CLEX's released default: L'/L).
+        out = super().default_kwargs(max_seq_len, original_max_seq_len, given)
+        out.setdefault("t_max", max(1, max_seq_len // out["original_max_seq_len"]))
+        return out
 
     def __init__(
         self,

@@ -21,6 +21,31 @@ class Llama3RoPE(ScaledRoPE):
     """
 
     method = "llama3"
+    has_factor = True
+    needs_original_length = True
+    hf_rope_type = "llama3"
+
+    @classmethod
+    def to_hf(cls, spec):
+        return {
+            "rope_type": "llama3",
+            "factor": float(spec["factor"]),
+            "low_freq_factor": float(spec["low_freq_factor"]),
+            "high_freq_factor": float(spec["high_freq_factor"]),
+            "original_max_position_embeddings": int(spec["original_max_seq_len"]),
+        }
+
+    @classmethod
+    def from_hf(cls, entry, theta, max_position_embeddings):
+        return {
+            "method": "llama3",
+            "base": theta,
+            "factor": float(entry["factor"]),
+            "low_freq_factor": float(entry["low_freq_factor"]),
+            "high_freq_factor": float(entry["high_freq_factor"]),
+            "original_max_seq_len": int(entry["original_max_position_embeddings"]),
+            "max_seq_len": max_position_embeddings,
+        }
 
     def __init__(
         self,

@@ -29,6 +29,15 @@ class NTKRoPE(ScaledRoPE):
     """
 
     method = "ntk"
+    has_factor = True
+
+    @classmethod
+    def hf_theta(cls, spec):
+        # Static NTK is plain RoPE with base * s^(d/(d-2)): transformers runs it as a rope_theta change.
+        if "head_dim" not in spec:
+            raise ValueError("an ntk spec needs 'head_dim' to write its scaled base into config.json")
+        d = spec["head_dim"]
+        return float(spec["base"]) * float(spec["factor"]) ** (d / (d - 2))
 
     def __init__(self, dim, max_seq_len, base=10_000.0, *, factor: float, layout="interleaved"):
         super().__init__(dim, max_seq_len, base, layout)
@@ -63,6 +72,24 @@ class DynamicNTKRoPE(ScaledRoPE):
     """
 
     method = "dynamic_ntk"
+    has_factor = True
+    needs_original_length = True
+    hf_rope_type = "dynamic"
+
+    @classmethod
+    def hf_max_position_embeddings(cls, spec):
+        return int(spec["original_max_seq_len"])  # transformers reads the *original* length from this key
+
+    @classmethod
+    def to_hf(cls, spec):
+        return {"rope_type": "dynamic", "factor": float(spec["factor"])}
+
+    @classmethod
+    def from_hf(cls, entry, theta, max_position_embeddings):
+        factor = float(entry["factor"])
+        return {"method": "dynamic_ntk", "base": theta, "factor": factor,
+                "original_max_seq_len": max_position_embeddings,
+                "max_seq_len": int(round(max_position_embeddings * factor))}
 
     def __init__(self, dim, max_seq_len, base=10_000.0, *, factor: float, original_max_seq_len: int, layout="interleaved"):
         super().__init__(dim, max_seq_len, base, layout)

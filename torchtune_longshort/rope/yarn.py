@@ -36,6 +36,41 @@ class YaRNRoPE(ScaledRoPE):
     """
 
     method = "yarn"
+    has_factor = True
+    needs_original_length = True
+    hf_rope_type = "yarn"
+
+    @classmethod
+    def to_hf(cls, spec):
+        out = {
+            "rope_type": "yarn",
+            "factor": float(spec["factor"]),
+            "original_max_position_embeddings": int(spec["original_max_seq_len"]),
+            "beta_fast": float(spec.get("beta", 32.0)),
+            "beta_slow": float(spec.get("alpha", 1.0)),
+            "truncate": bool(spec.get("truncate", True)),
+        }
+        if spec.get("attention_factor") is not None:
+            out["attention_factor"] = float(spec["attention_factor"])
+        return out
+
+    @classmethod
+    def from_hf(cls, entry, theta, max_position_embeddings):
+        if entry.get("mscale") or entry.get("mscale_all_dim"):
+            raise ValueError("yarn rope_scaling with mscale/mscale_all_dim (DeepSeek form) is not supported")
+        spec = {
+            "method": "yarn",
+            "base": theta,
+            "factor": float(entry["factor"]),
+            "original_max_seq_len": int(entry.get("original_max_position_embeddings", max_position_embeddings)),
+            "alpha": float(entry.get("beta_slow") or 1.0),
+            "beta": float(entry.get("beta_fast") or 32.0),
+            "truncate": bool(entry.get("truncate", True)),
+            "max_seq_len": max_position_embeddings,
+        }
+        if entry.get("attention_factor") is not None:
+            spec["attention_factor"] = float(entry["attention_factor"])
+        return spec
 
     def __init__(
         self,
