@@ -22,6 +22,7 @@ from torchtune_longshort.rope.clex import CLEXRoPE
 from torchtune_longshort.rope.linear import LinearRoPE
 from torchtune_longshort.rope.llama3 import Llama3RoPE
 from torchtune_longshort.rope.ntk import DynamicNTKRoPE, NTKRoPE
+from torchtune_longshort.rope.ntk_by_parts import NTKByPartsRoPE
 from torchtune_longshort.rope.samplers import PoSEPositions, RandomPositions
 from torchtune_longshort.rope.yarn import YaRNRoPE, yarn_mscale
 
@@ -35,6 +36,7 @@ ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = {
     "eabf": EABFRoPE,
     "clex": CLEXRoPE,
     "llama3": Llama3RoPE,
+    "ntk_by_parts": NTKByPartsRoPE,
 }
 
 POSITION_SAMPLERS = {
