@@ -93,12 +93,21 @@ def test_resume_gives_identical_losses(uninterrupted, tmp_path, tiny_llama2_dir,
 
 @pytest.mark.slow
 def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
-    # SIGKILL during the second save (step_4 complete, step_8 fully staged but not renamed into place); a test
-    # hook pauses that save just before its commit so the kill lands inside it.
+    # SIGKILL during the second save (step_4 complete, step_8 fully staged but not renamed into place): the recipe's
+    # before_commit callback holds that save open so the kill lands inside it.
     out2 = tmp_path / "out2"
     cmd2 = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out2, "loss.alpha=0.1")
-    proc = subprocess.Popen(cmd2, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_PAUSE_BEFORE_COMMIT_S=1000,
-                                                      LONGSHORT_TEST_PAUSE_AT_STEP=8),
+    overrides = cmd2[cmd2.index("--config") + 2:]
+    script = (
+        "import time\n"
+        "from omegaconf import OmegaConf\n"
+        "from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe\n"
+        f"cfg = OmegaConf.merge(OmegaConf.load({CFG!r}), OmegaConf.from_dotlist({overrides!r}))\n"
+        "r = LongShortFinetuneRecipe(cfg)\n"
+        "r.before_commit = lambda step, staged: time.sleep(1000) if step == 8 else None\n"
+        "r.setup(); r.train(); r.cleanup()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         staged = out2 / ".staging" / "step_8" / "recipe_state.pt"
@@ -112,7 +121,7 @@ def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert (out2 / "step_4" / "recipe_state.pt").is_file() and not (out2 / "step_8").exists()
-    run_tune(cmd2 + ["resume=True"], tmp_path)
+    run_tune(cmd2 + ["resume=True"], tmp_path)  # the dead run's lock is stale and taken over
     assert losses(out2) == losses(uninterrupted)
 
 

@@ -108,6 +108,9 @@ class LongShortFinetuneRecipe:
         self.global_step = 0
         self._signal = 0  # set by the SIGTERM/SIGINT handler (recipe_main installs it)
         self.stopped_by = 0
+        # Called with (step, staged folder) after a checkpoint is fully written and before it is renamed into
+        # place: a place for a caller's own check or copy (and for tests that kill a save in flight).
+        self.before_commit = None
 
     # ------------------------------------------------------------------ checks that need no model
     def _validate_static(self, world_size: int) -> None:
@@ -177,24 +180,10 @@ class LongShortFinetuneRecipe:
             raise ValueError(f"loss: expected torchtune_longshort.loss.LongShortLoss, got {type(self._loss_fn).__name__}")
         self._loss_fn.set_model_output(self._model)
 
-        self._optimizer = config.instantiate(cfg.optimizer, [p for p in self._model.parameters() if p.requires_grad])
-        self._lr_scheduler = None
-        if cfg.get("lr_scheduler") is not None:
-            self._lr_scheduler = config.instantiate(
-                cfg.lr_scheduler, self._optimizer, num_training_steps=cfg.max_steps, last_epoch=-1
-            )
+        self._optimizer = self._setup_optimizer()
+        self._lr_scheduler = self._setup_lr_scheduler()
         if recipe_state is not None:
-            # After the scheduler is built: its constructor writes the step-0 lr into the param groups, which the
-            # saved optimizer state (param groups included) must overwrite.
-            if self._distributed:
-                training.load_from_full_optimizer_state_dict(
-                    self._model, self._optimizer, recipe_state["optimizer"], self._device
-                )
-            else:
-                self._optimizer.load_state_dict(recipe_state["optimizer"])
-            if self._lr_scheduler is not None:
-                self._lr_scheduler.load_state_dict(recipe_state["lr_scheduler"])
-            self._apply_resume_changes()
+            self._restore_optimizer(recipe_state)
 
         self._batcher = self._setup_data(recipe_state)
         self._pos_sampler, self._pos_generator = self._setup_position_sampler(recipe_state)
@@ -211,6 +200,30 @@ class LongShortFinetuneRecipe:
         if recipe_state is not None:
             torch.set_rng_state(recipe_state["torch_rng"])
             utils.log_rank_zero(log, f"Resumed from {resume_dir} at step {self.global_step}")
+
+    def _setup_optimizer(self):
+        return config.instantiate(self.cfg.optimizer, [p for p in self._model.parameters() if p.requires_grad])
+
+    def _setup_lr_scheduler(self):
+        if self.cfg.get("lr_scheduler") is None:
+            return None
+        return config.instantiate(
+            self.cfg.lr_scheduler, self._optimizer, num_training_steps=self.cfg.max_steps, last_epoch=-1
+        )
+
+    def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
+        """Optimizer and LR schedule from ``recipe_state.pt``, then the changes a resumed run means."""
+        # After the scheduler is built: its constructor writes the step-0 lr into the param groups, which the
+        # saved optimizer state (param groups included) must overwrite.
+        if self._distributed:
+            training.load_from_full_optimizer_state_dict(
+                self._model, self._optimizer, recipe_state["optimizer"], self._device
+            )
+        else:
+            self._optimizer.load_state_dict(recipe_state["optimizer"])
+        if self._lr_scheduler is not None:
+            self._lr_scheduler.load_state_dict(recipe_state["lr_scheduler"])
+        self._apply_resume_changes()
 
     def _apply_resume_changes(self) -> None:
         """Apply (and log) what a resumed run changes on purpose; the optimizer's saved param groups would
@@ -511,9 +524,8 @@ class LongShortFinetuneRecipe:
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
             }
             atomic_torch_save(state, staged / RECIPE_STATE)
-            pause = float(os.environ.get("LONGSHORT_TEST_PAUSE_BEFORE_COMMIT_S", "0"))
-            if pause and int(os.environ.get("LONGSHORT_TEST_PAUSE_AT_STEP", step)) == step:  # test hook only: widens the window in which the kill test sends SIGKILL
-                time.sleep(pause)
+            if self.before_commit is not None:
+                self.before_commit(step, staged)
             final = self.ckpts.commit(staged, step)
             log.info(f"Checkpoint for step {step} written to {final}")
         self._barrier()
@@ -552,7 +564,6 @@ class LongShortFinetuneRecipe:
         log_every = cfg.get("log_every_n_steps", 1)
         val_every = (cfg.get("validation") or {}).get("every_n_steps", max_steps)
         clip = cfg.get("clip_grad_norm")
-        L = cfg.seq_len
         self._model.train()
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
@@ -572,30 +583,13 @@ class LongShortFinetuneRecipe:
             for _ in range(self.grad_accum):
                 batch = self._batcher.next_batch()
                 e = batch["e"]
-                ta, tb = batch["tokens_a"].to(self._device), batch["tokens_b"].to(self._device)
-                la, lb = batch["labels_a"].to(self._device), batch["labels_b"].to(self._device)
-                # one forward over both windows stacked on the batch dimension (as many tokens as two calls,
-                # one kernel launch per layer instead of two)
-                tokens = torch.cat([ta, tb])
-                input_pos = None
-                if self._pos_sampler is not None:
-                    input_pos = self._pos_sampler.sample(tokens.shape[0], L, generator=self._pos_generator)
-                    input_pos = input_pos.to(self._device)
-                out_a, out_b = _split_windows(self._model(tokens, input_pos=input_pos), ta.shape[0])
-                out = self._loss_fn(out_a, out_b, la, lb, e)
-                loss = out.loss
-                if not torch.isfinite(loss.detach()).item():
-                    raise FloatingPointError(
-                        f"non-finite loss {loss.item()} at step {self.global_step + 1} (rank {self.rank}), "
-                        f"e={e}, data position {batch['data_position']} (ce={out.ce.item()}, "
-                        f"misalignment={out.misalignment.item()}); stopping before the optimizer step"
-                    )
-                (loss / self.grad_accum).backward()
-                sums["loss"] += loss.item() / self.grad_accum
+                out = self._loss_step(batch)
+                (out.loss / self.grad_accum).backward()
+                sums["loss"] += out.loss.item() / self.grad_accum
                 sums["ce"] += out.ce.item() / self.grad_accum
                 sums["misalignment"] += out.misalignment.item() / self.grad_accum
                 sums["e"] += e / self.grad_accum
-                tokens_since += 2 * ta.numel() * self.world_size  # both windows go through the model
+                tokens_since += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
             if clip is not None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_norm=float(clip))
                 if hasattr(grad_norm, "full_tensor"):
@@ -655,6 +649,28 @@ class LongShortFinetuneRecipe:
                 break
         if pbar is not None:
             pbar.close()
+
+    def _loss_step(self, batch: Dict[str, Any]):
+        """Forward both windows of a dual-window batch and score them: ``LongShortLoss``'s output."""
+        e = batch["e"]
+        ta, tb = batch["tokens_a"].to(self._device), batch["tokens_b"].to(self._device)
+        la, lb = batch["labels_a"].to(self._device), batch["labels_b"].to(self._device)
+        # one forward over both windows stacked on the batch dimension (as many tokens as two calls, one kernel
+        # launch per layer instead of two)
+        tokens = torch.cat([ta, tb])
+        input_pos = None
+        if self._pos_sampler is not None:
+            input_pos = self._pos_sampler.sample(tokens.shape[0], self.cfg.seq_len, generator=self._pos_generator)
+            input_pos = input_pos.to(self._device)
+        out_a, out_b = _split_windows(self._model(tokens, input_pos=input_pos), ta.shape[0])
+        out = self._loss_fn(out_a, out_b, la, lb, e)
+        if not torch.isfinite(out.loss.detach()).item():
+            raise FloatingPointError(
+                f"non-finite loss {out.loss.item()} at step {self.global_step + 1} (rank {self.rank}), "
+                f"e={e}, data position {batch['data_position']} (ce={out.ce.item()}, "
+                f"misalignment={out.misalignment.item()}); stopping before the optimizer step"
+            )
+        return out
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM / SIGINT (a job scheduler's time limit, Ctrl-C) end the run after the current step, with a save."""
