@@ -20,7 +20,7 @@ from torchtune_longshort.models import (
 )
 from torchtune_longshort.rope import ScaledRoPE
 
-from test_rope_helpers import greedy_full, greedy_kv
+from rope_helpers import greedy_full, greedy_kv
 
 VOCAB = 96
 ORIG = 32

@@ -69,7 +69,7 @@ def test_logits_match_transformers_beyond_original_context(tmp_path, name):
 
 def test_dynamic_ntk_kv_decoding_matches_transformers_generate(tmp_path):
     """Dynamic NTK changes the base while decoding; cached keys keep theirs, in transformers as here."""
-    from test_rope_helpers import greedy_kv
+    from rope_helpers import greedy_kv
 
     hf = sharp_checkpoint(tmp_path, CASES["dynamic"], ORIG)
     ours = load_hf_checkpoint(tmp_path, max_seq_len=TARGET)

@@ -22,12 +22,11 @@ from typing import Any, Dict, Sequence
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
+from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.eval.long_text import TaskDataError, fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 logger = logging.getLogger(__name__)
-
-DIVERGENCES = ("sce", "jeffreys", "js")
 REQUEST_TYPE = "next_token_divergence"
 
 

@@ -199,12 +199,6 @@ def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
     return res
 
 
-def _rel(p: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(p, start)
-
-
 def _mark_lengths(ax, cfg: Dict[str, Any]) -> None:
     """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
     for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):

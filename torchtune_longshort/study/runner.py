@@ -33,10 +33,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.training.checkpointing import STEP_PATTERN
 from torchtune_longshort.study.config import FAMILY_TASK, deep_merge, grid, length_label
 
 RESULT = "result.json"
-_STEP = re.compile(r"^step_(\d+)$")
 
 
 class StageError(RuntimeError):
@@ -68,7 +68,7 @@ def steps_in(train_dir: Path) -> List[int]:
     """Completed recipe checkpoints ``step_<k>`` under ``train_dir`` (the recipe renames them into place whole)."""
     if not train_dir.is_dir():
         return []
-    return sorted(int(m.group(1)) for p in train_dir.iterdir() if (m := _STEP.match(p.name)) and p.is_dir())
+    return sorted(int(m.group(1)) for p in train_dir.iterdir() if (m := STEP_PATTERN.match(p.name)) and p.is_dir())
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:

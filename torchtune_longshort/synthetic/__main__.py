@@ -17,7 +17,7 @@ import sys
 from .experiments import PAPER_FIGURES
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
-from .sparse_parity import BEYOND_FIGURES
+from .beyond import BEYOND_FIGURES
 from .tasks import BIT_DISTRIBUTIONS, TASKS
 from .train import MODELS, OPTIMIZERS, RunConfig
 
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
                         cache_dir=a.cache, lrs=lrs)
         print(f"paper figures {','.join(paper)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
     if beyond:
-        from .sparse_parity import run_beyond
+        from .beyond import run_beyond
 
         s = run_beyond(beyond, a.out, quick=q, seeds=range(n_seeds), workers=workers)
         print(f"beyond figures {','.join(beyond)}: {s['meta'][','.join(beyond)]['wall_seconds']:.0f}s -> {a.out}")

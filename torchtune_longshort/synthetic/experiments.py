@@ -374,32 +374,3 @@ def _provenance() -> Dict:
     from torchtune_longshort.provenance import provenance
 
     return provenance(device="cpu", stdlib=False)
-
-
-def resummarize(out_dir: str) -> Dict:
-    """Recompute ``summary.json`` claims and redraw the PNGs from the CSVs of an earlier ``run_figures`` in
-    ``out_dir`` (no training); keeps its ``scalar_misalignment`` and ``meta``. Returns the new summary."""
-    with open(os.path.join(out_dir, "summary.json")) as fh:
-        old = json.load(fh)
-    base = RunConfig(**old["meta"]["base_config"])
-    figs: Dict[str, Dict] = {}
-    for n in PAPER_FIGURES:
-        p = os.path.join(out_dir, f"fig{n}.csv")
-        if not os.path.exists(p):
-            continue
-        rows: Dict[str, Dict[int, Dict[int, float]]] = {}
-        for r in csv.DictReader(open(p)):
-            rows.setdefault(r["curve"], {}).setdefault(int(r["seed"]), {})[int(r["length"])] = float(r["test_mse"])
-        figs[n] = {}
-        for (label, c) in figure_curves(n, base, sorted({int(x.split("= ")[1]) for x in rows} if n == "4" else (10,))):
-            seeds = sorted(rows[label])
-            figs[n][label] = {"lengths": sorted(rows[label][seeds[0]]), "l_train": c.l_train,
-                              "mse": [np.array([rows[label][s][l] for l in sorted(rows[label][s])]) for s in seeds]}
-        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None)
-    summary = summarize(figs, base)
-    summary["scalar_misalignment"] = old.get("scalar_misalignment")
-    summary["meta"] = old["meta"]  # its provenance is the training run's; the redrawing adds its own
-    summary["meta"]["resummarized_by"] = _provenance()
-    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=1, default=float)
-    return summary

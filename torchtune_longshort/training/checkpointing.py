@@ -28,7 +28,7 @@ import torch
 
 PathLike = Union[str, Path]
 RECIPE_STATE = "recipe_state.pt"
-_STEP_RE = re.compile(r"^step_(\d+)$")
+STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
@@ -172,7 +172,7 @@ class StepCheckpoints:
             return []
         found = []
         for p in self.root.iterdir():
-            m = _STEP_RE.match(p.name)
+            m = STEP_PATTERN.match(p.name)
             if not (m and p.is_dir()) or (resumable and not (p / RECIPE_STATE).is_file()):
                 continue
             try:

@@ -61,8 +61,3 @@ class JsonlMetricLogger:
             row[k] = v.item() if isinstance(v, torch.Tensor) else v
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
-
-
-def read_metrics(path: Union[str, Path]) -> list:
-    """The rows of a :class:`JsonlMetricLogger` file."""
-    return [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]

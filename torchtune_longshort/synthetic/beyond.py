@@ -1,0 +1,207 @@
+"""The beyond-the-paper probes as one grid: sparse parity (``sparse_parity``), k-sparse planted correlations and
+parity with a scratchpad (``sparsity``), each trained per seed, scored per test length, written as CSV + PNG +
+``beyond_summary.json``. Kept apart from the task modules so that neither imports the other's runner.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from dataclasses import asdict, replace
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from .sparse_parity import ParityConfig, train_parity
+from .sparsity import PlantedConfig, ScratchpadConfig, train_planted, train_scratchpad
+
+
+def _train_any(cfg) -> Dict:
+
+    if isinstance(cfg, PlantedConfig):
+        return train_planted(cfg)
+    if isinstance(cfg, ScratchpadConfig):
+        return train_scratchpad(cfg)
+    return train_parity(cfg)
+
+
+def _worker(item) -> tuple:
+    key, cfg = item
+    torch.set_num_threads(1)
+    return key, _train_any(cfg)
+
+
+BEYOND_FIGURES = ("parity", "parity_pe", "planted", "scratchpad")
+BEYOND_TITLES = {
+    "parity": "Sparse parity: accuracy vs length, by K_train",
+    "parity_pe": "Sparse parity (K_train=2): position schemes",
+    "planted": "k-sparse planted correlations (sum mod q at <SEP>), RoPE",
+    "scratchpad": "Parity of l bits: direct answer vs scratchpad, position ids",
+}
+
+
+def _sized(base, quick: bool):
+    """``base`` as is, or its test-sized version (``--quick``): l_train 6, 40 steps, width 32, 3 test lengths."""
+    return replace(base, l_train=6, max_steps=40, dim=32, test_ls=(3, 6, 12), test_n=64) if quick else base
+
+
+def beyond_configs(name: str, quick: bool) -> List[tuple]:
+    """(label, config) curves of a beyond-the-paper figure (configs are ParityConfig, PlantedConfig or
+    ScratchpadConfig; seed 0)."""
+
+    if name in ("parity", "parity_pe"):
+        base = _sized(ParityConfig(), quick)
+        if name == "parity":
+            # sparsity: train on k <= K_train for K_train = 1, 2, 3; test k = 1..4 at every length
+            return [(f"K_train={K}", replace(base, k_train=K, test_ks=(1, 2, 3, 4) if not quick else (1, 2, 3)))
+                    for K in ((1, 2, 3) if not quick else (1, 2))]
+        return [(label, replace(base, pe=pe, positions=p)) for label, pe, p in
+                (("NoPE", "nope", "plain"), ("RoPE", "rope", "plain"), ("RoPE + PoSE", "rope", "pose"),
+                 ("RoPE + coupling", "rope", "couple"))]
+    if name == "planted":
+        base = _sized(PlantedConfig(), quick)
+        w = 4 if not quick else 3
+        curves = [(f"k={k}, spread", replace(base, k=k)) for k in (1, 2, 3)]
+        return curves + [(f"k={k}, window {w}", replace(base, k=k, window=w)) for k in (2, 3)]
+    if name == "scratchpad":
+        base = _sized(ScratchpadConfig(), quick)
+        return [(label, replace(base, mode=mode, pe=pe, positions=p)) for label, mode, pe, p in
+                (("no scratchpad, RoPE", "direct", "rope", "plain"),
+                 ("scratchpad, RoPE", "scratchpad", "rope", "plain"),
+                 ("scratchpad, RoPE + PoSE", "scratchpad", "rope", "pose"),
+                 ("scratchpad, RoPE + coupling", "scratchpad", "rope", "couple"),
+                 ("scratchpad, learned abs. + coupling", "scratchpad", "learned", "couple"))]
+    raise ValueError(f"figure={name!r} is unknown; accepted: {', '.join(BEYOND_FIGURES)}")
+
+
+def _run_key(cfg) -> str:
+    return type(cfg).__name__ + json.dumps(asdict(cfg), sort_keys=True)
+
+
+def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[int], workers: int) -> Dict:
+    """Train the curves of each figure over seeds; writes ``fig_<name>.csv``, ``fig_<name>.png`` and
+    ``beyond_summary.json`` (merged with an earlier one in ``out_dir``, so figures can be run one at a time).
+    Returns the summary."""
+    from tqdm import tqdm
+
+    os.makedirs(out_dir, exist_ok=True)
+    t0 = time.time()
+    curves = {n: beyond_configs(n, quick) for n in names}
+    todo = {_run_key(replace(c, seed=s)): replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds}
+    results = {}
+    if workers <= 1:
+        for k, c in tqdm(todo.items(), desc="beyond runs"):
+            results[k] = _train_any(c)
+    else:
+        ctx = torch.multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            for k, r in tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"):
+                results[k] = r
+    path = os.path.join(out_dir, "beyond_summary.json")
+    summary: Dict = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            summary = json.load(fh)
+    meta = summary.setdefault("meta", {})
+    for n, cs in curves.items():
+        table = {}
+        with open(os.path.join(out_dir, f"fig_{n}.csv"), "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
+            for label, c in cs:
+                rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
+                for s, r in zip(seeds, rs):
+                    for key, a in r["acc"].items():
+                        grp, l = key.split(",")
+                        w.writerow([n, label, s, grp, l, f"{a:.4f}"])
+                table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
+                                "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                                "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                                "final_train_loss": [r["final_train_loss"] for r in rs],
+                                "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
+                if "step_acc" in rs[0]:
+                    table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
+                                                     for l in rs[0]["step_acc"]}
+        summary[n] = table
+        (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
+    # one entry per invocation (keyed by its figures): the file merges several runs of the command
+    from torchtune_longshort.provenance import provenance
+
+    meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,
+                             "wall_seconds": time.time() - t0, "provenance": provenance(device="cpu", stdlib=False)}
+    with open(path, "w") as fh:
+        json.dump(summary, fh, indent=1)
+    return summary
+
+
+def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
+    ax.axvline(l_train, color="grey", ls=":", lw=0.8)
+    if chance is not None:
+        ax.axhline(chance, color="k", lw=0.5, ls="--")
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylim(y_low, 1.02)
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=6)
+
+
+def _finish(fig, axes, name: str, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    axes[0][0].set_ylabel("accuracy")
+    fig.suptitle(BEYOND_TITLES[name], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_lines(name: str, table: Dict, path: str) -> None:
+    """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
+    whole scratchpad), a line per curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: Dict[str, List] = {}
+    for label, d in table.items():
+        if name == "planted":
+            k, placement = label.split(", ")
+            panels.setdefault(placement, []).append((k, d["acc_mean"], d["l_train"]))
+        else:
+            for metric, title in (("answer", "final answer"), ("exact", "whole scratchpad")):
+                pts = {key: v for key, v in d["acc_mean"].items() if key.startswith(metric + ",")}
+                if pts:
+                    panels.setdefault(title, []).append((label, pts, d["l_train"]))
+    names = list(dict.fromkeys(line for lines in panels.values() for line, _, _ in lines))
+    colors = {line: f"C{i}" for i, line in enumerate(names)}  # one colour per line across panels
+    chance = next(iter(table.values())).get("chance", 0.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), dpi=90, sharey=True, squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels.items()):
+        for line, acc, l_train in lines:
+            pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
+        _style(ax, title, "test length l", -0.02, lines[0][2], chance if title != "whole scratchpad" else None)
+    _finish(fig, axes, name, path)
+
+
+def _plot_beyond(name: str, table: Dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(table)
+    fig, axes = plt.subplots(1, len(labels), figsize=(2.6 * len(labels), 2.8), dpi=90, sharey=True, squeeze=False)
+    for ax, label in zip(axes[0], labels):
+        d = table[label]
+        ks = sorted({int(k.split(",")[0]) for k in d["acc_mean"]})
+        for k in ks:
+            pts = sorted((int(key.split(",")[1]), v) for key, v in d["acc_mean"].items() if int(key.split(",")[0]) == k)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2,
+                    label=f"k={k}" + (" (> K_train)" if k > d["k_train"] else ""))
+        _style(ax, label, "test pairs l", 0.4, d["l_train"], 0.5)
+    _finish(fig, axes, name, path)
