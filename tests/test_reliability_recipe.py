@@ -136,9 +136,11 @@ def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tm
     assert not (out / ".lock").exists()
 
 
-def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+@pytest.mark.parametrize("clip", [1.0, None])
+def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, clip):
     out = tmp_path / "out"
-    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3, save_every_n_steps=1))
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3, save_every_n_steps=1,
+                            clip_grad_norm=clip))
     r.setup()
     before = r._model.output.weight.detach().clone()
     # A finite loss whose gradient overflows: clipping would scale every update to zero and the run would go on.

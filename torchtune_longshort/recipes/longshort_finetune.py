@@ -590,18 +590,20 @@ class LongShortFinetuneRecipe:
                 sums["misalignment"] += out.misalignment.item() / self.grad_accum
                 sums["e"] += e / self.grad_accum
                 tokens_since += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
-            if clip is not None:
-                grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_norm=float(clip))
-                if hasattr(grad_norm, "full_tensor"):
-                    grad_norm = grad_norm.full_tensor()
-                if not torch.isfinite(grad_norm).item():
-                    # Clipping an infinite norm scales every gradient to zero or NaN: the run would go on without
-                    # learning. Stop before the optimizer step; the last checkpoint stays the last good one.
-                    raise FloatingPointError(
-                        f"non-finite gradient norm {grad_norm.item()} at step {self.global_step + 1} (rank "
-                        f"{self.rank}), e={e}, data position {batch['data_position']}, loss {sums['loss']:.6g}; "
-                        f"stopping before the optimizer step (last checkpoint: {self.ckpts.latest()})"
-                    )
+            # Without clipping, max_norm=inf only measures the norm (every gradient is scaled by 1).
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self._model.parameters(), max_norm=float(clip) if clip is not None else float("inf")
+            )
+            if hasattr(grad_norm, "full_tensor"):
+                grad_norm = grad_norm.full_tensor()
+            if not torch.isfinite(grad_norm).item():
+                # Clipping an infinite norm scales every gradient to zero or NaN: the run would go on without
+                # learning. Stop before the optimizer step; the last checkpoint stays the last good one.
+                raise FloatingPointError(
+                    f"non-finite gradient norm {grad_norm.item()} at step {self.global_step + 1} (rank "
+                    f"{self.rank}), e={e}, data position {batch['data_position']}, loss {sums['loss']:.6g}; "
+                    f"stopping before the optimizer step (last checkpoint: {self.ckpts.latest()})"
+                )
             self._optimizer.step()
             if self._lr_scheduler is not None:
                 self._lr_scheduler.step()
@@ -622,8 +624,7 @@ class LongShortFinetuneRecipe:
                     "tokens_per_second": tokens_since / dt if dt > 0 else 0.0,
                     "peak_memory_gib": peak_memory_gib(self._device),
                 }
-                if clip is not None:
-                    metrics["grad_norm"] = float(grad_norm)
+                metrics["grad_norm"] = float(grad_norm)
                 if self._is_rank_zero:
                     self._metric_logger.log_dict(metrics, step=self.global_step)
                     self._jsonl.log(self.global_step, metrics)
