@@ -66,13 +66,16 @@ def main(argv=None) -> int:
         extra = ["resume=True"] if resumable and not first else ["overwrite_output_dir=True"]
         first = False
         delay = rng.uniform(0.5, run_s)
+        started = time.time()
         p = subprocess.Popen(base + [f"output_dir={out}", *extra], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         time.sleep(delay)
-        staging = list((out / ".staging").glob("step_*")) if (out / ".staging").exists() else []
-        where = "during a checkpoint write" if staging else ("before the first save" if not resumable else "training")
         p.send_signal(signal.SIGKILL)
         p.wait()
+        staging = [q for q in (out / ".staging").glob("step_*") if q.stat().st_mtime >= started] \
+            if (out / ".staging").exists() else []
+        saved = any((q / "recipe_state.pt").is_file() for q in out.glob("step_*")) if out.exists() else False
+        where = "during a checkpoint write" if staging else ("training" if saved else "before the first save")
         after = [s for s, _ in losses(out)] if (out / "metrics.jsonl").exists() else []
         rows.append({"kill": k + 1, "after_s": round(delay, 2), "where": where, "mode": extra[0],
                      "last_logged_step": after[-1] if after else 0, "exit": p.returncode})
