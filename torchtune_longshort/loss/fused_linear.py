@@ -91,41 +91,73 @@ class FusedPlan:
     w_div: float
 
 
-def _div_values_and_grads(name: str, lpa, lpb, want_a: bool, want_b: bool):
-    """Per-position divergence values ``[...]`` and (unscaled) logit gradients for windows A and B (module doc)."""
-    pa, pb = lpa.exp(), lpb.exp()
-    ga = gb = None
+def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``<x, y>`` over the last dim, keeping it (``[..., 1]``): one batched matmul, no ``[..., V]`` temporary."""
+    return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1))[..., 0]
+
+
+def _pair_terms(name: str, lpa, lpb, pa, pb, dla, dlb, w: float, out_values):
+    """Divergence of the aligned pairs of one chunk; with ``dla`` / ``dlb`` (views of the chunk's dloss/dlogits
+    rows of A / B, or ``None``), also add ``w *`` its gradient there (module doc).
+
+    ``out_values`` ``[..., 1]`` receives a per-position quantity ``v`` whose sum gives the divergence sum as
+    ``_VALUE_AFFINE[name]`` says (one op per chunk; the affine map is applied once, after the last chunk).
+    """
     if name == "sce":
-        pa_lqb = (pa * lpb).sum(-1, keepdim=True)  # <p, lq>
-        pb_lpa = (pb * lpa).sum(-1, keepdim=True)  # <q, lp>
-        values = -(pa_lqb + pb_lpa)[..., 0]
-        if want_a:
-            ga = (lpb - pa_lqb).mul_(pa).neg_().add_(pa).sub_(pb)
-        if want_b:
-            gb = (lpa - pb_lpa).mul_(pb).neg_().add_(pb).sub_(pa)
+        s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
+        torch.add(s_a, s_b, out=out_values)
+        if dla is not None:
+            dla.addcmul_(pa, torch.sub(s_a, lpb), value=w)  # w * (-p * (lq - <p, lq>))
+        if dlb is not None:
+            dlb.addcmul_(pb, torch.sub(s_b, lpa), value=w)
+        if dla is not None or dlb is not None:
+            diff = pa - pb
+            if dla is not None:
+                dla.add_(diff, alpha=w)
+            if dlb is not None:
+                dlb.sub_(diff, alpha=w)
     elif name == "jeffreys":
         d = lpa - lpb
-        p_d = (pa * d).sum(-1, keepdim=True)
-        q_d = (pb * d).sum(-1, keepdim=True)
-        values = (p_d - q_d)[..., 0]
-        if want_a:
-            ga = (d - p_d).mul_(pa).add_(pa).sub_(pb)
-        if want_b:
-            gb = (q_d - d).mul_(pb).add_(pb).sub_(pa)
+        p_d, q_d = _dot(pa, d), _dot(pb, d)
+        torch.sub(p_d, q_d, out=out_values)
+        if dla is not None:
+            dla.addcmul_(pa, torch.sub(d, p_d), value=w)  # w * p * (d - <p, d>)
+        if dlb is not None:
+            dlb.addcmul_(pb, torch.sub(q_d, d), value=w)  # w * q * (<q, d> - d)
+        if dla is not None or dlb is not None:
+            diff = pa - pb
+            if dla is not None:
+                dla.add_(diff, alpha=w)
+            if dlb is not None:
+                dlb.sub_(diff, alpha=w)
     elif name == "js":
-        lm = torch.logaddexp(lpa, lpb).sub_(_LN2)
+        # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
+        lm = torch.logaddexp(lpa, lpb)
         ra, rb = lpa - lm, lpb - lm
         del lm
-        p_r = (pa * ra).sum(-1, keepdim=True)
-        q_r = (pb * rb).sum(-1, keepdim=True)
-        values = 0.5 * (p_r + q_r)[..., 0]
-        if want_a:
-            ga = ra.sub_(p_r).mul_(pa).mul_(0.5)
-        if want_b:
-            gb = rb.sub_(q_r).mul_(pb).mul_(0.5)
+        p_r, q_r = _dot(pa, ra), _dot(pb, rb)
+        torch.add(p_r, q_r, out=out_values)
+        if dla is not None:
+            dla.addcmul_(pa, ra.sub_(p_r), value=0.5 * w)
+        if dlb is not None:
+            dlb.addcmul_(pb, rb.sub_(q_r), value=0.5 * w)
     else:
         raise ValueError(f"divergence={name!r} is not known")
-    return values, ga, gb
+
+
+# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
+_VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
+
+
+def _row_order(chunks, bsz: int, L: int, device) -> torch.Tensor:
+    """Row index into ``cat([ha, hb])`` flattened to ``[2 b L]``, in chunk order: each chunk's A rows (batch-major),
+    then its B rows, so every chunk is one contiguous block."""
+    idx = []
+    for c in chunks:
+        for base, lo, hi in ((0, c.a_lo, c.a_hi), (bsz * L, c.b_lo, c.b_hi)):
+            if hi > lo:
+                idx.append((base + torch.arange(bsz)[:, None] * L + torch.arange(lo, hi)[None, :]).reshape(-1))
+    return torch.cat(idx).to(device)
 
 
 def fused_terms(
@@ -158,81 +190,89 @@ def fused_terms(
     bsz, L, d = ha.shape
     V = weight.shape[0]
     dev = ha.device
+    n_rows = bsz * L
     any_grad = any(grads)
-    g_ha = torch.empty(ha.shape, dtype=ha.dtype, device=dev) if grads[0] else None
-    g_hb = torch.empty(hb.shape, dtype=hb.dtype, device=dev) if grads[1] else None
-    # Accumulated in the weight's dtype, as autograd accumulates the per-chunk weight gradients of the unfused path.
-    g_w = torch.zeros_like(weight) if grads[2] else None
+    want_div_b = plan.mode == "train" and any_grad
+    want_div_a = want_div_b and not plan.stop_grad_long
+
+    # Everything per row is laid out once in chunk order (see _row_order): a chunk is then a slice, not a gather.
+    order = _row_order(plan.chunks, bsz, L, dev)
+    h_all = torch.cat([ha.reshape(n_rows, d), hb.reshape(n_rows, d)]).index_select(0, order)
+    y_all = torch.cat([labels_a.reshape(-1), labels_b.reshape(-1)])[order]
+    valid = y_all != plan.ignore_index
+    y_all = torch.where(valid, y_all, torch.zeros_like(y_all))[:, None]
+    is_a = order < n_rows
+    mask_a = (valid & is_a).to(torch.float32)
+    mask_b = (valid & ~is_a).to(torch.float32)
+    tgt_lp = torch.empty(2 * n_rows, 1, dtype=torch.float32, device=dev)  # log p(target) per row
+    n_pair_rows = sum(bsz * c.n_pairs for c in plan.chunks) if plan.mode is not None else 0
+    div_v = torch.empty(n_pair_rows, 1, dtype=torch.float32, device=dev)
+    if any_grad:
+        row_w = (mask_a * w_ce_a + mask_b * w_ce_b)[:, None]  # dloss/dlogit scale of each row's CE
+        neg_row_w = -row_w
+    gh_all = torch.empty(2 * n_rows, d, dtype=ha.dtype, device=dev) if (grads[0] or grads[1]) else None
+    g_w = None
     g_bias = torch.zeros(V, dtype=torch.float32, device=dev) if (grads[3] and bias is not None) else None
-    ce_a = torch.zeros((), dtype=torch.float32, device=dev)
-    ce_b = torch.zeros((), dtype=torch.float32, device=dev)
-    div = torch.zeros((), dtype=torch.float32, device=dev)
-    train_div = plan.mode == "train"
 
+    off = p_off = 0
     for c in plan.chunks:
-        na, nb = c.n_a, c.n_b
-        ra, rb = bsz * na, bsz * nb  # rows of A and of B in this chunk
-        parts: List[torch.Tensor] = []
-        if na:
-            parts.append(ha[:, c.a_lo : c.a_hi].reshape(ra, d))
-        if nb:
-            parts.append(hb[:, c.b_lo : c.b_hi].reshape(rb, d))
-        h = parts[0] if len(parts) == 1 else torch.cat(parts)
-        labels = [t for t in (labels_a[:, c.a_lo : c.a_hi] if na else None, labels_b[:, c.b_lo : c.b_hi] if nb else None)
-                  if t is not None]
-        y = labels[0].reshape(-1) if len(labels) == 1 else torch.cat([t.reshape(-1) for t in labels])
-
+        ra, rb = bsz * c.n_a, bsz * c.n_b
+        rows = slice(off, off + ra + rb)
+        off += ra + rb
+        h = h_all[rows]
         logits = F.linear(h, weight, bias)
         lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # float32 even for a bf16 weight
         del logits
-        valid = y != plan.ignore_index
-        y_safe = torch.where(valid, y, torch.zeros_like(y))
-        nll = lp.gather(1, y_safe[:, None])[:, 0].neg_().mul_(valid)
-        if ra:
-            ce_a += nll[:ra].sum()
-        if rb:
-            ce_b += nll[ra:].sum()
-
-        ga = gb = None
-        if plan.mode is not None and c.n_pairs > 0:
+        torch.gather(lp, 1, y_all[rows], out=tgt_lp[rows])
+        pairs = plan.mode is not None and c.n_pairs > 0
+        if not (any_grad or pairs):
+            continue
+        p = lp.exp()
+        if any_grad:
+            # dloss/dlogits of the CE, w * (p - onehot(y)), written over lp once the divergence no longer needs it
+            dlog = torch.mul(p, row_w[rows], out=lp) if not pairs else torch.mul(p, row_w[rows])
+            dlog.scatter_add_(1, y_all[rows], neg_row_w[rows])
+        if pairs:
             n = c.n_pairs
-            lpa = lp[:ra].view(bsz, na, V)[:, c.pair_a : c.pair_a + n]
-            lpb = lp[ra:].view(bsz, nb, V)[:, c.pair_b : c.pair_b + n]
-            want_b = train_div and any_grad
-            want_a = want_b and not plan.stop_grad_long
-            values, ga, gb = _div_values_and_grads(plan.divergence, lpa, lpb, want_a, want_b)
-            div += values.sum()
-
+            pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
+            pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
+            out_v = div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
+            p_off += bsz * n
+            _pair_terms(
+                plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p),
+                pick_a(dlog) if want_div_a else None, pick_b(dlog) if want_div_b else None, plan.w_div, out_v,
+            )
+        del p, lp
         if not any_grad:
             continue
-        # dloss/dlogits, built in place of the softmax: CE rows get w * (p - onehot(y)), pairs add w_div * g.
-        dlog = lp.exp_()
-        row_w = torch.empty(ra + rb, dtype=torch.float32, device=dev)
-        if ra:
-            row_w[:ra] = w_ce_a
-        if rb:
-            row_w[ra:] = w_ce_b
-        row_w.mul_(valid)
-        dlog.mul_(row_w[:, None])
-        dlog.scatter_add_(1, y_safe[:, None], row_w.neg()[:, None])
-        if ga is not None:
-            dlog[:ra].view(bsz, na, V)[:, c.pair_a : c.pair_a + c.n_pairs].add_(ga, alpha=plan.w_div)
-        if gb is not None:
-            dlog[ra:].view(bsz, nb, V)[:, c.pair_b : c.pair_b + c.n_pairs].add_(gb, alpha=plan.w_div)
-        del ga, gb
         if g_bias is not None:
             g_bias += dlog.sum(0)
         dlog_w = dlog if dlog.dtype == weight.dtype else dlog.to(weight.dtype)
         del dlog
-        if g_w is not None:
-            g_w.addmm_(dlog_w.t(), h)
-        if g_ha is not None or g_hb is not None:
-            gh = dlog_w @ weight
-            if ra and g_ha is not None:
-                g_ha[:, c.a_lo : c.a_hi] = gh[:ra].view(bsz, na, d)
-            if rb and g_hb is not None:
-                g_hb[:, c.b_lo : c.b_hi] = gh[ra:].view(bsz, nb, d)
+        if grads[2]:
+            # accumulated in the weight's dtype, as autograd accumulates the unfused path's per-chunk gradients
+            g_w = dlog_w.t().mm(h) if g_w is None else g_w.addmm_(dlog_w.t(), h)
+        if gh_all is not None:
+            torch.mm(dlog_w, weight, out=gh_all[rows])
         del dlog_w
+
+    ce_a = -(tgt_lp[:, 0] @ mask_a)
+    ce_b = -(tgt_lp[:, 0] @ mask_b)
+    if n_pair_rows:
+        scale, shift = _VALUE_AFFINE[plan.divergence]
+        div = div_v.sum() * scale + shift * n_pair_rows
+    else:
+        div = torch.zeros((), dtype=torch.float32, device=dev)
+    g_ha = g_hb = None
+    if gh_all is not None:
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=dev)
+        g_all = gh_all.index_select(0, inverse)
+        del gh_all
+        g_ha = g_all[:n_rows].view(bsz, L, d) if grads[0] else None
+        g_hb = g_all[n_rows:].view(bsz, L, d) if grads[1] else None
+    if grads[2] and g_w is None:  # no rows at all
+        g_w = torch.zeros_like(weight)
     if g_bias is not None:
         g_bias = g_bias.to(bias.dtype)
     return (ce_a, ce_b, div), [g_ha, g_hb, g_w, g_bias]
