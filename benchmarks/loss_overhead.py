@@ -16,7 +16,7 @@ their gradients included): CUDA ``max_memory_allocated`` on a GPU, a tensor-leve
 CPU. Step time is the median over ``--steps`` repeats, the variants interleaved so that load on the machine hits
 them alike. Ratios are against ``naive a=0`` of the same shape, and ``a=0.1 / a=0`` within each path.
 
-    python benchmarks/loss_overhead.py                      # CPU shapes (minutes on 2 cores)
+    python benchmarks/loss_overhead.py [--threads 1]        # CPU shapes (minutes on 2 cores)
     python benchmarks/loss_overhead.py --device cuda        # Llama-3.2-1B shape at 8k tokens, bf16, and a 7B one
 """
 
@@ -159,15 +159,18 @@ class LiveTensorBytes:
 
 
 def time_steps(model, steps: dict, device: str, repeats: int) -> dict:
-    """Median seconds per forward+backward; variants interleaved so that load drift hits them alike."""
+    """Median seconds per forward+backward; variants interleaved (order rotated each round) so that load drift and
+    allocator effects hit them alike."""
     import torch
 
     times = {k: [] for k in steps}
     for k, step in steps.items():  # warm-up
         model.zero_grad(set_to_none=True)
         step().backward()
-    for _ in range(repeats):
-        for k, step in steps.items():
+    items = list(steps.items())
+    for r in range(repeats):
+        # rotate the order each round: the first variant after another's large frees pays the page faults
+        for k, step in items[r % len(items):] + items[: r % len(items)]:
             model.zero_grad(set_to_none=True)
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -212,7 +215,15 @@ def main(argv=None) -> int:
     ap.add_argument("--e", type=int, default=None, help="shift between windows (default L/4)")
     ap.add_argument("--seq-len", type=int, default=None, help="override L of the chosen shapes")
     ap.add_argument("--output", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's); 1 is steadier on a CPU shared with other jobs")
     args = ap.parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"  device {args.device}, {torch.get_num_threads()} intra-op threads, {args.steps} timed steps per variant",
+          file=sys.stderr)
     shapes = args.shapes or ([k for k in SHAPES if k.startswith(args.device)])
     if args.seq_len:
         for k in shapes:

@@ -96,40 +96,32 @@ def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1))[..., 0]
 
 
-def _pair_terms(name: str, lpa, lpb, pa, pb, dla, dlb, w: float, out_values):
-    """Divergence of the aligned pairs of one chunk; with ``dla`` / ``dlb`` (views of the chunk's dloss/dlogits
-    rows of A / B, or ``None``), also add ``w *`` its gradient there (module doc).
+def _pair_terms(name: str, lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+    """Divergence of the aligned pairs of one chunk, and what its gradient needs (module doc).
 
-    ``out_values`` ``[..., 1]`` receives a per-position quantity ``v`` whose sum gives the divergence sum as
-    ``_VALUE_AFFINE[name]`` says (one op per chunk; the affine map is applied once, after the last chunk).
+    Writes into ``out_values`` (``[..., 1]``) a per-position quantity ``v`` whose sum gives the divergence sum as
+    ``_VALUE_AFFINE[name]`` says (one op per chunk; the affine map is applied once, after the last chunk). Returns
+    ``(t_a, t_b, coef, diff)``: ``w`` times the logit gradient is ``coef * p * t_a + w * diff`` for A and
+    ``coef * q * t_b - w * diff`` for B (``None`` parts: nothing), so that the caller can add it to dloss/dlogits
+    after it has reused the log-probabilities' memory.
     """
+    t_a = t_b = diff = None
+    coef = w
     if name == "sce":
         s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
         torch.add(s_a, s_b, out=out_values)
-        if dla is not None:
-            dla.addcmul_(pa, torch.sub(s_a, lpb), value=w)  # w * (-p * (lq - <p, lq>))
-        if dlb is not None:
-            dlb.addcmul_(pb, torch.sub(s_b, lpa), value=w)
-        if dla is not None or dlb is not None:
-            diff = pa - pb
-            if dla is not None:
-                dla.add_(diff, alpha=w)
-            if dlb is not None:
-                dlb.sub_(diff, alpha=w)
+        if want_a:
+            t_a = torch.sub(s_a, lpb)  # -(lq - <p, lq>)
+        if want_b:
+            t_b = torch.sub(s_b, lpa)
     elif name == "jeffreys":
         d = lpa - lpb
         p_d, q_d = _dot(pa, d), _dot(pb, d)
         torch.sub(p_d, q_d, out=out_values)
-        if dla is not None:
-            dla.addcmul_(pa, torch.sub(d, p_d), value=w)  # w * p * (d - <p, d>)
-        if dlb is not None:
-            dlb.addcmul_(pb, torch.sub(q_d, d), value=w)  # w * q * (<q, d> - d)
-        if dla is not None or dlb is not None:
-            diff = pa - pb
-            if dla is not None:
-                dla.add_(diff, alpha=w)
-            if dlb is not None:
-                dlb.sub_(diff, alpha=w)
+        if want_a:
+            t_a = torch.sub(d, p_d)  # d - <p, d>
+        if want_b:
+            t_b = torch.sub(q_d, d)  # <q, d> - d
     elif name == "js":
         # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
         lm = torch.logaddexp(lpa, lpb)
@@ -137,12 +129,14 @@ def _pair_terms(name: str, lpa, lpb, pa, pb, dla, dlb, w: float, out_values):
         del lm
         p_r, q_r = _dot(pa, ra), _dot(pb, rb)
         torch.add(p_r, q_r, out=out_values)
-        if dla is not None:
-            dla.addcmul_(pa, ra.sub_(p_r), value=0.5 * w)
-        if dlb is not None:
-            dlb.addcmul_(pb, rb.sub_(q_r), value=0.5 * w)
+        t_a = ra.sub_(p_r) if want_a else None
+        t_b = rb.sub_(q_r) if want_b else None
+        return t_a, t_b, 0.5 * w, None
     else:
         raise ValueError(f"divergence={name!r} is not known")
+    if want_a or want_b:
+        diff = pa - pb
+    return t_a, t_b, coef, diff
 
 
 # sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
@@ -228,20 +222,32 @@ def fused_terms(
         if not (any_grad or pairs):
             continue
         p = lp.exp()
-        if any_grad:
-            # dloss/dlogits of the CE, w * (p - onehot(y)), written over lp once the divergence no longer needs it
-            dlog = torch.mul(p, row_w[rows], out=lp) if not pairs else torch.mul(p, row_w[rows])
-            dlog.scatter_add_(1, y_all[rows], neg_row_w[rows])
+        terms = None
         if pairs:
             n = c.n_pairs
             pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
             pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
             out_v = div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
             p_off += bsz * n
-            _pair_terms(
-                plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p),
-                pick_a(dlog) if want_div_a else None, pick_b(dlog) if want_div_b else None, plan.w_div, out_v,
-            )
+            terms = _pair_terms(plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p), want_div_a,
+                                want_div_b, plan.w_div, out_v)
+        if any_grad:
+            # dloss/dlogits: the CE's w * (p - onehot(y)) for every row, written over lp (no longer needed) ...
+            dlog = torch.mul(p, row_w[rows], out=lp)
+            dlog.scatter_add_(1, y_all[rows], neg_row_w[rows])
+            # ... plus w_div * the divergence's gradient at the aligned pairs
+            if terms is not None:
+                t_a, t_b, coef, diff = terms
+                if t_a is not None:
+                    pick_a(dlog).addcmul_(pick_a(p), t_a, value=coef)
+                    if diff is not None:
+                        pick_a(dlog).add_(diff, alpha=plan.w_div)
+                if t_b is not None:
+                    pick_b(dlog).addcmul_(pick_b(p), t_b, value=coef)
+                    if diff is not None:
+                        pick_b(dlog).sub_(diff, alpha=plan.w_div)
+                del t_a, t_b, diff
+            del terms
         del p, lp
         if not any_grad:
             continue
