@@ -3,7 +3,7 @@
 in one command.
 
     PYTHONPATH=. python benchmarks/recipe_throughput.py [--vocab 512 32000] [--rounds 2] [--steps 20]
-        [--seq-len 256] [--batch 2] [--dim 256] [--recipe-overrides loss.fused=False]
+        [--seq-len 256] [--batch 2] [--dim 256] [--threads 1] [--recipe-overrides loss.fused=False]
 
 Our recipe runs configs/tiny/longshort_from_checkpoint.yaml's loss: chunked and fused (the default on the hidden-state
 path); ``--recipe-overrides loss.fused=False`` measures the checkpointed fallback instead. The model is a random
@@ -170,12 +170,16 @@ def main():
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=2, help="our dual-window samples per step (torchtune gets 2x this)")
     ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP_NUM_THREADS for both recipes (default: torch's); 1 is steadier on a shared CPU")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="recipe_tp_"))
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                HF_HOME=str(work / "hf_home"))
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     names = ["torchtune full_finetune_single_device", "longshort alpha=0.0", "longshort alpha=0.1"]
     summary = {"config": vars(args), "per_vocab": {}}
     t_start = time.perf_counter()
@@ -199,7 +203,7 @@ def main():
         }
     print(f"llama2: dim {args.dim}, 4 layers, L={args.seq_len}, {2 * args.batch * args.seq_len} model tokens/step, "
           f"{args.steps} steps ({args.warmup} warm-up dropped), median of {args.rounds} interleaved rounds, "
-          f"{os.cpu_count()} CPUs, fp32; our loss path: {path}")
+          f"{os.cpu_count()} CPUs, OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}, fp32; our loss path: {path}")
     print("| vocab | run | tokens/s (median) | runs | peak RSS GiB |")
     print("|---|---|---|---|---|")
     for vocab, v in summary["per_vocab"].items():
