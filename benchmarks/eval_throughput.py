@@ -35,21 +35,24 @@ def _texts(tokenizer_dir: str, length: int, n: int):
     return [s.text for s in fixed_length_samples(iter_texts("stdlib", min_chars=length // 2), tok, length, n)]
 
 
-def _worker(model: str, workload: str, cfg: dict, q) -> None:
-    import torch
-    from lm_eval.api.instance import Instance
-
-    torch.set_num_threads(cfg["threads"])
+def make_lm(model: str, cfg: dict):
+    """lm-eval model ``ours`` (``longshort``) or ``hf`` on ``cfg["ckpt"]``."""
     if model == "ours":
         from torchtune_longshort.eval.lm_eval_model import LongShortLM
 
-        lm = LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
-                         device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])
-    else:
-        from lm_eval.models.huggingface import HFLM
+        return LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
+                           device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])
+    from lm_eval.models.huggingface import HFLM
 
-        lm = HFLM(pretrained=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"], device=cfg["device"],
-                  dtype=cfg["dtype"], max_length=cfg["max_length"])
+    return HFLM(pretrained=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"], device=cfg["device"],
+                dtype=cfg["dtype"], max_length=cfg["max_length"])
+
+
+def measure(lm, workload: str, cfg: dict) -> dict:
+    """Warm-up, timed and memory passes of one workload on a loaded lm-eval model (see module doc)."""
+    import torch
+    from lm_eval.api.instance import Instance
+
     if workload.startswith("ppl@"):
         L = int(workload[4:])
         texts = _texts(cfg["tok"], L, cfg["num_seqs"])
@@ -71,13 +74,15 @@ def _worker(model: str, workload: str, cfg: dict, q) -> None:
     if cuda:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    total = None
     if cuda:
         torch.cuda.empty_cache()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         run()
         torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        total = torch.cuda.max_memory_allocated() / 2**20  # weights included
+        peak = total - base / 2**20
     else:
         from tensor_memory import PeakTensorMemory
 
@@ -85,9 +90,16 @@ def _worker(model: str, workload: str, cfg: dict, q) -> None:
             run()
         peak = mem.peak_mib
     results = [r[0] if isinstance(r, tuple) else r for r in out]
-    q.put({"model": model, "workload": workload, "seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt,
-           "peak_mib": peak, "memory": "cuda_max_allocated" if cuda else "torch_profiler_allocations",
-           "results": results})
+    return {"workload": workload, "seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt,
+            "peak_mib": peak, "peak_total_mib": total,
+            "memory": "cuda_max_allocated" if cuda else "torch_profiler_allocations", "results": results}
+
+
+def _worker(model: str, workload: str, cfg: dict, q) -> None:
+    import torch
+
+    torch.set_num_threads(cfg["threads"])
+    q.put({"model": model, **measure(make_lm(model, cfg), workload, cfg)})
 
 
 def _make_checkpoint(tmp: Path, vocab: int, positions: int):

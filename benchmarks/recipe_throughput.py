@@ -31,23 +31,62 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
 
 
-def prepare(work: Path, dim: int, seq_len: int, vocab: int):
+@dataclass
+class Shape:
+    """One comparison setting: a Llama-2-shaped model and what a step feeds it (shared by both recipes)."""
+
+    vocab: int
+    dim: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv: int = 2
+    hidden: Optional[int] = None  # MLP width; default 8/3 dim rounded down to a multiple of 8
+    seq_len: int = 256
+    batch: int = 2  # our dual-window samples per step; torchtune gets 2 x batch sequences
+    steps: int = 20
+    device: str = "cpu"
+    dtype: str = "fp32"
+    activation_checkpointing: bool = False
+
+    @property
+    def mlp(self) -> int:
+        return self.hidden or int(self.dim * 8 / 3) // 8 * 8
+
+    @property
+    def tokens_per_step(self) -> int:
+        return 2 * self.batch * self.seq_len
+
+
+def prepare_tokenizer(work: Path) -> Path:
+    """A 512-piece SentencePiece tokenizer trained on stdlib text (once per ``work`` folder)."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
     from torchtune_longshort.data.tokenizer_training import train_sentencepiece
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
 
     tok = work / "tok"
     if not (tok / "tokenizer.model").is_file():
         train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), tok, vocab_size=512)
-    ckpt = write_random_llama2_checkpoint(work / f"ckpt_v{vocab}", vocab_size=vocab, embed_dim=dim, num_layers=4,
-                                          num_heads=4, num_kv_heads=2, intermediate_dim=int(dim * 8 / 3) // 8 * 8,
-                                          max_seq_len=max(512, seq_len), seed=0)
+    return tok
+
+
+def prepare(work: Path, shape: Shape):
+    """Tokenizer (512 pieces, trained once per ``work``), a random checkpoint of ``shape`` and the stdlib JSONL."""
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+
+    tok = prepare_tokenizer(work)
+    ckpt = work / f"ckpt_v{shape.vocab}_d{shape.dim}_l{shape.layers}"
+    if not (ckpt / "config.json").is_file():
+        write_random_llama2_checkpoint(ckpt, vocab_size=shape.vocab, embed_dim=shape.dim, num_layers=shape.layers,
+                                       num_heads=shape.heads, num_kv_heads=shape.kv, intermediate_dim=shape.mlp,
+                                       max_seq_len=max(512, shape.seq_len), seed=0)
     data = work / "stdlib.jsonl"
     if not data.is_file():
         with open(data, "w") as f:
@@ -56,13 +95,14 @@ def prepare(work: Path, dim: int, seq_len: int, vocab: int):
     return tok, ckpt, data
 
 
-def torchtune_config(work, tok, ckpt, data, dim, seq_len, batch, steps, vocab, tag) -> Path:
+def torchtune_config(work, tok, ckpt, data, shape: Shape, tag) -> Path:
+    """YAML for torchtune's ``full_finetune_single_device`` with ``CEWithChunkedOutputLoss``, same tokens/step."""
     cfg = f"""
 output_dir: {work}/tt_out_{tag}
 tokenizer:
   _component_: torchtune.models.llama2.llama2_tokenizer
   path: {tok}/tokenizer.model
-  max_seq_len: {seq_len}
+  max_seq_len: {shape.seq_len}
 dataset:
   _component_: torchtune.datasets.text_completion_dataset
   source: json
@@ -74,13 +114,13 @@ seed: 0
 shuffle: False
 model:
   _component_: torchtune.models.llama2.llama2
-  vocab_size: {vocab}
-  num_layers: 4
-  num_heads: 4
-  num_kv_heads: 2
-  embed_dim: {dim}
-  intermediate_dim: {int(dim * 8 / 3) // 8 * 8}
-  max_seq_len: {max(512, seq_len)}
+  vocab_size: {shape.vocab}
+  num_layers: {shape.layers}
+  num_heads: {shape.heads}
+  num_kv_heads: {shape.kv}
+  embed_dim: {shape.dim}
+  intermediate_dim: {shape.mlp}
+  max_seq_len: {max(512, shape.seq_len)}
 checkpointer:
   _component_: torchtune.training.FullModelHFCheckpointer
   checkpoint_dir: {ckpt}
@@ -88,9 +128,9 @@ checkpointer:
   model_type: LLAMA2
   output_dir: {work}/tt_out_{tag}
 resume_from_checkpoint: False
-batch_size: {2 * batch}
+batch_size: {2 * shape.batch}
 epochs: 1
-max_steps_per_epoch: {steps}
+max_steps_per_epoch: {shape.steps}
 gradient_accumulation_steps: 1
 optimizer:
   _component_: torch.optim.AdamW
@@ -101,9 +141,9 @@ loss:
   _component_: torchtune.modules.loss.CEWithChunkedOutputLoss
 clip_grad_norm: 1.0
 compile: False
-device: cpu
-dtype: fp32
-enable_activation_checkpointing: False
+device: {shape.device}
+dtype: {shape.dtype}
+enable_activation_checkpointing: {shape.activation_checkpointing}
 enable_activation_offloading: False
 metric_logger:
   _component_: torchtune.training.metric_logging.DiskLogger
@@ -114,6 +154,36 @@ log_peak_memory_stats: False
     p = work / f"torchtune_{tag}.yaml"
     p.write_text(cfg)
     return p
+
+
+OUR_CONFIG = "configs/tiny/longshort_from_checkpoint.yaml"
+
+
+def ours_overrides(work, tok, ckpt, data, shape: Shape, alpha: float, tag, extra=()) -> list:
+    """``key=value`` overrides of :data:`OUR_CONFIG` for the same model, data and tokens per step."""
+    return [
+        f"checkpoint_dir={ckpt}", f"tokenizer.path={tok}/tokenizer.model", f"output_dir={work / tag}",
+        "dataset._component_=torchtune_longshort.data.corpus.local_text", f"dataset.path={data}",
+        "~dataset.include_tests", "~dataset.limit", f"loss.alpha={alpha}", f"seq_len={shape.seq_len}",
+        f"batch_size={shape.batch}", f"max_steps={shape.steps}", f"save_every_n_steps={10**6}",
+        "validation.every_n_steps=1000000", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=1e-3",
+        f"model.vocab_size={shape.vocab}", f"model.embed_dim={shape.dim}", f"model.intermediate_dim={shape.mlp}",
+        f"model.num_layers={shape.layers}", f"model.num_heads={shape.heads}", f"model.num_kv_heads={shape.kv}",
+        f"model.max_seq_len={max(512, shape.seq_len)}", f"device={shape.device}", f"dtype={shape.dtype}",
+        f"enable_activation_checkpointing={shape.activation_checkpointing}", *extra,
+    ]
+
+
+def torchtune_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
+    log = next((work / f"tt_logs_{tag}").glob("log_*.txt")).read_text()
+    tps = [float(x) for x in re.findall(r"tokens_per_second_per_gpu:([0-9.eE+-]+)", log)][warmup:]
+    return sum(tps) / len(tps)
+
+
+def ours_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
+    rows = [json.loads(l) for l in (work / tag / "metrics.jsonl").read_text().splitlines()]
+    tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r][warmup:]
+    return sum(tps) / len(tps)
 
 
 def run(cmd, env, log_path: Path) -> float:
@@ -133,30 +203,18 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def run_torchtune(work, tok, ckpt, data, args, vocab, tag, env):
-    cfg = torchtune_config(work, tok, ckpt, data, args.dim, args.seq_len, args.batch, args.steps, vocab, tag)
+def run_torchtune(work, tok, ckpt, data, shape, warmup, tag, env):
+    cfg = torchtune_config(work, tok, ckpt, data, shape, tag)
     rss = run([TUNE, "run", "full_finetune_single_device", "--config", str(cfg)], env, work / f"{tag}.log")
-    log = next((work / f"tt_logs_{tag}").glob("log_*.txt")).read_text()
-    tps = [float(x) for x in re.findall(r"tokens_per_second_per_gpu:([0-9.eE+-]+)", log)][args.warmup:]
-    return sum(tps) / len(tps), rss
+    return torchtune_tokens_per_s(work, tag, warmup), rss
 
 
-def run_ours(work, tok, ckpt, data, args, vocab, alpha, tag, env):
-    out = work / tag
-    cmd = [TUNE, "run", "recipes/longshort_finetune.py", "--config", "configs/tiny/longshort_from_checkpoint.yaml",
-           f"checkpoint_dir={ckpt}", f"tokenizer.path={tok}/tokenizer.model", f"output_dir={out}",
-           "dataset._component_=torchtune_longshort.data.corpus.local_text", f"dataset.path={data}",
-           "~dataset.include_tests", "~dataset.limit", f"loss.alpha={alpha}", f"seq_len={args.seq_len}",
-           f"batch_size={args.batch}", f"max_steps={args.steps}", f"save_every_n_steps={10**6}",
-           "validation.every_n_steps=1000000", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=1e-3",
-           *args.recipe_overrides, f"model.vocab_size={vocab}",
-           f"model.embed_dim={args.dim}", f"model.intermediate_dim={int(args.dim * 8 / 3) // 8 * 8}",
-           "model.num_layers=4", f"model.num_heads=4", f"model.num_kv_heads=2", f"model.max_seq_len={max(512, args.seq_len)}"]
+def run_ours(work, tok, ckpt, data, shape, warmup, alpha, tag, env, extra=()):
+    cmd = [TUNE, "run", "recipes/longshort_finetune.py", "--config", OUR_CONFIG,
+           *ours_overrides(work, tok, ckpt, data, shape, alpha, tag, extra)]
     rss = run(cmd, env, work / f"{tag}.log")
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r][args.warmup:]
     path = re.search(r"Loss path: (\S+)", (work / f"{tag}.log").read_text())
-    return sum(tps) / len(tps), rss, path.group(1) if path else "?"
+    return ours_tokens_per_s(work, tag, warmup), rss, path.group(1) if path else "?"
 
 
 def main():
@@ -184,13 +242,15 @@ def main():
     summary = {"config": vars(args), "per_vocab": {}}
     t_start = time.perf_counter()
     for vocab in args.vocab:
-        tok, ckpt, data = prepare(work, args.dim, args.seq_len, vocab)
+        shape = Shape(vocab=vocab, dim=args.dim, seq_len=args.seq_len, batch=args.batch, steps=args.steps)
+        tok, ckpt, data = prepare(work, shape)
         runs = {k: [] for k in names}
         path = "?"
         for r in range(args.rounds):
-            runs[names[0]].append(run_torchtune(work, tok, ckpt, data, args, vocab, f"tt_v{vocab}_r{r}", env))
+            runs[names[0]].append(run_torchtune(work, tok, ckpt, data, shape, args.warmup, f"tt_v{vocab}_r{r}", env))
             for alpha, name in ((0.0, names[1]), (0.1, names[2])):
-                tps, rss, path = run_ours(work, tok, ckpt, data, args, vocab, alpha, f"ours_v{vocab}_a{alpha}_r{r}", env)
+                tps, rss, path = run_ours(work, tok, ckpt, data, shape, args.warmup, alpha, f"ours_v{vocab}_a{alpha}_r{r}",
+                                          env, args.recipe_overrides)
                 runs[name].append((tps, rss))
             print(f"  vocab {vocab} round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)",
                   file=sys.stderr)

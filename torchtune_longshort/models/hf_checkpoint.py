@@ -30,11 +30,15 @@ def write_random_llama2_checkpoint(
     norm_eps: float = 1e-5,
     seed: int = 0,
     rope_scaling: Optional[Dict[str, Any]] = None,
+    dtype: str = "float32",
+    device: str = "cpu",
 ) -> Path:
     """Write a randomly initialised Llama-2-shaped model in Hugging Face format (``config.json`` + safetensors).
 
     The weights come from transformers' ``LlamaForCausalLM`` initialisation (seeded), i.e. an independent
-    implementation from torchtune's, which is what parity tests want.
+    implementation from torchtune's, which is what parity tests want. ``dtype`` (``float32`` / ``bfloat16``) is the
+    stored precision; ``device`` where the weights are initialised (``cuda`` makes a 7B shape in seconds; the
+    random values then differ from a CPU initialisation with the same seed).
 
     Returns:
         ``out_dir`` as a Path.
@@ -56,12 +60,14 @@ def write_random_llama2_checkpoint(
         tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,
-        torch_dtype="float32",
+        torch_dtype=dtype,
     )
     if rope_scaling is not None:
         cfg["rope_scaling"] = rope_scaling
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**cfg))
+    model = model.to(getattr(torch, dtype))
     model.save_pretrained(str(out_dir), safe_serialization=True)
     return out_dir
 
