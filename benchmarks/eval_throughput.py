@@ -1,15 +1,19 @@
-"""Throughput and peak memory of the ``longshort`` lm-eval model vs lm-eval's own ``hf`` model, same checkpoint.
+"""Throughput and peak tensor memory of the ``longshort`` lm-eval model vs lm-eval's own ``hf`` model, same checkpoint.
 
-    python benchmarks/eval_throughput.py [--checkpoint_dir DIR --tokenizer DIR] [--lengths 512,1024,2048]
-        [--device cpu|cuda] [--dtype float32|bfloat16] [--out benchmarks/results/eval_throughput.json]
+    python benchmarks/eval_throughput.py [--checkpoint_dir DIR --tokenizer DIR] [--lengths 1024,4096,8192]
+        [--vocab 32000] [--device cpu|cuda] [--dtype float32|bfloat16] [--out benchmarks/results/eval_throughput.json]
 
 Workloads (the requests lm-eval sends for our tasks): ``ppl@L`` = ``--num_seqs`` loglikelihood requests with an
 empty context and an ``L``-token continuation (the ``long_ppl`` request), and ``gen`` = ``--gen_prompts``
-generate_until requests of ``--gen_prompt_len`` tokens, ``--gen_tokens`` new tokens each (greedy, no stop string).
-Each (model, workload) runs in a fresh process, so peak memory is that run's own: CUDA ``max_memory_allocated``,
-else the process's peak RSS. Without ``--checkpoint_dir`` a random Llama-2-shaped checkpoint (dim 256, 4 layers,
-vocab 512, 4096 positions) and a stdlib-trained tokenizer are made in a temp folder. Prints a table with
-ratios ours / hf (tokens/s: > 1 means ours is faster; memory: < 1 means ours uses less) and writes JSON.
+generate_until requests of ``--gen_prompt_len`` tokens, ``--gen_tokens`` new tokens each (greedy, no stop string;
+``--gen_prompts 0`` skips it). Each (model, workload) runs in a fresh process: one warm-up pass, one timed pass
+(tokens/s), then one pass for memory. Peak memory is peak *tensor* memory above what the loaded model already
+holds: CUDA ``max_memory_allocated``, else the peak of live allocations replayed from torch.profiler's allocator
+events (``benchmarks/tensor_memory.py``; not process RSS, which counts imports). Without ``--checkpoint_dir`` a
+random Llama-2-shaped checkpoint (dim 256, 4 layers, ``--vocab`` outputs, positions for the longest length) and a
+stdlib-trained 512-piece tokenizer are made in a temp folder. Prints a table with ratios ours / hf (tokens/s: > 1
+means ours is faster; memory: < 1 means ours uses less) and the largest relative difference between the two models'
+log-likelihoods, and writes JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -32,21 +35,24 @@ def _texts(tokenizer_dir: str, length: int, n: int):
     return [s.text for s in fixed_length_samples(iter_texts("stdlib", min_chars=length // 2), tok, length, n)]
 
 
-def _worker(model: str, workload: str, cfg: dict, q) -> None:
-    import torch
-    from lm_eval.api.instance import Instance
-
-    torch.set_num_threads(cfg["threads"])
+def make_lm(model: str, cfg: dict):
+    """lm-eval model ``ours`` (``longshort``) or ``hf`` on ``cfg["ckpt"]``."""
     if model == "ours":
         from torchtune_longshort.eval.lm_eval_model import LongShortLM
 
-        lm = LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
-                         device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])
-    else:
-        from lm_eval.models.huggingface import HFLM
+        return LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
+                           device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])
+    from lm_eval.models.huggingface import HFLM
 
-        lm = HFLM(pretrained=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"], device=cfg["device"],
-                  dtype=cfg["dtype"], max_length=cfg["max_length"])
+    return HFLM(pretrained=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"], device=cfg["device"],
+                dtype=cfg["dtype"], max_length=cfg["max_length"])
+
+
+def measure(lm, workload: str, cfg: dict) -> dict:
+    """Warm-up, timed and memory passes of one workload on a loaded lm-eval model (see module doc)."""
+    import torch
+    from lm_eval.api.instance import Instance
+
     if workload.startswith("ppl@"):
         L = int(workload[4:])
         texts = _texts(cfg["tok"], L, cfg["num_seqs"])
@@ -63,26 +69,47 @@ def _worker(model: str, workload: str, cfg: dict, q) -> None:
     run()  # warm-up (allocator, kernels)
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     out = run()
     if cuda:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    first = out[0][0] if isinstance(out[0], tuple) else out[0]
-    q.put({"model": model, "workload": workload, "seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt,
-           "peak_mib": peak, "memory": "cuda_max_allocated" if cuda else "peak_rss", "first_result": first})
+    total = None
+    if cuda:
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        torch.cuda.synchronize()
+        total = torch.cuda.max_memory_allocated() / 2**20  # weights included
+        peak = total - base / 2**20
+    else:
+        from tensor_memory import PeakTensorMemory
+
+        with PeakTensorMemory() as mem:
+            run()
+        peak = mem.peak_mib
+    results = [r[0] if isinstance(r, tuple) else r for r in out]
+    return {"workload": workload, "seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt,
+            "peak_mib": peak, "peak_total_mib": total,
+            "memory": "cuda_max_allocated" if cuda else "torch_profiler_allocations", "results": results}
 
 
-def _make_checkpoint(tmp: Path):
+def _worker(model: str, workload: str, cfg: dict, q) -> None:
+    import torch
+
+    torch.set_num_threads(cfg["threads"])
+    q.put({"model": model, **measure(make_lm(model, cfg), workload, cfg)})
+
+
+def _make_checkpoint(tmp: Path, vocab: int, positions: int):
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
     from torchtune_longshort.data.tokenizer_training import train_sentencepiece
     from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
 
     tok = train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), tmp / "tok", vocab_size=512)
-    ckpt = write_random_llama2_checkpoint(tmp / "ckpt", vocab_size=512, embed_dim=256, num_layers=4, num_heads=8,
-                                          num_kv_heads=4, intermediate_dim=688, max_seq_len=4096)
+    ckpt = write_random_llama2_checkpoint(tmp / "ckpt", vocab_size=vocab, embed_dim=256, num_layers=4, num_heads=8,
+                                          num_kv_heads=4, intermediate_dim=688, max_seq_len=positions)
     return str(ckpt), str(tmp / "tok")
 
 
@@ -90,12 +117,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint_dir")
     ap.add_argument("--tokenizer")
-    ap.add_argument("--lengths", default="512,1024,2048")
-    ap.add_argument("--num_seqs", type=int, default=4)
+    ap.add_argument("--lengths", default="1024,4096,8192")
+    ap.add_argument("--vocab", type=int, default=32000, help="output vocabulary of the generated checkpoint")
+    ap.add_argument("--num_seqs", type=int, default=2)
     ap.add_argument("--batch_size", type=int, default=1)
     ap.add_argument("--gen_prompts", type=int, default=4)
     ap.add_argument("--gen_prompt_len", type=int, default=256)
     ap.add_argument("--gen_tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved repeats of every run (median tokens/s)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
@@ -103,42 +132,59 @@ def main() -> None:
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="eval_tp_"))
-    ckpt, tok = (args.checkpoint_dir, args.tokenizer or args.checkpoint_dir) if args.checkpoint_dir else _make_checkpoint(tmp)
+    positions = max(lengths + [args.gen_prompt_len + args.gen_tokens])
+    ckpt, tok = ((args.checkpoint_dir, args.tokenizer or args.checkpoint_dir) if args.checkpoint_dir
+                 else _make_checkpoint(tmp, args.vocab, max(4096, positions)))
     cfg = dict(ckpt=ckpt, tok=tok, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                max_length=max(lengths + [args.gen_prompt_len + args.gen_tokens]), num_seqs=args.num_seqs,
                gen_prompts=args.gen_prompts, gen_prompt_len=args.gen_prompt_len, gen_tokens=args.gen_tokens,
                threads=args.threads)
     ctx = mp.get_context("spawn")
+    runs = {}
+    for r in range(args.rounds):
+        for workload in [f"ppl@{L}" for L in lengths] + (["gen"] if args.gen_prompts > 0 else []):
+            for model in ("hf", "ours"):  # interleaved: hf, ours, hf, ours, ... over the rounds
+                q = ctx.Queue()
+                p = ctx.Process(target=_worker, args=(model, workload, cfg, q))
+                p.start()
+                res = q.get()
+                p.join()
+                runs.setdefault((model, workload), []).append(res)
+                print(f"  round {r + 1} {model:4s} {workload:9s} {res['tokens_per_s']:10.1f} tok/s  "
+                      f"peak {res['peak_mib']:8.1f} MiB", file=sys.stderr)
     rows = []
-    for workload in [f"ppl@{L}" for L in lengths] + ["gen"]:
-        for model in ("hf", "ours"):
-            q = ctx.Queue()
-            p = ctx.Process(target=_worker, args=(model, workload, cfg, q))
-            p.start()
-            res = q.get()
-            p.join()
-            rows.append(res)
-            print(f"  {model:4s} {workload:9s} {res['tokens_per_s']:10.1f} tok/s  peak {res['peak_mib']:8.1f} MiB",
-                  file=sys.stderr)
+    for (model, workload), rs in runs.items():
+        tps = sorted(x["tokens_per_s"] for x in rs)
+        med = tps[len(tps) // 2] if len(tps) % 2 else (tps[len(tps) // 2 - 1] + tps[len(tps) // 2]) / 2
+        rows.append({**rs[0], "tokens_per_s": med, "runs_tokens_per_s": [x["tokens_per_s"] for x in rs],
+                     "peak_mib": max(x["peak_mib"] for x in rs)})
     table = []
     print(f"\n{'workload':10s} {'hf tok/s':>10s} {'ours tok/s':>11s} {'speed x':>8s} {'hf MiB':>9s} {'ours MiB':>9s} "
-          f"{'mem x':>6s} {'|d result|':>10s}")
+          f"{'mem x':>6s} {'max rel d':>10s}")
     for workload in dict.fromkeys(r["workload"] for r in rows):
         hf = next(r for r in rows if r["workload"] == workload and r["model"] == "hf")
         ours = next(r for r in rows if r["workload"] == workload and r["model"] == "ours")
-        diff = abs(hf["first_result"] - ours["first_result"]) if workload != "gen" else float(
-            hf["first_result"] != ours["first_result"])
+        if workload == "gen":  # 1 if any generation differs
+            diff = float(hf["results"] != ours["results"])
+        else:  # largest relative difference of the log-likelihoods
+            diff = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(hf["results"], ours["results"]))
         entry = {"workload": workload, "hf": hf, "ours": ours, "speed_ratio": ours["tokens_per_s"] / hf["tokens_per_s"],
                  "memory_ratio": ours["peak_mib"] / hf["peak_mib"], "result_diff": diff}
         table.append(entry)
         print(f"{workload:10s} {hf['tokens_per_s']:10.1f} {ours['tokens_per_s']:11.1f} {entry['speed_ratio']:8.2f} "
               f"{hf['peak_mib']:9.1f} {ours['peak_mib']:9.1f} {entry['memory_ratio']:6.2f} {diff:10.2e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+<<<<<<< HEAD
     from torchtune_longshort.provenance import provenance
 
     args.out.write_text(json.dumps({"config": {k: v for k, v in cfg.items()}, "rows": table,
                                     "provenance": provenance(device=cfg["device"])}, indent=2, default=str))
     print(f"\nwrote {args.out} (memory = {rows[0]['memory']}; gen |d result| = 1 if the first generations differ)")
+=======
+    args.out.write_text(json.dumps({"config": {k: v for k, v in cfg.items()}, "rows": table}, indent=2, default=str))
+    print(f"\nwrote {args.out} (memory = {rows[0]['memory']}, above the loaded model; {args.threads} threads; "
+          "gen 'max rel d' = 1 if any generation differs)")
+>>>>>>> issue14
 
 
 if __name__ == "__main__":

@@ -1,23 +1,23 @@
-"""Step time and peak memory of the long-short loss: alpha = 0.1 vs alpha = 0, chunked vs naive full logits.
+"""Step time and peak memory of the long-short loss: fused vs checkpointed vs naive full logits, alpha 0.1 vs 0.
 
 Every variant runs forward + backward of both windows (A and B, ``L`` tokens each, one shared ``e``) through the same
 model with activation checkpointing; only the loss path differs:
 
-- ``ours a=0`` / ``ours a=0.1``: :class:`LongShortLoss` on final hidden states (chunked output projection, logits
-  recomputed in backward; no ``[b, L, vocab]`` tensor held);
-- ``ours-nolog a=0``: the baseline without the logged (no-grad) divergence (``report_misalignment=False``);
-- ``ours-keep``: the same chunked loss with ``recompute_logits=False`` (each chunk's float32 intermediates are kept
-  for backward, as torchtune's ``CEWithChunkedOutputLoss`` does): faster when the output layer dominates, more memory;
+- ``fused a=0`` / ``fused a=0.1``: :class:`LongShortLoss` on final hidden states, its default fused path (per chunk:
+  projection, float32 log-softmaxes, CE + divergence values and their gradients in the forward pass; nothing kept,
+  nothing recomputed);
+- ``ckpt a=0`` / ``ckpt a=0.1``: the same loss with ``fused=False``: the checkpointed path (chunk logits recomputed
+  in backward), the fallback for output modules that are not a plain linear layer (e.g. LoRA on the output);
 - ``naive a=0`` / ``naive a=0.1``: the model's full float32 logits, ``F.cross_entropy`` + SCE over full-vocabulary
   log-softmaxes.
 
-Peak memory is the peak of live tensor bytes during one step above what was live before it (parameters excluded):
-CUDA ``max_memory_allocated`` on a GPU, torch's tensor-level ``MemTracker`` on a CPU. Step time is the median over
-``--steps`` repeats, the variants interleaved so that load on the machine hits them alike. Ratios are against
-``ours a=0`` of the same shape, and ``a=0.1 / a=0`` within each path.
+Peak memory is the peak of live tensor bytes during one step above what was live before it (parameters excluded,
+their gradients included): CUDA ``max_memory_allocated`` on a GPU, a tensor-level ``TorchDispatchMode`` tracker on a
+CPU. Step time is the median over ``--steps`` repeats, the variants interleaved so that load on the machine hits
+them alike. Ratios are against ``naive a=0`` of the same shape, and ``a=0.1 / a=0`` within each path.
 
-    python benchmarks/loss_overhead.py                      # CPU shapes (minutes on 2 cores)
-    python benchmarks/loss_overhead.py --device cuda        # Llama-3.2-1B shape at 8k tokens, bf16, and a 7B-ratio one
+    python benchmarks/loss_overhead.py [--threads 1]        # CPU shapes (minutes on 2 cores)
+    python benchmarks/loss_overhead.py --device cuda        # Llama-3.2-1B shape at 8k tokens, bf16, and a 7B one
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ SHAPES = {
     "cuda-7b": dict(vocab=32000, dim=4096, layers=4, heads=32, kv=32, hidden=11008, L=4096),
     "cuda-1b": dict(vocab=128256, dim=2048, layers=16, heads=32, kv=8, hidden=8192, L=8192),
 }
-VARIANTS = [("ours", 0.0), ("ours", 0.1), ("ours-nolog", 0.0), ("ours-keep", 0.0), ("ours-keep", 0.1), ("naive", 0.0), ("naive", 0.1)]
+VARIANTS = [("fused", 0.0), ("fused", 0.1), ("ckpt", 0.0), ("ckpt", 0.1), ("naive", 0.0), ("naive", 0.1)]
 
 
-def build(shape: str, device: str, e: int):
-    """Model (activation checkpointing on), one dual-window batch, and a step function per variant."""
+def build(shape: str, device: str, e: int, spec: dict = None):
+    """Model (activation checkpointing on), one dual-window batch, and a step function per variant.
+
+    ``spec`` overrides the named shape (the GPU suite's smoke mode passes tiny dimensions)."""
     import torch
     import torch.nn.functional as F
     from torchtune.models.llama2 import llama2
@@ -47,7 +49,7 @@ def build(shape: str, device: str, e: int):
 
     from torchtune_longshort.loss import LongShortLoss, restore_model_output
 
-    s = SHAPES[shape]
+    s = spec or SHAPES[shape]
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
@@ -61,8 +63,8 @@ def build(shape: str, device: str, e: int):
     ign = torch.full((1, 1), -100, device=device)
     la, lb = torch.cat([a[:, 1:], ign], 1), torch.cat([b[:, 1:], ign], 1)
 
-    def ours(alpha, recompute=True, report=True):
-        loss_fn = LongShortLoss(alpha=alpha, num_chunks=8, recompute_logits=recompute, report_misalignment=report)
+    def ours(alpha, fused=True):
+        loss_fn = LongShortLoss(alpha=alpha, num_chunks=8, fused=fused)
 
         def step():
             loss_fn.set_model_output(model)
@@ -84,7 +86,7 @@ def build(shape: str, device: str, e: int):
             return ce + alpha * (-(lpb.exp() * lpa + lpa.exp() * lpb).sum(-1).mean())
         return step
 
-    make = {"ours": ours, "ours-nolog": lambda al: ours(al, report=False), "ours-keep": lambda al: ours(al, recompute=False), "naive": naive}
+    make = {"fused": ours, "ckpt": lambda al: ours(al, fused=False), "naive": naive}
     steps = {(p, al): make[p](al) for p, al in VARIANTS}
     return model, steps
 
@@ -157,15 +159,18 @@ class LiveTensorBytes:
 
 
 def time_steps(model, steps: dict, device: str, repeats: int) -> dict:
-    """Median seconds per forward+backward; variants interleaved so that load drift hits them alike."""
+    """Median seconds per forward+backward; variants interleaved (order rotated each round) so that load drift and
+    allocator effects hit them alike."""
     import torch
 
     times = {k: [] for k in steps}
     for k, step in steps.items():  # warm-up
         model.zero_grad(set_to_none=True)
         step().backward()
-    for _ in range(repeats):
-        for k, step in steps.items():
+    items = list(steps.items())
+    for r in range(repeats):
+        # rotate the order each round: the first variant after another's large frees pays the page faults
+        for k, step in items[r % len(items):] + items[: r % len(items)]:
             model.zero_grad(set_to_none=True)
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -177,6 +182,31 @@ def time_steps(model, steps: dict, device: str, repeats: int) -> dict:
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
+def table_rows(shape: str, e: int, tim: dict, mem: dict) -> list:
+    """One row per variant: time and memory, against ``naive a=0`` and against ``a=0`` of the same path."""
+    rows = []
+    b_t, b_m = tim[("naive", 0.0)], mem[("naive", 0.0)]
+    for (path, alpha) in VARIANTS:
+        t, m = tim[(path, alpha)], mem[(path, alpha)]
+        rows.append(dict(
+            shape=shape, variant=f"{path} a={alpha}", e=e, time_ms=1000 * t, peak_mb=m / 2**20,
+            time_vs_naive0=t / b_t, mem_vs_naive0=m / b_m,
+            time_vs_same_path_a0=t / tim[(path, 0.0)], mem_vs_same_path_a0=m / mem[(path, 0.0)],
+            mem_vs_ckpt_same_alpha=m / mem[("ckpt", alpha)],
+        ))
+    return rows
+
+
+def print_table(rows: list) -> None:
+    print("| shape | variant | step ms | peak MB | time / naive a=0 | mem / naive a=0 | time / a=0 (same path) "
+          "| mem / a=0 (same path) | mem / ckpt (same alpha) |")
+    print("|" + "---|" * 9)
+    for r in rows:
+        print(f"| {r['shape']} | {r['variant']} | {r['time_ms']:.0f} | {r['peak_mb']:.1f} | {r['time_vs_naive0']:.3f} | "
+              f"{r['mem_vs_naive0']:.3f} | {r['time_vs_same_path_a0']:.3f} | {r['mem_vs_same_path_a0']:.3f} | "
+              f"{r['mem_vs_ckpt_same_alpha']:.3f} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -185,7 +215,15 @@ def main(argv=None) -> int:
     ap.add_argument("--e", type=int, default=None, help="shift between windows (default L/4)")
     ap.add_argument("--seq-len", type=int, default=None, help="override L of the chosen shapes")
     ap.add_argument("--output", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's); 1 is steadier on a CPU shared with other jobs")
     args = ap.parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"  device {args.device}, {torch.get_num_threads()} intra-op threads, {args.steps} timed steps per variant",
+          file=sys.stderr)
     shapes = args.shapes or ([k for k in SHAPES if k.startswith(args.device)])
     if args.seq_len:
         for k in shapes:
@@ -197,21 +235,9 @@ def main(argv=None) -> int:
         mem = {k: peak_bytes(model, st, args.device) for k, st in steps.items()}
         tim = time_steps(model, steps, args.device, args.steps)
         print(f"  {shape} done", file=sys.stderr)
-        b_t, b_m = tim[("ours", 0.0)], mem[("ours", 0.0)]
-        for (path, alpha) in VARIANTS:
-            t, m = tim[(path, alpha)], mem[(path, alpha)]
-            rows.append(dict(
-                shape=shape, variant=f"{path} a={alpha}", e=e, time_ms=1000 * t, peak_mb=m / 2**20,
-                time_vs_ours0=t / b_t, mem_vs_ours0=m / b_m,
-                time_vs_same_path_a0=t / tim[(path, 0.0)], mem_vs_same_path_a0=m / mem[(path, 0.0)],
-            ))
+        rows += table_rows(shape, e, tim, mem)
         del model, steps
-    hdr = f"| shape | variant | step ms | peak MB | time / ours a=0 | mem / ours a=0 | time / a=0 (same path) | mem / a=0 (same path) |"
-    print(hdr)
-    print("|" + "---|" * 8)
-    for r in rows:
-        print(f"| {r['shape']} | {r['variant']} | {r['time_ms']:.0f} | {r['peak_mb']:.0f} | {r['time_vs_ours0']:.3f} | "
-              f"{r['mem_vs_ours0']:.3f} | {r['time_vs_same_path_a0']:.3f} | {r['mem_vs_same_path_a0']:.3f} |")
+    print_table(rows)
     if args.output:
         with open(args.output, "w") as f:
             from torchtune_longshort.provenance import provenance

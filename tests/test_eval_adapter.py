@@ -168,3 +168,56 @@ def test_bad_model_args_fail_early(tiny_llama2_dir, sp_tokenizer_dir, kwargs, ma
 def test_missing_tokenizer_is_named(tiny_llama2_dir):
     with pytest.raises(FileNotFoundError, match="tokenizer"):
         LongShortLM(checkpoint_dir=str(tiny_llama2_dir), device="cpu")
+
+
+def test_loglikelihood_is_computed_chunk_by_chunk(tiny_llama2_dir, sp_tokenizer_dir, hf_model, monkeypatch):
+    """With 5-position output chunks, no [positions, vocab] tensor larger than one chunk ever exists, and the
+    log-likelihoods, per-token values and greedy flags still equal transformers' full forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    import torchtune_longshort.eval.lm_eval_model as mod
+
+    rows = 5
+    monkeypatch.setattr(mod, "_OUTPUT_CHUNK_ELEMENTS", rows * 512)
+    lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=2)
+    assert lm._output_rows() == rows
+
+    class LargestVocabTensor(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+            for t in tree_leaves(out):
+                # new [.., vocab] memory only (views such as the transposed output weight share an input's storage)
+                if (isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == 512
+                        and t.untyped_storage().data_ptr() not in inputs):
+                    LargestVocabTensor.largest = max(LargestVocabTensor.largest, t.numel() // 512)
+            return out
+
+    text = "def main():\n    for i in range(3):\n        print(i)\n" * 3
+    reqs = _reqs() + [Instance("loglikelihood", {}, ("", text), 9)]
+    with LargestVocabTensor():
+        got = lm.loglikelihood(reqs, disable_tqdm=True)
+    assert LargestVocabTensor.largest == rows
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(sp_tokenizer_dir / "tokenizer.model"))
+    whole = [sp.bos_id()] + sp.encode(text)
+    assert len(whole) - 1 > 6 * rows
+    ref, greedy, tok = _ref_loglik(hf_model, whole, len(whole) - 1)
+    assert got[-1][0] == pytest.approx(ref, rel=1e-5)
+    assert got[-1][1] == greedy
+    assert torch.allclose(torch.tensor(got[-1].token_logprobs), tok, atol=2e-5)
+    # a request whose continuation's argmax is its target everywhere: built from the model's own greedy output
+    ids = lm.tok_encode("def f(x):")
+    cont = lm.greedy_generate([ids], max_new_tokens=2 * rows + 1)[0]
+    (res,) = lm._loglikelihood_tokens([(None, ids, cont)], disable_tqdm=True)
+    assert len(cont) == 2 * rows + 1 and res[1] is True
+    # the misalignment requests project only the last position of each suffix
+    LargestVocabTensor.largest = 0
+    with LargestVocabTensor():
+        (div,) = lm.next_token_divergence([Instance("next_token_divergence", {}, (text, {"l1": 20, "l2": 30}), 0)],
+                                          disable_tqdm=True)
+    assert LargestVocabTensor.largest == 1 and div["sce"] > 0

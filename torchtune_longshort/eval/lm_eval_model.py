@@ -53,6 +53,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 # Output projection is applied to this many positions at a time, so a 32k-token sequence never holds a full
 # [T, vocab] float32 logit matrix (4 GB for Llama-2's 32k vocabulary).
 _OUTPUT_CHUNK = 2048
+# ... and at most this many logits (64 MiB in float32) per chunk, so a large vocabulary shortens the chunk.
+_OUTPUT_CHUNK_ELEMENTS = 2**24
 # Prefill of a generation prompt runs in chunks of this many positions (bounds the [q, kv] mask size).
 _PREFILL_CHUNK = 4096
 
@@ -309,13 +311,41 @@ class LongShortLM(TemplateLM):
         finally:
             del model.unembed
 
+    def _output_rows(self) -> int:
+        """Positions projected to the vocabulary at a time: at most ``_OUTPUT_CHUNK``, and at most
+        ``_OUTPUT_CHUNK_ELEMENTS`` float32 logits (64 MiB: 524 positions of a 32k vocabulary, 130 of a 128k one)."""
+        return max(1, min(_OUTPUT_CHUNK, _OUTPUT_CHUNK_ELEMENTS // max(1, self.vocab_size)))
+
     def _logprobs_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``[n, d]`` final hidden states -> ``[n, vocab]`` float32 log-probabilities, projected in chunks."""
+        """``[n, d]`` final hidden states -> ``[n, vocab]`` float32 log-probabilities, projected in chunks.
+
+        Holds all ``n`` rows' distributions by design (``next_token_logprobs``' contract); scoring uses
+        :meth:`_target_logprobs`, which never does."""
         out = []
-        for s in range(0, hidden.shape[0], _OUTPUT_CHUNK):
-            logits = self.model.output(hidden[s : s + _OUTPUT_CHUNK]).float()
+        step = self._output_rows()
+        for s in range(0, hidden.shape[0], step):
+            logits = self.model.output(hidden[s : s + step]).float()
             out.append(F.log_softmax(logits, dim=-1))
         return torch.cat(out, dim=0) if out else hidden.new_zeros((0, self.vocab_size), dtype=torch.float32)
+
+    def _target_logprobs(self, hidden: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, bool]:
+        """``log p(target[i] | .)`` for ``[n, d]`` final hidden states, and whether every target is the argmax.
+
+        Projects, log-softmaxes (float32), gathers and argmaxes one chunk of positions at a time
+        (:meth:`_output_rows`), so at most one chunk's ``[rows, vocab]`` logits exist at once, whatever ``n`` is.
+        Same arithmetic per position as lm-eval's ``hf`` model (log_softmax, then gather).
+        """
+        n = hidden.shape[0]
+        tok_lp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        greedy = True
+        step = self._output_rows()
+        for s in range(0, n, step):
+            logits = self.model.output(hidden[s : s + step]).float()
+            t = target[s : s + step]
+            greedy = greedy and bool((logits.argmax(dim=-1) == t).all())
+            tok_lp[s : s + step] = F.log_softmax(logits, dim=-1).gather(1, t[:, None])[:, 0]
+            del logits
+        return tok_lp, greedy
 
     @torch.no_grad()
     def _forward_hidden(self, batch: torch.Tensor) -> torch.Tensor:
@@ -339,8 +369,16 @@ class LongShortLM(TemplateLM):
             hidden = self._forward_hidden(tokens)
             b, s, d = hidden.shape
             flat = hidden.reshape(b * s, d)
-            chunks = [self.model.output(flat[i : i + _OUTPUT_CHUNK]).float() for i in range(0, b * s, _OUTPUT_CHUNK)]
+            step = self._output_rows()
+            chunks = [self.model.output(flat[i : i + step]).float() for i in range(0, b * s, step)]
             return torch.cat(chunks, dim=0).reshape(b, s, -1)
+
+    def last_logits_fn(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [b, s] -> logits [b, 1, vocab]`` (float32) of the last position only: all that the suffix
+        misalignment (next-token distributions after a context) needs, without a ``[b, s, vocab]`` tensor."""
+        with torch.no_grad():
+            hidden = self._forward_hidden(tokens)
+            return self.model.output(hidden[:, -1:]).float()
 
     def _check_length(self, n_tokens: int, what: str) -> None:
         if n_tokens > self.run_limit:
@@ -421,10 +459,8 @@ class LongShortLM(TemplateLM):
             hidden = self._forward_hidden(batch)
             for row, (i, inp, cont) in enumerate(chunk):
                 n = len(cont)
-                logp = self._logprobs_from_hidden(hidden[row, len(inp) - n : len(inp)])
-                target = torch.tensor(cont, dtype=torch.long, device=logp.device)
-                tok_lp = logp.gather(1, target[:, None])[:, 0]
-                greedy = bool((logp.argmax(dim=-1) == target).all())
+                target = torch.tensor(cont, dtype=torch.long, device=hidden.device)
+                tok_lp, greedy = self._target_logprobs(hidden[row, len(inp) - n : len(inp)], target)
                 results[i] = TokenLoglikelihood(float(tok_lp.double().sum()), greedy, tok_lp.tolist())
             pbar.update(len(chunk))
         pbar.close()
@@ -623,7 +659,7 @@ class LongShortLM(TemplateLM):
                 out.append({d: float("nan") for d in divs})
                 continue
             tokens = torch.tensor(ids[-need:], dtype=torch.long, device=self.device)
-            out.append(suffix_misalignment(self.logits_fn, tokens, l1, l2, divergences=divs))
+            out.append(suffix_misalignment(self.last_logits_fn, tokens, l1, l2, divergences=divs))
         return out
 
 

@@ -4,19 +4,28 @@ Memory, not FLOPs, is the cost of the misalignment term: two windows of ``[b, L,
 their softmax intermediates. This loss never holds either window's logits whole:
 
 - **hidden-state path** (preferred): call :meth:`LongShortLoss.set_model_output` once; the model then returns its
-  final normed hidden states and the loss applies the output projection itself, one chunk of positions at a time,
-  under activation checkpointing, so each chunk's logits are recomputed in backward instead of being kept
-  (the pattern of torchtune's later ``LinearCrossEntropyLoss``; torchtune 0.6.1 has none, so we swap the decoder's
-  ``unembed`` on the instance — its parameters and state-dict keys are untouched).
+  final normed hidden states and the loss applies the output projection itself, one chunk of positions at a time
+  (torchtune 0.6.1 has no ``LinearCrossEntropyLoss``, so we swap the decoder's ``unembed`` on the instance — its
+  parameters and state-dict keys are untouched). Two ways to run it:
+
+  - **fused** (default when the output is a plain linear layer, FSDP2-sharded or tied included): each chunk's
+    logits, float32 log-softmaxes, CE and divergence values *and their gradients* w.r.t. the chunk's hidden states
+    and the output weight are computed in the forward pass, and the logits dropped
+    (:mod:`torchtune_longshort.loss.fused_linear`); backward only scales the stored gradients.
+  - **checkpointed** (fallback for any other output module, e.g. LoRA on the output, or ``fused=False``): the output
+    module is called as is under activation checkpointing, so each chunk's logits are recomputed in backward.
+
 - **logits path**: a ``[b, L, vocab]`` tensor or the list of chunks that ``model.set_num_output_chunks(n)``
   produces. The float32 upcast, softmaxes and divergence are done per chunk, also under checkpointing.
 
 Chunks run over the *shared target index* ``g`` of the ``L + e`` sample (window A's position ``g``, window B's
-position ``g - e``), so every logit row is computed exactly once and each aligned pair lies in one chunk.
+position ``g - e``), so every logit row is computed exactly once and each aligned pair lies in one chunk
+(:mod:`torchtune_longshort.loss.chunking`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import types
 from dataclasses import dataclass
@@ -27,8 +36,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
+from torchtune_longshort.loss.fused_linear import (
+    FusedLinearLongShort,
+    FusedPlan,
+    fused_terms,
+    is_dtensor,
+    is_fsdp_module,
+    plain_linear_weight,
+)
 from torchtune_longshort.loss.misalignment import MinContext, aligned_positions, resolve_min_context
+
+logger = logging.getLogger(__name__)
 
 Logits = Union[torch.Tensor, Sequence[torch.Tensor]]
 
@@ -55,7 +75,11 @@ class LongShortLoss(nn.Module):
         min_context: floor of the compared positions, see :mod:`torchtune_longshort.loss.misalignment`.
         stop_grad_long: no gradient through window A (the longer contexts) in the misalignment term.
         num_chunks: number of chunks over the ``L + e`` shared positions.
-        recompute_logits: checkpoint each chunk (recompute its logits in backward) instead of keeping them.
+        fused: on the hidden-state path, use the fused projection + CE + divergence (gradients computed in the
+            forward pass, nothing recomputed) whenever the output module is a plain linear layer; ``False`` always
+            takes the checkpointed path. See :attr:`output_path` for the path in use.
+        recompute_logits: on the checkpointed and logits paths, recompute each chunk's logits in backward instead
+            of keeping them.
         ignore_index: label value excluded from the cross-entropy.
         report_misalignment: at ``alpha = 0``, still compute the divergence for logging (from the logits each chunk
             computes anyway, without graph: no extra output projection). ``False`` reports 0 and skips the softmaxes.
@@ -68,6 +92,7 @@ class LongShortLoss(nn.Module):
         min_context: MinContext = "listing",
         stop_grad_long: bool = False,
         num_chunks: int = 8,
+        fused: bool = True,
         recompute_logits: bool = True,
         ignore_index: int = -100,
         report_misalignment: bool = True,
@@ -86,17 +111,20 @@ class LongShortLoss(nn.Module):
         self.min_context = min_context
         self.stop_grad_long = stop_grad_long
         self.num_chunks = num_chunks
+        self.fused = bool(fused)
         self.recompute_logits = recompute_logits
         self.ignore_index = ignore_index
         self.report_misalignment = report_misalignment
         self.linear_projection: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+        self._logged_path: Optional[str] = None
 
     # ------------------------------------------------------------------ model hook
     def set_model_output(self, model: nn.Module) -> None:
         """Make ``model`` return final (normed) hidden states; this loss applies ``model.output`` chunk-wise.
 
-        Works for any torchtune ``TransformerDecoder`` (and its LoRA / FSDP-wrapped variants): the output module is
-        called as is, so tied embeddings, LoRA on the output and DTensor weights work unchanged. Undo with
+        Works for any torchtune ``TransformerDecoder`` (and its LoRA / FSDP-wrapped variants). A plain linear output
+        (``nn.Linear``, FSDP2's sharded one, or a tied ``TiedLinear``) runs the fused path; any other output module
+        is called as is on the checkpointed path, so LoRA on the output works unchanged. Undo with
         :func:`restore_model_output`.
         """
         decoder = getattr(model, "decoder", model)
@@ -115,6 +143,42 @@ class LongShortLoss(nn.Module):
             return self_.norm(h)
 
         decoder.unembed = types.MethodType(unembed_hidden, decoder)
+        self._log_path(self.output_path)
+
+    @property
+    def output_path(self) -> str:
+        """``"fused"``, ``"checkpointed"`` (hidden states, output module called per chunk) or ``"logits"``."""
+        if self.linear_projection is None:
+            return "logits"
+        return "fused" if self._fusable() else "checkpointed"
+
+    def _fusable(self) -> bool:
+        if not self.fused:
+            return False
+        found = plain_linear_weight(self.linear_projection)
+        if found is None:
+            return False
+        # A DTensor weight is fine when FSDP2 shards the output module itself (its hooks gather the weight for the
+        # call and reduce-scatter the gradient); any other DTensor layout (tensor parallel, a tied weight owned by
+        # another FSDP unit) keeps the generic path, which lets the module and DTensor handle it.
+        return not is_dtensor(found[0]) or is_fsdp_module(self.linear_projection)
+
+    def _log_path(self, path: str) -> None:
+        if path == self._logged_path:
+            return
+        self._logged_path = path
+        what = {
+            "fused": "fused linear + CE + divergence (gradients in the forward pass, no logits kept or recomputed)",
+            "checkpointed": (
+                "checkpointed chunks (output module called per chunk, logits "
+                + ("recomputed in backward" if self.recompute_logits else "kept")
+                + ("; fused=False" if not self.fused else "; the output module is not a plain linear layer")
+                + ")"
+            ),
+            "logits": "logits given by the model (per-chunk float32 softmaxes)",
+        }[path]
+        mod = type(self.linear_projection).__name__ if self.linear_projection is not None else "-"
+        logger.info("LongShortLoss path: %s [output module %s]", what, mod)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -156,22 +220,75 @@ class LongShortLoss(nn.Module):
         n_b = (labels_b != self.ignore_index).sum()
         with_div = self.alpha > 0 and pos.n > 0
         report_div = not with_div and self.report_misalignment and pos.n > 0
-        total = L + e
-        csize = max(1, math.ceil(total / self.num_chunks))
+        mode = "train" if with_div else "report" if report_div else None
+        chunks = target_chunks(L, e, pos, self.num_chunks)
+        path = self.output_path
+        if hidden:
+            self._log_path(path)
+        if path == "fused":
+            ce_a, ce_b, div, loss = self._fused(_slice_parts(a_parts, 0, L), _slice_parts(b_parts, 0, L), labels_a, labels_b, n_a, n_b, pos, chunks, mode)
+        else:
+            ce_a, ce_b, div = self._chunked(a_parts, b_parts, labels_a, labels_b, project, chunks, mode)
+            loss = None
+        zero = torch.zeros((), device=labels_a.device)
+        ce_a = (ce_a if ce_a is not None else zero) / n_a.clamp(min=1)
+        ce_b = (ce_b if ce_b is not None else zero) / n_b.clamp(min=1)
+        ce = (ce_a + ce_b) / 2
+        if with_div:
+            mis = div / (bsz * pos.n)
+            loss = ce + self.alpha * mis if loss is None else loss
+            mis_log = mis.detach()
+        else:
+            loss = ce if loss is None else loss
+            mis_log = div.detach() / (bsz * pos.n) if (div is not None and mode is not None) else zero
+        return LongShortLossOutput(
+            loss=loss, ce=ce.detach(), ce_a=ce_a.detach(), ce_b=ce_b.detach(),
+            misalignment=mis_log, num_aligned=pos.n,
+        )
+
+    def _fused(self, ha, hb, labels_a, labels_b, n_a, n_b, pos, chunks, mode):
+        """The fused path: ``(ce_a_sum, ce_b_sum, div_sum, loss)`` (sums detached; ``loss`` carries the gradients)."""
+        bsz = ha.shape[0]
+        plan = FusedPlan(
+            chunks=tuple(chunks), divergence=self.divergence, mode=mode, stop_grad_long=self.stop_grad_long,
+            ignore_index=self.ignore_index, w_div=self.alpha / (bsz * pos.n) if pos.n else 0.0,
+        )
+        w_ce_a = 0.5 / n_a.clamp(min=1).to(torch.float32)
+        w_ce_b = 0.5 / n_b.clamp(min=1).to(torch.float32)
+        module = self.linear_projection
+
+        def run(ha_, hb_):
+            weight, bias = plain_linear_weight(module)
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ha_, hb_, weight, bias)):
+                return FusedLinearLongShort.apply(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan)
+            (ca, cb, dv), _ = fused_terms(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan,
+                                          (False, False, False, False))
+            loss = w_ce_a * ca + w_ce_b * cb + (plan.w_div * dv if mode == "train" else 0.0)
+            return loss, torch.stack([ca, cb, dv])
+
+        if is_fsdp_module(module):
+            # Run as the module's own forward, so FSDP2's hooks gather the sharded weight for this call, register
+            # the reduce-scatter of its gradient, and gather it again for backward, exactly as for module(x).
+            module.forward = run
+            try:
+                loss, sums = module(ha, hb)
+            finally:
+                del module.forward
+        else:
+            loss, sums = run(ha, hb)
+        return sums[0], sums[1], sums[2], loss
+
+    def _chunked(self, a_parts, b_parts, labels_a, labels_b, project, chunks, mode):
+        """The checkpointed / logits path: ``(ce_a_sum, ce_b_sum, div_sum)``, each chunk under checkpointing."""
         ce_a = ce_b = div = None
-        for g0 in range(0, total, csize):
-            g1 = min(total, g0 + csize)
-            a_lo, a_hi = max(g0, 0), min(g1, L)
-            b_lo, b_hi = max(g0, e) - e, min(g1, L + e) - e
-            p_lo, p_hi = max(g0, pos.a_start), min(g1, pos.a_start + pos.n)
-            n_pairs = max(0, p_hi - p_lo)
+        for c in chunks:
+            a_lo, a_hi, b_lo, b_hi, n_pairs = c.a_lo, c.a_hi, c.b_lo, c.b_hi, c.n_pairs
             xa = _slice_parts(a_parts, a_lo, a_hi) if a_hi > a_lo else None
             xb = _slice_parts(b_parts, b_lo, b_hi) if b_hi > b_lo else None
             la = labels_a[:, a_lo:a_hi] if xa is not None else None
             lb = labels_b[:, b_lo:b_hi] if xb is not None else None
-            pair_a = (p_lo - a_lo, n_pairs)
-            pair_b = (p_lo - e - b_lo, n_pairs)
-            mode = "train" if with_div else "report" if report_div else None
+            pair_a = (c.pair_a, n_pairs)
+            pair_b = (c.pair_b, n_pairs)
             fn = _ChunkTerms(project, self.ignore_index, self.divergence, mode if n_pairs > 0 else None,
                              self.stop_grad_long, pair_a, pair_b)
             tensors = [t for t in (xa, xb) if t is not None]
@@ -183,22 +300,7 @@ class LongShortLoss(nn.Module):
             ce_a = _acc(ce_a, terms[0])
             ce_b = _acc(ce_b, terms[1])
             div = _acc(div, terms[2])
-
-        zero = torch.zeros((), device=labels_a.device)
-        ce_a = (ce_a if ce_a is not None else zero) / n_a.clamp(min=1)
-        ce_b = (ce_b if ce_b is not None else zero) / n_b.clamp(min=1)
-        ce = (ce_a + ce_b) / 2
-        if with_div:
-            mis = div / (bsz * pos.n)
-            loss = ce + self.alpha * mis
-            mis_log = mis.detach()
-        else:
-            loss = ce
-            mis_log = div / (bsz * pos.n) if div is not None else zero
-        return LongShortLossOutput(
-            loss=loss, ce=ce.detach(), ce_a=ce_a.detach(), ce_b=ce_b.detach(),
-            misalignment=mis_log, num_aligned=pos.n,
-        )
+        return ce_a, ce_b, div
 
 
 class _ChunkTerms:

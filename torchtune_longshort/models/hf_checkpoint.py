@@ -541,9 +541,13 @@ def write_random_llama2_checkpoint(
     norm_eps: float = 1e-5,
     seed: int = 0,
     rope_scaling: Optional[Dict[str, Any]] = None,
+    dtype: str = "float32",
+    device: str = "cpu",
 ) -> Path:
     """Write a randomly initialised Llama-2-shaped model in Hugging Face format with transformers' own
-    ``save_pretrained`` (an independent writer and initialisation, which parity tests want)."""
+    ``save_pretrained`` (an independent writer and initialisation, which parity tests want). ``dtype``
+    (``float32`` / ``bfloat16``) is the stored precision; ``device`` where the weights are initialised (``cuda``
+    makes a 7B shape in seconds; the random values then differ from a CPU initialisation with the same seed)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out_dir = Path(out_dir)
@@ -561,11 +565,13 @@ def write_random_llama2_checkpoint(
         tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,
-        torch_dtype="float32",
+        torch_dtype=dtype,
     )
     if rope_scaling is not None:
         cfg["rope_scaling"] = rope_scaling
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**cfg))
+    model = model.to(getattr(torch, dtype))
     model.save_pretrained(str(out_dir), safe_serialization=True)
     return out_dir

@@ -179,6 +179,9 @@ class LongShortFinetuneRecipe:
         if not isinstance(self._loss_fn, LongShortLoss):
             raise ValueError(f"loss: expected torchtune_longshort.loss.LongShortLoss, got {type(self._loss_fn).__name__}")
         self._loss_fn.set_model_output(self._model)
+        utils.log_rank_zero(
+            log, f"Loss path: {self._loss_fn.output_path} (output module {type(self._loss_fn.linear_projection).__name__})"
+        )
 
         self._optimizer = self._setup_optimizer()
         self._lr_scheduler = self._setup_lr_scheduler()

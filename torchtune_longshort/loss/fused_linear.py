@@ -1,0 +1,315 @@
+"""Fused output projection + cross-entropy + divergence for :class:`LongShortLoss`'s hidden-state path.
+
+One :class:`torch.autograd.Function` does, per chunk of the shared target index (:mod:`.chunking`):
+
+1. project the chunk's hidden states of both windows with the output weight (one matmul);
+2. take float32 log-softmaxes (the model may run in bfloat16);
+3. compute the cross-entropy values, the divergence values at the chunk's aligned pairs, and the *analytic*
+   gradient of ``loss = (ce_A + ce_B) / 2 + alpha * D`` with respect to the chunk's logits;
+4. turn that into the gradients w.r.t. the chunk's hidden states (``dlogits @ W``) and the output weight
+   (``dlogits^T @ h``, accumulated over chunks) and drop the logits.
+
+Backward only scales the stored gradients by ``grad_output``. Nothing of size ``[rows, vocab]`` outlives a chunk and
+no logits are recomputed: one projection forward and its two gradient matmuls, as in Liger-Kernel's fused linear
+cross-entropy, extended to the two-window divergence.
+
+Gradients of one position's divergence w.r.t. the logits ``z_A`` (``p = softmax(z_A)``, ``q = softmax(z_B)``,
+``lp, lq`` their logs; ``<., .>`` a sum over the vocabulary); ``z_B``'s are the same with A and B swapped:
+
+- SCE ``-(<q, lp> + <p, lq>)``: ``(p - q) - p * (lq - <p, lq>)``
+- Jeffreys ``<p - q, lp - lq>``: ``p * (d - <p, d>) + (p - q)``, ``d = lp - lq``
+- JS ``(KL(p||m) + KL(q||m)) / 2``, ``m = (p + q) / 2``: ``p * (r - <p, r>) / 2``, ``r = lp - log m``
+
+(``d/dz_j`` of ``<p, f>`` is ``p_j (f_j - <p, f>)`` plus ``<p, df/dz_j>``; ``d lp_i / dz_j = delta_ij - p_j``.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torchtune_longshort.loss.chunking import TargetChunk
+
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------- which module fuses
+def plain_linear_weight(module) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """``(weight, bias)`` when ``module`` computes exactly ``F.linear(x, weight, bias)``, else ``None``.
+
+    Accepted: an ``nn.Linear`` whose ``forward`` is ``nn.Linear.forward`` (FSDP2's ``FSDPLinear`` included), and a
+    tied output (torchtune's ``TiedLinear``: a plain object holding ``tied_module``, computing
+    ``F.linear(x, tied_module.weight)``). Anything else (LoRA on the output, quantized linears, custom modules)
+    returns ``None`` and the caller keeps the generic, checkpointed path.
+    """
+    if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
+        return module.weight, module.bias
+    tied = getattr(module, "tied_module", None)
+    if not isinstance(module, nn.Module) and isinstance(tied, nn.Module) and isinstance(
+        getattr(tied, "weight", None), torch.Tensor
+    ):
+        return tied.weight, None
+    return None
+
+
+def is_fsdp_module(module) -> bool:
+    """True for a module wrapped by FSDP2's ``fully_shard`` (its parameters are sharded DTensors between calls)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return isinstance(module, FSDPModule)
+
+
+def is_dtensor(t) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(t, DTensor)
+
+
+# ---------------------------------------------------------------------------------------------- the computation
+@dataclass(frozen=True)
+class FusedPlan:
+    """What the fused function needs besides tensors (all fixed before the first chunk).
+
+    ``mode``: ``"train"`` (divergence with gradient), ``"report"`` (its value only, for logging) or ``None``.
+    ``w_div``: ``alpha / (batch * n_aligned)``, the weight of one position's divergence in the loss.
+    """
+
+    chunks: Tuple[TargetChunk, ...]
+    divergence: str
+    mode: Optional[str]
+    stop_grad_long: bool
+    ignore_index: int
+    w_div: float
+
+
+def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``<x, y>`` over the last dim, keeping it (``[..., 1]``): one batched matmul, no ``[..., V]`` temporary."""
+    return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1))[..., 0]
+
+
+def _pair_terms(name: str, lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+    """Divergence of the aligned pairs of one chunk, and what its gradient needs (module doc).
+
+    Writes into ``out_values`` (``[..., 1]``) a per-position quantity ``v`` whose sum gives the divergence sum as
+    ``_VALUE_AFFINE[name]`` says (one op per chunk; the affine map is applied once, after the last chunk). Returns
+    ``(t_a, t_b, coef, diff)``: ``w`` times the logit gradient is ``coef * p * t_a + w * diff`` for A and
+    ``coef * q * t_b - w * diff`` for B (``None`` parts: nothing), so that the caller can add it to dloss/dlogits
+    after it has reused the log-probabilities' memory.
+    """
+    t_a = t_b = diff = None
+    coef = w
+    if name == "sce":
+        s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
+        torch.add(s_a, s_b, out=out_values)
+        if want_a:
+            t_a = torch.sub(s_a, lpb)  # -(lq - <p, lq>)
+        if want_b:
+            t_b = torch.sub(s_b, lpa)
+    elif name == "jeffreys":
+        d = lpa - lpb
+        p_d, q_d = _dot(pa, d), _dot(pb, d)
+        torch.sub(p_d, q_d, out=out_values)
+        if want_a:
+            t_a = torch.sub(d, p_d)  # d - <p, d>
+        if want_b:
+            t_b = torch.sub(q_d, d)  # <q, d> - d
+    elif name == "js":
+        # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
+        lm = torch.logaddexp(lpa, lpb)
+        ra, rb = lpa - lm, lpb - lm
+        del lm
+        p_r, q_r = _dot(pa, ra), _dot(pb, rb)
+        torch.add(p_r, q_r, out=out_values)
+        t_a = ra.sub_(p_r) if want_a else None
+        t_b = rb.sub_(q_r) if want_b else None
+        return t_a, t_b, 0.5 * w, None
+    else:
+        raise ValueError(f"divergence={name!r} is not known")
+    if want_a or want_b:
+        diff = pa - pb
+    return t_a, t_b, coef, diff
+
+
+# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
+_VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
+
+
+def _row_order(chunks, bsz: int, L: int, device) -> torch.Tensor:
+    """Row index into ``cat([ha, hb])`` flattened to ``[2 b L]``, in chunk order: each chunk's A rows (batch-major),
+    then its B rows, so every chunk is one contiguous block."""
+    idx = []
+    for c in chunks:
+        for base, lo, hi in ((0, c.a_lo, c.a_hi), (bsz * L, c.b_lo, c.b_hi)):
+            if hi > lo:
+                idx.append((base + torch.arange(bsz)[:, None] * L + torch.arange(lo, hi)[None, :]).reshape(-1))
+    return torch.cat(idx).to(device)
+
+
+def fused_terms(
+    ha: torch.Tensor,
+    hb: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    labels_a: torch.Tensor,
+    labels_b: torch.Tensor,
+    w_ce_a: torch.Tensor,
+    w_ce_b: torch.Tensor,
+    plan: FusedPlan,
+    grads: Tuple[bool, bool, bool, bool],
+):
+    """Sums of the loss terms over all chunks, and the loss's gradients.
+
+    Args:
+        ha, hb: ``[b, L, d]`` final hidden states of windows A and B.
+        weight, bias: the output projection (``[V, d]``, ``[V]`` or ``None``).
+        labels_a, labels_b: ``[b, L]`` targets (``plan.ignore_index`` where none).
+        w_ce_a, w_ce_b: 0-dim float32 weights of one target's CE in the loss (``1 / (2 n_A)``, ``1 / (2 n_B)``).
+        plan: chunks and divergence settings.
+        grads: which of ``(ha, hb, weight, bias)`` need a gradient.
+
+    Returns:
+        ``(ce_a_sum, ce_b_sum, div_sum)`` float32 0-dim tensors and ``[grad_ha, grad_hb, grad_weight, grad_bias]``
+        (``None`` where not asked): the gradients of ``w_ce_a * ce_a_sum + w_ce_b * ce_b_sum + w_div * div_sum``
+        (the divergence's part only in mode ``"train"``).
+    """
+    bsz, L, d = ha.shape
+    V = weight.shape[0]
+    dev = ha.device
+    n_rows = bsz * L
+    any_grad = any(grads)
+    want_div_b = plan.mode == "train" and any_grad
+    want_div_a = want_div_b and not plan.stop_grad_long
+
+    # Everything per row is laid out once in chunk order (see _row_order): a chunk is then a slice, not a gather.
+    order = _row_order(plan.chunks, bsz, L, dev)
+    h_all = torch.cat([ha.reshape(n_rows, d), hb.reshape(n_rows, d)]).index_select(0, order)
+    y_all = torch.cat([labels_a.reshape(-1), labels_b.reshape(-1)])[order]
+    valid = y_all != plan.ignore_index
+    y_all = torch.where(valid, y_all, torch.zeros_like(y_all))[:, None]
+    is_a = order < n_rows
+    mask_a = (valid & is_a).to(torch.float32)
+    mask_b = (valid & ~is_a).to(torch.float32)
+    tgt_lp = torch.empty(2 * n_rows, 1, dtype=torch.float32, device=dev)  # log p(target) per row
+    n_pair_rows = sum(bsz * c.n_pairs for c in plan.chunks) if plan.mode is not None else 0
+    div_v = torch.empty(n_pair_rows, 1, dtype=torch.float32, device=dev)
+    if any_grad:
+        row_w = (mask_a * w_ce_a + mask_b * w_ce_b)[:, None]  # dloss/dlogit scale of each row's CE
+        neg_row_w = -row_w
+    gh_all = torch.empty(2 * n_rows, d, dtype=ha.dtype, device=dev) if (grads[0] or grads[1]) else None
+    g_w = None
+    g_bias = torch.zeros(V, dtype=torch.float32, device=dev) if (grads[3] and bias is not None) else None
+
+    off = p_off = 0
+    for c in plan.chunks:
+        ra, rb = bsz * c.n_a, bsz * c.n_b
+        rows = slice(off, off + ra + rb)
+        off += ra + rb
+        h = h_all[rows]
+        logits = F.linear(h, weight, bias)
+        lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # float32 even for a bf16 weight
+        del logits
+        torch.gather(lp, 1, y_all[rows], out=tgt_lp[rows])
+        pairs = plan.mode is not None and c.n_pairs > 0
+        if not (any_grad or pairs):
+            continue
+        p = lp.exp()
+        terms = None
+        if pairs:
+            n = c.n_pairs
+            pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
+            pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
+            out_v = div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
+            p_off += bsz * n
+            terms = _pair_terms(plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p), want_div_a,
+                                want_div_b, plan.w_div, out_v)
+        if any_grad:
+            # dloss/dlogits: the CE's w * (p - onehot(y)) for every row, written over lp (no longer needed) ...
+            dlog = torch.mul(p, row_w[rows], out=lp)
+            dlog.scatter_add_(1, y_all[rows], neg_row_w[rows])
+            # ... plus w_div * the divergence's gradient at the aligned pairs
+            if terms is not None:
+                t_a, t_b, coef, diff = terms
+                if t_a is not None:
+                    pick_a(dlog).addcmul_(pick_a(p), t_a, value=coef)
+                    if diff is not None:
+                        pick_a(dlog).add_(diff, alpha=plan.w_div)
+                if t_b is not None:
+                    pick_b(dlog).addcmul_(pick_b(p), t_b, value=coef)
+                    if diff is not None:
+                        pick_b(dlog).sub_(diff, alpha=plan.w_div)
+                del t_a, t_b, diff
+            del terms
+        del p, lp
+        if not any_grad:
+            continue
+        if g_bias is not None:
+            g_bias += dlog.sum(0)
+        dlog_w = dlog if dlog.dtype == weight.dtype else dlog.to(weight.dtype)
+        del dlog
+        if grads[2]:
+            # accumulated in the weight's dtype, as autograd accumulates the unfused path's per-chunk gradients
+            g_w = dlog_w.t().mm(h) if g_w is None else g_w.addmm_(dlog_w.t(), h)
+        if gh_all is not None:
+            torch.mm(dlog_w, weight, out=gh_all[rows])
+        del dlog_w
+
+    ce_a = -(tgt_lp[:, 0] @ mask_a)
+    ce_b = -(tgt_lp[:, 0] @ mask_b)
+    if n_pair_rows:
+        scale, shift = _VALUE_AFFINE[plan.divergence]
+        div = div_v.sum() * scale + shift * n_pair_rows
+    else:
+        div = torch.zeros((), dtype=torch.float32, device=dev)
+    g_ha = g_hb = None
+    if gh_all is not None:
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=dev)
+        g_all = gh_all.index_select(0, inverse)
+        del gh_all
+        g_ha = g_all[:n_rows].view(bsz, L, d) if grads[0] else None
+        g_hb = g_all[n_rows:].view(bsz, L, d) if grads[1] else None
+    if grads[2] and g_w is None:  # no rows at all
+        g_w = torch.zeros_like(weight)
+    if g_bias is not None:
+        g_bias = g_bias.to(bias.dtype)
+    return (ce_a, ce_b, div), [g_ha, g_hb, g_w, g_bias]
+
+
+class FusedLinearLongShort(torch.autograd.Function):
+    """``loss = w_ce_a * sum ce_A + w_ce_b * sum ce_B [+ w_div * sum D]`` with gradients computed in forward.
+
+    ``forward(ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan)`` returns ``(loss, sums)``, ``sums``
+    being the detached ``[ce_a_sum, ce_b_sum, div_sum]``. Backward scales the stored gradients by ``grad_output``.
+    """
+
+    @staticmethod
+    def forward(ctx, ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan: FusedPlan):
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+                bias is not None and ctx.needs_input_grad[3])
+        (ce_a, ce_b, div), grads = fused_terms(ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan, need)
+        loss = w_ce_a * ce_a + w_ce_b * ce_b
+        if plan.mode == "train":
+            loss = loss + plan.w_div * div
+        sums = torch.stack([ce_a, ce_b, div])
+        ctx.mark_non_differentiable(sums)
+        ctx.grads = grads
+        return loss, sums
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_sums):
+        grads, ctx.grads = ctx.grads, None  # hand the buffers over (autograd can then adopt them as .grad)
+        out = []
+        for g in grads:
+            if g is not None:
+                g.mul_(grad_loss.to(g.dtype))
+            out.append(g)
+        return (*out, None, None, None, None, None)
