@@ -148,6 +148,21 @@ def test_offline_longbench_e_full_gives_reason_per_task_and_other_tasks_written(
     assert wall < 300  # the whole run, 23 tasks, with no network wait
 
 
+def test_bad_local_records_give_a_reason_naming_file_and_line(sp_tokenizer_dir, tmp_path):
+    from torchtune_longshort.eval.long_ppl import long_ppl_dataset
+
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"text": "a b c"}\n{"text": "unterminated\n')
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"text": "ok"}\n{"text": "\xff\xfe"}\n')
+    nofield = tmp_path / "nofield.jsonl"
+    nofield.write_text('{"body": "x"}\n')
+    for path, want in ((torn, "torn.jsonl line 2: not a JSON object"), (binary, "binary.jsonl: not UTF-8"),
+                       (nofield, "nofield.jsonl: row 0 has no field text_field='text'")):
+        ds = long_ppl_dataset(64, tokenizer=str(sp_tokenizer_dir), ppl_data_files=str(path))["test"]
+        assert len(ds) == 1 and want in ds[0]["error"], ds[0]["error"]
+
+
 # ------------------------------------------------------------------ prompts longer than the model
 @pytest.mark.slow
 def test_passkey_longer_than_the_model_is_refused_not_truncated(offline_run):
