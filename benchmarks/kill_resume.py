@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--out", default=None, help="working folder (default: a temporary one)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -44,14 +44,22 @@ def main(argv=None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     env.pop("PYTHONPATH", None)
     base = [TUNE, "run", RECIPE, "--config", str(REPO / "configs/tiny/longshort_stdlib.yaml"),
-            f"tokenizer.path={work / 'tokenizer'}", f"max_steps={args.steps}", "save_every_n_steps=2",
+            f"tokenizer.path={work / 'tokenizer'}", f"max_steps={args.steps}", "save_every_n_steps=4",
             "validation=null", "model.num_layers=2", "model.embed_dim=64", "model.intermediate_dim=172",
             "seq_len=64", "batch_size=4"]
     ref = work / "ref"
+    # The reference run, timed: when its first step is logged (start-up) and how long a step takes.
     t = time.time()
-    subprocess.run(base + [f"output_dir={ref}", "overwrite_output_dir=True"], env=env, check=True,
-                   capture_output=True)
-    run_s = time.time() - t
+    p = subprocess.Popen(base + [f"output_dir={ref}", "overwrite_output_dir=True"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_first = None
+    while p.poll() is None:
+        if t_first is None and (ref / "metrics.jsonl").is_file() and losses(ref):
+            t_first = time.time() - t
+        time.sleep(0.05)
+    if p.returncode != 0:
+        raise SystemExit(f"reference run failed ({p.returncode})")
+    step_s = (time.time() - t - (t_first or 0)) / max(1, args.steps - 1)
     sentinel = work / "sentinel.txt"  # a user's file beside the run: must survive every kill and resume
     sentinel.write_text("keep me\n")
     out = work / "run"
@@ -65,7 +73,8 @@ def main(argv=None) -> int:
         resumable = any((p / "recipe_state.pt").is_file() for p in out.glob("step_*")) if out.exists() else False
         extra = ["resume=True"] if resumable and not first else ["overwrite_output_dir=True"]
         first = False
-        delay = rng.uniform(0.5, run_s)
+        remaining = args.steps - (done[-1] if done else 0)
+        delay = rng.uniform(0.5 * t_first, t_first + 0.9 * remaining * step_s)  # start-up .. near the end
         started = time.time()
         p = subprocess.Popen(base + [f"output_dir={out}", *extra], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)

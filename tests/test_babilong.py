@@ -248,7 +248,7 @@ def test_loader_multi_length_depth_keys_and_missing(generated):
     ds = bl.load_babilong("qa1", "0k,2k", str(generated / "plain"))["qa1"]
     missing = [d for d in ds if d[bl.MISSING_DATA_FIELD]]
     assert len(missing) == 1 and "2k/qa1.jsonl" in missing[0][bl.MISSING_DATA_FIELD]
-    assert bl.process_results(missing[0], ["x"]) == {"missing_data": 1.0}
+    assert bl.process_results(missing[0], ["x"]) == {"missing_data": 1.0, "error": missing[0][bl.MISSING_DATA_FIELD]}
     with pytest.raises(FileNotFoundError, match="2k/qa1.jsonl"):
         bl.load_babilong("qa1", "2k", str(generated / "plain"), babilong_missing="error")
     with pytest.raises(ValueError, match="max_seq_lengths='5k'"):

@@ -3,6 +3,7 @@ results folders named after the checkpoint exactly as lm-eval's own ``hf`` model
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,7 +54,9 @@ def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
     assert lm_eval_argv(c)[2] == "--model_args=tokenizer=/t,pretrained=/c"
     for same in (["run", "--model", "hf", "--model_args", "checkpoint_dir=/c"],
                  ["run", "--model", "longshort", "--model_args", "pretrained=/p,checkpoint_dir=/p"]):
-        assert lm_eval_argv(same) == same
+        # unchanged but for the --metadata naming the model (for tasks that need longshort)
+        assert lm_eval_argv(same)[: len(same)] == same and lm_eval_argv(same)[len(same):] == [
+            "--metadata", json.dumps({"lm_eval_model": same[2]})]
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

@@ -252,7 +252,7 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
 def test_loader_missing_file_is_reported_not_fatal(tmp_path):
     ds = lb.load_longbench_e("samsum_e", str(tmp_path))["test"]
     assert len(ds) == 1
-    assert lb.process_results(ds[0], ["anything"]) == {"missing_data": 1.0}
+    assert lb.process_results(ds[0], ["anything"]) == {"missing_data": 1.0, "error": ds[0][lb.MISSING_DATA_FIELD]}
     assert "samsum_e.jsonl" in ds[0][lb.MISSING_DATA_FIELD]
     with pytest.raises(FileNotFoundError, match="samsum_e.jsonl"):
         lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")

@@ -23,11 +23,24 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.eval.babilong_generator import DEPTHS, LENGTHS, QA_TASKS, TASK_LABELS
+from torchtune_longshort.eval.unavailable import (
+    ERROR_FIELD,
+    ERROR_METRIC,
+    MISSING_METRIC,
+    TaskDataError,
+    load_hub_dataset,
+    missing_results,
+    nan_results,
+    placeholder,
+    reason_of,
+    refusal_of,
+)
 
 log = logging.getLogger(__name__)
 
 HF_DATASET = "RMT-team/babilong-1k-samples"
-MISSING_DATA_FIELD = "longshort_missing_data"
+# A row standing for data that could not be had carries the reason here (the pack's one placeholder field).
+MISSING_DATA_FIELD = ERROR_FIELD
 
 
 def preprocess_output(output: str) -> str:
@@ -55,24 +68,28 @@ def metric_names() -> List[str]:
     """Every metric :func:`process_results` can emit (for the task YAML's ``metric_list``)."""
     names = ["acc"] + [f"acc_{l}" for l in LENGTHS] + [f"acc_d{d}" for d in DEPTHS]
     names += [f"acc_{l}_d{d}" for l in LENGTHS for d in DEPTHS]
-    return names + ["missing_data"]
+    return names + [MISSING_METRIC, ERROR_METRIC]
 
 
 def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, float]:
-    """lm-eval ``process_results``: ``acc``, ``acc_<length>`` and, for rows with a depth, the depth keys."""
-    if doc.get(MISSING_DATA_FIELD):
-        log.error("%s", doc[MISSING_DATA_FIELD])
-        return {"missing_data": 1.0}
+    """lm-eval ``process_results``: ``acc``, ``acc_<length>`` and, for rows with a depth, the depth keys.
+
+    A row without data (missing file, hub unreachable) gives ``missing_data`` = 1 and no accuracy, so the group
+    mean covers the tasks that have data; a prompt the model refused gives NaN accuracies. Both carry the
+    reason (metric ``error``)."""
+    if reason_of(doc):
+        return missing_results(reason_of(doc))
     qa = doc.get("qa")
     if qa not in TASK_LABELS:
         raise ValueError(f"a BABILong row has qa={qa!r}; accepted: {list(QA_TASKS)} (load it with load_babilong)")
-    ok = float(compare_answers(doc["target"], results[0], doc["question"], TASK_LABELS[qa]))
+    refusal = refusal_of(results[0])
+    ok = float("nan") if refusal else float(compare_answers(doc["target"], results[0], doc["question"], TASK_LABELS[qa]))
     out = {"acc": ok, f"acc_{doc['length']}": ok}
     depth = doc.get("depth")
     if depth is not None:
         out[f"acc_d{depth}"] = ok
         out[f"acc_{doc['length']}_d{depth}"] = ok
-    return out
+    return nan_results(refusal, out) if refusal else out
 
 
 def parse_lengths(max_seq_lengths: Union[str, Sequence[str]]) -> List[str]:
@@ -96,10 +113,8 @@ def _features():
 
 
 def _placeholder(qa: str, length: str, message: str):
-    import datasets
-
-    row = {"input": "", "question": "", "target": "", "qa": qa, "length": length, "depth": None, MISSING_DATA_FIELD: message}
-    return datasets.Dataset.from_list([row], features=_features())
+    row = {"input": "", "question": "", "target": "", "qa": qa, "length": length, "depth": None}
+    return placeholder(f"babilong_{qa}", f"length {length}: {message}", row, features=_features())
 
 
 def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
@@ -138,9 +153,10 @@ def load_babilong(
         max_seq_lengths: one or more length labels, ``"0k,1k,4k"`` (lm-eval's shipped metadata key).
         babilong_data_dir: a folder with ``<length>/<qa>.jsonl`` in BABILong's row format (``input``,
             ``question``, ``target``; ``depth`` optional); without it, the hub's ``RMT-team/babilong-1k-samples``.
-        babilong_missing: ``"skip"`` (default): a missing local file is logged as an error and the task
-            reports ``missing_data`` = 1 for that length instead of a score, so the run goes on;
-            ``"error"``: raise ``FileNotFoundError``.
+        babilong_missing: ``"skip"`` (default): a missing local file, or hub data that cannot be fetched
+            (offline, unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
+            reason (metric ``error``) for that length instead of a score, so the run goes on; ``"error"``: raise
+            (``FileNotFoundError`` / ``TaskDataError``).
         _metadata: the rest of lm-eval's ``--metadata`` / ``--model_args`` (ignored).
     """
     import datasets
@@ -158,7 +174,6 @@ def load_babilong(
                        f"length {length}, task {qa_split}; expected <dir>/<length>/<qa>.jsonl)")
                 if babilong_missing == "error":
                     raise FileNotFoundError(msg)
-                log.error("%s -- babilong_%s reports missing_data=1 for %s; the other tasks still run", msg, qa_split, length)
                 parts.append(_placeholder(qa_split, length, msg))
                 continue
             rows = _read_local(path, qa_split, length)
@@ -166,7 +181,15 @@ def load_babilong(
                 raise ValueError(f"{path} has no rows")
             parts.append(datasets.Dataset.from_list([{**r, MISSING_DATA_FIELD: None} for r in rows], features=_features()))
         else:
-            ds = datasets.load_dataset(HF_DATASET, name=length, split=qa_split)
+            try:
+                ds = load_hub_dataset(HF_DATASET, name=length, split=qa_split, alternative=(
+                    "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl> in --metadata (e.g. from "
+                    "python -m torchtune_longshort.eval.babilong_generator)"))
+            except TaskDataError as err:
+                if babilong_missing == "error":
+                    raise
+                parts.append(_placeholder(qa_split, length, str(err)))
+                continue
             ds = ds.select_columns(["input", "question", "target"])
             n = len(ds)
             ds = ds.add_column("qa", [qa_split] * n).add_column("length", [length] * n)

@@ -15,16 +15,29 @@ from typing import Any, Dict, List, Sequence
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
 
 
-def lm_eval_argv(args: Sequence[str]) -> List[str]:
-    """``args`` with ``checkpoint_dir=`` in the ``longshort`` model's ``--model_args`` given as ``pretrained=``.
+_SUBCOMMANDS = ("run", "ls", "validate")
 
-    lm-eval 0.4.13 names the results folder (``<output_path>/<name>/results_*.json``) after ``pretrained`` in
-    model_args, and gives any other model a random name; ``checkpoint_dir`` is ``pretrained``'s older name here,
-    so the folder is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
+
+def lm_eval_argv(args: Sequence[str]) -> List[str]:
+    """``args`` as lm-eval's CLI gets them from this wrapper:
+
+    - an evaluation (``run``, or the legacy form without a subcommand) gets ``--metadata`` key ``lm_eval_model``
+      naming the ``--model`` (lm-eval's default ``hf`` when none is given), so that a task that needs the
+      ``longshort`` model (``misalignment_<L>``) refuses any other before a request runs, and tasks can refuse
+      lengths a plain model would cut (``torchtune_longshort.eval.unavailable``);
+    - ``checkpoint_dir=`` in the ``longshort`` model's ``--model_args`` is given as ``pretrained=``: lm-eval 0.4.13
+      names the results folder (``<output_path>/<name>/results_*.json``) after ``pretrained`` in model_args, and
+      gives any other model a random name; ``checkpoint_dir`` is ``pretrained``'s older name here, so the folder
+      is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
     """
+    from torchtune_longshort.eval.unavailable import MODEL_KEY
+
     out = [str(a) for a in args]
     model = next((out[i + 1] for i, a in enumerate(out[:-1]) if a == "--model"), None)
     model = model or next((a.split("=", 1)[1] for a in out if a.startswith("--model=")), None)
+    evaluating = bool(out) and (out[0] == "run" or (out[0] not in _SUBCOMMANDS and out[0] not in ("-h", "--help")))
+    if evaluating:
+        out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         return out
     spans, i = [], 0  # indices of the model_args tokens

@@ -17,12 +17,20 @@ Model arguments (``--model_args k=v,...``):
         get NaN / empty output and an error naming the fix, and the rest of the run goes on).
     batch_size: int (``auto`` is not supported: give a number).
     dtype: float32 | bfloat16 | float16.   device: cpu | cuda | cuda:N.
-    truncation: left (lm-eval's ``hf``: keep the last tokens) | middle (LongBench: keep first and last halves).
+    truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
+        ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
+        truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
+        (see ``torchtune_longshort.eval.truncation``).
     max_gen_toks: default generation budget (256, as in lm-eval's ``hf``).
     add_bos_token: prepend BOS when encoding (default true, like the Llama tokenizer under transformers).
 
 Tokenisation follows lm-eval's ``hf`` model on a Llama tokenizer token for token (BOS handling, context/continuation
-split, rolling windows, left truncation), so that the two give the same numbers on the same checkpoint.
+split, rolling windows, and with ``truncation=left`` its left truncation), so that the two give the same numbers on
+the same checkpoint.
+
+A request the model will not run (longer than it runs, a prompt it may not cut, no room to generate) is refused,
+not cut or crashed on: its result carries the reason (``torchtune_longshort.eval.unavailable``), the task scores
+it NaN with that reason in the results file, and the rest of the run goes on.
 
 Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``misalignment``
 task): it runs the model on two suffixes of a text and compares the full next-token distributions (paper Eq. 4).
@@ -45,7 +53,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
-from torchtune_longshort.eval.truncation import check_truncation, truncate_tokens
+from torchtune_longshort.eval.truncation import check_truncation, declared_truncation, truncate_tokens
+from torchtune_longshort.models.hf_rope import usable_length_of  # noqa: F401  (its home; re-exported here)
+from torchtune_longshort.eval.unavailable import RefusedScores, RefusedText
 
 logger = logging.getLogger(__name__)
 
@@ -63,19 +73,27 @@ class TokenLoglikelihood(tuple):
     """``(logprob, is_greedy)`` as lm-eval expects, carrying the per-token log-probabilities as an attribute.
 
     lm-eval passes the object unchanged to a task's ``process_results``; ``long_ppl`` uses
-    ``token_logprobs`` for its per-position loss curve. Other models return plain tuples.
+    ``token_logprobs`` for its per-position loss curve. Other models return plain tuples. A refused request is
+    ``(nan, False)`` with the reason in ``refusal`` (``torchtune_longshort.eval.unavailable.refusal_of``).
     """
 
     token_logprobs: List[float]
+    refusal: str
 
-    def __new__(cls, logprob: float, is_greedy: bool, token_logprobs: Sequence[float]):
+    def __new__(cls, logprob: float, is_greedy: bool, token_logprobs: Sequence[float], refusal: str = ""):
         obj = super().__new__(cls, (logprob, is_greedy))
         obj.token_logprobs = list(token_logprobs)
+        obj.refusal = refusal
         return obj
 
+    @classmethod
+    def refused(cls, reason: str) -> "TokenLoglikelihood":
+        """The result of a request the model refused: NaN, with ``reason``."""
+        return cls(float("nan"), False, [], reason)
+
     def __reduce__(self):
-        # lm-eval's request cache pickles results; keep the attribute.
-        return (TokenLoglikelihood, (self[0], self[1], self.token_logprobs))
+        # lm-eval's request cache pickles results; keep the attributes.
+        return (TokenLoglikelihood, (self[0], self[1], self.token_logprobs, self.refusal))
 
 
 def _parse_bool(name: str, value: Any) -> bool:
@@ -98,18 +116,6 @@ def _positive_int(name: str, value: Any) -> int:
     if out != float(value) or out < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return out
-
-
-def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> int:
-    """Positions a checkpoint covers: ``max_position_embeddings`` for plain RoPE; for a scaled one the spec's
-    ``max_seq_len`` (the length the scaling targets), else its pre-trained length times ``factor``."""
-    native = int(config.get("max_position_embeddings", 4096))
-    if not spec:
-        return native
-    if spec.get("max_seq_len"):
-        return int(spec["max_seq_len"])
-    original = int(spec.get("original_max_seq_len") or native)
-    return int(round(original * float(spec.get("factor", 1.0))))
 
 
 def load_checkpoint_model(
@@ -146,7 +152,7 @@ class LongShortLM(TemplateLM):
         max_batch_size: Optional[int] = None,
         dtype: str = "float32",
         device: Optional[str] = None,
-        truncation: str = "left",
+        truncation: str = "none",
         max_gen_toks: int = 256,
         add_bos_token: Union[bool, str] = True,
         **kwargs: Any,
@@ -171,8 +177,11 @@ class LongShortLM(TemplateLM):
         self.checkpoint_dir = Path(str(checkpoint_dir))
         from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
 
+        from torchtune_longshort.models.hf_checkpoint import checkpoint_fingerprint
+
         check_checkpoint_folder(self.checkpoint_dir, need_tokenizer=tokenizer is None)
         config = read_hf_config(self.checkpoint_dir)
+        self.checkpoint_fingerprint = checkpoint_fingerprint(self.checkpoint_dir)
 
         if rope_kwargs and rope is None:
             raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
@@ -276,6 +285,7 @@ class LongShortLM(TemplateLM):
 
         return {
             "checkpoint_dir": str(self.checkpoint_dir),
+            "checkpoint_fingerprint": self.checkpoint_fingerprint,
             "rope": self.rope_spec,
             "max_length": self._max_length,
             "usable_length": self.usable_length,
@@ -384,28 +394,44 @@ class LongShortLM(TemplateLM):
         if n_tokens > self.run_limit:
             raise _TooLong(n_tokens, self.run_limit, what)
 
-    def _refuse(self, task: Optional[str], err: "_TooLong") -> None:
-        key = (task or "?", err.what)
+    def _too_long_reason(self, err: "_TooLong") -> str:
+        fixes = []
+        if err.n_tokens > self._max_length:
+            fixes.append(f"raise max_length (now {self._max_length})")
+        if n_over_usable(err.n_tokens, self.usable_length) and not self.allow_extrapolation:
+            fixes.append("pass rope=<method>,rope_factor=<f> to scale RoPE, or allow_extrapolation=true")
+        return (
+            f"a {err.what} request needs {err.n_tokens} tokens but this model runs at most {err.limit} "
+            f"(max_length={self._max_length}, positions covered={self.usable_length}): refused, scored NaN. "
+            f"Fix: {'; '.join(fixes)}"
+        )
+
+    def _refuse(self, task: Optional[str], err: Union["_TooLong", str], kind: str = "") -> str:
+        """Log a refused request (once per task and ``kind``) and return the reason its result carries."""
+        reason = err if isinstance(err, str) else self._too_long_reason(err)
+        reason = f"{task or '?'}: {reason}"
+        key = (task or "?", kind or (err if isinstance(err, str) else err.what))
         self._refused[key] += 1
         if self._refused[key] == 1:
-            fixes = []
-            if err.n_tokens > self._max_length:
-                fixes.append(f"raise max_length (now {self._max_length})")
-            if n_over_usable(err.n_tokens, self.usable_length) and not self.allow_extrapolation:
-                fixes.append("pass rope=<method>,rope_factor=<f> to scale RoPE, or allow_extrapolation=true")
-            fix = "Fix: " + "; ".join(fixes)
-            logger.error(
-                "task %s: a %s request needs %d tokens but this model runs at most %d "
-                "(max_length=%d, positions covered=%d): its result is NaN (generation: empty). %s. "
-                "Further such requests of this task are refused silently; the rest of the run goes on.",
-                task,
-                err.what,
-                err.n_tokens,
-                err.limit,
-                self._max_length,
-                self.usable_length,
-                fix,
-            )
+            logger.error("%s. Further such requests of this task are refused silently; the rest of the run goes on.",
+                         reason)
+        return reason
+
+    def _cut_policy(self, doc: Optional[Dict[str, Any]]) -> Tuple[str, str]:
+        """``(policy, who decided)``: the task's declared truncation, else this model's ``truncation``."""
+        declared = declared_truncation(doc)
+        if declared is not None:
+            return declared, "declared by the task"
+        return self.truncation, f"model_args truncation={self.truncation}"
+
+    def _no_cut_reason(self, n_tokens: int, budget: int, what: str, who: str) -> str:
+        return (
+            f"a {what} prompt of {n_tokens} tokens is longer than the {budget} this model can take "
+            f"(max_length={self._max_length}{', less the generation budget' if what == 'generate_until' else ''}) "
+            f"and may not be cut (truncation=none, {who}): refused, scored NaN. Fix: raise max_length "
+            "(with rope=<method>,rope_factor=<f> past the trained positions); cutting is for tasks whose "
+            "benchmark protocol declares it"
+        )
 
     # ------------------------------------------------------------------ loglikelihood
     @torch.no_grad()
@@ -415,34 +441,42 @@ class LongShortLM(TemplateLM):
         disable_tqdm: bool = False,
         override_bs: Optional[int] = None,
         task_names: Optional[List[Optional[str]]] = None,
+        docs: Optional[List[Optional[Dict[str, Any]]]] = None,
     ) -> List[Tuple[float, bool]]:
         """Score continuation tokens given context tokens, batched (longest first, right-padded).
 
-        A context+continuation longer than ``max_length + 1`` tokens loses context tokens (left or middle, per
-        ``truncation``); a continuation longer than ``max_length`` gets ``(nan, False)`` with an error message.
+        A context+continuation longer than ``max_length + 1`` tokens loses context tokens (left or middle) only
+        when the request's task declares that truncation (its doc) or ``truncation`` allows it; otherwise, and
+        for a continuation longer than ``max_length``, the result is ``(nan, False)`` with the reason.
         """
         task_names = task_names or [None] * len(requests)
-        indexed = list(zip(range(len(requests)), requests, task_names))
+        docs = docs or [None] * len(requests)
+        indexed = list(zip(range(len(requests)), requests, task_names, docs))
         results: List[Optional[TokenLoglikelihood]] = [None] * len(requests)
 
         prepared = []
-        for i, (_, ctx, cont), task in indexed:
+        for i, (_, ctx, cont), task, doc in indexed:
             if len(ctx) == 0 or len(cont) == 0:
                 raise ValueError(f"request {i}: empty context or continuation tokens (context={ctx}, cont={cont})")
             if len(cont) > self._max_length:
-                self._refuse(task, _TooLong(len(cont), self._max_length, "loglikelihood continuation"))
-                results[i] = TokenLoglikelihood(float("nan"), False, [])
+                reason = self._refuse(task, _TooLong(len(cont), self._max_length, "loglikelihood continuation"))
+                results[i] = TokenLoglikelihood.refused(reason)
                 continue
             whole = ctx + cont
             if len(whole) > self._max_length + 1:
                 budget_ctx = self._max_length + 1 - len(cont)
-                whole = truncate_tokens(ctx, budget_ctx, self.truncation) + cont
+                policy, who = self._cut_policy(doc)
+                if policy == "none":
+                    reason = self._refuse(task, self._no_cut_reason(len(whole) - 1, self._max_length, "loglikelihood", who),
+                                         "no cut")
+                    results[i] = TokenLoglikelihood.refused(reason)
+                    continue
+                whole = truncate_tokens(ctx, budget_ctx, policy) + cont
             inp = whole[:-1]
             try:
                 self._check_length(len(inp), "loglikelihood")
             except _TooLong as err:
-                self._refuse(task, err)
-                results[i] = TokenLoglikelihood(float("nan"), False, [])
+                results[i] = TokenLoglikelihood.refused(self._refuse(task, err))
                 continue
             prepared.append((i, inp, cont))
 
@@ -481,7 +515,10 @@ class LongShortLM(TemplateLM):
                 ctx_enc, cont_enc = self._encode_pair(context, continuation)
             new_reqs.append(((context, continuation), ctx_enc, cont_enc))
         out = self._loglikelihood_tokens(
-            new_reqs, disable_tqdm=disable_tqdm, task_names=[getattr(r, "task_name", None) for r in requests]
+            new_reqs,
+            disable_tqdm=disable_tqdm,
+            task_names=[getattr(r, "task_name", None) for r in requests],
+            docs=[getattr(r, "doc", None) for r in requests],
         )
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
@@ -582,7 +619,10 @@ class LongShortLM(TemplateLM):
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
         """lm-eval ``generate_until``: greedy only (``do_sample=true`` is refused), batched by identical
-        generation kwargs, prompts cut to ``max_length - max_gen_toks`` tokens (left or middle)."""
+        generation kwargs. A prompt longer than ``max_length - max_gen_toks`` tokens is cut (left or middle) only
+        when its task declares that truncation (its doc) or ``truncation`` allows it; otherwise, or when
+        ``max_gen_toks`` leaves no room for a prompt, the request is refused: an empty :class:`RefusedText`
+        carrying the reason, which the task scores NaN."""
         res: List[Optional[str]] = [None] * len(requests)
         eos_text = "</s>"
         groups: Dict[str, List[int]] = defaultdict(list)
@@ -600,19 +640,29 @@ class LongShortLM(TemplateLM):
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
             max_gen = int(kwargs.pop("max_gen_toks"))
             budget = self._max_length - max_gen
-            if budget < 1:
-                raise ValueError(
-                    f"max_gen_toks={max_gen} leaves no room for a prompt in max_length={self._max_length}"
-                )
             encoded = []
             for i in idxs:
+                task = getattr(requests[i], "task_name", None)
+                if budget < 1:
+                    res[i] = RefusedText(self._refuse(
+                        task, f"max_gen_toks={max_gen} leaves no room for a prompt in max_length={self._max_length}: "
+                        "refused, scored NaN. Fix: raise max_length (with rope=<method>,rope_factor=<f> past the "
+                        "trained positions)", "no room"))
+                    pbar.update(1)
+                    continue
                 enc = self.tok_encode(requests[i].args[0])
-                enc = truncate_tokens(enc, budget, self.truncation)
+                if len(enc) > budget:
+                    policy, who = self._cut_policy(getattr(requests[i], "doc", None))
+                    if policy == "none":
+                        res[i] = RefusedText(
+                            self._refuse(task, self._no_cut_reason(len(enc), budget, "generate_until", who), "no cut"))
+                        pbar.update(1)
+                        continue
+                    enc = truncate_tokens(enc, budget, policy)
                 try:
                     self._check_length(len(enc) + max_gen, "generate_until")
                 except _TooLong as err:
-                    self._refuse(getattr(requests[i], "task_name", None), err)
-                    res[i] = ""
+                    res[i] = RefusedText(self._refuse(task, err))
                     pbar.update(1)
                     continue
                 encoded.append((i, enc))
@@ -643,20 +693,16 @@ class LongShortLM(TemplateLM):
             divs = tuple(params.get("divergences", ("sce", "jeffreys", "js")))
             ids = self.tokenizer.encode(text, add_bos=False, add_eos=False)
             need = max(l1, l2)
+            task = getattr(req, "task_name", None)
             if len(ids) < need:
-                logger.error(
-                    "task %s: text of %d tokens is shorter than the suffix length %d: result NaN",
-                    getattr(req, "task_name", None),
-                    len(ids),
-                    need,
-                )
-                out.append({d: float("nan") for d in divs})
+                reason = self._refuse(task, f"a text of {len(ids)} tokens is shorter than the suffix length {need}: "
+                                            "scored NaN", "short text")
+                out.append(RefusedScores(divs, reason))
                 continue
             try:
                 self._check_length(need, "next_token_divergence")
             except _TooLong as err:
-                self._refuse(getattr(req, "task_name", None), err)
-                out.append({d: float("nan") for d in divs})
+                out.append(RefusedScores(divs, self._refuse(task, err)))
                 continue
             tokens = torch.tensor(ids[-need:], dtype=torch.long, device=self.device)
             out.append(suffix_misalignment(self.last_logits_fn, tokens, l1, l2, divergences=divs))

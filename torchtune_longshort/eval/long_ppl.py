@@ -25,23 +25,17 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from torchtune_longshort.eval.long_text import (
+from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.eval.unavailable import (
     TaskDataError,
-    fixed_length_samples,
-    texts_from_metadata,
-    tokenizer_from_metadata,
+    check_fits_model,
+    nan_results,
+    placeholder_dataset,
+    reason_of,
+    refusal_of,
 )
 
 logger = logging.getLogger(__name__)
-
-
-def error_dataset(message: str, fields: Mapping[str, Any]):
-    """A one-row test split that carries ``message``: tasks score it as NaN, so a bad input of one task leaves the
-    rest of an lm-eval run to finish (lm-eval aborts the whole run when a task's data fails to load)."""
-    import datasets
-
-    row = {**fields, "error": message}
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list([row])})
 
 
 def long_ppl_dataset(length: int, **metadata: Any):
@@ -56,6 +50,8 @@ def long_ppl_dataset(length: int, **metadata: Any):
     source = "local" if metadata.get("ppl_data_files") else metadata.get("ppl_source", "stdlib")
     fields = {"text": " ", "n_tokens": 0, "length": length, "doc_index": -1, "start": -1, "source": str(source)}
     try:
+        # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
+        check_fits_model(length, metadata)
         tok = tokenizer_from_metadata(metadata)
         texts = texts_from_metadata(metadata, "ppl", min_chars=length // 2)
         samples = fixed_length_samples(
@@ -66,9 +62,7 @@ def long_ppl_dataset(length: int, **metadata: Any):
             chunks_per_doc=int(metadata.get("ppl_chunks_per_doc", 1)),
         )
     except (TaskDataError, FileNotFoundError) as err:
-        msg = f"long_ppl_{length}: {err}"
-        logger.error("%s -- this subtask reports NaN; the other tasks go on", msg)
-        return error_dataset(msg, fields)
+        return placeholder_dataset(f"long_ppl_{length}", str(err), fields)
     rows = [
         {
             "text": s.text,
@@ -86,11 +80,13 @@ def long_ppl_dataset(length: int, **metadata: Any):
 
 def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, Any]:
     """Per-sample items: ``(nll_sum, n_tokens)`` for ``ppl`` / ``token_nll`` and the per-token NLL list (or None
-    when the model does not return it) for ``curve_mean_nll``."""
-    if doc.get("error"):
-        nan = (float("nan"), 1)
-        return {"ppl": nan, "token_nll": nan, "curve_mean_nll": None}
+    when the model does not return it) for ``curve_mean_nll``; NaN and the reason (metric ``error``) for a
+    placeholder row or a request the model refused."""
     res = results[0]
+    reason = reason_of(doc) or refusal_of(res)
+    if reason:
+        nan = (float("nan"), 1)
+        return nan_results(reason, {"ppl": nan, "token_nll": nan, "curve_mean_nll": None})
     logprob = float(res[0])
     n = int(doc["n_tokens"])
     token_lp = getattr(res, "token_logprobs", None)

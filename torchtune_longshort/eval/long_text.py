@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
+from torchtune_longshort.eval.unavailable import TaskDataError, guard_hub_iteration
+
 logger = logging.getLogger(__name__)
 
 # Named Hugging Face sources: (dataset path, config name, split, text field).
@@ -25,10 +27,6 @@ HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
 }
 SOURCES = ("stdlib", "local", "hf", *HF_PRESETS)
-
-
-class TaskDataError(ValueError):
-    """Bad task input (missing file, no text long enough, ...): the message names the field and the fix."""
 
 
 class TaskTokenizer:
@@ -94,16 +92,36 @@ def _read_local(data_files: Any, text_field: str) -> Iterator[str]:
         if path.suffix == ".txt":
             yield path.read_text(encoding="utf-8", errors="replace")
         elif path.suffix in (".jsonl", ".json"):
-            lines = path.read_text(encoding="utf-8").splitlines() if path.suffix == ".jsonl" else None
-            rows = [json.loads(x) for x in lines if x.strip()] if lines is not None else json.loads(path.read_text())
-            for i, row in enumerate(rows):
-                if text_field not in row:
-                    raise TaskDataError(
-                        f"{f}: row {i} has no field text_field={text_field!r} (fields: {sorted(row)})"
-                    )
-                yield row[text_field]
+            yield from _json_texts(path, text_field)
         else:
             raise TaskDataError(f"data_files entry {f!r}: unsupported suffix; accepted: .txt, .jsonl, .json")
+
+
+def _json_texts(path: Path, text_field: str) -> Iterator[str]:
+    """The ``text_field`` of each row of a .jsonl / .json file; a bad byte, line or row names the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TaskDataError(f"{path}: not UTF-8 at byte {e.start}") from None
+    if path.suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise TaskDataError(f"{path} line {n}: not a JSON object ({e.msg})") from None
+    else:
+        try:
+            rows = json.loads(text)
+        except ValueError as e:
+            raise TaskDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+        rows = rows if isinstance(rows, list) else [rows]
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or text_field not in row:
+            fields = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise TaskDataError(f"{path}: row {i} has no field text_field={text_field!r} (fields: {fields})")
+        yield row[text_field]
 
 
 def iter_texts(
@@ -114,6 +132,7 @@ def iter_texts(
     split: str = "test",
     text_field: str = "text",
     min_chars: int = 0,
+    alternative: str = "",
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -124,6 +143,10 @@ def iter_texts(
         data_files: path, glob or list of them: ``.txt`` (one document per file) or ``.jsonl`` / ``.json``
             (one document per row, field ``text_field``).
         min_chars: skip shorter documents (cheap pre-filter before tokenising).
+        alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
+
+    Raises:
+        TaskDataError: a bad source / file, or hub data that cannot be fetched (offline, unreachable, not found).
     """
     if data_files:
         source = "local"
@@ -143,7 +166,11 @@ def iter_texts(
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
-        it = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name, check_first=False)()
+        it = guard_hub_iteration(
+            corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name, check_first=False)(),
+            f"{dataset_path!r}" + (f" config {dataset_name!r}" if dataset_name else "") + f" split {split!r}",
+            alternative,
+        )
     for text in it:
         if len(text) >= min_chars:
             yield text
@@ -160,6 +187,7 @@ def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 
         split=metadata.get(f"{prefix}_split", "test"),
         text_field=metadata.get(f"{prefix}_text_field", "text"),
         min_chars=min_chars,
+        alternative=f"for local data pass {prefix}_source=stdlib or {prefix}_data_files=<path or glob> in --metadata",
     )
 
 

@@ -27,9 +27,24 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
+from torchtune_longshort.eval.unavailable import (
+    ERROR_FIELD,
+    TaskDataError,
+    load_hub_dataset,
+    missing_results,
+    nan_results,
+    placeholder,
+    reason_of,
+    refusal_of,
+)
+
 log = logging.getLogger(__name__)
 
 HF_DATASET = "Xnhyacinth/LongBench"
+# LongBench's pred.py cuts a prompt longer than the model in the middle (first and last halves): its docs declare
+# it, so the ``longshort`` model cuts these prompts that way and refuses (NaN) over-long prompts of other tasks.
+TRUNCATION = "middle"
 
 # dataset -> (LongBench category, metric). The 13 LongBench-E datasets and their official metrics
 # (LongBench eval.py's dataset2metric; pred.py's ``--e`` list).
@@ -158,16 +173,20 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     """lm-eval ``process_results``: ``score`` and ``score_<bucket>`` for one sample.
 
     Only the sample's own bucket key is emitted, so lm-eval's ``mean`` over that key is the mean over the
-    bucket's samples (LongBench-E's ``scorer_e``).
+    bucket's samples (LongBench-E's ``scorer_e``). A placeholder row (data missing or unreachable) gives
+    ``missing_data`` = 1 and no score; a prompt the model refused gives NaN scores; both with the reason
+    (metric ``error``).
     """
-    if doc.get(MISSING_DATA_FIELD):
-        log.error("%s", doc[MISSING_DATA_FIELD])
-        return {"missing_data": 1.0}
+    if reason_of(doc):
+        return missing_results(reason_of(doc))
     if "dataset" not in doc:
         raise ValueError(
             "a LongBench-E sample has no 'dataset' field; load it with "
             "torchtune_longshort.eval.longbench_e.load_longbench_e, which checks and fills it"
         )
+    refusal = refusal_of(results[0])
+    if refusal:
+        return nan_results(refusal, {"score": float("nan"), f"score_{length_bucket(doc['length'])}": float("nan")})
     score = score_prediction(doc["dataset"], results[0], doc["answers"], doc.get("all_classes"))
     return {"score": score, f"score_{length_bucket(doc['length'])}": score}
 
@@ -187,26 +206,21 @@ def bucket_scores(dataset: str, predictions: Sequence[str], docs: Sequence[Mappi
     return {k: sum(v) / len(v) for k, v in per.items()}
 
 
-MISSING_DATA_FIELD = "longshort_missing_data"
+# A row standing for data that could not be had carries the reason here (the pack's one placeholder field).
+MISSING_DATA_FIELD = ERROR_FIELD
 
 
 def missing_data_placeholder(name: str, message: str):
-    """A one-row dataset that stands for a data file that is missing (lm-eval cannot build a task from 0 rows).
+    """A one-row dataset that stands for data that is missing or unreachable (lm-eval cannot build a task from
+    0 rows; :func:`torchtune_longshort.eval.unavailable.placeholder`).
 
     Its row carries ``message`` under ``MISSING_DATA_FIELD``; :func:`process_results` scores it as the
     metric ``missing_data`` = 1 and no ``score``, so the run finishes, the task reports no score, and the
-    results file says why. lm-eval warns that the group average covers fewer datasets.
+    results file says why (metric ``error``). lm-eval warns that the group average covers fewer datasets.
     """
-    import datasets
-
-    return datasets.Dataset.from_list(
-        [
-            {
-                "input": "", "question": "", "context": "", "answers": [""], "length": 0,
-                "dataset": name, "all_classes": None, "_id": "missing", MISSING_DATA_FIELD: message,
-            }
-        ]
-    )
+    row = {"input": "", "question": "", "context": "", "answers": [""], "length": 0,
+           "dataset": name, "all_classes": None, "_id": "missing", TRUNCATION_FIELD: TRUNCATION}
+    return placeholder(f"longbench_{name}", message, row)
 
 
 def load_longbench_e(
@@ -223,9 +237,12 @@ def load_longbench_e(
         longbench_e_data_dir: a folder holding LongBench's own ``<dataset>_e.jsonl`` files (as in its
             ``data.zip``); read with ``datasets.load_dataset("json", data_files=...)``. Without it the data
             come from ``longbench_e_hf_path`` (default ``Xnhyacinth/LongBench``, the shipped tasks' source).
-        longbench_e_missing: ``"skip"`` (default): a missing local file is logged as an error and the task
-            reports ``missing_data`` = 1 instead of a score (see :func:`missing_data_placeholder`), so the
-            other tasks of the run still finish; ``"error"``: raise ``FileNotFoundError``.
+        longbench_e_missing: ``"skip"`` (default): a missing local file, or hub data that cannot be fetched
+            (offline, unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
+            reason instead of a score (see :func:`missing_data_placeholder`), so the other tasks of the run still
+            finish; ``"error"``: raise (``FileNotFoundError`` / ``TaskDataError``).
+
+    Every doc declares LongBench's middle truncation (field ``prompt_truncation``, :data:`TRUNCATION`).
         _metadata: the rest of lm-eval's ``--metadata`` and ``--model_args`` (ignored).
 
     Every sample must carry LongBench's fields (input or question, context, answers, length, all_classes); ``dataset``
@@ -252,12 +269,17 @@ def load_longbench_e(
             )
             if longbench_e_missing == "error":
                 raise FileNotFoundError(msg)
-            log.error("%s -- task longbench_%s reports missing_data=1 and no score; the other tasks still run", msg, name)
             return {"test": missing_data_placeholder(name, msg)}
         ds = datasets.load_dataset("json", data_files={"test": str(path)}, split="test")
         source = str(path)
     else:
-        ds = datasets.load_dataset(longbench_e_hf_path, name, split="test")
+        try:
+            ds = load_hub_dataset(longbench_e_hf_path, name, split="test", alternative=(
+                "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
+        except TaskDataError as err:
+            if longbench_e_missing == "error":
+                raise
+            return {"test": missing_data_placeholder(name, str(err))}
         source = f"{longbench_e_hf_path}:{name}"
 
     missing = [f for f in REQUIRED_FIELDS if f not in ds.column_names]
@@ -278,6 +300,8 @@ def load_longbench_e(
             raise ValueError(f"LongBench-E data {source}: field 'dataset' is {wrong}, expected {base!r} or {name!r}")
     else:
         ds = ds.add_column("dataset", [name] * len(ds))
+    if TRUNCATION_FIELD not in ds.column_names:
+        ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * len(ds))
     for i, length in enumerate(ds["length"]):
         try:
             length_bucket(length)

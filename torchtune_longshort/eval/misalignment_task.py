@@ -6,7 +6,10 @@ Each sample is ``L`` tokens of text with one ``(l1, l2)`` draw (inclusive range 
 needs full next-token distributions, which no lm-eval request type returns, so the task sends requests of its own
 type ``next_token_divergence``; the ``longshort`` model answers them with
 ``torchtune_longshort.metrics.suffix_misalignment`` (the same code as the ``longshort-misalignment`` CLI).
-Other lm-eval models do not implement that request type: run this task with ``--model longshort``.
+Other lm-eval models do not implement that request type: under any other model the task refuses before any
+request runs (its one placeholder row scores NaN with the reason; the model is named by the ``lm_eval_model``
+metadata key that ``python -m torchtune_longshort.eval`` sets, see ``unavailable.model_of``), and the other tasks
+of the run finish.
 
 Task metadata: ``mis_source`` (stdlib | pg19 | hf | local; with ``mis_data_files`` etc. as for long_ppl),
 ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences``
@@ -22,8 +25,16 @@ from typing import Any, Dict, Sequence
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
+from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.eval.unavailable import (
+    TaskDataError,
+    nan_results,
+    needs_longshort,
+    placeholder_dataset,
+    reason_of,
+    refusal_of,
+)
 from torchtune_longshort.loss.divergences import DIVERGENCES
-from torchtune_longshort.eval.long_text import TaskDataError, fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 logger = logging.getLogger(__name__)
@@ -35,19 +46,14 @@ def misalignment_dataset(length: int, **metadata: Any):
     ``l2``, ``length``, ``error``."""
     import datasets
 
-    from torchtune_longshort.eval.long_ppl import error_dataset
-
     length = int(length)
-    fields = {"text": " ", "l1": 1, "l2": 1, "length": length, "doc_index": -1}
     try:
         tok = tokenizer_from_metadata(metadata)
         texts = texts_from_metadata(metadata, "mis", min_chars=length // 2)
         samples = fixed_length_samples(texts, tok, length,
                                        num_samples=int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)))
     except (TaskDataError, FileNotFoundError) as err:
-        msg = f"misalignment_{length}: {err}"
-        logger.error("%s -- this subtask reports NaN; the other tasks go on", msg)
-        return error_dataset(msg, fields)
+        return placeholder_dataset(f"misalignment_{length}", str(err), _fields(length))
     rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
     rows = []
     for s in samples:
@@ -56,15 +62,35 @@ def misalignment_dataset(length: int, **metadata: Any):
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
+def _fields(length: int) -> Dict[str, Any]:
+    return {"text": "unavailable", "l1": 1, "l2": 1, "length": length, "doc_index": -1, "error": ""}
+
+
 class MisalignmentTask(ConfigurableTask):
-    """ConfigurableTask whose requests ask the model for next-token divergences instead of log-likelihoods."""
+    """ConfigurableTask whose requests ask the model for next-token divergences instead of log-likelihoods.
+
+    Under a model other than ``longshort`` it builds no data and sends no divergence request: its one placeholder
+    row (NaN, with the reason) is sent as the YAML's plain ``loglikelihood_rolling`` request of one short text,
+    which every lm-eval model answers, so the rest of the run is not lost to an ``AttributeError``."""
 
     def __init__(self, config: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = dict(config or {})
         config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
         super().__init__(config=config, **kwargs)
 
+    def download(self, dataset_kwargs: Dict[str, Any] | None = None, **kwargs: Any) -> None:
+        metadata = {**(self.config.metadata or {}), **(self.config.dataset_kwargs or {})}
+        reason = needs_longshort(self.config.task or "misalignment", metadata,
+                                 "it compares full next-token distributions, request type " + REQUEST_TYPE)
+        if reason:
+            self.dataset = placeholder_dataset(self.config.task or "misalignment", reason,
+                                               _fields(int(metadata.get("length", 0))))
+            return
+        super().download(dataset_kwargs, **kwargs)
+
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
+        if reason_of(doc):
+            return super().construct_requests(doc, ctx, **kwargs)
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
         divs = list((self.config.metadata or {}).get("mis_divergences", DIVERGENCES))
@@ -78,7 +104,9 @@ class MisalignmentTask(ConfigurableTask):
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Dict[str, float]]) -> Dict[str, float]:
-    """One value per divergence (NaN for a placeholder row of a subtask that could not be built)."""
-    if doc.get("error"):
-        return {d: float("nan") for d in DIVERGENCES}
+    """One value per divergence; NaN and the reason (metric ``error``) for a placeholder row or a request the
+    model refused."""
+    reason = reason_of(doc) or refusal_of(results[0])
+    if reason:
+        return nan_results(reason, {d: float("nan") for d in DIVERGENCES})
     return {d: float(v) for d, v in results[0].items()}

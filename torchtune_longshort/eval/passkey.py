@@ -25,7 +25,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.long_text import TaskDataError, TaskTokenizer, iter_texts, tokenizer_from_metadata
+from torchtune_longshort.eval.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
+from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
+from torchtune_longshort.eval.unavailable import (
+    TaskDataError,
+    check_fits_model,
+    nan_results,
+    placeholder_dataset,
+    reason_of,
+    refusal_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +66,8 @@ class PasskeySample:
     n_tokens: int
     depth_actual: float
     error: str = ""
+    # A cut passkey prompt can keep a needle near its end and inflate the score: never truncate, refuse.
+    prompt_truncation: str = "none"
 
 
 def _prompt(units: Sequence[str], k: int, passkey: int) -> str:
@@ -164,11 +175,10 @@ def passkey_dataset(length: int, **metadata: Any):
     """lm-eval ``custom_dataset`` for ``longshort_passkey_<length>`` (see module docstring for the metadata keys)."""
     import datasets
 
-    from torchtune_longshort.eval.long_ppl import error_dataset
-
     length = int(length)
     placeholder = asdict(PasskeySample(" ", "0", length, -1, 0, 0.0))
     try:
+        check_fits_model(length, metadata)
         files = metadata.get("passkey_data_files")
         if files:
             rows = []
@@ -180,7 +190,7 @@ def passkey_dataset(length: int, **metadata: Any):
                     if line.strip():
                         row = json.loads(line)
                         if int(row.get("length", -1)) == length:
-                            rows.append({**placeholder, **row, "error": ""})
+                            rows.append({**placeholder, **row, "error": "", TRUNCATION_FIELD: "none"})
             if not rows:
                 raise TaskDataError(f"passkey_data_files={files!r} holds no sample with length={length}")
         else:
@@ -196,9 +206,7 @@ def passkey_dataset(length: int, **metadata: Any):
             )
             rows = [asdict(s) for s in samples]
     except (TaskDataError, FileNotFoundError) as err:
-        msg = f"longshort_passkey_{length}: {err}"
-        logger.error("%s -- this subtask reports NaN; the other tasks go on", msg)
-        return error_dataset(msg, placeholder)
+        return placeholder_dataset(f"longshort_passkey_{length}", str(err), placeholder)
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
@@ -206,9 +214,12 @@ _NUMBER = re.compile(r"\d+")
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, float]:
-    """``acc`` and ``acc_depth_<d>``: 1.0 when the first number in the generation is the key."""
-    if doc.get("error"):
-        return {"acc": float("nan")}
+    """``acc`` and ``acc_depth_<d>``: 1.0 when the first number in the generation is the key; NaN and the reason
+    (metric ``error``) for a placeholder row or a prompt the model refused (never scored as a wrong answer)."""
+    reason = reason_of(doc) or refusal_of(results[0])
+    if reason:
+        depth = {f"acc_depth_{int(doc['depth'])}": float("nan")} if int(doc.get("depth", -1)) >= 0 else {}
+        return nan_results(reason, {"acc": float("nan"), **depth})
     m = _NUMBER.search(results[0] or "")
     acc = float(m is not None and m.group(0) == str(doc["answer"]))
     return {"acc": acc, f"acc_depth_{int(doc['depth'])}": acc}

@@ -3,11 +3,12 @@
     python -m torchtune_longshort.eval.report results/baseline results/ours --out report/ [--labels base,ours]
 
 Each folder is an lm-eval ``--output_path`` (its ``results_*.json`` files are found recursively; a task that
-appears in several files is taken from the newest). Writes to ``--out``:
+appears in several files is taken from the newest). A folder is one run, i.e. one column: results of different
+checkpoints or model settings under one folder are refused (:func:`run_identity`), never merged. Writes to ``--out``:
 
 - ``report.md``: one table per task family, rows = runs, columns = lengths (``long_ppl`` perplexity,
   ``longshort_passkey`` accuracy, ``misalignment`` SCE / Jeffreys / JS) or, for any other task (LongBench-E,
-  BABILong, ...), its metrics;
+  BABILong, ...), its metrics; then the reason for each value that is NaN or missing (the results' ``error``);
 - ``summary.json``: every number in the tables;
 - ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``long_ppl`` samples
   (``--log_samples``, ``longshort`` model);
@@ -27,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.unavailable import ERROR_METRIC
+
 _LEN = re.compile(r"^(\d+)(k?)$")
 _FAMILIES = {"long_ppl": ("ppl",), "longshort_passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
 _PASSKEY = "longshort_passkey_"
@@ -45,12 +48,75 @@ def length_tokens(label: str) -> Optional[int]:
     return int(m.group(1)) * (1024 if m.group(2) else 1)
 
 
-def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
-    """``{task: {metric: value}}`` from every ``results_*.json`` under ``results_dir`` (newest file wins per task;
-    keys drop lm-eval's ``,none`` filter suffix; stderr entries are dropped)."""
+# model_args that change how fast a run goes, not its numbers
+_NOT_IDENTITY = frozenset({"batch_size", "max_batch_size", "device", "trust_remote_code", "parallelize"})
+
+
+def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
+    """What one column of a report stands for, from a ``results_*.json``'s ``config``: the lm-eval model, its
+    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out) and, for the
+    ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    config = data.get("config") or {}
+    args = config.get("model_args") or {}
+    if isinstance(args, str):
+        args = simple_parse_args_string(args)
+    args = {k: str(v) for k, v in args.items() if k not in _NOT_IDENTITY}
+    if "checkpoint_dir" in args:
+        args.setdefault("pretrained", args.pop("checkpoint_dir"))
+    if "pretrained" in args:
+        args["pretrained"] = args["pretrained"].rstrip("/") or "/"
+    ident: Dict[str, Any] = {"model": config.get("model"), "model_args": dict(sorted(args.items()))}
+    if config.get("checkpoint_fingerprint"):
+        ident["checkpoint_fingerprint"] = config["checkpoint_fingerprint"]
+    return ident
+
+
+def _results_files(results_dir: Path) -> List[Path]:
     files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
     if not files:
         raise FileNotFoundError(f"results_dir={str(results_dir)!r} holds no lm-eval results_*.json file")
+    return files
+
+
+def check_one_run(results_dir: Path) -> Dict[str, Any]:
+    """The :func:`run_identity` shared by every ``results_*.json`` under ``results_dir``; raises ``ValueError``
+    naming two files and the differing fields when they come from different checkpoints or model settings
+    (checkpoint fingerprints are compared where both files have one: older results files lack it)."""
+    first: Optional[Tuple[Path, Dict[str, Any]]] = None
+    for f in _results_files(results_dir):
+        ident = run_identity(json.loads(f.read_text()))
+        if first is None:
+            first = (f, ident)
+            continue
+        f0, a = first
+        diff = [f"model: {a['model']!r} vs {ident['model']!r}"] if a["model"] != ident["model"] else []
+        keys = sorted(a["model_args"].keys() | ident["model_args"].keys())
+        diff += [f"{k}: {a['model_args'].get(k)!r} vs {ident['model_args'].get(k)!r}"
+                 for k in keys if a["model_args"].get(k) != ident["model_args"].get(k)]
+        fa, fb = a.get("checkpoint_fingerprint"), ident.get("checkpoint_fingerprint")
+        if fa and fb and fa != fb:
+            diff.append(f"checkpoint content: fingerprint {fa} vs {fb} (the checkpoint folder was rewritten "
+                        "between the two evaluations)")
+        if diff:
+            raise ValueError(
+                f"results_dir={str(results_dir)!r} mixes results of different checkpoints / model settings, which "
+                f"would be merged into one report column: {'; '.join(diff)} ({f0} and {f}). Give each run its own "
+                "--output_path folder, or pass the subfolder of one run (lm-eval writes "
+                "<output_path>/<checkpoint path>/results_*.json)"
+            )
+        if fb and not fa:
+            first = (f0, {**a, "checkpoint_fingerprint": fb})
+    return first[1] if first else {}
+
+
+def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
+    """``{task: {metric: value}}`` from every ``results_*.json`` under ``results_dir`` (newest file wins per task;
+    keys drop lm-eval's ``,none`` filter suffix; stderr entries are dropped). The files must all come from one
+    run (:func:`check_one_run`: same model, model_args and checkpoint), else ``ValueError``."""
+    files = _results_files(results_dir)
+    check_one_run(results_dir)
     out: Dict[str, Dict[str, Any]] = {}
     for f in files:  # oldest first, so newer files overwrite
         data = json.loads(f.read_text())
@@ -187,7 +253,8 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
         used |= {f"{fam}_{lab}" for _, lab in lengths}
     others = sorted({t for r in runs.values() for t in r} - used)
     for task in others:
-        metrics = sorted({m for r in runs.values() for m in r.get(task, {}) if m not in ("alias", "name", "sample_len")})
+        metrics = sorted({m for r in runs.values() for m in r.get(task, {})
+                          if m not in ("alias", "name", "sample_len", ERROR_METRIC)})
         if not metrics:
             continue
         header = ["run"] + metrics
@@ -209,6 +276,12 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
                              f"tasks that reported {pron}; no value from {', '.join(missing)}.")
                 summary.setdefault("partial_groups", {}).setdefault(task, {})[row[0]] = partial
         sections.append(f"### {task}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes))
+    errors = {run: {t: m[ERROR_METRIC] for t, m in sorted(res.items()) if m.get(ERROR_METRIC)} for run, res in runs.items()}
+    errors = {run: e for run, e in errors.items() if e}
+    if errors:
+        summary["errors"] = errors
+        lines = [f"- `{run}` / `{task}`: {reason}" for run, e in errors.items() for task, reason in e.items()]
+        sections.append("### Not scored (NaN or no value), with the reason\n\n" + "\n".join(lines))
     return sections, summary
 
 

@@ -11,6 +11,10 @@ JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, stre
 (BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.corpus.fixed_length_sequences``); each
 sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
 ``DEFAULT_NUM_SAMPLES`` (the ``misalignment_<L>`` task's default too).
+
+``--length`` past the positions the checkpoint covers (``max_position_embeddings``, or its RoPE scaling's target
+length) is refused before the model loads: RoPE positions past them are extrapolated, and the number would not
+say so. ``--allow-extrapolation`` measures there anyway (the JSON then records ``extrapolated: true``).
 """
 
 from __future__ import annotations
@@ -49,19 +53,40 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
+    ap.add_argument("--allow-extrapolation", action="store_true",
+                    help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
     args = ap.parse_args(argv)
+    if args.length < 2:
+        ap.error(f"--length={args.length}: must be >= 2 tokens")
+    if args.num_samples < 1:
+        ap.error(f"--num-samples={args.num_samples}: must be >= 1")
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()  # before torchtune (and so torchao) is imported below
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
-    from torchtune_longshort.models.hf_checkpoint import SP_MODEL, check_checkpoint_folder, load_hf_checkpoint
+    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
+    from torchtune_longshort.models.hf_checkpoint import (
+        SP_MODEL,
+        check_checkpoint_folder,
+        load_hf_checkpoint,
+        read_hf_config,
+    )
 
     try:
         check_checkpoint_folder(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
     except (FileNotFoundError, ValueError) as e:
         ap.error(str(e))
+    config = read_hf_config(args.checkpoint_dir)
+    usable = usable_length_of(config, rope_spec_from_hf_config(config))
+    if args.length > usable and not args.allow_extrapolation:
+        ap.error(
+            f"--length={args.length} is past the {usable} positions checkpoint {args.checkpoint_dir!r} covers "
+            f"(config.json max_position_embeddings={config.get('max_position_embeddings')}, RoPE scaling="
+            f"{rope_spec_from_hf_config(config)!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
+            "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
+        )
     tok_path = args.tokenizer or str(Path(args.checkpoint_dir) / SP_MODEL)
     if not Path(tok_path).is_file():
         ap.error(f"tokenizer {tok_path!r} is not a file: pass --tokenizer <tokenizer.model>")
@@ -83,7 +108,8 @@ def main(argv=None) -> int:
     from torchtune_longshort.provenance import provenance
 
     out = res.to_dict()
-    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data,
+    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data, usable_length=usable,
+               extrapolated=args.length > usable,
                provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)
     if args.output:

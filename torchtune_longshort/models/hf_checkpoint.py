@@ -197,6 +197,20 @@ def weight_files(checkpoint_dir: PathLike) -> List[str]:
     return [p.name for p in check_checkpoint_folder(checkpoint_dir)]
 
 
+def checkpoint_fingerprint(checkpoint_dir: PathLike) -> str:
+    """A cheap identity of a checkpoint folder's current content: sha256 over ``config.json``'s bytes and each
+    weight file's name, size and modification time (no weights are read). The same folder rewritten by another
+    training run gets another fingerprint, so results of two checkpoints are never taken for one run."""
+    import hashlib
+
+    d = Path(checkpoint_dir)
+    h = hashlib.sha256((d / CONFIG_FILE).read_bytes())
+    for f in check_checkpoint_folder(d):
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
 # ----------------------------------------------------------------------------------------------- reading
 def load_hf_state_dict(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
     """Load and merge every weight file of a checked checkpoint folder (HF key names, HF q/k layout)."""

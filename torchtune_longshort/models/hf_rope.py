@@ -145,6 +145,18 @@ def rope_spec_from_hf_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]
     return by_hf_type[kind].from_hf(entry, theta, max_pos)
 
 
+def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> int:
+    """Positions a checkpoint covers: ``max_position_embeddings`` for plain RoPE; for a scaled one the spec's
+    ``max_seq_len`` (the length the scaling targets), else its pre-trained length times ``factor``."""
+    native = int(config.get("max_position_embeddings", 4096))
+    if not spec:
+        return native
+    if spec.get("max_seq_len"):
+        return int(spec["max_seq_len"])
+    original = int(spec.get("original_max_seq_len") or native)
+    return int(round(original * float(spec.get("factor", 1.0))))
+
+
 def rope_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     """The learnable RoPE parameters (CLEX's ODE weights), once, keyed by their name inside the RoPE module."""
     from torchtune_longshort.models.rope_scaling import rope_attention_layers

@@ -1,0 +1,242 @@
+"""A task, or one request of it, that cannot be scored: NaN (or no score) with the reason, never a sunk run.
+
+lm-eval 0.4.13 aborts the whole run, and writes no results file, when one task's data fails to load or one
+request raises. This module is the one owner of how the task pack says "this cannot be scored, and why" instead:
+
+* **Data that cannot be had** (a missing file, the hub offline or unreachable, no document long enough, a model
+  the task cannot use, a length the model does not cover): the task's loader raises :class:`TaskDataError`
+  and turns it into a one-row placeholder whose ``error`` field holds the reason (:func:`placeholder`,
+  :func:`placeholder_dataset`; lm-eval cannot build a task from zero rows).
+* **A request the model refuses** (a prompt longer than the model and a task that declares no truncation, no
+  room left to generate): the ``longshort`` model returns a result whose ``refusal`` attribute holds the reason
+  (:class:`RefusedText` for generations, :class:`RefusedScores` for divergences, ``TokenLoglikelihood`` with
+  ``refusal`` for log-likelihoods); :func:`refusal_of` reads it.
+* Either way the task's ``process_results`` returns :func:`nan_results` (NaN scores; length families) or
+  :func:`missing_results` (no score and ``missing_data`` = 1: members of a group, whose mean then covers the
+  tasks that have data), both with the reason under the metric ``error``. :func:`agg_error` aggregates it, so the
+  results file holds ``"error,none": "<reason>"`` next to the task's scores, and the other tasks of the run finish.
+
+Hub data goes through :func:`load_hub_dataset`, which turns "offline / unreachable / not found" into a
+:class:`TaskDataError` naming the data set and the local alternative (with ``HF_DATASETS_OFFLINE`` /
+``HF_HUB_OFFLINE`` set, ``datasets`` fails at once without touching the network).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, Mapping, Optional
+
+logger = logging.getLogger(__name__)
+
+# The doc field that carries the reason a placeholder row stands for a task that cannot run.
+ERROR_FIELD = "error"
+# The metric that carries the reason into lm-eval's results file (declared in every task YAML of the pack).
+ERROR_METRIC = "error"
+# The marker metric of a group member without data (its score is left out, so the group mean covers the rest).
+MISSING_METRIC = "missing_data"
+# The task metadata key that names the lm-eval model of the run (``--model``); the pack's CLI wrapper sets it.
+MODEL_KEY = "lm_eval_model"
+LONGSHORT_MODEL = "longshort"
+
+
+class TaskDataError(ValueError):
+    """Bad or unavailable task input (missing file, no text long enough, hub offline, ...): the message names the
+    field and the fix. A task's loader turns it into a placeholder that scores NaN with this message."""
+
+
+# ------------------------------------------------------------------------------------------------ placeholders
+def placeholder(task: str, message: str, fields: Mapping[str, Any], features: Any = None):
+    """A one-row ``datasets.Dataset`` standing for task ``task`` that cannot run, its ``error`` field holding
+    ``"<task>: <message>"``; logs that reason once as an error. ``fields``: the task's other columns (dummy
+    values, so that its prompt template renders); ``features``: optional ``datasets.Features``."""
+    import datasets
+
+    reason = message if message.startswith(f"{task}:") else f"{task}: {message}"
+    logger.error("%s -- no score for it (the results file gives this reason); the other tasks go on", reason)
+    row = {**fields, ERROR_FIELD: reason}
+    return datasets.Dataset.from_list([row], features=features)
+
+
+def placeholder_dataset(task: str, message: str, fields: Mapping[str, Any], split: str = "test"):
+    """:func:`placeholder` as a ``DatasetDict`` with one split (what a ``custom_dataset`` function returns)."""
+    import datasets
+
+    return datasets.DatasetDict({split: placeholder(task, message, fields)})
+
+
+def reason_of(doc: Mapping[str, Any]) -> str:
+    """The reason a placeholder row stands for (empty for a real row)."""
+    return str(doc.get(ERROR_FIELD) or "")
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+class RefusedText(str):
+    """An empty generation the model refused to produce; ``refusal`` says why (scored NaN, not as wrong)."""
+
+    refusal: str
+
+    def __new__(cls, refusal: str):
+        obj = super().__new__(cls, "")
+        obj.refusal = refusal
+        return obj
+
+    def __reduce__(self):
+        return (RefusedText, (self.refusal,))
+
+
+class RefusedScores(dict):
+    """NaN divergence values of a request the model refused; ``refusal`` says why."""
+
+    def __init__(self, names: Iterable[str], refusal: str):
+        super().__init__({n: float("nan") for n in names})
+        self.refusal = refusal
+
+    def __reduce__(self):
+        return (RefusedScores, (tuple(self), self.refusal))
+
+
+def refusal_of(result: Any) -> str:
+    """The reason the model refused a request (empty when it answered it)."""
+    return str(getattr(result, "refusal", "") or "")
+
+
+# ------------------------------------------------------------------------------------------------ results
+def nan_results(reason: str, values: Mapping[str, Any]) -> Dict[str, Any]:
+    """A sample's metrics when it cannot be scored: ``values`` (the task's NaN form of each metric) and the
+    reason under :data:`ERROR_METRIC`."""
+    return {**values, ERROR_METRIC: reason}
+
+
+def missing_results(reason: str) -> Dict[str, Any]:
+    """A group member's sample without data: no score, ``missing_data`` = 1 and the reason."""
+    return {MISSING_METRIC: 1.0, ERROR_METRIC: reason}
+
+
+def agg_error(items: Iterable[Any]) -> str:
+    """lm-eval aggregation of :data:`ERROR_METRIC`: the distinct reasons, in order, joined by `` | ``."""
+    return " | ".join(dict.fromkeys(str(i) for i in items if i))
+
+
+# ------------------------------------------------------------------------------------------------ hub data
+_HUB_MODULES = ("httpx", "httpx2", "huggingface_hub", "datasets", "requests", "urllib3", "fsspec", "aiohttp")
+
+
+def offline_mode() -> bool:
+    """True when ``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE`` asks for no network."""
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+               for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def is_hub_failure(err: BaseException) -> bool:
+    """Whether ``err`` means the data could not be fetched (offline, unreachable, not found, HTTP error), as
+    opposed to a bug or malformed data."""
+    return isinstance(err, OSError) or type(err).__module__.split(".")[0] in _HUB_MODULES
+
+
+def hub_failure_reason(what: str, err: BaseException, alternative: str = "") -> str:
+    """The reason line for hub data ``what`` that could not be loaded: the error, the offline setting and the
+    local alternative."""
+    where = (
+        "offline mode is on (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE) and it is not in the local cache"
+        if offline_mode()
+        else "the Hugging Face hub could not be reached or does not have it"
+    )
+    cache = os.environ.get("HF_DATASETS_CACHE") or os.environ.get("HF_HOME")
+    msg = f"data {what} unavailable: {where} ({type(err).__name__}: {str(err)[:200]})"
+    if cache:
+        msg += f"; cache: {cache}"
+    return msg + (f"; {alternative}" if alternative else "")
+
+
+def load_hub_dataset(path: str, *args: Any, alternative: str = "", **kwargs: Any):
+    """``datasets.load_dataset(path, *args, **kwargs)``; a fetch failure becomes :class:`TaskDataError` with
+    :func:`hub_failure_reason` (other errors pass through unchanged)."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, *args, **kwargs)
+    except Exception as err:  # noqa: BLE001  -- classified just below; anything else is re-raised
+        if not is_hub_failure(err):
+            raise
+        what = repr(path) + (f" ({', '.join(map(repr, args))})" if args else "")
+        if kwargs.get("name"):
+            what += f" config {kwargs['name']!r}"
+        raise TaskDataError(hub_failure_reason(what, err, alternative)) from err
+
+
+def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
+    """Iterate ``it`` (a streamed hub data set), turning a fetch failure at any point into :class:`TaskDataError`."""
+    try:
+        yield from it
+    except TaskDataError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        if not is_hub_failure(err):
+            raise
+        raise TaskDataError(hub_failure_reason(what, err, alternative)) from err
+
+
+# ------------------------------------------------------------------------------------------------ the model
+def model_of(metadata: Mapping[str, Any]) -> Optional[str]:
+    """The lm-eval model a task runs under, from its metadata (:data:`MODEL_KEY`, set by the pack's CLI wrapper
+    ``python -m torchtune_longshort.eval``). Without that key: ``None`` when the ``longshort`` model's module is
+    loaded in this process (Python API callers; the model cannot be told), else a model that is not ``longshort``
+    (plain ``lm_eval``, which cannot load ``longshort``: it has no plugin entry point)."""
+    model = metadata.get(MODEL_KEY)
+    if model:
+        return str(model)
+    if "torchtune_longshort.eval.lm_eval_model" in sys.modules:
+        return None
+    return "(a model other than longshort: plain lm_eval cannot load it)"
+
+
+def needs_longshort(task: str, metadata: Mapping[str, Any], why: str) -> Optional[str]:
+    """The refusal reason when ``task`` needs the ``longshort`` model and the run uses another (else None)."""
+    model = model_of(metadata)
+    if model is None or model == LONGSHORT_MODEL:
+        return None
+    return (f"needs --model longshort ({why}); this run uses --model {model}. Run it with "
+            "python -m torchtune_longshort.eval run --model longshort --model_args pretrained=<checkpoint> ...")
+
+
+def model_positions(metadata: Mapping[str, Any]) -> Optional[int]:
+    """The longest sequence lm-eval's ``hf`` model (or any model other than ``longshort``) will run without
+    cutting it: ``max_length`` from its model_args, else ``max_position_embeddings`` of a local ``pretrained``
+    folder's ``config.json``; ``None`` when unknown or when the model is ``longshort`` (which refuses over-long
+    requests itself, knowing its RoPE scaling and ``allow_extrapolation``)."""
+    model = model_of(metadata)
+    if model is None or model == LONGSHORT_MODEL:
+        return None
+    if metadata.get("max_length") not in (None, ""):
+        try:
+            return int(metadata["max_length"])
+        except (TypeError, ValueError):
+            return None
+    pretrained = metadata.get("pretrained")
+    if isinstance(pretrained, str) and (Path(pretrained) / "config.json").is_file():
+        import json
+
+        try:
+            cfg = json.loads((Path(pretrained) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+            if isinstance(cfg.get(key), int):
+                return int(cfg[key])
+    return None
+
+
+def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
+    """Raise :class:`TaskDataError` when a request of ``n_tokens`` tokens is longer than a non-``longshort``
+    model runs (lm-eval's ``hf`` model would cut it from the left and score what is left)."""
+    limit = model_positions(metadata)
+    if limit is not None and n_tokens > limit:
+        raise TaskDataError(
+            f"its requests need {n_tokens} tokens but --model {model_of(metadata)} runs at most {limit} "
+            f"(max_length / max_position_embeddings) and would cut them from the left: refused. Use a model with "
+            "more positions, or --model longshort with rope=<method>,rope_factor=<f>"
+        )
+
