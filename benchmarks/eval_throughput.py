@@ -174,17 +174,12 @@ def main() -> None:
         print(f"{workload:10s} {hf['tokens_per_s']:10.1f} {ours['tokens_per_s']:11.1f} {entry['speed_ratio']:8.2f} "
               f"{hf['peak_mib']:9.1f} {ours['peak_mib']:9.1f} {entry['memory_ratio']:6.2f} {diff:10.2e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-<<<<<<< HEAD
     from torchtune_longshort.provenance import provenance
 
     args.out.write_text(json.dumps({"config": {k: v for k, v in cfg.items()}, "rows": table,
                                     "provenance": provenance(device=cfg["device"])}, indent=2, default=str))
-    print(f"\nwrote {args.out} (memory = {rows[0]['memory']}; gen |d result| = 1 if the first generations differ)")
-=======
-    args.out.write_text(json.dumps({"config": {k: v for k, v in cfg.items()}, "rows": table}, indent=2, default=str))
     print(f"\nwrote {args.out} (memory = {rows[0]['memory']}, above the loaded model; {args.threads} threads; "
           "gen 'max rel d' = 1 if any generation differs)")
->>>>>>> issue14
 
 
 if __name__ == "__main__":

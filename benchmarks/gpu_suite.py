@@ -119,8 +119,9 @@ def _run_in_process(kind: str, cfg, device: str) -> float:
             recipe.setup(cfg=cfg)
             recipe.train()
     else:
-        mod = _load_recipe(REPO / "recipes" / "longshort_finetune.py", "_longshort_finetune_recipe")
-        recipe = mod.LongShortFinetuneRecipe(cfg)
+        from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+        recipe = LongShortFinetuneRecipe(cfg)
 
         def go():
             recipe.setup()

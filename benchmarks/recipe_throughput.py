@@ -1,4 +1,4 @@
-"""Throughput and peak memory of recipes/longshort_finetune.py against torchtune's own
+"""Throughput and peak memory of torchtune_longshort/recipes/longshort_finetune.py against torchtune's own
 ``full_finetune_single_device`` (with its ``CEWithChunkedOutputLoss``) on the same model, data and tokens per step,
 in one command.
 
@@ -210,7 +210,7 @@ def run_torchtune(work, tok, ckpt, data, shape, warmup, tag, env):
 
 
 def run_ours(work, tok, ckpt, data, shape, warmup, alpha, tag, env, extra=()):
-    cmd = [TUNE, "run", "recipes/longshort_finetune.py", "--config", OUR_CONFIG,
+    cmd = [TUNE, "run", "torchtune_longshort/recipes/longshort_finetune.py", "--config", OUR_CONFIG,
            *ours_overrides(work, tok, ckpt, data, shape, alpha, tag, extra)]
     rss = run(cmd, env, work / f"{tag}.log")
     path = re.search(r"Loss path: (\S+)", (work / f"{tag}.log").read_text())
@@ -261,25 +261,6 @@ def main():
             "results": res, "loss_path": path, "ratio_alpha0_vs_torchtune": a0 / base, "ratio_alpha0.1_vs_alpha0": a1 / a0,
             "rss_alpha0_vs_torchtune": res[names[1]]["peak_rss_gib"] / res[names[0]]["peak_rss_gib"],
         }
-<<<<<<< HEAD
-    base = results["torchtune full_finetune_single_device"]["tokens_per_s"]
-    a0 = results["longshort alpha=0.0"]["tokens_per_s"]
-    a1 = results["longshort alpha=0.1"]["tokens_per_s"]
-    summary = {
-        "config": vars(args), "results": results,
-        "ratio_alpha0_vs_torchtune": a0 / base, "ratio_alpha0.1_vs_alpha0": a1 / a0,
-    }
-    print(f"tiny llama2: dim {args.dim}, 4 layers, vocab 512, L={args.seq_len}, {2 * args.batch * args.seq_len} "
-          f"model tokens/step, {args.steps} steps ({args.warmup} warm-up dropped), {os.cpu_count()} CPUs")
-    print(f"{'run':42s} {'tokens/s':>10s} {'peak RSS GiB':>13s}")
-    for k, v in results.items():
-        print(f"{k:42s} {v['tokens_per_s']:10.0f} {v.get('peak_rss_gib', float('nan')):13.2f}")
-    print(f"ratio ours(alpha=0) / torchtune = {a0 / base:.3f}   (target >= 0.95)")
-    print(f"ratio alpha=0.1 / alpha=0      = {a1 / a0:.3f}")
-    from torchtune_longshort.provenance import provenance
-
-    summary["provenance"] = provenance(device="cpu", stdlib=True)  # both recipes train on stdlib text
-=======
     print(f"llama2: dim {args.dim}, 4 layers, L={args.seq_len}, {2 * args.batch * args.seq_len} model tokens/step, "
           f"{args.steps} steps ({args.warmup} warm-up dropped), median of {args.rounds} interleaved rounds, "
           f"{os.cpu_count()} CPUs, OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}, fp32; our loss path: {path}")
@@ -292,7 +273,9 @@ def main():
     for vocab, v in summary["per_vocab"].items():
         print(f"vocab {vocab}: ours(alpha=0) / torchtune = {v['ratio_alpha0_vs_torchtune']:.3f} tokens/s, "
               f"{v['rss_alpha0_vs_torchtune']:.3f} peak RSS; alpha=0.1 / alpha=0 = {v['ratio_alpha0.1_vs_alpha0']:.3f}")
->>>>>>> issue14
+    from torchtune_longshort.provenance import provenance
+
+    summary["provenance"] = provenance(device="cpu", stdlib=True)  # both recipes train on stdlib text
     (work / "results.json").write_text(json.dumps(summary, indent=2))
     print(f"results: {work / 'results.json'}")
 
