@@ -427,7 +427,7 @@ class LongShortFinetuneRecipe:
 
     def _setup_data(self, recipe_state) -> DualWindowBatcher:
         cfg = self.cfg
-        documents = config.instantiate(cfg.dataset)
+        documents = self._setup_documents()
         stream = PackedTokenStream(documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
         batcher = DualWindowBatcher(
             stream,
@@ -449,11 +449,28 @@ class LongShortFinetuneRecipe:
             probe.take(cfg.seq_len + batcher.e_hi)
         return batcher
 
+    def _setup_documents(self):
+        """``dataset``: a documents source of ``torchtune_longshort.data.corpus``, or a torchtune dataset builder
+        (its first parameter ``tokenizer``, e.g. ``torchtune.datasets.text_completion_dataset``), built with the
+        recipe's tokenizer and read sample by sample."""
+        from torchtune.config._utils import _get_component_from_path
+
+        from torchtune_longshort.data.torchtune_datasets import takes_tokenizer, torchtune_documents
+
+        node = self.cfg.dataset
+        if takes_tokenizer(_get_component_from_path(node._component_)):
+            return torchtune_documents(config.instantiate(node, self._tokenizer), name=node._component_)
+        return config.instantiate(node)
+
     def _check_corpus_length(self, documents, need: int) -> None:
         """One pass over the documents must hold ``need`` = L + e_max + 1 text tokens (BOS/EOS not counted)."""
         got = 0
-        for text in documents():
-            got += max(0, len(self._tokenizer.encode(text, add_bos=False, add_eos=False)))
+        for doc in documents():
+            if isinstance(doc, str):
+                got += len(self._tokenizer.encode(doc, add_bos=False, add_eos=False))
+            else:  # token ids of a torchtune dataset sample, BOS/EOS included
+                specials = {self._tokenizer.bos_id, self._tokenizer.eos_id}
+                got += sum(1 for t in doc if t not in specials)
             if got >= need:
                 return
         raise ValueError(

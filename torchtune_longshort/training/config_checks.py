@@ -115,6 +115,11 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
     except (ValueError, TypeError, ZeroDivisionError) as e:
         raise ValueError(f"e_range={e_range!r}: {e}") from None
 
+    if cfg.dataset.get("packed"):
+        raise ValueError(
+            "dataset.packed=True is not accepted: pass packed=False (the dual-window stream packs the documents "
+            "itself, end to end, so that window B can reach e tokens past window A)"
+        )
     val = cfg.get("validation")
     if val is not None:
         for key in ("seq_len", "num_sequences"):
