@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from recipe_config import make_cfg
 
 REPO = Path(__file__).resolve().parents[1]
-CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -18,17 +17,6 @@ def recipe_cls():
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     return LongShortFinetuneRecipe
-
-
-def make_cfg(ckpt, tok, out, **over):
-    cfg = OmegaConf.load(CFG)
-    cfg.checkpoint_dir = str(ckpt)
-    cfg.tokenizer.path = str(Path(tok) / "tokenizer.model")
-    cfg.output_dir = str(out)
-    cfg.validation = None
-    for k, v in over.items():
-        OmegaConf.update(cfg, k, v, force_add=True)
-    return cfg
 
 
 def setup_fails(recipe_cls, cfg, exc, match):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from recipe_config import make_cfg
 
 REPO = Path(__file__).resolve().parents[1]
-CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +23,6 @@ def recipe_cls():
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     return LongShortFinetuneRecipe
-
-
-def make_cfg(ckpt, tok, out, **over):
-    cfg = OmegaConf.load(CFG)
-    cfg.checkpoint_dir = str(ckpt) if ckpt is not None else None
-    cfg.tokenizer.path = str(Path(tok) / "tokenizer.model")
-    cfg.output_dir = str(out)
-    cfg.validation = None
-    for k, v in over.items():
-        OmegaConf.update(cfg, k, v, force_add=True)
-    return cfg
 
 
 BAD_VALUES = [

@@ -1,0 +1,22 @@
+"""The tiny from-checkpoint recipe config, filled in for a test (shared by the in-process recipe tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
+
+
+def make_cfg(ckpt, tok, out, **over):
+    """The config with its checkpoint, tokenizer and output folder set, no validation, ``over`` applied."""
+    cfg = OmegaConf.load(CFG)
+    cfg.checkpoint_dir = str(ckpt) if ckpt is not None else None
+    cfg.tokenizer.path = str(Path(tok) / "tokenizer.model")
+    cfg.output_dir = str(out)
+    cfg.validation = None
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    return cfg
