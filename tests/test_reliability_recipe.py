@@ -229,3 +229,20 @@ def test_resume_refuses_changes_that_break_exactness_and_applies_the_others():
     assert applied == [("max_steps", 8, 12), ("optimizer.lr", 3e-3, 1e-3)]
     with pytest.raises(ValueError, match=r"loss.alpha: 0.1 -> 0.3; seq_len: 64 -> 128"):
         compare_resume_config(saved, {**saved, "seq_len": 128, "loss": {"alpha": 0.3}})
+
+
+def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """A step folder counts as complete only when every file its index names is there."""
+    from torchtune_longshort.models.hf_checkpoint import load_hf_state_dict, read_hf_config, write_hf_checkpoint
+    from torchtune.models.convert_weights import hf_to_tune
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+
+    cfg = read_hf_config(tiny_llama2_dir)
+    sd = hf_to_tune(load_hf_state_dict(tiny_llama2_dir), num_heads=cfg["num_attention_heads"],
+                    num_kv_heads=cfg["num_key_value_heads"], dim=cfg["hidden_size"])
+    for step in (2, 4):
+        d = write_hf_checkpoint(tmp_path / f"step_{step}", sd, cfg, tokenizer=sp_tokenizer_dir, max_shard_bytes=100_000)
+        (d / "recipe_state.pt").write_bytes(b"")
+    assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_4"
+    next((tmp_path / "step_4").glob("model-00002-*.safetensors")).unlink()
+    assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_2"
