@@ -158,3 +158,21 @@ def test_misalignment_cli_reads_the_checkpoints_own_tokenizer(tmp_path, base_wit
     assert main(args + ["--tokenizer", str(out / "tokenizer.model"), "--output", str(tmp_path / "b.json")]) == 0
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     assert a["summary"] == b["summary"] and a["summary"]["sce"]["mean"] > 0
+
+
+def test_a_tokenizer_transformers_cannot_convert_is_copied_with_a_warning(tmp_path, caplog):
+    """A tiktoken-style tokenizer.model (Llama-3's original/) is copied; no tokenizer.json is invented for it."""
+    import logging
+
+    from torchtune_longshort.models.hf_checkpoint import copy_tokenizer
+
+    src = tmp_path / "original"
+    src.mkdir()
+    (src / "tokenizer.model").write_text("IQ== 0\nIg== 1\n")  # tiktoken's format: base64 token, rank
+    out = tmp_path / "out"
+    out.mkdir()
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+        copy_tokenizer(src / "tokenizer.model", out)
+    assert (out / "tokenizer.model").read_text() == (src / "tokenizer.model").read_text()
+    assert not (out / "tokenizer.json").exists()
+    assert "could not write transformers' tokenizer files" in caplog.text

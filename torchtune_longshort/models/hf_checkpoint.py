@@ -490,7 +490,13 @@ def copy_tokenizer(source: PathLike, out_dir: PathLike) -> None:
         if (src_dir / f).resolve() != (out_dir / f).resolve():
             shutil.copyfile(src_dir / f, out_dir / f)
     if not (out_dir / "tokenizer.json").is_file():
-        write_hf_tokenizer_files(out_dir)
+        try:
+            write_hf_tokenizer_files(out_dir)
+        except Exception as e:  # e.g. a tiktoken tokenizer.model, which LlamaTokenizer cannot read
+            logger.warning(
+                "%s: could not write transformers' tokenizer files from %s (%s: %s); torchtune and the longshort "
+                "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src, type(e).__name__, e
+            )
 
 
 def write_hf_tokenizer_files(folder: PathLike) -> None:

@@ -281,7 +281,12 @@ class LongShortFinetuneRecipe:
         return sd, Path(start_dir)
 
     def _tokenizer_source(self) -> Optional[str]:
-        """Where the tokenizer files that go into every checkpoint come from: ``tokenizer.path``."""
+        """Where the tokenizer files that go into every checkpoint come from: the start checkpoint folder when it
+        holds transformers' ``tokenizer.json`` (a hub folder: Llama-3's ``tokenizer.path`` is a tiktoken file under
+        ``original/`` that transformers cannot read), else ``tokenizer.path``."""
+        start = self.cfg.checkpointer.get("checkpoint_dir")
+        if start is not None and (Path(start) / "tokenizer.json").is_file():
+            return str(start)
         path = self.cfg.tokenizer.get("path")
         return str(path) if path is not None else None
 
