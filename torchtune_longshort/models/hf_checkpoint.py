@@ -505,8 +505,11 @@ def write_hf_tokenizer_files(folder: PathLike) -> None:
     ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5;
     ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes a ``tokenizer.json`` that matches.
     """
+    import sentencepiece as spm
     from transformers import LlamaTokenizer
 
+    # transformers builds *a* tokenizer even from a file that is not SentencePiece; refuse such a file first.
+    spm.SentencePieceProcessor(model_file=str(Path(folder) / SP_MODEL))
     tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True)
     tok.save_pretrained(str(folder))
 
