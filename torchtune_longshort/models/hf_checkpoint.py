@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.hf_rope import (
+    SPEC_CONTEXT_KEYS,
     SPEC_KEY,
     check_hf_config_consistent,
     rope_spec_from_hf_config,
@@ -339,7 +340,7 @@ def load_hf_checkpoint(
     model = load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=original or target, dtype=dtype, device=device)
     if base is None:
         base = model.layers[0].attn.pos_embeddings.base
-    kwargs = {k: v for k, v in spec.items() if k not in ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")}
+    kwargs = {k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS}
     apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
 
     learned = load_rope_parameters(checkpoint_dir) if from_config else {}

@@ -30,7 +30,6 @@ keeping ``model.safetensors`` loadable by transformers.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -41,7 +40,8 @@ PathLike = Union[str, Path]
 SPEC_KEY = "longshort_rope"
 # In a subfolder: loaders that glob the checkpoint folder for *.safetensors must not take it for model weights.
 ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
-_NOT_KWARGS = ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")
+# Spec entries that describe the model rather than the method: not passed to the method class as kwargs.
+SPEC_CONTEXT_KEYS = ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")
 
 
 def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:

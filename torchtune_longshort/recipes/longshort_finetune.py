@@ -25,14 +25,12 @@ the uninterrupted run's losses.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import signal
 import sys
 import threading
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any, Dict, Optional
 

@@ -44,9 +44,6 @@ POSITION_SAMPLERS = {
     "pose": PoSEPositions,
 }
 
-# Derived from the classes (each declares what it needs); kept for code that lists them.
-NEEDS_ORIGINAL_LENGTH = tuple(m for m, c in ROPE_METHODS.items() if c.needs_original_length)
-HAS_FACTOR = tuple(m for m, c in ROPE_METHODS.items() if c.has_factor)
 
 
 def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10_000.0, **method_kwargs) -> nn.Module:
@@ -88,8 +85,6 @@ def build_position_sampler(name: str, **kwargs):
 __all__ = [
     "ROPE_METHODS",
     "POSITION_SAMPLERS",
-    "NEEDS_ORIGINAL_LENGTH",
-    "HAS_FACTOR",
     "build_rope",
     "build_position_sampler",
     "ScaledRoPE",

@@ -138,11 +138,6 @@ class ScaledRoPE(nn.Module):
         """Inverse of :meth:`to_hf`: a spec from a transformers ``rope_scaling`` entry of ``hf_rope_type``."""
         raise NotImplementedError(f"{cls.__name__} has no transformers rope_type")
 
-    @classmethod
-    def usable_length(cls, spec: dict) -> int:
-        """Positions a model scaled with ``spec`` covers (its cache length)."""
-        return int(spec["max_seq_len"])
-
     def __init__(self, dim: int, max_seq_len: int, base: float = 10_000.0, layout: str = "interleaved") -> None:
         super().__init__()
         self.dim = check_head_dim(dim)

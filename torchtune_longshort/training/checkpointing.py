@@ -17,7 +17,6 @@ killed while saving therefore leaves only a stale staging folder, which the next
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
