@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from torchtune_longshort.data import DualWindowBatcher, PackedTokenStream, parse_e_bound, resolve_e_range
+from torchtune_longshort.data import DualWindowBatcher, PackedTokenStream
+from torchtune_longshort.windows import parse_e_bound, resolve_e_range
 
 
 def make_docs(n=20, seed=0, vocab=50):

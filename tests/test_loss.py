@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchtune_longshort.loss import LongShortLoss, aligned_positions, misalignment_loss, restore_model_output, sce
+from torchtune_longshort.loss import LongShortLoss, mean_divergence, misalignment_loss, restore_model_output
 from torchtune_longshort.loss.divergences import jeffreys_per_position, js_per_position, sce_per_position
+from torchtune_longshort.windows import aligned_positions
 
 V = 97
 
@@ -32,13 +33,13 @@ def _logits(p):
 def test_sce_equals_eq3_on_hand_made_distributions():
     p, q = [0.5, 0.25, 0.25], [0.2, 0.3, 0.5]
     expected = -(sum(qi * math.log(pi) for pi, qi in zip(p, q)) + sum(pi * math.log(qi) for pi, qi in zip(p, q)))
-    got = sce(_logits(p)[None], _logits(q)[None])
+    got = mean_divergence(_logits(p)[None], _logits(q)[None])
     assert got.dtype == torch.float32
     assert got.item() == pytest.approx(expected, rel=1e-6)
     # symmetric, and the self-divergence is twice the entropy (not 0): the listing's one-sided line is not Eq. 3
-    assert sce(_logits(q)[None], _logits(p)[None]).item() == pytest.approx(expected, rel=1e-6)
+    assert mean_divergence(_logits(q)[None], _logits(p)[None]).item() == pytest.approx(expected, rel=1e-6)
     entropy = -sum(pi * math.log(pi) for pi in p)
-    assert sce(_logits(p)[None], _logits(p)[None]).item() == pytest.approx(2 * entropy, rel=1e-6)
+    assert mean_divergence(_logits(p)[None], _logits(p)[None]).item() == pytest.approx(2 * entropy, rel=1e-6)
     one_sided = -sum(qi * math.log(pi) for pi, qi in zip(p, q))
     assert abs(got.item() - one_sided) > 0.1
 
@@ -61,8 +62,8 @@ def test_sce_mask_and_float32_from_bf16():
     mask = torch.zeros(2, 5, dtype=torch.bool)
     mask[0, 1] = mask[1, 3] = True
     per = sce_per_position(a, b)
-    assert sce(a, b, mask).item() == pytest.approx(((per[0, 1] + per[1, 3]) / 2).item(), rel=1e-6)
-    assert sce(a.bfloat16(), b.bfloat16()).dtype == torch.float32
+    assert mean_divergence(a, b, mask).item() == pytest.approx(((per[0, 1] + per[1, 3]) / 2).item(), rel=1e-6)
+    assert mean_divergence(a.bfloat16(), b.bfloat16()).dtype == torch.float32
 
 
 def test_listing_log_softmax_without_dim_normalizes_over_the_batch():

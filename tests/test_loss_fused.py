@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchtune_longshort.loss import LongShortLoss, aligned_positions, restore_model_output
+from torchtune_longshort.loss import LongShortLoss, restore_model_output
+from torchtune_longshort.windows import aligned_positions
 
 V, D, L = 97, 24, 16
 IGN = -100

@@ -1,19 +1,6 @@
-"""Data: dual-window batching, packed token streams, long-corpus loaders, the stdlib corpus, tokenizer training."""
+"""Data: dual-window batching, packed token streams, long-corpus loaders, the stdlib corpus, tokenizer training.
+The window geometry (``e_range``, the two windows, their labels) is :mod:`torchtune_longshort.windows`."""
 
-from torchtune_longshort.data.dual_window import (
-    DualWindowBatcher,
-    PackedTokenStream,
-    parse_e_bound,
-    resolve_e_range,
-    split_windows,
-    window_labels,
-)
+from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 
-__all__ = [
-    "DualWindowBatcher",
-    "PackedTokenStream",
-    "parse_e_bound",
-    "resolve_e_range",
-    "split_windows",
-    "window_labels",
-]
+__all__ = ["DualWindowBatcher", "PackedTokenStream"]

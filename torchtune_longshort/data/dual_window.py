@@ -9,8 +9,8 @@ packed stream and is split into
 each with ordinary next-token labels inside the window (the last position of a window has none, exactly as an
 ``L``-token torchtune training sample), so ``alpha = 0`` is plain cross-entropy training on the same tokens.
 
-The ``e`` ranges of the paper's Table 7 are written in terms of ``L``: ``[1, "L/2"]`` (default), ``[1, "L/4"]``,
-``["L/4", "L/2"]``, ``[1, "L"]``, and ``[1, "0.05L"]``. Non-integer bounds are floored.
+The ``e_range`` grammar (the paper's Table 7 ranges, written in terms of ``L``), its default and the window slices are
+:mod:`torchtune_longshort.windows`'s.
 
 Everything is seeded; :meth:`DualWindowBatcher.state_dict` captures the data position (epoch, documents consumed,
 leftover tokens) and the ``e`` sampler's RNG so a resumed run sees exactly the batches an uninterrupted run would.
@@ -20,61 +20,13 @@ distributed run trains on the same tokens as a single process with the same glob
 
 from __future__ import annotations
 
-import math
-import re
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import torch
 
-from torchtune_longshort.loss.misalignment import validate_window_length
+from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range, slice_windows, validate_window_length
 
-Bound = Union[int, float, str]
 Document = Union[str, Sequence[int]]
-
-_BOUND_RE = re.compile(r"^\s*(?:(\d+(?:\.\d*)?|\.\d+)\s*\*?\s*)?L\s*(?:/\s*(\d+(?:\.\d*)?))?\s*$")
-
-
-def parse_e_bound(bound: Bound, L: int, field: str = "e_range") -> int:
-    """Resolve one bound of ``e_range`` to tokens: an int, or an expression in ``L`` ("L", "L/2", "0.05L", "3*L/4")."""
-    if isinstance(bound, bool):
-        raise ValueError(f"{field} bound {bound!r} is not a number or an expression in L")
-    if isinstance(bound, int):
-        value = float(bound)
-    elif isinstance(bound, float):
-        if not bound.is_integer():
-            raise ValueError(
-                f"{field} bound {bound!r}: a float bound is ambiguous; write an int or an expression like '0.05L'"
-            )
-        value = bound
-    elif isinstance(bound, str):
-        s = bound.strip()
-        if re.fullmatch(r"\d+", s):
-            value = float(s)
-        else:
-            m = _BOUND_RE.match(s)
-            if not m:
-                raise ValueError(
-                    f"{field} bound {bound!r} is not understood; use an int or 'L', 'L/4', '0.05L', '3*L/4'"
-                )
-            coef = float(m.group(1)) if m.group(1) else 1.0
-            div = float(m.group(2)) if m.group(2) else 1.0
-            value = coef * L / div
-    else:
-        raise ValueError(f"{field} bound {bound!r} has type {type(bound).__name__}; expected int or str")
-    return int(math.floor(value + 1e-9))
-
-
-def resolve_e_range(e_range: Sequence[Bound], L: int) -> Tuple[int, int]:
-    """``(lo, hi)`` in tokens; both in ``[1, L]`` and ``lo <= hi``, else ``ValueError`` naming the values."""
-    validate_window_length(L)
-    if isinstance(e_range, (str, bytes)) or len(e_range) != 2:
-        raise ValueError(f"e_range={e_range!r} must be a pair [lo, hi]")
-    lo, hi = (parse_e_bound(b, L) for b in e_range)
-    if not (1 <= lo <= L and 1 <= hi <= L):
-        raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: both bounds must lie in [1, L={L}]")
-    if lo > hi:
-        raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: lo > hi")
-    return lo, hi
 
 
 class PackedTokenStream:
@@ -203,7 +155,7 @@ class DualWindowBatcher:
     Args:
         stream: the packed token stream.
         L: window length (even, >= 4).
-        e_range: ``[lo, hi]``, ints or expressions in ``L`` (paper default ``[1, "L/2"]``).
+        e_range: ``[lo, hi]``, ints or expressions in ``L`` (default ``windows.DEFAULT_E_RANGE``, the paper's).
         batch_size: samples per rank per batch.
         seed: seed of the ``e`` sampler.
         rank, world_size: this process's slice of the global batch of ``batch_size * world_size`` samples.
@@ -217,7 +169,7 @@ class DualWindowBatcher:
         self,
         stream: PackedTokenStream,
         L: int,
-        e_range: Sequence[Bound] = (1, "L/2"),
+        e_range: Sequence[Bound] = DEFAULT_E_RANGE,
         batch_size: int = 1,
         seed: int = 0,
         rank: int = 0,
@@ -276,7 +228,7 @@ class DualWindowBatcher:
         samples = [self.stream.take(n) for _ in range(global_bsz)]
         mine = samples[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
         tokens = torch.tensor(mine, dtype=torch.long)
-        batch = split_windows(tokens, self.L, e, self.ignore_index)
+        batch = slice_windows(tokens, self.L, e, self.ignore_index)
         batch.update(e=e, step=self.step, data_position=position)
         self.step += 1
         return batch
@@ -288,24 +240,3 @@ class DualWindowBatcher:
             except StopIteration:
                 return
 
-
-def window_labels(tokens: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-    """Next-token labels inside a window: ``labels[:, j] = tokens[:, j + 1]``, the last position ignored."""
-    labels = torch.full_like(tokens, ignore_index)
-    labels[:, :-1] = tokens[:, 1:]
-    return labels
-
-
-def split_windows(tokens: torch.Tensor, L: int, e: int, ignore_index: int = -100) -> Dict[str, torch.Tensor]:
-    """Split ``[b, L + e]`` samples into window A (``[0, L)``) and window B (``[e, L + e)``) with their labels."""
-    if tokens.dim() != 2 or tokens.shape[1] != L + e:
-        raise ValueError(f"tokens shape {tuple(tokens.shape)}; expected [batch, L + e = {L + e}]")
-    a = tokens[:, :L]
-    b = tokens[:, e : e + L]
-    return {
-        "tokens": tokens,
-        "tokens_a": a,
-        "tokens_b": b,
-        "labels_a": window_labels(a, ignore_index),
-        "labels_b": window_labels(b, ignore_index),
-    }

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import List
 
-from torchtune_longshort.loss.misalignment import AlignedPositions
+from torchtune_longshort.windows import AlignedPositions
 
 
 @dataclass(frozen=True)

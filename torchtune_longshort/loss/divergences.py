@@ -17,8 +17,6 @@ from typing import Callable, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-DIVERGENCES = ("sce", "jeffreys", "js")
-
 
 def _log_probs(logits_p: torch.Tensor, logits_q: torch.Tensor):
     if logits_p.shape != logits_q.shape:
@@ -60,6 +58,9 @@ _PER_POSITION: Dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
     "jeffreys": jeffreys_per_position,
     "js": js_per_position,
 }
+# The divergence names, the paper's first: the one list that configs, the metric, its CLI and the eval task take.
+DIVERGENCES = tuple(_PER_POSITION)
+DEFAULT_DIVERGENCE = "sce"
 
 
 def divergence_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -82,18 +83,18 @@ def masked_mean(values: torch.Tensor, mask: Optional[torch.Tensor] = None) -> to
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def sce(
+def mean_divergence(
     logits_a: torch.Tensor,
     logits_b: torch.Tensor,
     mask: Optional[torch.Tensor] = None,
-    divergence: str = "sce",
+    divergence: str = DEFAULT_DIVERGENCE,
 ) -> torch.Tensor:
     """Mean divergence between two sets of next-token distributions given as logits.
 
     Args:
         logits_a, logits_b: ``[..., vocab]`` logits at the same target positions (any float dtype).
         mask: optional boolean ``[...]``; positions where it is False are left out of the mean.
-        divergence: ``"sce"`` (default, paper Eq. 3), ``"jeffreys"`` or ``"js"``.
+        divergence: a name in ``DIVERGENCES``: ``"sce"`` (default, paper Eq. 3), ``"jeffreys"`` or ``"js"``.
 
     Returns:
         A float32 scalar: the mean over (masked) positions; 0 when there are none (never NaN).

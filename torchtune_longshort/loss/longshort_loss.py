@@ -37,7 +37,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from torchtune_longshort.loss.chunking import target_chunks
-from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
+from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import (
     FusedLinearLongShort,
     FusedPlan,
@@ -46,11 +46,15 @@ from torchtune_longshort.loss.fused_linear import (
     is_fsdp_module,
     plain_linear_weight,
 )
-from torchtune_longshort.loss.misalignment import MinContext, aligned_positions, resolve_min_context
+from torchtune_longshort.windows import DEFAULT_MIN_CONTEXT, MinContext, aligned_positions, validate_min_context
 
 logger = logging.getLogger(__name__)
 
 Logits = Union[torch.Tensor, Sequence[torch.Tensor]]
+
+# The paper's default weight of the misalignment term. The one default: a recipe config without ``loss.alpha`` trains
+# with it, and the recipe's equal-compute decision reads it from here too.
+DEFAULT_ALPHA = 0.1
 
 
 @dataclass
@@ -69,10 +73,10 @@ class LongShortLoss(nn.Module):
     """Long-short alignment loss: ``(ce_A + ce_B) / 2 + alpha * D(A, B)``.
 
     Args:
-        alpha: weight of the misalignment term (paper default 0.1; useful 0.1-0.3). ``0`` is the plain
+        alpha: weight of the misalignment term (default :data:`DEFAULT_ALPHA`, the paper's 0.1; useful 0.1-0.3). ``0`` is the plain
             cross-entropy baseline on exactly the same tokens (the divergence is still reported, see ``report_misalignment``).
-        divergence: ``"sce"`` (paper Eq. 3), ``"jeffreys"`` or ``"js"``.
-        min_context: floor of the compared positions, see :mod:`torchtune_longshort.loss.misalignment`.
+        divergence: a name in :data:`~torchtune_longshort.loss.divergences.DIVERGENCES` (``"sce"``: paper Eq. 3).
+        min_context: floor of the compared positions, see :mod:`torchtune_longshort.windows`.
         stop_grad_long: no gradient through window A (the longer contexts) in the misalignment term.
         num_chunks: number of chunks over the ``L + e`` shared positions.
         fused: on the hidden-state path, use the fused projection + CE + divergence (gradients computed in the
@@ -87,9 +91,9 @@ class LongShortLoss(nn.Module):
 
     def __init__(
         self,
-        alpha: float = 0.1,
-        divergence: str = "sce",
-        min_context: MinContext = "listing",
+        alpha: float = DEFAULT_ALPHA,
+        divergence: str = DEFAULT_DIVERGENCE,
+        min_context: MinContext = DEFAULT_MIN_CONTEXT,
         stop_grad_long: bool = False,
         num_chunks: int = 8,
         fused: bool = True,
@@ -100,10 +104,8 @@ class LongShortLoss(nn.Module):
         super().__init__()
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
             raise ValueError(f"alpha={alpha!r} must be a finite number >= 0")
-        if divergence not in DIVERGENCES:
-            raise ValueError(f"divergence={divergence!r} is not known; choose one of {list(DIVERGENCES)}")
-        if isinstance(min_context, str) and min_context not in ("listing", "inclusive", "none"):
-            resolve_min_context(min_context, 4)  # raises with the accepted values
+        divergence_fn(divergence)  # raises with the accepted names
+        validate_min_context(min_context)
         if not isinstance(num_chunks, int) or num_chunks < 1:
             raise ValueError(f"num_chunks={num_chunks!r} must be an int >= 1")
         self.alpha = float(alpha)

@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 import torch
 
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
+from torchtune_longshort.windows import suffix_length_range
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 
@@ -131,8 +132,9 @@ def misalignment_metric(
     """
     if not isinstance(length, int) or length < 2:
         raise ValueError(f"length={length!r} must be an int >= 2")
-    min_len = length // 2 if min_len is None else min_len
-    max_len = length if max_len is None else max_len
+    eq4_min, eq4_max = suffix_length_range(length)
+    min_len = eq4_min if min_len is None else min_len
+    max_len = eq4_max if max_len is None else max_len
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
     for d in divergences:

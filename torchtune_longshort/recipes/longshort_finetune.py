@@ -62,6 +62,7 @@ from torchtune_longshort.training.checkpointing import (
     prepare_output_dir,
 )
 from torchtune_longshort.training.metrics import JsonlMetricLogger, peak_memory_gib
+from torchtune_longshort.windows import DEFAULT_E_RANGE
 
 log = utils.get_logger("INFO")
 
@@ -118,7 +119,7 @@ class LongShortFinetuneRecipe:
         self.micro_batch = derived["micro_batch"]
         self.grad_accum = cfg.get("gradient_accumulation_steps", 1)
         overhead = cfg.get("equal_compute_overhead")
-        if overhead is not None and float(cfg.loss.get("alpha", 0.0)) > 0:
+        if overhead is not None and derived["alpha"] > 0:
             # Appendix F: the regularized run gets the baseline's compute, not its step count.
             from torchtune_longshort.training.equal_compute import equal_compute_steps
 
@@ -435,7 +436,7 @@ class LongShortFinetuneRecipe:
         batcher = DualWindowBatcher(
             stream,
             L=cfg.seq_len,
-            e_range=list(cfg.get("e_range", [1, "L/2"])),
+            e_range=list(cfg.get("e_range", DEFAULT_E_RANGE)),
             batch_size=self.micro_batch,
             seed=cfg.get("data_seed", self.seed),
             rank=self.rank,
@@ -686,7 +687,7 @@ class LongShortFinetuneRecipe:
         if self._pos_sampler is not None:
             input_pos = self._pos_sampler.sample(tokens.shape[0], self.cfg.seq_len, generator=self._pos_generator)
             input_pos = input_pos.to(self._device)
-        out_a, out_b = _split_windows(self._model(tokens, input_pos=input_pos), ta.shape[0])
+        out_a, out_b = _unstack_window_outputs(self._model(tokens, input_pos=input_pos), ta.shape[0])
         out = self._loss_fn(out_a, out_b, la, lb, e)
         if not torch.isfinite(out.loss.detach()).item():
             raise FloatingPointError(
@@ -735,8 +736,9 @@ class LongShortFinetuneRecipe:
             torch.distributed.destroy_process_group()
 
 
-def _split_windows(out, bsz: int):
-    """Split the model output of ``cat([tokens_a, tokens_b])`` (a tensor or a list of chunks) into A and B."""
+def _unstack_window_outputs(out, bsz: int):
+    """Unstack the batch dimension of the model output of ``cat([tokens_a, tokens_b])`` (a tensor or a list of
+    chunks) into window A's and window B's outputs."""
     if isinstance(out, (list, tuple)):
         return [c[:bsz] for c in out], [c[bsz:] for c in out]
     return out[:bsz], out[bsz:]

@@ -14,6 +14,9 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
 
+from torchtune_longshort.loss.longshort_loss import DEFAULT_ALPHA
+from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range
+
 # Top-level keys the recipe reads; ``checkpoint_dir`` is the configs' interpolation variable.
 RECIPE_KEYS = {
     "output_dir": "folder for step_<k> checkpoints, metrics.jsonl and logs",
@@ -71,7 +74,8 @@ def _positive_number(name: str, value: Any) -> float:
 
 
 def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Optional[bool] = None) -> Dict[str, Any]:
-    """Check every scalar of a recipe config; return the derived values (``micro_batch``, ``e_lo``, ``e_hi``).
+    """Check every scalar of a recipe config; return the derived values (``micro_batch``, ``e_lo``, ``e_hi``, and
+    ``alpha``: the loss weight the run trains with, ``loss.alpha`` or the loss's own default when it is absent).
 
     Raises ``ValueError`` (``KeyError`` for unknown or missing keys) naming the field, before any side effect.
     """
@@ -107,9 +111,7 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
     if cfg.get("equal_compute_overhead") is not None:
         _positive_number("equal_compute_overhead", cfg.equal_compute_overhead)
 
-    from torchtune_longshort.data.dual_window import resolve_e_range
-
-    e_range = cfg.get("e_range", [1, "L/2"])
+    e_range = cfg.get("e_range", DEFAULT_E_RANGE)
     try:
         out["e_lo"], out["e_hi"] = resolve_e_range(list(e_range) if not isinstance(e_range, str) else e_range, L)
     except (ValueError, TypeError, ZeroDivisionError) as e:
@@ -142,8 +144,8 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
             raise ValueError(f"device={device!r} but CUDA is not available on this machine: pass device=cpu")
     elif device not in ("cpu", "mps"):
         raise ValueError(f"device={device!r} is not accepted: expected cpu, cuda or cuda:N")
-    alpha = cfg.loss.get("alpha")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0
-                              or not math.isfinite(alpha)):
+    alpha = cfg.loss.get("alpha", DEFAULT_ALPHA)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0 or not math.isfinite(alpha):
         raise ValueError(f"loss.alpha={alpha!r} is not accepted: expected a number >= 0")
+    out["alpha"] = float(alpha)
     return out
