@@ -684,13 +684,14 @@ class LongShortLM(TemplateLM):
         distributions after the last ``l1`` and the last ``l2`` tokens of ``text`` (encoded without BOS), via
         ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than ``max(l1, l2)`` tokens or longer
         than the model can run gets NaN values and an error message."""
+        from torchtune_longshort.loss.divergences import DIVERGENCES
         from torchtune_longshort.metrics.misalignment import suffix_misalignment
 
         out: List[Dict[str, float]] = []
         for req in tqdm(requests, disable=disable_tqdm, desc="longshort next_token_divergence"):
             text, params = req.args
             l1, l2 = int(params["l1"]), int(params["l2"])
-            divs = tuple(params.get("divergences", ("sce", "jeffreys", "js")))
+            divs = tuple(params.get("divergences", DIVERGENCES))
             ids = self.tokenizer.encode(text, add_bos=False, add_eos=False)
             need = max(l1, l2)
             task = getattr(req, "task_name", None)

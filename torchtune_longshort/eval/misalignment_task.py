@@ -36,6 +36,7 @@ from torchtune_longshort.eval.unavailable import (
 )
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+from torchtune_longshort.windows import suffix_length_range
 
 logger = logging.getLogger(__name__)
 REQUEST_TYPE = "next_token_divergence"
@@ -55,9 +56,10 @@ def misalignment_dataset(length: int, **metadata: Any):
     except (TaskDataError, FileNotFoundError) as err:
         return placeholder_dataset(f"misalignment_{length}", str(err), _fields(length))
     rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
+    suffix_range = suffix_length_range(length)
     rows = []
     for s in samples:
-        l1, l2 = rng.randint(length // 2, length), rng.randint(length // 2, length)
+        l1, l2 = rng.randint(*suffix_range), rng.randint(*suffix_range)
         rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index, "error": ""})
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
