@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from torchtune_longshort.loss.chunking import TargetChunk
+from torchtune_longshort.loss.divergences import divergence_fn
 
 _LN2 = math.log(2.0)
 
@@ -96,6 +97,41 @@ def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1))[..., 0]
 
 
+# Per divergence: ``(v, t_a, t_b, coef, diff)`` for one chunk's aligned pairs, as _pair_terms documents.
+def _sce_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+    s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
+    torch.add(s_a, s_b, out=out_values)
+    t_a = torch.sub(s_a, lpb) if want_a else None  # -(lq - <p, lq>)
+    t_b = torch.sub(s_b, lpa) if want_b else None
+    return t_a, t_b, w, (pa - pb) if (want_a or want_b) else None
+
+
+def _jeffreys_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+    d = lpa - lpb
+    p_d, q_d = _dot(pa, d), _dot(pb, d)
+    torch.sub(p_d, q_d, out=out_values)
+    t_a = torch.sub(d, p_d) if want_a else None  # d - <p, d>
+    t_b = torch.sub(q_d, d) if want_b else None  # <q, d> - d
+    return t_a, t_b, w, (pa - pb) if (want_a or want_b) else None
+
+
+def _js_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+    # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
+    lm = torch.logaddexp(lpa, lpb)
+    ra, rb = lpa - lm, lpb - lm
+    del lm
+    p_r, q_r = _dot(pa, ra), _dot(pb, rb)
+    torch.add(p_r, q_r, out=out_values)
+    t_a = ra.sub_(p_r) if want_a else None
+    t_b = rb.sub_(q_r) if want_b else None
+    return t_a, t_b, 0.5 * w, None
+
+
+_PAIR_TERMS = {"sce": _sce_pair_terms, "jeffreys": _jeffreys_pair_terms, "js": _js_pair_terms}
+# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
+_VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
+
+
 def _pair_terms(name: str, lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
     """Divergence of the aligned pairs of one chunk, and what its gradient needs (module doc).
 
@@ -105,42 +141,23 @@ def _pair_terms(name: str, lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: floa
     ``coef * q * t_b - w * diff`` for B (``None`` parts: nothing), so that the caller can add it to dloss/dlogits
     after it has reused the log-probabilities' memory.
     """
-    t_a = t_b = diff = None
-    coef = w
-    if name == "sce":
-        s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
-        torch.add(s_a, s_b, out=out_values)
-        if want_a:
-            t_a = torch.sub(s_a, lpb)  # -(lq - <p, lq>)
-        if want_b:
-            t_b = torch.sub(s_b, lpa)
-    elif name == "jeffreys":
-        d = lpa - lpb
-        p_d, q_d = _dot(pa, d), _dot(pb, d)
-        torch.sub(p_d, q_d, out=out_values)
-        if want_a:
-            t_a = torch.sub(d, p_d)  # d - <p, d>
-        if want_b:
-            t_b = torch.sub(q_d, d)  # <q, d> - d
-    elif name == "js":
-        # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
-        lm = torch.logaddexp(lpa, lpb)
-        ra, rb = lpa - lm, lpb - lm
-        del lm
-        p_r, q_r = _dot(pa, ra), _dot(pb, rb)
-        torch.add(p_r, q_r, out=out_values)
-        t_a = ra.sub_(p_r) if want_a else None
-        t_b = rb.sub_(q_r) if want_b else None
-        return t_a, t_b, 0.5 * w, None
-    else:
-        raise ValueError(f"divergence={name!r} is not known")
-    if want_a or want_b:
-        diff = pa - pb
-    return t_a, t_b, coef, diff
+    if name not in _PAIR_TERMS:
+        divergence_fn(name)  # raises with the accepted names
+        raise ValueError(f"divergence={name!r} has no fused gradient")
+    return _PAIR_TERMS[name](lpa, lpb, pa, pb, want_a, want_b, w, out_values)
 
 
-# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
-_VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
+def _add_pair_grads(dlog, p, terms, pick_a, pick_b, w_div: float) -> None:
+    """Add ``w_div`` times the divergence's logit gradient (``terms`` from :func:`_pair_terms`) at the pairs."""
+    t_a, t_b, coef, diff = terms
+    if t_a is not None:
+        pick_a(dlog).addcmul_(pick_a(p), t_a, value=coef)
+        if diff is not None:
+            pick_a(dlog).add_(diff, alpha=w_div)
+    if t_b is not None:
+        pick_b(dlog).addcmul_(pick_b(p), t_b, value=coef)
+        if diff is not None:
+            pick_b(dlog).sub_(diff, alpha=w_div)
 
 
 def _row_order(chunks, bsz: int, L: int, device) -> torch.Tensor:
@@ -152,6 +169,119 @@ def _row_order(chunks, bsz: int, L: int, device) -> torch.Tensor:
             if hi > lo:
                 idx.append((base + torch.arange(bsz)[:, None] * L + torch.arange(lo, hi)[None, :]).reshape(-1))
     return torch.cat(idx).to(device)
+
+
+class _FusedPass:
+    """One :func:`fused_terms` call: the rows of both windows laid out once in chunk order (:func:`_row_order`, so
+    a chunk is a slice, not a gather) and the buffers every chunk writes its values and gradients into."""
+
+    def __init__(self, ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan: FusedPlan, grads):
+        self.bsz, self.L, d = ha.shape
+        self.weight, self.bias, self.plan, self.grads = weight, bias, plan, grads
+        self.V = weight.shape[0]
+        self.dev = dev = ha.device
+        self.n_rows = n_rows = self.bsz * self.L
+        self.any_grad = any(grads)
+        self.want_div_b = plan.mode == "train" and self.any_grad
+        self.want_div_a = self.want_div_b and not plan.stop_grad_long
+
+        self.order = _row_order(plan.chunks, self.bsz, self.L, dev)
+        self.h_all = torch.cat([ha.reshape(n_rows, d), hb.reshape(n_rows, d)]).index_select(0, self.order)
+        y_all = torch.cat([labels_a.reshape(-1), labels_b.reshape(-1)])[self.order]
+        valid = y_all != plan.ignore_index
+        self.y_all = torch.where(valid, y_all, torch.zeros_like(y_all))[:, None]
+        is_a = self.order < n_rows
+        self.mask_a = (valid & is_a).to(torch.float32)
+        self.mask_b = (valid & ~is_a).to(torch.float32)
+        self.tgt_lp = torch.empty(2 * n_rows, 1, dtype=torch.float32, device=dev)  # log p(target) per row
+        self.n_pair_rows = sum(self.bsz * c.n_pairs for c in plan.chunks) if plan.mode is not None else 0
+        self.div_v = torch.empty(self.n_pair_rows, 1, dtype=torch.float32, device=dev)
+        if self.any_grad:
+            self.row_w = (self.mask_a * w_ce_a + self.mask_b * w_ce_b)[:, None]  # dloss/dlogit scale of each CE
+            self.neg_row_w = -self.row_w
+        self.gh_all = torch.empty(2 * n_rows, d, dtype=ha.dtype, device=dev) if (grads[0] or grads[1]) else None
+        self.g_w = None
+        self.g_bias = torch.zeros(self.V, dtype=torch.float32, device=dev) if (grads[3] and bias is not None) else None
+
+    def run(self):
+        """All chunks, then :meth:`results`."""
+        off = p_off = 0
+        for c in self.plan.chunks:
+            rows = slice(off, off + self.bsz * (c.n_a + c.n_b))
+            off = rows.stop
+            dlog_w, p_off = self._chunk_logit_grads(c, rows, p_off)
+            if dlog_w is not None:
+                self._project_chunk_grads(dlog_w, rows)
+        return self.results()
+
+    def _chunk_logit_grads(self, c: TargetChunk, rows: slice, p_off: int):
+        """Chunk ``c``'s logits, target log-probabilities and pair divergences; returns (dloss/dlogits in the
+        weight's dtype, or ``None`` when no gradient is asked) and the next offset into the pair values."""
+        bsz, V, plan = self.bsz, self.V, self.plan
+        ra = bsz * c.n_a
+        logits = F.linear(self.h_all[rows], self.weight, self.bias)
+        lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # float32 even for a bf16 weight
+        del logits
+        torch.gather(lp, 1, self.y_all[rows], out=self.tgt_lp[rows])
+        pairs = plan.mode is not None and c.n_pairs > 0
+        if not (self.any_grad or pairs):
+            return None, p_off
+        p = lp.exp()
+        terms = None
+        n = c.n_pairs
+        pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
+        pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
+        if pairs:
+            out_v = self.div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
+            p_off += bsz * n
+            terms = _pair_terms(plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p), self.want_div_a,
+                                self.want_div_b, plan.w_div, out_v)
+        if not self.any_grad:
+            return None, p_off
+        # dloss/dlogits: the CE's w * (p - onehot(y)) for every row, written over lp (no longer needed) ...
+        dlog = torch.mul(p, self.row_w[rows], out=lp)
+        dlog.scatter_add_(1, self.y_all[rows], self.neg_row_w[rows])
+        # ... plus w_div * the divergence's gradient at the aligned pairs
+        if terms is not None:
+            _add_pair_grads(dlog, p, terms, pick_a, pick_b, plan.w_div)
+        del terms, p, lp
+        if self.g_bias is not None:
+            self.g_bias += dlog.sum(0)
+        return (dlog if dlog.dtype == self.weight.dtype else dlog.to(self.weight.dtype)), p_off
+
+    def _project_chunk_grads(self, dlog_w: torch.Tensor, rows: slice) -> None:
+        """dloss/dlogits of a chunk -> its hidden states' gradient and the output weight's (accumulated)."""
+        h = self.h_all[rows]
+        if self.grads[2]:
+            # accumulated in the weight's dtype, as autograd accumulates the unfused path's per-chunk gradients
+            self.g_w = dlog_w.t().mm(h) if self.g_w is None else self.g_w.addmm_(dlog_w.t(), h)
+        if self.gh_all is not None:
+            torch.mm(dlog_w, self.weight, out=self.gh_all[rows])
+
+    def results(self):
+        """``(ce_a_sum, ce_b_sum, div_sum)`` and ``[grad_ha, grad_hb, grad_weight, grad_bias]`` (rows restored)."""
+        bsz, L, n_rows, dev = self.bsz, self.L, self.n_rows, self.dev
+        ce_a = -(self.tgt_lp[:, 0] @ self.mask_a)
+        ce_b = -(self.tgt_lp[:, 0] @ self.mask_b)
+        if self.n_pair_rows:
+            scale, shift = _VALUE_AFFINE[self.plan.divergence]
+            div = self.div_v.sum() * scale + shift * self.n_pair_rows
+        else:
+            div = torch.zeros((), dtype=torch.float32, device=dev)
+        g_ha = g_hb = None
+        if self.gh_all is not None:
+            inverse = torch.empty_like(self.order)
+            inverse[self.order] = torch.arange(self.order.numel(), device=dev)
+            g_all = self.gh_all.index_select(0, inverse)
+            self.gh_all = None
+            d = g_all.shape[1]
+            g_ha = g_all[:n_rows].view(bsz, L, d) if self.grads[0] else None
+            g_hb = g_all[n_rows:].view(bsz, L, d) if self.grads[1] else None
+        g_w = self.g_w
+        if self.grads[2] and g_w is None:  # no rows at all
+            g_w = torch.zeros_like(self.weight)
+        g_bias = self.g_bias.to(self.bias.dtype) if self.g_bias is not None else None
+        return (ce_a, ce_b, div), [g_ha, g_hb, g_w, g_bias]
 
 
 def fused_terms(
@@ -181,107 +311,7 @@ def fused_terms(
         (``None`` where not asked): the gradients of ``w_ce_a * ce_a_sum + w_ce_b * ce_b_sum + w_div * div_sum``
         (the divergence's part only in mode ``"train"``).
     """
-    bsz, L, d = ha.shape
-    V = weight.shape[0]
-    dev = ha.device
-    n_rows = bsz * L
-    any_grad = any(grads)
-    want_div_b = plan.mode == "train" and any_grad
-    want_div_a = want_div_b and not plan.stop_grad_long
-
-    # Everything per row is laid out once in chunk order (see _row_order): a chunk is then a slice, not a gather.
-    order = _row_order(plan.chunks, bsz, L, dev)
-    h_all = torch.cat([ha.reshape(n_rows, d), hb.reshape(n_rows, d)]).index_select(0, order)
-    y_all = torch.cat([labels_a.reshape(-1), labels_b.reshape(-1)])[order]
-    valid = y_all != plan.ignore_index
-    y_all = torch.where(valid, y_all, torch.zeros_like(y_all))[:, None]
-    is_a = order < n_rows
-    mask_a = (valid & is_a).to(torch.float32)
-    mask_b = (valid & ~is_a).to(torch.float32)
-    tgt_lp = torch.empty(2 * n_rows, 1, dtype=torch.float32, device=dev)  # log p(target) per row
-    n_pair_rows = sum(bsz * c.n_pairs for c in plan.chunks) if plan.mode is not None else 0
-    div_v = torch.empty(n_pair_rows, 1, dtype=torch.float32, device=dev)
-    if any_grad:
-        row_w = (mask_a * w_ce_a + mask_b * w_ce_b)[:, None]  # dloss/dlogit scale of each row's CE
-        neg_row_w = -row_w
-    gh_all = torch.empty(2 * n_rows, d, dtype=ha.dtype, device=dev) if (grads[0] or grads[1]) else None
-    g_w = None
-    g_bias = torch.zeros(V, dtype=torch.float32, device=dev) if (grads[3] and bias is not None) else None
-
-    off = p_off = 0
-    for c in plan.chunks:
-        ra, rb = bsz * c.n_a, bsz * c.n_b
-        rows = slice(off, off + ra + rb)
-        off += ra + rb
-        h = h_all[rows]
-        logits = F.linear(h, weight, bias)
-        lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # float32 even for a bf16 weight
-        del logits
-        torch.gather(lp, 1, y_all[rows], out=tgt_lp[rows])
-        pairs = plan.mode is not None and c.n_pairs > 0
-        if not (any_grad or pairs):
-            continue
-        p = lp.exp()
-        terms = None
-        if pairs:
-            n = c.n_pairs
-            pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
-            pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
-            out_v = div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
-            p_off += bsz * n
-            terms = _pair_terms(plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p), want_div_a,
-                                want_div_b, plan.w_div, out_v)
-        if any_grad:
-            # dloss/dlogits: the CE's w * (p - onehot(y)) for every row, written over lp (no longer needed) ...
-            dlog = torch.mul(p, row_w[rows], out=lp)
-            dlog.scatter_add_(1, y_all[rows], neg_row_w[rows])
-            # ... plus w_div * the divergence's gradient at the aligned pairs
-            if terms is not None:
-                t_a, t_b, coef, diff = terms
-                if t_a is not None:
-                    pick_a(dlog).addcmul_(pick_a(p), t_a, value=coef)
-                    if diff is not None:
-                        pick_a(dlog).add_(diff, alpha=plan.w_div)
-                if t_b is not None:
-                    pick_b(dlog).addcmul_(pick_b(p), t_b, value=coef)
-                    if diff is not None:
-                        pick_b(dlog).sub_(diff, alpha=plan.w_div)
-                del t_a, t_b, diff
-            del terms
-        del p, lp
-        if not any_grad:
-            continue
-        if g_bias is not None:
-            g_bias += dlog.sum(0)
-        dlog_w = dlog if dlog.dtype == weight.dtype else dlog.to(weight.dtype)
-        del dlog
-        if grads[2]:
-            # accumulated in the weight's dtype, as autograd accumulates the unfused path's per-chunk gradients
-            g_w = dlog_w.t().mm(h) if g_w is None else g_w.addmm_(dlog_w.t(), h)
-        if gh_all is not None:
-            torch.mm(dlog_w, weight, out=gh_all[rows])
-        del dlog_w
-
-    ce_a = -(tgt_lp[:, 0] @ mask_a)
-    ce_b = -(tgt_lp[:, 0] @ mask_b)
-    if n_pair_rows:
-        scale, shift = _VALUE_AFFINE[plan.divergence]
-        div = div_v.sum() * scale + shift * n_pair_rows
-    else:
-        div = torch.zeros((), dtype=torch.float32, device=dev)
-    g_ha = g_hb = None
-    if gh_all is not None:
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=dev)
-        g_all = gh_all.index_select(0, inverse)
-        del gh_all
-        g_ha = g_all[:n_rows].view(bsz, L, d) if grads[0] else None
-        g_hb = g_all[n_rows:].view(bsz, L, d) if grads[1] else None
-    if grads[2] and g_w is None:  # no rows at all
-        g_w = torch.zeros_like(weight)
-    if g_bias is not None:
-        g_bias = g_bias.to(bias.dtype)
-    return (ce_a, ce_b, div), [g_ha, g_hb, g_w, g_bias]
+    return _FusedPass(ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan, grads).run()
 
 
 class FusedLinearLongShort(torch.autograd.Function):
