@@ -142,7 +142,9 @@ def slice_windows(tokens: torch.Tensor, L: int, e: int, ignore_index: int = -100
 # ---------------------------------------------------------------------------------------------- compared positions
 def validate_min_context(min_context: MinContext) -> None:
     """Refuse a ``min_context`` that no ``L`` accepts (module doc); the ``<= L`` check waits for ``L``."""
-    if min_context is None or min_context in _NAMED_FLOORS or (_is_int(min_context) and min_context >= 1):
+    if min_context is None or (isinstance(min_context, str) and min_context in _NAMED_FLOORS):
+        return
+    if _is_int(min_context) and min_context >= 1:
         return
     raise ValueError(
         f"min_context={min_context!r} is not valid; use 'listing' (L/2+1, default), 'inclusive' (L/2), "
