@@ -8,7 +8,6 @@ analytic formulas, computed in the forward pass.
 from __future__ import annotations
 
 import logging
-import math
 
 import pytest
 import torch
