@@ -1,8 +1,6 @@
 """Synthetic models, theory and misalignment: closed forms vs exact enumeration vs Monte Carlo, the linear-attention
 model's function class, padding/causality invariance, scalar misalignment vs hand computation, bad arguments."""
 
-import math
-
 import numpy as np
 import pytest
 import torch

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from torchtune_longshort.synthetic.sparse_parity import (
+from torchtune_longshort.synthetic.sparsity_probes.sparse_parity import (
     BOS,
     PAD,
     SEP,

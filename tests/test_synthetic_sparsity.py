@@ -7,21 +7,24 @@ import os
 import pytest
 import torch
 
-from torchtune_longshort.synthetic.sparsity import (
-    B0,
-    P0,
+from torchtune_longshort.synthetic.sparsity_probes.planted_correlations import (
     P_BOS,
     P_PAD,
     P_SEP,
+    PlantedConfig,
+    make_planted_batch,
+)
+from torchtune_longshort.synthetic.sparsity_probes.scratchpad_parity import (
+    B0,
+    P0,
     S_BOS,
     S_PAD,
     S_SEP,
-    PlantedConfig,
     ScratchpadConfig,
     decode_scratchpad,
-    make_planted_batch,
     make_scratchpad_batch,
     scratchpad_position_ids,
+    train_scratchpad,
 )
 
 
@@ -193,8 +196,6 @@ def test_coupled_training_offsets_keep_the_coupling():
 
 
 def test_teacher_forced_step_accuracy_is_per_scratchpad_position():
-    from torchtune_longshort.synthetic.sparsity import train_scratchpad
-
     r = train_scratchpad(ScratchpadConfig(l_train=3, max_steps=3, dim=16, test_ls=(2, 5), test_n=16))
     assert [len(r["step_acc"][k]) for k in ("2", "5")] == [2, 5]
     assert all(0.0 <= a <= 1.0 for v in r["step_acc"].values() for a in v)

@@ -18,7 +18,7 @@ sees the padding, so no padding mask is needed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 

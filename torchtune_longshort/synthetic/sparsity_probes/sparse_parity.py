@@ -1,4 +1,4 @@
-"""Beyond the paper: sparse parity, the sparsity probe of length generalization (Golowich et al. 2025), CPU-sized.
+"""Sparse parity, the sparsity probe of length generalization (Golowich et al. 2025), CPU-sized.
 
 Input ``<BOS> J_1 t_1 ... J_l t_l <SEP>``: ``l`` pairs of an index token ``J_i`` in ``{1..N}`` (N = 20) and a bit
 ``t_i``. Exactly ``k`` of the ``J_i`` are ``<= N/2`` ("selected"); the target, read at ``<SEP>``, is the parity (XOR)
@@ -6,29 +6,24 @@ of the bits of the selected pairs. ``k`` is the task's sparsity: the answer depe
 input is. Golowich et al. predict that a transformer trained on short inputs generalizes to much longer ones when
 ``k`` is small, and fails for ``k_test > K_train``.
 
-Position ids (only used by the RoPE model):
-
-- ``"plain"``: 0..s-1.
-- ``"pose"``: PoSE-style (Zhu et al. 2024) during training: the sequence is cut into two chunks at a random point and
-  the second chunk's ids are shifted by a random offset, so that short training inputs cover the position ids of the
-  longest test input. Test inputs always use 0..s-1.
-- ``"couple"``: position coupling: ``J_i`` and ``t_i`` share the id ``i`` (BOS 0, SEP l+1), so the id counts pairs.
+Position ids (RoPE and learned models only): the schemes of ``positions``; here ``"couple"`` gives ``J_i`` and
+``t_i`` the id ``i`` (BOS 0, SEP l+1), so the id counts pairs.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict
+from typing import Dict, Optional
 
-import numpy as np
 import torch
 import torch.nn as nn
 
-from .models import SyntheticTransformer
+from ..models import SyntheticTransformer
+from .positions import PES_WITH_POSITION_IDS, check_position_scheme, pose_ids
+from .probe_training import ProbeSettings, accuracy, fit
 
 BIT0, BIT1, BOS, SEP, PAD = 0, 1, 2, 3, 4
-POSITION_SCHEMES = ("plain", "pose", "couple")
 
 
 def index_token(j: torch.Tensor) -> torch.Tensor:
@@ -76,10 +71,9 @@ def make_parity_batch(lengths: torch.Tensor, ks: torch.Tensor, N: int, generator
     return tokens, sep_pos, target, selected
 
 
-def position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos: int, generator: torch.Generator | None):
+def position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos: int, generator: Optional[torch.Generator]):
     """``[b, s]`` position ids for a right-padded batch under ``scheme`` (see module doc); ``max_pos`` bounds them."""
-    if scheme not in POSITION_SCHEMES:
-        raise ValueError(f"position scheme={scheme!r} is unknown; accepted: {', '.join(POSITION_SCHEMES)}")
+    check_position_scheme(scheme)
     b = lengths.numel()
     base = torch.arange(s).expand(b, s).clone()
     if scheme == "couple":
@@ -90,38 +84,9 @@ def position_ids(lengths: torch.Tensor, s: int, scheme: str, max_pos: int, gener
     return base
 
 
-def pose_ids(n_tok: torch.Tensor, s: int, max_pos: int, generator: torch.Generator) -> torch.Tensor:
-    """PoSE-style training ids ``[b, s]`` for right-padded sequences of ``n_tok [b]`` real tokens: 0..s-1 cut in two
-    chunks at a random point (the first token always in chunk 1) and the second chunk shifted by a random offset, so
-    that the last real id is uniform-ish in ``[n_tok-1, max_pos-1]``. Padding gets id 0 (causal: never attended)."""
-    b = n_tok.numel()
-    if int(n_tok.max()) > max_pos:
-        raise ValueError(f"a sequence of {int(n_tok.max())} tokens does not fit max_pos={max_pos}")
-    base = torch.arange(s).expand(b, s).clone()
-    cut = 1 + (torch.rand(b, generator=generator) * (n_tok - 1).double()).long()
-    shift = (torch.rand(b, generator=generator) * (max_pos - n_tok + 1).double()).long()
-    base = base + (base >= cut.unsqueeze(1)).long() * shift.unsqueeze(1)
-    pad = torch.arange(s).unsqueeze(0) >= n_tok.unsqueeze(1)
-    return torch.where(pad, torch.zeros_like(base), base)
-
-
-@dataclass
-class ProbeSettings:
-    """Model size, training budget, test size and seed shared by the beyond-the-paper probes."""
-
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    batch_size: int = 128
-    lr: float = 1e-3
-    max_steps: int = 1500
-    test_n: int = 256
-    seed: int = 0
-
-
 @dataclass
 class ParityConfig(ProbeSettings):
-    """One sparse-parity run. Training: l ~ U{l_min..l_train} pairs, k ~ U{1..k_train}; test: every l in
+    """One sparse-parity run. Training: k ~ U{1..k_train}, then l ~ U{k..l_train} pairs; test: every l in
     ``test_ls`` and k in ``test_ks``."""
 
     N: int = 20
@@ -133,39 +98,25 @@ class ParityConfig(ProbeSettings):
     test_ks: tuple = (1, 2, 3)
 
     def validate(self) -> None:
-        if self.positions not in POSITION_SCHEMES:
-            raise ValueError(f"positions={self.positions!r} is unknown; accepted: {', '.join(POSITION_SCHEMES)}")
-        if self.positions != "plain" and self.pe not in ("rope", "learned"):
-            raise ValueError(f"positions={self.positions!r} needs pe 'rope' or 'learned', got pe={self.pe!r}")
+        check_position_scheme(self.positions, self.pe)
         if self.k_train < 1 or self.k_train > self.l_train:
             raise ValueError(f"k_train={self.k_train} must be in [1, l_train={self.l_train}]")
         if max(self.test_ks) > min(self.test_ls):
             raise ValueError(f"test_ks max {max(self.test_ks)} exceeds the shortest test length {min(self.test_ls)}")
 
 
-def fit(model: nn.Module, lr: float, max_steps: int, step_loss: Callable[[], torch.Tensor]) -> float:
-    """The beyond-the-paper training loop: AdamW (no weight decay), cosine lr from ``lr`` to 0 over ``max_steps``,
-    ``step_loss()`` draws a fresh batch and returns its loss. Returns the mean loss of the last 50 steps."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for step in range(max_steps):
-        for grp in opt.param_groups:
-            grp["lr"] = 0.5 * lr * (1 + np.cos(np.pi * step / max_steps))
-        model.train()
-        loss = step_loss()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return float(np.mean(losses[-50:]))
+def _model_ids(cfg: ParityConfig, lengths: torch.Tensor, s: int, max_len: int, generator: Optional[torch.Generator]):
+    """The ids ``cfg``'s model reads (None for encodings without ids); ``generator`` None gives test-time ids."""
+    if cfg.pe not in PES_WITH_POSITION_IDS:
+        return None
+    return position_ids(lengths, s, cfg.positions, max_len, generator)
 
 
 def train_parity(cfg: ParityConfig) -> Dict:
-    """Train with cross-entropy at ``<SEP>``; returns config, final train loss, and test accuracy per (k, l)."""
+    """Train with cross-entropy at ``<SEP>``; returns config, final train loss, and test accuracy per ``"k,l"``."""
     cfg.validate()
     t0 = time.time()
-    torch.manual_seed(cfg.seed)
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = cfg.train_generator()
     max_len = 2 * max(cfg.test_ls) + 2
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_len, vocab_size=vocab_size(cfg.N), out_dim=2)
@@ -175,19 +126,18 @@ def train_parity(cfg: ParityConfig) -> Dict:
         # l ~ U{k..l_train} given k
         ls = ks + (torch.rand(cfg.batch_size, generator=g) * (cfg.l_train - ks + 1).double()).long()
         tok, sep, y, _ = make_parity_batch(ls, ks, cfg.N, g)
-        pos = position_ids(ls, tok.shape[1], cfg.positions, max_len, g) if cfg.pe in ("rope", "learned") else None
-        return nn.functional.cross_entropy(model(tok, sep, pos), y)
+        return nn.functional.cross_entropy(model(tok, sep, _model_ids(cfg, ls, tok.shape[1], max_len, g)), y)
 
     final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
     acc = {}
-    gt = torch.Generator().manual_seed(30_000 + cfg.seed)
+    gt = cfg.test_generator()
     model.eval()
     with torch.no_grad():
         for k in cfg.test_ks:
             for l in cfg.test_ls:
                 ls = torch.full((cfg.test_n,), l)
                 tok, sep, y, _ = make_parity_batch(ls, torch.full((cfg.test_n,), k), cfg.N, gt)
-                pos = position_ids(ls, tok.shape[1], cfg.positions, max_len, None) if cfg.pe in ("rope", "learned") else None
-                acc[f"{k},{l}"] = float((model(tok, sep, pos).argmax(-1) == y).double().mean())
+                pos = _model_ids(cfg, ls, tok.shape[1], max_len, None)
+                acc[f"{k},{l}"] = accuracy(model(tok, sep, pos).argmax(-1), y)
     return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
             "seconds": time.time() - t0}
