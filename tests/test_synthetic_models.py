@@ -4,10 +4,11 @@ model's function class, padding/causality invariance, scalar misalignment vs han
 import numpy as np
 import pytest
 import torch
+from synthetic_helpers import decode_bits
 
 from torchtune_longshort.synthetic.misalignment import scalar_misalignment
 from torchtune_longshort.synthetic.models import LinearAttentionModel, SyntheticTransformer, alibi_slopes
-from torchtune_longshort.synthetic.tasks import PAD, decode_bits, make_batch
+from torchtune_longshort.synthetic.tasks import PAD, make_batch
 from torchtune_longshort.synthetic.theory import (
     exact_class_optimum,
     fit_power_law,

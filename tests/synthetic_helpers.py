@@ -1,0 +1,23 @@
+"""Test helper for the synthetic tasks: an independent decoder of ``make_batch``'s token layout, so that the tests
+recompute every target from the tokens rather than trusting the generator."""
+
+from __future__ import annotations
+
+import torch
+
+from torchtune_longshort.synthetic.tasks import BIT0, BIT1, BOS, EOS, PAD
+
+
+def decode_bits(tokens: torch.Tensor) -> list[list[int]]:
+    """For each row, the bits between ``<BOS>`` and ``<EOS>``; raises ``ValueError`` on a row that is not
+    ``<BOS> bits <EOS> PAD*``."""
+    out = []
+    for r, row in enumerate(tokens.tolist()):
+        if row[0] != BOS or EOS not in row:
+            raise ValueError(f"row {r} is not '<BOS> bits <EOS> PAD*': {row}")
+        e = row.index(EOS)
+        body, tail = row[1:e], row[e + 1 :]
+        if any(t not in (BIT0, BIT1) for t in body) or any(t != PAD for t in tail):
+            raise ValueError(f"row {r} is not '<BOS> bits <EOS> PAD*': {row}")
+        out.append(body)
+    return out
