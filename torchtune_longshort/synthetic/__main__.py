@@ -14,17 +14,27 @@ import json
 import os
 import sys
 
+from dataclasses import replace
 from typing import List, Optional
 
-from .experiments import PAPER_FIGURES
+from .experiments import FIG4_L_TRAINS, PAPER_FIGURES
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
 from .sparsity_probes.figures import BEYOND_FIGURES
 from .tasks import BIT_DISTRIBUTIONS, TASKS
-from .train import MODELS, OPTIMIZERS, RunConfig, run_provenance
+from .train import MODELS, OPTIMIZERS, PAPER_LRS, RunConfig, run_provenance
+
+# --quick: the test-sized run (a flag given on the command line still wins)
+_QUICK = {"l_train": 6, "l_test": 16, "max_steps": 30, "eval_every": 10, "test_per_length": 20, "val_size": 256}
+_QUICK_FIG4_L_TRAINS = (6, 10)
+
+
+def _comma(values) -> str:
+    return ",".join(f"{v:g}" for v in values)
 
 
 def _parser() -> argparse.ArgumentParser:
+    run = RunConfig()  # the flags' defaults are a run's defaults
     p = argparse.ArgumentParser(prog="python -m torchtune_longshort.synthetic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", default=None,
@@ -37,26 +47,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3, quick 2)")
     p.add_argument("--workers", type=int, default=None,
                    help="parallel runs in processes (default: min(2, CPUs); quick: 1, in-process, no start-up cost)")
-    p.add_argument("--task", default="length", choices=None, help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--bits", default="iid", help=f"one of {', '.join(BIT_DISTRIBUTIONS)}")
-    p.add_argument("--pe", default="nope", help=f"one of {', '.join(POSITIONAL_ENCODINGS)}")
-    p.add_argument("--outrep", default="identity", help=f"one of {', '.join(OUTREPS)}")
-    p.add_argument("--model", default="transformer", help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--l-train", type=int, default=None, help="train lengths U[1, l_train] (default 10, quick 6)")
-    p.add_argument("--l-test", type=int, default=None, help="test lengths 1..l_test (default 50, quick 16)")
-    p.add_argument("--l-trains", default=None, help="l_train values of figure 4 (default 10,20,30; quick 6,10)")
-    p.add_argument("--dim", type=int, default=32)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--steps", type=int, default=None, help="max training steps (default 500, quick 30)")
-    p.add_argument("--lr", type=float, default=5e-4, help="paper grid: 5e-5, 1e-4, 5e-4")
+    paper_lrs = _comma(PAPER_LRS)
+    p.add_argument("--task", default=run.task, help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--bits", default=run.bits, help=f"one of {', '.join(BIT_DISTRIBUTIONS)}")
+    p.add_argument("--pe", default=run.pe, help=f"one of {', '.join(POSITIONAL_ENCODINGS)}")
+    p.add_argument("--outrep", default=run.outrep, help=f"one of {', '.join(OUTREPS)}")
+    p.add_argument("--model", default=run.model, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--l-train", type=int, default=None,
+                   help=f"train lengths U[1, l_train] (default {run.l_train}, quick {_QUICK['l_train']})")
+    p.add_argument("--l-test", type=int, default=None,
+                   help=f"test lengths 1..l_test (default {run.l_test}, quick {_QUICK['l_test']})")
+    p.add_argument("--l-trains", default=None, help=f"l_train values of figure 4 (default {_comma(FIG4_L_TRAINS)}; quick {_comma(_QUICK_FIG4_L_TRAINS)})")
+    p.add_argument("--dim", type=int, default=run.dim)
+    p.add_argument("--layers", type=int, default=run.num_layers)
+    p.add_argument("--heads", type=int, default=run.num_heads)
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"max training steps (default {run.max_steps}, quick {_QUICK['max_steps']})")
+    p.add_argument("--lr", type=float, default=run.lr, help=f"paper grid: {paper_lrs}")
     p.add_argument("--lrs", default=None,
-                   help="with --figure: comma list of learning rates to search per curve and seed (e.g. the paper's "
-                        "5e-5,1e-4,5e-4); the run with the lowest training-length validation MSE is kept. "
+                   help=f"with --figure: comma list of learning rates to search per curve and seed (e.g. the paper's "
+                        f"{paper_lrs}); the run with the lowest training-length validation MSE is kept. "
                         "Multiplies the time by the grid size.")
-    p.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)}")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0, help="seed of a single run")
+    p.add_argument("--optimizer", default=run.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--batch-size", type=int, default=run.batch_size)
+    p.add_argument("--seed", type=int, default=run.seed, help="seed of a single run")
     return p
 
 
@@ -91,18 +105,14 @@ def main(argv=None) -> int:
 
 def _base_config(a: argparse.Namespace) -> tuple:
     """(the validated RunConfig of the flags, with --quick's sizes where a flag is not given; worker count)."""
-    q = a.quick
-    workers = a.workers if a.workers is not None else (1 if q else min(2, os.cpu_count() or 1))
+    workers = a.workers if a.workers is not None else (1 if a.quick else min(2, os.cpu_count() or 1))
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
-    base = RunConfig(
-        task=a.task, bits=a.bits, pe=a.pe, outrep=a.outrep, model=a.model,
-        l_train=a.l_train if a.l_train is not None else (6 if q else 10),
-        l_test=a.l_test if a.l_test is not None else (16 if q else 50),
-        dim=a.dim, num_layers=a.layers, num_heads=a.heads, max_steps=a.steps if a.steps is not None else (30 if q else 500),
-        lr=a.lr, optimizer=a.optimizer, batch_size=a.batch_size, seed=a.seed, eval_every=10 if q else 50,
-        test_per_length=20 if q else 100, val_size=256 if q else 2048,
-    )
+    flags = {"l_train": a.l_train, "l_test": a.l_test, "max_steps": a.steps}
+    base = RunConfig(task=a.task, bits=a.bits, pe=a.pe, outrep=a.outrep, model=a.model, dim=a.dim,
+                     num_layers=a.layers, num_heads=a.heads, lr=a.lr, optimizer=a.optimizer, batch_size=a.batch_size,
+                     seed=a.seed)
+    base = replace(base, **{**(_QUICK if a.quick else {}), **{k: v for k, v in flags.items() if v is not None}})
     base.validate()
     return base, workers
 
@@ -146,7 +156,8 @@ def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool) -> tu
     if n_seeds < 1:
         raise ValueError(f"seeds={n_seeds} must be >= 1")
     try:
-        l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains else ([6, 10] if a.quick else [10, 20, 30])
+        default = _QUICK_FIG4_L_TRAINS if a.quick else FIG4_L_TRAINS
+        l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains else list(default)
     except ValueError:
         raise ValueError(f"l_trains={a.l_trains!r} must be a comma list of integers") from None
     bad = [x for x in l_trains if not 1 <= x <= l_test]

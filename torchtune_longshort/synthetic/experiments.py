@@ -25,6 +25,7 @@ from .theory import length_error_closed_form, sum_error_closed_form
 from .train import RunConfig, run_provenance, train_run
 
 PAPER_FIGURES = ("1a", "1b", "1c", "4", "5", "6", "theory")
+FIG4_L_TRAINS = (10, 20, 30)  # the paper's Fig. 4 curves
 FIGURE_TITLES = {
     "1a": "Fig. 1a: mean task, by positional encoding",
     "1b": "Fig. 1b: length task, by positional encoding",
@@ -36,7 +37,7 @@ FIGURE_TITLES = {
 }
 
 
-def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = (10, 20, 30)) -> List[Tuple[str, RunConfig]]:
+def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = FIG4_L_TRAINS) -> List[Tuple[str, RunConfig]]:
     """(label, config-without-seed) for every curve of a figure, derived from ``base`` (sizes, steps, lengths)."""
     b = replace(base, task="length", pe="nope", outrep="identity", bits="iid", model="transformer")
     if name == "1a":
@@ -178,14 +179,14 @@ def run_figures(
     base: RunConfig,
     seeds: Sequence[int] = (0, 1, 2),
     workers: int = 2,
-    l_trains: Sequence[int] = (10, 20, 30),
+    l_trains: Sequence[int] = FIG4_L_TRAINS,
     cache_dir: Optional[str] = None,
     lrs: Optional[Sequence[float]] = None,
 ) -> Dict:
     """Train, evaluate, plot and summarize the requested figures. Returns the summary dict (also in summary.json).
 
     ``cache_dir``: per-run JSON cache (see ``run_all``); None trains everything afresh.
-    ``lrs``: learning-rate grid (the paper's is 5e-5, 1e-4, 5e-4). Every transformer curve and seed is trained once
+    ``lrs``: learning-rate grid (the paper's is ``train.PAPER_LRS``). Every transformer curve and seed is trained once
     per lr and the run with the lowest validation MSE (training lengths only: test lengths never pick the lr) is
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
     """

@@ -27,7 +27,7 @@ from .positions import PES_WITH_POSITION_IDS, check_position_scheme, pose_ids
 from .probe_training import ProbeSettings, accuracy, fit
 
 S_BOS, S_SEP, S_PAD, B0, B1, P0, P1 = range(7)
-SCRATCH_VOCAB = 7
+SCRATCH_VOCAB = P1 + 1
 SCRATCH_MODES = ("scratchpad", "direct")
 
 
