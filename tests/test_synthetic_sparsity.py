@@ -13,6 +13,7 @@ from torchtune_longshort.synthetic.sparsity_probes.planted_correlations import (
     P_SEP,
     PlantedConfig,
     make_planted_batch,
+    score_planted,
 )
 from torchtune_longshort.synthetic.sparsity_probes.scratchpad_parity import (
     B0,
@@ -23,6 +24,7 @@ from torchtune_longshort.synthetic.sparsity_probes.scratchpad_parity import (
     ScratchpadConfig,
     decode_scratchpad,
     make_scratchpad_batch,
+    score_scratchpad,
     scratchpad_position_ids,
     train_scratchpad,
 )
@@ -130,18 +132,27 @@ def test_pose_ids_for_scratchpad_stay_in_range():
 
 
 class _OracleParity(torch.nn.Module):
-    """Reads its input and emits the right next scratchpad token: checks the decoding loop, not a trained model."""
+    """Reads its input and emits the right next scratchpad token (``wrong``: the other one), at the read positions
+    or, without them, at every position from ``<SEP>`` on (teacher forcing); ``direct``: the whole parity at
+    ``<SEP>``. Checks the decoding and scoring loops, not a trained model."""
+
+    def __init__(self, direct=False, wrong=False):
+        super().__init__()
+        self.direct, self.wrong = direct, wrong
+
+    def _next(self, row, i):
+        e = row.index(S_SEP)
+        bits = [t - B0 for t in row[1:e]]
+        n = len(bits) if self.direct else i - e + 1  # scratch tokens p_1..p_n known once position i is read
+        return P0 + (sum(bits[:n]) + self.wrong) % 2
 
     def forward(self, tokens, read_pos, position_ids=None):
         b, s = tokens.shape
-        out = torch.full((b, 7), -1.0)
-        for i in range(b):
-            row = tokens[i].tolist()
-            e = row.index(S_SEP)
-            bits = [t - B0 for t in row[1:e]]
-            j = read_pos[i].item() - e  # scratch tokens already written
-            out[i, P0 + sum(bits[: j + 1]) % 2] = 1.0
-        return out
+        out = torch.full((b, s, 7), -1.0)
+        for r, row in enumerate(tokens.tolist()):
+            for i in range(row.index(S_SEP), s):
+                out[r, i, self._next(row, i)] = 1.0
+        return out if read_pos is None else out[torch.arange(b), read_pos]
 
 
 def test_greedy_decoding_with_an_oracle_writes_the_true_scratchpad():
@@ -198,8 +209,38 @@ def test_coupled_training_offsets_keep_the_coupling():
 def test_teacher_forced_step_accuracy_is_per_scratchpad_position():
     r = train_scratchpad(ScratchpadConfig(l_train=3, max_steps=3, dim=16, test_ls=(2, 5), test_n=16))
     assert [len(r["step_acc"][k]) for k in ("2", "5")] == [2, 5]
-    assert all(0.0 <= a <= 1.0 for v in r["step_acc"].values() for a in v)
+    assert all(float(a * 16).is_integer() for v in r["step_acc"].values() for a in v)  # fractions of 16 inputs
     # exact match of the whole greedy scratchpad can never beat the first step's teacher-forced accuracy
     assert r["acc"]["exact,5"] <= r["step_acc"]["5"][0]
     assert "step_acc" not in train_scratchpad(ScratchpadConfig(mode="direct", max_steps=2, dim=16, l_train=3,
                                                                  test_ls=(2,), test_n=8))
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_scratchpad_scores_of_a_perfect_and_an_always_wrong_predictor(wrong):
+    right = 0.0 if wrong else 1.0
+    cfg = ScratchpadConfig(pe="nope", test_ls=(2, 5), test_n=12)
+    acc, step_acc = score_scratchpad(_OracleParity(wrong=wrong), cfg)
+    assert acc == {f"{m},{l}": right for m in ("answer", "exact") for l in (2, 5)}
+    assert step_acc == {"2": [right] * 2, "5": [right] * 5}
+    direct = ScratchpadConfig(pe="nope", mode="direct", test_ls=(2, 5), test_n=12)
+    assert score_scratchpad(_OracleParity(direct=True, wrong=wrong), direct) == ({"answer,2": right, "answer,5": right}, {})
+
+
+class _PlantedOracle(torch.nn.Module):
+    def __init__(self, m, q, wrong=False):
+        super().__init__()
+        self.m, self.q, self.wrong = m, q, wrong
+
+    def forward(self, tokens, read_pos, position_ids=None):
+        out = torch.zeros(tokens.shape[0], self.q)
+        for i, row in enumerate(tokens.tolist()):
+            marks, _ = _decode_planted(row, self.m, self.q)
+            out[i, (sum(v for _, v in marks) + self.wrong) % self.q] = 1.0
+        return out
+
+
+@pytest.mark.parametrize("wrong, expected", [(0, 1.0), (1, 0.0)])
+def test_planted_scores_of_a_perfect_and_an_always_wrong_predictor(wrong, expected):
+    cfg = PlantedConfig(pe="nope", k=2, window=3, test_ls=(3, 9), test_n=24)
+    assert score_planted(_PlantedOracle(cfg.m, cfg.q, wrong), cfg) == {"2,3": expected, "2,9": expected}

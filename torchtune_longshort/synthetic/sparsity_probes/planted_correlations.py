@@ -109,12 +109,18 @@ def train_planted(cfg: PlantedConfig) -> Dict:
         return nn.functional.cross_entropy(model(tok, sep), y)
 
     final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
+    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": score_planted(model, cfg),
+            "seconds": time.time() - t0}
+
+
+@torch.no_grad()
+def score_planted(model: nn.Module, cfg: PlantedConfig) -> Dict[str, float]:
+    """Test accuracy of ``model`` (tokens, read positions -> q logits) per ``"k,l"``: ``cfg.test_n`` fresh inputs
+    for every l in ``test_ls``, the same inputs for every run of one seed."""
     acc = {}
     gt = cfg.test_generator()
     model.eval()
-    with torch.no_grad():
-        for l in cfg.test_ls:
-            tok, sep, y, _, _ = make_planted_batch(torch.full((cfg.test_n,), l), cfg.k, cfg.q, cfg.m, cfg.window, gt)
-            acc[f"{cfg.k},{l}"] = accuracy(model(tok, sep).argmax(-1), y)
-    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
-            "seconds": time.time() - t0}
+    for l in cfg.test_ls:
+        tok, sep, y, _, _ = make_planted_batch(torch.full((cfg.test_n,), l), cfg.k, cfg.q, cfg.m, cfg.window, gt)
+        acc[f"{cfg.k},{l}"] = accuracy(model(tok, sep).argmax(-1), y)
+    return acc

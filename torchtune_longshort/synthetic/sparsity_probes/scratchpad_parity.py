@@ -125,6 +125,11 @@ def decode_scratchpad(model: nn.Module, cfg: ScratchpadConfig, prompt: torch.Ten
     return seq[:, l + 2 :]
 
 
+def _max_pos(cfg: ScratchpadConfig) -> int:
+    """Position-table size: the longest sequence, training or test, ``2l + 2`` tokens."""
+    return 2 * max(max(cfg.test_ls), cfg.l_train) + 2
+
+
 def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
     """Next-token cross-entropy on the scratchpad (or on the answer at ``<SEP>`` for ``direct``); returns config,
     final train loss, test accuracy: ``"answer,l"`` (final parity right) and ``"exact,l"`` (whole scratchpad right),
@@ -132,7 +137,7 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
     cfg.validate()
     t0 = time.time()
     g = cfg.train_generator()
-    max_pos = 2 * max(max(cfg.test_ls), cfg.l_train) + 2
+    max_pos = _max_pos(cfg)
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_pos, vocab_size=SCRATCH_VOCAB, out_dim=SCRATCH_VOCAB)
 
@@ -150,7 +155,7 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
         return nn.functional.cross_entropy(logits.reshape(-1, SCRATCH_VOCAB), labels.reshape(-1))
 
     final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
-    acc, step_acc = _score(model, cfg, max_pos)
+    acc, step_acc = score_scratchpad(model, cfg)
     out = {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc, "seconds": time.time() - t0}
     if step_acc:
         out["step_acc"] = step_acc
@@ -158,9 +163,11 @@ def train_scratchpad(cfg: ScratchpadConfig) -> Dict:
 
 
 @torch.no_grad()
-def _score(model: nn.Module, cfg: ScratchpadConfig, max_pos: int) -> Tuple[Dict, Dict]:
-    """Test accuracies of a trained model: ``acc`` (``"answer,l"``, ``"exact,l"``) and ``step_acc`` (see
-    ``train_scratchpad``; empty for the direct mode)."""
+def score_scratchpad(model: nn.Module, cfg: ScratchpadConfig) -> Tuple[Dict, Dict]:
+    """Test accuracies of ``model`` (tokens, read positions, ids -> next-token logits): ``acc`` (``"answer,l"``,
+    ``"exact,l"``) and ``step_acc`` (see ``train_scratchpad``; empty for the direct mode), on ``cfg.test_n`` fresh
+    inputs per test length, the same for every run of one seed."""
+    max_pos = _max_pos(cfg)
     acc, step_acc = {}, {}
     gt = cfg.test_generator()
     model.eval()

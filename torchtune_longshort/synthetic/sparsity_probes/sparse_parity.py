@@ -105,6 +105,11 @@ class ParityConfig(ProbeSettings):
             raise ValueError(f"test_ks max {max(self.test_ks)} exceeds the shortest test length {min(self.test_ls)}")
 
 
+def _max_len(cfg: ParityConfig) -> int:
+    """Position-table size: the longest test input, ``2l + 2`` tokens."""
+    return 2 * max(cfg.test_ls) + 2
+
+
 def _model_ids(cfg: ParityConfig, lengths: torch.Tensor, s: int, max_len: int, generator: Optional[torch.Generator]):
     """The ids ``cfg``'s model reads (None for encodings without ids); ``generator`` None gives test-time ids."""
     if cfg.pe not in PES_WITH_POSITION_IDS:
@@ -117,7 +122,7 @@ def train_parity(cfg: ParityConfig) -> Dict:
     cfg.validate()
     t0 = time.time()
     g = cfg.train_generator()
-    max_len = 2 * max(cfg.test_ls) + 2
+    max_len = _max_len(cfg)
     model = SyntheticTransformer(pe=cfg.pe, dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                  max_len=max_len, vocab_size=vocab_size(cfg.N), out_dim=2)
 
@@ -129,15 +134,22 @@ def train_parity(cfg: ParityConfig) -> Dict:
         return nn.functional.cross_entropy(model(tok, sep, _model_ids(cfg, ls, tok.shape[1], max_len, g)), y)
 
     final_loss = fit(model, cfg.lr, cfg.max_steps, step_loss)
+    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": score_parity(model, cfg),
+            "seconds": time.time() - t0}
+
+
+@torch.no_grad()
+def score_parity(model: nn.Module, cfg: ParityConfig) -> Dict[str, float]:
+    """Test accuracy of ``model`` (tokens, read positions, ids -> 2 logits) per ``"k,l"``: ``cfg.test_n`` fresh
+    inputs for every k in ``test_ks`` and l in ``test_ls``, the same inputs for every run of one seed."""
+    max_len = _max_len(cfg)
     acc = {}
     gt = cfg.test_generator()
     model.eval()
-    with torch.no_grad():
-        for k in cfg.test_ks:
-            for l in cfg.test_ls:
-                ls = torch.full((cfg.test_n,), l)
-                tok, sep, y, _ = make_parity_batch(ls, torch.full((cfg.test_n,), k), cfg.N, gt)
-                pos = _model_ids(cfg, ls, tok.shape[1], max_len, None)
-                acc[f"{k},{l}"] = accuracy(model(tok, sep, pos).argmax(-1), y)
-    return {"config": asdict(cfg), "final_train_loss": final_loss, "acc": acc,
-            "seconds": time.time() - t0}
+    for k in cfg.test_ks:
+        for l in cfg.test_ls:
+            ls = torch.full((cfg.test_n,), l)
+            tok, sep, y, _ = make_parity_batch(ls, torch.full((cfg.test_n,), k), cfg.N, gt)
+            pos = _model_ids(cfg, ls, tok.shape[1], max_len, None)
+            acc[f"{k},{l}"] = accuracy(model(tok, sep, pos).argmax(-1), y)
+    return acc
