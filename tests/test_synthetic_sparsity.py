@@ -6,7 +6,9 @@ import os
 
 import pytest
 import torch
+from synthetic_helpers import assert_png_drawn, csv_mean_accuracy
 
+from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure
 from torchtune_longshort.synthetic.sparsity_probes.planted_correlations import (
     P_BOS,
     P_PAD,
@@ -184,12 +186,15 @@ def test_beyond_cli_quick_planted_and_scratchpad(tmp_path):
     assert set(s["scratchpad"]["scratchpad, RoPE + coupling"]["acc_mean"]) == {
         f"{m},{l}" for m in ("answer", "exact") for l in (3, 6, 12)}
     assert set(s["scratchpad"]["no scratchpad, RoPE"]["acc_mean"]) == {"answer,3", "answer,6", "answer,12"}
-    for v in s["planted"]["k=2, window 3"]["acc_mean"].values():
-        assert 0.0 <= v <= 1.0
     for name in ("planted", "scratchpad"):
-        assert os.path.getsize(os.path.join(out, f"fig_{name}.png")) > 1000
         with open(os.path.join(out, f"fig_{name}.csv")) as fh:
             assert fh.readline().strip() == "figure,curve,seed,group,l_test,accuracy"
+        # the summary's seed means are the CSV's accuracies (4 decimals), curve by curve and point by point
+        from_csv = csv_mean_accuracy(os.path.join(out, f"fig_{name}.csv"), name)
+        assert set(from_csv) == set(s[name])
+        for curve, acc in from_csv.items():
+            assert acc == pytest.approx(s[name][curve]["acc_mean"], abs=5.01e-5)
+        assert_png_drawn(os.path.join(out, f"fig_{name}.png"), 3.4 * 2, 3.0, 90)  # two panels each
 
 
 def test_coupled_training_offsets_keep_the_coupling():
@@ -244,3 +249,33 @@ class _PlantedOracle(torch.nn.Module):
 def test_planted_scores_of_a_perfect_and_an_always_wrong_predictor(wrong, expected):
     cfg = PlantedConfig(pe="nope", k=2, window=3, test_ls=(3, 9), test_n=24)
     assert score_planted(_PlantedOracle(cfg.m, cfg.q, wrong), cfg) == {"2,3": expected, "2,9": expected}
+
+
+def _lines(fig):
+    """{(panel title, line label): (x, y)} of every data line of a figure (legend-less helper lines skipped)."""
+    return {(ax.get_title(), ln.get_label()): (list(ln.get_xdata()), list(ln.get_ydata()))
+            for ax in fig.axes for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+
+
+def test_probe_figures_plot_the_table_values():
+    import matplotlib.pyplot as plt
+
+    row = {"l_train": 6, "chance": 0.5}
+    parity = {"K_train=1": {**row, "k_train": 1, "acc_mean": {"1,3": 0.9, "1,12": 0.7, "2,3": 0.6, "2,12": 0.5}},
+              "K_train=2": {**row, "k_train": 2, "acc_mean": {"1,3": 1.0, "1,12": 0.8, "2,3": 0.95, "2,12": 0.55}}}
+    fig = probe_figure("parity", parity)
+    assert _lines(fig) == {("K_train=1", "k=1"): ([3, 12], [0.9, 0.7]), ("K_train=1", "k=2 (> K_train)"): ([3, 12], [0.6, 0.5]),
+                           ("K_train=2", "k=1"): ([3, 12], [1.0, 0.8]), ("K_train=2", "k=2"): ([3, 12], [0.95, 0.55])}
+    plt.close(fig)
+    scratch = {"no scratchpad, RoPE": {**row, "acc_mean": {"answer,12": 0.5, "answer,3": 0.75}},
+               "scratchpad, RoPE": {**row, "acc_mean": {"answer,3": 1.0, "answer,12": 0.6, "exact,3": 0.9, "exact,12": 0.1}}}
+    fig = probe_figure("scratchpad", scratch)
+    assert _lines(fig) == {("final answer", "no scratchpad, RoPE"): ([3, 12], [0.75, 0.5]),
+                           ("final answer", "scratchpad, RoPE"): ([3, 12], [1.0, 0.6]),
+                           ("whole scratchpad", "scratchpad, RoPE"): ([3, 12], [0.9, 0.1])}
+    plt.close(fig)
+    planted = {"k=1, spread": {**row, "chance": 0.25, "acc_mean": {"1,3": 0.5, "1,6": 0.25}},
+               "k=2, window 3": {**row, "chance": 0.25, "acc_mean": {"2,3": 0.75, "2,6": 1.0}}}
+    fig = probe_figure("planted", planted)
+    assert _lines(fig) == {("spread", "k=1"): ([3, 6], [0.5, 0.25]), ("window 3", "k=2"): ([3, 6], [0.75, 1.0])}
+    plt.close(fig)

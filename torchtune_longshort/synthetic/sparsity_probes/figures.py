@@ -138,9 +138,22 @@ def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results:
             if "step_acc" in rs[0]:
                 table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
                                                  for l in rs[0]["step_acc"]}
-    plot = _plot_parity if name in ("parity", "parity_pe") else _plot_planted_or_scratchpad
-    plot(name, table, os.path.join(out_dir, f"fig_{name}.png"))
+    import matplotlib.pyplot as plt
+
+    fig = probe_figure(name, table)
+    fig.savefig(os.path.join(out_dir, f"fig_{name}.png"))
+    plt.close(fig)
     return table
+
+
+def probe_figure(name: str, table: Dict):
+    """The matplotlib figure of one beyond figure from its summary table (as ``_write_figure`` returns it): one line
+    per curve and group, x = test length, y = seed-mean accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    build = _parity_figure if name in ("parity", "parity_pe") else _planted_or_scratchpad_figure
+    return build(name, table)
 
 
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
@@ -154,22 +167,16 @@ def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Opti
     ax.legend(fontsize=6)
 
 
-def _finish(fig, axes, name: str, path: str) -> None:
-    import matplotlib.pyplot as plt
-
+def _finish(fig, axes, name: str):
     axes[0][0].set_ylabel("accuracy")
     fig.suptitle(BEYOND_TITLES[name], fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
-def _plot_planted_or_scratchpad(name: str, table: Dict, path: str) -> None:
+def _planted_or_scratchpad_figure(name: str, table: Dict):
     """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
     whole scratchpad), a line per curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels: Dict[str, List] = {}
@@ -191,14 +198,11 @@ def _plot_planted_or_scratchpad(name: str, table: Dict, path: str) -> None:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
         _style(ax, title, "test length l", -0.02, lines[0][2], chance if title != "whole scratchpad" else None)
-    _finish(fig, axes, name, path)
+    return _finish(fig, axes, name)
 
 
-def _plot_parity(name: str, table: Dict, path: str) -> None:
+def _parity_figure(name: str, table: Dict):
     """A panel per curve (K_train or position scheme), a line per test sparsity k."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = list(table)
@@ -211,4 +215,4 @@ def _plot_parity(name: str, table: Dict, path: str) -> None:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2,
                     label=f"k={k}" + (" (> K_train)" if k > d["k_train"] else ""))
         _style(ax, label, "test pairs l", 0.4, d["l_train"], 0.5)
-    _finish(fig, axes, name, path)
+    return _finish(fig, axes, name)
