@@ -1,15 +1,14 @@
 """Synthetic models, theory and misalignment: closed forms vs exact enumeration vs Monte Carlo, the linear-attention
 model's function class, padding/causality invariance, scalar misalignment vs hand computation, bad arguments."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
+from synthetic_helpers import decode_bits
 
 from torchtune_longshort.synthetic.misalignment import scalar_misalignment
 from torchtune_longshort.synthetic.models import LinearAttentionModel, SyntheticTransformer, alibi_slopes
-from torchtune_longshort.synthetic.tasks import PAD, decode_bits, make_batch
+from torchtune_longshort.synthetic.tasks import PAD, make_batch
 from torchtune_longshort.synthetic.theory import (
     exact_class_optimum,
     fit_power_law,

@@ -3,13 +3,14 @@
 import pytest
 import torch
 
-from torchtune_longshort.synthetic.sparse_parity import (
+from torchtune_longshort.synthetic.sparsity_probes.sparse_parity import (
     BOS,
     PAD,
     SEP,
     ParityConfig,
     make_parity_batch,
     position_ids,
+    score_parity,
 )
 
 
@@ -79,3 +80,39 @@ def test_pose_ids_increase_and_stay_in_range():
     assert jumps > 100  # short inputs do reach far position ids
     # test-time ids are the plain ones
     assert position_ids(ls, s, "pose", max_pos, None).tolist() == torch.arange(s).expand(500, s).tolist()
+
+
+class _ParityOracle(torch.nn.Module):
+    """Decodes each input and puts its logit on the true parity (or, ``wrong``, on the other bit)."""
+
+    def __init__(self, N, wrong=False):
+        super().__init__()
+        self.N, self.wrong = N, wrong
+
+    def forward(self, tokens, read_pos, position_ids=None):
+        out = torch.zeros(tokens.shape[0], 2)
+        for i, row in enumerate(tokens.tolist()):
+            J, bits = _decode(row, self.N)
+            out[i, (sum(b for j, b in zip(J, bits) if j <= self.N // 2) + self.wrong) % 2] = 1.0
+        return out
+
+
+class _Constant(torch.nn.Module):
+    def forward(self, tokens, read_pos, position_ids=None):
+        return torch.tensor([1.0, 0.0]).expand(tokens.shape[0], 2)
+
+
+def test_scoring_a_perfect_a_wrong_and_a_constant_predictor():
+    cfg = ParityConfig(pe="nope", test_ls=(3, 6), test_ks=(1, 3), test_n=40, seed=2)
+    keys = {"1,3", "1,6", "3,3", "3,6"}
+    assert score_parity(_ParityOracle(cfg.N), cfg) == {k: 1.0 for k in keys}
+    assert score_parity(_ParityOracle(cfg.N, wrong=True), cfg) == {k: 0.0 for k in keys}
+    # always "0": right exactly on the test inputs whose parity is 0; the test inputs are the seed's own stream
+    g = torch.Generator().manual_seed(30_000 + 2)
+    expected = {}
+    for k in cfg.test_ks:
+        for l in cfg.test_ls:
+            _, _, y, _ = make_parity_batch(torch.full((40,), l), torch.full((40,), k), cfg.N, g)
+            expected[f"{k},{l}"] = (y == 0).sum().item() / 40
+    assert score_parity(_Constant(), cfg) == expected
+    assert 0.0 < min(expected.values()) and max(expected.values()) < 1.0

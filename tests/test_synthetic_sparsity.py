@@ -6,22 +6,29 @@ import os
 
 import pytest
 import torch
+from synthetic_helpers import assert_png_drawn, csv_mean_accuracy
 
-from torchtune_longshort.synthetic.sparsity import (
-    B0,
-    P0,
+from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure
+from torchtune_longshort.synthetic.sparsity_probes.planted_correlations import (
     P_BOS,
     P_PAD,
     P_SEP,
+    PlantedConfig,
+    make_planted_batch,
+    score_planted,
+)
+from torchtune_longshort.synthetic.sparsity_probes.scratchpad_parity import (
+    B0,
+    P0,
     S_BOS,
     S_PAD,
     S_SEP,
-    PlantedConfig,
     ScratchpadConfig,
     decode_scratchpad,
-    make_planted_batch,
     make_scratchpad_batch,
+    score_scratchpad,
     scratchpad_position_ids,
+    train_scratchpad,
 )
 
 
@@ -127,18 +134,27 @@ def test_pose_ids_for_scratchpad_stay_in_range():
 
 
 class _OracleParity(torch.nn.Module):
-    """Reads its input and emits the right next scratchpad token: checks the decoding loop, not a trained model."""
+    """Reads its input and emits the right next scratchpad token (``wrong``: the other one), at the read positions
+    or, without them, at every position from ``<SEP>`` on (teacher forcing); ``direct``: the whole parity at
+    ``<SEP>``. Checks the decoding and scoring loops, not a trained model."""
+
+    def __init__(self, direct=False, wrong=False):
+        super().__init__()
+        self.direct, self.wrong = direct, wrong
+
+    def _next(self, row, i):
+        e = row.index(S_SEP)
+        bits = [t - B0 for t in row[1:e]]
+        n = len(bits) if self.direct else i - e + 1  # scratch tokens p_1..p_n known once position i is read
+        return P0 + (sum(bits[:n]) + self.wrong) % 2
 
     def forward(self, tokens, read_pos, position_ids=None):
         b, s = tokens.shape
-        out = torch.full((b, 7), -1.0)
-        for i in range(b):
-            row = tokens[i].tolist()
-            e = row.index(S_SEP)
-            bits = [t - B0 for t in row[1:e]]
-            j = read_pos[i].item() - e  # scratch tokens already written
-            out[i, P0 + sum(bits[: j + 1]) % 2] = 1.0
-        return out
+        out = torch.full((b, s, 7), -1.0)
+        for r, row in enumerate(tokens.tolist()):
+            for i in range(row.index(S_SEP), s):
+                out[r, i, self._next(row, i)] = 1.0
+        return out if read_pos is None else out[torch.arange(b), read_pos]
 
 
 def test_greedy_decoding_with_an_oracle_writes_the_true_scratchpad():
@@ -170,12 +186,15 @@ def test_beyond_cli_quick_planted_and_scratchpad(tmp_path):
     assert set(s["scratchpad"]["scratchpad, RoPE + coupling"]["acc_mean"]) == {
         f"{m},{l}" for m in ("answer", "exact") for l in (3, 6, 12)}
     assert set(s["scratchpad"]["no scratchpad, RoPE"]["acc_mean"]) == {"answer,3", "answer,6", "answer,12"}
-    for v in s["planted"]["k=2, window 3"]["acc_mean"].values():
-        assert 0.0 <= v <= 1.0
     for name in ("planted", "scratchpad"):
-        assert os.path.getsize(os.path.join(out, f"fig_{name}.png")) > 1000
         with open(os.path.join(out, f"fig_{name}.csv")) as fh:
             assert fh.readline().strip() == "figure,curve,seed,group,l_test,accuracy"
+        # the summary's seed means are the CSV's accuracies (4 decimals), curve by curve and point by point
+        from_csv = csv_mean_accuracy(os.path.join(out, f"fig_{name}.csv"), name)
+        assert set(from_csv) == set(s[name])
+        for curve, acc in from_csv.items():
+            assert acc == pytest.approx(s[name][curve]["acc_mean"], abs=5.01e-5)
+        assert_png_drawn(os.path.join(out, f"fig_{name}.png"), 3.4 * 2, 3.0, 90)  # two panels each
 
 
 def test_coupled_training_offsets_keep_the_coupling():
@@ -193,12 +212,70 @@ def test_coupled_training_offsets_keep_the_coupling():
 
 
 def test_teacher_forced_step_accuracy_is_per_scratchpad_position():
-    from torchtune_longshort.synthetic.sparsity import train_scratchpad
-
     r = train_scratchpad(ScratchpadConfig(l_train=3, max_steps=3, dim=16, test_ls=(2, 5), test_n=16))
     assert [len(r["step_acc"][k]) for k in ("2", "5")] == [2, 5]
-    assert all(0.0 <= a <= 1.0 for v in r["step_acc"].values() for a in v)
+    assert all(float(a * 16).is_integer() for v in r["step_acc"].values() for a in v)  # fractions of 16 inputs
     # exact match of the whole greedy scratchpad can never beat the first step's teacher-forced accuracy
     assert r["acc"]["exact,5"] <= r["step_acc"]["5"][0]
     assert "step_acc" not in train_scratchpad(ScratchpadConfig(mode="direct", max_steps=2, dim=16, l_train=3,
                                                                  test_ls=(2,), test_n=8))
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_scratchpad_scores_of_a_perfect_and_an_always_wrong_predictor(wrong):
+    right = 0.0 if wrong else 1.0
+    cfg = ScratchpadConfig(pe="nope", test_ls=(2, 5), test_n=12)
+    acc, step_acc = score_scratchpad(_OracleParity(wrong=wrong), cfg)
+    assert acc == {f"{m},{l}": right for m in ("answer", "exact") for l in (2, 5)}
+    assert step_acc == {"2": [right] * 2, "5": [right] * 5}
+    direct = ScratchpadConfig(pe="nope", mode="direct", test_ls=(2, 5), test_n=12)
+    assert score_scratchpad(_OracleParity(direct=True, wrong=wrong), direct) == ({"answer,2": right, "answer,5": right}, {})
+
+
+class _PlantedOracle(torch.nn.Module):
+    def __init__(self, m, q, wrong=False):
+        super().__init__()
+        self.m, self.q, self.wrong = m, q, wrong
+
+    def forward(self, tokens, read_pos, position_ids=None):
+        out = torch.zeros(tokens.shape[0], self.q)
+        for i, row in enumerate(tokens.tolist()):
+            marks, _ = _decode_planted(row, self.m, self.q)
+            out[i, (sum(v for _, v in marks) + self.wrong) % self.q] = 1.0
+        return out
+
+
+@pytest.mark.parametrize("wrong, expected", [(0, 1.0), (1, 0.0)])
+def test_planted_scores_of_a_perfect_and_an_always_wrong_predictor(wrong, expected):
+    cfg = PlantedConfig(pe="nope", k=2, window=3, test_ls=(3, 9), test_n=24)
+    assert score_planted(_PlantedOracle(cfg.m, cfg.q, wrong), cfg) == {"2,3": expected, "2,9": expected}
+
+
+def _lines(fig):
+    """{(panel title, line label): (x, y)} of every data line of a figure (legend-less helper lines skipped)."""
+    return {(ax.get_title(), ln.get_label()): (list(ln.get_xdata()), list(ln.get_ydata()))
+            for ax in fig.axes for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+
+
+def test_probe_figures_plot_the_table_values():
+    import matplotlib.pyplot as plt
+
+    row = {"l_train": 6, "chance": 0.5}
+    parity = {"K_train=1": {**row, "k_train": 1, "acc_mean": {"1,3": 0.9, "1,12": 0.7, "2,3": 0.6, "2,12": 0.5}},
+              "K_train=2": {**row, "k_train": 2, "acc_mean": {"1,3": 1.0, "1,12": 0.8, "2,3": 0.95, "2,12": 0.55}}}
+    fig = probe_figure("parity", parity)
+    assert _lines(fig) == {("K_train=1", "k=1"): ([3, 12], [0.9, 0.7]), ("K_train=1", "k=2 (> K_train)"): ([3, 12], [0.6, 0.5]),
+                           ("K_train=2", "k=1"): ([3, 12], [1.0, 0.8]), ("K_train=2", "k=2"): ([3, 12], [0.95, 0.55])}
+    plt.close(fig)
+    scratch = {"no scratchpad, RoPE": {**row, "acc_mean": {"answer,12": 0.5, "answer,3": 0.75}},
+               "scratchpad, RoPE": {**row, "acc_mean": {"answer,3": 1.0, "answer,12": 0.6, "exact,3": 0.9, "exact,12": 0.1}}}
+    fig = probe_figure("scratchpad", scratch)
+    assert _lines(fig) == {("final answer", "no scratchpad, RoPE"): ([3, 12], [0.75, 0.5]),
+                           ("final answer", "scratchpad, RoPE"): ([3, 12], [1.0, 0.6]),
+                           ("whole scratchpad", "scratchpad, RoPE"): ([3, 12], [0.9, 0.1])}
+    plt.close(fig)
+    planted = {"k=1, spread": {**row, "chance": 0.25, "acc_mean": {"1,3": 0.5, "1,6": 0.25}},
+               "k=2, window 3": {**row, "chance": 0.25, "acc_mean": {"2,3": 0.75, "2,6": 1.0}}}
+    fig = probe_figure("planted", planted)
+    assert _lines(fig) == {("spread", "k=1"): ([3, 6], [0.5, 0.25]), ("window 3", "k=2"): ([3, 6], [0.75, 1.0])}
+    plt.close(fig)

@@ -5,13 +5,13 @@ import math
 
 import pytest
 import torch
+from synthetic_helpers import decode_bits
 
 from torchtune_longshort.synthetic.outrep import OUTREPS, get_outrep
 from torchtune_longshort.synthetic.tasks import (
     BOS,
     EOS,
     PAD,
-    decode_bits,
     eval_lengths,
     make_batch,
     suffix_batch,

@@ -4,8 +4,8 @@ sparsity probes beyond the paper (Golowich et al. 2025), all plain PyTorch (RoPE
 Run ``python -m torchtune_longshort.synthetic --help``. Modules: ``tasks`` (generators), ``outrep`` (target
 reparameterizations), ``models`` (tiny transformer with NoPE/learned/ALiBi/RoPE, App. C.1 linear attention),
 ``train`` (one run), ``theory`` (closed forms), ``misalignment`` (scalar long-short misalignment), ``experiments``
-(figures); beyond the paper: ``sparse_parity`` (sparse parity, position-id schemes, the figure runner) and
-``sparsity`` (k-sparse planted correlations, parity with a scratchpad and coupled position ids).
+(figures); beyond the paper: the subpackage ``sparsity_probes`` (sparse parity, k-sparse planted correlations,
+parity with a scratchpad, their position-id schemes and their figures).
 """
 
 from .outrep import OUTREPS, get_outrep

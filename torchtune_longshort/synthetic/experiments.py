@@ -1,15 +1,14 @@
 """The paper's synthetic figures (Du et al., ICML 2025: Fig. 1a/1b/1c, 4, 5, 6) plus the App. C.1 theory check.
 
-``FIGURES`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run once
+``figure_curves`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run once
 (several seeds, in ``workers`` processes), writes ``runs.json`` / ``<figure>.csv`` / ``<figure>.png`` and
-``summary.json`` (claims with numbers) into an output folder.
+``summary.json`` (the claims of ``claims``, with their numbers) into an output folder.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import time
 from dataclasses import asdict, replace
@@ -18,19 +17,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .claims import summarize_claims
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
 from .outrep import OUTREP_LABELS, OUTREPS
-from .theory import (
-    exact_class_optimum,
-    fit_power_law,
-    fit_shifted_square,
-    length_error_closed_form,
-    sum_error_closed_form,
-)
-from .train import RunConfig, train_run
+from .theory import length_error_closed_form, sum_error_closed_form
+from .train import RunConfig, run_provenance, train_run
 
 PAPER_FIGURES = ("1a", "1b", "1c", "4", "5", "6", "theory")
+FIG4_L_TRAINS = (10, 20, 30)  # the paper's Fig. 4 curves
 FIGURE_TITLES = {
     "1a": "Fig. 1a: mean task, by positional encoding",
     "1b": "Fig. 1b: length task, by positional encoding",
@@ -42,7 +37,7 @@ FIGURE_TITLES = {
 }
 
 
-def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = (10, 20, 30)) -> List[Tuple[str, RunConfig]]:
+def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = FIG4_L_TRAINS) -> List[Tuple[str, RunConfig]]:
     """(label, config-without-seed) for every curve of a figure, derived from ``base`` (sizes, steps, lengths)."""
     b = replace(base, task="length", pe="nope", outrep="identity", bits="iid", model="transformer")
     if name == "1a":
@@ -178,135 +173,20 @@ def _seed_curves(results: Dict[str, Dict], cfg: RunConfig, seeds: Sequence[int])
     return [np.array(results[_key(replace(cfg, seed=s))]["test_mse"]) for s in seeds]
 
 
-def summarize(figs: Dict[str, Dict], base: RunConfig) -> Dict:
-    """The paper's qualitative claims, each with the numbers that decide it (see README's claim table)."""
-    s: Dict = {}
-    lt, lT = base.l_train, base.l_test
-
-    def split(mse: np.ndarray, l_train: int) -> Tuple[float, float, float]:
-        return float(mse[:l_train].mean()), float(mse[l_train:].mean()), float(mse[-1])
-
-    if "1b" in figs:
-        rows = {}
-        for label, d in figs["1b"].items():
-            per_seed = [split(m, lt) for m in d["mse"]]
-            rows[label] = {
-                "in_range_mse": [p[0] for p in per_seed],
-                "beyond_mse": [p[1] for p in per_seed],
-                "mse_at_l_test": [p[2] for p in per_seed],
-                "min_ratio_beyond_over_in": min(p[1] / p[0] for p in per_seed),
-            }
-        s["length_rises_for_every_pe"] = {
-            "held": all(r["min_ratio_beyond_over_in"] > 100 for r in rows.values()),
-            "criterion": "every PE and seed: mean MSE over l > l_train is > 100x mean MSE over l <= l_train",
-            "per_pe": rows,
-        }
-    if "1a" in figs:
-        rows = {}
-        for label, d in figs["1a"].items():
-            mean = np.mean(d["mse"], axis=0)
-            rows[label] = {"max_mse_over_l": float(mean.max()), "in_range_mse": float(mean[:lt].mean()),
-                           "mse_at_l_test": float(mean[-1])}
-        nope = rows[PE_LABELS["nope"]]
-        s["mean_nope_flat"] = {
-            "held": nope["max_mse_over_l"] < 1e-4,
-            "criterion": "NoPE seed-mean MSE below 1e-4 at every test length 1..l_test (paper: order 1e-5)",
-            "per_pe": rows,
-        }
-    if "1c" in figs:
-        d = figs["1c"]
-        ident, isq = d[f"f = {OUTREP_LABELS['identity']}"], d[f"f = {OUTREP_LABELS['inv_sqrt']}"]
-        b_id = [float(m[lt:].mean()) for m in ident["mse"]]
-        b_is = [float(m[lt:].mean()) for m in isq["mse"]]
-        s["outrep_inv_sqrt_beats_identity"] = {
-            "held": float(np.mean(b_is)) < float(np.mean(b_id)),
-            "criterion": "seed-mean of the mean MSE over l > l_train lower with f = 1/sqrt(y) than with f = y",
-            "identity_beyond_mse": b_id,
-            "inv_sqrt_beyond_mse": b_is,
-            "identity_at_l_test": [float(m[-1]) for m in ident["mse"]],
-            "inv_sqrt_at_l_test": [float(m[-1]) for m in isq["mse"]],
-            "all_f_beyond_mse_mean": {k: float(np.mean([m[lt:].mean() for m in v["mse"]])) for k, v in d.items()},
-        }
-    if "4" in figs:
-        rows = {}
-        for label, d in figs["4"].items():
-            l_tr = d["l_train"]
-            mean = np.mean(d["mse"], axis=0)
-            rows[label] = {"l_train": l_tr, "mse_at_l_test": float(mean[-1]), "in_range_mse": float(mean[:l_tr].mean()),
-                           "ratio_at_l_test_over_in": float(mean[-1] / mean[:l_tr].mean())}
-        vals = [r["mse_at_l_test"] for r in sorted(rows.values(), key=lambda r: r["l_train"])]
-        s["longer_l_train_lowers_not_removes"] = {
-            "held": all(a > b for a, b in zip(vals, vals[1:])) and all(r["ratio_at_l_test_over_in"] > 10 for r in rows.values()),
-            "criterion": "MSE at l_test strictly decreases with l_train, and stays > 10x the in-range MSE",
-            "per_l_train": rows,
-        }
-    if "1b" in figs or "4" in figs:
-        fits = {}
-        src = [("1b", k, v) for k, v in figs.get("1b", {}).items()] + [("4", k, v) for k, v in figs.get("4", {}).items()]
-        for fig, label, d in src:
-            l_tr = d["l_train"]
-            mean = np.mean(d["mse"], axis=0)
-            l = np.arange(l_tr + 1, len(mean) + 1)
-            y = mean[l_tr:]
-            if len(l) >= 2:
-                fits[f"{fig}: {label}"] = {
-                    "vs_l_minus_l_train": fit_power_law(l - l_tr, y),
-                    "vs_l_minus_mean_train_length": fit_power_law(l - (l_tr + 1) / 2.0, y),
-                    "shifted_square": fit_shifted_square(l, y),
-                }
-        s["theorem_3_1_quadratic"] = {
-            "criterion": "fit log MSE = log c + p log(x) over l > l_train (quadratic: p ~ 2); and sqrt(MSE) = a (l - c) "
-                         "(a ~ 1: the error is exactly (l - c)^2, i.e. the prediction is stuck at c)",
-            "fits": fits,
-        }
-    if "5" in figs:
-        d = figs["5"]
-        s["sum_outrep"] = {k: {"beyond_mse": [float(m[lt:].mean()) for m in v["mse"]],
-                               "mse_at_l_test": [float(m[-1]) for m in v["mse"]]} for k, v in d.items()}
-    if "6" in figs:
-        d = figs["6"]
-        s["appendix_g"] = {k: {"in_range_mse": float(np.mean(v["mse"], 0)[:lt].mean()),
-                               "beyond_mse": float(np.mean(v["mse"], 0)[lt:].mean()),
-                               "mse_at_l_test": float(np.mean(v["mse"], 0)[-1])} for k, v in d.items()}
-    if "theory" in figs:
-        d = figs["theory"]
-        l = np.arange(1, lT + 1)
-        rows = {}
-        for task in ("mean", "length", "sum"):
-            mean = np.mean(d[task]["mse"], axis=0)
-            ref = exact_class_optimum(task, lt, lT, "eos")["error"]
-            row = {"trained_at_l_test": [float(m[-1]) for m in d[task]["mse"]], "exact_optimum_at_l_test": ref[-1],
-                   "max_rel_dev_from_optimum_beyond": float(np.max(np.abs(mean[lt:] - ref[lt:]) / np.maximum(ref[lt:], 1e-12)))
-                   if task != "mean" else None, "max_mse": float(mean.max())}
-            if task == "length":
-                row["closed_form_at_l_test"] = float(length_error_closed_form(lT, lt))
-            if task == "sum":
-                row["closed_form_binomial_at_l_test"] = float(sum_error_closed_form(lT, lt, "binomial"))
-                row["closed_form_doubled_at_l_test"] = float(sum_error_closed_form(lT, lt, "doubled"))
-                b = sum_error_closed_form(l, lt, "binomial")[lt:]
-                dbl = sum_error_closed_form(l, lt, "doubled")[lt:]
-                row["mean_abs_log_ratio_vs_binomial"] = float(np.mean(np.abs(np.log(mean[lt:] / b))))
-                row["mean_abs_log_ratio_vs_doubled"] = float(np.mean(np.abs(np.log(mean[lt:] / dbl))))
-                row["matches"] = "binomial (l+1)/(4l)" if row["mean_abs_log_ratio_vs_binomial"] < row["mean_abs_log_ratio_vs_doubled"] else "doubled (l+1)/(2l)"
-            rows[task] = row
-        s["theory_linear_attention"] = rows
-    return s
-
-
 def run_figures(
     names: Sequence[str],
     out_dir: str,
     base: RunConfig,
     seeds: Sequence[int] = (0, 1, 2),
     workers: int = 2,
-    l_trains: Sequence[int] = (10, 20, 30),
+    l_trains: Sequence[int] = FIG4_L_TRAINS,
     cache_dir: Optional[str] = None,
     lrs: Optional[Sequence[float]] = None,
 ) -> Dict:
     """Train, evaluate, plot and summarize the requested figures. Returns the summary dict (also in summary.json).
 
     ``cache_dir``: per-run JSON cache (see ``run_all``); None trains everything afresh.
-    ``lrs``: learning-rate grid (the paper's is 5e-5, 1e-4, 5e-4). Every transformer curve and seed is trained once
+    ``lrs``: learning-rate grid (the paper's is ``train.PAPER_LRS``). Every transformer curve and seed is trained once
     per lr and the run with the lowest validation MSE (training lengths only: test lengths never pick the lr) is
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
     """
@@ -348,7 +228,7 @@ def run_figures(
                 for s, m in zip(seeds, d["mse"]):
                     w.writerows([n, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
         _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None)
-    summary = summarize(figs, base)
+    summary = summarize_claims(figs, base)
     misal = {}
     for n, cs in curves.items():
         for label, c in cs:
@@ -357,7 +237,7 @@ def run_figures(
     summary["scalar_misalignment"] = misal
     summary["meta"] = {"base_config": asdict(base), "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
-                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": _provenance()}
+                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
     runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")},
                                 "steps": r["steps"], "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]}
@@ -368,9 +248,3 @@ def run_figures(
         json.dump(summary, fh, indent=1, default=float)
     return summary
 
-
-def _provenance() -> Dict:
-    """The provenance block of the synthetic experiments (they train on the CPU)."""
-    from torchtune_longshort.provenance import provenance
-
-    return provenance(device="cpu", stdlib=False)

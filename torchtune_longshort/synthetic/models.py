@@ -11,14 +11,13 @@ from a fixed read-out token (``query="eos"``, the setting of the closed forms in
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .tasks import BIT0, BIT1, PAD, VOCAB_SIZE
+from .tasks import VOCAB_SIZE
 
 POSITIONAL_ENCODINGS = ("nope", "learned", "alibi", "rope")
 PE_LABELS = {"nope": "NoPE", "learned": "learned abs.", "alibi": "ALiBi", "rope": "RoPE"}

@@ -18,7 +18,7 @@ sees the padding, so no padding mask is needed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -129,25 +129,6 @@ def eval_lengths(l_test: int, per_length: int, l_min: int = 1) -> torch.Tensor:
     if per_length < 1:
         raise ValueError(f"per_length={per_length} must be >= 1")
     return torch.arange(l_min, l_test + 1).repeat_interleave(per_length)
-
-
-def decode_bits(tokens: torch.Tensor) -> list[list[int]]:
-    """Inverse of the layout: for each row, the bits between ``<BOS>`` and ``<EOS>`` (raises on a malformed row).
-
-    Used by the tests to recompute targets independently of ``make_batch``.
-    """
-    out = []
-    for r, row in enumerate(tokens.tolist()):
-        if row[0] != BOS or EOS not in row:
-            raise ValueError(f"row {r} is not '<BOS> bits <EOS> PAD*': {row}")
-        e = row.index(EOS)
-        body, tail = row[1:e], row[e + 1 :]
-        if any(t not in (BIT0, BIT1) for t in body) or any(t != PAD for t in tail):
-            raise ValueError(f"row {r} is not '<BOS> bits <EOS> PAD*': {row}")
-        out.append(body)
-    return out
-
-
 def suffix_batch(bits_row: Sequence[int], suffix_lengths: Sequence[int], task: str) -> Batch:
     """The last ``m`` bits of one sequence, for each ``m`` in ``suffix_lengths``, as a padded batch (targets recomputed).
 

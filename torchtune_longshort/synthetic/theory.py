@@ -47,11 +47,6 @@ def length_error_closed_form(l: np.ndarray | int, l_train: int) -> np.ndarray:
     return (l - (l_train + 1) / 2.0) ** 2
 
 
-def mean_error_closed_form(l: np.ndarray | int, l_train: int) -> np.ndarray:
-    """Mean task: the class contains the target, E(l) = 0."""
-    return np.zeros_like(np.asarray(l, dtype=np.float64))
-
-
 def sum_error_closed_form(l: np.ndarray | int, l_train: int, second_moment: str = "binomial") -> np.ndarray:
     """Sum task: E(l) = A^2 + A (H - l) + (H - l)^2 * c(l), H = harmonic mean of 1..l_train, A = (lbar - H)/2.
 
@@ -65,9 +60,6 @@ def sum_error_closed_form(l: np.ndarray | int, l_train: int, second_moment: str 
     A = (lbar - H) / 2.0
     c = (l + 1) / (4 * l) if second_moment == "binomial" else (l + 1) / (2 * l)
     return A * A + A * (H - l) + (H - l) ** 2 * c
-
-
-CLOSED_FORMS = {"mean": mean_error_closed_form, "length": length_error_closed_form, "sum": sum_error_closed_form}
 
 
 def _states(l: int):

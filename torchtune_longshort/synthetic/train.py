@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import asdict, dataclass
+from typing import Dict
 
 import torch
 import torch.nn as nn
+
+from torchtune_longshort.provenance import provenance
 
 from .models import LinearAttentionModel, SyntheticTransformer, check_pe
 from .outrep import get_outrep
@@ -182,3 +184,9 @@ def train_run(cfg: RunConfig, progress: bool = False) -> Dict:
         "seconds": time.time() - t0,
         "model": model,
     }
+
+
+def run_provenance() -> Dict:
+    """The provenance block of every synthetic result file: the synthetic runs train on the CPU, without the
+    stdlib corpus."""
+    return provenance(device="cpu", stdlib=False)

@@ -1,6 +1,6 @@
-"""The beyond-the-paper probes as one grid: sparse parity (``sparse_parity``), k-sparse planted correlations and
-parity with a scratchpad (``sparsity``), each trained per seed, scored per test length, written as CSV + PNG +
-``beyond_summary.json``. Kept apart from the task modules so that neither imports the other's runner.
+"""The sparsity probes as one grid of figures (``--figure beyond``): sparse parity, k-sparse planted correlations
+and parity with a scratchpad, each trained per seed, scored per test length, written as CSV + PNG +
+``beyond_summary.json``.
 """
 
 from __future__ import annotations
@@ -15,23 +15,23 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from ..train import run_provenance
+from .planted_correlations import PlantedConfig, train_planted
+from .scratchpad_parity import ScratchpadConfig, train_scratchpad
 from .sparse_parity import ParityConfig, train_parity
-from .sparsity import PlantedConfig, ScratchpadConfig, train_planted, train_scratchpad
+
+_TRAINERS = {ParityConfig: train_parity, PlantedConfig: train_planted, ScratchpadConfig: train_scratchpad}
 
 
-def _train_any(cfg) -> Dict:
-
-    if isinstance(cfg, PlantedConfig):
-        return train_planted(cfg)
-    if isinstance(cfg, ScratchpadConfig):
-        return train_scratchpad(cfg)
-    return train_parity(cfg)
+def train_probe(cfg) -> Dict:
+    """Train and score one probe run, whichever of the three configs ``cfg`` is."""
+    return _TRAINERS[type(cfg)](cfg)
 
 
 def _worker(item) -> tuple:
     key, cfg = item
     torch.set_num_threads(1)
-    return key, _train_any(cfg)
+    return key, train_probe(cfg)
 
 
 BEYOND_FIGURES = ("parity", "parity_pe", "planted", "scratchpad")
@@ -85,56 +85,75 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
     """Train the curves of each figure over seeds; writes ``fig_<name>.csv``, ``fig_<name>.png`` and
     ``beyond_summary.json`` (merged with an earlier one in ``out_dir``, so figures can be run one at a time).
     Returns the summary."""
-    from tqdm import tqdm
-
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: beyond_configs(n, quick) for n in names}
     todo = {_run_key(replace(c, seed=s)): replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds}
-    results = {}
-    if workers <= 1:
-        for k, c in tqdm(todo.items(), desc="beyond runs"):
-            results[k] = _train_any(c)
-    else:
-        ctx = torch.multiprocessing.get_context("spawn")
-        with ctx.Pool(workers) as pool:
-            for k, r in tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"):
-                results[k] = r
+    results = _train_all(todo, workers)
     path = os.path.join(out_dir, "beyond_summary.json")
     summary: Dict = {}
     if os.path.exists(path):
         with open(path) as fh:
             summary = json.load(fh)
-    meta = summary.setdefault("meta", {})
     for n, cs in curves.items():
-        table = {}
-        with open(os.path.join(out_dir, f"fig_{n}.csv"), "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
-            for label, c in cs:
-                rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
-                for s, r in zip(seeds, rs):
-                    for key, a in r["acc"].items():
-                        grp, l = key.split(",")
-                        w.writerow([n, label, s, grp, l, f"{a:.4f}"])
-                table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
-                                "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
-                                "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
-                                "final_train_loss": [r["final_train_loss"] for r in rs],
-                                "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
-                if "step_acc" in rs[0]:
-                    table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
-                                                     for l in rs[0]["step_acc"]}
-        summary[n] = table
-        (_plot_beyond if n in ("parity", "parity_pe") else _plot_lines)(n, table, os.path.join(out_dir, f"fig_{n}.png"))
+        summary[n] = _write_figure(n, cs, seeds, results, out_dir)
     # one entry per invocation (keyed by its figures): the file merges several runs of the command
-    from torchtune_longshort.provenance import provenance
-
-    meta[",".join(names)] = {"quick": quick, "seeds": list(seeds), "workers": workers,
-                             "wall_seconds": time.time() - t0, "provenance": provenance(device="cpu", stdlib=False)}
+    summary.setdefault("meta", {})[",".join(names)] = {
+        "quick": quick, "seeds": list(seeds), "workers": workers, "wall_seconds": time.time() - t0,
+        "provenance": run_provenance()}
     with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
     return summary
+
+
+def _train_all(todo: Dict[str, object], workers: int) -> Dict[str, Dict]:
+    """{run key: result} for every config of ``todo``, in ``workers`` processes (in-process for one)."""
+    from tqdm import tqdm
+
+    if workers <= 1:
+        return {k: train_probe(c) for k, c in tqdm(todo.items(), desc="beyond runs")}
+    ctx = torch.multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        return dict(tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"))
+
+
+def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict], out_dir: str) -> Dict:
+    """Writes ``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``; returns the
+    figure's summary table {curve label: seed means and minima, train losses, times, chance level}."""
+    table = {}
+    with open(os.path.join(out_dir, f"fig_{name}.csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
+        for label, c in curves:
+            rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
+            for s, r in zip(seeds, rs):
+                for key, a in r["acc"].items():
+                    grp, l = key.split(",")
+                    w.writerow([name, label, s, grp, l, f"{a:.4f}"])
+            table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
+                            "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                            "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                            "final_train_loss": [r["final_train_loss"] for r in rs],
+                            "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
+            if "step_acc" in rs[0]:
+                table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
+                                                 for l in rs[0]["step_acc"]}
+    import matplotlib.pyplot as plt
+
+    fig = probe_figure(name, table)
+    fig.savefig(os.path.join(out_dir, f"fig_{name}.png"))
+    plt.close(fig)
+    return table
+
+
+def probe_figure(name: str, table: Dict):
+    """The matplotlib figure of one beyond figure from its summary table (as ``_write_figure`` returns it): one line
+    per curve and group, x = test length, y = seed-mean accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    build = _parity_figure if name in ("parity", "parity_pe") else _planted_or_scratchpad_figure
+    return build(name, table)
 
 
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
@@ -148,22 +167,16 @@ def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Opti
     ax.legend(fontsize=6)
 
 
-def _finish(fig, axes, name: str, path: str) -> None:
-    import matplotlib.pyplot as plt
-
+def _finish(fig, axes, name: str):
     axes[0][0].set_ylabel("accuracy")
     fig.suptitle(BEYOND_TITLES[name], fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
-def _plot_lines(name: str, table: Dict, path: str) -> None:
+def _planted_or_scratchpad_figure(name: str, table: Dict):
     """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
     whole scratchpad), a line per curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels: Dict[str, List] = {}
@@ -185,13 +198,11 @@ def _plot_lines(name: str, table: Dict, path: str) -> None:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
         _style(ax, title, "test length l", -0.02, lines[0][2], chance if title != "whole scratchpad" else None)
-    _finish(fig, axes, name, path)
+    return _finish(fig, axes, name)
 
 
-def _plot_beyond(name: str, table: Dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+def _parity_figure(name: str, table: Dict):
+    """A panel per curve (K_train or position scheme), a line per test sparsity k."""
     import matplotlib.pyplot as plt
 
     labels = list(table)
@@ -204,4 +215,4 @@ def _plot_beyond(name: str, table: Dict, path: str) -> None:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2,
                     label=f"k={k}" + (" (> K_train)" if k > d["k_train"] else ""))
         _style(ax, label, "test pairs l", 0.4, d["l_train"], 0.5)
-    _finish(fig, axes, name, path)
+    return _finish(fig, axes, name)
