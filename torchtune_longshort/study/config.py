@@ -135,6 +135,14 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")
         pre.setdefault("overrides", {})
+    _validate_grid(cfg)
+    _validate_variants(cfg)
+    _validate_eval(cfg, root, L0, L)
+    return cfg
+
+
+def _validate_grid(cfg: Dict[str, Any]) -> None:
+    """``model``, ``finetune``, ``methods``, ``alphas``, ``seeds``."""
     model = _need(cfg, "model")
     if not isinstance(model, dict) or "_component_" not in model:
         raise StudyConfigError(f"study config: model={model!r} must be a builder node with a _component_ field")
@@ -161,6 +169,9 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     if not seeds or any(not isinstance(s, int) or isinstance(s, bool) for s in seeds):
         raise StudyConfigError(f"study config: seeds={seeds!r} must be a non-empty list of ints")
 
+
+def _validate_eval(cfg: Dict[str, Any], root: Path, L0: int, L: int) -> None:
+    """``eval``: lengths per task family (each an existing task), sample counts, BABILong; defaults filled."""
     ev = cfg.setdefault("eval", {})
     ev.setdefault("ppl_lengths", [L0, L, 2 * L, 4 * L])
     ev.setdefault("passkey_lengths", [L, 2 * L, 4 * L])
@@ -197,16 +208,106 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         bab.setdefault("n", 2)
         bab.setdefault("depths", None)
         bab.setdefault("qa", "qa1,qa2,qa3,qa4,qa5")
-    return cfg
+
+
+def _validate_variants(cfg: Dict[str, Any]) -> None:
+    """``variants``: extra runs on one method of ``methods`` (see :data:`VARIANTS`)."""
+    variants = cfg.setdefault("variants", {}) or {}
+    cfg["variants"] = variants
+    if not isinstance(variants, dict):
+        raise StudyConfigError(f"study config: variants={variants!r} must map a variant name to its settings")
+    for name, v in variants.items():
+        where = f"variants.{name}"
+        if name not in VARIANTS:
+            raise StudyConfigError(f"study config: {where} is not a known variant; accepted: {sorted(VARIANTS)}")
+        if not isinstance(v, dict) or v.get("method") not in cfg["methods"]:
+            raise StudyConfigError(f"study config: {where}.method must name one of methods {sorted(cfg['methods'])}")
+        alphas = v.get("alphas", [v.get("alpha")])
+        if not alphas or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in alphas):
+            raise StudyConfigError(f"study config: {where} needs alpha (or alphas) > 0; got {alphas!r}")
+        _VARIANT_CHECKS[name](v, where, int(cfg["L"]))
+
+
+def _check_e_ranges(v: Dict[str, Any], where: str, L: int) -> None:
+    from torchtune_longshort.windows import resolve_e_range
+
+    ranges = v.get("ranges")
+    if not ranges or not isinstance(ranges, list):
+        raise StudyConfigError(f"study config: {where}.ranges must be a list of [lo, hi] e ranges, e.g. [[1, L/4]]")
+    for r in ranges:
+        try:
+            resolve_e_range(r, L)
+        except (TypeError, ValueError) as e:
+            raise StudyConfigError(f"study config: {where}.ranges has {r!r}: {e}") from None
+
+
+def _check_divergences(v: Dict[str, Any], where: str, L: int) -> None:
+    from torchtune_longshort.loss.divergences import DIVERGENCES
+
+    ds = v.get("divergences")
+    if not ds or any(d not in DIVERGENCES for d in ds):
+        raise StudyConfigError(f"study config: {where}.divergences={ds!r}: each must be one of {list(DIVERGENCES)}")
+
+
+def _check_equal_compute(v: Dict[str, Any], where: str, L: int) -> None:
+    o = v.get("overhead")
+    if isinstance(o, bool) or not isinstance(o, (int, float)) or not o >= 1:
+        raise StudyConfigError(f"study config: {where}.overhead={o!r} must be a step-time ratio >= 1 (the paper's "
+                               "Appendix F: 1.0526)")
+
+
+_VARIANT_CHECKS = {"e_range": _check_e_ranges, "divergence": _check_divergences, "equal_compute": _check_equal_compute}
 
 
 def grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The fine-tune runs: seeds x methods x alphas, each with its run key (its folder name)."""
+    """The fine-tune runs, each with its run key (its folder name): seeds x methods x alphas (the main grid), then
+    the ``variants`` (one method each: ``e_range``, ``divergence``, ``equal_compute``) per seed.
+
+    A run is ``{key, method, rope, alpha, seed, variant, overrides}``; ``variant`` is ``None`` in the main grid and
+    ``overrides`` (recipe keys merged over the fine-tune config) is empty there.
+    """
     runs = []
-    # Seed outermost: an interrupted or time-boxed grid then holds complete alpha comparisons (same method, same
-    # seed) before it holds more seeds of any one of them.
+    variants = cfg.get("variants") or {}
+    # Seed outermost: an interrupted or time-boxed grid then holds complete comparisons (same seed) before it holds
+    # more seeds of any one of them.
     for s in cfg["seeds"]:
         for mname, mspec in cfg["methods"].items():
             for a in cfg["alphas"]:
-                runs.append({"key": f"{mname}_a{a:g}_s{s}", "method": mname, "rope": dict(mspec), "alpha": a, "seed": s})
+                runs.append(_run(f"{mname}_a{a:g}_s{s}", mname, mspec, a, s))
+        for vname, v in variants.items():
+            runs += [_run(key + f"_s{s}", v["method"], cfg["methods"][v["method"]], a, s, vname, over)
+                     for key, a, over in VARIANTS[vname](v)]
     return runs
+
+
+def _run(key: str, method: str, rope: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,
+         overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    return {"key": key, "method": method, "rope": dict(rope), "alpha": float(alpha), "seed": seed,
+            "variant": variant, "overrides": copy.deepcopy(overrides or {})}
+
+
+def _bound_tag(b: Any) -> str:
+    return str(b).replace("/", "_").replace("*", "").replace(" ", "")
+
+
+def _e_range_runs(v: Dict[str, Any]):
+    """Table 7: the same alpha with other ``e ~ U[lo, hi]`` ranges (the main grid holds the config's own range)."""
+    for lo, hi in v["ranges"]:
+        yield f"{v['method']}_a{v['alpha']:g}_e{_bound_tag(lo)}-{_bound_tag(hi)}", v["alpha"], {"e_range": [lo, hi]}
+
+
+def _divergence_runs(v: Dict[str, Any]):
+    """SCE (Eq. 3, the main grid) against other divergences at the same alphas."""
+    for d in v["divergences"]:
+        for a in v["alphas"]:
+            yield f"{v['method']}_a{a:g}_{d}", a, {"loss": {"divergence": d}}
+
+
+def _equal_compute_runs(v: Dict[str, Any]):
+    """Tables 9-10: ``alpha > 0`` with ``floor(max_steps / overhead)`` steps (the recipe's equal_compute_overhead)."""
+    yield (f"{v['method']}_a{v['alpha']:g}_eqc", v["alpha"],
+           {"equal_compute_overhead": float(v["overhead"])})
+
+
+# variant name -> (key, alpha, recipe overrides) of each of its runs for one seed
+VARIANTS = {"e_range": _e_range_runs, "divergence": _divergence_runs, "equal_compute": _equal_compute_runs}

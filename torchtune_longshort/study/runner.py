@@ -166,6 +166,7 @@ class Study:
                                "checkpointer": {"checkpoint_dir": str(self.base_checkpoint())}})
             c["model"] = scaled
             c = deep_merge(c, cfg["finetune"]["overrides"])
+            c = deep_merge(c, run.get("overrides") or {})  # a variant's own keys (e_range, divergence, ...)
         c["output_dir"] = train_dir
         c.setdefault("save_every_n_steps", c["max_steps"])
         if isinstance(c.get("checkpointer"), dict):
@@ -337,7 +338,7 @@ class Study:
         rec: Dict[str, Any] = {"key": key, "kind": "base" if key == "base" else "finetune",
                                "run_dir": str(rdir.relative_to(self.out)), "status": "running", "spec": spec}
         if run is not None:
-            rec.update({k: run[k] for k in ("method", "alpha", "seed")})
+            rec.update({k: run.get(k) for k in ("method", "alpha", "seed", "variant", "overrides")})
             rec["rope"] = run["rope"]
         t0 = time.time()
         stage = "train"
