@@ -32,6 +32,23 @@ from torchtune_longshort.eval.report import length_label  # noqa: F401  (the tas
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 
 
+# What the report reads, per family: (task family of FAMILY_TASK or a fixed task, metric); "{n}" is the length label.
+_FAMILY_METRIC = {
+    "ppl": ("ppl", "ppl"), "misalignment": ("misalignment", "sce"), "jeffreys": ("misalignment", "jeffreys"),
+    "entropy": ("misalignment", "entropy"), "passkey": ("passkey", "acc"),
+    "passkey_depth_0": ("passkey", "acc_depth_0"),
+}
+
+
+def metric_of(family: str, n: Any) -> tuple:
+    """``(lm-eval task, metric)`` holding ``family`` at length ``n`` (an int, or a BABILong label such as ``"1k"``
+    or ``"1k_d50"`` for the ``babilong`` family)."""
+    if family == "babilong":
+        return "babilong_longshort", f"acc_{n}"
+    fam, metric = _FAMILY_METRIC[family]
+    return f"{FAMILY_TASK[fam]}_{length_label(int(n))}", metric
+
+
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
 _QUICK_REPLACES = ("methods",)
 
@@ -278,6 +295,11 @@ def grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
             runs += [_run(key + f"_s{s}", v["method"], cfg["methods"][v["method"]], a, s, vname, over)
                      for key, a, over in VARIANTS[vname](v)]
     return runs
+
+
+def main_grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The runs of :func:`grid` outside the variants (methods x alphas x seeds): the paper-layout tables' rows."""
+    return [r for r in grid(cfg) if r["variant"] is None]
 
 
 def _run(key: str, method: str, rope: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,

@@ -21,7 +21,10 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.study.config import grid, length_label
+from torchtune_longshort.study.config import grid, length_label, main_grid
+from torchtune_longshort.study.claims import analyze
+from torchtune_longshort.study.claims_markdown import claims_markdown
+from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
 from torchtune_longshort.study.runner import RESULT
 
 # table id -> (title, task prefix, metric, lengths field, lower is better)
@@ -59,15 +62,6 @@ def _md_table(header: List[str], rows: List[List[str]]) -> str:
     lines = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def loss_label(alpha: float) -> str:
-    return "CE (alpha = 0)" if alpha == 0 else f"CE + {alpha:g} x misalignment"
-
-
-def metric_value(rec: Dict[str, Any], task: str, metric: str) -> Optional[float]:
-    v = (rec.get("results") or {}).get(task, {}).get(metric)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def load_records(out: Path, cfg: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
@@ -115,7 +109,7 @@ def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
 def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
     out: Dict[str, Any] = {}
-    ev, runs = cfg["eval"], grid(cfg)
+    ev, runs = cfg["eval"], main_grid(cfg)
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
     notes: Dict[str, str] = {}
     for tid, (title, prefix, metric, field, lower) in TABLES.items():
@@ -199,137 +193,6 @@ def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
     return res
 
 
-def _mark_lengths(ax, cfg: Dict[str, Any]) -> None:
-    """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
-    for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
-        ax.axvline(x, color="grey", lw=0.8, ls=":")
-        ax.text(x, 0.98, f" {lab}", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
-                color="grey")
-
-
-def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], ylabel: str):
-    """One panel per method: the table's mean ± sd against length, one line per loss row (a Figure).
-
-    Lengths get one labelled tick each; the value axis is log only when the values span a decade, with plain
-    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`)."""
-    from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
-
-    methods = list(table["methods"])
-    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False)
-    for ax, m in zip(axes[0], methods):
-        ys_all: List[float] = []
-        for row in table["methods"][m]:
-            ys = [row["cells"][length_label(n)]["mean"] for n in lengths]
-            es = [row["cells"][length_label(n)]["sd"] or 0.0 for n in lengths]
-            pts = [(x, y, e) for x, y, e in zip(lengths, ys, es) if y is not None]
-            if pts:
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
-                            capsize=3, label=row["label"] if row["alpha"] is not None else "base (reference)",
-                            linestyle="--" if row["alpha"] is None else "-")
-                ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
-        length_axis(ax, list(lengths) + [cfg["L0"], cfg["L"]])
-        value_axis(ax, ys_all)
-        _mark_lengths(ax, cfg)
-        ax.set_xlabel("sequence length (tokens)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{m}: mean ± sd over seeds")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no successful run", transform=ax.transAxes, ha="center", va="center")
-    return fig
-
-
-def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
-    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>``, one panel per method x
-    alpha (a Figure); a single length or depth keeps readable cells and titles."""
-    from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import heatmap_size
-
-    bab = cfg["eval"]["babilong"]
-    combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
-    w, h = heatmap_size(len(bab["lengths"]), len(bab["depths"]), extra=(1.4, 1.4), min_size=(2.6, 2.2))
-    fig = Figure(figsize=(w * len(cfg["alphas"]) + 1.0, h * len(cfg["methods"])), layout="constrained")
-    axes = fig.subplots(len(cfg["methods"]), len(cfg["alphas"]), squeeze=False)
-    im = None
-    for (m, a), ax in zip(combos, axes.flatten()):
-        keys = [r["key"] for r in grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
-        grid_v = []
-        for d in bab["depths"]:
-            row = []
-            for lab in bab["lengths"]:
-                vals = [metric_value(recs[k], "babilong_longshort", f"acc_{lab}_d{d}") for k in keys]
-                vals = [v for v in vals if v is not None]
-                row.append(statistics.fmean(vals) if vals else float("nan"))
-            grid_v.append(row)
-        im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(bab["lengths"])), bab["lengths"])
-        ax.set_yticks(range(len(bab["depths"])), [f"{d}%" for d in bab["depths"]])
-        for i, row in enumerate(grid_v):
-            for j, v in enumerate(row):
-                ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
-        ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
-        ax.set_xlabel("length")
-        ax.set_ylabel("fact depth")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
-    return fig
-
-
-def curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], longest: str):
-    """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
-    from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import value_axis
-
-    methods = list(cfg["methods"])
-    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False)
-    for ax, m in zip(axes[0], methods):
-        ys_all: List[float] = []
-        for a in cfg["alphas"]:
-            curves = [recs[r["key"]]["curves"][longest] for r in grid(cfg) if r["method"] == m and r["alpha"] == a
-                      and recs[r["key"]].get("status") == "ok" and longest in (recs[r["key"]].get("curves") or {})]
-            if curves:
-                n = min(map(len, curves))
-                ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
-                w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
-                ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
-                ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a))
-                ys_all += ys_s
-        value_axis(ax, ys_all, log_span=float("inf"))
-        _mark_lengths(ax, cfg)
-        ax.set_xlabel("position")
-        ax.set_ylabel("mean NLL (nats)")
-        ax.set_title(f"{m}: per-position loss at {longest} tokens")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    return fig
-
-
-def _plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
-    made = []
-    ev = cfg["eval"]
-    for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", "ppl_vs_length.png"),
-                                     ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
-                                      "misalignment_vs_length.png")):
-        if tables.get(tid):
-            line_figure(cfg, tables[tid], ev[field], ylabel).savefig(rdir / name, dpi=110)
-            made.append(name)
-    bab = ev.get("babilong")
-    if bab and bab.get("lengths") and bab.get("depths"):
-        babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
-        made.append("babilong_depth_length.png")
-    longest = str(max(ev["ppl_lengths"]))
-    if any(longest in (r.get("curves") or {}) for r in recs.values()):
-        curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
-        made.append("per_position_loss.png")
-    return made
-
-
 def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
     """The report's own provenance block, and a Markdown section that also names the runs whose provenance
     (recorded in their result.json when they ran) differs from it in anything but the device."""
@@ -373,7 +236,8 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
             shutil.copyfile(files[-1], d / "lm_eval_results.json")
     tables = _tables(cfg, recs)
     outcome = _outcome(cfg, tables)
-    plots = _plots(cfg, tables, recs, rdir)
+    analysis = analyze(cfg, recs)
+    plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     study_json = out / "study.json"
     wall = wall_s
     if wall is None and study_json.is_file():
@@ -400,6 +264,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
                 body.append([row["label"]] + [row["cells"][c]["text"] for c in t["columns"]] + [links])
             md += [_md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body), ""]
 
+    md += claims_markdown(analysis, cfg)
     md += ["## alpha > 0 against alpha = 0, paired by seed", "",
            "Difference value(alpha) − value(0) for the same method and seed (negative = lower with the "
            "misalignment term); mean ± sd over seeds, and in how many seeds it was lower.", ""]
@@ -431,6 +296,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     md += prov_md
     (rdir / "report.md").write_text("\n".join(md))
     summary = {"name": cfg["name"], "quick": cfg.get("quick", False), "tables": tables, "outcome": outcome,
+               "claims": analysis,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},
                "plots": plots, "wall_s": wall, "provenance": prov}

@@ -1,0 +1,326 @@
+"""The paper's claims, one by one, measured on a study's runs (``docs/study/<name>/report.md``, "Claims").
+
+Every comparison is paired by seed: a configuration (RoPE method, alpha, variant) against cross-entropy alone
+(``alpha = 0``) on the same method, with the same base model and seed, so the seed-to-seed noise of the data order
+cancels. :mod:`torchtune_longshort.study.stats` gives the mean difference and its 95% Student-t interval; a claim is
+``held`` when the intervals say what the paper says, ``not held`` when they do not, and ``not measurable here`` when
+the study lacks the runs or the scores carry no signal (e.g. a task at 0 for every model). The rule used for each
+verdict is written next to it in the report.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from torchtune_longshort.study.config import grid, length_label, metric_of
+from torchtune_longshort.study.stats import correlation, direction, paired_difference
+
+Records = Dict[str, Dict[str, Any]]
+
+# the paper's numbers each claim is compared with (Du et al., ICML 2025)
+PAPER = {
+    "table1": "Table 1: the misalignment metric correlates with LongBench-E / perplexity more strongly than the "
+              "training loss does (across the paper's fine-tuned Llama-2 checkpoints).",
+    "tables2_3": "Tables 2-3: alpha 0.1-0.3 beats CE on LongBench-E and long-context perplexity, for CLEX, "
+                 "LongQLoRA and EABF alike (e.g. CLEX-Llama-2-7B, LongBench-E avg 25.59 -> 26.79 at alpha 0.1).",
+    "tables4_5": "Tables 4-5: BABILong improves at 8k and 16k, most with the facts at depth 50-75%, and equals CE "
+                 "at depth 0.",
+    "table6": "Table 6: alpha 0.5-1.0 hurts (below the alpha 0.1-0.3 results).",
+    "table7": "Table 7: e ~ U[1, L/4] is about as good as U[1, L/2]; U[L/4, L/2] is slightly worse; U[1, L] "
+              "(no floor on the shorter window) is clearly worse.",
+    "tables9_10": "Tables 9-10: the gains hold at equal compute (the regularized run given ~5% fewer steps).",
+    "divergence": "No published result: Eq. 3's SCE(p, p) = 2 H(p), so SCE also rewards lower entropy; Jeffreys "
+                  "and JS align the windows without that reward.",
+}
+
+
+# ---------------------------------------------------------------------------------------------- reading records
+def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
+    """``family`` (ppl, misalignment, jeffreys, entropy, passkey, babilong) at length ``n`` from a result.json."""
+    task, metric = metric_of(family, n)
+    v = ((rec.get("results") or {}).get(task) or {}).get(metric)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def config_id(run: Dict[str, Any]) -> str:
+    """A run's configuration without its seed: the run key less ``_s<seed>``."""
+    return run["key"].rsplit("_s", 1)[0]
+
+
+def by_seed(cfg: Dict[str, Any], recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
+    """``{seed: value}`` of configuration ``cid`` over its successful runs."""
+    out = {}
+    for r in grid(cfg):
+        if config_id(r) == cid and recs.get(r["key"], {}).get("status") == "ok":
+            v = value(recs[r["key"]], family, n)
+            if v is not None:
+                out[r["seed"]] = v
+    return out
+
+
+def ce_id(cfg: Dict[str, Any], method: str) -> str:
+    return f"{method}_a0"
+
+
+def train_ce(rec: Dict[str, Any]) -> Optional[float]:
+    """Mean training CE of the last logged steps (the recipe's metrics.jsonl, via the run's train summary)."""
+    tr = rec.get("train") or {}
+    last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
+    v = last.get("ce")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def curve_mean(rec: Dict[str, Any], length: int, lo: int, hi: int) -> Optional[float]:
+    """Mean per-position NLL over positions ``[lo, hi)`` of the ``length``-token perplexity curve."""
+    c = (rec.get("curves") or {}).get(str(length)) or (rec.get("curves") or {}).get(length)
+    if not c or hi > len(c) or lo >= hi:
+        return None
+    return statistics.fmean(c[lo:hi])
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+def compare(cfg: Dict[str, Any], recs: Records, treated: str, control: str, family: str, n: Any,
+            lower_is_better: bool) -> Dict[str, Any]:
+    """Paired difference ``treated - control`` of ``family`` at ``n`` over seeds, with its direction."""
+    d = paired_difference(by_seed(cfg, recs, treated, family, n), by_seed(cfg, recs, control, family, n))
+    d.update({"treated": treated, "control": control, "family": family, "length": n,
+              "direction": direction(d, lower_is_better)})
+    return d
+
+
+def long_lengths(cfg: Dict[str, Any]) -> List[int]:
+    """The perplexity lengths at and beyond the fine-tuning length L (the paper's long-context range)."""
+    return [n for n in cfg["eval"]["ppl_lengths"] if n >= cfg["L"]]
+
+
+def _has_signal(cfg: Dict[str, Any], recs: Records, family: str, n: Any) -> bool:
+    """Whether a score varies at all across the study's runs (a task at 0 everywhere measures nothing)."""
+    vals = {value(r, family, n) for r in recs.values() if r.get("status") == "ok"} - {None}
+    return len(vals) > 1
+
+
+def _verdict_from(directions: Sequence[str], want: str) -> Tuple[str, str]:
+    if not directions or all(d == "unknown" for d in directions):
+        return "not measurable here", "fewer than 2 seeds with values: no interval"
+    if want in directions and not any(d == _opposite(want) for d in directions):
+        return "held", f"the 95% interval is {want} than CE at {directions.count(want)} of {len(directions)} points"
+    if _opposite(want) in directions:
+        return "not held", (f"the 95% interval is {_opposite(want)} than CE at "
+                            f"{directions.count(_opposite(want))} of {len(directions)} points")
+    return "not held", "every 95% interval holds 0: no difference from CE detectable with these seeds"
+
+
+def _opposite(d: str) -> str:
+    return {"better": "worse", "worse": "better"}.get(d, d)
+
+
+def ce_improvement(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
+    """Per method and ppl length: the base model, CE-only fine-tunes (mean over seeds) and their ratio."""
+    rows = []
+    base = recs.get("base", {})
+    for m in cfg["methods"]:
+        for n in cfg["eval"]["ppl_lengths"]:
+            ce = list(by_seed(cfg, recs, ce_id(cfg, m), "ppl", n).values())
+            b = value(base, "ppl", n) if base.get("status") == "ok" else None
+            mean = statistics.fmean(ce) if ce else None
+            rows.append({"method": m, "length": n, "base": b, "ce_mean": mean, "n": len(ce),
+                         "ratio": (mean / b) if (mean is not None and b) else None})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- the claims
+def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], want: str, key: str) -> Dict[str, Any]:
+    """Tables 2-3 (``want = better``, alphas 0.1-0.3) and Table 6 (``want = worse``, alpha >= 0.5): per method, the
+    paired ppl differences at every length >= L, plus retrieval / QA where they carry signal."""
+    comps, per_method = [], {}
+    for m in cfg["methods"]:
+        dirs = []
+        for a in alphas:
+            if a not in cfg["alphas"]:
+                continue
+            for n in long_lengths(cfg):
+                c = compare(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m), "ppl", n, lower_is_better=True)
+                comps.append(c)
+                dirs.append(c["direction"])
+            comps += _secondary(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m))
+        per_method[m] = _verdict_from(dirs, want)
+    if not comps:
+        return {"id": key, "paper": PAPER[key], "verdict": "not measurable here",
+                "reason": f"no alpha in {list(alphas)} in this study's grid", "comparisons": [], "per_method": {}}
+    verdicts = {v for v, _ in per_method.values()}
+    verdict = verdicts.pop() if len(verdicts) == 1 else "held for some methods only"
+    reason = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in per_method.items())
+    rule = (f"per method: {want} than CE on perplexity (95% interval of the paired difference excluding 0) at one "
+            f"or more lengths >= L and {_opposite(want)} at none, for alpha in {list(alphas)}")
+    return {"id": key, "paper": PAPER[key], "verdict": verdict, "rule": rule, "reason": reason, "comparisons": comps,
+            "per_method": {m: {"verdict": v, "reason": r} for m, (v, r) in per_method.items()}}
+
+
+def _secondary(cfg: Dict[str, Any], recs: Records, treated: str, control: str) -> List[Dict[str, Any]]:
+    """Retrieval (passkey) and QA (BABILong) comparisons, where the scores vary at all."""
+    out = []
+    for n in cfg["eval"].get("passkey_lengths") or []:
+        if _has_signal(cfg, recs, "passkey", n):
+            out.append(compare(cfg, recs, treated, control, "passkey", n, lower_is_better=False))
+    for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
+        if _has_signal(cfg, recs, "babilong", lab):
+            out.append(compare(cfg, recs, treated, control, "babilong", lab, lower_is_better=False))
+    return out
+
+
+def claim_babilong(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """Tables 4-5: QA accuracy by depth at the longest length, alpha 0.1-0.3 against CE."""
+    bab = cfg["eval"].get("babilong") or {}
+    labs, depths = bab.get("lengths") or [], bab.get("depths") or []
+    base = {"id": "tables4_5", "paper": PAPER["tables4_5"], "comparisons": []}
+    if not labs or not depths:
+        return {**base, "verdict": "not measurable here", "reason": "no BABILong lengths x depths in this study"}
+    longest = labs[-1]
+    keys = [(longest, d) for d in depths]
+    if not any(_has_signal(cfg, recs, "babilong", f"{lab}_d{d}") for lab, d in keys):
+        return {**base, "verdict": "not measurable here",
+                "reason": f"BABILong accuracy at {longest} is the same for every checkpoint (no signal)"}
+    comps = [compare(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m), "babilong", f"{longest}_d{d}", lower_is_better=False)
+             for m in cfg["methods"] for a in (0.1, 0.3) if a in cfg["alphas"] for d in depths]
+    mid = [c["direction"] for c in comps if int(str(c["length"]).rsplit("_d", 1)[1]) in (50, 75)]
+    zero = [c["direction"] for c in comps if str(c["length"]).endswith("_d0")]
+    v_mid, r_mid = _verdict_from(mid, "better")
+    same0 = all(d in ("no difference", "unknown") for d in zero)
+    verdict = "held" if v_mid == "held" and same0 else v_mid if v_mid != "held" else "not held"
+    reason = f"depth 50-75%: {r_mid}; depth 0: " + ("no difference from CE" if same0 else "differs from CE")
+    return {**base, "verdict": verdict, "reason": reason, "comparisons": comps,
+            "rule": "held when alpha 0.1-0.3 is better than CE at depth 50-75% and not different at depth 0"}
+
+
+def claim_e_range(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """Table 7: each variant range against the main grid's range at the same method and alpha (perplexity)."""
+    v = (cfg.get("variants") or {}).get("e_range")
+    base = {"id": "table7", "paper": PAPER["table7"], "comparisons": []}
+    if not v:
+        return {**base, "verdict": "not measurable here", "reason": "no e_range variant in this study"}
+    ref = f"{v['method']}_a{v['alpha']:g}"
+    expect = {"1-L_4": "no difference", "L_4-L_2": "worse", "1-L": "worse"}
+    comps, held = [], []
+    for r in grid(cfg):
+        if r["variant"] != "e_range" or r["seed"] != cfg["seeds"][0]:
+            continue
+        cid = config_id(r)
+        tag = cid.split("_e", 1)[1]
+        for n in long_lengths(cfg):
+            c = compare(cfg, recs, cid, ref, "ppl", n, lower_is_better=True)
+            c["e_range"] = r["overrides"]["e_range"]
+            c["expected"] = expect.get(tag)
+            comps.append(c)
+            if c["expected"] and c["direction"] != "unknown":
+                held.append(c["direction"] == c["expected"])
+    if not held:
+        return {**base, "verdict": "not measurable here", "reason": "no range with an interval", "comparisons": comps}
+    verdict = "held" if all(held) else "partly held" if any(held) else "not held"
+    return {**base, "verdict": verdict, "comparisons": comps,
+            "reason": f"{sum(held)} of {len(held)} (range, length) comparisons against the main range "
+                      f"{cfg['finetune']['overrides'].get('e_range', '[1, L/2]')} went the paper's way",
+            "rule": "U[1, L/4]: no difference; U[L/4, L/2] and U[1, L]: worse perplexity (95% interval of the "
+                    "paired difference against the main range)"}
+
+
+def claim_equal_compute(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    v = (cfg.get("variants") or {}).get("equal_compute")
+    base = {"id": "tables9_10", "paper": PAPER["tables9_10"], "comparisons": []}
+    if not v:
+        return {**base, "verdict": "not measurable here", "reason": "no equal_compute variant in this study"}
+    cid = f"{v['method']}_a{v['alpha']:g}_eqc"
+    comps = [compare(cfg, recs, cid, ce_id(cfg, v["method"]), "ppl", n, True) for n in long_lengths(cfg)]
+    verdict, reason = _verdict_from([c["direction"] for c in comps], "better")
+    return {**base, "verdict": verdict, "reason": reason, "comparisons": comps,
+            "rule": f"alpha {v['alpha']:g} with floor(max_steps / {v['overhead']}) steps better than CE on "
+                    "perplexity at one or more lengths >= L and worse at none"}
+
+
+def claim_divergence(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """SCE (main grid) against Jeffreys / JS at the same alphas: perplexity and entropy, each against CE."""
+    v = (cfg.get("variants") or {}).get("divergence")
+    base = {"id": "divergence", "paper": PAPER["divergence"], "comparisons": []}
+    if not v:
+        return {**base, "verdict": "not measurable here", "reason": "no divergence variant in this study"}
+    m, comps = v["method"], []
+    top = max(long_lengths(cfg))
+    for a in v["alphas"]:
+        for name, cid in [("sce", f"{m}_a{a:g}")] + [(d, f"{m}_a{a:g}_{d}") for d in v["divergences"]]:
+            for fam, n, lower in (("ppl", top, True), ("entropy", cfg["L"], True)):
+                c = compare(cfg, recs, cid, ce_id(cfg, m), fam, n, lower)
+                c["divergence"], c["alpha"] = name, a
+                comps.append(c)
+    return {**base, "verdict": "new result (no paper claim)", "comparisons": comps,
+            "reason": "see the table: each divergence's change in perplexity and in next-token entropy against CE",
+            "rule": "reported, not judged"}
+
+
+def claim_table1(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """Across every fine-tuned checkpoint: misalignment at L and training CE against long-context scores."""
+    keys = [r["key"] for r in grid(cfg) if recs.get(r["key"], {}).get("status") == "ok"]
+    L = cfg["L"]
+    predictors = {f"misalignment (Eq. 4) at {length_label(L)}": [value(recs[k], "misalignment", L) for k in keys],
+                  "training CE (last steps)": [train_ce(recs[k]) for k in keys]}
+    targets = {f"ppl at {length_label(n)}": [value(recs[k], "ppl", n) for k in keys] for n in long_lengths(cfg)}
+    for n in cfg["eval"].get("passkey_lengths") or []:
+        if _has_signal(cfg, recs, "passkey", n):
+            targets[f"passkey at {length_label(n)}"] = [value(recs[k], "passkey", n) for k in keys]
+    for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
+        if _has_signal(cfg, recs, "babilong", lab):
+            targets[f"BABILong at {lab}"] = [value(recs[k], "babilong", lab) for k in keys]
+    rows = [{"predictor": p, "target": t, **correlation(xs, ys)} for p, xs in predictors.items()
+            for t, ys in targets.items()]
+    main_t = f"ppl at {length_label(max(long_lengths(cfg)))}"
+    mis = next((r for r in rows if r["target"] == main_t and r["predictor"].startswith("misalignment")), None)
+    ce = next((r for r in rows if r["target"] == main_t and r["predictor"].startswith("training")), None)
+    base = {"id": "table1", "paper": PAPER["table1"], "correlations": rows, "n_checkpoints": len(keys),
+            "rule": f"|Spearman rho| of the metric with {main_t} above that of the training CE, and its 95% "
+                    "interval excluding 0"}
+    if not mis or mis["spearman"] is None or not ce or ce["spearman"] is None:
+        return {**base, "verdict": "not measurable here", "reason": "fewer than 3 checkpoints with both values"}
+    stronger = abs(mis["spearman"]) > abs(ce["spearman"])
+    excl = mis["spearman_lo"] is not None and (mis["spearman_lo"] > 0 or mis["spearman_hi"] < 0)
+    verdict = "held" if stronger and excl else "not held"
+    reason = (f"rho(metric, {main_t}) = {mis['spearman']:.3f} vs rho(training CE, {main_t}) = {ce['spearman']:.3f} "
+              f"over {mis['n']} checkpoints" + ("" if excl else "; the metric's interval holds 0"))
+    return {**base, "verdict": verdict, "reason": reason}
+
+
+def analyze(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """Every claim, the CE-over-base table and per-configuration entropy / late-position loss."""
+    claims = [claim_table1(cfg, recs),
+              claim_alpha(cfg, recs, [0.1, 0.3], "better", "tables2_3"),
+              claim_babilong(cfg, recs),
+              claim_alpha(cfg, recs, [a for a in cfg["alphas"] if a >= 0.5], "worse", "table6"),
+              claim_e_range(cfg, recs),
+              claim_equal_compute(cfg, recs),
+              claim_divergence(cfg, recs)]
+    return {"claims": claims, "ce_vs_base": ce_improvement(cfg, recs), "per_config": per_config(cfg, recs)}
+
+
+def per_config(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
+    """Per configuration (mean over seeds): entropy at L, loss at positions < L and in [L, 4L) of the longest
+    perplexity curve, and passkey / BABILong accuracy at depth 0 (does the loss lean less on early context?)."""
+    top, L = max(cfg["eval"]["ppl_lengths"]), cfg["L"]
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in grid(cfg):
+        rec = recs.get(r["key"], {})
+        if rec.get("status") != "ok":
+            continue
+        row = out.setdefault(config_id(r), {"config": config_id(r), "method": r["method"], "alpha": r["alpha"],
+                                             "variant": r["variant"], "vals": {}})
+        items = {"entropy": value(rec, "entropy", L), "loss_pos_lt_L": curve_mean(rec, top, 0, L),
+                 "loss_pos_ge_L": curve_mean(rec, top, L, top), "ppl_top": value(rec, "ppl", top)}
+        pk = cfg["eval"].get("passkey_lengths") or []
+        if pk:
+            items["passkey_depth_0"] = value(rec, "passkey_depth_0", max(pk))
+        for k, x in items.items():
+            if x is not None:
+                row["vals"].setdefault(k, []).append(x)
+    for row in out.values():
+        row["means"] = {k: statistics.fmean(v) for k, v in row.pop("vals").items()}
+    return list(out.values())

@@ -1,0 +1,94 @@
+"""The "Claims" part of a study's report.md, from :func:`torchtune_longshort.study.claims.analyze`'s data."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from torchtune_longshort.study.config import length_label
+
+
+def _f(x: Optional[float], digits: int = 4) -> str:
+    return "—" if x is None else f"{x:.{digits}g}"
+
+
+def _interval(c: Dict[str, Any]) -> str:
+    if c.get("mean") is None:
+        return "—"
+    if c.get("lo") is None:
+        return f"{_f(c['mean'])} (n={c['n']}, no interval)"
+    return f"{_f(c['mean'])} [{_f(c['lo'])}, {_f(c['hi'])}] (n={c['n']})"
+
+
+def _length(x: Any) -> str:
+    return length_label(x) if isinstance(x, int) else str(x)
+
+
+def _table(header: List[str], rows: List[List[str]]) -> List[str]:
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    out = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(map(esc, r)) + " |" for r in rows] + [""]
+
+
+def _comparisons(comps: List[Dict[str, Any]], extra: Optional[List[str]] = None) -> List[str]:
+    extra = extra or []
+    rows = [[c["treated"], c["control"], c["family"], _length(c["length"])] + [str(c.get(k, "")) for k in extra]
+            + [_interval(c), c["direction"]] for c in comps]
+    return _table(["configuration", "against", "score", "length"] + extra
+                  + ["paired difference, mean [95% CI]", "direction"], rows)
+
+
+def ce_section(rows: List[Dict[str, Any]]) -> List[str]:
+    md = ["### What the CE-only fine-tunes learned", "",
+          "Perplexity of the base model (pre-trained at L0, unscaled RoPE, extrapolating) and of the CE-only "
+          "fine-tunes (mean over seeds); ratio < 1: the fine-tune is better than the base.", ""]
+    body = [[r["method"], length_label(r["length"]), _f(r["base"]), _f(r["ce_mean"]), str(r["n"]), _f(r["ratio"], 3)]
+            for r in rows]
+    return md + _table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
+
+
+def claim_section(c: Dict[str, Any]) -> List[str]:
+    md = [f"### {c['id']}: {c['verdict'].upper()}", "", f"Paper: {c['paper']}", ""]
+    if c.get("rule"):
+        md += [f"Rule: {c['rule']}.", ""]
+    md += [f"Measured here: {c.get('reason', '')}.", ""]
+    if c.get("per_method"):
+        md += _table(["method", "verdict", "why"], [[m, v["verdict"], v["reason"]] for m, v in c["per_method"].items()])
+    if c.get("correlations"):
+        body = [[r["predictor"], r["target"], str(r["n"]),
+                 f"{_f(r['pearson'], 3)} [{_f(r['pearson_lo'], 3)}, {_f(r['pearson_hi'], 3)}]",
+                 f"{_f(r['spearman'], 3)} [{_f(r['spearman_lo'], 3)}, {_f(r['spearman_hi'], 3)}]"]
+                for r in c["correlations"]]
+        md += [f"Across {c['n_checkpoints']} fine-tuned checkpoints (every configuration and seed):", ""]
+        md += _table(["predictor", "target", "n", "Pearson r [95% CI]", "Spearman rho [95% CI]"], body)
+    if c.get("comparisons"):
+        extra = ["e_range", "expected"] if c["id"] == "table7" else ["divergence", "alpha"] if c["id"] == "divergence" else []
+        md += _comparisons(c["comparisons"], extra)
+    return md
+
+
+def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str]:
+    md = ["### Entropy and where the loss falls, per configuration", "",
+          f"Mean over seeds. Entropy: mean next-token entropy (nats) of the model's distributions at the "
+          f"misalignment task's {length_label(L)} windows. Loss by position: mean NLL of the {length_label(top)}-token "
+          f"perplexity curve at positions below L = {L} and at L and beyond (does the loss lean less on early "
+          "context?). Passkey at depth 0: the key at the start of the context.", ""]
+    body = [[r["config"], r["method"], f"{r['alpha']:g}", r["variant"] or "main",
+             _f(r["means"].get("entropy")), _f(r["means"].get("loss_pos_lt_L")), _f(r["means"].get("loss_pos_ge_L")),
+             _f(r["means"].get("ppl_top")), _f(r["means"].get("passkey_depth_0"), 3)] for r in rows]
+    return md + _table(["configuration", "method", "alpha", "variant", "entropy", "loss, pos < L",
+                        "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0"], body)
+
+
+def claims_markdown(analysis: Dict[str, Any], cfg: Dict[str, Any]) -> List[str]:
+    md = ["## Claims, one by one", "",
+          "Each comparison is paired by seed against cross-entropy alone (alpha = 0) on the same RoPE method: "
+          "mean difference over seeds and its 95% Student-t interval. Perplexity: lower is better (a negative "
+          "difference favours the configuration); accuracies: higher is better. `direction` is `better` / "
+          "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed.", ""]
+    verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
+    md += _table(["claim", "verdict", "in short"], verdicts)
+    md += ce_section(analysis["ce_vs_base"])
+    for c in analysis["claims"]:
+        md += claim_section(c)
+    md += per_config_section(analysis["per_config"], cfg["L"], max(cfg["eval"]["ppl_lengths"]))
+    return md

@@ -1,0 +1,252 @@
+"""The study report's figures (matplotlib ``Figure`` objects, no pyplot state): lines over length, BABILong
+depth x length heatmaps, per-position loss, and the claims' scatter and bar plots."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Dict, List
+
+from torchtune_longshort.study.config import length_label, main_grid
+
+
+def loss_label(alpha: float) -> str:
+    return "CE (alpha = 0)" if alpha == 0 else f"CE + {alpha:g} x misalignment"
+
+
+def metric_value(rec: Dict[str, Any], task: str, metric: str):
+    v = (rec.get("results") or {}).get(task, {}).get(metric)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _mark_lengths(ax, cfg: Dict[str, Any]) -> None:
+    """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
+    for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
+        ax.axvline(x, color="grey", lw=0.8, ls=":")
+        ax.text(x, 0.98, f" {lab}", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
+                color="grey")
+
+
+def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], ylabel: str):
+    """One panel per method: the table's mean ± sd against length, one line per loss row (a Figure).
+
+    Lengths get one labelled tick each; the value axis is log only when the values span a decade, with plain
+    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
+
+    methods = list(table["methods"])
+    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        ys_all: List[float] = []
+        for row in table["methods"][m]:
+            ys = [row["cells"][length_label(n)]["mean"] for n in lengths]
+            es = [row["cells"][length_label(n)]["sd"] or 0.0 for n in lengths]
+            pts = [(x, y, e) for x, y, e in zip(lengths, ys, es) if y is not None]
+            if pts:
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                            capsize=3, label=row["label"] if row["alpha"] is not None else "base (reference)",
+                            linestyle="--" if row["alpha"] is None else "-")
+                ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
+        length_axis(ax, list(lengths) + [cfg["L0"], cfg["L"]])
+        value_axis(ax, ys_all)
+        _mark_lengths(ax, cfg)
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{m}: mean ± sd over seeds")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no successful run", transform=ax.transAxes, ha="center", va="center")
+    return fig
+
+
+def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>``, one panel per method x
+    alpha (a Figure); a single length or depth keeps readable cells and titles."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import heatmap_size
+
+    bab = cfg["eval"]["babilong"]
+    combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
+    w, h = heatmap_size(len(bab["lengths"]), len(bab["depths"]), extra=(1.4, 1.4), min_size=(2.6, 2.2))
+    fig = Figure(figsize=(w * len(cfg["alphas"]) + 1.0, h * len(cfg["methods"])), layout="constrained")
+    axes = fig.subplots(len(cfg["methods"]), len(cfg["alphas"]), squeeze=False)
+    im = None
+    for (m, a), ax in zip(combos, axes.flatten()):
+        keys = [r["key"] for r in main_grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
+        grid_v = []
+        for d in bab["depths"]:
+            row = []
+            for lab in bab["lengths"]:
+                vals = [metric_value(recs[k], "babilong_longshort", f"acc_{lab}_d{d}") for k in keys]
+                vals = [v for v in vals if v is not None]
+                row.append(statistics.fmean(vals) if vals else float("nan"))
+            grid_v.append(row)
+        im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(bab["lengths"])), bab["lengths"])
+        ax.set_yticks(range(len(bab["depths"])), [f"{d}%" for d in bab["depths"]])
+        for i, row in enumerate(grid_v):
+            for j, v in enumerate(row):
+                ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+        ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
+        ax.set_xlabel("length")
+        ax.set_ylabel("fact depth")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
+    return fig
+
+
+def curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], longest: str):
+    """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import value_axis
+
+    methods = list(cfg["methods"])
+    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        ys_all: List[float] = []
+        for a in cfg["alphas"]:
+            curves = [recs[r["key"]]["curves"][longest] for r in main_grid(cfg) if r["method"] == m and r["alpha"] == a
+                      and recs[r["key"]].get("status") == "ok" and longest in (recs[r["key"]].get("curves") or {})]
+            if curves:
+                n = min(map(len, curves))
+                ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
+                w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
+                ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
+                ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a))
+                ys_all += ys_s
+        value_axis(ax, ys_all, log_span=float("inf"))
+        _mark_lengths(ax, cfg)
+        ax.set_xlabel("position")
+        ax.set_ylabel("mean NLL (nats)")
+        ax.set_title(f"{m}: per-position loss at {longest} tokens")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
+def write_plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
+    """Save every figure the tables and records support under ``rdir``; returns the file names."""
+    made = []
+    ev = cfg["eval"]
+    for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", "ppl_vs_length.png"),
+                                     ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
+                                      "misalignment_vs_length.png")):
+        if tables.get(tid):
+            line_figure(cfg, tables[tid], ev[field], ylabel).savefig(rdir / name, dpi=110)
+            made.append(name)
+    bab = ev.get("babilong")
+    if bab and bab.get("lengths") and bab.get("depths"):
+        babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
+        made.append("babilong_depth_length.png")
+    longest = str(max(ev["ppl_lengths"]))
+    if any(longest in (r.get("curves") or {}) for r in recs.values()):
+        curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
+        made.append("per_position_loss.png")
+    return made
+
+
+# ---------------------------------------------------------------------------------------------- the claims' plots
+def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """Table 1: every checkpoint's misalignment at L and training CE against its perplexity at the longest length."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.study.claims import train_ce, value
+
+    top, L = max(n for n in cfg["eval"]["ppl_lengths"]), cfg["L"]
+    keys = [k for k, r in recs.items() if k != "base" and r.get("status") == "ok"]
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, (name, getx) in zip(axes, ((f"misalignment (Eq. 4) at {length_label(L)}",
+                                        lambda r: value(r, "misalignment", L)),
+                                       ("training CE (last steps)", train_ce))):
+        for m in cfg["methods"]:
+            pts = [(getx(recs[k]), value(recs[k], "ppl", top)) for k in keys if recs[k].get("method") == m]
+            pts = [p for p in pts if None not in p]
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=m, s=18)
+        row = next((r for r in table1.get("correlations", []) if r["predictor"] == name
+                    and r["target"] == f"ppl at {length_label(top)}"), None)
+        rho = f" (Spearman {row['spearman']:.2f})" if row and row.get("spearman") is not None else ""
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"perplexity at {length_label(top)}")
+        ax.set_title(f"{name}{rho}", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
+def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """Perplexity against alpha at each length >= L, one panel per method (mean ± sd over seeds)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.study.claims import by_seed, long_lengths
+
+    methods = list(cfg["methods"])
+    fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        for n in long_lengths(cfg):
+            pts = []
+            for a in cfg["alphas"]:
+                vals = list(by_seed(cfg, recs, f"{m}_a{a:g}", "ppl", n).values())
+                if vals:
+                    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                    pts.append((a, statistics.fmean(vals), sd))
+            if pts:
+                ax.errorbar(range(len(pts)), [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                            label=f"ppl {length_label(n)}")
+                ax.set_xticks(range(len(pts)), [f"{p[0]:g}" for p in pts])
+        ax.set_xlabel("alpha")
+        ax.set_ylabel("perplexity")
+        ax.set_yscale("log")
+        ax.set_title(m)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
+def bars_figure(comps: List[Dict[str, Any]], label_key, title: str):
+    """Paired differences against a reference (mean and 95% interval) as horizontal bars, one per comparison."""
+    from matplotlib.figure import Figure
+
+    rows = [c for c in comps if c.get("mean") is not None]
+    fig = Figure(figsize=(7, 0.4 * max(3, len(rows)) + 1.2), layout="constrained")
+    ax = fig.subplots()
+    ys = list(range(len(rows)))
+    ax.barh(ys, [c["mean"] for c in rows], color=["tab:green" if c["mean"] < 0 else "tab:red" for c in rows])
+    for y, c in zip(ys, rows):
+        if c.get("lo") is not None:
+            ax.plot([c["lo"], c["hi"]], [y, y], color="black", lw=1)
+    ax.set_yticks(ys, [label_key(c) for c in rows], fontsize=7)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel("paired difference (mean, 95% CI); negative = lower")
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
+    """The claims' figures: metric-vs-performance scatter, alpha curves, e-range and divergence bars."""
+    made = []
+    claims = {c["id"]: c for c in analysis["claims"]}
+    if claims["table1"].get("correlations"):
+        scatter_figure(claims["table1"], cfg, recs).savefig(rdir / "metric_vs_performance.png", dpi=110)
+        made.append("metric_vs_performance.png")
+    if len(cfg["alphas"]) > 1:
+        alpha_figure(cfg, recs).savefig(rdir / "alpha_curves.png", dpi=110)
+        made.append("alpha_curves.png")
+    if claims["table7"]["comparisons"]:
+        bars_figure(claims["table7"]["comparisons"], lambda c: f"e~U{c['e_range']} @ {length_label(c['length'])}",
+                    "Table 7: perplexity against the main e range").savefig(rdir / "e_range_bars.png", dpi=110)
+        made.append("e_range_bars.png")
+    if claims["divergence"]["comparisons"]:
+        bars_figure(claims["divergence"]["comparisons"],
+                    lambda c: f"{c['divergence']} a={c['alpha']:g}: {c['family']} @ {length_label(c['length'])}",
+                    "Divergences against CE: perplexity and entropy").savefig(rdir / "divergence_bars.png", dpi=110)
+        made.append("divergence_bars.png")
+    return made
