@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from torchtune_longshort.eval.report import length_label  # noqa: F401  (the task pack's length labels)
+from torchtune_longshort.eval.lengths import length_label  # noqa: F401  (the task pack's length labels)
 
 # Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
