@@ -49,10 +49,15 @@ def parse_lengths(value: LengthList, key: str = METADATA_KEY) -> List[int]:
     return [int(n) for n in lengths]
 
 
+def lengths_key(prefix: str) -> str:
+    """The metadata key of one task's own lengths: ``"ppl" -> "ppl_max_seq_lengths"``."""
+    return f"{prefix}_{METADATA_KEY}"
+
+
 def lengths_from_metadata(metadata: Mapping[str, Any], prefix: str) -> List[int]:
     """The lengths a task sweeps: ``<prefix>_max_seq_lengths`` if set, else ``max_seq_lengths`` (the task YAML's
     ``metadata`` holds its default, ``--metadata`` overrides it)."""
-    own = f"{prefix}_{METADATA_KEY}"
+    own = lengths_key(prefix)
     key = own if metadata.get(own) not in (None, "", []) else METADATA_KEY
     if metadata.get(key) in (None, "", []):
         raise ValueError(f"no lengths: set {METADATA_KEY} (or {own}) in the task's metadata or in --metadata, "

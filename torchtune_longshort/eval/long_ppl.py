@@ -33,6 +33,8 @@ from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_
 from torchtune_longshort.eval.unavailable import check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (ppl_source, ppl_max_seq_lengths, ...).
+METADATA_PREFIX = "ppl"
 
 
 def long_ppl_dataset(**metadata: Any):
@@ -48,7 +50,7 @@ def long_ppl_dataset(**metadata: Any):
         # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
         check_fits_model(length, metadata)
         tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, "ppl", min_chars=length // 2)
+        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
         samples = fixed_length_samples(texts, tok, length, num_samples=int(metadata.get("ppl_num_samples", 20)),
                                        chunks_per_doc=int(metadata.get("ppl_chunks_per_doc", 1)))
         return [{"text": s.text, "n_tokens": len(s.token_ids), "length": length, "doc_index": s.doc_index,
@@ -57,7 +59,7 @@ def long_ppl_dataset(**metadata: Any):
     def placeholder_row(length: int) -> Dict[str, Any]:
         return {"text": " ", "n_tokens": 0, "length": length, "doc_index": -1, "start": -1, "source": source}
 
-    return sweep_dataset("long_ppl", lengths_from_metadata(metadata, "ppl"), rows_at, placeholder_row)
+    return sweep_dataset("long_ppl", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholder_row)
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, Any]:

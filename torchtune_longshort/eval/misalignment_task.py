@@ -34,6 +34,8 @@ from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (mis_source, mis_max_seq_lengths, ...).
+METADATA_PREFIX = "mis"
 REQUEST_TYPE = "next_token_divergence"
 # The request a placeholder row sends (every lm-eval model answers it; its result is not used).
 PLACEHOLDER_REQUEST = "loglikelihood_rolling"
@@ -45,7 +47,7 @@ def misalignment_dataset(**metadata: Any):
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
         tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, "mis", min_chars=length // 2)
+        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
         samples = fixed_length_samples(texts, tok, length,
                                        num_samples=int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)))
         rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
@@ -55,7 +57,7 @@ def misalignment_dataset(**metadata: Any):
             rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index})
         return rows
 
-    return sweep_dataset("misalignment", lengths_from_metadata(metadata, "mis"), rows_at, _placeholder_row)
+    return sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
 def _placeholder_row(length: int) -> Dict[str, Any]:
@@ -83,7 +85,7 @@ class MisalignmentTask(LengthSweptTask):
             def refuse(length: int) -> List[Dict[str, Any]]:
                 raise TaskDataError(reason)
 
-            self.dataset = sweep_dataset("misalignment", lengths_from_metadata(metadata, "mis"), refuse, _placeholder_row)
+            self.dataset = sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
             return
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE

@@ -33,6 +33,8 @@ from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
 from torchtune_longshort.eval.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (passkey_haystack, passkey_max_seq_lengths, ...).
+METADATA_PREFIX = "passkey"
 
 TASK_DESCRIPTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -207,7 +209,7 @@ def passkey_dataset(**metadata: Any):
         )
         return [asdict(s) for s in samples]
 
-    return sweep_dataset("longshort_passkey", lengths_from_metadata(metadata, "passkey"), rows_at, _placeholder_row)
+    return sweep_dataset("longshort_passkey", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
 _NUMBER = re.compile(r"\d+")

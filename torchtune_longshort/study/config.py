@@ -26,10 +26,14 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
 from torchtune_longshort.eval.lengths import length_label  # noqa: F401  (the task pack's length labels)
 
-# Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
+# Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
+# Study family -> the prefix of its task's metadata keys (the task module's METADATA_PREFIX).
+FAMILY_METADATA_PREFIX = {"ppl": long_ppl.METADATA_PREFIX, "passkey": passkey.METADATA_PREFIX,
+                          "misalignment": misalignment_task.METADATA_PREFIX}
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
@@ -177,16 +181,10 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     ev.setdefault("babilong", None)
     ev.setdefault("longbench_e_data_dir", None)
     ev.setdefault("eval_base", True)
-    tasks_dir = root / ev.setdefault("include_path", "evals/tasks")
-    for fam, prefix in FAMILY_TASK.items():
-        lengths = ev[f"{fam}_lengths"]
-        for n in lengths:
+    ev.setdefault("include_path", "evals/tasks")
+    for fam in FAMILY_TASK:
+        for n in ev[f"{fam}_lengths"]:
             _pos_int(n, f"eval.{fam}_lengths[]")
-            task = f"{prefix}_{length_label(n)}"
-            if not (tasks_dir / prefix / f"{task}.yaml").is_file():
-                have = sorted(p.stem for p in (tasks_dir / prefix).glob(f"{prefix}_*.yaml"))
-                raise StudyConfigError(f"study config: eval.{fam}_lengths has {n}, but task {task} does not exist in "
-                                       f"{tasks_dir / prefix}; accepted lengths: {have}")
     bab = ev["babilong"]
     if bab:
         from torchtune_longshort.eval.babilong_generator import LENGTHS
