@@ -272,7 +272,8 @@ def _fake_results(path: Path, model="longshort", name="results_2026-01-01T00-00-
 
 
 def test_report_refuses_to_mix_checkpoints_in_one_column(tmp_path):
-    from torchtune_longshort.eval.report import build_report, load_results
+    from torchtune_longshort.eval.report import build_report
+    from torchtune_longshort.eval.results_io import load_results
 
     run = tmp_path / "ours"
     _fake_results(run / "__ckpt__a", batch_size=1)
