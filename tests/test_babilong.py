@@ -294,3 +294,36 @@ def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_
         assert res[f"babilong_{qa}"]["missing_data,none"] == 1.0
     group = res["babilong_longshort"]
     assert group["acc_4k_d50,none"] == pytest.approx(sum(res[f"babilong_{q}"]["acc_4k_d50,none"] for q in gen.QA_TASKS) / 5)
+
+
+# ----------------------------------------------------------------------- the generated group YAML
+def test_group_yaml_is_the_generators_output():
+    from torchtune_longshort.eval.gen_tasks import BABILONG_YAML, babilong_yaml
+
+    assert BABILONG_YAML.read_text() == babilong_yaml(), "run python -m torchtune_longshort.eval.gen_tasks"
+
+
+def test_group_yaml_averages_every_metric_process_results_can_report():
+    """Every key process_results returns over all QA tasks, lengths and depths (and a row without data) is a
+    metric the group averages, and the group averages nothing else."""
+    import yaml
+
+    from torchtune_longshort.eval.babilong_generator import DEPTHS, LENGTHS, QA_TASKS, TASK_LABELS
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    cfg = yaml.load((REPO / "evals/tasks/babilong/babilong_longshort.yaml").read_text(), Loader=_Loader)
+    averaged = [m["metric"] for m in cfg["aggregate_metric_list"]]
+    reported = set()
+    for qa in QA_TASKS:
+        target = sorted(TASK_LABELS[qa])[0]
+        for length in LENGTHS:
+            for depth in (None, *DEPTHS):
+                doc = {"qa": qa, "target": target, "question": "?", "length": length, "depth": depth,
+                       bl.MISSING_DATA_FIELD: None}
+                reported |= set(bl.process_results(doc, [target]))
+    reported |= set(bl.process_results({bl.MISSING_DATA_FIELD: "no file"}, [""]))
+    assert len(averaged) == len(set(averaged))
+    assert set(averaged) == reported - {"error"}

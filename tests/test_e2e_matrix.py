@@ -180,17 +180,18 @@ def task_manager(bases):
 
     import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
 
-    meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": str(bases["tokenizer"])}
+    meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": str(bases["tokenizer"]),
+            "max_seq_lengths": [EVAL_LEN]}
     return TaskManager(include_path=str(REPO / "evals" / "tasks"), metadata=meta)
 
 
 def _ppl(task_manager, model: str, model_args: str) -> float:
-    """lm-eval's evaluator (the CLI's own ``simple_evaluate``) on ``long_ppl_<EVAL_LEN>``."""
+    """lm-eval's evaluator (the CLI's own ``simple_evaluate``) on ``long_ppl`` at ``EVAL_LEN`` tokens."""
     from lm_eval import simple_evaluate
 
-    res = simple_evaluate(model=model, model_args=model_args, tasks=[f"long_ppl_{EVAL_LEN}"], batch_size=2,
+    res = simple_evaluate(model=model, model_args=model_args, tasks=["long_ppl"], batch_size=2,
                           device="cpu", task_manager=task_manager, log_samples=False, bootstrap_iters=0)
-    return float(res["results"][f"long_ppl_{EVAL_LEN}"]["ppl,none"])
+    return float(res["results"]["long_ppl"][f"ppl_{EVAL_LEN},none"])
 
 
 def _representable(step_dir: Path) -> bool:
@@ -242,9 +243,9 @@ def test_readme_lm_eval_hf_command_works_as_written_on_a_recipe_checkpoint(train
     """``lm-eval run --model hf --model_args pretrained=<step_k> ...`` exactly as the README writes it, stock lm-eval."""
     step = trained["method:linear"]
     cmd = [str(Path(sys.executable).with_name("lm-eval")), "run", "--model", "hf", "--model_args",
-           f"pretrained={step}", "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl_256",
-           "--metadata", '{"ppl_source":"stdlib","ppl_num_samples":2}', "--output_path", str(tmp_path / "res")]
+           f"pretrained={step}", "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl",
+           "--metadata", '{"ppl_source":"stdlib","ppl_num_samples":2,"max_seq_lengths":"256"}', "--output_path", str(tmp_path / "res")]
     p = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(next((tmp_path / "res").rglob("results_*.json")).read_text())
-    assert math.isfinite(res["results"]["long_ppl_256"]["ppl,none"])
+    assert math.isfinite(res["results"]["long_ppl"]["ppl_256,none"])

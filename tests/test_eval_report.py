@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from torchtune_longshort.eval.report import build_report, length_tokens, main
+from torchtune_longshort.eval.lengths import length_label, parse_length, parse_lengths
+from torchtune_longshort.eval.report import build_report, main
 
 
 def _write(d, results, samples=None):
@@ -20,15 +21,15 @@ def _write(d, results, samples=None):
 
 def test_tables_plots_and_curve(tmp_path):
     base = {
-        "long_ppl_2k": {"ppl,none": 7.5, "ppl_stderr,none": "N/A"},
-        "long_ppl_512": {"ppl,none": 9.25},
-        "longshort_passkey_2k": {"acc,none": 0.5, "acc_depth_0,none": 1.0, "acc_depth_50,none": 0.0},
+        "long_ppl": {"ppl_2k,none": 7.5, "ppl_2k_stderr,none": "N/A", "ppl_512,none": 9.25},
+        "longshort_passkey": {"acc,none": 0.5, "acc_2k,none": 0.5, "acc_2k_d0,none": 1.0, "acc_2k_d50,none": 0.0},
         "babilong_longshort": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
     }
-    ours = {"long_ppl_2k": {"ppl,none": 6.5}, "long_ppl_512": {"ppl,none": 8.0}}
-    curve_rows = [{"curve_mean_nll": [1.0, 2.0, 3.0]}, {"curve_mean_nll": [3.0, 2.0, 1.0]}]
+    ours = {"long_ppl": {"ppl_2k,none": 6.5, "ppl_512,none": 8.0}}
+    curve_rows = [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}, {"curve_mean_nll_3": [3.0, 2.0, 1.0]},
+                  {"curve_mean_nll_4": [5.0, 5.0, 5.0, 5.0]}]
     _write(tmp_path / "base", base)
-    _write(tmp_path / "ours", ours, {"long_ppl_3": curve_rows})
+    _write(tmp_path / "ours", ours, {"long_ppl": curve_rows})
     out = tmp_path / "rep"
     main([str(tmp_path / "base"), str(tmp_path / "ours"), "--out", str(out), "--labels", "baseline,longshort"])
     md = (out / "report.md").read_text()
@@ -41,7 +42,8 @@ def test_tables_plots_and_curve(tmp_path):
               "per_position_loss.png"):
         assert (out / f).stat().st_size > 1000
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
-    assert [float(r["mean_nll"]) for r in rows] == [2.0, 2.0, 2.0]
+    assert [float(r["mean_nll"]) for r in rows if r["length"] == "3"] == [2.0, 2.0, 2.0]
+    assert [float(r["mean_nll"]) for r in rows if r["length"] == "4"] == [5.0] * 4
     assert summary["per_position_mean_nll"]["longshort"]["3"] == pytest.approx(2.0)
     import torch
 
@@ -56,7 +58,11 @@ def test_bad_input(tmp_path):
     _write(tmp_path / "a" / "x", {"t": {"m,none": 1}})
     with pytest.raises(ValueError, match="labels"):
         build_report([tmp_path / "a"], tmp_path / "o", labels=["a", "b"])
-    assert length_tokens("32k") == 32768 and length_tokens("e") is None
+    assert parse_length("32k") == 32768 and parse_length("e") is None and parse_length("4k_d50") is None
+    assert [length_label(n) for n in (0, 512, 1024, 3000, 32768)] == ["0k", "512", "1k", "3000", "32k"]
+    assert parse_lengths("512, 1k") == [512, 1024] and parse_lengths([2048, "4k"]) == [2048, 4096]
+    with pytest.raises(ValueError, match="max_seq_lengths='2q'"):
+        parse_lengths("2q")
 
 
 def test_partial_group_scores_are_marked(tmp_path):
@@ -69,12 +75,12 @@ def test_partial_group_scores_are_marked(tmp_path):
         "longbench_e_full_code": {"missing_data,none": 1.0},
         "longbench_qasper_e": {"score,none": 0.3}, "longbench_multifieldqa_en_e": {"score,none": 0.5},
         "longbench_lcc_e": {"missing_data,none": 1.0},
-        "long_ppl": {"ppl,none": 5.0}, "long_ppl_2k": {"ppl,none": 5.0},
+        "babilong_longshort": {"acc,none": 0.5}, "babilong_qa1": {"acc,none": 0.5},
     }, "group_subtasks": {
         "longbench_e_full": ["longbench_e_full_single", "longbench_e_full_code"],
         "longbench_e_full_single": ["longbench_qasper_e", "longbench_multifieldqa_en_e"],
         "longbench_e_full_code": ["longbench_lcc_e"],
-        "long_ppl": ["long_ppl_2k"],
+        "babilong_longshort": ["babilong_qa1"],
     }}
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
     out = tmp_path / "rep"
@@ -87,4 +93,4 @@ def test_partial_group_scores_are_marked(tmp_path):
     part = summary["partial_groups"]["longbench_e_full"]["run"]["score"]
     assert part == {"present": ["longbench_qasper_e", "longbench_multifieldqa_en_e"], "missing": ["longbench_lcc_e"],
                     "total": 3}
-    assert "long_ppl" not in summary.get("partial_groups", {})
+    assert "babilong_longshort" not in summary.get("partial_groups", {})

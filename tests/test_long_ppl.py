@@ -4,6 +4,7 @@ averages back to it, bad input leaves the other tasks running, and lm-eval's own
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -38,7 +39,8 @@ def _hf(ckpt, tok, out, tasks, meta=META):
 @pytest.fixture(scope="module")
 def ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("long_ppl_ours")
-    res = _ours(tiny_llama2_dir, sp_tokenizer_dir, out, "long_ppl_128,long_ppl_256,long_ppl_512")
+    meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256,512"})
+    res = _ours(tiny_llama2_dir, sp_tokenizer_dir, out, "long_ppl", meta=meta)
     return out, res["results"]
 
 
@@ -50,10 +52,11 @@ def test_ppl_equals_direct_forward_at_each_length(ours, tiny_llama2_dir, sp_toke
     out, results = ours
     sp = spm.SentencePieceProcessor(model_file=str(sp_tokenizer_dir / "tokenizer.model"))
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()
+    all_rows = samples_of(out, "long_ppl")
     for L in (128, 256):
-        rows = samples_of(out, f"long_ppl_{L}")
+        rows = [r for r in all_rows if r["doc"]["length"] == L]
         assert len(rows) == 3
-        nll, n = 0.0, 0
+        nll, n, lab = 0.0, 0, str(L)
         curves = []
         for r in rows:
             ids = sp.encode(r["doc"]["text"])
@@ -63,43 +66,42 @@ def test_ppl_equals_direct_forward_at_each_length(ours, tiny_llama2_dir, sp_toke
             tok_nll = -F.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
             nll += float(tok_nll.double().sum())
             n += L
-            curves.append(r["curve_mean_nll"])
-            assert torch.allclose(torch.tensor(r["curve_mean_nll"]), tok_nll, atol=2e-5)
-        res = results[f"long_ppl_{L}"]
-        assert res["ppl,none"] == pytest.approx(math.exp(nll / n), rel=1e-5)
-        assert res["token_nll,none"] == pytest.approx(nll / n, rel=1e-5)
+            curves.append(r[f"curve_mean_nll_{lab}"])
+            assert torch.allclose(torch.tensor(r[f"curve_mean_nll_{lab}"]), tok_nll, atol=2e-5)
+        res = results["long_ppl"]
+        assert res[f"ppl_{lab},none"] == pytest.approx(math.exp(nll / n), rel=1e-5)
+        assert res[f"token_nll_{lab},none"] == pytest.approx(nll / n, rel=1e-5)
         curve = position_curve(curves)
         assert len(curve) == L
-        assert sum(curve) / L == pytest.approx(res["token_nll,none"], rel=1e-6)
-        assert res["curve_mean_nll,none"] == pytest.approx(res["token_nll,none"], rel=1e-6)
+        assert sum(curve) / L == pytest.approx(res[f"token_nll_{lab},none"], rel=1e-6)
+        assert res[f"curve_mean_nll_{lab},none"] == pytest.approx(res[f"token_nll_{lab},none"], rel=1e-6)
 
 
 @pytest.mark.slow
 def test_length_past_the_model_is_nan_and_others_finish(ours):
     _, results = ours
-    assert math.isnan(results["long_ppl_512"]["ppl,none"])
-    assert math.isfinite(results["long_ppl_256"]["ppl,none"])
+    assert math.isnan(results["long_ppl"]["ppl_512,none"])
+    assert "needs 512 tokens" in results["long_ppl"]["error,none"]
+    assert math.isfinite(results["long_ppl"]["ppl_256,none"])
 
 
 @pytest.mark.slow
 def test_local_data_and_a_missing_file_of_another_task(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, caplog):
     """One run: long_ppl reads a local JSONL; passkey's data file is missing -> NaN + message, long_ppl finishes."""
-    import json
-
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 
     data = tmp_path / "docs.jsonl"
     docs = [d for d in iter_stdlib_documents(min_bytes=3000, include_tests=False, limit=40)][:4]
     data.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     missing = tmp_path / "nope.jsonl"
-    meta = json.dumps({"ppl_data_files": str(data), "ppl_num_samples": 2, "passkey_data_files": str(missing)})
+    meta = json.dumps({"ppl_data_files": str(data), "ppl_num_samples": 2, "passkey_data_files": str(missing),
+                       "ppl_max_seq_lengths": [128], "passkey_max_seq_lengths": [256]})
     with caplog.at_level("ERROR"):
-        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "long_ppl_128,longshort_passkey_256",
-                    meta=meta)
-    assert math.isnan(res["results"]["longshort_passkey_256"]["acc,none"])
+        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "long_ppl,longshort_passkey", meta=meta)
+    assert math.isnan(res["results"]["longshort_passkey"]["acc_256,none"])
     assert "nope.jsonl" in caplog.text and "no such file" in caplog.text
-    assert math.isfinite(res["results"]["long_ppl_128"]["ppl,none"])
-    rows = samples_of(tmp_path / "out", "long_ppl_128")
+    assert math.isfinite(res["results"]["long_ppl"]["ppl_128,none"])
+    rows = samples_of(tmp_path / "out", "long_ppl")
     assert rows[0]["doc"]["source"] == "local"
     assert all(any(r["doc"]["text"] in d for d in docs) for r in rows)
 
@@ -112,7 +114,8 @@ def test_dataset_and_scoring_without_the_cli(tiny_llama2_dir, sp_tokenizer_dir):
     from torchtune_longshort.eval.lm_eval_model import LongShortLM
     from torchtune_longshort.eval.long_ppl import agg_curve_mean_nll, agg_ppl, long_ppl_dataset, process_results
 
-    docs = long_ppl_dataset(64, tokenizer=str(sp_tokenizer_dir), ppl_source="stdlib", ppl_num_samples=2)["test"]
+    docs = long_ppl_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), ppl_source="stdlib",
+                            ppl_num_samples=2)["test"]
     assert all(d["n_tokens"] == 64 and not d["error"] for d in docs)
     lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu", batch_size=2)
     res = lm.loglikelihood([Instance("loglikelihood", d, ("", d["text"]), 0) for d in docs], disable_tqdm=True)
@@ -124,25 +127,37 @@ def test_dataset_and_scoring_without_the_cli(tiny_llama2_dir, sp_tokenizer_dir):
         with torch.no_grad():
             logits = hf(torch.tensor([[1] + ids[:-1]])).logits[0].float()
         nll += float(-F.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None]).double().sum())
-    assert agg_ppl([i["ppl"] for i in items]) == pytest.approx(math.exp(nll / 128), rel=1e-5)
-    assert agg_curve_mean_nll([i["curve_mean_nll"] for i in items]) == pytest.approx(nll / 128, rel=1e-5)
+    assert agg_ppl([i["ppl_64"] for i in items]) == pytest.approx(math.exp(nll / 128), rel=1e-5)
+    assert agg_curve_mean_nll([i["curve_mean_nll_64"] for i in items]) == pytest.approx(nll / 128, rel=1e-5)
 
 
 def test_no_long_enough_text_gives_a_placeholder_with_the_reason(sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.eval.long_ppl import long_ppl_dataset, process_results
 
     (tmp_path / "short.txt").write_text("tiny text")
-    ds = long_ppl_dataset(128, tokenizer=str(sp_tokenizer_dir), ppl_data_files=str(tmp_path / "*.txt"))["test"]
+    ds = long_ppl_dataset(max_seq_lengths="128", tokenizer=str(sp_tokenizer_dir),
+                          ppl_data_files=str(tmp_path / "*.txt"))["test"]
     assert len(ds) == 1 and "length=128" in ds[0]["error"] and "longest document" in ds[0]["error"]
-    assert math.isnan(process_results(ds[0], [(0.0, False)])["ppl"][0])
+    assert math.isnan(process_results(ds[0], [(0.0, False)])["ppl_128"][0])
+
+
+def test_lengths_come_from_metadata_task_key_first(sp_tokenizer_dir):
+    from torchtune_longshort.eval.long_ppl import long_ppl_dataset
+
+    kw = dict(tokenizer=str(sp_tokenizer_dir), ppl_source="stdlib", ppl_num_samples=1)
+    ds = long_ppl_dataset(max_seq_lengths="2k", ppl_max_seq_lengths=[64, "128"], **kw)["test"]
+    assert [d["length"] for d in ds] == [64, 128] and [d["n_tokens"] for d in ds] == [64, 128]
+    with pytest.raises(ValueError, match="max_seq_lengths"):
+        long_ppl_dataset(**kw)
 
 
 @pytest.mark.slow
 def test_hf_model_gives_the_same_ppl(ours, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     _, results = ours
-    theirs = _hf(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "hf", "long_ppl_128,long_ppl_256")["results"]
-    for t in ("long_ppl_128", "long_ppl_256"):
-        assert theirs[t]["ppl,none"] == pytest.approx(results[t]["ppl,none"], rel=1e-5)
+    meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256"})
+    theirs = _hf(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "hf", "long_ppl", meta=meta)["results"]
+    for m in ("ppl_128,none", "ppl_256,none"):
+        assert theirs["long_ppl"][m] == pytest.approx(results["long_ppl"][m], rel=1e-5)
 
 
 @pytest.mark.slow
@@ -153,10 +168,11 @@ def test_hf_model_agrees_with_linear_rope_scaling_from_config(sp_tokenizer_dir, 
         tmp_path / "linear", vocab_size=512, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
         intermediate_dim=172, max_seq_len=256, seed=1, rope_scaling={"rope_type": "linear", "factor": 4.0},
     )
-    ours = _ours(ckpt, sp_tokenizer_dir, tmp_path / "o", "long_ppl_128,long_ppl_256")["results"]
-    theirs = _hf(ckpt, sp_tokenizer_dir, tmp_path / "h", "long_ppl_128,long_ppl_256")["results"]
-    for t in ("long_ppl_128", "long_ppl_256"):
-        assert theirs[t]["ppl,none"] == pytest.approx(ours[t]["ppl,none"], rel=1e-5)
+    meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256"})
+    ours = _ours(ckpt, sp_tokenizer_dir, tmp_path / "o", "long_ppl", meta=meta)["results"]["long_ppl"]
+    theirs = _hf(ckpt, sp_tokenizer_dir, tmp_path / "h", "long_ppl", meta=meta)["results"]["long_ppl"]
+    for m in ("ppl_128,none", "ppl_256,none"):
+        assert theirs[m] == pytest.approx(ours[m], rel=1e-5)
     # the scaling is really applied: the same weights with unscaled RoPE score differently
     from lm_eval.api.instance import Instance
 

@@ -30,8 +30,8 @@ def test_task_default_through_lm_eval(sp_tokenizer_dir):
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager(include_path=str(REPO / "evals/tasks"), include_defaults=False,
-                     metadata={"tokenizer": str(sp_tokenizer_dir)})
-    task = tm.load(["misalignment_128"])["tasks"]["misalignment_128"]
+                     metadata={"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": [128]})
+    task = tm.load(["misalignment"])["tasks"]["misalignment"]
     assert "mis_num_samples" not in (task.config.metadata or {})  # the YAML does not restate the default
     assert len(list(task.test_docs())) == DEFAULT_NUM_SAMPLES
 

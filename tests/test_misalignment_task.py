@@ -27,7 +27,7 @@ def _by_hand(hf, ids, l1, l2):
 def test_dataset_draws_suffix_lengths_in_the_inclusive_range(sp_tokenizer_dir):
     from torchtune_longshort.eval.misalignment_task import misalignment_dataset
 
-    ds = misalignment_dataset(64, tokenizer=str(sp_tokenizer_dir), mis_num_samples=6)["test"]
+    ds = misalignment_dataset(max_seq_lengths="64", tokenizer=str(sp_tokenizer_dir), mis_num_samples=6)["test"]
     assert len(ds) == 6 and all(32 <= r["l1"] <= 64 and 32 <= r["l2"] <= 64 for r in ds)
 
 
@@ -39,7 +39,7 @@ def test_adapter_answers_next_token_divergence(tiny_llama2_dir, sp_tokenizer_dir
     from torchtune_longshort.eval.misalignment_task import misalignment_dataset
 
     lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
-    docs = misalignment_dataset(64, tokenizer=str(sp_tokenizer_dir), mis_num_samples=2)["test"]
+    docs = misalignment_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), mis_num_samples=2)["test"]
     reqs = [Instance("next_token_divergence", d, (d["text"], {"l1": d["l1"], "l2": d["l2"]}), 0) for d in docs]
     got = lm.next_token_divergence(reqs, disable_tqdm=True)
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()
@@ -58,14 +58,16 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
 
     res = run_cli(["run", "--model", "longshort", "--model_args",
                    f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
-                   "--include_path", "evals/tasks", "--tasks", "misalignment_128,misalignment_512",
-                   "--metadata", '{"mis_num_samples": 3}', "--output_path", str(tmp_path), "--log_samples"])
-    r = res["results"]
-    assert math.isnan(r["misalignment_512"]["sce,none"])  # past the 256 positions: refused, run goes on
-    rows = samples_of(tmp_path, "misalignment_128")
+                   "--include_path", "evals/tasks", "--tasks", "misalignment",
+                   "--metadata", '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512"}', "--output_path",
+                   str(tmp_path), "--log_samples"])
+    r = res["results"]["misalignment"]
+    assert math.isnan(r["sce_512,none"])  # past the 256 positions: refused, run goes on
+    rows = [x for x in samples_of(tmp_path, "misalignment") if x["doc"]["length"] == 128]
+    assert len(rows) == 3
     lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()
     refs = [_by_hand(hf, lm.tok_encode(x["doc"]["text"], add_special_tokens=False), x["doc"]["l1"], x["doc"]["l2"])
             for x in rows]
     for k in ("sce", "jeffreys", "js"):
-        assert r["misalignment_128"][f"{k},none"] == pytest.approx(sum(x[k] for x in refs) / 3, rel=1e-4, abs=1e-6)
+        assert r[f"{k}_128,none"] == pytest.approx(sum(x[k] for x in refs) / 3, rel=1e-4, abs=1e-6)

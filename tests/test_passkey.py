@@ -3,6 +3,7 @@ through lm-eval's CLI, with lm-eval's ``hf`` model giving the same generations o
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -41,8 +42,8 @@ def test_generator_length_depth_and_answer(sp_tokenizer_dir, length):
 
 
 def test_scoring_takes_the_first_number():
-    doc = {"answer": "12345", "depth": 50, "error": ""}
-    assert process_results(doc, [" 12345. Remember"]) == {"acc": 1.0, "acc_depth_50": 1.0}
+    doc = {"answer": "12345", "depth": 50, "length": 2048, "error": ""}
+    assert process_results(doc, [" 12345. Remember"]) == {"acc": 1.0, "acc_2k": 1.0, "acc_d50": 1.0, "acc_2k_d50": 1.0}
     assert process_results(doc, [" 1234 5"])["acc"] == 0.0
     assert process_results(doc, [""])["acc"] == 0.0
 
@@ -50,10 +51,14 @@ def test_scoring_takes_the_first_number():
 def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
     tok = TaskTokenizer(str(sp_tokenizer_dir))
     path = write_passkey_jsonl(make_passkey_samples(tok, 256, depths=(50,), num_samples=2), tmp_path / "p.jsonl")
-    ds = passkey_dataset(256, passkey_data_files=str(path))["test"]
+    ds = passkey_dataset(max_seq_lengths="256", passkey_data_files=str(path))["test"]
     assert len(ds) == 2 and all(r["depth"] == 50 and not r["error"] for r in ds)
-    bad = passkey_dataset(256, passkey_data_files=str(tmp_path / "missing.jsonl"))["test"]
+    bad = passkey_dataset(max_seq_lengths=[256], passkey_data_files=str(tmp_path / "missing.jsonl"))["test"]
     assert len(bad) == 1 and "missing.jsonl" in bad[0]["error"]
+    # one length without data is a placeholder with its reason; the other length keeps its rows
+    both = passkey_dataset(passkey_max_seq_lengths="256,512", passkey_data_files=str(path))["test"]
+    assert [r["length"] for r in both] == [256, 256, 512] and "length=512" in both[2]["error"]
+    assert math.isnan(process_results(both[2], [" 1"])["acc_512"])
 
 
 @pytest.mark.slow
@@ -61,17 +66,19 @@ def test_passkey_end_to_end_and_hf_parity(tiny_llama2_dir, sp_tokenizer_dir, tmp
     from torchtune_longshort.eval.cli_run import run_cli, samples_of
 
     common = ["--device", "cpu", "--batch_size", "4", "--include_path", "evals/tasks", "--tasks",
-              "longshort_passkey_256", "--metadata", '{"passkey_num_samples": 2}', "--log_samples"]
+              "longshort_passkey", "--metadata", '{"passkey_num_samples": 2, "max_seq_lengths": [256]}',
+              "--log_samples"]
     ours = run_cli(["run", "--model", "longshort", "--model_args",
                     f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
-                    "--output_path", str(tmp_path / "o"), *common])["results"]["longshort_passkey_256"]
+                    "--output_path", str(tmp_path / "o"), *common])["results"]["longshort_passkey"]
     theirs = run_cli(["run", "--model", "hf", "--model_args",
                       f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32",
-                      "--output_path", str(tmp_path / "h"), *common])["results"]["longshort_passkey_256"]
-    for k in ("acc,none", "acc_depth_0,none", "acc_depth_100,none"):
+                      "--output_path", str(tmp_path / "h"), *common])["results"]["longshort_passkey"]
+    assert {"acc_256,none", "acc_d0,none", "acc_256_d100,none"} <= set(ours)
+    for k in ("acc,none", "acc_256,none", "acc_d0,none", "acc_256_d0,none", "acc_256_d100,none"):
         assert ours[k] == theirs[k]
-    a = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "o", "longshort_passkey_256")}
-    b = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "h", "longshort_passkey_256")}
+    a = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "o", "longshort_passkey")}
+    b = {r["doc_id"]: r["filtered_resps"][0] for r in samples_of(tmp_path / "h", "longshort_passkey")}
     assert len(a) == 10
     # same greedy tokens; byte-fallback pieces of a random model may decode differently, digits do not
     assert {k: re.findall(r"\d+", v) for k, v in a.items()} == {k: re.findall(r"\d+", v) for k, v in b.items()}

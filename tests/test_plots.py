@@ -10,7 +10,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from torchtune_longshort.eval.long_ppl import curves_figure
-from torchtune_longshort.eval.report import heatmap_figure, ppl_figure
+from torchtune_longshort.eval.report_figures import heatmap_figure, ppl_figure
 from torchtune_longshort.study.report import babilong_figure, line_figure
 
 
@@ -56,8 +56,8 @@ def _inside_figure(fig, artist):
 
 
 def test_ppl_near_equal_values_linear_with_plain_ticks():
-    runs = {"a": {"long_ppl_128": {"ppl": 110.072}, "long_ppl_256": {"ppl": 110.0745}, "long_ppl_1k": {"ppl": 110.079}},
-            "b": {"long_ppl_128": {"ppl": 110.0731}, "long_ppl_256": {"ppl": 110.0752}}}
+    runs = {"a": {"long_ppl": {"ppl_128": 110.072, "ppl_256": 110.0745, "ppl_1k": 110.079}},
+            "b": {"long_ppl": {"ppl_128": 110.0731, "ppl_256": 110.0752}}}
     fig = _draw(ppl_figure(runs))
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear"
@@ -68,7 +68,7 @@ def test_ppl_near_equal_values_linear_with_plain_ticks():
 
 
 def test_ppl_over_decades_log_with_plain_ticks():
-    runs = {"a": {"long_ppl_128": {"ppl": 9.5}, "long_ppl_512": {"ppl": 80.0}, "long_ppl_2k": {"ppl": 2500.0}}}
+    runs = {"a": {"long_ppl": {"ppl_128": 9.5, "ppl_512": 80.0, "ppl_2k": 2500.0}}}
     fig = _draw(ppl_figure(runs))
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
@@ -78,7 +78,7 @@ def test_ppl_over_decades_log_with_plain_ticks():
 
 
 def test_ppl_single_length():
-    fig = _draw(ppl_figure({"a": {"long_ppl_256": {"ppl": 12.0}}}))
+    fig = _draw(ppl_figure({"a": {"long_ppl": {"ppl_256": 12.0}}}))
     assert [t for _, t in _ticks(fig.axes[0].xaxis)] == ["256"]
     _check_plain_value_axis(fig.axes[0].yaxis, min_ticks=2)
 

@@ -29,10 +29,10 @@ def _record(name, level, msg):
      "Skipping import of cpp extensions due to incompatible torch version 2.13.0+cpu for torchao version 0.14.1",
      "Some other torchao warning"),
     ("lm_eval.api.task", logging.WARNING,
-     "misalignment_256: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.",
+     "misalignment: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.",
      "ruler_niah: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager."),
     ("lm_eval.evaluator_utils", logging.WARNING,
-     "[longshort_passkey_256] Metrics were not scored on the same number of documents (acc,none=5, ...)",
+     "[longshort_passkey] Metrics were not scored on the same number of documents (acc,none=5, ...)",
      "[hellaswag] Metrics were not scored on the same number of documents (acc,none=5, ...)"),
     ("lm_eval.api.group", logging.WARNING,
      "Group 'babilong_longshort': metric 'missing_data,none' is missing in 1/5 tasks. Missing in: babilong_qa1",
@@ -58,8 +58,9 @@ def test_fuzzywuzzy_warning_filtered_by_category_and_module():
 
 
 _EVAL = ["run", "--model", "longshort", "--device", "cpu", "--include_path", "evals/tasks",
-         "--tasks", "long_ppl_128,longshort_passkey_256", "--metadata",
-         '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1}']
+         "--tasks", "long_ppl,longshort_passkey", "--metadata",
+         '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1, "ppl_max_seq_lengths": [128], '
+         '"passkey_max_seq_lengths": [256]}']
 # The same CLI call without quiet_upstream: register the model and hand over to lm-eval.
 _UNFILTERED = ("import sys, torchtune_longshort.eval.lm_eval_model; from lm_eval.__main__ import cli_evaluate; "
                "sys.argv = ['lm-eval'] + sys.argv[1:]; cli_evaluate()")
@@ -82,7 +83,7 @@ def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer
     present = [n for n in NOISE[:3] if n in before]
     assert len(present) == 3, before[-3000:]  # the unfiltered run shows them
     assert [n for n in NOISE if n in after] == [], after[-3000:]
-    assert "longshort_passkey_256" in after and "long_ppl_128" in after  # the results table is still printed
+    assert "longshort_passkey" in after and "ppl_128" in after  # the results table is still printed
 
 
 @pytest.mark.slow

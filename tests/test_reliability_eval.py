@@ -74,8 +74,9 @@ def offline_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("offline_run")
     t0 = time.monotonic()
     res = _longshort(tiny_llama2_dir, sp_tokenizer_dir, out,
-                     "babilong_longshort,longbench_e_full,long_ppl_128,longshort_passkey_512,longshort_passkey_256",
-                     {"passkey_num_samples": 1, "passkey_depths": [50]})
+                     "babilong_longshort,longbench_e_full,long_ppl,longshort_passkey",
+                     {"passkey_num_samples": 1, "passkey_depths": [50], "ppl_max_seq_lengths": [128],
+                      "passkey_max_seq_lengths": [512, 256]})
     return out, res, time.monotonic() - t0
 
 
@@ -87,9 +88,10 @@ def hf_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     return _subprocess(
         ["torchtune_longshort.eval", "run", "--model", "hf", "--model_args",
          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32", "--device", "cpu",
-         "--include_path", "evals/tasks", "--tasks", "misalignment_128,longshort_passkey_512,long_ppl_128",
+         "--include_path", "evals/tasks", "--tasks", "misalignment,longshort_passkey,long_ppl",
          "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "passkey_num_samples": 1,
-                                   "passkey_depths": [50]}),
+                                   "passkey_depths": [50], "max_seq_lengths": [128],
+                                   "passkey_max_seq_lengths": [512]}),
          "--output_path", str(tmp / "out")], tmp)
 
 
@@ -102,7 +104,8 @@ def test_hub_loaders_offline_answer_with_a_reason_within_seconds(sp_tokenizer_di
     from torchtune_longshort.eval.long_ppl import long_ppl_dataset
 
     loaders = {
-        "emozilla/pg19-test": lambda: long_ppl_dataset(128, tokenizer=str(sp_tokenizer_dir), ppl_source="pg19")["test"],
+        "emozilla/pg19-test": lambda: long_ppl_dataset(max_seq_lengths=[128], tokenizer=str(sp_tokenizer_dir),
+                                                        ppl_source="pg19")["test"],
         "RMT-team/babilong-1k-samples": lambda: bl.load_babilong("qa1", "0k")["qa1"],
         "Xnhyacinth/LongBench": lambda: lb.load_longbench_e("qasper_e")["test"],
     }
@@ -119,9 +122,10 @@ def test_hub_loaders_offline_answer_with_a_reason_within_seconds(sp_tokenizer_di
 @pytest.mark.slow
 def test_offline_long_ppl_pg19_is_nan_with_reason_and_other_tasks_written(offline_run):
     _, res, _ = offline_run
-    assert _nan(res, "long_ppl_128", "ppl") and _nan(res, "long_ppl_128", "token_nll")
-    assert "emozilla/pg19-test" in _error(res, "long_ppl_128") and "ppl_source=stdlib" in _error(res, "long_ppl_128")
-    assert _finite(res, "longshort_passkey_256", "acc") and not _error(res, "longshort_passkey_256")
+    assert _nan(res, "long_ppl", "ppl_128") and _nan(res, "long_ppl", "token_nll_128")
+    assert "emozilla/pg19-test" in _error(res, "long_ppl") and "ppl_source=stdlib" in _error(res, "long_ppl")
+    assert _finite(res, "longshort_passkey", "acc_256") and _finite(res, "longshort_passkey", "acc_256_d50")
+    assert "emozilla" not in _error(res, "longshort_passkey")
 
 
 @pytest.mark.slow
@@ -132,7 +136,7 @@ def test_offline_babilong_gives_reason_per_task_and_other_tasks_written(offline_
         # a group member without data: no score (the group mean covers the tasks that have data), the reason
         assert res[task]["missing_data,none"] == 1.0 and "acc,none" not in res[task]
         assert "RMT-team/babilong-1k-samples" in _error(res, task) and "babilong_data_dir" in _error(res, task)
-    assert _finite(res, "longshort_passkey_256", "acc")
+    assert _finite(res, "longshort_passkey", "acc_256")
 
 
 @pytest.mark.slow
@@ -144,7 +148,7 @@ def test_offline_longbench_e_full_gives_reason_per_task_and_other_tasks_written(
         task = f"longbench_{name}_e"
         assert res[task]["missing_data,none"] == 1.0 and "score,none" not in res[task]
         assert "Xnhyacinth/LongBench" in _error(res, task) and "longbench_e_data_dir" in _error(res, task)
-    assert _finite(res, "longshort_passkey_256", "acc")
+    assert _finite(res, "longshort_passkey", "acc_256")
     assert wall < 300  # the whole run, 23 tasks, with no network wait
 
 
@@ -159,7 +163,7 @@ def test_bad_local_records_give_a_reason_naming_file_and_line(sp_tokenizer_dir, 
     nofield.write_text('{"body": "x"}\n')
     for path, want in ((torn, "torn.jsonl line 2: not a JSON object"), (binary, "binary.jsonl: not UTF-8"),
                        (nofield, "nofield.jsonl: row 0 has no field text_field='text'")):
-        ds = long_ppl_dataset(64, tokenizer=str(sp_tokenizer_dir), ppl_data_files=str(path))["test"]
+        ds = long_ppl_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), ppl_data_files=str(path))["test"]
         assert len(ds) == 1 and want in ds[0]["error"], ds[0]["error"]
 
 
@@ -167,10 +171,10 @@ def test_bad_local_records_give_a_reason_naming_file_and_line(sp_tokenizer_dir, 
 @pytest.mark.slow
 def test_passkey_longer_than_the_model_is_refused_not_truncated(offline_run):
     out, res, _ = offline_run
-    assert _nan(res, "longshort_passkey_512", "acc") and _nan(res, "longshort_passkey_512", "acc_depth_50")
-    reason = _error(res, "longshort_passkey_512")
+    assert _nan(res, "longshort_passkey", "acc_512") and _nan(res, "longshort_passkey", "acc_512_d50")
+    reason = _error(res, "longshort_passkey")
     assert "may not be cut" in reason and "declared by the task" in reason and "max_length=256" in reason
-    assert _finite(res, "longshort_passkey_256", "acc")
+    assert _finite(res, "longshort_passkey", "acc_256")
 
 
 def test_prompt_policy_refuse_unless_the_task_declares_a_cut(tiny_llama2_dir, sp_tokenizer_dir):
@@ -211,14 +215,15 @@ def test_longbench_e_at_a_short_model_is_nan_for_those_tasks_only(tiny_llama2_di
     spec.loader.exec_module(fixture)
     data = fixture.build(tmp_path / "data")
     res = _longshort(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
-                     "longbench_e_full_summarization,longbench_e_full_synthetic,long_ppl_128",
-                     {"longbench_e_data_dir": str(data), "ppl_source": "stdlib", "ppl_num_samples": 2})
+                     "longbench_e_full_summarization,longbench_e_full_synthetic,long_ppl",
+                     {"longbench_e_data_dir": str(data), "ppl_source": "stdlib", "ppl_num_samples": 2,
+                      "max_seq_lengths": [128]})
     for task in ("longbench_gov_report_e", "longbench_multi_news_e"):
         assert _nan(res, task, "score")
         assert "max_gen_toks=512 leaves no room for a prompt in max_length=256" in _error(res, task)
     for task in ("longbench_passage_count_e", "longbench_passage_retrieval_en_e"):
         assert _finite(res, task, "score") and not _error(res, task)
-    assert _finite(res, "long_ppl_128", "ppl")
+    assert _finite(res, "long_ppl", "ppl_128")
 
 
 # ------------------------------------------------------------------ a task that needs the longshort model
@@ -226,9 +231,9 @@ def test_longbench_e_at_a_short_model_is_nan_for_those_tasks_only(tiny_llama2_di
 def test_misalignment_under_hf_refused_before_any_request_and_others_written(hf_run):
     res, log = hf_run
     for d in ("sce", "jeffreys", "js"):
-        assert _nan(res, "misalignment_128", d)
-    assert "needs --model longshort" in _error(res, "misalignment_128") and "--model hf" in _error(res, "misalignment_128")
-    assert _finite(res, "long_ppl_128", "ppl")
+        assert _nan(res, "misalignment", f"{d}_128")
+    assert "needs --model longshort" in _error(res, "misalignment") and "--model hf" in _error(res, "misalignment")
+    assert _finite(res, "long_ppl", "ppl_128")
     # refused while the task was built: before lm-eval ran any request, and no divergence request was sent
     assert log.index("needs --model longshort") < log.index("Running loglikelihood")
     assert "Running next_token_divergence requests" not in log and "AttributeError" not in log
@@ -237,9 +242,9 @@ def test_misalignment_under_hf_refused_before_any_request_and_others_written(hf_
 @pytest.mark.slow
 def test_length_hf_would_cut_is_refused_at_the_task(hf_run):
     res, _ = hf_run
-    assert _nan(res, "longshort_passkey_512", "acc")
-    assert "runs at most 256" in _error(res, "longshort_passkey_512") and "cut them from the left" in _error(
-        res, "longshort_passkey_512")
+    assert _nan(res, "longshort_passkey", "acc_512")
+    assert "runs at most 256" in _error(res, "longshort_passkey") and "cut them from the left" in _error(
+        res, "longshort_passkey")
 
 
 @pytest.mark.slow
@@ -248,11 +253,11 @@ def test_misalignment_under_plain_lm_eval_hf_is_refused_too(tiny_llama2_dir, sp_
     res, log = _subprocess(
         ["lm_eval", "run", "--model", "hf", "--model_args",
          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32", "--device", "cpu",
-         "--include_path", "evals/tasks", "--tasks", "misalignment_128,long_ppl_128",
-         "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2}),
+         "--include_path", "evals/tasks", "--tasks", "misalignment,long_ppl",
+         "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}),
          "--output_path", str(tmp_path / "out")], tmp_path)
-    assert _nan(res, "misalignment_128", "sce") and "needs --model longshort" in _error(res, "misalignment_128")
-    assert _finite(res, "long_ppl_128", "ppl") and "AttributeError" not in log
+    assert _nan(res, "misalignment", "sce_128") and "needs --model longshort" in _error(res, "misalignment")
+    assert _finite(res, "long_ppl", "ppl_128") and "AttributeError" not in log
 
 
 def test_model_check_reads_the_wrappers_metadata():
@@ -268,16 +273,17 @@ def _fake_results(path: Path, model="longshort", name="results_2026-01-01T00-00-
     if "fingerprint" in args:
         config["checkpoint_fingerprint"] = config["model_args"].pop("fingerprint")
     path.mkdir(parents=True, exist_ok=True)
-    (path / name).write_text(json.dumps({"results": {"long_ppl_128": {"ppl,none": 3.0}}, "config": config}))
+    (path / name).write_text(json.dumps({"results": {"long_ppl": {"ppl_128,none": 3.0}}, "config": config}))
 
 
 def test_report_refuses_to_mix_checkpoints_in_one_column(tmp_path):
-    from torchtune_longshort.eval.report import build_report, load_results
+    from torchtune_longshort.eval.report import build_report
+    from torchtune_longshort.eval.results_io import load_results
 
     run = tmp_path / "ours"
     _fake_results(run / "__ckpt__a", batch_size=1)
     _fake_results(run / "__ckpt__a", name="results_2026-01-02T00-00-00.json", batch_size=8)  # same run, resumed
-    assert load_results(run)["long_ppl_128"]["ppl"] == 3.0
+    assert load_results(run)["long_ppl"]["ppl_128"] == 3.0
     _fake_results(run / "__ckpt__b", name="results_2026-01-03T00-00-00.json", pretrained="/ckpt/b")
     with pytest.raises(ValueError, match=r"mixes results of different checkpoints.*pretrained: '/ckpt/a' vs '/ckpt/b'"):
         build_report([run], tmp_path / "report")
@@ -301,7 +307,7 @@ def test_report_refuses_real_results_of_two_runs_and_lists_reasons(offline_run, 
 
     out, _, _ = offline_run
     summary = build_report([out], tmp_path / "report")
-    assert "emozilla/pg19-test" in summary["errors"][out.name]["long_ppl_128"]
+    assert "emozilla/pg19-test" in summary["errors"][out.name]["long_ppl"]
     assert "Not scored" in (tmp_path / "report" / "report.md").read_text()
     both = tmp_path / "both"
     shutil.copytree(out, both / "a")

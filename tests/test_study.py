@@ -33,16 +33,27 @@ def _write_cfg(tmp_path, **changes):
     return p
 
 
-def _value(task: str, alpha: float, seed: int) -> dict:
-    """The fake lm-eval's numbers: a known function of task, alpha and seed."""
-    n = int(task.rsplit("_", 1)[1].replace("k", "")) * (1024 if task.endswith("k") else 1) if task[-1].isdigit() or task.endswith("k") else 0
-    if task.startswith("long_ppl"):
-        return {"ppl,none": 10.0 + n / 100 - 2 * alpha + 0.37 * seed, "ppl_stderr,none": 0.1}
-    if task.startswith("misalignment"):
-        return {"sce,none": 5.0 - alpha + 0.11 * seed + n / 1000, "jeffreys,none": 0.5 - alpha / 2 + 0.01 * seed,
-                "js,none": 0.01}
-    if task.startswith("longshort_passkey"):
-        return {"acc,none": 0.5 * seed, "acc_depth_0,none": 0.0}
+def _label(n: int) -> str:
+    """The task pack's length label, written out here (1024 -> "1k") as the independent reference."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
+    """The fake lm-eval's numbers: a known function of task, length, alpha and seed, one metric per length of
+    the task's own lengths key in --metadata."""
+    lengths = {"long_ppl": "ppl", "misalignment": "mis", "longshort_passkey": "passkey"}
+    out = {}
+    for n in metadata.get(f"{lengths.get(task, '-')}_max_seq_lengths", []):
+        lab = _label(n)
+        if task == "long_ppl":
+            out.update({f"ppl_{lab},none": 10.0 + n / 100 - 2 * alpha + 0.37 * seed, f"ppl_{lab}_stderr,none": 0.1})
+        if task == "misalignment":
+            out.update({f"sce_{lab},none": 5.0 - alpha + 0.11 * seed + n / 1000,
+                        f"jeffreys_{lab},none": 0.5 - alpha / 2 + 0.01 * seed, f"js_{lab},none": 0.01})
+        if task == "longshort_passkey":
+            out.update({"acc,none": 0.5 * seed, f"acc_{lab},none": 0.5 * seed, f"acc_{lab}_d0,none": 0.0})
+    if out:
+        return out
     if task == "babilong_longshort":
         return {"acc,none": 0.2 + alpha, "acc_1k,none": 0.1 * seed, **{f"acc_1k_d{d},none": d / 200 for d in (0, 50, 100)}}
     raise AssertionError(task)
@@ -85,8 +96,9 @@ class FakeExecutor:
         out = Path(argv[argv.index("--output_path") + 1]) / "model"
         out.mkdir(parents=True, exist_ok=True)
         tasks = argv[argv.index("--tasks") + 1].split(",")
+        metadata = json.loads(argv[argv.index("--metadata") + 1])
         (out / "results_2026-01-01T00-00-00.json").write_text(
-            json.dumps({"results": {t: _value(t, alpha, seed) for t in tasks}}))
+            json.dumps({"results": {t: _value(t, alpha, seed, metadata) for t in tasks}}))
         return 0
 
 
@@ -116,7 +128,7 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"alphas": [0.1, 0.3]}, "must include 0"),
     ({"alphas": [0, -1]}, "alphas=[0, -1]"),
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
-    ({"eval": {"passkey_lengths": [128]}}, "task longshort_passkey_128 does not exist"),
+    ({"eval": {"passkey_lengths": [0]}}, "eval.passkey_lengths[]=0 must be an int >= 1"),
     ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
     ({"not_a_torchtune_config": {"_component_": "torch.nn.Linear"}}, "not_a_torchtune_config="),
 ])
@@ -231,8 +243,7 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
             recs = [json.loads((rdir / l).read_text()) for l in links]
             recs = [r for r in recs if r["status"] == "ok"]
             for col, text in zip(header[1:-1], row[1:-1]):
-                task = f"{fam[0]}_{col}"
-                vals = [r["results"][task][fam[1]] for r in recs]
+                vals = [r["results"][fam[0]][f"{fam[1]}_{col}"] for r in recs]
                 if not vals:
                     assert text == "—"
                     continue

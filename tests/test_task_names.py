@@ -42,8 +42,9 @@ def ours():
 
 def test_pack_defines_no_builtin_name(builtin, ours):
     names = set(ours.all_tasks)
-    assert {"longshort_passkey", "longshort_passkey_1k", "long_ppl", "long_ppl_1k", "misalignment",
-            "misalignment_1k", "babilong_longshort", "longbench_e_full"} <= names
+    assert {"longshort_passkey", "long_ppl", "misalignment", "babilong_longshort", "longbench_e_full"} <= names
+    # lengths come from --metadata (max_seq_lengths), not from one task per length
+    assert not [n for n in names if re.match(r"(long_ppl|longshort_passkey|misalignment|passkey)_\d", n)]
     assert sorted(names & builtin) == []
 
 
@@ -59,7 +60,7 @@ def test_names_read_from_the_yaml_files_are_not_builtin(builtin):
         defined |= {tags} if isinstance(tags, str) else set(tags)
         if isinstance(cfg.get("task"), list):
             referenced |= {t if isinstance(t, str) else t.get("task") or t.get("group") for t in cfg["task"]}
-    assert len(defined) > 30
+    assert len(defined) >= 11
     assert sorted(defined & builtin) == []
     reused = {n for n in referenced - defined if n in builtin}
     assert reused and all(REUSED_BUILTINS.match(n) for n in reused), sorted(reused)
@@ -73,7 +74,3 @@ def test_loading_the_pack_overrides_nothing(caplog):
     assert not [r for r in caplog.records if "overrides existing task" in r.getMessage()]
 
 
-def test_old_passkey_length_names_still_select_the_renamed_tasks(ours):
-    # passkey_<L> (the names before the rename) shadow nothing, so they stay as tags of longshort_passkey_<L>.
-    loaded = ours.load(["passkey_256"])
-    assert list(loaded["tasks"]) == ["longshort_passkey_256"]

@@ -35,7 +35,7 @@ import warnings
 from typing import Dict, List, Tuple
 
 # Task names of this pack (and the lm-eval tasks its groups re-score) as they appear in lm-eval's messages.
-_PACK_TASK = r"(?:long_ppl_\w+|longshort_passkey_\w+|misalignment_\w+|babilong_qa\d+|longbench_[\w-]+_e)"
+_PACK_TASK = r"(?:long_ppl|longshort_passkey|misalignment|babilong_qa\d+|longbench_[\w-]+_e)"
 
 # logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match.
 LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {

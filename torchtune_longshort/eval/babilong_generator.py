@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.lengths import length_label
+
 QA_TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
-# BABILong's length labels and the token counts we build them to (BABILong's "1k" is 1024 tokens, ...).
-LENGTHS: Dict[str, int] = {
-    "0k": 0, "1k": 1024, "2k": 2048, "4k": 4096, "8k": 8192, "16k": 16384, "32k": 32768, "64k": 65536,
-    "128k": 131072,
-}
+# BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
+LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
 DEPTHS = (0, 25, 50, 75, 100)
 # Stated length tolerance: |tokens(input) - target| <= LENGTH_TOLERANCE_FRAC * target + LENGTH_TOLERANCE_TOKENS.
 LENGTH_TOLERANCE_FRAC = 0.01

@@ -1,20 +1,22 @@
 """Long-context perplexity as an lm-eval task (``evals/tasks/long_ppl``): data, scoring, per-position curve.
 
-Each subtask ``long_ppl_<L>`` scores ``num_samples`` sequences of exactly ``L`` tokens, one per document (each
+The task ``long_ppl`` scores, at each length ``L`` of its ``max_seq_lengths`` metadata (``ppl_max_seq_lengths``
+when set), ``num_samples`` sequences of exactly ``L`` tokens, one per document (each
 document truncated to ``L`` tokens, as YaRN and CLEX report PG19 perplexity). A sample is one ``loglikelihood``
 request with an empty context, so the model sees ``[BOS] + x[:-1]`` and predicts all ``L`` tokens of ``x`` in one
 window (no rolling windows, no truncation); lm-eval's ``hf`` model and ``longshort`` score it identically.
 
-    ppl_L = exp( sum_docs sum_t NLL(x_t) / sum_docs L )
+    ppl_L = exp( sum_docs sum_t NLL(x_t) / sum_docs L )      (metric ppl_<L>, e.g. ppl_4k; also token_nll_<L>)
 
 With the ``longshort`` model the result also carries per-token log-probabilities; ``process_results`` returns them
-as the ``curve_mean_nll`` item (lm-eval writes them to its samples file with ``--log_samples``) and the report turns
+as the ``curve_mean_nll_<L>`` item (lm-eval writes them to its samples file with ``--log_samples``) and the report turns
 them into a per-position loss curve (CSV + PNG). The curve's mean over positions equals ``log(ppl_L)``.
 
 Task metadata (YAML ``metadata`` defaults, overridden by ``--metadata '{...}'``):
     ppl_source: stdlib | pg19 | hf | local        ppl_data_files: path/glob (.txt, .jsonl/.json with ppl_text_field)
     ppl_dataset_path / ppl_dataset_name / ppl_split / ppl_text_field: for ppl_source=hf
     ppl_num_samples (default 20), ppl_chunks_per_doc (default 1)
+    max_seq_lengths / ppl_max_seq_lengths: the lengths (default in the task YAML)
 """
 
 from __future__ import annotations
@@ -25,73 +27,56 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from torchtune_longshort.eval.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.length_swept_task import sweep_dataset
 from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
-from torchtune_longshort.eval.unavailable import (
-    TaskDataError,
-    check_fits_model,
-    nan_results,
-    placeholder_dataset,
-    reason_of,
-    refusal_of,
-)
+from torchtune_longshort.eval.unavailable import check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (ppl_source, ppl_max_seq_lengths, ...).
+METADATA_PREFIX = "ppl"
 
 
-def long_ppl_dataset(length: int, **metadata: Any):
-    """lm-eval ``custom_dataset`` for ``long_ppl_<length>``: a ``test`` split of fixed-length samples.
+def long_ppl_dataset(**metadata: Any):
+    """lm-eval ``custom_dataset`` of ``long_ppl``: a ``test`` split of fixed-length samples at each length of
+    ``ppl_max_seq_lengths`` / ``max_seq_lengths`` (:func:`lengths.lengths_from_metadata`).
 
     Rows: ``text`` (exactly ``length`` tokens), ``n_tokens``, ``length``, ``doc_index``, ``start``, ``source``,
-    ``error`` (empty, or the reason this subtask cannot run: then the row is a placeholder scored NaN).
+    ``error`` (empty, or the reason this length cannot run: then the row is a placeholder scored NaN).
     """
-    import datasets
+    source = str("local" if metadata.get("ppl_data_files") else metadata.get("ppl_source", "stdlib"))
 
-    length = int(length)
-    source = "local" if metadata.get("ppl_data_files") else metadata.get("ppl_source", "stdlib")
-    fields = {"text": " ", "n_tokens": 0, "length": length, "doc_index": -1, "start": -1, "source": str(source)}
-    try:
+    def rows_at(length: int) -> List[Dict[str, Any]]:
         # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
         check_fits_model(length, metadata)
         tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, "ppl", min_chars=length // 2)
-        samples = fixed_length_samples(
-            texts,
-            tok,
-            length,
-            num_samples=int(metadata.get("ppl_num_samples", 20)),
-            chunks_per_doc=int(metadata.get("ppl_chunks_per_doc", 1)),
-        )
-    except (TaskDataError, FileNotFoundError) as err:
-        return placeholder_dataset(f"long_ppl_{length}", str(err), fields)
-    rows = [
-        {
-            "text": s.text,
-            "n_tokens": len(s.token_ids),
-            "length": length,
-            "doc_index": s.doc_index,
-            "start": s.start,
-            "source": str(source),
-            "error": "",
-        }
-        for s in samples
-    ]
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
+        samples = fixed_length_samples(texts, tok, length, num_samples=int(metadata.get("ppl_num_samples", 20)),
+                                       chunks_per_doc=int(metadata.get("ppl_chunks_per_doc", 1)))
+        return [{"text": s.text, "n_tokens": len(s.token_ids), "length": length, "doc_index": s.doc_index,
+                 "start": s.start, "source": source} for s in samples]
+
+    def placeholder_row(length: int) -> Dict[str, Any]:
+        return {"text": " ", "n_tokens": 0, "length": length, "doc_index": -1, "start": -1, "source": source}
+
+    return sweep_dataset("long_ppl", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholder_row)
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, Any]:
-    """Per-sample items: ``(nll_sum, n_tokens)`` for ``ppl`` / ``token_nll`` and the per-token NLL list (or None
-    when the model does not return it) for ``curve_mean_nll``; NaN and the reason (metric ``error``) for a
-    placeholder row or a request the model refused."""
+    """Per-sample items at the row's length ``L``: ``(nll_sum, n_tokens)`` for ``ppl_<L>`` / ``token_nll_<L>`` and
+    the per-token NLL list (or None when the model does not return it) for ``curve_mean_nll_<L>``; NaN and the
+    reason (metric ``error``) for a placeholder row or a request the model refused."""
     res = results[0]
     reason = reason_of(doc) or refusal_of(res)
+    names = [per_length(m, int(doc["length"])) for m in ("ppl", "token_nll", "curve_mean_nll")]
     if reason:
         nan = (float("nan"), 1)
-        return nan_results(reason, {"ppl": nan, "token_nll": nan, "curve_mean_nll": None})
+        return nan_results(reason, dict(zip(names, (nan, nan, None))))
     logprob = float(res[0])
     n = int(doc["n_tokens"])
     token_lp = getattr(res, "token_logprobs", None)
     curve = [-float(x) for x in token_lp] if token_lp is not None and len(token_lp) == n else None
-    return {"ppl": (-logprob, n), "token_nll": (-logprob, n), "curve_mean_nll": curve}
+    return dict(zip(names, ((-logprob, n), (-logprob, n), curve)))
 
 
 def _pooled_nll(items: Sequence[Sequence[float]]) -> float:

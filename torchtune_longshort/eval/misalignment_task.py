@@ -2,7 +2,9 @@
 
     M = E_x E_{l1, l2 ~ U[L/2, L]} D( p(. | x[-l1:]), p(. | x[-l2:]) ),   D in {SCE (Eq. 3), Jeffreys, JS}
 
-Each sample is ``L`` tokens of text with one ``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded). The score
+The task ``misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata (``mis_max_seq_lengths``
+when set) and reports ``sce_<L>``, ``jeffreys_<L>`` and ``js_<L>``. Each sample is ``L`` tokens of text with one
+``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded). The score
 needs full next-token distributions, which no lm-eval request type returns, so the task sends requests of its own
 type ``next_token_divergence``; the ``longshort`` model answers them with
 ``torchtune_longshort.metrics.suffix_misalignment`` (the same code as the ``longshort-misalignment`` CLI).
@@ -20,81 +22,81 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
 
 from lm_eval.api.instance import Instance
-from lm_eval.api.task import ConfigurableTask
 
+from torchtune_longshort.eval.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.length_swept_task import LengthSweptTask, sweep_dataset
 from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
-from torchtune_longshort.eval.unavailable import (
-    TaskDataError,
-    nan_results,
-    needs_longshort,
-    placeholder_dataset,
-    reason_of,
-    refusal_of,
-)
+from torchtune_longshort.eval.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 from torchtune_longshort.windows import suffix_length_range
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (mis_source, mis_max_seq_lengths, ...).
+METADATA_PREFIX = "mis"
 REQUEST_TYPE = "next_token_divergence"
+# The request a placeholder row sends (every lm-eval model answers it; its result is not used).
+PLACEHOLDER_REQUEST = "loglikelihood_rolling"
 
 
-def misalignment_dataset(length: int, **metadata: Any):
-    """lm-eval ``custom_dataset`` for ``misalignment_<length>``: rows ``text`` (exactly ``length`` tokens), ``l1``,
-    ``l2``, ``length``, ``error``."""
-    import datasets
+def misalignment_dataset(**metadata: Any):
+    """lm-eval ``custom_dataset`` of ``misalignment``: at each length of ``mis_max_seq_lengths`` /
+    ``max_seq_lengths``, rows ``text`` (exactly ``length`` tokens), ``l1``, ``l2``, ``length``, ``error``."""
 
-    length = int(length)
-    try:
+    def rows_at(length: int) -> List[Dict[str, Any]]:
         tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, "mis", min_chars=length // 2)
+        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
         samples = fixed_length_samples(texts, tok, length,
                                        num_samples=int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)))
-    except (TaskDataError, FileNotFoundError) as err:
-        return placeholder_dataset(f"misalignment_{length}", str(err), _fields(length))
-    rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
-    suffix_range = suffix_length_range(length)
-    rows = []
-    for s in samples:
-        l1, l2 = rng.randint(*suffix_range), rng.randint(*suffix_range)
-        rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index, "error": ""})
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
+        suffix_range = suffix_length_range(length)
+        rows = []
+        for s in samples:
+            l1, l2 = rng.randint(*suffix_range), rng.randint(*suffix_range)
+            rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index})
+        return rows
+
+    return sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
-def _fields(length: int) -> Dict[str, Any]:
-    return {"text": "unavailable", "l1": 1, "l2": 1, "length": length, "doc_index": -1, "error": ""}
+def _placeholder_row(length: int) -> Dict[str, Any]:
+    return {"text": "unavailable", "l1": 1, "l2": 1, "length": length, "doc_index": -1}
 
 
-class MisalignmentTask(ConfigurableTask):
-    """ConfigurableTask whose requests ask the model for next-token divergences instead of log-likelihoods.
+class MisalignmentTask(LengthSweptTask):
+    """A length-swept task whose requests ask the model for next-token divergences (request type
+    :data:`REQUEST_TYPE`, which lm-eval's ``output_type`` cannot name) instead of log-likelihoods.
 
     Under a model other than ``longshort`` it builds no data and sends no divergence request: its one placeholder
-    row (NaN, with the reason) is sent as the YAML's plain ``loglikelihood_rolling`` request of one short text,
-    which every lm-eval model answers, so the rest of the run is not lost to an ``AttributeError``."""
+    row (NaN, with the reason) sends a plain :data:`PLACEHOLDER_REQUEST` of one short text, which every lm-eval
+    model answers, so the rest of the run is not lost to an ``AttributeError``."""
 
     def __init__(self, config: Dict[str, Any] | None = None, **kwargs: Any) -> None:
-        config = dict(config or {})
-        config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
-        super().__init__(config=config, **kwargs)
+        # lm-eval's TaskConfig accepts only its own output types; the one set here is the request the placeholder
+        # row sends, and OUTPUT_TYPE becomes REQUEST_TYPE once there is data (lm-eval pads ranks by it).
+        super().__init__(config={**(config or {}), "output_type": PLACEHOLDER_REQUEST}, **kwargs)
 
     def download(self, dataset_kwargs: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         metadata = {**(self.config.metadata or {}), **(self.config.dataset_kwargs or {})}
         reason = needs_longshort(self.config.task or "misalignment", metadata,
                                  "it compares full next-token distributions, request type " + REQUEST_TYPE)
         if reason:
-            self.dataset = placeholder_dataset(self.config.task or "misalignment", reason,
-                                               _fields(int(metadata.get("length", 0))))
+            def refuse(length: int) -> List[Dict[str, Any]]:
+                raise TaskDataError(reason)
+
+            self.dataset = sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
             return
         super().download(dataset_kwargs, **kwargs)
+        self.OUTPUT_TYPE = REQUEST_TYPE
 
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
-        if reason_of(doc):
-            return super().construct_requests(doc, ctx, **kwargs)
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
+        if reason_of(doc):
+            return Instance(request_type=PLACEHOLDER_REQUEST, doc=doc, arguments=(doc["text"],), idx=0, **kwargs)
         divs = list((self.config.metadata or {}).get("mis_divergences", DIVERGENCES))
         return Instance(
             request_type=REQUEST_TYPE,  # type: ignore[arg-type]
@@ -106,9 +108,10 @@ class MisalignmentTask(ConfigurableTask):
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Dict[str, float]]) -> Dict[str, float]:
-    """One value per divergence; NaN and the reason (metric ``error``) for a placeholder row or a request the
+    """One value per divergence at the row's length (``sce_<L>``, ``jeffreys_<L>``, ``js_<L>``); NaN and the reason (metric ``error``) for a placeholder row or a request the
     model refused."""
     reason = reason_of(doc) or refusal_of(results[0])
+    length = int(doc["length"])
     if reason:
-        return nan_results(reason, {d: float("nan") for d in DIVERGENCES})
-    return {d: float(v) for d, v in results[0].items()}
+        return nan_results(reason, {per_length(d, length): float("nan") for d in DIVERGENCES})
+    return {per_length(d, length): float(v) for d, v in results[0].items()}

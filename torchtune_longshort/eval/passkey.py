@@ -5,9 +5,10 @@ key.`` at a chosen depth of a haystack, then asks ``What is the pass key? The pa
 when the first number in the greedy continuation equals the key. The prompt text is LongLoRA's
 ``passkey_retrieval.py``; the haystack is its repeated filler by default, or text from any corpus.
 
-Subtasks ``longshort_passkey_<L>`` (group ``longshort_passkey``; not ``passkey``, which is lm-eval's own libra
-group) hold ``len(depths) x passkey_num_samples`` prompts of at most ``L - 16`` tokens (BOS
-included), leaving 16 tokens to generate within ``L``. Scores: ``acc`` and ``acc_depth_<d>`` per depth percent.
+The task ``longshort_passkey`` (not ``passkey``, which is lm-eval's own libra group) holds, at each length ``L``
+of its ``max_seq_lengths`` metadata (``passkey_max_seq_lengths`` when set), ``len(depths) x passkey_num_samples``
+prompts of at most ``L - 16`` tokens (BOS included), leaving 16 tokens to generate within ``L``. Scores: ``acc``,
+``acc_<L>``, ``acc_d<depth>`` and ``acc_<L>_d<depth>`` (depth in percent), as ``babilong_longshort`` reports them.
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
 ``passkey_num_samples`` (per depth, default 5), ``passkey_haystack`` (filler | stdlib | pg19 | hf | local),
@@ -25,18 +26,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from torchtune_longshort.eval.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.length_swept_task import sweep_dataset
 from torchtune_longshort.eval.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
 from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
-from torchtune_longshort.eval.unavailable import (
-    TaskDataError,
-    check_fits_model,
-    nan_results,
-    placeholder_dataset,
-    reason_of,
-    refusal_of,
-)
+from torchtune_longshort.eval.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
+# The prefix of this task's metadata keys (passkey_haystack, passkey_max_seq_lengths, ...).
+METADATA_PREFIX = "passkey"
 
 TASK_DESCRIPTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -171,55 +169,65 @@ def write_passkey_jsonl(samples: Iterable[PasskeySample], path: Path) -> Path:
     return path
 
 
-def passkey_dataset(length: int, **metadata: Any):
-    """lm-eval ``custom_dataset`` for ``longshort_passkey_<length>`` (see module docstring for the metadata keys)."""
-    import datasets
+def _rows_from_files(files: Any, length: int, placeholder: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The samples of ``length`` in ``passkey_data_files`` (JSONL written by :func:`write_passkey_jsonl`)."""
+    rows = []
+    for f in [files] if isinstance(files, str) else files:
+        p = Path(f)
+        if not p.is_file():
+            raise TaskDataError(f"passkey_data_files={str(f)!r}: no such file")
+        for line in p.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if int(row.get("length", -1)) == length:
+                    rows.append({**placeholder, **row, TRUNCATION_FIELD: "none"})
+    if not rows:
+        raise TaskDataError(f"passkey_data_files={files!r} holds no sample with length={length}")
+    return rows
 
-    length = int(length)
-    placeholder = asdict(PasskeySample(" ", "0", length, -1, 0, 0.0))
-    try:
+
+def _placeholder_row(length: int) -> Dict[str, Any]:
+    return asdict(PasskeySample(" ", "0", length, -1, 0, 0.0))
+
+
+def passkey_dataset(**metadata: Any):
+    """lm-eval ``custom_dataset`` of ``longshort_passkey``: prompts at each length of ``passkey_max_seq_lengths`` /
+    ``max_seq_lengths`` (see the module docstring for the other metadata keys)."""
+
+    def rows_at(length: int) -> List[Dict[str, Any]]:
         check_fits_model(length, metadata)
-        files = metadata.get("passkey_data_files")
-        if files:
-            rows = []
-            for f in [files] if isinstance(files, str) else files:
-                p = Path(f)
-                if not p.is_file():
-                    raise TaskDataError(f"passkey_data_files={str(f)!r}: no such file")
-                for line in p.read_text().splitlines():
-                    if line.strip():
-                        row = json.loads(line)
-                        if int(row.get("length", -1)) == length:
-                            rows.append({**placeholder, **row, "error": "", TRUNCATION_FIELD: "none"})
-            if not rows:
-                raise TaskDataError(f"passkey_data_files={files!r} holds no sample with length={length}")
-        else:
-            tok = tokenizer_from_metadata(metadata)
-            units = haystack_units(metadata.get("passkey_haystack", "filler"), metadata.get("passkey_haystack_files"))
-            samples = make_passkey_samples(
-                tok,
-                length,
-                depths=metadata.get("passkey_depths", DEFAULT_DEPTHS),
-                num_samples=int(metadata.get("passkey_num_samples", 5)),
-                seed=int(metadata.get("passkey_seed", 0)),
-                units=units,
-            )
-            rows = [asdict(s) for s in samples]
-    except (TaskDataError, FileNotFoundError) as err:
-        return placeholder_dataset(f"longshort_passkey_{length}", str(err), placeholder)
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        if metadata.get("passkey_data_files"):
+            return _rows_from_files(metadata["passkey_data_files"], length, _placeholder_row(length))
+        units = haystack_units(metadata.get("passkey_haystack", "filler"), metadata.get("passkey_haystack_files"))
+        samples = make_passkey_samples(
+            tokenizer_from_metadata(metadata),
+            length,
+            depths=metadata.get("passkey_depths", DEFAULT_DEPTHS),
+            num_samples=int(metadata.get("passkey_num_samples", 5)),
+            seed=int(metadata.get("passkey_seed", 0)),
+            units=units,
+        )
+        return [asdict(s) for s in samples]
+
+    return sweep_dataset("longshort_passkey", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
 _NUMBER = re.compile(r"\d+")
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, float]:
-    """``acc`` and ``acc_depth_<d>``: 1.0 when the first number in the generation is the key; NaN and the reason
-    (metric ``error``) for a placeholder row or a prompt the model refused (never scored as a wrong answer)."""
+    """``acc``, ``acc_<length>``, ``acc_d<depth>`` and ``acc_<length>_d<depth>`` (as ``babilong_longshort``): 1.0
+    when the first number in the generation is the key; NaN and the reason (metric ``error``) for a placeholder row
+    or a prompt the model refused (never scored as a wrong answer)."""
     reason = reason_of(doc) or refusal_of(results[0])
     if reason:
-        depth = {f"acc_depth_{int(doc['depth'])}": float("nan")} if int(doc.get("depth", -1)) >= 0 else {}
-        return nan_results(reason, {"acc": float("nan"), **depth})
-    m = _NUMBER.search(results[0] or "")
-    acc = float(m is not None and m.group(0) == str(doc["answer"]))
-    return {"acc": acc, f"acc_depth_{int(doc['depth'])}": acc}
+        acc = float("nan")
+    else:
+        m = _NUMBER.search(results[0] or "")
+        acc = float(m is not None and m.group(0) == str(doc["answer"]))
+    length, depth = int(doc["length"]), int(doc.get("depth", -1))
+    out = {"acc": acc, per_length("acc", length): acc}
+    if depth >= 0:
+        out[f"acc_d{depth}"] = acc
+        out[f"{per_length('acc', length)}_d{depth}"] = acc
+    return nan_results(reason, out) if reason else out

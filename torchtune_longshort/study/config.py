@@ -26,17 +26,21 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from torchtune_longshort.eval.report import length_label  # noqa: F401  (the task pack's length labels)
+from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
+from torchtune_longshort.eval.lengths import length_label, per_length  # noqa: F401  (the task pack's length labels)
 
-# Task-family -> lm-eval task name prefix in evals/tasks (one YAML per length, e.g. long_ppl_1k).
+# Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
+# Study family -> the prefix of its task's metadata keys (the task module's METADATA_PREFIX).
+FAMILY_METADATA_PREFIX = {"ppl": long_ppl.METADATA_PREFIX, "passkey": passkey.METADATA_PREFIX,
+                          "misalignment": misalignment_task.METADATA_PREFIX}
 
 
-# What the report reads, per family: (task family of FAMILY_TASK or a fixed task, metric); "{n}" is the length label.
+# What the report reads, per family: (study family of FAMILY_TASK, metric, suffix after the length label).
 _FAMILY_METRIC = {
-    "ppl": ("ppl", "ppl"), "misalignment": ("misalignment", "sce"), "jeffreys": ("misalignment", "jeffreys"),
-    "entropy": ("misalignment", "entropy"), "passkey": ("passkey", "acc"),
-    "passkey_depth_0": ("passkey", "acc_depth_0"),
+    "ppl": ("ppl", "ppl", ""), "misalignment": ("misalignment", "sce", ""),
+    "jeffreys": ("misalignment", "jeffreys", ""), "entropy": ("misalignment", "entropy", ""),
+    "passkey": ("passkey", "acc", ""), "passkey_depth_0": ("passkey", "acc", "_d0"),
 }
 
 
@@ -45,8 +49,8 @@ def metric_of(family: str, n: Any) -> tuple:
     or ``"1k_d50"`` for the ``babilong`` family)."""
     if family == "babilong":
         return "babilong_longshort", f"acc_{n}"
-    fam, metric = _FAMILY_METRIC[family]
-    return f"{FAMILY_TASK[fam]}_{length_label(int(n))}", metric
+    fam, metric, suffix = _FAMILY_METRIC[family]
+    return FAMILY_TASK[fam], per_length(metric, int(n)) + suffix
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
@@ -205,16 +209,10 @@ def _validate_eval(cfg: Dict[str, Any], root: Path, L0: int, L: int) -> None:
     ev.setdefault("babilong", None)
     ev.setdefault("longbench_e_data_dir", None)
     ev.setdefault("eval_base", True)
-    tasks_dir = root / ev.setdefault("include_path", "evals/tasks")
-    for fam, prefix in FAMILY_TASK.items():
-        lengths = ev[f"{fam}_lengths"]
-        for n in lengths:
+    ev.setdefault("include_path", "evals/tasks")
+    for fam in FAMILY_TASK:
+        for n in ev[f"{fam}_lengths"]:
             _pos_int(n, f"eval.{fam}_lengths[]")
-            task = f"{prefix}_{length_label(n)}"
-            if not (tasks_dir / prefix / f"{task}.yaml").is_file():
-                have = sorted(p.stem for p in (tasks_dir / prefix).glob(f"{prefix}_*.yaml"))
-                raise StudyConfigError(f"study config: eval.{fam}_lengths has {n}, but task {task} does not exist in "
-                                       f"{tasks_dir / prefix}; accepted lengths: {have}")
     bab = ev["babilong"]
     if bab:
         from torchtune_longshort.eval.babilong_generator import LENGTHS

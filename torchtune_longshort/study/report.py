@@ -21,13 +21,14 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.study.config import grid, length_label, main_grid
+from torchtune_longshort.eval.lengths import length_label, per_length
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
+from torchtune_longshort.study.config import grid, main_grid
 from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
 from torchtune_longshort.study.runner import RESULT
 
-# table id -> (title, task prefix, metric, lengths field, lower is better)
+# table id -> (title, task, metric (reported per length as <metric>_<length>), lengths field, lower is better)
 TABLES = {
     "ppl": ("Perplexity (long_ppl, {src} text)", "long_ppl", "ppl", "ppl_lengths", True),
     "misalignment": ("Misalignment metric, Eq. 4 (SCE; misalignment task)", "misalignment", "sce",
@@ -113,7 +114,7 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
     notes: Dict[str, str] = {}
     for tid, (title, prefix, metric, field, lower) in TABLES.items():
-        cols = [(length_label(n), f"{prefix}_{length_label(n)}", metric) for n in ev[field]]
+        cols = [(length_label(n), prefix, per_length(metric, n)) for n in ev[field]]
         specs[tid] = (title.format(src=ev.get("ppl_source")), prefix, cols, lower)
     bab = ev.get("babilong")
     if bab and bab.get("lengths"):

@@ -34,7 +34,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import OmegaConf
 
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
-from torchtune_longshort.study.config import FAMILY_TASK, deep_merge, grid, length_label
+from torchtune_longshort.eval.lengths import lengths_key
+from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, deep_merge, grid
 
 RESULT = "result.json"
 
@@ -195,7 +196,7 @@ class Study:
 
     def eval_tasks(self) -> List[str]:
         ev = self.cfg["eval"]
-        tasks = [f"{FAMILY_TASK[f]}_{length_label(n)}" for f in FAMILY_TASK for n in ev[f"{f}_lengths"]]
+        tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev[f"{f}_lengths"]]
         if ev.get("babilong") and ev["babilong"].get("lengths"):
             tasks.append("babilong_longshort")
         if ev.get("longbench_e_data_dir") and Path(ev["longbench_e_data_dir"]).is_dir():
@@ -258,7 +259,7 @@ class Study:
         return out
 
     def _eval(self, key: str, checkpoint: Path, extrapolate: bool = True) -> Dict[str, Any]:
-        from torchtune_longshort.eval.report import group_coverage, load_curves, load_group_subtasks, load_results
+        from torchtune_longshort.eval.results_io import group_coverage, load_curves, load_group_subtasks, load_results
 
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
             return {"results": have, "curves": load_curves(eval_dir),
@@ -278,7 +279,8 @@ class Study:
         model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
         metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
-                    "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"]}
+                    "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"],
+                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev[f"{f}_lengths"] for f in FAMILY_TASK}}
         bab = self._babilong_data()
         if bab is not None:
             metadata.update({"babilong_data_dir": str(bab), "max_seq_lengths": ",".join(ev["babilong"]["lengths"])})

@@ -1,4 +1,4 @@
-"""lm-eval hooks of the misalignment tasks; see ``torchtune_longshort.eval.misalignment_task``."""
+"""lm-eval hooks of the misalignment task; see ``torchtune_longshort.eval.misalignment_task``."""
 
 from torchtune_longshort.eval.misalignment_task import (  # noqa: F401
     MisalignmentTask,
