@@ -55,20 +55,23 @@ class ClaimsExecutor:
         base = key == "base"
         eff = 3.0 if base else _effect(rc, key)
         seed = 0 if base else rc["seed"]
+        meta = json.loads(argv[argv.index("--metadata") + 1])
         res = {}
         for t in argv[argv.index("--tasks") + 1].split(","):
-            n = t.rsplit("_", 1)[-1]
-            n = int(n[:-1]) * 1024 if n.endswith("k") else int(n) if n.isdigit() else 0
-            ppl = 10 + n / 100 + eff + 0.7 * seed + _jitter(key + t)
-            if t.startswith("long_ppl"):
-                res[t] = {"ppl,none": ppl}
-            elif t.startswith("misalignment"):
-                res[t] = {"sce,none": ppl / 5 + _jitter(key + "m"), "jeffreys,none": 0.1, "js,none": 0.01,
-                          "entropy,none": 2.0 + eff}
-            elif t.startswith("longshort_passkey"):
-                res[t] = {"acc,none": 0.0, "acc_depth_0,none": 0.0}  # no signal: not measurable
-            else:
-                res[t] = {"acc,none": 0.0, "acc_1k,none": 0.0}
+            prefix = {"long_ppl": "ppl", "misalignment": "mis", "longshort_passkey": "passkey"}.get(t)
+            r = res.setdefault(t, {})
+            for n in meta.get(f"{prefix}_max_seq_lengths", []):
+                lab = f"{n // 1024}k" if n % 1024 == 0 else str(n)
+                ppl = 10 + n / 100 + eff + 0.7 * seed + _jitter(key + t + lab)
+                if t == "long_ppl":
+                    r[f"ppl_{lab},none"] = ppl
+                elif t == "misalignment":
+                    r.update({f"sce_{lab},none": ppl / 5 + _jitter(key + "m"), f"jeffreys_{lab},none": 0.1,
+                              f"js_{lab},none": 0.01, f"entropy_{lab},none": 2.0 + eff})
+                elif t == "longshort_passkey":
+                    r.update({"acc,none": 0.0, f"acc_{lab},none": 0.0, f"acc_{lab}_d0,none": 0.0})  # no signal
+            if t == "babilong_longshort":
+                r.update({"acc,none": 0.0, "acc_1k,none": 0.0})
         out = Path(argv[argv.index("--output_path") + 1]) / "model"
         out.mkdir(parents=True, exist_ok=True)
         (out / "results_2026-01-01T00-00-00.json").write_text(json.dumps({"results": res}))
