@@ -21,6 +21,7 @@ recorded with ``status: failed``, its stage and the tail of its log, and the gri
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -143,7 +144,9 @@ class Study:
         elif str(tok.get("_component_", "")).endswith("stdlib_sentencepiece_tokenizer"):
             tok["path"] = str(self.tokenizer_dir())  # trained once, on the first (pre-training) run
         c["tokenizer"] = tok
-        c["validation"] = None  # evaluation is lm-eval's job here; the recipe's own check only costs time
+        # The recipe's held-out validation (val_ce every n steps: the fine-tunes' convergence curve) only when the
+        # study asks for it; evaluation proper is lm-eval's job.
+        c["validation"] = copy.deepcopy(self.cfg.get("validation"))
         c["resume"], c["overwrite_output_dir"] = False, False
         return c
 
@@ -308,18 +311,23 @@ class Study:
 
     @staticmethod
     def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
-        """Final-step and last-``last``-steps mean of the recipe's ``metrics.jsonl`` (ce, misalignment, loss)."""
+        """Final-step and last-``last``-steps mean of the recipe's ``metrics.jsonl`` (ce, misalignment, loss), the
+        training CE per step and, when the recipe validated, the held-out CE per validation step."""
         path = train_dir / "metrics.jsonl"
         if not path.is_file():
             return {}
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        rows = [r for r in rows if "ce" in r]
+        all_rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        rows = [r for r in all_rows if "ce" in r]
         if not rows:
             return {}
         tail = rows[-last:]
         out = {"steps": rows[-1].get("step"), "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
         out[f"mean_last_{len(tail)}"] = {k: sum(r[k] for r in tail) / len(tail) for k in ("loss", "ce", "misalignment")
                                          if all(k in r for r in tail)}
+        val = [(r["step"], r["val_ce"]) for r in all_rows if "val_ce" in r]
+        if val:
+            out["val_ce"] = val  # (step, held-out CE) pairs: the convergence curve
+        out["ce_curve"] = [(r["step"], r["ce"]) for r in rows]
         tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
         if tps:
             out["tokens_per_second_median"] = sorted(tps)[len(tps) // 2]
@@ -376,6 +384,26 @@ class Study:
         tmp.replace(res_path)
         return rec
 
+    def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
+        """Why the fine-tunes must not start, or None: with ``base.min_ppl_ratio`` set, the unscaled base must fail
+        beyond its training length as real models do (ppl at ``4 L0`` at least that many times its ppl at L0), or
+        no RoPE method has anything to fix."""
+        need = self.cfg["base"].get("min_ppl_ratio")
+        if not need or base.get("status") != "ok":
+            return None
+        from torchtune_longshort.study.claims import value
+
+        L0 = self.cfg["L0"]
+        at_l0, at_4 = value(base, "ppl", L0), value(base, "ppl", 4 * L0)
+        if at_l0 is None or at_4 is None:
+            return f"base.min_ppl_ratio={need}: the base has no ppl at L0={L0} and 4 L0={4 * L0} (add both to eval.ppl_lengths)"
+        ratio = at_4 / at_l0
+        self.log(f"[study] base: ppl {at_l0:.4g} at L0={L0}, {at_4:.4g} at 4 L0 (ratio {ratio:.3g}; needed >= {need})")
+        if ratio < need:
+            return (f"the base does not fail beyond L0: ppl at 4 L0 / ppl at L0 = {ratio:.3g} < base.min_ppl_ratio="
+                    f"{need} (pre-train longer, or with more layers / a larger head dimension)")
+        return None
+
     # ------------------------------------------------------------------ everything
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``.
@@ -405,6 +433,7 @@ class Study:
                 blocked = None
             else:
                 blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
+            blocked = blocked or self.base_gate(base)
             records["base"] = base
             for i, run in enumerate(runs, 1):
                 self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")

@@ -1,0 +1,92 @@
+"""The study's pre-training corpus: the standard library's sources with passkey-retrieval documents mixed in.
+
+A model of a few million parameters pre-trained on code alone never learns the passkey task, so the retrieval
+column of a study would be 0 for every checkpoint and say nothing about length generalization. Here every
+standard-library document is followed by ``passkeys_per_document`` complete passkey prompts *with their answer*
+(``... What is the pass key? The pass key is 51234.``), each fitting ``max_tokens`` tokens: the pre-training length
+L0. The prompt is :mod:`torchtune_longshort.eval.passkey`'s own (same instruction, needle, question and haystack),
+so the task the model learns at L0 is exactly the one evaluated at 2-16x L0; only the distance between the needle
+and the question grows. Keys are drawn from ``seed`` and never depend on the evaluation's keys.
+
+Use it as a recipe ``dataset``::
+
+    dataset:
+      _component_: torchtune_longshort.study.pretrain_mix.stdlib_with_passkeys
+      tokenizer_path: ${tokenizer.path}
+      max_tokens: 128
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from torchtune_longshort.data.corpus import Documents, stdlib
+from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, GEN_BUDGET, haystack_units, make_passkey_sample
+
+
+class PasskeyMix:
+    """A re-iterable document source (the ``Documents`` protocol): stdlib documents, each followed by passkey
+    documents. Deterministic: the same arguments give the same documents on every call."""
+
+    def __init__(self, base: Documents, tokenizer_path: str, max_tokens: int, passkeys_per_document: int,
+                 haystack: str, seed: int):
+        from torchtune_longshort.eval.long_text import TaskTokenizer
+
+        path = Path(tokenizer_path)
+        model_file = path / "tokenizer.model" if path.is_dir() else path
+        if not model_file.is_file():
+            raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer.model there (the recipe's "
+                                    "tokenizer component creates it first; pass ${tokenizer.path})")
+        if max_tokens < 64:
+            raise ValueError(f"max_tokens={max_tokens} is too short for a passkey prompt (>= 64 tokens)")
+        if passkeys_per_document < 0:
+            raise ValueError(f"passkeys_per_document={passkeys_per_document} must be >= 0")
+        self.base, self.max_tokens, self.k, self.seed = base, int(max_tokens), int(passkeys_per_document), seed
+        self.tok = TaskTokenizer(str(model_file))
+        self.units = haystack_units(haystack)
+        self.description = (f"{base!r} + {self.k} passkey documents of <= {max_tokens} tokens after each "
+                            f"(haystack {haystack}, seed {seed})")
+
+    def passkey_document(self, rng: random.Random) -> str:
+        """One prompt with its answer, at most ``max_tokens`` tokens (BOS counted), the needle at a random depth."""
+        key = rng.randint(10_000, 99_999)
+        depth = rng.choice(DEFAULT_DEPTHS)
+        # the prompt takes at most max_tokens - GEN_BUDGET tokens; the answer (" 51234.") fits the budget
+        sample = make_passkey_sample(self.tok, self.max_tokens, depth, key, self._units(rng))
+        return f"{sample.input} {sample.answer}."
+
+    def _units(self, rng: random.Random) -> List[str]:
+        start = rng.randrange(max(1, len(self.units) - 64))
+        return list(self.units[start:start + 64])
+
+    def __call__(self) -> Iterator[str]:
+        rng = random.Random(f"passkey-mix-{self.seed}")
+        for doc in self.base():
+            yield doc
+            for _ in range(self.k):
+                yield self.passkey_document(rng)
+
+    def __repr__(self) -> str:
+        return f"<documents: {self.description}>"
+
+
+def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_per_document: int = 8,
+                         haystack: str = "filler", seed: int = 0, include_tests: bool = False,
+                         min_bytes: int = 0, limit: Optional[int] = None) -> PasskeyMix:
+    """The stdlib corpus (:func:`torchtune_longshort.data.corpus.stdlib`) with passkey documents mixed in.
+
+    Args:
+        tokenizer_path: the model's SentencePiece tokenizer (folder or ``tokenizer.model``), to size the prompts.
+        max_tokens: longest passkey document in tokens: the pre-training length L0. Prompts are at most
+            ``max_tokens - 16`` tokens (the eval task's generation budget), then the answer.
+        passkeys_per_document: passkey documents after each stdlib file (~8 x 120 tokens after a file of ~8k).
+        haystack: the passkey task's haystack source (``filler``, the task's default, or ``stdlib``).
+        seed: draws the keys, depths and haystack windows.
+        include_tests, min_bytes, limit: as for ``stdlib``.
+    """
+    if max_tokens - GEN_BUDGET < 48:
+        raise ValueError(f"max_tokens={max_tokens}: the prompt budget {max_tokens - GEN_BUDGET} is too short")
+    return PasskeyMix(stdlib(min_bytes=min_bytes, include_tests=include_tests, limit=limit), tokenizer_path,
+                      max_tokens, passkeys_per_document, haystack, seed)
