@@ -20,6 +20,7 @@ say so. ``--allow-extrapolation`` measures there anyway (the JSON then records `
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -101,8 +102,11 @@ def main(argv=None) -> int:
         num_sequences=args.num_samples,
         vocab_size=tok.vocab_size,
     )
+    from torchtune_longshort.hidden_states import last_position_logits
+
+    # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
-        model, seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
+        functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
         device=args.device,
     )
     from torchtune_longshort.provenance import provenance

@@ -42,6 +42,7 @@ from torchtune.modules.peft import get_adapter_params, get_merged_lora_ckpt, set
 
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
+from torchtune_longshort.hidden_states import hidden_state_output, project_target_logprobs
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import (
     check_checkpoint_folder,
@@ -566,17 +567,13 @@ class LongShortFinetuneRecipe:
         """Plain next-token cross-entropy on the fixed-length validation sequences (one at a time)."""
         self._model.eval()
         total, count = 0.0, 0
-        proj = self._loss_fn.linear_projection
         for row in self._val_tokens:
-            tokens = row[None].to(self._device)
-            h = self._model(tokens)
-            for lo in range(0, tokens.shape[1] - 1, 1024):
-                hi = min(tokens.shape[1] - 1, lo + 1024)
-                logits = proj(h[:, lo:hi]).float()
-                total += torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), tokens[:, lo + 1 : hi + 1].reshape(-1), reduction="sum"
-                ).item()
-                count += hi - lo
+            tokens = row.to(self._device)
+            with hidden_state_output(self._model) as decoder:
+                hidden = self._model(tokens[None])[0]
+            tok_lp, _ = project_target_logprobs(decoder.output, hidden[:-1], tokens[1:], self.model_vocab)
+            total -= float(tok_lp.double().sum())
+            count += tok_lp.shape[0]
         self._model.train()
         return {"val_ce": total / count, "val_ppl": math.exp(min(total / count, 50.0))}
 
