@@ -28,12 +28,8 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from torchtune_longshort.eval.truncation import check_truncation
-from torchtune_longshort.models.hf_checkpoint import (
-    check_checkpoint_folder,
-    checkpoint_fingerprint,
-    load_hf_checkpoint,
-    read_hf_config,
-)
+from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
+from torchtune_longshort.models.hf_llama import load_hf_checkpoint
 from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
 
 logger = logging.getLogger(__name__)

@@ -68,12 +68,9 @@ def main(argv=None) -> int:
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
     from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
-    from torchtune_longshort.models.hf_checkpoint import (
-        SP_MODEL,
-        check_checkpoint_folder,
-        load_hf_checkpoint,
-        read_hf_config,
-    )
+    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
+    from torchtune_longshort.models.hf_llama import load_hf_checkpoint
+    from torchtune_longshort.models.hf_tokenizer import SP_MODEL
 
     try:
         check_checkpoint_folder(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)

@@ -46,12 +46,12 @@ from torchtune_longshort.hidden_states import hidden_state_output, project_targe
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import (
     check_checkpoint_folder,
-    hf_config_from_llama_kwargs,
     load_rope_parameters,
     read_hf_config,
     weight_files,
     write_hf_checkpoint,
 )
+from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
 from torchtune_longshort.training.config_checks import check_recipe_config
 from torchtune_longshort.training.resume import compare_resume_config
 from torchtune_longshort.training.checkpointing import (
