@@ -207,7 +207,7 @@ def part_recipe(smoke: bool, work: Path, peak_tflops=None) -> dict:
 # ---------------------------------------------------------------------------------------------- eval
 def part_eval(smoke: bool, work: Path) -> dict:
     import eval_throughput as et
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     import recipe_throughput as rt
 

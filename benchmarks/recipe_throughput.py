@@ -79,7 +79,7 @@ def prepare_tokenizer(work: Path) -> Path:
 def prepare(work: Path, shape: Shape):
     """Tokenizer (512 pieces, trained once per ``work``), a random checkpoint of ``shape`` and the stdlib JSONL."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     tok = prepare_tokenizer(work)
     ckpt = work / f"ckpt_v{shape.vocab}_d{shape.dim}_l{shape.layers}"

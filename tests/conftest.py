@@ -38,7 +38,7 @@ def sp_tokenizer_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_llama2_dir(tmp_path_factory):
     """A random Llama-2-shaped HF checkpoint: vocab 512, dim 64, 2 layers, 4 heads (2 KV heads), 256 positions."""
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     d = tmp_path_factory.mktemp("tiny_llama2")
     return write_random_llama2_checkpoint(

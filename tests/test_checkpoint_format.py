@@ -164,7 +164,7 @@ def test_a_tokenizer_transformers_cannot_convert_is_copied_with_a_warning(tmp_pa
     """A tiktoken-style tokenizer.model (Llama-3's original/) is copied; no tokenizer.json is invented for it."""
     import logging
 
-    from torchtune_longshort.models.hf_checkpoint import copy_tokenizer
+    from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 
     src = tmp_path / "original"
     src.mkdir()

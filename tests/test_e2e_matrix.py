@@ -128,7 +128,7 @@ def _env(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory, sp_tokenizer_dir):
     """Base checkpoints with the tokenizer in them (as a hub folder has): L0 = 64 positions."""
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     out = {}
     for name, dims in (("tiny", DIMS), ("qlora", QDIMS)):

@@ -176,12 +176,12 @@ def test_loglikelihood_is_computed_chunk_by_chunk(tiny_llama2_dir, sp_tokenizer_
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    import torchtune_longshort.eval.lm_eval_model as mod
+    import torchtune_longshort.hidden_states as hidden_states
 
     rows = 5
-    monkeypatch.setattr(mod, "_OUTPUT_CHUNK_ELEMENTS", rows * 512)
+    monkeypatch.setattr(hidden_states, "OUTPUT_CHUNK_ELEMENTS", rows * 512)
     lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=2)
-    assert lm._output_rows() == rows
+    assert hidden_states.output_rows(lm.vocab_size) == rows
 
     class LargestVocabTensor(TorchDispatchMode):
         largest = 0

@@ -162,7 +162,7 @@ def test_hf_model_gives_the_same_ppl(ours, tiny_llama2_dir, sp_tokenizer_dir, tm
 
 @pytest.mark.slow
 def test_hf_model_agrees_with_linear_rope_scaling_from_config(sp_tokenizer_dir, tmp_path):
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     ckpt = write_random_llama2_checkpoint(
         tmp_path / "linear", vocab_size=512, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2,

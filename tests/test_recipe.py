@@ -160,7 +160,7 @@ def test_lora_loss_goes_down(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
 
 @pytest.mark.slow
 def test_qlora_loss_goes_down(tmp_path, sp_tokenizer_dir):
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     ckpt = write_random_llama2_checkpoint(
         tmp_path / "ckpt128", vocab_size=512, embed_dim=128, num_layers=2, num_heads=4, num_kv_heads=4,
@@ -198,7 +198,7 @@ def _ppl_pair(step: Path, tmp: Path):
 def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """LongQLoRA's setup (LoRA / NF4 QLoRA on several processes, FSDP2 over gloo): step 1's loss equals the
     single-process run's on the same global batch, and the 2-process checkpoint evaluates in both models."""
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     overrides = ["max_steps=2", "save_every_n_steps=2", "batch_size=4", "validation=null"]
     ckpt = tiny_llama2_dir
@@ -218,7 +218,7 @@ def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama
 
 @pytest.mark.slow
 def test_unshardable_qlora_shapes_are_refused_before_loading(tmp_path, sp_tokenizer_dir):
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     ckpt = write_random_llama2_checkpoint(tmp_path / "ckpt128", vocab_size=512, embed_dim=128, num_layers=2,
                                           num_heads=4, num_kv_heads=4, intermediate_dim=384, max_seq_len=256, seed=0)

@@ -35,7 +35,7 @@ def test_missing_checkpoint_dir(recipe_cls, tmp_path, sp_tokenizer_dir):
 
 
 def test_tokenizer_model_vocab_mismatch(recipe_cls, tmp_path, sp_tokenizer_dir):
-    from torchtune_longshort.models.hf_checkpoint import write_random_llama2_checkpoint
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     ckpt = write_random_llama2_checkpoint(tmp_path / "v300", vocab_size=300, embed_dim=64, num_layers=1,
                                           num_heads=4, num_kv_heads=2, intermediate_dim=172, max_seq_len=256)

@@ -155,7 +155,8 @@ def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
 
 def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokenizer_dir):
     """A run from scratch killed before its first save leaves step_0 (no recipe state): not a resume point."""
-    from torchtune_longshort.models.hf_checkpoint import hf_config_from_llama_kwargs, write_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import write_hf_checkpoint
+    from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
     from torchtune.models.llama2 import llama2
 
     out = tmp_path / "out"

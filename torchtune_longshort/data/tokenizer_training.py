@@ -77,6 +77,6 @@ def _write_hf_tokenizer_files(out_dir: Path) -> None:
         import transformers  # noqa: F401  (optional for the library itself)
     except ImportError:
         return
-    from torchtune_longshort.models.hf_checkpoint import write_hf_tokenizer_files
+    from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
 
     write_hf_tokenizer_files(out_dir)

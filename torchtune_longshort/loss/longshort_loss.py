@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import types
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Union
 
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import (
@@ -127,24 +127,9 @@ class LongShortLoss(nn.Module):
         Works for any torchtune ``TransformerDecoder`` (and its LoRA / FSDP-wrapped variants). A plain linear output
         (``nn.Linear``, FSDP2's sharded one, or a tied ``TiedLinear``) runs the fused path; any other output module
         is called as is on the checkpointed path, so LoRA on the output works unchanged. Undo with
-        :func:`restore_model_output`.
+        :func:`restore_model_output` (the swap itself is :mod:`torchtune_longshort.hidden_states`').
         """
-        decoder = getattr(model, "decoder", model)
-        if not hasattr(decoder, "unembed") or not hasattr(decoder, "output"):
-            raise TypeError(
-                f"set_model_output needs a torchtune TransformerDecoder (with .norm, .output, .unembed); got {type(model).__name__}"
-            )
-        if getattr(decoder, "num_output_chunks", 0):
-            raise ValueError(
-                "model has num_output_chunks > 0; with set_model_output the loss chunks itself: call "
-                "model.set_num_output_chunks(0) or pass logit chunks to the loss instead"
-            )
-        self.linear_projection = decoder.output
-
-        def unembed_hidden(self_, h):
-            return self_.norm(h)
-
-        decoder.unembed = types.MethodType(unembed_hidden, decoder)
+        self.linear_projection = enable_hidden_state_output(model).output
         self._log_path(self.output_path)
 
     @property
@@ -370,6 +355,4 @@ def _acc(total, term):
 
 def restore_model_output(model: nn.Module) -> None:
     """Undo :meth:`LongShortLoss.set_model_output`: the model returns logits again."""
-    decoder = getattr(model, "decoder", model)
-    if "unembed" in vars(decoder):
-        del decoder.unembed
+    restore_logit_output(model)

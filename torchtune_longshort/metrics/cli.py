@@ -20,6 +20,7 @@ say so. ``--allow-extrapolation`` measures there anyway (the JSON then records `
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -67,12 +68,9 @@ def main(argv=None) -> int:
 
     from torchtune_longshort.metrics.misalignment import misalignment_metric
     from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
-    from torchtune_longshort.models.hf_checkpoint import (
-        SP_MODEL,
-        check_checkpoint_folder,
-        load_hf_checkpoint,
-        read_hf_config,
-    )
+    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
+    from torchtune_longshort.models.hf_llama import load_hf_checkpoint
+    from torchtune_longshort.models.hf_tokenizer import SP_MODEL
 
     try:
         check_checkpoint_folder(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
@@ -101,8 +99,11 @@ def main(argv=None) -> int:
         num_sequences=args.num_samples,
         vocab_size=tok.vocab_size,
     )
+    from torchtune_longshort.hidden_states import last_position_logits
+
+    # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
-        model, seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
+        functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
         device=args.device,
     )
     from torchtune_longshort.provenance import provenance

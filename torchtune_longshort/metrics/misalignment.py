@@ -5,7 +5,9 @@ distributions after the last ``l1`` and the last ``l2`` tokens of ``x`` (same ta
 
     M = E_x E_{l1, l2 ~ U[L/2, L]} D( p(. | x[-l1:]), p(. | x[-l2:]) ),   D = SCE (Eq. 3), Jeffreys or JS.
 
-Works with any torchtune ``TransformerDecoder`` (or any callable ``tokens [b, s] -> logits [b, s, vocab]``).
+Works with any torchtune ``TransformerDecoder`` (or any callable ``tokens [b, s] -> logits [b, s, vocab]``); only the
+last position is used, so ``functools.partial(torchtune_longshort.hidden_states.last_position_logits, decoder)``
+gives the same values without a ``[b, s, vocab]`` tensor (the CLI and the eval model pass that).
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 from torchtune_longshort.models.hf_checkpoint import (
     check_checkpoint_folder,
-    copy_tokenizer,
+    read_hf_config,
+    save_hf_checkpoint,
+    write_hf_checkpoint,
+)
+from torchtune_longshort.models.hf_llama import (
     hf_config_from_llama_kwargs,
     llama2_from_hf_config,
     load_hf_checkpoint,
     load_llama2_hf_checkpoint,
-    read_hf_config,
-    save_hf_checkpoint,
-    write_hf_checkpoint,
     write_random_llama2_checkpoint,
 )
 from torchtune_longshort.models.hf_rope import (
@@ -20,6 +21,7 @@ from torchtune_longshort.models.hf_rope import (
     split_rope_state_dict,
     update_hf_config,
 )
+from torchtune_longshort.models.hf_tokenizer import copy_tokenizer, write_hf_tokenizer_files
 from torchtune_longshort.models.llama2_longshort import (
     llama2_7b_longshort,
     llama2_13b_longshort,
@@ -39,6 +41,7 @@ from torchtune_longshort.models.s2_attn import disable_s2_attn, enable_s2_attn, 
 __all__ = [
     "check_checkpoint_folder",
     "copy_tokenizer",
+    "write_hf_tokenizer_files",
     "hf_config_from_llama_kwargs",
     "write_hf_checkpoint",
     "llama2_from_hf_config",

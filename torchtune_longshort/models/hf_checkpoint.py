@@ -11,11 +11,14 @@ A folder this project writes (the recipe's ``step_<k>``, ``step_0``, :func:`save
                                          so ``AutoTokenizer`` and ``lm-eval --model hf --model_args pretrained=DIR``
                                          work with nothing else
 
-Everything that reads a checkpoint (the recipe through torchtune's checkpointer, :func:`load_hf_checkpoint`, the
+Everything that reads a checkpoint (the recipe through torchtune's checkpointer, ``hf_llama.load_hf_checkpoint``, the
 ``longshort`` eval model, the misalignment CLI, the study) first calls :func:`check_checkpoint_folder`, which
 refuses an incomplete folder (missing config, index, shard, side file or tokenizer) with the path and what is
 missing. Foreign folders (a base model from the hub, transformers' ``save_pretrained``) load too: they need no
 tokenizer unless the caller needs one, and a single ``model.safetensors`` needs no index.
+
+The tokenizer files are written or copied by :mod:`~torchtune_longshort.models.hf_tokenizer`; loading a folder into a
+torchtune decoder (with its RoPE scaling) is :mod:`~torchtune_longshort.models.hf_llama`'s.
 
 Weights are converted with torchtune's own ``convert_weights.tune_to_hf`` / ``hf_to_tune`` (the q/k permutation
 its ``FullModelHFCheckpointer`` applies), so a folder loads identically in torchtune and in transformers.
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -33,7 +35,6 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.hf_rope import (
-    SPEC_CONTEXT_KEYS,
     SPEC_KEY,
     check_hf_config_consistent,
     rope_spec_from_hf_config,
@@ -41,6 +42,7 @@ from torchtune_longshort.models.hf_rope import (
     transformers_representable,
     update_hf_config,
 )
+from torchtune_longshort.models.hf_tokenizer import copy_tokenizer, has_tokenizer
 
 PathLike = Union[str, Path]
 logger = logging.getLogger(__name__)
@@ -51,9 +53,6 @@ INDEX_FILE = "model.safetensors.index.json"
 ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
 FORMAT_KEY = "longshort_checkpoint_format"
 FORMAT_VERSION = 1
-SP_MODEL = "tokenizer.model"
-# What AutoTokenizer reads; copied when the source has them, generated from a SentencePiece model otherwise.
-TOKENIZER_FILES = (SP_MODEL, "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
 
 
@@ -72,54 +71,6 @@ def read_hf_config(checkpoint_dir: PathLike) -> Dict[str, Any]:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
-
-
-# Keys of torchtune's llama-family builders -> config.json entries of transformers' Llama/Mistral configs.
-_LLAMA_KEYS = {
-    "vocab_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "num_kv_heads": "num_key_value_heads",
-    "embed_dim": "hidden_size",
-    "intermediate_dim": "intermediate_size",
-    "max_seq_len": "max_position_embeddings",
-    "norm_eps": "rms_norm_eps",
-    "rope_base": "rope_theta",
-}
-
-
-def hf_config_from_llama_kwargs(kwargs: Dict[str, Any], architecture: str = "LlamaForCausalLM") -> Dict[str, Any]:
-    """A transformers ``config.json`` dict for a model built from scratch with torchtune's ``llama2(...)`` kwargs.
-
-    ``intermediate_dim`` defaults as torchtune's llama2 builder does (``scale_hidden_dim_for_mlp``).
-    """
-    missing = [k for k in ("vocab_size", "num_layers", "num_heads", "embed_dim", "max_seq_len") if k not in kwargs]
-    if missing:
-        raise ValueError(
-            f"model: training from scratch needs explicit dimensions; missing {missing} "
-            "(give vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len)"
-        )
-    from torchtune.models.llama2._model_utils import scale_hidden_dim_for_mlp
-
-    kw = dict(kwargs)
-    kw.setdefault("num_kv_heads", kw["num_heads"])
-    if kw.get("intermediate_dim") is None:
-        kw["intermediate_dim"] = scale_hidden_dim_for_mlp(kw["embed_dim"])
-    kw.setdefault("norm_eps", 1e-5)
-    kw.setdefault("rope_base", 10_000.0)
-    cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items() if tt in kw}
-    cfg.update(
-        architectures=[architecture],
-        model_type="llama",
-        hidden_act="silu",
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype="float32",
-        head_dim=kw["embed_dim"] // kw["num_heads"],
-    )
-    cfg["rope_theta"] = float(cfg["rope_theta"])
-    return cfg
 
 
 # ----------------------------------------------------------------------------------------------- checking
@@ -162,7 +113,7 @@ def check_checkpoint_folder(checkpoint_dir: PathLike, *, need_tokenizer: bool = 
             f"scaling is {method!r}, which has none: config.json and the side file disagree"
         )
     if config.get(FORMAT_KEY) or need_tokenizer:
-        if not any((d / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+        if not has_tokenizer(d):
             why = "was written by torchtune_longshort, which always saves" if config.get(FORMAT_KEY) else "needs"
             raise FileNotFoundError(
                 f"checkpoint {str(d)!r} has no tokenizer (tokenizer.model or tokenizer.json): this folder {why} one"
@@ -229,61 +180,6 @@ def load_hf_state_dict(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
     return sd
 
 
-def llama2_from_hf_config(config: Dict[str, Any], max_seq_len: Optional[int] = None):
-    """Build an (uninitialised) torchtune ``llama2`` decoder with the dimensions of an HF ``config.json``."""
-    from torchtune.models.llama2 import llama2
-
-    rope_base = config.get("rope_theta")
-    if rope_base is None:
-        rope_base = (config.get("rope_parameters") or {}).get("rope_theta", 10_000.0)
-    return llama2(
-        vocab_size=config["vocab_size"],
-        num_layers=config["num_hidden_layers"],
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
-        embed_dim=config["hidden_size"],
-        intermediate_dim=config["intermediate_size"],
-        max_seq_len=max_seq_len or config.get("max_position_embeddings", 4096),
-        norm_eps=config.get("rms_norm_eps", 1e-5),
-        rope_base=float(rope_base),
-    )
-
-
-def load_llama2_hf_checkpoint(
-    checkpoint_dir: PathLike,
-    max_seq_len: Optional[int] = None,
-    dtype: torch.dtype = torch.float32,
-    device: Union[str, torch.device] = "cpu",
-):
-    """Load a Hugging Face-format Llama-2-family checkpoint into a torchtune ``TransformerDecoder`` (plain RoPE,
-    ``rope_theta`` of config.json). :func:`load_hf_checkpoint` applies the RoPE scaling on top."""
-    from torchtune.models.convert_weights import hf_to_tune
-
-    config = read_hf_config(checkpoint_dir)
-    with torch.device("meta"):
-        model = llama2_from_hf_config(config, max_seq_len=max_seq_len)
-    sd = hf_to_tune(
-        load_hf_state_dict(checkpoint_dir),
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
-        dim=config["hidden_size"],
-        head_dim=config.get("head_dim"),
-    )
-    model = model.to_empty(device=device)
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    # RoPE caches are buffers that checkpoints do not hold; anything else missing is an error.
-    missing = [k for k in missing if "pos_embeddings" not in k]
-    if missing or unexpected:
-        raise ValueError(
-            f"checkpoint {str(checkpoint_dir)!r} does not match the llama2 architecture: "
-            f"missing={missing[:5]} unexpected={unexpected[:5]}"
-        )
-    for m in model.modules():
-        if hasattr(m, "rope_init"):
-            m.rope_init()
-    return model.to(dtype=dtype).eval()
-
-
 def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
     """The learned RoPE parameters of a checkpoint (keyed by their name inside the RoPE module); {} if none."""
     side = Path(checkpoint_dir) / ROPE_SIDE_FILE
@@ -295,65 +191,6 @@ def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
         return load_file(str(side))
     except Exception as e:
         raise ValueError(f"cannot read RoPE side file {side}: {type(e).__name__}: {e}") from None
-
-
-def load_hf_checkpoint(
-    checkpoint_dir: PathLike,
-    rope: Optional[Union[str, Dict[str, Any]]] = None,
-    max_seq_len: Optional[int] = None,
-    dtype: torch.dtype = torch.float32,
-    device: Union[str, torch.device] = "cpu",
-) -> nn.Module:
-    """Load a Llama-2-family HF checkpoint into torchtune and apply RoPE scaling.
-
-    Args:
-        checkpoint_dir: a checkpoint folder (see module doc); checked with :func:`check_checkpoint_folder`.
-        rope: the scaling to apply: a spec dict (``{"method": "yarn", "factor": 4, ...}``), a method name (its
-            defaults, e.g. factor L'/L), or None to take it from config.json (our ``longshort_rope`` key, else the
-            transformers ``rope_scaling``/``rope_parameters``); no scaling there gives plain RoPE.
-        max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
-        dtype, device: of the returned model (RoPE caches stay float32).
-
-    Returns:
-        a torchtune ``TransformerDecoder`` in eval mode; learned RoPE parameters (CLEX) come from the side file.
-    """
-    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
-
-    check_checkpoint_folder(checkpoint_dir)
-    config = read_hf_config(checkpoint_dir)
-    if isinstance(rope, str):
-        rope = {"method": rope}
-    if rope is not None and not (isinstance(rope, dict) and "method" in rope):
-        raise ValueError(f"rope={rope!r} is not accepted: expected a method name, a spec dict with 'method', or None")
-    from_config = rope is None
-    spec = rope_spec_from_hf_config(config) if from_config else dict(rope)
-    plain_len = int(config.get("max_position_embeddings", 4096))
-    if spec is None:
-        return load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=max_seq_len, dtype=dtype, device=device)
-
-    target = max_seq_len or spec.get("max_seq_len") or plain_len
-    # The stored pre-trained length and base, not the (possibly scaled) ones in config.json.
-    original = spec.get("original_max_seq_len")
-    if original is None and not from_config:
-        original = plain_len
-    base = spec.get("base")
-    model = load_llama2_hf_checkpoint(checkpoint_dir, max_seq_len=original or target, dtype=dtype, device=device)
-    if base is None:
-        base = model.layers[0].attn.pos_embeddings.base
-    kwargs = {k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS}
-    apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
-
-    learned = load_rope_parameters(checkpoint_dir) if from_config else {}
-    if learned:
-        rope_module = model.layers[0].attn.pos_embeddings
-        try:
-            rope_module.load_state_dict(learned, strict=True)
-        except RuntimeError as e:
-            raise ValueError(
-                f"checkpoint {str(checkpoint_dir)!r}: {ROPE_SIDE_FILE} does not fit RoPE method "
-                f"{spec['method']!r} of config.json: {e}"
-            ) from None
-    return model.to(device=device).eval()
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -373,7 +210,7 @@ def write_hf_checkpoint(
         out_dir: the folder to fill (created).
         tune_state_dict: torchtune key names; learned RoPE parameters (``*.pos_embeddings.*``) go to the side file;
             adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
-        hf_config: the base config.json (the source checkpoint's, or :func:`hf_config_from_llama_kwargs`).
+        hf_config: the base config.json (the source checkpoint's, or ``hf_llama.hf_config_from_llama_kwargs``).
         rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
         tokenizer: a ``tokenizer.model`` path or a tokenizer folder to copy in (see :func:`copy_tokenizer`);
             required unless ``out_dir`` already holds one.
@@ -387,7 +224,7 @@ def write_hf_checkpoint(
     from torchtune.models.convert_weights import tune_to_hf
 
     out_dir = Path(out_dir)
-    if tokenizer is None and not any((out_dir / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+    if tokenizer is None and not has_tokenizer(out_dir):
         raise ValueError(
             f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
             "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<tokenizer.model or folder>"
@@ -470,51 +307,6 @@ def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes
     (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
-def copy_tokenizer(source: PathLike, out_dir: PathLike) -> None:
-    """Put a tokenizer into a checkpoint folder so torchtune, ``AutoTokenizer`` and lm-eval's ``hf`` all load it.
-
-    ``source`` is a ``tokenizer.model`` file or a folder. The files of :data:`TOKENIZER_FILES` found beside it are
-    copied; a SentencePiece ``tokenizer.model`` without ``tokenizer.json`` gets transformers' files written
-    (``LlamaTokenizer(..., add_bos_token=True).save_pretrained``, whose ids match SentencePiece's).
-    """
-    src = Path(source)
-    src_dir = src if src.is_dir() else src.parent
-    if not src.exists():
-        raise FileNotFoundError(f"tokenizer source {str(src)!r} does not exist")
-    out_dir = Path(out_dir)
-    found = [f for f in TOKENIZER_FILES if (src_dir / f).is_file()]
-    if src.is_file() and src.name != SP_MODEL:  # a SentencePiece model under another name
-        shutil.copyfile(src, out_dir / SP_MODEL)
-    if not found and not (out_dir / SP_MODEL).is_file():
-        raise FileNotFoundError(f"tokenizer source {str(src)!r} holds none of {list(TOKENIZER_FILES)}")
-    for f in found:
-        if (src_dir / f).resolve() != (out_dir / f).resolve():
-            shutil.copyfile(src_dir / f, out_dir / f)
-    if not (out_dir / "tokenizer.json").is_file():
-        try:
-            write_hf_tokenizer_files(out_dir)
-        except Exception as e:  # e.g. a tiktoken tokenizer.model, which LlamaTokenizer cannot read
-            logger.warning(
-                "%s: could not write transformers' tokenizer files from %s (%s: %s); torchtune and the longshort "
-                "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src, type(e).__name__, e
-            )
-
-
-def write_hf_tokenizer_files(folder: PathLike) -> None:
-    """Write transformers' tokenizer files next to a SentencePiece ``tokenizer.model``.
-
-    ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5;
-    ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes a ``tokenizer.json`` that matches.
-    """
-    import sentencepiece as spm
-    from transformers import LlamaTokenizer
-
-    # transformers builds *a* tokenizer even from a file that is not SentencePiece; refuse such a file first.
-    spm.SentencePieceProcessor(model_file=str(Path(folder) / SP_MODEL))
-    tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True)
-    tok.save_pretrained(str(folder))
-
-
 def save_hf_checkpoint(
     model: nn.Module,
     out_dir: PathLike,
@@ -536,7 +328,7 @@ def save_hf_checkpoint(
     if not isinstance(config, dict):
         p = Path(config)
         if p.is_dir():
-            if tokenizer is None and any((p / f).is_file() for f in (SP_MODEL, "tokenizer.json")):
+            if tokenizer is None and has_tokenizer(p):
                 tokenizer = p
             config = read_hf_config(p)
         else:
@@ -551,51 +343,3 @@ def save_hf_checkpoint(
     )
 
 
-def write_random_llama2_checkpoint(
-    out_dir: PathLike,
-    *,
-    vocab_size: int,
-    embed_dim: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: Optional[int] = None,
-    intermediate_dim: int = 172,
-    max_seq_len: int = 256,
-    rope_base: float = 10_000.0,
-    norm_eps: float = 1e-5,
-    seed: int = 0,
-    rope_scaling: Optional[Dict[str, Any]] = None,
-    dtype: str = "float32",
-    device: str = "cpu",
-) -> Path:
-    """Write a randomly initialised Llama-2-shaped model in Hugging Face format with transformers' own
-    ``save_pretrained`` (an independent writer and initialisation, which parity tests want). ``dtype``
-    (``float32`` / ``bfloat16``) is the stored precision; ``device`` where the weights are initialised (``cuda``
-    makes a 7B shape in seconds; the random values then differ from a CPU initialisation with the same seed)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = dict(
-        vocab_size=vocab_size,
-        hidden_size=embed_dim,
-        intermediate_size=intermediate_dim,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads or num_heads,
-        max_position_embeddings=max_seq_len,
-        rms_norm_eps=norm_eps,
-        rope_theta=rope_base,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype=dtype,
-    )
-    if rope_scaling is not None:
-        cfg["rope_scaling"] = rope_scaling
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = LlamaForCausalLM(LlamaConfig(**cfg))
-    model = model.to(getattr(torch, dtype))
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    return out_dir

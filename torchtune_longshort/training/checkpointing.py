@@ -155,6 +155,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()
+                     ) -> "OutputDirLock":
+    """Check the rules (before the lock file is written), take the folder's lock, then prepare the folder
+    (:func:`prepare_output_dir`). Returns the held lock."""
+    check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect)
+    lock = OutputDirLock(output_dir).acquire()
+    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect)
+    return lock
+
+
 class StepCheckpoints:
     """Find, stage and commit ``step_<k>`` checkpoints under ``output_dir`` (see module doc)."""
 

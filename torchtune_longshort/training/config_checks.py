@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
@@ -149,3 +150,46 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
         raise ValueError(f"loss.alpha={alpha!r} is not accepted: expected a number >= 0")
     out["alpha"] = float(alpha)
     return out
+
+
+def check_model_against_data(cfg: DictConfig, model: Any, tokenizer: Any, rope_spec: Optional[Dict[str, Any]]) -> int:
+    """Errors that must come before any step: tokenizer/model vocabulary, L (and the validation length) against the
+    RoPE range of the built ``model``. Returns the model's vocabulary size."""
+    emb = model.tok_embeddings
+    model_vocab = emb.num_embeddings
+    tok_vocab = getattr(tokenizer, "vocab_size", None)
+    if tok_vocab is not None and tok_vocab > model_vocab:
+        raise ValueError(
+            f"tokenizer vocabulary ({tok_vocab} ids, {cfg.tokenizer.get('path')}) does not fit the model's "
+            f"embedding table ({model_vocab} rows): tokenizer and model do not match"
+        )
+    L = cfg.seq_len
+    max_len = getattr(model, "max_seq_len", None)
+    if not isinstance(L, int) or L < 4:
+        raise ValueError(f"seq_len={L!r} must be an int >= 4")
+    if max_len is not None and L > max_len:
+        method = (rope_spec or {}).get("method", "default (no RoPE scaling)")
+        raise ValueError(
+            f"seq_len={L} is above the range of the model's RoPE ({method}): max_seq_len={max_len}. "
+            "Lower seq_len or scale RoPE to a longer max_seq_len (model: rope_scaled ... max_seq_len)"
+        )
+    val = cfg.get("validation")
+    if val is not None and max_len is not None and val.seq_len > max_len:
+        raise ValueError(f"validation.seq_len={val.seq_len} is above the model's max_seq_len={max_len}")
+    return model_vocab
+
+
+def check_start_checkpoint(cfg: DictConfig) -> None:
+    """``checkpointer.checkpoint_dir`` is a complete checkpoint folder; without one (training from scratch, not
+    resuming) the model node gives the explicit dimensions a ``config.json`` needs."""
+    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
+    from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+    from torchtune_longshort.training.model_setup import model_kwargs
+
+    start = cfg.checkpointer.get("checkpoint_dir")
+    if start is not None:
+        if not Path(start).is_dir():
+            raise FileNotFoundError(f"checkpointer.checkpoint_dir={start!r} does not exist or is not a directory")
+        check_checkpoint_folder(start)
+    if start is None and not cfg.get("resume", False):
+        hf_config_from_llama_kwargs(model_kwargs(cfg.model))  # explicit dimensions are required from scratch

@@ -1,10 +1,12 @@
-"""Run-time metrics for the recipe: peak memory on any device, and a JSONL metric log that tests and plots read."""
+"""Run-time metrics for the recipe: peak memory on any device, a JSONL metric log that tests and plots read, and
+the run log that feeds both with the progress bar."""
 
 from __future__ import annotations
 
 import json
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -61,3 +63,76 @@ class JsonlMetricLogger:
             row[k] = v.item() if isinstance(v, torch.Tensor) else v
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+class RunLog:
+    """What a training run reports on rank 0: the config's metric logger, ``metrics.jsonl``, a progress bar and
+    the throughput since the last logged step. On other ranks every call is a no-op."""
+
+    def __init__(self, metric_logger, jsonl: Optional[JsonlMetricLogger], enabled: bool) -> None:
+        self.metric_logger, self.jsonl, self.enabled = metric_logger, jsonl, enabled
+        self.pbar = None
+        self._t0, self.tokens = time.perf_counter(), 0
+
+    def start(self, total_steps: int, step: int) -> None:
+        """Open the progress bar at ``step`` of ``total_steps`` and start the throughput clock."""
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.pbar = tqdm(total=total_steps, initial=step, desc="longshort", dynamic_ncols=True)
+        self._t0, self.tokens = time.perf_counter(), 0
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if self.enabled:
+            self.metric_logger.log_dict(dict(metrics), step=step)
+            self.jsonl.log(step, metrics)
+
+    def log_step(self, step: int, sums: Mapping[str, float], lr: float, grad_norm: float, device) -> None:
+        """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norm."""
+        dt = time.perf_counter() - self._t0
+        metrics = {
+            **sums,
+            "lr": lr,
+            "tokens_per_second": self.tokens / dt if dt > 0 else 0.0,
+            "peak_memory_gib": peak_memory_gib(device),
+            "grad_norm": grad_norm,
+        }
+        self.log(step, metrics)
+        if self.pbar is not None:
+            self.pbar.set_postfix(loss=f"{sums['loss']:.4f}", mis=f"{sums['misalignment']:.3g}", e=int(sums["e"]))
+        self._t0, self.tokens = time.perf_counter(), 0
+
+    def advance(self) -> None:
+        if self.pbar is not None:
+            self.pbar.update(1)
+
+    def close(self) -> None:
+        """Close the progress bar (the metric logger stays open until :meth:`close_loggers`)."""
+        if self.pbar is not None:
+            self.pbar.close()
+            self.pbar = None
+
+    def close_loggers(self) -> None:
+        if self.metric_logger is not None:
+            self.metric_logger.close()
+
+    @classmethod
+    def open(cls, metric_logger_cfg, cfg, output_dir: Path, step: int, device) -> "RunLog":
+        """Rank 0 (``metric_logger_cfg`` given): instantiate the config's metric logger (and log the config to it)
+        and open ``output_dir/metrics.jsonl`` resumed at ``step``; other ranks (``None``): a log that does nothing."""
+        if metric_logger_cfg is None:
+            return cls(None, None, enabled=False)
+        from torchtune import config
+
+        metric_logger = config.instantiate(metric_logger_cfg)
+        metric_logger.log_config(cfg)
+        jsonl = JsonlMetricLogger(Path(output_dir) / "metrics.jsonl", resume_step=step, device=device)
+        return cls(metric_logger, jsonl, enabled=True)
+
+
+def mean_over_ranks(values: Dict[str, float], keys, device, world_size: int) -> None:
+    """Replace ``values[k]`` for ``k`` in ``keys`` by its mean over all ranks (each rank holds its batch slice)."""
+    t = torch.tensor([values[k] for k in keys], device=device)
+    torch.distributed.all_reduce(t)
+    t /= world_size
+    values.update(zip(keys, t.tolist()))

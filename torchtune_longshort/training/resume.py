@@ -7,7 +7,12 @@ applied and logged.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+from torchtune_longshort.training.checkpointing import RECIPE_STATE
 
 # Keys whose change breaks exactness (top-level config keys; nested nodes compared whole).
 EXACT_KEYS = (
@@ -49,3 +54,43 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tu
             "run in another output_dir"
         )
     return applied
+
+
+def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_scheduler, log: Callable[[str], None]) -> None:
+    """Apply (and ``log``) what a resumed run changes on purpose, after the saved optimizer state is loaded: its
+    param groups would otherwise keep the old values (an lr lowered after a NaN would silently not apply)."""
+    for key, old, new in changes:
+        if key.startswith("optimizer.") and key != "optimizer._component_":
+            name = key.split(".", 1)[1]
+            for group in optimizer.param_groups:
+                if name in group:
+                    group[name] = new
+                    if name == "lr":
+                        group["initial_lr"] = new
+            if name == "lr" and lr_scheduler is not None:
+                lr_scheduler.base_lrs = [new for _ in lr_scheduler.base_lrs]
+        log(f"resume: {key} changed {old!r} -> {new!r} (applied)")
+
+
+def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
+    """``(recipe state of the step folder resume_dir, the config changes the resumed run applies)``; a change that
+    breaks exact resume is refused (:func:`compare_resume_config`)."""
+    recipe_state = torch.load(Path(resume_dir) / RECIPE_STATE, weights_only=False)
+    saved = recipe_state.get("config")
+    changes = compare_resume_config(saved, new_config) if saved is not None else []
+    return recipe_state, changes
+
+
+def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_scheduler, distributed: bool, device) -> None:
+    """Optimizer and LR schedule from ``recipe_state.pt`` (gathered state spread over the ranks when sharded).
+
+    Call after the scheduler is built: its constructor writes the step-0 lr into the param groups, which the saved
+    optimizer state (param groups included) must overwrite."""
+    if distributed:
+        from torchtune import training
+
+        training.load_from_full_optimizer_state_dict(model, optimizer, recipe_state["optimizer"], device)
+    else:
+        optimizer.load_state_dict(recipe_state["optimizer"])
+    if lr_scheduler is not None:
+        lr_scheduler.load_state_dict(recipe_state["lr_scheduler"])

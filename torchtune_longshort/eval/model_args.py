@@ -1,0 +1,209 @@
+"""The ``longshort`` lm-eval model's arguments (``--model_args k=v,...``): checked, resolved, and the model loaded.
+
+    pretrained: folder with ``config.json`` + safetensors (+ ``tokenizer.model``), as for lm-eval's ``hf`` model;
+        lm-eval names the results folder after it. ``checkpoint_dir`` is the same argument under its older name.
+    tokenizer: folder or ``tokenizer.model`` path (default: ``pretrained``).
+    rope: RoPE scaling method name (overrides ``config.json``'s ``rope_scaling``); ``rope_<key>=<value>`` sets
+        its parameters (``rope_factor=4``). Without ``rope``, the checkpoint's own scaling (if any) is used.
+    max_length: longest sequence the model is run on (default: the checkpoint's positions x scaling factor).
+    allow_extrapolation: run past the checkpoint's positions x scaling factor (default false: such requests
+        get NaN / empty output and an error naming the fix, and the rest of the run goes on).
+    batch_size: int (``auto`` is not supported: give a number).
+    dtype: float32 | bfloat16 | float16.   device: cpu | cuda | cuda:N.
+    truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
+        ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
+        truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
+        (see ``torchtune_longshort.eval.truncation``).
+    max_gen_toks: default generation budget (256, as in lm-eval's ``hf``).
+    add_bos_token: prepend BOS when encoding (default true, like the Llama tokenizer under transformers).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from torchtune_longshort.eval.truncation import check_truncation
+from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
+from torchtune_longshort.models.hf_llama import load_hf_checkpoint
+from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# lm-eval forwards these to every model; they carry no meaning here (batches have a fixed size).
+_IGNORED = ("trust_remote_code", "pretrained_model_name_or_path", "max_batch_size")
+ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
+            "batch_size, dtype, device, truncation, max_gen_toks, add_bos_token")
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    """``value`` as a boolean (``true``/``false``/``1``/``0``/``yes``/``no``); ``ValueError`` naming ``name``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "0", "no"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name}={value!r} is not a boolean; accepted: true/false")
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as a positive integer; ``ValueError`` naming ``name``."""
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+    if out != float(value) or out < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+    return out
+
+
+@dataclass
+class ModelArgs:
+    """The resolved model arguments: what to load and the limits requests are held to."""
+
+    checkpoint_dir: Path
+    tokenizer_path: Path
+    hf_config: Dict[str, Any]
+    rope_spec: Optional[Dict[str, Any]]  # the rope=... override; None: the checkpoint's own scaling
+    usable_length: int  # positions the checkpoint's RoPE (with its scaling) covers
+    max_length: int
+    allow_extrapolation: bool
+    batch_size: int
+    dtype: torch.dtype
+    device: torch.device
+    truncation: str
+    max_gen_toks: int
+    add_bos_token: bool
+
+    @property
+    def run_limit(self) -> int:
+        """The longest sequence the model is run on: ``max_length``, capped at the covered positions unless
+        extrapolation is allowed."""
+        return self.max_length if self.allow_extrapolation else min(self.max_length, self.usable_length)
+
+
+def _checkpoint_dir(pretrained: Optional[str], checkpoint_dir: Optional[str]) -> Path:
+    if pretrained is not None and checkpoint_dir is not None and str(pretrained) != str(checkpoint_dir):
+        raise ValueError(f"longshort model: pretrained={pretrained!r} and checkpoint_dir={checkpoint_dir!r} name "
+                         "different checkpoints; give one of them (checkpoint_dir is pretrained's older name)")
+    chosen = pretrained if pretrained is not None else checkpoint_dir
+    if chosen is None:
+        raise ValueError("longshort model: model_args needs pretrained=<folder with config.json + weights>")
+    return Path(str(chosen))
+
+
+def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """``rope=<method>`` and its ``rope_<key>=<value>`` parameters as a spec; the rest of ``extra`` is refused."""
+    rope_kwargs = {k[len("rope_") :]: v for k, v in extra.items() if k.startswith("rope_")}
+    unknown = sorted(k for k in extra if not k.startswith("rope_") and k not in _IGNORED)
+    if unknown:
+        raise ValueError(f"longshort model: unknown model_args {unknown}; accepted: {ACCEPTED}")
+    if rope_kwargs and rope is None:
+        raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
+    return {"method": str(rope), **rope_kwargs} if rope is not None else None
+
+
+def _warn_past_usable(max_length: int, usable: int, allow: bool, config: Dict[str, Any], rope: Any) -> None:
+    msg = (
+        f"max_length={max_length} exceeds the {usable} positions this model covers "
+        f"(config max_position_embeddings={int(config.get('max_position_embeddings', 4096))}, "
+        f"RoPE scaling={rope!r})"
+    )
+    if allow:
+        logger.warning("%s: allow_extrapolation=true, positions past it are extrapolated", msg)
+    else:
+        logger.error(
+            "%s: requests longer than %d tokens will be refused (NaN / empty output). Pass "
+            "rope=<method>,rope_factor=<f> to scale RoPE, or allow_extrapolation=true to run them anyway.",
+            msg,
+            usable,
+        )
+
+
+def _device(device: Optional[str]) -> torch.device:
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        # lm-eval's CLI passes device=cuda:0 when --device is not given.
+        logger.warning("device=%r but CUDA is not available: running on cpu", device)
+        device = "cpu"
+    return torch.device(device)
+
+
+def _tokenizer_path(tokenizer: Optional[str], checkpoint_dir: Path) -> Path:
+    path = Path(str(tokenizer)) if tokenizer is not None else checkpoint_dir
+    if path.is_dir():
+        path = path / "tokenizer.model"
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer={str(path)!r} not found: pass tokenizer=<folder or tokenizer.model path>")
+    return path
+
+
+def parse_model_args(
+    pretrained: Optional[str] = None,
+    checkpoint_dir: Optional[str] = None,
+    tokenizer: Optional[str] = None,
+    rope: Optional[str] = None,
+    max_length: Optional[int] = None,
+    allow_extrapolation: Union[bool, str] = False,
+    batch_size: Union[int, str] = 1,
+    dtype: str = "float32",
+    device: Optional[str] = None,
+    truncation: str = "none",
+    max_gen_toks: int = 256,
+    add_bos_token: Union[bool, str] = True,
+    **extra: Any,
+) -> ModelArgs:
+    """Check every argument (see the module docstring) before any weight is read; ``ValueError`` /
+    ``FileNotFoundError`` name the argument, its value and what is accepted."""
+    rope_spec = _rope_spec(rope, extra)
+    folder = _checkpoint_dir(pretrained, checkpoint_dir)
+    check_checkpoint_folder(folder, need_tokenizer=tokenizer is None)
+    config = read_hf_config(folder)
+    effective_rope = rope_spec if rope_spec is not None else rope_spec_from_hf_config(config)
+    usable = usable_length_of(config, effective_rope)
+    length = positive_int("max_length", max_length) if max_length is not None else usable
+    allow = parse_bool("allow_extrapolation", allow_extrapolation)
+    if length > usable:
+        _warn_past_usable(length, usable, allow, config, effective_rope)
+    if isinstance(batch_size, str) and batch_size.startswith("auto"):
+        raise ValueError(f"batch_size={batch_size!r} is not supported by the longshort model; give an integer")
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
+    return ModelArgs(
+        checkpoint_dir=folder,
+        tokenizer_path=_tokenizer_path(tokenizer, folder),
+        hf_config=config,
+        rope_spec=rope_spec,
+        usable_length=usable,
+        max_length=length,
+        allow_extrapolation=allow,
+        batch_size=positive_int("batch_size", batch_size),
+        dtype=DTYPES[str(dtype)],
+        device=_device(device),
+        truncation=check_truncation(str(truncation)),
+        max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
+        add_bos_token=parse_bool("add_bos_token", add_bos_token),
+    )
+
+
+def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
+    """The checkpoint as a torchtune decoder in eval mode, frozen, RoPE sized for ``max_length`` positions.
+
+    ``args.rope_spec`` is ``None`` (take the scaling from ``config.json``) or a spec such as
+    ``{"method": "linear", "factor": 4.0}``; both go through ``torchtune_longshort.models.load_hf_checkpoint``.
+    """
+    model = load_hf_checkpoint(
+        args.checkpoint_dir, rope=args.rope_spec, max_seq_len=args.max_length, dtype=args.dtype, device=str(args.device)
+    )
+    model = model.to(device=args.device, dtype=args.dtype).eval()
+    model.requires_grad_(False)
+    return model

@@ -1,0 +1,90 @@
+"""Log-likelihood scoring for the ``longshort`` model: batches of (input, continuation) token lists scored from
+final hidden states, projected to the vocabulary a bounded chunk of positions at a time
+(:mod:`torchtune_longshort.hidden_states`), and the result type lm-eval receives."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Sequence, Tuple
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from torchtune_longshort.hidden_states import decoder_of, hidden_state_output, project_target_logprobs
+
+# (request index, input tokens = context + continuation minus the last token, continuation tokens)
+Prepared = Tuple[int, List[int], List[int]]
+
+
+class TokenLoglikelihood(tuple):
+    """``(logprob, is_greedy)`` as lm-eval expects, carrying the per-token log-probabilities as an attribute.
+
+    lm-eval passes the object unchanged to a task's ``process_results``; ``long_ppl`` uses
+    ``token_logprobs`` for its per-position loss curve. Other models return plain tuples. A refused request is
+    ``(nan, False)`` with the reason in ``refusal`` (``torchtune_longshort.eval.unavailable.refusal_of``).
+    """
+
+    token_logprobs: List[float]
+    refusal: str
+
+    def __new__(cls, logprob: float, is_greedy: bool, token_logprobs: Sequence[float], refusal: str = ""):
+        obj = super().__new__(cls, (logprob, is_greedy))
+        obj.token_logprobs = list(token_logprobs)
+        obj.refusal = refusal
+        return obj
+
+    @classmethod
+    def refused(cls, reason: str) -> "TokenLoglikelihood":
+        """The result of a request the model refused: NaN, with ``reason``."""
+        return cls(float("nan"), False, [], reason)
+
+    def __reduce__(self):
+        # lm-eval's request cache pickles results; keep the attributes.
+        return (TokenLoglikelihood, (self[0], self[1], self.token_logprobs, self.refusal))
+
+
+@torch.no_grad()
+def forward_hidden(model: nn.Module, batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Causal forward of right-padded ``[b, s]`` token ids -> ``[b, s, d]`` final hidden states."""
+    with hidden_state_output(model):
+        return model(batch.to(device))
+
+
+def _batches(prepared: List[Prepared], batch_size: int, pad_id: int) -> Iterator[Tuple[List[Prepared], torch.Tensor]]:
+    """Longest first (then by tokens, as lm-eval's ``hf`` orders them), right-padded."""
+    ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
+    for s in range(0, len(ordered), batch_size):
+        chunk = ordered[s : s + batch_size]
+        width = max(len(inp) for _, inp, _ in chunk)
+        batch = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        for row, (_, inp, _) in enumerate(chunk):
+            batch[row, : len(inp)] = torch.tensor(inp, dtype=torch.long)
+        yield chunk, batch
+
+
+@torch.no_grad()
+def score_continuations(
+    model: nn.Module,
+    prepared: List[Prepared],
+    *,
+    batch_size: int,
+    pad_id: int,
+    vocab_size: int,
+    device: torch.device,
+    disable_tqdm: bool = False,
+) -> Dict[int, TokenLoglikelihood]:
+    """``{request index: TokenLoglikelihood}``: the summed and per-token log-probabilities of each continuation
+    after its input, and whether each continuation token is the argmax."""
+    output = decoder_of(model).output
+    results: Dict[int, TokenLoglikelihood] = {}
+    pbar = tqdm(total=len(prepared), disable=disable_tqdm, desc="longshort loglikelihood")
+    for chunk, batch in _batches(prepared, batch_size, pad_id):
+        hidden = forward_hidden(model, batch, device)
+        for row, (i, inp, cont) in enumerate(chunk):
+            n = len(cont)
+            target = torch.tensor(cont, dtype=torch.long, device=hidden.device)
+            tok_lp, greedy = project_target_logprobs(output, hidden[row, len(inp) - n : len(inp)], target, vocab_size)
+            results[i] = TokenLoglikelihood(float(tok_lp.double().sum()), greedy, tok_lp.tolist())
+        pbar.update(len(chunk))
+    pbar.close()
+    return results

@@ -1,0 +1,150 @@
+"""The recipe's model: built from the config (full, LoRA or QLoRA), checked, made trainable, optionally sharded with
+FSDP2 (torchtune's ``training.shard_model``), and loaded with its start weights.
+
+Everything here is the model side of ``LongShortFinetuneRecipe._setup_model``
+(``torchtune_longshort/recipes/longshort_finetune.py``); it reads the config nodes it is given and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torchtune import config, modules, training
+from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
+
+# NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256.
+_NF4_BLOCK = 64 * 256
+
+
+def model_kwargs(cfg_model: DictConfig) -> Dict[str, Any]:
+    """The builder kwargs of the (innermost) model node, looking through ``rope_scaled`` wrappers."""
+    node = cfg_model
+    while "model" in node and isinstance(node.model, DictConfig):
+        node = node.model
+    return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_component_"}
+
+
+@dataclass
+class LoRAInfo:
+    """The adapter settings of a built model (``rank`` is None for full fine-tuning) and, once
+    :func:`set_trainable` ran, the names of its trainable parameters (saved with each checkpoint)."""
+
+    rank: Optional[int] = None
+    alpha: Optional[float] = None
+    trainable_names: List[str] = field(default_factory=list)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank is not None
+
+
+def build_model(cfg_model: DictConfig, device: torch.device, dtype: torch.dtype, on_meta: bool):
+    """``(model, LoRAInfo)``: ``cfg_model`` instantiated in ``dtype`` (on the meta device when sharding follows)."""
+    with training.set_default_dtype(dtype), (torch.device("meta") if on_meta else device):
+        model = config.instantiate(cfg_model)
+    lora = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    info = LoRAInfo(rank=lora[0].rank, alpha=lora[0].alpha) if lora else LoRAInfo()
+    return model, info
+
+
+def check_quantized_shapes(model: nn.Module, world_size: int) -> None:
+    """FSDP2 splits each weight along dim 0 across ranks, so every NF4 weight needs numel divisible by
+    ``64 * 256 * world_size`` (and dim 0 by ``world_size``). Refuse other shapes before any weight is loaded."""
+    bad = []
+    for name, p in model.named_parameters():
+        if type(p).__name__ == "NF4Tensor" or type(getattr(p, "data", None)).__name__ == "NF4Tensor":
+            if p.numel() % (_NF4_BLOCK * world_size) or p.shape[0] % world_size:
+                bad.append(f"{name} {tuple(p.shape)}")
+    if bad:
+        raise ValueError(
+            f"QLoRA (NF4) cannot quantize/shard {len(bad)} weight(s) at world_size={world_size}: "
+            f"{bad[:3]}... Each quantized weight needs numel divisible by 64 * 256 * world_size = "
+            f"{_NF4_BLOCK * world_size} (and dim 0 by world_size); choose model dimensions that satisfy it "
+            "(e.g. embed_dim 256, intermediate_dim 768 for 2 processes) or quantize_base=False"
+        )
+
+
+def set_trainable(model: nn.Module, lora: LoRAInfo, train_embeddings_and_norms: bool) -> None:
+    """LoRA: only the adapters train (and, for LongQLoRA, the embeddings and norms); full fine-tuning: all."""
+    if not lora.enabled:
+        return
+    trainable = set(get_adapter_params(model))
+    if train_embeddings_and_norms:
+        trainable |= {n for n, _ in model.named_parameters() if "tok_embeddings" in n or "norm" in n}
+    set_trainable_params(model, trainable)
+    lora.trainable_names = sorted(trainable)
+
+
+def with_learned_rope(model: nn.Module, saved: Dict[str, torch.Tensor], learned_rope: Dict[str, torch.Tensor]):
+    """``saved`` plus learned RoPE parameters (CLEX), which all layers share, under every layer's name."""
+    out = dict(saved)
+    for k in [n for n in model.state_dict() if ".pos_embeddings." in n]:
+        sub = k.split(".pos_embeddings.", 1)[1]
+        if sub in learned_rope:
+            out[k] = learned_rope[sub]
+    return out
+
+
+def shard_and_load(
+    model: nn.Module, model_sd: Dict[str, torch.Tensor], saved: Dict[str, torch.Tensor], device: torch.device,
+    dtype: torch.dtype, reshard_after_forward: bool,
+) -> None:
+    """FSDP2: shard the meta-device ``model``, materialize what no checkpoint holds, load ``model_sd`` + ``saved``."""
+    training.shard_model(
+        model=model,
+        # The loss applies model.output itself, outside the decoder's forward; as its own FSDP unit its forward hooks
+        # gather the weight whenever the loss calls it (and reshard it after).
+        shard_conditions=[
+            lambda n, m: isinstance(m, modules.TransformerSelfAttentionLayer) or n in ("output", "decoder.output")
+        ],
+        cpu_offload=False,
+        reshard_after_forward=reshard_after_forward,
+    )
+    with training.set_default_dtype(dtype), device:
+        for m in model.modules():
+            if isinstance(m, (LoRALinear, DoRALinear)) and not saved:
+                # A new adapter is in no checkpoint: materialize it (LoRA's B = 0, so step 1's loss is the base
+                # model's, as in one process) -- torchtune's lora_finetune_distributed does the same.
+                m.to_empty(device=device)
+                m.initialize_parameters()
+            if hasattr(m, "rope_init"):
+                m.rope_init()
+    training.load_from_full_model_state_dict(model, {**model_sd, **saved}, device, strict=False)
+    training.validate_no_params_on_meta_device(model)
+
+
+def load_local(
+    model: nn.Module, model_sd: Dict[str, torch.Tensor], saved: Dict[str, torch.Tensor], device: torch.device,
+    where: str,
+) -> None:
+    """One process: load ``model_sd`` (refusing a checkpoint that does not fit, named by ``where``), then ``saved``."""
+    missing, unexpected = model.load_state_dict(model_sd, strict=False)
+    missing = [k for k in missing if ".pos_embeddings." not in k and "lora_" not in k and "magnitude" not in k]
+    if missing or unexpected:
+        raise ValueError(f"{where}: missing={missing[:5]} unexpected={unexpected[:5]}")
+    if saved:
+        model.load_state_dict(saved, strict=False)
+    model.to(device)
+
+
+def load_weights(
+    model: nn.Module, model_sd: Dict[str, torch.Tensor], resumed: Dict[str, torch.Tensor], *, distributed: bool,
+    device: torch.device, dtype: torch.dtype, reshard_after_forward: bool, where: str,
+) -> None:
+    """Load the start weights ``model_sd`` and a resumed run's ``resumed`` weights (its adapters, learned RoPE):
+    sharded with FSDP2 across ranks (:func:`shard_and_load`) or in one process (:func:`load_local`)."""
+    if distributed:
+        shard_and_load(model, model_sd, resumed, device, dtype, reshard_after_forward=reshard_after_forward)
+    else:
+        load_local(model, model_sd, resumed, device, where)
+
+
+def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor]], learned_rope: Dict[str, torch.Tensor]):
+    """What a resumed run loads over the start weights: the saved trainable weights (LoRA) and the learned RoPE
+    parameters of the resumed step (CLEX)."""
+    saved = dict(trainable or {})
+    return with_learned_rope(model, saved, learned_rope) if learned_rope else saved

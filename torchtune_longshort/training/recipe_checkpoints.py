@@ -1,0 +1,133 @@
+"""The recipe's weights on disk: where the start weights come from, and what each ``step_<k>`` holds.
+
+Reading goes through torchtune's checkpointer (the config's ``checkpointer`` node), writing through
+``torchtune_longshort.models.hf_checkpoint`` (the folder format) and ``training.checkpointing`` (staged, atomic
+``step_<k>`` folders). Used by ``torchtune_longshort/recipes/longshort_finetune.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torchtune import config, training
+from torchtune.modules.peft import get_merged_lora_ckpt
+
+from torchtune_longshort.models.hf_checkpoint import weight_files, write_hf_checkpoint
+from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+from torchtune_longshort.training.checkpointing import RECIPE_STATE, StepCheckpoints, atomic_torch_save
+from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
+
+
+def tokenizer_source(cfg: DictConfig) -> Optional[str]:
+    """Where the tokenizer files that go into every checkpoint come from: the start checkpoint folder when it holds
+    transformers' ``tokenizer.json`` (a hub folder: Llama-3's ``tokenizer.path`` is a tiktoken file under
+    ``original/`` that transformers cannot read), else ``tokenizer.path``."""
+    start = cfg.checkpointer.get("checkpoint_dir")
+    if start is not None and (Path(start) / "tokenizer.json").is_file():
+        return str(start)
+    path = cfg.tokenizer.get("path")
+    return str(path) if path is not None else None
+
+
+def make_checkpointer(cfg_checkpointer: DictConfig, checkpoint_dir: str, scratch_dir: Path):
+    """torchtune's checkpointer of ``cfg_checkpointer`` reading ``checkpoint_dir`` (its weight files listed from
+    the folder unless the config lists them for that very folder). It only reads; it insists on an output folder,
+    ``scratch_dir``, which stays empty."""
+    ck = OmegaConf.to_container(cfg_checkpointer, resolve=True)
+    ck["checkpoint_dir"] = checkpoint_dir
+    same_dir = Path(checkpoint_dir) == Path(cfg_checkpointer.get("checkpoint_dir") or "/nonexistent")
+    if not (same_dir and ck.get("checkpoint_files")):
+        ck["checkpoint_files"] = weight_files(checkpoint_dir)
+    ck["output_dir"] = str(scratch_dir)
+    ck.setdefault("model_type", "LLAMA2")
+    ck.pop("should_load_recipe_state", None)
+    return config.instantiate(OmegaConf.create(ck))
+
+
+def write_scratch_start(cfg: DictConfig, seed: int, ckpts: StepCheckpoints) -> None:
+    """Training from scratch: build ``cfg.model`` in float32 with ``seed`` and commit it as ``step_0``, a checkpoint
+    folder like every ``step_k`` (so every later path loads the same way)."""
+    with training.set_default_dtype(torch.float32):
+        torch.manual_seed(seed)
+        scratch = config.instantiate(cfg.model)
+    write_hf_checkpoint(
+        ckpts.staging_root / "step_0",
+        scratch.state_dict(),
+        hf_config_from_llama_kwargs(model_kwargs(cfg.model)),
+        rope_spec=getattr(scratch, "rope_scaling", None),
+        tokenizer=tokenizer_source(cfg),
+    )
+    ckpts.commit(ckpts.staging_root / "step_0", 0)
+
+
+def full_state_dicts(model, optimizer, distributed: bool, is_rank_zero: bool, device: torch.device):
+    """``(model state dict on CPU, optimizer state dict)``, gathered from every rank when sharded."""
+    if distributed:
+        model_sd = training.gather_cpu_state_dict(model, is_rank_zero, device=device)
+        opt_sd = training.get_full_optimizer_state_dict(model, optimizer, is_rank_zero, device=device)
+        return model_sd, opt_sd
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}, optimizer.state_dict()
+
+
+def stage_step(
+    staged: Path,
+    model_sd: Dict[str, torch.Tensor],
+    lora: LoRAInfo,
+    hf_config: Dict[str, Any],
+    rope_spec: Optional[Dict[str, Any]],
+    tokenizer: Optional[str],
+    recipe_state: Dict[str, Any],
+) -> None:
+    """Write one step's checkpoint folder into ``staged``: the (LoRA-merged) weights and ``recipe_state.pt``, which
+    also keeps the trainable weights unmerged (``trainable``) so a LoRA run resumes on its adapters."""
+    trainable = None
+    if lora.enabled:
+        names = set(lora.trainable_names)
+        trainable = {k: v.clone() for k, v in model_sd.items() if k in names}
+        model_sd = get_merged_lora_ckpt(model_sd, rank=lora.rank, alpha=lora.alpha)
+    write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
+    atomic_torch_save({**recipe_state, "trainable": trainable}, staged / RECIPE_STATE)
+
+
+def start_state_dict(cfg: DictConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
+                     seed: int, is_rank_zero: bool, barrier) -> Tuple[Dict[str, torch.Tensor], Path]:
+    """``(torchtune state dict to start from, the start checkpoint folder)``.
+
+    From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0``
+    (:func:`write_scratch_start`) and every rank waits at ``barrier()``. Full fine-tuning resumes from the saved
+    weights; LoRA from the base weights (its adapters come from ``recipe_state.pt``)."""
+    start_dir = cfg.checkpointer.get("checkpoint_dir")
+    if start_dir is None:
+        if resume_dir is None and is_rank_zero:
+            write_scratch_start(cfg, seed, ckpts)
+        barrier()
+        start_dir = str(ckpts.path(0))
+    load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else start_dir
+    checkpointer = make_checkpointer(cfg.checkpointer, load_dir, ckpts.staging_root)
+    return checkpointer.load_checkpoint()[training.MODEL_KEY], Path(start_dir)
+
+
+def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]], model) -> Dict[str, Any]:
+    """The start folder's config.json ``base``; for plain RoPE its length is the model's (RoPE specs set their
+    own)."""
+    hf_cfg = dict(base)
+    if not rope_spec:
+        hf_cfg["max_position_embeddings"] = int(getattr(model, "max_seq_len", hf_cfg["max_position_embeddings"]))
+    return hf_cfg
+
+
+def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_generator, cfg: DictConfig) -> Dict[str, Any]:
+    """What ``recipe_state.pt`` holds besides the trainable weights: everything an exact resume needs (optimizer,
+    LR schedule, data position, RNG states) and the run's config (compared on resume)."""
+    return {
+        "step": step,
+        "optimizer": optimizer_sd,
+        "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None,
+        "data": batcher.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "position_generator": position_generator.get_state() if position_generator is not None else None,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
