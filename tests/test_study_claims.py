@@ -66,8 +66,10 @@ class ClaimsExecutor:
                 if t == "long_ppl":
                     r[f"ppl_{lab},none"] = ppl
                 elif t == "misalignment":
-                    r.update({f"sce_{lab},none": ppl / 5 + _jitter(key + "m"), f"jeffreys_{lab},none": 0.1,
-                              f"js_{lab},none": 0.01, f"entropy_{lab},none": 2.0 + eff})
+                    sce = ppl / 5 + _jitter(key + "m")
+                    # planted mean entropy (H(p) + H(q)) / 2 = 2 + eff, so Jeffreys = SCE - 2 (2 + eff)
+                    r.update({f"sce_{lab},none": sce, f"jeffreys_{lab},none": sce - 2 * (2.0 + eff),
+                              f"js_{lab},none": 0.01})
                 elif t == "longshort_passkey":
                     r.update({"acc,none": 0.0, f"acc_{lab},none": 0.0, f"acc_{lab}_d0,none": 0.0})  # no signal
             if t == "babilong_longshort":
@@ -126,7 +128,7 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     # CE over base: the planted base is 3 ppl worse at every length
     assert all(abs(r["ratio"] - r["ce_mean"] / r["base"]) < 1e-12 and r["ratio"] < 1 for r in got["ce_vs_base"])
     ent = {r["config"]: r["means"]["entropy"] for r in got["per_config"]}
-    assert ent["pi_a1"] > ent["pi_a0"] > ent["pi_a0.1"]
+    assert abs(ent["pi_a1"] - (2.0 + EFFECT["main"][1.0])) < 1e-9 and abs(ent["pi_a0"] - 2.0) < 1e-9
 
     summary = build_report(tmp_path / "out", tmp_path / "report", cfg)
     md = (tmp_path / "report" / "report.md").read_text()

@@ -324,7 +324,6 @@ class LongShortLM(TemplateLM):
         distributions after the last ``l1`` and the last ``l2`` tokens of ``text`` (encoded without BOS), via
         ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than ``max(l1, l2)`` tokens or longer
         than the model can run gets NaN values and an error message."""
-        from torchtune_longshort.loss.divergences import DIVERGENCES
         from torchtune_longshort.metrics.misalignment import suffix_misalignment
 
         out: List[Dict[str, float]] = []

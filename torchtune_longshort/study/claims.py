@@ -38,7 +38,13 @@ PAPER = {
 
 # ---------------------------------------------------------------------------------------------- reading records
 def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
-    """``family`` (ppl, misalignment, jeffreys, entropy, passkey, babilong) at length ``n`` from a result.json."""
+    """``family`` (ppl, misalignment, jeffreys, entropy, passkey, babilong) at length ``n`` from a result.json.
+
+    ``entropy`` is the mean next-token entropy ``(H(p) + H(q)) / 2`` of the misalignment task's two windows, from
+    its SCE and Jeffreys values: ``SCE = H(p, q) + H(q, p)`` and ``Jeffreys = SCE - H(p) - H(q)``."""
+    if family == "entropy":
+        sce, jef = value(rec, "misalignment", n), value(rec, "jeffreys", n)
+        return None if sce is None or jef is None else (sce - jef) / 2
     task, metric = metric_of(family, n)
     v = ((rec.get("results") or {}).get(task) or {}).get(metric)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):

@@ -39,7 +39,7 @@ FAMILY_METADATA_PREFIX = {"ppl": long_ppl.METADATA_PREFIX, "passkey": passkey.ME
 # What the report reads, per family: (study family of FAMILY_TASK, metric, suffix after the length label).
 _FAMILY_METRIC = {
     "ppl": ("ppl", "ppl", ""), "misalignment": ("misalignment", "sce", ""),
-    "jeffreys": ("misalignment", "jeffreys", ""), "entropy": ("misalignment", "entropy", ""),
+    "jeffreys": ("misalignment", "jeffreys", ""),
     "passkey": ("passkey", "acc", ""), "passkey_depth_0": ("passkey", "acc", "_d0"),
 }
 
