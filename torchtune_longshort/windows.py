@@ -189,3 +189,11 @@ def aligned_positions(L: int, e: int, min_context: MinContext = DEFAULT_MIN_CONT
 def suffix_length_range(L: int) -> Tuple[int, int]:
     """Eq. 4's range of suffix (context) lengths for the misalignment metric at length ``L``: ``[L // 2, L]``."""
     return L // 2, L
+
+
+def unstack_window_outputs(out, bsz: int):
+    """Unstack the batch dimension of the model output of ``cat([tokens_a, tokens_b])`` (a tensor or a list of
+    chunks) into window A's and window B's outputs."""
+    if isinstance(out, (list, tuple)):
+        return [c[:bsz] for c in out], [c[bsz:] for c in out]
+    return out[:bsz], out[bsz:]

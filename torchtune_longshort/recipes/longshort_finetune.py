@@ -55,7 +55,7 @@ from torchtune_longshort.training.resume import apply_resume_changes, read_resum
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
 from torchtune_longshort.training.stop_signals import StopSignals
 from torchtune_longshort.training.validation import validation_metrics
-from torchtune_longshort.windows import DEFAULT_E_RANGE
+from torchtune_longshort.windows import DEFAULT_E_RANGE, unstack_window_outputs
 
 log = utils.get_logger("INFO")
 
@@ -350,7 +350,7 @@ class LongShortFinetuneRecipe:
         if self._pos_sampler is not None:
             input_pos = self._pos_sampler.sample(tokens.shape[0], self.cfg.seq_len, generator=self._pos_generator)
             input_pos = input_pos.to(self._device)
-        out_a, out_b = _unstack_window_outputs(self._model(tokens, input_pos=input_pos), ta.shape[0])
+        out_a, out_b = unstack_window_outputs(self._model(tokens, input_pos=input_pos), ta.shape[0])
         out = self._loss_fn(out_a, out_b, la, lb, batch["e"])
         check_finite_loss(out, lambda: self._where(batch))
         return out
@@ -369,14 +369,6 @@ class LongShortFinetuneRecipe:
             print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")
         if self._distributed:
             torch.distributed.destroy_process_group()
-
-
-def _unstack_window_outputs(out, bsz: int):
-    """Unstack the batch dimension of the model output of ``cat([tokens_a, tokens_b])`` (a tensor or a list of
-    chunks) into window A's and window B's outputs."""
-    if isinstance(out, (list, tuple)):
-        return [c[:bsz] for c in out], [c[bsz:] for c in out]
-    return out[:bsz], out[bsz:]
 
 
 @config.parse

@@ -7,7 +7,6 @@ Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -54,7 +54,7 @@ def metric_of(family: str, n: Any) -> tuple:
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
-_QUICK_REPLACES = ("methods",)
+_QUICK_REPLACES = ("methods", "variants")
 
 # Every study YAML starts with this node, so that torchtune's ``tune validate`` refuses it with a reason instead of
 # calling it well-formed (it only binds each top-level ``_component_``'s signature, which this one does not have).

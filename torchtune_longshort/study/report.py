@@ -218,6 +218,39 @@ def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[D
     return prov, md
 
 
+def _outcome_markdown(outcome: Dict[str, Any], tables: Dict[str, Any]) -> List[str]:
+    md: List[str] = []
+    md += ["## alpha > 0 against alpha = 0, paired by seed", "",
+           "Difference value(alpha) − value(0) for the same method and seed (negative = lower with the "
+           "misalignment term); mean ± sd over seeds, and in how many seeds it was lower.", ""]
+    for tid, per in outcome.items():
+        cols = tables[tid]["columns"]
+        body = []
+        for mname, per_a in per.items():
+            for a, per_c in per_a.items():
+                body.append([f"{tid}", mname, a] + [
+                    (f"{cell_text(per_c[c]['mean_diff'], per_c[c]['sd_diff'])} ({per_c[c]['n_lower']}/{per_c[c]['n_pairs']} lower)"
+                     if per_c[c]["n_pairs"] else "—") for c in cols])
+        md += [_md_table(["metric", "method", "alpha"] + cols, body), ""]
+
+    return md
+
+
+def _runs_markdown(recs: Dict[str, Dict[str, Any]]) -> List[str]:
+    md: List[str] = []
+    md += ["## Runs", ""]
+    body = []
+    for key, rec in recs.items():
+        tr = (rec.get("train") or {})
+        last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
+        body.append([key, rec.get("status"), fmt(last.get("ce")), fmt(last.get("misalignment")),
+                     fmt(rec.get("wall_s_train")), fmt(rec.get("wall_s_eval")),
+                     (f"{rec.get('stage')}: {rec.get('error')}" if rec.get("status") == "failed" else "")[:300]])
+    md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Wall times in seconds.",
+           "", _md_table(["run", "status", "train CE", "train misalignment", "train s", "eval s", "error"], body), ""]
+    return md
+
+
 def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
@@ -266,29 +299,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
             md += [_md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body), ""]
 
     md += claims_markdown(analysis, cfg)
-    md += ["## alpha > 0 against alpha = 0, paired by seed", "",
-           "Difference value(alpha) − value(0) for the same method and seed (negative = lower with the "
-           "misalignment term); mean ± sd over seeds, and in how many seeds it was lower.", ""]
-    for tid, per in outcome.items():
-        cols = tables[tid]["columns"]
-        body = []
-        for mname, per_a in per.items():
-            for a, per_c in per_a.items():
-                body.append([f"{tid}", mname, a] + [
-                    (f"{cell_text(per_c[c]['mean_diff'], per_c[c]['sd_diff'])} ({per_c[c]['n_lower']}/{per_c[c]['n_pairs']} lower)"
-                     if per_c[c]["n_pairs"] else "—") for c in cols])
-        md += [_md_table(["metric", "method", "alpha"] + cols, body), ""]
-
-    md += ["## Runs", ""]
-    body = []
-    for key, rec in recs.items():
-        tr = (rec.get("train") or {})
-        last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
-        body.append([key, rec.get("status"), fmt(last.get("ce")), fmt(last.get("misalignment")),
-                     fmt(rec.get("wall_s_train")), fmt(rec.get("wall_s_eval")),
-                     (f"{rec.get('stage')}: {rec.get('error')}" if rec.get("status") == "failed" else "")[:300]])
-    md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Wall times in seconds.",
-           "", _md_table(["run", "status", "train CE", "train misalignment", "train s", "eval s", "error"], body), ""]
+    md += _outcome_markdown(outcome, tables) + _runs_markdown(recs)
     if wall is not None:
         md += [f"Wall time of the invocation that finished the grid: {wall:.0f} s.", ""]
     if plots:

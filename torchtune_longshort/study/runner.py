@@ -21,11 +21,8 @@ recorded with ``status: failed``, its stage and the tail of its log, and the gri
 
 from __future__ import annotations
 
-import copy
 import json
 import os
-import re
-import subprocess
 import sys
 import time
 import traceback
@@ -34,57 +31,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
-from torchtune_longshort.training.checkpointing import STEP_PATTERN
 from torchtune_longshort.eval.lengths import lengths_key
+from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary
 from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, deep_merge, grid
 
 RESULT = "result.json"
-
-
-class StageError(RuntimeError):
-    """A subprocess stage failed; ``log_tail`` holds the end of its log."""
-
-    def __init__(self, stage: str, message: str, log_tail: str = ""):
-        super().__init__(f"{stage}: {message}")
-        self.stage, self.log_tail = stage, log_tail
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    if not path.is_file():
-        return ""
-    lines = path.read_text(errors="replace").replace("\r", "\n").splitlines()
-    # tqdm redraws fill the log; keep the lines that say something.
-    lines = [x for x in lines if x.strip() and "it/s]" not in x and "s/it]" not in x]
-    return "\n".join(lines[-n:])
-
-
-def _error_line(tail: str) -> str:
-    """The most telling line of a failed log: the last exception line, else the last line."""
-    for line in reversed(tail.splitlines()):
-        if re.match(r"^\s*[\w.]*(Error|Exception|Interrupt)\b.*", line):
-            return line.strip()
-    return tail.splitlines()[-1].strip() if tail else ""
-
-
-def steps_in(train_dir: Path) -> List[int]:
-    """Completed recipe checkpoints ``step_<k>`` under ``train_dir`` (the recipe renames them into place whole)."""
-    if not train_dir.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in train_dir.iterdir() if (m := STEP_PATTERN.match(p.name)) and p.is_dir())
-
-
-def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
-    """Run ``argv`` with stdout+stderr to ``log_path``; returns the exit code (124 on timeout)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(map(str, argv)) + "\n")
-        log.flush()
-        try:
-            return subprocess.run(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            log.write(f"\nTimeoutError: killed after {timeout} s\n")
-            return 124
 
 
 class Study:
@@ -144,9 +95,9 @@ class Study:
         elif str(tok.get("_component_", "")).endswith("stdlib_sentencepiece_tokenizer"):
             tok["path"] = str(self.tokenizer_dir())  # trained once, on the first (pre-training) run
         c["tokenizer"] = tok
-        # The recipe's held-out validation (val_ce every n steps: the fine-tunes' convergence curve) only when the
-        # study asks for it; evaluation proper is lm-eval's job.
-        c["validation"] = copy.deepcopy(self.cfg.get("validation"))
+        # Evaluation is lm-eval's job; the recipe's held-out validation (val_ce every n steps: a convergence curve)
+        # runs only where finetune.overrides / base.pretrain.overrides set `validation`.
+        c["validation"] = None
         c["resume"], c["overwrite_output_dir"] = False, False
         return c
 
@@ -231,11 +182,11 @@ class Study:
         log_path = rdir / "train.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
-            tail = _tail(log_path)
-            raise StageError("train", f"recipe exited with {rc}: {_error_line(tail)}", tail)
+            tail = log_tail(log_path)
+            raise StageError("train", f"recipe exited with {rc}: {error_line(tail)}", tail)
         final = train_dir / f"step_{max_steps}"
         if not final.is_dir():
-            raise StageError("train", f"recipe exited 0 but wrote no {final}", _tail(log_path))
+            raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
         return final
 
     def _babilong_data(self) -> Optional[Path]:
@@ -256,8 +207,8 @@ class Study:
         log_path = self.out / "babilong_data.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
-            tail = _tail(log_path)
-            raise StageError("babilong_data", f"generator exited with {rc}: {_error_line(tail)}", tail)
+            tail = log_tail(log_path)
+            raise StageError("babilong_data", f"generator exited with {rc}: {error_line(tail)}", tail)
         marker.write_text(json.dumps(want))
         return out
 
@@ -298,40 +249,16 @@ class Study:
         log_path = rdir / "eval.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
-            tail = _tail(log_path)
-            raise StageError("eval", f"lm-eval exited with {rc}: {_error_line(tail)}", tail)
+            tail = log_tail(log_path)
+            raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
         try:
             have = load_results(eval_dir)
         except FileNotFoundError as e:
-            raise StageError("eval", str(e), _tail(log_path)) from e
+            raise StageError("eval", str(e), log_tail(log_path)) from e
         missing = [t for t in tasks if t not in have]
         if missing:
-            raise StageError("eval", f"lm-eval results lack tasks {missing}", _tail(log_path))
+            raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
         return read(eval_dir, have)
-
-    @staticmethod
-    def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
-        """Final-step and last-``last``-steps mean of the recipe's ``metrics.jsonl`` (ce, misalignment, loss), the
-        training CE per step and, when the recipe validated, the held-out CE per validation step."""
-        path = train_dir / "metrics.jsonl"
-        if not path.is_file():
-            return {}
-        all_rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        rows = [r for r in all_rows if "ce" in r]
-        if not rows:
-            return {}
-        tail = rows[-last:]
-        out = {"steps": rows[-1].get("step"), "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
-        out[f"mean_last_{len(tail)}"] = {k: sum(r[k] for r in tail) / len(tail) for k in ("loss", "ce", "misalignment")
-                                         if all(k in r for r in tail)}
-        val = [(r["step"], r["val_ce"]) for r in all_rows if "val_ce" in r]
-        if val:
-            out["val_ce"] = val  # (step, held-out CE) pairs: the convergence curve
-        out["ce_curve"] = [(r["step"], r["ce"]) for r in rows]
-        tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
-        if tps:
-            out["tokens_per_second_median"] = sorted(tps)[len(tps) // 2]
-        return out
 
     # ------------------------------------------------------------------ one run
     def run_one(self, key: str, run: Optional[Dict[str, Any]] = None, evaluate: bool = True,
@@ -362,7 +289,7 @@ class Study:
             else:
                 self.log(f"[study] {key}: training")
                 ckpt = self._train(key, run)
-                rec["train"] = self.train_summary(ckpt.parent)
+                rec["train"] = train_summary(ckpt.parent)
             rec["checkpoint"] = str(ckpt)
             rec["wall_s_train"] = round(time.time() - t0, 1)
             if evaluate:

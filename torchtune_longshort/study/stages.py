@@ -1,0 +1,82 @@
+"""The study's stages as subprocesses: how one runs, how its failure is told (``StageError`` with its log's tail),
+and which recipe checkpoints a training folder holds."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from torchtune_longshort.training.checkpointing import STEP_PATTERN
+
+
+class StageError(RuntimeError):
+    """A subprocess stage failed; ``log_tail`` holds the end of its log."""
+
+    def __init__(self, stage: str, message: str, log_tail: str = ""):
+        super().__init__(f"{stage}: {message}")
+        self.stage, self.log_tail = stage, log_tail
+
+
+def log_tail(path: Path, n: int = 25) -> str:
+    if not path.is_file():
+        return ""
+    lines = path.read_text(errors="replace").replace("\r", "\n").splitlines()
+    # tqdm redraws fill the log; keep the lines that say something.
+    lines = [x for x in lines if x.strip() and "it/s]" not in x and "s/it]" not in x]
+    return "\n".join(lines[-n:])
+
+
+def error_line(tail: str) -> str:
+    """The most telling line of a failed log: the last exception line, else the last line."""
+    for line in reversed(tail.splitlines()):
+        if re.match(r"^\s*[\w.]*(Error|Exception|Interrupt)\b.*", line):
+            return line.strip()
+    return tail.splitlines()[-1].strip() if tail else ""
+
+
+def steps_in(train_dir: Path) -> List[int]:
+    """Completed recipe checkpoints ``step_<k>`` under ``train_dir`` (the recipe renames them into place whole)."""
+    if not train_dir.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in train_dir.iterdir() if (m := STEP_PATTERN.match(p.name)) and p.is_dir())
+
+
+def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
+    """Run ``argv`` with stdout+stderr to ``log_path``; returns the exit code (124 on timeout)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(map(str, argv)) + "\n")
+        log.flush()
+        try:
+            return subprocess.run(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            log.write(f"\nTimeoutError: killed after {timeout} s\n")
+            return 124
+
+
+def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
+    """Final-step and last-``last``-steps mean of the recipe's ``metrics.jsonl`` (ce, misalignment, loss), the
+    training CE per step and, when the recipe validated, the held-out CE per validation step."""
+    path = train_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    all_rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [r for r in all_rows if "ce" in r]
+    if not rows:
+        return {}
+    tail = rows[-last:]
+    out = {"steps": rows[-1].get("step"), "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
+    out[f"mean_last_{len(tail)}"] = {k: sum(r[k] for r in tail) / len(tail) for k in ("loss", "ce", "misalignment")
+                                     if all(k in r for r in tail)}
+    val = [(r["step"], r["val_ce"]) for r in all_rows if "val_ce" in r]
+    if val:
+        out["val_ce"] = val  # (step, held-out CE) pairs: the convergence curve
+    out["ce_curve"] = [(r["step"], r["ce"]) for r in rows]
+    tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
+    if tps:
+        out["tokens_per_second_median"] = sorted(tps)[len(tps) // 2]
+    return out
