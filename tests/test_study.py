@@ -69,7 +69,7 @@ class FakeExecutor:
         argv = list(argv)
         self.calls.append(argv)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        if argv[0] == "tune":
+        if Path(argv[0]).name == "tune":
             rc = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text())
             out = Path(rc["output_dir"])
             key = out.parent.name
@@ -173,7 +173,7 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     ex2 = FakeExecutor()
     study.executor = ex2
     recs2 = study.run()
-    trained = [Path(a[a.index("--config") + 1]).parent.name for a in ex2.calls if a[0] == "tune"]
+    trained = [Path(a[a.index("--config") + 1]).parent.name for a in ex2.calls if Path(a[0]).name == "tune"]
     assert trained == ["pi_a0.3_s1"]
     assert all(r["status"] == "ok" for r in recs2.values())
 
@@ -185,7 +185,7 @@ def test_interrupted_training_resumes_and_finished_training_is_not_redone(tmp_pa
     train = study.run_dir(run["key"]) / "train"
     (train / "step_10").mkdir(parents=True)  # an interrupted run left a checkpoint
     study.run_one(run["key"], run)
-    tune_calls = [a for a in ex.calls if a[0] == "tune"]
+    tune_calls = [a for a in ex.calls if Path(a[0]).name == "tune"]
     assert tune_calls[-1][-1] == "resume=True" and f"runs/{run['key']}" in tune_calls[-1][4]
     # eval interrupted after training: result.json gone, step_<max> present -> only lm-eval runs
     (study.run_dir(run["key"]) / "result.json").unlink()

@@ -36,7 +36,7 @@ class ClaimsExecutor:
     def __call__(self, argv, log_path, cwd, env, timeout):
         argv = list(argv)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        if argv[0] == "tune":
+        if Path(argv[0]).name == "tune":
             rc = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text())
             out = Path(rc["output_dir"])
             (out / f"step_{rc['max_steps']}").mkdir(parents=True)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.lengths import lengths_key
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary
+from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
 from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, deep_merge, grid
 
 RESULT = "result.json"
@@ -178,7 +178,7 @@ class Study:
             self.log(f"[study] {key}: resuming training from step_{max(done)}")
         # The recipe path stays relative to the repo root (cwd): tune run turns it into a module name, and an
         # absolute path becomes a relative module name that fails to import.
-        argv = ["tune", "run", str(self.cfg["recipe"]), "--config", str(rdir / "recipe.yaml"), *extra]
+        argv = [tune_command(), "run", str(self.cfg["recipe"]), "--config", str(rdir / "recipe.yaml"), *extra]
         log_path = rdir / "train.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:

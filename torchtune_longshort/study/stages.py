@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -42,6 +43,13 @@ def steps_in(train_dir: Path) -> List[int]:
     if not train_dir.is_dir():
         return []
     return sorted(int(m.group(1)) for p in train_dir.iterdir() if (m := STEP_PATTERN.match(p.name)) and p.is_dir())
+
+
+def tune_command() -> str:
+    """torchtune's ``tune`` of this interpreter's environment (a venv run as ``.venv/bin/python -m ...`` without
+    being activated has it next to the interpreter, not on PATH); plain ``tune`` otherwise."""
+    here = Path(sys.executable).with_name("tune")
+    return str(here) if here.is_file() else "tune"
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
