@@ -59,8 +59,8 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
     """Non-empty, stripped lines of a corpus, forever (the corpus is cycled).
 
     ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (Hugging Face
-    ``deepmind/pg19`` test split, streamed; needs the hub or its cache), or a path to a text file or a folder
-    of ``.txt`` files.
+    ``deepmind/pg19`` test split, streamed; needs the hub or its cache), or local text: a file, a glob or a folder
+    of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`).
     """
 
     def docs() -> Iterable[str]:
@@ -69,19 +69,17 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
 
             return iter_stdlib_documents(include_tests=False)
         if haystack == "pg19":
-            import datasets
+            from torchtune_longshort.data.corpus import pg19
 
-            ds = datasets.load_dataset("deepmind/pg19", split="test", streaming=True)
-            return (row["text"] for row in ds)
-        p = Path(haystack).expanduser()
-        if p.is_file():
-            return [p.read_text(encoding="utf-8", errors="replace")]
-        if p.is_dir():
-            files = sorted(p.rglob("*.txt"))
-            if not files:
-                raise FileNotFoundError(f"haystack={haystack!r}: the folder holds no .txt files")
-            return (f.read_text(encoding="utf-8", errors="replace") for f in files)
-        raise FileNotFoundError(f"haystack={haystack!r} is neither 'stdlib', 'pg19', a text file nor a folder")
+            return pg19(split="test", check_first=False)()
+        from torchtune_longshort.data.text_files import iter_documents, resolve_files
+
+        try:
+            files = resolve_files(haystack, (".txt",), "haystack")
+        except FileNotFoundError as e:
+            accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
+            raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
+        return iter_documents(files, encoding_errors="replace")
 
     while True:
         n = 0
