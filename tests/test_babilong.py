@@ -20,6 +20,8 @@ import pytest
 
 from torchtune_longshort.eval import babilong as bl
 from torchtune_longshort.eval import babilong_generator as gen
+from torchtune_longshort.eval import babilong_haystack as haystack
+from torchtune_longshort.eval import babilong_stories as stories
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +42,7 @@ def ref_compare_answers(target, output, question, labels):
 
 
 def test_label_sets_are_babilongs():
-    assert {k: set(v) for k, v in gen.TASK_LABELS.items()} == OFFICIAL_LABELS
+    assert {k: set(v) for k, v in stories.TASK_LABELS.items()} == OFFICIAL_LABELS
 
 
 CASES = [
@@ -60,7 +62,7 @@ CASES = [
 @pytest.mark.parametrize("target,output,question,qa,want", CASES)
 def test_compare_answers_matches_babilong(target, output, question, qa, want):
     assert ref_compare_answers(target, output, question, OFFICIAL_LABELS[qa]) is want
-    assert bl.compare_answers(target, output, question, gen.TASK_LABELS[qa]) is want
+    assert bl.compare_answers(target, output, question, stories.TASK_LABELS[qa]) is want
 
 
 def test_compare_answers_random_outputs_agree_with_reference():
@@ -71,7 +73,7 @@ def test_compare_answers_random_outputs_agree_with_reference():
         out = " ".join(rng.choice(words) for _ in range(rng.randint(0, 6)))
         question = " ".join(rng.choice(words) for _ in range(3))
         target = rng.choice(sorted(OFFICIAL_LABELS[qa]))
-        assert bl.compare_answers(target, out, question, gen.TASK_LABELS[qa]) == ref_compare_answers(
+        assert bl.compare_answers(target, out, question, stories.TASK_LABELS[qa]) == ref_compare_answers(
             target, out, question, OFFICIAL_LABELS[qa])
 
 
@@ -137,16 +139,16 @@ def check_answer(facts, question):
     raise AssertionError(f"unparsed question {question!r}")
 
 
-@pytest.mark.parametrize("qa", gen.QA_TASKS)
+@pytest.mark.parametrize("qa", stories.QA_TASKS)
 def test_generated_answers_are_correct_and_labels(qa):
     rng = random.Random(7)
     questions = set()
     for _ in range(300):
-        story = gen.make_story(qa, rng)
+        story = stories.make_story(qa, rng)
         assert check_answer(story.facts, story.question) == story.answer
-        assert story.answer in gen.TASK_LABELS[qa]
+        assert story.answer in stories.TASK_LABELS[qa]
         # The comparison must accept the plain answer (it is never also named in the question).
-        assert bl.compare_answers(story.answer, f"{story.answer}.", story.question, gen.TASK_LABELS[qa])
+        assert bl.compare_answers(story.answer, f"{story.answer}.", story.question, stories.TASK_LABELS[qa])
         questions.add(re.sub(rf"{NAME}|{LOC}|{OBJ}|north|south|east|west", "_", story.question))
     assert len(questions) >= (2 if qa in ("qa4", "qa5") else 1)
 
@@ -165,7 +167,7 @@ def sp(sp_tokenizer_dir):
 def generated(tmp_path_factory, sp_tokenizer_dir):
     out = tmp_path_factory.mktemp("babilong")
     gen.generate(out / "plain", lengths=["0k", "1k", "4k"], n=3, tokenizer=str(sp_tokenizer_dir), seed=1)
-    gen.generate(out / "depth", lengths=["1k", "4k"], n=2, depths=list(gen.DEPTHS), tokenizer=str(sp_tokenizer_dir), seed=2)
+    gen.generate(out / "depth", lengths=["1k", "4k"], n=2, depths=list(haystack.DEPTHS), tokenizer=str(sp_tokenizer_dir), seed=2)
     return out
 
 
@@ -183,7 +185,7 @@ def test_generated_rows_lengths_and_answers(generated, sp):
         if r["length"] == "0k":
             assert r["input"] == " ".join(r["facts"])
         else:
-            assert gen.within_length_tolerance(n, gen.LENGTHS[r["length"]]), (r["length"], n)
+            assert haystack.within_length_tolerance(n, haystack.LENGTHS[r["length"]]), (r["length"], n)
         # Facts appear in order at their recorded offsets.
         for off, fact in zip(r["fact_char_offsets"], r["facts"]):
             assert r["input"][off : off + len(fact)] == fact
@@ -192,33 +194,33 @@ def test_generated_rows_lengths_and_answers(generated, sp):
 
 def test_generated_facts_land_at_requested_depth(generated, sp):
     rows = _rows(generated / "depth")
-    assert sorted({r["depth"] for r in rows}) == list(gen.DEPTHS) and {r["length"] for r in rows} == {"1k", "4k"}
+    assert sorted({r["depth"] for r in rows}) == list(haystack.DEPTHS) and {r["length"] for r in rows} == {"1k", "4k"}
     for r in rows:
         assert check_answer(r["facts"], r["question"]) == r["target"]
         block = " ".join(r["facts"])
         start = r["input"].index(block)
         before = len(sp.encode(r["input"][:start])) if start else 0
         hay = len(sp.encode(r["input"])) - len(sp.encode(block))
-        assert gen.within_depth_tolerance(before / hay, r["depth"], hay), (r["depth"], before / hay)
-        assert gen.within_length_tolerance(r["n_tokens"], gen.LENGTHS[r["length"]])
+        assert haystack.within_depth_tolerance(before / hay, r["depth"], hay), (r["depth"], before / hay)
+        assert haystack.within_length_tolerance(r["n_tokens"], haystack.LENGTHS[r["length"]])
 
 
 def test_generator_bad_input(sp_tokenizer_dir):
     rng = random.Random(0)
-    count = gen.load_token_counter(str(sp_tokenizer_dir))
-    lines = gen.iter_haystack_lines("stdlib")
-    story = gen.make_story("qa3", rng)
+    count = haystack.load_token_counter(str(sp_tokenizer_dir))
+    lines = haystack.iter_haystack_lines("stdlib")
+    story = stories.make_story("qa3", rng)
     with pytest.raises(ValueError, match="length='3k'.*accepted"):
-        gen.build_sample(story, "3k", lines, count, rng)
+        haystack.build_sample(story, "3k", lines, count, rng)
     with pytest.raises(ValueError, match="0k' has no haystack"):
-        gen.build_sample(story, "0k", lines, count, rng, depth=50)
+        haystack.build_sample(story, "0k", lines, count, rng, depth=50)
     with pytest.raises(ValueError, match="depth=150"):
-        gen.build_sample(story, "1k", lines, count, rng, depth=150)
-    long_story = gen.Story("qa1", ["Mary went to the kitchen."] * 400, "Where is Mary?", "kitchen")
+        haystack.build_sample(story, "1k", lines, count, rng, depth=150)
+    long_story = stories.Story("qa1", ["Mary went to the kitchen."] * 400, "Where is Mary?", "kitchen")
     with pytest.raises(ValueError, match=r"length='1k' \(1024 tokens\) is too short for this qa1 story"):
-        gen.build_sample(long_story, "1k", lines, count, rng)
+        haystack.build_sample(long_story, "1k", lines, count, rng)
     with pytest.raises(ValueError, match="qa='qa6'"):
-        gen.make_story("qa6", rng)
+        stories.make_story("qa6", rng)
     with pytest.raises(ValueError, match="tokenizer is required"):
         gen.generate("/nonexistent", lengths=["1k"], n=1)
 
@@ -230,7 +232,7 @@ def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
     row = json.loads((tmp_path / "out" / "1k" / "qa1.jsonl").read_text())
     assert "stormy night" in row["input"]
     with pytest.raises(FileNotFoundError, match="haystack="):
-        next(gen.iter_haystack_lines(str(tmp_path / "nope")))
+        next(haystack.iter_haystack_lines(str(tmp_path / "nope")))
 
 
 # ----------------------------------------------------------------------- loader and scoring
@@ -280,20 +282,20 @@ def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     assert "8k/qa1.jsonl" in p.stdout + p.stderr  # the 8k files do not exist: reported, run goes on
     res = json.load(open(glob.glob(str(tmp_path / "out" / "**" / "results_*.json"), recursive=True)[0]))["results"]
-    for qa in gen.QA_TASKS:
+    for qa in stories.QA_TASKS:
         samples = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "**" / f"samples_babilong_{qa}_*.jsonl"),
                                                      recursive=True) for l in open(f)]
         scored = [s for s in samples if not s["doc"][bl.MISSING_DATA_FIELD]]
         assert len(scored) == 20 and len(samples) == 21
         for length in ("1k", "4k"):
-            for depth in gen.DEPTHS:
+            for depth in haystack.DEPTHS:
                 cell = [s for s in scored if s["doc"]["length"] == length and s["doc"]["depth"] == depth]
                 want = sum(ref_compare_answers(s["doc"]["target"], s["filtered_resps"][0], s["doc"]["question"],
                                                OFFICIAL_LABELS[qa]) for s in cell) / len(cell)
                 assert res[f"babilong_{qa}"][f"acc_{length}_d{depth},none"] == pytest.approx(want)
         assert res[f"babilong_{qa}"]["missing_data,none"] == 1.0
     group = res["babilong_longshort"]
-    assert group["acc_4k_d50,none"] == pytest.approx(sum(res[f"babilong_{q}"]["acc_4k_d50,none"] for q in gen.QA_TASKS) / 5)
+    assert group["acc_4k_d50,none"] == pytest.approx(sum(res[f"babilong_{q}"]["acc_4k_d50,none"] for q in stories.QA_TASKS) / 5)
 
 
 # ----------------------------------------------------------------------- the generated group YAML
@@ -308,7 +310,8 @@ def test_group_yaml_averages_every_metric_process_results_can_report():
     metric the group averages, and the group averages nothing else."""
     import yaml
 
-    from torchtune_longshort.eval.babilong_generator import DEPTHS, LENGTHS, QA_TASKS, TASK_LABELS
+    from torchtune_longshort.eval.babilong_haystack import DEPTHS, LENGTHS
+    from torchtune_longshort.eval.babilong_stories import QA_TASKS, TASK_LABELS
 
     class _Loader(yaml.SafeLoader):
         pass

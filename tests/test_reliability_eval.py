@@ -161,8 +161,8 @@ def test_bad_local_records_give_a_reason_naming_file_and_line(sp_tokenizer_dir, 
     binary.write_bytes(b'{"text": "ok"}\n{"text": "\xff\xfe"}\n')
     nofield = tmp_path / "nofield.jsonl"
     nofield.write_text('{"body": "x"}\n')
-    for path, want in ((torn, "torn.jsonl line 2: not a JSON object"), (binary, "binary.jsonl: not UTF-8"),
-                       (nofield, "nofield.jsonl: row 0 has no field text_field='text'")):
+    for path, want in ((torn, "torn.jsonl:2: not a JSON line"), (binary, "binary.jsonl:2: bytes that are not utf-8"),
+                       (nofield, "nofield.jsonl:1: no text field 'text' in the record; its fields are ['body']")):
         ds = long_ppl_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), ppl_data_files=str(path))["test"]
         assert len(ds) == 1 and want in ds[0]["error"], ds[0]["error"]
 

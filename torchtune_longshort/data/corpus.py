@@ -20,9 +20,14 @@ tests exercise the same code path offline.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from torchtune_longshort.data.text_files import (
+    JSON_LINES_SUFFIX,
+    iter_documents,
+    resolve_files,
+    text_of_record,
+)
 
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
@@ -40,20 +45,6 @@ class _Source:
 
     def __repr__(self) -> str:
         return f"<documents: {self.description}>"
-
-
-def _text_of(record: Any, text_field: str, where: str) -> str:
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: record is a {type(record).__name__}, expected an object with a {text_field!r} field")
-    if text_field not in record:
-        raise ValueError(
-            f"{where}: no text field {text_field!r} in the record; its fields are {sorted(record)[:12]}. "
-            "Set dataset.text_field to one of them"
-        )
-    text = record[text_field]
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: field {text_field!r} holds a {type(text).__name__}, expected a string")
-    return text
 
 
 def stdlib(min_bytes: int = 0, include_tests: bool = True, limit: Optional[int] = None) -> Documents:
@@ -74,62 +65,24 @@ def local_text(
     encoding: str = "utf-8",
     skip_bad_records: bool = False,
 ) -> Documents:
-    """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``,
-    recursively, sorted; each file one document), or JSON Lines (``*.jsonl``: each line an object whose
-    ``text_field`` is one document). A directory of ``*.jsonl`` files is read line by line too.
+    """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``
+    or ``*.jsonl``, recursively, sorted; each file one document), or JSON (``*.jsonl``: each line an object whose
+    ``text_field`` is one document; a ``*.json`` file: an array of such objects). ``path`` may be a glob. Read by
+    :mod:`torchtune_longshort.data.text_files`.
 
     The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are
     not ``encoding``, a line that is not JSON, a missing or non-string ``text_field``) fails with its file and line,
     or, with ``skip_bad_records=True``, is skipped and counted in the log. A corpus with no non-empty document
     fails too.
     """
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"dataset.path={path!r} does not exist")
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file() and (f.suffix in suffixes or f.suffix == ".jsonl"))
-        if not files:
-            raise FileNotFoundError(f"dataset.path={path!r} holds no files ending in {list(suffixes) + ['.jsonl']}")
-    else:
-        files = [p]
+    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], "dataset.path")
     bad: List[str] = []
 
-    def records(strict: bool, sink: Optional[List[str]] = None) -> Iterator[str]:
-        for f in files:
-            if f.suffix == ".jsonl":
-                with open(f, "rb") as fh:
-                    for i, raw in enumerate(fh):
-                        where = f"{f}:{i + 1}"
-                        try:
-                            line = raw.decode(encoding)
-                            if not line.strip():
-                                continue
-                            try:
-                                record = json.loads(line)
-                            except json.JSONDecodeError as e:
-                                raise ValueError(f"{where}: not a JSON line ({e.msg})") from None
-                            text = _text_of(record, text_field, where)
-                        except (UnicodeDecodeError, ValueError) as e:
-                            if isinstance(e, UnicodeDecodeError):
-                                e = ValueError(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})")
-                            if strict:
-                                raise e from None
-                            if sink is not None:
-                                sink.append(str(e))
-                            continue
-                        yield text
-            else:
-                try:
-                    yield f.read_bytes().decode(encoding)
-                except UnicodeDecodeError as e:
-                    msg = f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})"
-                    if strict:
-                        raise ValueError(msg) from None
-                    if sink is not None:
-                        sink.append(msg)
+    def documents(on_bad_record) -> Iterator[str]:
+        docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=on_bad_record)
+        return (text for text in docs if text.strip())
 
-    strict = not skip_bad_records
-    n_docs = sum(1 for text in records(strict, bad) if text.strip())
+    n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
     if bad:
         import logging
 
@@ -138,7 +91,7 @@ def local_text(
         )
     if n_docs == 0:
         raise ValueError(f"dataset.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
-    return _Source(lambda: (t for t in records(False) if t.strip()), f"local_text({path!r}, {len(files)} files)")
+    return _Source(lambda: documents(lambda message: None), f"local_text({path!r}, {len(files)} files)")
 
 
 def hf_text(
@@ -159,11 +112,6 @@ def hf_text(
         text_field: the column holding the text.
         check_first: read the first record now, so a missing column fails before training.
     """
-    try:
-        import datasets  # noqa: F401
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("hf_text needs the 'datasets' package") from e
-
     def open_ds():
         from datasets import load_dataset
 
@@ -171,7 +119,8 @@ def hf_text(
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(open_ds()):
-            yield _text_of(rec, text_field, f"dataset {source!r} split {split!r} record {i}")
+            where = f"dataset {source!r} split {split!r} record {i}"
+            yield text_of_record(rec, text_field, where, "dataset.text_field")
 
     src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})")
     if check_first:

@@ -22,7 +22,8 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from torchtune_longshort.eval.babilong_generator import DEPTHS, LENGTHS, QA_TASKS, TASK_LABELS
+from torchtune_longshort.eval.babilong_haystack import DEPTHS, LENGTHS
+from torchtune_longshort.eval.babilong_stories import QA_TASKS, TASK_LABELS
 from torchtune_longshort.eval.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from torchtune_longshort.eval.babilong import metric_names
-from torchtune_longshort.eval.babilong_generator import QA_TASKS
+from torchtune_longshort.eval.babilong_stories import QA_TASKS
 from torchtune_longshort.eval.unavailable import ERROR_METRIC
 
 BABILONG_YAML = Path(__file__).resolve().parents[2] / "evals" / "tasks" / "babilong" / "babilong_longshort.yaml"

@@ -10,8 +10,6 @@ metadata, which holds the model's ``model_args`` (``tokenizer`` / ``checkpoint_d
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,8 @@ HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
 }
 SOURCES = ("stdlib", "local", "hf", *HF_PRESETS)
+# The files a folder in ``data_files`` stands for.
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".json")
 
 
 class TaskTokenizer:
@@ -80,48 +80,14 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
 
 
 def _read_local(data_files: Any, text_field: str) -> Iterator[str]:
-    patterns = [data_files] if isinstance(data_files, str) else list(data_files)
-    files: List[str] = []
-    for pat in patterns:
-        hits = sorted(glob.glob(str(pat)))
-        if not hits:
-            raise TaskDataError(f"data_files={str(pat)!r}: no such file (accepted: .txt, .jsonl, .json paths or globs)")
-        files.extend(hits)
-    for f in files:
-        path = Path(f)
-        if path.suffix == ".txt":
-            yield path.read_text(encoding="utf-8", errors="replace")
-        elif path.suffix in (".jsonl", ".json"):
-            yield from _json_texts(path, text_field)
-        else:
-            raise TaskDataError(f"data_files entry {f!r}: unsupported suffix; accepted: .txt, .jsonl, .json")
+    """The documents of local ``data_files`` through the one local-text reader; its errors as ``TaskDataError``."""
+    from torchtune_longshort.data.text_files import iter_documents, resolve_files
 
-
-def _json_texts(path: Path, text_field: str) -> Iterator[str]:
-    """The ``text_field`` of each row of a .jsonl / .json file; a bad byte, line or row names the file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TaskDataError(f"{path}: not UTF-8 at byte {e.start}") from None
-    if path.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise TaskDataError(f"{path} line {n}: not a JSON object ({e.msg})") from None
-    else:
-        try:
-            rows = json.loads(text)
-        except ValueError as e:
-            raise TaskDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-        rows = rows if isinstance(rows, list) else [rows]
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict) or text_field not in row:
-            fields = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise TaskDataError(f"{path}: row {i} has no field text_field={text_field!r} (fields: {fields})")
-        yield row[text_field]
+        files = resolve_files(data_files, LOCAL_SUFFIXES, "data_files")
+        yield from iter_documents(files, text_field, encoding_errors="replace")
+    except (FileNotFoundError, ValueError) as e:
+        raise TaskDataError(str(e)) from None
 
 
 def iter_texts(
@@ -140,8 +106,9 @@ def iter_texts(
         source: ``stdlib`` (the Python standard library's sources, offline), ``local`` (``data_files``),
             ``hf`` (``dataset_path`` / ``dataset_name`` / ``split``, streamed) or a preset name (``pg19``).
             Giving ``data_files`` implies ``local``.
-        data_files: path, glob or list of them: ``.txt`` (one document per file) or ``.jsonl`` / ``.json``
-            (one document per row, field ``text_field``).
+        data_files: path, glob, folder (its ``.txt`` / ``.jsonl`` / ``.json`` files) or a list of them: ``.jsonl`` /
+            ``.json`` give one document per row (field ``text_field``), any other file is one document
+            (:mod:`torchtune_longshort.data.text_files`; undecodable bytes are replaced).
         min_chars: skip shorter documents (cheap pre-filter before tokenising).
         alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
 

@@ -241,15 +241,12 @@ def load_longbench_e(
             (offline, unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
             reason instead of a score (see :func:`missing_data_placeholder`), so the other tasks of the run still
             finish; ``"error"``: raise (``FileNotFoundError`` / ``TaskDataError``).
-
-    Every doc declares LongBench's middle truncation (field ``prompt_truncation``, :data:`TRUNCATION`).
         _metadata: the rest of lm-eval's ``--metadata`` and ``--model_args`` (ignored).
 
     Every sample must carry LongBench's fields (input or question, context, answers, length, all_classes); ``dataset``
-    is filled in when absent and must match when present.
+    is filled in when absent and must match when present. Every doc declares LongBench's middle truncation (field
+    ``prompt_truncation``, :data:`TRUNCATION`).
     """
-    import datasets
-
     if not longbench_dataset:
         raise ValueError(
             "longbench_dataset is not set: each LongBench-E task must pass dataset_kwargs: "
@@ -259,29 +256,36 @@ def load_longbench_e(
     name = f"{base}_e"
     if longbench_e_missing not in ("skip", "error"):
         raise ValueError(f"longbench_e_missing={longbench_e_missing!r}; accepted: 'skip', 'error'")
+    try:
+        ds, source = _open_longbench_e(name, longbench_e_data_dir, longbench_e_hf_path)
+    except (FileNotFoundError, TaskDataError) as err:
+        if longbench_e_missing == "error":
+            raise
+        return {"test": missing_data_placeholder(name, str(err))}
+    return {"test": _with_longbench_fields(ds, source, base, name)}
 
-    if longbench_e_data_dir:
-        path = Path(longbench_e_data_dir).expanduser() / f"{name}.jsonl"
+
+def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
+    """``(datasets.Dataset, where it came from)`` for LongBench-E dataset ``name``: ``<data_dir>/<name>.jsonl``
+    when ``data_dir`` is set, else the hub. Raises ``FileNotFoundError`` (no local file) or ``TaskDataError``."""
+    if data_dir:
+        import datasets
+
+        path = Path(data_dir).expanduser() / f"{name}.jsonl"
         if not path.is_file():
-            msg = (
+            raise FileNotFoundError(
                 f"LongBench-E data file for {name} not found: {path} (longbench_e_data_dir="
-                f"{longbench_e_data_dir!r}; expected LongBench's own '{name}.jsonl' there)"
+                f"{data_dir!r}; expected LongBench's own '{name}.jsonl' there)"
             )
-            if longbench_e_missing == "error":
-                raise FileNotFoundError(msg)
-            return {"test": missing_data_placeholder(name, msg)}
-        ds = datasets.load_dataset("json", data_files={"test": str(path)}, split="test")
-        source = str(path)
-    else:
-        try:
-            ds = load_hub_dataset(longbench_e_hf_path, name, split="test", alternative=(
-                "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
-        except TaskDataError as err:
-            if longbench_e_missing == "error":
-                raise
-            return {"test": missing_data_placeholder(name, str(err))}
-        source = f"{longbench_e_hf_path}:{name}"
+        return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
+    ds = load_hub_dataset(hf_path, name, split="test", alternative=(
+        "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
+    return ds, f"{hf_path}:{name}"
 
+
+def _with_longbench_fields(ds, source: str, base: str, name: str):
+    """``ds`` checked for LongBench's fields and completed: ``question`` / ``input`` from each other, ``dataset``
+    (checked against ``base`` when present) and the truncation field; every ``length`` must fall in a bucket."""
     missing = [f for f in REQUIRED_FIELDS if f not in ds.column_names]
     if not any(f in ds.column_names for f in QUESTION_FIELDS):
         missing.append("input (or question)")
@@ -307,4 +311,4 @@ def load_longbench_e(
             length_bucket(length)
         except ValueError as e:
             raise ValueError(f"LongBench-E data {source}, sample {i}: {e}") from None
-    return {"test": ds}
+    return ds

@@ -1,0 +1,141 @@
+"""Local text files as documents: the one reader behind the training corpus (:func:`~torchtune_longshort.data.corpus.
+local_text`), the evaluation tasks' local data (:mod:`torchtune_longshort.eval.long_text`) and the BABILong haystack.
+
+Files by suffix:
+
+* ``*.jsonl``: one document per non-empty line, a JSON object whose ``text_field`` holds the text;
+* ``*.json``: a JSON array of such objects (or one object);
+* anything else: the whole file is one document.
+
+A record that cannot be read (bytes that are not ``encoding``, a line that is not JSON, a missing or non-string
+``text_field``) is named with its file and line (``<file>:<line>: ...``) and either raised as ``ValueError`` or,
+with ``on_bad_record``, reported and skipped.
+
+Why not ``datasets.load_dataset("json" / "text", ...)``: its JSON loader names the row of its parser, not the file's
+line (blank lines shift it), with messages such as "Invalid encoding in string" for a torn line, and it cannot skip
+one bad record; its text loader's decode errors name neither file nor byte. Those are the error qualities the
+training and evaluation tests pin, so the files are read here, line by line. Hub data sets go through ``datasets``
+(:func:`~torchtune_longshort.data.corpus.hf_text`).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+
+JSON_LINES_SUFFIX = ".jsonl"
+JSON_SUFFIX = ".json"
+BadRecord = Optional[Callable[[str], None]]
+
+
+def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
+                  setting: str) -> List[Path]:
+    """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
+    one of ``suffixes`` (recursively, sorted); a glob for its matches (sorted). ``setting`` names the option in
+    messages. Raises ``FileNotFoundError`` for an entry that names nothing and for a folder without such files."""
+    entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
+    files: List[Path] = []
+    for entry in entries:
+        p = Path(entry).expanduser()
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in suffixes)
+            if not found:
+                raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
+        elif p.is_file():
+            found = [p]
+        else:
+            found = [Path(f) for f in sorted(glob.glob(str(p))) if Path(f).is_file()]
+            if not found:
+                raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
+        files.extend(found)
+    return files
+
+
+def text_of_record(record: Any, text_field: str, where: str, setting: str = "text_field") -> str:
+    """The string in ``record[text_field]``; ``ValueError`` naming ``where``, the record's fields and ``setting``
+    (the option that picks the field) otherwise."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: record is a {type(record).__name__}, expected an object with a {text_field!r} field")
+    if text_field not in record:
+        raise ValueError(
+            f"{where}: no text field {text_field!r} in the record; its fields are {sorted(record)[:12]}. "
+            f"Set {setting} to one of them"
+        )
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: field {text_field!r} holds a {type(text).__name__}, expected a string")
+    return text
+
+
+def iter_documents(
+    files: Sequence[Path],
+    text_field: str = "text",
+    setting: str = "text_field",
+    encoding: str = "utf-8",
+    encoding_errors: str = "strict",
+    on_bad_record: BadRecord = None,
+) -> Iterator[str]:
+    """The documents of ``files`` in order (see the module doc for the formats), empty ones included.
+
+    ``encoding_errors``: for whole-file documents, as for ``bytes.decode`` (``"strict"``: undecodable bytes are a bad
+    record; ``"replace"``). JSON is always decoded strictly, so a corrupted record is named, never garbled.
+    ``on_bad_record``: ``None`` raises ``ValueError`` at the first bad record; a callable gets its message and the
+    record is skipped. ``setting`` names the option that picks ``text_field`` in messages.
+    """
+    for f in files:
+        if f.suffix == JSON_LINES_SUFFIX:
+            yield from _json_lines(f, text_field, setting, encoding, on_bad_record)
+            continue
+        json_file = f.suffix == JSON_SUFFIX
+        try:
+            text = f.read_bytes().decode(encoding, "strict" if json_file else encoding_errors)
+        except UnicodeDecodeError as e:
+            _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+            continue
+        if json_file:
+            yield from _json_array(f, text, text_field, setting, on_bad_record)
+        else:
+            yield text
+
+
+def _bad(message: str, on_bad_record: BadRecord) -> None:
+    if on_bad_record is None:
+        raise ValueError(message)
+    on_bad_record(message)
+
+
+def _json_lines(f: Path, text_field: str, setting: str, encoding: str, on_bad_record: BadRecord) -> Iterator[str]:
+    with open(f, "rb") as fh:
+        for i, raw in enumerate(fh):
+            where = f"{f}:{i + 1}"
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as e:
+                _bad(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+                continue
+            if not line.strip():
+                continue
+            try:
+                text = text_of_record(json.loads(line), text_field, where, setting)
+            except json.JSONDecodeError as e:
+                _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
+                continue
+            except ValueError as e:
+                _bad(str(e), on_bad_record)
+                continue
+            yield text
+
+
+def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[str]:
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as e:
+        _bad(f"{f}:{e.lineno}: not JSON ({e.msg})", on_bad_record)
+        return
+    for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
+        try:
+            yield text_of_record(row, text_field, f"{f} row {i}", setting)
+        except ValueError as e:
+            _bad(str(e), on_bad_record)

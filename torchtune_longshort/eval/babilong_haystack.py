@@ -1,0 +1,285 @@
+"""BABILong samples: a bAbI story hidden in haystack text, fitted to a length in tokens of a given tokenizer.
+
+The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.babilong_generator`):
+
+* a haystack from any text corpus (:func:`iter_haystack_lines`);
+* lengths in tokens: a sample's ``input`` (haystack + facts) is ``length_tokens`` long within the stated
+  tolerance (:func:`within_length_tolerance`); ``"0k"`` means the facts alone;
+* placement: ``depth=None`` scatters the facts in order over the haystack at random (BABILong's way);
+  ``depth=d`` puts the story block so that ``d`` % of the haystack's tokens come before it, measured by
+  tokenizing the text before the block (stored as ``depth_measured``, see :func:`within_depth_tolerance`).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from torchtune_longshort.eval.babilong_stories import Story
+from torchtune_longshort.eval.lengths import length_label
+
+# BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
+LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
+DEPTHS = (0, 25, 50, 75, 100)
+# Stated length tolerance: |tokens(input) - target| <= LENGTH_TOLERANCE_FRAC * target + LENGTH_TOLERANCE_TOKENS.
+LENGTH_TOLERANCE_FRAC = 0.01
+LENGTH_TOLERANCE_TOKENS = 8
+# Stated depth tolerance: |depth_measured - depth/100| <= DEPTH_TOLERANCE_FRAC + DEPTH_TOLERANCE_TOKENS / haystack
+# tokens (the block goes in at a word boundary, and one source word can be many tokens).
+DEPTH_TOLERANCE_FRAC = 0.02
+DEPTH_TOLERANCE_TOKENS = 8
+# The fitting loop stops once the input is this close to the target (tokens), or after this many tries.
+FIT_EXACT_TOKENS = 2
+FIT_MAX_TRIES = 12
+
+CountTokens = Callable[[str], int]
+Segments = Tuple[List[str], List[int]]  # the input's lines, and the indices of the fact (or block) lines
+
+
+def load_token_counter(tokenizer: str) -> Callable[[str], int]:
+    """``text -> number of tokens`` for a SentencePiece ``.model`` file, a folder holding ``tokenizer.model``,
+    or a Hugging Face tokenizer name/folder (special tokens not counted)."""
+    p = Path(tokenizer).expanduser()
+    sp_file = p if p.is_file() and p.suffix == ".model" else p / "tokenizer.model"
+    if sp_file.is_file():
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(sp_file))
+        return lambda text: len(sp.encode(text))
+    if p.is_file():
+        raise ValueError(f"tokenizer={tokenizer!r} is a file but not a SentencePiece '.model' file")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
+    """Non-empty, stripped lines of a corpus, forever (the corpus is cycled).
+
+    ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (Hugging Face
+    ``deepmind/pg19`` test split, streamed; needs the hub or its cache), or local text: a file, a glob or a folder
+    of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`).
+    """
+
+    def docs() -> Iterable[str]:
+        if haystack == "stdlib":
+            from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+
+            return iter_stdlib_documents(include_tests=False)
+        if haystack == "pg19":
+            from torchtune_longshort.data.corpus import pg19
+
+            return pg19(split="test", check_first=False)()
+        from torchtune_longshort.data.text_files import iter_documents, resolve_files
+
+        try:
+            files = resolve_files(haystack, (".txt",), "haystack")
+        except FileNotFoundError as e:
+            accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
+            raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
+        return iter_documents(files, encoding_errors="replace")
+
+    while True:
+        n = 0
+        for doc in docs():
+            for line in doc.splitlines():
+                line = line.strip()
+                if line:
+                    n += 1
+                    yield line
+        if n == 0:
+            raise ValueError(f"haystack={haystack!r} has no non-empty lines")
+
+
+def within_length_tolerance(n_tokens: int, target: int) -> bool:
+    """The stated tolerance on a sample's ``input`` length in tokens."""
+    return abs(n_tokens - target) <= LENGTH_TOLERANCE_FRAC * target + LENGTH_TOLERANCE_TOKENS
+
+
+def within_depth_tolerance(depth_measured: float, depth: int, haystack_tokens: int) -> bool:
+    """The stated tolerance on where the story block lands (fractions of the haystack's tokens)."""
+    return abs(depth_measured - depth / 100) <= DEPTH_TOLERANCE_FRAC + DEPTH_TOLERANCE_TOKENS / max(haystack_tokens, 1)
+
+
+def parse_length(length: str) -> int:
+    """A BABILong length label (``"0k"`` .. ``"128k"``) -> its token count."""
+    if length not in LENGTHS:
+        raise ValueError(f"length={length!r} is not a BABILong length; accepted: {list(LENGTHS)}")
+    return LENGTHS[length]
+
+
+# ------------------------------------------------------------------------------------------------ samples
+
+
+class _LinePool:
+    """Haystack lines with their token counts, drawn once from ``lines`` and reused while the budget is
+    corrected (so every try of one sample sees the same text)."""
+
+    def __init__(self, lines: Iterator[str], count_tokens: CountTokens):
+        self._lines, self._count, self._pool = lines, count_tokens, []
+
+    def __getitem__(self, i: int) -> Tuple[str, int]:
+        while len(self._pool) <= i:
+            ln = next(self._lines)
+            self._pool.append((ln, self._count(ln)))
+        return self._pool[i]
+
+
+def _longest_fitting_prefix(words: List[str], room: int, count_tokens: CountTokens) -> int:
+    """The most leading ``words`` whose joined text is at most ``room`` tokens (binary search)."""
+    lo, hi = 0, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _fill_haystack(pool: _LinePool, budget: int, count_tokens: CountTokens) -> Tuple[List[str], List[int]]:
+    """Whole pool lines up to ``budget`` tokens, the last one cut at a word boundary; lines and their counts."""
+    hay, hay_tok, used, i = [], [], 0, 0
+    while used < budget:
+        ln, n = pool[i]
+        i += 1
+        if used + n > budget:
+            words = ln.split()
+            lo = _longest_fitting_prefix(words, budget - used, count_tokens)
+            if lo:
+                hay.append(" ".join(words[:lo]))
+                hay_tok.append(count_tokens(hay[-1]))
+            break
+        hay.append(ln)
+        hay_tok.append(n)
+        used += n
+    return hay, hay_tok
+
+
+def _scatter_facts(hay: List[str], facts: List[str], fracs: List[float]) -> Segments:
+    """Each fact in order after the haystack line at fraction ``fracs[j]`` of the lines (BABILong's way)."""
+    cuts = [round(f * len(hay)) for f in fracs]
+    segs, fseg, k = [], [], 0
+    for j, fact in enumerate(facts):
+        segs.extend(hay[k : cuts[j]])
+        k = cuts[j]
+        fseg.append(len(segs))
+        segs.append(fact)
+    segs.extend(hay[k:])
+    return segs, fseg
+
+
+def _place_at_depth(hay: List[str], hay_tok: List[int], block: str, depth: int, count_tokens: CountTokens) -> Segments:
+    """Split the haystack where ``depth`` % of its tokens lie before the split (inside a line: at the word
+    boundary closest to that token count), and put the story ``block`` there."""
+    cum = [0]
+    for n in hay_tok:
+        cum.append(cum[-1] + n)
+    want = depth / 100 * cum[-1]
+    j = next((i for i in range(len(hay)) if cum[i + 1] > want), len(hay))
+    if j == len(hay) or cum[j] == want:
+        return hay[:j] + [block] + hay[j:], [j]
+    words = hay[j].split()
+    w = min(range(len(words) + 1), key=lambda m: abs(cum[j] + count_tokens(" ".join(words[:m])) - want))
+    head, tail = " ".join(words[:w]), " ".join(words[w:])
+    segs = hay[:j] + ([head] if head else [])
+    k = len(segs)
+    return segs + [block] + ([tail] if tail else []) + hay[j + 1 :], [k]
+
+
+def _fit_to_length(
+    story: Story, length: str, target: int, lines: Iterator[str], count_tokens: CountTokens, rng: random.Random,
+    depth: Optional[int],
+) -> Segments:
+    """The input's segments (haystack lines and facts) whose joined text is closest to ``target`` tokens.
+
+    Joining lines changes the token count a little (word pieces at the joins), so the whole text is measured
+    and the haystack budget shifted by the error until the input is within ``FIT_EXACT_TOKENS`` of the target.
+    """
+    block = " ".join(story.facts)
+    story_tokens = count_tokens(block)
+    if story_tokens + LENGTH_TOLERANCE_TOKENS >= target:
+        raise ValueError(
+            f"length={length!r} ({target} tokens) is too short for this {story.qa} story of {story_tokens} tokens; "
+            f"use a longer length (accepted: {[k for k, v in LENGTHS.items() if v > story_tokens]})"
+        )
+    pool = _LinePool(lines, count_tokens)
+    fracs = sorted(rng.random() for _ in story.facts)
+    budget = target - story_tokens
+    best = None
+    for _ in range(FIT_MAX_TRIES):
+        hay, hay_tok = _fill_haystack(pool, budget, count_tokens)
+        if depth is None:
+            segments, fact_seg = _scatter_facts(hay, story.facts, fracs)
+        else:
+            segments, fact_seg = _place_at_depth(hay, hay_tok, block, depth, count_tokens)
+        err = count_tokens("\n".join(segments)) - target
+        if best is None or abs(err) < abs(best[0]):
+            best = (err, segments, fact_seg)
+        if abs(err) <= FIT_EXACT_TOKENS:
+            break
+        # Halve the correction once the error changes sign (a whole line entering or leaving).
+        budget -= err if best[0] == err else max(1, abs(err) // 2) * (1 if err > 0 else -1)
+    return best[1], best[2]
+
+
+def _fact_char_offsets(segments: List[str], fact_seg: List[int], facts: List[str]) -> List[int]:
+    """Character offsets in ``"\\n".join(segments)`` of each fact (scattered, one segment per fact) or, for one
+    story block (depth / 0k), of each fact inside the block."""
+    starts, pos = [], 0
+    for s in segments:
+        starts.append(pos)
+        pos += len(s) + 1
+    if len(fact_seg) == len(facts):
+        return [starts[j] for j in fact_seg]
+    offsets = [starts[fact_seg[0]]]
+    for f in facts[:-1]:
+        offsets.append(offsets[-1] + len(f) + 1)
+    return offsets
+
+
+def build_sample(
+    story: Story,
+    length: str,
+    lines: Iterator[str],
+    count_tokens: CountTokens,
+    rng: random.Random,
+    depth: Optional[int] = None,
+) -> Dict:
+    """One BABILong-format row: ``story`` hidden in haystack ``lines`` to ``length`` tokens (see module doc).
+
+    Raises ``ValueError`` when the facts alone are longer than the requested length, or for a depth outside
+    0..100 or with ``"0k"`` (no haystack).
+    """
+    target = parse_length(length)
+    if depth is not None and not (isinstance(depth, int) and 0 <= depth <= 100):
+        raise ValueError(f"depth={depth!r}; accepted: an integer percentage 0..100 (e.g. {list(DEPTHS)})")
+    block = " ".join(story.facts)
+    if target == 0:
+        if depth is not None:
+            raise ValueError("depth is set but length='0k' has no haystack to place the facts in; use depth=None")
+        segments, fact_seg = [block], [0]
+    else:
+        segments, fact_seg = _fit_to_length(story, length, target, lines, count_tokens, rng, depth)
+    text = "\n".join(segments)
+    offsets = _fact_char_offsets(segments, fact_seg, story.facts)
+    row = {
+        "input": text,
+        "question": story.question,
+        "target": story.answer,
+        "qa": story.qa,
+        "length": length,
+        "length_tokens": target,
+        "n_tokens": count_tokens(text),
+        "depth": depth,
+        "facts": story.facts,
+        "fact_char_offsets": offsets,
+        "supporting_facts": story.supporting,
+    }
+    if depth is not None:
+        hay_total = row["n_tokens"] - count_tokens(block)
+        before = count_tokens(text[: offsets[0]]) if offsets[0] else 0
+        row["depth_measured"] = before / hay_total if hay_total else 0.0
+    return row
