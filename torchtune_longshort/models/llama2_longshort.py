@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 from torch import nn
 
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, default_pi_factor
+from torchtune_longshort.rope import DEFAULT_ROPE_METHOD
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 
 LLAMA2_CONTEXT = 4096
@@ -43,7 +44,7 @@ def llama2_longshort(
     max_seq_len: int,
     *,
     original_max_seq_len: int = LLAMA2_CONTEXT,
-    rope_method: str = "linear",
+    rope_method: str = DEFAULT_ROPE_METHOD,
     rope_kwargs: Optional[Dict[str, Any]] = None,
     rope_base: float = 10_000.0,
     intermediate_dim: Optional[int] = None,
@@ -93,7 +94,7 @@ def lora_llama2_longshort(
     use_dora: bool = False,
     quantize_base: bool = False,
     original_max_seq_len: int = LLAMA2_CONTEXT,
-    rope_method: str = "linear",
+    rope_method: str = DEFAULT_ROPE_METHOD,
     rope_kwargs: Optional[Dict[str, Any]] = None,
     rope_base: float = 10_000.0,
     intermediate_dim: Optional[int] = None,
@@ -119,13 +120,13 @@ def lora_llama2_longshort(
                    s2_group_size, s2_group_size_ratio)
 
 
-def llama2_7b_longshort(max_seq_len: int = 8192, rope_method: str = "linear", rope_kwargs=None, **kwargs):
+def llama2_7b_longshort(max_seq_len: int = 8192, rope_method: str = DEFAULT_ROPE_METHOD, rope_kwargs=None, **kwargs):
     """Llama-2-7B (4k pre-trained) with RoPE scaling to ``max_seq_len``; ``kwargs`` as :func:`llama2_longshort`."""
     return llama2_longshort(**LLAMA2_7B, max_seq_len=max_seq_len, rope_method=rope_method, rope_kwargs=rope_kwargs,
                             **kwargs)
 
 
-def llama2_13b_longshort(max_seq_len: int = 8192, rope_method: str = "linear", rope_kwargs=None, **kwargs):
+def llama2_13b_longshort(max_seq_len: int = 8192, rope_method: str = DEFAULT_ROPE_METHOD, rope_kwargs=None, **kwargs):
     """Llama-2-13B (4k pre-trained) with RoPE scaling to ``max_seq_len``."""
     return llama2_longshort(**LLAMA2_13B, max_seq_len=max_seq_len, rope_method=rope_method, rope_kwargs=rope_kwargs,
                             **kwargs)
@@ -186,7 +187,7 @@ def longqlora_llama2(
     return lora_llama2_longshort(ALL_ATTN, True, False, **(dims or LLAMA2_7B), max_seq_len=max_seq_len,
                                  lora_rank=lora_rank, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                                  quantize_base=quantize_base, original_max_seq_len=original_max_seq_len,
-                                 rope_method="linear", rope_kwargs=rope_kwargs, s2_attn=s2_attn,
+                                 rope_method=DEFAULT_ROPE_METHOD, rope_kwargs=rope_kwargs, s2_attn=s2_attn,
                                  s2_group_size_ratio=s2_group_size_ratio, **kwargs)
 
 

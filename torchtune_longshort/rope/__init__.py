@@ -39,6 +39,9 @@ ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = {
     "ntk_by_parts": NTKByPartsRoPE,
 }
 
+# The method of the Llama-2 builders when none is named (Position Interpolation, as the paper's Llama-2 runs).
+DEFAULT_ROPE_METHOD = "linear"
+
 POSITION_SAMPLERS = {
     "random_pos": RandomPositions,
     "pose": PoSEPositions,
@@ -84,6 +87,7 @@ def build_position_sampler(name: str, **kwargs):
 
 __all__ = [
     "ROPE_METHODS",
+    "DEFAULT_ROPE_METHOD",
     "POSITION_SAMPLERS",
     "build_rope",
     "build_position_sampler",
