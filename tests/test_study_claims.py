@@ -7,6 +7,7 @@ come out as the planted effects say, and the report must state them.
 """
 
 import json
+import math
 import zlib
 from pathlib import Path
 
@@ -39,8 +40,11 @@ class ClaimsExecutor:
         if Path(argv[0]).name == "tune":
             rc = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text())
             out = Path(rc["output_dir"])
-            (out / f"step_{rc['max_steps']}").mkdir(parents=True)
-            (out / f"step_{rc['max_steps']}" / "config.json").write_text("{}")
+            steps = rc["max_steps"]
+            if rc.get("equal_compute_overhead") and rc["loss"]["alpha"] > 0:  # what the recipe trains (Appendix F)
+                steps = math.floor(steps / rc["equal_compute_overhead"])
+            (out / f"step_{steps}").mkdir(parents=True)
+            (out / f"step_{steps}" / "config.json").write_text("{}")
             key = out.parent.name
             ce = 2.0 + _jitter(key + "ce") * 4  # training CE: unrelated to the long-context scores
             (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": ce, "ce": ce, "misalignment": 1.0}))
@@ -108,6 +112,8 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
     study.run()
     recs = load_records(tmp_path / "out", cfg)
+    assert all(r["status"] == "ok" for r in recs.values()), {k: r.get("error") for k, r in recs.items()}
+    assert recs["pi_a0.1_eqc_s0"]["checkpoint"].endswith("step_19")  # floor(20 / 1.0526): the recipe's steps
     got = analyze(cfg, recs)
     v = {c["id"]: c for c in got["claims"]}
     assert v["tables2_3"]["verdict"] == "held"

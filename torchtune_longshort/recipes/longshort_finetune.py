@@ -46,7 +46,7 @@ from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_documents, validation_sequences,
 )
 from torchtune_longshort.training import recipe_checkpoints
-from torchtune_longshort.training.equal_compute import equal_compute_steps
+from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.metrics import RunLog, mean_over_ranks
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
@@ -104,9 +104,9 @@ class LongShortFinetuneRecipe:
         self.micro_batch = derived["micro_batch"]
         self.grad_accum = cfg.get("gradient_accumulation_steps", 1)
         overhead = cfg.get("equal_compute_overhead")
-        if overhead is not None and derived["alpha"] > 0:
-            # Appendix F: the regularized run gets the baseline's compute, not its step count.
-            steps = equal_compute_steps(cfg.max_steps, overhead)
+        # Appendix F: a regularized run gets the baseline's compute, not its step count.
+        steps = trained_steps(cfg.max_steps, overhead, derived["alpha"])
+        if steps != cfg.max_steps:
             log.info(f"equal_compute_overhead={overhead}: max_steps {cfg.max_steps} -> {steps} for alpha > 0")
             cfg.max_steps = steps
         check_start_checkpoint(cfg)

@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.lengths import lengths_key
+from torchtune_longshort.loss import DEFAULT_ALPHA
+from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
 from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, deep_merge, grid
 
@@ -168,7 +170,10 @@ class Study:
         rc_cfg = self.recipe_config(key, run)
         rdir.mkdir(parents=True, exist_ok=True)
         (rdir / "recipe.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(rc_cfg)))
-        train_dir, max_steps = Path(rc_cfg["output_dir"]), int(rc_cfg["max_steps"])
+        # the steps the recipe will really train (equal compute shortens regularized runs)
+        alpha = (rc_cfg.get("loss") or {}).get("alpha", DEFAULT_ALPHA)
+        max_steps = trained_steps(int(rc_cfg["max_steps"]), rc_cfg.get("equal_compute_overhead"), float(alpha))
+        train_dir = Path(rc_cfg["output_dir"])
         done = steps_in(train_dir)
         if max_steps in done:
             self.log(f"[study] {key}: training done before (step_{max_steps} exists), skipped")

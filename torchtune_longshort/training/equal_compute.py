@@ -28,3 +28,11 @@ def equal_compute_steps(baseline_steps: int, overhead: float) -> int:
             f"equal_compute_overhead={overhead!r} must be a measured step-time ratio >= 1 (e.g. 1.0526 for the paper's 5%)"
         )
     return max(1, math.floor(baseline_steps / overhead + 1e-9))
+
+
+def trained_steps(max_steps: int, overhead, alpha: float) -> int:
+    """The steps a recipe config really trains: ``max_steps``, or :func:`equal_compute_steps` of it when
+    ``equal_compute_overhead`` is set and the run is regularized (``alpha > 0``). The recipe and the study ask this."""
+    if overhead is None or not alpha > 0:
+        return int(max_steps)
+    return equal_compute_steps(int(max_steps), overhead)
