@@ -210,6 +210,10 @@ def _validate_eval(cfg: Dict[str, Any], root: Path, L0: int, L: int) -> None:
     ev.setdefault("longbench_e_data_dir", None)
     ev.setdefault("eval_base", True)
     ev.setdefault("include_path", "evals/tasks")
+    # the eval model's context (--model_args max_length): the longest length asked, unless set (BABILong prompts
+    # carry ~550 tokens of instructions and examples beyond their length label)
+    ev.setdefault("max_length", max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK))
+    _pos_int(ev["max_length"], "eval.max_length")
     for fam in FAMILY_TASK:
         for n in ev[f"{fam}_lengths"]:
             _pos_int(n, f"eval.{fam}_lengths[]")

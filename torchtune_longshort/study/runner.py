@@ -234,8 +234,7 @@ class Study:
                     return read(eval_dir, have)
             except FileNotFoundError:
                 pass
-        longest = max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK)
-        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": longest,
+        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev["max_length"],
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
         metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
                     "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"],
