@@ -11,7 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from torchtune_longshort.eval.long_ppl import curves_figure
 from torchtune_longshort.eval.report_figures import heatmap_figure, ppl_figure
-from torchtune_longshort.study.report import babilong_figure, line_figure
+from torchtune_longshort.study.figures import babilong_figure, line_figure
 
 
 def _draw(fig):

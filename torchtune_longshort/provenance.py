@@ -11,13 +11,12 @@
 The stdlib corpus (``torchtune_longshort.data.stdlib_corpus``) is the running interpreter's own source files, so
 perplexities on it change with the Python version; its content hash says which text a number was measured on.
 It is included when asked (``stdlib=True``) or, by default, when this process has listed the corpus
-(:func:`mark_stdlib_used`, called by ``stdlib_source_files``).
+(``stdlib_corpus.was_used``: ``stdlib_source_files`` marks it).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import platform
 import subprocess
@@ -29,15 +28,6 @@ PACKAGES = ("torch", "torchtune", "lm_eval", "transformers")
 # Distribution names where they differ from the import name.
 _DISTRIBUTIONS = {"lm_eval": "lm-eval"}
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_stdlib_used = False
-
-
-def mark_stdlib_used() -> None:
-    """Record that this process read the stdlib corpus (its hash then goes into :func:`provenance`)."""
-    global _stdlib_used
-    _stdlib_used = True
-
-
 def _version(dist: str) -> Optional[str]:
     from importlib import metadata
 
@@ -63,21 +53,6 @@ def _git(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
         return {"git_commit": None, "git_dirty": None}
     status = run("status", "--porcelain", "--untracked-files=no")
     return {"git_commit": run("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status)}
-
-
-@functools.lru_cache(maxsize=1)
-def stdlib_corpus_hash() -> Dict[str, Any]:
-    """SHA-256 over every file of the stdlib corpus (relative path, size and bytes, in sorted order)."""
-    from torchtune_longshort.data.stdlib_corpus import stdlib_dir, stdlib_source_files
-
-    root = stdlib_dir()
-    h, total = hashlib.sha256(), 0
-    files = stdlib_source_files()
-    for f in files:
-        data = f.read_bytes()
-        total += len(data)
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-    return {"sha256": h.hexdigest(), "files": len(files), "bytes": total, "root": str(root)}
 
 
 def device_info(device: Optional[str] = None) -> Dict[str, Any]:
@@ -106,7 +81,7 @@ def provenance(device: Optional[str] = None, stdlib: Optional[bool] = None) -> D
     Args:
         device: the device the numbers were computed on (``cpu``, ``cuda:0``; None: cuda if available, else cpu).
         stdlib: include the stdlib corpus hash (None: when this process used the corpus, see
-            :func:`mark_stdlib_used`).
+            ``stdlib_corpus.was_used``).
     """
     from torchtune_longshort import __version__
 
@@ -116,8 +91,11 @@ def provenance(device: Optional[str] = None, stdlib: Optional[bool] = None) -> D
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
     }
-    if stdlib or (stdlib is None and _stdlib_used):
-        out["stdlib_corpus"] = stdlib_corpus_hash()
+    # imported here: the data package pulls torch in, which the torch-free report paths do not need
+    from torchtune_longshort.data import stdlib_corpus
+
+    if stdlib or (stdlib is None and stdlib_corpus.was_used()):
+        out["stdlib_corpus"] = stdlib_corpus.content_hash()
     out["device"] = device_info(device)
     return out
 

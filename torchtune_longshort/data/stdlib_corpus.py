@@ -7,9 +7,19 @@ Hugging Face data set can be downloaded.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import sysconfig
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
+
+
+_used = False
+
+
+def was_used() -> bool:
+    """Whether this process listed the corpus's files (its :func:`content_hash` then goes into the provenance)."""
+    return _used
 
 
 def stdlib_dir() -> Path:
@@ -30,9 +40,8 @@ def stdlib_source_files(
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
-    from torchtune_longshort.provenance import mark_stdlib_used
-
-    mark_stdlib_used()  # results computed in this process then carry the corpus's content hash
+    global _used
+    _used = True  # results computed in this process then carry the corpus's content hash (provenance)
     root = stdlib_dir()
     files = []
     for f in sorted(root.rglob("*.py")):
@@ -58,3 +67,16 @@ def iter_stdlib_documents(
     """Yield the text of each standard-library source file (see :func:`stdlib_source_files`)."""
     for f in stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit):
         yield f.read_text(encoding="utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=1)
+def content_hash() -> Dict[str, Any]:
+    """SHA-256 over every file of the stdlib corpus (relative path, size and bytes, in sorted order)."""
+    root = stdlib_dir()
+    h, total = hashlib.sha256(), 0
+    files = stdlib_source_files()
+    for f in files:
+        data = f.read_bytes()
+        total += len(data)
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return {"sha256": h.hexdigest(), "files": len(files), "bytes": total, "root": str(root)}
