@@ -26,11 +26,10 @@ Gradients of one position's divergence w.r.t. the logits ``z_A`` (``p = softmax(
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from torchtune_longshort.loss.chunking import TargetChunk
@@ -82,6 +81,7 @@ class FusedPlan:
 
     ``mode``: ``"train"`` (divergence with gradient), ``"report"`` (its value only, for logging) or ``None``.
     ``w_div``: ``alpha / (batch * n_aligned)``, the weight of one position's divergence in the loss.
+    ``workspace``: where the chunk buffers live (see :class:`ChunkWorkspace`); ``None``: fresh ones per call.
     """
 
     chunks: Tuple[TargetChunk, ...]
@@ -90,6 +90,36 @@ class FusedPlan:
     stop_grad_long: bool
     ignore_index: int
     w_div: float
+    workspace: Optional["ChunkWorkspace"] = field(default=None, compare=False)
+
+
+class ChunkWorkspace:
+    """The ``[rows, vocab]`` buffers of a chunk (logits, float32 log-probabilities, probabilities), reused by every
+    chunk of a call and, when ``persistent``, by every call.
+
+    Each chunk's logits are tens of MiB at a real vocabulary (300 rows x 32k x 4 bytes = 38 MB). On a CPU, glibc's
+    malloc serves blocks that large with a fresh ``mmap`` (above its 32 MiB threshold) and unmaps them on free, so
+    three new buffers per chunk cost a page fault per 4 KiB page, every chunk of every step: about a fifth of the
+    fused loss's time at the 1B-ratio CPU shape. The loss keeps a persistent workspace on CPU; on a GPU the caching
+    allocator already reuses blocks, and a persistent workspace would only hold memory, so each call gets its own.
+    """
+
+    def __init__(self, persistent: bool = True):
+        self.persistent = persistent
+        self._bufs: Dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """A ``[rows, cols]`` view of buffer ``name``, grown (never shrunk) to fit."""
+        buf = self._bufs.get(name)
+        if buf is None or buf.dtype != dtype or buf.device != torch.device(device) or buf.shape[1] != cols \
+                or buf.shape[0] < rows:
+            buf = self._bufs[name] = torch.empty(max(rows, 1), cols, dtype=dtype, device=device)
+        return buf[:rows]
+
+    def release(self) -> None:
+        """Drop the buffers unless persistent (end of a call)."""
+        if not self.persistent:
+            self._bufs.clear()
 
 
 def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -178,6 +208,7 @@ class _FusedPass:
     def __init__(self, ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan: FusedPlan, grads):
         self.bsz, self.L, d = ha.shape
         self.weight, self.bias, self.plan, self.grads = weight, bias, plan, grads
+        self.workspace = plan.workspace or ChunkWorkspace(persistent=False)
         self.V = weight.shape[0]
         self.dev = dev = ha.device
         self.n_rows = n_rows = self.bsz * self.L
@@ -206,12 +237,15 @@ class _FusedPass:
     def run(self):
         """All chunks, then :meth:`results`."""
         off = p_off = 0
-        for c in self.plan.chunks:
-            rows = slice(off, off + self.bsz * (c.n_a + c.n_b))
-            off = rows.stop
-            dlog_w, p_off = self._chunk_logit_grads(c, rows, p_off)
-            if dlog_w is not None:
-                self._project_chunk_grads(dlog_w, rows)
+        try:
+            for c in self.plan.chunks:
+                rows = slice(off, off + self.bsz * (c.n_a + c.n_b))
+                off = rows.stop
+                dlog_w, p_off = self._chunk_logit_grads(c, rows, p_off)
+                if dlog_w is not None:
+                    self._project_chunk_grads(dlog_w, rows)
+        finally:
+            self.workspace.release()
         return self.results()
 
     def _chunk_logit_grads(self, c: TargetChunk, rows: slice, p_off: int):
@@ -219,14 +253,20 @@ class _FusedPass:
         weight's dtype, or ``None`` when no gradient is asked) and the next offset into the pair values."""
         bsz, V, plan = self.bsz, self.V, self.plan
         ra = bsz * c.n_a
-        logits = F.linear(self.h_all[rows], self.weight, self.bias)
-        lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # float32 even for a bf16 weight
+        n_rows, ws, h = rows.stop - rows.start, self.workspace, self.h_all[rows]
+        logits = ws.get("logits", n_rows, V, self.weight.dtype, self.dev)
+        if self.bias is None:
+            torch.mm(h, self.weight.t(), out=logits)
+        else:
+            torch.addmm(self.bias, h, self.weight.t(), out=logits)
+        lp = ws.get("lp", n_rows, V, torch.float32, self.dev)
+        torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=lp)  # float32 even for a bf16 weight
         del logits
         torch.gather(lp, 1, self.y_all[rows], out=self.tgt_lp[rows])
         pairs = plan.mode is not None and c.n_pairs > 0
         if not (self.any_grad or pairs):
             return None, p_off
-        p = lp.exp()
+        p = torch.exp(lp, out=ws.get("p", n_rows, V, torch.float32, self.dev))
         terms = None
         n = c.n_pairs
         pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
@@ -247,7 +287,10 @@ class _FusedPass:
         del terms, p, lp
         if self.g_bias is not None:
             self.g_bias += dlog.sum(0)
-        return (dlog if dlog.dtype == self.weight.dtype else dlog.to(self.weight.dtype)), p_off
+        if dlog.dtype == self.weight.dtype:
+            return dlog, p_off
+        # the logits buffer (weight dtype) is free again: the cast goes there
+        return self.workspace.get("logits", dlog.shape[0], V, self.weight.dtype, self.dev).copy_(dlog), p_off
 
     def _project_chunk_grads(self, dlog_w: torch.Tensor, rows: slice) -> None:
         """dloss/dlogits of a chunk -> its hidden states' gradient and the output weight's (accumulated)."""
