@@ -26,7 +26,7 @@ Gradients of one position's divergence w.r.t. the logits ``z_A`` (``p = softmax(
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -81,7 +81,6 @@ class FusedPlan:
 
     ``mode``: ``"train"`` (divergence with gradient), ``"report"`` (its value only, for logging) or ``None``.
     ``w_div``: ``alpha / (batch * n_aligned)``, the weight of one position's divergence in the loss.
-    ``workspace``: where the chunk buffers live (see :class:`ChunkWorkspace`); ``None``: fresh ones per call.
     """
 
     chunks: Tuple[TargetChunk, ...]
@@ -90,36 +89,31 @@ class FusedPlan:
     stop_grad_long: bool
     ignore_index: int
     w_div: float
-    workspace: Optional["ChunkWorkspace"] = field(default=None, compare=False)
 
 
 class ChunkWorkspace:
-    """The ``[rows, vocab]`` buffers of a chunk (logits, float32 log-probabilities, probabilities), reused by every
-    chunk of a call and, when ``persistent``, by every call.
+    """The ``[rows, vocab]`` buffers of one call's chunks (float32 log-probabilities; probabilities, which first
+    hold float32 logits; logits of another dtype), allocated once at the largest chunk and reused by every chunk.
 
-    Each chunk's logits are tens of MiB at a real vocabulary (300 rows x 32k x 4 bytes = 38 MB). On a CPU, glibc's
-    malloc serves blocks that large with a fresh ``mmap`` (above its 32 MiB threshold) and unmaps them on free, so
-    three new buffers per chunk cost a page fault per 4 KiB page, every chunk of every step: about a fifth of the
-    fused loss's time at the 1B-ratio CPU shape. The loss keeps a persistent workspace on CPU; on a GPU the caching
-    allocator already reuses blocks, and a persistent workspace would only hold memory, so each call gets its own.
+    Each chunk's buffers are tens of MiB at a real vocabulary (300 rows x 32k x 4 bytes = 38 MB). On a CPU, glibc's
+    malloc serves blocks that large with a fresh ``mmap`` and unmaps them on free, so new buffers for every chunk
+    cost a page fault per 4 KiB page each time: about an eighth of the fused loss's time at the 1B-ratio CPU shape.
+    The buffers are dropped at the end of the call, so the model's backward pass never holds them (peak memory as
+    without reuse); a GPU's caching allocator reuses blocks anyway.
     """
 
-    def __init__(self, persistent: bool = True):
-        self.persistent = persistent
+    def __init__(self):
         self._bufs: Dict[str, torch.Tensor] = {}
 
     def get(self, name: str, rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
         """A ``[rows, cols]`` view of buffer ``name``, grown (never shrunk) to fit."""
         buf = self._bufs.get(name)
-        if buf is None or buf.dtype != dtype or buf.device != torch.device(device) or buf.shape[1] != cols \
-                or buf.shape[0] < rows:
+        if buf is None or buf.dtype != dtype or buf.shape[1] != cols or buf.shape[0] < rows:
             buf = self._bufs[name] = torch.empty(max(rows, 1), cols, dtype=dtype, device=device)
         return buf[:rows]
 
     def release(self) -> None:
-        """Drop the buffers unless persistent (end of a call)."""
-        if not self.persistent:
-            self._bufs.clear()
+        self._bufs.clear()
 
 
 def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -208,7 +202,8 @@ class _FusedPass:
     def __init__(self, ha, hb, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan: FusedPlan, grads):
         self.bsz, self.L, d = ha.shape
         self.weight, self.bias, self.plan, self.grads = weight, bias, plan, grads
-        self.workspace = plan.workspace or ChunkWorkspace(persistent=False)
+        self.workspace = ChunkWorkspace()
+        self._logits_buffer = "p" if weight.dtype == torch.float32 else "logits"
         self.V = weight.shape[0]
         self.dev = dev = ha.device
         self.n_rows = n_rows = self.bsz * self.L
@@ -254,7 +249,9 @@ class _FusedPass:
         bsz, V, plan = self.bsz, self.V, self.plan
         ra = bsz * c.n_a
         n_rows, ws, h = rows.stop - rows.start, self.workspace, self.h_all[rows]
-        logits = ws.get("logits", n_rows, V, self.weight.dtype, self.dev)
+        # float32 logits go where the probabilities will (they are dead once the log-softmax is taken): two
+        # [rows, vocab] buffers in all, as many as the unfused chunk holds at its peak
+        logits = ws.get(self._logits_buffer, n_rows, V, self.weight.dtype, self.dev)
         if self.bias is None:
             torch.mm(h, self.weight.t(), out=logits)
         else:
@@ -290,7 +287,7 @@ class _FusedPass:
         if dlog.dtype == self.weight.dtype:
             return dlog, p_off
         # the logits buffer (weight dtype) is free again: the cast goes there
-        return self.workspace.get("logits", dlog.shape[0], V, self.weight.dtype, self.dev).copy_(dlog), p_off
+        return self.workspace.get(self._logits_buffer, dlog.shape[0], V, self.weight.dtype, self.dev).copy_(dlog), p_off
 
     def _project_chunk_grads(self, dlog_w: torch.Tensor, rows: slice) -> None:
         """dloss/dlogits of a chunk -> its hidden states' gradient and the output weight's (accumulated)."""

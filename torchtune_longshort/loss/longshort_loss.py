@@ -39,7 +39,6 @@ from torchtune_longshort.hidden_states import enable_hidden_state_output, restor
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import (
-    ChunkWorkspace,
     FusedLinearLongShort,
     FusedPlan,
     fused_terms,
@@ -234,21 +233,12 @@ class LongShortLoss(nn.Module):
             misalignment=mis_log, num_aligned=pos.n,
         )
 
-    def _chunk_workspace(self, device) -> Optional[ChunkWorkspace]:
-        """The fused path's chunk buffers: kept across steps on a CPU (see :class:`ChunkWorkspace`), per call else."""
-        if torch.device(device).type != "cpu":
-            return None
-        if getattr(self, "_workspace", None) is None:
-            self._workspace = ChunkWorkspace(persistent=True)
-        return self._workspace
-
     def _fused(self, ha, hb, labels_a, labels_b, n_a, n_b, pos, chunks, mode):
         """The fused path: ``(ce_a_sum, ce_b_sum, div_sum, loss)`` (sums detached; ``loss`` carries the gradients)."""
         bsz = ha.shape[0]
         plan = FusedPlan(
             chunks=tuple(chunks), divergence=self.divergence, mode=mode, stop_grad_long=self.stop_grad_long,
             ignore_index=self.ignore_index, w_div=self.alpha / (bsz * pos.n) if pos.n else 0.0,
-            workspace=self._chunk_workspace(ha.device),
         )
         w_ce_a = 0.5 / n_a.clamp(min=1).to(torch.float32)
         w_ce_b = 0.5 / n_b.clamp(min=1).to(torch.float32)
