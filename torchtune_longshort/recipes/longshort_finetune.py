@@ -46,6 +46,7 @@ from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_documents, validation_sequences,
 )
 from torchtune_longshort.training import recipe_checkpoints
+from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.metrics import RunLog, mean_over_ranks
 from torchtune_longshort.training.model_setup import (
@@ -80,6 +81,8 @@ class LongShortFinetuneRecipe:
         # Input checks that need no model run first: before a process group, an output folder or a weight exists.
         self._validate_static(world_size)
         self._device = utils.get_device(device=cfg.get("device", "cpu"))
+        if self._device.type == "cpu" and cfg.get("cpu_keep_freed_blocks", True) and reuse_large_cpu_blocks():
+            log.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=False to turn it off)")
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).
             backend = training.get_distributed_backend(self._device.type)

@@ -43,6 +43,7 @@ RECIPE_KEYS = {
     "lr_scheduler": "optional LR scheduler component",
     "clip_grad_norm": "max gradient norm (null: no clipping)",
     "device": "cpu | cuda | cuda:N",
+    "cpu_keep_freed_blocks": "CPU: glibc keeps large freed blocks for reuse (default true; training.cpu_allocator)",
     "dtype": "fp32 | bf16 | fp16",
     "compile": "torch.compile the model",
     "enable_activation_checkpointing": "checkpoint each transformer layer",

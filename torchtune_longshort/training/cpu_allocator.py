@@ -1,0 +1,42 @@
+"""Keep large freed CPU blocks for reuse (glibc's malloc), so a CPU training step does not page-fault its big
+temporaries in again every time.
+
+glibc serves an allocation of 32 MiB or more (less, until its dynamic threshold has grown) with a fresh ``mmap``
+and returns it to the kernel with ``munmap`` on free. A CPU training step allocates such blocks many times: the
+loss chunk's ``[rows, vocab]`` buffers, dense embedding and output-layer gradients (``zero_grad(set_to_none=True)``
+frees them every step), AdamW's per-parameter temporaries. Each new mapping is zero-filled a 4 KiB page at a time
+on first touch: at a 32k vocabulary on this project's CPU benchmark shape (dim 256, 4 layers, 1024 tokens a step)
+that was about a tenth of the step, half of the optimizer step's time. Raising ``M_MMAP_THRESHOLD`` and
+``M_TRIM_THRESHOLD`` keeps those blocks in the heap, as jemalloc or tcmalloc under ``LD_PRELOAD`` would, without a
+preload. The process's resident memory then stays at its peak instead of shrinking between steps; its peak is
+unchanged.
+
+The recipe calls :func:`reuse_large_cpu_blocks` when it trains on a CPU (config key ``cpu_keep_freed_blocks``,
+default true). Elsewhere (macOS, musl, CUDA's own caching allocator) it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+# mallopt parameters (glibc's malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_THRESHOLD = 1 << 30  # 1 GiB: larger blocks (rare) still get their own mapping
+
+
+@functools.lru_cache(maxsize=1)
+def reuse_large_cpu_blocks() -> bool:
+    """Tell glibc to serve blocks below 1 GiB from the heap and keep freed memory; True when it took effect."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+        gnu_version = libc.gnu_get_libc_version  # present in glibc only
+    except (OSError, AttributeError, TypeError):
+        return False
+    del gnu_version
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))
