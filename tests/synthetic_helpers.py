@@ -1,6 +1,6 @@
 """Test helpers for the synthetic experiments: an independent decoder of ``make_batch``'s token layout, so that the
-tests recompute every target from the tokens rather than trusting the generator, and a PNG check that decodes the
-image instead of trusting its file size."""
+tests recompute every target from the tokens rather than trusting the generator, and the figures' CSVs read back
+(the PNG check is ``plot_helpers.assert_png_drawn``)."""
 
 from __future__ import annotations
 
@@ -25,17 +25,6 @@ def decode_bits(tokens: torch.Tensor) -> list[list[int]]:
             raise ValueError(f"row {r} is not '<BOS> bits <EOS> PAD*': {row}")
         out.append(body)
     return out
-
-
-def assert_png_drawn(path, width_in: float, height_in: float, dpi: int) -> None:
-    """``path`` decodes as a PNG of ``width_in x height_in`` inches at ``dpi`` whose pixels are not one flat colour
-    (lines, text and axes drawn: hundreds of distinct anti-aliased colours)."""
-    from matplotlib.image import imread
-
-    img = imread(str(path))
-    assert img.shape[:2] == (round(height_in * dpi), round(width_in * dpi)), img.shape
-    colours = np.unique((img[..., :3] * 255).round().reshape(-1, 3), axis=0)
-    assert len(colours) > 50, len(colours)
 
 
 def csv_mean_accuracy(path, figure: str) -> dict:

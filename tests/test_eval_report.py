@@ -10,6 +10,7 @@ import pytest
 
 from torchtune_longshort.eval.lengths import length_label, parse_length, parse_lengths
 from torchtune_longshort.eval.report import build_report, main
+from plot_helpers import assert_png_drawn
 
 
 def _write(d, results, samples=None):
@@ -40,7 +41,7 @@ def test_tables_plots_and_curve(tmp_path):
     assert summary["tasks"]["babilong_longshort"]["baseline"]["acc_4k_d50"] == 0.25
     for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
               "per_position_loss.png"):
-        assert (out / f).stat().st_size > 1000
+        assert_png_drawn(out / f)
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
     assert [float(r["mean_nll"]) for r in rows if r["length"] == "3"] == [2.0, 2.0, 2.0]
     assert [float(r["mean_nll"]) for r in rows if r["length"] == "4"] == [5.0] * 4

@@ -16,6 +16,7 @@ import yaml
 from torchtune_longshort.study import Study, load_study_config
 from torchtune_longshort.study.claims import analyze, by_seed
 from torchtune_longshort.study.report import build_report, load_records
+from plot_helpers import assert_png_drawn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,5 +142,6 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     assert "### tables2_3: HELD" in md and "### tables4_5: NOT MEASURABLE HERE" in md
     assert "What the CE-only fine-tunes learned" in md
     for png in ("metric_vs_performance.png", "alpha_curves.png", "e_range_bars.png", "divergence_bars.png"):
-        assert png in summary["plots"] and (tmp_path / "report" / png).stat().st_size > 0
+        assert png in summary["plots"]
+        assert_png_drawn(tmp_path / "report" / png)
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["claims"]["claims"][1]["verdict"] == "held"

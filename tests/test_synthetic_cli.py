@@ -6,7 +6,8 @@ import sys
 
 import numpy as np
 import pytest
-from synthetic_helpers import assert_png_drawn, csv_mean_accuracy
+from plot_helpers import assert_png_drawn
+from synthetic_helpers import csv_mean_accuracy
 
 from torchtune_longshort.synthetic.__main__ import main
 from torchtune_longshort.synthetic.theory import length_error_closed_form

@@ -6,7 +6,8 @@ import os
 
 import pytest
 import torch
-from synthetic_helpers import assert_png_drawn, csv_mean_accuracy
+from plot_helpers import assert_png_drawn
+from synthetic_helpers import csv_mean_accuracy
 
 from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure
 from torchtune_longshort.synthetic.sparsity_probes.planted_correlations import (

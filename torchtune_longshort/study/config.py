@@ -80,15 +80,15 @@ class StudyConfigError(ValueError):
     """A study YAML field is missing or has a value the runner cannot use."""
 
 
-def deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
-    """``over`` merged into a copy of ``base``; nested dicts merge key by key, anything else is replaced."""
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+def merged(base: Dict[str, Any], over: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``over`` merged into a copy of ``base`` by OmegaConf, as torchtune merges its command-line overrides: nested
+    mappings key by key, anything else (lists included) replaced; ``${...}`` interpolations are kept unresolved."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(OmegaConf.merge(base, over or {}), resolve=False)
+    except (TypeError, ValueError) as e:  # e.g. a mapping over a list
+        raise StudyConfigError(f"study config: cannot merge {over!r} into the config: {e}") from None
 
 
 def _need(cfg: Dict[str, Any], key: str, where: str = "") -> Any:
@@ -119,7 +119,7 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
         raise StudyConfigError(f"study config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
                                "(it makes `tune validate` refuse the file)")
     quick_over = raw.pop("quick", None) or {}
-    cfg = deep_merge(raw, quick_over) if quick else raw
+    cfg = merged(raw, quick_over) if quick else raw
     if quick:
         for key in _QUICK_REPLACES:  # a quick grid is smaller: its methods replace the full list, not add to it
             if key in quick_over:

@@ -35,7 +35,7 @@ from torchtune_longshort.eval.lengths import lengths_key
 from torchtune_longshort.loss import DEFAULT_ALPHA
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
-from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, deep_merge, grid
+from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
 
 RESULT = "result.json"
 
@@ -90,7 +90,7 @@ class Study:
 
     def _recipe_base(self) -> Dict[str, Any]:
         c = OmegaConf.to_container(OmegaConf.load(self.root / self.cfg["recipe_config"]), resolve=False)
-        c = deep_merge(c, self.cfg.get("recipe_overrides") or {})
+        c = merged(c, self.cfg.get("recipe_overrides") or {})
         tok = c.get("tokenizer") or {}
         if self.cfg["base"].get("checkpoint_dir"):
             tok["path"] = str(self.cfg["base"]["tokenizer"])
@@ -111,19 +111,19 @@ class Study:
         train_dir = str(self.run_dir(key) / "train")
         if key == "base":
             pre = cfg["base"]["pretrain"]
-            c = deep_merge(c, {"model": model, "seq_len": cfg["L0"], "max_steps": pre["max_steps"], "seed": 0,
+            c = merged(c, {"model": model, "seq_len": cfg["L0"], "max_steps": pre["max_steps"], "seed": 0,
                                "loss": {"alpha": 0.0}, "checkpointer": {"checkpoint_dir": None}})
             c["model"] = model  # replace, not merge: the recipe config's own model node may have other keys
-            c = deep_merge(c, pre["overrides"])
+            c = merged(c, pre["overrides"])
         else:
             scaled = {"_component_": "torchtune_longshort.models.rope_scaled", **run["rope"],
                       "max_seq_len": cfg["L"], "model": model}
-            c = deep_merge(c, {"seq_len": cfg["L"], "max_steps": cfg["finetune"]["max_steps"], "seed": run["seed"],
+            c = merged(c, {"seq_len": cfg["L"], "max_steps": cfg["finetune"]["max_steps"], "seed": run["seed"],
                                "loss": {"alpha": run["alpha"]},
                                "checkpointer": {"checkpoint_dir": str(self.base_checkpoint())}})
             c["model"] = scaled
-            c = deep_merge(c, cfg["finetune"]["overrides"])
-            c = deep_merge(c, run.get("overrides") or {})  # a variant's own keys (e_range, divergence, ...)
+            c = merged(c, cfg["finetune"]["overrides"])
+            c = merged(c, run.get("overrides") or {})  # a variant's own keys (e_range, divergence, ...)
         c["output_dir"] = train_dir
         c.setdefault("save_every_n_steps", c["max_steps"])
         if isinstance(c.get("checkpointer"), dict):
