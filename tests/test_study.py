@@ -118,6 +118,14 @@ def test_shipped_configs_load_and_grid_sizes():
     assert len(grid(quick)) == 2 and {r["method"] for r in grid(quick)} == {"clex"}  # quick's methods replace
     keys = [r["key"] for r in grid(full)]
     assert len(set(keys)) == len(keys) and "yarn_a0.1_s1" in keys
+    medium = load_study_config(ROOT / "configs/study/cpu_medium.yaml", repo_root=ROOT)
+    runs = grid(medium)  # 3 methods x 4 alphas + 3 e ranges + 2 divergences x 2 alphas + equal compute, x 3 seeds
+    assert len(runs) == (3 * 4 + 3 + 4 + 1) * 3 and len({r["key"] for r in runs}) == len(runs)
+    assert {r["variant"] for r in runs} == {None, "e_range", "divergence", "equal_compute"}
+    assert medium["base"]["min_ppl_ratio"] == 2.0 and (medium["L0"], medium["L"]) == (128, 512)
+    mq = load_study_config(ROOT / "configs/study/cpu_medium.yaml", quick=True, repo_root=ROOT)
+    assert [r["key"] for r in grid(mq)] == ["pi_a0_s0", "pi_a0.1_s0", "pi_a0.1_e1-L_4_s0", "pi_a0.1_js_s0",
+                                            "pi_a0.1_eqc_s0"]  # quick's variants replace the full ones
     for name in ("gpu_medium.yaml", "llama2_7b_clex.yaml"):
         if (ROOT / "configs/study" / name).is_file():
             cfg = load_study_config(ROOT / "configs/study" / name, repo_root=ROOT)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
-from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, GEN_BUDGET, haystack_units, make_passkey_sample
+from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
+from torchtune_longshort.eval.unavailable import TaskDataError
 
 
 class PasskeyMix:
@@ -39,8 +40,6 @@ class PasskeyMix:
         if not model_file.is_file():
             raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer.model there (the recipe's "
                                     "tokenizer component creates it first; pass ${tokenizer.path})")
-        if max_tokens < 64:
-            raise ValueError(f"max_tokens={max_tokens} is too short for a passkey prompt (>= 64 tokens)")
         if passkeys_per_document < 0:
             raise ValueError(f"passkeys_per_document={passkeys_per_document} must be >= 0")
         self.base, self.max_tokens, self.k, self.seed = base, int(max_tokens), int(passkeys_per_document), seed
@@ -48,6 +47,10 @@ class PasskeyMix:
         self.units = haystack_units(haystack)
         self.description = (f"{base!r} + {self.k} passkey documents of <= {max_tokens} tokens after each "
                             f"(haystack {haystack}, seed {seed})")
+        try:  # refuse now, not at the first document, a length the prompt alone does not fit
+            self.passkey_document(random.Random(0))
+        except TaskDataError as err:
+            raise ValueError(f"max_tokens={max_tokens} is too short for this tokenizer's passkey prompt: {err}") from None
 
     def passkey_document(self, rng: random.Random) -> str:
         """One prompt with its answer, at most ``max_tokens`` tokens (BOS counted), the needle at a random depth."""
@@ -86,7 +89,5 @@ def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_pe
         seed: draws the keys, depths and haystack windows.
         include_tests, min_bytes, limit: as for ``stdlib``.
     """
-    if max_tokens - GEN_BUDGET < 48:
-        raise ValueError(f"max_tokens={max_tokens}: the prompt budget {max_tokens - GEN_BUDGET} is too short")
     return PasskeyMix(stdlib(min_bytes=min_bytes, include_tests=include_tests, limit=limit), tokenizer_path,
                       max_tokens, passkeys_per_document, haystack, seed)
