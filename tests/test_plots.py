@@ -107,7 +107,7 @@ def _cfg(lengths, **eval_extra):
 
 
 def _table(values_by_alpha, lengths):
-    from torchtune_longshort.study.config import length_label
+    from torchtune_longshort.eval.lengths import length_label
 
     rows = []
     for a, vals in values_by_alpha.items():

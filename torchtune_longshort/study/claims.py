@@ -14,7 +14,8 @@ import math
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.study.config import grid, length_label, metric_of
+from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.study.config import grid, metric_of
 from torchtune_longshort.study.stats import correlation, direction, paired_difference
 
 Records = Dict[str, Dict[str, Any]]

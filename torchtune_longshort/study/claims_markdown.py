@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from torchtune_longshort.study.config import length_label
+from torchtune_longshort.eval.lengths import length_label
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:

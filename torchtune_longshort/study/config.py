@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
-from torchtune_longshort.eval.lengths import length_label, per_length  # noqa: F401  (the task pack's length labels)
+from torchtune_longshort.eval.lengths import per_length
 
 # Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}

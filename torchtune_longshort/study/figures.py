@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List
 
-from torchtune_longshort.study.config import length_label, main_grid
+from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.study.config import main_grid
 
 
 def loss_label(alpha: float) -> str:
