@@ -58,3 +58,18 @@ def _one(tmp_path):
     p = tmp_path / "one.txt"
     p.write_text("short")
     return p
+
+
+def test_stdlib_test_packages_are_the_held_out_complement():
+    """include_tests=False and include_tests="only" split the stdlib into two disjoint parts that make up all of it;
+    the eval source ``stdlib_tests`` reads exactly the held-out part."""
+    from torchtune_longshort.data.stdlib_corpus import TEST_PACKAGES, stdlib_dir, stdlib_source_files
+    from torchtune_longshort.eval.long_text import iter_texts
+
+    train, held, every = (set(stdlib_source_files(include_tests=v)) for v in (False, "only", True))
+    assert train and held and not (train & held) and train | held == every
+    assert all(f.relative_to(stdlib_dir()).parts[0] in TEST_PACKAGES for f in held)
+    first = sorted(held, key=str)[0].read_text(encoding="utf-8", errors="replace")
+    assert next(iter(iter_texts("stdlib_tests"))) == first
+    with pytest.raises(ValueError, match="include_tests"):
+        stdlib_source_files(include_tests="sometimes")

@@ -47,8 +47,9 @@ class _Source:
         return f"<documents: {self.description}>"
 
 
-def stdlib(min_bytes: int = 0, include_tests: bool = True, limit: Optional[int] = None) -> Documents:
-    """The Python standard library's source files (the embedded offline default; see ``stdlib_corpus``)."""
+def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None) -> Documents:
+    """The Python standard library's source files (the embedded offline default; see ``stdlib_corpus``);
+    ``include_tests="only"``: just the test packages, the text a corpus read with ``include_tests=False`` holds out."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 
     stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit)  # fail early if empty

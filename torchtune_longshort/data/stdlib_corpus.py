@@ -11,7 +11,7 @@ import functools
 import hashlib
 import sysconfig
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 
 _used = False
@@ -27,19 +27,28 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+# Top-level packages that ``include_tests=False`` leaves out and ``include_tests="only"`` keeps: the held-out
+# complement of a training corpus read with ``include_tests=False``.
+TEST_PACKAGES = ("test", "idlelib", "lib2to3")
+
+
 def stdlib_source_files(
-    min_bytes: int = 0, include_tests: bool = True, limit: Optional[int] = None
+    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None
 ) -> List[Path]:
     """Sorted list of the standard library's ``*.py`` files.
 
     Args:
         min_bytes: keep only files of at least this many bytes (e.g. 40_000 for long documents).
-        include_tests: keep the ``test/`` package (the bulk of the text; absent on some installs).
+        include_tests: ``True`` keeps the ``test/`` package (the bulk of the text; absent on some installs),
+            ``False`` leaves out ``TEST_PACKAGES``, ``"only"`` keeps just them (text held out from a training
+            corpus read with ``False``).
         limit: keep only the first ``limit`` files after sorting (deterministic subsets for tests).
 
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
+    if include_tests not in (True, False, "only"):
+        raise ValueError(f"include_tests={include_tests!r}: accepted True, False or 'only'")
     global _used
     _used = True  # results computed in this process then carry the corpus's content hash (provenance)
     root = stdlib_dir()
@@ -48,7 +57,8 @@ def stdlib_source_files(
         rel = f.relative_to(root).parts
         if "site-packages" in rel or "dist-packages" in rel:
             continue
-        if not include_tests and rel[0] in ("test", "idlelib", "lib2to3") and len(rel) > 1:
+        in_tests = rel[0] in TEST_PACKAGES and len(rel) > 1
+        if (include_tests == "only" and not in_tests) or (not include_tests and in_tests):
             continue
         if f.stat().st_size >= min_bytes:
             files.append(f)
@@ -62,7 +72,7 @@ def stdlib_source_files(
 
 
 def iter_stdlib_documents(
-    min_bytes: int = 0, include_tests: bool = True, limit: Optional[int] = None
+    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None
 ) -> Iterator[str]:
     """Yield the text of each standard-library source file (see :func:`stdlib_source_files`)."""
     for f in stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit):

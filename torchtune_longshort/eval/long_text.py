@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
 }
-SOURCES = ("stdlib", "local", "hf", *HF_PRESETS)
+SOURCES = ("stdlib", "stdlib_tests", "local", "hf", *HF_PRESETS)
 # The files a folder in ``data_files`` stands for.
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json")
 
@@ -103,7 +103,8 @@ def iter_texts(
     """Yield documents from a source.
 
     Args:
-        source: ``stdlib`` (the Python standard library's sources, offline), ``local`` (``data_files``),
+        source: ``stdlib`` (the Python standard library's sources, offline), ``stdlib_tests`` (only its test
+            packages: text held out from a training corpus read with ``include_tests: False``), ``local`` (``data_files``),
             ``hf`` (``dataset_path`` / ``dataset_name`` / ``split``, streamed) or a preset name (``pg19``).
             Giving ``data_files`` implies ``local``.
         data_files: path, glob, folder (its ``.txt`` / ``.jsonl`` / ``.json`` files) or a list of them: ``.jsonl`` /
@@ -122,8 +123,8 @@ def iter_texts(
     # stdlib and Hugging Face sources are the training loaders' (torchtune_longshort.data.corpus)
     from torchtune_longshort.data import corpus
 
-    if source == "stdlib":
-        it: Iterable[str] = corpus.stdlib(min_bytes=min_chars)()
+    if source in ("stdlib", "stdlib_tests"):  # stdlib_tests: the test packages, held out from training corpora
+        it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, include_tests="only" if source == "stdlib_tests" else True)()
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")

@@ -141,7 +141,7 @@ class Study:
         ev = self.cfg["eval"]
         sources = [ev.get("ppl_source"), (ev.get("metadata") or {}).get("mis_source", "stdlib"),
                    (ev.get("metadata") or {}).get("passkey_haystack"), (ev.get("babilong") or {}).get("haystack")]
-        return "stdlib" in sources or any(c.rsplit(".", 1)[-1].startswith("stdlib")
+        return any(str(s).startswith("stdlib") for s in sources) or any(c.rsplit(".", 1)[-1].startswith("stdlib")
                                           for c in components(self._recipe_base()))
 
     def provenance(self) -> Dict[str, Any]:
