@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import main_grid
+from torchtune_longshort.study.config import main_grid, metric_of
 
 
 def loss_label(alpha: float) -> str:
@@ -84,7 +84,7 @@ def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
         for d in bab["depths"]:
             row = []
             for lab in bab["lengths"]:
-                vals = [metric_value(recs[k], "babilong_longshort", f"acc_{lab}_d{d}") for k in keys]
+                vals = [metric_value(recs[k], *metric_of("babilong", f"{lab}_d{d}")) for k in keys]
                 vals = [v for v in vals if v is not None]
                 row.append(statistics.fmean(vals) if vals else float("nan"))
             grid_v.append(row)

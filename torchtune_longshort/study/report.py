@@ -21,22 +21,21 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.eval.lengths import length_label, per_length
+from torchtune_longshort.eval.lengths import length_label
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
-from torchtune_longshort.study.config import grid, main_grid
+from torchtune_longshort.study.config import grid, main_grid, metric_of
 from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
 from torchtune_longshort.study.runner import RESULT
 
-# table id -> (title, task, metric (reported per length as <metric>_<length>), lengths field, lower is better)
+# table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
+# lower is better)
 TABLES = {
-    "ppl": ("Perplexity (long_ppl, {src} text)", "long_ppl", "ppl", "ppl_lengths", True),
-    "misalignment": ("Misalignment metric, Eq. 4 (SCE; misalignment task)", "misalignment", "sce",
-                     "misalignment_lengths", True),
+    "ppl": ("Perplexity (long_ppl, {src} text)", "ppl_lengths", True),
+    "misalignment": ("Misalignment metric, Eq. 4 (SCE; misalignment task)", "misalignment_lengths", True),
     "jeffreys": ("Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; misalignment task)",
-                 "misalignment", "jeffreys", "misalignment_lengths", True),
-    "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "longshort_passkey", "acc",
-                "passkey_lengths", False),
+                 "misalignment_lengths", True),
+    "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "passkey_lengths", False),
 }
 
 
@@ -113,12 +112,12 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
     ev, runs = cfg["eval"], main_grid(cfg)
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
     notes: Dict[str, str] = {}
-    for tid, (title, prefix, metric, field, lower) in TABLES.items():
-        cols = [(length_label(n), prefix, per_length(metric, n)) for n in ev[field]]
-        specs[tid] = (title.format(src=ev.get("ppl_source")), prefix, cols, lower)
+    for tid, (title, field, lower) in TABLES.items():
+        cols = [(length_label(n), *metric_of(tid, n)) for n in ev[field]]
+        specs[tid] = (title.format(src=ev.get("ppl_source")), tid, cols, lower)
     bab = ev.get("babilong")
     if bab and bab.get("lengths"):
-        cols = [(lab, "babilong_longshort", f"acc_{lab}") for lab in bab["lengths"]] + [("all", "babilong_longshort", "acc")]
+        cols = [(lab, *metric_of("babilong", lab)) for lab in bab["lengths"]] + [("all", "babilong_longshort", "acc")]
         specs["babilong"] = (f"BABILong {qa_label(bab['qa'])} accuracy (official scoring, generated data)", "babilong",
                              cols, False)
         notes["babilong"] = _babilong_note(bab)
