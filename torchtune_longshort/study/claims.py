@@ -15,7 +15,7 @@ import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import grid, metric_of
+from torchtune_longshort.study.config import config_key, grid, metric_of
 from torchtune_longshort.study.stats import correlation, direction, paired_difference
 
 Records = Dict[str, Dict[str, Any]]
@@ -53,16 +53,11 @@ def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
     return float(v)
 
 
-def config_id(run: Dict[str, Any]) -> str:
-    """A run's configuration without its seed: the run key less ``_s<seed>``."""
-    return run["key"].rsplit("_s", 1)[0]
-
-
 def by_seed(cfg: Dict[str, Any], recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
     """``{seed: value}`` of configuration ``cid`` over its successful runs."""
     out = {}
     for r in grid(cfg):
-        if config_id(r) == cid and recs.get(r["key"], {}).get("status") == "ok":
+        if r["config"] == cid and recs.get(r["key"], {}).get("status") == "ok":
             v = value(recs[r["key"]], family, n)
             if v is not None:
                 out[r["seed"]] = v
@@ -70,7 +65,7 @@ def by_seed(cfg: Dict[str, Any], recs: Records, cid: str, family: str, n: Any) -
 
 
 def ce_id(cfg: Dict[str, Any], method: str) -> str:
-    return f"{method}_a0"
+    return config_key(method, 0)
 
 
 def train_ce(rec: Dict[str, Any]) -> Optional[float]:
@@ -150,10 +145,10 @@ def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], wan
             if a not in cfg["alphas"]:
                 continue
             for n in long_lengths(cfg):
-                c = compare(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m), "ppl", n, lower_is_better=True)
+                c = compare(cfg, recs, config_key(m, a), ce_id(cfg, m), "ppl", n, lower_is_better=True)
                 comps.append(c)
                 dirs.append(c["direction"])
-            comps += _secondary(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m))
+            comps += _secondary(cfg, recs, config_key(m, a), ce_id(cfg, m))
         per_method[m] = _verdict_from(dirs, want)
     if not comps:
         return {"id": key, "paper": PAPER[key], "verdict": "not measurable here",
@@ -191,7 +186,7 @@ def claim_babilong(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     if not any(_has_signal(cfg, recs, "babilong", f"{lab}_d{d}") for lab, d in keys):
         return {**base, "verdict": "not measurable here",
                 "reason": f"BABILong accuracy at {longest} is the same for every checkpoint (no signal)"}
-    comps = [compare(cfg, recs, f"{m}_a{a:g}", ce_id(cfg, m), "babilong", f"{longest}_d{d}", lower_is_better=False)
+    comps = [compare(cfg, recs, config_key(m, a), ce_id(cfg, m), "babilong", f"{longest}_d{d}", lower_is_better=False)
              for m in cfg["methods"] for a in (0.1, 0.3) if a in cfg["alphas"] for d in depths]
     mid = [c["direction"] for c in comps if int(str(c["length"]).rsplit("_d", 1)[1]) in (50, 75)]
     zero = [c["direction"] for c in comps if str(c["length"]).endswith("_d0")]
@@ -209,18 +204,19 @@ def claim_e_range(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     base = {"id": "table7", "paper": PAPER["table7"], "comparisons": []}
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no e_range variant in this study"}
-    ref = f"{v['method']}_a{v['alpha']:g}"
-    expect = {"1-L_4": "no difference", "L_4-L_2": "worse", "1-L": "worse"}
+    ref = config_key(v["method"], v["alpha"])
+    # Table 7, against the main range U[1, L/2]
+    expect = {("1", "L/4"): "no difference", ("L/4", "L/2"): "worse", ("1", "L"): "worse"}
     comps, held = [], []
     for r in grid(cfg):
         if r["variant"] != "e_range" or r["seed"] != cfg["seeds"][0]:
             continue
-        cid = config_id(r)
-        tag = cid.split("_e", 1)[1]
+        cid = r["config"]
+        bounds = tuple(str(b).replace(" ", "") for b in r["overrides"]["e_range"])
         for n in long_lengths(cfg):
             c = compare(cfg, recs, cid, ref, "ppl", n, lower_is_better=True)
             c["e_range"] = r["overrides"]["e_range"]
-            c["expected"] = expect.get(tag)
+            c["expected"] = expect.get(bounds)
             comps.append(c)
             if c["expected"] and c["direction"] != "unknown":
                 held.append(c["direction"] == c["expected"])
@@ -239,7 +235,7 @@ def claim_equal_compute(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     base = {"id": "tables9_10", "paper": PAPER["tables9_10"], "comparisons": []}
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no equal_compute variant in this study"}
-    cid = f"{v['method']}_a{v['alpha']:g}_eqc"
+    cid = config_key(v["method"], v["alpha"], "eqc")
     comps = [compare(cfg, recs, cid, ce_id(cfg, v["method"]), "ppl", n, True) for n in long_lengths(cfg)]
     verdict, reason = _verdict_from([c["direction"] for c in comps], "better")
     return {**base, "verdict": verdict, "reason": reason, "comparisons": comps,
@@ -256,7 +252,7 @@ def claim_divergence(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     m, comps = v["method"], []
     top = max(long_lengths(cfg))
     for a in v["alphas"]:
-        for name, cid in [("sce", f"{m}_a{a:g}")] + [(d, f"{m}_a{a:g}_{d}") for d in v["divergences"]]:
+        for name, cid in [("sce", config_key(m, a))] + [(d, config_key(m, a, d)) for d in v["divergences"]]:
             for fam, n, lower in (("ppl", top, True), ("entropy", cfg["L"], True)):
                 c = compare(cfg, recs, cid, ce_id(cfg, m), fam, n, lower)
                 c["divergence"], c["alpha"] = name, a
@@ -318,7 +314,7 @@ def per_config(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
         rec = recs.get(r["key"], {})
         if rec.get("status") != "ok":
             continue
-        row = out.setdefault(config_id(r), {"config": config_id(r), "method": r["method"], "alpha": r["alpha"],
+        row = out.setdefault(r["config"], {"config": r["config"], "method": r["method"], "alpha": r["alpha"],
                                              "variant": r["variant"], "vals": {}})
         items = {"entropy": value(rec, "entropy", L), "loss_pos_lt_L": curve_mean(rec, top, 0, L),
                  "loss_pos_ge_L": curve_mean(rec, top, L, top), "ppl_top": value(rec, "ppl", top)}

@@ -282,7 +282,7 @@ def grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The fine-tune runs, each with its run key (its folder name): seeds x methods x alphas (the main grid), then
     the ``variants`` (one method each: ``e_range``, ``divergence``, ``equal_compute``) per seed.
 
-    A run is ``{key, method, rope, alpha, seed, variant, overrides}``; ``variant`` is ``None`` in the main grid and
+    A run is ``{key, config, method, rope, alpha, seed, variant, overrides}`` (``config``: :func:`config_key`); ``variant`` is ``None`` in the main grid and
     ``overrides`` (recipe keys merged over the fine-tune config) is empty there.
     """
     runs = []
@@ -292,10 +292,10 @@ def grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     for s in cfg["seeds"]:
         for mname, mspec in cfg["methods"].items():
             for a in cfg["alphas"]:
-                runs.append(_run(f"{mname}_a{a:g}_s{s}", mname, mspec, a, s))
+                runs.append(_run(config_key(mname, a), mname, mspec, a, s))
         for vname, v in variants.items():
-            runs += [_run(key + f"_s{s}", v["method"], cfg["methods"][v["method"]], a, s, vname, over)
-                     for key, a, over in VARIANTS[vname](v)]
+            runs += [_run(config_key(v["method"], a, tag), v["method"], cfg["methods"][v["method"]], a, s, vname, over)
+                     for tag, a, over in VARIANTS[vname](v)]
     return runs
 
 
@@ -304,9 +304,15 @@ def main_grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [r for r in grid(cfg) if r["variant"] is None]
 
 
-def _run(key: str, method: str, rope: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,
+def config_key(method: str, alpha: float, tag: Optional[str] = None) -> str:
+    """A configuration's name (a run key less its seed): ``pi_a0.1``, ``pi_a0.1_js``, ``pi_a0.1_e1-L_4``; the run
+    folders and the report's comparisons both use it."""
+    return f"{method}_a{alpha:g}" + (f"_{tag}" if tag else "")
+
+
+def _run(config: str, method: str, rope: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,
          overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    return {"key": key, "method": method, "rope": dict(rope), "alpha": float(alpha), "seed": seed,
+    return {"key": f"{config}_s{seed}", "config": config, "method": method, "rope": dict(rope), "alpha": float(alpha), "seed": seed,
             "variant": variant, "overrides": copy.deepcopy(overrides or {})}
 
 
@@ -317,21 +323,21 @@ def _bound_tag(b: Any) -> str:
 def _e_range_runs(v: Dict[str, Any]):
     """Table 7: the same alpha with other ``e ~ U[lo, hi]`` ranges (the main grid holds the config's own range)."""
     for lo, hi in v["ranges"]:
-        yield f"{v['method']}_a{v['alpha']:g}_e{_bound_tag(lo)}-{_bound_tag(hi)}", v["alpha"], {"e_range": [lo, hi]}
+        yield f"e{_bound_tag(lo)}-{_bound_tag(hi)}", v["alpha"], {"e_range": [lo, hi]}
 
 
 def _divergence_runs(v: Dict[str, Any]):
     """SCE (Eq. 3, the main grid) against other divergences at the same alphas."""
     for d in v["divergences"]:
         for a in v["alphas"]:
-            yield f"{v['method']}_a{a:g}_{d}", a, {"loss": {"divergence": d}}
+            yield d, a, {"loss": {"divergence": d}}
 
 
 def _equal_compute_runs(v: Dict[str, Any]):
     """Tables 9-10: ``alpha > 0`` with ``floor(max_steps / overhead)`` steps (the recipe's equal_compute_overhead)."""
-    yield (f"{v['method']}_a{v['alpha']:g}_eqc", v["alpha"],
+    yield ("eqc", v["alpha"],
            {"equal_compute_overhead": float(v["overhead"])})
 
 
-# variant name -> (key, alpha, recipe overrides) of each of its runs for one seed
+# variant name -> (config tag, alpha, recipe overrides) of each of its runs for one seed
 VARIANTS = {"e_range": _e_range_runs, "divergence": _divergence_runs, "equal_compute": _equal_compute_runs}

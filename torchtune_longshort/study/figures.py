@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import main_grid, metric_of
+from torchtune_longshort.study.config import config_key, main_grid, metric_of
 
 
 def loss_label(alpha: float) -> str:
@@ -195,7 +195,7 @@ def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
         for n in long_lengths(cfg):
             pts = []
             for a in cfg["alphas"]:
-                vals = list(by_seed(cfg, recs, f"{m}_a{a:g}", "ppl", n).values())
+                vals = list(by_seed(cfg, recs, config_key(m, a), "ppl", n).values())
                 if vals:
                     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
                     pts.append((a, statistics.fmean(vals), sd))

@@ -176,6 +176,7 @@ def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
         if tid not in tables:
             continue
         for mname, rows in tables[tid]["methods"].items():
+            seed_of = {r["key"]: r["seed"] for r in grid(cfg)}
             base = next(r for r in rows if r["alpha"] == 0)
             for row in rows:
                 if not row["alpha"]:
@@ -183,8 +184,7 @@ def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
                 for col, cell in row["cells"].items():
                     diffs = []
                     for k, v in cell["values"].items():
-                        seed = k.rsplit("_s", 1)[1]
-                        bk = next((b for b in base["cells"][col]["values"] if b.rsplit("_s", 1)[1] == seed), None)
+                        bk = next((b for b in base["cells"][col]["values"] if seed_of[b] == seed_of[k]), None)
                         if bk is not None:
                             diffs.append(v - base["cells"][col]["values"][bk])
                     m, s = mean_sd(diffs)
