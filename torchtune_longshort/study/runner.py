@@ -32,7 +32,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.lengths import lengths_key
-from torchtune_longshort.loss import DEFAULT_ALPHA
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
 from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
@@ -170,7 +169,10 @@ class Study:
         rc_cfg = self.recipe_config(key, run)
         rdir.mkdir(parents=True, exist_ok=True)
         (rdir / "recipe.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(rc_cfg)))
-        # the steps the recipe will really train (equal compute shortens regularized runs)
+        # the steps the recipe will really train (equal compute shortens regularized runs); the loss's default alpha
+        # when the config has none (imported here: the loss package pulls torch in)
+        from torchtune_longshort.loss import DEFAULT_ALPHA
+
         alpha = (rc_cfg.get("loss") or {}).get("alpha", DEFAULT_ALPHA)
         max_steps = trained_steps(int(rc_cfg["max_steps"]), rc_cfg.get("equal_compute_overhead"), float(alpha))
         train_dir = Path(rc_cfg["output_dir"])

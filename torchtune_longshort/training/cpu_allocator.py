@@ -30,13 +30,12 @@ _THRESHOLD = 1 << 30  # 1 GiB: larger blocks (rare) still get their own mapping
 @functools.lru_cache(maxsize=1)
 def reuse_large_cpu_blocks() -> bool:
     """Tell glibc to serve blocks below 1 GiB from the heap and keep freed memory; True when it took effect."""
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-        gnu_version = libc.gnu_get_libc_version  # present in glibc only
-    except (OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
         return False
-    del gnu_version
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):  # not glibc
+        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))
