@@ -73,3 +73,31 @@ def test_stdlib_test_packages_are_the_held_out_complement():
     assert next(iter(iter_texts("stdlib_tests"))) == first
     with pytest.raises(ValueError, match="include_tests"):
         stdlib_source_files(include_tests="sometimes")
+
+
+def test_pieces_cut_at_line_ends_and_join_back():
+    from torchtune_longshort.data.corpus import split_lines_into_pieces
+
+    text = "".join(f"line {i} " + "x" * (i % 7) + "\n" for i in range(200)) + "no newline at the end"
+    pieces = split_lines_into_pieces(text, 50)
+    assert "".join(pieces) == text
+    assert all(p.endswith("\n") for p in pieces[:-1])
+    assert all(len(p) >= 50 for p in pieces[:-1])  # each ends at the first line end at or after 50 chars
+    assert all(len(p) - len(p.splitlines(keepends=True)[-1]) < 50 for p in pieces)
+    with pytest.raises(ValueError, match="piece_chars"):
+        split_lines_into_pieces(text, 0)
+
+
+def test_shuffled_stdlib_is_a_seeded_permutation_of_the_same_text():
+    ordered = list(stdlib(limit=6)())
+    a, b = list(stdlib(limit=6, shuffle_seed=3)()), list(stdlib(limit=6, shuffle_seed=3)())
+    assert a == b and sorted(a) == sorted(ordered) and a != ordered
+    pieces = stdlib(limit=6, shuffle_seed=3, piece_chars=2000)
+    got = list(pieces())
+    assert got == list(pieces())  # the same order on every epoch: resume stays exact
+    from torchtune_longshort.data.corpus import split_lines_into_pieces
+
+    assert len(got) > len(ordered)
+    assert sorted(got) == sorted(p for doc in ordered for p in split_lines_into_pieces(doc, 2000))
+    with pytest.raises(ValueError, match="piece_chars needs shuffle_seed"):
+        stdlib(limit=6, piece_chars=2000)

@@ -128,3 +128,19 @@ def test_bad_inputs():
     state = DualWindowBatcher(stream_of(docs), L=16).state_dict()
     with pytest.raises(ValueError, match="cannot resume"):
         DualWindowBatcher(stream_of(docs), L=32).load_state_dict(state)
+
+
+def test_window_bos_writes_bos_over_the_first_token_of_both_windows_only():
+    docs = make_docs()
+    flat = [t for d in docs for t in d]
+    L, bos = 16, 1
+    batcher = DualWindowBatcher(stream_of(docs), L=L, e_range=("L", "L"), batch_size=2, bos_id=bos)
+    batch = batcher.next_batch()
+    assert batch["e"] == L  # disjoint windows: [0, L) and [L, 2L) of each sample
+    for i in range(2):
+        sample = flat[i * 2 * L : (i + 1) * 2 * L]
+        assert batch["tokens_a"][i].tolist() == [bos] + sample[1:L]
+        assert batch["tokens_b"][i].tolist() == [bos] + sample[L + 1 : 2 * L]
+        assert batch["labels_a"][i].tolist() == sample[1:L] + [-100]  # labels unchanged: BOS is never a target
+        assert batch["labels_b"][i].tolist() == sample[L + 1 : 2 * L] + [-100]
+        assert batch["tokens"][i].tolist() == sample  # the sample itself is untouched

@@ -25,6 +25,9 @@ EFFECT = {"main": {0.0: 0.0, 0.1: -0.6, 0.3: -0.5, 1.0: +1.2}, "e1-L_4": -0.6, "
           "jeffreys": -0.3, "js": 0.0, "eqc": -0.5}
 
 
+METHOD_EFFECT = {"pi": 0.0, "yarn": -1.0}  # planted: YaRN's fine-tunes 1 ppl better than PI's at every length
+
+
 def _jitter(key: str) -> float:
     return ((zlib.crc32(key.encode()) % 1000) / 1000 - 0.5) * 0.1  # in [-0.05, 0.05)
 
@@ -58,7 +61,7 @@ class ClaimsExecutor:
         key = run_dir.name
         rc = yaml.safe_load((run_dir / "recipe.yaml").read_text())
         base = key == "base"
-        eff = 3.0 if base else _effect(rc, key)
+        eff = 3.0 if base else _effect(rc, key) + METHOD_EFFECT[key.split("_")[0]]
         seed = 0 if base else rc["seed"]
         meta = json.loads(argv[argv.index("--metadata") + 1])
         res = {}
@@ -141,7 +144,34 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "### tables2_3: HELD" in md and "### tables4_5: NOT MEASURABLE HERE" in md
     assert "What the CE-only fine-tunes learned" in md
-    for png in ("metric_vs_performance.png", "alpha_curves.png", "e_range_bars.png", "divergence_bars.png"):
+    assert "The base model: how it fails beyond L0" in md and "Do the RoPE methods differ?" in md
+    for png in ("base_failure.png", "metric_vs_performance.png", "alpha_curves.png", "e_range_bars.png",
+                "divergence_bars.png"):
         assert png in summary["plots"]
         assert_png_drawn(tmp_path / "report" / png)
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["claims"]["claims"][1]["verdict"] == "held"
+
+
+def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path):
+    from torchtune_longshort.study.claims import base_failure
+
+    cfg = _cfg(tmp_path)
+    cfg["methods"]["yarn"] = {"method": "yarn"}
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
+    study.run()
+    recs = load_records(tmp_path / "out", cfg)
+    got = analyze(cfg, recs)["methods"]
+    assert got["verdict"] == "differ measurably"
+    for c in got["comparisons"]:
+        assert (c["treated"], c["control"]) == ("yarn_a0", "pi_a0") and c["direction"] == "better"
+        assert abs(c["mean"] - METHOD_EFFECT["yarn"]) < 0.1
+    # the base: ppl by length and per-position ratios from a planted curve (loss 1 nat higher beyond L0)
+    L0 = cfg["L0"]
+    curve = [2.0] * L0 + [2.5] * (2 * L0) + [3.0] * L0
+    rec = {"results": {"long_ppl": {f"ppl_{L0}": 10.0, f"ppl_{4 * L0}": 25.0}}, "curves": {str(4 * L0): curve}}
+    cfg["eval"]["ppl_lengths"] = [L0, 4 * L0]
+    b = base_failure(cfg, rec)
+    assert b["sequence_ratio"] == 2.5
+    assert abs(b["position_ratio"] - math.e) < 1e-12  # exp(3.0 - 2.0)
+    assert [(r["lo"], r["hi"]) for r in b["bins"]] == [(0, L0), (L0, 2 * L0), (2 * L0, 4 * L0)]
+    assert abs(b["bins"][1]["ppl"] - math.exp(2.5)) < 1e-9

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -121,15 +121,24 @@ def window_labels(tokens: torch.Tensor, ignore_index: int = -100) -> torch.Tenso
     return labels
 
 
-def slice_windows(tokens: torch.Tensor, L: int, e: int, ignore_index: int = -100) -> Dict[str, torch.Tensor]:
+def slice_windows(
+    tokens: torch.Tensor, L: int, e: int, ignore_index: int = -100, bos_id: Optional[int] = None
+) -> Dict[str, torch.Tensor]:
     """Cut ``[b, L + e]`` samples along the sequence into window A (``[0, L)``) and window B (``[e, L + e)``).
 
     Returns ``tokens`` (the samples), ``tokens_a``, ``tokens_b`` (``[b, L]``) and their :func:`window_labels`.
+    ``bos_id``: write BOS over the first token of each window, so that every window starts as an evaluated
+    sequence does (lm-eval puts BOS at position 0). For pre-training a base; the two windows then differ in one
+    context token, so the alignment loss should not use it.
     """
     if tokens.dim() != 2 or tokens.shape[1] != L + e:
         raise ValueError(f"tokens shape {tuple(tokens.shape)}; expected [batch, L + e = {L + e}]")
     a = tokens[:, :L]
     b = tokens[:, e : e + L]
+    if bos_id is not None:
+        a, b = a.clone(), b.clone()
+        a[:, 0] = bos_id
+        b[:, 0] = bos_id
     return {
         "tokens": tokens,
         "tokens_a": a,

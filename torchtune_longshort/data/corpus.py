@@ -47,16 +47,65 @@ class _Source:
         return f"<documents: {self.description}>"
 
 
-def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None) -> Documents:
+def split_lines_into_pieces(text: str, piece_chars: int) -> List[str]:
+    """Cut ``text`` at line ends into pieces of about ``piece_chars`` characters (a piece ends at the first line end
+    at or after ``piece_chars``; a single longer line stays whole). Joined, the pieces give ``text`` back."""
+    if not isinstance(piece_chars, int) or isinstance(piece_chars, bool) or piece_chars < 1:
+        raise ValueError(f"piece_chars={piece_chars!r} must be an int >= 1")
+    pieces, current, size = [], [], 0
+    for line in text.splitlines(keepends=True):
+        current.append(line)
+        size += len(line)
+        if size >= piece_chars:
+            pieces.append("".join(current))
+            current, size = [], 0
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+class Shuffled:
+    """A document source read in a seeded random order, optionally cut into pieces of about ``piece_chars``
+    characters first (at line ends), so that consecutive training windows come from unrelated text instead of
+    one package after another in file order. The order is the same on every call (every epoch), so a run resumes
+    exactly. The whole source is held in memory: for local corpora such as the stdlib (12 MB), not for streams."""
+
+    def __init__(self, source: Documents, seed: int, piece_chars: Optional[int] = None):
+        import random
+
+        docs = list(source())
+        if piece_chars is not None:
+            docs = [piece for doc in docs for piece in split_lines_into_pieces(doc, piece_chars)]
+        random.Random(seed).shuffle(docs)
+        self._docs = docs
+        self.description = f"{source!r} shuffled (seed {seed}" + (
+            f", pieces of ~{piece_chars} chars)" if piece_chars is not None else ")")
+
+    def __call__(self) -> Iterator[str]:
+        return iter(self._docs)
+
+    def __repr__(self) -> str:
+        return f"<documents: {self.description}>"
+
+
+def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
+           shuffle_seed: Optional[int] = None, piece_chars: Optional[int] = None) -> Documents:
     """The Python standard library's source files (the embedded offline default; see ``stdlib_corpus``);
-    ``include_tests="only"``: just the test packages, the text a corpus read with ``include_tests=False`` holds out."""
+    ``include_tests="only"``: just the test packages, the text a corpus read with ``include_tests=False`` holds out.
+
+    Files come in sorted path order (one package after another) unless ``shuffle_seed`` is given (see
+    :class:`Shuffled`); ``piece_chars`` (with ``shuffle_seed``) first cuts each file into pieces of about that many
+    characters, which pre-training wants: batches then mix many packages."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 
     stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit)  # fail early if empty
-    return _Source(
+    if piece_chars is not None and shuffle_seed is None:
+        raise ValueError("piece_chars needs shuffle_seed: pieces in file order would be the same text as before")
+    source = _Source(
         lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit),
         f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit})",
     )
+    return source if shuffle_seed is None else Shuffled(source, shuffle_seed, piece_chars)
 
 
 def local_text(

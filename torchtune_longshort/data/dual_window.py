@@ -160,6 +160,8 @@ class DualWindowBatcher:
         seed: seed of the ``e`` sampler.
         rank, world_size: this process's slice of the global batch of ``batch_size * world_size`` samples.
         ignore_index: label value for positions without a target.
+        bos_id: if given, BOS is written over the first token of both windows (``windows.slice_windows``):
+            pre-training windows that start like evaluated sequences. Off (``None``) for the alignment loss.
 
     Each batch is a dict with ``tokens_a``, ``tokens_b``, ``labels_a``, ``labels_b`` (``[batch_size, L]`` int64),
     ``e`` (int), ``step`` (int) and ``data_position`` (the stream position before the batch was read).
@@ -175,6 +177,7 @@ class DualWindowBatcher:
         rank: int = 0,
         world_size: int = 1,
         ignore_index: int = -100,
+        bos_id: Optional[int] = None,
     ):
         validate_window_length(L)
         self.e_lo, self.e_hi = resolve_e_range(e_range, L)
@@ -188,6 +191,7 @@ class DualWindowBatcher:
         self.rank = rank
         self.world_size = world_size
         self.ignore_index = ignore_index
+        self.bos_id = bos_id
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
         self.step = 0
@@ -228,7 +232,7 @@ class DualWindowBatcher:
         samples = [self.stream.take(n) for _ in range(global_bsz)]
         mine = samples[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
         tokens = torch.tensor(mine, dtype=torch.long)
-        batch = slice_windows(tokens, self.L, e, self.ignore_index)
+        batch = slice_windows(tokens, self.L, e, self.ignore_index, self.bos_id)
         batch.update(e=e, step=self.step, data_position=position)
         self.step += 1
         return batch

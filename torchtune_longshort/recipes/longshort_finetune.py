@@ -240,6 +240,7 @@ class LongShortFinetuneRecipe:
             rank=self.rank,
             world_size=self.world_size,
             ignore_index=self._loss_fn.ignore_index,
+            bos_id=self._tokenizer.bos_id if cfg.get("window_bos", False) else None,
         )
         if recipe_state is not None:
             batcher.load_state_dict(recipe_state["data"])

@@ -134,6 +134,54 @@ def ce_improvement(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
     return rows
 
 
+def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """How the unscaled base fails beyond its training length L0, from its result.json (None without ppl at L0).
+
+    ``sequence_ratio``: ppl of ``4 L0``-token sequences over ppl of ``L0``-token sequences (the usual ppl-vs-length
+    reading). ``position_ratio``: inside the same ``4 L0``-token sequences, the ppl of the tokens at positions
+    ``[3 L0, 4 L0)`` over that of the tokens at ``[0, L0)`` (per-position loss; ``None`` without that curve).
+    ``rows``: per evaluated length, the ppl and its ratio to the ppl at L0; ``bins``: per-position ppl of the
+    longest curve over ``[0, L0)``, ``[L0, 2 L0)``, ``[2 L0, 4 L0)``, ...
+    """
+    L0 = cfg["L0"]
+    at_l0 = value(base, "ppl", L0)
+    if at_l0 is None:
+        return None
+    rows = [{"length": n, "ppl": value(base, "ppl", n),
+             "ratio": (value(base, "ppl", n) / at_l0) if value(base, "ppl", n) else None}
+            for n in cfg["eval"]["ppl_lengths"]]
+    at_4 = value(base, "ppl", 4 * L0)
+    inside, far = curve_mean(base, 4 * L0, 0, L0), curve_mean(base, 4 * L0, 3 * L0, 4 * L0)
+    top = max(cfg["eval"]["ppl_lengths"])
+    edges = [0, L0] + [L0 * 2 ** k for k in range(1, 16) if L0 * 2 ** k <= top]
+    bins = [{"lo": lo, "hi": hi, "ppl": math.exp(m) if (m := curve_mean(base, top, lo, hi)) is not None else None}
+            for lo, hi in zip(edges, edges[1:])]
+    return {"ppl_L0": at_l0, "ppl_4L0": at_4, "sequence_ratio": (at_4 / at_l0) if at_4 else None,
+            "position_ratio": math.exp(far - inside) if (inside is not None and far is not None) else None,
+            "rows": rows, "bins": bins, "curve_length": top}
+
+
+def methods_compared(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+    """Do the RoPE methods differ? Paired by seed, each pair of methods' CE-only fine-tunes at every ppl length."""
+    methods, comps = list(cfg["methods"]), []
+    for i, m1 in enumerate(methods):
+        for m2 in methods[i + 1:]:
+            for n in cfg["eval"]["ppl_lengths"]:
+                c = compare(cfg, recs, ce_id(cfg, m2), ce_id(cfg, m1), "ppl", n, lower_is_better=True)
+                comps.append(c)
+    known = [c for c in comps if c["direction"] != "unknown"]
+    differ = [c for c in known if c["direction"] in ("better", "worse")]
+    if not known:
+        verdict, reason = "not measurable here", "fewer than 2 seeds per method"
+    elif differ:
+        verdict = "differ measurably"
+        reason = (f"{len(differ)} of {len(known)} (pair, length) intervals exclude 0: "
+                  + ", ".join(f"{c['treated']} vs {c['control']} at {length_label(c['length'])}" for c in differ[:6]))
+    else:
+        verdict, reason = "no measurable difference", f"all {len(known)} intervals hold 0"
+    return {"verdict": verdict, "reason": reason, "comparisons": comps}
+
+
 # ---------------------------------------------------------------------------------------------- the claims
 def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], want: str, key: str) -> Dict[str, Any]:
     """Tables 2-3 (``want = better``, alphas 0.1-0.3) and Table 6 (``want = worse``, alpha >= 0.5): per method, the
@@ -302,7 +350,10 @@ def analyze(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
               claim_e_range(cfg, recs),
               claim_equal_compute(cfg, recs),
               claim_divergence(cfg, recs)]
-    return {"claims": claims, "ce_vs_base": ce_improvement(cfg, recs), "per_config": per_config(cfg, recs)}
+    base = recs.get("base", {})
+    return {"claims": claims, "ce_vs_base": ce_improvement(cfg, recs), "per_config": per_config(cfg, recs),
+            "base_failure": base_failure(cfg, base) if base.get("status") == "ok" else None,
+            "methods": methods_compared(cfg, recs)}
 
 
 def per_config(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:

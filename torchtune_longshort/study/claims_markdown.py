@@ -46,6 +46,32 @@ def ce_section(rows: List[Dict[str, Any]]) -> List[str]:
     return md + _table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
 
 
+def base_section(b: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> List[str]:
+    """The unscaled base beyond L0: the failure the RoPE methods and the loss are meant to fix."""
+    if not b:
+        return ["### The base model", "", "No evaluated base model in this study.", ""]
+    L0, need = cfg["L0"], cfg["base"].get("min_ppl_ratio")
+    md = ["### The base model: how it fails beyond L0", "",
+          f"The pre-trained model, unscaled RoPE, at L0 = {L0} and beyond (plot: `base_failure.png`). Sequence "
+          f"ratio: ppl of {4 * L0}-token sequences over ppl of {L0}-token ones. Position ratio: inside the "
+          f"{4 * L0}-token sequences, ppl of the tokens at positions [{3 * L0}, {4 * L0}) over that of the tokens "
+          f"at [0, {L0})." + (f" The grid starts only when the gate (base.min_ppl_ratio = {need}, on the "
+                              f"{cfg['base'].get('gate_measure', 'sequence')} ratio) holds." if need else ""), "",
+          f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**.", ""]
+    md += _table(["length", "ppl", "ratio to L0"], [[length_label(r["length"]), _f(r["ppl"]), _f(r["ratio"], 3)]
+                                                      for r in b["rows"]])
+    md += [f"Per-position ppl inside the {length_label(b['curve_length'])}-token sequences:", ""]
+    md += _table(["positions", "ppl"], [[f"[{r['lo']}, {r['hi']})", _f(r["ppl"])] for r in b["bins"]])
+    return md
+
+
+def methods_section(m: Dict[str, Any]) -> List[str]:
+    md = [f"### Do the RoPE methods differ? {m['verdict'].upper()}", "",
+          "CE-only fine-tunes (alpha = 0) of each method against each other, paired by seed, at every ppl length "
+          f"(`configuration` minus `against`; negative: the configuration has the lower ppl). {m['reason']}.", ""]
+    return md + (_comparisons(m["comparisons"]) if m["comparisons"] else [])
+
+
 def claim_section(c: Dict[str, Any]) -> List[str]:
     md = [f"### {c['id']}: {c['verdict'].upper()}", "", f"Paper: {c['paper']}", ""]
     if c.get("rule"):
@@ -87,7 +113,9 @@ def claims_markdown(analysis: Dict[str, Any], cfg: Dict[str, Any]) -> List[str]:
           "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed.", ""]
     verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
     md += _table(["claim", "verdict", "in short"], verdicts)
+    md += base_section(analysis.get("base_failure"), cfg)
     md += ce_section(analysis["ce_vs_base"])
+    md += methods_section(analysis["methods"])
     for c in analysis["claims"]:
         md += claim_section(c)
     md += per_config_section(analysis["per_config"], cfg["L"], max(cfg["eval"]["ppl_lengths"]))

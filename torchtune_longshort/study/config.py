@@ -29,6 +29,10 @@ import yaml
 from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
 from torchtune_longshort.eval.lengths import per_length
 
+# which base ratio ``base.min_ppl_ratio`` gates on (claims.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
+# tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)
+GATE_MEASURES = ("sequence", "positions")
+
 # Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 # Study family -> the prefix of its task's metadata keys (the task module's METADATA_PREFIX).
@@ -156,6 +160,9 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")
         pre.setdefault("overrides", {})
+    measure = base.setdefault("gate_measure", GATE_MEASURES[0])
+    if measure not in GATE_MEASURES:
+        raise StudyConfigError(f"study config: base.gate_measure={measure!r}: expected one of {list(GATE_MEASURES)}")
     _validate_grid(cfg)
     _validate_variants(cfg)
     _validate_eval(cfg, root, L0, L)

@@ -231,9 +231,44 @@ def bars_figure(comps: List[Dict[str, Any]], label_key, title: str):
     return fig
 
 
+def base_figure(cfg: Dict[str, Any], base: Dict[str, Any]):
+    """The unscaled base beyond L0: ppl against length, and its per-position loss inside each evaluated length."""
+    from matplotlib.figure import Figure
+
+    L0 = cfg["L0"]
+    lengths = [n for n in cfg["eval"]["ppl_lengths"] if metric_value(base, *metric_of("ppl", n)) is not None]
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.plot(lengths, [metric_value(base, *metric_of("ppl", n)) for n in lengths], marker="o")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("sequence length (tokens)")
+    ax1.set_ylabel("perplexity")
+    ax1.set_title("base (unscaled RoPE): ppl against length", fontsize=9)
+    for n in lengths:
+        c = (base.get("curves") or {}).get(str(n))
+        if not c:
+            continue
+        w = max(1, len(c) // 64)
+        ax2.plot([i + w / 2 for i in range(0, len(c), w)], [statistics.fmean(c[i:i + w]) for i in range(0, len(c), w)],
+                 label=f"{n} tokens")
+    for ax in (ax1, ax2):
+        ax.axvline(L0, color="k", ls="--", lw=0.8)
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("position (L0 dashed)")
+    ax2.set_ylabel("mean NLL (nats)")
+    ax2.set_title("base: per-position loss", fontsize=9)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=7)
+    return fig
+
+
 def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
-    """The claims' figures: metric-vs-performance scatter, alpha curves, e-range and divergence bars."""
+    """The claims' figures: the base's failure, metric-vs-performance scatter, alpha curves, e-range and divergence
+    bars."""
     made = []
+    if analysis.get("base_failure"):
+        base_figure(cfg, recs["base"]).savefig(rdir / "base_failure.png", dpi=110)
+        made.append("base_failure.png")
     claims = {c["id"]: c for c in analysis["claims"]}
     if claims["table1"].get("correlations"):
         scatter_figure(claims["table1"], cfg, recs).savefig(rdir / "metric_vs_performance.png", dpi=110)

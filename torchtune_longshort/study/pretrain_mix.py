@@ -77,7 +77,8 @@ class PasskeyMix:
 
 def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_per_document: int = 8,
                          haystack: str = "filler", seed: int = 0, include_tests: bool = False,
-                         min_bytes: int = 0, limit: Optional[int] = None) -> PasskeyMix:
+                         min_bytes: int = 0, limit: Optional[int] = None, shuffle_seed: Optional[int] = None,
+                         piece_chars: Optional[int] = None) -> PasskeyMix:
     """The stdlib corpus (:func:`torchtune_longshort.data.corpus.stdlib`) with passkey documents mixed in.
 
     Args:
@@ -87,7 +88,10 @@ def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_pe
         passkeys_per_document: passkey documents after each stdlib file (~8 x 120 tokens after a file of ~8k).
         haystack: the passkey task's haystack source (``filler``, the task's default, or ``stdlib``).
         seed: draws the keys, depths and haystack windows.
-        include_tests, min_bytes, limit: as for ``stdlib``.
+        include_tests, min_bytes, limit, shuffle_seed, piece_chars: as for ``stdlib`` (with ``piece_chars``, the
+            passkey documents follow each piece instead of each file).
     """
-    return PasskeyMix(stdlib(min_bytes=min_bytes, include_tests=include_tests, limit=limit), tokenizer_path,
+    base = stdlib(min_bytes=min_bytes, include_tests=include_tests, limit=limit, shuffle_seed=shuffle_seed,
+                  piece_chars=piece_chars)
+    return PasskeyMix(base, tokenizer_path,
                       max_tokens, passkeys_per_document, haystack, seed)

@@ -319,21 +319,25 @@ class Study:
 
     def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
         """Why the fine-tunes must not start, or None: with ``base.min_ppl_ratio`` set, the unscaled base must fail
-        beyond its training length as real models do (ppl at ``4 L0`` at least that many times its ppl at L0), or
-        no RoPE method has anything to fix."""
+        beyond its training length as real models do (its ``base.gate_measure`` ratio, see
+        ``claims.base_failure``, at least that large), or no RoPE method has anything to fix."""
         need = self.cfg["base"].get("min_ppl_ratio")
         if not need or base.get("status") != "ok":
             return None
-        from torchtune_longshort.study.claims import value
+        from torchtune_longshort.study.claims import base_failure
 
-        L0 = self.cfg["L0"]
-        at_l0, at_4 = value(base, "ppl", L0), value(base, "ppl", 4 * L0)
-        if at_l0 is None or at_4 is None:
-            return f"base.min_ppl_ratio={need}: the base has no ppl at L0={L0} and 4 L0={4 * L0} (add both to eval.ppl_lengths)"
-        ratio = at_4 / at_l0
-        self.log(f"[study] base: ppl {at_l0:.4g} at L0={L0}, {at_4:.4g} at 4 L0 (ratio {ratio:.3g}; needed >= {need})")
+        L0, measure = self.cfg["L0"], self.cfg["base"].get("gate_measure", "sequence")
+        b = base_failure(self.cfg, base)
+        ratio = b and b[f"{'sequence' if measure == 'sequence' else 'position'}_ratio"]
+        if ratio is None:
+            return (f"base.min_ppl_ratio={need}: the base has no ppl (and per-position curve) at L0={L0} and "
+                    f"4 L0={4 * L0} (add both to eval.ppl_lengths)")
+        pos = "n/a" if b["position_ratio"] is None else f"{b['position_ratio']:.3g}"
+        self.log(f"[study] base: ppl {b['ppl_L0']:.4g} at L0={L0}, {b['ppl_4L0']:.4g} at 4 L0 (sequence ratio "
+                 f"{b['sequence_ratio']:.3g}); positions [3 L0, 4 L0) / [0, L0): {pos}; gate on {measure}: "
+                 f"needed >= {need}")
         if ratio < need:
-            return (f"the base does not fail beyond L0: ppl at 4 L0 / ppl at L0 = {ratio:.3g} < base.min_ppl_ratio="
+            return (f"the base does not fail beyond L0: its {measure} ratio is {ratio:.3g} < base.min_ppl_ratio="
                     f"{need} (pre-train longer, or with more layers / a larger head dimension)")
         return None
 

@@ -33,6 +33,7 @@ RECIPE_KEYS = {
     "validation": "optional fixed-length validation set",
     "seq_len": "L, the window length",
     "e_range": "[lo, hi] range of the shift e, ints or expressions in L",
+    "window_bos": "pre-training: BOS over the first token of each window (alpha must be 0)",
     "batch_size": "global sequences per optimizer step",
     "gradient_accumulation_steps": "micro-batches per optimizer step",
     "max_steps": "optimizer steps",
@@ -150,6 +151,15 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0 or not math.isfinite(alpha):
         raise ValueError(f"loss.alpha={alpha!r} is not accepted: expected a number >= 0")
     out["alpha"] = float(alpha)
+    window_bos = cfg.get("window_bos", False)
+    if not isinstance(window_bos, bool):
+        raise ValueError(f"window_bos={window_bos!r} is not accepted: expected true or false")
+    if window_bos and out["alpha"] != 0:
+        raise ValueError(
+            f"window_bos=True with loss.alpha={alpha}: BOS written over each window's "
+            "first token makes windows A and B differ in context, which the alignment loss must not see; use it "
+            "to pre-train (alpha 0) only"
+        )
     return out
 
 
