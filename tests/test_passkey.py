@@ -43,9 +43,15 @@ def test_generator_length_depth_and_answer(sp_tokenizer_dir, length):
 
 def test_scoring_takes_the_first_number():
     doc = {"answer": "12345", "depth": 50, "length": 2048, "error": ""}
-    assert process_results(doc, [" 12345. Remember"]) == {"acc": 1.0, "acc_2k": 1.0, "acc_d50": 1.0, "acc_2k_d50": 1.0}
+    assert process_results(doc, [" 12345. Remember"]) == {"acc": 1.0, "acc_2k": 1.0, "acc_d50": 1.0, "acc_2k_d50": 1.0,
+                                                          "digits": 1.0, "digits_2k": 1.0, "digits_d50": 1.0,
+                                                          "digits_2k_d50": 1.0}
     assert process_results(doc, [" 1234 5"])["acc"] == 0.0
     assert process_results(doc, [""])["acc"] == 0.0
+    # digits: the first number's digits at the key's places (what a partly learned copy gets right)
+    assert process_results(doc, [" 12945."])["digits"] == 0.8 and process_results(doc, [" 12945."])["acc"] == 0.0
+    assert process_results(doc, [" 1234 5"])["digits_2k_d50"] == 0.8  # "1234": four places right of five
+    assert process_results(doc, [" 54321"])["digits"] == 0.2 and process_results(doc, ["blue."])["digits"] == 0.0
 
 
 def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
@@ -58,7 +64,7 @@ def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
     # one length without data is a placeholder with its reason; the other length keeps its rows
     both = passkey_dataset(passkey_max_seq_lengths="256,512", passkey_data_files=str(path))["test"]
     assert [r["length"] for r in both] == [256, 256, 512] and "length=512" in both[2]["error"]
-    assert math.isnan(process_results(both[2], [" 1"])["acc_512"])
+    assert math.isnan(process_results(both[2], [" 1"])["acc_512"]) and math.isnan(process_results(both[2], [" 1"])["digits"])
 
 
 @pytest.mark.slow

@@ -52,7 +52,8 @@ def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
             out.update({f"sce_{lab},none": 5.0 - alpha + 0.11 * seed + n / 1000,
                         f"jeffreys_{lab},none": 0.5 - alpha / 2 + 0.01 * seed, f"js_{lab},none": 0.01})
         if task == "longshort_passkey":
-            out.update({"acc,none": 0.5 * seed, f"acc_{lab},none": 0.5 * seed, f"acc_{lab}_d0,none": 0.0})
+            out.update({"acc,none": 0.5 * seed, f"acc_{lab},none": 0.5 * seed, f"acc_{lab}_d0,none": 0.0,
+                        f"digits_{lab},none": 0.1 + 0.3 * seed})
     if out:
         return out
     if task == "babilong_longshort":
@@ -239,12 +240,14 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     build_report(study.out, rdir, study.cfg)
     md = (rdir / "report.md").read_text()
     metric_of = {"Perplexity": ("long_ppl", "ppl"), "Misalignment metric, Eq. 4 (SCE": ("misalignment", "sce"),
-                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey": ("longshort_passkey", "acc")}
-    checked = 0
+                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey retrieval": ("longshort_passkey", "acc"),
+                 "Passkey digits": ("longshort_passkey", "digits")}
+    checked, families = 0, set()
     for heads, header, rows in _parse_tables(md):
         fam = next((v for k, v in metric_of.items() if heads and heads[1].startswith(k)), None) if len(heads) > 1 else None
         if fam is None:
             continue
+        families.add(fam)
         assert header[0] == "loss" and header[-1] == "runs"
         assert rows[0][0] == "CE (alpha = 0)"  # baseline row first
         for row in rows:
@@ -263,8 +266,8 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
                 else:
                     assert len(parts) == 1
                 checked += 1
-    # 4 tables x 2 methods x 3 alpha rows x their columns, + base reference rows
-    assert checked > 80
+    # 5 tables x 2 methods x 3 alpha rows x their columns, + base reference rows
+    assert checked > 80 and families == set(metric_of.values())
     # the failed run is not in its row's numbers: yarn alpha 0.1 has one seed -> no ±
     assert re.search(r"\| CE \+ 0\.1 x misalignment \| [0-9.]+ \| [0-9.]+ \|", md)
     # every run's raw JSON and lm-eval file sit in the report folder

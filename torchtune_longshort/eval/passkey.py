@@ -8,7 +8,8 @@ when the first number in the greedy continuation equals the key. The prompt text
 The task ``longshort_passkey`` (not ``passkey``, which is lm-eval's own libra group) holds, at each length ``L``
 of its ``max_seq_lengths`` metadata (``passkey_max_seq_lengths`` when set), ``len(depths) x passkey_num_samples``
 prompts of at most ``L - 16`` tokens (BOS included), leaving 16 tokens to generate within ``L``. Scores: ``acc``,
-``acc_<L>``, ``acc_d<depth>`` and ``acc_<L>_d<depth>`` (depth in percent), as ``babilong_longshort`` reports them.
+``acc_<L>``, ``acc_d<depth>`` and ``acc_<L>_d<depth>`` (depth in percent), as ``babilong_longshort`` reports them,
+and the same for ``digits`` (the fraction of the key's digits in place: graded retrieval for small models).
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
 ``passkey_num_samples`` (per depth, default 5), ``passkey_haystack`` (filler | stdlib | pg19 | hf | local),
@@ -215,19 +216,32 @@ def passkey_dataset(**metadata: Any):
 _NUMBER = re.compile(r"\d+")
 
 
+def digit_accuracy(generated: str, key: str) -> float:
+    """Graded retrieval: the fraction of the key's digits that the first number of ``generated`` has at the same
+    place (``71155`` for ``71957``: 3 of 5). 0 without a number; a guess of random digits scores 0.1 on average."""
+    m = _NUMBER.search(generated or "")
+    if m is None:
+        return 0.0
+    return sum(a == b for a, b in zip(m.group(0), key)) / len(key)
+
+
 def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, float]:
-    """``acc``, ``acc_<length>``, ``acc_d<depth>`` and ``acc_<length>_d<depth>`` (as ``babilong_longshort``): 1.0
-    when the first number in the generation is the key; NaN and the reason (metric ``error``) for a placeholder row
-    or a prompt the model refused (never scored as a wrong answer)."""
+    """``acc`` (1.0 when the first number in the generation is the key) and ``digits``
+    (:func:`digit_accuracy`, which shows retrieval a small model has only partly learned), each also per length
+    and depth (``acc_<length>``, ``acc_d<depth>``, ``acc_<length>_d<depth>``, as ``babilong_longshort``); NaN and
+    the reason (metric ``error``) for a placeholder row or a prompt the model refused (never scored as wrong)."""
     reason = reason_of(doc) or refusal_of(results[0])
     if reason:
-        acc = float("nan")
+        scores = {"acc": float("nan"), "digits": float("nan")}
     else:
         m = _NUMBER.search(results[0] or "")
-        acc = float(m is not None and m.group(0) == str(doc["answer"]))
+        scores = {"acc": float(m is not None and m.group(0) == str(doc["answer"])),
+                  "digits": digit_accuracy(results[0], str(doc["answer"]))}
     length, depth = int(doc["length"]), int(doc.get("depth", -1))
-    out = {"acc": acc, per_length("acc", length): acc}
-    if depth >= 0:
-        out[f"acc_d{depth}"] = acc
-        out[f"{per_length('acc', length)}_d{depth}"] = acc
+    out: Dict[str, float] = {}
+    for name, v in scores.items():
+        out.update({name: v, per_length(name, length): v})
+        if depth >= 0:
+            out[f"{name}_d{depth}"] = v
+            out[f"{per_length(name, length)}_d{depth}"] = v
     return nan_results(reason, out) if reason else out

@@ -139,7 +139,9 @@ def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str
 
     ``sequence_ratio``: ppl of ``4 L0``-token sequences over ppl of ``L0``-token sequences (the usual ppl-vs-length
     reading). ``position_ratio``: inside the same ``4 L0``-token sequences, the ppl of the tokens at positions
-    ``[3 L0, 4 L0)`` over that of the tokens at ``[0, L0)`` (per-position loss; ``None`` without that curve).
+    ``[3 L0, 4 L0)`` over that of the tokens at ``[0, L0)`` (per-position loss; ``None`` without that curve);
+    ``late_position_ratio``: the same over ``[L0 / 2, L0)``, tokens that already had half a window of context (the
+    early positions' short context does not inflate the reference).
     ``rows``: per evaluated length, the ppl and its ratio to the ppl at L0; ``bins``: per-position ppl of the
     longest curve over ``[0, L0)``, ``[L0, 2 L0)``, ``[2 L0, 4 L0)``, ...
     """
@@ -152,12 +154,14 @@ def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str
             for n in cfg["eval"]["ppl_lengths"]]
     at_4 = value(base, "ppl", 4 * L0)
     inside, far = curve_mean(base, 4 * L0, 0, L0), curve_mean(base, 4 * L0, 3 * L0, 4 * L0)
+    late = curve_mean(base, 4 * L0, L0 // 2, L0)
     top = max(cfg["eval"]["ppl_lengths"])
     edges = [0, L0] + [L0 * 2 ** k for k in range(1, 16) if L0 * 2 ** k <= top]
     bins = [{"lo": lo, "hi": hi, "ppl": math.exp(m) if (m := curve_mean(base, top, lo, hi)) is not None else None}
             for lo, hi in zip(edges, edges[1:])]
     return {"ppl_L0": at_l0, "ppl_4L0": at_4, "sequence_ratio": (at_4 / at_l0) if at_4 else None,
             "position_ratio": math.exp(far - inside) if (inside is not None and far is not None) else None,
+            "late_position_ratio": math.exp(far - late) if (late is not None and far is not None) else None,
             "rows": rows, "bins": bins, "curve_length": top}
 
 
@@ -214,8 +218,9 @@ def _secondary(cfg: Dict[str, Any], recs: Records, treated: str, control: str) -
     """Retrieval (passkey) and QA (BABILong) comparisons, where the scores vary at all."""
     out = []
     for n in cfg["eval"].get("passkey_lengths") or []:
-        if _has_signal(cfg, recs, "passkey", n):
-            out.append(compare(cfg, recs, treated, control, "passkey", n, lower_is_better=False))
+        for fam in ("passkey", "passkey_digits"):
+            if _has_signal(cfg, recs, fam, n):
+                out.append(compare(cfg, recs, treated, control, fam, n, lower_is_better=False))
     for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
         if _has_signal(cfg, recs, "babilong", lab):
             out.append(compare(cfg, recs, treated, control, "babilong", lab, lower_is_better=False))
@@ -318,8 +323,9 @@ def claim_table1(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
                   "training CE (last steps)": [train_ce(recs[k]) for k in keys]}
     targets = {f"ppl at {length_label(n)}": [value(recs[k], "ppl", n) for k in keys] for n in long_lengths(cfg)}
     for n in cfg["eval"].get("passkey_lengths") or []:
-        if _has_signal(cfg, recs, "passkey", n):
-            targets[f"passkey at {length_label(n)}"] = [value(recs[k], "passkey", n) for k in keys]
+        for fam, name in (("passkey", "passkey"), ("passkey_digits", "passkey digits")):
+            if _has_signal(cfg, recs, fam, n):
+                targets[f"{name} at {length_label(n)}"] = [value(recs[k], fam, n) for k in keys]
     for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
         if _has_signal(cfg, recs, "babilong", lab):
             targets[f"BABILong at {lab}"] = [value(recs[k], "babilong", lab) for k in keys]
@@ -372,6 +378,7 @@ def per_config(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
         pk = cfg["eval"].get("passkey_lengths") or []
         if pk:
             items["passkey_depth_0"] = value(rec, "passkey_depth_0", max(pk))
+            items["passkey_digits_depth_0"] = value(rec, "passkey_digits_depth_0", max(pk))
         for k, x in items.items():
             if x is not None:
                 row["vals"].setdefault(k, []).append(x)

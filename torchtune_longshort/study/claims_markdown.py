@@ -55,9 +55,12 @@ def base_section(b: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> List[str]:
           f"The pre-trained model, unscaled RoPE, at L0 = {L0} and beyond (plot: `base_failure.png`). Sequence "
           f"ratio: ppl of {4 * L0}-token sequences over ppl of {L0}-token ones. Position ratio: inside the "
           f"{4 * L0}-token sequences, ppl of the tokens at positions [{3 * L0}, {4 * L0}) over that of the tokens "
-          f"at [0, {L0})." + (f" The grid starts only when the gate (base.min_ppl_ratio = {need}, on the "
-                              f"{cfg['base'].get('gate_measure', 'sequence')} ratio) holds." if need else ""), "",
-          f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**.", ""]
+          f"at [0, {L0}); late-position ratio: the same over the tokens at [{L0 // 2}, {L0}), which already had "
+          "half a window of context." + (f" The grid starts only when the gate (base.min_ppl_ratio = {need}, on "
+                                         f"the {cfg['base'].get('gate_measure', 'sequence')} ratio) holds."
+                                         if need else ""), "",
+          f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**; "
+          f"late-position ratio **{_f(b.get('late_position_ratio'), 3)}**.", ""]
     md += _table(["length", "ppl", "ratio to L0"], [[length_label(r["length"]), _f(r["ppl"]), _f(r["ratio"], 3)]
                                                       for r in b["rows"]])
     md += [f"Per-position ppl inside the {length_label(b['curve_length'])}-token sequences:", ""]
@@ -100,9 +103,10 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
           "context?). Passkey at depth 0: the key at the start of the context.", ""]
     body = [[r["config"], r["method"], f"{r['alpha']:g}", r["variant"] or "main",
              _f(r["means"].get("entropy")), _f(r["means"].get("loss_pos_lt_L")), _f(r["means"].get("loss_pos_ge_L")),
-             _f(r["means"].get("ppl_top")), _f(r["means"].get("passkey_depth_0"), 3)] for r in rows]
+             _f(r["means"].get("ppl_top")), _f(r["means"].get("passkey_depth_0"), 3),
+             _f(r["means"].get("passkey_digits_depth_0"), 3)] for r in rows]
     return md + _table(["configuration", "method", "alpha", "variant", "entropy", "loss, pos < L",
-                        "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0"], body)
+                        "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
 
 
 def claims_markdown(analysis: Dict[str, Any], cfg: Dict[str, Any]) -> List[str]:

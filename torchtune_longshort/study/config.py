@@ -45,6 +45,7 @@ _FAMILY_METRIC = {
     "ppl": ("ppl", "ppl", ""), "misalignment": ("misalignment", "sce", ""),
     "jeffreys": ("misalignment", "jeffreys", ""),
     "passkey": ("passkey", "acc", ""), "passkey_depth_0": ("passkey", "acc", "_d0"),
+    "passkey_digits": ("passkey", "digits", ""), "passkey_digits_depth_0": ("passkey", "digits", "_d0"),
 }
 
 

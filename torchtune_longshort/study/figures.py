@@ -248,9 +248,11 @@ def base_figure(cfg: Dict[str, Any], base: Dict[str, Any]):
         c = (base.get("curves") or {}).get(str(n))
         if not c:
             continue
-        w = max(1, len(c) // 64)
-        ax2.plot([i + w / 2 for i in range(0, len(c), w)], [statistics.fmean(c[i:i + w]) for i in range(0, len(c), w)],
-                 label=f"{n} tokens")
+        # 4 bins per octave: the same detail at every scale of the log axis
+        cuts = {int(round(2 ** (k / 4))) for k in range(4 * len(c).bit_length()) if 2 ** (k / 4) < len(c)}
+        bins = list(zip(*[sorted({0, *cuts, len(c)})[i:] for i in (0, 1)]))
+        ax2.plot([(a + b) / 2 for a, b in bins], [statistics.fmean(c[a:b]) for a, b in bins], label=f"{n} tokens",
+                 marker=".")
     for ax in (ax1, ax2):
         ax.axvline(L0, color="k", ls="--", lw=0.8)
     ax2.set_xscale("log", base=2)

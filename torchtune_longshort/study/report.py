@@ -36,6 +36,8 @@ TABLES = {
     "jeffreys": ("Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; misalignment task)",
                  "misalignment_lengths", True),
     "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "passkey_lengths", False),
+    "passkey_digits": ("Passkey digits in place (graded retrieval, mean over depths; random digits score 0.1; "
+                       "longshort_passkey task)", "passkey_lengths", False),
 }
 
 
