@@ -153,7 +153,7 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
 
 
 def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path):
-    from torchtune_longshort.study.claims import base_failure
+    from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 
     cfg = _cfg(tmp_path)
     cfg["methods"]["yarn"] = {"method": "yarn"}
@@ -175,3 +175,14 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
     assert abs(b["position_ratio"] - math.e) < 1e-12  # exp(3.0 - 2.0)
     assert [(r["lo"], r["hi"]) for r in b["bins"]] == [(0, L0), (L0, 2 * L0), (2 * L0, 4 * L0)]
     assert abs(b["bins"][1]["ppl"] - math.exp(2.5)) < 1e-9
+    assert abs(b["late_position_ratio"] - math.e) < 1e-12  # [L0/2, L0) is at 2.0 nats as well
+    # the gate: which ratio it reads, and the reason it gives
+    rec["status"] = "ok"
+    cfg["base"].update(min_ppl_ratio=2.0, gate_measure="sequence")
+    assert base_gate_refusal(cfg, rec) is None
+    cfg["base"]["min_ppl_ratio"] = 2.6
+    assert "its sequence ratio is 2.5 < base.min_ppl_ratio=2.6" in base_gate_refusal(cfg, rec)
+    cfg["base"]["gate_measure"] = "positions"
+    assert base_gate_refusal(cfg, rec) is None  # e = 2.718 >= 2.6
+    cfg["base"]["min_ppl_ratio"] = None
+    assert base_gate_refusal(cfg, rec) is None

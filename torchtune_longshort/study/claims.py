@@ -10,12 +10,13 @@ verdict is written next to it in the report.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import config_key, grid, metric_of
+from torchtune_longshort.study.base_failure import base_failure
+from torchtune_longshort.study.config import config_key, grid
+from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.stats import correlation, direction, paired_difference
 
 Records = Dict[str, Dict[str, Any]]
@@ -38,21 +39,6 @@ PAPER = {
 
 
 # ---------------------------------------------------------------------------------------------- reading records
-def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
-    """``family`` (ppl, misalignment, jeffreys, entropy, passkey, babilong) at length ``n`` from a result.json.
-
-    ``entropy`` is the mean next-token entropy ``(H(p) + H(q)) / 2`` of the misalignment task's two windows, from
-    its SCE and Jeffreys values: ``SCE = H(p, q) + H(q, p)`` and ``Jeffreys = SCE - H(p) - H(q)``."""
-    if family == "entropy":
-        sce, jef = value(rec, "misalignment", n), value(rec, "jeffreys", n)
-        return None if sce is None or jef is None else (sce - jef) / 2
-    task, metric = metric_of(family, n)
-    v = ((rec.get("results") or {}).get(task) or {}).get(metric)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
 def by_seed(cfg: Dict[str, Any], recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
     """``{seed: value}`` of configuration ``cid`` over its successful runs."""
     out = {}
@@ -74,14 +60,6 @@ def train_ce(rec: Dict[str, Any]) -> Optional[float]:
     last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
     v = last.get("ce")
     return float(v) if isinstance(v, (int, float)) else None
-
-
-def curve_mean(rec: Dict[str, Any], length: int, lo: int, hi: int) -> Optional[float]:
-    """Mean per-position NLL over positions ``[lo, hi)`` of the ``length``-token perplexity curve."""
-    c = (rec.get("curves") or {}).get(str(length)) or (rec.get("curves") or {}).get(length)
-    if not c or hi > len(c) or lo >= hi:
-        return None
-    return statistics.fmean(c[lo:hi])
 
 
 # ---------------------------------------------------------------------------------------------- comparisons
@@ -132,37 +110,6 @@ def ce_improvement(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
             rows.append({"method": m, "length": n, "base": b, "ce_mean": mean, "n": len(ce),
                          "ratio": (mean / b) if (mean is not None and b) else None})
     return rows
-
-
-def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """How the unscaled base fails beyond its training length L0, from its result.json (None without ppl at L0).
-
-    ``sequence_ratio``: ppl of ``4 L0``-token sequences over ppl of ``L0``-token sequences (the usual ppl-vs-length
-    reading). ``position_ratio``: inside the same ``4 L0``-token sequences, the ppl of the tokens at positions
-    ``[3 L0, 4 L0)`` over that of the tokens at ``[0, L0)`` (per-position loss; ``None`` without that curve);
-    ``late_position_ratio``: the same over ``[L0 / 2, L0)``, tokens that already had half a window of context (the
-    early positions' short context does not inflate the reference).
-    ``rows``: per evaluated length, the ppl and its ratio to the ppl at L0; ``bins``: per-position ppl of the
-    longest curve over ``[0, L0)``, ``[L0, 2 L0)``, ``[2 L0, 4 L0)``, ...
-    """
-    L0 = cfg["L0"]
-    at_l0 = value(base, "ppl", L0)
-    if at_l0 is None:
-        return None
-    rows = [{"length": n, "ppl": value(base, "ppl", n),
-             "ratio": (value(base, "ppl", n) / at_l0) if value(base, "ppl", n) else None}
-            for n in cfg["eval"]["ppl_lengths"]]
-    at_4 = value(base, "ppl", 4 * L0)
-    inside, far = curve_mean(base, 4 * L0, 0, L0), curve_mean(base, 4 * L0, 3 * L0, 4 * L0)
-    late = curve_mean(base, 4 * L0, L0 // 2, L0)
-    top = max(cfg["eval"]["ppl_lengths"])
-    edges = [0, L0] + [L0 * 2 ** k for k in range(1, 16) if L0 * 2 ** k <= top]
-    bins = [{"lo": lo, "hi": hi, "ppl": math.exp(m) if (m := curve_mean(base, top, lo, hi)) is not None else None}
-            for lo, hi in zip(edges, edges[1:])]
-    return {"ppl_L0": at_l0, "ppl_4L0": at_4, "sequence_ratio": (at_4 / at_l0) if at_4 else None,
-            "position_ratio": math.exp(far - inside) if (inside is not None and far is not None) else None,
-            "late_position_ratio": math.exp(far - late) if (late is not None and far is not None) else None,
-            "rows": rows, "bins": bins, "curve_length": top}
 
 
 def methods_compared(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:

@@ -158,7 +158,8 @@ def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, 
     """Table 1: every checkpoint's misalignment at L and training CE against its perplexity at the longest length."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.study.claims import train_ce, value
+    from torchtune_longshort.study.claims import train_ce
+    from torchtune_longshort.study.records import value
 
     top, L = max(n for n in cfg["eval"]["ppl_lengths"]), cfg["L"]
     keys = [k for k, r in recs.items() if k != "base" and r.get("status") == "ok"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
 from torchtune_longshort.study.config import grid, main_grid, metric_of
@@ -286,6 +287,10 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
            f"methods {list(cfg['methods'])}, alphas {cfg['alphas']}, seeds {cfg['seeds']}.", ""]
     if note:
         md += [note, ""]
+    refusal = base_gate_refusal(cfg, recs.get("base", {}))
+    if refusal:
+        md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
+               "\"The base model: how it fails beyond L0\" below; every fine-tune row is empty.", ""]
     md += ["Cells: mean ± sample sd over seeds (one value: no ±; — : no successful run). The `runs` column links "
            "the result.json files each cell of the row was computed from (key named in summary.json).", ""]
     for tid, t in tables.items():

@@ -318,28 +318,19 @@ class Study:
         return rec
 
     def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
-        """Why the fine-tunes must not start, or None: with ``base.min_ppl_ratio`` set, the unscaled base must fail
-        beyond its training length as real models do (its ``base.gate_measure`` ratio, see
-        ``claims.base_failure``, at least that large), or no RoPE method has anything to fix."""
-        need = self.cfg["base"].get("min_ppl_ratio")
-        if not need or base.get("status") != "ok":
+        """Why the fine-tunes must not start, or None (:func:`claims.base_gate_refusal`); logs the base's ratios."""
+        if not self.cfg["base"].get("min_ppl_ratio") or base.get("status") != "ok":
             return None
-        from torchtune_longshort.study.claims import base_failure
+        from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 
-        L0, measure = self.cfg["L0"], self.cfg["base"].get("gate_measure", "sequence")
         b = base_failure(self.cfg, base)
-        ratio = b and b[f"{'sequence' if measure == 'sequence' else 'position'}_ratio"]
-        if ratio is None:
-            return (f"base.min_ppl_ratio={need}: the base has no ppl (and per-position curve) at L0={L0} and "
-                    f"4 L0={4 * L0} (add both to eval.ppl_lengths)")
-        pos = "n/a" if b["position_ratio"] is None else f"{b['position_ratio']:.3g}"
-        self.log(f"[study] base: ppl {b['ppl_L0']:.4g} at L0={L0}, {b['ppl_4L0']:.4g} at 4 L0 (sequence ratio "
-                 f"{b['sequence_ratio']:.3g}); positions [3 L0, 4 L0) / [0, L0): {pos}; gate on {measure}: "
-                 f"needed >= {need}")
-        if ratio < need:
-            return (f"the base does not fail beyond L0: its {measure} ratio is {ratio:.3g} < base.min_ppl_ratio="
-                    f"{need} (pre-train longer, or with more layers / a larger head dimension)")
-        return None
+        if b is not None:
+            fmt = lambda x: "n/a" if x is None else f"{x:.3g}"  # noqa: E731
+            self.log(f"[study] base: ppl {b['ppl_L0']:.4g} at L0={self.cfg['L0']}, {fmt(b['ppl_4L0'])} at 4 L0; "
+                     f"ratios: sequence {fmt(b['sequence_ratio'])}, positions {fmt(b['position_ratio'])}, late "
+                     f"positions {fmt(b['late_position_ratio'])} (gate on {self.cfg['base'].get('gate_measure')}: "
+                     f"needed >= {self.cfg['base']['min_ppl_ratio']})")
+        return base_gate_refusal(self.cfg, base)
 
     # ------------------------------------------------------------------ everything
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
