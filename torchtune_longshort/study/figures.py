@@ -272,6 +272,8 @@ def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, D
     if analysis.get("base_failure"):
         base_figure(cfg, recs["base"]).savefig(rdir / "base_failure.png", dpi=110)
         made.append("base_failure.png")
+    if not analysis.get("claims_drawable", True):
+        return made
     claims = {c["id"]: c for c in analysis["claims"]}
     if claims["table1"].get("correlations"):
         scatter_figure(claims["table1"], cfg, recs).savefig(rdir / "metric_vs_performance.png", dpi=110)

@@ -273,7 +273,10 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     tables = _tables(cfg, recs)
     outcome = _outcome(cfg, tables)
     analysis = analyze(cfg, recs)
-    plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
+    if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
+        plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
+    else:  # no fine-tune to draw (e.g. the base gate refused the grid): only the base's own figure
+        plots = claim_plots(cfg, {**analysis, "claims_drawable": False}, recs, rdir)
     study_json = out / "study.json"
     wall = wall_s
     if wall is None and study_json.is_file():
@@ -300,14 +303,17 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
             md += [f"### {mname} (`{cfg['methods'][mname]['method']}`)", ""]
             body = []
             for row in rows:
-                links = ", ".join(f"[{k}](runs/{k}/result.json)" for k in row["runs"])
+                links = ", ".join(f"[{k}](runs/{k}/result.json)" if recs.get(k, {}).get("status") != "not run" else k
+                                  for k in row["runs"])  # a run that never ran has no file to link
                 body.append([row["label"]] + [row["cells"][c]["text"] for c in t["columns"]] + [links])
             md += [_md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body), ""]
 
     md += claims_markdown(analysis, cfg)
     md += _outcome_markdown(outcome, tables) + _runs_markdown(recs)
     if wall is not None:
-        md += [f"Wall time of the invocation that finished the grid: {wall:.0f} s.", ""]
+        done = all(r.get("status") != "not run" for r in recs.values())
+        md += [f"Wall time of the last invocation of the study command: {wall:.0f} s"
+               + ("." if done else " (it did not finish the grid: runs above are marked not run)."), ""]
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     prov, prov_md = _provenance(cfg, recs)
