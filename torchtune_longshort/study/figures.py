@@ -265,14 +265,15 @@ def base_figure(cfg: Dict[str, Any], base: Dict[str, Any]):
     return fig
 
 
-def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
+def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
+                base_only: bool = False) -> List[str]:
     """The claims' figures: the base's failure, metric-vs-performance scatter, alpha curves, e-range and divergence
-    bars."""
+    bars (``base_only``: the first alone, when no fine-tune ran)."""
     made = []
     if analysis.get("base_failure"):
         base_figure(cfg, recs["base"]).savefig(rdir / "base_failure.png", dpi=110)
         made.append("base_failure.png")
-    if not analysis.get("claims_drawable", True):
+    if base_only:
         return made
     claims = {c["id"]: c for c in analysis["claims"]}
     if claims["table1"].get("correlations"):

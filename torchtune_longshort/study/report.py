@@ -276,7 +276,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
         plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     else:  # no fine-tune to draw (e.g. the base gate refused the grid): only the base's own figure
-        plots = claim_plots(cfg, {**analysis, "claims_drawable": False}, recs, rdir)
+        plots = claim_plots(cfg, analysis, recs, rdir, base_only=True)
     study_json = out / "study.json"
     wall = wall_s
     if wall is None and study_json.is_file():
