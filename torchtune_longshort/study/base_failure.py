@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional
 
+from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE, GATE_MEASURES
 from torchtune_longshort.study.records import curve_mean, value
 
 
@@ -46,9 +47,9 @@ def base_gate_refusal(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[str
     need = cfg["base"].get("min_ppl_ratio")
     if not need or base.get("status") != "ok":
         return None
-    L0, measure = cfg["L0"], cfg["base"].get("gate_measure", "sequence")
+    L0, measure = cfg["L0"], cfg["base"].get("gate_measure", DEFAULT_GATE_MEASURE)
     b = base_failure(cfg, base)
-    ratio = b and b["sequence_ratio" if measure == "sequence" else "position_ratio"]
+    ratio = b and b[GATE_MEASURES[measure]]
     if ratio is None:
         return (f"base.min_ppl_ratio={need}: the base has no ppl (and per-position curve) at L0={L0} and "
                 f"4 L0={4 * L0} (add both to eval.ppl_lengths)")

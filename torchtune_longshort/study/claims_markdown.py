@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
@@ -57,7 +58,7 @@ def base_section(b: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> List[str]:
           f"{4 * L0}-token sequences, ppl of the tokens at positions [{3 * L0}, {4 * L0}) over that of the tokens "
           f"at [0, {L0}); late-position ratio: the same over the tokens at [{L0 // 2}, {L0}), which already had "
           "half a window of context." + (f" The grid starts only when the gate (base.min_ppl_ratio = {need}, on "
-                                         f"the {cfg['base'].get('gate_measure', 'sequence')} ratio) holds."
+                                         f"the {cfg['base'].get('gate_measure', DEFAULT_GATE_MEASURE)} ratio) holds."
                                          if need else ""), "",
           f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**; "
           f"late-position ratio **{_f(b.get('late_position_ratio'), 3)}**.", ""]

@@ -31,7 +31,9 @@ from torchtune_longshort.eval.lengths import per_length
 
 # which base ratio ``base.min_ppl_ratio`` gates on (claims.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
 # tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)
-GATE_MEASURES = ("sequence", "positions")
+# measure name -> the base_failure() ratio it reads; the first is the default
+GATE_MEASURES = {"sequence": "sequence_ratio", "positions": "position_ratio"}
+DEFAULT_GATE_MEASURE = next(iter(GATE_MEASURES))
 
 # Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
@@ -161,7 +163,7 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")
         pre.setdefault("overrides", {})
-    measure = base.setdefault("gate_measure", GATE_MEASURES[0])
+    measure = base.setdefault("gate_measure", DEFAULT_GATE_MEASURE)
     if measure not in GATE_MEASURES:
         raise StudyConfigError(f"study config: base.gate_measure={measure!r}: expected one of {list(GATE_MEASURES)}")
     _validate_grid(cfg)
