@@ -178,6 +178,8 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert re.search(r"\| pi_a0\.3_s1 \| failed \|.*FloatingPointError: non-finite loss nan", md)
     assert summary["runs"]["pi_a0.3_s1"]["status"] == "failed"
+    wall = md[md.index("## Wall time"):]
+    assert "- fine-tunes: 17 ok," in wall and "1 fine-tune(s) at once" in wall  # the failed run is not averaged
 
     # Second invocation: the ok runs are skipped (no subprocess), the failed one is tried again and now passes.
     ex2 = FakeExecutor()
@@ -359,3 +361,42 @@ def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_pa
         assert "no value from babilong_qa2, babilong_qa3, babilong_qa4, babilong_qa5" in section
     else:
         assert "tasks)" not in " ".join(rows) and "partial_group" not in cell
+
+
+def test_jobs_run_fine_tunes_at_once_with_their_share_of_threads(tmp_path, monkeypatch):
+    """``jobs: 2``: two fine-tunes are in flight together (a 2-party barrier in the fake recipe would time out if
+    they ran one after the other), each subprocess gets cpu_count // 2 threads, the base runs alone with the
+    caller's environment, BABILong data is generated once, a failed run does not stop the others, and the
+    records come back in grid order."""
+    import threading
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    barrier, seen = threading.Barrier(2, timeout=20), []
+
+    class Parallel(FakeExecutor):
+        def __call__(self, argv, log_path, cwd, env, timeout):
+            if Path(argv[0]).name == "tune":
+                key = Path(argv[argv.index("--config") + 1]).parent.name
+                seen.append((key, env.get("OMP_NUM_THREADS")))
+                if len([k for k, _ in seen if k != "base"]) <= 2 and key != "base":
+                    barrier.wait()  # the first two fine-tunes must meet here
+            return super().__call__(argv, log_path, cwd, env, timeout)
+
+    cfg = load_study_config(_write_cfg(tmp_path, jobs=2), repo_root=ROOT)
+    assert cfg["jobs"] == 2
+    ex = Parallel(fail={"yarn_a0_s0"})
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ex, log=lambda m: None)
+    recs = study.run()
+    assert list(recs) == ["base"] + [r["key"] for r in grid(cfg)]
+    assert recs["yarn_a0_s0"]["status"] == "failed"
+    assert sum(r["status"] == "ok" for r in recs.values()) == len(recs) - 1
+    assert dict(seen)["base"] is None and {t for k, t in seen if k != "base"} == {"4"}
+    gens = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.babilong_generator"]]
+    assert len(gens) == 1
+    assert "OMP_NUM_THREADS" not in study.env  # the parallel environment does not outlive the grid
+
+
+def test_jobs_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(StudyConfigError, match=r"jobs"):
+        load_study_config(_write_cfg(tmp_path, jobs=0), repo_root=ROOT)

@@ -184,5 +184,13 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
     assert "its sequence ratio is 2.5 < base.min_ppl_ratio=2.6" in base_gate_refusal(cfg, rec)
     cfg["base"]["gate_measure"] = "positions"
     assert base_gate_refusal(cfg, rec) is None  # e = 2.718 >= 2.6
+    # the report says that the reading the gate does not use (sequence: 2.5 < 2.6) would have refused this base
+    from torchtune_longshort.study.claims_markdown import base_section
+
+    md = "\n".join(base_section(b, cfg))
+    assert "The sequence ratio (2.5) is below base.min_ppl_ratio = 2.6" in md and "ran on the positions ratio" in md
+    cfg["base"]["gate_measure"] = "sequence"
+    cfg["base"]["min_ppl_ratio"] = 2.0
+    assert "is below base.min_ppl_ratio" not in "\n".join(base_section(b, cfg))  # both readings pass 2.0
     cfg["base"]["min_ppl_ratio"] = None
     assert base_gate_refusal(cfg, rec) is None

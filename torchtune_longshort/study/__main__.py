@@ -22,6 +22,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="comma list of run keys to run (default: the whole grid)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
     p.add_argument("--note", default="", help="a paragraph put at the top of report.md (e.g. the machine)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
     p.add_argument("--repo-root", default=".", help="folder holding recipes/, configs/ and evals/tasks")
     a = p.parse_args(argv)
 
@@ -35,6 +37,10 @@ def main(argv=None) -> int:
     root = Path(a.repo_root).resolve()
     cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
                             repo_root=root)
+    if a.jobs is not None:
+        if a.jobs < 1:
+            p.error(f"--jobs={a.jobs}: expected a positive integer")
+        cfg["jobs"] = a.jobs
     study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
     t0 = time.time()
     if not a.report_only:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE
+from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE, GATE_MEASURES
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
@@ -62,6 +62,12 @@ def base_section(b: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> List[str]:
                                          if need else ""), "",
           f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**; "
           f"late-position ratio **{_f(b.get('late_position_ratio'), 3)}**.", ""]
+    measure = cfg["base"].get("gate_measure", DEFAULT_GATE_MEASURE)
+    short = [f"{m} ratio ({_f(b[k], 3)})" for m, k in GATE_MEASURES.items()
+             if need and m != measure and b.get(k) is not None and b[k] < need]
+    if short:  # a reading the gate does not use would have refused this base: say so where the reader looks
+        md += [f"The {' and the '.join(short)} is below base.min_ppl_ratio = {need}: by that reading this base "
+               f"does not fail beyond L0 as much as the gate asks; the grid ran on the {measure} ratio.", ""]
     md += _table(["length", "ppl", "ratio to L0"], [[length_label(r["length"]), _f(r["ppl"]), _f(r["ratio"], 3)]
                                                       for r in b["rows"]])
     md += [f"Per-position ppl inside the {length_label(b['curve_length'])}-token sequences:", ""]

@@ -15,7 +15,8 @@ which makes torchtune's ``tune validate`` refuse the file with the reason, since
 ``model`` (the builder node used both to pre-train and, wrapped in ``rope_scaled``, to fine-tune),
 ``finetune`` (``max_steps`` + recipe ``overrides``), ``methods`` (name -> ``rope_scaled`` kwargs, ``method`` required),
 ``alphas``, ``seeds``, ``eval`` (lengths and sample counts per task family), ``quick`` (a nested dict merged over
-the whole config by ``--quick``).
+the whole config by ``--quick``), ``jobs`` (optional, default 1: fine-tunes run at once, each subprocess given
+``cpu_count // jobs`` threads; the base always runs alone).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")
         pre.setdefault("overrides", {})
+    _pos_int(cfg.setdefault("jobs", 1), "jobs")
     measure = base.setdefault("gate_measure", DEFAULT_GATE_MEASURE)
     if measure not in GATE_MEASURES:
         raise StudyConfigError(f"study config: base.gate_measure={measure!r}: expected one of {list(GATE_MEASURES)}")

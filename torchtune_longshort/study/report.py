@@ -253,6 +253,28 @@ def _runs_markdown(recs: Dict[str, Dict[str, Any]]) -> List[str]:
     return md
 
 
+def _wall_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
+    """Where the time went: the last invocation, the base's stages, the fine-tunes' mean stages."""
+    md = ["## Wall time", ""]
+    if wall is not None:
+        done = all(r.get("status") != "not run" for r in recs.values())
+        md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min), "
+               f"{cfg.get('jobs', 1)} fine-tune(s) at once"
+               + ("" if done else "; it did not finish the grid: runs above are marked not run")]
+    base = recs.get("base") or {}
+    if base.get("status") == "ok":
+        md += [f"- base: training {fmt(base.get('wall_s_train'))} s, evaluation {fmt(base.get('wall_s_eval'))} s "
+               "(as recorded by the invocation that wrote its result.json; a stage done by an earlier invocation "
+               "is skipped and records about 0 s)"]
+    ft = [r for k, r in recs.items() if k != "base" and r.get("status") == "ok"]
+    if ft:
+        tr, ev = (statistics.mean(float(r.get(f) or 0.0) for r in ft) for f in ("wall_s_train", "wall_s_eval"))
+        total = sum(float(r.get("wall_s") or 0.0) for r in ft)
+        md += [f"- fine-tunes: {len(ft)} ok, {tr:.0f} s training and {ev:.0f} s evaluation each on average; "
+               f"their own clocks sum to {total / 60:.1f} min (runs in parallel overlap)"]
+    return md + [""]
+
+
 def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
@@ -310,10 +332,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
 
     md += claims_markdown(analysis, cfg)
     md += _outcome_markdown(outcome, tables) + _runs_markdown(recs)
-    if wall is not None:
-        done = all(r.get("status") != "not run" for r in recs.values())
-        md += [f"Wall time of the last invocation of the study command: {wall:.0f} s"
-               + ("." if done else " (it did not finish the grid: runs above are marked not run)."), ""]
+    md += _wall_markdown(cfg, recs, wall)
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     prov, prov_md = _provenance(cfg, recs)

@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -333,8 +335,17 @@ class Study:
         return base_gate_refusal(self.cfg, base)
 
     # ------------------------------------------------------------------ everything
+    def fine_tune_env(self) -> Dict[str, str]:
+        """The fine-tunes' subprocess environment: with ``jobs`` > 1 each gets ``cpu_count // jobs`` threads
+        (torch's intra-op pool reads OMP_NUM_THREADS), so that parallel runs do not oversubscribe the cores."""
+        jobs = int(self.cfg.get("jobs", 1))
+        if jobs <= 1:
+            return self.env
+        return {**self.env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-        """Base model, then every grid run (``only``: a subset of keys); writes ``study.json``.
+        """Base model, then every grid run (``only``: a subset of keys), ``jobs`` of them at once; writes
+        ``study.json``.
 
         A tqdm bar over the runs (base included) shows the count, elapsed time and ETA; the log lines are written
         above it."""
@@ -344,11 +355,12 @@ class Study:
         self.out.mkdir(parents=True, exist_ok=True)
         records: Dict[str, Dict[str, Any]] = {}
         runs = [r for r in self.runs() if not only or r["key"] in only]
+        jobs = int(self.cfg.get("jobs", 1))
         bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
-        log = self.log
+        log, lock = self.log, threading.Lock()
 
         def above_the_bar(msg: str) -> None:
-            with tqdm.external_write_mode():
+            with lock, tqdm.external_write_mode():
                 log(msg)
 
         self.log = above_the_bar
@@ -363,11 +375,28 @@ class Study:
                 blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
             blocked = blocked or self.base_gate(base)
             records["base"] = base
-            for i, run in enumerate(runs, 1):
+            if jobs > 1 and not blocked and runs:
+                try:  # shared by every run's evaluation: generated once, before parallel runs would race for it
+                    self._babilong_data()
+                except StageError as e:
+                    self.log(f"[study] BABILong data: {e} (each run's evaluation will report it)")
+            env, self.env = self.env, self.fine_tune_env()
+
+            def one(i: int, run: Dict[str, Any]) -> Dict[str, Any]:
                 self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
-                bar.set_postfix_str(run["key"], refresh=True)
-                records[run["key"]] = self.run_one(run["key"], run, blocked=blocked)
-                bar.update(1)
+                rec = self.run_one(run["key"], run, blocked=blocked)
+                with lock:
+                    bar.set_postfix_str(run["key"], refresh=False)
+                    bar.update(1)
+                return rec
+
+            try:
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
+                    for run, fut in zip(runs, futures):
+                        records[run["key"]] = fut.result()  # run_one records its own failures; grid order kept
+            finally:
+                self.env = env
         finally:
             bar.close()
             self.log = log
