@@ -178,6 +178,11 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert re.search(r"\| pi_a0\.3_s1 \| failed \|.*FloatingPointError: non-finite loss nan", md)
     assert summary["runs"]["pi_a0.3_s1"]["status"] == "failed"
+    # per checkpoint: entropy = (SCE - Jeffreys) / 2 of the fake lm-eval's values at L (alpha 0.3, seed 0)
+    L = study.cfg["L"]
+    row = next(x for x in md.splitlines() if x.startswith("| pi_a0.3_s0 | ok |"))
+    entropy = float(row.split("|")[5])
+    assert math.isclose(entropy, ((5.0 - 0.3 + L / 1000) - (0.5 - 0.3 / 2)) / 2, rel_tol=1e-3)
     wall = md[md.index("## Wall time"):]
     assert "- fine-tunes: 17 ok," in wall and "1 fine-tune(s) at once" in wall  # the failed run is not averaged
 

@@ -27,6 +27,7 @@ from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
 from torchtune_longshort.study.config import grid, main_grid, metric_of
 from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
+from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.runner import RESULT
 
 # table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
@@ -238,7 +239,9 @@ def _outcome_markdown(outcome: Dict[str, Any], tables: Dict[str, Any]) -> List[s
     return md
 
 
-def _runs_markdown(recs: Dict[str, Dict[str, Any]]) -> List[str]:
+def _runs_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> List[str]:
+    """Every checkpoint: training's last steps, its entropy and where its loss falls, wall times, its error."""
+    L, top = cfg["L"], max(cfg["eval"]["ppl_lengths"])
     md: List[str] = []
     md += ["## Runs", ""]
     body = []
@@ -246,10 +249,14 @@ def _runs_markdown(recs: Dict[str, Dict[str, Any]]) -> List[str]:
         tr = (rec.get("train") or {})
         last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
         body.append([key, rec.get("status"), fmt(last.get("ce")), fmt(last.get("misalignment")),
+                     fmt(value(rec, "entropy", L)), fmt(curve_mean(rec, top, 0, L)), fmt(curve_mean(rec, top, L, top)),
                      fmt(rec.get("wall_s_train")), fmt(rec.get("wall_s_eval")),
                      (f"{rec.get('stage')}: {rec.get('error')}" if rec.get("status") == "failed" else "")[:300]])
-    md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Wall times in seconds.",
-           "", _md_table(["run", "status", "train CE", "train misalignment", "train s", "eval s", "error"], body), ""]
+    md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Entropy: mean "
+           f"next-token entropy (nats) at the misalignment task's {L}-token windows; loss columns: mean NLL of the "
+           f"{length_label(top)}-token perplexity curve below and from L = {L}. Wall times in seconds.", "",
+           _md_table(["run", "status", "train CE", "train misalignment", "entropy", "loss, pos < L", "loss, pos >= L",
+                      "train s", "eval s", "error"], body), ""]
     return md
 
 
@@ -331,7 +338,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
             md += [_md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body), ""]
 
     md += claims_markdown(analysis, cfg)
-    md += _outcome_markdown(outcome, tables) + _runs_markdown(recs)
+    md += _outcome_markdown(outcome, tables) + _runs_markdown(cfg, recs)
     md += _wall_markdown(cfg, recs, wall)
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
