@@ -27,6 +27,7 @@ def test_paired_difference_uses_shared_seeds_only():
     assert (d["lo"], d["hi"]) == (pytest.approx(ref.low), pytest.approx(ref.high))
     assert direction(d, lower_is_better=True) == "better" and direction(d, lower_is_better=False) == "worse"
     assert direction({"lo": -1.0, "hi": 2.0}, True) == "no difference"
+    assert direction(d, lower_is_better=None) == "lower" and direction({"lo": 0.5, "hi": 2.0}, None) == "higher"
     assert direction(paired_difference({0: 1.0}, {0: 2.0}), True) == "unknown"  # one seed: no interval
 
 

@@ -64,7 +64,7 @@ def train_ce(rec: Dict[str, Any]) -> Optional[float]:
 
 # ---------------------------------------------------------------------------------------------- comparisons
 def compare(cfg: Dict[str, Any], recs: Records, treated: str, control: str, family: str, n: Any,
-            lower_is_better: bool) -> Dict[str, Any]:
+            lower_is_better: Optional[bool]) -> Dict[str, Any]:
     """Paired difference ``treated - control`` of ``family`` at ``n`` over seeds, with its direction."""
     d = paired_difference(by_seed(cfg, recs, treated, family, n), by_seed(cfg, recs, control, family, n))
     d.update({"treated": treated, "control": control, "family": family, "length": n,
@@ -253,7 +253,7 @@ def claim_divergence(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     top = max(long_lengths(cfg))
     for a in v["alphas"]:
         for name, cid in [("sce", config_key(m, a))] + [(d, config_key(m, a, d)) for d in v["divergences"]]:
-            for fam, n, lower in (("ppl", top, True), ("entropy", cfg["L"], True)):
+            for fam, n, lower in (("ppl", top, True), ("entropy", cfg["L"], None)):  # entropy: no better side
                 c = compare(cfg, recs, cid, ce_id(cfg, m), fam, n, lower)
                 c["divergence"], c["alpha"] = name, a
                 comps.append(c)

@@ -47,16 +47,17 @@ def paired_difference(treated: Mapping[int, float], control: Mapping[int, float]
     return out
 
 
-def direction(diff: Mapping[str, object], lower_is_better: bool) -> str:
+def direction(diff: Mapping[str, object], lower_is_better: Optional[bool]) -> str:
     """``"better"`` / ``"worse"`` when the interval excludes 0 on that side, ``"no difference"`` when it holds 0,
-    ``"unknown"`` without an interval (fewer than 2 seeds) or without a value."""
+    ``"unknown"`` without an interval (fewer than 2 seeds) or without a value. ``lower_is_better=None`` (a score
+    with no better side, such as entropy): ``"lower"`` / ``"higher"`` instead of better / worse."""
     lo, hi = diff.get("lo"), diff.get("hi")
     if lo is None or hi is None or any(isinstance(x, float) and math.isnan(x) for x in (lo, hi)):
         return "unknown"
     if hi < 0:
-        return "better" if lower_is_better else "worse"
+        return "lower" if lower_is_better is None else ("better" if lower_is_better else "worse")
     if lo > 0:
-        return "worse" if lower_is_better else "better"
+        return "higher" if lower_is_better is None else ("worse" if lower_is_better else "better")
     return "no difference"
 
 
