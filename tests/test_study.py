@@ -53,7 +53,8 @@ def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
                         f"jeffreys_{lab},none": 0.5 - alpha / 2 + 0.01 * seed, f"js_{lab},none": 0.01})
         if task == "longshort_passkey":
             out.update({"acc,none": 0.5 * seed, f"acc_{lab},none": 0.5 * seed, f"acc_{lab}_d0,none": 0.0,
-                        f"digits_{lab},none": 0.1 + 0.3 * seed})
+                        f"digits_{lab},none": 0.1 + 0.3 * seed,
+                        **{f"digits_{lab}_d{d},none": d / 100 for d in (0, 25, 50, 75, 100)}})
     if out:
         return out
     if task == "babilong_longshort":
@@ -82,9 +83,10 @@ class FakeExecutor:
             d.mkdir(parents=True)
             (d / "config.json").write_text("{}")
             a = rc["loss"]["alpha"]
-            (out / "metrics.jsonl").write_text("\n".join(
-                json.dumps({"step": s, "loss": 3.0, "ce": 3.0 - 0.01 * s, "misalignment": 4.0 - a, "tokens_per_second": 1.0})
-                for s in range(1, rc["max_steps"] + 1)))
+            rows = [{"step": s, "loss": 3.0, "ce": 3.0 - 0.01 * s, "misalignment": 4.0 - a, "tokens_per_second": 1.0}
+                    for s in range(1, rc["max_steps"] + 1)]
+            rows += [{"step": s, "val_ce": 4.0 - 0.01 * s} for s in range(5, rc["max_steps"] + 1, 5)]  # validation
+            (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
             log_path.write_text("ok\n")
             return 0
         if argv[1:3] == ["-m", "torchtune_longshort.eval.babilong_generator"]:
@@ -281,7 +283,8 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     for r in grid(study.cfg):
         assert (rdir / "runs" / r["key"] / "result.json").is_file()
     assert (rdir / "runs" / "pi_a0_s0" / "lm_eval_results.json").is_file()
-    for png in ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png"):
+    for png in ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png",
+                "passkey_depth_length.png", "finetune_convergence.png"):
         assert_png_drawn(rdir / png)
 
 

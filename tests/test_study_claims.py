@@ -131,6 +131,15 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     assert v["table7"]["verdict"] == "partly held"
     assert v["tables4_5"]["verdict"] == "not measurable here"  # QA is 0 everywhere
     assert v["table1"]["verdict"] == "held"  # the metric tracks ppl by construction; training CE does not
+    # the same checkpoints with the metric's sign flipped: as strong a correlation, the wrong way round
+    from torchtune_longshort.study.claims import claim_table1
+    from torchtune_longshort.study.config import metric_of
+
+    task, metric = metric_of("misalignment", cfg["L"])
+    flipped = {k: {**r, "results": {**r["results"], task: {**r["results"][task], metric: -r["results"][task][metric]}}}
+               if k != "base" else r for k, r in recs.items()}
+    t1 = claim_table1(cfg, flipped)
+    assert t1["verdict"] == "not held" and "correlates the opposite way" in t1["reason"]
     # pairing by seed cancels the shared seed term: the paired mean equals the planted effect (jitter <= 0.1)
     c = next(c for c in v["tables2_3"]["comparisons"] if c["treated"] == "pi_a0.1" and c["family"] == "ppl")
     assert abs(c["mean"] - EFFECT["main"][0.1]) < 0.1 and c["seeds"] == [0, 1, 2]

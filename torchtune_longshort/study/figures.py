@@ -1,5 +1,6 @@
-"""The study report's figures (matplotlib ``Figure`` objects, no pyplot state): lines over length, BABILong
-depth x length heatmaps, per-position loss, and the claims' scatter and bar plots."""
+"""The study report's figures (matplotlib ``Figure`` objects, no pyplot state): lines over length, BABILong and
+passkey depth x length heatmaps, the CE-only fine-tunes' held-out CE by step, per-position loss, and the claims'
+scatter and bar plots."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.study.config import config_key, main_grid, metric_of
+from torchtune_longshort.study.config import FAMILY_TASK, config_key, main_grid, metric_of
 
 
 def loss_label(alpha: float) -> str:
@@ -65,39 +66,79 @@ def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], 
     return fig
 
 
-def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
-    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>``, one panel per method x
-    alpha (a Figure); a single length or depth keeps readable cells and titles."""
+def depth_length_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
+                        cell, label: str):
+    """A depth x length heatmap per method x alpha of the main grid (a Figure): ``cell(rec, length, depth)`` is one
+    run's score or None, averaged over seeds; a single length or depth keeps readable cells and titles."""
     from matplotlib.figure import Figure
 
     from torchtune_longshort.eval.plot_axes import heatmap_size
 
-    bab = cfg["eval"]["babilong"]
     combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
-    w, h = heatmap_size(len(bab["lengths"]), len(bab["depths"]), extra=(1.4, 1.4), min_size=(2.6, 2.2))
+    w, h = heatmap_size(len(lengths), len(depths), extra=(1.4, 1.4), min_size=(2.6, 2.2))
     fig = Figure(figsize=(w * len(cfg["alphas"]) + 1.0, h * len(cfg["methods"])), layout="constrained")
     axes = fig.subplots(len(cfg["methods"]), len(cfg["alphas"]), squeeze=False)
     im = None
     for (m, a), ax in zip(combos, axes.flatten()):
         keys = [r["key"] for r in main_grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
         grid_v = []
-        for d in bab["depths"]:
+        for d in depths:
             row = []
-            for lab in bab["lengths"]:
-                vals = [metric_value(recs[k], *metric_of("babilong", f"{lab}_d{d}")) for k in keys]
-                vals = [v for v in vals if v is not None]
+            for n in lengths:
+                vals = [v for k in keys if (v := cell(recs[k], n, d)) is not None]
                 row.append(statistics.fmean(vals) if vals else float("nan"))
             grid_v.append(row)
         im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(bab["lengths"])), bab["lengths"])
-        ax.set_yticks(range(len(bab["depths"])), [f"{d}%" for d in bab["depths"]])
+        ax.set_xticks(range(len(lengths)), [n if isinstance(n, str) else length_label(n) for n in lengths])
+        ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
         for i, row in enumerate(grid_v):
             for j, v in enumerate(row):
                 ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
         ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
         ax.set_xlabel("length")
-        ax.set_ylabel("fact depth")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
+        ax.set_ylabel("depth")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=label)
+    return fig
+
+
+def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth)."""
+    bab = cfg["eval"]["babilong"]
+    return depth_length_figure(cfg, recs, bab["lengths"], bab["depths"],
+                               lambda rec, lab, d: metric_value(rec, *metric_of("babilong", f"{lab}_d{d}")),
+                               "BABILong accuracy")
+
+
+def passkey_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth)."""
+    from torchtune_longshort.eval.lengths import per_length
+    from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS
+
+    ev = cfg["eval"]
+    depths = list((ev.get("metadata") or {}).get("passkey_depths", DEFAULT_DEPTHS))
+    return depth_length_figure(cfg, recs, ev["passkey_lengths"], depths,
+                               lambda rec, n, d: metric_value(rec, FAMILY_TASK["passkey"], f"{per_length('digits', n)}_d{d}"),
+                               "passkey digits in place")
+
+
+def finetune_curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+    """Held-out CE against step of every CE-only fine-tune (alpha = 0), one line per seed, a panel per method:
+    whether the fine-tuning budget let cross-entropy converge (a Figure)."""
+    from matplotlib.figure import Figure
+
+    methods = list(cfg["methods"])
+    fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False, sharey=True)
+    for ax, m in zip(axes[0], methods):
+        for r in main_grid(cfg):
+            val = ((recs.get(r["key"]) or {}).get("train") or {}).get("val_ce")
+            if r["method"] == m and r["alpha"] == 0 and val:
+                ax.plot([s for s, _ in val], [v for _, v in val], marker="o", ms=3, label=f"seed {r['seed']}")
+        ax.set_xlabel("fine-tuning step")
+        ax.set_title(f"{m}: CE-only, held-out CE at L = {cfg['L']}", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("held-out CE (nats)")
     return fig
 
 
@@ -146,6 +187,12 @@ def write_plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dic
     if bab and bab.get("lengths") and bab.get("depths"):
         babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
         made.append("babilong_depth_length.png")
+    if ev.get("passkey_lengths") and any(FAMILY_TASK["passkey"] in (r.get("results") or {}) for r in recs.values()):
+        passkey_figure(cfg, recs).savefig(rdir / "passkey_depth_length.png", dpi=110)
+        made.append("passkey_depth_length.png")
+    if any((r.get("train") or {}).get("val_ce") for k, r in recs.items() if k != "base"):
+        finetune_curve_figure(cfg, recs).savefig(rdir / "finetune_convergence.png", dpi=110)
+        made.append("finetune_convergence.png")
     longest = str(max(ev["ppl_lengths"]))
     if any(longest in (r.get("curves") or {}) for r in recs.values()):
         curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
