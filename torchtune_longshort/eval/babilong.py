@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.eval.babilong_haystack import DEPTHS, LENGTHS
 from torchtune_longshort.eval.babilong_stories import QA_TASKS, TASK_LABELS
+from torchtune_longshort.eval.lengths import per_depth
 from torchtune_longshort.eval.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,
@@ -67,8 +68,8 @@ def compare_answers(target: str, output: str, question: str, task_labels) -> boo
 
 def metric_names() -> List[str]:
     """Every metric :func:`process_results` can emit (for the task YAML's ``metric_list``)."""
-    names = ["acc"] + [f"acc_{l}" for l in LENGTHS] + [f"acc_d{d}" for d in DEPTHS]
-    names += [f"acc_{l}_d{d}" for l in LENGTHS for d in DEPTHS]
+    names = ["acc"] + [f"acc_{l}" for l in LENGTHS] + [per_depth("acc", d) for d in DEPTHS]
+    names += [per_depth(f"acc_{l}", d) for l in LENGTHS for d in DEPTHS]
     return names + [MISSING_METRIC, ERROR_METRIC]
 
 
@@ -88,8 +89,8 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     out = {"acc": ok, f"acc_{doc['length']}": ok}
     depth = doc.get("depth")
     if depth is not None:
-        out[f"acc_d{depth}"] = ok
-        out[f"acc_{doc['length']}_d{depth}"] = ok
+        out[per_depth("acc", depth)] = ok
+        out[per_depth(f"acc_{doc['length']}", depth)] = ok
     return nan_results(refusal, out) if refusal else out
 
 

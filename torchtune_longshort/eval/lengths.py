@@ -68,3 +68,8 @@ def lengths_from_metadata(metadata: Mapping[str, Any], prefix: str) -> List[int]
 def per_length(metric: str, length: int) -> str:
     """The name of ``metric`` at one length: ``("ppl", 4096) -> "ppl_4k"``."""
     return f"{metric}_{length_label(length)}"
+
+
+def per_depth(metric: str, depth: int) -> str:
+    """The name of ``metric`` at one depth in percent (passkey, BABILong): ``("acc_4k", 50) -> "acc_4k_d50"``."""
+    return f"{metric}_d{depth}"

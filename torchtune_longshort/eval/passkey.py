@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.lengths import lengths_from_metadata, per_depth, per_length
 from torchtune_longshort.eval.length_swept_task import sweep_dataset
 from torchtune_longshort.eval.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
 from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
@@ -242,6 +242,6 @@ def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, fl
     for name, v in scores.items():
         out.update({name: v, per_length(name, length): v})
         if depth >= 0:
-            out[f"{name}_d{depth}"] = v
-            out[f"{per_length(name, length)}_d{depth}"] = v
+            out[per_depth(name, depth)] = v
+            out[per_depth(per_length(name, length), depth)] = v
     return nan_results(reason, out) if reason else out

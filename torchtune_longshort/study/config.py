@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
-from torchtune_longshort.eval.lengths import per_length
+from torchtune_longshort.eval.lengths import per_depth, per_length
 
 # which base ratio ``base.min_ppl_ratio`` gates on (claims.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
 # tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)
@@ -43,22 +43,25 @@ FAMILY_METADATA_PREFIX = {"ppl": long_ppl.METADATA_PREFIX, "passkey": passkey.ME
                           "misalignment": misalignment_task.METADATA_PREFIX}
 
 
-# What the report reads, per family: (study family of FAMILY_TASK, metric, suffix after the length label).
+# What the report reads, per family: (study family of FAMILY_TASK, metric, depth in percent or None).
 _FAMILY_METRIC = {
-    "ppl": ("ppl", "ppl", ""), "misalignment": ("misalignment", "sce", ""),
-    "jeffreys": ("misalignment", "jeffreys", ""),
-    "passkey": ("passkey", "acc", ""), "passkey_depth_0": ("passkey", "acc", "_d0"),
-    "passkey_digits": ("passkey", "digits", ""), "passkey_digits_depth_0": ("passkey", "digits", "_d0"),
+    "ppl": ("ppl", "ppl", None), "misalignment": ("misalignment", "sce", None),
+    "jeffreys": ("misalignment", "jeffreys", None),
+    "passkey": ("passkey", "acc", None), "passkey_depth_0": ("passkey", "acc", 0),
+    "passkey_digits": ("passkey", "digits", None), "passkey_digits_depth_0": ("passkey", "digits", 0),
 }
 
 
-def metric_of(family: str, n: Any) -> tuple:
+def metric_of(family: str, n: Any, depth: Optional[int] = None) -> tuple:
     """``(lm-eval task, metric)`` holding ``family`` at length ``n`` (an int, or a BABILong label such as ``"1k"``
-    or ``"1k_d50"`` for the ``babilong`` family)."""
+    or ``"1k_d50"`` for the ``babilong`` family), and at ``depth`` (percent) when given."""
     if family == "babilong":
-        return "babilong_longshort", f"acc_{n}"
-    fam, metric, suffix = _FAMILY_METRIC[family]
-    return FAMILY_TASK[fam], per_length(metric, int(n)) + suffix
+        task, metric = "babilong_longshort", f"acc_{n}"
+    else:
+        fam, metric, own_depth = _FAMILY_METRIC[family]
+        task, metric = FAMILY_TASK[fam], per_length(metric, int(n))
+        depth = own_depth if depth is None else depth
+    return task, (metric if depth is None else per_depth(metric, depth))
 
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.

@@ -105,19 +105,18 @@ def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
     """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth)."""
     bab = cfg["eval"]["babilong"]
     return depth_length_figure(cfg, recs, bab["lengths"], bab["depths"],
-                               lambda rec, lab, d: metric_value(rec, *metric_of("babilong", f"{lab}_d{d}")),
+                               lambda rec, lab, d: metric_value(rec, *metric_of("babilong", lab, depth=d)),
                                "BABILong accuracy")
 
 
 def passkey_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
     """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth)."""
-    from torchtune_longshort.eval.lengths import per_length
     from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS
 
     ev = cfg["eval"]
     depths = list((ev.get("metadata") or {}).get("passkey_depths", DEFAULT_DEPTHS))
     return depth_length_figure(cfg, recs, ev["passkey_lengths"], depths,
-                               lambda rec, n, d: metric_value(rec, FAMILY_TASK["passkey"], f"{per_length('digits', n)}_d{d}"),
+                               lambda rec, n, d: metric_value(rec, *metric_of("passkey_digits", n, depth=d)),
                                "passkey digits in place")
 
 
