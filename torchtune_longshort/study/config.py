@@ -36,6 +36,9 @@ from torchtune_longshort.eval.lengths import per_depth, per_length
 GATE_MEASURES = {"sequence": "sequence_ratio", "positions": "position_ratio"}
 DEFAULT_GATE_MEASURE = next(iter(GATE_MEASURES))
 
+# fine-tunes run at once when a config has no ``jobs`` (one at a time, with every core)
+DEFAULT_JOBS = 1
+
 # Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
 # Study family -> the prefix of its task's metadata keys (the task module's METADATA_PREFIX).
@@ -167,7 +170,7 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")
         pre.setdefault("overrides", {})
-    _pos_int(cfg.setdefault("jobs", 1), "jobs")
+    _pos_int(cfg.setdefault("jobs", DEFAULT_JOBS), "jobs")
     measure = base.setdefault("gate_measure", DEFAULT_GATE_MEASURE)
     if measure not in GATE_MEASURES:
         raise StudyConfigError(f"study config: base.gate_measure={measure!r}: expected one of {list(GATE_MEASURES)}")

@@ -25,7 +25,7 @@ from torchtune_longshort.eval.lengths import length_label
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
-from torchtune_longshort.study.config import grid, main_grid, metric_of
+from torchtune_longshort.study.config import DEFAULT_JOBS, grid, main_grid, metric_of
 from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.runner import RESULT
@@ -266,7 +266,7 @@ def _wall_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], wall: O
     if wall is not None:
         done = all(r.get("status") != "not run" for r in recs.values())
         md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min), "
-               f"{cfg.get('jobs', 1)} fine-tune(s) at once"
+               f"{cfg.get('jobs', DEFAULT_JOBS)} fine-tune(s) at once"
                + ("" if done else "; it did not finish the grid: runs above are marked not run")]
     base = recs.get("base") or {}
     if base.get("status") == "ok":

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from torchtune_longshort.eval.lengths import lengths_key
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
-from torchtune_longshort.study.config import FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
+from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
 
 RESULT = "result.json"
 
@@ -62,6 +62,7 @@ class Study:
             self.out = self.root / self.out
         self.executor, self.log = executor, log
         self.timeout = cfg.get("timeout_s")
+        self.jobs = int(cfg.get("jobs", DEFAULT_JOBS))
         self.env = dict(os.environ)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
         self.env.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -338,10 +339,9 @@ class Study:
     def fine_tune_env(self) -> Dict[str, str]:
         """The fine-tunes' subprocess environment: with ``jobs`` > 1 each gets ``cpu_count // jobs`` threads
         (torch's intra-op pool reads OMP_NUM_THREADS), so that parallel runs do not oversubscribe the cores."""
-        jobs = int(self.cfg.get("jobs", 1))
-        if jobs <= 1:
+        if self.jobs <= 1:
             return self.env
-        return {**self.env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+        return {**self.env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // self.jobs))}
 
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Base model, then every grid run (``only``: a subset of keys), ``jobs`` of them at once; writes
@@ -355,7 +355,6 @@ class Study:
         self.out.mkdir(parents=True, exist_ok=True)
         records: Dict[str, Dict[str, Any]] = {}
         runs = [r for r in self.runs() if not only or r["key"] in only]
-        jobs = int(self.cfg.get("jobs", 1))
         bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
         log, lock = self.log, threading.Lock()
 
@@ -375,7 +374,7 @@ class Study:
                 blocked = None if base["status"] == "ok" else f"base model unavailable: {base.get('error')}"
             blocked = blocked or self.base_gate(base)
             records["base"] = base
-            if jobs > 1 and not blocked and runs:
+            if self.jobs > 1 and not blocked and runs:
                 try:  # shared by every run's evaluation: generated once, before parallel runs would race for it
                     self._babilong_data()
                 except StageError as e:
@@ -391,7 +390,7 @@ class Study:
                 return rec
 
             try:
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                with ThreadPoolExecutor(max_workers=self.jobs) as pool:
                     futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
                     for run, fut in zip(runs, futures):
                         records[run["key"]] = fut.result()  # run_one records its own failures; grid order kept
