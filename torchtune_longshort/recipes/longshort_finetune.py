@@ -372,6 +372,9 @@ class LongShortFinetuneRecipe:
             log_dir = self.cfg.metric_logger.get("log_dir", "the metric logger")
             print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")
         if self._distributed:
+            # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing
+            # (rank 0 writes the logs above) can abort the peer at exit ("terminate called ...", seen once in CI)
+            self._barrier()
             torch.distributed.destroy_process_group()
 
 
