@@ -14,6 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Union
 
+SENTENCEPIECE_FILE = "tokenizer.model"
+
+
+def sentencepiece_file(path: Union[str, Path]) -> Path:
+    """The SentencePiece model a tokenizer path names: the path itself when it is a file, else
+    ``<path>/tokenizer.model`` (a tokenizer folder, as :func:`train_sentencepiece` writes; it may not exist yet)."""
+    p = Path(path).expanduser()
+    return p if p.is_file() else p / SENTENCEPIECE_FILE
+
 
 def train_sentencepiece(
     texts: Iterable[str],
@@ -67,9 +76,9 @@ def train_sentencepiece(
             split_digits=True,
             minloglevel=2,
         )
-        shutil.copy(prefix + ".model", out_dir / "tokenizer.model")
+        shutil.copy(prefix + ".model", out_dir / SENTENCEPIECE_FILE)
     _write_hf_tokenizer_files(out_dir)
-    return out_dir / "tokenizer.model"
+    return out_dir / SENTENCEPIECE_FILE
 
 
 def _write_hf_tokenizer_files(out_dir: Path) -> None:

@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.babilong_stories import Story
 from torchtune_longshort.eval.lengths import length_label
 
@@ -41,8 +42,8 @@ def load_token_counter(tokenizer: str) -> Callable[[str], int]:
     """``text -> number of tokens`` for a SentencePiece ``.model`` file, a folder holding ``tokenizer.model``,
     or a Hugging Face tokenizer name/folder (special tokens not counted)."""
     p = Path(tokenizer).expanduser()
-    sp_file = p if p.is_file() and p.suffix == ".model" else p / "tokenizer.model"
-    if sp_file.is_file():
+    sp_file = sentencepiece_file(p)
+    if sp_file.is_file() and sp_file.suffix == ".model":
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=str(sp_file))

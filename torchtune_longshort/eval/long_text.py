@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.unavailable import TaskDataError, guard_hub_iteration
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class TaskTokenizer:
     def __init__(self, name_or_path: str):
         self.name = str(name_or_path)
         p = Path(self.name)
-        sp_file = p / "tokenizer.model" if p.is_dir() else p
+        sp_file = sentencepiece_file(p)
         if sp_file.is_file() and sp_file.suffix == ".model":
             import sentencepiece as spm
 

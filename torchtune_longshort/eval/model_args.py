@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.truncation import check_truncation
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
 from torchtune_longshort.models.hf_llama import load_hf_checkpoint
@@ -140,8 +141,7 @@ def _device(device: Optional[str]) -> torch.device:
 
 def _tokenizer_path(tokenizer: Optional[str], checkpoint_dir: Path) -> Path:
     path = Path(str(tokenizer)) if tokenizer is not None else checkpoint_dir
-    if path.is_dir():
-        path = path / "tokenizer.model"
+    path = sentencepiece_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer={str(path)!r} not found: pass tokenizer=<folder or tokenizer.model path>")
     return path

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
 from torchtune_longshort.eval.unavailable import TaskDataError
 
@@ -36,7 +37,7 @@ class PasskeyMix:
         from torchtune_longshort.eval.long_text import TaskTokenizer
 
         path = Path(tokenizer_path)
-        model_file = path / "tokenizer.model" if path.is_dir() else path
+        model_file = sentencepiece_file(path)
         if not model_file.is_file():
             raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer.model there (the recipe's "
                                     "tokenizer component creates it first; pass ${tokenizer.path})")

@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.lengths import lengths_key
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
@@ -82,7 +83,7 @@ class Study:
         base = self.cfg["base"]
         if base.get("checkpoint_dir"):
             return str(base["tokenizer"])
-        return str(self.tokenizer_dir() / "tokenizer.model")
+        return str(sentencepiece_file(self.tokenizer_dir()))
 
     def base_checkpoint(self) -> Path:
         base = self.cfg["base"]

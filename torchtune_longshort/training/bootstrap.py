@@ -29,7 +29,8 @@ def stdlib_sentencepiece_tokenizer(
     """Return torchtune's ``llama2_tokenizer`` for ``path/tokenizer.model``, training it first if it is absent.
 
     Args:
-        path: tokenizer folder; created (trained on stdlib sources, tests excluded) when it has no tokenizer.model.
+        path: tokenizer folder, created (trained on stdlib sources, tests excluded) when it has no tokenizer.model;
+            or an existing SentencePiece ``.model`` file, loaded as is.
         vocab_size: vocabulary size when training (ignored when the folder exists; the recipe checks the
             tokenizer against the model's vocabulary either way).
         train_files_limit: number of stdlib files used for training (sorted, deterministic).
@@ -38,10 +39,14 @@ def stdlib_sentencepiece_tokenizer(
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-    from torchtune_longshort.data.tokenizer_training import train_sentencepiece
+    from torchtune_longshort.data.tokenizer_training import sentencepiece_file, train_sentencepiece
 
-    folder = Path(path)
-    model_file = folder / "tokenizer.model"
+    model_file = sentencepiece_file(path)
+    folder = model_file.parent
+    if not model_file.is_file() and Path(path).suffix == ".model":
+        # a tokenizer.model the user named (a base they bring): load it, never train a folder by that name
+        raise FileNotFoundError(f"tokenizer path={str(path)!r}: no such SentencePiece file (pass a tokenizer folder "
+                                "to train one there, or an existing .model file)")
     if not model_file.is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
