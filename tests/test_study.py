@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import statistics
 from pathlib import Path
 
@@ -79,6 +80,8 @@ class FakeExecutor:
             if key in self.fail:
                 log_path.write_text("step 3\nTraceback (most recent call last):\nFloatingPointError: non-finite loss nan at step 3\n")
                 return 1
+            if "overwrite_output_dir=True" in argv and out.exists():
+                shutil.rmtree(out)  # as the recipe does with a folder it made
             d = out / f"step_{rc['max_steps']}"
             d.mkdir(parents=True)
             (d / "config.json").write_text("{}")
@@ -211,6 +214,41 @@ def test_interrupted_training_resumes_and_finished_training_is_not_redone(tmp_pa
     n = len(ex.calls)
     assert study.run_one(run["key"], run)["status"] == "ok"
     assert len(ex.calls) == n  # eval results were complete too: nothing re-run
+
+
+def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tmp_path):
+    study, ex = _study(tmp_path)
+    study.run_one("base", None, evaluate=False)
+    run = grid(study.cfg)[0]
+    eval_dir = study.run_dir(run["key"]) / "eval"
+
+    def calls_of(rec_fn):
+        n = len(ex.calls)
+        rec = rec_fn()
+        calls = [a for a in ex.calls[n:] if "torchtune_longshort.eval.babilong_generator" not in a]  # data, once
+        return rec, ["tune" if Path(a[0]).name == "tune" else "eval" for a in calls], calls
+
+    rec, kinds, _ = calls_of(lambda: study.run_one(run["key"], run))
+    assert rec["status"] == "ok" and kinds == ["tune", "eval"]
+    (eval_dir / "model" / "stale_marker").write_text("from the first evaluation")
+
+    # a fine-tune setting changed: result.json, checkpoint and eval results are all of the old config
+    study.cfg["finetune"]["overrides"]["optimizer"]["lr"] = 5.0e-4
+    rec, kinds, calls = calls_of(lambda: study.run_one(run["key"], run))
+    assert rec["status"] == "ok" and kinds == ["tune", "eval"]
+    assert calls[0][-1] == "overwrite_output_dir=True"  # from step 0, not skipped, not resumed
+    assert not (eval_dir / "model" / "stale_marker").exists()
+    assert rec["spec"]["recipe_config"]["optimizer"]["lr"] == 5.0e-4
+
+    # an eval setting changed: the checkpoint is reused, lm-eval runs again with the new metadata
+    study.cfg["eval"]["ppl_num_samples"] = 5
+    rec, kinds, calls = calls_of(lambda: study.run_one(run["key"], run))
+    assert kinds == ["eval"] and json.loads(calls[0][calls[0].index("--metadata") + 1])["ppl_num_samples"] == 5
+
+    # eval interrupted after lm-eval wrote its results (result.json lost): nothing runs again
+    (study.run_dir(run["key"]) / "result.json").unlink()
+    rec, kinds, _ = calls_of(lambda: study.run_one(run["key"], run))
+    assert rec["status"] == "ok" and kinds == []
 
 
 def test_base_failure_blocks_finetunes_with_reason(tmp_path):

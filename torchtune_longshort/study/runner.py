@@ -8,14 +8,15 @@ Every step goes through the project's own entry points in a subprocess, exactly 
 
 Layout under ``output_dir``::
 
-    base/            recipe.yaml, train/ (the recipe's output_dir), eval/ (lm-eval output), result.json
+    base/            recipe.yaml, train/ (the recipe's output_dir), eval/ (lm-eval output), eval_spec.json, result.json
     runs/<key>/      the same per fine-tune, key = <method>_a<alpha>_s<seed>
     babilong_data/   generated once per study
     study.json       the resolved config, wall time, per-run status
 
 Skip / resume: a run whose ``result.json`` says ``ok`` for the same spec is skipped. Otherwise training continues
-from the recipe's newest ``step_<k>`` (``resume=True``) or is skipped when ``step_<max_steps>`` exists, and lm-eval
-is skipped when its results already hold every task. A failed run (non-zero exit, NaN loss, missing output) is
+from the recipe's newest ``step_<k>`` (``resume=True``) or is skipped when ``step_<max_steps>`` exists, unless the
+run's ``recipe.yaml`` changed since (then it trains again from step 0); lm-eval is skipped when its results hold every
+task and ``eval_spec.json`` says they are of this checkpoint and spec (else ``eval/`` is replaced). A failed run (non-zero exit, NaN loss, missing output) is
 recorded with ``status: failed``, its stage and the tail of its log, and the grid goes on.
 """
 
@@ -29,7 +30,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -40,6 +41,7 @@ from torchtune_longshort.study.stages import StageError, error_line, log_tail, r
 from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
 
 RESULT = "result.json"
+EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
 
 
 class Study:
@@ -168,11 +170,14 @@ class Study:
                 "eval": {k: v for k, v in self.cfg["eval"].items() if k != "eval_base"}}
 
     # ------------------------------------------------------------------ stages
-    def _train(self, key: str, run: Optional[Dict[str, Any]]) -> Path:
+    def _train(self, key: str, run: Optional[Dict[str, Any]]) -> Tuple[Path, bool]:
+        """``(final checkpoint, whether it was trained by this call)``. Checkpoints of another recipe config (the
+        ``recipe.yaml`` they were trained from differs) are trained again from step 0, never reused or resumed."""
         rdir = self.run_dir(key)
         rc_cfg = self.recipe_config(key, run)
         rdir.mkdir(parents=True, exist_ok=True)
-        (rdir / "recipe.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(rc_cfg)))
+        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(rc_cfg))
+        changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
         # the steps the recipe will really train (equal compute shortens regularized runs); the loss's default alpha
         # when the config has none (imported here: the loss package pulls torch in)
         from torchtune_longshort.loss import DEFAULT_ALPHA
@@ -181,9 +186,14 @@ class Study:
         max_steps = trained_steps(int(rc_cfg["max_steps"]), rc_cfg.get("equal_compute_overhead"), float(alpha))
         train_dir = Path(rc_cfg["output_dir"])
         done = steps_in(train_dir)
+        if changed and done:
+            self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
+                     "step 0")
+            done = []
+        recipe_yaml.write_text(rc_text)
         if max_steps in done:
             self.log(f"[study] {key}: training done before (step_{max_steps} exists), skipped")
-            return train_dir / f"step_{max_steps}"
+            return train_dir / f"step_{max_steps}", False
         extra = ["resume=True"] if [s for s in done if s > 0] else ["overwrite_output_dir=True"]
         if extra == ["resume=True"]:
             self.log(f"[study] {key}: resuming training from step_{max(done)}")
@@ -198,7 +208,7 @@ class Study:
         final = train_dir / f"step_{max_steps}"
         if not final.is_dir():
             raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
-        return final
+        return final, True
 
     def _babilong_data(self) -> Optional[Path]:
         bab = self.cfg["eval"].get("babilong")
@@ -223,7 +233,13 @@ class Study:
         marker.write_text(json.dumps(want))
         return out
 
-    def _eval(self, key: str, checkpoint: Path, extrapolate: bool = True) -> Dict[str, Any]:
+    def _eval(self, key: str, checkpoint: Path, spec: Dict[str, Any], trained_now: bool,
+              extrapolate: bool = True) -> Dict[str, Any]:
+        """lm-eval on ``checkpoint``. Results already in the run's ``eval/`` are reused only when ``eval_spec.json``
+        says they come from this checkpoint, trained before this call, under this ``spec``; else ``eval/`` (which
+        the study made) is replaced."""
+        import shutil
+
         from torchtune_longshort.eval.results_io import group_coverage, load_curves, load_group_subtasks, load_results
 
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
@@ -232,14 +248,21 @@ class Study:
 
         ev, rdir = self.cfg["eval"], self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
+        spec_file, want = rdir / EVAL_SPEC, {"checkpoint": str(checkpoint), **spec}
         if eval_dir.is_dir():
+            same = (not trained_now and spec_file.is_file() and json.loads(spec_file.read_text()) == want)
             try:
-                have = load_results(eval_dir)
-                if all(t in have for t in tasks):
+                have = load_results(eval_dir) if same else {}
+                if same and all(t in have for t in tasks):
                     self.log(f"[study] {key}: lm-eval results present, skipped")
                     return read(eval_dir, have)
             except FileNotFoundError:
                 pass
+            if not same:
+                self.log(f"[study] {key}: the results in {eval_dir} are of another checkpoint or eval spec: "
+                         "evaluating again")
+                spec_file.unlink(missing_ok=True)
+                shutil.rmtree(eval_dir)
         model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev["max_length"],
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
         metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
@@ -268,6 +291,7 @@ class Study:
         missing = [t for t in tasks if t not in have]
         if missing:
             raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
+        spec_file.write_text(json.dumps(want, indent=1, default=str))
         return read(eval_dir, have)
 
     # ------------------------------------------------------------------ one run
@@ -292,20 +316,21 @@ class Study:
         try:
             if blocked:
                 raise StageError("base", blocked)
+            trained_now = False
             if key == "base" and self.cfg["base"].get("checkpoint_dir"):
                 ckpt = self.base_checkpoint()
                 if not (ckpt / "config.json").is_file():
                     raise StageError("base", f"base.checkpoint_dir={str(ckpt)!r} has no config.json")
             else:
                 self.log(f"[study] {key}: training")
-                ckpt = self._train(key, run)
+                ckpt, trained_now = self._train(key, run)
                 rec["train"] = train_summary(ckpt.parent)
             rec["checkpoint"] = str(ckpt)
             rec["wall_s_train"] = round(time.time() - t0, 1)
             if evaluate:
                 stage, t1 = "eval", time.time()
                 self.log(f"[study] {key}: evaluating {len(self.eval_tasks())} tasks")
-                rec.update(self._eval(key, ckpt))
+                rec.update(self._eval(key, ckpt, spec, trained_now))
                 rec["wall_s_eval"] = round(time.time() - t1, 1)
             rec["status"] = "ok"
         except Exception as e:  # recorded, and the grid goes on
