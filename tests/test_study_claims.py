@@ -203,3 +203,24 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
     assert "is below base.min_ppl_ratio" not in "\n".join(base_section(b, cfg))  # both readings pass 2.0
     cfg["base"]["min_ppl_ratio"] = None
     assert base_gate_refusal(cfg, rec) is None
+
+
+def test_a_method_whose_ce_baseline_did_not_learn_the_extension_is_not_measurable(tmp_path, monkeypatch):
+    # planted: CLEX's fine-tunes 5 ppl worse than PI's, so its CE-only runs end above the base (planted +3) at every
+    # length; alpha 0.1 still beats CLEX's own CE by the planted 0.6, which the intervals see
+    monkeypatch.setitem(METHOD_EFFECT, "clex", 5.0)
+    cfg = _cfg(tmp_path)
+    cfg["methods"]["clex"] = {"method": "clex"}
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
+    study.run()
+    claims = {c["id"]: c for c in analyze(cfg, load_records(tmp_path / "out", cfg))["claims"]}
+    t23 = claims["tables2_3"]
+    assert t23["per_method"]["pi"]["verdict"] == "held"
+    clex = t23["per_method"]["clex"]
+    assert clex["verdict"] == "not measurable here"
+    assert "did not learn the extension" in clex["reason"] and "the intervals alone would say: held" in clex["reason"]
+    assert t23["verdict"] == "held"  # held wherever it is measurable; the reason names CLEX's
+    assert claims["table6"]["per_method"]["clex"]["verdict"] == "not measurable here"
+    build_report(tmp_path / "out", tmp_path / "report", cfg)
+    assert "clex: not measurable here (the CE-only fine-tunes did not learn the extension" in (
+        tmp_path / "report" / "report.md").read_text()

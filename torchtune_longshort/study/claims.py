@@ -135,9 +135,33 @@ def methods_compared(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the claims
+def failed_baseline(cfg: Dict[str, Any], recs: Records, method: str) -> Optional[str]:
+    """Why ``method``'s CE-only fine-tunes cannot serve as the baseline, or None: their mean ppl is at or above the
+    unscaled base's at every length >= L (they did not learn the extension). A loss that beats such a baseline has
+    beaten a failed run, which says nothing about the paper's claim."""
+    rows = [r for r in ce_improvement(cfg, recs)
+            if r["method"] == method and r["length"] >= cfg["L"] and r["ratio"] is not None]
+    if not rows or any(r["ratio"] < 1.0 for r in rows):
+        return None
+    ratios = " / ".join(f"{r['ratio']:.2f}" for r in rows)
+    lengths = " / ".join(length_label(r["length"]) for r in rows)
+    return (f"the CE-only fine-tunes did not learn the extension: their ppl over the base's is {ratios} at "
+            f"{lengths}, so there is no working baseline to compare against")
+
+
+def _combined(verdicts: Sequence[str]) -> str:
+    measurable = [v for v in verdicts if v != "not measurable here"]
+    if not measurable:
+        return "not measurable here"
+    if all(v == "held" for v in measurable):
+        return "held"
+    return "held for some methods only" if "held" in measurable else "not held"
+
+
 def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], want: str, key: str) -> Dict[str, Any]:
     """Tables 2-3 (``want = better``, alphas 0.1-0.3) and Table 6 (``want = worse``, alpha >= 0.5): per method, the
-    paired ppl differences at every length >= L, plus retrieval / QA where they carry signal."""
+    paired ppl differences at every length >= L, plus retrieval / QA where they carry signal. A method whose CE-only
+    fine-tunes did not learn the extension (:func:`failed_baseline`) is not measurable here."""
     comps, per_method = [], {}
     for m in cfg["methods"]:
         dirs = []
@@ -150,11 +174,14 @@ def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], wan
                 dirs.append(c["direction"])
             comps += _secondary(cfg, recs, config_key(m, a), ce_id(cfg, m))
         per_method[m] = _verdict_from(dirs, want)
+        failed = failed_baseline(cfg, recs, m) if dirs else None
+        if failed:
+            v, r = per_method[m]
+            per_method[m] = ("not measurable here", f"{failed} (the intervals alone would say: {v}, {r})")
     if not comps:
         return {"id": key, "paper": PAPER[key], "verdict": "not measurable here",
                 "reason": f"no alpha in {list(alphas)} in this study's grid", "comparisons": [], "per_method": {}}
-    verdicts = {v for v, _ in per_method.values()}
-    verdict = verdicts.pop() if len(verdicts) == 1 else "held for some methods only"
+    verdict = _combined([v for v, _ in per_method.values()])
     reason = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in per_method.items())
     rule = (f"per method: {want} than CE on perplexity (95% interval of the paired difference excluding 0) at one "
             f"or more lengths >= L and {_opposite(want)} at none, for alpha in {list(alphas)}")
