@@ -38,6 +38,7 @@ BAD_VALUES = [
     ({"loss.alpha": -0.1}, ValueError, r"loss.alpha=-0.1"),
     ({"batch_size": 3, "gradient_accumulation_steps": 2}, ValueError, r"batch_size=3 is not divisible"),
     ({"window_bos": "yes"}, ValueError, r"window_bos='yes'"),
+    ({"clip_rope_separately": "yes"}, ValueError, r"clip_rope_separately='yes'"),
     ({"window_bos": True, "loss.alpha": 0.1}, ValueError, r"window_bos=True with loss.alpha=0.1"),
 ]
 

@@ -68,7 +68,7 @@ class LongShortFinetuneRecipe:
     ``checkpointer`` (``checkpoint_dir: null`` trains from random weights with the model's explicit dimensions),
     ``dataset`` (a documents callable from ``torchtune_longshort.data.corpus``), ``seq_len`` (L), ``e_range``,
     ``batch_size`` (global), ``gradient_accumulation_steps``, ``max_steps``, ``loss``, ``optimizer``,
-    ``lr_scheduler``, ``clip_grad_norm``, ``dtype``, ``device``, ``compile``, ``enable_activation_checkpointing``,
+    ``lr_scheduler``, ``clip_grad_norm``, ``clip_rope_separately``, ``dtype``, ``device``, ``compile``, ``enable_activation_checkpointing``,
     ``train_embeddings_and_norms`` (LoRA), ``save_every_n_steps``, ``resume``, ``overwrite_output_dir``,
     ``metric_logger``, ``log_every_n_steps``, ``validation`` (optional), ``position_sampler`` (optional: a
     ``torchtune_longshort.rope`` position-id sampler, e.g. PoSE), ``seed``.
@@ -293,10 +293,11 @@ class LongShortFinetuneRecipe:
         # resume=True continues exactly where it stopped.
         stop_at = min(max_steps, cfg.get("stop_after_step") or max_steps)
         while self.global_step < stop_at:
-            sums, grad_norm = self._train_step()
+            sums, norms = self._train_step()
             if self.global_step % log_every == 0 or self.global_step == max_steps:
                 lr = self._optimizer.param_groups[0]["lr"]
-                self._run_log.log_step(self.global_step, sums, lr, float(grad_norm), self._device)
+                self._run_log.log_step(self.global_step, sums, lr, {k: float(v) for k, v in norms.items()},
+                                       self._device)
             self._run_log.advance()
             if self._val_tokens is not None and (self.global_step % val_every == 0 or self.global_step == max_steps):
                 val = validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab)
@@ -328,9 +329,10 @@ class LongShortFinetuneRecipe:
             sums["misalignment"] += out.misalignment.item() / self.grad_accum
             sums["e"] += batch["e"] / self.grad_accum
             self._run_log.tokens += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
-        grad_norm = clip_gradients(
+        norms = clip_gradients(
             self._model, self.cfg.get("clip_grad_norm"),
             lambda: f"{self._where(batch)}, loss {sums['loss']:.6g} (last checkpoint: {self.ckpts.latest()})",
+            rope_separately=bool(self.cfg.get("clip_rope_separately", False)),
         )
         self._optimizer.step()
         if self._lr_scheduler is not None:
@@ -338,7 +340,7 @@ class LongShortFinetuneRecipe:
         self.global_step += 1
         if self._distributed:  # logged values are the global batch's mean
             mean_over_ranks(sums, ("loss", "ce", "misalignment"), self._device, self.world_size)
-        return sums, grad_norm
+        return sums, norms
 
     def _where(self, batch: Dict[str, Any]) -> str:
         return f"step {self.global_step + 1} (rank {self.rank}), e={batch['e']}, data position {batch['data_position']}"

@@ -43,6 +43,7 @@ RECIPE_KEYS = {
     "optimizer": "optimizer component",
     "lr_scheduler": "optional LR scheduler component",
     "clip_grad_norm": "max gradient norm (null: no clipping)",
+    "clip_rope_separately": "clip the RoPE's trainable parameters (CLEX's ODE) as their own group (default false)",
     "device": "cpu | cuda | cuda:N",
     "cpu_keep_freed_blocks": "CPU: glibc keeps large freed blocks for reuse (default true; training.cpu_allocator)",
     "dtype": "fp32 | bf16 | fp16",
@@ -154,6 +155,9 @@ def check_recipe_config(cfg: DictConfig, world_size: int = 1, cuda_available: Op
     window_bos = cfg.get("window_bos", False)
     if not isinstance(window_bos, bool):
         raise ValueError(f"window_bos={window_bos!r} is not accepted: expected true or false")
+    if not isinstance(cfg.get("clip_rope_separately", False), bool):
+        raise ValueError(f"clip_rope_separately={cfg.get('clip_rope_separately')!r} is not accepted: expected true or "
+                         "false")
     if window_bos and out["alpha"] != 0:
         raise ValueError(
             f"window_bos=True with loss.alpha={alpha}: BOS written over each window's "

@@ -87,15 +87,16 @@ class RunLog:
             self.metric_logger.log_dict(dict(metrics), step=step)
             self.jsonl.log(step, metrics)
 
-    def log_step(self, step: int, sums: Mapping[str, float], lr: float, grad_norm: float, device) -> None:
-        """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norm."""
+    def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device) -> None:
+        """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norms
+        (``grad_norm``, and ``rope_grad_norm`` where the RoPE has trainable parameters)."""
         dt = time.perf_counter() - self._t0
         metrics = {
             **sums,
             "lr": lr,
             "tokens_per_second": self.tokens / dt if dt > 0 else 0.0,
             "peak_memory_gib": peak_memory_gib(device),
-            "grad_norm": grad_norm,
+            **norms,
         }
         self.log(step, metrics)
         if self.pbar is not None:

@@ -3,7 +3,7 @@ checkpoint stays the last good one."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch import nn
@@ -19,17 +19,48 @@ def check_finite_loss(out, where: Callable[[], str]) -> None:
         )
 
 
-def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str]) -> torch.Tensor:
-    """Clip to ``max_norm`` (None: only measure the norm) and return the total gradient norm; raise
-    ``FloatingPointError`` naming ``where`` when it is not finite (clipping would scale every gradient to 0 or NaN
-    and the run would go on without learning)."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        model.parameters(), max_norm=float(max_norm) if max_norm is not None else float("inf")
-    )
-    if hasattr(grad_norm, "full_tensor"):
-        grad_norm = grad_norm.full_tensor()
-    if not torch.isfinite(grad_norm).item():
-        raise FloatingPointError(
-            f"non-finite gradient norm {grad_norm.item()} at {where()}; stopping before the optimizer step"
-        )
-    return grad_norm
+def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
+    """The trainable parameters of the model's RoPE modules (CLEX's ODE), each once."""
+    from torchtune_longshort.rope.base import ScaledRoPE
+
+    seen: Dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, ScaledRoPE):
+            for p in module.parameters():
+                if p.requires_grad:
+                    seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def _clip(params: Sequence[nn.Parameter], max_norm, name: str, where: Callable[[], str]) -> torch.Tensor:
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(max_norm) if max_norm is not None else float("inf"))
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    if not torch.isfinite(norm).item():
+        raise FloatingPointError(f"non-finite {name} {norm.item()} at {where()}; stopping before the optimizer step")
+    return norm
+
+
+def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str],
+                   rope_separately: bool = False) -> Dict[str, torch.Tensor]:
+    """Clip to ``max_norm`` (None: only measure) and return ``{"grad_norm": ...}`` (the norm before clipping) plus
+    ``"rope_grad_norm"`` when the model has trainable RoPE parameters (CLEX's ODE). ``rope_separately``: clip those
+    parameters as their own group, so that their gradient (it grows with the positions: d angle / d log freq is the
+    angle) does not scale down every other gradient; ``grad_norm`` is then the rest's norm. Raise
+    ``FloatingPointError`` naming ``where`` when a norm is not finite (clipping would scale every gradient to 0 or
+    NaN and the run would go on without learning)."""
+    rope = rope_parameters(model)
+    out: Dict[str, torch.Tensor] = {}
+    if rope_separately and rope:
+        ids = {id(p) for p in rope}
+        out["grad_norm"] = _clip([p for p in model.parameters() if id(p) not in ids], max_norm, "gradient norm", where)
+        out["rope_grad_norm"] = _clip(rope, max_norm, "RoPE gradient norm", where)
+        return out
+    if rope:  # measured before the joint clipping below changes it
+        grads = [p.grad for p in rope if p.grad is not None]
+        out["rope_grad_norm"] = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])) if grads else torch.zeros(())
+        if hasattr(out["rope_grad_norm"], "full_tensor"):
+            out["rope_grad_norm"] = out["rope_grad_norm"].full_tensor()
+    out["grad_norm"] = _clip(list(model.parameters()), max_norm, "gradient norm", where)
+    return out
