@@ -188,6 +188,23 @@ def test_clex_training_draws_t_and_positions():
     assert r.current_t == 8
 
 
+def test_clex_t_min_floors_the_training_draws_and_leaves_inference_alone():
+    r = clex(time_dt=0.25, t_min=3)
+    assert r.spec()["t_min"] == 3 and "t_min" not in clex(time_dt=0.25).spec()  # the released rule keeps its spec
+    r.train()
+    g = torch.Generator().manual_seed(0)
+    ts = set()
+    for _ in range(40):
+        r.prepare(32, None, generator=g)
+        ts.add(r.current_t)
+    assert ts == set(range(3, 9))
+    r.eval()
+    r.prepare(40, None)
+    assert r.current_t == 2  # inference still reads ceil(length / L)
+    for bad in (0, 9, 2.5, True):
+        with pytest.raises(ValueError, match=r"t_min=.* is not accepted: expected an integer in \[1, t_max=8\]"):
+            clex(t_min=bad)
+
 # ---- samplers -------------------------------------------------------------------------------------------
 
 def test_random_pos_is_a_uniform_sorted_subset():

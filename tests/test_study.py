@@ -172,6 +172,20 @@ def test_recipe_configs_base_and_finetune(tmp_path):
 
 
 # ---------------------------------------------------------------- grid behaviour
+def test_a_method_s_own_overrides_reach_its_runs_only(tmp_path):
+    study, _ = _study(tmp_path, methods={"pi": {"method": "linear"},
+                                         "clex": {"method": "clex", "t_min": 2,
+                                                  "overrides": {"clip_rope_separately": True}}})
+    runs = {r["key"]: r for r in grid(study.cfg)}
+    clex = study.recipe_config("clex_a0.1_s0", runs["clex_a0.1_s0"])
+    pi = study.recipe_config("pi_a0.1_s0", runs["pi_a0.1_s0"])
+    assert clex["clip_rope_separately"] is True and "clip_rope_separately" not in pi
+    assert clex["model"]["t_min"] == 2 and "overrides" not in clex["model"]  # the rope kwargs, less the recipe keys
+    assert runs["clex_a0.1_s0"]["rope"] == {"method": "clex", "t_min": 2}
+    with pytest.raises(StudyConfigError, match=r"methods\.clex\.overrides=\[1\] must map recipe keys"):
+        _study(tmp_path, methods={"clex": {"method": "clex", "overrides": [1]}})
+
+
 def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     study, ex = _study(tmp_path, fail={"pi_a0.3_s1"})
     recs = study.run()

@@ -8,8 +8,9 @@ where theta_ntk(t) are NTK-aware frequencies with alpha = 2t - 1 (the released c
 starts at zero, so an untrained CLEX follows the NTK path exactly: z(t) = log theta_ntk(t). The ODE is solved
 in float32 with fixed-step RK4 (the released code uses torchdiffeq's ``rk4`` with ``step_size = time_dt``).
 
-Training: t is an integer drawn from [1, t_max] once per forward pass, and the position ids are a sorted random
-subset of ``[0, seq_len * t)`` divided by ``seq_len // L`` (kept first and last) -- the released rule.
+Training: t is an integer drawn from [t_min, t_max] (released: t_min = 1) once per forward pass, and the position
+ids are a sorted random subset of ``[0, seq_len * t)`` divided by ``seq_len // L`` (kept first and last) -- the
+released rule.
 Inference: ``t = ceil(L_cur / L)`` capped at ``t_max``, with ``L_cur = max(position) + 1``.
 
 q and k of every layer must see the same t and positions, so the draw happens once per model forward in
@@ -59,6 +60,9 @@ class CLEXRoPE(ScaledRoPE):
         time_dt: RK4 step in t (released: 0.01).
         log_scale: also scale q by ``log(L_cur) / log(L)`` in every layer (the released ``log_scale`` option).
         sample_positions: in training, draw CLEX's random position ids when the caller passes none.
+        t_min: smallest scaling factor drawn in training (released: 1). The released rule divides the sampled
+            positions by ``seq_len // L``, which matches inference only for t >= seq_len / L: when training runs at
+            a multiple of L, ``t_min = seq_len // L`` keeps every training step in the geometry inference uses.
 
     Parameters ``ode_up_proj`` [dim/2, param_factor*dim] and ``ode_down_proj`` [param_factor*dim, dim/2] are
     ordinary ``nn.Parameter``s: they train with the model and are saved in its state dict.
@@ -89,6 +93,7 @@ class CLEXRoPE(ScaledRoPE):
         time_dt: float = 0.01,
         log_scale: bool = False,
         sample_positions: bool = True,
+        t_min: int = 1,
         layout="interleaved",
     ):
         super().__init__(dim, max_seq_len, base, layout)
@@ -97,6 +102,10 @@ class CLEXRoPE(ScaledRoPE):
         if isinstance(t_max, bool) or not isinstance(t_max, (int, float)) or t_max < 1 or int(t_max) != t_max:
             raise ValueError(f"t_max={t_max!r} is not accepted: CLEX needs an integer scaling factor t_max >= 1")
         self.t_max = int(t_max)
+        if isinstance(t_min, bool) or not isinstance(t_min, (int, float)) or int(t_min) != t_min \
+                or not 1 <= t_min <= self.t_max:
+            raise ValueError(f"t_min={t_min!r} is not accepted: expected an integer in [1, t_max={self.t_max}]")
+        self.t_min = int(t_min)
         self.original_max_seq_len = check_positive_int("original_max_seq_len", original_max_seq_len)
         if self.original_max_seq_len < 2:
             raise ValueError("original_max_seq_len must be >= 2 for CLEX (log-length and position sampling)")
@@ -205,7 +214,7 @@ class CLEXRoPE(ScaledRoPE):
         """Fix t (and, in training, the positions) for one model forward; ``clear()`` undoes it."""
         positions = None
         if self.training:
-            t = int(torch.randint(1, self.t_max + 1, (1,), generator=generator))
+            t = int(torch.randint(self.t_min, self.t_max + 1, (1,), generator=generator))
             theta = self.inv_freq_at(t)
             if input_pos is None and self.sample_positions:
                 positions = self.sample_training_positions(seq_len, t, generator)
@@ -264,4 +273,5 @@ class CLEXRoPE(ScaledRoPE):
             "time_dt": self.time_dt,
             "log_scale": self.log_scale,
             "sample_positions": self.sample_positions,
+            **({"t_min": self.t_min} if self.t_min != 1 else {}),  # the released rule (1) keeps its old spec
         }

@@ -13,7 +13,8 @@ which makes torchtune's ``tune validate`` refuse the file with the reason, since
 ``recipe_config`` (its base YAML) and ``recipe_overrides`` (nested dict merged over it for every run),
 ``L0``, ``L``, ``base`` (``checkpoint_dir`` + ``tokenizer`` of a Hugging Face checkpoint, or ``pretrain``),
 ``model`` (the builder node used both to pre-train and, wrapped in ``rope_scaled``, to fine-tune),
-``finetune`` (``max_steps`` + recipe ``overrides``), ``methods`` (name -> ``rope_scaled`` kwargs, ``method`` required),
+``finetune`` (``max_steps`` + recipe ``overrides``), ``methods`` (name -> ``rope_scaled`` kwargs, ``method`` required;
+an ``overrides`` entry holds recipe keys for that method's runs only, merged over ``finetune.overrides``),
 ``alphas``, ``seeds``, ``eval`` (lengths and sample counts per task family), ``quick`` (a nested dict merged over
 the whole config by ``--quick``), ``jobs`` (optional, default 1: fine-tunes run at once, each subprocess given
 ``cpu_count // jobs`` threads; the base always runs alone).
@@ -92,6 +93,9 @@ NOT_A_TORCHTUNE_CONFIG = _NotATorchtuneConfig()
 
 class StudyConfigError(ValueError):
     """A study YAML field is missing or has a value the runner cannot use."""
+
+
+METHOD_OVERRIDES = "overrides"  # in a ``methods`` entry: recipe keys for that method's runs only
 
 
 def merged(base: Dict[str, Any], over: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -198,6 +202,9 @@ def _validate_grid(cfg: Dict[str, Any]) -> None:
         if not isinstance(spec, dict) or "method" not in spec:
             raise StudyConfigError(f"study config: methods.{name}={spec!r} needs a 'method' key "
                                    "(a torchtune_longshort.rope.ROPE_METHODS name)")
+        if not isinstance(spec.get(METHOD_OVERRIDES) or {}, dict):
+            raise StudyConfigError(f"study config: methods.{name}.{METHOD_OVERRIDES}={spec[METHOD_OVERRIDES]!r} must "
+                                   "map recipe keys to values (e.g. {clip_rope_separately: true})")
     alphas = _need(cfg, "alphas")
     if not alphas or any(not isinstance(a, (int, float)) or isinstance(a, bool) or a < 0 for a in alphas):
         raise StudyConfigError(f"study config: alphas={alphas!r} must be a non-empty list of numbers >= 0")
@@ -300,8 +307,9 @@ def grid(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The fine-tune runs, each with its run key (its folder name): seeds x methods x alphas (the main grid), then
     the ``variants`` (one method each: ``e_range``, ``divergence``, ``equal_compute``) per seed.
 
-    A run is ``{key, config, method, rope, alpha, seed, variant, overrides}`` (``config``: :func:`config_key`); ``variant`` is ``None`` in the main grid and
-    ``overrides`` (recipe keys merged over the fine-tune config) is empty there.
+    A run is ``{key, config, method, rope, alpha, seed, variant, overrides}`` (``config``: :func:`config_key`);
+    ``variant`` is ``None`` in the main grid, and ``overrides`` (recipe keys merged over the fine-tune config) holds
+    the method's own ``overrides`` there, plus the variant's in a variant.
     """
     runs = []
     variants = cfg.get("variants") or {}
@@ -328,10 +336,14 @@ def config_key(method: str, alpha: float, tag: Optional[str] = None) -> str:
     return f"{method}_a{alpha:g}" + (f"_{tag}" if tag else "")
 
 
-def _run(config: str, method: str, rope: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,
+def _run(config: str, method: str, mspec: Dict[str, Any], alpha: float, seed: int, variant: Optional[str] = None,
          overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    return {"key": f"{config}_s{seed}", "config": config, "method": method, "rope": dict(rope), "alpha": float(alpha), "seed": seed,
-            "variant": variant, "overrides": copy.deepcopy(overrides or {})}
+    """One run: ``rope`` is the method's ``rope_scaled`` kwargs; ``overrides`` its recipe keys (the method's own
+    ``overrides`` entry, then the variant's over them)."""
+    rope = {k: v for k, v in mspec.items() if k != METHOD_OVERRIDES}
+    over = merged(copy.deepcopy(mspec.get(METHOD_OVERRIDES) or {}), overrides or {})
+    return {"key": f"{config}_s{seed}", "config": config, "method": method, "rope": rope, "alpha": float(alpha),
+            "seed": seed, "variant": variant, "overrides": over}
 
 
 def _bound_tag(b: Any) -> str:
