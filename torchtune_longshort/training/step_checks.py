@@ -56,11 +56,8 @@ def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str],
         out["grad_norm"] = _clip([p for p in model.parameters() if id(p) not in ids], max_norm, "gradient norm", where)
         out["rope_grad_norm"] = _clip(rope, max_norm, "RoPE gradient norm", where)
         return out
-    if rope:  # measured before the joint clipping below changes it
-        grads = [p.grad for p in rope if p.grad is not None]
-        out["rope_grad_norm"] = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])) if grads else torch.zeros(())
-        if hasattr(out["rope_grad_norm"], "full_tensor"):
-            out["rope_grad_norm"] = out["rope_grad_norm"].full_tensor()
+    if rope:  # measured (max_norm None: nothing scaled) before the joint clipping below changes it; the same
+        # call as every clipping here, so sharded (FSDP2 DTensor) gradients reduce the same way
+        out["rope_grad_norm"] = _clip(rope, None, "RoPE gradient norm", where)
     out["grad_norm"] = _clip(list(model.parameters()), max_norm, "gradient norm", where)
     return out
