@@ -9,13 +9,9 @@ import shutil
 import pytest
 import torch
 
-from torchtune_longshort.models import apply_rope_scaling, load_hf_checkpoint, load_llama2_hf_checkpoint
-from torchtune_longshort.models.hf_checkpoint import (
-    INDEX_FILE,
-    ROPE_SIDE_FILE,
-    check_checkpoint_folder,
-    save_hf_checkpoint,
-)
+from torchtune_longshort.models import apply_rope_scaling, load_hf_checkpoint
+from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, ROPE_SIDE_FILE, check_checkpoint_folder
+from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +23,7 @@ def base_with_tokenizer(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
 
 
 def _saved(tmp_path, base, method, **kw):
-    model = load_llama2_hf_checkpoint(base)
+    model = load_hf_checkpoint(base, plain_rope=True)
     apply_rope_scaling(model, method, 512, original_max_seq_len=256, **kw)
     out = tmp_path / method
     save_hf_checkpoint(model, out, base)
@@ -56,9 +52,10 @@ def test_linear_folder_loads_in_transformers_with_its_tokenizer(tmp_path, base_w
 def test_many_shards_with_index_load_in_transformers(tmp_path, base_with_tokenizer):
     from transformers import AutoModelForCausalLM
 
-    from torchtune_longshort.models.hf_checkpoint import read_hf_config, write_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import read_hf_config
+    from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 
-    model = load_llama2_hf_checkpoint(base_with_tokenizer)
+    model = load_hf_checkpoint(base_with_tokenizer, plain_rope=True)
     out = tmp_path / "sharded"
     write_hf_checkpoint(out, model.state_dict(), read_hf_config(base_with_tokenizer), tokenizer=base_with_tokenizer,
                         max_shard_bytes=200_000)
@@ -139,11 +136,11 @@ def test_eval_model_refuses_a_foreign_folder_without_tokenizer(tiny_llama2_dir):
 def test_saving_a_method_transformers_cannot_run_says_so(tmp_path, base_with_tokenizer, caplog):
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint_writer"):
         _saved(tmp_path, base_with_tokenizer, "eabf")
     assert any("'eabf' is not representable in transformers" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint_writer"):
         _saved(tmp_path, base_with_tokenizer, "yarn")
     assert not caplog.records
 
@@ -171,8 +168,8 @@ def test_a_tokenizer_transformers_cannot_convert_is_copied_with_a_warning(tmp_pa
     (src / "tokenizer.model").write_text("IQ== 0\nIg== 1\n")  # tiktoken's format: base64 token, rank
     out = tmp_path / "out"
     out.mkdir()
-    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_tokenizer"):
         copy_tokenizer(src / "tokenizer.model", out)
-    assert (out / "tokenizer.model").read_text() == (src / "tokenizer.model").read_text()
+    assert (out / "original" / "tokenizer.model").read_text() == (src / "tokenizer.model").read_text()
     assert not (out / "tokenizer.json").exists()
     assert "could not write transformers' tokenizer files" in caplog.text

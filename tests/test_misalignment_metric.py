@@ -34,9 +34,9 @@ def test_context_free_model_has_closed_form_misalignment():
 
 
 def test_suffix_misalignment_equals_explicit_runs(tiny_llama2_dir):
-    from torchtune_longshort.models import load_llama2_hf_checkpoint
+    from torchtune_longshort.models import load_hf_checkpoint
 
-    model = load_llama2_hf_checkpoint(tiny_llama2_dir)
+    model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
     torch.manual_seed(0)
     tokens = torch.randint(0, 512, (64,))
     got = suffix_misalignment(model, tokens, 40, 64)

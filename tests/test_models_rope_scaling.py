@@ -12,7 +12,6 @@ import torch
 from torchtune_longshort.models import (
     apply_rope_scaling,
     load_hf_checkpoint,
-    load_llama2_hf_checkpoint,
     rope_scaling_to_hf,
     rope_spec_from_hf_config,
     save_hf_checkpoint,
@@ -228,7 +227,7 @@ def _sharpen(model):
 def test_checkpoint_round_trip(tmp_path, small_ckpt, sp_tokenizer_dir, method):
     from transformers import LlamaForCausalLM
 
-    model = load_llama2_hf_checkpoint(small_ckpt)
+    model = load_hf_checkpoint(small_ckpt, plain_rope=True)
     _sharpen(model)
     apply_rope_scaling(model, method, TARGET)
     if method == "clex":

@@ -158,7 +158,7 @@ def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
 
 def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokenizer_dir):
     """A run from scratch killed before its first save leaves step_0 (no recipe state): not a resume point."""
-    from torchtune_longshort.models.hf_checkpoint import write_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
     from torchtune.models.llama2 import llama2
 
@@ -237,7 +237,8 @@ def test_resume_refuses_changes_that_break_exactness_and_applies_the_others():
 
 def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """A step folder counts as complete only when every file its index names is there."""
-    from torchtune_longshort.models.hf_checkpoint import load_hf_state_dict, read_hf_config, write_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import load_hf_state_dict, read_hf_config
+    from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune.models.convert_weights import hf_to_tune
     from torchtune_longshort.training.checkpointing import StepCheckpoints
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchtune_longshort.models import load_hf_checkpoint, load_llama2_hf_checkpoint, write_random_llama2_checkpoint
+from torchtune_longshort.models import load_hf_checkpoint, write_random_llama2_checkpoint
 
 VOCAB = 128
 ORIG = 64
@@ -60,7 +60,7 @@ def test_logits_match_transformers_beyond_original_context(tmp_path, name):
     with torch.no_grad():
         ref = hf(tokens).logits
         got = ours(tokens)
-        plain = load_llama2_hf_checkpoint(tmp_path, max_seq_len=TARGET)(tokens)
+        plain = load_hf_checkpoint(tmp_path, plain_rope=True, max_seq_len=TARGET)(tokens)
     err = (got - ref).abs().max().item()
     assert err < ATOL, f"{name}: max |logit diff| {err:.3g}"
     # The comparison is sensitive: unscaled RoPE on the same weights is far off beyond the original context.

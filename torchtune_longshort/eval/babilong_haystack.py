@@ -13,10 +13,8 @@ The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.babi
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.babilong_stories import Story
 from torchtune_longshort.eval.lengths import length_label
 
@@ -39,21 +37,12 @@ Segments = Tuple[List[str], List[int]]  # the input's lines, and the indices of 
 
 
 def load_token_counter(tokenizer: str) -> Callable[[str], int]:
-    """``text -> number of tokens`` for a SentencePiece ``.model`` file, a folder holding ``tokenizer.model``,
-    or a Hugging Face tokenizer name/folder (special tokens not counted)."""
-    p = Path(tokenizer).expanduser()
-    sp_file = sentencepiece_file(p)
-    if sp_file.is_file() and sp_file.suffix == ".model":
-        import sentencepiece as spm
+    """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
+    project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.long_text.TaskTokenizer`)."""
+    from torchtune_longshort.eval.long_text import TaskTokenizer
 
-        sp = spm.SentencePieceProcessor(model_file=str(sp_file))
-        return lambda text: len(sp.encode(text))
-    if p.is_file():
-        raise ValueError(f"tokenizer={tokenizer!r} is a file but not a SentencePiece '.model' file")
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer)
-    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+    tok = TaskTokenizer(tokenizer)
+    return lambda text: len(tok.encode(text))
 
 
 def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:

@@ -1,4 +1,5 @@
-"""lm-eval model ``longshort``: a Hugging Face-format Llama-2-family checkpoint run through torchtune.
+"""lm-eval model ``longshort``: a Hugging Face-format checkpoint of any family in
+``torchtune_longshort.models.MODEL_FAMILIES`` run through torchtune.
 
 Use::
 
@@ -10,9 +11,10 @@ Model arguments (``--model_args k=v,...``: pretrained, tokenizer, rope, rope_<pa
 allow_extrapolation, batch_size, dtype, device, truncation, max_gen_toks, add_bos_token) are described and checked
 in :mod:`torchtune_longshort.eval.model_args`.
 
-Tokenisation follows lm-eval's ``hf`` model on a Llama tokenizer token for token (BOS handling, context/continuation
-split, rolling windows, and with ``truncation=left`` its left truncation), so that the two give the same numbers on
-the same checkpoint.
+Tokenisation follows lm-eval's ``hf`` model token for token (the model's own BOS convention, read from its tokenizer:
+Llama-2/3 prepend BOS, Qwen2 and SmolLM2 do not; the prefix token of an empty context is BOS, else EOS;
+context/continuation split, rolling windows, and with ``truncation=left`` its left truncation), so that the two give
+the same numbers on the same checkpoint.
 
 A request the model will not run (longer than it runs, a prompt it may not cut, no room to generate) is refused,
 not cut or crashed on: its result carries the reason (``torchtune_longshort.eval.unavailable``,
@@ -46,26 +48,23 @@ from torchtune_longshort.eval.truncation import truncate_tokens
 from torchtune_longshort.eval.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
 from torchtune_longshort.loss.divergences import DIVERGENCES
-from torchtune_longshort.models.hf_checkpoint import checkpoint_fingerprint
 
 __all__ = ["LongShortLM", "TokenLoglikelihood"]
 
 
 @register_model("longshort")
 class LongShortLM(TemplateLM):
-    """lm-eval model for HF-format Llama-2-family checkpoints loaded into torchtune (see module docstring)."""
+    """lm-eval model for HF-format checkpoints of the family table, loaded into torchtune (see module docstring)."""
 
     def __init__(self, pretrained: Optional[str] = None, **model_args: Any) -> None:
         super().__init__()
         args = parse_model_args(pretrained=pretrained, **model_args)
         self.args = args
         self.checkpoint_dir = args.checkpoint_dir
-        self.checkpoint_fingerprint = checkpoint_fingerprint(args.checkpoint_dir)
+        self.checkpoint_fingerprint = args.folder.fingerprint()
         self.rope_spec = args.rope_spec
         self.limits = RequestLimits(args)
-        from torchtune.models.llama2 import llama2_tokenizer
-
-        self.tokenizer = llama2_tokenizer(str(args.tokenizer_path), prompt_template=None)
+        self.tokenizer = args.tokenizer
         self.model = load_checkpoint_model(args)
         self.vocab_size = int(args.hf_config["vocab_size"])
 
@@ -76,7 +75,8 @@ class LongShortLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
-        return self.tokenizer.bos_id
+        """The token an empty context starts from: BOS, or EOS for a model without one (lm-eval ``hf``'s rule)."""
+        return self.tokenizer.bos_id if self.tokenizer.bos_id is not None else self.tokenizer.eos_id
 
     @property
     def max_length(self) -> int:
@@ -96,7 +96,7 @@ class LongShortLM(TemplateLM):
 
     @property
     def tokenizer_name(self) -> str:
-        return str(self.args.tokenizer_path)
+        return str(self.tokenizer.path)
 
     def get_model_info(self) -> dict:
         """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls
@@ -106,6 +106,8 @@ class LongShortLM(TemplateLM):
         return {
             "checkpoint_dir": str(self.checkpoint_dir),
             "checkpoint_fingerprint": self.checkpoint_fingerprint,
+            "model_family": self.args.folder.family.name,
+            "tokenizer": f"{self.tokenizer.format}: {self.tokenizer.path}",
             "rope": self.rope_spec,
             "max_length": self.args.max_length,
             "usable_length": self.args.usable_length,
@@ -116,19 +118,26 @@ class LongShortLM(TemplateLM):
 
     # ------------------------------------------------------------------ tokenisation
     def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs) -> List[int]:
-        """Token ids of ``string``; BOS first unless ``add_special_tokens=False``, ``add_bos_token=false`` or the
-        string already starts with the BOS text (the rules of lm-eval's ``hf`` model)."""
-        add_bos = self.args.add_bos_token if add_special_tokens is None else bool(add_special_tokens)
-        bos_text = "<s>"
-        if add_special_tokens is None and string.startswith(bos_text):
-            ids = [self.tokenizer.bos_id] + self.tokenizer.encode(string[len(bos_text) :], add_bos=False, add_eos=False)
-            return ids
-        return self.tokenizer.encode(string, add_bos=add_bos, add_eos=False)
+        """Token ids of ``string`` by lm-eval ``hf``'s rules: the tokenizer's own special tokens (BOS where the
+        model's tokenizer adds one) unless ``add_special_tokens=False``; ``add_bos_token=true/false`` forces BOS on or
+        off; none when the string already starts with the prefix token's text."""
+        tok = self.tokenizer
+        forced = self.args.add_bos_token
+        if add_special_tokens is None:
+            if string.startswith(tok.token_text(self.prefix_token_id)):
+                add_special_tokens = False
+            elif forced is not None:
+                add_special_tokens = forced
+        if add_special_tokens is False:
+            return tok.encode_plain(string)
+        ids = tok.encode(string, add_bos=True, add_eos=tok.adds_eos)
+        if forced is True and not (tok.bos_id is not None and tok.adds_bos):
+            ids = [self.prefix_token_id] + ids
+        return ids
 
     def tok_decode(self, tokens: Sequence[int]) -> str:
         """Text of ``tokens`` with special tokens dropped."""
-        special = {self.tokenizer.bos_id, self.tokenizer.eos_id, self.tokenizer.pad_id}
-        return self.tokenizer.decode([t for t in tokens if t not in special])
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ full distributions
     @torch.no_grad()
@@ -297,7 +306,7 @@ class LongShortLM(TemplateLM):
                     f"generation kwargs {gen_kwargs!r}: the longshort model decodes greedily only; "
                     "accepted: do_sample=false / temperature=0"
                 )
-            until = handle_stop_sequences(kwargs.pop("until", None), eos="</s>")
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=self.tokenizer.token_text(self.eot_token_id))
             max_gen = int(kwargs.pop("max_gen_toks"))
             encoded = []
             for i in idxs:
@@ -331,7 +340,7 @@ class LongShortLM(TemplateLM):
             text, params = req.args
             l1, l2 = int(params["l1"]), int(params["l2"])
             divs = tuple(params.get("divergences", DIVERGENCES))
-            ids = self.tokenizer.encode(text, add_bos=False, add_eos=False)
+            ids = self.tokenizer.encode_plain(text)
             need = max(l1, l2)
             task = getattr(req, "task_name", None)
             if len(ids) < need:

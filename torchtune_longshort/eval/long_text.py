@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.unavailable import TaskDataError, guard_hub_iteration
 
 logger = logging.getLogger(__name__)
@@ -33,35 +32,34 @@ LOCAL_SUFFIXES = (".txt", ".jsonl", ".json")
 class TaskTokenizer:
     """Encode/decode without special tokens with the evaluated model's tokenizer.
 
-    A folder (or file) with ``tokenizer.model`` loads through SentencePiece (the ids torchtune's
-    ``llama2_tokenizer`` gives); anything else through transformers' ``AutoTokenizer`` (local folder or hub name).
+    A local folder or file loads through the project's tokenizer formats
+    (:func:`torchtune_longshort.models.checkpoint_tokenizer`: SentencePiece, tiktoken or ``tokenizer.json``, the ids
+    the ``longshort`` model and the recipe use); a hub name through transformers' ``AutoTokenizer``.
     """
 
     def __init__(self, name_or_path: str):
         self.name = str(name_or_path)
-        p = Path(self.name)
-        sp_file = sentencepiece_file(p)
-        if sp_file.is_file() and sp_file.suffix == ".model":
-            import sentencepiece as spm
+        if Path(self.name).expanduser().exists():
+            from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
 
-            self._sp = spm.SentencePieceProcessor(model_file=str(sp_file))
+            self._src = checkpoint_tokenizer(self.name)
             self._hf = None
         else:
             from transformers import AutoTokenizer
 
-            self._sp = None
+            self._src = None
             self._hf = AutoTokenizer.from_pretrained(self.name)
 
     def encode(self, text: str) -> List[int]:
         """Token ids of ``text``, no BOS/EOS."""
-        if self._sp is not None:
-            return list(self._sp.encode(text))
+        if self._src is not None:
+            return self._src.encode_plain(text)
         return list(self._hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``."""
-        if self._sp is not None:
-            return self._sp.decode(list(ids))
+        if self._src is not None:
+            return self._src.decode(list(ids))
         return self._hf.decode(list(ids), skip_special_tokens=True)
 
 

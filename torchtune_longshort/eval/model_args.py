@@ -1,8 +1,10 @@
 """The ``longshort`` lm-eval model's arguments (``--model_args k=v,...``): checked, resolved, and the model loaded.
 
-    pretrained: folder with ``config.json`` + safetensors (+ ``tokenizer.model``), as for lm-eval's ``hf`` model;
-        lm-eval names the results folder after it. ``checkpoint_dir`` is the same argument under its older name.
-    tokenizer: folder or ``tokenizer.model`` path (default: ``pretrained``).
+    pretrained: checkpoint folder (``config.json`` + safetensors + its tokenizer) of any family in
+        ``torchtune_longshort.models.MODEL_FAMILIES``, as for lm-eval's ``hf`` model; lm-eval names the results
+        folder after it. ``checkpoint_dir`` is the same argument under its older name.
+    tokenizer: a tokenizer folder or file of any format (``tokenizer.model``, ``original/tokenizer.model``,
+        ``tokenizer.json``; default: ``pretrained``'s own).
     rope: RoPE scaling method name (overrides ``config.json``'s ``rope_scaling``); ``rope_<key>=<value>`` sets
         its parameters (``rope_factor=4``). Without ``rope``, the checkpoint's own scaling (if any) is used.
     max_length: longest sequence the model is run on (default: the checkpoint's positions x scaling factor).
@@ -15,7 +17,8 @@
         truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
         (see ``torchtune_longshort.eval.truncation``).
     max_gen_toks: default generation budget (256, as in lm-eval's ``hf``).
-    add_bos_token: prepend BOS when encoding (default true, like the Llama tokenizer under transformers).
+    add_bos_token: prepend BOS when encoding (default: what the model's own tokenizer does, as lm-eval's ``hf``:
+        Llama-2/3 yes, Qwen2 / SmolLM2 no).
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.truncation import check_truncation
-from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
-from torchtune_longshort.models.hf_llama import load_hf_checkpoint
-from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.models.hf_rope import usable_length_of
+from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +74,8 @@ class ModelArgs:
     """The resolved model arguments: what to load and the limits requests are held to."""
 
     checkpoint_dir: Path
-    tokenizer_path: Path
+    folder: CheckpointFolder  # opened once; passed to the loader
+    tokenizer: SourceTokenizer
     hf_config: Dict[str, Any]
     rope_spec: Optional[Dict[str, Any]]  # the rope=... override; None: the checkpoint's own scaling
     usable_length: int  # positions the checkpoint's RoPE (with its scaling) covers
@@ -82,7 +86,7 @@ class ModelArgs:
     device: torch.device
     truncation: str
     max_gen_toks: int
-    add_bos_token: bool
+    add_bos_token: Optional[bool]  # None: the tokenizer's own default
 
     @property
     def run_limit(self) -> int:
@@ -139,12 +143,15 @@ def _device(device: Optional[str]) -> torch.device:
     return torch.device(device)
 
 
-def _tokenizer_path(tokenizer: Optional[str], checkpoint_dir: Path) -> Path:
-    path = Path(str(tokenizer)) if tokenizer is not None else checkpoint_dir
-    path = sentencepiece_file(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer={str(path)!r} not found: pass tokenizer=<folder or tokenizer.model path>")
-    return path
+def _tokenizer(tokenizer: Optional[str], folder: CheckpointFolder) -> SourceTokenizer:
+    """The tokenizer the model encodes with: ``tokenizer=`` (a folder or file of any format), else the folder's."""
+    if tokenizer is None:
+        return folder.load_tokenizer()
+    try:
+        tok = load_tokenizer(str(tokenizer), folder.family.tokenizer_formats)
+    except ValueError as e:
+        raise FileNotFoundError(f"tokenizer={tokenizer!r}: {e}") from None
+    return folder.check_tokenizer(tok, where="tokenizer=")
 
 
 def parse_model_args(
@@ -159,16 +166,15 @@ def parse_model_args(
     device: Optional[str] = None,
     truncation: str = "none",
     max_gen_toks: int = 256,
-    add_bos_token: Union[bool, str] = True,
+    add_bos_token: Union[bool, str, None] = None,
     **extra: Any,
 ) -> ModelArgs:
     """Check every argument (see the module docstring) before any weight is read; ``ValueError`` /
     ``FileNotFoundError`` name the argument, its value and what is accepted."""
     rope_spec = _rope_spec(rope, extra)
-    folder = _checkpoint_dir(pretrained, checkpoint_dir)
-    check_checkpoint_folder(folder, need_tokenizer=tokenizer is None)
-    config = read_hf_config(folder)
-    effective_rope = rope_spec if rope_spec is not None else rope_spec_from_hf_config(config)
+    folder = CheckpointFolder.open(_checkpoint_dir(pretrained, checkpoint_dir), need_tokenizer=tokenizer is None)
+    config = folder.config
+    effective_rope = rope_spec if rope_spec is not None else folder.rope_spec
     usable = usable_length_of(config, effective_rope)
     length = positive_int("max_length", max_length) if max_length is not None else usable
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
@@ -179,8 +185,9 @@ def parse_model_args(
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
     return ModelArgs(
-        checkpoint_dir=folder,
-        tokenizer_path=_tokenizer_path(tokenizer, folder),
+        checkpoint_dir=folder.path,
+        folder=folder,
+        tokenizer=_tokenizer(tokenizer, folder),
         hf_config=config,
         rope_spec=rope_spec,
         usable_length=usable,
@@ -191,7 +198,7 @@ def parse_model_args(
         device=_device(device),
         truncation=check_truncation(str(truncation)),
         max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
-        add_bos_token=parse_bool("add_bos_token", add_bos_token),
+        add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),
     )
 
 
@@ -202,7 +209,7 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     ``{"method": "linear", "factor": 4.0}``; both go through ``torchtune_longshort.models.load_hf_checkpoint``.
     """
     model = load_hf_checkpoint(
-        args.checkpoint_dir, rope=args.rope_spec, max_seq_len=args.max_length, dtype=args.dtype, device=str(args.device)
+        args.folder, rope=args.rope_spec, max_seq_len=args.max_length, dtype=args.dtype, device=str(args.device)
     )
     model = model.to(device=args.device, dtype=args.dtype).eval()
     model.requires_grad_(False)

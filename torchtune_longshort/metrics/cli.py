@@ -3,8 +3,9 @@
     longshort-misalignment --checkpoint-dir CKPT --data stdlib --length 256 [--num-samples N] \
         --output misalignment.json
 
-The tokenizer is the checkpoint folder's own (every folder the recipe writes holds one); ``--tokenizer`` names
-another ``tokenizer.model``.
+The tokenizer is the checkpoint folder's own, in any format the project reads (SentencePiece ``tokenizer.model``,
+Llama-3's tiktoken ``original/tokenizer.model``, ``tokenizer.json``); ``--tokenizer`` names another folder or file.
+Documents are encoded as the model's own tokenizer starts a text (BOS only where it adds one) and end with EOS.
 
 ``--data`` is ``stdlib`` (the Python standard library's source files), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
@@ -43,7 +44,8 @@ def documents_for(data: str, text_field: str, split: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="longshort-misalignment", description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
-    ap.add_argument("--tokenizer", default=None, help="SentencePiece tokenizer.model (default: the checkpoint's)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="tokenizer folder or file of any format (default: the checkpoint's own)")
     ap.add_argument("--data", default="stdlib", help="'stdlib', a text file, a folder, or a .jsonl file")
     ap.add_argument("--text-field", default="text")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
@@ -64,32 +66,26 @@ def main(argv=None) -> int:
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()  # before torchtune (and so torchao) is imported below
-    from torchtune.models.llama2 import llama2_tokenizer
-
     from torchtune_longshort.metrics.misalignment import misalignment_metric
-    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, usable_length_of
-    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder, read_hf_config
-    from torchtune_longshort.models.hf_llama import load_hf_checkpoint
-    from torchtune_longshort.models.hf_tokenizer import SP_MODEL
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.models.hf_model import load_hf_checkpoint
+    from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
     try:
-        check_checkpoint_folder(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
+        folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
+        tok = folder.load_tokenizer() if args.tokenizer is None else folder.check_tokenizer(
+            load_tokenizer(args.tokenizer, folder.family.tokenizer_formats), where="--tokenizer")
     except (FileNotFoundError, ValueError) as e:
         ap.error(str(e))
-    config = read_hf_config(args.checkpoint_dir)
-    usable = usable_length_of(config, rope_spec_from_hf_config(config))
+    usable = folder.usable_length
     if args.length > usable and not args.allow_extrapolation:
         ap.error(
             f"--length={args.length} is past the {usable} positions checkpoint {args.checkpoint_dir!r} covers "
-            f"(config.json max_position_embeddings={config.get('max_position_embeddings')}, RoPE scaling="
-            f"{rope_spec_from_hf_config(config)!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
+            f"(config.json max_position_embeddings={folder.config.get('max_position_embeddings')}, RoPE scaling="
+            f"{folder.rope_spec!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
             "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
         )
-    tok_path = args.tokenizer or str(Path(args.checkpoint_dir) / SP_MODEL)
-    if not Path(tok_path).is_file():
-        ap.error(f"tokenizer {tok_path!r} is not a file: pass --tokenizer <tokenizer.model>")
-    tok = llama2_tokenizer(tok_path)
-    model = load_hf_checkpoint(args.checkpoint_dir, max_seq_len=args.length).to(args.device)
+    model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
     from torchtune_longshort.data.corpus import fixed_length_sequences
 
     seqs = fixed_length_sequences(
@@ -109,7 +105,8 @@ def main(argv=None) -> int:
     from torchtune_longshort.provenance import provenance
 
     out = res.to_dict()
-    out.update(checkpoint_dir=str(args.checkpoint_dir), data=args.data, usable_length=usable,
+    out.update(checkpoint_dir=str(args.checkpoint_dir), model_family=folder.family.name,
+               tokenizer=f"{tok.format}: {tok.path}", data=args.data, usable_length=usable,
                extrapolated=args.length > usable,
                provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)

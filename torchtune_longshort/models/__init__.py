@@ -1,17 +1,15 @@
 """Model builders and checkpoint helpers (torchtune decoders + RoPE scaling)."""
 
-from torchtune_longshort.models.hf_checkpoint import (
-    check_checkpoint_folder,
-    read_hf_config,
-    save_hf_checkpoint,
-    write_hf_checkpoint,
-)
-from torchtune_longshort.models.hf_llama import (
-    hf_config_from_llama_kwargs,
-    llama2_from_hf_config,
-    load_hf_checkpoint,
-    load_llama2_hf_checkpoint,
-    write_random_llama2_checkpoint,
+from torchtune_longshort.models.families import MODEL_FAMILIES, ModelFamily, UnsupportedModelError, family_of
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, check_checkpoint_folder, read_hf_config
+from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint, write_hf_checkpoint
+from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs, write_random_llama2_checkpoint
+from torchtune_longshort.models.hf_model import build_decoder, hf_decoder, load_hf_checkpoint
+from torchtune_longshort.models.tokenizer_formats import (
+    TOKENIZER_FORMATS,
+    SourceTokenizer,
+    checkpoint_tokenizer,
+    load_tokenizer,
 )
 from torchtune_longshort.models.hf_rope import (
     hf_config_updates,
@@ -39,13 +37,22 @@ from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_att
 from torchtune_longshort.models.s2_attn import disable_s2_attn, enable_s2_attn, s2_attention
 
 __all__ = [
+    "MODEL_FAMILIES",
+    "ModelFamily",
+    "UnsupportedModelError",
+    "family_of",
+    "CheckpointFolder",
+    "build_decoder",
+    "hf_decoder",
+    "TOKENIZER_FORMATS",
+    "SourceTokenizer",
+    "checkpoint_tokenizer",
+    "load_tokenizer",
     "check_checkpoint_folder",
     "copy_tokenizer",
     "write_hf_tokenizer_files",
     "hf_config_from_llama_kwargs",
     "write_hf_checkpoint",
-    "llama2_from_hf_config",
-    "load_llama2_hf_checkpoint",
     "read_hf_config",
     "write_random_llama2_checkpoint",
     "apply_rope_scaling",

@@ -1,79 +1,76 @@
-"""The Hugging Face checkpoint folder: the one module that writes and reads it.
+"""The Hugging Face checkpoint folder: the one module that opens and checks it (writing:
+:mod:`~torchtune_longshort.models.hf_checkpoint_writer`).
 
 A folder this project writes (the recipe's ``step_<k>``, ``step_0``, :func:`save_hf_checkpoint`)::
 
     config.json                          transformers config + RoPE entries (``hf_rope.hf_config_updates``)
                                          + ``"longshort_checkpoint_format": 1``
-    model-00001-of-0000N.safetensors     weights in HF key names and HF q/k layout, sharded
+    model-00001-of-0000N.safetensors     weights in HF key names and HF layout, sharded
     model.safetensors.index.json         weight_map: every key -> its shard
     longshort_rope/rope_params.safetensors   learnable RoPE parameters (CLEX's ODE), only for such methods
-    tokenizer.model, tokenizer.json, tokenizer_config.json, special_tokens_map.json
-                                         so ``AutoTokenizer`` and ``lm-eval --model hf --model_args pretrained=DIR``
-                                         work with nothing else
+    the source model's tokenizer files   unchanged (``tokenizer_formats.TOKENIZER_FILES``), so ``AutoTokenizer``
+                                         and ``lm-eval --model hf --model_args pretrained=DIR`` work with nothing else
 
-Everything that reads a checkpoint (the recipe through torchtune's checkpointer, ``hf_llama.load_hf_checkpoint``, the
-``longshort`` eval model, the misalignment CLI, the study) first calls :func:`check_checkpoint_folder`, which
-refuses an incomplete folder (missing config, index, shard, side file or tokenizer) with the path and what is
-missing. Foreign folders (a base model from the hub, transformers' ``save_pretrained``) load too: they need no
-tokenizer unless the caller needs one, and a single ``model.safetensors`` needs no index.
+:class:`CheckpointFolder` is a folder opened once: ``config.json`` parsed, its model family found
+(:mod:`~torchtune_longshort.models.families`), its RoPE spec read, its weight files and tokenizer located, every
+check run. Everything that reads a checkpoint (the recipe, the ``longshort`` eval model, the misalignment CLI, the
+study, :func:`~torchtune_longshort.models.hf_model.load_hf_checkpoint`) opens it through :meth:`CheckpointFolder.open`
+and passes the object on. Opening the same unchanged folder again in one process returns the same object.
 
-The tokenizer files are written or copied by :mod:`~torchtune_longshort.models.hf_tokenizer`; loading a folder into a
-torchtune decoder (with its RoPE scaling) is :mod:`~torchtune_longshort.models.hf_llama`'s.
-
-Weights are converted with torchtune's own ``convert_weights.tune_to_hf`` / ``hf_to_tune`` (the q/k permutation
-its ``FullModelHFCheckpointer`` applies), so a folder loads identically in torchtune and in transformers.
+Foreign folders (a base model from the hub, transformers' ``save_pretrained``) load too: they need no tokenizer
+unless the caller needs one, and a single ``model.safetensors`` needs no index.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
-from torch import nn
 
+from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.hf_rope import (
-    SPEC_KEY,
+    ROPE_SIDE_FILE,
     check_hf_config_consistent,
     rope_spec_from_hf_config,
-    split_rope_state_dict,
-    transformers_representable,
-    update_hf_config,
+    usable_length_of,
 )
-from torchtune_longshort.models.hf_tokenizer import copy_tokenizer, has_tokenizer
+from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, TokenizerError, find_tokenizer
 
 PathLike = Union[str, Path]
-logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
-# In a subfolder: loaders that glob the checkpoint folder for *.safetensors must not take it for model weights.
-ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
 FORMAT_KEY = "longshort_checkpoint_format"
 FORMAT_VERSION = 1
-MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
+GGUF_HINT = ("convert it first: python -m torchtune_longshort.models.gguf --gguf <file.gguf> --out <folder> "
+             "(transformers dequantizes it; needs the gguf package)")
 
 
-# ----------------------------------------------------------------------------------------------- config.json
 def read_hf_config(checkpoint_dir: PathLike) -> Dict[str, Any]:
-    """Read ``config.json`` from a Hugging Face checkpoint folder, with a clear error if it is missing."""
+    """Read ``config.json`` of a Hugging Face checkpoint folder; a GGUF file or a folder without ``config.json`` is
+    refused with what is expected and how to convert."""
     d = Path(checkpoint_dir)
+    expected = "expected a Hugging Face checkpoint folder (config.json + *.safetensors)"
+    if d.is_file():
+        hint = GGUF_HINT if d.suffix == ".gguf" else "pass the folder that holds config.json"
+        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is a file: {expected}; {hint}")
     if not d.is_dir():
-        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is not a directory")
+        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is not a directory: {expected}")
     path = d / CONFIG_FILE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"checkpoint_dir={str(checkpoint_dir)!r} has no config.json: expected a Hugging Face-format checkpoint"
-        )
+        ggufs = sorted(d.glob("*.gguf"))
+        hint = f" It holds {ggufs[0].name}, a GGUF file: {GGUF_HINT}" if ggufs else ""
+        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-# ----------------------------------------------------------------------------------------------- checking
 def _learnable_rope(spec: Optional[Dict[str, Any]]) -> bool:
     """Whether ``spec``'s method has learned parameters (asks the method's class)."""
     if not spec:
@@ -82,43 +79,6 @@ def _learnable_rope(spec: Optional[Dict[str, Any]]) -> bool:
 
     cls = ROPE_METHODS.get(spec["method"])
     return cls is not None and getattr(cls, "has_learned_parameters", False)
-
-
-def check_checkpoint_folder(checkpoint_dir: PathLike, *, need_tokenizer: bool = False) -> List[Path]:
-    """Refuse an incomplete or inconsistent checkpoint folder; return its weight files.
-
-    Checks, each failing with the path and what is missing:
-    - ``config.json`` exists and parses; its transformers RoPE entries agree with its ``longshort_rope`` spec;
-    - with ``model.safetensors.index.json``: every shard it names exists; sharded files without an index fail;
-    - a RoPE method with learned parameters has its side file, and a side file belongs to such a method;
-    - a folder this project wrote (``longshort_checkpoint_format``), or any folder when ``need_tokenizer``, holds
-      ``tokenizer.model`` or ``tokenizer.json``.
-    """
-    d = Path(checkpoint_dir)
-    config = read_hf_config(d)
-    check_hf_config_consistent(config, where=str(d / CONFIG_FILE))
-    files = _weight_files(d)
-
-    spec = rope_spec_from_hf_config(config)
-    side = d / ROPE_SIDE_FILE
-    if _learnable_rope(spec) and not side.is_file():
-        raise FileNotFoundError(
-            f"checkpoint {str(d)!r}: config.json names RoPE method {spec['method']!r}, whose learned parameters "
-            f"live in {ROPE_SIDE_FILE}, but {side} is missing"
-        )
-    if side.is_file() and not _learnable_rope(spec):
-        method = spec["method"] if spec else "plain RoPE"
-        raise ValueError(
-            f"checkpoint {str(d)!r}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE "
-            f"scaling is {method!r}, which has none: config.json and the side file disagree"
-        )
-    if config.get(FORMAT_KEY) or need_tokenizer:
-        if not has_tokenizer(d):
-            why = "was written by torchtune_longshort, which always saves" if config.get(FORMAT_KEY) else "needs"
-            raise FileNotFoundError(
-                f"checkpoint {str(d)!r} has no tokenizer (tokenizer.model or tokenizer.json): this folder {why} one"
-            )
-    return files
 
 
 def _weight_files(d: Path) -> List[Path]:
@@ -144,40 +104,175 @@ def _weight_files(d: Path) -> List[Path]:
     return files
 
 
+def _stat_key(d: Path) -> Tuple:
+    """What changes when a folder is rewritten: config.json's and every weight file's size and mtime."""
+    from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES
+
+    out = []
+    for p in [d / CONFIG_FILE, *sorted(d.glob("*.safetensors")), *sorted(d.glob("*.bin")), d / ROPE_SIDE_FILE,
+              *(d / f for f in TOKENIZER_FILES)]:
+        if p.is_file():
+            st = p.stat()
+            out.append((p.name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+_OPENED: Dict[Tuple[str, bool], Tuple[Tuple, "CheckpointFolder"]] = {}
+
+
+@dataclass(frozen=True)
+class CheckpointFolder:
+    """A checkpoint folder, opened and checked once (see the module docstring).
+
+    Attributes: ``path``; ``config`` (parsed ``config.json``); ``family``; ``rope_spec`` (None: plain RoPE);
+    ``weight_files``; ``tokenizer_format`` / ``tokenizer_file`` (None when the folder holds none);
+    ``written_here`` (the project wrote it: ``longshort_checkpoint_format``).
+    """
+
+    path: Path
+    config: Dict[str, Any] = field(repr=False)
+    family: ModelFamily = field(repr=False)
+    rope_spec: Optional[Dict[str, Any]]
+    weight_files: Tuple[Path, ...] = field(repr=False)
+    tokenizer_format: Optional[str]
+    tokenizer_file: Optional[Path]
+    written_here: bool
+
+    @classmethod
+    def open(cls, path: Union[PathLike, "CheckpointFolder"], *, need_tokenizer: bool = False) -> "CheckpointFolder":
+        """Open and check ``path`` (an already open folder is returned as it is). Refuses, naming the path and what
+        is wrong: no/invalid ``config.json`` (a GGUF file: how to convert), a family not in the table (listing the
+        supported ones), RoPE entries that disagree with the ``longshort_rope`` spec, a missing shard or index, a
+        RoPE side file that does not fit the method, no tokenizer where one is needed (a folder this project
+        wrote always has one)."""
+        if isinstance(path, CheckpointFolder):
+            if need_tokenizer and path.tokenizer_file is None:
+                raise FileNotFoundError(f"checkpoint {str(path.path)!r} has no tokenizer: this caller needs one")
+            return path
+        d = Path(path).expanduser().resolve()
+        key = (str(d), need_tokenizer)
+        stamp = _stat_key(d) if d.is_dir() else ()
+        hit = _OPENED.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        folder = cls._open(d, Path(path), need_tokenizer)
+        _OPENED[key] = (stamp, folder)
+        return folder
+
+    @classmethod
+    def _open(cls, d: Path, given: Path, need_tokenizer: bool) -> "CheckpointFolder":
+        config = read_hf_config(given)
+        family = family_of(config, where=str(d / CONFIG_FILE))
+        check_hf_config_consistent(config, where=str(d / CONFIG_FILE))
+        files = _weight_files(d)
+        spec = rope_spec_from_hf_config(config)
+        side = d / ROPE_SIDE_FILE
+        if _learnable_rope(spec) and not side.is_file():
+            raise FileNotFoundError(
+                f"checkpoint {str(d)!r}: config.json names RoPE method {spec['method']!r}, whose learned parameters "
+                f"live in {ROPE_SIDE_FILE}, but {side} is missing"
+            )
+        if side.is_file() and not _learnable_rope(spec):
+            method = spec["method"] if spec else "plain RoPE"
+            raise ValueError(
+                f"checkpoint {str(d)!r}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE "
+                f"scaling is {method!r}, which has none: config.json and the side file disagree"
+            )
+        written_here = bool(config.get(FORMAT_KEY))
+        try:
+            tok_format, tok_file = find_tokenizer(d, family.tokenizer_formats)
+        except TokenizerError as e:
+            if written_here or need_tokenizer:
+                why = "was written by torchtune_longshort, which always saves" if written_here else "needs"
+                raise FileNotFoundError(f"checkpoint {str(d)!r} has no tokenizer ({e}): this folder {why} one") \
+                    from None
+            tok_format, tok_file = None, None
+        return cls(d, config, family, spec, tuple(files), tok_format, tok_file, written_here)
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def usable_length(self) -> int:
+        """Positions the folder's RoPE (with its scaling) covers."""
+        return usable_length_of(self.config, self.rope_spec)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    def fingerprint(self) -> str:
+        """A cheap identity of the folder's current content: sha256 over ``config.json``'s bytes and each weight
+        file's name, size and modification time (no weights are read). The same folder rewritten by another
+        training run gets another fingerprint, so results of two checkpoints are never taken for one run."""
+        h = hashlib.sha256((self.path / CONFIG_FILE).read_bytes())
+        for f in self.weight_files:
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        return h.hexdigest()[:16]
+
+    # ------------------------------------------------------------------ reading
+    def hf_state_dict(self) -> Dict[str, torch.Tensor]:
+        """Every weight file merged (HF key names and layout)."""
+        from safetensors.torch import load_file
+
+        sd: Dict[str, torch.Tensor] = {}
+        for f in self.weight_files:
+            try:
+                if f.suffix == ".safetensors":
+                    sd.update(load_file(str(f)))
+                else:
+                    sd.update(torch.load(str(f), map_location="cpu", weights_only=True))
+            except Exception as e:  # safetensors raises its own error types; name the file whatever they are
+                raise ValueError(f"cannot read weight file {f}: {type(e).__name__}: {e}") from None
+        return sd
+
+    def tune_state_dict(self) -> Dict[str, torch.Tensor]:
+        """The weights in torchtune's names and layout (the family's conversion, torchtune's own function)."""
+        return self.family.hf_to_tune(self.hf_state_dict(), self.config)
+
+    def rope_parameters(self) -> Dict[str, torch.Tensor]:
+        """The learned RoPE parameters (keyed by their name inside the RoPE module); {} if none."""
+        return load_rope_parameters(self.path)
+
+    def load_tokenizer(self) -> SourceTokenizer:
+        """The folder's own tokenizer (format detected in the family's order), checked against the model."""
+        if self.tokenizer_file is None:
+            raise FileNotFoundError(f"checkpoint {str(self.path)!r} has no tokenizer: pass one explicitly")
+        from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FORMATS
+
+        return self.check_tokenizer(TOKENIZER_FORMATS[self.tokenizer_format].load(self.tokenizer_file))
+
+    def check_tokenizer(self, tokenizer: Any, where: str = "tokenizer") -> Any:
+        """Refuse a tokenizer whose ids reach past the model's embedding table (both numbers named); returns it."""
+        n = getattr(tokenizer, "vocab_size", None)
+        if n is not None and int(n) > self.vocab_size:
+            path = getattr(tokenizer, "path", "")
+            raise ValueError(
+                f"{where} {str(path)!r} has {n} ids (up to {int(n) - 1}), past the {self.vocab_size} rows of the "
+                f"model's embedding table (config.json vocab_size of {str(self.path)!r}): tokenizer and model do "
+                "not match"
+            )
+        return tokenizer
+
+
+# ----------------------------------------------------------------------------------------------- functions
+def check_checkpoint_folder(checkpoint_dir: PathLike, *, need_tokenizer: bool = False) -> List[Path]:
+    """Open and check a folder (:meth:`CheckpointFolder.open`); return its weight files."""
+    return list(CheckpointFolder.open(checkpoint_dir, need_tokenizer=need_tokenizer).weight_files)
+
+
 def weight_files(checkpoint_dir: PathLike) -> List[str]:
     """File names of the weights of a checkpoint folder (checked), e.g. for torchtune's ``checkpoint_files``."""
     return [p.name for p in check_checkpoint_folder(checkpoint_dir)]
 
 
 def checkpoint_fingerprint(checkpoint_dir: PathLike) -> str:
-    """A cheap identity of a checkpoint folder's current content: sha256 over ``config.json``'s bytes and each
-    weight file's name, size and modification time (no weights are read). The same folder rewritten by another
-    training run gets another fingerprint, so results of two checkpoints are never taken for one run."""
-    import hashlib
-
-    d = Path(checkpoint_dir)
-    h = hashlib.sha256((d / CONFIG_FILE).read_bytes())
-    for f in check_checkpoint_folder(d):
-        st = f.stat()
-        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
+    """:meth:`CheckpointFolder.fingerprint` of a folder."""
+    return CheckpointFolder.open(checkpoint_dir).fingerprint()
 
 
-# ----------------------------------------------------------------------------------------------- reading
 def load_hf_state_dict(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
-    """Load and merge every weight file of a checked checkpoint folder (HF key names, HF q/k layout)."""
-    from safetensors.torch import load_file
-
-    sd: Dict[str, torch.Tensor] = {}
-    for f in check_checkpoint_folder(checkpoint_dir):
-        try:
-            if f.suffix == ".safetensors":
-                sd.update(load_file(str(f)))
-            else:
-                sd.update(torch.load(str(f), map_location="cpu", weights_only=True))
-        except Exception as e:  # safetensors raises its own error types; name the file whatever they are
-            raise ValueError(f"cannot read weight file {f}: {type(e).__name__}: {e}") from None
-    return sd
+    """Every weight file of a checked checkpoint folder, merged (HF key names and layout)."""
+    return CheckpointFolder.open(checkpoint_dir).hf_state_dict()
 
 
 def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
@@ -191,155 +286,3 @@ def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
         return load_file(str(side))
     except Exception as e:
         raise ValueError(f"cannot read RoPE side file {side}: {type(e).__name__}: {e}") from None
-
-
-# ----------------------------------------------------------------------------------------------- writing
-def write_hf_checkpoint(
-    out_dir: PathLike,
-    tune_state_dict: Dict[str, torch.Tensor],
-    hf_config: Dict[str, Any],
-    *,
-    rope_spec: Optional[Dict[str, Any]] = None,
-    tokenizer: Optional[PathLike] = None,
-    dtype: Optional[torch.dtype] = None,
-    max_shard_bytes: int = MAX_SHARD_BYTES,
-) -> Path:
-    """Write a torchtune llama-family state dict as a checkpoint folder (see module doc).
-
-    Args:
-        out_dir: the folder to fill (created).
-        tune_state_dict: torchtune key names; learned RoPE parameters (``*.pos_embeddings.*``) go to the side file;
-            adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
-        hf_config: the base config.json (the source checkpoint's, or ``hf_llama.hf_config_from_llama_kwargs``).
-        rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
-        tokenizer: a ``tokenizer.model`` path or a tokenizer folder to copy in (see :func:`copy_tokenizer`);
-            required unless ``out_dir`` already holds one.
-        dtype: weight dtype to save (default: as in the state dict).
-        max_shard_bytes: shard size limit.
-
-    Returns:
-        ``out_dir`` as a Path.
-    """
-    from safetensors.torch import save_file
-    from torchtune.models.convert_weights import tune_to_hf
-
-    out_dir = Path(out_dir)
-    if tokenizer is None and not has_tokenizer(out_dir):
-        raise ValueError(
-            f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
-            "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<tokenizer.model or folder>"
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
-    adapters = [k for k in model_sd if "lora_" in k or k.endswith("magnitude")]
-    if adapters:
-        raise ValueError(
-            f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
-            "torchtune.modules.peft.get_merged_lora_ckpt"
-        )
-    num_heads = hf_config["num_attention_heads"]
-    hf_sd = tune_to_hf(
-        model_sd,
-        num_heads=num_heads,
-        num_kv_heads=hf_config.get("num_key_value_heads", num_heads),
-        dim=hf_config["hidden_size"],
-        head_dim=hf_config.get("head_dim"),
-    )
-    hf_sd = {k: _plain_tensor(v, dtype) for k, v in hf_sd.items()}
-    _write_shards(out_dir, hf_sd, max_shard_bytes, save_file)
-    if rope_sd:
-        (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
-        save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
-
-    config = update_hf_config(hf_config, rope_spec)
-    if not rope_spec:
-        for k in (SPEC_KEY, "rope_scaling"):
-            config.pop(k, None)
-    elif not transformers_representable(rope_spec):
-        logger.warning(
-            "RoPE method %r is not representable in transformers: %s loads with torchtune_longshort "
-            "(lm-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
-            rope_spec["method"],
-            out_dir,
-        )
-    config[FORMAT_KEY] = FORMAT_VERSION
-    if dtype is not None or "torch_dtype" not in config:
-        name = str(dtype or next(iter(hf_sd.values())).dtype).replace("torch.", "")
-        config["torch_dtype"] = config["dtype"] = name
-    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
-    if tokenizer is not None:
-        copy_tokenizer(tokenizer, out_dir)
-    return out_dir
-
-
-def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
-    """A contiguous CPU tensor safetensors can store (NF4 / DTensor state-dict entries are dequantized / gathered)."""
-    if hasattr(v, "full_tensor"):
-        v = v.full_tensor()
-    if type(v) is not torch.Tensor and hasattr(v, "get_original_weight"):  # torchao NF4Tensor
-        v = v.get_original_weight()
-    v = v.detach().cpu()
-    if dtype is not None:
-        v = v.to(dtype)
-    return v.contiguous()
-
-
-def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes: int, save_file) -> None:
-    shards: List[Dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for k, v in hf_sd.items():
-        n = v.numel() * v.element_size()
-        if shards[-1] and size + n > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][k] = v
-        size += n
-    total = len(shards)
-    weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{total:05d}.safetensors"
-        save_file(shard, str(out_dir / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in shard})
-    index = {
-        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_sd.values())},
-        "weight_map": weight_map,
-    }
-    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
-
-
-def save_hf_checkpoint(
-    model: nn.Module,
-    out_dir: PathLike,
-    config: Union[Dict[str, Any], PathLike],
-    *,
-    tokenizer: Optional[PathLike] = None,
-    dtype: Optional[torch.dtype] = None,
-) -> Path:
-    """Save a (scaled) torchtune Llama-2-family model as a checkpoint folder (see :func:`write_hf_checkpoint`).
-
-    Args:
-        model: a torchtune decoder (LoRA weights must be merged first: torchtune's ``get_merged_lora_ckpt``).
-        out_dir: the folder to write.
-        config: the source checkpoint's config.json (dict, or the checkpoint folder / file path).
-        tokenizer: ``tokenizer.model`` path or tokenizer folder; default: the source checkpoint folder's tokenizer
-            when ``config`` is a folder that has one.
-        dtype: weights dtype to save (default: as in the model).
-    """
-    if not isinstance(config, dict):
-        p = Path(config)
-        if p.is_dir():
-            if tokenizer is None and has_tokenizer(p):
-                tokenizer = p
-            config = read_hf_config(p)
-        else:
-            config = json.loads(p.read_text())
-    return write_hf_checkpoint(
-        out_dir,
-        model.state_dict(),
-        config,
-        rope_spec=getattr(model, "rope_scaling", None),
-        tokenizer=tokenizer,
-        dtype=dtype,
-    )
-
-

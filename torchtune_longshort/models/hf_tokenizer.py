@@ -1,7 +1,11 @@
 """The tokenizer files of a checkpoint folder (:mod:`torchtune_longshort.models.hf_checkpoint` owns the folder).
 
-Every folder this project writes carries its tokenizer, so that torchtune, ``AutoTokenizer`` and
-``lm-eval --model hf --model_args pretrained=DIR`` load it with nothing else.
+Every folder this project writes carries its source model's tokenizer files, unchanged and at the same relative
+paths (:data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FILES`: ``tokenizer.model``,
+``original/tokenizer.model``, ``tokenizer.json``, ``tokenizer_config.json``, ...), so that torchtune,
+``AutoTokenizer`` and ``lm-eval --model hf --model_args pretrained=DIR`` load it with nothing else. Only a source that
+is a bare SentencePiece model (no ``tokenizer.json``: a tokenizer trained here) gets transformers' files written
+beside it.
 """
 
 from __future__ import annotations
@@ -9,50 +13,67 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Union
+from typing import List, Union
+
+from torchtune_longshort.models.tokenizer_formats import (
+    HF_JSON,
+    SP_FILE,
+    TIKTOKEN_FILE,
+    TOKENIZER_FILES,
+    _is_sentencepiece,
+    has_tokenizer,
+)
 
 PathLike = Union[str, Path]
 logger = logging.getLogger(__name__)
 
-SP_MODEL = "tokenizer.model"
-# What AutoTokenizer reads; copied when the source has them, generated from a SentencePiece model otherwise.
-TOKENIZER_FILES = (SP_MODEL, "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+__all__ = ["copy_tokenizer", "has_tokenizer", "write_hf_tokenizer_files", "SP_MODEL"]
+SP_MODEL = SP_FILE
 
 
-def has_tokenizer(folder: PathLike) -> bool:
-    """Whether ``folder`` holds a tokenizer torchtune or transformers can load (``tokenizer.model`` or
-    ``tokenizer.json``)."""
-    return any((Path(folder) / f).is_file() for f in (SP_MODEL, "tokenizer.json"))
+def _source_root(src: Path) -> Path:
+    """The folder whose layout is copied: the folder itself, a file's folder, or the model folder above
+    ``original/``."""
+    if src.is_dir():
+        return src
+    return src.parent.parent if src.parent.name == "original" else src.parent
 
 
-def copy_tokenizer(source: PathLike, out_dir: PathLike) -> None:
-    """Put a tokenizer into a checkpoint folder so torchtune, ``AutoTokenizer`` and lm-eval's ``hf`` all load it.
+def copy_tokenizer(source: PathLike, out_dir: PathLike) -> List[str]:
+    """Copy a tokenizer into a checkpoint folder; returns the relative paths written.
 
-    ``source`` is a ``tokenizer.model`` file or a folder. The files of :data:`TOKENIZER_FILES` found beside it are
-    copied; a SentencePiece ``tokenizer.model`` without ``tokenizer.json`` gets transformers' files written
-    (``LlamaTokenizer(..., add_bos_token=True).save_pretrained``, whose ids match SentencePiece's).
+    ``source`` is a tokenizer folder (a checkpoint folder) or a tokenizer file. Every file of
+    :data:`TOKENIZER_FILES` found there is copied unchanged to the same relative path; a tokenizer file under
+    another name (a SentencePiece ``.model``) is copied as ``tokenizer.model``. A bare SentencePiece model gets
+    transformers' ``tokenizer.json`` written from it (``LlamaTokenizer(..., add_bos_token=True)``, whose ids match
+    SentencePiece's); where that fails (not a SentencePiece model) a warning says ``AutoTokenizer`` will not load it.
     """
     src = Path(source)
-    src_dir = src if src.is_dir() else src.parent
     if not src.exists():
         raise FileNotFoundError(f"tokenizer source {str(src)!r} does not exist")
+    root = _source_root(src)
     out_dir = Path(out_dir)
-    found = [f for f in TOKENIZER_FILES if (src_dir / f).is_file()]
-    if src.is_file() and src.name != SP_MODEL:  # a SentencePiece model under another name
-        shutil.copyfile(src, out_dir / SP_MODEL)
-    if not found and not (out_dir / SP_MODEL).is_file():
-        raise FileNotFoundError(f"tokenizer source {str(src)!r} holds none of {list(TOKENIZER_FILES)}")
-    for f in found:
-        if (src_dir / f).resolve() != (out_dir / f).resolve():
-            shutil.copyfile(src_dir / f, out_dir / f)
-    if not (out_dir / "tokenizer.json").is_file():
+    written = []
+    for rel in TOKENIZER_FILES:
+        if (root / rel).is_file() and (root / rel).resolve() != (out_dir / rel).resolve():
+            (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, out_dir / rel)
+            written.append(rel)
+    if src.is_file() and src.name not in (SP_FILE, HF_JSON) and not str(src).endswith(TIKTOKEN_FILE):
+        shutil.copyfile(src, out_dir / SP_FILE)  # a SentencePiece model under another name
+        written.append(SP_FILE)
+    if not has_tokenizer(out_dir):
+        raise FileNotFoundError(f"tokenizer source {str(src)!r} holds none of {list(TOKENIZER_FILES[:3])}")
+    if not (out_dir / HF_JSON).is_file():
         try:
             write_hf_tokenizer_files(out_dir)
+            written.append(HF_JSON)
         except Exception as e:  # e.g. a tiktoken tokenizer.model, which LlamaTokenizer cannot read
             logger.warning(
                 "%s: could not write transformers' tokenizer files from %s (%s: %s); torchtune and the longshort "
                 "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src, type(e).__name__, e
             )
+    return written
 
 
 def write_hf_tokenizer_files(folder: PathLike) -> None:
@@ -61,10 +82,10 @@ def write_hf_tokenizer_files(folder: PathLike) -> None:
     ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5;
     ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes a ``tokenizer.json`` that matches.
     """
-    import sentencepiece as spm
     from transformers import LlamaTokenizer
 
     # transformers builds *a* tokenizer even from a file that is not SentencePiece; refuse such a file first.
-    spm.SentencePieceProcessor(model_file=str(Path(folder) / SP_MODEL))
+    if not _is_sentencepiece(Path(folder) / SP_FILE):
+        raise ValueError(f"{Path(folder) / SP_FILE} is not a SentencePiece model")
     tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True)
     tok.save_pretrained(str(folder))

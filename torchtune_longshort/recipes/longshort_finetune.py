@@ -37,7 +37,7 @@ from torchtune import config, modules, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.loss import LongShortLoss
-from torchtune_longshort.models.hf_checkpoint import load_rope_parameters, read_hf_config
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
 from torchtune_longshort.training.config_checks import (
     check_model_against_data, check_recipe_config, check_start_checkpoint,
@@ -171,7 +171,7 @@ class LongShortFinetuneRecipe:
             cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier
         )
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
-        self._base_hf_config = read_hf_config(self._start_dir)
+        self._base_hf_config = CheckpointFolder.open(self._start_dir).config
         set_trainable(model, self._lora, cfg.get("train_embeddings_and_norms", False))
         if cfg.get("enable_activation_checkpointing", False):
             training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})

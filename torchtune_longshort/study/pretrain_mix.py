@@ -19,11 +19,9 @@ Use it as a recipe ``dataset``::
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
 from torchtune_longshort.eval.unavailable import TaskDataError
 
@@ -36,15 +34,15 @@ class PasskeyMix:
                  haystack: str, seed: int):
         from torchtune_longshort.eval.long_text import TaskTokenizer
 
-        path = Path(tokenizer_path)
-        model_file = sentencepiece_file(path)
-        if not model_file.is_file():
-            raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer.model there (the recipe's "
+        from torchtune_longshort.models.tokenizer_formats import has_tokenizer
+
+        if not has_tokenizer(tokenizer_path):
+            raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer there (the recipe's "
                                     "tokenizer component creates it first; pass ${tokenizer.path})")
         if passkeys_per_document < 0:
             raise ValueError(f"passkeys_per_document={passkeys_per_document} must be >= 0")
         self.base, self.max_tokens, self.k, self.seed = base, int(max_tokens), int(passkeys_per_document), seed
-        self.tok = TaskTokenizer(str(model_file))
+        self.tok = TaskTokenizer(str(tokenizer_path))
         self.units = haystack_units(haystack)
         self.description = (f"{base!r} + {self.k} passkey documents of <= {max_tokens} tokens after each "
                             f"(haystack {haystack}, seed {seed})")

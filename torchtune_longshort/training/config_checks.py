@@ -195,16 +195,19 @@ def check_model_against_data(cfg: DictConfig, model: Any, tokenizer: Any, rope_s
 
 
 def check_start_checkpoint(cfg: DictConfig) -> None:
-    """``checkpointer.checkpoint_dir`` is a complete checkpoint folder; without one (training from scratch, not
-    resuming) the model node gives the explicit dimensions a ``config.json`` needs."""
-    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
+    """``checkpointer.checkpoint_dir`` is a complete checkpoint folder of a family in the table, and
+    ``checkpointer.model_type`` (when given) converts that family; without one (training from scratch, not resuming)
+    the model node gives the explicit dimensions a ``config.json`` needs."""
+    from torchtune_longshort.models.families import check_torchtune_model_type
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
     from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
     from torchtune_longshort.training.model_setup import model_kwargs
 
     start = cfg.checkpointer.get("checkpoint_dir")
     if start is not None:
-        if not Path(start).is_dir():
-            raise FileNotFoundError(f"checkpointer.checkpoint_dir={start!r} does not exist or is not a directory")
-        check_checkpoint_folder(start)
+        if not Path(start).exists():
+            raise FileNotFoundError(f"checkpointer.checkpoint_dir={start!r} does not exist")
+        folder = CheckpointFolder.open(start)
+        check_torchtune_model_type(folder.family, cfg.checkpointer.get("model_type"), "checkpointer.model_type")
     if start is None and not cfg.get("resume", False):
         hf_config_from_llama_kwargs(model_kwargs(cfg.model))  # explicit dimensions are required from scratch

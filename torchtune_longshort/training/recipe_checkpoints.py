@@ -1,8 +1,11 @@
 """The recipe's weights on disk: where the start weights come from, and what each ``step_<k>`` holds.
 
-Reading goes through torchtune's checkpointer (the config's ``checkpointer`` node), writing through
-``torchtune_longshort.models.hf_checkpoint`` (the folder format) and ``training.checkpointing`` (staged, atomic
-``step_<k>`` folders). Used by ``torchtune_longshort/recipes/longshort_finetune.py``.
+Reading and writing go through the checkpoint folder (``models.hf_checkpoint.CheckpointFolder``: its model family
+converts the weights with torchtune's own functions, the ones torchtune's ``FullModelHFCheckpointer`` dispatches on
+``model_type``), and ``training.checkpointing`` (staged, atomic ``step_<k>`` folders). The config's
+``checkpointer`` node names the start folder (``checkpoint_dir``); its ``model_type``, when given, must be one that
+converts the folder's family (``training.config_checks.check_start_checkpoint``). Used by
+``torchtune_longshort/recipes/longshort_finetune.py``.
 """
 
 from __future__ import annotations
@@ -15,36 +18,22 @@ from omegaconf import DictConfig, OmegaConf
 from torchtune import config, training
 from torchtune.modules.peft import get_merged_lora_ckpt
 
-from torchtune_longshort.models.hf_checkpoint import weight_files, write_hf_checkpoint
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
 from torchtune_longshort.training.checkpointing import RECIPE_STATE, StepCheckpoints, atomic_torch_save
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 
 
 def tokenizer_source(cfg: DictConfig) -> Optional[str]:
-    """Where the tokenizer files that go into every checkpoint come from: the start checkpoint folder when it holds
-    transformers' ``tokenizer.json`` (a hub folder: Llama-3's ``tokenizer.path`` is a tiktoken file under
-    ``original/`` that transformers cannot read), else ``tokenizer.path``."""
-    start = cfg.checkpointer.get("checkpoint_dir")
-    if start is not None and (Path(start) / "tokenizer.json").is_file():
-        return str(start)
+    """Where the tokenizer files that go into every checkpoint come from: ``tokenizer.path`` (the tokenizer the run
+    trains with; its folder's tokenizer files are copied unchanged, a Llama-3 ``original/tokenizer.model`` with the
+    files of the model folder above it), else the start checkpoint folder."""
     path = cfg.tokenizer.get("path")
-    return str(path) if path is not None else None
-
-
-def make_checkpointer(cfg_checkpointer: DictConfig, checkpoint_dir: str, scratch_dir: Path):
-    """torchtune's checkpointer of ``cfg_checkpointer`` reading ``checkpoint_dir`` (its weight files listed from
-    the folder unless the config lists them for that very folder). It only reads; it insists on an output folder,
-    ``scratch_dir``, which stays empty."""
-    ck = OmegaConf.to_container(cfg_checkpointer, resolve=True)
-    ck["checkpoint_dir"] = checkpoint_dir
-    same_dir = Path(checkpoint_dir) == Path(cfg_checkpointer.get("checkpoint_dir") or "/nonexistent")
-    if not (same_dir and ck.get("checkpoint_files")):
-        ck["checkpoint_files"] = weight_files(checkpoint_dir)
-    ck["output_dir"] = str(scratch_dir)
-    ck.setdefault("model_type", "LLAMA2")
-    ck.pop("should_load_recipe_state", None)
-    return config.instantiate(OmegaConf.create(ck))
+    if path is not None:
+        return str(path)
+    start = cfg.checkpointer.get("checkpoint_dir")
+    return str(start) if start is not None else None
 
 
 def write_scratch_start(cfg: DictConfig, seed: int, ckpts: StepCheckpoints) -> None:
@@ -106,8 +95,7 @@ def start_state_dict(cfg: DictConfig, ckpts: StepCheckpoints, resume_dir: Option
         barrier()
         start_dir = str(ckpts.path(0))
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else start_dir
-    checkpointer = make_checkpointer(cfg.checkpointer, load_dir, ckpts.staging_root)
-    return checkpointer.load_checkpoint()[training.MODEL_KEY], Path(start_dir)
+    return CheckpointFolder.open(load_dir).tune_state_dict(), Path(start_dir)
 
 
 def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]], model) -> Dict[str, Any]:

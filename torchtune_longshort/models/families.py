@@ -1,0 +1,388 @@
+"""Model families: the one table that says, for a Hugging Face checkpoint's ``config.json``, which torchtune decoder
+it is, how its weights convert, which checkpointer ``model_type`` torchtune gives it and which tokenizer formats it
+ships with.
+
+Everything that builds or converts a model from a checkpoint folder asks :func:`family_of` (through
+:class:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder`): the recipe, the ``longshort`` eval model, the
+misalignment CLI, the study and :func:`~torchtune_longshort.models.hf_checkpoint.save_hf_checkpoint`. Nothing else
+branches on a family.
+
+=============  ======================  ==============  =======================================================
+family         ``config.json``         torchtune       hub models (all tested as tiny random checkpoints in
+                                       ``model_type``  their HF layout; SmolLM2-135M also with real weights)
+=============  ======================  ==============  =======================================================
+llama          llama, untied           LLAMA2/LLAMA3   Llama-2, Llama-3, Llama-3.1 (its ``llama3`` rope type)
+llama_tied     llama, tied             LLAMA3_2        Llama-3.2 1B/3B, SmolLM / SmolLM2
+mistral        mistral                 MISTRAL         Mistral-7B v0.1-v0.3 (sliding window not applied, as in
+                                                       torchtune: full attention)
+qwen2          qwen2, tied or untied   QWEN2           Qwen2, Qwen2.5 (q/k/v biases)
+gemma          gemma                   GEMMA           Gemma 2B/7B (tied, scaled embeddings, GeGLU)
+phi3           phi3                    PHI3_MINI       Phi-3-mini 4k (fused qkv / gate_up; ``longrope`` of the
+                                                       128k models is refused by the RoPE reader)
+=============  ======================  ==============  =======================================================
+
+Left out, with the reason: **Gemma-2** (torchtune 0.6.1's ``Gemma2FinalNorm`` soft-caps the final *hidden state*
+where transformers soft-caps the *logits*, so the two libraries run different models from one folder; and its logit
+cap would also bypass the fused loss, which projects hidden states itself); **Phi-4** (a ``phi3`` config with a
+tiktoken-style ``tokenizer.json``; same conversion as ``phi3`` but not tried here); Llama-3.2-Vision, Qwen2-VL, T5,
+CLIP and reward heads (not RoPE decoders of text alone).
+
+Each builder is torchtune's own component builder (``torchtune.models.<family>._component_builders``) with the
+dimensions read from ``config.json``; the conversions are torchtune's own ``convert_weights`` functions, the ones its
+``FullModelHFCheckpointer`` dispatches on ``model_type``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+Config = Dict[str, Any]
+StateDict = Dict[str, torch.Tensor]
+# Which LoRA settings a builder takes (torchtune's lora_<family> keyword names).
+LORA_KEYS = ("lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output", "lora_rank", "lora_alpha",
+             "lora_dropout", "use_dora", "quantize_base")
+
+
+class UnsupportedModelError(ValueError):
+    """A ``config.json`` no family of :data:`MODEL_FAMILIES` builds (or a feature of it that none supports)."""
+
+
+def rope_theta(config: Config) -> float:
+    """The pre-trained RoPE base of a config.json (``rope_theta``, or inside transformers 5's ``rope_parameters``)."""
+    theta = config.get("rope_theta")
+    if theta is None:
+        theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is None:
+        theta = (config.get("rope_scaling") or {}).get("rope_theta", 10_000.0)
+    return float(theta)
+
+
+def _need(config: Config, key: str, where: str) -> Any:
+    if key not in config or config[key] is None:
+        raise UnsupportedModelError(f"{where}: config.json has no {key!r}, which the {config.get('model_type')!r} "
+                                    "builder needs")
+    return config[key]
+
+
+def _dims(config: Config, where: str) -> Dict[str, Any]:
+    """Builder keywords every family shares, from a config.json."""
+    heads = int(_need(config, "num_attention_heads", where))
+    return dict(
+        vocab_size=int(_need(config, "vocab_size", where)),
+        num_layers=int(_need(config, "num_hidden_layers", where)),
+        num_heads=heads,
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        embed_dim=int(_need(config, "hidden_size", where)),
+        intermediate_dim=int(_need(config, "intermediate_size", where)),
+    )
+
+
+def _check_head_dim(config: Config, where: str) -> None:
+    """torchtune's llama/mistral/qwen2/phi3 builders derive head_dim = hidden_size // num_heads."""
+    hd = config.get("head_dim")
+    derived = int(config["hidden_size"]) // int(config["num_attention_heads"])
+    if hd is not None and int(hd) != derived:
+        raise UnsupportedModelError(
+            f"{where}: config.json head_dim={hd} differs from hidden_size // num_attention_heads = {derived}; "
+            f"torchtune's {config.get('model_type')!r} builder derives the head size and cannot build it"
+        )
+
+
+def _no_bias(config: Config, where: str) -> None:
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key):
+            raise UnsupportedModelError(
+                f"{where}: config.json {key}=true: torchtune's {config.get('model_type')!r} builder has no biases "
+                "(a Qwen2-style model with q/k/v biases has model_type 'qwen2')"
+            )
+
+
+def set_rope_base(model: nn.Module, base: float) -> None:
+    """Rebuild the (shared) RoPE module of every attention with ``base``: torchtune's LoRA builders for Llama take
+    no ``rope_base`` and always build base 10000."""
+    seen = set()
+    for m in model.modules():
+        rope = getattr(m, "pos_embeddings", None)
+        if rope is not None and id(rope) not in seen:
+            seen.add(id(rope))
+            if float(rope.base) != float(base):
+                rope.base = base
+                rope.rope_init()
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _lora(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """LoRA keywords for a torchtune lora builder (torchtune's names; ``lora_attn_modules`` as a list)."""
+    out = {k: kwargs[k] for k in LORA_KEYS if k in kwargs and kwargs[k] is not None}
+    out["lora_attn_modules"] = list(out.get("lora_attn_modules") or ["q_proj", "v_proj"])
+    return out
+
+
+def _build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]], tied: bool):
+    from torchtune.models.llama2._component_builders import llama2, lora_llama2
+    from torchtune.modules import TiedLinear
+
+    where = "llama"
+    _no_bias(config, where)
+    _check_head_dim(config, where)
+    kw = dict(_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
+    if lora:
+        lk = _lora(lora)
+        if tied and lk.get("apply_lora_to_output"):
+            raise UnsupportedModelError("apply_lora_to_output: the model's output layer is tied to its embeddings "
+                                        "(tie_word_embeddings=true); LoRA on it is not supported (torchtune's rule)")
+        model = lora_llama2(**lk, **kw)
+    else:
+        model = llama2(**kw, rope_base=rope_theta(config))
+    if tied:  # the untied output module is dropped; a TiedLinear is a plain object, not a submodule
+        del model.output
+        model.output = TiedLinear(model.tok_embeddings)
+    set_rope_base(model, rope_theta(config))
+    return model
+
+
+def _build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.mistral._component_builders import lora_mistral, mistral
+
+    _no_bias(config, "mistral")
+    _check_head_dim(config, "mistral")
+    kw = dict(_dims(config, "mistral"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              rope_base=rope_theta(config))
+    return lora_mistral(**_lora(lora), **kw) if lora else mistral(**kw)
+
+
+def _build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.qwen2._component_builders import lora_qwen2, qwen2
+
+    _check_head_dim(config, "qwen2")
+    if config.get("use_sliding_window"):
+        raise UnsupportedModelError("qwen2: config.json use_sliding_window=true: torchtune's qwen2 builder runs full "
+                                    "attention only")
+    kw = dict(_dims(config, "qwen2"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+    return lora_qwen2(**_lora(lora), **kw) if lora else qwen2(**kw)
+
+
+def _build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.gemma._component_builders import gemma, lora_gemma
+
+    act = config.get("hidden_activation") or config.get("hidden_act")
+    if act not in (None, "gelu_pytorch_tanh", "gelu"):
+        raise UnsupportedModelError(f"gemma: hidden_activation={act!r}: torchtune's gemma builder uses tanh-GELU")
+    heads = int(config["num_attention_heads"])
+    kw = dict(_dims(config, "gemma"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              rope_base=rope_theta(config),
+              head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
+    if lora:
+        lk = _lora(lora)
+        lk.pop("apply_lora_to_output", None)  # tied output: torchtune's lora_gemma has no such option
+        return lora_gemma(**lk, **kw)
+    return gemma(**kw)
+
+
+def _build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.phi3._component_builders import lora_phi3, phi3
+
+    _check_head_dim(config, "phi3")
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise UnsupportedModelError("phi3: partial_rotary_factor != 1 (Phi-4-mini): torchtune's phi3 builder "
+                                    "rotates every dimension")
+    kw = dict(_dims(config, "phi3"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              rope_base=rope_theta(config))
+    return lora_phi3(**_lora(lora), **kw) if lora else phi3(**kw)
+
+
+# ------------------------------------------------------------------------------------------ conversions
+def _heads(config: Config) -> Dict[str, Any]:
+    heads = int(config["num_attention_heads"])
+    return dict(num_heads=heads, num_kv_heads=int(config.get("num_key_value_heads") or heads),
+                dim=int(config["hidden_size"]), head_dim=config.get("head_dim"))
+
+
+def _default_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.convert_weights import hf_to_tune
+
+    sd = {k: v for k, v in sd.items() if "rotary_emb.inv_freq" not in k}
+    out = hf_to_tune(sd, **_heads(config))
+    if config.get("tie_word_embeddings"):
+        out.pop("output.weight", None)  # a tied folder may still store lm_head (a copy of the embeddings)
+    return out
+
+
+def _default_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.convert_weights import tune_to_hf
+
+    return tune_to_hf(sd, **_heads(config))
+
+
+def _qwen2_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.qwen2._convert_weights import qwen2_hf_to_tune
+
+    return qwen2_hf_to_tune(sd, **_heads(config), tie_word_embeddings=bool(config.get("tie_word_embeddings")))
+
+
+def _qwen2_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.qwen2._convert_weights import qwen2_tune_to_hf
+
+    return qwen2_tune_to_hf(sd, **_heads(config), tie_word_embeddings=bool(config.get("tie_word_embeddings")))
+
+
+def _phi3_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.phi3._convert_weights import phi3_hf_to_tune
+
+    h = _heads(config)
+    return phi3_hf_to_tune(sd, num_heads=h["num_heads"], num_kv_heads=h["num_kv_heads"], dim=h["dim"])
+
+
+def _phi3_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
+    from torchtune.models.phi3._convert_weights import phi3_tune_to_hf
+
+    return phi3_tune_to_hf(sd)
+
+
+# ------------------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class ModelFamily:
+    """One RoPE decoder family (see the module table).
+
+    ``build(config, max_seq_len, lora)`` is the torchtune decoder with the folder's dimensions and pre-trained RoPE
+    base (random weights; ``lora`` holds torchtune's LoRA keywords or None); ``hf_to_tune`` / ``tune_to_hf`` convert
+    state dicts; ``tokenizer_formats`` lists the formats of
+    :data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FORMATS` its folders ship, in the order tried.
+    """
+
+    name: str
+    hub_models: str
+    hf_model_type: str
+    tied: Optional[bool]  # the config's tie_word_embeddings this entry takes; None: either
+    tied_default: bool  # transformers' default for the model type when config.json omits it
+    torchtune_model_types: Tuple[str, ...]  # checkpointer model_type values that convert this family correctly
+    architecture: str
+    build: Callable[[Config, int, Optional[Dict[str, Any]]], nn.Module]
+    hf_to_tune: Callable[[StateDict, Config], StateDict] = _default_hf_to_tune
+    tune_to_hf: Callable[[StateDict, Config], StateDict] = _default_tune_to_hf
+    tokenizer_formats: Tuple[str, ...] = ("sentencepiece", "hf_json")
+    notes: str = ""
+
+    @property
+    def torchtune_model_type(self) -> str:
+        """The checkpointer ``model_type`` to write in a torchtune config for this family."""
+        return self.torchtune_model_types[0]
+
+    def matches(self, config: Config) -> bool:
+        if config.get("model_type") != self.hf_model_type:
+            return False
+        return self.tied is None or bool(config.get("tie_word_embeddings", self.tied_default)) == self.tied
+
+
+MODEL_FAMILIES: Dict[str, ModelFamily] = {
+    f.name: f
+    for f in (
+        ModelFamily("llama", "Llama-2, Llama-3, Llama-3.1", "llama", tied=False, tied_default=False,
+                    torchtune_model_types=("LLAMA2", "LLAMA3"), architecture="LlamaForCausalLM",
+                    build=lambda c, n, lora: _build_llama(c, n, lora, tied=False),
+                    tokenizer_formats=("sentencepiece", "hf_json", "tiktoken")),
+        ModelFamily("llama_tied", "Llama-3.2 1B/3B, SmolLM, SmolLM2", "llama", tied=True, tied_default=False,
+                    torchtune_model_types=("LLAMA3_2",), architecture="LlamaForCausalLM",
+                    build=lambda c, n, lora: _build_llama(c, n, lora, tied=True),
+                    tokenizer_formats=("hf_json", "tiktoken", "sentencepiece")),
+        ModelFamily("mistral", "Mistral-7B v0.1-v0.3", "mistral", tied=False, tied_default=False,
+                    torchtune_model_types=("MISTRAL",), architecture="MistralForCausalLM", build=_build_mistral,
+                    notes="sliding_window is not applied (torchtune's mistral builder: full attention)"),
+        ModelFamily("qwen2", "Qwen2, Qwen2.5", "qwen2", tied=None, tied_default=False,
+                    torchtune_model_types=("QWEN2",), architecture="Qwen2ForCausalLM", build=_build_qwen2,
+                    hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",)),
+        ModelFamily("gemma", "Gemma 2B/7B", "gemma", tied=True, tied_default=True,
+                    torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=_build_gemma),
+        ModelFamily("phi3", "Phi-3-mini 4k", "phi3", tied=False, tied_default=False,
+                    torchtune_model_types=("PHI3_MINI",), architecture="Phi3ForCausalLM", build=_build_phi3,
+                    hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf,
+                    notes="sliding_window is not applied (torchtune's phi3 builder: full attention)"),
+    )
+}
+# Families torchtune 0.6.1 knows but this table leaves out, and why (the refusal says it).
+LEFT_OUT = {
+    "gemma2": "torchtune 0.6.1 soft-caps Gemma-2's final hidden state where transformers soft-caps its logits: the "
+              "two run different models from one folder",
+}
+
+
+def supported() -> str:
+    """One line per family: name, config.json model_type / tying, hub models (for refusals and the README)."""
+    rows = []
+    for f in MODEL_FAMILIES.values():
+        tie = "" if f.tied is None else (", tied" if f.tied else ", untied")
+        rows.append(f"{f.name} (model_type {f.hf_model_type!r}{tie}: {f.hub_models})")
+    return "; ".join(rows)
+
+
+def family_of(config: Config, where: str = "config.json") -> ModelFamily:
+    """The family of a parsed ``config.json``; :class:`UnsupportedModelError` naming the supported ones otherwise."""
+    for f in MODEL_FAMILIES.values():
+        if f.matches(config):
+            return f
+    mt = config.get("model_type")
+    why = f" ({LEFT_OUT[mt]})" if mt in LEFT_OUT else ""
+    raise UnsupportedModelError(
+        f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
+        f"model family{why}. Supported: {supported()}"
+    )
+
+
+def family_named(name: str) -> ModelFamily:
+    if name not in MODEL_FAMILIES:
+        raise UnsupportedModelError(f"model family {name!r} is not known; known: {sorted(MODEL_FAMILIES)}")
+    return MODEL_FAMILIES[name]
+
+
+def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str) -> None:
+    """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly."""
+    if model_type is None or str(model_type).upper() in family.torchtune_model_types:
+        return
+    raise UnsupportedModelError(
+        f"{where}: model_type={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
+        f"use model_type: {family.torchtune_model_type} (or leave it out: the folder's config.json decides)"
+    )
+
+
+def lora_kwargs(**kwargs: Any) -> Optional[Dict[str, Any]]:
+    """The LoRA keywords given (None when ``lora_rank`` is not set: full fine-tuning)."""
+    if kwargs.get("lora_rank") is None:
+        extra = sorted(k for k, v in kwargs.items() if v not in (None, False, 0.0, [], ()) and k != "lora_rank")
+        if extra and any(k.startswith("lora_") or k.startswith("apply_lora") for k in extra):
+            raise ValueError(f"LoRA settings {extra} given without lora_rank: set lora_rank (and lora_alpha)")
+        return None
+    if kwargs.get("lora_alpha") is None:
+        raise ValueError("lora_rank is set but lora_alpha is not: set lora_alpha (torchtune's configs use 2 x rank)")
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def families_table_markdown() -> str:
+    """The family table as Markdown (the README's, generated from :data:`MODEL_FAMILIES`)."""
+    lines = ["| family | config.json | torchtune checkpointer `model_type` | tokenizer formats | hub models |",
+             "|---|---|---|---|---|"]
+    for f in MODEL_FAMILIES.values():
+        tie = "tied or untied" if f.tied is None else ("tied" if f.tied else "untied")
+        lines.append(f"| `{f.name}` | `{f.hf_model_type}`, {tie} | {' / '.join(f.torchtune_model_types)} | "
+                     f"{', '.join(f.tokenizer_formats)} | {f.hub_models} |")
+    return "\n".join(lines)
+
+
+def module_is_llama_shaped(model: nn.Module) -> Sequence[str]:
+    """Why a torchtune decoder built from builder keywords (training from scratch) cannot be written as a Llama
+    config.json: an empty list when it can. Scratch training writes ``step_0`` with a Llama config."""
+    from torchtune.modules import MultiHeadAttention, RMSNorm
+
+    problems: List[str] = []
+    attn = next((m for m in model.modules() if isinstance(m, MultiHeadAttention)), None)
+    if attn is None:
+        return ["no torchtune MultiHeadAttention"]
+    if getattr(attn.q_proj, "bias", None) is not None:
+        problems.append("q_proj has a bias")
+    if not isinstance(getattr(model, "norm", None), RMSNorm):
+        problems.append(f"final norm is {type(getattr(model, 'norm', None)).__name__}, not RMSNorm")
+    return problems

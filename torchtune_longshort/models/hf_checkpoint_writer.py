@@ -1,0 +1,187 @@
+"""Writing a checkpoint folder (the format: :mod:`~torchtune_longshort.models.hf_checkpoint`).
+
+Weights are converted by the folder's model family (:mod:`~torchtune_longshort.models.families`: torchtune's own
+``convert_weights`` functions, the ones its ``FullModelHFCheckpointer`` uses), so a folder loads identically in
+torchtune and in transformers; the source model's tokenizer files are copied unchanged
+(:mod:`~torchtune_longshort.models.hf_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+from torch import nn
+
+from torchtune_longshort.models.families import family_of
+from torchtune_longshort.models.hf_checkpoint import (
+    CONFIG_FILE,
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    CheckpointFolder,
+    PathLike,
+    read_hf_config,
+)
+from torchtune_longshort.models.hf_rope import (
+    ROPE_SIDE_FILE,
+    SPEC_KEY,
+    split_rope_state_dict,
+    transformers_representable,
+    update_hf_config,
+)
+from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
+from torchtune_longshort.models.tokenizer_formats import has_tokenizer
+
+logger = logging.getLogger(__name__)
+MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
+
+
+def write_hf_checkpoint(
+    out_dir: PathLike,
+    tune_state_dict: Dict[str, torch.Tensor],
+    hf_config: Dict[str, Any],
+    *,
+    rope_spec: Optional[Dict[str, Any]] = None,
+    tokenizer: Optional[PathLike] = None,
+    dtype: Optional[torch.dtype] = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Path:
+    """Write a torchtune state dict as a checkpoint folder (see the format module).
+
+    Args:
+        out_dir: the folder to fill (created).
+        tune_state_dict: torchtune key names; learned RoPE parameters (``*.pos_embeddings.*``) go to the side file;
+            adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
+        hf_config: the base config.json (the source checkpoint's, or ``hf_llama.hf_config_from_llama_kwargs``); its
+            model family converts the weights.
+        rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
+        tokenizer: a tokenizer folder or file to copy in (see :func:`copy_tokenizer`); required unless ``out_dir``
+            already holds one.
+        dtype: weight dtype to save (default: as in the state dict).
+        max_shard_bytes: shard size limit.
+
+    Returns:
+        ``out_dir`` as a Path.
+    """
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    family = family_of(hf_config, where=f"write_hf_checkpoint({str(out_dir)!r}) config")
+    if tokenizer is None and not has_tokenizer(out_dir):
+        raise ValueError(
+            f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
+            "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<folder or tokenizer file>"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
+    adapters = [k for k in model_sd if "lora_" in k or k.endswith("magnitude")]
+    if adapters:
+        raise ValueError(
+            f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
+            "torchtune.modules.peft.get_merged_lora_ckpt"
+        )
+    hf_sd = family.tune_to_hf(model_sd, hf_config)
+    hf_sd = {k: _plain_tensor(v, dtype) for k, v in hf_sd.items()}
+    _write_shards(out_dir, hf_sd, max_shard_bytes, save_file)
+    if rope_sd:
+        (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
+        save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
+
+    config = update_hf_config(hf_config, rope_spec)
+    if not rope_spec:
+        for k in (SPEC_KEY, "rope_scaling"):
+            config.pop(k, None)
+    elif not transformers_representable(rope_spec):
+        logger.warning(
+            "RoPE method %r is not representable in transformers: %s loads with torchtune_longshort "
+            "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
+            rope_spec["method"],
+            out_dir,
+        )
+    config[FORMAT_KEY] = FORMAT_VERSION
+    if dtype is not None or "torch_dtype" not in config:
+        name = str(dtype or next(iter(hf_sd.values())).dtype).replace("torch.", "")
+        config["torch_dtype"] = config["dtype"] = name
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    if tokenizer is not None:
+        copy_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """A contiguous CPU tensor safetensors can store (NF4 / DTensor state-dict entries are dequantized / gathered)."""
+    if hasattr(v, "full_tensor"):
+        v = v.full_tensor()
+    if type(v) is not torch.Tensor and hasattr(v, "get_original_weight"):  # torchao NF4Tensor
+        v = v.get_original_weight()
+    v = v.detach().cpu()
+    if dtype is not None:
+        v = v.to(dtype)
+    return v.contiguous()
+
+
+def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes: int, save_file) -> None:
+    shards: List[Dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for k, v in hf_sd.items():
+        n = v.numel() * v.element_size()
+        if shards[-1] and size + n > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = v
+        size += n
+    total = len(shards)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{total:05d}.safetensors"
+        save_file(shard, str(out_dir / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in shard})
+    index = {
+        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_sd.values())},
+        "weight_map": weight_map,
+    }
+    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
+
+
+def save_hf_checkpoint(
+    model: nn.Module,
+    out_dir: PathLike,
+    config: Union[Dict[str, Any], PathLike, CheckpointFolder],
+    *,
+    tokenizer: Optional[PathLike] = None,
+    dtype: Optional[torch.dtype] = None,
+) -> Path:
+    """Save a (scaled) torchtune decoder as a checkpoint folder (see :func:`write_hf_checkpoint`).
+
+    Args:
+        model: a torchtune decoder of a family in the table (LoRA weights must be merged first: torchtune's
+            ``get_merged_lora_ckpt``).
+        out_dir: the folder to write.
+        config: the source checkpoint (an open :class:`CheckpointFolder`, its folder path, a ``config.json`` path or
+            the parsed dict).
+        tokenizer: tokenizer folder or file; default: the source checkpoint folder's tokenizer files.
+        dtype: weights dtype to save (default: as in the model).
+    """
+    if isinstance(config, (CheckpointFolder, str, Path)) and not (isinstance(config, (str, Path))
+                                                                   and Path(config).is_file()):
+        folder = CheckpointFolder.open(config)
+        if tokenizer is None and folder.tokenizer_file is not None:
+            tokenizer = folder.path
+        config = folder.config
+    elif not isinstance(config, dict):
+        config = json.loads(Path(config).read_text())
+    return write_hf_checkpoint(
+        out_dir,
+        model.state_dict(),
+        config,
+        rope_spec=getattr(model, "rope_scaling", None),
+        tokenizer=tokenizer,
+        dtype=dtype,
+    )
+
+
+__all__ = ["write_hf_checkpoint", "save_hf_checkpoint", "read_hf_config", "MAX_SHARD_BYTES"]
