@@ -45,6 +45,9 @@ FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. Th
 QUESTION = "What is the pass key? The pass key is"
 GEN_BUDGET = 16
 DEFAULT_DEPTHS = (0, 25, 50, 75, 100)
+# The ``digits`` score of guessing: each place of the key holds one of 10 digits, so random digits put 1 in 10 in
+# place (the chance level that figures and reports draw for this metric).
+DIGITS_CHANCE = 1 / 10
 
 
 def needle(passkey: int) -> str:
@@ -218,7 +221,7 @@ _NUMBER = re.compile(r"\d+")
 
 def digit_accuracy(generated: str, key: str) -> float:
     """Graded retrieval: the fraction of the key's digits that the first number of ``generated`` has at the same
-    place (``71155`` for ``71957``: 3 of 5). 0 without a number; a guess of random digits scores 0.1 on average."""
+    place (``71155`` for ``71957``: 3 of 5). 0 without a number; a guess of random digits scores :data:`DIGITS_CHANCE` on average."""
     m = _NUMBER.search(generated or "")
     if m is None:
         return 0.0

@@ -2,11 +2,16 @@
 
 - :func:`value_axis`: a log scale only when the values span a decade or more; otherwise linear. Tick labels are
   plain numbers either way (no ``1.10072×10²`` on every tick of a short log axis) and there is never an offset
-  text (``+1.219e1`` in a corner, colliding with labels and making the axis read 0-0.0035).
+  text (``+1.219e1`` in a corner, colliding with labels and making the axis read 0-0.0035). A linear axis never
+  spans less than :data:`MIN_SPAN_FRACTION` of its largest value (:func:`value_limits`): near-equal values
+  (perplexity 408.1 .. 414.3) sit in a band of the axis, with a note saying the axis was widened, instead of
+  filling it and making noise look like separation.
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
   title that fits the figure.
+- :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
+  (smoke) run's figure says so.
 """
 
 from __future__ import annotations
@@ -17,6 +22,13 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 # Values spanning less than this ratio (max / min) go on a linear axis.
 LOG_SPAN = 10.0
+# A linear value axis shows at least this fraction of its largest |value| (the one rule for every value axis of
+# the eval and study reports): a 1.5 % spread of perplexities fills a quarter of the axis, not all of it.
+MIN_SPAN_FRACTION = 0.25
+# The text a quick (smoke) run's figures carry: their numbers come from a few steps and mean nothing.
+QUICK_MARK = "quick (smoke) run: numbers mean nothing"
+# The ``gid`` of the note :func:`value_axis` writes on an axis it widened (tests and readers find it by it).
+WIDENED_GID = "value_axis_widened"
 
 
 def _finite(values: Iterable[Optional[float]]) -> list:
@@ -56,8 +68,31 @@ def _plain_formatter():
     return PlainDecimals()
 
 
-def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span: float = LOG_SPAN) -> str:
-    """Scale and tick labels for the value axis of ``ax`` given the plotted ``values``; returns the scale used."""
+def value_limits(values: Iterable[Optional[float]], min_fraction: float = MIN_SPAN_FRACTION
+                 ) -> Optional[Tuple[float, float]]:
+    """Limits of a linear axis for ``values`` when they lie closer together than ``min_fraction`` of their largest
+    magnitude (None when their own spread is wide enough, or there is nothing to scale).
+
+    The band keeps the values' centre and is ``min_fraction * max|v|`` wide; values that are all >= 0 keep a
+    floor of 0 (a perplexity axis never shows negative numbers)."""
+    vals = _finite(values)
+    if not vals:
+        return None
+    lo, hi = min(vals), max(vals)
+    need = min_fraction * max(abs(lo), abs(hi))
+    if need == 0 or hi - lo >= need:
+        return None
+    bottom = (lo + hi) / 2 - need / 2
+    if lo >= 0 and bottom < 0:
+        bottom = 0.0
+    return bottom, bottom + need
+
+
+def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span: float = LOG_SPAN,
+               min_fraction: float = MIN_SPAN_FRACTION) -> str:
+    """Scale, limits and tick labels for the value axis of ``ax`` given the plotted ``values``; returns the scale
+    used. A linear axis is widened to :func:`value_limits` when the values are near-equal, and then carries a
+    small note (gid :data:`WIDENED_GID`) that says how close they are."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     vals = _finite(values)
@@ -74,6 +109,18 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
         a.set_major_locator(MaxNLocator(nbins=6))
         a.set_major_formatter(_plain_formatter())
         scale = "linear"
+        lim = value_limits(vals, min_fraction)
+        if lim is not None:
+            (ax.set_ylim if axis == "y" else ax.set_xlim)(*lim)
+            spread = (max(vals) - min(vals)) / max(abs(v) for v in vals)
+            note = (f"{axis} axis widened: values within {100 * spread:.2g}% of each other" if spread
+                    else f"{axis} axis widened: all values equal")
+            old = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
+            if old is not None:  # one note per axes, a line per widened axis
+                old.set_text(f"{old.get_text()}\n{note}")
+            else:
+                ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=6.5, color="dimgrey", ha="left",
+                        va="bottom", gid=WIDENED_GID)
     return scale
 
 
@@ -106,3 +153,33 @@ def wrapped_title(title: str, width_in: float, fontsize: float = 9.0) -> str:
     """``title`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points."""
     chars = max(12, int(width_in * 72 / (0.55 * fontsize)))
     return "\n".join(textwrap.wrap(title, chars, break_on_hyphens=False)) or title
+
+
+# Line styles and markers cycled over a figure's series; with the colour cycle they tell coinciding lines apart.
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def series_style(i: int, n_series: int, n_points: int, markers_per_line: int = 10) -> dict:
+    """``Axes.plot`` / ``Axes.errorbar`` keywords for series ``i`` (in draw order) of ``n_series`` lines over
+    ``n_points`` x values, so that every line stays visible where lines coincide: its own colour, line style and
+    marker shape, and a line width that shrinks with the draw order (a line drawn over an equal one leaves it
+    showing at both sides). Up to ``markers_per_line`` points, every point is marked and the marker size shrinks
+    with the draw order too (an earlier marker rings a later one); beyond, each line marks about
+    ``markers_per_line`` points at x positions no other series marks (``markevery`` with a per-series offset)."""
+    spread = n_points > markers_per_line
+    step = max(n_series, -(-n_points // markers_per_line))
+    return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
+            "markevery": (i % step, step) if spread else None, "ms": 4.5 if spread else max(3.0, 7.5 - i),
+            "lw": max(0.8, 2.2 - 0.3 * i), "zorder": 2 + i / 100}
+
+
+def mark_quick(fig, quick: bool) -> None:
+    """Put :data:`QUICK_MARK` on top of ``fig`` (above its suptitle when it has one) when ``quick``."""
+    if not quick:
+        return
+    title = fig.get_suptitle()
+    if title:
+        fig._suptitle.set_text(f"{QUICK_MARK}\n{title}")
+    else:
+        fig.suptitle(QUICK_MARK, fontsize=9, color="tab:red")

@@ -68,20 +68,21 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     """Perplexity against length, one line per run (None when no run has a ``long_ppl`` value).
 
     Lengths get one labelled tick each; perplexity goes on a log axis only when it spans a decade
-    (:func:`plot_axes.value_axis`), with plain-number tick labels and no offset."""
+    (:func:`plot_axes.value_axis`), with plain-number tick labels and no offset, and near-equal values do not fill
+    the axis. Runs with equal numbers stay visible (:func:`plot_axes.series_style`)."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import length_axis, value_axis
+    from torchtune_longshort.eval.plot_axes import length_axis, series_style, value_axis
 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     xs, ys = [], []
-    for run, res in runs.items():
-        pts = ppl_points(res.get(PPL_TASK, {}))
-        if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=run)
-            xs += [x for x, _ in pts]
-            ys += [y for _, y in pts]
+    points = {run: ppl_points(res.get(PPL_TASK, {})) for run, res in runs.items()}
+    points = {run: pts for run, pts in points.items() if pts}
+    for i, (run, pts) in enumerate(points.items()):
+        ax.plot([x for x, _ in pts], [y for _, y in pts], label=run, **series_style(i, len(points), len(pts)))
+        xs += [x for x, _ in pts]
+        ys += [y for _, y in pts]
     if not xs:
         return None
     length_axis(ax, xs)

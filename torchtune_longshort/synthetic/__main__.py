@@ -5,6 +5,7 @@ Test-sized version (< 1 min):    python -m torchtune_longshort.synthetic --figur
 One run of your own:             python -m torchtune_longshort.synthetic --task length --pe rope --outrep inv_sqrt
 Beyond the paper (sparsity):     python -m torchtune_longshort.synthetic --figure beyond --out docs/synthetic
 The paper's lr search:           python -m torchtune_longshort.synthetic --figure 1b,1c --lrs 5e-5,1e-4,5e-4
+Redraw the PNGs from the CSVs:   python -m torchtune_longshort.synthetic --figure all --replot --out docs/synthetic
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG)")
     p.add_argument("--cache", default=None,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained)")
-    p.add_argument("--quick", action="store_true", help="test-sized version: short lengths, few steps, 2 seeds")
+    p.add_argument("--quick", action="store_true",
+                   help="test-sized version: short lengths, few steps, 2 seeds; its figures say 'quick (smoke) run'")
+    p.add_argument("--replot", action="store_true",
+                   help="with --figure: redraw the PNGs from the CSV / summary JSON already in --out, training nothing")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3, quick 2)")
     p.add_argument("--workers", type=int, default=None,
                    help="parallel runs in processes (default: min(2, CPUs); quick: 1, in-process, no start-up cost)")
@@ -88,18 +92,37 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.figure is None:
+        if a.replot:
+            print("error: --replot needs --figure (the figures to redraw)", file=sys.stderr)
+            return 2
         return _single_run(base, a.out)
+    if a.replot:
+        return _replot(paper, beyond, a.out)
     if paper:
         from .experiments import run_figures
 
         s = run_figures(paper, a.out, base, seeds=range(n_seeds), workers=workers, l_trains=l_trains,
-                        cache_dir=a.cache, lrs=lrs)
+                        cache_dir=a.cache, lrs=lrs, quick=a.quick)
         print(f"paper figures {','.join(paper)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
     if beyond:
         from .sparsity_probes.figures import run_beyond
 
         s = run_beyond(beyond, a.out, quick=a.quick, seeds=range(n_seeds), workers=workers)
         print(f"beyond figures {','.join(beyond)}: {s['meta'][','.join(beyond)]['wall_seconds']:.0f}s -> {a.out}")
+    return 0
+
+
+def _replot(paper: List[str], beyond: List[str], out: str) -> int:
+    """--replot: redraw the figures' PNGs in ``out`` from the files their run wrote there."""
+    from .experiments import replot_figures
+    from .sparsity_probes.figures import replot_beyond
+
+    try:
+        written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"redrew {len(written)} figure(s): {', '.join(written)}")
     return 0
 
 

@@ -2,7 +2,8 @@
 
 ``figure_curves`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run once
 (several seeds, in ``workers`` processes), writes ``runs.json`` / ``<figure>.csv`` / ``<figure>.png`` and
-``summary.json`` (the claims of ``claims``, with their numbers) into an output folder.
+``summary.json`` (the claims of ``claims``, with their numbers) into an output folder; ``replot_figures`` redraws
+the PNGs from those CSVs without training.
 """
 
 from __future__ import annotations
@@ -141,18 +142,27 @@ def _theory_overlays(base):
     }
 
 
-def _plot(name: str, data: Dict, path: str, extra: Optional[Dict] = None) -> None:
-    import matplotlib
+def paper_figure(name: str, data: Dict, extra: Optional[Dict] = None, quick: bool = False):
+    """The matplotlib Figure of one paper figure (no pyplot state): per curve of ``data`` ({label: {"lengths",
+    "l_train", "mse": per-seed arrays}}) the seed mean against test length with a min..max band, ``extra``
+    closed-form overlays ({label: (x, y, matplotlib style)}), dotted lines at each l_train.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Curves that coincide (NoPE, ALiBi and RoPE on the length task) all stay visible: each has its own colour, line
+    style and marker shape, its markers sit at lengths no other curve marks, and later curves are drawn thinner
+    (:func:`torchtune_longshort.eval.plot_axes.series_style`). ``quick``: the figure says it is a quick (smoke)
+    run."""
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(5.0, 3.4), dpi=90)
-    for label, d in data.items():
+    from torchtune_longshort.eval.plot_axes import mark_quick, series_style
+
+    fig = Figure(figsize=(5.0, 3.4), dpi=90, layout="constrained")
+    ax = fig.subplots()
+    for i, (label, d) in enumerate(data.items()):
         x = np.array(d["lengths"])
         mean, _, lo, hi = _stats(d["mse"])
-        (line,) = ax.plot(x, mean, label=label, lw=1.4)
-        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        style = series_style(i, len(data), len(x))
+        ax.plot(x, mean, label=label, **style)
+        ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
     for label, (x, y, style) in (extra or {}).items():
         ax.plot(x, y, style, label=label, lw=1.0)
     lts = sorted({d["l_train"] for d in data.values()})
@@ -164,9 +174,54 @@ def _plot(name: str, data: Dict, path: str, extra: Optional[Dict] = None) -> Non
     ax.set_title(FIGURE_TITLES[name], fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3, lw=0.5)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    mark_quick(fig, quick)
+    return fig
+
+
+def _plot(name: str, data: Dict, path: str, extra: Optional[Dict] = None, quick: bool = False) -> None:
+    paper_figure(name, data, extra, quick).savefig(path)
+
+
+def read_figure_csv(path: str) -> Dict[str, Dict[int, Dict[int, float]]]:
+    """``fig<name>.csv`` as {curve label: {seed: {length: test MSE}}} (curves in file order)."""
+    out: Dict[str, Dict[int, Dict[int, float]]] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            seed = out.setdefault(row["curve"], {}).setdefault(int(row["seed"]), {})
+            seed[int(row["length"])] = float(row["test_mse"])
+    return out
+
+
+def replot_figures(names: Sequence[str], out_dir: str) -> List[str]:
+    """Redraw ``fig<name>.png`` from the ``fig<name>.csv`` and ``summary.json`` a :func:`run_figures` call wrote to
+    ``out_dir``, training nothing (``python -m torchtune_longshort.synthetic --figure all --replot --out DIR``).
+    summary.json gives the base config (each curve's l_train, the theory overlays) and whether the run was quick;
+    returns the PNG paths written."""
+    with open(os.path.join(out_dir, "summary.json")) as fh:
+        meta = json.load(fh).get("meta") or {}
+    if "base_config" not in meta:
+        raise ValueError(f"{os.path.join(out_dir, 'summary.json')} has no meta.base_config: replot needs the "
+                         "summary.json of the run_figures call that wrote the CSVs")
+    base = RunConfig(**meta["base_config"])
+    written = []
+    for n in names:
+        if n not in PAPER_FIGURES:
+            raise ValueError(f"figure={n!r} is unknown; accepted: {', '.join(PAPER_FIGURES)} or 'all'")
+        path = os.path.join(out_dir, f"fig{n}.csv")
+        if not os.path.exists(path):
+            raise ValueError(f"figure={n!r}: {path} does not exist (run the figure first)")
+        by_curve = read_figure_csv(path)
+        l_trains = [int(lab.split("=")[1]) for lab in by_curve if lab.startswith("l_train =")] or FIG4_L_TRAINS
+        l_train_of = {label: c.l_train for label, c in figure_curves(n, base, l_trains)}
+        data = {}
+        for label, seeds in by_curve.items():
+            lengths = sorted(next(iter(seeds.values())))
+            data[label] = {"lengths": lengths, "l_train": l_train_of.get(label, base.l_train),
+                           "mse": [np.array([per[length] for length in lengths]) for per in seeds.values()]}
+        png = os.path.join(out_dir, f"fig{n}.png")
+        _plot(n, data, png, _theory_overlays(base) if n == "theory" else None, quick=bool(meta.get("quick")))
+        written.append(png)
+    return written
 
 
 def _seed_curves(results: Dict[str, Dict], cfg: RunConfig, seeds: Sequence[int]) -> List[np.ndarray]:
@@ -182,6 +237,7 @@ def run_figures(
     l_trains: Sequence[int] = FIG4_L_TRAINS,
     cache_dir: Optional[str] = None,
     lrs: Optional[Sequence[float]] = None,
+    quick: bool = False,
 ) -> Dict:
     """Train, evaluate, plot and summarize the requested figures. Returns the summary dict (also in summary.json).
 
@@ -189,6 +245,7 @@ def run_figures(
     ``lrs``: learning-rate grid (the paper's is ``train.PAPER_LRS``). Every transformer curve and seed is trained once
     per lr and the run with the lowest validation MSE (training lengths only: test lengths never pick the lr) is
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
+    ``quick``: the run is the test-sized one (``--quick``); its figures say so, and so does ``meta.quick``.
     """
     for n in names:
         if n not in PAPER_FIGURES:
@@ -227,7 +284,8 @@ def run_figures(
             for label, d in figs[n].items():
                 for s, m in zip(seeds, d["mse"]):
                     w.writerows([n, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
-        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None)
+        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None,
+              quick=quick)
     summary = summarize_claims(figs, base)
     misal = {}
     for n, cs in curves.items():
@@ -235,7 +293,7 @@ def run_figures(
             rs = [results[_key(replace(c, seed=s))]["misalignment"] for s in seeds]
             misal[f"{n}: {label}"] = {L: {k: float(np.mean([r[L][k] for r in rs])) for k in rs[0][L]} for L in rs[0]}
     summary["scalar_misalignment"] = misal
-    summary["meta"] = {"base_config": asdict(base), "seeds": list(seeds), "workers": workers,
+    summary["meta"] = {"base_config": asdict(base), "quick": quick, "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
                        "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
     runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys

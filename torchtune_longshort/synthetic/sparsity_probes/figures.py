@@ -96,7 +96,7 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
         with open(path) as fh:
             summary = json.load(fh)
     for n, cs in curves.items():
-        summary[n] = _write_figure(n, cs, seeds, results, out_dir)
+        summary[n] = _write_figure(n, cs, seeds, results, out_dir, quick)
     # one entry per invocation (keyed by its figures): the file merges several runs of the command
     summary.setdefault("meta", {})[",".join(names)] = {
         "quick": quick, "seeds": list(seeds), "workers": workers, "wall_seconds": time.time() - t0,
@@ -117,7 +117,8 @@ def _train_all(todo: Dict[str, object], workers: int) -> Dict[str, Dict]:
         return dict(tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"))
 
 
-def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict], out_dir: str) -> Dict:
+def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict], out_dir: str,
+                  quick: bool = False) -> Dict:
     """Writes ``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``; returns the
     figure's summary table {curve label: seed means and minima, train losses, times, chance level}."""
     table = {}
@@ -140,20 +141,51 @@ def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results:
                                                  for l in rs[0]["step_acc"]}
     import matplotlib.pyplot as plt
 
-    fig = probe_figure(name, table)
+    fig = probe_figure(name, table, quick)
     fig.savefig(os.path.join(out_dir, f"fig_{name}.png"))
     plt.close(fig)
     return table
 
 
-def probe_figure(name: str, table: Dict):
+def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
+    """Redraw ``fig_<name>.png`` from the tables of ``beyond_summary.json`` in ``out_dir``, training nothing
+    (``--figure beyond --replot``); a figure last made by a quick invocation keeps its quick mark. Returns the PNG
+    paths written."""
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(out_dir, "beyond_summary.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist: run the beyond figures first")
+    with open(path) as fh:
+        summary = json.load(fh)
+    written = []
+    for n in names:
+        if n not in summary:
+            raise ValueError(f"figure={n!r} is not in {path} (run it first)")
+        runs = [m for key, m in (summary.get("meta") or {}).items() if n in key.split(",")]
+        fig = probe_figure(n, summary[n], quick=bool(runs and runs[-1].get("quick")))
+        png = os.path.join(out_dir, f"fig_{n}.png")
+        fig.savefig(png)
+        plt.close(fig)
+        written.append(png)
+    return written
+
+
+def probe_figure(name: str, table: Dict, quick: bool = False):
     """The matplotlib figure of one beyond figure from its summary table (as ``_write_figure`` returns it): one line
-    per curve and group, x = test length, y = seed-mean accuracy."""
+    per curve and group, x = test length, y = seed-mean accuracy. ``quick``: the figure says it is a quick (smoke)
+    run."""
     import matplotlib
+
+    from torchtune_longshort.eval.plot_axes import mark_quick
 
     matplotlib.use("Agg")
     build = _parity_figure if name in ("parity", "parity_pe") else _planted_or_scratchpad_figure
-    return build(name, table)
+    fig = build(name, table)
+    if quick:
+        mark_quick(fig, quick)
+        fig.tight_layout()
+    return fig
 
 
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
