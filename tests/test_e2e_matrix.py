@@ -1,4 +1,5 @@
-"""Every config and every RoPE method, trained through ``tune run`` and then evaluated, as a user chains them.
+"""Every config, every model family and every RoPE method, trained through ``tune run`` and then evaluated, as a user
+chains them.
 
 Each shipped config under ``configs/`` (the study configs aside) is shrunk by command-line overrides only to a tiny
 random model (same method, same loss, same recipe path: full / LoRA / QLoRA / S2-Attn), trained 2 steps, and its
@@ -7,6 +8,11 @@ with lm-eval's own ``hf`` model (transformers), where transformers can represent
 must agree (rel 1e-4): the reference is transformers' implementation reading the same folder. The same for every
 method of ``ROPE_METHODS`` and both ``POSITION_SAMPLERS``. Where transformers cannot represent the method (EABF,
 CLEX), ``hf`` must refuse the folder rather than run another model.
+
+The configs that build their model from the checkpoint's ``config.json`` (``models.hf_decoder``: Llama-3, Mistral,
+Qwen2.5, Gemma, Phi-3, SmolLM2) are shrunk by pointing ``checkpoint_dir`` at a tiny random checkpoint of that family
+in its real Hugging Face layout, tokenizer format included (``tests/family_checkpoints.py``); every family of
+``MODEL_FAMILIES`` must be covered by one of them.
 """
 
 from __future__ import annotations
@@ -61,12 +67,11 @@ LLAMA2_SCALED = ["model._component_=torchtune_longshort.models.llama2_longshort"
                  f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
 
 
-def _inner(component: str) -> list:
-    return [f"model.model._component_={component}", *_kv("model.model.", DIMS), f"model.model.max_seq_len={L0}",
-            f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
-
-
-# config -> (base checkpoint: "tiny" | "qlora", overrides that shrink it). Every config must have an entry.
+# Configs whose model is read from the checkpoint folder: the folder is their whole shrink (256 positions, scaled
+# to 512), with the long ones' windows and the tiny corpus of COMMON.
+FAMILY_SHRINK = [f"model.max_seq_len={2 * L_TARGET}"]
+# config -> (base checkpoint: "tiny" | "qlora" | "scratch" | "family:<layout>", overrides that shrink it). Every
+# config must have an entry.
 CONFIGS = {
     "llama2_7b/clex_4k_pg19.yaml": ("tiny", LLAMA2_SCALED),
     "llama2_7b/clex_4k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
@@ -76,8 +81,13 @@ CONFIGS = {
         ["model._component_=torchtune_longshort.models.longqlora_llama2", *_kv("model.dims.", QDIMS),
          f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}", "model.lora_rank=8"],
     ),
-    "llama3_8b/eabf_16k_redpajama_book.yaml": ("tiny", _inner("torchtune.models.llama3.llama3")),
-    "mistral_7b/eabf_16k_redpajama_book.yaml": ("tiny", _inner("torchtune.models.mistral.mistral")),
+    "llama3_8b/eabf_16k_redpajama_book.yaml": ("family:llama3", FAMILY_SHRINK),
+    "mistral_7b/eabf_16k_redpajama_book.yaml": ("family:mistral", FAMILY_SHRINK),
+    "qwen2_5_7b/yarn_64k_redpajama_book.yaml": ("family:qwen2", FAMILY_SHRINK),
+    "gemma_2b/pi_16k_redpajama_book.yaml": ("family:gemma", FAMILY_SHRINK),
+    "phi3_mini_4k/yarn_16k_redpajama_book.yaml": ("family:phi3", FAMILY_SHRINK),
+    "smollm2_135m/yarn_16k_stdlib.yaml": ("family:smollm2", FAMILY_SHRINK),
+    "smollm2_135m/lora_yarn_16k_stdlib.yaml": ("family:smollm2", FAMILY_SHRINK),
     "tiny/longshort_from_checkpoint.yaml": ("tiny", [f"model.max_seq_len={L_TARGET}"]),
     "tiny/lora_from_checkpoint.yaml": ("tiny", [f"model.max_seq_len={L_TARGET}"]),
     "tiny/qlora_from_checkpoint.yaml": ("qlora", [f"model.max_seq_len={L_TARGET}"]),
@@ -118,6 +128,17 @@ def test_every_config_has_a_matrix_entry():
     assert shipped == set(CONFIGS), f"configs without a shrink entry: {sorted(shipped - set(CONFIGS))}"
 
 
+def test_every_model_family_is_in_the_matrix(family_dirs):
+    """Each family of the table is trained and evaluated through at least one shipped config (the Llama-2 layout
+    through the tiny configs, whose base is a Llama-2-shaped checkpoint)."""
+    from torchtune_longshort.models import MODEL_FAMILIES, CheckpointFolder
+
+    covered = {CheckpointFolder.open(family_dirs[base.split(":", 1)[1]]).family.name
+               for base, _ in CONFIGS.values() if base.startswith("family:")}
+    covered.add("llama")  # "tiny" / "qlora" / "scratch": Llama-2 layout
+    assert covered == set(MODEL_FAMILIES), f"families without a config in the matrix: {set(MODEL_FAMILIES) - covered}"
+
+
 def _env(tmp: Path) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the recipe runs from the installed package, as a user runs it
@@ -126,8 +147,9 @@ def _env(tmp: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bases(tmp_path_factory, sp_tokenizer_dir):
-    """Base checkpoints with the tokenizer in them (as a hub folder has): L0 = 64 positions."""
+def bases(tmp_path_factory, sp_tokenizer_dir, family_dirs):
+    """Base checkpoints with the tokenizer in them (as a hub folder has): L0 = 64 positions; ``family:<layout>``:
+    the tiny checkpoints of every family (256 positions)."""
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     out = {}
@@ -138,6 +160,7 @@ def bases(tmp_path_factory, sp_tokenizer_dir):
             shutil.copy(f, d / f.name)
         out[name] = d
     out["tokenizer"] = sp_tokenizer_dir
+    out.update({f"family:{k}": v for k, v in family_dirs.items()})
     return out
 
 
@@ -153,12 +176,16 @@ def trained(tmp_path_factory, bases):
         args = [f"output_dir={out}"]
         if base == "scratch":
             args += [f"tokenizer.path={bases['tokenizer']}"]
+        elif base.startswith("family:"):
+            args += [f"checkpoint_dir={bases[base]}"]  # the config reads model and tokenizer from the folder
         else:
             args += [f"checkpoint_dir={bases[base]}", f"tokenizer.path={bases[base] / 'tokenizer.model'}"]
-        if cfg != "tiny/longshort_stdlib.yaml":
-            args = COMMON + args
-        else:
+        if cfg == "tiny/longshort_stdlib.yaml":
             args = [a for a in COMMON if not a.startswith(("tokenizer.", "checkpointer.", "dataset._"))] + args
+        elif base.startswith("family:"):
+            args = [a for a in COMMON if not a.startswith(("tokenizer.", "checkpointer."))] + args
+        else:
+            args = COMMON + args
         cmd = [TUNE, "run", RECIPE, "--config", str(REPO / "configs" / cfg), *args, *overrides]
         p = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=600)
         return key, out, p
@@ -174,15 +201,28 @@ def trained(tmp_path_factory, bases):
 
 @pytest.fixture(scope="module")
 def task_manager(bases):
-    """One lm-eval task index for the whole matrix (building it costs seconds; the evaluations are tiny). Every
-    case shares one tokenizer, which the task reads from the metadata as the CLI's model_args would give it."""
+    """lm-eval task indexes, one per tokenizer (building one costs seconds; the evaluations are tiny): the task cuts
+    its samples with the tokenizer of its metadata, as the CLI's model_args would give it. Cases of the Llama-2
+    layout share one tokenizer; each family checkpoint has its own."""
+    import functools
+
     from lm_eval.tasks import TaskManager
 
     import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
 
-    meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": str(bases["tokenizer"]),
-            "max_seq_lengths": [EVAL_LEN]}
-    return TaskManager(include_path=str(REPO / "evals" / "tasks"), metadata=meta)
+    @functools.lru_cache(maxsize=None)
+    def for_tokenizer(tokenizer: str):
+        meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": tokenizer, "max_seq_lengths": [EVAL_LEN]}
+        return TaskManager(include_path=str(REPO / "evals" / "tasks"), metadata=meta)
+
+    def of(step_dir: Path):
+        from torchtune_longshort.models.tokenizer_formats import SP_FILE
+
+        sp = step_dir / SP_FILE
+        same = sp.is_file() and sp.read_bytes() == (bases["tokenizer"] / SP_FILE).read_bytes()
+        return for_tokenizer(str(bases["tokenizer"]) if same else str(step_dir))
+
+    return of
 
 
 def _ppl(task_manager, model: str, model_args: str) -> float:
@@ -195,10 +235,11 @@ def _ppl(task_manager, model: str, model_args: str) -> float:
 
 
 def _representable(step_dir: Path) -> bool:
-    from torchtune_longshort.models.hf_rope import SPEC_KEY, transformers_representable
+    from torchtune_longshort.models import CheckpointFolder
+    from torchtune_longshort.models.hf_rope import transformers_representable
 
-    spec = json.loads((step_dir / "config.json").read_text()).get(SPEC_KEY)
-    return spec is None or transformers_representable(spec)
+    folder = CheckpointFolder.open(step_dir)
+    return folder.rope_spec is None or transformers_representable(folder.rope_spec, folder.family.hf_rope_types)
 
 
 @pytest.mark.slow
@@ -208,16 +249,18 @@ def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, task_m
     refused = []
     for key, step in trained.items():
         load_hf_checkpoint(step)  # the project's loader takes every folder the recipe writes
-        ours = _ppl(task_manager, "longshort", f"pretrained={step}")
+        tm = task_manager(step)
+        ours = _ppl(tm, "longshort", f"pretrained={step}")
         assert math.isfinite(ours), f"{key}: longshort ppl {ours}"
         if _representable(step):
-            theirs = _ppl(task_manager, "hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}")
+            theirs = _ppl(tm, "hf", f"pretrained={step},dtype=float32,max_length={EVAL_LEN}")
             assert ours == pytest.approx(theirs, rel=1e-4), f"{key}: longshort {ours} vs hf {theirs}"
         else:
             with pytest.raises(Exception, match="not representable in transformers"):
-                _ppl(task_manager, "hf", f"pretrained={step},dtype=float32")
+                _ppl(tm, "hf", f"pretrained={step},dtype=float32")
             refused.append(key)
     assert any("clex" in k for k in refused) and any("eabf" in k for k in refused)
+    assert any("phi3" in k for k in refused)  # transformers' Phi3Config takes no YaRN
 
 
 @pytest.mark.slow

@@ -266,6 +266,9 @@ class ModelFamily:
     hf_to_tune: Callable[[StateDict, Config], StateDict] = _default_hf_to_tune
     tune_to_hf: Callable[[StateDict, Config], StateDict] = _default_tune_to_hf
     tokenizer_formats: Tuple[str, ...] = ("sentencepiece", "hf_json")
+    # transformers rope types the family's transformers config accepts (None: every type); another scaling is
+    # written as not representable, so lm-eval's hf refuses the folder instead of running another model.
+    hf_rope_types: Optional[Tuple[str, ...]] = None
     notes: str = ""
 
     @property
@@ -300,8 +303,9 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=_build_gemma),
         ModelFamily("phi3", "Phi-3-mini 4k", "phi3", tied=False, tied_default=False,
                     torchtune_model_types=("PHI3_MINI",), architecture="Phi3ForCausalLM", build=_build_phi3,
-                    hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf,
-                    notes="sliding_window is not applied (torchtune's phi3 builder: full attention)"),
+                    hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf, hf_rope_types=("default", "longrope"),
+                    notes="sliding_window is not applied (torchtune's phi3 builder: full attention); transformers' "
+                          "Phi3Config accepts only default / longrope RoPE (a base change still loads there)"),
     )
 }
 # Families torchtune 0.6.1 knows but this table leaves out, and why (the refusal says it).

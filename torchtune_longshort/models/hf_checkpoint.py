@@ -163,7 +163,7 @@ class CheckpointFolder:
     def _open(cls, d: Path, given: Path, need_tokenizer: bool) -> "CheckpointFolder":
         config = read_hf_config(given)
         family = family_of(config, where=str(d / CONFIG_FILE))
-        check_hf_config_consistent(config, where=str(d / CONFIG_FILE))
+        check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config)
         side = d / ROPE_SIDE_FILE

@@ -91,15 +91,16 @@ def write_hf_checkpoint(
         (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
         save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
 
-    config = update_hf_config(hf_config, rope_spec)
+    config = update_hf_config(hf_config, rope_spec, family.hf_rope_types)
     if not rope_spec:
         for k in (SPEC_KEY, "rope_scaling"):
             config.pop(k, None)
-    elif not transformers_representable(rope_spec):
+    elif not transformers_representable(rope_spec, family.hf_rope_types):
         logger.warning(
-            "RoPE method %r is not representable in transformers: %s loads with torchtune_longshort "
+            "RoPE method %r is not representable in transformers' %s config: %s loads with torchtune_longshort "
             "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
             rope_spec["method"],
+            family.name,
             out_dir,
         )
     config[FORMAT_KEY] = FORMAT_VERSION

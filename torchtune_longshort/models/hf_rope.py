@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -70,31 +70,38 @@ def rope_scaling_to_hf(model_or_spec) -> Optional[Dict[str, Any]]:
     return _method_class(spec).to_hf(spec)
 
 
-def transformers_representable(spec: Dict[str, Any]) -> bool:
-    """Whether transformers runs ``spec``'s method from config.json alone (asks the method's class)."""
+def transformers_representable(spec: Dict[str, Any], hf_rope_types: Optional[Sequence[str]] = None) -> bool:
+    """Whether transformers runs ``spec``'s method from config.json alone: the method's class says so, and its
+    transformers rope type is one the model family's transformers config accepts (``hf_rope_types``, the family's;
+    None: any)."""
     from torchtune_longshort.rope import ROPE_METHODS
 
     cls = ROPE_METHODS.get(spec["method"])
-    return bool(getattr(cls, "transformers_representable", True))
+    if not getattr(cls, "transformers_representable", True):
+        return False
+    scaling = cls.to_hf(spec) if cls is not None else None
+    return scaling is None or hf_rope_types is None or scaling["rope_type"] in hf_rope_types
 
 
 def not_representable_rope_type(method: str) -> str:
     """The ``rope_type`` written for a method transformers cannot run: transformers raises ``KeyError`` with this
     text when it builds the model, so ``lm-eval --model hf`` fails with the reason instead of a wrong model."""
-    return f"longshort-{method} (not representable in transformers: evaluate with lm-eval --model longshort)"
+    return f"longshort-{method} (not representable in transformers: evaluate with longshort-eval --model longshort)"
 
 
-def hf_config_updates(model_or_spec) -> Dict[str, Any]:
+def hf_config_updates(model_or_spec, hf_rope_types: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """The config.json entries for a scaled model: ``rope_theta``, ``rope_parameters`` (transformers 5.x),
     ``rope_scaling`` (the 4.x name, when a scaling type applies), ``max_position_embeddings`` and our
-    ``longshort_rope`` spec. Empty dict for an unscaled model."""
+    ``longshort_rope`` spec. Empty dict for an unscaled model. ``hf_rope_types``: the rope types the model family's
+    transformers config accepts (``families.ModelFamily.hf_rope_types``); another one is written as not
+    representable."""
     spec = _spec_of(model_or_spec)
     if not spec:
         return {}
     cls = _method_class(spec)
     theta = cls.hf_theta(spec)
     scaling = cls.to_hf(spec)
-    if not transformers_representable(spec):
+    if not transformers_representable(spec, hf_rope_types):
         scaling = {"rope_type": not_representable_rope_type(spec["method"])}
     params = {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
     max_pos = cls.hf_max_position_embeddings(spec)
@@ -108,10 +115,11 @@ def hf_config_updates(model_or_spec) -> Dict[str, Any]:
     return out
 
 
-def update_hf_config(config: Dict[str, Any], model_or_spec) -> Dict[str, Any]:
+def update_hf_config(config: Dict[str, Any], model_or_spec,
+                     hf_rope_types: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """A copy of ``config`` (a parsed config.json) with the entries of :func:`hf_config_updates` applied."""
     new = copy.deepcopy(config)
-    for k, v in hf_config_updates(model_or_spec).items():
+    for k, v in hf_config_updates(model_or_spec, hf_rope_types).items():
         if v is None:
             new.pop(k, None)
         else:
@@ -181,13 +189,14 @@ def split_rope_state_dict(state_dict: Dict[str, torch.Tensor]):
     return model_sd, rope_sd
 
 
-def check_hf_config_consistent(config: Dict[str, Any], where: str = "config.json") -> None:
+def check_hf_config_consistent(config: Dict[str, Any], where: str = "config.json",
+                               hf_rope_types: Optional[Sequence[str]] = None) -> None:
     """Refuse a config.json whose transformers RoPE entries disagree with its ``longshort_rope`` spec (a hand edit
     of one but not the other): the two loaders would then run different models from one folder."""
     spec = config.get(SPEC_KEY)
     if not spec:
         return
-    want = hf_config_updates(spec)
+    want = hf_config_updates(spec, hf_rope_types)
     for key in ("rope_theta", "rope_scaling", "rope_parameters"):
         have = config.get(key)
         expected = want.get(key)

@@ -255,11 +255,9 @@ class HFJsonTokenizer(SourceTokenizer):
             self.bos_id = full[0]
 
     def special_ids(self) -> set:
-        return set(super().special_ids()) | {t.id for t in self._added_special()}
-
-    def _added_special(self):
-        return [t for t in self._tok.get_added_tokens_decoder().values() if t.special] if hasattr(
-            self._tok, "get_added_tokens_decoder") else []
+        """BOS/EOS/pad and every added token marked special (what ``decode(skip_special_tokens=True)`` drops)."""
+        added = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        return set(super().special_ids()) | added
 
     def encode_plain(self, text: str) -> List[int]:
         return self._tok.encode(text, add_special_tokens=False).ids

@@ -1,0 +1,227 @@
+"""The model-family table and the tokenizer formats against transformers on the same folders: every family's tiny
+checkpoint in its real Hugging Face layout (``tests/family_checkpoints.py``, written by transformers) loads into the
+same logits as transformers' own model, its tokenizer gives the ids ``AutoTokenizer`` gives (BOS/EOS included),
+and a checkpoint the project writes loads back in transformers with the source's tokenizer files unchanged. Bad input
+(an unsupported family, a GGUF file, a folder without config.json, a tokenizer past the model's vocabulary, a
+checkpointer model_type of another family) is refused before any model is built, naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from family_checkpoints import LAYOUTS
+
+TEXT_FILES = ("os.py", "json/decoder.py")
+EXPECTED_FAMILY = {"llama2": "llama", "llama3": "llama", "smollm2": "llama_tied", "mistral": "mistral",
+                   "qwen2": "qwen2", "gemma": "gemma", "phi3": "phi3"}
+EXPECTED_TOKENIZER = {"llama2": "sentencepiece", "llama3": "hf_json", "smollm2": "hf_json", "mistral": "sentencepiece",
+                      "qwen2": "hf_json", "gemma": "sentencepiece", "phi3": "sentencepiece"}
+
+
+def _text() -> str:
+    import os
+
+    root = Path(os.__file__).parent
+    return "".join((root / f).read_text()[:6000] for f in TEXT_FILES)
+
+
+def test_family_table_covers_what_the_issue_names():
+    from torchtune_longshort.models import MODEL_FAMILIES
+
+    assert set(EXPECTED_FAMILY.values()) == set(MODEL_FAMILIES)
+    assert set(LAYOUTS) == set(EXPECTED_FAMILY)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_family_loads_into_the_logits_of_transformers(family_dirs, layout):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from torchtune_longshort.models import CheckpointFolder, load_hf_checkpoint
+
+    folder = CheckpointFolder.open(family_dirs[layout])
+    assert folder.family.name == EXPECTED_FAMILY[layout]
+    ids = AutoTokenizer.from_pretrained(str(folder.path))(_text()).input_ids[:200]
+    x = torch.tensor([ids])
+    ref = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(load_hf_checkpoint(folder)(x), ref(x).logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tokenizer_ids_and_specials_match_autotokenizer(family_dirs, layout):
+    """The ids the recipe packs (``encode(add_bos=True, add_eos=False)``: BOS only where the source adds one) are
+    ``AutoTokenizer``'s on the same text, and BOS/EOS are the ids transformers names."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    d = family_dirs[layout]
+    ours, ref = checkpoint_tokenizer(str(d)), AutoTokenizer.from_pretrained(str(d))
+    assert ours.format == EXPECTED_TOKENIZER[layout]
+    text = _text()
+    assert ours.encode(text, add_bos=True, add_eos=False) == ref(text).input_ids
+    assert ours.encode_plain(text) == ref(text, add_special_tokens=False).input_ids
+    assert (ours.bos_id, ours.eos_id) == (ref.bos_token_id, ref.eos_token_id)
+    assert ours.decode(ours.encode(text)) == ref.decode(ref(text).input_ids, skip_special_tokens=True)
+    assert ours.vocab_size == len(ref)
+
+
+def test_tiktoken_format_matches_transformers_conversion_of_the_same_file(family_dirs):
+    """Llama-3's ``original/tokenizer.model`` read as tiktoken (torchtune's llama3 tokenizer) gives the ids of the
+    ``tokenizer.json`` transformers converted from it (an independent implementation of the same BPE)."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import load_tokenizer
+
+    d = family_dirs["llama3"]
+    tik = load_tokenizer(d / "original" / "tokenizer.model")
+    assert tik.format == "tiktoken"
+    ref = AutoTokenizer.from_pretrained(str(d))
+    text = _text()
+    assert tik.encode(text, add_bos=True, add_eos=True) == ref(text).input_ids + [ref.eos_token_id]
+    assert (tik.bos_id, tik.eos_id) == (ref.bos_token_id, ref.eos_token_id)
+    assert load_tokenizer(d, order=("tiktoken",)).format == "tiktoken"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_saved_checkpoint_loads_in_transformers_with_the_source_tokenizer_unchanged(family_dirs, layout, tmp_path):
+    """Save a loaded model (the Qwen2 biases and tied output included, which the checkpointer once crashed on) and
+    reload it in transformers: same logits; the tokenizer files are the source's bytes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from torchtune_longshort.models import CheckpointFolder, load_hf_checkpoint, save_hf_checkpoint
+    from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES
+
+    src = CheckpointFolder.open(family_dirs[layout])
+    model = load_hf_checkpoint(src)
+    out = save_hf_checkpoint(model, tmp_path / "out", src)
+    for rel in TOKENIZER_FILES:
+        if (src.path / rel).is_file():
+            assert (out / rel).read_bytes() == (src.path / rel).read_bytes(), rel
+    assert CheckpointFolder.open(out).family is src.family
+    x = torch.tensor([AutoTokenizer.from_pretrained(str(out))(_text()).input_ids[:100]])
+    ref = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x).logits, rtol=1e-4, atol=1e-4)
+
+
+def _copy_with_config(src: Path, dst: Path, **changes) -> Path:
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(changes)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("model_type,why", [("gpt2", None), ("gemma2", "soft-caps")])
+def test_an_unsupported_family_is_refused_listing_the_supported_ones(family_dirs, tmp_path, model_type, why):
+    from torchtune_longshort.models import MODEL_FAMILIES, CheckpointFolder, UnsupportedModelError
+
+    d = _copy_with_config(family_dirs["llama2"], tmp_path / "x", model_type=model_type)
+    with pytest.raises(UnsupportedModelError) as err:
+        CheckpointFolder.open(d)
+    msg = str(err.value)
+    assert f"model_type={model_type!r}" in msg and all(name in msg for name in MODEL_FAMILIES)
+    if why:
+        assert why in msg
+
+
+def test_llama_with_biases_or_another_head_size_is_refused(family_dirs, tmp_path):
+    from torchtune_longshort.models import UnsupportedModelError, load_hf_checkpoint
+
+    with pytest.raises(UnsupportedModelError, match="attention_bias=true"):
+        load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "b", attention_bias=True))
+    with pytest.raises(UnsupportedModelError, match="head_dim=32 differs"):
+        load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "h", head_dim=32))
+
+
+def test_a_gguf_file_or_a_folder_without_config_says_what_is_expected_and_how_to_convert(tmp_path):
+    from torchtune_longshort.models import CheckpointFolder
+
+    gguf = tmp_path / "m" / "model.Q4_1.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    for path in (gguf, gguf.parent):
+        with pytest.raises(FileNotFoundError) as err:
+            CheckpointFolder.open(path)
+        msg = str(err.value)
+        assert "expected a Hugging Face checkpoint folder (config.json" in msg
+        assert "python -m torchtune_longshort.models.gguf --gguf" in msg
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json: expected a Hugging Face checkpoint folder"):
+        CheckpointFolder.open(tmp_path / "empty")
+
+
+def test_a_tokenizer_past_the_model_vocabulary_is_refused_with_both_numbers(family_dirs, tmp_path):
+    """The eval model's ``tokenizer=``, and the recipe before any step (its vocabulary check names both sizes)."""
+    from torchtune_longshort.eval.model_args import parse_model_args
+
+    small = _copy_with_config(family_dirs["smollm2"], tmp_path / "small", vocab_size=300)
+    with pytest.raises(ValueError, match=r"has 500 ids \(up to 499\), past the 300 rows"):
+        parse_model_args(pretrained=str(small))
+    with pytest.raises(ValueError, match=r"tokenizer= .*has 500 ids .* past the 300 rows"):
+        parse_model_args(pretrained=str(small), tokenizer=str(family_dirs["qwen2"]))
+
+
+def test_a_checkpointer_model_type_of_another_family_is_refused(family_dirs):
+    from torchtune_longshort.models import CheckpointFolder, UnsupportedModelError
+    from torchtune_longshort.models.families import check_torchtune_model_type
+
+    qwen = CheckpointFolder.open(family_dirs["qwen2"]).family
+    check_torchtune_model_type(qwen, "QWEN2", "checkpointer.model_type")
+    check_torchtune_model_type(qwen, None, "checkpointer.model_type")
+    with pytest.raises(UnsupportedModelError, match="model_type='LLAMA2' does not convert a 'qwen2' checkpoint"):
+        check_torchtune_model_type(qwen, "LLAMA2", "checkpointer.model_type")
+
+
+def test_a_folder_is_opened_once_and_reopened_when_it_changes(family_dirs, tmp_path):
+    from torchtune_longshort.models import CheckpointFolder
+
+    d = _copy_with_config(family_dirs["llama2"], tmp_path / "c")
+    first = CheckpointFolder.open(d)
+    assert CheckpointFolder.open(d) is first and CheckpointFolder.open(first) is first
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-6
+    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    again = CheckpointFolder.open(d)
+    assert again is not first and again.config["rms_norm_eps"] == 1e-6
+
+
+def test_eval_model_encodes_like_lm_eval_hf_for_a_model_without_bos(family_dirs):
+    """Qwen2 has no BOS: the prefix of an empty context is EOS (lm-eval hf's rule) and nothing is prepended."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.models.huggingface import HFLM
+
+    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+
+    d = str(family_dirs["qwen2"])
+    ours = LongShortLM(pretrained=d)
+    ref = HFLM(pretrained=d, device="cpu", dtype="float32")
+    text = _text()[:2000]
+    assert ours.prefix_token_id == ref.prefix_token_id
+    assert ours.tok_encode(text) == ref.tok_encode(text)
+    ctx, cont = text[:500], text[500:700]
+    assert ours._encode_pair(ctx, cont) == ref._encode_pair(ctx, cont)
+
+
+def test_recipe_refuses_a_tokenizer_past_the_model_vocabulary_before_any_step(family_dirs, tmp_path):
+    """A model read from its folder (``hf_decoder``) with another folder's larger tokenizer
+    (``checkpoint_tokenizer``): refused in setup, both sizes named, no step written."""
+    from omegaconf import OmegaConf
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    cfg = make_cfg(family_dirs["llama2"], family_dirs["llama2"], tmp_path / "out")
+    cfg.model = OmegaConf.create({"_component_": "torchtune_longshort.models.hf_decoder",
+                                  "checkpoint_dir": str(family_dirs["llama2"])})
+    cfg.tokenizer = OmegaConf.create({"_component_": "torchtune_longshort.models.checkpoint_tokenizer",
+                                      "path": str(family_dirs["llama3"])})
+    with pytest.raises(ValueError, match=r"tokenizer vocabulary \(566 ids.*512 rows.*do not match"):
+        LongShortFinetuneRecipe(cfg).setup()
+    assert not list((tmp_path / "out").glob("step_*"))

