@@ -225,3 +225,11 @@ def test_recipe_refuses_a_tokenizer_past_the_model_vocabulary_before_any_step(fa
     with pytest.raises(ValueError, match=r"tokenizer vocabulary \(566 ids.*512 rows.*do not match"):
         LongShortFinetuneRecipe(cfg).setup()
     assert not list((tmp_path / "out").glob("step_*"))
+
+
+def test_readme_family_table_is_the_generated_one():
+    from torchtune_longshort.models.families import families_table_markdown
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- families-table:", 1)[1].split("<!-- /families-table -->", 1)[0]
+    assert block.split("\n", 1)[1].strip() == families_table_markdown().strip()

@@ -168,8 +168,8 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
     base = cfg.setdefault("base", {})
     if base.get("checkpoint_dir"):
         if not base.get("tokenizer"):
-            raise StudyConfigError("study config: base.checkpoint_dir is set, so base.tokenizer (tokenizer.model path) "
-                                   "is required too")
+            raise StudyConfigError("study config: base.checkpoint_dir is set, so base.tokenizer (a tokenizer folder "
+                                   "or file; for a hub model the checkpoint folder itself) is required too")
     else:
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")

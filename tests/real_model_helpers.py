@@ -1,0 +1,40 @@
+"""Shared by the real-model test files (``test_real_model_*.py``): lm-eval on a SmolLM2 folder through either model,
+with one task index per tokenizer, and the overrides that shrink a SmolLM2 config to a CPU smoke run."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TUNE = str(Path(sys.executable).with_name("tune"))
+RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
+LENGTHS = [1024, 4096]
+SMOKE = ["device=cpu", "dtype=bf16", "seq_len=512", "batch_size=1", "gradient_accumulation_steps=1", "max_steps=4",
+         "save_every_n_steps=4", "validation=null", "loss.alpha=0.1", "lr_scheduler.num_warmup_steps=0",
+         "dataset.limit=40"]
+
+
+@functools.lru_cache(maxsize=None)
+def _task_manager(tokenizer: str, meta_json: str):
+    """One lm-eval task index per tokenizer and metadata (building one takes seconds; every SmolLM2 checkpoint
+    carries the same tokenizer, so the fine-tuned ones share the base model's)."""
+    from lm_eval.tasks import TaskManager
+
+    import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
+
+    return TaskManager(include_path=str(REPO / "evals" / "tasks"),
+                       metadata={"tokenizer": tokenizer, **json.loads(meta_json)})
+
+
+def evaluate(model: str, pretrained: Path, tasks, meta, tokenizer: Path) -> dict:
+    from lm_eval import simple_evaluate
+
+    tm = _task_manager(str(tokenizer), json.dumps(meta, sort_keys=True))
+    res = simple_evaluate(model=model, model_args=f"pretrained={pretrained},dtype=float32", tasks=tasks,
+                          batch_size=1, device="cpu", task_manager=tm, log_samples=False, bootstrap_iters=0)
+    return res["results"]
+
+
