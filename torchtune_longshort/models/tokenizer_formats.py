@@ -92,6 +92,7 @@ class SourceTokenizer:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.max_seq_len: Optional[int] = None  # torchtune's packed datasets read it (checkpoint_tokenizer sets it)
         self.bos_id: Optional[int] = None
         self.eos_id: int = 0
         self.pad_id: int = 0
@@ -363,7 +364,8 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any)
           path: ${checkpoint_dir}
 
     A folder's model family decides the order formats are tried in when its ``config.json`` names a known one.
-    ``max_seq_len`` is accepted for torchtune's tokenizer signature and not used (the recipe packs documents)."""
+    ``max_seq_len`` is kept as an attribute, as torchtune's tokenizers keep it: its packed datasets read it (the
+    long-short recipe packs documents itself and ignores it)."""
     p = Path(path).expanduser()
     order = DEFAULT_ORDER
     if p.is_dir() and (p / "config.json").is_file():
@@ -373,4 +375,6 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any)
             order = family_of(_read_json(p / "config.json")).tokenizer_formats
         except UnsupportedModelError:
             pass
-    return load_tokenizer(p, order)
+    tok = load_tokenizer(p, order)
+    tok.max_seq_len = max_seq_len
+    return tok
