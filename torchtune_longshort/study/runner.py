@@ -99,6 +99,8 @@ class Study:
         tok = c.get("tokenizer") or {}
         if self.cfg["base"].get("checkpoint_dir"):
             tok["path"] = str(self.cfg["base"]["tokenizer"])
+            # the recipe config's own `checkpoint_dir` (its nodes interpolate ${checkpoint_dir}) is the base's
+            c["checkpoint_dir"] = str(self.base_checkpoint())
         elif str(tok.get("_component_", "")).endswith("stdlib_sentencepiece_tokenizer"):
             tok["path"] = str(self.tokenizer_dir())  # trained once, on the first (pre-training) run
         c["tokenizer"] = tok
