@@ -111,9 +111,9 @@ def load_hf_checkpoint(
     with torch.device("meta"):
         model = build_decoder(folder, max_seq_len=max_seq_len, rope=rope, plain_rope=plain_rope)
     model = model.to_empty(device=device)
-    for m in model.modules():
+    for m in model.modules():  # what no checkpoint holds: RoPE caches, and a learned RoPE's initial parameters
         if hasattr(m, "rope_init"):
-            m.rope_init()
+            m.reset_parameters() if hasattr(m, "reset_parameters") else m.rope_init()
     load_weights_into(model, folder, learned_rope=rope is None and not plain_rope)
     model = model.to(dtype=dtype)
     for rope_module in {id(m.pos_embeddings): m.pos_embeddings for m in model.modules()
