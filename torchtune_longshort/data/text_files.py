@@ -30,6 +30,13 @@ JSON_SUFFIX = ".json"
 BadRecord = Optional[Callable[[str], None]]
 
 
+class DataRecordError(ValueError):
+    """A record of the training or validation data that cannot be read, named by its file and line (or record).
+
+    The recipe treats it as the end of the run at the last good step: it saves that step and stops (as on a
+    signal), so the run resumes once the record is mended."""
+
+
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
                   setting: str) -> List[Path]:
     """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
@@ -57,15 +64,15 @@ def text_of_record(record: Any, text_field: str, where: str, setting: str = "tex
     """The string in ``record[text_field]``; ``ValueError`` naming ``where``, the record's fields and ``setting``
     (the option that picks the field) otherwise."""
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: record is a {type(record).__name__}, expected an object with a {text_field!r} field")
+        raise DataRecordError(f"{where}: record is a {type(record).__name__}, expected an object with a {text_field!r} field")
     if text_field not in record:
-        raise ValueError(
+        raise DataRecordError(
             f"{where}: no text field {text_field!r} in the record; its fields are {sorted(record)[:12]}. "
             f"Set {setting} to one of them"
         )
     text = record[text_field]
     if not isinstance(text, str):
-        raise ValueError(f"{where}: field {text_field!r} holds a {type(text).__name__}, expected a string")
+        raise DataRecordError(f"{where}: field {text_field!r} holds a {type(text).__name__}, expected a string")
     return text
 
 
@@ -102,7 +109,7 @@ def iter_documents(
 
 def _bad(message: str, on_bad_record: BadRecord) -> None:
     if on_bad_record is None:
-        raise ValueError(message)
+        raise DataRecordError(message)
     on_bad_record(message)
 
 

@@ -5,14 +5,21 @@ first and returns a map-style dataset of ``{"tokens": [...], ...}`` samples) plu
 is: each sample's ``tokens`` (BOS + text + EOS, as torchtune tokenizes it) is one document, and
 :class:`~torchtune_longshort.data.dual_window.PackedTokenStream` packs them end to end in index order, so a resumed
 run reads exactly the same windows.
+
+Every record is checked as the stream reads it: a sample that fails to build (a missing column, a value that is not
+text) or holds no token ids raises :class:`~.text_files.DataRecordError` naming the file and line (or record), which
+the recipe answers with a checkpoint of the last good step. A build that ``datasets`` refuses (an empty file, a torn
+JSON line) is explained the same way (:mod:`~.data_files`).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import Documents, _Source
+from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files
+from torchtune_longshort.data.text_files import DataRecordError
 
 
 def takes_tokenizer(component: Any) -> bool:
@@ -24,27 +31,58 @@ def takes_tokenizer(component: Any) -> bool:
     return bool(params) and params[0] == "tokenizer"
 
 
-def torchtune_documents(dataset: Any, name: str = "") -> Documents:
-    """A documents source over a torchtune dataset's samples (their ``tokens``), in index order.
+def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str = "dataset") -> Any:
+    """``builder(tokenizer, **args)``; a failure of ``datasets`` to read the named files is re-raised naming the file
+    and line of the first unreadable record (or the files, when they read fine here)."""
+    try:
+        return builder(tokenizer, **args)
+    except (StopIteration, ValueError, KeyError, TypeError, OSError) as e:
+        raise explain_load_failure(named_files(args, where), args.get("column"), where, e) from e
+    except Exception as e:  # datasets' DatasetGenerationError and kin
+        if type(e).__module__.split(".")[0] != "datasets":
+            raise
+        raise explain_load_failure(named_files(args, where), args.get("column"), where, e) from e
 
-    Refuses packed datasets (``packed=True``: the stream packs documents itself, across window boundaries) and
-    datasets without a ``tokens`` field, naming the dataset.
+
+def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], column: Optional[str]) -> List[int]:
+    """The token ids of sample ``i``, or :class:`DataRecordError` naming where the record is and what is wrong."""
+    try:
+        sample = dataset[i]
+        tokens = sample["tokens"] if isinstance(sample, dict) else None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        hint = f" (column={column!r})" if column else ""
+        raise DataRecordError(
+            f"{what}: {locate_record(files, i)} cannot be read{hint}: {type(e).__name__}: {e}"
+        ) from None
+    if not tokens or not all(isinstance(t, int) for t in tokens):
+        raise DataRecordError(f"{what}: {locate_record(files, i)} gives no token ids ({type(sample).__name__} "
+                              f"{sorted(sample) if isinstance(sample, dict) else ''})")
+    return list(tokens)
+
+
+def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = None, where: str = "dataset"
+                        ) -> Documents:
+    """A documents source over a torchtune dataset's samples (their ``tokens``), in index order, each checked as it
+    is read (:func:`read_record`). ``args``: the builder's arguments (the files they name locate a bad record).
+
+    Refuses packed datasets (``packed=True``: the stream packs documents itself, across window boundaries), non
+    map-style datasets and empty ones, naming the dataset.
     """
-    what = name or type(dataset).__name__
+    what = f"{where} {name or type(dataset).__name__}"
+    args = dict(args or {})
     if type(dataset).__name__ == "PackedDataset" or getattr(dataset, "packed", False):
-        raise ValueError(f"dataset {what}: pass packed=False; the dual-window stream packs the documents itself")
+        raise ValueError(f"{what}: pass packed=False; the dual-window stream packs the documents itself")
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise ValueError(f"dataset {what}: expected a map-style torchtune dataset (len() and [i]), got {type(dataset)}")
+        raise ValueError(f"{what}: expected a map-style torchtune dataset (len() and [i]), got {type(dataset)}")
     n = len(dataset)
+    files = named_files(args, where)
     if n == 0:
-        raise ValueError(f"dataset {what} has no samples")
-    first = dataset[0]
-    if not isinstance(first, dict) or "tokens" not in first:
-        raise ValueError(f"dataset {what}: samples need a 'tokens' field, got {type(first).__name__} "
-                         f"{sorted(first) if isinstance(first, dict) else ''}")
+        raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
+    column = args.get("column")
+    read_record(dataset, 0, what, files, column)
 
     def docs():
         for i in range(n):
-            yield list(dataset[i]["tokens"])
+            yield read_record(dataset, i, what, files, column)
 
-    return _Source(docs, f"torchtune dataset {what} ({n} samples)")
+    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)")

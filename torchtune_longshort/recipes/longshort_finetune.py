@@ -36,27 +36,26 @@ from torch import nn
 from torchtune import config, modules, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
+from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
-from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
-from torchtune_longshort.training.config_checks import (
-    check_model_against_data, check_recipe_config, check_start_checkpoint,
-)
-from torchtune_longshort.training.data_setup import (
-    build_documents, build_position_sampler, check_documents, validation_sequences,
-)
 from torchtune_longshort.training import recipe_checkpoints
+from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
 from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
+from torchtune_longshort.training.data_setup import (
+    StepStart, build_documents, build_position_sampler, check_documents, validation_sequences,
+)
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.metrics import RunLog, mean_over_ranks
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
 )
+from torchtune_longshort.training.recipe_config import check_built_model, input_paths, load_recipe_config
 from torchtune_longshort.training.resume import apply_resume_changes, read_resume_state, restore_optimizer
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
 from torchtune_longshort.training.stop_signals import StopSignals
 from torchtune_longshort.training.validation import validation_metrics
-from torchtune_longshort.windows import DEFAULT_E_RANGE, unstack_window_outputs
+from torchtune_longshort.windows import unstack_window_outputs
 
 log = utils.get_logger("INFO")
 
@@ -64,24 +63,26 @@ log = utils.get_logger("INFO")
 class LongShortFinetuneRecipe:
     """Full / LoRA / QLoRA fine-tuning with ``ce + alpha * misalignment`` on dual-window batches.
 
-    Config fields (see configs/tiny/longshort_stdlib.yaml for a complete, commented example): ``model``, ``tokenizer``,
-    ``checkpointer`` (``checkpoint_dir: null`` trains from random weights with the model's explicit dimensions),
-    ``dataset`` (a documents callable from ``torchtune_longshort.data.corpus``), ``seq_len`` (L), ``e_range``,
-    ``batch_size`` (global), ``gradient_accumulation_steps``, ``max_steps``, ``loss``, ``optimizer``,
-    ``lr_scheduler``, ``clip_grad_norm``, ``clip_rope_separately``, ``dtype``, ``device``, ``compile``, ``enable_activation_checkpointing``,
-    ``train_embeddings_and_norms`` (LoRA), ``save_every_n_steps``, ``resume``, ``overwrite_output_dir``,
-    ``metric_logger``, ``log_every_n_steps``, ``validation`` (optional), ``position_sampler`` (optional: a
-    ``torchtune_longshort.rope`` position-id sampler, e.g. PoSE), ``seed``.
+    The config's fields, with their defaults and checks, are :class:`~torchtune_longshort.training.recipe_config.
+    RecipeConfig` and its sections (the README's table is generated from them); configs/tiny/longshort_stdlib.yaml is
+    a complete, commented example. The constructor builds and checks it before any side effect.
     """
 
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self._distributed = world_size > 1
-        # Input checks that need no model run first: before a process group, an output folder or a weight exists.
-        self._validate_static(world_size)
-        self._device = utils.get_device(device=cfg.get("device", "cpu"))
-        if self._device.type == "cpu" and cfg.get("cpu_keep_freed_blocks", True) and reuse_large_cpu_blocks():
+        # Every check that needs no model runs first: before a process group, an output folder or a weight exists.
+        self.config = config_ = load_recipe_config(cfg, world_size)
+        self._run_config = OmegaConf.to_container(cfg, resolve=True)  # saved with each step, compared on resume
+        self.micro_batch = config_.batch_size // (world_size * config_.gradient_accumulation_steps)
+        # Appendix F: a regularized run gets the baseline's compute, not its step count.
+        self.max_steps = trained_steps(config_.max_steps, config_.equal_compute_overhead, config_.loss.alpha)
+        if self.max_steps != config_.max_steps:
+            log.info(f"equal_compute_overhead={config_.equal_compute_overhead}: max_steps {config_.max_steps} -> "
+                     f"{self.max_steps} for alpha > 0")
+        self._device = utils.get_device(device=config_.device)
+        if self._device.type == "cpu" and config_.cpu_keep_freed_blocks and reuse_large_cpu_blocks():
             log.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=False to turn it off)")
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).
@@ -89,30 +90,16 @@ class LongShortFinetuneRecipe:
             torch.distributed.init_process_group(backend=backend)
         self.world_size, self.rank = utils.get_world_size_and_rank()
         self._is_rank_zero = self.rank == 0
-        self._dtype = training.get_dtype(cfg.get("dtype", "fp32"), device=self._device)
-        self.seed = training.set_seed(seed=cfg.get("seed", 0))
-        self.output_dir = Path(cfg.output_dir)
+        self._dtype = training.get_dtype(config_.dtype, device=self._device)
+        self.seed = training.set_seed(seed=config_.seed)
+        self.output_dir = Path(config_.output_dir)
         self.global_step = 0
+        self._saved_step = None  # the step of the last checkpoint this process wrote
         self.stop_signals = StopSignals()  # recipe_main installs its handlers
         self.stopped_by = 0
         # Called with (step, staged folder) after a checkpoint is fully written and before it is renamed into
         # place: a place for a caller's own check or copy (and for tests that kill a save in flight).
         self.before_commit = None
-
-    # ------------------------------------------------------------------ checks that need no model
-    def _validate_static(self, world_size: int) -> None:
-        cfg = self.cfg
-        self.world_size = world_size
-        derived = check_recipe_config(cfg, world_size)
-        self.micro_batch = derived["micro_batch"]
-        self.grad_accum = cfg.get("gradient_accumulation_steps", 1)
-        overhead = cfg.get("equal_compute_overhead")
-        # Appendix F: a regularized run gets the baseline's compute, not its step count.
-        steps = trained_steps(cfg.max_steps, overhead, derived["alpha"])
-        if steps != cfg.max_steps:
-            log.info(f"equal_compute_overhead={overhead}: max_steps {cfg.max_steps} -> {steps} for alpha > 0")
-            cfg.max_steps = steps
-        check_start_checkpoint(cfg)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -125,9 +112,8 @@ class LongShortFinetuneRecipe:
             raise
 
     def _setup(self) -> None:
-        cfg = self.cfg
         recipe_state = self._setup_output_dir()
-        self._tokenizer = config.instantiate(cfg.tokenizer)
+        self._tokenizer = config.instantiate(self.config.tokenizer.node())
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
         self._optimizer = self._setup_optimizer()
@@ -135,36 +121,33 @@ class LongShortFinetuneRecipe:
         if recipe_state is not None:
             self._restore_optimizer(recipe_state)
         self._batcher = self._setup_data(recipe_state)
-        self._run_log = RunLog.open(cfg.metric_logger if self._is_rank_zero else None, cfg, self.output_dir,
-                                    self.global_step, self._device)
+        self._run_log = RunLog.open(self.config.metric_logger.node() if self._is_rank_zero else None, self.cfg,
+                                    self.output_dir, self.global_step, self._device)
         if recipe_state is not None:
             torch.set_rng_state(recipe_state["torch_rng"])
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")
 
     def _setup_output_dir(self) -> Optional[Dict[str, Any]]:
         """Claim ``output_dir`` (rank 0), find the checkpoint to resume from and return its recipe state."""
-        cfg = self.cfg
-        resume = bool(cfg.get("resume", False))
+        resume = self.config.resume
         if self._is_rank_zero:
-            protect = [p for p in (cfg.checkpointer.get("checkpoint_dir"), cfg.tokenizer.get("path")) if p]
-            overwrite = bool(cfg.get("overwrite_output_dir", False))
-            self._lock = claim_output_dir(self.output_dir, resume=resume, overwrite=overwrite, protect=protect)
+            protect = [p for _, p in input_paths(self.config)]
+            self._lock = claim_output_dir(self.output_dir, resume=resume, overwrite=self.config.overwrite_output_dir,
+                                          protect=protect)
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
         if self._resume_dir is None:
             return None
-        recipe_state, self._resume_changes = read_resume_state(
-            self._resume_dir, OmegaConf.to_container(cfg, resolve=True)
-        )
+        recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config)
         self.global_step = int(recipe_state["step"])
         return recipe_state
 
     def _setup_model(self, recipe_state: Optional[Dict[str, Any]]) -> nn.Module:
-        """Build ``cfg.model``, load its start weights (and a resumed run's adapters / learned RoPE), make the right
+        """Build ``model``, load its start weights (and a resumed run's adapters / learned RoPE), make the right
         parameters trainable, shard it across ranks when distributed."""
-        cfg = self.cfg
-        model, self._lora = build_model(cfg.model, self._device, self._dtype, on_meta=self._distributed)
+        cfg = self.config
+        model, self._lora = build_model(cfg.model.node(), self._device, self._dtype, on_meta=self._distributed)
         self.rope_spec = getattr(model, "rope_scaling", None)
         check_quantized_shapes(model, self.world_size)
         model_sd, self._start_dir = recipe_checkpoints.start_state_dict(
@@ -172,25 +155,25 @@ class LongShortFinetuneRecipe:
         )
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
         self._base_hf_config = CheckpointFolder.open(self._start_dir).config
-        set_trainable(model, self._lora, cfg.get("train_embeddings_and_norms", False))
-        if cfg.get("enable_activation_checkpointing", False):
+        set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
+        if cfg.enable_activation_checkpointing:
             training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
-        if cfg.get("compile", False):
+        if cfg.compile:
             training.compile_model(model, verbose=self._is_rank_zero)
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
         learned_rope = load_rope_parameters(self._resume_dir) if self._resume_dir is not None else {}
         load_weights(
             model, model_sd, resumed_weights(model, trainable, learned_rope), distributed=self._distributed,
-            device=self._device, dtype=self._dtype, reshard_after_forward=cfg.get("fsdp_reshard_after_forward", True),
-            where=f"checkpoint {str(self._start_dir)!r} does not fit model {cfg.model._component_}",
+            device=self._device, dtype=self._dtype, reshard_after_forward=cfg.fsdp_reshard_after_forward,
+            where=f"checkpoint {str(self._start_dir)!r} does not fit model {cfg.model.component}",
         )
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         utils.log_rank_zero(log, f"Model ready: {n_train:,} trainable parameters, dtype {self._dtype}")
-        self.model_vocab = check_model_against_data(cfg, model, self._tokenizer, self.rope_spec)
+        self.model_vocab = check_built_model(cfg, model, self._tokenizer, self.rope_spec)
         return model
 
     def _setup_loss(self) -> LongShortLoss:
-        loss_fn = config.instantiate(self.cfg.loss)
+        loss_fn = config.instantiate(self.config.loss.node())
         if not isinstance(loss_fn, LongShortLoss):
             raise ValueError(f"loss: expected torchtune_longshort.loss.LongShortLoss, got {type(loss_fn).__name__}")
         loss_fn.set_model_output(self._model)
@@ -200,13 +183,13 @@ class LongShortFinetuneRecipe:
         return loss_fn
 
     def _setup_optimizer(self):
-        return config.instantiate(self.cfg.optimizer, [p for p in self._model.parameters() if p.requires_grad])
+        return config.instantiate(self.config.optimizer.node(), [p for p in self._model.parameters() if p.requires_grad])
 
     def _setup_lr_scheduler(self):
-        if self.cfg.get("lr_scheduler") is None:
+        if self.config.lr_scheduler is None:
             return None
         return config.instantiate(
-            self.cfg.lr_scheduler, self._optimizer, num_training_steps=self.cfg.max_steps, last_epoch=-1
+            self.config.lr_scheduler.node(), self._optimizer, num_training_steps=self.max_steps, last_epoch=-1
         )
 
     def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
@@ -228,19 +211,19 @@ class LongShortFinetuneRecipe:
     def _setup_data(self, recipe_state: Optional[Dict[str, Any]]) -> DualWindowBatcher:
         """The dual-window batcher (resumed at its saved position), the optional position sampler and the
         validation sequences."""
-        cfg = self.cfg
+        cfg = self.config
         documents = build_documents(cfg.dataset, self._tokenizer)
         stream = PackedTokenStream(documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
         batcher = DualWindowBatcher(
             stream,
             L=cfg.seq_len,
-            e_range=list(cfg.get("e_range", DEFAULT_E_RANGE)),
+            e_range=list(cfg.windows.e_range),
             batch_size=self.micro_batch,
-            seed=cfg.get("data_seed", self.seed),
+            seed=cfg.order_seed,
             rank=self.rank,
             world_size=self.world_size,
             ignore_index=self._loss_fn.ignore_index,
-            bos_id=self._tokenizer.bos_id if cfg.get("window_bos", False) else None,
+            bos_id=self._tokenizer.bos_id if cfg.windows.window_bos else None,
         )
         if recipe_state is not None:
             batcher.load_state_dict(recipe_state["data"])
@@ -248,10 +231,10 @@ class LongShortFinetuneRecipe:
             need = cfg.seq_len + batcher.e_hi + 1
             check_documents(documents, self._tokenizer, self._tokenize, self.model_vocab, need)
         self._pos_sampler, self._pos_generator = build_position_sampler(
-            cfg.get("position_sampler"), getattr(self._model, "max_seq_len", None),
-            int(cfg.get("data_seed", self.seed)), self.rank, recipe_state,
+            cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
+            cfg.order_seed, self.rank, recipe_state,
         )
-        self._val_tokens = validation_sequences(cfg.get("validation"), self._tokenize, self.model_vocab)
+        self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize, self.model_vocab)
         return batcher
 
     # ------------------------------------------------------------------ checkpoint
@@ -265,43 +248,42 @@ class LongShortFinetuneRecipe:
             self.ckpts.clean_staging()
             staged = self.ckpts.staging_root / f"step_{step}"
             state = recipe_checkpoints.training_state(
-                step, opt_sd, self._lr_scheduler, self._batcher, self._pos_generator, self.cfg
+                step, opt_sd, self._lr_scheduler, self._batcher, self._pos_generator, self._run_config
             )
             hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
             recipe_checkpoints.stage_step(
-                staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.cfg),
+                staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),
                 state,
             )
             if self.before_commit is not None:
                 self.before_commit(step, staged)
             final = self.ckpts.commit(staged, step)
             log.info(f"Checkpoint for step {step} written to {final}")
+        self._saved_step = step
         self._barrier()
 
     # ------------------------------------------------------------------ train
     def train(self) -> None:
-        cfg = self.cfg
-        max_steps = cfg.max_steps
-        save_every = cfg.get("save_every_n_steps", max_steps)
-        log_every = cfg.get("log_every_n_steps", 1)
-        val_every = (cfg.get("validation") or {}).get("every_n_steps", max_steps)
+        cfg, max_steps = self.config, self.max_steps
+        save_every = cfg.save_every_n_steps or max_steps
+        val_every = (cfg.validation.every_n_steps if cfg.validation else None) or max_steps
         self._model.train()
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
         self._run_log.start(max_steps, self.global_step)
         # stop_after_step: end this process early (job time limits); the LR schedule still spans max_steps and
         # resume=True continues exactly where it stopped.
-        stop_at = min(max_steps, cfg.get("stop_after_step") or max_steps)
+        stop_at = min(max_steps, cfg.stop_after_step or max_steps)
         while self.global_step < stop_at:
-            sums, norms = self._train_step()
-            if self.global_step % log_every == 0 or self.global_step == max_steps:
+            sums, norms = self._checked_step()
+            if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
                 lr = self._optimizer.param_groups[0]["lr"]
                 self._run_log.log_step(self.global_step, sums, lr, {k: float(v) for k, v in norms.items()},
                                        self._device)
             self._run_log.advance()
             if self._val_tokens is not None and (self.global_step % val_every == 0 or self.global_step == max_steps):
                 val = validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab)
-                self._run_log.log(self.global_step, val)
+                self._run_log.log_validation(self.global_step, val)
             stop_signal = self.stop_signals.received(self._distributed, self._device)
             if self.global_step % save_every == 0 or self.global_step in (max_steps, stop_at) or stop_signal:
                 self.save_checkpoint()
@@ -315,24 +297,42 @@ class LongShortFinetuneRecipe:
                 break
         self._run_log.close()
 
+    def _checked_step(self):
+        """:meth:`_train_step`; a data record that cannot be read ends the run at the last good step, saved as on a
+        signal (the record is named; the data position saved is the step's start, so resume reads it again)."""
+        start = StepStart(self._batcher, self._pos_generator)
+        try:
+            return self._train_step()
+        except DataRecordError as e:
+            start.restore(self._batcher, self._pos_generator)
+            self._run_log.close()
+            if self.global_step == 0:
+                raise DataRecordError(f"{e}. No step had finished: nothing saved; mend the record and start "
+                                      "again") from None
+            if self._saved_step != self.global_step:
+                self.save_checkpoint()
+            raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
+                                  "record and continue with resume=True") from None
+
     def _train_step(self):
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norm)``, the
         sums averaged over the global batch."""
         self._optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "ce": 0.0, "misalignment": 0.0, "e": 0.0}
-        for _ in range(self.grad_accum):
+        accum = self.config.gradient_accumulation_steps
+        for _ in range(accum):
             batch = self._batcher.next_batch()
             out = self._loss_step(batch)
-            (out.loss / self.grad_accum).backward()
-            sums["loss"] += out.loss.item() / self.grad_accum
-            sums["ce"] += out.ce.item() / self.grad_accum
-            sums["misalignment"] += out.misalignment.item() / self.grad_accum
-            sums["e"] += batch["e"] / self.grad_accum
+            (out.loss / accum).backward()
+            sums["loss"] += out.loss.item() / accum
+            sums["ce"] += out.ce.item() / accum
+            sums["misalignment"] += out.misalignment.item() / accum
+            sums["e"] += batch["e"] / accum
             self._run_log.tokens += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
         norms = clip_gradients(
-            self._model, self.cfg.get("clip_grad_norm"),
+            self._model, self.config.clip_grad_norm,
             lambda: f"{self._where(batch)}, loss {sums['loss']:.6g} (last checkpoint: {self.ckpts.latest()})",
-            rope_separately=bool(self.cfg.get("clip_rope_separately", False)),
+            rope_separately=self.config.clip_rope_separately,
         )
         self._optimizer.step()
         if self._lr_scheduler is not None:
@@ -354,7 +354,7 @@ class LongShortFinetuneRecipe:
         tokens = torch.cat([ta, tb])
         input_pos = None
         if self._pos_sampler is not None:
-            input_pos = self._pos_sampler.sample(tokens.shape[0], self.cfg.seq_len, generator=self._pos_generator)
+            input_pos = self._pos_sampler.sample(tokens.shape[0], self.config.seq_len, generator=self._pos_generator)
             input_pos = input_pos.to(self._device)
         out_a, out_b = unstack_window_outputs(self._model(tokens, input_pos=input_pos), ta.shape[0])
         out = self._loss_fn(out_a, out_b, la, lb, batch["e"])
@@ -371,7 +371,7 @@ class LongShortFinetuneRecipe:
         if self._is_rank_zero:
             self._run_log.close_loggers()
             print(f"[longshort] checkpoint: {self.ckpts.latest()}")
-            log_dir = self.cfg.metric_logger.get("log_dir", "the metric logger")
+            log_dir = self.config.metric_logger.args.get("log_dir", "the metric logger")
             print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")
         if self._distributed:
             # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing

@@ -1,4 +1,6 @@
-"""The recipe's data side: the documents source, the one-pass corpus check, and the optional position sampler.
+"""The recipe's data side: the documents source, the one-pass corpus check, the optional position sampler, and the
+state a step starts from (kept, so that a bad record found mid-step is answered with a checkpoint of the last good
+step, as on a signal).
 
 Used by ``LongShortFinetuneRecipe._setup_data`` (``torchtune_longshort/recipes/longshort_finetune.py``).
 """
@@ -8,22 +10,24 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 import torch
-from omegaconf import DictConfig
 from torchtune import config
-from torchtune.config._utils import _get_component_from_path
 
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.data.dual_window import PackedTokenStream
-from torchtune_longshort.data.torchtune_datasets import takes_tokenizer, torchtune_documents
+from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
+from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
+from torchtune_longshort.training.recipe_config.values import resolve_component
 
 
-def build_documents(node: DictConfig, tokenizer):
-    """``dataset``: a documents source of ``torchtune_longshort.data.corpus``, or a torchtune dataset builder (its
-    first parameter ``tokenizer``, e.g. ``torchtune.datasets.text_completion_dataset``), built with the recipe's
-    tokenizer and read sample by sample."""
-    if takes_tokenizer(_get_component_from_path(node._component_)):
-        return torchtune_documents(config.instantiate(node, tokenizer), name=node._component_)
-    return config.instantiate(node)
+def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset"):
+    """A documents source of ``torchtune_longshort.data.corpus``, or a torchtune dataset builder (its first parameter
+    ``tokenizer``, e.g. ``torchtune.datasets.text_completion_dataset``) built with the recipe's tokenizer and read
+    sample by sample, each record checked as it is read."""
+    if source.takes_tokenizer:
+        builder = resolve_component(f"{where}._component_", source.component)
+        dataset = build_torchtune_dataset(builder, tokenizer, source.args, where)
+        return torchtune_documents(dataset, name=source.component, args=source.args, where=where)
+    return config.instantiate(source.node())
 
 
 def check_documents(documents, tokenizer, tokenize, vocab_size: int, need: int) -> None:
@@ -34,11 +38,12 @@ def check_documents(documents, tokenizer, tokenize, vocab_size: int, need: int) 
     PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size).take(need - 1)
 
 
-def validation_sequences(node: Optional[DictConfig], tokenize, vocab_size: int):
-    """The fixed-length token sequences of the optional ``validation`` node (None without it)."""
-    if node is None:
+def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: int):
+    """The fixed-length token sequences of the optional ``validation`` section (None without it)."""
+    if validation is None:
         return None
-    return fixed_length_sequences(config.instantiate(node.dataset), tokenize, node.seq_len, node.num_sequences, vocab_size)
+    documents = build_documents(validation.dataset, tokenizer, "validation.dataset")
+    return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
 
 
 def _check_corpus_length(documents, tokenizer, need: int) -> None:
@@ -59,12 +64,12 @@ def _check_corpus_length(documents, tokenizer, need: int) -> None:
 
 
 def build_position_sampler(
-    node: Optional[DictConfig], model_max_len: Optional[int], seed: int, rank: int,
+    node: Optional[Any], model_max_len: Optional[int], seed: int, rank: int,
     recipe_state: Optional[Dict[str, Any]],
 ):
-    """``(sampler, generator)`` of the optional ``position_sampler`` (``torchtune_longshort.rope.POSITION_SAMPLERS``:
-    random_pos, PoSE): each training window gets sampled position ids instead of 0..L-1. The generator is seeded
-    per rank and restored from ``recipe_state`` for exact resume. ``(None, None)`` without the node."""
+    """``(sampler, generator)`` of the optional ``position_sampler`` node (``torchtune_longshort.rope.
+    POSITION_SAMPLERS``: random_pos, PoSE): each training window gets sampled position ids instead of 0..L-1. The
+    generator is seeded per rank and restored from ``recipe_state`` for exact resume. ``(None, None)`` without it."""
     if node is None:
         return None, None
     sampler = config.instantiate(node)
@@ -80,3 +85,19 @@ def build_position_sampler(
     if recipe_state is not None and recipe_state.get("position_generator") is not None:
         gen.set_state(recipe_state["position_generator"])
     return sampler, gen
+
+
+class StepStart:
+    """What a step starts from on the data side (the batcher's position and e-sampler, the RNGs): taken before each
+    step and put back when a bad record stops it, so the checkpoint then saved is exactly the last good step's."""
+
+    def __init__(self, batcher, position_generator) -> None:
+        self.data = batcher.state_dict()
+        self.torch_rng = torch.get_rng_state()
+        self.positions = position_generator.get_state() if position_generator is not None else None
+
+    def restore(self, batcher, position_generator) -> None:
+        batcher.load_state_dict(self.data)
+        torch.set_rng_state(self.torch_rng)
+        if position_generator is not None:
+            position_generator.set_state(self.positions)

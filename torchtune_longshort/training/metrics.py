@@ -87,6 +87,15 @@ class RunLog:
             self.metric_logger.log_dict(dict(metrics), step=step)
             self.jsonl.log(step, metrics)
 
+    def log_validation(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Log a validation's ``val_ce`` / ``val_ppl`` and print them (above the progress bar), as torchtune's
+        recipes print their evaluation."""
+        self.log(step, metrics)
+        if self.enabled:
+            from tqdm import tqdm
+
+            tqdm.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
     def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device) -> None:
         """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norms
         (``grad_norm``, and ``rope_grad_norm`` where the RoPE has trainable parameters)."""

@@ -8,7 +8,7 @@ Everything here is the model side of ``LongShortFinetuneRecipe._setup_model``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -20,12 +20,12 @@ from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, s
 _NF4_BLOCK = 64 * 256
 
 
-def model_kwargs(cfg_model: DictConfig) -> Dict[str, Any]:
+def model_kwargs(cfg_model: Mapping[str, Any]) -> Dict[str, Any]:
     """The builder kwargs of the (innermost) model node, looking through ``rope_scaled`` wrappers."""
-    node = cfg_model
-    while "model" in node and isinstance(node.model, DictConfig):
-        node = node.model
-    return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_component_"}
+    node = OmegaConf.to_container(cfg_model, resolve=True) if isinstance(cfg_model, DictConfig) else dict(cfg_model)
+    while isinstance(node.get("model"), Mapping):
+        node = dict(node["model"])
+    return {k: v for k, v in node.items() if k != "_component_"}
 
 
 @dataclass

@@ -4,7 +4,7 @@ Reading and writing go through the checkpoint folder (``models.hf_checkpoint.Che
 converts the weights with torchtune's own functions, the ones torchtune's ``FullModelHFCheckpointer`` dispatches on
 ``model_type``), and ``training.checkpointing`` (staged, atomic ``step_<k>`` folders). The config's
 ``checkpointer`` node names the start folder (``checkpoint_dir``); its ``model_type``, when given, must be one that
-converts the folder's family (``training.config_checks.check_start_checkpoint``). Used by
+converts the folder's family (``training.recipe_config.components.CheckpointerConfig``). Used by
 ``torchtune_longshort/recipes/longshort_finetune.py``.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-from torchtune import config, training
+from torchtune import training
+from torchtune.config import instantiate
 from torchtune.modules.peft import get_merged_lora_ckpt
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
@@ -23,31 +23,31 @@ from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
 from torchtune_longshort.training.checkpointing import RECIPE_STATE, StepCheckpoints, atomic_torch_save
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
+from torchtune_longshort.training.recipe_config import RecipeConfig
 
 
-def tokenizer_source(cfg: DictConfig) -> Optional[str]:
+def tokenizer_source(config: RecipeConfig) -> Optional[str]:
     """Where the tokenizer files that go into every checkpoint come from: ``tokenizer.path`` (the tokenizer the run
     trains with; its folder's tokenizer files are copied unchanged, a Llama-3 ``original/tokenizer.model`` with the
     files of the model folder above it), else the start checkpoint folder."""
-    path = cfg.tokenizer.get("path")
-    if path is not None:
-        return str(path)
-    start = cfg.checkpointer.get("checkpoint_dir")
+    if config.tokenizer.path is not None:
+        return str(config.tokenizer.path)
+    start = config.checkpointer.checkpoint_dir
     return str(start) if start is not None else None
 
 
-def write_scratch_start(cfg: DictConfig, seed: int, ckpts: StepCheckpoints) -> None:
-    """Training from scratch: build ``cfg.model`` in float32 with ``seed`` and commit it as ``step_0``, a checkpoint
+def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints) -> None:
+    """Training from scratch: build ``config.model`` in float32 with ``seed`` and commit it as ``step_0``, a checkpoint
     folder like every ``step_k`` (so every later path loads the same way)."""
     with training.set_default_dtype(torch.float32):
         torch.manual_seed(seed)
-        scratch = config.instantiate(cfg.model)
+        scratch = instantiate(config.model.node())
     write_hf_checkpoint(
         ckpts.staging_root / "step_0",
         scratch.state_dict(),
-        hf_config_from_llama_kwargs(model_kwargs(cfg.model)),
+        hf_config_from_llama_kwargs(model_kwargs(config.model.args)),
         rope_spec=getattr(scratch, "rope_scaling", None),
-        tokenizer=tokenizer_source(cfg),
+        tokenizer=tokenizer_source(config),
     )
     ckpts.commit(ckpts.staging_root / "step_0", 0)
 
@@ -81,17 +81,17 @@ def stage_step(
     atomic_torch_save({**recipe_state, "trainable": trainable}, staged / RECIPE_STATE)
 
 
-def start_state_dict(cfg: DictConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
+def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
                      seed: int, is_rank_zero: bool, barrier) -> Tuple[Dict[str, torch.Tensor], Path]:
     """``(torchtune state dict to start from, the start checkpoint folder)``.
 
     From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0``
     (:func:`write_scratch_start`) and every rank waits at ``barrier()``. Full fine-tuning resumes from the saved
     weights; LoRA from the base weights (its adapters come from ``recipe_state.pt``)."""
-    start_dir = cfg.checkpointer.get("checkpoint_dir")
+    start_dir = config.checkpointer.checkpoint_dir
     if start_dir is None:
         if resume_dir is None and is_rank_zero:
-            write_scratch_start(cfg, seed, ckpts)
+            write_scratch_start(config, seed, ckpts)
         barrier()
         start_dir = str(ckpts.path(0))
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else start_dir
@@ -107,9 +107,11 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
     return hf_cfg
 
 
-def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_generator, cfg: DictConfig) -> Dict[str, Any]:
+def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_generator, run_config: Dict[str, Any]
+                   ) -> Dict[str, Any]:
     """What ``recipe_state.pt`` holds besides the trainable weights: everything an exact resume needs (optimizer,
-    LR schedule, data position, RNG states) and the run's config (compared on resume)."""
+    LR schedule, data position, RNG states) and the run's config as given, interpolations resolved (compared on
+    resume)."""
     return {
         "step": step,
         "optimizer": optimizer_sd,
@@ -117,5 +119,5 @@ def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_gene
         "data": batcher.state_dict(),
         "torch_rng": torch.get_rng_state(),
         "position_generator": position_generator.get_state() if position_generator is not None else None,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": run_config,
     }

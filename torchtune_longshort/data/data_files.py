@@ -1,0 +1,102 @@
+"""The local files a ``datasets``-backed source names (``data_files``, ``data_dir``, or a local ``source`` path), as
+a torchtune dataset builder (``torchtune.datasets.text_completion_dataset``) or :func:`~.corpus.hf_text` takes them.
+
+``datasets`` reports a bad file with its own parser's words and no file name (an empty file ends in a bare
+``StopIteration``; a torn JSON line in "Expected object or value"). Here the files are checked before anything is
+built (each exists and is not empty), a build failure is explained by reading the files with this package's reader
+(:mod:`~.text_files`: ``<file>:<line>``), and a record index is mapped back to its file and line.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from torchtune_longshort.data.text_files import (
+    JSON_LINES_SUFFIX, JSON_SUFFIX, DataRecordError, iter_documents, resolve_files,
+)
+
+
+def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
+    """``[(field, file)]`` of every local file a ``datasets``-backed source's arguments name, in ``datasets``' order;
+    a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
+    file."""
+    out: List[Tuple[str, Path]] = []
+    files = args.get("data_files")
+    if isinstance(files, Mapping):
+        split = args.get("split", "train")
+        files = files.get(split, [v for vs in files.values() for v in ([vs] if isinstance(vs, str) else vs)])
+    if files:
+        field = f"{where}.data_files"
+        out += [(field, f) for f in resolve_files(files, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv"), field)]
+    for key in ("data_dir", "source"):
+        value = args.get(key)
+        if isinstance(value, str) and (key == "data_dir" or Path(value).expanduser().exists()):
+            field = f"{where}.{key}"
+            out += [(field, f) for f in resolve_files(value, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt"), field)]
+    return out
+
+
+def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
+    """``[(field, path)]`` for a reader's ``path`` argument (``local_text``: a file, folder or glob), refused with
+    its field when it names nothing; ``[]`` without one."""
+    value = args.get("path")
+    if not isinstance(value, str):
+        return []
+    p = Path(value).expanduser()
+    if not p.exists() and not glob.glob(str(p)):
+        raise FileNotFoundError(f"{where}.path={value!r} does not exist (no such file, folder or glob match)")
+    return [(f"{where}.path", p)]
+
+
+def check_not_empty(files: List[Tuple[str, Path]]) -> None:
+    """An empty file is refused before step 1, with its field and path."""
+    for field, f in files:
+        if f.stat().st_size == 0 or (f.suffix in (JSON_SUFFIX, JSON_LINES_SUFFIX) and not f.read_text(
+                errors="replace").strip(" \n\r\t[]")):
+            raise ValueError(f"{field}: {f} holds no records (an empty file); name a file with data")
+
+
+def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException
+                         ) -> Exception:
+    """The error to raise when ``datasets`` could not build the source: the first unreadable record of ``files``
+    (``<file>:<line>``), else the original error with the files named."""
+    check_not_empty(files)
+    paths = [f for _, f in files]
+    try:
+        for _ in iter_documents(paths, column or "text", f"{where}.column"):
+            pass
+    except DataRecordError as e:
+        return DataRecordError(f"{where}: {e}")
+    named = ", ".join(str(p) for p in paths) or "no local file"
+    return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")
+
+
+def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
+    """``<file>:<line>`` (JSON lines) or ``<file> record k`` of the ``index``-th record over ``files``, counted as
+    ``datasets`` does (blank JSON lines skipped); ``record <index>`` when the files do not say."""
+    left = index
+    for _, f in files:
+        lines = _record_lines(f)
+        if lines is None:
+            break
+        if left < len(lines):
+            return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else f"{f} record {left}"
+        left -= len(lines)
+    return f"record {index}"
+
+
+def _record_lines(f: Path) -> Optional[List[int]]:
+    """1-based line numbers of the records of a JSON-lines file, or ``range(n)`` of a JSON array; None otherwise."""
+    try:
+        if f.suffix == JSON_LINES_SUFFIX:
+            with open(f, "rb") as fh:
+                return [i + 1 for i, raw in enumerate(fh) if raw.strip()]
+        if f.suffix == JSON_SUFFIX:
+            rows: Dict[str, Any] = json.loads(f.read_text())
+            return list(range(len(rows) if isinstance(rows, list) else 1))
+    except (OSError, ValueError):
+        return None
+    return None

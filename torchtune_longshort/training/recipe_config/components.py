@@ -1,0 +1,145 @@
+"""The ``_component_`` nodes the recipe builds, each checked before it is built where its arguments can be:
+arguments bound against the component's signature (in :func:`~.fields.build_section`), and per role:
+
+* ``tokenizer``: its ``path`` exists, or (a tokenizer that trains one there) can be created;
+* ``model``: every nested node bound too, every RoPE method name known (``model.method``, ``rope_method``), and its
+  positions as far as the node declares them (:meth:`ModelConfig.declared_positions`);
+* ``checkpointer``: the start checkpoint folder opens, and ``model_type`` converts its family;
+* ``optimizer``: built once on a stand-in parameter, so torch's own checks (lr, betas, weight decay) run now.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Mapping, Optional, Tuple
+
+from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
+from torchtune_longshort.training.recipe_config.values import number, resolve_component, text
+
+HF_DECODER = "torchtune_longshort.models.hf_decoder"
+ROPE_METHOD_KEYS = {"torchtune_longshort.models.rope_scaled": "method"}  # else a builder's ``rope_method``
+
+
+@dataclass(frozen=True)
+class TokenizerConfig(ComponentSection):
+    """``tokenizer``: a torchtune tokenizer component (or ``torchtune_longshort.models.checkpoint_tokenizer``)."""
+
+    path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
+
+    def check(self, where: str) -> None:
+        if self.path is None:
+            return
+        p = Path(self.path).expanduser()
+        if getattr(resolve_component(f"{where}._component_", self.component), "trains_missing_path", False):
+            _check_creatable(f"{where}.path", p)
+        elif not p.exists():
+            raise FileNotFoundError(f"{where}.path={self.path!r} does not exist: name the tokenizer file (or the "
+                                    "checkpoint folder, for torchtune_longshort.models.checkpoint_tokenizer)")
+
+
+def _check_creatable(path: str, p: Path) -> None:
+    """A tokenizer folder the component trains when it is absent: its nearest existing folder must be writable."""
+    if p.exists():
+        return
+    if p.suffix == ".model":
+        raise FileNotFoundError(f"{path}={str(p)!r}: no such SentencePiece file (name a tokenizer folder to train one "
+                                "there, or an existing .model file)")
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{path}={str(p)!r} cannot be created: {str(parent)!r} is not a writable folder")
+
+
+def _nodes(node: Mapping[str, Any], where: str) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+    """``(path, node)`` of ``node`` and every ``_component_`` node inside its arguments."""
+    yield where, node
+    for k, v in node.items():
+        if isinstance(v, Mapping) and "_component_" in v:
+            yield from _nodes(v, f"{where}.{k}")
+
+
+@dataclass(frozen=True)
+class ModelConfig(ComponentSection):
+    """``model``: a builder (torchtune's, ``torchtune_longshort.models.*``), possibly wrapped in ``rope_scaled``."""
+
+    def check(self, where: str) -> None:
+        from torchtune_longshort.rope import ROPE_METHODS
+
+        for path, node in _nodes({"_component_": self.component, **self.args}, where):
+            if path != where:
+                build_section(ComponentSection, dict(node), path)
+            key = ROPE_METHOD_KEYS.get(str(node["_component_"]), "rope_method")
+            method = node.get(key)
+            if method is not None and method not in ROPE_METHODS:
+                near = difflib.get_close_matches(str(method), list(ROPE_METHODS), n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(f"{path}.{key}={method!r} is not a RoPE method{hint}: expected one of "
+                                 f"{sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)")
+
+    def declared_positions(self) -> Optional[int]:
+        """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,
+        an ``hf_decoder``'s folder's usable length, a builder's default; None when only the built model can say."""
+        for _, node in _nodes({"_component_": self.component, **self.args}, "model"):
+            if isinstance(node.get("max_seq_len"), int):
+                return node["max_seq_len"]
+            if node["_component_"] == HF_DECODER and node.get("checkpoint_dir") and not node.get("plain_rope"):
+                from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+                return CheckpointFolder.open(node["checkpoint_dir"]).usable_length
+            try:
+                p = inspect.signature(resolve_component("model", node["_component_"])).parameters.get("max_seq_len")
+            except (TypeError, ValueError):
+                p = None
+            if p is not None and isinstance(p.default, int):
+                return p.default
+        return None
+
+
+@dataclass(frozen=True)
+class CheckpointerConfig(ComponentSection):
+    """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
+
+    checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (null: random weights, the model node's "
+                                            "explicit dimensions)", nullable=True)
+    model_type: Optional[str] = setting(FROM_COMPONENT, doc="torchtune's model_type, checked against the folder's "
+                                        "family (optional)")
+
+    def check(self, where: str) -> None:
+        if self.checkpoint_dir is None:
+            return
+        from torchtune_longshort.models.families import check_torchtune_model_type
+        from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+        if not Path(self.checkpoint_dir).exists():
+            raise FileNotFoundError(f"{where}.checkpoint_dir={self.checkpoint_dir!r} does not exist")
+        folder = CheckpointFolder.open(self.checkpoint_dir)
+        check_torchtune_model_type(folder.family, self.model_type, f"{where}.model_type")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig(ComponentSection):
+    """``optimizer``: a torch optimizer class, given the trainable parameters by the recipe."""
+
+    PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("params",)
+    lr: float = setting(FROM_COMPONENT, doc="learning rate", check=number(0.0))
+
+    def check(self, where: str) -> None:
+        import torch
+
+        build = resolve_component(f"{where}._component_", self.component)
+        try:
+            build([torch.nn.Parameter(torch.zeros(1))], **self.args)
+        except ValueError as e:  # torch's own argument checks (device-dependent options are left to the real build)
+            raise ValueError(f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {e}") from None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig(ComponentSection):
+    """``lr_scheduler``: built by the recipe with the optimizer and ``num_training_steps = max_steps``."""
+
+    PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("optimizer", "num_training_steps", "last_epoch")

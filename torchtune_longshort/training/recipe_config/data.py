@@ -1,0 +1,62 @@
+"""The data sections: ``dataset`` (the training documents) and ``validation`` (an optional fixed-length set).
+
+A data source is a ``_component_`` node: a documents source of :mod:`torchtune_longshort.data.corpus`, or a
+torchtune dataset builder (its first parameter ``tokenizer``, which the recipe passes). Its arguments are bound
+against the component's signature; the local files it names must exist, and a ``datasets``-backed file must hold
+records, before any folder exists (:mod:`torchtune_longshort.data.data_files`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, List, Optional, Tuple
+
+from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, Section, setting
+from torchtune_longshort.training.recipe_config.values import integer, resolve_component
+
+
+def _not_packed(path: str, value: Any) -> bool:
+    if value is not False:
+        raise ValueError(f"{path}={value!r} is not accepted: pass packed=False (the dual-window stream packs the "
+                         "documents itself, end to end, so that window B can reach e tokens past window A)")
+    return value
+
+
+@dataclass(frozen=True)
+class DataSourceConfig(ComponentSection):
+    """A documents source (``torchtune_longshort.data.corpus.*``) or a torchtune dataset builder."""
+
+    PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("tokenizer",)
+    packed: Any = setting(FROM_COMPONENT, doc="torchtune builders: must be false (the stream packs documents itself)",
+                          check=_not_packed)
+
+    @property
+    def takes_tokenizer(self) -> bool:
+        """A torchtune dataset builder: built with the recipe's tokenizer, its samples' ``tokens`` are documents."""
+        from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
+
+        return takes_tokenizer(resolve_component("_component_", self.component))
+
+    def input_files(self, where: str) -> List[Tuple[str, Path]]:
+        """``[(field, path)]`` of the local files and folders this source reads (refused when missing)."""
+        from torchtune_longshort.data.data_files import named_files, named_path
+
+        return named_path(self.args, where) + named_files(self.args, where)
+
+    def check(self, where: str) -> None:
+        from torchtune_longshort.data.data_files import check_not_empty, named_files
+
+        self.input_files(where)
+        check_not_empty(named_files(self.args, where))
+
+
+@dataclass(frozen=True)
+class ValidationConfig(Section):
+    """Plain next-token cross-entropy on fixed-length sequences, logged as ``val_ce`` / ``val_ppl``."""
+
+    dataset: DataSourceConfig = setting(doc="the validation documents (a data source node)", section=DataSourceConfig)
+    seq_len: int = setting(doc="tokens per validation sequence (at most the model's positions)", check=integer(2))
+    num_sequences: int = setting(doc="number of sequences (the source is read once, never cycled)", check=integer(1))
+    every_n_steps: Optional[int] = setting(None, doc="validate every n steps (default: at the last step only)",
+                                           check=integer(1))

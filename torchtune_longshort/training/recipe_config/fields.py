@@ -1,0 +1,150 @@
+"""A config field declared once (:func:`setting`: YAML key, default, doc, check) and the one function that turns a
+plain mapping into a typed section (:func:`build_section`).
+
+``build_section`` refuses unknown keys (with "did you mean"), asks for required ones, fills defaults and runs each
+field's check with the field's full name (``loss.alpha=-1 is not accepted: ...``), then the section's own
+``check(where)`` for rules between its fields. A :class:`ComponentSection` is a ``_component_`` node: its other keys
+are the component's arguments, bound against its signature, and a typed field may take its default from that
+signature (:data:`FROM_COMPONENT`), so the component stays the one owner of its defaults.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
+
+from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError, refuse_unknown
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+REQUIRED = _Marker("required")  # no default: the key must be given
+FROM_COMPONENT = _Marker("the component's default")  # the default of the component's own signature
+Check = Callable[[str, Any], Any]  # (field path, value) -> the accepted value, or raise naming the path
+
+
+def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None, key: Optional[str] = None,
+            section: Optional[type] = None, flat: bool = False, nullable: bool = False) -> Any:
+    """A dataclass field of a config section.
+
+    Args:
+        default: used when the key is absent (or null, unless ``nullable``); :data:`REQUIRED` or
+            :data:`FROM_COMPONENT`.
+        doc: one line for the README's table.
+        check: ``(path, value) -> value``; raises naming ``path`` when the value is not accepted.
+        key: the YAML key when it is not the field's name (``_component_``).
+        section: a nested section class (the value is a mapping built with :func:`build_section`).
+        flat: the nested ``section``'s keys sit in this mapping itself (the windows keys are top-level keys).
+        nullable: an explicit null is a value (``clip_grad_norm: null``: no clipping), not "use the default".
+    """
+    meta = dict(default=default, doc=doc, check=check, key=key, section=section, flat=flat, nullable=nullable)
+    return field(default=None, metadata=meta)
+
+
+def yaml_key(f) -> str:
+    return f.metadata.get("key") or f.name
+
+
+def section_keys(cls: type) -> Dict[str, Any]:
+    """``{yaml key: field}`` a section reads from its own mapping (flat sub-sections' keys included)."""
+    out: Dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("flat"):
+            out.update(section_keys(f.metadata["section"]))
+        elif "doc" in f.metadata:
+            out[yaml_key(f)] = f
+    return out
+
+
+class Section:
+    """A config section: a frozen dataclass of :func:`setting` fields."""
+
+    def check(self, where: str) -> None:
+        """Rules between this section's fields (none by default); ``where`` is the section's path."""
+
+
+@dataclass(frozen=True)
+class ComponentSection(Section):
+    """A ``_component_`` node: ``component`` (the dotted path) and ``args`` (every other key, as given)."""
+
+    component: str = setting(doc="dotted path of the callable that builds it", key="_component_")
+    args: Dict[str, Any] = field(default_factory=dict)
+    # Parameters the recipe itself passes (positional or by name): not config keys.
+    PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ()
+
+    def node(self):
+        """The node to build with torchtune's ``config.instantiate``."""
+        from omegaconf import OmegaConf
+
+        return OmegaConf.create({"_component_": self.component, **self.args})
+
+
+def _component_params(component: str, where: str) -> Tuple[Dict[str, inspect.Parameter], bool]:
+    """``(parameters by name, accepts **kwargs)`` of a dotted path, refusing one that does not import."""
+    from torchtune_longshort.training.recipe_config.values import resolve_component
+
+    target = resolve_component(f"{where}._component_" if where else "_component_", component)
+    try:
+        params = dict(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return {}, True
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {n: p for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}, open_ended
+
+
+def _default(f, path: str, signature: Dict[str, inspect.Parameter]) -> Any:
+    default = f.metadata["default"]
+    if default is REQUIRED:
+        raise ConfigKeyError(f"config is missing required key {path!r}: {f.metadata['doc']}")
+    if default is FROM_COMPONENT:
+        p = signature.get(yaml_key(f))
+        return None if p is None or p.default is inspect.Parameter.empty else p.default
+    return default
+
+
+def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.Parameter]) -> Any:
+    key = yaml_key(f)
+    path = f"{where}.{key}" if where else key
+    value = node.get(key)
+    if value is None:
+        return None if key in node and f.metadata["nullable"] else _default(f, path, signature)
+    if f.metadata["section"] is not None:
+        return build_section(f.metadata["section"], value, path)
+    check = f.metadata["check"]
+    return check(path, value) if check is not None else value
+
+
+def build_section(cls: type, node: Any, where: str = "") -> Any:
+    """A ``cls`` instance from the plain mapping ``node`` (interpolations resolved); ``where`` is its path."""
+    if not isinstance(node, Mapping):
+        raise ValueError(f"{where or 'the config'}={node!r} is not accepted: expected a mapping of keys to values")
+    known = set(section_keys(cls))
+    signature: Dict[str, inspect.Parameter] = {}
+    open_ended = False
+    if issubclass(cls, ComponentSection):
+        if node.get("_component_") is None:
+            raise ConfigKeyError(f"{where}._component_ is missing: the dotted path of what builds {where}")
+        signature, open_ended = _component_params(str(node["_component_"]), where)
+        known |= set(signature) - set(cls.PASSED_BY_RECIPE)
+    unknown = [k for k in node if k not in known]
+    if unknown and not open_ended:
+        refuse_unknown(unknown, known, where)
+    values: Dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("flat"):
+            sub = f.metadata["section"]
+            values[f.name] = build_section(sub, {k: v for k, v in node.items() if k in section_keys(sub)}, where)
+        elif f.name == "args":
+            values["args"] = {k: v for k, v in node.items() if k != "_component_"}
+        elif "doc" in f.metadata:
+            values[f.name] = _value(f, node, where, signature)
+    out = cls(**values)
+    out.check(where)
+    return out

@@ -1,0 +1,35 @@
+"""The ``loss`` section: a ``_component_`` node for :class:`~torchtune_longshort.loss.LongShortLoss` (or a subclass).
+
+Its defaults stay the loss's own (read from its signature); the fields the recipe and the cross-field rules read are
+typed and checked here with the loss module's validators, so a bad value is refused before anything is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torchtune_longshort.loss.divergences import divergence_fn
+from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, setting
+from torchtune_longshort.training.recipe_config.values import integer, number, resolve_component, wrapped
+from torchtune_longshort.windows import validate_min_context
+
+
+@dataclass(frozen=True)
+class LossConfig(ComponentSection):
+    """``loss``: ``(ce_A + ce_B) / 2 + alpha * divergence`` over dual windows (paper Eq. 3-5)."""
+
+    alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
+                           check=number(0.0))
+    divergence: str = setting(FROM_COMPONENT, doc="sce (paper Eq. 3), jeffreys or js", check=wrapped(divergence_fn))
+    min_context: Any = setting(FROM_COMPONENT, doc="floor of the compared contexts: listing, inclusive, none or an int",
+                               check=wrapped(validate_min_context), nullable=True)
+    num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=integer(1))
+
+    def check(self, where: str) -> None:
+        from torchtune_longshort.loss import LongShortLoss
+
+        cls = resolve_component(f"{where}._component_", self.component)
+        if not (isinstance(cls, type) and issubclass(cls, LongShortLoss)):
+            raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected "
+                             "torchtune_longshort.loss.LongShortLoss or a subclass")

@@ -1,0 +1,89 @@
+"""The recipe config: every top-level field with its default, doc and check (the sections are their own modules).
+
+Built once by :func:`~torchtune_longshort.training.recipe_config.load_recipe_config` from the OmegaConf node, before
+any side effect; the recipe reads its fields and never ``cfg.get(key, default)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from torchtune_longshort.training.recipe_config.components import (
+    CheckpointerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
+)
+from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
+from torchtune_longshort.training.recipe_config.fields import ComponentSection, Section, setting
+from torchtune_longshort.training.recipe_config.loss import LossConfig
+from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, number, one_of, text
+from torchtune_longshort.training.recipe_config.windows import WindowsConfig
+
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class RecipeConfig(Section):
+    """``tune run torchtune_longshort/recipes/longshort_finetune.py --config <this>``."""
+
+    # where it writes
+    output_dir: str = setting(doc="folder for step_<k> checkpoints, metrics.jsonl and logs", check=text)
+    overwrite_output_dir: bool = setting(False, doc="replace a folder an earlier run of this recipe made",
+                                         check=boolean)
+    resume: bool = setting(False, doc="continue from the newest resumable step_<k>", check=boolean)
+    # what it builds
+    checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (interpolated into the nodes below)",
+                                            nullable=True)
+    tokenizer: TokenizerConfig = setting(doc="tokenizer component", section=TokenizerConfig)
+    model: ModelConfig = setting(doc="model builder component", section=ModelConfig)
+    checkpointer: CheckpointerConfig = setting(doc="names the start weights (checkpoint_dir, model_type)",
+                                               section=CheckpointerConfig)
+    loss: LossConfig = setting(doc="LongShortLoss component", section=LossConfig)
+    optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig)
+    lr_scheduler: Optional[SchedulerConfig] = setting(None, doc="LR scheduler component (optional)",
+                                                      section=SchedulerConfig)
+    metric_logger: ComponentSection = setting(doc="torchtune metric logger component", section=ComponentSection)
+    position_sampler: Optional[ComponentSection] = setting(
+        None, doc="position-id sampler component (optional: PoSE, random_pos)", section=ComponentSection)
+    # what it reads
+    dataset: DataSourceConfig = setting(doc="the training documents (data source component)",
+                                        section=DataSourceConfig)
+    validation: Optional[ValidationConfig] = setting(None, doc="fixed-length validation set (optional)",
+                                                     section=ValidationConfig)
+    windows: WindowsConfig = setting(doc="seq_len, e_range, window_bos (top-level keys)", section=WindowsConfig,
+                                     flat=True)
+    # how long and how
+    batch_size: int = setting(doc="global sequences per optimizer step", check=integer(1))
+    gradient_accumulation_steps: int = setting(1, doc="micro-batches per optimizer step", check=integer(1))
+    max_steps: int = setting(doc="optimizer steps", check=integer(1))
+    stop_after_step: Optional[int] = setting(None, doc="end this process early (resume=True continues)",
+                                             check=integer(1))
+    equal_compute_overhead: Optional[float] = setting(
+        None, doc="Appendix F: alpha > 0 runs get floor(max_steps / ratio) steps", check=number(1.0))
+    clip_grad_norm: Optional[float] = setting(None, doc="max gradient norm (null: no clipping)",
+                                              check=number(0.0, inclusive=False), nullable=True)
+    clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
+                                         check=boolean)
+    seed: int = setting(0, doc="model init and e-sampler seed", check=integer(0))
+    data_seed: Optional[int] = setting(None, doc="data order seed (default: seed)", check=integer(0))
+    train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
+                                               check=boolean)
+    # where it runs
+    device: str = setting("cpu", doc="cpu | cuda | cuda:N", check=device_name)
+    dtype: str = setting("fp32", doc="fp32 | bf16 | fp16", check=one_of(DTYPES))
+    compile: bool = setting(False, doc="torch.compile the model", check=boolean)
+    enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean)
+    fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean)
+    cpu_keep_freed_blocks: bool = setting(True, doc="CPU: glibc keeps large freed blocks for reuse", check=boolean)
+    # what it reports and keeps
+    save_every_n_steps: Optional[int] = setting(None, doc="checkpoint period in steps (default: the last step only)",
+                                                check=integer(1))
+    log_every_n_steps: int = setting(1, doc="logging period in steps", check=integer(1))
+
+    @property
+    def seq_len(self) -> int:
+        return self.windows.seq_len
+
+    @property
+    def order_seed(self) -> int:
+        """The data order seed: ``data_seed``, else ``seed``."""
+        return self.seed if self.data_seed is None else self.data_seed

@@ -1,0 +1,92 @@
+"""Rules between fields of different sections, in one place: the ones the config alone decides run before any folder
+exists (:func:`check_rules`); the ones only the built model can decide run right after it is built, with the same
+length rule (:func:`check_built_model`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+
+
+def check_rules(config: RecipeConfig, world_size: int) -> None:
+    """Raise ``ValueError`` naming the fields when two of them cannot go together."""
+    bs, ga = config.batch_size, config.gradient_accumulation_steps
+    if bs % (world_size * ga):
+        raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
+                         f"({ga}) = {world_size * ga}; accepted: a multiple of {world_size * ga}")
+    alpha = config.loss.alpha
+    if config.windows.window_bos and alpha != 0:
+        raise ValueError(f"window_bos=True with loss.alpha={alpha}: BOS written over each window's first token makes "
+                         "windows A and B differ in context, which the alignment loss must not see; use it to pre-train "
+                         "(alpha 0) only")
+    _check_min_context(config)
+    check_positions(config, config.model.declared_positions(), "as its node declares it")
+    _check_scratch_dimensions(config)
+    _check_scheduler(config)
+
+
+def _check_min_context(config: RecipeConfig) -> None:
+    from torchtune_longshort.windows import resolve_min_context
+
+    try:
+        resolve_min_context(config.loss.min_context, config.seq_len)
+    except ValueError as e:
+        raise ValueError(f"loss.min_context={config.loss.min_context!r} is not accepted at seq_len={config.seq_len}: "
+                         f"{e}") from None
+
+
+def check_positions(config: RecipeConfig, max_len: Optional[int], how: str, method: Optional[str] = None) -> None:
+    """``seq_len`` and ``validation.seq_len`` fit the model's positions ``max_len`` (None: not known yet)."""
+    if max_len is None:
+        return
+    L = config.seq_len
+    if L > max_len:
+        raise ValueError(
+            f"seq_len={L} is above the range of the model's RoPE ({method or 'its RoPE'}, {how}): max_seq_len={max_len}"
+            ". Lower seq_len or scale RoPE to a longer max_seq_len (model: rope_scaled ... max_seq_len)")
+    val = config.validation
+    if val is not None and val.seq_len > max_len:
+        raise ValueError(f"validation.seq_len={val.seq_len} is above the model's max_seq_len={max_len} ({how})")
+
+
+def _check_scratch_dimensions(config: RecipeConfig) -> None:
+    """From random weights (no start checkpoint, not resuming) the model node must give a ``config.json``'s
+    dimensions."""
+    if config.checkpointer.checkpoint_dir is not None or config.resume:
+        return
+    from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+    from torchtune_longshort.training.model_setup import model_kwargs
+
+    hf_config_from_llama_kwargs(model_kwargs(config.model.args))
+
+
+def _check_scheduler(config: RecipeConfig) -> None:
+    """The LR scheduler built once on a stand-in optimizer, so its own argument checks run now."""
+    sched = config.lr_scheduler
+    if sched is None:
+        return
+    import torch
+
+    from torchtune_longshort.training.recipe_config.values import resolve_component
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    try:
+        resolve_component("lr_scheduler._component_", sched.component)(
+            opt, num_training_steps=config.max_steps, last_epoch=-1, **sched.args)
+    except ValueError as e:
+        raise ValueError(f"lr_scheduler: {e}") from None
+
+
+def check_built_model(config: RecipeConfig, model: Any, tokenizer: Any, rope_spec: Optional[dict]) -> int:
+    """After the build: the tokenizer's vocabulary fits the embedding table, and the lengths fit the built model's
+    positions. Returns the model's vocabulary size."""
+    model_vocab = model.tok_embeddings.num_embeddings
+    tok_vocab = getattr(tokenizer, "vocab_size", None)
+    if tok_vocab is not None and tok_vocab > model_vocab:
+        raise ValueError(f"tokenizer vocabulary ({tok_vocab} ids, tokenizer.path={config.tokenizer.path}) does not fit "
+                         f"the model's embedding table ({model_vocab} rows): tokenizer and model do not match")
+    method = (rope_spec or {}).get("method", "default (no RoPE scaling)")
+    check_positions(config, getattr(model, "max_seq_len", None), "as built", method)
+    return model_vocab

@@ -1,0 +1,96 @@
+"""Checks of single config values: ``(path, value) -> value``, each raising ``ValueError`` that names the field, the
+value and what would be accepted. The sections' :func:`~.fields.setting` declarations use them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from torchtune_longshort.training.recipe_config.fields import Check
+
+
+def refuse(path: str, value: Any, accepted: str) -> ValueError:
+    return ValueError(f"{path}={value!r} is not accepted: expected {accepted}")
+
+
+def integer(minimum: int = 1) -> Check:
+    """An int (not a bool) >= ``minimum``."""
+
+    def check(path: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise refuse(path, value, f"an integer >= {minimum}")
+        return value
+
+    return check
+
+
+def number(minimum: float = 0.0, inclusive: bool = True) -> Check:
+    """A finite number >= ``minimum`` (> when not ``inclusive``), returned as a float."""
+
+    def check(path: str, value: Any) -> float:
+        ok = not isinstance(value, (bool, str)) and isinstance(value, (int, float)) and math.isfinite(value)
+        if not ok or value < minimum or (not inclusive and value == minimum):
+            raise refuse(path, value, f"a finite number {'>=' if inclusive else '>'} {minimum:g}")
+        return float(value)
+
+    return check
+
+
+def boolean(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise refuse(path, value, "true or false")
+    return value
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    def check(path: str, value: Any) -> Any:
+        if value not in choices:
+            raise refuse(path, value, f"one of {list(choices)}")
+        return value
+
+    return check
+
+
+def text(path: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise refuse(path, value, "a non-empty string")
+    return value
+
+
+def device_name(path: str, value: Any) -> str:
+    """cpu, mps, cuda or cuda:N; a CUDA device must exist on this machine."""
+    name = str(value)
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"{path}={name!r} but CUDA is not available on this machine: pass {path}=cpu")
+        return name
+    if name not in ("cpu", "mps"):
+        raise refuse(path, value, "cpu, cuda or cuda:N")
+    return name
+
+
+def wrapped(validate: Callable[[Any], Any]) -> Check:
+    """A library validator (raising ``ValueError``/``TypeError`` with its own wording) with the field's path added."""
+
+    def check(p: str, value: Any) -> Any:
+        try:
+            validate(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{p}={value!r} is not accepted: {e}") from None
+        return value
+
+    return check
+
+
+def resolve_component(path: str, dotted: Any) -> Any:
+    """The callable a ``_component_`` names, or a ``ValueError`` naming the field when it does not import."""
+    from torchtune.config._utils import _get_component_from_path
+
+    if not isinstance(dotted, str) or not dotted:
+        raise refuse(path, dotted, "a dotted path such as torch.optim.AdamW")
+    try:
+        return _get_component_from_path(dotted)
+    except Exception as e:  # torchtune's InstantiationError, ImportError, AttributeError
+        raise ValueError(f"{path}={dotted!r} does not import: {e}") from None

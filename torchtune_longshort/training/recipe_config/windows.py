@@ -1,0 +1,50 @@
+"""The ``windows`` section: ``seq_len`` (L), ``e_range`` and ``window_bos``, top-level keys of the recipe config.
+
+The geometry itself (the ``e_range`` grammar, its default, the even-L rule) is owned by
+:mod:`torchtune_longshort.windows`; this section only declares the fields and checks them with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Tuple
+
+from torchtune_longshort.training.recipe_config.fields import Section, setting
+from torchtune_longshort.training.recipe_config.values import boolean, refuse
+from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range, validate_window_length
+
+
+def _seq_len(path: str, value: Any) -> int:
+    try:
+        validate_window_length(value, field=path)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{e} (seq_len is L, the length of each window)") from None
+    return value
+
+
+def _e_range(path: str, value: Any) -> Any:
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2:
+        raise refuse(path, value, "a pair [lo, hi] of ints or expressions in L, e.g. [1, L/2]")
+    return list(value)
+
+
+@dataclass(frozen=True)
+class WindowsConfig(Section):
+    """Dual windows: L tokens each, the second shifted by ``e ~ U[e_range]`` (paper Sec. 4)."""
+
+    seq_len: int = setting(doc="L, the length of each window (even, >= 4)", check=_seq_len)
+    e_range: Any = setting(list(DEFAULT_E_RANGE), doc="[lo, hi] of the shift e: ints or expressions in L",
+                           check=_e_range)
+    window_bos: bool = setting(False, doc="pre-training: BOS over the first token of each window (alpha must be 0)",
+                               check=boolean)
+
+    @property
+    def e_bounds(self) -> Tuple[int, int]:
+        """``(e_lo, e_hi)`` of ``e_range`` at ``seq_len``."""
+        return resolve_e_range(self.e_range, self.seq_len)
+
+    def check(self, where: str) -> None:
+        try:
+            self.e_bounds
+        except (ValueError, TypeError, ZeroDivisionError) as e:
+            raise ValueError(f"e_range={self.e_range!r} is not accepted at seq_len={self.seq_len}: {e}") from None
