@@ -35,7 +35,7 @@ dimensions read from ``config.json``; the conversions are torchtune's own ``conv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -337,12 +337,6 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
     )
 
 
-def family_named(name: str) -> ModelFamily:
-    if name not in MODEL_FAMILIES:
-        raise UnsupportedModelError(f"model family {name!r} is not known; known: {sorted(MODEL_FAMILIES)}")
-    return MODEL_FAMILIES[name]
-
-
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str) -> None:
     """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly."""
     if model_type is None or str(model_type).upper() in family.torchtune_model_types:
@@ -374,19 +368,3 @@ def families_table_markdown() -> str:
         lines.append(f"| `{f.name}` | `{f.hf_model_type}`, {tie} | {' / '.join(f.torchtune_model_types)} | "
                      f"{', '.join(f.tokenizer_formats)} | {f.hub_models} |")
     return "\n".join(lines)
-
-
-def module_is_llama_shaped(model: nn.Module) -> Sequence[str]:
-    """Why a torchtune decoder built from builder keywords (training from scratch) cannot be written as a Llama
-    config.json: an empty list when it can. Scratch training writes ``step_0`` with a Llama config."""
-    from torchtune.modules import MultiHeadAttention, RMSNorm
-
-    problems: List[str] = []
-    attn = next((m for m in model.modules() if isinstance(m, MultiHeadAttention)), None)
-    if attn is None:
-        return ["no torchtune MultiHeadAttention"]
-    if getattr(attn.q_proj, "bias", None) is not None:
-        problems.append("q_proj has a bias")
-    if not isinstance(getattr(model, "norm", None), RMSNorm):
-        problems.append(f"final norm is {type(getattr(model, 'norm', None)).__name__}, not RMSNorm")
-    return problems

@@ -78,10 +78,10 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     gguf = Path(gguf)
     if not gguf.is_file():
         raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file")
-    try:
-        import gguf as _  # noqa: F401
-    except ImportError:
-        raise ImportError("reading GGUF files needs the gguf package: pip install gguf") from None
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] extra)")
     out_dir = Path(out_dir)
     kw = dict(gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
