@@ -70,6 +70,36 @@ def test_torchtune_key_removal_still_works(tiny_llama2_dir, sp_tokenizer_dir, tm
     assert load_recipe_config(cfg).validation is None
 
 
+@pytest.mark.parametrize("field", ["dataset.path", "dataset.data_files", "validation.dataset.path", "tokenizer.path"])
+def test_overwrite_refuses_when_an_input_lies_inside_output_dir(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                sp_tokenizer_dir, field):
+    """Every input the config names is protected, not only the start checkpoint: refused before anything, with the
+    field and the path named, and nothing deleted."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".longshort_output").write_text("")  # a folder an earlier run made: overwrite may delete it...
+    corpus = out / "corpus.jsonl"  # ...but it holds the user's data
+    corpus.write_text("".join('{"text": "x = 1\\n"}\n' for _ in range(200)))
+    tok = sp_tokenizer_dir
+    over = {"overwrite_output_dir": True}
+    if field == "dataset.path":
+        over["dataset"] = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(corpus)}
+    elif field == "dataset.data_files":
+        over["dataset"] = {"_component_": "torchtune.datasets.text_completion_dataset", "source": "json",
+                           "data_files": str(corpus), "split": "train"}
+    elif field == "validation.dataset.path":
+        over["validation"] = {"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text",
+                                          "path": str(corpus)}, "seq_len": 64, "num_sequences": 1}
+    else:
+        tok = out / "tok"
+        tok.mkdir()
+        (tok / "tokenizer.model").write_bytes((sp_tokenizer_dir / "tokenizer.model").read_bytes())
+    before = sorted(p.name for p in out.rglob("*"))
+    with pytest.raises(FileExistsError, match=rf"refuses to delete output_dir=.*it holds {field}=.*(corpus|tok)"):
+        recipe_cls(make_cfg(tiny_llama2_dir, tok, out, **over))
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
 @pytest.mark.parametrize("where", ["not_ours", "cwd", "git", "holds_start_checkpoint"])
 def test_overwrite_deletes_only_what_the_recipe_made(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
                                                      monkeypatch, where):

@@ -88,6 +88,28 @@ def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
     return f"record {index}"
 
 
+def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where: str) -> Optional[str]:
+    """What this package's reader says of the ``index``-th record (``<file>:<line>: no text field ...``), or None
+    when it reads it fine or cannot find it."""
+    left = index
+    for _, f in files:
+        lines = _record_lines(f)
+        if lines is None:
+            return None
+        if left < len(lines):
+            try:
+                records = iter_documents([f], column, f"{where}.column")
+                for _ in range(left + 1):
+                    next(records)
+            except DataRecordError as e:
+                return str(e)
+            except StopIteration:
+                pass
+            return None
+        left -= len(lines)
+    return None
+
+
 def _record_lines(f: Path) -> Optional[List[int]]:
     """1-based line numbers of the records of a JSON-lines file, or ``range(n)`` of a JSON array; None otherwise."""
     try:

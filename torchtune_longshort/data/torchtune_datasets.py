@@ -18,7 +18,7 @@ import inspect
 from typing import Any, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import Documents, _Source
-from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files
+from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
 from torchtune_longshort.data.text_files import DataRecordError
 
 
@@ -44,15 +44,17 @@ def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str
         raise explain_load_failure(named_files(args, where), args.get("column"), where, e) from e
 
 
-def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], column: Optional[str]) -> List[int]:
+def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], column: Optional[str],
+                where: str = "dataset") -> List[int]:
     """The token ids of sample ``i``, or :class:`DataRecordError` naming where the record is and what is wrong."""
     try:
         sample = dataset[i]
         tokens = sample["tokens"] if isinstance(sample, dict) else None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         hint = f" (column={column!r})" if column else ""
+        found = record_problem(files, i, column or "text", where)
         raise DataRecordError(
-            f"{what}: {locate_record(files, i)} cannot be read{hint}: {type(e).__name__}: {e}"
+            f"{what}: {found or locate_record(files, i)} ({type(e).__name__} building the sample{hint}: {e})"
         ) from None
     if not tokens or not all(isinstance(t, int) for t in tokens):
         raise DataRecordError(f"{what}: {locate_record(files, i)} gives no token ids ({type(sample).__name__} "
@@ -79,10 +81,10 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
     if n == 0:
         raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
     column = args.get("column")
-    read_record(dataset, 0, what, files, column)
+    read_record(dataset, 0, what, files, column, where)
 
     def docs():
         for i in range(n):
-            yield read_record(dataset, i, what, files, column)
+            yield read_record(dataset, i, what, files, column, where)
 
     return _Source(docs, f"torchtune dataset {name or what} ({n} samples)")

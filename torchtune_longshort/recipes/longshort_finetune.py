@@ -11,16 +11,12 @@ torchtune's ``training.shard_model``; gloo on CPU, nccl on GPU).
 Per optimizer step: ``gradient_accumulation_steps`` micro-batches, each a dual-window batch
 (``torchtune_longshort.data.DualWindowBatcher``: one shift ``e`` per micro-batch, window A = first L tokens,
 window B = last L tokens of an L+e sample) scored by ``LongShortLoss``: ``(ce_A + ce_B)/2 + alpha * SCE``.
-``alpha = 0`` is cross-entropy on exactly the same tokens.
+``alpha = 0`` is cross-entropy on exactly the same tokens. ``batch_size`` is global (the paper's 64): each rank's
+micro-batch is ``batch_size / (world_size * gradient_accumulation_steps)``.
 
-``batch_size`` is the *global* number of sequences per optimizer step (the paper's 64); each rank's micro-batch
-is ``batch_size / (world_size * gradient_accumulation_steps)``.
-
-Checkpoints: ``output_dir/step_<k>``, each a checkpoint folder of ``torchtune_longshort.models.hf_checkpoint``
-(Hugging Face format with the RoPE scaling in config.json, the RoPE side file for CLEX, the tokenizer) and
-``recipe_state.pt`` (optimizer, LR schedule, data position, e-sampler RNG), written
-under ``.staging`` and renamed into place. ``resume=True`` continues from the newest complete one and reproduces
-the uninterrupted run's losses.
+Checkpoints: ``output_dir/step_<k>``, each a checkpoint folder of ``torchtune_longshort.models.hf_checkpoint`` plus
+``recipe_state.pt`` (optimizer, LR schedule, data position, RNGs), written aside and renamed into place.
+``resume=True`` continues from the newest complete one and reproduces the uninterrupted run's losses.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
 from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
 from torchtune_longshort.training.data_setup import (
-    StepStart, build_documents, build_position_sampler, check_documents, validation_sequences,
+    StepStart, build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.metrics import RunLog, mean_over_ranks
@@ -112,8 +108,13 @@ class LongShortFinetuneRecipe:
             raise
 
     def _setup(self) -> None:
+        # Tokenizer and data first: a tokenizer or a data file that cannot be read leaves no output folder behind.
+        cfg = self.config
+        self._tokenizer = config.instantiate(cfg.tokenizer.node())
+        self._documents = build_documents(cfg.dataset, self._tokenizer)
+        if not cfg.resume:
+            check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)
         recipe_state = self._setup_output_dir()
-        self._tokenizer = config.instantiate(self.config.tokenizer.node())
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
         self._optimizer = self._setup_optimizer()
@@ -173,9 +174,7 @@ class LongShortFinetuneRecipe:
         return model
 
     def _setup_loss(self) -> LongShortLoss:
-        loss_fn = config.instantiate(self.config.loss.node())
-        if not isinstance(loss_fn, LongShortLoss):
-            raise ValueError(f"loss: expected torchtune_longshort.loss.LongShortLoss, got {type(loss_fn).__name__}")
+        loss_fn = config.instantiate(self.config.loss.node())  # a LongShortLoss (checked with the config)
         loss_fn.set_model_output(self._model)
         utils.log_rank_zero(
             log, f"Loss path: {loss_fn.output_path} (output module {type(loss_fn.linear_projection).__name__})"
@@ -212,8 +211,7 @@ class LongShortFinetuneRecipe:
         """The dual-window batcher (resumed at its saved position), the optional position sampler and the
         validation sequences."""
         cfg = self.config
-        documents = build_documents(cfg.dataset, self._tokenizer)
-        stream = PackedTokenStream(documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
+        stream = PackedTokenStream(self._documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
         batcher = DualWindowBatcher(
             stream,
             L=cfg.seq_len,
@@ -228,8 +226,7 @@ class LongShortFinetuneRecipe:
         if recipe_state is not None:
             batcher.load_state_dict(recipe_state["data"])
         else:
-            need = cfg.seq_len + batcher.e_hi + 1
-            check_documents(documents, self._tokenizer, self._tokenize, self.model_vocab, need)
+            check_first_sample(self._documents, self._tokenize, self.model_vocab, cfg.seq_len + batcher.e_hi + 1)
         self._pos_sampler, self._pos_generator = build_position_sampler(
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
             cfg.order_seed, self.rank, recipe_state,

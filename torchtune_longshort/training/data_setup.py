@@ -30,11 +30,9 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
     return config.instantiate(source.node())
 
 
-def check_documents(documents, tokenizer, tokenize, vocab_size: int, need: int) -> None:
-    """Before step 1: one pass over the documents must hold ``need`` = L + e_max + 1 text tokens (BOS/EOS not
-    counted), else training would repeat it (or see only BOS/EOS); then one sample is read, so that a
-    tokenizer/model mismatch fails here too."""
-    _check_corpus_length(documents, tokenizer, need)
+def check_first_sample(documents, tokenize, vocab_size: int, need: int) -> None:
+    """Before step 1, once the model exists: one sample of ``need`` tokens is read, so that a tokenizer/model
+    mismatch (an id past the embedding table) fails here."""
     PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size).take(need - 1)
 
 
@@ -46,7 +44,9 @@ def validation_sequences(validation: Optional[ValidationConfig], tokenizer, toke
     return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
 
 
-def _check_corpus_length(documents, tokenizer, need: int) -> None:
+def check_corpus_length(documents, tokenizer, need: int) -> None:
+    """Before the output folder exists: one pass over the documents must hold ``need`` = L + e_max + 1 text tokens
+    (BOS/EOS not counted), else training would repeat it (or see only BOS/EOS)."""
     got = 0
     specials = {tokenizer.bos_id, tokenizer.eos_id}
     for doc in documents():

@@ -22,7 +22,7 @@ def check_rules(config: RecipeConfig, world_size: int) -> None:
                          "windows A and B differ in context, which the alignment loss must not see; use it to pre-train "
                          "(alpha 0) only")
     _check_min_context(config)
-    check_positions(config, config.model.declared_positions(), "as its node declares it")
+    check_positions(config, config.model.declared_positions(), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     _check_scheduler(config)
 
@@ -37,15 +37,16 @@ def _check_min_context(config: RecipeConfig) -> None:
                          f"{e}") from None
 
 
-def check_positions(config: RecipeConfig, max_len: Optional[int], how: str, method: Optional[str] = None) -> None:
-    """``seq_len`` and ``validation.seq_len`` fit the model's positions ``max_len`` (None: not known yet)."""
+def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> None:
+    """``seq_len`` and ``validation.seq_len`` fit the model's positions ``max_len`` (None: not known yet); ``how``
+    says where ``max_len`` comes from."""
     if max_len is None:
         return
     L = config.seq_len
     if L > max_len:
         raise ValueError(
-            f"seq_len={L} is above the range of the model's RoPE ({method or 'its RoPE'}, {how}): max_seq_len={max_len}"
-            ". Lower seq_len or scale RoPE to a longer max_seq_len (model: rope_scaled ... max_seq_len)")
+            f"seq_len={L} is above the range of the model's RoPE ({how}): max_seq_len={max_len}. Lower seq_len or "
+            "scale RoPE to a longer max_seq_len (model: rope_scaled ... max_seq_len)")
     val = config.validation
     if val is not None and val.seq_len > max_len:
         raise ValueError(f"validation.seq_len={val.seq_len} is above the model's max_seq_len={max_len} ({how})")
@@ -88,5 +89,5 @@ def check_built_model(config: RecipeConfig, model: Any, tokenizer: Any, rope_spe
         raise ValueError(f"tokenizer vocabulary ({tok_vocab} ids, tokenizer.path={config.tokenizer.path}) does not fit "
                          f"the model's embedding table ({model_vocab} rows): tokenizer and model do not match")
     method = (rope_spec or {}).get("method", "default (no RoPE scaling)")
-    check_positions(config, getattr(model, "max_seq_len", None), "as built", method)
+    check_positions(config, getattr(model, "max_seq_len", None), f"{method}, as built")
     return model_vocab

@@ -18,7 +18,7 @@ def _seq_len(path: str, value: Any) -> int:
     try:
         validate_window_length(value, field=path)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{e} (seq_len is L, the length of each window)") from None
+        raise ValueError(str(e)) from None
     return value
 
 

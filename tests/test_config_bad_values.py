@@ -1,0 +1,174 @@
+"""Every bad config value of the probes (issue 13's list and issue 26's) is refused by the recipe's constructor,
+before any output folder exists, with the field named. One test per family of values; each asserts that no output
+folder was made. The constructor builds the typed config (``training.recipe_config``) and nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from recipe_config import make_cfg
+
+VALIDATION = {"dataset": {"_component_": "torchtune_longshort.data.corpus.stdlib", "limit": 2},
+              "seq_len": 128, "num_sequences": 1, "every_n_steps": 2}
+ROPE_NODE = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarnn", "max_seq_len": 256,
+             "model": {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 512, "num_layers": 2,
+                       "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 128}}
+STDLIB_TOKENIZER = "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer"
+TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
+
+# family -> [(overrides, field named in the message, a pattern of the message)]
+FAMILIES = {
+    "unknown_keys": [
+        ({"max_step": 2}, "max_step", r"did you mean 'max_steps'"),
+        ({"resume_from_checkpoint": True}, "resume_from_checkpoint", r"did you mean 'resume'"),
+        ({"epochs": 1}, "epochs", r"did you mean 'max_steps'"),
+        ({"loss.alhpa": 0.5}, "loss.alhpa", r"did you mean 'alpha'"),
+        ({"validation": VALIDATION, "validation.every_n_step": 1}, "validation.every_n_step",
+         r"did you mean 'every_n_steps'"),
+        ({"optimizer.lrr": 1e-3}, "optimizer.lrr", r"did you mean 'lr'"),
+        ({"model.num_layer": 2}, "model.num_layer", r"did you mean 'num_layers'"),
+        ({"dataset.limt": 3}, "dataset.limt", r"did you mean 'limit'"),
+    ],
+    "integers": [
+        ({"save_every_n_steps": 0}, "save_every_n_steps", r"integer >= 1"),
+        ({"log_every_n_steps": 0}, "log_every_n_steps", r"integer >= 1"),
+        ({"max_steps": -1}, "max_steps", r"integer >= 1"),
+        ({"max_steps": 1.5}, "max_steps", r"integer >= 1"),
+        ({"stop_after_step": 0}, "stop_after_step", r"integer >= 1"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", r"integer >= 1"),
+        ({"batch_size": 0}, "batch_size", r"integer >= 1"),
+        ({"seed": -1}, "seed", r"integer >= 0"),
+    ],
+    "numbers": [
+        ({"clip_grad_norm": "abc"}, "clip_grad_norm", r"finite number > 0"),
+        ({"clip_grad_norm": -1}, "clip_grad_norm", r"finite number > 0"),
+        ({"equal_compute_overhead": 0.5}, "equal_compute_overhead", r">= 1"),
+        ({"loss.alpha": -0.1}, "loss.alpha", r">= 0"),
+        ({"optimizer.lr": -1}, "optimizer.lr", r">= 0"),
+        ({"optimizer.weight_decay": -1}, "weight_decay", r"Invalid weight_decay"),
+    ],
+    "windows": [
+        ({"seq_len": 2}, "seq_len", r"even number >= 4"),
+        ({"seq_len": 63}, "seq_len", r"seq_len=63 must be an even number"),
+        ({"seq_len": 1024}, "seq_len", r"above the range of the model's RoPE.*max_seq_len=256"),
+        ({"e_range": [1, "L/0"]}, "e_range", r"seq_len=64"),
+        ({"e_range": [0, "L/2"]}, "e_range", r"\[1, L=64\]"),
+        ({"e_range": [1, "2*L"]}, "e_range", r"\[1, L=64\]"),
+        ({"e_range": ["L/2", 1]}, "e_range", r"lo > hi"),
+        ({"e_range": "abc"}, "e_range", r"a pair"),
+    ],
+    "loss": [
+        ({"loss.divergence": "kl"}, "loss.divergence", r"'sce'"),
+        ({"loss.min_context": "half"}, "loss.min_context", r"'listing'"),
+        ({"loss.min_context": 0}, "loss.min_context", r"'listing'"),
+        ({"loss.min_context": 1000}, "loss.min_context", r"\[1, L=64\]"),
+        ({"loss.num_chunks": 0}, "loss.num_chunks", r"integer >= 1"),
+        ({"window_bos": True, "loss.alpha": 0.1}, "window_bos", r"pre-train"),
+    ],
+    "choices": [
+        ({"dtype": "fp8"}, "dtype", r"one of \['fp32', 'bf16', 'fp16'\]"),
+        ({"device": "tpu"}, "device", r"cpu, cuda or cuda:N"),
+        ({"device": "cuda"}, "device", r"CUDA is not available"),
+        ({"window_bos": "yes"}, "window_bos", r"true or false"),
+        ({"clip_rope_separately": "yes"}, "clip_rope_separately", r"true or false"),
+        ({"resume": "yes"}, "resume", r"true or false"),
+    ],
+    "validation": [
+        ({"validation": {**VALIDATION, "seq_len": 1024}}, "validation.seq_len", r"max_seq_len=256"),
+        ({"validation": {**VALIDATION, "num_sequences": 0}}, "validation.num_sequences", r"integer >= 1"),
+        ({"validation": {"seq_len": 64, "num_sequences": 1}}, "validation.dataset", r"missing required key"),
+    ],
+    "components": [
+        ({"tokenizer.path": "/nonexistent/tokenizer.model"}, "tokenizer.path", r"does not exist"),
+        ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "DATA/tok"}, "tokenizer.path",
+         r"cannot be created"),  # its parent is a file
+        ({"model": ROPE_NODE}, "model.method", r"not a RoPE method \(did you mean 'yarn'\?\)"),
+        ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
+        ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
+        ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},
+         "dataset.path", r"does not exist"),
+        ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},
+         "dataset.packed", r"pass packed=False"),
+        ({"optimizer._component_": "torch.optim.Adamm"}, "optimizer._component_", r"does not import"),
+        ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def recipe_cls():
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    return LongShortFinetuneRecipe
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("data") / "d.jsonl"
+    p.write_text(json.dumps({"text": "x = 1\n" * 100}) + "\n")
+    return str(p)
+
+
+def _refused(recipe_cls, tmp_path, ckpt, tok, over, field, match, data_file):
+    if over.get("device") == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "out"
+    over = json.loads(json.dumps(over).replace('"DATA', '"' + data_file))
+    cfg = make_cfg(ckpt, tok, out, **over)
+    with pytest.raises((ValueError, KeyError, OSError)) as err:
+        recipe_cls(cfg)
+    assert field in str(err.value), str(err.value)
+    assert __import__("re").search(match, str(err.value)), str(err.value)
+    assert not out.exists()
+
+
+def _cases(family):
+    return pytest.mark.parametrize("over,field,match", FAMILIES[family], ids=[c[1] for c in FAMILIES[family]])
+
+
+@_cases("unknown_keys")
+def test_unknown_keys(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("integers")
+def test_integers(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("numbers")
+def test_numbers(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("windows")
+def test_windows(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("loss")
+def test_loss(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("choices")
+def test_choices(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("validation")
+def test_validation(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+@_cases("components")
+def test_components(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+def test_the_probe_list_is_whole():
+    """49 values in the probe; the families here hold them and a few more."""
+    assert sum(len(v) for v in FAMILIES.values()) >= 49
