@@ -7,7 +7,7 @@ typed and checked here with the loss module's validators, so a bad value is refu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from torchtune_longshort.loss.divergences import divergence_fn
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, setting
@@ -18,6 +18,8 @@ from torchtune_longshort.windows import validate_min_context
 @dataclass(frozen=True)
 class LossConfig(ComponentSection):
     """``loss``: ``(ce_A + ce_B) / 2 + alpha * divergence`` over dual windows (paper Eq. 3-5)."""
+
+    DOC_COMPONENT: ClassVar[str] = "torchtune_longshort.loss.LongShortLoss"  # whose defaults the README shows
 
     alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
                            check=number(0.0))

@@ -26,10 +26,10 @@ class RecipeConfig(Section):
     """``tune run torchtune_longshort/recipes/longshort_finetune.py --config <this>``."""
 
     # where it writes
-    output_dir: str = setting(doc="folder for step_<k> checkpoints, metrics.jsonl and logs", check=text)
+    output_dir: str = setting(doc="folder for the step_k checkpoints, metrics.jsonl and logs", check=text)
     overwrite_output_dir: bool = setting(False, doc="replace a folder an earlier run of this recipe made",
                                          check=boolean)
-    resume: bool = setting(False, doc="continue from the newest resumable step_<k>", check=boolean)
+    resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean)
     # what it builds
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (interpolated into the nodes below)",
                                             nullable=True)
@@ -68,8 +68,8 @@ class RecipeConfig(Section):
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
                                                check=boolean)
     # where it runs
-    device: str = setting("cpu", doc="cpu | cuda | cuda:N", check=device_name)
-    dtype: str = setting("fp32", doc="fp32 | bf16 | fp16", check=one_of(DTYPES))
+    device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name)
+    dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES))
     compile: bool = setting(False, doc="torch.compile the model", check=boolean)
     enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean)
     fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean)
