@@ -18,7 +18,7 @@ def test_bad_overhead():
 
 
 @pytest.mark.parametrize("alpha", [None, 0.0, 0.3])
-def test_recipe_equal_compute_uses_the_alpha_it_trains_with(alpha, tmp_path, tiny_llama2_dir):
+def test_recipe_equal_compute_uses_the_alpha_it_trains_with(alpha, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """A config without ``loss.alpha`` trains with the loss's default (0.1, > 0), so Appendix F's equal compute must
     shorten it like any regularized run; an explicit ``alpha = 0`` is the CE baseline and keeps its steps."""
     from omegaconf import open_dict
@@ -27,13 +27,14 @@ def test_recipe_equal_compute_uses_the_alpha_it_trains_with(alpha, tmp_path, tin
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
-    cfg = make_cfg(tiny_llama2_dir, tmp_path, tmp_path / "out", max_steps=200, equal_compute_overhead=200 / 190)
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=200,
+                   equal_compute_overhead=200 / 190)
     with open_dict(cfg):
         if alpha is None:
             del cfg.loss["alpha"]
         else:
             cfg.loss.alpha = alpha
     recipe = LongShortFinetuneRecipe(cfg)
-    trained_alpha = config.instantiate(recipe.cfg.loss).alpha
-    assert trained_alpha == (0.1 if alpha is None else alpha)
-    assert recipe.cfg.max_steps == (190 if trained_alpha > 0 else 200)  # the paper's 200 -> 190 pair
+    trained_alpha = config.instantiate(recipe.config.loss.node()).alpha
+    assert trained_alpha == recipe.config.loss.alpha == (0.1 if alpha is None else alpha)
+    assert recipe.max_steps == (190 if trained_alpha > 0 else 200)  # the paper's 200 -> 190 pair
