@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def _texts(tokenizer_dir: str, length: int, n: int):
-    from torchtune_longshort.eval.long_text import TaskTokenizer, fixed_length_samples, iter_texts
+    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, fixed_length_samples, iter_texts
 
     tok = TaskTokenizer(tokenizer_dir)
     return [s.text for s in fixed_length_samples(iter_texts("stdlib", min_chars=length // 2), tok, length, n)]
@@ -38,7 +38,7 @@ def _texts(tokenizer_dir: str, length: int, n: int):
 def make_lm(model: str, cfg: dict):
     """lm-eval model ``ours`` (``longshort``) or ``hf`` on ``cfg["ckpt"]``."""
     if model == "ours":
-        from torchtune_longshort.eval.lm_eval_model import LongShortLM
+        from torchtune_longshort.eval.model.adapter import LongShortLM
 
         return LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
                            device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
 RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
@@ -23,9 +25,9 @@ def _task_manager(tokenizer: str, meta_json: str):
     carries the same tokenizer, so the fine-tuned ones share the base model's)."""
     from lm_eval.tasks import TaskManager
 
-    import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
+    import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
 
-    return TaskManager(include_path=str(REPO / "evals" / "tasks"),
+    return TaskManager(include_path=str(tasks_path()),
                        metadata={"tokenizer": tokenizer, **json.loads(meta_json)})
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort.eval import babilong as bl
-from torchtune_longshort.eval import babilong_generator as gen
-from torchtune_longshort.eval import babilong_haystack as haystack
-from torchtune_longshort.eval import babilong_stories as stories
+from torchtune_longshort.eval.tasks.babilong import task as bl
+from torchtune_longshort.eval.tasks.babilong import generator as gen
+from torchtune_longshort.eval.tasks.babilong import haystack
+from torchtune_longshort.eval.tasks.babilong import stories
+from torchtune_longshort.eval.tasks import tasks_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -275,7 +276,7 @@ def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_
                TRANSFORMERS_OFFLINE="1", TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
            "--model_args", f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},max_length=256,truncation=middle",
-           "--include_path", "evals/tasks", "--tasks", "babilong_longshort",
+           "--tasks", "longshort_babilong",
            "--metadata", json.dumps({"max_seq_lengths": "1k,4k,8k", "babilong_data_dir": str(generated / "depth")}),
            "--gen_kwargs", "max_gen_toks=6", "--output_path", str(tmp_path / "out"), "--log_samples"]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -283,7 +284,7 @@ def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_
     assert "8k/qa1.jsonl" in p.stdout + p.stderr  # the 8k files do not exist: reported, run goes on
     res = json.load(open(glob.glob(str(tmp_path / "out" / "**" / "results_*.json"), recursive=True)[0]))["results"]
     for qa in stories.QA_TASKS:
-        samples = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "**" / f"samples_babilong_{qa}_*.jsonl"),
+        samples = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "**" / f"samples_{bl.task_of(qa)}_*.jsonl"),
                                                      recursive=True) for l in open(f)]
         scored = [s for s in samples if not s["doc"][bl.MISSING_DATA_FIELD]]
         assert len(scored) == 20 and len(samples) == 21
@@ -292,17 +293,18 @@ def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_
                 cell = [s for s in scored if s["doc"]["length"] == length and s["doc"]["depth"] == depth]
                 want = sum(ref_compare_answers(s["doc"]["target"], s["filtered_resps"][0], s["doc"]["question"],
                                                OFFICIAL_LABELS[qa]) for s in cell) / len(cell)
-                assert res[f"babilong_{qa}"][f"acc_{length}_d{depth},none"] == pytest.approx(want)
-        assert res[f"babilong_{qa}"]["missing_data,none"] == 1.0
-    group = res["babilong_longshort"]
-    assert group["acc_4k_d50,none"] == pytest.approx(sum(res[f"babilong_{q}"]["acc_4k_d50,none"] for q in stories.QA_TASKS) / 5)
+                assert res[bl.task_of(qa)][f"acc_{length}_d{depth},none"] == pytest.approx(want)
+        assert res[bl.task_of(qa)]["missing_data,none"] == 1.0
+    group = res["longshort_babilong"]
+    assert group["acc_4k_d50,none"] == pytest.approx(sum(res[bl.task_of(q)]["acc_4k_d50,none"] for q in stories.QA_TASKS) / 5)
 
 
 # ----------------------------------------------------------------------- the generated group YAML
 def test_group_yaml_is_the_generators_output():
-    from torchtune_longshort.eval.gen_tasks import BABILONG_YAML, babilong_yaml
+    from torchtune_longshort.eval.tasks.generate import main, stale_files
 
-    assert BABILONG_YAML.read_text() == babilong_yaml(), "run python -m torchtune_longshort.eval.gen_tasks"
+    assert stale_files() == {}, "run python -m torchtune_longshort.eval.tasks.generate"
+    assert main(["--check"]) == 0
 
 
 def test_group_yaml_averages_every_metric_process_results_can_report():
@@ -310,14 +312,14 @@ def test_group_yaml_averages_every_metric_process_results_can_report():
     metric the group averages, and the group averages nothing else."""
     import yaml
 
-    from torchtune_longshort.eval.babilong_haystack import DEPTHS, LENGTHS
-    from torchtune_longshort.eval.babilong_stories import QA_TASKS, TASK_LABELS
+    from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
+    from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
 
     class _Loader(yaml.SafeLoader):
         pass
 
     _Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-    cfg = yaml.load((REPO / "evals/tasks/babilong/babilong_longshort.yaml").read_text(), Loader=_Loader)
+    cfg = yaml.load((tasks_path() / "babilong/longshort_babilong.yaml").read_text(), Loader=_Loader)
     averaged = [m["metric"] for m in cfg["aggregate_metric_list"]]
     reported = set()
     for qa in QA_TASKS:

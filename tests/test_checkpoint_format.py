@@ -127,7 +127,7 @@ def test_corrupted_shard_is_named(tmp_path, base_with_tokenizer):
 
 def test_eval_model_refuses_a_foreign_folder_without_tokenizer(tiny_llama2_dir):
     pytest.importorskip("lm_eval")
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
         LongShortLM(checkpoint_dir=str(tiny_llama2_dir))

@@ -64,7 +64,7 @@ def test_stdlib_test_packages_are_the_held_out_complement():
     """include_tests=False and include_tests="only" split the stdlib into two disjoint parts that make up all of it;
     the eval source ``stdlib_tests`` reads exactly the held-out part."""
     from torchtune_longshort.data.stdlib_corpus import TEST_PACKAGES, stdlib_dir, stdlib_source_files
-    from torchtune_longshort.eval.long_text import iter_texts
+    from torchtune_longshort.eval.tasks.common.long_text import iter_texts
 
     train, held, every = (set(stdlib_source_files(include_tests=v)) for v in (False, "only", True))
     assert train and held and not (train & held) and train | held == every

@@ -3,7 +3,7 @@ chains them.
 
 Each shipped config under ``configs/`` (the study configs aside) is shrunk by command-line overrides only to a tiny
 random model (same method, same loss, same recipe path: full / LoRA / QLoRA / S2-Attn), trained 2 steps, and its
-``step_2`` folder is evaluated with ``long_ppl`` (stdlib) through lm-eval twice: with our ``longshort`` model and
+``step_2`` folder is evaluated with ``longshort_ppl`` (stdlib) through lm-eval twice: with our ``longshort`` model and
 with lm-eval's own ``hf`` model (transformers), where transformers can represent the method. The two perplexities
 must agree (rel 1e-4): the reference is transformers' implementation reading the same folder. The same for every
 method of ``ROPE_METHODS`` and both ``POSITION_SAMPLERS``. Where transformers cannot represent the method (EABF,
@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("lm_eval")
+
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
@@ -210,12 +212,12 @@ def task_manager(bases):
 
     from lm_eval.tasks import TaskManager
 
-    import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
+    import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
 
     @functools.lru_cache(maxsize=None)
     def for_tokenizer(tokenizer: str):
         meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": tokenizer, "max_seq_lengths": [EVAL_LEN]}
-        return TaskManager(include_path=str(REPO / "evals" / "tasks"), metadata=meta)
+        return TaskManager(include_path=str(tasks_path()), metadata=meta)
 
     def of(step_dir: Path):
         from torchtune_longshort.models.tokenizer_formats import SP_FILE
@@ -228,12 +230,12 @@ def task_manager(bases):
 
 
 def _ppl(task_manager, model: str, model_args: str) -> float:
-    """lm-eval's evaluator (the CLI's own ``simple_evaluate``) on ``long_ppl`` at ``EVAL_LEN`` tokens."""
+    """lm-eval's evaluator (the CLI's own ``simple_evaluate``) on ``longshort_ppl`` at ``EVAL_LEN`` tokens."""
     from lm_eval import simple_evaluate
 
-    res = simple_evaluate(model=model, model_args=model_args, tasks=["long_ppl"], batch_size=2,
+    res = simple_evaluate(model=model, model_args=model_args, tasks=["longshort_ppl"], batch_size=2,
                           device="cpu", task_manager=task_manager, log_samples=False, bootstrap_iters=0)
-    return float(res["results"]["long_ppl"][f"ppl_{EVAL_LEN},none"])
+    return float(res["results"]["longshort_ppl"][f"ppl_{EVAL_LEN},none"])
 
 
 def _representable(step_dir: Path) -> bool:
@@ -288,9 +290,9 @@ def test_readme_lm_eval_hf_command_works_as_written_on_a_recipe_checkpoint(train
     """``lm-eval run --model hf --model_args pretrained=<step_k> ...`` exactly as the README writes it, stock lm-eval."""
     step = trained["method:linear"]
     cmd = [str(Path(sys.executable).with_name("lm-eval")), "run", "--model", "hf", "--model_args",
-           f"pretrained={step}", "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl",
+           f"pretrained={step}", "--include_path", str(tasks_path()), "--tasks", "longshort_ppl",
            "--metadata", '{"ppl_source":"stdlib","ppl_num_samples":2,"max_seq_lengths":"256"}', "--output_path", str(tmp_path / "res")]
     p = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(next((tmp_path / "res").rglob("results_*.json")).read_text())
-    assert math.isfinite(res["results"]["long_ppl"]["ppl_256,none"])
+    assert math.isfinite(res["results"]["longshort_ppl"]["ppl_256,none"])

@@ -13,8 +13,8 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from torchtune_longshort.eval.lm_eval_model import LongShortLM  # noqa: E402
-from torchtune_longshort.eval.truncation import truncate_tokens  # noqa: E402
+from torchtune_longshort.eval.model.adapter import LongShortLM  # noqa: E402
+from torchtune_longshort.eval.model.limits import truncate_tokens  # noqa: E402
 
 TEXTS = [
     ("def add(a, b):", " return a + b"),

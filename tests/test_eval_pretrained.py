@@ -21,7 +21,7 @@ META = '{"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}
 
 def _run(model, model_args, out):
     return run_cli(["run", "--model", model, "--model_args", model_args, "--device", "cpu", "--batch_size", "2",
-                    "--include_path", "evals/tasks", "--tasks", "long_ppl", "--metadata", META,
+                    "--tasks", "longshort_ppl", "--metadata", META,
                     "--output_path", str(out)])
 
 
@@ -40,7 +40,7 @@ def test_results_folder_named_after_the_checkpoint_as_hf_names_it(tiny_llama2_di
     assert "tiny_llama2" in name  # hf names the folder after the path (sanitized), not randomly
     assert _results_folder(tmp_path / "p") == name
     assert _results_folder(tmp_path / "c") == name
-    ppl = [r["results"]["long_ppl"]["ppl_128,none"] for r in (hf, by_pretrained, by_checkpoint_dir)]
+    ppl = [r["results"]["longshort_ppl"]["ppl_128,none"] for r in (hf, by_pretrained, by_checkpoint_dir)]
     assert ppl[1] == ppl[2] and ppl[1] == pytest.approx(ppl[0], rel=1e-4)
     assert by_pretrained["config"]["checkpoint_dir"] == str(tiny_llama2_dir)
 
@@ -60,7 +60,7 @@ def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     with pytest.raises(ValueError, match="pretrained=.*checkpoint_dir=.*different"):
         LongShortLM(pretrained=str(tiny_llama2_dir), checkpoint_dir=str(tmp_path), tokenizer=str(sp_tokenizer_dir),
@@ -74,7 +74,7 @@ def test_cli_entry_point_names_the_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp
     out = tmp_path / "cli"
     cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort", "--model_args",
            f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
-           "--include_path", "evals/tasks", "--tasks", "long_ppl", "--metadata", META, "--output_path", str(out)]
+           "--tasks", "longshort_ppl", "--metadata", META, "--output_path", str(out)]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-3000:]

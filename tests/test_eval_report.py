@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from torchtune_longshort.eval.lengths import length_label, parse_length, parse_lengths
+from torchtune_longshort.eval.tasks.common.lengths import length_label, parse_length, parse_lengths
 from torchtune_longshort.eval.report import build_report, main
 from plot_helpers import assert_png_drawn
 
@@ -22,24 +22,24 @@ def _write(d, results, samples=None):
 
 def test_tables_plots_and_curve(tmp_path):
     base = {
-        "long_ppl": {"ppl_2k,none": 7.5, "ppl_2k_stderr,none": "N/A", "ppl_512,none": 9.25},
+        "longshort_ppl": {"ppl_2k,none": 7.5, "ppl_2k_stderr,none": "N/A", "ppl_512,none": 9.25},
         "longshort_passkey": {"acc,none": 0.5, "acc_2k,none": 0.5, "acc_2k_d0,none": 1.0, "acc_2k_d50,none": 0.0},
-        "babilong_longshort": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
+        "longshort_babilong": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
     }
-    ours = {"long_ppl": {"ppl_2k,none": 6.5, "ppl_512,none": 8.0}}
+    ours = {"longshort_ppl": {"ppl_2k,none": 6.5, "ppl_512,none": 8.0}}
     curve_rows = [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}, {"curve_mean_nll_3": [3.0, 2.0, 1.0]},
                   {"curve_mean_nll_4": [5.0, 5.0, 5.0, 5.0]}]
     _write(tmp_path / "base", base)
-    _write(tmp_path / "ours", ours, {"long_ppl": curve_rows})
+    _write(tmp_path / "ours", ours, {"longshort_ppl": curve_rows})
     out = tmp_path / "rep"
     main([str(tmp_path / "base"), str(tmp_path / "ours"), "--out", str(out), "--labels", "baseline,longshort"])
     md = (out / "report.md").read_text()
     assert "| run | 512 | 2k |" in md  # columns sorted by token length, not as strings
     assert "| baseline | 9.25 | 7.5 |" in md and "| longshort | 8 | 6.5 |" in md
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["long_ppl"]["ppl"]["longshort"] == {"512": 8.0, "2k": 6.5}
-    assert summary["tasks"]["babilong_longshort"]["baseline"]["acc_4k_d50"] == 0.25
-    for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_babilong_longshort_baseline.png",
+    assert summary["longshort_ppl"]["ppl"]["longshort"] == {"512": 8.0, "2k": 6.5}
+    assert summary["tasks"]["longshort_babilong"]["baseline"]["acc_4k_d50"] == 0.25
+    for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_longshort_babilong_baseline.png",
               "per_position_loss.png"):
         assert_png_drawn(out / f)
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
@@ -71,27 +71,27 @@ def test_partial_group_scores_are_marked(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     data = {"results": {
-        "longbench_e_full": {"score,none": 0.4, "missing_data,none": 1.0},
-        "longbench_e_full_single": {"score,none": 0.4},
-        "longbench_e_full_code": {"missing_data,none": 1.0},
-        "longbench_qasper_e": {"score,none": 0.3}, "longbench_multifieldqa_en_e": {"score,none": 0.5},
-        "longbench_lcc_e": {"missing_data,none": 1.0},
-        "babilong_longshort": {"acc,none": 0.5}, "babilong_qa1": {"acc,none": 0.5},
+        "longshort_longbench_e": {"score,none": 0.4, "missing_data,none": 1.0},
+        "longshort_longbench_e_single": {"score,none": 0.4},
+        "longshort_longbench_e_code": {"missing_data,none": 1.0},
+        "longshort_longbench_qasper_e": {"score,none": 0.3}, "longshort_longbench_multifieldqa_en_e": {"score,none": 0.5},
+        "longshort_longbench_lcc_e": {"missing_data,none": 1.0},
+        "longshort_babilong": {"acc,none": 0.5}, "longshort_babilong_qa1": {"acc,none": 0.5},
     }, "group_subtasks": {
-        "longbench_e_full": ["longbench_e_full_single", "longbench_e_full_code"],
-        "longbench_e_full_single": ["longbench_qasper_e", "longbench_multifieldqa_en_e"],
-        "longbench_e_full_code": ["longbench_lcc_e"],
-        "babilong_longshort": ["babilong_qa1"],
+        "longshort_longbench_e": ["longshort_longbench_e_single", "longshort_longbench_e_code"],
+        "longshort_longbench_e_single": ["longshort_longbench_qasper_e", "longshort_longbench_multifieldqa_en_e"],
+        "longshort_longbench_e_code": ["longshort_longbench_lcc_e"],
+        "longshort_babilong": ["longshort_babilong_qa1"],
     }}
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
     out = tmp_path / "rep"
     summary = build_report([d], out)
     md = (out / "report.md").read_text()
     section = lambda t: md.split(f"### {t}\n", 1)[1].split("\n### ", 1)[0]  # noqa: E731
-    assert "| run | 1 | 0.4 (2/3 tasks) |" in section("longbench_e_full")  # score over 2 of its 3 leaf datasets
-    assert "| run | 0.4 |" in section("longbench_e_full_single")  # complete: no mark
-    assert "no value from longbench_lcc_e" in md
-    part = summary["partial_groups"]["longbench_e_full"]["run"]["score"]
-    assert part == {"present": ["longbench_qasper_e", "longbench_multifieldqa_en_e"], "missing": ["longbench_lcc_e"],
+    assert "| run | 1 | 0.4 (2/3 tasks) |" in section("longshort_longbench_e")  # score over 2 of its 3 leaf datasets
+    assert "| run | 0.4 |" in section("longshort_longbench_e_single")  # complete: no mark
+    assert "no value from longshort_longbench_lcc_e" in md
+    part = summary["partial_groups"]["longshort_longbench_e"]["run"]["score"]
+    assert part == {"present": ["longshort_longbench_qasper_e", "longshort_longbench_multifieldqa_en_e"], "missing": ["longshort_longbench_lcc_e"],
                     "total": 3}
-    assert "babilong_longshort" not in summary.get("partial_groups", {})
+    assert "longshort_babilong" not in summary.get("partial_groups", {})

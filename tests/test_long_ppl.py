@@ -1,4 +1,4 @@
-"""long_ppl end to end through lm-eval's CLI (in-process), offline, on the tiny fixture model:
+"""longshort_ppl end to end through lm-eval's CLI (in-process), offline, on the tiny fixture model:
 perplexity = exp(mean token NLL) of a direct transformers forward pass at each length, the per-position curve
 averages back to it, bad input leaves the other tasks running, and lm-eval's own ``hf`` model agrees."""
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 pytest.importorskip("lm_eval")
 
 from torchtune_longshort.eval.cli_run import run_cli, samples_of  # noqa: E402
-from torchtune_longshort.eval.long_ppl import position_curve  # noqa: E402
+from torchtune_longshort.eval.tasks.ppl.task import position_curve  # noqa: E402
 
 META = '{"ppl_source": "stdlib", "ppl_num_samples": 3}'
 
@@ -23,7 +23,7 @@ def _ours(ckpt, tok, out, tasks, meta=META, extra=""):
     args = f"checkpoint_dir={ckpt},tokenizer={tok}" + extra
     return run_cli(
         ["run", "--model", "longshort", "--model_args", args, "--device", "cpu", "--batch_size", "2",
-         "--include_path", "evals/tasks", "--tasks", tasks, "--metadata", meta,
+         "--tasks", tasks, "--metadata", meta,
          "--output_path", str(out), "--log_samples"]
     )
 
@@ -31,7 +31,7 @@ def _ours(ckpt, tok, out, tasks, meta=META, extra=""):
 def _hf(ckpt, tok, out, tasks, meta=META):
     return run_cli(
         ["run", "--model", "hf", "--model_args", f"pretrained={ckpt},tokenizer={tok},dtype=float32",
-         "--device", "cpu", "--batch_size", "2", "--include_path", "evals/tasks", "--tasks", tasks,
+         "--device", "cpu", "--batch_size", "2", "--tasks", tasks,
          "--metadata", meta, "--output_path", str(out)]
     )
 
@@ -40,8 +40,8 @@ def _hf(ckpt, tok, out, tasks, meta=META):
 def ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("long_ppl_ours")
     meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256,512"})
-    res = _ours(tiny_llama2_dir, sp_tokenizer_dir, out, "long_ppl", meta=meta)
-    return out, res["results"]
+    res = _ours(tiny_llama2_dir, sp_tokenizer_dir, out, "longshort_ppl", meta=meta)
+    return out, res
 
 
 @pytest.mark.slow
@@ -49,10 +49,11 @@ def test_ppl_equals_direct_forward_at_each_length(ours, tiny_llama2_dir, sp_toke
     import sentencepiece as spm
     from transformers import LlamaForCausalLM
 
-    out, results = ours
+    out, res = ours
+    results = res["results"]
     sp = spm.SentencePieceProcessor(model_file=str(sp_tokenizer_dir / "tokenizer.model"))
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()
-    all_rows = samples_of(out, "long_ppl")
+    all_rows = samples_of(out, "longshort_ppl")
     for L in (128, 256):
         rows = [r for r in all_rows if r["doc"]["length"] == L]
         assert len(rows) == 3
@@ -68,7 +69,7 @@ def test_ppl_equals_direct_forward_at_each_length(ours, tiny_llama2_dir, sp_toke
             n += L
             curves.append(r[f"curve_mean_nll_{lab}"])
             assert torch.allclose(torch.tensor(r[f"curve_mean_nll_{lab}"]), tok_nll, atol=2e-5)
-        res = results["long_ppl"]
+        res = results["longshort_ppl"]
         assert res[f"ppl_{lab},none"] == pytest.approx(math.exp(nll / n), rel=1e-5)
         assert res[f"token_nll_{lab},none"] == pytest.approx(nll / n, rel=1e-5)
         curve = position_curve(curves)
@@ -79,15 +80,21 @@ def test_ppl_equals_direct_forward_at_each_length(ours, tiny_llama2_dir, sp_toke
 
 @pytest.mark.slow
 def test_length_past_the_model_is_nan_and_others_finish(ours):
-    _, results = ours
-    assert math.isnan(results["long_ppl"]["ppl_512,none"])
-    assert "needs 512 tokens" in results["long_ppl"]["error,none"]
-    assert math.isfinite(results["long_ppl"]["ppl_256,none"])
+    from torchtune_longshort.eval.report.results_io import not_scored_of
+
+    _, res = ours
+    results = res["results"]
+    assert math.isnan(results["longshort_ppl"]["ppl_512,none"])
+    # the reason is in the results file, outside lm-eval's metric table
+    assert "error,none" not in results["longshort_ppl"]
+    assert "needs 512 tokens" in not_scored_of(res)["longshort_ppl"]
+    assert list(res["configs"]["longshort_ppl"]["not_scored"].values()) == [3]  # its 3 samples at 512, one reason
+    assert math.isfinite(results["longshort_ppl"]["ppl_256,none"])
 
 
 @pytest.mark.slow
 def test_local_data_and_a_missing_file_of_another_task(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, caplog):
-    """One run: long_ppl reads a local JSONL; passkey's data file is missing -> NaN + message, long_ppl finishes."""
+    """One run: longshort_ppl reads a local JSONL; passkey's data file is missing -> NaN + message, longshort_ppl finishes."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 
     data = tmp_path / "docs.jsonl"
@@ -97,11 +104,11 @@ def test_local_data_and_a_missing_file_of_another_task(tiny_llama2_dir, sp_token
     meta = json.dumps({"ppl_data_files": str(data), "ppl_num_samples": 2, "passkey_data_files": str(missing),
                        "ppl_max_seq_lengths": [128], "passkey_max_seq_lengths": [256]})
     with caplog.at_level("ERROR"):
-        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "long_ppl,longshort_passkey", meta=meta)
+        res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "longshort_ppl,longshort_passkey", meta=meta)
     assert math.isnan(res["results"]["longshort_passkey"]["acc_256,none"])
     assert "nope.jsonl" in caplog.text and "no such file" in caplog.text
-    assert math.isfinite(res["results"]["long_ppl"]["ppl_128,none"])
-    rows = samples_of(tmp_path / "out", "long_ppl")
+    assert math.isfinite(res["results"]["longshort_ppl"]["ppl_128,none"])
+    rows = samples_of(tmp_path / "out", "longshort_ppl")
     assert rows[0]["doc"]["source"] == "local"
     assert all(any(r["doc"]["text"] in d for d in docs) for r in rows)
 
@@ -111,8 +118,8 @@ def test_dataset_and_scoring_without_the_cli(tiny_llama2_dir, sp_tokenizer_dir):
     from lm_eval.api.instance import Instance
     from transformers import LlamaForCausalLM
 
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
-    from torchtune_longshort.eval.long_ppl import agg_curve_mean_nll, agg_ppl, long_ppl_dataset, process_results
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    from torchtune_longshort.eval.tasks.ppl.task import agg_curve_mean_nll, agg_ppl, long_ppl_dataset, process_results
 
     docs = long_ppl_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), ppl_source="stdlib",
                             ppl_num_samples=2)["test"]
@@ -132,7 +139,7 @@ def test_dataset_and_scoring_without_the_cli(tiny_llama2_dir, sp_tokenizer_dir):
 
 
 def test_no_long_enough_text_gives_a_placeholder_with_the_reason(sp_tokenizer_dir, tmp_path):
-    from torchtune_longshort.eval.long_ppl import long_ppl_dataset, process_results
+    from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset, process_results
 
     (tmp_path / "short.txt").write_text("tiny text")
     ds = long_ppl_dataset(max_seq_lengths="128", tokenizer=str(sp_tokenizer_dir),
@@ -142,7 +149,7 @@ def test_no_long_enough_text_gives_a_placeholder_with_the_reason(sp_tokenizer_di
 
 
 def test_lengths_come_from_metadata_task_key_first(sp_tokenizer_dir):
-    from torchtune_longshort.eval.long_ppl import long_ppl_dataset
+    from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset
 
     kw = dict(tokenizer=str(sp_tokenizer_dir), ppl_source="stdlib", ppl_num_samples=1)
     ds = long_ppl_dataset(max_seq_lengths="2k", ppl_max_seq_lengths=[64, "128"], **kw)["test"]
@@ -153,11 +160,15 @@ def test_lengths_come_from_metadata_task_key_first(sp_tokenizer_dir):
 
 @pytest.mark.slow
 def test_hf_model_gives_the_same_ppl(ours, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    _, results = ours
+    """Same perplexity; the per-position curve is listed for longshort (per-token values) and not at all for hf
+    (one sum per request), never as a NaN."""
+    results = ours[1]["results"]
     meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256"})
-    theirs = _hf(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "hf", "long_ppl", meta=meta)["results"]
+    theirs = _hf(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "hf", "longshort_ppl", meta=meta)["results"]
     for m in ("ppl_128,none", "ppl_256,none"):
-        assert theirs["long_ppl"][m] == pytest.approx(results["long_ppl"][m], rel=1e-5)
+        assert theirs["longshort_ppl"][m] == pytest.approx(results["longshort_ppl"][m], rel=1e-5)
+    assert math.isfinite(results["longshort_ppl"]["curve_mean_nll_128,none"])
+    assert not [k for k in theirs["longshort_ppl"] if k.startswith("curve_mean_nll")]
 
 
 @pytest.mark.slow
@@ -169,14 +180,14 @@ def test_hf_model_agrees_with_linear_rope_scaling_from_config(sp_tokenizer_dir, 
         intermediate_dim=172, max_seq_len=256, seed=1, rope_scaling={"rope_type": "linear", "factor": 4.0},
     )
     meta = json.dumps({**json.loads(META), "max_seq_lengths": "128,256"})
-    ours = _ours(ckpt, sp_tokenizer_dir, tmp_path / "o", "long_ppl", meta=meta)["results"]["long_ppl"]
-    theirs = _hf(ckpt, sp_tokenizer_dir, tmp_path / "h", "long_ppl", meta=meta)["results"]["long_ppl"]
+    ours = _ours(ckpt, sp_tokenizer_dir, tmp_path / "o", "longshort_ppl", meta=meta)["results"]["longshort_ppl"]
+    theirs = _hf(ckpt, sp_tokenizer_dir, tmp_path / "h", "longshort_ppl", meta=meta)["results"]["longshort_ppl"]
     for m in ("ppl_128,none", "ppl_256,none"):
         assert theirs[m] == pytest.approx(ours[m], rel=1e-5)
     # the scaling is really applied: the same weights with unscaled RoPE score differently
     from lm_eval.api.instance import Instance
 
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     req = [Instance("loglikelihood", {}, ("", "def f(x):\n    return x * 2\n" * 8), 0)]
     scaled = LongShortLM(checkpoint_dir=str(ckpt), tokenizer=str(sp_tokenizer_dir), device="cpu")

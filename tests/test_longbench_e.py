@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort.eval import longbench_e as lb
+from torchtune_longshort.eval.tasks.longbench_e import task as lb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -280,13 +280,13 @@ def test_longbench_e_full_end_to_end(tmp_path, tiny_llama2_dir, sp_tokenizer_dir
     out = _run_cli([
         "--model", "longshort",
         "--model_args", f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},max_length=256,truncation=middle",
-        "--include_path", "evals/tasks", "--tasks", "longbench_e_full",
+        "--tasks", "longshort_longbench_e",
         "--metadata", json.dumps({"longbench_e_data_dir": str(data)}),
         "--gen_kwargs", "max_gen_toks=6", "--output_path", str(tmp_path / "out"), "--log_samples",
     ], tmp_path)
     assert re.search(r"data file for lcc_e not found: \S*lcc_e.jsonl", out.stdout + out.stderr)
     res = json.load(open(glob.glob(str(tmp_path / "out" / "**" / "results_*.json"), recursive=True)[0]))["results"]
-    assert res["longbench_lcc_e"]["missing_data,none"] == 1.0 and "score,none" not in res["longbench_lcc_e"]
+    assert res["longshort_longbench_lcc_e"]["missing_data,none"] == 1.0 and "score,none" not in res["longshort_longbench_lcc_e"]
     scored = [f"longbench_{d}_e" for d in lb.LONGBENCH_E_DATASETS if d != "lcc"]
     for task in scored:
         # Recompute each bucket from the logged generations with the reference scorer.
@@ -301,6 +301,6 @@ def test_longbench_e_full_end_to_end(tmp_path, tiny_llama2_dir, sp_tokenizer_dir
         assert set(ref) == {"0_4k", "4_8k", "8k_plus"}
         for k, v in ref.items():
             assert res[task][f"score_{k},none"] == pytest.approx(v, abs=1e-9), (task, k)
-    top = res["longbench_e_full"]
+    top = res["longshort_longbench_e"]
     for key in ("score", "score_0_4k", "score_4_8k", "score_8k_plus"):
         assert top[f"{key},none"] == pytest.approx(sum(res[t][f"{key},none"] for t in scored) / 12, abs=1e-9)

@@ -11,6 +11,8 @@ import yaml
 
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -29,9 +31,9 @@ def test_cli_default(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys):
 def test_task_default_through_lm_eval(sp_tokenizer_dir):
     from lm_eval.tasks import TaskManager
 
-    tm = TaskManager(include_path=str(REPO / "evals/tasks"), include_defaults=False,
+    tm = TaskManager(include_path=str(tasks_path()), include_defaults=False,
                      metadata={"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": [128]})
-    task = tm.load(["misalignment"])["tasks"]["misalignment"]
+    task = tm.load(["longshort_misalignment"])["tasks"]["longshort_misalignment"]
     assert "mis_num_samples" not in (task.config.metadata or {})  # the YAML does not restate the default
     assert len(list(task.test_docs())) == DEFAULT_NUM_SAMPLES
 

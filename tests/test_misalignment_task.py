@@ -25,7 +25,7 @@ def _by_hand(hf, ids, l1, l2):
 
 
 def test_dataset_draws_suffix_lengths_in_the_inclusive_range(sp_tokenizer_dir):
-    from torchtune_longshort.eval.misalignment_task import misalignment_dataset
+    from torchtune_longshort.eval.tasks.misalignment.task import misalignment_dataset
 
     ds = misalignment_dataset(max_seq_lengths="64", tokenizer=str(sp_tokenizer_dir), mis_num_samples=6)["test"]
     assert len(ds) == 6 and all(32 <= r["l1"] <= 64 and 32 <= r["l2"] <= 64 for r in ds)
@@ -35,8 +35,8 @@ def test_adapter_answers_next_token_divergence(tiny_llama2_dir, sp_tokenizer_dir
     from lm_eval.api.instance import Instance
     from transformers import LlamaForCausalLM
 
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
-    from torchtune_longshort.eval.misalignment_task import misalignment_dataset
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    from torchtune_longshort.eval.tasks.misalignment.task import misalignment_dataset
 
     lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
     docs = misalignment_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), mis_num_samples=2)["test"]
@@ -54,16 +54,16 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from transformers import LlamaForCausalLM
 
     from torchtune_longshort.eval.cli_run import run_cli, samples_of
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     res = run_cli(["run", "--model", "longshort", "--model_args",
                    f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
-                   "--include_path", "evals/tasks", "--tasks", "misalignment",
+                   "--tasks", "longshort_misalignment",
                    "--metadata", '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512"}', "--output_path",
                    str(tmp_path), "--log_samples"])
-    r = res["results"]["misalignment"]
+    r = res["results"]["longshort_misalignment"]
     assert math.isnan(r["sce_512,none"])  # past the 256 positions: refused, run goes on
-    rows = [x for x in samples_of(tmp_path, "misalignment") if x["doc"]["length"] == 128]
+    rows = [x for x in samples_of(tmp_path, "longshort_misalignment") if x["doc"]["length"] == 128]
     assert len(rows) == 3
     lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()

@@ -159,7 +159,7 @@ def test_a_gguf_file_or_a_folder_without_config_says_what_is_expected_and_how_to
 
 def test_a_tokenizer_past_the_model_vocabulary_is_refused_with_both_numbers(family_dirs, tmp_path):
     """The eval model's ``tokenizer=``, and the recipe before any step (its vocabulary check names both sizes)."""
-    from torchtune_longshort.eval.model_args import parse_model_args
+    from torchtune_longshort.eval.model.args import parse_model_args
 
     small = _copy_with_config(family_dirs["smollm2"], tmp_path / "small", vocab_size=300)
     with pytest.raises(ValueError, match=r"has 500 ids \(up to 499\), past the 300 rows"):
@@ -197,7 +197,7 @@ def test_eval_model_encodes_like_lm_eval_hf_for_a_model_without_bos(family_dirs)
     pytest.importorskip("lm_eval")
     from lm_eval.models.huggingface import HFLM
 
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     d = str(family_dirs["qwen2"])
     ours = LongShortLM(pretrained=d)

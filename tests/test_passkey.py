@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from torchtune_longshort.eval.long_text import TaskTokenizer  # noqa: E402
-from torchtune_longshort.eval.passkey import (  # noqa: E402
+from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer  # noqa: E402
+from torchtune_longshort.eval.tasks.passkey.task import (  # noqa: E402
     GEN_BUDGET,
     QUESTION,
     haystack_units,
@@ -71,7 +71,7 @@ def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
 def test_passkey_end_to_end_and_hf_parity(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.eval.cli_run import run_cli, samples_of
 
-    common = ["--device", "cpu", "--batch_size", "4", "--include_path", "evals/tasks", "--tasks",
+    common = ["--device", "cpu", "--batch_size", "4", "--tasks",
               "longshort_passkey", "--metadata", '{"passkey_num_samples": 2, "max_seq_lengths": [256]}',
               "--log_samples"]
     ours = run_cli(["run", "--model", "longshort", "--model_args",

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from torchtune_longshort.eval.long_ppl import curves_figure
-from torchtune_longshort.eval.passkey import DIGITS_CHANCE
+from torchtune_longshort.eval.report.figures import curves_figure
+from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
 from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, QUICK_MARK, WIDENED_GID, value_limits
-from torchtune_longshort.eval.report_figures import heatmap_figure, ppl_figure
+from torchtune_longshort.eval.report.figures import heatmap_figure, ppl_figure
 from torchtune_longshort.study.figures import (DIRECTION_STYLE, babilong_figure, divergence_figure, e_range_figure,
                                                line_figure, passkey_figure, scatter_figure)
 from torchtune_longshort.synthetic.experiments import paper_figure, replot_figures
@@ -123,8 +123,8 @@ def _inside_figure(fig, artist):
 
 
 def test_ppl_near_equal_values_linear_with_plain_ticks():
-    runs = {"a": {"long_ppl": {"ppl_128": 110.072, "ppl_256": 110.0745, "ppl_1k": 110.079}},
-            "b": {"long_ppl": {"ppl_128": 110.0731, "ppl_256": 110.0752}}}
+    runs = {"a": {"longshort_ppl": {"ppl_128": 110.072, "ppl_256": 110.0745, "ppl_1k": 110.079}},
+            "b": {"longshort_ppl": {"ppl_128": 110.0731, "ppl_256": 110.0752}}}
     fig = _draw(ppl_figure(runs))
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear"
@@ -135,7 +135,7 @@ def test_ppl_near_equal_values_linear_with_plain_ticks():
 
 
 def test_ppl_over_decades_log_with_plain_ticks():
-    runs = {"a": {"long_ppl": {"ppl_128": 9.5, "ppl_512": 80.0, "ppl_2k": 2500.0}}}
+    runs = {"a": {"longshort_ppl": {"ppl_128": 9.5, "ppl_512": 80.0, "ppl_2k": 2500.0}}}
     fig = _draw(ppl_figure(runs))
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
@@ -145,7 +145,7 @@ def test_ppl_over_decades_log_with_plain_ticks():
 
 
 def test_ppl_single_length():
-    fig = _draw(ppl_figure({"a": {"long_ppl": {"ppl_256": 12.0}}}))
+    fig = _draw(ppl_figure({"a": {"longshort_ppl": {"ppl_256": 12.0}}}))
     assert [t for _, t in _ticks(fig.axes[0].xaxis)] == ["256"]
     _check_plain_value_axis(fig.axes[0].yaxis, min_ticks=2)
 
@@ -174,7 +174,7 @@ def _cfg(lengths, **eval_extra):
 
 
 def _table(values_by_alpha, lengths):
-    from torchtune_longshort.eval.lengths import length_label
+    from torchtune_longshort.eval.tasks.common.lengths import length_label
 
     rows = []
     for a, vals in values_by_alpha.items():
@@ -209,7 +209,7 @@ def test_study_line_figure_with_no_successful_run():
 
 def test_study_babilong_single_length():
     cfg = _cfg([256], babilong={"lengths": ["1k"], "depths": [0, 50, 100]})
-    recs = {"pi_a0_s0": {"status": "ok", "results": {"babilong_longshort": {"acc_1k_d0": 1.0, "acc_1k_d50": 0.5,
+    recs = {"pi_a0_s0": {"status": "ok", "results": {"longshort_babilong": {"acc_1k_d0": 1.0, "acc_1k_d50": 0.5,
                                                                          "acc_1k_d100": 0.0}}},
             "pi_a0.3_s0": {"status": "failed"}}
     fig = _draw(babilong_figure(cfg, recs))
@@ -248,9 +248,9 @@ def test_value_limits_rule(values, widened):
 
 def test_ppl_near_equal_values_get_a_floor_and_a_note():
     # The quick study's perplexities: 414.3 / 412.6 / 408.1, which a tight axis drew as a steep fall.
-    runs = {"CE": {"long_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}},
-            "CE + 0.3": {"long_ppl": {"ppl_128": 414.3, "ppl_256": 412.8, "ppl_512": 408.1}},
-            "CE again": {"long_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}}}
+    runs = {"CE": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}},
+            "CE + 0.3": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.8, "ppl_512": 408.1}},
+            "CE again": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}}}
     fig = _draw(ppl_figure(runs))
     ax = fig.axes[0]
     _check_every_series_visible(ax, fig)  # "CE again" draws exactly over "CE"
@@ -345,7 +345,7 @@ def test_passkey_heatmap_marks_chance_level():
 def test_passkey_chance_is_the_digit_score_of_random_guesses():
     import random
 
-    from torchtune_longshort.eval.passkey import digit_accuracy
+    from torchtune_longshort.eval.tasks.passkey.task import digit_accuracy
 
     rng = random.Random(0)
     keys = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in range(4000)]
@@ -368,7 +368,7 @@ def test_line_figure_title_names_the_seed_count(seeds, title):
 def test_scatter_ticks_do_not_overlap(mis, ppl):
     cfg = _study_cfg(seeds=[0], quick=True)
     recs = {f"pi_a{i}_s0": {"status": "ok", "method": "pi", "results": {
-                "long_ppl": {"ppl_512": p}, "misalignment": {"sce_512": m}},
+                "longshort_ppl": {"ppl_512": p}, "longshort_misalignment": {"sce_512": m}},
                 "train": {"mean_last_10": {"ce": 7.78 + 0.01 * i}}} for i, (m, p) in enumerate(zip(mis, ppl))}
     table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": -0.3}]}
     fig = _draw(scatter_figure(table1, cfg, recs))

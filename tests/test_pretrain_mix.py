@@ -7,7 +7,7 @@ import re
 import pytest
 import sentencepiece as spm
 
-from torchtune_longshort.eval.passkey import QUESTION, TASK_DESCRIPTION, process_results
+from torchtune_longshort.eval.tasks.passkey.task import QUESTION, TASK_DESCRIPTION, process_results
 from torchtune_longshort.study.pretrain_mix import stdlib_with_passkeys
 
 

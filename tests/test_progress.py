@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from torchtune_longshort.eval import babilong_generator as gen
+from torchtune_longshort.eval.tasks.babilong import generator as gen
 
 
 def _final(err: str, desc: str) -> str:

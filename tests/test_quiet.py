@@ -29,14 +29,14 @@ def _record(name, level, msg):
      "Skipping import of cpp extensions due to incompatible torch version 2.13.0+cpu for torchao version 0.14.1",
      "Some other torchao warning"),
     ("lm_eval.api.task", logging.WARNING,
-     "misalignment: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.",
+     "longshort_misalignment: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.",
      "ruler_niah: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager."),
     ("lm_eval.evaluator_utils", logging.WARNING,
      "[longshort_passkey] Metrics were not scored on the same number of documents (acc,none=5, ...)",
      "[hellaswag] Metrics were not scored on the same number of documents (acc,none=5, ...)"),
     ("lm_eval.api.group", logging.WARNING,
-     "Group 'babilong_longshort': metric 'missing_data,none' is missing in 1/5 tasks. Missing in: babilong_qa1",
-     "Group 'babilong_longshort': metric 'acc,none' is missing in 4/5 tasks. Missing in: babilong_qa2, babilong_qa3"),
+     "Group 'longshort_babilong': metric 'missing_data,none' is missing in 1/5 tasks. Missing in: longshort_babilong_qa1",
+     "Group 'longshort_babilong': metric 'acc,none' is missing in 4/5 tasks. Missing in: longshort_babilong_qa2, longshort_babilong_qa3"),
     ("torchtune.utils._logging", logging.INFO, "Saving final epoch checkpoint.",
      "Model checkpoint of size 0.01 GiB saved to /x"),
 ])
@@ -57,12 +57,11 @@ def test_fuzzywuzzy_warning_filtered_by_category_and_module():
     assert [str(w.message) for w in caught] == ["Using slow pure-python SequenceMatcher."]
 
 
-_EVAL = ["run", "--model", "longshort", "--device", "cpu", "--include_path", "evals/tasks",
-         "--tasks", "long_ppl,longshort_passkey", "--metadata",
+_EVAL = ["run", "--model", "longshort", "--device", "cpu", "--tasks", "longshort_ppl,longshort_passkey", "--metadata",
          '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1, "ppl_max_seq_lengths": [128], '
          '"passkey_max_seq_lengths": [256]}']
 # The same CLI call without quiet_upstream: register the model and hand over to lm-eval.
-_UNFILTERED = ("import sys, torchtune_longshort.eval.lm_eval_model; from lm_eval.__main__ import cli_evaluate; "
+_UNFILTERED = ("import sys, torchtune_longshort.eval.model.adapter; from lm_eval.__main__ import cli_evaluate; "
                "sys.argv = ['lm-eval'] + sys.argv[1:]; cli_evaluate()")
 
 

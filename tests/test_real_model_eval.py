@@ -21,11 +21,11 @@ pytestmark = pytest.mark.slow
 def test_longshort_equals_hf_on_perplexity_and_passkey(real_model_dir):
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": LENGTHS,
             "passkey_depths": [50], "passkey_num_samples": 1}
-    ours = evaluate("longshort", real_model_dir, ["long_ppl", "longshort_passkey"], meta, real_model_dir)
-    theirs = evaluate("hf", real_model_dir, ["long_ppl", "longshort_passkey"], meta, real_model_dir)
+    ours = evaluate("longshort", real_model_dir, ["longshort_ppl", "longshort_passkey"], meta, real_model_dir)
+    theirs = evaluate("hf", real_model_dir, ["longshort_ppl", "longshort_passkey"], meta, real_model_dir)
     for L in LENGTHS:
         key = f"ppl_{L // 1024}k,none"
-        a, b = ours["long_ppl"][key], theirs["long_ppl"][key]
+        a, b = ours["longshort_ppl"][key], theirs["longshort_ppl"][key]
         assert math.isfinite(a) and 1 < a < 100, (L, a)  # a real model on Python source: single-digit-ish ppl
         assert a == pytest.approx(b, rel=1e-4), (L, a, b)
         acc = f"acc_{L // 1024}k,none"

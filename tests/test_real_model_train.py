@@ -46,8 +46,8 @@ def test_shipped_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_
     with torch.no_grad():
         assert torch.isfinite(hf(ids).logits).all()
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [1024]}
-    ours = evaluate("longshort", step, ["long_ppl"], meta, real_model_dir)["long_ppl"]["ppl_1k,none"]
-    theirs = evaluate("hf", step, ["long_ppl"], meta, real_model_dir)["long_ppl"]["ppl_1k,none"]
+    ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
+    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
     assert math.isfinite(ours) and ours == pytest.approx(theirs, rel=1e-4)
 
 

@@ -180,16 +180,16 @@ def _step1_loss(out: Path) -> float:
 
 
 def _ppl_pair(step: Path, tmp: Path):
-    """long_ppl at 128 tokens of a checkpoint with our model and with lm-eval's hf model (the independent reader)."""
+    """longshort_ppl at 128 tokens of a checkpoint with our model and with lm-eval's hf model (the independent reader)."""
     from torchtune_longshort.eval.cli_run import run_cli
 
     meta = '{"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}'
     out = []
     for model, args in (("longshort", f"checkpoint_dir={step}"), ("hf", f"pretrained={step},dtype=float32")):
         res = run_cli(["run", "--model", model, "--model_args", args, "--device", "cpu", "--batch_size", "2",
-                       "--include_path", str(REPO / "evals" / "tasks"), "--tasks", "long_ppl",
+                       "--tasks", "longshort_ppl",
                        "--metadata", meta, "--output_path", str(tmp / model)])
-        out.append(res["results"]["long_ppl"]["ppl_128,none"])
+        out.append(res["results"]["longshort_ppl"]["ppl_128,none"])
     return out
 
 

@@ -3,7 +3,7 @@ score) with the reason in the results file while the other tasks' results are st
 before anything runs. One test per case; the end-to-end ones share three lm-eval runs (module fixtures).
 
 Cases:
-- hub data offline: ``long_ppl`` (default source pg19), ``babilong_longshort``, ``longbench_e_full`` -> reason;
+- hub data offline: ``longshort_ppl`` (default source pg19), ``longshort_babilong``, ``longshort_longbench_e`` -> reason;
 - ``longbench_e`` with ``max_gen_toks`` >= the model's length -> NaN with the reason for those tasks only;
 - a passkey prompt longer than the model -> refused (NaN with the reason), never truncated; a task that
   declares middle truncation (LongBench-E) is cut, as its protocol says;
@@ -32,14 +32,30 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from torchtune_longshort.eval.cli_run import run_cli  # noqa: E402
+from torchtune_longshort.eval.report.results_io import not_scored_of  # noqa: E402
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+class _Results(dict):
+    """A results file's ``results`` block; ``not_scored``: its reasons per task (the ``configs`` entries), never
+    in the metrics."""
+
+    not_scored: dict
+
+
+def _results(data):
+    res = _Results(data["results"])
+    res.not_scored = not_scored_of(data)
+    assert not [t for t, m in res.items() if "error,none" in m], "a reason in lm-eval's metric table"
+    return res
+
+
 def _longshort(ckpt, tok, out, tasks, meta, extra=""):
-    return run_cli(["run", "--model", "longshort", "--model_args", f"pretrained={ckpt},tokenizer={tok}{extra}",
-                    "--device", "cpu", "--batch_size", "2", "--include_path", "evals/tasks", "--tasks", tasks,
-                    "--metadata", json.dumps(meta), "--output_path", str(out)])["results"]
+    return _results(run_cli(["run", "--model", "longshort", "--model_args", f"pretrained={ckpt},tokenizer={tok}{extra}",
+                             "--device", "cpu", "--batch_size", "2", "--tasks", tasks,
+                             "--metadata", json.dumps(meta), "--output_path", str(out)]))
 
 
 def _subprocess(argv, tmp_path):
@@ -51,7 +67,7 @@ def _subprocess(argv, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     files = sorted((tmp_path / "out").rglob("results_*.json"))
     assert len(files) == 1, files
-    return json.loads(files[0].read_text())["results"], out.stdout + out.stderr
+    return _results(json.loads(files[0].read_text())), out.stdout + out.stderr
 
 
 def _finite(res, task, metric):
@@ -64,7 +80,7 @@ def _nan(res, task, metric):
 
 
 def _error(res, task):
-    return res[task].get("error,none", "")
+    return res.not_scored.get(task, "")
 
 
 # ------------------------------------------------------------------ shared runs
@@ -74,7 +90,7 @@ def offline_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("offline_run")
     t0 = time.monotonic()
     res = _longshort(tiny_llama2_dir, sp_tokenizer_dir, out,
-                     "babilong_longshort,longbench_e_full,long_ppl,longshort_passkey",
+                     "longshort_babilong,longshort_longbench_e,longshort_ppl,longshort_passkey",
                      {"passkey_num_samples": 1, "passkey_depths": [50], "ppl_max_seq_lengths": [128],
                       "passkey_max_seq_lengths": [512, 256]})
     return out, res, time.monotonic() - t0
@@ -83,12 +99,12 @@ def offline_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def hf_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
     """lm-eval's hf model through our wrapper: misalignment (needs longshort), a passkey length hf would cut, and
-    a long_ppl length that fits."""
+    a longshort_ppl length that fits."""
     tmp = tmp_path_factory.mktemp("hf_run")
     return _subprocess(
         ["torchtune_longshort.eval", "run", "--model", "hf", "--model_args",
          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32", "--device", "cpu",
-         "--include_path", "evals/tasks", "--tasks", "misalignment,longshort_passkey,long_ppl",
+         "--tasks", "longshort_misalignment,longshort_passkey,longshort_ppl",
          "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "passkey_num_samples": 1,
                                    "passkey_depths": [50], "max_seq_lengths": [128],
                                    "passkey_max_seq_lengths": [512]}),
@@ -99,9 +115,9 @@ def hf_run(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
 def test_hub_loaders_offline_answer_with_a_reason_within_seconds(sp_tokenizer_dir):
     """No network wait with HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set (conftest): each hub loader gives its
     placeholder with the reason at once, instead of raising ConnectionError."""
-    from torchtune_longshort.eval import babilong as bl
-    from torchtune_longshort.eval import longbench_e as lb
-    from torchtune_longshort.eval.long_ppl import long_ppl_dataset
+    from torchtune_longshort.eval.tasks.babilong import task as bl
+    from torchtune_longshort.eval.tasks.longbench_e import task as lb
+    from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset
 
     loaders = {
         "emozilla/pg19-test": lambda: long_ppl_dataset(max_seq_lengths=[128], tokenizer=str(sp_tokenizer_dir),
@@ -122,8 +138,8 @@ def test_hub_loaders_offline_answer_with_a_reason_within_seconds(sp_tokenizer_di
 @pytest.mark.slow
 def test_offline_long_ppl_pg19_is_nan_with_reason_and_other_tasks_written(offline_run):
     _, res, _ = offline_run
-    assert _nan(res, "long_ppl", "ppl_128") and _nan(res, "long_ppl", "token_nll_128")
-    assert "emozilla/pg19-test" in _error(res, "long_ppl") and "ppl_source=stdlib" in _error(res, "long_ppl")
+    assert _nan(res, "longshort_ppl", "ppl_128") and _nan(res, "longshort_ppl", "token_nll_128")
+    assert "emozilla/pg19-test" in _error(res, "longshort_ppl") and "ppl_source=stdlib" in _error(res, "longshort_ppl")
     assert _finite(res, "longshort_passkey", "acc_256") and _finite(res, "longshort_passkey", "acc_256_d50")
     assert "emozilla" not in _error(res, "longshort_passkey")
 
@@ -132,7 +148,7 @@ def test_offline_long_ppl_pg19_is_nan_with_reason_and_other_tasks_written(offlin
 def test_offline_babilong_gives_reason_per_task_and_other_tasks_written(offline_run):
     _, res, _ = offline_run
     for qa in range(1, 6):
-        task = f"babilong_qa{qa}"
+        task = f"longshort_babilong_qa{qa}"
         # a group member without data: no score (the group mean covers the tasks that have data), the reason
         assert res[task]["missing_data,none"] == 1.0 and "acc,none" not in res[task]
         assert "RMT-team/babilong-1k-samples" in _error(res, task) and "babilong_data_dir" in _error(res, task)
@@ -141,11 +157,11 @@ def test_offline_babilong_gives_reason_per_task_and_other_tasks_written(offline_
 
 @pytest.mark.slow
 def test_offline_longbench_e_full_gives_reason_per_task_and_other_tasks_written(offline_run):
-    from torchtune_longshort.eval.longbench_e import LONGBENCH_E_DATASETS
+    from torchtune_longshort.eval.tasks.longbench_e.task import LONGBENCH_E_DATASETS
 
     _, res, wall = offline_run
     for name in LONGBENCH_E_DATASETS:
-        task = f"longbench_{name}_e"
+        task = f"longshort_longbench_{name}_e"
         assert res[task]["missing_data,none"] == 1.0 and "score,none" not in res[task]
         assert "Xnhyacinth/LongBench" in _error(res, task) and "longbench_e_data_dir" in _error(res, task)
     assert _finite(res, "longshort_passkey", "acc_256")
@@ -153,7 +169,7 @@ def test_offline_longbench_e_full_gives_reason_per_task_and_other_tasks_written(
 
 
 def test_bad_local_records_give_a_reason_naming_file_and_line(sp_tokenizer_dir, tmp_path):
-    from torchtune_longshort.eval.long_ppl import long_ppl_dataset
+    from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset
 
     torn = tmp_path / "torn.jsonl"
     torn.write_text('{"text": "a b c"}\n{"text": "unterminated\n')
@@ -181,8 +197,8 @@ def test_prompt_policy_refuse_unless_the_task_declares_a_cut(tiny_llama2_dir, sp
     """The model's rule, request by request: a prompt longer than max_length - max_gen_toks is refused (an empty
     result carrying the reason) unless its doc declares a truncation or truncation= is given for undeclared tasks;
     max_gen_toks >= max_length refuses every prompt of that request."""
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
-    from torchtune_longshort.eval.unavailable import refusal_of
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
 
     long_prompt = "The grass is green. " * 80  # > 256 tokens
     gen = {"max_gen_toks": 4, "until": ["\n"]}
@@ -215,15 +231,15 @@ def test_longbench_e_at_a_short_model_is_nan_for_those_tasks_only(tiny_llama2_di
     spec.loader.exec_module(fixture)
     data = fixture.build(tmp_path / "data")
     res = _longshort(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
-                     "longbench_e_full_summarization,longbench_e_full_synthetic,long_ppl",
+                     "longshort_longbench_e_summarization,longshort_longbench_e_synthetic,longshort_ppl",
                      {"longbench_e_data_dir": str(data), "ppl_source": "stdlib", "ppl_num_samples": 2,
                       "max_seq_lengths": [128]})
-    for task in ("longbench_gov_report_e", "longbench_multi_news_e"):
+    for task in ("longshort_longbench_gov_report_e", "longshort_longbench_multi_news_e"):
         assert _nan(res, task, "score")
         assert "max_gen_toks=512 leaves no room for a prompt in max_length=256" in _error(res, task)
-    for task in ("longbench_passage_count_e", "longbench_passage_retrieval_en_e"):
+    for task in ("longshort_longbench_passage_count_e", "longshort_longbench_passage_retrieval_en_e"):
         assert _finite(res, task, "score") and not _error(res, task)
-    assert _finite(res, "long_ppl", "ppl_128")
+    assert _finite(res, "longshort_ppl", "ppl_128")
 
 
 # ------------------------------------------------------------------ a task that needs the longshort model
@@ -231,9 +247,9 @@ def test_longbench_e_at_a_short_model_is_nan_for_those_tasks_only(tiny_llama2_di
 def test_misalignment_under_hf_refused_before_any_request_and_others_written(hf_run):
     res, log = hf_run
     for d in ("sce", "jeffreys", "js"):
-        assert _nan(res, "misalignment", f"{d}_128")
-    assert "needs --model longshort" in _error(res, "misalignment") and "--model hf" in _error(res, "misalignment")
-    assert _finite(res, "long_ppl", "ppl_128")
+        assert _nan(res, "longshort_misalignment", f"{d}_128")
+    assert "needs --model longshort" in _error(res, "longshort_misalignment") and "--model hf" in _error(res, "longshort_misalignment")
+    assert _finite(res, "longshort_ppl", "ppl_128")
     # refused while the task was built: before lm-eval ran any request, and no divergence request was sent
     assert log.index("needs --model longshort") < log.index("Running loglikelihood")
     assert "Running next_token_divergence requests" not in log and "AttributeError" not in log
@@ -253,15 +269,15 @@ def test_misalignment_under_plain_lm_eval_hf_is_refused_too(tiny_llama2_dir, sp_
     res, log = _subprocess(
         ["lm_eval", "run", "--model", "hf", "--model_args",
          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32", "--device", "cpu",
-         "--include_path", "evals/tasks", "--tasks", "misalignment,long_ppl",
+         "--include_path", str(tasks_path()), "--tasks", "longshort_misalignment,longshort_ppl",
          "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}),
          "--output_path", str(tmp_path / "out")], tmp_path)
-    assert _nan(res, "misalignment", "sce_128") and "needs --model longshort" in _error(res, "misalignment")
-    assert _finite(res, "long_ppl", "ppl_128") and "AttributeError" not in log
+    assert _nan(res, "longshort_misalignment", "sce_128") and "needs --model longshort" in _error(res, "longshort_misalignment")
+    assert _finite(res, "longshort_ppl", "ppl_128") and "AttributeError" not in log
 
 
 def test_model_check_reads_the_wrappers_metadata():
-    from torchtune_longshort.eval.unavailable import needs_longshort
+    from torchtune_longshort.eval.tasks.common.unavailable import needs_longshort
 
     assert needs_longshort("misalignment_1k", {"lm_eval_model": "longshort"}, "x") is None
     assert "this run uses --model vllm" in needs_longshort("misalignment_1k", {"lm_eval_model": "vllm"}, "x")
@@ -273,17 +289,17 @@ def _fake_results(path: Path, model="longshort", name="results_2026-01-01T00-00-
     if "fingerprint" in args:
         config["checkpoint_fingerprint"] = config["model_args"].pop("fingerprint")
     path.mkdir(parents=True, exist_ok=True)
-    (path / name).write_text(json.dumps({"results": {"long_ppl": {"ppl_128,none": 3.0}}, "config": config}))
+    (path / name).write_text(json.dumps({"results": {"longshort_ppl": {"ppl_128,none": 3.0}}, "config": config}))
 
 
 def test_report_refuses_to_mix_checkpoints_in_one_column(tmp_path):
     from torchtune_longshort.eval.report import build_report
-    from torchtune_longshort.eval.results_io import load_results
+    from torchtune_longshort.eval.report.results_io import load_results
 
     run = tmp_path / "ours"
     _fake_results(run / "__ckpt__a", batch_size=1)
     _fake_results(run / "__ckpt__a", name="results_2026-01-02T00-00-00.json", batch_size=8)  # same run, resumed
-    assert load_results(run)["long_ppl"]["ppl_128"] == 3.0
+    assert load_results(run)["longshort_ppl"]["ppl_128"] == 3.0
     _fake_results(run / "__ckpt__b", name="results_2026-01-03T00-00-00.json", pretrained="/ckpt/b")
     with pytest.raises(ValueError, match=r"mixes results of different checkpoints.*pretrained: '/ckpt/a' vs '/ckpt/b'"):
         build_report([run], tmp_path / "report")
@@ -307,7 +323,7 @@ def test_report_refuses_real_results_of_two_runs_and_lists_reasons(offline_run, 
 
     out, _, _ = offline_run
     summary = build_report([out], tmp_path / "report")
-    assert "emozilla/pg19-test" in summary["errors"][out.name]["long_ppl"]
+    assert "emozilla/pg19-test" in summary["errors"][out.name]["longshort_ppl"]
     assert "Not scored" in (tmp_path / "report" / "report.md").read_text()
     both = tmp_path / "both"
     shutil.copytree(out, both / "a")
@@ -351,7 +367,7 @@ def test_misalignment_cli_extrapolates_only_when_asked(tiny_llama2_dir, sp_token
 
 
 def test_corrupted_weight_file_is_named_by_the_eval_model(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    from torchtune_longshort.eval.lm_eval_model import LongShortLM
+    from torchtune_longshort.eval.model.adapter import LongShortLM
 
     ckpt = _checkpoint_with_tokenizer(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "ckpt")
     shard = next(ckpt.glob("*.safetensors"))

@@ -43,13 +43,13 @@ def _label(n: int) -> str:
 def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
     """The fake lm-eval's numbers: a known function of task, length, alpha and seed, one metric per length of
     the task's own lengths key in --metadata."""
-    lengths = {"long_ppl": "ppl", "misalignment": "mis", "longshort_passkey": "passkey"}
+    lengths = {"longshort_ppl": "ppl", "longshort_misalignment": "mis", "longshort_passkey": "passkey"}
     out = {}
     for n in metadata.get(f"{lengths.get(task, '-')}_max_seq_lengths", []):
         lab = _label(n)
-        if task == "long_ppl":
+        if task == "longshort_ppl":
             out.update({f"ppl_{lab},none": 10.0 + n / 100 - 2 * alpha + 0.37 * seed, f"ppl_{lab}_stderr,none": 0.1})
-        if task == "misalignment":
+        if task == "longshort_misalignment":
             out.update({f"sce_{lab},none": 5.0 - alpha + 0.11 * seed + n / 1000,
                         f"jeffreys_{lab},none": 0.5 - alpha / 2 + 0.01 * seed, f"js_{lab},none": 0.01})
         if task == "longshort_passkey":
@@ -58,7 +58,7 @@ def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
                         **{f"digits_{lab}_d{d},none": d / 100 for d in (0, 25, 50, 75, 100)}})
     if out:
         return out
-    if task == "babilong_longshort":
+    if task == "longshort_babilong":
         return {"acc,none": 0.2 + alpha, "acc_1k,none": 0.1 * seed, **{f"acc_1k_d{d},none": d / 200 for d in (0, 50, 100)}}
     raise AssertionError(task)
 
@@ -92,7 +92,7 @@ class FakeExecutor:
             (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
             log_path.write_text("ok\n")
             return 0
-        if argv[1:3] == ["-m", "torchtune_longshort.eval.babilong_generator"]:
+        if argv[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]:
             Path(argv[argv.index("--out") + 1]).mkdir(parents=True, exist_ok=True)
             return 0
         assert argv[1:4] == ["-m", "torchtune_longshort.eval", "run"], argv
@@ -239,7 +239,7 @@ def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tm
     def calls_of(rec_fn):
         n = len(ex.calls)
         rec = rec_fn()
-        calls = [a for a in ex.calls[n:] if "torchtune_longshort.eval.babilong_generator" not in a]  # data, once
+        calls = [a for a in ex.calls[n:] if "torchtune_longshort.eval.tasks.babilong.generator" not in a]  # data, once
         return rec, ["tune" if Path(a[0]).name == "tune" else "eval" for a in calls], calls
 
     rec, kinds, _ = calls_of(lambda: study.run_one(run["key"], run))
@@ -300,8 +300,8 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     rdir = tmp_path / "report"
     build_report(study.out, rdir, study.cfg)
     md = (rdir / "report.md").read_text()
-    metric_of = {"Perplexity": ("long_ppl", "ppl"), "Misalignment metric, Eq. 4 (SCE": ("misalignment", "sce"),
-                 "Misalignment metric, Eq. 4, Jeffreys": ("misalignment", "jeffreys"), "Passkey retrieval": ("longshort_passkey", "acc"),
+    metric_of = {"Perplexity": ("longshort_ppl", "ppl"), "Misalignment metric, Eq. 4 (SCE": ("longshort_misalignment", "sce"),
+                 "Misalignment metric, Eq. 4, Jeffreys": ("longshort_misalignment", "jeffreys"), "Passkey retrieval": ("longshort_passkey", "acc"),
                  "Passkey digits": ("longshort_passkey", "digits")}
     checked, families = 0, set()
     for heads, header, rows in _parse_tables(md):
@@ -369,7 +369,7 @@ def test_outcome_is_paired_by_seed(tmp_path):
 
 
 class PartialBabilongExecutor(FakeExecutor):
-    """Like FakeExecutor, and lm-eval's group bookkeeping for babilong_longshort: only ``with_data`` of its five QA
+    """Like FakeExecutor, and lm-eval's group bookkeeping for longshort_babilong: only ``with_data`` of its five QA
     tasks report scores, the others only missing_data (as when the generator made fewer QA tasks)."""
 
     def __init__(self, with_data):
@@ -381,18 +381,18 @@ class PartialBabilongExecutor(FakeExecutor):
         if argv[1:4] == ["-m", "torchtune_longshort.eval", "run"]:
             f = next((Path(argv[argv.index("--output_path") + 1]) / "model").glob("results_*.json"))
             data = json.loads(f.read_text())
-            qas = [f"babilong_qa{i}" for i in range(1, 6)]
+            qas = [f"longshort_babilong_qa{i}" for i in range(1, 6)]
             for t in qas:
                 data["results"][t] = ({"acc,none": 0.5, "acc_1k,none": 0.5} if t in self.with_data
                                       else {"missing_data,none": 1.0})
-            data["group_subtasks"] = {"babilong_longshort": qas}
+            data["group_subtasks"] = {"longshort_babilong": qas}
             f.write_text(json.dumps(data))
         return rc
 
 
 @pytest.mark.parametrize("qa, with_data, heading, mark", [
-    ("qa1", ["babilong_qa1"], "## BABILong QA1 accuracy", " (1/5 tasks)"),
-    ("qa1,qa2,qa3,qa4,qa5", [f"babilong_qa{i}" for i in range(1, 6)], "## BABILong QA1-QA5 accuracy", None),
+    ("qa1", ["longshort_babilong_qa1"], "## BABILong QA1 accuracy", " (1/5 tasks)"),
+    ("qa1,qa2,qa3,qa4,qa5", [f"longshort_babilong_qa{i}" for i in range(1, 6)], "## BABILong QA1-QA5 accuracy", None),
 ])
 def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_path, qa, with_data, heading, mark):
     raw = yaml.safe_load(CPU_SMALL.read_text())
@@ -405,7 +405,7 @@ def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_pa
                   log=lambda m: None)
     study.run()
     rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
-    cov = rec["coverage"]["babilong_longshort"]["acc"]
+    cov = rec["coverage"]["longshort_babilong"]["acc"]
     assert cov["present"] == with_data and cov["total"] == 5
     summary = build_report(study.out, tmp_path / "report", cfg)
     md = (tmp_path / "report" / "report.md").read_text()
@@ -417,8 +417,8 @@ def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_pa
     cell = summary["tables"]["babilong"]["methods"]["pi"][0]["cells"]["all"]
     if mark:
         assert all(mark in row for row in rows)
-        assert cell["partial_group"]["missing"] == ["babilong_qa2", "babilong_qa3", "babilong_qa4", "babilong_qa5"]
-        assert "no value from babilong_qa2, babilong_qa3, babilong_qa4, babilong_qa5" in section
+        assert cell["partial_group"]["missing"] == ["longshort_babilong_qa2", "longshort_babilong_qa3", "longshort_babilong_qa4", "longshort_babilong_qa5"]
+        assert "no value from longshort_babilong_qa2, longshort_babilong_qa3, longshort_babilong_qa4, longshort_babilong_qa5" in section
     else:
         assert "tasks)" not in " ".join(rows) and "partial_group" not in cell
 
@@ -452,7 +452,7 @@ def test_jobs_run_fine_tunes_at_once_with_their_share_of_threads(tmp_path, monke
     assert recs["yarn_a0_s0"]["status"] == "failed"
     assert sum(r["status"] == "ok" for r in recs.values()) == len(recs) - 1
     assert dict(seen)["base"] is None and {t for k, t in seen if k != "base"} == {"4"}
-    gens = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.babilong_generator"]]
+    gens = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]]
     assert len(gens) == 1
     assert "OMP_NUM_THREADS" not in study.env  # the parallel environment does not outlive the grid
 

@@ -53,7 +53,7 @@ class ClaimsExecutor:
             ce = 2.0 + _jitter(key + "ce") * 4  # training CE: unrelated to the long-context scores
             (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": ce, "ce": ce, "misalignment": 1.0}))
             return 0
-        if "babilong_generator" in " ".join(argv):
+        if "babilong.generator" in " ".join(argv):
             Path(argv[argv.index("--out") + 1]).mkdir(parents=True, exist_ok=True)
             return 0
         margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))
@@ -66,21 +66,21 @@ class ClaimsExecutor:
         meta = json.loads(argv[argv.index("--metadata") + 1])
         res = {}
         for t in argv[argv.index("--tasks") + 1].split(","):
-            prefix = {"long_ppl": "ppl", "misalignment": "mis", "longshort_passkey": "passkey"}.get(t)
+            prefix = {"longshort_ppl": "ppl", "longshort_misalignment": "mis", "longshort_passkey": "passkey"}.get(t)
             r = res.setdefault(t, {})
             for n in meta.get(f"{prefix}_max_seq_lengths", []):
                 lab = f"{n // 1024}k" if n % 1024 == 0 else str(n)
                 ppl = 10 + n / 100 + eff + 0.7 * seed + _jitter(key + t + lab)
-                if t == "long_ppl":
+                if t == "longshort_ppl":
                     r[f"ppl_{lab},none"] = ppl
-                elif t == "misalignment":
+                elif t == "longshort_misalignment":
                     sce = ppl / 5 + _jitter(key + "m")
                     # planted mean entropy (H(p) + H(q)) / 2 = 2 + eff, so Jeffreys = SCE - 2 (2 + eff)
                     r.update({f"sce_{lab},none": sce, f"jeffreys_{lab},none": sce - 2 * (2.0 + eff),
                               f"js_{lab},none": 0.01})
                 elif t == "longshort_passkey":
                     r.update({"acc,none": 0.0, f"acc_{lab},none": 0.0, f"acc_{lab}_d0,none": 0.0})  # no signal
-            if t == "babilong_longshort":
+            if t == "longshort_babilong":
                 r.update({"acc,none": 0.0, "acc_1k,none": 0.0})
         out = Path(argv[argv.index("--output_path") + 1]) / "model"
         out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
     # the base: ppl by length and per-position ratios from a planted curve (loss 1 nat higher beyond L0)
     L0 = cfg["L0"]
     curve = [2.0] * L0 + [2.5] * (2 * L0) + [3.0] * L0
-    rec = {"results": {"long_ppl": {f"ppl_{L0}": 10.0, f"ppl_{4 * L0}": 25.0}}, "curves": {str(4 * L0): curve}}
+    rec = {"results": {"longshort_ppl": {f"ppl_{L0}": 10.0, f"ppl_{4 * L0}": 25.0}}, "curves": {str(4 * L0): curve}}
     cfg["eval"]["ppl_lengths"] = [L0, 4 * L0]
     b = base_failure(cfg, rec)
     assert b["sequence_ratio"] == 2.5

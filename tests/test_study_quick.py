@@ -41,7 +41,7 @@ def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     assert all(c["mean"] is not None and c["mean"] > 1 for row in ppl for c in row["cells"].values())
     rec = json.loads((rep / "runs/pi_a0.3_s0/result.json").read_text())
     assert rec["spec"]["recipe_config"]["loss"]["alpha"] == 0.3
-    assert rec["results"]["long_ppl"]["ppl_512"] == ppl[1]["cells"]["512"]["mean"]
+    assert rec["results"]["longshort_ppl"]["ppl_512"] == ppl[1]["cells"]["512"]["mean"]
     assert rec["curves"]  # per-position curves came back from lm-eval's samples
     # What the study prints: its own lines and its progress bar, no upstream warning lines.
     printed = (p.stdout + p.stderr).replace("\r", "\n")

@@ -1,22 +1,24 @@
-"""The task pack shadows nothing of lm-eval's: every task, group and tag name it defines is checked against the
-built-ins of the installed lm-eval (``TaskManager()``), and loading the pack logs no "overrides existing task"."""
+"""The task pack shadows nothing of lm-eval's: every task, group and tag name it defines starts with the pack's prefix
+and is checked against the built-ins of the installed lm-eval (``TaskManager()``); the pack reuses no built-in
+task by name (its LongBench-E and BABILong tasks start from lm-eval's files under names of their own); loading the
+pack logs no "overrides existing task"; the registry names exactly the pack's top-level tasks; the pack is package
+data, found by ``longshort-eval`` without ``--include_path``; and every hint names the command that has the model."""
 
 from __future__ import annotations
 
 import logging
 import re
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-TASKS = REPO / "evals/tasks"
+from torchtune_longshort.eval.tasks import PREFIX, TASK_FAMILIES, family_of, task_results, tasks_path
 
-# lm-eval's own tasks that our groups take over and re-score (BABILong's official answer comparison, LongBench's
-# official scorer): lm-eval 0.4.13 keeps a referenced task's name, so these keep lm-eval's names inside our
-# groups (babilong_longshort, longbench_e_full_*). Nothing else of ours may carry a built-in name.
-REUSED_BUILTINS = re.compile(r"^(babilong_qa[1-5]|longbench_[a-z0-9_-]+_e)$")
+REPO = Path(__file__).resolve().parents[1]
+TASKS = tasks_path()
 
 
 class _Loader(yaml.SafeLoader):
@@ -40,16 +42,8 @@ def ours():
     return TaskManager(include_path=str(TASKS), include_defaults=False)
 
 
-def test_pack_defines_no_builtin_name(builtin, ours):
-    names = set(ours.all_tasks)
-    assert {"longshort_passkey", "long_ppl", "misalignment", "babilong_longshort", "longbench_e_full"} <= names
-    # lengths come from --metadata (max_seq_lengths), not from one task per length
-    assert not [n for n in names if re.match(r"(long_ppl|longshort_passkey|misalignment|passkey)_\d", n)]
-    assert sorted(names & builtin) == []
-
-
-def test_names_read_from_the_yaml_files_are_not_builtin(builtin):
-    """The same check from the YAML text itself (not lm-eval's index of it), so a file lm-eval skipped counts."""
+def _yaml_names():
+    """``(defined, referenced)`` task / group / tag names, read from the YAML text itself."""
     defined, referenced = set(), set()
     for path in TASKS.rglob("*.yaml"):
         cfg = yaml.load(path.read_text(), Loader=_Loader) or {}
@@ -60,10 +54,26 @@ def test_names_read_from_the_yaml_files_are_not_builtin(builtin):
         defined |= {tags} if isinstance(tags, str) else set(tags)
         if isinstance(cfg.get("task"), list):
             referenced |= {t if isinstance(t, str) else t.get("task") or t.get("group") for t in cfg["task"]}
-    assert len(defined) >= 11
+    return defined, referenced
+
+
+def test_pack_defines_no_builtin_name(builtin, ours):
+    names = set(ours.all_tasks)
+    assert {f.task for f in TASK_FAMILIES.values()} <= names
+    assert len(names) >= 5 + 13 + 6 + 5
+    assert sorted(n for n in names if not n.startswith(PREFIX)) == []
+    # lengths come from --metadata (max_seq_lengths), not from one task per length
+    assert not [n for n in names if re.match(rf"{PREFIX}(ppl|passkey|misalignment)_\d", n)]
+    assert sorted(names & builtin) == []
+
+
+def test_names_read_from_the_yaml_files_are_not_builtin(builtin):
+    """The same check from the YAML text itself (not lm-eval's index of it), so a file lm-eval skipped counts; a
+    group's members are the pack's own tasks, never a built-in reused by name."""
+    defined, referenced = _yaml_names()
+    assert len(defined) >= 29 and all(n.startswith(PREFIX) for n in defined), sorted(defined)
     assert sorted(defined & builtin) == []
-    reused = {n for n in referenced - defined if n in builtin}
-    assert reused and all(REUSED_BUILTINS.match(n) for n in reused), sorted(reused)
+    assert referenced <= defined, sorted(referenced - defined)
 
 
 def test_loading_the_pack_overrides_nothing(caplog):
@@ -74,3 +84,48 @@ def test_loading_the_pack_overrides_nothing(caplog):
     assert not [r for r in caplog.records if "overrides existing task" in r.getMessage()]
 
 
+def test_registry_reads_former_names():
+    assert family_of("long_ppl") == family_of("longshort_ppl") == "ppl"
+    old = {"long_ppl": {"ppl_4k": 9.0}, "babilong_longshort": {"acc": 0.5}}
+    assert task_results(old, "longshort_ppl") == {"ppl_4k": 9.0}
+    assert task_results(old, "longshort_babilong") == {"acc": 0.5}
+    assert task_results(old, "hellaswag") == {}
+
+
+def test_the_pack_is_package_data_and_generated_files_are_current():
+    """Every YAML of the pack matches a package-data pattern of pyproject.toml, its folder is a listed package,
+    and the generated LongBench-E / BABILong files are what the generator writes."""
+    from torchtune_longshort.eval.tasks.generate import stale_files
+
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = cfg["package-data"]["torchtune_longshort.eval.tasks"]
+    files = [p for p in TASKS.rglob("*") if p.is_file() and (p.suffix == ".yaml" or p.name.endswith("_yaml"))]
+    assert len(files) >= 30
+    for p in files:
+        rel = p.relative_to(TASKS).as_posix()
+        assert any(fnmatch(rel, pat) for pat in patterns), rel
+        assert "torchtune_longshort.eval.tasks." + p.parent.name in cfg["packages"], p.parent
+    assert stale_files() == {}
+    assert not (REPO / "evals").exists()
+
+
+def test_longshort_eval_adds_the_pack_and_a_device_that_exists():
+    import torch
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    argv = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl"])
+    assert argv[argv.index("--include_path") + 1] == str(TASKS)
+    assert argv[argv.index("--device") + 1] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert lm_eval_argv(["ls", "tasks"])[-2:] == ["--include_path", str(TASKS)]
+    mine = lm_eval_argv(["run", "--include_path", "/x", "--device", "cuda:1"])
+    assert mine.count("--include_path") == 1 and mine[mine.index("--device") + 1] == "cuda:1"
+
+
+def test_hints_name_the_command_that_has_the_model():
+    """Stock ``lm-eval`` has no ``longshort`` model: no text of the package or README sends a user there."""
+    stock = re.compile(r"(?<![\w-])lm[-_]eval\s+(run\s+)?--model\s+longshort")
+    texts = [REPO / "README.md", *(REPO / "docs").glob("eval*.md"), REPO / "docs/longbench_babilong.md",
+             *(REPO / "torchtune_longshort").rglob("*.py")]
+    bad = [f"{p}: {m.group(0)}" for p in texts for m in stock.finditer(p.read_text())]
+    assert bad == []

@@ -34,8 +34,10 @@ import re
 import warnings
 from typing import Dict, List, Tuple
 
-# Task names of this pack (and the lm-eval tasks its groups re-score) as they appear in lm-eval's messages.
-_PACK_TASK = r"(?:long_ppl|longshort_passkey|misalignment|babilong_qa\d+|longbench_[\w-]+_e)"
+from torchtune_longshort.eval.tasks import PREFIX
+
+# Task names of this pack as they appear in lm-eval's messages (every one starts with the pack's prefix).
+_PACK_TASK = rf"(?:{re.escape(PREFIX)}[\w-]+)"
 
 # logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match.
 LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
@@ -46,7 +48,7 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
     ],
     "lm_eval.api.group": [
         (logging.WARNING,
-         r"^Group '(?:babilong_longshort|longbench_e_full\w*)': metric 'missing_data,[^']*' is missing in")
+         rf"^Group '{_PACK_TASK}': metric 'missing_data,[^']*' is missing in")
     ],
     "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
 }

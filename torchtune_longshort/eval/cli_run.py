@@ -1,45 +1,88 @@
 """Run lm-eval's CLI in this process (the ``longshort`` model registered) and read back its results JSON.
 
-Same code path as ``python -m torchtune_longshort.eval``; useful from scripts, notebooks and tests that want the
+Same code path as ``longshort-eval`` (``python -m torchtune_longshort.eval``); useful from scripts, notebooks and tests that want the
 CLI's behaviour without paying the interpreter start-up and imports again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+logger = logging.getLogger(__name__)
 
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
 
 
 _SUBCOMMANDS = ("run", "ls", "validate")
+# The wrapper's own subcommand: print the installed task pack's folder (for stock lm-eval --include_path).
+TASKS_PATH_COMMAND = "tasks-path"
+
+
+def _option(args: Sequence[str], name: str) -> Optional[str]:
+    """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
 def lm_eval_argv(args: Sequence[str]) -> List[str]:
     """``args`` as lm-eval's CLI gets them from this wrapper:
 
-    - an evaluation (``run``, or the legacy form without a subcommand) gets ``--metadata`` key ``lm_eval_model``
-      naming the ``--model`` (lm-eval's default ``hf`` when none is given), so that a task that needs the
-      ``longshort`` model (``misalignment_<L>``) refuses any other before a request runs, and tasks can refuse
-      lengths a plain model would cut (``torchtune_longshort.eval.unavailable``);
+    - ``run``, ``ls`` and ``validate`` (and the legacy form without a subcommand) get ``--include_path`` of the
+      installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one (lm-eval
+      takes a single folder: a user's own folder replaces the pack, with a warning);
+    - an evaluation without ``--device`` gets ``cuda:0`` only when CUDA is available, else ``cpu`` (lm-eval's
+      default is ``cuda:0`` whatever the machine: no device note unless the user asked for CUDA);
+    - an evaluation gets ``--metadata`` key ``lm_eval_model`` naming the ``--model`` (lm-eval's default ``hf``
+      when none is given), so that a task that needs the ``longshort`` model (``longshort_misalignment``) refuses
+      any other before a request runs, and tasks can refuse requests a plain model would cut or crash on
+      (``torchtune_longshort.eval.tasks.common.unavailable``);
     - ``checkpoint_dir=`` in the ``longshort`` model's ``--model_args`` is given as ``pretrained=``: lm-eval 0.4.13
       names the results folder (``<output_path>/<name>/results_*.json``) after ``pretrained`` in model_args, and
       gives any other model a random name; ``checkpoint_dir`` is ``pretrained``'s older name here, so the folder
       is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
     """
-    from torchtune_longshort.eval.unavailable import MODEL_KEY
+    from torchtune_longshort.eval.tasks import tasks_path
+    from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 
     out = [str(a) for a in args]
-    model = next((out[i + 1] for i, a in enumerate(out[:-1]) if a == "--model"), None)
-    model = model or next((a.split("=", 1)[1] for a in out if a.startswith("--model=")), None)
-    evaluating = bool(out) and (out[0] == "run" or (out[0] not in _SUBCOMMANDS and out[0] not in ("-h", "--help")))
-    if evaluating:
-        out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
+    help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
+    evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
+    if not help_only:
+        given = _option(out, "--include_path")
+        if given is None:
+            out += ["--include_path", str(tasks_path())]
+        elif Path(given).resolve() != tasks_path():
+            logger.warning("--include_path %s replaces the installed task pack (%s): lm-eval takes one folder, so "
+                           "the pack's longshort_* tasks are not found in this run", given, tasks_path())
+    if not evaluating:
+        return out
+    model = _option(out, "--model")
+    if _option(out, "--device") is None:
+        out += ["--device", _default_device()]
+    out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         return out
+    return _checkpoint_dir_as_pretrained(out)
+
+
+def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
+    """``checkpoint_dir=`` of ``--model_args`` renamed ``pretrained=`` (unless ``pretrained`` is given)."""
     spans, i = [], 0  # indices of the model_args tokens
     while i < len(out):
         if out[i].startswith("--model_args="):
@@ -68,7 +111,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()
-    import torchtune_longshort.eval.lm_eval_model  # noqa: F401  (registers ``longshort``)
+    import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]

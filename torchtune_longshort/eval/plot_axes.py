@@ -128,7 +128,7 @@ def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:
     """A log2 length axis with a labelled tick at each of ``lengths`` and no other tick label."""
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter, NullLocator
 
-    from torchtune_longshort.eval.lengths import length_label
+    from torchtune_longshort.eval.tasks.common.lengths import length_label
 
     ticks = sorted({int(n) for n in lengths})
     a = ax.xaxis if axis == "x" else ax.yaxis

@@ -3,7 +3,7 @@
 ``python -m torchtune_longshort.study --config configs/study/cpu_small.yaml [--quick] [--out DIR]``
 """
 
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.config import StudyConfigError, grid, load_study_config
 from torchtune_longshort.study.runner import Study
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_failure
 from torchtune_longshort.study.config import config_key, grid
 from torchtune_longshort.study.records import curve_mean, value

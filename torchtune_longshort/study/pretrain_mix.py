@@ -4,7 +4,7 @@ A model of a few million parameters pre-trained on code alone never learns the p
 column of a study would be 0 for every checkpoint and say nothing about length generalization. Here every
 standard-library document is followed by ``passkeys_per_document`` complete passkey prompts *with their answer*
 (``... What is the pass key? The pass key is 51234.``), each fitting ``max_tokens`` tokens: the pre-training length
-L0. The prompt is :mod:`torchtune_longshort.eval.passkey`'s own (same instruction, needle, question and haystack),
+L0. The prompt is :mod:`torchtune_longshort.eval.tasks.passkey.task`'s own (same instruction, needle, question and haystack),
 so the task the model learns at L0 is exactly the one evaluated at 2-16x L0; only the distance between the needle
 and the question grows. Keys are drawn from ``seed`` and never depend on the evaluation's keys.
 
@@ -22,8 +22,8 @@ import random
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
-from torchtune_longshort.eval.passkey import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
-from torchtune_longshort.eval.unavailable import TaskDataError
+from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
 
 class PasskeyMix:
@@ -32,7 +32,7 @@ class PasskeyMix:
 
     def __init__(self, base: Documents, tokenizer_path: str, max_tokens: int, passkeys_per_document: int,
                  haystack: str, seed: int):
-        from torchtune_longshort.eval.long_text import TaskTokenizer
+        from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
 
         from torchtune_longshort.models.tokenizer_formats import has_tokenizer
 

@@ -6,6 +6,7 @@ import math
 import statistics
 from typing import Any, Dict, Optional
 
+from torchtune_longshort.eval.tasks import task_results
 from torchtune_longshort.study.config import metric_of
 
 
@@ -18,7 +19,7 @@ def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
         sce, jef = value(rec, "misalignment", n), value(rec, "jeffreys", n)
         return None if sce is None or jef is None else (sce - jef) / 2
     task, metric = metric_of(family, n)
-    v = ((rec.get("results") or {}).get(task) or {}).get(metric)
+    v = task_results(rec.get("results") or {}, task).get(metric)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return float(v)

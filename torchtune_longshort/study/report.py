@@ -21,7 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks import TASK_FAMILIES, task_results
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
@@ -32,14 +33,15 @@ from torchtune_longshort.study.runner import RESULT
 
 # table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
 # lower is better)
+_PPL, _MIS, _PASSKEY = (TASK_FAMILIES[f].task for f in ("ppl", "misalignment", "passkey"))
 TABLES = {
-    "ppl": ("Perplexity (long_ppl, {src} text)", "ppl_lengths", True),
-    "misalignment": ("Misalignment metric, Eq. 4 (SCE; misalignment task)", "misalignment_lengths", True),
-    "jeffreys": ("Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; misalignment task)",
+    "ppl": (f"Perplexity ({_PPL}, {{src}} text)", "ppl_lengths", True),
+    "misalignment": (f"Misalignment metric, Eq. 4 (SCE; {_MIS} task)", "misalignment_lengths", True),
+    "jeffreys": (f"Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; {_MIS} task)",
                  "misalignment_lengths", True),
-    "passkey": ("Passkey retrieval accuracy (mean over depths; longshort_passkey task)", "passkey_lengths", False),
+    "passkey": (f"Passkey retrieval accuracy (mean over depths; {_PASSKEY} task)", "passkey_lengths", False),
     "passkey_digits": ("Passkey digits in place (graded retrieval, mean over depths; random digits score 0.1; "
-                       "longshort_passkey task)", "passkey_lengths", False),
+                       f"{_PASSKEY} task)", "passkey_lengths", False),
 }
 
 
@@ -88,17 +90,17 @@ def qa_label(qa: str) -> str:
 
 def _babilong_note(bab: Dict[str, Any]) -> str:
     depths = f", fact depths {bab['depths']} %" if bab.get("depths") else ""
-    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.babilong_generator` (tasks "
+    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` (tasks "
             f"{qa_label(bab['qa'])}, lengths {', '.join(bab['lengths'])}, {bab['n']} per task and length{depths}, "
             f"haystack {bab.get('haystack', 'stdlib')}), not the official BABILong data: these numbers are not "
-            "comparable with published BABILong results. The group `babilong_longshort` holds QA1-QA5; a cell "
-            "marked (k/5 tasks) averages the k QA tasks that had data.")
+            f"comparable with published BABILong results. The group `{TASK_FAMILIES['babilong'].task}` holds QA1-QA5; a "
+            "cell marked (k/5 tasks) averages the k QA tasks that had data.")
 
 
 def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
                    metric: str) -> Tuple[str, Optional[Dict]]:
     """`` (k/n tasks)`` when the cell's runs scored a group over fewer tasks than it has, and what was missing."""
-    covs = [((recs[k].get("coverage") or {}).get(task) or {}).get(metric) for k in runs]
+    covs = [task_results(recs[k].get("coverage") or {}, task).get(metric) for k in runs]
     covs = [c for c in covs if c]
     partial = [c for c in covs if c["missing"]]
     if not partial:
@@ -121,15 +123,16 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
         specs[tid] = (title.format(src=ev.get("ppl_source")), tid, cols, lower)
     bab = ev.get("babilong")
     if bab and bab.get("lengths"):
-        cols = [(lab, *metric_of("babilong", lab)) for lab in bab["lengths"]] + [("all", "babilong_longshort", "acc")]
+        cols = [(lab, *metric_of("babilong", lab)) for lab in bab["lengths"]] + [("all", TASK_FAMILIES["babilong"].task,
+                                                                                     "acc")]
         specs["babilong"] = (f"BABILong {qa_label(bab['qa'])} accuracy (official scoring, generated data)", "babilong",
                              cols, False)
         notes["babilong"] = _babilong_note(bab)
-    lb = ev.get("longbench_e_data_dir")
-    if lb and any("longbench_e_full" in (r.get("results") or {}) for r in recs.values()):
-        keys = sorted({m for r in recs.values() for m in (r.get("results") or {}).get("longbench_e_full", {})
+    lb, lbe = ev.get("longbench_e_data_dir"), TASK_FAMILIES["longbench_e"].task
+    if lb and any(task_results(r.get("results") or {}, lbe) for r in recs.values()):
+        keys = sorted({m for r in recs.values() for m in task_results(r.get("results") or {}, lbe)
                        if m.startswith("score")})
-        specs["longbench_e"] = ("LongBench-E (longbench_e_full)", "longbench_e", [(k, "longbench_e_full", k) for k in keys], False)
+        specs["longbench_e"] = (f"LongBench-E ({lbe})", "longbench_e", [(k, lbe, k) for k in keys], False)
         notes["longbench_e"] = ("The group holds 13 datasets; a cell marked (k/13 tasks) averages the k datasets "
                                 "whose data files were present.")
     for tid, (title, _prefix, cols, lower) in specs.items():

@@ -3,8 +3,8 @@
 Every step goes through the project's own entry points in a subprocess, exactly as a user would type them:
 
 - training: ``tune run torchtune_longshort/recipes/longshort_finetune.py --config <run>/recipe.yaml [resume=True]``
-- evaluation: ``python -m torchtune_longshort.eval run --model longshort ... --include_path evals/tasks``
-- BABILong data: ``python -m torchtune_longshort.eval.babilong_generator``
+- evaluation: ``python -m torchtune_longshort.eval run --model longshort ...`` (the installed task pack)
+- BABILong data: ``python -m torchtune_longshort.eval.tasks.babilong.generator``
 
 Layout under ``output_dir``::
 
@@ -35,7 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
-from torchtune_longshort.eval.lengths import lengths_key
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import lengths_key
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
 from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
@@ -50,7 +51,7 @@ class Study:
     Args:
         cfg: a validated study config (``load_study_config``).
         output_dir: overrides ``cfg["output_dir"]``.
-        repo_root: where ``recipes/``, ``evals/tasks`` and the configs are (default: the current directory).
+        repo_root: where the recipe and the configs are (default: the current directory).
         executor: ``(argv, log_path, cwd, env, timeout) -> exit code``; the default runs a subprocess. Tests pass
             their own to exercise skip / resume / failure without training.
         log: progress printer.
@@ -161,9 +162,9 @@ class Study:
         ev = self.cfg["eval"]
         tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev[f"{f}_lengths"]]
         if ev.get("babilong") and ev["babilong"].get("lengths"):
-            tasks.append("babilong_longshort")
+            tasks.append(TASK_FAMILIES["babilong"].task)
         if ev.get("longbench_e_data_dir") and Path(ev["longbench_e_data_dir"]).is_dir():
-            tasks.append("longbench_e_full")
+            tasks.append(TASK_FAMILIES["longbench_e"].task)
         return tasks
 
     def spec_of(self, key: str, run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -222,7 +223,7 @@ class Study:
                 "tokenizer": self.eval_tokenizer()}
         if marker.is_file() and json.loads(marker.read_text()) == want:
             return out
-        argv = [sys.executable, "-m", "torchtune_longshort.eval.babilong_generator", "--out", str(out),
+        argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
                 "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab["lengths"]), "--n", str(bab["n"]),
                 "--qa", bab["qa"], "--haystack", bab.get("haystack", "stdlib")]
         if bab.get("depths"):
@@ -242,7 +243,7 @@ class Study:
         the study made) is replaced."""
         import shutil
 
-        from torchtune_longshort.eval.results_io import group_coverage, load_curves, load_group_subtasks, load_results
+        from torchtune_longshort.eval.report.results_io import group_coverage, load_curves, load_group_subtasks, load_results
 
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
             return {"results": have, "curves": load_curves(eval_dir),
@@ -272,13 +273,15 @@ class Study:
                     **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev[f"{f}_lengths"] for f in FAMILY_TASK}}
         bab = self._babilong_data()
         if bab is not None:
-            metadata.update({"babilong_data_dir": str(bab), "max_seq_lengths": ",".join(ev["babilong"]["lengths"])})
-        if "longbench_e_full" in tasks:
-            metadata["longbench_e_data_dir"] = str(ev["longbench_e_data_dir"])
+            metadata.update({TASK_FAMILIES["babilong"].data_dir_key: str(bab),
+                             "max_seq_lengths": ",".join(ev["babilong"]["lengths"])})
+        if TASK_FAMILIES["longbench_e"].task in tasks:
+            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev["longbench_e_data_dir"])
         metadata.update(ev.get("metadata") or {})
         argv = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
                 "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
-                "--include_path", str(self.root / ev["include_path"]), "--tasks", ",".join(tasks),
+                *(["--include_path", str(self.root / ev["include_path"])] if ev.get("include_path") else []),
+                "--tasks", ",".join(tasks),
                 "--output_path", str(eval_dir), "--log_samples",
                 "--batch_size", str(ev["batch_size"]), "--device", str(ev["device"]), "--metadata", json.dumps(metadata)]
         log_path = rdir / "eval.log"

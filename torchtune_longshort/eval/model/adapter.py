@@ -1,15 +1,15 @@
 """lm-eval model ``longshort``: a Hugging Face-format checkpoint of any family in
 ``torchtune_longshort.models.MODEL_FAMILIES`` run through torchtune.
 
-Use::
+Use (the model exists only in the pack's CLI wrapper, ``longshort-eval`` = ``python -m torchtune_longshort.eval``,
+or in a process that imported this module: stock ``lm-eval`` has no plugin entry point for models)::
 
-    python -m torchtune_longshort.eval run --model longshort \
-        --model_args pretrained=/ckpt,max_length=8192,rope=linear,rope_factor=2 \
-        --include_path evals/tasks --tasks long_ppl
+    longshort-eval run --model longshort \
+        --model_args pretrained=/ckpt,max_length=8192,rope=linear,rope_factor=2 --tasks longshort_ppl
 
 Model arguments (``--model_args k=v,...``: pretrained, tokenizer, rope, rope_<param>, max_length,
 allow_extrapolation, batch_size, dtype, device, truncation, max_gen_toks, add_bos_token) are described and checked
-in :mod:`torchtune_longshort.eval.model_args`.
+in :mod:`torchtune_longshort.eval.model.args`.
 
 Tokenisation follows lm-eval's ``hf`` model token for token (the model's own BOS convention, read from its tokenizer:
 Llama-2/3 prepend BOS, Qwen2 and SmolLM2 do not; the prefix token of an empty context is BOS, else EOS;
@@ -17,13 +17,14 @@ context/continuation split, rolling windows, and with ``truncation=left`` its le
 the same numbers on the same checkpoint.
 
 A request the model will not run (longer than it runs, a prompt it may not cut, no room to generate) is refused,
-not cut or crashed on: its result carries the reason (``torchtune_longshort.eval.unavailable``,
-:mod:`torchtune_longshort.eval.request_limits`), the task scores it NaN with that reason in the results file, and
-the rest of the run goes on.
+not cut or crashed on: one decision (:meth:`~torchtune_longshort.eval.model.limits.RequestLimits.plan`) says so and
+why, the result carries the reason (``torchtune_longshort.eval.tasks.common.unavailable``), the task scores it NaN
+with that reason in the results file, and the rest of the run goes on.
 
-Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``misalignment``
+Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``longshort_misalignment``
 task): it runs the model on two suffixes of a text and compares the full next-token distributions (paper Eq. 4).
-Scoring lives in :mod:`~torchtune_longshort.eval.scoring`, decoding in :mod:`~torchtune_longshort.eval.generation`.
+Scoring lives in :mod:`~torchtune_longshort.eval.model.scoring`, decoding in
+:mod:`~torchtune_longshort.eval.model.generation`.
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
-from torchtune_longshort.eval.generation import greedy_generate
-from torchtune_longshort.eval.model_args import load_checkpoint_model, parse_model_args
-from torchtune_longshort.eval.request_limits import RequestLimits, RequestTooLong
-from torchtune_longshort.eval.scoring import TokenLoglikelihood, forward_hidden, score_continuations
-from torchtune_longshort.eval.truncation import truncate_tokens
-from torchtune_longshort.eval.unavailable import RefusedScores, RefusedText
+from torchtune_longshort.eval.model.generation import greedy_generate
+from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
+from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
+from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
+from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
 from torchtune_longshort.loss.divergences import DIVERGENCES
 
@@ -63,7 +63,7 @@ class LongShortLM(TemplateLM):
         self.checkpoint_dir = args.checkpoint_dir
         self.checkpoint_fingerprint = args.folder.fingerprint()
         self.rope_spec = args.rope_spec
-        self.limits = RequestLimits(args)
+        self.limits = RequestLimits.of_model_args(args)
         self.tokenizer = args.tokenizer
         self.model = load_checkpoint_model(args)
         self.vocab_size = int(args.hf_config["vocab_size"])
@@ -151,26 +151,14 @@ class LongShortLM(TemplateLM):
 
     # ------------------------------------------------------------------ loglikelihood
     def _prepare_loglikelihood(self, i: int, ctx: List[int], cont: List[int], task: Optional[str], doc):
-        """``(input tokens, None)`` for a request the model runs, else ``(None, refused result)``: context cut
-        to fit only where the task or ``truncation`` allows it."""
-        limits = self.limits
+        """``(input tokens, None)`` for a request the model runs, else ``(None, refused result)``: the context cut
+        only where the task or ``truncation`` allows it (:meth:`RequestLimits.fit`, the one decision)."""
         if len(ctx) == 0 or len(cont) == 0:
             raise ValueError(f"request {i}: empty context or continuation tokens (context={ctx}, cont={cont})")
-        if len(cont) > limits.max_length:
-            err = RequestTooLong(len(cont), limits.max_length, "loglikelihood continuation")
-            return None, TokenLoglikelihood.refused(limits.refuse(task, err))
-        whole = ctx + cont
-        if len(whole) > limits.max_length + 1:
-            policy, who = limits.cut_policy(doc)
-            if policy == "none":
-                reason = limits.no_cut_reason(len(whole) - 1, limits.max_length, "loglikelihood", who)
-                return None, TokenLoglikelihood.refused(limits.refuse(task, reason, "no cut"))
-            whole = truncate_tokens(ctx, limits.max_length + 1 - len(cont), policy) + cont
-        try:
-            limits.check_length(len(whole) - 1, "loglikelihood")
-        except RequestTooLong as err:
-            return None, TokenLoglikelihood.refused(limits.refuse(task, err))
-        return whole[:-1], None
+        kept, plan = self.limits.fit(ctx, len(cont), "loglikelihood", doc, slack=1)
+        if kept is None:
+            return None, TokenLoglikelihood.refused(self.limits.refuse(task, plan))
+        return (kept + cont)[:-1], None
 
     def _loglikelihood_tokens(
         self,
@@ -265,26 +253,11 @@ class LongShortLM(TemplateLM):
 
     def _generation_prompt(self, request, max_gen: int):
         """``(prompt tokens, None)`` for a request the model runs, else ``(None, RefusedText)``: the prompt cut to
-        ``max_length - max_gen`` tokens only where the task or ``truncation`` allows it."""
-        limits = self.limits
-        task = getattr(request, "task_name", None)
-        budget = limits.max_length - max_gen
-        if budget < 1:
-            return None, RefusedText(limits.refuse(
-                task, f"max_gen_toks={max_gen} leaves no room for a prompt in max_length={limits.max_length}: "
-                "refused, scored NaN. Fix: raise max_length (with rope=<method>,rope_factor=<f> past the "
-                "trained positions)", "no room"))
-        enc = self.tok_encode(request.args[0])
-        if len(enc) > budget:
-            policy, who = limits.cut_policy(getattr(request, "doc", None))
-            if policy == "none":
-                reason = limits.no_cut_reason(len(enc), budget, "generate_until", who)
-                return None, RefusedText(limits.refuse(task, reason, "no cut"))
-            enc = truncate_tokens(enc, budget, policy)
-        try:
-            limits.check_length(len(enc) + max_gen, "generate_until")
-        except RequestTooLong as err:
-            return None, RefusedText(limits.refuse(task, err))
+        ``max_length - max_gen`` tokens only where the task or ``truncation`` allows it (:meth:`RequestLimits.fit`)."""
+        enc, plan = self.limits.fit(self.tok_encode(request.args[0]), max_gen, "generate_until",
+                                    getattr(request, "doc", None))
+        if enc is None:
+            return None, RefusedText(self.limits.refuse(getattr(request, "task_name", None), plan))
         return enc, None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
@@ -329,7 +302,7 @@ class LongShortLM(TemplateLM):
 
     # ------------------------------------------------------------------ misalignment (paper Eq. 4)
     def next_token_divergence(self, requests, disable_tqdm: bool = False) -> List[Dict[str, float]]:
-        """Requests ``(text, {"l1": int, "l2": int, "divergences": [...]})``: divergences between the next-token
+        """Requests ``(text, {"l1": int, "l2": int, "divergences": [...]})`` (task ``longshort_misalignment``): divergences between the next-token
         distributions after the last ``l1`` and the last ``l2`` tokens of ``text`` (encoded without BOS), via
         ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than ``max(l1, l2)`` tokens or longer
         than the model can run gets NaN values and an error message."""

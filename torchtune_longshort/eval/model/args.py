@@ -15,7 +15,7 @@
     truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
         ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
         truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
-        (see ``torchtune_longshort.eval.truncation``).
+        (see ``torchtune_longshort.eval.model.limits``).
     max_gen_toks: default generation budget (256, as in lm-eval's ``hf``).
     add_bos_token: prepend BOS when encoding (default: what the model's own tokenizer does, as lm-eval's ``hf``:
         Llama-2/3 yes, Qwen2 / SmolLM2 no).
@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
-from torchtune_longshort.eval.truncation import check_truncation
+from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.models.hf_rope import usable_length_of
@@ -134,10 +134,12 @@ def _warn_past_usable(max_length: int, usable: int, allow: bool, config: Dict[st
 
 
 def _device(device: Optional[str]) -> torch.device:
+    """``device`` as given (``None``: CUDA when available, else CPU). A CUDA device asked for on a machine without
+    CUDA runs on CPU with a warning; ``longshort-eval`` passes lm-eval's ``--device`` only as the user gave it (or
+    one that exists), so the warning means the user asked for CUDA."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        # lm-eval's CLI passes device=cuda:0 when --device is not given.
         logger.warning("device=%r but CUDA is not available: running on cpu", device)
         device = "cpu"
     return torch.device(device)

@@ -21,7 +21,7 @@ class TokenLoglikelihood(tuple):
 
     lm-eval passes the object unchanged to a task's ``process_results``; ``long_ppl`` uses
     ``token_logprobs`` for its per-position loss curve. Other models return plain tuples. A refused request is
-    ``(nan, False)`` with the reason in ``refusal`` (``torchtune_longshort.eval.unavailable.refusal_of``).
+    ``(nan, False)`` with the reason in ``refusal`` (``torchtune_longshort.eval.tasks.common.unavailable.refusal_of``).
     """
 
     token_logprobs: List[float]

@@ -1,19 +1,22 @@
 """Turn lm-eval results folders into the paper's tables and plots.
 
-    python -m torchtune_longshort.eval.report results/baseline results/ours --out report/ [--labels base,ours]
+    longshort-eval-report results/baseline results/ours --out report/ [--labels base,ours] [--allow-unequal-samples]
 
-Each folder is an lm-eval ``--output_path`` (its ``results_*.json`` files are found recursively; a task that
-appears in several files is taken from the newest). A folder is one run, i.e. one column: results of different
-checkpoints or model settings under one folder are refused (:func:`results_io.run_identity`), never merged.
-Writes to ``--out``:
+(``python -m torchtune_longshort.eval.report`` is the same.) Each folder is an lm-eval ``--output_path`` (its
+``results_*.json`` files are found recursively; a task that appears in several files is taken from the newest). A
+folder is one run, i.e. one column: results of different checkpoints or model settings under one folder are
+refused (:func:`results_io.run_identity`), never merged. Runs that scored a task on different numbers of samples
+(a ``--limit 3`` run against a full one) are refused unless ``--allow-unequal-samples`` is given; then the report
+says which. Writes to ``--out``:
 
-- ``report.md``: one table per length-swept task and metric, rows = runs, columns = lengths (the task's
-  ``<metric>_<length>`` values: ``long_ppl`` perplexity, ``longshort_passkey`` accuracy, ``misalignment`` SCE /
-  Jeffreys / JS) or, for any other task (LongBench-E, BABILong, ...), its metrics; then the reason for each value
-  that is NaN or missing (the results' ``error``);
+- ``report.md``: the runs (model, checkpoint, ``--limit``, samples per task); one table per length-swept task
+  and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
+  ``longshort_passkey`` accuracy, ``longshort_misalignment`` SCE / Jeffreys / JS) or, for any other task
+  (LongBench-E, BABILong, ...), its metrics; then the reason for each value that is NaN or missing (the results
+  file's ``not_scored``);
 - ``summary.json``: every number in the tables;
-- ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``long_ppl`` samples
-  (``--log_samples``, ``longshort`` model);
+- ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``longshort_ppl`` samples with
+  per-token values (``--log_samples``, ``longshort`` model; the report names the runs that have none);
 - ``heatmap_<task>_<run>.png``: depth x length accuracy for tasks with ``acc_<length>_d<depth>`` metrics
   (``longshort_passkey``, BABILong's fact-depth variant, see docs/longbench_babilong.md).
 """
@@ -26,21 +29,23 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.lengths import length_label, per_length
-from torchtune_longshort.eval.report_figures import heatmap_figure, heatmaps, ppl_figure
-from torchtune_longshort.eval.results_io import (
+from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
+from torchtune_longshort.eval.report.results_io import (
     coverage_note,
     group_coverage,
     load_curves,
     load_group_subtasks,
+    load_not_scored,
     load_provenance,
     load_results,
+    load_run_info,
     metric_length,
 )
-from torchtune_longshort.eval.unavailable import ERROR_METRIC
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
 
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
-LENGTH_TABLES = {"long_ppl": ("ppl",), "longshort_passkey": ("acc",), "misalignment": ("sce", "jeffreys", "js")}
+LENGTH_TABLES = {fam.task: fam.table_metrics for fam in TASK_FAMILIES.values() if fam.table_metrics}
 
 
 def _fmt(v: Any) -> str:
@@ -92,8 +97,7 @@ def _partial_note(run: str, cov: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
 def _task_table(task: str, runs: Dict[str, Dict[str, Dict[str, Any]]], coverage: Dict[str, Dict[str, Any]],
                 summary: Dict[str, Any]) -> Optional[str]:
     """The section of a task without a length table: its metrics (rows = runs), group coverage noted."""
-    metrics = sorted({m for r in runs.values() for m in r.get(task, {})
-                      if m not in ("alias", "name", "sample_len", ERROR_METRIC)})
+    metrics = sorted({m for r in runs.values() for m in r.get(task, {}) if m not in ("alias", "name", "sample_len")})
     if not metrics:
         return None
     header = ["run"] + metrics
@@ -114,9 +118,10 @@ def _task_table(task: str, runs: Dict[str, Dict[str, Dict[str, Any]]], coverage:
 
 
 def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
-                  coverage: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[List[str], Dict[str, Any]]:
+                  coverage: Optional[Dict[str, Dict[str, Any]]] = None,
+                  not_scored: Optional[Dict[str, Dict[str, str]]] = None) -> Tuple[List[str], Dict[str, Any]]:
     """Markdown sections and their numbers: length tables, then every other task, then the reasons for values
-    that are NaN or missing.
+    that are NaN or missing (``not_scored``: ``{run: {task: reasons}}``, :func:`results_io.load_not_scored`).
 
     ``coverage`` (``{run: group_coverage(...)}``): a group score that averages fewer tasks than the group has is
     printed as ``value (k/n tasks)``, with the missing tasks listed under its table."""
@@ -127,8 +132,7 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
         section = _task_table(task, runs, coverage or {}, summary)
         if section:
             sections.append(section)
-    errors = {run: {t: m[ERROR_METRIC] for t, m in sorted(res.items()) if m.get(ERROR_METRIC)} for run, res in runs.items()}
-    errors = {run: e for run, e in errors.items() if e}
+    errors = {run: dict(sorted(e.items())) for run, e in (not_scored or {}).items() if e}
     if errors:
         summary["errors"] = errors
         lines = [f"- `{run}` / `{task}`: {reason}" for run, e in errors.items() for task, reason in e.items()]
@@ -136,7 +140,41 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
     return sections, summary
 
 
-def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
+                  allow_unequal: bool) -> Tuple[str, List[str]]:
+    """The runs table (model, checkpoint, --limit, samples per task) and the notes on what the runs share or not;
+    ``ValueError`` when runs scored a task on different numbers of samples and ``allow_unequal`` is false."""
+    rows = []
+    for name, d in zip(names, dirs):
+        info = infos[name]
+        samples = ", ".join(f"{t}: {n}" for t, n in sorted(info["samples"].items())) or "—"
+        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | "
+                    f"{'all' if info['limit'] is None else info['limit']} | {samples} |")
+    table = ("| run | folder | model | checkpoint | --limit | samples per task |\n|---|---|---|---|---|---|\n"
+             + "\n".join(rows))
+    notes = []
+    unequal = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
+               for t in sorted({t for i in infos.values() for t in i["samples"]})}
+    unequal = {t: c for t, c in unequal.items() if len(set(c.values())) > 1}
+    if unequal:
+        what = "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items()) for t, c in unequal.items())
+        if not allow_unequal:
+            raise ValueError(f"the runs scored tasks on different numbers of samples ({what}): their values are not "
+                             "comparable (a --limit run against a full one?). Evaluate them alike, or pass "
+                             "--allow-unequal-samples to report them side by side with this note")
+        notes.append(f"**Unequal sample counts** (compared anyway, --allow-unequal-samples): {what}.")
+    by_ckpt: Dict[Any, List[str]] = {}
+    for name in names:
+        key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
+        if key:
+            by_ckpt.setdefault(key, []).append(name)
+    notes += [f"Runs {', '.join(f'`{n}`' for n in same)} evaluate the same checkpoint."
+              for same in by_ckpt.values() if len(same) > 1]
+    return table, notes
+
+
+def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None,
+                 allow_unequal_samples: bool = False) -> Dict[str, Any]:
     """Write ``report.md``, ``summary.json`` and the plots; returns the summary dict (with ``files``)."""
     results_dirs = [Path(d) for d in results_dirs]
     if labels is not None and len(labels) != len(results_dirs):
@@ -145,36 +183,22 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     if len(set(names)) != len(names):
         raise ValueError(f"run labels {names} are not unique: pass --labels")
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
+    infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
+    runs_table, run_notes = _runs_section(names, results_dirs, infos, allow_unequal_samples)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
-    sections, summary = family_tables(runs, coverage)
-    files: List[str] = []
-    fig = ppl_figure(runs)
-    if fig is not None:
-        fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
-        files.append("ppl_vs_length.png")
-    curves = {name: load_curves(d) for name, d in zip(names, results_dirs)}
-    curves = {k: v for k, v in curves.items() if v}
-    if curves:
-        from torchtune_longshort.eval.long_ppl import write_curves
-
-        write_curves(curves, out_dir)
-        files += ["per_position_loss.csv", "per_position_loss.png"]
-        summary["per_position_mean_nll"] = {
-            run: {str(L): sum(c) / len(c) for L, c in by.items()} for run, by in curves.items()
-        }
-    for (family, run), grid in heatmaps(runs).items():
-        name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})").savefig(out_dir / name, dpi=120)
-        files.append(name)
+    not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
+    sections, summary = family_tables(runs, coverage, not_scored)
+    summary["runs"] = infos
+    files, curve_notes = _figures(runs, dict(zip(names, results_dirs)), out_dir, summary)
     from torchtune_longshort.provenance import provenance, provenance_markdown
 
     run_prov = {name: load_provenance(d) for name, d in zip(names, results_dirs)}
     prov = provenance(stdlib=any("stdlib_corpus" in (p or {}) for p in run_prov.values()))
     summary["provenance"] = prov
     summary["run_provenance"] = run_prov
-    md = ["# Evaluation report", "", "Runs: " + ", ".join(f"`{n}` ({d})" for n, d in zip(names, results_dirs)), ""]
+    md = ["# Evaluation report", "", "## Runs", "", runs_table, ""] + [n + "\n" for n in run_notes + curve_notes]
     md += [s + "\n" for s in sections]
     md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png")), ""] if files else []
     md += ["## Provenance", "", "Report built by:", "", provenance_markdown(prov), ""]
@@ -187,14 +211,45 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     return summary
 
 
+def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,
+             summary: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+    """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve (its
+    model returned no per-token log-probabilities) is named, not silently left out of the curve plot."""
+    files: List[str] = []
+    fig = ppl_figure(runs)
+    if fig is not None:
+        fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
+        files.append("ppl_vs_length.png")
+    curves = {name: load_curves(d) for name, d in dirs.items()}
+    notes = [f"No per-position loss curve for `{run}`: its model returned no per-token log-probabilities "
+             f"(lm-eval's hf model returns one sum per request; the longshort model, with --log_samples, returns them)."
+             for run, c in curves.items() if not c and runs[run].get(PPL_TASK)]
+    curves = {k: v for k, v in curves.items() if v}
+    if curves:
+        write_curves(curves, out_dir)
+        files += ["per_position_loss.csv", "per_position_loss.png"]
+        summary["per_position_mean_nll"] = {
+            run: {str(L): sum(c) / len(c) for L, c in by.items()} for run, by in curves.items()
+        }
+    for (family, run), grid in heatmaps(runs).items():
+        name = f"heatmap_{family}_{run}.png".replace("/", "_")
+        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})").savefig(out_dir / name, dpi=120)
+        files.append(name)
+    return files, notes
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
-    ap = argparse.ArgumentParser(prog="python -m torchtune_longshort.eval.report", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
     ap.add_argument("results_dirs", nargs="+", type=Path, help="lm-eval --output_path folders (one per run)")
     ap.add_argument("--out", type=Path, required=True, help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
+    ap.add_argument("--allow-unequal-samples", action="store_true",
+                    help="report runs that scored a task on different numbers of samples (--limit) side by side, "
+                         "with a note, instead of refusing")
     args = ap.parse_args(argv)
-    summary = build_report(args.results_dirs, args.out, args.labels.split(",") if args.labels else None)
+    summary = build_report(args.results_dirs, args.out, args.labels.split(",") if args.labels else None,
+                           allow_unequal_samples=args.allow_unequal_samples)
     print((args.out / "report.md").read_text())
     print("wrote:", ", ".join(str(args.out / f) for f in summary["files"]))
 

@@ -1,16 +1,20 @@
-"""The evaluation report's figures: depth x length accuracy heatmaps and perplexity against length."""
+"""The evaluation report's figures: depth x length accuracy heatmaps, perplexity against length and the
+per-position loss curve of ``longshort_ppl``."""
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from collections import defaultdict
-from typing import Any, Dict, List, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from torchtune_longshort.eval.lengths import parse_length
-from torchtune_longshort.eval.results_io import metric_length
+from torchtune_longshort.eval.report.results_io import metric_length
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import parse_length
 
-PPL_TASK = "long_ppl"
+PPL_TASK = TASK_FAMILIES["ppl"].task
 
 
 def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str], Dict[Tuple[int, str], Dict[int, float]]]:
@@ -58,14 +62,14 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
 
 
 def ppl_points(metrics: Dict[str, Any]) -> List[Tuple[int, float]]:
-    """``(length, perplexity)`` of one run's ``long_ppl`` results (its ``ppl_<length>`` metrics), finite values
+    """``(length, perplexity)`` of one run's ``longshort_ppl`` results (its ``ppl_<length>`` metrics), finite values
     only, by length."""
     pts = [(metric_length(k, "ppl"), v) for k, v in metrics.items() if isinstance(v, (int, float))]
     return sorted((n, float(v)) for n, v in pts if n is not None and math.isfinite(v))
 
 
 def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
-    """Perplexity against length, one line per run (None when no run has a ``long_ppl`` value).
+    """Perplexity against length, one line per run (None when no run has a ``longshort_ppl`` value).
 
     Lengths get one labelled tick each; perplexity goes on a log axis only when it spans a decade
     (:func:`plot_axes.value_axis`), with plain-number tick labels and no offset, and near-equal values do not fill
@@ -92,3 +96,51 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     ax.legend()
     ax.grid(alpha=0.3)
     return fig
+
+
+def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: int = 0):
+    """Per-position mean NLL, one line per run and length (see :func:`write_curves`), as a matplotlib Figure;
+    plain-number NLL ticks without an offset (:func:`plot_axes.value_axis`)."""
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import value_axis
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.subplots()
+    ys_all: List[float] = []
+    for run, by_len in curves.items():
+        for length, curve in sorted(by_len.items()):
+            b = bucket or max(1, len(curve) // 200)
+            xs = [i + b / 2 for i in range(0, len(curve), b)]
+            ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
+            ax.plot(xs, ys, label=f"{run} L={length}")
+            ys_all += ys
+    value_axis(ax, ys_all, log_span=float("inf"))
+    ax.set_xlabel("position (tokens)")
+    ax.set_ylabel("mean NLL (nats)")
+    ax.set_title("Per-position loss")
+    if ys_all:
+        ax.legend(fontsize=7)
+    return fig
+
+
+def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: Path, bucket: int = 0) -> Dict[str, Path]:
+    """Write per-position loss curves: ``per_position_loss.csv`` (run, length, position, mean_nll) and a PNG.
+
+    Args:
+        curves: ``{run label: {length: per-position mean NLL}}``.
+        bucket: average this many positions per plotted point (0: about 200 points per curve).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / "per_position_loss.csv"
+    with csv_path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "length", "position", "mean_nll"])
+        for run, by_len in curves.items():
+            for length, curve in sorted(by_len.items()):
+                for pos, v in enumerate(curve):
+                    w.writerow([run, length, pos, f"{v:.6f}"])
+    png = out_dir / "per_position_loss.png"
+    curves_figure(curves, bucket).savefig(png, dpi=120)
+    return {"csv": csv_path, "png": png}

@@ -1,5 +1,9 @@
-"""Reading lm-eval results folders: one run per folder, its metrics, group coverage, provenance and the
-per-position loss curves of ``long_ppl``."""
+"""Reading lm-eval results folders: one run per folder, its metrics, the reasons values are missing, its sample
+counts and ``--limit``, group coverage, provenance and the per-position loss curves of ``longshort_ppl``.
+
+Task names are read as the pack's current names: a family's former name (``long_ppl`` in results written before the
+pack's names took the ``longshort_`` prefix) becomes its current one (:func:`torchtune_longshort.eval.tasks.current_name`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.eval.lengths import parse_length
+from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
+from torchtune_longshort.eval.tasks.common.lengths import parse_length
+from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY
 
 
 def metric_length(key: str, metric: str) -> Optional[int]:
@@ -84,8 +90,9 @@ def check_one_run(results_dir: Path) -> Dict[str, Any]:
 
 def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     """``{task: {metric: value}}`` from every ``results_*.json`` under ``results_dir`` (newest file wins per task;
-    keys drop lm-eval's ``,none`` filter suffix; stderr entries are dropped). The files must all come from one
-    run (:func:`check_one_run`: same model, model_args and checkpoint), else ``ValueError``."""
+    keys drop lm-eval's ``,none`` filter suffix; stderr entries and the reason strings of older files' ``error``
+    metric are dropped: :func:`load_not_scored` reads the reasons). The files must all come from one run
+    (:func:`check_one_run`: same model, model_args and checkpoint), else ``ValueError``."""
     files = _results_files(results_dir)
     check_one_run(results_dir)
     out: Dict[str, Dict[str, Any]] = {}
@@ -97,16 +104,63 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
                 if "," not in key or "_stderr" in key:
                     continue
                 name, filt = key.split(",", 1)
-                clean[name if filt == "none" else f"{name},{filt}"] = value
-            out[task] = clean
+                if name != ERROR_METRIC:
+                    clean[name if filt == "none" else f"{name},{filt}"] = value
+            out[current_name(task)] = clean
     return out
+
+
+def not_scored_of(data: Dict[str, Any]) -> Dict[str, str]:
+    """``{task: reasons}`` of one parsed results file: why some of a task's values are NaN or missing, from the
+    ``not_scored`` entry the pack's tasks write to its ``configs`` block (and the ``error`` metric of older files);
+    the distinct reasons joined by `` | ``, each with its sample count when more than one."""
+    out: Dict[str, str] = {}
+    for task, cfg in (data.get("configs") or {}).items():
+        reasons = (cfg or {}).get(NOT_SCORED_KEY) or {}
+        out[current_name(task)] = " | ".join(r if n == 1 else f"{r} ({n} samples)" for r, n in reasons.items())
+    for task, metrics in (data.get("results") or {}).items():
+        legacy = metrics.get(f"{ERROR_METRIC},none")
+        if isinstance(legacy, str) and legacy and not out.get(current_name(task)):
+            out[current_name(task)] = legacy
+    return {t: r for t, r in out.items() if r}
+
+
+def load_not_scored(results_dir: Path) -> Dict[str, str]:
+    """:func:`not_scored_of` over every ``results_*.json`` under ``results_dir`` (newest file wins per task)."""
+    out: Dict[str, str] = {}
+    for f in _results_files(results_dir):
+        data = json.loads(f.read_text())
+        tasks = set(data.get("configs") or {}) | set(data.get("results") or {})
+        for task in tasks:
+            out.pop(current_name(task), None)
+        out.update(not_scored_of(data))
+    return out
+
+
+def load_run_info(results_dir: Path) -> Dict[str, Any]:
+    """What a report says about one run, from its newest ``results_*.json``: the lm-eval ``model``, the
+    checkpoint (``pretrained``) and its fingerprint, ``--limit`` (None: every sample), and the number of samples
+    each task scored (``n-samples`` ``effective``)."""
+    files = _results_files(results_dir)
+    ident = check_one_run(results_dir)
+    samples: Dict[str, int] = {}
+    limit = None
+    for f in files:
+        data = json.loads(f.read_text())
+        limit = (data.get("config") or {}).get("limit", limit)
+        for task, n in (data.get("n-samples") or {}).items():
+            if isinstance(n, dict) and isinstance(n.get("effective"), int):
+                samples[current_name(task)] = n["effective"]
+    return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
+            "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples}
 
 
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
     """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
     out: Dict[str, List[str]] = {}
     for f in sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name):
-        out.update(json.loads(f.read_text()).get("group_subtasks") or {})
+        for group, members in (json.loads(f.read_text()).get("group_subtasks") or {}).items():
+            out[current_name(group)] = [current_name(m) for m in members]
     return out
 
 
@@ -160,12 +214,15 @@ def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
 
 
 def load_curves(results_dir: Path) -> Dict[int, List[float]]:
-    """Per-position mean NLL per ``long_ppl`` length (``curve_mean_nll_<length>`` of each logged sample) from
-    lm-eval samples files; a length found in several files is taken from the newest."""
-    from torchtune_longshort.eval.long_ppl import position_curve
+    """Per-position mean NLL per ``longshort_ppl`` length (``curve_mean_nll_<length>`` of each logged sample) from
+    lm-eval samples files; a length found in several files is taken from the newest. Empty for a model that returns
+    no per-token log-probabilities (lm-eval's ``hf``): its samples have no such key."""
+    from torchtune_longshort.eval.tasks.ppl.task import position_curve
 
+    fam = TASK_FAMILIES["ppl"]
+    files = [f for name in (*fam.former_names, fam.task) for f in Path(results_dir).rglob(f"samples_{name}_*.jsonl")]
     curves: Dict[int, List[float]] = {}
-    for f in sorted(Path(results_dir).rglob("samples_long_ppl_*.jsonl"), key=lambda p: p.name):
+    for f in sorted(files, key=lambda p: p.name):
         per_length: Dict[int, List[Any]] = defaultdict(list)
         for line in f.read_text().splitlines():
             row = json.loads(line) if line.strip() else {}

@@ -2,16 +2,16 @@
 
 BABILong (Kuratov et al., 2024) hides the facts of a bAbI task in long unrelated text and asks the bAbI
 question. This module builds such samples offline and adds a *fact-depth* variant; it writes the data set
-and is the command line (``python -m torchtune_longshort.eval.babilong_generator``). Its two halves:
+and is the command line (``python -m torchtune_longshort.eval.tasks.babilong.generator``). Its two halves:
 
-* :mod:`~torchtune_longshort.eval.babilong_stories`: a story simulator for QA1-QA5 whose answers are correct
+* :mod:`~torchtune_longshort.eval.tasks.babilong.stories`: a story simulator for QA1-QA5 whose answers are correct
   by construction;
-* :mod:`~torchtune_longshort.eval.babilong_haystack`: the haystack (the standard library's source by default,
+* :mod:`~torchtune_longshort.eval.tasks.babilong.haystack`: the haystack (the standard library's source by default,
   PG19, or local text), lengths in tokens of a given tokenizer, and where the facts go (scattered or at a depth).
 
 Rows are written in BABILong's own format (``input``, ``question``, ``target``) plus fields of ours
 (``qa``, ``length``, ``depth``, ...), one file per length and task: ``<out>/<length>/<qa>.jsonl``, the
-layout the ``babilong_longshort`` tasks read (``--metadata '{"babilong_data_dir": "<out>"}'``).
+layout the ``longshort_babilong`` tasks read (``--metadata '{"babilong_data_dir": "<out>"}'``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import random
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from torchtune_longshort.eval.babilong_haystack import (
+from torchtune_longshort.eval.tasks.babilong.haystack import (
     LENGTHS,
     build_sample,
     iter_haystack_lines,
     load_token_counter,
     parse_length,
 )
-from torchtune_longshort.eval.babilong_stories import QA_TASKS, check_qa, make_story
+from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 
 
 def generate(
@@ -86,7 +86,7 @@ def generate(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """CLI: ``python -m torchtune_longshort.eval.babilong_generator --out DIR --tokenizer TOK [...]``."""
+    """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output folder (<out>/<length>/<qa>.jsonl)")
     ap.add_argument("--tokenizer", help="SentencePiece .model, folder with tokenizer.model, or HF tokenizer")

@@ -1,6 +1,6 @@
 """BABILong samples: a bAbI story hidden in haystack text, fitted to a length in tokens of a given tokenizer.
 
-The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.babilong_generator`):
+The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.tasks.babilong.generator`):
 
 * a haystack from any text corpus (:func:`iter_haystack_lines`);
 * lengths in tokens: a sample's ``input`` (haystack + facts) is ``length_tokens`` long within the stated
@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from torchtune_longshort.eval.babilong_stories import Story
-from torchtune_longshort.eval.lengths import length_label
+from torchtune_longshort.eval.tasks.babilong.stories import Story
+from torchtune_longshort.eval.tasks.common.lengths import length_label
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -38,8 +38,8 @@ Segments = Tuple[List[str], List[int]]  # the input's lines, and the indices of 
 
 def load_token_counter(tokenizer: str) -> Callable[[str], int]:
     """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
-    project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.long_text.TaskTokenizer`)."""
-    from torchtune_longshort.eval.long_text import TaskTokenizer
+    project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`)."""
+    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
 
     tok = TaskTokenizer(tokenizer)
     return lambda text: len(tok.encode(text))

@@ -1,6 +1,6 @@
 """bAbI QA1-QA5 stories whose answers are correct by construction (the simulator's world state is the answer).
 
-The story half of the BABILong generator (:mod:`torchtune_longshort.eval.babilong_generator`): people, objects,
+The story half of the BABILong generator (:mod:`torchtune_longshort.eval.tasks.babilong.generator`): people, objects,
 locations and moves; relations for QA4; hand-overs for QA5. The label sets are BABILong's own (its metrics.py
 ``TASK_LABELS``), so every answer is one of them.
 """

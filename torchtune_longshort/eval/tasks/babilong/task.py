@@ -3,12 +3,13 @@
 lm-eval 0.4.13 ships ``babilong_qa1`` .. ``babilong_qa20`` (prompts with two examples, data from
 ``RMT-team/babilong-1k-samples``, one length per run via ``--metadata '{"max_seq_lengths": "4k"}'``) but
 scores them with a bare substring test (``target in output``), so an answer that names every location
-counts as right. The ``babilong_longshort`` group in ``evals/tasks/babilong/`` reuses those tasks by name
-and overrides:
+counts as right. The pack's group ``longshort_babilong`` (YAMLs next to this module, written by
+``python -m torchtune_longshort.eval.tasks.generate``) holds ``longshort_babilong_qa1`` .. ``_qa5``, which start from
+those tasks' files (prompts, two examples) and override:
 
 * ``custom_dataset`` -> :func:`load_babilong`: several lengths in one run (``"0k,1k,4k"``), from the hub
   or from a local folder in the same layout (``<dir>/<length>/<qa>.jsonl``), e.g. the output of
-  :mod:`torchtune_longshort.eval.babilong_generator`;
+  :mod:`torchtune_longshort.eval.tasks.babilong.generator`;
 * ``process_results`` -> :func:`process_results`: BABILong's ``compare_answers`` (first sentence of the
   output, the task's label set, labels that appear in the question ignored, exactly one label left and it
   is the target), reported as ``acc`` and per length ``acc_<length>``; rows that carry a fact ``depth``
@@ -22,12 +23,12 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from torchtune_longshort.eval.babilong_haystack import DEPTHS, LENGTHS
-from torchtune_longshort.eval.babilong_stories import QA_TASKS, TASK_LABELS
-from torchtune_longshort.eval.lengths import per_depth
-from torchtune_longshort.eval.unavailable import (
+from torchtune_longshort.eval.tasks import PREFIX
+from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
+from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
+from torchtune_longshort.eval.tasks.common.lengths import per_depth
+from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
-    ERROR_METRIC,
     MISSING_METRIC,
     TaskDataError,
     load_hub_dataset,
@@ -67,10 +68,10 @@ def compare_answers(target: str, output: str, question: str, task_labels) -> boo
 
 
 def metric_names() -> List[str]:
-    """Every metric :func:`process_results` can emit (for the task YAML's ``metric_list``)."""
+    """Every metric :func:`process_results` can emit (the group YAML's ``aggregate_metric_list``)."""
     names = ["acc"] + [f"acc_{l}" for l in LENGTHS] + [per_depth("acc", d) for d in DEPTHS]
     names += [per_depth(f"acc_{l}", d) for l in LENGTHS for d in DEPTHS]
-    return names + [MISSING_METRIC, ERROR_METRIC]
+    return names + [MISSING_METRIC]
 
 
 def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, float]:
@@ -106,6 +107,11 @@ def parse_lengths(max_seq_lengths: Union[str, Sequence[str]]) -> List[str]:
     return items
 
 
+def task_of(qa: str) -> str:
+    """The pack's task name of BABILong task ``qa`` (``"qa1"`` -> ``"longshort_babilong_qa1"``)."""
+    return f"{PREFIX}babilong_{qa}"
+
+
 def _features():
     import datasets
 
@@ -116,7 +122,7 @@ def _features():
 
 def _placeholder(qa: str, length: str, message: str):
     row = {"input": "", "question": "", "target": "", "qa": qa, "length": length, "depth": None}
-    return placeholder(f"babilong_{qa}", f"length {length}: {message}", row, features=_features())
+    return placeholder(task_of(qa), f"length {length}: {message}", row, features=_features())
 
 
 def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
@@ -164,7 +170,7 @@ def load_babilong(
     import datasets
 
     if qa_split not in QA_TASKS:
-        raise ValueError(f"qa_split={qa_split!r}; the babilong_longshort tasks accept {list(QA_TASKS)}")
+        raise ValueError(f"qa_split={qa_split!r}; the longshort_babilong tasks accept {list(QA_TASKS)}")
     if babilong_missing not in ("skip", "error"):
         raise ValueError(f"babilong_missing={babilong_missing!r}; accepted: 'skip', 'error'")
     parts = []
@@ -186,7 +192,7 @@ def load_babilong(
             try:
                 ds = load_hub_dataset(HF_DATASET, name=length, split=qa_split, alternative=(
                     "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl> in --metadata (e.g. from "
-                    "python -m torchtune_longshort.eval.babilong_generator)"))
+                    "python -m torchtune_longshort.eval.tasks.babilong.generator)"))
             except TaskDataError as err:
                 if babilong_missing == "error":
                     raise

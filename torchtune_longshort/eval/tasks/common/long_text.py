@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
-from torchtune_longshort.eval.unavailable import TaskDataError, guard_hub_iteration
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, guard_hub_iteration
 
 logger = logging.getLogger(__name__)
 

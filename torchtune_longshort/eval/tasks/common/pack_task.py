@@ -1,44 +1,165 @@
-"""The lm-eval task class of the pack's length-swept tasks: lengths come from ``--metadata``, metrics per length.
+"""The lm-eval task class of every task in the pack (YAML ``class: !function ...pack_task.PackTask``).
 
-A task YAML lists its base metrics once (``ppl`` with its aggregation); ``process_results`` reports them per length
-and depth, ``<metric>_<suffix>`` (``ppl_4k``, ``acc_2k_d50``: names from :mod:`torchtune_longshort.eval.lengths`).
-lm-eval looks a reported metric's aggregation up by its exact name and falls back to a plain mean (with a warning)
-for names its ``metric_list`` lacks, so this class gives each suffixed name the aggregation and
-``higher_is_better`` of its base metric the first time it is reported; no YAML spells out a metric per length.
+What it adds to lm-eval's ``ConfigurableTask``:
+
+* **Metrics per length.** A task YAML lists its base metrics once (``ppl`` with its aggregation);
+  ``process_results`` reports them per length and depth, ``<metric>_<suffix>`` (``ppl_4k``, ``acc_2k_d50``: names
+  from :mod:`.lengths`). lm-eval looks a reported metric's aggregation up by its exact name and falls back to a
+  plain mean (with a warning) for names its ``metric_list`` lacks, so each suffixed name gets the aggregation and
+  ``higher_is_better`` of its base metric the first time it is reported.
+* **No request for what cannot be scored.** A placeholder row (data missing, a length the model does not cover,
+  :mod:`.unavailable`) and a generation request the evaluated model has no room for (lm-eval's ``hf`` asserts on a
+  generation budget as long as the model; it cuts a prompt from the left) are built as *unsent* requests: lm-eval
+  sends a request ``repeats`` times, here zero, and the answer is already there (empty, with the reason). The
+  decision for another model's generation requests is :meth:`RequestLimits.plan`, the one the ``longshort``
+  model makes for itself.
+* **Reasons outside the metric table.** ``process_results`` functions return the reason a sample was not scored
+  under :data:`.unavailable.ERROR_METRIC`; this class takes it out of the metrics (lm-eval would print it in its
+  table) and writes the distinct reasons, with their sample counts, to the task's entry of the results file's
+  ``configs`` block, under :data:`.unavailable.NOT_SCORED_KEY`.
+* **A shipped task as the base.** ``lm_eval_base: <path under lm_eval/tasks>.yaml`` starts the task from one of
+  lm-eval's own task files (its prompt, few-shot examples and generation settings), which the YAML's own keys
+  override: the pack's LongBench-E and BABILong tasks keep lm-eval's prompts under names of their own.
 """
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
-from torchtune_longshort.eval.lengths import length_label
-from torchtune_longshort.eval.unavailable import ERROR_FIELD, TaskDataError, placeholder
+from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    ERROR_FIELD,
+    ERROR_METRIC,
+    NOT_SCORED_KEY,
+    RefusedText,
+    TaskDataError,
+    model_of,
+    model_positions,
+    placeholder,
+    reason_of,
+)
+
+logger = logging.getLogger(__name__)
+
+# The task YAML key naming the lm-eval task file a task starts from (a path under lm_eval/tasks/).
+BASE_KEY = "lm_eval_base"
+# lm-eval's hf model generates this many tokens when a task does not say (its ``max_gen_toks`` default).
+DEFAULT_MAX_GEN_TOKS = 256
 
 
-class LengthSweptTask(ConfigurableTask):
-    """``ConfigurableTask`` whose ``<metric>_<suffix>`` results aggregate as their base ``metric`` does (the
-    longest ``metric_list`` name that ``key`` starts with, followed by ``_``)."""
+def lm_eval_base_config(relative: str) -> Dict[str, Any]:
+    """The config of lm-eval's own task file ``lm_eval/tasks/<relative>``, functions resolved, without the keys
+    that would give the pack's task lm-eval's name or tags (``task``, ``tag``, ``group``, ``task_alias``)."""
+    import lm_eval.tasks
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    path = Path(lm_eval.tasks.__file__).resolve().parent / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"{BASE_KEY}={relative!r}: the installed lm-eval has no {path} (the pack is "
+                                "written against lm-eval 0.4.13, the version pyproject.toml pins)")
+    cfg = dict(load_yaml(path, resolve_func=True))
+    for key in ("task", "tag", "group", "task_alias"):
+        cfg.pop(key, None)
+    return cfg
+
+
+def unsent_request(request_type: str, doc: Dict[str, Any], arguments: tuple, reason: str,
+                   metadata: tuple) -> Instance:
+    """A request lm-eval never sends (``repeats`` = 0), its answer already given: an empty text whose ``refusal``
+    is ``reason`` (read by :func:`.unavailable.refusal_of`; placeholder rows are scored from their ``error``)."""
+    task, doc_id, _ = metadata
+    inst = Instance(request_type=request_type, doc=doc, arguments=arguments, idx=0,  # type: ignore[arg-type]
+                    metadata=(task, doc_id, 0))
+    inst.resps.append(RefusedText(reason))
+    return inst
+
+
+class PackTask(ConfigurableTask):
+    """``ConfigurableTask`` with metrics per length, unsent requests for what cannot be scored, reasons outside
+    the metric table and an optional lm-eval task file as its base (see the module docstring)."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         config = dict(config or {})
         config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
+        base = config.pop(BASE_KEY, None)
+        if base:
+            config = {**lm_eval_base_config(str(base)), **config}
         super().__init__(config=config, **kwargs)
+        self.not_scored: Dict[str, int] = {}
+        self._other_limits: Any = None  # RequestLimits of a model other than longshort; False: none known
+        self._counter: Any = None  # the model's tokenizer (counts prompt tokens); False: unavailable
 
+    # ------------------------------------------------------------------ metrics
     def base_metric(self, key: str) -> Optional[str]:
         """The ``metric_list`` name ``key`` is a per-length / per-depth variant of (None: not one)."""
         bases = [m for m in self._aggregation_list if key.startswith(m + "_")]
         return max(bases, key=len) if bases else None
 
     def process_results(self, doc: Dict[str, Any], results: Any) -> Dict[str, Any]:
-        out = super().process_results(doc, results)
+        out = dict(super().process_results(doc, results))
+        reason = out.pop(ERROR_METRIC, "")
+        if reason:
+            self.not_scored[str(reason)] = self.not_scored.get(str(reason), 0) + 1
         for key in out:
             base = None if key in self._aggregation_list else self.base_metric(key)
             if base is not None:
                 self._aggregation_list[key] = self._aggregation_list[base]
                 self._higher_is_better[key] = self._higher_is_better.get(base)
         return out
+
+    def dump_config(self) -> dict:
+        cfg = super().dump_config()
+        if self.not_scored:
+            cfg[NOT_SCORED_KEY] = dict(self.not_scored)
+        return cfg
+
+    # ------------------------------------------------------------------ requests
+    def construct_requests(self, doc: Dict[str, Any], ctx: Any, **kwargs: Any):
+        reason = reason_of(doc) or self.other_model_refusal(doc, ctx)
+        if not reason:
+            return super().construct_requests(doc, ctx, **kwargs)
+        request_type = "loglikelihood" if self.OUTPUT_TYPE == "multiple_choice" else self.OUTPUT_TYPE
+        arguments = (ctx, dict(self.config.generation_kwargs or {})) if request_type == "generate_until" else (ctx,)
+        return unsent_request(request_type, doc, arguments, reason, kwargs["metadata"])
+
+    def other_model_refusal(self, doc: Dict[str, Any], ctx: Any) -> str:
+        """Why a generation request may not go to the evaluated model, when it is not ``longshort`` and its length
+        is known (``""``: send it): no room for the task's generation budget, or a prompt it would cut from the
+        left that the task declares may not be cut that way (:meth:`RequestLimits.plan`)."""
+        if self.OUTPUT_TYPE != "generate_until" or not isinstance(ctx, str):
+            return ""
+        limits = self._limits_of_other_model()
+        if limits is None:
+            return ""
+        max_gen = int((self.config.generation_kwargs or {}).get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+        plan = limits.plan(self._count_tokens(ctx), max_gen, "generate_until", declared_truncation(doc))
+        return limits.refuse(self.config.task, plan) if plan.reason else ""
+
+    def _limits_of_other_model(self) -> Optional[RequestLimits]:
+        if self._other_limits is None:
+            meta = dict(self.config.metadata or {})
+            n = model_positions(meta)
+            self._other_limits = RequestLimits.of_other_model(str(model_of(meta)), n) if n else False
+        return self._other_limits or None
+
+    def _count_tokens(self, text: str) -> int:
+        """Prompt tokens with BOS, by the model's tokenizer from the metadata; 0 when it cannot be loaded (then
+        only the generation budget is checked)."""
+        if self._counter is None:
+            from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
+
+            try:
+                self._counter = tokenizer_from_metadata(dict(self.config.metadata or {}))
+            except Exception as err:  # noqa: BLE001  -- any failure only skips the prompt-length check
+                logger.info("%s: prompt lengths not checked before sending (no tokenizer: %s)", self.config.task, err)
+                self._counter = False
+        return 1 + len(self._counter.encode(text)) if self._counter else 0
 
 
 def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], List[Dict[str, Any]]],

@@ -13,8 +13,11 @@ request raises. This module is the one owner of how the task pack says "this can
   ``refusal`` for log-likelihoods); :func:`refusal_of` reads it.
 * Either way the task's ``process_results`` returns :func:`nan_results` (NaN scores; length families) or
   :func:`missing_results` (no score and ``missing_data`` = 1: members of a group, whose mean then covers the
-  tasks that have data), both with the reason under the metric ``error``. :func:`agg_error` aggregates it, so the
-  results file holds ``"error,none": "<reason>"`` next to the task's scores, and the other tasks of the run finish.
+  tasks that have data), both with the reason under :data:`ERROR_METRIC`. The pack's task class
+  (:class:`.pack_task.PackTask`) takes that reason out of the metrics, so lm-eval's table stays a table of numbers,
+  and writes the distinct reasons to the task's ``configs`` entry of the results file, under
+  :data:`NOT_SCORED_KEY` (``{"<reason>": <samples>}``); the reasons are also logged when they arise. The other
+  tasks of the run finish, and the run writes its results file.
 
 Hub data goes through :func:`load_hub_dataset`, which turns "offline / unreachable / not found" into a
 :class:`TaskDataError` naming the data set and the local alternative (with ``HF_DATASETS_OFFLINE`` /
@@ -33,13 +36,17 @@ logger = logging.getLogger(__name__)
 
 # The doc field that carries the reason a placeholder row stands for a task that cannot run.
 ERROR_FIELD = "error"
-# The metric that carries the reason into lm-eval's results file (declared in every task YAML of the pack).
+# The key under which a task's process_results returns the reason a sample was not scored (never a reported metric).
 ERROR_METRIC = "error"
+# The key of a task's ``configs`` entry in the results file that lists the reasons: {reason: number of samples}.
+NOT_SCORED_KEY = "not_scored"
 # The marker metric of a group member without data (its score is left out, so the group mean covers the rest).
 MISSING_METRIC = "missing_data"
 # The task metadata key that names the lm-eval model of the run (``--model``); the pack's CLI wrapper sets it.
 MODEL_KEY = "lm_eval_model"
 LONGSHORT_MODEL = "longshort"
+# What model_of says when it cannot tell which model (not longshort) a run uses.
+OTHER_MODEL = "(a model other than longshort)"
 
 
 class TaskDataError(ValueError):
@@ -115,11 +122,6 @@ def missing_results(reason: str) -> Dict[str, Any]:
     return {MISSING_METRIC: 1.0, ERROR_METRIC: reason}
 
 
-def agg_error(items: Iterable[Any]) -> str:
-    """lm-eval aggregation of :data:`ERROR_METRIC`: the distinct reasons, in order, joined by `` | ``."""
-    return " | ".join(dict.fromkeys(str(i) for i in items if i))
-
-
 # ------------------------------------------------------------------------------------------------ hub data
 _HUB_MODULES = ("httpx", "httpx2", "huggingface_hub", "datasets", "requests", "urllib3", "fsspec", "aiohttp")
 
@@ -182,15 +184,23 @@ def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
 # ------------------------------------------------------------------------------------------------ the model
 def model_of(metadata: Mapping[str, Any]) -> Optional[str]:
     """The lm-eval model a task runs under, from its metadata (:data:`MODEL_KEY`, set by the pack's CLI wrapper
-    ``python -m torchtune_longshort.eval``). Without that key: ``None`` when the ``longshort`` model's module is
-    loaded in this process (Python API callers; the model cannot be told), else a model that is not ``longshort``
-    (plain ``lm_eval``, which cannot load ``longshort``: it has no plugin entry point)."""
+    ``longshort-eval``). Without that key: ``None`` when the ``longshort`` model's module is loaded in this process
+    (Python API callers; the model cannot be told), else the ``--model`` of this process's command line (stock
+    ``lm-eval``, which has no ``longshort`` model: it has no plugin entry point), else :data:`OTHER_MODEL`."""
     model = metadata.get(MODEL_KEY)
     if model:
         return str(model)
-    if "torchtune_longshort.eval.lm_eval_model" in sys.modules:
+    if "torchtune_longshort.eval.model.adapter" in sys.modules:
         return None
-    return "(a model other than longshort: plain lm_eval cannot load it)"
+    argv = list(sys.argv)
+    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--model"]
+    named += [a.split("=", 1)[1] for a in argv if a.startswith("--model=")]
+    return named[-1] if named else OTHER_MODEL
+
+
+def model_text(model: Optional[str]) -> str:
+    """``--model hf``, or "another model" when the name is not known."""
+    return "another model" if model in (None, OTHER_MODEL) else f"--model {model}"
 
 
 def needs_longshort(task: str, metadata: Mapping[str, Any], why: str) -> Optional[str]:
@@ -198,8 +208,9 @@ def needs_longshort(task: str, metadata: Mapping[str, Any], why: str) -> Optiona
     model = model_of(metadata)
     if model is None or model == LONGSHORT_MODEL:
         return None
-    return (f"needs --model longshort ({why}); this run uses --model {model}. Run it with "
-            "python -m torchtune_longshort.eval run --model longshort --model_args pretrained=<checkpoint> ...")
+    return (f"needs --model longshort ({why}); this run uses {model_text(model)}. Run it with "
+            "longshort-eval run --model longshort --model_args pretrained=<checkpoint> ... "
+            "(stock lm-eval has no longshort model)")
 
 
 def model_positions(metadata: Mapping[str, Any]) -> Optional[int]:
@@ -235,8 +246,8 @@ def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
     limit = model_positions(metadata)
     if limit is not None and n_tokens > limit:
         raise TaskDataError(
-            f"its requests need {n_tokens} tokens but --model {model_of(metadata)} runs at most {limit} "
+            f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
             f"(max_length / max_position_embeddings) and would cut them from the left: refused. Use a model with "
-            "more positions, or --model longshort with rope=<method>,rope_factor=<f>"
+            "more positions, or longshort-eval --model longshort with rope=<method>,rope_factor=<f>"
         )
 

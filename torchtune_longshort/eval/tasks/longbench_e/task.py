@@ -3,8 +3,10 @@
 lm-eval 0.4.13 ships the 13 ``longbench_*_e`` tasks (prompts, generation lengths, HF source
 ``Xnhyacinth/LongBench``), but its ``longbench_e`` group aggregates only 9 of them, its bucket scorer
 ``scorer_e`` is never called, and its per-task wrappers differ from LongBench's ``eval.py`` in two places
-(see :func:`score_prediction`). The task pack in ``evals/tasks/longbench_e/`` reuses the shipped tasks by
-name and overrides only what this module provides:
+(see :func:`score_prediction`). The pack's group ``longshort_longbench_e`` (YAMLs next to this module, written by
+``python -m torchtune_longshort.eval.tasks.generate``) holds one task per dataset, ``longshort_longbench_<name>_e``,
+that starts from lm-eval's shipped task file (prompt, generation length) and overrides only what this module
+provides:
 
 * :func:`load_longbench_e` — the task's ``custom_dataset``: the Hugging Face source, or a local folder of
   LongBench's own ``<dataset>_e.jsonl`` files (``--metadata '{"longbench_e_data_dir": "/path"}'``).
@@ -27,8 +29,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
-from torchtune_longshort.eval.unavailable import (
+from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
+from torchtune_longshort.eval.tasks import PREFIX
+from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     TaskDataError,
     load_hub_dataset,
@@ -66,6 +69,12 @@ LONGBENCH_E_DATASETS: Dict[str, tuple] = {
 
 # LongBench eval.py keeps only the first non-empty line of the prediction for these (few-shot) datasets.
 FIRST_LINE_DATASETS = frozenset({"trec", "triviaqa", "samsum", "lsht"})
+# ... and pred.py generates them with no stop string (lm-eval's shipped tasks stop at "\n"): the pack's tasks of
+# these datasets generate this many tokens (LongBench's dataset2maxlen) with ``until: []``.
+NO_STOP_MAX_GEN_TOKS = {"trec": 64, "triviaqa": 32, "samsum": 128}
+# LongBench's category of each dataset -> the title of its group.
+CATEGORIES = {"single": "Single-Document QA", "multi": "Multi-Document QA", "summarization": "Summarization",
+              "fewshot": "Few-shot Learning", "synthetic": "Synthetic Tasks", "code": "Code Completion"}
 
 # (key suffix, lower bound inclusive, upper bound exclusive) on the sample's ``length`` field, which
 # LongBench counts in words (English). Same thresholds as LongBench eval.py's scorer_e.
@@ -182,7 +191,7 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     if "dataset" not in doc:
         raise ValueError(
             "a LongBench-E sample has no 'dataset' field; load it with "
-            "torchtune_longshort.eval.longbench_e.load_longbench_e, which checks and fills it"
+            "torchtune_longshort.eval.tasks.longbench_e.task.load_longbench_e, which checks and fills it"
         )
     refusal = refusal_of(results[0])
     if refusal:
@@ -212,7 +221,7 @@ MISSING_DATA_FIELD = ERROR_FIELD
 
 def missing_data_placeholder(name: str, message: str):
     """A one-row dataset that stands for data that is missing or unreachable (lm-eval cannot build a task from
-    0 rows; :func:`torchtune_longshort.eval.unavailable.placeholder`).
+    0 rows; :func:`torchtune_longshort.eval.tasks.common.unavailable.placeholder`).
 
     Its row carries ``message`` under ``MISSING_DATA_FIELD``; :func:`process_results` scores it as the
     metric ``missing_data`` = 1 and no ``score``, so the run finishes, the task reports no score, and the
@@ -220,7 +229,12 @@ def missing_data_placeholder(name: str, message: str):
     """
     row = {"input": "", "question": "", "context": "", "answers": [""], "length": 0,
            "dataset": name, "all_classes": None, "_id": "missing", TRUNCATION_FIELD: TRUNCATION}
-    return placeholder(f"longbench_{name}", message, row)
+    return placeholder(task_of(name), message, row)
+
+
+def task_of(name: str) -> str:
+    """The pack's task name of LongBench-E dataset ``name`` (``"qasper_e"`` -> ``"longshort_longbench_qasper_e"``)."""
+    return f"{PREFIX}longbench_{dataset_base_name(name)}_e"
 
 
 def load_longbench_e(
@@ -250,7 +264,7 @@ def load_longbench_e(
     if not longbench_dataset:
         raise ValueError(
             "longbench_dataset is not set: each LongBench-E task must pass dataset_kwargs: "
-            "{longbench_dataset: <name>_e} (see evals/tasks/longbench_e/)"
+            "{longbench_dataset: <name>_e} (see the YAMLs next to torchtune_longshort/eval/tasks/longbench_e/task.py)"
         )
     base = dataset_base_name(longbench_dataset)
     name = f"{base}_e"

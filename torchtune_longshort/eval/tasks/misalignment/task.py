@@ -1,17 +1,18 @@
-"""The paper's long-short misalignment (Eq. 4) as an lm-eval task (``evals/tasks/misalignment``).
+"""The paper's long-short misalignment (Eq. 4) as an lm-eval task (``longshort_misalignment``, its YAML next to
+this module).
 
     M = E_x E_{l1, l2 ~ U[L/2, L]} D( p(. | x[-l1:]), p(. | x[-l2:]) ),   D in {SCE (Eq. 3), Jeffreys, JS}
 
-The task ``misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata (``mis_max_seq_lengths``
+The task ``longshort_misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata (``mis_max_seq_lengths``
 when set) and reports ``sce_<L>``, ``jeffreys_<L>`` and ``js_<L>``. Each sample is ``L`` tokens of text with one
 ``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded). The score
 needs full next-token distributions, which no lm-eval request type returns, so the task sends requests of its own
 type ``next_token_divergence``; the ``longshort`` model answers them with
 ``torchtune_longshort.metrics.suffix_misalignment`` (the same code as the ``longshort-misalignment`` CLI).
 Other lm-eval models do not implement that request type: under any other model the task refuses before any
-request runs (its one placeholder row scores NaN with the reason; the model is named by the ``lm_eval_model``
-metadata key that ``python -m torchtune_longshort.eval`` sets, see ``unavailable.model_of``), and the other tasks
-of the run finish.
+request is built (its placeholder rows score NaN with the reason and send nothing; the model is named by the
+``lm_eval_model`` metadata key that ``longshort-eval`` sets, see ``unavailable.model_of``), and the other tasks of the
+run finish.
 
 Task metadata: ``mis_source`` (stdlib | pg19 | hf | local; with ``mis_data_files`` etc. as for long_ppl),
 ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences``
@@ -26,24 +27,27 @@ from typing import Any, Dict, List, Sequence
 
 from lm_eval.api.instance import Instance
 
-from torchtune_longshort.eval.lengths import lengths_from_metadata, per_length
-from torchtune_longshort.eval.length_swept_task import LengthSweptTask, sweep_dataset
-from torchtune_longshort.eval.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
-from torchtune_longshort.eval.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset
+from torchtune_longshort.eval.tasks.common.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 from torchtune_longshort.windows import suffix_length_range
 
 logger = logging.getLogger(__name__)
+FAMILY = TASK_FAMILIES["misalignment"]
 # The prefix of this task's metadata keys (mis_source, mis_max_seq_lengths, ...).
-METADATA_PREFIX = "mis"
+METADATA_PREFIX = FAMILY.metadata_prefix
 REQUEST_TYPE = "next_token_divergence"
-# The request a placeholder row sends (every lm-eval model answers it; its result is not used).
+# The request type of a placeholder row (never sent: PackTask builds it unsent; lm-eval's TaskConfig needs a type
+# of its own list until there is data).
 PLACEHOLDER_REQUEST = "loglikelihood_rolling"
 
 
 def misalignment_dataset(**metadata: Any):
-    """lm-eval ``custom_dataset`` of ``misalignment``: at each length of ``mis_max_seq_lengths`` /
+    """lm-eval ``custom_dataset`` of ``longshort_misalignment``: at each length of ``mis_max_seq_lengths`` /
     ``max_seq_lengths``, rows ``text`` (exactly ``length`` tokens), ``l1``, ``l2``, ``length``, ``error``."""
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
@@ -59,20 +63,19 @@ def misalignment_dataset(**metadata: Any):
             rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index})
         return rows
 
-    return sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
+    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
 def _placeholder_row(length: int) -> Dict[str, Any]:
     return {"text": "unavailable", "l1": 1, "l2": 1, "length": length, "doc_index": -1}
 
 
-class MisalignmentTask(LengthSweptTask):
+class MisalignmentTask(PackTask):
     """A length-swept task whose requests ask the model for next-token divergences (request type
     :data:`REQUEST_TYPE`, which lm-eval's ``output_type`` cannot name) instead of log-likelihoods.
 
-    Under a model other than ``longshort`` it builds no data and sends no divergence request: its one placeholder
-    row (NaN, with the reason) sends a plain :data:`PLACEHOLDER_REQUEST` of one short text, which every lm-eval
-    model answers, so the rest of the run is not lost to an ``AttributeError``."""
+    Under a model other than ``longshort`` it builds no data and sends no request: its placeholder rows (NaN, with
+    the reason) are built unsent (:class:`PackTask`), so the rest of the run is not lost to an ``AttributeError``."""
 
     def __init__(self, config: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         # lm-eval's TaskConfig accepts only its own output types; the one set here is the request the placeholder
@@ -81,22 +84,22 @@ class MisalignmentTask(LengthSweptTask):
 
     def download(self, dataset_kwargs: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         metadata = {**(self.config.metadata or {}), **(self.config.dataset_kwargs or {})}
-        reason = needs_longshort(self.config.task or "misalignment", metadata,
+        reason = needs_longshort(self.config.task or FAMILY.task, metadata,
                                  "it compares full next-token distributions, request type " + REQUEST_TYPE)
         if reason:
             def refuse(length: int) -> List[Dict[str, Any]]:
                 raise TaskDataError(reason)
 
-            self.dataset = sweep_dataset("misalignment", lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
+            self.dataset = sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
             return
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE
 
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
+        if reason_of(doc):
+            return super().construct_requests(doc, ctx, **kwargs)  # unsent, with the reason
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        if reason_of(doc):
-            return Instance(request_type=PLACEHOLDER_REQUEST, doc=doc, arguments=(doc["text"],), idx=0, **kwargs)
         divs = list((self.config.metadata or {}).get("mis_divergences", DIVERGENCES))
         return Instance(
             request_type=REQUEST_TYPE,  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ when the first number in the greedy continuation equals the key. The prompt text
 The task ``longshort_passkey`` (not ``passkey``, which is lm-eval's own libra group) holds, at each length ``L``
 of its ``max_seq_lengths`` metadata (``passkey_max_seq_lengths`` when set), ``len(depths) x passkey_num_samples``
 prompts of at most ``L - 16`` tokens (BOS included), leaving 16 tokens to generate within ``L``. Scores: ``acc``,
-``acc_<L>``, ``acc_d<depth>`` and ``acc_<L>_d<depth>`` (depth in percent), as ``babilong_longshort`` reports them,
+``acc_<L>``, ``acc_d<depth>`` and ``acc_<L>_d<depth>`` (depth in percent), as ``longshort_babilong`` reports them,
 and the same for ``digits`` (the fraction of the key's digits in place: graded retrieval for small models).
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
@@ -27,15 +27,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.lengths import lengths_from_metadata, per_depth, per_length
-from torchtune_longshort.eval.length_swept_task import sweep_dataset
-from torchtune_longshort.eval.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
-from torchtune_longshort.eval.truncation import TRUNCATION_FIELD
-from torchtune_longshort.eval.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length
+from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
+from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
+from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
+FAMILY = TASK_FAMILIES["passkey"]
 # The prefix of this task's metadata keys (passkey_haystack, passkey_max_seq_lengths, ...).
-METADATA_PREFIX = "passkey"
+METADATA_PREFIX = FAMILY.metadata_prefix
 
 TASK_DESCRIPTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -80,7 +82,7 @@ def _prompt(units: Sequence[str], k: int, passkey: int) -> str:
 
 def haystack_units(source: str = "filler", data_files: Any = None, max_units: int = 1_000_000) -> List[str]:
     """Haystack pieces: the filler sentence group repeated (``filler``), or the non-empty lines of a corpus
-    (``stdlib`` / ``pg19`` / ``hf`` / ``local``: see :func:`torchtune_longshort.eval.long_text.iter_texts`)."""
+    (``stdlib`` / ``pg19`` / ``hf`` / ``local``: see :func:`torchtune_longshort.eval.tasks.common.long_text.iter_texts`)."""
     if source == "filler" and not data_files:
         # One sentence per unit, so the needle can sit between any two sentences (finer depth steps).
         sentences = [x.strip() + "." for x in FILLER.split(".") if x.strip()]
@@ -213,7 +215,7 @@ def passkey_dataset(**metadata: Any):
         )
         return [asdict(s) for s in samples]
 
-    return sweep_dataset("longshort_passkey", lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
+    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
 
 
 _NUMBER = re.compile(r"\d+")
@@ -231,7 +233,7 @@ def digit_accuracy(generated: str, key: str) -> float:
 def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, float]:
     """``acc`` (1.0 when the first number in the generation is the key) and ``digits``
     (:func:`digit_accuracy`, which shows retrieval a small model has only partly learned), each also per length
-    and depth (``acc_<length>``, ``acc_d<depth>``, ``acc_<length>_d<depth>``, as ``babilong_longshort``); NaN and
+    and depth (``acc_<length>``, ``acc_d<depth>``, ``acc_<length>_d<depth>``, as ``longshort_babilong``); NaN and
     the reason (metric ``error``) for a placeholder row or a prompt the model refused (never scored as wrong)."""
     reason = reason_of(doc) or refusal_of(results[0])
     if reason:

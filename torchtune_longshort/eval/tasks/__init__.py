@@ -1,0 +1,103 @@
+"""The lm-eval task pack, installed with the package, and the registry of its task families.
+
+Each family is a folder here (its YAML next to its module, ``<folder>/task.py``) and one line of
+:data:`TASK_FAMILIES`, which declares its lm-eval name, its metadata keys and its metrics. The study, its runner,
+claims and figures and the eval report read the registry; nothing else spells a task or metric name.
+
+Every task and group name of the pack starts with :data:`PREFIX`, so that none is (or later becomes) one of
+lm-eval's built-in names (``tests/test_task_names.py`` checks it against lm-eval's ``TaskManager``).
+
+``longshort-eval`` finds the pack by itself; for stock ``lm-eval``, :func:`tasks_path` is the folder to pass as
+``--include_path`` (``longshort-eval tasks-path`` prints it). Importing this module imports neither lm-eval nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+# Every task, group and tag name of the pack starts with this.
+PREFIX = "longshort_"
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """One task (or group) of the pack, as everything outside its folder sees it.
+
+    Attributes:
+        task: its lm-eval task or group name (``--tasks``).
+        folder: its folder under :func:`tasks_path`.
+        metrics: the metrics it reports, by base name; a length-swept family reports each as
+            ``<metric>_<length label>`` (``ppl_4k``), its lengths taken from ``--metadata``.
+        metadata_prefix: the prefix of its own ``--metadata`` keys (``ppl`` -> ``ppl_max_seq_lengths``,
+            ``ppl_source``, ``ppl_num_samples``); "" when it has none.
+        length_swept: whether its lengths come from ``max_seq_lengths`` / ``<prefix>_max_seq_lengths``.
+        table_metrics: the metrics the eval report tabulates by length (rows = runs, columns = lengths).
+        data_dir_key: the ``--metadata`` key of a local data folder ("" when it has none).
+        needs_model: the lm-eval model it needs ("" when any model will do).
+        former_names: its names in results files of earlier versions (read, never written).
+    """
+
+    task: str
+    folder: str
+    metrics: Tuple[str, ...]
+    metadata_prefix: str = ""
+    length_swept: bool = True
+    table_metrics: Tuple[str, ...] = ()
+    data_dir_key: str = ""
+    needs_model: str = ""
+    former_names: Tuple[str, ...] = ()
+
+
+TASK_FAMILIES: Dict[str, TaskFamily] = {
+    "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
+                      table_metrics=("ppl",), former_names=("long_ppl",)),
+    "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",)),
+    "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
+                               table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
+                               former_names=("misalignment",)),
+    "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
+                           former_names=("babilong_longshort",)),
+    "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
+                              ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
+                              length_swept=False, data_dir_key="longbench_e_data_dir",
+                              former_names=("longbench_e_full",)),
+}
+
+
+def tasks_path() -> Path:
+    """The installed task pack: the folder to give stock ``lm-eval`` as ``--include_path``."""
+    return Path(__file__).resolve().parent
+
+
+def task_name(family: str) -> str:
+    """The lm-eval name of study / report family ``family`` (a key of :data:`TASK_FAMILIES`)."""
+    if family not in TASK_FAMILIES:
+        raise ValueError(f"task family {family!r} is not in the pack; accepted: {sorted(TASK_FAMILIES)}")
+    return TASK_FAMILIES[family].task
+
+
+def family_of(task: str) -> Optional[str]:
+    """The family whose lm-eval name (or former name) is ``task``; None for any other task."""
+    for key, fam in TASK_FAMILIES.items():
+        if task == fam.task or task in fam.former_names:
+            return key
+    return None
+
+
+def current_name(task: str) -> str:
+    """``task`` under its current name (a former name of a family becomes the family's name)."""
+    family = family_of(task)
+    return TASK_FAMILIES[family].task if family else task
+
+
+def task_results(results: Mapping[str, Any], task: str) -> Dict[str, Any]:
+    """The metrics of ``task`` in a ``{task: {metric: value}}`` mapping, found under its name or, for a family of
+    the pack, a former one (results written before the pack's names took the :data:`PREFIX`); ``{}`` when absent."""
+    family = family_of(task)
+    names = (task,) if family is None else (TASK_FAMILIES[family].task, *TASK_FAMILIES[family].former_names)
+    for name in names:
+        if isinstance(results.get(name), Mapping):
+            return dict(results[name])
+    return {}

@@ -1,0 +1,1 @@
+"""Passkey retrieval (``longshort_passkey``): its YAML and :mod:`.task`."""

@@ -1,0 +1,1 @@
+"""Long-context perplexity (``longshort_ppl``): its YAML and :mod:`.task`."""
