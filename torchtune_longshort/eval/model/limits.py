@@ -135,7 +135,7 @@ class RequestLimits:
         if n_cut > room:
             policy, who = (declared, "declared by the task") if declared else (self.truncation, self._own_rule())
             if policy not in self.cuts:
-                return Plan(0, reason=self._no_cut_reason(n_cut, room, what, policy, who), kind="no cut")
+                return Plan(0, reason=self._no_cut_reason(room, what, policy, who), kind="no cut")
             keep, cut = room, policy
         n_run = keep + n_fixed - slack
         if n_run > self.run_limit:
@@ -171,13 +171,14 @@ class RequestLimits:
         return (f"max_gen_toks={max_gen} leaves no room for a prompt in max_length={self.max_length} of --model "
                 f"{self.model}: refused, scored NaN. Fix: {self._fix()}")
 
-    def _no_cut_reason(self, n_tokens: int, room: int, what: str, policy: str, who: str) -> str:
+    def _no_cut_reason(self, room: int, what: str, policy: str, who: str) -> str:
         less = ", less the generation budget" if what == "generate_until" else ""
         if policy == "none":
             rule = f"may not be cut (truncation=none, {who})"
         else:
             rule = f"may only be cut {policy} ({who}), which --model {self.model} cannot do"
-        return (f"a {what} prompt of {n_tokens} tokens is longer than the {room} that --model {self.model} can take "
+        # The prompt's own length is left out: one reason per kind, counted over the samples it stands for.
+        return (f"a {what} prompt longer than the {room} tokens --model {self.model} can take "
                 f"(max_length={self.max_length}{less}) and {rule}: refused, scored NaN. Fix: {self._fix()}; cutting is "
                 "for tasks whose benchmark protocol declares it")
 
