@@ -1,7 +1,8 @@
 """The study's quick variant end to end, for real: pre-training, fine-tunes through ``tune run``, lm-eval through
-the task pack, the report; plus a grid member whose recipe fails (an unknown RoPE method) and must be recorded
-with its error while the rest of the grid runs. A second invocation must skip everything. (Several minutes on
-2 shared CPU cores: slow.)"""
+the task pack, the report; plus a grid member whose recipe fails (its checkpointer.model_type does not convert the
+base's family: the study's own checks cannot see that, the recipe refuses it at start) and must be recorded with its
+error while the rest of the grid runs, and the study must exit 1, its last line naming the failures' logs. A second
+invocation must skip everything that was ok. (Several minutes on 2 shared CPU cores: slow.)"""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     raw = yaml.safe_load((ROOT / "configs/study/cpu_small.yaml").read_text())
-    raw["quick"]["methods"] = {"pi": {"method": "linear"}, "bad": {"method": "not_a_rope_method"}}
+    raw["quick"]["methods"] = {"pi": {"method": "linear"},
+                               "bad": {"method": "linear", "overrides": {"checkpointer": {"model_type": "MISTRAL"}}}}
     raw["quick"]["alphas"] = [0, 0.3]
     cfg = tmp_path / "study.yaml"
     cfg.write_text(yaml.safe_dump(raw))
@@ -28,14 +30,16 @@ def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config", str(cfg), "--quick", "--out", str(out),
            "--report-dir", str(rep), "--repo-root", str(ROOT)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("[study] 2 of 5 runs failed (bad_a0_s0, bad_a0.3_s0); logs: ") and "train.log" in last
     summary = json.loads((rep / "summary.json").read_text())
     runs = summary["runs"]
     assert {k: r["status"] for k, r in runs.items()} == {
         "base": "ok", "pi_a0_s0": "ok", "pi_a0.3_s0": "ok", "bad_a0_s0": "failed", "bad_a0.3_s0": "failed"}
-    assert "not_a_rope_method" in runs["bad_a0_s0"]["error"]
+    assert "MISTRAL" in runs["bad_a0_s0"]["error"]
     md = (rep / "report.md").read_text()
-    assert "| bad_a0_s0 | failed |" in md and "not_a_rope_method" in md
+    assert "| bad_a0_s0 | failed |" in md and "MISTRAL" in md
     # lm-eval numbers reached the tables: the pi rows have values at every ppl length
     ppl = summary["tables"]["ppl"]["methods"]["pi"]
     assert all(c["mean"] is not None and c["mean"] > 1 for row in ppl for c in row["cells"].values())
@@ -58,6 +62,6 @@ def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     # Rerun: every ok run is skipped; only the two failing ones are tried again.
     t0 = time.time()
     p2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p2.returncode == 0
+    assert p2.returncode == 1
     assert p2.stdout.count("result.json present (ok), skipped") == 3
     assert p2.stdout.count("FAILED at train") == 2

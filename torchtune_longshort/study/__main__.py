@@ -1,7 +1,9 @@
 """``python -m torchtune_longshort.study --config configs/study/cpu_small.yaml [--quick] [--out DIR]``.
 
 Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or ``--report-dir``);
-``--report-only`` rebuilds the report from the run folders without running anything.
+``--report-only`` rebuilds the report from the run folders without running anything. Exit status: 0 when every run
+is ok, 1 when any failed (the last line counts them and names their logs), 2 when the config is refused (before
+anything trains).
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ def main(argv=None) -> int:
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()
-    from torchtune_longshort.study.config import load_study_config
+    from torchtune_longshort.study.config import StudyConfigError, load_study_config
     from torchtune_longshort.study.report import build_report
     from torchtune_longshort.study.runner import Study
 
     root = Path(a.repo_root).resolve()
-    cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
-                            repo_root=root)
+    try:  # every key and value, the recipe configs of the runs included, before anything trains
+        cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
+                                repo_root=root)
+    except (StudyConfigError, FileNotFoundError) as e:
+        print(f"[study] {e}", file=sys.stderr)
+        return 2
     if a.jobs is not None:
         if a.jobs < 1:
             p.error(f"--jobs={a.jobs}: expected a positive integer")
@@ -52,6 +58,12 @@ def main(argv=None) -> int:
         by.setdefault(r["status"], []).append(k)
     counts = "; ".join(f"{len(v)} {s}" + (f": {', '.join(v)}" if s != "ok" else "") for s, v in by.items())
     print(f"[study] report: {report_dir / 'report.md'}  ({time.time() - t0:.0f} s; {counts})")
+    failed = [k for k, r in summary["runs"].items() if r["status"] != "ok"]
+    if failed:  # the last line: how many failed, and where their logs are
+        logs = [str(p) for k in failed for p in sorted(study.run_dir(k).glob("*.log"))] or [str(study.out)]
+        print(f"[study] {len(failed)} of {len(summary['runs'])} runs failed ({', '.join(failed)}); logs: "
+              f"{' '.join(logs)}")
+        return 1
     return 0
 
 

@@ -32,6 +32,7 @@ import yaml
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import per_depth, per_length
+from torchtune_longshort.study.schema import check_recipe_overrides, check_study_keys
 
 # which base ratio ``base.min_ppl_ratio`` gates on (claims.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
 # tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)
@@ -136,6 +137,7 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise StudyConfigError(f"study config {str(path)!r}: expected a mapping at the top level")
+    _refused(lambda: check_study_keys(raw))
     marker = raw.pop(MARKER_KEY, None)
     if marker is not None and (not isinstance(marker, dict) or marker.get("_component_") != MARKER_COMPONENT):
         raise StudyConfigError(f"study config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
@@ -151,7 +153,17 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
         cfg["config_path"] = str(path.resolve().relative_to(Path(repo_root or Path.cwd()).resolve()))
     except ValueError:
         cfg["config_path"] = str(path)
-    return validate(cfg, repo_root=repo_root)
+    cfg = validate(cfg, repo_root=repo_root)
+    _refused(lambda: check_recipe_overrides(cfg, repo_root))
+    return cfg
+
+
+def _refused(check) -> None:
+    """Run ``check``; its refusal (an unknown key, a bad value) becomes a :class:`StudyConfigError`."""
+    try:
+        check()
+    except (KeyError, ValueError) as e:
+        raise StudyConfigError(f"study config: {e.args[0] if isinstance(e, KeyError) and e.args else e}") from None
 
 
 def validate(cfg: Dict[str, Any], repo_root: Optional[Path] = None) -> Dict[str, Any]:

@@ -28,6 +28,8 @@ ROPE_METHOD_KEYS = {"torchtune_longshort.models.rope_scaled": "method"}  # else 
 class TokenizerConfig(ComponentSection):
     """``tokenizer``: a torchtune tokenizer component (or ``torchtune_longshort.models.checkpoint_tokenizer``)."""
 
+    LOCAL_CHECKS = True
+
     path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
 
     def check(self, where: str) -> None:
@@ -103,6 +105,8 @@ class ModelConfig(ComponentSection):
 @dataclass(frozen=True)
 class CheckpointerConfig(ComponentSection):
     """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
+
+    LOCAL_CHECKS = True
 
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (null: random weights, the model node's "
                                             "explicit dimensions)", nullable=True)

@@ -27,6 +27,8 @@ def _not_packed(path: str, value: Any) -> bool:
 class DataSourceConfig(ComponentSection):
     """A documents source (``torchtune_longshort.data.corpus.*``) or a torchtune dataset builder."""
 
+    LOCAL_CHECKS = True
+
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("tokenizer",)
     packed: Any = setting(FROM_COMPONENT, doc="torchtune builders: must be false (the stream packs documents itself)",
                           check=_not_packed)

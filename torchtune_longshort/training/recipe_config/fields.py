@@ -66,6 +66,8 @@ def section_keys(cls: type) -> Dict[str, Any]:
 class Section:
     """A config section: a frozen dataclass of :func:`setting` fields."""
 
+    LOCAL_CHECKS = False  # whether ``check`` asks this machine (files, devices): skipped with ``local=False``
+
     def check(self, where: str) -> None:
         """Rules between this section's fields (none by default); ``where`` is the section's path."""
 
@@ -109,20 +111,22 @@ def _default(f, path: str, signature: Dict[str, inspect.Parameter]) -> Any:
     return default
 
 
-def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.Parameter]) -> Any:
+def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.Parameter], local: bool) -> Any:
     key = yaml_key(f)
     path = f"{where}.{key}" if where else key
     value = node.get(key)
     if value is None:
         return None if key in node and f.metadata["nullable"] else _default(f, path, signature)
     if f.metadata["section"] is not None:
-        return build_section(f.metadata["section"], value, path)
+        return build_section(f.metadata["section"], value, path, local)
     check = f.metadata["check"]
     return check(path, value) if check is not None else value
 
 
-def build_section(cls: type, node: Any, where: str = "") -> Any:
-    """A ``cls`` instance from the plain mapping ``node`` (interpolations resolved); ``where`` is its path."""
+def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> Any:
+    """A ``cls`` instance from the plain mapping ``node`` (interpolations resolved); ``where`` is its path.
+    ``local=False`` checks keys and values only, not what they name on this machine (files, devices): a study checks
+    the recipe configs of runs whose start checkpoint does not exist yet, for a machine it may not run on."""
     if not isinstance(node, Mapping):
         raise ValueError(f"{where or 'the config'}={node!r} is not accepted: expected a mapping of keys to values")
     known = set(section_keys(cls))
@@ -140,11 +144,13 @@ def build_section(cls: type, node: Any, where: str = "") -> Any:
     for f in fields(cls):
         if f.metadata.get("flat"):
             sub = f.metadata["section"]
-            values[f.name] = build_section(sub, {k: v for k, v in node.items() if k in section_keys(sub)}, where)
+            values[f.name] = build_section(sub, {k: v for k, v in node.items() if k in section_keys(sub)}, where,
+                                           local)
         elif f.name == "args":
             values["args"] = {k: v for k, v in node.items() if k != "_component_"}
         elif "doc" in f.metadata:
-            values[f.name] = _value(f, node, where, signature)
+            values[f.name] = _value(f, node, where, signature, local)
     out = cls(**values)
-    out.check(where)
+    if local or not cls.LOCAL_CHECKS:
+        out.check(where)
     return out

@@ -15,7 +15,9 @@ from torchtune_longshort.training.recipe_config.components import (
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.training.recipe_config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
-from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, number, one_of, text
+from torchtune_longshort.training.recipe_config.values import (
+    boolean, check_device, device_name, integer, number, one_of, text,
+)
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -24,6 +26,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 @dataclass(frozen=True)
 class RecipeConfig(Section):
     """``tune run torchtune_longshort/recipes/longshort_finetune.py --config <this>``."""
+
+    LOCAL_CHECKS = True  # the device must exist here
 
     # where it writes
     output_dir: str = setting(doc="folder for the step_k checkpoints, metrics.jsonl and logs", check=text)
@@ -78,6 +82,9 @@ class RecipeConfig(Section):
     save_every_n_steps: Optional[int] = setting(None, doc="checkpoint period in steps (default: the last step only)",
                                                 check=integer(1))
     log_every_n_steps: int = setting(1, doc="logging period in steps", check=integer(1))
+
+    def check(self, where: str) -> None:
+        check_device("device", self.device)
 
     @property
     def seq_len(self) -> int:

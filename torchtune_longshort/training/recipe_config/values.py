@@ -58,17 +58,20 @@ def text(path: str, value: Any) -> str:
 
 
 def device_name(path: str, value: Any) -> str:
-    """cpu, mps, cuda or cuda:N; a CUDA device must exist on this machine."""
+    """cpu, mps, cuda or cuda:N (whether this machine has it: :func:`check_device`)."""
     name = str(value)
+    if name != "cpu" and name != "mps" and name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise refuse(path, value, "cpu, cuda or cuda:N")
+    return name
+
+
+def check_device(path: str, name: str) -> None:
+    """A CUDA device must exist on this machine."""
     if name.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError(f"{path}={name!r} but CUDA is not available on this machine: pass {path}=cpu")
-        return name
-    if name not in ("cpu", "mps"):
-        raise refuse(path, value, "cpu, cuda or cuda:N")
-    return name
 
 
 def wrapped(validate: Callable[[Any], Any]) -> Check:

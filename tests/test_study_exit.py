@@ -1,0 +1,70 @@
+"""A study never exits 0 after a failure: the four bad configs of the probe are refused (exit 2) before anything
+trains, naming the field; a grid with a failing run exits 1 and its last line counts the failures and names their
+logs. The grid runs against test_study.py's fake executor (no training)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_SMALL = ROOT / "configs/study/cpu_small.yaml"
+
+
+def _bad_alpha(raw):
+    raw["alpha"] = raw.pop("alphas")
+
+
+def _bad_eval_key(raw):
+    raw["eval"]["ppl_num_sample"] = raw["eval"].pop("ppl_num_samples")
+
+
+def _bad_method(raw):
+    raw["methods"]["clex"]["method"] = "clexx"
+
+
+def _bad_override(raw):
+    raw["finetune"]["overrides"]["save_every_n_step"] = raw["finetune"]["overrides"].pop("save_every_n_steps")
+
+
+@pytest.mark.parametrize("change,needles", [
+    (_bad_alpha, ["'alpha' (did you mean 'alphas'?)"]),
+    (_bad_eval_key, ["'eval.ppl_num_sample' (did you mean 'ppl_num_samples'?)"]),
+    (_bad_method, ["methods.clex.method='clexx' is not a RoPE method (did you mean 'clex'?)"]),
+    (_bad_override, ["finetune.overrides", "'save_every_n_step' (did you mean 'save_every_n_steps'?)"]),
+], ids=["alpha", "ppl_num_sample", "clexx", "save_every_n_step"])
+def test_bad_study_configs_exit_non_zero_before_any_training(tmp_path, change, needles):
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    change(raw)
+    cfg = tmp_path / "study.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "torchtune_longshort.study", "--config", str(cfg), "--quick", "--out",
+                        str(out), "--repo-root", str(ROOT)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    for needle in needles:
+        assert needle in p.stderr, p.stderr[-2000:]
+    assert not out.exists()  # nothing trained, nothing written
+
+
+def test_a_study_with_a_failing_run_exits_non_zero(tmp_path, monkeypatch, capsys):
+    from test_study import FakeExecutor
+
+    import torchtune_longshort.study.runner as runner
+    from torchtune_longshort.study.__main__ import main
+
+    class FailingStudy(runner.Study):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": FakeExecutor(fail={"clex_a0.3_s0"})})
+
+    monkeypatch.setattr(runner, "Study", FailingStudy)
+    out = tmp_path / "out"
+    rc = main(["--config", str(CPU_SMALL), "--quick", "--out", str(out), "--repo-root", str(ROOT)])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 1
+    assert last.startswith("[study] 1 of ") and "runs failed (clex_a0.3_s0)" in last
+    assert str(out / "runs" / "clex_a0.3_s0" / "train.log") in last
