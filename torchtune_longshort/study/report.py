@@ -28,7 +28,7 @@ from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
 from torchtune_longshort.study.config import DEFAULT_JOBS, grid, main_grid, metric_of
 from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
-from torchtune_longshort.study.records import curve_mean, value
+from torchtune_longshort.study.records import curve_mean, not_scored_reasons, value
 from torchtune_longshort.study.runner import RESULT
 
 # table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
@@ -112,6 +112,32 @@ def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
     return f" ({k}/{info['total']} tasks)", info
 
 
+def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric: str,
+          reasons: List[str]) -> Dict[str, Any]:
+    """One cell over the runs ``members``: mean ± sd of the successful runs' values; "—" when no run succeeded;
+    "n/a (note k)" when runs succeeded but the task could not run there (a length the model does not cover, data
+    not generated), its reasons appended to the table's ``reasons`` and cited by number."""
+    ok = [k for k in members if recs.get(k, {}).get("status") == "ok"]
+    vals = {k: metric_value(recs[k], task, metric) for k in ok}
+    vals = {k: v for k, v in vals.items() if v is not None and math.isfinite(v)}
+    m, s = mean_sd(list(vals.values()))
+    mark, cov = _coverage_text(recs, list(vals), task, metric)
+    cell = {"mean": m, "sd": s, "n": len(vals), "values": vals, "json_key": f"results.{task}.{metric}",
+            "text": cell_text(m, s) + mark}
+    if cov:
+        cell["partial_group"] = cov
+    blank = [k for k in ok if k not in vals]
+    if blank:
+        why = list(dict.fromkeys(r for k in blank for r in not_scored_reasons(recs[k], task))) or ["no value reported"]
+        for r in why:
+            if r not in reasons:
+                reasons.append(r)
+        cite = "note " + ", ".join(str(reasons.index(r) + 1) for r in why)
+        cell["not_scored"] = {"runs": blank, "reasons": why}
+        cell["text"] = f"n/a ({cite})" if not vals else f"{cell['text']} ({len(vals)}/{len(ok)} runs; {cite})"
+    return cell
+
+
 def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
     out: Dict[str, Any] = {}
@@ -136,41 +162,28 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
         notes["longbench_e"] = ("The group holds 13 datasets; a cell marked (k/13 tasks) averages the k datasets "
                                 "whose data files were present.")
     for tid, (title, _prefix, cols, lower) in specs.items():
-        per_method = {}
+        per_method, reasons = {}, []  # reasons: the table's notes, numbered from 1 in the cells that cite them
         for mname in cfg["methods"]:
             rows = []
             for a in cfg["alphas"]:
                 members = [r["key"] for r in runs if r["method"] == mname and r["alpha"] == a]
                 ok = [k for k in members if recs[k].get("status") == "ok"]
-                cells = {}
-                for col, task, metric in cols:
-                    vals = {k: metric_value(recs[k], task, metric) for k in ok}
-                    vals = {k: v for k, v in vals.items() if v is not None}
-                    m, s = mean_sd(list(vals.values()))
-                    mark, cov = _coverage_text(recs, list(vals), task, metric)
-                    cells[col] = {"mean": m, "sd": s, "n": len(vals), "values": vals,
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(m, s) + mark}
-                    if cov:
-                        cells[col]["partial_group"] = cov
+                cells = {col: _cell(recs, members, task, metric, reasons) for col, task, metric in cols}
                 rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
             if cfg["eval"].get("eval_base", True):
-                cells = {}
-                rb = recs.get("base", {})
-                for col, task, metric in cols:
-                    v = metric_value(rb, task, metric) if rb.get("status") == "ok" else None
-                    mark, cov = _coverage_text(recs, ["base"] if v is not None else [], task, metric)
-                    cells[col] = {"mean": v, "sd": None, "n": int(v is not None), "values": {"base": v} if v is not None else {},
-                                  "json_key": f"results.{task}.{metric}", "text": cell_text(v, None) + mark}
-                    if cov:
-                        cells[col]["partial_group"] = cov
+                ok = ["base"] if recs.get("base", {}).get("status") == "ok" else []
+                cells = {col: _cell(recs, ["base"], task, metric, reasons) for col, task, metric in cols}
                 rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
-                             "runs": ["base"], "ok_runs": ["base"] if rb.get("status") == "ok" else [], "cells": cells})
+                             "runs": ["base"], "ok_runs": ok, "cells": cells})
             per_method[mname] = rows
         partial = sorted({t for rows in per_method.values() for row in rows for c in row["cells"].values()
                           for t in (c.get("partial_group") or {}).get("missing", [])})
         note = notes.get(tid, "")
         if partial:
             note += (" " if note else "") + f"Partial group scores here: no value from {', '.join(partial)}."
+        if reasons:
+            note += ((" " if note else "") + "Not scored (the runs succeeded; the task could not run there): "
+                     + "; ".join(f"({i}) {r[:400]}" for i, r in enumerate(reasons, 1)))
         out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method,
                     "note": note}
     return out
@@ -326,8 +339,11 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     if refusal:
         md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
                "\"The base model: how it fails beyond L0\" below; every fine-tune row is empty.", ""]
-    md += ["Cells: mean ± sample sd over seeds (one value: no ±; — : no successful run). The `runs` column links "
-           "the result.json files each cell of the row was computed from (key named in summary.json).", ""]
+    spread = ("the value of the one seed" if len(cfg["seeds"]) == 1
+              else "mean ± sample sd over seeds (one value: no ±)")
+    md += [f"Cells: {spread}; — : no successful run; n/a (note k): the runs succeeded but the task could not run at "
+           "that length or had no data, the reason in note k under the table's title. The `runs` column links the "
+           "result.json files each cell of the row was computed from (key named in summary.json).", ""]
     for tid, t in tables.items():
         arrow = "lower is better" if t["lower_is_better"] else "higher is better"
         md += [f"## {t['title']} — {arrow}", ""] + ([t["note"], ""] if t.get("note") else [])

@@ -34,19 +34,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_key
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
-from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid, merged
+from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid
+from torchtune_longshort.study.run_configs import RunConfigs
 
 RESULT = "result.json"
 EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
 
 
-class Study:
-    """One study: ``run()`` does everything; ``runs()`` lists the fine-tunes; results land in ``output_dir``.
+class Study(RunConfigs):
+    """One study: ``run()`` does everything; ``runs()`` lists the fine-tunes; results land in ``output_dir``. What each
+    run trains from (its recipe config, the base checkpoint, the tokenizer) is :class:`RunConfigs`'.
 
     Args:
         cfg: a validated study config (``load_study_config``).
@@ -78,65 +79,6 @@ class Study:
 
     def run_dir(self, key: str) -> Path:
         return self.out / ("base" if key == "base" else f"runs/{key}")
-
-    def tokenizer_dir(self) -> Path:
-        return self.out / "tokenizer"
-
-    def eval_tokenizer(self) -> str:
-        base = self.cfg["base"]
-        if base.get("checkpoint_dir"):
-            return str(base["tokenizer"])
-        return str(sentencepiece_file(self.tokenizer_dir()))
-
-    def base_checkpoint(self) -> Path:
-        base = self.cfg["base"]
-        if base.get("checkpoint_dir"):
-            return Path(base["checkpoint_dir"]).resolve()
-        return self.run_dir("base") / "train" / f"step_{base['pretrain']['max_steps']}"
-
-    def _recipe_base(self) -> Dict[str, Any]:
-        c = OmegaConf.to_container(OmegaConf.load(self.root / self.cfg["recipe_config"]), resolve=False)
-        c = merged(c, self.cfg.get("recipe_overrides") or {})
-        tok = c.get("tokenizer") or {}
-        if self.cfg["base"].get("checkpoint_dir"):
-            tok["path"] = str(self.cfg["base"]["tokenizer"])
-            # the recipe config's own `checkpoint_dir` (its nodes interpolate ${checkpoint_dir}) is the base's
-            c["checkpoint_dir"] = str(self.base_checkpoint())
-        elif str(tok.get("_component_", "")).endswith("stdlib_sentencepiece_tokenizer"):
-            tok["path"] = str(self.tokenizer_dir())  # trained once, on the first (pre-training) run
-        c["tokenizer"] = tok
-        # Evaluation is lm-eval's job; the recipe's held-out validation (val_ce every n steps: a convergence curve)
-        # runs only where finetune.overrides / base.pretrain.overrides set `validation`.
-        c["validation"] = None
-        c["resume"], c["overwrite_output_dir"] = False, False
-        return c
-
-    def recipe_config(self, key: str, run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        """The full recipe YAML (as a dict) of the pre-training (``key == "base"``) or of one fine-tune."""
-        cfg = self.cfg
-        c = self._recipe_base()
-        model = dict(cfg["model"], max_seq_len=cfg["L0"])
-        train_dir = str(self.run_dir(key) / "train")
-        if key == "base":
-            pre = cfg["base"]["pretrain"]
-            c = merged(c, {"model": model, "seq_len": cfg["L0"], "max_steps": pre["max_steps"], "seed": 0,
-                               "loss": {"alpha": 0.0}, "checkpointer": {"checkpoint_dir": None}})
-            c["model"] = model  # replace, not merge: the recipe config's own model node may have other keys
-            c = merged(c, pre["overrides"])
-        else:
-            scaled = {"_component_": "torchtune_longshort.models.rope_scaled", **run["rope"],
-                      "max_seq_len": cfg["L"], "model": model}
-            c = merged(c, {"seq_len": cfg["L"], "max_steps": cfg["finetune"]["max_steps"], "seed": run["seed"],
-                               "loss": {"alpha": run["alpha"]},
-                               "checkpointer": {"checkpoint_dir": str(self.base_checkpoint())}})
-            c["model"] = scaled
-            c = merged(c, cfg["finetune"]["overrides"])
-            c = merged(c, run.get("overrides") or {})  # a variant's own keys (e_range, divergence, ...)
-        c["output_dir"] = train_dir
-        c.setdefault("save_every_n_steps", c["max_steps"])
-        if isinstance(c.get("checkpointer"), dict):
-            c["checkpointer"]["output_dir"] = "${output_dir}"
-        return c
 
     def uses_stdlib_corpus(self) -> bool:
         """Whether a run reads the stdlib corpus (training data or tokenizer, ppl / misalignment text, haystacks):
@@ -243,11 +185,13 @@ class Study:
         the study made) is replaced."""
         import shutil
 
-        from torchtune_longshort.eval.report.results_io import group_coverage, load_curves, load_group_subtasks, load_results
+        from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
+                                                                load_not_scored, load_results)
 
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
-            return {"results": have, "curves": load_curves(eval_dir),
-                    "coverage": group_coverage(have, load_group_subtasks(eval_dir))}
+            groups = load_group_subtasks(eval_dir)
+            return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
+                    "group_subtasks": groups, "not_scored": load_not_scored(eval_dir)}
 
         ev, rdir = self.cfg["eval"], self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
