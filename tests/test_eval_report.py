@@ -95,3 +95,40 @@ def test_partial_group_scores_are_marked(tmp_path):
     assert part == {"present": ["longshort_longbench_qasper_e", "longshort_longbench_multifieldqa_en_e"], "missing": ["longshort_longbench_lcc_e"],
                     "total": 3}
     assert "longshort_babilong" not in summary.get("partial_groups", {})
+
+
+def _run(d, samples, limit=None, pretrained="/ckpt/a", model="longshort", reasons=None, name="longshort_ppl"):
+    d.mkdir(parents=True)
+    data = {"results": {name: {"ppl_128,none": 3.0 if limit is None else 2.5}},
+            "n-samples": {name: {"original": 20, "effective": samples}},
+            "configs": {name: {"not_scored": reasons or {}}},
+            "config": {"model": model, "model_args": {"pretrained": pretrained}, "limit": limit}}
+    (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    return d
+
+
+def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked(tmp_path):
+    full = _run(tmp_path / "full", 20)
+    quick = _run(tmp_path / "quick", 3, limit=3)
+    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `quick` 3\)"):
+        build_report([full, quick], tmp_path / "no")
+    assert not (tmp_path / "no").exists()
+    summary = build_report([full, quick], tmp_path / "rep", allow_unequal_samples=True)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| `full` |" in md and "| all | longshort_ppl: 20 |" in md and "| 3 | longshort_ppl: 3 |" in md
+    assert "**Unequal sample counts**" in md and "Runs `full`, `quick` evaluate the same checkpoint." in md
+    assert summary["runs"]["quick"]["limit"] == 3 and summary["runs"]["full"]["samples"] == {"longshort_ppl": 20}
+    main([str(full), str(quick), "--out", str(tmp_path / "cli"), "--allow-unequal-samples"])  # the flag
+
+
+def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tmp_path):
+    reason = "longshort_ppl at length 512: its requests need 512 tokens but --model hf runs at most 256"
+    hf = _run(tmp_path / "hf", 20, model="hf", pretrained="/ckpt/b", reasons={reason: 1})
+    ours = _run(tmp_path / "ours", 20)
+    (ours / "samples_longshort_ppl_2026-01-01T00-00-00.jsonl").write_text(json.dumps({"curve_mean_nll_2": [1.0, 2.0]}))
+    summary = build_report([hf, ours], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"- `hf` / `longshort_ppl`: {reason}" in md and summary["errors"] == {"hf": {"longshort_ppl": reason}}
+    assert "No per-position loss curve for `hf`: its model returned no per-token log-probabilities" in md
+    assert "same checkpoint" not in md
+    assert set(summary["per_position_mean_nll"]) == {"ours"}

@@ -273,14 +273,22 @@ def test_misalignment_under_plain_lm_eval_hf_is_refused_too(tiny_llama2_dir, sp_
          "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}),
          "--output_path", str(tmp_path / "out")], tmp_path)
     assert _nan(res, "longshort_misalignment", "sce_128") and "needs --model longshort" in _error(res, "longshort_misalignment")
+    assert "this run uses --model hf" in _error(res, "longshort_misalignment")  # the model's name kept
     assert _finite(res, "longshort_ppl", "ppl_128") and "AttributeError" not in log
 
 
-def test_model_check_reads_the_wrappers_metadata():
+def test_model_check_reads_the_wrappers_metadata(monkeypatch):
     from torchtune_longshort.eval.tasks.common.unavailable import needs_longshort
 
     assert needs_longshort("misalignment_1k", {"lm_eval_model": "longshort"}, "x") is None
     assert "this run uses --model vllm" in needs_longshort("misalignment_1k", {"lm_eval_model": "vllm"}, "x")
+    # stock lm-eval (no wrapper metadata, no longshort model loaded): the model's name from its command line
+    monkeypatch.delitem(sys.modules, "torchtune_longshort.eval.model.adapter", raising=False)
+    monkeypatch.setattr(sys, "argv", ["lm-eval", "run", "--model", "hf", "--tasks", "x"])
+    reason = needs_longshort("longshort_misalignment", {}, "x")
+    assert "this run uses --model hf" in reason and "longshort-eval run --model longshort" in reason
+    monkeypatch.setattr(sys, "argv", ["python"])
+    assert "this run uses another model" in needs_longshort("longshort_misalignment", {}, "x")
 
 
 # ------------------------------------------------------------------ the report: one folder, one run
