@@ -368,7 +368,7 @@ class LongShortFinetuneRecipe:
         if self._is_rank_zero:
             self._run_log.close_loggers()
             print(f"[longshort] checkpoint: {self.ckpts.latest()}")
-            log_dir = self.config.metric_logger.args.get("log_dir", "the metric logger")
+            log_dir = self.config.metric_logger.log_dir or "the metric logger"
             print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")
         if self._distributed:
             # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing

@@ -147,3 +147,10 @@ class SchedulerConfig(ComponentSection):
     """``lr_scheduler``: built by the recipe with the optimizer and ``num_training_steps = max_steps``."""
 
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("optimizer", "num_training_steps", "last_epoch")
+
+
+@dataclass(frozen=True)
+class MetricLoggerConfig(ComponentSection):
+    """``metric_logger``: a torchtune metric logger (the recipe also writes ``output_dir/metrics.jsonl``)."""
+
+    log_dir: Optional[str] = setting(FROM_COMPONENT, doc="folder of the logger's own files", check=text)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from torchtune_longshort.training.recipe_config.components import (
-    CheckpointerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
+    CheckpointerConfig, MetricLoggerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
 )
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.training.recipe_config.fields import ComponentSection, Section, setting
@@ -45,7 +45,7 @@ class RecipeConfig(Section):
     optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig)
     lr_scheduler: Optional[SchedulerConfig] = setting(None, doc="LR scheduler component (optional)",
                                                       section=SchedulerConfig)
-    metric_logger: ComponentSection = setting(doc="torchtune metric logger component", section=ComponentSection)
+    metric_logger: MetricLoggerConfig = setting(doc="torchtune metric logger component", section=MetricLoggerConfig)
     position_sampler: Optional[ComponentSection] = setting(
         None, doc="position-id sampler component (optional: PoSE, random_pos)", section=ComponentSection)
     # what it reads
