@@ -119,6 +119,11 @@ def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked
     assert "**Unequal sample counts**" in md and "Runs `full`, `quick` evaluate the same checkpoint." in md
     assert summary["runs"]["quick"]["limit"] == 3 and summary["runs"]["full"]["samples"] == {"longshort_ppl": 20}
     main([str(full), str(quick), "--out", str(tmp_path / "cli"), "--allow-unequal-samples"])  # the flag
+    # a difference with reasons (a length one model could not run: one placeholder row) is noted, not refused
+    short = _run(tmp_path / "short", 1, pretrained="/ckpt/b", reasons={"longshort_ppl at length 512: too long": 1})
+    build_report([full, short], tmp_path / "rep2")
+    md = (tmp_path / "rep2" / "report.md").read_text()
+    assert "Sample counts differ where a run could not score some samples" in md and "Unequal" not in md
 
 
 def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tmp_path):

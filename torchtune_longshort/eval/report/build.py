@@ -6,8 +6,9 @@
 ``results_*.json`` files are found recursively; a task that appears in several files is taken from the newest). A
 folder is one run, i.e. one column: results of different checkpoints or model settings under one folder are
 refused (:func:`results_io.run_identity`), never merged. Runs that scored a task on different numbers of samples
-(a ``--limit 3`` run against a full one) are refused unless ``--allow-unequal-samples`` is given; then the report
-says which. Writes to ``--out``:
+for no listed reason (a ``--limit 3`` run against a full one) are refused unless ``--allow-unequal-samples`` is
+given; then the report says which (a difference that comes with reasons, e.g. a length one model could not run, is
+noted). Writes to ``--out``:
 
 - ``report.md``: the runs (model, checkpoint, ``--limit``, samples per task); one table per length-swept task
   and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
@@ -140,10 +141,26 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
     return sections, summary
 
 
+def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]],
+                     not_scored: Dict[str, Dict[str, str]]) -> Tuple[str, str]:
+    """``(refused, explained)``: the tasks the runs scored on different numbers of samples, as text. A difference
+    is explained when a run of that task has samples it could not score (placeholder rows of a length or of data it
+    could not run count as samples; their reasons are listed); it is refused when the runs' ``--limit`` differ or
+    nothing explains it."""
+    counts = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
+              for t in sorted({t for i in infos.values() for t in i["samples"]})}
+    counts = {t: c for t, c in counts.items() if len(set(c.values())) > 1}
+    limits = {infos[r]["limit"] for r in names}
+    what = {t: f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items()) for t, c in counts.items()}
+    explained = [t for t, c in counts.items() if len(limits) == 1 and any(t in not_scored.get(r, {}) for r in c)]
+    return "; ".join(w for t, w in what.items() if t not in explained), "; ".join(what[t] for t in explained)
+
+
 def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
-                  allow_unequal: bool) -> Tuple[str, List[str]]:
+                  not_scored: Dict[str, Dict[str, str]], allow_unequal: bool) -> Tuple[str, List[str]]:
     """The runs table (model, checkpoint, --limit, samples per task) and the notes on what the runs share or not;
-    ``ValueError`` when runs scored a task on different numbers of samples and ``allow_unequal`` is false."""
+    ``ValueError`` when runs scored a task on different numbers of samples for no listed reason (a ``--limit`` run
+    against a full one) and ``allow_unequal`` is false."""
     rows = []
     for name, d in zip(names, dirs):
         info = infos[name]
@@ -153,16 +170,16 @@ def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, D
     table = ("| run | folder | model | checkpoint | --limit | samples per task |\n|---|---|---|---|---|---|\n"
              + "\n".join(rows))
     notes = []
-    unequal = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
-               for t in sorted({t for i in infos.values() for t in i["samples"]})}
-    unequal = {t: c for t, c in unequal.items() if len(set(c.values())) > 1}
-    if unequal:
-        what = "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items()) for t, c in unequal.items())
-        if not allow_unequal:
-            raise ValueError(f"the runs scored tasks on different numbers of samples ({what}): their values are not "
-                             "comparable (a --limit run against a full one?). Evaluate them alike, or pass "
-                             "--allow-unequal-samples to report them side by side with this note")
-        notes.append(f"**Unequal sample counts** (compared anyway, --allow-unequal-samples): {what}.")
+    refused, explained = _unequal_samples(names, infos, not_scored)
+    if refused and not allow_unequal:
+        raise ValueError(f"the runs scored tasks on different numbers of samples ({refused}): their values are not "
+                         "comparable (a --limit run against a full one?). Evaluate them alike, or pass "
+                         "--allow-unequal-samples to report them side by side with this note")
+    if refused:
+        notes.append(f"**Unequal sample counts** (compared anyway, --allow-unequal-samples): {refused}.")
+    if explained:
+        notes.append(f"Sample counts differ where a run could not score some samples (their reasons are listed "
+                     f"below): {explained}.")
     by_ckpt: Dict[Any, List[str]] = {}
     for name in names:
         key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
@@ -184,11 +201,11 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         raise ValueError(f"run labels {names} are not unique: pass --labels")
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
-    runs_table, run_notes = _runs_section(names, results_dirs, infos, allow_unequal_samples)
+    not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
+    runs_table, run_notes = _runs_section(names, results_dirs, infos, not_scored, allow_unequal_samples)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
-    not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
     summary["runs"] = infos
     files, curve_notes = _figures(runs, dict(zip(names, results_dirs)), out_dir, summary)
