@@ -100,7 +100,7 @@ def test_partial_group_scores_are_marked(tmp_path):
 def _run(d, samples, limit=None, pretrained="/ckpt/a", model="longshort", reasons=None, name="longshort_ppl"):
     d.mkdir(parents=True)
     data = {"results": {name: {"ppl_128,none": 3.0 if limit is None else 2.5}},
-            "n-samples": {name: {"original": 20, "effective": samples}},
+            "n-samples": {name: {"original": samples if limit is None else 20, "effective": samples}},
             "configs": {name: {"not_scored": reasons or {}}},
             "config": {"model": model, "model_args": {"pretrained": pretrained}, "limit": limit}}
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))

@@ -238,9 +238,11 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
         fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in dirs.items()}
+    scored = {run for run, res in runs.items()
+              if any(isinstance(v, (int, float)) and math.isfinite(v) for v in res.get(PPL_TASK, {}).values())}
     notes = [f"No per-position loss curve for `{run}`: its model returned no per-token log-probabilities "
              f"(lm-eval's hf model returns one sum per request; the longshort model, with --log_samples, returns them)."
-             for run, c in curves.items() if not c and runs[run].get(PPL_TASK)]
+             for run, c in curves.items() if not c and run in scored]
     curves = {k: v for k, v in curves.items() if v}
     if curves:
         write_curves(curves, out_dir)

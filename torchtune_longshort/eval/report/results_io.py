@@ -137,10 +137,19 @@ def load_not_scored(results_dir: Path) -> Dict[str, str]:
     return out
 
 
+def _evaluated(docs: int, limit: Any) -> int:
+    """How many of ``docs`` lm-eval evaluates under ``--limit`` (an int, or a fraction below 1)."""
+    if limit is None:
+        return docs
+    limit = float(limit)
+    return min(docs, math.ceil(docs * limit) if limit < 1.0 else int(limit))
+
+
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its newest ``results_*.json``: the lm-eval ``model``, the
     checkpoint (``pretrained``) and its fingerprint, ``--limit`` (None: every sample), and the number of samples
-    each task scored (``n-samples`` ``effective``)."""
+    each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
+    as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task)."""
     files = _results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
@@ -149,8 +158,8 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         data = json.loads(f.read_text())
         limit = (data.get("config") or {}).get("limit", limit)
         for task, n in (data.get("n-samples") or {}).items():
-            if isinstance(n, dict) and isinstance(n.get("effective"), int):
-                samples[current_name(task)] = n["effective"]
+            if isinstance(n, dict) and isinstance(n.get("original"), int):
+                samples[current_name(task)] = _evaluated(n["original"], limit)
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples}
 
