@@ -287,10 +287,9 @@ def test_longbench_e_full_end_to_end(tmp_path, tiny_llama2_dir, sp_tokenizer_dir
     assert re.search(r"data file for lcc_e not found: \S*lcc_e.jsonl", out.stdout + out.stderr)
     res = json.load(open(glob.glob(str(tmp_path / "out" / "**" / "results_*.json"), recursive=True)[0]))["results"]
     assert res["longshort_longbench_lcc_e"]["missing_data,none"] == 1.0 and "score,none" not in res["longshort_longbench_lcc_e"]
-    scored = [f"longbench_{d}_e" for d in lb.LONGBENCH_E_DATASETS if d != "lcc"]
-    for task in scored:
+    scored = [lb.task_of(d) for d in lb.LONGBENCH_E_DATASETS if d != "lcc"]
+    for name, task in zip([d for d in lb.LONGBENCH_E_DATASETS if d != "lcc"], scored):
         # Recompute each bucket from the logged generations with the reference scorer.
-        name = task[len("longbench_"):-2]
         samples = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "**" / f"samples_{task}_*.jsonl"),
                                                      recursive=True) for l in open(f)]
         assert len(samples) == 3

@@ -15,6 +15,8 @@ import pytest
 
 from torchtune_longshort._quiet import LOG_FILTERS, DropMessages, filter_warnings
 
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 NOISE = ("Skipping import of cpp extensions", "Custom kwargs can be passed to `--metadata`",
          "Metrics were not scored on the same number of documents", "overrides existing task")
@@ -76,7 +78,9 @@ def _run(cmd, tmp):
 @pytest.mark.slow
 def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     margs = ["--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"]
-    before = _run([sys.executable, "-c", _UNFILTERED, *_EVAL, *margs, "--output_path", str(tmp_path / "a")], tmp_path)
+    pack = ["--include_path", str(tasks_path())]  # plain lm-eval: the pack's folder named
+    before = _run([sys.executable, "-c", _UNFILTERED, *_EVAL, *margs, *pack, "--output_path", str(tmp_path / "a")],
+                  tmp_path)
     after = _run([sys.executable, "-m", "torchtune_longshort.eval", *_EVAL, *margs,
                   "--output_path", str(tmp_path / "b")], tmp_path)
     present = [n for n in NOISE[:3] if n in before]
