@@ -15,6 +15,8 @@ pytest.importorskip("lm_eval")
 
 from torchtune_longshort.eval.cli_run import lm_eval_argv, run_cli  # noqa: E402
 
+from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 META = '{"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}'
 
@@ -54,9 +56,11 @@ def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
     assert lm_eval_argv(c)[2] == "--model_args=tokenizer=/t,pretrained=/c"
     for same in (["run", "--model", "hf", "--model_args", "checkpoint_dir=/c"],
                  ["run", "--model", "longshort", "--model_args", "pretrained=/p,checkpoint_dir=/p"]):
-        # unchanged but for the --metadata naming the model (for tasks that need longshort)
-        assert lm_eval_argv(same)[: len(same)] == same and lm_eval_argv(same)[len(same):] == [
-            "--metadata", json.dumps({"lm_eval_model": same[2]})]
+        # unchanged but for the pack's folder, a device that exists and the --metadata naming the model (for tasks
+        # that need longshort)
+        added = lm_eval_argv(same)[len(same):]
+        assert lm_eval_argv(same)[: len(same)] == same and added == [
+            "--include_path", str(tasks_path()), "--device", added[3], "--metadata", json.dumps({"lm_eval_model": same[2]})]
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
