@@ -5,7 +5,6 @@ folder was made. The constructor builds the typed config (``training.recipe_conf
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
