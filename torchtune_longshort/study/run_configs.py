@@ -58,6 +58,8 @@ class RunConfigs:
         cfg = self.cfg
         c = self._recipe_base()
         model = dict(cfg["model"], max_seq_len=cfg["L0"])
+        if "checkpoint_dir" in model:  # a builder that reads its checkpoint (hf_decoder): the base's
+            model["checkpoint_dir"] = str(self.base_checkpoint())
         train_dir = str(self.run_dir(key) / "train")
         if key == "base":
             pre = cfg["base"]["pretrain"]
