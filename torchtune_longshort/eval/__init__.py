@@ -1,3 +1,5 @@
-"""lm-eval integration: the ``longshort`` model adapter (``lm_eval_model``), task helpers (long-context
-perplexity, passkey, misalignment) and the results report. Importing this package does not import lm-eval;
-``python -m torchtune_longshort.eval`` (or importing ``torchtune_longshort.eval.model.adapter``) registers the model."""
+"""lm-eval integration, split by job: :mod:`.model` (the ``longshort`` lm-eval model), :mod:`.tasks` (the task pack,
+installed with the package, and its registry ``TASK_FAMILIES``), :mod:`.report` (the evaluation report), and
+``longshort-eval`` (:mod:`.__main__`, :mod:`.cli_run`: lm-eval's CLI with the model registered and the pack
+included). Importing this package imports neither lm-eval nor torch; importing
+``torchtune_longshort.eval.model.adapter`` registers the model."""
