@@ -110,8 +110,11 @@ class Study(RunConfigs):
         return tasks
 
     def spec_of(self, key: str, run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        """What a run's result depends on; a result.json with another spec is stale and is redone."""
-        return {"recipe_config": self.recipe_config(key, run), "eval_tasks": self.eval_tasks(),
+        """What a run's result depends on; a result.json with another spec is stale and is redone. A base given as
+        ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config."""
+        given = key == "base" and self.cfg["base"].get("checkpoint_dir")
+        trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else self.recipe_config(key, run)
+        return {"recipe_config": trained, "eval_tasks": self.eval_tasks(),
                 "eval": {k: v for k, v in self.cfg["eval"].items() if k != "eval_base"}}
 
     # ------------------------------------------------------------------ stages

@@ -64,6 +64,9 @@ def generate(
     out = Path(out_dir)
     paths = []
     todo = [l for l in lengths if not (depths is not None and LENGTHS[l] == 0)]
+    if not todo:
+        raise ValueError(f"lengths={list(lengths)} with depths={list(depths)}: '0k' has no haystack to put the facts "
+                         "at a depth in, so nothing would be generated; give a length of 1k or more, or no depths")
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
@@ -89,7 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output folder (<out>/<length>/<qa>.jsonl)")
-    ap.add_argument("--tokenizer", help="SentencePiece .model, folder with tokenizer.model, or HF tokenizer")
+    ap.add_argument("--tokenizer", help="tokenizer folder or file of any format the project reads (tokenizer.model, "
+                    "original/tokenizer.model, tokenizer.json), or a hub tokenizer name")
     ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5")
     ap.add_argument("--lengths", default="0k,1k,2k,4k", help=f"comma list of {list(LENGTHS)}")
     ap.add_argument("--depths", default=None, help="comma list of fact depths in %% (e.g. 0,25,50,75,100)")
