@@ -167,13 +167,12 @@ def save_hf_checkpoint(
         tokenizer: tokenizer folder or file; default: the source checkpoint folder's tokenizer files.
         dtype: weights dtype to save (default: as in the model).
     """
-    if isinstance(config, (CheckpointFolder, str, Path)) and not (isinstance(config, (str, Path))
-                                                                   and Path(config).is_file()):
+    if isinstance(config, CheckpointFolder) or (not isinstance(config, dict) and Path(config).is_dir()):
         folder = CheckpointFolder.open(config)
         if tokenizer is None and folder.tokenizer_file is not None:
             tokenizer = folder.path
         config = folder.config
-    elif not isinstance(config, dict):
+    elif not isinstance(config, dict):  # a config.json file
         config = json.loads(Path(config).read_text())
     return write_hf_checkpoint(
         out_dir,
