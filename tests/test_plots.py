@@ -15,8 +15,8 @@ from torchtune_longshort.eval.report.figures import curves_figure
 from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
 from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, QUICK_MARK, WIDENED_GID, value_limits
 from torchtune_longshort.eval.report.figures import heatmap_figure, ppl_figure
-from torchtune_longshort.study.figures import (DIRECTION_STYLE, babilong_figure, divergence_figure, e_range_figure,
-                                               line_figure, passkey_figure, scatter_figure)
+from torchtune_longshort.study.claim_figures import DIRECTION_STYLE, divergence_figure, e_range_figure, scatter_figure
+from torchtune_longshort.study.figures import babilong_figure, line_figure, passkey_figure
 from torchtune_longshort.synthetic.experiments import paper_figure, replot_figures
 from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure
 

@@ -1,5 +1,5 @@
-"""Reading a study run's result.json: a score family at a length, why a task has no value in it, and the mean of a
-per-position loss curve."""
+"""Reading a study run's result.json: a task's metric, a score family at a length, why a task has no value in it, and
+the mean of a per-position loss curve."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return float(v)
+
+
+def metric_value(rec: Dict[str, Any], task: str, metric: str):
+    """``metric`` of ``task`` in a run's result.json (under the task's former name in older records); None when
+    absent or not a number."""
+    v = task_results(rec.get("results") or {}, task).get(metric)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def curve_mean(rec: Dict[str, Any], length: int, lo: int, hi: int) -> Optional[float]:

@@ -27,8 +27,10 @@ from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
 from torchtune_longshort.study.config import DEFAULT_JOBS, grid, main_grid, metric_of
-from torchtune_longshort.study.figures import claim_plots, loss_label, metric_value, write_plots
-from torchtune_longshort.study.records import curve_mean, not_scored_reasons, value
+from torchtune_longshort.study.claim_figures import claim_plots
+from torchtune_longshort.study.figures import write_plots
+from torchtune_longshort.study.labels import loss_label
+from torchtune_longshort.study.records import curve_mean, metric_value, not_scored_reasons, value
 from torchtune_longshort.study.runner import RESULT
 
 # table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
