@@ -168,9 +168,20 @@ def test_heatmap_one_column_or_one_row(lengths, depths):
         _inside_figure(fig, lab)
 
 
-def _cfg(lengths, **eval_extra):
-    return {"L0": 128, "L": 256, "methods": {"pi": {"method": "linear"}}, "alphas": [0.0, 0.3], "seeds": [0],
-            "eval": {"misalignment_lengths": lengths, "ppl_lengths": lengths, **eval_extra}}
+def _study(L=256, alphas=(0.0, 0.3), seeds=(0,), quick=False, finetune=None, **eval_fields):
+    """A study config (the typed one the figures read) with the fields these figures use."""
+    from torchtune_longshort.study.config import StudyConfig
+
+    return StudyConfig.from_mapping({
+        "name": "plots", "recipe_config": "configs/tiny/longshort_stdlib.yaml", "L0": 128, "L": L,
+        "base": {"pretrain": {"max_steps": 1}}, "model": {"_component_": "torchtune.models.llama2.llama2"},
+        "finetune": finetune or {"max_steps": 1}, "methods": {"pi": {"method": "linear"}}, "alphas": list(alphas),
+        "seeds": list(seeds), "quick": quick, "eval": eval_fields})
+
+
+def _cfg(lengths, **fields):
+    eval_fields = {k: fields.pop(k) for k in list(fields) if k not in ("alphas", "seeds", "quick")}
+    return _study(misalignment_lengths=lengths, ppl_lengths=lengths, **eval_fields, **fields)
 
 
 def _table(values_by_alpha, lengths):
@@ -269,10 +280,10 @@ def _cmp(mean, lo, hi, direction, **extra):
     return {"mean": mean, "lo": lo, "hi": hi, "direction": direction, "family": "ppl", "length": 512, **extra}
 
 
-def _study_cfg(seeds=(0, 1, 2), quick=False):
-    return {"L0": 128, "L": 512, "methods": {"pi": {"method": "linear"}}, "alphas": [0.0, 0.1], "seeds": list(seeds),
-            "quick": quick, "finetune": {"overrides": {"e_range": [1, "L/2"]}},
-            "eval": {"ppl_lengths": [128, 512], "passkey_lengths": [128, 512], "misalignment_lengths": [512]}}
+def _study_cfg(seeds=(0, 1, 2), quick=False, **eval_fields):
+    return _study(L=512, alphas=(0.0, 0.1), seeds=seeds, quick=quick,
+                  finetune={"max_steps": 1, "overrides": {"e_range": [1, "L/2"]}},
+                  ppl_lengths=[128, 512], passkey_lengths=[128, 512], misalignment_lengths=[512], **eval_fields)
 
 
 def test_e_range_bars_colour_only_intervals_that_exclude_zero():
@@ -325,8 +336,7 @@ def test_divergence_bars_one_panel_per_unit():
 
 # ------------------------------------------------------------------------------------ passkey chance, one seed
 def test_passkey_heatmap_marks_chance_level():
-    cfg = _study_cfg(seeds=[0])
-    cfg["eval"]["metadata"] = {"passkey_depths": [0, 50]}
+    cfg = _study_cfg(seeds=[0], metadata={"passkey_depths": [0, 50]})
     recs = {"pi_a0_s0": {"status": "ok", "results": {"longshort_passkey": {
                 "digits_128_d0": 0.05, "digits_128_d50": 0.9, "digits_512_d0": 0.1, "digits_512_d50": 0.0}}},
             "pi_a0.1_s0": {"status": "failed"}}
@@ -356,7 +366,7 @@ def test_passkey_chance_is_the_digit_score_of_random_guesses():
 @pytest.mark.parametrize("seeds, title", [([0], "pi: 1 seed"), ([0, 1, 2], "pi: mean ± sd over 3 seeds")])
 def test_line_figure_title_names_the_seed_count(seeds, title):
     lengths = [256, 512]
-    cfg = {**_cfg(lengths), "seeds": seeds}
+    cfg = _cfg(lengths, seeds=seeds)
     fig = _draw(line_figure(cfg, _table({0.0: [40.0, 60.0], 0.3: [41.0, 62.0]}, lengths), lengths, "perplexity"))
     assert fig.axes[0].get_title() == title
 
@@ -406,14 +416,14 @@ def test_synthetic_coinciding_curves_all_visible(name, labels, n_points):
 def test_study_coinciding_lines_all_visible():
     lengths = [128, 256, 512]
     t = _table({0.0: [414.3, 412.6, 408.1], 0.1: [414.3, 412.6, 408.1], 0.3: [414.3, 412.6, 408.1]}, lengths)
-    fig = _draw(line_figure({**_cfg(lengths), "alphas": [0.0, 0.1, 0.3]}, t, lengths, "perplexity"))
+    fig = _draw(line_figure(_cfg(lengths, alphas=[0.0, 0.1, 0.3]), t, lengths, "perplexity"))
     _check_every_series_visible(fig.axes[0], fig)
 
 
 def test_quick_figures_say_so(tmp_path):
     lengths = [256, 512]
     t = _table({0.0: [40.0, 60.0]}, lengths)
-    study = _draw(line_figure({**_cfg(lengths), "quick": True}, t, lengths, "perplexity"))
+    study = _draw(line_figure(_cfg(lengths, quick=True), t, lengths, "perplexity"))
     assert study.get_suptitle() == QUICK_MARK and "quick (smoke) run" in QUICK_MARK
     _inside_figure(study, study._suptitle)
     assert not _draw(line_figure(_cfg(lengths), t, lengths, "perplexity")).get_suptitle()

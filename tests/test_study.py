@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 import re
 import shutil
 import statistics
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchtune_longshort.study import Study, StudyConfigError, grid, length_label, load_study_config
+from torchtune_longshort.study import Study, StudyConfigError, length_label, load_study_config
 from torchtune_longshort.study.report import build_report
 from plot_helpers import assert_png_drawn
 
@@ -119,23 +120,23 @@ def _study(tmp_path, fail=(), **cfg_changes):
 def test_shipped_configs_load_and_grid_sizes():
     full = load_study_config(CPU_SMALL, repo_root=ROOT)
     quick = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
-    assert (full["L0"], full["L"]) == (128, 256)
-    assert len(grid(full)) == 3 * 3 * 2 and {r["method"] for r in grid(full)} == {"pi", "yarn", "clex"}
-    assert len(grid(quick)) == 2 and {r["method"] for r in grid(quick)} == {"clex"}  # quick's methods replace
-    keys = [r["key"] for r in grid(full)]
+    assert (full.L0, full.L) == (128, 256)
+    assert len(full.grid) == 3 * 3 * 2 and {r.method for r in full.grid} == {"pi", "yarn", "clex"}
+    assert len(quick.grid) == 2 and {r.method for r in quick.grid} == {"clex"}  # quick's methods replace
+    keys = [r.key for r in full.grid]
     assert len(set(keys)) == len(keys) and "yarn_a0.1_s1" in keys
     medium = load_study_config(ROOT / "configs/study/cpu_medium.yaml", repo_root=ROOT)
-    runs = grid(medium)  # 3 methods x 4 alphas + 3 e ranges + 2 divergences x 2 alphas + equal compute, x 3 seeds
-    assert len(runs) == (3 * 4 + 3 + 4 + 1) * 3 and len({r["key"] for r in runs}) == len(runs)
-    assert {r["variant"] for r in runs} == {None, "e_range", "divergence", "equal_compute"}
-    assert medium["base"]["min_ppl_ratio"] == 2.0 and (medium["L0"], medium["L"]) == (128, 512)
+    runs = medium.grid  # 3 methods x 4 alphas + 3 e ranges + 2 divergences x 2 alphas + equal compute, x 3 seeds
+    assert len(runs) == (3 * 4 + 3 + 4 + 1) * 3 and len({r.key for r in runs}) == len(runs)
+    assert {r.variant for r in runs} == {None, "e_range", "divergence", "equal_compute"}
+    assert medium.base.min_ppl_ratio == 2.0 and (medium.L0, medium.L) == (128, 512)
     mq = load_study_config(ROOT / "configs/study/cpu_medium.yaml", quick=True, repo_root=ROOT)
-    assert [r["key"] for r in grid(mq)] == ["pi_a0_s0", "pi_a0.1_s0", "pi_a0.1_e1-L_4_s0", "pi_a0.1_js_s0",
+    assert [r.key for r in mq.grid] == ["pi_a0_s0", "pi_a0.1_s0", "pi_a0.1_e1-L_4_s0", "pi_a0.1_js_s0",
                                             "pi_a0.1_eqc_s0"]  # quick's variants replace the full ones
     for name in ("gpu_medium.yaml", "llama2_7b_clex.yaml"):
         if (ROOT / "configs/study" / name).is_file():
             cfg = load_study_config(ROOT / "configs/study" / name, repo_root=ROOT)
-            assert cfg["alphas"][0] == 0.0
+            assert cfg.alphas[0] == 0.0
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -143,7 +144,7 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"alphas": [0.1, 0.3]}, "must include 0"),
     ({"alphas": [0, -1]}, "alphas=[0, -1]"),
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
-    ({"eval": {"passkey_lengths": [0]}}, "eval.passkey_lengths[]=0 must be an int >= 1"),
+    ({"eval": {"passkey_lengths": [0]}}, "eval.passkey_lengths[]=0 is not accepted: expected an integer >= 1"),
     ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
     ({"not_a_torchtune_config": {"_component_": "torch.nn.Linear"}}, "not_a_torchtune_config="),
 ])
@@ -161,8 +162,8 @@ def test_recipe_configs_base_and_finetune(tmp_path):
     base = study.recipe_config("base")
     assert base["model"]["_component_"] == "torchtune.models.llama2.llama2" and base["model"]["max_seq_len"] == 128
     assert base["seq_len"] == 128 and base["loss"]["alpha"] == 0.0 and base["checkpointer"]["checkpoint_dir"] is None
-    run = next(r for r in grid(study.cfg) if r["key"] == "yarn_a0.3_s1")
-    ft = study.recipe_config(run["key"], run)
+    run = next(r for r in study.cfg.grid if r.key == "yarn_a0.3_s1")
+    ft = study.recipe_config(run.key, run)
     assert ft["model"]["_component_"] == "torchtune_longshort.models.rope_scaled"
     assert (ft["model"]["method"], ft["model"]["max_seq_len"], ft["model"]["model"]["max_seq_len"]) == ("yarn", 256, 128)
     assert ft["seq_len"] == 256 and ft["loss"]["alpha"] == 0.3 and ft["seed"] == 1
@@ -176,12 +177,12 @@ def test_a_method_s_own_overrides_reach_its_runs_only(tmp_path):
     study, _ = _study(tmp_path, methods={"pi": {"method": "linear"},
                                          "clex": {"method": "clex", "t_min": 2,
                                                   "overrides": {"clip_rope_separately": True}}})
-    runs = {r["key"]: r for r in grid(study.cfg)}
+    runs = {r.key: r for r in study.cfg.grid}
     clex = study.recipe_config("clex_a0.1_s0", runs["clex_a0.1_s0"])
     pi = study.recipe_config("pi_a0.1_s0", runs["pi_a0.1_s0"])
     assert clex["clip_rope_separately"] is True and "clip_rope_separately" not in pi
     assert clex["model"]["t_min"] == 2 and "overrides" not in clex["model"]  # the rope kwargs, less the recipe keys
-    assert runs["clex_a0.1_s0"]["rope"] == {"method": "clex", "t_min": 2}
+    assert runs["clex_a0.1_s0"].rope == {"method": "clex", "t_min": 2}
     with pytest.raises(StudyConfigError, match=r"methods\.clex\.overrides=\[1\] must map recipe keys"):
         _study(tmp_path, methods={"clex": {"method": "clex", "overrides": [1]}})
 
@@ -198,7 +199,7 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     assert re.search(r"\| pi_a0\.3_s1 \| failed \|.*FloatingPointError: non-finite loss nan", md)
     assert summary["runs"]["pi_a0.3_s1"]["status"] == "failed"
     # per checkpoint: entropy = (SCE - Jeffreys) / 2 of the fake lm-eval's values at L (alpha 0.3, seed 0)
-    L = study.cfg["L"]
+    L = study.cfg.L
     row = next(x for x in md.splitlines() if x.startswith("| pi_a0.3_s0 | ok |"))
     entropy = float(row.split("|")[5])
     assert math.isclose(entropy, ((5.0 - 0.3 + L / 1000) - (0.5 - 0.3 / 2)) / 2, rel_tol=1e-3)
@@ -217,24 +218,24 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
 def test_interrupted_training_resumes_and_finished_training_is_not_redone(tmp_path):
     study, ex = _study(tmp_path)
     study.run_one("base", None, evaluate=False)
-    run = grid(study.cfg)[0]
-    train = study.run_dir(run["key"]) / "train"
+    run = study.cfg.grid[0]
+    train = study.run_dir(run.key) / "train"
     (train / "step_10").mkdir(parents=True)  # an interrupted run left a checkpoint
-    study.run_one(run["key"], run)
+    study.run_one(run.key, run)
     tune_calls = [a for a in ex.calls if Path(a[0]).name == "tune"]
-    assert tune_calls[-1][-1] == "resume=True" and f"runs/{run['key']}" in tune_calls[-1][4]
+    assert tune_calls[-1][-1] == "resume=True" and f"runs/{run.key}" in tune_calls[-1][4]
     # eval interrupted after training: result.json gone, step_<max> present -> only lm-eval runs
-    (study.run_dir(run["key"]) / "result.json").unlink()
+    (study.run_dir(run.key) / "result.json").unlink()
     n = len(ex.calls)
-    assert study.run_one(run["key"], run)["status"] == "ok"
+    assert study.run_one(run.key, run)["status"] == "ok"
     assert len(ex.calls) == n  # eval results were complete too: nothing re-run
 
 
 def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tmp_path):
     study, ex = _study(tmp_path)
     study.run_one("base", None, evaluate=False)
-    run = grid(study.cfg)[0]
-    eval_dir = study.run_dir(run["key"]) / "eval"
+    run = study.cfg.grid[0]
+    eval_dir = study.run_dir(run.key) / "eval"
 
     def calls_of(rec_fn):
         n = len(ex.calls)
@@ -242,26 +243,27 @@ def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tm
         calls = [a for a in ex.calls[n:] if "torchtune_longshort.eval.tasks.babilong.generator" not in a]  # data, once
         return rec, ["tune" if Path(a[0]).name == "tune" else "eval" for a in calls], calls
 
-    rec, kinds, _ = calls_of(lambda: study.run_one(run["key"], run))
+    rec, kinds, _ = calls_of(lambda: study.run_one(run.key, run))
     assert rec["status"] == "ok" and kinds == ["tune", "eval"]
     (eval_dir / "model" / "stale_marker").write_text("from the first evaluation")
 
     # a fine-tune setting changed: result.json, checkpoint and eval results are all of the old config
-    study.cfg["finetune"]["overrides"]["optimizer"]["lr"] = 5.0e-4
-    rec, kinds, calls = calls_of(lambda: study.run_one(run["key"], run))
+    ft = study.cfg.finetune
+    study.cfg = replace(study.cfg, finetune=replace(ft, overrides={**ft.overrides, "optimizer": {"lr": 5.0e-4}}))
+    rec, kinds, calls = calls_of(lambda: study.run_one(run.key, run))
     assert rec["status"] == "ok" and kinds == ["tune", "eval"]
     assert calls[0][-1] == "overwrite_output_dir=True"  # from step 0, not skipped, not resumed
     assert not (eval_dir / "model" / "stale_marker").exists()
     assert rec["spec"]["recipe_config"]["optimizer"]["lr"] == 5.0e-4
 
     # an eval setting changed: the checkpoint is reused, lm-eval runs again with the new metadata
-    study.cfg["eval"]["ppl_num_samples"] = 5
-    rec, kinds, calls = calls_of(lambda: study.run_one(run["key"], run))
+    study.cfg = replace(study.cfg, eval=replace(study.cfg.eval, ppl_num_samples=5))
+    rec, kinds, calls = calls_of(lambda: study.run_one(run.key, run))
     assert kinds == ["eval"] and json.loads(calls[0][calls[0].index("--metadata") + 1])["ppl_num_samples"] == 5
 
     # eval interrupted after lm-eval wrote its results (result.json lost): nothing runs again
-    (study.run_dir(run["key"]) / "result.json").unlink()
-    rec, kinds, _ = calls_of(lambda: study.run_one(run["key"], run))
+    (study.run_dir(run.key) / "result.json").unlink()
+    rec, kinds, _ = calls_of(lambda: study.run_one(run.key, run))
     assert rec["status"] == "ok" and kinds == []
 
 
@@ -332,8 +334,8 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
     # the failed run is not in its row's numbers: yarn alpha 0.1 has one seed -> no ±
     assert re.search(r"\| CE \+ 0\.1 x misalignment \| [0-9.]+ \| [0-9.]+ \|", md)
     # every run's raw JSON and lm-eval file sit in the report folder
-    for r in grid(study.cfg):
-        assert (rdir / "runs" / r["key"] / "result.json").is_file()
+    for r in study.cfg.grid:
+        assert (rdir / "runs" / r.key / "result.json").is_file()
     assert (rdir / "runs" / "pi_a0_s0" / "lm_eval_results.json").is_file()
     for png in ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png",
                 "passkey_depth_length.png", "finetune_convergence.png"):
@@ -444,11 +446,11 @@ def test_jobs_run_fine_tunes_at_once_with_their_share_of_threads(tmp_path, monke
             return super().__call__(argv, log_path, cwd, env, timeout)
 
     cfg = load_study_config(_write_cfg(tmp_path, jobs=2), repo_root=ROOT)
-    assert cfg["jobs"] == 2
+    assert cfg.jobs == 2
     ex = Parallel(fail={"yarn_a0_s0"})
     study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ex, log=lambda m: None)
     recs = study.run()
-    assert list(recs) == ["base"] + [r["key"] for r in grid(cfg)]
+    assert list(recs) == ["base"] + [r.key for r in cfg.grid]
     assert recs["yarn_a0_s0"]["status"] == "failed"
     assert sum(r["status"] == "ok" for r in recs.values()) == len(recs) - 1
     assert dict(seen)["base"] is None and {t for k, t in seen if k != "base"} == {"4"}

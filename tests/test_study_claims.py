@@ -9,6 +9,7 @@ come out as the planted effects say, and the report must state them.
 import json
 import math
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -88,9 +89,9 @@ class ClaimsExecutor:
         return 0
 
 
-def _cfg(tmp_path):
+def _cfg(tmp_path, methods=None):
     raw = yaml.safe_load((ROOT / "configs/study/cpu_small.yaml").read_text())
-    raw.update(methods={"pi": {"method": "linear"}}, alphas=[0, 0.1, 0.3, 1.0], seeds=[0, 1, 2],
+    raw.update(methods=methods or {"pi": {"method": "linear"}}, alphas=[0, 0.1, 0.3, 1.0], seeds=[0, 1, 2],
                variants={"e_range": {"method": "pi", "alpha": 0.1, "ranges": [[1, "L/4"], ["L/4", "L/2"], [1, "L"]]},
                          "divergence": {"method": "pi", "alphas": [0.1], "divergences": ["jeffreys", "js"]},
                          "equal_compute": {"method": "pi", "alpha": 0.1, "overhead": 1.0526}})
@@ -99,12 +100,17 @@ def _cfg(tmp_path):
     return load_study_config(p, repo_root=ROOT)
 
 
+def _base(cfg, **fields):
+    """``cfg`` with some of its ``base`` fields changed."""
+    return replace(cfg, base=replace(cfg.base, **fields))
+
+
 def test_variants_in_the_grid_and_their_recipe_configs(tmp_path):
     cfg = _cfg(tmp_path)
     study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
-    runs = {r["key"]: r for r in study.runs()}
+    runs = {r.key: r for r in study.runs()}
     assert len(runs) == 3 * (4 + 3 + 2 + 1)
-    assert runs["pi_a0.1_e1-L_4_s2"]["overrides"] == {"e_range": [1, "L/4"]}
+    assert runs["pi_a0.1_e1-L_4_s2"].overrides == {"e_range": [1, "L/4"]}
     rc = study.recipe_config("pi_a0.1_jeffreys_s0", runs["pi_a0.1_jeffreys_s0"])
     assert rc["loss"]["divergence"] == "jeffreys" and rc["loss"]["alpha"] == 0.1
     assert study.recipe_config("pi_a0.1_eqc_s1", runs["pi_a0.1_eqc_s1"])["equal_compute_overhead"] == 1.0526
@@ -133,9 +139,9 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     assert v["table1"]["verdict"] == "held"  # the metric tracks ppl by construction; training CE does not
     # the same checkpoints with the metric's sign flipped: as strong a correlation, the wrong way round
     from torchtune_longshort.study.claims import claim_table1
-    from torchtune_longshort.study.config import metric_of
+    from torchtune_longshort.study.eval_config import metric_of
 
-    task, metric = metric_of("misalignment", cfg["L"])
+    task, metric = metric_of("misalignment", cfg.L)
     flipped = {k: {**r, "results": {**r["results"], task: {**r["results"][task], metric: -r["results"][task][metric]}}}
                if k != "base" else r for k, r in recs.items()}
     t1 = claim_table1(cfg, flipped)
@@ -164,8 +170,7 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
 def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path):
     from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 
-    cfg = _cfg(tmp_path)
-    cfg["methods"]["yarn"] = {"method": "yarn"}
+    cfg = _cfg(tmp_path, methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
     study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
     study.run()
     recs = load_records(tmp_path / "out", cfg)
@@ -175,10 +180,10 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
         assert (c["treated"], c["control"]) == ("yarn_a0", "pi_a0") and c["direction"] == "better"
         assert abs(c["mean"] - METHOD_EFFECT["yarn"]) < 0.1
     # the base: ppl by length and per-position ratios from a planted curve (loss 1 nat higher beyond L0)
-    L0 = cfg["L0"]
+    L0 = cfg.L0
     curve = [2.0] * L0 + [2.5] * (2 * L0) + [3.0] * L0
     rec = {"results": {"longshort_ppl": {f"ppl_{L0}": 10.0, f"ppl_{4 * L0}": 25.0}}, "curves": {str(4 * L0): curve}}
-    cfg["eval"]["ppl_lengths"] = [L0, 4 * L0]
+    cfg = replace(cfg, eval=replace(cfg.eval, ppl_lengths=[L0, 4 * L0]))
     b = base_failure(cfg, rec)
     assert b["sequence_ratio"] == 2.5
     assert abs(b["position_ratio"] - math.e) < 1e-12  # exp(3.0 - 2.0)
@@ -187,21 +192,20 @@ def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path
     assert abs(b["late_position_ratio"] - math.e) < 1e-12  # [L0/2, L0) is at 2.0 nats as well
     # the gate: which ratio it reads, and the reason it gives
     rec["status"] = "ok"
-    cfg["base"].update(min_ppl_ratio=2.0, gate_measure="sequence")
+    cfg = _base(cfg, min_ppl_ratio=2.0, gate_measure="sequence")
     assert base_gate_refusal(cfg, rec) is None
-    cfg["base"]["min_ppl_ratio"] = 2.6
+    cfg = _base(cfg, min_ppl_ratio=2.6)
     assert "its sequence ratio is 2.5 < base.min_ppl_ratio=2.6" in base_gate_refusal(cfg, rec)
-    cfg["base"]["gate_measure"] = "positions"
+    cfg = _base(cfg, gate_measure="positions")
     assert base_gate_refusal(cfg, rec) is None  # e = 2.718 >= 2.6
     # the report says that the reading the gate does not use (sequence: 2.5 < 2.6) would have refused this base
     from torchtune_longshort.study.claims_markdown import base_section
 
     md = "\n".join(base_section(b, cfg))
     assert "The sequence ratio (2.5) is below base.min_ppl_ratio = 2.6" in md and "ran on the positions ratio" in md
-    cfg["base"]["gate_measure"] = "sequence"
-    cfg["base"]["min_ppl_ratio"] = 2.0
+    cfg = _base(cfg, gate_measure="sequence", min_ppl_ratio=2.0)
     assert "is below base.min_ppl_ratio" not in "\n".join(base_section(b, cfg))  # both readings pass 2.0
-    cfg["base"]["min_ppl_ratio"] = None
+    cfg = _base(cfg, min_ppl_ratio=None)
     assert base_gate_refusal(cfg, rec) is None
 
 
@@ -209,8 +213,7 @@ def test_a_method_whose_ce_baseline_did_not_learn_the_extension_is_not_measurabl
     # planted: CLEX's fine-tunes 5 ppl worse than PI's, so its CE-only runs end above the base (planted +3) at every
     # length; alpha 0.1 still beats CLEX's own CE by the planted 0.6, which the intervals see
     monkeypatch.setitem(METHOD_EFFECT, "clex", 5.0)
-    cfg = _cfg(tmp_path)
-    cfg["methods"]["clex"] = {"method": "clex"}
+    cfg = _cfg(tmp_path, methods={"pi": {"method": "linear"}, "clex": {"method": "clex"}})
     study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
     study.run()
     claims = {c["id"]: c for c in analyze(cfg, load_records(tmp_path / "out", cfg))["claims"]}

@@ -4,7 +4,7 @@
 """
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.config import StudyConfigError, grid, load_study_config
+from torchtune_longshort.study.config import StudyConfig, StudyConfigError, load_study_config
 from torchtune_longshort.study.runner import Study
 
-__all__ = ["Study", "StudyConfigError", "grid", "length_label", "load_study_config"]
+__all__ = ["Study", "StudyConfig", "StudyConfigError", "length_label", "load_study_config"]

@@ -9,6 +9,7 @@ anything trains).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     if a.jobs is not None:
         if a.jobs < 1:
             p.error(f"--jobs={a.jobs}: expected a positive integer")
-        cfg["jobs"] = a.jobs
+        cfg = dataclasses.replace(cfg, jobs=a.jobs)
     study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
     t0 = time.time()
     if not a.report_only:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
-from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE, GATE_MEASURES
+from torchtune_longshort.study.base_config import GATE_MEASURES
 from torchtune_longshort.study.records import curve_mean, value
 
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
 
-def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+
+def base_failure(cfg: "StudyConfig", base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """How the unscaled base fails beyond its training length L0, from its result.json (None without ppl at L0).
 
     ``sequence_ratio``: ppl of ``4 L0``-token sequences over ppl of ``L0``-token sequences (the usual ppl-vs-length
@@ -20,17 +23,17 @@ def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str
     ``rows``: per evaluated length, the ppl and its ratio to the ppl at L0; ``bins``: per-position ppl of the
     longest curve over ``[0, L0)``, ``[L0, 2 L0)``, ``[2 L0, 4 L0)``, ...
     """
-    L0 = cfg["L0"]
+    L0 = cfg.L0
     at_l0 = value(base, "ppl", L0)
     if at_l0 is None:
         return None
     rows = [{"length": n, "ppl": value(base, "ppl", n),
              "ratio": (value(base, "ppl", n) / at_l0) if value(base, "ppl", n) else None}
-            for n in cfg["eval"]["ppl_lengths"]]
+            for n in cfg.eval.ppl_lengths]
     at_4 = value(base, "ppl", 4 * L0)
     inside, far = curve_mean(base, 4 * L0, 0, L0), curve_mean(base, 4 * L0, 3 * L0, 4 * L0)
     late = curve_mean(base, 4 * L0, L0 // 2, L0)
-    top = max(cfg["eval"]["ppl_lengths"])
+    top = max(cfg.eval.ppl_lengths)
     edges = [0, L0] + [L0 * 2 ** k for k in range(1, 16) if L0 * 2 ** k <= top]
     bins = [{"lo": lo, "hi": hi, "ppl": math.exp(m) if (m := curve_mean(base, top, lo, hi)) is not None else None}
             for lo, hi in zip(edges, edges[1:])]
@@ -40,14 +43,14 @@ def base_failure(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[Dict[str
             "rows": rows, "bins": bins, "curve_length": top}
 
 
-def base_gate_refusal(cfg: Dict[str, Any], base: Dict[str, Any]) -> Optional[str]:
+def base_gate_refusal(cfg: "StudyConfig", base: Dict[str, Any]) -> Optional[str]:
     """Why the fine-tunes must not start, or None: with ``base.min_ppl_ratio`` set, the unscaled base must fail
     beyond its training length as real models do (its ``base.gate_measure`` ratio of :func:`base_failure` at least
     that large), or no RoPE method has anything to fix."""
-    need = cfg["base"].get("min_ppl_ratio")
+    need = cfg.base.min_ppl_ratio
     if not need or base.get("status") != "ok":
         return None
-    L0, measure = cfg["L0"], cfg["base"].get("gate_measure", DEFAULT_GATE_MEASURE)
+    L0, measure = cfg.L0, cfg.base.gate_measure
     b = base_failure(cfg, base)
     ratio = b and b[GATE_MEASURES[measure]]
     if ratio is None:

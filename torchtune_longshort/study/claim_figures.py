@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.config import config_key, metric_of
+from torchtune_longshort.study.eval_config import metric_of
+from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.labels import e_range_text, seeds_text
 from torchtune_longshort.study.records import metric_value, value
+
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
 
 # A paired difference's direction (``study.stats.direction``) -> (bar colour, legend text). Only an interval that
 # excludes 0 gets a colour of its own; one that holds 0 is neutral grey whatever the sign of its mean.
@@ -29,7 +33,7 @@ DIRECTION_STYLE = {
 FAMILY_UNIT = {"ppl": ("perplexity", "ppl"), "entropy": ("next-token entropy", "nats")}
 
 
-def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+def scatter_figure(table1: Dict[str, Any], cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Table 1: every checkpoint's misalignment at L and training CE against its perplexity at the longest length.
 
     Both axes of both panels are value axes (:func:`plot_axes.value_axis`): plain, short tick labels that never run
@@ -39,7 +43,7 @@ def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, 
     from torchtune_longshort.eval.plot_axes import MARKERS, mark_quick, value_axis
     from torchtune_longshort.study.claims import train_ce
 
-    top, L = max(n for n in cfg["eval"]["ppl_lengths"]), cfg["L"]
+    top, L = max(cfg.eval.ppl_lengths), cfg.L
     keys = [k for k, r in recs.items() if k != "base" and r.get("status") == "ok"]
     fig = Figure(figsize=(10, 4), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -48,7 +52,7 @@ def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, 
                                        ("training CE (last steps)", train_ce))):
         xs_all: List[float] = []
         ys_all: List[float] = []
-        for i, m in enumerate(cfg["methods"]):
+        for i, m in enumerate(cfg.methods):
             pts = [(getx(recs[k]), value(recs[k], "ppl", top)) for k in keys if recs[k].get("method") == m]
             pts = [p for p in pts if None not in p]
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=m, s=22, marker=MARKERS[i % len(MARKERS)],
@@ -65,11 +69,11 @@ def scatter_figure(table1: Dict[str, Any], cfg: Dict[str, Any], recs: Dict[str, 
         ax.set_title(f"{name}{rho}, {len(xs_all)} checkpoints", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+def alpha_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Perplexity against alpha at each length >= L, one panel per method (mean ± sd over seeds; a plain value at
     one seed)."""
     from matplotlib.figure import Figure
@@ -77,7 +81,7 @@ def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
     from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
     from torchtune_longshort.study.claims import by_seed, long_lengths
 
-    methods = list(cfg["methods"])
+    methods = list(cfg.methods)
     fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
     axes = fig.subplots(1, len(methods), squeeze=False)
     lengths = long_lengths(cfg)
@@ -85,7 +89,7 @@ def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
         ys_all: List[float] = []
         for i, n in enumerate(lengths):
             pts = []
-            for a in cfg["alphas"]:
+            for a in cfg.alphas:
                 vals = list(by_seed(cfg, recs, config_key(m, a), "ppl", n).values())
                 if vals:
                     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
@@ -98,10 +102,10 @@ def alpha_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
         value_axis(ax, ys_all)
         ax.set_xlabel("alpha")
         ax.set_ylabel("perplexity")
-        ax.set_title(f"{m}: {seeds_text(len(cfg['seeds']))}", fontsize=9)
+        ax.set_title(f"{m}: {seeds_text(len(cfg.seeds))}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
@@ -158,14 +162,14 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
     return fig
 
 
-def base_figure(cfg: Dict[str, Any], base: Dict[str, Any]):
+def base_figure(cfg: "StudyConfig", base: Dict[str, Any]):
     """The unscaled base beyond L0: ppl against length, and its per-position loss inside each evaluated length."""
     from matplotlib.figure import Figure
 
     from torchtune_longshort.eval.plot_axes import length_axis, mark_quick, series_style, value_axis
 
-    L0 = cfg["L0"]
-    lengths = [n for n in cfg["eval"]["ppl_lengths"] if metric_value(base, *metric_of("ppl", n)) is not None]
+    L0 = cfg.L0
+    lengths = [n for n in cfg.eval.ppl_lengths if metric_value(base, *metric_of("ppl", n)) is not None]
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     ppl = [metric_value(base, *metric_of("ppl", n)) for n in lengths]
@@ -195,35 +199,33 @@ def base_figure(cfg: Dict[str, Any], base: Dict[str, Any]):
     ax2.set_title("base: per-position loss", fontsize=9)
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=7)
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def e_range_figure(cfg: Dict[str, Any], claim: Dict[str, Any]):
+def e_range_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
     """Table 7's bars: each other ``e`` range's perplexity minus the main range's, paired by seed (a Figure)."""
-    from torchtune_longshort.windows import DEFAULT_E_RANGE
-
-    main = e_range_text(cfg["finetune"].get("overrides", {}).get("e_range", DEFAULT_E_RANGE))
+    main = e_range_text(cfg.finetune.e_range)
     return bars_figure(claim["comparisons"],
                        lambda c: f"e ~ {e_range_text(c['e_range'])} @ {length_label(c['length'])}",
                        f"Table 7: perplexity of other e ranges minus the main e ~ {main} ({_paired(cfg)})",
-                       cfg.get("quick", False))
+                       cfg.quick)
 
 
-def divergence_figure(cfg: Dict[str, Any], claim: Dict[str, Any]):
+def divergence_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
     """Jeffreys / JS / SCE minus CE, paired by seed: a panel of perplexity differences and one of next-token
     entropy differences (nats), never one axis for both (a Figure)."""
     return bars_figure(claim["comparisons"],
                        lambda c: f"{c['divergence']} a={c['alpha']:g} @ {length_label(c['length'])}",
                        f"Divergences minus CE: perplexity and next-token entropy ({_paired(cfg)})",
-                       cfg.get("quick", False))
+                       cfg.quick)
 
 
-def _paired(cfg: Dict[str, Any]) -> str:
-    return f"paired by seed, {seeds_text(len(cfg['seeds']), spread=False)}"
+def _paired(cfg: "StudyConfig") -> str:
+    return f"paired by seed, {seeds_text(len(cfg.seeds), spread=False)}"
 
 
-def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
+def claim_plots(cfg: "StudyConfig", analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
                 base_only: bool = False) -> List[str]:
     """The claims' figures: the base's failure, metric-vs-performance scatter, alpha curves, e-range and divergence
     bars (``base_only``: the first alone, when no fine-tune ran)."""
@@ -237,7 +239,7 @@ def claim_plots(cfg: Dict[str, Any], analysis: Dict[str, Any], recs: Dict[str, D
     if claims["table1"].get("correlations"):
         scatter_figure(claims["table1"], cfg, recs).savefig(rdir / "metric_vs_performance.png", dpi=110)
         made.append("metric_vs_performance.png")
-    if len(cfg["alphas"]) > 1:
+    if len(cfg.alphas) > 1:
         alpha_figure(cfg, recs).savefig(rdir / "alpha_curves.png", dpi=110)
         made.append("alpha_curves.png")
     if claims["table7"]["comparisons"]:

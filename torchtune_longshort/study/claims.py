@@ -11,13 +11,16 @@ verdict is written next to it in the report.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_failure
-from torchtune_longshort.study.config import config_key, grid
+from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.stats import correlation, direction, paired_difference
+
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
 
 Records = Dict[str, Dict[str, Any]]
 
@@ -40,18 +43,18 @@ PAPER = {
 
 
 # ---------------------------------------------------------------------------------------------- reading records
-def by_seed(cfg: Dict[str, Any], recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
+def by_seed(cfg: "StudyConfig", recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
     """``{seed: value}`` of configuration ``cid`` over its successful runs."""
     out = {}
-    for r in grid(cfg):
-        if r["config"] == cid and recs.get(r["key"], {}).get("status") == "ok":
-            v = value(recs[r["key"]], family, n)
+    for r in cfg.grid:
+        if r.config == cid and recs.get(r.key, {}).get("status") == "ok":
+            v = value(recs[r.key], family, n)
             if v is not None:
-                out[r["seed"]] = v
+                out[r.seed] = v
     return out
 
 
-def ce_id(cfg: Dict[str, Any], method: str) -> str:
+def ce_id(cfg: "StudyConfig", method: str) -> str:
     return config_key(method, 0)
 
 
@@ -64,7 +67,7 @@ def train_ce(rec: Dict[str, Any]) -> Optional[float]:
 
 
 # ---------------------------------------------------------------------------------------------- comparisons
-def compare(cfg: Dict[str, Any], recs: Records, treated: str, control: str, family: str, n: Any,
+def compare(cfg: "StudyConfig", recs: Records, treated: str, control: str, family: str, n: Any,
             lower_is_better: Optional[bool]) -> Dict[str, Any]:
     """Paired difference ``treated - control`` of ``family`` at ``n`` over seeds, with its direction."""
     d = paired_difference(by_seed(cfg, recs, treated, family, n), by_seed(cfg, recs, control, family, n))
@@ -73,12 +76,12 @@ def compare(cfg: Dict[str, Any], recs: Records, treated: str, control: str, fami
     return d
 
 
-def long_lengths(cfg: Dict[str, Any]) -> List[int]:
+def long_lengths(cfg: "StudyConfig") -> List[int]:
     """The perplexity lengths at and beyond the fine-tuning length L (the paper's long-context range)."""
-    return [n for n in cfg["eval"]["ppl_lengths"] if n >= cfg["L"]]
+    return [n for n in cfg.eval.ppl_lengths if n >= cfg.L]
 
 
-def _has_signal(cfg: Dict[str, Any], recs: Records, family: str, n: Any) -> bool:
+def _has_signal(cfg: "StudyConfig", recs: Records, family: str, n: Any) -> bool:
     """Whether a score varies at all across the study's runs (a task at 0 everywhere measures nothing)."""
     vals = {value(r, family, n) for r in recs.values() if r.get("status") == "ok"} - {None}
     return len(vals) > 1
@@ -99,12 +102,12 @@ def _opposite(d: str) -> str:
     return {"better": "worse", "worse": "better"}.get(d, d)
 
 
-def ce_improvement(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
+def ce_improvement(cfg: "StudyConfig", recs: Records) -> List[Dict[str, Any]]:
     """Per method and ppl length: the base model, CE-only fine-tunes (mean over seeds) and their ratio."""
     rows = []
     base = recs.get("base", {})
-    for m in cfg["methods"]:
-        for n in cfg["eval"]["ppl_lengths"]:
+    for m in cfg.methods:
+        for n in cfg.eval.ppl_lengths:
             ce = list(by_seed(cfg, recs, ce_id(cfg, m), "ppl", n).values())
             b = value(base, "ppl", n) if base.get("status") == "ok" else None
             mean = statistics.fmean(ce) if ce else None
@@ -113,12 +116,12 @@ def ce_improvement(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
     return rows
 
 
-def methods_compared(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def methods_compared(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Do the RoPE methods differ? Paired by seed, each pair of methods' CE-only fine-tunes at every ppl length."""
-    methods, comps = list(cfg["methods"]), []
+    methods, comps = list(cfg.methods), []
     for i, m1 in enumerate(methods):
         for m2 in methods[i + 1:]:
-            for n in cfg["eval"]["ppl_lengths"]:
+            for n in cfg.eval.ppl_lengths:
                 c = compare(cfg, recs, ce_id(cfg, m2), ce_id(cfg, m1), "ppl", n, lower_is_better=True)
                 comps.append(c)
     known = [c for c in comps if c["direction"] != "unknown"]
@@ -135,12 +138,12 @@ def methods_compared(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the claims
-def failed_baseline(cfg: Dict[str, Any], recs: Records, method: str) -> Optional[str]:
+def failed_baseline(cfg: "StudyConfig", recs: Records, method: str) -> Optional[str]:
     """Why ``method``'s CE-only fine-tunes cannot serve as the baseline, or None: their mean ppl is at or above the
     unscaled base's at every length >= L (they did not learn the extension). A loss that beats such a baseline has
     beaten a failed run, which says nothing about the paper's claim."""
     rows = [r for r in ce_improvement(cfg, recs)
-            if r["method"] == method and r["length"] >= cfg["L"] and r["ratio"] is not None]
+            if r["method"] == method and r["length"] >= cfg.L and r["ratio"] is not None]
     if not rows or any(r["ratio"] < 1.0 for r in rows):
         return None
     ratios = " / ".join(f"{r['ratio']:.2f}" for r in rows)
@@ -158,15 +161,15 @@ def _combined(verdicts: Sequence[str]) -> str:
     return "held for some methods only" if "held" in measurable else "not held"
 
 
-def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], want: str, key: str) -> Dict[str, Any]:
+def claim_alpha(cfg: "StudyConfig", recs: Records, alphas: Sequence[float], want: str, key: str) -> Dict[str, Any]:
     """Tables 2-3 (``want = better``, alphas 0.1-0.3) and Table 6 (``want = worse``, alpha >= 0.5): per method, the
     paired ppl differences at every length >= L, plus retrieval / QA where they carry signal. A method whose CE-only
     fine-tunes did not learn the extension (:func:`failed_baseline`) is not measurable here."""
     comps, per_method = [], {}
-    for m in cfg["methods"]:
+    for m in cfg.methods:
         dirs = []
         for a in alphas:
-            if a not in cfg["alphas"]:
+            if a not in cfg.alphas:
                 continue
             for n in long_lengths(cfg):
                 c = compare(cfg, recs, config_key(m, a), ce_id(cfg, m), "ppl", n, lower_is_better=True)
@@ -189,23 +192,23 @@ def claim_alpha(cfg: Dict[str, Any], recs: Records, alphas: Sequence[float], wan
             "per_method": {m: {"verdict": v, "reason": r} for m, (v, r) in per_method.items()}}
 
 
-def _secondary(cfg: Dict[str, Any], recs: Records, treated: str, control: str) -> List[Dict[str, Any]]:
+def _secondary(cfg: "StudyConfig", recs: Records, treated: str, control: str) -> List[Dict[str, Any]]:
     """Retrieval (passkey) and QA (BABILong) comparisons, where the scores vary at all."""
     out = []
-    for n in cfg["eval"].get("passkey_lengths") or []:
+    for n in cfg.eval.passkey_lengths:
         for fam in ("passkey", "passkey_digits"):
             if _has_signal(cfg, recs, fam, n):
                 out.append(compare(cfg, recs, treated, control, fam, n, lower_is_better=False))
-    for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
+    for lab in cfg.eval.babilong_lengths:
         if _has_signal(cfg, recs, "babilong", lab):
             out.append(compare(cfg, recs, treated, control, "babilong", lab, lower_is_better=False))
     return out
 
 
-def claim_babilong(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def claim_babilong(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Tables 4-5: QA accuracy by depth at the longest length, alpha 0.1-0.3 against CE."""
-    bab = cfg["eval"].get("babilong") or {}
-    labs, depths = bab.get("lengths") or [], bab.get("depths") or []
+    bab = cfg.eval.babilong
+    labs, depths = cfg.eval.babilong_lengths, (bab.depths if bab else None) or []
     base = {"id": "tables4_5", "paper": PAPER["tables4_5"], "comparisons": []}
     if not labs or not depths:
         return {**base, "verdict": "not measurable here", "reason": "no BABILong lengths x depths in this study"}
@@ -215,7 +218,7 @@ def claim_babilong(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
         return {**base, "verdict": "not measurable here",
                 "reason": f"BABILong accuracy at {longest} is the same for every checkpoint (no signal)"}
     comps = [compare(cfg, recs, config_key(m, a), ce_id(cfg, m), "babilong", f"{longest}_d{d}", lower_is_better=False)
-             for m in cfg["methods"] for a in (0.1, 0.3) if a in cfg["alphas"] for d in depths]
+             for m in cfg.methods for a in (0.1, 0.3) if a in cfg.alphas for d in depths]
     mid = [c["direction"] for c in comps if int(str(c["length"]).rsplit("_d", 1)[1]) in (50, 75)]
     zero = [c["direction"] for c in comps if str(c["length"]).endswith("_d0")]
     v_mid, r_mid = _verdict_from(mid, "better")
@@ -226,24 +229,24 @@ def claim_babilong(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
             "rule": "held when alpha 0.1-0.3 is better than CE at depth 50-75% and not different at depth 0"}
 
 
-def claim_e_range(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def claim_e_range(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Table 7: each variant range against the main grid's range at the same method and alpha (perplexity)."""
-    v = (cfg.get("variants") or {}).get("e_range")
+    v = cfg.variants.e_range
     base = {"id": "table7", "paper": PAPER["table7"], "comparisons": []}
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no e_range variant in this study"}
-    ref = config_key(v["method"], v["alpha"])
+    ref = config_key(v.method, v.alpha)
     # Table 7, against the main range U[1, L/2]
     expect = {("1", "L/4"): "no difference", ("L/4", "L/2"): "worse", ("1", "L"): "worse"}
     comps, held = [], []
-    for r in grid(cfg):
-        if r["variant"] != "e_range" or r["seed"] != cfg["seeds"][0]:
+    for r in cfg.grid:
+        if r.variant != "e_range" or r.seed != cfg.seeds[0]:
             continue
-        cid = r["config"]
-        bounds = tuple(str(b).replace(" ", "") for b in r["overrides"]["e_range"])
+        cid = r.config
+        bounds = tuple(str(b).replace(" ", "") for b in r.overrides["e_range"])
         for n in long_lengths(cfg):
             c = compare(cfg, recs, cid, ref, "ppl", n, lower_is_better=True)
-            c["e_range"] = r["overrides"]["e_range"]
+            c["e_range"] = r.overrides["e_range"]
             c["expected"] = expect.get(bounds)
             comps.append(c)
             if c["expected"] and c["direction"] != "unknown":
@@ -253,35 +256,35 @@ def claim_e_range(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
     verdict = "held" if all(held) else "partly held" if any(held) else "not held"
     return {**base, "verdict": verdict, "comparisons": comps,
             "reason": f"{sum(held)} of {len(held)} (range, length) comparisons against the main range "
-                      f"{cfg['finetune']['overrides'].get('e_range', '[1, L/2]')} went the paper's way",
+                      f"{cfg.finetune.e_range} went the paper's way",
             "rule": "U[1, L/4]: no difference; U[L/4, L/2] and U[1, L]: worse perplexity (95% interval of the "
                     "paired difference against the main range)"}
 
 
-def claim_equal_compute(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
-    v = (cfg.get("variants") or {}).get("equal_compute")
+def claim_equal_compute(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
+    v = cfg.variants.equal_compute
     base = {"id": "tables9_10", "paper": PAPER["tables9_10"], "comparisons": []}
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no equal_compute variant in this study"}
-    cid = config_key(v["method"], v["alpha"], "eqc")
-    comps = [compare(cfg, recs, cid, ce_id(cfg, v["method"]), "ppl", n, True) for n in long_lengths(cfg)]
+    cid = config_key(v.method, v.alpha, "eqc")
+    comps = [compare(cfg, recs, cid, ce_id(cfg, v.method), "ppl", n, True) for n in long_lengths(cfg)]
     verdict, reason = _verdict_from([c["direction"] for c in comps], "better")
     return {**base, "verdict": verdict, "reason": reason, "comparisons": comps,
-            "rule": f"alpha {v['alpha']:g} with floor(max_steps / {v['overhead']}) steps better than CE on "
+            "rule": f"alpha {v.alpha:g} with floor(max_steps / {v.overhead}) steps better than CE on "
                     "perplexity at one or more lengths >= L and worse at none"}
 
 
-def claim_divergence(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def claim_divergence(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """SCE (main grid) against Jeffreys / JS at the same alphas: perplexity and entropy, each against CE."""
-    v = (cfg.get("variants") or {}).get("divergence")
+    v = cfg.variants.divergence
     base = {"id": "divergence", "paper": PAPER["divergence"], "comparisons": []}
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no divergence variant in this study"}
-    m, comps = v["method"], []
+    m, comps = v.method, []
     top = max(long_lengths(cfg))
-    for a in v["alphas"]:
-        for name, cid in [("sce", config_key(m, a))] + [(d, config_key(m, a, d)) for d in v["divergences"]]:
-            for fam, n, lower in (("ppl", top, True), ("entropy", cfg["L"], None)):  # entropy: no better side
+    for a in v.alphas:
+        for name, cid in [("sce", config_key(m, a))] + [(d, config_key(m, a, d)) for d in v.divergences]:
+            for fam, n, lower in (("ppl", top, True), ("entropy", cfg.L, None)):  # entropy: no better side
                 c = compare(cfg, recs, cid, ce_id(cfg, m), fam, n, lower)
                 c["divergence"], c["alpha"] = name, a
                 comps.append(c)
@@ -290,18 +293,18 @@ def claim_divergence(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
             "rule": "reported, not judged"}
 
 
-def claim_table1(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def claim_table1(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Across every fine-tuned checkpoint: misalignment at L and training CE against long-context scores."""
-    keys = [r["key"] for r in grid(cfg) if recs.get(r["key"], {}).get("status") == "ok"]
-    L = cfg["L"]
+    keys = [r.key for r in cfg.grid if recs.get(r.key, {}).get("status") == "ok"]
+    L = cfg.L
     predictors = {f"misalignment (Eq. 4) at {length_label(L)}": [value(recs[k], "misalignment", L) for k in keys],
                   "training CE (last steps)": [train_ce(recs[k]) for k in keys]}
     targets = {f"ppl at {length_label(n)}": [value(recs[k], "ppl", n) for k in keys] for n in long_lengths(cfg)}
-    for n in cfg["eval"].get("passkey_lengths") or []:
+    for n in cfg.eval.passkey_lengths:
         for fam, name in (("passkey", "passkey"), ("passkey_digits", "passkey digits")):
             if _has_signal(cfg, recs, fam, n):
                 targets[f"{name} at {length_label(n)}"] = [value(recs[k], fam, n) for k in keys]
-    for lab in ((cfg["eval"].get("babilong") or {}).get("lengths") or []):
+    for lab in cfg.eval.babilong_lengths:
         if _has_signal(cfg, recs, "babilong", lab):
             targets[f"BABILong at {lab}"] = [value(recs[k], "babilong", lab) for k in keys]
     rows = [{"predictor": p, "target": t, **correlation(xs, ys)} for p, xs in predictors.items()
@@ -326,12 +329,12 @@ def claim_table1(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
             "reason": reason + ("" if stronger else "; no stronger than the training CE's")}
 
 
-def analyze(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
+def analyze(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Every claim, the CE-over-base table and per-configuration entropy / late-position loss."""
     claims = [claim_table1(cfg, recs),
               claim_alpha(cfg, recs, [0.1, 0.3], "better", "tables2_3"),
               claim_babilong(cfg, recs),
-              claim_alpha(cfg, recs, [a for a in cfg["alphas"] if a >= 0.5], "worse", "table6"),
+              claim_alpha(cfg, recs, [a for a in cfg.alphas if a >= 0.5], "worse", "table6"),
               claim_e_range(cfg, recs),
               claim_equal_compute(cfg, recs),
               claim_divergence(cfg, recs)]
@@ -341,20 +344,20 @@ def analyze(cfg: Dict[str, Any], recs: Records) -> Dict[str, Any]:
             "methods": methods_compared(cfg, recs)}
 
 
-def per_config(cfg: Dict[str, Any], recs: Records) -> List[Dict[str, Any]]:
+def per_config(cfg: "StudyConfig", recs: Records) -> List[Dict[str, Any]]:
     """Per configuration (mean over seeds): entropy at L, loss at positions < L and in [L, 4L) of the longest
     perplexity curve, and passkey / BABILong accuracy at depth 0 (does the loss lean less on early context?)."""
-    top, L = max(cfg["eval"]["ppl_lengths"]), cfg["L"]
+    top, L = max(cfg.eval.ppl_lengths), cfg.L
     out: Dict[str, Dict[str, Any]] = {}
-    for r in grid(cfg):
-        rec = recs.get(r["key"], {})
+    for r in cfg.grid:
+        rec = recs.get(r.key, {})
         if rec.get("status") != "ok":
             continue
-        row = out.setdefault(r["config"], {"config": r["config"], "method": r["method"], "alpha": r["alpha"],
-                                             "variant": r["variant"], "vals": {}})
+        row = out.setdefault(r.config, {"config": r.config, "method": r.method, "alpha": r.alpha,
+                                        "variant": r.variant, "vals": {}})
         items = {"entropy": value(rec, "entropy", L), "loss_pos_lt_L": curve_mean(rec, top, 0, L),
                  "loss_pos_ge_L": curve_mean(rec, top, L, top), "ppl_top": value(rec, "ppl", top)}
-        pk = cfg["eval"].get("passkey_lengths") or []
+        pk = cfg.eval.passkey_lengths
         if pk:
             items["passkey_depth_0"] = value(rec, "passkey_depth_0", max(pk))
             items["passkey_digits_depth_0"] = value(rec, "passkey_digits_depth_0", max(pk))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.config import DEFAULT_GATE_MEASURE, GATE_MEASURES
+from torchtune_longshort.study.base_config import GATE_MEASURES
+
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
@@ -47,22 +50,21 @@ def ce_section(rows: List[Dict[str, Any]]) -> List[str]:
     return md + _table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
 
 
-def base_section(b: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> List[str]:
+def base_section(b: Optional[Dict[str, Any]], cfg: "StudyConfig") -> List[str]:
     """The unscaled base beyond L0: the failure the RoPE methods and the loss are meant to fix."""
     if not b:
         return ["### The base model", "", "No evaluated base model in this study.", ""]
-    L0, need = cfg["L0"], cfg["base"].get("min_ppl_ratio")
+    L0, need, measure = cfg.L0, cfg.base.min_ppl_ratio, cfg.base.gate_measure
     md = ["### The base model: how it fails beyond L0", "",
           f"The pre-trained model, unscaled RoPE, at L0 = {L0} and beyond (plot: `base_failure.png`). Sequence "
           f"ratio: ppl of {4 * L0}-token sequences over ppl of {L0}-token ones. Position ratio: inside the "
           f"{4 * L0}-token sequences, ppl of the tokens at positions [{3 * L0}, {4 * L0}) over that of the tokens "
           f"at [0, {L0}); late-position ratio: the same over the tokens at [{L0 // 2}, {L0}), which already had "
           "half a window of context." + (f" The grid starts only when the gate (base.min_ppl_ratio = {need}, on "
-                                         f"the {cfg['base'].get('gate_measure', DEFAULT_GATE_MEASURE)} ratio) holds."
+                                         f"the {measure} ratio) holds."
                                          if need else ""), "",
           f"Sequence ratio **{_f(b['sequence_ratio'], 3)}**; position ratio **{_f(b['position_ratio'], 3)}**; "
           f"late-position ratio **{_f(b.get('late_position_ratio'), 3)}**.", ""]
-    measure = cfg["base"].get("gate_measure", DEFAULT_GATE_MEASURE)
     short = [f"{m} ratio ({_f(b[k], 3)})" for m, k in GATE_MEASURES.items()
              if need and m != measure and b.get(k) is not None and b[k] < need]
     if short:  # a reading the gate does not use would have refused this base: say so where the reader looks
@@ -116,7 +118,7 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
                         "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
 
 
-def claims_markdown(analysis: Dict[str, Any], cfg: Dict[str, Any]) -> List[str]:
+def claims_markdown(analysis: Dict[str, Any], cfg: "StudyConfig") -> List[str]:
     md = ["## Claims, one by one", "",
           "Each comparison is paired by seed against cross-entropy alone (alpha = 0) on the same RoPE method: "
           "mean difference over seeds and its 95% Student-t interval. Perplexity: lower is better (a negative "
@@ -129,5 +131,5 @@ def claims_markdown(analysis: Dict[str, Any], cfg: Dict[str, Any]) -> List[str]:
     md += methods_section(analysis["methods"])
     for c in analysis["claims"]:
         md += claim_section(c)
-    md += per_config_section(analysis["per_config"], cfg["L"], max(cfg["eval"]["ppl_lengths"]))
+    md += per_config_section(analysis["per_config"], cfg.L, max(cfg.eval.ppl_lengths))
     return md

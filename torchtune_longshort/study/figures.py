@@ -13,23 +13,26 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.config import FAMILY_TASK, main_grid, metric_of
+from torchtune_longshort.study.eval_config import FAMILY_TASK, metric_of
 from torchtune_longshort.study.labels import loss_label, seeds_text
 from torchtune_longshort.study.records import metric_value
 
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
 
-def _mark_lengths(ax, cfg: Dict[str, Any]) -> None:
+
+def _mark_lengths(ax, cfg: "StudyConfig") -> None:
     """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
-    for x, lab in ((cfg["L0"], "L0"), (cfg["L"], "L")):
+    for x, lab in ((cfg.L0, "L0"), (cfg.L, "L")):
         ax.axvline(x, color="grey", lw=0.8, ls=":")
         ax.text(x, 0.98, f" {lab}", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
                 color="grey")
 
 
-def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], ylabel: str):
+def line_figure(cfg: "StudyConfig", table: Dict[str, Any], lengths: List[int], ylabel: str):
     """One panel per method: the table's mean ± sd against length (a plain value at one seed), one line per loss
     row (a Figure).
 
@@ -56,21 +59,21 @@ def line_figure(cfg: Dict[str, Any], table: Dict[str, Any], lengths: List[int], 
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
                             label=row["label"] if row["alpha"] is not None else "base (reference)", **style)
                 ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
-        length_axis(ax, list(lengths) + [cfg["L0"], cfg["L"]])
+        length_axis(ax, list(lengths) + [cfg.L0, cfg.L])
         value_axis(ax, ys_all)
         _mark_lengths(ax, cfg)
         ax.set_xlabel("sequence length (tokens)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{m}: {seeds_text(len(cfg['seeds']))}")
+        ax.set_title(f"{m}: {seeds_text(len(cfg.seeds))}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "no successful run", transform=ax.transAxes, ha="center", va="center")
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def depth_length_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
+def depth_length_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
                         cell, label: str, chance: Optional[float] = None, chance_text: str = ""):
     """A depth x length heatmap per method x alpha of the main grid (a Figure): ``cell(rec, length, depth)`` is one
     run's score or None, averaged over seeds; a single length or depth keeps readable cells and titles.
@@ -81,14 +84,14 @@ def depth_length_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], le
 
     from torchtune_longshort.eval.plot_axes import heatmap_size, mark_quick, wrapped_title
 
-    combos = [(m, a) for m in cfg["methods"] for a in cfg["alphas"]]
+    combos = [(m, a) for m in cfg.methods for a in cfg.alphas]
     w, h = heatmap_size(len(lengths), len(depths), extra=(1.4, 1.4), min_size=(2.6, 2.2))
-    width = w * len(cfg["alphas"]) + 1.0
-    fig = Figure(figsize=(width, h * len(cfg["methods"]) + 0.5), layout="constrained")
-    axes = fig.subplots(len(cfg["methods"]), len(cfg["alphas"]), squeeze=False)
+    width = w * len(cfg.alphas) + 1.0
+    fig = Figure(figsize=(width, h * len(cfg.methods) + 0.5), layout="constrained")
+    axes = fig.subplots(len(cfg.methods), len(cfg.alphas), squeeze=False)
     im = None
     for (m, a), ax in zip(combos, axes.flatten()):
-        keys = [r["key"] for r in main_grid(cfg) if r["method"] == m and r["alpha"] == a and recs[r["key"]].get("status") == "ok"]
+        keys = [r.key for r in cfg.runs_of(m, a) if recs[r.key].get("status") == "ok"]
         grid_v = []
         for d in depths:
             row = []
@@ -108,126 +111,125 @@ def depth_length_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], le
         ax.set_ylabel("depth")
     cbar = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8,
                         label=label + (f"\n(red line: chance {chance:g})" if chance is not None else ""))
-    title = f"{label}, {seeds_text(len(cfg['seeds']), spread=False)}"
+    title = f"{label}, {seeds_text(len(cfg.seeds), spread=False)}"
     if chance is not None:
         cbar.ax.axhline(chance, color="red", lw=2.5)
         title += f"; chance level ({chance_text}) {chance:g}" if chance_text else f"; chance level {chance:g}"
     fig.suptitle(wrapped_title(title, width, fontsize=10), fontsize=10)
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def babilong_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+def babilong_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth). No chance
     line: the answers are free-form words, so guessing has no fixed score."""
-    bab = cfg["eval"]["babilong"]
-    return depth_length_figure(cfg, recs, bab["lengths"], bab["depths"],
+    bab = cfg.eval.babilong
+    return depth_length_figure(cfg, recs, bab.lengths, bab.depths,
                                lambda rec, lab, d: metric_value(rec, *metric_of("babilong", lab, depth=d)),
                                "BABILong accuracy")
 
 
-def passkey_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+def passkey_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth), with
     the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked."""
     from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, DIGITS_CHANCE
 
-    ev = cfg["eval"]
-    depths = list((ev.get("metadata") or {}).get("passkey_depths", DEFAULT_DEPTHS))
-    return depth_length_figure(cfg, recs, ev["passkey_lengths"], depths,
+    ev = cfg.eval
+    depths = list(ev.metadata_value("passkey_depths", DEFAULT_DEPTHS))
+    return depth_length_figure(cfg, recs, ev.passkey_lengths, depths,
                                lambda rec, n, d: metric_value(rec, *metric_of("passkey_digits", n, depth=d)),
                                "passkey digits in place", chance=DIGITS_CHANCE, chance_text="random digits")
 
 
-def finetune_curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]):
+def finetune_curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Held-out CE against step of every CE-only fine-tune (alpha = 0), one line per seed, a panel per method:
     whether the fine-tuning budget let cross-entropy converge (a Figure)."""
     from matplotlib.figure import Figure
 
     from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
 
-    methods = list(cfg["methods"])
+    methods = list(cfg.methods)
     fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
     axes = fig.subplots(1, len(methods), squeeze=False, sharey=True)
     ys_all: List[float] = []
     for ax, m in zip(axes[0], methods):
-        runs = [(r, val) for r in main_grid(cfg) if r["method"] == m and r["alpha"] == 0
-                and (val := ((recs.get(r["key"]) or {}).get("train") or {}).get("val_ce"))]
+        runs = [(r, val) for r in cfg.runs_of(m, 0.0)
+                if (val := ((recs.get(r.key) or {}).get("train") or {}).get("val_ce"))]
         for i, (r, val) in enumerate(runs):
-            ax.plot([s for s, _ in val], [v for _, v in val], label=f"seed {r['seed']}",
+            ax.plot([s for s, _ in val], [v for _, v in val], label=f"seed {r.seed}",
                     **series_style(i, len(runs), len(val)))
             ys_all += [v for _, v in val]
         ax.set_xlabel("fine-tuning step")
-        ax.set_title(f"{m}: CE-only, held-out CE at L = {cfg['L']}", fontsize=9)
+        ax.set_title(f"{m}: CE-only, held-out CE at L = {cfg.L}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     value_axis(axes[0][0], ys_all)  # the panels share it
     axes[0][0].set_ylabel("held-out CE (nats)")
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def curve_figure(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], longest: str):
+def curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], longest: str):
     """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
     from matplotlib.figure import Figure
 
     from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
 
-    methods = list(cfg["methods"])
+    methods = list(cfg.methods)
     fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
     axes = fig.subplots(1, len(methods), squeeze=False)
     for ax, m in zip(axes[0], methods):
         ys_all: List[float] = []
-        for k, a in enumerate(cfg["alphas"]):
-            curves = [recs[r["key"]]["curves"][longest] for r in main_grid(cfg) if r["method"] == m and r["alpha"] == a
-                      and recs[r["key"]].get("status") == "ok" and longest in (recs[r["key"]].get("curves") or {})]
+        for k, a in enumerate(cfg.alphas):
+            curves = [recs[r.key]["curves"][longest] for r in cfg.runs_of(m, a)
+                      if recs[r.key].get("status") == "ok" and longest in (recs[r.key].get("curves") or {})]
             if curves:
                 n = min(map(len, curves))
                 ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
                 w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
                 ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
                 ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a),
-                        **series_style(k, len(cfg["alphas"]), len(ys_s)))
+                        **series_style(k, len(cfg.alphas), len(ys_s)))
                 ys_all += ys_s
         value_axis(ax, ys_all, log_span=float("inf"))
         _mark_lengths(ax, cfg)
         ax.set_xlabel("position")
         ax.set_ylabel("mean NLL (nats)")
-        ax.set_title(f"{m}: per-position loss at {longest} tokens, {seeds_text(len(cfg['seeds']), spread=False)}",
+        ax.set_title(f"{m}: per-position loss at {longest} tokens, {seeds_text(len(cfg.seeds), spread=False)}",
                      fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    mark_quick(fig, cfg.get("quick", False))
+    mark_quick(fig, cfg.quick)
     return fig
 
 
-def write_plots(cfg: Dict[str, Any], tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
+def write_plots(cfg: "StudyConfig", tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
     """Save every figure the tables and records support under ``rdir``; returns the file names."""
     made = []
-    ev = cfg["eval"]
+    ev = cfg.eval
     for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", "ppl_vs_length.png"),
                                      ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
                                       "misalignment_vs_length.png")):
         if tables.get(tid):
-            line_figure(cfg, tables[tid], ev[field], ylabel).savefig(rdir / name, dpi=110)
+            line_figure(cfg, tables[tid], getattr(ev, field), ylabel).savefig(rdir / name, dpi=110)
             made.append(name)
-    bab = ev.get("babilong")
-    if bab and bab.get("lengths") and bab.get("depths"):
+    if ev.babilong_lengths and ev.babilong.depths:
         babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
         made.append("babilong_depth_length.png")
-    if ev.get("passkey_lengths") and any(FAMILY_TASK["passkey"] in (r.get("results") or {}) for r in recs.values()):
+    if ev.passkey_lengths and any(FAMILY_TASK["passkey"] in (r.get("results") or {}) for r in recs.values()):
         passkey_figure(cfg, recs).savefig(rdir / "passkey_depth_length.png", dpi=110)
         made.append("passkey_depth_length.png")
     if any((r.get("train") or {}).get("val_ce") for k, r in recs.items() if k != "base"):
         finetune_curve_figure(cfg, recs).savefig(rdir / "finetune_convergence.png", dpi=110)
         made.append("finetune_convergence.png")
-    longest = str(max(ev["ppl_lengths"]))
+    longest = str(max(ev.ppl_lengths))
     if any(longest in (r.get("curves") or {}) for r in recs.values()):
         curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
         made.append("per_position_loss.png")
     return made
 
 
-def redraw_report(cfg: Dict[str, Any], report_dir: Path) -> List[str]:
+def redraw_report(cfg: "StudyConfig", report_dir: Path) -> List[str]:
     """Redraw every figure of a finished report folder from the run records it holds (``runs/<key>/result.json``,
     the base's in ``runs/base``), as :func:`torchtune_longshort.study.report.build_report` draws them, leaving
     report.md, summary.json and the records untouched; returns the file names written.
@@ -238,13 +240,12 @@ def redraw_report(cfg: Dict[str, Any], report_dir: Path) -> List[str]:
 
     from torchtune_longshort.study.claim_figures import claim_plots
     from torchtune_longshort.study.claims import analyze
-    from torchtune_longshort.study.config import grid
     from torchtune_longshort.study.report import _tables
     from torchtune_longshort.study.runner import RESULT
 
     rdir = Path(report_dir)
     recs: Dict[str, Dict[str, Any]] = {}
-    for key in ["base"] + [r["key"] for r in grid(cfg)]:
+    for key in ["base"] + [r.key for r in cfg.grid]:
         p = rdir / "runs" / key / RESULT
         recs[key] = json.loads(p.read_text()) if p.is_file() else {"key": key, "status": "not run"}
     analysis = analyze(cfg, recs)

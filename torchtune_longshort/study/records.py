@@ -8,7 +8,7 @@ import statistics
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name, family_of, task_results
-from torchtune_longshort.study.config import metric_of
+from torchtune_longshort.study.eval_config import metric_of
 
 
 def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:

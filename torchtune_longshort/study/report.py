@@ -19,19 +19,23 @@ import math
 import shutil
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, task_results
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown
-from torchtune_longshort.study.config import DEFAULT_JOBS, grid, main_grid, metric_of
+from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.labels import loss_label
 from torchtune_longshort.study.records import curve_mean, metric_value, not_scored_reasons, value
 from torchtune_longshort.study.runner import RESULT
+
+if TYPE_CHECKING:
+    from torchtune_longshort.study.config import StudyConfig
+    from torchtune_longshort.study.eval_config import BabilongConfig
 
 # table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
 # lower is better)
@@ -72,10 +76,10 @@ def _md_table(header: List[str], rows: List[List[str]]) -> str:
     return "\n".join(lines)
 
 
-def load_records(out: Path, cfg: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+def load_records(out: Path, cfg: "StudyConfig") -> Dict[str, Dict[str, Any]]:
     """``{key: result.json}`` for the base and every grid run; a run with no result.json is ``not run``."""
     recs: Dict[str, Dict[str, Any]] = {}
-    keys = [("base", out / "base")] + [(r["key"], out / "runs" / r["key"]) for r in grid(cfg)]
+    keys = [("base", out / "base")] + [(r.key, out / "runs" / r.key) for r in cfg.grid]
     for key, d in keys:
         p = d / RESULT
         recs[key] = json.loads(p.read_text()) if p.is_file() else {"key": key, "status": "not run"}
@@ -90,11 +94,11 @@ def qa_label(qa: str) -> str:
     return ", ".join(f"QA{n}" for n in nums)
 
 
-def _babilong_note(bab: Dict[str, Any]) -> str:
-    depths = f", fact depths {bab['depths']} %" if bab.get("depths") else ""
+def _babilong_note(bab: "BabilongConfig") -> str:
+    depths = f", fact depths {bab.depths} %" if bab.depths else ""
     return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` (tasks "
-            f"{qa_label(bab['qa'])}, lengths {', '.join(bab['lengths'])}, {bab['n']} per task and length{depths}, "
-            f"haystack {bab.get('haystack', 'stdlib')}), not the official BABILong data: these numbers are not "
+            f"{qa_label(bab.qa)}, lengths {', '.join(bab.lengths)}, {bab.n} per task and length{depths}, "
+            f"haystack {bab.haystack_name}), not the official BABILong data: these numbers are not "
             f"comparable with published BABILong results. The group `{TASK_FAMILIES['babilong'].task}` holds QA1-QA5; a "
             "cell marked (k/5 tasks) averages the k QA tasks that had data.")
 
@@ -140,23 +144,23 @@ def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric
     return cell
 
 
-def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def _tables(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
     out: Dict[str, Any] = {}
-    ev, runs = cfg["eval"], main_grid(cfg)
+    ev = cfg.eval
     specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
     notes: Dict[str, str] = {}
     for tid, (title, field, lower) in TABLES.items():
-        cols = [(length_label(n), *metric_of(tid, n)) for n in ev[field]]
-        specs[tid] = (title.format(src=ev.get("ppl_source")), tid, cols, lower)
-    bab = ev.get("babilong")
-    if bab and bab.get("lengths"):
-        cols = [(lab, *metric_of("babilong", lab)) for lab in bab["lengths"]] + [("all", TASK_FAMILIES["babilong"].task,
-                                                                                     "acc")]
-        specs["babilong"] = (f"BABILong {qa_label(bab['qa'])} accuracy (official scoring, generated data)", "babilong",
+        cols = [(length_label(n), *metric_of(tid, n)) for n in getattr(ev, field)]
+        specs[tid] = (title.format(src=ev.ppl_source), tid, cols, lower)
+    bab = ev.babilong
+    if ev.babilong_lengths:
+        cols = [(lab, *metric_of("babilong", lab)) for lab in bab.lengths] + [("all", TASK_FAMILIES["babilong"].task,
+                                                                                 "acc")]
+        specs["babilong"] = (f"BABILong {qa_label(bab.qa)} accuracy (official scoring, generated data)", "babilong",
                              cols, False)
         notes["babilong"] = _babilong_note(bab)
-    lb, lbe = ev.get("longbench_e_data_dir"), TASK_FAMILIES["longbench_e"].task
+    lb, lbe = ev.longbench_e_data_dir, TASK_FAMILIES["longbench_e"].task
     if lb and any(task_results(r.get("results") or {}, lbe) for r in recs.values()):
         keys = sorted({m for r in recs.values() for m in task_results(r.get("results") or {}, lbe)
                        if m.startswith("score")})
@@ -165,14 +169,14 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
                                 "whose data files were present.")
     for tid, (title, _prefix, cols, lower) in specs.items():
         per_method, reasons = {}, []  # reasons: the table's notes, numbered from 1 in the cells that cite them
-        for mname in cfg["methods"]:
+        for mname in cfg.methods:
             rows = []
-            for a in cfg["alphas"]:
-                members = [r["key"] for r in runs if r["method"] == mname and r["alpha"] == a]
+            for a in cfg.alphas:
+                members = [r.key for r in cfg.runs_of(mname, a)]
                 ok = [k for k in members if recs[k].get("status") == "ok"]
                 cells = {col: _cell(recs, members, task, metric, reasons) for col, task, metric in cols}
                 rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
-            if cfg["eval"].get("eval_base", True):
+            if ev.eval_base:
                 ok = ["base"] if recs.get("base", {}).get("status") == "ok" else []
                 cells = {col: _cell(recs, ["base"], task, metric, reasons) for col, task, metric in cols}
                 rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
@@ -191,14 +195,14 @@ def _tables(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Dict[str, A
     return out
 
 
-def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
+def _outcome(cfg: "StudyConfig", tables: Dict[str, Any]) -> Dict[str, Any]:
     """Paired by seed: value(alpha, seed) - value(0, seed), per method / table / column; mean, sd, how many lower."""
     res: Dict[str, Any] = {}
     for tid in ("misalignment", "jeffreys", "ppl"):
         if tid not in tables:
             continue
         for mname, rows in tables[tid]["methods"].items():
-            seed_of = {r["key"]: r["seed"] for r in grid(cfg)}
+            seed_of = {r.key: r.seed for r in cfg.grid}
             base = next(r for r in rows if r["alpha"] == 0)
             for row in rows:
                 if not row["alpha"]:
@@ -215,13 +219,13 @@ def _outcome(cfg: Dict[str, Any], tables: Dict[str, Any]) -> Dict[str, Any]:
     return res
 
 
-def _provenance(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+def _provenance(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
     """The report's own provenance block, and a Markdown section that also names the runs whose provenance
     (recorded in their result.json when they ran) differs from it in anything but the device."""
     from torchtune_longshort.provenance import provenance, provenance_markdown
 
     runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
-    prov = provenance(device=str(cfg["eval"].get("device", "cpu")),
+    prov = provenance(device=str(cfg.eval.device),
                       stdlib=any("stdlib_corpus" in p for p in runs.values()))
 
     def same(p: Dict[str, Any]) -> bool:
@@ -257,9 +261,9 @@ def _outcome_markdown(outcome: Dict[str, Any], tables: Dict[str, Any]) -> List[s
     return md
 
 
-def _runs_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> List[str]:
+def _runs_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> List[str]:
     """Every checkpoint: training's last steps, its entropy and where its loss falls, wall times, its error."""
-    L, top = cfg["L"], max(cfg["eval"]["ppl_lengths"])
+    L, top = cfg.L, max(cfg.eval.ppl_lengths)
     md: List[str] = []
     md += ["## Runs", ""]
     body = []
@@ -278,13 +282,13 @@ def _runs_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> List
     return md
 
 
-def _wall_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
+def _wall_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
     """Where the time went: the last invocation, the base's stages, the fine-tunes' mean stages."""
     md = ["## Wall time", ""]
     if wall is not None:
         done = all(r.get("status") != "not run" for r in recs.values())
         md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min), "
-               f"{cfg.get('jobs', DEFAULT_JOBS)} fine-tune(s) at once"
+               f"{cfg.jobs} fine-tune(s) at once"
                + ("" if done else "; it did not finish the grid: runs above are marked not run")]
     base = recs.get("base") or {}
     if base.get("status") == "ok":
@@ -300,7 +304,7 @@ def _wall_markdown(cfg: Dict[str, Any], recs: Dict[str, Dict[str, Any]], wall: O
     return md + [""]
 
 
-def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optional[float] = None,
+def build_report(out: Path, report_dir: Path, cfg: "StudyConfig", wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
     out, rdir = Path(out), Path(report_dir)
@@ -329,19 +333,19 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     if wall is None and study_json.is_file():
         wall = json.loads(study_json.read_text()).get("wall_s_this_invocation")
 
-    md: List[str] = [f"# Study `{cfg['name']}`{' (quick variant)' if cfg.get('quick') else ''}", ""]
-    md += [f"Config: `{cfg.get('config_path')}`{' --quick' if cfg.get('quick') else ''}. Base: "
-           + (f"`{cfg['base']['checkpoint_dir']}`" if cfg["base"].get("checkpoint_dir") else
-              f"pre-trained here at L0 = {cfg['L0']} for {cfg['base']['pretrain']['max_steps']} steps (alpha = 0)")
-           + f"; fine-tuned at L = {cfg['L']} for {cfg['finetune']['max_steps']} steps per run; "
-           f"methods {list(cfg['methods'])}, alphas {cfg['alphas']}, seeds {cfg['seeds']}.", ""]
+    md: List[str] = [f"# Study `{cfg.name}`{' (quick variant)' if cfg.quick else ''}", ""]
+    md += [f"Config: `{cfg.config_path}`{' --quick' if cfg.quick else ''}. Base: "
+           + (f"`{cfg.base.checkpoint_dir}`" if cfg.base.given else
+              f"pre-trained here at L0 = {cfg.L0} for {cfg.base.pretrain.max_steps} steps (alpha = 0)")
+           + f"; fine-tuned at L = {cfg.L} for {cfg.finetune.max_steps} steps per run; "
+           f"methods {list(cfg.methods)}, alphas {cfg.alphas}, seeds {cfg.seeds}.", ""]
     if note:
         md += [note, ""]
     refusal = base_gate_refusal(cfg, recs.get("base", {}))
     if refusal:
         md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
                "\"The base model: how it fails beyond L0\" below; every fine-tune row is empty.", ""]
-    spread = ("the value of the one seed" if len(cfg["seeds"]) == 1
+    spread = ("the value of the one seed" if len(cfg.seeds) == 1
               else "mean ± sample sd over seeds (one value: no ±)")
     md += [f"Cells: {spread}; — : no successful run; n/a (note k): the runs succeeded but the task could not run at "
            "that length or had no data, the reason in note k under the table's title. The `runs` column links the "
@@ -350,7 +354,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
         arrow = "lower is better" if t["lower_is_better"] else "higher is better"
         md += [f"## {t['title']} — {arrow}", ""] + ([t["note"], ""] if t.get("note") else [])
         for mname, rows in t["methods"].items():
-            md += [f"### {mname} (`{cfg['methods'][mname]['method']}`)", ""]
+            md += [f"### {mname} (`{cfg.methods[mname].method}`)", ""]
             body = []
             for row in rows:
                 links = ", ".join(f"[{k}](runs/{k}/result.json)" if recs.get(k, {}).get("status") != "not run" else k
@@ -366,7 +370,7 @@ def build_report(out: Path, report_dir: Path, cfg: Dict[str, Any], wall_s: Optio
     prov, prov_md = _provenance(cfg, recs)
     md += prov_md
     (rdir / "report.md").write_text("\n".join(md))
-    summary = {"name": cfg["name"], "quick": cfg.get("quick", False), "tables": tables, "outcome": outcome,
+    summary = {"name": cfg.name, "quick": cfg.quick, "tables": tables, "outcome": outcome,
                "claims": analysis,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},

@@ -36,10 +36,13 @@ from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_key
-from torchtune_longshort.training.equal_compute import trained_steps
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command, steps_in, train_summary, tune_command
-from torchtune_longshort.study.config import DEFAULT_JOBS, FAMILY_METADATA_PREFIX, FAMILY_TASK, grid
+from torchtune_longshort.study.config import StudyConfig
+from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
+from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import RunConfigs
+from torchtune_longshort.study.stages import (StageError, error_line, log_tail, run_command, steps_in, train_summary,
+                                              tune_command)
+from torchtune_longshort.training.equal_compute import trained_steps
 
 RESULT = "result.json"
 EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
@@ -50,32 +53,32 @@ class Study(RunConfigs):
     run trains from (its recipe config, the base checkpoint, the tokenizer) is :class:`RunConfigs`'.
 
     Args:
-        cfg: a validated study config (``load_study_config``).
-        output_dir: overrides ``cfg["output_dir"]``.
+        cfg: a checked study config (``load_study_config``).
+        output_dir: overrides ``cfg.output_dir``.
         repo_root: where the recipe and the configs are (default: the current directory).
         executor: ``(argv, log_path, cwd, env, timeout) -> exit code``; the default runs a subprocess. Tests pass
             their own to exercise skip / resume / failure without training.
         log: progress printer.
     """
 
-    def __init__(self, cfg: Dict[str, Any], output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
+    def __init__(self, cfg: StudyConfig, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
         self.cfg = cfg
         self.root = Path(repo_root or Path.cwd()).resolve()
-        self.out = Path(output_dir or cfg["output_dir"])
+        self.out = Path(output_dir or cfg.output_dir)
         if not self.out.is_absolute():
             self.out = self.root / self.out
         self.executor, self.log = executor, log
-        self.timeout = cfg.get("timeout_s")
-        self.jobs = int(cfg.get("jobs", DEFAULT_JOBS))
+        self.timeout = cfg.timeout_s
+        self.jobs = cfg.jobs
         self.env = dict(os.environ)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
         self.env.setdefault("HF_DATASETS_OFFLINE", "1")
         self.env.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # ------------------------------------------------------------------ paths and specs
-    def runs(self) -> List[Dict[str, Any]]:
-        return grid(self.cfg)
+    def runs(self) -> List[Run]:
+        return self.cfg.grid
 
     def run_dir(self, key: str) -> Path:
         return self.out / ("base" if key == "base" else f"runs/{key}")
@@ -88,9 +91,9 @@ class Study(RunConfigs):
                 return [str(node.get("_component_", ""))] + [c for v in node.values() for c in components(v)]
             return [c for v in node for c in components(v)] if isinstance(node, list) else []
 
-        ev = self.cfg["eval"]
-        sources = [ev.get("ppl_source"), (ev.get("metadata") or {}).get("mis_source", "stdlib"),
-                   (ev.get("metadata") or {}).get("passkey_haystack"), (ev.get("babilong") or {}).get("haystack")]
+        ev = self.cfg.eval
+        sources = [ev.ppl_source, ev.metadata_value("mis_source", "stdlib"), ev.metadata_value("passkey_haystack"),
+                   ev.babilong.haystack_name if ev.babilong else None]
         return any(str(s).startswith("stdlib") for s in sources) or any(c.rsplit(".", 1)[-1].startswith("stdlib")
                                           for c in components(self._recipe_base()))
 
@@ -98,41 +101,36 @@ class Study(RunConfigs):
         """The provenance block of this study's files (device: the evaluation's)."""
         from torchtune_longshort.provenance import provenance
 
-        return provenance(device=str(self.cfg["eval"]["device"]), stdlib=self.uses_stdlib_corpus())
+        return provenance(device=str(self.cfg.eval.device), stdlib=self.uses_stdlib_corpus())
 
     def eval_tasks(self) -> List[str]:
-        ev = self.cfg["eval"]
-        tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev[f"{f}_lengths"]]
-        if ev.get("babilong") and ev["babilong"].get("lengths"):
+        ev = self.cfg.eval
+        tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev.lengths_of(f)]
+        if ev.babilong_lengths:
             tasks.append(TASK_FAMILIES["babilong"].task)
-        if ev.get("longbench_e_data_dir") and Path(ev["longbench_e_data_dir"]).is_dir():
+        if ev.longbench_e_data_dir and Path(ev.longbench_e_data_dir).is_dir():
             tasks.append(TASK_FAMILIES["longbench_e"].task)
         return tasks
 
-    def spec_of(self, key: str, run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    def spec_of(self, key: str, run: Optional[Run] = None) -> Dict[str, Any]:
         """What a run's result depends on; a result.json with another spec is stale and is redone. A base given as
         ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config."""
-        given = key == "base" and self.cfg["base"].get("checkpoint_dir")
+        given = key == "base" and self.cfg.base.given
         trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else self.recipe_config(key, run)
         return {"recipe_config": trained, "eval_tasks": self.eval_tasks(),
-                "eval": {k: v for k, v in self.cfg["eval"].items() if k != "eval_base"}}
+                "eval": {k: v for k, v in self.cfg.eval.as_dict().items() if k != "eval_base"}}
 
     # ------------------------------------------------------------------ stages
-    def _train(self, key: str, run: Optional[Dict[str, Any]]) -> Tuple[Path, bool]:
+    def _train(self, key: str, run: Optional[Run]) -> Tuple[Path, bool]:
         """``(final checkpoint, whether it was trained by this call)``. Checkpoints of another recipe config (the
         ``recipe.yaml`` they were trained from differs) are trained again from step 0, never reused or resumed."""
         rdir = self.run_dir(key)
-        rc_cfg = self.recipe_config(key, run)
         rdir.mkdir(parents=True, exist_ok=True)
-        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(rc_cfg))
+        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(self.recipe_config(key, run)))
         changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
-        # the steps the recipe will really train (equal compute shortens regularized runs); the loss's default alpha
-        # when the config has none (imported here: the loss package pulls torch in)
-        from torchtune_longshort.loss import DEFAULT_ALPHA
-
-        alpha = (rc_cfg.get("loss") or {}).get("alpha", DEFAULT_ALPHA)
-        max_steps = trained_steps(int(rc_cfg["max_steps"]), rc_cfg.get("equal_compute_overhead"), float(alpha))
-        train_dir = Path(rc_cfg["output_dir"])
+        rc = self.recipe_fields(key, run)  # the steps the recipe will really train (equal compute shortens some)
+        max_steps = trained_steps(rc.max_steps, rc.equal_compute_overhead, rc.loss.alpha)
+        train_dir = Path(rc.output_dir)
         done = steps_in(train_dir)
         if changed and done:
             self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
@@ -147,7 +145,7 @@ class Study(RunConfigs):
             self.log(f"[study] {key}: resuming training from step_{max(done)}")
         # The recipe path stays relative to the repo root (cwd): tune run turns it into a module name, and an
         # absolute path becomes a relative module name that fails to import.
-        argv = [tune_command(), "run", str(self.cfg["recipe"]), "--config", str(rdir / "recipe.yaml"), *extra]
+        argv = [tune_command(), "run", str(self.cfg.recipe), "--config", str(rdir / "recipe.yaml"), *extra]
         log_path = rdir / "train.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
@@ -159,20 +157,20 @@ class Study(RunConfigs):
         return final, True
 
     def _babilong_data(self) -> Optional[Path]:
-        bab = self.cfg["eval"].get("babilong")
-        if not bab or not bab.get("lengths"):
+        bab = self.cfg.eval.babilong
+        if not bab or not bab.lengths:
             return None
         out = self.out / "babilong_data"
         marker = out / "DONE.json"
-        want = {"lengths": bab["lengths"], "depths": bab.get("depths"), "n": bab["n"], "qa": bab["qa"],
+        want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
                 "tokenizer": self.eval_tokenizer()}
         if marker.is_file() and json.loads(marker.read_text()) == want:
             return out
         argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
-                "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab["lengths"]), "--n", str(bab["n"]),
-                "--qa", bab["qa"], "--haystack", bab.get("haystack", "stdlib")]
-        if bab.get("depths"):
-            argv += ["--depths", ",".join(str(d) for d in bab["depths"])]
+                "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
+                "--qa", bab.qa, "--haystack", bab.haystack_name]
+        if bab.depths:
+            argv += ["--depths", ",".join(str(d) for d in bab.depths)]
         log_path = self.out / "babilong_data.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
@@ -196,7 +194,7 @@ class Study(RunConfigs):
             return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
                     "group_subtasks": groups, "not_scored": load_not_scored(eval_dir)}
 
-        ev, rdir = self.cfg["eval"], self.run_dir(key)
+        ev, rdir = self.cfg.eval, self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
         spec_file, want = rdir / EVAL_SPEC, {"checkpoint": str(checkpoint), **spec}
         if eval_dir.is_dir():
@@ -213,24 +211,24 @@ class Study(RunConfigs):
                          "evaluating again")
                 spec_file.unlink(missing_ok=True)
                 shutil.rmtree(eval_dir)
-        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev["max_length"],
-                      "allow_extrapolation": str(extrapolate).lower(), "dtype": ev["dtype"]}
-        metadata = {"ppl_source": ev["ppl_source"], "ppl_num_samples": ev["ppl_num_samples"],
-                    "passkey_num_samples": ev["passkey_num_samples"], "mis_num_samples": ev["mis_num_samples"],
-                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev[f"{f}_lengths"] for f in FAMILY_TASK}}
+        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev.max_length,
+                      "allow_extrapolation": str(extrapolate).lower(), "dtype": ev.dtype}
+        metadata = {"ppl_source": ev.ppl_source, "ppl_num_samples": ev.ppl_num_samples,
+                    "passkey_num_samples": ev.passkey_num_samples, "mis_num_samples": ev.mis_num_samples,
+                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev.lengths_of(f) for f in FAMILY_TASK}}
         bab = self._babilong_data()
         if bab is not None:
             metadata.update({TASK_FAMILIES["babilong"].data_dir_key: str(bab),
-                             "max_seq_lengths": ",".join(ev["babilong"]["lengths"])})
+                             "max_seq_lengths": ",".join(ev.babilong.lengths)})
         if TASK_FAMILIES["longbench_e"].task in tasks:
-            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev["longbench_e_data_dir"])
-        metadata.update(ev.get("metadata") or {})
+            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
+        metadata.update(ev.metadata or {})
         argv = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
                 "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
-                *(["--include_path", str(self.root / ev["include_path"])] if ev.get("include_path") else []),
+                *(["--include_path", str(self.root / ev.include_path)] if ev.include_path else []),
                 "--tasks", ",".join(tasks),
                 "--output_path", str(eval_dir), "--log_samples",
-                "--batch_size", str(ev["batch_size"]), "--device", str(ev["device"]), "--metadata", json.dumps(metadata)]
+                "--batch_size", str(ev.batch_size), "--device", str(ev.device), "--metadata", json.dumps(metadata)]
         log_path = rdir / "eval.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
@@ -247,7 +245,7 @@ class Study(RunConfigs):
         return read(eval_dir, have)
 
     # ------------------------------------------------------------------ one run
-    def run_one(self, key: str, run: Optional[Dict[str, Any]] = None, evaluate: bool = True,
+    def run_one(self, key: str, run: Optional[Run] = None, evaluate: bool = True,
                 blocked: Optional[str] = None) -> Dict[str, Any]:
         """Train (or skip / resume) and evaluate one run; always writes and returns its result.json record."""
         rdir = self.run_dir(key)
@@ -261,15 +259,14 @@ class Study(RunConfigs):
         rec: Dict[str, Any] = {"key": key, "kind": "base" if key == "base" else "finetune",
                                "run_dir": str(rdir.relative_to(self.out)), "status": "running", "spec": spec}
         if run is not None:
-            rec.update({k: run.get(k) for k in ("method", "alpha", "seed", "variant", "overrides")})
-            rec["rope"] = run["rope"]
+            rec.update(run.record())
         t0 = time.time()
         stage = "train"
         try:
             if blocked:
                 raise StageError("base", blocked)
             trained_now = False
-            if key == "base" and self.cfg["base"].get("checkpoint_dir"):
+            if key == "base" and self.cfg.base.given:
                 ckpt = self.base_checkpoint()
                 if not (ckpt / "config.json").is_file():
                     raise StageError("base", f"base.checkpoint_dir={str(ckpt)!r} has no config.json")
@@ -300,17 +297,17 @@ class Study(RunConfigs):
 
     def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
         """Why the fine-tunes must not start, or None (:func:`claims.base_gate_refusal`); logs the base's ratios."""
-        if not self.cfg["base"].get("min_ppl_ratio") or base.get("status") != "ok":
+        if not self.cfg.base.min_ppl_ratio or base.get("status") != "ok":
             return None
         from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 
         b = base_failure(self.cfg, base)
         if b is not None:
             fmt = lambda x: "n/a" if x is None else f"{x:.3g}"  # noqa: E731
-            self.log(f"[study] base: ppl {b['ppl_L0']:.4g} at L0={self.cfg['L0']}, {fmt(b['ppl_4L0'])} at 4 L0; "
+            self.log(f"[study] base: ppl {b['ppl_L0']:.4g} at L0={self.cfg.L0}, {fmt(b['ppl_4L0'])} at 4 L0; "
                      f"ratios: sequence {fmt(b['sequence_ratio'])}, positions {fmt(b['position_ratio'])}, late "
-                     f"positions {fmt(b['late_position_ratio'])} (gate on {self.cfg['base'].get('gate_measure')}: "
-                     f"needed >= {self.cfg['base']['min_ppl_ratio']})")
+                     f"positions {fmt(b['late_position_ratio'])} (gate on {self.cfg.base.gate_measure}: "
+                     f"needed >= {self.cfg.base.min_ppl_ratio})")
         return base_gate_refusal(self.cfg, base)
 
     # ------------------------------------------------------------------ everything
@@ -332,7 +329,7 @@ class Study(RunConfigs):
         t0 = time.time()
         self.out.mkdir(parents=True, exist_ok=True)
         records: Dict[str, Dict[str, Any]] = {}
-        runs = [r for r in self.runs() if not only or r["key"] in only]
+        runs = [r for r in self.runs() if not only or r.key in only]
         bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
         log, lock = self.log, threading.Lock()
 
@@ -343,7 +340,7 @@ class Study(RunConfigs):
         self.log = above_the_bar
         try:
             bar.set_postfix_str("base", refresh=True)
-            base = self.run_one("base", None, evaluate=bool(self.cfg["eval"].get("eval_base", True)))
+            base = self.run_one("base", None, evaluate=self.cfg.eval.eval_base)
             bar.update(1)
             if base["status"] != "ok" and base.get("stage") == "eval":
                 # The base model exists; only its own evaluation failed: the fine-tunes can still run.
@@ -359,11 +356,11 @@ class Study(RunConfigs):
                     self.log(f"[study] BABILong data: {e} (each run's evaluation will report it)")
             env, self.env = self.env, self.fine_tune_env()
 
-            def one(i: int, run: Dict[str, Any]) -> Dict[str, Any]:
-                self.log(f"[study] ({i}/{len(runs)}) {run['key']}  [{time.time() - t0:.0f} s elapsed]")
-                rec = self.run_one(run["key"], run, blocked=blocked)
+            def one(i: int, run: Run) -> Dict[str, Any]:
+                self.log(f"[study] ({i}/{len(runs)}) {run.key}  [{time.time() - t0:.0f} s elapsed]")
+                rec = self.run_one(run.key, run, blocked=blocked)
                 with lock:
-                    bar.set_postfix_str(run["key"], refresh=False)
+                    bar.set_postfix_str(run.key, refresh=False)
                     bar.update(1)
                 return rec
 
@@ -371,13 +368,13 @@ class Study(RunConfigs):
                 with ThreadPoolExecutor(max_workers=self.jobs) as pool:
                     futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
                     for run, fut in zip(runs, futures):
-                        records[run["key"]] = fut.result()  # run_one records its own failures; grid order kept
+                        records[run.key] = fut.result()  # run_one records its own failures; grid order kept
             finally:
                 self.env = env
         finally:
             bar.close()
             self.log = log
-        summary = {"name": self.cfg["name"], "quick": self.cfg.get("quick", False), "config": self.cfg,
+        summary = {"name": self.cfg.name, "quick": self.cfg.quick, "config": self.cfg.to_dict(),
                    "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}

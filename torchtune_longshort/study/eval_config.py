@@ -1,0 +1,130 @@
+"""The study's ``eval`` section: what lm-eval runs on every checkpoint (lengths and sample counts per task family,
+BABILong, LongBench-E), on which device and context, and where each family's numbers sit in a run's results
+(:func:`metric_of`). The tasks themselves are the pack's registry's (:data:`torchtune_longshort.eval.tasks.TASK_FAMILIES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional
+
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.common.lengths import per_depth, per_length
+from torchtune_longshort.study.fields import StudySection, setting
+from torchtune_longshort.study import values
+from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, text
+
+# The study's length-swept families (lengths: eval.<family>_lengths) -> their lm-eval task (the pack's registry).
+_SWEPT = ("ppl", "passkey", "misalignment")
+FAMILY_TASK = {f: TASK_FAMILIES[f].task for f in _SWEPT}
+# Study family -> the prefix of its task's metadata keys.
+FAMILY_METADATA_PREFIX = {f: TASK_FAMILIES[f].metadata_prefix for f in _SWEPT}
+
+# What the report reads, per family: (study family of FAMILY_TASK, metric, depth in percent or None).
+_FAMILY_METRIC = {
+    "ppl": ("ppl", "ppl", None), "misalignment": ("misalignment", "sce", None),
+    "jeffreys": ("misalignment", "jeffreys", None),
+    "passkey": ("passkey", "acc", None), "passkey_depth_0": ("passkey", "acc", 0),
+    "passkey_digits": ("passkey", "digits", None), "passkey_digits_depth_0": ("passkey", "digits", 0),
+}
+
+
+def metric_of(family: str, n: Any, depth: Optional[int] = None) -> tuple:
+    """``(lm-eval task, metric)`` holding ``family`` at length ``n`` (an int, or a BABILong label such as ``"1k"``
+    or ``"1k_d50"`` for the ``babilong`` family), and at ``depth`` (percent) when given."""
+    if family == "babilong":
+        task, metric = TASK_FAMILIES["babilong"].task, f"acc_{n}"
+    else:
+        fam, metric, own_depth = _FAMILY_METRIC[family]
+        task, metric = FAMILY_TASK[fam], per_length(metric, int(n))
+        depth = own_depth if depth is None else depth
+    return task, (metric if depth is None else per_depth(metric, depth))
+
+
+@dataclass(frozen=True)
+class BabilongConfig(StudySection):
+    """``eval.babilong``: BABILong-style samples generated once per study
+    (:mod:`torchtune_longshort.eval.tasks.babilong.generator`)."""
+
+    lengths: List[str] = setting(doc="length labels (0k, 1k, 2k, ...)", check=values.babilong_lengths)
+    depths: Optional[List[int]] = setting(None, doc="fact depths in percent (null: facts scattered at random)",
+                                          check=values.depths)
+    n: int = setting(2, doc="samples per task, length and depth", check=integer(1))
+    qa: str = setting("qa1,qa2,qa3,qa4,qa5", doc="comma list of QA tasks", check=values.qa_tasks)
+    haystack: Optional[str] = setting(None, doc="stdlib, pg19, or a .txt file or folder (default: the generator's)",
+                                      check=text, written_if_set=True)
+
+    @property
+    def haystack_name(self) -> str:
+        """The haystack the generator reads: ``haystack``, else the generator's own default."""
+        if self.haystack is not None:
+            return self.haystack
+        import inspect
+
+        from torchtune_longshort.eval.tasks.babilong.generator import generate
+
+        return inspect.signature(generate).parameters["haystack"].default
+
+
+def default_lengths(L0: int, L: int) -> Dict[str, List[int]]:
+    """The lengths each family is evaluated at when the config names none: perplexity and misalignment at
+    ``L0, L, 2L, 4L``, passkey at ``L, 2L, 4L``."""
+    return {"ppl_lengths": [L0, L, 2 * L, 4 * L], "passkey_lengths": [L, 2 * L, 4 * L],
+            "misalignment_lengths": [L0, L, 2 * L, 4 * L]}
+
+
+@dataclass(frozen=True)
+class EvalConfig(StudySection):
+    """``eval``: lm-eval on every checkpoint through ``python -m torchtune_longshort.eval run --model longshort``."""
+
+    ppl_lengths: List[int] = setting(None, doc="perplexity lengths (default: L0, L, 2L, 4L)", check=values.lengths)
+    passkey_lengths: List[int] = setting(None, doc="passkey lengths (default: L, 2L, 4L)", check=values.lengths)
+    misalignment_lengths: List[int] = setting(None, doc="misalignment (Eq. 4) lengths (default: L0, L, 2L, 4L)",
+                                              check=values.lengths)
+    ppl_num_samples: int = setting(20, doc="perplexity sequences per length", check=integer(1))
+    passkey_num_samples: int = setting(5, doc="passkey prompts per length and depth", check=integer(1))
+    mis_num_samples: int = setting(None, doc="misalignment samples per length (default: the metric's, "
+                                   "metrics.misalignment.DEFAULT_NUM_SAMPLES)", check=integer(1))
+    ppl_source: str = setting("stdlib", doc="the perplexity task's text source", check=text)
+    batch_size: int = setting(1, doc="lm-eval batch size", check=integer(1))
+    device: str = setting("cpu", doc="lm-eval device: cpu, cuda or cuda:N", check=device_name)
+    dtype: str = setting("float32", doc="the eval model's dtype", check=text)
+    babilong: Optional[BabilongConfig] = setting(None, doc="BABILong-style QA (null: not run)",
+                                                 section=BabilongConfig)
+    longbench_e_data_dir: Optional[str] = setting(None, doc="a local LongBench folder: adds LongBench-E when it "
+                                                  "exists", check=text)
+    eval_base: bool = setting(True, doc="evaluate the base model too (a reference row)", check=boolean)
+    include_path: Optional[str] = setting(None, doc="an lm-eval task folder (default: the installed pack)",
+                                          check=text)
+    max_length: int = setting(None, doc="the eval model's context (default: the longest length asked)",
+                              check=integer(1))
+    metadata: Optional[Dict[str, Any]] = setting(None, doc="more lm-eval --metadata for the pack's tasks",
+                                                 check=values.task_metadata, written_if_set=True, names=True)
+
+    def __post_init__(self) -> None:
+        if self.mis_num_samples is None:
+            from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+
+            object.__setattr__(self, "mis_num_samples", DEFAULT_NUM_SAMPLES)
+        asked = [self.lengths_of(f) for f in FAMILY_TASK]
+        if self.max_length is None and all(n is not None for n in asked) and any(asked):
+            # BABILong prompts carry ~550 tokens of instructions and examples beyond their length label: set it
+            object.__setattr__(self, "max_length", max(max(n) for n in asked if n))
+
+    def with_default_lengths(self, L0: int, L: int) -> "EvalConfig":
+        """This section with the lengths it leaves unset filled (:func:`default_lengths`)."""
+        unset = {k: v for k, v in default_lengths(L0, L).items() if getattr(self, k) is None}
+        return replace(self, **unset) if unset else self
+
+    def lengths_of(self, family: str) -> List[int]:
+        """The lengths of a length-swept family of :data:`FAMILY_TASK`."""
+        return getattr(self, f"{family}_lengths")
+
+    @property
+    def babilong_lengths(self) -> List[str]:
+        """BABILong's length labels ([] when BABILong is not run)."""
+        return self.babilong.lengths if self.babilong else []
+
+    def metadata_value(self, key: str, default: Any = None) -> Any:
+        """A key of ``metadata`` (the pack's tasks' own keys; ``default``: the task's default for it)."""
+        return (self.metadata or {}).get(key, default)

@@ -1,0 +1,122 @@
+"""Checks of single study config values: ``(path, value) -> value``, each raising ``ValueError`` that names the field,
+the value and what would be accepted (the recipe's own, :mod:`torchtune_longshort.training.recipe_config.values`,
+where they fit). The study sections' :func:`~torchtune_longshort.study.fields.setting` declarations use them."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Dict, List
+
+from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
+from torchtune_longshort.training.recipe_config.values import integer, refuse
+
+
+def lengths(path: str, value: Any) -> List[int]:
+    """A list of token lengths (ints >= 1); empty: the task is not run."""
+    if not isinstance(value, (list, tuple)):
+        raise refuse(path, value, "a list of token lengths, e.g. [128, 512]")
+    return [integer(1)(f"{path}[]", n) for n in value]
+
+
+def alphas(path: str, value: Any) -> List[float]:
+    """The loss weights of the grid, sorted; 0 (the cross-entropy baseline row) must be one of them."""
+    if (not isinstance(value, (list, tuple)) or not value
+            or any(not isinstance(a, (int, float)) or isinstance(a, bool) or a < 0 for a in value)):
+        raise ValueError(f"{path}={value!r} must be a non-empty list of numbers >= 0")
+    if 0 not in value:
+        raise ValueError(f"{path}={value!r} must include 0 (the cross-entropy baseline row)")
+    return sorted(float(a) for a in value)
+
+
+def seeds(path: str, value: Any) -> List[int]:
+    if not isinstance(value, (list, tuple)) or not value or any(not isinstance(s, int) or isinstance(s, bool)
+                                                                  for s in value):
+        raise ValueError(f"{path}={value!r} must be a non-empty list of ints")
+    return list(value)
+
+
+def recipe_keys(path: str, value: Any) -> Dict[str, Any]:
+    """Recipe config keys to values, merged over a recipe config (checked with the recipe's typed config by
+    :func:`~torchtune_longshort.study.schema.check_recipe_overrides`)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}={value!r} must map recipe keys to values (e.g. {{clip_rope_separately: true}})")
+    return value
+
+
+def builder_node(path: str, value: Any) -> Dict[str, Any]:
+    if not isinstance(value, dict) or "_component_" not in value:
+        raise ValueError(f"{path}={value!r} must be a builder node with a _component_ field")
+    return value
+
+
+def rope_method(path: str, value: Any) -> str:
+    """A method of :data:`torchtune_longshort.rope.ROPE_METHODS`, with the nearest name when it is not."""
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    if value not in ROPE_METHODS:
+        near = difflib.get_close_matches(str(value), list(ROPE_METHODS), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"{path}={value!r} is not a RoPE method{hint}: expected one of {sorted(ROPE_METHODS)} "
+                         "(torchtune_longshort.rope.ROPE_METHODS)")
+    return value
+
+
+def task_metadata(path: str, value: Any) -> Dict[str, Any]:
+    """lm-eval ``--metadata`` keys of the pack's tasks: a task's ``<prefix>_...`` keys or its data folder key."""
+    from torchtune_longshort.eval.tasks import TASK_FAMILIES
+
+    if not isinstance(value, dict):
+        raise refuse(path, value, "a mapping of task metadata keys to values")
+    prefixes = sorted({f.metadata_prefix + "_" for f in TASK_FAMILIES.values() if f.metadata_prefix})
+    own = {f.data_dir_key for f in TASK_FAMILIES.values() if f.data_dir_key} | {"max_seq_lengths"}
+    bad = [k for k in value if k not in own and not any(str(k).startswith(p) for p in prefixes)]
+    if bad:
+        raise ConfigKeyError(f"unknown config key(s) in {path}: {bad}: no task of the pack reads them (a task's keys "
+                             f"start with its prefix: {', '.join(prefixes)}; or one of {sorted(own)})")
+    return value
+
+
+def babilong_lengths(path: str, value: Any) -> List[str]:
+    from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+
+    if not isinstance(value, (list, tuple)) or any(lab not in LENGTHS for lab in value):
+        raise refuse(path, value, f"a list of BABILong length labels of {list(LENGTHS)}")
+    return list(value)
+
+
+def depths(path: str, value: Any) -> List[int]:
+    if not isinstance(value, (list, tuple)) or not value or any(
+            isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 100 for d in value):
+        raise refuse(path, value, "a list of fact depths in percent (ints in [0, 100]), or null")
+    return list(value)
+
+
+def qa_tasks(path: str, value: Any) -> str:
+    from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
+
+    if not isinstance(value, str) or not value or any(q.strip() not in QA_TASKS for q in value.split(",")):
+        raise refuse(path, value, f"a comma list of {list(QA_TASKS)}")
+    return value
+
+
+def divergences(path: str, value: Any) -> List[str]:
+    from torchtune_longshort.loss.divergences import DIVERGENCES
+
+    if not isinstance(value, (list, tuple)) or not value or any(d not in DIVERGENCES for d in value):
+        raise refuse(path, value, f"a list of {list(DIVERGENCES)}")
+    return list(value)
+
+
+def positive_alphas(path: str, value: Any) -> List[float]:
+    if (not isinstance(value, (list, tuple)) or not value
+            or any(isinstance(a, bool) or not isinstance(a, (int, float)) or a <= 0 for a in value)):
+        raise refuse(path, value, "a non-empty list of numbers > 0")
+    return [float(a) for a in value]
+
+
+def e_ranges(path: str, value: Any) -> List[list]:
+    """``[lo, hi]`` pairs of the windows' ``e_range`` grammar (resolved against ``L`` by the study's own check)."""
+    if not isinstance(value, (list, tuple)) or not value or any(
+            not isinstance(r, (list, tuple)) or len(r) != 2 for r in value):
+        raise refuse(path, value, "a list of [lo, hi] e ranges, e.g. [[1, L/4]]")
+    return [list(r) for r in value]
