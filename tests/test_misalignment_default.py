@@ -45,4 +45,4 @@ def test_study_default(tmp_path):
     raw["eval"].pop("mis_num_samples")
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(raw))
-    assert load_study_config(p, repo_root=REPO)["eval"]["mis_num_samples"] == DEFAULT_NUM_SAMPLES
+    assert load_study_config(p, repo_root=REPO).eval.mis_num_samples == DEFAULT_NUM_SAMPLES
