@@ -1,0 +1,117 @@
+"""The typed study config: built once (the grid with it), frozen, written back as the mapping it was read from
+(what study.json and each run's result.json spec record), every field documented, and the quick overlay's keys
+refused even when --quick is not asked for."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from torchtune_longshort.study import Study, StudyConfig, StudyConfigError, load_study_config
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ROOT / "configs/study"
+
+
+def _write(tmp_path, change):
+    raw = yaml.safe_load((STUDIES / "cpu_small.yaml").read_text())
+    change(raw)
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def test_built_once_frozen_and_the_grid_with_it():
+    cfg = load_study_config(STUDIES / "cpu_medium.yaml", repo_root=ROOT)
+    assert cfg.grid is cfg.grid and cfg.main_grid == [r for r in cfg.grid if r.variant is None]
+    assert [r.key for r in cfg.runs_of("pi", 0.1)] == ["pi_a0.1_s0", "pi_a0.1_s1", "pi_a0.1_s2"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seeds = [0]
+    one_seed = dataclasses.replace(cfg, seeds=[0])  # a changed config is a new one, with its own grid
+    assert len(one_seed.grid) * 3 == len(cfg.grid) and {r.seed for r in one_seed.grid} == {0}
+
+
+@pytest.mark.parametrize("name", ["cpu_small", "cpu_medium", "gpu_medium", "llama2_7b_clex"])
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_record_is_the_config(name, quick):
+    cfg = load_study_config(STUDIES / f"{name}.yaml", quick=quick, repo_root=ROOT)
+    again = StudyConfig.from_mapping(cfg.to_dict())
+    assert again == cfg and [r.key for r in again.grid] == [r.key for r in cfg.grid]
+
+
+def test_defaults_are_filled_by_their_owners():
+    raw = {"name": "s", "recipe_config": "configs/tiny/longshort_stdlib.yaml", "L0": 128, "L": 256,
+           "base": {"pretrain": {"max_steps": 1}}, "model": {"_component_": "torchtune.models.llama2.llama2"},
+           "finetune": {"max_steps": 1}, "methods": {"pi": {"method": "linear"}}, "alphas": [0.1, 0], "seeds": [0]}
+    cfg = StudyConfig.from_mapping(raw)
+    from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+
+    assert cfg.alphas == [0.0, 0.1] and cfg.output_dir == "outputs/study/s" and cfg.jobs == 1
+    assert (cfg.eval.ppl_lengths, cfg.eval.passkey_lengths, cfg.eval.max_length) == ([128, 256, 512, 1024],
+                                                                                     [256, 512, 1024], 1024)
+    assert cfg.eval.mis_num_samples == DEFAULT_NUM_SAMPLES and cfg.base.gate_measure == "sequence"
+    assert cfg.variants.items() == [] and cfg.base.pretrain.overrides == {}
+
+
+def test_a_run_spec_keeps_the_keys_result_json_has_always_recorded(tmp_path):
+    # a result.json whose spec differs from the current one is redone: the eval keys must stay as they were
+    no_haystack = _write(tmp_path, lambda raw: raw["eval"]["babilong"].pop("haystack"))
+    keys = {"lengths", "depths", "n", "qa"}
+    for path, babilong in ((STUDIES / "cpu_small.yaml", keys | {"haystack"}), (no_haystack, keys)):
+        cfg = load_study_config(path, repo_root=ROOT)
+        ev = Study(cfg, output_dir=tmp_path, repo_root=ROOT).spec_of("base")["eval"]
+        assert set(ev) == {"ppl_lengths", "passkey_lengths", "misalignment_lengths", "ppl_num_samples",
+                           "passkey_num_samples", "mis_num_samples", "ppl_source", "batch_size", "device", "dtype",
+                           "babilong", "longbench_e_data_dir", "include_path", "max_length"}
+        assert set(ev["babilong"]) == babilong  # haystack only where the config sets it
+
+
+def test_every_field_has_a_doc():
+    from dataclasses import fields
+
+    todo, seen = [StudyConfig], []
+    while todo:
+        cls = todo.pop()
+        seen.append(cls.__name__)
+        for f in fields(cls):
+            assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc"
+            if f.metadata["section"] is not None:
+                todo.append(f.metadata["section"])
+    assert {"BaseConfig", "PretrainConfig", "FinetuneConfig", "EvalConfig", "BabilongConfig", "Variants",
+            "ERangeVariant", "DivergenceVariant", "EqualComputeVariant"} <= set(seen)
+
+
+def _quick_eval_key(raw):
+    raw["quick"]["eval"]["ppl_num_sample"] = 1
+
+
+def _quick_method(raw):
+    raw["quick"]["methods"]["clex"]["method"] = "clexx"
+
+
+def _variant_name(raw):
+    raw["variants"] = {"e_rang": {"method": "pi", "alpha": 0.1, "ranges": [[1, "L/4"]]}}
+
+
+def _variant_key(raw):
+    raw["variants"] = {"divergence": {"method": "pi", "alpha": 0.1, "divergences": ["js"]}}
+
+
+def _variant_method(raw):
+    raw["variants"] = {"equal_compute": {"method": "rope", "alpha": 0.1, "overhead": 1.05}}
+
+
+@pytest.mark.parametrize("change, needle", [
+    (_quick_eval_key, "'quick.eval.ppl_num_sample' (did you mean 'ppl_num_samples'?)"),
+    (_quick_method, "quick.methods.clex.method='clexx' is not a RoPE method (did you mean 'clex'?)"),
+    (_variant_name, "'variants.e_rang' (did you mean 'e_range'?)"),
+    (_variant_key, "'variants.divergence.alpha' (did you mean 'alphas'?)"),
+    (_variant_method, "variants.equal_compute.method='rope' must name one of methods"),
+])
+def test_refused_without_quick_with_the_field_named(tmp_path, change, needle):
+    with pytest.raises(StudyConfigError, match=re.escape(needle)):
+        load_study_config(_write(tmp_path, change), repo_root=ROOT)
