@@ -115,8 +115,7 @@ class StudyConfig(StudySection):
             if v.method not in self.methods:
                 raise ValueError(f"variants.{name}.method={v.method!r} must name one of methods "
                                  f"{sorted(self.methods)}")
-            if hasattr(v, "check_with"):
-                v.check_with(f"variants.{name}", self.L)
+            v.check_with(f"variants.{name}", self.L)
 
     @classmethod
     def from_mapping(cls, node: Dict[str, Any]) -> "StudyConfig":

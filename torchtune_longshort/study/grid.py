@@ -86,8 +86,21 @@ def _bound_tag(b: Any) -> str:
     return str(b).replace("/", "_").replace("*", "").replace(" ", "")
 
 
+class Variant(StudySection):
+    """A ``variants`` entry: ``method`` (a ``methods`` name), ``runs()`` (``(config tag, alpha, recipe overrides)``
+    of each of its runs for one seed) and its rules against ``L`` (none by default)."""
+
+    method: str
+
+    def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
+        raise NotImplementedError
+
+    def check_with(self, where: str, L: int) -> None:
+        """Rules that need the fine-tuning length ``L``; ``where`` is the variant's path."""
+
+
 @dataclass(frozen=True)
-class ERangeVariant(StudySection):
+class ERangeVariant(Variant):
     """Table 7: the same alpha with other ``e ~ U[lo, hi]`` ranges (the main grid holds the config's own range)."""
 
     method: str = setting(doc="the methods entry it runs on", check=text)
@@ -109,7 +122,7 @@ class ERangeVariant(StudySection):
 
 
 @dataclass(frozen=True)
-class DivergenceVariant(StudySection):
+class DivergenceVariant(Variant):
     """SCE (Eq. 3, the main grid) against other divergences at the same alphas."""
 
     method: str = setting(doc="the methods entry it runs on", check=text)
@@ -123,7 +136,7 @@ class DivergenceVariant(StudySection):
 
 
 @dataclass(frozen=True)
-class EqualComputeVariant(StudySection):
+class EqualComputeVariant(Variant):
     """Tables 9-10: ``alpha > 0`` with ``floor(max_steps / overhead)`` steps (the recipe's equal_compute_overhead)."""
 
     method: str = setting(doc="the methods entry it runs on", check=text)
@@ -145,7 +158,7 @@ class Variants(StudySection):
     equal_compute: Optional[EqualComputeVariant] = setting(None, doc="Tables 9-10: fewer steps for alpha > 0",
                                                            section=EqualComputeVariant, written_if_set=True)
 
-    def items(self) -> List[Tuple[str, Any]]:
+    def items(self) -> List[Tuple[str, Variant]]:
         """``(name, variant)`` of the variants the config sets."""
         return [(f.name, getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None]
 

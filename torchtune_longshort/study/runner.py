@@ -128,9 +128,9 @@ class Study(RunConfigs):
         rdir.mkdir(parents=True, exist_ok=True)
         recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(self.recipe_config(key, run)))
         changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
-        rc = self.recipe_fields(key, run)  # the steps the recipe will really train (equal compute shortens some)
-        max_steps = trained_steps(rc.max_steps, rc.equal_compute_overhead, rc.loss.alpha)
-        train_dir = Path(rc.output_dir)
+        recipe = self.recipe_fields(key, run)  # the steps the recipe will really train (equal compute: fewer)
+        max_steps = trained_steps(recipe.max_steps, recipe.equal_compute_overhead, recipe.loss.alpha)
+        train_dir = Path(recipe.output_dir)
         done = steps_in(train_dir)
         if changed and done:
             self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
