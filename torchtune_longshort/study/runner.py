@@ -313,10 +313,14 @@ class Study(RunConfigs):
     # ------------------------------------------------------------------ everything
     def fine_tune_env(self) -> Dict[str, str]:
         """The fine-tunes' subprocess environment: with ``jobs`` > 1 each gets ``cpu_count // jobs`` threads
-        (torch's intra-op pool reads OMP_NUM_THREADS), so that parallel runs do not oversubscribe the cores."""
+        (torch's intra-op pool reads OMP_NUM_THREADS), so that parallel runs do not oversubscribe the cores; an
+        OMP_NUM_THREADS the study was started with stays the upper bound."""
         if self.jobs <= 1:
             return self.env
-        return {**self.env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // self.jobs))}
+        threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        if str(self.env.get("OMP_NUM_THREADS", "")).isdigit():
+            threads = max(1, min(threads, int(self.env["OMP_NUM_THREADS"])))
+        return {**self.env, "OMP_NUM_THREADS": str(threads)}
 
     def run(self, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Base model, then every grid run (``only``: a subset of keys), ``jobs`` of them at once; writes
