@@ -16,6 +16,17 @@ Inference: ``t = ceil(L_cur / L)`` capped at ``t_max``, with ``L_cur = max(posit
 q and k of every layer must see the same t and positions, so the draw happens once per model forward in
 :meth:`CLEXRoPE.prepare`, which the decoder pre-hook installed by ``apply_rope_scaling`` calls; used on its own,
 the module applies the inference rule to the length of each call.
+
+Activation checkpointing re-runs each layer's forward during backward, after the decoder's post-hook has
+cleared the state. :meth:`CLEXRoPE.clear` therefore keeps the last training forward's state (t, its ODE
+solution with its autograd graph, the sampled positions) for such recomputations: a call made while a backward
+pass is running and no forward is being prepared reuses it, so the recomputed layer sees what the original
+forward saw. This serves the usual order -- each training forward's backward before the next training
+forward (the recipe's, gradient accumulation included); a second training forward before the first one's
+backward is not supported with checkpointing. Reentrant checkpointing (``use_reentrant=True``) is refused: it
+runs the original layer forward without autograd and back-propagates each layer's recomputation on its own,
+through the one ODE solution all layers share (the second layer would find its graph freed); torchtune's
+``set_activation_checkpointing`` is non-reentrant.
 """
 
 from __future__ import annotations
@@ -45,6 +56,27 @@ def rk4_solve(func: Callable, z0: torch.Tensor, t0: float, t1: float, step: floa
         z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
         t = t + h
     return z
+
+
+def _in_backward() -> bool:
+    """True while an autograd backward pass runs on this thread (where checkpointing recomputes a forward)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class _RecomputeState:
+    """Holds the last training forward's state for recomputation in its backward. Not copied or pickled: a
+    ``deepcopy`` of the model (or ``torch.save``) gets an empty holder, not a tensor inside an autograd graph."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Optional[tuple] = None):
+        self.state = state
+
+    def __deepcopy__(self, memo):
+        return _RecomputeState()
+
+    def __reduce__(self):
+        return (_RecomputeState, ())
 
 
 class CLEXRoPE(ScaledRoPE):
@@ -128,6 +160,8 @@ class CLEXRoPE(ScaledRoPE):
         self.ode_up_proj = nn.Parameter(torch.empty(dim // 2, param_factor * dim, dtype=torch.float32))
         self.ode_down_proj = nn.Parameter(torch.empty(param_factor * dim, dim // 2, dtype=torch.float32))
         self._state: Optional[tuple] = None
+        self._state_trains = False  # _state is a training forward's with autograd on: its backward may recompute
+        self._recompute = _RecomputeState()
         self._eval_cache: dict = {}
         self.reset_ode_parameters()
         self.rope_init()
@@ -228,9 +262,24 @@ class CLEXRoPE(ScaledRoPE):
             t = self.inference_t(length)
             theta = self._eval_inv_freq(t)
         self._state = (t, theta, positions)
+        self._state_trains = self.training and torch.is_grad_enabled()
 
     def clear(self) -> None:
+        """End the prepared forward. A training forward's state stays available to the recomputation of its
+        layers during its backward (activation checkpointing), until the next training forward replaces it."""
+        if self._state is not None and self._state_trains:
+            self._recompute.state = self._state
         self._state = None
+        self._state_trains = False
+
+    def _active_state(self) -> Optional[tuple]:
+        """The prepared forward's state; during a backward pass with none prepared, the last training forward's
+        (the layer being recomputed by activation checkpointing belongs to it); else None."""
+        if self._state is not None:
+            return self._state
+        if self._recompute.state is not None and _in_backward():
+            return self._recompute.state
+        return None
 
     @property
     def current_t(self) -> Optional[int]:
@@ -245,13 +294,21 @@ class CLEXRoPE(ScaledRoPE):
 
     # --- forward -------------------------------------------------------------------------------------------
     def check_positions(self, seq_len, input_pos):
-        if input_pos is None and self._state is not None and self._state[2] is not None:
+        state = self._active_state()
+        if input_pos is None and state is not None and state[2] is not None:
             return  # sampled positions were checked in prepare()
         super().check_positions(seq_len, input_pos)
 
     def cos_sin(self, seq_len, input_pos):
-        if self._state is not None:
-            _, theta, sampled = self._state
+        state = self._active_state()
+        if state is not None:
+            _, theta, sampled = state
+            if state is self._state and self._state_trains and theta.requires_grad and not torch.is_grad_enabled():
+                raise RuntimeError(
+                    "CLEX: a layer of a training forward runs without autograd (reentrant activation checkpointing?): "
+                    "CLEX's learned frequencies would get no gradient from it. Use non-reentrant checkpointing "
+                    "(torchtune's set_activation_checkpointing, use_reentrant=False)"
+                )
         else:
             length = seq_len if input_pos is None else int(input_pos.max()) + 1
             theta, sampled = self._eval_inv_freq(self.inference_t(length)), None
