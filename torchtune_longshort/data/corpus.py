@@ -89,21 +89,25 @@ class Shuffled:
 
 
 def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
-           shuffle_seed: Optional[int] = None, piece_chars: Optional[int] = None) -> Documents:
+           shuffle_seed: Optional[int] = None, piece_chars: Optional[int] = None,
+           split: Optional[str] = None) -> Documents:
     """The Python standard library's source files (the embedded offline default; see ``stdlib_corpus``);
     ``include_tests="only"``: just the test packages, the text a corpus read with ``include_tests=False`` holds out.
+    ``split="train"`` / ``"heldout"``: the corpus's two disjoint parts (the test packages and one file in
+    ``stdlib_corpus.HELDOUT_EVERY`` of the others are held out), for installs without the test packages.
 
     Files come in sorted path order (one package after another) unless ``shuffle_seed`` is given (see
     :class:`Shuffled`); ``piece_chars`` (with ``shuffle_seed``) first cuts each file into pieces of about that many
     characters, which pre-training wants: batches then mix many packages."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 
-    stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit)  # fail early if empty
+    stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)  # fail early
     if piece_chars is not None and shuffle_seed is None:
         raise ValueError("piece_chars needs shuffle_seed: pieces in file order would be the same text as before")
     source = _Source(
-        lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit),
-        f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit})",
+        lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split),
+        f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit}"
+        + (f", split={split}" if split else "") + ")",
     )
     return source if shuffle_seed is None else Shuffled(source, shuffle_seed, piece_chars)
 

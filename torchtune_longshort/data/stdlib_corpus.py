@@ -11,7 +11,7 @@ import functools
 import hashlib
 import sysconfig
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 
 _used = False
@@ -31,9 +31,40 @@ def stdlib_dir() -> Path:
 # complement of a training corpus read with ``include_tests=False``.
 TEST_PACKAGES = ("test", "idlelib", "lib2to3")
 
+# The corpus split in two by file (``split="train"`` / ``"heldout"``), for installs whose test packages are too small to
+# evaluate on (Debian and Ubuntu ship ``test`` in a separate package, ``idlelib`` and ``lib2to3`` too): the held-out
+# part is the test packages plus one file in HELDOUT_EVERY of the others, picked by a hash of the file's path
+# relative to the stdlib, so that a file is on the same side on every install and Python version that has it.
+HELDOUT_EVERY = 3
+SPLITS = ("train", "heldout")
+
+
+def in_heldout(relative: str) -> bool:
+    """Whether the stdlib file at ``relative`` (a POSIX path under the stdlib folder, ``"json/decoder.py"``) is in
+    the ``heldout`` split: a file of :data:`TEST_PACKAGES`, or one whose path hash falls in 1 of
+    :data:`HELDOUT_EVERY`."""
+    parts = relative.split("/")
+    if parts[0] in TEST_PACKAGES and len(parts) > 1:
+        return True
+    return int.from_bytes(hashlib.sha256(relative.encode()).digest()[:8], "little") % HELDOUT_EVERY == 0
+
+
+@functools.lru_cache(maxsize=4)
+def _listing(root: str) -> Tuple[Tuple[Path, Tuple[str, ...], int], ...]:
+    """Every ``*.py`` file under the stdlib folder ``root`` outside ``site-packages``, sorted: ``(path, its parts
+    relative to root, bytes)``. Listed once per process (the walk passes through site-packages)."""
+    out = []
+    for f in sorted(Path(root).rglob("*.py")):
+        rel = f.relative_to(root).parts
+        if "site-packages" in rel or "dist-packages" in rel:
+            continue
+        out.append((f, rel, f.stat().st_size))
+    return tuple(out)
+
 
 def stdlib_source_files(
-    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None
+    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
+    split: Optional[str] = None,
 ) -> List[Path]:
     """Sorted list of the standard library's ``*.py`` files.
 
@@ -43,39 +74,45 @@ def stdlib_source_files(
             ``False`` leaves out ``TEST_PACKAGES``, ``"only"`` keeps just them (text held out from a training
             corpus read with ``False``).
         limit: keep only the first ``limit`` files after sorting (deterministic subsets for tests).
+        split: ``None`` (no split), ``"train"`` or ``"heldout"`` (:func:`in_heldout`): the two disjoint parts of
+            the corpus, a training corpus and the text it never sees on any install. Both filters apply
+            (``include_tests=False, split="train"`` is the train split, which holds no test package anyway).
 
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
     if include_tests not in (True, False, "only"):
         raise ValueError(f"include_tests={include_tests!r}: accepted True, False or 'only'")
+    if split not in (None, *SPLITS):
+        raise ValueError(f"split={split!r}: accepted None (the whole corpus), {', '.join(map(repr, SPLITS))}")
     global _used
     _used = True  # results computed in this process then carry the corpus's content hash (provenance)
     root = stdlib_dir()
     files = []
-    for f in sorted(root.rglob("*.py")):
-        rel = f.relative_to(root).parts
-        if "site-packages" in rel or "dist-packages" in rel:
-            continue
+    for f, rel, size in _listing(str(root)):
         in_tests = rel[0] in TEST_PACKAGES and len(rel) > 1
         if (include_tests == "only" and not in_tests) or (not include_tests and in_tests):
             continue
-        if f.stat().st_size >= min_bytes:
+        if split is not None and in_heldout("/".join(rel)) != (split == "heldout"):
+            continue
+        if size >= min_bytes:
             files.append(f)
     if limit is not None:
         files = files[:limit]
     if not files:
         raise FileNotFoundError(
-            f"no standard-library source files of >= {min_bytes} bytes under {root}"
+            f"no standard-library source files of >= {min_bytes} bytes under {root} (include_tests={include_tests!r}, "
+            f"split={split!r})"
         )
     return files
 
 
 def iter_stdlib_documents(
-    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None
+    min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
+    split: Optional[str] = None,
 ) -> Iterator[str]:
     """Yield the text of each standard-library source file (see :func:`stdlib_source_files`)."""
-    for f in stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit):
+    for f in stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split):
         yield f.read_text(encoding="utf-8", errors="replace")
 
 

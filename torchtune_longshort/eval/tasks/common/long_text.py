@@ -3,9 +3,12 @@ tokenizer as seen from a task, and fixed-length token sequences that survive the
 
 lm-eval hands a task only text, so a task that needs sequences of exactly ``L`` tokens (long-context perplexity,
 the misalignment metric, passkey prompts of a target length) cuts them here with the model's own tokenizer, then
-checks that re-encoding the text gives back the same ``L`` ids. Tasks learn which tokenizer to use from lm-eval's
-metadata, which holds the model's ``model_args`` (``tokenizer`` / ``checkpoint_dir`` for ``longshort``,
-``tokenizer`` / ``pretrained`` for ``hf``).
+checks that re-encoding the text gives back the same ``L`` ids. Sequences come from the start of each document
+(``chunks_per_doc`` of them), or, for a source of short documents, from consecutive documents joined into one text
+and cut end to end (``join_documents``, a blank line between two documents: long streams, as books are). The study's
+pre-flight check (:mod:`torchtune_longshort.study.preflight`) asks the same functions before anything trains. Tasks
+learn which tokenizer to use from lm-eval's metadata, which holds the model's ``model_args`` (``tokenizer`` /
+``checkpoint_dir`` for ``longshort``, ``tokenizer`` / ``pretrained`` for ``hf``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, guard_hub_iteration
 
@@ -24,7 +27,20 @@ logger = logging.getLogger(__name__)
 HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
 }
-SOURCES = ("stdlib", "stdlib_tests", "local", "hf", *HF_PRESETS)
+# stdlib sources -> the stdlib corpus's arguments (torchtune_longshort.data.corpus.stdlib)
+STDLIB_SOURCES: Dict[str, Dict[str, Any]] = {
+    "stdlib": {"include_tests": True},
+    "stdlib_tests": {"include_tests": "only"},  # test packages: held out from a corpus read with include_tests False
+    "stdlib_heldout": {"split": "heldout"},  # held out from a corpus read with split "train", on every install
+}
+SOURCES = (*STDLIB_SOURCES, "local", "hf", *HF_PRESETS)
+# The text between two documents that ``join_documents`` packs into one stream (a blank line).
+JOIN_SEPARATOR = "\n\n"
+# How many token offsets a cut sequence may move on to find one whose text re-encodes to the same ids.
+ROUND_TRIP_SHIFTS = 16
+# Tokens a joined stream holds beyond the sequences cut from it: the last one then ends before the stream's end,
+# whose tokens could differ from those of the same text followed by more documents.
+JOIN_MARGIN = 64
 # The files a folder in ``data_files`` stands for.
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json")
 
@@ -103,7 +119,9 @@ def iter_texts(
 
     Args:
         source: ``stdlib`` (the Python standard library's sources, offline), ``stdlib_tests`` (only its test
-            packages: text held out from a training corpus read with ``include_tests: False``), ``local`` (``data_files``),
+            packages: text held out from a training corpus read with ``include_tests: False``; absent on Debian and
+            Ubuntu installs), ``stdlib_heldout`` (the test packages and one file in three of the rest: held out from a
+            training corpus read with ``split: train``, on every install), ``local`` (``data_files``),
             ``hf`` (``dataset_path`` / ``dataset_name`` / ``split``, streamed) or a preset name (``pg19``).
             Giving ``data_files`` implies ``local``.
         data_files: path, glob, folder (its ``.txt`` / ``.jsonl`` / ``.json`` files) or a list of them: ``.jsonl`` /
@@ -122,8 +140,8 @@ def iter_texts(
     # stdlib and Hugging Face sources are the training loaders' (torchtune_longshort.data.corpus)
     from torchtune_longshort.data import corpus
 
-    if source in ("stdlib", "stdlib_tests"):  # stdlib_tests: the test packages, held out from training corpora
-        it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, include_tests="only" if source == "stdlib_tests" else True)()
+    if source in STDLIB_SOURCES:
+        it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, **STDLIB_SOURCES[source])()
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
@@ -158,14 +176,60 @@ def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 
     )
 
 
+def flag(metadata: Dict[str, Any], key: str, default: bool = False) -> bool:
+    """A true/false metadata value (JSON ``true`` / ``false``, or those words as text); :class:`TaskDataError`
+    naming the key for anything else."""
+    value = metadata.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise TaskDataError(f"{key}={value!r}: expected true or false")
+
+
+def samples_from_metadata(metadata: Dict[str, Any], prefix: str, length: int, num_samples: int,
+                          tokenizer: Optional["TaskTokenizer"] = None) -> List["FixedLengthSample"]:
+    """The ``num_samples`` sequences of ``length`` tokens a task with metadata prefix ``prefix`` scores at one length:
+    its text source (:func:`texts_from_metadata`), ``<prefix>_chunks_per_doc`` (default 1) and
+    ``<prefix>_join_documents`` (default false: each sequence from a document's start; true: from the documents
+    packed into one stream), cut with ``tokenizer`` (default: the model's, :func:`tokenizer_from_metadata`).
+
+    Raises:
+        TaskDataError: too few sequences, a bad source or a bad value (see :func:`fixed_length_samples`).
+    """
+    join = flag(metadata, f"{prefix}_join_documents")
+    try:
+        chunks = int(metadata.get(f"{prefix}_chunks_per_doc", 1))
+    except (TypeError, ValueError):
+        raise TaskDataError(f"{prefix}_chunks_per_doc={metadata.get(f'{prefix}_chunks_per_doc')!r}: expected an "
+                            "integer >= 1") from None
+    tok = tokenizer or tokenizer_from_metadata(metadata)
+    # joined, every document counts (short ones too); otherwise skip those too short to hold a sequence, cheaply
+    texts = texts_from_metadata(metadata, prefix, min_chars=0 if join else length // 2)
+    return fixed_length_samples(texts, tok, length, num_samples=num_samples, chunks_per_doc=chunks,
+                                join_documents=join)
+
+
 @dataclass
 class FixedLengthSample:
-    """``length`` tokens of one document (``text`` re-encodes to exactly those ids)."""
+    """``length`` tokens of one document (``text`` re-encodes to exactly those ids), from token ``start`` of document
+    ``doc_index``; joined documents: from token ``start`` of the stream whose first document is ``doc_index``."""
 
     text: str
     token_ids: List[int]
     doc_index: int
     start: int
+
+
+def _round_trip(tokenizer: TaskTokenizer, ids: Sequence[int], start: int, length: int) -> Optional[Tuple[int, str]]:
+    """The first offset ``s`` in ``start .. start + ROUND_TRIP_SHIFTS - 1`` whose ``length`` ids decode to a text that
+    encodes back to them, with that text; None when there is none."""
+    for s in range(start, min(start + ROUND_TRIP_SHIFTS, len(ids) - length + 1)):
+        chunk = list(ids[s : s + length])
+        text = tokenizer.decode(chunk)
+        if tokenizer.encode(text) == chunk:
+            return s, text
+    return None
 
 
 def fixed_length_samples(
@@ -175,20 +239,34 @@ def fixed_length_samples(
     num_samples: int,
     chunks_per_doc: int = 1,
     max_docs: int = 100_000,
+    join_documents: bool = False,
 ) -> List[FixedLengthSample]:
     """Cut ``num_samples`` sequences of exactly ``length`` tokens from ``texts``.
 
     Each document gives up to ``chunks_per_doc`` non-overlapping chunks, from its start (the protocol of YaRN /
-    CLEX: each book truncated to the evaluation length). A chunk is kept only if its decoded text encodes back to
-    the same ids; otherwise its start moves one token on (at most 16 tries), so lengths are exact.
+    CLEX: each book truncated to the evaluation length). With ``join_documents`` consecutive documents are joined
+    into one text, :data:`JOIN_SEPARATOR` between two, as long as the chunks asked for need (by the documents' own
+    token counts), and that text is tokenized and cut end to end into consecutive chunks: short documents (source
+    files, the stdlib's test packages) then make sequences of any length, as PG19's books do. A sample's
+    ``doc_index`` is then its stream's first document and ``start`` its token offset in the stream
+    (``chunks_per_doc`` must stay 1). A chunk is kept only if its decoded text encodes back to the same ids;
+    otherwise its start moves one token on (at most :data:`ROUND_TRIP_SHIFTS` tries), so lengths are exact.
 
     Raises:
-        TaskDataError: when fewer than ``num_samples`` chunks exist, naming the longest document seen.
+        TaskDataError: when fewer than ``num_samples`` chunks exist, naming the longest document seen (joined: the
+            tokens of all documents).
     """
     if length < 2:
         raise TaskDataError(f"length={length} must be >= 2 tokens")
     if num_samples < 1:
         raise TaskDataError(f"num_samples={num_samples} must be >= 1")
+    if chunks_per_doc < 1:
+        raise TaskDataError(f"chunks_per_doc={chunks_per_doc} must be >= 1")
+    if join_documents:
+        if chunks_per_doc != 1:
+            raise TaskDataError(f"chunks_per_doc={chunks_per_doc} with join_documents: the joined stream is cut end "
+                                "to end; leave chunks_per_doc at 1")
+        return _cut_joined(texts, tokenizer, length, num_samples, max_docs)
     out: List[FixedLengthSample] = []
     longest = 0
     for d, text in enumerate(texts):
@@ -198,23 +276,63 @@ def fixed_length_samples(
         longest = max(longest, len(ids))
         start, taken = 0, 0
         while taken < chunks_per_doc and len(out) < num_samples and start + length <= len(ids):
-            found = None
-            for s in range(start, min(start + 16, len(ids) - length + 1)):
-                chunk = ids[s : s + length]
-                chunk_text = tokenizer.decode(chunk)
-                if tokenizer.encode(chunk_text) == chunk:
-                    found = FixedLengthSample(chunk_text, chunk, d, s)
-                    break
+            found = _round_trip(tokenizer, ids, start, length)
             if found is None:
                 start += length
                 continue
-            out.append(found)
+            s, chunk_text = found
+            out.append(FixedLengthSample(chunk_text, list(ids[s : s + length]), d, s))
             taken += 1
-            start = found.start + length
+            start = s + length
     if len(out) < num_samples:
         raise TaskDataError(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut "
-            f"(longest document: {longest} tokens): use a source with longer documents, raise chunks_per_doc, "
-            "or lower the length / num_samples"
+            f"(longest document: {longest} tokens): use a source with longer documents, join its documents "
+            "(join_documents), raise chunks_per_doc, or lower the length / num_samples"
+        )
+    return out
+
+
+def _cut_joined(texts: Iterable[str], tokenizer: TaskTokenizer, length: int, num_samples: int,
+                max_docs: int) -> List[FixedLengthSample]:
+    """:func:`fixed_length_samples` with ``join_documents``: consecutive documents joined (text, then tokenized as
+    one) into a stream long enough for the chunks still wanted (by the documents' own token counts, plus
+    :data:`JOIN_MARGIN`), cut end to end; a stream that gives fewer (round-trip shifts) is followed by the next."""
+    sep_tokens = len(tokenizer.encode(JOIN_SEPARATOR))
+    docs = iter(enumerate(texts))
+    out: List[FixedLengthSample] = []
+    n_docs, total, exhausted = 0, 0, False
+    while len(out) < num_samples and not exhausted:
+        want = (num_samples - len(out)) * (length + ROUND_TRIP_SHIFTS) + JOIN_MARGIN
+        parts: List[str] = []
+        first, estimate = -1, 0
+        while estimate < want:
+            item = next(docs, None)
+            if item is None or item[0] >= max_docs:
+                exhausted = True
+                break
+            d, text = item
+            first = d if not parts else first
+            parts.append(text)
+            n = len(tokenizer.encode(text))
+            estimate += n + sep_tokens
+            n_docs, total = n_docs + 1, total + n
+        if not parts:
+            break
+        ids = tokenizer.encode(JOIN_SEPARATOR.join(parts))
+        start = 0
+        while len(out) < num_samples and start + length <= len(ids):
+            found = _round_trip(tokenizer, ids, start, length)
+            if found is None:
+                start += length
+                continue
+            s, chunk_text = found
+            out.append(FixedLengthSample(chunk_text, list(ids[s : s + length]), first, s))
+            start = s + length
+    if len(out) < num_samples:
+        raise TaskDataError(
+            f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut from the "
+            f"joined documents ({n_docs} documents, {total} tokens in all): use a source with more text, or lower "
+            "the length / num_samples"
         )
     return out

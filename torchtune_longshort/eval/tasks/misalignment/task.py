@@ -14,23 +14,24 @@ request is built (its placeholder rows score NaN with the reason and send nothin
 ``lm_eval_model`` metadata key that ``longshort-eval`` sets, see ``unavailable.model_of``), and the other tasks of the
 run finish.
 
-Task metadata: ``mis_source`` (stdlib | pg19 | hf | local; with ``mis_data_files`` etc. as for long_ppl),
-``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_seed`` (0), ``mis_divergences``
-(["sce", "jeffreys", "js"]).
+Task metadata: ``mis_source`` (stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local; with ``mis_data_files``
+etc. as for long_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
+(1), ``mis_join_documents`` (false: each sample from a document's start; true: the documents packed into one stream,
+cut end to end, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from lm_eval.api.instance import Instance
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset
-from torchtune_longshort.eval.tasks.common.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
@@ -46,15 +47,24 @@ REQUEST_TYPE = "next_token_divergence"
 PLACEHOLDER_REQUEST = "loglikelihood_rolling"
 
 
+def misalignment_samples(metadata: Dict[str, Any], length: int,
+                         tokenizer: Optional[TaskTokenizer] = None) -> List[FixedLengthSample]:
+    """The ``mis_num_samples`` texts of ``length`` tokens ``longshort_misalignment`` scores at ``length`` (its metadata
+    as lm-eval passes it; ``tokenizer`` default: the model's). The study's pre-flight check asks this too.
+
+    Raises:
+        TaskDataError: the source cannot give them (with the counts).
+    """
+    return samples_from_metadata(metadata, METADATA_PREFIX, length,
+                                 int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)), tokenizer)
+
+
 def misalignment_dataset(**metadata: Any):
     """lm-eval ``custom_dataset`` of ``longshort_misalignment``: at each length of ``mis_max_seq_lengths`` /
     ``max_seq_lengths``, rows ``text`` (exactly ``length`` tokens), ``l1``, ``l2``, ``length``, ``error``."""
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
-        tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
-        samples = fixed_length_samples(texts, tok, length,
-                                       num_samples=int(metadata.get("mis_num_samples", DEFAULT_NUM_SAMPLES)))
+        samples = misalignment_samples(metadata, length)
         rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
         suffix_range = suffix_length_range(length)
         rows = []

@@ -16,9 +16,12 @@ them into a per-position loss curve (CSV + PNG). The curve's mean over positions
 that reads as a failed measurement).
 
 Task metadata (YAML ``metadata`` defaults, overridden by ``--metadata '{...}'``):
-    ppl_source: stdlib | pg19 | hf | local        ppl_data_files: path/glob (.txt, .jsonl/.json with ppl_text_field)
+    ppl_source: stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local
+    ppl_data_files: path/glob (.txt, .jsonl/.json with ppl_text_field)
     ppl_dataset_path / ppl_dataset_name / ppl_split / ppl_text_field: for ppl_source=hf
     ppl_num_samples (default 20), ppl_chunks_per_doc (default 1)
+    ppl_join_documents (default false): pack the documents into one stream and cut the sequences from it end to end
+        (a source of short documents then gives sequences of any length; long_text.fixed_length_samples)
     max_seq_lengths / ppl_max_seq_lengths: the lengths (default in the task YAML)
 """
 
@@ -31,13 +34,26 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
-from torchtune_longshort.eval.tasks.common.long_text import fixed_length_samples, texts_from_metadata, tokenizer_from_metadata
+from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import check_fits_model, nan_results, reason_of, refusal_of
 
 logger = logging.getLogger(__name__)
 FAMILY = TASK_FAMILIES["ppl"]
 # The prefix of this task's metadata keys (ppl_source, ppl_max_seq_lengths, ...).
 METADATA_PREFIX = FAMILY.metadata_prefix
+
+
+def ppl_samples(metadata: Dict[str, Any], length: int,
+                tokenizer: Optional[TaskTokenizer] = None) -> List[FixedLengthSample]:
+    """The ``ppl_num_samples`` sequences ``longshort_ppl`` scores at ``length`` (its metadata as lm-eval passes it,
+    model_args included; ``tokenizer`` default: the model's). The study's pre-flight check asks this too.
+
+    Raises:
+        TaskDataError: the source cannot give them (with the counts), or the length is past the model.
+    """
+    check_fits_model(length, metadata)
+    return samples_from_metadata(metadata, METADATA_PREFIX, length, int(metadata.get("ppl_num_samples", 20)),
+                                 tokenizer)
 
 
 def long_ppl_dataset(**metadata: Any):
@@ -51,11 +67,7 @@ def long_ppl_dataset(**metadata: Any):
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
         # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
-        check_fits_model(length, metadata)
-        tok = tokenizer_from_metadata(metadata)
-        texts = texts_from_metadata(metadata, METADATA_PREFIX, min_chars=length // 2)
-        samples = fixed_length_samples(texts, tok, length, num_samples=int(metadata.get("ppl_num_samples", 20)),
-                                       chunks_per_doc=int(metadata.get("ppl_chunks_per_doc", 1)))
+        samples = ppl_samples(metadata, length)
         return [{"text": s.text, "n_tokens": len(s.token_ids), "length": length, "doc_index": s.doc_index,
                  "start": s.start, "source": source} for s in samples]
 
