@@ -12,6 +12,12 @@ and is the command line (``python -m torchtune_longshort.eval.tasks.babilong.gen
 Rows are written in BABILong's own format (``input``, ``question``, ``target``) plus fields of ours
 (``qa``, ``length``, ``depth``, ...), one file per length and task: ``<out>/<length>/<qa>.jsonl``, the
 layout the ``longshort_babilong`` tasks read (``--metadata '{"babilong_data_dir": "<out>"}'``).
+
+What a length label sizes (``--fit``): ``input`` (the default, BABILong's own way: the haystack and facts are the
+label's tokens, and the task's prompt, question and answer come on top) or ``prompt``: the whole request the pack's
+task makes of a row (a BOS, lm-eval's prompt with its two examples, the input, the question, and the task's
+generation budget; :mod:`~torchtune_longshort.eval.tasks.babilong.prompt`) is at most the label's tokens, so a
+``"32k"`` row runs on a model of ``max_length=32768``. The study generates with ``prompt``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 
+# What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
+FITS = ("input", "prompt")
+
 
 def generate(
     out_dir,
@@ -42,14 +51,18 @@ def generate(
     haystack: str = "stdlib",
     seed: int = 0,
     progress: bool = False,
+    fit: str = "input",
 ) -> List[Path]:
     """Write ``<out_dir>/<length>/<qa>.jsonl`` files; ``n`` rows per (length, qa[, depth]). Returns the paths.
 
     ``depths`` (e.g. ``[0, 25, 50, 75, 100]``) makes the fact-depth variant (``"0k"`` is then skipped: it
     has no haystack); without it facts are scattered at random as in BABILong. ``tokenizer`` is required
-    for any length other than ``"0k"``: lengths are counted in its tokens. ``progress``: a tqdm bar over the rows
-    (total and ETA; long lengths take a while to fit).
+    for any length other than ``"0k"``: lengths are counted in its tokens (give the evaluated model's). ``fit``:
+    what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a tqdm bar over the rows (total and
+    ETA; long lengths take a while to fit).
     """
+    if fit not in FITS:
+        raise ValueError(f"fit={fit!r}; accepted: {', '.join(FITS)}")
     for qa in qa_tasks:
         check_qa(qa)
     for length in lengths:
@@ -71,6 +84,11 @@ def generate(
 
     bar = tqdm(total=len(todo) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
                disable=not progress)
+    prompts = {}
+    if fit == "prompt":
+        from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
+
+        prompts = {qa: task_prompt(qa) for qa in qa_tasks}
     for length in todo:
         plan: List[Optional[int]] = [None] if depths is None else list(depths)
         (out / length).mkdir(parents=True, exist_ok=True)
@@ -80,7 +98,8 @@ def generate(
             with open(path, "w", encoding="utf-8") as f:
                 for depth in plan:
                     for _ in range(n):
-                        row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth)
+                        row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
+                                           prompts.get(qa))
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update(1)
             paths.append(path)
@@ -100,13 +119,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth")
     ap.add_argument("--haystack", default="stdlib", help="stdlib | pg19 | path to .txt file or folder")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fit", choices=FITS, default="input",
+                    help="what a length label sizes: the row's input (BABILong's way), or the whole request the "
+                    "task makes of it (prompt, question and generation budget included: it then fits a model of "
+                    "that max_length)")
     a = ap.parse_args(argv)
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
     try:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
     paths = generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
-                     progress=True)
+                     progress=True, fit=a.fit)
     for p in paths:
         print(p)
 

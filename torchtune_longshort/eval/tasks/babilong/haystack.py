@@ -4,7 +4,8 @@ The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.task
 
 * a haystack from any text corpus (:func:`iter_haystack_lines`);
 * lengths in tokens: a sample's ``input`` (haystack + facts) is ``length_tokens`` long within the stated
-  tolerance (:func:`within_length_tolerance`); ``"0k"`` means the facts alone;
+  tolerance (:func:`within_length_tolerance`); ``"0k"`` means the facts alone; or, given the task's prompt
+  (:mod:`.prompt`), the whole request (BOS, prompt, question, generation budget) is at most ``length_tokens``;
 * placement: ``depth=None`` scatters the facts in order over the haystack at random (BABILong's way);
   ``depth=d`` puts the story block so that ``d`` % of the haystack's tokens come before it, measured by
   tokenizing the text before the block (stored as ``depth_measured``, see :func:`within_depth_tolerance`).
@@ -13,10 +14,13 @@ The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.task
 from __future__ import annotations
 
 import random
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+
+if TYPE_CHECKING:
+    from torchtune_longshort.eval.tasks.babilong.prompt import TaskPrompt
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -181,37 +185,51 @@ def _place_at_depth(hay: List[str], hay_tok: List[int], block: str, depth: int, 
 
 def _fit_to_length(
     story: Story, length: str, target: int, lines: Iterator[str], count_tokens: CountTokens, rng: random.Random,
-    depth: Optional[int],
+    depth: Optional[int], measure: Optional[CountTokens] = None,
 ) -> Segments:
     """The input's segments (haystack lines and facts) whose joined text is closest to ``target`` tokens.
 
     Joining lines changes the token count a little (word pieces at the joins), so the whole text is measured
     and the haystack budget shifted by the error until the input is within ``FIT_EXACT_TOKENS`` of the target.
+    ``measure`` (``input text -> tokens``; default: the input's own tokens) measures something else for an input,
+    e.g. the whole request the task makes of it (:mod:`.prompt`): it must then be at most ``target``, as close to it
+    as the tries find.
     """
+    at_most = measure is not None
+    measure = measure or count_tokens
     block = " ".join(story.facts)
     story_tokens = count_tokens(block)
-    if story_tokens + LENGTH_TOLERANCE_TOKENS >= target:
+    least = measure(block)  # the facts alone (and, measuring a request, its prompt around them)
+    if least + LENGTH_TOLERANCE_TOKENS >= target:
+        around = f" in a request of {least} tokens with its prompt" if at_most else ""
         raise ValueError(
-            f"length={length!r} ({target} tokens) is too short for this {story.qa} story of {story_tokens} tokens; "
-            f"use a longer length (accepted: {[k for k, v in LENGTHS.items() if v > story_tokens]})"
+            f"length={length!r} ({target} tokens) is too short for this {story.qa} story of {story_tokens} tokens"
+            f"{around}; use a longer length (accepted: {[k for k, v in LENGTHS.items() if v > least]})"
         )
     pool = _LinePool(lines, count_tokens)
     fracs = sorted(rng.random() for _ in story.facts)
-    budget = target - story_tokens
+    budget = target - least
     best = None
-    for _ in range(FIT_MAX_TRIES):
+    for attempt in range(FIT_MAX_TRIES * (2 if at_most else 1)):
         hay, hay_tok = _fill_haystack(pool, budget, count_tokens)
         if depth is None:
             segments, fact_seg = _scatter_facts(hay, story.facts, fracs)
         else:
             segments, fact_seg = _place_at_depth(hay, hay_tok, block, depth, count_tokens)
-        err = count_tokens("\n".join(segments)) - target
-        if best is None or abs(err) < abs(best[0]):
+        err = measure("\n".join(segments)) - target
+        fits = err <= 0 or not at_most
+        if fits and (best is None or abs(err) < abs(best[0])):
             best = (err, segments, fact_seg)
-        if abs(err) <= FIT_EXACT_TOKENS:
+        if fits and abs(err) <= FIT_EXACT_TOKENS:
             break
-        # Halve the correction once the error changes sign (a whole line entering or leaving).
-        budget -= err if best[0] == err else max(1, abs(err) // 2) * (1 if err > 0 else -1)
+        if attempt + 1 >= FIT_MAX_TRIES and best is not None:
+            break  # the extra tries are only for a request that has not fitted yet
+        # Halve the correction once the error changes sign (a whole line entering or leaving); a request over its
+        # budget always comes down by the whole excess.
+        budget -= err if (not fits or best[0] == err) else max(1, abs(err) // 2) * (1 if err > 0 else -1)
+    if best is None:
+        raise ValueError(f"length={length!r}: no haystack of this {story.qa} story's request fitted {target} tokens "
+                         f"in {2 * FIT_MAX_TRIES} tries")
     return best[1], best[2]
 
 
@@ -237,8 +255,14 @@ def build_sample(
     count_tokens: CountTokens,
     rng: random.Random,
     depth: Optional[int] = None,
+    prompt: Optional["TaskPrompt"] = None,
 ) -> Dict:
     """One BABILong-format row: ``story`` hidden in haystack ``lines`` to ``length`` tokens (see module doc).
+
+    ``prompt`` (the task's :class:`~torchtune_longshort.eval.tasks.babilong.prompt.TaskPrompt`): the whole request
+    the task makes of the row (BOS, lm-eval's prompt around the input, the question, the generation budget) is
+    sized to at most ``length`` tokens instead of the input alone; the row then also holds ``prompt_tokens`` (BOS +
+    prompt) and ``max_gen_toks``.
 
     Raises ``ValueError`` when the facts alone are longer than the requested length, or for a depth outside
     0..100 or with ``"0k"`` (no haystack).
@@ -247,12 +271,15 @@ def build_sample(
     if depth is not None and not (isinstance(depth, int) and 0 <= depth <= 100):
         raise ValueError(f"depth={depth!r}; accepted: an integer percentage 0..100 (e.g. {list(DEPTHS)})")
     block = " ".join(story.facts)
+    measure = None
+    if prompt is not None:
+        measure = lambda text: prompt.request_tokens(text, story.question, count_tokens)  # noqa: E731
     if target == 0:
         if depth is not None:
             raise ValueError("depth is set but length='0k' has no haystack to place the facts in; use depth=None")
         segments, fact_seg = [block], [0]
     else:
-        segments, fact_seg = _fit_to_length(story, length, target, lines, count_tokens, rng, depth)
+        segments, fact_seg = _fit_to_length(story, length, target, lines, count_tokens, rng, depth, measure)
     text = "\n".join(segments)
     offsets = _fact_char_offsets(segments, fact_seg, story.facts)
     row = {
@@ -268,6 +295,9 @@ def build_sample(
         "fact_char_offsets": offsets,
         "supporting_facts": story.supporting,
     }
+    if prompt is not None:
+        row["max_gen_toks"] = prompt.max_gen_toks
+        row["prompt_tokens"] = measure(text) - prompt.max_gen_toks
     if depth is not None:
         hay_total = row["n_tokens"] - count_tokens(block)
         before = count_tokens(text[: offsets[0]]) if offsets[0] else 0
