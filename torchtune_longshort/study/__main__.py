@@ -1,9 +1,11 @@
 """``python -m torchtune_longshort.study --config configs/study/cpu_small.yaml [--quick] [--out DIR]``.
 
 Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or ``--report-dir``);
-``--report-only`` rebuilds the report from the run folders without running anything. Exit status: 0 when every run
-is ok, 1 when any failed (the last line counts them and names their logs), 2 when the config is refused (before
-anything trains).
+``--report-only`` rebuilds the report from the run folders without running anything. Before anything trains, the
+config is checked whole, and then against the evaluation's data (:mod:`torchtune_longshort.study.preflight`: every
+length's sequences can be cut from its text source with the eval tokenizer, every length fits the eval model).
+Exit status: 0 when every run is ok, 1 when any failed (the last line counts them and names their logs), 2 when the
+config is refused (before anything trains, nothing written).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main(argv=None) -> int:
 
     quiet_upstream()
     from torchtune_longshort.study.config import StudyConfigError, load_study_config
+    from torchtune_longshort.study.preflight import preflight
     from torchtune_longshort.study.report import build_report
     from torchtune_longshort.study.runner import Study
 
@@ -51,6 +54,11 @@ def main(argv=None) -> int:
     study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
     t0 = time.time()
     if not a.report_only:
+        try:  # the evaluation's data, with its tokenizer: every cell measurable
+            preflight(study, log=study.log)
+        except StudyConfigError as e:
+            print(f"[study] {e}", file=sys.stderr)
+            return 2
         study.run(only=a.only.split(",") if a.only else None)
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     summary = build_report(study.out, report_dir, cfg, note=a.note)

@@ -96,8 +96,8 @@ class EvalConfig(StudySection):
     eval_base: bool = setting(True, doc="evaluate the base model too (a reference row)", check=boolean)
     include_path: Optional[str] = setting(None, doc="an lm-eval task folder (default: the installed pack)",
                                           check=text)
-    max_length: int = setting(None, doc="the eval model's context (default: the longest length asked)",
-                              check=integer(1))
+    max_length: int = setting(None, doc="the eval model's context (default: the longest length asked, BABILong's "
+                              "labels included)", check=integer(1))
     metadata: Optional[Dict[str, Any]] = setting(None, doc="more lm-eval --metadata for the pack's tasks",
                                                  check=values.task_metadata, written_if_set=True, names=True)
 
@@ -107,9 +107,11 @@ class EvalConfig(StudySection):
 
             object.__setattr__(self, "mis_num_samples", DEFAULT_NUM_SAMPLES)
         asked = [self.lengths_of(f) for f in FAMILY_TASK]
-        if self.max_length is None and all(n is not None for n in asked) and any(asked):
-            # BABILong prompts carry ~550 tokens of instructions and examples beyond their length label: set it
-            object.__setattr__(self, "max_length", max(max(n) for n in asked if n))
+        if self.max_length is None and all(n is not None for n in asked):
+            # a BABILong label is the token budget of its whole request: the study generates its rows to fit it
+            longest = max([n for lengths in asked + [self.babilong_tokens] for n in lengths], default=0)
+            if longest > 0:
+                object.__setattr__(self, "max_length", longest)
 
     def with_default_lengths(self, L0: int, L: int) -> "EvalConfig":
         """This section with the lengths it leaves unset filled (:func:`default_lengths`)."""
@@ -124,6 +126,13 @@ class EvalConfig(StudySection):
     def babilong_lengths(self) -> List[str]:
         """BABILong's length labels ([] when BABILong is not run)."""
         return self.babilong.lengths if self.babilong else []
+
+    @property
+    def babilong_tokens(self) -> List[int]:
+        """The token budgets of BABILong's length labels ([] when BABILong is not run)."""
+        from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+
+        return [LENGTHS[label] for label in self.babilong_lengths]
 
     def metadata_value(self, key: str, default: Any = None) -> Any:
         """A key of ``metadata`` (the pack's tasks' own keys; ``default``: the task's default for it)."""

@@ -45,6 +45,8 @@ from torchtune_longshort.study.stages import (StageError, error_line, log_tail, 
 from torchtune_longshort.training.equal_compute import trained_steps
 
 RESULT = "result.json"
+# What the BABILong generator sizes to a length label: the whole request (generator.FITS)
+BABILONG_FIT = "prompt"
 EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
 
 
@@ -120,6 +122,21 @@ class Study(RunConfigs):
         return {"recipe_config": trained, "eval_tasks": self.eval_tasks(),
                 "eval": {k: v for k, v in self.cfg.eval.as_dict().items() if k != "eval_base"}}
 
+    def task_metadata(self, babilong_dir: Optional[Path] = None) -> Dict[str, Any]:
+        """The lm-eval ``--metadata`` of every evaluation (``babilong_dir``: the generated BABILong data); the study's
+        pre-flight check reads the same (:mod:`torchtune_longshort.study.preflight`)."""
+        ev = self.cfg.eval
+        metadata = {"ppl_source": ev.ppl_source, "ppl_num_samples": ev.ppl_num_samples,
+                    "passkey_num_samples": ev.passkey_num_samples, "mis_num_samples": ev.mis_num_samples,
+                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev.lengths_of(f) for f in FAMILY_TASK}}
+        if babilong_dir is not None:
+            metadata.update({TASK_FAMILIES["babilong"].data_dir_key: str(babilong_dir),
+                             "max_seq_lengths": ",".join(ev.babilong.lengths)})
+        if TASK_FAMILIES["longbench_e"].task in self.eval_tasks():
+            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
+        metadata.update(ev.metadata or {})
+        return metadata
+
     # ------------------------------------------------------------------ stages
     def _train(self, key: str, run: Optional[Run]) -> Tuple[Path, bool]:
         """``(final checkpoint, whether it was trained by this call)``. Checkpoints of another recipe config (the
@@ -162,13 +179,15 @@ class Study(RunConfigs):
             return None
         out = self.out / "babilong_data"
         marker = out / "DONE.json"
+        # fit "prompt": a label is the token budget of the whole request (prompt, question, generation budget), so a
+        # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
         want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
-                "tokenizer": self.eval_tokenizer()}
+                "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
         if marker.is_file() and json.loads(marker.read_text()) == want:
             return out
         argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
                 "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
-                "--qa", bab.qa, "--haystack", bab.haystack_name]
+                "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
         if bab.depths:
             argv += ["--depths", ",".join(str(d) for d in bab.depths)]
         log_path = self.out / "babilong_data.log"
@@ -213,16 +232,7 @@ class Study(RunConfigs):
                 shutil.rmtree(eval_dir)
         model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev.max_length,
                       "allow_extrapolation": str(extrapolate).lower(), "dtype": ev.dtype}
-        metadata = {"ppl_source": ev.ppl_source, "ppl_num_samples": ev.ppl_num_samples,
-                    "passkey_num_samples": ev.passkey_num_samples, "mis_num_samples": ev.mis_num_samples,
-                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev.lengths_of(f) for f in FAMILY_TASK}}
-        bab = self._babilong_data()
-        if bab is not None:
-            metadata.update({TASK_FAMILIES["babilong"].data_dir_key: str(bab),
-                             "max_seq_lengths": ",".join(ev.babilong.lengths)})
-        if TASK_FAMILIES["longbench_e"].task in tasks:
-            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
-        metadata.update(ev.metadata or {})
+        metadata = self.task_metadata(self._babilong_data())
         argv = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
                 "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
                 *(["--include_path", str(self.root / ev.include_path)] if ev.include_path else []),

@@ -1,0 +1,140 @@
+"""The study's pre-flight check: before anything trains, a config whose evaluation cannot measure every cell is
+refused (exit 2, the fields named, nothing written under the output folder): a perplexity or misalignment length
+that a small local corpus cannot fill in the eval tokenizer's tokens, lengths and BABILong labels past the eval
+model. A config that fits passes, and the tokenizer it counted with is the one the study's runs then use. The
+counts are checked against an independent reference: the corpus tokenized here, by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from torchtune_longshort.study import Study, StudyConfigError, load_study_config
+from torchtune_longshort.study.preflight import preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_SMALL = ROOT / "configs/study/cpu_small.yaml"
+# A small local corpus: 12 short documents (a few hundred characters each).
+WORDS = "the model reads a long text and predicts the next token from what came before it".split()
+
+
+def _corpus(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(12):
+        (folder / f"doc{i:02d}.txt").write_text(" ".join(WORDS[(i + j) % len(WORDS)] for j in range(40 + 5 * i)))
+    return folder
+
+
+def _config(tmp_path: Path, **quick_eval) -> Path:
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["quick"]["eval"].update(quick_eval)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _study(tmp_path: Path, **quick_eval) -> Study:
+    cfg = load_study_config(_config(tmp_path, **quick_eval), quick=True, repo_root=ROOT)
+    return Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, log=lambda m: None)
+
+
+def test_a_length_the_corpus_cannot_fill_is_refused_before_anything_is_written(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    cfg = _config(tmp_path, ppl_lengths=[64, 512], ppl_num_samples=2, metadata={"ppl_data_files": str(corpus)})
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "torchtune_longshort.study", "--config", str(cfg), "--quick", "--out",
+                        str(out), "--repo-root", str(ROOT)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    err = p.stderr
+    line = next(x for x in err.splitlines() if "longshort_ppl at 512" in x)
+    for needle in ("eval.ppl_lengths", "eval.ppl_num_samples=2", "eval.metadata.ppl_data_files",
+                   "only 0 of num_samples=2 sequences of length=512 tokens", "longest document",
+                   "eval.metadata.ppl_join_documents: true", "dropping 512 from eval.ppl_lengths"):
+        assert needle in line, line
+    assert "longshort_ppl at 64" not in err  # the length it can fill is not named
+    assert not out.exists()  # nothing trained, nothing written (the tokenizer it counted with was a temporary one)
+
+
+def test_the_counts_are_the_corpus_tokenized_by_hand(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """How many sequences the refusal says exist, against documents of >= length tokens counted by hand with the
+    base's tokenizer (a given base: its tokenizer is the eval's)."""
+    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+
+    corpus = _corpus(tmp_path / "corpus")
+    tok = TaskTokenizer(str(sp_tokenizer_dir))
+    counts = sorted(len(tok.encode(f.read_text())) for f in sorted(corpus.iterdir()))
+    length = counts[len(counts) // 2]
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["base"] = {"checkpoint_dir": str(tiny_llama2_dir), "tokenizer": str(sp_tokenizer_dir)}
+    raw["quick"].pop("base", None)
+    raw["quick"]["eval"].update(ppl_lengths=[length], ppl_num_samples=12, misalignment_lengths=[],
+                                metadata={"ppl_data_files": str(corpus)})
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
+    cfg = load_study_config(tmp_path / "study.yaml", quick=True, repo_root=ROOT)
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, log=lambda m: None)
+    with pytest.raises(StudyConfigError) as refused:
+        preflight(study, log=lambda m: None)
+    have = sum(n >= length for n in counts)
+    assert 0 < have < 12
+    assert (f"only {have} of num_samples=12 sequences of length={length} tokens could be cut (longest document: "
+            f"{counts[-1]} tokens)") in str(refused.value)
+    assert f"({length} tokens of {sp_tokenizer_dir})" in str(refused.value)
+
+
+def test_a_config_that_fits_passes_and_its_tokenizer_is_the_runs(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    logs = []
+    study = _study(tmp_path, ppl_lengths=[64, 512], ppl_num_samples=2,
+                   metadata={"ppl_data_files": str(corpus), "ppl_join_documents": True})
+    assert not study.tokenizer_dir().exists()
+    preflight(study, log=logs.append)
+    assert any("eval.ppl_lengths [64, 512]: 2 sequences at each length" in m and "documents joined" in m
+               for m in logs), logs
+    assert logs[-1].startswith("[study] pre-flight check passed")
+    # the tokenizer it counted with is where the pre-training run reads it, and the eval's
+    assert Path(study.eval_tokenizer()).is_file() and study.tokenizer_dir().is_dir()
+    rc = study.recipe_config("base")
+    assert rc["tokenizer"]["path"] == str(study.tokenizer_dir())
+
+
+def test_misalignment_names_its_own_fields(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    study = _study(tmp_path, misalignment_lengths=[512], mis_num_samples=3,
+                   metadata={"mis_data_files": str(corpus)})
+    with pytest.raises(StudyConfigError) as refused:
+        preflight(study, log=lambda m: None)
+    msg = str(refused.value)
+    assert "longshort_misalignment at 512" in msg and "eval.mis_num_samples=3" in msg
+    assert "eval.metadata.mis_data_files" in msg and "eval.metadata.mis_join_documents: true" in msg
+    assert "longshort_ppl" not in msg and not study.out.exists()
+
+
+def test_lengths_and_babilong_labels_past_the_eval_model_are_refused(tmp_path):
+    study = _study(tmp_path, max_length=256, ppl_lengths=[128, 512], babilong={"lengths": ["1k"], "n": 1,
+                                                                               "qa": "qa1"})
+    with pytest.raises(StudyConfigError) as refused:
+        preflight(study, log=lambda m: None)
+    msg = str(refused.value)
+    assert "eval.ppl_lengths=[128, 512]: longshort_ppl at [512] tokens is past eval.max_length=256" in msg
+    assert "eval.misalignment_lengths=[256, 512]" in msg  # the quick config's own 512
+    assert "eval.babilong.lengths=['1k']: ['1k'] is past eval.max_length=256" in msg
+    assert not study.out.exists()
+
+
+def test_the_eval_model_holds_babilong_labels_by_default(tmp_path):
+    study = _study(tmp_path, babilong={"lengths": ["2k"], "depths": [50], "n": 1, "qa": "qa1"})
+    assert study.cfg.eval.max_length == 2048  # the swept lengths stop at 512: the label sets it
+
+
+def test_the_study_generates_babilong_rows_that_fit_their_label(tmp_path):
+    from test_study import FakeExecutor
+
+    cfg = load_study_config(CPU_SMALL, repo_root=ROOT)
+    ex = FakeExecutor()
+    Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ex, log=lambda m: None)._babilong_data()
+    (argv,) = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]]
+    assert argv[argv.index("--fit") + 1] == "prompt"

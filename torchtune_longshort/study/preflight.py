@@ -1,0 +1,214 @@
+"""The study's pre-flight check: whether every cell of the report can be measured, asked before anything trains.
+
+A cell that comes out NaN for a reason the config and the data decide (a text source that holds too few sequences of
+a length in the eval tokenizer's tokens, a length past the eval model's ``max_length``) is known before the first
+fine-tune step; a GPU study that finds out after its evaluations has spent its budget on nothing. :func:`preflight`
+asks, with the tokenizer the evaluation will use and the ``--metadata`` the study gives lm-eval
+(:meth:`~torchtune_longshort.study.runner.Study.task_metadata`):
+
+- every length of ``eval.ppl_lengths``, ``eval.passkey_lengths`` and ``eval.misalignment_lengths`` and every
+  BABILong label of ``eval.babilong.lengths`` is at most ``eval.max_length`` (the study generates BABILong rows
+  whose whole request, prompt and generation budget included, fits the label: ``generator --fit prompt``, so a
+  label within ``max_length`` fits the model);
+- ``longshort_ppl`` and ``longshort_misalignment`` get their ``num_samples`` sequences at every length from their
+  text source: the tasks' own functions cut them (:func:`~torchtune_longshort.eval.tasks.ppl.task.ppl_samples`,
+  :func:`~torchtune_longshort.eval.tasks.misalignment.task.misalignment_samples`), so the check and the tasks
+  cannot disagree.
+
+A refusal is the study config's (:class:`~torchtune_longshort.study.config.StudyConfigError`: exit 2, nothing
+written under the output folder), one line per problem naming the fields, the length, how many sequences the
+source gives and what to change. Documents are tokenized once per check (shared by every length and family).
+
+Not checked, and said so in the log: sources the evaluation reads from the Hugging Face hub (``pg19``, ``hf``), and
+an eval tokenizer that does not exist and that no run trains. A study whose base is pre-trained here gets its
+tokenizer from its first recipe run; the check trains it first, with the recipe config's own tokenizer component in
+a temporary folder, and once the config passes puts it where that run would (``Study.tokenizer_dir``), so the
+evaluation uses the tokenizer that was checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from omegaconf import OmegaConf
+
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.study.config import StudyConfigError
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """A family whose sequences are cut from a text source: its task's sample function and the fields that set it."""
+
+    family: str  # the study family (eval.<family>_lengths)
+    prefix: str  # its task's metadata prefix
+    num_field: str  # the eval field of its num_samples
+    sampler: Callable[..., Any]  # (metadata, length, tokenizer) -> samples; raises TaskDataError
+
+
+def _sampled_families() -> List[_Sampled]:
+    from torchtune_longshort.eval.tasks.misalignment.task import misalignment_samples
+    from torchtune_longshort.eval.tasks.ppl.task import ppl_samples
+    from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX
+
+    return [_Sampled("ppl", FAMILY_METADATA_PREFIX["ppl"], "eval.ppl_num_samples", ppl_samples),
+            _Sampled("misalignment", FAMILY_METADATA_PREFIX["misalignment"], "eval.mis_num_samples",
+                     misalignment_samples)]
+
+
+class _MemoTokenizer:
+    """A task tokenizer whose ``encode`` remembers what it encoded (one check reads the same documents at every
+    length of two families)."""
+
+    def __init__(self, tokenizer: Any):
+        self._tok = tokenizer
+        self._seen: Dict[str, array] = {}
+        self.name = getattr(tokenizer, "name", str(tokenizer))
+
+    def encode(self, text: str) -> List[int]:
+        ids = self._seen.get(text)
+        if ids is None:
+            ids = self._seen[text] = array("l", self._tok.encode(text))
+        return list(ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def _metadata_field(study: Any, key: str) -> str:
+    """The config field a task metadata key comes from: ``eval.metadata.<key>`` when set there (it wins), else the
+    eval section's own field of that name, else ``eval.metadata.<key>`` (unset: the task's default)."""
+    ev = study.cfg.eval
+    if key in (ev.metadata or {}):
+        return f"eval.metadata.{key}"
+    return f"eval.{key}" if hasattr(ev, key) else f"eval.metadata.{key}"
+
+
+def _is_hub_source(metadata: Dict[str, Any], prefix: str) -> bool:
+    from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS
+
+    if metadata.get(f"{prefix}_data_files"):
+        return False
+    return metadata.get(f"{prefix}_source", "stdlib") in ("hf", *HF_PRESETS)
+
+
+def _length_problems(study: Any) -> List[str]:
+    """Lengths past ``eval.max_length``: every request of them would be refused."""
+    from torchtune_longshort.study.eval_config import FAMILY_TASK
+
+    ev, problems = study.cfg.eval, []
+    for family, task in FAMILY_TASK.items():
+        over = [n for n in ev.lengths_of(family) if n > ev.max_length]
+        if over:
+            problems.append(f"eval.{family}_lengths={ev.lengths_of(family)}: {task} at {over} tokens is past "
+                            f"eval.max_length={ev.max_length}, every request of it would be refused; drop those "
+                            "lengths or raise eval.max_length")
+    over = [lab for lab, n in zip(ev.babilong_lengths, ev.babilong_tokens) if n > ev.max_length]
+    if over:
+        problems.append(f"eval.babilong.lengths={ev.babilong_lengths}: {over} is past eval.max_length={ev.max_length} "
+                        "(a label is the token budget of a row's whole request: prompt, question and generation "
+                        "budget), every prompt of it would be refused; drop those labels or raise eval.max_length")
+    return problems
+
+
+def _sample_problem(study: Any, fam: _Sampled, metadata: Dict[str, Any], length: int, tokenizer: Any) -> str:
+    """Why ``fam`` cannot get its sequences at ``length`` ("" when it can)."""
+    from torchtune_longshort.eval.tasks import TASK_FAMILIES
+    from torchtune_longshort.eval.tasks.common.long_text import flag
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    try:
+        fam.sampler(metadata, length, tokenizer)
+        return ""
+    except (TaskDataError, FileNotFoundError) as err:
+        reason = str(err).split(": use a source with", 1)[0]  # the task's own hint: the fields to change follow
+    p = fam.prefix
+    source_key = f"{p}_data_files" if metadata.get(f"{p}_data_files") else f"{p}_source"
+    source = metadata.get(source_key, "stdlib")
+    join_key = f"{p}_join_documents"
+    try:
+        joined = flag(metadata, join_key)
+    except TaskDataError:
+        joined = False
+    change = [f"{_metadata_field(study, source_key)} (a source with more text)"]
+    if not joined:
+        change.append(f"{_metadata_field(study, join_key)}: true (pack its short documents into long streams)")
+    change.append(f"a lower {fam.num_field}")
+    change.append(f"dropping {length} from eval.{fam.family}_lengths")
+    return (f"eval.{fam.family}_lengths / {fam.num_field}={metadata.get(f'{p}_num_samples')} / "
+            f"{_metadata_field(study, source_key)}={source!r}: {TASK_FAMILIES[fam.family].task} at "
+            f"{length_label(length)} ({length} tokens of {tokenizer.name}): {reason}. Change: {', '.join(change)}")
+
+
+def _trained_tokenizer(study: Any, into: Path, log: Callable[[str], None]) -> Optional[Path]:
+    """The tokenizer the study's first recipe run would train, trained in ``into`` by the recipe config's own
+    tokenizer component; None when that component does not train a missing path."""
+    node = OmegaConf.to_container(OmegaConf.create(study.recipe_config("base")), resolve=True).get("tokenizer") or {}
+    module, _, name = str(node.get("_component_", "")).rpartition(".")
+    try:
+        component = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):
+        component = None
+    if not getattr(component, "trains_missing_path", False):
+        return None
+    folder = into / "tokenizer"
+    log(f"[study] pre-flight: training the study's tokenizer first ({node['_component_']}), to count tokens with it")
+    component(**{**{k: v for k, v in node.items() if k != "_component_"}, "path": str(folder)})
+    return folder
+
+
+def preflight(study: Any, log: Callable[[str], None] = print) -> None:
+    """Refuse (:class:`StudyConfigError`) a study whose evaluation cannot measure every cell, before anything
+    trains (see the module doc); logs what was checked, what was not, and the time it took."""
+    from torchtune_longshort.data.tokenizer_training import sentencepiece_file
+    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+
+    t0 = time.time()
+    cfg, ev = study.cfg, study.cfg.eval
+    problems = _length_problems(study)
+    families = [f for f in _sampled_families() if ev.lengths_of(f.family)]
+    metadata = study.task_metadata()
+    todo = [f for f in families if not _is_hub_source(metadata, f.prefix)]
+    for f in families:
+        if f not in todo:
+            log(f"[study] pre-flight: eval.{f.family}_lengths not checked: its source "
+                f"{metadata.get(f'{f.prefix}_source')!r} is read from the Hugging Face hub by the evaluation")
+    with tempfile.TemporaryDirectory(prefix="study_preflight_") as tmp:
+        trained = None
+        tok_path = study.eval_tokenizer()
+        if todo and not Path(tok_path).exists() and not cfg.base.given:
+            trained = _trained_tokenizer(study, Path(tmp), log)
+            tok_path = str(sentencepiece_file(trained)) if trained else tok_path
+        tokenizer = None
+        if todo:
+            try:
+                tokenizer = _MemoTokenizer(TaskTokenizer(tok_path))
+            except Exception as err:  # noqa: BLE001 -- a tokenizer that cannot be had is the run's error, not ours
+                log(f"[study] pre-flight: sequence counts not checked: the eval tokenizer {tok_path!r} cannot be "
+                    f"loaded here ({type(err).__name__}: {err})")
+        if tokenizer is not None:
+            metadata = {**metadata, "tokenizer": tok_path, "max_length": ev.max_length}
+            for fam in todo:
+                bad = [p for p in (_sample_problem(study, fam, metadata, n, tokenizer)
+                                   for n in ev.lengths_of(fam.family) if n <= ev.max_length) if p]
+                problems += bad
+                if not bad:
+                    n = metadata.get(f"{fam.prefix}_num_samples")
+                    source = metadata.get(f"{fam.prefix}_data_files") or metadata.get(f"{fam.prefix}_source", "stdlib")
+                    log(f"[study] pre-flight: eval.{fam.family}_lengths {ev.lengths_of(fam.family)}: {n} "
+                        f"sequence{'' if n == 1 else 's'} at each length from {source!r}"
+                        + (" (documents joined)" if metadata.get(f"{fam.prefix}_join_documents") else ""))
+        if problems:
+            raise StudyConfigError("study config: the evaluation could not measure every cell (pre-flight check, "
+                                   "before anything trains):\n  - " + "\n  - ".join(problems))
+        if trained is not None and not study.tokenizer_dir().exists():
+            study.tokenizer_dir().parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(trained, study.tokenizer_dir())
+    log(f"[study] pre-flight check passed ({time.time() - t0:.1f} s)")
