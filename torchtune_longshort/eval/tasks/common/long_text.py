@@ -232,6 +232,22 @@ def _round_trip(tokenizer: TaskTokenizer, ids: Sequence[int], start: int, length
     return None
 
 
+
+def _cut_chunks(tokenizer, ids, length: int, doc: int, limit: int, out: list) -> None:
+    """Append to ``out`` up to ``limit`` non-overlapping ``length``-token chunks of ``ids`` (document ``doc``), from
+    its start, each one whose text re-encodes to the same ids (:func:`_round_trip`); a chunk that does not is skipped
+    by ``length`` tokens."""
+    start, taken = 0, 0
+    while taken < limit and start + length <= len(ids):
+        found = _round_trip(tokenizer, ids, start, length)
+        if found is None:
+            start += length
+            continue
+        s, chunk_text = found
+        out.append(FixedLengthSample(chunk_text, list(ids[s : s + length]), doc, s))
+        taken += 1
+        start = s + length
+
 def fixed_length_samples(
     texts: Iterable[str],
     tokenizer: TaskTokenizer,
@@ -274,16 +290,7 @@ def fixed_length_samples(
             break
         ids = tokenizer.encode(text)
         longest = max(longest, len(ids))
-        start, taken = 0, 0
-        while taken < chunks_per_doc and len(out) < num_samples and start + length <= len(ids):
-            found = _round_trip(tokenizer, ids, start, length)
-            if found is None:
-                start += length
-                continue
-            s, chunk_text = found
-            out.append(FixedLengthSample(chunk_text, list(ids[s : s + length]), d, s))
-            taken += 1
-            start = s + length
+        _cut_chunks(tokenizer, ids, length, d, min(chunks_per_doc, num_samples - len(out)), out)
     if len(out) < num_samples:
         raise TaskDataError(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut "
@@ -320,15 +327,7 @@ def _cut_joined(texts: Iterable[str], tokenizer: TaskTokenizer, length: int, num
         if not parts:
             break
         ids = tokenizer.encode(JOIN_SEPARATOR.join(parts))
-        start = 0
-        while len(out) < num_samples and start + length <= len(ids):
-            found = _round_trip(tokenizer, ids, start, length)
-            if found is None:
-                start += length
-                continue
-            s, chunk_text = found
-            out.append(FixedLengthSample(chunk_text, list(ids[s : s + length]), first, s))
-            start = s + length
+        _cut_chunks(tokenizer, ids, length, first, num_samples - len(out), out)
     if len(out) < num_samples:
         raise TaskDataError(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut from the "
