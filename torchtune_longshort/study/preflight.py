@@ -128,7 +128,7 @@ def _sample_problem(study: Any, fam: _Sampled, metadata: Dict[str, Any], length:
         fam.sampler(metadata, length, tokenizer)
         return ""
     except (TaskDataError, FileNotFoundError) as err:
-        reason = str(err).split(": use a source with", 1)[0]  # the task's own hint: the fields to change follow
+        reason = getattr(err, "finding", str(err))  # the counts alone: the fields to change, in study terms, follow
     p = fam.prefix
     source_key = f"{p}_data_files" if metadata.get(f"{p}_data_files") else f"{p}_source"
     source = metadata.get(source_key, "stdlib")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, guard_hub_iteration
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
 logger = logging.getLogger(__name__)
 
@@ -292,9 +292,9 @@ def fixed_length_samples(
         longest = max(longest, len(ids))
         _cut_chunks(tokenizer, ids, length, d, min(chunks_per_doc, num_samples - len(out)), out)
     if len(out) < num_samples:
-        raise TaskDataError(
+        raise TooFewSequences(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut "
-            f"(longest document: {longest} tokens): use a source with longer documents, join its documents "
+            f"(longest document: {longest} tokens)", "use a source with longer documents, join its documents "
             "(join_documents), raise chunks_per_doc, or lower the length / num_samples"
         )
     return out
@@ -329,9 +329,9 @@ def _cut_joined(texts: Iterable[str], tokenizer: TaskTokenizer, length: int, num
         ids = tokenizer.encode(JOIN_SEPARATOR.join(parts))
         _cut_chunks(tokenizer, ids, length, first, num_samples - len(out), out)
     if len(out) < num_samples:
-        raise TaskDataError(
+        raise TooFewSequences(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut from the "
-            f"joined documents ({n_docs} documents, {total} tokens in all): use a source with more text, or lower "
-            "the length / num_samples"
+            f"joined documents ({n_docs} documents, {total} tokens in all)",
+            "use a source with more text, or lower the length / num_samples"
         )
     return out

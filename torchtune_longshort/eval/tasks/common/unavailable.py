@@ -54,6 +54,16 @@ class TaskDataError(ValueError):
     field and the fix. A task's loader turns it into a placeholder that scores NaN with this message."""
 
 
+class TooFewSequences(TaskDataError):
+    """A text source that gives fewer fixed-length sequences than asked: ``finding`` (the counts) and ``hint`` (what
+    to change, in the task's own metadata terms) apart, so a caller that names its own fields (the study's
+    pre-flight check) reads the finding without parsing the message."""
+
+    def __init__(self, finding: str, hint: str):
+        super().__init__(f"{finding}: {hint}")
+        self.finding, self.hint = finding, hint
+
+
 # ------------------------------------------------------------------------------------------------ placeholders
 def placeholder(task: str, message: str, fields: Mapping[str, Any], features: Any = None):
     """A one-row ``datasets.Dataset`` standing for task ``task`` that cannot run, its ``error`` field holding
