@@ -16,10 +16,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One intra-op thread pool per core, not per process: with two pytest-xdist workers on 2 cores, each worker and every
 # subprocess it starts (tune run, lm-eval, the study) gets cpu_count // workers threads. torch's default (every core
 # in every process) oversubscribes the cores, and a 4-step SmolLM2 fine-tune then took 254 s instead of 64 s.
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
-if "torch" in sys.modules:  # imported before this file (a plugin): its pool is sized already
-    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# Only a worker sizes the pool: xdist's controller imports this file too, before it starts the workers, and a value
+# it set would reach them as if a user had chosen it (it did: every worker and subprocess ran 2 threads on 2 cores,
+# and the suite took 12.5 min instead of ~8). An OMP_NUM_THREADS the user set is kept; without xdist torch's own
+# default (every core) applies.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    if "torch" in sys.modules:  # imported before this file (a plugin): its pool is sized already
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 TINY_VOCAB = 512
 
@@ -79,3 +84,11 @@ def real_model_dir():
     from torchtune_longshort.models.gguf import pypi_model
 
     return pypi_model("smollm2-135m-instruct")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files with slow (end-to-end) tests first, so that pytest-xdist's per-file scheduling (``--dist loadfile``,
+    in collection order) starts the long files early and the short ones fill in behind them, instead of one worker
+    running a several-minute file alone at the end. Test order inside a file is unchanged."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: keeps every file's own order
