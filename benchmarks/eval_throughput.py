@@ -75,7 +75,9 @@ def measure(lm, workload: str, cfg: dict) -> dict:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     total = None
-    if cuda:
+    if not cfg.get("memory", True):
+        peak = float("nan")
+    elif cuda:
         torch.cuda.empty_cache()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -124,12 +126,18 @@ def main() -> None:
     ap.add_argument("--gen_prompts", type=int, default=4)
     ap.add_argument("--gen_prompt_len", type=int, default=256)
     ap.add_argument("--gen_tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=1, help="interleaved repeats of every run (median tokens/s)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved repeats of every run (median tokens/s); the "
+                    "order of the two models alternates from round to round")
+    ap.add_argument("--memory_rounds", type=int, default=None,
+                    help="measure peak memory in the first N rounds only (default: every round); the memory pass "
+                    "replays allocator events and is the slowest of the three on a CPU")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/eval_throughput.json"))
     args = ap.parse_args()
+    if args.memory_rounds is not None and not 1 <= args.memory_rounds:
+        ap.error(f"--memory_rounds {args.memory_rounds}: at least 1 round measures memory")
     lengths = [int(x) for x in args.lengths.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="eval_tp_"))
     positions = max(lengths + [args.gen_prompt_len + args.gen_tokens])
@@ -138,14 +146,17 @@ def main() -> None:
     cfg = dict(ckpt=ckpt, tok=tok, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                max_length=max(lengths + [args.gen_prompt_len + args.gen_tokens]), num_seqs=args.num_seqs,
                gen_prompts=args.gen_prompts, gen_prompt_len=args.gen_prompt_len, gen_tokens=args.gen_tokens,
-               threads=args.threads)
+               threads=args.threads, memory=True)
     ctx = mp.get_context("spawn")
     runs = {}
     for r in range(args.rounds):
         for workload in [f"ppl@{L}" for L in lengths] + (["gen"] if args.gen_prompts > 0 else []):
-            for model in ("hf", "ours"):  # interleaved: hf, ours, hf, ours, ... over the rounds
+            # interleaved, the order alternating: hf, ours | ours, hf | ... (a drift in the machine's speed does not
+            # favour whichever model always runs second)
+            for model in ("hf", "ours") if r % 2 == 0 else ("ours", "hf"):
                 q = ctx.Queue()
-                p = ctx.Process(target=_worker, args=(model, workload, cfg, q))
+                run_cfg = {**cfg, "memory": args.memory_rounds is None or r < args.memory_rounds}
+                p = ctx.Process(target=_worker, args=(model, workload, run_cfg, q))
                 p.start()
                 res = q.get()
                 p.join()
@@ -156,8 +167,9 @@ def main() -> None:
     for (model, workload), rs in runs.items():
         tps = sorted(x["tokens_per_s"] for x in rs)
         med = tps[len(tps) // 2] if len(tps) % 2 else (tps[len(tps) // 2 - 1] + tps[len(tps) // 2]) / 2
+        peaks = [x["peak_mib"] for x in rs if x["peak_mib"] == x["peak_mib"]]  # NaN: a round without a memory pass
         rows.append({**rs[0], "tokens_per_s": med, "runs_tokens_per_s": [x["tokens_per_s"] for x in rs],
-                     "peak_mib": max(x["peak_mib"] for x in rs)})
+                     "peak_mib": max(peaks)})
     table = []
     print(f"\n{'workload':10s} {'hf tok/s':>10s} {'ours tok/s':>11s} {'speed x':>8s} {'hf MiB':>9s} {'ours MiB':>9s} "
           f"{'mem x':>6s} {'max rel d':>10s}")

@@ -158,6 +158,7 @@ def test_refuses_requests_past_covered_positions_but_scores_the_rest(tiny_llama2
         ({"max_length": 0}, "max_length"),
         ({"bogus": 1}, "bogus"),
         ({"rope_factor": 2}, "rope="),
+        ({"cpu_keep_freed_blocks": "maybe"}, "cpu_keep_freed_blocks"),
     ],
 )
 def test_bad_model_args_fail_early(tiny_llama2_dir, sp_tokenizer_dir, kwargs, match):

@@ -85,6 +85,10 @@ def main(argv=None) -> int:
             f"{folder.rope_spec!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
             "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
         )
+    if str(args.device).startswith("cpu"):  # as the recipe and the eval model: no page faults on every forward
+        from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
+
+        reuse_large_cpu_blocks()
     model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
     from torchtune_longshort.data.corpus import fixed_length_sequences
 

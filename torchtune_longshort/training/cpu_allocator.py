@@ -12,7 +12,10 @@ preload. The process's resident memory then stays at its peak instead of shrinki
 unchanged.
 
 The recipe calls :func:`reuse_large_cpu_blocks` when it trains on a CPU (config key ``cpu_keep_freed_blocks``,
-default true). Elsewhere (macOS, musl, CUDA's own caching allocator) it does nothing.
+default true), the ``longshort`` eval model when it loads on a CPU (model arg of the same name, default true) and
+``longshort-misalignment`` on a CPU: an 8k-token forward of SmolLM2-135M in the eval model took 2.4M page faults
+(4.2 s of system time in a 22.9 s pass) without it, none with it. Elsewhere (macOS, musl, CUDA's own caching
+allocator) it does nothing.
 """
 
 from __future__ import annotations
