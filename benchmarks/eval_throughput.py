@@ -109,7 +109,7 @@ def _make_checkpoint(tmp: Path, vocab: int, positions: int):
     from torchtune_longshort.data.tokenizer_training import train_sentencepiece
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
-    tok = train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), tmp / "tok", vocab_size=512)
+    train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), tmp / "tok", vocab_size=512)
     ckpt = write_random_llama2_checkpoint(tmp / "ckpt", vocab_size=vocab, embed_dim=256, num_layers=4, num_heads=8,
                                           num_kv_heads=4, intermediate_dim=688, max_seq_len=positions)
     return str(ckpt), str(tmp / "tok")
