@@ -13,6 +13,10 @@ import json, resource, sys, torch
 if sys.argv[1] == "on":
     from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
     assert reuse_large_cpu_blocks()
+elif sys.argv[1].startswith("eval"):  # the eval model, loaded on a CPU: eval (its default) or eval=<value>
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    kw = {"cpu_keep_freed_blocks": sys.argv[1][5:]} if "=" in sys.argv[1] else {}
+    LongShortLM(pretrained=sys.argv[2], tokenizer=sys.argv[3], device="cpu", **kw)
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 def cycle():  # the loss chunk's pattern: allocate a 40 MiB buffer, fill it, free it
@@ -28,9 +32,10 @@ print(json.dumps({"faults": faults() - before}))
 """
 
 
-def _faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", CODE, mode], capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["faults"]
+def _faults(mode: str, *args) -> int:
+    p = subprocess.run([sys.executable, "-c", CODE, mode, *map(str, args)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])["faults"]
 
 
 @pytest.mark.skipif(not reuse_large_cpu_blocks(), reason="not glibc: the allocator setting does not apply")
@@ -41,35 +46,11 @@ def test_freed_large_blocks_are_reused_without_page_faults():
     assert on <= 2 * pages_per_block and 5 * on < off  # the heap's pages serve (nearly) all ten
 
 
-EVAL_CODE = """
-import json, resource, sys, torch
-from torchtune_longshort.eval.model.adapter import LongShortLM
-kw = {} if sys.argv[3] == "default" else {"cpu_keep_freed_blocks": sys.argv[3]}
-LongShortLM(pretrained=sys.argv[1], tokenizer=sys.argv[2], device="cpu", **kw)
-def cycle():
-    x = torch.empty(40 * 2**20 // 4)
-    x.fill_(1.0)
-    del x
-for _ in range(8):
-    cycle()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    cycle()
-print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}))
-"""
-
-
 @pytest.mark.skipif(not reuse_large_cpu_blocks(), reason="not glibc: the allocator setting does not apply")
 def test_the_eval_model_on_a_cpu_keeps_freed_blocks_unless_told_not_to(tiny_llama2_dir, sp_tokenizer_dir):
     """The ``longshort`` eval model turns the setting on when it loads on a CPU (``cpu_keep_freed_blocks``, default
     true): a 40 MiB block freed and allocated again is not page-faulted in again; ``=false`` leaves glibc as it is."""
-
-    def faults(mode: str) -> int:
-        p = subprocess.run([sys.executable, "-c", EVAL_CODE, str(tiny_llama2_dir), str(sp_tokenizer_dir), mode],
-                           capture_output=True, text=True)
-        assert p.returncode == 0, p.stderr[-2000:]
-        return json.loads(p.stdout.strip().splitlines()[-1])["faults"]
-
     pages_per_block = 40 * 2**20 // 4096
-    assert faults("default") < pages_per_block  # fewer than one block's pages over ten cycles
-    assert faults("false") >= 10 * pages_per_block * 0.9
+    folders = (tiny_llama2_dir, sp_tokenizer_dir)
+    assert _faults("eval", *folders) < pages_per_block  # fewer than one block's pages over ten cycles
+    assert _faults("eval=false", *folders) >= 10 * pages_per_block * 0.9
