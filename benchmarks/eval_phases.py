@@ -26,22 +26,15 @@ def _worker(model: str, keep: bool, a: dict, q) -> None:
     import torch
 
     torch.set_num_threads(a["threads"])
-    if keep and model == "hf":
+    if keep and model == "hf":  # lm-eval's hf never does; set in this process before the model loads
         from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
 
         reuse_large_cpu_blocks()
-    from eval_throughput import _texts
+    from eval_throughput import _texts, make_lm
     from lm_eval.api.instance import Instance
 
-    if model == "ours":
-        from torchtune_longshort.eval.model.adapter import LongShortLM
-
-        lm = LongShortLM(pretrained=a["ckpt"], batch_size=1, device="cpu", dtype=a["dtype"],
-                         max_length=a["length"], cpu_keep_freed_blocks=keep)
-    else:
-        from lm_eval.models.huggingface import HFLM
-
-        lm = HFLM(pretrained=a["ckpt"], batch_size=1, device="cpu", dtype=a["dtype"], max_length=a["length"])
+    cfg = dict(ckpt=a["ckpt"], tok=a["ckpt"], batch_size=1, device="cpu", dtype=a["dtype"], max_length=a["length"])
+    lm = make_lm(model, cfg, cpu_keep_freed_blocks=keep) if model == "ours" else make_lm(model, cfg)
     reqs = [Instance("loglikelihood", {}, ("", t), 0) for t in _texts(a["ckpt"], a["length"], 1)]
     lm.loglikelihood(reqs, disable_tqdm=True)  # warm-up
     passes = []

@@ -35,13 +35,14 @@ def _texts(tokenizer_dir: str, length: int, n: int):
     return [s.text for s in fixed_length_samples(iter_texts("stdlib", min_chars=length // 2), tok, length, n)]
 
 
-def make_lm(model: str, cfg: dict):
-    """lm-eval model ``ours`` (``longshort``) or ``hf`` on ``cfg["ckpt"]``."""
+def make_lm(model: str, cfg: dict, **ours_args):
+    """lm-eval model ``ours`` (``longshort``, with ``ours_args`` as further model args) or ``hf`` on
+    ``cfg["ckpt"]``."""
     if model == "ours":
         from torchtune_longshort.eval.model.adapter import LongShortLM
 
         return LongShortLM(checkpoint_dir=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"],
-                           device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"])
+                           device=cfg["device"], dtype=cfg["dtype"], max_length=cfg["max_length"], **ours_args)
     from lm_eval.models.huggingface import HFLM
 
     return HFLM(pretrained=cfg["ckpt"], tokenizer=cfg["tok"], batch_size=cfg["batch_size"], device=cfg["device"],
@@ -146,7 +147,7 @@ def main() -> None:
     cfg = dict(ckpt=ckpt, tok=tok, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                max_length=max(lengths + [args.gen_prompt_len + args.gen_tokens]), num_seqs=args.num_seqs,
                gen_prompts=args.gen_prompts, gen_prompt_len=args.gen_prompt_len, gen_tokens=args.gen_tokens,
-               threads=args.threads, memory=True)
+               threads=args.threads)
     ctx = mp.get_context("spawn")
     runs = {}
     for r in range(args.rounds):

@@ -17,6 +17,11 @@ elif sys.argv[1].startswith("eval"):  # the eval model, loaded on a CPU: eval (i
     from torchtune_longshort.eval.model.adapter import LongShortLM
     kw = {"cpu_keep_freed_blocks": sys.argv[1][5:]} if "=" in sys.argv[1] else {}
     LongShortLM(pretrained=sys.argv[2], tokenizer=sys.argv[3], device="cpu", **kw)
+elif sys.argv[1].startswith("mis"):  # longshort-misalignment on a CPU: mis (its default) or mis=<flag>
+    from torchtune_longshort.metrics.cli import main
+    flag = [sys.argv[1][4:]] if "=" in sys.argv[1] else []
+    assert main(["--checkpoint-dir", sys.argv[2], "--tokenizer", sys.argv[3], "--length", "32",
+                 "--num-samples", "1", *flag]) == 0
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 def cycle():  # the loss chunk's pattern: allocate a 40 MiB buffer, fill it, free it
@@ -54,3 +59,11 @@ def test_the_eval_model_on_a_cpu_keeps_freed_blocks_unless_told_not_to(tiny_llam
     folders = (tiny_llama2_dir, sp_tokenizer_dir)
     assert _faults("eval", *folders) < pages_per_block  # fewer than one block's pages over ten cycles
     assert _faults("eval=false", *folders) >= 10 * pages_per_block * 0.9
+
+
+@pytest.mark.skipif(not reuse_large_cpu_blocks(), reason="not glibc: the allocator setting does not apply")
+def test_the_misalignment_cli_on_a_cpu_keeps_freed_blocks_unless_told_not_to(tiny_llama2_dir, sp_tokenizer_dir):
+    pages_per_block = 40 * 2**20 // 4096
+    folders = (tiny_llama2_dir, sp_tokenizer_dir)
+    assert _faults("mis", *folders) < pages_per_block
+    assert _faults("mis=--no-cpu-keep-freed-blocks", *folders) >= 10 * pages_per_block * 0.9

@@ -55,6 +55,9 @@ def main(argv=None) -> int:
     ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
+                    help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
+                    "(default: on; no page faults on every forward)")
     ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
@@ -85,10 +88,9 @@ def main(argv=None) -> int:
             f"{folder.rope_spec!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
             "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
         )
-    if str(args.device).startswith("cpu"):  # as the recipe and the eval model: no page faults on every forward
-        from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
+    from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
-        reuse_large_cpu_blocks()
+    keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
     model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
     from torchtune_longshort.data.corpus import fixed_length_sequences
 

@@ -37,7 +37,7 @@ from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
-from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
+from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 from torchtune_longshort.training.data_setup import (
     StepStart, build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
 )
@@ -78,7 +78,7 @@ class LongShortFinetuneRecipe:
             log.info(f"equal_compute_overhead={config_.equal_compute_overhead}: max_steps {config_.max_steps} -> "
                      f"{self.max_steps} for alpha > 0")
         self._device = utils.get_device(device=config_.device)
-        if self._device.type == "cpu" and config_.cpu_keep_freed_blocks and reuse_large_cpu_blocks():
+        if keep_freed_blocks_on(self._device, config_.cpu_keep_freed_blocks):
             log.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=False to turn it off)")
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).

@@ -42,3 +42,10 @@ def reuse_large_cpu_blocks() -> bool:
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))
+
+
+def keep_freed_blocks_on(device, enabled: bool = True) -> bool:
+    """The one rule every entry point follows (the recipe, the eval model, ``longshort-misalignment``): on a CPU
+    ``device`` (a ``torch.device`` or its name) and ``enabled``, :func:`reuse_large_cpu_blocks`; True when it took
+    effect (the caller logs it with its own way to turn it off)."""
+    return enabled and str(device).split(":")[0] == "cpu" and reuse_large_cpu_blocks()

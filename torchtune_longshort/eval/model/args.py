@@ -39,7 +39,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.models.hf_rope import usable_length_of
 from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
-from torchtune_longshort.training.cpu_allocator import reuse_large_cpu_blocks
+from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     ``args.rope_spec`` is ``None`` (take the scaling from ``config.json``) or a spec such as
     ``{"method": "linear", "factor": 4.0}``; both go through ``torchtune_longshort.models.load_hf_checkpoint``.
     """
-    if args.device.type == "cpu" and args.cpu_keep_freed_blocks and reuse_large_cpu_blocks():
+    if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
         args.folder, rope=args.rope_spec, max_seq_len=args.max_length, dtype=args.dtype, device=str(args.device)
