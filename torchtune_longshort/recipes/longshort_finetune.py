@@ -29,13 +29,14 @@ from typing import Any, Dict, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torchtune import config, modules, training, utils
+from torchtune import config, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.training import recipe_checkpoints
+from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 from torchtune_longshort.training.data_setup import (
@@ -157,8 +158,7 @@ class LongShortFinetuneRecipe:
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
         self._base_hf_config = CheckpointFolder.open(self._start_dir).config
         set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
-        if cfg.enable_activation_checkpointing:
-            training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
+        self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing, cfg.enable_activation_offloading)
         if cfg.compile:
             training.compile_model(model, verbose=self._is_rank_zero)
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
@@ -353,7 +353,7 @@ class LongShortFinetuneRecipe:
         if self._pos_sampler is not None:
             input_pos = self._pos_sampler.sample(tokens.shape[0], self.config.seq_len, generator=self._pos_generator)
             input_pos = input_pos.to(self._device)
-        out_a, out_b = unstack_window_outputs(self._model(tokens, input_pos=input_pos), ta.shape[0])
+        out_a, out_b = unstack_window_outputs(self._forward(tokens, input_pos=input_pos), ta.shape[0])
         out = self._loss_fn(out_a, out_b, la, lb, batch["e"])
         check_finite_loss(out, lambda: self._where(batch))
         return out

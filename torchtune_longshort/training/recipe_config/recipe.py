@@ -76,6 +76,9 @@ class RecipeConfig(Section):
     dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES))
     compile: bool = setting(False, doc="torch.compile the model", check=boolean)
     enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean)
+    enable_activation_offloading: bool = setting(
+        False, doc="CUDA: move the checkpointed layers' inputs to host memory (torchtune's; needs checkpointing)",
+        check=boolean)
     fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean)
     cpu_keep_freed_blocks: bool = setting(True, doc="CPU: glibc keeps large freed blocks for reuse", check=boolean)
     # what it reports and keeps

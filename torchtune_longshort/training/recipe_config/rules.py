@@ -21,10 +21,31 @@ def check_rules(config: RecipeConfig, world_size: int) -> None:
         raise ValueError(f"window_bos=True with loss.alpha={alpha}: BOS written over each window's first token makes "
                          "windows A and B differ in context, which the alignment loss must not see; use it to pre-train "
                          "(alpha 0) only")
+    problem = offloading_refusal(config.enable_activation_offloading, config.enable_activation_checkpointing,
+                                 config.device)
+    if problem is not None:
+        raise ValueError(problem)
     _check_min_context(config)
     check_positions(config, config.model.declared_positions(), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     _check_scheduler(config)
+
+
+def offloading_refusal(offloading: bool, checkpointing: bool, device: str) -> Optional[str]:
+    """Why ``enable_activation_offloading`` cannot run with ``enable_activation_checkpointing=checkpointing`` on
+    ``device``, in one line naming the keys and the fix; None when it can (see
+    :mod:`torchtune_longshort.training.activation_memory`)."""
+    if not offloading:
+        return None
+    if not checkpointing:
+        return ("enable_activation_offloading=True needs enable_activation_checkpointing=True: without checkpointing "
+                "every op's saved activations would be copied to host memory and back (torchtune refuses it too); set "
+                "enable_activation_checkpointing=True, or enable_activation_offloading=False")
+    if device.split(":")[0] != "cuda":
+        return (f"enable_activation_offloading=True is not accepted with device={device}: offloading moves saved "
+                "activations from GPU memory to host memory, and on a CPU they are in host memory already; set "
+                "enable_activation_offloading=False")
+    return None
 
 
 def _check_min_context(config: RecipeConfig) -> None:

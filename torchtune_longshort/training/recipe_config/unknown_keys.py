@@ -18,7 +18,6 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
     "shuffle": (None, "the stream reads documents in order (exact resume); data_seed draws the shifts e"),
     "log_peak_memory_stats": (None, "peak memory is always logged (peak_memory_gib)"),
     "optimizer_in_bwd": (None, "not supported by this recipe (gradient clipping and accumulation need the step)"),
-    "enable_activation_offloading": (None, "not supported; use enable_activation_checkpointing"),
     "save_adapter_weights_only": (None, "every step_<k> is a whole checkpoint folder, LoRA merged"),
 }
 
