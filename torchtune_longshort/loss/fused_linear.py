@@ -121,67 +121,64 @@ def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1))[..., 0]
 
 
-# Per divergence: ``(v, t_a, t_b, coef, diff)`` for one chunk's aligned pairs, as _pair_terms documents.
-def _sce_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
+# Per divergence: one block of aligned pairs (``[b, n, V]`` views of a chunk's rows). Each function writes into
+# ``out_v`` (``[b, n, 1]``) a per-position quantity whose sum gives the divergence sum as ``_VALUE_AFFINE`` says,
+# and, where ``want_a`` / ``want_b``, overwrites ``lpa`` / ``lpb`` with the rows' whole ``dloss/dlogits`` but for
+# the CE's one-hot term: ``w`` times the divergence's logit gradient (module doc) plus the CE's ``rw * p``. ``tmp`` is
+# one ``[b, n, V]`` float32 buffer; nothing else of that size is allocated. Returns ``(wrote_a, wrote_b)``.
+# The log-probabilities are consumed (a row's gradient is written over them): the caller needs only ``p`` after.
+def _sce_block(lpa, lpb, pa, pb, out_v, tmp, want_a, want_b, w, rw_a, rw_b):
+    # dSCE/dz_A = p (<p, lq> - lq) + p - q, so w dSCE/dz_A + rw p = p (w (<p, lq> + 1) + rw - w lq) - w q
     s_a, s_b = _dot(pa, lpb), _dot(pb, lpa)  # <p, lq>, <q, lp>
-    torch.add(s_a, s_b, out=out_values)
-    t_a = torch.sub(s_a, lpb) if want_a else None  # -(lq - <p, lq>)
-    t_b = torch.sub(s_b, lpa) if want_b else None
-    return t_a, t_b, w, (pa - pb) if (want_a or want_b) else None
+    torch.add(s_a, s_b, out=out_v)
+    if not want_b:  # want_a implies want_b (stop_grad_long drops A's only)
+        return False, False
+    torch.add(s_b.add(1.0).mul_(w).add_(rw_b), lpa, alpha=-w, out=tmp)  # B's needs lp: taken before lpa is overwritten
+    if want_a:
+        torch.add(s_a.add(1.0).mul_(w).add_(rw_a), lpb, alpha=-w, out=lpa).mul_(pa).add_(pb, alpha=-w)
+    torch.mul(tmp, pb, out=lpb).add_(pa, alpha=-w)
+    return want_a, True
 
 
-def _jeffreys_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
-    d = lpa - lpb
+def _jeffreys_block(lpa, lpb, pa, pb, out_v, tmp, want_a, want_b, w, rw_a, rw_b):
+    # d = lp - lq; dJ/dz_A = p (d - <p, d>) + p - q, dJ/dz_B = q (<q, d> - d) + q - p
+    d = torch.sub(lpa, lpb, out=tmp)
     p_d, q_d = _dot(pa, d), _dot(pb, d)
-    torch.sub(p_d, q_d, out=out_values)
-    t_a = torch.sub(d, p_d) if want_a else None  # d - <p, d>
-    t_b = torch.sub(q_d, d) if want_b else None  # <q, d> - d
-    return t_a, t_b, w, (pa - pb) if (want_a or want_b) else None
+    torch.sub(p_d, q_d, out=out_v)
+    if want_a:
+        torch.add(p_d.neg().add_(1.0).mul_(w).add_(rw_a), d, alpha=w, out=lpa).mul_(pa).add_(pb, alpha=-w)
+    if want_b:
+        torch.add(q_d.add(1.0).mul_(w).add_(rw_b), d, alpha=-w, out=lpb).mul_(pb).add_(pa, alpha=-w)
+    return want_a, want_b
 
 
-def _js_pair_terms(lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
-    # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>
-    lm = torch.logaddexp(lpa, lpb)
-    ra, rb = lpa - lm, lpb - lm
-    del lm
+def _js_block(lpa, lpb, pa, pb, out_v, tmp, want_a, want_b, w, rw_a, rw_b):
+    # with lm' = log(p + q) = log m + ln 2: r = lp - log m = (lp - lm') + ln 2, and ln 2 cancels in r - <p, r>;
+    # dJS/dz_A = p (r - <p, r>) / 2
+    lm = torch.logaddexp(lpa, lpb, out=tmp)
+    ra, rb = lpa.sub_(lm), lpb.sub_(lm)
     p_r, q_r = _dot(pa, ra), _dot(pb, rb)
-    torch.add(p_r, q_r, out=out_values)
-    t_a = ra.sub_(p_r) if want_a else None
-    t_b = rb.sub_(q_r) if want_b else None
-    return t_a, t_b, 0.5 * w, None
+    torch.add(p_r, q_r, out=out_v)
+    if want_a:
+        ra.mul_(0.5 * w).add_(p_r.mul(-0.5 * w).add_(rw_a)).mul_(pa)
+    if want_b:
+        rb.mul_(0.5 * w).add_(q_r.mul(-0.5 * w).add_(rw_b)).mul_(pb)
+    return want_a, want_b
 
 
-_PAIR_TERMS = {"sce": _sce_pair_terms, "jeffreys": _jeffreys_pair_terms, "js": _js_pair_terms}
-# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as _pair_terms writes it
+_PAIR_BLOCKS = {"sce": _sce_block, "jeffreys": _jeffreys_block, "js": _js_block}
+# sum over positions of the divergence = scale * sum(v) + shift * n_positions, v as the block functions write it
 _VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
+# A chunk's pairs are taken in blocks of at most 1 / _PAIR_BLOCK_SPLIT of the chunk's rows per window, so the one
+# extra [block, vocab] buffer alpha > 0 needs is a fraction of the [rows, vocab] buffers every chunk holds anyway.
+_PAIR_BLOCK_SPLIT = 4
 
 
-def _pair_terms(name: str, lpa, lpb, pa, pb, want_a: bool, want_b: bool, w: float, out_values):
-    """Divergence of the aligned pairs of one chunk, and what its gradient needs (module doc).
-
-    Writes into ``out_values`` (``[..., 1]``) a per-position quantity ``v`` whose sum gives the divergence sum as
-    ``_VALUE_AFFINE[name]`` says (one op per chunk; the affine map is applied once, after the last chunk). Returns
-    ``(t_a, t_b, coef, diff)``: ``w`` times the logit gradient is ``coef * p * t_a + w * diff`` for A and
-    ``coef * q * t_b - w * diff`` for B (``None`` parts: nothing), so that the caller can add it to dloss/dlogits
-    after it has reused the log-probabilities' memory.
-    """
-    if name not in _PAIR_TERMS:
+def _block_fn(name: str):
+    if name not in _PAIR_BLOCKS:
         divergence_fn(name)  # raises with the accepted names
         raise ValueError(f"divergence={name!r} has no fused gradient")
-    return _PAIR_TERMS[name](lpa, lpb, pa, pb, want_a, want_b, w, out_values)
-
-
-def _add_pair_grads(dlog, p, terms, pick_a, pick_b, w_div: float) -> None:
-    """Add ``w_div`` times the divergence's logit gradient (``terms`` from :func:`_pair_terms`) at the pairs."""
-    t_a, t_b, coef, diff = terms
-    if t_a is not None:
-        pick_a(dlog).addcmul_(pick_a(p), t_a, value=coef)
-        if diff is not None:
-            pick_a(dlog).add_(diff, alpha=w_div)
-    if t_b is not None:
-        pick_b(dlog).addcmul_(pick_b(p), t_b, value=coef)
-        if diff is not None:
-            pick_b(dlog).sub_(diff, alpha=w_div)
+    return _PAIR_BLOCKS[name]
 
 
 def _row_order(chunks, bsz: int, L: int, device) -> torch.Tensor:
@@ -212,6 +209,9 @@ class _FusedPass:
         self.want_div_a = self.want_div_b and not plan.stop_grad_long
 
         self.order = _row_order(plan.chunks, self.bsz, self.L, dev)
+        self._block_fn = _block_fn(plan.divergence) if plan.mode is not None else None
+        widest = max((max(c.n_a, c.n_b) for c in plan.chunks), default=1)
+        self.pair_block = max(1, math.ceil(widest / _PAIR_BLOCK_SPLIT))  # pairs per block (per sequence)
         self.h_all = torch.cat([ha.reshape(n_rows, d), hb.reshape(n_rows, d)]).index_select(0, self.order)
         y_all = torch.cat([labels_a.reshape(-1), labels_b.reshape(-1)])[self.order]
         valid = y_all != plan.ignore_index
@@ -264,30 +264,49 @@ class _FusedPass:
         if not (self.any_grad or pairs):
             return None, p_off
         p = torch.exp(lp, out=ws.get("p", n_rows, V, torch.float32, self.dev))
-        terms = None
-        n = c.n_pairs
-        pick_a = lambda t: t[:ra].view(bsz, c.n_a, V)[:, c.pair_a : c.pair_a + n]  # noqa: E731
-        pick_b = lambda t: t[ra:].view(bsz, c.n_b, V)[:, c.pair_b : c.pair_b + n]  # noqa: E731
+        # [b, n_A, V] / [b, n_B, V] views of the chunk's A and B rows (batch-major, A first: _row_order)
+        win_a = lambda t: t[:ra].view(bsz, c.n_a, t.shape[-1])  # noqa: E731
+        win_b = lambda t: t[ra:].view(bsz, c.n_b, t.shape[-1])  # noqa: E731
+        wrote = (False, False)
         if pairs:
-            out_v = self.div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
-            p_off += bsz * n
-            terms = _pair_terms(plan.divergence, pick_a(lp), pick_b(lp), pick_a(p), pick_b(p), self.want_div_a,
-                                self.want_div_b, plan.w_div, out_v)
+            wrote = self._pair_blocks(c, win_a, win_b, lp, p, rows, p_off)
+            p_off += bsz * c.n_pairs
         if not self.any_grad:
             return None, p_off
-        # dloss/dlogits: the CE's w * (p - onehot(y)) for every row, written over lp (no longer needed) ...
-        dlog = torch.mul(p, self.row_w[rows], out=lp)
+        # dloss/dlogits: the CE's w * (p - onehot(y)) for every row (the pair rows already hold theirs, plus the
+        # divergence's), written over lp (no longer needed)
+        row_w = self.row_w[rows]
+        for win, lo, hi, done in ((win_a, c.pair_a, c.pair_a + c.n_pairs, wrote[0]),
+                                  (win_b, c.pair_b, c.pair_b + c.n_pairs, wrote[1])):
+            for sl in ((slice(0, lo), slice(hi, None)) if done else (slice(None),)):
+                torch.mul(win(p)[:, sl], win(row_w)[:, sl], out=win(lp)[:, sl])
+        dlog = lp
         dlog.scatter_add_(1, self.y_all[rows], self.neg_row_w[rows])
-        # ... plus w_div * the divergence's gradient at the aligned pairs
-        if terms is not None:
-            _add_pair_grads(dlog, p, terms, pick_a, pick_b, plan.w_div)
-        del terms, p, lp
+        del p, lp
         if self.g_bias is not None:
             self.g_bias += dlog.sum(0)
         if dlog.dtype == self.weight.dtype:
             return dlog, p_off
         # the logits buffer (weight dtype) is free again: the cast goes there
         return self.workspace.get(self._logits_buffer, dlog.shape[0], V, self.weight.dtype, self.dev).copy_(dlog), p_off
+
+    def _pair_blocks(self, c: TargetChunk, win_a, win_b, lp, p, rows: slice, p_off: int):
+        """Chunk ``c``'s aligned pairs, block by block (:data:`_PAIR_BLOCK_SPLIT`): their divergence values into
+        ``div_v`` and, when trained, their rows' dloss/dlogits (CE one-hot aside) over ``lp``. ``(wrote_a, wrote_b)``."""
+        bsz, V, n, plan = self.bsz, self.V, c.n_pairs, self.plan
+        block = self._block_fn
+        out_v = self.div_v[p_off : p_off + bsz * n].view(bsz, n, 1)
+        row_w = self.row_w[rows] if self.any_grad else None
+        wrote = (False, False)
+        for k0 in range(0, n, self.pair_block):
+            k1 = min(n, k0 + self.pair_block)
+            ia, ib = slice(c.pair_a + k0, c.pair_a + k1), slice(c.pair_b + k0, c.pair_b + k1)
+            tmp = self.workspace.get("pair", bsz * (k1 - k0), V, torch.float32, self.dev).view(bsz, k1 - k0, V)
+            wrote = block(win_a(lp)[:, ia], win_b(lp)[:, ib], win_a(p)[:, ia], win_b(p)[:, ib], out_v[:, k0:k1], tmp,
+                          self.want_div_a, self.want_div_b, plan.w_div,
+                          win_a(row_w)[:, ia] if row_w is not None else None,
+                          win_b(row_w)[:, ib] if row_w is not None else None)
+        return wrote
 
     def _project_chunk_grads(self, dlog_w: torch.Tensor, rows: slice) -> None:
         """dloss/dlogits of a chunk -> its hidden states' gradient and the output weight's (accumulated)."""
