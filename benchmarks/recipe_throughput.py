@@ -243,15 +243,25 @@ print(best)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def torchtune_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
+def torchtune_tokens_per_s_all(work: Path, tag: str) -> list:
+    """tokens/s of every step of a torchtune run, as its DiskLogger wrote them."""
     log = next((work / f"tt_logs_{tag}").glob("log_*.txt")).read_text()
-    tps = [float(x) for x in re.findall(r"tokens_per_second_per_gpu:([0-9.eE+-]+)", log)][warmup:]
+    return [float(x) for x in re.findall(r"tokens_per_second_per_gpu:([0-9.eE+-]+)", log)]
+
+
+def ours_tokens_per_s_all(work: Path, tag: str) -> list:
+    """tokens/s of every step of one of our runs (its metrics.jsonl)."""
+    rows = [json.loads(l) for l in (work / tag / "metrics.jsonl").read_text().splitlines()]
+    return [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
+
+
+def torchtune_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
+    tps = torchtune_tokens_per_s_all(work, tag)[warmup:]
     return sum(tps) / len(tps)
 
 
 def ours_tokens_per_s(work: Path, tag: str, warmup: int) -> float:
-    rows = [json.loads(l) for l in (work / tag / "metrics.jsonl").read_text().splitlines()]
-    tps = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r][warmup:]
+    tps = ours_tokens_per_s_all(work, tag)[warmup:]
     return sum(tps) / len(tps)
 
 
