@@ -171,7 +171,7 @@ _PAIR_BLOCKS = {"sce": _sce_block, "jeffreys": _jeffreys_block, "js": _js_block}
 _VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
 # A chunk's pairs are taken in blocks of at most 1 / _PAIR_BLOCK_SPLIT of the chunk's rows per window, so the one
 # extra [block, vocab] buffer alpha > 0 needs is a fraction of the [rows, vocab] buffers every chunk holds anyway.
-_PAIR_BLOCK_SPLIT = 4
+_PAIR_BLOCK_SPLIT = 8
 
 
 def _block_fn(name: str):
