@@ -19,8 +19,9 @@ checkpointed path) the context has closed, so the hooks push and pop an identity
 exactly as without them.
 
 With torchtune's streams (``use_streams=True``, its default), the last 5 offloaded tensors stay on the GPU until the
-backward pass starts (``max_fwd_stash_size``), so that the copies overlap compute: the final norm's inputs and about
-the last layer's input, during the loss. Host memory: every offloaded byte is pinned host memory for the step.
+backward pass starts (``max_fwd_stash_size``), so that the copies overlap compute: during the loss, those are the
+final norm's saved tensors (and the last layer's input); during the forward, the 5 latest layer inputs. Host memory:
+every offloaded byte is pinned host memory for the step.
 
 A CPU run is refused, not run as a no-op: offloading moves saved activations from GPU memory to host memory, and a
 CPU run's activations are in host memory already (torchtune's ``OffloadActivations`` asks for the default CUDA
