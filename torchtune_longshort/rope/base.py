@@ -99,6 +99,11 @@ class ScaledRoPE(nn.Module):
     # transformers' ``rope_type`` for this method (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``); None where the
     # method is a ``rope_theta`` change (``hf_theta``) or not representable.
     hf_rope_type: Optional[str] = None
+    # What of this method runs outside the recipe's compiled decoder layers (``compile: True``) and why, logged by
+    # torchtune_longshort.training.compile_setup; None: all of it runs inside them (cos/sin and the rotation).
+    # ``compile_eager_methods``: the methods of the module that compile_setup makes run eager inside the layers.
+    compile_note: Optional[str] = None
+    compile_eager_methods: Tuple[str, ...] = ()
 
     # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
     @classmethod

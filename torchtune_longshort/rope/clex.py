@@ -104,6 +104,16 @@ class CLEXRoPE(ScaledRoPE):
     transformers_representable = False  # the learned frequency ODE has no config.json entry in transformers
     has_learned_parameters = True  # ode_up_proj / ode_down_proj
     needs_original_length = True
+    # Under compile, cos/sin run eager too: a checkpointed layer's recomputation finds the state in the recompute
+    # holder (see the module doc), so a compiled layer picked another graph in backward than in its forward and
+    # torch's checkpoint refused it (CheckpointError: recomputed tensors differ), 2-layer model, 2026-11-27.
+    compile_note = (
+        "t and the positions are drawn and the frequency ODE solved (RK4, its steps follow t) once per forward in a "
+        "decoder hook, and cos/sin computed from them, eager: a checkpointed layer's recompute reads that state "
+        "elsewhere and a compiled one would pick another graph than its forward's; the layers take cos/sin as "
+        "inputs (one graph for t = 1, without ODE gradient, one for t > 1)"
+    )
+    compile_eager_methods = ("cos_sin",)
 
     @classmethod
     def default_kwargs(cls, max_seq_len, original_max_seq_len, given=None):

@@ -74,7 +74,8 @@ class RecipeConfig(Section):
     # where it runs
     device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name)
     dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES))
-    compile: bool = setting(False, doc="torch.compile the model", check=boolean)
+    compile: bool = setting(False, doc="torch.compile each decoder layer (the loss runs eager: README, compile)",
+                            check=boolean)
     enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean)
     enable_activation_offloading: bool = setting(
         False, doc="CUDA: move the checkpointed layers' inputs to host memory (torchtune's; needs checkpointing)",
