@@ -44,6 +44,22 @@ def config_path(name: str) -> Path:
         return Path(p)
 
 
+def resolve_config(value: str, root: Path, key: str) -> Path:
+    """A config named by a file path (absolute or relative to ``root``) or, failing that, by its shipped name
+    (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it): the same value finds the file from a checkout
+    and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
+    path = Path(value)
+    path = path if path.is_absolute() else Path(root) / path
+    if path.is_file():
+        return path
+    try:
+        return config_path(str(value))
+    except FileNotFoundError:
+        raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
+                         "name one of `longshort-cp --list` (e.g. tiny/longshort_stdlib.yaml) or a YAML file"
+                         ) from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")

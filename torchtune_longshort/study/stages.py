@@ -3,7 +3,9 @@ and which recipe checkpoints a training folder holds."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,7 +35,7 @@ def log_tail(path: Path, n: int = 25) -> str:
 def error_line(tail: str) -> str:
     """The most telling line of a failed log: the last exception line, else the last line."""
     for line in reversed(tail.splitlines()):
-        if re.match(r"^\s*[\w.]*(Error|Exception|Interrupt)\b.*", line):
+        if re.match(r"^\s*[\w.]*(Error|Exception|Interrupt)\b.*", line) or re.match(r"^[\w.-]+: error: ", line):
             return line.strip()
     return tail.splitlines()[-1].strip() if tail else ""
 
@@ -50,6 +52,30 @@ def tune_command() -> str:
     being activated has it next to the interpreter, not on PATH); plain ``tune`` otherwise."""
     here = Path(sys.executable).with_name("tune")
     return str(here) if here.is_file() else "tune"
+
+
+def recipe_module(recipe: str, root: Path) -> str:
+    """The module ``tune run <recipe>`` (run in ``root``) imports: torchtune turns the path into a dotted name and
+    imports it, from the installed packages first and from the working directory, which it appends to ``sys.path``,
+    last (so ``torchtune_longshort/recipes/longshort_finetune.py`` runs from a wheel and from a checkout alike, and
+    ``recipes/...`` finds torchtune's own top-level ``recipes`` package). ``ValueError`` naming ``recipe`` when
+    nothing would be imported."""
+    dotted = os.path.splitext(str(recipe))[0].replace("/", ".")
+    added = str(root) not in sys.path
+    if added:
+        sys.path.append(str(root))
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except (ImportError, ValueError):  # a parent that is no package, an empty name
+        spec = None
+    finally:
+        if added:
+            sys.path.remove(str(root))
+    if spec is None or spec.origin is None:
+        raise ValueError(f"recipe={recipe!r}: `tune run` would import it as module {dotted!r}, which is not "
+                         f"importable (from the installed packages or {root}); name the recipe as shipped: "
+                         "torchtune_longshort/recipes/longshort_finetune.py")
+    return dotted
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
