@@ -38,8 +38,9 @@ def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool):
     return model, {k: v.detach().clone() for k, v in model.state_dict().items()}, trainable
 
 
-@pytest.mark.parametrize("layout, norms", [("llama2", True), ("smollm2", False), ("mistral", False),
-                                           ("qwen2", False), ("gemma", False), ("phi3", True)])
+# One layout per kind of conversion: Llama's permuted q/k rows (Mistral, Gemma and SmolLM2 convert alike), Qwen2's
+# unpermuted rows, Phi-3's fused q/k/v and gate/up; trained norms as PEFT modules_to_save.
+@pytest.mark.parametrize("layout, norms", [("llama2", True), ("qwen2", False), ("phi3", True)])
 def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, layout, norms):
     from peft import PeftModel
     from torchtune.modules.peft import get_merged_lora_ckpt
