@@ -9,12 +9,13 @@ so a non-editable ``pip install .`` has them too.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import List
+
+from torchtune_longshort.refusals import ArgumentParser
 
 
 def shipped_configs() -> List[str]:
@@ -61,7 +62,7 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
+    ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
     ap.add_argument("destination", nargs="?", help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")
