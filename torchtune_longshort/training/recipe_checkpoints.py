@@ -72,19 +72,30 @@ def stage_step(
     tokenizer: Optional[str],
     recipe_state: Dict[str, Any],
 ) -> None:
-    """Write one step into the staging area: the checkpoint folder ``staged`` with the (LoRA-merged) weights and,
-    for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a resumed run reads back), and
+    """Write one step into the staging area: the checkpoint folder ``staged`` with the weights (LoRA: merged, the
+    adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a resumed run reads back), and
     the recipe state beside it (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
     if lora.enabled:
         write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha,
                            trainable=lora.trainable_names, base_model=lora.base_dir)
-        # get_merged_lora_ckpt adds B @ A into the base weights in place, and on one CPU process the state dict's
-        # tensors are the live model's: merge into copies, or every save would add the adapters to the frozen base
-        # the run goes on training against (a resumed run, which loads the clean base, then diverged).
-        merged = {**model_sd, **{f"{m}.weight": model_sd[f"{m}.weight"].clone() for m in lora_modules(model_sd)}}
-        model_sd = get_merged_lora_ckpt(merged, rank=lora.rank, alpha=lora.alpha)
+        model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
     write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
     atomic_torch_save({**recipe_state, "adapter": lora.enabled}, staged_state_path(staged))
+
+
+def _float32_copies(model_sd: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """What a LoRA run merges: ``model_sd`` with each adapted weight and its ``A`` / ``B`` as float32 copies (the
+    other weights as they are). A copy, because ``get_merged_lora_ckpt`` adds ``B @ A`` into the base weights in
+    place and on one CPU process the state dict's tensors are the live model's (every save added the adapters to
+    the frozen base the run went on training against; a resumed run, which loads the clean base, then diverged).
+    Float32, because ``base + alpha / r * B @ A`` rounded again to bf16 would not be the model the run trained (its
+    PEFT adapter on the same base gives the merged logits within 1e-4 only this way); those weights are written in
+    float32."""
+    out = dict(model_sd)
+    for m in lora_modules(model_sd):
+        for key in (f"{m}.weight", f"{m}.lora_a.weight", f"{m}.lora_b.weight"):
+            out[key] = model_sd[key].to(torch.float32, copy=True)
+    return out
 
 
 def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
