@@ -73,7 +73,7 @@ def suffix_misalignment(
 
 @dataclass
 class MisalignmentResult:
-    """Per-divergence summary (mean, std, 95% CI by the normal approximation) and the raw values."""
+    """Per-divergence summary (mean, std, the Student-t 95% CI of the mean) and the raw values."""
 
     length: int
     num_samples: int

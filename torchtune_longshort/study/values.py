@@ -8,7 +8,7 @@ import difflib
 from typing import Any, Dict, List
 
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
-from torchtune_longshort.training.recipe_config.values import integer, length, refuse
+from torchtune_longshort.training.recipe_config.values import length, refuse
 
 
 def lengths(path: str, value: Any) -> List[int]:
