@@ -117,3 +117,19 @@ def test_a_layer_that_cannot_compile_runs_eager_with_one_line(tmp_path, tiny_lla
     notes = [r.getMessage() for r in caplog.records if "run eager: compiling" in r.getMessage()]
     assert notes == [f"compile: the decoder layers run eager: compiling {recipe.compiled.failed}"]
     assert recipe.compiled.events == [] and [layer._compiled_call_impl.calls for layer in recipe._model.layers] == [1, 0]
+
+
+def test_an_unknown_backend_runs_the_layers_eager_with_one_line(monkeypatch):
+    """Bad input: ``TORCH_COMPILE_BACKEND`` names no backend. One line says so; nothing is wrapped or compiled."""
+    from torchtune.models.llama2 import llama2
+
+    from torchtune_longshort.training.compile_setup import compile_decoder
+
+    monkeypatch.setenv("TORCH_COMPILE_BACKEND", "no_such_backend")
+    model = llama2(vocab_size=64, num_layers=2, num_heads=2, num_kv_heads=2, embed_dim=32, max_seq_len=16)
+    notes = []
+    record = compile_decoder(model, True, notes.append)
+    assert notes == ["compile: the decoder layers run eager: TORCH_COMPILE_BACKEND='no_such_backend' is not a "
+                     "torch.compile backend (torch._dynamo.list_backends() names them)"]
+    assert record.failed and all(layer._compiled_call_impl is None for layer in model.layers)
+    model(torch.randint(0, 64, (1, 8)))  # runs, eager

@@ -21,8 +21,8 @@ log-scale).
   break): with activation checkpointing, a compiled CLEX layer picked another graph for its recomputation than for
   its forward and torch's checkpoint refused it (``CheckpointError``).
 
-**Never a crash**: a layer whose compilation fails (inductor finds no working C++ compiler, an operator it cannot
-lower, ...) makes every layer run eager from then on, with one line naming the layer and the error; an error of the
+**Never a crash**: a ``TORCH_COMPILE_BACKEND`` that names no backend, or a layer whose compilation fails (inductor finds no working C++ compiler, an operator it cannot
+lower, ...), makes every layer run eager from then on, with one line naming the layer (or the backend) and the error; an error of the
 model itself still surfaces, from the eager call. A graph compiled after the first one (a guard of the earlier
 graphs failed: CLEX's ``t = 1`` step, whose frequencies carry no ODE gradient; evaluation mode; a new shape) is
 logged with the layer and its call number, so a per-step recompile shows in the run's log.
@@ -132,6 +132,12 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
     if not enabled:
         return None
     state = LayerCompile(note=note, backend=os.environ.get("TORCH_COMPILE_BACKEND", "inductor"))
+    try:
+        torch._dynamo.lookup_backend(state.backend)
+    except torch._dynamo.exc.InvalidBackend:
+        state.failed = f"TORCH_COMPILE_BACKEND={state.backend!r} is not a torch.compile backend"
+        note(f"compile: the decoder layers run eager: {state.failed} (torch._dynamo.list_backends() names them)")
+        return state
     for name, m in model.named_modules():
         if isinstance(m, COMPILED_LAYERS):
             m._compiled_call_impl = CompiledCall(m, _clean(name), state)
