@@ -21,11 +21,12 @@ log-scale).
   break): with activation checkpointing, a compiled CLEX layer picked another graph for its recomputation than for
   its forward and torch's checkpoint refused it (``CheckpointError``).
 
-**Never a crash**: a ``TORCH_COMPILE_BACKEND`` that names no backend, or a layer whose compilation fails (inductor finds no working C++ compiler, an operator it cannot
-lower, ...), makes every layer run eager from then on, with one line naming the layer (or the backend) and the error; an error of the
-model itself still surfaces, from the eager call. A graph compiled after the first one (a guard of the earlier
-graphs failed: CLEX's ``t = 1`` step, whose frequencies carry no ODE gradient; evaluation mode; a new shape) is
-logged with the layer and its call number, so a per-step recompile shows in the run's log.
+**Never a crash**: a ``TORCH_COMPILE_BACKEND`` that names no backend, or a layer whose compilation fails (inductor
+finds no working C++ compiler, an operator it cannot lower, ...), makes every layer run eager from then on, with one
+line naming the layer (or the backend) and the error; an error of the model itself still surfaces, from the eager
+call. A graph compiled after the first one (a guard of the earlier graphs failed: CLEX's ``t = 1`` step, whose
+frequencies carry no ODE gradient; evaluation mode; a new shape) is logged with the layer and its call number, so a
+per-step recompile shows in the run's log.
 """
 
 from __future__ import annotations
