@@ -7,7 +7,9 @@ docs/benchmarks.md "compile vs eager (CPU)". RTOL = 2e-6 (about 17 float32 ulps)
 width and order, and is well below what a wrong model gives: YaRN against plain RoPE already differ by 1.2e-5 at
 step 1 on this random model.
 
-CLEX compiles with the ``aot_eager`` backend here (``TORCH_COMPILE_BACKEND``, which the recipe reads as torchtune
+CLEX runs with activation checkpointing (its hard case: compiled, a checkpointed CLEX layer recomputed through
+another graph than its forward's and torch raised ``CheckpointError`` in backward, until CLEX's cos/sin ran
+eager) and compiles with the ``aot_eager`` backend (``TORCH_COMPILE_BACKEND``, which the recipe reads as torchtune
 does): dynamo's capture and AOT autograd's forward and backward graphs, where CLEX's state, its graph break and its
 extra graph live, without inductor's C++ kernels, whose kind the default and YaRN cases check (their layers are the
 same but for the cos/sin inputs). That saves ~50 s of C++ compiling on this machine; docs/benchmarks.md has CLEX under
@@ -49,11 +51,11 @@ def _inductor_cache(tmp_path_factory):
     mp.undo()
 
 
-def _train(tmp_path, ckpt, tok, method: str, compiled: bool, steps: int = STEPS):
+def _train(tmp_path, ckpt, tok, method: str, compiled: bool, steps: int = STEPS, checkpointing: bool = False):
     """The recipe for ``steps`` steps: (losses, the recipe, t drawn per forward (CLEX))."""
     torch._dynamo.reset()  # no graph of an earlier run in this process may serve this one
     cfg = make_cfg(ckpt, tok, tmp_path / f"{method}_{'compile' if compiled else 'eager'}", compile=compiled,
-                   max_steps=steps, save_every_n_steps=10**6, **{
+                   max_steps=steps, save_every_n_steps=10**6, enable_activation_checkpointing=checkpointing, **{
                        "lr_scheduler.num_warmup_steps": 0,
                        "model._component_": "torchtune_longshort.models.llama2_longshort",
                        "model.max_seq_len": 256, "model.original_max_seq_len": 64, "model.rope_method": method})
@@ -78,18 +80,21 @@ def _train(tmp_path, ckpt, tok, method: str, compiled: bool, steps: int = STEPS)
 @pytest.mark.parametrize("method", ["default", "yarn", "clex"])
 def test_compiled_recipe_gives_eager_losses(method, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, caplog,
                                             monkeypatch):
+    checkpointing = method == "clex"
     if method == "clex":
         monkeypatch.setenv("TORCH_COMPILE_BACKEND", "aot_eager")
-    eager, eager_recipe, _ = _train(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, method, compiled=False)
+    eager, eager_recipe, _ = _train(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, method, False, STEPS, checkpointing)
     assert eager_recipe.compiled is None
     with caplog.at_level(logging.INFO):
-        compiled, recipe, ts = _train(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, method, compiled=True)
+        compiled, recipe, ts = _train(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, method, True, STEPS, checkpointing)
+    calls_per_step = 2 if checkpointing else 1  # a checkpointed layer runs again in backward
     assert compiled == pytest.approx(eager, rel=RTOL), f"{method}: compiled {compiled} vs eager {eager}"
     # it did compile: every step went through both layers' compiled call, and the first call compiled the graph
     record = recipe.compiled
     assert record.failed is None and record.layers == ["layers.0", "layers.1"]
-    calls = [layer._compiled_call_impl for layer in recipe._model.layers]
-    assert all(isinstance(c, CompiledCall) for c in calls) and [c.calls for c in calls] == [STEPS, STEPS]
+    calls = [getattr(layer, "_checkpoint_wrapped_module", layer)._compiled_call_impl for layer in recipe._model.layers]
+    assert all(isinstance(c, CompiledCall) for c in calls)
+    assert [c.calls for c in calls] == [STEPS * calls_per_step] * 2
     first = record.events[0]
     assert first[:2] == ("layers.0", 1) and first[2] >= 1
     # after step 1 nothing compiles again, but CLEX's graph for the first step that draws t = 1
@@ -97,7 +102,7 @@ def test_compiled_recipe_gives_eager_losses(method, tmp_path, tiny_llama2_dir, s
     expected = []
     if method == "clex":
         assert len(ts) == STEPS
-        expected = [i + 1 for i, t in enumerate(ts) if i > 0 and (t == 1) != (ts[0] == 1)][:1]
+        expected = [i * calls_per_step + 1 for i, t in enumerate(ts) if i > 0 and (t == 1) != (ts[0] == 1)][:1]
     assert later == expected, f"{method}: graphs compiled at later calls {later} (t per step: {ts})"
     messages = [r.getMessage() for r in caplog.records]
     assert LOSS_EAGER in messages
