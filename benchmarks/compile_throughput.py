@@ -83,7 +83,8 @@ def one_run(work: Path, setup, data, shape, args, recipe: str, compiled: bool, t
                 *over], env, work / f"{tag}.log")
         out = ours_steps(work, tag, shape.tokens_per_step)
     shutil.rmtree(cache, ignore_errors=True)
-    notes = re.findall(r"compile: .*", (work / f"{tag}.log").read_text().replace("\r", "\n"))  # after tqdm's bar
+    text = (work / f"{tag}.log").read_text().replace("\r", "\n")
+    notes = re.findall(r"compile: [^\n]*", text) if recipe != "torchtune" else []  # also after tqdm's bar
     return (*out, notes)
 
 
