@@ -82,7 +82,9 @@ def one_run(work: Path, setup, data, shape, args, recipe: str, compiled: bool, t
         rt.run([rt.TUNE, "run", "torchtune_longshort/recipes/longshort_finetune.py", "--config", setup.our_config,
                 *over], env, work / f"{tag}.log")
         out = ours_steps(work, tag, shape.tokens_per_step)
-    shutil.rmtree(cache, ignore_errors=True)
+    # what this run wrote and nothing reads again: its kernels and its checkpoints (1.6 GB a SmolLM2 run)
+    for folder in [cache, work / f"tt_out_{tag}", *(work / tag).glob("step_*")]:
+        shutil.rmtree(folder, ignore_errors=True)
     text = (work / f"{tag}.log").read_text().replace("\r", "\n")
     notes = re.findall(r"compile: [^\n]*", text) if recipe != "torchtune" else []  # also after tqdm's bar
     return (*out, notes)
