@@ -146,6 +146,20 @@ def part_fused_ce(smoke: bool, work: Path, opts) -> dict:
 H100_80GB_BYTES = 81559 * 2**20  # what an "80 GB" H100 reports (docs/gpu_suite_h100/probe.txt)
 
 
+def _gpu_model_of(mm, key: str, points_path):
+    """:func:`memory_model.gpu_model` for shape ``key`` alone, from ``points_path`` (default: its points file),
+    which need not hold the other shapes' points."""
+    points = mm.load_points(Path(points_path)) if points_path else None
+    every = dict(mm.SHAPES)
+    try:
+        mm.SHAPES.clear()
+        mm.SHAPES[key] = every[key]
+        return mm.gpu_model(points)
+    finally:
+        mm.SHAPES.clear()
+        mm.SHAPES.update(every)
+
+
 def part_longest(smoke: bool, work: Path, opts) -> dict:
     """:func:`memory_model.check_longest` for the 1B full fine-tune (alpha 0.1, activation checkpointing, offloading
     ``opts.longest_offload``, the loss's chunks bounded): the device's memory capped to an 80 GB card's, one step at
@@ -154,9 +168,10 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
 
     import memory_model as mm
 
-    offload = opts.longest_offload
+    offload, chunks = bool(opts.longest_offload), opts.longest_chunks or None
+    mm._MODEL["gpu"] = _gpu_model_of(mm, "1b-full", opts.memory_points)
     if smoke:  # the prediction for the real card, and the step code at a tiny shape on the CPU
-        L = mm.predict_longest("1b-full", H100_80GB_BYTES, offload, None)
+        L = mm.predict_longest("1b-full", H100_80GB_BYTES, offload, chunks)
         tiny = replace(mm.REPLICAS["1b-full"], layers=2)
         runs = [mm.run_step(tiny, n, "cpu", num_chunks=None, dtype="fp32") for n in (64, 80)]
         res = dict(budget_bytes=H100_80GB_BYTES, shape="1b-full", offload=False, predicted_L=L, runs=runs,
@@ -165,7 +180,7 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, H100_80GB_BYTES / total))
         try:
-            res = mm.check_longest(H100_80GB_BYTES, "1b-full", offload, "cuda", num_chunks=None)
+            res = mm.check_longest(H100_80GB_BYTES, "1b-full", offload, "cuda", num_chunks=chunks)
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0)
             free("cuda")
@@ -174,7 +189,7 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
              r.get("error", "")[:100]] for r in res["runs"]]
     verdict = {True: "the model holds", False: "**the model is wrong**", None: "(smoke: not judged)"}[res["model_holds"]]
     md = (f"1B full fine-tune (Llama-3.2-1B shape, 16 layers), alpha 0.1, bf16, activation checkpointing, offloading "
-          f"{'on' if res['offload'] else 'off'}, loss chunks bounded; memory capped at {H100_80GB_BYTES / 2**30:.1f} "
+          f"{'on' if res['offload'] else 'off'}, loss chunks {chunks or 'bounded'}; memory capped at {H100_80GB_BYTES / 2**30:.1f} "
           f"GiB; predicted longest window L = {res['predicted_L']}: {verdict}\n\n"
           + table(["L per window", "fits", "predicted peak GiB", "measured peak GiB", "step s", "error"], rows))
     return {**res, "markdown": md}

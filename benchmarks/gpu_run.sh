@@ -3,7 +3,7 @@
 # a budget. Run from the repository root on a GPU machine with no registry, the wheels in .whl/
 # (../shared/tools/gpu-wheels.sh .whl, plus transformers==5.23.0, kagglesdk, liger-kernel, cut-cross-entropy:
 # docs/real_model.md). Results (gpu_suite.json / .md, the log, the machine probe) go to $OUT.
-#   OUT=/tmp/out BUDGET=520 bash benchmarks/gpu_run.sh
+#   OUT=/tmp/out BUDGET=520 bash benchmarks/gpu_run.sh [more gpu_suite.py arguments]
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/gpu_run}
 BUDGET=${BUDGET:-520}
@@ -30,4 +30,4 @@ PY
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 left=$(( BUDGET - ($(date +%s) - t0) ))
-python3 benchmarks/gpu_suite.py --budget "$left" --out "$OUT" --work /tmp/gpu_work 2>&1 | tee "$OUT/log.txt"
+python3 benchmarks/gpu_suite.py --budget "$left" --out "$OUT" --work /tmp/gpu_work "$@" 2>&1 | tee "$OUT/log.txt"

@@ -105,8 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (default: from its name)")
     ap.add_argument("--eval-layers", type=int, default=8, help="depth of the 7B-width eval checkpoint (7B: 32)")
     ap.add_argument("--eval-rounds", type=int, default=5, help="interleaved timings per model and length")
-    ap.add_argument("--longest-offload", type=int, default=1, choices=(0, 1),
+    ap.add_argument("--longest-offload", type=int, default=0, choices=(0, 1),
                     help="longest: with activation offloading (1) or without (0)")
+    ap.add_argument("--longest-chunks", type=int, default=8,
+                    help="longest: the loss's num_chunks (0: bounded, ceil((L + e) / 1024))")
+    ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
     if args.smoke and set(parts) - set(SMOKE_PARTS):

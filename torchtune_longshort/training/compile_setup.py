@@ -38,6 +38,7 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch._dynamo
+from torch._functorch import config as functorch_config
 from torch import nn
 from torch._dynamo.utils import counters
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
@@ -85,6 +86,11 @@ class LayerCompile:
         return sum(n for _, _, n, _ in self.events)
 
 
+# compile the backward graph with the forward one (a config key of recent torch; older torch compiles it lazily)
+_BACKWARD_NOW = ({"force_non_lazy_backward_lowering": True}
+                 if hasattr(functorch_config, "force_non_lazy_backward_lowering") else {})
+
+
 class CompiledCall:
     """A layer's ``_compiled_call_impl`` (what ``nn.Module.__call__`` runs once ``module.compile()`` set it): its
     ``_call_impl`` under ``torch.compile``, falling back to the eager ``_call_impl`` when compilation fails."""
@@ -104,7 +110,7 @@ class CompiledCall:
         before, start = graphs_compiled(), time.perf_counter()
         try:
             # the backward graph is compiled with the forward one, so that its failure is caught here too
-            with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            with functorch_config.patch(_BACKWARD_NOW):
                 out = self._compiled(*args, **kwargs)
         except torch._dynamo.exc.TorchDynamoException as e:
             state.failed = f"{self.name}: {failure_reason(e)}"
