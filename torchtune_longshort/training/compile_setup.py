@@ -153,7 +153,7 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
     note(OUTSIDE_LAYERS_EAGER)
     for rope in {id(m): m for m in model.modules() if getattr(m, "compile_note", None)}.values():
         for method in rope.compile_eager_methods:  # a graph break: the layer's graphs call it eagerly
-            setattr(rope, method, torch.compiler.disable(getattr(rope, method), reason=rope.compile_note))
+            setattr(rope, method, torch.compiler.disable(getattr(rope, method)))  # no reason=: older torch
         note(f"compile: {rope.method} RoPE: {rope.compile_note}")
     note(LOSS_EAGER)
     return state
