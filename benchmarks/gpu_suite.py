@@ -52,13 +52,11 @@ PARTS = {
     "eval_smollm2": lambda smoke, work, opts: gpu_parts.part_eval(smoke, work, opts, real=True),
 }
 DEFAULT_PARTS = ("loss", "longest", "recipe", "eval", "fused_ce")
-# Planned seconds on one H100 / H200. loss: 50 s measured 2026-11-25 for two shapes x 6 variants; now one shape x 3.
-# recipe: 103 s measured for 3 eager runs with checkpointing (most of it writing the 1.5B checkpoint); now 2 eager +
-# 2 compiled runs (a compiled run: ~60 s of compile, estimated). eval: a 7B width at 8 layers (3.4 GB): the
-# checkpoint written on the GPU, two models loaded, 3 lengths x (1 + 5) timings x 2 models of < 1 s each. longest:
-# two single steps of ~10-15 s at 64k-100k tokens per window plus the model. fused_ce: five losses x 12 passes of
-# < 0.5 s.
-PLANNED_S = {"loss": 40, "longest": 100, "recipe": 240, "eval": 90, "fused_ce": 30, "recipe_smollm2": 60,
+# Planned seconds on one H100 / H200: each part's measured time on one H200 (2026-11-27, docs/gpu_suite_h200) with a
+# margin: loss 30 s, longest 73 s at bounded chunks (its 161k step alone 43 s), recipe 121 s (two eager and two
+# compiled runs: 23-28 s each, compile included), eval 19 s (8 layers), fused_ce 18 s. The real-model parts: the
+# 2026-11-25 H100 run (56 s for both).
+PLANNED_S = {"loss": 40, "longest": 100, "recipe": 180, "eval": 45, "fused_ce": 30, "recipe_smollm2": 60,
              "eval_smollm2": 40}
 SMOKE_PARTS = DEFAULT_PARTS  # every default part has a tiny CPU shape
 
@@ -108,8 +106,8 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-rounds", type=int, default=5, help="interleaved timings per model and length")
     ap.add_argument("--longest-offload", type=int, default=0, choices=(0, 1),
                     help="longest: with activation offloading (1) or without (0)")
-    ap.add_argument("--longest-chunks", type=int, default=8,
-                    help="longest: the loss's num_chunks (0: bounded, ceil((L + e) / 1024))")
+    ap.add_argument("--longest-chunks", type=int, default=0,
+                    help="longest: the loss's num_chunks (default 0: bounded, ceil((L + e) / 1024) chunks)")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
