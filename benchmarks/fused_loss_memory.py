@@ -21,16 +21,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def measure(vocab: int, dim: int, L: int, e: int, divergence: str, chunks: int, alpha: float) -> int:
+def measure(vocab: int, dim: int, L: int, e: int, divergence: str, chunks: int, alpha: float,
+            dtype: str = "float32") -> int:
     import torch
 
     from loss_overhead import LiveTensorBytes
     from torchtune_longshort.loss import LongShortLoss
 
     torch.manual_seed(0)
-    out = torch.nn.Linear(dim, vocab, bias=False)
-    ha = torch.randn(1, L, dim, requires_grad=True)
-    hb = torch.randn(1, L, dim, requires_grad=True)
+    dt = getattr(torch, dtype)
+    out = torch.nn.Linear(dim, vocab, bias=False, dtype=dt)
+    ha = torch.randn(1, L, dim, dtype=dt, requires_grad=True)
+    hb = torch.randn(1, L, dim, dtype=dt, requires_grad=True)
     la, lb = torch.randint(0, vocab, (1, L)), torch.randint(0, vocab, (1, L))
     fn = LongShortLoss(alpha=alpha, divergence=divergence, num_chunks=chunks)
     fn.linear_projection = out  # the hidden-state path, as set_model_output sets it
@@ -47,17 +49,19 @@ def main(argv=None) -> int:
     ap.add_argument("--e-frac", type=float, default=0.25, help="e = this x L")
     ap.add_argument("--divergence", nargs="+", default=["sce"])
     ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the model's dtype (hidden states and output weight); the loss's softmaxes are float32")
     args = ap.parse_args(argv)
     L, e = args.seq_len, int(args.e_frac * args.seq_len)
     overlap = L // 2 - e  # the listing's aligned positions
     one = overlap * args.vocab * 4
-    print(f"vocab {args.vocab}, d {args.dim}, L {L}, e {e}, {args.chunks} chunks; one window's overlap logits "
+    print(f"vocab {args.vocab}, d {args.dim}, L {L}, e {e}, {args.chunks} chunks, {args.dtype}; one window's overlap logits "
           f"[{overlap}, {args.vocab}] fp32 = {one / 2**20:.0f} MiB")
     print("| divergence | peak a=0 MiB | peak a=0.1 MiB | extra MiB | extra / one window's overlap logits |")
     print("|---|---|---|---|---|")
     for div in args.divergence:
-        p0 = measure(args.vocab, args.dim, L, e, div, args.chunks, 0.0)
-        p1 = measure(args.vocab, args.dim, L, e, div, args.chunks, 0.1)
+        p0 = measure(args.vocab, args.dim, L, e, div, args.chunks, 0.0, args.dtype)
+        p1 = measure(args.vocab, args.dim, L, e, div, args.chunks, 0.1, args.dtype)
         print(f"| {div} | {p0 / 2**20:.0f} | {p1 / 2**20:.0f} | {(p1 - p0) / 2**20:.0f} | {(p1 - p0) / one:.3f} |",
               flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_suite.py --smoke: every part of the GPU suite runs end to end at tiny shapes on the CPU."""
+"""benchmarks/gpu_suite.py: every part runs end to end at tiny shapes on the CPU (--smoke), and its time budget."""
 
 from __future__ import annotations
 
@@ -13,24 +13,54 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_gpu_suite_smoke_runs_every_part(tmp_path):
+def _suite(args, tmp_path, timeout=600):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                HF_HOME=str(tmp_path / "hf_home"))
-    p = subprocess.run(
-        [sys.executable, "benchmarks/gpu_suite.py", "--smoke", "--out", str(tmp_path / "out"),
-         "--work", str(tmp_path / "work")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
+    return subprocess.run([sys.executable, "benchmarks/gpu_suite.py", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_budget_smaller_than_every_part_is_refused_with_the_plan(tmp_path):
+    p = _suite(["--smoke", "--budget", "5", "--out", str(tmp_path / "out")], tmp_path, timeout=120)
+    assert p.returncode == 2
+    msg = p.stderr.strip().splitlines()[-1]
+    assert "--budget 5 s is smaller than the smallest part" in msg
+    for part in ("loss 40 s", "longest", "recipe", "eval", "fused_ce"):
+        assert part in msg
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+
+
+def test_budget_skips_the_parts_that_no_longer_fit():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_suite
+
+    planned, refusal = gpu_suite.plan(["loss", "recipe"], 100)
+    assert refusal is None and planned == {"loss": gpu_suite.PLANNED_S["loss"], "recipe": gpu_suite.PLANNED_S["recipe"]}
+    assert gpu_suite.plan(["loss"], gpu_suite.PLANNED_S["loss"] - 1)[1] is not None
+
+
+@pytest.mark.slow
+def test_gpu_suite_smoke_runs_every_part(tmp_path):
+    p = _suite(["--smoke", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")], tmp_path)
     assert p.returncode == 0, p.stderr[-4000:]
     report = json.loads((tmp_path / "out" / "gpu_suite.json").read_text())
-    assert report["smoke"] and set(report["parts"]) == {"loss", "recipe", "eval"}
+    assert report["smoke"] and list(report["parts"]) == ["loss", "longest", "recipe", "eval", "fused_ce"]
+    assert not any("error" in r for r in report["parts"].values())
     variants = {r["variant"] for r in report["parts"]["loss"]["rows"]}
-    assert {"fused a=0.0", "fused a=0.1", "ckpt a=0.0", "naive a=0.0"} <= variants
+    assert variants == {"fused a=0.0", "fused a=0.1", "naive a=0.0"}
+    longest = report["parts"]["longest"]
+    assert longest["predicted_L"] >= 1024 and [r["fit"] for r in longest["runs"]] == [True, True]
     recipe = report["parts"]["recipe"]["results"]
-    assert set(recipe) == {"torchtune full_finetune_single_device", "longshort alpha=0.0", "longshort alpha=0.1"}
+    assert set(recipe) == {"torchtune eager", "longshort a=0 eager", "torchtune compile", "longshort a=0 compile"}
     assert all(r["tokens_per_s"] > 0 and r["peak_mib"] > 0 for r in recipe.values())
     assert "Loss path: fused" in p.stdout + p.stderr
+    assert "decoder layers compiled one by one" in p.stdout + p.stderr  # the compiled runs compiled
     for row in report["parts"]["eval"]["rows"]:
         assert row["result_diff"] < 1e-5  # the two lm-eval models agree on the log-likelihoods
+    losses = report["parts"]["fused_ce"]["results"]
+    # ours at alpha 0 is the mean CE over both windows' rows (equal window sizes), as full logits give it
+    naive = losses["naive: full float32 logits, F.cross_entropy"]["loss"]
+    assert losses["ours a=0"]["loss"] == pytest.approx(naive, rel=1e-5)
+    assert losses["ours a=0, no report"]["loss"] == pytest.approx(naive, rel=1e-5)
+    assert losses["ours a=0.1"]["loss"] > naive  # plus alpha x SCE (>= 0)
     assert (tmp_path / "out" / "gpu_suite.md").read_text().startswith("# GPU suite")

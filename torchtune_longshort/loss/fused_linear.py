@@ -105,11 +105,13 @@ class ChunkWorkspace:
     def __init__(self):
         self._bufs: Dict[str, torch.Tensor] = {}
 
-    def get(self, name: str, rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
-        """A ``[rows, cols]`` view of buffer ``name``, grown (never shrunk) to fit."""
+    def get(self, name: str, rows: int, cols: int, dtype: torch.dtype, device, reserve: int = 0) -> torch.Tensor:
+        """A ``[rows, cols]`` view of buffer ``name``, grown (never shrunk) to fit; a new buffer gets at least
+        ``reserve`` rows."""
         buf = self._bufs.get(name)
         if buf is None or buf.dtype != dtype or buf.shape[1] != cols or buf.shape[0] < rows:
-            buf = self._bufs[name] = torch.empty(max(rows, 1), cols, dtype=dtype, device=device)
+            buf = self._bufs[name] = None  # the old one goes before the new one comes
+            buf = self._bufs[name] = torch.empty(max(rows, reserve, 1), cols, dtype=dtype, device=device)
         return buf[:rows]
 
     def release(self) -> None:
@@ -209,6 +211,10 @@ class _FusedPass:
         self.want_div_a = self.want_div_b and not plan.stop_grad_long
 
         self.order = _row_order(plan.chunks, self.bsz, self.L, dev)
+        # every chunk's [rows, vocab] buffers are allocated once, at the largest chunk: grown chunk by chunk (the
+        # first chunks of the L + e positions hold window A's rows alone), each larger buffer came while the
+        # smaller one was still held
+        self.max_rows = max((self.bsz * (c.n_a + c.n_b) for c in plan.chunks), default=1)
         self._block_fn = _block_fn(plan.divergence) if plan.mode is not None else None
         widest = max((max(c.n_a, c.n_b) for c in plan.chunks), default=1)
         self.pair_block = max(1, math.ceil(widest / _PAIR_BLOCK_SPLIT))  # pairs per block (per sequence)
@@ -251,19 +257,24 @@ class _FusedPass:
         n_rows, ws, h = rows.stop - rows.start, self.workspace, self.h_all[rows]
         # float32 logits go where the probabilities will (they are dead once the log-softmax is taken): two
         # [rows, vocab] buffers in all, as many as the unfused chunk holds at its peak
-        logits = ws.get(self._logits_buffer, n_rows, V, self.weight.dtype, self.dev)
+        logits = ws.get(self._logits_buffer, n_rows, V, self.weight.dtype, self.dev, self.max_rows)
         if self.bias is None:
             torch.mm(h, self.weight.t(), out=logits)
         else:
             torch.addmm(self.bias, h, self.weight.t(), out=logits)
-        lp = ws.get("lp", n_rows, V, torch.float32, self.dev)
-        torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=lp)  # float32 even for a bf16 weight
+        lp = ws.get("lp", n_rows, V, torch.float32, self.dev, self.max_rows)
+        if logits.dtype != torch.float32:
+            # float32 log-softmax of bf16 logits: log_softmax(dtype=float32) would upcast into a temporary
+            # [rows, vocab] float32 tensor (a third buffer, +40% of the chunk's at the 1B / 105k GPU step); the
+            # probabilities' buffer is free until exp below and takes the upcast instead
+            logits = ws.get("p", n_rows, V, torch.float32, self.dev, self.max_rows).copy_(logits)
+        torch.log_softmax(logits, dim=-1, out=lp)
         del logits
         torch.gather(lp, 1, self.y_all[rows], out=self.tgt_lp[rows])
         pairs = plan.mode is not None and c.n_pairs > 0
         if not (self.any_grad or pairs):
             return None, p_off
-        p = torch.exp(lp, out=ws.get("p", n_rows, V, torch.float32, self.dev))
+        p = torch.exp(lp, out=ws.get("p", n_rows, V, torch.float32, self.dev, self.max_rows))
         # [b, n_A, V] / [b, n_B, V] views of the chunk's A and B rows (batch-major, A first: _row_order)
         win_a = lambda t: t[:ra].view(bsz, c.n_a, t.shape[-1])  # noqa: E731
         win_b = lambda t: t[ra:].view(bsz, c.n_b, t.shape[-1])  # noqa: E731

@@ -21,11 +21,12 @@ log-scale).
   break): with activation checkpointing, a compiled CLEX layer picked another graph for its recomputation than for
   its forward and torch's checkpoint refused it (``CheckpointError``).
 
-**Never a crash**: a layer whose compilation fails (inductor finds no working C++ compiler, an operator it cannot
-lower, ...) makes every layer run eager from then on, with one line naming the layer and the error; an error of the
-model itself still surfaces, from the eager call. A graph compiled after the first one (a guard of the earlier
-graphs failed: CLEX's ``t = 1`` step, whose frequencies carry no ODE gradient; evaluation mode; a new shape) is
-logged with the layer and its call number, so a per-step recompile shows in the run's log.
+**Never a crash**: a ``TORCH_COMPILE_BACKEND`` that names no backend, or a layer whose compilation fails (inductor
+finds no working C++ compiler, an operator it cannot lower, ...), makes every layer run eager from then on, with one
+line naming the layer (or the backend) and the error; an error of the model itself still surfaces, from the eager
+call. A graph compiled after the first one (a guard of the earlier graphs failed: CLEX's ``t = 1`` step, whose
+frequencies carry no ODE gradient; evaluation mode; a new shape) is logged with the layer and its call number, so a
+per-step recompile shows in the run's log.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch._dynamo
+from torch._functorch import config as functorch_config
 from torch import nn
 from torch._dynamo.utils import counters
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
@@ -84,6 +86,11 @@ class LayerCompile:
         return sum(n for _, _, n, _ in self.events)
 
 
+# compile the backward graph with the forward one (a config key of recent torch; older torch compiles it lazily)
+_BACKWARD_NOW = ({"force_non_lazy_backward_lowering": True}
+                 if hasattr(functorch_config, "force_non_lazy_backward_lowering") else {})
+
+
 class CompiledCall:
     """A layer's ``_compiled_call_impl`` (what ``nn.Module.__call__`` runs once ``module.compile()`` set it): its
     ``_call_impl`` under ``torch.compile``, falling back to the eager ``_call_impl`` when compilation fails."""
@@ -103,7 +110,7 @@ class CompiledCall:
         before, start = graphs_compiled(), time.perf_counter()
         try:
             # the backward graph is compiled with the forward one, so that its failure is caught here too
-            with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            with functorch_config.patch(_BACKWARD_NOW):
                 out = self._compiled(*args, **kwargs)
         except torch._dynamo.exc.TorchDynamoException as e:
             state.failed = f"{self.name}: {failure_reason(e)}"
@@ -132,6 +139,12 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
     if not enabled:
         return None
     state = LayerCompile(note=note, backend=os.environ.get("TORCH_COMPILE_BACKEND", "inductor"))
+    try:
+        torch._dynamo.lookup_backend(state.backend)
+    except torch._dynamo.exc.InvalidBackend:
+        state.failed = f"TORCH_COMPILE_BACKEND={state.backend!r} is not a torch.compile backend"
+        note(f"compile: the decoder layers run eager: {state.failed} (torch._dynamo.list_backends() names them)")
+        return state
     for name, m in model.named_modules():
         if isinstance(m, COMPILED_LAYERS):
             m._compiled_call_impl = CompiledCall(m, _clean(name), state)
@@ -140,7 +153,7 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
     note(OUTSIDE_LAYERS_EAGER)
     for rope in {id(m): m for m in model.modules() if getattr(m, "compile_note", None)}.values():
         for method in rope.compile_eager_methods:  # a graph break: the layer's graphs call it eagerly
-            setattr(rope, method, torch.compiler.disable(getattr(rope, method), reason=rope.compile_note))
+            setattr(rope, method, torch.compiler.disable(getattr(rope, method)))  # no reason=: older torch
         note(f"compile: {rope.method} RoPE: {rope.compile_note}")
     note(LOSS_EAGER)
     return state
