@@ -167,7 +167,8 @@ def test_lora_writes_peft_adapters_and_resumes_exactly_from_them(tmp_path, tiny_
     for step in (4, 28, 30):
         assert {p.name for p in (out / f"step_{step}" / "adapter").iterdir()} == {
             "adapter_model.safetensors", "adapter_config.json", "longshort_adapter.json"}
-        assert (out / f"step_{step}" / "config.json").is_file() and not (out / f"step_{step}" / "recipe_state.pt").exists()
+        d = out / f"step_{step}"
+        assert (d / "config.json").is_file() and not (d / "recipe_state.pt").exists()
     assert sorted(p.name for p in (out / "recipe_state").iterdir()) == ["step_28.pt", "step_30.pt"]
     assert not (out / ".staging").exists()
 

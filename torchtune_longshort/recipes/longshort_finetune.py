@@ -192,7 +192,7 @@ class LongShortFinetuneRecipe:
         )
 
     def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
-        """Optimizer and LR schedule from ``recipe_state.pt``, then the changes a resumed run means."""
+        """Optimizer and LR schedule from the recipe state, then the changes a resumed run means."""
         restore_optimizer(
             recipe_state, self._model, self._optimizer, self._lr_scheduler, self._distributed, self._device
         )

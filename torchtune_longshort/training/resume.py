@@ -89,7 +89,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dic
 
 
 def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_scheduler, distributed: bool, device) -> None:
-    """Optimizer and LR schedule from ``recipe_state.pt`` (gathered state spread over the ranks when sharded).
+    """Optimizer and LR schedule from the recipe state (gathered state spread over the ranks when sharded).
 
     Call after the scheduler is built: its constructor writes the step-0 lr into the param groups, which the saved
     optimizer state (param groups included) must overwrite."""
