@@ -3,12 +3,12 @@ and which recipe checkpoints a training folder holds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -58,19 +58,24 @@ def recipe_module(recipe: str, root: Path) -> str:
     """The module ``tune run <recipe>`` (run in ``root``) imports: torchtune turns the path into a dotted name and
     imports it, from the installed packages first and from the working directory, which it appends to ``sys.path``,
     last (so ``torchtune_longshort/recipes/longshort_finetune.py`` runs from a wheel and from a checkout alike, and
-    ``recipes/...`` finds torchtune's own top-level ``recipes`` package). ``ValueError`` naming ``recipe`` when
-    nothing would be imported."""
+    ``recipes/...`` finds torchtune's own top-level ``recipes`` package). The module is looked up on that search
+    path, as ``tune run``'s process would, without importing anything; ``ValueError`` naming ``recipe`` when nothing
+    would be found."""
     dotted = os.path.splitext(str(recipe))[0].replace("/", ".")
-    added = str(root) not in sys.path
-    if added:
-        sys.path.append(str(root))
-    try:
-        spec = importlib.util.find_spec(dotted)
-    except (ImportError, ValueError):  # a parent that is no package, an empty name
-        spec = None
-    finally:
-        if added:
-            sys.path.remove(str(root))
+    here = {"", str(Path(root).resolve()), str(Path.cwd().resolve())}
+    path = [p for p in sys.path if (str(Path(p).resolve()) if p else "") not in here] + [str(Path(root).resolve())]
+    spec = None
+    if dotted and all(part.isidentifier() for part in dotted.split(".")):
+        head, *rest = dotted.split(".")
+        for finder in sys.meta_path:  # the editable finder of a checkout's install answers here too
+            find = getattr(finder, "find_spec", None)
+            spec = (PathFinder.find_spec(head, path) if finder is PathFinder
+                    else find(head, None) if find is not None else None)
+            if spec is not None:
+                break
+        for i in range(len(rest)):
+            locations = spec.submodule_search_locations if spec is not None else None
+            spec = PathFinder.find_spec(".".join([head, *rest[:i + 1]]), list(locations)) if locations else None
     if spec is None or spec.origin is None:
         raise ValueError(f"recipe={recipe!r}: `tune run` would import it as module {dotted!r}, which is not "
                          f"importable (from the installed packages or {root}); name the recipe as shipped: "
