@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         p.wait()
         staging = [q for q in (out / ".staging").glob("step_*") if q.stat().st_mtime >= started] \
             if (out / ".staging").exists() else []
-        saved = any((q / "recipe_state.pt").is_file() for q in out.glob("step_*"))
+        saved = any((out / "recipe_state").glob("step_*.pt"))
         where = "during a checkpoint write" if staging else ("training" if saved else "before the first save")
         if p.returncode == 0:
             where = "after the run finished (no kill)"

@@ -4,9 +4,6 @@ results folders named after the checkpoint exactly as lm-eval's own ``hf`` model
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -71,17 +68,3 @@ def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_
                     device="cpu")
     with pytest.raises(ValueError, match="needs pretrained="):
         LongShortLM(tokenizer=str(sp_tokenizer_dir), device="cpu")
-
-
-def test_cli_entry_point_names_the_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    """The same through ``python -m torchtune_longshort.eval`` (the rewrite happens in its ``main``)."""
-    out = tmp_path / "cli"
-    cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort", "--model_args",
-           f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
-           "--tasks", "longshort_ppl", "--metadata", META, "--output_path", str(out)]
-    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert p.returncode == 0, p.stderr[-3000:]
-    from lm_eval.utils import sanitize_model_name
-
-    assert _results_folder(out) == sanitize_model_name(str(tiny_llama2_dir))

@@ -97,12 +97,14 @@ def test_partial_group_scores_are_marked(tmp_path):
     assert "longshort_babilong" not in summary.get("partial_groups", {})
 
 
-def _run(d, samples, limit=None, pretrained="/ckpt/a", model="longshort", reasons=None, name="longshort_ppl"):
+def _run(d, samples, limit=None, pretrained="/ckpt/a", model="longshort", reasons=None, name="longshort_ppl",
+         dtype="torch.float32"):
     d.mkdir(parents=True)
     data = {"results": {name: {"ppl_128,none": 3.0 if limit is None else 2.5}},
             "n-samples": {name: {"original": samples if limit is None else 20, "effective": samples}},
             "configs": {name: {"not_scored": reasons or {}}},
-            "config": {"model": model, "model_args": {"pretrained": pretrained}, "limit": limit}}
+            "config": {"model": model, "model_args": {"pretrained": pretrained}, "limit": limit, "model_dtype": dtype,
+                       "device": "cpu"}}
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
     return d
 
@@ -110,13 +112,19 @@ def _run(d, samples, limit=None, pretrained="/ckpt/a", model="longshort", reason
 def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked(tmp_path):
     full = _run(tmp_path / "full", 20)
     quick = _run(tmp_path / "quick", 3, limit=3)
-    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `quick` 3\)"):
+    with pytest.raises(ValueError, match=r"the runs differ in --limit \(`full` all, `quick` 3\): their numbers are "
+                                         r"not comparable .* pass --allow-mixed"):
         build_report([full, quick], tmp_path / "no")
     assert not (tmp_path / "no").exists()
     summary = build_report([full, quick], tmp_path / "rep", allow_unequal_samples=True)
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| `full` |" in md and "| all | longshort_ppl: 20 |" in md and "| 3 | longshort_ppl: 3 |" in md
+    assert "| `full` |" in md and "| all † | longshort_ppl: 20 |" in md and "| 3 † | longshort_ppl: 3 |" in md
+    assert "**† Mixed settings**" in md and "differ in --limit (`full` all, `quick` 3)" in md
     assert "**Unequal sample counts**" in md and "Runs `full`, `quick` evaluate the same checkpoint." in md
+    # equal --limit, unequal counts for no listed reason: refused as before
+    other = _run(tmp_path / "other", 7, pretrained="/ckpt/c")
+    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `other` 7\)"):
+        build_report([full, other], tmp_path / "no")
     assert summary["runs"]["quick"]["limit"] == 3 and summary["runs"]["full"]["samples"] == {"longshort_ppl": 20}
     main([str(full), str(quick), "--out", str(tmp_path / "cli"), "--allow-unequal-samples"])  # the flag
     # a difference with reasons (a length one model could not run: one placeholder row) is noted, not refused
@@ -124,6 +132,25 @@ def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked
     build_report([full, short], tmp_path / "rep2")
     md = (tmp_path / "rep2" / "report.md").read_text()
     assert "Sample counts differ where a run could not score some samples" in md and "Unequal" not in md
+
+
+def test_runs_of_different_dtype_are_refused_in_one_line_unless_asked(tmp_path, capsys):
+    """The issue's case: lm-eval's hf model loaded a folder in bf16 beside a float32 longshort run of the same
+    checkpoint; the report names each run's dtype and device, and refuses the pair unless told (then marks it)."""
+    hf = _run(tmp_path / "hf", 20, model="hf", dtype="torch.bfloat16")
+    ours = _run(tmp_path / "ours", 20)
+    with pytest.raises(SystemExit) as e:
+        main([str(hf), str(ours), "--out", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("longshort-eval-report: error: the runs differ in dtype (`hf` bfloat16, `ours` float32)")
+    assert not (tmp_path / "no").exists()
+    main([str(hf), str(ours), "--out", str(tmp_path / "rep"), "--allow-mixed"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| run | folder | model | checkpoint | dtype | device | --limit | samples per task |" in md
+    assert "| hf | /ckpt/a | bfloat16 † | cpu | all |" in md
+    assert "| longshort | /ckpt/a | float32 † | cpu | all |" in md
+    assert "the runs differ in dtype (`hf` bfloat16, `ours` float32)" in md
 
 
 def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tmp_path):

@@ -45,9 +45,33 @@ def test_shipped_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_
     ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.isfinite(hf(ids).logits).all()
+    if "lora" in config:
+        _peft_gives_the_merged_logits(real_model_dir, step, ids)
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [1024]}
     ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
     theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
     assert math.isfinite(ours) and ours == pytest.approx(theirs, rel=1e-4)
 
 
+
+
+def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids) -> None:
+    """``peft.PeftModel.from_pretrained(base, step/adapter)`` on the real SmolLM2 gives the merged checkpoint's
+    logits: the base is the start folder as the run read it (bf16, the run's dtype) under the step's config.json (its
+    YaRN scaling), both evaluated in float32 by transformers."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(ids).logits
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), config=AutoConfig.from_pretrained(str(step)),
+                                                    dtype=torch.bfloat16).float().eval()
+        plain = base(ids).logits
+        via_peft = PeftModel.from_pretrained(base, str(step / "adapter")).eval()(ids).logits
+    scale = merged.abs().max()
+    rel = ((via_peft - merged).abs().max() / scale).item()
+    print(f"PEFT vs merged, real SmolLM2 LoRA step_4: max |dlogits| / max |logits| = {rel:.2e} "
+          f"(base alone: {((plain - merged).abs().max() / scale).item():.2e})")
+    assert rel < 1e-4
+    assert ((plain - merged).abs().max() / scale).item() > 10 * rel  # the adapter is not empty

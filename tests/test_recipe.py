@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,10 +67,11 @@ def test_checkpoint_is_hf_format_with_rope_and_state(uninterrupted):
     from transformers import LlamaForCausalLM
 
     assert (uninterrupted / "latest").read_text().strip() == "step_8"
-    for step in (4, 8):
+    for step in (4, 8):  # torchtune's layout: model folders, and the one resumable state beside them
         d = uninterrupted / f"step_{step}"
-        assert (d / "config.json").is_file() and (d / "recipe_state.pt").is_file()
-    assert not any((uninterrupted / ".staging").glob("step_*"))
+        assert (d / "config.json").is_file() and not (d / "recipe_state.pt").exists()
+    assert sorted(p.name for p in (uninterrupted / "recipe_state").iterdir()) == ["step_8.pt"]  # keep 1: the last
+    assert not (uninterrupted / ".staging").exists()  # no empty folder left behind
     m = LlamaForCausalLM.from_pretrained(str(uninterrupted / "step_8"))
     assert m.config.max_position_embeddings == 256
     rows = losses(uninterrupted)
@@ -110,7 +112,7 @@ def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path,
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        staged = out2 / ".staging" / "step_8" / "recipe_state.pt"
+        staged = out2 / ".staging" / "step_8.pt"  # the staged recipe state: written after the staged folder
         deadline = time.time() + 180
         while not staged.exists():
             assert proc.poll() is None and time.time() < deadline
@@ -120,7 +122,7 @@ def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path,
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert (out2 / "step_4" / "recipe_state.pt").is_file() and not (out2 / "step_8").exists()
+    assert (out2 / "recipe_state" / "step_4.pt").is_file() and not (out2 / "step_8").exists()
     run_tune(cmd2 + ["resume=True"], tmp_path)  # the dead run's lock is stale and taken over
     assert losses(out2) == losses(uninterrupted)
 
@@ -150,12 +152,39 @@ def _first_and_last(out: Path):
 
 
 @pytest.mark.slow
-def test_lora_loss_goes_down(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+def test_lora_writes_peft_adapters_and_resumes_exactly_from_them(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """LoRA (with LongQLoRA's trained embeddings and norms): the loss goes down; every step folder holds the merged
+    weights and a PEFT adapter/; the newest two recipe states (keep_recipe_states=2) sit in recipe_state/. A resume
+    reads its adapters back from the step's adapter/ and reproduces the uninterrupted losses exactly; with the
+    adapter file gone it is refused in one line naming the folder."""
     out = tmp_path / "out"
-    run_tune(tune_cmd("configs/tiny/lora_from_checkpoint.yaml", tiny_llama2_dir, sp_tokenizer_dir, out), tmp_path)
+    cmd = tune_cmd("configs/tiny/lora_from_checkpoint.yaml", tiny_llama2_dir, sp_tokenizer_dir, out,
+                   "keep_recipe_states=2")
+    run_tune(cmd, tmp_path)
     first, last = _first_and_last(out)
     assert last < first - 0.3, (first, last)
-    assert (out / "step_30" / "config.json").is_file()
+    reference = losses(out)
+    for step in (4, 28, 30):
+        assert {p.name for p in (out / f"step_{step}" / "adapter").iterdir()} == {
+            "adapter_model.safetensors", "adapter_config.json", "longshort_adapter.json"}
+        d = out / f"step_{step}"
+        assert (d / "config.json").is_file() and not (d / "recipe_state.pt").exists()
+    assert sorted(p.name for p in (out / "recipe_state").iterdir()) == ["step_28.pt", "step_30.pt"]
+    assert not (out / ".staging").exists()
+
+    shutil.rmtree(out / "step_30")
+    (out / "recipe_state" / "step_30.pt").unlink()
+    adapter = out / "step_28" / "adapter" / "adapter_model.safetensors"
+    adapter.rename(tmp_path / "aside.safetensors")
+    p = subprocess.run(cmd + ["resume=True"], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        f"longshort_finetune: error: LoRA adapter folder '{out / 'step_28' / 'adapter'}' lacks "
+        "adapter_model.safetensors")
+    (tmp_path / "aside.safetensors").rename(adapter)
+    run_tune(cmd + ["resume=True"], tmp_path)
+    assert losses(out) == reference
 
 
 @pytest.mark.slow
@@ -248,7 +277,7 @@ def test_sigterm_finishes_the_step_saves_and_resumes_exactly(tmp_path, tiny_llam
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     last = losses(out)[-1][0]
-    assert (out / f"step_{last}" / "recipe_state.pt").is_file() and "SIGTERM received" in err
+    assert (out / "recipe_state" / f"step_{last}.pt").is_file() and "SIGTERM received" in err
     run_tune(cmd + ["resume=True", "stop_after_step=12"], tmp_path)
     assert losses(out)[:12] == losses(ref)[:12]
 

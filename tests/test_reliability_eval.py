@@ -33,7 +33,6 @@ from lm_eval.api.instance import Instance  # noqa: E402
 
 from torchtune_longshort.eval.cli_run import run_cli  # noqa: E402
 from torchtune_longshort.eval.report.results_io import not_scored_of  # noqa: E402
-from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -261,20 +260,6 @@ def test_length_hf_would_cut_is_refused_at_the_task(hf_run):
     assert _nan(res, "longshort_passkey", "acc_512")
     assert "runs at most 256" in _error(res, "longshort_passkey") and "cut them from the left" in _error(
         res, "longshort_passkey")
-
-
-@pytest.mark.slow
-def test_misalignment_under_plain_lm_eval_hf_is_refused_too(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    """Plain ``lm_eval`` (no wrapper, so no lm_eval_model metadata; it cannot load ``longshort`` at all)."""
-    res, log = _subprocess(
-        ["lm_eval", "run", "--model", "hf", "--model_args",
-         f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},dtype=float32", "--device", "cpu",
-         "--include_path", str(tasks_path()), "--tasks", "longshort_misalignment,longshort_ppl",
-         "--metadata", json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}),
-         "--output_path", str(tmp_path / "out")], tmp_path)
-    assert _nan(res, "longshort_misalignment", "sce_128") and "needs --model longshort" in _error(res, "longshort_misalignment")
-    assert "this run uses --model hf" in _error(res, "longshort_misalignment")  # the model's name kept
-    assert _finite(res, "longshort_ppl", "ppl_128") and "AttributeError" not in log
 
 
 def test_model_check_reads_the_wrappers_metadata(monkeypatch):

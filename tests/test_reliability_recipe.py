@@ -56,7 +56,7 @@ def test_cuda_device_without_cuda_is_refused(recipe_cls, tmp_path, tiny_llama2_d
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="device='cuda' but CUDA is not available"):
+    with pytest.raises(ValueError, match="device='cuda': CUDA is not available on this machine; pass device=cpu"):
         recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, device="cuda"))
     assert not out.exists()
 
@@ -270,14 +270,15 @@ def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama
     from torchtune_longshort.models.hf_checkpoint import load_hf_state_dict, read_hf_config
     from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune.models.convert_weights import hf_to_tune
-    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
 
     cfg = read_hf_config(tiny_llama2_dir)
     sd = hf_to_tune(load_hf_state_dict(tiny_llama2_dir), num_heads=cfg["num_attention_heads"],
                     num_kv_heads=cfg["num_key_value_heads"], dim=cfg["hidden_size"])
     for step in (2, 4):
         d = write_hf_checkpoint(tmp_path / f"step_{step}", sd, cfg, tokenizer=sp_tokenizer_dir, max_shard_bytes=100_000)
-        (d / "recipe_state.pt").write_bytes(b"")
+        recipe_state_path(d).parent.mkdir(exist_ok=True)
+        recipe_state_path(d).write_bytes(b"")
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_4"
     next((tmp_path / "step_4").glob("model-00002-*.safetensors")).unlink()
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_2"

@@ -144,13 +144,32 @@ def test_shipped_configs_load_and_grid_sizes():
     ({"alphas": [0.1, 0.3]}, "must include 0"),
     ({"alphas": [0, -1]}, "alphas=[0, -1]"),
     ({"methods": {"pi": {"factor": 2}}}, "methods.pi"),
-    ({"eval": {"passkey_lengths": [0]}}, "eval.passkey_lengths[]=0 is not accepted: expected an integer >= 1"),
-    ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml'"),
+    ({"eval": {"passkey_lengths": [0]}}, "eval.passkey_lengths[]=0 is not accepted: expected a token count >= 1"),
+    ({"recipe_config": "configs/nope.yaml"}, "recipe_config='configs/nope.yaml' is neither a file (relative to "),
+    ({"recipe_config": "tiny/nope.yaml"}, "nor a config this package ships: name one of `longshort-cp --list`"),
+    ({"recipe": "nope/recipe.py"}, "recipe='nope/recipe.py': `tune run` would import it as module 'nope.recipe', "
+                                   "which is not importable"),
+    # the checkout's thin entry point: `tune run` would import torchtune's own top-level `recipes` package
+    ({"recipe": "recipes/longshort_finetune.py"}, "module 'recipes.longshort_finetune', which is not importable"),
     ({"not_a_torchtune_config": {"_component_": "torch.nn.Linear"}}, "not_a_torchtune_config="),
 ])
 def test_bad_config_names_field_and_value(tmp_path, change, needle):
     with pytest.raises(StudyConfigError, match=re.escape(needle)):
         load_study_config(_write_cfg(tmp_path, **change), repo_root=ROOT)
+
+
+def test_shipped_configs_resolve_from_any_folder(tmp_path):
+    """A shipped study config names its recipe and recipe config by package (the recipe as `tune run` imports it,
+    the config as `longshort-cp` names it), so it loads with another working folder than the checkout."""
+    from torchtune_longshort.configs_cli import config_path
+
+    cfg = load_study_config(ROOT / "configs/study/cpu_small.yaml", repo_root=tmp_path)
+    assert cfg.recipe_config == "tiny/longshort_stdlib.yaml"
+    assert cfg.recipe_config_file(tmp_path) == config_path("tiny/longshort_stdlib.yaml")
+    mine = tmp_path / "mine.yaml"  # a file path still wins over a shipped name
+    mine.write_text((ROOT / "configs/tiny/longshort_stdlib.yaml").read_text())
+    assert load_study_config(_write_cfg(tmp_path, recipe_config="mine.yaml"), repo_root=tmp_path
+                             ).recipe_config_file(tmp_path) == mine
 
 
 def test_length_labels_match_task_pack():

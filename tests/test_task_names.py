@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import tomllib
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -92,19 +90,11 @@ def test_registry_reads_former_names():
     assert task_results(old, "hellaswag") == {}
 
 
-def test_the_pack_is_package_data_and_generated_files_are_current():
-    """Every YAML of the pack matches a package-data pattern of pyproject.toml, its folder is a listed package,
-    and the generated LongBench-E / BABILong files are what the generator writes."""
+def test_generated_files_are_current():
+    """The generated LongBench-E / BABILong files are what the generator writes (that the wheel ships every file of
+    the pack: tests/test_wheel_install.py)."""
     from torchtune_longshort.eval.tasks.generate import stale_files
 
-    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = cfg["package-data"]["torchtune_longshort.eval.tasks"]
-    files = [p for p in TASKS.rglob("*") if p.is_file() and (p.suffix == ".yaml" or p.name.endswith("_yaml"))]
-    assert len(files) >= 30
-    for p in files:
-        rel = p.relative_to(TASKS).as_posix()
-        assert any(fnmatch(rel, pat) for pat in patterns), rel
-        assert "torchtune_longshort.eval.tasks." + p.parent.name in cfg["packages"], p.parent
     assert stale_files() == {}
     assert not (REPO / "evals").exists()
 
@@ -116,10 +106,14 @@ def test_longshort_eval_adds_the_pack_and_a_device_that_exists():
 
     argv = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl"])
     assert argv[argv.index("--include_path") + 1] == str(TASKS)
-    assert argv[argv.index("--device") + 1] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert argv[argv.index("--device") + 1] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert lm_eval_argv(["ls", "tasks"])[-2:] == ["--include_path", str(TASKS)]
-    mine = lm_eval_argv(["run", "--include_path", "/x", "--device", "cuda:1"])
-    assert mine.count("--include_path") == 1 and mine[mine.index("--device") + 1] == "cuda:1"
+    mine = lm_eval_argv(["run", "--include_path", "/x", "--device", "cpu"])
+    assert mine.count("--include_path") == 1 and mine[mine.index("--device") + 1] == "cpu"
+    if not torch.cuda.is_available():  # a device the machine lacks is refused for every model, hf included
+        with pytest.raises(ValueError, match=r"--device='cuda:1': CUDA is not available on this machine; pass "
+                                             r"--device cpu"):
+            lm_eval_argv(["run", "--model", "hf", "--device", "cuda:1"])
 
 
 def test_hints_name_the_command_that_has_the_model():

@@ -94,7 +94,7 @@ def test_late_bad_record_saves_the_last_good_step_and_resumes_exactly(recipe_cls
     run.release_output_dir()
     stopped = run.global_step
     assert 2 <= stopped < 8 and f"step_{stopped}" in str(err.value)
-    assert (tmp_path / "out" / f"step_{stopped}" / "recipe_state.pt").is_file()
+    assert (tmp_path / "out" / "recipe_state" / f"step_{stopped}.pt").is_file()
 
     data.write_text("".join(good))  # mended
     reference = tmp_path / "reference.jsonl"

@@ -22,6 +22,9 @@ Why each one says nothing to the user:
 - fuzzywuzzy "Using slow pure-python SequenceMatcher": a speed hint from a LongBench metric's dependency.
 - torchtune "Saving final epoch checkpoint.": its checkpointer says this at every save the recipe makes (the recipe
   saves by step, not by epoch); the recipe prints its own line naming the step and folder.
+- git "fatal: not a git repository ...": lm-eval records ``git describe --always`` of the working folder in its
+  results and lets git write to the terminal; outside a repository that is git's error line. ``longshort-eval``
+  asks git the same question with its stderr discarded (:func:`quiet_lm_eval_git`; the hash is recorded as before).
 
 Note: under ``tune run`` torchtune (and so torchao) is imported before the recipe file runs, so the torchao line
 still appears in the recipe's own output; in the eval, study and metric entry points it is filtered.
@@ -30,9 +33,11 @@ still appears in the recipe's own output; in the eval, study and metric entry po
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
 import warnings
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks import PREFIX
 
@@ -90,3 +95,23 @@ def quiet_upstream() -> None:
         logging.getLogger(name).addFilter(DropMessages(rules))
     filter_warnings()
     _installed = True
+
+
+def _git_describe() -> Optional[str]:
+    """lm-eval's ``get_git_commit_hash`` with git's stderr discarded (same value, same fallback)."""
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        p = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        p = None
+    if p is not None and p.returncode == 0:
+        return p.stdout.strip()
+    return get_commit_from_path(os.getcwd())
+
+
+def quiet_lm_eval_git() -> None:
+    """Make lm-eval's evaluator record the git hash without git printing to the terminal (see the module doc)."""
+    import lm_eval.evaluator
+
+    lm_eval.evaluator.get_git_commit_hash = _git_describe

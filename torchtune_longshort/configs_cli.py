@@ -9,12 +9,13 @@ so a non-editable ``pip install .`` has them too.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import List
+
+from torchtune_longshort.refusals import ArgumentParser
 
 
 def shipped_configs() -> List[str]:
@@ -44,8 +45,24 @@ def config_path(name: str) -> Path:
         return Path(p)
 
 
+def resolve_config(value: str, root: Path, key: str) -> Path:
+    """A config named by a file path (absolute or relative to ``root``) or, failing that, by its shipped name
+    (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it): the same value finds the file from a checkout
+    and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
+    path = Path(value)
+    path = path if path.is_absolute() else Path(root) / path
+    if path.is_file():
+        return path
+    try:
+        return config_path(str(value))
+    except FileNotFoundError:
+        raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
+                         "name one of `longshort-cp --list` (e.g. tiny/longshort_stdlib.yaml) or a YAML file"
+                         ) from None
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
+    ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
     ap.add_argument("destination", nargs="?", help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")

@@ -13,6 +13,9 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 
 ``longshort-eval tasks-path`` prints the installed task pack's folder, for stock lm-eval:
 ``lm-eval run --model hf --include_path "$(longshort-eval tasks-path)" --tasks longshort_ppl ...``.
+``--help`` names the ``longshort`` model and its arguments above lm-eval's help. Bad input (a device this machine
+lacks, a task name lm-eval does not know: with "did you mean", a model argument) is refused in one line
+(:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting the metrics left unscored and why.
 """
 
 from __future__ import annotations
@@ -30,13 +33,55 @@ def main() -> None:
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()  # before the imports below: torchao logs its line on import
-    import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
+    from torchtune_longshort.refusals import refusing
+
+    refusing("longshort-eval", lambda: _evaluate(sys.argv[1:]))
+
+
+def _evaluate(args) -> None:
+    import lm_eval
     from lm_eval.__main__ import cli_evaluate
 
+    import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
+    from torchtune_longshort._quiet import quiet_lm_eval_git
+    from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import lm_eval_argv
 
-    sys.argv = sys.argv[:1] + lm_eval_argv(sys.argv[1:])
-    cli_evaluate()
+    if "-h" in args or "--help" in args or not args:
+        print(cli_messages.help_preamble())
+    argv = lm_eval_argv(args)
+    quiet_lm_eval_git()
+    finished = []
+    evaluate = lm_eval.simple_evaluate
+
+    def kept(*a, **kw):  # lm-eval's run command calls lm_eval.simple_evaluate; its results give the summary line
+        out = evaluate(*a, **kw)
+        finished.append(out)
+        return out
+
+    lm_eval.simple_evaluate = kept
+    sys.argv = sys.argv[:1] + argv
+    try:
+        cli_evaluate()
+    except ValueError as e:
+        line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))
+        if line:
+            raise ValueError(line) from None
+        raise
+    finally:
+        lm_eval.simple_evaluate = evaluate
+    for results in finished:
+        if results is not None:
+            print(cli_messages.summary_line(results), flush=True)
+
+
+def _known_tasks(argv) -> list:
+    """Every task and group lm-eval knows with the pack included (only asked when a name was not found)."""
+    from lm_eval.tasks import TaskManager
+
+    from torchtune_longshort.eval.cli_run import option
+
+    return list(TaskManager(include_path=option(argv, "--include_path")).all_tasks)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from torchtune_longshort.devices import default_device, require_device
+
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
@@ -23,7 +25,7 @@ _SUBCOMMANDS = ("run", "ls", "validate")
 TASKS_PATH_COMMAND = "tasks-path"
 
 
-def _option(args: Sequence[str], name: str) -> Optional[str]:
+def option(args: Sequence[str], name: str) -> Optional[str]:
     """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""
     value = None
     for i, a in enumerate(args):
@@ -34,20 +36,16 @@ def _option(args: Sequence[str], name: str) -> Optional[str]:
     return value
 
 
-def _default_device() -> str:
-    import torch
-
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
-
-
 def lm_eval_argv(args: Sequence[str]) -> List[str]:
     """``args`` as lm-eval's CLI gets them from this wrapper:
 
     - ``run``, ``ls`` and ``validate`` (and the legacy form without a subcommand) get ``--include_path`` of the
       installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one (lm-eval
       takes a single folder: a user's own folder replaces the pack, with a warning);
-    - an evaluation without ``--device`` gets ``cuda:0`` only when CUDA is available, else ``cpu`` (lm-eval's
-      default is ``cuda:0`` whatever the machine: no device note unless the user asked for CUDA);
+    - an evaluation without ``--device`` gets ``cuda`` only when CUDA is available, else ``cpu`` (lm-eval's
+      default is ``cuda:0`` whatever the machine); a ``--device`` this machine does not have is refused here, for
+      every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's ``hf`` would fail later, and no
+      model may run elsewhere than its results say);
     - an evaluation gets ``--metadata`` key ``lm_eval_model`` naming the ``--model`` (lm-eval's default ``hf``
       when none is given), so that a task that needs the ``longshort`` model (``longshort_misalignment``) refuses
       any other before a request runs, and tasks can refuse requests a plain model would cut or crash on
@@ -64,7 +62,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
-        given = _option(out, "--include_path")
+        given = option(out, "--include_path")
         if given is None:
             out += ["--include_path", str(tasks_path())]
         elif Path(given).resolve() != tasks_path():
@@ -72,9 +70,12 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
                            "the pack's longshort_* tasks are not found in this run", given, tasks_path())
     if not evaluating:
         return out
-    model = _option(out, "--model")
-    if _option(out, "--device") is None:
-        out += ["--device", _default_device()]
+    model = option(out, "--model")
+    device = option(out, "--device")
+    if device is None:
+        out += ["--device", default_device()]
+    else:
+        require_device(device, "--device")
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         return out

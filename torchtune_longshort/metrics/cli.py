@@ -26,8 +26,13 @@ import json
 import sys
 from pathlib import Path
 
+from torchtune_longshort.devices import require_device
+from torchtune_longshort.lengths import length_arg
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+from torchtune_longshort.refusals import ArgumentParser, refusing
+
+PROG = "longshort-misalignment"
 
 
 def documents_for(data: str, text_field: str, split: str):
@@ -38,23 +43,33 @@ def documents_for(data: str, text_field: str, split: str):
         return corpus.stdlib()
     if Path(data).exists():
         return corpus.local_text(data, text_field=text_field)
+    if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in (".txt", ".json", ".jsonl", ".md", ".py"):
+        raise FileNotFoundError(f"--data={data!r}: no such file or folder; give 'stdlib', a text file, a folder, a "
+                                ".jsonl file or a Hugging Face dataset name")
     return corpus.hf_text(data, split=split, text_field=text_field)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="longshort-misalignment", description=__doc__.split("\n\n")[0])
+    """The command; bad input (an argument, the checkpoint folder, the data, the device) is refused in one line
+    (:mod:`torchtune_longshort.refusals`)."""
+    return refusing(PROG, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
     ap.add_argument("--data", default="stdlib", help="'stdlib', a text file, a folder, or a .jsonl file")
     ap.add_argument("--text-field", default="text")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
-    ap.add_argument("--length", type=int, required=True, help="L: suffix lengths are drawn from [L/2, L]")
+    ap.add_argument("--length", type=length_arg, required=True,
+                    help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
                     help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
     ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (refused when this machine lacks it)")
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
                     "(default: on; no page faults on every forward)")
@@ -66,6 +81,7 @@ def main(argv=None) -> int:
         ap.error(f"--length={args.length}: must be >= 2 tokens")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    require_device(args.device, "--device")  # before any file is read or model built
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()  # before torchtune (and so torchao) is imported below
@@ -74,12 +90,9 @@ def main(argv=None) -> int:
     from torchtune_longshort.models.hf_model import load_hf_checkpoint
     from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
-    try:
-        folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
-        tok = folder.load_tokenizer() if args.tokenizer is None else folder.check_tokenizer(
-            load_tokenizer(args.tokenizer, folder.family.tokenizer_formats), where="--tokenizer")
-    except (FileNotFoundError, ValueError) as e:
-        ap.error(str(e))
+    folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
+    tok = folder.load_tokenizer() if args.tokenizer is None else folder.check_tokenizer(
+        load_tokenizer(args.tokenizer, folder.family.tokenizer_formats), where="--tokenizer")
     usable = folder.usable_length
     if args.length > usable and not args.allow_extrapolation:
         ap.error(

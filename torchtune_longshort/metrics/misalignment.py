@@ -18,6 +18,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
+from torchtune_longshort.intervals import t_half_width
+
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
 from torchtune_longshort.windows import suffix_length_range
 
@@ -71,7 +73,7 @@ def suffix_misalignment(
 
 @dataclass
 class MisalignmentResult:
-    """Per-divergence summary (mean, std, 95% CI by the normal approximation) and the raw values."""
+    """Per-divergence summary (mean, std, the Student-t 95% CI of the mean) and the raw values."""
 
     length: int
     num_samples: int
@@ -96,14 +98,16 @@ class MisalignmentResult:
 
 
 def summarize(values: Sequence[float]) -> Dict[str, float]:
-    """Mean, sample std, standard error and a normal-approximation 95% confidence interval."""
+    """Mean, sample std, standard error and the Student-t 95% confidence interval of the mean
+    (:mod:`torchtune_longshort.intervals`; with one value the interval is the point itself)."""
     n = len(values)
     if n == 0:
         raise ValueError("no values to summarize")
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
     se = std / math.sqrt(n)
-    return {"mean": mean, "std": std, "se": se, "ci95_low": mean - 1.96 * se, "ci95_high": mean + 1.96 * se, "n": n}
+    half = t_half_width(std, n) if n > 1 else 0.0
+    return {"mean": mean, "std": std, "se": se, "ci95_low": mean - half, "ci95_high": mean + half, "n": n}
 
 
 @torch.no_grad()

@@ -3,10 +3,9 @@
     tune run torchtune_longshort/recipes/longshort_finetune.py --config configs/tiny/longshort_stdlib.yaml [key=value ...]
     tune run --nproc_per_node 2 torchtune_longshort/recipes/longshort_finetune.py --config my.yaml [key=value ...]
 
-``tune run`` turns a recipe path into a module name (``torchtune_longshort.recipes.longshort_finetune``) and imports
-it, so the command works from any folder once the package is installed (``pip install .``, no ``PYTHONPATH``);
-``longshort-cp`` copies the shipped configs. One file serves one process and ``torchrun`` (FSDP2 through
-torchtune's ``training.shard_model``; gloo on CPU, nccl on GPU).
+``tune run`` imports the path as module ``torchtune_longshort.recipes.longshort_finetune``: it runs from any folder
+once installed (``longshort-cp`` copies the shipped configs). One file serves one process and ``torchrun`` (FSDP2
+through torchtune's ``training.shard_model``; gloo on CPU, nccl on GPU).
 
 Per optimizer step: ``gradient_accumulation_steps`` micro-batches, each a dual-window batch
 (``torchtune_longshort.data.DualWindowBatcher``: one shift ``e`` per micro-batch, window A = first L tokens,
@@ -14,9 +13,9 @@ window B = last L tokens of an L+e sample) scored by ``LongShortLoss``: ``(ce_A 
 ``alpha = 0`` is cross-entropy on exactly the same tokens. ``batch_size`` is global (the paper's 64): each rank's
 micro-batch is ``batch_size / (world_size * gradient_accumulation_steps)``.
 
-Checkpoints: ``output_dir/step_<k>``, each a checkpoint folder of ``torchtune_longshort.models.hf_checkpoint`` plus
-``recipe_state.pt`` (optimizer, LR schedule, data position, RNGs), written aside and renamed into place.
-``resume=True`` continues from the newest complete one and reproduces the uninterrupted run's losses.
+Checkpoints: ``output_dir/step_<k>``, each a checkpoint folder of ``torchtune_longshort.models.hf_checkpoint`` (LoRA:
+merged, + a PEFT ``adapter/``), and beside them ``recipe_state/step_<k>.pt`` (optimizer, LR schedule, data position,
+RNGs), written aside and renamed into place; ``resume=True`` reproduces the uninterrupted run's losses.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenS
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
+from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
@@ -138,7 +138,7 @@ class LongShortFinetuneRecipe:
             self._lock = claim_output_dir(self.output_dir, resume=resume, overwrite=self.config.overwrite_output_dir,
                                           protect=protect)
         self._barrier()
-        self.ckpts = StepCheckpoints(self.output_dir)
+        self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
         if self._resume_dir is None:
             return None
@@ -192,7 +192,7 @@ class LongShortFinetuneRecipe:
         )
 
     def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
-        """Optimizer and LR schedule from ``recipe_state.pt``, then the changes a resumed run means."""
+        """Optimizer and LR schedule from the recipe state, then the changes a resumed run means."""
         restore_optimizer(
             recipe_state, self._model, self._optimizer, self._lr_scheduler, self._distributed, self._device
         )
@@ -379,15 +379,15 @@ class LongShortFinetuneRecipe:
 
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
-    """Entry point for ``tune run``."""
+    """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``)."""
     from torchtune_longshort._quiet import quiet_upstream
 
     quiet_upstream()
-    recipe = LongShortFinetuneRecipe(cfg)
-    recipe.setup()
+    recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
+    refusing("longshort_finetune", recipe.setup)
     recipe.stop_signals.install()
     try:
-        recipe.train()
+        refusing("longshort_finetune", recipe.train)
     except BaseException:
         recipe.release_output_dir()
         raise

@@ -20,7 +20,8 @@ from pathlib import Path
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m torchtune_longshort.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="study YAML (configs/study/*.yaml)")
+    p.add_argument("--config", required=True,
+                   help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (minutes, for tests)")
     p.add_argument("--out", default=None, help="output folder (default: the config's output_dir)")
     p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
@@ -29,10 +30,12 @@ def main(argv=None) -> int:
     p.add_argument("--note", default="", help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
-    p.add_argument("--repo-root", default=".", help="folder holding recipes/, configs/ and evals/tasks")
+    p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from and the runs "
+                   "start in (default: the working directory)")
     a = p.parse_args(argv)
 
     from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.configs_cli import resolve_config
 
     quiet_upstream()
     from torchtune_longshort.study.config import StudyConfigError, load_study_config
@@ -42,9 +45,8 @@ def main(argv=None) -> int:
 
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
-        cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
-                                repo_root=root)
-    except (StudyConfigError, FileNotFoundError) as e:
+        cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
+    except (StudyConfigError, FileNotFoundError, ValueError) as e:
         print(f"[study] {e}", file=sys.stderr)
         return 2
     if a.jobs is not None:

@@ -30,13 +30,15 @@ from typing import Any, Callable, Dict, List, Optional
 
 import yaml
 
+from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.study import values
 from torchtune_longshort.study.base_config import BaseConfig
 from torchtune_longshort.study.eval_config import EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Variants, build_grid, merged, methods
+from torchtune_longshort.study.stages import recipe_module
 from torchtune_longshort.training.recipe_config.fields import build_section
-from torchtune_longshort.training.recipe_config.values import boolean, integer, number, text
+from torchtune_longshort.training.recipe_config.values import boolean, integer, length, number, text
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
 _QUICK_REPLACES = ("methods", "variants")
@@ -73,13 +75,15 @@ class StudyConfig(StudySection):
     name: str = setting(doc="the study's name (report title, default output folder)", check=text)
     output_dir: str = setting(None, doc="runs, checkpoints, lm-eval output (default: outputs/study/<name>[_quick])",
                               check=text)
-    recipe: str = setting("torchtune_longshort/recipes/longshort_finetune.py", doc="the `tune run` recipe file",
+    recipe: str = setting("torchtune_longshort/recipes/longshort_finetune.py",
+                          doc="the `tune run` recipe: a path tune run imports as a module of an installed package",
                           check=text)
-    recipe_config: str = setting(doc="its base YAML (relative to the repo root)", check=text)
+    recipe_config: str = setting(doc="its base YAML: a shipped config (`longshort-cp --list`) or a file (relative "
+                                 "to the working directory)", check=text)
     recipe_overrides: Dict[str, Any] = setting({}, doc="recipe keys merged over recipe_config for every run",
                                                check=values.recipe_keys)
-    L0: int = setting(doc="the base's training length", check=integer(1))
-    L: int = setting(doc="the fine-tuning length (> L0)", check=integer(1))
+    L0: int = setting(doc="the base's training length", check=length(1))
+    L: int = setting(doc="the fine-tuning length (> L0)", check=length(1))
     base: BaseConfig = setting(doc="the model every fine-tune starts from", section=BaseConfig)
     model: Dict[str, Any] = setting(doc="the builder node: pre-trained as is, fine-tuned inside rope_scaled "
                                     "(max_seq_len set by the study; a checkpoint_dir entry set to the base's)",
@@ -124,10 +128,14 @@ class StudyConfig(StudySection):
         return build_section(cls, node)
 
     def check_files(self, root: Path) -> None:
-        """The recipe and its config exist (relative to the repo root ``root``)."""
-        for key, value in (("recipe", self.recipe), ("recipe_config", self.recipe_config)):
-            if not (root / value).is_file():
-                raise ValueError(f"{key}={value!r} is not a file (relative to {root})")
+        """The recipe is importable as ``tune run`` imports it and its config is found (a file relative to ``root``
+        or a shipped config), from a checkout and from an installed wheel alike."""
+        recipe_module(self.recipe, root)
+        self.recipe_config_file(root)
+
+    def recipe_config_file(self, root: Path) -> Path:
+        """The file ``recipe_config`` names (:func:`~torchtune_longshort.configs_cli.resolve_config`)."""
+        return resolve_config(self.recipe_config, root, "recipe_config")
 
     @cached_property
     def grid(self) -> List[Run]:

@@ -12,7 +12,7 @@ from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import per_depth, per_length
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study import values
-from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, text
+from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, length, text
 
 # The study's length-swept families (lengths: eval.<family>_lengths) -> their lm-eval task (the pack's registry).
 _SWEPT = ("ppl", "passkey", "misalignment")
@@ -97,7 +97,7 @@ class EvalConfig(StudySection):
     include_path: Optional[str] = setting(None, doc="an lm-eval task folder (default: the installed pack)",
                                           check=text)
     max_length: int = setting(None, doc="the eval model's context (default: the longest length asked, BABILong's "
-                              "labels included)", check=integer(1))
+                              "labels included)", check=length(1))
     metadata: Optional[Dict[str, Any]] = setting(None, doc="more lm-eval --metadata for the pack's tasks",
                                                  check=values.task_metadata, written_if_set=True, names=True)
 

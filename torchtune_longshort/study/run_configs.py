@@ -44,7 +44,7 @@ class RunConfigs:
         return self.run_dir("base") / "train" / f"step_{base.pretrain.max_steps}"
 
     def _recipe_base(self) -> Dict[str, Any]:
-        c = OmegaConf.to_container(OmegaConf.load(self.root / self.cfg.recipe_config), resolve=False)
+        c = OmegaConf.to_container(OmegaConf.load(self.cfg.recipe_config_file(self.root)), resolve=False)
         c = merged(c, self.cfg.recipe_overrides)
         tok = c.get("tokenizer") or {}
         if self.cfg.base.given:

@@ -17,21 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from scipy import stats as _st
 
-CONFIDENCE = 0.95
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Dict[str, Optional[float]]:
-    """Mean of ``values`` and its Student-t interval (``n - 1`` degrees of freedom); no interval for ``n < 2``."""
-    vals = [float(v) for v in values]
-    n = len(vals)
-    if n == 0:
-        return {"n": 0, "mean": None, "lo": None, "hi": None, "sd": None}
-    mean = statistics.fmean(vals)
-    if n < 2:
-        return {"n": 1, "mean": mean, "lo": None, "hi": None, "sd": None}
-    sd = statistics.stdev(vals)
-    half = _st.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return {"n": n, "mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd}
+from torchtune_longshort.intervals import CONFIDENCE, t_interval  # noqa: F401  (the study's intervals are these)
 
 
 def paired_difference(treated: Mapping[int, float], control: Mapping[int, float],

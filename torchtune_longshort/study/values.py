@@ -8,14 +8,14 @@ import difflib
 from typing import Any, Dict, List
 
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
-from torchtune_longshort.training.recipe_config.values import integer, refuse
+from torchtune_longshort.training.recipe_config.values import length, refuse
 
 
 def lengths(path: str, value: Any) -> List[int]:
-    """A list of token lengths (ints >= 1); empty: the task is not run."""
+    """A list of token lengths (ints >= 1 or labels: 1k = 1024); empty: the task is not run."""
     if not isinstance(value, (list, tuple)):
-        raise refuse(path, value, "a list of token lengths, e.g. [128, 512]")
-    return [integer(1)(f"{path}[]", n) for n in value]
+        raise refuse(path, value, "a list of token lengths, e.g. [128, 512, 1k]")
+    return [length(1)(f"{path}[]", n) for n in value]
 
 
 def alphas(path: str, value: Any) -> List[float]:

@@ -14,9 +14,10 @@ import argparse
 import json
 import os
 import sys
-
 from dataclasses import replace
 from typing import List, Optional
+
+from torchtune_longshort.refusals import ArgumentParser
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES
 from .models import POSITIONAL_ENCODINGS
@@ -36,7 +37,7 @@ def _comma(values) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     run = RunConfig()  # the flags' defaults are a run's defaults
-    p = argparse.ArgumentParser(prog="python -m torchtune_longshort.synthetic", description=__doc__,
+    p = ArgumentParser(prog="python -m torchtune_longshort.synthetic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", default=None,
                    help=f"comma list of {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}; 'all' = the paper's figures, "

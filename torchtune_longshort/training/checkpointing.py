@@ -1,18 +1,21 @@
 """Step checkpoints that are written whole or not at all, and the output-directory rules of the recipe.
 
-Layout of a run's ``output_dir``::
+Layout of a run's ``output_dir`` (torchtune's: the resumable state beside the model folders, not in them)::
 
     step_0/            the start weights when training from scratch (checkpoint folder)
     step_20/           checkpoint folder (models.hf_checkpoint: config.json, shards + index, RoPE side file,
-                       tokenizer) + recipe_state.pt
+                       tokenizer); a LoRA run's hold the merged weights and adapter/ (models.peft_adapter: PEFT's
+                       adapter_model.safetensors + adapter_config.json)
     step_40/
+    recipe_state/step_40.pt   what resuming from step_40 needs besides its weights (optimizer, LR schedule, data
+                       position, RNGs); the newest ``keep`` of them are kept (default 1: torchtune's one state)
     latest             text file naming the newest complete step directory (informational)
-    .staging/          where a checkpoint is written before it is renamed into place
 
-A checkpoint is first written completely under ``.staging/`` (by ``models.hf_checkpoint.write_hf_checkpoint``),
-then moved to ``step_<k>`` with one ``os.rename``, which is atomic on POSIX file systems. A run
-killed while saving therefore leaves only a stale staging folder, which the next save or resume discards; every
-``step_<k>`` folder is complete, and :meth:`StepCheckpoints.latest` picks the newest.
+A checkpoint is first written completely under ``.staging/`` (the folder and its recipe state), then moved to
+``step_<k>`` with one ``os.rename``, which is atomic on POSIX file systems, and its state to ``recipe_state/``
+(``os.replace``); older states are deleted only after that, and ``.staging/`` goes once empty. A run killed while
+saving therefore leaves only a stale staging folder, which the next save or resume discards; every ``step_<k>``
+folder is complete, and :meth:`StepCheckpoints.latest` picks the newest (``resumable``: whose state is there too).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
+from torchtune_longshort.refusals import Refusal
+
 PathLike = Union[str, Path]
-RECIPE_STATE = "recipe_state.pt"
+RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 
 
@@ -66,9 +71,9 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None:
             raise FileNotFoundError(
-                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with "
-                f"{RECIPE_STATE} to resume from (a run killed before its first save leaves only step_0: start it "
-                "again with overwrite_output_dir=True)"
+                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
+                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from (a run killed before its first save leaves only "
+                "step_0: start it again with overwrite_output_dir=True)"
             )
         return
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
@@ -102,6 +107,10 @@ def _check_deletable(out: Path, protect: Sequence[PathLike]) -> None:
         )
 
 
+class OutputDirInUse(Refusal, RuntimeError):
+    """Another live run holds the output folder's lock."""
+
+
 class OutputDirLock:
     """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID, created with O_EXCL.
 
@@ -121,7 +130,7 @@ class OutputDirLock:
             except FileExistsError:
                 holder = self._holder()
                 if holder is not None and _pid_alive(holder):
-                    raise RuntimeError(
+                    raise OutputDirInUse(
                         f"output_dir={str(self.path.parent)!r} is in use by another run (PID {holder}, {self.path}); "
                         "wait for it, or choose another output_dir"
                     ) from None
@@ -165,16 +174,30 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     return lock
 
 
-class StepCheckpoints:
-    """Find, stage and commit ``step_<k>`` checkpoints under ``output_dir`` (see module doc)."""
+def recipe_state_path(step_dir: PathLike) -> Path:
+    """The resumable state of the checkpoint folder ``step_dir`` (``<output_dir>/recipe_state/step_<k>.pt``)."""
+    step_dir = Path(step_dir)
+    return step_dir.parent / RECIPE_STATE_DIR / f"{step_dir.name}.pt"
 
-    def __init__(self, output_dir: PathLike):
+
+def staged_state_path(staged: PathLike) -> Path:
+    """Where a staged checkpoint folder's recipe state is written before :meth:`StepCheckpoints.commit`."""
+    staged = Path(staged)
+    return staged.with_name(staged.name + ".pt")
+
+
+class StepCheckpoints:
+    """Find, stage and commit ``step_<k>`` checkpoints under ``output_dir`` (see module doc); ``keep``: how many of
+    the newest recipe states are kept (the older ones are deleted as each new one is committed)."""
+
+    def __init__(self, output_dir: PathLike, keep: int = 1):
         self.root = Path(output_dir)
         self.staging_root = self.root / ".staging"
+        self.keep = int(keep)
 
     def steps(self, resumable: bool = False) -> List[int]:
         """Steps of the complete checkpoints (every file the folder's index names is there), ascending;
-        ``resumable``: only those that also hold ``recipe_state.pt`` (``step_0`` of a run from scratch does not)."""
+        ``resumable``: only those whose recipe state is there too (``step_0`` of a run from scratch has none)."""
         from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 
         if not self.root.is_dir():
@@ -182,7 +205,7 @@ class StepCheckpoints:
         found = []
         for p in self.root.iterdir():
             m = STEP_PATTERN.match(p.name)
-            if not (m and p.is_dir()) or (resumable and not (p / RECIPE_STATE).is_file()):
+            if not (m and p.is_dir()) or (resumable and not recipe_state_path(p).is_file()):
                 continue
             try:
                 check_checkpoint_folder(p)
@@ -205,7 +228,9 @@ class StepCheckpoints:
             shutil.rmtree(self.staging_root)
 
     def commit(self, staged: Path, step: int) -> Path:
-        """Move a fully written staging folder to ``step_<step>`` atomically, then update ``latest``."""
+        """Move a fully written staging folder to ``step_<step>`` atomically and its staged recipe state (if any) to
+        ``recipe_state/``, delete the states past the newest :attr:`keep`, update ``latest`` and remove the empty
+        staging folder."""
         final = self.path(step)
         if final.exists():
             # Only reachable when a run is resumed from an older step and saves this step again: replace it by
@@ -216,9 +241,22 @@ class StepCheckpoints:
             shutil.rmtree(old)
         else:
             os.rename(staged, final)
+        state = staged_state_path(staged)
+        if state.is_file():
+            recipe_state_path(final).parent.mkdir(exist_ok=True)
+            os.replace(state, recipe_state_path(final))
+            self._prune_states()
         _fsync_dir(self.root)
         atomic_write_text(self.root / "latest", final.name + "\n")
+        if self.staging_root.is_dir() and not any(self.staging_root.iterdir()):
+            self.staging_root.rmdir()
         return final
+
+    def _prune_states(self) -> None:
+        states = self.root / RECIPE_STATE_DIR
+        kept = sorted((int(m.group(1)), p) for p in states.glob("step_*.pt") if (m := STEP_PATTERN.match(p.stem)))
+        for _, p in kept[: max(0, len(kept) - self.keep)]:
+            p.unlink()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

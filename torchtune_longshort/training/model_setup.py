@@ -30,12 +30,14 @@ def model_kwargs(cfg_model: Mapping[str, Any]) -> Dict[str, Any]:
 
 @dataclass
 class LoRAInfo:
-    """The adapter settings of a built model (``rank`` is None for full fine-tuning) and, once
-    :func:`set_trainable` ran, the names of its trainable parameters (saved with each checkpoint)."""
+    """The adapter settings of a built model (``rank`` is None for full fine-tuning), once :func:`set_trainable`
+    ran the names of its trainable parameters (saved with each checkpoint), and the folder of the weights the
+    adapters apply to (``base_dir``: the start checkpoint, the saved adapter's ``base_model_name_or_path``)."""
 
     rank: Optional[int] = None
     alpha: Optional[float] = None
     trainable_names: List[str] = field(default_factory=list)
+    base_dir: Optional[str] = None
 
     @property
     def enabled(self) -> bool:

@@ -2,7 +2,8 @@
 
 Reading and writing go through the checkpoint folder (``models.hf_checkpoint.CheckpointFolder``: its model family
 converts the weights with torchtune's own functions, the ones torchtune's ``FullModelHFCheckpointer`` dispatches on
-``model_type``), and ``training.checkpointing`` (staged, atomic ``step_<k>`` folders). The config's
+``model_type``), and ``training.checkpointing`` (staged, atomic ``step_<k>`` folders, the resumable state beside
+them); a LoRA run's adapters are the step folder's PEFT ``adapter/`` (``models.peft_adapter``). The config's
 ``checkpointer`` node names the start folder (``checkpoint_dir``); its ``model_type``, when given, must be one that
 converts the folder's family (``training.recipe_config.components.CheckpointerConfig``). Used by
 ``torchtune_longshort/recipes/longshort_finetune.py``.
@@ -21,7 +22,8 @@ from torchtune.modules.peft import get_merged_lora_ckpt
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
-from torchtune_longshort.training.checkpointing import RECIPE_STATE, StepCheckpoints, atomic_torch_save
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
+from torchtune_longshort.training.checkpointing import StepCheckpoints, atomic_torch_save, staged_state_path
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 from torchtune_longshort.training.recipe_config import RecipeConfig
 
@@ -70,15 +72,30 @@ def stage_step(
     tokenizer: Optional[str],
     recipe_state: Dict[str, Any],
 ) -> None:
-    """Write one step's checkpoint folder into ``staged``: the (LoRA-merged) weights and ``recipe_state.pt``, which
-    also keeps the trainable weights unmerged (``trainable``) so a LoRA run resumes on its adapters."""
-    trainable = None
+    """Write one step into the staging area: the checkpoint folder ``staged`` with the weights (LoRA: merged, the
+    adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a resumed run reads back), and
+    the recipe state beside it (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
     if lora.enabled:
-        names = set(lora.trainable_names)
-        trainable = {k: v.clone() for k, v in model_sd.items() if k in names}
-        model_sd = get_merged_lora_ckpt(model_sd, rank=lora.rank, alpha=lora.alpha)
+        write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha,
+                           trainable=lora.trainable_names, base_model=lora.base_dir)
+        model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
     write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
-    atomic_torch_save({**recipe_state, "trainable": trainable}, staged / RECIPE_STATE)
+    atomic_torch_save({**recipe_state, "adapter": lora.enabled}, staged_state_path(staged))
+
+
+def _float32_copies(model_sd: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """What a LoRA run merges: ``model_sd`` with each adapted weight and its ``A`` / ``B`` as float32 copies (the
+    other weights as they are). A copy, because ``get_merged_lora_ckpt`` adds ``B @ A`` into the base weights in
+    place and on one CPU process the state dict's tensors are the live model's (every save added the adapters to
+    the frozen base the run went on training against; a resumed run, which loads the clean base, then diverged).
+    Float32, because ``base + alpha / r * B @ A`` rounded again to bf16 would not be the model the run trained (its
+    PEFT adapter on the same base gives the merged logits within 1e-4 only this way); those weights are written in
+    float32."""
+    out = dict(model_sd)
+    for m in lora_modules(model_sd):
+        for key in (f"{m}.weight", f"{m}.lora_a.weight", f"{m}.lora_b.weight"):
+            out[key] = model_sd[key].to(torch.float32, copy=True)
+    return out
 
 
 def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
@@ -87,13 +104,15 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
 
     From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0``
     (:func:`write_scratch_start`) and every rank waits at ``barrier()``. Full fine-tuning resumes from the saved
-    weights; LoRA from the base weights (its adapters come from ``recipe_state.pt``)."""
+    weights; LoRA from the base weights (its adapters come from the step's ``adapter/``, which names this start
+    folder as its base: ``lora.base_dir``)."""
     start_dir = config.checkpointer.checkpoint_dir
     if start_dir is None:
         if resume_dir is None and is_rank_zero:
             write_scratch_start(config, seed, ckpts)
         barrier()
         start_dir = str(ckpts.path(0))
+    lora.base_dir = str(Path(start_dir).resolve())
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else start_dir
     return CheckpointFolder.open(load_dir).tune_state_dict(), Path(start_dir)
 
@@ -109,9 +128,9 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
 
 def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_generator, run_config: Dict[str, Any]
                    ) -> Dict[str, Any]:
-    """What ``recipe_state.pt`` holds besides the trainable weights: everything an exact resume needs (optimizer,
-    LR schedule, data position, RNG states) and the run's config as given, interpolations resolved (compared on
-    resume)."""
+    """What the recipe state (``recipe_state/step_<k>.pt``) holds: everything an exact resume needs besides the
+    weights (optimizer, LR schedule, data position, RNG states) and the run's config as given, interpolations
+    resolved (compared on resume)."""
     return {
         "step": step,
         "optimizer": optimizer_sd,

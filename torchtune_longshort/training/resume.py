@@ -1,4 +1,5 @@
-"""What a resumed run may change: the saved config (``recipe_state.pt``) against the new one.
+"""What a resumed run reads (the step's recipe state, ``recipe_state/step_<k>.pt``, and a LoRA run's adapters from the
+step folder's ``adapter/``) and may change: the saved config against the new one.
 
 Exact resume needs the same model, data, windows and loss; a change there would silently train another run, so it
 is refused. Changes a user means (more steps, another learning rate after a NaN, logging, checkpoint period) are
@@ -12,7 +13,9 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-from torchtune_longshort.training.checkpointing import RECIPE_STATE
+from torchtune_longshort.models.hf_checkpoint import read_hf_config
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
+from torchtune_longshort.training.checkpointing import recipe_state_path
 
 # Keys whose change breaks exactness (top-level config keys; nested nodes compared whole).
 EXACT_KEYS = (
@@ -50,7 +53,7 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tu
     if broken:
         raise ValueError(
             "resume=True with a config that changes what the run trains, which would not continue the same run "
-            f"exactly: {'; '.join(broken)}. Resume with the saved values (recipe_state.pt 'config'), or start a new "
+            f"exactly: {'; '.join(broken)}. Resume with the saved values (the recipe state's 'config'), or start a new "
             "run in another output_dir"
         )
     return applied
@@ -74,15 +77,19 @@ def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_sche
 
 def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
     """``(recipe state of the step folder resume_dir, the config changes the resumed run applies)``; a change that
-    breaks exact resume is refused (:func:`compare_resume_config`)."""
-    recipe_state = torch.load(Path(resume_dir) / RECIPE_STATE, weights_only=False)
+    breaks exact resume is refused (:func:`compare_resume_config`). A LoRA run's trainable weights are read from the
+    step's adapter folder into ``recipe_state["trainable"]`` (refused, naming the folder, when its files are gone)."""
+    resume_dir = Path(resume_dir)
+    recipe_state = torch.load(recipe_state_path(resume_dir), weights_only=False)
     saved = recipe_state.get("config")
     changes = compare_resume_config(saved, new_config) if saved is not None else []
+    if recipe_state.get("adapter"):
+        recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
     return recipe_state, changes
 
 
 def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_scheduler, distributed: bool, device) -> None:
-    """Optimizer and LR schedule from ``recipe_state.pt`` (gathered state spread over the ranks when sharded).
+    """Optimizer and LR schedule from the recipe state (gathered state spread over the ranks when sharded).
 
     Call after the scheduler is built: its constructor writes the step-0 lr into the param groups, which the saved
     optimizer state (param groups included) must overwrite."""

@@ -7,7 +7,7 @@
         ``tokenizer.json``; default: ``pretrained``'s own).
     rope: RoPE scaling method name (overrides ``config.json``'s ``rope_scaling``); ``rope_<key>=<value>`` sets
         its parameters (``rope_factor=4``). Without ``rope``, the checkpoint's own scaling (if any) is used.
-    max_length: longest sequence the model is run on (default: the checkpoint's positions x scaling factor).
+    max_length: longest sequence the model is run on (``32768`` or ``32k``; default: the checkpoint's positions x scaling factor).
     allow_extrapolation: run past the checkpoint's positions x scaling factor (default false: such requests
         get NaN / empty output and an error naming the fix, and the rest of the run goes on).
     batch_size: int (``auto`` is not supported: give a number).
@@ -34,7 +34,9 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
+from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.limits import check_truncation
+from torchtune_longshort.lengths import length_value
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.models.hf_rope import usable_length_of
@@ -140,15 +142,9 @@ def _warn_past_usable(max_length: int, usable: int, allow: bool, config: Dict[st
 
 
 def _device(device: Optional[str]) -> torch.device:
-    """``device`` as given (``None``: CUDA when available, else CPU). A CUDA device asked for on a machine without
-    CUDA runs on CPU with a warning; ``longshort-eval`` passes lm-eval's ``--device`` only as the user gave it (or
-    one that exists), so the warning means the user asked for CUDA."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        logger.warning("device=%r but CUDA is not available: running on cpu", device)
-        device = "cpu"
-    return torch.device(device)
+    """``device`` as given (``None``: CUDA when available, else CPU); a device this machine does not have is refused
+    (:func:`torchtune_longshort.devices.require_device`), never replaced by another."""
+    return require_device(default_device() if device is None else str(device), "device")
 
 
 def _tokenizer(tokenizer: Optional[str], folder: CheckpointFolder) -> SourceTokenizer:
@@ -180,12 +176,13 @@ def parse_model_args(
 ) -> ModelArgs:
     """Check every argument (see the module docstring) before any weight is read; ``ValueError`` /
     ``FileNotFoundError`` name the argument, its value and what is accepted."""
+    dev = _device(device)  # before any file is read: a device this machine lacks is refused first
     rope_spec = _rope_spec(rope, extra)
     folder = CheckpointFolder.open(_checkpoint_dir(pretrained, checkpoint_dir), need_tokenizer=tokenizer is None)
     config = folder.config
     effective_rope = rope_spec if rope_spec is not None else folder.rope_spec
     usable = usable_length_of(config, effective_rope)
-    length = positive_int("max_length", max_length) if max_length is not None else usable
+    length = length_value("max_length", max_length) if max_length is not None else usable
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
     if length > usable:
         _warn_past_usable(length, usable, allow, config, effective_rope)
@@ -204,7 +201,7 @@ def parse_model_args(
         allow_extrapolation=allow,
         batch_size=positive_int("batch_size", batch_size),
         dtype=DTYPES[str(dtype)],
-        device=_device(device),
+        device=dev,
         truncation=check_truncation(str(truncation)),
         max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
         add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),

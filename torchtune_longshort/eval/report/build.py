@@ -1,16 +1,17 @@
 """Turn lm-eval results folders into the paper's tables and plots.
 
-    longshort-eval-report results/baseline results/ours --out report/ [--labels base,ours] [--allow-unequal-samples]
+    longshort-eval-report results/baseline results/ours --out report/ [--labels base,ours] [--allow-mixed]
 
 (``python -m torchtune_longshort.eval.report`` is the same.) Each folder is an lm-eval ``--output_path`` (its
 ``results_*.json`` files are found recursively; a task that appears in several files is taken from the newest). A
 folder is one run, i.e. one column: results of different checkpoints or model settings under one folder are
 refused (:func:`results_io.run_identity`), never merged. Runs that scored a task on different numbers of samples
-for no listed reason (a ``--limit 3`` run against a full one) are refused unless ``--allow-unequal-samples`` is
-given; then the report says which (a difference that comes with reasons, e.g. a length one model could not run, is
-noted). Writes to ``--out``:
+for no listed reason, or that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``,
+often bf16, where ``longshort`` runs float32) or ``--limit``, are refused in one line unless ``--allow-mixed`` is
+given; then the report marks them (a sample-count difference that comes with reasons, e.g. a length one model could
+not run, is noted). Writes to ``--out``:
 
-- ``report.md``: the runs (model, checkpoint, ``--limit``, samples per task); one table per length-swept task
+- ``report.md``: the runs (model, checkpoint, dtype, device, ``--limit``, samples per task); one table per length-swept task
   and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
   ``longshort_passkey`` accuracy, ``longshort_misalignment`` SCE / Jeffreys / JS) or, for any other task
   (LongBench-E, BABILong, ...), its metrics; then the reason for each value that is NaN or missing (the results
@@ -24,7 +25,6 @@ noted). Writes to ``--out``:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -44,6 +44,7 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
+from torchtune_longshort.refusals import ArgumentParser, refusing
 
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
 LENGTH_TABLES = {fam.task: fam.table_metrics for fam in TASK_FAMILIES.values() if fam.table_metrics}
@@ -156,27 +157,54 @@ def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]],
     return "; ".join(w for t, w in what.items() if t not in explained), "; ".join(what[t] for t in explained)
 
 
+def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
+    """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
+    weights' dtype, ``--limit``) where the runs differ ("" when they agree)."""
+    parts, marks = [], {r: set() for r in names}
+    for key, label in (("dtype", "dtype"), ("limit", "--limit")):
+        values = {r: _setting(infos[r][key], key) for r in names}
+        if len(set(values.values())) > 1:
+            parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
+            for r in names:
+                marks[r].add(key)
+    return " and ".join(parts), marks
+
+
+def _setting(value: Any, key: str) -> str:
+    if value is None:
+        return "all" if key == "limit" else "?"
+    return str(value)
+
+
 def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
-                  not_scored: Dict[str, Dict[str, str]], allow_unequal: bool) -> Tuple[str, List[str]]:
-    """The runs table (model, checkpoint, --limit, samples per task) and the notes on what the runs share or not;
-    ``ValueError`` when runs scored a task on different numbers of samples for no listed reason (a ``--limit`` run
-    against a full one) and ``allow_unequal`` is false."""
+                  not_scored: Dict[str, Dict[str, str]], allow_mixed: bool) -> Tuple[str, List[str]]:
+    """The runs table (model, checkpoint, dtype, device, --limit, samples per task) and the notes on what the runs
+    share or not; ``ValueError`` when runs differ in dtype or ``--limit``, or scored a task on different numbers of
+    samples for no listed reason, and ``allow_mixed`` is false (then they are reported with the differences
+    marked ``†``)."""
+    mixed, marks = _mixed_settings(names, infos)
+    if mixed and not allow_mixed:
+        raise ValueError(f"the runs differ in {mixed}: their numbers are not comparable (lm-eval's hf model loads a "
+                         "folder in its config's torch_dtype unless --model_args dtype=float32 is given). Evaluate "
+                         "them alike, or pass --allow-mixed to report them side by side, marked")
     rows = []
     for name, d in zip(names, dirs):
         info = infos[name]
         samples = ", ".join(f"{t}: {n}" for t, n in sorted(info["samples"].items())) or "—"
-        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | "
-                    f"{'all' if info['limit'] is None else info['limit']} | {samples} |")
-    table = ("| run | folder | model | checkpoint | --limit | samples per task |\n|---|---|---|---|---|---|\n"
-             + "\n".join(rows))
-    notes = []
+        cell = {k: _setting(info[k], k) + (" †" if k in marks[name] else "") for k in ("dtype", "limit")}
+        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | {cell['dtype']} | "
+                    f"{info['device'] or '?'} | {cell['limit']} | {samples} |")
+    table = ("| run | folder | model | checkpoint | dtype | device | --limit | samples per task |\n"
+             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    notes = [f"**† Mixed settings** (reported side by side anyway, --allow-mixed): the runs differ in {mixed}; "
+             "their values are not comparable as they stand."] if mixed else []
     refused, explained = _unequal_samples(names, infos, not_scored)
-    if refused and not allow_unequal:
+    if refused and not allow_mixed:
         raise ValueError(f"the runs scored tasks on different numbers of samples ({refused}): their values are not "
                          "comparable (a --limit run against a full one?). Evaluate them alike, or pass "
-                         "--allow-unequal-samples to report them side by side with this note")
+                         "--allow-mixed to report them side by side with this note")
     if refused:
-        notes.append(f"**Unequal sample counts** (compared anyway, --allow-unequal-samples): {refused}.")
+        notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
     if explained:
         notes.append(f"Sample counts differ where a run could not score some samples (their reasons are listed "
                      f"below): {explained}.")
@@ -191,8 +219,10 @@ def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, D
 
 
 def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None,
-                 allow_unequal_samples: bool = False) -> Dict[str, Any]:
-    """Write ``report.md``, ``summary.json`` and the plots; returns the summary dict (with ``files``)."""
+                 allow_mixed: bool = False, allow_unequal_samples: bool = False) -> Dict[str, Any]:
+    """Write ``report.md``, ``summary.json`` and the plots; returns the summary dict (with ``files``).
+    ``allow_mixed`` (``allow_unequal_samples`` is its older name): report runs that differ in dtype, ``--limit`` or
+    sample counts side by side, marked, instead of refusing them."""
     results_dirs = [Path(d) for d in results_dirs]
     if labels is not None and len(labels) != len(results_dirs):
         raise ValueError(f"labels={list(labels)} has {len(labels)} names for {len(results_dirs)} results folders")
@@ -202,7 +232,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
-    runs_table, run_notes = _runs_section(names, results_dirs, infos, not_scored, allow_unequal_samples)
+    runs_table, run_notes = _runs_section(names, results_dirs, infos, not_scored,
+                                          allow_mixed or allow_unequal_samples)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
@@ -259,16 +290,16 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
-    ap = argparse.ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
     ap.add_argument("results_dirs", nargs="+", type=Path, help="lm-eval --output_path folders (one per run)")
     ap.add_argument("--out", type=Path, required=True, help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
-    ap.add_argument("--allow-unequal-samples", action="store_true",
-                    help="report runs that scored a task on different numbers of samples (--limit) side by side, "
-                         "with a note, instead of refusing")
+    ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",
+                    help="report runs that differ in dtype or --limit, or scored a task on different numbers of "
+                         "samples, side by side with the differences marked, instead of refusing them")
     args = ap.parse_args(argv)
-    summary = build_report(args.results_dirs, args.out, args.labels.split(",") if args.labels else None,
-                           allow_unequal_samples=args.allow_unequal_samples)
+    summary = refusing(ap.prog, lambda: build_report(
+        args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed))
     print((args.out / "report.md").read_text())
     print("wrote:", ", ".join(str(args.out / f) for f in summary["files"]))
 

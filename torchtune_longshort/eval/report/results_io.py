@@ -147,21 +147,26 @@ def _evaluated(docs: int, limit: Any) -> int:
 
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its newest ``results_*.json``: the lm-eval ``model``, the
-    checkpoint (``pretrained``) and its fingerprint, ``--limit`` (None: every sample), and the number of samples
+    checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
+    record it), the ``device``, ``--limit`` (None: every sample), and the number of samples
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
     as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task)."""
     files = _results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
-    limit = None
+    limit, dtype, device = None, None, None
     for f in files:
         data = json.loads(f.read_text())
-        limit = (data.get("config") or {}).get("limit", limit)
+        config = data.get("config") or {}
+        limit = config.get("limit", limit)
+        dtype = config.get("model_dtype") or dtype
+        device = config.get("device") or device
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
                 samples[current_name(task)] = _evaluated(n["original"], limit)
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
-            "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples}
+            "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
+            "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device}
 
 
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, List, Optional, Tuple
 
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, Section, setting
-from torchtune_longshort.training.recipe_config.values import integer, resolve_component
+from torchtune_longshort.training.recipe_config.values import integer, length, resolve_component
 
 
 def _not_packed(path: str, value: Any) -> bool:
@@ -58,7 +58,7 @@ class ValidationConfig(Section):
     """Plain next-token cross-entropy on fixed-length sequences, logged as ``val_ce`` / ``val_ppl``."""
 
     dataset: DataSourceConfig = setting(doc="the validation documents (a data source node)", section=DataSourceConfig)
-    seq_len: int = setting(doc="tokens per validation sequence (at most the model's positions)", check=integer(2))
+    seq_len: int = setting(doc="tokens per validation sequence (at most the model's positions)", check=length(2))
     num_sequences: int = setting(doc="number of sequences (the source is read once, never cycled)", check=integer(1))
     every_n_steps: Optional[int] = setting(None, doc="validate every n steps (default: at the last step only)",
                                            check=integer(1))

@@ -86,6 +86,8 @@ class RecipeConfig(Section):
     save_every_n_steps: Optional[int] = setting(None, doc="checkpoint period in steps (default: the last step only)",
                                                 check=integer(1))
     log_every_n_steps: int = setting(1, doc="logging period in steps", check=integer(1))
+    keep_recipe_states: int = setting(1, doc="resumable states kept in recipe_state/ beside the step_k folders "
+                                      "(the newest; every step_k folder stays)", check=integer(1))
 
     def check(self, where: str) -> None:
         check_device("device", self.device)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from typing import Dict, Iterable, Optional
 
+from torchtune_longshort.refusals import Refusal
+
 # torchtune recipe key -> (our key, or None when the recipe has no counterpart, and why)
 TORCHTUNE_NAMES: Dict[str, tuple] = {
     "resume_from_checkpoint": ("resume", "this recipe's name for it"),
@@ -22,7 +24,7 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
 }
 
 
-class ConfigKeyError(KeyError):
+class ConfigKeyError(Refusal, KeyError):
     """An unknown or missing config key; the message names it (``str`` without ``KeyError``'s quotes)."""
 
     def __str__(self) -> str:

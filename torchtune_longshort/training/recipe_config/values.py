@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from torchtune_longshort.devices import require_device
+from torchtune_longshort.lengths import length_value
 from torchtune_longshort.training.recipe_config.fields import Check
 
 
@@ -57,6 +59,17 @@ def text(path: str, value: Any) -> str:
     return value
 
 
+def length(minimum: int = 1) -> Check:
+    """A token count >= ``minimum``: an int or a label (``1k`` = 1024, :mod:`torchtune_longshort.lengths`)."""
+
+    def check(path: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise refuse(path, value, f"a token count >= {minimum} (512, 1k, ...)")
+        return length_value(path, value, minimum)
+
+    return check
+
+
 def device_name(path: str, value: Any) -> str:
     """cpu, mps, cuda or cuda:N (whether this machine has it: :func:`check_device`)."""
     name = str(value)
@@ -66,12 +79,9 @@ def device_name(path: str, value: Any) -> str:
 
 
 def check_device(path: str, name: str) -> None:
-    """A CUDA device must exist on this machine."""
-    if name.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError(f"{path}={name!r} but CUDA is not available on this machine: pass {path}=cpu")
+    """The device must exist on this machine (:func:`torchtune_longshort.devices.require_device`, every entry
+    point's rule)."""
+    require_device(name, path)
 
 
 def wrapped(validate: Callable[[Any], Any]) -> Check:

@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence, Tuple
 
+from torchtune_longshort.lengths import length_value
 from torchtune_longshort.training.recipe_config.fields import Section, setting
 from torchtune_longshort.training.recipe_config.values import boolean, refuse
 from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range, validate_window_length
 
 
 def _seq_len(path: str, value: Any) -> int:
+    if isinstance(value, str):  # a label: 1k = 1024
+        value = length_value(path, value)
     try:
         validate_window_length(value, field=path)
     except (TypeError, ValueError) as e:

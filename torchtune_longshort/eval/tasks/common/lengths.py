@@ -1,4 +1,5 @@
-"""The task pack's length grammar: one home for "1k = 1024 tokens" and for the ``max_seq_lengths`` metadata key.
+"""The task pack's lengths: the ``max_seq_lengths`` metadata key, over the package's length grammar
+(:mod:`torchtune_longshort.lengths`: "1k = 1024 tokens").
 
 A length label is a token count written as ``<n>k`` when it is a whole multiple of 1024 (``1024 -> "1k"``,
 ``0 -> "0k"``, BABILong's empty-haystack length) and as plain digits otherwise (``512 -> "512"``). Length-swept
@@ -10,43 +11,13 @@ reports one metric per length, named ``<metric>_<label>`` (``ppl_4k``, ``acc_2k`
 
 from __future__ import annotations
 
-import re
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, List, Mapping
+
+# The grammar itself (labels, "1k" = 1024) is the package's, shared with every command line and config that takes a
+# length; re-exported here for the pack's modules.
+from torchtune_longshort.lengths import LengthList, length_label, parse_length, parse_lengths  # noqa: F401
 
 METADATA_KEY = "max_seq_lengths"
-_LABEL = re.compile(r"^(\d+)(k?)$")
-
-LengthList = Union[str, int, Sequence[Union[str, int]]]
-
-
-def length_label(n: int) -> str:
-    """Token count -> its label: 512 -> ``"512"``, 1024 -> ``"1k"``, 0 -> ``"0k"``."""
-    n = int(n)
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
-
-
-def parse_length(label: Union[str, int]) -> Optional[int]:
-    """``"4k"`` -> 4096, ``"512"`` / 512 -> 512, anything else (``"e"``, ``"4k_d50"``) -> None."""
-    if isinstance(label, int) and not isinstance(label, bool):
-        return label if label >= 0 else None
-    m = _LABEL.match(str(label).strip())
-    if not m:
-        return None
-    return int(m.group(1)) * (1024 if m.group(2) else 1)
-
-
-def parse_lengths(value: LengthList, key: str = METADATA_KEY) -> List[int]:
-    """``"1k,4k"``, ``[1024, "4k"]`` or ``2048`` -> token counts in the given order; ``ValueError`` naming ``key``,
-    the value and the accepted forms for anything else (empty, negative, not a length)."""
-    items = value.split(",") if isinstance(value, str) else [value] if isinstance(value, int) else list(value)
-    items = [i.strip() if isinstance(i, str) else i for i in items]
-    items = [i for i in items if i != ""]
-    lengths = [parse_length(i) for i in items]
-    bad = [i for i, n in zip(items, lengths) if n is None]
-    if not items or bad:
-        raise ValueError(f"{key}={value!r}: {bad or 'empty'} not accepted; accepted: a comma list or list of token "
-                         "counts or labels, e.g. \"512,1k,4k\" or [512, 1024, 4096]")
-    return [int(n) for n in lengths]
 
 
 def lengths_key(prefix: str) -> str:

@@ -1,0 +1,38 @@
+"""What longshort-eval says besides lm-eval: its --help names our model, its arguments and tasks-path; a task-name
+typo gets "did you mean"; a run ends with one line counting the unscored metrics and their reasons."""
+
+from __future__ import annotations
+
+import math
+
+from torchtune_longshort.eval.cli_messages import help_preamble, summary_line, tasks_not_found
+
+
+def test_help_names_the_model_its_arguments_and_tasks_path():
+    text = help_preamble()
+    for needle in ("--model longshort", "tasks-path", "lm_eval --include_path \"$(longshort-eval tasks-path)\"",
+                   "pretrained:", "max_length:", "truncation:", "device:", "cpu_keep_freed_blocks:"):
+        assert needle in text, needle
+
+
+def test_a_task_typo_gets_did_you_mean():
+    known = ["longshort_ppl", "longshort_passkey", "longshort_babilong", "hellaswag"]
+    line = tasks_not_found("Tasks not found: longshort_pll, nothing_like_it", known)
+    assert line.startswith("--tasks: no task 'longshort_pll' (did you mean 'longshort_ppl'")
+    assert "'nothing_like_it'; `longshort-eval ls tasks` lists them" in line
+    assert tasks_not_found("some other error", known) == ""
+
+
+def test_summary_line_counts_unscored_metrics_with_reasons():
+    results = {
+        "results": {"longshort_ppl": {"alias": "longshort_ppl", "sample_len": 2, "ppl_128,none": 183.1,
+                                      "ppl_128_stderr,none": "N/A", "ppl_1k,none": math.nan,
+                                      "token_nll_1k,none": math.nan, "token_nll_128,none": 5.2},
+                    "longshort_passkey": {"acc_256,none": 1.0}},
+        "configs": {"longshort_ppl": {"not_scored": {"needs 1024 tokens but runs at most 256": 2}}},
+    }
+    assert summary_line(results) == (
+        "[longshort-eval] 3 metric(s) scored, 2 unscored: longshort_ppl: ppl_1k, token_nll_1k "
+        "(needs 1024 tokens but runs at most 256 (2 samples))")
+    del results["results"]["longshort_ppl"]
+    assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"

@@ -1,0 +1,84 @@
+"""The PEFT adapter folder a LoRA run writes (``models.peft_adapter``), against PEFT and transformers themselves: for
+every model family's real Hugging Face layout, ``PeftModel.from_pretrained(base, step/adapter)`` must give the
+logits of the merged checkpoint ``step/`` (the adapter converted by the family: Llama's q/k rows permuted, Qwen2's
+not, Phi-3's q/k/v and gate/up fused), the merged folder must still load as the merged model with the adapter folder
+inside it, and reading the adapter back must give the torchtune tensors bit for bit (a resumed run trains on them).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
+from torchtune_longshort.models.hf_model import hf_decoder
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter, write_peft_adapter
+
+RANK, ALPHA = 4, 8.0
+
+
+def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool):
+    """A LoRA model of ``folder``'s family on every attention projection, the MLP and (untied) the output, its
+    adapters random (B != 0) and, when asked, its norms changed as LongQLoRA trains them."""
+    tied = bool(folder.config.get("tie_word_embeddings"))
+    model = hf_decoder(str(folder.path), lora_attn_modules=["q_proj", "k_proj", "v_proj", "output_proj"],
+                       apply_lora_to_mlp=True, apply_lora_to_output=not tied, lora_rank=RANK, lora_alpha=ALPHA)
+    sd = folder.tune_state_dict()
+    model.load_state_dict(sd, strict=False)
+    g = torch.Generator().manual_seed(seed)
+    trainable = []
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.data = torch.randn(p.shape, generator=g) * 0.2
+            trainable.append(name)
+        elif trainable_norms and "norm" in name:
+            p.data = p.data + 0.1 * torch.randn(p.shape, generator=g)
+            trainable.append(name)
+    return model, {k: v.detach().clone() for k, v in model.state_dict().items()}, trainable
+
+
+# One layout per kind of conversion: Llama's permuted q/k rows (Mistral, Gemma and SmolLM2 convert alike), Qwen2's
+# unpermuted rows, Phi-3's fused q/k/v and gate/up; trained norms as PEFT modules_to_save.
+@pytest.mark.parametrize("layout, norms", [("llama2", True), ("qwen2", False), ("phi3", True)])
+def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, layout, norms):
+    from peft import PeftModel
+    from torchtune.modules.peft import get_merged_lora_ckpt
+    from transformers import AutoModelForCausalLM
+
+    folder = CheckpointFolder.open(family_dirs[layout])
+    model, sd, trainable = _lora_state(folder, seed=1, trainable_norms=norms)
+    step = tmp_path / "step_1"
+    write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path))
+    write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
+                        tokenizer=str(folder.path))
+
+    tokens = torch.randint(3, folder.config["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model.eval()(tokens).float()
+        base = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32).eval()
+        plain = base(tokens).logits
+        peft = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()
+        via_peft = peft(tokens).logits
+        merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
+    scale = merged.abs().max()
+    rel = {name: ((x - merged).abs().max() / scale).item() for name, x in
+           (("peft", via_peft), ("trained", ours), ("base", plain))}
+    assert rel["peft"] < 1e-5, rel  # PEFT's adapter == our merge
+    assert rel["trained"] < 1e-4, rel  # the merged folder == the trained model
+    assert rel["base"] > 1e-3, rel  # the adapter changes the model (an empty adapter would pass the rest)
+
+    back = read_peft_adapter(step / ADAPTER_DIR, folder.config)
+    assert sorted(back) == sorted(trainable)
+    for k, v in back.items():
+        assert v.dtype == sd[k].dtype and torch.equal(v, sd[k]), k
+
+
+def test_missing_adapter_files_are_named(tmp_path, family_dirs):
+    folder = CheckpointFolder.open(family_dirs["llama2"])
+    _, sd, trainable = _lora_state(folder, seed=0, trainable_norms=False)
+    out = write_peft_adapter(tmp_path / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable)
+    (out / "adapter_model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match=f"LoRA adapter folder '{out}' lacks adapter_model.safetensors"):
+        read_peft_adapter(out, folder.config)

@@ -1,0 +1,49 @@
+"""The one device rule of every entry point (the recipe, ``longshort-eval`` with any model, ``longshort-misalignment``):
+a device that was asked for and that this machine does not have is refused before any work, in one line naming the
+field and the fix. Nothing falls back to another device, so what a results file says it ran on (lm-eval's
+``config.device``, the provenance block's ``device``) is where it ran.
+
+:func:`require_device` checks a name; :func:`default_device` is the device used when none is asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Union
+
+import torch
+
+ACCEPTED = "cpu, cuda, cuda:N or mps"
+_NAME = re.compile(r"^(cpu|mps|cuda)(:\d+)?$")
+
+
+def default_device() -> str:
+    """``cuda`` when this machine has a CUDA device, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_problem(name: str) -> Union[str, None]:
+    """Why this machine cannot run on ``name`` (None: it can)."""
+    m = _NAME.match(str(name))
+    if not m or (m.group(1) == "cpu" and m.group(2)):
+        return f"not a device name (accepted: {ACCEPTED})"
+    kind, index = m.group(1), int(m.group(2)[1:]) if m.group(2) else None
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available on this machine"
+        if index is not None and index >= torch.cuda.device_count():
+            return f"this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return "MPS is not available on this machine"
+    return None
+
+
+def require_device(name: str, field: str = "device") -> torch.device:
+    """The ``torch.device`` named ``name``; ``ValueError`` naming ``field``, the value, the reason and the fix when
+    this machine does not have it (no fallback: a run on another device than the one asked for would be recorded
+    as run where it was not)."""
+    problem = device_problem(name)
+    if problem is not None:
+        fix = f"{field}=cpu" if not field.startswith("-") else f"{field} cpu"
+        raise ValueError(f"{field}={str(name)!r}: {problem}; pass {fix}, or run where that device exists")
+    return torch.device(str(name))

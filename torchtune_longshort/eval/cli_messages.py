@@ -1,0 +1,77 @@
+"""What ``longshort-eval`` says besides lm-eval's own output: its ``--help`` preamble (our model, its arguments,
+``tasks-path``), the "did you mean" of a task name lm-eval does not know, and the closing summary line that counts
+the metrics left unscored and gives their reasons.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Any, Dict, Iterable, List
+
+from torchtune_longshort.eval.model import args as model_args
+from torchtune_longshort.eval.report.results_io import not_scored_of
+
+PROG = "longshort-eval"
+_MISSING = re.compile(r"^Tasks not found: (.+)$")
+
+
+def help_preamble() -> str:
+    """The lines ``longshort-eval --help`` prints above lm-eval's own help."""
+    args = model_args.__doc__.split("\n\n", 1)[1].rstrip()
+    return (
+        f"{PROG}: lm-eval's CLI with this package's model `longshort` registered and its task pack (longshort_*)\n"
+        "included. Everything below is lm-eval's; the additions:\n\n"
+        f"  {PROG} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
+        f"  {PROG} tasks-path      print the task pack's folder, for stock lm-eval:\n"
+        "                          lm_eval --include_path \"$(longshort-eval tasks-path)\" --tasks longshort_ppl ...\n\n"
+        "--model_args of the `longshort` model (a torchtune model read from a Hugging Face checkpoint folder):\n"
+        f"{args}\n\n"
+        "A --device this machine does not have is refused before anything runs (any model); the run ends with one\n"
+        "line counting the metrics left unscored (NaN) and why.\n"
+        + "-" * 100
+    )
+
+
+def tasks_not_found(message: str, known: Iterable[str]) -> str:
+    """lm-eval's ``Tasks not found: a, b`` as one refusal line with the nearest known names ("" when ``message`` is
+    another error)."""
+    m = _MISSING.match(str(message).strip())
+    if not m:
+        return ""
+    known = sorted(set(known))
+    parts = []
+    for name in [t.strip() for t in m.group(1).split(",") if t.strip()]:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        parts.append(f"{name!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
+    return (f"--tasks: no task {', '.join(parts)}; `{PROG} ls tasks` lists them (the pack's start with "
+            "longshort_)")
+
+
+def _metrics(results: Dict[str, Any]):
+    """``(task, metric, value)`` of every metric value lm-eval reports (its filter suffix dropped; stderr entries,
+    names, aliases and sample counts skipped)."""
+    for task, metrics in (results.get("results") or {}).items():
+        for key, value in metrics.items():
+            if "," not in key or "_stderr" in key or isinstance(value, str):
+                continue
+            yield task, key.split(",", 1)[0], value
+
+
+def summary_line(results: Dict[str, Any]) -> str:
+    """``[longshort-eval] N metric(s) scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
+    bad: Dict[str, List[str]] = {}
+    scored = 0
+    for task, name, value in _metrics(results):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            scored += 1
+        else:
+            bad.setdefault(task, []).append(name)
+    n_bad = sum(len(v) for v in bad.values())
+    if not n_bad:
+        return f"[{PROG}] {scored} metric(s) scored, none unscored"
+    reasons = not_scored_of(results)
+    parts = [f"{task}: {', '.join(sorted(metrics))} ({reasons.get(task) or 'no reason recorded'})"
+             for task, metrics in sorted(bad.items())]
+    return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts)

@@ -1,0 +1,169 @@
+"""A LoRA run's adapters as a PEFT adapter folder: ``adapter_model.safetensors`` + ``adapter_config.json``, what
+``peft.PeftModel.from_pretrained(base, folder)``, vLLM and the hub load, written and read by this one module.
+
+The recipe writes it as ``step_<k>/adapter/`` beside the merged weights of ``step_<k>/``, not into ``step_<k>/``
+itself: transformers 5 loads a folder holding both ``config.json`` and ``adapter_config.json`` as the model *plus*
+the adapter (it calls ``load_adapter`` on the merged weights; with peft 0.18.1 that call fails, ``No module named
+'peft.utils.transformers_weight_conversion'``), so ``AutoModelForCausalLM.from_pretrained`` and lm-eval's ``hf``
+model read ``step_<k>/`` as the merged model it is only while the adapter sits in its own folder.
+
+Weight names and layouts are converted by the folder's model family (:mod:`~torchtune_longshort.models.families`:
+torchtune's own conversions, the ones the merged checkpoint is written with), so an adapter is right wherever the
+merged weights are: the q/k rows permuted for Llama-layout RoPE, not permuted for Qwen2, and torchtune's separate
+q/k/v (gate/up) projections fused into Phi-3's ``qkv_proj`` (``gate_up_proj``). A conversion only moves rows
+(permutes, concatenates), so ``B`` (``[out, r]``) goes through it as a weight and ``A`` keeps its layout; an HF
+module fed by several torchtune modules gets their ``A`` stacked and their ``B`` side by side (rank ``k r``, alpha
+``k alpha``: the same scale ``alpha / r``), declared in ``rank_pattern`` / ``alpha_pattern``. Trained embeddings and
+norms (LongQLoRA) are PEFT ``modules_to_save``. ``longshort_adapter.json`` records which torchtune module went where,
+so that :func:`read_peft_adapter` (a resumed run) gets the exact tensors back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from torchtune_longshort.models.families import ModelFamily, family_of
+
+ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
+WEIGHTS_FILE = "adapter_model.safetensors"
+CONFIG_FILE = "adapter_config.json"
+LAYOUT_FILE = "longshort_adapter.json"
+PEFT_PREFIX = "base_model.model."
+_LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
+
+StateDict = Dict[str, torch.Tensor]
+
+
+def lora_modules(tune_sd: StateDict) -> List[str]:
+    """The torchtune module names that carry LoRA weights, sorted."""
+    return sorted(k[: -len(_LORA_A)] for k in tune_sd if k.endswith(_LORA_A))
+
+
+def _group(module: str) -> str:
+    """Modules one conversion call must see together: one decoder layer (a fused HF module's partners), or the
+    top level (``output``)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) + "." if parts[0] == "layers" else ""
+
+
+def _blocks_to_hf(family: ModelFamily, config: Dict[str, Any], tune_sd: StateDict, modules: List[str], width: int
+                  ) -> Dict[str, List[Tuple[str, torch.Tensor]]]:
+    """``{hf weight name: [(torchtune module, its B with rows as the HF module has them), ...]}`` for ``modules`` of
+    one group: each module's ``B`` sits in its own column block of a ``[out, width]`` matrix under its weight's name,
+    the group's other weights are zeros (a fusing conversion needs its partners), and the family's conversion moves
+    the rows; a ones-probe through the same conversion says which block landed in which HF weight."""
+    r = tune_sd[modules[0] + _LORA_B].shape[1]
+    prefix = _group(modules[0])
+    names = [k for k, v in tune_sd.items() if k.startswith(prefix) and k.endswith(".weight") and v.dim() == 2
+             and ".lora_" not in k]
+    real = {k: torch.zeros(tune_sd[k].shape[0], width) for k in names}
+    probe = {k: torch.zeros(tune_sd[k].shape[0], width) for k in names}
+    for j, m in enumerate(modules):
+        real[m + ".weight"][:, j * r:(j + 1) * r] = tune_sd[m + _LORA_B].float()
+        probe[m + ".weight"][:, j * r:(j + 1) * r] = 1.0
+    hf_real, hf_probe = family.tune_to_hf(real, config), family.tune_to_hf(probe, config)
+    out: Dict[str, List[Tuple[str, torch.Tensor]]] = {}
+    for key, p in hf_probe.items():
+        for j, m in enumerate(modules):
+            if p[:, j * r:(j + 1) * r].any():
+                b = hf_real[key][:, j * r:(j + 1) * r].to(tune_sd[m + _LORA_B].dtype)
+                out.setdefault(key, []).append((m, b))
+    return out
+
+
+def peft_adapter(tune_sd: StateDict, hf_config: Dict[str, Any], alpha: float, trainable: Iterable[str] = ()
+                 ) -> Tuple[StateDict, Dict[str, Any], Dict[str, Any]]:
+    """``(PEFT state dict, LoraConfig keyword arguments, layout)`` of the LoRA weights in ``tune_sd`` (torchtune
+    names) and of the other ``trainable`` weights (embeddings, norms: ``modules_to_save``)."""
+    family = family_of(hf_config, where="the adapter's config.json")
+    modules = lora_modules(tune_sd)
+    if not modules:
+        raise ValueError("no LoRA weights (*.lora_a.weight) in the state dict: nothing to write as a PEFT adapter")
+    if any(k.endswith(".magnitude") for k in tune_sd):
+        raise ValueError("DoRA adapters (use_dora=True) are not written as PEFT files: train with LoRA")
+    r = int(tune_sd[modules[0] + _LORA_A].shape[0])
+    width = int(hf_config["hidden_size"])  # a Llama-layout q/k permutation needs rows of the model's width
+    per_call = max(1, width // r)
+    groups: Dict[str, List[str]] = {}
+    for m in modules:
+        groups.setdefault(_group(m), []).append(m)
+    fed: Dict[str, List[Tuple[str, torch.Tensor]]] = {}
+    for members in groups.values():
+        for i in range(0, len(members), per_call):  # as many r-wide blocks as the width holds per call
+            for key, parts in _blocks_to_hf(family, hf_config, tune_sd, members[i:i + per_call], width).items():
+                fed.setdefault(key, []).extend(parts)
+    sd: StateDict = {}
+    layout: Dict[str, Any] = {"rank": r, "alpha": alpha, "modules": {}, "modules_to_save": {}}
+    rank_pattern, alpha_pattern = {}, {}
+    for key, parts in sorted(fed.items()):
+        hf_module = key[: -len(".weight")]
+        sd[f"{PEFT_PREFIX}{hf_module}.lora_A.weight"] = torch.cat([tune_sd[m + _LORA_A] for m, _ in parts])
+        sd[f"{PEFT_PREFIX}{hf_module}.lora_B.weight"] = torch.cat([b for _, b in parts], dim=1).contiguous()
+        for j, (m, _) in enumerate(parts):
+            layout["modules"][m] = {"hf_module": hf_module, "offset": j * r}
+        if len(parts) > 1:
+            rank_pattern[hf_module], alpha_pattern[hf_module] = r * len(parts), alpha * len(parts)
+    saved = sorted(k for k in trainable if ".lora_" not in k and ".pos_embeddings." not in k)
+    for tune_key in saved:
+        (hf_key, value), = family.tune_to_hf({tune_key: tune_sd[tune_key]}, hf_config).items()
+        sd[PEFT_PREFIX + hf_key] = value.contiguous()
+        layout["modules_to_save"][tune_key] = hf_key
+    kwargs = {"r": r, "lora_alpha": alpha, "target_modules": sorted({v["hf_module"].rsplit(".", 1)[-1]
+                                                                      for v in layout["modules"].values()}),
+              "rank_pattern": rank_pattern, "alpha_pattern": alpha_pattern, "lora_dropout": 0.0, "bias": "none",
+              "task_type": "CAUSAL_LM",
+              "modules_to_save": sorted({k.rsplit(".", 2)[-2] for k in layout["modules_to_save"].values()}) or None}
+    return sd, kwargs, layout
+
+
+def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, Any], *, alpha: float,
+                       trainable: Iterable[str] = (), base_model: Optional[str] = None) -> Path:
+    """Write ``out_dir`` (created) as a PEFT adapter folder of the LoRA weights of ``tune_sd`` (see the module doc);
+    ``base_model`` becomes ``base_model_name_or_path``. Returns ``out_dir``."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    sd, kwargs, layout = peft_adapter(tune_sd, hf_config, alpha, trainable)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+    LoraConfig(base_model_name_or_path=base_model, **kwargs).save_pretrained(str(out_dir))
+    (out_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n")
+    return out_dir
+
+
+def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any]) -> StateDict:
+    """The torchtune-named weights (``*.lora_a.weight``, ``*.lora_b.weight``, the ``modules_to_save`` ones) of an
+    adapter folder this module wrote; ``FileNotFoundError`` naming the folder and the missing file."""
+    from safetensors.torch import load_file
+
+    adapter_dir = Path(adapter_dir)
+    missing = [f for f in (WEIGHTS_FILE, CONFIG_FILE, LAYOUT_FILE) if not (adapter_dir / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"LoRA adapter folder {str(adapter_dir)!r} lacks {', '.join(missing)}: the adapters "
+                                "of this step cannot be read back. Restore the folder, or start the run again with "
+                                "overwrite_output_dir=True")
+    family = family_of(hf_config, where=f"{adapter_dir.parent / 'config.json'}")
+    sd = load_file(str(adapter_dir / WEIGHTS_FILE))
+    layout = json.loads((adapter_dir / LAYOUT_FILE).read_text())
+    r, out = int(layout["rank"]), {}
+    by_hf: Dict[str, List[Tuple[str, int]]] = {}
+    for m, where in layout["modules"].items():
+        by_hf.setdefault(where["hf_module"], []).append((m, int(where["offset"])))
+    width = int(hf_config["hidden_size"])
+    for hf_module, members in by_hf.items():
+        a, b = sd[f"{PEFT_PREFIX}{hf_module}.lora_A.weight"], sd[f"{PEFT_PREFIX}{hf_module}.lora_B.weight"]
+        for m, off in members:  # the module's r columns of B, back through the family's conversion (rows only)
+            padded = torch.zeros(b.shape[0], width)
+            padded[:, :r] = b[:, off:off + r].float()
+            back = family.hf_to_tune({hf_module + ".weight": padded}, hf_config)
+            out[m + _LORA_A] = a[off:off + r].clone()
+            out[m + _LORA_B] = back[m + ".weight"][:, :r].to(b.dtype).contiguous()
+    for tune_key, hf_key in layout["modules_to_save"].items():
+        (key, value), = family.hf_to_tune({hf_key: sd[PEFT_PREFIX + hf_key]}, hf_config).items()
+        out[tune_key] = value
+    return out

@@ -1,0 +1,66 @@
+"""One-line refusals at every entry point (the recipe, ``longshort-eval``, ``longshort-eval-report``,
+``longshort-misalignment``, ``longshort-cp``, ``longshort-validate``, the study and the synthetic CLI).
+
+Bad input (a config, data, command-line arguments, a checkpoint folder, a device this machine lacks) is refused by
+the check that finds it with a message naming the field or file and the fix. At an entry point that message is the
+whole output: one line, ``<program>: error: <message>``, on stderr, exit status 2, no traceback (a traceback makes a
+refusal read as a crash). ``LONGSHORT_TRACEBACK=1`` shows the traceback as well, for a report of a bug.
+
+What counts as a refusal (:data:`REFUSED`): ``ValueError`` (the project's checks raise it or a subclass),
+the ``OSError`` kinds of a missing or existing path, and any :class:`Refusal` (a config key error, an output folder
+another run holds). Every other exception keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, NoReturn, TypeVar
+
+TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
+EXIT_REFUSED = 2
+
+T = TypeVar("T")
+
+
+class Refusal(Exception):
+    """Mixed into an exception class that is bad input although not a ``ValueError`` (a ``KeyError`` of a config
+    key, a ``RuntimeError`` of a folder in use)."""
+
+
+REFUSED = (Refusal, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (a ``KeyError``'s without the quotes ``str`` adds)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(str(text).split()) or type(error).__name__
+
+
+def show_traceback() -> bool:
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def refuse(prog: str, message: str) -> NoReturn:
+    """Print ``<prog>: error: <message>`` (one line) and exit with status 2."""
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_REFUSED)
+
+
+def refusing(prog: str, run: Callable[[], T]) -> T:
+    """``run()``; a refusal it raises (:data:`REFUSED`) ends the process as :func:`refuse` does, unless
+    ``LONGSHORT_TRACEBACK`` is set."""
+    try:
+        return run()
+    except REFUSED as e:
+        if show_traceback():
+            raise
+        refuse(prog, one_line(e))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them)."""
+
+    def error(self, message: str) -> NoReturn:
+        refuse(self.prog, message)

@@ -1,0 +1,56 @@
+"""``longshort-validate CONFIG [key=value ...]``: the recipe's whole config check, without training.
+
+torchtune's ``tune validate`` only binds each top-level ``_component_`` to its signature, so it calls a config with
+a top-level ``max_step:`` typo well-formed and the recipe refuses it later. This command runs exactly what the
+recipe's constructor runs before any side effect (:func:`~torchtune_longshort.training.recipe_config.
+load_recipe_config`: every key with "did you mean", every value, the files the config reads, each component's
+arguments, the rules between fields) on the config and its ``key=value`` overrides merged as ``tune run`` merges
+them, and says OK, or refuses in one line (:mod:`torchtune_longshort.refusals`). Nothing is built or written.
+``CONFIG`` is a file or a shipped config's name (``longshort-cp --list``); ``WORLD_SIZE`` in the environment
+checks the batch against that many processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.refusals import ArgumentParser, refusing
+
+PROG = "longshort-validate"
+
+
+def validate(config: str, overrides, world_size: int = 1):
+    """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged."""
+    import yaml
+    from torchtune.config._utils import _merge_yaml_and_cli_args
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    path = resolve_config(config, Path.cwd(), "config")
+    node = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(node, dict):
+        raise ValueError(f"config {str(path)!r}: expected a mapping at the top level")
+    cfg = _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
+    return load_recipe_config(cfg, world_size)
+
+
+def main(argv=None) -> int:
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, as tune run takes them")
+    args = ap.parse_args(argv)
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()
+    refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1"))))
+    print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "
+          "nothing built or written)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
