@@ -39,7 +39,7 @@ from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
 from torchtune_longshort.training.compile_setup import compile_decoder
-from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
+from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
     StepStart, build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
 )
@@ -80,8 +80,6 @@ class LongShortFinetuneRecipe:
             log.info(f"equal_compute_overhead={config_.equal_compute_overhead}: max_steps {config_.max_steps} -> "
                      f"{self.max_steps} for alpha > 0")
         self._device = utils.get_device(device=config_.device)
-        if keep_freed_blocks_on(self._device, config_.cpu_keep_freed_blocks):
-            log.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=False to turn it off)")
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).
             backend = training.get_distributed_backend(self._device.type)
@@ -89,6 +87,8 @@ class LongShortFinetuneRecipe:
         self.world_size, self.rank = utils.get_world_size_and_rank()
         self._is_rank_zero = self.rank == 0
         self._dtype = training.get_dtype(config_.dtype, device=self._device)
+        for note in cpu_notes(self._device, self._dtype, config_.cpu_keep_freed_blocks):
+            log.info(note)
         self.seed = training.set_seed(seed=config_.seed)
         self.output_dir = Path(config_.output_dir)
         self.global_step = 0
