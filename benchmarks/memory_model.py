@@ -1,0 +1,374 @@
+"""The longest window one GPU fits: a memory model of one training step, fitted to CPU measurements (issue 34,
+item 4). The step and its measurement are ``memory_steps.py``'s.
+
+Per phase (forward, loss, backward, optimizer) the peak live tensor bytes are fitted as
+
+    bytes = A + B n + L (a + b n) + k rows
+
+with ``n`` layers, ``L`` tokens per window and ``rows`` the loss's largest chunk (``rows`` is proportional to ``L``
+at a fixed ``num_chunks``; one point at ``num_chunks`` 32 separates ``k``). A step's peak is the largest phase.
+On this CPU the model runs in fp32 (bf16 matmuls run at 0.55 GFLOP/s here, 26 GFLOP/s in fp32: measuring bf16 at
+these widths is not feasible). The GPU model (bf16) converts each coefficient: ``A``, ``B`` (parameters, gradients,
+AdamW states, the loss's weight gradient) and ``b`` (the checkpointed input of each layer) halve; ``k`` (the loss's
+float32 ``[rows, vocab]`` buffers) keeps its bytes and gains the bf16 logits buffer an fp32 run does not allocate
+(``2 vocab`` bytes a row); ``a`` (one layer's recomputation, the final norm, the loss's row copies) is scaled by the
+bf16 / fp32 ratio of the same coefficient measured on a 1/8-width replica of each shape (same head size, same
+ratios) in both dtypes.
+
+    python benchmarks/memory_model.py measure [--only 1b-full]   # appends to memory_model_points.json (hours)
+    python benchmarks/memory_model.py table                       # fit, GPU model and predictions (seconds)
+
+The GPU suite's P6 calls :func:`predict_longest` and :func:`run_step` (see ``docs/benchmarks.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from memory_steps import (  # noqa: E402  (the sibling module, found from any folder)
+    BOUNDED_CHUNK, GB, POINTS, REPLICAS, SHAPES, bounded_chunks, live_bytes, load_points, loss_rows, make_step,
+    run_measure,
+)
+
+# ---------------------------------------------------------------------------------------------- the fit
+MODEL_PHASES = ("forward", "loss", "bwd_head", "bwd_first", "bwd_last", "bwd_end", "optimizer")
+FREE_OFFLOAD_STASH = 3  # offloading keeps the 5 latest layer inputs during the forward: 3 more than at depth 2
+
+
+@dataclass(frozen=True)
+class Coef:
+    """``bytes = A + B n + L (a + b n) + k rows`` for ``n`` layers, ``L`` tokens per window, ``rows`` loss rows."""
+
+    A: float
+    B: float
+    a: float
+    b: float
+    k: float = 0.0
+
+    def at(self, n: int, L: int, rows: int = 0) -> float:
+        return self.A + self.B * n + L * (self.a + self.b * n) + self.k * rows
+
+
+def lstsq(X: List[List[float]], y: List[float]) -> List[float]:
+    """Least-squares coefficients of ``y ~ X`` (columns scaled first, so bytes and tokens mix well)."""
+    import numpy as np
+
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    scale = np.abs(X).max(axis=0)
+    scale[scale == 0] = 1.0
+    sol, *_ = np.linalg.lstsq(X / scale, y, rcond=None)
+    return [float(v) for v in sol / scale]
+
+
+def phase_value(point: dict, phase: str) -> float:
+    """A point's bytes in a model phase: ``bwd_first`` is the backward of its deepest layer (every layer input still
+    held, no layer gradient yet), ``bwd_end`` that of layer 0 (one input, every gradient, the embedding's)."""
+    name = {"bwd_first": f"bwd_layer{point['depth'] - 1}", "bwd_end": "bwd_layer0"}.get(phase, phase)
+    return point["phases"][name]
+
+
+def fitted(points: List[dict]) -> List[dict]:
+    """The points a fit uses: all but each depth's shortest window. A phase's peak is the largest of a few lines in
+    ``L`` (which tensor is on top at the peak's moment); the longest windows show the one that rises fastest, the
+    one that sets the peak at long windows (at the 1B shape, depth 2, the deepest layer's backward rises 0.34
+    MiB per token from L 256 to 512 and 0.56 from 512 on)."""
+    shortest = {d: min(p["L"] for p in points if p["depth"] == d) for d in {p["depth"] for p in points}}
+    return [p for p in points if p["L"] > shortest[p["depth"]]]
+
+
+def fit_linear(points: List[dict], phase: str) -> Coef:
+    """``A + B n + L (a + b n) (+ k rows for the loss)`` by least squares over depths and windows (:func:`fitted`)."""
+    points = fitted(points)
+    with_rows = phase == "loss" and len({round(p["rows"] / p["L"], 6) for p in points}) > 1
+    X = [[1, p["depth"], p["L"], p["depth"] * p["L"]] + ([p["rows"]] if with_rows else []) for p in points]
+    c = lstsq(X, [phase_value(p, phase) for p in points])
+    return Coef(*c[:4], k=c[4] if with_rows else 0.0)
+
+
+def fit_anchored(points: List[dict], phase: str, B: float, b: float) -> Coef:
+    """``A`` and ``a`` from the deepest measured points with the per-layer increment ``B + b L`` given."""
+    deep = max(p["depth"] for p in points)
+    pts = [p for p in fitted(points) if p["depth"] == deep and p["num_chunks"] == 8]
+    A, a = lstsq([[1, p["L"]] for p in pts], [phase_value(p, phase) - deep * (B + b * p["L"]) for p in pts])
+    return Coef(A, B, a, b)
+
+
+def fit_group(points: List[dict]) -> Dict[str, Coef]:
+    """The coefficients of every model phase for the points of one shape, dtype and offload setting.
+
+    Fitted: ``forward``, ``loss``, ``bwd_head``, ``bwd_end`` and ``optimizer`` (:func:`fit_linear`). Built from
+    them, because the backward walks the layers from the deepest (all inputs held, no layer gradient) to layer 0
+    (one input, every other layer's gradient) and a point of depth 1 or 2 shows only the ends: ``bwd_first``, the
+    deepest layer's backward, takes a layer's parameters and AdamW states (``pl``, from ``base``) plus its held
+    input (the forward's ``b``; none with offloading) per layer, anchored at depth 2 (depth 1's only layer is also
+    layer 0, with the embedding's gradient); ``bwd_last``, layer 0's backward at its transient's peak, is
+    ``bwd_first`` with the held inputs but its own traded for every other layer's gradient (``Gr``, the per-layer
+    bytes ``bwd_end`` adds beyond ``pl``). Offloading: the forward is anchored at depth 2 with ``pl`` a layer (it
+    holds the 5 latest inputs, added in :func:`gpu_model`), and ``moved`` fits the bytes moved to host memory."""
+    out = {ph: fit_linear(points, ph) for ph in ("forward", "loss", "bwd_head", "bwd_end", "optimizer")}
+    pl = lstsq([[1, p["depth"]] for p in points], [p["base"] for p in points])[1]
+    offload = points[0]["offload"]
+    held = 0.0 if offload else out["forward"].b
+    first = out["bwd_first"] = fit_anchored(points, "bwd_first", pl, held)
+    grads = out["bwd_end"].B - pl
+    out["bwd_last"] = Coef(first.A - grads, pl + grads, first.a + held, 0.0)
+    if offload:
+        out["forward"] = fit_anchored(points, "forward", pl, 0.0)
+        m = lstsq([[1, p["depth"], p["L"], p["depth"] * p["L"]] for p in points], [p["moved_bytes"] for p in points])
+        out["moved"] = Coef(*m)
+    return out
+
+
+def group(points: List[dict], shape: str, dtype: str = "fp32", offload: bool = False) -> List[dict]:
+    return [p for p in points if p["shape"] == shape and p["dtype"] == dtype and p["offload"] == offload]
+
+
+def _ratio(r16: Coef, r32: Coef, phase: str) -> float:
+    """The replica's bf16 / fp32 ratio of ``a`` (the optimizer holds no activations: its parameter-dtype 0.5)."""
+    return 0.5 if phase == "optimizer" else r16.a / r32.a
+
+
+def gpu_model(points: Optional[List[dict]] = None) -> Dict[tuple, Dict[str, Coef]]:
+    """``{(shape, offload): {phase: Coef}}`` in bf16 on a GPU, from the CPU fp32 fits (see the module doc): ``A``,
+    ``B``, ``b`` halve, ``a`` takes the replica's bf16 / fp32 ratio of the same phase, ``k`` gains ``2 vocab``;
+    with offloading, the moved bytes halve and the forward holds 3 more layer inputs than at depth 2 (torchtune's
+    5-tensor stash at full depth)."""
+    points = load_points() if points is None else points
+    out = {}
+    for key, shape in SHAPES.items():
+        rep = REPLICAS[key].name
+        r32, r16 = fit_group(group(points, rep, "fp32")), fit_group(group(points, rep, "bf16"))
+        for offload in (False, True):
+            cpu = fit_group(group(points, key, "fp32", offload))
+            gpu = {ph: Coef(c.A / 2, c.B / 2, c.a * _ratio(r16[ph], r32[ph], ph), c.b / 2,
+                            c.k + 2 * shape.vocab if c.k else 0.0) for ph, c in cpu.items() if ph in MODEL_PHASES}
+            if offload:
+                m = cpu["moved"]
+                gpu["moved"] = Coef(m.A / 2, m.B / 2, m.a / 2, m.b / 2)
+                gpu["forward"] = replace(gpu["forward"], a=gpu["forward"].a + FREE_OFFLOAD_STASH * m.b / 2)
+            out[(key, offload)] = gpu
+    return out
+
+
+_MODEL: Dict[str, Dict[tuple, Dict[str, Coef]]] = {}
+
+
+def _model() -> Dict[tuple, Dict[str, Coef]]:
+    if "gpu" not in _MODEL:
+        _MODEL["gpu"] = gpu_model()
+    return _MODEL["gpu"]
+
+
+def predict_bytes(shape: str, L: int, offload: bool = False, num_chunks: Optional[int] = 8,
+                  depth: Optional[int] = None, model: Optional[Dict] = None):
+    """``(bytes, phase)``: the predicted peak of one bf16 GPU step of ``shape`` (a key of :data:`SHAPES`) at window
+    ``L`` (``depth`` layers, default the full model), the phase where it peaks. ``num_chunks`` None: the bounded
+    choice :func:`bounded_chunks`."""
+    e = L // 4
+    nc = bounded_chunks(L, e) if num_chunks is None else num_chunks
+    coefs = (model or _model())[(shape, offload)]
+    n = depth or SHAPES[shape].layers
+    rows = loss_rows(L, e, nc)
+    best = max((coefs[ph].at(n, L, rows), ph) for ph in MODEL_PHASES)
+    return int(best[0]), best[1]
+
+
+def predict_longest(shape: str, budget_bytes: float, offload: bool = False, num_chunks: Optional[int] = 8,
+                    headroom: float = 0.05, multiple: int = 256, model: Optional[Dict] = None) -> int:
+    """The longest window ``L`` (a multiple of ``multiple``) whose predicted peak is at most ``(1 - headroom)`` of
+    ``budget_bytes`` (the headroom is what the CUDA caching allocator holds beyond the allocated bytes: block
+    rounding, fragmentation). 0 when even ``multiple`` does not fit."""
+    cap = (1 - headroom) * budget_bytes
+    fits = lambda L: predict_bytes(shape, L, offload, num_chunks, model=model)[0] <= cap  # noqa: E731
+    lo, hi = 0, multiple
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > 2**24:
+            raise ValueError(f"{shape}: the model predicts no limit below {2**24} tokens; the fit is wrong")
+    while hi - lo > multiple:
+        mid = (lo + hi) // 2 // multiple * multiple
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+# ---------------------------------------------------------------------------------------------- on a GPU (P6)
+def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: bool = False,
+             num_chunks: Optional[int] = 8, depth: Optional[int] = None, dtype: str = "bf16") -> dict:
+    """One steady-state step (:func:`make_step`) of ``shape`` (a :data:`SHAPES` key or a :class:`Shape`) at full
+    depth, on ``device``: ``{"fit": True, "peak_bytes": ..., "seconds": ..., "L": ...}`` (CUDA:
+    ``max_memory_allocated`` over the step, parameters and optimizer states included), or ``{"fit": False,
+    "error": ...}`` when it runs out of memory (building included). ``num_chunks`` None: :func:`bounded_chunks`."""
+    sh = SHAPES[shape] if isinstance(shape, str) else shape
+    nc = bounded_chunks(L, L // 4) if num_chunks is None else num_chunks
+    out = dict(shape=sh.name, L=L, depth=depth or sh.layers, offload=offload, num_chunks=nc, device=device)
+    cuda = torch.device(device).type == "cuda"
+    step = None
+    try:
+        step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        if cuda:
+            loss = step.run()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            from tensor_memory import PeakTensorMemory
+
+            base = live_bytes(step)
+            with PeakTensorMemory() as mem:
+                loss = step.run()
+            peak = base + mem.peak_bytes
+        out.update(fit=True, peak_bytes=int(peak), seconds=round(time.perf_counter() - t0, 2), loss=float(loss))
+    except torch.OutOfMemoryError as err:
+        out.update(fit=False, error=str(err).splitlines()[0][:200])
+    finally:
+        del step
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return out
+
+
+def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = False, device: str = "cuda",
+                  num_chunks: Optional[int] = 8) -> dict:
+    """P6: one step at the predicted longest window for ``budget_bytes`` and one at 1.25x it. The model holds when
+    the first fits and the second does not (cap the device's memory at ``budget_bytes`` first, e.g.
+    ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``)."""
+    L = predict_longest(shape, budget_bytes, offload, num_chunks)
+    longer = int(1.25 * L) // 4 * 4
+    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks) for n in (L, longer)]
+    for r in runs:
+        r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks)
+    holds = runs[0]["fit"] and not runs[1]["fit"]
+    return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, predicted_L=L, runs=runs, model_holds=holds)
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def _mib(v: float) -> str:
+    return f"{v / 2**20:,.0f}"
+
+
+def print_points(points: List[dict]) -> None:
+    print("| shape | n | L | offload | chunks | base MiB | forward | loss | bwd first layer | bwd layer 0 | optimizer "
+          "| peak MiB | moved MiB | s |")
+    print("|" + "---|" * 14)
+    for p in points:
+        v = {ph: _mib(phase_value(p, ph)) for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer")}
+        print(f"| {p['shape']} | {p['depth']} | {p['L']} | {'on' if p['offload'] else 'off'} | {p['num_chunks']} | "
+              f"{_mib(p['base'])} | {v['forward']} | {v['loss']} | {v['bwd_first']} | {v['bwd_end']} | "
+              f"{v['optimizer']} | {_mib(p['peak'])} | {_mib(p['moved_bytes'])} | {p['seconds']} |")
+
+
+def print_coefficients(title: str, fits: Dict[tuple, Dict[str, Coef]]) -> None:
+    print(f"\n{title}\n\n| shape | offload | phase | A MiB | B MiB/layer | a KiB/token | b KiB/token/layer "
+          "| k KiB/row |\n|" + "---|" * 8)
+    for (shape, offload), coefs in fits.items():
+        for ph in MODEL_PHASES + ("moved",):
+            if ph in coefs:
+                c = coefs[ph]
+                print(f"| {shape} | {'on' if offload else 'off'} | {ph} | {c.A / 2**20:,.1f} | {c.B / 2**20:,.1f} | "
+                      f"{c.a / 2**10:,.2f} | {c.b / 2**10:,.3f} | {c.k / 2**10:,.1f} |")
+
+
+def print_residuals(points: List[dict], fits: Dict[tuple, Dict[str, Coef]]) -> None:
+    """The largest misfit of each CPU fit over the points it fits, and the L^2 coefficient of a quadratic through
+    the deepest points (3 windows: it measures the curvature)."""
+    print("\n| shape | offload | phase | largest misfit MiB | of the value | L^2 coef B/token^2 | L^2 share at the "
+          "largest L |\n|" + "---|" * 7)
+    for (shape, offload), coefs in fits.items():
+        pts = group(points, shape, "fp32", offload)
+        deep = [p for p in fitted(pts) if p["depth"] == max(q["depth"] for q in pts) and p["num_chunks"] == 8]
+        for ph in [ph for ph in MODEL_PHASES if ph != "bwd_last"]:
+            res = [(abs(coefs[ph].at(p["depth"], p["L"], p["rows"]) - phase_value(p, ph)), phase_value(p, ph))
+                   for p in (fitted(pts) if ph != "bwd_first" else deep)]
+            worst = max(res)
+            q = lstsq([[1, p["L"], p["L"] ** 2] for p in deep], [phase_value(p, ph) for p in deep])[2]
+            top = max(deep, key=lambda p: p["L"])
+            print(f"| {shape} | {'on' if offload else 'off'} | {ph} | {worst[0] / 2**20:.2f} | "
+                  f"{worst[0] / worst[1]:.2%} | {q:.3g} | {q * top['L'] ** 2 / phase_value(top, ph):.2%} |")
+
+
+def print_ratios(points: List[dict]) -> None:
+    print("\n| replica | phase | a bf16 / fp32 | b bf16 / fp32 | B bf16 / fp32 |\n|---|---|---|---|---|")
+    for rep in REPLICAS.values():
+        r32, r16 = fit_group(group(points, rep.name, "fp32")), fit_group(group(points, rep.name, "bf16"))
+        for ph in MODEL_PHASES:
+            b = f"{r16[ph].b / r32[ph].b:.3f}" if abs(r32[ph].b) > 1 else "-"
+            print(f"| {rep.name} | {ph} | {_ratio(r16[ph], r32[ph], ph):.3f} | {b} | {r16[ph].B / r32[ph].B:.3f} |")
+
+
+def print_predictions(model: Dict[tuple, Dict[str, Coef]]) -> None:
+    print("\n| shape | offload | num_chunks | budget | longest L per window | tokens per step | peaks in | "
+          "predicted GB | host GB moved |\n|" + "---|" * 9)
+    for shape in SHAPES:
+        for offload in (False, True):
+            for nc in (8, None):
+                for budget in (80 * GB, 141 * GB):
+                    L = predict_longest(shape, budget, offload, nc, model=model)
+                    by, ph = predict_bytes(shape, L, offload, nc, model=model)
+                    moved = model[(shape, True)]["moved"].at(SHAPES[shape].layers, L) if offload else 0
+                    chunks = nc or f"ceil((L+e)/{BOUNDED_CHUNK}) = {bounded_chunks(L, L // 4)}"
+                    print(f"| {shape} | {'on' if offload else 'off'} | {chunks} | {budget / GB:.0f} GB | {L:,} | "
+                          f"{2 * L:,} | {ph} | {by / GB:.1f} | {moved / GB:.1f} |")
+
+
+def print_checks(points: List[dict], checks: List[dict]) -> None:
+    """Depth-4 points against the CPU fit of depths 1 and 2, phase by phase (layer 0's backward: the larger of
+    ``bwd_last`` and ``bwd_end``)."""
+    print("\n| shape | n | L | offload | phase | measured MiB | predicted MiB | predicted / measured |\n|" + "---|" * 8)
+    for c in checks:
+        coefs = fit_group(group(points, c["shape"], "fp32", c["offload"]))
+        for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer"):
+            at = lambda name: coefs[name].at(c["depth"], c["L"], c["rows"])  # noqa: E731
+            pred = max(at("bwd_last"), at("bwd_end")) if ph == "bwd_end" else at(ph)
+            if ph == "forward" and c["offload"]:  # the stash holds min(depth, 5) inputs; the fit, depth 2's two
+                pred += (min(c["depth"], 5) - 2) * coefs["moved"].b * c["L"]
+            got = phase_value(c, ph)
+            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {ph} | {_mib(got)} | "
+                  f"{_mib(pred)} | {pred / got:.4f} |")
+
+
+def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
+    print("Measured (CPU, fp32; bytes live per phase, parameters and AdamW states included)\n")
+    print_points([p for p in points if p["dtype"] == "fp32" and p["shape"] in SHAPES])
+    cpu = {(k, off): fit_group(group(points, k, "fp32", off)) for k in SHAPES for off in (False, True)}
+    print_coefficients("CPU fit (fp32)", cpu)
+    print_residuals(points, cpu)
+    if checks:
+        print_checks(points, checks)
+    print_ratios(points)
+    model = gpu_model(points)
+    print_coefficients("GPU model (bf16)", model)
+    print_predictions(model)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["measure", "check", "table"], help="measure: CPU steps into the points file; "
+                    "check: the depth-4 points the fit must predict; table: fit, checks, GPU model and predictions")
+    ap.add_argument("--only", default=None, help="measure only the shapes whose name starts with this")
+    ap.add_argument("--points", default=str(POINTS), help="the points file (JSON)")
+    args = ap.parse_args(argv)
+    if args.what in ("measure", "check"):
+        run_measure(args.only, Path(args.points), "points" if args.what == "measure" else "checks")
+        return 0
+    print_tables(load_points(Path(args.points)), load_points(Path(args.points), "checks"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""benchmarks/memory_model.py (and memory_steps.py): the fit against closed forms on synthetic points, the longest-window search against
+its closed-form root, and the CPU offloading stand-in against the bytes a checkpointed layer saves."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from benchmarks import memory_model as mm
+from benchmarks import memory_steps as ms
+
+PL, GR, HELD = 2e8, 1e8, 1.6e4  # a layer's parameters + AdamW states, its gradients, its held input per token
+TRUE = {  # bytes = A + B n + L (a + b n) + k rows, per measured phase
+    "forward": mm.Coef(3e9, PL, 9e4, HELD),
+    "loss": mm.Coef(3.5e9, PL, 5e4, HELD, 1.0e6),
+    "bwd_head": mm.Coef(3.4e9, PL, 4e4, HELD),
+    "bwd_first": mm.Coef(3.9e9, PL, 2.5e5, HELD),
+    "bwd_end": mm.Coef(4.2e9, PL + GR, 2.2e4, 0.0),
+    "optimizer": mm.Coef(4.4e9, PL + GR, 3.0, 0.0),
+}
+
+
+def _point(depth: int, L: int, num_chunks: int, offload: bool = False) -> dict:
+    e = L // 4
+    rows = mm.loss_rows(L, e, num_chunks)
+    at = {ph: c.at(depth, L, rows) for ph, c in TRUE.items()}
+    phases = {"forward": at["forward"], "loss": at["loss"], "bwd_head": at["bwd_head"],
+              "optimizer": at["optimizer"], "bwd_layer0": at["bwd_end"]}
+    if depth > 1:
+        phases[f"bwd_layer{depth - 1}"] = at["bwd_first"]
+    return dict(shape="synthetic", depth=depth, L=L, e=e, num_chunks=num_chunks, rows=rows, dtype="fp32",
+                offload=offload, base=1e9 + PL * depth, phases=phases, moved_bytes=1e6 + 8e3 * depth * L)
+
+
+def test_fit_recovers_the_coefficients_of_a_closed_form():
+    points = [_point(d, L, 8) for d in (1, 2) for L in (256, 512, 1024, 2048)] + [_point(1, 2048, 32)]
+    fits = mm.fit_group(points)
+    first = TRUE["bwd_first"]
+    # layer 0's backward: the deepest layer's, holding its own input only and every other layer's gradients
+    want_all = dict(TRUE, bwd_last=mm.Coef(first.A - GR, PL + GR, first.a + HELD, 0.0))
+    for ph, want in want_all.items():
+        got = fits[ph]
+        for name in ("A", "B", "a", "b", "k"):
+            assert math.isclose(getattr(got, name), getattr(want, name), rel_tol=1e-6, abs_tol=1e-3), (ph, name)
+
+
+def test_longest_window_is_the_closed_form_root():
+    """One linear phase: the search returns floor((cap - A - B n) / (a + b n)) rounded down to the multiple."""
+    c = mm.Coef(5e9, 2e8, 3e5, 1e4)
+    model = {("1b-full", False): {ph: (c if ph == "loss" else mm.Coef(0, 0, 0, 0)) for ph in mm.MODEL_PHASES}}
+    n = mm.SHAPES["1b-full"].layers
+    for budget, headroom, multiple in ((80e9, 0.05, 256), (141e9, 0.0, 64), (12e9, 0.1, 4)):
+        cap = (1 - headroom) * budget
+        want = int((cap - c.A - c.B * n) / (c.a + c.b * n)) // multiple * multiple
+        got = mm.predict_longest("1b-full", budget, headroom=headroom, multiple=multiple, model=model)
+        assert got == want, (budget, got, want)
+    assert mm.predict_longest("1b-full", 6e9, model=model) == 0
+
+
+def test_host_offload_frees_every_layer_input_but_the_stashed():
+    """One step with and without the CPU stand-in: it moves one [2, L, d] float32 input more per layer; during the
+    loss the inputs of the layers out of torchtune's 5-tensor stash (which the final norm's saved tensors fill) are
+    gone; the step's update (so its gradients) is the one without it."""
+    shape = ms.Shape("tiny", vocab=64, dim=32, heads=4, kv=2, hidden=64, layers=3)
+    L, d = 128, 32
+    steps = {off: ms.make_step(shape, 3, L, offload=off) for off in (False, True)}
+    runs = {off: ms.measure_step(st, "tiny", 3, "fp32", off) for off, st in steps.items()}
+    shallower = ms.make_step(shape, 2, L, offload=True)
+    shallower.run()
+    per_layer = 2 * L * d * 4
+    assert runs[True]["moved_bytes"] - shallower.host.moved_bytes == per_layer
+    held = runs[False]["phases"]["loss"] - runs[True]["phases"]["loss"]
+    # the final norm saves 4-5 tensors (torch's rms_norm): the last layer's input is out of the stash or just in it
+    assert held in (2 * per_layer, 3 * per_layer), held / per_layer
+    after = [steps[off].model.state_dict() for off in (False, True)]
+    for name, w in after[0].items():
+        assert torch.equal(after[1][name], w), name
