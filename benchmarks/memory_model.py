@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -356,17 +357,37 @@ def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
     print_predictions(model)
 
 
+def _runs(path: Path) -> List[dict]:
+    text = path.read_text()
+    return json.loads(text) if text.lstrip().startswith("[") else [
+        json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def print_gpu_runs(runs: List[dict], model: Dict[tuple, Dict[str, Coef]]) -> None:
+    """GPU steps that fit (``run_step`` results: allocated peak) against this model's prediction."""
+    print("\n| shape | L | offload | chunks | GPU peak GB | predicted GB | measured / predicted | peaks in |\n|"
+          + "---|" * 8)
+    for r in (r for r in runs if r.get("fit")):
+        pred, phase = predict_bytes(r["shape"], r["L"], r["offload"], r["num_chunks"], model=model)
+        print(f"| {r['shape']} | {r['L']} | {'on' if r['offload'] else 'off'} | {r['num_chunks']} | "
+              f"{r['peak_bytes'] / GB:.2f} | {pred / GB:.2f} | {r['peak_bytes'] / pred:.3f} | {phase} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["measure", "check", "table"], help="measure: CPU steps into the points file; "
                     "check: the depth-4 points the fit must predict; table: fit, checks, GPU model and predictions")
     ap.add_argument("--only", default=None, help="measure only the shapes whose name starts with this")
     ap.add_argument("--points", default=str(POINTS), help="the points file (JSON)")
+    ap.add_argument("--gpu-runs", nargs="*", default=(), help="table: also GPU steps (JSON list or JSON lines of "
+                    "run_step results, e.g. docs/gpu_suite_h200/longest_points.json) against the GPU model")
     args = ap.parse_args(argv)
     if args.what in ("measure", "check"):
         run_measure(args.only, Path(args.points), "points" if args.what == "measure" else "checks")
         return 0
     print_tables(load_points(Path(args.points)), load_points(Path(args.points), "checks"))
+    if args.gpu_runs:
+        print_gpu_runs([r for f in args.gpu_runs for r in _runs(Path(f))], gpu_model(load_points(Path(args.points))))
     return 0
 
 
