@@ -130,11 +130,12 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
     out = tmp_path / "out"
     out.mkdir()
     (out / ".longshort_output").write_text("")
-    (out / "old_metrics.jsonl").write_text("{}\n")
+    (out / "step_7").mkdir()  # an earlier run's checkpoint: the recipe wrote it, overwrite replaces it
+    (out / "step_7" / "config.json").write_text("{}\n")
     r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1))
     r.setup()
     r.release_output_dir()
-    assert not (out / "old_metrics.jsonl").exists() and (out / ".longshort_output").is_file()
+    assert not (out / "step_7").exists() and (out / ".longshort_output").is_file()
 
 
 def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,

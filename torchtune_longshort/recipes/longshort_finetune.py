@@ -48,7 +48,9 @@ from torchtune_longshort.training.metrics import RunLog, mean_over_ranks
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
 )
-from torchtune_longshort.training.recipe_config import check_built_model, input_paths, load_recipe_config
+from torchtune_longshort.training.recipe_config import (
+    check_built_model, input_paths, load_recipe_config, written_names,
+)
 from torchtune_longshort.training.resume import apply_resume_changes, read_resume_state, restore_optimizer
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
 from torchtune_longshort.training.stop_signals import StopSignals
@@ -101,12 +103,12 @@ class LongShortFinetuneRecipe:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        """Build everything; on failure the output folder's lock is given back before the error propagates."""
+        """Build everything; on failure the output folder's lock is given back (a folder this run made, removed)."""
         self._lock = None
         try:
             self._setup()
         except BaseException:
-            self.release_output_dir()
+            self.release_output_dir(discard=True)
             raise
 
     def _setup(self) -> None:
@@ -134,9 +136,8 @@ class LongShortFinetuneRecipe:
         """Claim ``output_dir`` (rank 0), find the checkpoint to resume from and return its recipe state."""
         resume = self.config.resume
         if self._is_rank_zero:
-            protect = [p for _, p in input_paths(self.config)]
             self._lock = claim_output_dir(self.output_dir, resume=resume, overwrite=self.config.overwrite_output_dir,
-                                          protect=protect)
+                                          protect=input_paths(self.config), written_here=written_names(self.config))
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
@@ -358,10 +359,11 @@ class LongShortFinetuneRecipe:
         check_finite_loss(out, lambda: self._where(batch))
         return out
 
-    def release_output_dir(self) -> None:
-        """Give up the output folder's lock (also after a failure, so the next run need not wait for a dead PID)."""
+    def release_output_dir(self, discard: bool = False) -> None:
+        """Give up the output folder's lock (also after a failure, so the next run need not wait for a dead PID);
+        ``discard``: a folder this run made is removed (:meth:`OutputDirLock.release`)."""
         if getattr(self, "_lock", None) is not None:
-            self._lock.release()
+            self._lock.release(discard=discard)
 
     def cleanup(self) -> None:
         self.release_output_dir()

@@ -24,35 +24,45 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from torchtune_longshort.refusals import Refusal
 
-PathLike = Union[str, Path]
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 LOCK = ".lock"
+METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
+# Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
+# it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
+# torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
+WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml")
+
+PathLike = Union[str, Path]
+Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
 
 
 def prepare_output_dir(
-    output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()
+    output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
+    written_here: Sequence[str] = (),
 ) -> Path:
     """Check the output directory rules before anything is built or written.
 
     - ``resume``: the folder must hold at least one complete, resumable ``step_<k>`` checkpoint.
     - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set. ``overwrite`` deletes only
-      a folder this recipe made (it holds :data:`MARKER`), never the working directory, ``$HOME``, a git work tree
-      or a folder holding one of ``protect`` (the start checkpoint, the tokenizer).
+      a folder this recipe made (it holds :data:`MARKER`) and that holds nothing the recipe does not write
+      (:data:`WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``); never a filesystem root, a folder that
+      contains the working directory or ``$HOME``, a git work tree, or a folder that contains one of ``protect``
+      (every input the run reads) or lies inside one. Paths are compared resolved (``~``, symlinks, ``..``).
 
     Returns the folder as a Path (created, with its marker, if needed).
     """
     out = Path(output_dir)
-    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect)
+    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     if resume:
         return out
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
@@ -65,9 +75,12 @@ def prepare_output_dir(
     return out
 
 
-def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()) -> None:
+def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
+                     written_here: Sequence[str] = ()) -> None:
     """The rules of :func:`prepare_output_dir`, checked without touching anything."""
     out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None:
             raise FileNotFoundError(
@@ -82,28 +95,57 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                 f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
                 "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
             )
-        _check_deletable(out, protect)
+        _check_deletable(out, protect, written_here)
 
 
-def _check_deletable(out: Path, protect: Sequence[PathLike]) -> None:
-    real = out.resolve()
-    refuse = None
-    if real in (Path.cwd().resolve(), Path.home().resolve(), Path(real.anchor)):
-        refuse = "it is the working directory, $HOME or a filesystem root"
-    elif (real / ".git").exists():
-        refuse = "it is a git work tree"
-    elif not (real / MARKER).is_file():
-        refuse = f"this recipe did not make it (no {MARKER} marker)"
-    else:
-        for p in protect:
-            p = Path(p).resolve()
-            if p == real or real in p.parents:
-                refuse = f"it holds {p}, which this run reads"
-                break
+def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
+    """Whether ``name``, an entry at the top of an output folder, is one the recipe writes."""
+    name = name[: -len(".tmp")] if name.endswith(".tmp") else name
+    return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
+
+
+def _contains(folder: Path, path: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequence[str]) -> Optional[str]:
+    """Why the resolved folder ``real`` may not be deleted (None: it may)."""
+    if real == Path(real.anchor):
+        return "it is a filesystem root"
+    try:
+        cwd: Optional[Path] = Path.cwd().resolve()
+    except FileNotFoundError:  # the working directory was deleted under us: nothing to protect there
+        cwd = None
+    if cwd is not None and _contains(real, cwd):
+        return f"it contains the working directory {str(cwd)!r}"
+    home = Path.home().expanduser().resolve()
+    if _contains(real, home):
+        return f"it contains $HOME ({str(home)!r})"
+    if (real / ".git").exists():
+        return "it is a git work tree"
+    if not (real / MARKER).is_file():
+        return f"this recipe did not make it (no {MARKER} marker)"
+    for item in protect:
+        field, p = item if isinstance(item, tuple) else (None, item)
+        p = Path(p).expanduser().resolve()
+        what = f"{field}={str(p)!r}" if field else str(p)
+        if _contains(real, p):
+            return f"it holds {what}, which this run reads"
+        if p in real.parents:
+            return f"it lies inside {what}, which this run reads"
+    foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
+    if foreign:
+        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
+                "recipe did not write")
+    return None
+
+
+def _check_deletable(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> None:
+    refuse = _deletion_refusal(out.resolve(), protect, written_here)
     if refuse:
         raise FileExistsError(
             f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: {refuse}. Choose another "
-            "output_dir, or delete the folder yourself"
+            "output_dir, or move what you keep out of it and delete the folder yourself"
         )
 
 
@@ -121,6 +163,8 @@ class OutputDirLock:
     def __init__(self, output_dir: PathLike):
         self.path = Path(output_dir) / LOCK
         self.held = False
+        self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
+        self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,9 +192,16 @@ class OutputDirLock:
         except (OSError, ValueError):
             return None
 
-    def release(self) -> None:
+    def release(self, discard: bool = False) -> None:
+        """Give the lock back; ``discard``: also remove the folder when this run made it and it holds only what
+        the recipe writes (a run refused after claiming its folder leaves nothing behind, so the corrected rerun
+        starts as the first would have)."""
         if self.held and self._holder() == os.getpid():
-            self.path.unlink(missing_ok=True)
+            folder = self.path.parent
+            if discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir()):
+                shutil.rmtree(folder)
+            else:
+                self.path.unlink(missing_ok=True)
         self.held = False
 
 
@@ -164,13 +215,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[PathLike] = ()
-                     ) -> "OutputDirLock":
+def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
+                     written_here: Sequence[str] = ()) -> "OutputDirLock":
     """Check the rules (before the lock file is written), take the folder's lock, then prepare the folder
-    (:func:`prepare_output_dir`). Returns the held lock."""
-    check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect)
+    (:func:`prepare_output_dir`). Returns the held lock; its ``made_folder`` says whether this call created the
+    folder (:meth:`OutputDirLock.release` can then take it back)."""
+    check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+    made = not Path(output_dir).exists()
     lock = OutputDirLock(output_dir).acquire()
-    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect)
+    lock.made_folder, lock.written_here = made, tuple(written_here)
+    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     return lock
 
 

@@ -12,6 +12,8 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from torchtune_longshort.training.checkpointing import METRICS_FILE
+
 
 def peak_memory_gib(device: torch.device) -> float:
     """Peak memory in GiB: allocated tensor memory on CUDA (``max_memory_allocated``), else the process's peak
@@ -136,7 +138,7 @@ class RunLog:
 
         metric_logger = config.instantiate(metric_logger_cfg)
         metric_logger.log_config(cfg)
-        jsonl = JsonlMetricLogger(Path(output_dir) / "metrics.jsonl", resume_step=step, device=device)
+        jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device)
         return cls(metric_logger, jsonl, enabled=True)
 
 

@@ -1,43 +1,95 @@
-"""The inputs a recipe config names (start checkpoint, tokenizer, training and validation data, a model node's own
-checkpoint folder), so that ``overwrite_output_dir=True`` never deletes one of them."""
+"""What a recipe config reads and where it writes, so that ``overwrite_output_dir=True`` never deletes an input.
+
+The inputs are every local file or folder the run reads: the fields that name one (start checkpoint, tokenizer,
+the data files of a source) and any string argument of any component that names an existing path (a Qwen2
+tokenizer's ``merges_file``, a model node's own checkpoint folder, a sampler's file): a component's second file is
+an input as much as its ``path``. The metric logger writes, and the checkpointer's ``output_dir`` is the run's own
+folder: neither is an input.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Iterator, List, Tuple
 
+from torchtune_longshort.training.checkpointing import check_output_dir
+from torchtune_longshort.training.recipe_config.fields import ComponentSection
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+
+# Component arguments that name where a run writes, not what it reads.
+_OUTPUT_ARGS = ("output_dir", "log_dir")
+
+
+def _existing_path(value: str) -> Any:
+    try:
+        p = Path(value).expanduser()
+        return p if value.strip() and p.exists() else None
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a path
+        return None
+
+
+def _named_paths(value: Any, where: str) -> Iterator[Tuple[str, Path]]:
+    """``(field, path)`` of every string inside ``value`` (nested nodes and lists) that names an existing path."""
+    if isinstance(value, str):
+        p = _existing_path(value)
+        if p is not None:
+            yield where, p
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k != "_component_" and k not in _OUTPUT_ARGS:
+                yield from _named_paths(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _named_paths(v, f"{where}[{i}]")
+
+
+def _components(config: RecipeConfig) -> Iterator[Tuple[str, ComponentSection]]:
+    for name in ("tokenizer", "model", "checkpointer", "loss", "optimizer", "lr_scheduler", "position_sampler",
+                 "dataset"):
+        section = getattr(config, name)
+        if section is not None:
+            yield name, section
+    if config.validation is not None:
+        yield "validation.dataset", config.validation.dataset
 
 
 def input_paths(config: RecipeConfig) -> List[Tuple[str, Path]]:
-    """``[(field, path)]`` of every local file or folder the run reads."""
+    """``[(field, path)]`` of every local file or folder the run reads (see the module doc)."""
     out: List[Tuple[str, Path]] = []
     for field, value in (("checkpoint_dir", config.checkpoint_dir),
                          ("checkpointer.checkpoint_dir", config.checkpointer.checkpoint_dir),
                          ("tokenizer.path", config.tokenizer.path)):
-        if value:
+        if value:  # named even before it exists: a tokenizer trained there is read by this run
             out.append((field, Path(value).expanduser()))
-    model = {"_component_": config.model.component, **config.model.args}
-    while isinstance(model, dict):
-        if isinstance(model.get("checkpoint_dir"), str):
-            out.append(("model.checkpoint_dir", Path(model["checkpoint_dir"]).expanduser()))
-        model = model.get("model")
     out += config.dataset.input_files("dataset")
     if config.validation is not None:
         out += config.validation.dataset.input_files("validation.dataset")
-    return out
+    for where, section in _components(config):
+        out += _named_paths(section.args, where)
+    seen, unique = set(), []
+    for field, p in out:
+        if (field, str(p)) not in seen:
+            seen.add((field, str(p)))
+            unique.append((field, p))
+    return unique
+
+
+def written_names(config: RecipeConfig) -> Tuple[str, ...]:
+    """Top-level names inside ``output_dir`` that the run writes besides the recipe's own: the metric logger's
+    ``log_dir`` when it lies there."""
+    log_dir = config.metric_logger.log_dir
+    if not log_dir:
+        return ()
+    out = Path(config.output_dir).expanduser().resolve()
+    logs = Path(log_dir).expanduser().resolve()
+    return (logs.relative_to(out).parts[0],) if out in logs.parents else ()
 
 
 def check_overwrite(config: RecipeConfig) -> None:
-    """``overwrite_output_dir=True`` is refused when any input lies inside an existing ``output_dir`` (the folder
-    would be deleted with it), naming the field and the path."""
-    out = Path(config.output_dir).expanduser()
-    if not config.overwrite_output_dir or config.resume or not out.exists():
-        return
-    real = out.resolve()
-    for field, path in input_paths(config):
-        p = path.resolve()
-        if p == real or real in p.parents:
-            raise FileExistsError(
-                f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: it holds {field}={str(path)!r}, "
-                "which this run reads. Move that input out of output_dir, or choose another output_dir")
+    """The output folder's rules (:func:`~torchtune_longshort.training.checkpointing.check_output_dir`), asked
+    before anything is built: an existing folder without ``resume`` / ``overwrite_output_dir``, a resume with no
+    checkpoint, and an overwrite that would delete an input, the working directory, ``$HOME`` or anything the recipe
+    did not write are refused naming the field and the path."""
+    check_output_dir(Path(config.output_dir).expanduser(), resume=config.resume,
+                     overwrite=config.overwrite_output_dir, protect=input_paths(config),
+                     written_here=written_names(config))

@@ -1,0 +1,92 @@
+"""The eleven faults of the reliability probe (issue 33), one test each: nothing a user made is deleted, and bad input
+is refused before any side effect with the field and the fix named, so that the corrected rerun just works.
+
+In-process and cheap: every refusal here is found before a weight is loaded or a step is trained (the tiny config
+at ``max_steps=2 seq_len=64 batch_size=2 validation=null``), and each test asserts that nothing was deleted and,
+where the run is refused, that no output folder exists.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
+SMALL = {"max_steps": 2, "seq_len": 64, "batch_size": 2, "validation": None}
+
+
+@pytest.fixture(scope="module")
+def recipe_cls():
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    return LongShortFinetuneRecipe
+
+
+def tiny_cfg(out, tokenizer_dir, **over):
+    """``configs/tiny/longshort_stdlib.yaml`` at the small sizes, its tokenizer the session's (nothing trained),
+    ``over`` applied (a mapping value replaces the node)."""
+    cfg = OmegaConf.load(TINY)
+    cfg.output_dir = str(out)
+    cfg.tokenizer.path = str(tokenizer_dir)
+    for k, v in {**SMALL, **over}.items():
+        OmegaConf.update(cfg, k, v, force_add=True, merge=not isinstance(v, dict))
+    return cfg
+
+
+def recipe_made(folder: Path) -> Path:
+    """A folder as an earlier run of the recipe leaves it (its marker, its metrics): overwrite may replace it."""
+    folder.mkdir(parents=True)
+    (folder / ".longshort_output").write_text("")
+    (folder / "metrics.jsonl").write_text("{}\n")
+    return folder
+
+
+def tree(folder: Path):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# ---------------------------------------------------------------------------------------------------------- F3
+@pytest.mark.parametrize("what", ["cwd", "home", "user_file"])
+def test_f3_overwrite_keeps_a_folder_holding_the_working_directory_home_or_a_user_file(
+        recipe_cls, tmp_path, sp_tokenizer_dir, monkeypatch, what):
+    """F3: a recipe-made folder with the working directory, ``$HOME`` or a file of the user's inside is not
+    deleted by ``overwrite_output_dir=True`` (the check was equality with cwd/HOME, not containment)."""
+    run = recipe_made(tmp_path / "run")
+    sub = run / "sub"
+    sub.mkdir()
+    (sub / "notes.txt").write_text("hi")
+    if what == "cwd":
+        monkeypatch.chdir(sub)
+    elif what == "home":
+        monkeypatch.setenv("HOME", str(sub))
+    before = tree(run)
+    match = {"cwd": "contains the working directory", "home": r"contains \$HOME",
+             "user_file": "holds 'sub', which this recipe did not write"}[what]
+    with pytest.raises(FileExistsError, match=rf"output_dir=.*run'.*{match}"):
+        recipe_cls(tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True)).setup()
+    assert tree(run) == before and (sub / "notes.txt").read_text() == "hi"
+
+
+# ---------------------------------------------------------------------------------------------------------- F2
+def test_f2_overwrite_keeps_a_tokenizer_second_file_inside_output_dir(recipe_cls, tmp_path, sp_tokenizer_dir):
+    """F2: a Qwen2 tokenizer's ``merges_file`` inside ``output_dir`` is an input like its ``path``: overwrite is
+    refused naming that field, before anything is built."""
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({"a": 0, "b": 1, "ab": 2, "c": 3, "\u0120": 4}))
+    run = recipe_made(tmp_path / "run")
+    merges = run / "merges.txt"
+    merges.write_text("#version: 0.2\na b\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "ab c " * 400}) + "\n")
+    cfg = tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True,
+                   tokenizer={"_component_": "torchtune.models.qwen2.qwen2_tokenizer", "path": str(vocab),
+                              "merges_file": str(merges)},
+                   dataset={"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(data)})
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=r"refuses to delete output_dir=.*it holds tokenizer.merges_file=.*merges"):
+        recipe_cls(cfg).setup()
+    assert tree(run) == before and merges.read_text() == "#version: 0.2\na b\n"
