@@ -90,3 +90,52 @@ def test_f2_overwrite_keeps_a_tokenizer_second_file_inside_output_dir(recipe_cls
     with pytest.raises(FileExistsError, match=r"refuses to delete output_dir=.*it holds tokenizer.merges_file=.*merges"):
         recipe_cls(cfg).setup()
     assert tree(run) == before and merges.read_text() == "#version: 0.2\na b\n"
+
+
+# ---------------------------------------------------------------------------------------------------------- F1
+def _yarn(inner, **extra):
+    return {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn", "max_seq_len": 1024,
+            "model": inner, **extra}
+
+
+@pytest.mark.parametrize("where", ["rope_scaled", "rope_kwargs"])
+def test_f1_rope_argument_typo_is_refused_before_the_folder_and_the_fix_then_runs(recipe_cls, tmp_path,
+                                                                                  sp_tokenizer_dir, where):
+    """F1: ``model.factr=2`` (``rope_scaled``) or ``model.rope_kwargs.factr=2`` (a Llama-2 builder) is refused by
+    the method's signature before any folder exists (it was refused at the model build, and the marker folder left
+    behind blocked the corrected rerun)."""
+    out = tmp_path / "run"
+    inner = dict(OmegaConf.to_container(OmegaConf.load(TINY).model))
+    if where == "rope_scaled":
+        bad, good = _yarn(inner, factr=2), _yarn(inner, factor=2)
+        match = r"model.factr=2 is not an argument of RoPE method 'yarn' \(did you mean 'factor'\?\)"
+    else:
+        inner.update(_component_="torchtune_longshort.models.llama2_longshort", original_max_seq_len=512,
+                     max_seq_len=1024)
+        bad, good = dict(inner, rope_kwargs={"factr": 2}), dict(inner, rope_kwargs={"factor": 2})
+        match = r"model.rope_kwargs.factr=2 is not an argument of RoPE method 'linear' \(did you mean 'factor'\?\)"
+    with pytest.raises(ValueError, match=match):
+        recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=bad)).setup()
+    assert not out.exists()
+    if where == "rope_scaled":  # the corrected rerun builds (once: the other case builds the same way)
+        r = recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=good))
+        r.setup()
+        r.release_output_dir()
+        assert r.rope_spec["method"] == "yarn" and (out / "step_0").is_dir()
+    else:
+        recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=good))
+
+
+def test_f1_a_folder_a_refused_setup_made_is_taken_back_and_a_user_file_kept(tmp_path):
+    """F1's leftover: a setup refused after its folder was claimed gives the folder back (the rerun finds none);
+    a folder that existed before, or that holds a file the recipe does not write, is kept."""
+    from torchtune_longshort.training.checkpointing import claim_output_dir
+
+    new = tmp_path / "new"
+    claim_output_dir(new, resume=False, overwrite=False).release(discard=True)
+    assert not new.exists()
+    kept = tmp_path / "kept"
+    lock = claim_output_dir(kept, resume=False, overwrite=False)
+    (kept / "notes.txt").write_text("mine")
+    lock.release(discard=True)
+    assert (kept / "notes.txt").read_text() == "mine" and not (kept / ".lock").exists()

@@ -15,7 +15,7 @@ import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.training.recipe_config.values import number, resolve_component, text
@@ -65,6 +65,54 @@ def _nodes(node: Mapping[str, Any], where: str) -> Iterator[Tuple[str, Mapping[s
             yield from _nodes(v, f"{where}.{k}")
 
 
+def _method_parameters(method: str) -> Optional[List[str]]:
+    """The keywords RoPE method ``method``'s class takes besides what every method gets (head size, positions, base);
+    None when it takes any."""
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    params = inspect.signature(ROPE_METHODS[method].__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(n for n in params if n not in ("self", "dim", "max_seq_len", "base"))
+
+
+def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any]) -> None:
+    accepted = _method_parameters(method)
+    unknown = [k for k in given if accepted is not None and k not in accepted]
+    if unknown:
+        k = unknown[0]
+        near = difflib.get_close_matches(str(k), accepted, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"{where}.{k}={given[k]!r} is not an argument of RoPE method {method!r}{hint}: it takes "
+                         f"{accepted}")
+
+
+def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
+    """A RoPE method's own arguments, by its class's signature, before anything is built: ``rope_scaled``'s extra
+    keys (besides its own and ``apply_rope_scaling``'s), or a builder's ``rope_kwargs`` (its ``rope_method``, else
+    the builder's default method)."""
+    from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    target = resolve_component(f"{path}._component_", node["_component_"])
+    if target is rope_scaled:
+        own = {n for f in (rope_scaled, apply_rope_scaling) for n, p in inspect.signature(f).parameters.items()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD}
+        if node.get("method") in ROPE_METHODS:
+            _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
+                                                         if k != "_component_" and k not in own})
+        return
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return
+    given = node.get("rope_kwargs")
+    if "rope_kwargs" in params and "rope_method" in params and isinstance(given, Mapping):
+        method = node.get("rope_method") or params["rope_method"].default
+        if method in ROPE_METHODS:
+            _refuse_rope_arguments(f"{path}.rope_kwargs", method, given)
+
+
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
     """``model``: a builder (torchtune's, ``torchtune_longshort.models.*``), possibly wrapped in ``rope_scaled``."""
@@ -82,6 +130,7 @@ class ModelConfig(ComponentSection):
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise ValueError(f"{path}.{key}={method!r} is not a RoPE method{hint}: expected one of "
                                  f"{sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)")
+            _check_rope_arguments(path, node)
 
     def declared_positions(self) -> Optional[int]:
         """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,
