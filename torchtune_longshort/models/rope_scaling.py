@@ -41,11 +41,15 @@ def rope_attention_layers(model: nn.Module) -> List[Tuple[int, nn.Module]]:
     return found
 
 
+# torchtune's RoPE modules that rotate halves (transformers' layout: their weights load without a q/k permutation);
+# its Llama/Mistral/Gemma RoPE pairs dimensions interleaved.
+_HALF_LAYOUT_ROPES = ("Qwen2RotaryPositionalEmbeddings", "Phi3RotaryPositionalEmbeddings")
+
+
 def _layout_of(rope: nn.Module) -> str:
     if isinstance(rope, ScaledRoPE):
         return rope.layout
-    # torchtune's Qwen2 RoPE rotates halves (transformers' layout); its Llama/Mistral RoPE pairs interleaved.
-    return "half" if type(rope).__name__ == "Qwen2RotaryPositionalEmbeddings" else "interleaved"
+    return "half" if type(rope).__name__ in _HALF_LAYOUT_ROPES else "interleaved"
 
 
 def _module_device(m: nn.Module) -> torch.device:
