@@ -14,6 +14,9 @@ mistral         mistral              SentencePiece tokenizer, GQA, no sliding wi
 qwen2           qwen2                byte-level BPE ``tokenizer.json``, ``bos_token: null``, q/k/v biases, tied
 gemma           gemma                SentencePiece tokenizer, head_dim 32 != hidden / heads, tied, GeGLU
 phi3            phi3                 SentencePiece tokenizer, fused qkv / gate_up
+phi3_5          phi3                 Phi-3.5-mini layout: ``phi3`` with LongRoPE as its hub config.json spells it
+                                     (``rope_scaling: {type: longrope, short_factor, long_factor}``, top-level
+                                     ``original_max_position_embeddings`` 64 of 256 positions, ``rope_theta``)
 ==============  ===================  ==========================================================================
 """
 
@@ -25,8 +28,12 @@ import shutil
 from pathlib import Path
 from typing import Dict, Iterable, List
 
-LAYOUTS = ("llama2", "llama3", "smollm2", "mistral", "qwen2", "gemma", "phi3")
+LAYOUTS = ("llama2", "llama3", "smollm2", "mistral", "qwen2", "gemma", "phi3", "phi3_5")
 POSITIONS = 256  # max_position_embeddings of every tiny checkpoint
+# The Phi-3.5 layout's LongRoPE (head_dim 16: 8 divisors each), switching to the long factors past 64 positions.
+PHI3_5_ORIGINAL = 64
+PHI3_5_SHORT = [1.0, 1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5]
+PHI3_5_LONG = [1.0, 1.1, 1.5, 2.2, 3.3, 4.5, 6.0, 8.0]
 # Llama-3's pre-tokenizer pattern (the one torchtune's and transformers' tiktoken readers use).
 _CL100K = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>", "<|step_id|>",
@@ -110,9 +117,30 @@ def _config_and_model(layout: str, vocab_size: int, **overrides):
         "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(tie_word_embeddings=True, rope_theta=1e6)),
         "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM, dict(head_dim=32, bos_token_id=1, eos_token_id=2, pad_token_id=0)),
         "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(bos_token_id=1, eos_token_id=2, pad_token_id=2)),
+        "phi3_5": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(
+            bos_token_id=1, eos_token_id=2, pad_token_id=2, original_max_position_embeddings=PHI3_5_ORIGINAL,
+            rope_scaling=phi3_5_rope_scaling())),
     }[layout]
     cfg_cls, model_cls, extra = spec
     return cfg_cls(**{**common, **extra, **overrides}), model_cls
+
+
+def phi3_5_rope_scaling(short=PHI3_5_SHORT, long=PHI3_5_LONG) -> dict:
+    """``rope_scaling`` as Phi-3.5-mini's hub config.json holds it (no ``factor``, no original length inside)."""
+    return {"long_factor": list(long), "short_factor": list(short), "type": "longrope"}
+
+
+def as_hub_phi3_5_config(folder: Path) -> None:
+    """Rewrite a saved Phi-3 ``config.json`` in the spelling of Phi-3.5-mini's on the hub (transformers 4.x):
+    ``rope_scaling`` with ``type``, ``rope_theta`` at the top level, no ``rope_parameters``."""
+    import json
+
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params["rope_theta"]
+    cfg["rope_scaling"] = phi3_5_rope_scaling(params["short_factor"], params["long_factor"])
+    path.write_text(json.dumps(cfg, indent=2))
 
 
 def write_family_checkpoint(layout: str, out: Path, sp_tokenizer_dir: Path, seed: int = 0) -> Path:
@@ -121,7 +149,7 @@ def write_family_checkpoint(layout: str, out: Path, sp_tokenizer_dir: Path, seed
 
     out.mkdir(parents=True, exist_ok=True)
     texts = _texts()
-    if layout in ("llama2", "mistral", "gemma", "phi3"):
+    if layout in ("llama2", "mistral", "gemma", "phi3", "phi3_5"):
         for f in sp_tokenizer_dir.iterdir():
             shutil.copy(f, out / f.name)
     elif layout == "llama3":
@@ -139,6 +167,8 @@ def write_family_checkpoint(layout: str, out: Path, sp_tokenizer_dir: Path, seed
     torch.manual_seed(seed)
     model = model_cls(config)
     model.save_pretrained(str(out), safe_serialization=True)
+    if layout == "phi3_5":
+        as_hub_phi3_5_config(out)
     return out
 
 

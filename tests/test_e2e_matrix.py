@@ -10,8 +10,8 @@ method of ``ROPE_METHODS`` and both ``POSITION_SAMPLERS``. Where transformers ca
 CLEX), ``hf`` must refuse the folder rather than run another model.
 
 The configs that build their model from the checkpoint's ``config.json`` (``models.hf_decoder``: Llama-3, Mistral,
-Qwen2.5, Gemma, Phi-3, SmolLM2) are shrunk by pointing ``checkpoint_dir`` at a tiny random checkpoint of that family
-in its real Hugging Face layout, tokenizer format included (``tests/family_checkpoints.py``); every family of
+Qwen2.5, Gemma, Phi-3, Phi-3.5, SmolLM2) are shrunk by pointing ``checkpoint_dir`` at a tiny random checkpoint of that
+family in its real Hugging Face layout, tokenizer format included (``tests/family_checkpoints.py``); every family of
 ``MODEL_FAMILIES`` must be covered by one of them.
 """
 
@@ -87,6 +87,9 @@ CONFIGS = {
     "qwen2_5_7b/yarn_64k_redpajama_book.yaml": ("family:qwen2", FAMILY_SHRINK),
     "gemma_2b/pi_16k_redpajama_book.yaml": ("family:gemma", FAMILY_SHRINK),
     "phi3_mini_4k/yarn_16k_redpajama_book.yaml": ("family:phi3", FAMILY_SHRINK),
+    # The folder's own LongRoPE (Phi-3.5's config.json): trained on 64-token windows (its short factors, at the
+    # switch), evaluated at 128 tokens (its long factors), in both lm-eval models.
+    "phi3_5_mini/longrope_16k_redpajama_book.yaml": ("family:phi3_5", FAMILY_SHRINK),
     "smollm2_135m/yarn_16k_stdlib.yaml": ("family:smollm2", FAMILY_SHRINK),
     "smollm2_135m/lora_yarn_16k_stdlib.yaml": ("family:smollm2", FAMILY_SHRINK),
     "tiny/longshort_from_checkpoint.yaml": ("tiny", [f"model.max_seq_len={L_TARGET}"]),
@@ -117,8 +120,9 @@ def _all_cases() -> dict:
     assert set(SAMPLERS) == set(POSITION_SAMPLERS), "a position sampler has no case in this matrix"
     cases = {f"config:{c}": (c, *CONFIGS[c]) for c in CONFIGS}
     # by tiny/longshort_from_checkpoint, the Llama-2-7B CLEX / EABF configs, the family configs (YaRN: Qwen2.5,
-    # SmolLM2, Phi-3) and the Llama-3.1 layout's own `llama3` rope type under YaRN; `linear` (PI) stays
-    covered = {"default", "clex", "eabf", "yarn", "llama3"}
+    # SmolLM2, Phi-3; LongRoPE: Phi-3.5, whose factor lists come from its folder) and the Llama-3.1 layout's own
+    # `llama3` rope type under YaRN; `linear` (PI) stays
+    covered = {"default", "clex", "eabf", "yarn", "llama3", "longrope"}
     for m in ROPE_METHODS:
         if m not in covered:
             cases[f"method:{m}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides(m))
@@ -261,7 +265,8 @@ def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, task_m
                 _ppl(tm, "hf", f"pretrained={step},dtype=float32")
             refused.append(key)
     assert any("clex" in k for k in refused) and any("eabf" in k for k in refused)
-    assert any("phi3" in k for k in refused)  # transformers' Phi3Config takes no YaRN
+    assert "config:phi3_mini_4k/yarn_16k_redpajama_book.yaml" in refused  # transformers' Phi3Config takes no YaRN
+    assert "config:phi3_5_mini/longrope_16k_redpajama_book.yaml" not in refused  # ... but takes LongRoPE
 
 
 @pytest.mark.slow

@@ -18,9 +18,9 @@ from family_checkpoints import LAYOUTS
 
 TEXT_FILES = ("os.py", "json/decoder.py")
 EXPECTED_FAMILY = {"llama2": "llama", "llama3": "llama", "smollm2": "llama_tied", "mistral": "mistral",
-                   "qwen2": "qwen2", "gemma": "gemma", "phi3": "phi3"}
+                   "qwen2": "qwen2", "gemma": "gemma", "phi3": "phi3", "phi3_5": "phi3"}
 EXPECTED_TOKENIZER = {"llama2": "sentencepiece", "llama3": "hf_json", "smollm2": "hf_json", "mistral": "sentencepiece",
-                      "qwen2": "hf_json", "gemma": "sentencepiece", "phi3": "sentencepiece"}
+                      "qwen2": "hf_json", "gemma": "sentencepiece", "phi3": "sentencepiece", "phi3_5": "sentencepiece"}
 
 
 def _text() -> str:

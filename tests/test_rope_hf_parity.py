@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_checkpoints import PHI3_5_LONG, PHI3_5_SHORT
 
 from torchtune_longshort.models import load_hf_checkpoint, write_random_llama2_checkpoint
 
@@ -30,6 +31,9 @@ CASES = {
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": ORIG,
     },
+    # head_dim 16: 8 divisors each; the Phi-3 layout and both sides of its switch: tests/test_rope_longrope.py
+    "longrope": {"rope_type": "longrope", "short_factor": PHI3_5_SHORT, "long_factor": PHI3_5_LONG,
+                 "original_max_position_embeddings": ORIG},
 }
 
 
@@ -67,14 +71,21 @@ def test_logits_match_transformers_beyond_original_context(tmp_path, name):
     assert (plain - ref)[:, ORIG:].abs().max().item() > 100 * ATOL
 
 
-def test_dynamic_ntk_kv_decoding_matches_transformers_generate(tmp_path):
-    """Dynamic NTK changes the base while decoding; cached keys keep theirs, in transformers as here."""
+@pytest.mark.parametrize("name, prompt_len", [("dynamic", 90), ("longrope", ORIG - 4)])
+def test_length_dependent_rope_kv_decoding_matches_transformers_generate(tmp_path, name, prompt_len):
+    """Dynamic NTK changes the base with every token past L, LongRoPE its factors once a call reaches past L (the
+    prompt ends below it); cached keys keep theirs, in transformers' LlamaForCausalLM as here (its Phi-3 model
+    recomputes the cache at L instead: docs/rope.md)."""
     from rope_helpers import greedy_kv
 
-    hf = sharp_checkpoint(tmp_path, CASES["dynamic"], ORIG)
+    hf = sharp_checkpoint(tmp_path, CASES[name], ORIG if name == "dynamic" else TARGET)
     ours = load_hf_checkpoint(tmp_path, max_seq_len=TARGET)
-    prompt = torch.randint(0, VOCAB, (1, 90), generator=torch.Generator().manual_seed(2))
+    prompt = torch.randint(0, VOCAB, (1, prompt_len), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)[0, 90:]
-    got, _ = greedy_kv(ours, prompt, 12)
-    assert got.tolist() == ref.tolist()
+        ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0,
+                          return_dict_in_generate=True, output_logits=True)
+    n = len(ref.logits)  # transformers stops at an EOS
+    got, logits = greedy_kv(ours, prompt, 12)
+    assert got[:n].tolist() == ref.sequences[0, prompt_len:].tolist()
+    err = (logits[0, :n] - torch.stack(ref.logits, 1)[0]).abs().max().item()
+    assert err < ATOL, f"{name}: max |step logit diff| {err:.3g}"

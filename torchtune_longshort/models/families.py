@@ -17,8 +17,9 @@ mistral        mistral                 MISTRAL         Mistral-7B v0.1-v0.3 (sli
                                                        torchtune: full attention)
 qwen2          qwen2, tied or untied   QWEN2           Qwen2, Qwen2.5 (q/k/v biases)
 gemma          gemma                   GEMMA           Gemma 2B/7B (tied, scaled embeddings, GeGLU)
-phi3           phi3                    PHI3_MINI       Phi-3-mini 4k (fused qkv / gate_up; ``longrope`` of the
-                                                       128k models is refused by the RoPE reader)
+phi3           phi3                    PHI3_MINI       Phi-3-mini 4k / 128k, Phi-3.5-mini (fused qkv / gate_up;
+                                                       the 128k models' ``longrope`` is :mod:`~torchtune_longshort.
+                                                       rope.longrope`)
 =============  ======================  ==============  =======================================================
 
 Left out, with the reason: **Gemma-2** (torchtune 0.6.1's ``Gemma2FinalNorm`` soft-caps the final *hidden state*
@@ -301,7 +302,7 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",)),
         ModelFamily("gemma", "Gemma 2B/7B", "gemma", tied=True, tied_default=True,
                     torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=_build_gemma),
-        ModelFamily("phi3", "Phi-3-mini 4k", "phi3", tied=False, tied_default=False,
+        ModelFamily("phi3", "Phi-3-mini 4k / 128k, Phi-3.5-mini", "phi3", tied=False, tied_default=False,
                     torchtune_model_types=("PHI3_MINI",), architecture="Phi3ForCausalLM", build=_build_phi3,
                     hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf, hf_rope_types=("default", "longrope"),
                     notes="sliding_window is not applied (torchtune's phi3 builder: full attention); transformers' "

@@ -165,7 +165,7 @@ class CheckpointFolder:
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         files = _weight_files(d)
-        spec = rope_spec_from_hf_config(config)
+        spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         side = d / ROPE_SIDE_FILE
         if _learnable_rope(spec) and not side.is_file():
             raise FileNotFoundError(

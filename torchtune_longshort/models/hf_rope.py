@@ -13,6 +13,11 @@ yarn           ``rope_type: yarn``, ``factor``, ``original_max_position_embeddin
                ``beta_slow`` (= our alpha), ``truncate``, optional ``attention_factor``
 llama3         ``rope_type: llama3``, ``factor``, ``low_freq_factor``, ``high_freq_factor``,
                ``original_max_position_embeddings``
+longrope       ``rope_type: longrope``, ``short_factor``, ``long_factor``, ``factor``, optional
+               ``attention_factor``, ``original_max_position_embeddings`` (also at the top level of config.json,
+               where transformers' Phi3Config reads it); read from a hub config.json as Phi-3.5-mini ships it
+               (``rope_scaling: {type: longrope, short_factor, long_factor}``, no ``factor``: s is then
+               ``max_position_embeddings / original_max_position_embeddings``)
 ntk, abf       plain RoPE with another ``rope_theta`` (``base * factor^(d/(d-2))``, resp. ``new_base``):
                loads in transformers with identical frequencies
 eabf, clex     not representable (EABF's query factor and CLEX's ODE are not in transformers): config.json
@@ -109,6 +114,7 @@ def hf_config_updates(model_or_spec, hf_rope_types: Optional[Sequence[str]] = No
         "rope_theta": theta,
         "rope_parameters": params,
         "max_position_embeddings": int(max_pos),
+        **{k: scaling[k] for k in cls.hf_top_level_keys if scaling and k in scaling},
         SPEC_KEY: copy.deepcopy(spec),
     }
     out["rope_scaling"] = scaling  # None clears a stale entry of the source config
@@ -127,30 +133,52 @@ def update_hf_config(config: Dict[str, Any], model_or_spec,
     return new
 
 
-def rope_spec_from_hf_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json") -> Optional[Dict[str, Any]]:
     """Inverse of :func:`hf_config_updates`: the rope spec of a config.json, or None for plain RoPE.
 
     Our own ``longshort_rope`` key wins when present (exact round trip). Otherwise the transformers entry
     (``rope_scaling`` or ``rope_parameters``) is translated; ``max_seq_len`` is the length the scaling targets
-    (``max_position_embeddings``; for ``dynamic``, L * factor). Unsupported types raise ``ValueError``.
+    (``max_position_embeddings``; for ``dynamic``, L * factor). A top-level key the method names in
+    ``hf_top_level_keys`` wins over the entry's, as in transformers (Phi-3 keeps ``original_max_position_embeddings``
+    there). Unsupported types, and a spec its method cannot build for the config's head size (``check_spec``),
+    raise ``ValueError`` starting with ``where``.
     """
+    from torchtune_longshort.rope import ROPE_METHODS
+
     if config.get(SPEC_KEY):
-        return copy.deepcopy(config[SPEC_KEY])
-    entry = config.get("rope_scaling") or config.get("rope_parameters") or {}
+        spec = copy.deepcopy(config[SPEC_KEY])
+        cls = ROPE_METHODS.get(spec.get("method"))
+        if cls is not None:
+            cls.check_spec(spec, _rotary_dim(config), f"{where}: {SPEC_KEY}")
+        return spec
+    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    entry = dict(config.get(key) or {})
     kind = entry.get("rope_type") or entry.get("type") or "default"
     theta = float(entry.get("rope_theta") or config.get("rope_theta") or 10_000.0)
     max_pos = int(config.get("max_position_embeddings", 4096))
     if kind == "default":
         return None
-    from torchtune_longshort.rope import ROPE_METHODS
-
-    by_hf_type = {c.hf_rope_type: c for c in ROPE_METHODS.values() if c.hf_rope_type}
+    by_hf_type = {t: c for c in ROPE_METHODS.values() if c.hf_rope_type for t in (c.hf_rope_type,
+                                                                                   *c.hf_rope_type_aliases)}
     if kind not in by_hf_type:
         raise ValueError(
-            f"config.json rope type {kind!r} is not supported: expected one of default, "
+            f"{where}: rope type {kind!r} is not supported: expected one of default, "
             f"{', '.join(sorted(by_hf_type))} (or a '{SPEC_KEY}' entry written by torchtune_longshort)"
         )
-    return by_hf_type[kind].from_hf(entry, theta, max_pos)
+    cls = by_hf_type[kind]
+    entry.update({k: config[k] for k in cls.hf_top_level_keys if config.get(k) is not None})
+    cls.check_spec(entry, _rotary_dim(config), f"{where}: {key}")
+    return cls.from_hf(entry, theta, max_pos)
+
+
+def _rotary_dim(config: Dict[str, Any]) -> int:
+    """The rotated part of a head, as transformers computes it: ``head_dim`` (else hidden / heads) times
+    ``partial_rotary_factor``."""
+    head_dim = config.get("head_dim") or int(config.get("hidden_size", 0)) // max(1, int(config.get(
+        "num_attention_heads", 1)))
+    partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get(
+        "partial_rotary_factor") or 1.0
+    return int(head_dim * float(partial))
 
 
 def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> int:
@@ -197,11 +225,14 @@ def check_hf_config_consistent(config: Dict[str, Any], where: str = "config.json
     if not spec:
         return
     want = hf_config_updates(spec, hf_rope_types)
-    for key in ("rope_theta", "rope_scaling", "rope_parameters"):
+    top_level = tuple(k for k in _method_class(spec).hf_top_level_keys if k in want)
+    for key in ("rope_theta", "rope_scaling", "rope_parameters", *top_level):
         have = config.get(key)
         expected = want.get(key)
         if key == "rope_parameters" and have is not None and expected is not None:
             same = _same_entry(have, expected)
+        elif key in top_level:
+            same = have is not None and _same_entry({key: have}, {key: expected})
         elif key == "rope_theta":
             same = have is None or expected is None or abs(float(have) - float(expected)) <= 1e-6 * float(expected)
         else:

@@ -21,6 +21,7 @@ from torchtune_longshort.rope.base import DefaultRoPE, ScaledRoPE, check_head_di
 from torchtune_longshort.rope.clex import CLEXRoPE
 from torchtune_longshort.rope.linear import LinearRoPE
 from torchtune_longshort.rope.llama3 import Llama3RoPE
+from torchtune_longshort.rope.longrope import LongRoPE
 from torchtune_longshort.rope.ntk import DynamicNTKRoPE, NTKRoPE
 from torchtune_longshort.rope.ntk_by_parts import NTKByPartsRoPE
 from torchtune_longshort.rope.samplers import PoSEPositions, RandomPositions
@@ -37,6 +38,7 @@ ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = {
     "clex": CLEXRoPE,
     "llama3": Llama3RoPE,
     "ntk_by_parts": NTKByPartsRoPE,
+    "longrope": LongRoPE,
 }
 
 # The method of the Llama-2 builders when none is named (Position Interpolation, as the paper's Llama-2 runs).
@@ -101,6 +103,7 @@ __all__ = [
     "EABFRoPE",
     "CLEXRoPE",
     "Llama3RoPE",
+    "LongRoPE",
     "RandomPositions",
     "PoSEPositions",
     "eabf_query_scale",

@@ -52,6 +52,13 @@ def default_inv_freq(dim: int, base: float, device=None) -> torch.Tensor:
     return 1.0 / (base**exponent)
 
 
+def rope_cache(theta: torch.Tensor, max_seq_len: int, scale: float = 1.0) -> torch.Tensor:
+    """[max_seq_len, dim/2, 2] of (cos, sin) of ``position * theta`` times ``scale``, float32."""
+    positions = torch.arange(max_seq_len, dtype=torch.float32, device=theta.device)
+    angles = torch.outer(positions, theta.float())
+    return torch.stack([angles.cos() * scale, angles.sin() * scale], dim=-1)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """Rotate ``x`` [b, s, n_h, h_d] by angles whose cos/sin are [b or 1, s, 1, h_d/2] (float32).
 
@@ -99,6 +106,11 @@ class ScaledRoPE(nn.Module):
     # transformers' ``rope_type`` for this method (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``); None where the
     # method is a ``rope_theta`` change (``hf_theta``) or not representable.
     hf_rope_type: Optional[str] = None
+    # Older names of that type that config.json files on the hub still carry (transformers reads them as it).
+    hf_rope_type_aliases: Tuple[str, ...] = ()
+    # Keys of the ``to_hf`` entry that config.json also holds at its top level, where transformers reads them first
+    # (Phi-3's ``original_max_position_embeddings``): written there too, and read from there when present.
+    hf_top_level_keys: Tuple[str, ...] = ()
     # What of this method runs outside the recipe's compiled decoder layers (``compile: True``) and why, logged by
     # torchtune_longshort.training.compile_setup; None: all of it runs inside them (cos/sin and the rotation).
     # ``compile_eager_methods``: the methods of the module that compile_setup makes run eager inside the layers.
@@ -142,6 +154,11 @@ class ScaledRoPE(nn.Module):
     def from_hf(cls, entry: dict, theta: float, max_position_embeddings: int) -> dict:
         """Inverse of :meth:`to_hf`: a spec from a transformers ``rope_scaling`` entry of ``hf_rope_type``."""
         raise NotImplementedError(f"{cls.__name__} has no transformers rope_type")
+
+    @classmethod
+    def check_spec(cls, spec: dict, head_dim: int, where: str = "rope spec") -> None:
+        """Refuse a spec (read from a config.json) that cannot build for ``head_dim``, before anything is built;
+        ``where`` starts the message. Nothing to check for most methods."""
 
     def __init__(self, dim: int, max_seq_len: int, base: float = 10_000.0, layout: str = "interleaved") -> None:
         super().__init__()
@@ -201,11 +218,7 @@ class ScaledRoPE(nn.Module):
 
     def build_rope_cache(self, max_seq_len: int) -> None:
         """Cache [max_seq_len, dim/2, 2] of (cos, sin) * ``attention_scaling``, float32."""
-        positions = torch.arange(max_seq_len, dtype=torch.float32, device=self.theta.device)
-        angles = torch.outer(positions, self.theta.float())
-        scale = self.attention_scaling
-        cache = torch.stack([angles.cos() * scale, angles.sin() * scale], dim=-1)
-        self.register_buffer("cache", cache, persistent=False)
+        self.register_buffer("cache", rope_cache(self.theta, max_seq_len, self.attention_scaling), persistent=False)
 
     # --- forward -------------------------------------------------------------------------------------------
     def check_positions(self, seq_len: int, input_pos: Optional[torch.Tensor]) -> None:
