@@ -139,3 +139,39 @@ def test_f1_a_folder_a_refused_setup_made_is_taken_back_and_a_user_file_kept(tmp
     (kept / "notes.txt").write_text("mine")
     lock.release(discard=True)
     assert (kept / "notes.txt").read_text() == "mine" and not (kept / ".lock").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------- F6
+def test_f6_tokenizer_past_the_model_vocabulary_is_refused_before_the_folder(recipe_cls, tmp_path, sp_tokenizer_dir):
+    """F6: a tokenizer with more ids than the model's ``vocab_size`` is refused from the config's declared size,
+    before the folder is claimed (it was found after the build, and from scratch after step_0 was written)."""
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"tokenizer vocabulary \(512 ids.*256 rows: model.vocab_size=256\)"):
+        recipe_cls(tiny_cfg(out, sp_tokenizer_dir, **{"model.vocab_size": 256})).setup()
+    assert not out.exists()
+
+
+def test_f6_validation_larger_than_its_data_is_refused_before_the_folder(recipe_cls, tmp_path, sp_tokenizer_dir):
+    """F6: ``validation.num_sequences`` past what its source holds is refused naming the field, before the folder
+    is claimed."""
+    out = tmp_path / "run"
+    val = {"dataset": {"_component_": "torchtune_longshort.data.corpus.stdlib", "limit": 1}, "seq_len": 64,
+           "num_sequences": 100000}
+    with pytest.raises(ValueError, match=r"validation.num_sequences=100000 at validation.seq_len=64: .*holds only"):
+        recipe_cls(tiny_cfg(out, sp_tokenizer_dir, validation=val)).setup()
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------- F7
+def test_f7_model_dimensions_against_the_checkpoint_are_named_before_the_folder(recipe_cls, tmp_path,
+                                                                               tiny_llama2_dir, sp_tokenizer_dir):
+    """F7: model dimensions that differ from the start checkpoint's ``config.json`` are refused naming each key and
+    both values, in the config check (torch's raw ``size mismatch`` list came after the folder was claimed)."""
+    from recipe_config import make_cfg
+
+    out = tmp_path / "run"
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **{"model.embed_dim": 128, "model.num_layers": 3})
+    with pytest.raises(ValueError, match=r"model dimensions differ from the start checkpoint .*model.num_layers=3 "
+                                         r"\(its config.json: 2\), model.embed_dim=128 \(its config.json: 64\)"):
+        recipe_cls(cfg).setup()
+    assert not out.exists()

@@ -49,7 +49,7 @@ from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
 )
 from torchtune_longshort.training.recipe_config import (
-    check_built_model, input_paths, load_recipe_config, written_names,
+    check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, written_names,
 )
 from torchtune_longshort.training.resume import apply_resume_changes, read_resume_state, restore_optimizer
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -97,8 +97,7 @@ class LongShortFinetuneRecipe:
         self._saved_step = None  # the step of the last checkpoint this process wrote
         self.stop_signals = StopSignals()  # recipe_main installs its handlers
         self.stopped_by = 0
-        # Called with (step, staged folder) after a checkpoint is fully written and before it is renamed into
-        # place: a place for a caller's own check or copy (and for tests that kill a save in flight).
+        # (step, staged folder) -> None, called once a checkpoint is fully written, before it is renamed into place
         self.before_commit = None
 
     # ------------------------------------------------------------------ setup
@@ -112,12 +111,15 @@ class LongShortFinetuneRecipe:
             raise
 
     def _setup(self) -> None:
-        # Tokenizer and data first: a tokenizer or a data file that cannot be read leaves no output folder behind.
+        # Inputs first: a tokenizer that does not fit the model, or data unreadable or too short, leaves no folder.
         cfg = self.config
         self._tokenizer = config.instantiate(cfg.tokenizer.node())
+        check_tokenizer_vocab(cfg, self._tokenizer)
         self._documents = build_documents(cfg.dataset, self._tokenizer)
         if not cfg.resume:
             check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)
+        self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize,
+                                                declared_vocab(cfg)[0])
         recipe_state = self._setup_output_dir()
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
@@ -188,9 +190,8 @@ class LongShortFinetuneRecipe:
     def _setup_lr_scheduler(self):
         if self.config.lr_scheduler is None:
             return None
-        return config.instantiate(
-            self.config.lr_scheduler.node(), self._optimizer, num_training_steps=self.max_steps, last_epoch=-1
-        )
+        return config.instantiate(self.config.lr_scheduler.node(), self._optimizer, num_training_steps=self.max_steps,
+                                  last_epoch=-1)
 
     def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
         """Optimizer and LR schedule from the recipe state, then the changes a resumed run means."""
@@ -209,8 +210,7 @@ class LongShortFinetuneRecipe:
         return self._tokenizer.encode(text, add_bos=True, add_eos=True)
 
     def _setup_data(self, recipe_state: Optional[Dict[str, Any]]) -> DualWindowBatcher:
-        """The dual-window batcher (resumed at its saved position), the optional position sampler and the
-        validation sequences."""
+        """The dual-window batcher (resumed at its saved position) and the optional position sampler."""
         cfg = self.config
         stream = PackedTokenStream(self._documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
         batcher = DualWindowBatcher(
@@ -232,7 +232,6 @@ class LongShortFinetuneRecipe:
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
             cfg.order_seed, self.rank, recipe_state,
         )
-        self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize, self.model_vocab)
         return batcher
 
     # ------------------------------------------------------------------ checkpoint
@@ -360,8 +359,7 @@ class LongShortFinetuneRecipe:
         return out
 
     def release_output_dir(self, discard: bool = False) -> None:
-        """Give up the output folder's lock (also after a failure, so the next run need not wait for a dead PID);
-        ``discard``: a folder this run made is removed (:meth:`OutputDirLock.release`)."""
+        """Give up the output folder's lock (also after a failure); ``discard``: remove a folder this run made."""
         if getattr(self, "_lock", None) is not None:
             self._lock.release(discard=discard)
 

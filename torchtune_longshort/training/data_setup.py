@@ -14,6 +14,7 @@ from torchtune import config
 
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.training.recipe_config.values import resolve_component
@@ -36,12 +37,20 @@ def check_first_sample(documents, tokenize, vocab_size: int, need: int) -> None:
     PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size).take(need - 1)
 
 
-def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: int):
-    """The fixed-length token sequences of the optional ``validation`` section (None without it)."""
+def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: Optional[int]):
+    """The fixed-length token sequences of the optional ``validation`` section (None without it), read before the
+    output folder is claimed (a source that holds too few is refused naming both fields); ``vocab_size``: the
+    model's, where the config declares it (ids past it are refused)."""
     if validation is None:
         return None
     documents = build_documents(validation.dataset, tokenizer, "validation.dataset")
-    return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
+    try:
+        return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
+    except DataRecordError:
+        raise
+    except ValueError as e:  # the source ran out
+        raise ValueError(f"validation.num_sequences={validation.num_sequences} at validation.seq_len="
+                         f"{validation.seq_len}: {e}. Lower either, or give validation.dataset more text") from None
 
 
 def check_corpus_length(documents, tokenizer, need: int) -> None:

@@ -13,7 +13,9 @@ from typing import Any
 from torchtune_longshort.training.recipe_config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
-from torchtune_longshort.training.recipe_config.rules import check_built_model, check_rules
+from torchtune_longshort.training.recipe_config.rules import (
+    check_built_model, check_rules, check_tokenizer_vocab, declared_vocab,
+)
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
 
 
@@ -31,4 +33,5 @@ def load_recipe_config(cfg: Any, world_size: int = 1) -> RecipeConfig:
     return config
 
 
-__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "input_paths", "load_recipe_config", "written_names"]
+__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer_vocab", "declared_vocab", "input_paths",
+           "load_recipe_config", "written_names"]

@@ -5,7 +5,7 @@ length rule (:func:`check_built_model`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -28,6 +28,7 @@ def check_rules(config: RecipeConfig, world_size: int) -> None:
     _check_min_context(config)
     check_positions(config, config.model.declared_positions(), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
+    _check_checkpoint_dimensions(config)
     _check_scheduler(config)
 
 
@@ -101,14 +102,65 @@ def _check_scheduler(config: RecipeConfig) -> None:
         raise ValueError(f"lr_scheduler: {e}") from None
 
 
+def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
+    """The model node's explicit dimensions against the start checkpoint's ``config.json`` (torch would list every
+    tensor whose size differs, after the folder is claimed): the differing keys named, both values."""
+    start = config.checkpointer.checkpoint_dir
+    if start is None:
+        return
+    from torchtune_longshort.models.families import _dims as checkpoint_dims
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.training.model_setup import model_kwargs
+
+    folder = CheckpointFolder.open(start)
+    given = model_kwargs(config.model.args)
+    theirs = checkpoint_dims(folder.config, str(folder.path / "config.json"))
+    if given.get("num_kv_heads") is None and "num_heads" in given:
+        theirs.pop("num_kv_heads")  # the builder's default follows num_heads, compared there
+    differ = [k for k in theirs if given.get(k) is not None and given[k] != theirs[k]]
+    if differ:
+        raise ValueError(
+            f"model dimensions differ from the start checkpoint checkpointer.checkpoint_dir={start!r}: "
+            + ", ".join(f"model.{k}={given[k]!r} (its config.json: {theirs[k]!r})" for k in differ)
+            + ". Set them to the checkpoint's, or build the model with torchtune_longshort.models.hf_decoder, which "
+            "reads them from the folder")
+
+
+def declared_vocab(config: RecipeConfig) -> Tuple[Optional[int], str]:
+    """``(vocabulary size, the field that says it)`` of the model the config builds, as far as the config says it
+    before the build: the model node's ``vocab_size``, else the start checkpoint's ``config.json``; (None, "")."""
+    from torchtune_longshort.training.model_setup import model_kwargs
+
+    vocab = model_kwargs(config.model.args).get("vocab_size")
+    if isinstance(vocab, int):
+        return vocab, f"model.vocab_size={vocab}"
+    if config.checkpointer.checkpoint_dir is not None:
+        from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+        folder = CheckpointFolder.open(config.checkpointer.checkpoint_dir)
+        return folder.vocab_size, f"vocab_size {folder.vocab_size} of {str(folder.path / 'config.json')!r}"
+    return None, ""
+
+
+def check_tokenizer_vocab(config: RecipeConfig, tokenizer: Any, model_vocab: Optional[int] = None,
+                          how: str = "") -> None:
+    """The tokenizer's ids fit the model's embedding table: ``model_vocab`` rows (``how`` names where that comes
+    from), by default the size the config declares (:func:`declared_vocab`), so it is asked before the output
+    folder is claimed."""
+    if model_vocab is None:
+        model_vocab, how = declared_vocab(config)
+    tok_vocab = getattr(tokenizer, "vocab_size", None)
+    if model_vocab is not None and tok_vocab is not None and tok_vocab > model_vocab:
+        raise ValueError(f"tokenizer vocabulary ({tok_vocab} ids, tokenizer.path={config.tokenizer.path}) does not fit "
+                         f"the model's embedding table ({model_vocab} rows: {how}): tokenizer and model do not match; "
+                         "use the model's own tokenizer, or a model with a vocabulary that large")
+
+
 def check_built_model(config: RecipeConfig, model: Any, tokenizer: Any, rope_spec: Optional[dict]) -> int:
     """After the build: the tokenizer's vocabulary fits the embedding table, and the lengths fit the built model's
     positions. Returns the model's vocabulary size."""
     model_vocab = model.tok_embeddings.num_embeddings
-    tok_vocab = getattr(tokenizer, "vocab_size", None)
-    if tok_vocab is not None and tok_vocab > model_vocab:
-        raise ValueError(f"tokenizer vocabulary ({tok_vocab} ids, tokenizer.path={config.tokenizer.path}) does not fit "
-                         f"the model's embedding table ({model_vocab} rows): tokenizer and model do not match")
+    check_tokenizer_vocab(config, tokenizer, model_vocab, "as built")
     method = (rope_spec or {}).get("method", "default (no RoPE scaling)")
     check_positions(config, getattr(model, "max_seq_len", None), f"{method}, as built")
     return model_vocab
