@@ -1,5 +1,5 @@
 """LongRoPE (Ding et al. 2024, "LongRoPE: Extending LLM context window beyond 2 million tokens"), as Phi-3-mini-128k,
-Phi-3.5-mini and Phi-4-mini run it.
+Phi-3.5-mini and Phi-4-mini run it (the last rotates part of each head, which torchtune's phi3 builder does not).
 
 Each rotated pair i has its own divisor of the inverse frequency, found by the paper's search: ``theta_i =
 base^(-2i/d) / lambda_i``. A model ships two such lists, ``short_factor`` and ``long_factor`` (d/2 entries each),
