@@ -260,14 +260,19 @@ def test_checkpoint_round_trip(tmp_path, small_ckpt, sp_tokenizer_dir, method):
         assert (out / "longshort_rope" / "rope_params.safetensors").is_file()
 
 
-@pytest.mark.parametrize("method", ["yarn", "clex", "llama3"])
+# head_dim 16: 8 divisors each (LongRoPE's two caches are rebuilt by rope_init too)
+LONGROPE = {"short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6], "long_factor": [1.0, 1.5, 2, 3, 4, 5, 6, 8]}
+
+
+@pytest.mark.parametrize("method", ["yarn", "clex", "llama3", "longrope"])
 def test_meta_device_init_then_rope_init_like_distributed_recipes(method):
     """torchtune's distributed recipes build on meta, to_empty, load weights, then call rope_init()."""
+    kwargs = LONGROPE if method == "longrope" else {}
     ref = tiny("llama2")
-    apply_rope_scaling(ref, method, TARGET)
+    apply_rope_scaling(ref, method, TARGET, **kwargs)
     with torch.device("meta"):
         model = tiny("llama2")
-        apply_rope_scaling(model, method, TARGET)
+        apply_rope_scaling(model, method, TARGET, **kwargs)
     model = model.to_empty(device="cpu")
     model.load_state_dict(ref.state_dict())
     for m in model.modules():

@@ -123,7 +123,8 @@ class LongRoPE(ScaledRoPE):
         self.original_max_seq_len = check_positive_int("original_max_seq_len", original_max_seq_len)
         self.factor = check_factor("factor", factor)
         if attention_factor is not None and (isinstance(attention_factor, bool) or not attention_factor > 0):
-            raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or None")
+            raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or "
+                             "None")
         self._attention_factor = None if attention_factor is None else float(attention_factor)
         self.rope_init()
 
