@@ -57,3 +57,40 @@ def test_correlation_drops_missing_and_handles_degenerate_input():
     assert got["n"] == 3 and got["pearson"] == pytest.approx(1.0) and got["pearson_lo"] is None  # n <= 3
     assert correlation([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0])["pearson"] is None  # constant x
     assert correlation([1.0, 2.0], [1.0, 2.0])["spearman"] is None
+
+
+def _brute_force_p(x, y):
+    """Two-sided permutation p of Spearman's rho, enumerating every pairing: rho of a pairing is Pearson's r of
+    the ranks (a permutation of ``y`` permutes its average ranks), the observed one scipy's spearmanr."""
+    import itertools
+
+    import numpy as np
+
+    obs = abs(stats.spearmanr(x, y).statistic)
+    rx, ry = stats.rankdata(x), np.array(list(itertools.permutations(stats.rankdata(y))))
+    rx, ry = rx - rx.mean(), ry - ry.mean(axis=1, keepdims=True)
+    rho = (ry @ rx) / np.sqrt((ry ** 2).sum(axis=1) * (rx ** 2).sum())
+    return float(np.mean(np.abs(rho) >= obs - 1e-12))
+
+
+@pytest.mark.parametrize("x,y", [
+    ([0.1, 0.5, 0.3, 0.9, 0.7, 0.2], [1.0, 2.5, 2.0, 4.0, 3.9, 0.5]),  # n = 6, no ties
+    ([3.0, 1.0, 4.0, 1.5, 5.0, 9.0, 2.6], [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]),  # n = 7, a binary figure (passkey)
+    ([1.0, 1.0, 2.0, 3.0, 5.0], [2.0, 1.0, 4.0, 3.0, 3.0]),  # ties on both sides: the null is not symmetric
+])
+def test_spearman_permutation_p_is_exact_at_small_n(x, y):
+    from torchtune_longshort.study.stats import spearman_permutation_p
+
+    assert spearman_permutation_p(x, y) == pytest.approx(_brute_force_p(x, y), abs=1e-12)
+
+
+def test_spearman_permutation_p_sampled_beyond_exact_and_degenerate_input():
+    from torchtune_longshort.study.stats import spearman_permutation_p
+
+    x, y = [0.3, 1.2, 0.8, 2.0, 1.9, 0.1, 1.4], [2.0, 3.1, 2.2, 4.0, 3.0, 1.5, 2.4]
+    exact = _brute_force_p(x, y)
+    sampled = spearman_permutation_p(x, y, exact_up_to=5, n_resamples=2000)  # 7 > 5: 2000 of the 5040 pairings
+    assert sampled == pytest.approx(exact, abs=0.01) and sampled != exact
+    assert spearman_permutation_p(x + [None, float("nan")], y + [5.0, 1.0]) == pytest.approx(exact)  # pairs dropped
+    assert spearman_permutation_p([1.0, 2.0], [2.0, 1.0]) is None  # n < 3
+    assert spearman_permutation_p([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0]) is None  # constant x

@@ -116,3 +116,9 @@ def provenance_markdown(block: Dict[str, Any]) -> str:
         s = block["stdlib_corpus"]
         lines.append(f"- stdlib corpus: sha256 {s['sha256'][:16]}… ({s['files']} files, {s['bytes']} bytes)")
     return "\n".join(lines)
+
+
+def differs(recorded: Dict[str, Any], current: Dict[str, Any]) -> bool:
+    """Whether a provenance block recorded with a result (when it was computed) differs from ``current`` in anything
+    but the device: another commit, uncommitted changes, package versions, Python, or stdlib corpus."""
+    return {k: v for k, v in recorded.items() if k != "device"} != {k: v for k, v in current.items() if k != "device"}

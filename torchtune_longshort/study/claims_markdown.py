@@ -27,7 +27,8 @@ def _length(x: Any) -> str:
     return length_label(x) if isinstance(x, int) else str(x)
 
 
-def _table(header: List[str], rows: List[List[str]]) -> List[str]:
+def md_table(header: List[str], rows: List[List[str]]) -> List[str]:
+    """A Markdown table (its lines, then a blank one); ``|`` and newlines in cells escaped."""
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     out = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
     return out + ["| " + " | ".join(map(esc, r)) + " |" for r in rows] + [""]
@@ -37,7 +38,7 @@ def _comparisons(comps: List[Dict[str, Any]], extra: Optional[List[str]] = None)
     extra = extra or []
     rows = [[c["treated"], c["control"], c["family"], _length(c["length"])] + [str(c.get(k, "")) for k in extra]
             + [_interval(c), c["direction"]] for c in comps]
-    return _table(["configuration", "against", "score", "length"] + extra
+    return md_table(["configuration", "against", "score", "length"] + extra
                   + ["paired difference, mean [95% CI]", "direction"], rows)
 
 
@@ -47,7 +48,7 @@ def ce_section(rows: List[Dict[str, Any]]) -> List[str]:
           "fine-tunes (mean over seeds); ratio < 1: the fine-tune is better than the base.", ""]
     body = [[r["method"], length_label(r["length"]), _f(r["base"]), _f(r["ce_mean"]), str(r["n"]), _f(r["ratio"], 3)]
             for r in rows]
-    return md + _table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
+    return md + md_table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
 
 
 def base_section(b: Optional[Dict[str, Any]], cfg: "StudyConfig") -> List[str]:
@@ -70,10 +71,10 @@ def base_section(b: Optional[Dict[str, Any]], cfg: "StudyConfig") -> List[str]:
     if short:  # a reading the gate does not use would have refused this base: say so where the reader looks
         md += [f"The {' and the '.join(short)} is below base.min_ppl_ratio = {need}: by that reading this base "
                f"does not fail beyond L0 as much as the gate asks; the grid ran on the {measure} ratio.", ""]
-    md += _table(["length", "ppl", "ratio to L0"], [[length_label(r["length"]), _f(r["ppl"]), _f(r["ratio"], 3)]
+    md += md_table(["length", "ppl", "ratio to L0"], [[length_label(r["length"]), _f(r["ppl"]), _f(r["ratio"], 3)]
                                                       for r in b["rows"]])
     md += [f"Per-position ppl inside the {length_label(b['curve_length'])}-token sequences:", ""]
-    md += _table(["positions", "ppl"], [[f"[{r['lo']}, {r['hi']})", _f(r["ppl"])] for r in b["bins"]])
+    md += md_table(["positions", "ppl"], [[f"[{r['lo']}, {r['hi']})", _f(r["ppl"])] for r in b["bins"]])
     return md
 
 
@@ -90,14 +91,15 @@ def claim_section(c: Dict[str, Any]) -> List[str]:
         md += [f"Rule: {c['rule']}.", ""]
     md += [f"Measured here: {c.get('reason', '')}.", ""]
     if c.get("per_method"):
-        md += _table(["method", "verdict", "why"], [[m, v["verdict"], v["reason"]] for m, v in c["per_method"].items()])
+        md += md_table(["method", "verdict", "why"],
+                       [[m, v["verdict"], v["reason"]] for m, v in c["per_method"].items()])
     if c.get("correlations"):
         body = [[r["predictor"], r["target"], str(r["n"]),
                  f"{_f(r['pearson'], 3)} [{_f(r['pearson_lo'], 3)}, {_f(r['pearson_hi'], 3)}]",
                  f"{_f(r['spearman'], 3)} [{_f(r['spearman_lo'], 3)}, {_f(r['spearman_hi'], 3)}]"]
                 for r in c["correlations"]]
         md += [f"Across {c['n_checkpoints']} fine-tuned checkpoints (every configuration and seed):", ""]
-        md += _table(["predictor", "target", "n", "Pearson r [95% CI]", "Spearman rho [95% CI]"], body)
+        md += md_table(["predictor", "target", "n", "Pearson r [95% CI]", "Spearman rho [95% CI]"], body)
     if c.get("comparisons"):
         extra = ["e_range", "expected"] if c["id"] == "table7" else ["divergence", "alpha"] if c["id"] == "divergence" else []
         md += _comparisons(c["comparisons"], extra)
@@ -114,7 +116,7 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
              _f(r["means"].get("entropy")), _f(r["means"].get("loss_pos_lt_L")), _f(r["means"].get("loss_pos_ge_L")),
              _f(r["means"].get("ppl_top")), _f(r["means"].get("passkey_depth_0"), 3),
              _f(r["means"].get("passkey_digits_depth_0"), 3)] for r in rows]
-    return md + _table(["configuration", "method", "alpha", "variant", "entropy", "loss, pos < L",
+    return md + md_table(["configuration", "method", "alpha", "variant", "entropy", "loss, pos < L",
                         "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
 
 
@@ -125,7 +127,7 @@ def claims_markdown(analysis: Dict[str, Any], cfg: "StudyConfig") -> List[str]:
           "difference favours the configuration); accuracies: higher is better. `direction` is `better` / "
           "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed.", ""]
     verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
-    md += _table(["claim", "verdict", "in short"], verdicts)
+    md += md_table(["claim", "verdict", "in short"], verdicts)
     md += base_section(analysis.get("base_failure"), cfg)
     md += ce_section(analysis["ce_vs_base"])
     md += methods_section(analysis["methods"])

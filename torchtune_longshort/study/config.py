@@ -26,7 +26,7 @@ import copy
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import yaml
 
@@ -36,6 +36,7 @@ from torchtune_longshort.study.base_config import BaseConfig
 from torchtune_longshort.study.eval_config import EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Variants, build_grid, merged, methods
+from torchtune_longshort.study.schema import check_keys
 from torchtune_longshort.study.stages import recipe_module
 from torchtune_longshort.training.recipe_config.fields import build_section
 from torchtune_longshort.training.recipe_config.values import boolean, integer, length, number, text
@@ -162,23 +163,37 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
 
     Raises ``StudyConfigError`` naming the field, its value and what is accepted, before anything is trained.
     """
-    from torchtune_longshort.study.schema import check_recipe_overrides, check_study_keys
+    from torchtune_longshort.study.schema import check_recipe_overrides
 
+    root = Path(repo_root or Path.cwd()).resolve()
+    cfg = read_config(path, StudyConfig, "study", quick=quick, repo_root=root, quick_replaces=_QUICK_REPLACES)
+    _refused(lambda: cfg.check_files(root))
+    _refused(lambda: check_recipe_overrides(cfg, root))
+    return cfg
+
+
+def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, repo_root: Optional[Path] = None,
+                quick_replaces: Sequence[str] = ()) -> Any:
+    """A YAML of one of the study's experiments as section ``cls`` (a :class:`StudySection` with ``quick`` and
+    ``config_path`` fields), checked: unknown keys at every level and in the ``quick`` overlay, the
+    :data:`MARKER_KEY` node, every field. With ``quick`` the overlay is merged over the whole config (the keys of
+    ``quick_replaces`` replace the full config's instead). ``StudyConfigError`` (``<kind> config: ...``) naming the
+    field, its value and what is accepted; ``FileNotFoundError`` for a missing file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"study config {str(path)!r} does not exist")
+        raise FileNotFoundError(f"{kind} config {str(path)!r} does not exist")
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
-        raise StudyConfigError(f"study config {str(path)!r}: expected a mapping at the top level")
-    _refused(lambda: check_study_keys(raw))
+        raise StudyConfigError(f"{kind} config {str(path)!r}: expected a mapping at the top level")
+    _refused(lambda: check_keys(cls, raw), kind)
     marker = raw.pop(MARKER_KEY, None)
     if marker is not None and (not isinstance(marker, dict) or marker.get("_component_") != MARKER_COMPONENT):
-        raise StudyConfigError(f"study config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
+        raise StudyConfigError(f"{kind} config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
                                "(it makes `tune validate` refuse the file)")
     quick_over = raw.pop("quick", None) or {}
-    node = _refused(lambda: merged(raw, quick_over)) if quick else raw
+    node = _refused(lambda: merged(raw, quick_over), kind) if quick else raw
     if quick:
-        for key in _QUICK_REPLACES:  # a quick grid is smaller: its methods replace the full list, not add to it
+        for key in quick_replaces:  # a quick grid is smaller: its list replaces the full one, not adds to it
             if key in quick_over:
                 node[key] = copy.deepcopy(quick_over[key])
     root = Path(repo_root or Path.cwd()).resolve()
@@ -186,15 +201,12 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
         config_path = str(path.resolve().relative_to(root))
     except ValueError:
         config_path = str(path)
-    cfg = _refused(lambda: StudyConfig.from_mapping({**node, "quick": bool(quick), "config_path": config_path}))
-    _refused(lambda: cfg.check_files(root))
-    _refused(lambda: check_recipe_overrides(cfg, root))
-    return cfg
+    return _refused(lambda: build_section(cls, {**node, "quick": bool(quick), "config_path": config_path}), kind)
 
 
-def _refused(check: Callable[[], Any]) -> Any:
+def _refused(check: Callable[[], Any], kind: str = "study") -> Any:
     """Run ``check``; its refusal (an unknown key, a bad value) becomes a :class:`StudyConfigError`."""
     try:
         return check()
     except (KeyError, ValueError) as e:
-        raise StudyConfigError(f"study config: {e.args[0] if isinstance(e, KeyError) and e.args else e}") from None
+        raise StudyConfigError(f"{kind} config: {e.args[0] if isinstance(e, KeyError) and e.args else e}") from None

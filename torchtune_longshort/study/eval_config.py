@@ -1,15 +1,20 @@
 """The study's ``eval`` section: what lm-eval runs on every checkpoint (lengths and sample counts per task family,
 BABILong, LongBench-E), on which device and context, and where each family's numbers sit in a run's results
-(:func:`metric_of`). The tasks themselves are the pack's registry's (:data:`torchtune_longshort.eval.tasks.TASK_FAMILIES`).
+(:func:`metric_of`), and the ``python -m torchtune_longshort.eval run`` command that evaluates a checkpoint with it
+(:meth:`EvalConfig.task_metadata`, :meth:`EvalConfig.command`). The tasks themselves are the pack's registry's
+(:data:`torchtune_longshort.eval.tasks.TASK_FAMILIES`).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
-from torchtune_longshort.eval.tasks.common.lengths import per_depth, per_length
+from torchtune_longshort.eval.tasks.common.lengths import lengths_key, per_depth, per_length
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study import values
 from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, length, text
@@ -137,3 +142,25 @@ class EvalConfig(StudySection):
     def metadata_value(self, key: str, default: Any = None) -> Any:
         """A key of ``metadata`` (the pack's tasks' own keys; ``default``: the task's default for it)."""
         return (self.metadata or {}).get(key, default)
+
+    def task_metadata(self, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The lm-eval ``--metadata`` of an evaluation: each family's source, sample count and lengths, then
+        ``extra`` (data folders the caller made), then ``metadata`` (the config's own keys win)."""
+        out = {"ppl_source": self.ppl_source, "ppl_num_samples": self.ppl_num_samples,
+               "passkey_num_samples": self.passkey_num_samples, "mis_num_samples": self.mis_num_samples,
+               **{lengths_key(FAMILY_METADATA_PREFIX[f]): self.lengths_of(f) for f in FAMILY_TASK}}
+        out.update(extra or {})
+        out.update(self.metadata or {})
+        return out
+
+    def command(self, model_args: Dict[str, Any], tasks: Sequence[str], output_path: Path, metadata: Dict[str, Any],
+                root: Path) -> List[str]:
+        """``python -m torchtune_longshort.eval run --model longshort ...``: ``tasks`` on the checkpoint that
+        ``model_args`` names (``pretrained=...``; ``dtype`` is this section's), results and samples under
+        ``output_path``, ``include_path`` resolved against ``root``."""
+        args = {**model_args, "dtype": self.dtype}
+        return [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
+                "--model_args", ",".join(f"{k}={v}" for k, v in args.items()),
+                *(["--include_path", str(Path(root) / self.include_path)] if self.include_path else []),
+                "--tasks", ",".join(tasks), "--output_path", str(output_path), "--log_samples",
+                "--batch_size", str(self.batch_size), "--device", str(self.device), "--metadata", json.dumps(metadata)]

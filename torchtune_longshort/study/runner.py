@@ -35,9 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
-from torchtune_longshort.eval.tasks.common.lengths import lengths_key
 from torchtune_longshort.study.config import StudyConfig
-from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
+from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import RunConfigs
 from torchtune_longshort.study.stages import (StageError, error_line, log_tail, run_command, steps_in, train_summary,
@@ -125,17 +124,13 @@ class Study(RunConfigs):
     def task_metadata(self, babilong_dir: Optional[Path] = None) -> Dict[str, Any]:
         """The lm-eval ``--metadata`` of every evaluation (``babilong_dir``: the generated BABILong data); the study's
         pre-flight check reads the same (:mod:`torchtune_longshort.study.preflight`)."""
-        ev = self.cfg.eval
-        metadata = {"ppl_source": ev.ppl_source, "ppl_num_samples": ev.ppl_num_samples,
-                    "passkey_num_samples": ev.passkey_num_samples, "mis_num_samples": ev.mis_num_samples,
-                    **{lengths_key(FAMILY_METADATA_PREFIX[f]): ev.lengths_of(f) for f in FAMILY_TASK}}
+        ev, extra = self.cfg.eval, {}
         if babilong_dir is not None:
-            metadata.update({TASK_FAMILIES["babilong"].data_dir_key: str(babilong_dir),
-                             "max_seq_lengths": ",".join(ev.babilong.lengths)})
+            extra.update({TASK_FAMILIES["babilong"].data_dir_key: str(babilong_dir),
+                          "max_seq_lengths": ",".join(ev.babilong.lengths)})
         if TASK_FAMILIES["longbench_e"].task in self.eval_tasks():
-            metadata[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
-        metadata.update(ev.metadata or {})
-        return metadata
+            extra[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
+        return ev.task_metadata(extra)
 
     # ------------------------------------------------------------------ stages
     def _train(self, key: str, run: Optional[Run]) -> Tuple[Path, bool]:
@@ -231,14 +226,8 @@ class Study(RunConfigs):
                 spec_file.unlink(missing_ok=True)
                 shutil.rmtree(eval_dir)
         model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev.max_length,
-                      "allow_extrapolation": str(extrapolate).lower(), "dtype": ev.dtype}
-        metadata = self.task_metadata(self._babilong_data())
-        argv = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
-                "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
-                *(["--include_path", str(self.root / ev.include_path)] if ev.include_path else []),
-                "--tasks", ",".join(tasks),
-                "--output_path", str(eval_dir), "--log_samples",
-                "--batch_size", str(ev.batch_size), "--device", str(ev.device), "--metadata", json.dumps(metadata)]
+                      "allow_extrapolation": str(extrapolate).lower()}
+        argv = ev.command(model_args, tasks, eval_dir, self.task_metadata(self._babilong_data()), self.root)
         log_path = rdir / "eval.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:

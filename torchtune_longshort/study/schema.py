@@ -42,31 +42,36 @@ def _walk(cls: type, node: Any, where: str, extra: Iterable[str] = (), skip: Ite
             f.metadata["check"](path, value)
 
 
+def check_keys(cls: type, raw: Mapping[str, Any]) -> None:
+    """Unknown keys at every level of a YAML whose top level is section ``cls`` and of its ``quick`` overlay (which
+    holds keys of the same levels), and the fields whose check reads names only (RoPE method names, task metadata
+    keys)."""
+    _walk(cls, raw, "", extra=_NOT_FIELDS, skip=_SET_BY_LOADER)
+    if isinstance(raw.get("quick"), Mapping):
+        _walk(cls, raw["quick"], "quick", skip=_SET_BY_LOADER)
+
+
 def check_study_keys(raw: Mapping[str, Any]) -> None:
-    """Unknown keys at every level of a study YAML and of its ``quick`` overlay (which holds keys of the same
-    levels), RoPE method names and task metadata keys."""
+    """:func:`check_keys` of a study YAML."""
     from torchtune_longshort.study.config import StudyConfig
 
-    _walk(StudyConfig, raw, "", extra=_NOT_FIELDS, skip=_SET_BY_LOADER)
-    if isinstance(raw.get("quick"), Mapping):
-        _walk(StudyConfig, raw["quick"], "quick", skip=_SET_BY_LOADER)
+    check_keys(StudyConfig, raw)
 
 
 def check_recipe_overrides(cfg, repo_root: Optional[Path] = None) -> None:
-    """The recipe config of the pre-training and of one run per method and variant of the
-    :class:`~torchtune_longshort.study.config.StudyConfig` ``cfg``, as the runner writes them, built with the recipe's
-    typed config (keys and values; files that do not exist yet are not asked for)."""
+    """The recipe config of the pre-training and of every run of the
+    :class:`~torchtune_longshort.study.config.StudyConfig` ``cfg``, as the runner writes them, checked by the recipe's
+    own config check (:func:`~torchtune_longshort.training.recipe_config.load_recipe_config`: keys, values and the
+    rules between fields; files that do not exist yet are not asked for), before the base trains."""
     from torchtune_longshort.study.runner import Study
 
     study = Study(cfg, output_dir="/nonexistent/study-check", repo_root=repo_root)
-    seen, todo = set(), []
+    todo = []
     if not cfg.base.given:
         todo.append(("base", None, "base.pretrain.overrides / recipe_overrides"))
-    for run in cfg.grid:
-        if (run.method, run.variant) not in seen:
-            seen.add((run.method, run.variant))
-            todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
-                                       + (f" / variants.{run.variant}" if run.variant else "")))
+    for run in cfg.grid:  # every run: seeds and alphas meet the rules between fields too (window_bos needs alpha 0)
+        todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
+                                   + (f" / variants.{run.variant}" if run.variant else "")))
     for key, run, source in todo:
         try:
             study.recipe_fields(key, run)

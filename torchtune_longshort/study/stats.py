@@ -7,6 +7,7 @@ Everything here is a pure function of lists of numbers, so the report's figures 
   and a Student-t interval over the seeds.
 - :func:`correlation`: Pearson's r with the Fisher-z interval, and Spearman's rho (Pearson on average ranks) with
   the Fisher-z interval whose standard error is ``sqrt(1.06 / (n - 3))`` (Fieller, Hartley and Pearson, 1957).
+- :func:`spearman_permutation_p`: the permutation p-value of Spearman's rho (exact at small n).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import statistics
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 from scipy import stats as _st
 
 from torchtune_longshort.intervals import CONFIDENCE, t_interval  # noqa: F401  (the study's intervals are these)
@@ -102,3 +104,30 @@ def correlation(x: Sequence[float], y: Sequence[float], confidence: float = CONF
     out["pearson_lo"], out["pearson_hi"] = _fisher_interval(r, n, 1.0, confidence)
     out["spearman_lo"], out["spearman_hi"] = _fisher_interval(rho, n, 1.06, confidence)
     return out
+
+
+def spearman_permutation_p(x: Sequence[float], y: Sequence[float], exact_up_to: int = 9,
+                           n_resamples: int = 20000, seed: int = 0) -> Optional[float]:
+    """Two-sided permutation p-value of Spearman's rho of the pairs ``(x[i], y[i])`` with finite values (the pairs
+    :func:`correlation` keeps): the share of pairings of ``y`` with ``x`` whose ``|rho|`` is at least the observed
+    ``|rho|``. Exact, over all ``n!`` pairings (the observed one included), for ``n <= exact_up_to``; else
+    ``(hits + 1) / (n_resamples + 1)`` over ``n_resamples`` random pairings. ``None`` for fewer than 3 pairs or a
+    constant variable. The small-sample companion of :func:`correlation`'s Fisher-z interval, whose normal
+    approximation is rough at n < 10 and undefined at ``|rho| = 1``."""
+    pairs = [(float(a), float(b)) for a, b in zip(x, y)
+             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    n = len(pairs)
+    if n < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return None
+    cx = np.asarray(ranks([a for a, _ in pairs]))
+    cx = cx - cx.mean()
+
+    def abs_rho(yy: np.ndarray, axis: int = -1) -> np.ndarray:  # |Pearson| on average ranks, over a batch of ys
+        ry = _st.rankdata(yy, axis=axis)
+        ry = ry - ry.mean(axis=axis, keepdims=True)
+        return np.abs((ry * cx).sum(axis=axis)) / np.sqrt((ry ** 2).sum(axis=axis) * (cx ** 2).sum())
+
+    res = _st.permutation_test((np.asarray([b for _, b in pairs]),), abs_rho, permutation_type="pairings",
+                               vectorized=True, n_resamples=math.inf if n <= exact_up_to else n_resamples,
+                               alternative="greater", rng=np.random.default_rng(seed))
+    return float(min(1.0, res.pvalue))
