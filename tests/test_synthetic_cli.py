@@ -17,8 +17,8 @@ from torchtune_longshort.synthetic.theory import length_error_closed_form
 def test_quick_paper_figures_end_to_end(tmp_path):
     out = tmp_path / "syn"
     assert main(["--figure", "1b,theory", "--quick", "--out", str(out)]) == 0
-    for f in ("fig1b.png", "figtheory.png"):
-        assert_png_drawn(out / f, 5.0, 3.4, 90)
+    for f, size in (("fig1b.png", (7.2, 3.4)), ("figtheory.png", (9.0, 4.2))):  # the legend beside / under
+        assert_png_drawn(out / f, *size, 90)
     s = json.loads((out / "summary.json").read_text())
     runs = json.loads((out / "runs.json").read_text())
     assert len(runs) == 4 * 2 + 3 * 2  # 1b: 4 PEs x 2 seeds; theory: 3 tasks x 2 seeds
@@ -39,7 +39,7 @@ def test_quick_beyond_end_to_end(tmp_path):
     assert main(["--figure", "parity", "--quick", "--seeds", "1", "--out", str(out)]) == 0
     s = json.loads((out / "beyond_summary.json").read_text())
     assert set(s["parity"]) == {"K_train=1", "K_train=2"}
-    assert_png_drawn(out / "fig_parity.png", 2.6 * 2, 2.8, 90)  # a panel per K_train
+    assert_png_drawn(out / "fig_parity.png", 2.6 * 2, 3.9, 90)  # a panel per K_train, legends under them
     from_csv = csv_mean_accuracy(out / "fig_parity.csv", "parity")
     assert set(from_csv) == set(s["parity"])
     for curve, acc in from_csv.items():  # one seed: the summary's means are the CSV's accuracies (4 decimals)

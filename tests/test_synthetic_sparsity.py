@@ -195,7 +195,7 @@ def test_beyond_cli_quick_planted_and_scratchpad(tmp_path):
         assert set(from_csv) == set(s[name])
         for curve, acc in from_csv.items():
             assert acc == pytest.approx(s[name][curve]["acc_mean"], abs=5.01e-5)
-        assert_png_drawn(os.path.join(out, f"fig_{name}.png"), 3.4 * 2, 3.0, 90)  # two panels each
+        assert_png_drawn(os.path.join(out, f"fig_{name}.png"), 3.4 * 2, 4.4, 90)  # two panels, legends under
 
 
 def test_coupled_training_offsets_keep_the_coupling():

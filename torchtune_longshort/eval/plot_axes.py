@@ -12,6 +12,7 @@
   title that fits the figure.
 - :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
   (smoke) run's figure says so.
+- :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ MIN_SPAN_FRACTION = 0.25
 QUICK_MARK = "quick (smoke) run: numbers mean nothing"
 # The ``gid`` of the note :func:`value_axis` writes on an axis it widened (tests and readers find it by it).
 WIDENED_GID = "value_axis_widened"
+# The ``gid`` of the note :func:`note_missing` writes on a panel: what it does not show, and why.
+MISSING_GID = "why_empty"
 
 
 def _finite(values: Iterable[Optional[float]]) -> list:
@@ -183,3 +186,30 @@ def mark_quick(fig, quick: bool) -> None:
         fig._suptitle.set_text(f"{QUICK_MARK}\n{title}")
     else:
         fig.suptitle(QUICK_MARK, fontsize=9, color="tab:red")
+
+
+def _drawn(ax) -> bool:
+    """Whether ``ax`` shows any data: a line or collection with points, a bar, an image."""
+    from matplotlib.collections import PathCollection
+
+    return (any(len(ln.get_xdata()) for ln in ax.lines) or bool(ax.patches) or bool(ax.images)
+            or any(len(c.get_offsets()) if isinstance(c, PathCollection) else len(c.get_paths())
+                   for c in ax.collections))
+
+
+def note_missing(ax, text: str, width_in: float, fontsize: float = 7.0, below=None) -> None:
+    """Write ``text`` (what the panel ``ax`` does not show, and why) on it, wrapped to ``width_in`` inches, gid
+    :data:`MISSING_GID`: centred in the axes when nothing is drawn there (and the meaningless value ticks of an
+    empty axis are removed), else under ``below`` (an artist under the axes: its legend; default its x-axis
+    label), where it covers no data."""
+    if not text:
+        return
+    body = "\n".join(wrapped_title(part, width_in, fontsize) for part in text.split("\n"))
+    if not _drawn(ax):
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, body, transform=ax.transAxes, ha="center", va="center", fontsize=fontsize,
+                color="dimgrey", gid=MISSING_GID)
+        return
+    ax.annotate(body, xy=(0.5, 0.0), xycoords=("axes fraction", below or ax.xaxis.label), xytext=(0, -3),
+                textcoords="offset points", ha="center", va="top", fontsize=fontsize, color="dimgrey", gid=MISSING_GID,
+                annotation_clip=False)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.grid import config_key
-from torchtune_longshort.study.labels import e_range_text, seeds_text
-from torchtune_longshort.study.records import metric_value, value
+from torchtune_longshort.study.labels import e_range_text, missing_text, seeds_of_cells, seeds_text
+from torchtune_longshort.study.records import metric_value, value, why_empty
+from torchtune_longshort.study.stats import correlation
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -33,52 +34,89 @@ DIRECTION_STYLE = {
 FAMILY_UNIT = {"ppl": ("perplexity", "ppl"), "entropy": ("next-token entropy", "nats")}
 
 
+def _method_label(m: str, xs: List[float], ys: List[float]) -> str:
+    """A method's legend entry: its own Spearman rho and n (a pooled rho over methods that sit in separate clusters
+    can come from the gaps between the clusters alone; each method's own says whether the metric orders its own
+    checkpoints)."""
+    rho = correlation(xs, ys)["spearman"]
+    return f"{m}: Spearman {rho:+.2f}, n={len(xs)}" if rho is not None else f"{m}: n={len(xs)}, no rho (n < 3)"
+
+
+def _why_no_point(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], key: str, no_x: bool, no_y: bool,
+                  xname: str) -> str:
+    """Why checkpoint ``key`` gives no point on a Table-1 panel (x ``xname``, y the ppl at the longest length): its
+    run's state, or which value it lacks and why."""
+    top, L = max(cfg.eval.ppl_lengths), cfg.L
+    ppl = (metric_of("ppl", top)[0], length_label(top))
+    if (recs.get(key) or {}).get("status") != "ok":
+        return why_empty(recs, [key], *ppl)
+    parts = [f"ppl at {ppl[1]}: {why_empty(recs, [key], *ppl)}"] if no_y else []
+    if no_x:
+        parts.append(f"{xname}: " + (why_empty(recs, [key], metric_of("misalignment", L)[0], length_label(L))
+                                     if xname.startswith("misalignment") else "no training CE recorded"))
+    return "; ".join(parts)
+
+
 def scatter_figure(table1: Dict[str, Any], cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Table 1: every checkpoint's misalignment at L and training CE against its perplexity at the longest length.
 
     Both axes of both panels are value axes (:func:`plot_axes.value_axis`): plain, short tick labels that never run
-    into each other, even when a quick study's values agree to the fourth decimal."""
+    into each other, even when a quick study's values agree to the fourth decimal. The title gives the pooled
+    Spearman rho of Table 1, the legend (under the panel, covering no point) each method's own; checkpoints that
+    give no point are counted on the panel with the reason (not run, failed, a length the text could not fill)."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import MARKERS, mark_quick, value_axis
+    from torchtune_longshort.eval.plot_axes import MARKERS, mark_quick, note_missing, value_axis
     from torchtune_longshort.study.claims import train_ce
 
     top, L = max(cfg.eval.ppl_lengths), cfg.L
-    keys = [k for k, r in recs.items() if k != "base" and r.get("status") == "ok"]
-    fig = Figure(figsize=(10, 4), layout="constrained")
+    fig = Figure(figsize=(10, 4.6), layout="constrained")
     axes = fig.subplots(1, 2)
-    for ax, (name, getx) in zip(axes, ((f"misalignment (Eq. 4) at {length_label(L)}",
-                                        lambda r: value(r, "misalignment", L)),
+    at_top, at_L = length_label(top), length_label(L)
+    for ax, (name, getx) in zip(axes, ((f"misalignment (Eq. 4) at {at_L}", lambda r: value(r, "misalignment", L)),
                                        ("training CE (last steps)", train_ce))):
         xs_all: List[float] = []
         ys_all: List[float] = []
+        lost: Dict[str, int] = {}
         for i, m in enumerate(cfg.methods):
-            pts = [(getx(recs[k]), value(recs[k], "ppl", top)) for k in keys if recs[k].get("method") == m]
-            pts = [p for p in pts if None not in p]
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=m, s=22, marker=MARKERS[i % len(MARKERS)],
+            pts = []
+            for k in (r.key for r in cfg.grid if r.method == m):
+                rec = recs.get(k) or {}
+                x, y = getx(rec), value(rec, "ppl", top)
+                if rec.get("status") == "ok" and x is not None and y is not None:
+                    pts.append((x, y))
+                    continue
+                why = _why_no_point(cfg, recs, k, x is None, y is None, name)
+                lost[why] = lost.get(why, 0) + 1
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.scatter(xs, ys, label=_method_label(m, xs, ys), s=22, marker=MARKERS[i % len(MARKERS)],
                        color=f"C{i % 10}", alpha=0.8)
-            xs_all += [p[0] for p in pts]
-            ys_all += [p[1] for p in pts]
+            xs_all += xs
+            ys_all += ys
         value_axis(ax, xs_all, axis="x")
         value_axis(ax, ys_all)
         row = next((r for r in table1.get("correlations", []) if r["predictor"] == name
-                    and r["target"] == f"ppl at {length_label(top)}"), None)
-        rho = f" (Spearman {row['spearman']:.2f})" if row and row.get("spearman") is not None else ""
+                    and r["target"] == f"ppl at {at_top}"), None)
+        rho = f"pooled Spearman {row['spearman']:.2f}, " if row and row.get("spearman") is not None else ""
         ax.set_xlabel(name)
-        ax.set_ylabel(f"perplexity at {length_label(top)}")
-        ax.set_title(f"{name}{rho}, {len(xs_all)} checkpoints", fontsize=9)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        ax.set_ylabel(f"perplexity at {at_top}")
+        ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoints", fontsize=9)
+        legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
+        if not xs_all:
+            ax.set_xticks([])
+        note_missing(ax, "no point:\n" + "\n".join(f"{n} checkpoint{'s' * (n > 1)}: {w}" for w, n in lost.items())
+                     if lost else "", 4.2, below=legend)
     mark_quick(fig, cfg.quick)
     return fig
 
 
 def alpha_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Perplexity against alpha at each length >= L, one panel per method (mean ± sd over seeds; a plain value at
-    one seed)."""
+    one seed). An (alpha, length) with no value is named on its panel with the reason (not run, failed, a length
+    the text could not fill, ...)."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
+    from torchtune_longshort.eval.plot_axes import mark_quick, note_missing, series_style, value_axis
     from torchtune_longshort.study.claims import by_seed, long_lengths
 
     methods = list(cfg.methods)
@@ -87,24 +125,34 @@ def alpha_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     lengths = long_lengths(cfg)
     for ax, m in zip(axes[0], methods):
         ys_all: List[float] = []
+        counts: List[int] = []
+        missing = []
         for i, n in enumerate(lengths):
             pts = []
-            for a in cfg.alphas:
+            for j, a in enumerate(cfg.alphas):
                 vals = list(by_seed(cfg, recs, config_key(m, a), "ppl", n).values())
                 if vals:
                     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-                    pts.append((a, statistics.fmean(vals), sd))
+                    pts.append((j, statistics.fmean(vals), sd))
+                    counts.append(len(vals))
+                else:
+                    missing.append((f"ppl {length_label(n)}", f"alpha={a:g}", why_empty(
+                        recs, [r.key for r in cfg.runs_of(m, a)], metric_of("ppl", n)[0], length_label(n))))
             if pts:
-                ax.errorbar(range(len(pts)), [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
                             label=f"ppl {length_label(n)}", **series_style(i, len(lengths), len(pts)))
-                ax.set_xticks(range(len(pts)), [f"{p[0]:g}" for p in pts])
                 ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
+        ax.set_xticks(range(len(cfg.alphas)), [f"{a:g}" for a in cfg.alphas])
+        ax.set_xlim(-0.5, len(cfg.alphas) - 0.5)
         value_axis(ax, ys_all)
         ax.set_xlabel("alpha")
         ax.set_ylabel("perplexity")
-        ax.set_title(f"{m}: {seeds_text(len(cfg.seeds))}", fontsize=9)
+        ax.set_title(f"{m}: {seeds_of_cells(counts)}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+        note_missing(ax, missing_text(missing, [f"ppl {length_label(n)}" for n in lengths],
+                                      [f"alpha={a:g}" for a in cfg.alphas], every=("every length", "every alpha")),
+                     4.1)
     mark_quick(fig, cfg.quick)
     return fig
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.eval_config import FAMILY_TASK, metric_of
-from torchtune_longshort.study.labels import loss_label, seeds_text
-from torchtune_longshort.study.records import metric_value
+from torchtune_longshort.study.labels import loss_label, missing_text, seeds_of_cells, seeds_text
+from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, upgraded, why_empty
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -32,26 +32,37 @@ def _mark_lengths(ax, cfg: "StudyConfig") -> None:
                 color="grey")
 
 
+def _row_name(row: Dict[str, Any]) -> str:
+    """A table row as a panel's note names it: ``alpha=0.1``, or ``base``."""
+    return "base" if row["alpha"] is None else f"alpha={row['alpha']:g}"
+
+
 def line_figure(cfg: "StudyConfig", table: Dict[str, Any], lengths: List[int], ylabel: str):
     """One panel per method: the table's mean ± sd against length (a plain value at one seed), one line per loss
     row (a Figure).
 
     Lengths get one labelled tick each; the value axis is log only when the values span a decade, with plain
-    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`)."""
+    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`). The title counts the seeds its
+    points hold (a cell's ``n``), not the seeds planned. A cell with no value is named on the panel with the
+    reason its table cell gives (``why_empty``: not run, failed, a length the text could not fill, ...)."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import length_axis, mark_quick, series_style, value_axis
+    from torchtune_longshort.eval.plot_axes import length_axis, mark_quick, note_missing, series_style, value_axis
 
     methods = list(table["methods"])
     fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
     axes = fig.subplots(1, len(methods), squeeze=False)
     for ax, m in zip(axes[0], methods):
         ys_all: List[float] = []
+        counts: List[int] = []
+        missing = []
         rows = table["methods"][m]
         for i, row in enumerate(rows):
-            ys = [row["cells"][length_label(n)]["mean"] for n in lengths]
-            es = [row["cells"][length_label(n)]["sd"] or 0.0 for n in lengths]
-            pts = [(x, y, e) for x, y, e in zip(lengths, ys, es) if y is not None]
+            cells = [row["cells"][length_label(n)] for n in lengths]
+            pts = [(x, c["mean"], c["sd"] or 0.0) for x, c in zip(lengths, cells) if c["mean"] is not None]
+            counts += [c.get("n", 1) for c in cells if c["mean"] is not None]
+            missing += [(_row_name(row), length_label(x), c.get("why_empty") or "no value")
+                        for x, c in zip(lengths, cells) if c["mean"] is None]
             if pts:
                 style = series_style(i, len(rows), len(lengths))
                 if row["alpha"] is None:  # the base: a reference, not one of the compared losses
@@ -64,81 +75,125 @@ def line_figure(cfg: "StudyConfig", table: Dict[str, Any], lengths: List[int], y
         _mark_lengths(ax, cfg)
         ax.set_xlabel("sequence length (tokens)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{m}: {seeds_text(len(cfg.seeds))}")
+        ax.set_title(f"{m}: {seeds_of_cells(counts)}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no successful run", transform=ax.transAxes, ha="center", va="center")
+        note_missing(ax, missing_text(missing, [_row_name(r) for r in rows], [length_label(n) for n in lengths]),
+                     4.6)
     mark_quick(fig, cfg.quick)
     return fig
 
 
+def _cell_word(why: str) -> str:
+    """The word an empty heatmap cell shows (the reason itself goes under the figure)."""
+    return "not run" if why == "not run" else "failed" if why.startswith("run failed") else "n/a"
+
+
 def depth_length_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
-                        cell, label: str, chance: Optional[float] = None, chance_text: str = ""):
+                        cell, count, task: str, label: str, chance: Optional[float] = None,
+                        chance_text: str = ""):
     """A depth x length heatmap per method x alpha of the main grid (a Figure): ``cell(rec, length, depth)`` is one
-    run's score or None, averaged over seeds; a single length or depth keeps readable cells and titles.
+    run's score or None, averaged over seeds; ``count(rec, length, depth)`` the prompts that score averages, so
+    that every cell states its ``n`` (prompts over its seeds: ``1.00`` from one prompt is not ``1.00`` from 30),
+    and the title what one run's n is. An empty cell says ``not run``, ``failed`` or ``n/a (k)``,
+    note k under the figure giving the reason (:func:`~torchtune_longshort.study.records.why_empty` for
+    ``task``). Depth labels on the first column and length labels on the last row only, so that no label runs into
+    a neighbour's; a single length or depth keeps readable cells and titles.
 
     ``chance``: the score of guessing (drawn as a red line on the colour bar, named in its label and in the title
     with ``chance_text``, e.g. "random digits"); None when the task has no meaningful chance level."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import heatmap_size, mark_quick, wrapped_title
+    from torchtune_longshort.eval.plot_axes import MISSING_GID, heatmap_size, mark_quick, wrapped_title
 
     combos = [(m, a) for m in cfg.methods for a in cfg.alphas]
-    w, h = heatmap_size(len(lengths), len(depths), extra=(1.4, 1.4), min_size=(2.6, 2.2))
-    width = w * len(cfg.alphas) + 1.0
-    fig = Figure(figsize=(width, h * len(cfg.methods) + 0.5), layout="constrained")
+    w, h = heatmap_size(len(lengths), len(depths), cell=(0.9, 0.55), extra=(1.0, 1.0), min_size=(2.2, 2.0))
+    width = w * len(cfg.alphas) + 1.6
+    fig = Figure(figsize=(width, h * len(cfg.methods) + 1.0), layout="constrained")
     axes = fig.subplots(len(cfg.methods), len(cfg.alphas), squeeze=False)
-    im = None
-    for (m, a), ax in zip(combos, axes.flatten()):
-        keys = [r.key for r in cfg.runs_of(m, a) if recs[r.key].get("status") == "ok"]
-        grid_v = []
+    im, notes, seeds, per_run = None, [], [], set()
+    labs = [n if isinstance(n, str) else length_label(n) for n in lengths]
+    for idx, ((m, a), ax) in enumerate(zip(combos, axes.flatten())):
+        members = [r.key for r in cfg.runs_of(m, a)]
+        keys = [k for k in members if recs[k].get("status") == "ok"]
+        grid_v, texts = [], []
         for d in depths:
-            row = []
-            for n in lengths:
-                vals = [v for k in keys if (v := cell(recs[k], n, d)) is not None]
-                row.append(statistics.fmean(vals) if vals else float("nan"))
+            row, trow = [], []
+            for n, lab in zip(lengths, labs):
+                got = [(v, count(recs[k], n, d)) for k in keys
+                       if (v := cell(recs[k], n, d)) is not None and math.isfinite(v)]
+                if got:
+                    seeds.append(len(got))
+                    per_run |= {c for _, c in got}
+                    row.append(statistics.fmean(v for v, _ in got))
+                    trow.append(f"{row[-1]:.2f}\nn={sum(c for _, c in got)}")
+                else:
+                    why = why_empty(recs, members, task, lab)
+                    notes += [why] if why not in notes and _cell_word(why) == "n/a" else []
+                    row.append(float("nan"))
+                    trow.append(_cell_word(why) + (f" ({notes.index(why) + 1})" if why in notes else ""))
             grid_v.append(row)
+            texts.append(trow)
         im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(lengths)), [n if isinstance(n, str) else length_label(n) for n in lengths])
-        ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
-        for i, row in enumerate(grid_v):
-            for j, v in enumerate(row):
-                ax.text(j, i, "—" if math.isnan(v) else f"{v:.2f}", ha="center", va="center",
-                        color="w" if math.isnan(v) or v < 0.6 else "k", fontsize=8)
+        ax.set_facecolor("0.93")  # an empty cell is light grey, its word dark: never white on white
+        ax.set_xticks(range(len(lengths)), labs if idx // len(cfg.alphas) == len(cfg.methods) - 1 else [])
+        ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths] if idx % len(cfg.alphas) == 0 else [])
+        for i, (row, trow) in enumerate(zip(grid_v, texts)):
+            for j, (v, t) in enumerate(zip(row, trow)):
+                ax.text(j, i, t, ha="center", va="center", fontsize=7, linespacing=1.1,
+                        color="0.25" if math.isnan(v) else "w" if v < 0.6 else "k",
+                        gid=MISSING_GID if math.isnan(v) else None)
         ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
+    for ax in axes[-1]:
         ax.set_xlabel("length")
+    for ax in axes[:, 0]:
         ax.set_ylabel("depth")
     cbar = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8,
                         label=label + (f"\n(red line: chance {chance:g})" if chance is not None else ""))
-    title = f"{label}, {seeds_text(len(cfg.seeds), spread=False)}"
+    runs_n = sorted(per_run)
+    per = "" if not runs_n else f" ({runs_n[0]}{'' if len(runs_n) == 1 else f'-{runs_n[-1]}'} per run)"
+    title = f"{label}; n = prompts per cell{per}, {seeds_of_cells(seeds).replace(' ± sd', '')}"
     if chance is not None:
         cbar.ax.axhline(chance, color="red", lw=2.5)
         title += f"; chance level ({chance_text}) {chance:g}" if chance_text else f"; chance level {chance:g}"
     fig.suptitle(wrapped_title(title, width, fontsize=10), fontsize=10)
+    if notes:
+        fig.supxlabel(wrapped_title("n/a: the runs succeeded but gave no value here: " + "; ".join(
+            f"({i}) {r}" for i, r in enumerate(notes, 1)), width, fontsize=7), fontsize=7, color="0.25")
     mark_quick(fig, cfg.quick)
     return fig
 
 
 def babilong_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
-    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth). No chance
-    line: the answers are free-form words, so guessing has no fixed score."""
+    """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth); a cell's n
+    counts the prompts of the QA tasks that scored there (``n`` per task, length and depth). No chance line: the
+    answers are free-form words, so guessing has no fixed score."""
     bab = cfg.eval.babilong
+    task = metric_of("babilong", bab.lengths[0])[0]
+
+    def count(rec, lab, d):  # prompts per QA task (as the run was set up) x the QA tasks that scored there
+        used = eval_setting(rec, "babilong", {}) or {}
+        n_qa = len([q for q in str(used.get("qa", bab.qa)).split(",") if q.strip()])
+        return int(used.get("n", bab.n)) * (members_scored(rec, *metric_of("babilong", lab, depth=d)) or n_qa)
+
     return depth_length_figure(cfg, recs, bab.lengths, bab.depths,
-                               lambda rec, lab, d: metric_value(rec, *metric_of("babilong", lab, depth=d)),
-                               "BABILong accuracy")
+                               lambda rec, lab, d: metric_value(rec, *metric_of("babilong", lab, depth=d)), count,
+                               task, "BABILong accuracy")
 
 
 def passkey_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth), with
-    the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked."""
+    the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked; a cell's
+    n is ``passkey_num_samples`` per run (as the run was set up)."""
     from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, DIGITS_CHANCE
 
     ev = cfg.eval
     depths = list(ev.metadata_value("passkey_depths", DEFAULT_DEPTHS))
     return depth_length_figure(cfg, recs, ev.passkey_lengths, depths,
                                lambda rec, n, d: metric_value(rec, *metric_of("passkey_digits", n, depth=d)),
-                               "passkey digits in place", chance=DIGITS_CHANCE, chance_text="random digits")
+                               lambda rec, n, d: int(eval_setting(rec, "passkey_num_samples", ev.passkey_num_samples)),
+                               FAMILY_TASK["passkey"], "passkey digits in place", chance=DIGITS_CHANCE,
+                               chance_text="random digits")
 
 
 def finetune_curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
@@ -247,7 +302,7 @@ def redraw_report(cfg: "StudyConfig", report_dir: Path) -> List[str]:
     recs: Dict[str, Dict[str, Any]] = {}
     for key in ["base"] + [r.key for r in cfg.grid]:
         p = rdir / "runs" / key / RESULT
-        recs[key] = json.loads(p.read_text()) if p.is_file() else {"key": key, "status": "not run"}
+        recs[key] = upgraded(json.loads(p.read_text())) if p.is_file() else {"key": key, "status": "not run"}
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
         return write_plots(cfg, _tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
@@ -255,21 +310,38 @@ def redraw_report(cfg: "StudyConfig", report_dir: Path) -> List[str]:
 
 
 def main(argv=None) -> int:
-    """``python -m torchtune_longshort.study.figures --config CONFIG --report DIR [--quick]``: :func:`redraw_report`."""
+    """``python -m torchtune_longshort.study.figures --config CONFIG --report DIR [--quick] [--methods M,...]``:
+    :func:`redraw_report`; exit 2, in one line, on a config or ``--methods`` it refuses."""
     import argparse
+    import dataclasses
+    import sys
 
-    from torchtune_longshort.study.config import load_study_config
+    from torchtune_longshort.study.config import StudyConfigError, load_study_config
 
     p = argparse.ArgumentParser(prog="python -m torchtune_longshort.study.figures",
                                 description="Redraw a study report's figures from the run records in its folder.")
     p.add_argument("--config", required=True, help="the study YAML the report was made with")
     p.add_argument("--report", required=True, help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")
+    p.add_argument("--methods", default=None, help="comma list: draw only these of the config's methods (a report "
+                   "made before the config gained the others)")
     p.add_argument("--repo-root", default=".", help="folder holding configs/ and recipes/")
     a = p.parse_args(argv)
     root = Path(a.repo_root).resolve()
-    cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
-                            repo_root=root)
+    try:
+        cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
+                                repo_root=root)
+    except (StudyConfigError, FileNotFoundError, ValueError) as e:
+        print(f"[study.figures] {e}", file=sys.stderr)
+        return 2
+    if a.methods:
+        keep = [m.strip() for m in a.methods.split(",") if m.strip()]
+        unknown = [m for m in keep if m not in cfg.methods]
+        if unknown or not keep:
+            print(f"[study.figures] --methods={a.methods!r}: {unknown or 'empty'} not in the config's methods "
+                  f"{sorted(cfg.methods)}; name some of those", file=sys.stderr)
+            return 2
+        cfg = dataclasses.replace(cfg, methods={m: cfg.methods[m] for m in keep})
     made = redraw_report(cfg, Path(a.report))
     print(f"redrew {len(made)} figure(s) in {a.report}: {', '.join(made)}")
     return 0

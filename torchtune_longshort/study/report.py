@@ -30,7 +30,8 @@ from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.labels import loss_label
-from torchtune_longshort.study.records import curve_mean, metric_value, not_scored_reasons, value
+from torchtune_longshort.study.records import (curve_mean, metric_value, not_scored_reasons, upgraded, value,
+                                               why_empty)
 from torchtune_longshort.study.runner import RESULT
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def load_records(out: Path, cfg: "StudyConfig") -> Dict[str, Dict[str, Any]]:
     keys = [("base", out / "base")] + [(r.key, out / "runs" / r.key) for r in cfg.grid]
     for key, d in keys:
         p = d / RESULT
-        recs[key] = json.loads(p.read_text()) if p.is_file() else {"key": key, "status": "not run"}
+        recs[key] = upgraded(json.loads(p.read_text())) if p.is_file() else {"key": key, "status": "not run"}
     return recs
 
 
@@ -118,11 +119,13 @@ def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
     return f" ({k}/{info['total']} tasks)", info
 
 
-def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric: str,
-          reasons: List[str]) -> Dict[str, Any]:
+def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric: str, reasons: List[str],
+          label: str) -> Dict[str, Any]:
     """One cell over the runs ``members``: mean ± sd of the successful runs' values; "—" when no run succeeded;
     "n/a (note k)" when runs succeeded but the task could not run there (a length the model does not cover, data
-    not generated), its reasons appended to the table's ``reasons`` and cited by number."""
+    not generated), its reasons appended to the table's ``reasons`` and cited by number. A cell without a value
+    says why in ``why_empty`` (:func:`~torchtune_longshort.study.records.why_empty`: not run, failed, or the
+    reason for its length), which the figures write on their empty panels."""
     ok = [k for k in members if recs.get(k, {}).get("status") == "ok"]
     vals = {k: metric_value(recs[k], task, metric) for k in ok}
     vals = {k: v for k, v in vals.items() if v is not None and math.isfinite(v)}
@@ -132,6 +135,8 @@ def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric
             "text": cell_text(m, s) + mark}
     if cov:
         cell["partial_group"] = cov
+    if not vals:
+        cell["why_empty"] = why_empty(recs, members, task, label)
     blank = [k for k in ok if k not in vals]
     if blank:
         why = list(dict.fromkeys(r for k in blank for r in not_scored_reasons(recs[k], task))) or ["no value reported"]
@@ -174,11 +179,11 @@ def _tables(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> Dict[str, An
             for a in cfg.alphas:
                 members = [r.key for r in cfg.runs_of(mname, a)]
                 ok = [k for k in members if recs[k].get("status") == "ok"]
-                cells = {col: _cell(recs, members, task, metric, reasons) for col, task, metric in cols}
+                cells = {col: _cell(recs, members, task, metric, reasons, col) for col, task, metric in cols}
                 rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
             if ev.eval_base:
                 ok = ["base"] if recs.get("base", {}).get("status") == "ok" else []
-                cells = {col: _cell(recs, ["base"], task, metric, reasons) for col, task, metric in cols}
+                cells = {col: _cell(recs, ["base"], task, metric, reasons, col) for col, task, metric in cols}
                 rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
                              "runs": ["base"], "ok_runs": ok, "cells": cells})
             per_method[mname] = rows

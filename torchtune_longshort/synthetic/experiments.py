@@ -3,7 +3,7 @@
 ``figure_curves`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run once
 (several seeds, in ``workers`` processes), writes ``runs.json`` / ``<figure>.csv`` / ``<figure>.png`` and
 ``summary.json`` (the claims of ``claims``, with their numbers) into an output folder; ``replot_figures`` redraws
-the PNGs from those CSVs without training.
+the PNGs from those CSVs without training (the drawing itself: :mod:`torchtune_longshort.synthetic.figures`).
 """
 
 from __future__ import annotations
@@ -19,23 +19,14 @@ import numpy as np
 import torch
 
 from .claims import summarize_claims
+from .figures import synthetic_figure
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
 from .outrep import OUTREP_LABELS, OUTREPS
-from .theory import length_error_closed_form, sum_error_closed_form
 from .train import RunConfig, run_provenance, train_run
 
 PAPER_FIGURES = ("1a", "1b", "1c", "4", "5", "6", "theory")
 FIG4_L_TRAINS = (10, 20, 30)  # the paper's Fig. 4 curves
-FIGURE_TITLES = {
-    "1a": "Fig. 1a: mean task, by positional encoding",
-    "1b": "Fig. 1b: length task, by positional encoding",
-    "1c": "Fig. 1c: length task (NoPE), by OutRep f",
-    "4": "Fig. 4: length task (NoPE), by l_train",
-    "5": "Fig. 5: sum task (NoPE), with / without OutRep",
-    "6": "Fig. 6: App. G bits (#ones ~ U[0, l]), NoPE",
-    "theory": "App. C.1 linear attention vs closed forms",
-}
 
 
 def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = FIG4_L_TRAINS) -> List[Tuple[str, RunConfig]]:
@@ -126,60 +117,8 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
     return out
 
 
-def _stats(curves: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    a = np.array(curves)
-    return a.mean(0), a.std(0), a.min(0), a.max(0)
-
-
-def _theory_overlays(base):
-    """Closed-form curves drawn over the theory figure (App. C.1): length, and the sum task with both constants.
-    The mean task's error is 0 in theory; on a log axis its float32 floor is what shows."""
-    l = np.arange(1, base.l_test + 1)
-    return {
-        "closed form, length": (l, length_error_closed_form(l, base.l_train), "k--"),
-        "closed form, sum, (l+1)/(4l)": (l, sum_error_closed_form(l, base.l_train, "binomial"), "k:"),
-        "closed form, sum, (l+1)/(2l)": (l, sum_error_closed_form(l, base.l_train, "doubled"), "r:"),
-    }
-
-
-def paper_figure(name: str, data: Dict, extra: Optional[Dict] = None, quick: bool = False):
-    """The matplotlib Figure of one paper figure (no pyplot state): per curve of ``data`` ({label: {"lengths",
-    "l_train", "mse": per-seed arrays}}) the seed mean against test length with a min..max band, ``extra``
-    closed-form overlays ({label: (x, y, matplotlib style)}), dotted lines at each l_train.
-
-    Curves that coincide (NoPE, ALiBi and RoPE on the length task) all stay visible: each has its own colour, line
-    style and marker shape, its markers sit at lengths no other curve marks, and later curves are drawn thinner
-    (:func:`torchtune_longshort.eval.plot_axes.series_style`). ``quick``: the figure says it is a quick (smoke)
-    run."""
-    from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import mark_quick, series_style
-
-    fig = Figure(figsize=(5.0, 3.4), dpi=90, layout="constrained")
-    ax = fig.subplots()
-    for i, (label, d) in enumerate(data.items()):
-        x = np.array(d["lengths"])
-        mean, _, lo, hi = _stats(d["mse"])
-        style = series_style(i, len(data), len(x))
-        ax.plot(x, mean, label=label, **style)
-        ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
-    for label, (x, y, style) in (extra or {}).items():
-        ax.plot(x, y, style, label=label, lw=1.0)
-    lts = sorted({d["l_train"] for d in data.values()})
-    for lt in lts:
-        ax.axvline(lt, color="grey", ls=":", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("test length l")
-    ax.set_ylabel("test MSE (target scale)")
-    ax.set_title(FIGURE_TITLES[name], fontsize=9)
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3, lw=0.5)
-    mark_quick(fig, quick)
-    return fig
-
-
-def _plot(name: str, data: Dict, path: str, extra: Optional[Dict] = None, quick: bool = False) -> None:
-    paper_figure(name, data, extra, quick).savefig(path)
+def _plot(name: str, data: Dict, path: str, quick: bool = False) -> None:
+    synthetic_figure(name, data, quick).savefig(path)
 
 
 def read_figure_csv(path: str) -> Dict[str, Dict[int, Dict[int, float]]]:
@@ -195,7 +134,7 @@ def read_figure_csv(path: str) -> Dict[str, Dict[int, Dict[int, float]]]:
 def replot_figures(names: Sequence[str], out_dir: str) -> List[str]:
     """Redraw ``fig<name>.png`` from the ``fig<name>.csv`` and ``summary.json`` a :func:`run_figures` call wrote to
     ``out_dir``, training nothing (``python -m torchtune_longshort.synthetic --figure all --replot --out DIR``).
-    summary.json gives the base config (each curve's l_train, the theory overlays) and whether the run was quick;
+    summary.json gives the base config (each curve's l_train) and whether the run was quick;
     returns the PNG paths written."""
     with open(os.path.join(out_dir, "summary.json")) as fh:
         meta = json.load(fh).get("meta") or {}
@@ -219,7 +158,7 @@ def replot_figures(names: Sequence[str], out_dir: str) -> List[str]:
             data[label] = {"lengths": lengths, "l_train": l_train_of.get(label, base.l_train),
                            "mse": [np.array([per[length] for length in lengths]) for per in seeds.values()]}
         png = os.path.join(out_dir, f"fig{n}.png")
-        _plot(n, data, png, _theory_overlays(base) if n == "theory" else None, quick=bool(meta.get("quick")))
+        _plot(n, data, png, quick=bool(meta.get("quick")))
         written.append(png)
     return written
 
@@ -284,8 +223,7 @@ def run_figures(
             for label, d in figs[n].items():
                 for s, m in zip(seeds, d["mse"]):
                     w.writerows([n, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
-        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), _theory_overlays(base) if n == "theory" else None,
-              quick=quick)
+        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), quick=quick)
     summary = summarize_claims(figs, base)
     misal = {}
     for n, cs in curves.items():

@@ -20,7 +20,8 @@ not run, is noted). Writes to ``--out``:
 - ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``longshort_ppl`` samples with
   per-token values (``--log_samples``, ``longshort`` model; the report names the runs that have none);
 - ``heatmap_<task>_<run>.png``: depth x length accuracy for tasks with ``acc_<length>_d<depth>`` metrics
-  (``longshort_passkey``, BABILong's fact-depth variant, see docs/longbench_babilong.md).
+  (``longshort_passkey``, BABILong's fact-depth variant, see docs/longbench_babilong.md), each cell with the n
+  samples it averages (counted from the samples files of ``--log_samples``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, he
 from torchtune_longshort.eval.report.results_io import (
     coverage_note,
     group_coverage,
+    load_cell_counts,
     load_curves,
     load_group_subtasks,
     load_not_scored,
@@ -42,7 +44,7 @@ from torchtune_longshort.eval.report.results_io import (
     load_run_info,
     metric_length,
 )
-from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
@@ -281,9 +283,11 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
         summary["per_position_mean_nll"] = {
             run: {str(L): sum(c) / len(c) for L, c in by.items()} for run, by in curves.items()
         }
+    counts = {run: load_cell_counts(d) for run, d in dirs.items()}
     for (family, run), grid in heatmaps(runs).items():
         name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})").savefig(out_dir / name, dpi=120)
+        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})",
+                       counts[run].get(current_name(family))).savefig(out_dir / name, dpi=120)
         files.append(name)
     return files, notes
 

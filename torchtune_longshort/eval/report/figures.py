@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.report.results_io import metric_length
+from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
 
@@ -21,22 +20,25 @@ def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str]
     """``{(task, run): {(length, length_label): {depth: acc}}}`` from every ``acc_<length>_d<depth>`` metric
     (``longshort_passkey``, BABILong's fact-depth variant)."""
     out: Dict[Tuple[str, str], Dict[Tuple[int, str], Dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    pat = re.compile(r"^acc_(\w+?)_d(\d+)$")
     for run, res in runs.items():
         for task, metrics in res.items():
             for m, v in metrics.items():
-                mm = pat.match(m)
+                mm = CELL_METRIC.match(m)
                 if mm and parse_length(mm.group(1)) is not None and isinstance(v, (int, float)):
                     lab = mm.group(1)
                     out[(task, run)][(parse_length(lab), lab)][int(mm.group(2))] = float(v)
     return out
 
 
-def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
+def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
+                   counts: Optional[Mapping[Tuple[str, int], int]] = None):
     """Depth x length accuracy heatmap (``{(length_tokens, label): {depth: acc}}``) as a matplotlib Figure.
 
-    One row or one column keeps readable cells (:func:`plot_axes.heatmap_size`) and the title is wrapped to the
-    figure's width, so neither is squeezed nor clipped."""
+    ``counts`` (``{(length label, depth): n}``, :func:`results_io.load_cell_counts`): every cell states the n
+    samples its value averages (``1.00`` from one sample is not ``1.00`` from fifty); without counts (lm-eval run
+    without ``--log_samples``) the title says n is not known. One row or one column keeps readable cells
+    (:func:`plot_axes.heatmap_size`) and the title is wrapped to the figure's width, so neither is squeezed nor
+    clipped."""
     from matplotlib.figure import Figure
 
     from torchtune_longshort.eval.plot_axes import heatmap_size, wrapped_title
@@ -44,7 +46,7 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
     lengths = sorted(grid)
     depths = sorted({d for row in grid.values() for d in row})
     data = [[grid[L].get(d, float("nan")) for L in lengths] for d in depths]
-    size = heatmap_size(len(lengths), len(depths))
+    size = heatmap_size(len(lengths), len(depths), cell=(0.9, 0.55))
     fig = Figure(figsize=size, layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(data, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
@@ -55,7 +57,11 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str):
     for i, row in enumerate(data):
         for j, v in enumerate(row):
             if not math.isnan(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
+                n = (counts or {}).get((lengths[j][1], depths[i]))
+                ax.text(j, i, f"{v:.2f}" + (f"\nn={n}" if n is not None else ""), ha="center", va="center",
+                        fontsize=7, linespacing=1.1)
+    if not counts:
+        title += " (n per cell not known: run lm-eval with --log_samples to count it)"
     fig.suptitle(wrapped_title(title, size[0]), fontsize=9)
     fig.colorbar(im, ax=ax, label="accuracy")
     return fig

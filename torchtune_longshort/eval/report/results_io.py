@@ -1,5 +1,6 @@
 """Reading lm-eval results folders: one run per folder, its metrics, the reasons values are missing, its sample
-counts and ``--limit``, group coverage, provenance and the per-position loss curves of ``longshort_ppl``.
+counts (per task, and per depth x length cell) and ``--limit``, group coverage, provenance and the per-position
+loss curves of ``longshort_ppl``.
 
 Task names are read as the pack's current names: a family's former name (``long_ppl`` in results written before the
 pack's names took the ``longshort_`` prefix) becomes its current one (:func:`torchtune_longshort.eval.tasks.current_name`).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -24,6 +26,9 @@ def metric_length(key: str, metric: str) -> Optional[int]:
     prefix = metric + "_"
     return parse_length(key[len(prefix):]) if key.startswith(prefix) else None
 
+
+# A depth x length cell's metric: ``acc_<length label>_d<depth>`` (passkey, BABILong's fact-depth variant).
+CELL_METRIC = re.compile(r"^acc_(\w+?)_d(\d+)$")
 
 # model_args that change how fast a run goes, not its numbers
 _NOT_IDENTITY = frozenset({"batch_size", "max_batch_size", "device", "trust_remote_code", "parallelize"})
@@ -249,3 +254,36 @@ def load_curves(results_dir: Path) -> Dict[int, List[float]]:
             if curve:
                 curves[length] = curve
     return curves
+
+
+def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]:
+    """``{task: {(length label, depth): n}}``: how many samples each depth x length cell of a task averages (the
+    ``acc_<length>_d<depth>`` metrics of the report's heatmaps), counted from lm-eval's samples files
+    (``--log_samples``): each row holds the metrics of its own cell, a finite value when it was scored; the newest
+    file of a task wins, and a group's cell sums its members'. Empty without samples files."""
+    newest: Dict[str, Path] = {}
+    for f in sorted(Path(results_dir).rglob("samples_*.jsonl"), key=lambda p: p.name):
+        newest[current_name(f.name[len("samples_"):].rsplit("_", 1)[0])] = f
+    counts: Dict[str, Dict[Tuple[str, int], int]] = {}
+    for task, f in newest.items():
+        cells: Dict[Tuple[str, int], int] = defaultdict(int)
+        for line in f.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            for key, v in row.items():
+                m = CELL_METRIC.match(key)
+                if m and parse_length(m[1]) is not None and _number(v):
+                    cells[(m[1], int(m[2]))] += 1
+        if cells:
+            counts[task] = dict(cells)
+    groups = load_group_subtasks(results_dir)
+
+    def total(task: str, seen=()) -> Dict[Tuple[str, int], int]:
+        if task in counts or task not in groups or task in seen:
+            return counts.get(task, {})
+        out: Dict[Tuple[str, int], int] = defaultdict(int)
+        for member in groups[task]:
+            for cell, n in total(member, seen + (task,)).items():
+                out[cell] += n
+        return dict(out)
+
+    return {t: c for t in {*counts, *groups} if (c := total(t))}

@@ -15,6 +15,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from torchtune_longshort.eval.plot_axes import mark_quick
+
+from ..figures import legend_outside, mark_l_train
 from ..train import run_provenance
 from .planted_correlations import PlantedConfig, train_planted
 from .scratchpad_parity import ScratchpadConfig, train_scratchpad
@@ -139,11 +142,7 @@ def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results:
             if "step_acc" in rs[0]:
                 table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
                                                  for l in rs[0]["step_acc"]}
-    import matplotlib.pyplot as plt
-
-    fig = probe_figure(name, table, quick)
-    fig.savefig(os.path.join(out_dir, f"fig_{name}.png"))
-    plt.close(fig)
+    probe_figure(name, table, quick).savefig(os.path.join(out_dir, f"fig_{name}.png"))
     return table
 
 
@@ -151,8 +150,6 @@ def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
     """Redraw ``fig_<name>.png`` from the tables of ``beyond_summary.json`` in ``out_dir``, training nothing
     (``--figure beyond --replot``); a figure last made by a quick invocation keeps its quick mark. Returns the PNG
     paths written."""
-    import matplotlib.pyplot as plt
-
     path = os.path.join(out_dir, "beyond_summary.json")
     if not os.path.exists(path):
         raise ValueError(f"{path} does not exist: run the beyond figures first")
@@ -163,54 +160,50 @@ def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
         if n not in summary:
             raise ValueError(f"figure={n!r} is not in {path} (run it first)")
         runs = [m for key, m in (summary.get("meta") or {}).items() if n in key.split(",")]
-        fig = probe_figure(n, summary[n], quick=bool(runs and runs[-1].get("quick")))
         png = os.path.join(out_dir, f"fig_{n}.png")
-        fig.savefig(png)
-        plt.close(fig)
+        probe_figure(n, summary[n], quick=bool(runs and runs[-1].get("quick"))).savefig(png)
         written.append(png)
     return written
 
 
 def probe_figure(name: str, table: Dict, quick: bool = False):
-    """The matplotlib figure of one beyond figure from its summary table (as ``_write_figure`` returns it): one line
-    per curve and group, x = test length, y = seed-mean accuracy. ``quick``: the figure says it is a quick (smoke)
-    run."""
-    import matplotlib
-
-    from torchtune_longshort.eval.plot_axes import mark_quick
-
-    matplotlib.use("Agg")
+    """The matplotlib Figure of one beyond figure from its summary table (as ``_write_figure`` returns it; no pyplot
+    state): one line per curve and group, x = test length, y = seed-mean accuracy; the training length (a labelled
+    top-axis tick) and the chance level are named in each panel's legend, which sits under the panel and covers no
+    line. ``quick``: the figure says it is a quick (smoke) run."""
     build = _parity_figure if name in ("parity", "parity_pe") else _planted_or_scratchpad_figure
     fig = build(name, table)
-    if quick:
-        mark_quick(fig, quick)
-        fig.tight_layout()
+    mark_quick(fig, quick)
     return fig
 
 
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
-    ax.axvline(l_train, color="grey", ls=":", lw=0.8)
+    mark_l_train(ax, [l_train])
     if chance is not None:
         ax.axhline(chance, color="k", lw=0.5, ls="--")
     ax.set_title(title, fontsize=8)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylim(y_low, 1.02)
     ax.grid(alpha=0.3, lw=0.5)
-    ax.legend(fontsize=6)
+    legend_outside(ax, chance=chance, loc="below")
+
+
+def _panels(n: int, width: float, height: float):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * n, height), dpi=90, layout="constrained")
+    return fig, fig.subplots(1, n, sharey=True, squeeze=False)
 
 
 def _finish(fig, axes, name: str):
     axes[0][0].set_ylabel("accuracy")
     fig.suptitle(BEYOND_TITLES[name], fontsize=9)
-    fig.tight_layout()
     return fig
 
 
 def _planted_or_scratchpad_figure(name: str, table: Dict):
     """Planted: a panel per placement (spread / window), a line per k. Scratchpad: a panel per metric (final answer,
     whole scratchpad), a line per curve."""
-    import matplotlib.pyplot as plt
-
     panels: Dict[str, List] = {}
     for label, d in table.items():
         if name == "planted":
@@ -224,7 +217,7 @@ def _planted_or_scratchpad_figure(name: str, table: Dict):
     names = list(dict.fromkeys(line for lines in panels.values() for line, _, _ in lines))
     colors = {line: f"C{i}" for i, line in enumerate(names)}  # one colour per line across panels
     chance = next(iter(table.values())).get("chance", 0.5)
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), dpi=90, sharey=True, squeeze=False)
+    fig, axes = _panels(len(panels), 3.4, 4.4)
     for ax, (title, lines) in zip(axes[0], panels.items()):
         for line, acc, l_train in lines:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
@@ -235,10 +228,8 @@ def _planted_or_scratchpad_figure(name: str, table: Dict):
 
 def _parity_figure(name: str, table: Dict):
     """A panel per curve (K_train or position scheme), a line per test sparsity k."""
-    import matplotlib.pyplot as plt
-
     labels = list(table)
-    fig, axes = plt.subplots(1, len(labels), figsize=(2.6 * len(labels), 2.8), dpi=90, sharey=True, squeeze=False)
+    fig, axes = _panels(len(labels), 2.6, 3.9)
     for ax, label in zip(axes[0], labels):
         d = table[label]
         ks = sorted({int(k.split(",")[0]) for k in d["acc_mean"]})

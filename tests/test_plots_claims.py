@@ -1,0 +1,132 @@
+"""The study report's claims figures (paired-difference bars, Table 1's scatter, perplexity against alpha), rendered
+from small comparisons and records: bar colours by interval, one axis per unit, readable ticks, each method's own
+Spearman rho beside the pooled one (checked against scipy), and panels that say why they are empty."""
+
+from __future__ import annotations
+
+import pytest
+from matplotlib.colors import to_rgba
+from plot_helpers import check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
+from scipy.stats import spearmanr
+
+from torchtune_longshort.eval.plot_axes import MISSING_GID, QUICK_MARK
+from torchtune_longshort.study.claim_figures import (DIRECTION_STYLE, alpha_figure, divergence_figure,
+                                                     e_range_figure, scatter_figure)
+
+
+def _cmp(mean, lo, hi, direction, **extra):
+    return {"mean": mean, "lo": lo, "hi": hi, "direction": direction, "family": "ppl", "length": 512, **extra}
+
+
+def test_e_range_bars_colour_only_intervals_that_exclude_zero():
+    comps = [_cmp(-1.8, -3.6, 0.1, "no difference", e_range=[1, "L"]),  # negative mean, interval holds 0
+             _cmp(-1.9, -3.1, -0.7, "better", e_range=[1, "L"], length=1024),
+             _cmp(0.8, 0.01, 1.6, "worse", e_range=[1, "L/4"], length=2048),
+             _cmp(0.2, None, None, "unknown", e_range=["L/4", "L/2"])]
+    fig = draw(e_range_figure(claims_cfg(), {"comparisons": comps}))
+    ax = fig.axes[0]
+    colours = [tuple(p.get_facecolor()) for p in ax.patches]
+    assert colours == [to_rgba(DIRECTION_STYLE[c["direction"]][0]) for c in comps]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["e ~ U[1, L] @ 512", "e ~ U[1, L] @ 1k",
+                                                           "e ~ U[1, L/4] @ 2k", "e ~ U[L/4, L/2] @ 512"]
+    assert not any("'" in t for t in texts(fig) + [t.get_text() for t in ax.get_yticklabels()])
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [DIRECTION_STYLE[d][1] for d in ("better", "worse", "no difference", "unknown")]
+    assert "includes 0" in legend[2] and "excludes 0" in legend[0]
+    assert "(ppl)" in ax.get_xlabel() and "U[1, L/2]" in fig.get_suptitle() and "3 seeds" in fig.get_suptitle()
+    check_plain_value_axis(ax.xaxis)
+    lo, hi = ax.get_xlim()
+    assert lo <= -3.6 and hi >= 1.6  # every interval inside the axes
+    no_overlap(ax.get_yticklabels(), fig.canvas.get_renderer())
+    inside_figure(fig, fig.legends[0])
+
+
+def test_divergence_bars_one_panel_per_unit():
+    comps = []
+    for d, ppl, ent in (("sce", (11.1, 9.2, 13.0, "worse"), (-0.7, -0.96, -0.45, "lower")),
+                        ("js", (-0.02, -0.2, 0.15, "no difference"), (0.0003, -0.01, 0.011, "no difference"))):
+        comps += [_cmp(*ppl, divergence=d, alpha=0.3, length=2048),
+                  {**_cmp(*ent, divergence=d, alpha=0.3), "family": "entropy"}]
+    fig = draw(divergence_figure(claims_cfg(seeds=[0]), {"comparisons": comps}))
+    panels = fig.axes
+    assert len(panels) == 2
+    assert "(ppl)" in panels[0].get_xlabel() and "nats" not in panels[0].get_xlabel()
+    assert "(nats)" in panels[1].get_xlabel() and "entropy" in panels[1].get_xlabel()
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["sce a=0.3 @ 2k", "js a=0.3 @ 2k"]
+    assert [t.get_text() for t in panels[1].get_yticklabels()] == ["sce a=0.3 @ 512", "js a=0.3 @ 512"]
+    hi_entropy = max(abs(x) for x in panels[1].get_xlim())
+    assert hi_entropy < 2  # the 11-ppl bar does not set the entropy axis
+    assert "1 seed" in fig.get_suptitle() and "±" not in fig.get_suptitle()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [DIRECTION_STYLE[d][1] for d in ("worse", "lower", "no difference")]
+    for ax in panels:  # every comparison is drawn: a bar and a mean marker, even a bar of 0.0003
+        assert len(ax.patches) == 2
+        check_plain_value_axis(ax.xaxis)
+
+
+def _scatter_recs(points):
+    """``{method: [(misalignment at 512, ppl at 512, training CE)]}`` as records of seeds 0.. of alpha 0."""
+    return {f"{m}_a0_s{s}": {"status": "ok", "method": m, "results": {
+                "longshort_ppl": {"ppl_512": p}, "longshort_misalignment": {"sce_512": x}},
+                "train": {"mean_last_10": {"ce": ce}}}
+            for m, pts in points.items() for s, (x, p, ce) in enumerate(pts)}
+
+
+@pytest.mark.parametrize("mis, ppl", [
+    ([14.926008, 14.926189, 14.926241, 14.926198, 14.926236], [2572.5, 2560.1, 2561.0, 2560.9, 2560.9]),  # quick
+    ([3.5, 4.1, 5.2, 6.9, 7.6], [48.0, 52.5, 70.1, 86.2, 113.0])])
+def test_scatter_ticks_do_not_overlap(mis, ppl):
+    cfg = claims_cfg(seeds=range(len(mis)), alphas=(0.0,), quick=True)
+    recs = _scatter_recs({"pi": [(m, p, 7.78 + 0.01 * i) for i, (m, p) in enumerate(zip(mis, ppl))]})
+    table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": -0.3}]}
+    fig = draw(scatter_figure(table1, cfg, recs))
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            check_plain_value_axis(axis)
+            assert max(len(t) for _, t in ticks(axis)) <= 6, ticks(axis)
+        no_overlap(ax.get_xticklabels(), r)
+        no_overlap(ax.get_yticklabels(), r)
+        no_overlap(ax.get_xticklabels() + [ax.xaxis.label] + list(ax.get_legend().get_texts()), r)
+        assert [lab.split(":")[0] for lab, _ in series(ax)] == ["pi"]
+        assert len(ax.collections[0].get_offsets()) == len(mis)
+    assert QUICK_MARK in fig.get_suptitle()
+
+
+def test_scatter_gives_each_methods_spearman_beside_the_pooled_one():
+    # docs/study/cpu_medium's shape: each method a cluster of its own. Pooled, misalignment and ppl fall together
+    # (the clusters' offsets); within each method they rise together. One pooled rho hides that.
+    pts = {"pi": [(1.0, 60.0), (1.2, 61.0), (1.4, 63.0), (1.6, 66.0)],
+           "yarn": [(3.0, 50.0), (3.2, 51.5), (3.4, 52.0), (3.6, 54.0)],
+           "clex": [(5.0, 40.0), (5.1, 43.0), (5.3, 41.0)]}
+    cfg = claims_cfg(seeds=range(4), alphas=(0.0,), methods={m: {"method": m2} for m, m2 in
+                                                             (("pi", "linear"), ("yarn", "yarn"), ("clex", "clex"))})
+    recs = _scatter_recs({m: [(x, p, 2.0 + x / 10) for x, p in v] for m, v in pts.items()})
+    pooled = spearmanr([x for v in pts.values() for x, _ in v], [p for v in pts.values() for _, p in v])[0]
+    table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512",
+                                "spearman": pooled}]}
+    fig = draw(scatter_figure(table1, cfg, recs))
+    ax = fig.axes[0]
+    assert f"pooled Spearman {pooled:.2f}, 11 checkpoints" in ax.get_title() and pooled < -0.5
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    want = [f"{m}: Spearman {spearmanr(*zip(*v))[0]:+.2f}, n={len(v)}" for m, v in pts.items()]
+    assert labels == want and all("+" in w for w in want[:2])  # within-method rho of the other sign
+    legend_box = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    assert not legend_box.overlaps(ax.get_window_extent(fig.canvas.get_renderer()))  # covers no point
+
+
+def test_empty_claim_panels_say_why():
+    # The GPU study's alpha_curves / metric_vs_performance: empty axes with no word. Now each says why.
+    cfg = claims_cfg(seeds=[0])
+    too_short = ("longshort_ppl at length 512: only 0 of num_samples=8 sequences of length=512 tokens could be cut "
+                 "(longest document: 300 tokens): use a source with longer documents")
+    recs = {"pi_a0_s0": {"status": "ok", "results": {"longshort_misalignment": {"sce_512": 3.0}},
+                         "not_scored": {"longshort_ppl": too_short}},
+            "pi_a0.1_s0": {"status": "failed", "stage": "train"}}
+    for fig in (draw(alpha_figure(cfg, recs)), draw(scatter_figure({"correlations": []}, cfg, recs))):
+        for ax in fig.axes:
+            note = " ".join(next(t for t in ax.texts if t.get_gid() == MISSING_GID).get_text().split())
+            assert "the text could not fill the length: 0 of 8 sequences of 512 tokens" in note, note
+            assert "run failed (train)" in note, note
+            assert ax.get_yticks().size == 0  # no 0..1 value ticks on an axis with nothing on it
+            inside_figure(fig, next(t for t in ax.texts if t.get_gid() == MISSING_GID))

@@ -1,0 +1,132 @@
+"""The evaluation report's figures and the value-axis rule every report plot shares, rendered on edge-case data and
+checked through matplotlib's objects: near-equal values, values spanning decades, one length, one-row and
+one-column heatmaps, and heatmap cells that state the n samples behind them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plot_helpers import check_every_series_visible, check_plain_value_axis, draw, inside_figure, no_overlap, ticks
+
+from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, WIDENED_GID, value_limits
+from torchtune_longshort.eval.report.figures import curves_figure, heatmap_figure, heatmaps, ppl_figure
+from torchtune_longshort.eval.report.results_io import load_cell_counts
+
+
+def test_ppl_near_equal_values_linear_with_plain_ticks():
+    runs = {"a": {"longshort_ppl": {"ppl_128": 110.072, "ppl_256": 110.0745, "ppl_1k": 110.079}},
+            "b": {"longshort_ppl": {"ppl_128": 110.0731, "ppl_256": 110.0752}}}
+    fig = draw(ppl_figure(runs))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "linear"
+    check_plain_value_axis(ax.yaxis)
+    assert [t for _, t in ticks(ax.xaxis)] == ["128", "256", "1k"]
+    assert ax.get_xlabel() == "sequence length (tokens)" and ax.get_ylabel() == "perplexity"
+    no_overlap(ax.get_yticklabels(), fig.canvas.get_renderer())
+
+
+def test_ppl_over_decades_log_with_plain_ticks():
+    runs = {"a": {"longshort_ppl": {"ppl_128": 9.5, "ppl_512": 80.0, "ppl_2k": 2500.0}}}
+    fig = draw(ppl_figure(runs))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    check_plain_value_axis(ax.yaxis)
+    assert {"10", "100", "1000"} <= {t for _, t in ticks(ax.yaxis)}
+    assert [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()] == []
+
+
+def test_ppl_single_length():
+    fig = draw(ppl_figure({"a": {"longshort_ppl": {"ppl_256": 12.0}}}))
+    assert [t for _, t in ticks(fig.axes[0].xaxis)] == ["256"]
+    check_plain_value_axis(fig.axes[0].yaxis, min_ticks=2)
+
+
+@pytest.mark.parametrize("lengths, depths", [([(1024, "1k")], [0, 25, 50, 75, 100]),
+                                             ([(256, "256"), (512, "512"), (1024, "1k"), (2048, "2k")], [50])])
+def test_heatmap_one_column_or_one_row(lengths, depths):
+    grid = {L: {d: 0.5 for d in depths} for L in lengths}
+    title = "longshort_passkey: accuracy by depth x length (a-rather-long-run-label-from-a-folder-name)"
+    counts = {(lab, d): 5 for _, lab in lengths for d in depths}
+    fig = draw(heatmap_figure(grid, title, counts))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [lab for _, lab in lengths]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"{d}%" for d in depths]
+    bbox = ax.get_window_extent(fig.canvas.get_renderer())
+    assert bbox.width / fig.dpi >= 1.0 and bbox.height / fig.dpi >= 0.5  # cells not squeezed to a sliver
+    title_artist = fig._suptitle
+    assert "".join(title_artist.get_text().split()) == "".join(title.split())
+    inside_figure(fig, title_artist)  # not clipped
+    for lab in ax.get_xticklabels() + ax.get_yticklabels() + [ax.xaxis.label, ax.yaxis.label]:
+        inside_figure(fig, lab)
+    no_overlap(ax.texts, fig.canvas.get_renderer())  # two-line cells (value, n) fit their cells
+
+
+def _samples(path, task, rows):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"samples_{task}_2026-11-30T10-00-00.000000.jsonl").write_text(
+        "\n".join(json.dumps({"doc_id": i, **r}) for i, r in enumerate(rows)) + "\n")
+
+
+def test_heatmap_cells_state_n_from_the_samples_files(tmp_path):
+    # One passkey prompt at 1k/d0 (scored 1.0), two at 1k/d50, three at 2k/d0 of which one refused (NaN): n is 1, 2
+    # and 2; a "1.00" from one prompt says so. BABILong's group cell sums its member tasks' prompts.
+    rows = ([{"acc": 1.0, "acc_1k": 1.0, "acc_1k_d0": 1.0}] + [{"acc_1k_d50": v} for v in (1.0, 0.0)]
+            + [{"acc_2k_d0": v} for v in (1.0, 0.0, float("nan"))])
+    _samples(tmp_path / "model", "longshort_passkey", rows)
+    _samples(tmp_path / "model", "longshort_babilong_qa1", [{"acc_1k_d0": 1.0}] * 2)
+    _samples(tmp_path / "model", "longshort_babilong_qa2", [{"acc_1k_d0": 0.0}] * 3)
+    (tmp_path / "model" / "results_2026-11-30T10-00-00.000000.json").write_text(json.dumps(
+        {"group_subtasks": {"longshort_babilong": ["longshort_babilong_qa1", "longshort_babilong_qa2"]}}))
+    counts = load_cell_counts(tmp_path)
+    assert counts["longshort_passkey"] == {("1k", 0): 1, ("1k", 50): 2, ("2k", 0): 2}
+    assert counts["longshort_babilong"] == {("1k", 0): 5}
+    runs = {"run": {"longshort_passkey": {"acc_1k_d0": 1.0, "acc_1k_d50": 0.5, "acc_2k_d0": 0.5}}}
+    grid = heatmaps(runs)[("longshort_passkey", "run")]
+    fig = draw(heatmap_figure(grid, "passkey", counts["longshort_passkey"]))
+    cells = sorted(t.get_text() for t in fig.axes[0].texts)
+    assert cells == ["0.50\nn=2", "0.50\nn=2", "1.00\nn=1"]
+    assert "not known" not in fig.get_suptitle()
+    unknown = draw(heatmap_figure(grid, "passkey"))  # no samples files: the title says n is not known
+    assert "n per cell not known" in unknown.get_suptitle().replace("\n", " ")
+    assert all("n=" not in t.get_text() for t in unknown.axes[0].texts)
+
+
+def test_per_position_curve_no_offset():
+    curves = {"run": {256: [5.000001 + 1e-6 * (i % 3) for i in range(256)]}}
+    fig = draw(curves_figure(curves))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "linear"
+    check_plain_value_axis(ax.yaxis, min_ticks=2)
+
+
+# ------------------------------------------------------------------------------- the value-axis rule (issue 25)
+@pytest.mark.parametrize("values, widened", [([408.1, 412.6, 414.3], True), ([110.072, 110.079], True),
+                                             ([35.0, 96.0], False), ([0.0, 0.0], False), ([-0.5, 0.4], False),
+                                             ([0.001, 0.0011], True), ([-12.2, -12.19], True)])
+def test_value_limits_rule(values, widened):
+    lim = value_limits(values)
+    assert (lim is not None) == widened
+    if lim:
+        lo, hi = lim
+        assert lo <= min(values) and hi >= max(values)
+        assert hi - lo == pytest.approx(MIN_SPAN_FRACTION * max(abs(v) for v in values))
+        assert lo >= 0 or min(values) < 0  # positive values never get a negative axis
+
+
+def test_ppl_near_equal_values_get_a_floor_and_a_note():
+    # The quick study's perplexities: 414.3 / 412.6 / 408.1, which a tight axis drew as a steep fall.
+    runs = {"CE": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}},
+            "CE + 0.3": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.8, "ppl_512": 408.1}},
+            "CE again": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}}}
+    fig = draw(ppl_figure(runs))
+    ax = fig.axes[0]
+    check_every_series_visible(ax, fig)  # "CE again" draws exactly over "CE"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(runs)
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= MIN_SPAN_FRACTION * 414.3 * 0.999
+    assert (414.3 - 408.1) / (hi - lo) < 0.1  # the 6-point spread fills a small band, not the axis
+    check_plain_value_axis(ax.yaxis)
+    note = [x for x in ax.texts if x.get_gid() == WIDENED_GID]
+    assert len(note) == 1 and "1.5%" in note[0].get_text()
+    inside_figure(fig, note[0])

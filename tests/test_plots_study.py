@@ -1,0 +1,199 @@
+"""The study report's figures of its tables (lines over length, depth x length heatmaps), rendered from small
+records and tables and checked through matplotlib's objects: why a cell is empty (no run, a failed run, a length the
+text could not fill), seed counts from what a point holds, heatmap cells with their n, labels that never overlap
+(extents measured with the renderer), and records of earlier versions read in the current layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+from plot_helpers import (check_every_series_visible, check_plain_value_axis, draw, inside_figure, lengths_cfg,
+                          no_overlap, study, table, texts, ticks)
+
+from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, MISSING_GID, QUICK_MARK, WIDENED_GID
+from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
+from torchtune_longshort.study.figures import babilong_figure, line_figure, passkey_figure
+from torchtune_longshort.study.records import short_reason, upgraded, value, why_empty
+from torchtune_longshort.study.report import _tables
+
+
+def _note(ax):
+    notes = [t.get_text() for t in ax.texts if t.get_gid() == MISSING_GID]
+    assert len(notes) <= 1, notes
+    return " ".join(notes[0].split()) if notes else ""
+
+
+def test_study_misalignment_near_equal_no_offset():
+    # The quick study's numbers: SCE 12.19 at both lengths, alpha 0.3 lower by ~1e-3.
+    lengths = [256, 512]
+    t = table({0.0: [12.19421, 12.19433], 0.3: [12.19276, 12.19268]}, lengths)
+    fig = draw(line_figure(lengths_cfg(lengths), t, lengths, "misalignment (SCE, Eq. 4)"))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "linear"
+    check_plain_value_axis(ax.yaxis)
+    lo, hi = ax.get_ylim()  # a 0.01 % spread is not blown up to the whole axis
+    assert hi - lo >= MIN_SPAN_FRACTION * 12.19433 * 0.999 and lo <= 12.19268 and hi >= 12.19433
+    assert any(x.get_gid() == WIDENED_GID for x in ax.texts)
+    assert [t for _, t in ticks(ax.xaxis)] == ["128", "256", "512"]  # L0 is marked as well
+    no_overlap(ax.get_yticklabels() + [ax.yaxis.label], fig.canvas.get_renderer())
+    inside_figure(fig, ax.title)
+    assert _note(ax) == ""  # every cell drawn: no note
+
+
+_TOO_SHORT = ("longshort_ppl at length {L}: only {k} of num_samples=8 sequences of length={n} tokens could be cut "
+              "(longest document: 300 tokens): use a source with longer documents, raise chunks_per_doc, or lower "
+              "the length / num_samples")
+
+
+def test_line_figure_notes_say_why_a_cell_is_empty():
+    # The GPU study's case: every run that succeeded has no perplexity because the text could not fill the lengths
+    # (the old figure said "no successful run" in every panel); one run failed in training, one never ran.
+    cfg = study(L=256, alphas=(0.0, 0.1), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}},
+                ppl_lengths=[256, 512], misalignment_lengths=[256, 512], eval_base=True)
+    ok = {"status": "ok", "results": {"longshort_ppl": {}}, "not_scored": {"longshort_ppl": " | ".join(
+        _TOO_SHORT.format(L=lab, k=k, n=n) for lab, k, n in (("256", 1, 256), ("512", 0, 512)))}}
+    recs = {"base": ok, "pi_a0_s0": ok, "pi_a0.1_s0": ok, "yarn_a0_s0": {"status": "failed", "stage": "train"},
+            "yarn_a0.1_s0": {"status": "not run"}}
+    fig = draw(line_figure(cfg, _tables(cfg, recs)["ppl"], [256, 512], "perplexity"))
+    pi, yarn = fig.axes
+    assert "no successful run" not in " ".join(texts(fig))
+    assert _note(pi) == ("not drawn: every row at 256: the text could not fill the length: 1 of 8 sequences of 256 "
+                         "tokens; longest document 300 tokens every row at 512: the text could not fill the length: "
+                         "0 of 8 sequences of 512 tokens; longest document 300 tokens")
+    assert "alpha=0 at every length: run failed (train)" in _note(yarn)
+    assert "alpha=0.1 at every length: not run" in _note(yarn)
+    assert "base at 256: the text could not fill the length" in _note(yarn)
+    assert [pi.get_title(), yarn.get_title()] == ["pi: nothing drawn", "yarn: nothing drawn"]
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:  # the note is inside the figure and runs into no label
+        note = next(t for t in ax.texts if t.get_gid() == MISSING_GID)
+        inside_figure(fig, note)
+        no_overlap([note, ax.xaxis.label, ax.title] + ax.get_xticklabels(), r)
+
+
+@pytest.mark.parametrize("n, title", [(1, "pi: 1 seed"), (3, "pi: mean ± sd over 3 seeds")])
+def test_line_figure_title_counts_the_seeds_its_points_hold(n, title):
+    # A 3-seed config whose cells hold one value each (the other seeds not run) is "1 seed", not "over seeds".
+    lengths = [256, 512]
+    cfg = lengths_cfg(lengths, seeds=[0, 1, 2])
+    fig = draw(line_figure(cfg, table({0.0: [40.0, 60.0], 0.3: [41.0, 62.0]}, lengths, n=n), lengths, "perplexity"))
+    assert fig.axes[0].get_title() == title
+
+
+def test_why_empty_and_short_reasons():
+    recs = {"ok": {"status": "ok", "not_scored": {"longshort_babilong_qa4": "longshort_babilong_qa4: length 8k: "
+                   "BABILong data file not found: /work/x/babilong_data/8k/qa4.jsonl (babilong_data_dir='/work/x')",
+                   "longshort_babilong_qa1": "longshort_babilong_qa1: a generate_until prompt longer than the 32752 "
+                   "tokens --model longshort can take (max_length=32768): refused, scored NaN. Fix: raise max_length"},
+                   "group_subtasks": {"longshort_babilong": ["longshort_babilong_qa1", "longshort_babilong_qa4"]}},
+            "failed": {"status": "failed", "stage": "eval"}}
+    assert why_empty(recs, ["gone"], "longshort_babilong", "8k") == "not run"
+    assert why_empty(recs, ["failed", "gone"], "longshort_babilong", "8k") == "run failed (eval)"
+    assert why_empty(recs, ["ok"], "longshort_babilong", "8k") == (
+        "prompt longer than the 32752 tokens the model takes; no data: length 8k: BABILong data file not found: "
+        "8k/qa4.jsonl")
+    assert why_empty(recs, ["ok"], "longshort_babilong", "16k") == "prompt longer than the 32752 tokens the model takes"
+    assert why_empty({"ok": {"status": "ok"}}, ["ok"], "longshort_ppl", "1k") == "no value reported"
+    assert short_reason("x: something else went wrong") == "not scored: something else went wrong"
+
+
+def test_records_of_earlier_versions_read_in_the_current_layout():
+    # docs/study/cpu_small's records: one task per length, depths as acc_depth_<d>
+    old = {"status": "ok", "results": {"long_ppl_128": {"ppl": 41.78}, "long_ppl_1k": {"ppl": 37.47},
+                                       "misalignment_256": {"sce": 7.58, "jeffreys": 0.0012},
+                                       "passkey_512": {"acc": 0.5, "acc_depth_50": 1.0},
+                                       "babilong_longshort": {"acc_1k_d0": 0.0}}}
+    new = upgraded(old)
+    assert new["results"] == {"longshort_ppl": {"ppl_128": 41.78, "ppl_1k": 37.47},
+                              "longshort_misalignment": {"sce_256": 7.58, "jeffreys_256": 0.0012},
+                              "longshort_passkey": {"acc_512": 0.5, "acc_512_d50": 1.0},
+                              "babilong_longshort": {"acc_1k_d0": 0.0}}
+    assert value(new, "ppl", 1024) == 37.47 and value(new, "jeffreys", 256) == 0.0012
+    assert value(new, "babilong", "1k_d0") == 0.0 and "long_ppl_128" in old["results"]  # old record untouched
+    assert upgraded(new) == new
+
+
+def _babilong_recs(cfg, seeds_ok=(0, 1)):
+    recs = {}
+    for r in cfg.grid:
+        if r.method != "pi" or r.seed not in seeds_ok:
+            continue  # yarn: never ran
+        res = {f"longshort_babilong_qa{q}": {f"acc_1k_d{d}": 1.0 if q == 1 else 0.0 for d in (0, 50, 100)}
+               for q in range(1, 6)}
+        res["longshort_babilong"] = {f"acc_1k_d{d}": 0.2 for d in (0, 50, 100)}
+        recs[r.key] = {"status": "ok", "results": res, "spec": {"eval": {"babilong": {"n": 1, "qa": "qa1,qa2,"
+                                                                                            "qa3,qa4,qa5"}}}}
+    return {r.key: recs.get(r.key, {"status": "not run"}) for r in cfg.grid}
+
+
+def test_babilong_heatmap_labels_do_not_overlap_and_cells_state_n():
+    # docs/study/cpu_small's grid: 2 methods x 3 alphas, one length, three depths (its old figure's depth labels
+    # ran into the next panel's cells); one method never ran.
+    cfg = study(alphas=(0.0, 0.1, 0.3), seeds=(0, 1), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}},
+                babilong={"lengths": ["1k"], "depths": [0, 50, 100], "n": 3, "qa": "qa1,qa2,qa3,qa4,qa5"})
+    fig = draw(babilong_figure(cfg, _babilong_recs(cfg)))
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    r = fig.canvas.get_renderer()
+    labels = [fig._suptitle] + [t for ax in fig.axes for t in (
+        ax.get_xticklabels() + ax.get_yticklabels() + [ax.xaxis.label, ax.yaxis.label, ax.title] + ax.texts)]
+    no_overlap(labels, r)
+    for t in labels:
+        if t.get_text():
+            inside_figure(fig, t)
+    for ax in panels:  # one length: cells still readable
+        assert ax.get_window_extent(r).width / fig.dpi >= 1.0
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == ["1k"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["0%", "50%", "100%"]
+    # the run's recorded n (1 per QA task), not the config's 3: 5 QA tasks x 1 prompt x 2 seeds
+    assert [t.get_text() for t in panels[0].texts] == ["0.20\nn=10"] * 3
+    assert "n = prompts per cell (5 per run), mean over 2 seeds" in fig.get_suptitle().replace("\n", " ")
+    empty = [t for t in panels[3].texts]  # yarn, alpha 0: not run, in dark text on a light cell
+    assert [t.get_text() for t in empty] == ["not run"] * 3
+    assert all(np.mean(to_rgb(t.get_color())) < 0.5 for t in empty)  # never white on the light empty cell
+
+
+def test_passkey_heatmap_marks_chance_level():
+    cfg = study(L=512, alphas=(0.0, 0.1), seeds=[0], ppl_lengths=[128, 512], passkey_lengths=[128, 512],
+                misalignment_lengths=[512], metadata={"passkey_depths": [0, 50]}, passkey_num_samples=2)
+    recs = {"pi_a0_s0": {"status": "ok", "results": {"longshort_passkey": {
+                "digits_128_d0": 0.05, "digits_128_d50": 0.9, "digits_512_d0": 0.1, "digits_512_d50": 0.0}}},
+            "pi_a0.1_s0": {"status": "failed", "stage": "train"}}
+    fig = draw(passkey_figure(cfg, recs))
+    cbar = next(ax for ax in fig.axes if ax.get_label() == "<colorbar>")
+    marks = [ln for ln in cbar.get_lines() if np.allclose(ln.get_ydata(), DIGITS_CHANCE)]
+    assert len(marks) == 1 and marks[0].get_visible()
+    assert f"chance {DIGITS_CHANCE:g}" in cbar.get_ylabel()
+    title = fig.get_suptitle().replace("\n", " ")
+    assert f"chance level (random digits) {DIGITS_CHANCE:g}" in title and "1 seed" in title and "±" not in title
+    panels = [ax for ax in fig.axes if ax is not cbar]
+    assert [t.get_text() for t in panels[0].texts] == ["0.05\nn=2", "0.10\nn=2", "0.90\nn=2", "0.00\nn=2"]
+    assert [t.get_text() for t in panels[1].texts] == ["failed"] * 4
+    inside_figure(fig, fig._suptitle)
+
+
+def test_passkey_chance_is_the_digit_score_of_random_guesses():
+    import random
+
+    from torchtune_longshort.eval.tasks.passkey.task import digit_accuracy
+
+    rng = random.Random(0)
+    keys = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in range(4000)]
+    guesses = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in keys]
+    assert np.mean([digit_accuracy(g, k) for g, k in zip(guesses, keys)]) == pytest.approx(DIGITS_CHANCE, abs=0.01)
+
+
+def test_study_coinciding_lines_all_visible():
+    lengths = [128, 256, 512]
+    t = table({0.0: [414.3, 412.6, 408.1], 0.1: [414.3, 412.6, 408.1], 0.3: [414.3, 412.6, 408.1]}, lengths)
+    fig = draw(line_figure(lengths_cfg(lengths, alphas=[0.0, 0.1, 0.3]), t, lengths, "perplexity"))
+    check_every_series_visible(fig.axes[0], fig)
+
+
+def test_quick_study_figures_say_so():
+    lengths = [256, 512]
+    t = table({0.0: [40.0, 60.0]}, lengths)
+    fig = draw(line_figure(lengths_cfg(lengths, quick=True), t, lengths, "perplexity"))
+    assert fig.get_suptitle() == QUICK_MARK and "quick (smoke) run" in QUICK_MARK
+    inside_figure(fig, fig._suptitle)
+    assert not draw(line_figure(lengths_cfg(lengths), t, lengths, "perplexity")).get_suptitle()

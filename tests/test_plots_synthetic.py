@@ -1,0 +1,127 @@
+"""The synthetic experiments' figures (the paper's and the sparsity probes'), rendered from small curves and checked
+through matplotlib's objects: coinciding curves all visible, every mark explained (the seeds' band, the
+training-length line, the chance line), legends that cover no line, the theory figure's two sum-task constants told
+apart, quick runs marked, and the PNGs redrawn from the CSVs without training."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from plot_helpers import check_every_series_visible, draw, inside_figure, texts
+
+from torchtune_longshort.eval.plot_axes import QUICK_MARK
+from torchtune_longshort.synthetic.experiments import replot_figures
+from torchtune_longshort.synthetic.figures import L_TRAIN_GID, paper_figure, theory_figure
+from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure
+from torchtune_longshort.synthetic.theory import sum_error_closed_form
+
+
+def _coinciding(labels, n_points, seeds=2):
+    """Synthetic-figure data where every curve has exactly the same values (NoPE, ALiBi, RoPE on the length task)."""
+    y = np.geomspace(1e-3, 2e3, n_points)
+    return {lab: {"lengths": list(range(1, n_points + 1)), "l_train": 10, "mse": [y] * seeds} for lab in labels}
+
+
+@pytest.mark.parametrize("name, labels, n_points", [("1b", ["NoPE", "learned abs.", "ALiBi", "RoPE"], 50),
+                                                    ("1c", [f"f = {f}" for f in "abcdef"], 50),
+                                                    ("4", ["l_train = 6", "l_train = 10"], 16)])
+def test_synthetic_coinciding_curves_all_visible(name, labels, n_points):
+    fig = draw(paper_figure(name, _coinciding(labels, n_points)))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:len(labels)] == labels
+    check_every_series_visible(ax, fig)
+    assert not any(QUICK_MARK in t for t in texts(fig))
+
+
+def _l_train_ticks(ax):
+    top = [c for c in ax.child_axes if c.get_gid() == L_TRAIN_GID]
+    assert len(top) == 1, "no labelled l_train axis"
+    return top[0], [float(x) for x in top[0].xaxis.get_majorticklocs()]
+
+
+def _check_legend_outside(fig, ax):
+    r = fig.canvas.get_renderer()
+    legend = ax.get_legend()
+    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r)), "the legend covers the axes"
+    inside_figure(fig, legend)
+
+
+def test_paper_figure_explains_band_and_l_train_and_keeps_its_legend_off_the_lines():
+    data = {f"l_train = {lt}": {"lengths": list(range(1, 41)), "l_train": lt,
+                                "mse": [np.geomspace(1e-3, 1e3, 40) * (1 + 0.1 * s) for s in range(3)]}
+            for lt in (10, 20)}
+    fig = draw(paper_figure("4", data))
+    ax = fig.axes[0]
+    entries = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "shaded: min..max over 3 seeds (line: their mean)" in entries  # the band, named with its seed count
+    assert any("l_train" in e and "dotted" in e for e in entries)
+    top, locs = _l_train_ticks(ax)
+    assert locs == [10.0, 20.0] and [t.get_text() for t in top.get_xticklabels()] == ["10", "20"]
+    assert "l_train" in top.get_xlabel()
+    dotted = sorted(float(ln.get_xdata()[0]) for ln in ax.get_lines() if ln.get_linestyle() == ":")
+    assert dotted == [10.0, 20.0]  # one dotted line per labelled tick
+    _check_legend_outside(fig, ax)
+    one_seed = draw(paper_figure("4", {k: {**v, "mse": v["mse"][:1]} for k, v in data.items()}))
+    assert not any("shaded" in t.get_text() for t in one_seed.axes[0].get_legend().get_texts())  # no band drawn
+
+
+def test_theory_figure_shows_the_two_sum_constants_apart():
+    # docs/synthetic/figtheory.png spanned 1e-17..1e4 (the mean task's float32 zero set the axis), so (l+1)/(4l)
+    # and (l+1)/(2l), a factor of ~2 apart, were one band 1/20 of the axis wide.
+    l, lt = np.arange(1, 51), 10
+    binomial = sum_error_closed_form(l, lt, "binomial")
+    data = {"mean": {"lengths": list(l), "l_train": lt, "mse": [np.full(50, 1e-15), np.full(50, 3e-15)]},
+            "length": {"lengths": list(l), "l_train": lt, "mse": [(l - 5.5) ** 2 + 0.01, (l - 5.5) ** 2 + 0.02]},
+            "sum": {"lengths": list(l), "l_train": lt, "mse": [binomial * 0.99, binomial * 1.01]}}
+    fig = draw(theory_figure(data))
+    sum_ax = next(ax for ax in fig.axes if ax.get_title() == "sum task")
+    lo, hi = sum_ax.get_ylim()
+    doubled = sum_error_closed_form(l, lt, "doubled")
+    assert sum_ax.get_yscale() == "linear" and lo <= 0 and doubled.max() <= hi <= 1.25 * doubled.max()
+    gap = (doubled[-1] - binomial[-1]) / (hi - lo)
+    assert gap > 0.3, f"the two closed forms are {gap:.0%} of the axis apart at l = 50"
+    labels = [t.get_text() for t in sum_ax.get_legend().get_texts()]
+    assert "closed form with (l+1)/(4l)" in labels and "closed form with (l+1)/(2l)" in labels
+    assert "mean task (closed form 0): test MSE <= 3e-15" in fig.get_suptitle()
+    for ax in (a for a in fig.axes if a.get_title() in ("length task", "sum task")):
+        assert min(ax.get_ylim()) > -1 and _l_train_ticks(ax)[1] == [10.0]
+        _check_legend_outside(fig, ax)
+
+
+def test_probe_figures_label_l_train_and_chance_and_keep_legends_off_the_lines():
+    row = {"l_train": 6, "chance": 0.5}
+    parity = {"K_train=1": {**row, "k_train": 1, "acc_mean": {"1,3": 0.9, "1,12": 0.7, "2,3": 0.6, "2,12": 0.5}},
+              "K_train=2": {**row, "k_train": 2, "acc_mean": {"1,3": 1.0, "1,12": 0.8, "2,3": 0.95, "2,12": 0.55}}}
+    fig = draw(probe_figure("parity", parity))
+    for ax in fig.axes:
+        if ax.get_gid() == L_TRAIN_GID:
+            continue
+        entries = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "dashed: chance level 0.5" in entries and any("l_train" in e for e in entries)
+        assert _l_train_ticks(ax)[1] == [6.0]
+        _check_legend_outside(fig, ax)
+
+
+def test_quick_synthetic_figures_say_so():
+    syn = draw(paper_figure("4", _coinciding(["l_train = 6", "l_train = 10"], 16), quick=True))
+    assert QUICK_MARK in syn.get_suptitle()
+    inside_figure(syn, syn._suptitle)
+    table = {f"K_train={k}": {"l_train": 6, "k_train": k, "acc_mean": {"1,3": 1.0, "1,6": 0.9, "1,12": 0.6}}
+             for k in (1, 2)}  # the quick parity figure: two panels
+    probe = draw(probe_figure("parity", table, quick=True))
+    assert QUICK_MARK in probe.get_suptitle()
+    inside_figure(probe, probe._suptitle)
+
+
+def test_synthetic_replot_from_csv(tmp_path):
+    base = {"task": "length", "l_train": 6, "l_test": 16}
+    (tmp_path / "summary.json").write_text(json.dumps({"meta": {"base_config": base, "quick": True}}))
+    rows = ["figure,curve,seed,length,test_mse"]
+    rows += [f"4,l_train = {lt},{s},{n},{0.01 * n * n}" for lt in (6, 10) for s in (0, 1) for n in range(1, 17)]
+    (tmp_path / "fig4.csv").write_text("\n".join(rows) + "\n")
+    written = replot_figures(["4"], str(tmp_path))
+    assert written == [str(tmp_path / "fig4.png")] and (tmp_path / "fig4.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="fig1b.csv"):
+        replot_figures(["1b"], str(tmp_path))
