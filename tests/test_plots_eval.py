@@ -11,7 +11,7 @@ from plot_helpers import check_every_series_visible, check_plain_value_axis, dra
 
 from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, WIDENED_GID, value_limits
 from torchtune_longshort.eval.report.figures import curves_figure, heatmap_figure, heatmaps, ppl_figure
-from torchtune_longshort.eval.report.results_io import load_cell_counts
+from torchtune_longshort.eval.report.results_io import even_cell_counts, load_cell_counts
 
 
 def test_ppl_near_equal_values_linear_with_plain_ticks():
@@ -90,6 +90,15 @@ def test_heatmap_cells_state_n_from_the_samples_files(tmp_path):
     unknown = draw(heatmap_figure(grid, "passkey"))  # no samples files: the title says n is not known
     assert "n per cell not known" in unknown.get_suptitle().replace("\n", " ")
     assert all("n=" not in t.get_text() for t in unknown.axes[0].texts)
+
+
+def test_heatmap_n_without_samples_files_only_when_the_samples_divide_evenly():
+    # The GPU study's passkey run: 30 samples, 3 lengths x 5 depths, no --limit: 2 per cell. A placeholder row (a
+    # length that could not run) or a --limit breaks the even spread: then n stays unknown.
+    cells = [(lab, d) for lab in ("8k", "16k", "32k") for d in (0, 25, 50, 75, 100)]
+    assert even_cell_counts(30, None, cells) == {c: 2 for c in cells}
+    assert even_cell_counts(31, None, cells) == {} and even_cell_counts(30, 10, cells) == {}
+    assert even_cell_counts(None, None, cells) == {}
 
 
 def test_per_position_curve_no_offset():

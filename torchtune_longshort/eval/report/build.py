@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
 from torchtune_longshort.eval.report.results_io import (
     coverage_note,
+    even_cell_counts,
     group_coverage,
     load_cell_counts,
     load_curves,
@@ -286,8 +287,14 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     counts = {run: load_cell_counts(d) for run, d in dirs.items()}
     for (family, run), grid in heatmaps(runs).items():
         name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        heatmap_figure(grid, f"{family}: accuracy by depth x length ({run})",
-                       counts[run].get(current_name(family))).savefig(out_dir / name, dpi=120)
+        title, n = f"{family}: accuracy by depth x length ({run})", counts[run].get(current_name(family))
+        if not n:  # without samples files: the task's samples over its cells, when they divide evenly
+            info = summary["runs"][run]
+            n = even_cell_counts(info["samples"].get(current_name(family)), info["limit"],
+                                 [(lab, d) for (_, lab), row in grid.items() for d in row])
+            title += f" (n per cell: the task's {info['samples'].get(current_name(family))} samples over its " \
+                     f"{len(n)} cells)" if n else ""
+        heatmap_figure(grid, title, n).savefig(out_dir / name, dpi=120)
         files.append(name)
     return files, notes
 

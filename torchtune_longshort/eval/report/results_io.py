@@ -287,3 +287,13 @@ def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]
         return dict(out)
 
     return {t: c for t in {*counts, *groups} if (c := total(t))}
+
+
+def even_cell_counts(total: Optional[int], limit: Any, cells: List[Tuple[str, int]]) -> Dict[Tuple[str, int], int]:
+    """n per depth x length cell of a task run without ``--limit`` whose ``total`` samples (lm-eval's
+    ``n-samples``) divide evenly over its ``cells``: the pack's swept tasks make the same number of samples for each
+    length and depth (a length they could not run adds one placeholder row, which breaks the division). Empty when
+    that does not hold: then n is not known without the samples files (:func:`load_cell_counts`)."""
+    if limit is not None or not total or not cells or total % len(cells):
+        return {}
+    return {cell: total // len(cells) for cell in cells}
