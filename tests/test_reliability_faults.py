@@ -175,3 +175,114 @@ def test_f7_model_dimensions_against_the_checkpoint_are_named_before_the_folder(
                                          r"\(its config.json: 2\), model.embed_dim=128 \(its config.json: 64\)"):
         recipe_cls(cfg).setup()
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------- F4
+def test_f4_home_relative_and_symlinked_paths_are_resolved_once(recipe_cls, tmp_path, sp_tokenizer_dir,
+                                                                monkeypatch):
+    """F4: ``output_dir=~/runs/x`` writes to ``$HOME/runs/x`` (it made a literal ``./~/runs/x``), and so do the
+    nodes that interpolate it; ``tokenizer.path=~/tok`` (a symlink) is read through the same resolution."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "tok").symlink_to(sp_tokenizer_dir)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    r = recipe_cls(tiny_cfg("~/runs/x", "~/tok"))
+    run = home / "runs" / "x"
+    assert r.output_dir == run and r.cfg.checkpointer.output_dir == str(run)
+    assert r.config.metric_logger.log_dir == str(run / "logs")
+    assert r.config.tokenizer.path == str(sp_tokenizer_dir.resolve())
+    r.setup()
+    r.release_output_dir()
+    assert (run / "step_0").is_dir() and list(work.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------- F8
+def test_f8_a_re_spelled_symlinked_or_moved_run_folder_resumes(recipe_cls, tmp_path, sp_tokenizer_dir,
+                                                                monkeypatch):
+    """F8: resume compares what a run trains, not where its folder sits: a run started as ``output_dir=outputs/r``
+    resumes as its absolute path, through a symlink and after the folder is moved (``checkpointer.output_dir``,
+    ``${output_dir}``, was compared as a must-match key)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    first = recipe_cls(tiny_cfg("outputs/r", sp_tokenizer_dir, max_steps=1))
+    first.setup()
+    first.train()
+    first.cleanup()
+    (tmp_path / "link").symlink_to(tmp_path / "outputs" / "r")
+    spellings = [str(tmp_path / "outputs" / "r"), "link"]
+    for spelling in spellings + ["moved"]:
+        if spelling == "moved":
+            os.rename(tmp_path / "outputs" / "r", tmp_path / "moved")
+        r = recipe_cls(tiny_cfg(spelling, sp_tokenizer_dir, max_steps=1, resume=True))
+        r.setup()
+        r.release_output_dir()
+        assert r.global_step == 1 and r._resume_changes == [], spelling
+    with pytest.raises(ValueError, match=r"changes what the run trains.*seed: 0 -> 1"):  # what it trains still counts
+        recipe_cls(tiny_cfg("moved", sp_tokenizer_dir, max_steps=1, resume=True, seed=1)).setup()
+
+
+# --------------------------------------------------------------------------------------------------------- F10
+F10_CASES = {
+    "output_dir_a_file": ({"output_dir": "{file}"}, r"output_dir='.*notes.txt' is a file, not a folder"),
+    "output_dir_under_a_file": ({"output_dir": "{file}/run"}, r"output_dir='.*notes.txt/run' cannot be created: "
+                                                              r"'.*notes.txt' is a file"),
+    "output_dir_in_proc": ({"output_dir": "/proc/longshort_run"}, r"output_dir='/proc/longshort_run' cannot be "
+                                                                  r"created: '/proc' does not take new folders"),
+    "tokenizer_in_proc": ({"tokenizer.path": "/proc/nonexistent"}, r"tokenizer.path='/proc/nonexistent' cannot be "
+                                                                   r"created: '/proc' does not take new folders"),
+    "log_dir_in_proc": ({"metric_logger.log_dir": "/proc/logs"}, r"metric_logger.log_dir='/proc/logs' cannot be"),
+    "device_mps": ({"device": "mps"}, r"device='mps': MPS is not available on this machine; pass device=cpu"),
+}
+
+
+@pytest.mark.parametrize("case", list(F10_CASES))
+def test_f10_filesystem_and_device_refusals_name_the_field_in_one_line(recipe_cls, tmp_path, sp_tokenizer_dir,
+                                                                       capsys, case):
+    """F10: a path the config gives that cannot be a folder, and a device this machine lacks, are refused in one
+    line naming the field and the fix (they were NotADirectoryError / FileNotFoundError on a temporary name /
+    torchtune's RuntimeError), before any folder exists."""
+    import torch
+
+    from torchtune_longshort.refusals import refusing
+
+    if case == "device_mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("mine")
+    over, match = F10_CASES[case]
+    over = {k: v.format(file=user_file) for k, v in over.items()}
+    cfg = tiny_cfg(over.pop("output_dir", tmp_path / "run"), sp_tokenizer_dir, **over)
+    with pytest.raises(SystemExit) as stop:
+        refusing("longshort_finetune", lambda: recipe_cls(cfg).setup())
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert __import__("re").search(match, err), err
+    assert user_file.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert not Path("/proc/longshort_run").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------- F5
+@pytest.mark.parametrize("overrides,match", [
+    ({"seq_len": 100000}, r"seq_len=100000 is above the range of the model's RoPE"),
+    ({"gradient_accumulation_steps": 3}, r"batch_size=4 is not divisible by world_size \(1\) x "
+                                         r"gradient_accumulation_steps \(3\)"),
+], ids=["seq_len", "accumulation"])
+def test_f5_the_study_runs_the_recipe_config_check_on_every_run_before_the_base_trains(tmp_path, overrides, match):
+    """F5: a ``finetune.overrides`` value the recipe's rules refuse (a length past the scaled model's positions, a
+    batch the accumulation steps do not divide) stops the study when its config is loaded (exit 2), not after the
+    base has pre-trained and every fine-tune has failed."""
+    import yaml
+
+    from torchtune_longshort.study import load_study_config
+
+    raw = yaml.safe_load((REPO / "configs" / "study" / "cpu_small.yaml").read_text())
+    raw["finetune"]["overrides"].update(overrides)
+    raw["output_dir"] = str(tmp_path / "study")
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=rf"recipe config of run \w+_a0_s0 .*finetune.overrides.* {match}"):
+        load_study_config(path, repo_root=REPO)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]

@@ -49,7 +49,8 @@ from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
 )
 from torchtune_longshort.training.recipe_config import (
-    check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, written_names,
+    check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, resolved_config,
+    written_names,
 )
 from torchtune_longshort.training.resume import apply_resume_changes, read_resume_state, restore_optimizer
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -69,7 +70,7 @@ class LongShortFinetuneRecipe:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = resolved_config(cfg)  # its paths expanded and resolved once: ~, relative, symlinks
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self._distributed = world_size > 1
         # Every check that needs no model runs first: before a process group, an output folder or a weight exists.
@@ -214,14 +215,8 @@ class LongShortFinetuneRecipe:
         cfg = self.config
         stream = PackedTokenStream(self._documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
         batcher = DualWindowBatcher(
-            stream,
-            L=cfg.seq_len,
-            e_range=list(cfg.windows.e_range),
-            batch_size=self.micro_batch,
-            seed=cfg.order_seed,
-            rank=self.rank,
-            world_size=self.world_size,
-            ignore_index=self._loss_fn.ignore_index,
+            stream, L=cfg.seq_len, e_range=list(cfg.windows.e_range), batch_size=self.micro_batch,
+            seed=cfg.order_seed, rank=self.rank, world_size=self.world_size, ignore_index=self._loss_fn.ignore_index,
             bos_id=self._tokenizer.bos_id if cfg.windows.window_bos else None,
         )
         if recipe_state is not None:

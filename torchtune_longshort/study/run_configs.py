@@ -90,10 +90,9 @@ class RunConfigs:
         return c
 
     def recipe_fields(self, key: str, run: Optional[Run] = None) -> "RecipeConfig":
-        """:meth:`recipe_config` read as the recipe reads it: its typed config (keys and values checked; the files
-        and devices it names are not asked for, as the run may not have made them yet)."""
-        from torchtune_longshort.training.recipe_config import RecipeConfig
-        from torchtune_longshort.training.recipe_config.fields import build_section
+        """:meth:`recipe_config` read as the recipe reads it: the recipe's own config check (keys, values and the
+        rules between fields: a batch the accumulation steps do not divide, a length past the model's positions;
+        the files and devices it names are not asked for, as the run may not have made them yet)."""
+        from torchtune_longshort.training.recipe_config import load_recipe_config
 
-        node = OmegaConf.to_container(OmegaConf.create(self.recipe_config(key, run)), resolve=True)
-        return build_section(RecipeConfig, node, local=False)
+        return load_recipe_config(OmegaConf.create(self.recipe_config(key, run)), local=False)

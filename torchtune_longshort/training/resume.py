@@ -16,14 +16,39 @@ import torch
 from torchtune_longshort.models.hf_checkpoint import read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.training.checkpointing import recipe_state_path
+from torchtune_longshort.training.recipe_config.paths import resolved_config
 
 # Keys whose change breaks exactness (top-level config keys; nested nodes compared whole).
 EXACT_KEYS = (
     "model", "tokenizer", "checkpointer", "checkpoint_dir", "dataset", "seq_len", "e_range", "loss", "batch_size",
     "gradient_accumulation_steps", "seed", "data_seed", "position_sampler", "dtype", "lr_scheduler",
 )
-# Keys a resumed run applies as given (and logs): everything not in EXACT_KEYS and not about the folder itself.
+# Keys a resumed run applies as given (and logs): everything not in EXACT_KEYS and not about the folder itself
+# (where the folder sits is not what the run trains: a moved or re-spelled folder resumes).
 _IGNORED = ("resume", "overwrite_output_dir", "output_dir")
+_IGNORED_NESTED = ("checkpointer.output_dir",)  # ${output_dir}: torchtune's checkpointer, which the recipe never builds
+OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relative to it
+
+
+def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
+    """``config`` with its paths resolved (:func:`~.recipe_config.paths.resolved_config`; a config saved before
+    paths were resolved is read against the working directory) and those inside its ``output_dir`` written relative
+    to it, so that two spellings of one file compare equal."""
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(resolved_config(config), resolve=True)
+    out = resolved.get("output_dir")
+
+    def relative(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: relative(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [relative(x) for x in v]
+        if isinstance(out, str) and isinstance(v, str) and (v == out or v.startswith(out.rstrip("/") + "/")):
+            return OUTPUT_DIR + v[len(out.rstrip("/")):]
+        return v
+
+    return relative(resolved)
 
 
 def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
@@ -37,13 +62,14 @@ def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
 
 def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
-    ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved)."""
+    ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved),
+    compared with their paths resolved and those inside the run's folder relative to it (:func:`_as_run_sees_it`)."""
     broken, applied = [], []
-    old_flat, new_flat = _flat(saved), _flat(new)
+    old_flat, new_flat = _flat(_as_run_sees_it(saved)), _flat(_as_run_sees_it(new))
     for key in sorted(set(old_flat) | set(new_flat)):
         top = key.split(".", 1)[0]
         a, b = old_flat.get(key, "<absent>"), new_flat.get(key, "<absent>")
-        if a == b or top in _IGNORED:
+        if a == b or top in _IGNORED or key in _IGNORED_NESTED:
             continue
         if top in EXACT_KEYS:
             # The lr schedule's shape is fixed by the run; its length follows max_steps and is not a change here.

@@ -3,7 +3,9 @@
 :func:`load_recipe_config` turns the OmegaConf node into a :class:`RecipeConfig`: unknown keys refused at every level
 with "did you mean" (torchtune's own names too), each value checked with its field named, each ``_component_`` node
 checked before it is built where its arguments can be, then the rules between fields (:mod:`.rules`) and the
-output folder's inputs (:mod:`.inputs`). Nothing here creates a file or a folder.
+output folder's rules and inputs (:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here leaves a
+file or a folder behind (whether a folder the run will create can be created is tried: one made and removed at once,
+:func:`~.values.check_creatable`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from torchtune_longshort.training.recipe_config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
+from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, declared_vocab,
@@ -19,19 +22,23 @@ from torchtune_longshort.training.recipe_config.rules import (
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
 
 
-def load_recipe_config(cfg: Any, world_size: int = 1) -> RecipeConfig:
-    """The checked, typed config of an OmegaConf node (or a plain mapping) for a run on ``world_size`` processes.
+def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
+    """The checked, typed config of an OmegaConf node (or a plain mapping) for a run on ``world_size`` processes,
+    its paths resolved (:func:`~.paths.resolved_config`). ``local=False`` checks keys, values and the rules between
+    fields, not what the config names on this machine (files, devices, the output folder): a study checks every
+    run's config before its base checkpoint exists.
 
     Raises ``ConfigKeyError`` (a ``KeyError``) for unknown or missing keys, ``ValueError`` /
     ``FileNotFoundError`` / ``FileExistsError`` naming the field for values, before any side effect."""
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
 
-    node = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    config = build_section(RecipeConfig, node)
-    check_rules(config, world_size)
-    check_overwrite(config)
+    node = OmegaConf.to_container(resolved_config(cfg), resolve=True)
+    config = build_section(RecipeConfig, node, local=local)
+    check_rules(config, world_size, local)
+    if local:
+        check_overwrite(config)
     return config
 
 
 __all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer_vocab", "declared_vocab", "input_paths",
-           "load_recipe_config", "written_names"]
+           "load_recipe_config", "resolved_config", "written_names"]

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.training.recipe_config.values import number, resolve_component, text
+from torchtune_longshort.training.recipe_config.values import check_creatable, number, resolve_component, text
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_METHOD_KEYS = {"torchtune_longshort.models.rope_scaled": "method"}  # else a builder's ``rope_method``
@@ -44,17 +43,13 @@ class TokenizerConfig(ComponentSection):
 
 
 def _check_creatable(path: str, p: Path) -> None:
-    """A tokenizer folder the component trains when it is absent: its nearest existing folder must be writable."""
+    """A tokenizer folder the component trains when it is absent: it must be creatable (:func:`check_creatable`)."""
     if p.exists():
         return
     if p.suffix == ".model":
         raise FileNotFoundError(f"{path}={str(p)!r}: no such SentencePiece file (name a tokenizer folder to train one "
                                 "there, or an existing .model file)")
-    parent = p.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{path}={str(p)!r} cannot be created: {str(parent)!r} is not a writable folder")
+    check_creatable(path, str(p))
 
 
 def _nodes(node: Mapping[str, Any], where: str) -> Iterator[Tuple[str, Mapping[str, Any]]]:
@@ -132,12 +127,15 @@ class ModelConfig(ComponentSection):
                                  f"{sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)")
             _check_rope_arguments(path, node)
 
-    def declared_positions(self) -> Optional[int]:
+    def declared_positions(self, local: bool = True) -> Optional[int]:
         """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,
-        an ``hf_decoder``'s folder's usable length, a builder's default; None when only the built model can say."""
+        an ``hf_decoder``'s folder's usable length (``local``: the folder is read), a builder's default; None when
+        only the built model can say."""
         for _, node in _nodes({"_component_": self.component, **self.args}, "model"):
             if isinstance(node.get("max_seq_len"), int):
                 return node["max_seq_len"]
+            if node["_component_"] == HF_DECODER and not local:
+                return None
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir") and not node.get("plain_rope"):
                 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 

@@ -16,7 +16,7 @@ from torchtune_longshort.training.recipe_config.data import DataSourceConfig, Va
 from torchtune_longshort.training.recipe_config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
 from torchtune_longshort.training.recipe_config.values import (
-    boolean, check_device, device_name, integer, number, one_of, text,
+    boolean, check_creatable, check_device, device_name, integer, number, one_of, text,
 )
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
 
@@ -91,6 +91,9 @@ class RecipeConfig(Section):
 
     def check(self, where: str) -> None:
         check_device("device", self.device)
+        check_creatable("output_dir", self.output_dir)  # the folders the run makes, asked in the order it makes them
+        if self.metric_logger.log_dir:
+            check_creatable("metric_logger.log_dir", self.metric_logger.log_dir)
 
     @property
     def seq_len(self) -> int:

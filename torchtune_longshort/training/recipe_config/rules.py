@@ -10,8 +10,9 @@ from typing import Any, Optional, Tuple
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
 
-def check_rules(config: RecipeConfig, world_size: int) -> None:
-    """Raise ``ValueError`` naming the fields when two of them cannot go together."""
+def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> None:
+    """Raise ``ValueError`` naming the fields when two of them cannot go together (``local=False``: not those that
+    read a checkpoint folder)."""
     bs, ga = config.batch_size, config.gradient_accumulation_steps
     if bs % (world_size * ga):
         raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
@@ -26,9 +27,10 @@ def check_rules(config: RecipeConfig, world_size: int) -> None:
     if problem is not None:
         raise ValueError(problem)
     _check_min_context(config)
-    check_positions(config, config.model.declared_positions(), "the model node's max_seq_len")
+    check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
-    _check_checkpoint_dimensions(config)
+    if local:
+        _check_checkpoint_dimensions(config)
     _check_scheduler(config)
 
 

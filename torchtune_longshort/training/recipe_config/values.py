@@ -4,10 +4,14 @@ value and what would be accepted. The sections' :func:`~.fields.setting` declara
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.lengths import length_value
+from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.recipe_config.fields import Check
 
 
@@ -82,6 +86,32 @@ def check_device(path: str, name: str) -> None:
     """The device must exist on this machine (:func:`torchtune_longshort.devices.require_device`, every entry
     point's rule)."""
     require_device(name, path)
+
+
+class UnwritablePath(Refusal, PermissionError):
+    """A folder the config names that this machine cannot create."""
+
+
+def check_creatable(path: str, value: str) -> None:
+    """A folder the run creates at ``value`` (field ``path``) if it is absent: an existing one must be a folder, an
+    absent one's nearest existing parent a folder that takes new folders. That is tried (a folder made there and
+    removed at once): neither a root user's permission bits nor the mount flags of ``/proc`` or ``/sys`` say it."""
+    p = Path(value)
+    if p.exists():
+        if not p.is_dir():
+            raise NotADirectoryError(f"{path}={value!r} is a file, not a folder: name a folder")
+        return
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"{path}={value!r} cannot be created: {str(parent)!r} is a file, not a folder; "
+                                 "name a path in a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=parent))
+    except OSError as e:
+        raise UnwritablePath(f"{path}={value!r} cannot be created: {str(parent)!r} does not take new folders "
+                             f"({e.strerror}); name a path in a folder you can write") from None
 
 
 def wrapped(validate: Callable[[Any], Any]) -> Check:
