@@ -286,3 +286,26 @@ def test_f5_the_study_runs_the_recipe_config_check_on_every_run_before_the_base_
     with pytest.raises(ValueError, match=rf"recipe config of run \w+_a0_s0 .*finetune.overrides.* {match}"):
         load_study_config(path, repo_root=REPO)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
+
+
+# ---------------------------------------------------------------------------------------------------------- F9
+@pytest.mark.parametrize("model", ["hf", "longshort"])
+def test_f9_an_absent_device_in_model_args_is_refused_in_one_line_before_work(tmp_path, capsys, monkeypatch, model):
+    """F9: the one device rule holds for a device given in ``--model_args`` too (``--device`` is
+    tests/test_device_rule.py's): ``hf`` got it twice (its own and the CLI's default) and raised a TypeError."""
+    import sys
+
+    import torch
+
+    from torchtune_longshort.eval.__main__ import main
+
+    absent = "cuda:99" if torch.cuda.is_available() else "cuda"
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", model, "--model_args",
+                                      f"pretrained={tmp_path / 'missing'},device={absent}", "--tasks",
+                                      "longshort_ppl", "--output_path", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"longshort-eval: error: --model_args device='{absent}': ") and "device=cpu" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -44,6 +44,6 @@ def require_device(name: str, field: str = "device") -> torch.device:
     as run where it was not)."""
     problem = device_problem(name)
     if problem is not None:
-        fix = f"{field}=cpu" if not field.startswith("-") else f"{field} cpu"
+        fix = f"{field} cpu" if field.startswith("-") and " " not in field else f"{field}=cpu"  # --model_args device
         raise ValueError(f"{field}={str(name)!r}: {problem}; pass {fix}, or run where that device exists")
     return torch.device(str(name))

@@ -18,6 +18,7 @@ from torchtune_longshort.devices import default_device, require_device
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
+_DEVICE = re.compile(r"(?:^|,)device=([^,]*)")
 
 
 _SUBCOMMANDS = ("run", "ls", "validate")
@@ -43,9 +44,10 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
       installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one (lm-eval
       takes a single folder: a user's own folder replaces the pack, with a warning);
     - an evaluation without ``--device`` gets ``cuda`` only when CUDA is available, else ``cpu`` (lm-eval's
-      default is ``cuda:0`` whatever the machine); a ``--device`` this machine does not have is refused here, for
-      every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's ``hf`` would fail later, and no
-      model may run elsewhere than its results say);
+      default is ``cuda:0`` whatever the machine); a ``--device`` (or ``--model_args device=``) this machine does
+      not have is refused here, for every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's
+      ``hf`` would fail later, and no model may run elsewhere than its results say), and a device given both ways
+      is refused (lm-eval would pass the model ``device`` twice);
     - an evaluation gets ``--metadata`` key ``lm_eval_model`` naming the ``--model`` (lm-eval's default ``hf``
       when none is given), so that a task that needs the ``longshort`` model (``longshort_misalignment``) refuses
       any other before a request runs, and tasks can refuse requests a plain model would cut or crash on
@@ -71,8 +73,12 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     if not evaluating:
         return out
     model = option(out, "--model")
-    device = option(out, "--device")
-    if device is None:
+    device, in_args = option(out, "--device"), _model_args_device(out)
+    if in_args is not None:  # lm-eval passes both to the model: given twice, the model gets `device` twice
+        if device is not None:
+            raise ValueError(f"--device {device} and --model_args device={in_args}: give the device once (--device)")
+        require_device(in_args, "--model_args device")
+    elif device is None:
         out += ["--device", default_device()]
     else:
         require_device(device, "--device")
@@ -82,9 +88,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     return _checkpoint_dir_as_pretrained(out)
 
 
-def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
-    """``checkpoint_dir=`` of ``--model_args`` renamed ``pretrained=`` (unless ``pretrained`` is given)."""
-    spans, i = [], 0  # indices of the model_args tokens
+def _model_args_spans(out: List[str]) -> List[int]:
+    """Indices of the ``--model_args`` tokens in ``out``."""
+    spans, i = [], 0
     while i < len(out):
         if out[i].startswith("--model_args="):
             spans.append(i)
@@ -96,6 +102,19 @@ def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
             i = j
             continue
         i += 1
+    return spans
+
+
+def _model_args_device(out: List[str]) -> Optional[str]:
+    """The ``device=`` of ``--model_args`` (the last one), else None."""
+    found = [m.group(1) for k in _model_args_spans(out)
+             for m in _DEVICE.finditer(out[k].split("--model_args=", 1)[-1])]
+    return found[-1] if found else None
+
+
+def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
+    """``checkpoint_dir=`` of ``--model_args`` renamed ``pretrained=`` (unless ``pretrained`` is given)."""
+    spans = _model_args_spans(out)
     if any(re.search(r"(^|,|=)pretrained=", out[k]) for k in spans):
         return out
     for k in spans:
