@@ -127,11 +127,12 @@ def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked
         build_report([full, other], tmp_path / "no")
     assert summary["runs"]["quick"]["limit"] == 3 and summary["runs"]["full"]["samples"] == {"longshort_ppl": 20}
     main([str(full), str(quick), "--out", str(tmp_path / "cli"), "--allow-unequal-samples"])  # the flag
-    # a difference with reasons (a length one model could not run: one placeholder row) is noted, not refused
+    # a difference with reasons is refused too: every model counts the samples it could not run (NaN, with the
+    # reason), so one placeholder row standing for a whole length is not the same evaluation (issue 33 F11)
     short = _run(tmp_path / "short", 1, pretrained="/ckpt/b", reasons={"longshort_ppl at length 512: too long": 1})
-    build_report([full, short], tmp_path / "rep2")
-    md = (tmp_path / "rep2" / "report.md").read_text()
-    assert "Sample counts differ where a run could not score some samples" in md and "Unequal" not in md
+    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `short` 1\)"):
+        build_report([full, short], tmp_path / "rep2")
+    assert not (tmp_path / "rep2").exists()
 
 
 def test_runs_of_different_dtype_are_refused_in_one_line_unless_asked(tmp_path, capsys):

@@ -309,3 +309,38 @@ def test_f9_an_absent_device_in_model_args_is_refused_in_one_line_before_work(tm
     assert stop.value.code == 2 and len(err) == 1, err
     assert err[0].startswith(f"longshort-eval: error: --model_args device='{absent}': ") and "device=cpu" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------------------- F11
+def test_f11_both_models_count_the_same_passkey_samples_and_the_report_refuses_unequal_counts(tmp_path,
+                                                                                           sp_tokenizer_dir):
+    """F11: a passkey length past lm-eval's ``hf`` model was one placeholder row there, while the ``longshort`` model
+    got every prompt and refused each (``sample_len`` 6 against 10, and the report accepted both). Now each model's
+    dataset holds the same rows (the ``hf`` model's past its length marked, never sent, NaN), and the report refuses
+    runs whose counts differ, naming the task."""
+    from torchtune_longshort.eval.report import build_report
+    from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+    from torchtune_longshort.eval.tasks.passkey.task import passkey_dataset
+
+    meta = {"max_seq_lengths": "256,512", "passkey_num_samples": 1, "tokenizer": str(sp_tokenizer_dir)}
+    hf = passkey_dataset(**meta, **{MODEL_KEY: "hf", "max_length": 256})["test"]
+    ours = passkey_dataset(**meta, **{MODEL_KEY: "longshort"})["test"]
+    assert len(hf) == len(ours) == 10  # 2 lengths x 5 depths
+    for a, b in zip(hf, ours):
+        assert (a["length"], a["depth"], a["input"]) == (b["length"], b["depth"], b["input"]) and not b["error"]
+        assert bool(a["error"]) == (a["length"] == 512), a["error"]
+    assert "longshort_passkey at length 512: its requests need 512 tokens" in hf[9]["error"]
+
+    def run(name, n):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps({
+            "results": {"longshort_passkey": {"acc,none": 0.5}},
+            "n-samples": {"longshort_passkey": {"original": n, "effective": n}},
+            "configs": {"longshort_passkey": {"not_scored": {"longshort_passkey at length 512: too long": n - 5}}},
+            "config": {"model": name, "model_args": {"pretrained": "/ckpt"}, "model_dtype": "torch.float32"}}))
+        return d
+
+    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_passkey: `hf` 6, `longshort` 10\)"):
+        build_report([run("hf", 6), run("longshort", 10)], tmp_path / "report")
+    assert not (tmp_path / "report").exists()

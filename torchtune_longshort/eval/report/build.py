@@ -6,10 +6,10 @@
 ``results_*.json`` files are found recursively; a task that appears in several files is taken from the newest). A
 folder is one run, i.e. one column: results of different checkpoints or model settings under one folder are
 refused (:func:`results_io.run_identity`), never merged. Runs that scored a task on different numbers of samples
-for no listed reason, or that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``,
-often bf16, where ``longshort`` runs float32) or ``--limit``, are refused in one line unless ``--allow-mixed`` is
-given; then the report marks them (a sample-count difference that comes with reasons, e.g. a length one model could
-not run, is noted). Writes to ``--out``:
+(every model counts the samples it could not run, NaN with their reason, so a difference means other samples), or
+that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``, often bf16, where
+``longshort`` runs float32) or ``--limit``, are refused in one line naming the task unless ``--allow-mixed`` is
+given; then the report marks them. Writes to ``--out``:
 
 - ``report.md``: the runs (model, checkpoint, dtype, device, ``--limit``, samples per task); one table per length-swept task
   and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
@@ -145,19 +145,15 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
     return sections, summary
 
 
-def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]],
-                     not_scored: Dict[str, Dict[str, str]]) -> Tuple[str, str]:
-    """``(refused, explained)``: the tasks the runs scored on different numbers of samples, as text. A difference
-    is explained when a run of that task has samples it could not score (placeholder rows of a length or of data it
-    could not run count as samples; their reasons are listed); it is refused when the runs' ``--limit`` differ or
-    nothing explains it."""
+def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> str:
+    """The tasks the runs scored on different numbers of samples, each with its counts, as text ("" when none).
+    Every model counts the same samples for one evaluation (a sample it cannot run is still a sample: NaN, with its
+    reason; :func:`~torchtune_longshort.eval.tasks.common.pack_task.sweep_dataset`), so a difference means the runs
+    did not evaluate the same samples (another ``--limit``, other data, other lengths)."""
     counts = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
               for t in sorted({t for i in infos.values() for t in i["samples"]})}
-    counts = {t: c for t, c in counts.items() if len(set(c.values())) > 1}
-    limits = {infos[r]["limit"] for r in names}
-    what = {t: f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items()) for t, c in counts.items()}
-    explained = [t for t, c in counts.items() if len(limits) == 1 and any(t in not_scored.get(r, {}) for r in c)]
-    return "; ".join(w for t, w in what.items() if t not in explained), "; ".join(what[t] for t in explained)
+    return "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items())
+                     for t, c in counts.items() if len(set(c.values())) > 1)
 
 
 def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
@@ -180,11 +176,10 @@ def _setting(value: Any, key: str) -> str:
 
 
 def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
-                  not_scored: Dict[str, Dict[str, str]], allow_mixed: bool) -> Tuple[str, List[str]]:
+                  allow_mixed: bool) -> Tuple[str, List[str]]:
     """The runs table (model, checkpoint, dtype, device, --limit, samples per task) and the notes on what the runs
     share or not; ``ValueError`` when runs differ in dtype or ``--limit``, or scored a task on different numbers of
-    samples for no listed reason, and ``allow_mixed`` is false (then they are reported with the differences
-    marked ``†``)."""
+    samples, and ``allow_mixed`` is false (then they are reported with the differences marked ``†``)."""
     mixed, marks = _mixed_settings(names, infos)
     if mixed and not allow_mixed:
         raise ValueError(f"the runs differ in {mixed}: their numbers are not comparable (lm-eval's hf model loads a "
@@ -201,16 +196,13 @@ def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, D
              "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
     notes = [f"**† Mixed settings** (reported side by side anyway, --allow-mixed): the runs differ in {mixed}; "
              "their values are not comparable as they stand."] if mixed else []
-    refused, explained = _unequal_samples(names, infos, not_scored)
+    refused = _unequal_samples(names, infos)
     if refused and not allow_mixed:
         raise ValueError(f"the runs scored tasks on different numbers of samples ({refused}): their values are not "
-                         "comparable (a --limit run against a full one?). Evaluate them alike, or pass "
-                         "--allow-mixed to report them side by side with this note")
+                         "comparable (a --limit run against a full one? other data or lengths?). Evaluate them alike, "
+                         "or pass --allow-mixed to report them side by side with this note")
     if refused:
         notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
-    if explained:
-        notes.append(f"Sample counts differ where a run could not score some samples (their reasons are listed "
-                     f"below): {explained}.")
     by_ckpt: Dict[Any, List[str]] = {}
     for name in names:
         key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
@@ -235,7 +227,7 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
-    runs_table, run_notes = _runs_section(names, results_dirs, infos, not_scored,
+    runs_table, run_notes = _runs_section(names, results_dirs, infos,
                                           allow_mixed or allow_unequal_samples)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -163,17 +163,31 @@ class PackTask(ConfigurableTask):
 
 
 def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], List[Dict[str, Any]]],
-                  placeholder_row: Callable[[int], Dict[str, Any]]):
+                  placeholder_row: Callable[[int], Dict[str, Any]], fits: Optional[Callable[[int], None]] = None):
     """A length-swept ``custom_dataset``: ``{"test": rows_at(L) for each L}``, each row with an empty ``error``.
 
-    A length that cannot run (``TaskDataError`` / ``FileNotFoundError``: no data, longer than the model) gives
-    one ``placeholder_row(L)`` whose ``error`` holds the reason (scored NaN with it), and the other lengths run."""
+    A length whose data cannot be had (``TaskDataError`` / ``FileNotFoundError`` from ``rows_at``) gives one
+    ``placeholder_row(L)`` whose ``error`` holds the reason (scored NaN with it), and the other lengths run. A
+    length the evaluated model cannot run (``fits(L)`` raises ``TaskDataError``: longer than lm-eval's ``hf``
+    model) keeps its rows, each with that reason: never sent, scored NaN, and counted as the samples they are, so
+    every model's results count the same samples at every length (the ``longshort`` model, which refuses such
+    requests itself, scores the same rows NaN one by one)."""
     import datasets
 
     rows: List[Dict[str, Any]] = []
     for length in lengths:
+        where = f"{task} at length {length_label(length)}"
         try:
-            rows += [{**row, ERROR_FIELD: ""} for row in rows_at(length)]
+            got = rows_at(length)
         except (TaskDataError, FileNotFoundError) as err:
-            rows += placeholder(f"{task} at length {length_label(length)}", str(err), placeholder_row(length)).to_list()
+            rows += placeholder(where, str(err), placeholder_row(length)).to_list()
+            continue
+        reason = ""
+        try:
+            if fits is not None:
+                fits(length)
+        except TaskDataError as err:
+            reason = f"{where}: {err}"
+            logger.error("%s -- no score for its %d samples (the results file gives this reason)", reason, len(got))
+        rows += [{**row, ERROR_FIELD: reason} for row in got]
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})

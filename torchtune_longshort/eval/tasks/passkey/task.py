@@ -201,7 +201,6 @@ def passkey_dataset(**metadata: Any):
     ``max_seq_lengths`` (see the module docstring for the other metadata keys)."""
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
-        check_fits_model(length, metadata)
         if metadata.get("passkey_data_files"):
             return _rows_from_files(metadata["passkey_data_files"], length, _placeholder_row(length))
         units = haystack_units(metadata.get("passkey_haystack", "filler"), metadata.get("passkey_haystack_files"))
@@ -215,7 +214,8 @@ def passkey_dataset(**metadata: Any):
         )
         return [asdict(s) for s in samples]
 
-    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row)
+    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row,
+                         fits=lambda length: check_fits_model(length, metadata))
 
 
 _NUMBER = re.compile(r"\d+")

@@ -44,14 +44,16 @@ METADATA_PREFIX = FAMILY.metadata_prefix
 
 
 def ppl_samples(metadata: Dict[str, Any], length: int,
-                tokenizer: Optional[TaskTokenizer] = None) -> List[FixedLengthSample]:
+                tokenizer: Optional[TaskTokenizer] = None, check_model: bool = True) -> List[FixedLengthSample]:
     """The ``ppl_num_samples`` sequences ``longshort_ppl`` scores at ``length`` (its metadata as lm-eval passes it,
     model_args included; ``tokenizer`` default: the model's). The study's pre-flight check asks this too.
 
     Raises:
-        TaskDataError: the source cannot give them (with the counts), or the length is past the model.
+        TaskDataError: the source cannot give them (with the counts), or (``check_model``) the length is past the
+            model.
     """
-    check_fits_model(length, metadata)
+    if check_model:
+        check_fits_model(length, metadata)
     return samples_from_metadata(metadata, METADATA_PREFIX, length, int(metadata.get("ppl_num_samples", 20)),
                                  tokenizer)
 
@@ -67,14 +69,15 @@ def long_ppl_dataset(**metadata: Any):
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
         # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
-        samples = ppl_samples(metadata, length)
+        samples = ppl_samples(metadata, length, check_model=False)  # past the model: rows kept, marked (fits)
         return [{"text": s.text, "n_tokens": len(s.token_ids), "length": length, "doc_index": s.doc_index,
                  "start": s.start, "source": source} for s in samples]
 
     def placeholder_row(length: int) -> Dict[str, Any]:
         return {"text": " ", "n_tokens": 0, "length": length, "doc_index": -1, "start": -1, "source": source}
 
-    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholder_row)
+    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholder_row,
+                         fits=lambda length: check_fits_model(length, metadata))
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, Any]:
