@@ -1,0 +1,224 @@
+"""The Table-1 experiment (``python -m torchtune_longshort.study.table1``): training-free RoPE variants of one model,
+misalignment (Eq. 4) against perplexity and passkey, Spearman's rho per length.
+
+- The analysis against an independent reference: scipy's spearmanr on the same numbers, the Fisher-z interval by
+  its formula, the permutation p by brute-force enumeration; verdicts of planted effects; the report built from
+  those records (cells not run and failed named, the figure written).
+- Bad input refused in one line before anything is written, on a tiny checkpoint: a RoPE method, parameter or value
+  the eval model refuses, a length at or below L0, too few variants, fields the experiment sets itself.
+- The ``--quick`` run on the real SmolLM2 (slow): every cell through lm-eval, the results, the figure, and a rerun
+  that skips every finished cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+from test_study_stats import _brute_force_p
+
+from torchtune_longshort.eval.tasks.common.lengths import per_length
+from torchtune_longshort.study.table1.analysis import analyze, main_correlation
+from torchtune_longshort.study.table1.config import Table1Config
+from torchtune_longshort.study.table1.runner import cell_key
+from torchtune_longshort.training.recipe_config.fields import build_section
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs/study/table1_smollm2.yaml"
+PROG = "python -m torchtune_longshort.study.table1"
+NAMES = ["base", "pi", "ntk", "dyn", "yarn", "llama3", "parts", "abf"]
+SCE = [5.0, 5.3, 5.1, 6.0, 7.5, 5.6, 8.0, 6.4]
+PPL = [10.0, 12.0, 11.5, 15.0, 30.0, 11.0, 40.0, 16.0]  # follows SCE, one pair swapped: the claim's direction
+ACC = [0.0, 0.2, 0.1, 0.6, 0.9, 0.4, 1.0, 0.8]  # rises with SCE: against the claim
+
+
+def _rec(variant, n, sce, ppl, acc, status="ok"):
+    rec = {"key": cell_key(variant, n), "variant": variant, "length": n, "method": "linear", "status": status}
+    if status == "ok":
+        rec["results"] = {"longshort_misalignment": {per_length("sce", n): sce, per_length("jeffreys", n): sce / 50},
+                          "longshort_ppl": {per_length("ppl", n): ppl},
+                          "longshort_passkey": {per_length("acc", n): acc, per_length("digits", n): 1.0}}
+    elif status == "failed":
+        rec["error"] = "eval: lm-eval exited with 1: RuntimeError: planted"
+    return rec
+
+
+def _records():
+    """8 variants at 384 tokens (planted: ppl with the claim, passkey against it, digits constant); at 512 three
+    ok, one failed, four not run."""
+    recs = {cell_key(v, 384): _rec(v, 384, x, p, a) for v, x, p, a in zip(NAMES, SCE, PPL, ACC)}
+    for i, v in enumerate(NAMES):
+        status = "ok" if i < 3 else "failed" if i == 3 else "not run"
+        recs[cell_key(v, 512)] = _rec(v, 512, SCE[i], PPL[i], ACC[i], status)
+    return recs
+
+
+def _cfg(tmp_path, folder):
+    return build_section(Table1Config, {
+        "name": "planted", "checkpoint_dir": str(folder), "L0": 256, "lengths": [384, 512], "quick": True,
+        "variants": {v: {"method": "linear"} for v in NAMES}, "output_dir": str(tmp_path / "out")})
+
+
+def test_rho_interval_p_and_verdicts_against_scipy_and_brute_force():
+    a = analyze(_records(), [384, 512])
+    at = a["per_length"]["384"]
+    ppl, acc, digits = (main_correlation(at, t) for t in ("ppl", "passkey", "passkey_digits"))
+    rho = stats.spearmanr(SCE, PPL).statistic
+    assert ppl["n"] == 8 and ppl["spearman"] == pytest.approx(rho)
+    z, half = math.atanh(rho), stats.norm.ppf(0.975) * math.sqrt(1.06 / 5)
+    assert (ppl["spearman_lo"], ppl["spearman_hi"]) == (pytest.approx(math.tanh(z - half)),
+                                                      pytest.approx(math.tanh(z + half)))
+    assert ppl["p_permutation"] == pytest.approx(_brute_force_p(SCE, PPL))
+    assert ppl["verdict"] == "held" and "strong rho +" in ppl["why"]
+    assert acc["spearman"] == pytest.approx(stats.spearmanr(SCE, ACC).statistic) and acc["verdict"] == "contradicted"
+    assert digits["verdict"] == "not measurable" and "no ranking" in digits["why"]  # 1.0 for every variant
+    jeff = next(c for c in at["correlations"] if c["predictor"] == "jeffreys" and c["target"] == "ppl")
+    assert jeff["spearman"] == pytest.approx(rho)  # the planted Jeffreys part is SCE / 50: the same ranks
+    at512 = a["per_length"]["512"]
+    assert [r["status"] for r in at512["rows"]] == ["ok"] * 3 + ["failed"] + ["not run"] * 4
+    assert main_correlation(at512, "ppl")["verdict"] == "not measurable"  # 3 variants: no interval
+    assert a["headline"]["verdict"] == "does not hold"  # passkey contradicts the claim at 384
+
+
+def test_perfect_ranking_has_no_interval_and_is_judged_by_the_exact_p():
+    recs = {cell_key(v, 384): _rec(v, 384, x, x * 3, 1.0 - x / 10) for v, x in zip(NAMES, SCE)}
+    c = main_correlation(analyze(recs, [384])["per_length"]["384"], "ppl")
+    assert c["spearman"] == pytest.approx(1.0) and c["spearman_lo"] is None  # Fisher's z is infinite at |rho| = 1
+    assert c["p_permutation"] == pytest.approx(2 / math.factorial(8))  # the two orderings with |rho| = 1
+    assert c["verdict"] == "held" and "exact p" in c["why"]
+
+
+def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama2_dir):
+    from torchtune_longshort.study.table1.report import build_table1_report
+
+    cfg = _cfg(tmp_path, tiny_llama2_dir)
+    summary = build_table1_report(cfg, _records(), tmp_path / "report", command="cmd")
+    md = (tmp_path / "report/report.md").read_text().splitlines()
+    assert md[0].startswith("# Table 1") and md[2].startswith("**Verdict: the paper's claim (misalignment predicts "
+                                                             "length generalization) does not hold on this model**")
+    text = "\n".join(md)
+    assert "| dyn | linear | failed |" in text and "| yarn | linear | not run |" in text
+    assert "Failed cells: dyn: eval: lm-eval exited with 1: RuntimeError: planted" in text
+    rows = list(csv.DictReader(open(tmp_path / "report/results.csv")))
+    assert len(rows) == 16 and [float(r["ppl"]) for r in rows[:8]] == PPL
+    assert summary["analysis"]["headline"]["verdict"] == "does not hold"
+    assert (tmp_path / "report/metric_vs_performance.png").stat().st_size > 10_000
+    assert sorted(p.name for p in (tmp_path / "report/cells").iterdir()) == sorted(
+        k for k, r in _records().items() if r["status"] != "not run")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
+    """The tiny Llama-2 checkpoint (256 positions) with its tokenizer: what the eval model opens."""
+    d = tmp_path_factory.mktemp("tiny_with_tokenizer") / "ckpt"
+    shutil.copytree(tiny_llama2_dir, d)
+    for f in Path(sp_tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, d / f.name)
+    return d
+
+
+def _bad_method(raw):
+    raw["variants"]["pi"]["method"] = "linearr"
+
+
+def _short_length(raw):
+    raw["lengths"] = [256, 384]
+
+
+def _three_variants(raw):
+    del raw["variants"]["yarn"]
+
+
+def _max_length(raw):
+    raw["eval"]["max_length"] = 512
+
+
+def _original_length(raw):
+    raw["variants"]["pi"]["original_max_seq_len"] = 128
+
+
+def _list_value(raw):
+    raw["variants"]["yarn"]["factor"] = [1, 2]
+
+
+def _unknown_parameter(raw):
+    raw["variants"]["yarn"]["factr"] = 2
+
+
+def _bad_value(raw):
+    raw["variants"]["ntk"]["factor"] = -1
+
+
+@pytest.mark.parametrize("change,needle", [
+    (_bad_method, "variants.pi.method='linearr' is not a RoPE method (did you mean 'linear'?)"),
+    (_short_length, "lengths=[256, 384] must be non-empty, without repeats, and each > L0=256"),
+    (_three_variants, "variants has 3 entries (['base', 'ntk', 'pi']): at least 4 are needed"),
+    (_max_length, "eval.max_length=512: set per cell by this experiment"),
+    (_original_length, "variants.pi.original_max_seq_len=128: set by this experiment (L0); remove it"),
+    (_list_value, "variants.yarn.factor=[1, 2]: expected a number, true/false or a word"),
+    (_unknown_parameter, "variants.yarn at length 384: the eval model refuses {'method': 'yarn', 'factr': 2"),
+    (_bad_value, "variants.ntk at length 384: the eval model refuses {'method': 'ntk', 'factor': -1"),
+], ids=["method", "length<=L0", "3_variants", "max_length", "original_max_seq_len", "list", "factr", "factor<0"])
+def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, tiny_folder, capsys, change, needle):
+    from torchtune_longshort.study.table1.__main__ import main
+
+    raw = {"name": "bad", "checkpoint_dir": str(tiny_folder), "L0": 256, "lengths": [384],
+           "variants": {"base": {"method": "default"}, "pi": {"method": "linear"}, "ntk": {"method": "ntk"},
+                        "yarn": {"method": "yarn"}},
+           "eval": {"ppl_num_samples": 1, "mis_num_samples": 1, "passkey_num_samples": 1}}
+    change(raw)
+    cfg = tmp_path / "table1.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(cfg), "--out", str(out), "--repo-root", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"{PROG}: error: table1 config: ") and needle in err, err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_quick_run_on_the_real_model_then_a_rerun_skips_every_cell(tmp_path, real_model_dir):
+    """``--quick`` as shipped: SmolLM2 (L0 64 pretended) under 4 RoPE variants at 96 tokens, each cell a
+    ``longshort-eval`` run of the pack's ppl, passkey and misalignment tasks; the report's rho equals scipy's on its
+    own results.csv; a second invocation runs no cell and rewrites the same numbers."""
+    out, rep = tmp_path / "out", tmp_path / "report"
+    cmd = [sys.executable, "-m", "torchtune_longshort.study.table1", "--config", str(CONFIG), "--quick",
+           "--out", str(out), "--report-dir", str(rep), "--repo-root", str(ROOT)]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    summary = json.loads((rep / "summary.json").read_text())
+    keys = ["base_96", "pi_96", "ntk_96", "yarn_96"]
+    assert {k: c["status"] for k, c in summary["cells"].items()} == dict.fromkeys(keys, "ok")
+    rows = list(csv.DictReader(open(rep / "results.csv")))
+    sce, ppl = [float(r["sce"]) for r in rows], [float(r["ppl"]) for r in rows]
+    assert all(x > 0 for x in sce) and all(1 < y < 1000 for y in ppl), rows
+    assert all(0 <= float(r["jeffreys"]) < float(r["sce"]) for r in rows)  # SCE = Jeffreys + both entropies
+    assert all(0 <= float(r["passkey"]) <= 1 for r in rows)
+    c = main_correlation(summary["analysis"]["per_length"]["96"], "ppl")
+    assert c["n"] == 4 and c["spearman"] == pytest.approx(stats.spearmanr(sce, ppl).statistic)
+    assert c["p_permutation"] == pytest.approx(_brute_force_p(sce, ppl))
+    for k in keys:  # each cell ran its own lm-eval with the variant's RoPE at the cell's length
+        rec = json.loads((out / "cells" / k / "result.json").read_text())
+        assert rec["spec"]["rope"]["original_max_seq_len"] == 64 and rec["spec"]["length"] == 96
+        assert f"rope={rec['spec']['rope']['method']},rope_original_max_seq_len=64,max_length=96" in (
+            out / "cells" / k / "eval.log").read_text()
+    assert (rep / "metric_vs_performance.png").stat().st_size > 10_000
+    assert "quick variant" in (rep / "report.md").read_text()
+    before = {k: (out / "cells" / k / "result.json").stat().st_mtime_ns for k in keys}
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "4 cells (4 variants x 1 lengths), 4 done before, 0 to run" in again.stdout
+    assert all(f"{k}: result.json present (ok), skipped" in again.stdout for k in keys)
+    assert {k: (out / "cells" / k / "result.json").stat().st_mtime_ns for k in keys} == before
+    assert list(csv.DictReader(open(rep / "results.csv"))) == rows

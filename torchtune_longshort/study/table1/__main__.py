@@ -1,0 +1,72 @@
+"""``python -m torchtune_longshort.study.table1 --config configs/study/table1_smollm2.yaml [--quick] [--out DIR]``.
+
+Runs (or resumes) every cell, then writes the report to ``--report-dir`` (default ``<out>/report``);
+``--report-only`` rebuilds the report from the cells without running anything. Before anything is written the
+config is checked whole, every cell's model is built as its lm-eval run will build it (each variant's RoPE
+parameters at each length), and the evaluation's data is checked (the study's pre-flight check: every length's
+sequences can be cut from the text source with the checkpoint's tokenizer). Bad input is refused in one line
+(``python -m torchtune_longshort.study.table1: error: ...``, :mod:`torchtune_longshort.refusals`), exit status 2,
+nothing written. Exit status 0 when every cell is ok, 1 when any failed or was not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+PROG = "python -m torchtune_longshort.study.table1"
+
+
+def main(argv=None) -> int:
+    from torchtune_longshort.refusals import ArgumentParser, refusing
+
+    p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "
+                   "--list` name (study/table1_smollm2.yaml)")
+    p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (a smoke run)")
+    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir)")
+    p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing cells")
+    p.add_argument("--note", default="", help="a paragraph put under the verdict in report.md (e.g. the machine)")
+    p.add_argument("--repo-root", default=".", help="folder relative paths are resolved against")
+    a = p.parse_args(argv)
+
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()  # before the imports below: torchao logs its line on import
+    from torchtune_longshort.configs_cli import resolve_config
+    from torchtune_longshort.study.preflight import preflight
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.report import build_table1_report
+    from torchtune_longshort.study.table1.runner import Table1
+
+    root = Path(a.repo_root).resolve()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
+                                                    repo_root=root))
+    t1 = Table1(cfg, output_dir=a.out, repo_root=root, log=say)
+    t0 = time.time()
+    if not a.report_only:
+        refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
+        refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
+        recs = t1.run()
+    else:
+        recs = t1.records()
+    report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
+    command = f"{PROG} --config {shlex.quote(str(cfg.config_path))}" + (" --quick" if a.quick else "")
+    wall = None if a.report_only else time.time() - t0
+    summary = build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note, command=command)
+    bad = [k for k, r in recs.items() if r["status"] != "ok"]
+    say(f"[table1] verdict: the claim {summary['analysis']['headline']['verdict']}; report: "
+        f"{report_dir / 'report.md'}" + (f" ({wall:.0f} s)" if wall is not None else ""))
+    if bad:
+        say(f"[table1] {len(bad)} of {len(recs)} cells not ok: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The Table-1 question on a set of cells: across RoPE variants of one model, does the misalignment metric (Eq. 4)
+predict long-context performance at each length?
+
+Per length, over the variants whose cell ran: Spearman's rho between each predictor (the misalignment metric, SCE;
+its Jeffreys part, SCE less the two entropies; the next-token entropy alone, as a reference a metric has to beat)
+and each performance figure (perplexity: the paper's claim expects rho > 0, more misaligned -> higher perplexity;
+passkey accuracy and digits in place: rho < 0), with the 95% Fisher-z interval of
+:func:`~torchtune_longshort.study.stats.correlation` (standard error ``sqrt(1.06 / (n - 3))``, Fieller, Hartley and
+Pearson 1957) and the exact permutation p-value (:func:`~torchtune_longshort.study.stats.spearman_permutation_p`).
+
+A verdict per (length, performance figure) for the metric (SCE), by its interval:
+
+- ``held``: rho has the paper's sign and the 95% interval excludes 0;
+- ``same direction, not significant``: the paper's sign, the interval holds 0;
+- ``opposite direction, not significant`` / ``contradicted`` (the interval excludes 0 on the wrong side);
+- ``not measurable``: fewer than 4 variants with both values, or the figure is the same for every variant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.study.records import value
+from torchtune_longshort.study.stats import correlation, spearman_permutation_p
+
+# predictor id -> (label, records.value family)
+PREDICTORS = {
+    "sce": ("misalignment, SCE (Eq. 4)", "misalignment"),
+    "jeffreys": ("misalignment, Jeffreys part (SCE minus the entropies)", "jeffreys"),
+    "entropy": ("reference: next-token entropy", "entropy"),
+}
+# performance figure id -> (label, records.value family, the sign of rho the paper's claim expects)
+TARGETS = {
+    "ppl": ("perplexity", "ppl", +1),
+    "passkey": ("passkey accuracy", "passkey", -1),
+    "passkey_digits": ("passkey digits in place", "passkey_digits", -1),
+}
+MAIN_PREDICTOR = "sce"
+MIN_N = 4  # the Fisher-z interval needs n > 3
+
+
+def strength(rho: Optional[float]) -> str:
+    """A word for |rho|: strong (>= 0.7), moderate (>= 0.4), weak (< 0.4)."""
+    if rho is None:
+        return "no"
+    a = abs(rho)
+    return "strong" if a >= 0.7 else "moderate" if a >= 0.4 else "weak"
+
+
+def verdict(corr: Dict[str, Any], expected: int, ys: List[Optional[float]]) -> Dict[str, str]:
+    """The verdict of one correlation (see the module doc) and why, in words."""
+    vals = [y for y in ys if y is not None]
+    if corr["n"] < MIN_N:
+        return {"verdict": "not measurable", "why": f"{corr['n']} variants with both values (at least {MIN_N} "
+                                                      "needed)"}
+    if len(set(vals)) < 2:
+        return {"verdict": "not measurable", "why": f"the figure is {vals[0]:.4g} for every variant: no ranking"}
+    rho, lo, hi = corr["spearman"], corr["spearman_lo"], corr["spearman_hi"]
+    if rho is None:
+        return {"verdict": "not measurable", "why": "the metric is the same for every variant"}
+    with_sign = rho * expected > 0
+    p = corr.get("p_permutation")
+    # significance: the interval excludes 0; where it is undefined (|rho| = 1), the exact permutation p < 0.05
+    excludes = (lo > 0 or hi < 0) if lo is not None else (p is not None and p < 0.05)
+    if with_sign and excludes:
+        v = "held"
+    elif with_sign:
+        v = "same direction, not significant"
+    elif excludes:
+        v = "contradicted"
+    else:
+        v = "opposite direction, not significant"
+    want = "positive" if expected > 0 else "negative"
+    iv = f"95% interval [{lo:.2f}, {hi:.2f}]" if lo is not None else f"no interval (|rho| = 1), exact p = {p:.3g}"
+    return {"verdict": v, "why": f"{strength(rho)} rho {rho:+.2f}, {iv} (the claim expects {want}), "
+                                 f"n = {corr['n']}"}
+
+
+def length_rows(recs: Dict[str, Dict[str, Any]], length: int) -> List[Dict[str, Any]]:
+    """Per variant at ``length``: its status and every predictor's and figure's value (None where not scored)."""
+    rows = []
+    for rec in recs.values():
+        if rec.get("length") != length:
+            continue
+        ok = rec.get("status") == "ok"
+        row = {"variant": rec["variant"], "method": rec.get("method"), "status": rec.get("status"),
+               "error": rec.get("error"), "wall_s": rec.get("wall_s")}
+        for pid, (_, fam) in PREDICTORS.items():
+            row[pid] = value(rec, fam, length) if ok else None
+        for tid, (_, fam, _) in TARGETS.items():
+            row[tid] = value(rec, fam, length) if ok else None
+        rows.append(row)
+    return rows
+
+
+def analyze(recs: Dict[str, Dict[str, Any]], lengths: List[int]) -> Dict[str, Any]:
+    """Every length's rows, correlations and verdicts, and the headline (see :func:`headline`)."""
+    per_length = {}
+    for n in lengths:
+        rows = length_rows(recs, n)
+        corrs = []
+        for pid, (plabel, _) in PREDICTORS.items():
+            for tid, (tlabel, _, sign) in TARGETS.items():
+                xs, ys = [r[pid] for r in rows], [r[tid] for r in rows]
+                c = correlation(xs, ys)
+                if c["spearman"] is not None and abs(c["spearman"]) >= 1:  # Fisher's z is infinite: no interval
+                    c["spearman_lo"] = c["spearman_hi"] = None
+                c["p_permutation"] = spearman_permutation_p(xs, ys)
+                c.update({"predictor": pid, "predictor_label": plabel, "target": tid, "target_label": tlabel,
+                          "expected_sign": sign, **verdict(c, sign, ys)})
+                corrs.append(c)
+        per_length[str(n)] = {"length": n, "label": length_label(n), "rows": rows, "correlations": corrs}
+    return {"per_length": per_length, "headline": headline(per_length)}
+
+
+def rho_text(c: Dict[str, Any]) -> str:
+    """Spearman's rho of a correlation with its 95% interval, ``+0.71 [0.02, 0.94]`` (``—`` when undefined)."""
+    if c.get("spearman") is None:
+        return "—"
+    iv = f" [{c['spearman_lo']:.2f}, {c['spearman_hi']:.2f}]" if c.get("spearman_lo") is not None else ""
+    return f"{c['spearman']:+.2f}{iv}"
+
+
+def main_correlation(entry: Dict[str, Any], target: str) -> Dict[str, Any]:
+    """The metric's (SCE's) correlation with ``target`` in one length's entry."""
+    return next(c for c in entry["correlations"] if c["predictor"] == MAIN_PREDICTOR and c["target"] == target)
+
+
+def headline(per_length: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The answer in one word and one sentence per figure: ``holds`` when the metric's interval has the claim's
+    sign for perplexity at every length and no figure contradicts it; ``holds for perplexity only`` when passkey
+    does not follow; ``does not hold`` when a figure contradicts it or perplexity's intervals all hold 0;
+    ``not measurable`` when no perplexity correlation could be computed."""
+    by_target: Dict[str, List[str]] = {t: [] for t in TARGETS}
+    lines = []
+    for entry in per_length.values():
+        for t in TARGETS:
+            c = main_correlation(entry, t)
+            by_target[t].append(c["verdict"])
+            lines.append(f"{TARGETS[t][0]} at {entry['label']}: {c['verdict']} ({c['why']})")
+        ref = [c for c in entry["correlations"] if c["target"] == "ppl" and c["predictor"] != MAIN_PREDICTOR]
+        if all(c["spearman"] is not None for c in ref):
+            lines.append(f"for reference, perplexity at {entry['label']} against " + " and ".join(
+                f"{PREDICTORS[c['predictor']][0]}: rho {c['spearman']:+.2f}" for c in ref))
+    ppl = [v for v in by_target["ppl"] if v != "not measurable"]
+    others = [v for t in TARGETS if t != "ppl" for v in by_target[t] if v != "not measurable"]
+    if not ppl:
+        word = "not measurable"
+    elif any(v == "contradicted" for v in ppl + others):
+        word = "does not hold"
+    elif all(v == "held" for v in ppl):
+        word = "holds" if others and all(v == "held" for v in others) else "holds for perplexity"
+    elif any(v == "held" for v in ppl):
+        word = "holds at some lengths"
+    else:
+        word = "not shown"
+    return {"verdict": word, "by_target": by_target, "lines": lines}

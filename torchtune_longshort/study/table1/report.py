@@ -1,0 +1,134 @@
+"""The Table-1 report: ``report.md`` (the verdict first, then the numbers), ``results.csv`` (one row per cell),
+``summary.json`` (every number and correlation), ``cells/<key>/result.json`` (each cell's record, the sources) and
+the figure (:mod:`~torchtune_longshort.study.table1.figure`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.provenance import differs, provenance, provenance_markdown
+from torchtune_longshort.study.claims_markdown import md_table
+from torchtune_longshort.study.table1.analysis import PREDICTORS, TARGETS, analyze, rho_text
+from torchtune_longshort.study.table1.config import Table1Config
+from torchtune_longshort.study.table1.figure import FIGURE, figure
+
+_COLUMNS = ["variant", "method", "length", "status", *PREDICTORS, *TARGETS, "wall_s", "error"]
+
+
+def _f(x: Optional[float], digits: int = 4) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
+
+
+def _cell_text(row: Dict[str, Any], key: str) -> str:
+    """A value, or why there is none: the cell did not run, failed, or ran without that score."""
+    if row["status"] == "not run":
+        return "not run"
+    if row["status"] != "ok":
+        return "failed"
+    return _f(row[key]) if row[key] is not None else "not scored"
+
+
+def _verdict_section(cfg: Table1Config, analysis: Dict[str, Any]) -> List[str]:
+    h = analysis["headline"]
+    md = [f"**Verdict: the paper's claim (misalignment predicts length generalization) {h['verdict']} on this "
+          f"model** — {len(cfg.variants)} training-free RoPE variants of `{cfg.checkpoint_dir}` (context L0 = "
+          f"{cfg.L0}), Spearman's rho of the misalignment metric (SCE, Eq. 4) with each figure, 95% interval:", ""]
+    md += [f"- {line}" for line in h["lines"]] + [""]
+    return md
+
+
+def _length_section(entry: Dict[str, Any]) -> List[str]:
+    lab = entry["label"]
+    md = [f"## At {lab} ({entry['length']} tokens)", ""]
+    body = [[c["predictor_label"], c["target_label"], str(c["n"]), rho_text(c), _f(c.get("p_permutation"), 3),
+             f"{c['pearson']:+.2f}" if c.get("pearson") is not None else "—", c["verdict"]]
+            for c in entry["correlations"]]
+    md += md_table(["predictor", "figure", "n", "Spearman rho [95% CI]", "p (permutation)", "Pearson r",
+                    "verdict (claim: ppl rho > 0, passkey rho < 0)"], body)
+    rows = [[r["variant"], r["method"] or "—"] + [_cell_text(r, k) for k in (*PREDICTORS, *TARGETS)]
+            + [_f(r.get("wall_s"), 3)] for r in entry["rows"]]
+    md += md_table(["variant", "method", "SCE", "Jeffreys", "entropy", "ppl", "passkey acc", "passkey digits",
+                    "cell s"], rows)
+    why = [f"{r['variant']}: {r['error']}" for r in entry["rows"] if r["status"] == "failed"]
+    if why:
+        md += ["Failed cells: " + "; ".join(w[:300] for w in why), ""]
+    return md
+
+
+def _measured_section(cfg: Table1Config, command: str) -> List[str]:
+    ev = cfg.eval
+    return ["## What was measured", "",
+            f"Config `{cfg.config_path}`{' --quick' if cfg.quick else ''}" + (f"; command `{command}`" if command else "")
+            + ". No training: each variant is the pre-trained checkpoint with its RoPE scaled at load "
+            f"(`longshort` eval model, `rope=<method>`, factor = length / {cfg.L0} unless given), run at each length "
+            f"of {[length_label(n) for n in cfg.lengths]} with the task pack (`longshort_ppl`, `longshort_passkey`, "
+            f"`longshort_misalignment`), {ev.dtype} on {ev.device}. Per cell: {ev.ppl_num_samples} perplexity "
+            f"sequence(s) of the full length from `{ev.ppl_source}`, {ev.mis_num_samples} misalignment sample(s) "
+            f"(suffix lengths l1, l2 ~ U[L/2, L], seeded), {ev.passkey_num_samples} passkey prompt(s) per depth; "
+            f"task metadata {json.dumps(ev.metadata or {})}. Every variant sees the same texts, draws and prompts.",
+            "", "Variants: " + "; ".join(f"`{k}` = {v.rope}" for k, v in cfg.variants.items()) + ".", "",
+            "Cells read: a number; `not scored`: the cell ran but that task gave no value at that length; `failed`: "
+            "the cell's lm-eval run failed (its error below the table); `not run`: no result yet (run the command "
+            "again: done cells are skipped). p: the permutation p-value of rho (exact over all pairings up to 9 "
+            "variants).", ""]
+
+
+def _provenance_section(prov: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> List[str]:
+    """This report's provenance, and the cells computed under another one (their result.json says which): a
+    resumed run whose cells came from another commit or environment is marked, not refused (its numbers stand for
+    the code that made them, and rerunning a 2-hour table for a documentation commit would waste it)."""
+    md = ["## Provenance", "", "This report was built by:", "", provenance_markdown(prov), ""]
+    ran = {k: r.get("provenance") for k, r in recs.items() if r.get("status") not in (None, "not run")}
+    other = sorted(k for k, p in ran.items() if isinstance(p, dict) and differs(p, prov))
+    if other:
+        md += [f"Cells computed under another provenance (see their result.json): {', '.join(other)}.", ""]
+    elif ran:
+        md += ["Every cell's result.json records this provenance (device aside).", ""]
+    return md
+
+
+def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[str, Any]) -> None:
+    """``cells/<key>/result.json`` of every cell that ran, and ``results.csv`` (one row per cell)."""
+    for key, rec in recs.items():
+        if rec.get("status") != "not run":
+            (rdir / "cells" / key).mkdir(parents=True, exist_ok=True)
+            (rdir / "cells" / key / "result.json").write_text(json.dumps(rec, indent=1, default=str))
+    with open(rdir / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for entry in analysis["per_length"].values():
+            for r in entry["rows"]:
+                w.writerow({**r, "length": entry["length"]})
+
+
+def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], report_dir: Path,
+                        wall_s: Optional[float] = None, note: str = "", command: str = "") -> Dict[str, Any]:
+    """Write the report (module doc) from the cells' records into ``report_dir``; returns summary.json's data."""
+    rdir = Path(report_dir)
+    rdir.mkdir(parents=True, exist_ok=True)
+    analysis = analyze(recs, list(cfg.lengths))
+    _write_tables(rdir, recs, analysis)
+    figure(cfg, analysis).savefig(rdir / FIGURE, dpi=110)
+    md = [f"# Table 1 on a real model: `{cfg.name}`{' (quick variant: numbers mean nothing)' if cfg.quick else ''}",
+          ""]
+    md += _verdict_section(cfg, analysis) + ([note, ""] if note else [])
+    md += [f"![misalignment against performance]({FIGURE})", ""] + _measured_section(cfg, command)
+    for entry in analysis["per_length"].values():
+        md += _length_section(entry)
+    if wall_s is not None:
+        md += ["## Wall time", "", f"The last invocation: {wall_s:.0f} s ({wall_s / 60:.1f} min); cells' own clocks: "
+               + ", ".join(f"{r['key']} {r.get('wall_s', 0):.0f} s" for r in recs.values() if r.get("wall_s")), ""]
+    prov = provenance(device=str(cfg.eval.device), stdlib=True)
+    md += _provenance_section(prov, recs)
+    (rdir / "report.md").write_text("\n".join(md))
+    summary = {"name": cfg.name, "quick": cfg.quick, "config": cfg.to_dict(), "analysis": analysis,
+               "cells": {k: {"status": r.get("status"), "wall_s": r.get("wall_s"), "error": r.get("error")}
+                         for k, r in recs.items()},
+               "figure": FIGURE, "wall_s": wall_s, "command": command, "provenance": prov}
+    (rdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary

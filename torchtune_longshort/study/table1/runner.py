@@ -1,0 +1,237 @@
+"""Run (or resume) the Table-1 cells: one ``python -m torchtune_longshort.eval run --model longshort`` per variant and
+length, with the variant's RoPE scaling applied at load (``rope=<method>,rope_<key>=<value>``), the three tasks of the
+pack's length sweep (perplexity, passkey, misalignment) at that one length.
+
+Layout under ``output_dir``::
+
+    cells/<variant>_<length>/   eval/ (lm-eval output), eval.log, result.json
+    table1.json                 the resolved config, this invocation's wall time, per-cell status
+
+Resume: a cell whose ``result.json`` says ``ok`` for the same spec (checkpoint, RoPE spec, length, eval settings,
+tasks) is skipped; any other is run again (its ``eval/``, which this runner made, replaced). A failed cell is
+recorded with ``status: failed``, its error and its log's tail, and the next cell runs.
+
+Before any cell runs, :meth:`Table1.check_cells` builds every cell's model as its lm-eval run will (the eval
+model's own argument parser on the same ``--model_args``, the decoder on the meta device, no weights read), so a
+RoPE parameter the method does not take, or a value it refuses, stops the command before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from lm_eval.utils import simple_parse_args_string
+
+from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored, load_results
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.models.hf_model import build_decoder
+from torchtune_longshort.provenance import provenance
+from torchtune_longshort.study.config import StudyConfigError
+from torchtune_longshort.study.eval_config import FAMILY_TASK
+from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command
+from torchtune_longshort.study.table1.config import Table1Config
+
+RESULT = "result.json"
+
+
+def cell_key(variant: str, length: int) -> str:
+    """A cell's folder name: ``yarn_16k``."""
+    return f"{variant}_{length_label(length)}"
+
+
+class Table1:
+    """The cells of one :class:`Table1Config`; ``run()`` does every one not done yet.
+
+    Args:
+        cfg: a checked config (:func:`~torchtune_longshort.study.table1.config.load_table1_config`).
+        output_dir: overrides ``cfg.output_dir``.
+        repo_root: where relative paths are resolved (default: the current directory).
+        executor: ``(argv, log_path, cwd, env, timeout) -> exit code``; the default runs a subprocess.
+        log: progress printer.
+    """
+
+    def __init__(self, cfg: Table1Config, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
+                 executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.root = Path(repo_root or Path.cwd()).resolve()
+        self.out = Path(output_dir or cfg.output_dir)
+        if not self.out.is_absolute():
+            self.out = self.root / self.out
+        self.executor, self.log = executor, log
+        self.env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                    "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
+                    "TOKENIZERS_PARALLELISM": "false",
+                    **({"OMP_NUM_THREADS": str(cfg.threads)} if cfg.threads else {})}
+
+    # ------------------------------------------------------------------ what a cell is
+    def cell_dir(self, variant: str, length: int) -> Path:
+        return self.out / "cells" / cell_key(variant, length)
+
+    def eval_tokenizer(self) -> str:
+        """The tokenizer every cell encodes with: the checkpoint folder's own (the pre-flight check reads it)."""
+        return str(self.cfg.checkpoint_dir)
+
+    def task_metadata(self, length: Optional[int] = None) -> Dict[str, Any]:
+        """lm-eval ``--metadata`` of a cell at ``length`` (None: every length, as the pre-flight check asks)."""
+        ev = self.cfg.eval if length is None else self.cfg.eval_at(length)
+        return ev.task_metadata()
+
+    def rope_spec(self, variant: str) -> Dict[str, Any]:
+        """The variant's RoPE spec as the eval model gets it: its method and parameters, and L0 as the pre-trained
+        length (the factor, unless given, is then length / L0)."""
+        return {**self.cfg.variants[variant].rope, "original_max_seq_len": self.cfg.L0}
+
+    def spec_of(self, variant: str, length: int) -> Dict[str, Any]:
+        """What a cell's result depends on; a result.json with another spec is run again."""
+        ev = {k: v for k, v in self.cfg.eval.as_dict().items() if not k.endswith("_lengths") and k != "max_length"}
+        return {"checkpoint": str(self.cfg.checkpoint_dir), "rope": self.rope_spec(variant), "length": length,
+                "tasks": list(FAMILY_TASK.values()), "eval": ev, "metadata": self.task_metadata(length)}
+
+    def model_args(self, variant: str, length: int) -> Dict[str, Any]:
+        """The cell's ``--model_args`` for the ``longshort`` model (``dtype`` is added from the eval section)."""
+        rope = self.rope_spec(variant)
+        return {"pretrained": self.cfg.checkpoint_dir, "rope": rope["method"],
+                **{f"rope_{k}": v for k, v in rope.items() if k != "method"},
+                "max_length": length, "allow_extrapolation": "true"}
+
+    def argv(self, variant: str, length: int, eval_dir: Path) -> List[str]:
+        return self.cfg.eval_at(length).command(self.model_args(variant, length), list(FAMILY_TASK.values()),
+                                                eval_dir, self.task_metadata(length), self.root)
+
+    def check_cells(self) -> None:
+        """Every cell's model built as its lm-eval run builds it (see the module doc), with nothing written;
+        ``StudyConfigError`` naming the variant, the length and what its RoPE method refused."""
+        ev = self.cfg.eval
+        args_log = logging.getLogger(parse_model_args.__module__)
+        level = args_log.level
+        # its warning that max_length passes the positions covered reads the factor from the spec, which leaves it
+        # to the method (length / L0): every scaled variant would be reported as extrapolating
+        args_log.setLevel(logging.ERROR)
+        try:
+            for variant, length in self.cfg.cells():
+                margs = {**self.model_args(variant, length), "dtype": ev.dtype, "device": ev.device}
+                as_given = simple_parse_args_string(",".join(f"{k}={v}" for k, v in margs.items()))
+                try:
+                    args = parse_model_args(**as_given)
+                    with torch.device("meta"):
+                        build_decoder(args.folder, max_seq_len=args.max_length, rope=args.rope_spec)
+                except (TypeError, ValueError, KeyError) as e:
+                    raise StudyConfigError(f"table1 config: variants.{variant} at length {length}: the eval model "
+                                           f"refuses {self.rope_spec(variant)}: {e}") from None
+        finally:
+            args_log.setLevel(level)
+
+    # ------------------------------------------------------------------ one cell
+    def done(self, variant: str, length: int) -> Optional[Dict[str, Any]]:
+        """The cell's record when it is ok for its current spec, else None."""
+        p = self.cell_dir(variant, length) / RESULT
+        if not p.is_file():
+            return None
+        rec = json.loads(p.read_text())
+        return rec if rec.get("status") == "ok" and rec.get("spec") == self.spec_of(variant, length) else None
+
+    def run_cell(self, variant: str, length: int) -> Dict[str, Any]:
+        """Evaluate one cell (or return its record when done); always writes and returns its result.json."""
+        old = self.done(variant, length)
+        if old is not None:
+            self.log(f"[table1] {cell_key(variant, length)}: result.json present (ok), skipped")
+            return old
+        cdir = self.cell_dir(variant, length)
+        eval_dir = cdir / "eval"
+        if eval_dir.is_dir():
+            shutil.rmtree(eval_dir)  # made by this runner for another spec or a failed attempt
+        cdir.mkdir(parents=True, exist_ok=True)
+        rec: Dict[str, Any] = {"key": cell_key(variant, length), "variant": variant, "length": length,
+                               "method": self.cfg.variants[variant].method, "status": "running",
+                               "spec": self.spec_of(variant, length)}
+        t0 = time.time()
+        try:
+            log_path = cdir / "eval.log"
+            rc = self.executor(self.argv(variant, length, eval_dir), log_path, self.root, self.env,
+                               self.cfg.timeout_s)
+            if rc != 0:
+                tail = log_tail(log_path)
+                raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
+            try:
+                results = load_results(eval_dir)
+            except FileNotFoundError as e:
+                raise StageError("eval", str(e), log_tail(log_path)) from e
+            missing = [t for t in FAMILY_TASK.values() if t not in results]
+            if missing:
+                raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
+            rec.update({"results": results, "curves": load_curves(eval_dir), "not_scored": load_not_scored(eval_dir),
+                        "status": "ok"})
+        except Exception as e:  # recorded; the next cell runs
+            rec.update({"status": "failed", "error": str(e),
+                        "log_tail": getattr(e, "log_tail", "") or traceback.format_exc(limit=5)})
+            self.log(f"[table1] {rec['key']}: FAILED: {e}")
+        rec["wall_s"] = round(time.time() - t0, 1)
+        rec["provenance"] = provenance(device=str(self.cfg.eval.device), stdlib=True)
+        tmp = cdir / (RESULT + ".tmp")
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
+        tmp.replace(cdir / RESULT)
+        return rec
+
+    # ------------------------------------------------------------------ every cell
+    def records(self) -> Dict[str, Dict[str, Any]]:
+        """``{cell key: result.json}`` of every cell of the config; a cell without one is ``not run``."""
+        out = {}
+        for v, n in self.cfg.cells():
+            p = self.cell_dir(v, n) / RESULT
+            out[cell_key(v, n)] = (json.loads(p.read_text()) if p.is_file()
+                                   else {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"})
+        return out
+
+    def run(self) -> Dict[str, Dict[str, Any]]:
+        """Every cell not done yet, ``jobs`` at once, started in :meth:`Table1Config.cells` order; a tqdm bar with
+        the ETA over the cells still to run; writes ``table1.json``."""
+        from tqdm.auto import tqdm
+
+        t0 = time.time()
+        self.out.mkdir(parents=True, exist_ok=True)
+        cells = self.cfg.cells()
+        todo = [(v, n) for v, n in cells if self.done(v, n) is None]
+        self.log(f"[table1] {len(cells)} cells ({len(self.cfg.variants)} variants x {len(self.cfg.lengths)} "
+                 f"lengths), {len(cells) - len(todo)} done before, {len(todo)} to run, {self.cfg.jobs} at once"
+                 + (f", {self.cfg.threads} thread(s) each" if self.cfg.threads else ""))
+        for v, n in cells:
+            if (v, n) not in todo:
+                self.log(f"[table1] {cell_key(v, n)}: result.json present (ok), skipped")
+        bar = tqdm(total=len(todo), desc="table1 cells", unit="cell", dynamic_ncols=True)
+        lock = threading.Lock()
+
+        def say(msg: str) -> None:
+            with lock, tqdm.external_write_mode():
+                self.log(msg)
+
+        def one(i: int, v: str, n: int) -> None:
+            say(f"[table1] ({i}/{len(todo)}) {cell_key(v, n)} started  [{time.time() - t0:.0f} s elapsed]")
+            rec = self.run_cell(v, n)
+            say(f"[table1] {rec['key']}: {rec['status']} in {rec['wall_s']:.0f} s")
+            with lock:
+                bar.update(1)
+
+        try:
+            with ThreadPoolExecutor(max_workers=self.cfg.jobs) as pool:
+                for fut in [pool.submit(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]:
+                    fut.result()
+        finally:
+            bar.close()
+        recs = self.records()
+        summary = {"name": self.cfg.name, "quick": self.cfg.quick, "config": self.cfg.to_dict(),
+                   "wall_s_this_invocation": round(time.time() - t0, 1),
+                   "cells": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
+                             for k, r in recs.items()}}
+        (self.out / "table1.json").write_text(json.dumps(summary, indent=1, default=str))
+        return recs
