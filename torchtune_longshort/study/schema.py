@@ -60,18 +60,21 @@ def check_study_keys(raw: Mapping[str, Any]) -> None:
 
 def check_recipe_overrides(cfg, repo_root: Optional[Path] = None) -> None:
     """The recipe config of the pre-training and of every run of the
-    :class:`~torchtune_longshort.study.config.StudyConfig` ``cfg``, as the runner writes them, checked by the recipe's
-    own config check (:func:`~torchtune_longshort.training.recipe_config.load_recipe_config`: keys, values and the
-    rules between fields; files that do not exist yet are not asked for), before the base trains."""
+    :class:`~torchtune_longshort.study.config.StudyConfig` ``cfg`` (one per method, variant and alpha: runs that differ
+    only in their seed differ in no rule), as the runner writes them, checked by the recipe's own config check
+    (:func:`~torchtune_longshort.training.recipe_config.load_recipe_config`: keys, values and the rules between
+    fields; files that do not exist yet are not asked for), before the base trains."""
     from torchtune_longshort.study.runner import Study
 
     study = Study(cfg, output_dir="/nonexistent/study-check", repo_root=repo_root)
-    todo = []
+    seen, todo = set(), []
     if not cfg.base.given:
         todo.append(("base", None, "base.pretrain.overrides / recipe_overrides"))
-    for run in cfg.grid:  # every run: seeds and alphas meet the rules between fields too (window_bos needs alpha 0)
-        todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
-                                   + (f" / variants.{run.variant}" if run.variant else "")))
+    for run in cfg.grid:  # every run's config: alpha meets rules between fields (window_bos needs 0); a seed enters none
+        if (run.method, run.variant, run.alpha) not in seen:
+            seen.add((run.method, run.variant, run.alpha))
+            todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
+                                       + (f" / variants.{run.variant}" if run.variant else "")))
     for key, run, source in todo:
         try:
             study.recipe_fields(key, run)
