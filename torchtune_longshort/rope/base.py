@@ -10,7 +10,8 @@ Pure PyTorch: nothing here imports torchtune.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from contextlib import contextmanager
+from typing import Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -257,6 +258,22 @@ class ScaledRoPE(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.spec().items())
+
+    # --- generation with a KV cache (asked by eval/model/generation.py) ------------------------------------
+    def kv_cache_stale(self, cached: int, length: int) -> bool:
+        """Whether the keys cached for the first ``cached`` positions must be recomputed (the cache dropped and the
+        whole sequence run again) before the sequence grows to ``length`` positions. False here: cached keys keep
+        the rotation they were written with (static methods: it does not change; dynamic NTK and CLEX: by design,
+        as transformers' ``generate``). LongRoPE overrides it."""
+        return False
+
+    @contextmanager
+    def sequence_length(self, length: int) -> Iterator[None]:
+        """Within the block, calls are parts of one sequence of ``length`` positions (a prefill run in chunks). A
+        method whose rotation switches with the length of the sequence then takes ``length`` instead of the call's
+        largest position + 1; nothing changes here (LongRoPE overrides it; dynamic NTK keeps its per-call rule)."""
+        check_positive_int("length", length)
+        yield
 
 
 class DefaultRoPE(ScaledRoPE):

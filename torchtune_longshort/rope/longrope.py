@@ -9,14 +9,18 @@ otherwise. cos and sin are multiplied by ``sqrt(1 + ln s / ln L)`` (s: the exten
 unless ``attention_factor`` is given. This is transformers' ``rope_type="longrope"`` (5.23,
 ``_compute_longrope_parameters`` and ``dynamic_rope_update``): one switch for the whole call, every position of it.
 
-With a KV cache, keys keep the factors they were written with, as in transformers: decoding past L therefore
-differs from one full forward over the same tokens, by design of the method (as dynamic NTK).
+Generation with a KV cache follows transformers' ``Phi3ForCausalLM`` (``prepare_inputs_for_generation``): a prompt run
+in chunks takes the factors of its whole length (:meth:`LongRoPE.sequence_length`), and the cache, written with the
+short factors while the sequence was at most L long, is recomputed with the long ones when the sequence first passes L
+(:meth:`LongRoPE.kv_cache_stale`); each step then equals one full forward over the sequence. A caller that keeps the
+cache (transformers' ``LlamaForCausalLM``) gets keys with the factors they were written with.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
 
 import torch
 
@@ -126,6 +130,7 @@ class LongRoPE(ScaledRoPE):
             raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or "
                              "None")
         self._attention_factor = None if attention_factor is None else float(attention_factor)
+        self._sequence_length: Optional[int] = None  # set by sequence_length(): the switch's length for a chunk
         self.rope_init()
 
     @property
@@ -150,14 +155,45 @@ class LongRoPE(ScaledRoPE):
         self.register_buffer("long_cache", rope_cache(long_theta, max_seq_len, self.attention_scaling),
                              persistent=False)
 
+    def uses_long_factors(self, length: int) -> bool:
+        """Whether a sequence of ``length`` positions runs on the long factors (strictly past L)."""
+        return length > self.original_max_seq_len
+
+    def kv_cache_stale(self, cached, length):
+        # transformers' Phi3ForCausalLM.prepare_inputs_for_generation: keys written while the sequence was at most L
+        # long carry the short factors; the first step past L recomputes them (past_length <= L < input length).
+        return 0 < cached and not self.uses_long_factors(cached) and self.uses_long_factors(length)
+
+    @contextmanager
+    def sequence_length(self, length: int) -> Iterator[None]:
+        """Within the block, every call takes the factors of a sequence of ``length`` positions (a prompt prefilled
+        in chunks: transformers' one prefill of the whole prompt); a call reaching past ``length`` is refused."""
+        check_positive_int("length", length)
+        if length > self.max_seq_len:
+            raise ValueError(f"sequence_length({length}) exceeds this RoPE's max_seq_len={self.max_seq_len}: rebuild "
+                             "it for the target length")
+        previous, self._sequence_length = self._sequence_length, length
+        try:
+            yield
+        finally:
+            self._sequence_length = previous
+
     def cos_sin(self, seq_len, input_pos):
         if not self.is_cache_built:
             raise RuntimeError(f"{type(self).__name__}: RoPE cache is not built; call rope_init() first")
+        length = self._sequence_length
+        if length is not None and not torch.compiler.is_compiling():
+            top = seq_len - 1 if input_pos is None else int(input_pos.max()) if input_pos.numel() else -1
+            if top >= length:
+                raise ValueError(f"input_pos reaches {top}, past the sequence of {length} positions declared by "
+                                 "sequence_length(): declare the whole sequence's length")
         if input_pos is None:
-            cache = self.long_cache if seq_len > self.original_max_seq_len else self.cache
-            rows = cache[:seq_len]
+            long = self.uses_long_factors(seq_len if length is None else length)
+            rows = (self.long_cache if long else self.cache)[:seq_len]
         elif input_pos.numel() == 0:
             rows = self.cache[input_pos]
+        elif length is not None:
+            rows = (self.long_cache if self.uses_long_factors(length) else self.cache)[input_pos]
         else:
             # One switch for the call, from its largest position (transformers' rule); a tensor condition, so
             # that a compiled layer takes it without a graph break.

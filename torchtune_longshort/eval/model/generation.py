@@ -3,23 +3,37 @@
 Prompts are left-padded; positions and attention masks skip the padding, as torchtune's ``generate`` does. The
 prompt is prefilled in chunks (bounding the ``[q, kv]`` mask), and only the last position is ever projected to the
 vocabulary (:mod:`torchtune_longshort.hidden_states`).
+
+A RoPE whose rotation switches with the sequence's length (LongRoPE) is asked two things, so that the tokens equal
+transformers' ``Phi3ForCausalLM.generate``: the prompt's chunks run under the length of the whole prompt
+(``ScaledRoPE.sequence_length``), and before each step whether the cached keys are stale
+(``ScaledRoPE.kv_cache_stale``: LongRoPE's first step past its switch length), in which case the cache is dropped and
+the whole sequence prefilled again. Other methods answer "no" and keep their cache (dynamic NTK: as transformers).
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Callable, List, Sequence
 
 import torch
 from torch import nn
 
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output
+from torchtune_longshort.rope import ScaledRoPE
 
 # Prefill of a generation prompt runs in chunks of this many positions (bounds the [q, kv] mask size).
 PREFILL_CHUNK = 4096
 
 
+def _rope_modules(model: nn.Module) -> List[ScaledRoPE]:
+    """The distinct RoPE modules of ``model`` (one shared by every layer in torchtune's builders)."""
+    return list({id(m): m for m in model.modules() if isinstance(m, ScaledRoPE)}.values())
+
+
 class _Batch:
-    """Left-padded prompt tokens, their position ids and the causal masks that hide the padding."""
+    """Left-padded tokens (the prompts, then the generated ids), their position ids and the causal masks that hide
+    the padding."""
 
     def __init__(self, prompts: List[List[int]], max_new_tokens: int, pad_id: int, device: torch.device):
         from torchtune.generation import get_position_ids_from_padding_mask
@@ -27,10 +41,10 @@ class _Batch:
         self.size = len(prompts)
         self.prompt_len = max(len(p) for p in prompts)
         self.total = self.prompt_len + max_new_tokens
-        tokens = torch.full((self.size, self.prompt_len), pad_id, dtype=torch.long)
+        tokens = torch.full((self.size, self.total), pad_id, dtype=torch.long)
         valid = torch.zeros((self.size, self.total), dtype=torch.bool)
         for r, p in enumerate(prompts):
-            tokens[r, self.prompt_len - len(p) :] = torch.tensor(p, dtype=torch.long)
+            tokens[r, self.prompt_len - len(p) : self.prompt_len] = torch.tensor(p, dtype=torch.long)
             valid[r, self.prompt_len - len(p) :] = True
         self.input_pos = get_position_ids_from_padding_mask(valid).to(device)
         self.valid = valid.to(device)
@@ -44,12 +58,36 @@ class _Batch:
         m[:, torch.arange(end - start), q] = True
         return m
 
-    def run(self, model: nn.Module, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        """The last position's final hidden state ``[b, d]`` after ``tokens`` placed at ``start``."""
-        end = start + tokens.shape[1]
+    def run(self, model: nn.Module, start: int, end: int) -> torch.Tensor:
+        """The last position's final hidden state ``[b, d]`` after the tokens of columns ``start:end``."""
         with hidden_state_output(model):
-            h = model(tokens, input_pos=self.input_pos[:, start:end], mask=self.mask_rows(start, end))
+            h = model(self.tokens[:, start:end], input_pos=self.input_pos[:, start:end],
+                      mask=self.mask_rows(start, end))
         return h[:, -1]
+
+    def prefill(self, model: nn.Module, end: int, chunk: int, ropes: Sequence[ScaledRoPE]) -> torch.Tensor:
+        """Columns ``0:end`` into an empty KV cache, ``chunk`` at a time, each under the RoPE of the whole ``end``
+        positions; returns the last position's hidden state."""
+        with ExitStack() as stack:
+            for rope in ropes:
+                stack.enter_context(rope.sequence_length(end))
+            for s in range(0, end, chunk):
+                last = self.run(model, s, min(end, s + chunk))
+        return last
+
+
+def _take(out: List[List[int]], done: torch.Tensor, nxt: torch.Tensor, eos_id: int, decode, stop) -> None:
+    """Append each unfinished row's token; a row finishes at EOS (not appended) or once a ``stop`` string shows."""
+    for r in range(len(out)):
+        if done[r]:
+            continue
+        t = int(nxt[r])
+        if t == eos_id:
+            done[r] = True
+            continue
+        out[r].append(t)
+        if stop and any(x and x in decode(out[r]) for x in stop):
+            done[r] = True
 
 
 @torch.no_grad()
@@ -64,33 +102,34 @@ def greedy_generate(
     dtype: torch.dtype,
     device: torch.device,
     stop: Sequence[str] = (),
+    prefill_chunk: int = PREFILL_CHUNK,
 ) -> List[List[int]]:
     """Greedy continuations of ``prompts`` (token ids): per row the generated ids, EOS excluded.
 
-    A row stops at EOS or once ``decode`` of its generated ids contains a ``stop`` string.
+    A row stops at EOS or once ``decode`` of its generated ids contains a ``stop`` string. ``prefill_chunk``: the
+    positions of one prefill call.
     """
     from torchtune.modules.common_utils import local_kv_cache
 
+    if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+        raise ValueError(f"prefill_chunk={prefill_chunk!r} is not accepted: expected an integer >= 1")
     batch = _Batch(prompts, max_new_tokens, pad_id, device)
-    output = decoder_of(model).output
+    decoder = decoder_of(model)
+    ropes = _rope_modules(model)
     out: List[List[int]] = [[] for _ in range(batch.size)]
     done = torch.zeros(batch.size, dtype=torch.bool)
     with local_kv_cache(model, batch_size=batch.size, device=device, dtype=dtype, decoder_max_seq_len=batch.total):
-        for s in range(0, batch.prompt_len, PREFILL_CHUNK):
-            last = batch.run(model, batch.tokens[:, s : min(batch.prompt_len, s + PREFILL_CHUNK)], s)
+        last = batch.prefill(model, batch.prompt_len, prefill_chunk, ropes)
         for step in range(max_new_tokens):
-            nxt = output(last).float().argmax(dim=-1)
-            for r in range(batch.size):
-                if done[r]:
-                    continue
-                t = int(nxt[r])
-                if t == eos_id:
-                    done[r] = True
-                    continue
-                out[r].append(t)
-                if stop and any(x and x in decode(out[r]) for x in stop):
-                    done[r] = True
+            nxt = decoder.output(last).float().argmax(dim=-1)
+            _take(out, done, nxt, eos_id, decode, stop)
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
-            last = batch.run(model, nxt[:, None], batch.prompt_len + step)
+            cur = batch.prompt_len + step  # the new token's column; the cache holds columns 0..cur-1
+            batch.tokens[:, cur] = nxt
+            if any(rope.kv_cache_stale(cur, cur + 1) for rope in ropes):
+                decoder.reset_caches()
+                last = batch.prefill(model, cur + 1, prefill_chunk, ropes)
+            else:
+                last = batch.run(model, cur, cur + 1)
     return out
