@@ -111,6 +111,11 @@ def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama
     assert len(rows) == 16 and [float(r["ppl"]) for r in rows[:8]] == PPL
     assert summary["analysis"]["headline"]["verdict"] == "does not hold"
     assert (tmp_path / "report/metric_vs_performance.png").stat().st_size > 10_000
+    from torchtune_longshort.study.table1.figure import figure
+
+    titles = [ax.get_title() for ax in figure(cfg, summary["analysis"]).axes]
+    assert len(titles) == 6 and sum("no point: failed: dyn; not run: yarn, llama3, parts, abf" in " ".join(
+        t.split()) for t in titles) == 3  # the 512 column: each panel names the variants without a point
     assert sorted(p.name for p in (tmp_path / "report/cells").iterdir()) == sorted(
         k for k, r in _records().items() if r["status"] != "not run")
 
@@ -171,10 +176,7 @@ def _bad_value(raw):
 def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, tiny_folder, capsys, change, needle):
     from torchtune_longshort.study.table1.__main__ import main
 
-    raw = {"name": "bad", "checkpoint_dir": str(tiny_folder), "L0": 256, "lengths": [384],
-           "variants": {"base": {"method": "default"}, "pi": {"method": "linear"}, "ntk": {"method": "ntk"},
-                        "yarn": {"method": "yarn"}},
-           "eval": {"ppl_num_samples": 1, "mis_num_samples": 1, "passkey_num_samples": 1}}
+    raw = _tiny_raw(tiny_folder)
     change(raw)
     cfg = tmp_path / "table1.yaml"
     cfg.write_text(yaml.safe_dump(raw))
@@ -185,6 +187,68 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, t
     assert e.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"{PROG}: error: table1 config: ") and needle in err, err
     assert not out.exists()
+
+
+def _tiny_raw(folder):
+    return {"name": "tiny", "checkpoint_dir": str(folder), "L0": 256, "lengths": [384],
+            "variants": {"base": {"method": "default"}, "pi": {"method": "linear"}, "ntk": {"method": "ntk"},
+                         "yarn": {"method": "yarn"}},
+            "eval": {"ppl_num_samples": 1, "mis_num_samples": 1, "passkey_num_samples": 1}}
+
+
+def test_a_failing_cell_is_recorded_the_others_run_and_the_command_exits_1(tmp_path, tiny_folder, monkeypatch,
+                                                                           capsys):
+    """lm-eval crashing in one cell (an executor that plays the crash: no model runs) and writing nothing in the
+    others: every cell is recorded failed with its own reason, the report is written, the exit status is 1."""
+    import torchtune_longshort.study.table1.runner as runner
+    from torchtune_longshort.study.table1.__main__ import main
+
+    calls = []
+
+    def crash_in_pi(argv, log_path, cwd, env, timeout):
+        calls.append(argv)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        pi = "rope=linear," in argv[argv.index("--model_args") + 1]
+        log_path.write_text("Traceback (most recent call last):\nRuntimeError: planted crash\n" if pi else "ok\n")
+        return 1 if pi else 0
+
+    class Crashing(runner.Table1):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": crash_in_pi})
+
+    monkeypatch.setattr(runner, "Table1", Crashing)
+    cfg = tmp_path / "table1.yaml"
+    cfg.write_text(yaml.safe_dump(_tiny_raw(tiny_folder)))
+    out = tmp_path / "out"
+    assert main(["--config", str(cfg), "--out", str(out), "--repo-root", str(tmp_path)]) == 1
+    assert len(calls) == 4 and all(a[3] == "run" and "--tasks" in a for a in calls)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "[table1] 4 of 4 cells not ok: base_384, ntk_384, pi_384, yarn_384"  # safe_dump sorts variants
+    pi = json.loads((out / "cells/pi_384/result.json").read_text())
+    assert pi["status"] == "failed" and pi["error"] == "eval: lm-eval exited with 1: RuntimeError: planted crash"
+    base = json.loads((out / "cells/base_384/result.json").read_text())
+    assert base["status"] == "failed" and "results_*.json" in base["error"]
+    assert "Failed cells: base: eval:" in (out / "report/report.md").read_text()
+
+
+def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_folder):
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.runner import Table1
+
+    raw = _tiny_raw(tiny_folder)
+    path = tmp_path / "table1.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    t1 = Table1(load_table1_config(path), output_dir=tmp_path / "out")
+    for v in ("pi", "yarn"):
+        d = t1.cell_dir(v, 384)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({**_rec(v, 384, 5.0, 10.0, 1.0), "spec": t1.spec_of(v, 384)}))
+    assert t1.done("pi", 384) is not None and t1.records()["pi_384"]["status"] == "ok"
+    raw["variants"]["pi"]["factor"] = 2.0  # pi's spec changes; yarn's does not
+    path.write_text(yaml.safe_dump(raw))
+    t1 = Table1(load_table1_config(path), output_dir=tmp_path / "out")
+    assert t1.done("pi", 384) is None and t1.records()["pi_384"]["status"] == "not run"
+    assert t1.done("yarn", 384) is not None and t1.records()["yarn_384"]["status"] == "ok"
 
 
 @pytest.mark.slow

@@ -3,5 +3,6 @@ the long-short misalignment (Eq. 4) predict perplexity and passkey retrieval pas
 
 ``python -m torchtune_longshort.study.table1 --config configs/study/table1_smollm2.yaml [--quick]``: config
 (:mod:`.config`), cells through the lm-eval task pack (:mod:`.runner`), Spearman's rho with intervals and verdicts
-(:mod:`.analysis`), report and figure (:mod:`.report`).
+(:mod:`.analysis`), report (:mod:`.report`) and figure (:mod:`.figure`). docs/study/table1.md describes the design
+and the measured time.
 """

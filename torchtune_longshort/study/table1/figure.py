@@ -5,7 +5,7 @@ figures' rules (:mod:`torchtune_longshort.eval.plot_axes`: value axes, quick run
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from matplotlib.figure import Figure
 
@@ -29,6 +29,18 @@ def _why_no_points(rows: List[Dict[str, Any]], tid: str) -> str:
     return "; ".join(f"{why}: {', '.join(names)}" for why, names in out.items())
 
 
+def _labels(pts: List[Tuple[str, float, float]], near: float = 0.03) -> List[Tuple[str, float, float]]:
+    """One label per group of points closer than ``near`` of the panel's span on both axes (``base, ntk``), so
+    that the names of points that (nearly) coincide do not print over each other."""
+    span = [max(v) - min(v) or 1.0 for v in ([p[1] for p in pts] or [0.0], [p[2] for p in pts] or [0.0])]
+    groups: List[List[Tuple[str, float, float]]] = []
+    for p in pts:
+        g = next((g for g in groups if abs(g[0][1] - p[1]) <= near * span[0] and abs(g[0][2] - p[2]) <= near * span[1]),
+                 None)
+        g.append(p) if g is not None else groups.append([p])
+    return [(", ".join(q[0] for q in g), g[0][1], g[0][2]) for g in groups]
+
+
 def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
     """The figure of :func:`~torchtune_longshort.study.table1.analysis.analyze`'s ``analysis`` (see the module
     doc); each variant keeps one colour and marker across panels."""
@@ -44,7 +56,8 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
             for name, x, y in pts:
                 k = names.index(name) if name in names else len(names)
                 ax.scatter([x], [y], s=30, marker=MARKERS[k % len(MARKERS)], color=f"C{k % 10}")
-                ax.annotate(name, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+            for label, x, y in _labels(pts):
+                ax.annotate(label, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
             value_axis(ax, [p[1] for p in pts], axis="x")
             value_axis(ax, [p[2] for p in pts])
             c = main_correlation(entry, tid)

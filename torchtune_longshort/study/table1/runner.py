@@ -185,12 +185,15 @@ class Table1:
 
     # ------------------------------------------------------------------ every cell
     def records(self) -> Dict[str, Dict[str, Any]]:
-        """``{cell key: result.json}`` of every cell of the config; a cell without one is ``not run``."""
+        """``{cell key: result.json}`` of every cell of the config; a cell without one, or whose result.json is of
+        another spec (the config changed since it ran), is ``not run``."""
         out = {}
         for v, n in self.cfg.cells():
             p = self.cell_dir(v, n) / RESULT
-            out[cell_key(v, n)] = (json.loads(p.read_text()) if p.is_file()
-                                   else {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"})
+            rec = json.loads(p.read_text()) if p.is_file() else None
+            if rec is None or rec.get("spec") != self.spec_of(v, n):
+                rec = {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"}
+            out[cell_key(v, n)] = rec
         return out
 
     def run(self) -> Dict[str, Dict[str, Any]]:
