@@ -6,9 +6,11 @@ its Jeffreys part, SCE less the two entropies; the next-token entropy alone, as 
 and each performance figure (perplexity: the paper's claim expects rho > 0, more misaligned -> higher perplexity;
 passkey accuracy and digits in place: rho < 0), with the 95% Fisher-z interval of
 :func:`~torchtune_longshort.study.stats.correlation` (standard error ``sqrt(1.06 / (n - 3))``, Fieller, Hartley and
-Pearson 1957) and the exact permutation p-value (:func:`~torchtune_longshort.study.stats.spearman_permutation_p`).
+Pearson 1957) and the permutation p-value, exact up to 9 variants
+(:func:`~torchtune_longshort.study.stats.spearman_permutation_p`).
 
-A verdict per (length, performance figure) for the metric (SCE), by its interval:
+A verdict per (length, performance figure) for the metric (SCE), by its interval (at ``|rho| = 1``, where Fisher's
+z is infinite and there is no interval, by the permutation p < 0.05 instead):
 
 - ``held``: rho has the paper's sign and the 95% interval excludes 0;
 - ``same direction, not significant``: the paper's sign, the interval holds 0;
