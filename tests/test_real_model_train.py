@@ -57,8 +57,8 @@ def test_shipped_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_
 
 def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids) -> None:
     """``peft.PeftModel.from_pretrained(base, step/adapter)`` on the real SmolLM2 gives the merged checkpoint's
-    logits: the base is the start folder as the run read it (bf16, the run's dtype) under the step's config.json (its
-    YaRN scaling), both evaluated in float32 by transformers."""
+    logits: the base is the start folder as the run read it (float32, the smoke run's dtype) under the step's
+    config.json (its YaRN scaling), both evaluated in float32 by transformers."""
     import torch
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -66,7 +66,7 @@ def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids) -> None:
     with torch.no_grad():
         merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(ids).logits
         base = AutoModelForCausalLM.from_pretrained(str(base_dir), config=AutoConfig.from_pretrained(str(step)),
-                                                    dtype=torch.bfloat16).float().eval()
+                                                    dtype=torch.float32).eval()
         plain = base(ids).logits
         via_peft = PeftModel.from_pretrained(base, str(step / "adapter")).eval()(ids).logits
     scale = merged.abs().max()

@@ -33,14 +33,15 @@ def test_failed_run_reads_dash_and_a_task_that_could_not_run_reads_na_with_its_n
     recs = {"ok_new": NEW, "ok_old": OLD, "failed": {"status": "failed", "error": "recipe exited with 1"},
             "fine": {"status": "ok", "results": {"longshort_babilong": {"acc_0k": 0.5}}}}
     reasons = []
-    assert _cell(recs, ["failed"], "longshort_babilong", "acc_0k", reasons)["text"] == "—" and reasons == []
-    cell = _cell(recs, ["ok_old"], "longshort_babilong", "acc_0k", reasons)
+    failed = _cell(recs, ["failed"], "longshort_babilong", "acc_0k", reasons, "0k")
+    assert failed["text"] == "—" and reasons == [] and failed["why_empty"].startswith("run failed")
+    cell = _cell(recs, ["ok_old"], "longshort_babilong", "acc_0k", reasons, "0k")
     assert cell["text"] == "n/a (note 1, 2)" and reasons == OLD_REASONS and cell["not_scored"]["runs"] == ["ok_old"]
-    cell = _cell(recs, ["ok_new"], "longshort_babilong", "acc_0k", reasons)
+    cell = _cell(recs, ["ok_new"], "longshort_babilong", "acc_0k", reasons, "0k")
     assert cell["text"] == "n/a (note 3, 4)" and len(reasons) == 4  # notes numbered across the table
-    mixed = _cell(recs, ["fine", "ok_old", "failed"], "longshort_babilong", "acc_0k", reasons)
+    mixed = _cell(recs, ["fine", "ok_old", "failed"], "longshort_babilong", "acc_0k", reasons, "0k")
     assert mixed["text"] == "0.5 (1/2 runs; note 1, 2)" and mixed["mean"] == 0.5
-    assert _cell(recs, ["ok_old"], "longshort_ppl", "ppl_512", reasons)["text"] == "40"  # a former name is read
+    assert _cell(recs, ["ok_old"], "longshort_ppl", "ppl_512", reasons, "512")["text"] == "40"  # a former name is read
 
 
 OLD_REASONS = ["babilong_qa1: prompt of 577 tokens", "babilong_qa2: file not found"]
