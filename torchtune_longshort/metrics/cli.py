@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     return refusing(PROG, lambda: _main(argv))
 
 
-def _main(argv=None) -> int:
+def _parser() -> ArgumentParser:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None,
@@ -76,18 +76,13 @@ def _main(argv=None) -> int:
     ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
-    args = ap.parse_args(argv)
-    if args.length < 2:
-        ap.error(f"--length={args.length}: must be >= 2 tokens")
-    if args.num_samples < 1:
-        ap.error(f"--num-samples={args.num_samples}: must be >= 1")
-    require_device(args.device, "--device")  # before any file is read or model built
-    from torchtune_longshort._quiet import quiet_upstream
+    return ap
 
-    quiet_upstream()  # before torchtune (and so torchao) is imported below
-    from torchtune_longshort.metrics.misalignment import misalignment_metric
+
+def _open_checkpoint(args, ap: ArgumentParser):
+    """The checkpoint folder and its tokenizer (or ``--tokenizer``); ``--length`` past its usable positions refused
+    unless ``--allow-extrapolation``."""
     from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-    from torchtune_longshort.models.hf_model import load_hf_checkpoint
     from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
     folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
@@ -101,6 +96,25 @@ def _main(argv=None) -> int:
             f"{folder.rope_spec!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
             "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
         )
+    return folder, tok
+
+
+def _main(argv=None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.length < 2:
+        ap.error(f"--length={args.length}: must be >= 2 tokens")
+    if args.num_samples < 1:
+        ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    require_device(args.device, "--device")  # before any file is read or model built
+    from torchtune_longshort._quiet import quiet_upstream
+
+    quiet_upstream()  # before torchtune (and so torchao) is imported below
+    from torchtune_longshort.metrics.misalignment import misalignment_metric
+    from torchtune_longshort.models.hf_model import load_hf_checkpoint
+
+    folder, tok = _open_checkpoint(args, ap)
+    usable = folder.usable_length
     from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
@@ -118,8 +132,8 @@ def _main(argv=None) -> int:
 
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
-        functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples, divergences=args.divergences, seed=args.seed,
-        device=args.device,
+        functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples,
+        divergences=args.divergences, seed=args.seed, device=args.device,
     )
     from torchtune_longshort.provenance import provenance
 
