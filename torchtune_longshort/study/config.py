@@ -104,8 +104,7 @@ class StudyConfig(StudySection):
     config_path: Optional[str] = setting(None, doc="the YAML it was read from (set by the loader)", check=text)
 
     def __post_init__(self) -> None:
-        if self.output_dir is None and self.name is not None:
-            object.__setattr__(self, "output_dir", f"outputs/study/{self.name}" + ("_quick" if self.quick else ""))
+        default_output_dir(self)
         if self.L0 is not None and self.L is not None:
             ev = self.eval or build_section(EvalConfig, {}, "eval")
             object.__setattr__(self, "eval", ev.with_default_lengths(self.L0, self.L))
@@ -170,6 +169,12 @@ def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional
     _refused(lambda: cfg.check_files(root))
     _refused(lambda: check_recipe_overrides(cfg, root))
     return cfg
+
+
+def default_output_dir(cfg) -> None:
+    """A study config without ``output_dir`` writes to ``outputs/study/<name>`` (``_quick`` for its quick variant)."""
+    if cfg.output_dir is None and cfg.name is not None:
+        object.__setattr__(cfg, "output_dir", f"outputs/study/{cfg.name}" + ("_quick" if cfg.quick else ""))
 
 
 def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, repo_root: Optional[Path] = None,

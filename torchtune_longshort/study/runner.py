@@ -39,8 +39,8 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import RunConfigs
-from torchtune_longshort.study.stages import (StageError, error_line, log_tail, run_command, steps_in, train_summary,
-                                              tune_command)
+from torchtune_longshort.study.stages import (StageError, error_line, log_tail, output_folder, run_command, steps_in,
+                                              train_summary, tune_command)
 from torchtune_longshort.training.equal_compute import trained_steps
 
 RESULT = "result.json"
@@ -65,10 +65,7 @@ class Study(RunConfigs):
     def __init__(self, cfg: StudyConfig, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
         self.cfg = cfg
-        self.root = Path(repo_root or Path.cwd()).resolve()
-        self.out = Path(output_dir or cfg.output_dir)
-        if not self.out.is_absolute():
-            self.out = self.root / self.out
+        self.root, self.out = output_folder(cfg.output_dir, output_dir, repo_root)
         self.executor, self.log = executor, log
         self.timeout = cfg.timeout_s
         self.jobs = cfg.jobs

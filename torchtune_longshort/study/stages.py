@@ -10,7 +10,7 @@ import subprocess
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 
@@ -119,3 +119,11 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
     if tps:
         out["tokens_per_second_median"] = sorted(tps)[len(tps) // 2]
     return out
+
+
+def output_folder(configured, override=None, repo_root=None) -> Tuple[Path, Path]:
+    """``(root, out)`` of a study runner: ``repo_root`` (default: the current directory) resolved, and the output
+    folder (``override`` or the config's), relative ones under that root."""
+    root = Path(repo_root or Path.cwd()).resolve()
+    out = Path(override or configured)
+    return root, (out if out.is_absolute() else root / out)

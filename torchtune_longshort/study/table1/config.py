@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.study.base_config import checkpoint_folder
-from torchtune_longshort.study.config import read_config
+from torchtune_longshort.study.config import default_output_dir, read_config
 from torchtune_longshort.study.eval_config import FAMILY_TASK, EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import MethodSpec, methods
@@ -64,8 +64,7 @@ class Table1Config(StudySection):
     config_path: Optional[str] = setting(None, doc="the YAML it was read from (set by the loader)", check=text)
 
     def __post_init__(self) -> None:
-        if self.output_dir is None and self.name is not None:
-            object.__setattr__(self, "output_dir", f"outputs/study/{self.name}" + ("_quick" if self.quick else ""))
+        default_output_dir(self)
         ev = self.eval or build_section(EvalConfig, {}, "eval")
         given = [f for f in _SET_PER_CELL if getattr(ev, f) is not None]
         if given:

@@ -39,7 +39,7 @@ from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_command
+from torchtune_longshort.study.stages import StageError, error_line, log_tail, output_folder, run_command
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
@@ -64,10 +64,7 @@ class Table1:
     def __init__(self, cfg: Table1Config, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
         self.cfg = cfg
-        self.root = Path(repo_root or Path.cwd()).resolve()
-        self.out = Path(output_dir or cfg.output_dir)
-        if not self.out.is_absolute():
-            self.out = self.root / self.out
+        self.root, self.out = output_folder(cfg.output_dir, output_dir, repo_root)
         self.executor, self.log = executor, log
         self.env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                     "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
