@@ -1,10 +1,11 @@
 """Long-short misalignment of a scalar model: the synthetic-task analogue of the paper's Eq. 4.
 
-For a sequence x of L bits and suffix lengths l1, l2 ~ U{ceil(L/2)..L} (independent), Eq. 4 compares the model's
+For a sequence x of L bits and suffix lengths l1, l2 ~ U{L//2..L} (independent; the range is the window geometry's,
+:func:`torchtune_longshort.windows.suffix_length_range`, as for the language-model metric), Eq. 4 compares the model's
 outputs on the last l1 and the last l2 bits. For a real-valued output the natural divergence is the squared
 difference, and
 
-    M(x) = E_{l1, l2} (y_hat(x[-l1:]) - y_hat(x[-l2:]))^2 / 2  =  Var_{l ~ U{ceil(L/2)..L}} y_hat(x[-l:]),
+    M(x) = E_{l1, l2} (y_hat(x[-l1:]) - y_hat(x[-l2:]))^2 / 2  =  Var_{l ~ U{L//2..L}} y_hat(x[-l:]),
 
 i.e. the spread of the prediction for one sequence across its suffix lengths. We report M averaged over sequences and
 its square root (a standard deviation, in output units), in the model's raw output space (f-space, what OutRep
@@ -18,6 +19,8 @@ from typing import Dict
 
 import torch
 import torch.nn as nn
+
+from torchtune_longshort.windows import suffix_length_range
 
 from .outrep import get_outrep
 from .tasks import check_bits, check_task, sample_bits, suffix_batch
@@ -44,7 +47,7 @@ def scalar_misalignment(
         model: ``(tokens, read_pos) -> [b]`` (a ``SyntheticTransformer`` or ``LinearAttentionModel``) whose output is
             f(y) for the OutRep ``outrep``.
         task: target used for the reference spread of the true targets.
-        L: full sequence length; suffixes have lengths ceil(L/2)..L (the paper's [L/2, L]).
+        L: full sequence length; suffixes have lengths L//2..L (the paper's [L/2, L], ``suffix_length_range``).
         n_seq, bits, seed: how many sequences, their bit distribution, RNG seed.
     Returns:
         dict with ``model_f`` / ``model_y`` (mean variance across suffixes of the raw output / of f^{-1} of it),
@@ -60,7 +63,8 @@ def scalar_misalignment(
     f = get_outrep(outrep)
     g = torch.Generator().manual_seed(seed)
     x = sample_bits(torch.full((n_seq,), L, dtype=torch.long), bits, g)
-    suffixes = list(range(math.ceil(L / 2), L + 1))
+    lo, hi = suffix_length_range(L)
+    suffixes = list(range(lo, hi + 1))
     model.eval()
     zs, ys, ts = [], [], []
     for row in x.tolist():
