@@ -27,7 +27,7 @@ def _task_manager(tokenizer: str, meta_json: str):
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
 
-    return TaskManager(include_path=str(tasks_path()),
+    return TaskManager(include_path=str(tasks_path()), include_defaults=False,
                        metadata={"tokenizer": tokenizer, **json.loads(meta_json)})
 
 

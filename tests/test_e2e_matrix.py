@@ -218,7 +218,7 @@ def task_manager(bases):
     @functools.lru_cache(maxsize=None)
     def for_tokenizer(tokenizer: str):
         meta = {"ppl_source": "stdlib", "ppl_num_samples": 2, "tokenizer": tokenizer, "max_seq_lengths": [EVAL_LEN]}
-        return TaskManager(include_path=str(tasks_path()), metadata=meta)
+        return TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
 
     def of(step_dir: Path):
         from torchtune_longshort.models.tokenizer_formats import SP_FILE

@@ -34,6 +34,28 @@ def builtin():
 
 
 @pytest.fixture(scope="module")
+def full():
+    """lm-eval's index with the pack included (as its CLI builds it), and the warnings logged while it was built."""
+    from lm_eval.tasks import TaskManager
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    keep, root = Keep(), logging.getLogger()
+    root.addHandler(keep)
+    try:
+        manager = TaskManager(include_path=str(TASKS))
+    finally:
+        root.removeHandler(keep)
+    return manager, keep.lines
+
+
+@pytest.fixture(scope="module")
 def ours():
     from lm_eval.tasks import TaskManager
 
@@ -74,12 +96,18 @@ def test_names_read_from_the_yaml_files_are_not_builtin(builtin):
     assert referenced <= defined, sorted(referenced - defined)
 
 
-def test_loading_the_pack_overrides_nothing(caplog):
-    from lm_eval.tasks import TaskManager
+def test_loading_the_pack_overrides_nothing(full):
+    assert not [line for line in full[1] if "overrides existing task" in line]
 
-    with caplog.at_level(logging.WARNING):
-        TaskManager(include_path=str(TASKS))
-    assert not [r for r in caplog.records if "overrides existing task" in r.getMessage()]
+
+def test_the_pack_alone_indexes_the_same_files_as_the_whole_index(full, ours):
+    """``longshort-eval`` indexes the pack alone when every task named is the pack's
+    (:mod:`torchtune_longshort.eval.task_index`): each of the pack's names points at the same YAML file, of the same
+    kind and parsed config, as in lm-eval's whole index with the pack included."""
+    whole, alone = full[0].task_index, ours.task_index
+    assert len(whole) > 10 * len(alone) and set(alone) <= set(whole)
+    assert {n: (str(e.yaml_path), e.kind, e.cfg) for n, e in alone.items()} == {
+        n: (str(whole[n].yaml_path), whole[n].kind, whole[n].cfg) for n in alone}
 
 
 def test_registry_reads_former_names():

@@ -45,7 +45,8 @@ def _evaluate(args) -> None:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort._quiet import quiet_lm_eval_git
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_run import lm_eval_argv
+    from torchtune_longshort.eval.cli_run import lm_eval_argv, option
+    from torchtune_longshort.eval.task_index import pack_only_index
 
     if "-h" in args or "--help" in args or not args:
         print(cli_messages.help_preamble())
@@ -62,7 +63,8 @@ def _evaluate(args) -> None:
     lm_eval.simple_evaluate = kept
     sys.argv = sys.argv[:1] + argv
     try:
-        cli_evaluate()
+        with pack_only_index(argv, option(argv, "--include_path") or ""):
+            cli_evaluate()
     except ValueError as e:
         line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))
         if line:

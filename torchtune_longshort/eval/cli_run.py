@@ -134,11 +134,14 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 
+    from torchtune_longshort.eval.task_index import pack_only_index
+
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
     saved = sys.argv
     sys.argv = argv
     try:
-        cli_evaluate()
+        with pack_only_index(argv, option(argv, "--include_path") or ""):
+            cli_evaluate()
     finally:
         sys.argv = saved
     if "--output_path" not in argv:

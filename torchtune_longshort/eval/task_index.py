@@ -1,0 +1,63 @@
+"""lm-eval's task index of the included folder alone, when every task a command names is in it.
+
+lm-eval 0.4.13's CLI builds ``TaskManager(include_path=...)``, which indexes its ~14,700 built-in task YAMLs before
+it looks a name up: 10-20 s on this project's 2-core CPU, against ~0.1 s for the task pack's folder alone. When every
+name after ``--tasks`` is a task or group of the included folder, ``longshort-eval`` (and :func:`cli_run.run_cli`)
+let the CLI build its index with ``include_defaults=False``; any other name (a built-in task, a YAML path, a glob)
+keeps lm-eval's whole index, exactly as before. Results are the same either way: the pack's tasks are read from the
+same YAML files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, List, Sequence
+
+from lm_eval import tasks as lm_tasks
+
+
+def task_names(argv: Sequence[str]) -> List[str]:
+    """The names after ``--tasks`` / ``-t`` (space- or comma-separated, lm-eval's ``SplitArgs``), in order."""
+    names: List[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--tasks="):
+            names += a.split("=", 1)[1].split(",")
+        elif a in ("--tasks", "-t"):
+            while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1
+                names += argv[i].split(",")
+        i += 1
+    return [n.strip() for n in names if n.strip()]
+
+
+def include_path_covers(argv: Sequence[str], include_path: str) -> bool:
+    """True when the command names tasks and every one is a task or group of ``include_path`` alone."""
+    names = task_names(argv)
+    if not names or not include_path:
+        return False
+    known = set(lm_tasks.TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    return all(n in known for n in names)
+
+
+@contextlib.contextmanager
+def pack_only_index(argv: Sequence[str], include_path: str) -> Iterator[bool]:
+    """While the block runs, a ``TaskManager`` lm-eval builds skips its built-in tasks, if
+    :func:`include_path_covers`; yields whether it does. lm-eval's CLI reads ``lm_eval.tasks.TaskManager`` when it
+    runs (``EvaluatorConfig.process_tasks`` imports it then), so the module attribute is what is swapped."""
+    if not include_path_covers(argv, include_path):
+        yield False
+        return
+    original = lm_tasks.TaskManager
+
+    class PackOnlyTaskManager(original):
+        def __init__(self, *args, **kwargs):
+            kwargs["include_defaults"] = False
+            super().__init__(*args, **kwargs)
+
+    lm_tasks.TaskManager = PackOnlyTaskManager
+    try:
+        yield True
+    finally:
+        lm_tasks.TaskManager = original
