@@ -69,7 +69,7 @@ def _need(config: Config, key: str, where: str) -> Any:
     return config[key]
 
 
-def _dims(config: Config, where: str) -> Dict[str, Any]:
+def checkpoint_dims(config: Config, where: str) -> Dict[str, Any]:
     """Builder keywords every family shares, from a config.json."""
     heads = int(_need(config, "num_attention_heads", where))
     return dict(
@@ -130,7 +130,7 @@ def _build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]
     where = "llama"
     _no_bias(config, where)
     _check_head_dim(config, where)
-    kw = dict(_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
+    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
     if lora:
         lk = _lora(lora)
         if tied and lk.get("apply_lora_to_output"):
@@ -151,7 +151,8 @@ def _build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, An
 
     _no_bias(config, "mistral")
     _check_head_dim(config, "mistral")
-    kw = dict(_dims(config, "mistral"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+    kw = dict(checkpoint_dims(config, "mistral"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
               rope_base=rope_theta(config))
     return lora_mistral(**_lora(lora), **kw) if lora else mistral(**kw)
 
@@ -163,7 +164,8 @@ def _build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]
     if config.get("use_sliding_window"):
         raise UnsupportedModelError("qwen2: config.json use_sliding_window=true: torchtune's qwen2 builder runs full "
                                     "attention only")
-    kw = dict(_dims(config, "qwen2"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+    kw = dict(checkpoint_dims(config, "qwen2"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
               rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
     return lora_qwen2(**_lora(lora), **kw) if lora else qwen2(**kw)
 
@@ -175,7 +177,8 @@ def _build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]
     if act not in (None, "gelu_pytorch_tanh", "gelu"):
         raise UnsupportedModelError(f"gemma: hidden_activation={act!r}: torchtune's gemma builder uses tanh-GELU")
     heads = int(config["num_attention_heads"])
-    kw = dict(_dims(config, "gemma"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+    kw = dict(checkpoint_dims(config, "gemma"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
               rope_base=rope_theta(config),
               head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
     if lora:
@@ -192,7 +195,8 @@ def _build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedModelError("phi3: partial_rotary_factor != 1 (Phi-4-mini): torchtune's phi3 builder "
                                     "rotates every dimension")
-    kw = dict(_dims(config, "phi3"), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+    kw = dict(checkpoint_dims(config, "phi3"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
               rope_base=rope_theta(config))
     return lora_phi3(**_lora(lora), **kw) if lora else phi3(**kw)
 

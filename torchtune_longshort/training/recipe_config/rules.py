@@ -110,7 +110,7 @@ def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
     start = config.checkpointer.checkpoint_dir
     if start is None:
         return
-    from torchtune_longshort.models.families import _dims as checkpoint_dims
+    from torchtune_longshort.models.families import checkpoint_dims
     from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
     from torchtune_longshort.training.model_setup import model_kwargs
 
