@@ -39,7 +39,7 @@ import subprocess
 import warnings
 from typing import Dict, List, Optional, Tuple
 
-from torchtune_longshort.eval.tasks import PREFIX
+from torchtune_longshort.pack_prefix import PREFIX
 
 # Task names of this pack as they appear in lm-eval's messages (every one starts with the pack's prefix).
 _PACK_TASK = rf"(?:{re.escape(PREFIX)}[\w-]+)"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-# Every task, group and tag name of the pack starts with this.
-PREFIX = "longshort_"
+# Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).
+from torchtune_longshort.pack_prefix import PREFIX  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
