@@ -3,7 +3,9 @@ step folder's ``adapter/``) and may change: the saved config against the new one
 
 Exact resume needs the same model, data, windows and loss; a change there would silently train another run, so it
 is refused. Changes a user means (more steps, another learning rate after a NaN, logging, checkpoint period) are
-applied and logged.
+applied and logged. Which is which, each field of the typed config declares (``setting(resume=...)``,
+:data:`~.recipe_config.fields.RESUME_POLICIES`); :data:`RESUME_POLICY` is read from those declarations, so a new
+field cannot be left out.
 """
 
 from __future__ import annotations
@@ -16,27 +18,25 @@ import torch
 from torchtune_longshort.models.hf_checkpoint import read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.training.checkpointing import recipe_state_path
+from torchtune_longshort.training.recipe_config.fields import resume_policies, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
+from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
-# Keys whose change breaks exactness (top-level config keys; nested nodes compared whole).
-EXACT_KEYS = (
-    "model", "tokenizer", "checkpointer", "checkpoint_dir", "dataset", "seq_len", "e_range", "loss", "batch_size",
-    "gradient_accumulation_steps", "seed", "data_seed", "position_sampler", "dtype", "lr_scheduler",
-)
-# Keys a resumed run applies as given (and logs): everything not in EXACT_KEYS and not about the folder itself
-# (where the folder sits is not what the run trains: a moved or re-spelled folder resumes).
-_IGNORED = ("resume", "overwrite_output_dir", "output_dir")
-_IGNORED_NESTED = ("checkpointer.output_dir",)  # ${output_dir}: torchtune's checkpointer, which the recipe never builds
+# {top-level key (or nested key a section ignores): exact / applied / ignored}, from the typed config's declarations.
+# A nested node follows its top-level key (compared whole); a key the config does not declare (one an older version
+# saved) is applied.
+RESUME_POLICY = resume_policies(RecipeConfig)
 OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relative to it
 
 
 def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
     """``config`` with its paths resolved (:func:`~.recipe_config.paths.resolved_config`; a config saved before
     paths were resolved is read against the working directory) and those inside its ``output_dir`` written relative
-    to it, so that two spellings of one file compare equal."""
+    to it, and the top-level fields it leaves out set to their defaults (:func:`~.recipe_config.fields.
+    with_own_defaults`), so that two spellings of one run compare equal."""
     from omegaconf import OmegaConf
 
-    resolved = OmegaConf.to_container(resolved_config(config), resolve=True)
+    resolved = with_own_defaults(RecipeConfig, OmegaConf.to_container(resolved_config(config), resolve=True))
     out = resolved.get("output_dir")
 
     def relative(v: Any) -> Any:
@@ -60,6 +60,11 @@ def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
     return out
 
 
+def _policy(key: str) -> str:
+    """The resume policy of a flattened key: its own (a nested key a section ignores), else its top-level key's."""
+    return RESUME_POLICY.get(key) or RESUME_POLICY.get(key.split(".", 1)[0], "applied")
+
+
 def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
     ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved),
@@ -67,11 +72,10 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tu
     broken, applied = [], []
     old_flat, new_flat = _flat(_as_run_sees_it(saved)), _flat(_as_run_sees_it(new))
     for key in sorted(set(old_flat) | set(new_flat)):
-        top = key.split(".", 1)[0]
         a, b = old_flat.get(key, "<absent>"), new_flat.get(key, "<absent>")
-        if a == b or top in _IGNORED or key in _IGNORED_NESTED:
+        if a == b or _policy(key) == "ignored":
             continue
-        if top in EXACT_KEYS:
+        if _policy(key) == "exact":
             # The lr schedule's shape is fixed by the run; its length follows max_steps and is not a change here.
             broken.append(f"{key}: {a!r} -> {b!r}")
         else:

@@ -154,6 +154,8 @@ class CheckpointerConfig(ComponentSection):
     """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
 
     LOCAL_CHECKS = True
+    # ${output_dir} in torchtune's configs: where the run's folder sits (the recipe never builds this checkpointer)
+    RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ("output_dir",)
 
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (null: random weights, the model node's "
                                             "explicit dimensions)", nullable=True)

@@ -6,6 +6,9 @@ field's check with the field's full name (``loss.alpha=-1 is not accepted: ...``
 ``check(where)`` for rules between its fields. A :class:`ComponentSection` is a ``_component_`` node: its other keys
 are the component's arguments, bound against its signature, and a typed field may take its default from that
 signature (:data:`FROM_COMPONENT`), so the component stays the one owner of its defaults.
+
+Each top-level field also declares what a resumed run may do with it (``resume=``, one of :data:`RESUME_POLICIES`);
+:func:`resume_policies` collects those declarations for ``training/resume.py`` and refuses a field without one.
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ REQUIRED = _Marker("required")  # no default: the key must be given
 FROM_COMPONENT = _Marker("the component's default")  # the default of the component's own signature
 Check = Callable[[str, Any], Any]  # (field path, value) -> the accepted value, or raise naming the path
 
+# What a resumed run (resume=True) does when the new config changes a top-level field; a nested node's keys follow
+# their top-level field, unless its section lists them in RESUME_IGNORED.
+RESUME_POLICIES = {
+    "exact": "must equal the saved run's value: a change would train another run, so it is refused",
+    "applied": "a change is applied and logged (more steps, another lr after a NaN, logging, checkpoint period)",
+    "ignored": "where the run's folder sits or how it was started, not what it trains: never compared",
+}
+
 
 def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None, key: Optional[str] = None,
-            section: Optional[type] = None, flat: bool = False, nullable: bool = False) -> Any:
+            section: Optional[type] = None, flat: bool = False, nullable: bool = False,
+            resume: Optional[str] = None) -> Any:
     """A dataclass field of a config section.
 
     Args:
@@ -43,8 +55,13 @@ def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None,
         section: a nested section class (the value is a mapping built with :func:`build_section`).
         flat: the nested ``section``'s keys sit in this mapping itself (the windows keys are top-level keys).
         nullable: an explicit null is a value (``clip_grad_norm: null``: no clipping), not "use the default".
+        resume: a top-level field's policy on resume, a key of :data:`RESUME_POLICIES` (a flat section's fields
+            declare their own; a nested section's fields follow their top-level field).
     """
-    meta = dict(default=default, doc=doc, check=check, key=key, section=section, flat=flat, nullable=nullable)
+    if resume is not None and resume not in RESUME_POLICIES:
+        raise ValueError(f"setting(resume={resume!r}) is not accepted: expected one of {sorted(RESUME_POLICIES)}")
+    meta = dict(default=default, doc=doc, check=check, key=key, section=section, flat=flat, nullable=nullable,
+                resume=resume)
     return field(default=None, metadata=meta)
 
 
@@ -63,10 +80,46 @@ def section_keys(cls: type) -> Dict[str, Any]:
     return out
 
 
+def resume_policies(cls: type) -> Dict[str, str]:
+    """``{key: policy}`` of the top-level config section ``cls``: every top-level key (a flat section's keys
+    included) with its declared :data:`RESUME_POLICIES` entry, and ``<key>.<arg>`` for the args a nested section
+    lists in ``RESUME_IGNORED``. Raises ``TypeError`` naming a field that declares none."""
+    out: Dict[str, str] = {}
+    for f in fields(cls):
+        if f.metadata.get("flat"):
+            out.update(resume_policies(f.metadata["section"]))
+        elif "doc" in f.metadata:
+            if f.metadata.get("resume") not in RESUME_POLICIES:
+                raise TypeError(f"{cls.__name__}.{f.name} declares no resume policy: pass setting(..., resume=...) "
+                                f"one of {sorted(RESUME_POLICIES)}")
+            out[yaml_key(f)] = f.metadata["resume"]
+            section = f.metadata["section"]
+            out.update({f"{yaml_key(f)}.{k}": "ignored" for k in getattr(section, "RESUME_IGNORED", ())})
+    return out
+
+
+def with_own_defaults(cls: type, node: Mapping[str, Any]) -> Dict[str, Any]:
+    """``node`` (a plain mapping of the top-level section ``cls``) with every key that is absent, or null where null
+    is not a value, set to its field's own default (flat sections' keys included; a required key, a component's
+    default and a section are left as they are): two configs that differ only in spelling a default out compare
+    equal."""
+    out = dict(node)
+    for f in fields(cls):
+        if f.metadata.get("flat"):
+            out.update(with_own_defaults(f.metadata["section"], out))
+        elif "doc" in f.metadata and f.metadata["section"] is None:
+            default, key = f.metadata["default"], yaml_key(f)
+            if default is not REQUIRED and default is not FROM_COMPONENT and out.get(key) is None and not (
+                    key in out and f.metadata["nullable"]):
+                out[key] = default
+    return out
+
+
 class Section:
     """A config section: a frozen dataclass of :func:`setting` fields."""
 
     LOCAL_CHECKS = False  # whether ``check`` asks this machine (files, devices): skipped with ``local=False``
+    RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ()  # nested keys never compared on resume (:func:`resume_policies`)
 
     def check(self, where: str) -> None:
         """Rules between this section's fields (none by default); ``where`` is the section's path."""

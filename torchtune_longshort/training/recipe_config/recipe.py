@@ -1,7 +1,12 @@
-"""The recipe config: every top-level field with its default, doc and check (the sections are their own modules).
+"""The recipe config: every top-level field with its default, doc, check and resume policy (the sections are their own
+modules).
 
 Built once by :func:`~torchtune_longshort.training.recipe_config.load_recipe_config` from the OmegaConf node, before
 any side effect; the recipe reads its fields and never ``cfg.get(key, default)``.
+
+``resume=`` (:data:`~.fields.RESUME_POLICIES`): what the run trains (model, data, windows, loss, batch, seeds, dtype,
+the LR schedule's shape, which parameters train) is ``exact``; how long, how fast and what it logs is ``applied``;
+the folder and how the run was started are ``ignored``.
 """
 
 from __future__ import annotations
@@ -30,64 +35,72 @@ class RecipeConfig(Section):
     LOCAL_CHECKS = True  # the device must exist here
 
     # where it writes
-    output_dir: str = setting(doc="folder for the step_k checkpoints, metrics.jsonl and logs", check=text)
+    output_dir: str = setting(doc="folder for the step_k checkpoints, metrics.jsonl and logs", check=text,
+                              resume="ignored")
     overwrite_output_dir: bool = setting(False, doc="replace a folder an earlier run of this recipe made",
-                                         check=boolean)
-    resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean)
+                                         check=boolean, resume="ignored")
+    resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean, resume="ignored")
     # what it builds
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (interpolated into the nodes below)",
-                                            nullable=True)
-    tokenizer: TokenizerConfig = setting(doc="tokenizer component", section=TokenizerConfig)
-    model: ModelConfig = setting(doc="model builder component", section=ModelConfig)
+                                            nullable=True, resume="exact")
+    tokenizer: TokenizerConfig = setting(doc="tokenizer component", section=TokenizerConfig, resume="exact")
+    model: ModelConfig = setting(doc="model builder component", section=ModelConfig, resume="exact")
     checkpointer: CheckpointerConfig = setting(doc="names the start weights (checkpoint_dir, model_type)",
-                                               section=CheckpointerConfig)
-    loss: LossConfig = setting(doc="LongShortLoss component", section=LossConfig)
-    optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig)
+                                               section=CheckpointerConfig, resume="exact")
+    loss: LossConfig = setting(doc="LongShortLoss component", section=LossConfig, resume="exact")
+    optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig, resume="applied")
     lr_scheduler: Optional[SchedulerConfig] = setting(None, doc="LR scheduler component (optional)",
-                                                      section=SchedulerConfig)
-    metric_logger: MetricLoggerConfig = setting(doc="torchtune metric logger component", section=MetricLoggerConfig)
+                                                      section=SchedulerConfig, resume="exact")
+    metric_logger: MetricLoggerConfig = setting(doc="torchtune metric logger component", section=MetricLoggerConfig,
+                                                resume="applied")
     position_sampler: Optional[ComponentSection] = setting(
-        None, doc="position-id sampler component (optional: PoSE, random_pos)", section=ComponentSection)
+        None, doc="position-id sampler component (optional: PoSE, random_pos)", section=ComponentSection,
+        resume="exact")
     # what it reads
     dataset: DataSourceConfig = setting(doc="the training documents (data source component)",
-                                        section=DataSourceConfig)
+                                        section=DataSourceConfig, resume="exact")
     validation: Optional[ValidationConfig] = setting(None, doc="fixed-length validation set (optional)",
-                                                     section=ValidationConfig)
+                                                     section=ValidationConfig, resume="applied")
     windows: WindowsConfig = setting(doc="seq_len, e_range, window_bos (top-level keys)", section=WindowsConfig,
                                      flat=True)
     # how long and how
-    batch_size: int = setting(doc="global sequences per optimizer step", check=integer(1))
-    gradient_accumulation_steps: int = setting(1, doc="micro-batches per optimizer step", check=integer(1))
-    max_steps: int = setting(doc="optimizer steps", check=integer(1))
+    batch_size: int = setting(doc="global sequences per optimizer step", check=integer(1), resume="exact")
+    gradient_accumulation_steps: int = setting(1, doc="micro-batches per optimizer step", check=integer(1),
+                                               resume="exact")
+    max_steps: int = setting(doc="optimizer steps", check=integer(1), resume="applied")
     stop_after_step: Optional[int] = setting(None, doc="end this process early (resume=True continues)",
-                                             check=integer(1))
+                                             check=integer(1), resume="applied")
     equal_compute_overhead: Optional[float] = setting(
-        None, doc="Appendix F: alpha > 0 runs get floor(max_steps / ratio) steps", check=number(1.0))
+        None, doc="Appendix F: alpha > 0 runs get floor(max_steps / ratio) steps", check=number(1.0), resume="applied")
     clip_grad_norm: Optional[float] = setting(None, doc="max gradient norm (null: no clipping)",
-                                              check=number(0.0, inclusive=False), nullable=True)
+                                              check=number(0.0, inclusive=False), nullable=True, resume="applied")
     clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
-                                         check=boolean)
-    seed: int = setting(0, doc="model init and e-sampler seed", check=integer(0))
-    data_seed: Optional[int] = setting(None, doc="data order seed (default: seed)", check=integer(0))
+                                         check=boolean, resume="applied")
+    seed: int = setting(0, doc="model init and e-sampler seed", check=integer(0), resume="exact")
+    data_seed: Optional[int] = setting(None, doc="data order seed (default: seed)", check=integer(0), resume="exact")
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
-                                               check=boolean)
+                                               check=boolean, resume="exact")
     # where it runs
-    device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name)
-    dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES))
+    device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name,
+                          resume="applied")
+    dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES), resume="exact")
     compile: bool = setting(False, doc="torch.compile each decoder layer (the loss runs eager: README, compile)",
-                            check=boolean)
-    enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean)
+                            check=boolean, resume="applied")
+    enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean,
+                                                    resume="applied")
     enable_activation_offloading: bool = setting(
         False, doc="CUDA: move the checkpointed layers' inputs to host memory (torchtune's; needs checkpointing)",
-        check=boolean)
-    fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean)
-    cpu_keep_freed_blocks: bool = setting(True, doc="CPU: glibc keeps large freed blocks for reuse", check=boolean)
+        check=boolean, resume="applied")
+    fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean,
+                                               resume="applied")
+    cpu_keep_freed_blocks: bool = setting(True, doc="CPU: glibc keeps large freed blocks for reuse", check=boolean,
+                                          resume="applied")
     # what it reports and keeps
     save_every_n_steps: Optional[int] = setting(None, doc="checkpoint period in steps (default: the last step only)",
-                                                check=integer(1))
-    log_every_n_steps: int = setting(1, doc="logging period in steps", check=integer(1))
+                                                check=integer(1), resume="applied")
+    log_every_n_steps: int = setting(1, doc="logging period in steps", check=integer(1), resume="applied")
     keep_recipe_states: int = setting(1, doc="resumable states kept in recipe_state/ beside the step_k folders "
-                                      "(the newest; every step_k folder stays)", check=integer(1))
+                                      "(the newest; every step_k folder stays)", check=integer(1), resume="applied")
 
     def check(self, where: str) -> None:
         check_device("device", self.device)

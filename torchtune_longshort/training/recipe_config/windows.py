@@ -35,11 +35,11 @@ def _e_range(path: str, value: Any) -> Any:
 class WindowsConfig(Section):
     """Dual windows: L tokens each, the second shifted by ``e ~ U[e_range]`` (paper Sec. 4)."""
 
-    seq_len: int = setting(doc="L, the length of each window (even, >= 4)", check=_seq_len)
+    seq_len: int = setting(doc="L, the length of each window (even, >= 4)", check=_seq_len, resume="exact")
     e_range: Any = setting(list(DEFAULT_E_RANGE), doc="[lo, hi] of the shift e: ints or expressions in L",
-                           check=_e_range)
+                           check=_e_range, resume="exact")
     window_bos: bool = setting(False, doc="pre-training: BOS over the first token of each window (alpha must be 0)",
-                               check=boolean)
+                               check=boolean, resume="exact")
 
     @property
     def e_bounds(self) -> Tuple[int, int]:
