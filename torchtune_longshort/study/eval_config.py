@@ -25,23 +25,34 @@ FAMILY_TASK = {f: TASK_FAMILIES[f].task for f in _SWEPT}
 # Study family -> the prefix of its task's metadata keys.
 FAMILY_METADATA_PREFIX = {f: TASK_FAMILIES[f].metadata_prefix for f in _SWEPT}
 
-# What the report reads, per family: (study family of FAMILY_TASK, metric, depth in percent or None).
-_FAMILY_METRIC = {
-    "ppl": ("ppl", "ppl", None), "misalignment": ("misalignment", "sce", None),
-    "jeffreys": ("misalignment", "jeffreys", None),
-    "passkey": ("passkey", "acc", None), "passkey_depth_0": ("passkey", "acc", 0),
-    "passkey_digits": ("passkey", "digits", None), "passkey_digits_depth_0": ("passkey", "digits", 0),
-}
+# The study's name for a column at depth 0 (the claims' "retrieval at the start of the context"): <name>_depth_0.
+DEPTH_0 = "_depth_0"
+
+
+def _named(name: str) -> tuple:
+    """``(family, metric, depth or None)`` of a study name: the registry's ``study_names`` of a length-swept family
+    (:data:`FAMILY_TASK`), or one of them + :data:`DEPTH_0`; read from the registry at each call, so the study keeps
+    no table of its own."""
+    base, depth = (name[: -len(DEPTH_0)], 0) if name.endswith(DEPTH_0) else (name, None)
+    for family in _SWEPT:
+        for study_name, metric in TASK_FAMILIES[family].study_names:
+            if study_name == base:
+                return family, metric, depth
+    known = [n for f in _SWEPT for n, _ in TASK_FAMILIES[f].study_names]
+    raise ValueError(f"{name!r} is not a study name: expected babilong or one of {known} (each also with "
+                     f"{DEPTH_0}), the study_names of torchtune_longshort.eval.tasks.TASK_FAMILIES")
 
 
 def metric_of(family: str, n: Any, depth: Optional[int] = None) -> tuple:
-    """``(lm-eval task, metric)`` holding ``family`` at length ``n`` (an int, or a BABILong label such as ``"1k"``
-    or ``"1k_d50"`` for the ``babilong`` family), and at ``depth`` (percent) when given."""
-    if family == "babilong":
-        task, metric = TASK_FAMILIES["babilong"].task, f"acc_{n}"
+    """``(lm-eval task, metric)`` holding ``family`` (a study name: ``babilong``, or a ``study_names`` entry of the
+    task registry, optionally + :data:`DEPTH_0`) at length ``n`` (an int, or a BABILong label such as ``"1k"`` or
+    ``"1k_d50"`` for the ``babilong`` family), and at ``depth`` (percent) when given."""
+    if family == "babilong":  # its lengths are labels, a depth already in them ("1k_d50")
+        fam = TASK_FAMILIES["babilong"]
+        task, metric = fam.task, f"{dict(fam.study_names)['babilong']}_{n}"
     else:
-        fam, metric, own_depth = _FAMILY_METRIC[family]
-        task, metric = FAMILY_TASK[fam], per_length(metric, int(n))
+        fam, metric, own_depth = _named(family)
+        task, metric = TASK_FAMILIES[fam].task, per_length(metric, int(n))
         depth = own_depth if depth is None else depth
     return task, (metric if depth is None else per_depth(metric, depth))
 

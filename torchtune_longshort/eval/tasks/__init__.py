@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
+
 # Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).
 from torchtune_longshort.pack_prefix import PREFIX  # noqa: F401  (re-exported)
 
@@ -29,7 +31,12 @@ class TaskFamily:
         task: its lm-eval task or group name (``--tasks``).
         folder: its folder under :func:`tasks_path`.
         metrics: the metrics it reports, by base name; a length-swept family reports each as
-            ``<metric>_<length label>`` (``ppl_4k``), its lengths taken from ``--metadata``.
+            ``<metric>_<length label>`` (``ppl_4k``), its lengths taken from ``--metadata``. Its YAMLs' ``metric_list``
+            is ``metrics + diagnostics``, in this order (``tests/test_task_metric_names.py`` checks every file).
+        diagnostics: what it reports about the run rather than the model (``missing_data``: 1 for a group member
+            without data), listed after ``metrics``; never tabulated.
+        study_names: ``(name, metric)``: the names the study's tables, claims and figures give its metrics
+            (``study.eval_config.metric_of``).
         metadata_prefix: the prefix of its own ``--metadata`` keys (``ppl`` -> ``ppl_max_seq_lengths``,
             ``ppl_source``, ``ppl_num_samples``); "" when it has none.
         length_swept: whether its lengths come from ``max_seq_lengths`` / ``<prefix>_max_seq_lengths``.
@@ -48,21 +55,26 @@ class TaskFamily:
     data_dir_key: str = ""
     needs_model: str = ""
     former_names: Tuple[str, ...] = ()
+    diagnostics: Tuple[str, ...] = ()
+    study_names: Tuple[Tuple[str, str], ...] = ()
 
 
 TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
-                      table_metrics=("ppl",), former_names=("long_ppl",)),
-    "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",)),
+                      table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),)),
+    "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
+                          study_names=(("passkey", "acc"), ("passkey_digits", "digits"))),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
-                               former_names=("misalignment",)),
+                               former_names=("misalignment",),
+                               study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys"))),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
-                           former_names=("babilong_longshort",)),
+                           former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
+                           study_names=(("babilong", "acc"),)),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
-                              former_names=("longbench_e_full",)),
+                              former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,)),
 }
 
 

@@ -44,7 +44,7 @@ _LONGBENCH_GROUP_HEAD = """\
 # dataset's bucket mean first, then the unweighted mean over datasets). Scores are in [0, 1]. A dataset without
 # data has no score and missing_data = 1 (the group mean then covers the others); the reason is in the results file.
 """
-LONGBENCH_METRICS = TASK_FAMILIES["longbench_e"].metrics + ("missing_data",)
+LONGBENCH_METRICS = TASK_FAMILIES["longbench_e"].metrics + TASK_FAMILIES["longbench_e"].diagnostics
 
 
 def _aggregate(metrics: Iterable[str]) -> str:
