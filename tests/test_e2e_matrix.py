@@ -123,11 +123,16 @@ def _all_cases() -> dict:
     # SmolLM2, Phi-3; LongRoPE: Phi-3.5, whose factor lists come from its folder) and the Llama-3.1 layout's own
     # `llama3` rope type under YaRN; `linear` (PI) stays
     covered = {"default", "clex", "eabf", "yarn", "llama3", "longrope"}
+    # each position sampler rides on one of those method cases (a run of its own per sampler cost ~10% of the
+    # matrix): the method's RoPE scales the positions the sampler draws, as in a user's run
+    riders = dict(zip(("linear", "ntk"), SAMPLERS))
     for m in ROPE_METHODS:
         if m not in covered:
-            cases[f"method:{m}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides(m))
-    for name, ov in SAMPLERS.items():
-        cases[f"sampler:{name}"] = ("tiny/longshort_from_checkpoint.yaml", "tiny", _method_overrides("linear") + ov)
+            key, ov = f"method:{m}", _method_overrides(m)
+            if m in riders:
+                key, ov = f"{key}+sampler:{riders[m]}", ov + SAMPLERS[riders[m]]
+            cases[key] = ("tiny/longshort_from_checkpoint.yaml", "tiny", ov)
+    assert sorted(k.split("+sampler:")[1] for k in cases if "+sampler:" in k) == sorted(SAMPLERS)
     return cases
 
 

