@@ -193,9 +193,9 @@ def test_rope_scaled_is_instantiable_from_yaml():
 
 def test_apply_rejects_bad_input():
     model = tiny("llama2")
-    with pytest.raises(ValueError, match="unknown rope method 'pi'"):
+    with pytest.raises(ValueError, match="method='pi' is not a RoPE method"):
         apply_rope_scaling(model, "pi", TARGET)
-    with pytest.raises(ValueError, match="position sampler"):
+    with pytest.raises(ValueError, match="position-id sampler"):
         apply_rope_scaling(model, "pose", TARGET)
     with pytest.raises(ValueError, match="factor"):
         apply_rope_scaling(model, "linear", ORIG // 2)

@@ -239,7 +239,7 @@ def test_pose_chunks_are_consecutive_with_skips_inside_target():
         ("yarn", dict(factor=2, original_max_seq_len=32, alpha=2, beta=2), "beta > alpha"),
         ("clex", dict(original_max_seq_len=32, t_max=0), "t_max=0"),
         ("clex", dict(original_max_seq_len=32, t_max=0.5), "t_max=0.5"),
-        ("nope", {}, "unknown rope method 'nope'"),
+        ("nope", {}, "method='nope' is not a RoPE method"),
         ("random_pos", {}, "position-id sampler"),
     ],
 )

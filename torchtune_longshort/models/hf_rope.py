@@ -58,11 +58,9 @@ def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
 
 
 def _method_class(spec: Dict[str, Any]):
-    from torchtune_longshort.rope import ROPE_METHODS
+    from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
 
-    if spec["method"] not in ROPE_METHODS:
-        raise ValueError(f"unknown rope method {spec['method']!r}: expected one of {sorted(ROPE_METHODS)}")
-    return ROPE_METHODS[spec["method"]]
+    return ROPE_METHODS[check_rope_method(spec["method"], f"{SPEC_KEY}.method")]
 
 
 def rope_scaling_to_hf(model_or_spec) -> Optional[Dict[str, Any]]:
@@ -143,13 +141,12 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     there). Unsupported types, and a spec its method cannot build for the config's head size (``check_spec``),
     raise ``ValueError`` starting with ``where``.
     """
-    from torchtune_longshort.rope import ROPE_METHODS
+    from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
 
     if config.get(SPEC_KEY):
         spec = copy.deepcopy(config[SPEC_KEY])
-        cls = ROPE_METHODS.get(spec.get("method"))
-        if cls is not None:
-            cls.check_spec(spec, _rotary_dim(config), f"{where}: {SPEC_KEY}")
+        cls = ROPE_METHODS[check_rope_method(spec.get("method"), f"{where}: {SPEC_KEY}.method")]
+        cls.check_spec(spec, _rotary_dim(config), f"{where}: {SPEC_KEY}")
         return spec
     key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
     entry = dict(config.get(key) or {})

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from torchtune_longshort.rope import ROPE_METHODS, build_rope
+from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 from torchtune_longshort.rope.base import ScaledRoPE, check_positive_int
 
 _HOOKS_ATTR = "_longshort_rope_hooks"
@@ -134,11 +134,7 @@ def apply_rope_scaling(
     Returns:
         ``model``, with ``model.rope_scaling`` = the method's spec (JSON-able dict).
     """
-    if method not in ROPE_METHODS:
-        from torchtune_longshort.rope import POSITION_SAMPLERS
-
-        hint = " (a position sampler: pass its positions as input_pos instead)" if method in POSITION_SAMPLERS else ""
-        raise ValueError(f"unknown rope method {method!r}{hint}: expected one of {sorted(ROPE_METHODS)}")
+    check_rope_method(method)
     check_positive_int("max_seq_len", max_seq_len)
     attentions = rope_attention_layers(model)
     for _, attn in attentions:

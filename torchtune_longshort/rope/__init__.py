@@ -8,11 +8,16 @@ method (``random_pos``, ``pose``), built with :func:`build_position_sampler`.
 
 Attention-level parts (EABF's query factor, CLEX's per-forward draw) are installed on a model by
 ``torchtune_longshort.models.apply_rope_scaling``.
+
+:func:`check_rope_method` is the one check of a method name: every place that takes one (the builders here and in
+``models``, a checkpoint's ``longshort_rope`` entry, the recipe and study configs) asks it, so a wrong name gets the
+same one-line message everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Type
+import difflib
+from typing import Any, Dict, Type
 
 from torch import nn
 
@@ -50,6 +55,21 @@ POSITION_SAMPLERS = {
 }
 
 
+def check_rope_method(method: Any, where: str = "method") -> str:
+    """``method`` when it is a key of ``ROPE_METHODS``; else ``ValueError`` in one line naming ``where`` (the field
+    that holds it), the value, the nearest method name (or that it is a position-id sampler) and the accepted names."""
+    if isinstance(method, str) and method in ROPE_METHODS:
+        return method
+    if isinstance(method, str) and method in POSITION_SAMPLERS:
+        hint = (f" (a position-id sampler, not a frequency method: build it with build_position_sampler({method!r}, "
+                "...) and pass its positions as input_pos)")
+    else:
+        near = difflib.get_close_matches(str(method), list(ROPE_METHODS), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ValueError(f"{where}={method!r} is not a RoPE method{hint}: expected one of {sorted(ROPE_METHODS)} "
+                     "(torchtune_longshort.rope.ROPE_METHODS)")
+
+
 
 def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10_000.0, **method_kwargs) -> nn.Module:
     """Build the RoPE module of ``method`` for ``max_seq_len`` positions.
@@ -65,13 +85,7 @@ def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10
     Returns:
         an ``nn.Module`` usable as torchtune's ``pos_embeddings``.
     """
-    if method in POSITION_SAMPLERS:
-        raise ValueError(
-            f"rope method {method!r} is a position-id sampler, not a frequency method: build it with "
-            f"build_position_sampler({method!r}, ...) and combine it with one of {sorted(ROPE_METHODS)}"
-        )
-    if method not in ROPE_METHODS:
-        raise ValueError(f"unknown rope method {method!r}: expected one of {sorted(ROPE_METHODS)}")
+    check_rope_method(method)
     check_head_dim(head_dim)
     cls = ROPE_METHODS[method]
     try:
@@ -90,6 +104,7 @@ def build_position_sampler(name: str, **kwargs):
 __all__ = [
     "ROPE_METHODS",
     "DEFAULT_ROPE_METHOD",
+    "check_rope_method",
     "POSITION_SAMPLERS",
     "build_rope",
     "build_position_sampler",

@@ -4,7 +4,6 @@ where they fit). The study sections' :func:`~torchtune_longshort.study.fields.se
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Dict, List
 
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
@@ -50,15 +49,11 @@ def builder_node(path: str, value: Any) -> Dict[str, Any]:
 
 
 def rope_method(path: str, value: Any) -> str:
-    """A method of :data:`torchtune_longshort.rope.ROPE_METHODS`, with the nearest name when it is not."""
-    from torchtune_longshort.rope import ROPE_METHODS
+    """A method of :data:`torchtune_longshort.rope.ROPE_METHODS`, checked by the registry's one check (the nearest
+    name when it is not)."""
+    from torchtune_longshort.rope import check_rope_method
 
-    if value not in ROPE_METHODS:
-        near = difflib.get_close_matches(str(value), list(ROPE_METHODS), n=1)
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise ValueError(f"{path}={value!r} is not a RoPE method{hint}: expected one of {sorted(ROPE_METHODS)} "
-                         "(torchtune_longshort.rope.ROPE_METHODS)")
-    return value
+    return check_rope_method(value, path)
 
 
 def task_metadata(path: str, value: Any) -> Dict[str, Any]:

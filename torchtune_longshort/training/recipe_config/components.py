@@ -113,18 +113,14 @@ class ModelConfig(ComponentSection):
     """``model``: a builder (torchtune's, ``torchtune_longshort.models.*``), possibly wrapped in ``rope_scaled``."""
 
     def check(self, where: str) -> None:
-        from torchtune_longshort.rope import ROPE_METHODS
+        from torchtune_longshort.rope import check_rope_method
 
         for path, node in _nodes({"_component_": self.component, **self.args}, where):
             if path != where:
                 build_section(ComponentSection, dict(node), path)
             key = ROPE_METHOD_KEYS.get(str(node["_component_"]), "rope_method")
-            method = node.get(key)
-            if method is not None and method not in ROPE_METHODS:
-                near = difflib.get_close_matches(str(method), list(ROPE_METHODS), n=1)
-                hint = f" (did you mean {near[0]!r}?)" if near else ""
-                raise ValueError(f"{path}.{key}={method!r} is not a RoPE method{hint}: expected one of "
-                                 f"{sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)")
+            if node.get(key) is not None:
+                check_rope_method(node[key], f"{path}.{key}")
             _check_rope_arguments(path, node)
 
     def declared_positions(self, local: bool = True) -> Optional[int]:

@@ -1,0 +1,63 @@
+"""An unknown RoPE method name is refused by one function of the registry (``rope.check_rope_method``), so every
+place that takes a method name gives the same one-line message: the field, the value, the nearest name (or that the
+name is a position-id sampler) and the accepted names.
+
+Reference: the message written out here from ``ROPE_METHODS`` itself, for each entry point."""
+
+from __future__ import annotations
+
+import pytest
+from torchtune.models.llama2 import llama2
+
+from torchtune_longshort.models.hf_rope import rope_scaling_to_hf, rope_spec_from_hf_config
+from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+from torchtune_longshort.rope import ROPE_METHODS, build_rope
+from torchtune_longshort.study.values import rope_method
+from torchtune_longshort.training.recipe_config.components import ModelConfig
+from torchtune_longshort.training.recipe_config.fields import build_section
+
+TINY = {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 64, "num_layers": 1, "num_heads": 2,
+        "num_kv_heads": 1, "embed_dim": 16, "max_seq_len": 32}
+
+
+def _model():
+    return llama2(**{k: v for k, v in TINY.items() if k != "_component_"})
+
+
+# entry point -> (the field it names, a call that passes it the method name)
+ENTRY_POINTS = {
+    "build_rope": ("method", lambda m: build_rope(m, head_dim=8, max_seq_len=64)),
+    "apply_rope_scaling": ("method", lambda m: apply_rope_scaling(_model(), m, 64)),
+    "rope_scaling_to_hf": ("longshort_rope.method", lambda m: rope_scaling_to_hf({"method": m, "max_seq_len": 64})),
+    "rope_spec_from_hf_config": ("config.json: longshort_rope.method", lambda m: rope_spec_from_hf_config(
+        {"hidden_size": 16, "num_attention_heads": 2, "longshort_rope": {"method": m}}, "config.json")),
+    "recipe config": ("model.method", lambda m: build_section(
+        ModelConfig, {"_component_": "torchtune_longshort.models.rope_scaled", "method": m, "max_seq_len": 64,
+                      "model": dict(TINY)}, "model")),
+    "study config": ("methods.pi.method", lambda m: rope_method("methods.pi.method", m)),
+}
+ACCEPTED = f"expected one of {sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_misspelt_method_gets_the_same_did_you_mean_everywhere(entry):
+    field, call = ENTRY_POINTS[entry]
+    with pytest.raises(ValueError) as err:
+        call("yarnn")
+    assert str(err.value) == f"{field}='yarnn' is not a RoPE method (did you mean 'yarn'?): {ACCEPTED}"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_position_sampler_is_named_as_one_everywhere(entry):
+    field, call = ENTRY_POINTS[entry]
+    with pytest.raises(ValueError) as err:
+        call("pose")
+    assert str(err.value) == (
+        f"{field}='pose' is not a RoPE method (a position-id sampler, not a frequency method: build it with "
+        f"build_position_sampler('pose', ...) and pass its positions as input_pos): {ACCEPTED}")
+
+
+def test_a_name_far_from_every_method_gets_no_guess():
+    with pytest.raises(ValueError) as err:
+        build_rope("zzzz", head_dim=8, max_seq_len=64)
+    assert str(err.value) == f"method='zzzz' is not a RoPE method: {ACCEPTED}"
