@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError, refuse_unknown
+from torchtune_longshort.training.recipe_config.values import Check, resolve_component
 
 
 class _Marker:
@@ -30,7 +31,6 @@ class _Marker:
 
 REQUIRED = _Marker("required")  # no default: the key must be given
 FROM_COMPONENT = _Marker("the component's default")  # the default of the component's own signature
-Check = Callable[[str, Any], Any]  # (field path, value) -> the accepted value, or raise naming the path
 
 # What a resumed run (resume=True) does when the new config changes a top-level field; a nested node's keys follow
 # their top-level field, unless its section lists them in RESUME_IGNORED.
@@ -143,8 +143,6 @@ class ComponentSection(Section):
 
 def _component_params(component: str, where: str) -> Tuple[Dict[str, inspect.Parameter], bool]:
     """``(parameters by name, accepts **kwargs)`` of a dotted path, refusing one that does not import."""
-    from torchtune_longshort.training.recipe_config.values import resolve_component
-
     target = resolve_component(f"{where}._component_" if where else "_component_", component)
     try:
         params = dict(inspect.signature(target).parameters)

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.refusals import Refusal
-from torchtune_longshort.training.recipe_config.fields import Check
+
+Check = Callable[[str, Any], Any]  # (field path, value) -> the accepted value, or raise naming the path
 
 
 def refuse(path: str, value: Any, accepted: str) -> ValueError:
