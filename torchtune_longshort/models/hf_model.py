@@ -14,7 +14,7 @@ from torch import nn
 
 from torchtune_longshort.models.families import lora_kwargs
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
-from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS
+from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 
 Folder = Union[PathLike, CheckpointFolder]
 
@@ -48,7 +48,7 @@ def build_decoder(
     from torchtune_longshort.models.rope_scaling import apply_rope_scaling
 
     folder = CheckpointFolder.open(folder)
-    plain_len = int(folder.config.get("max_position_embeddings", 4096))
+    plain_len = native_positions(folder.config)
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
         return folder.family.build(folder.config, max_seq_len or plain_len, lora)

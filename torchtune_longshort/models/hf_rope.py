@@ -47,6 +47,15 @@ SPEC_KEY = "longshort_rope"
 ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
 # Spec entries that describe the model rather than the method: not passed to the method class as kwargs.
 SPEC_CONTEXT_KEYS = ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")
+# The positions of a config.json that names no max_position_embeddings (Llama-2's pre-trained length): the one default
+# every reader of a checkpoint folder takes, through native_positions.
+DEFAULT_POSITIONS = 4096
+
+
+def native_positions(config: Dict[str, Any]) -> int:
+    """The positions a config.json's plain (unscaled) RoPE covers: ``max_position_embeddings``, else
+    :data:`DEFAULT_POSITIONS`."""
+    return int(config.get("max_position_embeddings", DEFAULT_POSITIONS))
 
 
 def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
@@ -152,7 +161,7 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     entry = dict(config.get(key) or {})
     kind = entry.get("rope_type") or entry.get("type") or "default"
     theta = float(entry.get("rope_theta") or config.get("rope_theta") or 10_000.0)
-    max_pos = int(config.get("max_position_embeddings", 4096))
+    max_pos = native_positions(config)
     if kind == "default":
         return None
     by_hf_type = {t: c for c in ROPE_METHODS.values() if c.hf_rope_type for t in (c.hf_rope_type,
@@ -181,7 +190,7 @@ def _rotary_dim(config: Dict[str, Any]) -> int:
 def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> int:
     """Positions a checkpoint covers: ``max_position_embeddings`` for plain RoPE; for a scaled one the spec's
     ``max_seq_len`` (the length the scaling targets), else its pre-trained length times ``factor``."""
-    native = int(config.get("max_position_embeddings", 4096))
+    native = native_positions(config)
     if not spec:
         return native
     if spec.get("max_seq_len"):

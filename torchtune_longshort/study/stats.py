@@ -1,19 +1,20 @@
 """The study report's statistics: paired differences over seeds with t intervals, and correlations with intervals.
 
-Everything here is a pure function of lists of numbers, so the report's figures can be checked against scipy.
+Everything here is a pure function of lists of numbers; the statistics themselves are scipy's, and the tests check
+them against closed forms and naive implementations.
 
 - :func:`paired_difference`: the same comparison (e.g. ``alpha = 0.1`` against CE, same RoPE method) repeated
   over seeds; the difference is taken per seed (same base model, same data order) and summarized by its mean
   and a Student-t interval over the seeds.
-- :func:`correlation`: Pearson's r with the Fisher-z interval, and Spearman's rho (Pearson on average ranks) with
-  the Fisher-z interval whose standard error is ``sqrt(1.06 / (n - 3))`` (Fieller, Hartley and Pearson, 1957).
+- :func:`correlation`: Pearson's r with the Fisher-z interval (``scipy.stats.pearsonr``), and Spearman's rho
+  (``scipy.stats.spearmanr``: Pearson on average ranks) with the Fisher-z interval whose standard error is
+  ``sqrt(1.06 / (n - 3))`` (Fieller, Hartley and Pearson, 1957; scipy offers no interval for rho).
 - :func:`spearman_permutation_p`: the permutation p-value of Spearman's rho (exact at small n).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -49,60 +50,51 @@ def direction(diff: Mapping[str, object], lower_is_better: Optional[bool]) -> st
     return "no difference"
 
 
-def ranks(values: Sequence[float]) -> List[float]:
-    """1-based ranks, ties given their average rank (as Spearman's rho needs)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+def _finite_pairs(x: Sequence[float], y: Sequence[float]) -> List[tuple]:
+    return [(float(a), float(b)) for a, b in zip(x, y)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
 
 
-def _pearson(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
-    mx, my = statistics.fmean(x), statistics.fmean(y)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    sxx = sum((a - mx) ** 2 for a in x)
-    syy = sum((b - my) ** 2 for b in y)
-    if sxx == 0 or syy == 0:
-        return None
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
-
-
-def _fisher_interval(r: Optional[float], n: int, se_scale: float, confidence: float):
-    if r is None or n <= 3:
-        return None, None
-    if abs(r) >= 1:
-        return r, r
-    z, se = math.atanh(r), math.sqrt(se_scale / (n - 3))
+def _spearman_interval(rho: float, n: int, confidence: float):
+    """Fisher-z interval of Spearman's rho with standard error ``sqrt(1.06 / (n - 3))`` (scipy has none)."""
+    if abs(rho) >= 1:
+        return rho, rho
+    z, se = math.atanh(rho), math.sqrt(1.06 / (n - 3))
     q = _st.norm.ppf(0.5 + confidence / 2)
     return math.tanh(z - q * se), math.tanh(z + q * se)
 
 
+def _spearman(rx: np.ndarray, ry: np.ndarray) -> float:
+    """Spearman's rho of average ranks ``rx``, ``ry``: exactly +-1 when they agree or are reversed (scipy's spearmanr
+    gave 0.9999999999999999 for 22% of perfect rankings, and a perfect ranking is where Fisher's z is infinite and
+    Table 1 judges by the exact p instead)."""
+    if np.array_equal(rx, ry):
+        return 1.0
+    if np.array_equal(rx, len(rx) + 1 - ry):
+        return -1.0
+    return float(_st.spearmanr(rx, ry).statistic)
+
+
 def correlation(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE) -> Dict[str, object]:
-    """Pearson's r and Spearman's rho of the pairs ``(x[i], y[i])`` with finite values, each with a Fisher-z interval.
+    """Pearson's r and Spearman's rho of the pairs ``(x[i], y[i])`` with finite values, each with a Fisher-z interval
+    (Pearson's: ``scipy.stats.pearsonr(...).confidence_interval``, standard error ``sqrt(1 / (n - 3))``).
 
     Returns ``{n, pearson, pearson_lo, pearson_hi, spearman, spearman_lo, spearman_hi}`` (``None`` where a value or
     interval is undefined: fewer than 3 pairs, a constant variable, or ``n <= 3`` for the intervals).
     """
-    pairs = [(float(a), float(b)) for a, b in zip(x, y)
-             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = _finite_pairs(x, y)
     n = len(pairs)
     out: Dict[str, object] = {"n": n, "pearson": None, "pearson_lo": None, "pearson_hi": None,
                               "spearman": None, "spearman_lo": None, "spearman_hi": None}
-    if n < 3:
+    xs, ys = np.asarray([p[0] for p in pairs]), np.asarray([p[1] for p in pairs])
+    if n < 3 or np.all(xs == xs[0]) or np.all(ys == ys[0]):
         return out
-    xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-    r = _pearson(xs, ys)
-    rho = _pearson(ranks(xs), ranks(ys))
-    out["pearson"], out["spearman"] = r, rho
-    out["pearson_lo"], out["pearson_hi"] = _fisher_interval(r, n, 1.0, confidence)
-    out["spearman_lo"], out["spearman_hi"] = _fisher_interval(rho, n, 1.06, confidence)
+    pearson, rx, ry = _st.pearsonr(xs, ys), _st.rankdata(xs), _st.rankdata(ys)
+    out["pearson"], out["spearman"] = float(pearson.statistic), _spearman(rx, ry)
+    if n > 3:
+        ci = pearson.confidence_interval(confidence)
+        out["pearson_lo"], out["pearson_hi"] = float(ci.low), float(ci.high)
+        out["spearman_lo"], out["spearman_hi"] = _spearman_interval(out["spearman"], n, confidence)
     return out
 
 
@@ -114,12 +106,11 @@ def spearman_permutation_p(x: Sequence[float], y: Sequence[float], exact_up_to: 
     ``(hits + 1) / (n_resamples + 1)`` over ``n_resamples`` random pairings. ``None`` for fewer than 3 pairs or a
     constant variable. The small-sample companion of :func:`correlation`'s Fisher-z interval, whose normal
     approximation is rough at n < 10 and undefined at ``|rho| = 1``."""
-    pairs = [(float(a), float(b)) for a, b in zip(x, y)
-             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = _finite_pairs(x, y)
     n = len(pairs)
     if n < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
         return None
-    cx = np.asarray(ranks([a for a, _ in pairs]))
+    cx = _st.rankdata([a for a, _ in pairs])
     cx = cx - cx.mean()
 
     def abs_rho(yy: np.ndarray, axis: int = -1) -> np.ndarray:  # |Pearson| on average ranks, over a batch of ys

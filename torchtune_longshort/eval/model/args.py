@@ -39,7 +39,7 @@ from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.models.hf_rope import usable_length_of
+from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
 from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
@@ -127,7 +127,7 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
 def _warn_past_usable(max_length: int, usable: int, allow: bool, config: Dict[str, Any], rope: Any) -> None:
     msg = (
         f"max_length={max_length} exceeds the {usable} positions this model covers "
-        f"(config max_position_embeddings={int(config.get('max_position_embeddings', 4096))}, "
+        f"(config max_position_embeddings={native_positions(config)}, "
         f"RoPE scaling={rope!r})"
     )
     if allow:
