@@ -15,7 +15,7 @@ from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, MISSING_GID, Q
 from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
 from torchtune_longshort.study.figures import babilong_figure, line_figure, passkey_figure
 from torchtune_longshort.study.records import short_reason, upgraded, value, why_empty
-from torchtune_longshort.study.report import _tables
+from torchtune_longshort.study.tables import build_tables
 
 
 def _note(ax):
@@ -55,7 +55,7 @@ def test_line_figure_notes_say_why_a_cell_is_empty():
         _TOO_SHORT.format(L=lab, k=k, n=n) for lab, k, n in (("256", 1, 256), ("512", 0, 512)))}}
     recs = {"base": ok, "pi_a0_s0": ok, "pi_a0.1_s0": ok, "yarn_a0_s0": {"status": "failed", "stage": "train"},
             "yarn_a0.1_s0": {"status": "not run"}}
-    fig = draw(line_figure(cfg, _tables(cfg, recs)["ppl"], [256, 512], "perplexity"))
+    fig = draw(line_figure(cfg, build_tables(cfg, recs)["ppl"], [256, 512], "perplexity"))
     pi, yarn = fig.axes
     assert "no successful run" not in " ".join(texts(fig))
     assert _note(pi) == ("not drawn: every row at 256: the text could not fill the length: 1 of 8 sequences of 256 "

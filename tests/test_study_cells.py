@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from torchtune_longshort.study.records import not_scored_reasons
-from torchtune_longshort.study.report import _cell
+from torchtune_longshort.study.tables import table_cell as _cell
 
 NEW = {"status": "ok", "results": {"longshort_babilong": {"acc_0k": math.nan}, "longshort_babilong_qa1": {}},
        "group_subtasks": {"longshort_babilong": ["longshort_babilong_qa1", "longshort_babilong_qa2"]},

@@ -16,7 +16,8 @@ import yaml
 
 from torchtune_longshort.study import Study, load_study_config
 from torchtune_longshort.study.claims import analyze, by_seed
-from torchtune_longshort.study.report import build_report, load_records
+from torchtune_longshort.study.report import build_report
+from torchtune_longshort.study.tables import load_records
 from plot_helpers import assert_png_drawn
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,8 @@
 """
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.config import StudyConfig, StudyConfigError, load_study_config
+from torchtune_longshort.study.config import StudyConfig, StudyConfigError
+from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.runner import Study
 
 __all__ = ["Study", "StudyConfig", "StudyConfigError", "length_label", "load_study_config"]

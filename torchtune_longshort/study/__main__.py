@@ -38,7 +38,8 @@ def main(argv=None) -> int:
     from torchtune_longshort.configs_cli import resolve_config
 
     quiet_upstream()
-    from torchtune_longshort.study.config import StudyConfigError, load_study_config
+    from torchtune_longshort.study.config import StudyConfigError
+    from torchtune_longshort.study.load import load_study_config
     from torchtune_longshort.study.preflight import preflight
     from torchtune_longshort.study.report import build_report
     from torchtune_longshort.study.runner import Study

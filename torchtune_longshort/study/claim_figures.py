@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
+from torchtune_longshort.eval.plot_axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
+                                                 value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.study.claims import by_seed, long_lengths, train_ce
+from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.labels import e_range_text, missing_text, seeds_of_cells, seeds_text
 from torchtune_longshort.study.records import metric_value, value, why_empty
-from torchtune_longshort.study.stats import correlation
-
-if TYPE_CHECKING:
-    from torchtune_longshort.study.config import StudyConfig
+from torchtune_longshort.study.stats import correlation, direction
 
 # A paired difference's direction (``study.stats.direction``) -> (bar colour, legend text). Only an interval that
 # excludes 0 gets a colour of its own; one that holds 0 is neutral grey whatever the sign of its mean.
@@ -42,7 +43,7 @@ def _method_label(m: str, xs: List[float], ys: List[float]) -> str:
     return f"{m}: Spearman {rho:+.2f}, n={len(xs)}" if rho is not None else f"{m}: n={len(xs)}, no rho (n < 3)"
 
 
-def _why_no_point(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], key: str, no_x: bool, no_y: bool,
+def _why_no_point(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], key: str, no_x: bool, no_y: bool,
                   xname: str) -> str:
     """Why checkpoint ``key`` gives no point on a Table-1 panel (x ``xname``, y the ppl at the longest length): its
     run's state, or which value it lacks and why."""
@@ -57,7 +58,7 @@ def _why_no_point(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], key: str,
     return "; ".join(parts)
 
 
-def scatter_figure(table1: Dict[str, Any], cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
+def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Table 1: every checkpoint's misalignment at L and training CE against its perplexity at the longest length.
 
     Both axes of both panels are value axes (:func:`plot_axes.value_axis`): plain, short tick labels that never run
@@ -65,9 +66,6 @@ def scatter_figure(table1: Dict[str, Any], cfg: "StudyConfig", recs: Dict[str, D
     Spearman rho of Table 1, the legend (under the panel, covering no point) each method's own; checkpoints that
     give no point are counted on the panel with the reason (not run, failed, a length the text could not fill)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import MARKERS, mark_quick, note_missing, value_axis
-    from torchtune_longshort.study.claims import train_ce
 
     top, L = max(cfg.eval.ppl_lengths), cfg.L
     fig = Figure(figsize=(10, 4.6), layout="constrained")
@@ -110,14 +108,11 @@ def scatter_figure(table1: Dict[str, Any], cfg: "StudyConfig", recs: Dict[str, D
     return fig
 
 
-def alpha_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
+def alpha_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Perplexity against alpha at each length >= L, one panel per method (mean ± sd over seeds; a plain value at
     one seed). An (alpha, length) with no value is named on its panel with the reason (not run, failed, a length
     the text could not fill, ...)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import mark_quick, note_missing, series_style, value_axis
-    from torchtune_longshort.study.claims import by_seed, long_lengths
 
     methods = list(cfg.methods)
     fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
@@ -169,9 +164,6 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    from torchtune_longshort.eval.plot_axes import mark_quick, value_axis
-    from torchtune_longshort.study.stats import direction
-
     rows = [c for c in comps if c.get("mean") is not None]
     fams = list(dict.fromkeys(c.get("family", "") for c in rows)) or [""]
     counts = [max(2, sum(c.get("family", "") == f for c in rows)) for f in fams]
@@ -210,11 +202,9 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
     return fig
 
 
-def base_figure(cfg: "StudyConfig", base: Dict[str, Any]):
+def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     """The unscaled base beyond L0: ppl against length, and its per-position loss inside each evaluated length."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import length_axis, mark_quick, series_style, value_axis
 
     L0 = cfg.L0
     lengths = [n for n in cfg.eval.ppl_lengths if metric_value(base, *metric_of("ppl", n)) is not None]
@@ -251,7 +241,7 @@ def base_figure(cfg: "StudyConfig", base: Dict[str, Any]):
     return fig
 
 
-def e_range_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
+def e_range_figure(cfg: StudyConfig, claim: Dict[str, Any]):
     """Table 7's bars: each other ``e`` range's perplexity minus the main range's, paired by seed (a Figure)."""
     main = e_range_text(cfg.finetune.e_range)
     return bars_figure(claim["comparisons"],
@@ -260,7 +250,7 @@ def e_range_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
                        cfg.quick)
 
 
-def divergence_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
+def divergence_figure(cfg: StudyConfig, claim: Dict[str, Any]):
     """Jeffreys / JS / SCE minus CE, paired by seed: a panel of perplexity differences and one of next-token
     entropy differences (nats), never one axis for both (a Figure)."""
     return bars_figure(claim["comparisons"],
@@ -269,11 +259,11 @@ def divergence_figure(cfg: "StudyConfig", claim: Dict[str, Any]):
                        cfg.quick)
 
 
-def _paired(cfg: "StudyConfig") -> str:
+def _paired(cfg: StudyConfig) -> str:
     return f"paired by seed, {seeds_text(len(cfg.seeds), spread=False)}"
 
 
-def claim_plots(cfg: "StudyConfig", analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
+def claim_plots(cfg: StudyConfig, analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
                 base_only: bool = False) -> List[str]:
     """The claims' figures: the base's failure, metric-vs-performance scatter, alpha curves, e-range and divergence
     bars (``base_only``: the first alone, when no fine-tune ran)."""

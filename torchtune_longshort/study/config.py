@@ -23,8 +23,11 @@ config) before anything is trained; every reader then reads fields, and the grid
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from dataclasses import dataclass
 from functools import cached_property
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -37,12 +40,11 @@ from torchtune_longshort.study.eval_config import EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Variants, build_grid, merged, methods
 from torchtune_longshort.study.schema import check_keys
-from torchtune_longshort.study.stages import recipe_module
 from torchtune_longshort.training.recipe_config.fields import build_section
 from torchtune_longshort.training.recipe_config.values import boolean, integer, length, number, text
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
-_QUICK_REPLACES = ("methods", "variants")
+QUICK_REPLACES = ("methods", "variants")
 
 # Every study YAML starts with this node, so that torchtune's ``tune validate`` refuses it with a reason instead of
 # calling it well-formed (it only binds each top-level ``_component_``'s signature, which this one does not have).
@@ -70,7 +72,7 @@ class StudyConfigError(ValueError):
 
 @dataclass(frozen=True)
 class StudyConfig(StudySection):
-    """A checked study config (:func:`load_study_config`). Frozen: a changed config is a new one
+    """A checked study config (:func:`~torchtune_longshort.study.load.load_study_config`). Frozen: a changed config is a new one
     (``dataclasses.replace``), so that :attr:`grid`, computed once, always matches it."""
 
     name: str = setting(doc="the study's name (report title, default output folder)", check=text)
@@ -124,7 +126,8 @@ class StudyConfig(StudySection):
     @classmethod
     def from_mapping(cls, node: Dict[str, Any]) -> "StudyConfig":
         """A checked config from a plain mapping of the YAML's keys (``quick`` already merged, its ``quick`` a
-        bool); :func:`load_study_config` also checks the files and the runs' recipe configs."""
+        bool); :func:`~torchtune_longshort.study.load.load_study_config` also checks the files and the runs'
+        recipe configs."""
         return build_section(cls, node)
 
     def check_files(self, root: Path) -> None:
@@ -157,24 +160,39 @@ class StudyConfig(StudySection):
         return self.as_dict()
 
 
-def load_study_config(path: str | Path, quick: bool = False, repo_root: Optional[Path] = None) -> StudyConfig:
-    """Read, merge ``quick`` (when asked) and check a study YAML; the :class:`StudyConfig`.
-
-    Raises ``StudyConfigError`` naming the field, its value and what is accepted, before anything is trained.
-    """
-    from torchtune_longshort.study.schema import check_recipe_overrides
-
-    root = Path(repo_root or Path.cwd()).resolve()
-    cfg = read_config(path, StudyConfig, "study", quick=quick, repo_root=root, quick_replaces=_QUICK_REPLACES)
-    _refused(lambda: cfg.check_files(root))
-    _refused(lambda: check_recipe_overrides(cfg, root))
-    return cfg
-
-
 def default_output_dir(cfg) -> None:
     """A study config without ``output_dir`` writes to ``outputs/study/<name>`` (``_quick`` for its quick variant)."""
     if cfg.output_dir is None and cfg.name is not None:
         object.__setattr__(cfg, "output_dir", f"outputs/study/{cfg.name}" + ("_quick" if cfg.quick else ""))
+
+
+def recipe_module(recipe: str, root: Path) -> str:
+    """The module ``tune run <recipe>`` (run in ``root``) imports: torchtune turns the path into a dotted name and
+    imports it, from the installed packages first and from the working directory, which it appends to ``sys.path``,
+    last (so ``torchtune_longshort/recipes/longshort_finetune.py`` runs from a wheel and from a checkout alike, and
+    ``recipes/...`` finds torchtune's own top-level ``recipes`` package). The module is looked up on that search
+    path, as ``tune run``'s process would, without importing anything; ``ValueError`` naming ``recipe`` when nothing
+    would be found."""
+    dotted = os.path.splitext(str(recipe))[0].replace("/", ".")
+    here = {"", str(Path(root).resolve()), str(Path.cwd().resolve())}
+    path = [p for p in sys.path if (str(Path(p).resolve()) if p else "") not in here] + [str(Path(root).resolve())]
+    spec = None
+    if dotted and all(part.isidentifier() for part in dotted.split(".")):
+        head, *rest = dotted.split(".")
+        for finder in sys.meta_path:  # the editable finder of a checkout's install answers here too
+            find = getattr(finder, "find_spec", None)
+            spec = (PathFinder.find_spec(head, path) if finder is PathFinder
+                    else find(head, None) if find is not None else None)
+            if spec is not None:
+                break
+        for i in range(len(rest)):
+            locations = spec.submodule_search_locations if spec is not None else None
+            spec = PathFinder.find_spec(".".join([head, *rest[:i + 1]]), list(locations)) if locations else None
+    if spec is None or spec.origin is None:
+        raise ValueError(f"recipe={recipe!r}: `tune run` would import it as module {dotted!r}, which is not "
+                         f"importable (from the installed packages or {root}); name the recipe as shipped: "
+                         "torchtune_longshort/recipes/longshort_finetune.py")
+    return dotted
 
 
 def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, repo_root: Optional[Path] = None,
@@ -190,13 +208,13 @@ def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, rep
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise StudyConfigError(f"{kind} config {str(path)!r}: expected a mapping at the top level")
-    _refused(lambda: check_keys(cls, raw), kind)
+    refused(lambda: check_keys(cls, raw), kind)
     marker = raw.pop(MARKER_KEY, None)
     if marker is not None and (not isinstance(marker, dict) or marker.get("_component_") != MARKER_COMPONENT):
         raise StudyConfigError(f"{kind} config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
                                "(it makes `tune validate` refuse the file)")
     quick_over = raw.pop("quick", None) or {}
-    node = _refused(lambda: merged(raw, quick_over), kind) if quick else raw
+    node = refused(lambda: merged(raw, quick_over), kind) if quick else raw
     if quick:
         for key in quick_replaces:  # a quick grid is smaller: its list replaces the full one, not adds to it
             if key in quick_over:
@@ -206,10 +224,10 @@ def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, rep
         config_path = str(path.resolve().relative_to(root))
     except ValueError:
         config_path = str(path)
-    return _refused(lambda: build_section(cls, {**node, "quick": bool(quick), "config_path": config_path}), kind)
+    return refused(lambda: build_section(cls, {**node, "quick": bool(quick), "config_path": config_path}), kind)
 
 
-def _refused(check: Callable[[], Any], kind: str = "study") -> Any:
+def refused(check: Callable[[], Any], kind: str = "study") -> Any:
     """Run ``check``; its refusal (an unknown key, a bad value) becomes a :class:`StudyConfigError`."""
     try:
         return check()

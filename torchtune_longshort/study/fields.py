@@ -5,7 +5,7 @@ from a typed section to the plain mapping the study records (``study.json``, a r
 Two things only a study needs: a field ``written_if_set`` is left out of that mapping while it is unset (the records
 keep the keys they always had: a run's ``spec`` is compared with the one its ``result.json`` holds), and a field
 whose check reads ``names`` only (RoPE method names, task metadata keys) is also checked in the ``quick`` overlay,
-which is otherwise checked for its keys alone (:func:`~torchtune_longshort.study.schema.check_study_keys`).
+which is otherwise checked for its keys alone (:func:`~torchtune_longshort.study.schema.check_keys`).
 """
 
 from __future__ import annotations

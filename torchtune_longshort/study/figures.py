@@ -13,18 +13,22 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
+from torchtune_longshort.eval.plot_axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
+                                                 series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.study.claim_figures import claim_plots
+from torchtune_longshort.study.claims import analyze
+from torchtune_longshort.study.config import StudyConfig, StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK, metric_of
 from torchtune_longshort.study.labels import loss_label, missing_text, seeds_of_cells, seeds_text
-from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, upgraded, why_empty
+from torchtune_longshort.study.load import load_study_config
+from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, why_empty
+from torchtune_longshort.study.tables import build_tables, read_records
 
-if TYPE_CHECKING:
-    from torchtune_longshort.study.config import StudyConfig
 
-
-def _mark_lengths(ax, cfg: "StudyConfig") -> None:
+def _mark_lengths(ax, cfg: StudyConfig) -> None:
     """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels)."""
     for x, lab in ((cfg.L0, "L0"), (cfg.L, "L")):
         ax.axvline(x, color="grey", lw=0.8, ls=":")
@@ -37,7 +41,7 @@ def _row_name(row: Dict[str, Any]) -> str:
     return "base" if row["alpha"] is None else f"alpha={row['alpha']:g}"
 
 
-def line_figure(cfg: "StudyConfig", table: Dict[str, Any], lengths: List[int], ylabel: str):
+def line_figure(cfg: StudyConfig, table: Dict[str, Any], lengths: List[int], ylabel: str):
     """One panel per method: the table's mean ± sd against length (a plain value at one seed), one line per loss
     row (a Figure).
 
@@ -46,8 +50,6 @@ def line_figure(cfg: "StudyConfig", table: Dict[str, Any], lengths: List[int], y
     points hold (a cell's ``n``), not the seeds planned. A cell with no value is named on the panel with the
     reason its table cell gives (``why_empty``: not run, failed, a length the text could not fill, ...)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import length_axis, mark_quick, note_missing, series_style, value_axis
 
     methods = list(table["methods"])
     fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
@@ -89,7 +91,7 @@ def _cell_word(why: str) -> str:
     return "not run" if why == "not run" else "failed" if why.startswith("run failed") else "n/a"
 
 
-def depth_length_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
+def depth_length_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], lengths: List[Any], depths: List[int],
                         cell, count, task: str, label: str, chance: Optional[float] = None,
                         chance_text: str = ""):
     """A depth x length heatmap per method x alpha of the main grid (a Figure): ``cell(rec, length, depth)`` is one
@@ -103,8 +105,6 @@ def depth_length_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], len
     ``chance``: the score of guessing (drawn as a red line on the colour bar, named in its label and in the title
     with ``chance_text``, e.g. "random digits"); None when the task has no meaningful chance level."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import MISSING_GID, heatmap_size, mark_quick, wrapped_title
 
     combos = [(m, a) for m in cfg.methods for a in cfg.alphas]
     w, h = heatmap_size(len(lengths), len(depths), cell=(0.9, 0.55), extra=(1.0, 1.0), min_size=(2.2, 2.0))
@@ -164,7 +164,7 @@ def depth_length_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], len
     return fig
 
 
-def babilong_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
+def babilong_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """BABILong depth x length: mean over seeds and QA tasks of ``acc_<len>_d<depth>`` (fact depth); a cell's n
     counts the prompts of the QA tasks that scored there (``n`` per task, length and depth). No chance line: the
     answers are free-form words, so guessing has no fixed score."""
@@ -181,10 +181,11 @@ def babilong_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
                                task, "BABILong accuracy")
 
 
-def passkey_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
+def passkey_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Passkey depth x length: mean over seeds of the digits in place, ``digits_<len>_d<depth>`` (key depth), with
     the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked; a cell's
     n is ``passkey_num_samples`` per run (as the run was set up)."""
+    # deferred: lm_eval (the passkey task module is built on lm-eval's task classes; only this figure needs it)
     from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, DIGITS_CHANCE
 
     ev = cfg.eval
@@ -196,12 +197,10 @@ def passkey_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
                                chance_text="random digits")
 
 
-def finetune_curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
+def finetune_curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Held-out CE against step of every CE-only fine-tune (alpha = 0), one line per seed, a panel per method:
     whether the fine-tuning budget let cross-entropy converge (a Figure)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
 
     methods = list(cfg.methods)
     fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
@@ -224,11 +223,9 @@ def finetune_curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]):
     return fig
 
 
-def curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], longest: str):
+def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str):
     """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
 
     methods = list(cfg.methods)
     fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
@@ -258,7 +255,7 @@ def curve_figure(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], longest: s
     return fig
 
 
-def write_plots(cfg: "StudyConfig", tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
+def write_plots(cfg: StudyConfig, tables: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path) -> List[str]:
     """Save every figure the tables and records support under ``rdir``; returns the file names."""
     made = []
     ev = cfg.eval
@@ -284,28 +281,18 @@ def write_plots(cfg: "StudyConfig", tables: Dict[str, Any], recs: Dict[str, Dict
     return made
 
 
-def redraw_report(cfg: "StudyConfig", report_dir: Path) -> List[str]:
+def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
     """Redraw every figure of a finished report folder from the run records it holds (``runs/<key>/result.json``,
     the base's in ``runs/base``), as :func:`torchtune_longshort.study.report.build_report` draws them, leaving
     report.md, summary.json and the records untouched; returns the file names written.
 
     ``python -m torchtune_longshort.study.figures --config configs/study/<name>.yaml --report docs/study/<name>``:
     a change to these figures reaches a committed report without re-running or re-writing it."""
-    import json
-
-    from torchtune_longshort.study.claim_figures import claim_plots
-    from torchtune_longshort.study.claims import analyze
-    from torchtune_longshort.study.report import _tables
-    from torchtune_longshort.study.runner import RESULT
-
     rdir = Path(report_dir)
-    recs: Dict[str, Dict[str, Any]] = {}
-    for key in ["base"] + [r.key for r in cfg.grid]:
-        p = rdir / "runs" / key / RESULT
-        recs[key] = upgraded(json.loads(p.read_text())) if p.is_file() else {"key": key, "status": "not run"}
+    recs = read_records(cfg, lambda key: rdir / "runs" / key)  # the report's copies: the base's in runs/base too
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
-        return write_plots(cfg, _tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
+        return write_plots(cfg, build_tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     return claim_plots(cfg, analysis, recs, rdir, base_only=True)
 
 
@@ -315,8 +302,6 @@ def main(argv=None) -> int:
     import argparse
     import dataclasses
     import sys
-
-    from torchtune_longshort.study.config import StudyConfigError, load_study_config
 
     p = argparse.ArgumentParser(prog="python -m torchtune_longshort.study.figures",
                                 description="Redraw a study report's figures from the run records in its folder.")

@@ -15,192 +15,24 @@ names the JSON key of every cell (``results.<task>.<metric>``).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES, task_results
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.study.base_failure import base_gate_refusal
-from torchtune_longshort.study.claims import analyze
-from torchtune_longshort.study.claims_markdown import claims_markdown
-from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.claim_figures import claim_plots
+from torchtune_longshort.study.claims import analyze
+from torchtune_longshort.study.claims_markdown import claims_markdown, md_table
+from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.figures import write_plots
-from torchtune_longshort.study.labels import loss_label
-from torchtune_longshort.study.records import (curve_mean, metric_value, not_scored_reasons, upgraded, value,
-                                               why_empty)
-from torchtune_longshort.study.runner import RESULT
-
-if TYPE_CHECKING:
-    from torchtune_longshort.study.config import StudyConfig
-    from torchtune_longshort.study.eval_config import BabilongConfig
-
-# table id (a study family: config.metric_of names its task and per-length metric) -> (title, lengths field,
-# lower is better)
-_PPL, _MIS, _PASSKEY = (TASK_FAMILIES[f].task for f in ("ppl", "misalignment", "passkey"))
-TABLES = {
-    "ppl": (f"Perplexity ({_PPL}, {{src}} text)", "ppl_lengths", True),
-    "misalignment": (f"Misalignment metric, Eq. 4 (SCE; {_MIS} task)", "misalignment_lengths", True),
-    "jeffreys": (f"Misalignment metric, Eq. 4, Jeffreys divergence (SCE minus the entropies; {_MIS} task)",
-                 "misalignment_lengths", True),
-    "passkey": (f"Passkey retrieval accuracy (mean over depths; {_PASSKEY} task)", "passkey_lengths", False),
-    "passkey_digits": ("Passkey digits in place (graded retrieval, mean over depths; random digits score 0.1; "
-                       f"{_PASSKEY} task)", "passkey_lengths", False),
-}
+from torchtune_longshort.study.records import curve_mean, value
+from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
 
 
-def fmt(x: Optional[float]) -> str:
-    """How a number is printed in the tables (4 significant digits); ``None`` -> an em dash."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:.4g}"
-
-
-def mean_sd(values: List[float]) -> Tuple[Optional[float], Optional[float]]:
-    """Mean and sample standard deviation (n - 1); sd is None for a single value."""
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def cell_text(mean: Optional[float], sd: Optional[float]) -> str:
-    return fmt(mean) if sd is None else f"{fmt(mean)} ± {fmt(sd)}"
-
-
-def _md_table(header: List[str], rows: List[List[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def load_records(out: Path, cfg: "StudyConfig") -> Dict[str, Dict[str, Any]]:
-    """``{key: result.json}`` for the base and every grid run; a run with no result.json is ``not run``."""
-    recs: Dict[str, Dict[str, Any]] = {}
-    keys = [("base", out / "base")] + [(r.key, out / "runs" / r.key) for r in cfg.grid]
-    for key, d in keys:
-        p = d / RESULT
-        recs[key] = upgraded(json.loads(p.read_text())) if p.is_file() else {"key": key, "status": "not run"}
-    return recs
-
-
-def qa_label(qa: str) -> str:
-    """``"qa1,qa2,qa3,qa4,qa5"`` -> ``"QA1-QA5"``; ``"qa1"`` -> ``"QA1"``; ``"qa1,qa3"`` -> ``"QA1, QA3"``."""
-    nums = [int(q.strip()[2:]) for q in qa.split(",") if q.strip()]
-    if len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
-        return f"QA{nums[0]}-QA{nums[-1]}"
-    return ", ".join(f"QA{n}" for n in nums)
-
-
-def _babilong_note(bab: "BabilongConfig") -> str:
-    depths = f", fact depths {bab.depths} %" if bab.depths else ""
-    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` (tasks "
-            f"{qa_label(bab.qa)}, lengths {', '.join(bab.lengths)}, {bab.n} per task and length{depths}, "
-            f"haystack {bab.haystack_name}), not the official BABILong data: these numbers are not "
-            f"comparable with published BABILong results. The group `{TASK_FAMILIES['babilong'].task}` holds QA1-QA5; a "
-            "cell marked (k/5 tasks) averages the k QA tasks that had data.")
-
-
-def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
-                   metric: str) -> Tuple[str, Optional[Dict]]:
-    """`` (k/n tasks)`` when the cell's runs scored a group over fewer tasks than it has, and what was missing."""
-    covs = [task_results(recs[k].get("coverage") or {}, task).get(metric) for k in runs]
-    covs = [c for c in covs if c]
-    partial = [c for c in covs if c["missing"]]
-    if not partial:
-        return "", None
-    ks = sorted({len(c["present"]) for c in covs})
-    k = str(ks[0]) if len(ks) == 1 else f"{ks[0]}-{ks[-1]}"
-    info = {"present": sorted({t for c in covs for t in c["present"]}),
-            "missing": sorted({t for c in partial for t in c["missing"]}), "total": partial[0]["total"]}
-    return f" ({k}/{info['total']} tasks)", info
-
-
-def _cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, metric: str, reasons: List[str],
-          label: str) -> Dict[str, Any]:
-    """One cell over the runs ``members``: mean ± sd of the successful runs' values; "—" when no run succeeded;
-    "n/a (note k)" when runs succeeded but the task could not run there (a length the model does not cover, data
-    not generated), its reasons appended to the table's ``reasons`` and cited by number. A cell without a value
-    says why in ``why_empty`` (:func:`~torchtune_longshort.study.records.why_empty`: not run, failed, or the
-    reason for its length), which the figures write on their empty panels."""
-    ok = [k for k in members if recs.get(k, {}).get("status") == "ok"]
-    vals = {k: metric_value(recs[k], task, metric) for k in ok}
-    vals = {k: v for k, v in vals.items() if v is not None and math.isfinite(v)}
-    m, s = mean_sd(list(vals.values()))
-    mark, cov = _coverage_text(recs, list(vals), task, metric)
-    cell = {"mean": m, "sd": s, "n": len(vals), "values": vals, "json_key": f"results.{task}.{metric}",
-            "text": cell_text(m, s) + mark}
-    if cov:
-        cell["partial_group"] = cov
-    if not vals:
-        cell["why_empty"] = why_empty(recs, members, task, label)
-    blank = [k for k in ok if k not in vals]
-    if blank:
-        why = list(dict.fromkeys(r for k in blank for r in not_scored_reasons(recs[k], task))) or ["no value reported"]
-        for r in why:
-            if r not in reasons:
-                reasons.append(r)
-        cite = "note " + ", ".join(str(reasons.index(r) + 1) for r in why)
-        cell["not_scored"] = {"runs": blank, "reasons": why}
-        cell["text"] = f"n/a ({cite})" if not vals else f"{cell['text']} ({len(vals)}/{len(ok)} runs; {cite})"
-    return cell
-
-
-def _tables(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """Every table as data: per (table, method) rows of cells with mean, sd, per-run values and sources."""
-    out: Dict[str, Any] = {}
-    ev = cfg.eval
-    specs: Dict[str, Tuple[str, str, List[Tuple[str, str, str]], bool]] = {}
-    notes: Dict[str, str] = {}
-    for tid, (title, field, lower) in TABLES.items():
-        cols = [(length_label(n), *metric_of(tid, n)) for n in getattr(ev, field)]
-        specs[tid] = (title.format(src=ev.ppl_source), tid, cols, lower)
-    bab = ev.babilong
-    if ev.babilong_lengths:
-        cols = [(lab, *metric_of("babilong", lab)) for lab in bab.lengths] + [("all", TASK_FAMILIES["babilong"].task,
-                                                                                 "acc")]
-        specs["babilong"] = (f"BABILong {qa_label(bab.qa)} accuracy (official scoring, generated data)", "babilong",
-                             cols, False)
-        notes["babilong"] = _babilong_note(bab)
-    lb, lbe = ev.longbench_e_data_dir, TASK_FAMILIES["longbench_e"].task
-    if lb and any(task_results(r.get("results") or {}, lbe) for r in recs.values()):
-        keys = sorted({m for r in recs.values() for m in task_results(r.get("results") or {}, lbe)
-                       if m.startswith("score")})
-        specs["longbench_e"] = (f"LongBench-E ({lbe})", "longbench_e", [(k, lbe, k) for k in keys], False)
-        notes["longbench_e"] = ("The group holds 13 datasets; a cell marked (k/13 tasks) averages the k datasets "
-                                "whose data files were present.")
-    for tid, (title, _prefix, cols, lower) in specs.items():
-        per_method, reasons = {}, []  # reasons: the table's notes, numbered from 1 in the cells that cite them
-        for mname in cfg.methods:
-            rows = []
-            for a in cfg.alphas:
-                members = [r.key for r in cfg.runs_of(mname, a)]
-                ok = [k for k in members if recs[k].get("status") == "ok"]
-                cells = {col: _cell(recs, members, task, metric, reasons, col) for col, task, metric in cols}
-                rows.append({"label": loss_label(a), "alpha": a, "runs": members, "ok_runs": ok, "cells": cells})
-            if ev.eval_base:
-                ok = ["base"] if recs.get("base", {}).get("status") == "ok" else []
-                cells = {col: _cell(recs, ["base"], task, metric, reasons, col) for col, task, metric in cols}
-                rows.append({"label": "reference: base model (L0, no RoPE scaling, extrapolating)", "alpha": None,
-                             "runs": ["base"], "ok_runs": ok, "cells": cells})
-            per_method[mname] = rows
-        partial = sorted({t for rows in per_method.values() for row in rows for c in row["cells"].values()
-                          for t in (c.get("partial_group") or {}).get("missing", [])})
-        note = notes.get(tid, "")
-        if partial:
-            note += (" " if note else "") + f"Partial group scores here: no value from {', '.join(partial)}."
-        if reasons:
-            note += ((" " if note else "") + "Not scored (the runs succeeded; the task could not run there): "
-                     + "; ".join(f"({i}) {r[:400]}" for i, r in enumerate(reasons, 1)))
-        out[tid] = {"title": title, "columns": [c[0] for c in cols], "lower_is_better": lower, "methods": per_method,
-                    "note": note}
-    return out
-
-
-def _outcome(cfg: "StudyConfig", tables: Dict[str, Any]) -> Dict[str, Any]:
+def _outcome(cfg: StudyConfig, tables: Dict[str, Any]) -> Dict[str, Any]:
     """Paired by seed: value(alpha, seed) - value(0, seed), per method / table / column; mean, sd, how many lower."""
     res: Dict[str, Any] = {}
     for tid in ("misalignment", "jeffreys", "ppl"):
@@ -224,11 +56,9 @@ def _outcome(cfg: "StudyConfig", tables: Dict[str, Any]) -> Dict[str, Any]:
     return res
 
 
-def _provenance(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+def _provenance(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
     """The report's own provenance block, and a Markdown section that also names the runs whose provenance
     (recorded in their result.json when they ran) differs from it in anything but the device."""
-    from torchtune_longshort.provenance import provenance, provenance_markdown
-
     runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
     prov = provenance(device=str(cfg.eval.device),
                       stdlib=any("stdlib_corpus" in p for p in runs.values()))
@@ -261,12 +91,12 @@ def _outcome_markdown(outcome: Dict[str, Any], tables: Dict[str, Any]) -> List[s
                 body.append([f"{tid}", mname, a] + [
                     (f"{cell_text(per_c[c]['mean_diff'], per_c[c]['sd_diff'])} ({per_c[c]['n_lower']}/{per_c[c]['n_pairs']} lower)"
                      if per_c[c]["n_pairs"] else "—") for c in cols])
-        md += [_md_table(["metric", "method", "alpha"] + cols, body), ""]
+        md += md_table(["metric", "method", "alpha"] + cols, body)
 
     return md
 
 
-def _runs_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> List[str]:
+def _runs_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> List[str]:
     """Every checkpoint: training's last steps, its entropy and where its loss falls, wall times, its error."""
     L, top = cfg.L, max(cfg.eval.ppl_lengths)
     md: List[str] = []
@@ -281,13 +111,13 @@ def _runs_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]]) -> List[
                      (f"{rec.get('stage')}: {rec.get('error')}" if rec.get("status") == "failed" else "")[:300]])
     md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Entropy: mean "
            f"next-token entropy (nats) at the misalignment task's {L}-token windows; loss columns: mean NLL of the "
-           f"{length_label(top)}-token perplexity curve below and from L = {L}. Wall times in seconds.", "",
-           _md_table(["run", "status", "train CE", "train misalignment", "entropy", "loss, pos < L", "loss, pos >= L",
-                      "train s", "eval s", "error"], body), ""]
+           f"{length_label(top)}-token perplexity curve below and from L = {L}. Wall times in seconds.", ""]
+    md += md_table(["run", "status", "train CE", "train misalignment", "entropy", "loss, pos < L", "loss, pos >= L",
+                    "train s", "eval s", "error"], body)
     return md
 
 
-def _wall_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
+def _wall_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
     """Where the time went: the last invocation, the base's stages, the fine-tunes' mean stages."""
     md = ["## Wall time", ""]
     if wall is not None:
@@ -309,7 +139,7 @@ def _wall_markdown(cfg: "StudyConfig", recs: Dict[str, Dict[str, Any]], wall: Op
     return md + [""]
 
 
-def build_report(out: Path, report_dir: Path, cfg: "StudyConfig", wall_s: Optional[float] = None,
+def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
     out, rdir = Path(out), Path(report_dir)
@@ -326,7 +156,7 @@ def build_report(out: Path, report_dir: Path, cfg: "StudyConfig", wall_s: Option
         files = sorted(src.rglob("results_*.json"), key=lambda p: p.name) if src.is_dir() else []
         if files:
             shutil.copyfile(files[-1], d / "lm_eval_results.json")
-    tables = _tables(cfg, recs)
+    tables = build_tables(cfg, recs)
     outcome = _outcome(cfg, tables)
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
@@ -365,7 +195,7 @@ def build_report(out: Path, report_dir: Path, cfg: "StudyConfig", wall_s: Option
                 links = ", ".join(f"[{k}](runs/{k}/result.json)" if recs.get(k, {}).get("status") != "not run" else k
                                   for k in row["runs"])  # a run that never ran has no file to link
                 body.append([row["label"]] + [row["cells"][c]["text"] for c in t["columns"]] + [links])
-            md += [_md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body), ""]
+            md += md_table(["loss"] + [f"{c}" for c in t["columns"]] + ["runs"], body)
 
     md += claims_markdown(analysis, cfg)
     md += _outcome_markdown(outcome, tables) + _runs_markdown(cfg, recs)

@@ -1,32 +1,44 @@
-"""What each run of a study trains from: its recipe config (the recipe YAML, ``recipe_overrides``, then the
+"""The study's plan: what each run trains from, its recipe config (the recipe YAML, ``recipe_overrides``, then the
 pre-training's or the fine-tune's own keys: model, lengths, steps, seed, alpha, the method's and the variant's
-overrides), the base checkpoint it starts from and the tokenizer it is evaluated with. A mixin of
-:class:`~torchtune_longshort.study.runner.Study` (it sets ``cfg``, ``root``, ``out`` and ``run_dir``).
+overrides), the base checkpoint it starts from, the tokenizer it is evaluated with and its folder under the output
+folder (:func:`run_folder`). :class:`~torchtune_longshort.study.runner.Study` runs this plan.
 
 A recipe config is written as the plain YAML the recipe reads (``<run>/recipe.yaml``, :meth:`RunConfigs.recipe_config`)
-and read back through the recipe's own typed config (:meth:`RunConfigs.recipe_fields`), never key by key."""
+and read back through the recipe's own typed config (:meth:`RunConfigs.recipe_fields`), never key by key; before
+anything trains, :func:`check_recipe_overrides` reads every run's that way."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 
 from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
+from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
+from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
 
-if TYPE_CHECKING:
-    from torchtune_longshort.study.config import StudyConfig
-    from torchtune_longshort.training.recipe_config import RecipeConfig
+
+def run_folder(out: Path, key: str) -> Path:
+    """The folder of run ``key`` under a study's output folder ``out``: ``base/`` or ``runs/<key>/``."""
+    return out / ("base" if key == "base" else f"runs/{key}")
 
 
 class RunConfigs:
-    """The recipe configs, base checkpoint and tokenizer of a study's runs."""
+    """The recipe configs, base checkpoint and tokenizer of a study's runs.
 
-    cfg: "StudyConfig"
-    root: Path
-    out: Path
+    Args:
+        cfg: a checked study config.
+        root: the repo root (resolved): where the recipe config is read from.
+        out: the study's output folder.
+    """
+
+    def __init__(self, cfg: StudyConfig, root: Path, out: Path):
+        self.cfg, self.root, self.out = cfg, root, out
+
+    def run_dir(self, key: str) -> Path:
+        return run_folder(self.out, key)
 
     def tokenizer_dir(self) -> Path:
         return self.out / "tokenizer"
@@ -89,10 +101,31 @@ class RunConfigs:
             c["checkpointer"]["output_dir"] = "${output_dir}"
         return c
 
-    def recipe_fields(self, key: str, run: Optional[Run] = None) -> "RecipeConfig":
+    def recipe_fields(self, key: str, run: Optional[Run] = None) -> RecipeConfig:
         """:meth:`recipe_config` read as the recipe reads it: the recipe's own config check (keys, values and the
         rules between fields: a batch the accumulation steps do not divide, a length past the model's positions;
         the files and devices it names are not asked for, as the run may not have made them yet)."""
-        from torchtune_longshort.training.recipe_config import load_recipe_config
-
         return load_recipe_config(OmegaConf.create(self.recipe_config(key, run)), local=False)
+
+
+def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -> None:
+    """The recipe config of the pre-training and of every run of ``cfg`` (one per method, variant and alpha: runs
+    that differ only in their seed differ in no rule), as the runner writes them, checked by the recipe's own config
+    check (:func:`~torchtune_longshort.training.recipe_config.load_recipe_config`: keys, values and the rules between
+    fields; files that do not exist yet are not asked for), before the base trains; ``ValueError`` naming the run
+    and where its keys came from."""
+    plan = RunConfigs(cfg, Path(repo_root or Path.cwd()).resolve(), Path("/nonexistent/study-check"))
+    seen, todo = set(), []
+    if not cfg.base.given:
+        todo.append(("base", None, "base.pretrain.overrides / recipe_overrides"))
+    for run in cfg.grid:  # every run's config: alpha meets rules between fields (window_bos needs 0); a seed enters none
+        if (run.method, run.variant, run.alpha) not in seen:
+            seen.add((run.method, run.variant, run.alpha))
+            todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
+                                       + (f" / variants.{run.variant}" if run.variant else "")))
+    for key, run, source in todo:
+        try:
+            plan.recipe_fields(key, run)
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"the recipe config of run {key} (from recipe_config, {source}) is refused by the "
+                             f"recipe: {e}") from None

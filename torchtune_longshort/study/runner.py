@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -34,7 +35,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
+                                                        load_not_scored, load_results)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.provenance import provenance
+from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
@@ -64,8 +69,7 @@ class Study(RunConfigs):
 
     def __init__(self, cfg: StudyConfig, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
-        self.cfg = cfg
-        self.root, self.out = output_folder(cfg.output_dir, output_dir, repo_root)
+        super().__init__(cfg, *output_folder(cfg.output_dir, output_dir, repo_root))
         self.executor, self.log = executor, log
         self.timeout = cfg.timeout_s
         self.jobs = cfg.jobs
@@ -77,9 +81,6 @@ class Study(RunConfigs):
     # ------------------------------------------------------------------ paths and specs
     def runs(self) -> List[Run]:
         return self.cfg.grid
-
-    def run_dir(self, key: str) -> Path:
-        return self.out / ("base" if key == "base" else f"runs/{key}")
 
     def uses_stdlib_corpus(self) -> bool:
         """Whether a run reads the stdlib corpus (training data or tokenizer, ppl / misalignment text, haystacks):
@@ -97,8 +98,6 @@ class Study(RunConfigs):
 
     def provenance(self) -> Dict[str, Any]:
         """The provenance block of this study's files (device: the evaluation's)."""
-        from torchtune_longshort.provenance import provenance
-
         return provenance(device=str(self.cfg.eval.device), stdlib=self.uses_stdlib_corpus())
 
     def eval_tasks(self) -> List[str]:
@@ -195,11 +194,6 @@ class Study(RunConfigs):
         """lm-eval on ``checkpoint``. Results already in the run's ``eval/`` are reused only when ``eval_spec.json``
         says they come from this checkpoint, trained before this call, under this ``spec``; else ``eval/`` (which
         the study made) is replaced."""
-        import shutil
-
-        from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
-                                                                load_not_scored, load_results)
-
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
             groups = load_group_subtasks(eval_dir)
             return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
@@ -295,8 +289,6 @@ class Study(RunConfigs):
         """Why the fine-tunes must not start, or None (:func:`claims.base_gate_refusal`); logs the base's ratios."""
         if not self.cfg.base.min_ppl_ratio or base.get("status") != "ok":
             return None
-        from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
-
         b = base_failure(self.cfg, base)
         if b is not None:
             fmt = lambda x: "n/a" if x is None else f"{x:.3g}"  # noqa: E731

@@ -4,11 +4,9 @@ and which recipe checkpoints a training folder holds."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -52,35 +50,6 @@ def tune_command() -> str:
     being activated has it next to the interpreter, not on PATH); plain ``tune`` otherwise."""
     here = Path(sys.executable).with_name("tune")
     return str(here) if here.is_file() else "tune"
-
-
-def recipe_module(recipe: str, root: Path) -> str:
-    """The module ``tune run <recipe>`` (run in ``root``) imports: torchtune turns the path into a dotted name and
-    imports it, from the installed packages first and from the working directory, which it appends to ``sys.path``,
-    last (so ``torchtune_longshort/recipes/longshort_finetune.py`` runs from a wheel and from a checkout alike, and
-    ``recipes/...`` finds torchtune's own top-level ``recipes`` package). The module is looked up on that search
-    path, as ``tune run``'s process would, without importing anything; ``ValueError`` naming ``recipe`` when nothing
-    would be found."""
-    dotted = os.path.splitext(str(recipe))[0].replace("/", ".")
-    here = {"", str(Path(root).resolve()), str(Path.cwd().resolve())}
-    path = [p for p in sys.path if (str(Path(p).resolve()) if p else "") not in here] + [str(Path(root).resolve())]
-    spec = None
-    if dotted and all(part.isidentifier() for part in dotted.split(".")):
-        head, *rest = dotted.split(".")
-        for finder in sys.meta_path:  # the editable finder of a checkout's install answers here too
-            find = getattr(finder, "find_spec", None)
-            spec = (PathFinder.find_spec(head, path) if finder is PathFinder
-                    else find(head, None) if find is not None else None)
-            if spec is not None:
-                break
-        for i in range(len(rest)):
-            locations = spec.submodule_search_locations if spec is not None else None
-            spec = PathFinder.find_spec(".".join([head, *rest[:i + 1]]), list(locations)) if locations else None
-    if spec is None or spec.origin is None:
-        raise ValueError(f"recipe={recipe!r}: `tune run` would import it as module {dotted!r}, which is not "
-                         f"importable (from the installed packages or {root}); name the recipe as shipped: "
-                         "torchtune_longshort/recipes/longshort_finetune.py")
-    return dotted
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:

@@ -36,7 +36,7 @@ def seeds(path: str, value: Any) -> List[int]:
 
 def recipe_keys(path: str, value: Any) -> Dict[str, Any]:
     """Recipe config keys to values, merged over a recipe config (checked with the recipe's typed config by
-    :func:`~torchtune_longshort.study.schema.check_recipe_overrides`)."""
+    :func:`~torchtune_longshort.study.run_configs.check_recipe_overrides`)."""
     if not isinstance(value, dict):
         raise ValueError(f"{path}={value!r} must map recipe keys to values (e.g. {{clip_rope_separately: true}})")
     return value

@@ -28,6 +28,7 @@ import random
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     LENGTHS,
     build_sample,
@@ -86,6 +87,7 @@ def generate(
                disable=not progress)
     prompts = {}
     if fit == "prompt":
+        # deferred: lm_eval (the prompt is measured on lm-eval's task; --fit input needs none of it)
         from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
         prompts = {qa: task_prompt(qa) for qa in qa_tasks}
@@ -124,8 +126,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     "task makes of it (prompt, question and generation budget included: it then fits a model of "
                     "that max_length)")
     a = ap.parse_args(argv)
-    from torchtune_longshort._quiet import quiet_upstream
-
     quiet_upstream()
     try:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]

@@ -14,13 +14,10 @@ The haystack half of the BABILong generator (:mod:`torchtune_longshort.eval.task
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple
 
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-
-if TYPE_CHECKING:
-    from torchtune_longshort.eval.tasks.babilong.prompt import TaskPrompt
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -38,6 +35,15 @@ FIT_MAX_TRIES = 12
 
 CountTokens = Callable[[str], int]
 Segments = Tuple[List[str], List[int]]  # the input's lines, and the indices of the fact (or block) lines
+
+
+class RequestPrompt(Protocol):
+    """What :func:`build_sample` asks of a task's prompt: its generation budget, and the tokens the whole request for
+    a row takes (:class:`~torchtune_longshort.eval.tasks.babilong.prompt.TaskPrompt` measures both with lm-eval)."""
+
+    max_gen_toks: int
+
+    def request_tokens(self, input_text: str, question: str, count_tokens: CountTokens) -> int: ...
 
 
 def load_token_counter(tokenizer: str) -> Callable[[str], int]:
@@ -255,7 +261,7 @@ def build_sample(
     count_tokens: CountTokens,
     rng: random.Random,
     depth: Optional[int] = None,
-    prompt: Optional["TaskPrompt"] = None,
+    prompt: Optional[RequestPrompt] = None,
 ) -> Dict:
     """One BABILong-format row: ``story`` hidden in haystack ``lines`` to ``length`` tokens (see module doc).
 

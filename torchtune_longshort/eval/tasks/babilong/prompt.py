@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.tasks.babilong.stories import check_qa
+from torchtune_longshort.eval.tasks.babilong.task import task_of
+from torchtune_longshort.eval.tasks.common.pack_task import DEFAULT_MAX_GEN_TOKS
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,6 @@ def task_prompt(qa: str) -> TaskPrompt:
     """The :class:`TaskPrompt` of task ``qa`` (``"qa1"`` .. ``"qa5"``): the pack's ``longshort_babilong_<qa>`` built by
     lm-eval (offline: its data is one empty row written for the purpose)."""
     from lm_eval.tasks import TaskManager
-
-    from torchtune_longshort.eval.tasks import tasks_path
-    from torchtune_longshort.eval.tasks.babilong.task import task_of
-    from torchtune_longshort.eval.tasks.common.pack_task import DEFAULT_MAX_GEN_TOKS
 
     check_qa(qa)
     with tempfile.TemporaryDirectory(prefix="babilong_prompt_") as tmp:
