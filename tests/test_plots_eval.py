@@ -123,6 +123,22 @@ def test_value_limits_rule(values, widened):
         assert lo >= 0 or min(values) < 0  # positive values never get a negative axis
 
 
+@pytest.mark.parametrize("scale", [3e-9, 2e-5, 2e-3, 5e7, 3e9])
+def test_linear_value_axis_reads_right_at_small_and_large_magnitudes(scale):
+    # matplotlib's ScalarFormatter(useOffset=False) fails here: an exponent text below 1e-4 and from 1e6 up, and with
+    # set_scientific(False) every tick under 1e-8 reads 0.000... (its __call__ rounds |x| < 1e-8 to 0)
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.eval.plot_axes import value_axis
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.subplots()
+    values = [scale, 1.8 * scale, 1.3 * scale, -0.2 * scale]
+    ax.plot(range(4), values)
+    assert value_axis(ax, values) == "linear"
+    check_plain_value_axis(draw(fig).axes[0].yaxis)
+
+
 def test_ppl_near_equal_values_get_a_floor_and_a_note():
     # The quick study's perplexities: 414.3 / 412.6 / 408.1, which a tight axis drew as a steep fall.
     runs = {"CE": {"longshort_ppl": {"ppl_128": 414.3, "ppl_256": 412.6, "ppl_512": 408.1}},

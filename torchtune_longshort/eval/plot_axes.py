@@ -50,7 +50,9 @@ def plain_number(v: float, _pos=None) -> str:
 
 def _plain_formatter():
     """A linear axis's tick texts: plain decimals with as many places as the tick step needs (so 12.1925 and
-    12.1930 stay apart), all ticks with the same number of places, no offset, no exponent."""
+    12.1930 stay apart), all ticks with the same number of places, no offset, no exponent. Not matplotlib's
+    ``ScalarFormatter(useOffset=False)``: it writes an exponent text below 1e-4 and from 1e6 up, and with
+    ``set_scientific(False)`` every tick under 1e-8 reads 0.000... (it rounds ``|x| < 1e-8`` to 0)."""
     from matplotlib.ticker import Formatter
 
     class PlainDecimals(Formatter):
