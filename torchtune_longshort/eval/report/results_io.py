@@ -55,8 +55,27 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     return ident
 
 
+def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
+    """lm-eval's ``results_<date>.json`` (``kind="results"``) or ``samples_<task>_<date>.jsonl`` (``"samples"``) files
+    anywhere under ``results_dir``, oldest first by the date in their names (``lm_eval.utils.get_file_datetime``).
+    Matched by file name: lm-eval's ``get_results_filenames`` tests paths for ``/results_``, which takes a samples file
+    in a folder named ``results_*`` and misses ``results_<date>.json`` at the top of a relative listing."""
+    from lm_eval.utils import get_file_datetime
+
+    pattern = {"results": "results_*.json", "samples": "samples_*.jsonl"}[kind]
+    return sorted(Path(results_dir).rglob(pattern), key=lambda p: (get_file_datetime(p.name), p.name))
+
+
+def samples_task(path: Path) -> str:
+    """The task of a ``samples_<task>_<date>.jsonl`` file (``lm_eval.utils.get_file_task_name``), by its current
+    name."""
+    from lm_eval.utils import get_file_task_name
+
+    return current_name(get_file_task_name(Path(path).name))
+
+
 def _results_files(results_dir: Path) -> List[Path]:
-    files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
+    files = lm_eval_files(results_dir)
     if not files:
         raise FileNotFoundError(f"results_dir={str(results_dir)!r} holds no lm-eval results_*.json file")
     return files
@@ -177,7 +196,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
     """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
     out: Dict[str, List[str]] = {}
-    for f in sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name):
+    for f in lm_eval_files(results_dir):
         for group, members in (json.loads(f.read_text()).get("group_subtasks") or {}).items():
             out[current_name(group)] = [current_name(m) for m in members]
     return out
@@ -224,8 +243,7 @@ def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
 
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
     """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
-    files = sorted(Path(results_dir).rglob("results_*.json"), key=lambda p: p.name)
-    for f in reversed(files):
+    for f in reversed(lm_eval_files(results_dir)):
         prov = (json.loads(f.read_text()).get("config") or {}).get("provenance")
         if isinstance(prov, dict):
             return prov
@@ -238,10 +256,8 @@ def load_curves(results_dir: Path) -> Dict[int, List[float]]:
     no per-token log-probabilities (lm-eval's ``hf``): its samples have no such key."""
     from torchtune_longshort.eval.tasks.ppl.task import position_curve
 
-    fam = TASK_FAMILIES["ppl"]
-    files = [f for name in (*fam.former_names, fam.task) for f in Path(results_dir).rglob(f"samples_{name}_*.jsonl")]
     curves: Dict[int, List[float]] = {}
-    for f in sorted(files, key=lambda p: p.name):
+    for f in (f for f in lm_eval_files(results_dir, "samples") if samples_task(f) == TASK_FAMILIES["ppl"].task):
         per_length: Dict[int, List[Any]] = defaultdict(list)
         for line in f.read_text().splitlines():
             row = json.loads(line) if line.strip() else {}
@@ -262,8 +278,8 @@ def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]
     (``--log_samples``): each row holds the metrics of its own cell, a finite value when it was scored; the newest
     file of a task wins, and a group's cell sums its members'. Empty without samples files."""
     newest: Dict[str, Path] = {}
-    for f in sorted(Path(results_dir).rglob("samples_*.jsonl"), key=lambda p: p.name):
-        newest[current_name(f.name[len("samples_"):].rsplit("_", 1)[0])] = f
+    for f in lm_eval_files(results_dir, "samples"):
+        newest[samples_task(f)] = f
     counts: Dict[str, Dict[Tuple[str, int], int]] = {}
     for task, f in newest.items():
         cells: Dict[Tuple[str, int], int] = defaultdict(int)
