@@ -126,6 +126,9 @@ def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor
 
 
 def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes: int, save_file) -> None:
+    """The shards and index ``huggingface_hub.save_torch_state_dict`` writes, byte for byte, except that one shard
+    keeps the sharded name and an index (the hub writes ``model.safetensors`` alone) and that nothing already in
+    ``out_dir`` is deleted (the hub removes every ``model*.safetensors`` and index there first)."""
     shards: List[Dict[str, torch.Tensor]] = [{}]
     size = 0
     for k, v in hf_sd.items():

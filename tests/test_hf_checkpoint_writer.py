@@ -1,0 +1,44 @@
+"""The checkpoint writer's shards and index against huggingface_hub's ``save_torch_state_dict`` (an independent writer
+of the same format): byte for byte when sharded; one shard keeps the sharded name and an index (the folder format),
+where the hub writes ``model.safetensors`` alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from huggingface_hub import save_torch_state_dict
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from torchtune_longshort.models import load_hf_checkpoint
+from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, read_hf_config
+from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
+
+
+def _weights(d):
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("model") and p.name != "config.json")
+
+
+@pytest.mark.parametrize("max_bytes", [200_000, 5 * 1024**3])
+def test_shards_and_index_are_huggingface_hubs(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, max_bytes):
+    ours, hub = tmp_path / "ours", tmp_path / "hub"
+    model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
+    write_hf_checkpoint(ours, model.state_dict(), read_hf_config(tiny_llama2_dir), tokenizer=sp_tokenizer_dir,
+                        max_shard_bytes=max_bytes)
+    index = json.loads((ours / INDEX_FILE).read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    tensors = {k: v for s in shards for k, v in load_file(str(ours / s)).items()}
+    hub.mkdir()
+    save_torch_state_dict({k: tensors[k] for k in index["weight_map"]}, hub, max_shard_size=max_bytes)  # same order
+    for s in shards:
+        with safe_open(str(ours / s), "pt") as f:
+            assert f.metadata() == {"format": "pt"}
+    if len(shards) > 1:
+        assert _weights(ours) == _weights(hub) == sorted(shards + [INDEX_FILE])
+        for name in _weights(hub):
+            assert (ours / name).read_bytes() == (hub / name).read_bytes(), name
+    else:
+        assert shards == ["model-00001-of-00001.safetensors"] and _weights(hub) == ["model.safetensors"]
+        assert (ours / shards[0]).read_bytes() == (hub / "model.safetensors").read_bytes()
+        assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in tensors.values())
