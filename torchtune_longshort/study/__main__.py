@@ -15,6 +15,16 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import List, Optional
+
+from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.study.config import StudyConfigError
+from torchtune_longshort.study.load import load_study_config
+from torchtune_longshort.study.plan import BASE_KEY
+from torchtune_longshort.study.preflight import preflight
+from torchtune_longshort.study.report import build_report
+from torchtune_longshort.study.runner import Study
 
 
 def main(argv=None) -> int:
@@ -26,6 +36,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default: the config's output_dir)")
     p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
     p.add_argument("--only", default=None, help="comma list of run keys to run (default: the whole grid)")
+    p.add_argument("--command", type=int, default=None, metavar="K",
+                   help="run command K (1-based) of the config's plan: its runs, as --only would")
+    p.add_argument("--plan", action="store_true", help="print the config's plan (commands, estimates) and exit")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
     p.add_argument("--note", default="", help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
@@ -33,23 +46,21 @@ def main(argv=None) -> int:
     p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from and the runs "
                    "start in (default: the working directory)")
     a = p.parse_args(argv)
-
-    from torchtune_longshort._quiet import quiet_upstream
-    from torchtune_longshort.configs_cli import resolve_config
-
-    quiet_upstream()
-    from torchtune_longshort.study.config import StudyConfigError
-    from torchtune_longshort.study.load import load_study_config
-    from torchtune_longshort.study.preflight import preflight
-    from torchtune_longshort.study.report import build_report
-    from torchtune_longshort.study.runner import Study
-
+    quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
         cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
         print(f"[study] {e}", file=sys.stderr)
         return 2
+    try:
+        only = _selected(a, cfg)
+    except ValueError as e:
+        print(f"[study] {e}", file=sys.stderr)
+        return 2
+    if a.plan:
+        print(cfg.plan.table(cfg.jobs, a.config))
+        return 0
     if a.jobs is not None:
         if a.jobs < 1:
             p.error(f"--jobs={a.jobs}: expected a positive integer")
@@ -62,7 +73,7 @@ def main(argv=None) -> int:
         except StudyConfigError as e:
             print(f"[study] {e}", file=sys.stderr)
             return 2
-        study.run(only=a.only.split(",") if a.only else None)
+        study.run(only=only)
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     summary = build_report(study.out, report_dir, cfg, note=a.note)
     by = {}
@@ -70,13 +81,33 @@ def main(argv=None) -> int:
         by.setdefault(r["status"], []).append(k)
     counts = "; ".join(f"{len(v)} {s}" + (f": {', '.join(v)}" if s != "ok" else "") for s, v in by.items())
     print(f"[study] report: {report_dir / 'report.md'}  ({time.time() - t0:.0f} s; {counts})")
-    failed = [k for k, r in summary["runs"].items() if r["status"] != "ok"]
+    failed = [k for k, r in summary["runs"].items()
+              if r["status"] != "ok" and (only is None or k == BASE_KEY or k in only)]
     if failed:  # the last line: how many failed, and where their logs are
         logs = [str(p) for k in failed for p in sorted(study.run_dir(k).glob("*.log"))] or [str(study.out)]
-        print(f"[study] {len(failed)} of {len(summary['runs'])} runs failed ({', '.join(failed)}); logs: "
+        ran = len(summary["runs"]) if only is None else 1 + len(only)  # the base, and the runs selected
+        print(f"[study] {len(failed)} of {ran} runs failed ({', '.join(failed)}); logs: "
               f"{' '.join(logs)}")
         return 1
     return 0
+
+
+def _selected(a, cfg) -> Optional[List[str]]:
+    """The run keys this invocation runs (None: the whole grid): ``--only``'s, or ``--command K``'s from the plan
+    (printed with its estimate); ValueError for a ``--command`` or ``--plan`` the config cannot answer."""
+    if (a.command is not None or a.plan) and (cfg.plan is None or cfg.quick):
+        flag = "--command" if a.command is not None else "--plan"
+        why = "--quick has no plan (it is a CPU smoke of its own grid)" if cfg.quick else "the config has no plan"
+        raise ValueError(f"{flag}: {why}")
+    if a.command is not None:
+        if a.only:
+            raise ValueError("--command and --only: give one (a command is a list of run keys)")
+        keys = cfg.plan.command(a.command)
+        _, line = cfg.plan.estimate(keys, cfg.jobs)
+        print(f"[study] command {a.command} of {len(cfg.plan.commands)}: {', '.join(keys)}; estimated {line} "
+              f"(budget {cfg.plan.budget_s:g} s)", flush=True)
+        return [k for k in keys if k != BASE_KEY]
+    return a.only.split(",") if a.only else None
 
 
 if __name__ == "__main__":

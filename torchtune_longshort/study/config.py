@@ -39,6 +39,7 @@ from torchtune_longshort.study.base_config import BaseConfig
 from torchtune_longshort.study.eval_config import EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Variants, build_grid, merged, methods
+from torchtune_longshort.study.plan import BASE_KEY, PlanConfig
 from torchtune_longshort.study.schema import check_keys
 from torchtune_longshort.training.recipe_config.fields import build_section
 from torchtune_longshort.training.recipe_config.values import boolean, integer, length, number, text
@@ -102,6 +103,9 @@ class StudyConfig(StudySection):
     variants: Variants = setting(None, doc="extra runs on one method", section=Variants)
     timeout_s: Optional[float] = setting(None, doc="a limit on each subprocess (train, lm-eval), in seconds",
                                          check=number(0.0, inclusive=False), written_if_set=True)
+    plan: Optional[PlanConfig] = setting(None, doc="the study as commands that each fit one device call, with the "
+                                         "measured parts their estimates are made of (study.plan)",
+                                         section=PlanConfig, written_if_set=True)
     quick: bool = setting(False, doc="whether this is the --quick variant (set by the loader)", check=boolean)
     config_path: Optional[str] = setting(None, doc="the YAML it was read from (set by the loader)", check=text)
 
@@ -122,6 +126,8 @@ class StudyConfig(StudySection):
                 raise ValueError(f"variants.{name}.method={v.method!r} must name one of methods "
                                  f"{sorted(self.methods)}")
             v.check_with(f"variants.{name}", self.L)
+        if self.plan is not None and not self.quick:  # --quick: a CPU smoke of its own grid, no plan
+            self.plan.check_with([BASE_KEY] + [r.key for r in self.grid], self.jobs)
 
     @classmethod
     def from_mapping(cls, node: Dict[str, Any]) -> "StudyConfig":
