@@ -120,14 +120,22 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
                         "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
 
 
+def verdicts_markdown(analysis: Dict[str, Any]) -> List[str]:
+    """The answer, at the top of the report: each of the paper's claims, its verdict here and why in one line (the
+    numbers follow, and each claim's section under "Claims, one by one")."""
+    verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
+    return (["## The answer: the paper's claims, one line each", "",
+             "Each claim's rule, paired differences and intervals are under \"Claims, one by one\" below.", ""]
+            + md_table(["claim", "verdict", "in short"], verdicts))
+
+
 def claims_markdown(analysis: Dict[str, Any], cfg: "StudyConfig") -> List[str]:
     md = ["## Claims, one by one", "",
           "Each comparison is paired by seed against cross-entropy alone (alpha = 0) on the same RoPE method: "
           "mean difference over seeds and its 95% Student-t interval. Perplexity: lower is better (a negative "
           "difference favours the configuration); accuracies: higher is better. `direction` is `better` / "
-          "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed.", ""]
-    verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
-    md += md_table(["claim", "verdict", "in short"], verdicts)
+          "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed. The "
+          "verdicts, one line each, open the report.", ""]
     md += base_section(analysis.get("base_failure"), cfg)
     md += ce_section(analysis["ce_vs_base"])
     md += methods_section(analysis["methods"])

@@ -25,7 +25,7 @@ from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
-from torchtune_longshort.study.claims_markdown import claims_markdown, md_table
+from torchtune_longshort.study.claims_markdown import claims_markdown, md_table, verdicts_markdown
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.records import curve_mean, value
@@ -180,6 +180,7 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
     if refusal:
         md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
                "\"The base model: how it fails beyond L0\" below; every fine-tune row is empty.", ""]
+    md += verdicts_markdown(analysis)
     spread = ("the value of the one seed" if len(cfg.seeds) == 1
               else "mean ± sample sd over seeds (one value: no ±)")
     md += [f"Cells: {spread}; — : no successful run; n/a (note k): the runs succeeded but the task could not run at "
