@@ -54,6 +54,7 @@ def test_bad_study_configs_exit_non_zero_before_any_training(tmp_path, change, n
 def test_a_study_with_a_failing_run_exits_non_zero(tmp_path, monkeypatch, capsys):
     from test_study import FakeExecutor
 
+    import torchtune_longshort.study.__main__ as study_main
     import torchtune_longshort.study.runner as runner
     from torchtune_longshort.study.__main__ import main
 
@@ -61,7 +62,7 @@ def test_a_study_with_a_failing_run_exits_non_zero(tmp_path, monkeypatch, capsys
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **{**kwargs, "executor": FakeExecutor(fail={"clex_a0.3_s0"})})
 
-    monkeypatch.setattr(runner, "Study", FailingStudy)
+    monkeypatch.setattr(study_main, "Study", FailingStudy)
     out = tmp_path / "out"
     rc = main(["--config", str(CPU_SMALL), "--quick", "--out", str(out), "--repo-root", str(ROOT)])
     last = capsys.readouterr().out.strip().splitlines()[-1]

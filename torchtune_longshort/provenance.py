@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from torchtune_longshort import __version__
+
 PACKAGES = ("torch", "torchtune", "lm_eval", "transformers")
 # Distribution names where they differ from the import name.
 _DISTRIBUTIONS = {"lm_eval": "lm-eval"}
@@ -83,15 +85,13 @@ def provenance(device: Optional[str] = None, stdlib: Optional[bool] = None) -> D
         stdlib: include the stdlib corpus hash (None: when this process used the corpus, see
             ``stdlib_corpus.was_used``).
     """
-    from torchtune_longshort import __version__
-
     out: Dict[str, Any] = {
         "project": {"name": "torchtune-longshort", "version": __version__, **_git()},
         "packages": {p: _version(_DISTRIBUTIONS.get(p, p)) for p in PACKAGES},
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
     }
-    # imported here: the data package pulls torch in, which the torch-free report paths do not need
+    # deferred: torch (the data package's __init__ imports it; the torch-free report paths import this module)
     from torchtune_longshort.data import stdlib_corpus
 
     if stdlib or (stdlib is None and stdlib_corpus.was_used()):

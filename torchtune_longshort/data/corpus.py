@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
+from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
     iter_documents,
@@ -99,8 +101,6 @@ def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Op
     Files come in sorted path order (one package after another) unless ``shuffle_seed`` is given (see
     :class:`Shuffled`); ``piece_chars`` (with ``shuffle_seed``) first cuts each file into pieces of about that many
     characters, which pre-training wants: batches then mix many packages."""
-    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
-
     stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)  # fail early
     if piece_chars is not None and shuffle_seed is None:
         raise ValueError("piece_chars needs shuffle_seed: pieces in file order would be the same text as before")
@@ -214,8 +214,6 @@ def fixed_length_sequences(
     Raises ``ValueError`` naming the counts when the source runs out (it is read once, never cycled).
     """
     import torch
-
-    from torchtune_longshort.data.dual_window import PackedTokenStream
 
     if not isinstance(seq_len, int) or seq_len < 2 or not isinstance(num_sequences, int) or num_sequences < 1:
         raise ValueError(f"validation: seq_len={seq_len!r} must be an int >= 2 and num_sequences={num_sequences!r} >= 1")

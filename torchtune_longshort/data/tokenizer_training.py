@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Union
 
+from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
+
 SENTENCEPIECE_FILE = "tokenizer.model"
 
 
@@ -86,6 +88,5 @@ def _write_hf_tokenizer_files(out_dir: Path) -> None:
         import transformers  # noqa: F401  (optional for the library itself)
     except ImportError:
         return
-    from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
 
     write_hf_tokenizer_files(out_dir)

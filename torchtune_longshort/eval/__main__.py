@@ -22,28 +22,27 @@ from __future__ import annotations
 
 import sys
 
+from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
+from torchtune_longshort.eval.tasks import tasks_path
+from torchtune_longshort.refusals import refusing
+
 
 def main() -> None:
     """Print the pack's path, or register the adapter and hand over to lm-eval's CLI."""
     if sys.argv[1:2] == ["tasks-path"]:
-        from torchtune_longshort.eval.tasks import tasks_path
-
         print(tasks_path())
         return
-    from torchtune_longshort._quiet import quiet_upstream
-
-    quiet_upstream()  # before the imports below: torchao logs its line on import
-    from torchtune_longshort.refusals import refusing
-
+    quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
     refusing("longshort-eval", lambda: _evaluate(sys.argv[1:]))
 
 
 def _evaluate(args) -> None:
+    # deferred: torch, lm_eval (tasks-path answers without them; torchao logs a line on import, filtered by the
+    # quiet_upstream() installed before these)
     import lm_eval
     from lm_eval.__main__ import cli_evaluate
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
-    from torchtune_longshort._quiet import quiet_lm_eval_git
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import lm_eval_argv, option
     from torchtune_longshort.eval.task_index import pack_only_index
@@ -79,6 +78,7 @@ def _evaluate(args) -> None:
 
 def _known_tasks(argv) -> list:
     """Every task and group lm-eval knows with the pack included (only asked when a name was not found)."""
+    # deferred: torch, lm_eval (as in _evaluate)
     from lm_eval.tasks import TaskManager
 
     from torchtune_longshort.eval.cli_run import option

@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.tasks import tasks_path
+from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +60,6 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
       gives any other model a random name; ``checkpoint_dir`` is ``pretrained``'s older name here, so the folder
       is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
     """
-    from torchtune_longshort.eval.tasks import tasks_path
-    from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
-
     out = [str(a) for a in args]
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
@@ -128,9 +128,9 @@ def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
 def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     """Run ``lm-eval <args>`` in-process; when ``--output_path`` is given, return its newest ``results_*.json``
     parsed (else ``{}``)."""
-    from torchtune_longshort._quiet import quiet_upstream
-
     quiet_upstream()
+    # deferred: lm_eval (the eval model and lm-eval's CLI; torchao logs a line on import, filtered by the
+    # quiet_upstream() installed first)
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 

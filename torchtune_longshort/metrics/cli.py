@@ -26,19 +26,26 @@ import json
 import sys
 from pathlib import Path
 
+from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.data import corpus
+from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.devices import require_device
+from torchtune_longshort.hidden_states import last_position_logits
 from torchtune_longshort.lengths import length_arg
 from torchtune_longshort.loss.divergences import DIVERGENCES
-from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.models.tokenizer_formats import load_tokenizer
+from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 PROG = "longshort-misalignment"
 
 
 def documents_for(data: str, text_field: str, split: str):
     """``stdlib``, a local path (file, folder, JSONL) or a Hugging Face dataset name -> a document source."""
-    from torchtune_longshort.data import corpus
-
     if data == "stdlib":
         return corpus.stdlib()
     if Path(data).exists():
@@ -82,8 +89,6 @@ def _parser() -> ArgumentParser:
 def _open_checkpoint(args, ap: ArgumentParser):
     """The checkpoint folder and its tokenizer (or ``--tokenizer``); ``--length`` past its usable positions refused
     unless ``--allow-extrapolation``."""
-    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-    from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
     folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
     tok = folder.load_tokenizer() if args.tokenizer is None else folder.check_tokenizer(
@@ -107,19 +112,11 @@ def _main(argv=None) -> int:
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
     require_device(args.device, "--device")  # before any file is read or model built
-    from torchtune_longshort._quiet import quiet_upstream
-
-    quiet_upstream()  # before torchtune (and so torchao) is imported below
-    from torchtune_longshort.metrics.misalignment import misalignment_metric
-    from torchtune_longshort.models.hf_model import load_hf_checkpoint
-
+    quiet_upstream()  # before torchtune (and so torchao) is imported by the calls below
     folder, tok = _open_checkpoint(args, ap)
     usable = folder.usable_length
-    from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
-
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
     model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
-    from torchtune_longshort.data.corpus import fixed_length_sequences
 
     seqs = fixed_length_sequences(
         documents_for(args.data, args.text_field, args.split),
@@ -128,14 +125,12 @@ def _main(argv=None) -> int:
         num_sequences=args.num_samples,
         vocab_size=tok.vocab_size,
     )
-    from torchtune_longshort.hidden_states import last_position_logits
 
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
         functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples,
         divergences=args.divergences, seed=args.seed, device=args.device,
     )
-    from torchtune_longshort.provenance import provenance
 
     out = res.to_dict()
     out.update(checkpoint_dir=str(args.checkpoint_dir), model_family=folder.family.name,

@@ -38,7 +38,9 @@ from torchtune_longshort.models.hf_rope import (
     rope_spec_from_hf_config,
     usable_length_of,
 )
-from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, TokenizerError, find_tokenizer
+from torchtune_longshort.models.tokenizer_formats import (SourceTokenizer, TOKENIZER_FILES, TOKENIZER_FORMATS,
+                                                          TokenizerError, find_tokenizer)
+from torchtune_longshort.rope import ROPE_METHODS
 
 PathLike = Union[str, Path]
 
@@ -75,7 +77,6 @@ def _learnable_rope(spec: Optional[Dict[str, Any]]) -> bool:
     """Whether ``spec``'s method has learned parameters (asks the method's class)."""
     if not spec:
         return False
-    from torchtune_longshort.rope import ROPE_METHODS
 
     cls = ROPE_METHODS.get(spec["method"])
     return cls is not None and getattr(cls, "has_learned_parameters", False)
@@ -106,8 +107,6 @@ def _weight_files(d: Path) -> List[Path]:
 
 def _stat_key(d: Path) -> Tuple:
     """What changes when a folder is rewritten: config.json's and every weight file's size and mtime."""
-    from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES
-
     out = []
     for p in [d / CONFIG_FILE, *sorted(d.glob("*.safetensors")), *sorted(d.glob("*.bin")), d / ROPE_SIDE_FILE,
               *(d / f for f in TOKENIZER_FILES)]:
@@ -237,7 +236,6 @@ class CheckpointFolder:
         """The folder's own tokenizer (format detected in the family's order), checked against the model."""
         if self.tokenizer_file is None:
             raise FileNotFoundError(f"checkpoint {str(self.path)!r} has no tokenizer: pass one explicitly")
-        from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FORMATS
 
         return self.check_tokenizer(TOKENIZER_FORMATS[self.tokenizer_format].load(self.tokenizer_file))
 

@@ -15,6 +15,7 @@ from torch import nn
 from torchtune_longshort.models.families import lora_kwargs
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
+from torchtune_longshort.models.rope_scaling import apply_rope_scaling
 
 Folder = Union[PathLike, CheckpointFolder]
 
@@ -45,8 +46,6 @@ def build_decoder(
         plain_rope: ignore every scaling (the pre-trained RoPE at ``max_position_embeddings`` or ``max_seq_len``).
         lora: torchtune's LoRA keywords (``lora_rank``, ``lora_alpha``, ``lora_attn_modules``, ...) or None.
     """
-    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
-
     folder = CheckpointFolder.open(folder)
     plain_len = native_positions(folder.config)
     spec = None if plain_rope else _rope_spec(folder, rope)

@@ -41,6 +41,9 @@ from typing import Any, Dict, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from torchtune_longshort.models.rope_scaling import rope_attention_layers
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
+
 PathLike = Union[str, Path]
 SPEC_KEY = "longshort_rope"
 # In a subfolder: loaders that glob the checkpoint folder for *.safetensors must not take it for model weights.
@@ -67,8 +70,6 @@ def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
 
 
 def _method_class(spec: Dict[str, Any]):
-    from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
-
     return ROPE_METHODS[check_rope_method(spec["method"], f"{SPEC_KEY}.method")]
 
 
@@ -86,8 +87,6 @@ def transformers_representable(spec: Dict[str, Any], hf_rope_types: Optional[Seq
     """Whether transformers runs ``spec``'s method from config.json alone: the method's class says so, and its
     transformers rope type is one the model family's transformers config accepts (``hf_rope_types``, the family's;
     None: any)."""
-    from torchtune_longshort.rope import ROPE_METHODS
-
     cls = ROPE_METHODS.get(spec["method"])
     if not getattr(cls, "transformers_representable", True):
         return False
@@ -150,8 +149,6 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     there). Unsupported types, and a spec its method cannot build for the config's head size (``check_spec``),
     raise ``ValueError`` starting with ``where``.
     """
-    from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
-
     if config.get(SPEC_KEY):
         spec = copy.deepcopy(config[SPEC_KEY])
         cls = ROPE_METHODS[check_rope_method(spec.get("method"), f"{where}: {SPEC_KEY}.method")]
@@ -201,8 +198,6 @@ def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> 
 
 def rope_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     """The learnable RoPE parameters (CLEX's ODE weights), once, keyed by their name inside the RoPE module."""
-    from torchtune_longshort.models.rope_scaling import rope_attention_layers
-
     rope = rope_attention_layers(model)[0][1].pos_embeddings
     return {k: v.detach() for k, v in rope.state_dict().items()}
 

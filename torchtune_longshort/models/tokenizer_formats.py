@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.models.families import UnsupportedModelError, family_of
+
 PathLike = Union[str, Path]
 SP_FILE = "tokenizer.model"
 TIKTOKEN_FILE = "original/tokenizer.model"
@@ -369,8 +371,6 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any)
     p = Path(path).expanduser()
     order = DEFAULT_ORDER
     if p.is_dir() and (p / "config.json").is_file():
-        from torchtune_longshort.models.families import UnsupportedModelError, family_of
-
         try:
             order = family_of(_read_json(p / "config.json")).tokenizer_formats
         except UnsupportedModelError:

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchtune import config, training, utils
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.loss import LongShortLoss
@@ -375,8 +376,6 @@ class LongShortFinetuneRecipe:
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
     """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``)."""
-    from torchtune_longshort._quiet import quiet_upstream
-
     quiet_upstream()
     recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
     refusing("longshort_finetune", recipe.setup)

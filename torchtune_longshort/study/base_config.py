@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from torchtune_longshort.models.gguf import pypi_model
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.values import recipe_keys
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
@@ -27,8 +28,6 @@ def checkpoint_folder(path: str, value: Any) -> str:
     cached on first use (the folder it lands in)."""
     ckpt = str(value)
     if ckpt.startswith(PYPI_PREFIX):
-        from torchtune_longshort.models.gguf import pypi_model
-
         return str(pypi_model(ckpt[len(PYPI_PREFIX):]))
     return ckpt
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from torchtune_longshort.study import values
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.training.recipe_config.values import integer, number, text
+from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range
 
 METHOD_OVERRIDES = "overrides"  # in a ``methods`` entry: recipe keys for that method's runs only
 
@@ -41,8 +42,6 @@ class FinetuneConfig(StudySection):
     @property
     def e_range(self) -> Any:
         """The main grid's ``e ~ U[lo, hi]`` range as the overrides set it, else the windows' default."""
-        from torchtune_longshort.windows import DEFAULT_E_RANGE
-
         return self.overrides.get("e_range", DEFAULT_E_RANGE)
 
 
@@ -112,8 +111,6 @@ class ERangeVariant(Variant):
             yield f"e{_bound_tag(lo)}-{_bound_tag(hi)}", self.alpha, {"e_range": [lo, hi]}
 
     def check_with(self, where: str, L: int) -> None:
-        from torchtune_longshort.windows import resolve_e_range
-
         for r in self.ranges:
             try:
                 resolve_e_range(r, L)

@@ -39,8 +39,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.study.config import StudyConfigError
+from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,9 @@ class _Sampled:
 
 
 def _sampled_families() -> List[_Sampled]:
+    # deferred: lm_eval (these task modules are built on lm-eval's task classes; only a check runs them)
     from torchtune_longshort.eval.tasks.misalignment.task import misalignment_samples
     from torchtune_longshort.eval.tasks.ppl.task import ppl_samples
-    from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX
 
     return [_Sampled("ppl", FAMILY_METADATA_PREFIX["ppl"], "eval.ppl_num_samples", ppl_samples),
             _Sampled("misalignment", FAMILY_METADATA_PREFIX["misalignment"], "eval.mis_num_samples",
@@ -92,8 +97,6 @@ def _metadata_field(study: Any, key: str) -> str:
 
 
 def _is_hub_source(metadata: Dict[str, Any], prefix: str) -> bool:
-    from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS
-
     if metadata.get(f"{prefix}_data_files"):
         return False
     return metadata.get(f"{prefix}_source", "stdlib") in ("hf", *HF_PRESETS)
@@ -101,8 +104,6 @@ def _is_hub_source(metadata: Dict[str, Any], prefix: str) -> bool:
 
 def _length_problems(study: Any) -> List[str]:
     """Lengths past ``eval.max_length``: every request of them would be refused."""
-    from torchtune_longshort.study.eval_config import FAMILY_TASK
-
     ev, problems = study.cfg.eval, []
     for family, task in FAMILY_TASK.items():
         over = [n for n in ev.lengths_of(family) if n > ev.max_length]
@@ -120,10 +121,6 @@ def _length_problems(study: Any) -> List[str]:
 
 def _sample_problem(study: Any, fam: _Sampled, metadata: Dict[str, Any], length: int, tokenizer: Any) -> str:
     """Why ``fam`` cannot get its sequences at ``length`` ("" when it can)."""
-    from torchtune_longshort.eval.tasks import TASK_FAMILIES
-    from torchtune_longshort.eval.tasks.common.long_text import flag
-    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
-
     try:
         fam.sampler(metadata, length, tokenizer)
         return ""
@@ -167,9 +164,6 @@ def _trained_tokenizer(study: Any, into: Path, log: Callable[[str], None]) -> Op
 def preflight(study: Any, log: Callable[[str], None] = print) -> None:
     """Refuse (:class:`StudyConfigError`) a study whose evaluation cannot measure every cell, before anything
     trains (see the module doc); logs what was checked, what was not, and the time it took."""
-    from torchtune_longshort.data.tokenizer_training import sentencepiece_file
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
-
     t0 = time.time()
     cfg, ev = study.cfg, study.cfg.eval
     problems = _length_problems(study)

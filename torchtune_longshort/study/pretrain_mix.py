@@ -22,8 +22,10 @@ import random
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
+from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
 from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+from torchtune_longshort.models.tokenizer_formats import has_tokenizer
 
 
 class PasskeyMix:
@@ -32,10 +34,6 @@ class PasskeyMix:
 
     def __init__(self, base: Documents, tokenizer_path: str, max_tokens: int, passkeys_per_document: int,
                  haystack: str, seed: int):
-        from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
-
-        from torchtune_longshort.models.tokenizer_formats import has_tokenizer
-
         if not has_tokenizer(tokenizer_path):
             raise FileNotFoundError(f"tokenizer_path={tokenizer_path!r}: no tokenizer there (the recipe's "
                                     "tokenizer component creates it first; pass ${tokenizer.path})")

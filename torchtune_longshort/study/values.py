@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
+from torchtune_longshort.loss.divergences import DIVERGENCES
+from torchtune_longshort.rope import check_rope_method
 from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
 from torchtune_longshort.training.recipe_config.values import length, refuse
 
@@ -51,15 +56,11 @@ def builder_node(path: str, value: Any) -> Dict[str, Any]:
 def rope_method(path: str, value: Any) -> str:
     """A method of :data:`torchtune_longshort.rope.ROPE_METHODS`, checked by the registry's one check (the nearest
     name when it is not)."""
-    from torchtune_longshort.rope import check_rope_method
-
     return check_rope_method(value, path)
 
 
 def task_metadata(path: str, value: Any) -> Dict[str, Any]:
     """lm-eval ``--metadata`` keys of the pack's tasks: a task's ``<prefix>_...`` keys or its data folder key."""
-    from torchtune_longshort.eval.tasks import TASK_FAMILIES
-
     if not isinstance(value, dict):
         raise refuse(path, value, "a mapping of task metadata keys to values")
     prefixes = sorted({f.metadata_prefix + "_" for f in TASK_FAMILIES.values() if f.metadata_prefix})
@@ -72,8 +73,6 @@ def task_metadata(path: str, value: Any) -> Dict[str, Any]:
 
 
 def babilong_lengths(path: str, value: Any) -> List[str]:
-    from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
-
     if not isinstance(value, (list, tuple)) or any(lab not in LENGTHS for lab in value):
         raise refuse(path, value, f"a list of BABILong length labels of {list(LENGTHS)}")
     return list(value)
@@ -87,16 +86,12 @@ def depths(path: str, value: Any) -> List[int]:
 
 
 def qa_tasks(path: str, value: Any) -> str:
-    from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
-
     if not isinstance(value, str) or not value or any(q.strip() not in QA_TASKS for q in value.split(",")):
         raise refuse(path, value, f"a comma list of {list(QA_TASKS)}")
     return value
 
 
 def divergences(path: str, value: Any) -> List[str]:
-    from torchtune_longshort.loss.divergences import DIVERGENCES
-
     if not isinstance(value, (list, tuple)) or not value or any(d not in DIVERGENCES for d in value):
         raise refuse(path, value, f"a list of {list(DIVERGENCES)}")
     return list(value)

@@ -19,12 +19,13 @@ from typing import List, Optional
 
 from torchtune_longshort.refusals import ArgumentParser
 
-from .experiments import FIG4_L_TRAINS, PAPER_FIGURES
+from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
+from .misalignment import scalar_misalignment
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
-from .sparsity_probes.figures import BEYOND_FIGURES
+from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
 from .tasks import BIT_DISTRIBUTIONS, TASKS
-from .train import MODELS, OPTIMIZERS, PAPER_LRS, RunConfig, run_provenance
+from .train import MODELS, OPTIMIZERS, PAPER_LRS, RunConfig, run_provenance, train_run
 
 # --quick: the test-sized run (a flag given on the command line still wins)
 _QUICK = {"l_train": 6, "l_test": 16, "max_steps": 30, "eval_every": 10, "test_per_length": 20, "val_size": 256}
@@ -100,14 +101,10 @@ def main(argv=None) -> int:
     if a.replot:
         return _replot(paper, beyond, a.out)
     if paper:
-        from .experiments import run_figures
-
         s = run_figures(paper, a.out, base, seeds=range(n_seeds), workers=workers, l_trains=l_trains,
                         cache_dir=a.cache, lrs=lrs, quick=a.quick)
         print(f"paper figures {','.join(paper)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
     if beyond:
-        from .sparsity_probes.figures import run_beyond
-
         s = run_beyond(beyond, a.out, quick=a.quick, seeds=range(n_seeds), workers=workers)
         print(f"beyond figures {','.join(beyond)}: {s['meta'][','.join(beyond)]['wall_seconds']:.0f}s -> {a.out}")
     return 0
@@ -115,9 +112,6 @@ def main(argv=None) -> int:
 
 def _replot(paper: List[str], beyond: List[str], out: str) -> int:
     """--replot: redraw the figures' PNGs in ``out`` from the files their run wrote there."""
-    from .experiments import replot_figures
-    from .sparsity_probes.figures import replot_beyond
-
     try:
         written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
     except (OSError, ValueError) as e:
@@ -143,9 +137,6 @@ def _base_config(a: argparse.Namespace) -> tuple:
 
 def _single_run(base: RunConfig, out: str) -> int:
     """One run from the flags: trains, measures its scalar misalignment, writes ``<out>/run.json``."""
-    from .misalignment import scalar_misalignment
-    from .train import train_run
-
     res = train_run(base, progress=True)
     model = res.pop("model")
     res["misalignment"] = {L: scalar_misalignment(model, base.task, L, base.outrep, bits=base.bits)

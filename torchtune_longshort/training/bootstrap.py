@@ -19,6 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+from torchtune_longshort.data.tokenizer_training import sentencepiece_file, train_sentencepiece
+
 
 def stdlib_sentencepiece_tokenizer(
     path: str,
@@ -37,9 +40,6 @@ def stdlib_sentencepiece_tokenizer(
         max_seq_len: passed to ``llama2_tokenizer``.
     """
     from torchtune.models.llama2 import llama2_tokenizer
-
-    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-    from torchtune_longshort.data.tokenizer_training import sentencepiece_file, train_sentencepiece
 
     model_file = sentencepiece_file(path)
     folder = model_file.parent

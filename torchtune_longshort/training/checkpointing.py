@@ -28,6 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.refusals import Refusal
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
@@ -252,8 +253,6 @@ class StepCheckpoints:
     def steps(self, resumable: bool = False) -> List[int]:
         """Steps of the complete checkpoints (every file the folder's index names is there), ascending;
         ``resumable``: only those whose recipe state is there too (``step_0`` of a run from scratch has none)."""
-        from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
-
         if not self.root.is_dir():
             return []
         found = []

@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from torchtune_longshort.provenance import provenance
 from torchtune_longshort.training.checkpointing import METRICS_FILE
 
 
@@ -53,7 +54,6 @@ class JsonlMetricLogger:
             return
         if self.path.exists():
             self.path.unlink()
-        from torchtune_longshort.provenance import provenance
 
         dev = None if device is None else str(torch.device(device).type)
         with open(self.path, "a") as f:

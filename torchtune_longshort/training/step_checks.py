@@ -8,6 +8,8 @@ from typing import Callable, Dict, List, Sequence
 import torch
 from torch import nn
 
+from torchtune_longshort.rope.base import ScaledRoPE
+
 
 def check_finite_loss(out, where: Callable[[], str]) -> None:
     """Raise ``FloatingPointError`` naming ``where()`` (step, rank, e, data position) when ``out.loss`` is not
@@ -21,8 +23,6 @@ def check_finite_loss(out, where: Callable[[], str]) -> None:
 
 def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
     """The trainable parameters of the model's RoPE modules (CLEX's ODE), each once."""
-    from torchtune_longshort.rope.base import ScaledRoPE
-
     seen: Dict[int, nn.Parameter] = {}
     for module in model.modules():
         if isinstance(module, ScaledRoPE):

@@ -48,6 +48,8 @@ from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_h
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
 from torchtune_longshort.loss.divergences import DIVERGENCES
+from torchtune_longshort.metrics.misalignment import suffix_misalignment
+from torchtune_longshort.provenance import provenance
 
 __all__ = ["LongShortLM", "TokenLoglikelihood"]
 
@@ -101,8 +103,6 @@ class LongShortLM(TemplateLM):
     def get_model_info(self) -> dict:
         """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls
         this after the evaluation, so the stdlib corpus hash is there when a task used the corpus)."""
-        from torchtune_longshort.provenance import provenance
-
         return {
             "checkpoint_dir": str(self.checkpoint_dir),
             "checkpoint_fingerprint": self.checkpoint_fingerprint,
@@ -306,8 +306,6 @@ class LongShortLM(TemplateLM):
         distributions after the last ``l1`` and the last ``l2`` tokens of ``text`` (encoded without BOS), via
         ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than ``max(l1, l2)`` tokens or longer
         than the model can run gets NaN values and an error message."""
-        from torchtune_longshort.metrics.misalignment import suffix_misalignment
-
         out: List[Dict[str, float]] = []
         for req in tqdm(requests, disable=disable_tqdm, desc="longshort next_token_divergence"):
             text, params = req.args

@@ -47,6 +47,7 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
+from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
@@ -235,7 +236,6 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     sections, summary = family_tables(runs, coverage, not_scored)
     summary["runs"] = infos
     files, curve_notes = _figures(runs, dict(zip(names, results_dirs)), out_dir, summary)
-    from torchtune_longshort.provenance import provenance, provenance_markdown
 
     run_prov = {name: load_provenance(d) for name, d in zip(names, results_dirs)}
     prov = provenance(stdlib=any("stdlib_corpus" in (p or {}) for p in run_prov.values()))

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.plot_axes import heatmap_size, length_axis, series_style, value_axis, wrapped_title
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
@@ -40,8 +41,6 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
     (:func:`plot_axes.heatmap_size`) and the title is wrapped to the figure's width, so neither is squeezed nor
     clipped."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import heatmap_size, wrapped_title
 
     lengths = sorted(grid)
     depths = sorted({d for row in grid.values() for d in row})
@@ -82,8 +81,6 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     the axis. Runs with equal numbers stay visible (:func:`plot_axes.series_style`)."""
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import length_axis, series_style, value_axis
-
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     xs, ys = [], []
@@ -108,8 +105,6 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
     """Per-position mean NLL, one line per run and length (see :func:`write_curves`), as a matplotlib Figure;
     plain-number NLL ticks without an offset (:func:`plot_axes.value_axis`)."""
     from matplotlib.figure import Figure
-
-    from torchtune_longshort.eval.plot_axes import value_axis
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()

@@ -17,12 +17,16 @@ import sys
 import time
 from pathlib import Path
 
+from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.study.preflight import preflight
+from torchtune_longshort.study.table1.config import load_table1_config
+
 PROG = "python -m torchtune_longshort.study.table1"
 
 
 def main(argv=None) -> int:
-    from torchtune_longshort.refusals import ArgumentParser, refusing
-
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "
                    "--list` name (study/table1_smollm2.yaml)")
@@ -33,13 +37,9 @@ def main(argv=None) -> int:
     p.add_argument("--note", default="", help="a paragraph put under the verdict in report.md (e.g. the machine)")
     p.add_argument("--repo-root", default=".", help="folder relative paths are resolved against")
     a = p.parse_args(argv)
-
-    from torchtune_longshort._quiet import quiet_upstream
-
     quiet_upstream()  # before the imports below: torchao logs its line on import
-    from torchtune_longshort.configs_cli import resolve_config
-    from torchtune_longshort.study.preflight import preflight
-    from torchtune_longshort.study.table1.config import load_table1_config
+    # deferred: lm_eval, matplotlib (the runner builds the eval model, the report draws; --help and bad arguments
+    # answer without them)
     from torchtune_longshort.study.table1.report import build_table1_report
     from torchtune_longshort.study.table1.runner import Table1
 

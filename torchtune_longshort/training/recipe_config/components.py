@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
+from torchtune_longshort.models.families import check_torchtune_model_type
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.training.recipe_config.values import check_creatable, number, resolve_component, text
 
@@ -63,8 +67,6 @@ def _nodes(node: Mapping[str, Any], where: str) -> Iterator[Tuple[str, Mapping[s
 def _method_parameters(method: str) -> Optional[List[str]]:
     """The keywords RoPE method ``method``'s class takes besides what every method gets (head size, positions, base);
     None when it takes any."""
-    from torchtune_longshort.rope import ROPE_METHODS
-
     params = inspect.signature(ROPE_METHODS[method].__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
@@ -86,8 +88,6 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
     """A RoPE method's own arguments, by its class's signature, before anything is built: ``rope_scaled``'s extra
     keys (besides its own and ``apply_rope_scaling``'s), or a builder's ``rope_kwargs`` (its ``rope_method``, else
     the builder's default method)."""
-    from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
-    from torchtune_longshort.rope import ROPE_METHODS
 
     target = resolve_component(f"{path}._component_", node["_component_"])
     if target is rope_scaled:
@@ -113,8 +113,6 @@ class ModelConfig(ComponentSection):
     """``model``: a builder (torchtune's, ``torchtune_longshort.models.*``), possibly wrapped in ``rope_scaled``."""
 
     def check(self, where: str) -> None:
-        from torchtune_longshort.rope import check_rope_method
-
         for path, node in _nodes({"_component_": self.component, **self.args}, where):
             if path != where:
                 build_section(ComponentSection, dict(node), path)
@@ -133,8 +131,6 @@ class ModelConfig(ComponentSection):
             if node["_component_"] == HF_DECODER and not local:
                 return None
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir") and not node.get("plain_rope"):
-                from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-
                 return CheckpointFolder.open(node["checkpoint_dir"]).usable_length
             try:
                 p = inspect.signature(resolve_component("model", node["_component_"])).parameters.get("max_seq_len")
@@ -161,8 +157,6 @@ class CheckpointerConfig(ComponentSection):
     def check(self, where: str) -> None:
         if self.checkpoint_dir is None:
             return
-        from torchtune_longshort.models.families import check_torchtune_model_type
-        from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 
         if not Path(self.checkpoint_dir).exists():
             raise FileNotFoundError(f"{where}.checkpoint_dir={self.checkpoint_dir!r} does not exist")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, List, Optional, Tuple
 
+from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
+from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.values import integer, length, resolve_component
 
@@ -36,19 +38,13 @@ class DataSourceConfig(ComponentSection):
     @property
     def takes_tokenizer(self) -> bool:
         """A torchtune dataset builder: built with the recipe's tokenizer, its samples' ``tokens`` are documents."""
-        from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
-
         return takes_tokenizer(resolve_component("_component_", self.component))
 
     def input_files(self, where: str) -> List[Tuple[str, Path]]:
         """``[(field, path)]`` of the local files and folders this source reads (refused when missing)."""
-        from torchtune_longshort.data.data_files import named_files, named_path
-
         return named_path(self.args, where) + named_files(self.args, where)
 
     def check(self, where: str) -> None:
-        from torchtune_longshort.data.data_files import check_not_empty, named_files
-
         self.input_files(where)
         check_not_empty(named_files(self.args, where))
 

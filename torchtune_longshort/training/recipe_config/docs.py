@@ -16,6 +16,7 @@ from typing import Any, Iterator, List, Tuple
 
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, REQUIRED, resume_policies, yaml_key
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.values import resolve_component
 
 START, END = "<!-- recipe-config-table:start -->", "<!-- recipe-config-table:end -->"
 
@@ -27,8 +28,6 @@ def _default(f, cls: type) -> str:
     if default is FROM_COMPONENT:
         owner = getattr(cls, "DOC_COMPONENT", None)
         if owner is not None:
-            from torchtune_longshort.training.recipe_config.values import resolve_component
-
             p = inspect.signature(resolve_component("_component_", owner)).parameters[yaml_key(f)]
             return f"`{_value(p.default)}` ({owner.rsplit('.', 1)[1]}'s)"
         return "the component's"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.divergences import divergence_fn
 from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, setting
 from torchtune_longshort.training.recipe_config.values import integer, number, resolve_component, wrapped
@@ -29,8 +30,6 @@ class LossConfig(ComponentSection):
     num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=integer(1))
 
     def check(self, where: str) -> None:
-        from torchtune_longshort.loss import LongShortLoss
-
         cls = resolve_component(f"{where}._component_", self.component)
         if not (isinstance(cls, type) and issubclass(cls, LongShortLoss)):
             raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected "

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+from torchtune_longshort.models.families import checkpoint_dims
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.values import resolve_component
+from torchtune_longshort.windows import resolve_min_context
 
 
 def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> None:
@@ -52,8 +57,6 @@ def offloading_refusal(offloading: bool, checkpointing: bool, device: str) -> Op
 
 
 def _check_min_context(config: RecipeConfig) -> None:
-    from torchtune_longshort.windows import resolve_min_context
-
     try:
         resolve_min_context(config.loss.min_context, config.seq_len)
     except ValueError as e:
@@ -81,7 +84,7 @@ def _check_scratch_dimensions(config: RecipeConfig) -> None:
     dimensions."""
     if config.checkpointer.checkpoint_dir is not None or config.resume:
         return
-    from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+    # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
     from torchtune_longshort.training.model_setup import model_kwargs
 
     hf_config_from_llama_kwargs(model_kwargs(config.model.args))
@@ -93,8 +96,6 @@ def _check_scheduler(config: RecipeConfig) -> None:
     if sched is None:
         return
     import torch
-
-    from torchtune_longshort.training.recipe_config.values import resolve_component
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     try:
@@ -110,8 +111,7 @@ def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
     start = config.checkpointer.checkpoint_dir
     if start is None:
         return
-    from torchtune_longshort.models.families import checkpoint_dims
-    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
     from torchtune_longshort.training.model_setup import model_kwargs
 
     folder = CheckpointFolder.open(start)
@@ -131,14 +131,13 @@ def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
 def declared_vocab(config: RecipeConfig) -> Tuple[Optional[int], str]:
     """``(vocabulary size, the field that says it)`` of the model the config builds, as far as the config says it
     before the build: the model node's ``vocab_size``, else the start checkpoint's ``config.json``; (None, "")."""
+    # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
     from torchtune_longshort.training.model_setup import model_kwargs
 
     vocab = model_kwargs(config.model.args).get("vocab_size")
     if isinstance(vocab, int):
         return vocab, f"model.vocab_size={vocab}"
     if config.checkpointer.checkpoint_dir is not None:
-        from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-
         folder = CheckpointFolder.open(config.checkpointer.checkpoint_dir)
         return folder.vocab_size, f"vocab_size {folder.vocab_size} of {str(folder.path / 'config.json')!r}"
     return None, ""

@@ -17,8 +17,10 @@ import os
 import sys
 from pathlib import Path
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.training.recipe_config import load_recipe_config
 
 PROG = "longshort-validate"
 
@@ -27,8 +29,6 @@ def validate(config: str, overrides, world_size: int = 1):
     """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged."""
     import yaml
     from torchtune.config._utils import _merge_yaml_and_cli_args
-
-    from torchtune_longshort.training.recipe_config import load_recipe_config
 
     path = resolve_config(config, Path.cwd(), "config")
     node = yaml.safe_load(path.read_text()) or {}
@@ -43,8 +43,6 @@ def main(argv=None) -> int:
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, as tune run takes them")
     args = ap.parse_args(argv)
-    from torchtune_longshort._quiet import quiet_upstream
-
     quiet_upstream()
     refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1"))))
     print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "

@@ -18,6 +18,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol,
 
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -49,8 +50,6 @@ class RequestPrompt(Protocol):
 def load_token_counter(tokenizer: str) -> Callable[[str], int]:
     """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
     project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`)."""
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
-
     tok = TaskTokenizer(tokenizer)
     return lambda text: len(tok.encode(text))
 
@@ -64,16 +63,15 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
     """
 
     def docs() -> Iterable[str]:
-        if haystack == "stdlib":
-            from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-
-            return iter_stdlib_documents(include_tests=False)
-        if haystack == "pg19":
-            from torchtune_longshort.data.corpus import pg19
-
-            return pg19(split="test", check_first=False)()
+        # deferred: torch (the data package's __init__ imports it; the task modules read this one's constants)
+        from torchtune_longshort.data.corpus import pg19
+        from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
         from torchtune_longshort.data.text_files import iter_documents, resolve_files
 
+        if haystack == "stdlib":
+            return iter_stdlib_documents(include_tests=False)
+        if haystack == "pg19":
+            return pg19(split="test", check_first=False)()
         try:
             files = resolve_files(haystack, (".txt",), "haystack")
         except FileNotFoundError as e:

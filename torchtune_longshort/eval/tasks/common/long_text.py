@@ -56,6 +56,7 @@ class TaskTokenizer:
     def __init__(self, name_or_path: str):
         self.name = str(name_or_path)
         if Path(self.name).expanduser().exists():
+            # deferred: torch (the models package's __init__ imports it; a hub tokenizer name needs none of it)
             from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
 
             self._src = checkpoint_tokenizer(self.name)
@@ -96,6 +97,7 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
 
 def _read_local(data_files: Any, text_field: str) -> Iterator[str]:
     """The documents of local ``data_files`` through the one local-text reader; its errors as ``TaskDataError``."""
+    # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
     from torchtune_longshort.data.text_files import iter_documents, resolve_files
 
     try:
@@ -138,6 +140,7 @@ def iter_texts(
     if source not in SOURCES:
         raise TaskDataError(f"source={source!r} is not supported; accepted: {', '.join(SOURCES)}")
     # stdlib and Hugging Face sources are the training loaders' (torchtune_longshort.data.corpus)
+    # deferred: torch (the data package's __init__ imports it)
     from torchtune_longshort.data import corpus
 
     if source in STDLIB_SOURCES:

@@ -33,6 +33,7 @@ from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,
@@ -152,8 +153,6 @@ class PackTask(ConfigurableTask):
         """Prompt tokens with BOS, by the model's tokenizer from the metadata; 0 when it cannot be loaded (then
         only the generation budget is checked)."""
         if self._counter is None:
-            from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
-
             try:
                 self._counter = tokenizer_from_metadata(dict(self.config.metadata or {}))
             except Exception as err:  # noqa: BLE001  -- any failure only skips the prompt-length check
