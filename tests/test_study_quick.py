@@ -46,7 +46,8 @@ def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(t
 
     run = out / "runs" / "yarn_a0_s0"
     rows = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
-    assert len(rows) == 2 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
+    assert rows and rows[-1]["step"] == 2  # logged every 5 steps (the config) and at the last
+    assert all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
     step = run / "train" / "step_2"
     assert (step / "tokenizer.json").read_bytes() == (real_model_dir / "tokenizer.json").read_bytes()
     tok = AutoTokenizer.from_pretrained(str(step))
