@@ -40,3 +40,19 @@ def evaluate(model: str, pretrained: Path, tasks, meta, tokenizer: Path) -> dict
     return res["results"]
 
 
+
+
+def loads_in_transformers(step: Path, source: Path):
+    """``step`` as a user takes it: the source's ``tokenizer.json`` unchanged, and the folder loads in transformers
+    (``AutoTokenizer`` / ``AutoModelForCausalLM``, the independent reader) with finite logits; returns the probe
+    text's ids."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert (step / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    tok = AutoTokenizer.from_pretrained(str(step))
+    hf = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
+    ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.isfinite(hf(ids).logits).all()
+    return ids

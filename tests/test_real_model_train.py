@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from real_model_helpers import RECIPE, REPO, SMOKE, TUNE, evaluate
+from real_model_helpers import RECIPE, REPO, SMOKE, TUNE, evaluate, loads_in_transformers
 
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.slow
@@ -34,19 +34,11 @@ def _train(config: str, out: Path, ckpt: Path) -> Path:
 def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_model_dir, tmp_path):
     """LoRA, alpha 0.1, L 512, 4 steps; ``step_4`` loads in transformers (model and tokenizer: the source's
     tokenizer, unchanged), and scores the same ppl in ``longshort`` and ``hf``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = "smollm2_135m/lora_yarn_16k_stdlib.yaml"
     step = _train(config, tmp_path / "run", real_model_dir)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
     assert len(rows) == 4 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
-    assert (step / "tokenizer.json").read_bytes() == (real_model_dir / "tokenizer.json").read_bytes()
-    tok = AutoTokenizer.from_pretrained(str(step))
-    hf = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
-    ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
-    with torch.no_grad():
-        assert torch.isfinite(hf(ids).logits).all()
+    ids = loads_in_transformers(step, real_model_dir)
     _peft_gives_the_merged_logits(real_model_dir, step, ids)
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [1024]}
     ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]

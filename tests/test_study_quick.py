@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from real_model_helpers import evaluate
+from real_model_helpers import evaluate, loads_in_transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 PPL_KEYS = ("ppl_source", "ppl_num_samples", "ppl_max_seq_lengths", "ppl_join_documents")
@@ -28,9 +28,6 @@ def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(t
     checkpoint as a user takes it: it loads in transformers (``AutoModelForCausalLM`` / ``AutoTokenizer``, the
     independent reader; the source's ``tokenizer.json`` unchanged), and lm-eval's ``hf`` model scores the
     perplexity the study's ``longshort`` evaluation reported, on the same metadata."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     out, rep = tmp_path / "out", tmp_path / "report"
     cmd = [sys.executable, "-m", "torchtune_longshort.study", "--config",
            str(ROOT / "configs/study/gpu_smollm2_seeds.yaml"),
@@ -49,12 +46,7 @@ def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(t
     assert rows and rows[-1]["step"] == 2  # logged every 5 steps (the config) and at the last
     assert all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
     step = run / "train" / "step_2"
-    assert (step / "tokenizer.json").read_bytes() == (real_model_dir / "tokenizer.json").read_bytes()
-    tok = AutoTokenizer.from_pretrained(str(step))
-    hf = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
-    ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
-    with torch.no_grad():
-        assert torch.isfinite(hf(ids).logits).all()
+    loads_in_transformers(step, real_model_dir)
 
     rec = json.loads((run / "result.json").read_text())
     ours = rec["results"]["longshort_ppl"]["ppl_512"]
