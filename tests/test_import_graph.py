@@ -13,15 +13,6 @@ from benchmarks import import_graph as graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Function-level own imports in files that other changes in flight own (not to be edited here). Remove an entry when
-# its file is fixed: the test then holds that file to the rule too.
-NOT_YET = {
-    "torchtune_longshort/study/eval_config.py": 3,
-    "torchtune_longshort/eval/plot_axes.py": 1,
-    "torchtune_longshort/eval/report/results_io.py": 1,
-}
-
-
 @pytest.fixture(scope="module")
 def facts():
     return graph.analyse(ROOT)
@@ -38,12 +29,8 @@ def test_no_arrow_back_up_and_every_module_on_a_floor(facts):
 
 
 def test_function_level_own_imports_only_defer_a_heavy_dependency(facts):
-    undeferred = {}
-    for row in facts["function_level_list"]:
-        if not row["deferred"]:
-            undeferred.setdefault(row["file"], []).append(row["line"])
-    over = {f: lines for f, lines in undeferred.items() if len(lines) > NOT_YET.get(f, 0)}
-    assert over == {}, "move these to module level, or mark a real deferral '# deferred: <package>'"
+    undeferred = [f"{row['file']}:{row['line']}" for row in facts["function_level_list"] if not row["deferred"]]
+    assert undeferred == [], "move these to module level, or mark a real deferral '# deferred: <package>'"
     assert facts["function_level_false_deferrals"] == []
 
 

@@ -125,7 +125,7 @@ def test_the_recipe_accepts_the_split_of_its_dataset(tmp_path):
     from omegaconf import OmegaConf
 
     from torchtune_longshort.training.recipe_config import RecipeConfig
-    from torchtune_longshort.training.recipe_config.fields import build_section
+    from torchtune_longshort.config.fields import build_section
 
     root = Path(__file__).resolve().parents[1]
     node = OmegaConf.to_container(OmegaConf.load(root / "configs/tiny/longshort_stdlib.yaml"), resolve=True)

@@ -9,7 +9,7 @@ from matplotlib.colors import to_rgba
 from plot_helpers import check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
 from scipy.stats import spearmanr
 
-from torchtune_longshort.eval.plot_axes import MISSING_GID, QUICK_MARK
+from torchtune_longshort.plots.axes import MISSING_GID, QUICK_MARK
 from torchtune_longshort.study.claim_figures import (DIRECTION_STYLE, alpha_figure, divergence_figure,
                                                      e_range_figure, scatter_figure)
 

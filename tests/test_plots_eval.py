@@ -9,7 +9,7 @@ import json
 import pytest
 from plot_helpers import check_every_series_visible, check_plain_value_axis, draw, inside_figure, no_overlap, ticks
 
-from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, WIDENED_GID, value_limits
+from torchtune_longshort.plots.axes import MIN_SPAN_FRACTION, WIDENED_GID, value_limits
 from torchtune_longshort.eval.report.figures import curves_figure, heatmap_figure, heatmaps, ppl_figure
 from torchtune_longshort.eval.report.results_io import even_cell_counts, load_cell_counts
 
@@ -129,7 +129,7 @@ def test_linear_value_axis_reads_right_at_small_and_large_magnitudes(scale):
     # set_scientific(False) every tick under 1e-8 reads 0.000... (its __call__ rounds |x| < 1e-8 to 0)
     from matplotlib.figure import Figure
 
-    from torchtune_longshort.eval.plot_axes import value_axis
+    from torchtune_longshort.plots.axes import value_axis
 
     fig = Figure(figsize=(4, 3))
     ax = fig.subplots()

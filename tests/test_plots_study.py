@@ -11,7 +11,7 @@ from matplotlib.colors import to_rgb
 from plot_helpers import (check_every_series_visible, check_plain_value_axis, draw, inside_figure, lengths_cfg,
                           no_overlap, study, table, texts, ticks)
 
-from torchtune_longshort.eval.plot_axes import MIN_SPAN_FRACTION, MISSING_GID, QUICK_MARK, WIDENED_GID
+from torchtune_longshort.plots.axes import MIN_SPAN_FRACTION, MISSING_GID, QUICK_MARK, WIDENED_GID
 from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
 from torchtune_longshort.study.figures import babilong_figure, line_figure, passkey_figure
 from torchtune_longshort.study.records import short_reason, upgraded, value, why_empty

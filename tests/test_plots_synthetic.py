@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from plot_helpers import check_every_series_visible, draw, inside_figure, texts
 
-from torchtune_longshort.eval.plot_axes import QUICK_MARK
+from torchtune_longshort.plots.axes import QUICK_MARK
 from torchtune_longshort.synthetic.experiments import replot_figures
 from torchtune_longshort.synthetic.figures import L_TRAIN_GID, paper_figure, theory_figure
 from torchtune_longshort.synthetic.sparsity_probes.figures import probe_figure

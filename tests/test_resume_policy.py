@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from torchtune_longshort.training.recipe_config.fields import RESUME_POLICIES, resume_policies
+from torchtune_longshort.config.fields import RESUME_POLICIES, resume_policies
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.resume import RESUME_POLICY, compare_resume_config
 
@@ -48,7 +48,7 @@ def test_every_top_level_field_declares_its_resume_policy():
 def test_a_field_without_a_policy_is_refused_naming_it():
     from dataclasses import dataclass
 
-    from torchtune_longshort.training.recipe_config.fields import Section, setting
+    from torchtune_longshort.config.fields import Section, setting
 
     @dataclass(frozen=True)
     class Forgot(Section):

@@ -14,7 +14,7 @@ from torchtune_longshort.models.rope_scaling import apply_rope_scaling
 from torchtune_longshort.rope import ROPE_METHODS, build_rope
 from torchtune_longshort.study.values import rope_method
 from torchtune_longshort.training.recipe_config.components import ModelConfig
-from torchtune_longshort.training.recipe_config.fields import build_section
+from torchtune_longshort.config.fields import build_section
 
 TINY = {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 64, "num_layers": 1, "num_heads": 2,
         "num_kv_heads": 1, "embed_dim": 16, "max_seq_len": 32}

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from torchtune_longshort.study.plan import PlanConfig
-from torchtune_longshort.training.recipe_config.fields import build_section
+from torchtune_longshort.config.fields import build_section
 
 KEYS = ["base"] + [f"{m}_a{a}_s{s}" for s in (0, 1) for m in ("pi", "yarn") for a in (0, 0.1)]
 PARTS = {"start_s": 60, "base_eval_s": 70, "train_s": 110, "eval_s": 100}

@@ -29,7 +29,7 @@ from torchtune_longshort.eval.tasks.common.lengths import per_length
 from torchtune_longshort.study.table1.analysis import analyze, main_correlation
 from torchtune_longshort.study.table1.config import Table1Config
 from torchtune_longshort.study.table1.runner import cell_key
-from torchtune_longshort.training.recipe_config.fields import build_section
+from torchtune_longshort.config.fields import build_section
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs/study/table1_smollm2.yaml"

@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional
 from torchtune_longshort.models.gguf import pypi_model
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.values import recipe_keys
-from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
-from torchtune_longshort.training.recipe_config.values import integer, number, one_of
+from torchtune_longshort.config.unknown_keys import ConfigKeyError
+from torchtune_longshort.config.values import integer, number, one_of
 
 # which base ratio ``base.min_ppl_ratio`` gates on (study.base_failure): "sequence" = ppl(4 L0 tokens) / ppl(L0
 # tokens); "positions" = inside 4 L0-token sequences, ppl at positions [3 L0, 4 L0) / ppl at [0, L0)

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from torchtune_longshort.eval.plot_axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
+from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
                                                  value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.claims import by_seed, long_lengths, train_ce

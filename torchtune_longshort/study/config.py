@@ -41,8 +41,8 @@ from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Variants, build_grid, merged, methods
 from torchtune_longshort.study.plan import BASE_KEY, PlanConfig
 from torchtune_longshort.study.schema import check_keys
-from torchtune_longshort.training.recipe_config.fields import build_section
-from torchtune_longshort.training.recipe_config.values import boolean, integer, length, number, text
+from torchtune_longshort.config.fields import build_section
+from torchtune_longshort.config.values import boolean, integer, length, number, text
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
 QUICK_REPLACES = ("methods", "variants")

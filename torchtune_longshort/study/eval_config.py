@@ -7,6 +7,7 @@ BABILong, LongBench-E), on which device and context, and where each family's num
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from dataclasses import dataclass, replace
@@ -14,10 +15,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.babilong.generator import generate
+from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.common.lengths import lengths_key, per_depth, per_length
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study import values
-from torchtune_longshort.training.recipe_config.values import boolean, device_name, integer, length, text
+from torchtune_longshort.config.values import boolean, device_name, integer, length, text
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
 # The study's length-swept families (lengths: eval.<family>_lengths) -> their lm-eval task (the pack's registry).
 _SWEPT = ("ppl", "passkey", "misalignment")
@@ -75,10 +79,6 @@ class BabilongConfig(StudySection):
         """The haystack the generator reads: ``haystack``, else the generator's own default."""
         if self.haystack is not None:
             return self.haystack
-        import inspect
-
-        from torchtune_longshort.eval.tasks.babilong.generator import generate
-
         return inspect.signature(generate).parameters["haystack"].default
 
 
@@ -119,8 +119,6 @@ class EvalConfig(StudySection):
 
     def __post_init__(self) -> None:
         if self.mis_num_samples is None:
-            from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
-
             object.__setattr__(self, "mis_num_samples", DEFAULT_NUM_SAMPLES)
         asked = [self.lengths_of(f) for f in FAMILY_TASK]
         if self.max_length is None and all(n is not None for n in asked):
@@ -146,8 +144,6 @@ class EvalConfig(StudySection):
     @property
     def babilong_tokens(self) -> List[int]:
         """The token budgets of BABILong's length labels ([] when BABILong is not run)."""
-        from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
-
         return [LENGTHS[label] for label in self.babilong_lengths]
 
     def metadata_value(self, key: str, default: Any = None) -> Any:

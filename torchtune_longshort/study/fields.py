@@ -1,5 +1,5 @@
 """A study config field declared once (YAML key, default, doc, check), as the recipe's are
-(:mod:`torchtune_longshort.training.recipe_config.fields`, whose :func:`build_section` builds both), and the way back
+(:mod:`torchtune_longshort.config.fields`, whose :func:`build_section` builds both), and the way back
 from a typed section to the plain mapping the study records (``study.json``, a run's ``spec``).
 
 Two things only a study needs: a field ``written_if_set`` is left out of that mapping while it is unset (the records
@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import field, fields, is_dataclass
 from typing import Any, Dict, Optional
 
-from torchtune_longshort.training.recipe_config.fields import REQUIRED, Check, Section, yaml_key
-from torchtune_longshort.training.recipe_config.fields import setting as recipe_setting
+from torchtune_longshort.config.fields import REQUIRED, Check, Section, yaml_key
+from torchtune_longshort.config.fields import setting as recipe_setting
 
 
 def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None, section: Optional[type] = None,
             nullable: bool = False, written_if_set: bool = False, names: bool = False) -> Any:
-    """A dataclass field of a study config section: :func:`recipe_config.fields.setting` plus ``written_if_set``
+    """A dataclass field of a study config section: :func:`torchtune_longshort.config.fields.setting` plus ``written_if_set``
     (left out of :meth:`StudySection.as_dict` while None) and ``names`` (its check reads names only, and also runs
     on the ``quick`` overlay)."""
     meta = dict(recipe_setting(default, doc=doc, check=check, section=section, nullable=nullable).metadata)

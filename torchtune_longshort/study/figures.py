@@ -3,7 +3,7 @@ BABILong and passkey depth x length heatmaps, the CE-only fine-tunes' held-out C
 :func:`redraw_report`, which redraws a finished report's figures (these and the claims' figures,
 :mod:`torchtune_longshort.study.claim_figures`) from the run records it holds.
 
-Every figure reads right at its edges: value axes follow :func:`torchtune_longshort.eval.plot_axes.value_axis` (one
+Every figure reads right at its edges: value axes follow :func:`torchtune_longshort.plots.axes.value_axis` (one
 rule, near-equal values included), coinciding lines stay visible (:func:`plot_axes.series_style`), a title says
 "1 seed" rather than "mean ± sd" when there is one seed (:func:`~torchtune_longshort.study.labels.seeds_text`), and a
 quick (smoke) study's figures say so (:func:`plot_axes.mark_quick`)."""
@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from torchtune_longshort.eval.plot_axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
+from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
                                                  series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -46,7 +46,7 @@ def line_figure(cfg: StudyConfig, table: Dict[str, Any], lengths: List[int], yla
     row (a Figure).
 
     Lengths get one labelled tick each; the value axis is log only when the values span a decade, with plain
-    tick labels and no offset text (:mod:`torchtune_longshort.eval.plot_axes`). The title counts the seeds its
+    tick labels and no offset text (:mod:`torchtune_longshort.plots.axes`). The title counts the seeds its
     points hold (a cell's ``n``), not the seeds planned. A cell with no value is named on the panel with the
     reason its table cell gives (``why_empty``: not run, failed, a length the text could not fill, ...)."""
     from matplotlib.figure import Figure

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.study import values
 from torchtune_longshort.study.fields import StudySection, setting
-from torchtune_longshort.training.recipe_config.values import integer, number, text
+from torchtune_longshort.config.values import integer, number, text
 from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range
 
 METHOD_OVERRIDES = "overrides"  # in a ``methods`` entry: recipe keys for that method's runs only

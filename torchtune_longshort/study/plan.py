@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, List, Sequence, Tuple
 
 from torchtune_longshort.study.fields import StudySection, setting
-from torchtune_longshort.training.recipe_config.values import number
+from torchtune_longshort.config.values import number
 
 BASE_KEY = "base"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from torchtune_longshort.training.recipe_config.fields import section_keys
-from torchtune_longshort.training.recipe_config.unknown_keys import refuse_unknown
+from torchtune_longshort.config.fields import section_keys
+from torchtune_longshort.config.unknown_keys import refuse_unknown
 
 # top-level keys of the YAML that are not fields: the --quick overlay and the `tune validate` marker
 _NOT_FIELDS = ("quick", "not_a_torchtune_config")

@@ -1,5 +1,5 @@
 """Checks of single study config values: ``(path, value) -> value``, each raising ``ValueError`` that names the field,
-the value and what would be accepted (the recipe's own, :mod:`torchtune_longshort.training.recipe_config.values`,
+the value and what would be accepted (the recipe's own, :mod:`torchtune_longshort.config.values`,
 where they fit). The study sections' :func:`~torchtune_longshort.study.fields.setting` declarations use them."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.rope import check_rope_method
-from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
-from torchtune_longshort.training.recipe_config.values import length, refuse
+from torchtune_longshort.config.unknown_keys import ConfigKeyError
+from torchtune_longshort.config.values import length, refuse
 
 
 def lengths(path: str, value: Any) -> List[int]:

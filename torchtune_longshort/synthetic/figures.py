@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from torchtune_longshort.eval.plot_axes import mark_quick, series_style, value_axis
+from torchtune_longshort.plots.axes import mark_quick, series_style, value_axis
 from torchtune_longshort.synthetic.theory import length_error_closed_form, sum_error_closed_form
 
 FIGURE_TITLES = {
@@ -84,7 +84,7 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
 
     Curves that coincide (NoPE, ALiBi and RoPE on the length task) all stay visible: each has its own colour, line
     style and marker shape, its markers sit at lengths no other curve marks, and later curves are drawn thinner
-    (:func:`torchtune_longshort.eval.plot_axes.series_style`). ``quick``: the figure says it is a quick (smoke)
+    (:func:`torchtune_longshort.plots.axes.series_style`). ``quick``: the figure says it is a quick (smoke)
     run."""
     from matplotlib.figure import Figure
 

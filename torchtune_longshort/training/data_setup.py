@@ -17,7 +17,7 @@ from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
-from torchtune_longshort.training.recipe_config.values import resolve_component
+from torchtune_longshort.config.values import resolve_component
 
 
 def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset"):

@@ -4,7 +4,7 @@ step folder's ``adapter/``) and may change: the saved config against the new one
 Exact resume needs the same model, data, windows and loss; a change there would silently train another run, so it
 is refused. Changes a user means (more steps, another learning rate after a NaN, logging, checkpoint period) are
 applied and logged. Which is which, each field of the typed config declares (``setting(resume=...)``,
-:data:`~.recipe_config.fields.RESUME_POLICIES`); :data:`RESUME_POLICY` is read from those declarations, so a new
+:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`); :data:`RESUME_POLICY` is read from those declarations, so a new
 field cannot be left out.
 """
 
@@ -18,7 +18,7 @@ import torch
 from torchtune_longshort.models.hf_checkpoint import read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.training.checkpointing import recipe_state_path
-from torchtune_longshort.training.recipe_config.fields import resume_policies, with_own_defaults
+from torchtune_longshort.config.fields import resume_policies, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -32,7 +32,7 @@ OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relati
 def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
     """``config`` with its paths resolved (:func:`~.recipe_config.paths.resolved_config`; a config saved before
     paths were resolved is read against the working directory) and those inside its ``output_dir`` written relative
-    to it, and the top-level fields it leaves out set to their defaults (:func:`~.recipe_config.fields.
+    to it, and the top-level fields it leaves out set to their defaults (:func:`~torchtune_longshort.config.fields.
     with_own_defaults`), so that two spellings of one run compare equal."""
     from omegaconf import OmegaConf
 

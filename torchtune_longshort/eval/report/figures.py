@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.plot_axes import heatmap_size, length_axis, series_style, value_axis, wrapped_title
+from torchtune_longshort.plots.axes import heatmap_size, length_axis, series_style, value_axis, wrapped_title
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import parse_length

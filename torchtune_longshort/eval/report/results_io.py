@@ -254,6 +254,7 @@ def load_curves(results_dir: Path) -> Dict[int, List[float]]:
     """Per-position mean NLL per ``longshort_ppl`` length (``curve_mean_nll_<length>`` of each logged sample) from
     lm-eval samples files; a length found in several files is taken from the newest. Empty for a model that returns
     no per-token log-probabilities (lm-eval's ``hf``): its samples have no such key."""
+    # deferred: lm_eval (the ppl task's module builds on lm-eval's Task; reading results files needs none of it)
     from torchtune_longshort.eval.tasks.ppl.task import position_curve
 
     curves: Dict[int, List[float]] = {}

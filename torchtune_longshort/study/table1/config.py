@@ -24,8 +24,8 @@ from torchtune_longshort.study.eval_config import FAMILY_TASK, EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.grid import MethodSpec, methods
 from torchtune_longshort.study import values
-from torchtune_longshort.training.recipe_config.fields import build_section
-from torchtune_longshort.training.recipe_config.values import boolean, integer, number, text
+from torchtune_longshort.config.fields import build_section
+from torchtune_longshort.config.values import boolean, integer, number, text
 
 # Fewer variants than this give no Spearman interval (the Fisher-z interval needs n > 3).
 MIN_VARIANTS = 4

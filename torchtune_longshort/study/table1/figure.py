@@ -1,7 +1,7 @@
 """The Table-1 figure: the misalignment metric (SCE, Eq. 4) against each performance figure, one panel per figure
 (rows) and length (columns), every point named by its variant, Spearman's rho with its 95% interval, n and the
 verdict in each title, and the variants without a point and why (not run, failed, not scored). It follows the study
-figures' rules (:mod:`torchtune_longshort.eval.plot_axes`: value axes, quick runs marked)."""
+figures' rules (:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 
 from matplotlib.figure import Figure
 
-from torchtune_longshort.eval.plot_axes import MARKERS, mark_quick, value_axis, wrapped_title
+from torchtune_longshort.plots.axes import MARKERS, mark_quick, value_axis, wrapped_title
 from torchtune_longshort.study.table1.analysis import MAIN_PREDICTOR, PREDICTORS, TARGETS, main_correlation, rho_text
 from torchtune_longshort.study.table1.config import Table1Config
 

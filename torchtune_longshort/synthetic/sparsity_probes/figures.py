@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtune_longshort.eval.plot_axes import mark_quick
+from torchtune_longshort.plots.axes import mark_quick
 
 from ..figures import legend_outside, mark_l_train
 from ..train import run_provenance

@@ -5,21 +5,21 @@ with "did you mean" (torchtune's own names too), each value checked with its fie
 checked before it is built where its arguments can be, then the rules between fields (:mod:`.rules`) and the
 output folder's rules and inputs (:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here leaves a
 file or a folder behind (whether a folder the run will create can be created is tried: one made and removed at once,
-:func:`~.values.check_creatable`).
+:func:`~torchtune_longshort.config.values.check_creatable`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchtune_longshort.training.recipe_config.fields import build_section
+from torchtune_longshort.config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, declared_vocab,
 )
-from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError
+from torchtune_longshort.config.unknown_keys import ConfigKeyError
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:

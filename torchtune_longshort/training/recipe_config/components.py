@@ -1,5 +1,5 @@
 """The ``_component_`` nodes the recipe builds, each checked before it is built where its arguments can be:
-arguments bound against the component's signature (in :func:`~.fields.build_section`), and per role:
+arguments bound against the component's signature (in :func:`~torchtune_longshort.config.fields.build_section`), and per role:
 
 * ``tokenizer``: its ``path`` exists, or (a tokenizer that trains one there) can be created;
 * ``model``: every nested node bound too, every RoPE method name known (``model.method``, ``rope_method``), and its
@@ -20,8 +20,8 @@ from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
-from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.training.recipe_config.values import check_creatable, number, resolve_component, text
+from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
+from torchtune_longshort.config.values import check_creatable, number, resolve_component, text
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_METHOD_KEYS = {"torchtune_longshort.models.rope_scaled": "method"}  # else a builder's ``rope_method``

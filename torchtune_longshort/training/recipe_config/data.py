@@ -14,8 +14,8 @@ from typing import Any, ClassVar, List, Optional, Tuple
 
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
-from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, Section, setting
-from torchtune_longshort.training.recipe_config.values import integer, length, resolve_component
+from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
+from torchtune_longshort.config.values import integer, length, resolve_component
 
 
 def _not_packed(path: str, value: Any) -> bool:

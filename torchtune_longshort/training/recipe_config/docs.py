@@ -14,9 +14,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
-from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, REQUIRED, resume_policies, yaml_key
+from torchtune_longshort.config.fields import FROM_COMPONENT, REQUIRED, resume_policies, yaml_key
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
-from torchtune_longshort.training.recipe_config.values import resolve_component
+from torchtune_longshort.config.values import resolve_component
 
 START, END = "<!-- recipe-config-table:start -->", "<!-- recipe-config-table:end -->"
 
@@ -59,7 +59,7 @@ def rows(cls: type = RecipeConfig, prefix: str = "") -> Iterator[Tuple[str, str,
 
 def config_table() -> str:
     """The Markdown table (with its markers); ``on resume``: the key's resume policy (a nested key its top-level
-    key's), :data:`~.fields.RESUME_POLICIES`."""
+    key's), :data:`~torchtune_longshort.config.fields.RESUME_POLICIES`."""
     policy = resume_policies(RecipeConfig)
     lines: List[str] = [START, "| key | default | on resume | what |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {d} | {policy[k.split('.', 1)[0]]} | {doc} |" for k, d, doc in rows()]

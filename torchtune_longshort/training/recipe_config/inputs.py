@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 from torchtune_longshort.training.checkpointing import check_output_dir
-from torchtune_longshort.training.recipe_config.fields import ComponentSection
+from torchtune_longshort.config.fields import ComponentSection
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
 # Component arguments that name where a run writes, not what it reads.

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.divergences import divergence_fn
-from torchtune_longshort.training.recipe_config.fields import FROM_COMPONENT, ComponentSection, setting
-from torchtune_longshort.training.recipe_config.values import integer, number, resolve_component, wrapped
+from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, setting
+from torchtune_longshort.config.values import integer, number, resolve_component, wrapped
 from torchtune_longshort.windows import validate_min_context
 
 

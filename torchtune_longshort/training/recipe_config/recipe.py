@@ -4,7 +4,7 @@ modules).
 Built once by :func:`~torchtune_longshort.training.recipe_config.load_recipe_config` from the OmegaConf node, before
 any side effect; the recipe reads its fields and never ``cfg.get(key, default)``.
 
-``resume=`` (:data:`~.fields.RESUME_POLICIES`): what the run trains (model, data, windows, loss, batch, seeds, dtype,
+``resume=`` (:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`): what the run trains (model, data, windows, loss, batch, seeds, dtype,
 the LR schedule's shape, which parameters train) is ``exact``; how long, how fast and what it logs is ``applied``;
 the folder and how the run was started are ``ignored``.
 """
@@ -18,9 +18,9 @@ from torchtune_longshort.training.recipe_config.components import (
     CheckpointerConfig, MetricLoggerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
 )
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
-from torchtune_longshort.training.recipe_config.fields import ComponentSection, Section, setting
+from torchtune_longshort.config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
-from torchtune_longshort.training.recipe_config.values import (
+from torchtune_longshort.config.values import (
     boolean, check_creatable, check_device, device_name, integer, number, one_of, text,
 )
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig

@@ -11,7 +11,7 @@ from torchtune_longshort.models.families import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
-from torchtune_longshort.training.recipe_config.values import resolve_component
+from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import resolve_min_context
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence, Tuple
 
 from torchtune_longshort.lengths import length_value
-from torchtune_longshort.training.recipe_config.fields import Section, setting
-from torchtune_longshort.training.recipe_config.values import boolean, refuse
+from torchtune_longshort.config.fields import Section, setting
+from torchtune_longshort.config.values import boolean, refuse
 from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range, validate_window_length
 
 

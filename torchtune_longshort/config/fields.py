@@ -17,8 +17,8 @@ import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
-from torchtune_longshort.training.recipe_config.unknown_keys import ConfigKeyError, refuse_unknown
-from torchtune_longshort.training.recipe_config.values import Check, resolve_component
+from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown
+from torchtune_longshort.config.values import Check, resolve_component
 
 
 class _Marker:

@@ -21,6 +21,8 @@ import math
 import textwrap
 from typing import Iterable, Optional, Sequence, Tuple
 
+from torchtune_longshort.lengths import length_label
+
 # Values spanning less than this ratio (max / min) go on a linear axis.
 LOG_SPAN = 10.0
 # A linear value axis shows at least this fraction of its largest |value| (the one rule for every value axis of
@@ -132,8 +134,6 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
 def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:
     """A log2 length axis with a labelled tick at each of ``lengths`` and no other tick label."""
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter, NullLocator
-
-    from torchtune_longshort.eval.tasks.common.lengths import length_label
 
     ticks = sorted({int(n) for n in lengths})
     a = ax.xaxis if axis == "x" else ax.yaxis
