@@ -1,6 +1,7 @@
 """The positions of a config.json that names no ``max_position_embeddings`` have one owner
 (``models.hf_rope.DEFAULT_POSITIONS``, read through ``native_positions``): the usable length, the RoPE spec read from
-a ``rope_scaling`` entry, the decoder built from a folder and the eval model's warning all follow it.
+a ``rope_scaling`` entry, the decoder built from a folder and the past-usable message (``models.checkpoint_open``) all
+follow it.
 
 References: the source tree read with ``ast`` (no other module spells a default for the key), and each reader run with
 the owner changed to another value."""
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import ast
 import json
-import logging
 import shutil
 from pathlib import Path
 
 from torchtune_longshort.eval.model import args as eval_args
 from torchtune_longshort.models import hf_rope
+from torchtune_longshort.models.checkpoint_open import length_verdict
 from torchtune_longshort.models.hf_model import build_decoder
 
 PACKAGE = Path(hf_rope.__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def _native_positions_line():
 CONFIG = {"hidden_size": 64, "num_attention_heads": 4}  # no max_position_embeddings
 
 
-def test_the_readers_follow_the_owner(monkeypatch, tmp_path, tiny_llama2_dir, caplog):
+def test_the_readers_follow_the_owner(monkeypatch, tmp_path, tiny_llama2_dir):
     assert hf_rope.DEFAULT_POSITIONS == 4096  # Llama-2's pre-trained length, as before
     monkeypatch.setattr(hf_rope, "DEFAULT_POSITIONS", 96)
     assert hf_rope.native_positions(CONFIG) == 96
@@ -53,9 +54,9 @@ def test_the_readers_follow_the_owner(monkeypatch, tmp_path, tiny_llama2_dir, ca
     assert hf_rope.usable_length_of(CONFIG, {"method": "linear", "factor": 2.0}) == 192
     spec = hf_rope.rope_spec_from_hf_config({**CONFIG, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
     assert spec["original_max_seq_len"] == 96
-    with caplog.at_level(logging.WARNING):
-        eval_args._warn_past_usable(200, 96, True, CONFIG, None)
-    assert "config max_position_embeddings=96" in caplog.text
+    verdict = length_verdict("ckpt", CONFIG, None, 96, 200, True, eval_args.NAMES)
+    assert "max_length=200 is past the 96 positions" in verdict.message
+    assert "config.json max_position_embeddings=96 (not set: the default)" in verdict.message
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_llama2_dir, folder)
     config = json.loads((folder / "config.json").read_text())

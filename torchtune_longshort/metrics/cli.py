@@ -34,14 +34,15 @@ from torchtune_longshort.hidden_states import last_position_logits
 from torchtune_longshort.lengths import length_arg
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric
-from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import ArgumentParser, refusing
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 PROG = "longshort-misalignment"
+# How this command's arguments are named in the checkpoint path's messages (models.checkpoint_open).
+NAMES = ArgNames(length="--length", allow="--allow-extrapolation", tokenizer="--tokenizer")
 
 
 def documents_for(data: str, text_field: str, split: str):
@@ -86,22 +87,16 @@ def _parser() -> ArgumentParser:
     return ap
 
 
-def _open_checkpoint(args, ap: ArgumentParser):
-    """The checkpoint folder and its tokenizer (or ``--tokenizer``); ``--length`` past its usable positions refused
-    unless ``--allow-extrapolation``."""
-
-    folder = CheckpointFolder.open(args.checkpoint_dir, need_tokenizer=args.tokenizer is None)
-    tok = folder.load_tokenizer() if args.tokenizer is None else folder.check_tokenizer(
-        load_tokenizer(args.tokenizer, folder.family.tokenizer_formats), where="--tokenizer")
-    usable = folder.usable_length
-    if args.length > usable and not args.allow_extrapolation:
-        ap.error(
-            f"--length={args.length} is past the {usable} positions checkpoint {args.checkpoint_dir!r} covers "
-            f"(config.json max_position_embeddings={folder.config.get('max_position_embeddings')}, RoPE scaling="
-            f"{folder.rope_spec!r}): its RoPE would extrapolate. Use --length <= {usable}, a "
-            "checkpoint trained or scaled for the length, or --allow-extrapolation to measure there anyway"
-        )
-    return folder, tok
+def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
+    """The checkpoint folder and its tokenizer (or ``--tokenizer``), through the models' one checkpoint path;
+    ``--length`` past its usable positions refused in one line unless ``--allow-extrapolation`` (then noted)."""
+    opened = open_checkpoint(args.checkpoint_dir, names=NAMES, tokenizer=args.tokenizer, length=args.length,
+                             allow_extrapolation=args.allow_extrapolation)
+    if opened.verdict.refused:
+        ap.error(opened.verdict.message)
+    if opened.verdict.extrapolated:
+        print(f"{PROG}: note: {opened.verdict.message}", file=sys.stderr)
+    return opened
 
 
 def _main(argv=None) -> int:
@@ -113,8 +108,8 @@ def _main(argv=None) -> int:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
     require_device(args.device, "--device")  # before any file is read or model built
     quiet_upstream()  # before torchtune (and so torchao) is imported by the calls below
-    folder, tok = _open_checkpoint(args, ap)
-    usable = folder.usable_length
+    opened = _open_checkpoint(args, ap)
+    folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
     model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
 
@@ -134,8 +129,8 @@ def _main(argv=None) -> int:
 
     out = res.to_dict()
     out.update(checkpoint_dir=str(args.checkpoint_dir), model_family=folder.family.name,
-               tokenizer=f"{tok.format}: {tok.path}", data=args.data, usable_length=usable,
-               extrapolated=args.length > usable,
+               tokenizer=f"{tok.format}: {tok.path}", data=args.data, usable_length=opened.usable_length,
+               extrapolated=opened.verdict.extrapolated,
                provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)
     if args.output:

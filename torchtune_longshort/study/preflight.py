@@ -13,7 +13,12 @@ asks, with the tokenizer the evaluation will use and the ``--metadata`` the stud
 - ``longshort_ppl`` and ``longshort_misalignment`` get their ``num_samples`` sequences at every length from their
   text source: the tasks' own functions cut them (:func:`~torchtune_longshort.eval.tasks.ppl.task.ppl_samples`,
   :func:`~torchtune_longshort.eval.tasks.misalignment.task.misalignment_samples`), so the check and the tasks
-  cannot disagree.
+  cannot disagree;
+- a given base (``base.checkpoint_dir``) opens with the eval tokenizer through the models' one checkpoint path
+  (:func:`~torchtune_longshort.models.checkpoint_open.open_checkpoint`, with the eval model's own arguments,
+  :meth:`~torchtune_longshort.study.run_configs.RunConfigs.eval_model_args`): a folder or tokenizer the evaluation
+  would refuse is refused here; the positions it covers and its verdict at ``eval.max_length`` are logged (every
+  study evaluation allows extrapolation past them: that is what the study measures).
 
 A refusal is the study config's (:class:`~torchtune_longshort.study.config.StudyConfigError`: exit 2, nothing
 written under the output folder), one line per problem naming the fields, the length, how many sequences the
@@ -44,8 +49,15 @@ from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
+from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
+
+
+# How the study's settings are named in the checkpoint path's messages (models.checkpoint_open).
+NAMES = ArgNames(length="eval.max_length", allow="allow_extrapolation=true (every study evaluation runs with it)",
+                 tokenizer="base.tokenizer")
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,29 @@ def _length_problems(study: Any) -> List[str]:
     return problems
 
 
+def _base_problems(study: Any, log: Callable[[str], None]) -> List[str]:
+    """A given base opened as its evaluation will open it (the eval model's arguments, through the models' one
+    checkpoint path): a folder or tokenizer it refuses is a problem; the positions it covers and what happens past
+    them (its verdict at ``eval.max_length``) are logged. A base pre-trained here does not exist yet: nothing to do.
+    Table 1 (no base, a RoPE override per cell) opens its checkpoint per cell through the eval model's own
+    arguments (``Table1.check_cells``), not here."""
+    base = getattr(study.cfg, "base", None)
+    if base is None or not base.given:
+        return []
+    args = study.eval_model_args(study.base_checkpoint())
+    try:
+        opened = open_checkpoint(args["pretrained"], names=NAMES, tokenizer=args["tokenizer"],
+                                 length=args["max_length"], allow_extrapolation=args["allow_extrapolation"] == "true")
+    except (FileNotFoundError, ValueError) as err:
+        return [f"base.checkpoint_dir={study.cfg.base.checkpoint_dir!r} / base.tokenizer={args['tokenizer']!r}: "
+                f"{one_line(err)}"]
+    tok, verdict = opened.tokenizer, opened.verdict
+    log(f"[study] pre-flight: base {opened.folder.path} ({opened.folder.family.name}, tokenizer {tok.format}: "
+        f"{tok.path}) covers {opened.usable_length} positions"
+        + (f"; {verdict.message}" if verdict.message else f", eval.max_length={verdict.length} within them"))
+    return [verdict.message] if verdict.refused else []
+
+
 def _sample_problem(study: Any, fam: _Sampled, metadata: Dict[str, Any], length: int, tokenizer: Any) -> str:
     """Why ``fam`` cannot get its sequences at ``length`` ("" when it can)."""
     try:
@@ -166,7 +201,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
     trains (see the module doc); logs what was checked, what was not, and the time it took."""
     t0 = time.time()
     cfg, ev = study.cfg, study.cfg.eval
-    problems = _length_problems(study)
+    problems = _length_problems(study) + _base_problems(study, log)
     families = [f for f in _sampled_families() if ev.lengths_of(f.family)]
     metadata = study.task_metadata()
     todo = [f for f in families if not _is_hub_source(metadata, f.prefix)]

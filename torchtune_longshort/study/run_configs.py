@@ -49,6 +49,14 @@ class RunConfigs:
             return str(base.tokenizer)
         return str(sentencepiece_file(self.tokenizer_dir()))
 
+    def eval_model_args(self, checkpoint: Path, extrapolate: bool = True) -> Dict[str, Any]:
+        """The ``longshort`` eval model's ``--model_args`` for ``checkpoint`` (``dtype`` is added by the eval
+        section): the eval tokenizer, ``eval.max_length``, and extrapolation allowed unless ``extrapolate`` is false
+        (the study measures past a checkpoint's positions: that is its question). The pre-flight opens the base with
+        the same arguments."""
+        return {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(),
+                "max_length": self.cfg.eval.max_length, "allow_extrapolation": str(extrapolate).lower()}
+
     def base_checkpoint(self) -> Path:
         base = self.cfg.base
         if base.given:

@@ -216,9 +216,8 @@ class Study(RunConfigs):
                          "evaluating again")
                 spec_file.unlink(missing_ok=True)
                 shutil.rmtree(eval_dir)
-        model_args = {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(), "max_length": ev.max_length,
-                      "allow_extrapolation": str(extrapolate).lower()}
-        argv = ev.command(model_args, tasks, eval_dir, self.task_metadata(self._babilong_data()), self.root)
+        argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
+                          self.task_metadata(self._babilong_data()), self.root)
         log_path = rdir / "eval.log"
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:

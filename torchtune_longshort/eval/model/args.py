@@ -37,10 +37,10 @@ import torch
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
+from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
-from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
+from torchtune_longshort.models.tokenizer_formats import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # lm-eval forwards these to every model; they carry no meaning here (batches have a fixed size).
 _IGNORED = ("trust_remote_code", "pretrained_model_name_or_path", "max_batch_size")
+# How this model's arguments are named in the checkpoint path's messages (models.checkpoint_open).
+NAMES = ArgNames(length="max_length", allow="allow_extrapolation=true", tokenizer="tokenizer",
+                 scale="rope=<method>,rope_factor=<f> to scale RoPE",
+                 refused="requests longer than {usable} tokens will be refused (NaN / empty output)")
 ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
             "batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks")
 
@@ -124,38 +128,10 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
     return {"method": str(rope), **rope_kwargs} if rope is not None else None
 
 
-def _warn_past_usable(max_length: int, usable: int, allow: bool, config: Dict[str, Any], rope: Any) -> None:
-    msg = (
-        f"max_length={max_length} exceeds the {usable} positions this model covers "
-        f"(config max_position_embeddings={native_positions(config)}, "
-        f"RoPE scaling={rope!r})"
-    )
-    if allow:
-        logger.warning("%s: allow_extrapolation=true, positions past it are extrapolated", msg)
-    else:
-        logger.error(
-            "%s: requests longer than %d tokens will be refused (NaN / empty output). Pass "
-            "rope=<method>,rope_factor=<f> to scale RoPE, or allow_extrapolation=true to run them anyway.",
-            msg,
-            usable,
-        )
-
-
 def _device(device: Optional[str]) -> torch.device:
     """``device`` as given (``None``: CUDA when available, else CPU); a device this machine does not have is refused
     (:func:`torchtune_longshort.devices.require_device`), never replaced by another."""
     return require_device(default_device() if device is None else str(device), "device")
-
-
-def _tokenizer(tokenizer: Optional[str], folder: CheckpointFolder) -> SourceTokenizer:
-    """The tokenizer the model encodes with: ``tokenizer=`` (a folder or file of any format), else the folder's."""
-    if tokenizer is None:
-        return folder.load_tokenizer()
-    try:
-        tok = load_tokenizer(str(tokenizer), folder.family.tokenizer_formats)
-    except ValueError as e:
-        raise FileNotFoundError(f"tokenizer={tokenizer!r}: {e}") from None
-    return folder.check_tokenizer(tok, where="tokenizer=")
 
 
 def parse_model_args(
@@ -178,26 +154,24 @@ def parse_model_args(
     ``FileNotFoundError`` name the argument, its value and what is accepted."""
     dev = _device(device)  # before any file is read: a device this machine lacks is refused first
     rope_spec = _rope_spec(rope, extra)
-    folder = CheckpointFolder.open(_checkpoint_dir(pretrained, checkpoint_dir), need_tokenizer=tokenizer is None)
-    config = folder.config
-    effective_rope = rope_spec if rope_spec is not None else folder.rope_spec
-    usable = usable_length_of(config, effective_rope)
-    length = length_value("max_length", max_length) if max_length is not None else usable
+    length = length_value("max_length", max_length) if max_length is not None else None
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
-    if length > usable:
-        _warn_past_usable(length, usable, allow, config, effective_rope)
     if isinstance(batch_size, str) and batch_size.startswith("auto"):
         raise ValueError(f"batch_size={batch_size!r} is not supported by the longshort model; give an integer")
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
+    opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
+                             rope=rope_spec, length=length, allow_extrapolation=allow)
+    if opened.verdict.message:  # past the positions covered: lm-eval's log says what happens to such requests
+        (logger.warning if opened.verdict.extrapolated else logger.error)(opened.verdict.message)
     return ModelArgs(
-        checkpoint_dir=folder.path,
-        folder=folder,
-        tokenizer=_tokenizer(tokenizer, folder),
-        hf_config=config,
+        checkpoint_dir=opened.folder.path,
+        folder=opened.folder,
+        tokenizer=opened.tokenizer,
+        hf_config=opened.folder.config,
         rope_spec=rope_spec,
-        usable_length=usable,
-        max_length=length,
+        usable_length=opened.usable_length,
+        max_length=opened.length,
         allow_extrapolation=allow,
         batch_size=positive_int("batch_size", batch_size),
         dtype=DTYPES[str(dtype)],

@@ -1,0 +1,153 @@
+"""One checkpoint-open-and-check path (``models.checkpoint_open``) for the ``longshort`` eval model, the misalignment
+CLI and the study's pre-flight: for the same folder, tokenizer and length the three report the same usable positions
+and the same verdict past them (the eval model logs a refusal or, allowed, an extrapolation; the CLI refuses in one
+line or, allowed, notes it; the study, whose evaluations always allow it, logs the extrapolation).
+
+References: the positions are written here, not computed by the project: the tiny checkpoint's 256 positions
+(``conftest.tiny_llama2_dir``), and a copy scaled linearly by 2 covering 256 x 2 = 512. Then the owner's
+``usable_length_of`` is replaced by a stand-in: every caller follows it, so a caller that computed the length (or
+the verdict) on its own fails here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.metrics.cli import main as misalignment_main
+from torchtune_longshort.models import checkpoint_open
+from torchtune_longshort.models.hf_rope import update_hf_config
+from torchtune_longshort.study import Study, load_study_config
+from torchtune_longshort.study.preflight import preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAIN = 256  # conftest.tiny_llama2_dir's max_position_embeddings
+FACTOR = 2.0
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_llama2_dir, tmp_path_factory):
+    """``{name: (folder, positions it covers)}``: the tiny checkpoint, and a copy whose config.json scales its RoPE
+    linearly by ``FACTOR`` (as the project writes it: transformers' entries + the ``longshort_rope`` spec)."""
+    scaled = tmp_path_factory.mktemp("linear") / "ckpt"
+    shutil.copytree(tiny_llama2_dir, scaled)
+    config = json.loads((scaled / "config.json").read_text())
+    spec = {"method": "linear", "factor": FACTOR, "max_seq_len": int(PLAIN * FACTOR), "original_max_seq_len": PLAIN,
+            "base": float(config.get("rope_theta", 10_000.0))}  # transformers' default: the tiny config names none
+    (scaled / "config.json").write_text(json.dumps(update_hf_config(config, spec)))
+    return {"plain": (Path(tiny_llama2_dir), PLAIN), "linear": (scaled, int(PLAIN * FACTOR))}
+
+
+def _eval_model(folder, tok, length, caplog, allow=False, **rope):
+    """(usable, verdict, message) of the eval model's arguments: the verdict read from what it logged."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.eval.model.args"):
+        args = parse_model_args(pretrained=str(folder), tokenizer=str(tok), max_length=length, device="cpu",
+                                allow_extrapolation=allow, **rope)
+    recs = [r for r in caplog.records if "positions checkpoint" in r.getMessage()]
+    verdict = {0: "allowed", logging.WARNING: "extrapolated", logging.ERROR: "refused"}[recs[-1].levelno if recs else 0]
+    return args.usable_length, verdict, recs[-1].getMessage() if recs else ""
+
+
+def _cli(folder, tok, length, tmp_path, capsys):
+    """(usable, verdict, message) of ``longshort-misalignment``: a refusal's line, else its JSON (one sample)."""
+    out = tmp_path / f"mis_{length}.json"
+    argv = ["--checkpoint-dir", str(folder), "--tokenizer", str(tok), "--length", str(length), "--num-samples", "1",
+            "--divergences", "sce", "--output", str(out)]
+    capsys.readouterr()
+    try:
+        misalignment_main(argv)
+    except SystemExit as e:
+        assert e.code == 2 and not out.exists()
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        return int(re.search(r"past the (\d+) positions", err).group(1)), "refused", err
+    res = json.loads(out.read_text())
+    return res["usable_length"], "extrapolated" if res["extrapolated"] else "allowed", ""
+
+
+def _study(folder, tok, length, tmp_path):
+    """(usable, verdict, message) of the study's pre-flight on a config whose base is ``folder``."""
+    raw = yaml.safe_load((ROOT / "configs/study/cpu_small.yaml").read_text())
+    raw["base"] = {"checkpoint_dir": str(folder), "tokenizer": str(tok)}
+    raw["quick"].pop("base", None)
+    raw["quick"]["eval"].update(ppl_lengths=[], passkey_lengths=[], misalignment_lengths=[], babilong=None,
+                                max_length=length)
+    path = tmp_path / f"study_{length}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    study = Study(load_study_config(path, quick=True, repo_root=ROOT), output_dir=tmp_path / "out", repo_root=ROOT,
+                  log=lambda m: None)
+    logs = []
+    preflight(study, log=logs.append)
+    line = next(m for m in logs if "pre-flight: base" in m)
+    verdict = "extrapolated" if "is past the" in line else "allowed"
+    return int(re.search(r"covers (\d+) positions", line).group(1)), verdict, line
+
+
+@pytest.mark.parametrize("name", ["plain", "linear"])
+def test_the_three_callers_agree_on_the_positions_and_the_verdict(name, folders, sp_tokenizer_dir, tmp_path, caplog,
+                                                                   capsys):
+    folder, usable = folders[name]
+    past = usable + 64
+    assert _eval_model(folder, sp_tokenizer_dir, usable, caplog) == (usable, "allowed", "")
+    assert _study(folder, sp_tokenizer_dir, usable, tmp_path)[:2] == (usable, "allowed")
+    got, verdict, msg = _eval_model(folder, sp_tokenizer_dir, past, caplog)
+    assert (got, verdict) == (usable, "refused")
+    mpe = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    for needle in (f"max_length={past} is past the {usable} positions checkpoint", f"max_position_embeddings={mpe}",
+                   "RoPE scaling=None" if name == "plain" else "'method': 'linear', 'factor': 2.0",
+                   f"requests longer than {usable} tokens will be refused", f"max_length <= {usable}",
+                   "rope=<method>,rope_factor=<f>", "allow_extrapolation=true"):
+        assert needle in msg, msg
+    got, verdict, msg = _cli(folder, sp_tokenizer_dir, past, tmp_path, capsys)
+    assert (got, verdict) == (usable, "refused")
+    assert f"--length={past} is past the {usable} positions" in msg and "--allow-extrapolation" in msg
+    # the study evaluates with allow_extrapolation=true: past the positions it extrapolates, as the eval model does
+    assert _eval_model(folder, sp_tokenizer_dir, past, caplog, allow=True)[:2] == (usable, "extrapolated")
+    got, verdict, msg = _study(folder, sp_tokenizer_dir, past, tmp_path)
+    assert (got, verdict) == (usable, "extrapolated")
+    assert f"eval.max_length={past} is past the {usable} positions" in msg and f"max_position_embeddings={mpe}" in msg
+    if name == "linear":  # within the positions, the CLI measures (one sample) and records them
+        assert _cli(folder, sp_tokenizer_dir, usable, tmp_path, capsys)[:2] == (usable, "allowed")
+
+
+def test_a_scaling_override_covers_the_positions_times_its_factor(folders, sp_tokenizer_dir, caplog):
+    """The eval model's ``rope=linear,rope_factor=2`` on the plain folder: max_position_embeddings x factor; without
+    a factor the method scales to ``max_length`` (factor max_length / L), which it then covers."""
+    folder, _ = folders["plain"]
+    want = int(PLAIN * FACTOR)
+    assert _eval_model(folder, sp_tokenizer_dir, want, caplog, rope="linear", rope_factor=FACTOR) == (want, "allowed",
+                                                                                                     "")
+    assert _eval_model(folder, sp_tokenizer_dir, want + 1, caplog, rope="linear", rope_factor=FACTOR)[:2] == (
+        want, "refused")
+    assert _eval_model(folder, sp_tokenizer_dir, 3 * PLAIN, caplog, rope="linear") == (3 * PLAIN, "allowed", "")
+
+
+def test_every_caller_follows_the_owner(folders, sp_tokenizer_dir, tmp_path, caplog, capsys, monkeypatch):
+    """The owner's usable length replaced by a stand-in (200 positions): the eval model, the CLI and the study all
+    report it, so none of them computes the length or the verdict on its own."""
+    folder, _ = folders["plain"]
+    monkeypatch.setattr(checkpoint_open, "usable_length_of", lambda config, spec: 200)
+    assert _eval_model(folder, sp_tokenizer_dir, PLAIN, caplog)[:2] == (200, "refused")
+    assert _cli(folder, sp_tokenizer_dir, PLAIN, tmp_path, capsys)[:2] == (200, "refused")
+    assert _study(folder, sp_tokenizer_dir, PLAIN, tmp_path)[:2] == (200, "extrapolated")
+
+
+def test_a_tokenizer_past_the_vocabulary_is_refused_by_the_study_before_any_run(family_dirs, tmp_path):
+    """The study's base opened with its eval tokenizer: one that does not fit the model is refused in the
+    pre-flight (naming base.tokenizer and both sizes), as the eval model would refuse it."""
+    from torchtune_longshort.study import StudyConfigError
+
+    small = tmp_path / "small"
+    shutil.copytree(family_dirs["smollm2"], small)
+    config = json.loads((small / "config.json").read_text())
+    (small / "config.json").write_text(json.dumps({**config, "vocab_size": 300}))
+    with pytest.raises(StudyConfigError, match=r"base.tokenizer= .*has 500 ids \(up to 499\), past the 300 rows"):
+        _study(small, family_dirs["qwen2"], 256, tmp_path)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,137 @@
+"""A checkpoint folder opened for a run at a length: the one path the ``longshort`` eval model, the misalignment CLI
+and the study take before they read a weight.
+
+:func:`open_checkpoint` opens the folder once (:meth:`CheckpointFolder.open`, every check of the folder), loads the
+tokenizer (the folder's own, or one given as a folder or file of any format the family reads, checked against the
+model's vocabulary), takes the effective RoPE spec (a scaling override, else the folder's own), computes the positions
+that spec covers (:func:`usable_positions`) and decides what happens past them (:func:`length_verdict`): allowed,
+extrapolated (the caller allows it) or refused, as data, with one line that names the caller's argument, the length,
+the positions covered, config.json's ``max_position_embeddings``, the scaling and the fix. Each caller keeps only
+its way of reporting the verdict: the eval model logs it, the CLI refuses in one line, the study's pre-flight logs
+it (its evaluations always allow extrapolation) and refuses a folder or tokenizer before any run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
+from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
+
+ALLOWED, EXTRAPOLATED, REFUSED = "allowed", "extrapolated", "refused"
+
+
+@dataclass(frozen=True)
+class ArgNames:
+    """How a caller names what it was given, so that its messages name its own arguments.
+
+    ``length``: the length argument (``max_length``, ``--length``); ``allow``: how extrapolation is allowed
+    (``allow_extrapolation=true``); ``tokenizer``: the tokenizer argument; ``scale``: how this caller scales RoPE
+    instead ("" when it cannot); ``refused``: what a refusal does here, ``{usable}`` filled in ("" when the command
+    itself is refused)."""
+
+    length: str
+    allow: str
+    tokenizer: str
+    scale: str = ""
+    refused: str = ""
+
+
+@dataclass(frozen=True)
+class LengthVerdict:
+    """What happens at ``length`` on a model that covers ``usable`` positions: ``status`` is :data:`ALLOWED`,
+    :data:`EXTRAPOLATED` or :data:`REFUSED`; ``message`` the one line that says so ("" when allowed)."""
+
+    status: str
+    length: int
+    usable: int
+    message: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.status == REFUSED
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.status == EXTRAPOLATED
+
+
+@dataclass(frozen=True)
+class OpenedCheckpoint:
+    """A checkpoint folder opened for a run: the folder, its tokenizer (checked), the effective RoPE spec (the
+    override, else the folder's; None: plain RoPE), the override alone, the positions covered and the verdict."""
+
+    folder: CheckpointFolder
+    tokenizer: SourceTokenizer
+    rope_spec: Optional[Dict[str, Any]]
+    rope_override: Optional[Dict[str, Any]]
+    usable_length: int
+    verdict: LengthVerdict
+
+    @property
+    def length(self) -> int:
+        """The length the run asked for (the positions covered when it asked for none)."""
+        return self.verdict.length
+
+
+def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, override: bool = False,
+                     length: Optional[int] = None) -> int:
+    """Positions a model covers: a spec's ``max_seq_len`` (the length its scaling targets), else its pre-trained
+    length times ``factor``, else ``max_position_embeddings`` (:func:`~torchtune_longshort.models.hf_rope.
+    usable_length_of`). An override that names neither is built for the run's ``length`` (the method takes its
+    factor as ``length / L``), so it covers ``length``."""
+    if override and spec and length is not None and "max_seq_len" not in spec and "factor" not in spec:
+        return int(length)
+    return usable_length_of(config, spec)
+
+
+def length_verdict(checkpoint: Union[str, Path], config: Dict[str, Any], spec: Optional[Dict[str, Any]], usable: int,
+                   length: Optional[int], allow_extrapolation: bool, names: ArgNames) -> LengthVerdict:
+    """The verdict at ``length`` (None: the positions covered) on ``checkpoint`` (its parsed config.json and the
+    effective RoPE ``spec``) covering ``usable`` positions, its message in ``names``' terms (see :class:`ArgNames`)."""
+    if length is None or length <= usable:
+        return LengthVerdict(ALLOWED, usable if length is None else int(length), usable)
+    unset = "" if "max_position_embeddings" in config else " (not set: the default)"
+    facts = (f"{names.length}={length} is past the {usable} positions checkpoint {str(checkpoint)!r} covers "
+             f"(config.json max_position_embeddings={native_positions(config)}{unset}, RoPE scaling={spec!r})")
+    if allow_extrapolation:
+        return LengthVerdict(EXTRAPOLATED, int(length), usable,
+                             f"{facts}: {names.allow} given, so its RoPE extrapolates past them")
+    consequence = f"; {names.refused.format(usable=usable)}" if names.refused else ""
+    scale = f"{names.scale}, " if names.scale else ""
+    return LengthVerdict(REFUSED, int(length), usable,
+                         f"{facts}: its RoPE would extrapolate past them{consequence}. Use {names.length} <= {usable}, "
+                         f"{scale}a checkpoint trained or scaled for the length, or {names.allow} to go past "
+                         "them anyway")
+
+
+def checked_tokenizer(folder: CheckpointFolder, tokenizer: Optional[Union[str, Path]], names: ArgNames
+                      ) -> SourceTokenizer:
+    """The tokenizer a run encodes with: ``tokenizer`` (a folder or file of a format the folder's family reads),
+    else the folder's own; refused when its ids reach past the model's embedding table."""
+    if tokenizer is None:
+        return folder.load_tokenizer()
+    try:
+        tok = load_tokenizer(str(tokenizer), folder.family.tokenizer_formats)
+    except ValueError as e:
+        raise FileNotFoundError(f"{names.tokenizer}={str(tokenizer)!r}: {e}") from None
+    return folder.check_tokenizer(tok, where=f"{names.tokenizer}=")
+
+
+def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames,
+                    tokenizer: Optional[Union[str, Path]] = None, rope: Optional[Dict[str, Any]] = None,
+                    length: Optional[int] = None, allow_extrapolation: bool = False) -> OpenedCheckpoint:
+    """Open ``path`` for a run of ``length`` tokens (see the module docstring): the folder and its checks, the
+    tokenizer (``tokenizer``, else the folder's own), the effective RoPE spec (``rope``, a spec dict that overrides
+    the folder's scaling, else the folder's), the positions it covers and the verdict at ``length``. Refuses
+    (``FileNotFoundError`` / ``ValueError``, naming the folder or ``names.tokenizer``) what the folder checks refuse
+    and a tokenizer that cannot be read or does not fit; a length past the positions is a verdict, not an error."""
+    folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None)
+    tok = checked_tokenizer(folder, tokenizer, names)
+    spec = rope if rope is not None else folder.rope_spec
+    usable = usable_positions(folder.config, spec, override=rope is not None, length=length)
+    verdict = length_verdict(folder.path, folder.config, spec, usable, length, allow_extrapolation, names)
+    return OpenedCheckpoint(folder, tok, spec, rope, usable, verdict)
