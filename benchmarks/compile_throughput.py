@@ -19,8 +19,8 @@ and the compiled run follow each other (order alternated by round); the table gi
   up to the order in which compiled kernels sum.
 
 ``--methods``: our recipe's RoPE methods (``config``: the config's own model; otherwise ``model.method`` of the
-SmolLM2 config's ``rope_scaled`` node, or the tiny model rebuilt by ``llama2_longshort`` with ``rope_method``, scaled
-4x from the checkpoint's length). torchtune runs the config's model (plain RoPE for tiny, YaRN for SmolLM2).
+SmolLM2 config's ``rope_scaled`` node, or the tiny config's ``hf_decoder`` wrapped in a ``rope_scaled`` node of that
+method, scaled 4x from the checkpoint's length). torchtune runs the config's model (plain RoPE for tiny, YaRN for SmolLM2).
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ def method_overrides(model: str, method: str, shape: rt.Shape) -> list:
         return []
     if model == "smollm2":
         return [f"model.method={method}"]
-    orig = max(512, shape.seq_len)
-    return ["model._component_=torchtune_longshort.models.llama2_longshort", f"model.rope_method={method}",
-            f"model.original_max_seq_len={orig}", f"model.max_seq_len={4 * orig}"]
+    orig = max(512, shape.seq_len)  # the tiny checkpoint's positions (recipe_throughput.tiny_setup)
+    return ["model._component_=torchtune_longshort.models.rope_scaled", f"model.method={method}",
+            f"model.max_seq_len={4 * orig}", "~model.checkpoint_dir",
+            "model.model._component_=torchtune_longshort.models.hf_decoder",
+            "model.model.checkpoint_dir=${checkpoint_dir}"]
 
 
 def ours_steps(work: Path, tag: str, tokens_per_step: int):

@@ -136,9 +136,10 @@ def tiny_setup(work: Path, shape: Shape) -> Setup:
                                        max_seq_len=max(512, shape.seq_len), seed=0)
     dims = dict(vocab_size=shape.vocab, num_layers=shape.layers, num_heads=shape.heads, num_kv_heads=shape.kv,
                 embed_dim=shape.dim, intermediate_dim=shape.mlp, max_seq_len=max(512, shape.seq_len))
-    model = {"_component_": "torchtune.models.llama2.llama2", **dims}
-    ours = [f"tokenizer.path={tok}/tokenizer.model", *(f"model.{k}={v}" for k, v in dims.items()),
-            "~dataset.include_tests", "~dataset.limit", "validation.every_n_steps=1000000"]
+    model = {"_component_": "torchtune.models.llama2.llama2", **dims}  # torchtune's recipe builds its own
+    # ours: the config's hf_decoder reads the same dimensions from the checkpoint's config.json
+    ours = [f"tokenizer.path={tok}/tokenizer.model", "~dataset.include_tests", "~dataset.limit",
+            "validation.every_n_steps=1000000"]
     n, layers, attn = _matmul_params(model)
     return Setup(ckpt, model, {"_component_": "torchtune.models.llama2.llama2_tokenizer",
                                "path": f"{tok}/tokenizer.model", "max_seq_len": shape.seq_len},

@@ -157,9 +157,9 @@ def _recipe_losses(out, tiny_llama2_dir, sp_tokenizer_dir, checkpointing: bool) 
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
-    model = {"_component_": "torchtune_longshort.models.llama2_longshort", "vocab_size": 512, "num_layers": 2,
-             "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "intermediate_dim": 172, "max_seq_len": 256,
-             "original_max_seq_len": 64, "rope_method": "clex", "rope_kwargs": {"t_min": 2, "time_dt": 0.25}}
+    model = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 256,
+             "original_max_seq_len": 64, "t_min": 2, "time_dt": 0.25,
+             "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(tiny_llama2_dir)}}
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, model=model, max_steps=2, save_every_n_steps=2,
                    batch_size=2, enable_activation_checkpointing=checkpointing, **{"dataset.limit": 10})
     recipe = LongShortFinetuneRecipe(cfg)

@@ -51,14 +51,19 @@ def _inductor_cache(tmp_path_factory):
     mp.undo()
 
 
+def scaled_node(method: str, ckpt) -> dict:
+    """The checkpoint's model, its 256 positions taken as 64 pre-trained ones scaled by ``method`` to 256."""
+    return {"_component_": "torchtune_longshort.models.rope_scaled", "method": method, "max_seq_len": 256,
+            "original_max_seq_len": 64,
+            "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(ckpt)}}
+
+
 def _train(tmp_path, ckpt, tok, method: str, compiled: bool, steps: int = STEPS, checkpointing: bool = False):
     """The recipe for ``steps`` steps: (losses, the recipe, t drawn per forward (CLEX))."""
     torch._dynamo.reset()  # no graph of an earlier run in this process may serve this one
     cfg = make_cfg(ckpt, tok, tmp_path / f"{method}_{'compile' if compiled else 'eager'}", compile=compiled,
-                   max_steps=steps, save_every_n_steps=10**6, enable_activation_checkpointing=checkpointing, **{
-                       "lr_scheduler.num_warmup_steps": 0,
-                       "model._component_": "torchtune_longshort.models.llama2_longshort",
-                       "model.max_seq_len": 256, "model.original_max_seq_len": 64, "model.rope_method": method})
+                   max_steps=steps, save_every_n_steps=10**6, enable_activation_checkpointing=checkpointing,
+                   model=scaled_node(method, ckpt), **{"lr_scheduler.num_warmup_steps": 0})
     recipe = LongShortFinetuneRecipe(cfg)
     recipe.setup()
     rope = recipe._model.layers[0].attn.pos_embeddings

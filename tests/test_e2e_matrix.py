@@ -9,10 +9,11 @@ must agree (rel 1e-4): the reference is transformers' implementation reading the
 method of ``ROPE_METHODS`` and both ``POSITION_SAMPLERS``. Where transformers cannot represent the method (EABF,
 CLEX), ``hf`` must refuse the folder rather than run another model.
 
-The configs that build their model from the checkpoint's ``config.json`` (``models.hf_decoder``: Llama-3, Mistral,
-Qwen2.5, Gemma, Phi-3, Phi-3.5, SmolLM2) are shrunk by pointing ``checkpoint_dir`` at a tiny random checkpoint of that
-family in its real Hugging Face layout, tokenizer format included (``tests/family_checkpoints.py``); every family of
-``MODEL_FAMILIES`` must be covered by one of them.
+Every config builds its model from the checkpoint's ``config.json`` (``models.hf_decoder``), so each is shrunk by
+pointing ``checkpoint_dir`` at a tiny random checkpoint: a Llama-2-shaped one for the Llama-2-7B and tiny configs, and
+for Llama-3, Mistral, Qwen2.5, Gemma, Phi-3, Phi-3.5 and SmolLM2 one of that family in its real Hugging Face layout,
+tokenizer format included (``tests/family_checkpoints.py``); every family of ``MODEL_FAMILIES`` must be covered by one
+of them.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ COMMON = [
     "loss.num_chunks=2",
     "lr_scheduler.num_warmup_steps=0",  # the configs warm up for 20+ steps: at step 1 the LR would be 0
 ]
-LLAMA2_SCALED = ["model._component_=torchtune_longshort.models.llama2_longshort", *_kv("model.", DIMS),
-                 f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}"]
+# The Llama-2-7B configs (rope_scaled over hf_decoder): their folder is the tiny Llama-2 base (L0 positions), scaled
+# to L_TARGET.
+LLAMA2_SCALED = [f"model.max_seq_len={L_TARGET}"]
 
 
 # Configs whose model is read from the checkpoint folder: the folder is their whole shrink (256 positions, scaled
@@ -79,8 +81,7 @@ CONFIGS = {
     "llama2_7b/eabf_8k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
     "llama2_7b/longqlora_8k_redpajama_book.yaml": (
         "qlora",
-        ["model._component_=torchtune_longshort.models.longqlora_llama2", *_kv("model.dims.", QDIMS),
-         f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}", "model.lora_rank=8"],
+        [f"model.max_seq_len={L_TARGET}", f"model.factor={math.ceil(L_TARGET / L0)}", "model.model.lora_rank=8"],
     ),
     "llama3_8b/eabf_16k_redpajama_book.yaml": ("family:llama3", FAMILY_SHRINK),
     "mistral_7b/eabf_16k_redpajama_book.yaml": ("family:mistral", FAMILY_SHRINK),
@@ -101,9 +102,12 @@ CONFIGS = {
 ELSEWHERE = {"tiny/longshort_stdlib.yaml"}
 
 
+# Each other RoPE method rides on a Llama-2-7B config (rope_scaled over hf_decoder) with its method swapped.
+METHOD_HOST = "llama2_7b/eabf_8k_redpajama_book.yaml"
+
+
 def _method_overrides(method: str) -> list:
-    return ["model._component_=torchtune_longshort.models.llama2_longshort", *_kv("model.", DIMS),
-            f"model.max_seq_len={L_TARGET}", f"model.original_max_seq_len={L0}", f"model.rope_method={method}"]
+    return [f"model.max_seq_len={L_TARGET}", f"model.method={method}"]
 
 
 SAMPLERS = {
@@ -119,7 +123,7 @@ def _all_cases() -> dict:
 
     assert set(SAMPLERS) == set(POSITION_SAMPLERS), "a position sampler has no case in this matrix"
     cases = {f"config:{c}": (c, *CONFIGS[c]) for c in CONFIGS}
-    # by tiny/longshort_from_checkpoint, the Llama-2-7B CLEX / EABF configs, the family configs (YaRN: Qwen2.5,
+    # by the tiny from-checkpoint configs, the Llama-2-7B CLEX / EABF configs, the family configs (YaRN: Qwen2.5,
     # SmolLM2, Phi-3; LongRoPE: Phi-3.5, whose factor lists come from its folder) and the Llama-3.1 layout's own
     # `llama3` rope type under YaRN; `linear` (PI) stays
     covered = {"default", "clex", "eabf", "yarn", "llama3", "longrope"}
@@ -131,7 +135,7 @@ def _all_cases() -> dict:
             key, ov = f"method:{m}", _method_overrides(m)
             if m in riders:
                 key, ov = f"{key}+sampler:{riders[m]}", ov + SAMPLERS[riders[m]]
-            cases[key] = ("tiny/longshort_from_checkpoint.yaml", "tiny", ov)
+            cases[key] = (METHOD_HOST, "tiny", ov)
     assert sorted(k.split("+sampler:")[1] for k in cases if "+sampler:" in k) == sorted(SAMPLERS)
     return cases
 

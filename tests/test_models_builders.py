@@ -1,53 +1,142 @@
-"""Llama-2 builders: full / LoRA / QLoRA (NF4) with RoPE scaling and S2-Attn, LongQLoRA defaults, YAML use."""
+"""One way to build a model: every shipped config's ``model`` is ``hf_decoder`` (optionally inside ``rope_scaled``),
+built by the family table from a ``config.json`` -- a checkpoint folder's, or the one the family writes from
+torchtune's dimension keywords for random weights (the same one the recipe writes as ``step_0``).
+
+References: torchtune's own ``llama2`` / ``lora_llama2`` builders (the same parameters for the same seed), the
+published Llama-2-7B parameter count, and the checkpoint folder read back by the project's loader."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
+from torchtune import config as tt_config
 
-from torchtune_longshort.models import (
-    llama2_7b_longshort,
-    llama2_13b_longshort,
-    llama2_longshort,
-    longqlora_llama2,
-    longqlora_trainable_params,
-    lora_llama2_7b_longshort,
-    lora_llama2_longshort,
-)
+from torchtune_longshort.models import CheckpointFolder, decoder_config, hf_decoder, load_hf_checkpoint
 
-DIMS = dict(vocab_size=64, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=32)
+REPO = Path(__file__).resolve().parents[1]
+HF_DECODER = "torchtune_longshort.models.hf_decoder"
+ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
+DIMS = dict(vocab_size=64, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=32, max_seq_len=64)
 
 
-def test_full_builder_with_yarn_and_s2():
-    torch.manual_seed(0)
-    m = llama2_longshort(**DIMS, max_seq_len=128, original_max_seq_len=32, rope_method="yarn",
-                         rope_kwargs={"beta": 16}, s2_attn=True, s2_group_size_ratio=0.25)
-    assert m.rope_scaling["method"] == "yarn" and m.rope_scaling["factor"] == 4 and m.rope_scaling["beta"] == 16
-    assert m.max_seq_len == 128 and m.s2_attn["group_size_ratio"] == 0.25
-    m.train()
-    m(torch.randint(0, 64, (1, 128))).sum().backward()
+def _model_nodes(cfg: dict):
+    """``(where, node)`` of every model node a shipped config builds: the recipe's ``model`` and a study's, through
+    ``rope_scaled``'s nested ``model``."""
+    node, where = cfg.get("model"), "model"
+    while isinstance(node, dict):
+        yield where, node
+        node, where = node.get("model"), f"{where}.model"
 
 
-def test_lora_builder_has_adapters_and_scaled_rope():
+def test_every_shipped_config_builds_through_the_family_table():
+    """A new config cannot bypass the table: each model node is ``rope_scaled`` around ``hf_decoder`` (or
+    ``hf_decoder`` alone), which names a checkpoint folder or a family of the table."""
+    from torchtune_longshort.models import MODEL_FAMILIES
+
+    seen = 0
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        nodes = list(_model_nodes(cfg))
+        if not nodes:
+            continue
+        name = path.relative_to(REPO / "configs")
+        *wrappers, (where, inner) = nodes
+        assert all(n["_component_"] == ROPE_SCALED for _, n in wrappers), f"{name}: {[n for _, n in wrappers]}"
+        assert inner["_component_"] == HF_DECODER, f"{name}: {where} builds {inner['_component_']}"
+        assert ("checkpoint_dir" in inner) != ("family" in inner), f"{name}: {where} names no single source"
+        assert inner.get("family", "llama") in MODEL_FAMILIES, name
+        seen += 1
+    assert seen >= 20  # every recipe config and every study config with a model node
+
+
+def test_random_weights_are_torchtunes_own_builders_for_the_same_seed():
+    from torchtune.models.llama2 import llama2, lora_llama2
+
+    lora = dict(lora_attn_modules=["q_proj", "v_proj"], apply_lora_to_mlp=True, lora_rank=4, lora_alpha=8)
+    for theirs, ours in ((lambda: llama2(**DIMS), lambda: hf_decoder(family="llama", **DIMS)),
+                         (lambda: lora_llama2(**lora, **DIMS), lambda: hf_decoder(family="llama", **lora, **DIMS))):
+        torch.manual_seed(0)
+        a = theirs().state_dict()
+        torch.manual_seed(0)
+        b = ours().state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_llama2_7b_from_its_dimensions_has_the_published_parameter_count():
+    with torch.device("meta"):
+        m = hf_decoder(family="llama", vocab_size=32_000, num_layers=32, num_heads=32, embed_dim=4096,
+                       intermediate_dim=11008, max_seq_len=4096)
+    assert sum(p.numel() for p in m.parameters()) == 6_738_415_616
+
+
+@pytest.mark.parametrize("node, match", [
+    ({}, r"model: give checkpoint_dir \(a checkpoint folder\) or family"),
+    ({"checkpoint_dir": "/x", "num_layers": 2}, r"checkpoint_dir='/x' reads the family and dimensions .* drop "
+                                                r"model.num_layers"),
+    ({"family": "llamma", **DIMS}, r"model.family='llamma' is not a model family: expected one of \['llama'"),
+    ({"family": "mistral", **DIMS}, r"model.family='mistral': random weights from dimensions are written for "
+                                    r"\['llama', 'llama_tied'\] only"),
+    ({"family": "llama", "vocab_size": 64}, r"missing \['num_layers', 'num_heads', 'embed_dim', 'max_seq_len'\]"),
+])
+def test_a_model_node_without_one_source_is_refused_in_one_line(node, match):
+    with pytest.raises(ValueError, match=match):
+        hf_decoder(**node)
+
+
+def test_step_0_config_json_is_what_the_family_builds_from(tmp_path, sp_tokenizer_dir):
+    """The recipe's ``step_0`` from random weights: its config.json is the family's for the node's dimensions, and
+    the folder loads back into the same model (same shapes, same weights) by the family table."""
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.recipe_checkpoints import write_scratch_start
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    cfg = OmegaConf.load(REPO / "configs" / "tiny" / "longshort_stdlib.yaml")
+    cfg.output_dir, cfg.tokenizer.path = str(tmp_path / "out"), str(sp_tokenizer_dir)
+    cfg.validation, cfg.seq_len = None, 64
+    for k, v in dict(num_layers=2, embed_dim=64, intermediate_dim=None, max_seq_len=128).items():
+        cfg.model[k] = v
+    config = load_recipe_config(cfg)
+    ckpts = StepCheckpoints(tmp_path / "out")
+    write_scratch_start(config, 3, ckpts)
+    folder = CheckpointFolder.open(ckpts.path(0))
+    node = OmegaConf.to_container(cfg.model)
+    expected = decoder_config(node)
+    assert {k: folder.config[k] for k in expected} == expected and folder.family.name == "llama"
+    torch.manual_seed(3)
+    built = tt_config.instantiate(cfg.model).state_dict()
+    loaded = load_hf_checkpoint(folder).state_dict()
+    assert {k: v.shape for k, v in built.items()} == {k: v.shape for k, v in loaded.items()}
+    assert all(torch.equal(built[k], loaded[k]) for k in built)
+
+
+@pytest.fixture(scope="module")
+def qlora_base(tmp_path_factory):
+    """A Llama-2-shaped checkpoint NF4 can quantize (every weight's numel a multiple of 64 x 256), 32 positions."""
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
+
+    return write_random_llama2_checkpoint(tmp_path_factory.mktemp("qlora_base"), vocab_size=64, embed_dim=128,
+                                          num_layers=2, num_heads=4, num_kv_heads=4, intermediate_dim=256,
+                                          max_seq_len=32)
+
+
+def test_longqlora_config_is_pi_nf4_lora_all_linears_and_s2_attn(qlora_base):
+    """The shipped LongQLoRA config (Yang 2023) on a small Llama-2 folder: PI at ceil(L'/L), NF4 with
+    double-quantized scales, LoRA r=64 / alpha=16 / dropout 0.05 on every linear but the output, S2-Attn at 1/4 of
+    the length; the recipe's LongQLoRA trainable set (adapters, embeddings, norms) trains through NF4 and S2-Attn."""
+    from torchao.dtypes.nf4tensor import NF4Tensor
     from torchtune.modules.peft import LoRALinear, get_adapter_params
 
-    m = lora_llama2_longshort(["q_proj", "v_proj"], **DIMS, max_seq_len=64, original_max_seq_len=32, lora_rank=4,
-                              lora_alpha=8, rope_method="ntk")
-    assert isinstance(m.layers[0].attn.q_proj, LoRALinear) and not isinstance(m.layers[0].attn.k_proj, LoRALinear)
-    assert get_adapter_params(m) and m.rope_scaling["method"] == "ntk" and m.rope_scaling["factor"] == 2
-    assert m.layers[0].attn.pos_embeddings.base == 10_000.0
+    from torchtune_longshort.training.model_setup import LoRAInfo, set_trainable
 
-
-def test_longqlora_defaults_nf4_double_quant_and_trainable_sets():
-    from torchao.dtypes.nf4tensor import NF4Tensor
-    from torchtune.modules.peft import LoRALinear, get_adapter_params, set_trainable_params
-
-    # NF4 quantizes blocks of 64 values and their scales in blocks of 256: weights need 16384k elements.
-    dims = dict(DIMS, embed_dim=128, num_kv_heads=4, intermediate_dim=256)
-    m = longqlora_llama2(max_seq_len=100, original_max_seq_len=32, dims=dims)
-    assert m.rope_scaling["method"] == "linear" and m.rope_scaling["factor"] == math.ceil(100 / 32)
+    cfg = OmegaConf.load(REPO / "configs" / "llama2_7b" / "longqlora_8k_redpajama_book.yaml")
+    cfg.checkpoint_dir, cfg.model.max_seq_len = str(qlora_base), 64  # 32 -> 64: factor 2 as 4096 -> 8192
+    m = tt_config.instantiate(cfg.model)
+    spec = m.rope_scaling
+    assert spec["method"] == "linear" and spec["factor"] == math.ceil(64 / spec["original_max_seq_len"]) == 2
     attn, mlp = m.layers[0].attn, m.layers[0].mlp
     for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.output_proj, mlp.w1, mlp.w2, mlp.w3):
         assert isinstance(proj, LoRALinear)
@@ -58,62 +147,11 @@ def test_longqlora_defaults_nf4_double_quant_and_trainable_sets():
     assert not isinstance(m.output, LoRALinear)
     assert m.s2_attn == {"group_size": None, "group_size_ratio": 0.25}
 
-    frozen = longqlora_trainable_params(m)
-    assert set(frozen) == set(get_adapter_params(m))
-    trained = longqlora_trainable_params(m, train_embeddings=True, train_norms=True)
-    extra = set(trained) - set(frozen)
+    info = LoRAInfo(rank=64, alpha=16)
+    set_trainable(m, info, train_embeddings_and_norms=cfg.train_embeddings_and_norms)
+    extra = set(info.trainable_names) - set(get_adapter_params(m))
     assert "tok_embeddings.weight" in extra and "norm.scale" in extra and "layers.0.sa_norm.scale" in extra
-    set_trainable_params(m, trained)
     assert m.tok_embeddings.weight.requires_grad and not m.output.weight.requires_grad
-    m.train()  # a training step on CPU through NF4 base weights and S2-Attn (96 tokens: groups of 24)
-    m(torch.randint(0, 64, (1, 96))).float().logsumexp(-1).mean().backward()
+    m.train()  # a training step on CPU through NF4 base weights and S2-Attn (64 tokens: groups of 16)
+    m(torch.randint(0, 64, (1, 64))).float().logsumexp(-1).mean().backward()
     assert m.layers[0].attn.q_proj.lora_b.weight.grad.abs().sum() > 0 and m.output.weight.grad is None
-
-
-def test_clex_parameters_count_as_trainable():
-    m = lora_llama2_longshort(["q_proj"], **DIMS, max_seq_len=128, original_max_seq_len=32, lora_rank=2,
-                              lora_alpha=4, rope_method="clex")
-    names = set(longqlora_trainable_params(m))
-    assert {n for n in names if "ode_" in n} == {
-        "layers.0.attn.pos_embeddings.ode_up_proj", "layers.0.attn.pos_embeddings.ode_down_proj"}
-
-
-def test_7b_and_13b_shapes_on_meta_device():
-    with torch.device("meta"):
-        m7 = llama2_7b_longshort(max_seq_len=16384, rope_method="yarn")
-        m13 = llama2_13b_longshort(max_seq_len=8192)
-        l7 = lora_llama2_7b_longshort(max_seq_len=8192, lora_rank=8)
-    n7 = sum(p.numel() for p in m7.parameters())
-    n13 = sum(p.numel() for p in m13.parameters())
-    assert n7 == 6_738_415_616 and n13 == 13_015_864_320  # Llama-2-7B / 13B parameter counts
-    assert m7.rope_scaling["factor"] == 4 and m7.rope_scaling["original_max_seq_len"] == 4096
-    assert m13.rope_scaling == {**m13.rope_scaling, "method": "linear", "factor": 2.0}
-    assert l7.max_seq_len == 8192
-
-
-def test_builders_instantiate_from_yaml():
-    from omegaconf import OmegaConf
-    from torchtune import config
-
-    cfg = OmegaConf.create(
-        """
-        _component_: torchtune_longshort.models.lora_llama2_longshort
-        lora_attn_modules: [q_proj, k_proj, v_proj, output_proj]
-        apply_lora_to_mlp: true
-        vocab_size: 64
-        num_layers: 1
-        num_heads: 4
-        num_kv_heads: 4
-        embed_dim: 32
-        max_seq_len: 128
-        original_max_seq_len: 32
-        lora_rank: 4
-        lora_alpha: 8
-        rope_method: eabf
-        rope_kwargs: {exempt_layers: 0}
-        s2_attn: true
-        s2_group_size: 16
-        """
-    )
-    m = config.instantiate(cfg)
-    assert m.rope_scaling["method"] == "eabf" and m.rope_scaling["exempt_layers"] == 0 and m.s2_attn["group_size"] == 16

@@ -234,7 +234,6 @@ def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama
     if kind == "qlora":  # the smallest NF4 shapes that shard over 2 ranks: numel % (16384 * 2) == 0
         dims = dict(vocab_size=512, embed_dim=256, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_dim=768)
         ckpt = write_random_llama2_checkpoint(tmp_path / "ckpt256", max_seq_len=256, seed=0, **dims)
-        overrides += [f"model.{k}={v}" for k, v in dims.items()]
     cfg = f"configs/tiny/{kind}_from_checkpoint.yaml"
     one, two = tmp_path / "one", tmp_path / "two"
     run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, one, *overrides), tmp_path)

@@ -39,7 +39,7 @@ def test_tokenizer_model_vocab_mismatch(recipe_cls, tmp_path, sp_tokenizer_dir):
 
     ckpt = write_random_llama2_checkpoint(tmp_path / "v300", vocab_size=300, embed_dim=64, num_layers=1,
                                           num_heads=4, num_kv_heads=2, intermediate_dim=172, max_seq_len=256)
-    cfg = make_cfg(ckpt, sp_tokenizer_dir, tmp_path / "out", **{"model.vocab_size": 300, "model.num_layers": 1})
+    cfg = make_cfg(ckpt, sp_tokenizer_dir, tmp_path / "out")
     setup_fails(recipe_cls, cfg, ValueError, r"tokenizer vocabulary \(512 ids.*300 rows.*do not match")
 
 
@@ -79,7 +79,9 @@ def test_resume_without_checkpoint(recipe_cls, tmp_path, tiny_llama2_dir, sp_tok
 
 
 def test_from_scratch_needs_dimensions(recipe_cls, tmp_path, sp_tokenizer_dir):
-    cfg = make_cfg(tmp_path, sp_tokenizer_dir, tmp_path / "out")
-    cfg.checkpointer.checkpoint_dir = None
-    del cfg.model["embed_dim"]
+    model = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "llama", "vocab_size": 512,
+             "num_layers": 2, "num_heads": 4, "max_seq_len": 256}
+    cfg = make_cfg(None, sp_tokenizer_dir, tmp_path / "out", model=model)
     setup_fails(recipe_cls, cfg, ValueError, r"explicit dimensions; missing \['embed_dim'\]")
+    cfg.model = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": None}
+    setup_fails(recipe_cls, cfg, ValueError, r"model: give checkpoint_dir \(a checkpoint folder\) or family")

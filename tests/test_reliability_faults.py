@@ -98,32 +98,21 @@ def _yarn(inner, **extra):
             "model": inner, **extra}
 
 
-@pytest.mark.parametrize("where", ["rope_scaled", "rope_kwargs"])
 def test_f1_rope_argument_typo_is_refused_before_the_folder_and_the_fix_then_runs(recipe_cls, tmp_path,
-                                                                                  sp_tokenizer_dir, where):
-    """F1: ``model.factr=2`` (``rope_scaled``) or ``model.rope_kwargs.factr=2`` (a Llama-2 builder) is refused by
-    the method's signature before any folder exists (it was refused at the model build, and the marker folder left
-    behind blocked the corrected rerun)."""
+                                                                                  sp_tokenizer_dir):
+    """F1: ``model.factr=2`` (``rope_scaled``) is refused by the method's signature before any folder exists (it
+    was refused at the model build, and the marker folder left behind blocked the corrected rerun)."""
     out = tmp_path / "run"
     inner = dict(OmegaConf.to_container(OmegaConf.load(TINY).model))
-    if where == "rope_scaled":
-        bad, good = _yarn(inner, factr=2), _yarn(inner, factor=2)
-        match = r"model.factr=2 is not an argument of RoPE method 'yarn' \(did you mean 'factor'\?\)"
-    else:
-        inner.update(_component_="torchtune_longshort.models.llama2_longshort", original_max_seq_len=512,
-                     max_seq_len=1024)
-        bad, good = dict(inner, rope_kwargs={"factr": 2}), dict(inner, rope_kwargs={"factor": 2})
-        match = r"model.rope_kwargs.factr=2 is not an argument of RoPE method 'linear' \(did you mean 'factor'\?\)"
+    bad, good = _yarn(inner, factr=2), _yarn(inner, factor=2)
+    match = r"model.factr=2 is not an argument of RoPE method 'yarn' \(did you mean 'factor'\?\)"
     with pytest.raises(ValueError, match=match):
         recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=bad)).setup()
     assert not out.exists()
-    if where == "rope_scaled":  # the corrected rerun builds (once: the other case builds the same way)
-        r = recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=good))
-        r.setup()
-        r.release_output_dir()
-        assert r.rope_spec["method"] == "yarn" and (out / "step_0").is_dir()
-    else:
-        recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=good))
+    r = recipe_cls(tiny_cfg(out, sp_tokenizer_dir, model=good))
+    r.setup()
+    r.release_output_dir()
+    assert r.rope_spec["method"] == "yarn" and (out / "step_0").is_dir()
 
 
 def test_f1_a_folder_a_refused_setup_made_is_taken_back_and_a_user_file_kept(tmp_path):
@@ -170,8 +159,11 @@ def test_f7_model_dimensions_against_the_checkpoint_are_named_before_the_folder(
     from recipe_config import make_cfg
 
     out = tmp_path / "run"
-    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **{"model.embed_dim": 128, "model.num_layers": 3})
-    with pytest.raises(ValueError, match=r"model dimensions differ from the start checkpoint .*model.num_layers=3 "
+    model = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "llama_tied", "vocab_size": 512,
+             "num_layers": 3, "num_heads": 4, "num_kv_heads": 2, "embed_dim": 128, "max_seq_len": 256}
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, model=model)
+    with pytest.raises(ValueError, match=r"model dimensions differ from the start checkpoint .*model.family="
+                                         r"'llama_tied' \(its config.json: 'llama'\), model.num_layers=3 "
                                          r"\(its config.json: 2\), model.embed_dim=128 \(its config.json: 64\)"):
         recipe_cls(cfg).setup()
     assert not out.exists()

@@ -190,14 +190,15 @@ def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
 def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokenizer_dir):
     """A run from scratch killed before its first save leaves step_0 (no recipe state): not a resume point."""
     from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
-    from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
-    from torchtune.models.llama2 import llama2
+    from torchtune_longshort.models.hf_model import decoder_config, hf_decoder
 
     out = tmp_path / "out"
-    kw = dict(vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32, max_seq_len=128)
-    write_hf_checkpoint(out / "step_0", llama2(**kw).state_dict(), hf_config_from_llama_kwargs(kw),
+    node = dict(family="llama", vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32,
+                max_seq_len=128)
+    write_hf_checkpoint(out / "step_0", hf_decoder(**node).state_dict(), decoder_config(node),
                         tokenizer=sp_tokenizer_dir)
-    cfg = make_cfg(None, sp_tokenizer_dir, out, resume=True)
+    cfg = make_cfg(None, sp_tokenizer_dir, out, resume=True,
+                   model={"_component_": "torchtune_longshort.models.hf_decoder", **node})
     with pytest.raises(FileNotFoundError, match="leaves only step_0"):
         recipe_cls(cfg).setup()
 

@@ -83,7 +83,7 @@ def test_length_labels_match_task_pack():
 def test_recipe_configs_base_and_finetune(tmp_path):
     study, _ = _study(tmp_path)
     base = study.recipe_config("base")
-    assert base["model"]["_component_"] == "torchtune.models.llama2.llama2" and base["model"]["max_seq_len"] == 128
+    assert base["model"]["_component_"] == "torchtune_longshort.models.hf_decoder" and base["model"]["max_seq_len"] == 128
     assert base["seq_len"] == 128 and base["loss"]["alpha"] == 0.0 and base["checkpointer"]["checkpoint_dir"] is None
     run = next(r for r in study.cfg.grid if r.key == "yarn_a0.3_s1")
     ft = study.recipe_config(run.key, run)

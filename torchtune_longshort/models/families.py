@@ -41,6 +41,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from torchtune_longshort.models.scratch_config import llama_config
+
 Config = Dict[str, Any]
 StateDict = Dict[str, torch.Tensor]
 # Which LoRA settings a builder takes (torchtune's lora_<family> keyword names).
@@ -257,7 +259,8 @@ class ModelFamily:
     ``build(config, max_seq_len, lora)`` is the torchtune decoder with the folder's dimensions and pre-trained RoPE
     base (random weights; ``lora`` holds torchtune's LoRA keywords or None); ``hf_to_tune`` / ``tune_to_hf`` convert
     state dicts; ``tokenizer_formats`` lists the formats of
-    :data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FORMATS` its folders ship, in the order tried.
+    :data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FORMATS` its folders ship, in the order tried;
+    ``from_dims`` writes the ``config.json`` of random weights from torchtune's dimension keywords (None: none).
     """
 
     name: str
@@ -275,11 +278,20 @@ class ModelFamily:
     # written as not representable, so lm-eval's hf refuses the folder instead of running another model.
     hf_rope_types: Optional[Tuple[str, ...]] = None
     notes: str = ""
+    from_dims: Optional[Callable[[Dict[str, Any]], Config]] = None
 
     @property
     def torchtune_model_type(self) -> str:
         """The checkpointer ``model_type`` to write in a torchtune config for this family."""
         return self.torchtune_model_types[0]
+
+    def config_from_dims(self, dims: Dict[str, Any], where: str = "model") -> Config:
+        """The ``config.json`` of this family's model with torchtune's dimension keywords ``dims``."""
+        if self.from_dims is None:
+            have = [f.name for f in MODEL_FAMILIES.values() if f.from_dims is not None]
+            raise UnsupportedModelError(f"{where}.family={self.name!r}: random weights from dimensions are written "
+                                        f"for {have} only; start from a {self.name} checkpoint (checkpoint_dir)")
+        return self.from_dims(dims)
 
     def matches(self, config: Config) -> bool:
         if config.get("model_type") != self.hf_model_type:
@@ -293,11 +305,13 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
         ModelFamily("llama", "Llama-2, Llama-3, Llama-3.1", "llama", tied=False, tied_default=False,
                     torchtune_model_types=("LLAMA2", "LLAMA3"), architecture="LlamaForCausalLM",
                     build=lambda c, n, lora: _build_llama(c, n, lora, tied=False),
-                    tokenizer_formats=("sentencepiece", "hf_json", "tiktoken")),
+                    tokenizer_formats=("sentencepiece", "hf_json", "tiktoken"),
+                    from_dims=lambda dims: llama_config(dims, tied=False)),
         ModelFamily("llama_tied", "Llama-3.2 1B/3B, SmolLM, SmolLM2", "llama", tied=True, tied_default=False,
                     torchtune_model_types=("LLAMA3_2",), architecture="LlamaForCausalLM",
                     build=lambda c, n, lora: _build_llama(c, n, lora, tied=True),
-                    tokenizer_formats=("hf_json", "tiktoken", "sentencepiece")),
+                    tokenizer_formats=("hf_json", "tiktoken", "sentencepiece"),
+                    from_dims=lambda dims: llama_config(dims, tied=True)),
         ModelFamily("mistral", "Mistral-7B v0.1-v0.3", "mistral", tied=False, tied_default=False,
                     torchtune_model_types=("MISTRAL",), architecture="MistralForCausalLM", build=_build_mistral,
                     notes="sliding_window is not applied (torchtune's mistral builder: full attention)"),
@@ -342,6 +356,13 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
     )
 
 
+def family_named(name: Any, where: str = "model.family") -> ModelFamily:
+    """The family of :data:`MODEL_FAMILIES` called ``name``; a refusal naming the field and the names otherwise."""
+    if name not in MODEL_FAMILIES:
+        raise UnsupportedModelError(f"{where}={name!r} is not a model family: expected one of {list(MODEL_FAMILIES)}")
+    return MODEL_FAMILIES[name]
+
+
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str) -> None:
     """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly."""
     if model_type is None or str(model_type).upper() in family.torchtune_model_types:
@@ -350,18 +371,6 @@ def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], w
         f"{where}: model_type={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
         f"use model_type: {family.torchtune_model_type} (or leave it out: the folder's config.json decides)"
     )
-
-
-def lora_kwargs(**kwargs: Any) -> Optional[Dict[str, Any]]:
-    """The LoRA keywords given (None when ``lora_rank`` is not set: full fine-tuning)."""
-    if kwargs.get("lora_rank") is None:
-        extra = sorted(k for k, v in kwargs.items() if v not in (None, False, 0.0, [], ()) and k != "lora_rank")
-        if extra and any(k.startswith("lora_") or k.startswith("apply_lora") for k in extra):
-            raise ValueError(f"LoRA settings {extra} given without lora_rank: set lora_rank (and lora_alpha)")
-        return None
-    if kwargs.get("lora_alpha") is None:
-        raise ValueError("lora_rank is set but lora_alpha is not: set lora_alpha (torchtune's configs use 2 x rank)")
-    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def families_table_markdown() -> str:

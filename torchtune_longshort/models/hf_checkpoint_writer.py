@@ -56,7 +56,7 @@ def write_hf_checkpoint(
         out_dir: the folder to fill (created).
         tune_state_dict: torchtune key names; learned RoPE parameters (``*.pos_embeddings.*``) go to the side file;
             adapter weights are refused (merge them first: torchtune's ``get_merged_lora_ckpt``).
-        hf_config: the base config.json (the source checkpoint's, or ``hf_llama.hf_config_from_llama_kwargs``); its
+        hf_config: the base config.json (the source checkpoint's, or ``hf_model.decoder_config``); its
             model family converts the weights.
         rope_spec: the model's RoPE scaling spec (``model.rope_scaling``); None for plain RoPE.
         tokenizer: a tokenizer folder or file to copy in (see :func:`copy_tokenizer`); required unless ``out_dir``

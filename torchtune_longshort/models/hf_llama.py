@@ -1,6 +1,6 @@
-"""The Llama family's own helpers: the ``config.json`` of a model trained from scratch with torchtune's llama
-builder keywords, and a random Llama checkpoint written by transformers itself (an independent writer for parity
-tests).
+"""A random Llama checkpoint written by transformers itself (an independent writer and initialisation for parity
+tests and benchmarks). The ``config.json`` of random weights the project builds is
+:mod:`~torchtune_longshort.models.scratch_config`'s.
 
 Loading any family's folder is :mod:`~torchtune_longshort.models.hf_model`'s; the folder format is
 :mod:`~torchtune_longshort.models.hf_checkpoint`'s.
@@ -14,53 +14,6 @@ from typing import Any, Dict, Optional
 import torch
 
 from torchtune_longshort.models.hf_checkpoint import PathLike
-
-# Keys of torchtune's llama-family builders -> config.json entries of transformers' Llama/Mistral configs.
-_LLAMA_KEYS = {
-    "vocab_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "num_kv_heads": "num_key_value_heads",
-    "embed_dim": "hidden_size",
-    "intermediate_dim": "intermediate_size",
-    "max_seq_len": "max_position_embeddings",
-    "norm_eps": "rms_norm_eps",
-    "rope_base": "rope_theta",
-}
-
-
-def hf_config_from_llama_kwargs(kwargs: Dict[str, Any], architecture: str = "LlamaForCausalLM") -> Dict[str, Any]:
-    """A transformers ``config.json`` dict for a model built from scratch with torchtune's ``llama2(...)`` kwargs.
-
-    ``intermediate_dim`` defaults as torchtune's llama2 builder does (``scale_hidden_dim_for_mlp``).
-    """
-    missing = [k for k in ("vocab_size", "num_layers", "num_heads", "embed_dim", "max_seq_len") if k not in kwargs]
-    if missing:
-        raise ValueError(
-            f"model: training from scratch needs explicit dimensions; missing {missing} "
-            "(give vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len)"
-        )
-    from torchtune.models.llama2._model_utils import scale_hidden_dim_for_mlp
-
-    kw = dict(kwargs)
-    kw.setdefault("num_kv_heads", kw["num_heads"])
-    if kw.get("intermediate_dim") is None:
-        kw["intermediate_dim"] = scale_hidden_dim_for_mlp(kw["embed_dim"])
-    kw.setdefault("norm_eps", 1e-5)
-    kw.setdefault("rope_base", 10_000.0)
-    cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items() if tt in kw}
-    cfg.update(
-        architectures=[architecture],
-        model_type="llama",
-        hidden_act="silu",
-        tie_word_embeddings=bool(kw.get("tie_word_embeddings", False)),
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype="float32",
-        head_dim=kw["embed_dim"] // kw["num_heads"],
-    )
-    cfg["rope_theta"] = float(cfg["rope_theta"])
-    return cfg
 
 
 def write_random_llama2_checkpoint(

@@ -1,21 +1,26 @@
-"""A checkpoint folder as a torchtune decoder: built by its model family with its RoPE scaling, and loaded.
+"""A model of the family table as a torchtune decoder: a checkpoint folder's (built by its family with its RoPE
+scaling, and loaded), or random weights of a family with explicit dimensions.
 
-:func:`hf_decoder` is the config component (the model of any family in the table, by YAML alone);
-:func:`load_hf_checkpoint` builds and loads in one call (evaluation, the misalignment CLI, tests). Both take a
-:class:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder` or a path (opened once).
+:func:`hf_decoder` is the config component, the one every shipped config's ``model`` builds through (the model of
+any family in the table, by YAML alone); :func:`load_hf_checkpoint` builds and loads in one call (evaluation, the
+misalignment CLI, tests). Both take a :class:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder` or a path
+(opened once). :func:`decoder_config` is the ``config.json`` of random weights: what :func:`hf_decoder` builds from
+and what the recipe writes as ``step_0``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 from torch import nn
 
-from torchtune_longshort.models.families import lora_kwargs
+from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+from torchtune_longshort.models.s2_attn import enable_s2_attn
+from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 
 Folder = Union[PathLike, CheckpointFolder]
 
@@ -121,10 +126,45 @@ def load_hf_checkpoint(
     return model.to(device=device).eval()
 
 
+def lora_kwargs(**kwargs: Any) -> Optional[Dict[str, Any]]:
+    """The LoRA keywords given (None when ``lora_rank`` is not set: full fine-tuning)."""
+    if kwargs.get("lora_rank") is None:
+        extra = sorted(k for k, v in kwargs.items() if v not in (None, False, 0.0, [], ()) and k != "lora_rank")
+        if extra and any(k.startswith("lora_") or k.startswith("apply_lora") for k in extra):
+            raise ValueError(f"LoRA settings {extra} given without lora_rank: set lora_rank (and lora_alpha)")
+        return None
+    if kwargs.get("lora_alpha") is None:
+        raise ValueError("lora_rank is set but lora_alpha is not: set lora_alpha (torchtune's configs use 2 x rank)")
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+
+def decoder_config(node: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``config.json`` of random weights that a model node gives: its ``family`` (a key of
+    :data:`~torchtune_longshort.models.families.MODEL_FAMILIES`) writes it from the node's dimension keywords and
+    ``max_seq_len``; other keys of the node are not read. :func:`hf_decoder` builds from it; the recipe writes it as
+    ``step_0``'s ``config.json``."""
+    if node.get("family") is None:
+        raise ValueError(f"model: random weights are built from model.family and explicit dimensions, and this node "
+                         f"gives no family (keys: {sorted(node)}); set model.family (e.g. llama) and the dimensions, "
+                         "or start from a checkpoint folder (checkpointer.checkpoint_dir)")
+    dims = {k: node[k] for k in (*DIMENSION_KEYS, "max_seq_len") if node.get(k) is not None}
+    return family_named(node["family"]).config_from_dims(dims)
+
+
 def hf_decoder(
-    checkpoint_dir: str,
+    checkpoint_dir: Optional[str] = None,
     max_seq_len: Optional[int] = None,
     plain_rope: bool = False,
+    family: Optional[str] = None,
+    vocab_size: Optional[int] = None,
+    num_layers: Optional[int] = None,
+    num_heads: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    embed_dim: Optional[int] = None,
+    intermediate_dim: Optional[int] = None,
+    norm_eps: Optional[float] = None,
+    rope_base: Optional[float] = None,
     lora_attn_modules: Optional[list] = None,
     apply_lora_to_mlp: bool = False,
     apply_lora_to_output: bool = False,
@@ -133,9 +173,21 @@ def hf_decoder(
     lora_dropout: float = 0.0,
     use_dora: bool = False,
     quantize_base: bool = False,
+    s2_attn: bool = False,
+    s2_group_size: Optional[int] = None,
+    s2_group_size_ratio: float = 0.25,
 ) -> nn.Module:
-    """Config component: the decoder of a checkpoint folder's family, dimensions and RoPE (scaling included) read
-    from its ``config.json``; the recipe loads the weights. LoRA / QLoRA by torchtune's keywords::
+    """Config component: the decoder of a model family, built by the family table from a ``config.json``:
+
+    * ``checkpoint_dir``: a checkpoint folder's, dimensions and RoPE (scaling included) read from its
+      ``config.json``; the recipe loads the weights;
+    * ``family`` + torchtune's dimension keywords (``vocab_size``, ``num_layers``, ``num_heads``, ``num_kv_heads``,
+      ``embed_dim``, ``intermediate_dim``, ``norm_eps``, ``rope_base``, ``max_seq_len``): random weights, built
+      from the ``config.json`` :func:`decoder_config` writes (the recipe writes the same one as ``step_0``).
+
+    LoRA / QLoRA by torchtune's keywords; ``s2_attn`` (LongLoRA's shifted sparse attention at training time, any
+    family; group ``s2_group_size``, else ``s2_group_size_ratio`` of the length: see
+    :func:`~torchtune_longshort.models.s2_attn.enable_s2_attn`)::
 
         model:
           _component_: torchtune_longshort.models.rope_scaled      # optional: extend the context
@@ -150,4 +202,26 @@ def hf_decoder(
     lora = lora_kwargs(lora_attn_modules=lora_attn_modules, apply_lora_to_mlp=apply_lora_to_mlp,
                        apply_lora_to_output=apply_lora_to_output, lora_rank=lora_rank, lora_alpha=lora_alpha,
                        lora_dropout=lora_dropout, use_dora=use_dora, quantize_base=quantize_base)
-    return build_decoder(checkpoint_dir, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
+    dims = dict(vocab_size=vocab_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                embed_dim=embed_dim, intermediate_dim=intermediate_dim, norm_eps=norm_eps, rope_base=rope_base)
+    check_decoder_source(dict(dims, checkpoint_dir=checkpoint_dir, family=family))
+    if checkpoint_dir is not None:
+        model = build_decoder(checkpoint_dir, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
+    else:
+        config = decoder_config(dict(dims, family=family, max_seq_len=max_seq_len))
+        model = family_named(family).build(config, native_positions(config), lora)
+    if s2_attn:
+        enable_s2_attn(model, group_size=s2_group_size, group_size_ratio=s2_group_size_ratio)
+    return model
+
+
+def check_decoder_source(node: Mapping[str, Any], where: str = "model") -> None:
+    """An :func:`hf_decoder` node names its model one way: ``checkpoint_dir`` (the folder's config.json says family
+    and dimensions) or ``family`` with dimensions (random weights), not both, not neither."""
+    given = sorted(k for k in (*DIMENSION_KEYS, "family") if node.get(k) is not None)
+    if node.get("checkpoint_dir") is not None and given:
+        raise ValueError(f"{where}: checkpoint_dir={node['checkpoint_dir']!r} reads the family and dimensions from "
+                         f"its config.json; drop {', '.join(f'{where}.{k}' for k in given)}")
+    if node.get("checkpoint_dir") is None and node.get("family") is None:
+        raise ValueError(f"{where}: give checkpoint_dir (a checkpoint folder) or family (e.g. llama) with the "
+                         "dimensions (random weights)")

@@ -9,7 +9,6 @@ scaling in ``model.rope_scaling`` for checkpointers (see ``models.hf_rope``).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -206,7 +205,3 @@ def rope_scaled(model: Any, method: str, max_seq_len: int, **kwargs) -> nn.Modul
         model = tt_config.instantiate(model)
     return apply_rope_scaling(model, method, max_seq_len, **kwargs)
 
-
-def default_pi_factor(max_seq_len: int, original_max_seq_len: int) -> int:
-    """LongQLoRA's position-interpolation factor ``ceil(L'/L)``."""
-    return math.ceil(max_seq_len / original_max_seq_len)

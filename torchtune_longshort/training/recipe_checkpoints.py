@@ -21,7 +21,7 @@ from torchtune.modules.peft import get_merged_lora_ckpt
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
-from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
 from torchtune_longshort.training.checkpointing import StepCheckpoints, atomic_torch_save, staged_state_path
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
@@ -40,14 +40,15 @@ def tokenizer_source(config: RecipeConfig) -> Optional[str]:
 
 def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints) -> None:
     """Training from scratch: build ``config.model`` in float32 with ``seed`` and commit it as ``step_0``, a checkpoint
-    folder like every ``step_k`` (so every later path loads the same way)."""
+    folder like every ``step_k`` (so every later path loads the same way); its ``config.json`` is the one the model
+    node's family built the model from (``models.hf_model.decoder_config``)."""
     with training.set_default_dtype(torch.float32):
         torch.manual_seed(seed)
         scratch = instantiate(config.model.node())
     write_hf_checkpoint(
         ckpts.staging_root / "step_0",
         scratch.state_dict(),
-        hf_config_from_llama_kwargs(model_kwargs(config.model.args)),
+        decoder_config(model_kwargs(config.model.args)),
         rope_spec=getattr(scratch, "rope_scaling", None),
         tokenizer=tokenizer_source(config),
     )

@@ -2,8 +2,9 @@
 arguments bound against the component's signature (in :func:`~torchtune_longshort.config.fields.build_section`), and per role:
 
 * ``tokenizer``: its ``path`` exists, or (a tokenizer that trains one there) can be created;
-* ``model``: every nested node bound too, every RoPE method name known (``model.method``, ``rope_method``), and its
-  positions as far as the node declares them (:meth:`ModelConfig.declared_positions`);
+* ``model``: every nested node bound too, every RoPE method name known (``rope_scaled``'s ``method``), each
+  ``hf_decoder`` given a checkpoint folder or a family with dimensions, and its positions as far as the node declares
+  them (:meth:`ModelConfig.declared_positions`);
 * ``checkpointer``: the start checkpoint folder opens, and ``model_type`` converts its family;
 * ``optimizer``: built once on a stand-in parameter, so torch's own checks (lr, betas, weight decay) run now.
 """
@@ -18,13 +19,14 @@ from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.config.values import check_creatable, number, resolve_component, text
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
-ROPE_METHOD_KEYS = {"torchtune_longshort.models.rope_scaled": "method"}  # else a builder's ``rope_method``
+ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
 
 
 @dataclass(frozen=True)
@@ -86,39 +88,29 @@ def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any]) ->
 
 def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
     """A RoPE method's own arguments, by its class's signature, before anything is built: ``rope_scaled``'s extra
-    keys (besides its own and ``apply_rope_scaling``'s), or a builder's ``rope_kwargs`` (its ``rope_method``, else
-    the builder's default method)."""
-
-    target = resolve_component(f"{path}._component_", node["_component_"])
-    if target is rope_scaled:
-        own = {n for f in (rope_scaled, apply_rope_scaling) for n, p in inspect.signature(f).parameters.items()
-               if p.kind is not inspect.Parameter.VAR_KEYWORD}
-        if node.get("method") in ROPE_METHODS:
-            _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
-                                                         if k != "_component_" and k not in own})
+    keys (besides its own and ``apply_rope_scaling``'s)."""
+    if resolve_component(f"{path}._component_", node["_component_"]) is not rope_scaled:
         return
-    try:
-        params = inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        return
-    given = node.get("rope_kwargs")
-    if "rope_kwargs" in params and "rope_method" in params and isinstance(given, Mapping):
-        method = node.get("rope_method") or params["rope_method"].default
-        if method in ROPE_METHODS:
-            _refuse_rope_arguments(f"{path}.rope_kwargs", method, given)
+    own = {n for f in (rope_scaled, apply_rope_scaling) for n, p in inspect.signature(f).parameters.items()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    if node.get("method") in ROPE_METHODS:
+        _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
+                                                     if k != "_component_" and k not in own})
 
 
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
-    """``model``: a builder (torchtune's, ``torchtune_longshort.models.*``), possibly wrapped in ``rope_scaled``."""
+    """``model``: a builder (``torchtune_longshort.models.hf_decoder`` in every shipped config), possibly wrapped in
+    ``rope_scaled``."""
 
     def check(self, where: str) -> None:
         for path, node in _nodes({"_component_": self.component, **self.args}, where):
             if path != where:
                 build_section(ComponentSection, dict(node), path)
-            key = ROPE_METHOD_KEYS.get(str(node["_component_"]), "rope_method")
-            if node.get(key) is not None:
-                check_rope_method(node[key], f"{path}.{key}")
+            if node["_component_"] == ROPE_SCALED and node.get("method") is not None:
+                check_rope_method(node["method"], f"{path}.method")
+            if node["_component_"] == HF_DECODER:
+                check_decoder_source(node, path)
             _check_rope_arguments(path, node)
 
     def declared_positions(self, local: bool = True) -> Optional[int]:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Tuple
 
 from torchtune_longshort.models.families import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_llama import hf_config_from_llama_kwargs
+from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import resolve_min_context
@@ -80,14 +80,14 @@ def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> N
 
 
 def _check_scratch_dimensions(config: RecipeConfig) -> None:
-    """From random weights (no start checkpoint, not resuming) the model node must give a ``config.json``'s
-    dimensions."""
+    """From random weights (no start checkpoint, not resuming) the model node must give a ``config.json``: its
+    family and dimensions (the one ``step_0`` gets)."""
     if config.checkpointer.checkpoint_dir is not None or config.resume:
         return
     # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
     from torchtune_longshort.training.model_setup import model_kwargs
 
-    hf_config_from_llama_kwargs(model_kwargs(config.model.args))
+    decoder_config(model_kwargs(config.model.args))
 
 
 def _check_scheduler(config: RecipeConfig) -> None:
@@ -120,12 +120,15 @@ def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
     if given.get("num_kv_heads") is None and "num_heads" in given:
         theirs.pop("num_kv_heads")  # the builder's default follows num_heads, compared there
     differ = [k for k in theirs if given.get(k) is not None and given[k] != theirs[k]]
+    if given.get("family") not in (None, folder.family.name):
+        theirs["family"] = folder.family.name
+        differ.insert(0, "family")
     if differ:
         raise ValueError(
             f"model dimensions differ from the start checkpoint checkpointer.checkpoint_dir={start!r}: "
             + ", ".join(f"model.{k}={given[k]!r} (its config.json: {theirs[k]!r})" for k in differ)
-            + ". Set them to the checkpoint's, or build the model with torchtune_longshort.models.hf_decoder, which "
-            "reads them from the folder")
+            + ". Set them to the checkpoint's, or give model.checkpoint_dir instead of family and dimensions: "
+            "hf_decoder then reads them from the folder")
 
 
 def declared_vocab(config: RecipeConfig) -> Tuple[Optional[int], str]:
