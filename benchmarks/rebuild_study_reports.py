@@ -134,7 +134,8 @@ def diff_json(a: Path, b: Path) -> Tuple[List[str], List[str]]:
 def diff_png(a: Path, b: Path) -> Tuple[int, List[str]]:
     """(how many PNGs are byte-identical, the names that differ or exist on one side only)."""
     names = sorted({p.name for p in a.glob("*.png")} | {p.name for p in b.glob("*.png")})
-    same = [n for n in names if (a / n).is_file() and (b / n).is_file() and (a / n).read_bytes() == (b / n).read_bytes()]
+    same = [n for n in names
+            if (a / n).is_file() and (b / n).is_file() and (a / n).read_bytes() == (b / n).read_bytes()]
     return len(same), [n for n in names if n not in same]
 
 
