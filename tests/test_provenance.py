@@ -71,3 +71,17 @@ def test_stdlib_hash_only_when_the_corpus_was_used():
     used = _fresh(base + "from torchtune_longshort.data import corpus; corpus.stdlib(limit=2); "
                   "print(json.dumps(provenance('cpu')))")
     assert len(used["stdlib_corpus"]["sha256"]) == 64
+
+
+def test_a_device_this_machine_lacks_is_not_labelled_with_the_cpu(monkeypatch):
+    """A report rebuilt on a CPU-only machine from a GPU study's runs once read 'cuda (AMD EPYC ...)': the CPU's model
+    name under the GPU's device type."""
+    import torch
+
+    from torchtune_longshort.provenance import device_info
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = device_info("cpu")
+    cuda = device_info("cuda:0")
+    assert cuda["type"] == "cuda" and cuda["count"] == 0
+    assert cuda["name"] != cpu["name"] and "not available" in cuda["name"]

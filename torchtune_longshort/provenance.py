@@ -66,6 +66,8 @@ def device_info(device: Optional[str] = None) -> Dict[str, Any]:
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
         return {"type": "cuda", "name": torch.cuda.get_device_name(idx), "count": torch.cuda.device_count(),
                 "cuda": torch.version.cuda}
+    if dev.type != "cpu":  # asked for a device this machine lacks: never label it with the CPU's name
+        return {"type": dev.type, "name": "not available on this machine", "count": 0}
     name = platform.processor() or platform.machine()
     try:  # Linux: the CPU's model name
         for line in Path("/proc/cpuinfo").read_text().splitlines():

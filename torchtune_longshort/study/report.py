@@ -60,8 +60,8 @@ def _provenance(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> Tuple[Dict
     """The report's own provenance block, and a Markdown section that also names the runs whose provenance
     (recorded in their result.json when they ran) differs from it in anything but the device."""
     runs = {k: r["provenance"] for k, r in recs.items() if isinstance(r.get("provenance"), dict)}
-    prov = provenance(device=str(cfg.eval.device),
-                      stdlib=any("stdlib_corpus" in p for p in runs.values()))
+    # the machine that builds the report (it computes nothing on the runs' device; each run records its own)
+    prov = provenance(device=None, stdlib=any("stdlib_corpus" in p for p in runs.values()))
 
     def same(p: Dict[str, Any]) -> bool:
         return {k: v for k, v in p.items() if k != "device"} == {k: v for k, v in prov.items() if k != "device"}

@@ -123,7 +123,7 @@ def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], repo
     if wall_s is not None:
         md += ["## Wall time", "", f"The last invocation: {wall_s:.0f} s ({wall_s / 60:.1f} min); cells' own clocks: "
                + ", ".join(f"{r['key']} {r.get('wall_s', 0):.0f} s" for r in recs.values() if r.get("wall_s")), ""]
-    prov = provenance(device=str(cfg.eval.device), stdlib=True)
+    prov = provenance(device=None, stdlib=True)  # the machine that builds the report
     md += _provenance_section(prov, recs)
     (rdir / "report.md").write_text("\n".join(md))
     summary = {"name": cfg.name, "quick": cfg.quick, "config": cfg.to_dict(), "analysis": analysis,
