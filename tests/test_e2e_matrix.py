@@ -76,7 +76,8 @@ FAMILY_SHRINK = [f"model.max_seq_len={2 * L_TARGET}"]
 # config -> (base checkpoint: "tiny" | "qlora" | "family:<layout>", overrides that shrink it). Every
 # config must have an entry.
 CONFIGS = {
-    "llama2_7b/clex_4k_pg19.yaml": ("tiny", LLAMA2_SCALED),
+    # LoRA on one CLEX config: its ODE must train beside the adapters (test_clex_recipe_checkpoint_carries_...)
+    "llama2_7b/clex_4k_pg19.yaml": ("tiny", LLAMA2_SCALED + ["model.model.lora_rank=8", "model.model.lora_alpha=16"]),
     "llama2_7b/clex_4k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
     "llama2_7b/eabf_8k_redpajama_book.yaml": ("tiny", LLAMA2_SCALED),
     "llama2_7b/longqlora_8k_redpajama_book.yaml": (
@@ -280,17 +281,20 @@ def test_matrix_trains_and_evaluates_equally_in_longshort_and_hf(trained, task_m
 
 @pytest.mark.slow
 def test_clex_recipe_checkpoint_carries_its_trained_parameters(trained):
-    """The learned ODE weights travel in the side file and load back into the model (they were trained: the
-    released initialisation has ode_down_proj = 0)."""
+    """The learned ODE weights travel in the side file and load back into the model, and they were trained (the
+    released initialisation has ode_down_proj = 0) in a full fine-tune and in a LoRA one, where they train beside
+    the adapters."""
     from safetensors.torch import load_file
 
     from torchtune_longshort.models import load_hf_checkpoint
     from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE
 
-    step = trained["config:llama2_7b/clex_4k_redpajama_book.yaml"]
-    side = load_file(str(step / ROPE_SIDE_FILE))
-    assert side["ode_down_proj"].abs().max() > 0
-    model = load_hf_checkpoint(step)
-    rope = model.layers[0].attn.pos_embeddings
-    for k, v in side.items():
-        assert (getattr(rope, k).detach() == v).all(), k
+    for config in ("llama2_7b/clex_4k_redpajama_book.yaml", "llama2_7b/clex_4k_pg19.yaml"):  # full, LoRA
+        step = trained[f"config:{config}"]
+        side = load_file(str(step / ROPE_SIDE_FILE))
+        assert side["ode_down_proj"].abs().max() > 0, config  # LoRA froze it before the fix: all zero
+        model = load_hf_checkpoint(step)
+        rope = model.layers[0].attn.pos_embeddings
+        for k, v in side.items():
+            assert (getattr(rope, k).detach() == v).all(), (config, k)
+    assert (trained["config:llama2_7b/clex_4k_pg19.yaml"] / "adapter" / "adapter_config.json").is_file()

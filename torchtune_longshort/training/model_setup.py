@@ -71,13 +71,17 @@ def check_quantized_shapes(model: nn.Module, world_size: int) -> None:
 
 
 def set_trainable(model: nn.Module, lora: LoRAInfo, train_embeddings_and_norms: bool) -> None:
-    """LoRA: only the adapters train (and, for LongQLoRA, the embeddings and norms); full fine-tuning: all."""
+    """LoRA: the adapters train (and, for LongQLoRA, the embeddings and norms), and a learned RoPE's own parameters
+    (CLEX's ODE: the method, not the base; frozen, the released initialisation's ``ode_down_proj = 0`` would stay
+    and the run would not be CLEX); full fine-tuning: all. ``lora.trainable_names`` are what the PEFT adapter
+    carries; the learned RoPE goes to the checkpoint's side file, as in a full fine-tune."""
     if not lora.enabled:
         return
     trainable = set(get_adapter_params(model))
     if train_embeddings_and_norms:
         trainable |= {n for n, _ in model.named_parameters() if "tok_embeddings" in n or "norm" in n}
-    set_trainable_params(model, trainable)
+    learned_rope = {n for n, _ in model.named_parameters() if ".pos_embeddings." in n}
+    set_trainable_params(model, trainable | learned_rope)
     lora.trainable_names = sorted(trainable)
 
 
