@@ -113,6 +113,19 @@ class ModelConfig(ComponentSection):
                 check_decoder_source(node, path)
             _check_rope_arguments(path, node)
 
+    def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
+        """``(field, method)`` when the built model's RoPE has learned parameters (CLEX): the outermost
+        ``rope_scaled`` method that says so, else (``local``) an ``hf_decoder`` folder's own scaling; else None."""
+        for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
+            if node["_component_"] == ROPE_SCALED and node.get("method") in ROPE_METHODS:
+                method = node["method"]
+                return (f"{path}.method", method) if ROPE_METHODS[method].has_learned_parameters else None
+            if node["_component_"] == HF_DECODER and local and node.get("checkpoint_dir"):
+                spec = CheckpointFolder.open(node["checkpoint_dir"]).rope_spec or {}
+                cls = ROPE_METHODS.get(spec.get("method"))
+                return (f"{path}.checkpoint_dir", spec["method"]) if cls and cls.has_learned_parameters else None
+        return None
+
     def declared_positions(self, local: bool = True) -> Optional[int]:
         """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,
         an ``hf_decoder``'s folder's usable length (``local``: the folder is read), a builder's default; None when
