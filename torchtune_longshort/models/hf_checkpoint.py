@@ -40,7 +40,7 @@ from torchtune_longshort.models.hf_rope import (
 )
 from torchtune_longshort.models.tokenizer_formats import (SourceTokenizer, TOKENIZER_FILES, TOKENIZER_FORMATS,
                                                           TokenizerError, find_tokenizer)
-from torchtune_longshort.rope import ROPE_METHODS
+from torchtune_longshort.rope import has_learned_parameters
 
 PathLike = Union[str, Path]
 
@@ -71,15 +71,6 @@ def read_hf_config(checkpoint_dir: PathLike) -> Dict[str, Any]:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
-
-
-def _learnable_rope(spec: Optional[Dict[str, Any]]) -> bool:
-    """Whether ``spec``'s method has learned parameters (asks the method's class)."""
-    if not spec:
-        return False
-
-    cls = ROPE_METHODS.get(spec["method"])
-    return cls is not None and getattr(cls, "has_learned_parameters", False)
 
 
 def _weight_files(d: Path) -> List[Path]:
@@ -166,12 +157,12 @@ class CheckpointFolder:
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         side = d / ROPE_SIDE_FILE
-        if _learnable_rope(spec) and not side.is_file():
+        if has_learned_parameters((spec or {}).get("method")) and not side.is_file():
             raise FileNotFoundError(
                 f"checkpoint {str(d)!r}: config.json names RoPE method {spec['method']!r}, whose learned parameters "
                 f"live in {ROPE_SIDE_FILE}, but {side} is missing"
             )
-        if side.is_file() and not _learnable_rope(spec):
+        if side.is_file() and not has_learned_parameters((spec or {}).get("method")):
             method = spec["method"] if spec else "plain RoPE"
             raise ValueError(
                 f"checkpoint {str(d)!r}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE "

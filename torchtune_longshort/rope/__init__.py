@@ -94,6 +94,13 @@ def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10
         raise TypeError(f"rope method {method!r}: {e}") from None
 
 
+def has_learned_parameters(method: Any) -> bool:
+    """Whether RoPE method ``method`` trains parameters of its own (CLEX's ODE): its class says so; an unknown name
+    or None, no."""
+    cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
+    return bool(cls is not None and cls.has_learned_parameters)
+
+
 def build_position_sampler(name: str, **kwargs):
     """Build a position-id sampler (``random_pos``: ``max_position``; ``pose``: ``target_len``, ``num_chunks``)."""
     if name not in POSITION_SAMPLERS:
@@ -105,6 +112,7 @@ __all__ = [
     "ROPE_METHODS",
     "DEFAULT_ROPE_METHOD",
     "check_rope_method",
+    "has_learned_parameters",
     "POSITION_SAMPLERS",
     "build_rope",
     "build_position_sampler",

@@ -21,7 +21,7 @@ from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
-from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.config.values import check_creatable, number, resolve_component, text
 
@@ -119,11 +119,10 @@ class ModelConfig(ComponentSection):
         for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
             if node["_component_"] == ROPE_SCALED and node.get("method") in ROPE_METHODS:
                 method = node["method"]
-                return (f"{path}.method", method) if ROPE_METHODS[method].has_learned_parameters else None
+                return (f"{path}.method", method) if has_learned_parameters(method) else None
             if node["_component_"] == HF_DECODER and local and node.get("checkpoint_dir"):
-                spec = CheckpointFolder.open(node["checkpoint_dir"]).rope_spec or {}
-                cls = ROPE_METHODS.get(spec.get("method"))
-                return (f"{path}.checkpoint_dir", spec["method"]) if cls and cls.has_learned_parameters else None
+                method = (CheckpointFolder.open(node["checkpoint_dir"]).rope_spec or {}).get("method")
+                return (f"{path}.checkpoint_dir", method) if has_learned_parameters(method) else None
         return None
 
     def declared_positions(self, local: bool = True) -> Optional[int]:
