@@ -258,6 +258,11 @@ def test_checkpoint_round_trip(tmp_path, small_ckpt, sp_tokenizer_dir, method):
             torch.testing.assert_close(load_hf_checkpoint(out, max_seq_len=TARGET)(tokens), ref, rtol=0, atol=1e-4)
     if method == "clex":
         assert (out / "longshort_rope" / "rope_params.safetensors").is_file()
+        # evaluated at fewer positions than it was trained over (below original x t_max): refused before, now the
+        # trained module with t from the length, the logits of the model it saved
+        with torch.no_grad():
+            short = load_hf_checkpoint(out, max_seq_len=tokens.shape[1])(tokens)
+        torch.testing.assert_close(short, ref, rtol=0, atol=1e-5)
 
 
 # head_dim 16: 8 divisors each (LongRoPE's two caches are rebuilt by rope_init too)

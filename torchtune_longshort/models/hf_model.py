@@ -19,6 +19,7 @@ from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+from torchtune_longshort.rope import has_learned_parameters
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 
@@ -57,6 +58,10 @@ def build_decoder(
     if spec is None:
         return folder.family.build(folder.config, max_seq_len or plain_len, lora)
     target = max_seq_len or spec.get("max_seq_len") or plain_len
+    if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):
+        # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
+        # the length (the method's inference rule), so building it for fewer positions would only refuse
+        target = max(target, int(spec["max_seq_len"]))
     # The stored pre-trained length and base, not the (possibly scaled) ones in config.json.
     original = spec.get("original_max_seq_len")
     if original is None and rope is not None:
