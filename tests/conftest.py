@@ -37,6 +37,19 @@ def _hygiene(tmp_path_factory):
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _warm_start(_hygiene, tmp_path_factory):
+    """The Python processes the tests start (tune run, the eval and study CLIs, torchrun's workers, the study's own
+    runs) run their command lines in processes forked from this session's zygote, which has torch, torchtune,
+    transformers and lm-eval imported once (``tests/warm/zygote.py``; declined cases start fresh, as does
+    everything with ``LONGSHORT_TEST_FRESH=1``). Its decisions: ``zygote.jsonl`` in the session's temp folder."""
+    from warm_start import start_zygote
+
+    stop = start_zygote(tmp_path_factory.getbasetemp())
+    yield
+    stop()
+
+
 @pytest.fixture(scope="session")
 def sp_tokenizer_dir(tmp_path_factory):
     """Folder with ``tokenizer.model`` (+ transformers files), vocabulary ``TINY_VOCAB``, trained on stdlib text."""

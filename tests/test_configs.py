@@ -75,6 +75,6 @@ def test_tune_validate_command_exits_nonzero_on_a_study_config():
 
     tune = str(Path(sys.executable).with_name("tune"))
     p = subprocess.run([tune, "validate", "configs/study/cpu_small.yaml"], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}, timeout=300)
     assert p.returncode != 0 and "well-formed!" not in p.stdout
     assert "torchtune-longshort study config" in p.stderr

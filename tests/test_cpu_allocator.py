@@ -1,6 +1,7 @@
 """glibc keeps large freed blocks after ``reuse_large_cpu_blocks``: counted in page faults, in fresh processes."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -38,7 +39,8 @@ print(json.dumps({"faults": faults() - before}))
 
 
 def _faults(mode: str, *args) -> int:
-    p = subprocess.run([sys.executable, "-c", CODE, mode, *map(str, args)], capture_output=True, text=True)
+    env = dict(os.environ, LONGSHORT_TEST_FRESH="1")  # a fresh process's heap: not one forked from the zygote's
+    p = subprocess.run([sys.executable, "-c", CODE, mode, *map(str, args)], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])["faults"]
 

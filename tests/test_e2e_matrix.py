@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from warm_start import with_warm_start
 
 pytest.importorskip("lm_eval")
 
@@ -160,8 +161,8 @@ def test_every_model_family_is_in_the_matrix(family_dirs):
 
 def _env(tmp: Path) -> dict:
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # the recipe runs from the installed package, as a user runs it
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp / "hf_home"))
+    # the recipe runs from the installed package, as a user runs it (PYTHONPATH: only tests/warm's start-up hook)
+    env.update(PYTHONPATH=with_warm_start(), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     return env
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_start import with_warm_start
 
 pytest.importorskip("lm_eval")
 
@@ -41,8 +42,8 @@ def ckpt512(sp_tokenizer_dir, tmp_path_factory):
 
 
 def _longshort_eval(args, tmp_path):
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONPATH=with_warm_start(str(REPO)))
     out = subprocess.run([sys.executable, "-m", "torchtune_longshort.eval", *args], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     return out.returncode, out.stdout + out.stderr

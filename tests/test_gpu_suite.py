@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_start import with_warm_start
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _suite(args, tmp_path, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_HOME=str(tmp_path / "hf_home"))
+    env = dict(os.environ, PYTHONPATH=with_warm_start(str(REPO)), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1")
     return subprocess.run([sys.executable, "benchmarks/gpu_suite.py", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

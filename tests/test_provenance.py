@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _fresh(code: str) -> dict:
     """Run ``code`` (which prints one JSON line) in a fresh interpreter: the stdlib-used flag is per process."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), LONGSHORT_TEST_FRESH="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -69,7 +69,7 @@ _UNFILTERED = ("import sys, torchtune_longshort.eval.model.adapter; from lm_eval
 
 def _run(cmd, tmp):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(tmp / "hf")}
+           "HF_HOME": str(tmp / "hf"), "LONGSHORT_TEST_FRESH": "1"}  # fresh: the noise of imports is looked for
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout + p.stderr

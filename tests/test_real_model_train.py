@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from warm_start import with_warm_start
 from real_model_helpers import RECIPE, REPO, SMOKE, TUNE, evaluate, loads_in_transformers
 
 pytest.importorskip("lm_eval")
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def _train(config: str, out: Path, ckpt: Path) -> Path:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = with_warm_start()  # the installed package (PYTHONPATH: only tests/warm's start-up hook)
     cmd = [TUNE, "run", RECIPE, "--config", str(REPO / "configs" / config), f"checkpoint_dir={ckpt}",
            f"output_dir={out}", *SMOKE]
     p = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=900)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_start import with_warm_start
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
@@ -25,10 +26,7 @@ CFG = "configs/tiny/longshort_from_checkpoint.yaml"
 
 def _env(tmp: Path, **extra) -> dict:
     env = dict(os.environ)
-    env.update(
-        PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-        HF_HOME=str(tmp / "hf_home"), TMPDIR=str(tmp),
-    )
+    env.update(PYTHONPATH=with_warm_start(str(REPO)), OMP_NUM_THREADS="1", TMPDIR=str(tmp))  # offline: conftest
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -109,7 +107,7 @@ def test_sigkill_during_save_resumes_from_last_complete(uninterrupted, tmp_path,
         "r.before_commit = lambda step, staged: time.sleep(1000) if step == 8 else None\n"
         "r.setup(); r.train(); r.cleanup()\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         staged = out2 / ".staging" / "step_8.pt"  # the staged recipe state: written after the staged folder
@@ -266,8 +264,8 @@ def test_sigterm_finishes_the_step_saves_and_resumes_exactly(tmp_path, tiny_llam
     run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, ref, *common, "stop_after_step=12"), tmp_path)
     out = tmp_path / "out"
     cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, *common)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while not ((out / "metrics.jsonl").is_file() and any(s >= 2 for s, _ in losses(out))):
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() else ""

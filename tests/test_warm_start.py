@@ -1,0 +1,99 @@
+"""The tests' warm start (tests/warm/): a command line run through the zygote behaves as the same command line in
+a fresh interpreter (the reference: ``LONGSHORT_TEST_FRESH=1``): argv, sys.path, working folder, environment,
+stdin/stdout/stderr, exit status, a relayed signal; and the cases the zygote must decline start fresh."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from warm_start import with_warm_start
+
+
+
+@pytest.fixture(autouse=True)
+def _warm_start_on():
+    if not os.environ.get("LONGSHORT_TEST_ZYGOTE"):  # set by conftest's session fixture, unless LONGSHORT_TEST_FRESH
+        pytest.skip("warm start off (LONGSHORT_TEST_FRESH)")
+
+PROBE = """
+import json, os, sys, tempfile
+line = sys.stdin.readline().strip()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "path": sys.path[1:], "cwd": os.getcwd(),
+                  "probe": os.environ.get("PROBE"), "stdin": line, "tmp": tempfile.gettempdir(),
+                  "main": __name__, "torch_imported": "torch" in sys.modules, "pid": os.getpid()}))
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("PROBE_RC", "0")))
+"""
+
+
+def _run(argv, tmp_path, fresh: bool, **env):
+    e = dict(os.environ, PROBE="x", TMPDIR=str(tmp_path), PYTHONPATH=with_warm_start(), **env)
+    if fresh:
+        e["LONGSHORT_TEST_FRESH"] = "1"
+    p = subprocess.run(argv, cwd=tmp_path, env=e, input="hello\n", capture_output=True, text=True, timeout=120)
+    return p
+
+
+@pytest.mark.parametrize("mode", ["-c", "file", "-m"])
+def test_a_command_runs_as_in_a_fresh_interpreter(tmp_path, mode):
+    script = tmp_path / "probe_mod.py"
+    script.write_text(PROBE)
+    target = {"-c": ["-c", PROBE], "file": [str(script)], "-m": ["-m", "probe_mod"]}[mode]
+    argv = [sys.executable, *target, "a1", "--b"]
+    warm, fresh = (_run(argv, tmp_path, f, PROBE_RC="3") for f in (False, True))
+    w, f = (json.loads(p.stdout) for p in (warm, fresh))
+    assert w["pid"] != f["pid"] and w["torch_imported"] and not f["torch_imported"]  # it did run in the zygote
+    for k in ("pid", "torch_imported"):
+        del w[k], f[k]
+    assert w == f and w["stdin"] == "hello" and w["tmp"] == str(tmp_path)
+    assert (warm.returncode, warm.stderr) == (fresh.returncode, fresh.stderr) == (3, "to stderr\n")
+
+
+def test_an_exception_exits_1_with_its_traceback(tmp_path):
+    argv = [sys.executable, "-c", "raise ValueError('boom')"]
+    warm, fresh = (_run(argv, tmp_path, f) for f in (False, True))
+    assert warm.returncode == fresh.returncode == 1
+    assert warm.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == "ValueError: boom"
+
+
+def test_a_signal_reaches_the_command_and_its_status_comes_back(tmp_path):
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('got', flush=True), sys.exit(7)))\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    for handled in (True, False):
+        c = code if handled else "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+        e = dict(os.environ, PYTHONPATH=with_warm_start())
+        p = subprocess.Popen([sys.executable, "-c", c], env=e, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "ready\n"
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+        assert (p.returncode, out) == ((7, "got\n") if handled else (-signal.SIGTERM, ""))
+
+
+def test_an_import_time_variable_of_its_own_starts_it_fresh(tmp_path):
+    argv = [sys.executable, "-c", PROBE]
+    p = _run(argv, tmp_path, False, HF_HOME=str(tmp_path / "elsewhere"))
+    assert p.returncode == 0 and not json.loads(p.stdout)["torch_imported"]
+    p = _run([sys.executable, "-X", "utf8", "-c", PROBE], tmp_path, False)  # an interpreter option
+    assert p.returncode == 0 and not json.loads(p.stdout)["torch_imported"]
+
+
+def test_the_waiting_process_killed_takes_its_command_with_it(tmp_path):
+    flag = tmp_path / "alive"
+    code = f"import time, pathlib\nprint('ready', flush=True)\nfor _ in range(600):\n    pathlib.Path({str(flag)!r}).touch(); time.sleep(0.1)\n"
+    p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=with_warm_start()),
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    p.kill()
+    p.wait(timeout=30)
+    time.sleep(1)
+    flag.unlink()
+    time.sleep(1)
+    assert not flag.exists()

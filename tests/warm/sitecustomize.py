@@ -1,0 +1,90 @@
+"""The tests' warm start (see ``tests/warm/zygote.py``): a Python process the tests start hands its command line to
+the session's zygote, which runs it in a process forked from an interpreter that has torch, torchtune, transformers
+and lm-eval imported already; this process relays signals to it and exits as it exits.
+
+Only with ``LONGSHORT_TEST_ZYGOTE`` set (the tests' conftest sets it, with this folder on ``PYTHONPATH``), only for
+this interpreter's ``python -m MOD``, ``python FILE`` (console scripts too) and ``python -c CODE`` without other
+options but ``-u``, and never with ``LONGSHORT_TEST_FRESH`` set. Whatever the zygote declines or cannot serve runs here, as
+usual: this file then returns and Python goes on."""
+
+import os
+import sys
+
+
+def _request():
+    argv = list(sys.orig_argv)
+    unbuffered = len(argv) > 1 and argv[1] == "-u"  # torchrun starts its workers so
+    if unbuffered:
+        del argv[1]
+    if len(argv) < 2:
+        return None
+    if argv[1][:2] in ("-m", "-c") and len(argv[1]) > 2:  # python -mpip (torch's collect_env, run by lm-eval)
+        argv[1:2] = [argv[1][:2], argv[1][2:]]
+    if argv[1] in ("-m", "-c"):
+        if len(argv) < 3:
+            return None
+        return {"mode": argv[1], "target": argv[2], "args": argv[3:], "unbuffered": unbuffered}
+    if argv[1].startswith("-"):
+        return None  # other interpreter options (-X, -W, -I ...) change start-up: run as usual
+    return {"mode": "file", "target": argv[1], "args": argv[2:], "unbuffered": unbuffered}
+
+
+def _relay(sock_path, request):
+    import json
+    import signal
+    import socket
+    import struct
+
+    request.update(cwd=os.getcwd(), env=dict(os.environ), path=list(sys.path), executable=sys.executable,
+                   prefix=sys.prefix)
+    body = json.dumps(request).encode()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(sock_path)
+        socket.send_fds(s, [struct.pack("!Q", len(body))], [0, 1, 2])
+        s.sendall(body)
+        f = s.makefile("rb")
+        reply = json.loads(f.readline() or b"{}")
+    except OSError:
+        s.close()
+        return  # no zygote: run here
+    if "pid" not in reply:
+        s.close()
+        return  # declined (reply["fresh"] says why): run here
+    pid = reply["pid"]
+
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    line = f.readline()
+    rc = json.loads(line)["rc"] if line else 1
+    if rc < 0:  # killed by a signal: die of the same one, as the parent would have seen
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+    os._exit(rc)
+
+
+def _chain():
+    """The ``sitecustomize`` this one shadows (benchmarks/suite_cost.py's logger, when it runs), as Python would have
+    imported it."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+if os.environ.get("LONGSHORT_TEST_ZYGOTE") and not os.environ.get("LONGSHORT_TEST_FRESH"):
+    _req = _request()
+    if _req is not None:
+        _relay(os.environ["LONGSHORT_TEST_ZYGOTE"], _req)
+_chain()

@@ -1,0 +1,261 @@
+"""The tests' zygote: one per pytest worker, it imports torch, torchtune, transformers, lm-eval and this package
+once, then runs each Python command line a test starts (``tests/warm/sitecustomize.py`` hands it over) in a process
+forked from that warm interpreter: the same argv, working folder, environment and stdin/stdout/stderr, the same
+entry point run as ``__main__``; only the interpreter's start-up and those imports are shared. A fresh interpreter
+spent ~8 of a tiny ``tune run``'s 12 CPU-s importing torchtune (torchao imports torch._dynamo and torch._inductor).
+
+It declines (the process then runs as usual) a command whose environment differs from its own in a variable read
+at import time (``IMPORT_TIME_ENV``), another interpreter (the wheel tests' venv), or a search path on which one of
+the imported packages would be found elsewhere. Every request and decision is appended to ``--log``.
+
+    python tests/warm/zygote.py SOCKET --log FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.machinery
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+PRELOAD = (
+    "torch", "torch.distributed", "torchao", "torchtune", "torchtune.training", "torchtune._cli.tune",
+    "torchtune.modules.peft", "transformers", "transformers.models.llama.modeling_llama", "safetensors.torch",
+    "datasets", "lm_eval", "lm_eval.evaluator", "lm_eval.api.registry", "lm_eval.models.huggingface",
+    "lm_eval.tasks", "scipy.stats", "matplotlib.pyplot", "torchtune_longshort",
+    "torchtune_longshort.recipes.longshort_finetune", "torchtune_longshort.eval.model.adapter",
+    "torchtune_longshort.eval.cli_run", "torchtune_longshort.study",
+)
+# Variables a library reads when it is imported (or glibc when the process starts): a command that sets them
+# otherwise than the zygote did must start fresh. Prefixes; the exceptions are read at run time.
+IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "DATASETS", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_",
+                   "KMP_", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE", "LOGLEVEL", "LD_",
+                   "MALLOC", "GLIBC_TUNABLES", "TRITON", "TOKENIZERS", "MPLBACKEND", "MPLCONFIGDIR", "LANG",
+                   "LC_", "HOME", "XDG_")
+RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREADS")  # the last: run_job sets it
+
+
+def import_time_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and not k.startswith(RUN_TIME_ENV)}
+
+
+def preload(log) -> dict:
+    """Import PRELOAD; the folder each top-level package was found in, to compare a command's search path with."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - a package that fails to import is simply not shared
+            log({"preload_failed": name, "error": repr(e)})
+    tops = {n.split(".")[0] for n in PRELOAD if n.split(".")[0] in sys.modules}
+    return {n: getattr(sys.modules[n], "__file__", None) for n in sorted(tops)}
+
+
+def decline_reason(req: dict, own_env: dict, origins: dict) -> str | None:
+    if os.path.realpath(req["executable"]) != os.path.realpath(sys.executable) or req["prefix"] != sys.prefix:
+        return "another interpreter"
+    theirs, ours = import_time_env(req["env"]), import_time_env(own_env)
+    diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    if diff:
+        return "import-time environment differs: " + ", ".join(diff)
+    path = [main_path_entry(req)] + req["path"]
+    for name, origin in origins.items():
+        found = where(name, path)
+        if found != origin:
+            return f"{name} would come from {found or 'nowhere'}, not {origin}"
+    return None
+
+
+def where(name: str, path: list) -> str | None:
+    """The file a fresh interpreter with this search path would import top-level ``name`` from (the modules
+    imported here stay out of it): the meta path's finders in order, the path finder on ``path``."""
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder:
+            spec = finder.find_spec(name, path)
+        elif hasattr(finder, "find_spec"):
+            try:
+                spec = finder.find_spec(name, None)
+            except Exception:  # noqa: BLE001 - a finder that cannot answer does not find it
+                spec = None
+        else:
+            continue
+        if spec is not None:
+            return spec.origin
+    return None
+
+
+def main_path_entry(req: dict) -> str:
+    """What Python puts first on sys.path for this command line."""
+    if req["mode"] == "-c":
+        return ""
+    if req["mode"] == "-m":
+        return req["cwd"]
+    return os.path.dirname(os.path.realpath(os.path.join(req["cwd"], req["target"])))
+
+
+def run_job(req: dict, fds: list) -> None:
+    """In the forked child: become the command line, run it, exit as the interpreter would. Never returns."""
+    import atexit
+    import runpy
+    import tempfile
+    import threading
+    import traceback
+    import types
+
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    std_streams(req.get("unbuffered") or bool(req["env"].get("PYTHONUNBUFFERED")))
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.chdir(req["cwd"])
+    tempfile.tempdir = None  # TMPDIR is the command's
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if "OMP_NUM_THREADS" in os.environ:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    sys.path[:] = [main_path_entry(req)] + req["path"]
+    code = 0
+    try:
+        if req["mode"] == "-m":
+            sys.argv = [req["target"], *req["args"]]
+            runpy.run_module(req["target"], run_name="__main__", alter_sys=True)
+        elif req["mode"] == "-c":
+            sys.argv = ["-c", *req["args"]]
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(req["target"], "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = [req["target"], *req["args"]]
+            runpy.run_path(req["target"], run_name="__main__")
+    except SystemExit as e:
+        code = exit_code(e.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = -signal.SIGINT
+    except BaseException:  # noqa: BLE001 - as the interpreter: print it, exit 1
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads, then atexit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        os._exit(code)
+
+
+def std_streams(unbuffered: bool) -> None:
+    """Python's start-up buffering on the zygote's own stream objects (modules imported here hold them: logging's
+    handlers), now on the command's fds: stdout line-buffered on a terminal, stderr by line; ``-u``: every line
+    (the binary layer keeps a partial line until the next newline or the exit)."""
+    sys.stdout.reconfigure(line_buffering=unbuffered or os.isatty(1), write_through=unbuffered)
+    sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)
+
+
+def exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def recv_request(conn: socket.socket):
+    head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
+    if len(head) < 8:
+        return None, fds
+    (n,) = struct.unpack("!Q", head)
+    body = b""
+    while len(body) < n:
+        chunk = conn.recv(n - len(body))
+        if not chunk:
+            return None, fds
+        body += chunk
+    return json.loads(body), fds
+
+
+def serve(sock_path: str, log_path: str) -> None:
+    def log(entry: dict) -> None:
+        with open(log_path, "a") as f:
+            f.write(json.dumps({"t": round(time.time(), 3), **entry}) + "\n")
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock_path)  # bound before the imports: a command that comes early waits in the backlog
+    server.listen(64)
+    own_env = dict(os.environ)  # what the imports saw (some set variables: huggingface_hub sets HF_XET_*)
+    origins = preload(log)
+    jobs: dict[socket.socket, int] = {}  # the connection of the process that waits for each job
+    log({"ready": True, "origins": origins})
+    while True:
+        readable, _, _ = select.select([server, *jobs], [], [], 0.1)
+        for s in readable:
+            if s is server:
+                conn, _ = server.accept()
+                req, fds = recv_request(conn)
+                reason = "unreadable request" if req is None else decline_reason(req, own_env, origins)
+                if reason is not None:
+                    log({"declined": reason, "argv": req and [req["mode"], req["target"], *req["args"][:4]]})
+                    conn.sendall(json.dumps({"fresh": reason}).encode() + b"\n")
+                    conn.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    server.close()
+                    for c in [*jobs, conn]:
+                        c.close()
+                    run_job(req, fds)
+                for fd in fds:
+                    os.close(fd)
+                jobs[conn] = pid
+                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                log({"forked": pid, "argv": [req["mode"], req["target"], *req["args"][:4]]})
+            elif not s.recv(1):  # the waiting process is gone (killed): so goes its job
+                try:
+                    os.kill(jobs[s], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        reap(jobs)
+
+
+def reap(jobs: dict) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rc = os.waitstatus_to_exitcode(status)
+        for conn, p in list(jobs.items()):
+            if p == pid:
+                try:
+                    conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
+                except OSError:
+                    pass
+                conn.close()
+                del jobs[conn]
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("socket")
+    ap.add_argument("--log", required=True)
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    serve(a.socket, a.log)
