@@ -39,7 +39,9 @@ IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "DATASETS", "TORCH", "P
                    "KMP_", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE", "LOGLEVEL", "LD_",
                    "MALLOC", "GLIBC_TUNABLES", "TRITON", "TOKENIZERS", "MPLBACKEND", "MPLCONFIGDIR", "LANG",
                    "LC_", "HOME", "XDG_")
-RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREADS")  # the last: run_job sets it
+# OMP_NUM_THREADS: run_job sets torch's pool from it; KMP_DUPLICATE_LIB_OK: threadpoolctl sets it when imported (a
+# test's import does, in the worker), only Intel's OpenMP reads it (torch here uses GNU's).
+RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREADS", "KMP_DUPLICATE_LIB_OK")
 
 
 def import_time_env(env: dict) -> dict:
@@ -203,34 +205,55 @@ def serve(sock_path: str, log_path: str) -> None:
         for s in readable:
             if s is server:
                 conn, _ = server.accept()
-                req, fds = recv_request(conn)
-                reason = "unreadable request" if req is None else decline_reason(req, own_env, origins)
-                if reason is not None:
-                    log({"declined": reason, "argv": req and [req["mode"], req["target"], *req["args"][:4]]})
-                    conn.sendall(json.dumps({"fresh": reason}).encode() + b"\n")
+                try:
+                    serve_one(conn, jobs, server, own_env, origins, log)
+                except OSError as e:  # the process that asked is gone: nothing to answer
+                    log({"lost": repr(e)})
                     conn.close()
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    server.close()
-                    for c in [*jobs, conn]:
-                        c.close()
-                    run_job(req, fds)
-                for fd in fds:
-                    os.close(fd)
-                jobs[conn] = pid
-                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-                log({"forked": pid, "argv": [req["mode"], req["target"], *req["args"][:4]]})
-            elif not s.recv(1):  # the waiting process is gone (killed): so goes its job
+            elif not recv_or_eof(s):  # the waiting process is gone (killed): so goes its job
                 try:
                     os.kill(jobs[s], signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         reap(jobs)
+
+
+def serve_one(conn, jobs: dict, server, own_env: dict, origins: dict, log) -> None:
+    """Fork one request's job (or decline it); the job's pid goes back to the waiting process."""
+    req, fds = recv_request(conn)
+    try:
+        reason = "unreadable request" if req is None else decline_reason(req, own_env, origins)
+        if reason is not None:
+            log({"declined": reason, "argv": req and [req["mode"], req["target"], *req["args"][:4]]})
+            conn.sendall(json.dumps({"fresh": reason}).encode() + b"\n")
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            server.close()
+            for c in [*jobs, conn]:
+                c.close()
+            run_job(req, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    jobs[conn] = pid
+    log({"forked": pid, "argv": [req["mode"], req["target"], *req["args"][:4]]})
+    try:
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except OSError:  # the waiting process is gone already: so goes its job
+        os.kill(pid, signal.SIGKILL)
+        del jobs[conn]
+        conn.close()
+
+
+def recv_or_eof(s: socket.socket) -> bytes:
+    try:
+        return s.recv(1)
+    except OSError:
+        return b""
 
 
 def reap(jobs: dict) -> None:
