@@ -42,10 +42,13 @@ def _warm_start(_hygiene, tmp_path_factory):
     """The Python processes the tests start (tune run, the eval and study CLIs, torchrun's workers, the study's own
     runs) run their command lines in processes forked from this session's zygote, which has torch, torchtune,
     transformers and lm-eval imported once (``tests/warm/zygote.py``; declined cases start fresh, as does
-    everything with ``LONGSHORT_TEST_FRESH=1``). Its decisions: ``zygote.jsonl`` in the session's temp folder."""
+    everything with ``LONGSHORT_TEST_FRESH=1``). Its decisions: ``zygote-<worker>.jsonl`` in the worker's temp
+    folder."""
     from warm_start import start_zygote
 
-    stop = start_zygote(tmp_path_factory.getbasetemp())
+    env, stop = start_zygote(tmp_path_factory.getbasetemp(), os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                             os.environ)
+    os.environ.update(env)
     yield
     stop()
 
@@ -99,9 +102,20 @@ def real_model_dir():
     return pypi_model("smollm2-135m-instruct")
 
 
+# The longest files, by their tests' summed durations (s) in a full run here (2 workers on 2 cores, warm start,
+# 2026-11-27): pytest-xdist's per-file scheduling (``--dist loadfile``) hands a worker the next file in collection
+# order when it is done with one, so the longest go first and the short ones fill in behind them; a several-minute
+# file handed out last ran alone at the end (the GPU-study quick run: 3 of the 17 minutes).
+FILE_SECONDS = {
+    "test_study_quick.py": 110, "test_wheel_install.py": 100, "test_recipe.py": 121, "test_e2e_matrix.py": 75,
+    "test_quiet.py": 68, "test_real_model_train.py": 60, "test_cpu_allocator.py": 62, "test_study_report.py": 61,
+    "test_study_claims.py": 55, "test_real_model_eval.py": 50, "test_compile.py": 47, "test_study_table1.py": 47,
+    "test_gpu_suite.py": 37, "test_study.py": 37, "test_reliability_eval.py": 32, "test_task_names.py": 32,
+}
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Files with slow (end-to-end) tests first, so that pytest-xdist's per-file scheduling (``--dist loadfile``,
-    in collection order) starts the long files early and the short ones fill in behind them, instead of one worker
-    running a several-minute file alone at the end. Test order inside a file is unchanged."""
+    """The files of ``FILE_SECONDS`` first, longest first, then the other files with slow (end-to-end) tests, then
+    the rest. Test order inside a file is unchanged."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: keeps every file's own order
+    items.sort(key=lambda item: (-FILE_SECONDS.get(item.path.name, 0), item.path not in slow_files))  # stable

@@ -13,9 +13,9 @@ from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
 RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
-LENGTHS = [1024, 2048]
-SMOKE = ["device=cpu", "dtype=fp32", "seq_len=512", "batch_size=1", "gradient_accumulation_steps=1", "max_steps=4",
-         "save_every_n_steps=4", "validation=null", "loss.alpha=0.1", "lr_scheduler.num_warmup_steps=0",
+LENGTHS = [512, 1024]
+SMOKE = ["device=cpu", "dtype=fp32", "seq_len=256", "batch_size=1", "gradient_accumulation_steps=1", "max_steps=2",
+         "save_every_n_steps=2", "validation=null", "loss.alpha=0.1", "lr_scheduler.num_warmup_steps=0",
          "dataset.limit=40"]
 
 

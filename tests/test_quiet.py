@@ -67,9 +67,10 @@ _UNFILTERED = ("import sys, torchtune_longshort.eval.model.adapter; from lm_eval
                "sys.argv = ['lm-eval'] + sys.argv[1:]; cli_evaluate()")
 
 
-def _run(cmd, tmp):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(tmp / "hf"), "LONGSHORT_TEST_FRESH": "1"}  # fresh: the noise of imports is looked for
+def _run(cmd, tmp, fresh: bool = False):
+    """``fresh``: not forked from the tests' zygote, whose imports printed their noise where no test sees it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **({"LONGSHORT_TEST_FRESH": "1"} if fresh else {})}
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout + p.stderr
@@ -80,9 +81,9 @@ def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer
     margs = ["--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"]
     pack = ["--include_path", str(tasks_path())]  # plain lm-eval: the pack's folder named
     before = _run([sys.executable, "-c", _UNFILTERED, *_EVAL, *margs, *pack, "--output_path", str(tmp_path / "a")],
-                  tmp_path)
+                  tmp_path, fresh=True)
     after = _run([sys.executable, "-m", "torchtune_longshort.eval", *_EVAL, *margs,
-                  "--output_path", str(tmp_path / "b")], tmp_path)
+                  "--output_path", str(tmp_path / "b")], tmp_path, fresh=True)
     present = [n for n in NOISE[:3] if n in before]
     assert len(present) == 3, before[-3000:]  # the unfiltered run shows them
     assert [n for n in NOISE if n in after] == [], after[-3000:]

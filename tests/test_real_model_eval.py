@@ -16,6 +16,8 @@ import math
 import pytest
 from real_model_helpers import LENGTHS, evaluate
 
+from torchtune_longshort.lengths import length_label
+
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.slow
 
@@ -26,9 +28,9 @@ def test_longshort_equals_hf_on_perplexity_and_passkey(real_model_dir):
     ours = evaluate("longshort", real_model_dir, ["longshort_ppl", "longshort_passkey"], meta, real_model_dir)
     theirs = evaluate("hf", real_model_dir, ["longshort_ppl", "longshort_passkey"], meta, real_model_dir)
     for L in LENGTHS:
-        key = f"ppl_{L // 1024}k,none"
+        key = f"ppl_{length_label(L)},none"
         a, b = ours["longshort_ppl"][key], theirs["longshort_ppl"][key]
         assert math.isfinite(a) and 1 < a < 100, (L, a)  # a real model on Python source: single-digit-ish ppl
         assert a == pytest.approx(b, rel=1e-4), (L, a, b)
-        acc = f"acc_{L // 1024}k,none"
+        acc = f"acc_{length_label(L)},none"
         assert ours["longshort_passkey"][acc] == theirs["longshort_passkey"][acc], (L, ours, theirs)

@@ -29,21 +29,21 @@ def _train(config: str, out: Path, ckpt: Path) -> Path:
            f"output_dir={out}", *SMOKE]
     p = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
-    return out / "step_4"
+    return out / "step_2"
 
 
 def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_model_dir, tmp_path):
-    """LoRA, alpha 0.1, L 512, 4 steps; ``step_4`` loads in transformers (model and tokenizer: the source's
+    """LoRA, alpha 0.1, L 256, 2 steps; ``step_2`` loads in transformers (model and tokenizer: the source's
     tokenizer, unchanged), and scores the same ppl in ``longshort`` and ``hf``."""
     config = "smollm2_135m/lora_yarn_16k_stdlib.yaml"
     step = _train(config, tmp_path / "run", real_model_dir)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
-    assert len(rows) == 4 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
+    assert len(rows) == 2 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
     ids = loads_in_transformers(step, real_model_dir)
     _peft_gives_the_merged_logits(real_model_dir, step, ids)
-    meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [1024]}
-    ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
-    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_1k,none"]
+    meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [512]}
+    ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_512,none"]
+    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_512,none"]
     assert math.isfinite(ours) and ours == pytest.approx(theirs, rel=1e-4)
 
 
@@ -65,7 +65,7 @@ def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids) -> None:
         via_peft = PeftModel.from_pretrained(base, str(step / "adapter")).eval()(ids).logits
     scale = merged.abs().max()
     rel = ((via_peft - merged).abs().max() / scale).item()
-    print(f"PEFT vs merged, real SmolLM2 LoRA step_4: max |dlogits| / max |logits| = {rel:.2e} "
+    print(f"PEFT vs merged, real SmolLM2 LoRA step_2: max |dlogits| / max |logits| = {rel:.2e} "
           f"(base alone: {((plain - merged).abs().max() / scale).item():.2e})")
     assert rel < 1e-4
     assert ((plain - merged).abs().max() / scale).item() > 10 * rel  # the adapter is not empty

@@ -32,7 +32,9 @@ META = '{"ppl_source":"stdlib","ppl_num_samples":2,"max_seq_lengths":"128"}'
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    return build_wheel_env(tmp_path_factory.mktemp("wheel"))
+    env = build_wheel_env(tmp_path_factory.mktemp("wheel"))
+    yield env
+    env.stop()
 
 
 def _ok(p, what: str):
@@ -59,7 +61,8 @@ def test_the_wheel_holds_every_source_file_and_only_it_is_imported(wheel):
         elif rel.startswith("configs/") and rel.endswith((".py", ".yaml")):
             assert "torchtune_longshort/" + rel in names, rel
     p = _ok(wheel.run(["python", "-c", "import sys, torchtune_longshort.study, torchtune_longshort.training."
-                       "recipe_config as r; print(r.__file__); print(sys.meta_path)"]), "import")
+                       "recipe_config as r; print(r.__file__); print(sys.meta_path)"], fresh=True),
+            "import")
     site = wheel.venv.resolve()
     assert Path(p.stdout.splitlines()[0]).resolve().is_relative_to(site), p.stdout
     assert "__editable__" not in p.stdout and str(ROOT) not in p.stdout
@@ -146,7 +149,7 @@ def test_quick_study_from_the_wheel_with_a_failing_run(wheel):
     cfg.write_text(yaml.safe_dump(raw))
     cmd = ["python", "-m", "torchtune_longshort.study", "--config", "study.yaml", "--quick", "--out", "sout",
            "--report-dir", "srep"]
-    p = wheel.run(cmd, timeout=1500)
+    p = wheel.run(cmd, timeout=1500, fresh="self")  # its own output as printed from its start; its runs forked
     out, rep = wheel.work / "sout", wheel.work / "srep"
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     last = p.stdout.strip().splitlines()[-1]
@@ -169,9 +172,11 @@ def test_quick_study_from_the_wheel_with_a_failing_run(wheel):
     assert "study runs: 100%" in printed and "5/5" in printed
     assert rec["provenance"]["stdlib_corpus"] == summary["provenance"]["stdlib_corpus"]
     assert rec["provenance"]["project"]["git_commit"] is None  # a wheel: no checkout to name
-    eval_log = (out / "runs/pi_a0_s0/eval.log").read_text()  # lm-eval's output carries none of the filtered noise
+    # lm-eval's output carries none of the filtered noise (torchao's at import: tests/test_quiet.py, fresh processes;
+    # this run's were forked from a zygote that had imported it)
+    eval_log = (out / "runs/pi_a0_s0/eval.log").read_text()
     for noise in ("Custom kwargs can be passed", "not scored on the same number", "overrides existing task",
-                  "Skipping import of cpp extensions", "metric 'missing_data,none' is missing", "fatal: not a git"):
+                  "metric 'missing_data,none' is missing", "fatal: not a git"):
         assert noise not in eval_log, noise
     assert "Saving final epoch checkpoint" not in (out / "runs/pi_a0_s0/train.log").read_text()
 

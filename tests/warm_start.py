@@ -1,4 +1,4 @@
-"""Start and stop the tests' zygote (``tests/warm/zygote.py``), and the environment of the processes it serves."""
+"""Start and stop the tests' zygotes (``tests/warm/zygote.py``), and the environment of the processes they serve."""
 
 from __future__ import annotations
 
@@ -6,24 +6,29 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable, Dict, Mapping, Tuple
 
 WARM_DIR = Path(__file__).resolve().parent / "warm"
 
 
-def start_zygote(base: Path):
-    """Start one zygote with this process's environment; point the processes this one starts at it (through
-    ``os.environ``). Returns the function that stops it. Nothing is started with ``LONGSHORT_TEST_FRESH`` set."""
+def start_zygote(log_dir: Path, name: str, env: Mapping[str, str], python: str = sys.executable
+                 ) -> Tuple[Dict[str, str], Callable[[], None]]:
+    """Start a zygote of ``python`` with ``env`` (its import-time variables are the ones it serves). Returns the
+    environment of the processes it should serve (``env`` with the socket and the warm-start folder on PYTHONPATH)
+    and the function that stops it. With ``LONGSHORT_TEST_FRESH`` set nothing starts and ``env`` comes back."""
+    env = {k: v for k, v in env.items() if k != "LONGSHORT_TEST_ZYGOTE"}
     if os.environ.get("LONGSHORT_TEST_FRESH"):
-        return lambda: None
+        return env, lambda: None
     sock = Path(tempfile.mkdtemp(prefix="lsz")) / "s"  # a Unix socket's path must be short (108 bytes)
-    log = Path(base) / f"zygote-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl"
-    env = {k: v for k, v in os.environ.items() if k != "LONGSHORT_TEST_ZYGOTE"}
-    out = open(Path(base) / f"zygote-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.out", "w")
-    proc = subprocess.Popen([sys.executable, str(WARM_DIR / "zygote.py"), str(sock), "--log", str(log)],
+    out = open(Path(log_dir) / f"zygote-{name}.out", "w")
+    proc = subprocess.Popen([python, str(WARM_DIR / "zygote.py"), str(sock), "--log",
+                             str(Path(log_dir) / f"zygote-{name}.jsonl")],
                             env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    os.environ["LONGSHORT_TEST_ZYGOTE"] = str(sock)
-    os.environ["PYTHONPATH"] = with_warm_start(os.environ.get("PYTHONPATH"))
+    deadline = time.time() + 60
+    while not sock.exists() and proc.poll() is None and time.time() < deadline:  # bound first thing; then commands
+        time.sleep(0.05)  # wait in its backlog while it imports
 
     def stop():
         proc.terminate()
@@ -35,7 +40,7 @@ def start_zygote(base: Path):
         sock.unlink(missing_ok=True)
         sock.parent.rmdir()
 
-    return stop
+    return {**env, "LONGSHORT_TEST_ZYGOTE": str(sock), "PYTHONPATH": with_warm_start(env.get("PYTHONPATH"))}, stop
 
 
 def with_warm_start(pythonpath: str | None = None) -> str:

@@ -20,7 +20,9 @@ import sysconfig
 import venv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
+
+from warm_start import start_zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 # Console scripts of the third-party packages the README's commands call.
@@ -32,19 +34,24 @@ class WheelEnv:
     venv: Path
     wheel: Path
     work: Path  # a folder outside the checkout to run commands from
-    env: Dict[str, str]
+    env: Dict[str, str]  # served by a zygote of the venv's own interpreter (tests/warm), the wheel imported in it
+    fresh_env: Dict[str, str]  # the same without it: nothing of the checkout on any path
+    stop: Callable[[], None]  # stops the zygote
 
     @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
 
-    def run(self, argv: Sequence[str], timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """``argv`` (a console script name is looked up in the venv's ``bin``) from :attr:`work`."""
+    def run(self, argv: Sequence[str], timeout: float = 600, cwd: Path | None = None,
+            fresh: bool | str = False) -> subprocess.CompletedProcess:
+        """``argv`` (a console script name is looked up in the venv's ``bin``) from :attr:`work`. ``fresh``: in a
+        fresh interpreter with nothing of the checkout on its path, not forked from the zygote; ``"self"``: this
+        process fresh (its own import-time output is seen), the ones it starts forked."""
         argv = [str(a) for a in argv]
         if (self.venv / "bin" / argv[0]).is_file():
             argv[0] = str(self.venv / "bin" / argv[0])
-        return subprocess.run(argv, cwd=cwd or self.work, env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        env = self.fresh_env if fresh is True else {**self.env, "LONGSHORT_TEST_FRESH": "self"} if fresh else self.env
+        return subprocess.run(argv, cwd=cwd or self.work, env=env, capture_output=True, text=True, timeout=timeout)
 
     def shell(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """A README command line as written, run by bash in :attr:`work` with the venv's ``bin`` first on PATH."""
@@ -99,6 +106,8 @@ def build_wheel_env(tmp: Path) -> WheelEnv:
         _write_script(venv_dir, name)
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env = {k: v for k, v in env.items() if k != "LONGSHORT_TEST_ZYGOTE"}
     env.update(PATH=f"{venv_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv_dir),
                PYTHONNOUSERSITE="1", TMPDIR=str(tmp), HF_HOME=str(tmp / "hf_home"))
-    return WheelEnv(venv=venv_dir, wheel=wheel, work=work, env=env)
+    warm, stop = start_zygote(tmp, "wheel", env, python=str(venv_dir / "bin" / "python"))
+    return WheelEnv(venv=venv_dir, wheel=wheel, work=work, env=warm, fresh_env=env, stop=stop)

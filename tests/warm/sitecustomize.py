@@ -4,7 +4,8 @@ and lm-eval imported already; this process relays signals to it and exits as it 
 
 Only with ``LONGSHORT_TEST_ZYGOTE`` set (the tests' conftest sets it, with this folder on ``PYTHONPATH``), only for
 this interpreter's ``python -m MOD``, ``python FILE`` (console scripts too) and ``python -c CODE`` without other
-options but ``-u``, and never with ``LONGSHORT_TEST_FRESH`` set. Whatever the zygote declines or cannot serve runs here, as
+options but ``-u``, and never with ``LONGSHORT_TEST_FRESH`` set (``=self``: not this process, but the ones it
+starts). Whatever the zygote declines or cannot serve runs here, as
 usual: this file then returns and Python goes on."""
 
 import os
@@ -83,7 +84,9 @@ def _chain():
         spec.loader.exec_module(module)
 
 
-if os.environ.get("LONGSHORT_TEST_ZYGOTE") and not os.environ.get("LONGSHORT_TEST_FRESH"):
+if os.environ.get("LONGSHORT_TEST_FRESH") == "self":  # this process fresh, the ones it starts served again
+    del os.environ["LONGSHORT_TEST_FRESH"]
+elif os.environ.get("LONGSHORT_TEST_ZYGOTE") and not os.environ.get("LONGSHORT_TEST_FRESH"):
     _req = _request()
     if _req is not None:
         _relay(os.environ["LONGSHORT_TEST_ZYGOTE"], _req)

@@ -1,5 +1,5 @@
-"""The tests' zygote: one per pytest worker, it imports torch, torchtune, transformers, lm-eval and this package
-once, then runs each Python command line a test starts (``tests/warm/sitecustomize.py`` hands it over) in a process
+"""The tests' zygote: one per pytest worker, it imports torch, torchtune, transformers and lm-eval (not this
+package) once, then runs each Python command line a test starts (``tests/warm/sitecustomize.py`` hands it over) in a process
 forked from that warm interpreter: the same argv, working folder, environment and stdin/stdout/stderr, the same
 entry point run as ``__main__``; only the interpreter's start-up and those imports are shared. A fresh interpreter
 spent ~8 of a tiny ``tune run``'s 12 CPU-s importing torchtune (torchao imports torch._dynamo and torch._inductor).
@@ -29,10 +29,9 @@ PRELOAD = (
     "torch", "torch.distributed", "torchao", "torchtune", "torchtune.training", "torchtune._cli.tune",
     "torchtune.modules.peft", "transformers", "transformers.models.llama.modeling_llama", "safetensors.torch",
     "datasets", "lm_eval", "lm_eval.evaluator", "lm_eval.api.registry", "lm_eval.models.huggingface",
-    "lm_eval.tasks", "scipy.stats", "matplotlib.pyplot", "torchtune_longshort",
-    "torchtune_longshort.recipes.longshort_finetune", "torchtune_longshort.eval.model.adapter",
-    "torchtune_longshort.eval.cli_run", "torchtune_longshort.study",
-)
+    "lm_eval.tasks", "scipy.stats", "matplotlib.pyplot",
+)  # third-party only: this package's modules are the command's to import (whether one is loaded is read at run
+# time: a task under stock lm-eval refuses misalignment unless the longshort model's module is loaded)
 # Variables a library reads when it is imported (or glibc when the process starts): a command that sets them
 # otherwise than the zygote did must start fresh. Prefixes; the exceptions are read at run time.
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "DATASETS", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_",
