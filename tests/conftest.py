@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,23 +54,47 @@ def _warm_start(_hygiene, tmp_path_factory):
     stop()
 
 
+def _built_once(tmp_path_factory, name: str, build):
+    """``build(folder)``'s result (JSON: paths as strings), built once per test run and shared by the pytest-xdist
+    workers (each built its own before: the family checkpoints cost each worker ~25 s): in the run's temp folder,
+    under a file lock; the other workers wait for it and read the result back."""
+    import json
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the run's folder, above the workers' own
+    folder, done = root / f"built-{name}", root / f"built-{name}.json"
+    with FileLock(str(root / f"built-{name}.lock")):
+        if not done.is_file():
+            folder.mkdir()
+            done.write_text(json.dumps(build(folder), default=str))
+        return json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def sp_tokenizer_dir(tmp_path_factory):
     """Folder with ``tokenizer.model`` (+ transformers files), vocabulary ``TINY_VOCAB``, trained on stdlib text."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
     from torchtune_longshort.data.tokenizer_training import train_sentencepiece
 
-    d = tmp_path_factory.mktemp("tokenizer")
-    train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), d, vocab_size=TINY_VOCAB)
-    return d
+    def build(d):
+        train_sentencepiece(iter_stdlib_documents(limit=80, include_tests=False), d, vocab_size=TINY_VOCAB)
+        return d
+
+    return Path(_built_once(tmp_path_factory, "tokenizer", build))
 
 
 @pytest.fixture(scope="session")
 def tiny_llama2_dir(tmp_path_factory):
     """A random Llama-2-shaped HF checkpoint: vocab 512, dim 64, 2 layers, 4 heads (2 KV heads), 256 positions."""
+    return Path(_built_once(tmp_path_factory, "tiny_llama2", _write_tiny_llama2))
+
+
+def _write_tiny_llama2(d):
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
-    d = tmp_path_factory.mktemp("tiny_llama2")
     return write_random_llama2_checkpoint(
         d,
         vocab_size=TINY_VOCAB,
@@ -89,7 +114,8 @@ def family_dirs(tmp_path_factory, sp_tokenizer_dir):
     included), written by transformers: ``{layout: folder}`` (``tests/family_checkpoints.py``)."""
     from family_checkpoints import write_all
 
-    return write_all(tmp_path_factory.mktemp("families"), sp_tokenizer_dir)
+    built = _built_once(tmp_path_factory, "families", lambda d: write_all(d, sp_tokenizer_dir))
+    return {layout: Path(folder) for layout, folder in built.items()}
 
 
 @pytest.fixture(scope="session")

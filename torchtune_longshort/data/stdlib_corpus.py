@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import sysconfig
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
@@ -51,15 +52,20 @@ def in_heldout(relative: str) -> bool:
 
 @functools.lru_cache(maxsize=4)
 def _listing(root: str) -> Tuple[Tuple[Path, Tuple[str, ...], int], ...]:
-    """Every ``*.py`` file under the stdlib folder ``root`` outside ``site-packages``, sorted: ``(path, its parts
-    relative to root, bytes)``. Listed once per process (the walk passes through site-packages)."""
+    """Every ``*.py`` file under the stdlib folder ``root`` outside ``site-packages``, sorted as paths sort (by
+    their parts): ``(path, its parts relative to root, bytes)``. Listed once per process, by ``os.walk`` with
+    ``site-packages`` / ``dist-packages`` pruned (``Path.rglob`` walked into them: 2.2 of a tiny run's 7.5 s)."""
     out = []
-    for f in sorted(Path(root).rglob("*.py")):
-        rel = f.relative_to(root).parts
-        if "site-packages" in rel or "dist-packages" in rel:
-            continue
-        out.append((f, rel, f.stat().st_size))
-    return tuple(out)
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("site-packages", "dist-packages")]
+        rel_folder = os.path.relpath(folder, root)
+        base = () if rel_folder == "." else tuple(rel_folder.split(os.sep))
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                out.append((base + (name,), path, os.stat(path).st_size))
+    out.sort(key=lambda r: r[0])
+    return tuple((Path(path), rel, size) for rel, path, size in out)
 
 
 def stdlib_source_files(
