@@ -1,13 +1,8 @@
 """Model builders and checkpoint helpers: every model is built by the family table (``hf_decoder``), optionally
 with RoPE scaling (``rope_scaled``)."""
 
-from torchtune_longshort.models.families import (
-    MODEL_FAMILIES,
-    ModelFamily,
-    UnsupportedModelError,
-    family_named,
-    family_of,
-)
+from torchtune_longshort.models.families import MODEL_FAMILIES, ModelFamily, family_named, family_of
+from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, check_checkpoint_folder, read_hf_config
 from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint, write_hf_checkpoint
 from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from torchtune_longshort.models.families import UnsupportedModelError, family_of
+from torchtune_longshort.models.families import family_of
+from torchtune_longshort.models.family_builders import UnsupportedModelError
 
 PathLike = Union[str, Path]
 SP_FILE = "tokenizer.model"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from torchtune_longshort.models.families import checkpoint_dims
+from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig

@@ -1,0 +1,172 @@
+"""The torchtune decoder of each model family, built from a Hugging Face ``config.json``: torchtune's own component
+builder (``torchtune.models.<family>._component_builders``) with the dimensions and the pre-trained RoPE base read
+from the config, and the refusal of what a builder cannot build (:class:`UnsupportedModelError`).
+
+Which builder a checkpoint folder gets is the family table's (:data:`~torchtune_longshort.models.families.
+MODEL_FAMILIES`); nothing else calls these builders.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from torch import nn
+
+Config = Dict[str, Any]
+# Which LoRA settings a builder takes (torchtune's lora_<family> keyword names).
+LORA_KEYS = ("lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output", "lora_rank", "lora_alpha",
+             "lora_dropout", "use_dora", "quantize_base")
+
+
+class UnsupportedModelError(ValueError):
+    """A ``config.json`` no family of :data:`~torchtune_longshort.models.families.MODEL_FAMILIES` builds (or a feature
+    of it that none supports)."""
+
+
+def rope_theta(config: Config) -> float:
+    """The pre-trained RoPE base of a config.json (``rope_theta``, or inside transformers 5's ``rope_parameters``)."""
+    theta = config.get("rope_theta")
+    if theta is None:
+        theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is None:
+        theta = (config.get("rope_scaling") or {}).get("rope_theta", 10_000.0)
+    return float(theta)
+
+
+def _need(config: Config, key: str, where: str) -> Any:
+    if key not in config or config[key] is None:
+        raise UnsupportedModelError(f"{where}: config.json has no {key!r}, which the {config.get('model_type')!r} "
+                                    "builder needs")
+    return config[key]
+
+
+def checkpoint_dims(config: Config, where: str) -> Dict[str, Any]:
+    """Builder keywords every family shares, from a config.json."""
+    heads = int(_need(config, "num_attention_heads", where))
+    return dict(
+        vocab_size=int(_need(config, "vocab_size", where)),
+        num_layers=int(_need(config, "num_hidden_layers", where)),
+        num_heads=heads,
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        embed_dim=int(_need(config, "hidden_size", where)),
+        intermediate_dim=int(_need(config, "intermediate_size", where)),
+    )
+
+
+def _check_head_dim(config: Config, where: str) -> None:
+    """torchtune's llama/mistral/qwen2/phi3 builders derive head_dim = hidden_size // num_heads."""
+    hd = config.get("head_dim")
+    derived = int(config["hidden_size"]) // int(config["num_attention_heads"])
+    if hd is not None and int(hd) != derived:
+        raise UnsupportedModelError(
+            f"{where}: config.json head_dim={hd} differs from hidden_size // num_attention_heads = {derived}; "
+            f"torchtune's {config.get('model_type')!r} builder derives the head size and cannot build it"
+        )
+
+
+def _no_bias(config: Config, where: str) -> None:
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key):
+            raise UnsupportedModelError(
+                f"{where}: config.json {key}=true: torchtune's {config.get('model_type')!r} builder has no biases "
+                "(a Qwen2-style model with q/k/v biases has model_type 'qwen2')"
+            )
+
+
+def set_rope_base(model: nn.Module, base: float) -> None:
+    """Rebuild the (shared) RoPE module of every attention with ``base``: torchtune's LoRA builders for Llama take
+    no ``rope_base`` and always build base 10000."""
+    seen = set()
+    for m in model.modules():
+        rope = getattr(m, "pos_embeddings", None)
+        if rope is not None and id(rope) not in seen:
+            seen.add(id(rope))
+            if float(rope.base) != float(base):
+                rope.base = base
+                rope.rope_init()
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _lora(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """LoRA keywords for a torchtune lora builder (torchtune's names; ``lora_attn_modules`` as a list)."""
+    out = {k: kwargs[k] for k in LORA_KEYS if k in kwargs and kwargs[k] is not None}
+    out["lora_attn_modules"] = list(out.get("lora_attn_modules") or ["q_proj", "v_proj"])
+    return out
+
+
+def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]], tied: bool):
+    from torchtune.models.llama2._component_builders import llama2, lora_llama2
+    from torchtune.modules import TiedLinear
+
+    where = "llama"
+    _no_bias(config, where)
+    _check_head_dim(config, where)
+    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
+    if lora:
+        lk = _lora(lora)
+        if tied and lk.get("apply_lora_to_output"):
+            raise UnsupportedModelError("apply_lora_to_output: the model's output layer is tied to its embeddings "
+                                        "(tie_word_embeddings=true); LoRA on it is not supported (torchtune's rule)")
+        model = lora_llama2(**lk, **kw)
+    else:
+        model = llama2(**kw, rope_base=rope_theta(config))
+    if tied:  # the untied output module is dropped; a TiedLinear is a plain object, not a submodule
+        del model.output
+        model.output = TiedLinear(model.tok_embeddings)
+    set_rope_base(model, rope_theta(config))
+    return model
+
+
+def build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.mistral._component_builders import lora_mistral, mistral
+
+    _no_bias(config, "mistral")
+    _check_head_dim(config, "mistral")
+    kw = dict(checkpoint_dims(config, "mistral"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              rope_base=rope_theta(config))
+    return lora_mistral(**_lora(lora), **kw) if lora else mistral(**kw)
+
+
+def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.qwen2._component_builders import lora_qwen2, qwen2
+
+    _check_head_dim(config, "qwen2")
+    if config.get("use_sliding_window"):
+        raise UnsupportedModelError("qwen2: config.json use_sliding_window=true: torchtune's qwen2 builder runs full "
+                                    "attention only")
+    kw = dict(checkpoint_dims(config, "qwen2"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+    return lora_qwen2(**_lora(lora), **kw) if lora else qwen2(**kw)
+
+
+def build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.gemma._component_builders import gemma, lora_gemma
+
+    act = config.get("hidden_activation") or config.get("hidden_act")
+    if act not in (None, "gelu_pytorch_tanh", "gelu"):
+        raise UnsupportedModelError(f"gemma: hidden_activation={act!r}: torchtune's gemma builder uses tanh-GELU")
+    heads = int(config["num_attention_heads"])
+    kw = dict(checkpoint_dims(config, "gemma"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              rope_base=rope_theta(config),
+              head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
+    if lora:
+        lk = _lora(lora)
+        lk.pop("apply_lora_to_output", None)  # tied output: torchtune's lora_gemma has no such option
+        return lora_gemma(**lk, **kw)
+    return gemma(**kw)
+
+
+def build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
+    from torchtune.models.phi3._component_builders import lora_phi3, phi3
+
+    _check_head_dim(config, "phi3")
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise UnsupportedModelError("phi3: partial_rotary_factor != 1 (Phi-4-mini): torchtune's phi3 builder "
+                                    "rotates every dimension")
+    kw = dict(checkpoint_dims(config, "phi3"),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              rope_base=rope_theta(config))
+    return lora_phi3(**_lora(lora), **kw) if lora else phi3(**kw)
