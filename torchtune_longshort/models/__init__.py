@@ -7,12 +7,8 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, check_che
 from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint, write_hf_checkpoint
 from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 from torchtune_longshort.models.hf_model import build_decoder, decoder_config, hf_decoder, load_hf_checkpoint
-from torchtune_longshort.models.tokenizer_formats import (
-    TOKENIZER_FORMATS,
-    SourceTokenizer,
-    checkpoint_tokenizer,
-    load_tokenizer,
-)
+from torchtune_longshort.models.source_tokenizers import SourceTokenizer
+from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FORMATS, checkpoint_tokenizer, load_tokenizer
 from torchtune_longshort.models.hf_rope import (
     hf_config_updates,
     rope_scaling_to_hf,

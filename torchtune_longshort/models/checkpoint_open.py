@@ -19,7 +19,8 @@ from typing import Any, Dict, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
-from torchtune_longshort.models.tokenizer_formats import SourceTokenizer, load_tokenizer
+from torchtune_longshort.models.source_tokenizers import SourceTokenizer
+from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
 ALLOWED, EXTRAPOLATED, REFUSED = "allowed", "extrapolated", "refused"
 

@@ -42,11 +42,10 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.family_builders import (
-    UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2,
+    Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2,
 )
 from torchtune_longshort.models.scratch_config import llama_config
 
-Config = Dict[str, Any]
 StateDict = Dict[str, torch.Tensor]
 
 

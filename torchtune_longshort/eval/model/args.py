@@ -40,7 +40,7 @@ from torchtune_longshort.lengths import length_value
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.models.tokenizer_formats import SourceTokenizer
+from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 logger = logging.getLogger(__name__)

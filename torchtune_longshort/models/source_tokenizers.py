@@ -1,0 +1,228 @@
+"""One tokenizer interface over every tokenizer format of a checkpoint folder (:class:`SourceTokenizer`), and its
+three implementations; which format a folder holds, and which class loads it, is
+:data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FORMATS`'.
+
+Every format is wrapped as a :class:`SourceTokenizer`, a torchtune ``BaseTokenizer`` (``encode(text, add_bos,
+add_eos)`` / ``decode``) that follows the *source model's* BOS convention: ``add_bos=True`` puts BOS first exactly
+when the model's own tokenizer does (``AutoTokenizer(folder).encode(text)``): Llama-2 and Llama-3 do, Qwen2 and
+SmolLM2 do not. So a document packed for training, a perplexity sample and an lm-eval request start as the model
+saw text in pre-training, and ``longshort`` encodes exactly as lm-eval's ``hf`` does. ``add_eos=True`` always
+appends EOS (the document separator the packed stream needs).
+
+torchtune's own ``HuggingFaceBaseTokenizer`` is not used for ``tokenizer.json``: it refuses a ``tokenizer_config.json``
+whose ``bos_token`` is null (Qwen2), and with ``add_bos=False`` it still returns the BOS that the tokenizer's
+post-processor adds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+HF_CONFIG = "tokenizer_config.json"
+
+
+class TokenizerError(ValueError):
+    """No tokenizer of a supported format where one was expected, or one that cannot be read."""
+
+
+def read_json(path: Path) -> Dict[str, Any]:
+    """The JSON file ``path`` beside a tokenizer as a dict (``{}`` when there is none); :class:`TokenizerError`
+    naming the file when it is not JSON."""
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
+
+
+class SourceTokenizer:
+    """One tokenizer interface over every format (see the module docstring).
+
+    Attributes: ``format``, ``path`` (the file it was read from), ``bos_id`` (None when the model has no BOS, e.g.
+    Qwen2), ``eos_id``, ``pad_id`` (a valid id for right padding: the model's pad token, else EOS), ``vocab_size``
+    (highest id + 1), ``adds_bos`` / ``adds_eos`` (what the source tokenizer adds to a text by default).
+    """
+
+    format = ""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.max_seq_len: Optional[int] = None  # torchtune's packed datasets read it (checkpoint_tokenizer sets it)
+        self.bos_id: Optional[int] = None
+        self.eos_id: int = 0
+        self.pad_id: int = 0
+        self.vocab_size: int = 0
+        self.adds_bos = True
+        self.adds_eos = False
+
+    # -------------------------------------------------------------- format-specific
+    def encode_plain(self, text: str) -> List[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        raise NotImplementedError
+
+    def _decode(self, ids: List[int]) -> str:
+        raise NotImplementedError
+
+    def special_ids(self) -> set:
+        return {i for i in (self.bos_id, self.eos_id, self.pad_id) if i is not None}
+
+    # -------------------------------------------------------------- torchtune BaseTokenizer
+    def encode(self, text: str, add_bos: bool = True, add_eos: bool = True) -> List[int]:
+        """``[BOS if add_bos and the source model adds one] + ids(text) + [EOS if add_eos]``."""
+        ids = self.encode_plain(text)
+        if add_bos and self.adds_bos and self.bos_id is not None:
+            ids = [self.bos_id] + ids
+        if add_eos:
+            ids = ids + [self.eos_id]
+        return ids
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``token_ids``; BOS/EOS/pad dropped unless ``skip_special_tokens=False``."""
+        ids = [int(t) for t in token_ids]
+        if skip_special_tokens:
+            special = self.special_ids()
+            ids = [t for t in ids if t not in special]
+        return self._decode(ids)
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one (special) token as transformers' ``decode`` shows it, e.g. ``"<s>"`` for BOS."""
+        return self._decode([int(token_id)])
+
+    def describe(self) -> str:
+        return (f"{self.format} tokenizer {str(self.path)!r}: {self.vocab_size} ids, bos={self.bos_id}, "
+                f"eos={self.eos_id}, adds BOS by default: {self.adds_bos}")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+class SentencePieceTokenizer(SourceTokenizer):
+    """A SentencePiece ``tokenizer.model`` (Llama-2, Mistral, Gemma, Phi-3): torchtune's
+    ``SentencePieceBaseTokenizer``; ``add_bos_token`` / ``add_eos_token`` of ``tokenizer_config.json`` (default
+    true / false, transformers' ``LlamaTokenizer`` defaults) say what the source adds."""
+
+    format = "sentencepiece"
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        from torchtune.modules.transforms.tokenizers import SentencePieceBaseTokenizer
+
+        self._tt = SentencePieceBaseTokenizer(str(path))
+        sp = self._tt.spm_model
+        self.bos_id = sp.bos_id() if sp.bos_id() >= 0 else None
+        self.eos_id = sp.eos_id()
+        self.pad_id = sp.pad_id() if sp.pad_id() >= 0 else self.eos_id
+        self.vocab_size = sp.vocab_size()
+        cfg = read_json(self.path.parent / HF_CONFIG)
+        self.adds_bos = bool(cfg.get("add_bos_token", True))
+        self.adds_eos = bool(cfg.get("add_eos_token", False))
+
+    def encode_plain(self, text: str) -> List[int]:
+        return self._tt.encode(text, add_bos=False, add_eos=False)
+
+    def _decode(self, ids: List[int]) -> str:
+        return self._tt.spm_model.decode(ids)
+
+    def token_text(self, token_id: int) -> str:
+        return self._tt.spm_model.id_to_piece(int(token_id))  # SentencePiece decodes control tokens to ""
+
+
+class TiktokenTokenizer(SourceTokenizer):
+    """Llama-3's tiktoken ``original/tokenizer.model``: torchtune's ``llama3_tokenizer``, its special tokens read
+    from ``tokenizer.json`` beside it when present (canonical Llama-3 ids otherwise). Llama-3 adds
+    ``<|begin_of_text|>``."""
+
+    format = "tiktoken"
+
+    def __init__(self, path: Path, special_tokens_json: Optional[Path] = None):
+        super().__init__(path)
+        from torchtune.models.llama3 import llama3_tokenizer
+
+        sp = str(special_tokens_json) if special_tokens_json is not None and special_tokens_json.is_file() else None
+        self._tt = llama3_tokenizer(str(path), special_tokens_path=sp)
+        self.bos_id, self.eos_id = self._tt.bos_id, self._tt.eos_id
+        self.pad_id = self._tt.pad_id
+        self.vocab_size = max(self._tt.tt_model.vocab_size, max(self._tt.special_tokens.values()) + 1)
+        self.adds_bos, self.adds_eos = True, False
+
+    def special_ids(self) -> set:
+        return set(self._tt.special_tokens.values())
+
+    def encode_plain(self, text: str) -> List[int]:
+        return self._tt.encode(text, add_bos=False, add_eos=False)
+
+    def _decode(self, ids: List[int]) -> str:
+        return self._tt.tt_model.tt_model.decode(ids)
+
+
+def _token_of(value: Any) -> Optional[str]:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class HFJsonTokenizer(SourceTokenizer):
+    """A Hugging Face ``tokenizer.json`` (Llama-3, Qwen2, SmolLM2, ...) through the ``tokenizers`` library.
+
+    BOS/EOS: ``bos_token`` / ``eos_token`` of ``tokenizer_config.json`` (``special_tokens_map.json``), else the
+    ids in ``generation_config.json`` / ``config.json``. What the source adds by default is read off its
+    post-processor (``encode("a")`` with and without special tokens)."""
+
+    format = "hf_json"
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:
+            raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
+        folder = self.path.parent
+        cfg = {**read_json(folder / "special_tokens_map.json"), **read_json(folder / HF_CONFIG)}
+        ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
+
+        def token_id(name: str) -> Optional[int]:
+            text = _token_of(cfg.get(f"{name}_token"))
+            if text is not None:
+                tid = self._tok.token_to_id(text)
+                if tid is None:
+                    raise TokenizerError(f"{folder / HF_CONFIG}: {name}_token {text!r} is not in {path}")
+                return tid
+            if f"{name}_token" in cfg and cfg[f"{name}_token"] is None:
+                return None  # declared absent (Qwen2's bos_token: null)
+            value = ids.get(f"{name}_token_id")
+            return int(value[0] if isinstance(value, list) else value) if value is not None else None
+
+        self.bos_id = token_id("bos")
+        eos = token_id("eos")
+        if eos is None:
+            raise TokenizerError(f"{folder}: no eos_token in {HF_CONFIG} and no eos_token_id in config.json / "
+                                 "generation_config.json: the packed training stream and generation need EOS")
+        self.eos_id = eos
+        pad = token_id("pad")
+        self.pad_id = pad if pad is not None else self.eos_id
+        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1
+        plain = self._tok.encode("a", add_special_tokens=False).ids
+        full = self._tok.encode("a").ids
+        self.adds_bos = len(full) > len(plain) and full[0] != plain[0]
+        self.adds_eos = len(full) > len(plain) and full[-1] != plain[-1]
+        if self.adds_bos and self.bos_id is None:
+            self.bos_id = full[0]
+
+    def special_ids(self) -> set:
+        """BOS/EOS/pad and every added token marked special (what ``decode(skip_special_tokens=True)`` drops)."""
+        added = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        return set(super().special_ids()) | added
+
+    def encode_plain(self, text: str) -> List[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def _decode(self, ids: List[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str:
+        return self._tok.id_to_token(int(token_id)) or self._decode([int(token_id)])
