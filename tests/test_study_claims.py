@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 
 from torchtune_longshort.study import Study, load_study_config
-from torchtune_longshort.study.claims import analyze, by_seed
+from torchtune_longshort.study.claims import analyze
+from torchtune_longshort.study.comparisons import by_seed
 from torchtune_longshort.study.report import build_report
 from torchtune_longshort.study.tables import load_records
 from plot_helpers import assert_png_drawn

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List
 from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
                                                  value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.claims import by_seed, long_lengths, train_ce
+from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.grid import config_key

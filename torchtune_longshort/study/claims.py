@@ -11,18 +11,19 @@ verdict is written next to it in the report.
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_failure
+from torchtune_longshort.study.comparisons import (
+    Records, ce_id, ce_improvement, compare, has_signal, long_lengths, methods_compared, opposite, train_ce, verdict_from,
+)
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
-from torchtune_longshort.study.stats import correlation, direction, paired_difference
+from torchtune_longshort.study.stats import correlation
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
-
-Records = Dict[str, Dict[str, Any]]
 
 # the paper's numbers each claim is compared with (Du et al., ICML 2025)
 PAPER = {
@@ -40,101 +41,6 @@ PAPER = {
     "divergence": "No published result: Eq. 3's SCE(p, p) = 2 H(p), so SCE also rewards lower entropy; Jeffreys "
                   "and JS align the windows without that reward.",
 }
-
-
-# ---------------------------------------------------------------------------------------------- reading records
-def by_seed(cfg: "StudyConfig", recs: Records, cid: str, family: str, n: Any) -> Dict[int, float]:
-    """``{seed: value}`` of configuration ``cid`` over its successful runs."""
-    out = {}
-    for r in cfg.grid:
-        if r.config == cid and recs.get(r.key, {}).get("status") == "ok":
-            v = value(recs[r.key], family, n)
-            if v is not None:
-                out[r.seed] = v
-    return out
-
-
-def ce_id(cfg: "StudyConfig", method: str) -> str:
-    return config_key(method, 0)
-
-
-def train_ce(rec: Dict[str, Any]) -> Optional[float]:
-    """Mean training CE of the last logged steps (the recipe's metrics.jsonl, via the run's train summary)."""
-    tr = rec.get("train") or {}
-    last = next((v for k, v in tr.items() if k.startswith("mean_last_")), {})
-    v = last.get("ce")
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-# ---------------------------------------------------------------------------------------------- comparisons
-def compare(cfg: "StudyConfig", recs: Records, treated: str, control: str, family: str, n: Any,
-            lower_is_better: Optional[bool]) -> Dict[str, Any]:
-    """Paired difference ``treated - control`` of ``family`` at ``n`` over seeds, with its direction."""
-    d = paired_difference(by_seed(cfg, recs, treated, family, n), by_seed(cfg, recs, control, family, n))
-    d.update({"treated": treated, "control": control, "family": family, "length": n,
-              "direction": direction(d, lower_is_better)})
-    return d
-
-
-def long_lengths(cfg: "StudyConfig") -> List[int]:
-    """The perplexity lengths at and beyond the fine-tuning length L (the paper's long-context range)."""
-    return [n for n in cfg.eval.ppl_lengths if n >= cfg.L]
-
-
-def _has_signal(cfg: "StudyConfig", recs: Records, family: str, n: Any) -> bool:
-    """Whether a score varies at all across the study's runs (a task at 0 everywhere measures nothing)."""
-    vals = {value(r, family, n) for r in recs.values() if r.get("status") == "ok"} - {None}
-    return len(vals) > 1
-
-
-def _verdict_from(directions: Sequence[str], want: str) -> Tuple[str, str]:
-    if not directions or all(d == "unknown" for d in directions):
-        return "not measurable here", "fewer than 2 seeds with values: no interval"
-    if want in directions and not any(d == _opposite(want) for d in directions):
-        return "held", f"the 95% interval is {want} than CE at {directions.count(want)} of {len(directions)} points"
-    if _opposite(want) in directions:
-        return "not held", (f"the 95% interval is {_opposite(want)} than CE at "
-                            f"{directions.count(_opposite(want))} of {len(directions)} points")
-    return "not held", "every 95% interval holds 0: no difference from CE detectable with these seeds"
-
-
-def _opposite(d: str) -> str:
-    return {"better": "worse", "worse": "better"}.get(d, d)
-
-
-def ce_improvement(cfg: "StudyConfig", recs: Records) -> List[Dict[str, Any]]:
-    """Per method and ppl length: the base model, CE-only fine-tunes (mean over seeds) and their ratio."""
-    rows = []
-    base = recs.get("base", {})
-    for m in cfg.methods:
-        for n in cfg.eval.ppl_lengths:
-            ce = list(by_seed(cfg, recs, ce_id(cfg, m), "ppl", n).values())
-            b = value(base, "ppl", n) if base.get("status") == "ok" else None
-            mean = statistics.fmean(ce) if ce else None
-            rows.append({"method": m, "length": n, "base": b, "ce_mean": mean, "n": len(ce),
-                         "ratio": (mean / b) if (mean is not None and b) else None})
-    return rows
-
-
-def methods_compared(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
-    """Do the RoPE methods differ? Paired by seed, each pair of methods' CE-only fine-tunes at every ppl length."""
-    methods, comps = list(cfg.methods), []
-    for i, m1 in enumerate(methods):
-        for m2 in methods[i + 1:]:
-            for n in cfg.eval.ppl_lengths:
-                c = compare(cfg, recs, ce_id(cfg, m2), ce_id(cfg, m1), "ppl", n, lower_is_better=True)
-                comps.append(c)
-    known = [c for c in comps if c["direction"] != "unknown"]
-    differ = [c for c in known if c["direction"] in ("better", "worse")]
-    if not known:
-        verdict, reason = "not measurable here", "fewer than 2 seeds per method"
-    elif differ:
-        verdict = "differ measurably"
-        reason = (f"{len(differ)} of {len(known)} (pair, length) intervals exclude 0: "
-                  + ", ".join(f"{c['treated']} vs {c['control']} at {length_label(c['length'])}" for c in differ[:6]))
-    else:
-        verdict, reason = "no measurable difference", f"all {len(known)} intervals hold 0"
-    return {"verdict": verdict, "reason": reason, "comparisons": comps}
 
 
 # ---------------------------------------------------------------------------------------------- the claims
@@ -176,7 +82,7 @@ def claim_alpha(cfg: "StudyConfig", recs: Records, alphas: Sequence[float], want
                 comps.append(c)
                 dirs.append(c["direction"])
             comps += _secondary(cfg, recs, config_key(m, a), ce_id(cfg, m))
-        per_method[m] = _verdict_from(dirs, want)
+        per_method[m] = verdict_from(dirs, want)
         failed = failed_baseline(cfg, recs, m) if dirs else None
         if failed:
             v, r = per_method[m]
@@ -187,7 +93,7 @@ def claim_alpha(cfg: "StudyConfig", recs: Records, alphas: Sequence[float], want
     verdict = _combined([v for v, _ in per_method.values()])
     reason = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in per_method.items())
     rule = (f"per method: {want} than CE on perplexity (95% interval of the paired difference excluding 0) at one "
-            f"or more lengths >= L and {_opposite(want)} at none, for alpha in {list(alphas)}")
+            f"or more lengths >= L and {opposite(want)} at none, for alpha in {list(alphas)}")
     return {"id": key, "paper": PAPER[key], "verdict": verdict, "rule": rule, "reason": reason, "comparisons": comps,
             "per_method": {m: {"verdict": v, "reason": r} for m, (v, r) in per_method.items()}}
 
@@ -197,10 +103,10 @@ def _secondary(cfg: "StudyConfig", recs: Records, treated: str, control: str) ->
     out = []
     for n in cfg.eval.passkey_lengths:
         for fam in ("passkey", "passkey_digits"):
-            if _has_signal(cfg, recs, fam, n):
+            if has_signal(cfg, recs, fam, n):
                 out.append(compare(cfg, recs, treated, control, fam, n, lower_is_better=False))
     for lab in cfg.eval.babilong_lengths:
-        if _has_signal(cfg, recs, "babilong", lab):
+        if has_signal(cfg, recs, "babilong", lab):
             out.append(compare(cfg, recs, treated, control, "babilong", lab, lower_is_better=False))
     return out
 
@@ -214,14 +120,14 @@ def claim_babilong(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
         return {**base, "verdict": "not measurable here", "reason": "no BABILong lengths x depths in this study"}
     longest = labs[-1]
     keys = [(longest, d) for d in depths]
-    if not any(_has_signal(cfg, recs, "babilong", f"{lab}_d{d}") for lab, d in keys):
+    if not any(has_signal(cfg, recs, "babilong", f"{lab}_d{d}") for lab, d in keys):
         return {**base, "verdict": "not measurable here",
                 "reason": f"BABILong accuracy at {longest} is the same for every checkpoint (no signal)"}
     comps = [compare(cfg, recs, config_key(m, a), ce_id(cfg, m), "babilong", f"{longest}_d{d}", lower_is_better=False)
              for m in cfg.methods for a in (0.1, 0.3) if a in cfg.alphas for d in depths]
     mid = [c["direction"] for c in comps if int(str(c["length"]).rsplit("_d", 1)[1]) in (50, 75)]
     zero = [c["direction"] for c in comps if str(c["length"]).endswith("_d0")]
-    v_mid, r_mid = _verdict_from(mid, "better")
+    v_mid, r_mid = verdict_from(mid, "better")
     same0 = all(d in ("no difference", "unknown") for d in zero)
     verdict = "held" if v_mid == "held" and same0 else v_mid if v_mid != "held" else "not held"
     reason = f"depth 50-75%: {r_mid}; depth 0: " + ("no difference from CE" if same0 else "differs from CE")
@@ -268,7 +174,7 @@ def claim_equal_compute(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
         return {**base, "verdict": "not measurable here", "reason": "no equal_compute variant in this study"}
     cid = config_key(v.method, v.alpha, "eqc")
     comps = [compare(cfg, recs, cid, ce_id(cfg, v.method), "ppl", n, True) for n in long_lengths(cfg)]
-    verdict, reason = _verdict_from([c["direction"] for c in comps], "better")
+    verdict, reason = verdict_from([c["direction"] for c in comps], "better")
     return {**base, "verdict": verdict, "reason": reason, "comparisons": comps,
             "rule": f"alpha {v.alpha:g} with floor(max_steps / {v.overhead}) steps better than CE on "
                     "perplexity at one or more lengths >= L and worse at none"}
@@ -302,10 +208,10 @@ def claim_table1(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     targets = {f"ppl at {length_label(n)}": [value(recs[k], "ppl", n) for k in keys] for n in long_lengths(cfg)}
     for n in cfg.eval.passkey_lengths:
         for fam, name in (("passkey", "passkey"), ("passkey_digits", "passkey digits")):
-            if _has_signal(cfg, recs, fam, n):
+            if has_signal(cfg, recs, fam, n):
                 targets[f"{name} at {length_label(n)}"] = [value(recs[k], fam, n) for k in keys]
     for lab in cfg.eval.babilong_lengths:
-        if _has_signal(cfg, recs, "babilong", lab):
+        if has_signal(cfg, recs, "babilong", lab):
             targets[f"BABILong at {lab}"] = [value(recs[k], "babilong", lab) for k in keys]
     rows = [{"predictor": p, "target": t, **correlation(xs, ys)} for p, xs in predictors.items()
             for t, ys in targets.items()]
