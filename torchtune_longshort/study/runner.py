@@ -24,39 +24,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from omegaconf import OmegaConf
-
-from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
-                                                        load_not_scored, load_results)
-from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
-from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
-from torchtune_longshort.study.run_configs import RunConfigs
-from torchtune_longshort.study.stages import (StageError, error_line, log_tail, output_folder, run_command, steps_in,
-                                              train_summary, tune_command)
-from torchtune_longshort.training.equal_compute import trained_steps
+from torchtune_longshort.study.run_stages import RunStages
+from torchtune_longshort.study.stages import StageError, output_folder, run_command, train_summary
 
 RESULT = "result.json"
-# What the BABILong generator sizes to a length label: the whole request (generator.FITS)
-BABILONG_FIT = "prompt"
-EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
 
 
-class Study(RunConfigs):
+class Study(RunStages):
     """One study: ``run()`` does everything; ``runs()`` lists the fine-tunes; results land in ``output_dir``. What each
-    run trains from (its recipe config, the base checkpoint, the tokenizer) is :class:`RunConfigs`'.
+    run trains from (its recipe config, the base checkpoint, the tokenizer) is
+    :class:`~torchtune_longshort.study.run_configs.RunConfigs`', how each stage runs :class:`RunStages`'.
 
     Args:
         cfg: a checked study config (``load_study_config``).
@@ -69,14 +57,8 @@ class Study(RunConfigs):
 
     def __init__(self, cfg: StudyConfig, output_dir: Optional[str | Path] = None, repo_root: Optional[Path] = None,
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
-        super().__init__(cfg, *output_folder(cfg.output_dir, output_dir, repo_root))
-        self.executor, self.log = executor, log
-        self.timeout = cfg.timeout_s
+        super().__init__(cfg, *output_folder(cfg.output_dir, output_dir, repo_root), executor, log)
         self.jobs = cfg.jobs
-        self.env = dict(os.environ)
-        self.env.setdefault("HF_HUB_OFFLINE", "1")
-        self.env.setdefault("HF_DATASETS_OFFLINE", "1")
-        self.env.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # ------------------------------------------------------------------ paths and specs
     def runs(self) -> List[Run]:
@@ -100,15 +82,6 @@ class Study(RunConfigs):
         """The provenance block of this study's files (device: the evaluation's)."""
         return provenance(device=str(self.cfg.eval.device), stdlib=self.uses_stdlib_corpus())
 
-    def eval_tasks(self) -> List[str]:
-        ev = self.cfg.eval
-        tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev.lengths_of(f)]
-        if ev.babilong_lengths:
-            tasks.append(TASK_FAMILIES["babilong"].task)
-        if ev.longbench_e_data_dir and Path(ev.longbench_e_data_dir).is_dir():
-            tasks.append(TASK_FAMILIES["longbench_e"].task)
-        return tasks
-
     def spec_of(self, key: str, run: Optional[Run] = None) -> Dict[str, Any]:
         """What a run's result depends on; a result.json with another spec is stale and is redone. A base given as
         ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config."""
@@ -116,122 +89,6 @@ class Study(RunConfigs):
         trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else self.recipe_config(key, run)
         return {"recipe_config": trained, "eval_tasks": self.eval_tasks(),
                 "eval": {k: v for k, v in self.cfg.eval.as_dict().items() if k != "eval_base"}}
-
-    def task_metadata(self, babilong_dir: Optional[Path] = None) -> Dict[str, Any]:
-        """The lm-eval ``--metadata`` of every evaluation (``babilong_dir``: the generated BABILong data); the study's
-        pre-flight check reads the same (:mod:`torchtune_longshort.study.preflight`)."""
-        ev, extra = self.cfg.eval, {}
-        if babilong_dir is not None:
-            extra.update({TASK_FAMILIES["babilong"].data_dir_key: str(babilong_dir),
-                          "max_seq_lengths": ",".join(ev.babilong.lengths)})
-        if TASK_FAMILIES["longbench_e"].task in self.eval_tasks():
-            extra[TASK_FAMILIES["longbench_e"].data_dir_key] = str(ev.longbench_e_data_dir)
-        return ev.task_metadata(extra)
-
-    # ------------------------------------------------------------------ stages
-    def _train(self, key: str, run: Optional[Run]) -> Tuple[Path, bool]:
-        """``(final checkpoint, whether it was trained by this call)``. Checkpoints of another recipe config (the
-        ``recipe.yaml`` they were trained from differs) are trained again from step 0, never reused or resumed."""
-        rdir = self.run_dir(key)
-        rdir.mkdir(parents=True, exist_ok=True)
-        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(self.recipe_config(key, run)))
-        changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
-        recipe = self.recipe_fields(key, run)  # the steps the recipe will really train (equal compute: fewer)
-        max_steps = trained_steps(recipe.max_steps, recipe.equal_compute_overhead, recipe.loss.alpha)
-        train_dir = Path(recipe.output_dir)
-        done = steps_in(train_dir)
-        if changed and done:
-            self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
-                     "step 0")
-            done = []
-        recipe_yaml.write_text(rc_text)
-        if max_steps in done:
-            self.log(f"[study] {key}: training done before (step_{max_steps} exists), skipped")
-            return train_dir / f"step_{max_steps}", False
-        extra = ["resume=True"] if [s for s in done if s > 0] else ["overwrite_output_dir=True"]
-        if extra == ["resume=True"]:
-            self.log(f"[study] {key}: resuming training from step_{max(done)}")
-        # The recipe path stays relative to the repo root (cwd): tune run turns it into a module name, and an
-        # absolute path becomes a relative module name that fails to import.
-        argv = [tune_command(), "run", str(self.cfg.recipe), "--config", str(rdir / "recipe.yaml"), *extra]
-        log_path = rdir / "train.log"
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
-        if rc != 0:
-            tail = log_tail(log_path)
-            raise StageError("train", f"recipe exited with {rc}: {error_line(tail)}", tail)
-        final = train_dir / f"step_{max_steps}"
-        if not final.is_dir():
-            raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
-        return final, True
-
-    def _babilong_data(self) -> Optional[Path]:
-        bab = self.cfg.eval.babilong
-        if not bab or not bab.lengths:
-            return None
-        out = self.out / "babilong_data"
-        marker = out / "DONE.json"
-        # fit "prompt": a label is the token budget of the whole request (prompt, question, generation budget), so a
-        # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
-        want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
-                "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
-        if marker.is_file() and json.loads(marker.read_text()) == want:
-            return out
-        argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
-                "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
-                "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
-        if bab.depths:
-            argv += ["--depths", ",".join(str(d) for d in bab.depths)]
-        log_path = self.out / "babilong_data.log"
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
-        if rc != 0:
-            tail = log_tail(log_path)
-            raise StageError("babilong_data", f"generator exited with {rc}: {error_line(tail)}", tail)
-        marker.write_text(json.dumps(want))
-        return out
-
-    def _eval(self, key: str, checkpoint: Path, spec: Dict[str, Any], trained_now: bool,
-              extrapolate: bool = True) -> Dict[str, Any]:
-        """lm-eval on ``checkpoint``. Results already in the run's ``eval/`` are reused only when ``eval_spec.json``
-        says they come from this checkpoint, trained before this call, under this ``spec``; else ``eval/`` (which
-        the study made) is replaced."""
-        def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
-            groups = load_group_subtasks(eval_dir)
-            return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
-                    "group_subtasks": groups, "not_scored": load_not_scored(eval_dir)}
-
-        ev, rdir = self.cfg.eval, self.run_dir(key)
-        eval_dir, tasks = rdir / "eval", self.eval_tasks()
-        spec_file, want = rdir / EVAL_SPEC, {"checkpoint": str(checkpoint), **spec}
-        if eval_dir.is_dir():
-            same = (not trained_now and spec_file.is_file() and json.loads(spec_file.read_text()) == want)
-            try:
-                have = load_results(eval_dir) if same else {}
-                if same and all(t in have for t in tasks):
-                    self.log(f"[study] {key}: lm-eval results present, skipped")
-                    return read(eval_dir, have)
-            except FileNotFoundError:
-                pass
-            if not same:
-                self.log(f"[study] {key}: the results in {eval_dir} are of another checkpoint or eval spec: "
-                         "evaluating again")
-                spec_file.unlink(missing_ok=True)
-                shutil.rmtree(eval_dir)
-        argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
-                          self.task_metadata(self._babilong_data()), self.root)
-        log_path = rdir / "eval.log"
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
-        if rc != 0:
-            tail = log_tail(log_path)
-            raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
-        try:
-            have = load_results(eval_dir)
-        except FileNotFoundError as e:
-            raise StageError("eval", str(e), log_tail(log_path)) from e
-        missing = [t for t in tasks if t not in have]
-        if missing:
-            raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
-        spec_file.write_text(json.dumps(want, indent=1, default=str))
-        return read(eval_dir, have)
 
     # ------------------------------------------------------------------ one run
     def run_one(self, key: str, run: Optional[Run] = None, evaluate: bool = True,
