@@ -2,7 +2,8 @@
 state a step starts from (kept, so that a bad record found mid-step is answered with a checkpoint of the last good
 step, as on a signal).
 
-Used by ``LongShortFinetuneRecipe._setup_data`` (``torchtune_longshort/recipes/longshort_finetune.py``).
+Used by the recipe's ``_setup`` / ``_setup_data`` (``torchtune_longshort/training/recipe_setup.py``) and its step
+(``torchtune_longshort/recipes/longshort_finetune.py``).
 """
 
 from __future__ import annotations

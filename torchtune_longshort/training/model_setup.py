@@ -1,8 +1,8 @@
 """The recipe's model: built from the config (full, LoRA or QLoRA), checked, made trainable, optionally sharded with
 FSDP2 (torchtune's ``training.shard_model``), and loaded with its start weights.
 
-Everything here is the model side of ``LongShortFinetuneRecipe._setup_model``
-(``torchtune_longshort/recipes/longshort_finetune.py``); it reads the config nodes it is given and nothing else.
+Everything here is the model side of the recipe's ``_setup_model`` (``torchtune_longshort/training/recipe_setup.py``);
+it reads the config nodes it is given and nothing else.
 """
 
 from __future__ import annotations
