@@ -118,7 +118,7 @@ def test_f1_rope_argument_typo_is_refused_before_the_folder_and_the_fix_then_run
 def test_f1_a_folder_a_refused_setup_made_is_taken_back_and_a_user_file_kept(tmp_path):
     """F1's leftover: a setup refused after its folder was claimed gives the folder back (the rerun finds none);
     a folder that existed before, or that holds a file the recipe does not write, is kept."""
-    from torchtune_longshort.training.checkpointing import claim_output_dir
+    from torchtune_longshort.training.output_dir import claim_output_dir
 
     new = tmp_path / "new"
     claim_output_dir(new, resume=False, overwrite=False).release(discard=True)

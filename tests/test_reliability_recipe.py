@@ -140,7 +140,7 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
 
 def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                    sp_tokenizer_dir):
-    from torchtune_longshort.training.checkpointing import OutputDirLock
+    from torchtune_longshort.training.output_dir import OutputDirLock
 
     out = tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

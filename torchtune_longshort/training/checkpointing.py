@@ -1,4 +1,4 @@
-"""Step checkpoints that are written whole or not at all, and the output-directory rules of the recipe.
+"""Step checkpoints that are written whole or not at all (the output folder's rules: ``training.output_dir``).
 
 Layout of a run's ``output_dir`` (torchtune's: the resumable state beside the model folders, not in them)::
 
@@ -24,209 +24,16 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Union
 
 import torch
 
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
-from torchtune_longshort.refusals import Refusal
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 
-
-MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
-LOCK = ".lock"
-METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
-# Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
-# it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
-# torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
-WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml")
-
 PathLike = Union[str, Path]
-Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
-
-
-def prepare_output_dir(
-    output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-    written_here: Sequence[str] = (),
-) -> Path:
-    """Check the output directory rules before anything is built or written.
-
-    - ``resume``: the folder must hold at least one complete, resumable ``step_<k>`` checkpoint.
-    - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set. ``overwrite`` deletes only
-      a folder this recipe made (it holds :data:`MARKER`) and that holds nothing the recipe does not write
-      (:data:`WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``); never a filesystem root, a folder that
-      contains the working directory or ``$HOME``, a git work tree, or a folder that contains one of ``protect``
-      (every input the run reads) or lies inside one. Paths are compared resolved (``~``, symlinks, ``..``).
-
-    Returns the folder as a Path (created, with its marker, if needed).
-    """
-    out = Path(output_dir)
-    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-    if resume:
-        return out
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        for child in out.iterdir():  # this run's own lock stays
-            if child.name == LOCK:
-                continue
-            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this folder\n")
-    return out
-
-
-def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-                     written_here: Sequence[str] = ()) -> None:
-    """The rules of :func:`prepare_output_dir`, checked without touching anything."""
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
-    if resume:
-        if StepCheckpoints(out).latest(resumable=True) is None:
-            raise FileNotFoundError(
-                f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
-                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from (a run killed before its first save leaves only "
-                "step_0: start it again with overwrite_output_dir=True)"
-            )
-        return
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(
-                f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
-                "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
-            )
-        _check_deletable(out, protect, written_here)
-
-
-def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
-    """Whether ``name``, an entry at the top of an output folder, is one the recipe writes."""
-    name = name[: -len(".tmp")] if name.endswith(".tmp") else name
-    return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
-
-
-def _contains(folder: Path, path: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequence[str]) -> Optional[str]:
-    """Why the resolved folder ``real`` may not be deleted (None: it may)."""
-    if real == Path(real.anchor):
-        return "it is a filesystem root"
-    try:
-        cwd: Optional[Path] = Path.cwd().resolve()
-    except FileNotFoundError:  # the working directory was deleted under us: nothing to protect there
-        cwd = None
-    if cwd is not None and _contains(real, cwd):
-        return f"it contains the working directory {str(cwd)!r}"
-    home = Path.home().expanduser().resolve()
-    if _contains(real, home):
-        return f"it contains $HOME ({str(home)!r})"
-    if (real / ".git").exists():
-        return "it is a git work tree"
-    if not (real / MARKER).is_file():
-        return f"this recipe did not make it (no {MARKER} marker)"
-    for item in protect:
-        field, p = item if isinstance(item, tuple) else (None, item)
-        p = Path(p).expanduser().resolve()
-        what = f"{field}={str(p)!r}" if field else str(p)
-        if _contains(real, p):
-            return f"it holds {what}, which this run reads"
-        if p in real.parents:
-            return f"it lies inside {what}, which this run reads"
-    foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
-    if foreign:
-        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
-                "recipe did not write")
-    return None
-
-
-def _check_deletable(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> None:
-    refuse = _deletion_refusal(out.resolve(), protect, written_here)
-    if refuse:
-        raise FileExistsError(
-            f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: {refuse}. Choose another "
-            "output_dir, or move what you keep out of it and delete the folder yourself"
-        )
-
-
-class OutputDirInUse(Refusal, RuntimeError):
-    """Another live run holds the output folder's lock."""
-
-
-class OutputDirLock:
-    """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID, created with O_EXCL.
-
-    A lock whose PID is no longer alive (a killed run) is taken over; a live one refuses the second writer with a
-    message naming the holder.
-    """
-
-    def __init__(self, output_dir: PathLike):
-        self.path = Path(output_dir) / LOCK
-        self.held = False
-        self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
-        self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
-
-    def acquire(self) -> "OutputDirLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is not None and _pid_alive(holder):
-                    raise OutputDirInUse(
-                        f"output_dir={str(self.path.parent)!r} is in use by another run (PID {holder}, {self.path}); "
-                        "wait for it, or choose another output_dir"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()}\n")
-            self.held = True
-            return self
-        raise RuntimeError(f"could not take the lock {self.path}")
-
-    def _holder(self) -> Optional[int]:
-        try:
-            return int(self.path.read_text().strip() or "0") or None
-        except (OSError, ValueError):
-            return None
-
-    def release(self, discard: bool = False) -> None:
-        """Give the lock back; ``discard``: also remove the folder when this run made it and it holds only what
-        the recipe writes (a run refused after claiming its folder leaves nothing behind, so the corrected rerun
-        starts as the first would have)."""
-        if self.held and self._holder() == os.getpid():
-            folder = self.path.parent
-            if discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir()):
-                shutil.rmtree(folder)
-            else:
-                self.path.unlink(missing_ok=True)
-        self.held = False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-                     written_here: Sequence[str] = ()) -> "OutputDirLock":
-    """Check the rules (before the lock file is written), take the folder's lock, then prepare the folder
-    (:func:`prepare_output_dir`). Returns the held lock; its ``made_folder`` says whether this call created the
-    folder (:meth:`OutputDirLock.release` can then take it back)."""
-    check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-    made = not Path(output_dir).exists()
-    lock = OutputDirLock(output_dir).acquire()
-    lock.made_folder, lock.written_here = made, tuple(written_here)
-    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-    return lock
 
 
 def recipe_state_path(step_dir: PathLike) -> Path:

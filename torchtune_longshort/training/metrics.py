@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 
 from torchtune_longshort.provenance import provenance
-from torchtune_longshort.training.checkpointing import METRICS_FILE
+from torchtune_longshort.training.output_dir import METRICS_FILE
 
 
 def peak_memory_gib(device: torch.device) -> float:

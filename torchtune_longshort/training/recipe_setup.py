@@ -23,7 +23,7 @@ from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
-from torchtune_longshort.training.checkpointing import StepCheckpoints, claim_output_dir
+from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.compile_setup import compile_decoder
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
@@ -34,6 +34,7 @@ from torchtune_longshort.training.metrics import RunLog
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
 )
+from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, resolved_config,
     written_names,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
-from torchtune_longshort.training.checkpointing import check_output_dir
+from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.config.fields import ComponentSection
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -86,7 +86,7 @@ def written_names(config: RecipeConfig) -> Tuple[str, ...]:
 
 
 def check_overwrite(config: RecipeConfig) -> None:
-    """The output folder's rules (:func:`~torchtune_longshort.training.checkpointing.check_output_dir`), asked
+    """The output folder's rules (:func:`~torchtune_longshort.training.output_dir.check_output_dir`), asked
     before anything is built: an existing folder without ``resume`` / ``overwrite_output_dir``, a resume with no
     checkpoint, and an overwrite that would delete an input, the working directory, ``$HOME`` or anything the recipe
     did not write are refused naming the field and the path."""
