@@ -38,14 +38,8 @@ from torch.utils.checkpoint import checkpoint
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
-from torchtune_longshort.loss.fused_linear import (
-    FusedLinearLongShort,
-    FusedPlan,
-    fused_terms,
-    is_dtensor,
-    is_fsdp_module,
-    plain_linear_weight,
-)
+from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
+from torchtune_longshort.loss.output_module import is_dtensor, is_fsdp_module, plain_linear_weight
 from torchtune_longshort.windows import DEFAULT_MIN_CONTEXT, MinContext, aligned_positions, validate_min_context
 
 logger = logging.getLogger(__name__)
