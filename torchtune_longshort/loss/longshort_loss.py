@@ -13,7 +13,8 @@ their softmax intermediates. This loss never holds either window's logits whole:
     and the output weight are computed in the forward pass, and the logits dropped
     (:mod:`torchtune_longshort.loss.fused_linear`); backward only scales the stored gradients.
   - **checkpointed** (fallback for any other output module, e.g. LoRA on the output, or ``fused=False``): the output
-    module is called as is under activation checkpointing, so each chunk's logits are recomputed in backward.
+    module is called as is under activation checkpointing, so each chunk's logits are recomputed in backward
+    (:mod:`torchtune_longshort.loss.checkpointed_chunks`).
 
 - **logits path**: a ``[b, L, vocab]`` tensor or the list of chunks that ``model.set_num_output_chunks(n)``
   produces. The float32 upcast, softmaxes and divergence are done per chunk, also under checkpointing.
@@ -28,14 +29,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
+from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, slice_parts
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
@@ -207,9 +207,11 @@ class LongShortLoss(nn.Module):
         if hidden:
             self._log_path(path)
         if path == "fused":
-            ce_a, ce_b, div, loss = self._fused(_slice_parts(a_parts, 0, L), _slice_parts(b_parts, 0, L), labels_a, labels_b, n_a, n_b, pos, chunks, mode)
+            ce_a, ce_b, div, loss = self._fused(slice_parts(a_parts, 0, L), slice_parts(b_parts, 0, L), labels_a, labels_b, n_a, n_b, pos, chunks, mode)
         else:
-            ce_a, ce_b, div = self._chunked(a_parts, b_parts, labels_a, labels_b, project, chunks, mode)
+            ce_a, ce_b, div = checkpointed_terms(a_parts, b_parts, labels_a, labels_b, project, chunks, mode,
+                                                 self.ignore_index, self.divergence, self.stop_grad_long,
+                                                 self.recompute_logits)
             loss = None
         zero = torch.zeros((), device=labels_a.device)
         ce_a = (ce_a if ce_a is not None else zero) / n_a.clamp(min=1)
@@ -258,93 +260,6 @@ class LongShortLoss(nn.Module):
         else:
             loss, sums = run(ha, hb)
         return sums[0], sums[1], sums[2], loss
-
-    def _chunked(self, a_parts, b_parts, labels_a, labels_b, project, chunks, mode):
-        """The checkpointed / logits path: ``(ce_a_sum, ce_b_sum, div_sum)``, each chunk under checkpointing."""
-        ce_a = ce_b = div = None
-        for c in chunks:
-            a_lo, a_hi, b_lo, b_hi, n_pairs = c.a_lo, c.a_hi, c.b_lo, c.b_hi, c.n_pairs
-            xa = _slice_parts(a_parts, a_lo, a_hi) if a_hi > a_lo else None
-            xb = _slice_parts(b_parts, b_lo, b_hi) if b_hi > b_lo else None
-            la = labels_a[:, a_lo:a_hi] if xa is not None else None
-            lb = labels_b[:, b_lo:b_hi] if xb is not None else None
-            pair_a = (c.pair_a, n_pairs)
-            pair_b = (c.pair_b, n_pairs)
-            fn = _ChunkTerms(project, self.ignore_index, self.divergence, mode if n_pairs > 0 else None,
-                             self.stop_grad_long, pair_a, pair_b)
-            tensors = [t for t in (xa, xb) if t is not None]
-            needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-            if self.recompute_logits and needs_grad:
-                terms = checkpoint(fn, xa, xb, la, lb, use_reentrant=False)
-            else:
-                terms = fn(xa, xb, la, lb)
-            ce_a = _acc(ce_a, terms[0])
-            ce_b = _acc(ce_b, terms[1])
-            div = _acc(div, terms[2])
-        return ce_a, ce_b, div
-
-
-class _ChunkTerms:
-    """One chunk's (ce_A sum, ce_B sum, divergence sum); a plain callable so checkpoint can re-run it."""
-
-    def __init__(self, project, ignore_index, divergence, mode, stop_grad_long, pair_a, pair_b):
-        self.project = project
-        self.ignore_index = ignore_index
-        self.div = divergence_fn(divergence)
-        self.mode = mode  # "train": divergence with graph; "report": detached, for logging; None: skip
-        self.stop_grad_long = stop_grad_long
-        self.pair_a = pair_a
-        self.pair_b = pair_b
-
-    def __call__(self, xa, xb, la, lb):
-        ga = self._logits(xa)
-        gb = self._logits(xb)
-        ce_a = self._ce(ga, la)
-        ce_b = self._ce(gb, lb)
-        div = None
-        if self.mode is not None:
-            (ia, n), (ib, _) = self.pair_a, self.pair_b
-            pa, pb = ga[:, ia : ia + n], gb[:, ib : ib + n]
-            if self.mode == "report":
-                with torch.no_grad():
-                    div = self.div(pa, pb).sum()
-            else:
-                if self.stop_grad_long:
-                    pa = pa.detach()
-                div = self.div(pa, pb).sum()
-        return ce_a, ce_b, div
-
-    def _logits(self, x):
-        if x is None:
-            return None
-        return self.project(x) if self.project is not None else x
-
-    def _ce(self, logits, labels):
-        if logits is None:
-            return None
-        return F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-            ignore_index=self.ignore_index, reduction="sum",
-        )
-
-
-def _slice_parts(parts: List[torch.Tensor], lo: int, hi: int) -> torch.Tensor:
-    """Positions ``[lo, hi)`` along dim 1 of the concatenation of ``parts``, copying only what is needed."""
-    if len(parts) == 1:
-        return parts[0][:, lo:hi]
-    out, start = [], 0
-    for p in parts:
-        end = start + p.shape[1]
-        if end > lo and start < hi:
-            out.append(p[:, max(lo, start) - start : min(hi, end) - start])
-        start = end
-    return out[0] if len(out) == 1 else torch.cat(out, dim=1)
-
-
-def _acc(total, term):
-    if term is None:
-        return total
-    return term if total is None else total + term
 
 
 def restore_model_output(model: nn.Module) -> None:
