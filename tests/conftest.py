@@ -35,6 +35,9 @@ def _hygiene(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf_home")
     os.environ["HF_HOME"] = str(home)
     os.environ["HF_DATASETS_CACHE"] = str(home / "datasets")
+    # torch.compile's kernel cache, one per run for every test and worker (inductor's default is under TMPDIR, which
+    # the end-to-end tests set per test: each compiled the same tiny layers from nothing)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_run_folder(tmp_path_factory) / "inductor_cache"))
     yield
 
 
@@ -54,6 +57,12 @@ def _warm_start(_hygiene, tmp_path_factory):
     stop()
 
 
+def _run_folder(tmp_path_factory) -> Path:
+    """This test run's temp folder, shared by its pytest-xdist workers (each has its own folder below it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if "PYTEST_XDIST_WORKER" in os.environ else root
+
+
 def _built_once(tmp_path_factory, name: str, build):
     """``build(folder)``'s result (JSON: paths as strings), built once per test run and shared by the pytest-xdist
     workers (each built its own before: the family checkpoints cost each worker ~25 s): in the run's temp folder,
@@ -62,9 +71,7 @@ def _built_once(tmp_path_factory, name: str, build):
 
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp()
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        root = root.parent  # the run's folder, above the workers' own
+    root = _run_folder(tmp_path_factory)
     folder, done = root / f"built-{name}", root / f"built-{name}.json"
     with FileLock(str(root / f"built-{name}.lock")):
         if not done.is_file():

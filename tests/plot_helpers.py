@@ -20,7 +20,8 @@ def assert_png_drawn(path, width_in: Optional[float] = None, height_in: Optional
     img = imread(str(path))
     if dpi is not None:
         assert img.shape[:2] == (round(height_in * dpi), round(width_in * dpi)), img.shape
-    colours = np.unique((img[..., :3] * 255).round().reshape(-1, 3), axis=0)
+    rgb = (img[..., :3] * 255).round().astype(np.uint32).reshape(-1, 3)
+    colours = np.unique((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2])  # one integer per colour (axis=0: 2 s a PNG)
     assert len(colours) > 50, f"{path}: {len(colours)} colours (a blank or nearly blank figure)"
 
 
