@@ -8,7 +8,9 @@ Logging: a ``sitecustomize.py`` written into the venv's ``site-packages`` for th
 the venv already has one that is not this script's), appends one JSON line per process at exit: argv, wall time,
 its own CPU time (``os.times``: user + system, children not included), whether torchtune and lm-eval's evaluator
 were imported. Processes that end without running ``atexit`` handlers (SIGKILL, ``os._exit``) and processes of
-other venvs (the wheel test's) are not logged. The import cost is measured here: the median of ``--repeats`` fresh
+other venvs (the wheel test's) are not logged. Under the tests' warm start (``tests/warm/``) a command forked from a
+zygote is logged too (the zygote loaded this logger; the job runs its exit handlers): its CPU is its own, its wall
+counts from the zygote's start. The import cost is measured here: the median of ``--repeats`` fresh
 interpreters timing ``import torchtune`` after ``import torch``.
 """
 

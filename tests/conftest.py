@@ -135,15 +135,15 @@ def real_model_dir():
     return pypi_model("smollm2-135m-instruct")
 
 
-# The longest files, by their tests' summed durations (s) in a full run here (2 workers on 2 cores, warm start,
-# 2026-11-27): pytest-xdist's per-file scheduling (``--dist loadfile``) hands a worker the next file in collection
-# order when it is done with one, so the longest go first and the short ones fill in behind them; a several-minute
-# file handed out last ran alone at the end (the GPU-study quick run: 3 of the 17 minutes).
+# The longest files, by their tests' summed durations (s) in a full run here (2 workers on 2 cores, warm start, idle
+# machine, 2026-11-27, b1e4a2d: 8 min 27 s in all): pytest-xdist's per-file scheduling (``--dist loadfile``, with
+# ``--no-loadscope-reorder``) hands a worker the next file in collection order when it is done with one, so the
+# longest go first and the short ones fill in behind them (a several-minute file handed out last ran alone at the end).
 FILE_SECONDS = {
-    "test_study_quick.py": 110, "test_wheel_install.py": 100, "test_recipe.py": 121, "test_e2e_matrix.py": 75,
-    "test_quiet.py": 68, "test_real_model_train.py": 60, "test_cpu_allocator.py": 62, "test_study_report.py": 61,
-    "test_study_claims.py": 55, "test_real_model_eval.py": 50, "test_compile.py": 47, "test_study_table1.py": 47,
-    "test_gpu_suite.py": 37, "test_study.py": 37, "test_reliability_eval.py": 32, "test_task_names.py": 32,
+    "test_study_quick.py": 111, "test_recipe.py": 86, "test_wheel_install.py": 82, "test_e2e_matrix.py": 67,
+    "test_real_model_eval.py": 49, "test_compile.py": 46, "test_quiet.py": 45, "test_study_report.py": 43,
+    "test_real_model_train.py": 38, "test_study.py": 36, "test_study_table1.py": 34, "test_study_claims.py": 34,
+    "test_gpu_suite.py": 31, "test_task_names.py": 29, "test_synthetic_cli.py": 24,
 }
 
 
