@@ -23,7 +23,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import RunConfigs
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, steps_in, tune_command
+from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
 from torchtune_longshort.training.equal_compute import trained_steps
 
 # What the BABILong generator sizes to a length label: the whole request (generator.FITS)
@@ -161,17 +161,6 @@ class RunStages(RunConfigs):
                 shutil.rmtree(eval_dir)
         argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
                           self.task_metadata(self._babilong_data()), self.root)
-        log_path = rdir / "eval.log"
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
-        if rc != 0:
-            tail = log_tail(log_path)
-            raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
-        try:
-            have = load_results(eval_dir)
-        except FileNotFoundError as e:
-            raise StageError("eval", str(e), log_tail(log_path)) from e
-        missing = [t for t in tasks if t not in have]
-        if missing:
-            raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
+        have = run_eval(self.executor, argv, rdir / "eval.log", self.root, self.env, self.timeout, eval_dir, tasks)
         spec_file.write_text(json.dumps(want, indent=1, default=str))
         return read(eval_dir, have)

@@ -8,8 +8,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.report.results_io import load_results
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 
 
@@ -64,6 +65,25 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
         except subprocess.TimeoutExpired:
             log.write(f"\nTimeoutError: killed after {timeout} s\n")
             return 124
+
+
+def run_eval(executor: Callable[..., int], argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str],
+             timeout: Optional[float], eval_dir: Path, tasks: Sequence[str]) -> Dict[str, Any]:
+    """One lm-eval command through ``executor`` (:func:`run_command`, or a test's stand-in), then its results by
+    task: a :class:`StageError` ("eval", with the log's tail) when it exits non-zero, writes no results or lacks
+    one of ``tasks``."""
+    rc = executor(argv, log_path, cwd, env, timeout)
+    if rc != 0:
+        tail = log_tail(log_path)
+        raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
+    try:
+        results = load_results(eval_dir)
+    except FileNotFoundError as e:
+        raise StageError("eval", str(e), log_tail(log_path)) from e
+    missing = [t for t in tasks if t not in results]
+    if missing:
+        raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
+    return results
 
 
 def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:

@@ -33,13 +33,13 @@ import torch
 from lm_eval.utils import simple_parse_args_string
 
 from torchtune_longshort.eval.model.args import parse_model_args
-from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored, load_results
+from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, output_folder, run_command
+from torchtune_longshort.study.stages import output_folder, run_command, run_eval
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
@@ -154,19 +154,8 @@ class Table1:
                                "spec": self.spec_of(variant, length)}
         t0 = time.time()
         try:
-            log_path = cdir / "eval.log"
-            rc = self.executor(self.argv(variant, length, eval_dir), log_path, self.root, self.env,
-                               self.cfg.timeout_s)
-            if rc != 0:
-                tail = log_tail(log_path)
-                raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
-            try:
-                results = load_results(eval_dir)
-            except FileNotFoundError as e:
-                raise StageError("eval", str(e), log_tail(log_path)) from e
-            missing = [t for t in FAMILY_TASK.values() if t not in results]
-            if missing:
-                raise StageError("eval", f"lm-eval results lack tasks {missing}", log_tail(log_path))
+            results = run_eval(self.executor, self.argv(variant, length, eval_dir), cdir / "eval.log", self.root,
+                               self.env, self.cfg.timeout_s, eval_dir, list(FAMILY_TASK.values()))
             rec.update({"results": results, "curves": load_curves(eval_dir), "not_scored": load_not_scored(eval_dir),
                         "status": "ok"})
         except Exception as e:  # recorded; the next cell runs
