@@ -87,7 +87,8 @@ def test_an_import_time_variable_of_its_own_starts_it_fresh(tmp_path):
 
 def test_the_waiting_process_killed_takes_its_command_with_it(tmp_path):
     flag = tmp_path / "alive"
-    code = f"import time, pathlib\nprint('ready', flush=True)\nfor _ in range(600):\n    pathlib.Path({str(flag)!r}).touch(); time.sleep(0.1)\n"
+    code = (f"import time, pathlib\nflag = pathlib.Path({str(flag)!r})\nflag.touch()\nprint('ready', flush=True)\n"
+            "for _ in range(600):\n    flag.touch(); time.sleep(0.1)\n")  # touched before 'ready': it ran
     p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=with_warm_start()),
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "ready\n"

@@ -30,11 +30,34 @@ def _request():
     return {"mode": "file", "target": argv[1], "args": argv[2:], "unbuffered": unbuffered}
 
 
+RELAYED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT")
+
+
 def _relay(sock_path, request):
     import json
     import signal
     import socket
     import struct
+
+    job = {"pid": None, "pending": []}
+
+    def forward(signum, _frame):  # installed before asking: a signal that comes before the job's pid waits for it
+        if job["pid"] is None:
+            job["pending"].append(signum)
+            return
+        try:
+            os.kill(job["pid"], signum)
+        except ProcessLookupError:
+            pass
+
+    sigs = [getattr(signal, n) for n in RELAYED]
+    before = {sig: signal.signal(sig, forward) for sig in sigs}
+
+    def run_here():  # declined or no zygote: as if nothing happened, the signals that came included
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        for sig in job["pending"]:
+            os.kill(os.getpid(), sig)
 
     request.update(cwd=os.getcwd(), env=dict(os.environ), path=list(sys.path), executable=sys.executable,
                    prefix=sys.prefix)
@@ -48,20 +71,13 @@ def _relay(sock_path, request):
         reply = json.loads(f.readline() or b"{}")
     except OSError:
         s.close()
-        return  # no zygote: run here
+        return run_here()  # no zygote
     if "pid" not in reply:
         s.close()
-        return  # declined (reply["fresh"] says why): run here
-    pid = reply["pid"]
-
-    def forward(signum, _frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-        signal.signal(sig, forward)
+        return run_here()  # declined (reply["fresh"] says why)
+    job["pid"] = reply["pid"]
+    for sig in job["pending"]:
+        forward(sig, None)
     line = f.readline()
     rc = json.loads(line)["rc"] if line else 1
     if rc < 0:  # killed by a signal: die of the same one, as the parent would have seen
