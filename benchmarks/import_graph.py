@@ -24,7 +24,7 @@ Circles: strongly connected components of more than one module, (a) in the graph
 Python must resolve on import) and (b) in the graph of all imports, function-level and type-only included: a circle
 only in (b) is one that a function-level or ``TYPE_CHECKING`` import hides. Both must be empty.
 
-Floors: a declared table (:data:`FLOORS`), not a module's layer in the import DAG, which puts every importer above
+Floors: a declared table (``FLOORS`` in benchmarks/import_layers.py), not a module's layer in the import DAG, which puts every importer above
 what it imports by construction and so could never show an arrow running back up. The table is the layering the
 project declares (DESIGN.md: features at the top, kits at the bottom) and says where a new module belongs; a module
 no key matches is *unplaced* (study modules are listed one by one). The study is the pipeline config -> plan -> run
@@ -57,37 +57,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
-PACKAGE = "torchtune_longshort"
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from import_layers import FLOORS, PACKAGE, floor_of, short  # noqa: E402,F401  (the sibling module: the layering)
 
 MODULE, FUNCTION, TYPE_ONLY = "module", "function", "type-only"
 # Outside packages that cost seconds to import (torch ~2-6 s here); --list shows which a function-level import adds.
 HEAVY = ("torch", "torchtune", "torchao", "transformers", "peft", "lm_eval", "datasets", "matplotlib", "scipy")
-
-# The declared layering: module name below the package -> (floor, what lives there). A key also matches its
-# submodules, except the keys of EXACT (a package's own __init__): every study module is placed one by one.
-FLOORS: Dict[str, Tuple[float, str]] = {
-    "": (0, "ground: the package"),
-    **{m: (0, "ground: stdlib / torch only") for m in (
-        "windows", "lengths", "intervals", "refusals", "devices", "pack_prefix", "_quiet")},
-    **{m: (1, "kits on the ground") for m in ("rope", "loss", "hidden_states", "configs_cli", "config", "plots")},
-    **{m: (2, "models and data") for m in ("models", "data")},
-    **{m: (3, "what reads models and data") for m in ("metrics", "training", "provenance")},
-    **{m: (4, "features") for m in ("eval", "synthetic", "recipes")},
-    # the study, one stage after another
-    **{f"study.{m}": (5.0, "study: config") for m in (
-        "fields", "values", "base_config", "eval_config", "grid", "plan", "schema", "config", "table1.config")},
-    **{f"study.{m}": (5.1, "study: plan") for m in ("run_configs", "load", "preflight", "pretrain_mix")},
-    **{f"study.{m}": (5.2, "study: run") for m in (
-        "stages", "records", "base_failure", "run_stages", "runner", "table1.runner")},
-    **{f"study.{m}": (5.3, "study: collect") for m in (
-        "stats", "labels", "comparisons", "claims", "tables", "table1.analysis")},
-    **{f"study.{m}": (5.4, "study: report and figures") for m in (
-        "figures", "claim_figures", "claims_markdown", "report", "__main__", "table1.figure",
-        "table1.report", "table1.__main__", "table1")},
-    "study": (5.4, "study: report and figures"),  # the package's __init__ re-exports the whole pipeline
-}
-EXACT = {"", "study", "study.table1"}
 
 DEFERRED = re.compile(r"#\s*deferred:\s*([^(\n]*)")
 
@@ -277,17 +256,6 @@ def strongly_connected(nodes: List[str], graph: Dict[str, Set[str]]) -> List[Lis
     return sorted(found, key=lambda c: (-len(c), c))
 
 
-def short(module: str) -> str:
-    return module[len(PACKAGE) + 1:] if module.startswith(PACKAGE + ".") else "(package)"
-
-
-def floor_of(module: str) -> Optional[Tuple[float, str]]:
-    """``(floor, name)`` of ``module`` from :data:`FLOORS`; None when no key matches (unplaced)."""
-    rest = "" if module == PACKAGE else short(module)
-    keys = [k for k in FLOORS if rest == k or (k not in EXACT and rest.startswith(k + "."))]
-    return FLOORS[max(keys, key=len)] if keys else None
-
-
 def analyse(root: Path = ROOT) -> dict:
     """The facts the table prints (see the module docstring)."""
     files, edges, external = collect_edges(root)
@@ -345,7 +313,7 @@ def analyse(root: Path = ROOT) -> dict:
 
 def print_table(facts: dict, listing: bool) -> None:
     print(f"{facts['modules']} modules, {facts['module_level_edges']} module-level edges between them "
-          f"(floors: the FLOORS table of {Path(__file__).name})\n")
+          f"(floors: the FLOORS table of import_layers.py)\n")
     print("| fact | count |\n|---|---:|")
     for label, value in (
             ("circles among module-level imports", len(facts["circles_module_level"])),
