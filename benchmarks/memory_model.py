@@ -39,27 +39,31 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from memory_steps import (  # noqa: E402  (the sibling module, found from any folder)
-    BOUNDED_CHUNK, GB, POINTS, REPLICAS, SHAPES, bounded_chunks, live_bytes, load_points, loss_rows, make_step,
-    run_measure,
+    BOUNDED_CHUNK, GB, POINTS, REPLICAS, SHAPES, TILE, TILE_CHECK, bounded_chunks, live_bytes, load_points, loss_rows,
+    make_step, run_measure,
 )
 
 # ---------------------------------------------------------------------------------------------- the fit
 MODEL_PHASES = ("forward", "loss", "bwd_head", "bwd_first", "bwd_last", "bwd_end", "optimizer")
 FREE_OFFLOAD_STASH = 3  # offloading keeps the 5 latest layer inputs during the forward: 3 more than at depth 2
+TILE_GPU = 4096  # the tiled_mlp_tokens the GPU predictions assume: the 8B width, as ALST's ceil(tokens / hidden) tiles
+NO_MLP = ("loss", "bwd_head")  # phases that run no layer: the tiled fits take them from the untiled ones
 
 
 @dataclass(frozen=True)
 class Coef:
-    """``bytes = A + B n + L (a + b n) + k rows`` for ``n`` layers, ``L`` tokens per window, ``rows`` loss rows."""
+    """``bytes = A + B n + L (a + b n) + k rows + t tile`` for ``n`` layers, ``L`` tokens per window, ``rows`` loss
+    rows and ``tile`` the tiled MLP's rows a tile (0: untiled)."""
 
     A: float
     B: float
     a: float
     b: float
     k: float = 0.0
+    t: float = 0.0
 
-    def at(self, n: int, L: int, rows: int = 0) -> float:
-        return self.A + self.B * n + L * (self.a + self.b * n) + self.k * rows
+    def at(self, n: int, L: int, rows: int = 0, tile: int = 0) -> float:
+        return self.A + self.B * n + L * (self.a + self.b * n) + self.k * rows + self.t * tile
 
 
 def lstsq(X: List[List[float]], y: List[float]) -> List[float]:
@@ -132,8 +136,32 @@ def fit_group(points: List[dict]) -> Dict[str, Coef]:
     return out
 
 
-def group(points: List[dict], shape: str, dtype: str = "fp32", offload: bool = False) -> List[dict]:
-    return [p for p in points if p["shape"] == shape and p["dtype"] == dtype and p["offload"] == offload]
+def group(points: List[dict], shape: str, dtype: str = "fp32", offload: bool = False,
+          tile: Optional[int] = None) -> List[dict]:
+    return [p for p in points if p["shape"] == shape and p["dtype"] == dtype and p["offload"] == offload
+            and p.get("tile") == tile]
+
+
+def fit_tiled(points: List[dict], untiled: Dict[str, Coef]) -> Dict[str, Coef]:
+    """The tiled MLP's coefficients for one shape, dtype and offload setting: :func:`fit_group` over its points at
+    :data:`TILE` (``A`` holding the tile's bytes), the phases without a layer from the ``untiled`` fit, and per
+    phase ``t``, the bytes a tile row adds, from the points at :data:`TILE_CHECK` against their twins at
+    :data:`TILE` (``bwd_last`` takes ``bwd_first``'s); ``A`` then excludes the tile."""
+    fits = fit_group([p for p in points if p.get("tile") == TILE])
+    fits.update({ph: untiled[ph] for ph in NO_MLP})
+    twins = {(p["depth"], p["L"]): p for p in points if p.get("tile") == TILE}
+    checks = [(c, twins[(c["depth"], c["L"])]) for c in points if c.get("tile") == TILE_CHECK]
+    for ph in [ph for ph in MODEL_PHASES if ph not in NO_MLP + ("bwd_last",)] + ["bwd_last"]:
+        src = "bwd_first" if ph == "bwd_last" else ph
+        t = (sum(phase_value(c, src) - phase_value(tw, src) for c, tw in checks) / len(checks) / (TILE_CHECK - TILE)
+             if checks else 0.0)
+        fits[ph] = replace(fits[ph], A=fits[ph].A - t * TILE, t=t)
+    return fits
+
+
+def _t_ratio(r16: Coef, r32: Coef, phase: str) -> float:
+    """The replica's bf16 / fp32 ratio of ``t`` (a tile's activations), that of ``a`` where ``t`` is ~0."""
+    return r16.t / r32.t if abs(r32.t) > 64 else _ratio(r16, r32, phase)
 
 
 def _ratio(r16: Coef, r32: Coef, phase: str) -> float:
@@ -145,22 +173,42 @@ def gpu_model(points: Optional[List[dict]] = None) -> Dict[tuple, Dict[str, Coef
     """``{(shape, offload): {phase: Coef}}`` in bf16 on a GPU, from the CPU fp32 fits (see the module doc): ``A``,
     ``B``, ``b`` halve, ``a`` takes the replica's bf16 / fp32 ratio of the same phase, ``k`` gains ``2 vocab``;
     with offloading, the moved bytes halve and the forward holds 3 more layer inputs than at depth 2 (torchtune's
-    5-tensor stash at full depth)."""
+    5-tensor stash at full depth). Where tiled-MLP points exist, ``(shape, offload, "tiled")`` too (:func:`fit_tiled`;
+    ``t`` takes the replica's bf16 / fp32 ratio of ``t``)."""
     points = load_points() if points is None else points
     out = {}
     for key, shape in SHAPES.items():
         rep = REPLICAS[key].name
         r32, r16 = fit_group(group(points, rep, "fp32")), fit_group(group(points, rep, "bf16"))
+        tiled_rep = group(points, rep, "fp32", tile=TILE) and group(points, rep, "bf16", tile=TILE)
+        if tiled_rep:
+            t32 = fit_tiled(_tiled(points, rep, "fp32", False), r32)
+            t16 = fit_tiled(_tiled(points, rep, "bf16", False), r16)
         for offload in (False, True):
             cpu = fit_group(group(points, key, "fp32", offload))
-            gpu = {ph: Coef(c.A / 2, c.B / 2, c.a * _ratio(r16[ph], r32[ph], ph), c.b / 2,
-                            c.k + 2 * shape.vocab if c.k else 0.0) for ph, c in cpu.items() if ph in MODEL_PHASES}
-            if offload:
-                m = cpu["moved"]
-                gpu["moved"] = Coef(m.A / 2, m.B / 2, m.a / 2, m.b / 2)
-                gpu["forward"] = replace(gpu["forward"], a=gpu["forward"].a + FREE_OFFLOAD_STASH * m.b / 2)
-            out[(key, offload)] = gpu
+            out[(key, offload)] = _to_gpu(cpu, shape, r16, r32, offload)
+            tiled = _tiled(points, key, "fp32", offload)
+            if tiled_rep and tiled:
+                out[(key, offload, "tiled")] = _to_gpu(fit_tiled(tiled, cpu), shape, t16, t32, offload, cpu)
     return out
+
+
+def _tiled(points: List[dict], shape: str, dtype: str, offload: bool) -> List[dict]:
+    return group(points, shape, dtype, offload, TILE) + group(points, shape, dtype, offload, TILE_CHECK)
+
+
+def _to_gpu(cpu: Dict[str, Coef], shape, r16: Dict[str, Coef], r32: Dict[str, Coef], offload: bool,
+            moved_from: Optional[Dict[str, Coef]] = None) -> Dict[str, Coef]:
+    """One CPU fp32 fit as the bf16 GPU model (:func:`gpu_model`); ``moved_from``: the fit whose offloaded bytes
+    apply (a tiled MLP moves the same layer inputs)."""
+    gpu = {ph: Coef(c.A / 2, c.B / 2, c.a * _ratio(r16[ph], r32[ph], ph), c.b / 2,
+                    c.k + 2 * shape.vocab if c.k else 0.0, c.t * _t_ratio(r16[ph], r32[ph], ph))
+           for ph, c in cpu.items() if ph in MODEL_PHASES}
+    if offload:
+        m = (moved_from or cpu)["moved"]
+        gpu["moved"] = Coef(m.A / 2, m.B / 2, m.a / 2, m.b / 2)
+        gpu["forward"] = replace(gpu["forward"], a=gpu["forward"].a + FREE_OFFLOAD_STASH * m.b / 2)
+    return gpu
 
 
 _MODEL: Dict[str, Dict[tuple, Dict[str, Coef]]] = {}
@@ -173,26 +221,27 @@ def _model() -> Dict[tuple, Dict[str, Coef]]:
 
 
 def predict_bytes(shape: str, L: int, offload: bool = False, num_chunks: Optional[int] = 8,
-                  depth: Optional[int] = None, model: Optional[Dict] = None):
+                  depth: Optional[int] = None, model: Optional[Dict] = None, tile: Optional[int] = None):
     """``(bytes, phase)``: the predicted peak of one bf16 GPU step of ``shape`` (a key of :data:`SHAPES`) at window
     ``L`` (``depth`` layers, default the full model), the phase where it peaks. ``num_chunks`` None: the bounded
-    choice :func:`bounded_chunks`."""
+    choice :func:`bounded_chunks`; ``tile``: the MLP tiled over that many rows (None: untiled)."""
     e = L // 4
     nc = bounded_chunks(L, e) if num_chunks is None else num_chunks
-    coefs = (model or _model())[(shape, offload)]
+    coefs = (model or _model())[(shape, offload) if tile is None else (shape, offload, "tiled")]
     n = depth or SHAPES[shape].layers
     rows = loss_rows(L, e, nc)
-    best = max((coefs[ph].at(n, L, rows), ph) for ph in MODEL_PHASES)
+    best = max((coefs[ph].at(n, L, rows, min(tile or 0, 2 * L)), ph) for ph in MODEL_PHASES)
     return int(best[0]), best[1]
 
 
 def predict_longest(shape: str, budget_bytes: float, offload: bool = False, num_chunks: Optional[int] = 8,
-                    headroom: float = 0.05, multiple: int = 256, model: Optional[Dict] = None) -> int:
+                    headroom: float = 0.05, multiple: int = 256, model: Optional[Dict] = None,
+                    tile: Optional[int] = None) -> int:
     """The longest window ``L`` (a multiple of ``multiple``) whose predicted peak is at most ``(1 - headroom)`` of
     ``budget_bytes`` (the headroom is what the CUDA caching allocator holds beyond the allocated bytes: block
     rounding, fragmentation). 0 when even ``multiple`` does not fit."""
     cap = (1 - headroom) * budget_bytes
-    fits = lambda L: predict_bytes(shape, L, offload, num_chunks, model=model)[0] <= cap  # noqa: E731
+    fits = lambda L: predict_bytes(shape, L, offload, num_chunks, model=model, tile=tile)[0] <= cap  # noqa: E731
     lo, hi = 0, multiple
     while fits(hi):
         lo, hi = hi, hi * 2
@@ -206,18 +255,19 @@ def predict_longest(shape: str, budget_bytes: float, offload: bool = False, num_
 
 # ---------------------------------------------------------------------------------------------- on a GPU (P6)
 def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: bool = False,
-             num_chunks: Optional[int] = 8, depth: Optional[int] = None, dtype: str = "bf16") -> dict:
+             num_chunks: Optional[int] = 8, depth: Optional[int] = None, dtype: str = "bf16",
+             tile: Optional[int] = None) -> dict:
     """One steady-state step (:func:`make_step`) of ``shape`` (a :data:`SHAPES` key or a :class:`Shape`) at full
     depth, on ``device``: ``{"fit": True, "peak_bytes": ..., "seconds": ..., "L": ...}`` (CUDA:
     ``max_memory_allocated`` over the step, parameters and optimizer states included), or ``{"fit": False,
     "error": ...}`` when it runs out of memory (building included). ``num_chunks`` None: :func:`bounded_chunks`."""
     sh = SHAPES[shape] if isinstance(shape, str) else shape
     nc = bounded_chunks(L, L // 4) if num_chunks is None else num_chunks
-    out = dict(shape=sh.name, L=L, depth=depth or sh.layers, offload=offload, num_chunks=nc, device=device)
+    out = dict(shape=sh.name, L=L, depth=depth or sh.layers, offload=offload, num_chunks=nc, device=device, tile=tile)
     cuda = torch.device(device).type == "cuda"
     step = None
     try:
-        step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc)
+        step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc, tile=tile)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -245,132 +295,18 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
 
 
 def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = False, device: str = "cuda",
-                  num_chunks: Optional[int] = 8) -> dict:
+                  num_chunks: Optional[int] = 8, tile: Optional[int] = None) -> dict:
     """P6: one step at the predicted longest window for ``budget_bytes`` and one at 1.25x it. The model holds when
     the first fits and the second does not (cap the device's memory at ``budget_bytes`` first, e.g.
     ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``)."""
-    L = predict_longest(shape, budget_bytes, offload, num_chunks)
+    L = predict_longest(shape, budget_bytes, offload, num_chunks, tile=tile)
     longer = int(1.25 * L) // 4 * 4
-    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks) for n in (L, longer)]
+    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile) for n in (L, longer)]
     for r in runs:
-        r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks)
+        r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks, tile=tile)
     holds = runs[0]["fit"] and not runs[1]["fit"]
-    return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, predicted_L=L, runs=runs, model_holds=holds)
-
-
-# ---------------------------------------------------------------------------------------------- tables
-def _mib(v: float) -> str:
-    return f"{v / 2**20:,.0f}"
-
-
-def print_points(points: List[dict]) -> None:
-    print("| shape | n | L | offload | chunks | base MiB | forward | loss | bwd first layer | bwd layer 0 | optimizer "
-          "| peak MiB | moved MiB | s |")
-    print("|" + "---|" * 14)
-    for p in points:
-        v = {ph: _mib(phase_value(p, ph)) for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer")}
-        print(f"| {p['shape']} | {p['depth']} | {p['L']} | {'on' if p['offload'] else 'off'} | {p['num_chunks']} | "
-              f"{_mib(p['base'])} | {v['forward']} | {v['loss']} | {v['bwd_first']} | {v['bwd_end']} | "
-              f"{v['optimizer']} | {_mib(p['peak'])} | {_mib(p['moved_bytes'])} | {p['seconds']} |")
-
-
-def print_coefficients(title: str, fits: Dict[tuple, Dict[str, Coef]]) -> None:
-    print(f"\n{title}\n\n| shape | offload | phase | A MiB | B MiB/layer | a KiB/token | b KiB/token/layer "
-          "| k KiB/row |\n|" + "---|" * 8)
-    for (shape, offload), coefs in fits.items():
-        for ph in MODEL_PHASES + ("moved",):
-            if ph in coefs:
-                c = coefs[ph]
-                print(f"| {shape} | {'on' if offload else 'off'} | {ph} | {c.A / 2**20:,.1f} | {c.B / 2**20:,.1f} | "
-                      f"{c.a / 2**10:,.2f} | {c.b / 2**10:,.3f} | {c.k / 2**10:,.1f} |")
-
-
-def print_residuals(points: List[dict], fits: Dict[tuple, Dict[str, Coef]]) -> None:
-    """The largest misfit of each CPU fit over the points it fits, and the L^2 coefficient of a quadratic through
-    the deepest points (3 windows: it measures the curvature)."""
-    print("\n| shape | offload | phase | largest misfit MiB | of the value | L^2 coef B/token^2 | L^2 share at the "
-          "largest L |\n|" + "---|" * 7)
-    for (shape, offload), coefs in fits.items():
-        pts = group(points, shape, "fp32", offload)
-        deep = [p for p in fitted(pts) if p["depth"] == max(q["depth"] for q in pts) and p["num_chunks"] == 8]
-        for ph in [ph for ph in MODEL_PHASES if ph != "bwd_last"]:
-            res = [(abs(coefs[ph].at(p["depth"], p["L"], p["rows"]) - phase_value(p, ph)), phase_value(p, ph))
-                   for p in (fitted(pts) if ph != "bwd_first" else deep)]
-            worst = max(res)
-            q = lstsq([[1, p["L"], p["L"] ** 2] for p in deep], [phase_value(p, ph) for p in deep])[2]
-            top = max(deep, key=lambda p: p["L"])
-            print(f"| {shape} | {'on' if offload else 'off'} | {ph} | {worst[0] / 2**20:.2f} | "
-                  f"{worst[0] / worst[1]:.2%} | {q:.3g} | {q * top['L'] ** 2 / phase_value(top, ph):.2%} |")
-
-
-def print_ratios(points: List[dict]) -> None:
-    print("\n| replica | phase | a bf16 / fp32 | b bf16 / fp32 | B bf16 / fp32 |\n|---|---|---|---|---|")
-    for rep in REPLICAS.values():
-        r32, r16 = fit_group(group(points, rep.name, "fp32")), fit_group(group(points, rep.name, "bf16"))
-        for ph in MODEL_PHASES:
-            b = f"{r16[ph].b / r32[ph].b:.3f}" if abs(r32[ph].b) > 1 else "-"
-            print(f"| {rep.name} | {ph} | {_ratio(r16[ph], r32[ph], ph):.3f} | {b} | {r16[ph].B / r32[ph].B:.3f} |")
-
-
-def print_predictions(model: Dict[tuple, Dict[str, Coef]]) -> None:
-    print("\n| shape | offload | num_chunks | budget | longest L per window | tokens per step | peaks in | "
-          "predicted GB | host GB moved |\n|" + "---|" * 9)
-    for shape in SHAPES:
-        for offload in (False, True):
-            for nc in (8, None):
-                for budget in (80 * GB, 141 * GB):
-                    L = predict_longest(shape, budget, offload, nc, model=model)
-                    by, ph = predict_bytes(shape, L, offload, nc, model=model)
-                    moved = model[(shape, True)]["moved"].at(SHAPES[shape].layers, L) if offload else 0
-                    chunks = nc or f"ceil((L+e)/{BOUNDED_CHUNK}) = {bounded_chunks(L, L // 4)}"
-                    print(f"| {shape} | {'on' if offload else 'off'} | {chunks} | {budget / GB:.0f} GB | {L:,} | "
-                          f"{2 * L:,} | {ph} | {by / GB:.1f} | {moved / GB:.1f} |")
-
-
-def print_checks(points: List[dict], checks: List[dict]) -> None:
-    """Depth-4 points against the CPU fit of depths 1 and 2, phase by phase (layer 0's backward: the larger of
-    ``bwd_last`` and ``bwd_end``)."""
-    print("\n| shape | n | L | offload | phase | measured MiB | predicted MiB | predicted / measured |\n|" + "---|" * 8)
-    for c in checks:
-        coefs = fit_group(group(points, c["shape"], "fp32", c["offload"]))
-        for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer"):
-            at = lambda name: coefs[name].at(c["depth"], c["L"], c["rows"])  # noqa: E731
-            pred = max(at("bwd_last"), at("bwd_end")) if ph == "bwd_end" else at(ph)
-            if ph == "forward" and c["offload"]:  # the stash holds min(depth, 5) inputs; the fit, depth 2's two
-                pred += (min(c["depth"], 5) - 2) * coefs["moved"].b * c["L"]
-            got = phase_value(c, ph)
-            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {ph} | {_mib(got)} | "
-                  f"{_mib(pred)} | {pred / got:.4f} |")
-
-
-def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
-    print("Measured (CPU, fp32; bytes live per phase, parameters and AdamW states included)\n")
-    print_points([p for p in points if p["dtype"] == "fp32" and p["shape"] in SHAPES])
-    cpu = {(k, off): fit_group(group(points, k, "fp32", off)) for k in SHAPES for off in (False, True)}
-    print_coefficients("CPU fit (fp32)", cpu)
-    print_residuals(points, cpu)
-    if checks:
-        print_checks(points, checks)
-    print_ratios(points)
-    model = gpu_model(points)
-    print_coefficients("GPU model (bf16)", model)
-    print_predictions(model)
-
-
-def _runs(path: Path) -> List[dict]:
-    text = path.read_text()
-    return json.loads(text) if text.lstrip().startswith("[") else [
-        json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-
-def print_gpu_runs(runs: List[dict], model: Dict[tuple, Dict[str, Coef]]) -> None:
-    """GPU steps that fit (``run_step`` results: allocated peak) against this model's prediction."""
-    print("\n| shape | L | offload | chunks | GPU peak GB | predicted GB | measured / predicted | peaks in |\n|"
-          + "---|" * 8)
-    for r in (r for r in runs if r.get("fit")):
-        pred, phase = predict_bytes(r["shape"], r["L"], r["offload"], r["num_chunks"], model=model)
-        print(f"| {r['shape']} | {r['L']} | {'on' if r['offload'] else 'off'} | {r['num_chunks']} | "
-              f"{r['peak_bytes'] / GB:.2f} | {pred / GB:.2f} | {r['peak_bytes'] / pred:.3f} | {phase} |")
+    return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, tile=tile, predicted_L=L, runs=runs,
+                model_holds=holds)
 
 
 def main(argv=None) -> int:
@@ -385,9 +321,11 @@ def main(argv=None) -> int:
     if args.what in ("measure", "check"):
         run_measure(args.only, Path(args.points), "points" if args.what == "measure" else "checks")
         return 0
+    from memory_tables import print_gpu_runs, print_tables, read_runs  # deferred: it imports this module
+
     print_tables(load_points(Path(args.points)), load_points(Path(args.points), "checks"))
     if args.gpu_runs:
-        print_gpu_runs([r for f in args.gpu_runs for r in _runs(Path(f))], gpu_model(load_points(Path(args.points))))
+        print_gpu_runs([r for f in args.gpu_runs for r in read_runs(Path(f))], gpu_model(load_points(Path(args.points))))
     return 0
 
 

@@ -93,6 +93,7 @@ GRID = {  # window lengths measured per shape (each run is one step on 2 shared 
     "8b-lora": (128, 256, 512, 1024),
 }
 REPLICA_GRID = (256, 512, 1024)
+TILE, TILE_CHECK = 256, 512  # the recipe's tiled_mlp_tokens in the tiled points; a second size separates its bytes
 
 
 def loss_rows(L: int, e: int, num_chunks: int) -> int:
@@ -162,9 +163,10 @@ class Step:
 
 
 def make_step(shape: Shape, depth: int, L: int, device: str = "cpu", dtype: str = "fp32", *, offload: bool = False,
-              num_chunks: int = 8, seed: int = 0) -> Step:
+              num_chunks: int = 8, seed: int = 0, tile: Optional[int] = None) -> Step:
     """The model (``depth`` layers), a primed ``AdamW(fused=True)`` and one dual-window batch; ``run()`` does one
-    step cut into ``phase:<name>`` profiler ranges. Offloading is torchtune's on CUDA, :class:`HostOffload` on a CPU."""
+    step cut into ``phase:<name>`` profiler ranges. Offloading is torchtune's on CUDA, :class:`HostOffload` on a CPU;
+    ``tile``: the recipe's ``tiled_mlp_tokens``."""
     import torch
     from torch.profiler import record_function
     from torchtune import training
@@ -172,6 +174,7 @@ def make_step(shape: Shape, depth: int, L: int, device: str = "cpu", dtype: str 
 
     from torchtune_longshort.loss import LongShortLoss
     from torchtune_longshort.training.activation_memory import set_activation_memory
+    from torchtune_longshort.training.tiled_mlp import tile_mlps
 
     e = L // 4
     torch.manual_seed(seed)
@@ -184,6 +187,7 @@ def make_step(shape: Shape, depth: int, L: int, device: str = "cpu", dtype: str 
         set_trainable_params(model, get_adapter_params(model))
     on_gpu = torch.device(device).type == "cuda"
     forward = set_activation_memory(model, True, offload and on_gpu)
+    tile_mlps(model, tile, lambda _msg: None)
     host = HostOffload() if offload and not on_gpu else None
     loss_fn = LongShortLoss(alpha=ALPHA, num_chunks=num_chunks)
     loss_fn.set_model_output(model)
@@ -282,10 +286,12 @@ def _phase_peaks(prof, device: str = "cpu") -> Dict[str, int]:
 
 
 def measure(shape: Shape, depth: int, L: int, dtype: str = "fp32", offload: bool = False,
-            num_chunks: int = 8) -> dict:
+            num_chunks: int = 8, tile: Optional[int] = None) -> dict:
     """One CPU step's live tensor bytes per phase (parameters and optimizer states included)."""
-    step = make_step(shape, depth, L, "cpu", dtype, offload=offload, num_chunks=num_chunks)
+    step = make_step(shape, depth, L, "cpu", dtype, offload=offload, num_chunks=num_chunks, tile=tile)
     out = measure_step(step, shape.name, depth, dtype, offload)
+    if tile is not None:
+        out["tile"] = tile
     del step
     gc.collect()
     return out
@@ -318,7 +324,21 @@ def plan() -> List[dict]:
             todo += [dict(shape=key, depth=d, L=L, dtype="fp32", offload=off, num_chunks=8) for d in (1, 2) for L in Ls]
             todo.append(dict(shape=key, depth=1, L=Ls[-1], dtype="fp32", offload=off, num_chunks=32))
     todo += replicas("bf16")
-    return todo
+    return todo + plan_tiled()
+
+
+def plan_tiled() -> List[dict]:
+    """The tiled MLP's points (``tile``: the recipe's ``tiled_mlp_tokens``): the 8B LoRA shape (whose longest
+    window the MLP's intermediates limit), offloading on first, and its replica in both dtypes; each at
+    :data:`TILE` over the grid plus one point at :data:`TILE_CHECK` (the tile's own bytes per row)."""
+    def one(shape, Ls, dtype, offload):
+        pts = [dict(shape=shape, depth=d, L=L, dtype=dtype, offload=offload, num_chunks=8, tile=TILE)
+               for d in (1, 2) for L in Ls]
+        return pts + [dict(pts[-1], tile=TILE_CHECK)]
+
+    rep = REPLICAS["8b-lora"].name
+    return (one(rep, REPLICA_GRID, "fp32", False) + one("8b-lora", GRID["8b-lora"][1:], "fp32", True)
+            + one(rep, REPLICA_GRID, "bf16", False) + one("8b-lora", GRID["8b-lora"][1:], "fp32", False))
 
 
 CHECKS = [dict(shape="1b-full", depth=4, L=1024), dict(shape="8b-lora", depth=4, L=512)]  # not in the fit
@@ -330,7 +350,7 @@ def plan_checks() -> List[dict]:
 
 
 def _key(p: dict) -> tuple:
-    return (p["shape"], p["depth"], p["L"], p["dtype"], p["offload"], p["num_chunks"])
+    return (p["shape"], p["depth"], p["L"], p["dtype"], p["offload"], p["num_chunks"], p.get("tile"))
 
 
 def load_points(path: Path = POINTS, key: str = "points") -> List[dict]:
@@ -352,7 +372,8 @@ def run_measure(only: Optional[str], path: Path = POINTS, key: str = "points") -
             continue
         args = {k: v for k, v in todo.items() if k != "shape"}
         p = measure(shapes[todo["shape"]], **args)
-        print(f"  {p['shape']} n={p['depth']} L={p['L']} {p['dtype']} offload={p['offload']} chunks={p['num_chunks']}:"
+        print(f"  {p['shape']} n={p['depth']} L={p['L']} {p['dtype']} offload={p['offload']} chunks={p['num_chunks']}"
+              f" tile={p.get('tile')}:"
               f" peak {p['peak'] / 2**20:.0f} MiB ({p['seconds']} s)", file=sys.stderr, flush=True)
         points.append(p)
         store["provenance"] = provenance(device="cpu")

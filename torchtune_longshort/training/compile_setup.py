@@ -43,6 +43,8 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
 
+from torchtune_longshort.training.activation_memory import clean_module_name
+
 COMPILED_LAYERS = (TransformerSelfAttentionLayer, TransformerCrossAttentionLayer)
 
 LOSS_EAGER = (
@@ -147,8 +149,8 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
         return state
     for name, m in model.named_modules():
         if isinstance(m, COMPILED_LAYERS):
-            m._compiled_call_impl = CompiledCall(m, _clean(name), state)
-            state.layers.append(_clean(name))
+            m._compiled_call_impl = CompiledCall(m, clean_module_name(name), state)
+            state.layers.append(clean_module_name(name))
     note(f"compile: {len(state.layers)} decoder layers compiled one by one (torch.compile, backend {state.backend})")
     note(OUTSIDE_LAYERS_EAGER)
     for rope in {id(m): m for m in model.modules() if getattr(m, "compile_note", None)}.values():
@@ -158,7 +160,3 @@ def compile_decoder(model: nn.Module, enabled: bool, note: Callable[[str], None]
     note(LOSS_EAGER)
     return state
 
-
-def _clean(name: str) -> str:
-    """A module name without the wrappers' infixes (activation checkpointing, FSDP)."""
-    return name.replace("._checkpoint_wrapped_module", "").replace("._fsdp_wrapped_module", "")

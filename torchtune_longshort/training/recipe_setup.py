@@ -25,6 +25,7 @@ from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.compile_setup import compile_decoder
+from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
@@ -139,6 +140,7 @@ class RecipeSetup:
         self._base_hf_config = CheckpointFolder.open(self._start_dir).config
         set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
         self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing, cfg.enable_activation_offloading)
+        tile_mlps(model, cfg.tiled_mlp_tokens, lambda msg: utils.log_rank_zero(log, msg))
         self.compiled = compile_decoder(model, cfg.compile, lambda msg: utils.log_rank_zero(log, msg))
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
         learned_rope = load_rope_parameters(self._resume_dir) if self._resume_dir is not None else {}

@@ -91,6 +91,9 @@ class RecipeConfig(Section):
     enable_activation_offloading: bool = setting(
         False, doc="CUDA: move the checkpointed layers' inputs to host memory (torchtune's; needs checkpointing)",
         check=boolean, resume="applied")
+    tiled_mlp_tokens: Optional[int] = setting(
+        None, doc="run each layer's MLP over tiles of this many token rows, each recomputed in backward (null: off)",
+        check=integer(1), nullable=True, resume="applied")
     fsdp_reshard_after_forward: bool = setting(True, doc="FSDP2 reshard_after_forward", check=boolean,
                                                resume="applied")
     cpu_keep_freed_blocks: bool = setting(True, doc="CPU: glibc keeps large freed blocks for reuse", check=boolean,
