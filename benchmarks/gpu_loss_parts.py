@@ -4,6 +4,8 @@
   the fused loss at alpha 0 and 0.1 and the naive full-logits loss, step time and peak memory.
 - ``longest`` (P6): one training step of the 1B shape at the window length :mod:`memory_model` predicts to be the
   longest that fits an 80 GB card, and one at 1.25x it (the device's memory capped to 80 GB).
+- ``longest_8b`` (P6): the same check for the Llama-3.1-8B LoRA shape with the tiled MLP (``tiled_mlp_tokens``
+  4096) and offloading, the device's memory capped to ``--longest-8b-gb``.
 - ``fused_ce``: the loss alone at 1B/8k: ours at alpha 0 (and 0.1) against Liger-Kernel's fused linear
   cross-entropy and Apple's Cut Cross-Entropy, when their packages import.
 """
@@ -164,23 +166,36 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
     """:func:`memory_model.check_longest` for the 1B full fine-tune (alpha 0.1, activation checkpointing, offloading
     ``opts.longest_offload``, the loss's chunks bounded): the device's memory capped to an 80 GB card's, one step at
     the predicted longest window and one at 1.25x it. The model holds when the first fits and the second does not."""
+    return _longest(smoke, opts, "1b-full", bool(opts.longest_offload), opts.longest_chunks or None, None,
+                    H100_80GB_BYTES)
+
+
+def part_longest_8b(smoke: bool, work: Path, opts) -> dict:
+    """:func:`memory_model.check_longest` for the 8B LoRA shape (32 layers, alpha 0.1, activation checkpointing and
+    offloading, bounded loss chunks, the MLP tiled over ``memory_model.TILE_GPU`` rows), the device's memory capped
+    to ``opts.longest_8b_gb`` GB (80 checks the 80 GB claim itself; less, a cheaper point of the same model)."""
+    import memory_model as mm
+
+    return _longest(smoke, opts, "8b-lora", True, None, mm.TILE_GPU, opts.longest_8b_gb * 1e9)
+
+
+def _longest(smoke: bool, opts, shape: str, offload: bool, chunks, tile, budget: float) -> dict:
     import torch
 
     import memory_model as mm
 
-    offload, chunks = bool(opts.longest_offload), opts.longest_chunks or None
-    mm._MODEL["gpu"] = _gpu_model_of(mm, "1b-full", opts.memory_points)
+    mm._MODEL["gpu"] = _gpu_model_of(mm, shape, opts.memory_points)
     if smoke:  # the prediction for the real card, and the step code at a tiny shape on the CPU
-        L = mm.predict_longest("1b-full", H100_80GB_BYTES, offload, chunks)
-        tiny = replace(mm.REPLICAS["1b-full"], layers=2)
-        runs = [mm.run_step(tiny, n, "cpu", num_chunks=None, dtype="fp32") for n in (64, 80)]
-        res = dict(budget_bytes=H100_80GB_BYTES, shape="1b-full", offload=False, predicted_L=L, runs=runs,
+        L = mm.predict_longest(shape, budget, offload, chunks, tile=tile)
+        tiny = replace(mm.REPLICAS[shape], layers=2)
+        runs = [mm.run_step(tiny, n, "cpu", num_chunks=None, dtype="fp32", tile=tile and 48) for n in (64, 80)]
+        res = dict(budget_bytes=budget, shape=shape, offload=False, tile=tile, predicted_L=L, runs=runs,
                    model_holds=None)
     else:
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, H100_80GB_BYTES / total))
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total))
         try:
-            res = mm.check_longest(H100_80GB_BYTES, "1b-full", offload, "cuda", num_chunks=chunks)
+            res = mm.check_longest(budget, shape, offload, "cuda", num_chunks=chunks, tile=tile)
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0)
             free("cuda")
@@ -188,8 +203,10 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
              f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "-", r.get("seconds", "-"),
              r.get("error", "")[:100]] for r in res["runs"]]
     verdict = {True: "the model holds", False: "**the model is wrong**", None: "(smoke: not judged)"}[res["model_holds"]]
-    md = (f"1B full fine-tune (Llama-3.2-1B shape, 16 layers), alpha 0.1, bf16, activation checkpointing, offloading "
-          f"{'on' if res['offload'] else 'off'}, loss chunks {chunks or 'bounded'}; memory capped at {H100_80GB_BYTES / 2**30:.1f} "
-          f"GiB; predicted longest window L = {res['predicted_L']}: {verdict}\n\n"
+    what = {"1b-full": "1B full fine-tune (Llama-3.2-1B shape, 16 layers)",
+            "8b-lora": "8B LoRA (Llama-3.1-8B shape, 32 layers, rank 8)"}[shape]
+    md = (f"{what}, alpha 0.1, bf16, activation checkpointing, offloading {'on' if res['offload'] else 'off'}, "
+          f"MLP {f'tiles of {tile} rows' if tile else 'whole'}, loss chunks {chunks or 'bounded'}; memory capped at "
+          f"{budget / 2**30:.1f} GiB; predicted longest window L = {res['predicted_L']}: {verdict}\n\n"
           + table(["L per window", "fits", "predicted peak GiB", "measured peak GiB", "step s", "error"], rows))
     return {**res, "markdown": md}

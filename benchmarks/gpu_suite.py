@@ -10,6 +10,8 @@ the steps it runs; the JSON records every part's actual seconds, so the plan can
 
 - ``loss`` (P1): alpha 0.1 / 0 time and memory of the fused loss at the 1B shape at 8k;
 - ``longest`` (P6): the predicted longest window of the 1B shape on an 80 GB card, and 1.25x it;
+- ``longest_8b`` (P6): the same for the 8B LoRA shape with the tiled MLP and offloading, under a memory cap of
+  ``--longest-8b-gb`` (default 40: a cheap point of the model; 80, the 80 GB claim itself, takes a command alone);
 - ``recipe`` (P4): the ~1.5B / 4k recipe against torchtune, eager and compiled, tokens/s and MFU;
 - ``eval`` (P3): ``longshort`` against ``hf`` at 8k / 16k / 32k on a 7B-width checkpoint;
 - ``fused_ce``: ours at alpha 0 against Liger's and Cut Cross-Entropy's fused linear cross-entropy (optional
@@ -45,26 +47,31 @@ import gpu_loss_parts  # noqa: E402
 PARTS = {
     "loss": gpu_loss_parts.part_loss,
     "longest": gpu_loss_parts.part_longest,
+    "longest_8b": gpu_loss_parts.part_longest_8b,
     "recipe": gpu_parts.part_recipe,
     "eval": gpu_parts.part_eval,
     "fused_ce": gpu_loss_parts.part_fused_ce,
     "recipe_smollm2": lambda smoke, work, opts: gpu_parts.part_recipe(smoke, work, opts, real=True),
     "eval_smollm2": lambda smoke, work, opts: gpu_parts.part_eval(smoke, work, opts, real=True),
 }
-DEFAULT_PARTS = ("loss", "longest", "recipe", "eval", "fused_ce")
+DEFAULT_PARTS = ("loss", "longest", "recipe", "eval", "fused_ce", "longest_8b")
 # Planned seconds on one H100 / H200: each part's measured time on one H200 (2026-11-27, docs/gpu_suite_h200) with a
 # margin: loss 30 s, longest 73 s at bounded chunks (its 161k step alone 43 s), recipe 121 s (two eager and two
 # compiled runs: 23-28 s each, compile included), eval 19 s (8 layers), fused_ce 18 s. The real-model parts: the
-# 2026-11-25 H100 run (56 s for both).
-PLANNED_S = {"loss": 40, "longest": 100, "recipe": 180, "eval": 45, "fused_ce": 30, "recipe_smollm2": 60,
-             "eval_smollm2": 40}
+# 2026-11-25 H100 run (56 s for both). longest_8b, not yet run on a GPU, from its FLOPs (the two steps at the 40 GB
+# cap's predicted window and 1.25x it, ~4e15 FLOP each at an assumed 300 TFLOP/s, the 8B model built twice): 90 s;
+# at --longest-8b-gb 80 (~150k tokens a window, ~7e16 FLOP a step) about 420 s, so it runs as its own command.
+PLANNED_S = {"loss": 40, "longest": 100, "recipe": 180, "eval": 45, "fused_ce": 30, "longest_8b": 90,
+             "recipe_smollm2": 60, "eval_smollm2": 40}
 SMOKE_PARTS = DEFAULT_PARTS  # every default part has a tiny CPU shape
 
 
-def plan(parts, budget):
+def plan(parts, budget, longest_8b_gb: float = 40):
     """``(planned, refusal)``: the parts' planned seconds, and a one-line refusal when even the smallest exceeds
-    the budget (``None`` otherwise)."""
+    the budget (``None`` otherwise). ``longest_8b`` above a 40 GB cap is planned at 480 s (estimated above)."""
     planned = {p: PLANNED_S[p] for p in parts}
+    if "longest_8b" in planned and longest_8b_gb > 40:
+        planned["longest_8b"] = 480
     if budget is not None and budget < min(planned.values()):
         listing = ", ".join(f"{p} {s} s" for p, s in planned.items())
         return planned, f"--budget {budget:g} s is smaller than the smallest part; planned: {listing}"
@@ -108,12 +115,14 @@ def main(argv=None) -> int:
                     help="longest: with activation offloading (1) or without (0)")
     ap.add_argument("--longest-chunks", type=int, default=0,
                     help="longest: the loss's num_chunks (default 0: bounded, ceil((L + e) / 1024) chunks)")
+    ap.add_argument("--longest-8b-gb", type=float, default=40,
+                    help="longest_8b: the memory cap in GB (1e9 bytes) the 8B LoRA's longest window is predicted for")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
     if args.smoke and set(parts) - set(SMOKE_PARTS):
         ap.error(f"--smoke runs {', '.join(SMOKE_PARTS)} only: the real-model parts need a GPU")
-    planned, refusal = plan(parts, args.budget)
+    planned, refusal = plan(parts, args.budget, args.longest_8b_gb)
     if refusal:
         ap.error(refusal)
     # Without expandable segments the caching allocator's reserved memory ran 10% over the allocated bytes at the

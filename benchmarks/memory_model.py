@@ -159,11 +159,6 @@ def fit_tiled(points: List[dict], untiled: Dict[str, Coef]) -> Dict[str, Coef]:
     return fits
 
 
-def _t_ratio(r16: Coef, r32: Coef, phase: str) -> float:
-    """The replica's bf16 / fp32 ratio of ``t`` (a tile's activations), that of ``a`` where ``t`` is ~0."""
-    return r16.t / r32.t if abs(r32.t) > 64 else _ratio(r16, r32, phase)
-
-
 def _ratio(r16: Coef, r32: Coef, phase: str) -> float:
     """The replica's bf16 / fp32 ratio of ``a`` (the optimizer holds no activations: its parameter-dtype 0.5)."""
     return 0.5 if phase == "optimizer" else r16.a / r32.a
@@ -173,14 +168,16 @@ def gpu_model(points: Optional[List[dict]] = None) -> Dict[tuple, Dict[str, Coef
     """``{(shape, offload): {phase: Coef}}`` in bf16 on a GPU, from the CPU fp32 fits (see the module doc): ``A``,
     ``B``, ``b`` halve, ``a`` takes the replica's bf16 / fp32 ratio of the same phase, ``k`` gains ``2 vocab``;
     with offloading, the moved bytes halve and the forward holds 3 more layer inputs than at depth 2 (torchtune's
-    5-tensor stash at full depth). Where tiled-MLP points exist, ``(shape, offload, "tiled")`` too (:func:`fit_tiled`;
-    ``t`` takes the replica's bf16 / fp32 ratio of ``t``)."""
+    5-tensor stash at full depth). Where tiled-MLP points exist, ``(shape, offload, "tiled")`` too (:func:`fit_tiled`),
+    with ``t`` halved: a tile's tensors (the MLP's gate, up, product and their gradients) are in the parameter dtype.
+    The replica's bf16 ``t`` is not used: at its peak no tile was alive (``t`` measured ~0), which would make the GPU
+    tile free; halving the fp32 ``t`` charges it in full, the cautious side."""
     points = load_points() if points is None else points
     out = {}
     for key, shape in SHAPES.items():
         rep = REPLICAS[key].name
         r32, r16 = fit_group(group(points, rep, "fp32")), fit_group(group(points, rep, "bf16"))
-        tiled_rep = group(points, rep, "fp32", tile=TILE) and group(points, rep, "bf16", tile=TILE)
+        tiled_rep = _tiled(points, rep, "fp32", False) and _tiled(points, rep, "bf16", False)
         if tiled_rep:
             t32 = fit_tiled(_tiled(points, rep, "fp32", False), r32)
             t16 = fit_tiled(_tiled(points, rep, "bf16", False), r16)
@@ -194,7 +191,12 @@ def gpu_model(points: Optional[List[dict]] = None) -> Dict[tuple, Dict[str, Coef
 
 
 def _tiled(points: List[dict], shape: str, dtype: str, offload: bool) -> List[dict]:
-    return group(points, shape, dtype, offload, TILE) + group(points, shape, dtype, offload, TILE_CHECK)
+    """The tiled points of one group, or none while they cannot be fitted yet (a measurement under way): two
+    windows past the shortest at depths 1 and 2, and a point at :data:`TILE_CHECK`."""
+    grid = group(points, shape, dtype, offload, TILE)
+    check = group(points, shape, dtype, offload, TILE_CHECK)
+    ready = check and all(sum(p["depth"] == d for p in fitted(grid)) >= 2 for d in (1, 2))
+    return grid + check if ready else []
 
 
 def _to_gpu(cpu: Dict[str, Coef], shape, r16: Dict[str, Coef], r32: Dict[str, Coef], offload: bool,
@@ -202,7 +204,7 @@ def _to_gpu(cpu: Dict[str, Coef], shape, r16: Dict[str, Coef], r32: Dict[str, Co
     """One CPU fp32 fit as the bf16 GPU model (:func:`gpu_model`); ``moved_from``: the fit whose offloaded bytes
     apply (a tiled MLP moves the same layer inputs)."""
     gpu = {ph: Coef(c.A / 2, c.B / 2, c.a * _ratio(r16[ph], r32[ph], ph), c.b / 2,
-                    c.k + 2 * shape.vocab if c.k else 0.0, c.t * _t_ratio(r16[ph], r32[ph], ph))
+                    c.k + 2 * shape.vocab if c.k else 0.0, c.t / 2)
            for ph, c in cpu.items() if ph in MODEL_PHASES}
     if offload:
         m = (moved_from or cpu)["moved"]

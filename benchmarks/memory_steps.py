@@ -341,11 +341,13 @@ def plan_tiled() -> List[dict]:
             + one(rep, REPLICA_GRID, "bf16", False) + one("8b-lora", GRID["8b-lora"][1:], "fp32", False))
 
 
-CHECKS = [dict(shape="1b-full", depth=4, L=1024), dict(shape="8b-lora", depth=4, L=512)]  # not in the fit
+CHECKS = [dict(shape="1b-full", depth=4, L=1024), dict(shape="8b-lora", depth=4, L=512),  # not in the fit
+          dict(shape="8b-lora", depth=4, L=512, tile=TILE)]
 
 
 def plan_checks() -> List[dict]:
-    """Depth-4 points, with and without offloading, that the fit (depths 1 and 2) must predict."""
+    """Depth-4 points, with and without offloading (the tiled MLP's too), that the fit (depths 1 and 2) must
+    predict."""
     return [dict(c, dtype="fp32", offload=off, num_chunks=8) for c in CHECKS for off in (False, True)]
 
 

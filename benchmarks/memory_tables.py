@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from memory_model import (
-    BOUNDED_CHUNK, GB, MODEL_PHASES, NO_MLP, REPLICAS, SHAPES, TILE, TILE_GPU, Coef, _ratio, _t_ratio, _tiled,
+    BOUNDED_CHUNK, GB, MODEL_PHASES, NO_MLP, REPLICAS, SHAPES, TILE, TILE_GPU, Coef, _ratio, _tiled,
     bounded_chunks, fit_group, fit_tiled, fitted, gpu_model, group, lstsq, phase_value, predict_bytes,
     predict_longest,
 )
@@ -62,7 +62,8 @@ def print_residuals(points: List[dict], fits: Dict[tuple, Dict[str, Coef]]) -> N
                     phase_value(p, ph))
                    for p in (fitted(pts) if ph != "bwd_first" else deep)]
             worst = max(res)
-            q = lstsq([[1, p["L"], p["L"] ** 2] for p in deep], [phase_value(p, ph) for p in deep])[2]
+            q = (lstsq([[1, p["L"], p["L"] ** 2] for p in deep], [phase_value(p, ph) for p in deep])[2]
+                 if len(deep) >= 3 else float("nan"))  # fewer windows than a quadratic's 3 coefficients: no curvature
             top = max(deep, key=lambda p: p["L"])
             print(f"| {shape} | {'on' if offload else 'off'} | {mlp} | {ph} | {worst[0] / 2**20:.2f} | "
                   f"{worst[0] / worst[1]:.2%} | {q:.3g} | {q * top['L'] ** 2 / phase_value(top, ph):.2%} |")
@@ -74,13 +75,13 @@ def print_ratios(points: List[dict]) -> None:
     for rep in REPLICAS.values():
         r32, r16 = fit_group(group(points, rep.name, "fp32")), fit_group(group(points, rep.name, "bf16"))
         fits = [("whole", r32, r16)]
-        if group(points, rep.name, "bf16", tile=TILE):
+        if _tiled(points, rep.name, "fp32", False) and _tiled(points, rep.name, "bf16", False):
             fits.append(("tiled", fit_tiled(_tiled(points, rep.name, "fp32", False), r32),
                          fit_tiled(_tiled(points, rep.name, "bf16", False), r16)))
         for mlp, f32, f16 in fits:
             for ph in MODEL_PHASES:
                 b = f"{f16[ph].b / f32[ph].b:.3f}" if abs(f32[ph].b) > 1 else "-"
-                t = f"{_t_ratio(f16[ph], f32[ph], ph):.3f}" if mlp == "tiled" else "-"
+                t = f"{f16[ph].t / f32[ph].t:.3f}" if mlp == "tiled" and abs(f32[ph].t) > 64 else "-"
                 print(f"| {rep.name} | {mlp} | {ph} | {_ratio(f16[ph], f32[ph], ph):.3f} | {b} | "
                       f"{f16[ph].B / f32[ph].B:.3f} | {t} |")
 
@@ -104,17 +105,23 @@ def print_predictions(model: Dict[tuple, Dict[str, Coef]]) -> None:
 def print_checks(points: List[dict], checks: List[dict]) -> None:
     """Depth-4 points against the CPU fit of depths 1 and 2, phase by phase (layer 0's backward: the larger of
     ``bwd_last`` and ``bwd_end``)."""
-    print("\n| shape | n | L | offload | phase | measured MiB | predicted MiB | predicted / measured |\n|" + "---|" * 8)
+    print("\n| shape | n | L | offload | MLP tile | phase | measured MiB | predicted MiB | predicted / measured |\n|"
+          + "---|" * 9)
     for c in checks:
+        tile = c.get("tile")
         coefs = fit_group(group(points, c["shape"], "fp32", c["offload"]))
+        if tile:
+            if not _tiled(points, c["shape"], "fp32", c["offload"]):
+                continue
+            coefs = fit_tiled(_tiled(points, c["shape"], "fp32", c["offload"]), coefs)
         for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer"):
-            at = lambda name: coefs[name].at(c["depth"], c["L"], c["rows"])  # noqa: E731
+            at = lambda name: coefs[name].at(c["depth"], c["L"], c["rows"], tile or 0)  # noqa: E731
             pred = max(at("bwd_last"), at("bwd_end")) if ph == "bwd_end" else at(ph)
             if ph == "forward" and c["offload"]:  # the stash holds min(depth, 5) inputs; the fit, depth 2's two
                 pred += (min(c["depth"], 5) - 2) * coefs["moved"].b * c["L"]
             got = phase_value(c, ph)
-            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {ph} | {_mib(got)} | "
-                  f"{_mib(pred)} | {pred / got:.4f} |")
+            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {tile or '-'} | {ph} | "
+                  f"{_mib(got)} | {_mib(pred)} | {pred / got:.4f} |")
 
 
 def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
@@ -122,7 +129,7 @@ def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
     print_points([p for p in points if p["dtype"] == "fp32" and p["shape"] in SHAPES])
     cpu = {(k, off): fit_group(group(points, k, "fp32", off)) for k in SHAPES for off in (False, True)}
     cpu.update({(k, off, "tiled"): fit_tiled(_tiled(points, k, "fp32", off), cpu[(k, off)])
-                for k in SHAPES for off in (False, True) if group(points, k, "fp32", off, TILE)})
+                for k in SHAPES for off in (False, True) if _tiled(points, k, "fp32", off)})
     print_coefficients("CPU fit (fp32)", cpu)
     print_residuals(points, cpu)
     if checks:

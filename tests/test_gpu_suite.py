@@ -26,7 +26,7 @@ def test_budget_smaller_than_every_part_is_refused_with_the_plan(tmp_path):
     assert p.returncode == 2
     msg = p.stderr.strip().splitlines()[-1]
     assert "--budget 5 s is smaller than the smallest part" in msg
-    for part in ("loss 40 s", "longest", "recipe", "eval", "fused_ce"):
+    for part in ("loss 40 s", "longest", "recipe", "eval", "fused_ce", "longest_8b 90 s"):
         assert part in msg
     assert not (tmp_path / "out").exists()  # refused before anything ran or was written
 
@@ -38,6 +38,7 @@ def test_budget_skips_the_parts_that_no_longer_fit():
     planned, refusal = gpu_suite.plan(["loss", "recipe"], 100)
     assert refusal is None and planned == {"loss": gpu_suite.PLANNED_S["loss"], "recipe": gpu_suite.PLANNED_S["recipe"]}
     assert gpu_suite.plan(["loss"], gpu_suite.PLANNED_S["loss"] - 1)[1] is not None
+    assert gpu_suite.plan(["longest_8b"], None, 80)[0] == {"longest_8b": 480}  # the 80 GB point: a command alone
 
 
 @pytest.mark.slow
@@ -45,12 +46,15 @@ def test_gpu_suite_smoke_runs_every_part(tmp_path):
     p = _suite(["--smoke", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")], tmp_path)
     assert p.returncode == 0, p.stderr[-4000:]
     report = json.loads((tmp_path / "out" / "gpu_suite.json").read_text())
-    assert report["smoke"] and list(report["parts"]) == ["loss", "longest", "recipe", "eval", "fused_ce"]
+    assert report["smoke"] and list(report["parts"]) == ["loss", "longest", "recipe", "eval", "fused_ce", "longest_8b"]
     assert not any("error" in r for r in report["parts"].values())
     variants = {r["variant"] for r in report["parts"]["loss"]["rows"]}
     assert variants == {"fused a=0.0", "fused a=0.1", "naive a=0.0"}
     longest = report["parts"]["longest"]
     assert longest["predicted_L"] >= 1024 and [r["fit"] for r in longest["runs"]] == [True, True]
+    longest_8b = report["parts"]["longest_8b"]  # the tiled MLP's prediction at 40 GB, its step code tiled on the CPU
+    assert longest_8b["predicted_L"] >= 1024 and longest_8b["tile"] == 4096
+    assert [(r["fit"], r["tile"]) for r in longest_8b["runs"]] == [(True, 48), (True, 48)]
     recipe = report["parts"]["recipe"]["results"]
     assert set(recipe) == {"torchtune eager", "longshort a=0 eager", "torchtune compile", "longshort a=0 compile"}
     assert all(r["tokens_per_s"] > 0 and r["peak_mib"] > 0 for r in recipe.values())
