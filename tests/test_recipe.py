@@ -131,7 +131,11 @@ def test_two_process_fsdp_matches_single_process(uninterrupted, tmp_path, tiny_l
     from safetensors.torch import load_file
 
     out = tmp_path / "out"
-    run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "loss.alpha=0.1", nproc=2), tmp_path, timeout=400)
+    # Also the long-window memory settings under FSDP2: every layer checkpointed, its MLP in tiles of 48 rows (the
+    # windows' 2 x 2 x 64 rows per rank in 6 tiles); the reference runs without them, so they must not move a loss.
+    p = run_tune(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "loss.alpha=0.1", "tiled_mlp_tokens=48",
+                          "enable_activation_checkpointing=True", nproc=2), tmp_path, timeout=400)
+    assert "tiled MLP: 2 decoder layers' MLPs run over tiles of 48 token rows" in p.stdout + p.stderr
     ref, got = losses(uninterrupted), losses(out)
     assert [s for s, _ in got] == [s for s, _ in ref]
     # Same global batch (4 = 2 ranks x 2); only the reduction order differs: fp32 round-off.
