@@ -15,7 +15,11 @@ float32 ``[rows, vocab]`` buffers) keeps its bytes and gains the bf16 logits buf
 bf16 / fp32 ratio of the same coefficient measured on a 1/8-width replica of each shape (same head size, same
 ratios) in both dtypes.
 
+With the tiled MLP (``tiled_mlp_tokens``), a phase that runs a layer adds ``t tile`` (the bytes of one tile's rows,
+``t`` from points at two tile sizes; :func:`fit_tiled`), halved on the GPU.
+
     python benchmarks/memory_model.py measure [--only 1b-full]   # appends to memory_model_points.json (hours)
+    python benchmarks/memory_model.py check                       # the depth-4 points the fit must predict
     python benchmarks/memory_model.py table                       # fit, GPU model and predictions (seconds)
 
 The GPU suite's P6 calls :func:`predict_longest` and :func:`run_step` (see ``docs/benchmarks.md``).
