@@ -146,6 +146,7 @@ def part_fused_ce(smoke: bool, work: Path, opts) -> dict:
 
 # ---------------------------------------------------------------------------------------------- P6: longest window
 H100_80GB_BYTES = 81559 * 2**20  # what an "80 GB" H100 reports (docs/gpu_suite_h100/probe.txt)
+SMOKE_TILE = 48  # --smoke: the tiled MLP's rows a tile at the tiny shape (2 x 64-80 rows: 3-4 tiles)
 
 
 def _gpu_model_of(mm, key: str, points_path):
@@ -188,7 +189,8 @@ def _longest(smoke: bool, opts, shape: str, offload: bool, chunks, tile, budget:
     if smoke:  # the prediction for the real card, and the step code at a tiny shape on the CPU
         L = mm.predict_longest(shape, budget, offload, chunks, tile=tile)
         tiny = replace(mm.REPLICAS[shape], layers=2)
-        runs = [mm.run_step(tiny, n, "cpu", num_chunks=None, dtype="fp32", tile=tile and 48) for n in (64, 80)]
+        runs = [mm.run_step(tiny, n, "cpu", num_chunks=None, dtype="fp32",
+                            tile=SMOKE_TILE if tile else None) for n in (64, 80)]
         res = dict(budget_bytes=budget, shape=shape, offload=False, tile=tile, predicted_L=L, runs=runs,
                    model_holds=None)
     else:

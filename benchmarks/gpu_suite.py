@@ -63,15 +63,16 @@ DEFAULT_PARTS = ("loss", "longest", "recipe", "eval", "fused_ce", "longest_8b")
 # at --longest-8b-gb 80 (~150k tokens a window, ~7e16 FLOP a step) about 420 s, so it runs as its own command.
 PLANNED_S = {"loss": 40, "longest": 100, "recipe": 180, "eval": 45, "fused_ce": 30, "longest_8b": 90,
              "recipe_smollm2": 60, "eval_smollm2": 40}
+PLANNED_LONGEST_8B_ABOVE_40GB_S = 480  # longest_8b under a cap above 40 GB (the 80 GB estimate above, with a margin)
 SMOKE_PARTS = DEFAULT_PARTS  # every default part has a tiny CPU shape
 
 
 def plan(parts, budget, longest_8b_gb: float = 40):
     """``(planned, refusal)``: the parts' planned seconds, and a one-line refusal when even the smallest exceeds
-    the budget (``None`` otherwise). ``longest_8b`` above a 40 GB cap is planned at 480 s (estimated above)."""
+    the budget (``None`` otherwise). ``longest_8b`` above a 40 GB cap: :data:`PLANNED_LONGEST_8B_ABOVE_40GB_S`."""
     planned = {p: PLANNED_S[p] for p in parts}
     if "longest_8b" in planned and longest_8b_gb > 40:
-        planned["longest_8b"] = 480
+        planned["longest_8b"] = PLANNED_LONGEST_8B_ABOVE_40GB_S
     if budget is not None and budget < min(planned.values()):
         listing = ", ".join(f"{p} {s} s" for p, s in planned.items())
         return planned, f"--budget {budget:g} s is smaller than the smallest part; planned: {listing}"

@@ -155,8 +155,8 @@ def fit_tiled(points: List[dict], untiled: Dict[str, Coef]) -> Dict[str, Coef]:
     fits.update({ph: untiled[ph] for ph in NO_MLP})
     twins = {(p["depth"], p["L"]): p for p in points if p.get("tile") == TILE}
     checks = [(c, twins[(c["depth"], c["L"])]) for c in points if c.get("tile") == TILE_CHECK]
-    for ph in [ph for ph in MODEL_PHASES if ph not in NO_MLP + ("bwd_last",)] + ["bwd_last"]:
-        src = "bwd_first" if ph == "bwd_last" else ph
+    for ph in (ph for ph in MODEL_PHASES if ph not in NO_MLP):
+        src = "bwd_first" if ph == "bwd_last" else ph  # bwd_last is built, not measured
         t = (sum(phase_value(c, src) - phase_value(tw, src) for c, tw in checks) / len(checks) / (TILE_CHECK - TILE)
              if checks else 0.0)
         fits[ph] = replace(fits[ph], A=fits[ph].A - t * TILE, t=t)
@@ -181,10 +181,10 @@ def gpu_model(points: Optional[List[dict]] = None) -> Dict[tuple, Dict[str, Coef
     for key, shape in SHAPES.items():
         rep = REPLICAS[key].name
         r32, r16 = fit_group(group(points, rep, "fp32")), fit_group(group(points, rep, "bf16"))
-        tiled_rep = _tiled(points, rep, "fp32", False) and _tiled(points, rep, "bf16", False)
+        rep32, rep16 = _tiled(points, rep, "fp32", False), _tiled(points, rep, "bf16", False)
+        tiled_rep = bool(rep32 and rep16)
         if tiled_rep:
-            t32 = fit_tiled(_tiled(points, rep, "fp32", False), r32)
-            t16 = fit_tiled(_tiled(points, rep, "bf16", False), r16)
+            t32, t16 = fit_tiled(rep32, r32), fit_tiled(rep16, r16)
         for offload in (False, True):
             cpu = fit_group(group(points, key, "fp32", offload))
             out[(key, offload)] = _to_gpu(cpu, shape, r16, r32, offload)
