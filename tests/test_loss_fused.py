@@ -8,6 +8,8 @@ analytic formulas, computed in the forward pass.
 from __future__ import annotations
 
 import logging
+import queue
+import time
 
 import pytest
 import torch
@@ -288,8 +290,45 @@ def _fsdp_worker(rank, world, init_file, q):
         out.loss.backward()  # FSDP2 averages the ranks' gradients in its reduce-scatter
         w_got = lin.weight.grad.full_tensor()
         q.put((rank, path, (w_got - w_ref).abs().max().item(), w_ref.abs().max().item()))
+        for fused in (True, False):
+            q.put((rank, *_tied_case(rank, world, fused, e, alpha, bsz, la, lb)))
     finally:
         dist.destroy_process_group()
+
+
+class _Embedder(nn.Module):
+    """A tied model's root FSDP2 unit in miniature: the token embedding, looked up in its forward and resharded
+    after it; the loss then projects with the same (now sharded) weight through torchtune's ``TiedLinear``."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding.from_pretrained(weight.detach().clone(), freeze=False)
+
+    def forward(self, ta, tb):
+        return self.tok_embeddings(ta), self.tok_embeddings(tb)
+
+
+def _tied_case(rank, world, fused, e, alpha, bsz, la, lb):
+    """``(path, err, scale)``: the embedding's gradient (lookup + output projection) on this rank's half of the
+    batch under FSDP2, against the whole batch's in one process without FSDP2."""
+    from torch.distributed.fsdp import fully_shard
+    from torchtune.modules import TiedLinear
+
+    g = torch.Generator().manual_seed(23)
+    weight = torch.randn(V, D, generator=g) * 0.4
+    ta, tb = torch.randint(0, V, (bsz, L), generator=g), torch.randint(0, V, (bsz, L), generator=g)
+    ref_model = _Embedder(weight)
+    ref, _ = naive_loss(*ref_model(ta, tb), ref_model.tok_embeddings.weight, None, la, lb, e, alpha, "sce", L // 2)
+    w_ref = _grads(ref, (ref_model.tok_embeddings.weight,))[0].float()
+    model = _Embedder(weight)
+    fully_shard(model, reshard_after_forward=True)
+    shard = slice(rank * 2, rank * 2 + 2)
+    ha, hb = model(ta[shard], tb[shard])
+    loss_fn = _fused_loss(TiedLinear(model.tok_embeddings), alpha=alpha, num_chunks=3, fused=fused)
+    out = loss_fn(ha, hb, la[shard], lb[shard], e)
+    out.loss.backward()
+    w_got = model.tok_embeddings.weight.grad.full_tensor()
+    return loss_fn.output_path, (w_got - w_ref).abs().max().item(), w_ref.abs().max().item()
 
 
 @pytest.mark.slow
@@ -301,12 +340,20 @@ def test_fused_under_fsdp2_matches_single_process(tmp_path):
     procs = [ctx.Process(target=_fsdp_worker, args=(r, 2, tmp_path / "init", q)) for r in range(2)]
     for p in procs:
         p.start()
-    results = [q.get(timeout=240) for _ in procs]
+    results, deadline = [], time.time() + 240
+    while len(results) < 3 * len(procs):  # a rank that dies fails the test now, not at the deadline
+        try:
+            results.append(q.get(timeout=2))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead and time.time() < deadline, f"worker exit codes {dead}, {len(results)} results"
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
+    # per rank: the output as its own unit (fused), then a tied output whose weight the root unit holds (FSDP2 has
+    # resharded it when the loss runs): fused, then checkpointed
+    assert sorted(path for _, path, _, _ in results) == ["checkpointed"] * 2 + ["fused"] * 4
     for rank, path, err, scale in results:
-        assert path == "fused"
         # each rank's loss is the mean over its half of the batch; FSDP2 averages them: the global-batch loss
         # when every rank holds the same number of targets (no holes here).
         assert err <= 1e-5 * max(1.0, scale), (rank, err, scale)

@@ -148,6 +148,47 @@ def test_two_process_fsdp_matches_single_process(uninterrupted, tmp_path, tiny_l
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)
 
 
+def _metric(out: Path, key: str) -> list:
+    return [r[key] for r in (json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()) if key in r]
+
+
+@pytest.mark.slow
+def test_two_process_tied_embeddings_match_one_process(tmp_path, family_dirs):
+    """A tied-embedding model (SmolLM2's layout: the output projects with the token embedding, which FSDP2's root
+    unit holds and has resharded when the loss runs) trained by 2 processes: the 4 losses and gradient norms equal
+    the one-process run's on the same global batch, and so do the saved weights, the embedding included (its
+    gradient sums the lookup's part, reduced by FSDP2, and the loss's, reduced by the loss)."""
+    import torch
+    from safetensors.torch import load_file
+
+    config = "configs/smollm2_135m/yarn_16k_stdlib.yaml"
+    overrides = [
+        f"checkpoint_dir={family_dirs['smollm2']}", "model.max_seq_len=512", "seq_len=64", "batch_size=4",
+        "gradient_accumulation_steps=1", "max_steps=4", "save_every_n_steps=4", "loss.alpha=0.1", "loss.num_chunks=2",
+        "optimizer.lr=1e-3", "optimizer.fused=False", "lr_scheduler.num_warmup_steps=0", "validation=null",
+        "device=cpu", "dtype=fp32", "compile=False", "enable_activation_checkpointing=False",
+        "dataset._component_=torchtune_longshort.data.corpus.stdlib", "dataset.include_tests=False",
+        "dataset.limit=20",
+    ]
+    outs = []
+    for nproc in (1, 2):
+        out = tmp_path / f"nproc{nproc}"
+        dist = ["--nproc_per_node", "2"] if nproc > 1 else []
+        p = run_tune([TUNE, "run", *dist, RECIPE, "--config", config, f"output_dir={out}", *overrides], tmp_path,
+                     timeout=400)
+        assert "Loss path: fused (output module TiedLinear)" in p.stdout + p.stderr
+        outs.append(out)
+    one, two = outs
+    for key, rel in (("loss", 1e-5), ("grad_norm", 1e-4)):
+        a, b = _metric(one, key), _metric(two, key)
+        assert len(a) == len(b) == 4 and all(abs(x - y) <= rel * abs(x) for x, y in zip(a, b)), (key, a, b)
+    wa = load_file(str(one / "step_4" / "model-00001-of-00001.safetensors"))
+    wb = load_file(str(two / "step_4" / "model-00001-of-00001.safetensors"))
+    assert wa.keys() == wb.keys() and "lm_head.weight" not in wa
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)
+
+
 def _first_and_last(out: Path):
     ce = [r["ce"] for r in (json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()) if "ce" in r]
     return sum(ce[:3]) / 3, sum(ce[-5:]) / 5

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
@@ -39,7 +40,7 @@ from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, sli
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
-from torchtune_longshort.loss.output_module import is_dtensor, is_fsdp_module, plain_linear_weight
+from torchtune_longshort.loss.output_module import gathered, is_dtensor, is_fsdp_module, plain_linear_weight
 from torchtune_longshort.windows import DEFAULT_MIN_CONTEXT, MinContext, aligned_positions, validate_min_context
 
 logger = logging.getLogger(__name__)
@@ -134,15 +135,18 @@ class LongShortLoss(nn.Module):
         return "fused" if self._fusable() else "checkpointed"
 
     def _fusable(self) -> bool:
-        if not self.fused:
-            return False
-        found = plain_linear_weight(self.linear_projection)
-        if found is None:
-            return False
-        # A DTensor weight is fine when FSDP2 shards the output module itself (its hooks gather the weight for the
-        # call and reduce-scatter the gradient); any other DTensor layout (tensor parallel, a tied weight owned by
-        # another FSDP unit) keeps the generic path, which lets the module and DTensor handle it.
-        return not is_dtensor(found[0]) or is_fsdp_module(self.linear_projection)
+        # A DTensor weight is fused too: FSDP2 shards the output module itself (its hooks gather the weight for the
+        # call and reduce-scatter the gradient), or holds a tied weight in another unit (`gathered` does both).
+        return self.fused and plain_linear_weight(self.linear_projection) is not None
+
+    def _projection(self):
+        """The output module as the checkpointed path calls it: as is, or, for a plain linear output whose weight
+        FSDP2 holds sharded outside the module's own unit (a tied embedding's), a linear over the gathered weight."""
+        module, found = self.linear_projection, plain_linear_weight(self.linear_projection)
+        if found is None or is_fsdp_module(module) or not any(is_dtensor(t) for t in found):
+            return module
+        weight, bias = (gathered(t) for t in found)
+        return lambda x: F.linear(x, weight, bias)
 
     def _log_path(self, path: str) -> None:
         if path == self._logged_path:
@@ -195,7 +199,7 @@ class LongShortLoss(nn.Module):
             raise ValueError(
                 f"vocab mismatch between windows: {a_parts[0].shape[-1]} vs {b_parts[0].shape[-1]}"
             )
-        project = self.linear_projection if hidden else None
+        project = self._projection() if hidden else None
 
         n_a = (labels_a != self.ignore_index).sum()
         n_b = (labels_b != self.ignore_index).sum()
@@ -241,7 +245,7 @@ class LongShortLoss(nn.Module):
         module = self.linear_projection
 
         def run(ha_, hb_):
-            weight, bias = plain_linear_weight(module)
+            weight, bias = (gathered(t) for t in plain_linear_weight(module))
             if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ha_, hb_, weight, bias)):
                 return FusedLinearLongShort.apply(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan)
             (ca, cb, dv), _ = fused_terms(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan,

@@ -1,6 +1,8 @@
 """The model's output module as :class:`~torchtune_longshort.loss.LongShortLoss` sees it: whether it is a plain
 linear layer whose weight the fused path (:mod:`torchtune_longshort.loss.fused_linear`) can project with itself,
-and whether FSDP2 shards it (then the fused computation runs as the module's own forward, under its hooks).
+and whether FSDP2 shards it (then the fused computation runs as the module's own forward, under its hooks). A
+weight that FSDP2 holds sharded outside such a module (a tied output's: the token embedding's, owned by the root
+unit and resharded after the model's forward) is gathered whole for the loss by :func:`gathered`.
 """
 
 from __future__ import annotations
@@ -44,3 +46,34 @@ def is_dtensor(t) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(t, DTensor)
+
+
+class _AverageGrad(torch.autograd.Function):
+    """Identity forward; backward divides the gradient by ``n`` (the ranks the following reduction sums over)."""
+
+    @staticmethod
+    def forward(ctx, x, n):
+        ctx.n = n
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad / ctx.n, None
+
+
+def gathered(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``t`` whole: a DTensor is all-gathered, anything else returned as is.
+
+    The gathered tensor's gradient goes back as FSDP2 reduces its own: summed over the mesh's ranks, divided by
+    their number (FSDP2 averages), and reduce-scattered to ``t``'s placements, where autograd accumulates it into
+    the sharded parameter's ``.grad``. FSDP2 adds the gradient of the parameter's other use (the embedding lookup)
+    to that ``.grad`` in its post-backward. On a mesh whose ranks see the same data the average is the gradient
+    itself.
+    """
+    if t is None or not is_dtensor(t):
+        return t
+    from torch.distributed.tensor import Partial
+
+    mesh = t.device_mesh
+    whole = t.full_tensor(grad_placements=[Partial("sum")] * mesh.ndim)
+    return _AverageGrad.apply(whole, mesh.size()) if t.requires_grad else whole
