@@ -31,14 +31,23 @@ def draw(fig):
     return fig
 
 
+def _in_view(axis):
+    """(location, label) of the major ticks inside the view, after a draw (matplotlib keeps the labels of ticks
+    just outside it in its lists, undrawn)."""
+    lo, hi = sorted(axis.get_view_interval())
+    tol = 1e-12 * max(abs(lo), abs(hi))
+    return [(loc, lab) for loc, lab in zip(axis.get_majorticklocs(), axis.get_majorticklabels())
+            if lo - tol <= loc <= hi + tol]
+
+
 def ticks(axis):
     """(location, text) of the major ticks inside the view, after a draw."""
-    lo, hi = sorted(axis.get_view_interval())
-    out = []
-    for loc, lab in zip(axis.get_majorticklocs(), axis.get_majorticklabels()):
-        if lo - 1e-12 * abs(hi) <= loc <= hi + 1e-12 * abs(hi):
-            out.append((loc, lab.get_text()))
-    return out
+    return [(loc, lab.get_text()) for loc, lab in _in_view(axis)]
+
+
+def drawn_ticklabels(axis):
+    """The tick label texts ``axis`` draws (those of :func:`ticks`)."""
+    return [lab for _, lab in _in_view(axis)]
 
 
 def check_plain_value_axis(axis, min_ticks=3):

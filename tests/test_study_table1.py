@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from scipy import stats
+from plot_helpers import draw, drawn_ticklabels, inside_figure, no_overlap
 from test_study_stats import _brute_force_p
 
 from torchtune_longshort.eval.tasks.common.lengths import per_length
@@ -113,9 +114,22 @@ def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama
     assert (tmp_path / "report/metric_vs_performance.png").stat().st_size > 10_000
     from torchtune_longshort.study.table1.figure import figure
 
-    titles = [ax.get_title() for ax in figure(cfg, summary["analysis"]).axes]
+    fig = draw(figure(cfg, summary["analysis"]))
+    titles = [ax.get_title() for ax in fig.axes]
     assert len(titles) == 6 and sum("no point: failed: dyn; not run: yarn, llama3, parts, abf" in " ".join(
         t.split()) for t in titles) == 3  # the 512 column: each panel names the variants without a point
+    # one key under the panels names every variant with a point, by its own marker; no name is printed among the
+    # points (they ran into each other where variants cluster), and no text runs into another or off the page
+    (key,) = fig.legends
+    assert [t.get_text() for t in key.get_texts()] == NAMES
+    assert not any(n in t.get_text() for ax in fig.axes for t in ax.texts for n in NAMES)
+    assert len({(h.get_paths()[0].vertices.tobytes(), tuple(h.get_facecolor()[0])) for h in key.legend_handles}) == 8
+    words = key.get_texts() + [t for ax in fig.axes for t in drawn_ticklabels(ax.xaxis) + drawn_ticklabels(ax.yaxis)
+                               + [ax.title, ax.xaxis.label, ax.yaxis.label] + ax.texts]
+    no_overlap(words, fig.canvas.get_renderer())
+    for t in words:
+        if t.get_text():
+            inside_figure(fig, t)
     assert sorted(p.name for p in (tmp_path / "report/cells").iterdir()) == sorted(
         k for k, r in _records().items() if r["status"] != "not run")
 

@@ -1,11 +1,12 @@
 """The Table-1 figure: the misalignment metric (SCE, Eq. 4) against each performance figure, one panel per figure
-(rows) and length (columns), every point named by its variant, Spearman's rho with its 95% interval, n and the
+(rows) and length (columns), every variant in one key under the panels (its own marker and colour: the variants
+cluster, and names printed beside the points ran into each other), Spearman's rho with its 95% interval, n and the
 verdict in each title, and the variants without a point and why (not run, failed, not scored). It follows the study
 figures' rules (:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from matplotlib.figure import Figure
 
@@ -29,18 +30,6 @@ def _why_no_points(rows: List[Dict[str, Any]], tid: str) -> str:
     return "; ".join(f"{why}: {', '.join(names)}" for why, names in out.items())
 
 
-def _labels(pts: List[Tuple[str, float, float]], near: float = 0.03) -> List[Tuple[str, float, float]]:
-    """One label per group of points closer than ``near`` of the panel's span on both axes (``base, ntk``), so
-    that the names of points that (nearly) coincide do not print over each other."""
-    span = [max(v) - min(v) or 1.0 for v in ([p[1] for p in pts] or [0.0], [p[2] for p in pts] or [0.0])]
-    groups: List[List[Tuple[str, float, float]]] = []
-    for p in pts:
-        g = next((g for g in groups if abs(g[0][1] - p[1]) <= near * span[0] and abs(g[0][2] - p[2]) <= near * span[1]),
-                 None)
-        g.append(p) if g is not None else groups.append([p])
-    return [(", ".join(q[0] for q in g), g[0][1], g[0][2]) for g in groups]
-
-
 def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
     """The figure of :func:`~torchtune_longshort.study.table1.analysis.analyze`'s ``analysis`` (see the module
     doc); each variant keeps one colour and marker across panels."""
@@ -48,16 +37,14 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
     fig = Figure(figsize=(_PANEL_IN[0] * len(entries), _PANEL_IN[1] * len(TARGETS)), layout="constrained")
     axes = fig.subplots(len(TARGETS), len(entries), squeeze=False)
     names = list(cfg.variants)
+    handles: Dict[str, Any] = {}
     for j, entry in enumerate(entries):
         for i, (tid, (tlabel, _, sign)) in enumerate(TARGETS.items()):
             ax = axes[i][j]
             pts = [(r["variant"], r[MAIN_PREDICTOR], r[tid]) for r in entry["rows"]
                    if r[MAIN_PREDICTOR] is not None and r[tid] is not None]
             for name, x, y in pts:
-                k = names.index(name) if name in names else len(names)
-                ax.scatter([x], [y], s=30, marker=MARKERS[k % len(MARKERS)], color=f"C{k % 10}")
-            for label, x, y in _labels(pts):
-                ax.annotate(label, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+                handles.setdefault(name, ax.scatter([x], [y], s=30, alpha=0.85, **_style(names, name)))
             value_axis(ax, [p[1] for p in pts], axis="x")
             value_axis(ax, [p[2] for p in pts])
             c = main_correlation(entry, tid)
@@ -69,5 +56,15 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
             ax.set_xlabel(f"{PREDICTORS[MAIN_PREDICTOR][0]} at {entry['label']}", fontsize=8)
             ax.set_ylabel(tlabel, fontsize=8)
             ax.margins(0.12)
+    if handles:  # one key for every panel, under them: variants that cluster keep their names legible
+        order = sorted(handles, key=lambda n: names.index(n) if n in names else len(names))
+        fig.legend([handles[n] for n in order], order, loc="outside lower center", ncols=min(len(order), 8),
+                   fontsize=8, frameon=False)
     mark_quick(fig, cfg.quick)
     return fig
+
+
+def _style(names: List[str], name: str) -> Dict[str, str]:
+    """A variant's marker and colour, the same on every panel."""
+    k = names.index(name) if name in names else len(names)
+    return {"marker": MARKERS[k % len(MARKERS)], "color": f"C{k % 10}"}
