@@ -155,3 +155,19 @@ def test_longqlora_config_is_pi_nf4_lora_all_linears_and_s2_attn(qlora_base):
     m.train()  # a training step on CPU through NF4 base weights and S2-Attn (64 tokens: groups of 16)
     m(torch.randint(0, 64, (1, 64))).float().logsumexp(-1).mean().backward()
     assert m.layers[0].attn.q_proj.lora_b.weight.grad.abs().sum() > 0 and m.output.weight.grad is None
+
+
+@pytest.mark.parametrize("config, field", [("tiny/lora_from_checkpoint.yaml", "model.use_dora"),
+                                           ("smollm2_135m/lora_yarn_16k_stdlib.yaml", "model.model.use_dora")])
+def test_dora_is_refused_by_the_config_check_naming_the_field(config, field):
+    """DoRA (torchtune's use_dora) would train from a magnitude vector never set from the loaded weights (torch.empty;
+    the tiny LoRA config's first loss was NaN) and could not be saved: the config check refuses it, at any depth."""
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    cfg = OmegaConf.load(REPO / "configs" / config)
+    OmegaConf.update(cfg, field, True)
+    with pytest.raises(ValueError, match=rf"^{field}=True is not accepted: this recipe trains LoRA adapters.*"
+                                         rf"set {field}=False$"):
+        load_recipe_config(cfg, world_size=1, local=False)
+    OmegaConf.update(cfg, field, False)
+    load_recipe_config(cfg, world_size=1, local=False)

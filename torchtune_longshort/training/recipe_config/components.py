@@ -111,6 +111,12 @@ class ModelConfig(ComponentSection):
                 check_rope_method(node["method"], f"{path}.method")
             if node["_component_"] == HF_DECODER:
                 check_decoder_source(node, path)
+            if node.get("use_dora"):
+                raise ValueError(
+                    f"{path}.use_dora={node['use_dora']!r} is not accepted: this recipe trains LoRA adapters; DoRA's "
+                    "magnitude vector would need setting from the loaded base weights and its adapters a format of "
+                    f"their own, which it does not do (the magnitude would start as uninitialized memory); set "
+                    f"{path}.use_dora=False")
             _check_rope_arguments(path, node)
 
     def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
