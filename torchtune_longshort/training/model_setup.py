@@ -7,6 +7,7 @@ it reads the config nodes it is given and nothing else.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -15,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchtune import config, modules, training
 from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
+
+from torchtune_longshort.training.activation_memory import clean_module_name
 
 # NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256.
 _NF4_BLOCK = 64 * 256
@@ -154,3 +157,25 @@ def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor
     parameters of the resumed step (CLEX)."""
     saved = dict(trainable or {})
     return with_learned_rope(model, saved, learned_rope) if learned_rope else saved
+
+
+def initial_adapters(model: nn.Module, seed: int) -> Dict[str, torch.Tensor]:
+    """A new run's LoRA adapters, whole, by state-dict name: ``lora_a`` drawn as torchtune's ``LoRALinear`` draws
+    it (Kaiming-uniform, ``a = sqrt(5)``) from one generator seeded with ``seed``, module by module in the model's
+    order, ``lora_b`` zero; float32 on the CPU, cast where they are loaded.
+
+    Loaded in place of the adapters the model drew itself, so that a run starts from the same adapters in one
+    process and in several: FSDP2 materializes a sharded model's adapters rank by rank, each shard from the rank's
+    own random stream, so the 2-process run's A differed from the 1-process run's (its step-1 loss agreed, B being
+    zero; its gradients did not).
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    out: Dict[str, torch.Tensor] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, LoRALinear):
+            prefix = clean_module_name(name)
+            a = torch.empty(tuple(m.lora_a.weight.shape))
+            nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=g)
+            out[f"{prefix}.lora_a.weight"] = a
+            out[f"{prefix}.lora_b.weight"] = torch.zeros(tuple(m.lora_b.weight.shape))
+    return out

@@ -33,7 +33,7 @@ from torchtune_longshort.training.data_setup import (
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.metrics import RunLog
 from torchtune_longshort.training.model_setup import (
-    build_model, check_quantized_shapes, load_weights, resumed_weights, set_trainable,
+    build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
 )
 from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.recipe_config import (
@@ -143,6 +143,8 @@ class RecipeSetup:
         tile_mlps(model, cfg.tiled_mlp_tokens, lambda msg: utils.log_rank_zero(log, msg))
         self.compiled = compile_decoder(model, cfg.compile, lambda msg: utils.log_rank_zero(log, msg))
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
+        if self._lora.enabled and trainable is None:  # a new run: the same adapters whatever the process count
+            trainable = initial_adapters(model, self.seed)
         learned_rope = load_rope_parameters(self._resume_dir) if self._resume_dir is not None else {}
         load_weights(
             model, model_sd, resumed_weights(model, trainable, learned_rope), distributed=self._distributed,
