@@ -53,11 +53,6 @@ class OffloadedForward:
             return self.model(*args, **kwargs)
 
 
-def clean_module_name(name: str) -> str:
-    """A module name without the wrappers' infixes (activation checkpointing, FSDP)."""
-    return name.replace("._checkpoint_wrapped_module", "").replace("._fsdp_wrapped_module", "")
-
-
 def set_activation_memory(model: nn.Module, checkpointing: bool, offloading: bool) -> Callable[..., Any]:
     """Checkpoint each ``TransformerSelfAttentionLayer`` of ``model`` (``checkpointing``) and return the forward to
     train with: ``model`` itself, or an :class:`OffloadedForward` when ``offloading`` (CUDA and checkpointing only;

@@ -43,7 +43,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
 
-from torchtune_longshort.training.activation_memory import clean_module_name
+from torchtune_longshort.training.module_names import clean_module_name
 
 COMPILED_LAYERS = (TransformerSelfAttentionLayer, TransformerCrossAttentionLayer)
 

@@ -17,7 +17,7 @@ from torch import nn
 from torchtune import config, modules, training
 from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
 
-from torchtune_longshort.training.activation_memory import clean_module_name
+from torchtune_longshort.training.module_names import clean_module_name
 
 # NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256.
 _NF4_BLOCK = 64 * 256

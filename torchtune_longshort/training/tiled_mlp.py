@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torchtune.modules import FeedForward
 
-from torchtune_longshort.training.activation_memory import clean_module_name
+from torchtune_longshort.training.module_names import clean_module_name
 
 TILED = (FeedForward,)  # position-wise MLP modules; any other ``mlp`` runs untiled
 ATTRIBUTE = "_longshort_tile_tokens"
