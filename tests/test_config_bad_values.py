@@ -94,6 +94,16 @@ FAMILIES = {
         ({"optimizer._component_": "torch.optim.Adamm"}, "optimizer._component_", r"does not import"),
         ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
     ],
+    # a component's argument without a default, absent from its node (the recipe passes none of these): before, the
+    # constructor's TypeError came as a traceback once the model was built
+    "missing_arguments": [
+        ({"position_sampler": {"_component_": "torchtune_longshort.rope.PoSEPositions"}}, "position_sampler.target_len",
+         r"^position_sampler: torchtune_longshort.rope.PoSEPositions needs position_sampler.target_len, which the "
+         r"config does not give: add it$"),
+        ({"lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"}},
+         "lr_scheduler.num_warmup_steps", r"needs lr_scheduler.num_warmup_steps, which"),
+        ({"dataset": {"_component_": TEXT_COMPLETION}}, "dataset.source", r"needs dataset.source, which"),
+    ],
 }
 
 
@@ -171,3 +181,8 @@ def test_components(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, dat
 def test_the_probe_list_is_whole():
     """49 values in the probe; the families here hold them and a few more."""
     assert sum(len(v) for v in FAMILIES.values()) >= 49
+
+
+@_cases("missing_arguments")
+def test_missing_arguments(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)

@@ -133,6 +133,8 @@ class ComponentSection(Section):
     args: Dict[str, Any] = field(default_factory=dict)
     # Parameters the recipe itself passes (positional or by name): not config keys.
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ()
+    # False for a node the recipe reads but never builds: its component's arguments without a default may be absent.
+    BUILT: ClassVar[bool] = True
 
     def node(self):
         """The node to build with torchtune's ``config.instantiate``."""
@@ -191,6 +193,12 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
     unknown = [k for k in node if k not in known]
     if unknown and not open_ended:
         refuse_unknown(unknown, known, where)
+    missing = [n for n, p in signature.items() if p.default is inspect.Parameter.empty and cls.BUILT
+               and n not in node and n not in cls.PASSED_BY_RECIPE and p.kind is not p.POSITIONAL_ONLY]
+    if missing:
+        names = ", ".join(f"{where}.{n}" for n in missing)
+        raise ConfigKeyError(f"{where}: {node['_component_']} needs {names}, which the config does not give: "
+                             f"add {'it' if len(missing) == 1 else 'them'}")
     values: Dict[str, Any] = {}
     for f in fields(cls):
         if f.metadata.get("flat"):

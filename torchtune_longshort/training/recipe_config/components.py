@@ -156,6 +156,7 @@ class CheckpointerConfig(ComponentSection):
     """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
 
     LOCAL_CHECKS = True
+    BUILT = False  # torchtune's checkpointer arguments (checkpoint_files, ...) may be absent
     # ${output_dir} in torchtune's configs: where the run's folder sits (the recipe never builds this checkpointer)
     RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ("output_dir",)
 
