@@ -157,18 +157,21 @@ def test_two_process_tied_embeddings_match_one_process(tmp_path, family_dirs):
     """A tied-embedding model (SmolLM2's layout: the output projects with the token embedding, which FSDP2's root
     unit holds and has resharded when the loss runs) trained by 2 processes: the 4 losses and gradient norms equal
     the one-process run's on the same global batch, and so do the saved weights, the embedding included (its
-    gradient sums the lookup's part, reduced by FSDP2, and the loss's, reduced by the loss)."""
+    gradient sums the lookup's part, reduced by FSDP2, and the loss's, reduced by the loss). With PoSE positions:
+    every sample gets the positions it gets in one process (one generator draws the global batch), and the 2-process
+    run resumed from step 2 gives the same losses (the one saved generator state serves both ranks)."""
     import torch
     from safetensors.torch import load_file
 
     config = "configs/smollm2_135m/yarn_16k_stdlib.yaml"
     overrides = [
         f"checkpoint_dir={family_dirs['smollm2']}", "model.max_seq_len=512", "seq_len=64", "batch_size=4",
-        "gradient_accumulation_steps=1", "max_steps=4", "save_every_n_steps=4", "loss.alpha=0.1", "loss.num_chunks=2",
+        "gradient_accumulation_steps=1", "max_steps=4", "loss.alpha=0.1", "loss.num_chunks=2",
         "optimizer.lr=1e-3", "optimizer.fused=False", "lr_scheduler.num_warmup_steps=0", "validation=null",
         "device=cpu", "dtype=fp32", "compile=False", "enable_activation_checkpointing=False",
         "dataset._component_=torchtune_longshort.data.corpus.stdlib", "dataset.include_tests=False",
-        "dataset.limit=20",
+        "dataset.limit=20", "save_every_n_steps=2", "keep_recipe_states=2",
+        "position_sampler._component_=torchtune_longshort.rope.PoSEPositions", "position_sampler.target_len=512",
     ]
     outs = []
     for nproc in (1, 2):
@@ -187,6 +190,12 @@ def test_two_process_tied_embeddings_match_one_process(tmp_path, family_dirs):
     assert wa.keys() == wb.keys() and "lm_head.weight" not in wa
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)
+    reference = losses(two)
+    shutil.rmtree(two / "step_4")
+    (two / "recipe_state" / "step_4.pt").unlink()
+    run_tune([TUNE, "run", "--nproc_per_node", "2", RECIPE, "--config", config, f"output_dir={two}", *overrides,
+              "resume=True"], tmp_path, timeout=400)
+    assert losses(two) == reference
 
 
 def _first_and_last(out: Path):

@@ -31,7 +31,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
-from torchtune_longshort.training.data_setup import StepStart
+from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.metrics import mean_over_ranks
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -176,8 +176,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
         tokens = torch.cat([ta, tb])
         input_pos = None
         if self._pos_sampler is not None:
-            input_pos = self._pos_sampler.sample(tokens.shape[0], self.config.seq_len, generator=self._pos_generator)
-            input_pos = input_pos.to(self._device)
+            input_pos = window_positions(self._pos_sampler, self._pos_generator, ta.shape[0], self.config.seq_len,
+                                         self.rank, self.world_size).to(self._device)
         out_a, out_b = unstack_window_outputs(self._forward(tokens, input_pos=input_pos), ta.shape[0])
         out = self._loss_fn(out_a, out_b, la, lb, batch["e"])
         check_finite_loss(out, lambda: self._where(batch))

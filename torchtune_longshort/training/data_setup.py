@@ -74,12 +74,12 @@ def check_corpus_length(documents, tokenizer, need: int) -> None:
 
 
 def build_position_sampler(
-    node: Optional[Any], model_max_len: Optional[int], seed: int, rank: int,
-    recipe_state: Optional[Dict[str, Any]],
+    node: Optional[Any], model_max_len: Optional[int], seed: int, recipe_state: Optional[Dict[str, Any]],
 ):
     """``(sampler, generator)`` of the optional ``position_sampler`` node (``torchtune_longshort.rope.
     POSITION_SAMPLERS``: random_pos, PoSE): each training window gets sampled position ids instead of 0..L-1. The
-    generator is seeded per rank and restored from ``recipe_state`` for exact resume. ``(None, None)`` without it."""
+    generator is the same on every rank (:func:`window_positions` draws the global batch's rows with it) and is
+    restored from ``recipe_state`` for exact resume. ``(None, None)`` without it."""
     if node is None:
         return None, None
     sampler = config.instantiate(node)
@@ -91,10 +91,24 @@ def build_position_sampler(
             f"position_sampler draws positions up to {bound}, above the model's max_seq_len={model_max_len}: scale "
             "RoPE to at least that length (model.max_seq_len)"
         )
-    gen = torch.Generator().manual_seed(seed + 7919 * (rank + 1))
+    gen = torch.Generator().manual_seed(seed + 7919)
     if recipe_state is not None and recipe_state.get("position_generator") is not None:
         gen.set_state(recipe_state["position_generator"])
     return sampler, gen
+
+
+def window_positions(sampler, generator: torch.Generator, rows: int, seq_len: int, rank: int,
+                     world_size: int) -> torch.Tensor:
+    """Position ids ``[2 rows, seq_len]`` for this rank's ``rows`` samples, windows A then B: drawn for the global
+    batch (every rank's A rows, then every rank's B rows, as one process stacks them), this rank's rows kept.
+
+    Every rank draws the same rows from the same generator, so a sample gets the same positions whatever the
+    number of processes, and the one generator state a checkpoint saves serves every rank on resume (a generator
+    per rank gave the samples of rank 1 other positions than one process did, and resumed from rank 0's state).
+    """
+    drawn = sampler.sample(2 * rows * world_size, seq_len, generator=generator)
+    mine = torch.arange(rank * rows, (rank + 1) * rows)
+    return drawn[torch.cat([mine, mine + rows * world_size])]
 
 
 class StepStart:

@@ -204,7 +204,7 @@ class RecipeSetup:
             check_first_sample(self._documents, self._tokenize, self.model_vocab, cfg.seq_len + batcher.e_hi + 1)
         self._pos_sampler, self._pos_generator = build_position_sampler(
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
-            cfg.order_seed, self.rank, recipe_state,
+            cfg.order_seed, recipe_state,
         )
         return batcher
 
