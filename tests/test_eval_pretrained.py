@@ -60,6 +60,18 @@ def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
             "--include_path", str(tasks_path()), "--device", added[3], "--metadata", json.dumps({"lm_eval_model": same[2]})]
 
 
+def test_a_model_args_device_alone_goes_as_the_device_option():
+    """lm-eval 0.4.13 passes its own --device (default cuda:0) beside model_args: ``device=`` in model_args alone
+    reached the model twice (TypeError, with hf too); it is passed as ``--device`` instead."""
+    for model in ("longshort", "hf"):
+        for args in (["--model_args", "pretrained=/p,device=cpu,dtype=float32"],
+                     ["--model_args=device=cpu,pretrained=/p"]):
+            out = lm_eval_argv(["run", "--model", model, *args])
+            assert out[out.index("--device") + 1] == "cpu" and out.count("--device") == 1
+            spans = [a for a in out if "pretrained=/p" in a]
+            assert len(spans) == 1 and "device=" not in spans[0], out
+
+
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.eval.model.adapter import LongShortLM
 

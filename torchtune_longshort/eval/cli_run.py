@@ -50,7 +50,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
       default is ``cuda:0`` whatever the machine); a ``--device`` (or ``--model_args device=``) this machine does
       not have is refused here, for every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's
       ``hf`` would fail later, and no model may run elsewhere than its results say), and a device given both ways
-      is refused (lm-eval would pass the model ``device`` twice);
+      is refused (lm-eval would pass the model ``device`` twice); a ``--model_args device=`` alone is passed as
+      ``--device`` (lm-eval passes its own default ``cuda:0`` beside it otherwise);
     - an evaluation gets ``--metadata`` key ``lm_eval_model`` naming the ``--model`` (lm-eval's default ``hf``
       when none is given), so that a task that needs the ``longshort`` model (``longshort_misalignment``) refuses
       any other before a request runs, and tasks can refuse requests a plain model would cut or crash on
@@ -78,6 +79,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         if device is not None:
             raise ValueError(f"--device {device} and --model_args device={in_args}: give the device once (--device)")
         require_device(in_args, "--model_args device")
+        # lm-eval 0.4.13 passes its own --device (default cuda:0) whatever the command line says: the model_args
+        # device alone reached the model twice (TypeError), for hf too; it goes as --device instead
+        out = _without_model_args_device(out) + ["--device", in_args]
     elif device is None:
         out += ["--device", default_device()]
     else:
@@ -110,6 +114,16 @@ def _model_args_device(out: List[str]) -> Optional[str]:
     found = [m.group(1) for k in _model_args_spans(out)
              for m in _DEVICE.finditer(out[k].split("--model_args=", 1)[-1])]
     return found[-1] if found else None
+
+
+def _without_model_args_device(out: List[str]) -> List[str]:
+    """``out`` with every ``device=`` item taken out of ``--model_args``."""
+    out = list(out)
+    for k in _model_args_spans(out):
+        head, sep, value = out[k].partition("--model_args=") if out[k].startswith("--model_args=") else ("", "", out[k])
+        value = ",".join(item for item in value.split(",") if not item.startswith("device="))
+        out[k] = head + sep + value
+    return out
 
 
 def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from torchtune_longshort.eval.model.generation import greedy_generate
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
+from torchtune_longshort.eval.model.processes import Processes
 from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
@@ -67,8 +68,20 @@ class LongShortLM(TemplateLM):
         self.rope_spec = args.rope_spec
         self.limits = RequestLimits.of_model_args(args)
         self.tokenizer = args.tokenizer
+        self.processes = Processes(args.device)  # under torchrun / accelerate launch: this process's share
+        self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self.model = load_checkpoint_model(args)
         self.vocab_size = int(args.hf_config["vocab_size"])
+
+    # ------------------------------------------------------------------ lm-eval's data-parallel API
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.processes.all_gather(tensor)
+
+    def gather_object(self, obj: Any, dst: int = 0):
+        return self.processes.gather_object(obj, dst)
+
+    def barrier(self) -> None:
+        self.processes.barrier()
 
     # ------------------------------------------------------------------ lm-eval properties
     @property

@@ -35,6 +35,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
@@ -131,7 +132,7 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
 def _device(device: Optional[str]) -> torch.device:
     """``device`` as given (``None``: CUDA when available, else CPU); a device this machine does not have is refused
     (:func:`torchtune_longshort.devices.require_device`), never replaced by another."""
-    return require_device(default_device() if device is None else str(device), "device")
+    return process_device(require_device(default_device() if device is None else str(device), "device"))
 
 
 def parse_model_args(
