@@ -7,7 +7,6 @@ it reads the config nodes it is given and nothing else.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -16,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchtune import config, modules, training
 from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
+from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
 from torchtune_longshort.training.module_names import clean_module_name
 
@@ -160,22 +160,25 @@ def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor
 
 
 def initial_adapters(model: nn.Module, seed: int) -> Dict[str, torch.Tensor]:
-    """A new run's LoRA adapters, whole, by state-dict name: ``lora_a`` drawn as torchtune's ``LoRALinear`` draws
-    it (Kaiming-uniform, ``a = sqrt(5)``) from one generator seeded with ``seed``, module by module in the model's
-    order, ``lora_b`` zero; float32 on the CPU, cast where they are loaded.
+    """A new run's LoRA adapters, whole, by state-dict name: drawn by torchtune's own rule (``LoRALinear``'s
+    ``_lora_a_init_params`` / ``_lora_b_init_params``: Kaiming-uniform A, zero B) on CPU twins of each module's
+    ``lora_a`` / ``lora_b``, from the random stream seeded with ``seed`` (forked: the run's own stream is left as
+    it was), module by module in the model's order; float32, cast where they are loaded.
 
     Loaded in place of the adapters the model drew itself, so that a run starts from the same adapters in one
     process and in several: FSDP2 materializes a sharded model's adapters rank by rank, each shard from the rank's
     own random stream, so the 2-process run's A differed from the 1-process run's (its step-1 loss agreed, B being
     zero; its gradients did not).
     """
-    g = torch.Generator().manual_seed(int(seed))
     out: Dict[str, torch.Tensor] = {}
-    for name, m in model.named_modules():
-        if isinstance(m, LoRALinear):
-            prefix = clean_module_name(name)
-            a = torch.empty(tuple(m.lora_a.weight.shape))
-            nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=g)
-            out[f"{prefix}.lora_a.weight"] = a
-            out[f"{prefix}.lora_b.weight"] = torch.zeros(tuple(m.lora_b.weight.shape))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        for name, m in model.named_modules():
+            if isinstance(m, LoRALinear):
+                prefix = clean_module_name(name)
+                for part, init in (("lora_a", _lora_a_init_params), ("lora_b", _lora_b_init_params)):
+                    rows, cols = getattr(m, part).weight.shape
+                    twin = nn.utils.skip_init(nn.Linear, cols, rows, bias=False, dtype=torch.float32)
+                    init(twin)
+                    out[f"{prefix}.{part}.weight"] = twin.weight.detach()
     return out
