@@ -32,6 +32,7 @@ from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
+from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -70,7 +71,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self.ckpts.clean_staging()
             staged = self.ckpts.staging_root / f"step_{step}"
             state = recipe_checkpoints.training_state(
-                step, opt_sd, self._lr_scheduler, self._batcher, self._pos_generator, self._run_config
+                step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config
             )
             hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
             recipe_checkpoints.stage_step(
@@ -122,11 +123,11 @@ class LongShortFinetuneRecipe(RecipeSetup):
     def _checked_step(self):
         """:meth:`_train_step`; a data record that cannot be read ends the run at the last good step, saved as on a
         signal (the record is named; the data position saved is the step's start, so resume reads it again)."""
-        start = StepStart(self._batcher, self._pos_generator)
+        start = StepStart(self._batcher, self.generators)
         try:
             return self._train_step()
         except DataRecordError as e:
-            start.restore(self._batcher, self._pos_generator)
+            start.restore(self._batcher, self.generators)
             self._run_log.close()
             if self.global_step == 0:
                 raise DataRecordError(f"{e}. No step had finished: nothing saved; mend the record and start "
@@ -151,6 +152,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
             sums["misalignment"] += out.misalignment.item() / accum
             sums["e"] += batch["e"] / accum
             self._run_log.tokens += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
+        if self._distributed:
+            average_replicated_grads(self._model)  # a learned RoPE's (CLEX): FSDP2 reduced the rest
         norms = clip_gradients(
             self._model, self.config.clip_grad_norm,
             lambda: f"{self._where(batch)}, loss {sums['loss']:.6g} (last checkpoint: {self.ckpts.latest()})",

@@ -117,6 +117,9 @@ class ScaledRoPE(nn.Module):
     # ``compile_eager_methods``: the methods of the module that compile_setup makes run eager inside the layers.
     compile_note: Optional[str] = None
     compile_eager_methods: Tuple[str, ...] = ()
+    # The stream of a method's random training draws (CLEX's t and positions); None: torch's global stream. The
+    # recipe sets one seeded generator, the same on every rank, and saves its state with each checkpoint.
+    generator: Optional[torch.Generator] = None
 
     # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
     @classmethod
@@ -205,6 +208,12 @@ class ScaledRoPE(nn.Module):
 
     def reset_parameters(self) -> None:
         self.rope_init()
+
+    def initial_learned_parameters(self) -> dict:
+        """``{name: float32 CPU tensor}``: a new run's values of the method's learned parameters, drawn from torch's
+        global stream by the method's own rule (the recipe draws them under a seeded, forked stream so that one
+        process and several start alike); none for a method without learned parameters."""
+        return {}
 
     def _apply(self, fn, *args, **kwargs):
         # model.to(torch.bfloat16) would cast the cos/sin cache too; angles at long positions need float32

@@ -15,7 +15,13 @@ Inference: ``t = ceil(L_cur / L)`` capped at ``t_max``, with ``L_cur = max(posit
 
 q and k of every layer must see the same t and positions, so the draw happens once per model forward in
 :meth:`CLEXRoPE.prepare`, which the decoder pre-hook installed by ``apply_rope_scaling`` calls; used on its own,
-the module applies the inference rule to the length of each call.
+the module applies the inference rule to the length of each call. The draw comes from the module's ``generator``
+when one is set (the recipe sets one generator, the same on every rank, so that every process of a run draws the
+same t and positions), else from torch's global stream.
+
+Several processes (FSDP2): the recipe leaves the ODE's two small weights out of the sharding and holds them as
+replicated DTensors; the module computes with their local copies (:meth:`CLEXRoPE.ode_weights`) and the recipe
+averages their gradients over the ranks after the backward pass.
 
 Activation checkpointing re-runs each layer's forward during backward, after the decoder's post-hook has
 cleared the state. :meth:`CLEXRoPE.clear` therefore keeps the last training forward's state (t, its ODE
@@ -162,13 +168,31 @@ class CLEXRoPE(ScaledRoPE):
         self.rope_init()
 
     # --- parameters --------------------------------------------------------------------------------------
-    def reset_ode_parameters(self) -> None:
+    @staticmethod
+    def _init_ode(up: torch.Tensor, down: torch.Tensor) -> None:
         """The released initialisation: Kaiming-uniform up projection, zero down projection (NTK path)."""
+        nn.init.kaiming_uniform_(up, a=math.sqrt(5))
+        nn.init.zeros_(down)
+
+    def reset_ode_parameters(self) -> None:
         if self.ode_up_proj.is_meta:
             return
-        nn.init.kaiming_uniform_(self.ode_up_proj, a=math.sqrt(5))
-        nn.init.zeros_(self.ode_down_proj)
+        self._init_ode(self.ode_up_proj, self.ode_down_proj)
         self._eval_cache.clear()
+
+    def initial_learned_parameters(self) -> dict:
+        """Fresh float32 CPU values of the ODE's weights, drawn by the released rule from torch's global stream:
+        what a new run starts from, whatever device, dtype or sharding the module itself has."""
+        up = torch.empty(tuple(self.ode_up_proj.shape), dtype=torch.float32)
+        down = torch.empty(tuple(self.ode_down_proj.shape), dtype=torch.float32)
+        self._init_ode(up, down)
+        return {"ode_up_proj": up, "ode_down_proj": down}
+
+    def ode_weights(self) -> tuple:
+        """``(up, down)`` as plain float32 tensors: the parameters, or the local copies of replicated DTensors
+        (several processes), through which autograd accumulates each rank's gradient into the DTensor's."""
+        return tuple(p.to_local().float() if hasattr(p, "to_local") else p.float()
+                     for p in (self.ode_up_proj, self.ode_down_proj))
 
     def reset_parameters(self) -> None:
         self.reset_ode_parameters()
@@ -194,23 +218,24 @@ class CLEXRoPE(ScaledRoPE):
         idx = self._index(device)
         return -(idx / self.dim) * math.log(self.base) - (idx / (self.dim - 2)) * math.log(alpha)
 
-    def dynamics(self, t: float, z: torch.Tensor) -> torch.Tensor:
-        """g(z, t) of the module docstring, float32."""
+    def dynamics(self, t: float, z: torch.Tensor, weights: Optional[tuple] = None) -> torch.Tensor:
+        """g(z, t) of the module docstring, float32; ``weights``: :meth:`ode_weights`, read once per solve."""
+        up, down = weights if weights is not None else self.ode_weights()
         alpha = max(2.0 * t - 1.0, 1.0)
         idx = self._index(z.device)
         dlog_ntk = -(idx / (self.dim - 2)) * (2.0 / alpha)
-        hidden = self.act((z + self.ntk_log_inv_freq(t, z.device)) @ self.ode_up_proj.float())
-        return hidden @ self.ode_down_proj.float() + dlog_ntk
+        hidden = self.act((z + self.ntk_log_inv_freq(t, z.device)) @ up)
+        return hidden @ down + dlog_ntk
 
     def inv_freq_at(self, t: float) -> torch.Tensor:
         """Inverse frequencies at scaling factor ``t`` >= 1 (differentiable w.r.t. the ODE parameters)."""
         if t < 1:
             raise ValueError(f"t={t!r} is not accepted: CLEX's scaling factor starts at 1")
-        device = self.ode_up_proj.device
-        z0 = torch.log(default_inv_freq(self.dim, self.base, device))
+        weights = self.ode_weights()
+        z0 = torch.log(default_inv_freq(self.dim, self.base, weights[0].device))
         if t == 1:
             return z0.exp()
-        return rk4_solve(self.dynamics, z0, 1.0, float(t), self.time_dt).exp()
+        return rk4_solve(lambda s, z: self.dynamics(s, z, weights), z0, 1.0, float(t), self.time_dt).exp()
 
     def inference_t(self, length: int) -> int:
         """``ceil(length / L)`` capped to [1, t_max]."""
@@ -218,8 +243,8 @@ class CLEXRoPE(ScaledRoPE):
 
     def _eval_inv_freq(self, t: int) -> torch.Tensor:
         # Parameters do not change between eval calls unless trained or loaded: key the cache on their versions.
-        key = (t, self.ode_up_proj._version, self.ode_down_proj._version, self.ode_up_proj.data_ptr(),
-               self.ode_down_proj.data_ptr(), self.ode_up_proj.device)
+        up, down = (p.to_local() if hasattr(p, "to_local") else p for p in (self.ode_up_proj, self.ode_down_proj))
+        key = (t, up._version, down._version, up.data_ptr(), down.data_ptr(), up.device)
         hit = self._eval_cache.get(t)
         if hit is None or hit[0] != key:
             with torch.no_grad():
@@ -242,6 +267,7 @@ class CLEXRoPE(ScaledRoPE):
     def prepare(self, seq_len: int, input_pos: Optional[torch.Tensor] = None, generator=None) -> None:
         """Fix t (and, in training, the positions) for one model forward; ``clear()`` undoes it."""
         positions = None
+        generator = generator if generator is not None else self.generator
         if self.training:
             t = int(torch.randint(self.t_min, self.t_max + 1, (1,), generator=generator))
             theta = self.inv_freq_at(t)

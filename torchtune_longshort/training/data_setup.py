@@ -113,15 +113,16 @@ def window_positions(sampler, generator: torch.Generator, rows: int, seq_len: in
 
 class StepStart:
     """What a step starts from on the data side (the batcher's position and e-sampler, the RNGs): taken before each
-    step and put back when a bad record stops it, so the checkpoint then saved is exactly the last good step's."""
+    step and put back when a bad record stops it, so the checkpoint then saved is exactly the last good step's.
+    ``generators``: the run's shared generators by name (None where unused)."""
 
-    def __init__(self, batcher, position_generator) -> None:
+    def __init__(self, batcher, generators: Dict[str, Optional[torch.Generator]]) -> None:
         self.data = batcher.state_dict()
         self.torch_rng = torch.get_rng_state()
-        self.positions = position_generator.get_state() if position_generator is not None else None
+        self.generators = {k: g.get_state() for k, g in generators.items() if g is not None}
 
-    def restore(self, batcher, position_generator) -> None:
+    def restore(self, batcher, generators: Dict[str, Optional[torch.Generator]]) -> None:
         batcher.load_state_dict(self.data)
         torch.set_rng_state(self.torch_rng)
-        if position_generator is not None:
-            position_generator.set_state(self.positions)
+        for k, state in self.generators.items():
+            generators[k].set_state(state)

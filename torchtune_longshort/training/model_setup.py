@@ -17,6 +17,7 @@ from torchtune import config, modules, training
 from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
 from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
+from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
 # NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256.
@@ -102,15 +103,14 @@ def shard_and_load(
     model: nn.Module, model_sd: Dict[str, torch.Tensor], saved: Dict[str, torch.Tensor], device: torch.device,
     dtype: torch.dtype, reshard_after_forward: bool,
 ) -> None:
-    """FSDP2: shard the meta-device ``model``, materialize what no checkpoint holds, load ``model_sd`` + ``saved``."""
-    training.shard_model(
-        model=model,
+    """FSDP2: shard the meta-device ``model`` (a learned RoPE's parameters replicated, not sharded:
+    ``torchtune_longshort.training.learned_rope``), materialize what no checkpoint holds, load ``model_sd`` +
+    ``saved``."""
+    shard_model(
+        model,
         # The loss applies model.output itself, outside the decoder's forward; as its own FSDP unit its forward hooks
         # gather the weight whenever the loss calls it (and reshard it after).
-        shard_conditions=[
-            lambda n, m: isinstance(m, modules.TransformerSelfAttentionLayer) or n in ("output", "decoder.output")
-        ],
-        cpu_offload=False,
+        [lambda n, m: isinstance(m, modules.TransformerSelfAttentionLayer) or n in ("output", "decoder.output")],
         reshard_after_forward=reshard_after_forward,
     )
     with training.set_default_dtype(dtype), device:

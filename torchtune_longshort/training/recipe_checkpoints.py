@@ -127,8 +127,8 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
     return hf_cfg
 
 
-def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_generator, run_config: Dict[str, Any]
-                   ) -> Dict[str, Any]:
+def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: Dict[str, Optional[torch.Generator]],
+                   run_config: Dict[str, Any]) -> Dict[str, Any]:
     """What the recipe state (``recipe_state/step_<k>.pt``) holds: everything an exact resume needs besides the
     weights (optimizer, LR schedule, data position, RNG states) and the run's config as given, interpolations
     resolved (compared on resume)."""
@@ -138,6 +138,6 @@ def training_state(step: int, optimizer_sd, lr_scheduler, batcher, position_gene
         "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None,
         "data": batcher.state_dict(),
         "torch_rng": torch.get_rng_state(),
-        "position_generator": position_generator.get_state() if position_generator is not None else None,
+        **{k: g.get_state() if g is not None else None for k, g in generators.items()},  # position, rope
         "config": run_config,
     }

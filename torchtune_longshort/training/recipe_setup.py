@@ -31,6 +31,7 @@ from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
+from torchtune_longshort.training.learned_rope import initial_learned_rope, rope_generator
 from torchtune_longshort.training.metrics import RunLog
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
@@ -145,7 +146,10 @@ class RecipeSetup:
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
         if self._lora.enabled and trainable is None:  # a new run: the same adapters whatever the process count
             trainable = initial_adapters(model, self.seed)
-        learned_rope = load_rope_parameters(self._resume_dir) if self._resume_dir is not None else {}
+        # a new run's learned RoPE (CLEX's ODE), like its adapters, is the same whatever the process count
+        learned_rope = (load_rope_parameters(self._resume_dir) if self._resume_dir is not None
+                        else initial_learned_rope(model, self.seed))
+        self._rope_generator = rope_generator(model, self.seed, recipe_state)
         load_weights(
             model, model_sd, resumed_weights(model, trainable, learned_rope), distributed=self._distributed,
             device=self._device, dtype=self._dtype, reshard_after_forward=cfg.fsdp_reshard_after_forward,
@@ -181,6 +185,11 @@ class RecipeSetup:
         apply_resume_changes(
             self._resume_changes, self._optimizer, self._lr_scheduler, lambda msg: utils.log_rank_zero(log, msg)
         )
+
+    @property
+    def generators(self) -> Dict[str, Optional[torch.Generator]]:
+        """The run's seeded generators that every rank shares, by their recipe-state key (None: not used)."""
+        return {"position_generator": self._pos_generator, "rope_generator": self._rope_generator}
 
     def _barrier(self) -> None:
         if self._distributed:

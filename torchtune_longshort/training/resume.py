@@ -124,10 +124,29 @@ def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_schedul
     Call after the scheduler is built: its constructor writes the step-0 lr into the param groups, which the saved
     optimizer state (param groups included) must overwrite."""
     if distributed:
-        from torchtune import training
-
-        training.load_from_full_optimizer_state_dict(model, optimizer, recipe_state["optimizer"], device)
+        _load_sharded_optimizer(model, optimizer, recipe_state["optimizer"], device)
     else:
         optimizer.load_state_dict(recipe_state["optimizer"])
     if lr_scheduler is not None:
         lr_scheduler.load_state_dict(recipe_state["lr_scheduler"])
+
+
+def _load_sharded_optimizer(model, optimizer, full_sd: Dict[str, Any], device) -> None:
+    """torchtune's ``load_from_full_optimizer_state_dict``, for a saved state that lacks some parameters: those that
+    had no gradient at any step before the save (CLEX's ODE while every step drew t = 1), which the optimizer had
+    not begun to track. torchtune's loader needs an entry for each; they get the one its zero-gradient initial step
+    makes, and are then dropped from the optimizer's state, so they start afresh as they do in one process."""
+    from torch.distributed.checkpoint.state_dict import _init_optim_state
+    from torchtune import training
+
+    _init_optim_state(optimizer)
+    untracked = []
+    for group, saved_group in zip(optimizer.param_groups, full_sd["param_groups"]):
+        for param, name in zip(group["params"], saved_group["params"]):
+            if name not in full_sd["state"] and param in optimizer.state:
+                full_sd["state"][name] = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
+                                          for k, v in optimizer.state[param].items()}
+                untracked.append(param)
+    training.load_from_full_optimizer_state_dict(model, optimizer, full_sd, device)
+    for param in untracked:
+        optimizer.state.pop(param, None)

@@ -31,13 +31,6 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
                                  config.device)
     if problem is not None:
         raise ValueError(problem)
-    learned = config.model.learned_rope(local) if world_size > 1 else None
-    if learned is not None:
-        raise ValueError(
-            f"{learned[0]} gives RoPE method {learned[1]!r}, whose learned parameters one module holds for every "
-            f"layer; this recipe's FSDP2 sharding across {world_size} processes does not handle that module yet "
-            "(its parameters would be sharded per layer): train it in one process (tune run without "
-            "--nproc_per_node)")
     _check_min_context(config)
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
