@@ -59,7 +59,8 @@ def test_two_process_clex_matches_one_process(tmp_path, tiny_llama2_dir, sp_toke
         outs.append(out)
     one, two = outs
     assert max(_rows(one, "rope_grad_norm")) > 0  # the ODE trained: some step drew t > 1
-    for key, rel in (("loss", 1e-5), ("grad_norm", 1e-4), ("rope_grad_norm", 1e-4)):
+    # the ODE gradient sums d loss / d angle x position over every position: fp32 reorderings move it more
+    for key, rel in (("loss", 1e-5), ("grad_norm", 1e-4), ("rope_grad_norm", 1e-3)):
         a, b = _rows(one, key), _rows(two, key)
         assert len(a) == len(b) == 4 and all(abs(x - y) <= rel * abs(x) + 1e-9 for x, y in zip(a, b)), (key, a, b)
     for name in ("model-00001-of-00001.safetensors", ROPE_SIDE_FILE):
