@@ -80,3 +80,30 @@ def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_
                     device="cpu")
     with pytest.raises(ValueError, match="needs pretrained="):
         LongShortLM(tokenizer=str(sp_tokenizer_dir), device="cpu")
+
+
+def test_a_checkpoint_transformers_cannot_run_is_refused_for_hf(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """A CLEX checkpoint (its learned ODE has no transformers equivalent): transformers raises a KeyError while
+    building it, so ``--model hf`` (any model but ``longshort``) is refused before lm-eval starts, in one line that
+    names the folder and the model to use; ``--model longshort`` takes it; a YaRN checkpoint, which transformers
+    runs, is not refused."""
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models import load_hf_checkpoint, read_hf_config, rope_scaled, write_hf_checkpoint
+
+    folders = {}
+    for method in ("clex", "yarn"):
+        model = rope_scaled(load_hf_checkpoint(tiny_llama2_dir), method, 4 * 256)
+        folders[method] = write_hf_checkpoint(tmp_path / method, model.state_dict(), read_hf_config(tiny_llama2_dir),
+                                              rope_spec=model.rope_scaling, tokenizer=sp_tokenizer_dir)
+    with pytest.raises(KeyError, match="longshort-clex"):
+        AutoModelForCausalLM.from_pretrained(folders["clex"])
+    for model in ("hf", None):
+        argv = ["run", *(["--model", model] if model else []), "--model_args",
+                f"pretrained={folders['clex']},dtype=float32", "--tasks", "longshort_ppl"]
+        with pytest.raises(ValueError, match=r"^--model_args pretrained=\S+clex: its RoPE \(clex\) is not "
+                                             r"representable in transformers.*--model hf cannot load it; evaluate it "
+                                             r"with --model longshort$"):
+            lm_eval_argv(argv)
+    lm_eval_argv(["run", "--model", "longshort", "--model_args", f"pretrained={folders['clex']}"])
+    lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={folders['yarn']}"])

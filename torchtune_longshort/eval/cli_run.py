@@ -88,8 +88,33 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         require_device(device, "--device")
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
+        _refuse_unrepresentable(out, model or "hf")
         return out
     return _checkpoint_dir_as_pretrained(out)
+
+
+def _refuse_unrepresentable(out: List[str], model: str) -> None:
+    """Refuse a ``pretrained=`` folder whose RoPE transformers cannot run (CLEX's ODE, EABF's query factor: its
+    config.json's ``rope_type`` says ``longshort-<method> (not representable ...)``) for a model other than
+    ``longshort``, before lm-eval starts: transformers would raise a ``KeyError`` traceback while building it."""
+    for k in _model_args_spans(out):
+        value = out[k].split("--model_args=", 1)[-1]
+        found = re.search(r"(?:^|,)pretrained=([^,]*)", value)
+        config = Path(found.group(1)) / "config.json" if found else None
+        if config is None or not config.is_file():
+            continue
+        try:
+            hf = json.loads(config.read_text())
+        except (OSError, ValueError):
+            continue  # the model's own loader names what is wrong with the file
+        types = [(hf.get(key) or {}).get("rope_type", "") for key in ("rope_scaling", "rope_parameters")]
+        if any(isinstance(t, str) and t.startswith("longshort-") for t in types):
+            # "longshort_rope": models.hf_rope.SPEC_KEY (not imported here: it loads torchtune before lm-eval starts)
+            method = (hf.get("longshort_rope") or {}).get("method") or next(t for t in types if t.startswith("l"))
+            raise ValueError(
+                f"--model_args pretrained={found.group(1)}: its RoPE ({method}) is not representable in transformers "
+                f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"
+            )
 
 
 def _model_args_spans(out: List[str]) -> List[int]:
