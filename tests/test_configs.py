@@ -78,3 +78,16 @@ def test_tune_validate_command_exits_nonzero_on_a_study_config():
                        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}, timeout=300)
     assert p.returncode != 0 and "well-formed!" not in p.stdout
     assert "torchtune-longshort study config" in p.stderr
+
+
+def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_path, capsys):
+    # `longshort-cp NAME nodir/x.yaml` printed a FileNotFoundError traceback from shutil; now one line naming the
+    # folder, exit 2, and nothing created.
+    from torchtune_longshort.configs_cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", str(tmp_path / "nodir" / "x.yaml")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.count("\n") == 1 and "nodir" in err and "mkdir -p" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

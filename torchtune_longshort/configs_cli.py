@@ -82,7 +82,13 @@ def main(argv=None) -> int:
         dest = dest / src.name
     if dest.exists() and not args.force:
         ap.error(f"{dest} exists; pass --force to overwrite it")
-    shutil.copyfile(src, dest)
+    if not dest.parent.is_dir():
+        ap.error(f"destination folder {dest.parent} does not exist; create it (mkdir -p {dest.parent}) or name "
+                 "an existing folder")
+    try:
+        shutil.copyfile(src, dest)
+    except OSError as e:
+        ap.error(f"cannot write {dest}: {e.strerror or e}; name a destination you can write")
     print(f"Copied {args.name} to {dest}")
     return 0
 
