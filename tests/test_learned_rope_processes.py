@@ -23,10 +23,23 @@ def _rows(out: Path, key: str) -> list:
 
 
 @pytest.mark.parametrize("name", ["llama2_7b/clex_4k_pg19.yaml", "llama2_7b/clex_4k_redpajama_book.yaml"])
-def test_clex_configs_are_accepted_across_processes(name):
+def test_clex_across_processes_needs_fsdp2_ignored_params(name, monkeypatch):
+    """Accepted across processes where torch's ``fully_shard`` takes ``ignored_params`` (torch >= 2.7, this one);
+    with an older torch (simulated) refused before anything is written, naming the field and both ways out; one
+    process needs nothing of FSDP2."""
     from omegaconf import OmegaConf
 
+    from torchtune_longshort.training.learned_rope import fsdp_ignores_params
+    from torchtune_longshort.training.recipe_config import rules
+
+    assert fsdp_ignores_params()
     load_recipe_config(OmegaConf.load(CONFIGS / name), world_size=8, local=False)
+    monkeypatch.setattr(rules, "fsdp_ignores_params", lambda: False)
+    with pytest.raises(ValueError, match=r"^model\.method gives RoPE method 'clex'.*across 8 processes.*"
+                                         r"torch >= 2\.7.*upgrade torch, or train in one process"):
+        load_recipe_config(OmegaConf.load(CONFIGS / name), world_size=8, local=False)
+    load_recipe_config(OmegaConf.load(CONFIGS / name), world_size=1, local=False)
+    load_recipe_config(OmegaConf.load(CONFIGS / "llama2_7b/eabf_8k_redpajama_book.yaml"), world_size=8, local=False)
 
 
 @pytest.mark.slow
@@ -74,3 +87,22 @@ def test_two_process_clex_matches_one_process(tmp_path, tiny_llama2_dir, sp_toke
     run_tune([TUNE, "run", "--nproc_per_node", "2", RECIPE, "--config", CONFIG, f"output_dir={two}", *overrides,
               "resume=True"], tmp_path, timeout=400)
     assert _rows(two, "loss") == reference
+
+
+def test_a_folder_whose_own_scaling_is_clex_is_found(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """A CLEX checkpoint fine-tuned further: the config check finds its learned RoPE in the folder's config.json
+    (the field named is the folder), which the study's check, reading no folder, does not."""
+    from torchtune_longshort.config.fields import build_section
+    from torchtune_longshort.models import load_hf_checkpoint, read_hf_config, rope_scaled, write_hf_checkpoint
+    from torchtune_longshort.training.recipe_config.components import ModelConfig
+
+    base = load_hf_checkpoint(tiny_llama2_dir)
+    model = rope_scaled(base, "clex", 4 * base.max_seq_len)
+    folder = write_hf_checkpoint(tmp_path / "clex_ckpt", model.state_dict(), read_hf_config(tiny_llama2_dir),
+                                 rope_spec=model.rope_scaling, tokenizer=sp_tokenizer_dir)
+    node = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder)}
+    section = build_section(ModelConfig, node, "model")
+    assert section.learned_rope(local=True) == ("model.checkpoint_dir", "clex")
+    assert section.learned_rope(local=False) is None
+    plain = build_section(ModelConfig, dict(node, checkpoint_dir=str(tiny_llama2_dir)), "model")
+    assert plain.learned_rope(local=True) is None

@@ -21,7 +21,7 @@ from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
-from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.config.values import check_creatable, number, resolve_component, text
 
@@ -118,6 +118,18 @@ class ModelConfig(ComponentSection):
                     f"their own, which it does not do (the magnitude would start as uninitialized memory); set "
                     f"{path}.use_dora=False")
             _check_rope_arguments(path, node)
+
+    def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
+        """``(field, method)`` when the built model's RoPE has learned parameters (CLEX): the outermost
+        ``rope_scaled`` method that says so, else (``local``) an ``hf_decoder`` folder's own scaling; else None."""
+        for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
+            if node["_component_"] == ROPE_SCALED and node.get("method") in ROPE_METHODS:
+                method = node["method"]
+                return (f"{path}.method", method) if has_learned_parameters(method) else None
+            if node["_component_"] == HF_DECODER and local and node.get("checkpoint_dir"):
+                method = (CheckpointFolder.open(node["checkpoint_dir"]).rope_spec or {}).get("method")
+                return (f"{path}.checkpoint_dir", method) if has_learned_parameters(method) else None
+        return None
 
     def declared_positions(self, local: bool = True) -> Optional[int]:
         """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+import torch
+
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
+from torchtune_longshort.training.learned_rope import fsdp_ignores_params
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import resolve_min_context
@@ -31,6 +34,13 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
                                  config.device)
     if problem is not None:
         raise ValueError(problem)
+    learned = config.model.learned_rope(local) if world_size > 1 else None
+    if learned is not None and not fsdp_ignores_params():
+        raise ValueError(
+            f"{learned[0]} gives RoPE method {learned[1]!r}, whose learned parameters every layer shares: across "
+            f"{world_size} processes FSDP2 must leave them unsharded (fully_shard's ignored_params, torch >= 2.7), "
+            f"which torch {torch.__version__} lacks: upgrade torch, or train in one process (tune run without "
+            "--nproc_per_node)")
     _check_min_context(config)
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
