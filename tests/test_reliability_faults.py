@@ -71,6 +71,18 @@ def test_f3_overwrite_keeps_a_folder_holding_the_working_directory_home_or_a_use
     assert tree(run) == before and (sub / "notes.txt").read_text() == "hi"
 
 
+def test_overwrite_keeps_another_runs_output_folder_inside_a_step_folder(recipe_cls, tmp_path, sp_tokenizer_dir):
+    """A run whose output_dir lay inside this run's ``step_1`` (its checkpoint_dir) is not deleted with this run's
+    folder by ``overwrite_output_dir=True`` (only the top-level names were checked)."""
+    run = recipe_made(tmp_path / "run")
+    other = recipe_made(run / "step_1" / "sub")
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=r"refuses to delete output_dir=.*run'.*'step_1/sub', the output folder of "
+                                              "another run"):
+        recipe_cls(tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True)).setup()
+    assert tree(run) == before and (other / "metrics.jsonl").is_file()
+
+
 # ---------------------------------------------------------------------------------------------------------- F2
 def test_f2_overwrite_keeps_a_tokenizer_second_file_inside_output_dir(recipe_cls, tmp_path, sp_tokenizer_dir):
     """F2: a Qwen2 tokenizer's ``merges_file`` inside ``output_dir`` is an input like its ``path``: overwrite is

@@ -40,7 +40,8 @@ def prepare_output_dir(
     - ``resume``: the folder must hold at least one complete, resumable ``step_<k>`` checkpoint.
     - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set. ``overwrite`` deletes only
       a folder this recipe made (it holds :data:`MARKER`) and that holds nothing the recipe does not write
-      (:data:`WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``); never a filesystem root, a folder that
+      (:data:`WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``) and no other run's output folder at any
+      depth (a :data:`MARKER` below it); never a filesystem root, a folder that
       contains the working directory or ``$HOME``, a git work tree, or a folder that contains one of ``protect``
       (every input the run reads) or lies inside one. Paths are compared resolved (``~``, symlinks, ``..``).
 
@@ -118,6 +119,9 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
             return f"it holds {what}, which this run reads"
         if p in real.parents:
             return f"it lies inside {what}, which this run reads"
+    nested = sorted(str(m.parent.relative_to(real)) for m in real.glob(f"*/**/{MARKER}"))
+    if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
+        return f"it holds {nested[0]!r}, the output folder of another run"
     foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
     if foreign:
         return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
