@@ -85,3 +85,27 @@ def test_from_scratch_needs_dimensions(recipe_cls, tmp_path, sp_tokenizer_dir):
     setup_fails(recipe_cls, cfg, ValueError, r"explicit dimensions; missing \['embed_dim'\]")
     cfg.model = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": None}
     setup_fails(recipe_cls, cfg, ValueError, r"model: give checkpoint_dir \(a checkpoint folder\) or family")
+
+
+@pytest.mark.parametrize("what", ["missing", "folder", "not_yaml", "a_list"])
+def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys, what):
+    # `tune run <recipe> --config FILE` with FILE missing, a folder, broken YAML or a YAML list: torchtune's parser
+    # opened it and ended with a traceback (exit 1); now one line naming the file, exit 2, nothing written.
+    from torchtune_longshort.recipes.longshort_finetune import recipe_main
+
+    path = tmp_path / "run.yaml"
+    if what == "folder":
+        path.mkdir()
+    elif what == "not_yaml":
+        path.write_text("a: [1,\nb: 2\n")
+    elif what == "a_list":
+        path.write_text("- 1\n- 2\n")
+    before = sorted(tmp_path.rglob("*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(path), f"output_dir={tmp_path / 'out'}"])
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("longshort_finetune: error:") and str(path) in err
+    assert sorted(tmp_path.rglob("*")) == before

@@ -34,6 +34,7 @@ from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
+from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
 from torchtune_longshort.training.stop_signals import StopSignals
@@ -200,9 +201,16 @@ class LongShortFinetuneRecipe(RecipeSetup):
             torch.distributed.destroy_process_group()
 
 
+def recipe_main() -> None:
+    """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``), the
+    ``--config`` file's too (torchtune's parser opens it with a traceback)."""
+    refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
+    _run()
+
+
 @config.parse
-def recipe_main(cfg: DictConfig) -> None:
-    """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``)."""
+def _run(cfg: DictConfig) -> None:
+    """Long-short alignment fine-tuning (``tune run ... --config FILE [key=value ...]``)."""
     quiet_upstream()
     recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
     refusing("longshort_finetune", recipe.setup)

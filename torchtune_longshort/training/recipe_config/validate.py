@@ -16,6 +16,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Sequence
+
+import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
@@ -25,15 +28,39 @@ from torchtune_longshort.training.recipe_config import load_recipe_config
 PROG = "longshort-validate"
 
 
+def read_config_file(path: Path) -> dict:
+    """The top-level mapping of the recipe YAML file ``path``; ``FileNotFoundError`` / ``ValueError`` naming the
+    file and the fix when it is missing, a folder, not YAML, or not a mapping."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"--config {str(path)!r}: {'a folder' if path.is_dir() else 'no such file'}; name a YAML file, e.g. copy "
+            f"a shipped config first: longshort-cp tiny/longshort_stdlib.yaml {path.name if path.suffix else 'run.yaml'}"
+            " (longshort-cp --list names them)")
+    try:
+        node = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"config {str(path)!r} is not valid YAML ({' '.join(str(e).split())}): fix the file") from None
+    if not isinstance(node, (dict, type(None))):
+        raise ValueError(f"config {str(path)!r}: expected a mapping of keys at the top level, found a "
+                         f"{type(node).__name__}")
+    return node or {}
+
+
+def check_config_argument(argv: Sequence[str]) -> None:
+    """``tune run``'s ``--config FILE`` in a recipe's ``argv`` names a YAML mapping (:func:`read_config_file`):
+    checked before torchtune's parser opens it, which ends with a traceback."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--config")
+    config = ap.parse_known_args(list(argv))[0].config
+    if config:
+        read_config_file(Path(config))
+
+
 def validate(config: str, overrides, world_size: int = 1):
     """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged."""
-    import yaml
     from torchtune.config._utils import _merge_yaml_and_cli_args
 
-    path = resolve_config(config, Path.cwd(), "config")
-    node = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(node, dict):
-        raise ValueError(f"config {str(path)!r}: expected a mapping at the top level")
+    node = read_config_file(resolve_config(config, Path.cwd(), "config"))
     cfg = _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
     return load_recipe_config(cfg, world_size)
 
