@@ -165,3 +165,25 @@ def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tm
     assert "No per-position loss curve for `hf`: its model returned no per-token log-probabilities" in md
     assert "same checkpoint" not in md
     assert set(summary["per_position_mean_nll"]) == {"ours"}
+
+
+def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_replaced(tmp_path, capsys):
+    # `longshort-eval-report RUN --out myrep` overwrote the user's own myrep/report.md; now refused in one line
+    # (exit 2) before anything is written, while a rerun into the folder of an earlier report replaces it.
+    _write(tmp_path / "a", {"longshort_ppl": {"ppl_512,none": 9.25}})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own notes\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "a"), "--out", str(mine)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "'report.md'" in err and "--out" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"] and (mine / "report.md").read_text() == "my own notes\n"
+    out = tmp_path / "rep"
+    main([str(tmp_path / "a"), "--out", str(out)])
+    (out / "notes.txt").write_text("kept")
+    main([str(tmp_path / "a"), "--out", str(out)])  # its own earlier files are replaced; other files stay
+    assert "| a | 9.25 |" in (out / "report.md").read_text() and (out / "notes.txt").read_text() == "kept"
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "a"), "--out", str(out / "notes.txt")])
+    assert "is a file, not a folder" in capsys.readouterr().err

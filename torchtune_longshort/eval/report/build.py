@@ -225,6 +225,7 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     names = list(labels) if labels else [d.name for d in results_dirs]
     if len(set(names)) != len(names):
         raise ValueError(f"run labels {names} are not unique: pass --labels")
+    check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
@@ -252,6 +253,29 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     summary["files"] = ["report.md", "summary.json", *files]
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_position_loss.*", "heatmap_*.png")
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``--out`` that is a file, or a folder holding a file of a name the report writes that an earlier
+    report there did not write (its ``summary.json`` lists what it wrote): the report never overwrites a user's
+    file. Checked before anything is written."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(f"--out={str(out_dir)!r} is a file, not a folder: name a folder for the report")
+    if not out_dir.is_dir():
+        return
+    try:
+        earlier = json.loads((out_dir / "summary.json").read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    earlier = earlier if isinstance(earlier, list) else []
+    foreign = sorted(p.name for pattern in REPORT_FILE_PATTERNS for p in out_dir.glob(pattern) if p.name not in earlier)
+    if foreign:
+        raise FileExistsError(
+            f"--out={str(out_dir)!r} holds {', '.join(map(repr, foreign))}, which no earlier report there wrote; the "
+            "report would overwrite it: choose another --out, or move that file away")
 
 
 def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,
