@@ -79,6 +79,7 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.metrics.cli import main
 
     out = tmp_path / "m.json"
+    out.write_text(json.dumps({k: {} for k in ("length", "summary", "values", "provenance")}))  # an earlier result
     rc = main(["--checkpoint-dir", str(tiny_llama2_dir), "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
                "--data", "stdlib", "--length", "64", "--num-samples", "6", "--output", str(out)])
     assert rc == 0
@@ -88,3 +89,19 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     assert res["summary"]["sce"]["mean"] == pytest.approx(sum(vals) / len(vals))
     assert res["provenance"]["device"]["type"] == "cpu"
     assert len(res["provenance"]["stdlib_corpus"]["sha256"]) == 64  # --data stdlib
+
+
+@pytest.mark.parametrize("what", ["user_file", "folder"])
+def test_cli_refuses_an_output_it_would_overwrite_before_loading(tiny_llama2_dir, tmp_path, capsys, what):
+    # `longshort-misalignment ... --output user.json` overwrote the user's own file; `--output DIR` failed after the
+    # whole measurement with a raw "[Errno 21] Is a directory". Now both are refused in one line before anything runs.
+    from torchtune_longshort.metrics.cli import main
+
+    out = tmp_path / "user.json"
+    out.mkdir() if what == "folder" else out.write_text('{"mine": 1}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--checkpoint-dir", str(tiny_llama2_dir), "--data", str(tmp_path / "absent.jsonl"), "--length", "64",
+              "--output", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--output=" in err and "Traceback" not in err, err
+    assert out.is_dir() if what == "folder" else out.read_text() == '{"mine": 1}'

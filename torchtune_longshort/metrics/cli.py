@@ -99,6 +99,27 @@ def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     return opened
 
 
+RESULT_KEYS = ("length", "summary", "values", "provenance")  # what an earlier result of this command holds
+
+
+def _check_output(path) -> None:
+    """``--output`` names a new file or an earlier result of this command (replaced); a folder or any other file
+    is refused before anything is read: the command never overwrites a user's file."""
+    if not path:
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise IsADirectoryError(f"--output={path!r} is a folder: name a JSON file, e.g. {str(out / 'misalignment.json')!r}")
+    if out.exists():
+        try:
+            earlier = json.loads(out.read_text())
+        except (OSError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and all(k in earlier for k in RESULT_KEYS)):
+            raise FileExistsError(f"--output={path!r} exists and is not an earlier result of {PROG}: refusing to "
+                                  "overwrite it; name another file, or move that one away")
+
+
 def _main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
@@ -106,6 +127,7 @@ def _main(argv=None) -> int:
         ap.error(f"--length={args.length}: must be >= 2 tokens")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    _check_output(args.output)
     require_device(args.device, "--device")  # before any file is read or model built
     quiet_upstream()  # before torchtune (and so torchao) is imported by the calls below
     opened = _open_checkpoint(args, ap)
