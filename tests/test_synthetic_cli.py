@@ -52,6 +52,22 @@ def test_single_run_writes_json(tmp_path):
     r = json.loads((out / "run.json").read_text())
     assert len(r["test_mse"]) == 16 and r["config"]["task"] == "mean"
     assert r["provenance"]["device"]["type"] == "cpu" and "stdlib_corpus" not in r["provenance"]
+    assert main(["--task", "mean", "--quick", "--steps", "5", "--dim", "8", "--heads", "2", "--seed", "1", "--out",
+                 str(out)]) == 0  # an earlier run's run.json is replaced
+    assert json.loads((out / "run.json").read_text())["config"]["seed"] == 1
+
+
+def test_single_run_refuses_a_users_run_json_before_training(tmp_path, capsys):
+    # `--out DIR` holding the user's own run.json: it was overwritten after training; now refused in one line
+    # (exit 2) before anything trains (an earlier run's run.json is replaced: test_single_run_writes_json).
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "run.json").write_text('{"mine": 1}')
+    assert main(["--task", "mean", "--quick", "--steps", "5", "--dim", "8", "--heads", "2", "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run.json" in err and "--out=" in err
+    assert (mine / "run.json").read_text() == '{"mine": 1}' and sorted(p.name for p in mine.iterdir()) == ["run.json"]
+    assert main(["--out", str(mine / "run.json")]) == 2 and "is a file, not a folder" in capsys.readouterr().err
 
 
 def test_lr_search_keeps_the_run_with_the_lowest_validation_mse(tmp_path):

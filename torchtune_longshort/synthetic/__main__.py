@@ -90,7 +90,9 @@ def main(argv=None) -> int:
             paper = [n for n in names if n in PAPER_FIGURES]
             beyond = [n for n in names if n in BEYOND_FIGURES]
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper)
-    except ValueError as e:
+        elif not a.replot:
+            _check_run_json(a.out)
+    except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.figure is None:
@@ -133,6 +135,23 @@ def _base_config(a: argparse.Namespace) -> tuple:
     base = replace(base, **{**(_QUICK if a.quick else {}), **{k: v for k, v in flags.items() if v is not None}})
     base.validate()
     return base, workers
+
+
+def _check_run_json(out: str) -> None:
+    """A single run writes ``<out>/run.json``: refused before training when ``out`` is a file, or when that file
+    exists and is not an earlier single run's result (its ``config`` and ``test_mse``): never a user's file."""
+    path = os.path.join(out, "run.json")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise FileExistsError(f"--out={out!r} is a file, not a folder: name a folder for run.json")
+    if os.path.lexists(path):
+        try:
+            with open(path) as fh:
+                earlier = json.load(fh)
+        except (OSError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and "config" in earlier and "test_mse" in earlier):
+            raise FileExistsError(f"--out={out!r} holds a run.json that is not an earlier run's result: refusing to "
+                                  "overwrite it; choose another --out, or move that file away")
 
 
 def _single_run(base: RunConfig, out: str) -> int:
