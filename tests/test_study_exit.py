@@ -69,3 +69,22 @@ def test_a_study_with_a_failing_run_exits_non_zero(tmp_path, monkeypatch, capsys
     assert rc == 1
     assert last.startswith("[study] 1 of ") and "runs failed (clex_a0.3_s0)" in last
     assert str(out / "runs" / "clex_a0.3_s0" / "train.log") in last
+
+
+def test_an_out_that_is_a_file_and_a_bad_jobs_are_refused_in_one_line(tmp_path, capsys):
+    # `--out run.yaml` (a file) ended in a FileExistsError traceback from mkdir; `--jobs 0` printed argparse's usage
+    # above the error. Both now one line, exit 2, the file untouched.
+    from torchtune_longshort.study.__main__ import main
+
+    a_file = tmp_path / "run.yaml"
+    a_file.write_text("mine\n")
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
+    assert main(argv + ["--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, not a folder" in err and str(a_file) in err, err
+    assert a_file.read_text() == "mine\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + ["--out", str(tmp_path / "out"), "--jobs", "0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--jobs=0" in err, err
+    assert not (tmp_path / "out").exists()

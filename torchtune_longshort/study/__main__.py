@@ -19,6 +19,7 @@ from typing import List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.refusals import ArgumentParser
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -28,7 +29,7 @@ from torchtune_longshort.study.runner import Study
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m torchtune_longshort.study", description=__doc__,
+    p = ArgumentParser(prog="python -m torchtune_longshort.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
                    help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
@@ -66,6 +67,10 @@ def main(argv=None) -> int:
             p.error(f"--jobs={a.jobs}: expected a positive integer")
         cfg = dataclasses.replace(cfg, jobs=a.jobs)
     study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
+    if study.out.exists() and not study.out.is_dir():
+        print(f"[study] output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a folder: "
+              "name a folder", file=sys.stderr)
+        return 2
     t0 = time.time()
     if not a.report_only:
         try:  # the evaluation's data, with its tokenizer: every cell measurable
