@@ -96,3 +96,19 @@ def test_lr_search_keeps_the_run_with_the_lowest_validation_mse(tmp_path):
 @pytest.mark.parametrize("bad", ["0,1e-4", "fast"])
 def test_lr_search_bad_grid(tmp_path, bad):
     assert main(["--figure", "1a", "--quick", "--lrs", bad, "--out", str(tmp_path)]) == 2
+
+
+def test_figures_refuse_a_users_files_in_out_before_training(tmp_path, capsys):
+    # `--figure 1b --out DIR` with the user's own summary.json / fig1b.png in DIR: both were overwritten after
+    # training; now refused in one line (exit 2) before anything trains. Same for the beyond figures' files.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "fig1b.png").write_text("mine")
+    assert main(["--figure", "1b", "--quick", "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fig1b.png" in err and "--out=" in err, err
+    (mine / "beyond_summary.json").write_text("[1]")
+    assert main(["--figure", "parity", "--quick", "--out", str(mine)]) == 2
+    assert "beyond_summary.json" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["beyond_summary.json", "fig1b.png"]
+    assert (mine / "fig1b.png").read_text() == "mine"

@@ -90,6 +90,8 @@ def main(argv=None) -> int:
             paper = [n for n in names if n in PAPER_FIGURES]
             beyond = [n for n in names if n in BEYOND_FIGURES]
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper)
+            if not a.replot:
+                _check_figure_outputs(a.out, paper, beyond)
         elif not a.replot:
             _check_run_json(a.out)
     except (ValueError, FileExistsError) as e:
@@ -152,6 +154,29 @@ def _check_run_json(out: str) -> None:
         if not (isinstance(earlier, dict) and "config" in earlier and "test_mse" in earlier):
             raise FileExistsError(f"--out={out!r} holds a run.json that is not an earlier run's result: refusing to "
                                   "overwrite it; choose another --out, or move that file away")
+
+
+def _check_figure_outputs(out: str, paper: List[str], beyond: List[str]) -> None:
+    """Refuse, before training, an ``--out`` holding a file these figures write (``summary.json``, ``runs.json``,
+    ``fig<n>.csv/png``; ``beyond_summary.json``, ``fig_<n>.csv/png``) when the summary there is not an earlier run's
+    (a JSON object with ``meta``): never a user's file."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise FileExistsError(f"--out={out!r} is a file, not a folder: name a folder for the figures")
+    groups = [("summary.json", ["runs.json"] + [f"fig{n}.{x}" for n in paper for x in ("csv", "png")])] if paper else []
+    groups += [("beyond_summary.json", [f"fig_{n}.{x}" for n in beyond for x in ("csv", "png")])] if beyond else []
+    for summary, others in groups:
+        present = [n for n in [summary, *others] if os.path.lexists(os.path.join(out, n))]
+        if not present:
+            continue
+        try:
+            with open(os.path.join(out, summary)) as fh:
+                earlier = json.load(fh)
+        except (OSError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and "meta" in earlier):
+            raise FileExistsError(
+                f"--out={out!r} holds {', '.join(present)}, which no earlier run of these figures wrote (no {summary} "
+                "of one there): refusing to overwrite; choose another --out, or move those files away")
 
 
 def _single_run(base: RunConfig, out: str) -> int:
