@@ -26,3 +26,29 @@ def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_mad
     second.join(timeout=30)
     assert got == [out]
     assert sorted(p.name for p in root.iterdir()) == sorted([lock.name, NAME])  # nothing downloaded or converted
+
+
+def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
+    # `--gguf FILE --out DIR` deleted an existing DIR the user made (shutil.rmtree before the rename); a missing
+    # --gguf / --wheel ended in a traceback, and a missing --wheel left the cache folder and its lock behind.
+    # Now: one line, exit 2, nothing deleted or created.
+    import pytest
+
+    from torchtune_longshort.models.gguf import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    cases = [(["--gguf", str(gguf), "--out", str(mine)], "no conversion made it"),
+             (["--gguf", str(tmp_path / "absent.gguf"), "--out", str(tmp_path / "new")], "is not a file"),
+             (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel",
+               str(tmp_path / "absent.whl")], "--wheel")]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "mine"]
+    assert (mine / "notes.txt").read_text() == "keep"

