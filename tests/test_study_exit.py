@@ -88,3 +88,21 @@ def test_an_out_that_is_a_file_and_a_bad_jobs_are_refused_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "--jobs=0" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_dir_holding_a_users_report_is_refused_before_the_study_runs(tmp_path, capsys):
+    # `--report-dir DIR` with the user's own DIR/report.md: the study's report overwrote it; now refused in one
+    # line, exit 2, before anything runs. A folder of an earlier study report (its summary.json) is rewritten.
+    from torchtune_longshort.study.__main__ import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own\n")
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--out", str(tmp_path / "out")]
+    assert main(argv + ["--report-dir", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report.md" in err and str(mine) in err, err
+    assert (mine / "report.md").read_text() == "my own\n" and not (tmp_path / "out").exists()
+    (mine / "summary.json").write_text('{"tables": {}, "claims": {}}')  # an earlier study report's
+    assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 1  # rewritten; 1: no run of the grid ran
+    assert (mine / "report.md").read_text().startswith("# Study `cpu_small` (quick variant)")

@@ -24,7 +24,7 @@ from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
-from torchtune_longshort.study.report import build_report
+from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.runner import Study
 
 
@@ -71,6 +71,12 @@ def main(argv=None) -> int:
         print(f"[study] output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a folder: "
               "name a folder", file=sys.stderr)
         return 2
+    report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
+    try:
+        check_report_dir(report_dir)
+    except OSError as e:
+        print(f"[study] {e}", file=sys.stderr)
+        return 2
     t0 = time.time()
     if not a.report_only:
         try:  # the evaluation's data, with its tokenizer: every cell measurable
@@ -79,7 +85,6 @@ def main(argv=None) -> int:
             print(f"[study] {e}", file=sys.stderr)
             return 2
         study.run(only=only)
-    report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     summary = build_report(study.out, report_dir, cfg, note=a.note)
     by = {}
     for k, r in summary["runs"].items():

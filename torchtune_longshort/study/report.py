@@ -139,6 +139,26 @@ def _wall_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], wall: Opti
     return md + [""]
 
 
+def check_report_dir(report_dir: Path) -> None:
+    """Refuse a report folder that is a file, or one holding what the report writes (report.md, summary.json,
+    runs/, PNGs) without an earlier study report's summary.json there: the report never overwrites a user's file.
+    Checked before the study runs."""
+    rdir = Path(report_dir)
+    if rdir.exists() and not rdir.is_dir():
+        raise NotADirectoryError(f"--report-dir {str(rdir)!r} is a file, not a folder: name a folder")
+    if not rdir.is_dir():
+        return
+    present = sorted({p.name for pat in ("report.md", "summary.json", "runs", "*.png") for p in rdir.glob(pat)})
+    try:
+        earlier = json.loads((rdir / "summary.json").read_text())
+    except (OSError, ValueError):
+        earlier = None
+    if present and not (isinstance(earlier, dict) and "tables" in earlier and "claims" in earlier):
+        raise FileExistsError(
+            f"report folder {str(rdir)!r} holds {', '.join(present[:5])}, which no earlier study report wrote (no "
+            "summary.json of one there): refusing to overwrite; pass another --report-dir, or move those away")
+
+
 def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
