@@ -109,3 +109,15 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("longshort_finetune: error:") and str(path) in err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
+    # `longshort-validate bad.yaml` (a YAML syntax error) ended in a yaml.ScannerError traceback, exit 1.
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1,\nb: 2\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(bad)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "is not valid YAML" in err and str(bad) in err, err
