@@ -29,10 +29,9 @@ def test_clex_across_processes_needs_fsdp2_ignored_params(name, monkeypatch):
     process needs nothing of FSDP2."""
     from omegaconf import OmegaConf
 
-    from torchtune_longshort.training.learned_rope import fsdp_ignores_params
     from torchtune_longshort.training.recipe_config import rules
 
-    assert fsdp_ignores_params()
+    assert rules.fsdp_ignores_params()
     load_recipe_config(OmegaConf.load(CONFIGS / name), world_size=8, local=False)
     monkeypatch.setattr(rules, "fsdp_ignores_params", lambda: False)
     with pytest.raises(ValueError, match=r"^model\.method gives RoPE method 'clex'.*across 8 processes.*"

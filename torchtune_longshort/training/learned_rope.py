@@ -15,7 +15,6 @@ learned parameters from a seeded, forked stream (:func:`initial_learned_rope`), 
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -64,16 +63,6 @@ def rope_generator(model: nn.Module, seed: int, recipe_state: Optional[Dict[str,
     for m in modules:
         m.generator = gen
     return gen
-
-
-def fsdp_ignores_params() -> bool:
-    """Whether this torch's FSDP2 ``fully_shard`` can leave parameters out of the sharding (``ignored_params``,
-    torch >= 2.7), which a learned RoPE under several processes needs."""
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6 kept it private; a build without torch.distributed
-        return False
-    return "ignored_params" in inspect.signature(fully_shard).parameters
 
 
 def shard_model(model: nn.Module, shard_conditions: List[Callable[[str, nn.Module], bool]],

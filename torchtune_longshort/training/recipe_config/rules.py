@@ -5,6 +5,7 @@ length rule (:func:`check_built_model`).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional, Tuple
 
 import torch
@@ -12,7 +13,6 @@ import torch
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
-from torchtune_longshort.training.learned_rope import fsdp_ignores_params
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import resolve_min_context
@@ -47,6 +47,16 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     if local:
         _check_checkpoint_dimensions(config)
     _check_scheduler(config)
+
+
+def fsdp_ignores_params() -> bool:
+    """Whether this torch's FSDP2 ``fully_shard`` can leave parameters out of the sharding (``ignored_params``,
+    torch >= 2.7), which a learned RoPE under several processes needs."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6 kept it private; a build without torch.distributed
+        return False
+    return "ignored_params" in inspect.signature(fully_shard).parameters
 
 
 def offloading_refusal(offloading: bool, checkpointing: bool, device: str) -> Optional[str]:
