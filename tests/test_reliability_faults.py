@@ -9,6 +9,7 @@ where the run is refused, that no output folder exists.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -348,3 +349,55 @@ def test_f11_both_models_count_the_same_passkey_samples_and_the_report_refuses_u
     with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_passkey: `hf` 6, `longshort` 10\)"):
         build_report([run("hf", 6), run("longshort", 10)], tmp_path / "report")
     assert not (tmp_path / "report").exists()
+
+
+def _commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
+    """``source``'s files (a checkpoint folder) committed as ``run/step_<step>`` the way the recipe saves, an adapter
+    file in a subfolder besides, and (``state``) its recipe state."""
+    from torchtune_longshort.training.checkpointing import StepCheckpoints, staged_state_path
+
+    ckpts = StepCheckpoints(run, keep=5)
+    staged = ckpts.staging_root / f"step_{step}"
+    shutil.copytree(source, staged)
+    (staged / "adapter").mkdir()
+    (staged / "adapter" / "adapter_config.json").write_text("{}")
+    if state:
+        staged_state_path(staged).write_bytes(b"state")
+    return ckpts.commit(staged, step)
+
+
+@pytest.mark.parametrize("where", ["step_4/eval/results.json", "recipe_state/notes.txt"])
+def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                     sp_tokenizer_dir, where):
+    """An evaluation written into a step folder (``longshort-eval --output_path run/step_4/eval``) or a file put in
+    ``recipe_state/`` is not deleted by ``overwrite_output_dir=True``: each step folder lists the files the recipe
+    wrote there (only the top-level names were checked, so the whole step folder went)."""
+    run = recipe_made(tmp_path / "run")
+    _commit_step(run, 4, tiny_llama2_dir)
+    (run / where).parent.mkdir(parents=True, exist_ok=True)
+    (run / where).write_text("mine")
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=rf"refuses to delete output_dir=.*run'.*it holds '{where}', which this "
+                                              "recipe did not write"):
+        recipe_cls(tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True)).setup()
+    assert tree(run) == before and (run / where).read_text() == "mine"
+
+
+def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_path, tiny_llama2_dir):
+    """Resumed from step_2 while step_4 exists (its recipe state gone), the run writes step_4 again and deletes the
+    old copy: a user's file inside it is refused first, naming it; without one the resume is accepted, and what the
+    recipe wrote there (nested files included) is not taken for a user's."""
+    from torchtune_longshort.training.output_dir import check_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    _commit_step(run, 2, tiny_llama2_dir)
+    _commit_step(run, 4, tiny_llama2_dir, state=False)
+    check_output_dir(run, resume=True, overwrite=False)
+    (run / "step_4" / "eval").mkdir()
+    (run / "step_4" / "eval" / "results.json").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"resume=True would replace step_4 of output_dir=.*which holds "
+                                              r"'step_4/eval/results.json' that the recipe did not write"):
+        check_output_dir(run, resume=True, overwrite=False)
+    (run / "step_2" / "eval.json").write_text("mine")  # step_2 is resumed from, not written again
+    (run / "step_4" / "eval" / "results.json").unlink()
+    check_output_dir(run, resume=True, overwrite=False)

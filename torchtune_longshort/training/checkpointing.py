@@ -20,6 +20,7 @@ folder is complete, and :meth:`StepCheckpoints.latest` picks the newest (``resum
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,10 @@ from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
+STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
+# In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
+# can tell them from a user's own (an evaluation written beside the weights).
+MANIFEST = ".longshort_files"
 
 PathLike = Union[str, Path]
 
@@ -92,6 +97,8 @@ class StepCheckpoints:
         ``recipe_state/``, delete the states past the newest :attr:`keep`, update ``latest`` and remove the empty
         staging folder."""
         final = self.path(step)
+        written = sorted(q.relative_to(staged).as_posix() for q in staged.rglob("*") if not q.is_dir())
+        (staged / MANIFEST).write_text(json.dumps(written, indent=0) + "\n")
         if final.exists():
             # Only reachable when a run is resumed from an older step and saves this step again: replace it by
             # renaming the old one aside first, so a kill between the two renames still leaves a complete copy.
@@ -111,6 +118,27 @@ class StepCheckpoints:
         if self.staging_root.is_dir() and not any(self.staging_root.iterdir()):
             self.staging_root.rmdir()
         return final
+
+    def foreign_files(self, resumable_only: bool = False) -> List[str]:
+        """Files under the step folders and ``recipe_state/`` that the recipe did not write (``step_<k>/<path>``),
+        sorted: a step folder's are those its :data:`MANIFEST` does not list (a folder from before the manifest is
+        not looked into). ``resumable_only``: only the step folders a run resumed now would write again (those
+        newer than the step it resumes from)."""
+        if not self.root.is_dir():
+            return []
+        start = self.latest(resumable=True) if resumable_only else None
+        first = int(STEP_PATTERN.match(start.name).group(1)) + 1 if start is not None else 0
+        out = []
+        for p in sorted(self.root.iterdir()):
+            m = STEP_PATTERN.match(p.name)
+            if m and p.is_dir() and int(m.group(1)) >= first and (p / MANIFEST).is_file():
+                listed = set(json.loads((p / MANIFEST).read_text())) | {MANIFEST}
+                out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
+                        if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
+        states = self.root / RECIPE_STATE_DIR
+        if not resumable_only and states.is_dir():
+            out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not STATE_PATTERN.match(q.name)]
+        return out
 
     def _prune_states(self) -> None:
         states = self.root / RECIPE_STATE_DIR

@@ -74,6 +74,12 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                 f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from (a run killed before its first save leaves only "
                 "step_0: start it again with overwrite_output_dir=True)"
             )
+        foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
+        if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
+            raise FileExistsError(
+                f"resume=True would replace {foreign[0].split('/')[0]} of output_dir={str(out)!r}, which holds "
+                f"{', '.join(repr(f) for f in foreign[:3])}{' ...' if len(foreign) > 3 else ''} that the recipe did "
+                "not write: move those out of it first")
         return
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
         if not overwrite:
@@ -123,6 +129,7 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
     foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
+    foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
     if foreign:
         return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
                 "recipe did not write")
