@@ -106,3 +106,44 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_the_study_runs(tm
     (mine / "summary.json").write_text('{"tables": {}, "claims": {}}')  # an earlier study report's
     assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 1  # rewritten; 1: no run of the grid ran
     assert (mine / "report.md").read_text().startswith("# Study `cpu_small` (quick variant)")
+
+
+def test_ctrl_c_stops_the_grid_and_a_rerun_goes_on(tmp_path, monkeypatch, capsys):
+    """A fine-tune ended by SIGINT (the recipe saves and exits 130; Ctrl-C reaches the study and its subprocess
+    alike) stops the grid: the run is recorded as interrupted (not failed), the runs after it do not start, no
+    report is written, the study exits 130 with one line saying how to go on. Before, the run was recorded as
+    failed and the grid went on. The same command then finishes the grid, the base skipped."""
+    import json
+
+    from test_study import FakeExecutor
+
+    import torchtune_longshort.study.__main__ as study_main
+    import torchtune_longshort.study.runner as runner
+    from torchtune_longshort.study.stages import run_command
+
+    class StoppedOnce(FakeExecutor):
+        def __call__(self, argv, log_path, cwd, env, timeout):
+            if Path(argv[0]).name == "tune" and "clex_a0_s0" in str(log_path) and not self.stopped:
+                self.stopped = True  # a real subprocess that exits as the recipe does after a SIGINT
+                return run_command([sys.executable, "-c", "raise SystemExit(130)"], log_path, cwd, env, timeout)
+            return super().__call__(argv, log_path, cwd, env, timeout)
+
+    stopper = StoppedOnce()
+    stopper.stopped = False
+
+    class Stopped(runner.Study):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": stopper})
+
+    args = ["--config", str(CPU_SMALL), "--quick", "--out", str(tmp_path / "out"), "--repo-root", str(ROOT), "--jobs",
+            "1"]  # one run at a time: the second is not started when the first is stopped
+    monkeypatch.setattr(study_main, "Study", Stopped)
+    assert study_main.main(args) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("[study] interrupted (") and "Rerun the same command to go on" in err[-1]
+    runs = tmp_path / "out" / "runs"
+    assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "interrupted"
+    assert not (runs / "clex_a0.3_s0").exists() and not (tmp_path / "out" / "report").exists()
+    assert study_main.main(args) == 0
+    assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "ok"
+    assert "base: result.json present (ok), skipped" in capsys.readouterr().out

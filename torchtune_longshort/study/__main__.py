@@ -26,6 +26,7 @@ from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.runner import Study
+from torchtune_longshort.study.stages import StudyInterrupted
 
 
 def main(argv=None) -> int:
@@ -84,7 +85,13 @@ def main(argv=None) -> int:
         except StudyConfigError as e:
             print(f"[study] {e}", file=sys.stderr)
             return 2
-        study.run(only=only)
+        try:
+            study.run(only=only)
+        except (StudyInterrupted, KeyboardInterrupt) as e:
+            print(f"[study] interrupted ({e or 'Ctrl-C'}): runs finished so far are kept in {study.out} and skipped by a rerun; "
+                  "an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on (no "
+                  "report was written)", file=sys.stderr)
+            return 130
     summary = build_report(study.out, report_dir, cfg, note=a.note)
     by = {}
     for k, r in summary["runs"].items():

@@ -36,7 +36,9 @@ from torchtune_longshort.study.base_failure import base_failure, base_gate_refus
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_stages import RunStages
-from torchtune_longshort.study.stages import StageError, output_folder, run_command, train_summary
+from torchtune_longshort.study.stages import (
+    StageError, StudyInterrupted, output_folder, run_command, train_summary,
+)
 
 RESULT = "result.json"
 
@@ -128,18 +130,26 @@ class Study(RunStages):
                 rec.update(self._eval(key, ckpt, spec, trained_now))
                 rec["wall_s_eval"] = round(time.time() - t1, 1)
             rec["status"] = "ok"
+        except StudyInterrupted as e:  # recorded (a rerun does it again), and the grid stops
+            rec["status"], rec["stage"], rec["error"] = "interrupted", stage, str(e)
+            self.log(f"[study] {key}: interrupted at {stage}: {e}")
+            self._write_result(res_path, rec, t0)
+            raise
         except Exception as e:  # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
             rec["error"] = str(e)
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
             self.log(f"[study] {key}: FAILED at {rec['stage']}: {e}")
+        self._write_result(res_path, rec, t0)
+        return rec
+
+    def _write_result(self, res_path: Path, rec: Dict[str, Any], t0: float) -> None:
         rec["wall_s"] = round(time.time() - t0, 1)
         rec["provenance"] = self.provenance()
-        rdir.mkdir(parents=True, exist_ok=True)
+        res_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = res_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, default=str))
         tmp.replace(res_path)
-        return rec
 
     def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
         """Why the fine-tunes must not start, or None (:func:`claims.base_gate_refusal`); logs the base's ratios."""
@@ -204,27 +214,60 @@ class Study(RunStages):
                     self.log(f"[study] BABILong data: {e} (each run's evaluation will report it)")
             env, self.env = self.env, self.fine_tune_env()
 
-            def one(i: int, run: Run) -> Dict[str, Any]:
+            stopping = threading.Event()
+
+            def one(i: int, run: Run) -> Optional[Dict[str, Any]]:
+                if stopping.is_set():  # interrupted: the runs not started stay to do
+                    return None
                 self.log(f"[study] ({i}/{len(runs)}) {run.key}  [{time.time() - t0:.0f} s elapsed]")
-                rec = self.run_one(run.key, run, blocked=blocked)
+                try:
+                    rec = self.run_one(run.key, run, blocked=blocked)
+                except StudyInterrupted:
+                    stopping.set()  # here, before this worker takes the next run
+                    raise
                 with lock:
                     bar.set_postfix_str(run.key, refresh=False)
                     bar.update(1)
                 return rec
 
+            interrupted: Optional[BaseException] = None
             try:
                 with ThreadPoolExecutor(max_workers=self.jobs) as pool:
                     futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
                     for run, fut in zip(runs, futures):
-                        records[run.key] = fut.result()  # run_one records its own failures; grid order kept
+                        try:  # run_one records its own failures; grid order kept
+                            rec = fut.result()
+                        except (StudyInterrupted, KeyboardInterrupt) as e:  # Ctrl-C: running ones finish their step
+                            stopping.set()
+                            interrupted = interrupted or e
+                            rec = _result_when_done(fut)
+                        if rec is not None:
+                            records[run.key] = rec
             finally:
                 self.env = env
+            if interrupted is not None:
+                self._write_summary(records, t0)
+                raise StudyInterrupted(str(interrupted) or "Ctrl-C")
         finally:
             bar.close()
             self.log = log
+        self._write_summary(records, t0)
+        return records
+
+    def _write_summary(self, records: Dict[str, Dict[str, Any]], t0: float) -> None:
         summary = {"name": self.cfg.name, "quick": self.cfg.quick, "config": self.cfg.to_dict(),
                    "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
         (self.out / "study.json").write_text(json.dumps(summary, indent=1, default=str))
-        return records
+
+
+def _result_when_done(fut) -> Optional[Dict[str, Any]]:
+    """A run's record once its thread is done (None: not started, or interrupted: its result.json says so)."""
+    while True:
+        try:
+            return fut.result()
+        except StudyInterrupted:
+            return None
+        except KeyboardInterrupt:  # a second Ctrl-C while the running subprocesses save: keep waiting
+            continue

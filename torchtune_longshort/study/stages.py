@@ -22,6 +22,15 @@ class StageError(RuntimeError):
         self.stage, self.log_tail = stage, log_tail
 
 
+class StudyInterrupted(Exception):
+    """A stage was stopped by SIGINT or SIGTERM (Ctrl-C reaches the study and its subprocess alike): the study
+    stops its grid instead of recording a failure and going on."""
+
+
+# what a subprocess ended by SIGINT / SIGTERM exits with: the recipe's 128 + signal after it saved, or -signal
+_STOPPED = {130: "SIGINT", 143: "SIGTERM", -2: "SIGINT", -15: "SIGTERM"}
+
+
 def log_tail(path: Path, n: int = 25) -> str:
     if not path.is_file():
         return ""
@@ -54,17 +63,27 @@ def tune_command() -> str:
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
-    """Run ``argv`` with stdout+stderr to ``log_path``; returns the exit code (124 on timeout)."""
+    """Run ``argv`` with stdout+stderr to ``log_path``; returns the exit code (124 on timeout).
+    :class:`StudyInterrupted` when the subprocess was stopped by SIGINT / SIGTERM, or Ctrl-C reached this thread
+    (the subprocess, which got it too, is waited for: the recipe finishes its step and saves)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, argv)) + "\n")
         log.flush()
+        proc = subprocess.Popen(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            return subprocess.run(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
             log.write(f"\nTimeoutError: killed after {timeout} s\n")
             return 124
+        except KeyboardInterrupt:
+            rc = proc.wait()
+            raise StudyInterrupted(f"{Path(str(argv[0])).name} stopped by SIGINT (exit {rc})") from None
+    if rc in _STOPPED:
+        raise StudyInterrupted(f"{Path(str(argv[0])).name} stopped by {_STOPPED[rc]} (exit {rc})")
+    return rc
 
 
 def run_eval(executor: Callable[..., int], argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str],
