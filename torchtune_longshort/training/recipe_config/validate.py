@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     quiet_upstream()
     refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1"))))
     print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "
-          "nothing built or written)")
+          "nothing built or written: the model, tokenizer and data are checked when tune run starts, before it "
+          "writes anything)")
     return 0
 
 
