@@ -199,7 +199,11 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
                         tokenizer=sp_tokenizer_dir)
     cfg = make_cfg(None, sp_tokenizer_dir, out, resume=True,
                    model={"_component_": "torchtune_longshort.models.hf_decoder", **node})
-    with pytest.raises(FileNotFoundError, match="leaves only step_0"):
+    # a folder the recipe did not make (no marker): overwrite would be refused too, so the hint is another folder
+    with pytest.raises(FileNotFoundError, match="this recipe did not make that folder: choose another output_dir"):
+        recipe_cls(cfg).setup()
+    (out / ".longshort_output").write_text("")  # as the recipe leaves it
+    with pytest.raises(FileNotFoundError, match="leaves only step_0: start it again with overwrite_output_dir=True"):
         recipe_cls(cfg).setup()
 
 

@@ -69,10 +69,12 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None:
+            hint = ("a run killed before its first save leaves only step_0: start it again with "
+                    "overwrite_output_dir=True" if (out / MARKER).is_file() else
+                    "this recipe did not make that folder: choose another output_dir, without resume=True")
             raise FileNotFoundError(
                 f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
-                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from (a run killed before its first save leaves only "
-                "step_0: start it again with overwrite_output_dir=True)"
+                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from ({hint})"
             )
         foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
         if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
