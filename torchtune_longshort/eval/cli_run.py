@@ -17,6 +17,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+from torchtune_longshort.models.hf_rope import not_representable_method
 
 logger = logging.getLogger(__name__)
 
@@ -107,10 +108,8 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
             hf = json.loads(config.read_text())
         except (OSError, ValueError):
             continue  # the model's own loader names what is wrong with the file
-        types = [(hf.get(key) or {}).get("rope_type", "") for key in ("rope_scaling", "rope_parameters")]
-        if any(isinstance(t, str) and t.startswith("longshort-") for t in types):
-            # "longshort_rope": models.hf_rope.SPEC_KEY (not imported here: it loads torchtune before lm-eval starts)
-            method = (hf.get("longshort_rope") or {}).get("method") or next(t for t in types if t.startswith("l"))
+        method = not_representable_method(hf) if isinstance(hf, dict) else None
+        if method is not None:
             raise ValueError(
                 f"--model_args pretrained={found.group(1)}: its RoPE ({method}) is not representable in transformers "
                 f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"

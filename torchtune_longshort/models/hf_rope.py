@@ -94,10 +94,23 @@ def transformers_representable(spec: Dict[str, Any], hf_rope_types: Optional[Seq
     return scaling is None or hf_rope_types is None or scaling["rope_type"] in hf_rope_types
 
 
+_NOT_REPRESENTABLE = "longshort-"  # the rope_type prefix of a method transformers cannot run
+
+
 def not_representable_rope_type(method: str) -> str:
     """The ``rope_type`` written for a method transformers cannot run: transformers raises ``KeyError`` with this
     text when it builds the model, so ``lm-eval --model hf`` fails with the reason instead of a wrong model."""
-    return f"longshort-{method} (not representable in transformers: evaluate with longshort-eval --model longshort)"
+    return f"{_NOT_REPRESENTABLE}{method} (not representable in transformers: evaluate with longshort-eval --model longshort)"
+
+
+def not_representable_method(config: Dict[str, Any]) -> Optional[str]:
+    """The RoPE method of a ``config.json`` (a dict) that transformers cannot run (its ``rope_type`` written by
+    :func:`not_representable_rope_type`), else None."""
+    types = [(config.get(key) or {}).get("rope_type") for key in ("rope_scaling", "rope_parameters")]
+    marked = [t for t in types if isinstance(t, str) and t.startswith(_NOT_REPRESENTABLE)]
+    if not marked:
+        return None
+    return (config.get(SPEC_KEY) or {}).get("method") or marked[0][len(_NOT_REPRESENTABLE):].split(" ")[0]
 
 
 def hf_config_updates(model_or_spec, hf_rope_types: Optional[Sequence[str]] = None) -> Dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Sequence
 import torch
 from torch import nn
 
-from torchtune_longshort.rope.base import ScaledRoPE
+from torchtune_longshort.training.learned_rope import learned_rope_modules
 
 
 def check_finite_loss(out, where: Callable[[], str]) -> None:
@@ -23,13 +23,7 @@ def check_finite_loss(out, where: Callable[[], str]) -> None:
 
 def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
     """The trainable parameters of the model's RoPE modules (CLEX's ODE), each once."""
-    seen: Dict[int, nn.Parameter] = {}
-    for module in model.modules():
-        if isinstance(module, ScaledRoPE):
-            for p in module.parameters():
-                if p.requires_grad:
-                    seen.setdefault(id(p), p)
-    return list(seen.values())
+    return [p for m in learned_rope_modules(model) for p in m.parameters(recurse=False) if p.requires_grad]
 
 
 def _clip(params: Sequence[nn.Parameter], max_norm, name: str, where: Callable[[], str]) -> torch.Tensor:
