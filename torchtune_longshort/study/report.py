@@ -30,6 +30,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
+from torchtune_longshort.output_guard import check_output_folder, read_json
 
 
 def _outcome(cfg: StudyConfig, tables: Dict[str, Any]) -> Dict[str, Any]:
@@ -140,23 +141,13 @@ def _wall_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], wall: Opti
 
 
 def check_report_dir(report_dir: Path) -> None:
-    """Refuse a report folder that is a file, or one holding what the report writes (report.md, summary.json,
-    runs/, PNGs) without an earlier study report's summary.json there: the report never overwrites a user's file.
-    Checked before the study runs."""
-    rdir = Path(report_dir)
-    if rdir.exists() and not rdir.is_dir():
-        raise NotADirectoryError(f"--report-dir {str(rdir)!r} is a file, not a folder: name a folder")
-    if not rdir.is_dir():
-        return
-    present = sorted({p.name for pat in ("report.md", "summary.json", "runs", "*.png") for p in rdir.glob(pat)})
-    try:
-        earlier = json.loads((rdir / "summary.json").read_text())
-    except (OSError, ValueError):
-        earlier = None
-    if present and not (isinstance(earlier, dict) and "tables" in earlier and "claims" in earlier):
-        raise FileExistsError(
-            f"report folder {str(rdir)!r} holds {', '.join(present[:5])}, which no earlier study report wrote (no "
-            "summary.json of one there): refusing to overwrite; pass another --report-dir, or move those away")
+    """A report folder the study may write: one an earlier study report wrote (its ``summary.json``), or one
+    holding none of what the report writes (report.md, summary.json, runs/, PNGs). Checked before the study runs."""
+    def earlier(folder: Path) -> bool:
+        summary = read_json(folder / "summary.json")
+        return isinstance(summary, dict) and "tables" in summary and "claims" in summary
+
+    check_output_folder(report_dir, "--report-dir", ("report.md", "summary.json", "runs", "*.png"), earlier)
 
 
 def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,

@@ -17,6 +17,7 @@ import sys
 from dataclasses import replace
 from typing import List, Optional
 
+from torchtune_longshort.output_guard import check_output_folder, read_json
 from torchtune_longshort.refusals import ArgumentParser
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
                 _check_figure_outputs(a.out, paper, beyond)
         elif not a.replot:
             _check_run_json(a.out)
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, FileExistsError, NotADirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.figure is None:
@@ -140,43 +141,27 @@ def _base_config(a: argparse.Namespace) -> tuple:
 
 
 def _check_run_json(out: str) -> None:
-    """A single run writes ``<out>/run.json``: refused before training when ``out`` is a file, or when that file
-    exists and is not an earlier single run's result (its ``config`` and ``test_mse``): never a user's file."""
-    path = os.path.join(out, "run.json")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise FileExistsError(f"--out={out!r} is a file, not a folder: name a folder for run.json")
-    if os.path.lexists(path):
-        try:
-            with open(path) as fh:
-                earlier = json.load(fh)
-        except (OSError, ValueError):
-            earlier = None
-        if not (isinstance(earlier, dict) and "config" in earlier and "test_mse" in earlier):
-            raise FileExistsError(f"--out={out!r} holds a run.json that is not an earlier run's result: refusing to "
-                                  "overwrite it; choose another --out, or move that file away")
+    """A single run writes ``<out>/run.json``: replaced only when it is an earlier single run's result (its
+    ``config`` and ``test_mse``), refused before training otherwise."""
+    def earlier(folder) -> bool:
+        run = read_json(folder / "run.json")
+        return isinstance(run, dict) and "config" in run and "test_mse" in run
+
+    check_output_folder(out, "--out", ["run.json"], earlier)
 
 
 def _check_figure_outputs(out: str, paper: List[str], beyond: List[str]) -> None:
-    """Refuse, before training, an ``--out`` holding a file these figures write (``summary.json``, ``runs.json``,
-    ``fig<n>.csv/png``; ``beyond_summary.json``, ``fig_<n>.csv/png``) when the summary there is not an earlier run's
-    (a JSON object with ``meta``): never a user's file."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise FileExistsError(f"--out={out!r} is a file, not a folder: name a folder for the figures")
+    """The files these figures write (``summary.json``, ``runs.json``, ``fig<n>.csv/png``; ``beyond_summary.json``,
+    ``fig_<n>.csv/png``) are replaced only where an earlier run's summary (a JSON object with ``meta``) is there;
+    refused before training otherwise."""
     groups = [("summary.json", ["runs.json"] + [f"fig{n}.{x}" for n in paper for x in ("csv", "png")])] if paper else []
     groups += [("beyond_summary.json", [f"fig_{n}.{x}" for n in beyond for x in ("csv", "png")])] if beyond else []
     for summary, others in groups:
-        present = [n for n in [summary, *others] if os.path.lexists(os.path.join(out, n))]
-        if not present:
-            continue
-        try:
-            with open(os.path.join(out, summary)) as fh:
-                earlier = json.load(fh)
-        except (OSError, ValueError):
-            earlier = None
-        if not (isinstance(earlier, dict) and "meta" in earlier):
-            raise FileExistsError(
-                f"--out={out!r} holds {', '.join(present)}, which no earlier run of these figures wrote (no {summary} "
-                "of one there): refusing to overwrite; choose another --out, or move those files away")
+        def earlier(folder, summary=summary) -> bool:
+            found = read_json(folder / summary)
+            return isinstance(found, dict) and "meta" in found
+
+        check_output_folder(out, "--out", [summary, *others], earlier)
 
 
 def _single_run(base: RunConfig, out: str) -> int:

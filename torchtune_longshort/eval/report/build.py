@@ -47,6 +47,7 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
+from torchtune_longshort.output_guard import check_output_folder, read_json
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
@@ -259,23 +260,14 @@ REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_p
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """Refuse an ``--out`` that is a file, or a folder holding a file of a name the report writes that an earlier
-    report there did not write (its ``summary.json`` lists what it wrote): the report never overwrites a user's
-    file. Checked before anything is written."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"--out={str(out_dir)!r} is a file, not a folder: name a folder for the report")
-    if not out_dir.is_dir():
-        return
-    try:
-        earlier = json.loads((out_dir / "summary.json").read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        earlier = []
-    earlier = earlier if isinstance(earlier, list) else []
-    foreign = sorted(p.name for pattern in REPORT_FILE_PATTERNS for p in out_dir.glob(pattern) if p.name not in earlier)
-    if foreign:
-        raise FileExistsError(
-            f"--out={str(out_dir)!r} holds {', '.join(map(repr, foreign))}, which no earlier report there wrote; the "
-            "report would overwrite it: choose another --out, or move that file away")
+    """An ``--out`` the report may write: a rerun replaces only what an earlier report there wrote (its
+    ``summary.json`` lists it), never a user's file."""
+    def earlier(folder: Path):
+        summary = read_json(folder / "summary.json")
+        files = summary.get("files") if isinstance(summary, dict) else None
+        return files if isinstance(files, list) else False
+
+    check_output_folder(out_dir, "--out", REPORT_FILE_PATTERNS, earlier)
 
 
 def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,

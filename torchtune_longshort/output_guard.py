@@ -1,0 +1,38 @@
+"""The one rule every command that writes into a folder the user names follows: it replaces only what an earlier run
+of the same command wrote there, and refuses anything else in one line, before doing any work (the recipe's own
+output folder has its stricter rules in ``training.output_dir``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Collection, Sequence, Union
+
+
+def read_json(path: Path) -> Any:
+    """``path`` parsed, or None when it is missing or not JSON (an earlier run's summary is recognised by its keys)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[str],
+                        earlier: Callable[[Path], Union[bool, Collection[str]]]) -> None:
+    """Refuse a ``folder`` (given as ``option``) that is a file, or that holds something of a name the command
+    writes (``writes``: names or glob patterns) which no earlier run of it wrote. ``earlier(folder)``: True when an
+    earlier run wrote all of them, False when none, or the names it wrote."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
+    if not folder.is_dir():
+        return
+    present = sorted({p.name for pattern in writes for p in folder.glob(pattern)})
+    if not present:
+        return
+    ours = earlier(folder)
+    foreign = [] if ours is True else present if ours is False else [n for n in present if n not in ours]
+    if foreign:
+        raise FileExistsError(
+            f"{option}={str(folder)!r} holds {', '.join(map(repr, foreign[:5]))}{' ...' if len(foreign) > 5 else ''}, "
+            f"which no earlier run there wrote: refusing to overwrite; choose another {option}, or move those away")
