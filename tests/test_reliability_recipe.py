@@ -5,6 +5,7 @@ stops the run; a torn last metrics line does not block resume. In-process (the r
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -132,10 +133,27 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
     (out / ".longshort_output").write_text("")
     (out / "step_7").mkdir()  # an earlier run's checkpoint: the recipe wrote it, overwrite replaces it
     (out / "step_7" / "config.json").write_text("{}\n")
-    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1))
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1)
+    r = recipe_cls(cfg)
     r.setup()
     r.release_output_dir()
     assert not (out / "step_7").exists() and (out / ".longshort_output").is_file()
+    # the metric logger's folder lists what the run's logger wrote there; a note put beside the logs is a user's:
+    # overwrite refuses, naming it (it checked the folder's name only, and deleted the note with the logs)
+    logs = out / "logs"
+    written = sorted(p.name for p in logs.iterdir() if p.name != ".longshort_files")
+    assert written and json.loads((logs / ".longshort_files").read_text()) == written
+    (logs / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"refuses to delete .*it holds 'logs/notes.txt', which this recipe did "
+                                              "not write"):
+        recipe_cls(cfg).setup()
+    assert (logs / "notes.txt").read_text() == "mine" and not (out / ".lock").exists()
+    (logs / "notes.txt").unlink()
+    r = recipe_cls(cfg)
+    r.setup()
+    r.release_output_dir()
+    now = sorted(p.name for p in logs.iterdir() if p.name != ".longshort_files")
+    assert now and json.loads((logs / ".longshort_files").read_text()) == now  # the new run's log alone
 
 
 def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,

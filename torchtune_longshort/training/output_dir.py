@@ -4,21 +4,24 @@ keeps a second run out.
 - ``resume=True``: the folder must hold a complete, resumable ``step_<k>`` (:class:`~torchtune_longshort.training.
   checkpointing.StepCheckpoints`).
 - otherwise an existing, non-empty folder is refused unless ``overwrite`` is set, and ``overwrite`` deletes only a
-  folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:data:`WRITTEN_HERE`),
-  never one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
+  folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:data:`WRITTEN_HERE`; in
+  the step folders and the metric logger's folder, the files their manifest lists: :func:`record_written`), never one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
 - :func:`claim_output_dir` checks those rules, takes the folder's lock (:class:`OutputDirLock`, the owner's PID)
   and prepares the folder; a refused setup gives a folder it made back.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.refusals import Refusal
-from torchtune_longshort.training.checkpointing import RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints
+from torchtune_longshort.training.checkpointing import (
+    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints, atomic_write_text,
+)
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 LOCK = ".lock"
@@ -98,6 +101,39 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
 
 
+def _listed(folder: Path) -> Optional[set]:
+    """The files a run recorded in ``folder``'s :data:`MANIFEST` (None: no manifest)."""
+    try:
+        return set(json.loads((folder / MANIFEST).read_text())) | {MANIFEST}
+    except (OSError, ValueError):
+        return None
+
+
+def record_written(output_dir: PathLike, written_here: Sequence[str]) -> None:
+    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder) to
+    that folder's :data:`MANIFEST`, as a step folder lists its own: overwrite deletes a log folder only when it holds
+    nothing else."""
+    for name in written_here:
+        folder = Path(output_dir) / name
+        if folder.is_dir() and not folder.is_symlink():
+            files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if not q.is_dir()}
+            files |= (_listed(folder) or set())
+            atomic_write_text(folder / MANIFEST, json.dumps(sorted(files - {MANIFEST}), indent=0) + "\n")
+
+
+def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
+    """Files under the ``written_here`` folders of ``output_dir`` that their :data:`MANIFEST` does not list
+    (``<name>/<path>``); a folder without a manifest (written before it existed) is not looked into."""
+    out = []
+    for name in written_here:
+        folder = Path(output_dir) / name
+        listed = _listed(folder) if folder.is_dir() else None
+        if listed is not None:
+            out += [f"{name}/{rel}" for q in sorted(folder.rglob("*"))
+                    if not q.is_dir() and (rel := q.relative_to(folder).as_posix()) not in listed]
+    return out
+
+
 def _contains(folder: Path, path: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -132,6 +168,7 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
         return f"it holds {nested[0]!r}, the output folder of another run"
     foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
     foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
+    foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
     if foreign:
         return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
                 "recipe did not write")
@@ -184,6 +221,10 @@ class OutputDirLock:
             return self
         raise RuntimeError(f"could not take the lock {self.path}")
 
+    def record_written(self) -> None:
+        """:func:`record_written` for this run's folder (its metric logger's files)."""
+        record_written(self.path.parent, self.written_here)
+
     def _holder(self) -> Optional[int]:
         try:
             return int(self.path.read_text().strip() or "0") or None
@@ -196,7 +237,10 @@ class OutputDirLock:
         starts as the first would have)."""
         if self.held and self._holder() == os.getpid():
             folder = self.path.parent
-            if discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir()):
+            if not discard:
+                self.record_written()
+            if (discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
+                    and not foreign_written(folder, self.written_here)):
                 shutil.rmtree(folder)
             else:
                 self.path.unlink(missing_ok=True)

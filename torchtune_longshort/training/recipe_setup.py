@@ -108,6 +108,8 @@ class RecipeSetup:
         self._batcher = self._setup_data(recipe_state)
         self._run_log = RunLog.open(self.config.metric_logger.node() if self._is_rank_zero else None, self.cfg,
                                     self.output_dir, self.global_step, self._device)
+        if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
+            self._lock.record_written()
         if recipe_state is not None:
             torch.set_rng_state(recipe_state["torch_rng"])
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")
