@@ -141,9 +141,12 @@ def test_ctrl_c_stops_the_grid_and_a_rerun_goes_on(tmp_path, monkeypatch, capsys
     assert study_main.main(args) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("[study] interrupted (") and "Rerun the same command to go on" in err[-1]
+    assert "the same command with --report-only writes one" in err[-1]
     runs = tmp_path / "out" / "runs"
     assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "interrupted"
     assert not (runs / "clex_a0.3_s0").exists() and not (tmp_path / "out" / "report").exists()
+    study_main.main(args + ["--report-only"])  # the report the line offers: the finished runs, the stopped one named
+    assert "interrupted" in (tmp_path / "out" / "report" / "report.md").read_text()
     assert study_main.main(args) == 0
     assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "ok"
     assert "base: result.json present (ok), skipped" in capsys.readouterr().out

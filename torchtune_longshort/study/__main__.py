@@ -90,7 +90,8 @@ def main(argv=None) -> int:
         except (StudyInterrupted, KeyboardInterrupt) as e:
             print(f"[study] interrupted ({e or 'Ctrl-C'}): runs finished so far are kept in {study.out} and skipped by a rerun; "
                   "an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on (no "
-                  "report was written)", file=sys.stderr)
+                  "report was written: the same command with --report-only writes one from the runs finished so far)",
+                  file=sys.stderr)
             return 130
     summary = build_report(study.out, report_dir, cfg, note=a.note)
     by = {}
