@@ -383,6 +383,31 @@ def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, 
     assert tree(run) == before and (run / where).read_text() == "mine"
 
 
+def test_a_resumed_run_does_not_list_a_users_note_in_the_logs_as_its_own(tmp_path, tiny_llama2_dir):
+    """The metric logger's folder lists the files its runs wrote (``.longshort_files``); a note a user put there
+    between two runs is not added by the resumed run (it lists what appeared after it claimed the folder), so a
+    later overwrite still refuses it by name."""
+    import json
+
+    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir, record_written
+
+    run = recipe_made(tmp_path / "run")
+    _commit_step(run, 2, tiny_llama2_dir)
+    logs = run / "logs"
+    logs.mkdir()
+    (logs / "log_1.txt").write_text("first run")
+    record_written(run, ("logs",))
+    (logs / "notes.txt").write_text("mine")
+    lock = claim_output_dir(run, resume=True, overwrite=False, written_here=("logs",))
+    (logs / "log_2.txt").write_text("resumed run")  # what the resumed run's logger opens
+    lock.record_written()
+    lock.release()
+    assert json.loads((logs / ".longshort_files").read_text()) == ["log_1.txt", "log_2.txt"]
+    with pytest.raises(FileExistsError, match=r"it holds 'logs/notes.txt', which this recipe did not write"):
+        check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
+    assert (logs / "notes.txt").read_text() == "mine"
+
+
 def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_path, tiny_llama2_dir):
     """Resumed from step_2 while step_4 exists (its recipe state gone), the run writes step_4 again and deletes the
     old copy: a user's file inside it is refused first, naming it; without one the resume is accepted, and what the

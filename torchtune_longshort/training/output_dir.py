@@ -5,7 +5,8 @@ keeps a second run out.
   checkpointing.StepCheckpoints`).
 - otherwise an existing, non-empty folder is refused unless ``overwrite`` is set, and ``overwrite`` deletes only a
   folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:data:`WRITTEN_HERE`; in
-  the step folders and the metric logger's folder, the files their manifest lists: :func:`record_written`), never one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
+  the step folders and the metric logger's folder, the files their manifest lists: :func:`record_written`), never
+  one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
 - :func:`claim_output_dir` checks those rules, takes the folder's lock (:class:`OutputDirLock`, the owner's PID)
   and prepares the folder; a refused setup gives a folder it made back.
 """
@@ -109,15 +110,27 @@ def _listed(folder: Path) -> Optional[set]:
         return None
 
 
-def record_written(output_dir: PathLike, written_here: Sequence[str]) -> None:
-    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder) to
-    that folder's :data:`MANIFEST`, as a step folder lists its own: overwrite deletes a log folder only when it holds
-    nothing else."""
+def files_under(output_dir: PathLike, written_here: Sequence[str]) -> set:
+    """Every file now under the ``written_here`` folders of ``output_dir`` (``<name>/<path>``), manifests left out."""
+    out = set()
     for name in written_here:
         folder = Path(output_dir) / name
         if folder.is_dir() and not folder.is_symlink():
-            files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if not q.is_dir()}
-            files |= (_listed(folder) or set())
+            out |= {f"{name}/{q.relative_to(folder).as_posix()}" for q in folder.rglob("*")
+                    if not q.is_dir() and q.name != MANIFEST}
+    return out
+
+
+def record_written(output_dir: PathLike, written_here: Sequence[str], existed: set = frozenset()) -> None:
+    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder),
+    less those that ``existed`` before the run (a resumed run's folder may hold a user's note), to that folder's
+    :data:`MANIFEST`, as a step folder lists its own: overwrite deletes a log folder only when it holds nothing
+    else."""
+    new = files_under(output_dir, written_here) - set(existed)
+    for name in written_here:
+        folder = Path(output_dir) / name
+        if folder.is_dir() and not folder.is_symlink():
+            files = {f.split("/", 1)[1] for f in new if f.split("/", 1)[0] == name} | (_listed(folder) or set())
             atomic_write_text(folder / MANIFEST, json.dumps(sorted(files - {MANIFEST}), indent=0) + "\n")
 
 
@@ -200,6 +213,7 @@ class OutputDirLock:
         self.held = False
         self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
         self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
+        self.existed: set = set()  # the files in those folders before this run (set by claim_output_dir)
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,8 +236,8 @@ class OutputDirLock:
         raise RuntimeError(f"could not take the lock {self.path}")
 
     def record_written(self) -> None:
-        """:func:`record_written` for this run's folder (its metric logger's files)."""
-        record_written(self.path.parent, self.written_here)
+        """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
+        record_written(self.path.parent, self.written_here, self.existed)
 
     def _holder(self) -> Optional[int]:
         try:
@@ -267,4 +281,5 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     lock = OutputDirLock(output_dir).acquire()
     lock.made_folder, lock.written_here = made, tuple(written_here)
     prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+    lock.existed = files_under(output_dir, written_here)  # a resumed run's: never listed as its own
     return lock
