@@ -139,11 +139,9 @@ def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
     (``<name>/<path>``); a folder without a manifest (written before it existed) is not looked into."""
     out = []
     for name in written_here:
-        folder = Path(output_dir) / name
-        listed = _listed(folder) if folder.is_dir() else None
+        listed = _listed(Path(output_dir) / name)
         if listed is not None:
-            out += [f"{name}/{rel}" for q in sorted(folder.rglob("*"))
-                    if not q.is_dir() and (rel := q.relative_to(folder).as_posix()) not in listed]
+            out += sorted(f for f in files_under(output_dir, (name,)) if f.split("/", 1)[1] not in listed)
     return out
 
 
