@@ -156,6 +156,32 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
     assert now and json.loads((logs / ".longshort_files").read_text()) == now  # the new run's log alone
 
 
+def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                         sp_tokenizer_dir):
+    """``metric_logger.log_dir`` = ``output_dir`` (torchtune's older configs): the folder's ``.longshort_files``
+    lists the logger's files there, so overwrite replaces the run (it refused, naming the log it took for a user's)
+    and still refuses a note a user put beside them, by name."""
+    out = tmp_path / "out"
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1,
+                   **{"metric_logger.log_dir": str(out)})
+    r = recipe_cls(cfg)
+    r.setup()
+    r.release_output_dir()
+    logged = json.loads((out / ".longshort_files").read_text())
+    assert logged and all(n.startswith("log_") and (out / n).is_file() for n in logged)  # DiskLogger's log_<time>.txt
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"refuses to delete .*it holds 'notes.txt', which this recipe did not "
+                                              "write"):
+        recipe_cls(cfg).setup()
+    assert (out / "notes.txt").read_text() == "mine" and not (out / ".lock").exists()
+    (out / "notes.txt").unlink()
+    r = recipe_cls(cfg)
+    r.setup()
+    r.release_output_dir()
+    now = sorted(p.name for p in out.iterdir() if p.name.startswith("log_"))
+    assert now and json.loads((out / ".longshort_files").read_text()) == now  # the new run's log alone
+
+
 def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                    sp_tokenizer_dir):
     from torchtune_longshort.training.output_dir import OutputDirLock

@@ -30,7 +30,9 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
-WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml")
+# MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
+WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml", MANIFEST)
+HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
 Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
 
@@ -110,38 +112,51 @@ def _listed(folder: Path) -> Optional[set]:
         return None
 
 
+def _logged(output_dir: Path, name: str) -> set:
+    """The files now under ``output_dir / name`` that a metric logger may have written, as paths relative to that
+    folder, manifests left out. For :data:`HERE` (the logger writes into the output folder itself): every file below
+    a top-level entry that the recipe does not write itself."""
+    folder = output_dir / name
+    if not folder.is_dir() or folder.is_symlink():
+        return set()
+    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if not q.is_dir() and q.name != MANIFEST}
+    return {f for f in files if not written_by_recipe(f.split("/", 1)[0])} if name == HERE else files
+
+
+def _joined(name: str, rel: str) -> str:
+    return rel if name == HERE else f"{name}/{rel}"
+
+
 def files_under(output_dir: PathLike, written_here: Sequence[str]) -> set:
-    """Every file now under the ``written_here`` folders of ``output_dir`` (``<name>/<path>``), manifests left out."""
-    out = set()
-    for name in written_here:
-        folder = Path(output_dir) / name
-        if folder.is_dir() and not folder.is_symlink():
-            out |= {f"{name}/{q.relative_to(folder).as_posix()}" for q in folder.rglob("*")
-                    if not q.is_dir() and q.name != MANIFEST}
-    return out
+    """Every file now under the ``written_here`` folders of ``output_dir``, as ``(name, path in that folder)``,
+    manifests left out."""
+    return {(name, rel) for name in written_here for rel in _logged(Path(output_dir), name)}
 
 
 def record_written(output_dir: PathLike, written_here: Sequence[str], existed: set = frozenset()) -> None:
-    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder),
-    less those that ``existed`` before the run (a resumed run's folder may hold a user's note), to that folder's
-    :data:`MANIFEST`, as a step folder lists its own: overwrite deletes a log folder only when it holds nothing
-    else."""
+    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder,
+    or :data:`HERE`, the output folder itself), less those that ``existed`` before the run (a resumed run's folder
+    may hold a user's note), to that folder's :data:`MANIFEST`, as a step folder lists its own: overwrite deletes
+    a log folder only when it holds nothing else."""
     new = files_under(output_dir, written_here) - set(existed)
     for name in written_here:
         folder = Path(output_dir) / name
         if folder.is_dir() and not folder.is_symlink():
-            files = {f.split("/", 1)[1] for f in new if f.split("/", 1)[0] == name} | (_listed(folder) or set())
+            files = {rel for n, rel in new if n == name} | (_listed(folder) or set())
             atomic_write_text(folder / MANIFEST, json.dumps(sorted(files - {MANIFEST}), indent=0) + "\n")
 
 
 def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
     """Files under the ``written_here`` folders of ``output_dir`` that their :data:`MANIFEST` does not list
-    (``<name>/<path>``); a folder without a manifest (written before it existed) is not looked into."""
+    (``<name>/<path>``); a log folder without a manifest (written before it existed) is not looked into, but the
+    output folder itself (:data:`HERE`) lists every file it does not know as foreign."""
     out = []
     for name in written_here:
         listed = _listed(Path(output_dir) / name)
+        if listed is None and name == HERE:
+            listed = set()
         if listed is not None:
-            out += sorted(f for f in files_under(output_dir, (name,)) if f.split("/", 1)[1] not in listed)
+            out += sorted(_joined(name, f) for f in _logged(Path(output_dir), name) if f not in listed)
     return out
 
 
@@ -177,7 +192,8 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     nested = sorted(str(m.parent.relative_to(real)) for m in real.glob(f"*/**/{MARKER}"))
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
-    foreign = sorted(p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
+    foreign = [] if HERE in written_here else sorted(  # HERE: foreign_written checks each file against the log list
+        p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
     foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
     foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
     if foreign:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
-from torchtune_longshort.training.output_dir import check_output_dir
+from torchtune_longshort.training.output_dir import HERE, check_output_dir
 from torchtune_longshort.config.fields import ComponentSection
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -76,12 +76,15 @@ def input_paths(config: RecipeConfig) -> List[Tuple[str, Path]]:
 
 def written_names(config: RecipeConfig) -> Tuple[str, ...]:
     """Top-level names inside ``output_dir`` that the run writes besides the recipe's own: the metric logger's
-    ``log_dir`` when it lies there."""
+    ``log_dir`` when it lies there, or :data:`~torchtune_longshort.training.output_dir.HERE` when it is
+    ``output_dir`` itself."""
     log_dir = config.metric_logger.log_dir
     if not log_dir:
         return ()
     out = Path(config.output_dir).expanduser().resolve()
     logs = Path(log_dir).expanduser().resolve()
+    if logs == out:
+        return (HERE,)
     return (logs.relative_to(out).parts[0],) if out in logs.parents else ()
 
 
