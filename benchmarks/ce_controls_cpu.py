@@ -20,6 +20,7 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --lrs 2e-5,1e-4 --out docs/study/ce_controls_cpu   # ~85 min on 2 CPU cores
     python benchmarks/ce_controls_cpu.py --methods pi --lrs 2e-5,1e-4,3e-4 --out docs/study/ce_controls_cpu/pi_lr
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --out DIR        # + the alpha 0.1 arms at the study's rate
+    python benchmarks/ce_controls_cpu.py --methods pi --steps 180 --out DIR   # how many steps PI's control needs
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
@@ -49,23 +50,29 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     p.add_argument("--methods", default=None, help="comma list of the study's methods (default: all of them)")
     p.add_argument("--train-len", type=int, default=1024, help="the training window here (the study's: L)")
     p.add_argument("--lrs", default=None, help="learning rates, comma-separated (default: the study's)")
+    p.add_argument("--steps", type=int, default=None, help="fine-tune steps (default: the study's; rows of another "
+                   "count are named <row>_steps<N>)")
     p.add_argument("--eval-lengths", default=None, help="default: L0,L")
     p.add_argument("--ppl-samples", type=int, default=1)
     p.add_argument("--alphas", default="0", help="loss.alpha of the fine-tunes: 0 (the controls), or e.g. 0,0.1 to "
                    "add the alignment arm beside each control (rows <method>_a<alpha>_lr<lr>)")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: L0 256, L 512, train 128, 2 steps, eval 256/512")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes: L0 256, L 512, train 128, 2 steps (or --steps), eval 256/512")
     a = p.parse_args(argv)
     from torchtune_longshort.study.load import load_study_config
 
     cfg = load_study_config(ROOT / a.study if not Path(a.study).is_absolute() else a.study, repo_root=ROOT)
     ft = cfg.finetune.overrides
     a.recipe, a.recipe_config, a.checkpoint = cfg.recipe, f"configs/{cfg.recipe_config}", cfg.base.checkpoint_dir
-    a.L0, a.L, a.steps = cfg.L0, cfg.L, cfg.finetune.max_steps
+    a.L0, a.L = cfg.L0, cfg.L
+    a.suffix = f"_steps{a.steps}" if a.steps not in (None, cfg.finetune.max_steps) else ""
+    a.steps = a.steps or cfg.finetune.max_steps
     a.warmup, a.e_range = ft["lr_scheduler"]["num_warmup_steps"], ft["e_range"]
     a.rope = {name: spec.rope["method"] for name, spec in cfg.methods.items()}
     a.lrs = [float(x) for x in (a.lrs or str(ft["optimizer"]["lr"])).split(",")]
     if a.smoke:
-        a.L0, a.L, a.train_len, a.steps, a.warmup, a.eval_lengths = 256, 512, 128, 2, 0, "256,512"
+        a.L0, a.L, a.train_len, a.warmup, a.eval_lengths = 256, 512, 128, 0, "256,512"
+        a.steps = a.steps if a.suffix else 2
     a.methods = [m.strip() for m in (a.methods or ",".join(a.rope)).split(",") if m.strip()]
     unknown = [m for m in a.methods if m not in a.rope]
     if unknown:
@@ -90,9 +97,10 @@ def run(cmd: List[str], log: Path) -> float:
     return time.perf_counter() - t0
 
 
-def arm(method: str, alpha: float, lr: float) -> str:
-    """A fine-tune's row name: ``pi_ce_lr2e-05`` for a CE-only control, ``pi_a0.1_lr2e-05`` for an alignment arm."""
-    return f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}_lr{lr:g}"
+def arm(a: argparse.Namespace, method: str, alpha: float, lr: float) -> str:
+    """A fine-tune's row name: ``pi_ce_lr2e-05`` for a CE-only control, ``pi_a0.1_lr2e-05`` for an alignment arm,
+    ``_steps<N>`` added when ``--steps`` is not the study's."""
+    return (f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}_lr{lr:g}") + a.suffix
 
 
 class Parts:
@@ -112,7 +120,7 @@ class Parts:
     def finetune(self, method: str, alpha: float, lr: float) -> Path:
         """The study's fine-tune of ``method`` at ``alpha`` and ``lr`` (its recipe config and finetune overrides),
         at ``--train-len`` on the CPU in float32; its last step's folder."""
-        a, name = self.a, arm(method, alpha, lr)
+        a, name = self.a, arm(self.a, method, alpha, lr)
         out = self.work / "train" / name
         step = out / f"step_{a.steps}"
         if not (step / "config.json").is_file():
@@ -167,7 +175,7 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     verdicts = []
     for m in a.methods:
         for lr in a.lrs:
-            ce = rows[arm(m, 0.0, lr)]["ppl"]
+            ce = rows[arm(a, m, 0.0, lr)]["ppl"]
             rec, imp = ce[short] <= base[short] * 1.02, ce[long_] < base[long_]
             verdicts.append(f"- {m}, lr {lr:g}: at {short} the CE fine-tune's ppl {ce[short]:.3f} against the base's "
                             f"{base[short]:.3f} ({'recovers' if rec else 'does NOT recover'} it: the rule, at most 2% above); at {long_} "
@@ -175,7 +183,7 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
                             f"({'beats' if imp else 'does NOT beat'} the base)")
             for alpha in a.alphas:
                 if alpha:
-                    al = rows[arm(m, alpha, lr)]["ppl"]
+                    al = rows[arm(a, m, alpha, lr)]["ppl"]
                     diffs = ", ".join(f"{n}: {al[n]:.3f} against {ce[n]:.3f} ({al[n] - ce[n]:+.3f})" for n in lens)
                     verdicts.append(f"- {m}, lr {lr:g}, alpha {alpha:g} against alpha 0 (one seed, no interval): "
                                     f"{diffs}")
@@ -208,7 +216,7 @@ def main(argv: List[str] | None = None) -> None:
         rows[f"{m}_untrained"] = parts.row(f"{m}_untrained", parts.evaluate(f"{m}_untrained", lambda: rope), False)
         for lr in a.lrs:
             for alpha in a.alphas:
-                name = arm(m, alpha, lr)
+                name = arm(a, m, alpha, lr)
                 print(f"[ce-controls] {name}: fine-tune ({a.steps} steps at {a.train_len}) and evaluation", flush=True)
                 ppl = parts.evaluate(name, lambda: {"pretrained": parts.finetune(m, alpha, lr)})
                 rows[name] = parts.row(name, ppl, True)
