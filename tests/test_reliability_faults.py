@@ -366,18 +366,22 @@ def _commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path
     return ckpts.commit(staged, step)
 
 
-@pytest.mark.parametrize("where", ["step_4/eval/results.json", "recipe_state/notes.txt"])
+@pytest.mark.parametrize("where,named", [
+    ("step_4/eval/results.json", "step_4/eval/results.json"), ("recipe_state/notes.txt", "recipe_state/notes.txt"),
+    ("step_9/notes.txt", r"step_9/ \(no \.longshort_files\)"), ("logs/notes.txt", r"logs/ \(no \.longshort_files\)")])
 def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, tmp_path, tiny_llama2_dir,
-                                                                     sp_tokenizer_dir, where):
+                                                                     sp_tokenizer_dir, where, named):
     """An evaluation written into a step folder (``longshort-eval --output_path run/step_4/eval``) or a file put in
     ``recipe_state/`` is not deleted by ``overwrite_output_dir=True``: each step folder lists the files the recipe
-    wrote there (only the top-level names were checked, so the whole step folder went)."""
+    wrote there (only the top-level names were checked, so the whole step folder went). A step folder or the
+    metric logger's folder without that list (the recipe writes none without it: a folder made by hand) is named
+    whole (it was not looked into, and went)."""
     run = recipe_made(tmp_path / "run")
     _commit_step(run, 4, tiny_llama2_dir)
     (run / where).parent.mkdir(parents=True, exist_ok=True)
     (run / where).write_text("mine")
     before = tree(run)
-    with pytest.raises(FileExistsError, match=rf"refuses to delete output_dir=.*run'.*it holds '{where}', which this "
+    with pytest.raises(FileExistsError, match=rf"refuses to delete output_dir=.*run'.*it holds '{named}', which this "
                                               "recipe did not write"):
         recipe_cls(tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True)).setup()
     assert tree(run) == before and (run / where).read_text() == "mine"

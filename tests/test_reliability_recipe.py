@@ -131,8 +131,9 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
     out = tmp_path / "out"
     out.mkdir()
     (out / ".longshort_output").write_text("")
-    (out / "step_7").mkdir()  # an earlier run's checkpoint: the recipe wrote it, overwrite replaces it
+    (out / "step_7").mkdir()  # an earlier run's checkpoint: the recipe wrote it (and its list), overwrite replaces it
     (out / "step_7" / "config.json").write_text("{}\n")
+    (out / "step_7" / ".longshort_files").write_text('["config.json"]\n')
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1)
     r = recipe_cls(cfg)
     r.setup()

@@ -121,8 +121,9 @@ class StepCheckpoints:
 
     def foreign_files(self, resumable_only: bool = False) -> List[str]:
         """Files under the step folders and ``recipe_state/`` that the recipe did not write (``step_<k>/<path>``),
-        sorted: a step folder's are those its :data:`MANIFEST` does not list (a folder from before the manifest is
-        not looked into). ``resumable_only``: only the step folders a run resumed now would write again (those
+        sorted: a step folder's are those its :data:`MANIFEST` does not list; a step folder without one (the recipe
+        commits none without it: made by hand, or by a version before the list) is named whole, ``step_<k>/ (no
+        .longshort_files)``. ``resumable_only``: only the step folders a run resumed now would write again (those
         newer than the step it resumes from)."""
         if not self.root.is_dir():
             return []
@@ -131,10 +132,14 @@ class StepCheckpoints:
         out = []
         for p in sorted(self.root.iterdir()):
             m = STEP_PATTERN.match(p.name)
-            if m and p.is_dir() and int(m.group(1)) >= first and (p / MANIFEST).is_file():
-                listed = set(json.loads((p / MANIFEST).read_text())) | {MANIFEST}
-                out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
-                        if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
+            if not (m and p.is_dir() and int(m.group(1)) >= first):
+                continue
+            if not (p / MANIFEST).is_file():
+                out.append(f"{p.name}/ (no {MANIFEST})")
+                continue
+            listed = set(json.loads((p / MANIFEST).read_text())) | {MANIFEST}
+            out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
+                    if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():
             out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not STATE_PATTERN.match(q.name)]

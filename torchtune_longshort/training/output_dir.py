@@ -148,15 +148,16 @@ def record_written(output_dir: PathLike, written_here: Sequence[str], existed: s
 
 def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
     """Files under the ``written_here`` folders of ``output_dir`` that their :data:`MANIFEST` does not list
-    (``<name>/<path>``); a log folder without a manifest (written before it existed) is not looked into, but the
-    output folder itself (:data:`HERE`) lists every file it does not know as foreign."""
+    (``<name>/<path>``); a log folder that holds files but no manifest (the recipe lists its logger's files as it
+    opens it: made by hand, or by a version before the list) is named whole, ``<name>/ (no .longshort_files)``; in
+    the output folder itself (:data:`HERE`) every file it does not list is foreign."""
     out = []
     for name in written_here:
-        listed = _listed(Path(output_dir) / name)
-        if listed is None and name == HERE:
-            listed = set()
-        if listed is not None:
-            out += sorted(_joined(name, f) for f in _logged(Path(output_dir), name) if f not in listed)
+        listed, files = _listed(Path(output_dir) / name), _logged(Path(output_dir), name)
+        if listed is None and files and name != HERE:
+            out.append(f"{name}/ (no {MANIFEST})")
+        else:
+            out += sorted(_joined(name, f) for f in files if f not in (listed or ()))
     return out
 
 
