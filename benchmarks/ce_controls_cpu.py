@@ -21,6 +21,7 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --methods pi --lrs 2e-5,1e-4,3e-4 --out docs/study/ce_controls_cpu/pi_lr
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --out DIR        # + the alpha 0.1 arms at the study's rate
     python benchmarks/ce_controls_cpu.py --methods pi --steps 180 --out DIR   # how many steps PI's control needs
+    python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --seed 1 --out DIR   # a second seed: the noise of a difference
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
@@ -52,6 +53,8 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lrs", default=None, help="learning rates, comma-separated (default: the study's)")
     p.add_argument("--steps", type=int, default=None, help="fine-tune steps (default: the study's; rows of another "
                    "count are named <row>_steps<N>)")
+    p.add_argument("--seed", type=int, default=0, help="the fine-tunes' seed (rows of a seed other than 0 are named "
+                   "<row>_seed<N>)")
     p.add_argument("--eval-lengths", default=None, help="default: L0,L")
     p.add_argument("--ppl-samples", type=int, default=1)
     p.add_argument("--alphas", default="0", help="loss.alpha of the fine-tunes: 0 (the controls), or e.g. 0,0.1 to "
@@ -65,14 +68,14 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     ft = cfg.finetune.overrides
     a.recipe, a.recipe_config, a.checkpoint = cfg.recipe, f"configs/{cfg.recipe_config}", cfg.base.checkpoint_dir
     a.L0, a.L = cfg.L0, cfg.L
-    a.suffix = f"_steps{a.steps}" if a.steps not in (None, cfg.finetune.max_steps) else ""
-    a.steps = a.steps or cfg.finetune.max_steps
+    a.suffix = (f"_steps{a.steps}" if a.steps not in (None, cfg.finetune.max_steps) else "") + (
+        f"_seed{a.seed}" if a.seed else "")
+    a.steps = a.steps or (2 if a.smoke else cfg.finetune.max_steps)
     a.warmup, a.e_range = ft["lr_scheduler"]["num_warmup_steps"], ft["e_range"]
     a.rope = {name: spec.rope["method"] for name, spec in cfg.methods.items()}
     a.lrs = [float(x) for x in (a.lrs or str(ft["optimizer"]["lr"])).split(",")]
     if a.smoke:
         a.L0, a.L, a.train_len, a.warmup, a.eval_lengths = 256, 512, 128, 0, "256,512"
-        a.steps = a.steps if a.suffix else 2
     a.methods = [m.strip() for m in (a.methods or ",".join(a.rope)).split(",") if m.strip()]
     unknown = [m for m in a.methods if m not in a.rope]
     if unknown:
@@ -99,7 +102,7 @@ def run(cmd: List[str], log: Path) -> float:
 
 def arm(a: argparse.Namespace, method: str, alpha: float, lr: float) -> str:
     """A fine-tune's row name: ``pi_ce_lr2e-05`` for a CE-only control, ``pi_a0.1_lr2e-05`` for an alignment arm,
-    ``_steps<N>`` added when ``--steps`` is not the study's."""
+    ``_steps<N>`` / ``_seed<N>`` added when ``--steps`` is not the study's / ``--seed`` is not 0."""
     return (f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}_lr{lr:g}") + a.suffix
 
 
@@ -131,7 +134,7 @@ class Parts:
                 "batch_size=1", "gradient_accumulation_steps=1", f"max_steps={a.steps}",
                 f"save_every_n_steps={a.steps}", f"optimizer.lr={lr:g}", "optimizer.fused=False",
                 f"lr_scheduler.num_warmup_steps={a.warmup}", "validation=null", "device=cpu", "dtype=fp32",
-                "enable_activation_checkpointing=False", "log_every_n_steps=1", "seed=0", "overwrite_output_dir=True"])
+                "enable_activation_checkpointing=False", "log_every_n_steps=1", f"seed={a.seed}", "overwrite_output_dir=True"])
         return step
 
     def evaluate(self, name: str, model_args) -> Dict[int, float]:
@@ -191,7 +194,7 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     setting = (f"The CE-only controls of {a.study}: base {Path(a.checkpoint).name}, factor {a.L}/{a.L0}, fine-tunes "
                f"of {a.steps} steps at seq_len "
                f"{a.train_len}, lr {', '.join(f'{x:g}' for x in a.lrs)}, {a.warmup} warm-up steps (cosine), batch 1, "
-               f"e in {a.e_range}, seed 0, float32 on the CPU; perplexity on {a.ppl_samples} held-out sequence(s) per "
+               f"e in {a.e_range}, seed {a.seed}, float32 on the CPU; perplexity on {a.ppl_samples} held-out sequence(s) per "
                "length (stdlib_heldout, documents joined), the same text for every row. Wall seconds from the "
                "parts' runs, on this machine's cores, shared at times with other jobs; - where a part was not timed")
     (out / "report.md").write_text(f"# CE-only controls, CPU proxy\n\n{setting}\n\n```\npython benchmarks/"
