@@ -171,11 +171,13 @@ def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe
     logged = json.loads((out / ".longshort_files").read_text())
     assert logged and all(n.startswith("log_") and (out / n).is_file() for n in logged)  # DiskLogger's log_<time>.txt
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"refuses to delete .*it holds 'notes.txt', which this recipe did not "
-                                              "write"):
+    (out / "drafts").mkdir()  # an empty folder of the user's holds no file, but it is no log either
+    with pytest.raises(FileExistsError, match=r"refuses to delete .*it holds 'drafts', 'notes.txt', which this recipe "
+                                              "did not write"):
         recipe_cls(cfg).setup()
     assert (out / "notes.txt").read_text() == "mine" and not (out / ".lock").exists()
     (out / "notes.txt").unlink()
+    (out / "drafts").rmdir()
     r = recipe_cls(cfg)
     r.setup()
     r.release_output_dir()

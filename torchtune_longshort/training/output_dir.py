@@ -193,10 +193,12 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     nested = sorted(str(m.parent.relative_to(real)) for m in real.glob(f"*/**/{MARKER}"))
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
-    foreign = [] if HERE in written_here else sorted(  # HERE: foreign_written checks each file against the log list
-        p.name for p in real.iterdir() if not written_by_recipe(p.name, written_here))
+    logged = {f.split("/", 1)[0] for f in _listed(real) or ()} if HERE in written_here else set()  # log_dir = here
+    foreign = sorted(p.name for p in real.iterdir()
+                     if not written_by_recipe(p.name, written_here) and p.name not in logged)
     foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
     foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
+    foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
     if foreign:
         return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
                 "recipe did not write")
