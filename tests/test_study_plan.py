@@ -96,10 +96,13 @@ def test_the_shipped_plan_prints_four_commands_within_budget(real_model_dir, cap
     assert not (tmp_path / "o").exists()
 
 
+REFUSED = "python -m torchtune_longshort.study: error: "  # every entry point's one-line refusal (refusals.py)
+
+
 @pytest.mark.parametrize("extra, words", [
-    (["--command", "5"], "[study] --command 5: the plan has commands 1..4"),
-    (["--command", "1", "--only", "pi_a0_s0"], "[study] --command and --only: give one"),
-    (["--command", "1", "--quick"], "[study] --command: --quick has no plan"),
+    (["--command", "5"], REFUSED + "--command 5: the plan has commands 1..4"),
+    (["--command", "1", "--only", "pi_a0_s0"], REFUSED + "--command and --only: give one"),
+    (["--command", "1", "--quick"], REFUSED + "--command: --quick has no plan"),
 ])
 def test_a_command_the_plan_cannot_answer_is_refused_before_anything_is_written(real_model_dir, capsys, tmp_path,
                                                                                 extra, words):
@@ -120,7 +123,7 @@ def test_a_plan_over_its_budget_is_refused_at_load_with_the_arithmetic(real_mode
     rc, out, err = _study(["--config", str(cfg), "--command", "2", "--out", str(tmp_path / "o")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert err.strip() == (
-        "[study] study config: plan.commands[0] (command 1: base, pi_a0_s0, pi_a0.1_s0, yarn_a0_s0) is estimated at "
+        REFUSED + "study config: plan.commands[0] (command 1: base, pi_a0_s0, pi_a0.1_s0, yarn_a0_s0) is estimated at "
         "60 start + 150 base evaluation + 1 wave(s) of up to 3 fine-tunes x (140 train + 180 evaluation) = 530 s, "
         "over budget_s=500: split it into smaller commands")
     assert not (tmp_path / "o").exists()

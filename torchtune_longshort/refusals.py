@@ -42,10 +42,15 @@ def show_traceback() -> bool:
     return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def refusal(prog: str, message: str) -> int:
+    """Print ``<prog>: error: <message>`` (one line); the status to exit with (2), for a ``main`` that returns it."""
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    return EXIT_REFUSED
+
+
 def refuse(prog: str, message: str) -> NoReturn:
     """Print ``<prog>: error: <message>`` (one line) and exit with status 2."""
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_REFUSED)
+    sys.exit(refusal(prog, message))
 
 
 def refusing(prog: str, run: Callable[[], T]) -> T:

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import ArgumentParser
+from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -28,10 +28,11 @@ from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted
 
+PROG = "python -m torchtune_longshort.study"
+
 
 def main(argv=None) -> int:
-    p = ArgumentParser(prog="python -m torchtune_longshort.study", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
                    help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (minutes, for tests)")
@@ -53,13 +54,11 @@ def main(argv=None) -> int:
     try:  # every key and value, the recipe configs of the runs included, before anything trains
         cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
-        print(f"[study] {e}", file=sys.stderr)
-        return 2
+        return refusal(PROG, one_line(e))
     try:
         only = _selected(a, cfg)
     except ValueError as e:
-        print(f"[study] {e}", file=sys.stderr)
-        return 2
+        return refusal(PROG, one_line(e))
     if a.plan:
         print(cfg.plan.table(cfg.jobs, a.config))
         return 0
@@ -69,22 +68,19 @@ def main(argv=None) -> int:
         cfg = dataclasses.replace(cfg, jobs=a.jobs)
     study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
     if study.out.exists() and not study.out.is_dir():
-        print(f"[study] output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a folder: "
-              "name a folder", file=sys.stderr)
-        return 2
+        return refusal(PROG, f"output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a "
+                             "folder: name a folder")
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     try:
         check_report_dir(report_dir)
     except OSError as e:
-        print(f"[study] {e}", file=sys.stderr)
-        return 2
+        return refusal(PROG, one_line(e))
     t0 = time.time()
     if not a.report_only:
         try:  # the evaluation's data, with its tokenizer: every cell measurable
             preflight(study, log=study.log)
         except StudyConfigError as e:
-            print(f"[study] {e}", file=sys.stderr)
-            return 2
+            return refusal(PROG, one_line(e))
         try:
             study.run(only=only)
         except (StudyInterrupted, KeyboardInterrupt) as e:

@@ -299,12 +299,12 @@ def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
 def main(argv=None) -> int:
     """``python -m torchtune_longshort.study.figures --config CONFIG --report DIR [--quick] [--methods M,...]``:
     :func:`redraw_report`; exit 2, in one line, on a config or ``--methods`` it refuses."""
-    import argparse
     import dataclasses
-    import sys
 
-    p = argparse.ArgumentParser(prog="python -m torchtune_longshort.study.figures",
-                                description="Redraw a study report's figures from the run records in its folder.")
+    from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
+
+    prog = "python -m torchtune_longshort.study.figures"
+    p = ArgumentParser(prog=prog, description="Redraw a study report's figures from the run records in its folder.")
     p.add_argument("--config", required=True, help="the study YAML the report was made with")
     p.add_argument("--report", required=True, help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")
@@ -317,15 +317,13 @@ def main(argv=None) -> int:
         cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
                                 repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
-        print(f"[study.figures] {e}", file=sys.stderr)
-        return 2
+        return refusal(prog, one_line(e))
     if a.methods:
         keep = [m.strip() for m in a.methods.split(",") if m.strip()]
         unknown = [m for m in keep if m not in cfg.methods]
         if unknown or not keep:
-            print(f"[study.figures] --methods={a.methods!r}: {unknown or 'empty'} not in the config's methods "
-                  f"{sorted(cfg.methods)}; name some of those", file=sys.stderr)
-            return 2
+            return refusal(prog, f"--methods={a.methods!r}: {unknown or 'empty'} not in the config's methods "
+                                 f"{sorted(cfg.methods)}; name some of those")
         cfg = dataclasses.replace(cfg, methods={m: cfg.methods[m] for m in keep})
     made = redraw_report(cfg, Path(a.report))
     print(f"redrew {len(made)} figure(s) in {a.report}: {', '.join(made)}")

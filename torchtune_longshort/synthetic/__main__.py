@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import List, Optional
 
 from torchtune_longshort.output_guard import check_output_folder, read_json
-from torchtune_longshort.refusals import ArgumentParser
+from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
 from .misalignment import scalar_misalignment
@@ -27,6 +27,8 @@ from .outrep import OUTREPS
 from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
 from .tasks import BIT_DISTRIBUTIONS, TASKS
 from .train import MODELS, OPTIMIZERS, PAPER_LRS, RunConfig, run_provenance, train_run
+
+PROG = "python -m torchtune_longshort.synthetic"
 
 # --quick: the test-sized run (a flag given on the command line still wins)
 _QUICK = {"l_train": 6, "l_test": 16, "max_steps": 30, "eval_every": 10, "test_per_length": 20, "val_size": 256}
@@ -39,7 +41,7 @@ def _comma(values) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     run = RunConfig()  # the flags' defaults are a run's defaults
-    p = ArgumentParser(prog="python -m torchtune_longshort.synthetic", description=__doc__,
+    p = ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", default=None,
                    help=f"comma list of {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}; 'all' = the paper's figures, "
@@ -96,12 +98,10 @@ def main(argv=None) -> int:
         elif not a.replot:
             _check_run_json(a.out)
     except (ValueError, FileExistsError, NotADirectoryError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return refusal(PROG, one_line(e))
     if a.figure is None:
         if a.replot:
-            print("error: --replot needs --figure (the figures to redraw)", file=sys.stderr)
-            return 2
+            return refusal(PROG, "--replot needs --figure (the figures to redraw)")
         return _single_run(base, a.out)
     if a.replot:
         return _replot(paper, beyond, a.out)
@@ -120,8 +120,7 @@ def _replot(paper: List[str], beyond: List[str], out: str) -> int:
     try:
         written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return refusal(PROG, one_line(e))
     print(f"redrew {len(written)} figure(s): {', '.join(written)}")
     return 0
 
