@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
                                                  series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.config import StudyConfig, StudyConfigError
@@ -300,8 +301,6 @@ def main(argv=None) -> int:
     """``python -m torchtune_longshort.study.figures --config CONFIG --report DIR [--quick] [--methods M,...]``:
     :func:`redraw_report`; exit 2, in one line, on a config or ``--methods`` it refuses."""
     import dataclasses
-
-    from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
 
     prog = "python -m torchtune_longshort.study.figures"
     p = ArgumentParser(prog=prog, description="Redraw a study report's figures from the run records in its folder.")
