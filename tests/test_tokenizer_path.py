@@ -34,3 +34,36 @@ def test_stdlib_component_refuses_a_missing_model_file_without_creating_it(tmp_p
     with pytest.raises(FileNotFoundError, match="tokenizer.model"):
         stdlib_sentencepiece_tokenizer(path=str(missing))
     assert not (tmp_path / "base").exists()
+
+
+def test_stdlib_component_never_trains_into_nor_replaces_a_users_folder(tmp_path):
+    """A folder with the user's files and no tokenizer.model: before, the trained folder failed to rename onto it and
+    the fallback deleted it, files and all. Now it is refused, untouched; an empty folder is trained into."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    with pytest.raises(FileExistsError, match=r"path='.*mine' is a folder that holds files and no tokenizer.model"):
+        stdlib_sentencepiece_tokenizer(path=str(mine), train_files_limit=3)
+    assert sorted(os.listdir(mine)) == ["notes.txt"] and (mine / "notes.txt").read_text() == "precious"
+    assert sorted(os.listdir(tmp_path)) == ["mine"]  # no temporary folder left behind
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    stdlib_sentencepiece_tokenizer(path=str(empty), train_files_limit=3)
+    assert (empty / "tokenizer.model").is_file()
+    assert sorted(os.listdir(tmp_path)) == ["empty", "mine"]
+
+
+def test_recipe_refuses_a_users_folder_as_the_tokenizer_to_train_before_any_output(tmp_path, tiny_llama2_dir):
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    cfg = make_cfg(tiny_llama2_dir, mine, tmp_path / "out")
+    cfg.tokenizer = {"_component_": "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer",
+                     "path": str(mine)}
+    with pytest.raises(FileExistsError, match=r"^tokenizer.path='.*mine' is a folder that holds files and no "):
+        LongShortFinetuneRecipe(cfg)
+    assert not (tmp_path / "out").exists() and sorted(os.listdir(mine)) == ["notes.txt"]

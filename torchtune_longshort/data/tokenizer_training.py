@@ -26,6 +26,16 @@ def sentencepiece_file(path: Union[str, Path]) -> Path:
     return p if p.is_file() else p / SENTENCEPIECE_FILE
 
 
+def check_training_folder(path: Union[str, Path], field: str = "path") -> None:
+    """A tokenizer folder to train into must be new, empty, or hold its ``tokenizer.model`` already (then nothing is
+    trained): a folder with other files is refused (FileExistsError naming ``field``), so training never lands in, or
+    replaces, a folder of the user's."""
+    p = Path(path).expanduser()
+    if p.is_dir() and not (p / SENTENCEPIECE_FILE).is_file() and any(p.iterdir()):
+        raise FileExistsError(f"{field}={str(path)!r} is a folder that holds files and no {SENTENCEPIECE_FILE}: a "
+                              "tokenizer is trained into a new or empty folder; name one (or an existing .model file)")
+
+
 def train_sentencepiece(
     texts: Iterable[str],
     out_dir: Union[str, Path],

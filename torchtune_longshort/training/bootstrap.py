@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-from torchtune_longshort.data.tokenizer_training import sentencepiece_file, train_sentencepiece
+from torchtune_longshort.data.tokenizer_training import check_training_folder, sentencepiece_file, train_sentencepiece
 
 
 def stdlib_sentencepiece_tokenizer(
@@ -48,21 +48,39 @@ def stdlib_sentencepiece_tokenizer(
         raise FileNotFoundError(f"tokenizer path={str(path)!r}: no such SentencePiece file (pass a tokenizer folder "
                                 "to train one there, or an existing .model file)")
     if not model_file.is_file():
+        check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
         folder.parent.mkdir(parents=True, exist_ok=True)
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
         tmp = Path(tempfile.mkdtemp(prefix=".tok_", dir=folder.parent))
-        train_sentencepiece(
-            iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
-        )
         try:
-            os.rename(tmp, folder)
-        except OSError:  # another process won the race (or the folder exists empty)
-            if not model_file.is_file():
-                shutil.rmtree(folder, ignore_errors=True)
-                os.rename(tmp, folder)
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)
+            train_sentencepiece(
+                iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
+            )
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide a shared tokenizer from other users
+            _move_into_place(tmp, folder, model_file)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> None:
+    """Rename the trained ``tmp`` to ``folder``. When ``folder`` exists: another process won the race (it holds
+    ``tokenizer.model``: keep it), or it is empty (replace it with ``os.rmdir``, which removes nothing else); a
+    folder that gained other files meanwhile is refused."""
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if model_file.is_file():
+            return
+        check_training_folder(folder)
+        os.rmdir(folder)
+        os.rename(tmp, folder)
 
 
 # The recipe's config check asks this: a missing ``path`` is trained, so it must only be creatable

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
+from torchtune_longshort.data.tokenizer_training import check_training_folder
 from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
@@ -50,6 +51,7 @@ class TokenizerConfig(ComponentSection):
 
 def _check_creatable(path: str, p: Path) -> None:
     """A tokenizer folder the component trains when it is absent: it must be creatable (:func:`check_creatable`)."""
+    check_training_folder(p, path)
     if p.exists():
         return
     if p.suffix == ".model":
