@@ -3,6 +3,7 @@ layouts: ``<output_path>/<model>/results_<date>.json``, ``samples_<task>_<date>.
 
 import json
 import os
+from datetime import datetime
 
 from torchtune_longshort.eval.report.results_io import (
     lm_eval_files,
@@ -10,6 +11,7 @@ from torchtune_longshort.eval.report.results_io import (
     load_curves,
     load_provenance,
     load_results,
+    remove_lm_eval_files,
 )
 
 OLD, NEW = "2026-11-20T08-00-00.000001", "2026-11-27T09-30-00.000002"
@@ -49,3 +51,26 @@ def test_files_are_found_by_name_at_any_depth_and_ordered_by_lm_evals_date(tmp_p
     assert load_provenance(out) == {"run": "new"}
     assert load_curves(out) == {256: [1.5, 3.0], 128: [1.0, 1.0]}  # newest file per length, a former name read
     assert load_cell_counts(out) == {"longshort_passkey": {("256", 50): 2}}
+
+
+def test_removing_lm_evals_files_keeps_every_other_file(tmp_path):
+    """What the study deletes before it evaluates a run again: lm-eval's files only. The names are made as lm-eval's
+    EvaluationTracker makes them (``datetime.now().isoformat()`` with ':' as '-'); files of other names stay."""
+    date = datetime.now().isoformat().replace(":", "-")
+    out = tmp_path / "eval"
+    _write(out / "m" / f"results_{date}.json", _results(1.0, {}))
+    _write(out / "m" / f"samples_longshort_ppl_{date}.jsonl", [{}])
+    _write(out / "m2" / f"samples_longshort_passkey_{OLD}.jsonl", [{}])
+    mine = [_write(out / "m" / "results.json", {}), _write(out / "notes" / "results_summary.json", {}),
+            _write(out / f"results_{OLD}.json.bak", {})]
+    assert remove_lm_eval_files(out) == sorted(mine)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "m", "m/results.json", "notes", "notes/results_summary.json", f"results_{OLD}.json.bak"]  # m2/ went, empty
+    for p in mine:
+        p.unlink()
+    assert remove_lm_eval_files(out) == [] and out.is_dir()  # no file of lm-eval's: no folder goes either
+    _write(out / "m" / f"results_{date}.json", _results(1.0, {}))
+    assert remove_lm_eval_files(out) == [] and sorted(os.listdir(out)) == ["notes"]  # m/ (emptied) went, notes/ stays
+    (out / "notes").rmdir()
+    _write(out / "m" / f"results_{date}.json", _results(1.0, {}))
+    assert remove_lm_eval_files(out) == [] and not out.exists()  # the folder itself, when it held lm-eval's only

@@ -168,7 +168,10 @@ def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tm
 
     rec, kinds, _ = calls_of(lambda: study.run_one(run.key, run))
     assert rec["status"] == "ok" and kinds == ["tune", "eval"]
-    (eval_dir / "model" / "stale_marker").write_text("from the first evaluation")
+    old_results = eval_dir / "model" / "results_2025-12-31T23-59-59.123456.json"  # lm-eval's name for its results
+    old_results.write_text((eval_dir / "model" / "results_2026-01-01T00-00-00.json").read_text())
+    (eval_dir / "model" / "samples_longshort_ppl_2025-12-31T23-59-59.123456.jsonl").write_text("{}\n")
+    (eval_dir / "notes.md").write_text("the user's")  # a file the study did not write: kept
 
     # a fine-tune setting changed: result.json, checkpoint and eval results are all of the old config
     ft = study.cfg.finetune
@@ -176,7 +179,9 @@ def test_a_changed_config_trains_and_evaluates_again_and_only_what_it_changes(tm
     rec, kinds, calls = calls_of(lambda: study.run_one(run.key, run))
     assert rec["status"] == "ok" and kinds == ["tune", "eval"]
     assert calls[0][-1] == "overwrite_output_dir=True"  # from step 0, not skipped, not resumed
-    assert not (eval_dir / "model" / "stale_marker").exists()
+    assert not old_results.exists() and sorted(p.name for p in (eval_dir / "model").iterdir()) == [
+        "results_2026-01-01T00-00-00.json"]  # the new evaluation's only
+    assert (eval_dir / "notes.md").read_text() == "the user's"
     assert rec["spec"]["recipe_config"]["optimizer"]["lr"] == 5.0e-4
 
     # an eval setting changed: the checkpoint is reused, lm-eval runs again with the new metadata

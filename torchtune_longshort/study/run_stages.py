@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -17,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
-                                                        load_not_scored, load_results)
+                                                        load_not_scored, load_results, remove_lm_eval_files)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
@@ -135,8 +134,8 @@ class RunStages(RunConfigs):
     def _eval(self, key: str, checkpoint: Path, spec: Dict[str, Any], trained_now: bool,
               extrapolate: bool = True) -> Dict[str, Any]:
         """lm-eval on ``checkpoint``. Results already in the run's ``eval/`` are reused only when ``eval_spec.json``
-        says they come from this checkpoint, trained before this call, under this ``spec``; else ``eval/`` (which
-        the study made) is replaced."""
+        says they come from this checkpoint, trained before this call, under this ``spec``; else lm-eval's files in
+        ``eval/`` are deleted (a file lm-eval did not write stays, and is named in the log) and lm-eval runs again."""
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
             groups = load_group_subtasks(eval_dir)
             return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
@@ -158,7 +157,10 @@ class RunStages(RunConfigs):
                 self.log(f"[study] {key}: the results in {eval_dir} are of another checkpoint or eval spec: "
                          "evaluating again")
                 spec_file.unlink(missing_ok=True)
-                shutil.rmtree(eval_dir)
+                kept = remove_lm_eval_files(eval_dir)
+                if kept:
+                    self.log(f"[study] {key}: kept {len(kept)} file(s) in {eval_dir} that lm-eval did not write: "
+                             f"{', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
         argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
                           self.task_metadata(self._babilong_data()), self.root)
         have = run_eval(self.executor, argv, rdir / "eval.log", self.root, self.env, self.timeout, eval_dir, tasks)

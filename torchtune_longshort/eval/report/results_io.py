@@ -66,6 +66,28 @@ def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
     return sorted(Path(results_dir).rglob(pattern), key=lambda p: (get_file_datetime(p.name), p.name))
 
 
+# lm-eval's file names: ``results_<date>.json`` and ``samples_<task>_<date>.jsonl``, the date as its
+# ``EvaluationTracker`` writes it (``datetime.now().isoformat()`` with ":" made "-")
+_LM_EVAL_DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
+LM_EVAL_FILE = re.compile(rf"^(?:results_{_LM_EVAL_DATE}\.json|samples_.+_{_LM_EVAL_DATE}\.jsonl)$")
+
+
+def remove_lm_eval_files(results_dir: Path) -> List[Path]:
+    """Delete what lm-eval wrote under ``results_dir`` (its results and samples files, by name) and the folders
+    that this leaves empty, ``results_dir`` included; return the files left, which lm-eval did not write (a
+    user's), by path. A folder that held none of lm-eval's files stays, empty or not."""
+    results_dir = Path(results_dir)
+    emptied = set()
+    for p in sorted(results_dir.rglob("*")):
+        if p.is_file() and not p.is_symlink() and LM_EVAL_FILE.match(p.name):
+            p.unlink()
+            emptied.update(q for q in [p.parent, *p.parent.parents] if q == results_dir or results_dir in q.parents)
+    for d in sorted(emptied, key=lambda q: len(q.parts), reverse=True):  # the deepest first
+        if not any(d.iterdir()):
+            d.rmdir()
+    return sorted(p for p in results_dir.rglob("*") if not p.is_dir()) if results_dir.is_dir() else []
+
+
 def samples_task(path: Path) -> str:
     """The task of a ``samples_<task>_<date>.jsonl`` file (``lm_eval.utils.get_file_task_name``), by its current
     name."""
