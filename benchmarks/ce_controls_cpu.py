@@ -22,15 +22,18 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --out DIR        # + the alpha 0.1 arms at the study's rate
     python benchmarks/ce_controls_cpu.py --methods pi --steps 180 --out DIR   # how many steps PI's control needs
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --seed 1 --out DIR   # a second seed: the noise of a difference
+    python benchmarks/ce_controls_cpu.py --methods yarn --alphas 0,0.1 --ppl-samples 4 --out DIR  # 4 sequences
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
-It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
+With ``--ppl-samples`` N > 1 every row reads the same N sequences, and an alignment arm's line lists its
+difference from its control on each one. It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
 fine-tune's checkpoint, an evaluation's results) are kept under ``--work`` and not run again.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -137,33 +140,75 @@ class Parts:
                 "enable_activation_checkpointing=False", "log_every_n_steps=1", f"seed={a.seed}", "overwrite_output_dir=True"])
         return step
 
-    def evaluate(self, name: str, model_args) -> Dict[int, float]:
+    def eval_name(self, name: str) -> str:
+        """The evaluation's folder and time key: ``name``, ``_ppl<N>`` added for ``--ppl-samples`` N other than 1
+        (results of another sample count are never reused)."""
+        return name + (f"_ppl{self.a.ppl_samples}" if self.a.ppl_samples != 1 else "")
+
+    def evaluate(self, name: str, model_args) -> Dict[str, Dict[int, object]]:
         """Perplexity at ``--eval-lengths`` on the stdlib's held-out split (documents joined), float32 on the CPU,
-        of the model ``model_args()`` names (called only when the results are not there yet): ``{length: ppl}``."""
+        of the model ``model_args()`` names (called only when the results are not there yet): ``{"ppl": {length:
+        pooled ppl}, "per_sequence": {length: [ppl of each sequence, in the stream's order]}}`` (the second from
+        lm-eval's samples file; empty for results written without one)."""
         from torchtune_longshort.eval.report.results_io import load_results
         from torchtune_longshort.study.eval_config import metric_of
 
-        a, out = self.a, self.work / "eval" / name
+        a, out = self.a, self.work / "eval" / self.eval_name(name)
         if not list(out.rglob("results_*.json")):
             meta = {"ppl_source": "stdlib_heldout", "ppl_num_samples": a.ppl_samples, "ppl_join_documents": True,
                     "ppl_max_seq_lengths": a.eval_lengths}
             args = {**model_args(), "allow_extrapolation": "true", "max_length": max(a.eval_lengths),
                     "dtype": "float32"}
-            self._timed(f"eval_{name}", [
+            self._timed(f"eval_{self.eval_name(name)}", [
                 sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
                 "--model_args", ",".join(f"{k}={v}" for k, v in args.items()), "--tasks", "longshort_ppl",
-                "--device", "cpu", "--batch_size", "1", "--metadata", json.dumps(meta), "--output_path", str(out)])
+                "--device", "cpu", "--batch_size", "1", "--metadata", json.dumps(meta), "--output_path", str(out),
+                "--log_samples"])
         res = load_results(out)
-        return {n: res.get(metric_of("ppl", n)[0], {}).get(metric_of("ppl", n)[1], float("nan"))
-                for n in a.eval_lengths}
+        return {"ppl": {n: res.get(metric_of("ppl", n)[0], {}).get(metric_of("ppl", n)[1], float("nan"))
+                        for n in a.eval_lengths},
+                "per_sequence": per_sequence(out, a.eval_lengths)}
 
-    def row(self, name: str, ppl: Dict[int, float], trained: bool) -> Dict:
-        return {"ppl": ppl, "train_s": self.times.get(f"train_{name}") if trained else 0,
-                "eval_s": self.times.get(f"eval_{name}")}
+    def row(self, name: str, ev: Dict, trained: bool) -> Dict:
+        return {**ev, "train_s": self.times.get(f"train_{name}") if trained else 0,
+                "eval_s": self.times.get(f"eval_{self.eval_name(name)}")}
+
+
+def per_sequence(out: Path, lengths: List[int]) -> Dict[int, List[float]]:
+    """Each held-out sequence's perplexity per length, from the newest samples file of ``longshort_ppl`` under
+    ``out``: ``exp(nll_sum / n_tokens)`` of the task's per-sample ``ppl_<length>`` item, ordered by ``doc_id``."""
+    from torchtune_longshort.eval.report.results_io import lm_eval_files
+    from torchtune_longshort.eval.tasks.common.lengths import per_length
+
+    files = [f for f in lm_eval_files(out, "samples") if "longshort_ppl" in f.name]
+    if not files:
+        return {}
+    rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+    got: Dict[int, List[tuple]] = {n: [] for n in lengths}
+    for r in rows:
+        for n in lengths:
+            item = r.get(per_length("ppl", n))
+            if item is not None:
+                got[n].append((r["doc_id"], math.exp(item[0] / item[1])))
+    return {n: [v for _, v in sorted(pairs)] for n, pairs in got.items()}
 
 
 def _s(x) -> str:
     return "-" if x is None else f"{x:.0f}"
+
+
+def _paired(arm_row: Dict, control: Dict, lens: List[int]) -> str:
+    """Per-sequence differences of ``arm_row`` against ``control`` (the same sequences), when each has several."""
+    got, want = arm_row.get("per_sequence") or {}, control.get("per_sequence") or {}
+    parts = []
+    for n in lens:
+        x, y = got.get(n) or [], want.get(n) or []
+        if len(x) > 1 and len(x) == len(y):
+            d = [p - q for p, q in zip(x, y)]
+            parts.append(f"{n}: " + " ".join(f"{v:+.3f}" for v in d) + f" ({sum(v > 0 for v in d)} of {len(d)} worse)")
+        elif x or y:  # a row evaluated on another sample count
+            parts.append(f"{n}: no pairs ({len(x)} and {len(y)} sequences)")
+    return "; per sequence, " + "; ".join(parts) if parts else ""
 
 
 def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
@@ -189,7 +234,7 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
                     al = rows[arm(a, m, alpha, lr)]["ppl"]
                     diffs = ", ".join(f"{n}: {al[n]:.3f} against {ce[n]:.3f} ({al[n] - ce[n]:+.3f})" for n in lens)
                     verdicts.append(f"- {m}, lr {lr:g}, alpha {alpha:g} against alpha 0 (one seed, no interval): "
-                                    f"{diffs}")
+                                    f"{diffs}{_paired(rows[arm(a, m, alpha, lr)], rows[arm(a, m, 0.0, lr)], lens)}")
     table = "\n".join(lines)
     setting = (f"The CE-only controls of {a.study}: base {Path(a.checkpoint).name}, factor {a.L}/{a.L0}, fine-tunes "
                f"of {a.steps} steps at seq_len "
@@ -221,8 +266,8 @@ def main(argv: List[str] | None = None) -> None:
             for alpha in a.alphas:
                 name = arm(a, m, alpha, lr)
                 print(f"[ce-controls] {name}: fine-tune ({a.steps} steps at {a.train_len}) and evaluation", flush=True)
-                ppl = parts.evaluate(name, lambda: {"pretrained": parts.finetune(m, alpha, lr)})
-                rows[name] = parts.row(name, ppl, True)
+                ev = parts.evaluate(name, lambda: {"pretrained": parts.finetune(m, alpha, lr)})
+                rows[name] = parts.row(name, ev, True)
         (out / "results.json").write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1, default=str))
     print(report(a, rows, out))
 
