@@ -332,3 +332,31 @@ def test_group_yaml_averages_every_metric_process_results_can_report():
     reported |= set(bl.process_results({bl.MISSING_DATA_FIELD: "no file"}, [""]))
     assert len(averaged) == len(set(averaged))
     assert set(averaged) == reported - {"error"}
+
+
+def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_path, sp_tokenizer_dir, capsys):
+    """The generator opened <out>/<length>/<qa>.jsonl for writing before anything else: a user's file of that name
+    was overwritten, and a haystack that could not be read emptied an earlier file, then a traceback. Now a file it
+    did not write is refused by name, bad input is one line before any write, and its own files are replaced."""
+    args = ["--tokenizer", str(sp_tokenizer_dir), "--lengths", "1k", "--n", "1", "--qa", "qa1"]
+    mine = tmp_path / "mine"
+    (mine / "1k").mkdir(parents=True)
+    (mine / "1k" / "qa1.jsonl").write_text("my rows\n")
+    cases = [(["--out", str(mine)], "holds '1k/qa1.jsonl', which no earlier run there wrote"),
+             (["--out", str(tmp_path / "o"), "--haystack", str(tmp_path / "absent.txt")], "haystack="),
+             (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")], "is no local file or folder"),
+             (["--out", "/proc/longshort_x"], "cannot be created")]
+    for extra, needle in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            gen.main(args + extra)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert (mine / "1k" / "qa1.jsonl").read_text() == "my rows\n" and sorted(os.listdir(tmp_path)) == ["mine"]
+    out = tmp_path / "o"
+    assert gen.main(args + ["--out", str(out)]) == 0
+    first = (out / "1k" / "qa1.jsonl").read_text()
+    with pytest.raises(SystemExit):  # an unreadable haystack: the earlier file stays whole
+        gen.main(args + ["--out", str(out), "--haystack", str(tmp_path / "absent.txt")])
+    assert (out / "1k" / "qa1.jsonl").read_text() == first
+    assert gen.main(args + ["--out", str(out), "--seed", "7"]) == 0  # its own file: replaced
+    assert (out / "1k" / "qa1.jsonl").read_text() != first and sorted(os.listdir(out / "1k")) == ["qa1.jsonl"]

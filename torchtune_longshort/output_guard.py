@@ -22,14 +22,15 @@ def read_json(path: Path) -> Any:
 def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[str],
                         earlier: Callable[[Path], Union[bool, Collection[str]]]) -> None:
     """Refuse a ``folder`` (given as ``option``) that is a file, or that holds something of a name the command
-    writes (``writes``: names or glob patterns) which no earlier run of it wrote. ``earlier(folder)``: True when an
-    earlier run wrote all of them, False when none, or the names it wrote."""
+    writes (``writes``: names or glob patterns, relative to ``folder``: ``"report.md"``, ``"*.png"``,
+    ``"1k/qa1.jsonl"``) which no earlier run of it wrote. ``earlier(folder)``: True when an earlier run wrote all of
+    them, False when none, or the paths it wrote (relative, with ``/``)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
     if not folder.is_dir():
         return
-    present = sorted({p.name for pattern in writes for p in folder.glob(pattern)})
+    present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)})
     if not present:
         return
     ours = earlier(folder)

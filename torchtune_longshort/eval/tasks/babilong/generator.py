@@ -22,13 +22,16 @@ generation budget; :mod:`~torchtune_longshort.eval.tasks.babilong.prompt`) is at
 
 from __future__ import annotations
 
-import argparse
+import itertools
 import json
+import os
 import random
+import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     LENGTHS,
     build_sample,
@@ -37,9 +40,15 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
     parse_length,
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
+from torchtune_longshort.output_guard import check_output_folder, read_json
+from torchtune_longshort.refusals import ArgumentParser, refusing
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
 FITS = ("input", "prompt")
+# The list, in the output folder, of the files the generator wrote there: a rerun replaces those, and refuses to
+# overwrite a file of another origin.
+WRITTEN = ".longshort_babilong.json"
+PROG = "python -m torchtune_longshort.eval.tasks.babilong.generator"
 
 
 def generate(
@@ -72,15 +81,19 @@ def generate(
         raise ValueError(f"n={n!r}; accepted: an integer >= 1 (rows per length, task and depth)")
     if any(LENGTHS[l] for l in lengths) and tokenizer is None:
         raise ValueError("tokenizer is required for lengths other than '0k' (lengths are counted in its tokens)")
-    count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
-    rng = random.Random(seed)
-    lines = iter_haystack_lines(haystack)
-    out = Path(out_dir)
-    paths = []
     todo = [l for l in lengths if not (depths is not None and LENGTHS[l] == 0)]
     if not todo:
         raise ValueError(f"lengths={list(lengths)} with depths={list(depths)}: '0k' has no haystack to put the facts "
                          "at a depth in, so nothing would be generated; give a length of 1k or more, or no depths")
+    out = Path(out_dir)
+    names = [f"{length}/{qa}.jsonl" for length in todo for qa in qa_tasks]
+    check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
+    check_creatable("--out", str(out))
+    count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
+    rng = random.Random(seed)
+    lines = iter_haystack_lines(haystack)
+    lines = itertools.chain([next(lines)], lines)  # a haystack that cannot be read is refused before any write
+    paths = []
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
@@ -97,21 +110,38 @@ def generate(
         for qa in qa_tasks:
             bar.set_postfix_str(f"{length} {qa}", refresh=False)
             path = out / length / f"{qa}.jsonl"
-            with open(path, "w", encoding="utf-8") as f:
+            _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
+            tmp = path.with_name(f".{path.name}.partial")
+            with open(tmp, "w", encoding="utf-8") as f:
                 for depth in plan:
                     for _ in range(n):
                         row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
                                            prompts.get(qa))
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update(1)
+            os.replace(tmp, path)  # an earlier file stays whole until this one is
             paths.append(path)
     bar.close()
     return paths
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _written(out: Path) -> List[str]:
+    """The files earlier runs of the generator wrote in ``out`` (its :data:`WRITTEN` list)."""
+    got = read_json(out / WRITTEN)
+    return list(got) if isinstance(got, list) else []
+
+
+def _record(out: Path, name: str) -> None:
+    """Add ``name`` to ``out``'s :data:`WRITTEN` list."""
+    have = _written(out)
+    if name not in have:
+        (out / WRITTEN).write_text(json.dumps(sorted(have + [name]), indent=1) + "\n")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``; bad input
+    is refused in one line (:mod:`torchtune_longshort.refusals`) before anything is written."""
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output folder (<out>/<length>/<qa>.jsonl)")
     ap.add_argument("--tokenizer", help="tokenizer folder or file of any format the project reads (tokenizer.model, "
                     "original/tokenizer.model, tokenizer.json), or a hub tokenizer name")
@@ -131,11 +161,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    paths = generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
-                     progress=True, fit=a.fit)
+    paths = refusing(PROG, lambda: generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer,
+                                            a.haystack, a.seed, progress=True, fit=a.fit))
     for p in paths:
         print(p)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -65,7 +65,12 @@ class TaskTokenizer:
             from transformers import AutoTokenizer
 
             self._src = None
-            self._hf = AutoTokenizer.from_pretrained(self.name)
+            try:
+                self._hf = AutoTokenizer.from_pretrained(self.name)
+            except OSError as e:  # transformers' word for a path that is not there and a hub name it cannot get
+                raise FileNotFoundError(f"tokenizer {self.name!r} is no local file or folder, and no tokenizer the "
+                                        f"hub gives ({' '.join(str(e).split())[:200]}): name a tokenizer folder or "
+                                        "file, or a hub name") from None
 
     def encode(self, text: str) -> List[int]:
         """Token ids of ``text``, no BOS/EOS."""
