@@ -157,6 +157,42 @@ def test_overwrite_replaces_a_folder_the_recipe_made(recipe_cls, tmp_path, tiny_
     assert now and json.loads((logs / ".longshort_files").read_text()) == now  # the new run's log alone
 
 
+def _tree(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_keeps_the_earlier_run_when_the_new_setup_refuses(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                    sp_tokenizer_dir):
+    """``overwrite_output_dir=True`` deleted the earlier run when the folder was claimed, before the model was built
+    and its start weights read: a model that does not build, or weights that cannot be read, then refused the new
+    run with the earlier one gone. Now the earlier run goes at the new run's first write, once setup has passed."""
+    out = tmp_path / "out"
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1))
+    r.setup()
+    r.release_output_dir()
+    before = _tree(out)
+    broken = tmp_path / "broken"  # the start checkpoint with a truncated weight file
+    broken.mkdir()
+    for f in tiny_llama2_dir.iterdir():
+        if f.is_file():
+            data = f.read_bytes()
+            (broken / f.name).write_bytes(data[: len(data) // 2] if f.suffix == ".safetensors" else data)
+    scratch = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "llama", "vocab_size": 512,
+               "num_layers": 1, "num_heads": 4, "num_kv_heads": 3, "embed_dim": 64, "max_seq_len": 256}
+    for cfg, match in [(make_cfg(broken, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1),
+                        "cannot read weight file"),
+                       (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1, model=scratch),
+                        r"num_heads \(4\) must be divisible by num_kv_heads \(3\)")]:  # from scratch: no build
+        with pytest.raises(ValueError, match=match):
+            recipe_cls(cfg).setup()
+        assert _tree(out) == before
+    r = recipe_cls(make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1,
+                            model={**scratch, "num_kv_heads": 2}))  # the same, mended
+    r.setup()
+    r.release_output_dir()
+    assert [p.name for p in out.glob("step_*")] == ["step_0"] and len(list((out / "logs").glob("log_*"))) == 1
+
+
 def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                          sp_tokenizer_dir):
     """``metric_logger.log_dir`` = ``output_dir`` (torchtune's older configs): the folder's ``.longshort_files``

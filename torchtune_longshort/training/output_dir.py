@@ -8,7 +8,10 @@ keeps a second run out.
   the step folders and the metric logger's folder, the files their manifest lists: :func:`record_written`), never
   one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
 - :func:`claim_output_dir` checks those rules, takes the folder's lock (:class:`OutputDirLock`, the owner's PID)
-  and prepares the folder; a refused setup gives a folder it made back.
+  and prepares a new folder; a refused setup gives a folder it made back. An earlier run that ``overwrite``
+  replaces is deleted only by :meth:`OutputDirLock.clear_earlier_run`, which the recipe calls once its setup has
+  passed every check, before its first write: a setup that refuses (a model that does not fit, weights that
+  cannot be read) leaves the earlier run whole.
 """
 
 from __future__ import annotations
@@ -231,6 +234,8 @@ class OutputDirLock:
         self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
         self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
         self.existed: set = set()  # the files in those folders before this run (set by claim_output_dir)
+        self.earlier_run: Optional[Tuple[Sequence[Input], Sequence[str]]] = None  # (protect, written_here) of an
+        # earlier run that overwrite replaces, kept until clear_earlier_run
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +256,15 @@ class OutputDirLock:
             self.held = True
             return self
         raise RuntimeError(f"could not take the lock {self.path}")
+
+    def clear_earlier_run(self) -> None:
+        """Delete the earlier run that ``overwrite`` replaces (its rules checked again: nothing the recipe did not
+        write) and mark the folder as this run's; nothing when there was none."""
+        if self.earlier_run is not None:
+            protect, written_here = self.earlier_run
+            prepare_output_dir(self.path.parent, resume=False, overwrite=True, protect=protect,
+                               written_here=written_here)
+            self.existed, self.earlier_run = files_under(self.path.parent, written_here), None
 
     def record_written(self) -> None:
         """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
@@ -290,13 +304,19 @@ def _pid_alive(pid: int) -> bool:
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
                      written_here: Sequence[str] = ()) -> "OutputDirLock":
-    """Check the rules (before the lock file is written), take the folder's lock, then prepare the folder
+    """Check the rules (before the lock file is written), take the folder's lock, then prepare a new folder
     (:func:`prepare_output_dir`). Returns the held lock; its ``made_folder`` says whether this call created the
-    folder (:meth:`OutputDirLock.release` can then take it back)."""
+    folder (:meth:`OutputDirLock.release` can then take it back). An earlier run that ``overwrite`` replaces stays
+    until :meth:`OutputDirLock.clear_earlier_run`."""
     check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-    made = not Path(output_dir).exists()
+    out = Path(output_dir)
+    made = not out.exists()
+    earlier = not resume and not made and any(True for _ in out.iterdir())  # allowed by the check: overwrite
     lock = OutputDirLock(output_dir).acquire()
     lock.made_folder, lock.written_here = made, tuple(written_here)
-    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+    if earlier:
+        lock.earlier_run = (tuple(protect), tuple(written_here))
+    else:
+        prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     lock.existed = files_under(output_dir, written_here)  # a resumed run's: never listed as its own
     return lock

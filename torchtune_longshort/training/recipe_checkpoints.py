@@ -12,7 +12,7 @@ converts the folder's family (``training.recipe_config.components.CheckpointerCo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torchtune import training
@@ -100,16 +100,19 @@ def _float32_copies(model_sd: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor
 
 
 def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
-                     seed: int, is_rank_zero: bool, barrier) -> Tuple[Dict[str, torch.Tensor], Path]:
+                     seed: int, is_rank_zero: bool, barrier,
+                     before_write: Callable[[], None] = lambda: None) -> Tuple[Dict[str, torch.Tensor], Path]:
     """``(torchtune state dict to start from, the start checkpoint folder)``.
 
     From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0``
-    (:func:`write_scratch_start`) and every rank waits at ``barrier()``. Full fine-tuning resumes from the saved
+    (:func:`write_scratch_start`; ``before_write()`` just before, the run's first write into its folder) and every
+    rank waits at ``barrier()``. Full fine-tuning resumes from the saved
     weights; LoRA from the base weights (its adapters come from the step's ``adapter/``, which names this start
     folder as its base: ``lora.base_dir``)."""
     start_dir = config.checkpointer.checkpoint_dir
     if start_dir is None:
         if resume_dir is None and is_rank_zero:
+            before_write()
             write_scratch_start(config, seed, ckpts)
         barrier()
         start_dir = str(ckpts.path(0))

@@ -106,6 +106,8 @@ class RecipeSetup:
         if recipe_state is not None:
             self._restore_optimizer(recipe_state)
         self._batcher = self._setup_data(recipe_state)
+        self._clear_earlier_run()
+        self._barrier()
         self._run_log = RunLog.open(self.config.metric_logger.node() if self._is_rank_zero else None, self.cfg,
                                     self.output_dir, self.global_step, self._device)
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
@@ -137,7 +139,8 @@ class RecipeSetup:
         self.rope_spec = getattr(model, "rope_scaling", None)
         check_quantized_shapes(model, self.world_size)
         model_sd, self._start_dir = recipe_checkpoints.start_state_dict(
-            cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier
+            cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier,
+            before_write=self._clear_earlier_run,
         )
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
         self._base_hf_config = CheckpointFolder.open(self._start_dir).config
@@ -192,6 +195,13 @@ class RecipeSetup:
     def generators(self) -> Dict[str, Optional[torch.Generator]]:
         """The run's seeded generators that every rank shares, by their recipe-state key (None: not used)."""
         return {"position_generator": self._pos_generator, "rope_generator": self._rope_generator}
+
+    def _clear_earlier_run(self) -> None:
+        """Delete the earlier run that ``overwrite_output_dir`` replaces (rank 0), at the run's first write into its
+        folder: after the model is built and its start weights read (or, from scratch, just before ``step_0`` is
+        written), so a setup that refuses leaves the earlier run whole. A no-op once done."""
+        if self._lock is not None:
+            self._lock.clear_earlier_run()
 
     def _barrier(self) -> None:
         if self._distributed:
