@@ -67,3 +67,30 @@ def test_recipe_refuses_a_users_folder_as_the_tokenizer_to_train_before_any_outp
     with pytest.raises(FileExistsError, match=r"^tokenizer.path='.*mine' is a folder that holds files and no "):
         LongShortFinetuneRecipe(cfg)
     assert not (tmp_path / "out").exists() and sorted(os.listdir(mine)) == ["notes.txt"]
+
+
+def test_recipe_trains_no_tokenizer_it_then_refuses_nor_one_inside_output_dir(tmp_path, tiny_llama2_dir):
+    """A tokenizer trained by a run its setup then refused stayed behind, and, its vocab_size being read only when it
+    is trained, refused every later run with that path. A tokenizer trained inside output_dir filled the folder before
+    the run claimed it (refused as not empty, for good). A tokenizer file its component cannot read ended in the
+    library's traceback. Each is now refused in one message, with no folder left."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    def cfg(path, **args):
+        c = make_cfg(tiny_llama2_dir, tmp_path, tmp_path / "out")
+        c.tokenizer = {"_component_": "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer",
+                       "path": str(path), "train_files_limit": 3, **args}
+        return c
+
+    junk = tmp_path / "junk.model"
+    junk.write_text("not a model")
+    cases = [(cfg(tmp_path / "tok", vocab_size=1024), r"tokenizer vocabulary \(1024 ids"),  # the model's: 512
+             (cfg(junk), r"^tokenizer.path='.*junk.model': .*stdlib_sentencepiece_tokenizer cannot read it"),
+             (cfg(tmp_path / "out" / "tok"), r"^tokenizer.path='.*out/tok' lies inside output_dir=")]
+    for c, match in cases:
+        with pytest.raises(ValueError, match=match):
+            r = LongShortFinetuneRecipe(c)
+            r.setup()
+        assert sorted(os.listdir(tmp_path)) == ["junk.model"]

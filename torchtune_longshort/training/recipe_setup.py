@@ -10,6 +10,7 @@ the library's (``training.model_setup``, ``training.data_setup``, ``training.rec
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -28,7 +29,8 @@ from torchtune_longshort.training.compile_setup import compile_decoder
 from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
-    build_documents, build_position_sampler, check_corpus_length, check_first_sample, validation_sequences,
+    build_documents, build_position_sampler, check_corpus_length, check_first_sample, load_tokenizer,
+    validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import initial_learned_rope, rope_generator
@@ -82,16 +84,20 @@ class RecipeSetup:
     def setup(self) -> None:
         """Build everything; on failure the output folder's lock is given back (a folder this run made, removed)."""
         self._lock = None
+        self._trained_tokenizer = self.config.tokenizer.trains_here()  # a tokenizer folder this run will train
         try:
             self._setup()
         except BaseException:
             self.release_output_dir(discard=True)
+            if self._trained_tokenizer is not None and self._trained_tokenizer.is_dir():  # this run's, refused
+                shutil.rmtree(self._trained_tokenizer, ignore_errors=True)
             raise
 
     def _setup(self) -> None:
-        # Inputs first: a tokenizer that does not fit the model, or data unreadable or too short, leaves no folder.
+        # Inputs first: a tokenizer that does not fit the model, or data unreadable or too short, leaves no folder
+        # (nor the tokenizer folder this run trained).
         cfg = self.config
-        self._tokenizer = config.instantiate(cfg.tokenizer.node())
+        self._tokenizer = load_tokenizer(cfg.tokenizer)
         check_tokenizer_vocab(cfg, self._tokenizer)
         self._documents = build_documents(cfg.dataset, self._tokenizer)
         if not cfg.resume:

@@ -38,6 +38,15 @@ class TokenizerConfig(ComponentSection):
 
     path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
 
+    def trains_here(self) -> Optional[Path]:
+        """The folder the component will train a tokenizer into (``path``, absent, of a component that trains a
+        missing path), or None."""
+        if self.path is None or not getattr(resolve_component("tokenizer._component_", self.component),
+                                            "trains_missing_path", False):
+            return None
+        p = Path(self.path).expanduser()
+        return None if p.exists() else p
+
     def check(self, where: str) -> None:
         if self.path is None:
             return

@@ -93,6 +93,11 @@ def check_overwrite(config: RecipeConfig) -> None:
     before anything is built: an existing folder without ``resume`` / ``overwrite_output_dir``, a resume with no
     checkpoint, and an overwrite that would delete an input, the working directory, ``$HOME`` or anything the recipe
     did not write are refused naming the field and the path."""
-    check_output_dir(Path(config.output_dir).expanduser(), resume=config.resume,
-                     overwrite=config.overwrite_output_dir, protect=input_paths(config),
+    out = Path(config.output_dir).expanduser()
+    trained = config.tokenizer.trains_here()
+    if trained is not None and (trained.resolve() == out.resolve() or out.resolve() in trained.resolve().parents):
+        raise ValueError(f"tokenizer.path={str(config.tokenizer.path)!r} lies inside output_dir="
+                         f"{str(config.output_dir)!r}: the tokenizer trained there would fill output_dir before the "
+                         "run claims it (and an overwrite would delete it); name a tokenizer folder outside output_dir")
+    check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=input_paths(config),
                      written_here=written_names(config))
