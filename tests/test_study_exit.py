@@ -4,6 +4,7 @@ logs. The grid runs against test_study.py's fake executor (no training)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,9 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_the_study_runs(tm
     assert err.count("\n") == 1 and "report.md" in err and str(mine) in err, err
     assert (mine / "report.md").read_text() == "my own\n" and not (tmp_path / "out").exists()
     (mine / "summary.json").write_text('{"tables": {}, "claims": {}}')  # an earlier study report's
+    assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 2  # an --out with no runs: nothing to report
+    assert "holds no study runs (no base/ or runs/)" in capsys.readouterr().err
+    (tmp_path / "out" / "base").mkdir(parents=True)
     assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 1  # rewritten; 1: no run of the grid ran
     assert (mine / "report.md").read_text().startswith("# Study `cpu_small` (quick variant)")
 
@@ -150,3 +154,23 @@ def test_ctrl_c_stops_the_grid_and_a_rerun_goes_on(tmp_path, monkeypatch, capsys
     assert study_main.main(args) == 0
     assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "ok"
     assert "base: result.json present (ok), skipped" in capsys.readouterr().out
+
+
+def test_the_study_writes_into_no_users_folder_and_refuses_an_unknown_run(tmp_path, capsys):
+    """An --out holding a user's base/, runs/ or study.json was written over (recipe.yaml, result.json, study.json);
+    `--only` with a key the grid lacks selected no run, silently. Both are refused in one line before anything runs;
+    a folder a study made (its marker) is taken."""
+    from torchtune_longshort.study.__main__ import main
+
+    out = tmp_path / "out"
+    (out / "base").mkdir(parents=True)
+    (out / "base" / "result.json").write_text('{"mine": 1}')
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
+    cases = [(["--out", str(out)], "holds 'base', which no earlier run there wrote"),
+             (["--out", str(tmp_path / "new"), "--only", "clex_a0_s9"],
+              "--only: 'clex_a0_s9' is not a run of this study (did you mean")]
+    for args, needle in cases:
+        assert main(argv + args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    assert (out / "base" / "result.json").read_text() == '{"mine": 1}' and sorted(os.listdir(tmp_path)) == ["out"]

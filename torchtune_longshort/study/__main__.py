@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
+from torchtune_longshort.study.run_configs import check_study_output
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted
 
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
                              "folder: name a folder")
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     try:
+        check_study_output(study.out, a.report_only)
         check_report_dir(report_dir)
     except OSError as e:
         return refusal(PROG, one_line(e))
@@ -121,7 +124,15 @@ def _selected(a, cfg) -> Optional[List[str]]:
         print(f"[study] command {a.command} of {len(cfg.plan.commands)}: {', '.join(keys)}; estimated {line} "
               f"(budget {cfg.plan.budget_s:g} s)", flush=True)
         return [k for k in keys if k != BASE_KEY]
-    return a.only.split(",") if a.only else None
+    if not a.only:
+        return None
+    keys, known = [k.strip() for k in a.only.split(",") if k.strip()], [r.key for r in cfg.grid]
+    for k in keys:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=1)
+            raise ValueError(f"--only: {k!r} is not a run of this study{f' (did you mean {near[0]!r}?)' if near else ''}"
+                             f"; its runs: {', '.join(known)}")
+    return keys
 
 
 if __name__ == "__main__":

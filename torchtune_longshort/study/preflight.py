@@ -238,6 +238,6 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
             raise StudyConfigError("study config: the evaluation could not measure every cell (pre-flight check, "
                                    "before anything trains):\n  - " + "\n  - ".join(problems))
         if trained is not None and not study.tokenizer_dir().exists():
-            study.tokenizer_dir().parent.mkdir(parents=True, exist_ok=True)
+            study.claim_output()
             shutil.copytree(trained, study.tokenizer_dir())
     log(f"[study] pre-flight check passed ({time.time() - t0:.1f} s)")

@@ -15,9 +15,34 @@ from typing import Any, Dict, Optional
 from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
+from torchtune_longshort.output_guard import check_output_folder, read_json
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
+
+
+STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
+# what a study writes at the top of its output folder (runner's module doc)
+STUDY_WRITES = ("base", "runs", "tokenizer", "babilong_data", "babilong_data.log", "study.json")
+
+
+def made_by_a_study(out: Path) -> bool:
+    """``out`` is a study's output folder: its :data:`STUDY_MARKER`, or the ``study.json`` of a study before it."""
+    summary = read_json(Path(out) / "study.json")
+    return (Path(out) / STUDY_MARKER).is_file() or (isinstance(summary, dict) and {"config", "runs"} <= set(summary))
+
+
+def check_study_output(out: Path, report_only: bool) -> None:
+    """The output folder a study may write into: new, or one a study made; nothing it writes (base/, runs/,
+    study.json, ...) replaces a file of the user's. ``report_only`` writes nothing there, but must find runs to
+    report (``base/`` or ``runs/``): a report of nothing, from a mistyped folder, helps no one."""
+    out = Path(out)
+    if report_only:
+        if not (made_by_a_study(out) or (out / "base").is_dir() or (out / "runs").is_dir()):
+            raise FileNotFoundError(f"--out (or the config's output_dir) {str(out)!r} holds no study runs (no base/ "
+                                    "or runs/): --report-only reads the folder a study wrote; name it")
+        return
+    check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
 
 
 def run_folder(out: Path, key: str) -> Path:
@@ -39,6 +64,12 @@ class RunConfigs:
 
     def run_dir(self, key: str) -> Path:
         return run_folder(self.out, key)
+
+    def claim_output(self) -> None:
+        """Make the output folder (if new) and mark it as this study's, before the first thing is written there."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if not (self.out / STUDY_MARKER).is_file():
+            (self.out / STUDY_MARKER).write_text("made by torchtune_longshort's study\n")
 
     def tokenizer_dir(self) -> Path:
         return self.out / "tokenizer"

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from torchtune_longshort.output_guard import read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
@@ -100,8 +101,8 @@ class Study(RunStages):
         spec = self.spec_of(key, run)
         res_path = rdir / RESULT
         if res_path.is_file():
-            old = json.loads(res_path.read_text())
-            if old.get("status") == "ok" and old.get("spec") == spec:
+            old = read_json(res_path)  # None when torn or not JSON: the run is done again
+            if isinstance(old, dict) and old.get("status") == "ok" and old.get("spec") == spec:
                 self.log(f"[study] {key}: result.json present (ok), skipped")
                 return old
         rec: Dict[str, Any] = {"key": key, "kind": "base" if key == "base" else "finetune",
@@ -185,7 +186,7 @@ class Study(RunStages):
         from tqdm.auto import tqdm
 
         t0 = time.time()
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.claim_output()
         records: Dict[str, Dict[str, Any]] = {}
         runs = [r for r in self.runs() if not only or r.key in only]
         bar = tqdm(total=1 + len(runs), desc="study runs", unit="run", dynamic_ncols=True)
