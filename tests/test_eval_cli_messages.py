@@ -36,3 +36,25 @@ def test_summary_line_counts_unscored_metrics_with_reasons():
         "(needs 1024 tokens but runs at most 256 (2 samples))")
     del results["results"]["longshort_ppl"]
     assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"
+
+
+def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys, monkeypatch):
+    """lm-eval's parsers printed their usage above the error (two lines and more, under the name ``lm-eval``), and
+    ``validate`` printed ``Tasks not found: ...`` on stdout with exit 1 and no nearest name; each is now one line
+    ``longshort-eval: error: ...``, exit 2, as ``run``'s unknown task is."""
+    import sys
+
+    import pytest
+
+    from torchtune_longshort.eval.__main__ import main
+
+    for args, needle in [(["run", "--model", "dummy", "--tasks", "longshort_ppl", "--limit", "abc"],
+                          "argument --limit/-L: invalid float value: 'abc'"),
+                         (["run", "--bogus", "1"], "unrecognized arguments: --bogus 1"),
+                         (["validate", "--tasks", "longshort_pll"], "no task 'longshort_pll' (did you mean 'longshort_ppl'")]:
+        monkeypatch.setattr(sys, "argv", ["longshort-eval", *args])
+        with pytest.raises(SystemExit) as e:
+            main()
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: ") and needle in err, err
+        assert "Tasks not found" not in out

@@ -72,6 +72,26 @@ def test_a_model_args_device_alone_goes_as_the_device_option():
             assert len(spans) == 1 and "device=" not in spans[0], out
 
 
+def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tmp_path):
+    """The same for ``batch_size`` and ``max_batch_size`` (lm-eval passes its own beside model_args: TypeError,
+    "got multiple values for keyword argument 'batch_size'"); given both ways, refused. An ``--output_path`` that
+    is a file or cannot be created, and a missing ``--include_path``: lm-eval evaluated, then only warned that it
+    could not save (exit 0), or found no task; refused before anything runs."""
+    out = lm_eval_argv(["run", "--model", "longshort", "--model_args", "pretrained=/p,batch_size=4,max_batch_size=8"])
+    assert out[out.index("--batch_size") + 1] == "4" and out[out.index("--max_batch_size") + 1] == "8"
+    assert [a for a in out if "pretrained=/p" in a] == ["pretrained=/p"]
+    (tmp_path / "afile").write_text("")
+    for args, error, match in [
+            (["--model_args", "pretrained=/p,batch_size=4", "--batch_size", "2"], ValueError, "give it once"),
+            (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
+            (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
+            (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist")]:
+        with pytest.raises(error, match=match):
+            lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args])
+    out = lm_eval_argv(["run", "--model", "hf", "--output_path", str(tmp_path / "new" / "r.json")])  # lm-eval's file form
+    assert not (tmp_path / "new").exists()
+
+
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.eval.model.adapter import LongShortLM
 

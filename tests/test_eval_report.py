@@ -187,3 +187,22 @@ def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_repl
     with pytest.raises(SystemExit):
         main([str(tmp_path / "a"), "--out", str(out / "notes.txt")])
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_torn_samples_line_is_skipped_and_a_broken_results_file_named(tmp_path, capsys):
+    """A samples file whose line is not JSON (a killed run's) ended the report, after its --out was made, in
+    `error: Expecting property name ...` naming no file; now the line is skipped with a warning, and the report
+    is written. A results file that is not JSON is refused naming it, before --out is made."""
+    rows = [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}, {"curve_mean_nll_3": [3.0, 2.0, 1.0]}]
+    _write(tmp_path / "ours", {"longshort_ppl": {"ppl_3,none": 7.0}}, {"longshort_ppl": rows})
+    f = tmp_path / "ours" / "samples_longshort_ppl_2026-01-01T00-00-00.jsonl"
+    f.write_text(f.read_text() + '{"curve_mean_nll_3": [9.0, \n')
+    summary = build_report([tmp_path / "ours"], tmp_path / "rep")
+    assert summary["per_position_mean_nll"]["ours"]["3"] == pytest.approx(2.0)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results_2026-01-01T00-00-00.json").write_text('{"results": ')
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "bad"), "--out", str(tmp_path / "rep2")])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "results_2026-01-01T00-00-00.json: not a JSON file" in err, err
+    assert not (tmp_path / "rep2").exists()

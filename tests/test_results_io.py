@@ -42,6 +42,7 @@ def test_files_are_found_by_name_at_any_depth_and_ordered_by_lm_evals_date(tmp_p
     former = _write(out / "m" / f"samples_long_ppl_{OLD}.jsonl", [{"curve_mean_nll_128": [1.0, 1.0]}])
     _write(out / "m" / f"samples_longshort_passkey_{OLD}.jsonl", [{"acc_256_d50": 1.0}, {"acc_256_d50": 0.0}])
     (out / "m" / "notes_results_x.json").write_text("{}")  # not lm-eval's
+    (out / "m" / "results_notes.json").write_text("{}")  # a user's: lm-eval's names end in its date
 
     assert lm_eval_files(out) == [old, new]
     assert lm_eval_files(out, "samples")[-1] == samples[0] and former in lm_eval_files(out, "samples")

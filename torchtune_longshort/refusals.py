@@ -7,7 +7,7 @@ whole output: one line, ``<program>: error: <message>``, on stderr, exit status 
 refusal read as a crash). ``LONGSHORT_TRACEBACK=1`` shows the traceback as well, for a report of a bug.
 
 What counts as a refusal (:data:`REFUSED`): ``ValueError`` (the project's checks raise it or a subclass),
-the ``OSError`` kinds of a missing or existing path, and any :class:`Refusal` (a config key error, an output folder
+the ``OSError`` kinds of a missing, existing or forbidden path, and any :class:`Refusal` (a config key error, an output folder
 another run holds). Every other exception keeps its traceback.
 """
 
@@ -29,7 +29,8 @@ class Refusal(Exception):
     key, a ``RuntimeError`` of a folder in use)."""
 
 
-REFUSED = (Refusal, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+REFUSED = (Refusal, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+           PermissionError)
 
 
 def one_line(error: BaseException) -> str:

@@ -20,11 +20,14 @@ lacks, a task name lm-eval does not know: with "did you mean", a model argument)
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval.tasks import tasks_path
-from torchtune_longshort.refusals import refusing
+from torchtune_longshort.refusals import refuse, refusing
+
+PROG = "longshort-eval"
 
 
 def main() -> None:
@@ -33,7 +36,7 @@ def main() -> None:
         print(tasks_path())
         return
     quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
-    refusing("longshort-eval", lambda: _evaluate(sys.argv[1:]))
+    refusing(PROG, lambda: _evaluate(sys.argv[1:]))
 
 
 def _evaluate(args) -> None:
@@ -61,6 +64,10 @@ def _evaluate(args) -> None:
 
     lm_eval.simple_evaluate = kept
     sys.argv = sys.argv[:1] + argv
+    if argv[:1] == ["validate"]:
+        _validate_tasks(argv)
+    parser_error = argparse.ArgumentParser.error  # lm-eval's own parsers: usage + error, two lines and more
+    argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
     try:
         with pack_only_index(argv, option(argv, "--include_path") or ""):
             cli_evaluate()
@@ -71,9 +78,26 @@ def _evaluate(args) -> None:
         raise
     finally:
         lm_eval.simple_evaluate = evaluate
+        argparse.ArgumentParser.error = parser_error
     for results in finished:
         if results is not None:
             print(cli_messages.summary_line(results), flush=True)
+
+
+def _validate_tasks(argv) -> None:
+    """``validate --tasks``: a name lm-eval does not know is refused as ``run`` refuses it (lm-eval's validate prints
+    ``Tasks not found: ...`` and exits 1, without the nearest names)."""
+    # deferred: torch, lm_eval (as in _evaluate)
+    from lm_eval.tasks import TaskManager
+
+    from torchtune_longshort.eval import cli_messages
+    from torchtune_longshort.eval.cli_run import option
+
+    names = [t for t in (option(argv, "--tasks") or "").split(",") if t]
+    manager = TaskManager(include_path=option(argv, "--include_path"))
+    missing = [t for t in names if t not in manager.match_tasks(names)]
+    if missing:
+        raise ValueError(cli_messages.tasks_not_found(f"Tasks not found: {', '.join(missing)}", manager.all_tasks))
 
 
 def _known_tasks(argv) -> list:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
@@ -22,7 +23,6 @@ from torchtune_longshort.models.hf_rope import not_representable_method
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
-_DEVICE = re.compile(r"(?:^|,)device=([^,]*)")
 
 
 _SUBCOMMANDS = ("run", "ls", "validate")
@@ -52,7 +52,10 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
       not have is refused here, for every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's
       ``hf`` would fail later, and no model may run elsewhere than its results say), and a device given both ways
       is refused (lm-eval would pass the model ``device`` twice); a ``--model_args device=`` alone is passed as
-      ``--device`` (lm-eval passes its own default ``cuda:0`` beside it otherwise);
+      ``--device`` (lm-eval passes its own default ``cuda:0`` beside it otherwise), and so are ``batch_size`` and
+      ``max_batch_size``;
+    - an ``--output_path`` where a file lies, or that cannot be created, and an ``--include_path`` that does not
+      exist are refused (lm-eval would evaluate, then only warn that it could not save, or find no task);
     - an evaluation gets ``--metadata`` key ``lm_eval_model`` naming the ``--model`` (lm-eval's default ``hf``
       when none is given), so that a task that needs the ``longshort`` model (``longshort_misalignment``) refuses
       any other before a request runs, and tasks can refuse requests a plain model would cut or crash on
@@ -69,24 +72,31 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         given = option(out, "--include_path")
         if given is None:
             out += ["--include_path", str(tasks_path())]
+        elif not Path(given).expanduser().exists():
+            raise FileNotFoundError(f"--include_path {given!r} does not exist: name a folder of task YAMLs (or leave "
+                                    "it out: the installed task pack is included)")
         elif Path(given).resolve() != tasks_path():
             logger.warning("--include_path %s replaces the installed task pack (%s): lm-eval takes one folder, so "
                            "the pack's longshort_* tasks are not found in this run", given, tasks_path())
     if not evaluating:
         return out
     model = option(out, "--model")
-    device, in_args = option(out, "--device"), _model_args_device(out)
-    if in_args is not None:  # lm-eval passes both to the model: given twice, the model gets `device` twice
-        if device is not None:
-            raise ValueError(f"--device {device} and --model_args device={in_args}: give the device once (--device)")
-        require_device(in_args, "--model_args device")
-        # lm-eval 0.4.13 passes its own --device (default cuda:0) whatever the command line says: the model_args
-        # device alone reached the model twice (TypeError), for hf too; it goes as --device instead
-        out = _without_model_args_device(out) + ["--device", in_args]
-    elif device is None:
+    _check_output_path(option(out, "--output_path"))
+    # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
+    # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
+    # hf too; it goes as the option instead, and given both ways it is refused
+    for key in ("batch_size", "max_batch_size", "device"):
+        flag, in_args = option(out, f"--{key}"), _model_args_value(out, key)
+        if in_args is None:
+            continue
+        if flag is not None:
+            raise ValueError(f"--{key} {flag} and --model_args {key}={in_args}: give it once (--{key})")
+        out = _without_model_args_key(out, key) + [f"--{key}", in_args]
+    device = option(out, "--device")
+    if device is None:
         out += ["--device", default_device()]
     else:
-        require_device(device, "--device")
+        require_device(device, "--device" if _model_args_value(list(args), "device") is None else "--model_args device")
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         _refuse_unrepresentable(out, model or "hf")
@@ -133,21 +143,36 @@ def _model_args_spans(out: List[str]) -> List[int]:
     return spans
 
 
-def _model_args_device(out: List[str]) -> Optional[str]:
-    """The ``device=`` of ``--model_args`` (the last one), else None."""
+def _model_args_value(out: List[str], key: str) -> Optional[str]:
+    """The ``<key>=`` of ``--model_args`` (the last one), else None."""
+    pattern = re.compile(rf"(?:^|,){re.escape(key)}=([^,]*)")
     found = [m.group(1) for k in _model_args_spans(out)
-             for m in _DEVICE.finditer(out[k].split("--model_args=", 1)[-1])]
+             for m in pattern.finditer(out[k].split("--model_args=", 1)[-1])]
     return found[-1] if found else None
 
 
-def _without_model_args_device(out: List[str]) -> List[str]:
-    """``out`` with every ``device=`` item taken out of ``--model_args``."""
+def _without_model_args_key(out: List[str], key: str) -> List[str]:
+    """``out`` with every ``<key>=`` item taken out of ``--model_args``."""
     out = list(out)
     for k in _model_args_spans(out):
         head, sep, value = out[k].partition("--model_args=") if out[k].startswith("--model_args=") else ("", "", out[k])
-        value = ",".join(item for item in value.split(",") if not item.startswith("device="))
+        value = ",".join(item for item in value.split(",") if not item.startswith(f"{key}="))
         out[k] = head + sep + value
     return out
+
+
+def _check_output_path(value: Optional[str]) -> None:
+    """lm-eval writes ``<output_path>/<model>/results_<date>.json`` (or, for a path ending ``.json``,
+    ``<stem>_<date>.json`` beside it), and only warns when it cannot, after the whole evaluation: a file where the
+    folder goes, or a folder that cannot be created, is refused before anything runs."""
+    if value is None:
+        return
+    p = Path(value).expanduser()
+    folder = p.parent if p.suffix == ".json" else p
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"--output_path {value!r}: {str(folder)!r} is a file, not a folder (lm-eval writes "
+                                 "<output_path>/<model>/results_<date>.json); name a folder")
+    check_creatable("--output_path", str(folder))
 
 
 def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:

@@ -232,10 +232,10 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
     runs_table, run_notes = _runs_section(names, results_dirs, infos,
                                           allow_mixed or allow_unequal_samples)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     summary["runs"] = infos
     files, curve_notes = _figures(runs, dict(zip(names, results_dirs)), out_dir, summary)
 

@@ -9,6 +9,7 @@ pack's names took the ``longshort_`` prefix) becomes its current one (:func:`tor
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections import defaultdict
@@ -18,6 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
 from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY
+
+logger = logging.getLogger(__name__)
 
 
 def metric_length(key: str, metric: str) -> Optional[int]:
@@ -55,6 +58,38 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     return ident
 
 
+# lm-eval's file names: ``results_<date>.json`` and ``samples_<task>_<date>.jsonl``, the date as its
+# ``EvaluationTracker`` writes it (``datetime.now().isoformat()`` with ":" made "-")
+_LM_EVAL_DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
+LM_EVAL_FILE = re.compile(rf"^(?:results_{_LM_EVAL_DATE}\.json|samples_.+_{_LM_EVAL_DATE}\.jsonl)$")
+
+
+def json_file(path: Path) -> Any:
+    """A results file parsed; one that is not JSON is refused naming it (the report cannot stand without it)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a JSON file ({e}); evaluate that run again, or leave its folder out") from None
+
+
+def sample_rows(path: Path) -> List[Dict[str, Any]]:
+    """The rows of a samples file; a line that is not JSON (torn by a killed run) is skipped with a warning, never
+    the whole report."""
+    rows, bad = [], []
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad.append(i)
+            continue
+        rows.append(row if isinstance(row, dict) else {})
+    if bad:
+        logger.warning("%s: %d line(s) not JSON (line %d first), skipped", path, len(bad), bad[0])
+    return rows
+
+
 def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
     """lm-eval's ``results_<date>.json`` (``kind="results"``) or ``samples_<task>_<date>.jsonl`` (``"samples"``) files
     anywhere under ``results_dir``, oldest first by the date in their names (``lm_eval.utils.get_file_datetime``).
@@ -63,13 +98,8 @@ def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
     from lm_eval.utils import get_file_datetime
 
     pattern = {"results": "results_*.json", "samples": "samples_*.jsonl"}[kind]
-    return sorted(Path(results_dir).rglob(pattern), key=lambda p: (get_file_datetime(p.name), p.name))
-
-
-# lm-eval's file names: ``results_<date>.json`` and ``samples_<task>_<date>.jsonl``, the date as its
-# ``EvaluationTracker`` writes it (``datetime.now().isoformat()`` with ":" made "-")
-_LM_EVAL_DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-LM_EVAL_FILE = re.compile(rf"^(?:results_{_LM_EVAL_DATE}\.json|samples_.+_{_LM_EVAL_DATE}\.jsonl)$")
+    files = [p for p in Path(results_dir).rglob(pattern) if LM_EVAL_FILE.match(p.name)]  # a user's results_notes.json
+    return sorted(files, key=lambda p: (get_file_datetime(p.name), p.name))
 
 
 def remove_lm_eval_files(results_dir: Path) -> List[Path]:
@@ -109,7 +139,7 @@ def check_one_run(results_dir: Path) -> Dict[str, Any]:
     (checkpoint fingerprints are compared where both files have one: older results files lack it)."""
     first: Optional[Tuple[Path, Dict[str, Any]]] = None
     for f in _results_files(results_dir):
-        ident = run_identity(json.loads(f.read_text()))
+        ident = run_identity(json_file(f))
         if first is None:
             first = (f, ident)
             continue
@@ -143,7 +173,7 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     check_one_run(results_dir)
     out: Dict[str, Dict[str, Any]] = {}
     for f in files:  # oldest first, so newer files overwrite
-        data = json.loads(f.read_text())
+        data = json_file(f)
         for task, metrics in data.get("results", {}).items():
             clean = {}
             for key, value in metrics.items():
@@ -175,7 +205,7 @@ def load_not_scored(results_dir: Path) -> Dict[str, str]:
     """:func:`not_scored_of` over every ``results_*.json`` under ``results_dir`` (newest file wins per task)."""
     out: Dict[str, str] = {}
     for f in _results_files(results_dir):
-        data = json.loads(f.read_text())
+        data = json_file(f)
         tasks = set(data.get("configs") or {}) | set(data.get("results") or {})
         for task in tasks:
             out.pop(current_name(task), None)
@@ -202,7 +232,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     samples: Dict[str, int] = {}
     limit, dtype, device = None, None, None
     for f in files:
-        data = json.loads(f.read_text())
+        data = json_file(f)
         config = data.get("config") or {}
         limit = config.get("limit", limit)
         dtype = config.get("model_dtype") or dtype
@@ -219,7 +249,7 @@ def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
     """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
     out: Dict[str, List[str]] = {}
     for f in lm_eval_files(results_dir):
-        for group, members in (json.loads(f.read_text()).get("group_subtasks") or {}).items():
+        for group, members in (json_file(f).get("group_subtasks") or {}).items():
             out[current_name(group)] = [current_name(m) for m in members]
     return out
 
@@ -266,7 +296,7 @@ def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
     """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
     for f in reversed(lm_eval_files(results_dir)):
-        prov = (json.loads(f.read_text()).get("config") or {}).get("provenance")
+        prov = (json_file(f).get("config") or {}).get("provenance")
         if isinstance(prov, dict):
             return prov
     return None
@@ -282,8 +312,7 @@ def load_curves(results_dir: Path) -> Dict[int, List[float]]:
     curves: Dict[int, List[float]] = {}
     for f in (f for f in lm_eval_files(results_dir, "samples") if samples_task(f) == TASK_FAMILIES["ppl"].task):
         per_length: Dict[int, List[Any]] = defaultdict(list)
-        for line in f.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
+        for row in sample_rows(f):
             for key, value in row.items():
                 length = metric_length(key, "curve_mean_nll")
                 if length is not None:
@@ -306,8 +335,7 @@ def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]
     counts: Dict[str, Dict[Tuple[str, int], int]] = {}
     for task, f in newest.items():
         cells: Dict[Tuple[str, int], int] = defaultdict(int)
-        for line in f.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
+        for row in sample_rows(f):
             for key, v in row.items():
                 m = CELL_METRIC.match(key)
                 if m and parse_length(m[1]) is not None and _number(v):
