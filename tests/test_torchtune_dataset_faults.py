@@ -108,3 +108,29 @@ def test_late_bad_record_saves_the_last_good_step_and_resumes_exactly(recipe_cls
     resumed.train()
     resumed.cleanup()
     assert _losses(tmp_path / "out") == _losses(tmp_path / "ref")
+
+
+def test_a_bad_record_in_the_first_step_says_how_to_start_again(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                               sp_tokenizer_dir):
+    """A bad record read before any step finished: nothing to resume from, and the folder holds the run's start, so
+    'start again' alone was refused ('exists and is not empty'); the message now names overwrite_output_dir=True,
+    and that rerun, the record mended, trains."""
+    from torchtune_longshort.data.text_files import DataRecordError
+
+    good = [json.dumps(_record(i)) + "\n" for i in range(40)]
+    data = tmp_path / "early.jsonl"
+    data.write_text(good[0] + json.dumps({"body": "no text here"}) + "\n" + "".join(good[2:]))
+    # the first sample (checked at setup) fits the first record; step 1's batch of 4 does not
+    run = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, max_steps=2, batch_size=4))
+    run.setup()
+    with pytest.raises(DataRecordError, match=r"early.jsonl:2: .*No step had finished: no checkpoint saved; mend the "
+                                              r"record and start again with overwrite_output_dir=True"):
+        run.train()
+    run.release_output_dir()
+    data.write_text("".join(good))
+    again = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, max_steps=2, batch_size=4,
+                            overwrite_output_dir=True))
+    again.setup()
+    again.train()
+    again.cleanup()
+    assert [s for s, _ in _losses(tmp_path / "out")] == [1, 2]
