@@ -111,6 +111,26 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
     assert sorted(tmp_path.rglob("*")) == before
 
 
+@pytest.mark.parametrize("override,needle", [("foo", "override 'foo': expected key=value"),
+                                             ("e_range=[1,", "override 'e_range=[1,': its value is not YAML"),
+                                             ("~nothere", "Could not find key nothere")])
+def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, capsys, override, needle):
+    # `tune run ... foo` (no '=') or a value that is not YAML ended in torchtune's parser with a 26-45 line traceback
+    from torchtune_longshort.recipes.longshort_finetune import recipe_main
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    cfg = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(cfg), override])
+    for prog, run in (("longshort_finetune", recipe_main), ("longshort-validate", lambda: main([str(cfg), override]))):
+        with pytest.raises(SystemExit) as exit_info:
+            run()
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(f"{prog}: error:"), err
+        assert needle in err, err
+    assert not any(tmp_path.iterdir())
+
+
 def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
     # `longshort-validate bad.yaml` (a YAML syntax error) ended in a yaml.ScannerError traceback, exit 1.
     from torchtune_longshort.training.recipe_config.validate import main

@@ -51,18 +51,37 @@ def check_config_argument(argv: Sequence[str]) -> None:
     checked before torchtune's parser opens it, which ends with a traceback."""
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config")
-    config = ap.parse_known_args(list(argv))[0].config
-    if config:
-        read_config_file(Path(config))
+    known, overrides = ap.parse_known_args(list(argv))
+    if known.config:
+        merge_overrides(read_config_file(Path(known.config)), overrides)
+
+
+def merge_overrides(node: dict, overrides: Sequence[str]):
+    """``node`` with the ``key=value`` ``overrides`` merged as ``tune run`` merges them (torchtune's
+    ``_merge_yaml_and_cli_args``); an override that is not ``key=value`` or whose value is not YAML is refused naming
+    it (torchtune's parser ends with a traceback)."""
+    # deferred: torchtune (the config check's own imports do not need it)
+    from torchtune.config._utils import _merge_yaml_and_cli_args
+
+    for arg in overrides:
+        key, sep, value = str(arg).partition("=")
+        if not str(arg).startswith("~") and (not sep or "=" in value or not key):
+            raise ValueError(f"override {arg!r}: expected key=value (e.g. max_steps=10), or ~key to remove a key")
+        try:
+            yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"override {arg!r}: its value is not YAML ({' '.join(str(e).split())[:160]}); mend it, "
+                             "or quote the whole override") from None
+    try:
+        return _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
+    except ValueError as e:  # e.g. ~key of a key the config lacks
+        raise ValueError(f"override: {' '.join(str(e).split())}") from None
 
 
 def validate(config: str, overrides, world_size: int = 1):
     """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged."""
-    from torchtune.config._utils import _merge_yaml_and_cli_args
-
     node = read_config_file(resolve_config(config, Path.cwd(), "config"))
-    cfg = _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
-    return load_recipe_config(cfg, world_size)
+    return load_recipe_config(merge_overrides(node, overrides), world_size)
 
 
 def main(argv=None) -> int:
