@@ -113,3 +113,17 @@ def test_figures_refuse_a_users_files_in_out_before_training(tmp_path, capsys):
     assert "beyond_summary.json" in capsys.readouterr().err
     assert sorted(p.name for p in mine.iterdir()) == ["beyond_summary.json", "fig1b.png"]
     assert (mine / "fig1b.png").read_text() == "mine"
+
+
+def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_write(tmp_path, capsys):
+    # `--cache FILE`: --out was made, then a 16-line FileExistsError traceback; `--replot` on a missing --out said
+    # "[Errno 2] ... summary.json", naming neither the flag nor the fix
+    (tmp_path / "afile").write_text("")
+    for argv, needle in [(["--figure", "1b", "--quick", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "afile")],
+                          "--cache='" + str(tmp_path / "afile") + "' is a file, not a folder"),
+                         (["--figure", "1b", "--replot", "--out", str(tmp_path / "absent")],
+                          "--replot redraws the figures a run wrote there")]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -15,10 +15,12 @@ import json
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import List, Optional
 
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.output_guard import check_output_folder, read_json
-from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
+from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
 from .misalignment import scalar_misalignment
@@ -97,7 +99,12 @@ def main(argv=None) -> int:
                 _check_figure_outputs(a.out, paper, beyond)
         elif not a.replot:
             _check_run_json(a.out)
-    except (ValueError, FileExistsError, NotADirectoryError) as e:
+        if a.cache is not None and not a.replot:
+            check_creatable("--cache", a.cache)  # a file there ended in a traceback, after --out was made
+        if a.replot and not Path(a.out).is_dir():
+            raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
+                                    "there; name that folder")
+    except REFUSED as e:
         return refusal(PROG, one_line(e))
     if a.figure is None:
         if a.replot:
