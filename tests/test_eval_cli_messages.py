@@ -58,3 +58,14 @@ def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys,
         out, err = capsys.readouterr()
         assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: ") and needle in err, err
         assert "Tasks not found" not in out
+
+
+def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason():
+    # a group member without data reports only lm-eval's `missing_data` = 1: it was counted as a scored metric, and
+    # the member's reason was left out
+    results = {"results": {"longshort_babilong": {"acc,none": 0.5},
+                           "longshort_babilong_qa1": {"missing_data,none": 1.0},
+                           "longshort_babilong_qa2": {"acc,none": 0.5, "missing_data,none": 0.0}},
+               "configs": {"longshort_babilong_qa1": {"not_scored": {"no file qa1.jsonl": 1}}}}
+    assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
+                                     "metric (no data) (no file qa1.jsonl)")

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List
 
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import not_scored_of
+from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
 
 PROG = "longshort-eval"
 _MISSING = re.compile(r"^Tasks not found: (.+)$")
@@ -64,7 +65,10 @@ def summary_line(results: Dict[str, Any]) -> str:
     bad: Dict[str, List[str]] = {}
     scored = 0
     for task, name, value in _metrics(results):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if name == MISSING_METRIC:  # a group member without data: its marker, not a score
+            if value:
+                bad.setdefault(task, []).append("every metric (no data)")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             scored += 1
         else:
             bad.setdefault(task, []).append(name)
