@@ -193,6 +193,19 @@ def test_overwrite_keeps_the_earlier_run_when_the_new_setup_refuses(recipe_cls, 
     assert [p.name for p in out.glob("step_*")] == ["step_0"] and len(list((out / "logs").glob("log_*"))) == 1
 
 
+def test_a_log_dir_inside_an_input_is_refused_before_anything_is_written(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                         sp_tokenizer_dir):
+    # metric_logger.log_dir naming the start checkpoint's folder (or a data folder) wrote log_<time>.txt among the
+    # files the run reads (a local_text corpus would read it as training text)
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=1,
+                   **{"metric_logger.log_dir": str(tiny_llama2_dir / "logs")})
+    before = sorted(p.name for p in tiny_llama2_dir.iterdir())
+    with pytest.raises(ValueError, match=r"^metric_logger.log_dir=.* lies inside checkpoint_dir=.*, which this run "
+                                         "reads"):
+        recipe_cls(cfg)
+    assert sorted(p.name for p in tiny_llama2_dir.iterdir()) == before and not (tmp_path / "out").exists()
+
+
 def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                          sp_tokenizer_dir):
     """``metric_logger.log_dir`` = ``output_dir`` (torchtune's older configs): the folder's ``.longshort_files``

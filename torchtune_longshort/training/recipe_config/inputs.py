@@ -99,5 +99,13 @@ def check_overwrite(config: RecipeConfig) -> None:
         raise ValueError(f"tokenizer.path={str(config.tokenizer.path)!r} lies inside output_dir="
                          f"{str(config.output_dir)!r}: the tokenizer trained there would fill output_dir before the "
                          "run claims it (and an overwrite would delete it); name a tokenizer folder outside output_dir")
-    check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=input_paths(config),
+    inputs = input_paths(config)
+    log_dir = config.metric_logger.log_dir
+    if log_dir:
+        logs = Path(log_dir).expanduser().resolve()
+        for field, p in inputs:
+            if logs == p.resolve() or p.resolve() in logs.parents:
+                raise ValueError(f"metric_logger.log_dir={str(log_dir)!r} lies inside {field}={str(p)!r}, which this "
+                                 "run reads: the logs would be written among its files; name a folder outside it")
+    check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
