@@ -15,6 +15,8 @@ VALIDATION = {"dataset": {"_component_": "torchtune_longshort.data.corpus.stdlib
 ROPE_NODE = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarnn", "max_seq_len": 256,
              "model": {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 512, "num_layers": 2,
                        "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 128}}
+SCRATCH = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "llama", "vocab_size": 512, "num_layers": 1,
+           "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 256}
 STDLIB_TOKENIZER = "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer"
 TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
 
@@ -85,6 +87,10 @@ FAMILIES = {
         ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "DATA/tok"}, "tokenizer.path",
          r"cannot be created"),  # its parent is a file
         ({"model": ROPE_NODE}, "model.method", r"not a RoPE method \(did you mean 'yarn'\?\)"),
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "num_kv_heads": 3}}, "num_kv_heads",
+         r"num_heads=4 is not divisible by num_kv_heads=3"),  # torchtune's builder said it once the folder existed
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 130}}, "embed_dim",
+         r"embed_dim=130 is not divisible by num_heads=4"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},

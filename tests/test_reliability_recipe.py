@@ -182,7 +182,7 @@ def test_overwrite_keeps_the_earlier_run_when_the_new_setup_refuses(recipe_cls, 
     for cfg, match in [(make_cfg(broken, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1),
                         "cannot read weight file"),
                        (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1, model=scratch),
-                        r"num_heads \(4\) must be divisible by num_kv_heads \(3\)")]:  # from scratch: no build
+                        r"num_heads=4 is not divisible by num_kv_heads=3")]:  # from scratch: the config check
         with pytest.raises(ValueError, match=match):
             recipe_cls(cfg).setup()
         assert _tree(out) == before
