@@ -127,7 +127,7 @@ def test_generated_files_are_current():
     assert not (REPO / "evals").exists()
 
 
-def test_longshort_eval_adds_the_pack_and_a_device_that_exists():
+def test_longshort_eval_adds_the_pack_and_a_device_that_exists(tmp_path):
     import torch
 
     from torchtune_longshort.eval.cli_run import lm_eval_argv
@@ -136,7 +136,7 @@ def test_longshort_eval_adds_the_pack_and_a_device_that_exists():
     assert argv[argv.index("--include_path") + 1] == str(TASKS)
     assert argv[argv.index("--device") + 1] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert lm_eval_argv(["ls", "tasks"])[-2:] == ["--include_path", str(TASKS)]
-    mine = lm_eval_argv(["run", "--include_path", "/x", "--device", "cpu"])
+    mine = lm_eval_argv(["run", "--include_path", str(tmp_path), "--device", "cpu"])  # a folder of the user's tasks
     assert mine.count("--include_path") == 1 and mine[mine.index("--device") + 1] == "cpu"
     if not torch.cuda.is_available():  # a device the machine lacks is refused for every model, hf included
         with pytest.raises(ValueError, match=r"--device='cuda:1': CUDA is not available on this machine; pass "
