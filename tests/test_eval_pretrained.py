@@ -76,7 +76,8 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
     """The same for ``batch_size`` and ``max_batch_size`` (lm-eval passes its own beside model_args: TypeError,
     "got multiple values for keyword argument 'batch_size'"); given both ways, refused. An ``--output_path`` that
     is a file or cannot be created, and a missing ``--include_path``: lm-eval evaluated, then only warned that it
-    could not save (exit 0), or found no task; refused before anything runs."""
+    could not save (exit 0), or found no task; a --metadata that is not JSON was lm-eval's 'Invalid JSON', naming no
+    option; refused before anything runs."""
     out = lm_eval_argv(["run", "--model", "longshort", "--model_args", "pretrained=/p,batch_size=4,max_batch_size=8"])
     assert out[out.index("--batch_size") + 1] == "4" and out[out.index("--max_batch_size") + 1] == "8"
     assert [a for a in out if "pretrained=/p" in a] == ["pretrained=/p"]
@@ -85,7 +86,8 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--model_args", "pretrained=/p,batch_size=4", "--batch_size", "2"], ValueError, "give it once"),
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
-            (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist")]:
+            (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),
+            (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting")]:
         with pytest.raises(error, match=match):
             lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args])
     out = lm_eval_argv(["run", "--model", "hf", "--output_path", str(tmp_path / "new" / "r.json")])  # lm-eval's file form
