@@ -6,6 +6,7 @@ counts are checked against an independent reference: the corpus tokenized here, 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,17 @@ def test_the_study_generates_babilong_rows_that_fit_their_label(tmp_path):
     Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ex, log=lambda m: None)._babilong_data()
     (argv,) = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]]
     assert argv[argv.index("--fit") + 1] == "prompt"
+
+
+def test_babilong_data_an_earlier_study_generated_is_listed_for_the_generator(tmp_path):
+    # data generated before the generator listed its files (.longshort_babilong.json): the study's DONE.json proves
+    # it generated them, so on a spec change it lists them and the generator replaces them instead of refusing them
+    from test_study import FakeExecutor
+
+    cfg = load_study_config(CPU_SMALL, repo_root=ROOT)
+    data = tmp_path / "out" / "babilong_data"
+    (data / "1k").mkdir(parents=True)
+    (data / "1k" / "qa1.jsonl").write_text("{}\n")
+    (data / "DONE.json").write_text('{"lengths": ["2k"]}')  # an older spec
+    Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=FakeExecutor(), log=lambda m: None)._babilong_data()
+    assert json.loads((data / ".longshort_babilong.json").read_text()) == ["1k/qa1.jsonl"]

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
                                                         load_not_scored, load_results, remove_lm_eval_files)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILONG_WRITTEN
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
@@ -118,6 +119,11 @@ class RunStages(RunConfigs):
                 "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
         if marker.is_file() and json.loads(marker.read_text()) == want:
             return out
+        if marker.is_file() and not (out / BABILONG_WRITTEN).is_file():
+            # data an earlier version of the study generated (its marker proves it) before the generator listed
+            # its files: listed now, so the generator replaces them instead of refusing them as a user's
+            (out / BABILONG_WRITTEN).write_text(json.dumps(sorted(
+                p.relative_to(out).as_posix() for p in out.glob("*/qa*.jsonl")), indent=1) + "\n")
         argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
                 "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
                 "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
