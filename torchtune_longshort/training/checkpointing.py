@@ -142,8 +142,14 @@ class StepCheckpoints:
                     if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():
-            out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not STATE_PATTERN.match(q.name)]
+            out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not self._own_state(q.name)]
         return out
+
+    def _own_state(self, name: str) -> bool:
+        """A file of ``recipe_state/`` the recipe wrote: ``step_<k>.pt`` beside its committed ``step_<k>/`` (the state
+        is moved in after its step folder), or a ``.tmp`` a killed write left."""
+        m = STATE_PATTERN.match(name)
+        return bool(m) and (m.group(2) is not None or (self.root / f"step_{m.group(1)}" / MANIFEST).is_file())
 
     def _prune_states(self) -> None:
         states = self.root / RECIPE_STATE_DIR
