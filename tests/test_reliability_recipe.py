@@ -206,6 +206,28 @@ def test_a_log_dir_inside_an_input_is_refused_before_anything_is_written(recipe_
     assert sorted(p.name for p in tiny_llama2_dir.iterdir()) == before and not (tmp_path / "out").exists()
 
 
+def test_overwrite_replaces_an_earlier_runs_logs_under_another_log_dir(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                      sp_tokenizer_dir):
+    """The earlier run logged to ``logs/``, the new one to ``tb/``: ``logs/`` was refused as a folder the recipe did
+    not write. A top-level folder with the recipe's ``.longshort_files`` is an earlier run's log folder: replaced
+    when it holds only what it lists, a note beside the logs still refused by name."""
+    out = tmp_path / "out"
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1))
+    r.setup()
+    r.release_output_dir()
+    assert any((out / "logs").glob("log_*"))
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1, overwrite_output_dir=True,
+                   **{"metric_logger.log_dir": str(out / "tb")})
+    (out / "logs" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"it holds 'logs/notes.txt', which this recipe did not write"):
+        recipe_cls(cfg)
+    (out / "logs" / "notes.txt").unlink()
+    r = recipe_cls(cfg)
+    r.setup()
+    r.release_output_dir()
+    assert not (out / "logs").exists() and any((out / "tb").glob("log_*"))
+
+
 def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                          sp_tokenizer_dir):
     """``metric_logger.log_dir`` = ``output_dir`` (torchtune's older configs): the folder's ``.longshort_files``

@@ -196,6 +196,9 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     nested = sorted(str(m.parent.relative_to(real)) for m in real.glob(f"*/**/{MARKER}"))
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
+    # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
+    written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
+                                     and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
     logged = {f.split("/", 1)[0] for f in _listed(real) or ()} if HERE in written_here else set()  # log_dir = here
     foreign = sorted(p.name for p in real.iterdir()
                      if not written_by_recipe(p.name, written_here) and p.name not in logged)
