@@ -29,6 +29,7 @@ from torchtune_longshort.study.claims_markdown import claims_markdown, md_table,
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.records import curve_mean, value
+from torchtune_longshort.study.run_configs import STUDY_JSON
 from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
 from torchtune_longshort.output_guard import check_output_folder, read_json
 
@@ -174,7 +175,7 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
         plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     else:  # no fine-tune to draw (e.g. the base gate refused the grid): only the base's own figure
         plots = claim_plots(cfg, analysis, recs, rdir, base_only=True)
-    study_json = out / "study.json"
+    study_json = out / STUDY_JSON
     wall = wall_s
     if wall is None and study_json.is_file():
         wall = json.loads(study_json.read_text()).get("wall_s_this_invocation")

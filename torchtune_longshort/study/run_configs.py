@@ -22,13 +22,15 @@ from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe
 
 
 STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
-# what a study writes at the top of its output folder (runner's module doc)
-STUDY_WRITES = ("base", "runs", "tokenizer", "babilong_data", "babilong_data.log", "study.json")
+# what a study writes at the top of its output folder (runner's module doc), each name's one owner
+BASE_DIR, RUNS_DIR, TOKENIZER_DIR, STUDY_JSON = "base", "runs", "tokenizer", "study.json"
+BABILONG_DIR, BABILONG_LOG = "babilong_data", "babilong_data.log"
+STUDY_WRITES = (BASE_DIR, RUNS_DIR, TOKENIZER_DIR, BABILONG_DIR, BABILONG_LOG, STUDY_JSON)
 
 
 def made_by_a_study(out: Path) -> bool:
     """``out`` is a study's output folder: its :data:`STUDY_MARKER`, or the ``study.json`` of a study before it."""
-    summary = read_json(Path(out) / "study.json")
+    summary = read_json(Path(out) / STUDY_JSON)
     return (Path(out) / STUDY_MARKER).is_file() or (isinstance(summary, dict) and {"config", "runs"} <= set(summary))
 
 
@@ -38,7 +40,7 @@ def check_study_output(out: Path, report_only: bool) -> None:
     report (``base/`` or ``runs/``): a report of nothing, from a mistyped folder, helps no one."""
     out = Path(out)
     if report_only:
-        if not (made_by_a_study(out) or (out / "base").is_dir() or (out / "runs").is_dir()):
+        if not (made_by_a_study(out) or (out / BASE_DIR).is_dir() or (out / RUNS_DIR).is_dir()):
             raise FileNotFoundError(f"--out (or the config's output_dir) {str(out)!r} holds no study runs (no base/ "
                                     "or runs/): --report-only reads the folder a study wrote; name it")
         return
@@ -47,7 +49,7 @@ def check_study_output(out: Path, report_only: bool) -> None:
 
 def run_folder(out: Path, key: str) -> Path:
     """The folder of run ``key`` under a study's output folder ``out``: ``base/`` or ``runs/<key>/``."""
-    return out / ("base" if key == "base" else f"runs/{key}")
+    return out / (BASE_DIR if key == "base" else f"{RUNS_DIR}/{key}")
 
 
 class RunConfigs:
@@ -72,7 +74,7 @@ class RunConfigs:
             (self.out / STUDY_MARKER).write_text("made by torchtune_longshort's study\n")
 
     def tokenizer_dir(self) -> Path:
-        return self.out / "tokenizer"
+        return self.out / TOKENIZER_DIR
 
     def eval_tokenizer(self) -> str:
         base = self.cfg.base

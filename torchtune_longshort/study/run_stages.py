@@ -22,7 +22,7 @@ from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILON
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
-from torchtune_longshort.study.run_configs import RunConfigs
+from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
 from torchtune_longshort.training.equal_compute import trained_steps
 
@@ -111,7 +111,7 @@ class RunStages(RunConfigs):
         bab = self.cfg.eval.babilong
         if not bab or not bab.lengths:
             return None
-        out = self.out / "babilong_data"
+        out = self.out / BABILONG_DIR
         marker = out / "DONE.json"
         # fit "prompt": a label is the token budget of the whole request (prompt, question, generation budget), so a
         # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
@@ -129,7 +129,7 @@ class RunStages(RunConfigs):
                 "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
         if bab.depths:
             argv += ["--depths", ",".join(str(d) for d in bab.depths)]
-        log_path = self.out / "babilong_data.log"
+        log_path = self.out / BABILONG_LOG
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
             tail = log_tail(log_path)

@@ -36,6 +36,7 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run
+from torchtune_longshort.study.run_configs import STUDY_JSON
 from torchtune_longshort.study.run_stages import RunStages
 from torchtune_longshort.study.stages import (
     StageError, StudyInterrupted, output_folder, run_command, train_summary,
@@ -260,7 +261,7 @@ class Study(RunStages):
                    "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
-        (self.out / "study.json").write_text(json.dumps(summary, indent=1, default=str))
+        (self.out / STUDY_JSON).write_text(json.dumps(summary, indent=1, default=str))
 
 
 def _result_when_done(fut) -> Optional[Dict[str, Any]]:
