@@ -43,6 +43,33 @@ def test_hf_path_with_local_json(tmp_path):
         hf_text("json", data_files=str(f), text_field="content")
 
 
+def test_hf_records_can_be_skipped_in_place(tmp_path):
+    """skip_bad_records: a record whose text field holds no string keeps its place in the stream (a position counts
+    it) and adds no tokens, so the packed tokens are those of the data without it; a source that can read none of its
+    first records is refused, naming the first."""
+    from torchtune_longshort.data.text_files import SkippedRecord
+
+    rows = [{"text": f"book {i} " * 20} for i in range(5)]
+    f, without = tmp_path / "books.jsonl", tmp_path / "without.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows[:2] + [{"text": None}] + rows[3:]))
+    without.write_text("".join(json.dumps(r) + "\n" for r in rows[:2] + rows[3:]))
+    with pytest.raises(ValueError, match=r"record 2: field 'text' holds NoneType 'None'"):
+        list(hf_text("json", data_files=str(f))())
+    src = hf_text("json", data_files=str(f), skip_bad_records=True)
+    docs = list(src())
+    assert isinstance(docs[2], SkippedRecord) and "record 2: field 'text'" in docs[2].message
+    tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731
+    stream = PackedTokenStream(src, tokenize=tok)
+    reference = PackedTokenStream(hf_text("json", data_files=str(without)), tokenize=tok)
+    assert stream.take(200) == reference.take(200) and stream.take(150) == reference.take(150)
+    assert (stream.records_skipped, stream.docs_consumed, reference.docs_consumed) == (1, 4, 3)
+    assert len(stream.new_skips()) == 1 and stream.new_skips() == []
+    with pytest.raises(ValueError, match=r"none of its first 4 records can be read \(skip_bad_records=True skips a "
+                                         r"bad record, not a source of them\); the first: .*record 0: no text field "
+                                         r"'content'"):
+        hf_text("json", data_files=str(without), text_field="content", skip_bad_records=True)
+
+
 def test_packing_and_validation_split(tmp_path):
     src = stdlib(limit=3, include_tests=False)
     tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731

@@ -38,7 +38,7 @@ def test_formats_give_documents_in_file_order(tmp_path):
     ("a.jsonl", b'{"text": "ok"}\n\n{"text": \n', "a.jsonl:3: not a JSON line", ["ok"]),
     ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff"}\n',
      "a.jsonl:2: bytes that are not utf-8 (invalid start byte at byte 10)", ["ok"]),
-    ("a.jsonl", b'{"text": 3}\n', "a.jsonl:1: field 'text' holds a int, expected a string", []),
+    ("a.jsonl", b'{"text": 3}\n', "a.jsonl:1: field 'text' holds int '3', expected a string", []),
     ("a.jsonl", b'["text"]\n', "a.jsonl:1: record is a list", []),
     ("a.json", b'[{"text": "ok"},\n {"body": "x"}]', "a.json row 1: no text field 'text' in the record; its fields are "
                                                      "['body']. Set opt.field to one of them", ["ok"]),

@@ -7,6 +7,7 @@ record is mended."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,8 @@ def test_a_bad_record_in_the_first_step_says_how_to_start_again(recipe_cls, tmp_
     run = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, max_steps=2, batch_size=4))
     run.setup()
     with pytest.raises(DataRecordError, match=r"early.jsonl:2: .*No step had finished: no checkpoint saved; mend the "
-                                              r"record and start again with overwrite_output_dir=True"):
+                                              r"record and start again \(or skip it: dataset.skip_bad_records=True\) "
+                                              r"with overwrite_output_dir=True"):
         run.train()
     run.release_output_dir()
     data.write_text("".join(good))
@@ -134,3 +136,57 @@ def test_a_bad_record_in_the_first_step_says_how_to_start_again(recipe_cls, tmp_
     again.train()
     again.cleanup()
     assert [s for s, _ in _losses(tmp_path / "out")] == [1, 2]
+
+
+def test_a_run_stopped_at_a_bad_record_resumes_skipping_it(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                           capsys):
+    """A record nobody can mend (a hub dataset's): the stopped run resumes with dataset.skip_bad_records=True, skips
+    it (its place kept, no tokens) and trains to the losses of a run on the data without it; the skip is printed and
+    logged. Resumed with skipping off again, the run is refused: its data position counts the skipped record."""
+    good = [json.dumps(_record(i)) + "\n" for i in range(40)]
+    data = tmp_path / "late.jsonl"
+    data.write_text("".join(good[:3] + [json.dumps({"body": "no text here"}) + "\n"] + good[4:]))
+    run = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data))
+    run.setup()
+    with pytest.raises(Exception, match=r"late.jsonl:4: no text field"):
+        run.train()
+    run.release_output_dir()
+    skipping = {**_node(data), "skip_bad_records": True}
+    past_it = run.global_step + 1  # the step that reads the record; then a resume after the skip
+    for stop in (past_it, None):
+        resumed = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, resume=True, dataset=skipping,
+                                  stop_after_step=stop))
+        resumed.setup()
+        resumed.train()
+        resumed.cleanup()
+    out = capsys.readouterr().out
+    assert re.search(r"step \d: skipped 1 unreadable record\(s\) \(dataset.skip_bad_records=True; 1 in this run\): "
+                     r".*late.jsonl:4: no text field", out)
+    rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 8 and rows[-1]["records_skipped"] == 1
+
+    without = tmp_path / "without.jsonl"
+    without.write_text("".join(good[:3] + good[4:]))
+    ref = recipe_cls(_cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, without, name="ref"))
+    ref.setup()
+    ref.train()
+    ref.cleanup()
+    assert _losses(tmp_path / "out") == _losses(tmp_path / "ref")
+
+    cfg = _cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, resume=True, max_steps=9)
+    with pytest.raises(ValueError, match=r"resume=True with dataset.skip_bad_records=False: the run skipped 1 "
+                                         r"unreadable record\(s\) before step 8 .*resume with "
+                                         r"dataset.skip_bad_records=True"):
+        recipe_cls(cfg).setup()
+
+
+def test_skip_bad_records_on_a_source_without_records_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.training.recipe_config.data import DataSourceConfig
+    from torchtune_longshort.config.fields import build_section
+
+    node = OmegaConf.create({"_component_": "torchtune_longshort.data.corpus.stdlib", "skip_bad_records": True})
+    with pytest.raises(ValueError, match=r"dataset.skip_bad_records is not accepted by "
+                                         r"torchtune_longshort.data.corpus.stdlib: .*remove the key"):
+        build_section(DataSourceConfig, OmegaConf.to_container(node), "dataset")

@@ -33,7 +33,7 @@ REQUIRED = _Marker("required")  # no default: the key must be given
 FROM_COMPONENT = _Marker("the component's default")  # the default of the component's own signature
 
 # What a resumed run (resume=True) does when the new config changes a top-level field; a nested node's keys follow
-# their top-level field, unless its section lists them in RESUME_IGNORED.
+# their top-level field, unless its section lists them in RESUME_IGNORED or RESUME_APPLIED.
 RESUME_POLICIES = {
     "exact": "must equal the saved run's value: a change would train another run, so it is refused",
     "applied": "a change is applied and logged (more steps, another lr after a NaN, logging, checkpoint period)",
@@ -83,7 +83,7 @@ def section_keys(cls: type) -> Dict[str, Any]:
 def resume_policies(cls: type) -> Dict[str, str]:
     """``{key: policy}`` of the top-level config section ``cls``: every top-level key (a flat section's keys
     included) with its declared :data:`RESUME_POLICIES` entry, and ``<key>.<arg>`` for the args a nested section
-    lists in ``RESUME_IGNORED``. Raises ``TypeError`` naming a field that declares none."""
+    lists in ``RESUME_IGNORED`` (ignored) or ``RESUME_APPLIED`` (applied). Raises ``TypeError`` naming a field that declares none."""
     out: Dict[str, str] = {}
     for f in fields(cls):
         if f.metadata.get("flat"):
@@ -95,6 +95,7 @@ def resume_policies(cls: type) -> Dict[str, str]:
             out[yaml_key(f)] = f.metadata["resume"]
             section = f.metadata["section"]
             out.update({f"{yaml_key(f)}.{k}": "ignored" for k in getattr(section, "RESUME_IGNORED", ())})
+            out.update({f"{yaml_key(f)}.{k}": "applied" for k in getattr(section, "RESUME_APPLIED", ())})
     return out
 
 
@@ -120,6 +121,7 @@ class Section:
 
     LOCAL_CHECKS = False  # whether ``check`` asks this machine (files, devices): skipped with ``local=False``
     RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ()  # nested keys never compared on resume (:func:`resume_policies`)
+    RESUME_APPLIED: ClassVar[Tuple[str, ...]] = ()  # nested keys a resumed run may change (applied, logged)
 
     def check(self, where: str) -> None:
         """Rules between this section's fields (none by default); ``where`` is the section's path."""

@@ -20,12 +20,16 @@ tests exercise the same code path offline.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
+    DataRecordError,
+    SkippedRecord,
+    check_first_readable,
     iter_documents,
     resolve_files,
     text_of_record,
@@ -33,6 +37,7 @@ from torchtune_longshort.data.text_files import (
 
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
+log = logging.getLogger(__name__)
 
 
 class _Source:
@@ -138,9 +143,7 @@ def local_text(
 
     n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
     if bad:
-        import logging
-
-        logging.getLogger(__name__).warning(
+        log.warning(
             "dataset.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s", path, len(bad), bad[0]
         )
     if n_docs == 0:
@@ -156,6 +159,7 @@ def hf_text(
     data_files: Optional[Union[str, List[str], Dict[str, Any]]] = None,
     streaming: bool = True,
     check_first: bool = True,
+    skip_bad_records: bool = False,
     **load_dataset_kwargs: Any,
 ) -> Documents:
     """Documents from a Hugging Face dataset (``datasets.load_dataset(source, name, split=..., streaming=...)``).
@@ -165,6 +169,9 @@ def hf_text(
         split, name, data_files, streaming: passed to ``load_dataset``.
         text_field: the column holding the text.
         check_first: read the first record now, so a missing column fails before training.
+        skip_bad_records: a record without a string ``text_field`` is yielded as a
+            :class:`~.text_files.SkippedRecord` (an empty document the stream counts and logs) instead of raising
+            :class:`~.text_files.DataRecordError`; one of the first records must still be readable.
     """
     def open_ds():
         from datasets import load_dataset
@@ -174,14 +181,17 @@ def hf_text(
     def docs() -> Iterator[str]:
         for i, rec in enumerate(open_ds()):
             where = f"dataset {source!r} split {split!r} record {i}"
-            yield text_of_record(rec, text_field, where, "dataset.text_field")
+            try:
+                text = text_of_record(rec, text_field, where, "dataset.text_field")
+            except DataRecordError as e:
+                if not skip_bad_records:
+                    raise
+                text = SkippedRecord(str(e))
+            yield text
 
     src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})")
     if check_first:
-        try:
-            next(src())
-        except StopIteration:
-            raise ValueError(f"dataset {source!r} split {split!r} is empty") from None
+        check_first_readable(src(), f"dataset {source!r} split {split!r}")
     return src
 
 
@@ -227,4 +237,7 @@ def fixed_length_sequences(
                 f"validation: the source {documents!r} holds only {i} sequences of {seq_len} tokens; "
                 f"{num_sequences} were asked for"
             ) from None
+    if stream.records_skipped:
+        log.warning("validation: skipped %d unreadable record(s) (skip_bad_records=True), first: %s",
+                    stream.records_skipped, stream.new_skips()[0])
     return torch.tensor(rows, dtype=torch.long)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from torchtune_longshort.data.text_files import SkippedRecord
 from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range, slice_windows, validate_window_length
 
 Document = Union[str, Sequence[int]]
@@ -39,7 +40,12 @@ class PackedTokenStream:
             when documents are strings.
         vocab_size: if given, every token id must lie in ``[0, vocab_size)``.
         max_epochs: stop after this many passes (``None``: cycle forever).
+
+    A :class:`~.text_files.SkippedRecord` (a record a source skipped, ``skip_bad_records=True``) counts as a document
+    consumed, with no tokens, and in :attr:`records_skipped`; :meth:`new_skips` hands the latest to a logger.
     """
+
+    SKIPS_KEPT = 20
 
     def __init__(
         self,
@@ -57,6 +63,8 @@ class PackedTokenStream:
         self.epoch = 0
         self.docs_consumed = 0  # in the current epoch
         self.tokens_consumed = 0  # over the whole run
+        self.records_skipped = 0  # over the whole run
+        self._new_skips: List[str] = []
         self._buffer: List[int] = []
         self._it: Optional[Iterator[Document]] = None
 
@@ -66,6 +74,7 @@ class PackedTokenStream:
             "epoch": self.epoch,
             "docs_consumed": self.docs_consumed,
             "tokens_consumed": self.tokens_consumed,
+            "records_skipped": self.records_skipped,
             "buffer": list(self._buffer),
         }
 
@@ -73,12 +82,19 @@ class PackedTokenStream:
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])
+        self.records_skipped = int(state.get("records_skipped", 0))
         self._buffer = list(state["buffer"])
         self._it = None  # re-created lazily, skipping docs_consumed documents
 
     def position(self) -> Dict[str, int]:
         """Where the stream is: for error messages and logs."""
         return {"epoch": self.epoch, "docs_consumed": self.docs_consumed, "tokens_consumed": self.tokens_consumed}
+
+    def new_skips(self) -> List[str]:
+        """The messages of the records skipped since the last call (the first :attr:`SKIPS_KEPT`), then forgotten;
+        their count is the rise of :attr:`records_skipped`."""
+        out, self._new_skips = self._new_skips, []
+        return out
 
     # --------------------------------------------------------------- reading
     def _open(self) -> None:
@@ -108,6 +124,10 @@ class PackedTokenStream:
                 self._open()
                 continue
             self.docs_consumed += 1
+            if isinstance(doc, SkippedRecord):
+                self.records_skipped += 1
+                if len(self._new_skips) < self.SKIPS_KEPT:
+                    self._new_skips.append(doc.message)
             ids = self._encode(doc)
             return ids
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import glob
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
@@ -35,6 +35,39 @@ class DataRecordError(ValueError):
 
     The recipe treats it as the end of the run at the last good step: it saves that step and stops (as on a
     signal), so the run resumes once the record is mended."""
+
+
+class SkippedRecord(tuple):
+    """What a streamed source yields, with ``skip_bad_records=True``, in place of a record it cannot read: an empty
+    document (no tokens) that keeps the record's place, so that a stream position counts every record read, skipped
+    ones included, and a run resumes at the same record whether it skipped records or not. ``message`` names the
+    record and what is wrong with it."""
+
+    def __new__(cls, message: str) -> "SkippedRecord":
+        record = super().__new__(cls)
+        record.message = message
+        return record
+
+
+FIRST_READABLE_WITHIN = 1000  # records a skipping source may skip before its first readable one, at build
+
+
+def check_first_readable(documents: Iterable[Any], what: str) -> None:
+    """Read ``documents`` up to its first readable record, before a run starts: a source that skips bad records
+    (:class:`SkippedRecord`) must find one among its first :data:`FIRST_READABLE_WITHIN`, or a wrong column would be
+    skipped record by record, for the whole run. ``ValueError`` when the source is empty; :class:`DataRecordError`
+    naming the first bad record otherwise (a source that does not skip raises it itself)."""
+    first, count = None, 0
+    for count, doc in enumerate(documents, 1):
+        if not isinstance(doc, SkippedRecord):
+            return
+        first = first or doc.message
+        if count >= FIRST_READABLE_WITHIN:
+            break
+    if first is None:
+        raise ValueError(f"{what} is empty")
+    raise DataRecordError(f"{what}: none of its first {count} records can be read (skip_bad_records=True skips a "
+                          f"bad record, not a source of them); the first: {first}")
 
 
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
@@ -72,7 +105,8 @@ def text_of_record(record: Any, text_field: str, where: str, setting: str = "tex
         )
     text = record[text_field]
     if not isinstance(text, str):
-        raise DataRecordError(f"{where}: field {text_field!r} holds a {type(text).__name__}, expected a string")
+        raise DataRecordError(f"{where}: field {text_field!r} holds {type(text).__name__} {str(text)[:40]!r}, expected "
+                              "a string")
     return text
 
 

@@ -8,7 +8,8 @@ run reads exactly the same windows.
 
 Every record is checked as the stream reads it: a sample that fails to build (a missing column, a value that is not
 text) or holds no token ids raises :class:`~.text_files.DataRecordError` naming the file and line (or record), which
-the recipe answers with a checkpoint of the last good step. A build that ``datasets`` refuses (an empty file, a torn
+the recipe answers with a checkpoint of the last good step; with ``dataset.skip_bad_records=True`` the record is
+skipped instead, counted and logged, and keeps its place in the stream's position. A build that ``datasets`` refuses (an empty file, a torn
 JSON line) is explained the same way (:mod:`~.data_files`).
 """
 
@@ -19,7 +20,7 @@ from typing import Any, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import Documents, _Source
 from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
-from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, check_first_readable
 
 
 def takes_tokenizer(component: Any) -> bool:
@@ -62,10 +63,12 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
     return list(tokens)
 
 
-def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = None, where: str = "dataset"
-                        ) -> Documents:
+def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = None, where: str = "dataset",
+                        skip_bad_records: bool = False) -> Documents:
     """A documents source over a torchtune dataset's samples (their ``tokens``), in index order, each checked as it
     is read (:func:`read_record`). ``args``: the builder's arguments (the files they name locate a bad record).
+    ``skip_bad_records``: a bad record is yielded as a :class:`~.text_files.SkippedRecord` (counted and logged by the
+    stream) instead of raising; one of the first records must still be readable.
 
     Refuses packed datasets (``packed=True``: the stream packs documents itself, across window boundaries), non
     map-style datasets and empty ones, naming the dataset.
@@ -81,10 +84,16 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
     if n == 0:
         raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
     column = args.get("column")
-    read_record(dataset, 0, what, files, column, where)
 
     def docs():
         for i in range(n):
-            yield read_record(dataset, i, what, files, column, where)
+            try:
+                tokens = read_record(dataset, i, what, files, column, where)
+            except DataRecordError as e:
+                if not skip_bad_records:
+                    raise
+                tokens = SkippedRecord(str(e))
+            yield tokens
 
+    check_first_readable(docs(), what)
     return _Source(docs, f"torchtune dataset {name or what} ({n} samples)")

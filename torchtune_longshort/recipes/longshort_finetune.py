@@ -94,12 +94,13 @@ class LongShortFinetuneRecipe(RecipeSetup):
         self._model.train()
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
-        self._run_log.start(max_steps, self.global_step)
+        self._run_log.start(max_steps, self.global_step, self._batcher.stream.records_skipped)
         # stop_after_step: end this process early (job time limits); the LR schedule still spans max_steps and
         # resume=True continues exactly where it stopped.
         stop_at = min(max_steps, cfg.stop_after_step or max_steps)
         while self.global_step < stop_at:
             sums, norms = self._checked_step()
+            self._run_log.note_skipped(self.global_step, self._batcher.stream)
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
                 lr = self._optimizer.param_groups[0]["lr"]
                 self._run_log.log_step(self.global_step, sums, lr, {k: float(v) for k, v in norms.items()},
@@ -132,12 +133,13 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._run_log.close()
             if self.global_step == 0:
                 raise DataRecordError(f"{e}. No step had finished: no checkpoint saved; mend the record and start "
-                                      f"again with overwrite_output_dir=True (output_dir={str(self.output_dir)!r} "
+                                      f"again (or skip it: dataset.skip_bad_records=True) with overwrite_output_dir=True (output_dir={str(self.output_dir)!r} "
                                       "holds this run's start)") from None
             if self._saved_step != self.global_step:
                 self.save_checkpoint()
             raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
-                                  "record and continue with resume=True") from None
+                                  "record (or skip it: dataset.skip_bad_records=True) and continue with resume=True"
+                                  ) from None
 
     def _train_step(self):
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norm)``, the

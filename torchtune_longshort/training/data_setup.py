@@ -42,8 +42,9 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
     sample by sample, each record checked as it is read."""
     if source.takes_tokenizer:
         builder = resolve_component(f"{where}._component_", source.component)
-        dataset = build_torchtune_dataset(builder, tokenizer, source.args, where)
-        return torchtune_documents(dataset, name=source.component, args=source.args, where=where)
+        dataset = build_torchtune_dataset(builder, tokenizer, source.builder_args, where)
+        return torchtune_documents(dataset, name=source.component, args=source.builder_args, where=where,
+                                   skip_bad_records=source.skip_bad_records)
     return config.instantiate(source.node())
 
 

@@ -75,9 +75,12 @@ class RunLog:
         self.metric_logger, self.jsonl, self.enabled = metric_logger, jsonl, enabled
         self.pbar = None
         self._t0, self.tokens = time.perf_counter(), 0
+        self.records_skipped = 0
 
-    def start(self, total_steps: int, step: int) -> None:
-        """Open the progress bar at ``step`` of ``total_steps`` and start the throughput clock."""
+    def start(self, total_steps: int, step: int, records_skipped: int = 0) -> None:
+        """Open the progress bar at ``step`` of ``total_steps`` and start the throughput clock; ``records_skipped``:
+        the unreadable records the run skipped before ``step`` (a resumed run's)."""
+        self.records_skipped = records_skipped
         if self.enabled:
             from tqdm import tqdm
 
@@ -98,9 +101,22 @@ class RunLog:
 
             tqdm.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
 
+    def note_skipped(self, step: int, stream) -> None:
+        """Print the unreadable records a :class:`~torchtune_longshort.data.dual_window.PackedTokenStream` skipped in
+        ``step`` (``dataset.skip_bad_records=True``), above the progress bar; from then on each logged step carries
+        ``records_skipped``, the run's count."""
+        messages, total = stream.new_skips(), stream.records_skipped
+        new, self.records_skipped = total - self.records_skipped, total
+        if new and self.enabled:
+            from tqdm import tqdm
+
+            tqdm.write(f"step {step}: skipped {new} unreadable record(s) (dataset.skip_bad_records=True; {total} in "
+                       f"this run): {'; '.join(messages[:3])}{'; ...' if new > 3 else ''}")
+
     def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device) -> None:
         """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norms
-        (``grad_norm``, and ``rope_grad_norm`` where the RoPE has trainable parameters)."""
+        (``grad_norm``, and ``rope_grad_norm`` where the RoPE has trainable parameters), and ``records_skipped``
+        once the run has skipped one."""
         dt = time.perf_counter() - self._t0
         metrics = {
             **sums,
@@ -109,6 +125,8 @@ class RunLog:
             "peak_memory_gib": peak_memory_gib(device),
             **norms,
         }
+        if self.records_skipped:
+            metrics["records_skipped"] = self.records_skipped
         self.log(step, metrics)
         if self.pbar is not None:
             self.pbar.set_postfix(loss=f"{sums['loss']:.4f}", mis=f"{sums['misalignment']:.3g}", e=int(sums["e"]))

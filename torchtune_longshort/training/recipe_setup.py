@@ -43,7 +43,9 @@ from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, resolved_config,
     written_names,
 )
-from torchtune_longshort.training.resume import apply_resume_changes, read_resume_state, restore_optimizer
+from torchtune_longshort.training.resume import (
+    apply_resume_changes, check_skipped_records, read_resume_state, restore_optimizer,
+)
 
 log = utils.get_logger("INFO")
 
@@ -134,6 +136,7 @@ class RecipeSetup:
         if self._resume_dir is None:
             return None
         recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config)
+        check_skipped_records(recipe_state, self.config.dataset.skip_bad_records)
         self.global_step = int(recipe_state["step"])
         return recipe_state
 

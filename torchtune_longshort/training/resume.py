@@ -118,6 +118,16 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dic
     return recipe_state, changes
 
 
+def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) -> None:
+    """A run that skipped unreadable records counts them in its data position; resumed without skipping, the stream
+    would stop at the first of them while it seeks that position. Refused, naming the key."""
+    skipped = int(recipe_state.get("data", {}).get("stream", {}).get("records_skipped", 0))
+    if skipped and not skip_bad_records:
+        raise ValueError(f"resume=True with dataset.skip_bad_records=False: the run skipped {skipped} unreadable "
+                         f"record(s) before step {recipe_state['step']} with dataset.skip_bad_records=True, and its "
+                         "data position counts them; resume with dataset.skip_bad_records=True")
+
+
 def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_scheduler, distributed: bool, device) -> None:
     """Optimizer and LR schedule from the recipe state (gathered state spread over the ranks when sharded).
 

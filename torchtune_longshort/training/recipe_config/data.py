@@ -8,14 +8,17 @@ records, before any folder exists (:mod:`torchtune_longshort.data.data_files`).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
-from torchtune_longshort.config.values import integer, length, resolve_component
+from torchtune_longshort.config.values import boolean, integer, length, resolve_component
+
+SKIP_BAD_RECORDS = "skip_bad_records"
 
 
 def _not_packed(path: str, value: Any) -> bool:
@@ -32,19 +35,43 @@ class DataSourceConfig(ComponentSection):
     LOCAL_CHECKS = True
 
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("tokenizer",)
+    # Turning skipping on to resume a run that stopped at a bad record continues it exactly (the records before its
+    # position were all read); the resumed run logs the change.
+    RESUME_APPLIED: ClassVar[Tuple[str, ...]] = (SKIP_BAD_RECORDS,)
     packed: Any = setting(FROM_COMPONENT, doc="torchtune builders: must be false (the stream packs documents itself)",
                           check=_not_packed)
+    skip_bad_records: bool = setting(
+        False, doc="skip a record that cannot be read (counted, logged, its place kept) instead of stopping the run "
+        "at the last good step; for torchtune builders and the corpus' hub and local sources", check=boolean)
 
     @property
     def takes_tokenizer(self) -> bool:
         """A torchtune dataset builder: built with the recipe's tokenizer, its samples' ``tokens`` are documents."""
         return takes_tokenizer(resolve_component("_component_", self.component))
 
+    @property
+    def builder_args(self) -> Dict[str, Any]:
+        """The arguments the component is built with: a torchtune builder's without ``skip_bad_records`` (the
+        recipe's reader of its samples skips, not the builder)."""
+        if self.takes_tokenizer:
+            return {k: v for k, v in self.args.items() if k != SKIP_BAD_RECORDS}
+        return dict(self.args)
+
+    def node(self):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.create({"_component_": self.component, **self.builder_args})
+
     def input_files(self, where: str) -> List[Tuple[str, Path]]:
         """``[(field, path)]`` of the local files and folders this source reads (refused when missing)."""
         return named_path(self.args, where) + named_files(self.args, where)
 
     def check(self, where: str) -> None:
+        if SKIP_BAD_RECORDS in self.args and not self.takes_tokenizer:
+            params = inspect.signature(resolve_component(f"{where}._component_", self.component)).parameters
+            if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                raise ValueError(f"{where}.{SKIP_BAD_RECORDS} is not accepted by {self.component}: it reads no records "
+                                 "that could be skipped; remove the key")
         self.input_files(where)
         check_not_empty(named_files(self.args, where))
 

@@ -59,10 +59,10 @@ def rows(cls: type = RecipeConfig, prefix: str = "") -> Iterator[Tuple[str, str,
 
 def config_table() -> str:
     """The Markdown table (with its markers); ``on resume``: the key's resume policy (a nested key its top-level
-    key's), :data:`~torchtune_longshort.config.fields.RESUME_POLICIES`."""
+    key's, unless its section names it), :data:`~torchtune_longshort.config.fields.RESUME_POLICIES`."""
     policy = resume_policies(RecipeConfig)
     lines: List[str] = [START, "| key | default | on resume | what |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {d} | {policy[k.split('.', 1)[0]]} | {doc} |" for k, d, doc in rows()]
+    lines += [f"| `{k}` | {d} | {policy.get(k) or policy[k.split('.', 1)[0]]} | {doc} |" for k, d, doc in rows()]
     return "\n".join(lines + [END])
 
 
