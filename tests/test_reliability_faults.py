@@ -369,7 +369,8 @@ def _commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path
 @pytest.mark.parametrize("where,named", [
     ("step_4/eval/results.json", "step_4/eval/results.json"), ("recipe_state/notes.txt", "recipe_state/notes.txt"),
     ("step_9/notes.txt", r"step_9/ \(no \.longshort_files\)"), ("logs/notes.txt", r"logs/ \(no \.longshort_files\)"),
-    ("recipe_state/step_5.pt", "recipe_state/step_5.pt")])  # a state's name, but no step_5/: not the recipe's
+    ("recipe_state/step_5.pt", "recipe_state/step_5.pt"),  # a state's name, but no step_5/: not the recipe's
+    ("step_4/.longshort_files", r"step_4/ \(no \.longshort_files\)")])  # a list that is not one: nothing listed
 def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                      sp_tokenizer_dir, where, named):
     """An evaluation written into a step folder (``longshort-eval --output_path run/step_4/eval``) or a file put in

@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence, Union
+from typing import Any, Callable, Collection, Iterable, List, Optional, Sequence, Union
 
 
 def read_json(path: Path) -> Any:
@@ -17,6 +17,31 @@ def read_json(path: Path) -> Any:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+def atomic_write_text(path: Union[str, Path], text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file beside it and ``os.replace``: a kill leaves the earlier file or
+    the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_names(path: Union[str, Path]) -> Optional[List[str]]:
+    """The names a command listed in the file at ``path`` as the ones it wrote (a JSON list of paths relative to the
+    file's folder, with ``/``: the recipe's ``.longshort_files``, the BABILong generator's list), or None when the
+    file is missing, unreadable or not such a list (then nothing there is known to be the command's)."""
+    got = read_json(Path(path))
+    return list(got) if isinstance(got, list) and all(isinstance(n, str) for n in got) else None
+
+
+def write_names(path: Union[str, Path], names: Iterable[str]) -> None:
+    """Write ``names`` (sorted, once each) as the list :func:`read_names` reads, atomically."""
+    atomic_write_text(path, json.dumps(sorted(set(names)), indent=0) + "\n")
 
 
 def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[str],

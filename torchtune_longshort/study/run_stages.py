@@ -23,6 +23,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
+from torchtune_longshort.output_guard import write_names
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
 from torchtune_longshort.training.equal_compute import trained_steps
 
@@ -122,8 +123,7 @@ class RunStages(RunConfigs):
         if marker.is_file() and not (out / BABILONG_WRITTEN).is_file():
             # data an earlier version of the study generated (its marker proves it) before the generator listed
             # its files: listed now, so the generator replaces them instead of refusing them as a user's
-            (out / BABILONG_WRITTEN).write_text(json.dumps(sorted(
-                p.relative_to(out).as_posix() for p in out.glob("*/qa*.jsonl")), indent=1) + "\n")
+            write_names(out / BABILONG_WRITTEN, (p.relative_to(out).as_posix() for p in out.glob("*/qa*.jsonl")))
         argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
                 "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
                 "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]

@@ -20,7 +20,6 @@ folder is complete, and :meth:`StepCheckpoints.latest` picks the newest (``resum
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from typing import Any, List, Optional, Union
 import torch
 
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
+from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
@@ -98,7 +98,7 @@ class StepCheckpoints:
         staging folder."""
         final = self.path(step)
         written = sorted(q.relative_to(staged).as_posix() for q in staged.rglob("*") if not q.is_dir())
-        (staged / MANIFEST).write_text(json.dumps(written, indent=0) + "\n")
+        write_names(staged / MANIFEST, written)
         if final.exists():
             # Only reachable when a run is resumed from an older step and saves this step again: replace it by
             # renaming the old one aside first, so a kill between the two renames still leaves a complete copy.
@@ -134,10 +134,11 @@ class StepCheckpoints:
             m = STEP_PATTERN.match(p.name)
             if not (m and p.is_dir() and int(m.group(1)) >= first):
                 continue
-            if not (p / MANIFEST).is_file():
+            listed = read_names(p / MANIFEST)
+            if listed is None:
                 out.append(f"{p.name}/ (no {MANIFEST})")
                 continue
-            listed = set(json.loads((p / MANIFEST).read_text())) | {MANIFEST}
+            listed = set(listed) | {MANIFEST}
             out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
                     if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
@@ -156,16 +157,6 @@ class StepCheckpoints:
         kept = sorted((int(m.group(1)), p) for p in states.glob("step_*.pt") if (m := STEP_PATTERN.match(p.stem)))
         for _, p in kept[: max(0, len(kept) - self.keep)]:
             p.unlink()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:

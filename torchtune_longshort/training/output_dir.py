@@ -16,15 +16,15 @@ keeps a second run out.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.output_guard import read_names, write_names
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import (
-    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints, atomic_write_text,
+    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
@@ -109,10 +109,8 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
 
 def _listed(folder: Path) -> Optional[set]:
     """The files a run recorded in ``folder``'s :data:`MANIFEST` (None: no manifest)."""
-    try:
-        return set(json.loads((folder / MANIFEST).read_text())) | {MANIFEST}
-    except (OSError, ValueError):
-        return None
+    listed = read_names(folder / MANIFEST)
+    return None if listed is None else set(listed) | {MANIFEST}
 
 
 def _logged(output_dir: Path, name: str) -> set:
@@ -146,7 +144,7 @@ def record_written(output_dir: PathLike, written_here: Sequence[str], existed: s
         folder = Path(output_dir) / name
         if folder.is_dir() and not folder.is_symlink():
             files = {rel for n, rel in new if n == name} | (_listed(folder) or set())
-            atomic_write_text(folder / MANIFEST, json.dumps(sorted(files - {MANIFEST}), indent=0) + "\n")
+            write_names(folder / MANIFEST, files - {MANIFEST})
 
 
 def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:

@@ -40,7 +40,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
     parse_length,
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
-from torchtune_longshort.output_guard import check_output_folder, read_json
+from torchtune_longshort.output_guard import check_output_folder, read_names, write_names
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
@@ -127,15 +127,14 @@ def generate(
 
 def _written(out: Path) -> List[str]:
     """The files earlier runs of the generator wrote in ``out`` (its :data:`WRITTEN` list)."""
-    got = read_json(out / WRITTEN)
-    return list(got) if isinstance(got, list) else []
+    return read_names(out / WRITTEN) or []
 
 
 def _record(out: Path, name: str) -> None:
     """Add ``name`` to ``out``'s :data:`WRITTEN` list."""
     have = _written(out)
     if name not in have:
-        (out / WRITTEN).write_text(json.dumps(sorted(have + [name]), indent=1) + "\n")
+        write_names(out / WRITTEN, have + [name])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
