@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -352,9 +353,14 @@ def test_bad_records_can_be_skipped_and_counted(tmp_path, caplog):
     from torchtune_longshort.data.corpus import local_text
 
     path = _jsonl(tmp_path, [GOOD, b"not json\n", b'{"text": "\xff"}\n', GOOD])
-    docs = local_text(str(path), skip_bad_records=True)
-    assert len(list(docs())) == 2
+    from torchtune_longshort.data.text_files import SkippedRecord
+
+    docs = list(local_text(str(path), skip_bad_records=True)())
     assert "skipped 2 unreadable record(s)" in caplog.text
+    # as the stream reads them: each skipped record in its place, named, with no tokens
+    assert [type(d).__name__ for d in docs] == ["str", "SkippedRecord", "SkippedRecord", "str"]
+    assert re.search(r"c.jsonl:2: not a JSON line", docs[1].message) and list(docs[1]) == []
+    assert re.search(r"c.jsonl:3: bytes that are not utf-8", docs[2].message) and isinstance(docs[2], SkippedRecord)
 
 
 def test_empty_corpus_is_refused(tmp_path):

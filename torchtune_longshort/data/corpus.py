@@ -131,7 +131,8 @@ def local_text(
 
     The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are
     not ``encoding``, a line that is not JSON, a missing or non-string ``text_field``) fails with its file and line,
-    or, with ``skip_bad_records=True``, is skipped and counted in the log. A corpus with no non-empty document
+    or, with ``skip_bad_records=True``, is skipped, counted in the log here and by the stream as it passes it (its
+    place kept, as :func:`hf_text`'s). A corpus with no non-empty document
     fails too.
     """
     files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], "dataset.path")
@@ -139,7 +140,7 @@ def local_text(
 
     def documents(on_bad_record) -> Iterator[str]:
         docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=on_bad_record)
-        return (text for text in docs if text.strip())
+        return (doc for doc in docs if isinstance(doc, SkippedRecord) or doc.strip())
 
     n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
     if bad:
@@ -148,7 +149,10 @@ def local_text(
         )
     if n_docs == 0:
         raise ValueError(f"dataset.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
-    return _Source(lambda: documents(lambda message: None), f"local_text({path!r}, {len(files)} files)")
+    # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
+    # record that went bad since this check stops the run at its last good step, named
+    skipped = SkippedRecord if skip_bad_records else None
+    return _Source(lambda: documents(skipped), f"local_text({path!r}, {len(files)} files)")
 
 
 def hf_text(

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
-BadRecord = Optional[Callable[[str], None]]
+BadRecord = Optional[Callable[[str], Any]]
 
 
 class DataRecordError(ValueError):
@@ -123,7 +123,7 @@ def iter_documents(
     ``encoding_errors``: for whole-file documents, as for ``bytes.decode`` (``"strict"``: undecodable bytes are a bad
     record; ``"replace"``). JSON is always decoded strictly, so a corrupted record is named, never garbled.
     ``on_bad_record``: ``None`` raises ``ValueError`` at the first bad record; a callable gets its message and the
-    record is skipped. ``setting`` names the option that picks ``text_field`` in messages.
+    record is skipped, or replaced by what the callable returns (a :class:`SkippedRecord` keeps its place). ``setting`` names the option that picks ``text_field`` in messages.
     """
     for f in files:
         if f.suffix == JSON_LINES_SUFFIX:
@@ -133,7 +133,7 @@ def iter_documents(
         try:
             text = f.read_bytes().decode(encoding, "strict" if json_file else encoding_errors)
         except UnicodeDecodeError as e:
-            _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+            yield from _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
             continue
         if json_file:
             yield from _json_array(f, text, text_field, setting, on_bad_record)
@@ -141,10 +141,14 @@ def iter_documents(
             yield text
 
 
-def _bad(message: str, on_bad_record: BadRecord) -> None:
+def _bad(message: str, on_bad_record: BadRecord) -> Iterator[Any]:
+    """Raise :class:`DataRecordError` without ``on_bad_record``; else yield what it returns for the record in the
+    record's place (nothing for None)."""
     if on_bad_record is None:
         raise DataRecordError(message)
-    on_bad_record(message)
+    got = on_bad_record(message)
+    if got is not None:
+        yield got
 
 
 def _json_lines(f: Path, text_field: str, setting: str, encoding: str, on_bad_record: BadRecord) -> Iterator[str]:
@@ -154,17 +158,18 @@ def _json_lines(f: Path, text_field: str, setting: str, encoding: str, on_bad_re
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError as e:
-                _bad(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+                message = f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})"
+                yield from _bad(message, on_bad_record)
                 continue
             if not line.strip():
                 continue
             try:
                 text = text_of_record(json.loads(line), text_field, where, setting)
             except json.JSONDecodeError as e:
-                _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
+                yield from _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
                 continue
             except ValueError as e:
-                _bad(str(e), on_bad_record)
+                yield from _bad(str(e), on_bad_record)
                 continue
             yield text
 
@@ -173,10 +178,10 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        _bad(f"{f}:{e.lineno}: not JSON ({e.msg})", on_bad_record)
+        yield from _bad(f"{f}:{e.lineno}: not JSON ({e.msg})", on_bad_record)
         return
     for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
         try:
             yield text_of_record(row, text_field, f"{f} row {i}", setting)
         except ValueError as e:
-            _bad(str(e), on_bad_record)
+            yield from _bad(str(e), on_bad_record)
