@@ -61,3 +61,13 @@ def test_a_name_far_from_every_method_gets_no_guess():
     with pytest.raises(ValueError) as err:
         build_rope("zzzz", head_dim=8, max_seq_len=64)
     assert str(err.value) == f"method='zzzz' is not a RoPE method: {ACCEPTED}"
+
+
+def test_every_method_has_a_row_in_the_docs_table():
+    """docs/rope.md's methods table names every ROPE_METHODS entry (``ntk_by_parts`` was missing from it)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "rope.md").read_text()
+    table = doc[doc.index("## Methods"):].split("\n\n")[1]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
+    assert rows == set(ROPE_METHODS)
