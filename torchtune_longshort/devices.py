@@ -3,14 +3,16 @@ a device that was asked for and that this machine does not have is refused befor
 field and the fix. Nothing falls back to another device, so what a results file says it ran on (lm-eval's
 ``config.device``, the provenance block's ``device``) is where it ran.
 
-:func:`require_device` checks a name; :func:`default_device` is the device used when none is asked for.
+:func:`require_device` checks a name; :func:`default_device` is the device used when none is asked for;
+:func:`check_fits` refuses, before the allocation, a table that this machine's free memory cannot hold.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Union
+from typing import Optional, Union
 
+import psutil
 import torch
 
 ACCEPTED = "cpu, cuda, cuda:N or mps"
@@ -36,6 +38,27 @@ def device_problem(name: str) -> Union[str, None]:
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return "MPS is not available on this machine"
     return None
+
+
+def free_bytes(device: Union[str, torch.device]) -> Optional[int]:
+    """Bytes still free on ``device``: the host's available memory for a CPU, the free memory of a CUDA device;
+    None where it is not known (``meta``, ``mps``)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return int(psutil.virtual_memory().available)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(device)[0])
+    return None
+
+
+def check_fits(nbytes: int, device: Union[str, torch.device], what: str, fix: str) -> None:
+    """``ValueError`` naming ``what``, its size, the free memory and ``fix`` when ``nbytes`` is more than ``device``
+    has free: asked for before the allocation, an absurd length is refused in one line instead of the process being
+    killed for memory (and others on the machine with it)."""
+    free = free_bytes(device)
+    if free is not None and nbytes > free:
+        raise ValueError(f"{what} takes about {nbytes / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on "
+                         f"{torch.device(device)}; {fix}")
 
 
 def require_device(name: str, field: str = "device") -> torch.device:

@@ -45,6 +45,7 @@ from torchtune_longshort.models.family_builders import (
     Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2,
 )
 from torchtune_longshort.models.scratch_config import llama_config
+from torchtune_longshort.rope.base import check_rope_table
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -125,6 +126,13 @@ class ModelFamily:
     hf_rope_types: Optional[Tuple[str, ...]] = None
     notes: str = ""
     from_dims: Optional[Callable[[Dict[str, Any]], Config]] = None
+
+    def decoder(self, config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]] = None) -> nn.Module:
+        """:attr:`build`, after refusing a RoPE table of ``max_seq_len`` positions that the device the model is
+        built on (the default device) cannot hold: torchtune's RoPE builds it whole, at construction."""
+        head_dim = config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"])
+        check_rope_table(int(max_seq_len), int(head_dim), torch.get_default_device())
+        return self.build(config, max_seq_len, lora)
 
     @property
     def torchtune_model_type(self) -> str:

@@ -15,11 +15,13 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from torch import nn
 
+from torchtune_longshort.devices import check_fits
 from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling
 from torchtune_longshort.rope import has_learned_parameters
+from torchtune_longshort.rope.base import rope_table_bytes
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 
@@ -56,7 +58,7 @@ def build_decoder(
     plain_len = native_positions(folder.config)
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
-        return folder.family.build(folder.config, max_seq_len or plain_len, lora)
+        return folder.family.decoder(folder.config, max_seq_len or plain_len, lora)
     target = max_seq_len or spec.get("max_seq_len") or plain_len
     if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):
         # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
@@ -66,7 +68,7 @@ def build_decoder(
     original = spec.get("original_max_seq_len")
     if original is None and rope is not None:
         original = plain_len
-    model = folder.family.build(folder.config, original or target, lora)
+    model = folder.family.decoder(folder.config, original or target, lora)
     base = spec.get("base") or model.layers[0].attn.pos_embeddings.base
     kwargs = {k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS}
     return apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
@@ -94,6 +96,19 @@ def load_weights_into(model: nn.Module, folder: CheckpointFolder, *, learned_rop
                              f"{method!r} of config.json: {e}") from None
 
 
+def _check_fits_on(model: nn.Module, device: Union[str, torch.device], folder: CheckpointFolder) -> None:
+    """Refuse a meta-built ``model`` whose weights and RoPE tables (and the building of one table) ``device`` cannot
+    hold, before they are allocated (:func:`~torchtune_longshort.devices.check_fits`)."""
+    ropes = {id(m.pos_embeddings): m.pos_embeddings for m in model.modules()
+             if getattr(m, "pos_embeddings", None) is not None}.values()
+    positions = max((int(getattr(r, "max_seq_len", 0) or 0) for r in ropes), default=0)
+    head_dim = max((int(getattr(r, "dim", 0) or 0) for r in ropes), default=0)
+    held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    check_fits(held + rope_table_bytes(positions, head_dim), device,
+               f"checkpoint {str(folder.path)!r} with RoPE tables for {positions:,} positions",
+               "ask for fewer positions (max_length, --lengths, max_seq_len)")
+
+
 def load_hf_checkpoint(
     checkpoint_dir: Folder,
     rope: Optional[Union[str, Dict[str, Any]]] = None,
@@ -119,6 +134,7 @@ def load_hf_checkpoint(
     folder = CheckpointFolder.open(checkpoint_dir)
     with torch.device("meta"):
         model = build_decoder(folder, max_seq_len=max_seq_len, rope=rope, plain_rope=plain_rope)
+    _check_fits_on(model, device, folder)
     model = model.to_empty(device=device)
     for m in model.modules():  # what no checkpoint holds: RoPE caches, and a learned RoPE's initial parameters
         if hasattr(m, "rope_init"):
@@ -214,7 +230,7 @@ def hf_decoder(
         model = build_decoder(checkpoint_dir, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
     else:
         config = decoder_config(dict(dims, family=family, max_seq_len=max_seq_len))
-        model = family_named(family).build(config, native_positions(config), lora)
+        model = family_named(family).decoder(config, native_positions(config), lora)
     if s2_attn:
         enable_s2_attn(model, group_size=s2_group_size, group_size_ratio=s2_group_size_ratio)
     return model

@@ -16,6 +16,8 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch import nn
 
+from torchtune_longshort.devices import check_fits
+
 LAYOUTS = ("interleaved", "half")
 
 
@@ -53,8 +55,24 @@ def default_inv_freq(dim: int, base: float, device=None) -> torch.Tensor:
     return 1.0 / (base**exponent)
 
 
+def rope_table_bytes(max_seq_len: int, head_dim: int) -> int:
+    """Peak bytes of building a float32 (cos, sin) table of ``max_seq_len`` positions for ``head_dim``: the angles,
+    their cos and sin, and the stacked table (about 10 bytes per position and head dimension), as torchtune's
+    ``RotaryPositionalEmbeddings`` and :func:`rope_cache` build it."""
+    return 4 * max_seq_len * (1 + 5 * (head_dim // 2))
+
+
+def check_rope_table(max_seq_len: int, head_dim: int, device) -> None:
+    """Refuse (``ValueError``) a RoPE table of ``max_seq_len`` positions that ``device``'s free memory cannot hold,
+    before it is built (:func:`~torchtune_longshort.devices.check_fits`)."""
+    check_fits(rope_table_bytes(max_seq_len, head_dim), device, f"a RoPE table of {max_seq_len:,} positions "
+               f"(head_dim {head_dim})", "ask for fewer positions (the run's or the model's length)")
+
+
 def rope_cache(theta: torch.Tensor, max_seq_len: int, scale: float = 1.0) -> torch.Tensor:
-    """[max_seq_len, dim/2, 2] of (cos, sin) of ``position * theta`` times ``scale``, float32."""
+    """[max_seq_len, dim/2, 2] of (cos, sin) of ``position * theta`` times ``scale``, float32; refused when the
+    device cannot hold it (:func:`check_rope_table`)."""
+    check_rope_table(max_seq_len, 2 * theta.numel(), theta.device)
     positions = torch.arange(max_seq_len, dtype=torch.float32, device=theta.device)
     angles = torch.outer(positions, theta.float())
     return torch.stack([angles.cos() * scale, angles.sin() * scale], dim=-1)

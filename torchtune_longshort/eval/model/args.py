@@ -185,7 +185,9 @@ def parse_model_args(
 
 
 def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
-    """The checkpoint as a torchtune decoder in eval mode, frozen, RoPE sized for ``max_length`` positions.
+    """The checkpoint as a torchtune decoder in eval mode, frozen, RoPE sized for the longest sequence it runs
+    (:attr:`ModelArgs.run_limit`: ``max_length``, or the covered positions when that is shorter and extrapolation is
+    not allowed: a longer request is refused, so positions past them are never built).
 
     ``args.rope_spec`` is ``None`` (take the scaling from ``config.json``) or a spec such as
     ``{"method": "linear", "factor": 4.0}``; both go through ``torchtune_longshort.models.load_hf_checkpoint``.
@@ -193,7 +195,7 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
-        args.folder, rope=args.rope_spec, max_seq_len=args.max_length, dtype=args.dtype, device=str(args.device)
+        args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, dtype=args.dtype, device=str(args.device)
     )
     model = model.to(device=args.device, dtype=args.dtype).eval()
     model.requires_grad_(False)
