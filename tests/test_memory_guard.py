@@ -27,8 +27,9 @@ def test_a_rope_table_past_free_memory_is_refused_before_it_is_built():
 def test_a_checkpoint_loaded_for_an_absurd_length_is_refused_naming_it(tiny_llama2_dir):
     from torchtune_longshort.models import load_hf_checkpoint
 
-    with pytest.raises(ValueError, match=r"checkpoint '.*' with RoPE tables for 1,000,000,000 positions takes about "
-                                         r"\d+\.\d GiB, more than .* free on cpu; ask for fewer positions \(max_length"):
+    with pytest.raises(ValueError, match=r"checkpoint '.*' with RoPE tables for 1,000,000,000 positions takes "
+                                         r"about \d+\.\d GiB, more than .* free on cpu; ask for fewer positions "
+                                         r"\(max_length"):
         load_hf_checkpoint(tiny_llama2_dir, max_seq_len=ABSURD)
 
 

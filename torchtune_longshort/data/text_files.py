@@ -123,7 +123,8 @@ def iter_documents(
     ``encoding_errors``: for whole-file documents, as for ``bytes.decode`` (``"strict"``: undecodable bytes are a bad
     record; ``"replace"``). JSON is always decoded strictly, so a corrupted record is named, never garbled.
     ``on_bad_record``: ``None`` raises ``ValueError`` at the first bad record; a callable gets its message and the
-    record is skipped, or replaced by what the callable returns (a :class:`SkippedRecord` keeps its place). ``setting`` names the option that picks ``text_field`` in messages.
+    record is skipped, or replaced by what the callable returns (a :class:`SkippedRecord` keeps its place).
+    ``setting`` names the option that picks ``text_field`` in messages.
     """
     for f in files:
         if f.suffix == JSON_LINES_SUFFIX:

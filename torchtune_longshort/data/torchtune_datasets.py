@@ -9,8 +9,8 @@ run reads exactly the same windows.
 Every record is checked as the stream reads it: a sample that fails to build (a missing column, a value that is not
 text) or holds no token ids raises :class:`~.text_files.DataRecordError` naming the file and line (or record), which
 the recipe answers with a checkpoint of the last good step; with ``dataset.skip_bad_records=True`` the record is
-skipped instead, counted and logged, and keeps its place in the stream's position. A build that ``datasets`` refuses (an empty file, a torn
-JSON line) is explained the same way (:mod:`~.data_files`).
+skipped instead, counted and logged, and keeps its place in the stream's position. A build that ``datasets``
+refuses (an empty file, a torn JSON line) is explained the same way (:mod:`~.data_files`).
 """
 
 from __future__ import annotations

@@ -133,8 +133,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._run_log.close()
             if self.global_step == 0:
                 raise DataRecordError(f"{e}. No step had finished: no checkpoint saved; mend the record and start "
-                                      f"again (or skip it: dataset.skip_bad_records=True) with overwrite_output_dir=True (output_dir={str(self.output_dir)!r} "
-                                      "holds this run's start)") from None
+                                      "again (or skip it: dataset.skip_bad_records=True) with overwrite_output_dir=True "
+                                      f"(output_dir={str(self.output_dir)!r} holds this run's start)") from None
             if self._saved_step != self.global_step:
                 self.save_checkpoint()
             raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
