@@ -7,6 +7,7 @@ allocation: the test process would be killed, not pass."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 import torch
 
@@ -54,3 +55,21 @@ def test_the_eval_model_builds_only_the_positions_it_runs(tiny_llama2_dir, sp_to
                             device="cpu")
     with pytest.raises(ValueError, match=r"RoPE tables for 1,000,000,000 positions"):
         load_checkpoint_model(args)
+
+
+def test_a_containers_limit_bounds_the_free_memory(tmp_path, monkeypatch):
+    """In a container the kernel kills at the container's limit, however much the host has free: a 1 GiB limit
+    (cgroup v2's ``memory.max``; "max" means none) refuses a table of about 2 GiB that the host could hold."""
+    from torchtune_longshort import devices
+    from torchtune_longshort.rope.base import default_inv_freq, rope_cache, rope_table_bytes
+
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(devices, "CGROUP_LIMITS", (str(limit),))
+    positions = 2**30 // (4 * (1 + 5 * 8)) * 2  # about 2 GiB to build at head_dim 16
+    assert 1.9 * 2**30 < rope_table_bytes(positions, 16) < 2.1 * 2**30
+    limit.write_text("max\n")
+    assert devices.free_bytes("cpu") == pytest.approx(psutil.virtual_memory().available, rel=0.2)
+    limit.write_text(f"{2**30}\n")
+    assert devices.free_bytes("cpu") <= 2**30
+    with pytest.raises(ValueError, match=r"takes about 2\.0 GiB, more than the 1\.0 GiB free on cpu"):
+        rope_cache(default_inv_freq(16, 10_000.0), positions)

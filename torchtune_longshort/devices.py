@@ -10,6 +10,7 @@ field and the fix. Nothing falls back to another device, so what a results file 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Optional, Union
 
 import psutil
@@ -40,12 +41,29 @@ def device_problem(name: str) -> Union[str, None]:
     return None
 
 
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
+
+
+def _cgroup_limit() -> Optional[int]:
+    """This process's container memory limit (cgroup v2 or v1), None without one: a container's processes are
+    killed at its limit, while the host's available memory (what psutil reports) may be far larger."""
+    for path in CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" / 2**63 - page: no limit
+            return int(text)
+    return None
+
+
 def free_bytes(device: Union[str, torch.device]) -> Optional[int]:
-    """Bytes still free on ``device``: the host's available memory for a CPU, the free memory of a CUDA device;
-    None where it is not known (``meta``, ``mps``)."""
+    """Bytes still free on ``device``: for a CPU the host's available memory, at most the container's limit; for a
+    CUDA device its free memory; None where it is not known (``meta``, ``mps``)."""
     device = torch.device(device)
     if device.type == "cpu":
-        return int(psutil.virtual_memory().available)
+        available, limit = int(psutil.virtual_memory().available), _cgroup_limit()
+        return available if limit is None else min(available, limit)
     if device.type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.mem_get_info(device)[0])
     return None
