@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, DIVERGENCES
+
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = "configs/study/gpu_smollm2_seeds.yaml"
 
@@ -62,6 +64,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppl-samples", type=int, default=1)
     p.add_argument("--alphas", default="0", help="loss.alpha of the fine-tunes: 0 (the controls), or e.g. 0,0.1 to "
                    "add the alignment arm beside each control (rows <method>_a<alpha>_lr<lr>)")
+    p.add_argument("--divergence", default=DEFAULT_DIVERGENCE, choices=DIVERGENCES,
+                   help="loss.divergence of the alignment arms (rows of another than the paper's sce are named "
+                   "<method>_a<alpha>_<divergence>_lr<lr>; the CE-only controls do not use one)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes: L0 256, L 512, train 128, 2 steps (or --steps), eval 256/512")
     a = p.parse_args(argv)
@@ -105,8 +110,10 @@ def run(cmd: List[str], log: Path) -> float:
 
 def arm(a: argparse.Namespace, method: str, alpha: float, lr: float) -> str:
     """A fine-tune's row name: ``pi_ce_lr2e-05`` for a CE-only control, ``pi_a0.1_lr2e-05`` for an alignment arm,
-    ``_steps<N>`` / ``_seed<N>`` added when ``--steps`` is not the study's / ``--seed`` is not 0."""
-    return (f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}_lr{lr:g}") + a.suffix
+    ``_steps<N>`` / ``_seed<N>`` added when ``--steps`` is not the study's / ``--seed`` is not 0, and an alignment
+    arm's ``--divergence`` when it is not the paper's (``pi_a0.1_jeffreys_lr2e-05``)."""
+    div = "" if a.divergence == DEFAULT_DIVERGENCE else f"_{a.divergence}"
+    return (f"{method}_ce_lr{lr:g}" if alpha == 0 else f"{method}_a{alpha:g}{div}_lr{lr:g}") + a.suffix
 
 
 class Parts:
@@ -133,7 +140,8 @@ class Parts:
             self._timed(f"train_{name}", [
                 "tune", "run", a.recipe, "--config", a.recipe_config, f"checkpoint_dir={self.ckpt}", f"output_dir={out}",
                 f"model.method={a.rope[method]}", f"model.max_seq_len={a.L}", f"model.model.max_seq_len={a.L0}",
-                f"seq_len={a.train_len}", f"loss.alpha={alpha:g}", "dataset.split=train", f"e_range=[{a.e_range[0]},{a.e_range[1]}]",
+                f"seq_len={a.train_len}", f"loss.alpha={alpha:g}",
+                f"loss.divergence={a.divergence}", "dataset.split=train", f"e_range=[{a.e_range[0]},{a.e_range[1]}]",
                 "batch_size=1", "gradient_accumulation_steps=1", f"max_steps={a.steps}",
                 f"save_every_n_steps={a.steps}", f"optimizer.lr={lr:g}", "optimizer.fused=False",
                 f"lr_scheduler.num_warmup_steps={a.warmup}", "validation=null", "device=cpu", "dtype=fp32",
