@@ -141,3 +141,50 @@ def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
         main([str(bad)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "is not valid YAML" in err and str(bad) in err, err
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_refusal_under_torchrun_reaches_its_agent_report(tmp_path, monkeypatch, capsys, rank):
+    # Under torchrun every worker refuses: rank 0 prints the line, and each writes it where torch's elastic agent
+    # reads a worker's failure; torch's own reader and report format are the reference.
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from torchtune_longshort.refusals import refusal
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    monkeypatch.setenv("RANK", rank)
+    assert refusal("longshort_finetune", "seq_len=0:\n must be positive") == 2
+    line = "longshort_finetune: error: seq_len=0: must be positive"
+    assert capsys.readouterr().err == (line + "\n" if rank == "0" else "")
+    failure = ProcessFailure(local_rank=int(rank), pid=1, exitcode=2, error_file=str(error_file))
+    assert failure.message["message"] == line
+    report = ChildFailedError("longshort_finetune", {int(rank): failure}).format_msg()
+    assert f"traceback : {line}" in report and "To enable traceback" not in report, report
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # a RANK without torchrun (another launcher): every rank prints
+    error_file.unlink()
+    refusal("longshort_finetune", "seq_len=0: must be positive")
+    assert capsys.readouterr().err == line + "\n" and not error_file.exists()
+
+
+@pytest.mark.slow
+def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
+    # `tune run --nproc_per_node 2` with a typo: each worker printed the refusal and torchrun's report said
+    # "error_file: <N/A> ... To enable traceback see ..." for both; now one line, and the report names it per rank.
+    import subprocess
+    import sys
+
+    from warm_start import with_warm_start
+
+    env = dict(__import__("os").environ, PYTHONPATH=with_warm_start(str(REPO)), OMP_NUM_THREADS="1",
+               TMPDIR=str(tmp_path))
+    tune = str(Path(sys.executable).with_name("tune"))
+    p = subprocess.run([tune, "run", "--nproc_per_node", "2", "recipes/longshort_finetune.py", "--config",
+                        "configs/tiny/longshort_stdlib.yaml", "max_step=3", f"output_dir={tmp_path / 'out'}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and not (tmp_path / "out").exists(), out
+    printed = [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: error:")]
+    assert len(printed) == 1 and "'max_step' (did you mean 'max_steps'?)" in printed[0], out
+    assert out.count(f"traceback : {printed[0]}") == 2 and "To enable traceback" not in out, out

@@ -9,17 +9,27 @@ refusal read as a crash). ``LONGSHORT_TRACEBACK=1`` shows the traceback as well,
 What counts as a refusal (:data:`REFUSED`): ``ValueError`` (the project's checks raise it or a subclass),
 the ``OSError`` kinds of a missing, existing or forbidden path, and any :class:`Refusal` (a config key error, an output folder
 another run holds). Every other exception keeps its traceback.
+
+Under torchrun (``tune run --nproc_per_node N``) every worker runs the same checks. The refusal is printed once, by
+rank 0, and every refusing worker writes it to the error file torchrun's agent reads (``TORCHELASTIC_ERROR_FILE``,
+the JSON ``torch.distributed.elastic``'s ``@record`` writes), so the agent's failure report names the refusal
+under each rank that refused instead of "To enable traceback see ...", a worker that alone refused among them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 from typing import Callable, NoReturn, TypeVar
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
+# torchrun's agent gives each worker a file to report its failure in, and a run id (also outside torchrun: none)
+ELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+ELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 
 T = TypeVar("T")
 
@@ -43,9 +53,32 @@ def show_traceback() -> bool:
     return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def elastic_error_file() -> str:
+    """The file torchrun's agent reads this worker's failure from ("" outside torchrun)."""
+    return os.environ.get(ELASTIC_ERROR_FILE, "") if os.environ.get(ELASTIC_RUN_ID) else ""
+
+
+def record_for_torchrun(path: str, line: str) -> None:
+    """Write ``line`` where torchrun's agent looks for this worker's failure, in the format of
+    ``torch.distributed.elastic.multiprocessing.errors``' ``ErrorHandler.record_exception`` (its report shows
+    ``py_callstack``). A file that cannot be written leaves the report as torchrun makes it."""
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+    except OSError:
+        pass
+
+
 def refusal(prog: str, message: str) -> int:
-    """Print ``<prog>: error: <message>`` (one line); the status to exit with (2), for a ``main`` that returns it."""
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    """Print ``<prog>: error: <message>`` (one line); the status to exit with (2), for a ``main`` that returns it.
+    Under torchrun the line goes to the agent's error file too, and only rank 0 prints it."""
+    line = f"{prog}: error: {' '.join(message.split())}"
+    error_file = elastic_error_file()
+    if error_file:
+        record_for_torchrun(error_file, line)
+    if not error_file or os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
     return EXIT_REFUSED
 
 
