@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol,
 
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, readable_texts
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -59,7 +59,8 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
 
     ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (Hugging Face
     ``deepmind/pg19`` test split, streamed; needs the hub or its cache), or local text: a file, a glob or a folder
-    of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`).
+    of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`). A record that cannot be read (a PG19 row
+    whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which record.
     """
 
     def docs() -> Iterable[str]:
@@ -71,7 +72,7 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
         if haystack == "stdlib":
             return iter_stdlib_documents(include_tests=False)
         if haystack == "pg19":
-            return pg19(split="test", check_first=False)()
+            return pg19(split="test", check_first=False, skip_bad_records=True)()
         try:
             files = resolve_files(haystack, (".txt",), "haystack")
         except FileNotFoundError as e:
@@ -81,7 +82,7 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
 
     while True:
         n = 0
-        for doc in docs():
+        for doc in readable_texts(docs(), "", f"haystack {haystack!r}"):
             for line in doc.splitlines():
                 line = line.strip()
                 if line:

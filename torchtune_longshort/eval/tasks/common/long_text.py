@@ -100,16 +100,42 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
     )
 
 
-def _read_local(data_files: Any, text_field: str) -> Iterator[str]:
-    """The documents of local ``data_files`` through the one local-text reader; its errors as ``TaskDataError``."""
+def _read_local(data_files: Any, text_field: str, skip_bad_records: bool) -> Iterator[Any]:
+    """The documents of local ``data_files`` through the one local-text reader (a record it cannot read: a
+    ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``."""
     # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
-    from torchtune_longshort.data.text_files import iter_documents, resolve_files
+    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents, resolve_files
 
     try:
         files = resolve_files(data_files, LOCAL_SUFFIXES, "data_files")
-        yield from iter_documents(files, text_field, encoding_errors="replace")
     except (FileNotFoundError, ValueError) as e:
         raise TaskDataError(str(e)) from None
+    try:
+        yield from iter_documents(files, text_field, encoding_errors="replace",
+                                  on_bad_record=SkippedRecord if skip_bad_records else None)
+    except DataRecordError:
+        raise
+    except ValueError as e:
+        raise TaskDataError(str(e)) from None
+
+
+def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
+    """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
+    a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip)."""
+    # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
+    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
+
+    skipped = 0
+    try:
+        for text in documents:
+            if isinstance(text, SkippedRecord):
+                skipped += 1
+                logger.warning("%sskipped an unreadable record (%d so far): %s", f"{what}: " if what else "",
+                               skipped, text.message)
+                continue
+            yield text
+    except DataRecordError as e:
+        raise TaskDataError(f"{e} ({skip_hint})" if skip_hint else str(e)) from None
 
 
 def iter_texts(
@@ -121,6 +147,8 @@ def iter_texts(
     text_field: str = "text",
     min_chars: int = 0,
     alternative: str = "",
+    skip_bad_records: bool = False,
+    skip_hint: str = "",
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -136,9 +164,13 @@ def iter_texts(
             (:mod:`torchtune_longshort.data.text_files`; undecodable bytes are replaced).
         min_chars: skip shorter documents (cheap pre-filter before tokenising).
         alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
+        skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
+            string, a line that is no JSON) is skipped, with a warning, instead of failing; ``skip_hint`` (how to
+            ask for that) ends the reason when it is not.
 
     Raises:
-        TaskDataError: a bad source / file, or hub data that cannot be fetched (offline, unreachable, not found).
+        TaskDataError: a bad source / file, an unreadable record, or hub data that cannot be fetched (offline,
+            unreachable, not found).
     """
     if data_files:
         source = "local"
@@ -153,25 +185,27 @@ def iter_texts(
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
-        it = _read_local(data_files, text_field)
+        it = _read_local(data_files, text_field, skip_bad_records)
     else:
         if source in HF_PRESETS:
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
         it = guard_hub_iteration(
-            corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name, check_first=False)(),
+            corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name, check_first=False,
+                           skip_bad_records=skip_bad_records)(),
             f"{dataset_path!r}" + (f" config {dataset_name!r}" if dataset_name else "") + f" split {split!r}",
             alternative,
         )
-    for text in it:
+    for text in readable_texts(it, skip_hint, f"source {source!r}"):
         if len(text) >= min_chars:
             yield text
 
 
 def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 0) -> Iterator[str]:
     """:func:`iter_texts` configured by a task's metadata keys ``<prefix>_source``, ``<prefix>_data_files``,
-    ``<prefix>_dataset_path``, ``<prefix>_dataset_name``, ``<prefix>_split`` and ``<prefix>_text_field``."""
+    ``<prefix>_dataset_path``, ``<prefix>_dataset_name``, ``<prefix>_split``, ``<prefix>_text_field`` and
+    ``<prefix>_skip_bad_records``."""
     return iter_texts(
         source=metadata.get(f"{prefix}_source", "stdlib"),
         data_files=metadata.get(f"{prefix}_data_files"),
@@ -181,6 +215,8 @@ def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 
         text_field=metadata.get(f"{prefix}_text_field", "text"),
         min_chars=min_chars,
         alternative=f"for local data pass {prefix}_source=stdlib or {prefix}_data_files=<path or glob> in --metadata",
+        skip_bad_records=flag(metadata, f"{prefix}_skip_bad_records"),
+        skip_hint=f"or skip such records: --metadata '{{\"{prefix}_skip_bad_records\": true}}'",
     )
 
 

@@ -17,7 +17,7 @@ run finish.
 Task metadata: ``mis_source`` (stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local; with ``mis_data_files``
 etc. as for long_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
 (1), ``mis_join_documents`` (false: each sample from a document's start; true: the documents packed into one stream,
-cut end to end, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
+cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
 """
 
 from __future__ import annotations

@@ -82,13 +82,14 @@ def _prompt(units: Sequence[str], k: int, passkey: int) -> str:
 
 def haystack_units(source: str = "filler", data_files: Any = None, max_units: int = 1_000_000) -> List[str]:
     """Haystack pieces: the filler sentence group repeated (``filler``), or the non-empty lines of a corpus
-    (``stdlib`` / ``pg19`` / ``hf`` / ``local``: see :func:`torchtune_longshort.eval.tasks.common.long_text.iter_texts`)."""
+    (``stdlib`` / ``pg19`` / ``hf`` / ``local``: see :func:`torchtune_longshort.eval.tasks.common.long_text.iter_texts`;
+    a record that cannot be read is skipped with a warning: the haystack is filler)."""
     if source == "filler" and not data_files:
         # One sentence per unit, so the needle can sit between any two sentences (finer depth steps).
         sentences = [x.strip() + "." for x in FILLER.split(".") if x.strip()]
         return (sentences * (max_units // len(sentences) + 1))[:max_units]
     units: List[str] = []
-    for text in iter_texts(source=source, data_files=data_files):
+    for text in iter_texts(source=source, data_files=data_files, skip_bad_records=True):
         for line in text.splitlines():
             line = line.strip()
             if line:

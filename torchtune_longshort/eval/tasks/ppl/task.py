@@ -22,6 +22,9 @@ Task metadata (YAML ``metadata`` defaults, overridden by ``--metadata '{...}'``)
     ppl_num_samples (default 20), ppl_chunks_per_doc (default 1)
     ppl_join_documents (default false): pack the documents into one stream and cut the sequences from it end to end
         (a source of short documents then gives sequences of any length; long_text.fixed_length_samples)
+    ppl_skip_bad_records (default false): a record of ppl_data_files or ppl_source=hf / pg19 that cannot be read (a
+        row whose text field is no string, a line that is no JSON) is skipped with a warning; without it the length
+        scores NaN with the record named (the other lengths and tasks go on)
     max_seq_lengths / ppl_max_seq_lengths: the lengths (default in the task YAML)
 """
 

@@ -1,0 +1,96 @@
+"""A record the evaluation tasks cannot read never sinks a run (a row whose text is no string, a line that is no JSON).
+
+Scored text (``longshort_ppl``, ``longshort_misalignment``): that length scores NaN naming the record and the key
+that skips it, from a local file and from a Hugging Face data set (a local folder read by ``datasets``, as the hub's
+are); with ``<prefix>_skip_bad_records`` the samples are those of the same data without the record (the reference:
+a copy without it). A haystack (passkey, BABILong) is filler and skips such records always. Before, the hub's record
+raised ``DataRecordError`` out of lm-eval's task building."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset  # noqa: E402
+
+BAD = 2  # the record that holds an int where the text goes
+
+
+def _write(folder: Path, bad: bool) -> Path:
+    """Five documents as JSONL in ``folder``, the third an int when ``bad``, left out when not."""
+    folder.mkdir(parents=True)
+    rows = [{"text": f"document {i}: " + " ".join(f"word{i}_{j}" for j in range(120))} for i in range(5)]
+    if bad:
+        rows[BAD] = {"text": 12345}
+    else:
+        del rows[BAD]
+    (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.fixture
+def data(tmp_path):
+    return _write(tmp_path / "bad", True), _write(tmp_path / "clean", False)
+
+
+def _sources(folder: Path, prefix: str):
+    return {"local": {f"{prefix}_data_files": str(folder / "data.jsonl")},
+            "hf": {f"{prefix}_source": "hf", f"{prefix}_dataset_path": str(folder), f"{prefix}_split": "train"}}
+
+
+@pytest.mark.parametrize("kind", ["local", "hf"])
+def test_ppl_names_the_record_or_skips_it(data, sp_tokenizer_dir, kind, caplog):
+    bad, clean = data
+    kw = dict(tokenizer=str(sp_tokenizer_dir), ppl_max_seq_lengths=[64, 128], ppl_num_samples=4)
+    rows = long_ppl_dataset(**_sources(bad, "ppl")[kind], **kw)["test"].to_list()
+    assert [r["length"] for r in rows] == [64, 128], rows  # one placeholder per length, the run goes on
+    for r in rows:
+        assert "field 'text' holds int '12345'" in r["error"] and r["doc_index"] == -1, r
+        assert """--metadata '{"ppl_skip_bad_records": true}'""" in r["error"], r
+    assert ("data.jsonl:3" if kind == "local" else f"record {BAD}") in rows[0]["error"]
+    with caplog.at_level(logging.WARNING):
+        skipped = long_ppl_dataset(**_sources(bad, "ppl")[kind], **kw, ppl_skip_bad_records=True)["test"].to_list()
+    reference = long_ppl_dataset(**_sources(clean, "ppl")[kind], **kw)["test"].to_list()
+    assert len(skipped) == 8 and not any(r["error"] for r in skipped)
+    assert [r["text"] for r in skipped] == [r["text"] for r in reference]
+    assert "skipped an unreadable record (1 so far)" in caplog.text and "holds int '12345'" in caplog.text
+
+
+def test_misalignment_skips_with_its_own_key(data, sp_tokenizer_dir):
+    from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    bad, clean = data
+    meta = {**_sources(bad, "mis")["local"], "tokenizer": str(sp_tokenizer_dir)}
+    with pytest.raises(TaskDataError, match=r"data.jsonl:3: .*mis_skip_bad_records"):
+        samples_from_metadata(meta, "mis", 64, 3)
+    got = samples_from_metadata({**meta, "mis_skip_bad_records": "true"}, "mis", 64, 3)
+    ref = samples_from_metadata({**_sources(clean, "mis")["local"], "tokenizer": str(sp_tokenizer_dir)}, "mis", 64, 3)
+    assert [s.token_ids for s in got] == [s.token_ids for s in ref]
+    with pytest.raises(TaskDataError, match=r"mis_skip_bad_records='maybe': expected true or false"):
+        samples_from_metadata({**meta, "mis_skip_bad_records": "maybe"}, "mis", 64, 3)
+
+
+def test_haystacks_skip_an_unreadable_record(data, monkeypatch):
+    from torchtune_longshort.data import corpus
+    from torchtune_longshort.eval.tasks.babilong.haystack import iter_haystack_lines
+    from torchtune_longshort.eval.tasks.passkey.task import haystack_units
+
+    bad, clean = data
+    assert haystack_units("local", str(bad / "data.jsonl")) == haystack_units("local", str(clean / "data.jsonl"))
+    real_pg19 = corpus.pg19
+
+    def pg19_from(folder):  # PG19 itself needs the hub: the same reader on a local folder in its format
+        return lambda split, **kw: real_pg19(str(folder), split="train", **kw)
+
+    def lines(folder, n=4):
+        monkeypatch.setattr(corpus, "pg19", pg19_from(folder))
+        it = iter_haystack_lines("pg19")
+        return [next(it) for _ in range(n)]
+
+    assert lines(bad) == lines(clean)
