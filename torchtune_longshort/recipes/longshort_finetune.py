@@ -34,6 +34,7 @@ from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
+from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, is_out_of_memory, release, stop_message
 from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -124,10 +125,16 @@ class LongShortFinetuneRecipe(RecipeSetup):
 
     def _checked_step(self):
         """:meth:`_train_step`; a data record that cannot be read ends the run at the last good step, saved as on a
-        signal (the record is named; the data position saved is the step's start, so resume reads it again)."""
+        signal (the record is named; the data position saved is the step's start, so resume reads it again); so does
+        an out-of-memory error (:mod:`~torchtune_longshort.training.out_of_memory`)."""
         start = StepStart(self._batcher, self.generators)
         try:
             return self._train_step()
+        except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
+            if not is_out_of_memory(e):
+                raise
+            account = describe(e, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
+                               self.world_size)
         except DataRecordError as e:
             start.restore(self._batcher, self.generators)
             self._run_log.close()
@@ -140,6 +147,24 @@ class LongShortFinetuneRecipe(RecipeSetup):
             raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
                                   "record (or skip it: dataset.skip_bad_records=True) and continue with resume=True"
                                   ) from None
+        # out of memory; here, past the except clause, the failed step's tensors its traceback held are freed
+        self._optimizer.zero_grad(set_to_none=True)
+        release(self._device)
+        start.restore(self._batcher, self.generators)
+        self._run_log.close()
+        raise OutOfMemory(stop_message(*account, self.global_step, self._save_after_out_of_memory()))
+
+    def _save_after_out_of_memory(self):
+        """The last good step's folder, saved now when it was not (one process only: under torchrun the other ranks
+        are inside the failed step's collectives, and torchrun stops them when this one exits); None before any."""
+        if self.global_step > 0 and self._saved_step != self.global_step and not self._distributed:
+            try:
+                self.save_checkpoint()
+            except (RuntimeError, MemoryError) as e:
+                if not is_out_of_memory(e):
+                    raise
+        latest = self.ckpts.latest(resumable=True)
+        return None if latest is None else str(latest)
 
     def _train_step(self):
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norm)``, the
