@@ -1,21 +1,19 @@
 """An out-of-memory error in a training step ends the run in one line that says where, how many tokens, and what to
 lower, at its last good step (saved), instead of the allocator's traceback.
 
-References: a real allocator failure (the process's address space capped with ``RLIMIT_AS`` before the first step,
-as a container's limit caps it: torch's CPU allocator then refuses the step's activations); the uninterrupted run's
+References: a real allocator failure (a fresh process's address space capped with ``RLIMIT_AS``, as a container's
+limit caps it: torch's CPU allocator then refuses the first step's activations); the uninterrupted run's
 losses for a run that ran out of memory in step 3 (the fault injected as ``torch.OutOfMemoryError``, a GPU's
 error, which a CPU cannot raise at a chosen step) and resumed with activation checkpointing."""
 
 from __future__ import annotations
 
 import json
-import resource
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
-from recipe_config import make_cfg
+from recipe_config import CFG, REPO, make_cfg
 
 from torchtune_longshort.refusals import one_line
 from torchtune_longshort.training.out_of_memory import OutOfMemory, is_out_of_memory, remedies
@@ -28,32 +26,11 @@ def recipe_cls():
     return LongShortFinetuneRecipe
 
 
-def _vm_size() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmSize in /proc/self/status")
-
-
-@contextmanager
-def address_space(limit: int):
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def _train(recipe_cls, cfg, limit=None):
+def _train(recipe_cls, cfg):
     r = recipe_cls(cfg)
     try:
         r.setup()
-        if limit is None:
-            r.train()
-        else:
-            with address_space(_vm_size() + limit):
-                r.train()
+        r.train()
     finally:
         r.release_output_dir()
     return r
@@ -64,14 +41,38 @@ def _losses(out: Path):
     return {r["step"]: r["loss"] for r in rows if "loss" in r}
 
 
-def test_a_real_allocator_failure_in_step_1_is_one_line(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+# The recipe as `tune run` starts it, in a fresh process (its heap holds no freed blocks of earlier tests, which a
+# step could reuse under the cap), with its address space capped at what it maps + CAP_HEADROOM first.
+CAP_HEADROOM = 512 * 2**20
+CAPPED_RUN = """
+import resource, sys
+from pathlib import Path
+from torchtune_longshort.recipes.longshort_finetune import recipe_main
+vm = next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]))
+sys.argv = ["longshort_finetune.py", *sys.argv[2:]]
+recipe_main()
+"""
+
+
+def test_a_real_allocator_failure_in_step_1_is_one_line(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    import os
+    import subprocess
+    import sys
+
+    from warm_start import with_warm_start
+
     out = tmp_path / "out"
-    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, batch_size=512, max_steps=2, **{"dataset.limit": None})
-    with pytest.raises(OutOfMemory) as info:
-        _train(recipe_cls, cfg, limit=64 * 2**20)
-    msg = one_line(info.value)
-    assert msg.startswith("out of memory in step 1 on cpu (2 windows x 512 sequence(s) x seq_len 64 = 65,536 tokens "
-                          "per forward; "), msg
+    env = dict(os.environ, PYTHONPATH=with_warm_start(str(REPO)), OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", CAPPED_RUN, str(CAP_HEADROOM), "--config", str(CFG),
+                        f"checkpoint_dir={tiny_llama2_dir}", f"tokenizer.path={sp_tokenizer_dir / 'tokenizer.model'}",
+                        f"output_dir={out}", "batch_size=2048", "max_steps=2", "dataset.limit=null"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
+    assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    msg = errors[0]
+    assert msg.startswith("longshort_finetune: error: out of memory in step 1 on cpu (2 windows x 2048 sequence(s) "
+                          "x seq_len 64 = 262,144 tokens per forward; "), msg
     assert "(ulimit -v)" in msg and "DefaultCPUAllocator: can't allocate memory" in msg, msg
     assert ("No step had finished; start again with overwrite_output_dir=True and less memory per step, in this order: "
             "enable_activation_checkpointing=True; tiled_mlp_tokens=4096; gradient_accumulation_steps=2") in msg, msg
