@@ -16,7 +16,8 @@ import torch
 from recipe_config import CFG, REPO, make_cfg
 
 from torchtune_longshort.refusals import one_line
-from torchtune_longshort.training.out_of_memory import OutOfMemory, is_out_of_memory, remedies
+from torchtune_longshort.devices import is_out_of_memory
+from torchtune_longshort.training.out_of_memory import OutOfMemory, remedies
 
 
 @pytest.fixture(scope="module")

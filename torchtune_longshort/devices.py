@@ -79,6 +79,32 @@ def check_fits(nbytes: int, device: Union[str, torch.device], what: str, fix: st
                          f"{torch.device(device)}; {fix}")
 
 
+CPU_ALLOCATOR_FAILURES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation the device refused: CUDA's ``OutOfMemoryError``, the CPU allocator's
+    ``RuntimeError`` (a container's or ``ulimit -v``'s limit; the kernel usually kills the process first), or
+    Python's ``MemoryError``."""
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(err, RuntimeError) and any(m in str(err) for m in CPU_ALLOCATOR_FAILURES)
+
+
+def out_of_memory_text(err: BaseException) -> str:
+    """The error on one line, from ``DefaultCPUAllocator`` on (its ``[enforce fail at ...]`` prefix names a C++
+    source line, not the allocation)."""
+    text = " ".join(str(err).split())
+    start = text.find("DefaultCPUAllocator")
+    return text[start:] if start >= 0 else text
+
+
+def release_cached(device: Union[str, torch.device]) -> None:
+    """Hand the caching allocator's free blocks back to ``device`` (after an out-of-memory error)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def require_device(name: str, field: str = "device") -> torch.device:
     """The ``torch.device`` named ``name``; ``ValueError`` naming ``field``, the value, the reason and the fix when
     this machine does not have it (no fallback: a run on another device than the one asked for would be recorded

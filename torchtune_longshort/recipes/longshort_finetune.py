@@ -29,12 +29,13 @@ from torchtune import config, utils
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.devices import is_out_of_memory, release_cached
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
-from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, is_out_of_memory, release, stop_message
+from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
 from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -149,7 +150,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                                   ) from None
         # out of memory; here, past the except clause, the failed step's tensors its traceback held are freed
         self._optimizer.zero_grad(set_to_none=True)
-        release(self._device)
+        release_cached(self._device)
         start.restore(self._batcher, self.generators)
         self._run_log.close()
         raise OutOfMemory(stop_message(*account, self.global_step, self._save_after_out_of_memory()))

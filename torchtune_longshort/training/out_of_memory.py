@@ -18,10 +18,9 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from torchtune_longshort.devices import free_bytes
+from torchtune_longshort.devices import free_bytes, out_of_memory_text
 from torchtune_longshort.refusals import Refusal
 
-CPU_ALLOCATOR_FAILURES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 # Rows of the loss's [rows, vocab] buffers per chunk that kept the 1B shape's loss phase below its backward peak on an
 # H200 (docs/benchmarks.md, "P6"): loss.num_chunks = ceil((L + e) / LOSS_CHUNK_ROWS).
 LOSS_CHUNK_ROWS = 1024
@@ -32,14 +31,6 @@ CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 class OutOfMemory(Refusal, RuntimeError):
     """The step did not fit the device (a refusal: one line, exit status 2)."""
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is an allocation the device refused (CUDA's ``OutOfMemoryError``, the CPU allocator's, or
-    Python's ``MemoryError`` in the step's data code)."""
-    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return isinstance(err, RuntimeError) and any(m in str(err) for m in CPU_ALLOCATOR_FAILURES)
 
 
 def remedies(config, device: torch.device, num_chunks: int, world_size: int = 1) -> Tuple[List[str], List[str]]:
@@ -83,18 +74,11 @@ def describe(err: BaseException, step: int, config, device: torch.device, num_ch
              world_size: int = 1) -> Tuple[str, List[str], List[str]]:
     """What happened in step ``step`` (1-based), on one line, and :func:`remedies`."""
     micro = config.batch_size // (world_size * config.gradient_accumulation_steps)
-    what = " ".join(str(err).split())
-    what = what[what.find("DefaultCPUAllocator"):] if "DefaultCPUAllocator" in what else what
+    what = out_of_memory_text(err)
     memory = _memory(device)
     happened = (f"out of memory in step {step} on {device} (2 windows x {micro} sequence(s) x seq_len {config.seq_len}"
                 f" = {2 * micro * config.seq_len:,} tokens per forward{'; ' + memory if memory else ''}): {what[:300]}")
     return (happened, *remedies(config, device, num_chunks, world_size))
-
-
-def release(device: torch.device) -> None:
-    """Hand what the failed step left cached back to the device."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def stop_message(happened: str, resumable: List[str], new_run: List[str], finished: int,

@@ -19,7 +19,8 @@ the same numbers on the same checkpoint.
 A request the model will not run (longer than it runs, a prompt it may not cut, no room to generate) is refused,
 not cut or crashed on: one decision (:meth:`~torchtune_longshort.eval.model.limits.RequestLimits.plan`) says so and
 why, the result carries the reason (``torchtune_longshort.eval.tasks.common.unavailable``), the task scores it NaN
-with that reason in the results file, and the rest of the run goes on.
+with that reason in the results file, and the rest of the run goes on. So is a request that runs out of device
+memory by itself; a batch that does, runs again a request at a time (:mod:`~torchtune_longshort.eval.model.memory`).
 
 Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``longshort_misalignment``
 task): it runs the model on two suffixes of a text and compares the full next-token distributions (paper Eq. 4).
@@ -44,6 +45,7 @@ from tqdm.auto import tqdm
 from torchtune_longshort.eval.model.generation import greedy_generate
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
+from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.eval.model.processes import Processes
 from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
@@ -162,6 +164,10 @@ class LongShortLM(TemplateLM):
         hidden = forward_hidden(self.model, torch.tensor([ids], dtype=torch.long), self.device)[0]
         return project_logprobs(decoder_of(self.model).output, hidden, self.vocab_size)
 
+    def _out_of_memory(self, task: Optional[str], n_tokens: int, error: str) -> str:
+        """The reason a request that does not fit the device alone carries (logged once per task)."""
+        return self.limits.refuse(task, out_of_memory_reason(n_tokens, self.device, error), "out of memory")
+
     # ------------------------------------------------------------------ loglikelihood
     def _prepare_loglikelihood(self, i: int, ctx: List[int], cont: List[int], task: Optional[str], doc):
         """``(input tokens, None)`` for a request the model runs, else ``(None, refused result)``: the context cut
@@ -198,6 +204,7 @@ class LongShortLM(TemplateLM):
         scored = score_continuations(
             self.model, prepared, batch_size=override_bs or self.batch_size, pad_id=self.tokenizer.pad_id,
             vocab_size=self.vocab_size, device=self.device, disable_tqdm=disable_tqdm,
+            out_of_memory=lambda i, n, error: self._out_of_memory(task_names[i], n, error),
         )
         for i, result in scored.items():
             results[i] = result
@@ -302,13 +309,22 @@ class LongShortLM(TemplateLM):
                 else:
                     encoded.append((i, enc))
             encoded.sort(key=lambda r: -len(r[1]))
-            for s in range(0, len(encoded), self.batch_size):
-                chunk = encoded[s : s + self.batch_size]
+
+            def generate(chunk):
                 gens = self.greedy_generate([e for _, e in chunk], max_gen, stop=until)
                 for (i, _), g in zip(chunk, gens):
                     text = postprocess_generated_text(self.tok_decode(g), stop=until, think_end_token=None)
                     res[i] = text
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
+
+            def refuse(item, error):
+                i, enc = item
+                res[i] = RefusedText(self._out_of_memory(getattr(requests[i], "task_name", None),
+                                                         len(enc) + max_gen, error))
+
+            for s in range(0, len(encoded), self.batch_size):
+                chunk = encoded[s : s + self.batch_size]
+                run_fitting(chunk, generate, refuse, self.device)
                 pbar.update(len(chunk))
         pbar.close()
         return res  # type: ignore[return-value]
@@ -340,5 +356,10 @@ class LongShortLM(TemplateLM):
                 continue
             tokens = torch.tensor(ids[-need:], dtype=torch.long, device=self.device)
             last_logits = partial(last_position_logits, self.model)
-            out.append(suffix_misalignment(last_logits, tokens, l1, l2, divergences=divs))
+            scores: List[Dict[str, float]] = []
+            run_fitting([tokens], lambda one: scores.append(suffix_misalignment(last_logits, one[0], l1, l2,
+                                                                                divergences=divs)),
+                        lambda _, error: scores.append(RefusedScores(divs, self._out_of_memory(task, need, error))),
+                        self.device)
+            out += scores
         return out

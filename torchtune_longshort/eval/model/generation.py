@@ -109,7 +109,7 @@ def greedy_generate(
     A row stops at EOS or once ``decode`` of its generated ids contains a ``stop`` string. ``prefill_chunk``: the
     positions of one prefill call.
     """
-    from torchtune.modules.common_utils import local_kv_cache
+    from torchtune.modules.common_utils import delete_kv_caches, local_kv_cache
 
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise ValueError(f"prefill_chunk={prefill_chunk!r} is not accepted: expected an integer >= 1")
@@ -118,18 +118,26 @@ def greedy_generate(
     ropes = _rope_modules(model)
     out: List[List[int]] = [[] for _ in range(batch.size)]
     done = torch.zeros(batch.size, dtype=torch.bool)
-    with local_kv_cache(model, batch_size=batch.size, device=device, dtype=dtype, decoder_max_seq_len=batch.total):
-        last = batch.prefill(model, batch.prompt_len, prefill_chunk, ropes)
-        for step in range(max_new_tokens):
-            nxt = decoder.output(last).float().argmax(dim=-1)
-            _take(out, done, nxt, eos_id, decode, stop)
-            if bool(done.all()) or step == max_new_tokens - 1:
-                break
-            cur = batch.prompt_len + step  # the new token's column; the cache holds columns 0..cur-1
-            batch.tokens[:, cur] = nxt
-            if any(rope.kv_cache_stale(cur, cur + 1) for rope in ropes):
-                decoder.reset_caches()
-                last = batch.prefill(model, cur + 1, prefill_chunk, ropes)
-            else:
-                last = batch.run(model, cur, cur + 1)
+    try:
+        with local_kv_cache(model, batch_size=batch.size, device=device, dtype=dtype,
+                            decoder_max_seq_len=batch.total):
+            last = batch.prefill(model, batch.prompt_len, prefill_chunk, ropes)
+            for step in range(max_new_tokens):
+                nxt = decoder.output(last).float().argmax(dim=-1)
+                _take(out, done, nxt, eos_id, decode, stop)
+                if bool(done.all()) or step == max_new_tokens - 1:
+                    break
+                cur = batch.prompt_len + step  # the new token's column; the cache holds columns 0..cur-1
+                batch.tokens[:, cur] = nxt
+                if any(rope.kv_cache_stale(cur, cur + 1) for rope in ropes):
+                    decoder.reset_caches()
+                    last = batch.prefill(model, cur + 1, prefill_chunk, ropes)
+                else:
+                    last = batch.run(model, cur, cur + 1)
+    except BaseException:
+        # local_kv_cache deletes the caches when its body fails, not when setting them up does (out of memory
+        # part-way through the layers): the next generation would find them and refuse
+        if model.caches_are_setup():
+            delete_kv_caches(model)
+        raise
     return out

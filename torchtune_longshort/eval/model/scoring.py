@@ -4,12 +4,13 @@ final hidden states, projected to the vocabulary a bounded chunk of positions at
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output, project_target_logprobs
 
 # (request index, input tokens = context + continuation minus the last token, continuation tokens)
@@ -50,16 +51,13 @@ def forward_hidden(model: nn.Module, batch: torch.Tensor, device: torch.device) 
         return model(batch.to(device))
 
 
-def _batches(prepared: List[Prepared], batch_size: int, pad_id: int) -> Iterator[Tuple[List[Prepared], torch.Tensor]]:
-    """Longest first (then by tokens, as lm-eval's ``hf`` orders them), right-padded."""
-    ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
-    for s in range(0, len(ordered), batch_size):
-        chunk = ordered[s : s + batch_size]
-        width = max(len(inp) for _, inp, _ in chunk)
-        batch = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        for row, (_, inp, _) in enumerate(chunk):
-            batch[row, : len(inp)] = torch.tensor(inp, dtype=torch.long)
-        yield chunk, batch
+def _padded(chunk: Sequence[Prepared], pad_id: int) -> torch.Tensor:
+    """The inputs of ``chunk`` as one right-padded ``[b, s]`` batch."""
+    width = max(len(inp) for _, inp, _ in chunk)
+    batch = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    for row, (_, inp, _) in enumerate(chunk):
+        batch[row, : len(inp)] = torch.tensor(inp, dtype=torch.long)
+    return batch
 
 
 @torch.no_grad()
@@ -72,19 +70,36 @@ def score_continuations(
     vocab_size: int,
     device: torch.device,
     disable_tqdm: bool = False,
+    out_of_memory: Optional[Callable[[int, int, str], str]] = None,
 ) -> Dict[int, TokenLoglikelihood]:
     """``{request index: TokenLoglikelihood}``: the summed and per-token log-probabilities of each continuation
-    after its input, and whether each continuation token is the argmax."""
+    after its input, and whether each continuation token is the argmax.
+
+    A batch that does not fit the device runs again a request at a time (:func:`~.memory.run_fitting`); a request
+    that does not fit alone is refused with ``out_of_memory(index, input tokens, error)`` as its reason (default:
+    :func:`~.memory.out_of_memory_reason`)."""
     output = decoder_of(model).output
     results: Dict[int, TokenLoglikelihood] = {}
-    pbar = tqdm(total=len(prepared), disable=disable_tqdm, desc="longshort loglikelihood")
-    for chunk, batch in _batches(prepared, batch_size, pad_id):
-        hidden = forward_hidden(model, batch, device)
+
+    def score(chunk: Sequence[Prepared]) -> None:
+        hidden = forward_hidden(model, _padded(chunk, pad_id), device)
         for row, (i, inp, cont) in enumerate(chunk):
             n = len(cont)
             target = torch.tensor(cont, dtype=torch.long, device=hidden.device)
             tok_lp, greedy = project_target_logprobs(output, hidden[row, len(inp) - n : len(inp)], target, vocab_size)
             results[i] = TokenLoglikelihood(float(tok_lp.double().sum()), greedy, tok_lp.tolist())
+
+    def refuse(item: Prepared, error: str) -> None:
+        i, inp, _ = item
+        reason = out_of_memory(i, len(inp), error) if out_of_memory else out_of_memory_reason(len(inp), device, error)
+        results[i] = TokenLoglikelihood.refused(reason)
+
+    pbar = tqdm(total=len(prepared), disable=disable_tqdm, desc="longshort loglikelihood")
+    # longest first (then by tokens, as lm-eval's ``hf`` orders them)
+    ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
+    for s in range(0, len(ordered), batch_size):
+        chunk = ordered[s : s + batch_size]
+        run_fitting(chunk, score, refuse, device)
         pbar.update(len(chunk))
     pbar.close()
     return results
