@@ -69,3 +69,25 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
                "configs": {"longshort_babilong_qa1": {"not_scored": {"no file qa1.jsonl": 1}}}}
     assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
                                      "metric (no data) (no file qa1.jsonl)")
+
+
+def test_the_longshort_models_arguments_are_refused_before_lm_eval_starts(tmp_path, tiny_llama2_dir):
+    """A missing checkpoint folder or an unknown model argument was refused after lm-eval's start-up log (its
+    INFO lines, then task loading); it is now the whole output: one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from warm_start import with_warm_start
+
+    env = dict(os.environ, PYTHONPATH=with_warm_start(str(Path(__file__).resolve().parents[1])), TMPDIR=str(tmp_path))
+    cli = str(Path(sys.executable).with_name("longshort-eval"))
+    for model_args, needle in [(f"pretrained={tmp_path / 'missing'}", "is not a directory"),
+                               (f"pretrained={tiny_llama2_dir},bogus=1", "unknown model_args ['bogus']")]:
+        p = subprocess.run([cli, "run", "--model", "longshort", "--model_args", model_args, "--tasks", "longshort_ppl",
+                            "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+        said = (p.stdout + p.stderr).strip().splitlines()
+        assert p.returncode == 2 and len(said) == 1 and said[0].startswith("longshort-eval: error: "), said
+        assert needle in said[0] and not (tmp_path / "out").exists(), said

@@ -10,12 +10,14 @@ import json
 import logging
 import re
 import sys
+from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 from torchtune_longshort.models.hf_rope import not_representable_method
@@ -103,6 +105,24 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         _refuse_unrepresentable(out, model or "hf")
         return out
     return _checkpoint_dir_as_pretrained(out)
+
+
+def check_model_args(out: List[str]) -> None:
+    """For an evaluation with ``--model longshort`` (``out``: :func:`lm_eval_argv`'s), the model's arguments checked
+    as its constructor checks them (every key, the device, the checkpoint folder, its tokenizer, the RoPE spec and
+    the length; no weight is read), before lm-eval starts: a refusal is then the whole output, not a line after
+    lm-eval's start-up log and its task loading."""
+    help_only = not out or "-h" in out or "--help" in out
+    if help_only or out[0] in _SUBCOMMANDS[1:] or option(out, "--model") != "longshort":
+        return
+    # deferred: lm_eval (its CLI parses --model_args; the callers have imported it already)
+    from lm_eval._cli.utils import MergeDictAction
+
+    parser = ArgumentParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
+    parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
+    given = parser.parse_known_args(out)[0].model_args or {}
+    passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
+    parse_model_args(**{**given, **{k: v for k, v in passed.items() if v is not None}})
 
 
 def _refuse_unrepresentable(out: List[str], model: str) -> None:
@@ -214,6 +234,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     from torchtune_longshort.eval.task_index import pack_only_index
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
+    check_model_args(argv[1:])
     saved = sys.argv
     sys.argv = argv
     try:
