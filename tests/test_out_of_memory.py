@@ -128,3 +128,29 @@ def test_remedies_name_only_what_the_run_does_not_use(tiny_llama2_dir, sp_tokeni
     assert is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate "
                                          "memory: you tried to allocate 360710144 bytes"))
     assert not is_out_of_memory(RuntimeError("shape mismatch")) and is_out_of_memory(torch.OutOfMemoryError("x"))
+
+
+def test_validation_out_of_memory_is_said_once_and_training_goes_on(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                     sp_tokenizer_dir, monkeypatch, capsys):
+    # validation.seq_len may be longer than the training windows: its out of memory must not end a run whose steps fit
+    import torchtune_longshort.recipes.longshort_finetune as recipe_module
+
+    validation = {"dataset": {"_component_": "torchtune_longshort.data.corpus.stdlib", "include_tests": "only"},
+                  "seq_len": 128, "num_sequences": 2, "every_n_steps": 2}
+    reference = _losses(_train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "ref",
+                                                    max_steps=4)).output_dir)
+    calls = []
+
+    def fails(*args, **kwargs):
+        calls.append(args)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(recipe_module, "validation_metrics", fails)
+    r = _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=4,
+                                    validation=validation))
+    assert _losses(r.output_dir) == reference and len(calls) == 1 and r._model.training
+    out = capsys.readouterr().out
+    assert ("step 2: validation after step 2 ran out of memory on cpu at validation.seq_len 128 (CUDA out of memory. "
+            "Tried to allocate 8.00 GiB): no validation for the rest of this run; a shorter validation.seq_len fits"
+            ) in out, out
+    assert "val_ce" not in (r.output_dir / "metrics.jsonl").read_text()

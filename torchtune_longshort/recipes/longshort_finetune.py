@@ -29,7 +29,7 @@ from torchtune import config, utils
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError
-from torchtune_longshort.devices import is_out_of_memory, release_cached
+from torchtune_longshort.devices import is_out_of_memory, out_of_memory_text, release_cached
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
@@ -109,8 +109,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                                        self._device)
             self._run_log.advance()
             if self._val_tokens is not None and (self.global_step % val_every == 0 or self.global_step == max_steps):
-                val = validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab)
-                self._run_log.log_validation(self.global_step, val)
+                self._validate()
             stop_signal = self.stop_signals.received(self._distributed, self._device)
             if self.global_step % save_every == 0 or self.global_step in (max_steps, stop_at) or stop_signal:
                 self.save_checkpoint()
@@ -166,6 +165,30 @@ class LongShortFinetuneRecipe(RecipeSetup):
                     raise
         latest = self.ckpts.latest(resumable=True)
         return None if latest is None else str(latest)
+
+    def _validate(self) -> None:
+        """Log ``val_ce`` / ``val_ppl``. Out of memory there (``validation.seq_len`` may be longer than the training
+        windows): said once, and no validation for the rest of this process; the step it follows is done and kept.
+        Under torchrun it ends the run (the ranks would no longer meet in the same collectives)."""
+        try:
+            val = validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab)
+        except (RuntimeError, MemoryError) as e:
+            if not is_out_of_memory(e):
+                raise
+            error = out_of_memory_text(e)[:300]
+        else:
+            self._run_log.log_validation(self.global_step, val)
+            return
+        self._model.train()
+        release_cached(self._device)
+        said = (f"validation after step {self.global_step} ran out of memory on {self._device} at validation.seq_len "
+                f"{self.config.validation.seq_len} ({error})")
+        if self._distributed:
+            self._run_log.close()
+            raise OutOfMemory(f"{said}; a shorter validation.seq_len fits (continue with resume=True)")
+        self._val_tokens = None
+        self._run_log.note(self.global_step, f"{said}: no validation for the rest of this run; a shorter "
+                                             "validation.seq_len fits")
 
     def _train_step(self):
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norm)``, the

@@ -101,6 +101,13 @@ class RunLog:
 
             tqdm.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
 
+    def note(self, step: int, message: str) -> None:
+        """Print ``step <step>: <message>`` above the progress bar (rank 0)."""
+        if self.enabled:
+            from tqdm import tqdm
+
+            tqdm.write(f"step {step}: {message}")
+
     def note_skipped(self, step: int, stream) -> None:
         """Print the unreadable records a :class:`~torchtune_longshort.data.dual_window.PackedTokenStream` skipped in
         ``step`` (``dataset.skip_bad_records=True``), above the progress bar; from then on each logged step carries
