@@ -345,7 +345,9 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
     cases = [(["--out", str(mine)], "holds '1k/qa1.jsonl', which no earlier run there wrote"),
              (["--out", str(tmp_path / "o"), "--haystack", str(tmp_path / "absent.txt")], "haystack="),
              (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")], "is no local file or folder"),
-             (["--out", "/proc/longshort_x"], "cannot be created")]
+             (["--out", "/proc/longshort_x"], "cannot be created"),
+             # a depth past 100 was refused by the first sample, after the folder's list and a .partial file
+             (["--out", str(tmp_path / "o"), "--depths", "0,101"], "101 is not a depth; accepted: integers 0..100")]
     for extra, needle in cases:
         with pytest.raises(SystemExit) as exit_info:
             gen.main(args + extra)

@@ -87,7 +87,11 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
             (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),
-            (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting")]:
+            (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting"),
+            # a path that is no folder: transformers took it for a hub name, a 69-line traceback
+            (["--model_args", f"pretrained={tmp_path / 'absent'}"], FileNotFoundError, "absent: does not exist; "
+             "--model hf needs a checkpoint folder"),
+            (["--model_args", f"pretrained={tmp_path / 'afile'}"], FileNotFoundError, "afile: is a file")]:
         with pytest.raises(error, match=match):
             lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args])
     out = lm_eval_argv(["run", "--model", "hf", "--output_path", str(tmp_path / "new" / "r.json")])  # lm-eval's file form

@@ -187,6 +187,19 @@ def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_repl
     with pytest.raises(SystemExit):
         main([str(tmp_path / "a"), "--out", str(out / "notes.txt")])
     assert "is a file, not a folder" in capsys.readouterr().err
+    # an --out that cannot be made said "[Errno 1] Operation not permitted", naming neither the option nor the fix;
+    # a results folder that is not there, or a file, said it "holds no lm-eval results_*.json file"
+    for argv, needle in [([str(tmp_path / "a"), "--out", "/proc/longshort_x"], "--out='/proc/longshort_x' cannot be "
+                                                                              "created"),
+                         ([str(tmp_path / "absent"), "--out", str(tmp_path / "r2")], "absent' does not exist: name "
+                                                                                   "the --output_path folder"),
+                         ([str(out / "notes.txt"), "--out", str(tmp_path / "r2")], "notes.txt' is a file: name the "
+                                                                                  "--output_path folder")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "r2").exists()
 
 
 def test_a_torn_samples_line_is_skipped_and_a_broken_results_file_named(tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
@@ -26,6 +27,23 @@ def test_cli_default(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys):
     assert res["num_samples"] == DEFAULT_NUM_SAMPLES == len(res["values"]["sce"])
     # the progress bar knew its total (tqdm prints "n/total")
     assert f"{DEFAULT_NUM_SAMPLES}/{DEFAULT_NUM_SAMPLES}" in capsys.readouterr().err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(tiny_llama2_dir, tmp_path, capsys,
+                                                                             monkeypatch):
+    # `--output <folder that takes no files>/x.json`: the model loaded and every sample was measured, then
+    # "error: [Errno 1] Operation not permitted", naming neither the option nor the fix, and the result was lost
+    import torchtune_longshort.metrics.cli as cli
+
+    monkeypatch.setattr(cli, "load_hf_checkpoint", lambda *a, **k: pytest.fail("the model was loaded"))
+    (tmp_path / "notes.json").write_text("mine")
+    for output, needle in [("/proc/longshort_x/m.json", "--output's folder='/proc/longshort_x' cannot be created"),
+                           (str(tmp_path / "notes.json" / "m.json"), "notes.json' is a file, not a folder")]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["--checkpoint-dir", str(tiny_llama2_dir), "--data", "stdlib", "--length", "32", "--output", output])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert (tmp_path / "notes.json").read_text() == "mine"
 
 
 def test_task_default_through_lm_eval(sp_tokenizer_dir):

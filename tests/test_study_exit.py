@@ -174,3 +174,36 @@ def test_the_study_writes_into_no_users_folder_and_refuses_an_unknown_run(tmp_pa
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err, err
     assert (out / "base" / "result.json").read_text() == '{"mine": 1}' and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_an_out_or_report_dir_that_cannot_be_made_is_refused_before_the_preflight(tmp_path, capsys, monkeypatch):
+    # `--out` (or `--report-dir`) in a folder that takes no new folders ended in a PermissionError traceback, exit 1,
+    # after the pre-flight had trained its tokenizer and read the data; now one line, exit 2, before it
+    import torchtune_longshort.study.__main__ as study_main
+    from torchtune_longshort.study.__main__ import main
+
+    monkeypatch.setattr(study_main, "preflight", lambda *a, **k: pytest.fail("the pre-flight ran"))
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
+    for extra, needle in [(["--out", "/proc/longshort_x"], "--out (or the config's output_dir)='/proc/longshort_x' "
+                                                           "cannot be created"),
+                          (["--out", str(tmp_path / "out"), "--report-dir", "/proc/longshort_x"],
+                           "--report-dir='/proc/longshort_x' cannot be created")]:
+        assert main(argv + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_inside_the_base_checkpoint_is_refused(tmp_path):
+    # every fine-tune refused its log folder inside the checkpoint it reads, after the study had written its folder
+    from types import SimpleNamespace
+
+    from torchtune_longshort.study.run_configs import check_outside_base
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    cfg = SimpleNamespace(base=SimpleNamespace(checkpoint_dir=str(ckpt)))
+    with pytest.raises(ValueError, match=r"lies inside base.checkpoint_dir=.*name a folder outside it"):
+        check_outside_base(ckpt / "study", cfg)
+    check_outside_base(tmp_path / "study", cfg)  # beside it: fine
+    check_outside_base(ckpt / "study", SimpleNamespace(base=SimpleNamespace(checkpoint_dir="pypi:smollm2")))

@@ -122,7 +122,10 @@ def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_w
     for argv, needle in [(["--figure", "1b", "--quick", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "afile")],
                           "--cache='" + str(tmp_path / "afile") + "' is a file, not a folder"),
                          (["--figure", "1b", "--replot", "--out", str(tmp_path / "absent")],
-                          "--replot redraws the figures a run wrote there")]:
+                          "--replot redraws the figures a run wrote there"),
+                         # an --out that cannot be made: a PermissionError traceback from os.makedirs, exit 1
+                         (["--figure", "1b", "--quick", "--out", "/proc/longshort_x"],
+                          "--out='/proc/longshort_x' cannot be created")]:
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err, err

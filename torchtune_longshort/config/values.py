@@ -93,14 +93,21 @@ class UnwritablePath(Refusal, PermissionError):
     """A folder the config names that this machine cannot create."""
 
 
-def check_creatable(path: str, value: str) -> None:
-    """A folder the run creates at ``value`` (field ``path``) if it is absent: an existing one must be a folder, an
-    absent one's nearest existing parent a folder that takes new folders. That is tried (a folder made there and
-    removed at once): neither a root user's permission bits nor the mount flags of ``/proc`` or ``/sys`` say it."""
+def check_creatable(path: str, value: str, writable: bool = False) -> None:
+    """A folder the run creates at ``value`` (field ``path``) if it is absent: an existing one must be a folder (with
+    ``writable``, one that takes new entries), an absent one's nearest existing parent a folder that takes new
+    folders. That is tried (a folder made there and removed at once): neither a root user's permission bits nor the
+    mount flags of ``/proc`` or ``/sys`` say it."""
     p = Path(value)
     if p.exists():
         if not p.is_dir():
             raise NotADirectoryError(f"{path}={value!r} is a file, not a folder: name a folder")
+        if writable:
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=p))
+            except OSError as e:
+                raise UnwritablePath(f"{path}={value!r} does not take new files ({e.strerror}); name a folder you "
+                                     "can write") from None
         return
     parent = p.parent
     while not parent.exists():

@@ -132,6 +132,8 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
     for k in _model_args_spans(out):
         value = out[k].split("--model_args=", 1)[-1]
         found = re.search(r"(?:^|,)pretrained=([^,]*)", value)
+        if found:
+            _refuse_missing_folder(found.group(1), model)
         config = Path(found.group(1)) / "config.json" if found else None
         if config is None or not config.is_file():
             continue
@@ -145,6 +147,19 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
                 f"--model_args pretrained={found.group(1)}: its RoPE ({method}) is not representable in transformers "
                 f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"
             )
+
+
+def _refuse_missing_folder(pretrained: str, model: str) -> None:
+    """A ``pretrained=`` written as a path (``/``, ``./``, ``../``, ``~``) that is no folder here, refused before
+    lm-eval starts: transformers takes it for a hub name and fails with a traceback ("Repo id must be in the form
+    'repo_name' or 'namespace/repo_name'")."""
+    if not pretrained.startswith(("/", "./", "../", "~")):
+        return
+    folder = Path(pretrained).expanduser()
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {state}; --model {model} needs a checkpoint "
+                                "folder (config.json + weights) or a hub name")
 
 
 def _model_args_spans(out: List[str]) -> List[int]:

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.devices import require_device
@@ -118,6 +119,8 @@ def _check_output(path) -> None:
         if not (isinstance(earlier, dict) and all(k in earlier for k in RESULT_KEYS)):
             raise FileExistsError(f"--output={path!r} exists and is not an earlier result of {PROG}: refusing to "
                                   "overwrite it; name another file, or move that one away")
+    # its folder, made if absent: asked now, not after the whole measurement (whose result would then be lost)
+    check_creatable("--output's folder", str(out.parent), writable=True)
 
 
 def _main(argv=None) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
 from torchtune_longshort.study.config import StudyConfigError
@@ -26,7 +27,7 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import check_study_output
+from torchtune_longshort.study.run_configs import check_outside_base, check_study_output
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted
 
@@ -73,10 +74,14 @@ def main(argv=None) -> int:
         return refusal(PROG, f"output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a "
                              "folder: name a folder")
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
-    try:
+    try:  # before the pre-flight, which trains a tokenizer and reads the data: nothing runs for a folder refused
         check_study_output(study.out, a.report_only)
+        if not a.report_only:
+            check_creatable("--out (or the config's output_dir)", str(study.out), writable=True)
+            check_outside_base(study.out, cfg)
         check_report_dir(report_dir)
-    except OSError as e:
+        check_creatable("--report-dir", str(report_dir), writable=True)
+    except (OSError, ValueError) as e:
         return refusal(PROG, one_line(e))
     t0 = time.time()
     if not a.report_only:

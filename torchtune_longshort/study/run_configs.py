@@ -47,6 +47,18 @@ def check_study_output(out: Path, report_only: bool) -> None:
     check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
 
 
+def check_outside_base(out: Path, cfg) -> None:
+    """``ValueError`` when the study's output folder lies inside its base checkpoint folder (every run reads it, and
+    the recipe refuses a log folder inside its checkpoint: each fine-tune would fail after the study started)."""
+    base = cfg.base.checkpoint_dir
+    if not base or str(base).startswith("pypi:"):
+        return
+    real, ckpt = Path(out).expanduser().resolve(), Path(base).expanduser().resolve()
+    if ckpt == real or ckpt in real.parents:
+        raise ValueError(f"--out (or the config's output_dir) {str(out)!r} lies inside base.checkpoint_dir="
+                         f"{str(base)!r}, which every run reads: name a folder outside it")
+
+
 def run_folder(out: Path, key: str) -> Path:
     """The folder of run ``key`` under a study's output folder ``out``: ``base/`` or ``runs/<key>/``."""
     return out / (BASE_DIR if key == "base" else f"{RUNS_DIR}/{key}")

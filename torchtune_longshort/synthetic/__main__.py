@@ -99,6 +99,8 @@ def main(argv=None) -> int:
                 _check_figure_outputs(a.out, paper, beyond)
         elif not a.replot:
             _check_run_json(a.out)
+        if not a.replot:
+            check_creatable("--out", a.out, writable=True)  # a folder that cannot be made ended in a traceback
         if a.cache is not None and not a.replot:
             check_creatable("--cache", a.cache)  # a file there ended in a traceback, after --out was made
         if a.replot and not Path(a.out).is_dir():

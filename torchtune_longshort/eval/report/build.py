@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
 from torchtune_longshort.eval.report.results_io import (
     coverage_note,
@@ -268,6 +269,7 @@ def check_out_dir(out_dir: Path) -> None:
         return files if isinstance(files, list) else False
 
     check_output_folder(out_dir, "--out", REPORT_FILE_PATTERNS, earlier)
+    check_creatable("--out", str(out_dir), writable=True)
 
 
 def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,

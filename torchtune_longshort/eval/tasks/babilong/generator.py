@@ -79,6 +79,10 @@ def generate(
         parse_length(length)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r}; accepted: an integer >= 1 (rows per length, task and depth)")
+    bad_depths = [d for d in depths or () if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 100]
+    if bad_depths:  # it was refused by the first sample, after the output folder's files were started
+        raise ValueError(f"depths={list(depths)}: {bad_depths[0]!r} is not a depth; accepted: integers 0..100 (% of "
+                         "the haystack before the facts)")
     if any(LENGTHS[l] for l in lengths) and tokenizer is None:
         raise ValueError("tokenizer is required for lengths other than '0k' (lengths are counted in its tokens)")
     todo = [l for l in lengths if not (depths is not None and LENGTHS[l] == 0)]
