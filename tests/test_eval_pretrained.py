@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from torchtune_longshort.eval.cli_run import lm_eval_argv, run_cli  # noqa: E402
+from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv, run_cli  # noqa: E402
 
 from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 
@@ -87,15 +87,25 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
             (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),
-            (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting"),
-            # a path that is no folder: transformers took it for a hub name, a 69-line traceback
-            (["--model_args", f"pretrained={tmp_path / 'absent'}"], FileNotFoundError, "absent: does not exist; "
-             "--model hf needs a checkpoint folder"),
-            (["--model_args", f"pretrained={tmp_path / 'afile'}"], FileNotFoundError, "afile: is a file")]:
+            (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting")]:
         with pytest.raises(error, match=match):
             lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args])
     out = lm_eval_argv(["run", "--model", "hf", "--output_path", str(tmp_path / "new" / "r.json")])  # lm-eval's file form
     assert not (tmp_path / "new").exists()
+    # checked on disk before lm-eval starts (check_arguments): a pretrained path that is no folder (transformers took
+    # it for a hub name: a 69-line traceback), a --metadata key no task of the pack reads (passed on, unread: the
+    # tasks ran at their default lengths)
+    for args, error, match in [
+            (["--model_args", f"pretrained={tmp_path / 'absent'}"], FileNotFoundError, "absent: does not exist; "
+             "--model hf needs a checkpoint folder"),
+            (["--model_args", f"pretrained={tmp_path / 'afile'}"], FileNotFoundError, "afile: is a file"),
+            (["--metadata", '{"max_seq_length": "1k"}'], ValueError, r"key\(s\) \['max_seq_length'\]: no task of the "
+             r"pack reads them \(did you mean 'max_seq_lengths'\?\)"),
+            (["--metadata", "ppl_source=stdlib", "max_seq_length=1k"], ValueError, "'max_seq_length'")]:
+        with pytest.raises(error, match=match):
+            check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args]))
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl,hellaswag", "--metadata",
+                                  '{"max_seq_length": "1k"}']))  # a built-in task may read any key
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

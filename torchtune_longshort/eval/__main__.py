@@ -47,13 +47,13 @@ def _evaluate(args) -> None:
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_run import check_model_args, lm_eval_argv, option
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv, option
     from torchtune_longshort.eval.task_index import pack_only_index
 
     if "-h" in args or "--help" in args or not args:
         print(cli_messages.help_preamble())
     argv = lm_eval_argv(args)
-    check_model_args(argv)
+    check_arguments(argv)
     quiet_lm_eval_git()
     finished = []
     evaluate = lm_eval.simple_evaluate

@@ -18,7 +18,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
-from torchtune_longshort.eval.tasks import tasks_path
+from torchtune_longshort.eval.tasks import tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 from torchtune_longshort.models.hf_rope import not_representable_method
 
@@ -41,6 +41,11 @@ def option(args: Sequence[str], name: str) -> Optional[str]:
         elif a.startswith(name + "="):
             value = a.split("=", 1)[1]
     return value
+
+
+# --metadata keys the pack reads besides its tasks' own: the model's tokenizer (tasks that count tokens: long_text's
+# tokenizer_from_metadata) and the lm-eval model of the run (set here)
+METADATA_ALSO = ("tokenizer", "checkpoint_dir", "pretrained", MODEL_KEY)
 
 
 def lm_eval_argv(args: Sequence[str]) -> List[str]:
@@ -107,22 +112,37 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     return _checkpoint_dir_as_pretrained(out)
 
 
-def check_model_args(out: List[str]) -> None:
-    """For an evaluation with ``--model longshort`` (``out``: :func:`lm_eval_argv`'s), the model's arguments checked
-    as its constructor checks them (every key, the device, the checkpoint folder, its tokenizer, the RoPE spec and
-    the length; no weight is read), before lm-eval starts: a refusal is then the whole output, not a line after
-    lm-eval's start-up log and its task loading."""
+def check_arguments(out: List[str]) -> None:
+    """For an evaluation (``out``: :func:`lm_eval_argv`'s), what lm-eval would find wrong only after its start-up log
+    and task loading, or never, refused before it starts:
+
+    - with ``--model longshort``, the model's arguments, checked as its constructor checks them (every key, the
+      device, the checkpoint folder, its tokenizer, the RoPE spec and the length; no weight is read); with another
+      model, a ``pretrained=`` path that is no folder;
+    - when every task is the pack's, a ``--metadata`` key none of them reads (``max_seq_length`` for
+      ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths)."""
     help_only = not out or "-h" in out or "--help" in out
-    if help_only or out[0] in _SUBCOMMANDS[1:] or option(out, "--model") != "longshort":
+    if help_only or out[0] in _SUBCOMMANDS[1:]:
         return
-    # deferred: lm_eval (its CLI parses --model_args; the callers have imported it already)
+    # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
+
+    from torchtune_longshort.eval.task_index import include_path_covers
 
     parser = ArgumentParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
     parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
-    given = parser.parse_known_args(out)[0].model_args or {}
-    passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
-    parse_model_args(**{**given, **{k: v for k, v in passed.items() if v is not None}})
+    parser.add_argument("--metadata", nargs="+", action=MergeDictAction, default=None)
+    given = parser.parse_known_args(out)[0]
+    if include_path_covers(out, option(out, "--include_path") or ""):
+        bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO)
+        if bad:
+            raise ValueError(f"--metadata key(s) {bad}: {why}")
+    model = option(out, "--model") or "hf"
+    if model == "longshort":
+        passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
+        parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
+    elif (given.model_args or {}).get("pretrained") is not None:
+        _refuse_missing_folder(str(given.model_args["pretrained"]), model)
 
 
 def _refuse_unrepresentable(out: List[str], model: str) -> None:
@@ -132,8 +152,6 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
     for k in _model_args_spans(out):
         value = out[k].split("--model_args=", 1)[-1]
         found = re.search(r"(?:^|,)pretrained=([^,]*)", value)
-        if found:
-            _refuse_missing_folder(found.group(1), model)
         config = Path(found.group(1)) / "config.json" if found else None
         if config is None or not config.is_file():
             continue
@@ -249,7 +267,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     from torchtune_longshort.eval.task_index import pack_only_index
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
-    check_model_args(argv[1:])
+    check_arguments(argv[1:])
     saved = sys.argv
     sys.argv = argv
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks import unknown_metadata_keys
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.loss.divergences import DIVERGENCES
@@ -63,12 +63,9 @@ def task_metadata(path: str, value: Any) -> Dict[str, Any]:
     """lm-eval ``--metadata`` keys of the pack's tasks: a task's ``<prefix>_...`` keys or its data folder key."""
     if not isinstance(value, dict):
         raise refuse(path, value, "a mapping of task metadata keys to values")
-    prefixes = sorted({f.metadata_prefix + "_" for f in TASK_FAMILIES.values() if f.metadata_prefix})
-    own = {f.data_dir_key for f in TASK_FAMILIES.values() if f.data_dir_key} | {"max_seq_lengths"}
-    bad = [k for k in value if k not in own and not any(str(k).startswith(p) for p in prefixes)]
+    bad, why = unknown_metadata_keys(value)
     if bad:
-        raise ConfigKeyError(f"unknown config key(s) in {path}: {bad}: no task of the pack reads them (a task's keys "
-                             f"start with its prefix: {', '.join(prefixes)}; or one of {sorted(own)})")
+        raise ConfigKeyError(f"unknown config key(s) in {path}: {bad}: {why}")
     return value
 
 

@@ -13,9 +13,10 @@ lm-eval's built-in names (``tests/test_task_names.py`` checks it against lm-eval
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
 
@@ -113,3 +114,17 @@ def task_results(results: Mapping[str, Any], task: str) -> Dict[str, Any]:
         if isinstance(results.get(name), Mapping):
             return dict(results[name])
     return {}
+
+
+def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
+    """The keys of ``keys`` that no task of the pack reads (a family's ``<prefix>_...`` keys, its data folder key,
+    ``max_seq_lengths``, and ``also``), and what the pack reads, for the message (with the nearest name of each)."""
+    prefixes = sorted({f.metadata_prefix + "_" for f in TASK_FAMILIES.values() if f.metadata_prefix})
+    own = {f.data_dir_key for f in TASK_FAMILIES.values() if f.data_dir_key} | {"max_seq_lengths", *also}
+    bad = [str(k) for k in keys if k not in own and not any(str(k).startswith(p) for p in prefixes)]
+    examples = sorted(own) + [f"{p}max_seq_lengths" for p in prefixes]
+    near = [m for k in bad for m in difflib.get_close_matches(k, examples, n=1)]
+    hint = f" (did you mean {', '.join(repr(m) for m in near)}?)" if near else ""
+    return bad, (f"no task of the pack reads them{hint}; a task's keys start with its prefix: {', '.join(prefixes)}; "
+                 f"or one of {sorted(own)}")
+
