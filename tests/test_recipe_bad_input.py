@@ -188,3 +188,23 @@ def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
     printed = [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: error:")]
     assert len(printed) == 1 and "'max_step' (did you mean 'max_steps'?)" in printed[0], out
     assert out.count(f"traceback : {printed[0]}") == 2 and "To enable traceback" not in out, out
+
+
+def test_an_optional_component_is_turned_off_with_null(tmp_path, monkeypatch, capsys):
+    # `lr_scheduler=null` (documented optional) was refused as "lr_scheduler._component_ is missing" (torchtune sets
+    # the node's _component_ to null), and `~lr_scheduler` said the key "could not be found" in the config
+    from torchtune_longshort.training.recipe_config.validate import main, validate
+
+    cfg = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
+    monkeypatch.chdir(tmp_path)
+    base = [f"output_dir={tmp_path / 'out'}", f"tokenizer.path={tmp_path / 'tok'}"]
+    assert validate(str(cfg), base + ["lr_scheduler=null"]).lr_scheduler is None
+    assert validate(str(cfg), base).lr_scheduler.component.endswith("get_cosine_schedule_with_warmup")
+    for override, needle in [("~lr_scheduler", "override ~lr_scheduler: torchtune cannot remove a component node from "
+                                               "the command line; turn it off with lr_scheduler=null"),
+                             ("optimizer=null", "optimizer._component_ is missing")]:  # a required one stays required
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(cfg), *base, override])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert not any(tmp_path.iterdir())

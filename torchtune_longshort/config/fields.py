@@ -173,8 +173,14 @@ def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.
     value = node.get(key)
     if value is None:
         return None if key in node and f.metadata["nullable"] else _default(f, path, signature)
-    if f.metadata["section"] is not None:
-        return build_section(f.metadata["section"], value, path, local)
+    section = f.metadata["section"]
+    if section is not None:
+        if (f.metadata["default"] is None and issubclass(section, ComponentSection) and isinstance(value, Mapping)
+                and "_component_" in value and value["_component_"] is None):
+            # an optional component turned off: `tune run ... lr_scheduler=null` sets its _component_ to null
+            # (torchtune's override of a component node), and torchtune cannot remove the node (`~lr_scheduler`)
+            return None
+        return build_section(section, value, path, local)
     check = f.metadata["check"]
     return check(path, value) if check is not None else value
 

@@ -49,8 +49,9 @@ class RecipeConfig(Section):
                                                section=CheckpointerConfig, resume="exact")
     loss: LossConfig = setting(doc="LongShortLoss component", section=LossConfig, resume="exact")
     optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig, resume="applied")
-    lr_scheduler: Optional[SchedulerConfig] = setting(None, doc="LR scheduler component (optional)",
-                                                      section=SchedulerConfig, resume="exact")
+    lr_scheduler: Optional[SchedulerConfig] = setting(
+        None, doc="LR scheduler component (optional; lr_scheduler=null turns it off)", section=SchedulerConfig,
+        resume="exact")
     metric_logger: MetricLoggerConfig = setting(doc="torchtune metric logger component", section=MetricLoggerConfig,
                                                 resume="applied")
     position_sampler: Optional[ComponentSection] = setting(

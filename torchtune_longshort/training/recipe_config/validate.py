@@ -75,6 +75,11 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
     try:
         return _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
     except ValueError as e:  # e.g. ~key of a key the config lacks
+        removed = [str(a)[1:] for a in overrides if str(a).startswith("~") and isinstance(node.get(str(a)[1:]), dict)
+                   and "_component_" in node[str(a)[1:]]]
+        if removed:  # torchtune's message says the key is not there
+            raise ValueError(f"override ~{removed[0]}: torchtune cannot remove a component node from the command line; "
+                             f"turn it off with {removed[0]}=null") from None
         raise ValueError(f"override: {' '.join(str(e).split())}") from None
 
 
