@@ -143,3 +143,17 @@ def test_a_checkpoint_transformers_cannot_run_is_refused_for_hf(tiny_llama2_dir,
             lm_eval_argv(argv)
     lm_eval_argv(["run", "--model", "longshort", "--model_args", f"pretrained={folders['clex']}"])
     lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={folders['yarn']}"])
+
+
+def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
+    # both were refused only while lm-eval built the model or the task, after its start-up log
+    for args, match in [(["--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarnn"],
+                         r"rope='yarnn' is not a RoPE method \(did you mean 'yarn'\?\)"),
+                        (["--model", "hf", "--metadata", '{"ppl_max_seq_lengths": "abc"}'],
+                         r"--metadata ppl_max_seq_lengths='abc': \['abc'\] not accepted")]:
+        with pytest.raises(ValueError, match=match):
+            check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", *args]))
+    check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "longshort", "--model_args",
+                                  f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2",
+                                  "--device", "cpu", "--metadata",
+                                  '{"max_seq_lengths": "1k,2k"}']))

@@ -19,6 +19,8 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.tasks import tasks_path, unknown_metadata_keys
+from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
+from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 from torchtune_longshort.models.hf_rope import not_representable_method
 
@@ -137,6 +139,9 @@ def check_arguments(out: List[str]) -> None:
         bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO)
         if bad:
             raise ValueError(f"--metadata key(s) {bad}: {why}")
+        for key, value in (given.metadata or {}).items():  # lengths: refused at task building, after lm-eval's log
+            if str(key).endswith(METADATA_KEY):
+                parse_lengths(value, f"--metadata {key}")
     model = option(out, "--model") or "hf"
     if model == "longshort":
         passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}

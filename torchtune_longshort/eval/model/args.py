@@ -38,6 +38,7 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
+from torchtune_longshort.rope import check_rope_method
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
@@ -126,6 +127,8 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
         raise ValueError(f"longshort model: unknown model_args {unknown}; accepted: {ACCEPTED}")
     if rope_kwargs and rope is None:
         raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
+    if rope is not None:
+        check_rope_method(str(rope), "rope")  # else refused only when the model is built
     return {"method": str(rope), **rope_kwargs} if rope is not None else None
 
 
