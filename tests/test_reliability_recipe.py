@@ -201,10 +201,12 @@ def test_a_log_dir_inside_an_input_is_refused_before_anything_is_written(recipe_
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=1,
                    **{"metric_logger.log_dir": str(tiny_llama2_dir / "logs")})
     before = sorted(p.name for p in tiny_llama2_dir.iterdir())
+    mtime = tiny_llama2_dir.stat().st_mtime_ns  # the folder is not even written and cleaned (a probe that it takes
     with pytest.raises(ValueError, match=r"^metric_logger.log_dir=.* lies inside checkpoint_dir=.*, which this run "
-                                         "reads"):
+                                         "reads"):  # new folders made and removed one there, before this refusal)
         recipe_cls(cfg)
     assert sorted(p.name for p in tiny_llama2_dir.iterdir()) == before and not (tmp_path / "out").exists()
+    assert tiny_llama2_dir.stat().st_mtime_ns == mtime
 
 
 def test_overwrite_replaces_an_earlier_runs_logs_under_another_log_dir(recipe_cls, tmp_path, tiny_llama2_dir,

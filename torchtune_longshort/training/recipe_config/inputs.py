@@ -14,6 +14,7 @@ from typing import Any, Iterator, List, Tuple
 
 from torchtune_longshort.training.output_dir import HERE, check_output_dir
 from torchtune_longshort.config.fields import ComponentSection
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
 # Component arguments that name where a run writes, not what it reads.
@@ -109,3 +110,6 @@ def check_overwrite(config: RecipeConfig) -> None:
                                  "run reads: the logs would be written among its files; name a folder outside it")
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
+    check_creatable("output_dir", config.output_dir)  # the folders the run makes, asked in the order it makes them
+    if log_dir:
+        check_creatable("metric_logger.log_dir", log_dir)

@@ -21,7 +21,7 @@ from torchtune_longshort.training.recipe_config.data import DataSourceConfig, Va
 from torchtune_longshort.config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
 from torchtune_longshort.config.values import (
-    boolean, check_creatable, check_device, device_name, integer, number, one_of, text,
+    boolean, check_device, device_name, integer, number, one_of, text,
 )
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
 
@@ -108,9 +108,8 @@ class RecipeConfig(Section):
 
     def check(self, where: str) -> None:
         check_device("device", self.device)
-        check_creatable("output_dir", self.output_dir)  # the folders the run makes, asked in the order it makes them
-        if self.metric_logger.log_dir:
-            check_creatable("metric_logger.log_dir", self.metric_logger.log_dir)
+        # output_dir and metric_logger.log_dir: asked by check_overwrite, after the rules that keep them out of the
+        # run's inputs (the question makes and removes a folder in the nearest existing parent)
 
     @property
     def seq_len(self) -> int:
