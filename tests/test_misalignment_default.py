@@ -43,6 +43,9 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(tiny
             cli.main(["--checkpoint-dir", str(tiny_llama2_dir), "--data", "stdlib", "--length", "32", "--output", output])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    with pytest.raises(SystemExit):  # the folder argument by its own name (it said checkpoint_dir=)
+        cli.main(["--checkpoint-dir", str(tmp_path / "notes.json"), "--data", "stdlib", "--length", "32"])
+    assert f"--checkpoint-dir='{tmp_path / 'notes.json'}' is a file" in capsys.readouterr().err
     assert (tmp_path / "notes.json").read_text() == "mine"
 
 

@@ -125,7 +125,9 @@ def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_w
                           "--replot redraws the figures a run wrote there"),
                          # an --out that cannot be made: a PermissionError traceback from os.makedirs, exit 1
                          (["--figure", "1b", "--quick", "--out", "/proc/longshort_x"],
-                          "--out='/proc/longshort_x' cannot be created")]:
+                          "--out='/proc/longshort_x' cannot be created"),
+                         # a flag's bad value named the run's field ("max_steps=-5 must be >= 1")
+                         (["--task", "mean", "--steps", "-5", "--out", str(tmp_path / "o")], "--steps=-5 must be >= 1")]:
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err, err

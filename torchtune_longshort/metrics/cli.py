@@ -43,7 +43,8 @@ from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 PROG = "longshort-misalignment"
 # How this command's arguments are named in the checkpoint path's messages (models.checkpoint_open).
-NAMES = ArgNames(length="--length", allow="--allow-extrapolation", tokenizer="--tokenizer")
+NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allow-extrapolation",
+                 tokenizer="--tokenizer")
 
 
 def documents_for(data: str, text_field: str, split: str):

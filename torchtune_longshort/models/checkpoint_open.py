@@ -29,6 +29,7 @@ ALLOWED, EXTRAPOLATED, REFUSED = "allowed", "extrapolated", "refused"
 class ArgNames:
     """How a caller names what it was given, so that its messages name its own arguments.
 
+    ``checkpoint``: the checkpoint folder argument (``pretrained``, ``--checkpoint-dir``);
     ``length``: the length argument (``max_length``, ``--length``); ``allow``: how extrapolation is allowed
     (``allow_extrapolation=true``); ``tokenizer``: the tokenizer argument; ``scale``: how this caller scales RoPE
     instead ("" when it cannot); ``refused``: what a refusal does here, ``{usable}`` filled in ("" when the command
@@ -39,6 +40,7 @@ class ArgNames:
     tokenizer: str
     scale: str = ""
     refused: str = ""
+    checkpoint: str = "checkpoint_dir"
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames
     the folder's scaling, else the folder's), the positions it covers and the verdict at ``length``. Refuses
     (``FileNotFoundError`` / ``ValueError``, naming the folder or ``names.tokenizer``) what the folder checks refuse
     and a tokenizer that cannot be read or does not fit; a length past the positions is a verdict, not an error."""
-    folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None)
+    folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None, field=names.checkpoint)
     tok = checked_tokenizer(folder, tokenizer, names)
     spec = rope if rope is not None else folder.rope_spec
     usable = usable_positions(folder.config, spec, override=rope is not None, length=length)

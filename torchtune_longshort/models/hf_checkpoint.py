@@ -52,21 +52,21 @@ GGUF_HINT = ("convert it first: python -m torchtune_longshort.models.gguf --gguf
              "(transformers dequantizes it; needs the gguf package)")
 
 
-def read_hf_config(checkpoint_dir: PathLike) -> Dict[str, Any]:
+def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> Dict[str, Any]:
     """Read ``config.json`` of a Hugging Face checkpoint folder; a GGUF file or a folder without ``config.json`` is
-    refused with what is expected and how to convert."""
+    refused with what is expected and how to convert, naming ``field`` (the caller's argument)."""
     d = Path(checkpoint_dir)
     expected = "expected a Hugging Face checkpoint folder (config.json + *.safetensors)"
     if d.is_file():
         hint = GGUF_HINT if d.suffix == ".gguf" else "pass the folder that holds config.json"
-        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is a file: {expected}; {hint}")
+        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is a file: {expected}; {hint}")
     if not d.is_dir():
-        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} is not a directory: {expected}")
+        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is not a directory: {expected}")
     path = d / CONFIG_FILE
     if not path.is_file():
         ggufs = sorted(d.glob("*.gguf"))
         hint = f" It holds {ggufs[0].name}, a GGUF file: {GGUF_HINT}" if ggufs else ""
-        raise FileNotFoundError(f"checkpoint_dir={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
+        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -129,7 +129,8 @@ class CheckpointFolder:
     written_here: bool
 
     @classmethod
-    def open(cls, path: Union[PathLike, "CheckpointFolder"], *, need_tokenizer: bool = False) -> "CheckpointFolder":
+    def open(cls, path: Union[PathLike, "CheckpointFolder"], *, need_tokenizer: bool = False,
+             field: str = "checkpoint_dir") -> "CheckpointFolder":
         """Open and check ``path`` (an already open folder is returned as it is). Refuses, naming the path and what
         is wrong: no/invalid ``config.json`` (a GGUF file: how to convert), a family not in the table (listing the
         supported ones), RoPE entries that disagree with the ``longshort_rope`` spec, a missing shard or index, a
@@ -145,13 +146,13 @@ class CheckpointFolder:
         hit = _OPENED.get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        folder = cls._open(d, Path(path), need_tokenizer)
+        folder = cls._open(d, Path(path), need_tokenizer, field)
         _OPENED[key] = (stamp, folder)
         return folder
 
     @classmethod
-    def _open(cls, d: Path, given: Path, need_tokenizer: bool) -> "CheckpointFolder":
-        config = read_hf_config(given)
+    def _open(cls, d: Path, given: Path, need_tokenizer: bool, field: str) -> "CheckpointFolder":
+        config = read_hf_config(given, field)
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         files = _weight_files(d)

@@ -56,7 +56,8 @@ from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY
 
 
 # How the study's settings are named in the checkpoint path's messages (models.checkpoint_open).
-NAMES = ArgNames(length="eval.max_length", allow="allow_extrapolation=true (every study evaluation runs with it)",
+NAMES = ArgNames(checkpoint="base.checkpoint_dir", length="eval.max_length",
+                 allow="allow_extrapolation=true (every study evaluation runs with it)",
                  tokenizer="base.tokenizer")
 
 

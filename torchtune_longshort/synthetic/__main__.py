@@ -144,8 +144,18 @@ def _base_config(a: argparse.Namespace) -> tuple:
                      num_layers=a.layers, num_heads=a.heads, lr=a.lr, optimizer=a.optimizer, batch_size=a.batch_size,
                      seed=a.seed)
     base = replace(base, **{**(_QUICK if a.quick else {}), **{k: v for k, v in flags.items() if v is not None}})
-    base.validate()
+    try:
+        base.validate()
+    except ValueError as e:  # RunConfig names its fields; the message names the flag the user typed
+        field, sep, rest = str(e).partition("=")
+        raise ValueError(f"{_FLAG_OF.get(field, field)}{sep}{rest}") from None
     return base, workers
+
+
+# RunConfig's field -> this CLI's flag, where the two names differ
+_FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
+            "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
+            "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer"}
 
 
 def _check_run_json(out: str) -> None:

@@ -51,7 +51,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # lm-eval forwards these to every model; they carry no meaning here (batches have a fixed size).
 _IGNORED = ("trust_remote_code", "pretrained_model_name_or_path", "max_batch_size")
 # How this model's arguments are named in the checkpoint path's messages (models.checkpoint_open).
-NAMES = ArgNames(length="max_length", allow="allow_extrapolation=true", tokenizer="tokenizer",
+NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extrapolation=true",
+                 tokenizer="tokenizer",
                  scale="rope=<method>,rope_factor=<f> to scale RoPE",
                  refused="requests longer than {usable} tokens will be refused (NaN / empty output)")
 ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
