@@ -91,3 +91,10 @@ def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_
     assert exit_info.value.code == 2
     assert err.count("\n") == 1 and "nodir" in err and "mkdir -p" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+    # a destination folder that is a file was told to be made (`mkdir -p x.yaml`, which fails)
+    (tmp_path / "x.yaml").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", str(tmp_path / "x.yaml" / "sub.yaml")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "x.yaml is a file, not a folder" in err and "mkdir" not in err, err
+    assert (tmp_path / "x.yaml").read_text() == "mine"

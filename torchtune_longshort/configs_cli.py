@@ -82,6 +82,8 @@ def main(argv=None) -> int:
         dest = dest / src.name
     if dest.exists() and not args.force:
         ap.error(f"{dest} exists; pass --force to overwrite it")
+    if dest.parent.exists() and not dest.parent.is_dir():
+        ap.error(f"destination folder {dest.parent} is a file, not a folder; name a file in a folder")
     if not dest.parent.is_dir():
         ap.error(f"destination folder {dest.parent} does not exist; create it (mkdir -p {dest.parent}) or name "
                  "an existing folder")
