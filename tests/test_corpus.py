@@ -128,3 +128,13 @@ def test_shuffled_stdlib_is_a_seeded_permutation_of_the_same_text():
     assert sorted(got) == sorted(p for doc in ordered for p in split_lines_into_pieces(doc, 2000))
     with pytest.raises(ValueError, match="piece_chars needs shuffle_seed"):
         stdlib(limit=6, piece_chars=2000)
+
+
+def test_a_bad_local_record_at_the_start_says_how_to_go_on(tmp_path):
+    # refused at the start naming file and line only ("...:2: field 'text' holds int '5', expected a string")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "x = 1\n" * 50}) + "\n" + json.dumps({"text": 5}) + "\n")
+    with pytest.raises(ValueError, match=r"d.jsonl:2: field 'text' holds int '5', expected a string: mend the record, "
+                                         r"or skip such records with dataset.skip_bad_records=True"):
+        local_text(str(data))
+    assert len(list(local_text(str(data), skip_bad_records=True)())) == 2  # the skipped one keeps its place

@@ -142,7 +142,10 @@ def local_text(
         docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=on_bad_record)
         return (doc for doc in docs if isinstance(doc, SkippedRecord) or doc.strip())
 
-    n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
+    try:
+        n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
+    except DataRecordError as e:  # at the start: the message says how to go on
+        raise DataRecordError(f"{e}: mend the record, or skip such records with dataset.skip_bad_records=True") from None
     if bad:
         log.warning(
             "dataset.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s", path, len(bad), bad[0]
