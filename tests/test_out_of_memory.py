@@ -154,3 +154,24 @@ def test_validation_out_of_memory_is_said_once_and_training_goes_on(recipe_cls, 
             "Tried to allocate 8.00 GiB): no validation for the rest of this run; a shorter validation.seq_len fits"
             ) in out, out
     assert "val_ce" not in (r.output_dir / "metrics.jsonl").read_text()
+
+
+def test_out_of_memory_in_the_optimizers_update_saves_nothing(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                sp_tokenizer_dir, monkeypatch):
+    # the update may have changed some weights and not others: saving them as the last good step would be a lie
+    calls = []
+    update = torch.optim.AdamW.step
+
+    def fails_third(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", fails_third)
+    out = tmp_path / "out"
+    with pytest.raises(OutOfMemory) as info:
+        _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=4))
+    msg = one_line(info.value)
+    assert "out of memory in step 3 on cpu" in msg and "2 step(s) had finished, none saved; start again" in msg, msg
+    assert not list(out.glob("step_[1-9]*"))

@@ -58,6 +58,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
     def __init__(self, cfg: DictConfig) -> None:
         super().__init__(cfg)  # the config read and checked, then the process: group, device, dtype, seed
         self._saved_step = None  # the step of the last checkpoint this process wrote
+        self._in_optimizer_step = False  # an error there may leave the weights part-updated: nothing is saved then
         self.stop_signals = StopSignals()  # recipe_main installs its handlers
         self.stopped_by = 0
         # (step, staged folder) -> None, called once a checkpoint is fully written, before it is renamed into place
@@ -156,8 +157,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
 
     def _save_after_out_of_memory(self):
         """The last good step's folder, saved now when it was not (one process only: under torchrun the other ranks
-        are inside the failed step's collectives, and torchrun stops them when this one exits); None before any."""
-        if self.global_step > 0 and self._saved_step != self.global_step and not self._distributed:
+        are inside the failed step's collectives, and torchrun stops them when this one exits; and not when the
+        optimizer's update failed part-way); the last resumable one, else None."""
+        if (self.global_step > 0 and self._saved_step != self.global_step and not self._distributed
+                and not self._in_optimizer_step):
             try:
                 self.save_checkpoint()
             except (RuntimeError, MemoryError) as e:
@@ -212,7 +215,9 @@ class LongShortFinetuneRecipe(RecipeSetup):
             lambda: f"{self._where(batch)}, loss {sums['loss']:.6g} (last checkpoint: {self.ckpts.latest()})",
             rope_separately=self.config.clip_rope_separately,
         )
+        self._in_optimizer_step = True
         self._optimizer.step()
+        self._in_optimizer_step = False
         if self._lr_scheduler is not None:
             self._lr_scheduler.step()
         self.global_step += 1
