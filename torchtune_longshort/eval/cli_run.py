@@ -20,8 +20,8 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.tasks import tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
-from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method
 
 logger = logging.getLogger(__name__)
