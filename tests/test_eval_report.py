@@ -191,8 +191,8 @@ def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_repl
     # a results folder that is not there, or a file, said it "holds no lm-eval results_*.json file"
     for argv, needle in [([str(tmp_path / "a"), "--out", "/proc/longshort_x"], "--out='/proc/longshort_x' cannot be "
                                                                               "created"),
-                         ([str(tmp_path / "absent"), "--out", str(tmp_path / "r2")], "absent' does not exist: name "
-                                                                                   "the --output_path folder"),
+                         ([str(tmp_path / "absent"), "--out", str(tmp_path / "r2")], "absent' does not exist, so it "
+                                                                                   "holds no lm-eval results_*.json"),
                          ([str(out / "notes.txt"), "--out", str(tmp_path / "r2")], "notes.txt' is a file: name the "
                                                                                   "--output_path folder")]:
         with pytest.raises(SystemExit) as exit_info:

@@ -175,7 +175,7 @@ def test_cli_rejects_bad_arguments(capsys):
     from torchtune_longshort.synthetic.__main__ import main
 
     assert main(["--l-train", "20", "--l-test", "10"]) == 2
-    assert "l_test=10 < l_train=20" in capsys.readouterr().err
+    assert "--l-test=10 < --l-train=20" in capsys.readouterr().err  # the flags typed, not the run's fields
     assert main(["--pe", "xpos"]) == 2
     assert "pe='xpos' is unknown" in capsys.readouterr().err
     assert main(["--figure", "7z"]) == 2

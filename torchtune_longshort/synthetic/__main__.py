@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -146,9 +147,9 @@ def _base_config(a: argparse.Namespace) -> tuple:
     base = replace(base, **{**(_QUICK if a.quick else {}), **{k: v for k, v in flags.items() if v is not None}})
     try:
         base.validate()
-    except ValueError as e:  # RunConfig names its fields; the message names the flag the user typed
-        field, sep, rest = str(e).partition("=")
-        raise ValueError(f"{_FLAG_OF.get(field, field)}{sep}{rest}") from None
+    except ValueError as e:  # RunConfig names its fields; the message names the flags the user typed
+        raise ValueError(re.sub(r"\b(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", str(e))
+                         ) from None
     return base, workers
 
 

@@ -128,8 +128,8 @@ def samples_task(path: Path) -> str:
 
 def _results_files(results_dir: Path) -> List[Path]:
     if not Path(results_dir).exists():
-        raise FileNotFoundError(f"results_dir={str(results_dir)!r} does not exist: name the --output_path folder of "
-                                "an lm-eval run")
+        raise FileNotFoundError(f"results_dir={str(results_dir)!r} does not exist, so it holds no lm-eval "
+                                "results_*.json: name the --output_path folder of an lm-eval run")
     if not Path(results_dir).is_dir():
         raise NotADirectoryError(f"results_dir={str(results_dir)!r} is a file: name the --output_path folder of an "
                                  "lm-eval run (or the folder that holds its results_*.json)")
