@@ -115,3 +115,14 @@ def _variant_method(raw):
 def test_refused_without_quick_with_the_field_named(tmp_path, change, needle):
     with pytest.raises(StudyConfigError, match=re.escape(needle)):
         load_study_config(_write(tmp_path, change), repo_root=ROOT)
+
+
+def test_a_model_that_does_not_fit_the_given_base_is_refused_by_the_config_check(tmp_path, tiny_llama2_dir):
+    # cpu_small's model dimensions against another checkpoint as its base: the study wrote its folder, then every
+    # fine-tune refused them ("model dimensions differ from the start checkpoint") and the study exited 1
+    def given_base(raw):
+        raw["base"] = {"checkpoint_dir": str(tiny_llama2_dir), "tokenizer": str(tiny_llama2_dir)}
+
+    with pytest.raises(StudyConfigError, match=r"the recipe config of run \w+ .* model dimensions differ from the start "
+                                               r"checkpoint checkpointer.checkpoint_dir=.*model.embed_dim="):
+        load_study_config(_write(tmp_path, given_base), repo_root=ROOT)

@@ -19,6 +19,7 @@ from torchtune_longshort.output_guard import check_output_folder, read_json
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
+from torchtune_longshort.training.recipe_config.rules import check_checkpoint_dimensions
 
 
 STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
@@ -176,9 +177,14 @@ def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -
             seen.add((run.method, run.variant, run.alpha))
             todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
                                        + (f" / variants.{run.variant}" if run.variant else "")))
+    # a given base that is here: each run's model node against its config.json (each fine-tune refused it, after the
+    # study had started)
+    base_here = cfg.base.given and plan.base_checkpoint().is_dir()
     for key, run, source in todo:
         try:
-            plan.recipe_fields(key, run)
+            fields = plan.recipe_fields(key, run)
+            if run is not None and base_here:
+                check_checkpoint_dimensions(fields)
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"the recipe config of run {key} (from recipe_config, {source}) is refused by the "
                              f"recipe: {e}") from None

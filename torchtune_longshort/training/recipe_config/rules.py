@@ -45,7 +45,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     if local:
-        _check_checkpoint_dimensions(config)
+        check_checkpoint_dimensions(config)
     _check_scheduler(config)
 
 
@@ -133,7 +133,7 @@ def _check_scheduler(config: RecipeConfig) -> None:
         raise ValueError(f"lr_scheduler: {e}") from None
 
 
-def _check_checkpoint_dimensions(config: RecipeConfig) -> None:
+def check_checkpoint_dimensions(config: RecipeConfig) -> None:
     """The model node's explicit dimensions against the start checkpoint's ``config.json`` (torch would list every
     tensor whose size differs, after the folder is claimed): the differing keys named, both values."""
     start = config.checkpointer.checkpoint_dir
