@@ -76,6 +76,7 @@ def _study(folder, tok, length, tmp_path):
     """(usable, verdict, message) of the study's pre-flight on a config whose base is ``folder``."""
     raw = yaml.safe_load((ROOT / "configs/study/cpu_small.yaml").read_text())
     raw["base"] = {"checkpoint_dir": str(folder), "tokenizer": str(tok)}
+    raw["model"] = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": None}  # the base's shape
     raw["quick"].pop("base", None)
     raw["quick"]["eval"].update(ppl_lengths=[], passkey_lengths=[], misalignment_lengths=[], babilong=None,
                                 max_length=length)

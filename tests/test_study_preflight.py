@@ -71,6 +71,7 @@ def test_the_counts_are_the_corpus_tokenized_by_hand(tmp_path, tiny_llama2_dir, 
     length = counts[len(counts) // 2]
     raw = yaml.safe_load(CPU_SMALL.read_text())
     raw["base"] = {"checkpoint_dir": str(tiny_llama2_dir), "tokenizer": str(sp_tokenizer_dir)}
+    raw["model"].update(num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=172)  # the base's
     raw["quick"].pop("base", None)
     raw["quick"]["eval"].update(ppl_lengths=[length], ppl_num_samples=12, misalignment_lengths=[],
                                 metadata={"ppl_data_files": str(corpus)})
