@@ -101,7 +101,11 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--model_args", f"pretrained={tmp_path / 'afile'}"], FileNotFoundError, "afile: is a file"),
             (["--metadata", '{"max_seq_length": "1k"}'], ValueError, r"key\(s\) \['max_seq_length'\]: no task of the "
              r"pack reads them \(did you mean 'max_seq_lengths'\?\)"),
-            (["--metadata", "ppl_source=stdlib", "max_seq_length=1k"], ValueError, "'max_seq_length'")]:
+            (["--metadata", "ppl_source=stdlib", "max_seq_length=1k"], ValueError, "'max_seq_length'"),
+            # values a task scored NaN for, the run exiting 0
+            (["--metadata", '{"ppl_source": "stdlb"}'], ValueError, "ppl_source='stdlb' is not a source; accepted: "),
+            (["--metadata", '{"mis_num_samples": -1}'], ValueError, "mis_num_samples=-1: expected an integer >= 1"),
+            (["--metadata", '{"ppl_join_documents": "yes"}'], ValueError, "ppl_join_documents='yes': expected true")]:
         with pytest.raises(error, match=match):
             check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl,hellaswag", "--metadata",

@@ -20,7 +20,8 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.tasks import tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
-from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+from torchtune_longshort.eval.tasks.common.long_text import check_metadata_values
+from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method
 
@@ -142,6 +143,10 @@ def check_arguments(out: List[str]) -> None:
         for key, value in (given.metadata or {}).items():  # lengths: refused at task building, after lm-eval's log
             if str(key).endswith(METADATA_KEY):
                 parse_lengths(value, f"--metadata {key}")
+        try:  # a value a task would score NaN for (the run exited 0)
+            check_metadata_values(given.metadata or {})
+        except TaskDataError as e:
+            raise ValueError(f"--metadata {e}") from None
     model = option(out, "--model") or "hf"
     if model == "longshort":
         passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
