@@ -101,6 +101,10 @@ def _variant_key(raw):
     raw["variants"] = {"divergence": {"method": "pi", "alpha": 0.1, "divergences": ["js"]}}
 
 
+def _metadata_value(raw):
+    raw["eval"]["metadata"] = {"ppl_source": "stdlb"}
+
+
 def _variant_method(raw):
     raw["variants"] = {"equal_compute": {"method": "rope", "alpha": 0.1, "overhead": 1.05}}
 
@@ -111,6 +115,7 @@ def _variant_method(raw):
     (_variant_name, "'variants.e_rang' (did you mean 'e_range'?)"),
     (_variant_key, "'variants.divergence.alpha' (did you mean 'alphas'?)"),
     (_variant_method, "variants.equal_compute.method='rope' must name one of methods"),
+    (_metadata_value, "eval.metadata.ppl_source='stdlb' is not a source; accepted: stdlib"),  # each evaluation: NaN
 ])
 def test_refused_without_quick_with_the_field_named(tmp_path, change, needle):
     with pytest.raises(StudyConfigError, match=re.escape(needle)):

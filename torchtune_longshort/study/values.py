@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from torchtune_longshort.eval.tasks import unknown_metadata_keys
+from torchtune_longshort.eval.tasks.common.long_text import check_metadata_values
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.loss.divergences import DIVERGENCES
@@ -66,6 +68,10 @@ def task_metadata(path: str, value: Any) -> Dict[str, Any]:
     bad, why = unknown_metadata_keys(value)
     if bad:
         raise ConfigKeyError(f"unknown config key(s) in {path}: {bad}: {why}")
+    try:
+        check_metadata_values(value)
+    except TaskDataError as e:
+        raise ValueError(f"{path}.{e}") from None
     return value
 
 
