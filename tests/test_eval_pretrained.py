@@ -110,6 +110,9 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl,hellaswag", "--metadata",
                                   '{"max_seq_length": "1k"}']))  # a built-in task may read any key
+    # unset values, as the study writes them for a family it does not evaluate: the task's defaults
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--metadata",
+                                  '{"mis_max_seq_lengths": [], "mis_num_samples": null, "ppl_source": "stdlib"}']))
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

@@ -141,7 +141,7 @@ def check_arguments(out: List[str]) -> None:
         if bad:
             raise ValueError(f"--metadata key(s) {bad}: {why}")
         for key, value in (given.metadata or {}).items():  # lengths: refused at task building, after lm-eval's log
-            if str(key).endswith(METADATA_KEY):
+            if str(key).endswith(METADATA_KEY) and value not in (None, "", []):  # unset: the task's default
                 parse_lengths(value, f"--metadata {key}")
         try:  # a value a task would score NaN for (the run exited 0)
             check_metadata_values(given.metadata or {})

@@ -241,6 +241,8 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
     ``_skip_bad_records``): what the task would score NaN for with the same reason, told before a run starts."""
     for key, value in metadata.items():
         key = str(key)
+        if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)
+            continue
         if key.endswith("_source") and key[: -len("_source")] in TEXT_PREFIXES and value not in SOURCES:
             raise TaskDataError(f"{key}={value!r} is not a source; accepted: {', '.join(SOURCES)}")
         if key.endswith(("_num_samples", "_chunks_per_doc")):
