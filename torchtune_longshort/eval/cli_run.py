@@ -18,9 +18,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
-from torchtune_longshort.eval.tasks import tasks_path, unknown_metadata_keys
+from torchtune_longshort.eval.tasks import check_metadata_values, tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
-from torchtune_longshort.eval.tasks.common.long_text import check_metadata_values
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from torchtune_longshort.eval.tasks import unknown_metadata_keys
-from torchtune_longshort.eval.tasks.common.long_text import check_metadata_values
+from torchtune_longshort.eval.tasks import check_metadata_values, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS

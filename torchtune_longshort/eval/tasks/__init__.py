@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
+from torchtune_longshort.eval.tasks.common.long_text import SOURCES, flag
+from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
 # Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).
 from torchtune_longshort.pack_prefix import PREFIX  # noqa: F401  (re-exported)
@@ -128,3 +129,24 @@ def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
     return bad, (f"no task of the pack reads them{hint}; a task's keys start with its prefix: {', '.join(prefixes)}; "
                  f"or one of {sorted(own)}")
 
+
+# The families whose sequences come from long_text.samples_from_metadata (their <prefix>_source takes its SOURCES)
+TEXT_PREFIXES = tuple(TASK_FAMILIES[f].metadata_prefix for f in ("ppl", "misalignment"))
+
+
+def check_metadata_values(metadata: Mapping[str, Any]) -> None:
+    """:class:`TaskDataError` for a value of the text keys that no task can use (``<prefix>_source`` of
+    :data:`TEXT_PREFIXES`, any ``<prefix>_num_samples`` / ``_chunks_per_doc``, ``_join_documents`` /
+    ``_skip_bad_records``): what the task would score NaN for with the same reason, told before a run starts."""
+    for key, value in metadata.items():
+        key = str(key)
+        if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)
+            continue
+        if key.endswith("_source") and key[: -len("_source")] in TEXT_PREFIXES and value not in SOURCES:
+            raise TaskDataError(f"{key}={value!r} is not a source; accepted: {', '.join(SOURCES)}")
+        if key.endswith(("_num_samples", "_chunks_per_doc")):
+            number = int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else 0
+            if isinstance(value, bool) or number < 1:
+                raise TaskDataError(f"{key}={value!r}: expected an integer >= 1")
+        if key.endswith(("_join_documents", "_skip_bad_records")):
+            flag(metadata, key)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
@@ -229,28 +229,6 @@ def flag(metadata: Dict[str, Any], key: str, default: bool = False) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise TaskDataError(f"{key}={value!r}: expected true or false")
-
-
-# The tasks whose sequences come from samples_from_metadata (their <prefix>_source takes SOURCES)
-TEXT_PREFIXES = ("ppl", "mis")
-
-
-def check_metadata_values(metadata: Mapping[str, Any]) -> None:
-    """:class:`TaskDataError` for a value of the text keys that no task can use (``<prefix>_source`` of
-    :data:`TEXT_PREFIXES`, any ``<prefix>_num_samples`` / ``_chunks_per_doc``, ``_join_documents`` /
-    ``_skip_bad_records``): what the task would score NaN for with the same reason, told before a run starts."""
-    for key, value in metadata.items():
-        key = str(key)
-        if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)
-            continue
-        if key.endswith("_source") and key[: -len("_source")] in TEXT_PREFIXES and value not in SOURCES:
-            raise TaskDataError(f"{key}={value!r} is not a source; accepted: {', '.join(SOURCES)}")
-        if key.endswith(("_num_samples", "_chunks_per_doc")):
-            number = int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else 0
-            if isinstance(value, bool) or number < 1:
-                raise TaskDataError(f"{key}={value!r}: expected an integer >= 1")
-        if key.endswith(("_join_documents", "_skip_bad_records")):
-            flag(metadata, key)
 
 
 def samples_from_metadata(metadata: Dict[str, Any], prefix: str, length: int, num_samples: int,
