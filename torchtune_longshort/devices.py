@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Tuple, TypeVar, Union
 
 import psutil
 import torch
+
+T = TypeVar("T")
 
 ACCEPTED = "cpu, cuda, cuda:N or mps"
 _NAME = re.compile(r"^(cpu|mps|cuda)(:\d+)?$")
@@ -97,6 +99,18 @@ def out_of_memory_text(err: BaseException) -> str:
     text = " ".join(str(err).split())
     start = text.find("DefaultCPUAllocator")
     return text[start:] if start >= 0 else text
+
+
+def out_of_memory_in(run: Callable[[], T]) -> Tuple[Optional[T], Optional[str]]:
+    """``(run(), None)``, or ``(None, the error on one line)`` when ``run`` ran out of memory (any other error is
+    raised). Returned past the ``except`` clause: the tensors the failed call's frames held are freed by then, before
+    the caller runs anything again."""
+    try:
+        return run(), None
+    except (RuntimeError, MemoryError) as err:
+        if not is_out_of_memory(err):
+            raise
+        return None, out_of_memory_text(err)
 
 
 def release_cached(device: Union[str, torch.device]) -> None:

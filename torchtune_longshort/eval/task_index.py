@@ -11,7 +11,8 @@ same YAML files.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Sequence
+import functools
+from typing import FrozenSet, Iterator, List, Sequence
 
 from lm_eval import tasks as lm_tasks
 
@@ -37,8 +38,15 @@ def include_path_covers(argv: Sequence[str], include_path: str) -> bool:
     names = task_names(argv)
     if not names or not include_path:
         return False
-    known = set(lm_tasks.TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    known = _folder_tasks(include_path)
     return all(n in known for n in names)
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_tasks(include_path: str) -> FrozenSet[str]:
+    """The task and group names of ``include_path`` alone (asked by the argument check and by the index swap of one
+    command: indexed once)."""
+    return frozenset(lm_tasks.TaskManager(include_path=include_path, include_defaults=False).all_tasks)
 
 
 @contextlib.contextmanager

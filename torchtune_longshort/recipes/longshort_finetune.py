@@ -29,7 +29,7 @@ from torchtune import config, utils
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError
-from torchtune_longshort.devices import is_out_of_memory, out_of_memory_text, release_cached
+from torchtune_longshort.devices import out_of_memory_in, release_cached
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
@@ -130,12 +130,9 @@ class LongShortFinetuneRecipe(RecipeSetup):
         an out-of-memory error (:mod:`~torchtune_longshort.training.out_of_memory`)."""
         start = StepStart(self._batcher, self.generators)
         try:
-            return self._train_step()
-        except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
-            if not is_out_of_memory(e):
-                raise
-            account = describe(e, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
-                               self.world_size)
+            sums_norms, error = out_of_memory_in(self._train_step)
+            if error is None:
+                return sums_norms
         except DataRecordError as e:
             start.restore(self._batcher, self.generators)
             self._run_log.close()
@@ -148,7 +145,9 @@ class LongShortFinetuneRecipe(RecipeSetup):
             raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
                                   "record (or skip it: dataset.skip_bad_records=True) and continue with resume=True"
                                   ) from None
-        # out of memory; here, past the except clause, the failed step's tensors its traceback held are freed
+        # out of memory (the failed step's tensors are freed by now)
+        account = describe(error, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
+                           self.world_size)
         self._optimizer.zero_grad(set_to_none=True)
         release_cached(self._device)
         start.restore(self._batcher, self.generators)
@@ -161,11 +160,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
         optimizer's update failed part-way); the last resumable one, else None."""
         if (self.global_step > 0 and self._saved_step != self.global_step and not self._distributed
                 and not self._in_optimizer_step):
-            try:
-                self.save_checkpoint()
-            except (RuntimeError, MemoryError) as e:
-                if not is_out_of_memory(e):
-                    raise
+            out_of_memory_in(self.save_checkpoint)  # out of memory again: the last resumable one stands
         latest = self.ckpts.latest(resumable=True)
         return None if latest is None else str(latest)
 
@@ -173,15 +168,12 @@ class LongShortFinetuneRecipe(RecipeSetup):
         """Log ``val_ce`` / ``val_ppl``. Out of memory there (``validation.seq_len`` may be longer than the training
         windows): said once, and no validation for the rest of this process; the step it follows is done and kept.
         Under torchrun it ends the run (the ranks would no longer meet in the same collectives)."""
-        try:
-            val = validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab)
-        except (RuntimeError, MemoryError) as e:
-            if not is_out_of_memory(e):
-                raise
-            error = out_of_memory_text(e)[:300]
-        else:
+        val, error = out_of_memory_in(
+            lambda: validation_metrics(self._model, self._val_tokens, self._device, self.model_vocab))
+        if error is None:
             self._run_log.log_validation(self.global_step, val)
             return
+        error = error[:300]
         self._model.train()
         release_cached(self._device)
         said = (f"validation after step {self.global_step} ran out of memory on {self._device} at validation.seq_len "

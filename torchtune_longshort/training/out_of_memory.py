@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from torchtune_longshort.devices import free_bytes, out_of_memory_text
+from torchtune_longshort.devices import free_bytes
 from torchtune_longshort.refusals import Refusal
 
 # Rows of the loss's [rows, vocab] buffers per chunk that kept the 1B shape's loss phase below its backward peak on an
@@ -70,11 +70,11 @@ def _memory(device: torch.device) -> str:
     return ", ".join(told)
 
 
-def describe(err: BaseException, step: int, config, device: torch.device, num_chunks: int,
+def describe(what: str, step: int, config, device: torch.device, num_chunks: int,
              world_size: int = 1) -> Tuple[str, List[str], List[str]]:
-    """What happened in step ``step`` (1-based), on one line, and :func:`remedies`."""
+    """What happened in step ``step`` (1-based; ``what``: the error, on one line), on one line, and
+    :func:`remedies`."""
     micro = config.batch_size // (world_size * config.gradient_accumulation_steps)
-    what = out_of_memory_text(err)
     memory = _memory(device)
     happened = (f"out of memory in step {step} on {device} (2 windows x {micro} sequence(s) x seq_len {config.seq_len}"
                 f" = {2 * micro * config.seq_len:,} tokens per forward{'; ' + memory if memory else ''}): {what[:300]}")

@@ -9,21 +9,15 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 import torch
 
-from torchtune_longshort.devices import is_out_of_memory, out_of_memory_text, release_cached
+from torchtune_longshort.devices import out_of_memory_in, release_cached
 
 T = TypeVar("T")
 
 
 def _attempt(run: Callable[[Sequence[T]], None], items: Sequence[T]) -> Optional[str]:
-    """``run(items)``: None, or the out-of-memory error it raised on one line (returned past the ``except`` clause,
-    so that the tensors the failed call's frames held are freed before anything runs again)."""
-    try:
-        run(items)
-        return None
-    except (RuntimeError, MemoryError) as err:
-        if not is_out_of_memory(err):
-            raise
-        return out_of_memory_text(err)[:240]
+    """``run(items)``: None, or the out-of-memory error it raised, on one line."""
+    error = out_of_memory_in(lambda: run(items))[1]
+    return None if error is None else error[:240]
 
 
 def run_fitting(items: Sequence[T], run: Callable[[Sequence[T]], None], alone: Callable[[T, str], None],
