@@ -163,7 +163,8 @@ def test_out_of_memory_in_the_optimizers_update_saves_nothing(recipe_cls, tmp_pa
     update = torch.optim.AdamW.step
 
     def fails_third(self, *args, **kwargs):
-        calls.append(1)
+        if len(self.param_groups[0]["params"]) > 1:  # the run's, not the one-value stand-in that sizes its state
+            calls.append(1)
         if len(calls) == 3:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
         return update(self, *args, **kwargs)

@@ -8,7 +8,8 @@ refusal read as a crash). ``LONGSHORT_TRACEBACK=1`` shows the traceback as well,
 
 What counts as a refusal (:data:`REFUSED`): ``ValueError`` (the project's checks raise it or a subclass),
 the ``OSError`` kinds of a missing, existing or forbidden path, and any :class:`Refusal` (a config key error, an output folder
-another run holds). Every other exception keeps its traceback.
+another run holds). A write that found its disk full (:func:`~torchtune_longshort.disk_space.is_out_of_space`: every
+writer says it differently) is told in one line the same way. Every other exception keeps its traceback.
 
 Under torchrun (``tune run --nproc_per_node N``) every worker runs the same checks. The refusal is printed once, by
 rank 0, and every refusing worker writes it to the error file torchrun's agent reads (``TORCHELASTIC_ERROR_FILE``,
@@ -24,6 +25,8 @@ import os
 import sys
 import time
 from typing import Callable, NoReturn, TypeVar
+
+from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
@@ -89,13 +92,17 @@ def refuse(prog: str, message: str) -> NoReturn:
 
 def refusing(prog: str, run: Callable[[], T]) -> T:
     """``run()``; a refusal it raises (:data:`REFUSED`) ends the process as :func:`refuse` does, unless
-    ``LONGSHORT_TRACEBACK`` is set."""
+    ``LONGSHORT_TRACEBACK`` is set; so does an out-of-space error (:mod:`~torchtune_longshort.disk_space`)."""
     try:
         return run()
     except REFUSED as e:
         if show_traceback():
             raise
         refuse(prog, one_line(e))
+    except Exception as e:
+        if show_traceback() or not is_out_of_space(e):
+            raise
+        refuse(prog, out_of_space_line(e))
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -24,6 +24,7 @@ import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
+from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.refusals import refuse, refusing
 
@@ -69,8 +70,9 @@ def _evaluate(args) -> None:
         _validate_tasks(argv)
     parser_error = argparse.ArgumentParser.error  # lm-eval's own parsers: usage + error, two lines and more
     argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
+    saved = SavedResults()
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""):
+        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching():
             cli_evaluate()
     except ValueError as e:
         line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))
@@ -83,6 +85,7 @@ def _evaluate(args) -> None:
     for results in finished:
         if results is not None:
             print(cli_messages.summary_line(results), flush=True)
+    saved.raise_if_failed()
 
 
 def _validate_tasks(argv) -> None:

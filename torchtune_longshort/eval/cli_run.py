@@ -18,6 +18,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import check_metadata_values, tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
@@ -126,6 +127,7 @@ def check_arguments(out: List[str]) -> None:
     help_only = not out or "-h" in out or "--help" in out
     if help_only or out[0] in _SUBCOMMANDS[1:]:
         return
+    check_output_room(option(out, "--output_path") or option(out, "-o"))
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
 
@@ -277,13 +279,14 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
     check_arguments(argv[1:])
-    saved = sys.argv
+    saved, written = sys.argv, SavedResults()
     sys.argv = argv
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""):
+        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
             cli_evaluate()
     finally:
         sys.argv = saved
+    written.raise_if_failed()
     if "--output_path" not in argv:
         return {}
     out = Path(argv[argv.index("--output_path") + 1])

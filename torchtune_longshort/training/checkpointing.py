@@ -152,10 +152,17 @@ class StepCheckpoints:
         m = STATE_PATTERN.match(name)
         return bool(m) and (m.group(2) is not None or (self.root / f"step_{m.group(1)}" / MANIFEST).is_file())
 
-    def _prune_states(self) -> None:
+    def states(self) -> List[Path]:
+        """The recipe states in ``recipe_state/``, oldest first."""
         states = self.root / RECIPE_STATE_DIR
+        if not states.is_dir():
+            return []
         kept = sorted((int(m.group(1)), p) for p in states.glob("step_*.pt") if (m := STEP_PATTERN.match(p.stem)))
-        for _, p in kept[: max(0, len(kept) - self.keep)]:
+        return [p for _, p in kept]
+
+    def _prune_states(self) -> None:
+        kept = self.states()
+        for p in kept[: max(0, len(kept) - self.keep)]:
             p.unlink()
 
 

@@ -38,6 +38,9 @@ from torchtune_longshort.training.metrics import RunLog
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
 )
+from torchtune_longshort.training.out_of_space import (
+    CheckpointPlan, check_checkpoint_room, forecast, save_steps, state_bytes, tree_bytes, weight_bytes,
+)
 from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, resolved_config,
@@ -147,13 +150,14 @@ class RecipeSetup:
         model, self._lora = build_model(cfg.model.node(), self._device, self._dtype, on_meta=self._distributed)
         self.rope_spec = getattr(model, "rope_scaling", None)
         check_quantized_shapes(model, self.world_size)
+        set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
+        self._check_room(model)
         model_sd, self._start_dir = recipe_checkpoints.start_state_dict(
             cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier,
             before_write=self._clear_earlier_run,
         )
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
         self._base_hf_config = CheckpointFolder.open(self._start_dir).config
-        set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
         self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing, cfg.enable_activation_offloading)
         tile_mlps(model, cfg.tiled_mlp_tokens, lambda msg: utils.log_rank_zero(log, msg))
         self.compiled = compile_decoder(model, cfg.compile, lambda msg: utils.log_rank_zero(log, msg))
@@ -173,6 +177,32 @@ class RecipeSetup:
         utils.log_rank_zero(log, f"Model ready: {n_train:,} trainable parameters, dtype {self._dtype}")
         self.model_vocab = check_built_model(cfg, model, self._tokenizer, self.rope_spec)
         return model
+
+    def _check_room(self, model: nn.Module) -> None:
+        """The disk's room for this run's checkpoints (``training.out_of_space``), before its first write: a step_0
+        from scratch (float32) and the first save (weights and optimizer state) are refused when they cannot fit; all
+        its saves, noted."""
+        cfg = self.config
+        weights, state = weight_bytes(model, self._dtype, self._lora.enabled), state_bytes(
+            model, cfg.optimizer.node(), self._dtype)
+        self._checkpoint_bytes = weights + state
+        scratch = cfg.checkpointer.checkpoint_dir is None and self._resume_dir is None
+        earlier = self._lock is not None and self._lock.earlier_run is not None  # overwrite deletes it
+        plan = CheckpointPlan(
+            weights, state, cfg.keep_recipe_states, len(self.ckpts.states()) if self._resume_dir else 0,
+            weight_bytes(model, torch.float32, False) if scratch else 0,
+            save_steps(self.global_step, self.stop_at, self.max_steps, cfg.save_every_n_steps),
+        )
+        reclaimed = tree_bytes(self.output_dir) if earlier else 0
+        self._disk_fills_at = check_checkpoint_room(self.output_dir, plan, reclaimed)
+        if self._disk_fills_at is not None:
+            utils.log_rank_zero(log, forecast(self.output_dir, plan, self._disk_fills_at, False, reclaimed))
+
+    @property
+    def stop_at(self) -> int:
+        """The step this process ends at: ``max_steps``, or ``stop_after_step`` (job time limits; the LR schedule
+        still spans ``max_steps`` and ``resume=True`` continues exactly where it stopped)."""
+        return min(self.max_steps, self.config.stop_after_step or self.max_steps)
 
     def _setup_loss(self) -> LongShortLoss:
         loss_fn = config.instantiate(self.config.loss.node())  # a LongShortLoss (checked with the config)

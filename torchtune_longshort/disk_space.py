@@ -1,0 +1,130 @@
+"""A disk that fills up, told in one line instead of a writer's traceback, and checked before a run writes.
+
+Every writer says it differently: ``open().write`` raises ``OSError`` with ``errno`` ``ENOSPC`` (or ``EDQUOT`` at a
+quota, ``EFBIG`` past ``ulimit -f``), safetensors' ``save_file`` a ``SafetensorError`` "I/O error: No space left on
+device (os error 28)", ``torch.save`` a ``RuntimeError`` "PytorchStreamWriter failed writing file ...".
+:func:`is_out_of_space` knows them all (it reads the exception chain), :func:`room` says what a folder's file system
+has, and :func:`check_room` refuses a write that cannot fit before it starts.
+
+``refusals.refusing`` turns an out-of-space error at any entry point into its one line (exit status 2); the recipe
+says besides which checkpoint stands (``training.out_of_space``), and ``longshort-eval`` that lm-eval's results were
+not written (lm-eval only logs a warning and exits 0).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+PathLike = Union[str, Path]
+OUT_OF_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# What the writers that do not raise an OSError put in their message for the same errors (safetensors' Rust error
+# names the OS error; torch's stream writer says only that the write failed).
+_TEXTS = ("no space left on device", "disk quota exceeded", "file too large", "os error 28", "os error 122",
+          "file write failed")
+FULL_BELOW = 1 << 20  # a disk with less free than this is full for any checkpoint or results file
+
+
+def is_out_of_space(error: BaseException, where: Optional[PathLike] = None) -> bool:
+    """True when ``error`` (or an exception it was raised from) is a write that found no room on its disk; with
+    ``where`` (the folder being written), also a write error whose message does not say why (``torch.save`` to a path:
+    "unexpected pos ...") while that folder's disk has less than :data:`FULL_BELOW` bytes free."""
+    if where is not None and isinstance(error, (OSError, RuntimeError)) and _nearly_full(where):
+        return True
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in OUT_OF_SPACE_ERRNOS:
+            return True
+        text = str(error).lower()
+        if any(t in text for t in _TEXTS) and not isinstance(error, (MemoryError, ValueError)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _nearly_full(path: PathLike) -> bool:
+    try:
+        return room(path)[0] < FULL_BELOW
+    except OSError:
+        return False
+
+
+def existing_parent(path: PathLike) -> Path:
+    """``path`` or its nearest folder above that exists (where a file to be written would land)."""
+    p = Path(os.path.abspath(os.fspath(path)))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def mount_point(path: PathLike) -> Path:
+    """The mount point of the file system ``path`` lies on."""
+    p = existing_parent(path)
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def room(path: PathLike) -> Tuple[int, int, Path]:
+    """``(free bytes, total bytes, mount point)`` of the file system ``path`` (or the folder above it) lies on; the
+    free bytes are those this user may write (``statvfs``' ``f_bavail``, without the root reserve)."""
+    usage = shutil.disk_usage(existing_parent(path))
+    return int(usage.free), int(usage.total), mount_point(path)
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` in the largest unit that keeps it >= 1 (B, KiB, MiB, GiB, TiB), to 3 significant figures."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.3g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.3g} TiB"
+
+
+def room_text(path: PathLike) -> str:
+    """``"<free> free of <total> on <mount point>"`` for ``path``'s file system ("" when it cannot be read)."""
+    try:
+        free, total, mount = room(path)
+    except OSError:
+        return ""
+    return f"{size_text(free)} free of {size_text(total)} on {mount}"
+
+
+def written_file(error: BaseException) -> Optional[str]:
+    """The file an out-of-space ``error`` was writing, when it names one (an ``OSError``'s ``filename``; a copy's
+    destination, ``filename2``)."""
+    while error is not None:
+        if isinstance(error, OSError) and (error.filename2 or error.filename):
+            return str(error.filename2 or error.filename)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def reason(error: BaseException) -> str:
+    """What an out-of-space ``error`` says, on one line: the ``OSError`` it was raised from when there is one (torch's
+    writer only says "unexpected pos ..."), else its own message."""
+    e = error
+    while e is not None and not (isinstance(e, OSError) and e.errno in OUT_OF_SPACE_ERRNOS):
+        e = e.__cause__ or e.__context__
+    return " ".join(str(e if e is not None else error).split())[:200]
+
+
+def out_of_space_line(error: BaseException, where: Optional[PathLike] = None) -> str:
+    """One line for an out-of-space ``error`` while writing under ``where`` (else the file it names)."""
+    target = where if where is not None else written_file(error)
+    place = f" writing {target}" if target else ""
+    have = f" ({room_text(target)})" if target and room_text(target) else ""
+    return f"no space left on the disk{place}{have}: {reason(error)}; free space there, or write to a disk with room, and run again"
+
+
+def check_room(path: PathLike, nbytes: int, what: str, fix: str) -> None:
+    """``ValueError`` naming ``what``, its size, the room on ``path``'s file system and ``fix`` when ``nbytes`` is more
+    than that file system has free: asked before the first byte is written."""
+    free, total, mount = room(path)
+    if nbytes > free:
+        raise ValueError(f"{what} needs at least {size_text(nbytes)}, more than the {size_text(free)} free of "
+                         f"{size_text(total)} on {mount} (where {path} is); {fix}")

@@ -1,0 +1,133 @@
+"""lm-eval's results files, checked as they are written: a run whose results could not be saved does not end as if
+they had been.
+
+lm-eval's ``EvaluationTracker`` catches every error of ``save_results_aggregated`` / ``save_results_samples`` (a
+full disk, a folder it may not write), logs "Could not save results aggregated", and the run exits 0: hours of
+scores are then only in the printed table, and a write cut off by a full disk leaves a JSON file that stops mid-way,
+which a report would then read. :class:`SavedResults` watches both methods during a ``longshort-eval`` run: after
+each it opens the file the tracker meant to write (its name is the tracker's ``date_id``), and a file missing or cut
+off (removed: it is this run's, and unreadable) is named in the run's last line (exit status 2).
+
+:func:`check_output_room` refuses, before lm-eval starts, an ``--output_path`` on a disk that is already full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
+
+from torchtune_longshort.disk_space import FULL_BELOW, room, room_text, size_text
+from torchtune_longshort.refusals import Refusal
+
+
+class ResultsNotWritten(Refusal, RuntimeError):
+    """lm-eval ran, and could not write its results (one line, exit status 2)."""
+
+
+def results_file(tracker) -> Path:
+    """The aggregated results file ``tracker`` (lm-eval's ``EvaluationTracker``) writes, as its
+    ``save_results_aggregated`` names it."""
+    path = Path(tracker.output_path)
+    if path.suffix == ".json":
+        return path.with_name(f"{path.stem}_{tracker.date_id}.json")
+    return path / str(tracker.general_config_tracker.model_name_sanitized) / f"results_{tracker.date_id}.json"
+
+
+def samples_file(tracker, task_name: str) -> Path:
+    """The samples file of ``task_name`` that ``tracker``'s ``save_results_samples`` writes."""
+    path = Path(tracker.output_path)
+    folder = path.parent if path.suffix == ".json" else path / str(tracker.general_config_tracker.model_name_sanitized)
+    return folder / f"samples_{task_name}_{tracker.date_id}.jsonl"
+
+
+def _read_json(path: Path) -> None:
+    json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_jsonl(path: Path) -> None:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                json.loads(line)
+
+
+class SavedResults:
+    """The files of a run that lm-eval failed to write (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.failed: List[str] = []
+
+    def check(self, path: Path, read: Callable[[Path], None]) -> None:
+        """Note ``path`` when it is missing or cannot be read whole (then removed: it is this run's and cut off)."""
+        if not path.is_file():
+            self.failed.append(f"{path} (not written)")
+            return
+        try:
+            read(path)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            self.failed.append(f"{path} (cut off; removed)")
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator["SavedResults"]:
+        """Check each file lm-eval's ``EvaluationTracker`` saves while the context is open."""
+        # deferred: lm_eval (imported by longshort-eval's run, not by this module's readers)
+        from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+        aggregated, samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
+
+        def save_aggregated(tracker, *args, **kwargs):
+            aggregated(tracker, *args, **kwargs)
+            if tracker.output_path:
+                self.check(results_file(tracker), _read_json)
+
+        def save_samples(tracker, task_name, *args, **kwargs):
+            samples(tracker, task_name, *args, **kwargs)
+            if tracker.output_path:
+                self.check(samples_file(tracker, task_name), _read_jsonl)
+
+        EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples = save_aggregated, save_samples
+        try:
+            yield self
+        finally:
+            EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples = aggregated, samples
+
+    def raise_if_failed(self) -> None:
+        """:class:`ResultsNotWritten` with :meth:`problem`'s line when a file failed."""
+        line = self.problem()
+        if line is not None:
+            raise ResultsNotWritten(line)
+
+    def problem(self) -> Optional[str]:
+        """The run's last line when a file failed (None when all were written)."""
+        if not self.failed:
+            return None
+        folder = Path(self.failed[0].split(" (", 1)[0]).parent
+        full = _full(folder)
+        why = (f"the disk is full ({room_text(folder)})" if full else
+               f"{room_text(folder)}; lm-eval's warning above (\"Could not save ...\") says why")
+        return (f"lm-eval could not write {len(self.failed)} results file(s): {'; '.join(self.failed[:3])}"
+                f"{' ...' if len(self.failed) > 3 else ''}: {why}. Its scores are in the table above; "
+                f"{'free space there' if full else 'mend that'} (or pass another --output_path) and run again")
+
+
+def _full(folder: Path) -> bool:
+    try:
+        return room(folder)[0] < FULL_BELOW
+    except OSError:
+        return False
+
+
+def check_output_room(output_path: Optional[str]) -> None:
+    """Refuse an ``--output_path`` whose disk has less than :data:`~torchtune_longshort.disk_space.FULL_BELOW` free:
+    lm-eval would run every task and then fail to write the results."""
+    if not output_path:
+        return
+    free, total, mount = room(output_path)
+    if free < FULL_BELOW:
+        raise ValueError(f"--output_path {output_path}: its disk is full ({size_text(free)} free of {size_text(total)} "
+                         f"on {mount}); lm-eval would run and then not write its results: free space there, or pass "
+                         "another --output_path")

@@ -1,0 +1,166 @@
+"""A full disk, before and during a run: the room a run's checkpoints take, checked when it starts, and the one line it
+ends with when a write finds no room anyway (another process filled the disk, a quota).
+
+At setup (:func:`check_checkpoint_room`) the model's size gives a lower bound of one checkpoint (its weights in the
+dtype they are saved in; the optimizer's state comes on top). A run whose first write cannot fit is refused before
+it writes; a run whose checkpoints all together will not fit is told so in one line, with the step where the disk
+fills, and goes on (its user may make room as it trains).
+
+During the run a save that finds no room removes what it staged (that frees what it took), and the run ends in one
+line (exit status 2): the step, the disk's room, the checkpoint's size, and which checkpoint stands for
+``resume=True``. The folders of ``step_<k>`` are complete or absent whatever the failure
+(:mod:`~torchtune_longshort.training.checkpointing`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+from torchtune.config import instantiate
+
+from torchtune_longshort.disk_space import check_room, reason, room, room_text, size_text
+from torchtune_longshort.models.peft_adapter import lora_modules
+from torchtune_longshort.refusals import Refusal
+from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
+
+
+_PROBE_VALUES = 256  # a stand-in parameter as large as a quantized optimizer's block (torchao's AdamW8bit)
+
+
+class OutOfSpace(Refusal, RuntimeError):
+    """A write of the run found its disk full (a refusal: one line, exit status 2)."""
+
+
+def weight_bytes(model: torch.nn.Module, dtype: torch.dtype, lora: bool) -> int:
+    """Bytes of the weights one ``step_<k>`` folder holds for ``model`` (its parameters may be on ``meta``): every
+    state-dict entry but the adapters in ``dtype``; a LoRA run's adapted weights merged in float32."""
+    sd = model.state_dict()
+    adapted = {f"{m}.weight" for m in lora_modules(sd)} if lora else set()
+    size = torch.tensor([], dtype=dtype).element_size()
+    total = 0
+    for key, value in sd.items():
+        if "lora_" in key or key.endswith("magnitude"):
+            continue
+        total += value.numel() * (4 if key in adapted else size)
+    return total
+
+
+def state_bytes(model: torch.nn.Module, optimizer_node, dtype: torch.dtype) -> int:
+    """Bytes of the optimizer's state for ``model``'s trainable parameters: the per-value state of the config's
+    optimizer (``optimizer_node``) measured by one step on a stand-in parameter of ``dtype`` (AdamW: two values; SGD
+    without momentum: none); 0 when the optimizer does not build on a CPU stand-in (a lower bound still)."""
+    probe = torch.nn.Parameter(torch.zeros(_PROBE_VALUES, dtype=dtype))
+    probe.grad = torch.ones_like(probe)
+    try:
+        optimizer = instantiate(optimizer_node, [probe])
+        optimizer.step()
+    except Exception:  # a CUDA-only option (fused=True), an optimizer that wants more than a stand-in
+        return 0
+    per_value = sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
+                    if torch.is_tensor(t) and t.numel() == probe.numel()) / probe.numel()
+    return int(per_value * sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def save_steps(start: int, stop_at: int, max_steps: int, save_every: Optional[int]) -> List[int]:
+    """The steps after ``start`` that this process saves (the recipe's rule: every ``save_every``, and its last)."""
+    every = save_every or max_steps
+    return [k for k in range(start + 1, stop_at + 1) if k % every == 0 or k in (max_steps, stop_at)]
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """The saves a run makes: each a step folder of ``weights`` bytes, kept, and ``state`` bytes in ``recipe_state/``,
+    of which the newest ``keep`` stay after each save (the older ones are deleted once the new one is in place, so
+    each save needs room for both); ``existing_states``: those already there (a resumed run's); ``first_extra``: a ``step_0`` written
+    before the first save (from scratch), else 0; ``steps``: the steps saved."""
+
+    weights: int
+    state: int
+    keep: int
+    existing_states: int
+    first_extra: int
+    steps: List[int]
+
+    def held_after(self, saves: int) -> int:
+        """Bytes the run's checkpoints have added after ``saves`` saves."""
+        kept = min(self.existing_states + saves, self.keep) if saves else self.existing_states  # pruned to keep
+        return self.first_extra + saves * self.weights + (kept - self.existing_states) * self.state
+
+    def fills_at(self, free: int) -> Optional[int]:
+        """The step whose save finds no room in ``free`` bytes (None: they all fit)."""
+        for j, step in enumerate(self.steps):
+            if self.held_after(j) + self.weights + self.state > free:
+                return step
+        return None
+
+
+def check_checkpoint_room(output_dir: Path, plan: CheckpointPlan, reclaimed: int) -> Optional[int]:
+    """Refuse a run whose first write cannot fit ``output_dir``'s disk, with ``reclaimed`` bytes more (an earlier run
+    ``overwrite_output_dir`` deletes at the first write); the step whose save will not fit (None: all fit)."""
+    if not plan.steps:
+        return None
+    check_room(output_dir, plan.first_extra + plan.weights + plan.state - reclaimed,
+               f"{'the start weights (step_0) with ' if plan.first_extra else ''}the first checkpoint "
+               f"(step {plan.steps[0]}){', less the earlier run overwrite_output_dir deletes,' if reclaimed else ''}",
+               "free space there, or set output_dir to a disk with room")
+    return plan.fills_at(room(output_dir)[0] + reclaimed)
+
+
+def forecast(output_dir: Path, plan: CheckpointPlan, step: int, measured: bool, reclaimed: int = 0) -> str:
+    """The line that says at which save (``step``) the disk fills, for the saves of ``plan``."""
+    n = len(plan.steps)
+    return (f"output_dir {output_dir} has {room_text(output_dir)}"
+            f"{f' (and {size_text(reclaimed)} in the earlier run it replaces)' if reclaimed else ''}; the {n} "
+            f"checkpoint(s) this run still saves take {'' if measured else 'at least '}"
+            f"{size_text(plan.held_after(n))} ({size_text(plan.weights)} of weights each, and {size_text(plan.state)} "
+            f"of optimizer state in each of the keep_recipe_states={plan.keep} newest"
+            f"{', as the last one measured' if measured else ''}): the disk fills at the save of step {step} unless "
+            "room is made (save_every_n_steps sets how often it saves)")
+
+
+def measured_plan(saved: Path, ckpts: StepCheckpoints, steps: List[int]) -> CheckpointPlan:
+    """The plan of the saves ``steps`` still to come, sized by the checkpoint just ``saved``."""
+    state = recipe_state_path(saved)
+    return CheckpointPlan(tree_bytes(saved), state.stat().st_size if state.is_file() else 0, ckpts.keep,
+                          len(ckpts.states()), 0, steps)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (symbolic links not followed: deleting one frees nothing of its target)."""
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(folder, name))
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of a step folder and its recipe state."""
+    state = recipe_state_path(path)
+    return tree_bytes(path) + (state.stat().st_size if state.is_file() else 0)
+
+
+def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint: Optional[int], measured: bool,
+                 error: BaseException) -> str:
+    """The run's last line after ``writing`` found no room at ``step``: the disk's room, a checkpoint's size (``measured``
+    from the last one saved, else the estimate of the run's start), and the checkpoint ``resume=True`` continues from."""
+    latest = ckpts.latest(resumable=True)
+    size = (f"; a checkpoint of this run takes {'' if measured else 'at least '}{size_text(per_checkpoint)}"
+            if per_checkpoint else "")
+    older = [p for k in ckpts.steps() if (p := ckpts.path(k)) != latest and k > 0]
+    held = (f" (the {len(older)} step folder(s) besides {latest.name} hold {size_text(sum(map(folder_bytes, older)))})"
+            if older and latest is not None else "")
+    stands = (f"the last complete checkpoint {latest} stands: make room{held}, then continue with resume=True"
+              if latest is not None else
+              "no checkpoint of this run can be resumed: make room, then start again with overwrite_output_dir=True")
+    have = room_text(ckpts.root)
+    return (f"no space left on the disk writing {writing} after step {step} ({have}{size}): {reason(error)}; {stands}; "
+            "or set output_dir to a disk with room")
