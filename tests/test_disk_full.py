@@ -190,3 +190,21 @@ def test_model_fetch_is_refused_before_it_downloads(tmp_path):
     assert "fetching and converting smollm2-135m-instruct" in line and "more than the 64 MiB free" in line, line
     assert p.stdout.split("#rc 2", 1)[1].strip() == ""  # nothing downloaded or made
     assert Path(REPO / "torchtune_longshort").is_dir()
+
+
+def test_checkpoint_weights_are_sized_as_written(tiny_llama2_dir):
+    """The estimate of a step folder's weights, from a model on the meta device, against the bytes of the tensors
+    transformers' writer put in the tiny checkpoint (float32) and those at bf16."""
+    import torch
+    from safetensors import safe_open
+
+    from torchtune_longshort.models.hf_model import hf_decoder
+    from torchtune_longshort.training.out_of_space import weight_bytes
+
+    with safe_open(str(tiny_llama2_dir / "model.safetensors"), "pt") as f:
+        written = [f.get_slice(k) for k in f.keys()]
+        numel = sum(int(torch.Size(s.get_shape()).numel()) for s in written)
+    with torch.device("meta"):
+        model = hf_decoder(str(tiny_llama2_dir))
+    assert weight_bytes(model, torch.float32, False) == 4 * numel
+    assert weight_bytes(model, torch.bfloat16, False) == 2 * numel

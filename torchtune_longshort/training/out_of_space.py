@@ -19,7 +19,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 from torchtune.config import instantiate
@@ -37,10 +37,21 @@ class OutOfSpace(Refusal, RuntimeError):
     """A write of the run found its disk full (a refusal: one line, exit status 2)."""
 
 
+def saved_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """What ``model.state_dict()`` holds, by name, without its hooks (a QLoRA model's would dequantize every weight,
+    on a meta device not at all): the parameters (a tied one once, as it is saved) and the persistent buffers."""
+    out = dict(model.named_parameters())
+    for prefix, module in model.named_modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and name not in module._non_persistent_buffers_set:
+                out[f"{prefix}.{name}" if prefix else name] = buffer
+    return out
+
+
 def weight_bytes(model: torch.nn.Module, dtype: torch.dtype, lora: bool) -> int:
     """Bytes of the weights one ``step_<k>`` folder holds for ``model`` (its parameters may be on ``meta``): every
     state-dict entry but the adapters in ``dtype``; a LoRA run's adapted weights merged in float32."""
-    sd = model.state_dict()
+    sd = saved_tensors(model)
     adapted = {f"{m}.weight" for m in lora_modules(sd)} if lora else set()
     size = torch.tensor([], dtype=dtype).element_size()
     total = 0
