@@ -30,7 +30,7 @@ def test_a_checkpoint_loaded_for_an_absurd_length_is_refused_naming_it(tiny_llam
 
     with pytest.raises(ValueError, match=r"checkpoint '.*' with RoPE tables for 1,000,000,000 positions takes "
                                          r"about \d+\.\d GiB, more than .* free on cpu; ask for fewer positions "
-                                         r"\(max_length"):
+                                         r"\(max_seq_len\)"):
         load_hf_checkpoint(tiny_llama2_dir, max_seq_len=ABSURD)
 
 
@@ -53,7 +53,8 @@ def test_the_eval_model_builds_only_the_positions_it_runs(tiny_llama2_dir, sp_to
     assert {m.attn.pos_embeddings.max_seq_len for m in model.layers} == {args.usable_length} == {256}
     args = parse_model_args(pretrained=str(tiny_llama2_dir), tokenizer=tok, max_length=ABSURD, allow_extrapolation=True,
                             device="cpu")
-    with pytest.raises(ValueError, match=r"RoPE tables for 1,000,000,000 positions"):
+    with pytest.raises(ValueError, match=r"RoPE tables for 1,000,000,000 positions .* ask for fewer positions "
+                                         r"\(max_length in --model_args\)"):
         load_checkpoint_model(args)
 
 

@@ -137,7 +137,7 @@ def _main(argv=None) -> int:
     opened = _open_checkpoint(args, ap)
     folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
-    model = load_hf_checkpoint(folder, max_seq_len=args.length).to(args.device)
+    model = load_hf_checkpoint(folder, max_seq_len=args.length, device=args.device, length_field="--length")
 
     seqs = fixed_length_sequences(
         documents_for(args.data, args.text_field, args.split),

@@ -96,9 +96,11 @@ def load_weights_into(model: nn.Module, folder: CheckpointFolder, *, learned_rop
                              f"{method!r} of config.json: {e}") from None
 
 
-def _check_fits_on(model: nn.Module, device: Union[str, torch.device], folder: CheckpointFolder) -> None:
+def _check_fits_on(model: nn.Module, device: Union[str, torch.device], folder: CheckpointFolder,
+                   length_field: str) -> None:
     """Refuse a meta-built ``model`` whose weights and RoPE tables (and the building of one table) ``device`` cannot
-    hold, before they are allocated (:func:`~torchtune_longshort.devices.check_fits`)."""
+    hold, before they are allocated (:func:`~torchtune_longshort.devices.check_fits`); the fix names the caller's
+    ``length_field``."""
     ropes = {id(m.pos_embeddings): m.pos_embeddings for m in model.modules()
              if getattr(m, "pos_embeddings", None) is not None}.values()
     positions = max((int(getattr(r, "max_seq_len", 0) or 0) for r in ropes), default=0)
@@ -106,7 +108,7 @@ def _check_fits_on(model: nn.Module, device: Union[str, torch.device], folder: C
     held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     check_fits(held + rope_table_bytes(positions, head_dim), device,
                f"checkpoint {str(folder.path)!r} with RoPE tables for {positions:,} positions",
-               "ask for fewer positions (max_length, --lengths, max_seq_len)")
+               f"ask for fewer positions ({length_field})")
 
 
 def load_hf_checkpoint(
@@ -116,6 +118,7 @@ def load_hf_checkpoint(
     dtype: torch.dtype = torch.float32,
     device: Union[str, torch.device] = "cpu",
     plain_rope: bool = False,
+    length_field: str = "max_seq_len",
 ) -> nn.Module:
     """Load a checkpoint folder of any family in the table into a torchtune decoder, with RoPE scaling.
 
@@ -127,6 +130,8 @@ def load_hf_checkpoint(
         max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
         dtype, device: of the returned model (RoPE caches stay float32).
         plain_rope: ignore the folder's scaling (the pre-trained RoPE).
+        length_field: what the caller calls ``max_seq_len`` (an argument of its command), named in the refusal of a
+            length whose RoPE tables this device cannot hold.
 
     Returns:
         a torchtune ``TransformerDecoder`` in eval mode; learned RoPE parameters (CLEX) come from the side file.
@@ -134,7 +139,7 @@ def load_hf_checkpoint(
     folder = CheckpointFolder.open(checkpoint_dir)
     with torch.device("meta"):
         model = build_decoder(folder, max_seq_len=max_seq_len, rope=rope, plain_rope=plain_rope)
-    _check_fits_on(model, device, folder)
+    _check_fits_on(model, device, folder, length_field)
     model = model.to_empty(device=device)
     for m in model.modules():  # what no checkpoint holds: RoPE caches, and a learned RoPE's initial parameters
         if hasattr(m, "rope_init"):

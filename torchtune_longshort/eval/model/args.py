@@ -199,7 +199,8 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
-        args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, dtype=args.dtype, device=str(args.device)
+        args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, dtype=args.dtype, device=str(args.device),
+        length_field="max_length in --model_args",
     )
     model = model.to(device=args.device, dtype=args.dtype).eval()
     model.requires_grad_(False)
