@@ -9,15 +9,11 @@ where the run is refused, that no output folder exists.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-
-REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
-SMALL = {"max_steps": 2, "seq_len": 64, "batch_size": 2, "validation": None}
+from run_folders import REPO, TINY, recipe_made, tiny_cfg, tree
 
 
 @pytest.fixture(scope="module")
@@ -25,29 +21,6 @@ def recipe_cls():
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     return LongShortFinetuneRecipe
-
-
-def tiny_cfg(out, tokenizer_dir, **over):
-    """``configs/tiny/longshort_stdlib.yaml`` at the small sizes, its tokenizer the session's (nothing trained),
-    ``over`` applied (a mapping value replaces the node)."""
-    cfg = OmegaConf.load(TINY)
-    cfg.output_dir = str(out)
-    cfg.tokenizer.path = str(tokenizer_dir)
-    for k, v in {**SMALL, **over}.items():
-        OmegaConf.update(cfg, k, v, force_add=True, merge=not isinstance(v, dict))
-    return cfg
-
-
-def recipe_made(folder: Path) -> Path:
-    """A folder as an earlier run of the recipe leaves it (its marker, its metrics): overwrite may replace it."""
-    folder.mkdir(parents=True)
-    (folder / ".longshort_output").write_text("")
-    (folder / "metrics.jsonl").write_text("{}\n")
-    return folder
-
-
-def tree(folder: Path):
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 # ---------------------------------------------------------------------------------------------------------- F3
@@ -349,86 +322,3 @@ def test_f11_both_models_count_the_same_passkey_samples_and_the_report_refuses_u
     with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_passkey: `hf` 6, `longshort` 10\)"):
         build_report([run("hf", 6), run("longshort", 10)], tmp_path / "report")
     assert not (tmp_path / "report").exists()
-
-
-def _commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
-    """``source``'s files (a checkpoint folder) committed as ``run/step_<step>`` the way the recipe saves, an adapter
-    file in a subfolder besides, and (``state``) its recipe state."""
-    from torchtune_longshort.training.checkpointing import StepCheckpoints, staged_state_path
-
-    ckpts = StepCheckpoints(run, keep=5)
-    staged = ckpts.staging_root / f"step_{step}"
-    shutil.copytree(source, staged)
-    (staged / "adapter").mkdir()
-    (staged / "adapter" / "adapter_config.json").write_text("{}")
-    if state:
-        staged_state_path(staged).write_bytes(b"state")
-    return ckpts.commit(staged, step)
-
-
-@pytest.mark.parametrize("where,named", [
-    ("step_4/eval/results.json", "step_4/eval/results.json"), ("recipe_state/notes.txt", "recipe_state/notes.txt"),
-    ("step_9/notes.txt", r"step_9/ \(no \.longshort_files\)"), ("logs/notes.txt", r"logs/ \(no \.longshort_files\)"),
-    ("recipe_state/step_5.pt", "recipe_state/step_5.pt"),  # a state's name, but no step_5/: not the recipe's
-    ("step_4/.longshort_files", r"step_4/ \(no \.longshort_files\)")])  # a list that is not one: nothing listed
-def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, tmp_path, tiny_llama2_dir,
-                                                                     sp_tokenizer_dir, where, named):
-    """An evaluation written into a step folder (``longshort-eval --output_path run/step_4/eval``) or a file put in
-    ``recipe_state/`` is not deleted by ``overwrite_output_dir=True``: each step folder lists the files the recipe
-    wrote there (only the top-level names were checked, so the whole step folder went). A step folder or the
-    metric logger's folder without that list (the recipe writes none without it: a folder made by hand) is named
-    whole (it was not looked into, and went)."""
-    run = recipe_made(tmp_path / "run")
-    _commit_step(run, 4, tiny_llama2_dir)
-    (run / where).parent.mkdir(parents=True, exist_ok=True)
-    (run / where).write_text("mine")
-    before = tree(run)
-    with pytest.raises(FileExistsError, match=rf"refuses to delete output_dir=.*run'.*it holds '{named}', which this "
-                                              "recipe did not write"):
-        recipe_cls(tiny_cfg(run, sp_tokenizer_dir, overwrite_output_dir=True)).setup()
-    assert tree(run) == before and (run / where).read_text() == "mine"
-
-
-def test_a_resumed_run_does_not_list_a_users_note_in_the_logs_as_its_own(tmp_path, tiny_llama2_dir):
-    """The metric logger's folder lists the files its runs wrote (``.longshort_files``); a note a user put there
-    between two runs is not added by the resumed run (it lists what appeared after it claimed the folder), so a
-    later overwrite still refuses it by name."""
-    import json
-
-    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir, record_written
-
-    run = recipe_made(tmp_path / "run")
-    _commit_step(run, 2, tiny_llama2_dir)
-    logs = run / "logs"
-    logs.mkdir()
-    (logs / "log_1.txt").write_text("first run")
-    record_written(run, ("logs",))
-    (logs / "notes.txt").write_text("mine")
-    lock = claim_output_dir(run, resume=True, overwrite=False, written_here=("logs",))
-    (logs / "log_2.txt").write_text("resumed run")  # what the resumed run's logger opens
-    lock.record_written()
-    lock.release()
-    assert json.loads((logs / ".longshort_files").read_text()) == ["log_1.txt", "log_2.txt"]
-    with pytest.raises(FileExistsError, match=r"it holds 'logs/notes.txt', which this recipe did not write"):
-        check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
-    assert (logs / "notes.txt").read_text() == "mine"
-
-
-def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_path, tiny_llama2_dir):
-    """Resumed from step_2 while step_4 exists (its recipe state gone), the run writes step_4 again and deletes the
-    old copy: a user's file inside it is refused first, naming it; without one the resume is accepted, and what the
-    recipe wrote there (nested files included) is not taken for a user's."""
-    from torchtune_longshort.training.output_dir import check_output_dir
-
-    run = recipe_made(tmp_path / "run")
-    _commit_step(run, 2, tiny_llama2_dir)
-    _commit_step(run, 4, tiny_llama2_dir, state=False)
-    check_output_dir(run, resume=True, overwrite=False)
-    (run / "step_4" / "eval").mkdir()
-    (run / "step_4" / "eval" / "results.json").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"resume=True would replace step_4 of output_dir=.*which holds "
-                                              r"'step_4/eval/results.json' that the recipe did not write"):
-        check_output_dir(run, resume=True, overwrite=False)
-    (run / "step_2" / "eval.json").write_text("mine")  # step_2 is resumed from, not written again
-    (run / "step_4" / "eval" / "results.json").unlink()
-    check_output_dir(run, resume=True, overwrite=False)
