@@ -105,7 +105,18 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             # values a task scored NaN for, the run exiting 0
             (["--metadata", '{"ppl_source": "stdlb"}'], ValueError, "ppl_source='stdlb' is not a source; accepted: "),
             (["--metadata", '{"mis_num_samples": -1}'], ValueError, "mis_num_samples=-1: expected an integer >= 1"),
-            (["--metadata", '{"ppl_join_documents": "yes"}'], ValueError, "ppl_join_documents='yes': expected true")]:
+            (["--metadata", '{"ppl_join_documents": "yes"}'], ValueError, "ppl_join_documents='yes': expected true"),
+            # each family's own values (TaskFamily.value_kinds): a passkey depth past 100 (the task's TaskDataError,
+            # scored NaN), depths as a string (iterated by character), a BABILong / LongBench-E folder that is not
+            # there (every length reported missing_data), a haystack that is not a source
+            (["--metadata", '{"passkey_depths": [0, 150]}'], ValueError, r"passkey_depths=\[0, 150\]: expected a list "
+             r"of percentages in \[0, 100\]"),
+            (["--metadata", '{"passkey_depths": "0,50"}'], ValueError, "passkey_depths='0,50': expected a list"),
+            (["--metadata", json.dumps({"babilong_data_dir": str(tmp_path / "absent")})], ValueError,
+             "babilong_data_dir=.*absent': expected a folder that exists"),
+            (["--metadata", '{"longbench_e_missing": "ignore"}'], ValueError, "expected skip or error"),
+            (["--metadata", '{"passkey_haystack": "stdlb"}'], ValueError, "passkey_haystack='stdlb': expected one of "
+             "filler, stdlib")]:
         with pytest.raises(error, match=match):
             check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl,hellaswag", "--metadata",
@@ -113,6 +124,8 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
     # unset values, as the study writes them for a family it does not evaluate: the task's defaults
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--metadata",
                                   '{"mis_max_seq_lengths": [], "mis_num_samples": null, "ppl_source": "stdlib"}']))
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--metadata", json.dumps(
+        {"passkey_depths": [0, 50.5, 100], "babilong_data_dir": str(tmp_path), "passkey_haystack": "filler"})]))
 
 
 def test_pretrained_and_checkpoint_dir_must_agree(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

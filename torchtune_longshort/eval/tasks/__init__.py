@@ -46,6 +46,8 @@ class TaskFamily:
         data_dir_key: the ``--metadata`` key of a local data folder ("" when it has none).
         needs_model: the lm-eval model it needs ("" when any model will do).
         former_names: its names in results files of earlier versions (read, never written).
+        value_kinds: ``(key, kind)`` of its own ``--metadata`` keys whose values are checked before a run
+            (:func:`check_metadata_values`; a kind of :data:`VALUE_KINDS`).
     """
 
     task: str
@@ -59,24 +61,29 @@ class TaskFamily:
     former_names: Tuple[str, ...] = ()
     diagnostics: Tuple[str, ...] = ()
     study_names: Tuple[Tuple[str, str], ...] = ()
+    value_kinds: Tuple[Tuple[str, str], ...] = ()
 
 
 TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
                       table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),)),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
-                          study_names=(("passkey", "acc"), ("passkey_digits", "digits"))),
+                          study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
+                          value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
+                                       ("passkey_seed", "integer"), ("passkey_data_files", "files"))),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys"))),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
-                           study_names=(("babilong", "acc"),)),
+                           study_names=(("babilong", "acc"),),
+                           value_kinds=(("babilong_data_dir", "folder"), ("babilong_missing", "skip or error"))),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
-                              former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,)),
+                              former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,),
+                              value_kinds=(("longbench_e_data_dir", "folder"), ("longbench_e_missing", "skip or error"))),
 }
 
 
@@ -134,14 +141,40 @@ def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
 TEXT_PREFIXES = tuple(TASK_FAMILIES[f].metadata_prefix for f in ("ppl", "misalignment"))
 
 
+def _paths(value: Any) -> List[str]:
+    return [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in value]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# What a kind of TaskFamily.value_kinds accepts: (the check, the words for it in the refusal).
+VALUE_KINDS = {
+    "haystack": (lambda v: v in ("filler", *SOURCES), f"one of {', '.join(('filler', *SOURCES))}"),
+    "percentages": (lambda v: isinstance(v, list) and all(_number(x) and 0 <= x <= 100 for x in v),
+                    "a list of percentages in [0, 100], e.g. [0, 50, 100]"),
+    "integer": (lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v.isdigit()),
+                "an integer"),
+    "files": (lambda v: isinstance(v, (str, list)) and all(Path(f).expanduser().is_file() for f in _paths(v)),
+              "a file, or a list of files, that exist"),
+    "folder": (lambda v: isinstance(v, str) and Path(v).expanduser().is_dir(), "a folder that exists"),
+    "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
+}
+
+
 def check_metadata_values(metadata: Mapping[str, Any]) -> None:
-    """:class:`TaskDataError` for a value of the text keys that no task can use (``<prefix>_source`` of
+    """:class:`TaskDataError` for a ``--metadata`` value that no task can use: the text keys (``<prefix>_source`` of
     :data:`TEXT_PREFIXES`, any ``<prefix>_num_samples`` / ``_chunks_per_doc``, ``_join_documents`` /
-    ``_skip_bad_records``): what the task would score NaN for with the same reason, told before a run starts."""
+    ``_skip_bad_records``) and each family's :attr:`TaskFamily.value_kinds`: what the task would score NaN for (or
+    report as missing data) with the same reason, told before a run starts."""
+    kinds = {key: kind for family in TASK_FAMILIES.values() for key, kind in family.value_kinds}
     for key, value in metadata.items():
         key = str(key)
         if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)
             continue
+        if key in kinds and not VALUE_KINDS[kinds[key]][0](value):
+            raise TaskDataError(f"{key}={value!r}: expected {VALUE_KINDS[kinds[key]][1]}")
         if key.endswith("_source") and key[: -len("_source")] in TEXT_PREFIXES and value not in SOURCES:
             raise TaskDataError(f"{key}={value!r} is not a source; accepted: {', '.join(SOURCES)}")
         if key.endswith(("_num_samples", "_chunks_per_doc")):
