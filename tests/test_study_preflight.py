@@ -90,10 +90,14 @@ def test_the_counts_are_the_corpus_tokenized_by_hand(tmp_path, tiny_llama2_dir, 
 def test_a_config_that_fits_passes_and_its_tokenizer_is_the_runs(tmp_path):
     corpus = _corpus(tmp_path / "corpus")
     logs = []
-    study = _study(tmp_path, ppl_lengths=[64, 512], ppl_num_samples=2,
+    study = _study(tmp_path, ppl_lengths=[64, 512], ppl_num_samples=2, longbench_e_data_dir=str(tmp_path / "lb"),
                    metadata={"ppl_data_files": str(corpus), "ppl_join_documents": True})
     assert not study.tokenizer_dir().exists()
     preflight(study, log=logs.append)
+    # a LongBench folder that is not there is said, not skipped in silence (the task is left out of the study)
+    assert any(f"eval.longbench_e_data_dir='{tmp_path / 'lb'}' is not a folder here: LongBench-E is not run" in m
+               for m in logs), logs
+    assert "longshort_longbench_e" not in study.eval_tasks()
     assert any("eval.ppl_lengths [64, 512]: 2 sequences at each length" in m and "documents joined" in m
                for m in logs), logs
     assert logs[-1].startswith("[study] pre-flight check passed")

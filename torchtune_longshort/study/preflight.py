@@ -205,6 +205,9 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
     problems = _length_problems(study) + _base_problems(study, log)
     families = [f for f in _sampled_families() if ev.lengths_of(f.family)]
     metadata = study.task_metadata()
+    if ev.longbench_e_data_dir and not Path(ev.longbench_e_data_dir).expanduser().is_dir():
+        log(f"[study] pre-flight: eval.longbench_e_data_dir={ev.longbench_e_data_dir!r} is not a folder here: "
+            "LongBench-E is not run (its table is left out)")
     todo = [f for f in families if not _is_hub_source(metadata, f.prefix)]
     for f in families:
         if f not in todo:

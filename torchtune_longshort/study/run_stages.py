@@ -57,7 +57,7 @@ class RunStages(RunConfigs):
         tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev.lengths_of(f)]
         if ev.babilong_lengths:
             tasks.append(TASK_FAMILIES["babilong"].task)
-        if ev.longbench_e_data_dir and Path(ev.longbench_e_data_dir).is_dir():
+        if ev.longbench_e_data_dir and Path(ev.longbench_e_data_dir).expanduser().is_dir():
             tasks.append(TASK_FAMILIES["longbench_e"].task)
         return tasks
 
