@@ -7,7 +7,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.lengths import length_value
@@ -102,12 +102,9 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
     if p.exists():
         if not p.is_dir():
             raise NotADirectoryError(f"{path}={value!r} is a file, not a folder: name a folder")
-        if writable:
-            try:
-                os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=p))
-            except OSError as e:
-                raise UnwritablePath(f"{path}={value!r} does not take new files ({e.strerror}); name a folder you "
-                                     "can write") from None
+        why = _refuses_new_folder(p) if writable else None
+        if why:
+            raise UnwritablePath(f"{path}={value!r} does not take new files ({why}); name a folder you can write")
         return
     parent = p.parent
     while not parent.exists():
@@ -115,11 +112,19 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
     if not parent.is_dir():
         raise NotADirectoryError(f"{path}={value!r} cannot be created: {str(parent)!r} is a file, not a folder; "
                                  "name a path in a folder")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=parent))
-    except OSError as e:
+    why = _refuses_new_folder(parent)
+    if why:
         raise UnwritablePath(f"{path}={value!r} cannot be created: {str(parent)!r} does not take new folders "
-                             f"({e.strerror}); name a path in a folder you can write") from None
+                             f"({why}); name a path in a folder you can write")
+
+
+def _refuses_new_folder(folder: Path) -> Optional[str]:
+    """Why ``folder`` does not take a new folder (one is made there and removed at once), None when it does."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=folder))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def wrapped(validate: Callable[[Any], Any]) -> Check:
