@@ -27,7 +27,7 @@ from torchtune_longshort.models.tokenizer_formats import (
 PathLike = Union[str, Path]
 logger = logging.getLogger(__name__)
 
-__all__ = ["copy_tokenizer", "has_tokenizer", "write_hf_tokenizer_files", "SP_MODEL"]
+__all__ = ["copy_tokenizer", "has_tokenizer", "tokenizer_bytes", "write_hf_tokenizer_files", "SP_MODEL"]
 SP_MODEL = SP_FILE
 
 
@@ -74,6 +74,19 @@ def copy_tokenizer(source: PathLike, out_dir: PathLike) -> List[str]:
                 "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src, type(e).__name__, e
             )
     return written
+
+
+def tokenizer_bytes(source: PathLike) -> int:
+    """Bytes :func:`copy_tokenizer` copies from ``source`` (the files it finds there; a ``tokenizer.json`` it would
+    write for a bare SentencePiece model is not counted); 0 for a source that is not there."""
+    src = Path(source)
+    if not src.exists():
+        return 0
+    root = _source_root(src)
+    found = [root / rel for rel in TOKENIZER_FILES if (root / rel).is_file()]
+    if src.is_file() and src not in found:
+        found.append(src)
+    return sum(p.stat().st_size for p in found)
 
 
 def write_hf_tokenizer_files(folder: PathLike) -> None:

@@ -50,7 +50,8 @@ def saved_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
 
 def weight_bytes(model: torch.nn.Module, dtype: torch.dtype, lora: bool) -> int:
     """Bytes of the weights one ``step_<k>`` folder holds for ``model`` (its parameters may be on ``meta``): every
-    state-dict entry but the adapters in ``dtype``; a LoRA run's adapted weights merged in float32."""
+    state-dict entry but the adapters in ``dtype``; a LoRA run's adapted weights merged in float32, and its PEFT
+    ``adapter/``: the trainable weights as they are."""
     sd = saved_tensors(model)
     adapted = {f"{m}.weight" for m in lora_modules(sd)} if lora else set()
     size = torch.tensor([], dtype=dtype).element_size()
@@ -59,6 +60,8 @@ def weight_bytes(model: torch.nn.Module, dtype: torch.dtype, lora: bool) -> int:
         if "lora_" in key or key.endswith("magnitude"):
             continue
         total += value.numel() * (4 if key in adapted else size)
+    if lora:
+        total += sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return total
 
 

@@ -22,6 +22,7 @@ from torchtune import config, training, utils
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
+from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.checkpointing import StepCheckpoints
@@ -183,14 +184,15 @@ class RecipeSetup:
         from scratch (float32) and the first save (weights and optimizer state) are refused when they cannot fit; all
         its saves, noted."""
         cfg = self.config
-        weights, state = weight_bytes(model, self._dtype, self._lora.enabled), state_bytes(
-            model, cfg.optimizer.node(), self._dtype)
+        source = recipe_checkpoints.tokenizer_source(cfg)  # every step folder carries its tokenizer files
+        weights = weight_bytes(model, self._dtype, self._lora.enabled) + (tokenizer_bytes(source) if source else 0)
+        state = state_bytes(model, cfg.optimizer.node(), self._dtype)
         self._checkpoint_bytes = weights + state
         scratch = cfg.checkpointer.checkpoint_dir is None and self._resume_dir is None
         earlier = self._lock is not None and self._lock.earlier_run is not None  # overwrite deletes it
         plan = CheckpointPlan(
             weights, state, cfg.keep_recipe_states, len(self.ckpts.states()) if self._resume_dir else 0,
-            weight_bytes(model, torch.float32, False) if scratch else 0,
+            weight_bytes(model, torch.float32, False) + (tokenizer_bytes(source) if source else 0) if scratch else 0,
             save_steps(self.global_step, self.stop_at, self.max_steps, cfg.save_every_n_steps),
         )
         reclaimed = tree_bytes(self.output_dir) if earlier else 0
