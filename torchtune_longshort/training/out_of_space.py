@@ -1,10 +1,11 @@
 """A full disk, before and during a run: the room a run's checkpoints take, checked when it starts, and the one line it
 ends with when a write finds no room anyway (another process filled the disk, a quota).
 
-At setup (:func:`check_checkpoint_room`) the model's size gives a lower bound of one checkpoint (its weights in the
-dtype they are saved in; the optimizer's state comes on top). A run whose first write cannot fit is refused before
-it writes; a run whose checkpoints all together will not fit is told so in one line, with the step where the disk
-fills, and goes on (its user may make room as it trains).
+At setup (:func:`check_checkpoint_room`) the built model gives a lower bound of one checkpoint: its weights in the
+dtype they are saved in (:func:`weight_bytes`) and the optimizer's state (:func:`state_bytes`). A run whose first
+write cannot fit is refused before it writes; a run whose checkpoints all together will not fit is told so in one
+line (:func:`forecast`, :class:`CheckpointPlan`), with the step where the disk fills, and goes on (its user may make
+room as it trains); the first save's real size says it again when it moves that step.
 
 During the run a save that finds no room removes what it staged (that frees what it took), and the run ends in one
 line (exit status 2): the step, the disk's room, the checkpoint's size, and which checkpoint stands for
@@ -28,7 +29,6 @@ from torchtune_longshort.disk_space import check_room, reason, room, room_text, 
 from torchtune_longshort.models.peft_adapter import lora_modules
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
-
 
 _PROBE_VALUES = 256  # a stand-in parameter as large as a quantized optimizer's block (torchao's AdamW8bit)
 
