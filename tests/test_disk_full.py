@@ -103,7 +103,8 @@ def test_recipe_on_a_full_disk(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """Refused before its first write when one checkpoint cannot fit; told at the start at which save the disk fills;
     ended there in one line with the last checkpoint whole; resumed once room is made."""
     disk = tmp_path / "disk"
-    run = (f"tune run torchtune_longshort/recipes/longshort_finetune.py --config configs/tiny/longshort_from_checkpoint.yaml "
+    run = ("tune run torchtune_longshort/recipes/longshort_finetune.py "
+           "--config configs/tiny/longshort_from_checkpoint.yaml "
            f"checkpoint_dir={tiny_llama2_dir} tokenizer.path={sp_tokenizer_dir / 'tokenizer.model'} "
            f"max_steps=6 save_every_n_steps=1 validation=null output_dir={disk / 'out'}")
     marks = " ; echo '#rc' $? ; ls -A " + str(disk / "out") + " ; echo '#resume'"
