@@ -115,6 +115,8 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--metadata", json.dumps({"babilong_data_dir": str(tmp_path / "absent")})], ValueError,
              "babilong_data_dir=.*absent': expected a folder that exists"),
             (["--metadata", '{"longbench_e_missing": "ignore"}'], ValueError, "expected skip or error"),
+            (["--metadata", json.dumps({"passkey_data_files": [str(tmp_path / "nope.jsonl")]})], ValueError,
+             "passkey_data_files=.*nope.jsonl'\\]: expected a file, or a list of files, that exist"),
             (["--metadata", '{"passkey_haystack": "stdlb"}'], ValueError, "passkey_haystack='stdlb': expected one of "
              "filler, stdlib")]:
         with pytest.raises(error, match=match):

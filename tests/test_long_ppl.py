@@ -94,19 +94,22 @@ def test_length_past_the_model_is_nan_and_others_finish(ours):
 
 @pytest.mark.slow
 def test_local_data_and_a_missing_file_of_another_task(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, caplog):
-    """One run: longshort_ppl reads a local JSONL; passkey's data file is missing -> NaN + message, longshort_ppl finishes."""
+    """One run: longshort_ppl reads a local JSONL; passkey's data file holds no sample of its length -> NaN + message,
+    longshort_ppl finishes. (A data file that is not there at all is refused before lm-eval starts:
+    test_eval_pretrained.)"""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 
     data = tmp_path / "docs.jsonl"
     docs = [d for d in iter_stdlib_documents(min_bytes=3000, include_tests=False, limit=40)][:4]
     data.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     missing = tmp_path / "nope.jsonl"
+    missing.write_text(json.dumps({"length": 999, "prompt": "x", "target": "1"}) + "\n")  # no sample at 256
     meta = json.dumps({"ppl_data_files": str(data), "ppl_num_samples": 2, "passkey_data_files": str(missing),
                        "ppl_max_seq_lengths": [128], "passkey_max_seq_lengths": [256]})
     with caplog.at_level("ERROR"):
         res = _ours(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", "longshort_ppl,longshort_passkey", meta=meta)
     assert math.isnan(res["results"]["longshort_passkey"]["acc_256,none"])
-    assert "nope.jsonl" in caplog.text and "no such file" in caplog.text
+    assert "nope.jsonl" in caplog.text and "holds no sample with length=256" in caplog.text
     assert math.isfinite(res["results"]["longshort_ppl"]["ppl_128,none"])
     rows = samples_of(tmp_path / "out", "longshort_ppl")
     assert rows[0]["doc"]["source"] == "local"
