@@ -4,11 +4,13 @@ output folder has its stricter rules in ``training.output_dir``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, List, Optional, Sequence, Union
+from typing import IO, Any, Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Union
 
 
 def read_json(path: Path) -> Any:
@@ -19,16 +21,51 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def atomic_write_text(path: Union[str, Path], text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file beside it and ``os.replace``: a kill leaves the earlier file or
-    the new one, never half of one."""
+@contextlib.contextmanager
+def atomic_open(path: Union[str, Path], mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """A file object writing to a temporary file beside ``path`` that replaces ``path`` (``os.replace``) when the
+    block ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
+    temporary file (it would hold the disk's last bytes, and a folder check would take it for a user's) and an
+    ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device")."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError) and not e.filename and e.errno:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def atomic_write_text(path: Union[str, Path], text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (:func:`atomic_open`)."""
+    with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Union[str, Path], obj: Any, **dump_kwargs: Any) -> None:
+    """``obj`` as JSON at ``path``, whole or not at all (:func:`atomic_open`)."""
+    atomic_write_text(path, json.dumps(obj, **dump_kwargs))
+
+
+def save_figure(fig: Any, path: Union[str, Path], **kwargs: Any) -> None:
+    """``fig.savefig(path, **kwargs)`` whole or not at all: a figure cut off by a full disk is not left for a
+    viewer (or a folder check) to find (:func:`atomic_open`)."""
+    path = Path(path)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format=kwargs.pop("format", path.suffix.lstrip(".") or None), **kwargs)
+
+
+def atomic_copy(source: Union[str, Path], path: Union[str, Path]) -> None:
+    """``shutil.copyfile(source, path)`` whole or not at all (:func:`atomic_open`)."""
+    with open(source, "rb") as src, atomic_open(path, "wb") as f:
+        shutil.copyfileobj(src, f)
 
 
 def read_names(path: Union[str, Path]) -> Optional[List[str]]:
