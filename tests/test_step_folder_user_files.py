@@ -80,3 +80,59 @@ def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_pat
     (run / "step_2" / "eval.json").write_text("mine")  # step_2 is resumed from, not written again
     (run / "step_4" / "eval" / "results.json").unlink()
     check_output_dir(run, resume=True, overwrite=False)
+
+
+def test_an_overwrite_killed_part_way_leaves_a_folder_the_next_overwrite_takes(tmp_path, tiny_llama2_dir, monkeypatch):
+    """``overwrite_output_dir`` deletes an earlier run entry by entry; killed after any number of them (a multi-GB
+    shard takes seconds), what is left is still the recipe's: the states go before the step folders (a state is the
+    recipe's only beside its step folder's list), each folder's list last of it, the marker last of all."""
+    import shutil
+
+    from torchtune_longshort.training import output_dir as od
+
+    run = recipe_made(tmp_path / "run")
+    for step in (2, 4):
+        commit_step(run, step, tiny_llama2_dir)
+    (run / "logs").mkdir()
+    (run / "logs" / "log_1.txt").write_text("log")
+    od.record_written(run, ("logs",))
+    remove, cuts = od._remove, 0
+    while True:
+        copy = tmp_path / f"cut{cuts}"
+        shutil.copytree(run, copy, symlinks=True)
+        done = []
+
+        def killed(path, n=cuts):
+            if len(done) == n:
+                raise KeyboardInterrupt  # the kill, before this entry goes
+            done.append(path)
+            remove(path)
+
+        monkeypatch.setattr(od, "_remove", killed)
+        try:
+            od.prepare_output_dir(copy, resume=False, overwrite=True, written_here=("logs",))
+            break  # every entry went: no cut left to try
+        except KeyboardInterrupt:
+            pass
+        monkeypatch.setattr(od, "_remove", remove)
+        od.check_output_dir(copy, resume=False, overwrite=True, written_here=("logs",))  # the next overwrite: taken
+        cuts += 1
+    monkeypatch.setattr(od, "_remove", remove)
+    assert cuts > 20 and sorted(p.name for p in copy.iterdir()) == [".longshort_output"]
+
+
+def test_a_setup_that_failed_before_its_logs_were_listed_leaves_no_folder(tmp_path):
+    """A disk that filled while the run set up (its logger had made logs/ and a file, the list of them not written
+    yet): the folder the run made goes, so that the rerun the refusal asks for starts as the first would have; a
+    folder it did not make stays."""
+    from torchtune_longshort.training.output_dir import claim_output_dir
+
+    for made in (True, False):
+        out = tmp_path / f"made_{made}"
+        if not made:
+            out.mkdir()
+        lock = claim_output_dir(out, resume=False, overwrite=False, written_here=("logs",))
+        (out / "logs").mkdir()
+        (out / "logs" / "log_1.txt").write_text("first lines")
+        lock.release(discard=True)
+        assert out.exists() != made

@@ -20,6 +20,7 @@ RNGs), written aside and renamed into place; ``resume=True`` reproduces the unin
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, Dict
 
@@ -124,6 +125,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
             if not (isinstance(e, OutOfSpace) or is_out_of_space(e)):
                 raise
             self._run_log.close()  # the progress bar's line ends before the run's last line
+            with contextlib.suppress(OSError):  # closed now, so that no flush at exit fails again ("ignored")
+                self._run_log.close_loggers()
             if isinstance(e, OutOfSpace):
                 raise
             raise OutOfSpace(out_of_space.stop_message(

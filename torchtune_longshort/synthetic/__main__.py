@@ -11,7 +11,6 @@ Redraw the PNGs from the CSVs:   python -m torchtune_longshort.synthetic --figur
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -20,8 +19,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.output_guard import check_output_folder, read_json
-from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal
+from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
+from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
 from .misalignment import scalar_misalignment
@@ -112,9 +112,26 @@ def main(argv=None) -> int:
     if a.figure is None:
         if a.replot:
             return refusal(PROG, "--replot needs --figure (the figures to redraw)")
-        return _single_run(base, a.out)
+        return _writing(lambda: _single_run(base, a.out))
     if a.replot:
         return _replot(paper, beyond, a.out)
+    return _writing(lambda: _figures(a, paper, beyond, base, n_seeds, workers, l_trains, lrs))
+
+
+def _writing(job) -> int:
+    """``job()``; a write that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
+    file is written whole or not at all, and the folder's summary is written first, so the same command reruns."""
+    try:
+        return job()
+    except Exception as e:
+        if show_traceback() or not is_out_of_space(e):
+            raise
+        return refusal(PROG, out_of_space_line(e))
+
+
+def _figures(a: argparse.Namespace, paper: List[str], beyond: List[str], base: RunConfig, n_seeds: int,
+             workers: int, l_trains: List[int], lrs: Optional[List[float]]) -> int:
+    """Train, write and draw the figures asked (``--figure``)."""
     if paper:
         s = run_figures(paper, a.out, base, seeds=range(n_seeds), workers=workers, l_trains=l_trains,
                         cache_dir=a.cache, lrs=lrs, quick=a.quick)
@@ -130,7 +147,7 @@ def _replot(paper: List[str], beyond: List[str], out: str) -> int:
     try:
         written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
     except (OSError, ValueError) as e:
-        return refusal(PROG, one_line(e))
+        return refusal(PROG, out_of_space_line(e) if is_out_of_space(e) else one_line(e))
     print(f"redrew {len(written)} figure(s): {', '.join(written)}")
     return 0
 
@@ -191,8 +208,7 @@ def _single_run(base: RunConfig, out: str) -> int:
                            for L in (base.l_train, base.l_test) if L >= 2}
     res["provenance"] = run_provenance()
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "run.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
+    atomic_write_json(os.path.join(out, "run.json"), res, indent=1)
     m = res["test_mse"]
     print(f"steps={res['steps']} val_mse={res['best_val_mse']:.3g} test_mse@l_train={m[base.l_train - 1]:.3g} "
           f"test_mse@l_test={m[-1]:.3g} ({res['seconds']:.1f}s) -> {out}/run.json")

@@ -11,12 +11,16 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
+from torchtune_longshort.output_guard import atomic_open, atomic_write_json, save_figure
+from torchtune_longshort.refusals import one_line
 
 from .claims import summarize_claims
 from .figures import synthetic_figure
@@ -77,11 +81,35 @@ def _cache_path(cache_dir: Optional[str], cfg: RunConfig) -> Optional[str]:
     return os.path.join(cache_dir, hashlib.sha1(_key(cfg).encode()).hexdigest()[:16] + ".json")
 
 
+# what every run's result holds (a cache entry without them is not one: it is trained again)
+_RESULT_KEYS = ("config", "test_mse", "best_val_mse", "misalignment", "steps", "seconds")
+
+
+def _cached(path: str) -> Optional[Dict]:
+    """The run result cached at ``path``, or None when there is none, or when it cannot be read or parsed (a file
+    cut off by a full disk or a kill): then the run is trained again, said in one line naming the file."""
+    try:
+        with open(path) as fh:
+            res = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        why = one_line(e)
+    else:
+        if isinstance(res, dict) and all(k in res for k in _RESULT_KEYS):
+            return res
+        why = "not a run's result"
+    print(f"warning: the cache entry {path} cannot be used ({why}): training that run again", file=sys.stderr,
+          flush=True)
+    return None
+
+
 def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = None) -> Dict[str, Dict]:
     """Train each distinct config once; returns {config key: result}. Shows a tqdm bar over runs.
 
-    With ``cache_dir``, each finished run is saved there as JSON and reused by a later call with the same config
-    (an interrupted reproduction resumes instead of starting over).
+    With ``cache_dir``, each finished run is saved there as JSON (whole or not at all) and reused by a later call
+    with the same config (an interrupted reproduction resumes instead of starting over); an entry that cannot be
+    read is trained again.
     """
     from tqdm import tqdm
 
@@ -89,9 +117,9 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
     todo = []
     for c in {_key(c): c for c in configs}.values():
         p = _cache_path(cache_dir, c)
-        if p is not None and os.path.exists(p):
-            with open(p) as fh:
-                out[_key(c)] = json.load(fh)
+        res = _cached(p) if p is not None else None
+        if res is not None:
+            out[_key(c)] = res
         else:
             todo.append(c)
     if cache_dir is not None:
@@ -102,8 +130,7 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
         out[_key(c)] = res
         p = _cache_path(cache_dir, c)
         if p is not None:
-            with open(p, "w") as fh:
-                json.dump(res, fh)
+            atomic_write_json(p, res)
     # longest first keeps both workers busy to the end
     todo.sort(key=lambda c: -(c.l_train * (1 if c.model == "transformer" else 0.05)))
     if workers <= 1 or len(todo) <= 1:
@@ -118,7 +145,7 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
 
 
 def _plot(name: str, data: Dict, path: str, quick: bool = False) -> None:
-    synthetic_figure(name, data, quick).savefig(path)
+    save_figure(synthetic_figure(name, data, quick), path)
 
 
 def read_figure_csv(path: str) -> Dict[str, Dict[int, Dict[int, float]]]:
@@ -213,17 +240,9 @@ def run_figures(
                     results[_key(replace(c, seed=s))] = cands[best_lr]
                     lr_choice[f"{n}: {label}: seed {s}"] = {
                         "chosen": best_lr, "val_mse": {str(lr): r["best_val_mse"] for lr, r in cands.items()}}
-    figs: Dict[str, Dict] = {}
-    for n, cs in curves.items():
-        figs[n] = {label: {"lengths": list(range(1, c.l_test + 1)), "l_train": c.l_train,
-                           "mse": _seed_curves(results, c, seeds)} for label, c in cs}
-        with open(os.path.join(out_dir, f"fig{n}.csv"), "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["figure", "curve", "seed", "length", "test_mse"])
-            for label, d in figs[n].items():
-                for s, m in zip(seeds, d["mse"]):
-                    w.writerows([n, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
-        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), quick=quick)
+    figs: Dict[str, Dict] = {n: {label: {"lengths": list(range(1, c.l_test + 1)), "l_train": c.l_train,
+                                         "mse": _seed_curves(results, c, seeds)} for label, c in cs}
+                             for n, cs in curves.items()}
     summary = summarize_claims(figs, base)
     misal = {}
     for n, cs in curves.items():
@@ -235,12 +254,24 @@ def run_figures(
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
                        "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
     runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys
-    summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")},
-                                "steps": r["steps"], "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]}
-                               for r in runs]
-    with open(os.path.join(out_dir, "runs.json"), "w") as fh:
-        json.dump(runs, fh)
-    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=1, default=float)
+    fields = ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")
+    summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in fields}, "steps": r["steps"],
+                                "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]} for r in runs]
+    # summary.json first: it is what marks the folder's files as this command's (``--out``'s check), so a run that
+    # stops part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not
+    atomic_write_json(os.path.join(out_dir, "summary.json"), summary, indent=1, default=float)
+    atomic_write_json(os.path.join(out_dir, "runs.json"), runs)
+    for n in curves:
+        _write_csv(os.path.join(out_dir, f"fig{n}.csv"), n, figs[n], seeds)
+        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), quick=quick)
     return summary
 
+
+def _write_csv(path: str, name: str, fig: Dict, seeds: Sequence[int]) -> None:
+    """``fig<name>.csv``: one row per curve, seed and length (whole or not at all)."""
+    with atomic_open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["figure", "curve", "seed", "length", "test_mse"])
+        for label, d in fig.items():
+            for s, m in zip(seeds, d["mse"]):
+                w.writerows([name, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))

@@ -16,6 +16,7 @@ keeps a second run out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -61,13 +62,32 @@ def prepare_output_dir(
     if resume:
         return out
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        for child in out.iterdir():  # this run's own lock stays
-            if child.name == LOCK:
-                continue
-            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        # in the order that keeps a kill part-way an earlier run the next overwrite still takes for the recipe's: the
+        # states (a state counts as the recipe's only beside its step folder's list), the step folders, the rest,
+        # each folder's list of files last of it, the marker last of all; this run's own lock stays
+        for child in sorted((c for c in out.iterdir() if c.name != LOCK), key=_deletion_rank):
+            _remove(child)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this folder\n")
     return out
+
+
+def _deletion_rank(child: Path) -> int:
+    if child.name == RECIPE_STATE_DIR:
+        return 0
+    if STEP_PATTERN.match(child.name):
+        return 1
+    return {MANIFEST: 3, MARKER: 4}.get(child.name, 2)
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` (a folder: its files, its :data:`MANIFEST` last; a symbolic link itself, not its target)."""
+    if path.is_dir() and not path.is_symlink():
+        for child in sorted(path.iterdir(), key=lambda c: c.name == MANIFEST):
+            _remove(child)
+        path.rmdir()
+    else:
+        path.unlink()
 
 
 def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -284,9 +304,12 @@ class OutputDirLock:
         if self.held and self._holder() == os.getpid():
             folder = self.path.parent
             if not discard:
-                self.record_written()
+                with contextlib.suppress(OSError):  # a full disk: the list the run's start wrote stands
+                    self.record_written()
+            # a folder this run made holds no one else's files in its log folders (their list may not be written yet:
+            # a setup that failed, or a disk that filled, before it)
             if (discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
-                    and not foreign_written(folder, self.written_here)):
+                    and not foreign_written(folder, tuple(n for n in self.written_here if n == HERE))):
                 shutil.rmtree(folder)
             else:
                 self.path.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from torch import nn
 from torchtune import config, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
+from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
@@ -40,7 +41,7 @@ from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
 )
 from torchtune_longshort.training.out_of_space import (
-    CheckpointPlan, check_checkpoint_room, forecast, save_steps, state_bytes, tree_bytes, weight_bytes,
+    CheckpointPlan, OutOfSpace, check_checkpoint_room, forecast, save_steps, state_bytes, tree_bytes, weight_bytes,
 )
 from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.recipe_config import (
@@ -93,10 +94,14 @@ class RecipeSetup:
         self._trained_tokenizer = self.config.tokenizer.trains_here()  # a tokenizer folder this run will train
         try:
             self._setup()
-        except BaseException:
+        except BaseException as e:
             self.release_output_dir(discard=True)
             if self._trained_tokenizer is not None and self._trained_tokenizer.is_dir():  # this run's, refused
                 shutil.rmtree(self._trained_tokenizer, ignore_errors=True)
+            if isinstance(e, Exception) and not isinstance(e, OutOfSpace) and is_out_of_space(e):
+                raise OutOfSpace(f"no space left on the disk while setting up output_dir {self.output_dir} "
+                                 f"({room_text(self.output_dir)}): {reason(e)}; free space there, or set output_dir "
+                                 "to a disk with room") from None
             raise
 
     def _setup(self) -> None:

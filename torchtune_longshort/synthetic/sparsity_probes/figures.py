@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from torchtune_longshort.output_guard import atomic_open, atomic_write_json, read_json, save_figure
 from torchtune_longshort.plots.axes import mark_quick
 
 from ..figures import legend_outside, mark_l_train
@@ -94,18 +95,19 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
     todo = {_run_key(replace(c, seed=s)): replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds}
     results = _train_all(todo, workers)
     path = os.path.join(out_dir, "beyond_summary.json")
-    summary: Dict = {}
-    if os.path.exists(path):
-        with open(path) as fh:
-            summary = json.load(fh)
-    for n, cs in curves.items():
-        summary[n] = _write_figure(n, cs, seeds, results, out_dir, quick)
+    earlier = read_json(path) if os.path.exists(path) else None
+    summary: Dict = earlier if isinstance(earlier, dict) else {}
+    tables = {n: _figure_table(cs, seeds, results) for n, cs in curves.items()}
+    summary.update({n: table for n, (_, table) in tables.items()})
     # one entry per invocation (keyed by its figures): the file merges several runs of the command
     summary.setdefault("meta", {})[",".join(names)] = {
         "quick": quick, "seeds": list(seeds), "workers": workers, "wall_seconds": time.time() - t0,
         "provenance": run_provenance()}
-    with open(path, "w") as fh:
-        json.dump(summary, fh, indent=1)
+    # the summary first: it marks the folder's files as this command's (``--out``'s check), so a run stopped part-way
+    # (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not at all
+    atomic_write_json(path, summary, indent=1)
+    for n, (rows, table) in tables.items():
+        _write_figure(n, rows, table, out_dir, quick)
     return summary
 
 
@@ -120,30 +122,35 @@ def _train_all(todo: Dict[str, object], workers: int) -> Dict[str, Dict]:
         return dict(tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"))
 
 
-def _write_figure(name: str, curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict], out_dir: str,
-                  quick: bool = False) -> Dict:
-    """Writes ``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``; returns the
-    figure's summary table {curve label: seed means and minima, train losses, times, chance level}."""
-    table = {}
-    with open(os.path.join(out_dir, f"fig_{name}.csv"), "w", newline="") as fh:
+def _figure_table(curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict]) -> tuple:
+    """(the CSV rows of a figure: curve, seed, group, test length, accuracy; its summary table {curve label: seed
+    means and minima, train losses, times, chance level})."""
+    rows, table = [], {}
+    for label, c in curves:
+        rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
+        for s, r in zip(seeds, rs):
+            for key, a in r["acc"].items():
+                grp, l = key.split(",")
+                rows.append([label, s, grp, l, f"{a:.4f}"])
+        table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
+                        "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                        "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
+                        "final_train_loss": [r["final_train_loss"] for r in rs],
+                        "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
+        if "step_acc" in rs[0]:
+            table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
+                                             for l in rs[0]["step_acc"]}
+    return rows, table
+
+
+def _write_figure(name: str, rows: List[list], table: Dict, out_dir: str, quick: bool = False) -> None:
+    """Writes ``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``, each whole or not
+    at all."""
+    with atomic_open(os.path.join(out_dir, f"fig_{name}.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
-        for label, c in curves:
-            rs = [results[_run_key(replace(c, seed=s))] for s in seeds]
-            for s, r in zip(seeds, rs):
-                for key, a in r["acc"].items():
-                    grp, l = key.split(",")
-                    w.writerow([name, label, s, grp, l, f"{a:.4f}"])
-            table[label] = {"l_train": c.l_train, "k_train": getattr(c, "k_train", getattr(c, "k", None)),
-                            "acc_mean": {key: float(np.mean([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
-                            "acc_min": {key: float(np.min([r["acc"][key] for r in rs])) for key in rs[0]["acc"]},
-                            "final_train_loss": [r["final_train_loss"] for r in rs],
-                            "seconds": [r["seconds"] for r in rs], "chance": 1.0 / getattr(c, "q", 2)}
-            if "step_acc" in rs[0]:
-                table[label]["step_acc_mean"] = {l: np.mean([r["step_acc"][l] for r in rs], 0).tolist()
-                                                 for l in rs[0]["step_acc"]}
-    probe_figure(name, table, quick).savefig(os.path.join(out_dir, f"fig_{name}.png"))
-    return table
+        w.writerows([name, *row] for row in rows)
+    save_figure(probe_figure(name, table, quick), os.path.join(out_dir, f"fig_{name}.png"))
 
 
 def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
@@ -161,13 +168,13 @@ def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
             raise ValueError(f"figure={n!r} is not in {path} (run it first)")
         runs = [m for key, m in (summary.get("meta") or {}).items() if n in key.split(",")]
         png = os.path.join(out_dir, f"fig_{n}.png")
-        probe_figure(n, summary[n], quick=bool(runs and runs[-1].get("quick"))).savefig(png)
+        save_figure(probe_figure(n, summary[n], quick=bool(runs and runs[-1].get("quick"))), png)
         written.append(png)
     return written
 
 
 def probe_figure(name: str, table: Dict, quick: bool = False):
-    """The matplotlib Figure of one beyond figure from its summary table (as ``_write_figure`` returns it; no pyplot
+    """The matplotlib Figure of one beyond figure from its summary table (as ``_figure_table`` returns it; no pyplot
     state): one line per curve and group, x = test length, y = seed-mean accuracy; the training length (a labelled
     top-axis tick) and the chance level are named in each panel's legend, which sits under the panel and covers no
     line. ``quick``: the figure says it is a quick (smoke) run."""
