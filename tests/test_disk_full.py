@@ -211,3 +211,18 @@ def test_checkpoint_weights_are_sized_as_written(tiny_llama2_dir):
         model = hf_decoder(str(tiny_llama2_dir))
     assert weight_bytes(model, torch.float32, False) == 4 * numel
     assert weight_bytes(model, torch.bfloat16, False) == 2 * numel
+
+
+def test_a_samples_file_left_empty_or_short_is_named(tmp_path):
+    """lm-eval appends a task's samples line by line: a full disk leaves the file empty or cut at a line's end, which
+    parses; the count of lines against the samples it was given tells."""
+    from torchtune_longshort.eval.results_written import SavedResults, _jsonl_reader
+
+    saved = SavedResults()
+    rows = [json.dumps({"doc_id": i}) + "\n" for i in range(3)]
+    for name, text in (("empty", ""), ("short", "".join(rows[:2])), ("whole", "".join(rows))):
+        (tmp_path / f"{name}.jsonl").write_text(text)
+        saved.check(tmp_path / f"{name}.jsonl", _jsonl_reader(3))
+    assert saved.failed == [f"{tmp_path / 'empty.jsonl'} (cut off; removed)",
+                            f"{tmp_path / 'short.jsonl'} (cut off; removed)"]
+    assert (tmp_path / "whole.jsonl").is_file() and not (tmp_path / "short.jsonl").exists()

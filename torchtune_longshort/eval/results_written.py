@@ -46,11 +46,15 @@ def _read_json(path: Path) -> None:
     json.loads(path.read_text(encoding="utf-8"))
 
 
-def _read_jsonl(path: Path) -> None:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                json.loads(line)
+def _jsonl_reader(rows: int) -> Callable[[Path], None]:
+    """A reader that accepts a JSONL file of ``rows`` JSON lines (a file the full disk left empty, or cut at a line's
+    end, has fewer)."""
+    def read(path: Path) -> None:
+        with open(path, encoding="utf-8") as f:
+            found = sum(1 for line in f if line.strip() and json.loads(line) is not None)
+        if found != rows:
+            raise ValueError(f"{found} of {rows} samples")
+    return read
 
 
 class SavedResults:
@@ -86,8 +90,9 @@ class SavedResults:
 
         def save_samples(tracker, task_name, *args, **kwargs):
             samples(tracker, task_name, *args, **kwargs)
+            rows = args[0] if args else kwargs.get("samples", [])
             if tracker.output_path:
-                self.check(samples_file(tracker, task_name), _read_jsonl)
+                self.check(samples_file(tracker, task_name), _jsonl_reader(len(rows)))
 
         EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples = save_aggregated, save_samples
         try:
