@@ -219,3 +219,56 @@ def test_a_torn_samples_line_is_skipped_and_a_broken_results_file_named(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "results_2026-01-01T00-00-00.json: not a JSON file" in err, err
     assert not (tmp_path / "rep2").exists()
+
+
+def test_cut_off_samples_are_said_and_the_curve_is_built_from_the_readable_ones(tmp_path):
+    """A samples file a kill or a full disk cut off (a line that is not JSON, or fewer lines than the task
+    evaluated) was read as whole: its curve labelled as built from all the samples. The report now names it."""
+    rows = [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}, {"curve_mean_nll_3": [3.0, 2.0, 1.0]}]
+    d = _run(tmp_path / "ours", 3)
+    for cut, text in (("mid-line", json.dumps(rows[0]) + "\n" + json.dumps(rows[1])[:20]),
+                      ("line end", "".join(json.dumps(r) + "\n" for r in rows))):  # 2 of the 3 evaluated
+        (d / "samples_longshort_ppl_2026-01-01T00-00-00.jsonl").write_text(text)
+        summary = build_report([d], tmp_path / cut)
+        md = (tmp_path / cut / "report.md").read_text()
+        want = 1 if cut == "mid-line" else 2
+        assert f"Samples of `ours` cut off" in md and f"({want} of 3 samples)" in md, md
+        assert summary["samples_cut_off"] == {"ours": [f"{d / 'samples_longshort_ppl_2026-01-01T00-00-00.jsonl'} "
+                                                       f"({want} of 3 samples)"]}
+    (d / "samples_longshort_ppl_2026-01-01T00-00-00.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows + rows[:1]))
+    assert build_report([d], tmp_path / "whole")["samples_cut_off"] == {}
+
+
+def test_a_report_that_fails_part_way_leaves_nothing_and_its_rerun_works(tmp_path, monkeypatch):
+    """A full disk while the report wrote its files (its summary.json, which lists them, comes last): the figures it
+    had written blocked the rerun (`holds 'ppl_vs_length.png', which no earlier run there wrote`). What it added goes
+    when it fails; an earlier report's files stay."""
+    import errno
+
+    from torchtune_longshort.eval.report import build as build_module
+
+    d = _write_and_return(tmp_path / "ours", {"longshort_ppl": {"ppl_512,none": 8.0, "ppl_2k,none": 6.5}})
+    out = tmp_path / "rep"
+    write = build_module.atomic_write_text
+
+    def disk_full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(build_module, "atomic_write_text", disk_full)  # report.md: after the figures
+    with pytest.raises(OSError):
+        build_report([d], out)
+    assert sorted(p.name for p in out.iterdir()) == []
+    monkeypatch.setattr(build_module, "atomic_write_text", write)
+    build_report([d], out)  # the rerun: not refused
+    first = sorted(p.name for p in out.iterdir())
+    assert "ppl_vs_length.png" in first and "summary.json" in first
+    monkeypatch.setattr(build_module, "atomic_write_text", disk_full)
+    with pytest.raises(OSError):
+        build_report([d], out)
+    assert sorted(p.name for p in out.iterdir()) == first  # an earlier report's files stay
+
+
+def _write_and_return(d, results):
+    _write(d, results)
+    return d

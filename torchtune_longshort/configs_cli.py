@@ -9,12 +9,12 @@ so a non-editable ``pip install .`` has them too.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import List
 
+from torchtune_longshort.output_guard import atomic_copy
 from torchtune_longshort.refusals import ArgumentParser
 
 
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         ap.error(f"destination folder {dest.parent} does not exist; create it (mkdir -p {dest.parent}) or name "
                  "an existing folder")
     try:
-        shutil.copyfile(src, dest)
+        atomic_copy(src, dest)
     except OSError as e:
         ap.error(f"cannot write {dest}: {e.strerror or e}; name a destination you can write")
     print(f"Copied {args.name} to {dest}")

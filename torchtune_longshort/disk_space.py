@@ -110,6 +110,8 @@ def reason(error: BaseException) -> str:
     e = error
     while e is not None and not (isinstance(e, OSError) and e.errno in OUT_OF_SPACE_ERRNOS):
         e = e.__cause__ or e.__context__
+    if e is not None and e.strerror:  # the file is named by the message around it
+        return f"[Errno {e.errno}] {e.strerror}"
     return " ".join(str(e if e is not None else error).split())[:200]
 
 
@@ -128,3 +130,12 @@ def check_room(path: PathLike, nbytes: int, what: str, fix: str) -> None:
     if nbytes > free:
         raise ValueError(f"{what} needs at least {size_text(nbytes)}, more than the {size_text(free)} free of "
                          f"{size_text(total)} on {mount} (where {path} is); {fix}")
+
+
+def check_not_full(path: PathLike, option: str, what: str) -> None:
+    """Refuse ``option``'s ``path`` when its disk has less than :data:`FULL_BELOW` free, before a long run that would
+    then not write ``what``."""
+    free, total, mount = room(path)
+    if free < FULL_BELOW:
+        raise ValueError(f"{option} {path}: its disk is full ({size_text(free)} free of {size_text(total)} on {mount}); "
+                         f"the run would not write {what}: free space there, or name another {option}")

@@ -68,6 +68,27 @@ def atomic_copy(source: Union[str, Path], path: Union[str, Path]) -> None:
         shutil.copyfileobj(src, f)
 
 
+@contextlib.contextmanager
+def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str]) -> Iterator[None]:
+    """A block that writes a command's files (``patterns``: names or globs in ``folder``): when it fails, the files it
+    added are removed, so that the folder holds what it held before (an earlier run's files, which its own record
+    still lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay
+    (each written whole, :func:`atomic_open`)."""
+    folder = Path(folder)
+
+    def present() -> set:
+        return {p for pattern in patterns for p in folder.glob(pattern) if p.is_file() or p.is_symlink()}
+
+    before = present()
+    try:
+        yield
+    except BaseException:
+        for p in present() - before:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        raise
+
+
 def read_names(path: Union[str, Path]) -> Optional[List[str]]:
     """The names a command listed in the file at ``path`` as the ones it wrote (a JSON list of paths relative to the
     file's folder, with ``/``: the recipe's ``.longshort_files``, the BABILong generator's list), or None when the

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from torchtune_longshort.disk_space import FULL_BELOW, room, room_text, size_text
+from torchtune_longshort.disk_space import FULL_BELOW, check_not_full, room, room_text
 from torchtune_longshort.refusals import Refusal
 
 
@@ -127,12 +127,6 @@ def _full(folder: Path) -> bool:
 
 
 def check_output_room(output_path: Optional[str]) -> None:
-    """Refuse an ``--output_path`` whose disk has less than :data:`~torchtune_longshort.disk_space.FULL_BELOW` free:
-    lm-eval would run every task and then fail to write the results."""
-    if not output_path:
-        return
-    free, total, mount = room(output_path)
-    if free < FULL_BELOW:
-        raise ValueError(f"--output_path {output_path}: its disk is full ({size_text(free)} free of {size_text(total)} "
-                         f"on {mount}); lm-eval would run and then not write its results: free space there, or pass "
-                         "another --output_path")
+    """Refuse an ``--output_path`` whose disk is full: lm-eval would run every task and then not write the results."""
+    if output_path:
+        check_not_full(output_path, "--output_path", "its results (lm-eval would run every task first)")

@@ -31,12 +31,14 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.devices import require_device
+from torchtune_longshort.disk_space import check_not_full
 from torchtune_longshort.hidden_states import last_position_logits
 from torchtune_longshort.lengths import length_arg
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import ArgumentParser, refusing
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
@@ -122,6 +124,7 @@ def _check_output(path) -> None:
                                   "overwrite it; name another file, or move that one away")
     # its folder, made if absent: asked now, not after the whole measurement (whose result would then be lost)
     check_creatable("--output's folder", str(out.parent), writable=True)
+    check_not_full(out, "--output", "its result (after the whole measurement)")
 
 
 def _main(argv=None) -> int:
@@ -161,7 +164,7 @@ def _main(argv=None) -> int:
     text = json.dumps(out, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+        atomic_write_text(args.output, text)
         print(f"wrote {args.output}", file=sys.stderr)
     for d, s in res.summary.items():
         print(f"{d:9s} mean {s['mean']:.5f}  95% CI [{s['ci95_low']:.5f}, {s['ci95_high']:.5f}]  n={s['n']}")

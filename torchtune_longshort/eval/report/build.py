@@ -26,7 +26,6 @@ given; then the report marks them. Writes to ``--out``:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -35,6 +34,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
 from torchtune_longshort.eval.report.results_io import (
     coverage_note,
+    cut_off_samples,
     even_cell_counts,
     group_coverage,
     load_cell_counts,
@@ -48,7 +48,9 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
-from torchtune_longshort.output_guard import check_output_folder, read_json
+from torchtune_longshort.output_guard import (
+    atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
+)
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
@@ -233,11 +235,25 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
     runs_table, run_notes = _runs_section(names, results_dirs, infos,
                                           allow_mixed or allow_unequal_samples)
+    cut_off = {name: files for name, d in zip(names, results_dirs)
+               if (files := cut_off_samples(d, infos[name]["samples"]))}
+    run_notes += [f"Samples of `{name}` cut off (a kill or a full disk while lm-eval wrote them): "
+                  f"{'; '.join(files)}. Its per-position curve and depth x length counts use the readable ones; "
+                  "evaluate it again with --log_samples for all." for name, files in cut_off.items()]
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["runs"] = infos
+    summary["samples_cut_off"] = cut_off
+    with undone_on_failure(out_dir, REPORT_FILE_PATTERNS):  # a full disk part-way: nothing of this run is left
+        _write_report(out_dir, names, results_dirs, runs, summary, runs_table, run_notes, sections)
+    return summary
+
+
+def _write_report(out_dir: Path, names, results_dirs, runs, summary, runs_table, run_notes, sections) -> None:
+    """The figures, ``report.md``, and ``summary.json`` last (it lists the files, so that a rerun may replace them),
+    each written whole."""
     files, curve_notes = _figures(runs, dict(zip(names, results_dirs)), out_dir, summary)
 
     run_prov = {name: load_provenance(d) for name, d in zip(names, results_dirs)}
@@ -251,10 +267,9 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     for name, p in run_prov.items():
         md += [f"Run `{name}`:", "", provenance_markdown(p) if p else "- not recorded (results not written by the "
                "`longshort` model)", ""]
-    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    atomic_write_text(out_dir / "report.md", "\n".join(md) + "\n")
     summary["files"] = ["report.md", "summary.json", *files]
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+    atomic_write_json(out_dir / "summary.json", summary, indent=2, default=str)
 
 
 REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_position_loss.*", "heatmap_*.png")
@@ -279,7 +294,7 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     files: List[str] = []
     fig = ppl_figure(runs)
     if fig is not None:
-        fig.savefig(out_dir / "ppl_vs_length.png", dpi=120)
+        save_figure(fig, out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in dirs.items()}
     scored = {run for run, res in runs.items()
@@ -304,7 +319,7 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
                                  [(lab, d) for (_, lab), row in grid.items() for d in row])
             title += f" (n per cell: the task's {info['samples'].get(current_name(family))} samples over its " \
                      f"{len(n)} cells)" if n else ""
-        heatmap_figure(grid, title, n).savefig(out_dir / name, dpi=120)
+        save_figure(heatmap_figure(grid, title, n), out_dir / name, dpi=120)
         files.append(name)
     return files, notes
 

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import heatmap_size, length_axis, series_style, value_axis, wrapped_title
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -135,7 +136,7 @@ def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: P
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "per_position_loss.csv"
-    with csv_path.open("w", newline="") as f:
+    with atomic_open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "length", "position", "mean_nll"])
         for run, by_len in curves.items():
@@ -143,5 +144,5 @@ def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: P
                 for pos, v in enumerate(curve):
                     w.writerow([run, length, pos, f"{v:.6f}"])
     png = out_dir / "per_position_loss.png"
-    curves_figure(curves, bucket).savefig(png, dpi=120)
+    save_figure(curves_figure(curves, bucket), png, dpi=120)
     return {"csv": csv_path, "png": png}

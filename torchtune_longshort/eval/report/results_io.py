@@ -14,7 +14,7 @@ import math
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
@@ -249,6 +249,23 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device}
+
+
+def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str]:
+    """The newest samples file of each task that holds fewer readable rows than the task evaluated (``evaluated``:
+    :func:`load_run_info`'s ``samples``), as ``"<file> (<rows> of <n> samples)"``: a kill or a full disk cut it off
+    (mid-line: a line that is not JSON; at a line's end: fewer lines). The curves and cell counts use its readable
+    rows; the report says which files those are."""
+    newest: Dict[str, Path] = {}
+    for f in lm_eval_files(results_dir, "samples"):
+        newest[samples_task(f)] = f
+    out = []
+    for task, f in sorted(newest.items()):
+        want = evaluated.get(current_name(task))
+        rows = len(sample_rows(f))
+        if want is not None and rows < want:
+            out.append(f"{f} ({rows} of {want} samples)")
+    return out
 
 
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
