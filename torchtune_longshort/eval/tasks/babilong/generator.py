@@ -22,6 +22,7 @@ generation budget; :mod:`~torchtune_longshort.eval.tasks.babilong.prompt`) is at
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -108,14 +109,23 @@ def generate(
         from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
         prompts = {qa: task_prompt(qa) for qa in qa_tasks}
-    for length in todo:
-        plan: List[Optional[int]] = [None] if depths is None else list(depths)
-        (out / length).mkdir(parents=True, exist_ok=True)
-        for qa in qa_tasks:
-            bar.set_postfix_str(f"{length} {qa}", refresh=False)
-            path = out / length / f"{qa}.jsonl"
-            _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
-            tmp = path.with_name(f".{path.name}.partial")
+    with contextlib.closing(bar):  # closed before a failure's line, which would else end up on the bar's
+        for length in todo:
+            _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, rng, prompts, bar, paths)
+    return paths
+
+
+def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count_tokens, rng, prompts, bar,
+                  paths: List[Path]) -> None:
+    """The rows of one length label, one file per task, each written aside and moved into place."""
+    plan: List[Optional[int]] = [None] if depths is None else list(depths)
+    (out / length).mkdir(parents=True, exist_ok=True)
+    for qa in qa_tasks:
+        bar.set_postfix_str(f"{length} {qa}", refresh=False)
+        path = out / length / f"{qa}.jsonl"
+        _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
+        tmp = path.with_name(f".{path.name}.partial")
+        try:
             with open(tmp, "w", encoding="utf-8") as f:
                 for depth in plan:
                     for _ in range(n):
@@ -123,10 +133,14 @@ def generate(
                                            prompts.get(qa))
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update(1)
-            os.replace(tmp, path)  # an earlier file stays whole until this one is
-            paths.append(path)
-    bar.close()
-    return paths
+        except OSError as e:  # a full disk: its part goes (it holds the disk's last bytes), the file is named
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if e.filename or not e.errno:
+                raise
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        os.replace(tmp, path)  # an earlier file stays whole until this one is
+        paths.append(path)
 
 
 def _written(out: Path) -> List[str]:
