@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.training.output_dir import METRICS_FILE
 
@@ -50,7 +51,7 @@ class JsonlMetricLogger:
                     raise ValueError(f"{self.path}:{i + 1}: not a JSON line ({line[:80]!r})") from None
                 if row.get("step", 0) <= resume_step:
                     keep.append(line)
-            self.path.write_text("".join(l + "\n" for l in keep))
+            atomic_write_text(self.path, "".join(l + "\n" for l in keep))  # a kill here keeps the old lines
             return
         if self.path.exists():
             self.path.unlink()
