@@ -144,7 +144,7 @@ FILE_SECONDS = {
     "test_real_model_eval.py": 49, "test_compile.py": 46, "test_quiet.py": 45, "test_study_report.py": 43,
     "test_real_model_train.py": 38, "test_study.py": 36, "test_study_table1.py": 34, "test_study_claims.py": 34,
     "test_disk_full.py": 45, "test_gpu_suite.py": 31, "test_tiled_mlp.py": 30, "test_task_names.py": 29,
-    "test_synthetic_cli.py": 24,
+    "test_synthetic_cli.py": 24, "test_study_faults.py": 25, "test_synthetic_faults.py": 21,
 }
 
 

@@ -68,24 +68,30 @@ def atomic_copy(source: Union[str, Path], path: Union[str, Path]) -> None:
         shutil.copyfileobj(src, f)
 
 
+def _written_paths(folder: Path, patterns: Sequence[str]) -> set:
+    """The paths under ``folder`` of the names a command writes (``patterns``), the contents of folders included."""
+    found = {p for pattern in patterns for p in folder.glob(pattern)}
+    return found | {q for p in found if p.is_dir() and not p.is_symlink() for q in p.rglob("*")}
+
+
 @contextlib.contextmanager
 def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str]) -> Iterator[None]:
-    """A block that writes a command's files (``patterns``: names or globs in ``folder``): when it fails, the files it
-    added are removed, so that the folder holds what it held before (an earlier run's files, which its own record
-    still lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay
-    (each written whole, :func:`atomic_open`)."""
+    """A block that writes a command's files (``patterns``: names or globs in ``folder``, folders among them): when it
+    fails (a full disk, Ctrl-C), the files and folders it added are removed, and ``folder`` itself when the block made
+    it, so that the folder holds what it held before (an earlier run's files, which its own record still lists) and
+    the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay (each written
+    whole, :func:`atomic_open`)."""
     folder = Path(folder)
-
-    def present() -> set:
-        return {p for pattern in patterns for p in folder.glob(pattern) if p.is_file() or p.is_symlink()}
-
-    before = present()
+    made, before = not folder.exists(), _written_paths(folder, patterns)
     try:
         yield
     except BaseException:
-        for p in present() - before:
+        for p in sorted(_written_paths(folder, patterns) - before, key=lambda p: len(p.parts), reverse=True):
             with contextlib.suppress(OSError):
-                p.unlink()
+                p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
         raise
 
 

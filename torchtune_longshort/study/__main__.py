@@ -21,7 +21,8 @@ from typing import List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
+from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -89,15 +90,13 @@ def main(argv=None) -> int:
             preflight(study, log=study.log)
         except StudyConfigError as e:
             return refusal(PROG, one_line(e))
-        try:
-            study.run(only=only)
-        except (StudyInterrupted, KeyboardInterrupt) as e:
-            print(f"[study] interrupted ({e or 'Ctrl-C'}): runs finished so far are kept in {study.out} and skipped by a rerun; "
-                  "an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on (no "
-                  "report was written: the same command with --report-only writes one from the runs finished so far)",
-                  file=sys.stderr)
-            return 130
-    summary = build_report(study.out, report_dir, cfg, note=a.note)
+        stopped = _run(study, only)
+        if stopped is not None:
+            return stopped
+    try:  # a full disk, or a run's record cut off: one line; a report that failed part-way removed what it wrote
+        summary = build_report(study.out, report_dir, cfg, note=a.note)
+    except Exception as e:
+        return refusal(PROG, _fault_line(e))
     by = {}
     for k, r in summary["runs"].items():
         by.setdefault(r["status"], []).append(k)
@@ -112,6 +111,32 @@ def main(argv=None) -> int:
               f"{' '.join(logs)}")
         return 1
     return 0
+
+
+def _fault_line(error: Exception) -> str:
+    """The one line of a failure told without a traceback: bad input (a run's record cut off) or a full disk;
+    ``error`` raised again for any other (or with ``LONGSHORT_TRACEBACK`` set)."""
+    if show_traceback() or not (isinstance(error, REFUSED) or is_out_of_space(error)):
+        raise error
+    return out_of_space_line(error) if is_out_of_space(error) else one_line(error)
+
+
+def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
+    """Run the grid; None when it ran to its end, else the exit status: 130 when it was interrupted (said in one
+    line: how to go on), 2 when a write found the disk full (one line; each run's record is written whole)."""
+    try:
+        study.run(only=only)
+    except (StudyInterrupted, KeyboardInterrupt) as e:
+        print(f"[study] interrupted ({e or 'Ctrl-C'}): runs finished so far are kept in {study.out} and skipped by a "
+              "rerun; an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on (no "
+              "report was written: the same command with --report-only writes one from the runs finished so far)",
+              file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not is_out_of_space(e):
+            raise
+        return refusal(PROG, _fault_line(e))
+    return None
 
 
 def _selected(a, cfg) -> Optional[List[str]]:

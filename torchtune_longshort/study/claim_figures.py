@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
+from torchtune_longshort.output_guard import save_figure
 from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
                                                  value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
@@ -269,21 +270,21 @@ def claim_plots(cfg: StudyConfig, analysis: Dict[str, Any], recs: Dict[str, Dict
     bars (``base_only``: the first alone, when no fine-tune ran)."""
     made = []
     if analysis.get("base_failure"):
-        base_figure(cfg, recs["base"]).savefig(rdir / "base_failure.png", dpi=110)
+        save_figure(base_figure(cfg, recs["base"]), rdir / "base_failure.png", dpi=110)
         made.append("base_failure.png")
     if base_only:
         return made
     claims = {c["id"]: c for c in analysis["claims"]}
     if claims["table1"].get("correlations"):
-        scatter_figure(claims["table1"], cfg, recs).savefig(rdir / "metric_vs_performance.png", dpi=110)
+        save_figure(scatter_figure(claims["table1"], cfg, recs), rdir / "metric_vs_performance.png", dpi=110)
         made.append("metric_vs_performance.png")
     if len(cfg.alphas) > 1:
-        alpha_figure(cfg, recs).savefig(rdir / "alpha_curves.png", dpi=110)
+        save_figure(alpha_figure(cfg, recs), rdir / "alpha_curves.png", dpi=110)
         made.append("alpha_curves.png")
     if claims["table7"]["comparisons"]:
-        e_range_figure(cfg, claims["table7"]).savefig(rdir / "e_range_bars.png", dpi=110)
+        save_figure(e_range_figure(cfg, claims["table7"]), rdir / "e_range_bars.png", dpi=110)
         made.append("e_range_bars.png")
     if claims["divergence"]["comparisons"]:
-        divergence_figure(cfg, claims["divergence"]).savefig(rdir / "divergence_bars.png", dpi=110)
+        save_figure(divergence_figure(cfg, claims["divergence"]), rdir / "divergence_bars.png", dpi=110)
         made.append("divergence_bars.png")
     return made

@@ -15,10 +15,12 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
                                                  series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.refusals import ArgumentParser, one_line, refusal
+from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.config import StudyConfig, StudyConfigError
@@ -264,22 +266,28 @@ def write_plots(cfg: StudyConfig, tables: Dict[str, Any], recs: Dict[str, Dict[s
                                      ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
                                       "misalignment_vs_length.png")):
         if tables.get(tid):
-            line_figure(cfg, tables[tid], getattr(ev, field), ylabel).savefig(rdir / name, dpi=110)
+            save_figure(line_figure(cfg, tables[tid], getattr(ev, field), ylabel), rdir / name, dpi=110)
             made.append(name)
     if ev.babilong_lengths and ev.babilong.depths:
-        babilong_figure(cfg, recs).savefig(rdir / "babilong_depth_length.png", dpi=110)
+        save_figure(babilong_figure(cfg, recs), rdir / "babilong_depth_length.png", dpi=110)
         made.append("babilong_depth_length.png")
     if ev.passkey_lengths and any(FAMILY_TASK["passkey"] in (r.get("results") or {}) for r in recs.values()):
-        passkey_figure(cfg, recs).savefig(rdir / "passkey_depth_length.png", dpi=110)
+        save_figure(passkey_figure(cfg, recs), rdir / "passkey_depth_length.png", dpi=110)
         made.append("passkey_depth_length.png")
     if any((r.get("train") or {}).get("val_ce") for k, r in recs.items() if k != "base"):
-        finetune_curve_figure(cfg, recs).savefig(rdir / "finetune_convergence.png", dpi=110)
+        save_figure(finetune_curve_figure(cfg, recs), rdir / "finetune_convergence.png", dpi=110)
         made.append("finetune_convergence.png")
     longest = str(max(ev.ppl_lengths))
     if any(longest in (r.get("curves") or {}) for r in recs.values()):
-        curve_figure(cfg, recs, longest).savefig(rdir / "per_position_loss.png", dpi=110)
+        save_figure(curve_figure(cfg, recs, longest), rdir / "per_position_loss.png", dpi=110)
         made.append("per_position_loss.png")
     return made
+
+
+def finished_report(folder: Path) -> bool:
+    """Whether ``folder`` holds a study report written to its end (its ``summary.json``, which is written last)."""
+    summary = read_json(Path(folder) / "summary.json")
+    return isinstance(summary, dict) and "tables" in summary and "claims" in summary
 
 
 def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
@@ -290,6 +298,9 @@ def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
     ``python -m torchtune_longshort.study.figures --config configs/study/<name>.yaml --report docs/study/<name>``:
     a change to these figures reaches a committed report without re-running or re-writing it."""
     rdir = Path(report_dir)
+    if not finished_report(rdir):  # a report cut off part-way lacks runs: its figures would be drawn without them
+        raise ValueError(f"--report={str(rdir)!r} holds no finished study report (its summary.json, written last, "
+                         "is missing or unreadable): build the report first (the study command with --report-only)")
     recs = read_records(cfg, lambda key: rdir / "runs" / key)  # the report's copies: the base's in runs/base too
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
@@ -324,7 +335,12 @@ def main(argv=None) -> int:
             return refusal(prog, f"--methods={a.methods!r}: {unknown or 'empty'} not in the config's methods "
                                  f"{sorted(cfg.methods)}; name some of those")
         cfg = dataclasses.replace(cfg, methods={m: cfg.methods[m] for m in keep})
-    made = redraw_report(cfg, Path(a.report))
+    try:
+        made = redraw_report(cfg, Path(a.report))
+    except Exception as e:  # a report that is not one, a record cut off, a full disk: one line
+        if show_traceback() or not (isinstance(e, REFUSED) or is_out_of_space(e)):
+            raise
+        return refusal(prog, out_of_space_line(e) if is_out_of_space(e) else one_line(e))
     print(f"redrew {len(made)} figure(s) in {a.report}: {', '.join(made)}")
     return 0
 

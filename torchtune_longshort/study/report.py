@@ -14,24 +14,24 @@ names the JSON key of every cell (``results.<task>.<metric>``).
 
 from __future__ import annotations
 
-import json
-import shutil
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.output_guard import (
+    atomic_copy, atomic_write_json, atomic_write_text, check_output_folder, read_json, undone_on_failure,
+)
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown, md_table, verdicts_markdown
 from torchtune_longshort.study.config import StudyConfig
-from torchtune_longshort.study.figures import write_plots
+from torchtune_longshort.study.figures import finished_report, write_plots
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.run_configs import STUDY_JSON
 from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
-from torchtune_longshort.output_guard import check_output_folder, read_json
 
 
 def _outcome(cfg: StudyConfig, tables: Dict[str, Any]) -> Dict[str, Any]:
@@ -141,33 +141,43 @@ def _wall_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], wall: Opti
     return md + [""]
 
 
+# what the report writes into its folder (its own: an earlier report's, or nothing of these names)
+REPORT_WRITES = ("report.md", "summary.json", "runs", "*.png")
+
+
 def check_report_dir(report_dir: Path) -> None:
     """A report folder the study may write: one an earlier study report wrote (its ``summary.json``), or one
     holding none of what the report writes (report.md, summary.json, runs/, PNGs). Checked before the study runs."""
-    def earlier(folder: Path) -> bool:
-        summary = read_json(folder / "summary.json")
-        return isinstance(summary, dict) and "tables" in summary and "claims" in summary
-
-    check_output_folder(report_dir, "--report-dir", ("report.md", "summary.json", "runs", "*.png"), earlier)
+    check_output_folder(report_dir, "--report-dir", REPORT_WRITES, finished_report)
 
 
 def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
-    """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data."""
-    out, rdir = Path(out), Path(report_dir)
-    rdir.mkdir(parents=True, exist_ok=True)
-    recs = load_records(out, cfg)
-    # Raw JSON of every run, next to the report, so the links below stay valid when the report is moved.
+    """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data.
+    Every file is written whole or not at all, ``summary.json`` last; a call that fails removes what it made."""
+    rdir = Path(report_dir)
+    with undone_on_failure(rdir, REPORT_WRITES):
+        return _build_report(Path(out), rdir, cfg, wall_s, note)
+
+
+def _copy_records(out: Path, rdir: Path, recs: Dict[str, Dict[str, Any]]) -> None:
+    """Raw JSON of every run, next to the report, so that its links stay valid when the report is moved."""
     for key, rec in recs.items():
         if rec.get("status") == "not run":
             continue
         d = rdir / "runs" / key
         d.mkdir(parents=True, exist_ok=True)
-        (d / "result.json").write_text(json.dumps(rec, indent=1, default=str))
+        atomic_write_json(d / "result.json", rec, indent=1, default=str)
         src = out / rec.get("run_dir", "") / "eval"
         files = sorted(src.rglob("results_*.json"), key=lambda p: p.name) if src.is_dir() else []
         if files:
-            shutil.copyfile(files[-1], d / "lm_eval_results.json")
+            atomic_copy(files[-1], d / "lm_eval_results.json")
+
+
+def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[float], note: str) -> Dict[str, Any]:
+    rdir.mkdir(parents=True, exist_ok=True)
+    recs = load_records(out, cfg)
+    _copy_records(out, rdir, recs)
     tables = build_tables(cfg, recs)
     outcome = _outcome(cfg, tables)
     analysis = analyze(cfg, recs)
@@ -175,10 +185,10 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
         plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     else:  # no fine-tune to draw (e.g. the base gate refused the grid): only the base's own figure
         plots = claim_plots(cfg, analysis, recs, rdir, base_only=True)
-    study_json = out / STUDY_JSON
-    wall = wall_s
-    if wall is None and study_json.is_file():
-        wall = json.loads(study_json.read_text()).get("wall_s_this_invocation")
+    study_json, wall = out / STUDY_JSON, wall_s
+    study = read_json(study_json) if wall is None else None  # a study.json cut off: no wall time to tell
+    if isinstance(study, dict):
+        wall = study.get("wall_s_this_invocation")
 
     md: List[str] = [f"# Study `{cfg.name}`{' (quick variant)' if cfg.quick else ''}", ""]
     md += [f"Config: `{cfg.config_path}`{' --quick' if cfg.quick else ''}. Base: "
@@ -217,11 +227,11 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     prov, prov_md = _provenance(cfg, recs)
     md += prov_md
-    (rdir / "report.md").write_text("\n".join(md))
+    atomic_write_text(rdir / "report.md", "\n".join(md))
     summary = {"name": cfg.name, "quick": cfg.quick, "tables": tables, "outcome": outcome,
                "claims": analysis,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},
                "plots": plots, "wall_s": wall, "provenance": prov}
-    (rdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_json(rdir / "summary.json", summary, indent=1, default=str)  # last: the report is whole
     return summary

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
-from torchtune_longshort.output_guard import check_output_folder, read_json
+from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
@@ -84,7 +84,7 @@ class RunConfigs:
         """Make the output folder (if new) and mark it as this study's, before the first thing is written there."""
         self.out.mkdir(parents=True, exist_ok=True)
         if not (self.out / STUDY_MARKER).is_file():
-            (self.out / STUDY_MARKER).write_text("made by torchtune_longshort's study\n")
+            atomic_write_text(self.out / STUDY_MARKER, "made by torchtune_longshort's study\n")
 
     def tokenizer_dir(self) -> Path:
         return self.out / TOKENIZER_DIR

@@ -7,7 +7,6 @@ records the outcome; a failure is a :class:`~torchtune_longshort.study.stages.St
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
-from torchtune_longshort.output_guard import write_names
+from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
 from torchtune_longshort.training.equal_compute import trained_steps
 
@@ -88,7 +87,7 @@ class RunStages(RunConfigs):
             self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
                      "step 0")
             done = []
-        recipe_yaml.write_text(rc_text)
+        atomic_write_text(recipe_yaml, rc_text)  # whole or not at all: one cut off would read as a changed config
         if max_steps in done:
             self.log(f"[study] {key}: training done before (step_{max_steps} exists), skipped")
             return train_dir / f"step_{max_steps}", False
@@ -118,7 +117,7 @@ class RunStages(RunConfigs):
         # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
         want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
                 "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
-        if marker.is_file() and json.loads(marker.read_text()) == want:
+        if read_json(marker) == want:  # a marker cut off (a full disk, a kill) counts as none: generated again
             return out
         if marker.is_file() and not (out / BABILONG_WRITTEN).is_file():
             # data an earlier version of the study generated (its marker proves it) before the generator listed
@@ -134,7 +133,7 @@ class RunStages(RunConfigs):
         if rc != 0:
             tail = log_tail(log_path)
             raise StageError("babilong_data", f"generator exited with {rc}: {error_line(tail)}", tail)
-        marker.write_text(json.dumps(want))
+        atomic_write_json(marker, want)
         return out
 
     def _eval(self, key: str, checkpoint: Path, spec: Dict[str, Any], trained_now: bool,
@@ -151,7 +150,8 @@ class RunStages(RunConfigs):
         eval_dir, tasks = rdir / "eval", self.eval_tasks()
         spec_file, want = rdir / EVAL_SPEC, {"checkpoint": str(checkpoint), **spec}
         if eval_dir.is_dir():
-            same = (not trained_now and spec_file.is_file() and json.loads(spec_file.read_text()) == want)
+            # read_json: None for an eval_spec.json cut off (a full disk, a kill): the results are redone
+            same = not trained_now and read_json(spec_file) == want
             try:
                 have = load_results(eval_dir) if same else {}
                 if same and all(t in have for t in tasks):
@@ -170,5 +170,5 @@ class RunStages(RunConfigs):
         argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
                           self.task_metadata(self._babilong_data()), self.root)
         have = run_eval(self.executor, argv, rdir / "eval.log", self.root, self.env, self.timeout, eval_dir, tasks)
-        spec_file.write_text(json.dumps(want, indent=1, default=str))
+        atomic_write_json(spec_file, want, indent=1, default=str)
         return read(eval_dir, have)

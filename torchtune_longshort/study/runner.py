@@ -22,7 +22,6 @@ recorded with ``status: failed``, its stage and the tail of its log, and the gri
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -31,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from torchtune_longshort.output_guard import read_json
+from torchtune_longshort.output_guard import atomic_write_json, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
@@ -63,6 +62,8 @@ class Study(RunStages):
                  executor: Callable[..., int] = run_command, log: Callable[[str], None] = print):
         super().__init__(cfg, *output_folder(cfg.output_dir, output_dir, repo_root), executor, log)
         self.jobs = cfg.jobs
+        # set once the study is being stopped (Ctrl-C, or a run's stage stopped by SIGINT / SIGTERM)
+        self.stopping = threading.Event()
 
     # ------------------------------------------------------------------ paths and specs
     def runs(self) -> List[Run]:
@@ -132,12 +133,18 @@ class Study(RunStages):
                 rec.update(self._eval(key, ckpt, spec, trained_now))
                 rec["wall_s_eval"] = round(time.time() - t1, 1)
             rec["status"] = "ok"
-        except StudyInterrupted as e:  # recorded (a rerun does it again), and the grid stops
-            rec["status"], rec["stage"], rec["error"] = "interrupted", stage, str(e)
-            self.log(f"[study] {key}: interrupted at {stage}: {e}")
-            self._write_result(res_path, rec, t0)
-            raise
-        except Exception as e:  # recorded, and the grid goes on
+        except Exception as e:
+            if isinstance(e, StudyInterrupted) or self.stopping.is_set():
+                # recorded (a rerun does it again), and the grid stops. A stage that ended while the study was being
+                # stopped (SIGINT reaches it and its subprocess alike) was stopped by it, whatever its exit code: a
+                # fine-tune stopped while it imports torch exits 1 with a KeyboardInterrupt traceback
+                rec["status"], rec["stage"], rec["error"] = "interrupted", stage, str(e)
+                self.log(f"[study] {key}: interrupted at {stage}: {e}")
+                self._write_result(res_path, rec, t0)
+                if isinstance(e, StudyInterrupted):
+                    raise
+                raise StudyInterrupted(f"{key} stopped at {stage} ({e})") from e
+            # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
             rec["error"] = str(e)
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
@@ -149,9 +156,7 @@ class Study(RunStages):
         rec["wall_s"] = round(time.time() - t0, 1)
         rec["provenance"] = self.provenance()
         res_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = res_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=1, default=str))
-        tmp.replace(res_path)
+        atomic_write_json(res_path, rec, indent=1, default=str)
 
     def base_gate(self, base: Dict[str, Any]) -> Optional[str]:
         """Why the fine-tunes must not start, or None (:func:`claims.base_gate_refusal`); logs the base's ratios."""
@@ -216,7 +221,8 @@ class Study(RunStages):
                     self.log(f"[study] BABILong data: {e} (each run's evaluation will report it)")
             env, self.env = self.env, self.fine_tune_env()
 
-            stopping = threading.Event()
+            stopping = self.stopping
+            stopping.clear()
 
             def one(i: int, run: Run) -> Optional[Dict[str, Any]]:
                 if stopping.is_set():  # interrupted: the runs not started stay to do
@@ -261,7 +267,7 @@ class Study(RunStages):
                    "wall_s_this_invocation": round(time.time() - t0, 1), "provenance": self.provenance(),
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
-        (self.out / STUDY_JSON).write_text(json.dumps(summary, indent=1, default=str))
+        atomic_write_json(self.out / STUDY_JSON, summary, indent=1, default=str)
 
 
 def _result_when_done(fut) -> Optional[Dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, task_results
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import BabilongConfig, metric_of
 from torchtune_longshort.study.labels import loss_label
@@ -59,11 +60,22 @@ def cell_text(mean: Optional[float], sd: Optional[float]) -> str:
 
 def read_records(cfg: StudyConfig, folder_of: Callable[[str], Path]) -> Dict[str, Dict[str, Any]]:
     """``{key: result.json}`` for the base and every grid run, each read from ``folder_of(key)`` (records of earlier
-    versions in the current layout); a run with no result.json is ``not run``."""
+    versions in the current layout); a run with no result.json is ``not run``. A result.json that is not a JSON
+    object (cut off by a full disk or a kill) is refused naming the file: the tables would go on without its run."""
     recs: Dict[str, Dict[str, Any]] = {}
     for key in ["base"] + [r.key for r in cfg.grid]:
         p = folder_of(key) / RESULT
-        recs[key] = upgraded(json.loads(p.read_text())) if p.is_file() else {"key": key, "status": "not run"}
+        if not p.is_file():
+            recs[key] = {"key": key, "status": "not run"}
+            continue
+        try:
+            rec = json.loads(p.read_text())
+        except ValueError as e:
+            raise ValueError(f"{p} is not a whole run record ({one_line(e)}): it was cut off (a full disk, a kill?); "
+                             "run the command that wrote it again") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{p} is not a run record (a JSON {type(rec).__name__}, not an object)")
+        recs[key] = upgraded(rec)
     return recs
 
 

@@ -52,13 +52,14 @@ def main(argv=None) -> int:
     if not a.report_only:
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
-        recs = t1.run()
+        recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
     else:
         recs = t1.records()
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     command = f"{PROG} --config {shlex.quote(str(cfg.config_path))}" + (" --quick" if a.quick else "")
     wall = None if a.report_only else time.time() - t0
-    summary = build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note, command=command)
+    summary = refusing(PROG, lambda: build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note,
+                                                         command=command))  # a full disk: one line
     bad = [k for k, r in recs.items() if r["status"] != "ok"]
     say(f"[table1] verdict: the claim {summary['analysis']['headline']['verdict']}; report: "
         f"{report_dir / 'report.md'}" + (f" ({wall:.0f} s)" if wall is not None else ""))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.output_guard import atomic_open, atomic_write_json, atomic_write_text, save_figure
 from torchtune_longshort.provenance import differs, provenance, provenance_markdown
 from torchtune_longshort.study.claims_markdown import md_table
 from torchtune_longshort.study.table1.analysis import PREDICTORS, TARGETS, analyze, rho_text
@@ -97,8 +98,8 @@ def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[st
     for key, rec in recs.items():
         if rec.get("status") != "not run":
             (rdir / "cells" / key).mkdir(parents=True, exist_ok=True)
-            (rdir / "cells" / key / "result.json").write_text(json.dumps(rec, indent=1, default=str))
-    with open(rdir / "results.csv", "w", newline="") as fh:
+            atomic_write_json(rdir / "cells" / key / "result.json", rec, indent=1, default=str)
+    with atomic_open(rdir / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=_COLUMNS, extrasaction="ignore")
         w.writeheader()
         for entry in analysis["per_length"].values():
@@ -113,7 +114,7 @@ def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], repo
     rdir.mkdir(parents=True, exist_ok=True)
     analysis = analyze(recs, list(cfg.lengths))
     _write_tables(rdir, recs, analysis)
-    figure(cfg, analysis).savefig(rdir / FIGURE, dpi=110)
+    save_figure(figure(cfg, analysis), rdir / FIGURE, dpi=110)
     md = [f"# Table 1 on a real model: `{cfg.name}`{' (quick variant: numbers mean nothing)' if cfg.quick else ''}",
           ""]
     md += _verdict_section(cfg, analysis) + ([note, ""] if note else [])
@@ -125,10 +126,10 @@ def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], repo
                + ", ".join(f"{r['key']} {r.get('wall_s', 0):.0f} s" for r in recs.values() if r.get("wall_s")), ""]
     prov = provenance(device=None, stdlib=True)  # the machine that builds the report
     md += _provenance_section(prov, recs)
-    (rdir / "report.md").write_text("\n".join(md))
+    atomic_write_text(rdir / "report.md", "\n".join(md))
     summary = {"name": cfg.name, "quick": cfg.quick, "config": cfg.to_dict(), "analysis": analysis,
                "cells": {k: {"status": r.get("status"), "wall_s": r.get("wall_s"), "error": r.get("error")}
                          for k, r in recs.items()},
                "figure": FIGURE, "wall_s": wall_s, "command": command, "provenance": prov}
-    (rdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_json(rdir / "summary.json", summary, indent=1, default=str)
     return summary

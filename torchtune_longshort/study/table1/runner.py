@@ -18,7 +18,6 @@ RoPE parameter the method does not take, or a value it refuses, stops the comman
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -36,6 +35,7 @@ from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
+from torchtune_longshort.output_guard import atomic_write_json, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
@@ -135,8 +135,9 @@ class Table1:
         p = self.cell_dir(variant, length) / RESULT
         if not p.is_file():
             return None
-        rec = json.loads(p.read_text())
-        return rec if rec.get("status") == "ok" and rec.get("spec") == self.spec_of(variant, length) else None
+        rec = read_json(p)  # None when cut off (a full disk, a kill): the cell runs again
+        ok = isinstance(rec, dict) and rec.get("status") == "ok"
+        return rec if ok and rec.get("spec") == self.spec_of(variant, length) else None
 
     def run_cell(self, variant: str, length: int) -> Dict[str, Any]:
         """Evaluate one cell (or return its record when done); always writes and returns its result.json."""
@@ -164,9 +165,7 @@ class Table1:
             self.log(f"[table1] {rec['key']}: FAILED: {e}")
         rec["wall_s"] = round(time.time() - t0, 1)
         rec["provenance"] = provenance(device=str(self.cfg.eval.device), stdlib=True)
-        tmp = cdir / (RESULT + ".tmp")
-        tmp.write_text(json.dumps(rec, indent=1, default=str))
-        tmp.replace(cdir / RESULT)
+        atomic_write_json(cdir / RESULT, rec, indent=1, default=str)
         return rec
 
     # ------------------------------------------------------------------ every cell
@@ -176,8 +175,8 @@ class Table1:
         out = {}
         for v, n in self.cfg.cells():
             p = self.cell_dir(v, n) / RESULT
-            rec = json.loads(p.read_text()) if p.is_file() else None
-            if rec is None or rec.get("spec") != self.spec_of(v, n):
+            rec = read_json(p) if p.is_file() else None  # one cut off is not run: the run does it again
+            if not isinstance(rec, dict) or rec.get("spec") != self.spec_of(v, n):
                 rec = {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"}
             out[cell_key(v, n)] = rec
         return out
@@ -222,5 +221,5 @@ class Table1:
                    "wall_s_this_invocation": round(time.time() - t0, 1),
                    "cells": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                              for k, r in recs.items()}}
-        (self.out / "table1.json").write_text(json.dumps(summary, indent=1, default=str))
+        atomic_write_json(self.out / "table1.json", summary, indent=1, default=str)
         return recs

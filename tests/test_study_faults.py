@@ -1,0 +1,165 @@
+"""The study under faults: a report stage that finds its disk full ends in one line (exit 2) and removes what it
+wrote, so that its rerun is not refused and the figures' redraw finds no half report to draw; a BABILong marker or an
+eval_spec.json cut off counts as absent (generated or evaluated again) instead of failing every run; a fine-tune that
+ends while the study is being stopped by Ctrl-C is recorded as interrupted, whatever its exit code. The runs are
+played by study_helpers' fake executor (no training)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from disk_full import needs_unshare, on_small_disk
+from study_helpers import CPU_SMALL, ROOT, FakeExecutor
+
+import torchtune_longshort.study.figures as study_figures
+from torchtune_longshort.study import Study, load_study_config
+from torchtune_longshort.study.__main__ import main as study_main
+from torchtune_longshort.study.figures import main as figures_main
+from torchtune_longshort.study.report import build_report
+from torchtune_longshort.study.stages import StudyInterrupted
+
+PROG = "python -m torchtune_longshort.study"
+ARGV = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
+
+
+def _study(out: Path, executor=None) -> Study:
+    cfg = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
+    return Study(cfg, output_dir=out, repo_root=ROOT, executor=executor or FakeExecutor(), log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished quick study (its runs played by the fake executor) and its report in ``<out>/report``."""
+    out = tmp_path_factory.mktemp("study") / "out"
+    study = _study(out)
+    study.run()
+    build_report(out, out / "report", study.cfg)
+    return out
+
+
+def _copy(finished: Path, to: Path, report: bool = True) -> Path:
+    shutil.copytree(finished, to, ignore=None if report else shutil.ignore_patterns("report"))
+    return to
+
+
+def _one_error_line(stderr: str, prog: str = PROG) -> str:
+    lines = [x for x in stderr.splitlines() if x.startswith(f"{prog}: error:")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+@needs_unshare
+def test_a_report_on_a_full_disk_ends_in_one_line_and_its_rerun_goes_on(tmp_path, finished):
+    """Before: a traceback (pathlib's write_text, shutil's copy or PIL's savefig) leaving result.json files at 0 B
+    or cut off, and the rerun refused: the report folder "holds 'ppl_vs_length.png', 'runs', which no earlier run
+    there wrote"."""
+    disk = tmp_path / "disk"
+    src = _copy(finished, tmp_path / "src", report=False)
+    leave_64k = f"head -c $(( $(df -k {disk} | tail -1 | awk '{{print $4}}') * 1024 - 65536 )) /dev/zero > {disk}/fill"
+    script = (f"cp -a {src} {disk / 'out'} && {leave_64k}; {sys.executable} -m torchtune_longshort.study "
+              f"{' '.join(ARGV)} --out {disk / 'out'} --report-only; echo '#rc' $?; ls -A {disk / 'out'}; "
+              f"cp -a {disk / 'out'} {tmp_path / 'after'}")
+    p = on_small_disk(disk, "3m", script, TMPDIR=tmp_path)
+    assert "#rc 2" in p.stdout, p.stdout + p.stderr[-3000:]
+    line = _one_error_line(p.stderr)
+    assert f"no space left on the disk writing {disk / 'out' / 'report'}/" in line, line
+    assert "report" not in p.stdout.split("#rc 2", 1)[1].split()  # what it wrote is removed
+    after = tmp_path / "after"
+    assert study_main(ARGV + ["--out", str(after), "--report-only"]) == 0  # not refused
+    assert json.loads((after / "report" / "summary.json").read_text())["runs"]["base"]["status"] == "ok"
+
+
+def test_a_report_that_fails_part_way_removes_what_it_wrote(tmp_path, finished, monkeypatch, capsys):
+    out = _copy(finished, tmp_path / "out", report=False)
+    save, calls = study_figures.save_figure, []
+
+    def disk_full_at_the_second(fig, path, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        save(fig, path, **kwargs)
+
+    monkeypatch.setattr(study_figures, "save_figure", disk_full_at_the_second)
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 2
+    assert f"no space left on the disk writing {calls[1]}" in _one_error_line(capsys.readouterr().err)
+    assert not (out / "report").exists()  # the records and the first figure it wrote are gone with the folder
+    # over an earlier report: the files it added are removed, those it replaced stay whole, the rerun goes on
+    shutil.copytree(finished / "report", out / "report")
+    (out / "report" / "ppl_vs_length.png").unlink()
+    (out / "report" / "runs" / "clex_a0_s0" / "lm_eval_results.json").unlink()
+    calls.clear()
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 2
+    assert not (out / "report" / "ppl_vs_length.png").exists()
+    assert not (out / "report" / "runs" / "clex_a0_s0" / "lm_eval_results.json").exists()
+    assert not list((out / "report").rglob("*.tmp"))
+    monkeypatch.setattr(study_figures, "save_figure", save)
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0
+    assert (out / "report" / "ppl_vs_length.png").is_file()
+
+
+def test_the_figures_redraw_refuses_a_report_cut_off(tmp_path, finished, capsys):
+    """Before: a JSONDecodeError traceback from a record cut off, and exit 0 "redrew N figure(s)" from a report that
+    stopped before its summary.json (runs missing)."""
+    prog = "python -m torchtune_longshort.study.figures"
+    report = _copy(finished / "report", tmp_path / "report")
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--report", str(report)]
+    record = report / "runs" / "clex_a0_s0" / "result.json"
+    record.write_text(record.read_text()[:100])
+    assert figures_main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err, prog)
+    assert f"{record} is not a whole run record" in line, line
+    (report / "summary.json").unlink()
+    shutil.rmtree(report / "runs" / "clex_a0.3_s0")
+    assert figures_main(argv) == 2
+    assert "holds no finished study report" in _one_error_line(capsys.readouterr().err, prog)
+
+
+def test_a_cut_off_babilong_marker_or_eval_spec_counts_as_absent(tmp_path, finished):
+    """Before: every run failed at eval with "Expecting value: line 1 column 1 (char 0)", naming no file, on every
+    rerun, until the user found and deleted the file."""
+    out = _copy(finished, tmp_path / "out")
+    (out / "babilong_data" / "DONE.json").write_text("")
+    for key in ("clex_a0_s0", "clex_a0.3_s0"):
+        (out / "runs" / key / "eval_spec.json").write_text('{"checkpoint": ')
+        (out / "runs" / key / "result.json").unlink()  # the runs are done again
+    ex = FakeExecutor()
+    recs = _study(out, ex).run()
+    assert {k: r["status"] for k, r in recs.items()} == {k: "ok" for k in recs}, recs
+    assert sum("torchtune_longshort.eval.tasks.babilong.generator" in a for a in ex.calls) == 1  # generated again
+    assert sum("torchtune_longshort.eval" in a and "run" in a for a in ex.calls) == 2  # both evaluated again
+    assert json.loads((out / "babilong_data" / "DONE.json").read_text())["lengths"]
+    assert all(json.loads((out / "runs" / k / "eval_spec.json").read_text()) for k in ("clex_a0_s0", "clex_a0.3_s0"))
+
+
+class _CtrlCWhileStarting(FakeExecutor):
+    """The fine-tune ``key`` stopped by Ctrl-C while it imports torch: the study's process gets SIGINT, and the
+    recipe's process exits 1 with a KeyboardInterrupt traceback (not the 130 of a recipe that saved)."""
+
+    def __init__(self, key: str):
+        super().__init__()
+        self.key = key
+
+    def __call__(self, argv, log_path, cwd, env, timeout):
+        if Path(argv[0]).name == "tune" and log_path.parent.name == self.key:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+            log_path.write_text("Traceback (most recent call last):\nKeyboardInterrupt\n")
+            return 1
+        return super().__call__(argv, log_path, cwd, env, timeout)
+
+
+def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
+    """Before: its result.json said "failed" (the recipe exited 1), where the README says interrupted."""
+    study = _study(tmp_path / "out", _CtrlCWhileStarting("clex_a0_s0"))
+    with pytest.raises(StudyInterrupted):
+        study.run()
+    rec = json.loads((tmp_path / "out" / "runs" / "clex_a0_s0" / "result.json").read_text())
+    assert rec["status"] == "interrupted" and rec["stage"] == "train", rec
+    assert not (tmp_path / "out" / "runs" / "clex_a0.3_s0" / "result.json").exists()  # the grid stopped
