@@ -140,8 +140,7 @@ def forecast(output_dir: Path, plan: CheckpointPlan, step: int, measured: bool, 
 
 def measured_plan(saved: Path, ckpts: StepCheckpoints, steps: List[int]) -> CheckpointPlan:
     """The plan of the saves ``steps`` still to come, sized by the checkpoint just ``saved``."""
-    state = recipe_state_path(saved)
-    return CheckpointPlan(tree_bytes(saved), state.stat().st_size if state.is_file() else 0, ckpts.keep,
+    return CheckpointPlan(tree_bytes(saved), _state_size(saved), ckpts.keep,
                           len(ckpts.states()), 0, steps)
 
 
@@ -158,8 +157,12 @@ def tree_bytes(path: Path) -> int:
 
 def folder_bytes(path: Path) -> int:
     """Bytes of a step folder and its recipe state."""
-    state = recipe_state_path(path)
-    return tree_bytes(path) + (state.stat().st_size if state.is_file() else 0)
+    return tree_bytes(path) + _state_size(path)
+
+
+def _state_size(step_dir: Path) -> int:
+    state = recipe_state_path(step_dir)
+    return state.stat().st_size if state.is_file() else 0
 
 
 def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint: Optional[int], measured: bool,
