@@ -272,3 +272,16 @@ def test_a_report_that_fails_part_way_leaves_nothing_and_its_rerun_works(tmp_pat
 def _write_and_return(d, results):
     _write(d, results)
     return d
+
+
+def test_a_run_recorded_on_cuda_where_cuda_was_not_available_is_shown_on_the_cpu(tmp_path):
+    """Stock lm_eval records its --device default (cuda:0) and the hf model runs on the CPU; the run's own environment
+    (lm-eval's pretty_env_info, torch's collect_env) says which."""
+    for available in (False, True):
+        d = _run(tmp_path / f"cuda_{available}", 3, model="hf")
+        data = json.loads((d / "results_2026-01-01T00-00-00.json").read_text())
+        data["config"]["device"] = "cuda:0"
+        data["pretty_env_info"] = f"PyTorch version: 2.13.0\nIs CUDA available: {available}\n"
+        (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+        shown = build_report([d], tmp_path / f"rep_{available}")["runs"][d.name]["device"]
+        assert shown == ("cuda:0" if available else "cpu (recorded as cuda:0; CUDA was not available)")

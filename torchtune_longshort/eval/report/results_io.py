@@ -227,6 +227,15 @@ def _evaluated(docs: int, limit: Any) -> int:
     return min(docs, math.ceil(docs * limit) if limit < 1.0 else int(limit))
 
 
+def ran_on(device: Optional[str], env_info: Any) -> Optional[str]:
+    """The device a run ran on: lm-eval's ``config.device``, unless that names CUDA while the run's own environment
+    (lm-eval's ``pretty_env_info``, torch's ``collect_env``) says CUDA was not available: stock ``lm_eval`` records its
+    ``--device`` default, ``cuda:0``, and the ``hf`` model then runs on the CPU."""
+    if device and str(device).startswith("cuda") and "Is CUDA available: False" in str(env_info or ""):
+        return f"cpu (recorded as {device}; CUDA was not available)"
+    return device
+
+
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its newest ``results_*.json``: the lm-eval ``model``, the
     checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
@@ -242,7 +251,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         config = data.get("config") or {}
         limit = config.get("limit", limit)
         dtype = config.get("model_dtype") or dtype
-        device = config.get("device") or device
+        device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
                 samples[current_name(task)] = _evaluated(n["original"], limit)
