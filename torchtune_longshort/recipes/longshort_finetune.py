@@ -35,6 +35,7 @@ from torchtune_longshort.disk_space import is_out_of_space, room, size_text, wri
 from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import out_of_space
 from torchtune_longshort.training import recipe_checkpoints
+from torchtune_longshort.training.checkpointing import saves_at
 from torchtune_longshort.training.data_setup import StepStart, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
@@ -136,7 +137,6 @@ class LongShortFinetuneRecipe(RecipeSetup):
 
     def _train_loop(self) -> None:
         cfg, max_steps = self.config, self.max_steps
-        save_every = cfg.save_every_n_steps or max_steps
         val_every = (cfg.validation.every_n_steps if cfg.validation else None) or max_steps
         self._model.train()
         if self._device.type == "cuda":
@@ -154,7 +154,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             if self._val_tokens is not None and (self.global_step % val_every == 0 or self.global_step == max_steps):
                 self._validate()
             stop_signal = self.stop_signals.received(self._distributed, self._device)
-            if self.global_step % save_every == 0 or self.global_step in (max_steps, stop_at) or stop_signal:
+            if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
                 self.save_checkpoint()
             if stop_signal:
                 self.stopped_by = stop_signal

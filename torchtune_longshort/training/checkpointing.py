@@ -41,6 +41,12 @@ MANIFEST = ".longshort_files"
 PathLike = Union[str, Path]
 
 
+def saves_at(step: int, stop_at: int, max_steps: int, save_every: Optional[int]) -> bool:
+    """Whether the recipe saves after ``step``: every ``save_every`` steps (default: only the last), at ``max_steps``,
+    and at ``stop_at``, where this process ends (``stop_after_step``)."""
+    return step % (save_every or max_steps) == 0 or step in (max_steps, stop_at)
+
+
 def recipe_state_path(step_dir: PathLike) -> Path:
     """The resumable state of the checkpoint folder ``step_dir`` (``<output_dir>/recipe_state/step_<k>.pt``)."""
     step_dir = Path(step_dir)

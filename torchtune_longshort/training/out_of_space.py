@@ -28,7 +28,7 @@ from torchtune.config import instantiate
 from torchtune_longshort.disk_space import check_room, reason, room, room_text, size_text
 from torchtune_longshort.models.peft_adapter import lora_modules
 from torchtune_longshort.refusals import Refusal
-from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
+from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path, saves_at
 
 _PROBE_VALUES = 256  # a stand-in parameter as large as a quantized optimizer's block (torchao's AdamW8bit)
 
@@ -82,17 +82,17 @@ def state_bytes(model: torch.nn.Module, optimizer_node, dtype: torch.dtype) -> i
 
 
 def save_steps(start: int, stop_at: int, max_steps: int, save_every: Optional[int]) -> List[int]:
-    """The steps after ``start`` that this process saves (the recipe's rule: every ``save_every``, and its last)."""
-    every = save_every or max_steps
-    return [k for k in range(start + 1, stop_at + 1) if k % every == 0 or k in (max_steps, stop_at)]
+    """The steps after ``start`` that this process saves
+    (:func:`~torchtune_longshort.training.checkpointing.saves_at`)."""
+    return [k for k in range(start + 1, stop_at + 1) if saves_at(k, stop_at, max_steps, save_every)]
 
 
 @dataclass(frozen=True)
 class CheckpointPlan:
-    """The saves a run makes: each a step folder of ``weights`` bytes, kept, and ``state`` bytes in ``recipe_state/``,
-    of which the newest ``keep`` stay after each save (the older ones are deleted once the new one is in place, so
-    each save needs room for both); ``existing_states``: those already there (a resumed run's); ``first_extra``: a ``step_0`` written
-    before the first save (from scratch), else 0; ``steps``: the steps saved."""
+    """The saves a run makes: each a step folder of ``weights`` bytes, kept, and ``state`` bytes in
+    ``recipe_state/``, of which the newest ``keep`` stay after each save (the older ones are deleted once the new one
+    is in place, so each save needs room for both); ``existing_states``: those already there (a resumed run's);
+    ``first_extra``: a ``step_0`` written before the first save (from scratch), else 0; ``steps``: the steps saved."""
 
     weights: int
     state: int
@@ -167,8 +167,9 @@ def _state_size(step_dir: Path) -> int:
 
 def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint: Optional[int], measured: bool,
                  error: BaseException) -> str:
-    """The run's last line after ``writing`` found no room at ``step``: the disk's room, a checkpoint's size (``measured``
-    from the last one saved, else the estimate of the run's start), and the checkpoint ``resume=True`` continues from."""
+    """The run's last line after ``writing`` found no room at ``step``: the disk's room, a checkpoint's size
+    (``measured`` from the last one saved, else the estimate of the run's start), and the checkpoint ``resume=True``
+    continues from."""
     latest = ckpts.latest(resumable=True)
     size = (f"; a checkpoint of this run takes {'' if measured else 'at least '}{size_text(per_checkpoint)}"
             if per_checkpoint else "")

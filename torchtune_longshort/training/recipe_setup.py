@@ -190,14 +190,15 @@ class RecipeSetup:
         its saves, noted."""
         cfg = self.config
         source = recipe_checkpoints.tokenizer_source(cfg)  # every step folder carries its tokenizer files
-        weights = weight_bytes(model, self._dtype, self._lora.enabled) + (tokenizer_bytes(source) if source else 0)
+        tokenizer = tokenizer_bytes(source) if source else 0
+        weights = weight_bytes(model, self._dtype, self._lora.enabled) + tokenizer
         state = state_bytes(model, cfg.optimizer.node(), self._dtype)
         self._checkpoint_bytes = weights + state
         scratch = cfg.checkpointer.checkpoint_dir is None and self._resume_dir is None
         earlier = self._lock is not None and self._lock.earlier_run is not None  # overwrite deletes it
         plan = CheckpointPlan(
             weights, state, cfg.keep_recipe_states, len(self.ckpts.states()) if self._resume_dir else 0,
-            weight_bytes(model, torch.float32, False) + (tokenizer_bytes(source) if source else 0) if scratch else 0,
+            weight_bytes(model, torch.float32, False) + tokenizer if scratch else 0,
             save_steps(self.global_step, self.stop_at, self.max_steps, cfg.save_every_n_steps),
         )
         reclaimed = tree_bytes(self.output_dir) if earlier else 0
