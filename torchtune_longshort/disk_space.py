@@ -32,7 +32,7 @@ def is_out_of_space(error: BaseException, where: Optional[PathLike] = None) -> b
     """True when ``error`` (or an exception it was raised from) is a write that found no room on its disk; with
     ``where`` (the folder being written), also a write error whose message does not say why (``torch.save`` to a path:
     "unexpected pos ...") while that folder's disk has less than :data:`FULL_BELOW` bytes free."""
-    if where is not None and isinstance(error, (OSError, RuntimeError)) and _nearly_full(where):
+    if where is not None and isinstance(error, (OSError, RuntimeError)) and is_full(where):
         return True
     seen = set()
     while error is not None and id(error) not in seen:
@@ -46,7 +46,8 @@ def is_out_of_space(error: BaseException, where: Optional[PathLike] = None) -> b
     return False
 
 
-def _nearly_full(path: PathLike) -> bool:
+def is_full(path: PathLike) -> bool:
+    """Whether ``path``'s disk has less than :data:`FULL_BELOW` free (False when it cannot be read)."""
     try:
         return room(path)[0] < FULL_BELOW
     except OSError:
@@ -115,12 +116,13 @@ def reason(error: BaseException) -> str:
     return " ".join(str(e if e is not None else error).split())[:200]
 
 
-def out_of_space_line(error: BaseException, where: Optional[PathLike] = None) -> str:
-    """One line for an out-of-space ``error`` while writing under ``where`` (else the file it names)."""
-    target = where if where is not None else written_file(error)
-    place = f" writing {target}" if target else ""
-    have = f" ({room_text(target)})" if target and room_text(target) else ""
-    return f"no space left on the disk{place}{have}: {reason(error)}; free space there, or write to a disk with room, and run again"
+def out_of_space_line(error: BaseException) -> str:
+    """One line for an out-of-space ``error``: the file it was writing (when it names one) and its disk's room."""
+    target = written_file(error)
+    have = room_text(target) if target else ""
+    place = f" writing {target}" + (f" ({have})" if have else "") if target else ""
+    return (f"no space left on the disk{place}: {reason(error)}; free space there, or write to a disk with room, and "
+            "run again")
 
 
 def check_room(path: PathLike, nbytes: int, what: str, fix: str) -> None:
@@ -135,7 +137,6 @@ def check_room(path: PathLike, nbytes: int, what: str, fix: str) -> None:
 def check_not_full(path: PathLike, option: str, what: str) -> None:
     """Refuse ``option``'s ``path`` when its disk has less than :data:`FULL_BELOW` free, before a long run that would
     then not write ``what``."""
-    free, total, mount = room(path)
-    if free < FULL_BELOW:
-        raise ValueError(f"{option} {path}: its disk is full ({size_text(free)} free of {size_text(total)} on {mount}); "
-                         f"the run would not write {what}: free space there, or name another {option}")
+    if is_full(path):
+        raise ValueError(f"{option} {path}: its disk is full ({room_text(path)}); the run would not write {what}: "
+                         f"free space there, or name another {option}")

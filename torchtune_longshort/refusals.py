@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, NoReturn, TypeVar
+from typing import Callable, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 
@@ -90,19 +90,27 @@ def refuse(prog: str, message: str) -> NoReturn:
     sys.exit(refusal(prog, message))
 
 
+def fault_line(error: BaseException) -> Optional[str]:
+    """The one line an entry point ends with for ``error``: a refusal's (:data:`REFUSED`) message, an out-of-space
+    error's (:mod:`~torchtune_longshort.disk_space`: the file and its disk's room);
+    None for any other error, and for every error when ``LONGSHORT_TRACEBACK`` is set (it keeps its traceback)."""
+    if show_traceback():
+        return None
+    if isinstance(error, REFUSED):  # its own message first (the recipe's OutOfSpace names the checkpoint that stands)
+        return one_line(error)
+    return out_of_space_line(error) if is_out_of_space(error) else None
+
+
 def refusing(prog: str, run: Callable[[], T]) -> T:
-    """``run()``; a refusal it raises (:data:`REFUSED`) ends the process as :func:`refuse` does, unless
-    ``LONGSHORT_TRACEBACK`` is set; so does an out-of-space error (:mod:`~torchtune_longshort.disk_space`)."""
+    """``run()``; an error it raises that :func:`fault_line` tells in one line (a refusal, a full disk) ends the
+    process as :func:`refuse` does; any other keeps its traceback."""
     try:
         return run()
-    except REFUSED as e:
-        if show_traceback():
-            raise
-        refuse(prog, one_line(e))
     except Exception as e:
-        if show_traceback() or not is_out_of_space(e):
+        line = fault_line(e)
+        if line is None:
             raise
-        refuse(prog, out_of_space_line(e))
+        refuse(prog, line)
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from torchtune_longshort.disk_space import FULL_BELOW, check_not_full, room, room_text
+from torchtune_longshort.disk_space import check_not_full, is_full, room_text
 from torchtune_longshort.refusals import Refusal
 
 
@@ -94,11 +94,12 @@ class SavedResults:
             if tracker.output_path:
                 self.check(samples_file(tracker, task_name), _jsonl_reader(len(rows)))
 
-        EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples = save_aggregated, save_samples
+        cls = EvaluationTracker
+        cls.save_results_aggregated, cls.save_results_samples = save_aggregated, save_samples
         try:
             yield self
         finally:
-            EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples = aggregated, samples
+            cls.save_results_aggregated, cls.save_results_samples = aggregated, samples
 
     def raise_if_failed(self) -> None:
         """:class:`ResultsNotWritten` with :meth:`problem`'s line when a file failed."""
@@ -111,19 +112,12 @@ class SavedResults:
         if not self.failed:
             return None
         folder = Path(self.failed[0].split(" (", 1)[0]).parent
-        full = _full(folder)
+        full = is_full(folder)
         why = (f"the disk is full ({room_text(folder)})" if full else
                f"{room_text(folder)}; lm-eval's warning above (\"Could not save ...\") says why")
         return (f"lm-eval could not write {len(self.failed)} results file(s): {'; '.join(self.failed[:3])}"
                 f"{' ...' if len(self.failed) > 3 else ''}: {why}. Its scores are in the table above; "
                 f"{'free space there' if full else 'mend that'} (or pass another --output_path) and run again")
-
-
-def _full(folder: Path) -> bool:
-    try:
-        return room(folder)[0] < FULL_BELOW
-    except OSError:
-        return False
 
 
 def check_output_room(output_path: Optional[str]) -> None:

@@ -21,8 +21,8 @@ from typing import List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
+from torchtune_longshort.disk_space import is_out_of_space
+from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -96,7 +96,10 @@ def main(argv=None) -> int:
     try:  # a full disk, or a run's record cut off: one line; a report that failed part-way removed what it wrote
         summary = build_report(study.out, report_dir, cfg, note=a.note)
     except Exception as e:
-        return refusal(PROG, _fault_line(e))
+        line = fault_line(e)
+        if line is None:
+            raise
+        return refusal(PROG, line)
     by = {}
     for k, r in summary["runs"].items():
         by.setdefault(r["status"], []).append(k)
@@ -113,14 +116,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _fault_line(error: Exception) -> str:
-    """The one line of a failure told without a traceback: bad input (a run's record cut off) or a full disk;
-    ``error`` raised again for any other (or with ``LONGSHORT_TRACEBACK`` set)."""
-    if show_traceback() or not (isinstance(error, REFUSED) or is_out_of_space(error)):
-        raise error
-    return out_of_space_line(error) if is_out_of_space(error) else one_line(error)
-
-
 def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
     """Run the grid; None when it ran to its end, else the exit status: 130 when it was interrupted (said in one
     line: how to go on), 2 when a write found the disk full (one line; each run's record is written whole)."""
@@ -133,9 +128,10 @@ def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
               file=sys.stderr)
         return 130
     except Exception as e:
-        if not is_out_of_space(e):
+        line = fault_line(e) if is_out_of_space(e) else None
+        if line is None:
             raise
-        return refusal(PROG, _fault_line(e))
+        return refusal(PROG, line)
     return None
 
 

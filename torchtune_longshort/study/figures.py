@@ -15,12 +15,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
                                                  series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
+from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.config import StudyConfig, StudyConfigError
@@ -338,9 +337,10 @@ def main(argv=None) -> int:
     try:
         made = redraw_report(cfg, Path(a.report))
     except Exception as e:  # a report that is not one, a record cut off, a full disk: one line
-        if show_traceback() or not (isinstance(e, REFUSED) or is_out_of_space(e)):
+        line = fault_line(e)
+        if line is None:
             raise
-        return refusal(prog, out_of_space_line(e) if is_out_of_space(e) else one_line(e))
+        return refusal(prog, line)
     print(f"redrew {len(made)} figure(s) in {a.report}: {', '.join(made)}")
     return 0
 

@@ -21,7 +21,7 @@ from typing import List, Optional
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
-from torchtune_longshort.refusals import REFUSED, ArgumentParser, one_line, refusal, show_traceback
+from torchtune_longshort.refusals import REFUSED, ArgumentParser, fault_line, one_line, refusal, show_traceback
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
 from .misalignment import scalar_misalignment
@@ -147,7 +147,7 @@ def _replot(paper: List[str], beyond: List[str], out: str) -> int:
     try:
         written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
     except (OSError, ValueError) as e:
-        return refusal(PROG, out_of_space_line(e) if is_out_of_space(e) else one_line(e))
+        return refusal(PROG, fault_line(e) or one_line(e))
     print(f"redrew {len(written)} figure(s): {', '.join(written)}")
     return 0
 
