@@ -22,13 +22,15 @@ def read_json(path: Path) -> Any:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Union[str, Path], mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str, Path]] = None,
+                **kwargs: Any) -> Iterator[IO]:
     """A file object writing to a temporary file beside ``path`` that replaces ``path`` (``os.replace``) when the
     block ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
     temporary file (it would hold the disk's last bytes, and a folder check would take it for a user's) and an
-    ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device")."""
+    ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device"). ``tmp``: the
+    temporary file's path (default ``<path>.tmp``)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = Path(tmp) if tmp is not None else path.with_name(path.name + ".tmp")
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f

@@ -47,7 +47,8 @@ class TaskFamily:
         needs_model: the lm-eval model it needs ("" when any model will do).
         former_names: its names in results files of earlier versions (read, never written).
         value_kinds: ``(key, kind)`` of its own ``--metadata`` keys whose values are checked before a run
-            (:func:`check_metadata_values`; a kind of :data:`VALUE_KINDS`).
+            (:func:`check_metadata_values`; a kind of :data:`VALUE_KINDS`); its ``data_dir_key`` is checked as a
+            ``folder`` without being listed.
     """
 
     task: str
@@ -78,12 +79,12 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
-                           value_kinds=(("babilong_data_dir", "folder"), ("babilong_missing", "skip or error"))),
+                           value_kinds=(("babilong_missing", "skip or error"),)),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
                               former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,),
-                              value_kinds=(("longbench_e_data_dir", "folder"), ("longbench_e_missing", "skip or error"))),
+                              value_kinds=(("longbench_e_missing", "skip or error"),)),
 }
 
 
@@ -169,6 +170,7 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
     ``_skip_bad_records``) and each family's :attr:`TaskFamily.value_kinds`: what the task would score NaN for (or
     report as missing data) with the same reason, told before a run starts."""
     kinds = {key: kind for family in TASK_FAMILIES.values() for key, kind in family.value_kinds}
+    kinds.update({f.data_dir_key: "folder" for f in TASK_FAMILIES.values() if f.data_dir_key})
     for key, value in metadata.items():
         key = str(key)
         if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -41,7 +40,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
     parse_length,
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
-from torchtune_longshort.output_guard import check_output_folder, read_names, write_names
+from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
 from torchtune_longshort.refusals import ArgumentParser, refusing
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
@@ -124,22 +123,14 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count
         bar.set_postfix_str(f"{length} {qa}", refresh=False)
         path = out / length / f"{qa}.jsonl"
         _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
-        tmp = path.with_name(f".{path.name}.partial")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                for depth in plan:
-                    for _ in range(n):
-                        row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
-                                           prompts.get(qa))
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                        bar.update(1)
-        except OSError as e:  # a full disk: its part goes (it holds the disk's last bytes), the file is named
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if e.filename or not e.errno:
-                raise
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        os.replace(tmp, path)  # an earlier file stays whole until this one is
+        # written aside (an earlier file stays whole until this one is); a full disk removes the part, naming the file
+        with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
+            for depth in plan:
+                for _ in range(n):
+                    row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
+                                       prompts.get(qa))
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    bar.update(1)
         paths.append(path)
 
 
