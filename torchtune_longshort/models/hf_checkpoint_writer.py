@@ -34,6 +34,7 @@ from torchtune_longshort.models.hf_rope import (
     update_hf_config,
 )
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
+from torchtune_longshort.models.peft_adapter import is_adapter_key
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def write_hf_checkpoint(
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
-    adapters = [k for k in model_sd if "lora_" in k or k.endswith("magnitude")]
+    adapters = [k for k in model_sd if is_adapter_key(k)]
     if adapters:
         raise ValueError(
             f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "

@@ -38,6 +38,12 @@ _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 StateDict = Dict[str, torch.Tensor]
 
 
+def is_adapter_key(key: str) -> bool:
+    """Whether torchtune state-dict entry ``key`` is an adapter's (LoRA's ``lora_a`` / ``lora_b``, DoRA's
+    ``magnitude``), which a merged checkpoint does not hold."""
+    return "lora_" in key or key.endswith("magnitude")
+
+
 def lora_modules(tune_sd: StateDict) -> List[str]:
     """The torchtune module names that carry LoRA weights, sorted."""
     return sorted(k[: -len(_LORA_A)] for k in tune_sd if k.endswith(_LORA_A))

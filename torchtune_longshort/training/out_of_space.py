@@ -26,7 +26,7 @@ import torch
 from torchtune.config import instantiate
 
 from torchtune_longshort.disk_space import check_room, reason, room, room_text, size_text
-from torchtune_longshort.models.peft_adapter import lora_modules
+from torchtune_longshort.models.peft_adapter import is_adapter_key, lora_modules
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path, saves_at
 
@@ -57,7 +57,7 @@ def weight_bytes(model: torch.nn.Module, dtype: torch.dtype, lora: bool) -> int:
     size = torch.tensor([], dtype=dtype).element_size()
     total = 0
     for key, value in sd.items():
-        if "lora_" in key or key.endswith("magnitude"):
+        if is_adapter_key(key):
             continue
         total += value.numel() * (4 if key in adapted else size)
     if lora:
