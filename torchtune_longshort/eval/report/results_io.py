@@ -8,6 +8,7 @@ pack's names took the ``longshort_`` prefix) becomes its current one (:func:`tor
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -74,7 +75,13 @@ def json_file(path: Path) -> Any:
 
 def sample_rows(path: Path) -> List[Dict[str, Any]]:
     """The rows of a samples file; a line that is not JSON (torn by a killed run) is skipped with a warning, never
-    the whole report."""
+    the whole report. Read once per version of the file (the curves, the cell counts and the cut-off check all ask)."""
+    st = Path(path).stat()
+    return list(_sample_rows(str(path), st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _sample_rows(path: str, _mtime_ns: int, _size: int) -> Tuple[Dict[str, Any], ...]:
     rows, bad = [], []
     for i, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
@@ -87,7 +94,7 @@ def sample_rows(path: Path) -> List[Dict[str, Any]]:
         rows.append(row if isinstance(row, dict) else {})
     if bad:
         logger.warning("%s: %d line(s) not JSON (line %d first), skipped", path, len(bad), bad[0])
-    return rows
+    return tuple(rows)
 
 
 def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
