@@ -5,6 +5,7 @@ output folder has its stricter rules in ``training.output_dir``)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import shutil
@@ -31,6 +32,9 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     temporary file's path (default ``<path>.tmp``)."""
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else path.with_name(path.name + ".tmp")
+    recording = _RECORDING.get()
+    if recording is not None:
+        recording.claim(path, tmp)
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f
@@ -76,25 +80,85 @@ def _written_paths(folder: Path, patterns: Sequence[str]) -> set:
     return found | {q for p in found if p.is_dir() and not p.is_symlink() for q in p.rglob("*")}
 
 
+# the record of what a run of a command is writing into a folder (:func:`undone_on_failure`): a run killed part-way
+# (SIGKILL, power) leaves it, and a later run takes the names it lists as a run's own (:func:`check_output_folder`)
+WRITING = ".longshort_writing"
+
+
+class _Record:
+    """The names (relative, with ``/``) one :func:`undone_on_failure` block writes into ``folder``, kept on disk in
+    ``folder/WRITING`` *before* each file (and each folder it makes) appears, with those a killed run listed."""
+
+    def __init__(self, folder: Path, before: set, leftover: Sequence[str]):
+        self.folder, self.before, self.leftover, self.names = folder, before, set(leftover), set()
+
+    def claim(self, *paths: Path) -> None:
+        new = set()
+        for path in paths:
+            try:
+                rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.folder))
+            except ValueError:
+                continue  # not in this folder
+            new |= {rel.as_posix()} | {a.as_posix() for a in rel.parents[:-1] if self.folder / a not in self.before}
+        if new - self.names:
+            self.names |= new
+            self.save(self.leftover | self.names)
+        for path in paths:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    def save(self, names: set) -> None:
+        token = _RECORDING.set(None)  # the record's own file is not one of the run's
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_names(self.folder / WRITING, names)
+        finally:
+            _RECORDING.reset(token)
+
+
+_RECORDING: contextvars.ContextVar[Optional[_Record]] = contextvars.ContextVar("longshort_recording", default=None)
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    """Remove ``paths`` (files, and folders once empty), deepest first; what is gone or cannot go is left."""
+    for p in sorted(set(paths), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
 @contextlib.contextmanager
-def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str]) -> Iterator[None]:
-    """A block that writes a command's files (``patterns``: names or globs in ``folder``, folders among them): when it
-    fails (a full disk, Ctrl-C), the files and folders it added are removed, and ``folder`` itself when the block made
-    it, so that the folder holds what it held before (an earlier run's files, which its own record still lists) and
-    the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay (each written
-    whole, :func:`atomic_open`)."""
+def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str],
+                      replaces: Iterable[str] = ()) -> Iterator[None]:
+    """A block that writes a command's files (``patterns``: names or globs in ``folder``, folders among them), each
+    through :func:`atomic_open`.
+
+    - When it fails (a full disk, Ctrl-C), the files and folders it added are removed, and ``folder`` itself when the
+      block made it, so that the folder holds what it held before (an earlier run's files, which its own record still
+      lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay (each
+      written whole).
+    - When it is killed (SIGKILL, no Python left to clean up), ``folder/WRITING`` lists what it wrote, each name
+      recorded before the file appeared: :func:`check_output_folder` takes those as an earlier run's.
+    - When it succeeds, what an earlier run wrote and this one did not write again goes (``replaces``: the names an
+      earlier run's own record lists; with those a killed run recorded), so that no stale figure stays beside the new
+      report, and the record goes."""
     folder = Path(folder)
     made, before = not folder.exists(), _written_paths(folder, patterns)
+    record = _Record(folder, before, read_names(folder / WRITING) or [])
+    token = _RECORDING.set(record)
     try:
         yield
     except BaseException:
-        for p in sorted(_written_paths(folder, patterns) - before, key=lambda p: len(p.parts), reverse=True):
-            with contextlib.suppress(OSError):
-                p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+        _remove(_written_paths(folder, patterns) - before)
+        with contextlib.suppress(OSError):
+            record.save(record.leftover) if record.leftover else (folder / WRITING).unlink(missing_ok=True)
         if made:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
         raise
+    finally:
+        _RECORDING.reset(token)
+    stale = {folder / n for n in record.leftover | set(replaces)} - {folder / n for n in record.names}
+    _remove(p for p in stale if p in _written_paths(folder, patterns))
+    (folder / WRITING).unlink(missing_ok=True)
 
 
 def read_names(path: Union[str, Path]) -> Optional[List[str]]:
@@ -114,8 +178,9 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
                         earlier: Callable[[Path], Union[bool, Collection[str]]]) -> None:
     """Refuse a ``folder`` (given as ``option``) that is a file, or that holds something of a name the command
     writes (``writes``: names or glob patterns, relative to ``folder``: ``"report.md"``, ``"*.png"``,
-    ``"1k/qa1.jsonl"``) which no earlier run of it wrote. ``earlier(folder)``: True when an earlier run wrote all of
-    them, False when none, or the paths it wrote (relative, with ``/``)."""
+    ``"1k/qa1.jsonl"``) which no earlier run of it wrote (nor a run killed part-way, :data:`WRITING`).
+    ``earlier(folder)``: True when an earlier run wrote all of them, False when none, or the paths it wrote
+    (relative, with ``/``)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
@@ -124,8 +189,8 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
     present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)})
     if not present:
         return
-    ours = earlier(folder)
-    foreign = [] if ours is True else present if ours is False else [n for n in present if n not in ours]
+    ours, killed = earlier(folder), set(read_names(folder / WRITING) or [])  # and what a killed run had written
+    foreign = [] if ours is True else [n for n in present if n not in killed and (ours is False or n not in ours)]
     if foreign:
         raise FileExistsError(
             f"{option}={str(folder)!r} holds {', '.join(map(repr, foreign[:5]))}{' ...' if len(foreign) > 5 else ''}, "

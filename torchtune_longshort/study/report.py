@@ -156,8 +156,19 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data.
     Every file is written whole or not at all, ``summary.json`` last; a call that fails removes what it made."""
     rdir = Path(report_dir)
-    with undone_on_failure(rdir, REPORT_WRITES):
+    with undone_on_failure(rdir, REPORT_WRITES, replaces=_earlier_files(rdir)):
         return _build_report(Path(out), rdir, cfg, wall_s, note)
+
+
+def _earlier_files(rdir: Path) -> List[str]:
+    """What an earlier study report in ``rdir`` wrote, from its ``summary.json``: its plots and run records (a
+    rerun removes those it does not write again: a plot or a run the config no longer has)."""
+    if not finished_report(rdir):
+        return []
+    summary = read_json(rdir / "summary.json")
+    plots = [p for p in summary.get("plots") or [] if isinstance(p, str)]
+    runs = [f"runs/{k}" for k in summary.get("runs") or {} if isinstance(k, str)]
+    return plots + runs + [f"{r}/{f}" for r in runs for f in ("result.json", "lm_eval_results.json")]
 
 
 def _copy_records(out: Path, rdir: Path, recs: Dict[str, Dict[str, Any]]) -> None:
@@ -165,8 +176,7 @@ def _copy_records(out: Path, rdir: Path, recs: Dict[str, Dict[str, Any]]) -> Non
     for key, rec in recs.items():
         if rec.get("status") == "not run":
             continue
-        d = rdir / "runs" / key
-        d.mkdir(parents=True, exist_ok=True)
+        d = rdir / "runs" / key  # made by atomic_open, once undone_on_failure has recorded it
         atomic_write_json(d / "result.json", rec, indent=1, default=str)
         src = out / rec.get("run_dir", "") / "eval"
         files = sorted(src.rglob("results_*.json"), key=lambda p: p.name) if src.is_dir() else []

@@ -246,7 +246,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["runs"] = infos
     summary["samples_cut_off"] = cut_off
-    with undone_on_failure(out_dir, REPORT_FILE_PATTERNS):  # a full disk part-way: nothing of this run is left
+    # a full disk part-way: nothing of this run is left; an earlier report's figures this one does not draw go
+    with undone_on_failure(out_dir, REPORT_FILE_PATTERNS, replaces=_earlier_files(out_dir) or ()):
         _write_report(out_dir, names, results_dirs, runs, summary, runs_table, run_notes, sections)
     return summary
 
@@ -275,15 +276,17 @@ def _write_report(out_dir: Path, names, results_dirs, runs, summary, runs_table,
 REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_position_loss.*", "heatmap_*.png")
 
 
+def _earlier_files(folder: Path) -> Optional[List[str]]:
+    """The files an earlier report in ``folder`` wrote, as its ``summary.json`` lists them; None when there is none."""
+    summary = read_json(folder / "summary.json")
+    files = summary.get("files") if isinstance(summary, dict) else None
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None
+
+
 def check_out_dir(out_dir: Path) -> None:
     """An ``--out`` the report may write: a rerun replaces only what an earlier report there wrote (its
     ``summary.json`` lists it), never a user's file."""
-    def earlier(folder: Path):
-        summary = read_json(folder / "summary.json")
-        files = summary.get("files") if isinstance(summary, dict) else None
-        return files if isinstance(files, list) else False
-
-    check_output_folder(out_dir, "--out", REPORT_FILE_PATTERNS, earlier)
+    check_output_folder(out_dir, "--out", REPORT_FILE_PATTERNS, lambda folder: _earlier_files(folder) or False)
     check_creatable("--out", str(out_dir), writable=True)
 
 

@@ -1,0 +1,121 @@
+"""A command killed part-way while it writes into a folder the user named (SIGKILL: no Python left to clean up).
+
+Before: the eval report's and the study report's files were listed only in their ``summary.json``, written last, so
+a report killed before it left figures no record listed, and the rerun refused them by name ("holds
+'ppl_vs_length.png', which no earlier run there wrote"). And a rerun that drew fewer figures left the earlier ones
+beside the new report, unlisted, so the run after it was refused. Now ``output_guard.undone_on_failure`` records each
+name in ``.longshort_writing`` before the file appears; a rerun takes those as its own and removes what it does not
+write again, and never a file of the user's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.eval.report import main as report_main
+from torchtune_longshort.output_guard import (
+    WRITING, atomic_write_text, check_output_folder, undone_on_failure,
+)
+
+PATTERNS = ("out_*.txt", "runs")
+
+# a child that writes three files through undone_on_failure and is killed by SIGKILL after the file numbered KILL
+WRITER = """
+import os, signal, sys
+from pathlib import Path
+from torchtune_longshort.output_guard import atomic_write_text, undone_on_failure
+folder, kill, names = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+with undone_on_failure(folder, {patterns!r}):
+    for i, name in enumerate(names):
+        atomic_write_text(folder / name, name)
+        if i + 1 == kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _write_killed(folder: Path, kill: int, names) -> None:
+    p = subprocess.run([sys.executable, "-c", WRITER.format(patterns=PATTERNS), str(folder), str(kill), *names])
+    assert p.returncode == -signal.SIGKILL
+
+
+def _check(folder: Path) -> None:
+    check_output_folder(folder, "--out", PATTERNS, lambda f: False)  # no earlier finished run: only the record
+
+
+def test_a_killed_run_is_recorded_and_its_rerun_takes_its_files_and_removes_the_stale_ones(tmp_path):
+    folder = tmp_path / "rep"
+    _write_killed(folder, 2, ["out_a.txt", "runs/k1/r.json", "out_b.txt"])
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
+        WRITING, "out_a.txt", "runs", "runs/k1", "runs/k1/r.json"]
+    assert set(json.loads((folder / WRITING).read_text())) >= {"out_a.txt", "runs", "runs/k1", "runs/k1/r.json"}
+    _check(folder)  # not refused: the record lists every name
+    (folder / "mine.txt").write_text("the user's")
+    with undone_on_failure(folder, PATTERNS):  # the rerun writes out_b.txt only
+        atomic_write_text(folder / "out_b.txt", "b")
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == ["mine.txt", "out_b.txt"]
+
+
+def test_a_second_kill_keeps_the_first_ones_names_and_a_users_file_is_still_refused(tmp_path):
+    folder = tmp_path / "rep"
+    _write_killed(folder, 1, ["out_a.txt", "out_b.txt"])
+    _write_killed(folder, 1, ["out_c.txt"])
+    _check(folder)
+    (folder / "out_user.txt").write_text("the user's")
+    with pytest.raises(FileExistsError, match="'out_user.txt', which no earlier run there wrote"):
+        _check(folder)
+    (folder / "out_user.txt").unlink()
+    with pytest.raises(OSError):  # a rerun that fails keeps the record of what the killed ones left
+        with undone_on_failure(folder, PATTERNS):
+            atomic_write_text(folder / "out_d.txt", "d")
+            raise OSError(28, "No space left on device")
+    assert sorted(p.name for p in folder.iterdir()) == [WRITING, "out_a.txt", "out_c.txt"]
+    _check(folder)
+
+
+def test_a_run_that_only_finishes_leaves_no_record(tmp_path):
+    folder = tmp_path / "rep"
+    with undone_on_failure(folder, PATTERNS):
+        atomic_write_text(folder / "out_a.txt", "a")
+        atomic_write_text(tmp_path / "elsewhere.txt", "not in the folder: not recorded")
+        assert json.loads((folder / WRITING).read_text()) == ["out_a.txt", "out_a.txt.tmp"]
+    assert sorted(p.name for p in folder.iterdir()) == ["out_a.txt"]
+
+
+def _results(d: Path, results) -> Path:
+    d.mkdir(parents=True)
+    (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps({"results": results}))
+    return d
+
+
+REPORT_KILLED = """
+import os, signal, sys
+from torchtune_longshort.eval.report import build
+save = build.save_figure
+def save_and_die(fig, path, **kwargs):
+    save(fig, path, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+build.save_figure = save_and_die
+build.build_report([sys.argv[1]], sys.argv[2])
+"""
+
+
+def test_the_eval_report_killed_part_way_and_one_that_draws_fewer_figures(tmp_path, capsys):
+    passkey = _results(tmp_path / "a", {"longshort_ppl": {"ppl_512,none": 9.25},
+                                         "longshort_passkey": {"acc,none": 0.5, "acc_2k_d0,none": 1.0}})
+    ppl_only = _results(tmp_path / "b", {"longshort_ppl": {"ppl_512,none": 8.5}})
+    out = tmp_path / "rep"
+    p = subprocess.run([sys.executable, "-c", REPORT_KILLED, str(passkey), str(out)])
+    assert p.returncode == -signal.SIGKILL and (out / "ppl_vs_length.png").is_file()
+    assert not (out / "summary.json").exists()
+    report_main([str(passkey), "--out", str(out)])  # was refused: 'ppl_vs_length.png', which no earlier run wrote
+    assert (out / "heatmap_longshort_passkey_a.png").is_file() and not (out / WRITING).exists()
+    report_main([str(ppl_only), "--out", str(out)])  # no passkey: the earlier heatmap is not left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["ppl_vs_length.png", "report.md", "summary.json"]
+    report_main([str(passkey), "--out", str(out)])  # was refused for that heatmap
+    assert "heatmap_longshort_passkey_a.png" in json.loads((out / "summary.json").read_text())["files"]
+    capsys.readouterr()
