@@ -22,7 +22,7 @@ from typing import Any, Dict, Type
 from torch import nn
 
 from torchtune_longshort.rope.abf import ABFRoPE, EABFRoPE, eabf_query_scale
-from torchtune_longshort.rope.base import DefaultRoPE, ScaledRoPE, check_head_dim, rotate
+from torchtune_longshort.rope.base import DefaultRoPE, ScaledRoPE, check_head_dim, rope_modules, rotate
 from torchtune_longshort.rope.clex import CLEXRoPE
 from torchtune_longshort.rope.linear import LinearRoPE
 from torchtune_longshort.rope.llama3 import Llama3RoPE
@@ -132,4 +132,5 @@ __all__ = [
     "eabf_query_scale",
     "yarn_mscale",
     "rotate",
+    "rope_modules",
 ]

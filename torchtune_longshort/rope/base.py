@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -138,6 +138,11 @@ class ScaledRoPE(nn.Module):
     # The stream of a method's random training draws (CLEX's t and positions); None: torch's global stream. The
     # recipe sets one seeded generator, the same on every rank, and saves its state with each checkpoint.
     generator: Optional[torch.Generator] = None
+    # Whether the rotation depends on the length of the whole sequence, not only on each position (dynamic NTK's
+    # base, LongRoPE's factors, CLEX's t). The eval model then batches only sequences of one length (a padded row
+    # would take its batch's width), and a prompt prefilled in chunks declares its whole length (sequence_length).
+    length_dependent: bool = False
+    _sequence_length: Optional[int] = None  # set by sequence_length(): the length of the sequence a call is part of
 
     # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
     @classmethod
@@ -296,11 +301,42 @@ class ScaledRoPE(nn.Module):
 
     @contextmanager
     def sequence_length(self, length: int) -> Iterator[None]:
-        """Within the block, calls are parts of one sequence of ``length`` positions (a prefill run in chunks). A
-        method whose rotation switches with the length of the sequence then takes ``length`` instead of the call's
-        largest position + 1; nothing changes here (LongRoPE overrides it; dynamic NTK keeps its per-call rule)."""
+        """Within the block, calls are parts of one sequence of ``length`` positions (a prompt prefilled in chunks:
+        transformers' one prefill of the whole prompt). A length-dependent method takes ``length`` instead of the
+        call's largest position + 1 (:meth:`call_length`); a call reaching past ``length`` is refused."""
         check_positive_int("length", length)
-        yield
+        if length > self.max_seq_len:
+            raise ValueError(f"sequence_length({length}) exceeds this RoPE's max_seq_len={self.max_seq_len}: rebuild "
+                             "it for the target length")
+        previous, self._sequence_length = self._sequence_length, length
+        try:
+            yield
+        finally:
+            self._sequence_length = previous
+
+    def declared_length(self, seq_len: int, input_pos: Optional[torch.Tensor]) -> Optional[int]:
+        """The length :meth:`sequence_length` declared for this call, or None; a call reaching past it raises
+        ``ValueError``."""
+        length = self._sequence_length
+        if length is not None and not torch.compiler.is_compiling():
+            top = seq_len - 1 if input_pos is None else int(input_pos.max()) if input_pos.numel() else -1
+            if top >= length:
+                raise ValueError(f"input_pos reaches {top}, past the sequence of {length} positions declared by "
+                                 "sequence_length(): declare the whole sequence's length")
+        return length
+
+    def call_length(self, seq_len: int, input_pos: Optional[torch.Tensor]) -> int:
+        """The sequence length a length-dependent rotation takes for this call: the declared one
+        (:meth:`sequence_length`), else the call's largest position + 1 (``seq_len`` without ``input_pos``)."""
+        length = self.declared_length(seq_len, input_pos)
+        if length is not None:
+            return length
+        return seq_len if input_pos is None else int(input_pos.max()) + 1
+
+
+def rope_modules(model: nn.Module) -> List[ScaledRoPE]:
+    """The distinct RoPE modules of ``model`` (one shared by every layer in torchtune's builders)."""
+    return list({id(m): m for m in model.modules() if isinstance(m, ScaledRoPE)}.values())
 
 
 class DefaultRoPE(ScaledRoPE):

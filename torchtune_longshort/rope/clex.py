@@ -92,6 +92,7 @@ class CLEXRoPE(ScaledRoPE):
     """
 
     method = "clex"
+    length_dependent = True
     transformers_representable = False  # the learned frequency ODE has no config.json entry in transformers
     has_learned_parameters = True  # ode_up_proj / ode_down_proj
     needs_original_length = True
@@ -279,7 +280,7 @@ class CLEXRoPE(ScaledRoPE):
                         f"with seq_len={seq_len} and t={t}, build the model for at least seq_len * t_max positions"
                     )
         else:
-            length = seq_len if input_pos is None else int(input_pos.max()) + 1
+            length = self.call_length(seq_len, input_pos)
             t = self.inference_t(length)
             theta = self._eval_inv_freq(t)
         self._state = (t, theta, positions)
@@ -331,7 +332,7 @@ class CLEXRoPE(ScaledRoPE):
                     "(torchtune's set_activation_checkpointing, use_reentrant=False)"
                 )
         else:
-            length = seq_len if input_pos is None else int(input_pos.max()) + 1
+            length = self.call_length(seq_len, input_pos)
             theta, sampled = self._eval_inv_freq(self.inference_t(length)), None
         if input_pos is not None:
             pos = input_pos.to(torch.float32)

@@ -19,8 +19,7 @@ cache (transformers' ``LlamaForCausalLM``) gets keys with the factors they were 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -64,6 +63,7 @@ class LongRoPE(ScaledRoPE):
     """
 
     method = "longrope"
+    length_dependent = True
     has_factor = True
     needs_original_length = True
     hf_rope_type = "longrope"
@@ -130,7 +130,6 @@ class LongRoPE(ScaledRoPE):
             raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or "
                              "None")
         self._attention_factor = None if attention_factor is None else float(attention_factor)
-        self._sequence_length: Optional[int] = None  # set by sequence_length(): the switch's length for a chunk
         self.rope_init()
 
     @property
@@ -164,29 +163,10 @@ class LongRoPE(ScaledRoPE):
         # long carry the short factors; the first step past L recomputes them (past_length <= L < input length).
         return 0 < cached and not self.uses_long_factors(cached) and self.uses_long_factors(length)
 
-    @contextmanager
-    def sequence_length(self, length: int) -> Iterator[None]:
-        """Within the block, every call takes the factors of a sequence of ``length`` positions (a prompt prefilled
-        in chunks: transformers' one prefill of the whole prompt); a call reaching past ``length`` is refused."""
-        check_positive_int("length", length)
-        if length > self.max_seq_len:
-            raise ValueError(f"sequence_length({length}) exceeds this RoPE's max_seq_len={self.max_seq_len}: rebuild "
-                             "it for the target length")
-        previous, self._sequence_length = self._sequence_length, length
-        try:
-            yield
-        finally:
-            self._sequence_length = previous
-
     def cos_sin(self, seq_len, input_pos):
         if not self.is_cache_built:
             raise RuntimeError(f"{type(self).__name__}: RoPE cache is not built; call rope_init() first")
-        length = self._sequence_length
-        if length is not None and not torch.compiler.is_compiling():
-            top = seq_len - 1 if input_pos is None else int(input_pos.max()) if input_pos.numel() else -1
-            if top >= length:
-                raise ValueError(f"input_pos reaches {top}, past the sequence of {length} positions declared by "
-                                 "sequence_length(): declare the whole sequence's length")
+        length = self.declared_length(seq_len, input_pos)
         if input_pos is None:
             long = self.uses_long_factors(seq_len if length is None else length)
             rows = (self.long_cache if long else self.cache)[:seq_len]

@@ -72,6 +72,7 @@ class DynamicNTKRoPE(ScaledRoPE):
     """
 
     method = "dynamic_ntk"
+    length_dependent = True
     has_factor = True
     needs_original_length = True
     hf_rope_type = "dynamic"
@@ -112,7 +113,7 @@ class DynamicNTKRoPE(ScaledRoPE):
         return {"factor": self.factor, "original_max_seq_len": self.original_max_seq_len}
 
     def cos_sin(self, seq_len, input_pos):
-        length = seq_len if input_pos is None else int(input_pos.max()) + 1
+        length = self.call_length(seq_len, input_pos)
         if length <= self.original_max_seq_len:
             return super().cos_sin(seq_len, input_pos)
         key = (length, self.cache.device)

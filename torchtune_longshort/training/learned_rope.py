@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torchtune import training
 
-from torchtune_longshort.rope.base import ScaledRoPE
+from torchtune_longshort.rope.base import ScaledRoPE, rope_modules
 
 _ROPE_GENERATOR_OFFSET = 7937  # the rope generator's seed is the run's seed plus this (the position sampler: +7919)
 _INITIAL_OFFSET = 104729  # a new run's learned RoPE parameters: a stream apart from the LoRA adapters' (seed)
@@ -29,11 +29,7 @@ _INITIAL_OFFSET = 104729  # a new run's learned RoPE parameters: a stream apart 
 
 def learned_rope_modules(model: nn.Module) -> List[ScaledRoPE]:
     """The model's RoPE modules that hold learned parameters, each once."""
-    seen: Dict[int, ScaledRoPE] = {}
-    for m in model.modules():
-        if isinstance(m, ScaledRoPE) and any(True for _ in m.parameters(recurse=False)):
-            seen.setdefault(id(m), m)
-    return list(seen.values())
+    return [m for m in rope_modules(model) if any(True for _ in m.parameters(recurse=False))]
 
 
 def initial_learned_rope(model: nn.Module, seed: int) -> Dict[str, torch.Tensor]:

@@ -47,7 +47,9 @@ from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_mod
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
 from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.eval.model.processes import Processes
-from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
+from torchtune_longshort.eval.model.scoring import (
+    TokenLoglikelihood, forward_hidden, length_batches, score_continuations,
+)
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
 from torchtune_longshort.loss.divergences import DIVERGENCES
@@ -322,8 +324,7 @@ class LongShortLM(TemplateLM):
                 res[i] = RefusedText(self._out_of_memory(getattr(requests[i], "task_name", None),
                                                          len(enc) + max_gen, error))
 
-            for s in range(0, len(encoded), self.batch_size):
-                chunk = encoded[s : s + self.batch_size]
+            for chunk in length_batches(self.model, encoded, self.batch_size, lambda r: len(r[1])):
                 run_fitting(chunk, generate, refuse, self.device)
                 pbar.update(len(chunk))
         pbar.close()

@@ -4,11 +4,13 @@ Prompts are left-padded; positions and attention masks skip the padding, as torc
 prompt is prefilled in chunks (bounding the ``[q, kv]`` mask), and only the last position is ever projected to the
 vocabulary (:mod:`torchtune_longshort.hidden_states`).
 
-A RoPE whose rotation switches with the sequence's length (LongRoPE) is asked two things, so that the tokens equal
-transformers' ``Phi3ForCausalLM.generate``: the prompt's chunks run under the length of the whole prompt
-(``ScaledRoPE.sequence_length``), and before each step whether the cached keys are stale
-(``ScaledRoPE.kv_cache_stale``: LongRoPE's first step past its switch length), in which case the cache is dropped and
-the whole sequence prefilled again. Other methods answer "no" and keep their cache (dynamic NTK: as transformers).
+A RoPE whose rotation depends on the sequence's length (``ScaledRoPE.length_dependent``: dynamic NTK, LongRoPE,
+CLEX) is asked two things, so that the tokens equal transformers' ``generate`` (``Phi3ForCausalLM``'s for LongRoPE):
+the prompt's chunks run under the length of the whole prompt (``ScaledRoPE.sequence_length``: one prefill of the
+whole prompt; before, each 4096-token chunk took its own length's base or t), and before each step whether the cached
+keys are stale (``ScaledRoPE.kv_cache_stale``: LongRoPE's first step past its switch length), in which case the cache
+is dropped and the whole sequence prefilled again. Other methods answer "no" and keep their cache (dynamic NTK: as
+transformers). Such a model is given prompts of one length per batch (the adapter's ``length_batches``).
 """
 
 from __future__ import annotations
@@ -20,15 +22,10 @@ import torch
 from torch import nn
 
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output
-from torchtune_longshort.rope import ScaledRoPE
+from torchtune_longshort.rope import ScaledRoPE, rope_modules
 
 # Prefill of a generation prompt runs in chunks of this many positions (bounds the [q, kv] mask size).
 PREFILL_CHUNK = 4096
-
-
-def _rope_modules(model: nn.Module) -> List[ScaledRoPE]:
-    """The distinct RoPE modules of ``model`` (one shared by every layer in torchtune's builders)."""
-    return list({id(m): m for m in model.modules() if isinstance(m, ScaledRoPE)}.values())
 
 
 class _Batch:
@@ -115,7 +112,7 @@ def greedy_generate(
         raise ValueError(f"prefill_chunk={prefill_chunk!r} is not accepted: expected an integer >= 1")
     batch = _Batch(prompts, max_new_tokens, pad_id, device)
     decoder = decoder_of(model)
-    ropes = _rope_modules(model)
+    ropes = rope_modules(model)
     out: List[List[int]] = [[] for _ in range(batch.size)]
     done = torch.zeros(batch.size, dtype=torch.bool)
     try:

@@ -4,7 +4,7 @@ final hidden states, projected to the vocabulary a bounded chunk of positions at
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from torch import nn
@@ -12,9 +12,28 @@ from tqdm.auto import tqdm
 
 from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output, project_target_logprobs
+from torchtune_longshort.rope import rope_modules
 
 # (request index, input tokens = context + continuation minus the last token, continuation tokens)
 Prepared = Tuple[int, List[int], List[int]]
+Item = TypeVar("Item")
+
+
+def length_batches(model: nn.Module, ordered: Sequence[Item], size: int,
+                   length: Callable[[Item], int]) -> Iterator[List[Item]]:
+    """``ordered`` (longest first) in batches of at most ``size``. When ``model``'s RoPE depends on the sequence's
+    length (``ScaledRoPE.length_dependent``: dynamic NTK, LongRoPE, CLEX), a batch holds one ``length`` only: a
+    padded row would take its batch's width as its length, and a request would score differently alone and batched
+    (lm-eval's ``hf`` model does; compare it with ``batch_size=1``)."""
+    same_length = any(rope.length_dependent for rope in rope_modules(model))
+    batch: List[Item] = []
+    for item in ordered:
+        if batch and (len(batch) == size or (same_length and length(item) != length(batch[0]))):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
 
 
 class TokenLoglikelihood(tuple):
@@ -97,8 +116,7 @@ def score_continuations(
     pbar = tqdm(total=len(prepared), disable=disable_tqdm, desc="longshort loglikelihood")
     # longest first (then by tokens, as lm-eval's ``hf`` orders them)
     ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
-    for s in range(0, len(ordered), batch_size):
-        chunk = ordered[s : s + batch_size]
+    for chunk in length_batches(model, ordered, batch_size, lambda r: len(r[1])):
         run_fitting(chunk, score, refuse, device)
         pbar.update(len(chunk))
     pbar.close()

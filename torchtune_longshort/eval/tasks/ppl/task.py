@@ -5,7 +5,9 @@ The task ``longshort_ppl`` scores, at each length ``L`` of its ``max_seq_lengths
 when set), ``num_samples`` sequences of exactly ``L`` tokens, one per document (each
 document truncated to ``L`` tokens, as YaRN and CLEX report PG19 perplexity). A sample is one ``loglikelihood``
 request with an empty context, so the model sees ``[BOS] + x[:-1]`` and predicts all ``L`` tokens of ``x`` in one
-window (no rolling windows, no truncation); lm-eval's ``hf`` model and ``longshort`` score it identically.
+window (no rolling windows, no truncation); lm-eval's ``hf`` model and ``longshort`` score it identically (dynamic
+NTK past L excepted when one run holds several lengths: transformers keeps the base of the longest call before,
+``docs/rope.md``).
 
     ppl_L = exp( sum_docs sum_t NLL(x_t) / sum_docs L )      (metric ppl_<L>, e.g. ppl_4k; also token_nll_<L>)
 
