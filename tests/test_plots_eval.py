@@ -109,6 +109,13 @@ def test_per_position_curve_no_offset():
     check_plain_value_axis(ax.yaxis, min_ticks=2)
 
 
+def test_per_position_points_sit_at_the_centre_of_the_positions_they_average():
+    """Buckets of 2 over positions 0..4: (0, 1), (2, 3), (4). The points were drawn at 1, 3, 5 (half a bucket right,
+    the last one past the curve's end)."""
+    line = curves_figure({"run": {5: [1.0, 3.0, 5.0, 7.0, 9.0]}}, bucket=2).axes[0].lines[0]
+    assert list(line.get_xdata()) == [0.5, 2.5, 4.0] and list(line.get_ydata()) == [2.0, 6.0, 9.0]
+
+
 # ------------------------------------------------------------------------------- the value-axis rule (issue 25)
 @pytest.mark.parametrize("values, widened", [([408.1, 412.6, 414.3], True), ([110.072, 110.079], True),
                                              ([35.0, 96.0], False), ([0.0, 0.0], False), ([-0.5, 0.4], False),

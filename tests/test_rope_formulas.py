@@ -188,6 +188,16 @@ def test_clex_training_draws_t_and_positions():
     assert r.current_t == 8
 
 
+def test_clex_training_positions_past_twice_l_follow_the_released_rule():
+    """seq_len = 64 = 2 L, t = 3: the released code's inner positions (k + 1) / 2 and its last position
+    64 * 3 // 2 - 1 = 95 (it was (64 * 3 - 1) / 2 = 95.5, off the released rule whenever seq_len >= 2 L)."""
+    r = clex(time_dt=0.25)
+    g = torch.Generator().manual_seed(0)
+    pos = r.sample_training_positions(64, 3, generator=torch.Generator().manual_seed(0))
+    inner = torch.randperm(64 * 3 - 2, generator=g)[:62].sort().values.float() + 1
+    assert pos[0] == 0 and pos[-1] == 95.0 and torch.equal(pos[1:-1], inner / 2)
+
+
 def test_clex_t_min_floors_the_training_draws_and_leaves_inference_alone():
     r = clex(time_dt=0.25, t_min=3)
     assert r.spec()["t_min"] == 3 and "t_min" not in clex(time_dt=0.25).spec()  # the released rule keeps its spec
@@ -226,6 +236,26 @@ def test_pose_chunks_are_consecutive_with_skips_inside_target():
     assert ((gaps > 1).sum(1) <= N - 1).all()  # at most N-1 jumps: N chunks of consecutive ids
     assert (gaps > 1).any()  # skips do happen
     assert pos[:, -1].max() > target - 5  # and reach the end of the target range
+
+
+def test_pose_two_chunks_follow_the_released_rule():
+    """train_pose.py: ``rt1 = randint(1, (len_chunk + 1) // 2)`` (first chunk at most half the window, inclusive),
+    ``rt = randint(0, target - len)`` (the second chunk's skip). The first chunk was uniform on 1..s-1."""
+    target, s = 100, 16
+    pos = build_position_sampler("pose", target_len=target).sample(4000, s, torch.Generator().manual_seed(0))
+    gaps = pos[:, 1:] - pos[:, :-1]
+    jumped = gaps.ne(1).any(1)
+    first = torch.where(jumped, gaps.ne(1).int().argmax(1) + 1, torch.full_like(pos[:, 0], -1))[jumped]
+    assert set(first.tolist()) == set(range(1, 9))  # 1..(16 + 1) // 2 = 8, each drawn
+    skips = pos[:, -1] - (s - 1)
+    assert skips.min() == 0 and skips.max() == target - s and abs(skips.float().mean() - (target - s) / 2) < 1.5
+
+
+def test_build_rope_without_a_base_takes_the_methods_own_default():
+    """Llama-3's module documents base 500000; build_rope passed its own 10000 to every method."""
+    assert build_rope("llama3", head_dim=D, max_seq_len=64).base == 500_000.0
+    assert build_rope("linear", head_dim=D, max_seq_len=64, factor=2).base == 10_000.0
+    assert build_rope("llama3", head_dim=D, max_seq_len=64, base=BASE).base == BASE
 
 
 # ---- errors ---------------------------------------------------------------------------------------------

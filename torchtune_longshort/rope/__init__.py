@@ -17,7 +17,7 @@ same one-line message everywhere.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Dict, Type
+from typing import Any, Dict, Optional, Type
 
 from torch import nn
 
@@ -71,14 +71,15 @@ def check_rope_method(method: Any, where: str = "method") -> str:
 
 
 
-def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10_000.0, **method_kwargs) -> nn.Module:
+def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: Optional[float] = None,
+               **method_kwargs) -> nn.Module:
     """Build the RoPE module of ``method`` for ``max_seq_len`` positions.
 
     Args:
         method: a key of ``ROPE_METHODS``.
         head_dim: per-head dimension (positive, even).
         max_seq_len: target context length (the cache covers positions 0..max_seq_len-1).
-        base: the pre-trained RoPE base.
+        base: the pre-trained RoPE base; None: the method's own default (10000; Llama-3's 500000).
         **method_kwargs: the method's own parameters (``factor``, ``original_max_seq_len``, ``alpha``/``beta``,
             ``new_base``, ``t_max``, ``layout``, ...; see each class).
 
@@ -89,7 +90,7 @@ def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: float = 10
     check_head_dim(head_dim)
     cls = ROPE_METHODS[method]
     try:
-        return cls(head_dim, max_seq_len, base, **method_kwargs)
+        return cls(head_dim, max_seq_len, **({} if base is None else {"base": base}), **method_kwargs)
     except TypeError as e:  # unknown / missing keyword: name the method
         raise TypeError(f"rope method {method!r}: {e}") from None
 

@@ -4,13 +4,16 @@ The log inverse frequencies z(t) follow an ODE in the length-scaling factor t >=
 
     dz/dt = g(z, t) = act((z + log theta_ntk(t)) W_up) W_down + d/dt log theta_ntk(t),    z(1) = log theta
 
-where theta_ntk(t) are NTK-aware frequencies with alpha = 2t - 1 (the released code's time embedding). W_down
+where theta_ntk(t) are NTK-aware frequencies with alpha = 2t - 1 and the model's base (the released code's time
+embedding, which takes base 10000 whatever the model's: the two agree for Llama-2; for another base, e.g. its
+Mixtral's 1e6, the released ODE adds log theta_ntk of base 10000 to z inside act(); the d/dt term does not depend
+on the base, so an untrained CLEX is the NTK path under both, and the learned dynamics differ). W_down
 starts at zero, so an untrained CLEX follows the NTK path exactly: z(t) = log theta_ntk(t). The ODE is solved
 in float32 with fixed-step RK4 (the released code uses torchdiffeq's ``rk4`` with ``step_size = time_dt``).
 
 Training: t is an integer drawn from [t_min, t_max] (released: t_min = 1) once per forward pass, and the position
-ids are a sorted random subset of ``[0, seq_len * t)`` divided by ``seq_len // L`` (kept first and last) -- the
-released rule.
+ids are a sorted random subset of ``[0, seq_len * t)`` divided by ``seq_len // L`` (kept first, and last as
+``seq_len * t // (seq_len // L) - 1``) -- the released rule.
 Inference: ``t = ceil(L_cur / L)`` capped at ``t_max``, with ``L_cur = max(position) + 1``.
 
 q and k of every layer must see the same t and positions, so the draw happens once per model forward in
@@ -255,14 +258,15 @@ class CLEXRoPE(ScaledRoPE):
 
     # --- per-forward preparation ---------------------------------------------------------------------------
     def sample_training_positions(self, seq_len: int, t: int, generator=None) -> torch.Tensor:
-        """CLEX's training positions [seq_len] (float): 0, a sorted random subset of (0, seq_len*t - 1), and
-        seq_len*t - 1, all divided by ``max(1, seq_len // L)``."""
+        """CLEX's training positions [seq_len] (float), the released rule: 0, a sorted random subset of
+        (0, seq_len*t - 1) divided by ``scale = max(1, seq_len // L)``, and ``seq_len*t // scale - 1`` (integer
+        division: at scale > 1 the last position is not the others' (seq_len*t - 1) / scale)."""
         if seq_len < 2:
             return torch.zeros(seq_len, device=self.ode_up_proj.device)
         scale = max(1, seq_len // self.original_max_seq_len)
         span = seq_len * t
         inner = torch.randperm(span - 2, generator=generator)[: seq_len - 2].sort().values.float() + 1
-        pos = torch.cat([torch.zeros(1), inner, torch.tensor([float(span - 1)])]) / scale
+        pos = torch.cat([torch.zeros(1), inner / scale, torch.tensor([float(span // scale - 1)])])
         return pos.to(self.ode_up_proj.device)
 
     def prepare(self, seq_len: int, input_pos: Optional[torch.Tensor] = None, generator=None) -> None:

@@ -53,6 +53,12 @@ class RandomPositions:
 class PoSEPositions:
     """PoSE: chunked windows with random skips inside ``target_len``.
 
+    Two chunks (the paper's default) follow the released training code (``train_pose.py``): the first chunk's
+    length is uniform on ``1..ceil(seq_len / 2)`` and the second chunk's positions skip ``u ~ U{0..target_len -
+    seq_len}``. More chunks (no released code): N-1 distinct uniform cut points, N-1 sorted uniform skips. Only the
+    positions skip; the tokens stay contiguous (the released code also skips text between its chunks, which would
+    break the long-short pair: windows A and B share their tokens).
+
     Args:
         target_len: L_c, the context length to simulate (positions stay below it).
         num_chunks: N >= 1 chunks per window (paper default: 2).
@@ -75,8 +81,10 @@ class PoSEPositions:
         slack = self.target_len - seq_len
         rows = []
         for _ in range(batch_size):
-            # Chunk boundaries: N-1 distinct cut points in 1..seq_len-1.
-            cuts = (torch.randperm(seq_len - 1, generator=generator)[: self.num_chunks - 1] + 1).sort().values
+            if self.num_chunks == 2:  # the released rule: the first chunk is at most half the window
+                cuts = torch.randint(1, (seq_len + 1) // 2 + 1, (1,), generator=generator)
+            else:  # chunk boundaries: N-1 distinct cut points in 1..seq_len-1
+                cuts = (torch.randperm(seq_len - 1, generator=generator)[: self.num_chunks - 1] + 1).sort().values
             # Skips: u_0 = 0, then N-1 sorted uniform draws from {0..slack}.
             skips = torch.randint(0, slack + 1, (self.num_chunks - 1,), generator=generator).sort().values
             chunk_of = torch.zeros(seq_len, dtype=torch.long)

@@ -113,7 +113,8 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
     for run, by_len in curves.items():
         for length, curve in sorted(by_len.items()):
             b = bucket or max(1, len(curve) // 200)
-            xs = [i + b / 2 for i in range(0, len(curve), b)]
+            # a point at the centre of the positions it averages (the last bucket may be shorter)
+            xs = [(i + min(i + b, len(curve)) - 1) / 2 for i in range(0, len(curve), b)]
             ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
             ax.plot(xs, ys, label=f"{run} L={length}")
             ys_all += ys
