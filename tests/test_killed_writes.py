@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from killed import killed_after_first_figure
 
 from torchtune_longshort.eval.report import main as report_main
 from torchtune_longshort.output_guard import (
@@ -92,25 +93,14 @@ def _results(d: Path, results) -> Path:
     return d
 
 
-REPORT_KILLED = """
-import os, signal, sys
-from torchtune_longshort.eval.report import build
-save = build.save_figure
-def save_and_die(fig, path, **kwargs):
-    save(fig, path, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-build.save_figure = save_and_die
-build.build_report([sys.argv[1]], sys.argv[2])
-"""
-
-
 def test_the_eval_report_killed_part_way_and_one_that_draws_fewer_figures(tmp_path, capsys):
     passkey = _results(tmp_path / "a", {"longshort_ppl": {"ppl_512,none": 9.25},
                                          "longshort_passkey": {"acc,none": 0.5, "acc_2k_d0,none": 1.0}})
     ppl_only = _results(tmp_path / "b", {"longshort_ppl": {"ppl_512,none": 8.5}})
     out = tmp_path / "rep"
-    p = subprocess.run([sys.executable, "-c", REPORT_KILLED, str(passkey), str(out)])
-    assert p.returncode == -signal.SIGKILL and (out / "ppl_vs_length.png").is_file()
+    killed_after_first_figure("torchtune_longshort.eval.report.build",
+                              "target.build_report([sys.argv[1]], sys.argv[2])", passkey, out)
+    assert (out / "ppl_vs_length.png").is_file()
     assert not (out / "summary.json").exists()
     report_main([str(passkey), "--out", str(out)])  # was refused: 'ppl_vs_length.png', which no earlier run wrote
     assert (out / "heatmap_longshort_passkey_a.png").is_file() and not (out / WRITING).exists()

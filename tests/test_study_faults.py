@@ -10,13 +10,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from disk_full import needs_unshare, on_small_disk
+from killed import killed_after_first_figure
 from study_helpers import CPU_SMALL, ROOT, FakeExecutor
 
 import torchtune_longshort.study.figures as study_figures
@@ -166,29 +166,18 @@ def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
     assert not (tmp_path / "out" / "runs" / "clex_a0.3_s0" / "result.json").exists()  # the grid stopped
 
 
-STUDY_REPORT_KILLED = """
-import os, signal, sys
-from pathlib import Path
-import torchtune_longshort.study.figures as figures
-from torchtune_longshort.study import load_study_config
-from torchtune_longshort.study.report import build_report
-save = figures.save_figure
-def save_and_die(fig, path, **kwargs):
-    save(fig, path, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-figures.save_figure = save_and_die
-out, config, root = map(Path, sys.argv[1:])
-build_report(out, out / "report", load_study_config(config, quick=True, repo_root=root))
-"""
-
-
 def test_a_report_killed_part_way_is_not_refused_by_its_rerun(tmp_path, finished):
     """SIGKILL after the report's run records and first figure (no Python left to remove them): the rerun refused
     the folder, "holds 'runs', '....png', which no earlier run there wrote". The names are recorded before each
     file appears (output_guard.WRITING)."""
     out = _copy(finished, tmp_path / "out", report=False)
-    p = subprocess.run([sys.executable, "-c", STUDY_REPORT_KILLED, str(out), str(CPU_SMALL), str(ROOT)])
-    assert p.returncode == -signal.SIGKILL and list((out / "report").glob("*.png"))
+    killed_after_first_figure(
+        "torchtune_longshort.study.figures",
+        "from pathlib import Path\nfrom torchtune_longshort.study import load_study_config\n"
+        "from torchtune_longshort.study.report import build_report\nout, config, root = map(Path, sys.argv[1:])\n"
+        "build_report(out, out / 'report', load_study_config(config, quick=True, repo_root=root))",
+        out, CPU_SMALL, ROOT)
+    assert list((out / "report").glob("*.png"))
     assert not (out / "report" / "summary.json").exists()
     assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0
     assert json.loads((out / "report" / "summary.json").read_text())["runs"]["base"]["status"] == "ok"
