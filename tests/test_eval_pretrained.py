@@ -60,6 +60,22 @@ def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():
             "--include_path", str(tasks_path()), "--device", added[3], "--metadata", json.dumps({"lm_eval_model": same[2]})]
 
 
+def test_lm_evals_short_and_abbreviated_option_names_reach_the_wrappers_rules(tmp_path):
+    """``-M longshort`` (lm-eval's short name) was evaluated by the longshort model while the wrapper recorded
+    ``hf`` as the run's model, so longshort_misalignment scored NaN ("this run uses --model hf"); ``-o <a file>``
+    was not refused before the evaluation. Every spelling lm-eval's parser accepts is read as its long name."""
+    short = lm_eval_argv(["run", "-M", "longshort", "-a", "checkpoint_dir=/c", "-t", "x", "-b", "2"])
+    assert short[:8] == ["run", "--model", "longshort", "--model_args", "pretrained=/c", "--tasks", "x",
+                         "--batch_size"]
+    assert json.loads(short[short.index("--metadata") + 1]) == {"lm_eval_model": "longshort"}
+    attached = lm_eval_argv(["run", "-Mlongshort", "--model_arg", "checkpoint_dir=/c"])
+    assert attached[1:5] == ["--model", "longshort", "--model_args", "pretrained=/c"]
+    (tmp_path / "afile").write_text("")
+    for spelling in (["-o", str(tmp_path / "afile")], ["--output", str(tmp_path / "afile")]):
+        with pytest.raises(NotADirectoryError, match="--output_path"):
+            lm_eval_argv(["run", "--model", "hf", *spelling])
+
+
 def test_a_model_args_device_alone_goes_as_the_device_option():
     """lm-eval 0.4.13 passes its own --device (default cuda:0) beside model_args: ``device=`` in model_args alone
     reached the model twice (TypeError, with hf too); it is passed as ``--device`` instead."""

@@ -10,9 +10,9 @@ import json
 import logging
 import re
 import sys
-from argparse import ArgumentParser
+from argparse import ArgumentParser, _SubParsersAction
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
@@ -46,6 +46,40 @@ def option(args: Sequence[str], name: str) -> Optional[str]:
     return value
 
 
+def _run_options() -> Dict[str, Tuple[str, bool]]:
+    """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
+    whether it takes a value), read from lm-eval's own parser."""
+    # deferred: lm_eval (its CLI's parser; tasks-path answers without it)
+    from lm_eval._cli.harness import HarnessCLI
+
+    parser = HarnessCLI()._parser
+    run = next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]
+    return {name: (action.option_strings[0], action.nargs != 0) for action in run._actions
+            for name in action.option_strings}
+
+
+def canonical_options(args: Sequence[str]) -> List[str]:
+    """``args`` with each option of lm-eval's ``run`` under its long name, as lm-eval's parser reads it: a short
+    alias (``-M longshort``, ``-Mlongshort``) and a unique abbreviation (``--output``; lm-eval allows them) become
+    ``--model`` / ``--output_path``, so that this wrapper's checks see what lm-eval will run (``-M longshort`` was
+    evaluated by the longshort model and refused as ``hf`` by the tasks that need it). Values are left alone."""
+    names = _run_options()
+    longs = sorted({long for long, _ in names.values() if long.startswith("--")})
+    out: List[str] = []
+    for a in map(str, args):
+        head, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        abbreviated = [n for n in longs if n.startswith(head)] if a.startswith("--") and head not in names else []
+        if head in names:
+            out.append(names[head][0] + eq + value)
+        elif len(abbreviated) == 1:
+            out.append(abbreviated[0] + eq + value)
+        elif not a.startswith("--") and a[:2] in names and names[a[:2]][1] and len(a) > 2:
+            out += [names[a[:2]][0], a[2:]]  # -Mlongshort
+        else:
+            out.append(a)
+    return out
+
+
 # --metadata keys the pack reads besides its tasks' own: the model's tokenizer (tasks that count tokens: long_text's
 # tokenizer_from_metadata) and the lm-eval model of the run (set here)
 METADATA_ALSO = ("tokenizer", "checkpoint_dir", "pretrained", MODEL_KEY)
@@ -77,6 +111,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     """
     out = [str(a) for a in args]
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
+    if not help_only and out[0] not in _SUBCOMMANDS[1:]:
+        out = canonical_options(out)
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
         given = option(out, "--include_path")
@@ -127,7 +163,7 @@ def check_arguments(out: List[str]) -> None:
     help_only = not out or "-h" in out or "--help" in out
     if help_only or out[0] in _SUBCOMMANDS[1:]:
         return
-    check_output_room(option(out, "--output_path") or option(out, "-o"))
+    check_output_room(option(out, "--output_path"))
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
 
