@@ -222,3 +222,36 @@ def test_loglikelihood_is_computed_chunk_by_chunk(tiny_llama2_dir, sp_tokenizer_
         (div,) = lm.next_token_divergence([Instance("next_token_divergence", {}, (text, {"l1": 20, "l2": 30}), 0)],
                                           disable_tqdm=True)
     assert LargestVocabTensor.largest == 1 and div["sce"] > 0
+
+
+CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_before_the_model_loads(
+        tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """``--apply_chat_template`` with ``--model longshort`` was a NotImplementedError traceback after the model
+    loaded. The tokenizer folder's template renders as transformers (lm-eval's ``hf``) renders it; a folder without
+    one is refused in one line by the wrapper's argument check, before any weight is read."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    with_chat = tmp_path / "tok"
+    shutil.copytree(sp_tokenizer_dir, with_chat)
+    (with_chat / "chat_template.jinja").write_text(CHAT)
+    lm = _lm(tiny_llama2_dir, with_chat)
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+    expected = AutoTokenizer.from_pretrained(str(with_chat)).apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True)
+    assert lm.chat_template(True) == CHAT and lm.chat_template(False) is None
+    assert lm.apply_chat_template(chat) == expected == "<system>be brief</system><user>2+2?</user><assistant>"
+    argv = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
+            "--tasks", "longshort_passkey", "--device", "cpu", "--apply_chat_template"]
+    with pytest.raises(ValueError, match="has no chat template"):
+        check_arguments(argv)
+    check_arguments(argv[:-1] + ["--apply_chat_template", "False"])  # off: nothing to refuse
+    check_arguments([a if not a.startswith("pretrained=") else f"pretrained={tiny_llama2_dir},tokenizer={with_chat}"
+                     for a in argv])

@@ -18,6 +18,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import check_metadata_values, tasks_path, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
@@ -187,9 +188,18 @@ def check_arguments(out: List[str]) -> None:
     model = option(out, "--model") or "hf"
     if model == "longshort":
         passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
-        parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
+        args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
+        if _flag_given(out, "--apply_chat_template") and template_tokenizer(args.tokenizer.path) is None:
+            raise ValueError(no_template_message(args.tokenizer.path))
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
+
+
+def _flag_given(out: List[str], name: str) -> bool:
+    """Whether the option ``name`` (an optional-value flag: ``--apply_chat_template [name]``) is on: given, and not
+    as ``False``."""
+    return any((a == name and (i + 1 >= len(out) or out[i + 1].lower() != "false"))
+               or (a.startswith(name + "=") and a.split("=", 1)[1].lower() != "false") for i, a in enumerate(out))
 
 
 def _refuse_unrepresentable(out: List[str], model: str) -> None:

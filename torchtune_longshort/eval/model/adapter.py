@@ -42,6 +42,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
+from torchtune_longshort.eval.model.chat import no_template_message, render, template_tokenizer
 from torchtune_longshort.eval.model.generation import greedy_generate
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
@@ -76,6 +77,7 @@ class LongShortLM(TemplateLM):
         self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self.model = load_checkpoint_model(args)
         self.vocab_size = int(args.hf_config["vocab_size"])
+        self._chat: Optional[Any] = None  # transformers' tokenizer of the chat template, once asked for
 
     # ------------------------------------------------------------------ lm-eval's data-parallel API
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -116,6 +118,21 @@ class LongShortLM(TemplateLM):
     @property
     def tokenizer_name(self) -> str:
         return str(self.tokenizer.path)
+
+    def chat_template(self, chat_template: Any = False) -> Optional[str]:
+        """lm-eval's ``--apply_chat_template``: the tokenizer folder's template (:mod:`.chat`); refused in one line
+        when it has none."""
+        if chat_template is False or chat_template is None:
+            return None
+        if self._chat is None:
+            self._chat = template_tokenizer(self.tokenizer.path)
+            if self._chat is None:
+                raise ValueError(no_template_message(self.tokenizer.path))
+        return self._chat.chat_template
+
+    def apply_chat_template(self, chat_history: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
+        self.chat_template(True)
+        return render(self._chat, chat_history, add_generation_prompt)
 
     def get_model_info(self) -> dict:
         """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls
