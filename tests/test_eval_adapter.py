@@ -255,3 +255,20 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
     check_arguments(argv[:-1] + ["--apply_chat_template", "False"])  # off: nothing to refuse
     check_arguments([a if not a.startswith("pretrained=") else f"pretrained={tiny_llama2_dir},tokenizer={with_chat}"
                      for a in argv])
+
+
+def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """lm-eval's --use_cache stored the refused request's NaN with its reason; the rerun with the fix it named
+    (here allow_extrapolation) replayed the NaN. Answers are still replayed, refusals asked again."""
+    from lm_eval.api.model import CachingLM
+
+    db = str(tmp_path / "cache.db")
+    reqs = [Instance("loglikelihood", {}, ("", "x = 1\n" * 60), 0), Instance("loglikelihood", {}, TEXTS[0], 1)]
+    first = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600), db).loglikelihood(reqs)
+    assert math.isnan(first[0][0]) and math.isfinite(first[1][0])
+    again = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600, allow_extrapolation=True), db)
+    calls = []
+    asked = again.lm.loglikelihood
+    again.lm.loglikelihood = lambda r, **kw: calls.append(len(r)) or asked(r, **kw)
+    second = again.loglikelihood(reqs)
+    assert calls == [1] and math.isfinite(second[0][0]) and second[1][0] == first[1][0]

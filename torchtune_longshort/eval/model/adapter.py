@@ -48,6 +48,7 @@ from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_mod
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
 from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.eval.model.processes import Processes
+from torchtune_longshort.eval.model.response_cache import drop_refusals
 from torchtune_longshort.eval.model.scoring import (
     TokenLoglikelihood, forward_hidden, length_batches, score_continuations,
 )
@@ -78,6 +79,13 @@ class LongShortLM(TemplateLM):
         self.model = load_checkpoint_model(args)
         self.vocab_size = int(args.hf_config["vocab_size"])
         self._chat: Optional[Any] = None  # transformers' tokenizer of the chat template, once asked for
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """lm-eval's ``--use_cache`` hands its response cache here first: refusals stored by an earlier run are
+        dropped, so a rerun asks them again (:mod:`.response_cache`)."""
+        super().set_cache_hook(cache_hook)
+        if getattr(cache_hook, "dbdict", None) is not None:
+            drop_refusals(cache_hook.dbdict)
 
     # ------------------------------------------------------------------ lm-eval's data-parallel API
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:

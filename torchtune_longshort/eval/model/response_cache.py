@@ -1,0 +1,30 @@
+"""lm-eval's response cache (``--use_cache``) and the ``longshort`` model's refusals.
+
+lm-eval's ``CachingLM`` stores every result it gets, a refusal too (a request past ``max_length``, one that did not
+fit the device: scored NaN with its reason). The rerun the refusal asks for (a larger ``max_length``, a larger
+device) then replayed the stored NaN and its old reason. The model drops refusals from the cache it is handed, so
+they are asked again. (lm-eval keys the cache on the request alone, not the model or its arguments: a cache is for
+reruns of one model.)"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, MutableMapping
+
+from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
+
+logger = logging.getLogger(__name__)
+
+
+def drop_refusals(cache: MutableMapping[str, Any]) -> int:
+    """Remove the refused results from ``cache`` (lm-eval's ``SqliteDict`` of responses); returns how many."""
+    refused = [key for key, value in cache.items() if refusal_of(value)]
+    for key in refused:
+        del cache[key]
+    if refused:
+        commit = getattr(cache, "commit", None)
+        if commit is not None:
+            commit()
+        logger.info("--use_cache: %d refused request(s) of an earlier run dropped from the cache, to be asked again",
+                    len(refused))
+    return len(refused)
