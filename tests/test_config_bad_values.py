@@ -58,6 +58,8 @@ FAMILIES = {
         ({"e_range": [1, "L/0"]}, "e_range", r"seq_len=64"),
         ({"e_range": [0, "L/2"]}, "e_range", r"\[1, L=64\]"),
         ({"e_range": [1, "2*L"]}, "e_range", r"\[1, L=64\]"),
+        # the listing floor compares nothing at e = L/2: alpha > 0 would do nothing at every step
+        ({"e_range": ["L/2", "L/2"]}, "e_range", r"no shift leaves a position to compare.*loss.alpha=0.1 does nothing"),
         ({"e_range": ["L/2", 1]}, "e_range", r"lo > hi"),
         ({"e_range": "abc"}, "e_range", r"a pair"),
     ],
@@ -192,3 +194,21 @@ def test_the_probe_list_is_whole():
 @_cases("missing_arguments")
 def test_missing_arguments(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
     _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
+
+
+def test_a_range_past_half_under_the_listing_floor_is_said_and_the_papers_default_is_not(
+        caplog, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file):
+    """e ~ U[1, L] with the default listing floor: every shift past L/2 compares nothing, so about half the steps
+    trained CE alone without a word (Table 7's setting (4) needs loss.min_context: none). The default [1, L/2]
+    draws e = L/2, empty by the listing's design, and is not warned about."""
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    def said(**over):
+        caplog.clear()
+        load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", seq_len=64, **over))
+        return caplog.text
+
+    with caplog.at_level("WARNING"):
+        assert "31 of the 64 shifts (33..63) leave no position" in said(e_range=[1, "L"])
+        assert "leave no position" not in said(e_range=[1, "L/2"])
+        assert "leave no position" not in said(e_range=[1, "L"], **{"loss.min_context": "none"})

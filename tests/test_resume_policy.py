@@ -96,3 +96,52 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     assert "\n" not in message
     assert "window_bos: False -> True" in message and "changes what the run trains" in message
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # nothing written, nothing removed
+
+
+def _optimizer_and_schedule(max_steps: int, lr: float = 1e-3, warmup: int = 2, steps: int = 0, **kw):
+    import torch
+    from torchtune.training.lr_schedulers import get_cosine_schedule_with_warmup
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=lr, **kw)
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=max_steps)
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+    return opt, sched
+
+
+@pytest.mark.parametrize("saved, new, changes", [
+    # a finished 4-step cosine run extended to 6: step 5 trained at lr 0 (the old schedule's end)
+    (dict(max_steps=4, steps=4), dict(max_steps=6), [("max_steps", 4, 6)]),
+    # the lr lowered inside the warmup: the first resumed step took the full new lr, 4x the warmup's
+    (dict(max_steps=6, warmup=4, steps=1), dict(max_steps=6, warmup=4, lr=2.5e-4),
+     [("optimizer.lr", 1e-3, 2.5e-4)]),
+])
+def test_a_resumed_step_trains_at_the_new_schedules_lr(saved, new, changes):
+    """The reference: a fresh optimizer and schedule of the new config, stepped as far as the saved run went."""
+    from torchtune_longshort.training.resume import apply_resume_changes, restore_optimizer
+
+    old_opt, old_sched = _optimizer_and_schedule(**saved)
+    state = {"optimizer": old_opt.state_dict(), "lr_scheduler": old_sched.state_dict()}
+    opt, sched = _optimizer_and_schedule(**new)
+    restore_optimizer(state, None, opt, sched, distributed=False, device="cpu")
+    apply_resume_changes(changes, opt, sched, log=lambda m: None)
+    ref_opt, ref_sched = _optimizer_and_schedule(**new, steps=saved["steps"])
+    assert opt.param_groups[0]["lr"] == pytest.approx(ref_opt.param_groups[0]["lr"], rel=1e-12)
+    assert opt.param_groups[0]["lr"] != old_opt.param_groups[0]["lr"]  # the state's lr was the stale one
+    assert sched.get_last_lr() == pytest.approx(ref_sched.get_last_lr())
+
+
+def test_an_optimizer_argument_left_out_on_resume_takes_the_default_and_its_class_cannot_change():
+    """``~optimizer.weight_decay`` wrote the marker string into the param groups (a TypeError inside torch at the
+    first step); AdamW -> SGD was "applied" and failed at the first step, AdamW -> Adam silently stayed AdamW."""
+    from torchtune_longshort.training.resume import ABSENT, apply_resume_changes
+
+    opt, sched = _optimizer_and_schedule(max_steps=4, weight_decay=0.0)
+    apply_resume_changes([("optimizer.weight_decay", 0.0, ABSENT)], opt, sched, log=lambda m: None)
+    assert opt.param_groups[0]["weight_decay"] == 0.01  # AdamW's default
+    saved = {"optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-3}}
+    new = {"optimizer": {"_component_": "torch.optim.SGD", "lr": 1e-3}}
+    assert RESUME_POLICY["optimizer._component_"] == "exact"
+    with pytest.raises(ValueError, match=r"optimizer._component_: 'torch.optim.AdamW' -> 'torch.optim.SGD'"):
+        compare_resume_config(saved, new)

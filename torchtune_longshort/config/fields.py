@@ -83,7 +83,7 @@ def section_keys(cls: type) -> Dict[str, Any]:
 def resume_policies(cls: type) -> Dict[str, str]:
     """``{key: policy}`` of the top-level config section ``cls``: every top-level key (a flat section's keys
     included) with its declared :data:`RESUME_POLICIES` entry, and ``<key>.<arg>`` for the args a nested section
-    lists in ``RESUME_IGNORED`` (ignored) or ``RESUME_APPLIED`` (applied). Raises ``TypeError`` naming a field that
+    lists in ``RESUME_IGNORED`` (ignored), ``RESUME_APPLIED`` (applied) or ``RESUME_EXACT`` (exact). Raises ``TypeError`` naming a field that
     declares none."""
     out: Dict[str, str] = {}
     for f in fields(cls):
@@ -97,6 +97,7 @@ def resume_policies(cls: type) -> Dict[str, str]:
             section = f.metadata["section"]
             out.update({f"{yaml_key(f)}.{k}": "ignored" for k in getattr(section, "RESUME_IGNORED", ())})
             out.update({f"{yaml_key(f)}.{k}": "applied" for k in getattr(section, "RESUME_APPLIED", ())})
+            out.update({f"{yaml_key(f)}.{k}": "exact" for k in getattr(section, "RESUME_EXACT", ())})
     return out
 
 

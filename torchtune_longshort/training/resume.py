@@ -10,6 +10,7 @@ field cannot be left out.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -27,6 +28,7 @@ from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 # saved) is applied.
 RESUME_POLICY = resume_policies(RecipeConfig)
 OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relative to it
+ABSENT = "<absent>"  # a key one of the two configs does not have
 
 
 def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -72,7 +74,7 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tu
     broken, applied = [], []
     old_flat, new_flat = _flat(_as_run_sees_it(saved)), _flat(_as_run_sees_it(new))
     for key in sorted(set(old_flat) | set(new_flat)):
-        a, b = old_flat.get(key, "<absent>"), new_flat.get(key, "<absent>")
+        a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
             continue
         if _policy(key) == "exact":
@@ -89,12 +91,17 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tu
     return applied
 
 
-def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_scheduler, log: Callable[[str], None]) -> None:
+def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_scheduler,
+                         log: Callable[[str], None]) -> None:
     """Apply (and ``log``) what a resumed run changes on purpose, after the saved optimizer state is loaded: its
-    param groups would otherwise keep the old values (an lr lowered after a NaN would silently not apply)."""
+    param groups would otherwise keep the old values (an lr lowered after a NaN would silently not apply). An
+    optimizer argument the new config leaves out takes the optimizer's own default. Then the groups' lr is the
+    (new) schedule's at the resumed step (:func:`scheduled_lr`)."""
     for key, old, new in changes:
         if key.startswith("optimizer.") and key != "optimizer._component_":
             name = key.split(".", 1)[1]
+            if new == ABSENT:
+                new = _default_argument(optimizer, name)
             for group in optimizer.param_groups:
                 if name in group:
                     group[name] = new
@@ -103,6 +110,35 @@ def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_sche
             if name == "lr" and lr_scheduler is not None:
                 lr_scheduler.base_lrs = [new for _ in lr_scheduler.base_lrs]
         log(f"resume: {key} changed {old!r} -> {new!r} (applied)")
+    scheduled_lr(optimizer, lr_scheduler)
+
+
+def _default_argument(optimizer, name: str) -> Any:
+    """The default of ``name`` in the optimizer class's constructor (a key the resumed config no longer gives)."""
+    param = inspect.signature(type(optimizer).__init__).parameters.get(name)
+    if param is None or param.default is inspect.Parameter.empty:
+        raise ValueError(f"resume=True without optimizer.{name}: {type(optimizer).__name__} has no default for it; "
+                         "give its value")
+    return param.default
+
+
+def scheduled_lr(optimizer, lr_scheduler) -> None:
+    """Set each param group's lr to the schedule's value at the scheduler's step (``base_lr * lambda(step)`` for a
+    ``LambdaLR``, torchtune's cosine and linear schedules; a scheduler's own closed form otherwise). The loaded
+    optimizer state holds the lr the *saved* schedule gave the next step: with ``max_steps`` or ``optimizer.lr``
+    changed, the first resumed step trained at that stale lr (0 after a finished cosine run, the full lr inside a
+    warmup). A scheduler with neither form keeps the loaded value."""
+    if lr_scheduler is None:
+        return
+    if isinstance(lr_scheduler, torch.optim.lr_scheduler.LambdaLR):
+        lrs = [base * fn(lr_scheduler.last_epoch) for base, fn in zip(lr_scheduler.base_lrs, lr_scheduler.lr_lambdas)]
+    elif hasattr(lr_scheduler, "_get_closed_form_lr"):
+        lrs = lr_scheduler._get_closed_form_lr()
+    else:
+        return
+    for group, lr in zip(optimizer.param_groups, lrs):
+        group["lr"] = lr
+    lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
 
 def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:

@@ -191,6 +191,9 @@ class OptimizerConfig(ComponentSection):
     """``optimizer``: a torch optimizer class, given the trainable parameters by the recipe."""
 
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("params",)
+    # its arguments may change on resume (applied to the loaded state); its class may not: the saved state is that
+    # class's (AdamW's into SGD failed at the first step, into Adam it silently kept AdamW's decoupled decay)
+    RESUME_EXACT: ClassVar[Tuple[str, ...]] = ("_component_",)
     lr: float = setting(FROM_COMPONENT, doc="learning rate", check=number(0.0))
 
     def check(self, where: str) -> None:

@@ -48,7 +48,8 @@ class RecipeConfig(Section):
     checkpointer: CheckpointerConfig = setting(doc="names the start weights (checkpoint_dir, model_type)",
                                                section=CheckpointerConfig, resume="exact")
     loss: LossConfig = setting(doc="LongShortLoss component", section=LossConfig, resume="exact")
-    optimizer: OptimizerConfig = setting(doc="optimizer component", section=OptimizerConfig, resume="applied")
+    optimizer: OptimizerConfig = setting(doc="optimizer component (on resume its arguments are applied, its class is "
+                                                "exact)", section=OptimizerConfig, resume="applied")
     lr_scheduler: Optional[SchedulerConfig] = setting(
         None, doc="LR scheduler component (optional; lr_scheduler=null turns it off)", section=SchedulerConfig,
         resume="exact")
@@ -77,8 +78,11 @@ class RecipeConfig(Section):
                                               check=number(0.0, inclusive=False), nullable=True, resume="applied")
     clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
                                          check=boolean, resume="applied")
-    seed: int = setting(0, doc="model init and e-sampler seed", check=integer(0), resume="exact")
-    data_seed: Optional[int] = setting(None, doc="data order seed (default: seed)", check=integer(0), resume="exact")
+    seed: int = setting(0, doc="model init seed; also the shifts' and position ids' seed unless data_seed is set",
+                        check=integer(0), resume="exact")
+    data_seed: Optional[int] = setting(None, doc="seed of the shifts e (and of a position_sampler's ids; default: "
+                                       "seed); documents come in the source's order (dataset.shuffle_seed)",
+                                       check=integer(0), resume="exact")
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
                                                check=boolean, resume="exact")
     # where it runs
@@ -117,5 +121,5 @@ class RecipeConfig(Section):
 
     @property
     def order_seed(self) -> int:
-        """The data order seed: ``data_seed``, else ``seed``."""
+        """The seed of the shifts e and the sampled position ids: ``data_seed``, else ``seed``."""
         return self.seed if self.data_seed is None else self.data_seed

@@ -6,6 +6,7 @@ length rule (:func:`check_built_model`).
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any, Optional, Tuple
 
 import torch
@@ -15,7 +16,9 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
-from torchtune_longshort.windows import resolve_min_context
+from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
+
+logger = logging.getLogger(__name__)
 
 
 def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> None:
@@ -82,6 +85,28 @@ def _check_min_context(config: RecipeConfig) -> None:
     except ValueError as e:
         raise ValueError(f"loss.min_context={config.loss.min_context!r} is not accepted at seq_len={config.seq_len}: "
                          f"{e}") from None
+    if config.loss.alpha != 0:
+        _check_alignment_reach(config)
+
+
+def _check_alignment_reach(config: RecipeConfig) -> None:
+    """With ``loss.alpha > 0``: refuse an ``e_range`` none of whose shifts leaves a position to compare under
+    ``loss.min_context`` (the term is 0 at every step: the alpha set does nothing), and warn when some shifts below
+    L leave none (those steps train CE alone): ``e >= L/2`` under the default ``listing`` floor. (``e = L`` leaves no
+    overlap under any floor: the paper's Table 7 ``[1, L]`` draws it too.)"""
+    L, (lo, hi) = config.seq_len, resolve_e_range(list(config.windows.e_range), config.seq_len)
+    empty = [e for e in range(lo, hi + 1) if aligned_positions(L, e, config.loss.min_context).n == 0]
+    where = (f"e_range={list(config.windows.e_range)} (shifts {lo}..{hi} at seq_len={L}) with "
+             f"loss.min_context={config.loss.min_context!r}")
+    if len(empty) == hi - lo + 1:
+        raise ValueError(f"{where}: no shift leaves a position to compare, so the alignment term is 0 at every step and "
+                         f"loss.alpha={config.loss.alpha} does nothing; lower e_range, or set loss.min_context=none "
+                         "(the whole overlap), or loss.alpha=0")
+    below_l = [e for e in empty if L // 2 < e < L]  # e = L/2 compares nothing under the listing floor by design
+    if below_l:
+        logger.warning("%s: %d of the %d shifts (%d..%d) leave no position to compare; the steps that draw them train "
+                       "CE alone (the paper's Table 7 [1, L] runs set loss.min_context: none)", where, len(below_l),
+                       hi - lo + 1, below_l[0], below_l[-1])
 
 
 def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> None:
