@@ -68,3 +68,21 @@ def test_packed_torchtune_dataset_is_refused(tmp_path, texts_json, tiny_llama2_d
     with pytest.raises(ValueError, match="dataset.packed=True is not accepted"):
         _run(tmp_path, "packed", tiny_llama2_dir, sp_tokenizer_dir, packed)
     assert not (tmp_path / "packed").exists()  # refused before the output folder exists
+
+
+def test_an_instruct_dataset_that_masks_its_prompts_is_refused_before_anything_is_written(
+    tmp_path, tiny_llama2_dir, sp_tokenizer_dir
+):
+    """``instruct_dataset`` with ``train_on_input=False`` masks each prompt's labels with -100; the recipe kept only
+    ``tokens`` and trained on the prompts (an audit). Refused, naming the key and the fix; with
+    ``train_on_input=True`` (nothing masked) it trains."""
+    rows = [{"input": f"def f{i}(x):\n    return x + {i}\n", "output": f"f{i}(1) == {i + 1}\n" * 20} for i in range(30)]
+    (tmp_path / "instr.json").write_text(json.dumps(rows))
+    instruct = {"_component_": "torchtune.datasets.instruct_dataset", "source": "json",
+                "data_files": str(tmp_path / "instr.json"), "split": "train", "train_on_input": False}
+    with pytest.raises(ValueError, match=r"masks \d+ of its \d+ labels .*dataset.train_on_input=True"):
+        _run(tmp_path, "masked", tiny_llama2_dir, sp_tokenizer_dir, instruct, max_steps=1, save_every_n_steps=None)
+    assert not (tmp_path / "masked").exists()
+    steps = _run(tmp_path, "unmasked", tiny_llama2_dir, sp_tokenizer_dir, {**instruct, "train_on_input": True},
+                 max_steps=1, save_every_n_steps=None)
+    assert [s for s, _ in steps] == [1]

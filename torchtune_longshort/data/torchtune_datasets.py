@@ -60,6 +60,14 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
     if not tokens or not all(isinstance(t, int) for t in tokens):
         raise DataRecordError(f"{what}: {locate_record(files, i)} gives no token ids ({type(sample).__name__} "
                               f"{sorted(sample) if isinstance(sample, dict) else ''})")
+    from torchtune.data import CROSS_ENTROPY_IGNORE_IDX  # the label torchtune's datasets mask with
+
+    masked = sum(1 for t in sample.get("labels") or () if t == CROSS_ENTROPY_IGNORE_IDX)
+    if masked:  # a configuration, not a bad record: never skipped
+        raise ValueError(f"{what}: sample {i} masks {masked} of its {len(tokens)} labels (torchtune's "
+                         "train_on_input=False, or a chat mask), but the dual windows train on every token of the "
+                         f"packed stream and would drop the mask: set {where}.train_on_input=True, or use a text "
+                         "dataset")
     return list(tokens)
 
 
