@@ -2,10 +2,11 @@
 
     longshort-eval-report results/baseline results/ours --out report/ [--labels base,ours] [--allow-mixed]
 
-(``python -m torchtune_longshort.eval.report`` is the same.) Each folder is an lm-eval ``--output_path`` (its
-``results_*.json`` files are found recursively; a task that appears in several files is taken from the newest). A
-folder is one run, i.e. one column: results of different checkpoints or model settings under one folder are
-refused (:func:`results_io.run_identity`), never merged. Runs that scored a task on different numbers of samples
+(``python -m torchtune_longshort.eval.report`` is the same.) Each run is an lm-eval ``--output_path`` folder (its
+``results_<date>.json`` files, and ``<name>_<date>.json`` ones of an ``--output_path <name>.json``, are found
+recursively; a task that appears in several files is taken from the newest) or one results file (:mod:`.run_files`).
+A folder is one run, i.e. one column: results of different checkpoints or model settings, or of another
+``--limit``, ``--metadata`` or n-shot, under one folder are refused (:mod:`.one_run`), never merged. Runs that scored a task on different numbers of samples
 (every model counts the samples it could not run, NaN with their reason, so a difference means other samples), or
 that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``, often bf16, where
 ``longshort`` runs float32) or ``--limit``, are refused in one line naming the task unless ``--allow-mixed`` is
@@ -46,6 +47,8 @@ from torchtune_longshort.eval.report.results_io import (
     load_run_info,
     metric_length,
 )
+from torchtune_longshort.eval.report.run_files import run_label
+from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
 from torchtune_longshort.output_guard import (
@@ -150,74 +153,6 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
     return sections, summary
 
 
-def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> str:
-    """The tasks the runs scored on different numbers of samples, each with its counts, as text ("" when none).
-    Every model counts the same samples for one evaluation (a sample it cannot run is still a sample: NaN, with its
-    reason; :func:`~torchtune_longshort.eval.tasks.common.pack_task.sweep_dataset`), so a difference means the runs
-    did not evaluate the same samples (another ``--limit``, other data, other lengths)."""
-    counts = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
-              for t in sorted({t for i in infos.values() for t in i["samples"]})}
-    return "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items())
-                     for t, c in counts.items() if len(set(c.values())) > 1)
-
-
-def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
-    """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
-    weights' dtype, ``--limit``) where the runs differ ("" when they agree)."""
-    parts, marks = [], {r: set() for r in names}
-    for key, label in (("dtype", "dtype"), ("limit", "--limit")):
-        values = {r: _setting(infos[r][key], key) for r in names}
-        if len(set(values.values())) > 1:
-            parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
-            for r in names:
-                marks[r].add(key)
-    return " and ".join(parts), marks
-
-
-def _setting(value: Any, key: str) -> str:
-    if value is None:
-        return "all" if key == "limit" else "?"
-    return str(value)
-
-
-def _runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
-                  allow_mixed: bool) -> Tuple[str, List[str]]:
-    """The runs table (model, checkpoint, dtype, device, --limit, samples per task) and the notes on what the runs
-    share or not; ``ValueError`` when runs differ in dtype or ``--limit``, or scored a task on different numbers of
-    samples, and ``allow_mixed`` is false (then they are reported with the differences marked ``†``)."""
-    mixed, marks = _mixed_settings(names, infos)
-    if mixed and not allow_mixed:
-        raise ValueError(f"the runs differ in {mixed}: their numbers are not comparable (lm-eval's hf model loads a "
-                         "folder in its config's torch_dtype unless --model_args dtype=float32 is given). Evaluate "
-                         "them alike, or pass --allow-mixed to report them side by side, marked")
-    rows = []
-    for name, d in zip(names, dirs):
-        info = infos[name]
-        samples = ", ".join(f"{t}: {n}" for t, n in sorted(info["samples"].items())) or "—"
-        cell = {k: _setting(info[k], k) + (" †" if k in marks[name] else "") for k in ("dtype", "limit")}
-        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | {cell['dtype']} | "
-                    f"{info['device'] or '?'} | {cell['limit']} | {samples} |")
-    table = ("| run | folder | model | checkpoint | dtype | device | --limit | samples per task |\n"
-             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
-    notes = [f"**† Mixed settings** (reported side by side anyway, --allow-mixed): the runs differ in {mixed}; "
-             "their values are not comparable as they stand."] if mixed else []
-    refused = _unequal_samples(names, infos)
-    if refused and not allow_mixed:
-        raise ValueError(f"the runs scored tasks on different numbers of samples ({refused}): their values are not "
-                         "comparable (a --limit run against a full one? other data or lengths?). Evaluate them alike, "
-                         "or pass --allow-mixed to report them side by side with this note")
-    if refused:
-        notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
-    by_ckpt: Dict[Any, List[str]] = {}
-    for name in names:
-        key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
-        if key:
-            by_ckpt.setdefault(key, []).append(name)
-    notes += [f"Runs {', '.join(f'`{n}`' for n in same)} evaluate the same checkpoint."
-              for same in by_ckpt.values() if len(same) > 1]
-    return table, notes
-
-
 def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[Sequence[str]] = None,
                  allow_mixed: bool = False, allow_unequal_samples: bool = False) -> Dict[str, Any]:
     """Write ``report.md``, ``summary.json`` and the plots; returns the summary dict (with ``files``).
@@ -226,15 +161,14 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     results_dirs = [Path(d) for d in results_dirs]
     if labels is not None and len(labels) != len(results_dirs):
         raise ValueError(f"labels={list(labels)} has {len(labels)} names for {len(results_dirs)} results folders")
-    names = list(labels) if labels else [d.name for d in results_dirs]
+    names = list(labels) if labels else [run_label(d) for d in results_dirs]
     if len(set(names)) != len(names):
         raise ValueError(f"run labels {names} are not unique: pass --labels")
     check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
-    runs_table, run_notes = _runs_section(names, results_dirs, infos,
-                                          allow_mixed or allow_unequal_samples)
+    runs_table, run_notes = runs_section(names, results_dirs, infos, allow_mixed or allow_unequal_samples)
     cut_off = {name: files for name, d in zip(names, results_dirs)
                if (files := cut_off_samples(d, infos[name]["samples"]))}
     run_notes += [f"Samples of `{name}` cut off (a kill or a full disk while lm-eval wrote them): "
@@ -292,19 +226,16 @@ def check_out_dir(out_dir: Path) -> None:
 
 def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,
              summary: Dict[str, Any]) -> Tuple[List[str], List[str]]:
-    """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve (its
-    model returned no per-token log-probabilities) is named, not silently left out of the curve plot."""
+    """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve is named
+    with the reason (:func:`runs.no_curve_note`), not silently left out of the curve plot."""
     files: List[str] = []
     fig = ppl_figure(runs)
     if fig is not None:
         save_figure(fig, out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in dirs.items()}
-    scored = {run for run, res in runs.items()
-              if any(isinstance(v, (int, float)) and math.isfinite(v) for v in res.get(PPL_TASK, {}).values())}
-    notes = [f"No per-position loss curve for `{run}`: its model returned no per-token log-probabilities "
-             f"(lm-eval's hf model returns one sum per request; the longshort model, with --log_samples, returns them)."
-             for run, c in curves.items() if not c and run in scored]
+    notes = [no_curve_note(run, runs[run].get(PPL_TASK, {}), summary["runs"][run], dirs[run], PPL_TASK)
+             for run, c in curves.items() if not c and finite(runs[run].get(PPL_TASK, {}).values())]
     curves = {k: v for k, v in curves.items() if v}
     if curves:
         write_curves(curves, out_dir)
@@ -330,7 +261,9 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
     ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
-    ap.add_argument("results_dirs", nargs="+", type=Path, help="lm-eval --output_path folders (one per run)")
+    ap.add_argument("results_dirs", nargs="+", type=Path,
+                    help="lm-eval --output_path folders, or results files (<name>_<date>.json of an --output_path "
+                         "<name>.json, results_<date>.json), one per run")
     ap.add_argument("--out", type=Path, required=True, help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
     ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",

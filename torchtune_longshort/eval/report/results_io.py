@@ -1,4 +1,5 @@
-"""Reading lm-eval results folders: one run per folder, its metrics, the reasons values are missing, its sample
+"""Reading lm-eval runs (an ``--output_path`` folder, or one results file: :mod:`.run_files`; one run each:
+:mod:`.one_run`): its metrics, the reasons values are missing, its sample
 counts (per task, and per depth x length cell) and ``--limit``, group coverage, provenance and the per-position
 loss curves of ``longshort_ppl``.
 
@@ -17,6 +18,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from torchtune_longshort.eval.report.one_run import check_one_run, run_identity  # noqa: F401  (re-exported)
+from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-exported)
+    LM_EVAL_FILE,
+    json_file,
+    lm_eval_files,
+    n_shot,
+    results_files,
+)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
 from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY
@@ -33,45 +42,6 @@ def metric_length(key: str, metric: str) -> Optional[int]:
 
 # A depth x length cell's metric: ``acc_<length label>_d<depth>`` (passkey, BABILong's fact-depth variant).
 CELL_METRIC = re.compile(r"^acc_(\w+?)_d(\d+)$")
-
-# model_args that change how fast a run goes, not its numbers
-_NOT_IDENTITY = frozenset({"batch_size", "max_batch_size", "device", "trust_remote_code", "parallelize"})
-
-
-def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
-    """What one column of a report stands for, from a ``results_*.json``'s ``config``: the lm-eval model, its
-    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out) and, for the
-    ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
-    from lm_eval.utils import simple_parse_args_string
-
-    config = data.get("config") or {}
-    args = config.get("model_args") or {}
-    if isinstance(args, str):
-        args = simple_parse_args_string(args)
-    args = {k: str(v) for k, v in args.items() if k not in _NOT_IDENTITY}
-    if "checkpoint_dir" in args:
-        args.setdefault("pretrained", args.pop("checkpoint_dir"))
-    if "pretrained" in args:
-        args["pretrained"] = args["pretrained"].rstrip("/") or "/"
-    ident: Dict[str, Any] = {"model": config.get("model"), "model_args": dict(sorted(args.items()))}
-    if config.get("checkpoint_fingerprint"):
-        ident["checkpoint_fingerprint"] = config["checkpoint_fingerprint"]
-    return ident
-
-
-# lm-eval's file names: ``results_<date>.json`` and ``samples_<task>_<date>.jsonl``, the date as its
-# ``EvaluationTracker`` writes it (``datetime.now().isoformat()`` with ":" made "-")
-_LM_EVAL_DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-LM_EVAL_FILE = re.compile(rf"^(?:results_{_LM_EVAL_DATE}\.json|samples_.+_{_LM_EVAL_DATE}\.jsonl)$")
-
-
-def json_file(path: Path) -> Any:
-    """A results file parsed; one that is not JSON is refused naming it (the report cannot stand without it)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except ValueError as e:
-        raise ValueError(f"{path}: not a JSON file ({e}); evaluate that run again, or leave its folder out") from None
-
 
 def sample_rows(path: Path) -> List[Dict[str, Any]]:
     """The rows of a samples file; a line that is not JSON (torn by a killed run) is skipped with a warning, never
@@ -95,18 +65,6 @@ def _sample_rows(path: str, _mtime_ns: int, _size: int) -> Tuple[Dict[str, Any],
     if bad:
         logger.warning("%s: %d line(s) not JSON (line %d first), skipped", path, len(bad), bad[0])
     return tuple(rows)
-
-
-def lm_eval_files(results_dir: Path, kind: str = "results") -> List[Path]:
-    """lm-eval's ``results_<date>.json`` (``kind="results"``) or ``samples_<task>_<date>.jsonl`` (``"samples"``) files
-    anywhere under ``results_dir``, oldest first by the date in their names (``lm_eval.utils.get_file_datetime``).
-    Matched by file name: lm-eval's ``get_results_filenames`` tests paths for ``/results_``, which takes a samples file
-    in a folder named ``results_*`` and misses ``results_<date>.json`` at the top of a relative listing."""
-    from lm_eval.utils import get_file_datetime
-
-    pattern = {"results": "results_*.json", "samples": "samples_*.jsonl"}[kind]
-    files = [p for p in Path(results_dir).rglob(pattern) if LM_EVAL_FILE.match(p.name)]  # a user's results_notes.json
-    return sorted(files, key=lambda p: (get_file_datetime(p.name), p.name))
 
 
 def remove_lm_eval_files(results_dir: Path) -> List[Path]:
@@ -133,56 +91,12 @@ def samples_task(path: Path) -> str:
     return current_name(get_file_task_name(Path(path).name))
 
 
-def _results_files(results_dir: Path) -> List[Path]:
-    if not Path(results_dir).exists():
-        raise FileNotFoundError(f"results_dir={str(results_dir)!r} does not exist, so it holds no lm-eval "
-                                "results_*.json: name the --output_path folder of an lm-eval run")
-    if not Path(results_dir).is_dir():
-        raise NotADirectoryError(f"results_dir={str(results_dir)!r} is a file: name the --output_path folder of an "
-                                 "lm-eval run (or the folder that holds its results_*.json)")
-    files = lm_eval_files(results_dir)
-    if not files:
-        raise FileNotFoundError(f"results_dir={str(results_dir)!r} holds no lm-eval results_*.json file")
-    return files
-
-
-def check_one_run(results_dir: Path) -> Dict[str, Any]:
-    """The :func:`run_identity` shared by every ``results_*.json`` under ``results_dir``; raises ``ValueError``
-    naming two files and the differing fields when they come from different checkpoints or model settings
-    (checkpoint fingerprints are compared where both files have one: older results files lack it)."""
-    first: Optional[Tuple[Path, Dict[str, Any]]] = None
-    for f in _results_files(results_dir):
-        ident = run_identity(json_file(f))
-        if first is None:
-            first = (f, ident)
-            continue
-        f0, a = first
-        diff = [f"model: {a['model']!r} vs {ident['model']!r}"] if a["model"] != ident["model"] else []
-        keys = sorted(a["model_args"].keys() | ident["model_args"].keys())
-        diff += [f"{k}: {a['model_args'].get(k)!r} vs {ident['model_args'].get(k)!r}"
-                 for k in keys if a["model_args"].get(k) != ident["model_args"].get(k)]
-        fa, fb = a.get("checkpoint_fingerprint"), ident.get("checkpoint_fingerprint")
-        if fa and fb and fa != fb:
-            diff.append(f"checkpoint content: fingerprint {fa} vs {fb} (the checkpoint folder was rewritten "
-                        "between the two evaluations)")
-        if diff:
-            raise ValueError(
-                f"results_dir={str(results_dir)!r} mixes results of different checkpoints / model settings, which "
-                f"would be merged into one report column: {'; '.join(diff)} ({f0} and {f}). Give each run its own "
-                "--output_path folder, or pass the subfolder of one run (lm-eval writes "
-                "<output_path>/<checkpoint path>/results_*.json)"
-            )
-        if fb and not fa:
-            first = (f0, {**a, "checkpoint_fingerprint": fb})
-    return first[1] if first else {}
-
-
 def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
-    """``{task: {metric: value}}`` from every ``results_*.json`` under ``results_dir`` (newest file wins per task;
+    """``{task: {metric: value}}`` from every results file of ``results_dir`` (newest file wins per task;
     keys drop lm-eval's ``,none`` filter suffix; stderr entries and the reason strings of older files' ``error``
     metric are dropped: :func:`load_not_scored` reads the reasons). The files must all come from one run
     (:func:`check_one_run`: same model, model_args and checkpoint), else ``ValueError``."""
-    files = _results_files(results_dir)
+    files = results_files(results_dir)
     check_one_run(results_dir)
     out: Dict[str, Dict[str, Any]] = {}
     for f in files:  # oldest first, so newer files overwrite
@@ -215,9 +129,9 @@ def not_scored_of(data: Dict[str, Any]) -> Dict[str, str]:
 
 
 def load_not_scored(results_dir: Path) -> Dict[str, str]:
-    """:func:`not_scored_of` over every ``results_*.json`` under ``results_dir`` (newest file wins per task)."""
+    """:func:`not_scored_of` over every results file of ``results_dir`` (newest file wins per task)."""
     out: Dict[str, str] = {}
-    for f in _results_files(results_dir):
+    for f in results_files(results_dir):
         data = json_file(f)
         tasks = set(data.get("configs") or {}) | set(data.get("results") or {})
         for task in tasks:
@@ -243,28 +157,41 @@ def ran_on(device: Optional[str], env_info: Any) -> Optional[str]:
     return device
 
 
+def lm_eval_limit(limit: Any) -> Any:
+    """``--limit`` as lm-eval reads it: a value below 1 a fraction of each task's documents (``0.3``), any other
+    a count (``1.0`` is 1 document: returned as ``1``); None: every document."""
+    if isinstance(limit, float) and limit >= 1.0 and limit.is_integer():
+        return int(limit)
+    return limit
+
+
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
-    """What a report says about one run, from its newest ``results_*.json``: the lm-eval ``model``, the
+    """What a report says about one run, from its results files (the newest wins): the lm-eval ``model``, the
     checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
-    record it), the ``device``, ``--limit`` (None: every sample), and the number of samples
+    record it), the ``device``, ``--limit`` (None: every sample; :func:`lm_eval_limit`), each task's n-shot, whether
+    a chat template was applied, and the number of samples
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
     as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task)."""
-    files = _results_files(results_dir)
+    files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
-    limit, dtype, device = None, None, None
+    shots: Dict[str, Any] = {}
+    limit, dtype, device, chat = None, None, None, False
     for f in files:
         data = json_file(f)
         config = data.get("config") or {}
-        limit = config.get("limit", limit)
+        limit = lm_eval_limit(config.get("limit", limit))
         dtype = config.get("model_dtype") or dtype
         device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
+        chat = chat or bool(data.get("chat_template"))
+        shots.update({current_name(t): n for t, n in n_shot(data).items()})
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
                 samples[current_name(task)] = _evaluated(n["original"], limit)
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
-            "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device}
+            "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
+            "chat_template": chat}
 
 
 def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str]:
@@ -285,7 +212,7 @@ def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str
 
 
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
-    """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every ``results_*.json`` (newest wins)."""
+    """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every results file (newest wins)."""
     out: Dict[str, List[str]] = {}
     for f in lm_eval_files(results_dir):
         for group, members in (json_file(f).get("group_subtasks") or {}).items():
@@ -333,7 +260,7 @@ def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
 
 
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
-    """The provenance block the ``longshort`` model put in the newest ``results_*.json`` (None: another model)."""
+    """The provenance block the ``longshort`` model put in the newest results file (None: another model)."""
     for f in reversed(lm_eval_files(results_dir)):
         prov = (json_file(f).get("config") or {}).get("provenance")
         if isinstance(prov, dict):

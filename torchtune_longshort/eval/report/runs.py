@@ -1,0 +1,117 @@
+"""The report's runs: the runs table (model, checkpoint, dtype, device, ``--limit``, samples per task), the refusal of
+runs whose numbers are not comparable (dtype, ``--limit``, sample counts), and why a run has no per-position loss
+curve."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+from torchtune_longshort.eval.report.results_io import lm_eval_files, metric_length, samples_task
+from torchtune_longshort.eval.report.run_files import limit_text
+
+# why the hf model loads another dtype than longshort: said only when runs differ in dtype
+DTYPE_HINT = ("lm-eval's hf model loads a folder in its config's torch_dtype unless --model_args dtype=float32 is "
+              "given; the longshort model runs float32 unless --model_args dtype= says otherwise")
+
+
+def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> str:
+    """The tasks the runs scored on different numbers of samples, each with its counts, as text ("" when none).
+    Every model counts the same samples for one evaluation (a sample it cannot run is still a sample: NaN, with its
+    reason; :func:`~torchtune_longshort.eval.tasks.common.pack_task.sweep_dataset`), so a difference means the runs
+    did not evaluate the same samples (another ``--limit``, other data, other lengths)."""
+    counts = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
+              for t in sorted({t for i in infos.values() for t in i["samples"]})}
+    return "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items())
+                     for t, c in counts.items() if len(set(c.values())) > 1)
+
+
+def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
+    """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
+    weights' dtype, ``--limit``) where the runs differ ("" when they agree)."""
+    parts, marks = [], {r: set() for r in names}
+    for key, label in (("dtype", "dtype"), ("limit", "--limit")):
+        values = {r: setting(infos[r][key], key) for r in names}
+        if len(set(values.values())) > 1:
+            parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
+            for r in names:
+                marks[r].add(key)
+    return " and ".join(parts), marks
+
+
+def setting(value: Any, key: str) -> str:
+    """A run's setting as the runs table prints it; ``--limit`` as lm-eval reads it (:func:`run_files.limit_text`)."""
+    if key == "limit":
+        return limit_text(value)
+    return "?" if value is None else str(value)
+
+
+def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
+                 allow_mixed: bool) -> Tuple[str, List[str]]:
+    """The runs table (model, checkpoint, dtype, device, --limit, samples per task) and the notes on what the runs
+    share or not; ``ValueError`` when runs differ in dtype or ``--limit``, or scored a task on different numbers of
+    samples, and ``allow_mixed`` is false (then they are reported with the differences marked ``†``)."""
+    mixed, marks = _mixed_settings(names, infos)
+    if mixed and not allow_mixed:
+        hint = f" ({DTYPE_HINT})" if any("dtype" in m for m in marks.values()) else ""
+        raise ValueError(f"the runs differ in {mixed}: their numbers are not comparable{hint}. Evaluate "
+                         "them alike, or pass --allow-mixed to report them side by side, marked")
+    rows = []
+    for name, d in zip(names, dirs):
+        info = infos[name]
+        samples = ", ".join(f"{t}: {n}" for t, n in sorted(info["samples"].items())) or "—"
+        cell = {k: setting(info[k], k) + (" †" if k in marks[name] else "") for k in ("dtype", "limit")}
+        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | {cell['dtype']} | "
+                    f"{info['device'] or '?'} | {cell['limit']} | {samples} |")
+    table = ("| run | folder | model | checkpoint | dtype | device | --limit | samples per task |\n"
+             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    notes = [f"**† Mixed settings** (reported side by side anyway, --allow-mixed): the runs differ in {mixed}; "
+             "their values are not comparable as they stand."] if mixed else []
+    refused = _unequal_samples(names, infos)
+    if refused and not allow_mixed:
+        raise ValueError(f"the runs scored tasks on different numbers of samples ({refused}): their values are not "
+                         "comparable (a --limit run against a full one? other data or lengths?). Evaluate them alike, "
+                         "or pass --allow-mixed to report them side by side with this note")
+    if refused:
+        notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
+    by_ckpt: Dict[Any, List[str]] = {}
+    for name in names:
+        key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
+        if key:
+            by_ckpt.setdefault(key, []).append(name)
+    notes += [f"Runs {', '.join(f'`{n}`' for n in same)} evaluate the same checkpoint."
+              for same in by_ckpt.values() if len(same) > 1]
+    return table, notes
+
+
+def no_curve_note(run: str, ppl: Dict[str, Any], info: Dict[str, Any], folder: Path, task: str) -> str:
+    """Why run ``run``, which has perplexity (``ppl``: its ``task`` metrics), has no per-position loss curve: no
+    samples file of ``task`` (evaluated without ``--log_samples``), a model that returns one sum per request, or
+    per-token values the task left out (a few-shot context or chat template: the scored tokens are not the
+    sequence's)."""
+    head = f"No per-position loss curve for `{run}`: "
+    per_token = any(metric_length(k, "curve_mean_nll") is not None for k in ppl)
+    has_samples = any(samples_task(f) == task for f in lm_eval_files(folder, "samples"))
+    model = info.get("model")
+    if model not in (None, "longshort") and not per_token:
+        why = (f"its model (`{model}`) returns one sum per request, no per-token log-probabilities (the longshort "
+               "model returns them; with --log_samples they make the curve)")
+        return head + why + ("." if has_samples else "; its run also has no samples file (--log_samples).")
+    if not has_samples:
+        return head + (f"its run has no `{task}` samples file: evaluate it with --log_samples, which writes the "
+                       "per-token values the curve is made of") + ("" if per_token or model else
+                                                                   " (and with the longshort model: lm-eval's hf "
+                                                                   "returns one sum per request)") + "."
+    if not per_token:
+        shots = info.get("n_shot", {}).get(task) or 0
+        cause = [f"it ran {shots}-shot"] * bool(shots) + ["with a chat template"] * bool(info.get("chat_template"))
+        return head + (f"its samples hold no per-token values: the task leaves them out when the tokens scored "
+                       f"are not the sequence's own ({' and '.join(cause) or 'another context before each sequence'}"
+                       "; evaluate it 0-shot without a chat template for the curve).")
+    return head + "its samples' per-token values are incomplete (a cut-off or NaN sample at every length)."
+
+
+def finite(values) -> bool:
+    """Whether any of ``values`` is a finite number."""
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
