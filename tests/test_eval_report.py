@@ -383,3 +383,27 @@ def test_a_missing_curve_is_given_its_reason(tmp_path):
             "--log_samples") in md
     assert "No per-position loss curve for `shot`: its samples hold no per-token values" in md and "1-shot" in md
     assert "returned no per-token" not in md
+
+
+def test_a_samples_subset_is_counted_as_such_and_refused_beside_a_full_run(tmp_path):
+    """`--samples '{"longshort_ppl": [0, 3]}'` (which lm-eval records nowhere) evaluated 2 of 4 documents, one per
+    length: the report said 4 samples and put the run beside a full one. lm-eval's effective count (the items of
+    one length's metric) times the lengths falls short of the documents: at most that many were evaluated, exactly
+    the samples file's doc ids when there is one."""
+    runs = {}
+    for name, effective in (("full", 2), ("subset", 1), ("logged", 1)):
+        f = _lm_eval_file(tmp_path / name / f"results_{D1}.json")
+        data = json.loads(f.read_text())
+        data["results"]["longshort_ppl"]["ppl_512,none"] = 3.5  # two lengths, two documents each
+        data["n-samples"]["longshort_ppl"] = {"original": 4, "effective": effective}
+        f.write_text(json.dumps(data))
+        runs[name] = f.parent
+    (runs["logged"] / f"samples_longshort_ppl_{D1}.jsonl").write_text(
+        "".join(json.dumps({"doc_id": i}) + "\n" for i in (0, 3)))
+    with pytest.raises(ValueError, match=r"differ in --samples \(`full` all documents, `subset` longshort_ppl <= 2 "
+                                         r"of 4 documents\)"):
+        build_report([runs["full"], runs["subset"]], tmp_path / "no")
+    summary = build_report([runs["logged"]], tmp_path / "rep")
+    assert "| longshort_ppl: 2 of 4 documents (--samples) |" in (tmp_path / "rep" / "report.md").read_text()
+    assert summary["runs"]["logged"]["samples"] == {"longshort_ppl": 2} and summary["samples_cut_off"] == {}
+    assert build_report([runs["full"]], tmp_path / "rep_full")["runs"]["full"]["subset"] == {}

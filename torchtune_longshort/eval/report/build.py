@@ -267,8 +267,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--out", type=Path, required=True, help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
     ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",
-                    help="report runs that differ in dtype or --limit, or scored a task on different numbers of "
-                         "samples, side by side with the differences marked, instead of refusing them")
+                    help="report runs that differ in dtype, --limit or a --samples subset, or scored a task on "
+                         "different numbers of samples, side by side with the differences marked, instead of refusing "
+                         "them")
     args = ap.parse_args(argv)
     summary = refusing(ap.prog, lambda: build_report(
         args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed))

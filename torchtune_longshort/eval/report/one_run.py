@@ -72,7 +72,8 @@ def pack_defaults() -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def _family(task: str) -> Optional[TaskFamily]:
+def pack_family(task: str) -> Optional[TaskFamily]:
+    """The pack's family of ``task`` (its task, or a member named ``<task>_...``); None for another task."""
     for fam in TASK_FAMILIES.values():
         if task == fam.task or task.startswith(fam.task + "_"):
             return fam
@@ -81,7 +82,7 @@ def _family(task: str) -> Optional[TaskFamily]:
 
 def _reads(task: str, key: str) -> bool:
     """Whether ``task`` (one of the pack's) reads ``--metadata`` key ``key`` (unknown for any other task: False)."""
-    fam = _family(task)
+    fam = pack_family(task)
     if fam is None:
         return False
     return bool((fam.metadata_prefix and key.startswith(fam.metadata_prefix + "_")) or key == fam.data_dir_key

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchtune_longshort.eval.report.one_run import check_one_run, run_identity  # noqa: F401  (re-exported)
+from torchtune_longshort.eval.report.one_run import check_one_run, pack_family, run_identity  # noqa: F401
 from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-exported)
     LM_EVAL_FILE,
     json_file,
@@ -177,6 +177,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     samples: Dict[str, int] = {}
     shots: Dict[str, Any] = {}
     limit, dtype, device, chat = None, None, None, False
+    latest: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for f in files:
         data = json_file(f)
         config = data.get("config") or {}
@@ -188,10 +189,35 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
                 samples[current_name(task)] = _evaluated(n["original"], limit)
+                latest[current_name(task)] = (n, list((data.get("results") or {}).get(task) or {}))
+    subsets = {} if limit is not None else samples_subsets(results_dir, latest)
+    samples.update({t: s["evaluated"] for t, s in subsets.items()})
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
-            "chat_template": chat}
+            "chat_template": chat, "subset": subsets}
+
+
+def samples_subsets(results_dir: Path, latest: Mapping[str, Tuple[Dict[str, Any], List[str]]]) -> Dict[str, Any]:
+    """The pack's tasks a run without ``--limit`` evaluated on part of their documents (lm-eval's ``--samples
+    '{"task": [ids]}'``, which it records nowhere): ``{task: {"evaluated", "of", "exact"}}``. ``latest``: each task's
+    ``n-samples`` and metric keys. lm-eval's ``effective`` counts the items of the task's fullest metric: all of
+    its documents (passkey's ``acc``) or those of one length (ppl's ``ppl_<L>``), so a whole evaluation has
+    ``effective x lengths >= original`` (a length that could not run keeps one row); fewer is a subset, of at most
+    that many documents, or exactly the distinct ``doc_id`` of its samples file when there is one."""
+    files = {samples_task(f): f for f in lm_eval_files(results_dir, "samples")}  # the newest per task
+    out: Dict[str, Any] = {}
+    for task, (n, keys) in latest.items():
+        fam = pack_family(task)
+        if fam is None or not isinstance(n.get("effective"), int) or n["effective"] < 1:  # < 1: --predict_only
+            continue
+        names = [k.split(",")[0] for k in keys]
+        lengths = {metric_length(k, m) for k in names for m in fam.metrics} - {None}
+        bound = n["effective"] * max(1, len(lengths))
+        ids = {r.get("doc_id") for r in sample_rows(files[task])} - {None} if task in files else set()
+        if bound < n["original"] and len(ids) < n["original"]:
+            out[task] = {"evaluated": len(ids) if ids else bound, "of": n["original"], "exact": bool(ids)}
+    return out
 
 
 def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str]:

@@ -29,10 +29,10 @@ def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> 
 
 def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
     """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
-    weights' dtype, ``--limit``) where the runs differ ("" when they agree)."""
+    weights' dtype, ``--limit``, a ``--samples`` subset) where the runs differ ("" when they agree)."""
     parts, marks = [], {r: set() for r in names}
-    for key, label in (("dtype", "dtype"), ("limit", "--limit")):
-        values = {r: setting(infos[r][key], key) for r in names}
+    for key, label in (("dtype", "dtype"), ("limit", "--limit"), ("subset", "--samples")):
+        values = {r: setting(infos[r].get(key), key) for r in names}
         if len(set(values.values())) > 1:
             parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
             for r in names:
@@ -44,7 +44,19 @@ def setting(value: Any, key: str) -> str:
     """A run's setting as the runs table prints it; ``--limit`` as lm-eval reads it (:func:`run_files.limit_text`)."""
     if key == "limit":
         return limit_text(value)
+    if key == "subset":  # results_io.samples_subsets
+        return "; ".join(f"{t} {_count(c)}" for t, c in sorted(value.items())) if value else "all documents"
     return "?" if value is None else str(value)
+
+
+def _count(subset: Dict[str, Any]) -> str:
+    return f"{'' if subset['exact'] else '<= '}{subset['evaluated']} of {subset['of']} documents"
+
+
+def _samples_cell(info: Dict[str, Any]) -> str:
+    subsets = info.get("subset") or {}
+    return ", ".join(f"{t}: {_count(subsets[t]) + ' (--samples)' if t in subsets else n}"
+                     for t, n in sorted(info["samples"].items())) or "—"
 
 
 def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
@@ -60,7 +72,7 @@ def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Di
     rows = []
     for name, d in zip(names, dirs):
         info = infos[name]
-        samples = ", ".join(f"{t}: {n}" for t, n in sorted(info["samples"].items())) or "—"
+        samples = _samples_cell(info)
         cell = {k: setting(info[k], k) + (" †" if k in marks[name] else "") for k in ("dtype", "limit")}
         rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | {cell['dtype']} | "
                     f"{info['device'] or '?'} | {cell['limit']} | {samples} |")
