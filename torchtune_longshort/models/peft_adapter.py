@@ -127,13 +127,15 @@ def peft_adapter(tune_sd: StateDict, hf_config: Dict[str, Any], alpha: float, tr
 
 
 def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, Any], *, alpha: float,
-                       trainable: Iterable[str] = (), base_model: Optional[str] = None) -> Path:
+                       trainable: Iterable[str] = (), base_model: Optional[str] = None, dropout: float = 0.0) -> Path:
     """Write ``out_dir`` (created) as a PEFT adapter folder of the LoRA weights of ``tune_sd`` (see the module doc);
-    ``base_model`` becomes ``base_model_name_or_path``. Returns ``out_dir``."""
+    ``base_model`` becomes ``base_model_name_or_path``, ``dropout`` the config's ``lora_dropout`` (the run's, for
+    whoever trains the adapter on with PEFT). Returns ``out_dir``."""
     from peft import LoraConfig
     from safetensors.torch import save_file
 
     sd, kwargs, layout = peft_adapter(tune_sd, hf_config, alpha, trainable)
+    kwargs["lora_dropout"] = float(dropout)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})

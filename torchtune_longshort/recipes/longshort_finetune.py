@@ -143,19 +143,25 @@ class LongShortFinetuneRecipe(RecipeSetup):
             torch.cuda.reset_peak_memory_stats(self._device)
         self._run_log.start(max_steps, self.global_step, self._batcher.stream.records_skipped)
         stop_at = self.stop_at
+        if self.global_step >= stop_at:
+            utils.log_rank_zero(log, f"Nothing to train: resumed at step {self.global_step}, and this run ends at "
+                                     f"step {stop_at} (max_steps={max_steps}); raise max_steps to train on")
         while self.global_step < stop_at:
+            lr = self._optimizer.param_groups[0]["lr"]  # the step's own (the scheduler moves it on inside the step)
             sums, norms = self._checked_step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
-                lr = self._optimizer.param_groups[0]["lr"]
                 self._run_log.log_step(self.global_step, sums, lr, {k: float(v) for k, v in norms.items()},
                                        self._device)
             self._run_log.advance()
-            if self._val_tokens is not None and (self.global_step % val_every == 0 or self.global_step == max_steps):
-                self._validate()
+            with self._run_log.paused():  # throughput counts training time only
+                if self._val_tokens is not None and (self.global_step % val_every == 0
+                                                     or self.global_step == max_steps):
+                    self._validate()
             stop_signal = self.stop_signals.received(self._distributed, self._device)
             if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
-                self.save_checkpoint()
+                with self._run_log.paused():
+                    self.save_checkpoint()
             if stop_signal:
                 self.stopped_by = stop_signal
                 utils.log_rank_zero(

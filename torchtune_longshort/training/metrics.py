@@ -3,12 +3,13 @@ the run log that feeds both with the progress bar."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 import torch
 
@@ -139,6 +140,15 @@ class RunLog:
         if self.pbar is not None:
             self.pbar.set_postfix(loss=f"{sums['loss']:.4f}", mis=f"{sums['misalignment']:.3g}", e=int(sums["e"]))
         self._t0, self.tokens = time.perf_counter(), 0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """A block (validation, a checkpoint) whose time the next logged throughput leaves out."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._t0 += time.perf_counter() - start
 
     def advance(self) -> None:
         if self.pbar is not None:

@@ -40,6 +40,7 @@ class LoRAInfo:
 
     rank: Optional[int] = None
     alpha: Optional[float] = None
+    dropout: float = 0.0  # the adapters' dropout (written into the PEFT adapter's config)
     trainable_names: List[str] = field(default_factory=list)
     base_dir: Optional[str] = None
 
@@ -53,7 +54,9 @@ def build_model(cfg_model: DictConfig, device: torch.device, dtype: torch.dtype,
     with training.set_default_dtype(dtype), (torch.device("meta") if on_meta else device):
         model = config.instantiate(cfg_model)
     lora = [m for m in model.modules() if isinstance(m, LoRALinear)]
-    info = LoRAInfo(rank=lora[0].rank, alpha=lora[0].alpha) if lora else LoRAInfo()
+    dropout = getattr(lora[0], "dropout", None) if lora else None
+    info = LoRAInfo(rank=lora[0].rank, alpha=lora[0].alpha,
+                    dropout=float(dropout.p) if isinstance(dropout, nn.Dropout) else 0.0) if lora else LoRAInfo()
     return model, info
 
 

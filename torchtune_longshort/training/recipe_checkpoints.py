@@ -77,7 +77,7 @@ def stage_step(
     adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a resumed run reads back), and
     the recipe state beside it (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
     if lora.enabled:
-        write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha,
+        write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha, dropout=lora.dropout,
                            trainable=lora.trainable_names, base_model=lora.base_dir)
         model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
     write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
