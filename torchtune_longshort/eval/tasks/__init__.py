@@ -41,7 +41,13 @@ class TaskFamily:
             (``study.eval_config.metric_of``).
         metadata_prefix: the prefix of its own ``--metadata`` keys (``ppl`` -> ``ppl_max_seq_lengths``,
             ``ppl_source``, ``ppl_num_samples``); "" when it has none.
-        length_swept: whether its lengths come from ``max_seq_lengths`` / ``<prefix>_max_seq_lengths``.
+        metadata_keys: every ``--metadata`` key of its own that its task reads, in full (``ppl_source``), its
+            ``data_dir_key`` and ``value_kinds`` keys included: the one list :func:`unknown_metadata_keys` checks
+            (``tests/test_task_metadata_keys.py`` checks it against the keys the task modules spell).
+        length_swept: whether its lengths come from ``--metadata`` (``max_seq_lengths``, or its own
+            ``<prefix>_max_seq_lengths`` when ``metadata_keys`` lists it).
+        fixed_context: the lm-eval options (:data:`CONTEXT_OPTIONS`) that would change what it measures, because
+            it sizes its sequences itself: its task ignores them, with one warning each (``docs/eval.md``).
         table_metrics: the metrics the eval report tabulates by length (rows = runs, columns = lengths).
         data_dir_key: the ``--metadata`` key of a local data folder ("" when it has none).
         needs_model: the lm-eval model it needs ("" when any model will do).
@@ -63,28 +69,53 @@ class TaskFamily:
     diagnostics: Tuple[str, ...] = ()
     study_names: Tuple[Tuple[str, str], ...] = ()
     value_kinds: Tuple[Tuple[str, str], ...] = ()
+    metadata_keys: Tuple[str, ...] = ()
+    fixed_context: Tuple[str, ...] = ()
+
+
+# The lm-eval options that put something before a request's own text: few-shot examples, a chat template, a system
+# instruction (the options of lm-eval's CLI, by the names its task API takes them).
+CONTEXT_OPTIONS = {"num_fewshot": "--num_fewshot", "apply_chat_template": "--apply_chat_template",
+                   "system_instruction": "--system_instruction"}
+# The keys shared by the length-swept tasks (a task's own <prefix>_max_seq_lengths wins).
+SHARED_KEYS = ("max_seq_lengths",)
+# The keys long_text.samples_from_metadata reads under a text family's prefix (ppl_source, mis_num_samples, ...).
+TEXT_KEYS = ("max_seq_lengths", "source", "data_files", "dataset_path", "dataset_name", "split", "text_field",
+             "num_samples", "chunks_per_doc", "join_documents", "skip_bad_records")
+
+
+def _keys(prefix: str, *names: str) -> Tuple[str, ...]:
+    return tuple(f"{prefix}_{name}" for name in names)
 
 
 TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
-                      table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),)),
+                      table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),),
+                      metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS)),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
                           study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
                           value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
-                                       ("passkey_seed", "integer"), ("passkey_data_files", "files"))),
+                                       ("passkey_seed", "integer"), ("passkey_data_files", "files")),
+                          metadata_keys=_keys("passkey", "max_seq_lengths", "num_samples", "depths", "seed",
+                                              "haystack", "haystack_files", "data_files"),
+                          fixed_context=("num_fewshot",)),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
-                               study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys"))),
+                               study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
+                               metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
+                               fixed_context=tuple(CONTEXT_OPTIONS)),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
-                           value_kinds=(("babilong_missing", "skip or error"),)),
+                           value_kinds=(("babilong_missing", "skip or error"),),
+                           metadata_keys=_keys("babilong", "data_dir", "missing")),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
                               former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,),
-                              value_kinds=(("longbench_e_missing", "skip or error"),)),
+                              value_kinds=(("longbench_e_missing", "skip or error"),),
+                              metadata_keys=_keys("longbench_e", "data_dir", "hf_path", "missing")),
 }
 
 
@@ -125,18 +156,48 @@ def task_results(results: Mapping[str, Any], task: str) -> Dict[str, Any]:
     return {}
 
 
-def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
-    """The keys of ``keys`` that no task of the pack reads (a family's ``<prefix>_...`` keys, its data folder key,
-    ``max_seq_lengths``, and ``also``), and what the pack reads, for the message (with the nearest name of each)."""
-    prefixes = sorted({f.metadata_prefix + "_" for f in TASK_FAMILIES.values() if f.metadata_prefix})
-    own = {f.data_dir_key for f in TASK_FAMILIES.values() if f.data_dir_key} | {"max_seq_lengths", *also}
-    bad = [str(k) for k in keys if k not in own and not any(str(k).startswith(p) for p in prefixes)]
-    examples = sorted(own) + [f"{p}max_seq_lengths" for p in prefixes]
-    near = [m for k in bad for m in difflib.get_close_matches(k, examples, n=1)]
-    hint = f" (did you mean {', '.join(repr(m) for m in near)}?)" if near else ""
-    return bad, (f"no task of the pack reads them{hint}; a task's keys start with its prefix: {', '.join(prefixes)}; "
-                 f"or one of {sorted(own)}")
+def pack_metadata_keys(also=()) -> List[str]:
+    """Every ``--metadata`` key a task of the pack reads: each family's :attr:`TaskFamily.metadata_keys`, the
+    shared :data:`SHARED_KEYS`, and ``also`` (the model keys the caller passes on)."""
+    return sorted({*SHARED_KEYS, *also, *(k for f in TASK_FAMILIES.values() for k in f.metadata_keys)})
 
+
+def _braced(prefix: str, keys: Tuple[str, ...]) -> str:
+    """``ppl_{source,num_samples}`` for keys that all start with ``<prefix>_`` (else the keys, comma-separated)."""
+    head = prefix + "_"
+    if not prefix or not all(k.startswith(head) for k in keys):
+        return ", ".join(keys)
+    return head + "{" + ",".join(k[len(head):] for k in keys) + "}"
+
+
+def _nearest_key(key: str, known: List[str]) -> Optional[str]:
+    """The real key nearest to ``key``: among its family's keys when it starts with a family's prefix (and the
+    shared lengths key, for a length-swept family), else among ``known``. A length-swept family without lengths of
+    its own (BABILong) reads ``max_seq_lengths``: that is the answer for ``babilong_max_seq_lengths`` and its typos;
+    a family that takes no lengths has no answer for a lengths key."""
+    families = [f for f in TASK_FAMILIES.values() if f.metadata_prefix and key.startswith(f.metadata_prefix + "_")]
+    family = max(families, key=lambda f: len(f.metadata_prefix)) if families else None
+    if family is not None and not family.length_swept and key.endswith(SHARED_KEYS[0]):
+        return None  # LongBench-E takes no lengths: no key is near what was meant
+    names = {k: k for k in (known if family is None else family.metadata_keys)}
+    for f in TASK_FAMILIES.values() if family is None else (family,):
+        if f.length_swept:
+            names.update({k: k for k in SHARED_KEYS})
+            names.setdefault(f"{f.metadata_prefix}_{SHARED_KEYS[0]}", SHARED_KEYS[0])
+    match = difflib.get_close_matches(key, list(names), n=1)
+    return names[match[0]] if match else None
+
+
+def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
+    """The keys of ``keys`` that no task of the pack reads (:func:`pack_metadata_keys`), and the message: the
+    nearest real key of each (:func:`_nearest_key`), then the keys each task reads."""
+    known = pack_metadata_keys(also)
+    bad = [str(k) for k in keys if str(k) not in known]
+    near = [m for m in (_nearest_key(k, known) for k in bad) if m]
+    hint = f" (did you mean {', '.join(repr(m) for m in near)}?)" if near else ""
+    per_task = "; ".join(f"{f.task}: {_braced(f.metadata_prefix, f.metadata_keys)}" for f in TASK_FAMILIES.values())
+    shared = ", ".join(sorted({*SHARED_KEYS, *also}))
+    return bad, f"no task of the pack reads them{hint}; the pack reads {shared} and, per task, {per_task}"
 
 # The families whose sequences come from long_text.samples_from_metadata (their <prefix>_source takes its SOURCES)
 TEXT_PREFIXES = tuple(TASK_FAMILIES[f].metadata_prefix for f in ("ppl", "misalignment"))

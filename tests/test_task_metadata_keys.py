@@ -1,0 +1,82 @@
+"""The ``--metadata`` keys of the pack: the registry (``TaskFamily.metadata_keys``) is the one list of what each
+task reads, checked against the keys its modules spell; the unknown-key check refuses a key nothing reads (typos of
+real keys included) and suggests only keys a task reads."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.eval.tasks import (
+    SHARED_KEYS,
+    TASK_FAMILIES,
+    TEXT_KEYS,
+    pack_metadata_keys,
+    tasks_path,
+    unknown_metadata_keys,
+)
+
+# The model keys longshort-eval passes on with the metadata (cli_run.METADATA_ALSO)
+ALSO = ("tokenizer", "checkpoint_dir", "pretrained", "lm_eval_model")
+
+
+@pytest.mark.parametrize("key, meant", [
+    ("ppl_num_sample", "ppl_num_samples"),            # accepted before: any key with a family's prefix passed
+    ("ppl_max_seq_length", "ppl_max_seq_lengths"),
+    ("passkey_depth", "passkey_depths"),
+    ("mis_sed", "mis_seed"),
+    ("babilong_max_seq_lengths", "max_seq_lengths"),  # read by nothing; the hint suggested it before
+    ("bablong_max_seq_lengths", "max_seq_lengths"),
+    ("max_seq_length", "max_seq_lengths"),
+    ("longbench_e_max_seq_lengths", None),            # LongBench-E takes no lengths
+])
+def test_a_key_no_task_reads_is_refused_with_a_real_key_as_hint(key, meant):
+    bad, why = unknown_metadata_keys({key: "1k"}, also=ALSO)
+    assert bad == [key]
+    hints = re.findall(r"'([^']+)'", why.split(";")[0])
+    assert hints == ([meant] if meant else [])
+    assert set(hints) <= set(pack_metadata_keys(ALSO))
+
+
+def test_every_key_of_the_registry_is_accepted():
+    keys = [k for f in TASK_FAMILIES.values() for k in f.metadata_keys] + list(SHARED_KEYS) + list(ALSO)
+    assert unknown_metadata_keys(dict.fromkeys(keys, 1), also=ALSO)[0] == []
+    for family in TASK_FAMILIES.values():  # the keys whose values are checked, and the data folder, are listed too
+        assert {k for k, _ in family.value_kinds} <= set(family.metadata_keys)
+        assert not family.data_dir_key or family.data_dir_key in family.metadata_keys
+
+
+def _spelled(family) -> set:
+    """The ``<prefix>_...`` keys a family's modules spell: quoted in its task.py, parameters of a custom_dataset
+    function (BABILong, LongBench-E), and for the text families long_text's ``f"{prefix}_..."`` keys."""
+    prefix = family.metadata_prefix
+    folder = tasks_path() / family.folder
+    text = (folder / "task.py").read_text()
+    keys = set(re.findall(rf"[\"']({prefix}_[a-z_]*[a-z])[\"']", text))
+    from torchtune_longshort.eval.tasks.babilong.task import load_babilong
+    from torchtune_longshort.eval.tasks.longbench_e.task import load_longbench_e
+
+    for loader in (load_babilong, load_longbench_e):
+        if Path(inspect.getfile(loader)).parent == folder:
+            keys |= {p for p in inspect.signature(loader).parameters if p.startswith(prefix + "_")}
+    if "samples_from_metadata" in text:
+        long_text = (tasks_path() / "common" / "long_text.py").read_text()
+        keys |= {f"{prefix}_{s}" for s in re.findall(r"f[\"']\{prefix\}_([a-z_]+)[\"']", long_text)}
+    if family.length_swept and f"{prefix}_max_seq_lengths" in family.metadata_keys:
+        keys.add(f"{prefix}_max_seq_lengths")  # lengths.lengths_from_metadata: lengths_key(prefix)
+    return keys
+
+
+@pytest.mark.parametrize("family", sorted(TASK_FAMILIES))
+def test_the_registry_lists_exactly_the_keys_the_task_reads(family):
+    fam = TASK_FAMILIES[family]
+    assert _spelled(fam) == set(fam.metadata_keys)
+
+
+def test_long_text_reads_the_text_keys():
+    long_text = (tasks_path() / "common" / "long_text.py").read_text()
+    read = set(re.findall(r"f[\"']\{prefix\}_([a-z_]+)[\"']", long_text))
+    assert read <= set(TEXT_KEYS) and set(TEXT_KEYS) - read == {"max_seq_lengths", "num_samples"}
