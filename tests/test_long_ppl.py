@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("lm_eval")
 
+from pack_helpers import run_pack  # noqa: E402
 from torchtune_longshort.eval.cli_run import run_cli, samples_of  # noqa: E402
 from torchtune_longshort.eval.tasks.ppl.task import position_curve  # noqa: E402
 
@@ -197,3 +198,56 @@ def test_hf_model_agrees_with_linear_rope_scaling_from_config(sp_tokenizer_dir, 
     plain = LongShortLM(checkpoint_dir=str(ckpt), tokenizer=str(sp_tokenizer_dir), device="cpu",
                         rope="linear", rope_factor=1.0)
     assert abs(scaled.loglikelihood(req, True)[0][0] - plain.loglikelihood(req, True)[0][0]) > 1e-2
+
+
+def _text_lm_run(tok, lengths, **kw):
+    """``longshort_ppl`` through lm-eval's evaluator on the stand-in model :class:`pack_helpers.TextLM`."""
+    meta = {"tokenizer": str(tok), "ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": lengths}
+    return run_pack("longshort_ppl", meta, **kw)
+
+
+def test_a_request_cache_of_other_metadata_is_not_replayed(sp_tokenizer_dir, tmp_path, monkeypatch, caplog):
+    """lm-eval's request cache is keyed without the task's --metadata: a cache written at length 64 was replayed at
+    length 128 (the 64-token requests scored as 128-token samples). The pack's tasks build their requests again."""
+    import lm_eval.caching.cache as cache
+
+    monkeypatch.setattr(cache, "PATH", str(tmp_path / "cache"))
+    _text_lm_run(sp_tokenizer_dir, "64", cache_requests=True)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        cached = _text_lm_run(sp_tokenizer_dir, "128", cache_requests=True)["results"]["longshort_ppl"]
+    plain = _text_lm_run(sp_tokenizer_dir, "128")["results"]["longshort_ppl"]
+    assert cached["ppl_128,none"] == plain["ppl_128,none"]
+    assert caplog.text.count("--cache_requests: the pack's tasks do not use lm-eval's request cache") == 1
+
+
+def test_few_shot_chat_template_and_system_instruction_leave_the_sequence_alone(sp_tokenizer_dir, caplog):
+    """ppl is defined on exactly L tokens from BOS: --num_fewshot / --apply_chat_template / --system_instruction
+    put another document or a system prompt before it (the score changed, reported as plain ppl_<L>). They are
+    ignored, one warning each, and the task's config lists them."""
+    plain = _text_lm_run(sp_tokenizer_dir, "64")
+    with caplog.at_level("WARNING"):
+        other = _text_lm_run(sp_tokenizer_dir, "64", num_fewshot=1, apply_chat_template=True,
+                             system_instruction="Be brief.")
+    assert other["results"]["longshort_ppl"]["ppl_64,none"] == plain["results"]["longshort_ppl"]["ppl_64,none"]
+    for option in ("--num_fewshot", "--apply_chat_template", "--system_instruction"):
+        assert caplog.text.count(f"longshort_ppl: {option} ignored") == 1
+    assert other["configs"]["longshort_ppl"]["ignored_options"] == ["--num_fewshot", "--apply_chat_template",
+                                                                    "--system_instruction"]
+    assert other["n-shot"]["longshort_ppl"] == 0
+
+
+def test_per_token_values_of_another_sequence_score_nan_with_the_reason():
+    """The longshort model's per-token values tell how many tokens were scored: a count other than the sample's
+    (a request built from another sample) was a silently dropped curve beside a wrong ppl; now NaN and why."""
+    from torchtune_longshort.eval.model.scoring import TokenLoglikelihood
+    from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC
+    from torchtune_longshort.eval.tasks.ppl.task import process_results
+
+    doc = {"length": 128, "n_tokens": 128, "error": ""}
+    res = TokenLoglikelihood(-300.0, False, [-1.0] * 64)
+    out = process_results(doc, [res])
+    assert math.isnan(out["ppl_128"][0]) and "scored 64 tokens for a sample of 128" in out[ERROR_METRIC]
+    assert "curve_mean_nll_128" not in out
+    good = process_results(doc, [TokenLoglikelihood(-128.0, False, [-1.0] * 128)])
+    assert good["ppl_128"] == (128.0, 128) and len(good["curve_mean_nll_128"]) == 128

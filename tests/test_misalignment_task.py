@@ -71,3 +71,28 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
             for x in rows]
     for k in ("sce", "jeffreys", "js"):
         assert r[f"{k}_128,none"] == pytest.approx(sum(x[k] for x in refs) / 3, rel=1e-4, abs=1e-6)
+
+
+def test_options_that_would_put_text_before_the_sequence_are_ignored(tiny_llama2_dir, sp_tokenizer_dir, caplog):
+    """The task scores suffixes of its own L-token texts: --num_fewshot, --apply_chat_template and
+    --system_instruction are ignored with one warning each (before: --apply_chat_template ran the longshort model's
+    missing chat template and the run ended in a traceback) and the values are the plain run's."""
+    from pack_helpers import run_pack
+
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+
+    lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
+    meta = {"tokenizer": str(sp_tokenizer_dir), "mis_num_samples": 2, "max_seq_lengths": "64", MODEL_KEY: "longshort"}
+
+    def run(**kw):
+        res = run_pack("longshort_misalignment", meta, model=lm, **kw)
+        return res["results"]["longshort_misalignment"], res["configs"]["longshort_misalignment"]
+
+    plain, _ = run()
+    with caplog.at_level("WARNING"):
+        other, config = run(num_fewshot=1, apply_chat_template=True, system_instruction="Be brief.")
+    assert {k: other[k] for k in ("sce_64,none", "js_64,none")} == {k: plain[k] for k in ("sce_64,none", "js_64,none")}
+    for option in ("--num_fewshot", "--apply_chat_template", "--system_instruction"):
+        assert caplog.text.count(f"longshort_misalignment: {option} ignored") == 1
+    assert config["ignored_options"] == ["--num_fewshot", "--apply_chat_template", "--system_instruction"]

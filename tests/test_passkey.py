@@ -88,3 +88,26 @@ def test_passkey_end_to_end_and_hf_parity(tiny_llama2_dir, sp_tokenizer_dir, tmp
     assert len(a) == 10
     # same greedy tokens; byte-fallback pieces of a random model may decode differently, digits do not
     assert {k: re.findall(r"\d+", v) for k, v in a.items()} == {k: re.findall(r"\d+", v) for k, v in b.items()}
+
+
+def _prompts(result):
+    return {r["doc_id"]: r["arguments"][0][0] for r in result["samples"]["longshort_passkey"]}
+
+
+def test_few_shot_is_ignored_a_chat_template_kept_and_seed_named(sp_tokenizer_dir, monkeypatch, caplog):
+    """A passkey prompt is sized to its length L: --num_fewshot would put another whole haystack (and its key)
+    before it, so it is ignored with one warning; a chat template is the model's prompt format and stays. lm-eval's
+    --seed changes none of the pack's data (the keys come from passkey_seed): one line says so."""
+    from pack_helpers import run_pack
+
+    meta = {"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": "256", "passkey_num_samples": 1,
+            "passkey_depths": [0, 100]}
+    plain = _prompts(run_pack("longshort_passkey", meta))
+    monkeypatch.setattr("sys.argv", ["lm_eval", "--tasks", "longshort_passkey", "--seed", "7"])
+    with caplog.at_level("WARNING"):
+        few = run_pack("longshort_passkey", meta, num_fewshot=1, apply_chat_template=True)
+    prompts = _prompts(few)  # the chat template's system prompt, then the plain prompt: no example before it
+    assert all(prompts[i] == "<system>You are helpful.</system>" + plain[i] for i in plain)
+    assert few["n-shot"]["longshort_passkey"] == 0
+    assert caplog.text.count("longshort_passkey: --num_fewshot ignored") == 1 and "--apply_chat_template" not in caplog.text
+    assert caplog.text.count("--seed does not change the pack's data") == 1 and "passkey_seed" in caplog.text

@@ -17,6 +17,14 @@ What it adds to lm-eval's ``ConfigurableTask``:
   under :data:`.unavailable.ERROR_METRIC`; this class takes it out of the metrics (lm-eval would print it in its
   table) and writes the distinct reasons, with their sample counts, to the task's entry of the results file's
   ``configs`` block, under :data:`.unavailable.NOT_SCORED_KEY`.
+* **Requests built for this run.** lm-eval's ``--cache_requests`` keys its cache by task name, few-shot count and
+  tokenizer, not by the task's ``--metadata``, from which every task of the pack builds its documents (lengths,
+  source, sample counts, seeds, data folders): a cache built under other metadata would be replayed (a 256-token
+  request scored as a 512-token sample). The pack's tasks never read or write that cache (their documents are cheap
+  to build) and say so in one log line per run. A family's :attr:`TaskFamily.fixed_context` options (``--num_fewshot``,
+  ``--apply_chat_template``, ``--system_instruction``), which would put text before the sequence it sized itself,
+  are ignored with one warning each, and the results file's task entry lists them under :data:`IGNORED_KEY`.
+  ``--seed`` has no effect on the pack's data (its tasks draw from their own metadata seeds): one log line says so.
 * **A shipped task as the base.** ``lm_eval_base: <path under lm_eval/tasks>.yaml`` starts the task from one of
   lm-eval's own task files (its prompt, few-shot examples and generation settings), which the YAML's own keys
   override: the pack's LongBench-E and BABILong tasks keep lm-eval's prompts under names of their own.
@@ -25,6 +33,7 @@ What it adds to lm-eval's ``ConfigurableTask``:
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -32,6 +41,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
+from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, TASK_FAMILIES, family_of
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -52,6 +62,10 @@ logger = logging.getLogger(__name__)
 BASE_KEY = "lm_eval_base"
 # lm-eval's hf model generates this many tokens when a task does not say (its ``max_gen_toks`` default).
 DEFAULT_MAX_GEN_TOKS = 256
+# The results file's task-config key listing the lm-eval options a task ignored (TaskFamily.fixed_context).
+IGNORED_KEY = "ignored_options"
+# What has been said once in this run (the cache and --seed notes); emptied when the run's tasks are built.
+_TOLD: set = set()
 
 
 def lm_eval_base_config(relative: str) -> Dict[str, Any]:
@@ -95,6 +109,8 @@ class PackTask(ConfigurableTask):
         self.not_scored: Dict[str, int] = {}
         self._other_limits: Any = None  # RequestLimits of a model other than longshort; False: none known
         self._counter: Any = None  # the model's tokenizer (counts prompt tokens); False: unavailable
+        self.ignored: List[str] = []  # lm-eval options this task ignored (TaskFamily.fixed_context)
+        _TOLD.clear()  # lm-eval builds every task of a run before it builds their requests: one note per run
 
     # ------------------------------------------------------------------ metrics
     def base_metric(self, key: str) -> Optional[str]:
@@ -118,7 +134,40 @@ class PackTask(ConfigurableTask):
         cfg = super().dump_config()
         if self.not_scored:
             cfg[NOT_SCORED_KEY] = dict(self.not_scored)
+        if self.ignored:
+            cfg[IGNORED_KEY] = list(self.ignored)
         return cfg
+
+    # ------------------------------------------------------------------ lm-eval's options
+    def build_all_requests(self, **kwargs: Any) -> None:
+        """lm-eval's request building without its request cache, and without the options of the task's
+        :attr:`TaskFamily.fixed_context` (see the module docstring)."""
+        if kwargs.get("cache_requests") or kwargs.get("rewrite_requests_cache"):
+            _tell_once("cache", "--cache_requests: the pack's tasks do not use lm-eval's request cache (its key "
+                       "leaves out the --metadata each builds its documents from); their requests are built again")
+        kwargs.update(cache_requests=False, rewrite_requests_cache=False)
+        if _seed_given():
+            _tell_once("seed", "--seed does not change the pack's data: its tasks draw from their own --metadata "
+                       "seeds (%s, default 0); perplexity sequences take none", ", ".join(_seed_keys()))
+        return super().build_all_requests(**self._without_fixed_context(kwargs))
+
+    def _without_fixed_context(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        family = family_of(str(self.config.task))
+        fixed = TASK_FAMILIES[family].fixed_context if family else ()
+        given = {"num_fewshot": self.config.num_fewshot, "apply_chat_template": kwargs.get("apply_chat_template"),
+                 "system_instruction": kwargs.get("system_instruction")}
+        self.ignored = [CONTEXT_OPTIONS[o] for o in fixed if given.get(o)]
+        for option in self.ignored:
+            logger.warning("%s: %s ignored: the task sizes what the model reads itself (L tokens), and the option "
+                           "would put text before it (docs/eval.md)", self.config.task, option)
+        if "num_fewshot" in fixed:
+            self.set_config(key="num_fewshot", value=0)
+        if "apply_chat_template" in fixed:
+            kwargs.update(apply_chat_template=False, fewshot_as_multiturn=False, chat_template=None,
+                          tokenizer_name="")
+        if "system_instruction" in fixed:
+            kwargs["system_instruction"] = None
+        return kwargs
 
     # ------------------------------------------------------------------ requests
     def construct_requests(self, doc: Dict[str, Any], ctx: Any, **kwargs: Any):
@@ -159,6 +208,22 @@ class PackTask(ConfigurableTask):
                 logger.info("%s: prompt lengths not checked before sending (no tokenizer: %s)", self.config.task, err)
                 self._counter = False
         return 1 + len(self._counter.encode(text)) if self._counter else 0
+
+
+def _tell_once(what: str, message: str, *args: Any) -> None:
+    if what not in _TOLD:
+        _TOLD.add(what)
+        logger.warning(message, *args)
+
+
+def _seed_given() -> bool:
+    """Whether this process's command line gives lm-eval's ``--seed`` (stock ``lm-eval``, and ``longshort-eval``,
+    which hands lm-eval its arguments as ``sys.argv``)."""
+    return any(a == "--seed" or a.startswith("--seed=") for a in sys.argv[1:])
+
+
+def _seed_keys() -> List[str]:
+    return [k for f in TASK_FAMILIES.values() for k in f.metadata_keys if k.endswith("_seed")]
 
 
 def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], List[Dict[str, Any]]],

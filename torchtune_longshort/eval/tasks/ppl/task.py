@@ -88,7 +88,8 @@ def long_ppl_dataset(**metadata: Any):
 def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, Any]:
     """Per-sample items at the row's length ``L``: ``(nll_sum, n_tokens)`` for ``ppl_<L>`` / ``token_nll_<L>`` and,
     when the model returns per-token log-probabilities (``longshort``), the per-token NLL list for
-    ``curve_mean_nll_<L>`` (left out otherwise); NaN and the reason for a placeholder row or a refused request."""
+    ``curve_mean_nll_<L>`` (left out otherwise); NaN and the reason for a placeholder row, a refused request, or
+    per-token values of another count than the sample's ``n_tokens`` (the request scored another sequence)."""
     res = results[0]
     reason = reason_of(doc) or refusal_of(res)
     length = int(doc["length"])
@@ -100,7 +101,11 @@ def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, An
     n = int(doc["n_tokens"])
     out: Dict[str, Any] = {ppl: (-logprob, n), nll: (-logprob, n)}
     token_lp = getattr(res, "token_logprobs", None)
-    if token_lp is not None and len(token_lp) == n:
+    if token_lp is not None and len(token_lp) != n:  # another sequence was scored: its sum is not this sample's
+        reason = (f"{FAMILY.task} at length {length}: the model scored {len(token_lp)} tokens for a sample of {n} "
+                  "(a request not built from this sample, e.g. replayed from a cache of another run)")
+        return nan_results(reason, {ppl: (float("nan"), 1), nll: (float("nan"), 1)})
+    if token_lp is not None:
         out[curve_key] = [-float(x) for x in token_lp]
     return out
 
