@@ -254,6 +254,21 @@ def test_loader_multi_length_depth_keys_and_missing(generated):
     assert bl.process_results(missing[0], ["x"]) == {"missing_data": 1.0, "error": missing[0][bl.MISSING_DATA_FIELD]}
     with pytest.raises(FileNotFoundError, match="2k/qa1.jsonl"):
         bl.load_babilong("qa1", "2k", str(generated / "plain"), babilong_missing="error")
+
+
+def test_loader_interleaves_lengths_and_depths_for_limit(generated):
+    """lm-eval's --limit N takes the first N rows: they hold every length (then every length x depth cell) in turn,
+    each cell's rows in their file's order (before: the first length's rows all came first)."""
+    ds = bl.load_babilong("qa2", "1k,4k", str(generated / "depth"))["qa2"]
+    cells = [(r["length"], r["depth"]) for r in ds]
+    n_cells = len(set(cells))
+    assert n_cells == 2 * len(haystack.DEPTHS) and {c[0] for c in cells[:2]} == {"1k", "4k"}
+    assert len(set(cells[:n_cells])) == n_cells
+    for length in ("1k", "4k"):  # order inside a cell: the file's (one length alone is read as it is)
+        alone = bl.load_babilong("qa2", length, str(generated / "depth"))["qa2"]
+        for depth in haystack.DEPTHS:
+            assert [r["input"] for r in ds if (r["length"], r["depth"]) == (length, depth)] == [
+                r["input"] for r in alone if r["depth"] == depth]
     with pytest.raises(ValueError, match="max_seq_lengths='5k'"):
         bl.load_babilong("qa1", "5k", str(generated / "plain"))
     with pytest.raises(ValueError, match="qa_split='qa7'"):

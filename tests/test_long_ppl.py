@@ -251,3 +251,13 @@ def test_per_token_values_of_another_sequence_score_nan_with_the_reason():
     assert "curve_mean_nll_128" not in out
     good = process_results(doc, [TokenLoglikelihood(-128.0, False, [-1.0] * 128)])
     assert good["ppl_128"] == (128.0, 128) and len(good["curve_mean_nll_128"]) == 128
+
+
+@pytest.mark.parametrize("limit", [2, 0.5])
+def test_limit_keeps_every_length(sp_tokenizer_dir, limit):
+    """--limit 2 (or 0.5) of 2 lengths x 2 samples scored the first length alone (no ppl_128 row at all); the rows
+    are interleaved across lengths, so each length keeps its share."""
+    res = _text_lm_run(sp_tokenizer_dir, "64,128", limit=limit)
+    rows = [r["doc"]["length"] for r in res["samples"]["longshort_ppl"]]
+    assert sorted(rows) == [64, 128]
+    assert {"ppl_64,none", "ppl_128,none"} <= set(res["results"]["longshort_ppl"])

@@ -63,8 +63,9 @@ def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
     assert len(bad) == 1 and "missing.jsonl" in bad[0]["error"]
     # one length without data is a placeholder with its reason; the other length keeps its rows
     both = passkey_dataset(passkey_max_seq_lengths="256,512", passkey_data_files=str(path))["test"]
-    assert [r["length"] for r in both] == [256, 256, 512] and "length=512" in both[2]["error"]
-    assert math.isnan(process_results(both[2], [" 1"])["acc_512"]) and math.isnan(process_results(both[2], [" 1"])["digits"])
+    # (rows interleaved across lengths and depths: the first of each cell, then the second, ...)
+    assert [r["length"] for r in both] == [256, 512, 256] and "length=512" in both[1]["error"]
+    assert math.isnan(process_results(both[1], [" 1"])["acc_512"]) and math.isnan(process_results(both[1], [" 1"])["digits"])
 
 
 @pytest.mark.slow
@@ -111,3 +112,21 @@ def test_few_shot_is_ignored_a_chat_template_kept_and_seed_named(sp_tokenizer_di
     assert few["n-shot"]["longshort_passkey"] == 0
     assert caplog.text.count("longshort_passkey: --num_fewshot ignored") == 1 and "--apply_chat_template" not in caplog.text
     assert caplog.text.count("--seed does not change the pack's data") == 1 and "passkey_seed" in caplog.text
+
+
+@pytest.mark.parametrize("limit, cells", [
+    (2, {(256, 0), (512, 0)}),                          # before: (256, 0) twice, no 512 at all
+    (4, {(256, 0), (512, 0), (256, 100), (512, 100)}),  # every cell
+    (0.5, {(256, 0), (512, 0), (256, 100), (512, 100)}),
+])
+def test_limit_spreads_over_lengths_and_depths(sp_tokenizer_dir, limit, cells):
+    """lm-eval's --limit takes a task's first rows: the sweep's rows are interleaved across (length, depth), so a
+    limit keeps every length (and, when it allows, every cell) instead of the first ones whole."""
+    from pack_helpers import run_pack
+
+    meta = {"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": "256,512", "passkey_num_samples": 2,
+            "passkey_depths": [0, 100]}
+    res = run_pack("longshort_passkey", meta, limit=limit)
+    got = [(r["doc"]["length"], r["doc"]["depth"]) for r in res["samples"]["longshort_passkey"]]
+    assert set(got) == cells and len(got) == (limit if limit >= 1 else 8 * limit)
+    assert {f"acc_{L}_d{d},none" for L, d in cells} <= set(res["results"]["longshort_passkey"])

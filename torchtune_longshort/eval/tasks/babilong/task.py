@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
-from torchtune_longshort.eval.tasks.common.lengths import per_depth
+from torchtune_longshort.eval.tasks.common.lengths import per_depth, round_robin_order
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     MISSING_METRIC,
@@ -203,4 +203,7 @@ def load_babilong(
             ds = ds.add_column("qa", [qa_split] * n).add_column("length", [length] * n)
             ds = ds.add_column("depth", [None] * n).add_column(MISSING_DATA_FIELD, [None] * n)
             parts.append(ds.cast(_features()))
-    return {qa_split: datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]}
+    if len(parts) == 1:
+        return {qa_split: parts[0]}
+    ds = datasets.concatenate_datasets(parts)  # interleaved across (length, depth), so --limit N keeps every cell
+    return {qa_split: ds.select(round_robin_order(list(zip(ds["length"], ds["depth"]))))}

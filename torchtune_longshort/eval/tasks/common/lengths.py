@@ -11,7 +11,7 @@ reports one metric per length, named ``<metric>_<label>`` (``ppl_4k``, ``acc_2k`
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping
+from typing import Any, Dict, Hashable, List, Mapping, Sequence, Tuple
 
 # The grammar itself (labels, "1k" = 1024) is the package's, shared with every command line and config that takes a
 # length; re-exported here for the pack's modules.
@@ -44,3 +44,18 @@ def per_length(metric: str, length: int) -> str:
 def per_depth(metric: str, depth: int) -> str:
     """The name of ``metric`` at one depth in percent (passkey, BABILong): ``("acc_4k", 50) -> "acc_4k_d50"``."""
     return f"{metric}_d{depth}"
+
+
+def round_robin_order(cells: Sequence[Tuple[Hashable, Hashable]]) -> List[int]:
+    """The order of a sweep's rows, ``cells[i] = (length, depth)`` being row ``i``'s cell (depth None when it has
+    none): round by round, one row of each cell, the cells of the first depth first, each at every length in turn
+    (lengths and depths in the order they first appear); the order inside a cell is kept. lm-eval's ``--limit N``
+    takes a task's first N rows, which then spread over every length (N >= the number of lengths) and every cell
+    (N >= the number of cells); before, rows went cell by cell and ``--limit`` dropped whole lengths and depths."""
+    by_cell: Dict[Tuple[Hashable, Hashable], List[int]] = {}
+    for i, cell in enumerate(cells):
+        by_cell.setdefault(cell, []).append(i)
+    lengths = list(dict.fromkeys(length for length, _ in cells))
+    depths = list(dict.fromkeys(depth for _, depth in cells))
+    groups = [by_cell[c] for c in sorted(by_cell, key=lambda c: (depths.index(c[1]), lengths.index(c[0])))]
+    return [g[k] for k in range(max((len(g) for g in groups), default=0)) for g in groups if k < len(g)]

@@ -42,7 +42,7 @@ from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, TASK_FAMILIES, family_of
-from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.eval.tasks.common.lengths import length_label, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
@@ -235,16 +235,21 @@ def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], Li
     length the evaluated model cannot run (``fits(L)`` raises ``TaskDataError``: longer than lm-eval's ``hf``
     model) keeps its rows, each with that reason: never sent, scored NaN, and counted as the samples they are, so
     every model's results count the same samples at every length (the ``longshort`` model, which refuses such
-    requests itself, scores the same rows NaN one by one)."""
+    requests itself, scores the same rows NaN one by one).
+
+    The rows are interleaved across cells (length, and a row's ``depth`` when it has one), round-robin, the order
+    inside a cell kept (:func:`.lengths.round_robin_order`), so that lm-eval's ``--limit N`` spreads over them all."""
     import datasets
 
     rows: List[Dict[str, Any]] = []
+    cells: List[tuple] = []
     for length in lengths:
         where = f"{task} at length {length_label(length)}"
         try:
             got = rows_at(length)
         except (TaskDataError, FileNotFoundError) as err:
             rows += placeholder(where, str(err), placeholder_row(length)).to_list()
+            cells.append((length, None))
             continue
         reason = ""
         try:
@@ -254,4 +259,6 @@ def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], Li
             reason = f"{where}: {err}"
             logger.error("%s -- no score for its %d samples (the results file gives this reason)", reason, len(got))
         rows += [{**row, ERROR_FIELD: reason} for row in got]
+        cells += [(length, row.get("depth")) for row in got]
+    rows = [rows[i] for i in round_robin_order(cells)]
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
