@@ -65,7 +65,8 @@ def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
     both = passkey_dataset(passkey_max_seq_lengths="256,512", passkey_data_files=str(path))["test"]
     # (rows interleaved across lengths and depths: the first of each cell, then the second, ...)
     assert [r["length"] for r in both] == [256, 512, 256] and "length=512" in both[1]["error"]
-    assert math.isnan(process_results(both[1], [" 1"])["acc_512"]) and math.isnan(process_results(both[1], [" 1"])["digits"])
+    placeholder = process_results(both[1], [" 1"])
+    assert math.isnan(placeholder["acc_512"]) and math.isnan(placeholder["digits"])
 
 
 @pytest.mark.slow
@@ -110,7 +111,8 @@ def test_few_shot_is_ignored_a_chat_template_kept_and_seed_named(sp_tokenizer_di
     prompts = _prompts(few)  # the chat template's system prompt, then the plain prompt: no example before it
     assert all(prompts[i] == "<system>You are helpful.</system>" + plain[i] for i in plain)
     assert few["n-shot"]["longshort_passkey"] == 0
-    assert caplog.text.count("longshort_passkey: --num_fewshot ignored") == 1 and "--apply_chat_template" not in caplog.text
+    assert caplog.text.count("longshort_passkey: --num_fewshot ignored") == 1
+    assert "--apply_chat_template" not in caplog.text
     assert caplog.text.count("--seed does not change the pack's data") == 1 and "passkey_seed" in caplog.text
 
 
