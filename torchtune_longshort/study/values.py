@@ -61,7 +61,7 @@ def rope_method(path: str, value: Any) -> str:
 
 
 def task_metadata(path: str, value: Any) -> Dict[str, Any]:
-    """lm-eval ``--metadata`` keys of the pack's tasks: a task's ``<prefix>_...`` keys or its data folder key."""
+    """lm-eval ``--metadata`` keys of the pack's tasks: keys a task reads (``TaskFamily.metadata_keys``)."""
     if not isinstance(value, dict):
         raise refuse(path, value, "a mapping of task metadata keys to values")
     bad, why = unknown_metadata_keys(value)
