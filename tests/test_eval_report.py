@@ -407,3 +407,29 @@ def test_a_samples_subset_is_counted_as_such_and_refused_beside_a_full_run(tmp_p
     assert "| longshort_ppl: 2 of 4 documents (--samples) |" in (tmp_path / "rep" / "report.md").read_text()
     assert summary["runs"]["logged"]["samples"] == {"longshort_ppl": 2} and summary["samples_cut_off"] == {}
     assert build_report([runs["full"]], tmp_path / "rep_full")["runs"]["full"]["subset"] == {}
+
+
+def _with(d, **fields):
+    f = d / "results_2026-01-01T00-00-00.json"
+    data = json.loads(f.read_text())
+    for key, value in fields.items():
+        data[key] = value
+    f.write_text(json.dumps(data))
+    return d
+
+
+def test_runs_of_other_n_shot_or_chat_template_are_refused_on_a_task_both_ran_unless_asked(tmp_path, capsys):
+    """A 1-shot or chat-templated passkey run beside a plain one was compared without a word (an lm-eval audit);
+    a task that ignored the option (the pack's perplexity: configs.<task>.ignored_options) is no difference."""
+    plain = _run(tmp_path / "plain", 4, name="longshort_passkey")
+    shot = _with(_run(tmp_path / "shot", 4, name="longshort_passkey"), **{"n-shot": {"longshort_passkey": 1}})
+    chat = _with(_run(tmp_path / "chat", 4, name="longshort_passkey"), chat_template="<template>")
+    for other, needle in ((shot, "n-shot"), (chat, "--apply_chat_template")):
+        with pytest.raises(SystemExit):
+            main([str(plain), str(other), "--out", str(tmp_path / f"r_{other.name}")])
+        err = capsys.readouterr().err
+        assert needle in err and "--allow-mixed" in err, err
+    build_report([plain, chat], tmp_path / "mixed", allow_mixed=True)
+    ppl_chat = _with(_run(tmp_path / "ppl_chat", 4), chat_template="<template>",
+                     configs={"longshort_ppl": {"ignored_options": ["--apply_chat_template"]}})
+    build_report([_run(tmp_path / "ppl_plain", 4), ppl_chat], tmp_path / "ppl")  # ignored: same measurement

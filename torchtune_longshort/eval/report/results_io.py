@@ -168,15 +168,15 @@ def lm_eval_limit(limit: Any) -> Any:
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its results files (the newest wins): the lm-eval ``model``, the
     checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
-    record it), the ``device``, ``--limit`` (None: every sample; :func:`lm_eval_limit`), each task's n-shot, whether
-    a chat template was applied, and the number of samples
+    record it), the ``device``, ``--limit`` (None: every sample; :func:`lm_eval_limit`), each task's n-shot, the tasks
+    a chat template was applied to (those that ignore it left out), and the number of samples
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
     as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task)."""
     files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
     shots: Dict[str, Any] = {}
-    limit, dtype, device, chat = None, None, None, False
+    limit, dtype, device, chat = None, None, None, set()
     latest: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for f in files:
         data = json_file(f)
@@ -184,7 +184,9 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         limit = lm_eval_limit(config.get("limit", limit))
         dtype = config.get("model_dtype") or dtype
         device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
-        chat = chat or bool(data.get("chat_template"))
+        if data.get("chat_template"):  # the tasks it applied to: not those that ignore it (TaskFamily.fixed_context)
+            chat |= {current_name(t) for t, c in (data.get("configs") or {}).items()
+                     if "--apply_chat_template" not in ((c or {}).get("ignored_options") or ())}
         shots.update({current_name(t): n for t, n in n_shot(data).items()})
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
@@ -195,7 +197,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
-            "chat_template": chat, "subset": subsets}
+            "chat_template": sorted(chat), "subset": subsets}
 
 
 def samples_subsets(results_dir: Path, latest: Mapping[str, Tuple[Dict[str, Any], List[str]]]) -> Dict[str, Any]:

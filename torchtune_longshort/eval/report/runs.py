@@ -29,10 +29,13 @@ def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> 
 
 def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
     """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
-    weights' dtype, ``--limit``, a ``--samples`` subset) where the runs differ ("" when they agree)."""
+    weights' dtype, ``--limit``, a ``--samples`` subset, the n-shot and chat template of a task both ran) where the
+    runs differ ("" when they agree)."""
     parts, marks = [], {r: set() for r in names}
-    for key, label in (("dtype", "dtype"), ("limit", "--limit"), ("subset", "--samples")):
-        values = {r: setting(infos[r].get(key), key) for r in names}
+    common = set.intersection(*(set(infos[r].get("samples") or ()) for r in names)) if names else set()
+    for key, label in (("dtype", "dtype"), ("limit", "--limit"), ("subset", "--samples"), ("n_shot", "n-shot"),
+                       ("chat_template", "--apply_chat_template")):
+        values = {r: setting(_on_tasks(infos[r].get(key), common), key) for r in names}
         if len(set(values.values())) > 1:
             parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
             for r in names:
@@ -40,10 +43,24 @@ def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> T
     return " and ".join(parts), marks
 
 
+def _on_tasks(value: Any, tasks: set) -> Any:
+    """A per-task setting (n-shot ``{task: n}``, the chat template's task list) on ``tasks`` only (the runs' common
+    tasks: a task one run lacks is no difference in how they ran); another setting as it is."""
+    if isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
+        return {t: n for t, n in value.items() if t in tasks and n}
+    if isinstance(value, list):
+        return [t for t in value if t in tasks]
+    return value
+
+
 def setting(value: Any, key: str) -> str:
     """A run's setting as the runs table prints it; ``--limit`` as lm-eval reads it (:func:`run_files.limit_text`)."""
     if key == "limit":
         return limit_text(value)
+    if key == "n_shot":
+        return ", ".join(f"{t} {n}-shot" for t, n in sorted((value or {}).items())) or "0-shot"
+    if key == "chat_template":
+        return f"on ({', '.join(value)})" if value else "off"
     if key == "subset":  # results_io.samples_subsets
         return "; ".join(f"{t} {_count(c)}" for t, c in sorted(value.items())) if value else "all documents"
     return "?" if value is None else str(value)
@@ -117,7 +134,7 @@ def no_curve_note(run: str, ppl: Dict[str, Any], info: Dict[str, Any], folder: P
                                                                    "returns one sum per request)") + "."
     if not per_token:
         shots = info.get("n_shot", {}).get(task) or 0
-        cause = [f"it ran {shots}-shot"] * bool(shots) + ["with a chat template"] * bool(info.get("chat_template"))
+        cause = [f"it ran {shots}-shot"] * bool(shots) + ["with a chat template"] * (task in (info.get("chat_template") or ()))
         return head + (f"its samples hold no per-token values: the task leaves them out when the tokens scored "
                        f"are not the sequence's own ({' and '.join(cause) or 'another context before each sequence'}"
                        "; evaluate it 0-shot without a chat template for the curve).")
