@@ -237,6 +237,11 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
     _write(tmp_path / "qasper_e.jsonl", [row, {**row, "length": 9000}])
     ds = lb.load_longbench_e("qasper_e", str(tmp_path))["test"]
     assert len(ds) == 2 and ds[0]["question"] == "Q?" and ds[1]["length"] == 9000
+    # the buckets in turn (lm-eval's --limit 3 keeps every bucket; the file's order kept inside one)
+    lengths = [100, 200, 300, 5000, 6000, 9000, 9500]
+    _write(tmp_path / "samsum_e.jsonl", [{**row, "dataset": "samsum", "length": n} for n in lengths])
+    assert lb.load_longbench_e("samsum_e", str(tmp_path))["test"]["length"] == [100, 5000, 9000, 200, 6000,
+                                                                                       9500, 300]
 
     _write(tmp_path / "hotpotqa_e.jsonl", [{k: v for k, v in row.items() if k != "answers"}])
     with pytest.raises(ValueError, match=r"lacks field\(s\) \['answers'\]"):

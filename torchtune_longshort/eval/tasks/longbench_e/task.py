@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
+from torchtune_longshort.eval.tasks.common.lengths import round_robin_order
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     TaskDataError,
@@ -320,9 +321,11 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
         ds = ds.add_column("dataset", [name] * len(ds))
     if TRUNCATION_FIELD not in ds.column_names:
         ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * len(ds))
+    buckets = []
     for i, length in enumerate(ds["length"]):
         try:
-            length_bucket(length)
+            buckets.append(length_bucket(length))
         except ValueError as e:
             raise ValueError(f"LongBench-E data {source}, sample {i}: {e}") from None
-    return ds
+    # the buckets in turn, each bucket's samples in the file's order: lm-eval's --limit N then keeps every bucket
+    return ds.select(round_robin_order([(b, None) for b in buckets]))
