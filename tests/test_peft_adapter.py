@@ -18,9 +18,9 @@ from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapt
 RANK, ALPHA = 4, 8.0
 
 
-def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool):
+def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool, trainable_embeddings: bool = False):
     """A LoRA model of ``folder``'s family on every attention projection, the MLP and (untied) the output, its
-    adapters random (B != 0) and, when asked, its norms changed as LongQLoRA trains them."""
+    adapters random (B != 0) and, when asked, its norms (and embeddings) changed as LongQLoRA trains them."""
     tied = bool(folder.config.get("tie_word_embeddings"))
     model = hf_decoder(str(folder.path), lora_attn_modules=["q_proj", "k_proj", "v_proj", "output_proj"],
                        apply_lora_to_mlp=True, apply_lora_to_output=not tied, lora_rank=RANK, lora_alpha=ALPHA)
@@ -32,7 +32,7 @@ def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool):
         if "lora_" in name:
             p.data = torch.randn(p.shape, generator=g) * 0.2
             trainable.append(name)
-        elif trainable_norms and "norm" in name:
+        elif (trainable_norms and "norm" in name) or (trainable_embeddings and "tok_embeddings" in name):
             p.data = p.data + 0.1 * torch.randn(p.shape, generator=g)
             trainable.append(name)
     return model, {k: v.detach().clone() for k, v in model.state_dict().items()}, trainable
@@ -40,14 +40,16 @@ def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool):
 
 # One layout per kind of conversion: Llama's permuted q/k rows (Mistral, Gemma and SmolLM2 convert alike), Qwen2's
 # unpermuted rows, Phi-3's fused q/k/v and gate/up; trained norms as PEFT modules_to_save.
-@pytest.mark.parametrize("layout, norms", [("llama2", True), ("qwen2", False), ("phi3", True)])
-def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, layout, norms):
+# smollm2: tied embeddings trained (train_embeddings_and_norms): PEFT's lm_head kept the base embeddings (30% off)
+@pytest.mark.parametrize("layout, norms, embeddings", [("llama2", True, False), ("qwen2", False, False),
+                                                       ("phi3", True, False), ("smollm2", True, True)])
+def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, layout, norms, embeddings):
     from peft import PeftModel
     from torchtune.modules.peft import get_merged_lora_ckpt
     from transformers import AutoModelForCausalLM
 
     folder = CheckpointFolder.open(family_dirs[layout])
-    model, sd, trainable = _lora_state(folder, seed=1, trainable_norms=norms)
+    model, sd, trainable = _lora_state(folder, seed=1, trainable_norms=norms, trainable_embeddings=embeddings)
     step = tmp_path / "step_1"
     write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
                        base_model=str(folder.path))
@@ -65,7 +67,7 @@ def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, lay
     scale = merged.abs().max()
     rel = {name: ((x - merged).abs().max() / scale).item() for name, x in
            (("peft", via_peft), ("trained", ours), ("base", plain))}
-    assert rel["peft"] < 1e-5, rel  # PEFT's adapter == our merge
+    assert rel["peft"] < 5e-5, rel  # PEFT's adapter == our merge (float32 noise: 1.7e-5 on smollm2)
     assert rel["trained"] < 1e-4, rel  # the merged folder == the trained model
     assert rel["base"] > 1e-3, rel  # the adapter changes the model (an empty adapter would pass the rest)
 

@@ -118,12 +118,32 @@ def peft_adapter(tune_sd: StateDict, hf_config: Dict[str, Any], alpha: float, tr
         (hf_key, value), = family.tune_to_hf({tune_key: tune_sd[tune_key]}, hf_config).items()
         sd[PEFT_PREFIX + hf_key] = value.contiguous()
         layout["modules_to_save"][tune_key] = hf_key
+    to_save = {k.rsplit(".", 2)[-2] for k in layout["modules_to_save"].values()}
+    tied = _tied_output(hf_config, layout["modules_to_save"].values())
+    if tied:  # PEFT leaves a tied lm_head on the base embeddings: the trained ones go to it as well
+        sd[PEFT_PREFIX + TIED_OUTPUT] = sd[PEFT_PREFIX + tied].clone()  # a copy: safetensors stores no shared memory
+        to_save.add(TIED_OUTPUT.rsplit(".", 2)[-2])
     kwargs = {"r": r, "lora_alpha": alpha, "target_modules": sorted({v["hf_module"].rsplit(".", 1)[-1]
                                                                       for v in layout["modules"].values()}),
               "rank_pattern": rank_pattern, "alpha_pattern": alpha_pattern, "lora_dropout": 0.0, "bias": "none",
-              "task_type": "CAUSAL_LM",
-              "modules_to_save": sorted({k.rsplit(".", 2)[-2] for k in layout["modules_to_save"].values()}) or None}
+              "task_type": "CAUSAL_LM", "modules_to_save": sorted(to_save) or None}
+    if tied:
+        kwargs["ensure_weight_tying"] = True  # PEFT's own flag for it (it warns without)
     return sd, kwargs, layout
+
+
+# transformers' output projection of a causal LM; with tie_word_embeddings it is the input embedding's weight
+TIED_OUTPUT = "lm_head.weight"
+
+
+def _tied_output(hf_config: Dict[str, Any], saved_hf_keys: Iterable[str]) -> Optional[str]:
+    """The trained input embedding's key among ``saved_hf_keys`` when the model ties its output to it (SmolLM2,
+    Llama-3.2, the small Qwen2.5, Gemma), else None. PEFT's ``modules_to_save`` copies the embedding and leaves
+    ``lm_head`` on the base weights: its logits were 30% off the merged checkpoint's until ``lm_head`` got the
+    trained embedding too (read back: only the embedding, the layout's key)."""
+    if not hf_config.get("tie_word_embeddings"):
+        return None
+    return next((k for k in saved_hf_keys if k.endswith("embed_tokens.weight")), None)
 
 
 def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, Any], *, alpha: float,
