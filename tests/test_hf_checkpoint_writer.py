@@ -42,3 +42,26 @@ def test_shards_and_index_are_huggingface_hubs(tmp_path, tiny_llama2_dir, sp_tok
         assert shards == ["model-00001-of-00001.safetensors"] and _weights(hub) == ["model.safetensors"]
         assert (ours / shards[0]).read_bytes() == (hub / "model.safetensors").read_bytes()
         assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def test_config_dtype_names_the_stored_weights_whatever_the_source_config_said(tmp_path, tiny_llama2_dir,
+                                                                               sp_tokenizer_dir):
+    """A hub config.json in transformers 4's spelling (``torch_dtype: float16``) kept it over float32 shards, and
+    transformers (dtype "auto") loaded the fine-tune in float16 without a word; mixed shards (a LoRA run's float32
+    merged weights beside bfloat16) name the widest."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
+    config = {**read_hf_config(tiny_llama2_dir), "torch_dtype": "float16"}
+    config.pop("dtype", None)
+    write_hf_checkpoint(tmp_path / "fp32", model.state_dict(), config, tokenizer=sp_tokenizer_dir)
+    saved = json.loads((tmp_path / "fp32" / "config.json").read_text())
+    assert saved["torch_dtype"] == saved["dtype"] == "float32"
+    assert next(AutoModelForCausalLM.from_pretrained(str(tmp_path / "fp32")).parameters()).dtype == torch.float32
+    mixed = {k: (v if "q_proj" in k or "attn.q" in k else v.to(torch.bfloat16)) for k, v in model.state_dict().items()}
+    write_hf_checkpoint(tmp_path / "mixed", mixed, config, tokenizer=sp_tokenizer_dir)
+    assert json.loads((tmp_path / "mixed" / "config.json").read_text())["torch_dtype"] == "float32"
+    write_hf_checkpoint(tmp_path / "bf16", {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, config,
+                        tokenizer=sp_tokenizer_dir)
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"

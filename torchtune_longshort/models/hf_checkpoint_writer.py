@@ -105,13 +105,21 @@ def write_hf_checkpoint(
             out_dir,
         )
     config[FORMAT_KEY] = FORMAT_VERSION
-    if dtype is not None or "torch_dtype" not in config:
-        name = str(dtype or next(iter(hf_sd.values())).dtype).replace("torch.", "")
-        config["torch_dtype"] = config["dtype"] = name
+    # the dtype the weights are stored in (the widest, for a LoRA run's float32 merged weights beside bf16 ones):
+    # transformers and lm-eval's hf load a folder in it by default; a source config's older torch_dtype key was kept
+    # (float16 from the hub over float32 shards: loaded in float16 without a word)
+    name = str(dtype or _stored_dtype(hf_sd)).replace("torch.", "")
+    config["torch_dtype"] = config["dtype"] = name
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
     if tokenizer is not None:
         copy_tokenizer(tokenizer, out_dir)
     return out_dir
+
+
+def _stored_dtype(hf_sd: Dict[str, torch.Tensor]) -> torch.dtype:
+    """The widest floating dtype among the weights (the first tensor's dtype when none is floating)."""
+    floating = [v.dtype for v in hf_sd.values() if v.is_floating_point()]
+    return max(floating, key=lambda d: torch.finfo(d).bits) if floating else next(iter(hf_sd.values())).dtype
 
 
 def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
