@@ -110,6 +110,32 @@ def test_a_saved_checkpoint_loads_in_transformers_with_the_source_tokenizer_unch
         torch.testing.assert_close(model(x), ref(x).logits, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("layout", ["mistral", "phi3"])
+def test_a_sliding_window_the_model_does_not_apply_is_said_and_written_as_full_attention(
+        family_dirs, layout, tmp_path, caplog):
+    """Mistral v0.1 (4096) and Phi-3-mini-4k (2047) set sliding_window; torchtune's builders attend to every
+    position, transformers to the window only, and the folder kept the window: the two differed by ~8.5 in the
+    logits past it (a families audit). Said when built; the written folder says null, and transformers then runs
+    the model trained here, past the window too."""
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models import CheckpointFolder, load_hf_checkpoint, save_hf_checkpoint
+
+    windowed = _copy_with_config(family_dirs[layout], tmp_path / "src", sliding_window=16)
+    with caplog.at_level("WARNING"):
+        model = load_hf_checkpoint(windowed)
+    assert "sliding_window=16 is not applied" in caplog.text and "from position 16 on" in caplog.text
+    x = torch.randint(3, 200, (1, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = AutoModelForCausalLM.from_pretrained(str(windowed), dtype=torch.float32).eval()(x).logits
+        ours = model(x)
+        assert (ours[0, 16:] - theirs[0, 16:]).abs().max() > 1e-2  # the window does change transformers' logits
+        out = save_hf_checkpoint(model, tmp_path / "out", CheckpointFolder.open(windowed))
+        assert json.loads((out / "config.json").read_text())["sliding_window"] is None
+        reloaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()(x).logits
+    torch.testing.assert_close(ours, reloaded, rtol=1e-4, atol=1e-4)
+
+
 def _copy_with_config(src: Path, dst: Path, **changes) -> Path:
     shutil.copytree(src, dst)
     cfg = json.loads((dst / "config.json").read_text())

@@ -35,6 +35,7 @@ functions, the ones its ``FullModelHFCheckpointer`` dispatches on ``model_type``
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -46,6 +47,8 @@ from torchtune_longshort.models.family_builders import (
 )
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope.base import check_rope_table
+
+logger = logging.getLogger(__name__)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -126,12 +129,23 @@ class ModelFamily:
     hf_rope_types: Optional[Tuple[str, ...]] = None
     notes: str = ""
     from_dims: Optional[Callable[[Dict[str, Any]], Config]] = None
+    # config.json keys of an attention window the torchtune builder does not apply (it attends to every position):
+    # a window shorter than the model's length is said when the model is built, and a checkpoint this project
+    # writes sets the key to null, so that transformers runs the full attention the model has
+    unapplied_window_keys: Tuple[str, ...] = ()
 
     def decoder(self, config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]] = None) -> nn.Module:
         """:attr:`build`, after refusing a RoPE table of ``max_seq_len`` positions that the device the model is
         built on (the default device) cannot hold: torchtune's RoPE builds it whole, at construction."""
         head_dim = config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"])
         check_rope_table(int(max_seq_len), int(head_dim), torch.get_default_device())
+        for key in self.unapplied_window_keys:
+            window = config.get(key)
+            if isinstance(window, int) and not isinstance(window, bool) and window < int(max_seq_len):
+                logger.warning("%s: config.json %s=%d is not applied: this model attends to every position "
+                               "(torchtune's builder), transformers to the last %d only, so the two differ from "
+                               "position %d on; checkpoints written here set %s to null (full attention in both)",
+                               self.name, key, window, window, window, key)
         return self.build(config, max_seq_len, lora)
 
     @property
@@ -168,7 +182,8 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     from_dims=lambda dims: llama_config(dims, tied=True)),
         ModelFamily("mistral", "Mistral-7B v0.1-v0.3", "mistral", tied=False, tied_default=False,
                     torchtune_model_types=("MISTRAL",), architecture="MistralForCausalLM", build=build_mistral,
-                    notes="sliding_window is not applied (torchtune's mistral builder: full attention)"),
+                    notes="sliding_window is not applied (torchtune's mistral builder: full attention)",
+                    unapplied_window_keys=("sliding_window",)),
         ModelFamily("qwen2", "Qwen2, Qwen2.5", "qwen2", tied=None, tied_default=False,
                     torchtune_model_types=("QWEN2",), architecture="Qwen2ForCausalLM", build=build_qwen2,
                     hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",)),
@@ -178,7 +193,8 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     torchtune_model_types=("PHI3_MINI",), architecture="Phi3ForCausalLM", build=build_phi3,
                     hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf, hf_rope_types=("default", "longrope"),
                     notes="sliding_window is not applied (torchtune's phi3 builder: full attention); transformers' "
-                          "Phi3Config accepts only default / longrope RoPE (a base change still loads there)"),
+                          "Phi3Config accepts only default / longrope RoPE (a base change still loads there)",
+                    unapplied_window_keys=("sliding_window",)),
     )
 }
 # Families torchtune 0.6.1 knows but this table leaves out, and why (the refusal says it).

@@ -104,6 +104,9 @@ def write_hf_checkpoint(
             family.name,
             out_dir,
         )
+    for key in family.unapplied_window_keys:  # the model written attends to every position (families.py)
+        if config.get(key) is not None:
+            config[key] = None
     config[FORMAT_KEY] = FORMAT_VERSION
     # the dtype the weights are stored in (the widest, for a LoRA run's float32 merged weights beside bf16 ones):
     # transformers and lm-eval's hf load a folder in it by default; a source config's older torch_dtype key was kept
