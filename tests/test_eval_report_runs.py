@@ -1,0 +1,157 @@
+"""The report's runs: what one run is (a results folder or one of its files), the settings that make two runs not
+comparable (--limit, --metadata, n-shot, chat template, a --samples subset), --limit as lm-eval reads it, and why a
+run has no per-position curve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchtune_longshort.eval.report import build_report, main
+from torchtune_longshort.eval.report.results_io import load_results
+from report_runs import lm_eval_run as _run
+
+
+D1, D2 = "2026-12-02T06-24-30.467032", "2026-12-02T06-24-38.187160"
+
+
+def _lm_eval_file(path, model="longshort", limit=None, metadata=None, shots=0, tasks=("longshort_ppl",), ppl=3.0):
+    """A results file with lm-eval 0.4.13's keys: per task its ``configs`` metadata (the YAML's, with --metadata and
+    --model_args over it, as lm-eval merges them), ``n-shot`` and ``n-samples``."""
+    from torchtune_longshort.eval.report.one_run import pack_defaults
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    md = lambda t: {**pack_defaults().get(t, {}), **(metadata or {}), "pretrained": "/ckpt/a"}  # noqa: E731
+    data = {"results": {t: {"ppl_256,none": ppl} if t == "longshort_ppl" else {"acc,none": 0.5} for t in tasks},
+            "configs": {t: {"metadata": md(t)} for t in tasks}, "versions": {t: 3.0 for t in tasks},
+            "n-shot": {t: shots for t in tasks}, "n-samples": {t: {"original": 2, "effective": 2} for t in tasks},
+            "config": {"model": model, "model_args": {"pretrained": "/ckpt/a"}, "limit": limit,
+                       "model_dtype": "torch.float32", "device": "cpu"}}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_run_written_with_output_path_json_is_read_from_its_file_or_folder(tmp_path, capsys):
+    """`lm_eval --output_path ff/hf_res.json` writes ff/hf_res_<date>.json and ff/samples_<task>_<date>.jsonl: the
+    report said the folder "holds no lm-eval results_*.json file" and refused the file. Now both are read: the file
+    with its own samples (same date), the folder by content (a user's dated JSON is not a run)."""
+    ff = tmp_path / "ff"
+    hf = _lm_eval_file(ff / f"hf_res_{D1}.json", model="hf", ppl=5.0)
+    ours = _lm_eval_file(ff / f"ls_res_{D2}.json", ppl=4.0)
+    (ff / f"samples_longshort_ppl_{D2}.jsonl").write_text(json.dumps({"curve_mean_nll_2": [1.0, 3.0]}) + "\n")
+    (ff / f"notes_{D1}.json").write_text(json.dumps({"results": "mine"}))
+    summary = build_report([hf, ours], tmp_path / "rep")
+    assert list(summary["runs"]) == ["hf_res", "ls_res"]  # labelled by the --output_path name
+    assert summary["longshort_ppl"]["ppl"] == {"hf_res": {"256": 5.0}, "ls_res": {"256": 4.0}}
+    assert summary["per_position_mean_nll"] == {"ls_res": {"2": 2.0}}  # its samples, not the other run's
+    with pytest.raises(SystemExit):  # the folder holds two runs: refused, the fix named
+        main([str(ff), "--out", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert "mixes results of different checkpoints / model settings" in err and "name one run's results file" in err
+    hf.unlink()
+    summary = build_report([ff], tmp_path / "rep2")
+    assert summary["longshort_ppl"]["ppl"] == {"ff": {"256": 4.0}} and summary["per_position_mean_nll"] == {
+        "ff": {"2": 2.0}}
+    with pytest.raises(ValueError, match="is a file but not an lm-eval results file"):
+        build_report([ff / f"notes_{D1}.json"], tmp_path / "no")
+
+
+def test_a_folder_of_runs_with_other_limit_metadata_or_n_shot_is_refused(tmp_path):
+    """One --output_path reused: results of another --limit, --metadata or n-shot were merged newest-wins into one
+    column under the newest --limit. Refused now, naming what differs; runs of other tasks whose --metadata keys the
+    other's tasks do not read stay one run."""
+    cases = {"limit": ({}, {"limit": 1.0}, "--limit: all vs 1"),
+             "lengths": ({"metadata": {"max_seq_lengths": "256"}, "tasks": ("longshort_ppl", "longshort_passkey")},
+                         {"metadata": {"max_seq_lengths": "512"}}, "--metadata max_seq_lengths: '256' vs '512'"),
+             "default": ({"metadata": {"max_seq_lengths": "256"}, "tasks": ("longshort_passkey",)}, {},
+                         "--metadata max_seq_lengths: '256' vs '2k,4k,8k,16k,32k'"),
+             "shots": ({}, {"shots": 1}, "n-shot: longshort_ppl 0 vs 1")}
+    for case, (first, second, needle) in cases.items():
+        d = tmp_path / case / "m"
+        _lm_eval_file(d / f"results_{D1}.json", **first)
+        _lm_eval_file(d / f"results_{D2}.json", **second)
+        with pytest.raises(ValueError, match="different runs \\(other --limit, --metadata or n-shot\\)") as e:
+            build_report([d.parent], tmp_path / "no")
+        assert needle in str(e.value), str(e.value)
+        assert build_report([d / f"results_{D2}.json"], tmp_path / f"rep_{case}")["runs"]  # one file: one run
+    d = tmp_path / "split"  # the tasks of one evaluation run one by one, each given its own keys
+    _lm_eval_file(d / f"results_{D1}.json", metadata={"ppl_source": "stdlib"})
+    _lm_eval_file(d / f"results_{D2}.json", metadata={"passkey_num_samples": 2}, tasks=("longshort_passkey",))
+    assert set(load_results(d)) == {"longshort_ppl", "longshort_passkey"}
+
+
+def test_limit_is_printed_as_lm_eval_reads_it(tmp_path):
+    """lm-eval records --limit as a float: 1.0 was printed `1.0` (1 document, read as 100 %), 0.5 as `0.5`."""
+    for limit, shown in ((1.0, "| 1 |"), (0.5, "| 0.5 (fraction) |"), (None, "| all |")):
+        d = _lm_eval_file(tmp_path / str(limit) / f"results_{D1}.json", limit=limit).parent
+        summary = build_report([d], tmp_path / f"rep_{limit}")
+        assert shown in (tmp_path / f"rep_{limit}" / "report.md").read_text()
+        assert summary["runs"][str(limit)]["limit"] == (1 if limit == 1.0 else limit)
+
+
+def test_a_missing_curve_is_given_its_reason(tmp_path):
+    """The report blamed the model ("returned no per-token log-probabilities") for a longshort run that only lacked
+    --log_samples, and for one whose few-shot context made the task leave the per-token values out."""
+    plain = _lm_eval_file(tmp_path / "plain" / f"results_{D1}.json")
+    data = json.loads(plain.read_text())
+    data["results"]["longshort_ppl"]["curve_mean_nll_256,none"] = 1.1  # longshort scored them; no samples file
+    plain.write_text(json.dumps(data))
+    shot = _lm_eval_file(tmp_path / "shot" / f"results_{D1}.json", shots=1)
+    (shot.parent / f"samples_longshort_ppl_{D1}.jsonl").write_text(json.dumps({"ppl_256": [1.0, 2]}) + "\n")
+    build_report([plain.parent, shot.parent], tmp_path / "rep", allow_mixed=True)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert ("No per-position loss curve for `plain`: its run has no `longshort_ppl` samples file: evaluate it with "
+            "--log_samples") in md
+    assert "No per-position loss curve for `shot`: its samples hold no per-token values" in md and "1-shot" in md
+    assert "returned no per-token" not in md
+
+
+def test_a_samples_subset_is_counted_as_such_and_refused_beside_a_full_run(tmp_path):
+    """`--samples '{"longshort_ppl": [0, 3]}'` (which lm-eval records nowhere) evaluated 2 of 4 documents, one per
+    length: the report said 4 samples and put the run beside a full one. lm-eval's effective count (the items of
+    one length's metric) times the lengths falls short of the documents: at most that many were evaluated, exactly
+    the samples file's doc ids when there is one."""
+    runs = {}
+    for name, effective in (("full", 2), ("subset", 1), ("logged", 1)):
+        f = _lm_eval_file(tmp_path / name / f"results_{D1}.json")
+        data = json.loads(f.read_text())
+        data["results"]["longshort_ppl"]["ppl_512,none"] = 3.5  # two lengths, two documents each
+        data["n-samples"]["longshort_ppl"] = {"original": 4, "effective": effective}
+        f.write_text(json.dumps(data))
+        runs[name] = f.parent
+    (runs["logged"] / f"samples_longshort_ppl_{D1}.jsonl").write_text(
+        "".join(json.dumps({"doc_id": i}) + "\n" for i in (0, 3)))
+    with pytest.raises(ValueError, match=r"differ in --samples \(`full` all documents, `subset` longshort_ppl <= 2 "
+                                         r"of 4 documents\)"):
+        build_report([runs["full"], runs["subset"]], tmp_path / "no")
+    summary = build_report([runs["logged"]], tmp_path / "rep")
+    assert "| longshort_ppl: 2 of 4 documents (--samples) |" in (tmp_path / "rep" / "report.md").read_text()
+    assert summary["runs"]["logged"]["samples"] == {"longshort_ppl": 2} and summary["samples_cut_off"] == {}
+    assert build_report([runs["full"]], tmp_path / "rep_full")["runs"]["full"]["subset"] == {}
+
+
+def _with(d, **fields):
+    f = d / "results_2026-01-01T00-00-00.json"
+    data = json.loads(f.read_text())
+    for key, value in fields.items():
+        data[key] = value
+    f.write_text(json.dumps(data))
+    return d
+
+
+def test_runs_of_other_n_shot_or_chat_template_are_refused_on_a_task_both_ran_unless_asked(tmp_path, capsys):
+    """A 1-shot or chat-templated passkey run beside a plain one was compared without a word (an lm-eval audit);
+    a task that ignored the option (the pack's perplexity: configs.<task>.ignored_options) is no difference."""
+    plain = _run(tmp_path / "plain", 4, name="longshort_passkey")
+    shot = _with(_run(tmp_path / "shot", 4, name="longshort_passkey"), **{"n-shot": {"longshort_passkey": 1}})
+    chat = _with(_run(tmp_path / "chat", 4, name="longshort_passkey"), chat_template="<template>")
+    for other, needle in ((shot, "n-shot"), (chat, "--apply_chat_template")):
+        with pytest.raises(SystemExit):
+            main([str(plain), str(other), "--out", str(tmp_path / f"r_{other.name}")])
+        err = capsys.readouterr().err
+        assert needle in err and "--allow-mixed" in err, err
+    build_report([plain, chat], tmp_path / "mixed", allow_mixed=True)
+    ppl_chat = _with(_run(tmp_path / "ppl_chat", 4), chat_template="<template>",
+                     configs={"longshort_ppl": {"ignored_options": ["--apply_chat_template"]}})
+    build_report([_run(tmp_path / "ppl_plain", 4), ppl_chat], tmp_path / "ppl")  # ignored: same measurement
