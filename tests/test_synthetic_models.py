@@ -7,6 +7,7 @@ import torch
 from synthetic_helpers import decode_bits
 
 from torchtune_longshort.synthetic.misalignment import scalar_misalignment
+from torchtune_longshort.synthetic.outrep import get_outrep
 from torchtune_longshort.synthetic.models import LinearAttentionModel, SyntheticTransformer, alibi_slopes
 from torchtune_longshort.synthetic.tasks import PAD, make_batch
 from torchtune_longshort.synthetic.theory import (
@@ -167,8 +168,11 @@ def test_bad_run_config_fails_clearly(kw, msg):
 
 def test_log_of_zero_target_fails_clearly():
     cfg = RunConfig(task="sum", outrep="log", max_steps=1, l_train=3, l_test=3, dim=8, num_heads=2)
-    with pytest.raises(ValueError, match="outrep='log' needs targets in y > 0, but a target is 0"):
+    # refused by the config's check, before the model is built (was: by OutRep.forward, after it)
+    with pytest.raises(ValueError, match="outrep='log' needs targets in y > 0, but task='sum' has a target of 0"):
         train_run(cfg)
+    with pytest.raises(ValueError, match="outrep='log' needs targets in y > 0, but a target is 0"):
+        get_outrep("log").forward(torch.tensor([0.0, 1.0]))
 
 
 def test_cli_rejects_bad_arguments(capsys):

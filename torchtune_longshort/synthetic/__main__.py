@@ -23,7 +23,7 @@ from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
 from torchtune_longshort.refusals import REFUSED, ArgumentParser, fault_line, one_line, refusal, show_traceback
 
-from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, replot_figures, run_figures
+from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
 from .misalignment import scalar_misalignment
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
@@ -95,8 +95,10 @@ def main(argv=None) -> int:
             names = _figure_names(a.figure)
             paper = [n for n in names if n in PAPER_FIGURES]
             beyond = [n for n in names if n in BEYOND_FIGURES]
-            n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper)
+            n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper,
+                                                     fig4="4" in paper)
             if not a.replot:
+                _check_figure_runs(paper, base, l_trains)
                 _check_figure_outputs(a.out, paper, beyond)
         elif not a.replot:
             _check_run_json(a.out)
@@ -164,16 +166,29 @@ def _base_config(a: argparse.Namespace) -> tuple:
     base = replace(base, **{**(_QUICK if a.quick else {}), **{k: v for k, v in flags.items() if v is not None}})
     try:
         base.validate()
-    except ValueError as e:  # RunConfig names its fields; the message names the flags the user typed
-        raise ValueError(re.sub(r"\b(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", str(e))
-                         ) from None
+    except ValueError as e:
+        raise ValueError(_flag_names(str(e))) from None
     return base, workers
+
+
+def _flag_names(message: str) -> str:
+    """RunConfig names its fields (``num_heads=3``); the message names the flags the user typed (``--heads=3``)."""
+    return re.sub(r"\b(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", message)
 
 
 # RunConfig's field -> this CLI's flag, where the two names differ
 _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
             "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
             "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer"}
+
+
+def _check_figure_runs(paper: List[str], base: RunConfig, l_trains: List[int]) -> None:
+    """Every run of every paper figure asked, checked before the first one trains (a size only ALiBi refuses
+    ended the command in a traceback after the other curves had trained)."""
+    try:
+        check_figure_runs(paper, base, l_trains)
+    except ValueError as e:
+        raise ValueError(_flag_names(str(e))) from None
 
 
 def _check_run_json(out: str) -> None:
@@ -229,8 +244,9 @@ def _figure_names(figure: str) -> List[str]:
     return names
 
 
-def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool) -> tuple:
-    """(number of seeds, figure 4's l_train values, the lr grid or None) from the flags, checked."""
+def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool, fig4: bool) -> tuple:
+    """(number of seeds, figure 4's l_train values, the lr grid or None) from the flags, checked (the l_train values
+    only where Fig. 4 is drawn or ``--l-trains`` is given: each needs test lengths beyond it)."""
     n_seeds = a.seeds if a.seeds is not None else (2 if a.quick else 3)
     if n_seeds < 1:
         raise ValueError(f"seeds={n_seeds} must be >= 1")
@@ -239,9 +255,10 @@ def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool) -> tu
         l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains else list(default)
     except ValueError:
         raise ValueError(f"l_trains={a.l_trains!r} must be a comma list of integers") from None
-    bad = [x for x in l_trains if not 1 <= x <= l_test]
+    bad = [x for x in l_trains if not 1 <= x < l_test] if fig4 or a.l_trains else []
     if bad:
-        raise ValueError(f"l_trains value {bad[0]} must be in [1, l_test={l_test}]")
+        raise ValueError(f"--l-trains value {bad[0]} must be in [1, --l-test - 1 = {l_test - 1}]: Fig. 4 measures "
+                         "the error beyond each l_train")
     return n_seeds, l_trains, _lr_grid(a.lrs, beyond_only)
 
 

@@ -56,6 +56,23 @@ def figure_curves(name: str, base: RunConfig, l_trains: Sequence[int] = FIG4_L_T
     raise ValueError(f"figure={name!r} is unknown; accepted: {', '.join(PAPER_FIGURES)}")
 
 
+def check_figure_runs(names: Sequence[str], base: RunConfig, l_trains: Sequence[int] = FIG4_L_TRAINS) -> None:
+    """Every run the figures ``names`` would train, checked before anything trains or is written: a size its model
+    refuses (``RunConfig.validate``), or a curve with no test length beyond its l_train (every claim measures the
+    error there), raises ``ValueError`` naming the figure, the curve and the field."""
+    for n in names:
+        if n not in PAPER_FIGURES:
+            raise ValueError(f"figure={n!r} is unknown; accepted: {', '.join(PAPER_FIGURES)} or 'all'")
+        for label, c in figure_curves(n, base, l_trains):
+            try:
+                c.validate()
+                if c.l_test <= c.l_train:
+                    raise ValueError(f"l_test={c.l_test} must be > l_train={c.l_train}: the figures measure the "
+                                     "error beyond the training length")
+            except ValueError as e:
+                raise ValueError(f"figure {n} ({label}): {e}") from None
+
+
 def _key(cfg: RunConfig) -> str:
     return json.dumps(asdict(cfg), sort_keys=True)
 
@@ -213,10 +230,8 @@ def run_figures(
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
     ``quick``: the run is the test-sized one (``--quick``); its figures say so, and so does ``meta.quick``.
     """
-    for n in names:
-        if n not in PAPER_FIGURES:
-            raise ValueError(f"figure={n!r} is unknown; accepted: {', '.join(PAPER_FIGURES)} or 'all'")
     base.validate()
+    check_figure_runs(names, base, l_trains)  # before anything trains or is written
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: figure_curves(n, base, l_trains) for n in names}

@@ -28,6 +28,21 @@ def check_pe(pe: str) -> None:
         raise ValueError(f"pe={pe!r} is unknown; accepted: {', '.join(POSITIONAL_ENCODINGS)}")
 
 
+def check_sizes(pe: str, dim: int, num_layers: int, num_heads: int) -> None:
+    """The sizes a ``SyntheticTransformer`` with ``pe`` accepts, checked before it is built (``RunConfig.validate``
+    calls this, so a bad size is refused before any run of a figure trains); raises ``ValueError`` naming the size."""
+    check_pe(pe)
+    for name, v in (("dim", dim), ("num_layers", num_layers), ("num_heads", num_heads)):
+        if v < 1:
+            raise ValueError(f"{name}={v} must be >= 1")
+    if dim % num_heads:
+        raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+    if pe == "alibi" and num_heads & (num_heads - 1):
+        raise ValueError(f"num_heads={num_heads}: ALiBi's slopes need a power of 2 heads (1, 2, 4, 8, ...)")
+    if pe == "rope" and (dim // num_heads) % 2:
+        raise ValueError(f"dim={dim} / num_heads={num_heads} = {dim // num_heads}: RoPE needs an even head dim")
+
+
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi head slopes (Press et al. 2022): the geometric sequence 2^(-8 i / n), i = 1..n (n a power of 2)."""
     if num_heads < 1 or num_heads & (num_heads - 1):
@@ -96,14 +111,9 @@ class SyntheticTransformer(nn.Module):
         out_dim: int = 1,
     ):
         super().__init__()
-        check_pe(pe)
-        for name, v in (("dim", dim), ("num_layers", num_layers), ("num_heads", num_heads), ("max_len", max_len)):
-            if v < 1:
-                raise ValueError(f"{name}={v} must be >= 1")
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
-        if pe == "rope" and (dim // num_heads) % 2:
-            raise ValueError(f"RoPE needs an even head dim; dim/num_heads = {dim // num_heads}")
+        check_sizes(pe, dim, num_layers, num_heads)
+        if max_len < 1:
+            raise ValueError(f"max_len={max_len} must be >= 1")
         self.pe, self.max_len, self.num_heads, self.out_dim = pe, max_len, num_heads, out_dim
         self.embed = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Embedding(max_len, dim) if pe == "learned" else None

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from torchtune_longshort.provenance import provenance
 
-from .models import LinearAttentionModel, SyntheticTransformer, check_pe
+from .models import LinearAttentionModel, SyntheticTransformer, check_pe, check_sizes
 from .outrep import get_outrep
 from .tasks import Batch, check_bits, check_task, eval_lengths, make_batch, train_lengths
 
@@ -63,11 +63,18 @@ class RunConfig:
         check_task(self.task)
         check_bits(self.bits)
         check_pe(self.pe)
-        get_outrep(self.outrep)
+        f = get_outrep(self.outrep)
+        if f.positive and self.task != "length":  # a mean or a sum of bits is 0 for all-zero bits, whatever `bits`
+            raise ValueError(f"outrep={self.outrep!r} needs targets in {f.domain}, but task={self.task!r} has a "
+                             f"target of 0 (all bits 0); use task 'length', or an outrep defined at 0 (identity, sqrt)")
         if self.model not in MODELS:
             raise ValueError(f"model={self.model!r} is unknown; accepted: {', '.join(MODELS)}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer={self.optimizer!r} is unknown; accepted: {', '.join(OPTIMIZERS)}")
+        if self.model == "transformer":
+            check_sizes(self.pe, self.dim, self.num_layers, self.num_heads)
+        elif self.dim < 1:
+            raise ValueError(f"dim={self.dim} must be >= 1")
         if self.l_train < 1:
             raise ValueError(f"l_train={self.l_train} must be >= 1")
         if self.l_test < self.l_train:
