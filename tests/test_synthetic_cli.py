@@ -132,3 +132,17 @@ def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_w
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_lr_search_lists_every_learning_rates_run(tmp_path):
+    # `--lrs` with the default lr (5e-4) in the grid: when the other rate won, the chosen run was filed under the
+    # default-lr run's key, so runs.json and meta.runs lost the default-lr run (4 runs listed of 8 trained)
+    out = tmp_path / "lrs"
+    assert main(["--figure", "1a", "--quick", "--seeds", "1", "--steps", "10", "--dim", "8", "--heads", "2",
+                 "--lrs", "5e-4,3e-3", "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    runs = json.loads((out / "runs.json").read_text())
+    assert {c["chosen"] for c in s["meta"]["lr_choice"].values()} == {3e-3}  # the case that lost runs
+    for listed in (runs, s["meta"]["runs"]):
+        assert sorted((r["config"]["pe"], r["config"]["lr"]) for r in listed) == sorted(
+            (pe, lr) for pe in ("nope", "learned", "alibi", "rope") for lr in (5e-4, 3e-3))

@@ -242,7 +242,8 @@ def run_figures(
         return list(lrs) if lrs and c.model == "transformer" else [c.lr]
 
     configs = [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds for lr in grid(c)]
-    results = run_all(configs, workers, cache_dir)
+    trained = run_all(configs, workers, cache_dir)  # every run, each once: runs.json and meta.runs list them all
+    results = dict(trained)  # + each curve's chosen run under its config without the lr search (base lr)
     lr_choice: Dict[str, Dict] = {}
     if lrs:
         for n, cs in curves.items():
@@ -250,7 +251,7 @@ def run_figures(
                 if c.model != "transformer":
                     continue
                 for s in seeds:
-                    cands = {lr: results[_key(replace(c, seed=s, lr=lr))] for lr in lrs}
+                    cands = {lr: trained[_key(replace(c, seed=s, lr=lr))] for lr in lrs}
                     best_lr = min(cands, key=lambda lr: cands[lr]["best_val_mse"])
                     results[_key(replace(c, seed=s))] = cands[best_lr]
                     lr_choice[f"{n}: {label}: seed {s}"] = {
@@ -268,7 +269,7 @@ def run_figures(
     summary["meta"] = {"base_config": asdict(base), "quick": quick, "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
                        "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
-    runs = list({id(r): r for r in results.values()}.values())  # a chosen lr's run sits under two keys
+    runs = list(trained.values())  # not results': there a chosen run hides the base-lr run it is filed under
     fields = ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in fields}, "steps": r["steps"],
                                 "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]} for r in runs]
