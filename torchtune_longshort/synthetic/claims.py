@@ -155,3 +155,45 @@ def _theory_row(task: str, mses: List[np.ndarray], lt: int, lT: int) -> Dict:
         row["mean_abs_log_ratio_vs_doubled"] = float(np.mean(np.abs(np.log(mean[lt:] / dbl))))
         row["matches"] = "binomial (l+1)/(4l)" if row["mean_abs_log_ratio_vs_binomial"] < row["mean_abs_log_ratio_vs_doubled"] else "doubled (l+1)/(2l)"
     return row
+
+
+# the claim entries of summary.json each figure decides (Theorem 3.1's fits: one per curve of Fig. 1b and Fig. 4)
+CLAIMS_OF_FIGURE = {"1b": "length_rises_for_every_pe", "1a": "mean_nope_flat", "1c": "outrep_inv_sqrt_beats_identity",
+                    "4": "longer_l_train_lowers_not_removes", "5": "sum_outrep", "6": "appendix_g",
+                    "theory": "theory_linear_attention"}
+FITS = "theorem_3_1_quadratic"
+
+
+def figure_records(summary: Dict) -> Dict[str, Dict]:
+    """{figure: the record of the run that drew it (``base_config``, ``quick``, ``seeds``, and ``l_train`` per curve
+    where recorded)} from a summary.json. An older summary (one command's figures, no ``meta.figures``) gives its
+    ``meta`` to each figure its scalar_misalignment entries name; a figure it does not name has no record."""
+    meta = summary.get("meta") if isinstance(summary, dict) else None
+    if not isinstance(meta, dict):
+        return {}
+    if isinstance(meta.get("figures"), dict):
+        return meta["figures"]
+    if "base_config" not in meta:
+        return {}
+    names = {k.split(": ")[0] for k in summary.get("scalar_misalignment") or {}}
+    return {n: {"base_config": meta["base_config"], "quick": bool(meta.get("quick")), "seeds": meta.get("seeds")}
+            for n in sorted(names)}
+
+
+def keep_earlier_figures(summary: Dict, earlier: Dict, names) -> List[str]:
+    """Into ``summary`` (this command's figures ``names``), the claims, misalignment entries and records of the
+    figures an ``earlier`` summary.json of the same folder holds and this command did not redraw: their CSVs and
+    PNGs stay in the folder, so their numbers and records stay in its summary. Returns those figures."""
+    kept = [n for n in figure_records(earlier) if n not in names]
+    for n in kept:
+        summary["meta"]["figures"][n] = figure_records(earlier)[n]
+        claim = CLAIMS_OF_FIGURE.get(n)
+        if claim in earlier:
+            summary[claim] = earlier[claim]
+        fits = {k: v for k, v in ((earlier.get(FITS) or {}).get("fits") or {}).items() if k.split(": ")[0] == n}
+        if fits:
+            summary.setdefault(FITS, {k: v for k, v in earlier[FITS].items() if k != "fits"})
+            summary[FITS].setdefault("fits", {}).update(fits)
+        summary["scalar_misalignment"].update({k: v for k, v in (earlier.get("scalar_misalignment") or {}).items()
+                                               if k.split(": ")[0] == n})
+    return kept

@@ -19,10 +19,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from torchtune_longshort.output_guard import atomic_open, atomic_write_json, save_figure
+from torchtune_longshort.output_guard import atomic_open, atomic_write_json, read_json, save_figure
 from torchtune_longshort.refusals import one_line
 
-from .claims import summarize_claims
+from .claims import figure_records, keep_earlier_figures, summarize_claims
 from .figures import synthetic_figure
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
@@ -178,33 +178,55 @@ def read_figure_csv(path: str) -> Dict[str, Dict[int, Dict[int, float]]]:
 def replot_figures(names: Sequence[str], out_dir: str) -> List[str]:
     """Redraw ``fig<name>.png`` from the ``fig<name>.csv`` and ``summary.json`` a :func:`run_figures` call wrote to
     ``out_dir``, training nothing (``python -m torchtune_longshort.synthetic --figure all --replot --out DIR``).
-    summary.json gives the base config (each curve's l_train) and whether the run was quick;
-    returns the PNG paths written."""
-    with open(os.path.join(out_dir, "summary.json")) as fh:
-        meta = json.load(fh).get("meta") or {}
-    if "base_config" not in meta:
-        raise ValueError(f"{os.path.join(out_dir, 'summary.json')} has no meta.base_config: replot needs the "
-                         "summary.json of the run_figures call that wrote the CSVs")
-    base = RunConfig(**meta["base_config"])
-    written = []
+    Each figure is drawn with its own run's record in summary.json (each curve's l_train, whether it was quick): a
+    figure the summary holds no record of is refused, as is a CSV that is missing or cannot be read, before any PNG
+    is written. Returns the PNG paths written."""
+    summary_path = os.path.join(out_dir, "summary.json")
+    records = figure_records(read_json(summary_path) or {})
+    if not records:
+        raise ValueError(f"{summary_path} is missing or has no meta.base_config: replot needs the summary.json of "
+                         "the run_figures call that wrote the CSVs")
+    drawn = []
     for n in names:
         if n not in PAPER_FIGURES:
             raise ValueError(f"figure={n!r} is unknown; accepted: {', '.join(PAPER_FIGURES)} or 'all'")
         path = os.path.join(out_dir, f"fig{n}.csv")
         if not os.path.exists(path):
             raise ValueError(f"figure={n!r}: {path} does not exist (run the figure first)")
-        by_curve = read_figure_csv(path)
-        l_trains = [int(lab.split("=")[1]) for lab in by_curve if lab.startswith("l_train =")] or FIG4_L_TRAINS
-        l_train_of = {label: c.l_train for label, c in figure_curves(n, base, l_trains)}
-        data = {}
-        for label, seeds in by_curve.items():
-            lengths = sorted(next(iter(seeds.values())))
-            data[label] = {"lengths": lengths, "l_train": l_train_of.get(label, base.l_train),
-                           "mse": [np.array([per[length] for length in lengths]) for per in seeds.values()]}
+        if n not in records:
+            raise ValueError(f"figure={n!r}: {summary_path} does not record the run that wrote {path} (its l_train, "
+                             f"whether it was quick); rerun --figure {n} without --replot to redraw it")
+        drawn.append((n, _replot_data(n, path, records[n]), bool(records[n].get("quick"))))
+    written = []
+    for n, data, quick in drawn:
         png = os.path.join(out_dir, f"fig{n}.png")
-        _plot(n, data, png, quick=bool(meta.get("quick")))
+        _plot(n, data, png, quick=quick)
         written.append(png)
     return written
+
+
+def _replot_data(name: str, path: str, record: Dict) -> Dict:
+    """A figure's curves from its CSV (``path``), each with its l_train from the figure's ``record``."""
+    try:
+        by_curve = read_figure_csv(path)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{path} is not a figure's CSV (figure, curve, seed, length, test_mse): "
+                         f"{one_line(e)}") from None
+    if not by_curve:
+        raise ValueError(f"{path} holds no rows: rerun --figure {name} without --replot")
+    base = RunConfig(**record["base_config"])
+    l_trains = [int(lab.split("=")[1]) for lab in by_curve if lab.startswith("l_train =")] or FIG4_L_TRAINS
+    l_train_of = record.get("l_train") or {label: c.l_train for label, c in figure_curves(name, base, l_trains)}
+    data = {}
+    for label, seeds in by_curve.items():
+        lengths = sorted(next(iter(seeds.values())))
+        ragged = [s for s, per in seeds.items() if sorted(per) != lengths]
+        if ragged:
+            raise ValueError(f"{path}: curve {label!r} seed {ragged[0]} has other lengths than seed "
+                             f"{next(iter(seeds))}: rerun --figure {name} without --replot")
+        data[label] = {"lengths": lengths, "l_train": l_train_of.get(label, base.l_train),
+                       "mse": [np.array([per[length] for length in lengths]) for per in seeds.values()]}
+    return data
 
 
 def _seed_curves(results: Dict[str, Dict], cfg: RunConfig, seeds: Sequence[int]) -> List[np.ndarray]:
@@ -269,6 +291,10 @@ def run_figures(
     summary["meta"] = {"base_config": asdict(base), "quick": quick, "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
                        "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
+    summary["meta"]["figures"] = {n: {"base_config": asdict(base), "quick": quick, "seeds": list(seeds),
+                                      "l_train": {label: c.l_train for label, c in cs}} for n, cs in curves.items()}
+    summary["meta"]["kept_figures"] = keep_earlier_figures(summary, read_json(os.path.join(out_dir, "summary.json"))
+                                                           or {}, names)
     runs = list(trained.values())  # not results': there a chosen run hides the base-lr run it is filed under
     fields = ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in fields}, "steps": r["steps"],
