@@ -49,3 +49,16 @@ def test_fig4_l_trains_are_checked_only_for_fig4(tmp_path, capsys):
             "--heads", "2", "--workers", "1", "--out", str(tmp_path / "o")]
     assert main(argv) == 0, capsys.readouterr().err
     assert (tmp_path / "o" / "fig1b.csv").exists()
+
+
+def test_a_diverging_learning_rate_ends_in_one_line_at_the_step_it_diverges(tmp_path, capsys):
+    # `--lr 1e4`: a FloatingPointError traceback (exit 1), raised only at the next validation (step 50 by default)
+    out = tmp_path / "one"
+    assert main(["--lr", "1e4", "--steps", "50", "--dim", "8", "--heads", "2", "--l-test", "12", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(PREFIX + "training diverged at step ") and "at lr=10000" in err, err
+    assert int(err.split("at step ")[1].split(":")[0]) < 50 and not out.exists()
+    out = tmp_path / "fig"  # and in a figure's run, without a traceback either
+    assert main(["--figure", "1a", "--quick", "--lr", "1e4", "--seeds", "1", "--dim", "8", "--heads", "2",
+                 "--out", str(out)]) == 2
+    assert "training diverged at step " in capsys.readouterr().err and not out.exists()  # no empty --out either

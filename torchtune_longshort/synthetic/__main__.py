@@ -29,7 +29,7 @@ from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
 from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
 from .tasks import BIT_DISTRIBUTIONS, TASKS
-from .train import MODELS, OPTIMIZERS, PAPER_LRS, RunConfig, run_provenance, train_run
+from .train import MODELS, OPTIMIZERS, PAPER_LRS, Diverged, RunConfig, run_provenance, train_run
 
 PROG = "python -m torchtune_longshort.synthetic"
 
@@ -121,10 +121,15 @@ def main(argv=None) -> int:
 
 
 def _writing(job) -> int:
-    """``job()``; a write that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
+    """``job()``; a run that diverged (``train.Diverged``: the lr and the step) ends in one line, exit 2; a write
+    that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
     file is written whole or not at all, and the folder's summary is written first, so the same command reruns."""
     try:
         return job()
+    except Diverged as e:  # a learning rate too large, found at the step it diverged
+        if show_traceback():
+            raise
+        return refusal(PROG, one_line(e))
     except Exception as e:
         if show_traceback() or not is_out_of_space(e):
             raise

@@ -254,7 +254,6 @@ def run_figures(
     """
     base.validate()
     check_figure_runs(names, base, l_trains)  # before anything trains or is written
-    os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: figure_curves(n, base, l_trains) for n in names}
     if lrs is not None and (not lrs or any(not lr > 0 for lr in lrs)):
@@ -301,6 +300,7 @@ def run_figures(
                                 "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]} for r in runs]
     # summary.json first: it is what marks the folder's files as this command's (``--out``'s check), so a run that
     # stops part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not
+    os.makedirs(out_dir, exist_ok=True)  # once every run has trained: a run that fails leaves no empty folder
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary, indent=1, default=float)
     atomic_write_json(os.path.join(out_dir, "runs.json"), runs)
     for n in curves:

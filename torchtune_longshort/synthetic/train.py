@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from torchtune_longshort.provenance import provenance
+from torchtune_longshort.refusals import Refusal
 
 from .models import LinearAttentionModel, SyntheticTransformer, check_pe, check_sizes
 from .outrep import get_outrep
@@ -24,6 +25,17 @@ from .tasks import Batch, check_bits, check_task, eval_lengths, make_batch, trai
 MODELS = ("transformer", "linear")
 OPTIMIZERS = ("adamw", "sgd")
 PAPER_LRS = (5e-5, 1e-4, 5e-4)
+
+
+class Diverged(Refusal, FloatingPointError):
+    """A run's loss left the finite numbers (a learning rate too large): the command ends in one line naming the lr
+    and the step (a refusal of the lr, see ``refusals``)."""
+
+
+def _diverged(cfg: "RunConfig", step: int, what: str, value: float) -> Diverged:
+    return Diverged(f"training diverged at step {step}: the {what} is {value} at lr={cfg.lr:g} (task {cfg.task}, pe "
+                    f"{cfg.pe}, outrep {cfg.outrep}, seed {cfg.seed}); use a smaller --lr (or --lrs values), e.g. the "
+                    f"paper's {', '.join(f'{lr:g}' for lr in PAPER_LRS)}")
 
 
 @dataclass
@@ -152,6 +164,8 @@ def train_run(cfg: RunConfig, progress: bool = False) -> Dict:
         batch = make_batch(train_lengths(cfg.batch_size, cfg.l_train, g), cfg.task, g, cfg.bits)
         z = f.forward(batch.target).float()
         loss = nn.functional.mse_loss(model(batch.tokens, batch.eos_pos), z)
+        if not math.isfinite(lv := float(loss.detach())):  # found at the step it happens, not at the next validation
+            raise _diverged(cfg, step, "training loss", lv)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -160,7 +174,7 @@ def train_run(cfg: RunConfig, progress: bool = False) -> Dict:
             with torch.no_grad():
                 v = float(nn.functional.mse_loss(model(val.tokens, val.eos_pos), val_z))
             if not math.isfinite(v):
-                raise FloatingPointError(f"validation MSE is {v} at step {step} ({cfg}); lower lr={cfg.lr}")
+                raise _diverged(cfg, step, "validation MSE", v)
             if v < best * 0.99:
                 best, bad = v, 0
                 best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
