@@ -1,6 +1,7 @@
 """The synthetic command refuses bad input in one line (exit 2) before anything trains or is written: each case here
 ended in a traceback before (some only after other runs of a ``--figure`` had trained, leaving an empty ``--out``)."""
 
+import numpy as np
 import pytest
 
 from torchtune_longshort.synthetic.__main__ import main
@@ -62,3 +63,24 @@ def test_a_diverging_learning_rate_ends_in_one_line_at_the_step_it_diverges(tmp_
     assert main(["--figure", "1a", "--quick", "--lr", "1e4", "--seeds", "1", "--dim", "8", "--heads", "2",
                  "--out", str(out)]) == 2
     assert "training diverged at step " in capsys.readouterr().err and not out.exists()  # no empty --out either
+
+
+@pytest.mark.parametrize("flag, value", [("--task", "sum"), ("--pe", "rope"), ("--outrep", "log"), ("--seed", "3")])
+def test_figure_refuses_the_flags_of_a_single_run(tmp_path, capsys, flag, value):
+    # `--figure 1b --pe rope` trained all four PEs as if --pe had not been given (and `--task sum --outrep log`
+    # was refused over an OutRep domain no figure's curve used)
+    assert main(["--figure", "1b", "--quick", flag, value, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} applies to a single run (without --figure)" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_theory_title_says_float32_zero_only_when_it_is():
+    # the quick run's title said "test MSE <= 3e-09 ... (float32 zero)"
+    from torchtune_longshort.synthetic.figures import theory_figure
+
+    x = list(range(1, 9))
+    curve = {"lengths": x, "l_train": 4, "mse": [np.array(x, dtype=float)]}
+    for mean_mse, zero in ((3e-9, False), (5e-15, True)):
+        fig = theory_figure({"length": curve, "sum": curve, "mean": {**curve, "mse": [np.full(8, mean_mse)]}})
+        assert ("(float32 zero)" in fig._suptitle.get_text()) == zero

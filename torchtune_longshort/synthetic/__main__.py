@@ -48,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", default=None,
                    help=f"comma list of {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}; 'all' = the paper's figures, "
-                        f"'beyond' = the sparsity probes. Without --figure: one run from the flags below.")
+                        f"'beyond' = the sparsity probes. Without --figure: one run from the flags below. With it, "
+                        "each figure "
+                        "sets its curves' --task/--bits/--pe/--outrep/--model (refused there) and --seeds the seeds; "
+                        "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve.")
     p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG)")
     p.add_argument("--cache", default=None,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained)")
@@ -90,6 +93,8 @@ def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     # every bad flag value raises ValueError naming the flag, before anything trains
     try:
+        if a.figure is not None:
+            _check_single_run_flags(a)
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
@@ -185,6 +190,19 @@ def _flag_names(message: str) -> str:
 _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
             "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
             "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer"}
+
+
+# the flags of a single run only: each figure sets them per curve itself (``experiments.figure_curves``)
+_SINGLE_RUN_FLAGS = ("task", "bits", "pe", "outrep", "model", "seed")
+
+
+def _check_single_run_flags(a: argparse.Namespace) -> None:
+    """With --figure, a flag a figure sets per curve (--task, --pe, ...) was ignored without a word: refused."""
+    run = RunConfig()
+    for name in _SINGLE_RUN_FLAGS:
+        if getattr(a, name) != getattr(run, name):
+            raise ValueError(f"--{name} applies to a single run (without --figure); each figure sets its curves' "
+                             f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
 
 
 def _check_figure_runs(paper: List[str], base: RunConfig, l_trains: List[int]) -> None:
