@@ -45,8 +45,8 @@ def copy_tokenizer(source: PathLike, out_dir: PathLike) -> List[str]:
     ``source`` is a tokenizer folder (a checkpoint folder) or a tokenizer file. Every file of
     :data:`TOKENIZER_FILES` found there is copied unchanged to the same relative path; a tokenizer file under
     another name (a SentencePiece ``.model``) is copied as ``tokenizer.model``. A bare SentencePiece model gets
-    transformers' ``tokenizer.json`` written from it (``LlamaTokenizer(..., add_bos_token=True)``, whose ids match
-    SentencePiece's); where that fails (not a SentencePiece model) a warning says ``AutoTokenizer`` will not load it.
+    transformers' ``tokenizer.json`` written from it (:func:`write_hf_tokenizer_files`: SentencePiece's ids under
+    ``AutoTokenizer``); where that fails (not a SentencePiece model) a warning says ``AutoTokenizer`` will not load it.
     """
     src = Path(source)
     if not src.exists():
@@ -90,15 +90,36 @@ def tokenizer_bytes(source: PathLike) -> int:
 
 
 def write_hf_tokenizer_files(folder: PathLike) -> None:
-    """Write transformers' tokenizer files next to a SentencePiece ``tokenizer.model``.
+    """Write transformers' tokenizer files next to a SentencePiece ``tokenizer.model``, giving SentencePiece's ids.
 
-    ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5;
-    ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes a ``tokenizer.json`` that matches.
+    ``AutoTokenizer`` on a folder with only ``tokenizer.model`` gives wrong ids in transformers 5, so
+    ``LlamaTokenizer(..., add_bos_token=True).save_pretrained`` writes the vocabulary, merges, added tokens and BOS
+    post-processor. Its pipeline is then replaced by the one of hub Llama-2's ``tokenizer.json``, which is
+    SentencePiece's own: a normalizer that prepends ``▁`` and turns every space into ``▁``, no pre-tokenizer (the
+    Metaspace pre-tokenizer transformers writes prepends no ``▁`` to a text that starts with a space, so
+    ``" starts with space"`` lost a space), and ``tokenizer_class`` is ``PreTrainedTokenizerFast``, which runs the
+    file as written (transformers 5's ``LlamaTokenizer`` builds that Metaspace pipeline whatever the file says).
+    Each text between two special tokens gets its own ``▁``, as the hub Llama-2 file does (transformers' legacy
+    behaviour).
     """
+    import json
+
     from transformers import LlamaTokenizer
 
     # transformers builds *a* tokenizer even from a file that is not SentencePiece; refuse such a file first.
     if not _is_sentencepiece(Path(folder) / SP_FILE):
         raise ValueError(f"{Path(folder) / SP_FILE} is not a SentencePiece model")
-    tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True)
+    tok = LlamaTokenizer.from_pretrained(str(folder), add_bos_token=True, legacy=True)
     tok.save_pretrained(str(folder))
+    spec_file, cfg_file = Path(folder) / HF_JSON, Path(folder) / "tokenizer_config.json"
+    spec = json.loads(spec_file.read_text())
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                              {"type": "Replace", "pattern": {"String": " "},
+                                                               "content": "\u2581"}]}
+    spec["pre_tokenizer"] = None
+    spec_file.write_text(json.dumps(spec, ensure_ascii=False, indent=2))
+    cfg = json.loads(cfg_file.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg["legacy"] = True
+    cfg.pop("add_prefix_space", None)
+    cfg_file.write_text(json.dumps(cfg, ensure_ascii=False, indent=2))
