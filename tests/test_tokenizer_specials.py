@@ -1,15 +1,47 @@
-"""Whitespace-led text and special-token strings, every tokenizer format against an independent reference.
+"""Special-token strings in text and whitespace-led text, every tokenizer format against an independent reference.
 
 * The ``tokenizer.json`` written beside a bare SentencePiece model (``write_hf_tokenizer_files``, the tiny configs'
   tokenizer) gives ``AutoTokenizer`` SentencePiece's own ids and text: its Metaspace pre-tokenizer dropped the first
   space of a text that starts with one (``" starts with space"``: 1, 390, ... instead of 1, 259, 283, ...).
+* Evaluation (every loader; ``parse_special_tokens=True``) gives ``AutoTokenizer``'s ids, in every format, on texts
+  holding ``<s>`` / ``</s>`` / ``<unk>`` / ``<|eot_id|>`` at the start, middle and end, side by side: SentencePiece and
+  tiktoken spelled them out as characters (``<s>``: 494, 428, 471 instead of BOS 1), so ``longshort`` and lm-eval's
+  ``hf`` scored other ids on chat-templated prompts. Hub-style Llama-2 folders (transformers' ``LlamaTokenizer``,
+  ``legacy`` true and false) and ``lstrip`` / ``rstrip`` added tokens included.
+* Training (``checkpoint_tokenizer``'s default) keeps such strings as text, in every format.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
 PLAIN = [" starts with space", "  leading spaces\n\n\n\ttabs\t\t and   runs    of     spaces   ", "ends with space ",
          "\nstarts with newline", " ", "   ", "", "a", "héllo wörld — naïve café ☕ 日本語のテキスト 🤖🏳️‍🌈",
          "digits 1234567890 3.14159 1e-10 0x1F 2026-12-02", "x" * 50 + " " * 20 + "y"]
+SPECIAL = ["<s>Hello", " <s>Hello", "Hello<s>world", "Hello <s> world", "a</s>", "a </s>  ", "<s></s>", "x<unk>y",
+           "<s> b", "<s>  b", "\t<s>\n</s>\t", "<s>[INST] hi [/INST] ok </s><s>[INST] again [/INST]",
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", "<|eot_id|><|eot_id|> x<|eot_id|>",
+           "a<|begin_of_text|>b", "  <|eot_id|>  ", "special <s> </s> <|begin_of_text|> <unk> text", "(?P<s>\\d{2})",
+           "<|end|>  x  <|end|>y <|user|>z"]
+
+
+def _assert_like_autotokenizer(folder: Path, order=None):
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import load_tokenizer
+
+    ours = load_tokenizer(folder, order) if order else load_tokenizer(folder)
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    for text in PLAIN + SPECIAL:
+        ids = ref(text).input_ids
+        assert ours.encode(text, add_bos=True, add_eos=False) == ids, text
+        assert ours.encode_plain(text) == ref(text, add_special_tokens=False).input_ids, text
+        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True), text
+    return ours
 
 
 def test_written_tokenizer_json_gives_sentencepiece_ids_on_whitespace_led_text(sp_tokenizer_dir):
@@ -26,3 +58,67 @@ def test_written_tokenizer_json_gives_sentencepiece_ids_on_whitespace_led_text(s
         assert as_json.encode_plain(text) == sp.encode(text), text
         assert ref.decode(sp.encode(text)) == sp.decode(sp.encode(text)), text
     assert ref(" starts with space").input_ids[:2] == [sp.bos_id(), *sp.encode(" ")]  # "▁▁": the space is kept
+
+
+@pytest.mark.parametrize("layout", ["llama2", "gemma", "llama3", "smollm2", "qwen2"])
+def test_evaluation_encodes_special_strings_as_autotokenizer(family_dirs, layout):
+    ours = _assert_like_autotokenizer(family_dirs[layout], ("tiktoken",) if layout == "llama3" else None)
+    assert ours.format == {"llama3": "tiktoken", "llama2": "sentencepiece", "gemma": "sentencepiece"}.get(
+        layout, "hf_json")
+
+
+def _hub_style(sp_tokenizer_dir: Path, folder: Path, config: dict, added=()) -> Path:
+    folder.mkdir()
+    for name in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(sp_tokenizer_dir / name, folder / name)
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**cfg, **config}))
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    spec["added_tokens"] += [dict(id=512 + i, content=c, single_word=False, lstrip=ls, rstrip=rs, normalized=False,
+                                  special=True) for i, (c, ls, rs) in enumerate(added)]
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder
+
+
+@pytest.mark.parametrize("legacy", [True, False, None])
+def test_hub_llama2_style_folders_follow_autotokenizers_prefix_space(sp_tokenizer_dir, tmp_path, legacy):
+    """transformers' LlamaTokenizer builds its own Metaspace pipeline: ``legacy: true`` puts a ``▁`` before every
+    piece after a special token that does not start with a space, ``legacy: false`` (the default) only before the
+    text's first piece, and neither before a text that starts with a space."""
+    config = {"tokenizer_class": "LlamaTokenizer", **({} if legacy is None else {"legacy": legacy})}
+    _assert_like_autotokenizer(_hub_style(sp_tokenizer_dir, tmp_path / "hub", config))
+
+
+def test_lstrip_and_rstrip_added_tokens_take_the_whitespace_beside_them(sp_tokenizer_dir, tmp_path):
+    folder = _hub_style(sp_tokenizer_dir, tmp_path / "strip", {},
+                        added=[("<|end|>", False, True), ("<|user|>", True, False)])
+    ours = _assert_like_autotokenizer(folder)
+    assert ours.encode_plain("<|end|>  x") == [512] + ours.encode_plain("x")
+
+
+@pytest.mark.parametrize("layout", ["llama2", "llama3", "qwen2"])
+def test_training_keeps_special_strings_as_text(family_dirs, layout):
+    """``checkpoint_tokenizer`` (the recipe's component) encodes a special-token string as its characters, as the
+    format's own encoder does: no BOS/EOS in the middle of a document (the stdlib corpus holds ``(?P<s>...)``)."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    d = family_dirs[layout]
+    tok = checkpoint_tokenizer(str(d))
+    assert not tok.parse_special_tokens
+    if layout == "llama3":
+        tok = checkpoint_tokenizer(str(d / "original" / "tokenizer.model"))
+        assert tok.format == "tiktoken"
+    ref = AutoTokenizer.from_pretrained(str(d))
+    for text in SPECIAL:
+        ids = tok.encode(text, add_bos=False, add_eos=False)
+        assert not set(ids) & tok.special_ids(), text
+        if layout == "llama2":
+            import sentencepiece as spm
+
+            assert ids == spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model")).encode(text), text
+        else:
+            assert ids == ref(text, add_special_tokens=False, split_special_tokens=True).input_ids, text
+    assert checkpoint_tokenizer(str(d), parse_special_tokens=True).encode_plain("<s>x</s>") == \
+        ref("<s>x</s>", add_special_tokens=False).input_ids

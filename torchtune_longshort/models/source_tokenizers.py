@@ -9,6 +9,16 @@ SmolLM2 do not. So a document packed for training, a perplexity sample and an lm
 saw text in pre-training, and ``longshort`` encodes exactly as lm-eval's ``hf`` does. ``add_eos=True`` always
 appends EOS (the document separator the packed stream needs).
 
+Special-token strings in a text (``<s>``, ``</s>``, ``<|begin_of_text|>``, ``<|eot_id|>``, ...) follow
+``parse_special_tokens``. True (the default of every loader, what the ``longshort`` eval model and the eval tasks
+use): they get their ids exactly where ``AutoTokenizer`` cuts them, and the text around them the ids
+``AutoTokenizer`` gives it (:mod:`~torchtune_longshort.models.added_tokens`), in every format; chat templates
+(Llama-2-chat, Mistral-instruct) render ``<s>`` / ``</s>`` as text, and ``hf`` scores those ids. False (the recipe's
+``checkpoint_tokenizer`` default): a text is only text, encoded by the model's own tokenizer (SentencePiece,
+tiktoken, ``tokenizers`` with ``encode_special_tokens``), as torchtune's tokenizers and Llama's reference encoders
+do, so that a training document holding ``<s>`` (an HTML strike-through, a regex group ``(?P<s>...)`` of the
+stdlib corpus) gets no BOS in the middle of it.
+
 torchtune's own ``HuggingFaceBaseTokenizer`` is not used for ``tokenizer.json``: it refuses a ``tokenizer_config.json``
 whose ``bos_token`` is null (Qwen2), and with ``add_bos=False`` it still returns the BOS that the tokenizer's
 post-processor adds.
@@ -19,6 +29,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+from torchtune_longshort.models.added_tokens import (
+    AddedToken, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
+)
 
 HF_CONFIG = "tokenizer_config.json"
 
@@ -43,7 +57,9 @@ class SourceTokenizer:
 
     Attributes: ``format``, ``path`` (the file it was read from), ``bos_id`` (None when the model has no BOS, e.g.
     Qwen2), ``eos_id``, ``pad_id`` (a valid id for right padding: the model's pad token, else EOS), ``vocab_size``
-    (highest id + 1), ``adds_bos`` / ``adds_eos`` (what the source tokenizer adds to a text by default).
+    (highest id + 1), ``adds_bos`` / ``adds_eos`` (what the source tokenizer adds to a text by default),
+    ``parse_special_tokens`` (special-token strings in text get their ids as ``AutoTokenizer`` gives them; see the
+    module docstring).
     """
 
     format = ""
@@ -57,11 +73,27 @@ class SourceTokenizer:
         self.vocab_size: int = 0
         self.adds_bos = True
         self.adds_eos = False
+        self.parse_special_tokens = True
+        self._splitter: Optional[SpecialSplitter] = None  # SentencePiece / tiktoken: the folder's added tokens
 
     # -------------------------------------------------------------- format-specific
     def encode_plain(self, text: str) -> List[int]:
-        """Token ids of ``text`` with no special tokens added."""
+        """Token ids of ``text`` with no special tokens added (special-token strings in it: ``parse_special_tokens``)."""
+        if not self.parse_special_tokens or self._splitter is None:
+            return self._encode_text(text)
+        ids: List[int] = []
+        for piece, start in self._splitter.split(text):
+            ids.extend([piece] if isinstance(piece, int) else self._encode_piece(piece, start))
+        return ids
+
+    def _encode_text(self, text: str) -> List[int]:
+        """The format's own encoder: special-token strings are text."""
         raise NotImplementedError
+
+    def _encode_piece(self, piece: str, start: int) -> List[int]:
+        """Ids of the text ``piece`` that starts at ``start`` of a text cut at its special tokens, as
+        ``AutoTokenizer`` encodes it."""
+        return self._encode_text(piece)
 
     def _decode(self, ids: List[int]) -> str:
         raise NotImplementedError
@@ -102,7 +134,10 @@ class SourceTokenizer:
 class SentencePieceTokenizer(SourceTokenizer):
     """A SentencePiece ``tokenizer.model`` (Llama-2, Mistral, Gemma, Phi-3): torchtune's
     ``SentencePieceBaseTokenizer``; ``add_bos_token`` / ``add_eos_token`` of ``tokenizer_config.json`` (default
-    true / false, transformers' ``LlamaTokenizer`` defaults) say what the source adds."""
+    true / false, transformers' ``LlamaTokenizer`` defaults) say what the source adds. Special-token strings: the
+    added tokens of ``tokenizer.json`` beside it (else the model's control and unknown pieces), each piece between
+    them started as the folder's ``AutoTokenizer`` starts it (:func:`~torchtune_longshort.models.added_tokens.
+    sentencepiece_prefix_scheme`)."""
 
     format = "sentencepiece"
 
@@ -119,9 +154,32 @@ class SentencePieceTokenizer(SourceTokenizer):
         cfg = read_json(self.path.parent / HF_CONFIG)
         self.adds_bos = bool(cfg.get("add_bos_token", True))
         self.adds_eos = bool(cfg.get("add_eos_token", False))
+        added = read_added_tokens(self.path.parent) or [
+            AddedToken(sp.id_to_piece(i), i) for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i)]
+        self._added_special = {t.id for t in added if t.special}
+        self._splitter = SpecialSplitter(added)
+        self._scheme = sentencepiece_prefix_scheme(self.path.parent)
+        self._bare: Any = None  # the model without its dummy prefix, built on first use
 
-    def encode_plain(self, text: str) -> List[int]:
+    def special_ids(self) -> set:
+        """BOS/EOS/pad and the added tokens marked special (``<unk>`` too: what ``AutoTokenizer`` skips)."""
+        return set(super().special_ids()) | self._added_special
+
+    def _encode_text(self, text: str) -> List[int]:
         return self._tt.encode(text, add_bos=False, add_eos=False)
+
+    def _encode_piece(self, piece: str, start: int) -> List[int]:
+        if self._scheme == "sentencepiece":
+            return self._encode_text(piece)
+        prefix = self._scheme == "always" or (self._scheme == "first" and start == 0)
+        if prefix and not piece.startswith((" ", "\u2581")):  # Metaspace: a piece led by a space gets no second one
+            piece = " " + piece
+        if self._bare is None:
+            import sentencepiece as spm
+
+            proto = without_dummy_prefix(self._tt.spm_model.serialized_model_proto())
+            self._bare = spm.SentencePieceProcessor(model_proto=proto)
+        return self._bare.encode(piece)
 
     def _decode(self, ids: List[int]) -> str:
         return self._tt.spm_model.decode(ids)
@@ -133,7 +191,8 @@ class SentencePieceTokenizer(SourceTokenizer):
 class TiktokenTokenizer(SourceTokenizer):
     """Llama-3's tiktoken ``original/tokenizer.model``: torchtune's ``llama3_tokenizer``, its special tokens read
     from ``tokenizer.json`` beside it when present (canonical Llama-3 ids otherwise). Llama-3 adds
-    ``<|begin_of_text|>``."""
+    ``<|begin_of_text|>``. Special-token strings: ``tokenizer.json``'s added tokens (else those special tokens), the
+    text between them encoded piece by piece, as ``tokenizers`` does."""
 
     format = "tiktoken"
 
@@ -147,11 +206,14 @@ class TiktokenTokenizer(SourceTokenizer):
         self.pad_id = self._tt.pad_id
         self.vocab_size = max(self._tt.tt_model.vocab_size, max(self._tt.special_tokens.values()) + 1)
         self.adds_bos, self.adds_eos = True, False
+        folder = special_tokens_json.parent if special_tokens_json is not None else self.path.parent
+        self._splitter = SpecialSplitter(read_added_tokens(folder) or [
+            AddedToken(text, i) for text, i in self._tt.special_tokens.items()])
 
     def special_ids(self) -> set:
         return set(self._tt.special_tokens.values())
 
-    def encode_plain(self, text: str) -> List[int]:
+    def _encode_text(self, text: str) -> List[int]:
         return self._tt.encode(text, add_bos=False, add_eos=False)
 
     def _decode(self, ids: List[int]) -> str:
@@ -219,6 +281,7 @@ class HFJsonTokenizer(SourceTokenizer):
         return set(super().special_ids()) | added
 
     def encode_plain(self, text: str) -> List[int]:
+        self._tok.encode_special_tokens = not self.parse_special_tokens  # tokenizers cuts added tokens by default
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def _decode(self, ids: List[int]) -> str:

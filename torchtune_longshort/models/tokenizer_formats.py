@@ -151,7 +151,8 @@ def load_tokenizer(path: PathLike, order: Sequence[str] = DEFAULT_ORDER) -> Sour
     return TOKENIZER_FORMATS[name].load(file)
 
 
-def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any) -> SourceTokenizer:
+def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_special_tokens: bool = False,
+                         **_: Any) -> SourceTokenizer:
     """Config component: the tokenizer of a checkpoint folder (or a tokenizer file), format detected::
 
         tokenizer:
@@ -160,7 +161,14 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any)
 
     A folder's model family decides the order formats are tried in when its ``config.json`` names a known one.
     ``max_seq_len`` is kept as an attribute, as torchtune's tokenizers keep it: its packed datasets read it (the
-    long-short recipe packs documents itself and ignores it)."""
+    long-short recipe packs documents itself and ignores it).
+
+    ``parse_special_tokens`` is false here, unlike every other loader: training text is text, as torchtune's own
+    tokenizers and the models' reference encoders read it, so a document holding ``<s>`` or ``</s>`` (an HTML
+    strike-through, the regex group ``(?P<s>...)`` of the stdlib corpus) gets no BOS / EOS in its middle, whatever
+    the tokenizer's format. ``parse_special_tokens: true`` gives ``AutoTokenizer``'s ids (chat-templated training
+    text that should map ``<s>`` / ``<|eot_id|>`` to their ids); evaluation always does
+    (:mod:`~torchtune_longshort.models.source_tokenizers`)."""
     p = Path(path).expanduser()
     order = DEFAULT_ORDER
     if p.is_dir() and (p / "config.json").is_file():
@@ -170,4 +178,5 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, **_: Any)
             pass
     tok = load_tokenizer(p, order)
     tok.max_seq_len = max_seq_len
+    tok.parse_special_tokens = bool(parse_special_tokens)
     return tok

@@ -50,7 +50,7 @@ class TaskTokenizer:
 
     A local folder or file loads through the project's tokenizer formats
     (:func:`torchtune_longshort.models.checkpoint_tokenizer`: SentencePiece, tiktoken or ``tokenizer.json``, the ids
-    the ``longshort`` model and the recipe use); a hub name through transformers' ``AutoTokenizer``.
+    the ``longshort`` model uses: special-token strings in text get ``AutoTokenizer``'s ids); a hub name through transformers' ``AutoTokenizer``.
     """
 
     def __init__(self, name_or_path: str):
@@ -59,7 +59,7 @@ class TaskTokenizer:
             # deferred: torch (the models package's __init__ imports it; a hub tokenizer name needs none of it)
             from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
 
-            self._src = checkpoint_tokenizer(self.name)
+            self._src = checkpoint_tokenizer(self.name, parse_special_tokens=True)
             self._hf = None
         else:
             from transformers import AutoTokenizer

@@ -1,0 +1,215 @@
+"""Special-token strings in text, as transformers' ``AutoTokenizer`` (what lm-eval's ``hf`` runs) reads them, for the
+formats whose own encoders do not: SentencePiece and tiktoken
+(:mod:`~torchtune_longshort.models.source_tokenizers`).
+
+``AutoTokenizer`` first cuts a text at every *added token* of the folder (``tokenizer.json``'s ``added_tokens``:
+``<s>``, ``</s>``, ``<unk>``, ``<|begin_of_text|>``, ``<|eot_id|>``, ...; leftmost, longest first; ``lstrip`` /
+``rstrip`` tokens take the whitespace beside them), gives each its id, and encodes the text between them piece by
+piece. :class:`SpecialSplitter` makes the same cut.
+
+How a SentencePiece piece between two tokens starts (the dummy prefix ``▁``) depends on the pipeline transformers
+builds for the folder, :func:`sentencepiece_prefix_scheme`:
+
+``sentencepiece``  every piece is encoded as SentencePiece encodes a text (its dummy prefix included): a
+                   ``tokenizer.json`` whose normalizer prepends ``▁`` (hub Llama-2's, the one this project writes).
+``always``         transformers' ``LlamaTokenizer`` with ``legacy: true``: a Metaspace pre-tokenizer that prepends
+                   ``▁`` to every piece not starting with a space.
+``first``          ``LlamaTokenizer`` with ``legacy: false`` (transformers 5's default): only the piece at the very
+                   start of the text gets ``▁``, and only when it does not start with a space.
+``never``          no ``▁`` is prepended (``add_prefix_space: false``; Gemma's pipeline).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+SCHEMES = ("sentencepiece", "always", "first", "never")
+_METASPACE_CLASSES = ("LlamaTokenizer", "CodeLlamaTokenizer")
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """One added token of a folder, with the matching flags of ``tokenizers.AddedToken``."""
+
+    content: str
+    id: int
+    special: bool = True
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+
+
+def _json(path: Path) -> Dict[str, Any]:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+
+
+def _token(content: Any, tid: Any, flags: Dict[str, Any]) -> Optional[AddedToken]:
+    if not isinstance(content, str) or not content or tid is None:
+        return None
+    return AddedToken(content, int(tid), bool(flags.get("special", True)), bool(flags.get("lstrip", False)),
+                      bool(flags.get("rstrip", False)), bool(flags.get("single_word", False)))
+
+
+def read_added_tokens(folder: Path) -> List[AddedToken]:
+    """The added tokens ``AutoTokenizer`` splits a text on: ``tokenizer.json``'s ``added_tokens``, then any other
+    entry of ``tokenizer_config.json``'s ``added_tokens_decoder``; [] when the folder has neither."""
+    found: Dict[str, AddedToken] = {}
+    for entry in _json(folder / "tokenizer.json").get("added_tokens") or []:
+        tok = _token(entry.get("content"), entry.get("id"), entry)
+        if tok is not None:
+            found.setdefault(tok.content, tok)
+    for tid, entry in (_json(folder / "tokenizer_config.json").get("added_tokens_decoder") or {}).items():
+        tok = _token(entry.get("content"), tid, entry) if isinstance(entry, dict) else None
+        if tok is not None:
+            found.setdefault(tok.content, tok)
+    return list(found.values())
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+class SpecialSplitter:
+    """Cuts a text at the given added tokens, as ``tokenizers``' added vocabulary does."""
+
+    def __init__(self, tokens: Iterable[AddedToken]):
+        self.tokens: Dict[str, AddedToken] = {t.content: t for t in tokens}
+        names = sorted(self.tokens, key=len, reverse=True)  # longest first: Python's alternation is then leftmost-longest
+        self._re = re.compile("|".join(map(re.escape, names))) if names else None
+
+    def split(self, text: str) -> List[Tuple[Union[str, int], int]]:
+        """``[(piece, start)]`` in order: a piece is a text between tokens (``str``) or a token's id (``int``);
+        ``start``: where it begins in ``text``."""
+        if self._re is None:
+            return [(text, 0)] if text else []
+        out: List[Tuple[Union[str, int], int]] = []
+        pos = 0
+        for m in self._re.finditer(text):
+            tok = self.tokens[m.group()]
+            start, end = m.start(), m.end()
+            if start < pos:
+                continue  # inside the whitespace an rstrip token took
+            if tok.single_word and ((start > 0 and _is_word(text[start - 1]))
+                                    or (end < len(text) and _is_word(text[end]))):
+                continue
+            if tok.lstrip:
+                while start > pos and text[start - 1].isspace():
+                    start -= 1
+            if tok.rstrip:
+                while end < len(text) and text[end].isspace():
+                    end += 1
+            if start > pos:
+                out.append((text[pos:start], pos))
+            out.append((tok.id, start))
+            pos = end
+        if pos < len(text):
+            out.append((text[pos:], pos))
+        return out
+
+
+def _metaspace_scheme(pre: Dict[str, Any]) -> Optional[str]:
+    if pre.get("type") == "Metaspace":
+        if "prepend_scheme" in pre:
+            return str(pre["prepend_scheme"])
+        return "always" if pre.get("add_prefix_space", True) else "never"
+    for sub in pre.get("pretokenizers") or []:
+        found = _metaspace_scheme(sub) if isinstance(sub, dict) else None
+        if found is not None:
+            return found
+    return None
+
+
+def _prepends(normalizer: Dict[str, Any]) -> bool:
+    if normalizer.get("type") == "Prepend":
+        return True
+    return any(isinstance(n, dict) and _prepends(n) for n in normalizer.get("normalizers") or [])
+
+
+def sentencepiece_prefix_scheme(folder: Path) -> str:
+    """How ``AutoTokenizer`` on ``folder`` starts each SentencePiece piece (one of :data:`SCHEMES`, module
+    docstring): transformers' ``LlamaTokenizer`` (``tokenizer_class`` in ``tokenizer_config.json``) builds its own
+    Metaspace pipeline from ``legacy`` / ``add_prefix_space``; any other class runs ``tokenizer.json`` as written;
+    a folder without ``tokenizer.json`` is read as SentencePiece reads it."""
+    cfg = _json(folder / "tokenizer_config.json")
+    cls = str(cfg.get("tokenizer_class") or "")
+    cls = cls[:-4] if cls.endswith("Fast") else cls
+    if cls in _METASPACE_CLASSES:
+        if cfg.get("add_prefix_space") is False:
+            return "never"
+        return "always" if cfg.get("legacy") is True else "first"
+    spec = _json(folder / "tokenizer.json")
+    if not spec or _prepends(spec.get("normalizer") or {}):
+        return "sentencepiece"
+    return _metaspace_scheme(spec.get("pre_tokenizer") or {}) or "never"
+
+
+def without_dummy_prefix(model: bytes) -> bytes:
+    """A serialized SentencePiece ``ModelProto`` with ``normalizer_spec.add_dummy_prefix`` false (field 3 of field
+    3), rewritten at the wire level so that no ``protobuf`` package is needed."""
+    out, i = bytearray(), 0
+    while i < len(model):
+        start = i
+        key, i = _varint(model, i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            size, i = _varint(model, i)
+            body, i = model[i:i + size], i + size
+            if field == 3:
+                body = _drop_field(body, 3) + bytes([0x18, 0x00])  # add_dummy_prefix: false
+                out += _encode_varint(key) + _encode_varint(len(body)) + body
+                continue
+        else:
+            i = _skip(model, i, wire)
+        out += model[start:i]
+    return bytes(out)
+
+
+def _varint(buf: bytes, i: int) -> Tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        b = buf[i]
+        value |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not b & 0x80:
+            return value, i
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, value = value & 0x7F, value >> 7
+        out.append(b | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _skip(buf: bytes, i: int, wire: int) -> int:
+    if wire == 0:
+        return _varint(buf, i)[1]
+    if wire == 1:
+        return i + 8
+    if wire == 5:
+        return i + 4
+    raise ValueError(f"unsupported protobuf wire type {wire}")
+
+
+def _drop_field(body: bytes, drop: int) -> bytes:
+    out, i = bytearray(), 0
+    while i < len(body):
+        start = i
+        key, i = _varint(body, i)
+        if key & 7 == 2:
+            size, i = _varint(body, i)
+            i += size
+        else:
+            i = _skip(body, i, key & 7)
+        if key >> 3 != drop:
+            out += body[start:i]
+    return bytes(out)
