@@ -117,7 +117,9 @@ def test_quick_synthetic_figures_say_so():
 
 def test_synthetic_replot_from_csv(tmp_path):
     base = {"task": "length", "l_train": 6, "l_test": 16}
-    (tmp_path / "summary.json").write_text(json.dumps({"meta": {"base_config": base, "quick": True}}))
+    record = {"base_config": base, "quick": True, "seeds": [0, 1], "l_train": {"l_train = 6": 6, "l_train = 10": 10}}
+    (tmp_path / "summary.json").write_text(json.dumps({"meta": {"base_config": base, "quick": True,
+                                                                "figures": {"4": record}}}))
     rows = ["figure,curve,seed,length,test_mse"]
     rows += [f"4,l_train = {lt},{s},{n},{0.01 * n * n}" for lt in (6, 10) for s in (0, 1) for n in range(1, 17)]
     (tmp_path / "fig4.csv").write_text("\n".join(rows) + "\n")
