@@ -209,6 +209,6 @@ def test_a_range_past_half_under_the_listing_floor_is_said_and_the_papers_defaul
         return caplog.text
 
     with caplog.at_level("WARNING"):
-        assert "31 of the 64 shifts (33..63) leave no position" in said(e_range=[1, "L"])
+        assert "31 of the 64 shifts (33..63) leave no position to compare (33 with e = L/2" in said(e_range=[1, "L"])
         assert "leave no position" not in said(e_range=[1, "L/2"])
         assert "leave no position" not in said(e_range=[1, "L"], **{"loss.min_context": "none"})

@@ -71,10 +71,17 @@ def test_a_folder_of_runs_with_other_limit_metadata_or_n_shot_is_refused(tmp_pat
         d = tmp_path / case / "m"
         _lm_eval_file(d / f"results_{D1}.json", **first)
         _lm_eval_file(d / f"results_{D2}.json", **second)
-        with pytest.raises(ValueError, match="different runs \\(other --limit, --metadata or n-shot\\)") as e:
+        with pytest.raises(ValueError, match="different runs \\(other --limit, --metadata, n-shot or chat templ") as e:
             build_report([d.parent], tmp_path / "no")
         assert needle in str(e.value), str(e.value)
         assert build_report([d / f"results_{D2}.json"], tmp_path / f"rep_{case}")["runs"]  # one file: one run
+    d = tmp_path / "chat" / "m"  # a plain run, then a chat-templated one, into one folder (a docs audit)
+    _lm_eval_file(d / f"results_{D1}.json", tasks=("longshort_passkey",))
+    _lm_eval_file(d / f"results_{D2}.json", tasks=("longshort_passkey",))
+    chat = json.loads((d / f"results_{D2}.json").read_text())
+    (d / f"results_{D2}.json").write_text(json.dumps({**chat, "chat_template": "<template>"}))
+    with pytest.raises(ValueError, match="--apply_chat_template: off vs on \\(longshort_passkey\\)"):
+        build_report([d.parent], tmp_path / "no")
     d = tmp_path / "split"  # the tasks of one evaluation run one by one, each given its own keys
     _lm_eval_file(d / f"results_{D1}.json", metadata={"ppl_source": "stdlib"})
     _lm_eval_file(d / f"results_{D2}.json", metadata={"passkey_num_samples": 2}, tasks=("longshort_passkey",))

@@ -65,13 +65,15 @@ def test_a_diverging_learning_rate_ends_in_one_line_at_the_step_it_diverges(tmp_
     assert "training diverged at step " in capsys.readouterr().err and not out.exists()  # no empty --out either
 
 
-@pytest.mark.parametrize("flag, value", [("--task", "sum"), ("--pe", "rope"), ("--outrep", "log"), ("--seed", "3")])
+# at their defaults too (`--task length` passed the check, which compared values, and was ignored: a docs audit)
+@pytest.mark.parametrize("flag, value", [("--task", "sum"), ("--pe", "rope"), ("--outrep", "log"), ("--seed", "3"),
+                                         ("--task", "length"), ("--seed", "0"), ("--tas", "length")])
 def test_figure_refuses_the_flags_of_a_single_run(tmp_path, capsys, flag, value):
     # `--figure 1b --pe rope` trained all four PEs as if --pe had not been given (and `--task sum --outrep log`
     # was refused over an OutRep domain no figure's curve used)
     assert main(["--figure", "1b", "--quick", flag, value, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{flag} applies to a single run (without --figure)" in err, err
+    assert err.count("\n") == 1 and " applies to a single run (without --figure)" in err, err
     assert not (tmp_path / "o").exists()
 
 

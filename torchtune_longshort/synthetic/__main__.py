@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     # every bad flag value raises ValueError naming the flag, before anything trains
     try:
         if a.figure is not None:
-            _check_single_run_flags(a)
+            _check_single_run_flags(sys.argv[1:] if argv is None else argv)
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
@@ -196,11 +196,12 @@ _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--he
 _SINGLE_RUN_FLAGS = ("task", "bits", "pe", "outrep", "model", "seed")
 
 
-def _check_single_run_flags(a: argparse.Namespace) -> None:
-    """With --figure, a flag a figure sets per curve (--task, --pe, ...) was ignored without a word: refused."""
-    run = RunConfig()
+def _check_single_run_flags(argv: Sequence[str]) -> None:
+    """With --figure, a flag a figure sets per curve (--task, --pe, ...) was ignored without a word: refused when
+    given at all (compared with its default, ``--task length`` passed and was ignored)."""
     for name in _SINGLE_RUN_FLAGS:
-        if getattr(a, name) != getattr(run, name):
+        if any(len(head) > 2 and f"--{name}".startswith(head)  # a prefix argparse took for it (--tas)
+               for head in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))):
             raise ValueError(f"--{name} applies to a single run (without --figure); each figure sets its curves' "
                              f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
 

@@ -129,8 +129,9 @@ def _metadata_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
 
 def settings_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     """What makes two parsed results files two runs although their model settings agree: ``--limit``,
-    ``--metadata`` (:func:`_metadata_differences`) and n-shot (of a task both scored, or of the pack's tasks,
-    which all default to 0-shot: another value is ``--num_fewshot``)."""
+    ``--metadata`` (:func:`_metadata_differences`), n-shot (of a task both scored, or of the pack's tasks, which all
+    default to 0-shot: another value is ``--num_fewshot``) and the chat template (on a task both scored that did not
+    ignore it)."""
     la, lb = (d.get("config", {}).get("limit") for d in (a, b))
     diff = [f"--limit: {limit_text(la)} vs {limit_text(lb)}"] if la != lb else []
     diff += _metadata_differences(a, b)
@@ -140,13 +141,32 @@ def settings_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     if not shared and pa and pb and pa != pb:
         shared = [f"the pack's tasks {sorted(pa)} vs {sorted(pb)}"]
     diff += [f"n-shot: {'; '.join(shared)}"] if shared else []
+    ca, cb = (_chat_tasks(d) for d in (a, b))
+    both = sorted((ca | cb) & _tasks(a) & _tasks(b))
+    if any((t in ca) != (t in cb) for t in both):
+        diff.append(f"--apply_chat_template: {'on' if ca & set(both) else 'off'} vs {'on' if cb & set(both) else 'off'}"
+                    f" ({', '.join(both)})")
     return diff
+
+
+def _tasks(data: Dict[str, Any]) -> set:
+    return set(data.get("results") or {})
+
+
+def _chat_tasks(data: Dict[str, Any]) -> set:
+    """The tasks of one results file a chat template was applied to (not those that ignored it: the pack's
+    perplexity records ``--apply_chat_template`` under ``ignored_options``)."""
+    if not data.get("chat_template"):
+        return set()
+    return {t for t, c in (data.get("configs") or {}).items()
+            if "--apply_chat_template" not in ((c or {}).get("ignored_options") or ())}
 
 
 def check_one_run(run: Path) -> Dict[str, Any]:
     """The :func:`run_identity` shared by every results file of ``run``; ``ValueError`` naming two files and what
     differs when they come from different checkpoints or model settings (checkpoint fingerprints are compared where
-    both files have one: older results files lack it), or from different ``--limit``, ``--metadata`` or n-shot."""
+    both files have one: older results files lack it), or from different ``--limit``, ``--metadata``, n-shot or
+    chat template."""
     seen: List[Tuple[Path, Dict[str, Any], Dict[str, Any]]] = []
     for f in results_files(run):
         data = json_file(f)
@@ -155,7 +175,7 @@ def check_one_run(run: Path) -> Dict[str, Any]:
             diff = _identity_differences(a, ident)
             what = "checkpoints / model settings"
             if not diff:
-                diff, what = settings_differences(data0, data), "runs (other --limit, --metadata or n-shot)"
+                diff, what = settings_differences(data0, data), "runs (other --limit, --metadata, n-shot or chat template)"
             if diff:
                 raise ValueError(
                     f"results_dir={str(run)!r} mixes results of different {what}, which would be merged into one "

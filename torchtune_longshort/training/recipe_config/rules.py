@@ -104,9 +104,10 @@ def _check_alignment_reach(config: RecipeConfig) -> None:
                          "(the whole overlap), or loss.alpha=0")
     below_l = [e for e in empty if L // 2 < e < L]  # e = L/2 compares nothing under the listing floor by design
     if below_l:
-        logger.warning("%s: %d of the %d shifts (%d..%d) leave no position to compare; the steps that draw them train "
-                       "CE alone (the paper's Table 7 [1, L] runs set loss.min_context: none)", where, len(below_l),
-                       hi - lo + 1, below_l[0], below_l[-1])
+        logger.warning("%s: %d of the %d shifts (%d..%d) leave no position to compare (%d with e = L/2 and e = L, "
+                       "which compare nothing by design); the steps that draw them train CE alone (the paper's Table 7 "
+                       "[1, L] runs set loss.min_context: none)", where, len(below_l), hi - lo + 1, below_l[0],
+                       below_l[-1], len(empty))
 
 
 def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> None:
