@@ -192,6 +192,8 @@ _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--he
             "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer"}
 
 
+# every option string of the parser (an exact one is never another option's abbreviation: --out is not --outrep)
+_OPTIONS = {o for action in _parser()._actions for o in action.option_strings}
 # the flags of a single run only: each figure sets them per curve itself (``experiments.figure_curves``)
 _SINGLE_RUN_FLAGS = ("task", "bits", "pe", "outrep", "model", "seed")
 
@@ -200,8 +202,8 @@ def _check_single_run_flags(argv: Sequence[str]) -> None:
     """With --figure, a flag a figure sets per curve (--task, --pe, ...) was ignored without a word: refused when
     given at all (compared with its default, ``--task length`` passed and was ignored)."""
     for name in _SINGLE_RUN_FLAGS:
-        if any(len(head) > 2 and f"--{name}".startswith(head)  # a prefix argparse took for it (--tas)
-               for head in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))):
+        if any(head == f"--{name}" or (head not in _OPTIONS and len(head) > 2 and f"--{name}".startswith(head))
+               for head in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))):  # (--tas: argparse's)
             raise ValueError(f"--{name} applies to a single run (without --figure); each figure sets its curves' "
                              f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
 
