@@ -141,7 +141,7 @@ def settings_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     if not shared and pa and pb and pa != pb:
         shared = [f"the pack's tasks {sorted(pa)} vs {sorted(pb)}"]
     diff += [f"n-shot: {'; '.join(shared)}"] if shared else []
-    ca, cb = (_chat_tasks(d) for d in (a, b))
+    ca, cb = (chat_tasks(d) for d in (a, b))
     both = sorted((ca | cb) & _tasks(a) & _tasks(b))
     if any((t in ca) != (t in cb) for t in both):
         diff.append(f"--apply_chat_template: {'on' if ca & set(both) else 'off'} vs {'on' if cb & set(both) else 'off'}"
@@ -153,9 +153,9 @@ def _tasks(data: Dict[str, Any]) -> set:
     return set(data.get("results") or {})
 
 
-def _chat_tasks(data: Dict[str, Any]) -> set:
+def chat_tasks(data: Dict[str, Any]) -> set:
     """The tasks of one results file a chat template was applied to (not those that ignored it: the pack's
-    perplexity records ``--apply_chat_template`` under ``ignored_options``)."""
+    perplexity records ``--apply_chat_template`` under ``ignored_options``, TaskFamily.fixed_context)."""
     if not data.get("chat_template"):
         return set()
     return {t for t, c in (data.get("configs") or {}).items()

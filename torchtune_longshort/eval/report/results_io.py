@@ -18,7 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchtune_longshort.eval.report.one_run import check_one_run, pack_family, run_identity  # noqa: F401
+from torchtune_longshort.eval.report.one_run import (  # noqa: F401
+    chat_tasks, check_one_run, pack_family, run_identity,
+)
 from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-exported)
     LM_EVAL_FILE,
     json_file,
@@ -184,9 +186,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         limit = lm_eval_limit(config.get("limit", limit))
         dtype = config.get("model_dtype") or dtype
         device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
-        if data.get("chat_template"):  # the tasks it applied to: not those that ignore it (TaskFamily.fixed_context)
-            chat |= {current_name(t) for t, c in (data.get("configs") or {}).items()
-                     if "--apply_chat_template" not in ((c or {}).get("ignored_options") or ())}
+        chat |= {current_name(t) for t in chat_tasks(data)}
         shots.update({current_name(t): n for t, n in n_shot(data).items()})
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
