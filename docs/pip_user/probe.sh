@@ -15,7 +15,7 @@ python -c "import torchtune_longshort, sys; print('imported from', torchtune_lon
 run "longshort-cp tiny/longshort_stdlib.yaml run.yaml && tune run torchtune_longshort/recipes/longshort_finetune.py --config run.yaml max_steps=2"
 OUT=outputs/$(ls outputs | grep -v tokenizers | head -1); STEP=$(ls -d $OUT/step_* | tail -1)
 TOK=$(find outputs/tokenizers -name tokenizer.model | head -1)
-run "longshort-cp tiny/lora_from_checkpoint.yaml lora.yaml && tune run torchtune_longshort/recipes/longshort_finetune.py --config lora.yaml checkpoint_dir=$STEP tokenizer.path=$TOK output_dir=outputs/lora model.num_layers=4 model.embed_dim=128 model.intermediate_dim=344 model.max_seq_len=512 max_steps=2"
+run "longshort-cp tiny/lora_from_checkpoint.yaml lora.yaml && tune run torchtune_longshort/recipes/longshort_finetune.py --config lora.yaml checkpoint_dir=$STEP tokenizer.path=$TOK output_dir=outputs/lora max_steps=2"
 TAILN=40 run "find outputs/lora | sort"
 run "longshort-validate run.yaml max_step=3"
 run "longshort-misalignment --checkpoint-dir $STEP --data stdlib --length 256 --output misalignment.json --device cpu"
