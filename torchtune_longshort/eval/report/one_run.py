@@ -13,7 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from torchtune_longshort.eval.report.run_files import json_file, limit_text, n_shot, results_files
-from torchtune_longshort.eval.tasks import PREFIX, TASK_FAMILIES, TaskFamily, current_name, tasks_path
+from torchtune_longshort.eval.tasks import (
+    CONTEXT_OPTIONS, IGNORED_KEY, PREFIX, TASK_FAMILIES, TaskFamily, current_name, tasks_path,
+)
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 
 # model_args that change how fast a run goes, not its numbers
@@ -159,7 +161,7 @@ def chat_tasks(data: Dict[str, Any]) -> set:
     if not data.get("chat_template"):
         return set()
     return {t for t, c in (data.get("configs") or {}).items()
-            if "--apply_chat_template" not in ((c or {}).get("ignored_options") or ())}
+            if CONTEXT_OPTIONS["apply_chat_template"] not in ((c or {}).get(IGNORED_KEY) or ())}
 
 
 def check_one_run(run: Path) -> Dict[str, Any]:

@@ -75,6 +75,8 @@ class TaskFamily:
 
 # The lm-eval options that put something before a request's own text: few-shot examples, a chat template, a system
 # instruction (the options of lm-eval's CLI, by the names its task API takes them).
+# The results file's task-config key listing the lm-eval options a task ignored (TaskFamily.fixed_context).
+IGNORED_KEY = "ignored_options"
 CONTEXT_OPTIONS = {"num_fewshot": "--num_fewshot", "apply_chat_template": "--apply_chat_template",
                    "system_instruction": "--system_instruction"}
 # The keys shared by the length-swept tasks (a task's own <prefix>_max_seq_lengths wins).

@@ -41,7 +41,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
-from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, TASK_FAMILIES, family_of
+from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, family_of
 from torchtune_longshort.eval.tasks.common.lengths import length_label, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -62,8 +62,6 @@ logger = logging.getLogger(__name__)
 BASE_KEY = "lm_eval_base"
 # lm-eval's hf model generates this many tokens when a task does not say (its ``max_gen_toks`` default).
 DEFAULT_MAX_GEN_TOKS = 256
-# The results file's task-config key listing the lm-eval options a task ignored (TaskFamily.fixed_context).
-IGNORED_KEY = "ignored_options"
 # What has been said once in this run (the cache and --seed notes); emptied when the run's tasks are built.
 _TOLD: set = set()
 
