@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
@@ -89,6 +90,8 @@ METADATA_ALSO = ("tokenizer", "checkpoint_dir", "pretrained", MODEL_KEY)
 def lm_eval_argv(args: Sequence[str]) -> List[str]:
     """``args`` as lm-eval's CLI gets them from this wrapper:
 
+    - the keys of a ``--config`` YAML that the wrapper reads (``model``, ``metadata``, ...) and the command line
+      does not give are put on the command line (:func:`torchtune_longshort.eval.config_file.config_options`);
     - ``run``, ``ls`` and ``validate`` (and the legacy form without a subcommand) get ``--include_path`` of the
       installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one (lm-eval
       takes a single folder: a user's own folder replaces the pack, with a warning);
@@ -114,6 +117,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
     if not help_only and out[0] not in _SUBCOMMANDS[1:]:
         out = canonical_options(out)
+        out = config_options(out, option(out, "--config"))
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
         given = option(out, "--include_path")
