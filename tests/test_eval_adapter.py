@@ -232,7 +232,8 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
         tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     """``--apply_chat_template`` with ``--model longshort`` was a NotImplementedError traceback after the model
     loaded. The tokenizer folder's template renders as transformers (lm-eval's ``hf``) renders it; a folder without
-    one is refused in one line by the wrapper's argument check, before any weight is read."""
+    one is refused in one line by the wrapper's argument check, before any weight is read, unless no task of the run
+    applies it."""
     import shutil
 
     from transformers import AutoTokenizer
@@ -255,6 +256,15 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
     check_arguments(argv[:-1] + ["--apply_chat_template", "False"])  # off: nothing to refuse
     check_arguments([a if not a.startswith("pretrained=") else f"pretrained={tiny_llama2_dir},tokenizer={with_chat}"
                      for a in argv])
+    # a run whose every task ignores the option (longshort_ppl sizes its own context) needs no template: it was
+    # refused, by the check and by the model when lm-eval asked it for the results file; hf answers None there
+    check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv])
+    with pytest.raises(ValueError, match="has no chat template"):
+        check_arguments([a if a != "longshort_passkey" else "longshort_ppl,longshort_passkey" for a in argv])
+    plain = _lm(tiny_llama2_dir, sp_tokenizer_dir)
+    assert plain.chat_template(True) is None
+    with pytest.raises(ValueError, match="has no chat template"):
+        plain.apply_chat_template(chat)
 
 
 def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

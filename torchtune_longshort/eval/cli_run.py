@@ -21,7 +21,8 @@ from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
-from torchtune_longshort.eval.tasks import check_metadata_values, tasks_path, unknown_metadata_keys
+from torchtune_longshort.eval.tasks import (TASK_FAMILIES, check_metadata_values, family_of, tasks_path,
+                                          unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
@@ -172,7 +173,7 @@ def check_arguments(out: List[str]) -> None:
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
 
-    from torchtune_longshort.eval.task_index import include_path_covers
+    from torchtune_longshort.eval.task_index import include_path_covers, task_names
 
     parser = ArgumentParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
     parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
@@ -193,10 +194,20 @@ def check_arguments(out: List[str]) -> None:
     if model == "longshort":
         passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
-        if _flag_given(out, "--apply_chat_template") and template_tokenizer(args.tokenizer.path) is None:
+        chat = _flag_given(out, "--apply_chat_template")
+        if chat and not _every_task_ignores(task_names(out), "apply_chat_template") and \
+                template_tokenizer(args.tokenizer.path) is None:
             raise ValueError(no_template_message(args.tokenizer.path))
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
+
+
+def _every_task_ignores(names: List[str], key: str) -> bool:
+    """Whether every task of ``names`` (a run's) is a family of the pack that ignores the lm-eval option ``key``
+    (``TaskFamily.fixed_context``: a chat template for a run of ``longshort_ppl`` alone is ignored, with its
+    warning, so the tokenizer need not have one)."""
+    return bool(names) and all(family_of(n) is not None and key in TASK_FAMILIES[family_of(n)].fixed_context
+                               for n in names)
 
 
 def _flag_given(out: List[str], name: str) -> bool:

@@ -128,18 +128,20 @@ class LongShortLM(TemplateLM):
         return str(self.tokenizer.path)
 
     def chat_template(self, chat_template: Any = False) -> Optional[str]:
-        """lm-eval's ``--apply_chat_template``: the tokenizer folder's template (:mod:`.chat`); refused in one line
-        when it has none."""
+        """lm-eval's ``--apply_chat_template``: the tokenizer folder's template (:mod:`.chat`), None when it has none
+        (as lm-eval's ``hf`` answers: lm-eval asks it for the results file before any task runs, and a run whose
+        tasks all ignore the option, ``longshort_ppl`` alone, needs none)."""
         if chat_template is False or chat_template is None:
             return None
         if self._chat is None:
             self._chat = template_tokenizer(self.tokenizer.path)
-            if self._chat is None:
-                raise ValueError(no_template_message(self.tokenizer.path))
-        return self._chat.chat_template
+        return None if self._chat is None else self._chat.chat_template
 
     def apply_chat_template(self, chat_history: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
-        self.chat_template(True)
+        """A prompt through the template; refused in one line when the tokenizer has none (``longshort-eval``
+        refuses such a run before it starts, unless every task ignores the option)."""
+        if self.chat_template(True) is None:
+            raise ValueError(no_template_message(self.tokenizer.path))
         return render(self._chat, chat_history, add_generation_prompt)
 
     def get_model_info(self) -> dict:
