@@ -80,3 +80,16 @@ def test_long_text_reads_the_text_keys():
     long_text = (tasks_path() / "common" / "long_text.py").read_text()
     read = set(re.findall(r"f[\"']\{prefix\}_([a-z_]+)[\"']", long_text))
     assert read <= set(TEXT_KEYS) and set(TEXT_KEYS) - read == {"max_seq_lengths", "num_samples"}
+
+
+def test_the_refusal_lists_the_keys_of_the_runs_own_tasks():
+    """The refusal listed every family's keys (one 900-character line for a ppl-only run); it lists those of the
+    run's tasks (a group member counts as its family), all of them when no task is named."""
+    _, ppl_only = unknown_metadata_keys({"max_seq_length": 1}, also=ALSO, tasks=["longshort_ppl"])
+    _, mixed = unknown_metadata_keys({"max_seq_length": 1}, also=ALSO,
+                                     tasks=["longshort_babilong_qa1", "longshort_passkey"])
+    _, unnamed = unknown_metadata_keys({"max_seq_length": 1}, also=ALSO)
+    listed = {text: [f.task for f in TASK_FAMILIES.values() if f"{f.task}: " in text]
+              for text in (ppl_only, mixed, unnamed)}
+    assert listed == {ppl_only: ["longshort_ppl"], mixed: ["longshort_passkey", "longshort_babilong"],
+                      unnamed: [f.task for f in TASK_FAMILIES.values()]}

@@ -180,7 +180,7 @@ def check_arguments(out: List[str]) -> None:
     parser.add_argument("--metadata", nargs="+", action=MergeDictAction, default=None)
     given = parser.parse_known_args(out)[0]
     if include_path_covers(out, option(out, "--include_path") or ""):
-        bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO)
+        bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO, tasks=task_names(out))
         if bad:
             raise ValueError(f"--metadata key(s) {bad}: {why}")
         for key, value in (given.metadata or {}).items():  # lengths: refused at task building, after lm-eval's log

@@ -190,14 +190,18 @@ def _nearest_key(key: str, known: List[str]) -> Optional[str]:
     return names[match[0]] if match else None
 
 
-def unknown_metadata_keys(keys, also=()) -> Tuple[List[str], str]:
+def unknown_metadata_keys(keys, also=(), tasks=()) -> Tuple[List[str], str]:
     """The keys of ``keys`` that no task of the pack reads (:func:`pack_metadata_keys`), and the message: the
-    nearest real key of each (:func:`_nearest_key`), then the keys each task reads."""
+    nearest real key of each (:func:`_nearest_key`), then the keys each task reads: the tasks of ``tasks`` (a run's
+    task and group names; a group member, ``longshort_babilong_qa1``, counts as its family), every family when none
+    of them is the pack's."""
     known = pack_metadata_keys(also)
     bad = [str(k) for k in keys if str(k) not in known]
     near = [m for m in (_nearest_key(k, known) for k in bad) if m]
     hint = f" (did you mean {', '.join(repr(m) for m in near)}?)" if near else ""
-    per_task = "; ".join(f"{f.task}: {_braced(f.metadata_prefix, f.metadata_keys)}" for f in TASK_FAMILIES.values())
+    named = [f for f in TASK_FAMILIES.values() if any(t == f.task or t.startswith(f.task + "_") for t in tasks)]
+    per_task = "; ".join(f"{f.task}: {_braced(f.metadata_prefix, f.metadata_keys)}"
+                         for f in named or TASK_FAMILIES.values())
     shared = ", ".join(sorted({*SHARED_KEYS, *also}))
     return bad, f"no task of the pack reads them{hint}; the pack reads {shared} and, per task, {per_task}"
 
