@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                         "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve.")
     p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG)")
     p.add_argument("--cache", default=None,
-                   help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained)")
+                   help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); an entry "
+                        "that other code wrote (the synthetic package's source changed since) is trained again")
     p.add_argument("--quick", action="store_true",
                    help="test-sized version: short lengths, few steps, 2 seeds; its figures say 'quick (smoke) run'")
     p.add_argument("--replot", action="store_true",

@@ -9,9 +9,7 @@ the PNGs from those CSVs without training (the drawing itself: :mod:`torchtune_l
 from __future__ import annotations
 
 import csv
-import json
 import os
-import sys
 import time
 from dataclasses import asdict, replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -27,6 +25,8 @@ from .figures import synthetic_figure
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
 from .outrep import OUTREP_LABELS, OUTREPS
+from .run_cache import cache_path, cached, code_key, say_stale, store
+from .run_cache import key as _key
 from .train import RunConfig, run_provenance, train_run
 
 PAPER_FIGURES = ("1a", "1b", "1c", "4", "5", "6", "theory")
@@ -73,10 +73,6 @@ def check_figure_runs(names: Sequence[str], base: RunConfig, l_trains: Sequence[
                 raise ValueError(f"figure {n} ({label}): {e}") from None
 
 
-def _key(cfg: RunConfig) -> str:
-    return json.dumps(asdict(cfg), sort_keys=True)
-
-
 def _worker(cfg: RunConfig) -> Dict:
     # one thread per process: tiny models scale far better over processes than over intra-op threads
     torch.set_num_threads(1)
@@ -90,64 +86,33 @@ def _worker(cfg: RunConfig) -> Dict:
     return res
 
 
-def _cache_path(cache_dir: Optional[str], cfg: RunConfig) -> Optional[str]:
-    if cache_dir is None:
-        return None
-    import hashlib
-
-    return os.path.join(cache_dir, hashlib.sha1(_key(cfg).encode()).hexdigest()[:16] + ".json")
-
-
-# what every run's result holds (a cache entry without them is not one: it is trained again)
-_RESULT_KEYS = ("config", "test_mse", "best_val_mse", "misalignment", "steps", "seconds")
-
-
-def _cached(path: str) -> Optional[Dict]:
-    """The run result cached at ``path``, or None when there is none, or when it cannot be read or parsed (a file
-    cut off by a full disk or a kill): then the run is trained again, said in one line naming the file."""
-    try:
-        with open(path) as fh:
-            res = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        why = one_line(e)
-    else:
-        if isinstance(res, dict) and all(k in res for k in _RESULT_KEYS):
-            return res
-        why = "not a run's result"
-    print(f"warning: the cache entry {path} cannot be used ({why}): training that run again", file=sys.stderr,
-          flush=True)
-    return None
-
-
 def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = None) -> Dict[str, Dict]:
     """Train each distinct config once; returns {config key: result}. Shows a tqdm bar over runs.
 
-    With ``cache_dir``, each finished run is saved there as JSON (whole or not at all) and reused by a later call
-    with the same config (an interrupted reproduction resumes instead of starting over); an entry that cannot be
-    read is trained again.
+    With ``cache_dir``, each finished run is saved there as JSON (whole or not at all, with the code key of the code
+    that trained it: :mod:`.run_cache`) and reused by a later call with the same config and the same code (an
+    interrupted reproduction resumes instead of starting over); an entry that cannot be read, or that other code
+    wrote, is trained again.
     """
     from tqdm import tqdm
 
-    out = {}
-    todo = []
+    code = code_key()
+    out, todo, stale = {}, [], []
     for c in {_key(c): c for c in configs}.values():
-        p = _cache_path(cache_dir, c)
-        res = _cached(p) if p is not None else None
+        p = cache_path(cache_dir, c)
+        res = cached(p, code, stale) if p is not None else None
         if res is not None:
             out[_key(c)] = res
         else:
             todo.append(c)
     if cache_dir is not None:
+        say_stale(stale, cache_dir, code)
         os.makedirs(cache_dir, exist_ok=True)
 
     def _store(res: Dict) -> None:
         c = RunConfig(**res["config"])
-        out[_key(c)] = res
-        p = _cache_path(cache_dir, c)
-        if p is not None:
-            atomic_write_json(p, res)
+        out[_key(c)] = res = {**res, "code_key": code}
+        store(cache_dir, c, res)
     # longest first keeps both workers busy to the end
     todo.sort(key=lambda c: -(c.l_train * (1 if c.model == "transformer" else 0.05)))
     if workers <= 1 or len(todo) <= 1:
@@ -289,7 +254,8 @@ def run_figures(
     summary["scalar_misalignment"] = misal
     summary["meta"] = {"base_config": asdict(base), "quick": quick, "seeds": list(seeds), "workers": workers,
                        "wall_seconds": time.time() - t0, "torch_threads_main": torch.get_num_threads(),
-                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "provenance": run_provenance()}
+                       "lrs": list(lrs) if lrs else None, "lr_choice": lr_choice, "code_key": code_key(),
+                       "provenance": run_provenance()}
     summary["meta"]["figures"] = {n: {"base_config": asdict(base), "quick": quick, "seeds": list(seeds),
                                       "l_train": {label: c.l_train for label, c in cs}} for n, cs in curves.items()}
     summary["meta"]["kept_figures"] = keep_earlier_figures(summary, read_json(os.path.join(out_dir, "summary.json"))

@@ -1,0 +1,71 @@
+"""The synthetic ``--cache``: an entry is reused only when the code that wrote it is the code running now (before, the
+cache was keyed by the run's config alone, so a rerun after the training or evaluation code changed silently reused
+the old code's numbers)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import torchtune_longshort.synthetic.experiments as experiments
+from torchtune_longshort.synthetic import run_cache
+from torchtune_longshort.synthetic.train import RunConfig
+
+# one run of about a second
+TINY = RunConfig(l_train=4, l_test=8, max_steps=3, eval_every=3, val_size=64, test_per_length=8, dim=8, num_heads=2,
+                 batch_size=32)
+
+
+def _counting_worker(monkeypatch) -> list:
+    """Every config ``run_all`` trains (in-process, workers=1), appended to the returned list."""
+    trained, worker = [], experiments._worker
+
+    def counted(cfg):
+        trained.append(cfg)
+        return worker(cfg)
+
+    monkeypatch.setattr(experiments, "_worker", counted)
+    return trained
+
+
+def _entry(cache) -> tuple:
+    (path,) = cache.glob("*.json")
+    return path, json.loads(path.read_text())
+
+
+def test_an_entry_written_by_other_code_is_trained_again(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "cache"
+    trained = _counting_worker(monkeypatch)
+    first = experiments.run_all([TINY], workers=1, cache_dir=str(cache))
+    path, entry = _entry(cache)
+    assert len(trained) == 1 and entry["code_key"] == run_cache.code_key()
+    sentinel = [123.0] * TINY.l_test  # a number no run gives: where it comes back, the entry was reused
+    path.write_text(json.dumps({**entry, "test_mse": sentinel}))
+    again = experiments.run_all([TINY], workers=1, cache_dir=str(cache))
+    assert len(trained) == 1 and next(iter(again.values()))["test_mse"] == sentinel  # same code: reused
+    capsys.readouterr()
+    for stale in ({**entry, "test_mse": sentinel, "code_key": "0" * 16},  # other code
+                  {k: v for k, v in {**entry, "test_mse": sentinel}.items() if k != "code_key"}):  # no key (older)
+        path.write_text(json.dumps(stale))
+        res = next(iter(experiments.run_all([TINY], workers=1, cache_dir=str(cache)).values()))
+        assert res["test_mse"] != sentinel and res["test_mse"] == next(iter(first.values()))["test_mse"]
+        assert json.loads(path.read_text())["code_key"] == run_cache.code_key()  # the entry replaced
+        notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
+        assert len(notes) == 1 and "1 cache entry in " in notes[0] and "written by other code" in notes[0], notes
+    assert len(trained) == 3
+
+
+def test_the_code_key_changes_with_any_source_file(tmp_path):
+    folder, outside = tmp_path / "synthetic", tmp_path / "windows.py"
+    shutil.copytree(run_cache.PACKAGE_DIR, folder, ignore=shutil.ignore_patterns("__pycache__", "sparsity_probes"))
+    shutil.copy(run_cache.OUTSIDE_FILES[0], outside)
+    assert run_cache.code_key(folder, [outside]) == run_cache.code_key()  # same bytes, same key, wherever they are
+    keys = {run_cache.code_key(folder, [outside])}
+    for path in (folder / "train.py", folder / "misalignment.py", outside):
+        path.write_text(path.read_text() + "\n# changed\n")
+        keys.add(run_cache.code_key(folder, [outside]))
+    (folder / "new_module.py").write_text("x = 1\n")
+    keys.add(run_cache.code_key(folder, [outside]))
+    assert len(keys) == 5
+    (folder / "notes.txt").write_text("not code")  # only the source files count
+    assert run_cache.code_key(folder, [outside]) in keys
