@@ -24,6 +24,7 @@ from torchtune_longshort.output_guard import atomic_write_json, check_output_fol
 from torchtune_longshort.refusals import REFUSED, ArgumentParser, fault_line, one_line, refusal, show_traceback
 
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
+from .lr_search import lr_table
 from .misalignment import scalar_misalignment
 from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
@@ -54,8 +55,9 @@ def _parser() -> argparse.ArgumentParser:
                         "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve.")
     p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG)")
     p.add_argument("--cache", default=None,
-                   help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); an entry "
-                        "that other code wrote (the synthetic package's source changed since) is trained again")
+                   help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); "
+                        "an entry that other code wrote (the synthetic package's source changed since) is trained "
+                        "again")
     p.add_argument("--quick", action="store_true",
                    help="test-sized version: short lengths, few steps, 2 seeds; its figures say 'quick (smoke) run'")
     p.add_argument("--replot", action="store_true",
@@ -82,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=run.lr, help=f"paper grid: {paper_lrs}")
     p.add_argument("--lrs", default=None,
                    help=f"with --figure: comma list of learning rates to search per curve and seed (e.g. the paper's "
-                        f"{paper_lrs}); the run with the lowest training-length validation MSE is kept. "
+                        f"{paper_lrs}); the run with the lowest training-length validation MSE is kept (a rate that "
+                        "diverges is recorded as diverged and skipped; the command fails only if every rate of a curve "
+                        "diverges). "
                         "Multiplies the time by the grid size.")
     p.add_argument("--optimizer", default=run.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
     p.add_argument("--batch-size", type=int, default=run.batch_size)
@@ -148,6 +152,8 @@ def _figures(a: argparse.Namespace, paper: List[str], beyond: List[str], base: R
     if paper:
         s = run_figures(paper, a.out, base, seeds=range(n_seeds), workers=workers, l_trains=l_trains,
                         cache_dir=a.cache, lrs=lrs, quick=a.quick)
+        for line in lr_table(s["meta"]["lr_choice"]):  # each rate's validation MSE, or where it diverged
+            print(line)
         print(f"paper figures {','.join(paper)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
     if beyond:
         s = run_beyond(beyond, a.out, quick=a.quick, seeds=range(n_seeds), workers=workers)

@@ -22,12 +22,13 @@ from torchtune_longshort.refusals import one_line
 
 from .claims import figure_records, keep_earlier_figures, summarize_claims
 from .figures import synthetic_figure
+from .lr_search import choose_runs, diverged_record
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
 from .outrep import OUTREP_LABELS, OUTREPS
 from .run_cache import cache_path, cached, code_key, say_stale, store
 from .run_cache import key as _key
-from .train import RunConfig, run_provenance, train_run
+from .train import Diverged, RunConfig, run_provenance, train_run
 
 PAPER_FIGURES = ("1a", "1b", "1c", "4", "5", "6", "theory")
 FIG4_L_TRAINS = (10, 20, 30)  # the paper's Fig. 4 curves
@@ -76,7 +77,11 @@ def check_figure_runs(names: Sequence[str], base: RunConfig, l_trains: Sequence[
 def _worker(cfg: RunConfig) -> Dict:
     # one thread per process: tiny models scale far better over processes than over intra-op threads
     torch.set_num_threads(1)
-    res = train_run(cfg)
+    t0 = time.time()
+    try:
+        res = train_run(cfg)
+    except Diverged as e:  # recorded, not raised: the other rates of an lr search go on (``lr_search``)
+        return diverged_record(cfg, e, time.time() - t0)
     model = res.pop("model")
     res["misalignment"] = {
         str(L): scalar_misalignment(model, cfg.task, L, cfg.outrep, n_seq=32, bits=cfg.bits, seed=cfg.seed)
@@ -215,6 +220,8 @@ def run_figures(
     ``lrs``: learning-rate grid (the paper's is ``train.PAPER_LRS``). Every transformer curve and seed is trained once
     per lr and the run with the lowest validation MSE (training lengths only: test lengths never pick the lr) is
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
+    A rate whose run diverges is recorded as such and skipped; ``train.Diverged`` is raised, before anything is
+    written, only where every rate of a curve and seed diverged (without ``lrs``: where a run diverged).
     ``quick``: the run is the test-sized one (``--quick``); its figures say so, and so does ``meta.quick``.
     """
     base.validate()
@@ -224,24 +231,14 @@ def run_figures(
     if lrs is not None and (not lrs or any(not lr > 0 for lr in lrs)):
         raise ValueError(f"lrs={list(lrs)} must be a non-empty list of positive learning rates")
 
-    def grid(c: RunConfig) -> List[float]:
-        return list(lrs) if lrs and c.model == "transformer" else [c.lr]
+    def grid(c: RunConfig) -> Optional[List[float]]:  # the rates searched (None: the curve keeps its own lr)
+        return list(lrs) if lrs and c.model == "transformer" else None
 
-    configs = [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds for lr in grid(c)]
+    configs = [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds
+               for lr in grid(c) or [c.lr]]
     trained = run_all(configs, workers, cache_dir)  # every run, each once: runs.json and meta.runs list them all
-    results = dict(trained)  # + each curve's chosen run under its config without the lr search (base lr)
-    lr_choice: Dict[str, Dict] = {}
-    if lrs:
-        for n, cs in curves.items():
-            for label, c in cs:
-                if c.model != "transformer":
-                    continue
-                for s in seeds:
-                    cands = {lr: trained[_key(replace(c, seed=s, lr=lr))] for lr in lrs}
-                    best_lr = min(cands, key=lambda lr: cands[lr]["best_val_mse"])
-                    results[_key(replace(c, seed=s))] = cands[best_lr]
-                    lr_choice[f"{n}: {label}: seed {s}"] = {
-                        "chosen": best_lr, "val_mse": {str(lr): r["best_val_mse"] for lr, r in cands.items()}}
+    # + each searched curve's kept run under its config without the search (base lr); a diverged rate is skipped
+    results, lr_choice = choose_runs(curves, seeds, grid, trained)
     figs: Dict[str, Dict] = {n: {label: {"lengths": list(range(1, c.l_test + 1)), "l_train": c.l_train,
                                          "mse": _seed_curves(results, c, seeds)} for label, c in cs}
                              for n, cs in curves.items()}
@@ -263,7 +260,8 @@ def run_figures(
     runs = list(trained.values())  # not results': there a chosen run hides the base-lr run it is filed under
     fields = ("task", "bits", "pe", "outrep", "model", "l_train", "lr", "seed")
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in fields}, "steps": r["steps"],
-                                "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"]} for r in runs]
+                                "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"],
+                                **({"diverged": r["diverged"]} if "diverged" in r else {})} for r in runs]
     # summary.json first: it is what marks the folder's files as this command's (``--out``'s check), so a run that
     # stops part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not
     os.makedirs(out_dir, exist_ok=True)  # once every run has trained: a run that fails leaves no empty folder

@@ -33,9 +33,11 @@ class Diverged(Refusal, FloatingPointError):
 
 
 def _diverged(cfg: "RunConfig", step: int, what: str, value: float) -> Diverged:
-    return Diverged(f"training diverged at step {step}: the {what} is {value} at lr={cfg.lr:g} (task {cfg.task}, pe "
-                    f"{cfg.pe}, outrep {cfg.outrep}, seed {cfg.seed}); use a smaller --lr (or --lrs values), e.g. the "
-                    f"paper's {', '.join(f'{lr:g}' for lr in PAPER_LRS)}")
+    e = Diverged(f"training diverged at step {step}: the {what} is {value} at lr={cfg.lr:g} (task {cfg.task}, pe "
+                 f"{cfg.pe}, outrep {cfg.outrep}, seed {cfg.seed}); use a smaller --lr (or --lrs values), e.g. the "
+                 f"paper's {', '.join(f'{lr:g}' for lr in PAPER_LRS)}")
+    e.step, e.what = step, what  # what a diverged run's record keeps (``lr_search.diverged_record``)
+    return e
 
 
 @dataclass
