@@ -90,6 +90,25 @@ def test_theory_figure_shows_the_two_sum_constants_apart():
         _check_legend_outside(fig, ax)
 
 
+@pytest.mark.parametrize("lt", [9, 10])
+def test_theory_closed_form_line_is_continuous_for_any_l_train(lt):
+    # for an odd l_train the length task's closed form (l - (l_train+1)/2)^2 is exactly 0 at a test length: on the
+    # log value axis that point was dropped and the dashed line broke off at both neighbours (a gap over 2 lengths)
+    l = np.arange(1, 31)
+    want = (l - (lt + 1) / 2) ** 2  # the closed form, written out here
+    curve = {"lengths": list(l), "l_train": lt, "mse": [want + 1e-3, want + 2e-3]}
+    fig = draw(theory_figure({"length": curve, "sum": curve}))
+    ax = next(a for a in fig.axes if a.get_title() == "length task")
+    (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and ln.get_label().startswith("closed form")]
+    x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    lo, hi = ax.get_ylim()
+    assert ax.get_yscale() == "log" and list(x) == list(l)  # every plotted length, none dropped
+    assert np.all((y >= lo) & (y <= hi)), y  # every point drawn inside the axes: the line runs unbroken
+    shown = np.isfinite(ax.transData.transform(np.column_stack([x, y]))).all()
+    assert shown and np.allclose(y[want > 0], want[want > 0]) and np.all(y[want == 0] == lo)
+    assert ("(its 0 on the bottom edge)" in line.get_label()) == (lt % 2 == 1)
+
+
 def test_probe_figures_label_l_train_and_chance_and_keep_legends_off_the_lines():
     row = {"l_train": 6, "chance": 0.5}
     parity = {"K_train=1": {**row, "k_train": 1, "acc_mean": {"1,3": 0.9, "1,12": 0.7, "2,3": 0.6, "2,12": 0.5}},

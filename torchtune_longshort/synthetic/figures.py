@@ -105,6 +105,20 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
     return fig
 
 
+def zeros_on_bottom_edge(ax, lines) -> None:
+    """On a log value axis, the exact zeros of a closed form (the length task's at l = (l_train+1)/2, a test length
+    when l_train is odd) cannot be drawn: the point was dropped and the line broke off at both neighbours, leaving a
+    gap. Each zero of ``lines`` is drawn on the axes' bottom edge instead (the limits frozen first), so the line runs
+    down to the edge and back, and its legend label says so."""
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi)
+    for line in lines:
+        y = np.asarray(line.get_ydata(), dtype=float)
+        if (y <= 0).any():
+            line.set_ydata(np.where(y > 0, y, lo))
+            line.set_label(f"{line.get_label()} (its 0 on the bottom edge)")
+
+
 def theory_figure(data: Dict, quick: bool = False):
     """The App. C.1 check: the trained linear-attention model's test MSE (seed mean, min..max band) against the
     closed forms, a panel per task: the length task against (l - (l_train+1)/2)^2, the sum task against both
@@ -122,13 +136,12 @@ def theory_figure(data: Dict, quick: bool = False):
         forms = ([("closed form (l - (l_train+1)/2)^2", length_error_closed_form(x, lt), "k", "--")] if task == "length"
                  else [("closed form with (l+1)/(4l)", sum_error_closed_form(x, lt, "binomial"), "k", "--"),
                        ("closed form with (l+1)/(2l)", sum_error_closed_form(x, lt, "doubled"), "tab:red", ":")])
-        for label, y, colour, ls in forms:
-            ax.plot(x, y, color=colour, ls=ls, lw=1.2, label=label)
+        lines = [ax.plot(x, y, color=colour, ls=ls, lw=1.2, label=label)[0] for label, y, colour, ls in forms]
         values: List[float] = [float(v) for a in d["mse"] for v in a] + [float(v) for _, y, _, _ in forms for v in y]
         if task == "sum":  # linear from 0: the factor between the two forms is read as a ratio of heights
             ax.set_ylim(0, 1.06 * max(values))
-        else:
-            value_axis(ax, [v for v in values if v > 0])
+        elif value_axis(ax, [v for v in values if v > 0]) == "log":
+            zeros_on_bottom_edge(ax, lines)
         mark_l_train(ax, [lt])
         ax.set_xlabel("test length l")
         ax.set_ylabel("test MSE (target scale)")
