@@ -23,6 +23,7 @@ from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
 from torchtune_longshort.refusals import REFUSED, ArgumentParser, fault_line, one_line, refusal, show_traceback
 
+from .claims import claim_lines
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
 from .lr_search import lr_table
 from .misalignment import scalar_misalignment
@@ -152,7 +153,7 @@ def _figures(a: argparse.Namespace, paper: List[str], beyond: List[str], base: R
     if paper:
         s = run_figures(paper, a.out, base, seeds=range(n_seeds), workers=workers, l_trains=l_trains,
                         cache_dir=a.cache, lrs=lrs, quick=a.quick)
-        for line in lr_table(s["meta"]["lr_choice"]):  # each rate's validation MSE, or where it diverged
+        for line in lr_table(s["meta"]["lr_choice"]) + claim_lines(s, paper):  # the lr search; what each claim checked
             print(line)
         print(f"paper figures {','.join(paper)}: {s['meta']['wall_seconds']:.0f}s -> {a.out}")
     if beyond:
