@@ -65,6 +65,12 @@ def test_compare_refuses_window_bos_applies_max_steps_and_reads_a_left_out_key_a
     assert compare_resume_config(saved, {**saved, "window_bos": False, "log_every_n_steps": 1}) == []
     with pytest.raises(ValueError, match=r"window_bos: False -> True"):
         compare_resume_config(saved, {**saved, "window_bos": True})
+    # loss.num_chunks changes the summation order and the peak memory only (it was refused: a run that needed more
+    # chunks on another GPU could not continue); the loss's other arguments are what the run trains
+    loss = {**saved, "loss": {"alpha": 0.1, "num_chunks": 4}}
+    assert compare_resume_config(loss, {**loss, "loss": {"alpha": 0.1, "num_chunks": 8}}) == [("loss.num_chunks", 4, 8)]
+    with pytest.raises(ValueError, match=r"loss\.alpha: 0\.1 -> 0\.2"):
+        compare_resume_config(loss, {**loss, "loss": {"alpha": 0.2, "num_chunks": 4}})
 
 
 def _tiny_cfg(out, tokenizer_dir, **over):

@@ -7,7 +7,7 @@ typed and checked here with the loss module's validators, so a bad value is refu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Tuple
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.divergences import divergence_fn
@@ -21,6 +21,9 @@ class LossConfig(ComponentSection):
     """``loss``: ``(ce_A + ce_B) / 2 + alpha * divergence`` over dual windows (paper Eq. 3-5)."""
 
     DOC_COMPONENT: ClassVar[str] = "torchtune_longshort.loss.LongShortLoss"  # whose defaults the README shows
+    # how many chunks the shared positions are cut into changes only the summation order and the peak memory (a
+    # resumed run may need more chunks on another GPU); the rest of the loss is what the run trains
+    RESUME_APPLIED: ClassVar[Tuple[str, ...]] = ("num_chunks",)
 
     alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
                            check=number(0.0))
