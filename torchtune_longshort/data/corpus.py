@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
+from torchtune_longshort.data.data_files import explain_load_failure, named_files
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
 from torchtune_longshort.data.text_files import (
@@ -172,21 +173,38 @@ def hf_text(
     """Documents from a Hugging Face dataset (``datasets.load_dataset(source, name, split=..., streaming=...)``).
 
     Args:
-        source: a hub name (``"deepmind/pg19"``) or a builder with local files (``"json"`` + ``data_files``).
+        source: a hub name (``"emozilla/pg19"``) or a builder with local files (``"json"`` + ``data_files``).
         split, name, data_files, streaming: passed to ``load_dataset``.
         text_field: the column holding the text.
-        check_first: read the first record now, so a missing column fails before training.
+        check_first: read the first record now, so a missing column, or a source ``datasets`` cannot load (a hub
+            repository that is a loading script, the hub out of reach), fails before training, in one line.
         skip_bad_records: a record without a string ``text_field`` is yielded as a
             :class:`~.text_files.SkippedRecord` (an empty document the stream counts and logs) instead of raising
             :class:`~.text_files.DataRecordError`; one of the first records must still be readable.
+
+    Local files that ``datasets`` cannot parse (a torn JSON line, bytes that are not UTF-8) are read again by
+    :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
+    or mid-run) instead of the parser's row.
     """
+    files = named_files({"data_files": data_files, "split": split}, "dataset")
+
     def open_ds():
         from datasets import load_dataset
 
         return load_dataset(source, name, split=split, data_files=data_files, streaming=streaming, **load_dataset_kwargs)
 
+    def records() -> Iterator[Any]:
+        try:
+            yield from open_ds()
+        except DataRecordError:
+            raise
+        except Exception as e:
+            if not files:
+                raise
+            raise explain_load_failure(files, text_field, "dataset", e, "text_field") from e
+
     def docs() -> Iterator[str]:
-        for i, rec in enumerate(open_ds()):
+        for i, rec in enumerate(records()):
             where = f"dataset {source!r} split {split!r} record {i}"
             try:
                 text = text_of_record(rec, text_field, where, "dataset.text_field")
@@ -198,24 +216,70 @@ def hf_text(
 
     src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})")
     if check_first:
-        check_first_readable(src(), f"dataset {source!r} split {split!r}")
+        try:
+            check_first_readable(src(), f"dataset {source!r} split {split!r}")
+        except DataRecordError:
+            raise
+        except Exception as e:
+            raise _load_failure(source, name, split, e) from e
     return src
 
 
-def pg19(source: str = "deepmind/pg19", split: str = "train", streaming: bool = True, **kwargs: Any) -> Documents:
-    """PG19 books (``deepmind/pg19``; ``emozilla/pg19`` is a parquet mirror with the same ``text`` column)."""
+def _load_failure(source: str, name: Optional[str], split: str, error: BaseException) -> Exception:
+    """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on."""
+    said = " ".join(str(error).split())[:300] or type(error).__name__
+    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' split and missing-repo errors
+        return error
+    if "scripts are no longer supported" in said:
+        hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
+                f"or JSON as source (PG19: {PG19_SOURCE}), or local files (source: json, data_files: ...)")
+    elif isinstance(error, ConnectionError):
+        hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
+                "(HF_DATASETS_OFFLINE=1), or from local files (source: json, data_files: ...)")
+    else:
+        hint = "check source, name and split, or read local files (source: json, data_files: ...)"
+    return ValueError(f"dataset {source!r} (name {name!r}, split {split!r}) cannot be loaded "
+                      f"({type(error).__name__}: {said}): {hint}")
+
+
+# PG19 (Rae et al., 2019) in Parquet: splits train / validation / test, fields short_book_title, publication_date, url,
+# text. The canonical ``deepmind/pg19`` is a loading script, which ``datasets`` >= 4 refuses to run.
+PG19_SOURCE = "emozilla/pg19"
+# RedPajama-Data-1T (a loading script) took its book subset down; its 1B-token sample keeps one file of books.
+REDPAJAMA_1T = "togethercomputer/RedPajama-Data-1T"
+REDPAJAMA_BOOK_SAMPLE = "hf://datasets/togethercomputer/RedPajama-Data-1T-Sample/book_sample.jsonl"
+
+
+def pg19(source: str = PG19_SOURCE, split: str = "train", streaming: bool = True, **kwargs: Any) -> Documents:
+    """PG19 books, ``text`` column (:data:`PG19_SOURCE`, the Parquet copy of ``deepmind/pg19`` with its fields and
+    splits; ``deepmind/pg19`` itself is a loading script that ``datasets`` >= 4 no longer runs)."""
     return hf_text(source, split=split, text_field="text", streaming=streaming, **kwargs)
 
 
 def redpajama_book(
-    source: str = "togethercomputer/RedPajama-Data-1T",
-    name: str = "book",
+    data_files: Optional[Union[str, List[str], Dict[str, Any]]] = None,
+    source: str = "json",
+    name: Optional[str] = None,
     split: str = "train",
     streaming: bool = True,
     **kwargs: Any,
 ) -> Documents:
-    """The book subset of RedPajama-Data-1T (the paper's main fine-tuning corpus); ``text`` column."""
-    return hf_text(source, split=split, name=name, text_field="text", streaming=streaming, **kwargs)
+    """The book subset of RedPajama-Data-1T (the paper's main fine-tuning corpus): JSON lines in RedPajama's format
+    (``text``, ``meta``, ``red_pajama_subset``), ``text`` column.
+
+    The hub no longer serves it: ``togethercomputer/RedPajama-Data-1T`` dropped the book subset (its loading script
+    raises for ``book``) and ``datasets`` >= 4 runs no loading script. ``data_files`` names the books: your copy of
+    RedPajama's ``book/*.jsonl``, or the 1T-Sample's book file (:data:`REDPAJAMA_BOOK_SAMPLE`, read from the hub).
+    Without them, or with ``source`` the 1T repository, it is refused here, before any training."""
+    if source == REDPAJAMA_1T or (source == "json" and data_files is None):
+        raise ValueError(
+            f"dataset: redpajama_book needs dataset.data_files: {REDPAJAMA_1T} no longer serves its book subset (taken "
+            "down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name RedPajama's "
+            f"book JSON lines, e.g. dataset.data_files=/data/redpajama/book/*.jsonl, or its sample's "
+            f"{REDPAJAMA_BOOK_SAMPLE}"
+        )
+    return hf_text(source, split=split, name=name, text_field="text", data_files=data_files, streaming=streaming,
+                   **kwargs)
 
 
 def fixed_length_sequences(

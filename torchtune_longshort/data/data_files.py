@@ -28,6 +28,7 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     if isinstance(files, Mapping):
         split = args.get("split", "train")
         files = files.get(split, [v for vs in files.values() for v in ([vs] if isinstance(vs, str) else vs)])
+    files = [f for f in ([files] if isinstance(files, (str, Path)) else files or []) if not is_remote(f)]
     if files:
         field = f"{where}.data_files"
         out += [(field, f) for f in resolve_files(files, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv"), field)]
@@ -37,6 +38,12 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
             field = f"{where}.{key}"
             out += [(field, f) for f in resolve_files(value, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt"), field)]
     return out
+
+
+def is_remote(entry: Any) -> bool:
+    """Whether a ``data_files`` entry is a URL ``datasets`` fetches (``hf://datasets/...``, ``https://...``), not a
+    local file to check."""
+    return isinstance(entry, str) and "://" in entry
 
 
 def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
@@ -59,14 +66,15 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
             raise ValueError(f"{field}: {f} holds no records (an empty file); name a file with data")
 
 
-def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException
-                         ) -> Exception:
-    """The error to raise when ``datasets`` could not build the source: the first unreadable record of ``files``
-    (``<file>:<line>``), else the original error with the files named."""
+def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
+                         setting: str = "column") -> Exception:
+    """The error to raise when ``datasets`` could not build (or read) the source: the first unreadable record of
+    ``files`` (``<file>:<line>``), else the original error with the files named. ``setting``: the source's option
+    that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``)."""
     check_not_empty(files)
     paths = [f for _, f in files]
     try:
-        for _ in iter_documents(paths, column or "text", f"{where}.column"):
+        for _ in iter_documents(paths, column or "text", f"{where}.{setting}"):
             pass
     except DataRecordError as e:
         return DataRecordError(f"{where}: {e}")

@@ -1,0 +1,97 @@
+"""The hub loaders (``pg19``, ``redpajama_book``, ``hf_text``) against what the hub and ``datasets`` >= 4 really serve:
+``deepmind/pg19`` and ``togethercomputer/RedPajama-Data-1T`` are loading scripts, which ``datasets`` no longer runs
+(and the latter took its book subset down), so the defaults must name data files; a source ``datasets`` cannot open,
+or a local file it cannot parse, is refused in one line naming the way on, or the file and line. Offline: the hub is
+played by a stand-in ``load_dataset`` that serves records in each data set's own format."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+
+from torchtune_longshort.data import corpus
+from torchtune_longshort.data.data_files import named_files
+from torchtune_longshort.data.text_files import DataRecordError
+
+# The hub as it stands (dataset pages, 2025): repositories that hold a loading script (refused by datasets >= 4),
+# and PG19's Parquet copy with deepmind/pg19's fields and splits.
+SCRIPT_REPOSITORIES = {"deepmind/pg19": "pg19.py", "togethercomputer/RedPajama-Data-1T": "RedPajama-Data-1T.py"}
+PG19_ROWS = {split: [{"short_book_title": f"Book {i}", "publication_date": 1900 + i, "url": f"http://x/{i}",
+                      "text": f"{split} book {i} text"} for i in range(3)] for split in ("train", "validation", "test")}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """``datasets.load_dataset`` as the hub answers it: a script repository raises datasets' own error, the Parquet
+    copy of PG19 serves its rows, local builders (``json``) go to the real ``load_dataset``."""
+    real, calls = datasets.load_dataset, []
+
+    def load_dataset(path, name=None, split=None, **kwargs):
+        calls.append(path)
+        if path in SCRIPT_REPOSITORIES:
+            raise RuntimeError(f"Dataset scripts are no longer supported, but found {SCRIPT_REPOSITORIES[path]}")
+        if path == "emozilla/pg19":
+            return iter(PG19_ROWS[split])
+        return real(path, name, split=split, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_pg19_reads_a_copy_datasets_can_load(hub):
+    for split in ("train", "validation", "test"):  # the shipped configs validate on "validation", BABILong uses "test"
+        assert list(corpus.pg19(split=split)()) == [r["text"] for r in PG19_ROWS[split]]
+    assert "deepmind/pg19" not in hub
+
+
+def test_a_loading_script_repository_is_refused_in_one_line(hub, tmp_path):
+    with pytest.raises(ValueError, match=r"'deepmind/pg19' .*RuntimeError: Dataset scripts are no longer supported, "
+                                         r"but found pg19.py\): .*loading script.*\(PG19: emozilla/pg19\)"):
+        corpus.pg19("deepmind/pg19")
+    folder = tmp_path / "pg19"  # the real load_dataset (the stand-in passes it on) on a repository with a script
+    folder.mkdir()
+    (folder / "pg19.py").write_text("import datasets\n")
+    with pytest.raises(ValueError, match=r"found pg19.py\): its hub repository is a loading script"):
+        corpus.hf_text(str(folder))
+
+
+def test_an_unreachable_hub_is_refused_in_one_line(monkeypatch):
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'emozilla/pg19' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ValueError, match=r"'emozilla/pg19' .*ConnectionError.*: the hub cannot be reached from here"):
+        corpus.pg19()
+
+
+def test_redpajama_book_reads_files_in_its_format_and_refuses_the_taken_down_subset(hub, tmp_path):
+    rows = [{"text": f"book {i} " * 5, "meta": {"title": f"t{i}"}, "red_pajama_subset": "book"} for i in range(4)]
+    f = tmp_path / "book.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert list(corpus.redpajama_book(data_files=str(f))()) == [r["text"] for r in rows]
+    for kwargs in ({}, {"source": "togethercomputer/RedPajama-Data-1T", "name": "book"}):
+        with pytest.raises(ValueError, match=r"redpajama_book needs dataset.data_files: .*book subset .*"
+                                             r"hf://datasets/togethercomputer/RedPajama-Data-1T-Sample/book_sample"):
+            corpus.redpajama_book(**kwargs)
+    assert set(hub) == {"json"}  # the 1T repository is never asked
+
+
+@pytest.mark.parametrize("bad, said", [(b'{"text": "torn\n', "not a JSON line"),
+                                       (b'{"text": "bad \xff byte"}\n', "bytes that are not utf-8")])
+def test_a_local_record_datasets_cannot_parse_is_named_by_file_and_line(tmp_path, bad, said):
+    f = tmp_path / "books.jsonl"
+    f.write_bytes(b"".join(json.dumps({"text": f"book {i}"}).encode() + b"\n" for i in range(3)) + bad)
+    with pytest.raises(DataRecordError, match=rf"books.jsonl:4: {said}"):
+        list(corpus.hf_text("json", data_files=str(f))())
+
+
+def test_remote_data_files_are_not_checked_as_local_paths(tmp_path):
+    local = tmp_path / "a.jsonl"
+    local.write_text('{"text": "x"}\n')
+    remote = corpus.REDPAJAMA_BOOK_SAMPLE
+    assert named_files({"data_files": remote}, "dataset") == []
+    assert named_files({"data_files": [remote, str(local)]}, "dataset") == [("dataset.data_files", local)]
+    with pytest.raises(FileNotFoundError, match="dataset.data_files='.*nope.jsonl' does not exist"):
+        named_files({"data_files": [remote, str(tmp_path / "nope.jsonl")]}, "dataset")
