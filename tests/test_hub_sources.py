@@ -95,3 +95,23 @@ def test_remote_data_files_are_not_checked_as_local_paths(tmp_path):
     assert named_files({"data_files": [remote, str(local)]}, "dataset") == [("dataset.data_files", local)]
     with pytest.raises(FileNotFoundError, match="dataset.data_files='.*nope.jsonl' does not exist"):
         named_files({"data_files": [remote, str(tmp_path / "nope.jsonl")]}, "dataset")
+
+
+def test_a_local_parquet_copy_is_accepted_as_the_source(tmp_path):
+    """A snapshot of PG19's Parquet copy on disk (``data/train-*.parquet``, its fields): the config check must not
+    refuse the folder that ``datasets`` reads (it listed only JSON and text files), and a corrupt Parquet file is
+    named as a file, not read again as text ("bytes that are not utf-8")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "pg19" / "data").mkdir(parents=True)
+    rows = [{**row, "text": row["text"] * 50} for row in PG19_ROWS["train"]]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pg19" / "data" / "train-00000-of-00001.parquet")
+    args = {"source": str(tmp_path / "pg19"), "split": "train"}
+    assert [f.name for _, f in named_files(args, "dataset")] == ["train-00000-of-00001.parquet"]
+    assert list(corpus.pg19(str(tmp_path / "pg19"))()) == [r["text"] for r in rows]
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really \xff parquet")
+    with pytest.raises(ValueError, match=r"broken.parquet\) could not be loaded") as caught:
+        list(corpus.hf_text("parquet", data_files=str(broken))())
+    assert not isinstance(caught.value, DataRecordError)

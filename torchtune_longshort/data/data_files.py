@@ -19,6 +19,12 @@ from torchtune_longshort.data.text_files import (
 )
 
 
+# The data files ``datasets`` reads from a local folder (its packaged builders): a folder holding none is refused.
+DATA_FILE_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv", ".parquet", ".arrow")
+# Those this package's reader (:mod:`~.text_files`) reads again to name a bad record.
+READ_AGAIN_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt")
+
+
 def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     """``[(field, file)]`` of every local file a ``datasets``-backed source's arguments name, in ``datasets``' order;
     a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
@@ -31,12 +37,12 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     files = [f for f in ([files] if isinstance(files, (str, Path)) else files or []) if not is_remote(f)]
     if files:
         field = f"{where}.data_files"
-        out += [(field, f) for f in resolve_files(files, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv"), field)]
+        out += [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
     for key in ("data_dir", "source"):
         value = args.get(key)
         if isinstance(value, str) and (key == "data_dir" or Path(value).expanduser().exists()):
             field = f"{where}.{key}"
-            out += [(field, f) for f in resolve_files(value, (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt"), field)]
+            out += [(field, f) for f in resolve_files(value, DATA_FILE_SUFFIXES, field)]
     return out
 
 
@@ -72,13 +78,13 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
     ``files`` (``<file>:<line>``), else the original error with the files named. ``setting``: the source's option
     that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``)."""
     check_not_empty(files)
-    paths = [f for _, f in files]
+    paths = [f for _, f in files if f.suffix in READ_AGAIN_SUFFIXES]  # a Parquet file is no text to read again
     try:
         for _ in iter_documents(paths, column or "text", f"{where}.{setting}"):
             pass
     except DataRecordError as e:
         return DataRecordError(f"{where}: {e}")
-    named = ", ".join(str(p) for p in paths) or "no local file"
+    named = ", ".join(str(f) for _, f in files) or "no local file"
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")
 
 
