@@ -85,6 +85,17 @@ def test_a_local_record_datasets_cannot_parse_is_named_by_file_and_line(tmp_path
     f.write_bytes(b"".join(json.dumps({"text": f"book {i}"}).encode() + b"\n" for i in range(3)) + bad)
     with pytest.raises(DataRecordError, match=rf"books.jsonl:4: {said}"):
         list(corpus.hf_text("json", data_files=str(f))())
+    # datasets' parser stops there: skip_bad_records cannot pass it, and the recipe's message must not advise it
+    # (it did: "mend the record (or skip it: dataset.skip_bad_records=True)")
+    with pytest.raises(DataRecordError, match=rf"books.jsonl:4: {said}") as caught:
+        list(corpus.hf_text("json", data_files=str(f), skip_bad_records=True)())
+    assert caught.value.skippable is False
+    f.write_bytes(f.read_bytes()[: -len(bad)] + b'{"body": "no text"}\n')  # a record read, its text missing
+    with pytest.raises(DataRecordError, match="field 'text' holds NoneType") as caught:
+        list(corpus.hf_text("json", data_files=str(f))())
+    assert caught.value.skippable is True
+    assert [type(d).__name__ for d in corpus.hf_text("json", data_files=str(f), skip_bad_records=True)()] == \
+        ["str", "str", "str", "SkippedRecord"]
 
 
 def test_remote_data_files_are_not_checked_as_local_paths(tmp_path):

@@ -83,7 +83,9 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
         for _ in iter_documents(paths, column or "text", f"{where}.{setting}"):
             pass
     except DataRecordError as e:
-        return DataRecordError(f"{where}: {e}")
+        unskippable = DataRecordError(f"{where}: {e}")
+        unskippable.skippable = False  # datasets' parser stops at it: skip_bad_records does not reach it
+        return unskippable
     named = ", ".join(str(f) for _, f in files) or "no local file"
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")
 

@@ -34,7 +34,13 @@ class DataRecordError(ValueError):
     """A record of the training or validation data that cannot be read, named by its file and line (or record).
 
     The recipe treats it as the end of the run at the last good step: it saves that step and stops (as on a
-    signal), so the run resumes once the record is mended."""
+    signal), so the run resumes once the record is mended.
+
+    ``skippable``: whether ``dataset.skip_bad_records=True`` would skip it (a record read, whose text is missing or
+    no string); False for a file ``datasets``' own parser stops at (a torn JSON line, bytes that are not UTF-8: the
+    stream ends there, so only mending the file helps)."""
+
+    skippable: bool = True
 
 
 class SkippedRecord(tuple):

@@ -184,15 +184,16 @@ class LongShortFinetuneRecipe(RecipeSetup):
         except DataRecordError as e:
             start.restore(self._batcher, self.generators)
             self._run_log.close()
+            skip = (" (or skip it: dataset.skip_bad_records=True)" if e.skippable else
+                    " (datasets' parser stops at it: dataset.skip_bad_records cannot skip it)")
             if self.global_step == 0:
                 raise DataRecordError(f"{e}. No step had finished: no checkpoint saved; mend the record and start "
-                                      "again (or skip it: dataset.skip_bad_records=True) with overwrite_output_dir=True "
+                                      f"again{skip} with overwrite_output_dir=True "
                                       f"(output_dir={str(self.output_dir)!r} holds this run's start)") from None
             if self._saved_step != self.global_step:
                 self.save_checkpoint()
             raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
-                                  "record (or skip it: dataset.skip_bad_records=True) and continue with resume=True"
-                                  ) from None
+                                  f"record{skip} and continue with resume=True") from None
         # out of memory (the failed step's tensors are freed by now)
         account = describe(error, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
                            self.world_size)
