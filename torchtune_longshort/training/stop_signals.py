@@ -1,27 +1,42 @@
-"""SIGTERM / SIGINT (a job scheduler's time limit, Ctrl-C) end a training run after the current step, with a save."""
+"""SIGTERM / SIGINT (a job scheduler's time limit, Ctrl-C) end a training run after the current step, with a save.
+
+One stop can arrive twice: torchrun's launcher forwards the signal it gets to every worker, and a scheduler that
+signals every process of a job (SLURM at its time limit, ``scancel``) has already sent the workers the same one; so
+does a wrapper that forwards a signal its child also got from the terminal. A second signal within
+:data:`REPEAT_WINDOW_S` of the first is taken for that same stop; one later than that stops at once, unsaved."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 
 import torch
 
+# seconds after the first signal during which another is the same stop delivered twice (a launcher forwards within
+# milliseconds; a person's second Ctrl-C, meant to stop at once, comes later)
+REPEAT_WINDOW_S = 1.0
+
 
 class StopSignals:
-    """Records the first SIGTERM / SIGINT once :meth:`install` ran; a second one stops at once (KeyboardInterrupt)."""
+    """Records the first SIGTERM / SIGINT once :meth:`install` ran; another one more than :data:`REPEAT_WINDOW_S`
+    later stops at once (KeyboardInterrupt). ``clock``: the monotonic clock (a test's stand-in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
         self.signum = 0
+        self._first_at = 0.0
+        self._clock = clock
 
     def install(self) -> None:
         """Install the handlers (only possible from the main thread; elsewhere signals keep their defaults)."""
         self.signum = 0
 
         def handler(signum, frame):
-            if self.signum:  # a second signal: stop now, as the default handler would
+            now = self._clock()
+            if not self.signum:
+                self.signum, self._first_at = signum, now
+            elif now - self._first_at > REPEAT_WINDOW_S:  # asked again: stop now, as the default handler would
                 raise KeyboardInterrupt
-            self.signum = signum
 
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,80 @@
+"""The recipe's SIGTERM / SIGINT handling (``training.stop_signals``) when one stop arrives twice.
+
+torchrun's launcher forwards the signal it gets to every worker; a scheduler that signals every process of a job
+(SLURM at its time limit, ``scancel``) has already sent the workers the same one. Reference: what the README says a
+signal does (the step finishes, ``step_<k>`` is saved); before, the second delivery raised KeyboardInterrupt in
+every worker, which died in its collective with no checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from test_recipe import CFG, REPO, _env, losses, tune_cmd
+
+from torchtune_longshort.training.stop_signals import REPEAT_WINDOW_S, StopSignals
+
+
+@pytest.fixture
+def restored_handlers():
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, h in before.items():
+        signal.signal(s, h)
+
+
+def test_the_same_stop_delivered_twice_is_one_stop(restored_handlers):
+    stops = StopSignals()
+    stops.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's
+        os.kill(os.getpid(), signal.SIGTERM)  # the launcher's, forwarded (a KeyboardInterrupt here before)
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:
+        pytest.fail("a stop delivered twice stopped at once, unsaved")
+    assert stops.signum == signal.SIGTERM
+
+
+def test_a_signal_after_the_window_stops_at_once(restored_handlers):
+    now = [100.0]
+    stops = StopSignals(clock=lambda: now[0])
+    stops.install()
+    os.kill(os.getpid(), signal.SIGINT)
+    now[0] += REPEAT_WINDOW_S + 0.5  # a person asking again
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert stops.signum == signal.SIGINT
+
+
+def _tree(pid: int) -> list:
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid] + [q for k in kids for q in _tree(int(k))]
+
+
+@pytest.mark.slow
+def test_sigterm_to_every_process_of_a_torchrun_job_saves(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """SIGTERM to the launcher and each worker, as SLURM sends it: the workers finish the step and save it."""
+    out = tmp_path / "out"
+    cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "max_steps=200", "save_every_n_steps=100",
+                   "validation=null", nproc=2)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not ((out / "metrics.jsonl").is_file() and any(s >= 2 for s, _ in losses(out))):
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:] if proc.poll() else ""
+            time.sleep(0.05)
+        for pid in _tree(proc.pid):  # the launcher first, then its workers
+            os.kill(pid, signal.SIGTERM)
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    last = losses(out)[-1][0]
+    assert "KeyboardInterrupt" not in text, text[-3000:]
+    assert "SIGTERM received" in text and (out / "recipe_state" / f"step_{last}.pt").is_file(), text[-3000:]
+    assert (out / "latest").read_text().strip() == f"step_{last}"
