@@ -13,10 +13,11 @@ sentencepiece, torchtune's ``llama2_tokenizer`` and transformers.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional, Set
 
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 from torchtune_longshort.data.tokenizer_training import check_training_folder, sentencepiece_file, train_sentencepiece
@@ -55,24 +56,61 @@ def stdlib_sentencepiece_tokenizer(
             train_sentencepiece(
                 iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
             )
-            _move_into_place(tmp, folder, model_file)
+            if _move_into_place(tmp, folder, model_file):
+                _TRAINED.add(folder.resolve())
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
+    if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
+        _hold(folder)
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
 
 
-def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> None:
-    """Rename the trained ``tmp`` to ``folder``. When ``folder`` exists: another process won the race (it holds
-    ``tokenizer.model``: keep it), or it is empty (replace it with ``os.rmdir``, which removes nothing else); a
-    folder that gained other files meanwhile is refused."""
+# Tokenizer folders this process reads, each with a shared flock held until the process ends (a run started at the
+# same time as another may load the folder the other trained), and those this process's own training put in place.
+_HELD: Dict[Path, int] = {}
+_TRAINED: Set[Path] = set()
+
+
+def _hold(folder: Path) -> None:
+    key = folder.resolve()
+    if key not in _HELD:
+        fd = os.open(key, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        _HELD[key] = fd
+
+
+def discard_trained_tokenizer(folder: Path) -> bool:
+    """Remove the tokenizer ``folder`` of a refused run: only when this process's training put it in place and no
+    other process reads it (a run started at the same time, with the same ``tokenizer.path``, that trained it or
+    loaded this one: removing it would end that run at its first save). True when removed."""
+    key = Path(folder).expanduser().resolve()
+    fd = _HELD.get(key)
+    if key not in _TRAINED or fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while another process holds its shared lock
+    except BlockingIOError:
+        return False
+    shutil.rmtree(key, ignore_errors=True)
+    os.close(fd)
+    del _HELD[key]
+    _TRAINED.discard(key)
+    return True
+
+
+def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> bool:
+    """Rename the trained ``tmp`` to ``folder``; True when this call's folder is the one in place. When ``folder``
+    exists: another process won the race (it holds ``tokenizer.model``: keep it), or it is empty (replace it with
+    ``os.rmdir``, which removes nothing else); a folder that gained other files meanwhile is refused."""
     try:
         os.rename(tmp, folder)
     except OSError:
         if model_file.is_file():
-            return
+            return False
         check_training_folder(folder)
         os.rmdir(folder)
         os.rename(tmp, folder)
+    return True
 
 
 # The recipe's config check asks this: a missing ``path`` is trained, so it must only be creatable

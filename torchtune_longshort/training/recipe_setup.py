@@ -10,7 +10,6 @@ the library's (``training.model_setup``, ``training.data_setup``, ``training.rec
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -26,6 +25,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
+from torchtune_longshort.training.bootstrap import discard_trained_tokenizer
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.compile_setup import compile_decoder
 from torchtune_longshort.training.tiled_mlp import tile_mlps
@@ -96,8 +96,8 @@ class RecipeSetup:
             self._setup()
         except BaseException as e:
             self.release_output_dir(discard=True)
-            if self._trained_tokenizer is not None and self._trained_tokenizer.is_dir():  # this run's, refused
-                shutil.rmtree(self._trained_tokenizer, ignore_errors=True)
+            if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
+                discard_trained_tokenizer(self._trained_tokenizer)
             if isinstance(e, Exception) and not isinstance(e, OutOfSpace) and is_out_of_space(e):
                 raise OutOfSpace(f"no space left on the disk while setting up output_dir {self.output_dir} "
                                  f"({room_text(self.output_dir)}): {reason(e)}; free space there, or set output_dir "
