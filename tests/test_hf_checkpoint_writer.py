@@ -65,3 +65,37 @@ def test_config_dtype_names_the_stored_weights_whatever_the_source_config_said(t
     write_hf_checkpoint(tmp_path / "bf16", {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, config,
                         tokenizer=sp_tokenizer_dir)
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_weights_get_the_mode_the_config_beside_them_gets(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """safetensors >= 0.8 writes through a temporary file of mode 0600 (safetensors#782): a run's weights were
+    readable by their owner alone while config.json beside them was not (another user's evaluation found no weights).
+    Every weights file the project writes (shards, the PEFT adapter, a random checkpoint) takes a plain file's mode,
+    under two umasks; the reference is config.json, written by ``open``."""
+    import os
+    import stat
+
+    import torch
+
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
+    from torchtune_longshort.models.peft_adapter import write_peft_adapter
+
+    model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
+    config = read_hf_config(tiny_llama2_dir)
+    for mask in (0o022, 0o002):
+        old = os.umask(mask)
+        try:
+            out = tmp_path / f"umask{mask:o}"
+            write_hf_checkpoint(out / "full", model.state_dict(), config, tokenizer=sp_tokenizer_dir)
+            lora = {"layers.0.attn.q_proj.lora_a.weight": torch.zeros(2, 64),
+                    "layers.0.attn.q_proj.lora_b.weight": torch.zeros(64, 2)}
+            write_peft_adapter(out / "adapter", {**model.state_dict(), **lora}, config, alpha=16.0)
+            write_random_llama2_checkpoint(out / "random", vocab_size=64, embed_dim=16, num_layers=1, num_heads=2,
+                                           num_kv_heads=1, intermediate_dim=32, max_seq_len=32)
+        finally:
+            os.umask(old)
+        plain = stat.S_IMODE((out / "full" / "config.json").stat().st_mode)
+        assert plain == 0o666 & ~mask
+        weights = sorted(out.rglob("*.safetensors"))
+        assert len(weights) == 3 and {w.name: stat.S_IMODE(w.stat().st_mode) for w in weights} == \
+            {w.name: plain for w in weights}

@@ -197,6 +197,17 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
             f"which no earlier run there wrote: refusing to overwrite; choose another {option}, or move those away")
 
 
+def plain_file_mode(*paths: Union[str, Path]) -> None:
+    """Give each file of ``paths`` the mode a plain ``open`` gives a new file (``0o666`` under the umask).
+    safetensors >= 0.8 writes through a temporary file of mode 0600 and renames it into place (safetensors#782,
+    open), so the weights a run wrote were readable by their owner alone while the config beside them was not: on a
+    shared cluster, another user's evaluation or vLLM found no weights."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~mask)
+
+
 def folder_beside(target: Union[str, Path], tag: str) -> Path:
     """A new, empty folder of this call's own beside ``target`` (``.<name>.<tag>_<random>``: on the same filesystem,
     so a rename moves it into place, and never a folder of the user's), with the mode a plain ``mkdir`` gives

@@ -34,7 +34,7 @@ from filelock import FileLock
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
-from torchtune_longshort.output_guard import check_output_folder, folder_beside, read_json
+from torchtune_longshort.output_guard import check_output_folder, folder_beside, plain_file_mode, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
 
 PathLike = Union[str, Path]
@@ -134,6 +134,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     try:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
+        plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
         _replace(tmp, out_dir)

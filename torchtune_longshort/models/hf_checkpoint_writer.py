@@ -36,6 +36,7 @@ from torchtune_longshort.models.hf_rope import (
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 from torchtune_longshort.models.peft_adapter import is_adapter_key
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
+from torchtune_longshort.output_guard import plain_file_mode
 
 logger = logging.getLogger(__name__)
 MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
@@ -91,6 +92,7 @@ def write_hf_checkpoint(
     if rope_sd:
         (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
         save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
+        plain_file_mode(out_dir / ROPE_SIDE_FILE)
 
     config = update_hf_config(hf_config, rope_spec, family.hf_rope_types)
     if not rope_spec:
@@ -155,6 +157,7 @@ def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes
     for i, shard in enumerate(shards, 1):
         name = f"model-{i:05d}-of-{total:05d}.safetensors"
         save_file(shard, str(out_dir / name), metadata={"format": "pt"})
+        plain_file_mode(out_dir / name)  # safetensors >= 0.8 leaves 0600
         weight_map.update({k: name for k in shard})
     index = {
         "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_sd.values())},

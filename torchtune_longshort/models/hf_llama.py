@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from torchtune_longshort.models.hf_checkpoint import PathLike
+from torchtune_longshort.output_guard import plain_file_mode
 
 
 def write_random_llama2_checkpoint(
@@ -63,4 +64,5 @@ def write_random_llama2_checkpoint(
         model = LlamaForCausalLM(LlamaConfig(**cfg))
     model = model.to(getattr(torch, dtype))
     model.save_pretrained(str(out_dir), safe_serialization=True)
+    plain_file_mode(*Path(out_dir).glob("model*.safetensors"))  # safetensors >= 0.8 leaves 0600
     return out_dir

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
+from torchtune_longshort.output_guard import plain_file_mode
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -159,6 +160,7 @@ def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, A
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+    plain_file_mode(out_dir / WEIGHTS_FILE)  # safetensors >= 0.8 leaves 0600
     LoraConfig(base_model_name_or_path=base_model, **kwargs).save_pretrained(str(out_dir))
     (out_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n")
     return out_dir
