@@ -253,6 +253,33 @@ def test_recipe_refuses_a_tokenizer_past_the_model_vocabulary_before_any_step(fa
     assert not list((tmp_path / "out").glob("step_*"))
 
 
+def test_recipe_refuses_window_bos_for_a_tokenizer_without_bos_before_any_step(family_dirs, tmp_path):
+    """Qwen2's tokenizer has no BOS: ``window_bos=True`` wrote nothing over the windows, silently (the run trained as
+    ``window_bos=False``). Refused in setup, naming both, before the output folder exists; Llama-2's has one."""
+    from omegaconf import OmegaConf
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    def cfg(layout):
+        c = make_cfg(family_dirs[layout], family_dirs[layout], tmp_path / layout, window_bos=True, max_steps=1)
+        c.loss.alpha = 0.0
+        c.checkpointer.model_type = layout.upper()
+        c.model = OmegaConf.create({"_component_": "torchtune_longshort.models.hf_decoder",
+                                    "checkpoint_dir": str(family_dirs[layout])})
+        c.tokenizer = OmegaConf.create({"_component_": "torchtune_longshort.models.checkpoint_tokenizer",
+                                        "path": str(family_dirs[layout])})
+        return c
+
+    with pytest.raises(ValueError, match=r"window_bos=True: the tokenizer .* has no BOS token"):
+        LongShortFinetuneRecipe(cfg("qwen2")).setup()
+    assert not (tmp_path / "qwen2").exists()
+    from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
+
+    assert checkpoint_tokenizer(str(family_dirs["qwen2"])).bos_id is None  # the reference: no id to write
+    assert checkpoint_tokenizer(str(family_dirs["llama2"])).bos_id is not None
+
+
 def test_readme_family_table_is_the_generated_one():
     from torchtune_longshort.models.families import families_table_markdown
 

@@ -45,8 +45,8 @@ from torchtune_longshort.training.out_of_space import (
 )
 from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.recipe_config import (
-    check_built_model, check_tokenizer_vocab, declared_vocab, input_paths, load_recipe_config, resolved_config,
-    written_names,
+    check_built_model, check_tokenizer_vocab, check_window_bos, declared_vocab, input_paths, load_recipe_config,
+    resolved_config, written_names,
 )
 from torchtune_longshort.training.resume import (
     apply_resume_changes, check_skipped_records, read_resume_state, restore_optimizer,
@@ -110,6 +110,7 @@ class RecipeSetup:
         cfg = self.config
         self._tokenizer = load_tokenizer(cfg.tokenizer)
         check_tokenizer_vocab(cfg, self._tokenizer)
+        check_window_bos(cfg, self._tokenizer)
         self._documents = build_documents(cfg.dataset, self._tokenizer)
         if not cfg.resume:
             check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)

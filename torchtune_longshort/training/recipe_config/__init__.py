@@ -17,7 +17,7 @@ from torchtune_longshort.training.recipe_config.inputs import check_overwrite, i
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import (
-    check_built_model, check_rules, check_tokenizer_vocab, declared_vocab,
+    check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
 from torchtune_longshort.config.unknown_keys import ConfigKeyError
 
@@ -40,5 +40,6 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     return config
 
 
-__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer_vocab", "declared_vocab", "input_paths",
+__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer_vocab", "check_window_bos",
+           "declared_vocab", "input_paths",
            "load_recipe_config", "resolved_config", "written_names"]

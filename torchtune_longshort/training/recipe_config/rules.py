@@ -214,6 +214,14 @@ def check_tokenizer_vocab(config: RecipeConfig, tokenizer: Any, model_vocab: Opt
                          "use the model's own tokenizer, or a model with a vocabulary that large")
 
 
+def check_window_bos(config: RecipeConfig, tokenizer: Any) -> None:
+    """``window_bos=True`` needs a BOS token to write: a tokenizer without one (Qwen2's) wrote nothing, silently."""
+    if config.windows.window_bos and getattr(tokenizer, "bos_id", None) is None:
+        raise ValueError(f"window_bos=True: the tokenizer (tokenizer.path={config.tokenizer.path}) has no BOS token "
+                         "(Qwen2's have none), so no window can start with one; set window_bos=False (evaluation puts "
+                         "no BOS before such a model's text either)")
+
+
 def check_built_model(config: RecipeConfig, model: Any, tokenizer: Any, rope_spec: Optional[dict]) -> int:
     """After the build: the tokenizer's vocabulary fits the embedding table, and the lengths fit the built model's
     positions. Returns the model's vocabulary size."""
