@@ -158,3 +158,30 @@ def test_babilong_data_an_earlier_study_generated_is_listed_for_the_generator(tm
     (data / "DONE.json").write_text('{"lengths": ["2k"]}')  # an older spec
     Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=FakeExecutor(), log=lambda m: None)._babilong_data()
     assert json.loads((data / ".longshort_babilong.json").read_text()) == ["1k/qa1.jsonl"]
+
+
+
+def test_a_study_whose_tune_cannot_be_found_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """The GPU route installs torchtune with ``pip install --target /tmp/site``: its ``tune`` lands in /tmp/site/bin,
+    neither next to the machine's python nor on PATH unless put there. Every fine-tune would then fail at its start,
+    after the base's evaluation; the study refuses first (exit 2, nothing written). Reference: an interpreter folder
+    and a PATH that hold no ``tune`` (refused), the same PATH with an executable ``tune`` put on it by hand (found)."""
+    from torchtune_longshort.study.__main__ import main
+    from torchtune_longshort.study.stages import tune_problem
+
+    bare = tmp_path / "bin_without_tune"
+    bare.mkdir()
+    monkeypatch.setattr(sys, "executable", str(bare / "python3"))
+    monkeypatch.setenv("PATH", str(bare))
+    out = tmp_path / "out"
+    rc = main(["--config", str(_config(tmp_path)), "--quick", "--out", str(out), "--repo-root", str(ROOT)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "not next to this interpreter" in err and "PATH=/tmp/site/bin" in err
+    assert not out.exists()
+    site_bin = tmp_path / "site" / "bin"
+    site_bin.mkdir(parents=True)
+    (site_bin / "tune").write_text("#!/bin/sh\n")
+    (site_bin / "tune").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bare}:{site_bin}")
+    assert tune_problem() is None

@@ -30,7 +30,7 @@ from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.run_configs import check_outside_base, check_study_output
 from torchtune_longshort.study.runner import Study
-from torchtune_longshort.study.stages import StudyInterrupted
+from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
 
 PROG = "python -m torchtune_longshort.study"
 
@@ -86,6 +86,9 @@ def main(argv=None) -> int:
         return refusal(PROG, one_line(e))
     t0 = time.time()
     if not a.report_only:
+        missing = tune_problem() if study.runs() else None
+        if missing:  # before the pre-flight, which reads the data for minutes on a real model
+            return refusal(PROG, missing)
         try:  # the evaluation's data, with its tokenizer: every cell measurable
             preflight(study, log=study.log)
         except StudyConfigError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,18 @@ def tune_command() -> str:
     being activated has it next to the interpreter, not on PATH); plain ``tune`` otherwise."""
     here = Path(sys.executable).with_name("tune")
     return str(here) if here.is_file() else "tune"
+
+
+def tune_problem() -> Optional[str]:
+    """Why :func:`tune_command` cannot be run here (None when it can): every fine-tune would fail at its start, after
+    the base's evaluation has spent its minutes, so the study refuses first. The GPU route installs torchtune with
+    ``pip install --target /tmp/site``, whose ``tune`` lands in /tmp/site/bin."""
+    tune = tune_command()
+    if shutil.which(tune):
+        return None
+    return (f"torchtune's command line {tune!r} is not next to this interpreter ({sys.executable}) nor on PATH: every "
+            "fine-tune would fail to start; with torchtune installed by `pip install --target DIR`, put DIR/bin on "
+            "PATH (the GPU route: export PATH=/tmp/site/bin:$PATH)")
 
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
