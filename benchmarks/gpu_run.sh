@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The one prepared GPU command: install the carried wheels, record the machine, run benchmarks/gpu_suite.py within
-# a budget. Run from the repository root on a GPU machine with no registry, the wheels in .whl/
-# (../shared/tools/gpu-wheels.sh .whl, plus transformers==5.23.0, kagglesdk, liger-kernel, cut-cross-entropy:
-# docs/real_model.md). Results (gpu_suite.json / .md, the log, the machine probe) go to $OUT.
+# a budget. Run from the repository root on a GPU machine with no registry, the wheels in .gpu/site/site.tar.xz
+# (MODEL=0 bash benchmarks/gpu_pack.sh; carry .gpu/site: the working tree plus the 39 MB of .whl/ is over the
+# tool's 64 MiB) or, failing that, in .whl/ (docs/real_model.md). Results (gpu_suite.json / .md, the log, the
+# machine probe) go to $OUT.
 #   OUT=/tmp/out BUDGET=520 bash benchmarks/gpu_run.sh [more gpu_suite.py arguments]
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/gpu_run}
 BUDGET=${BUDGET:-520}
 mkdir -p "$OUT"
 t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [[ -f .gpu/site/site.tar.xz ]]; then   # benchmarks/gpu_pack.sh: the wheels installed and packed (~15 MB, not 39)
+  mkdir -p /tmp/site && xz -dc .gpu/site/site.tar.xz | tar -C /tmp -x || { echo "unpacking the wheels failed"; exit 1; }
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+fi
+export PATH=/tmp/site/bin:$PATH PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+  TOKENIZERS_PARALLELISM=false
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 - <<'PY'
