@@ -23,7 +23,7 @@ FLOORS: Dict[str, Tuple[float, str]] = {
         "fields", "values", "base_config", "eval_config", "grid", "plan", "schema", "config", "table1.config")},
     **{f"study.{m}": (5.1, "study: plan") for m in ("run_configs", "load", "preflight", "pretrain_mix")},
     **{f"study.{m}": (5.2, "study: run") for m in (
-        "stages", "records", "base_failure", "run_stages", "runner", "table1.runner")},
+        "stop", "stages", "records", "base_failure", "run_stages", "runner", "table1.runner")},
     **{f"study.{m}": (5.3, "study: collect") for m in (
         "stats", "labels", "comparisons", "claims", "tables", "table1.analysis")},
     **{f"study.{m}": (5.4, "study: report and figures") for m in (

@@ -1,8 +1,9 @@
 """The study under faults: a report stage that finds its disk full ends in one line (exit 2) and removes what it
 wrote, so that its rerun is not refused and the figures' redraw finds no half report to draw; a BABILong marker or an
 eval_spec.json cut off counts as absent (generated or evaluated again) instead of failing every run; a fine-tune that
-ends while the study is being stopped by Ctrl-C is recorded as interrupted, whatever its exit code. The runs are
-played by study_helpers' fake executor (no training)."""
+ends while the study is being stopped by Ctrl-C is recorded as interrupted, whatever its exit code; SIGTERM or SIGINT to
+the study or its process group stops its fine-tune subprocess with a save and the study with one line. The runs are
+played by study_helpers' fake executor (no training; the signalled fine-tune is a real subprocess, stopped_study)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from disk_full import needs_unshare, on_small_disk
 from killed import killed_after_first_figure
+from stopped_study import KEY, alive, fine_tune_pid, kill_left, start_study
 from study_helpers import CPU_SMALL, ROOT, FakeExecutor
 
 import torchtune_longshort.study.figures as study_figures
@@ -182,3 +184,40 @@ def test_a_report_killed_part_way_is_not_refused_by_its_rerun(tmp_path, finished
     assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0
     assert json.loads((out / "report" / "summary.json").read_text())["runs"]["base"]["status"] == "ok"
     assert not (out / "report" / ".longshort_writing").exists()
+
+
+
+def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path):
+    """Real study processes and their real fine-tune subprocesses, stopped mid-fine-tune by SIGTERM to the process
+    group, SIGTERM to the study alone, SIGINT to the study alone. Before: SIGTERM to the group killed the study at once
+    (exit -15, no line, no `interrupted` record); SIGTERM to the study alone killed it and left its fine-tune training
+    in the background; SIGINT to it alone left the fine-tune training and the study waiting for it. Now the study
+    forwards the signal (the fine-tune saves its step and exits 128 + the signal; the same one also got from the
+    group is the same stop), records the run as interrupted, starts nothing more and exits 128 + the signal with one
+    line; a rerun resumes the run from the step saved."""
+    hows = {"group": signal.SIGTERM, "study": signal.SIGTERM, "study, Ctrl-C": signal.SIGINT}
+    studies = {how: start_study(tmp_path / how) for how in hows}  # at once: each spends seconds importing
+    pids = []
+    try:
+        for how, study in studies.items():
+            pids.append(fine_tune_pid(tmp_path / how, study))
+            (os.killpg if how == "group" else os.kill)(study.pid, hows[how])
+        for (how, study), pid in zip(studies.items(), pids):
+            _, err = study.communicate(timeout=30)
+            assert study.returncode == 128 + hows[how], (how, study.returncode, err[-3000:])
+            lines = [x for x in err.splitlines() if "[study] interrupted" in x]
+            assert len(lines) == 1 and lines[0].startswith(f"[study] interrupted ({hows[how].name}") \
+                and "Traceback" not in err, (how, err[-3000:])
+            assert not alive(pid), how  # waited for, not left training
+            runs = tmp_path / how / "runs"
+            got = (runs / KEY / "train" / "signals").read_text().split()
+            assert set(got) == {hows[how].name} and len(got) <= (2 if how == "group" else 1), (how, got)
+            rec = json.loads((runs / KEY / "result.json").read_text())
+            assert rec["status"] == "interrupted" and rec["stage"] == "train", (how, rec)
+            assert not (runs / "clex_a0.3_s0" / "result.json").exists(), how  # the grid stopped
+    finally:
+        kill_left(pids)
+    ex = FakeExecutor()  # the same command goes on: the run resumed from its step, the grid finished
+    recs = _study(tmp_path / "study", ex).run()
+    assert {k: r["status"] for k, r in recs.items()} == {k: "ok" for k in recs}, recs
+    assert [a for a in ex.calls if KEY in " ".join(a) and "resume=True" in a], ex.calls

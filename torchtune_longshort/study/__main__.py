@@ -5,7 +5,7 @@ Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or 
 config is checked whole, and then against the evaluation's data (:mod:`torchtune_longshort.study.preflight`: every
 length's sequences can be cut from its text source with the eval tokenizer, every length fits the eval model).
 Exit status: 0 when every run is ok, 1 when any failed (the last line counts them and names their logs), 2 when the
-config is refused (before anything trains, nothing written).
+config is refused (before anything trains, nothing written), 130 / 143 when Ctrl-C / SIGTERM stopped the grid.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import signal
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.run_configs import check_outside_base, check_study_output
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
+from torchtune_longshort.study.stop import received, stop_handlers
 
 PROG = "python -m torchtune_longshort.study"
 
@@ -120,21 +122,25 @@ def main(argv=None) -> int:
 
 
 def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
-    """Run the grid; None when it ran to its end, else the exit status: 130 when it was interrupted (said in one
-    line: how to go on), 2 when a write found the disk full (one line; each run's record is written whole)."""
-    try:
-        study.run(only=only)
-    except (StudyInterrupted, KeyboardInterrupt) as e:
-        print(f"[study] interrupted ({e or 'Ctrl-C'}): runs finished so far are kept in {study.out} and skipped by a "
-              "rerun; an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on (no "
-              "report was written: the same command with --report-only writes one from the runs finished so far)",
-              file=sys.stderr)
-        return 130
-    except Exception as e:
-        line = fault_line(e) if is_out_of_space(e) else None
-        if line is None:
-            raise
-        return refusal(PROG, line)
+    """Run the grid; None when it ran to its end, else the exit status: 128 + the signal when it was stopped (130:
+    Ctrl-C, 143: SIGTERM, to the study or its process group; said in one line: how to go on), 2 when a write found
+    the disk full (one line; each run's record is written whole)."""
+    with stop_handlers():
+        try:
+            study.run(only=only)
+        except (StudyInterrupted, KeyboardInterrupt) as e:
+            signum = received()
+            by = signal.Signals(signum).name if signum else "Ctrl-C"
+            print(f"[study] interrupted ({e or by}): runs finished so far are kept in {study.out} and skipped by a "
+                  "rerun; an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on "
+                  "(no report was written: the same command with --report-only writes one from the runs finished so "
+                  "far)", file=sys.stderr)
+            return 128 + (signum or signal.SIGINT)
+        except Exception as e:
+            line = fault_line(e) if is_out_of_space(e) else None
+            if line is None:
+                raise
+            return refusal(PROG, line)
     return None
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.report.results_io import load_results
+from torchtune_longshort.study.stop import StudySignal, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 
 
@@ -24,8 +26,9 @@ class StageError(RuntimeError):
 
 
 class StudyInterrupted(Exception):
-    """A stage was stopped by SIGINT or SIGTERM (Ctrl-C reaches the study and its subprocess alike): the study
-    stops its grid instead of recording a failure and going on."""
+    """A stage was stopped by SIGINT or SIGTERM (one to the study reaches its subprocess too: from the process group,
+    or forwarded, :mod:`~torchtune_longshort.study.stop`): the study stops its grid instead of recording a failure
+    and going on."""
 
 
 # what a subprocess ended by SIGINT / SIGTERM exits with: the recipe's 128 + signal after it saved, or -signal
@@ -77,26 +80,42 @@ def tune_problem() -> Optional[str]:
 
 def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str], timeout: Optional[float]) -> int:
     """Run ``argv`` with stdout+stderr to ``log_path``; returns the exit code (124 on timeout).
-    :class:`StudyInterrupted` when the subprocess was stopped by SIGINT / SIGTERM, or Ctrl-C reached this thread
-    (the subprocess, which got it too, is waited for: the recipe finishes its step and saves)."""
+    :class:`StudyInterrupted` when the subprocess was stopped by SIGINT / SIGTERM, or one reached this thread (the
+    subprocess, which got it too, from the process group or forwarded by :mod:`~torchtune_longshort.study.stop`, is
+    waited for: the recipe finishes its step and saves), or the study is being stopped (nothing is started)."""
+    name = Path(str(argv[0])).name
+    if received():
+        raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, argv)) + "\n")
         log.flush()
         proc = subprocess.Popen(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            log.write(f"\nTimeoutError: killed after {timeout} s\n")
-            return 124
-        except KeyboardInterrupt:
-            rc = proc.wait()
-            raise StudyInterrupted(f"{Path(str(argv[0])).name} stopped by SIGINT (exit {rc})") from None
+        with running(proc):
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                log.write(f"\nTimeoutError: killed after {timeout} s\n")
+                return 124
+            except KeyboardInterrupt as e:
+                rc = _wait_saving(proc)
+                by = signal.Signals(e.signum).name if isinstance(e, StudySignal) else "SIGINT"
+                raise StudyInterrupted(f"{name} stopped by {by} (exit {rc})") from None
     if rc in _STOPPED:
-        raise StudyInterrupted(f"{Path(str(argv[0])).name} stopped by {_STOPPED[rc]} (exit {rc})")
+        raise StudyInterrupted(f"{name} stopped by {_STOPPED[rc]} (exit {rc})")
     return rc
+
+
+def _wait_saving(proc: subprocess.Popen) -> int:
+    """The exit code of a stage told to stop, waited for while it saves (a second Ctrl-C here keeps waiting: the
+    stage got it too)."""
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
 
 
 def run_eval(executor: Callable[..., int], argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, str],

@@ -1,0 +1,76 @@
+"""How a study is stopped: SIGINT (Ctrl-C) or SIGTERM (``kill``, a scheduler) to the study's process, or to its whole
+process group, stops the grid the same way. The study forwards each signal it gets to its running stage subprocesses
+(a recipe finishes its step and saves; one it also got from the group within 1 s is the same stop there,
+:mod:`torchtune_longshort.training.stop_signals`), and the first one raises :class:`StudySignal` in the main thread,
+where the grid waits for the running stages and records them as interrupted. No stage starts after it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from typing import Dict, Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_running: Dict[int, subprocess.Popen] = {}  # the stage subprocesses now running, by pid
+_received = {"signum": 0}  # the first stop signal of this study's run, 0 while none
+
+
+class StudySignal(KeyboardInterrupt):
+    """The study got SIGINT or SIGTERM (``signum``): handled as Ctrl-C is (a KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def received() -> int:
+    """The first stop signal the study got under :func:`stop_handlers` (0: none, or outside it)."""
+    return _received["signum"]
+
+
+def _forward(signum: int, proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signum)
+
+
+@contextlib.contextmanager
+def running(proc: subprocess.Popen) -> Iterator[None]:
+    """Registers a stage subprocess while it runs, so that a stop reaches it; one started after a stop was received
+    gets that stop at once."""
+    _running[proc.pid] = proc
+    try:
+        if received():  # the stop came between the check before the start and here
+            _forward(received(), proc)
+        yield
+    finally:
+        _running.pop(proc.pid, None)
+
+
+@contextlib.contextmanager
+def stop_handlers() -> Iterator[None]:
+    """SIGINT / SIGTERM handlers for the study's run (main thread only; elsewhere a no-op): each signal is forwarded
+    once to every running stage subprocess; the first raises :class:`StudySignal`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        for proc in list(_running.values()):
+            _forward(signum, proc)
+        if not _received["signum"]:
+            _received["signum"] = signum
+            raise StudySignal(signum)
+
+    _received["signum"] = 0
+    before = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        _received["signum"] = 0  # a later run in this process (a test's) starts unstopped
