@@ -126,3 +126,52 @@ def test_a_local_parquet_copy_is_accepted_as_the_source(tmp_path):
     with pytest.raises(ValueError, match=r"broken.parquet\) could not be loaded") as caught:
         list(corpus.hf_text("parquet", data_files=str(broken))())
     assert not isinstance(caught.value, DataRecordError)
+
+
+def test_a_stream_that_breaks_mid_run_saves_the_last_good_step(hub, monkeypatch, tmp_path, tiny_llama2_dir,
+                                                               sp_tokenizer_dir):
+    """The hub dropping mid-run: ``datasets`` retries a streamed read, then raises ``ConnectionError("Server
+    Disconnected")`` (``file_utils.read_with_retries``). It ended the run with a traceback, the steps since the last
+    save lost; now the last good step is saved and the line says to resume once the source can be read, as for a
+    bad record, and the resumed run reads on from there."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.data.text_files import DataSourceError
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    rows = [{"text": "".join(f"def f{i}_{j}(x):\n    return x * {j} + {i}\n" for j in range(12))} for i in range(40)]
+    served = {"until": 3}
+    real = datasets.load_dataset
+
+    def load_dataset(path, name=None, split=None, **kwargs):
+        if path != "books/stream":
+            return real(path, name, split=split, **kwargs)
+
+        def stream():
+            for i, row in enumerate(rows):
+                if i == served["until"]:
+                    raise ConnectionError("Server Disconnected")
+                yield row
+        return stream()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    node = {"_component_": "torchtune_longshort.data.corpus.hf_text", "source": "books/stream"}
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=8, batch_size=2,
+                   save_every_n_steps=100, dataset=node)
+    run = LongShortFinetuneRecipe(cfg)
+    run.setup()
+    with pytest.raises(DataSourceError, match=r"reading stopped after record 2 \(ConnectionError: Server "
+                                              r"Disconnected\).*The last good step is saved: .*step_(\d+); once the "
+                                              r"source can be read again, continue with resume=True") as err:
+        run.train()
+    run.release_output_dir()
+    stopped = run.global_step
+    assert 1 <= stopped < 8 and f"step_{stopped}" in str(err.value)
+    assert (tmp_path / "out" / "recipe_state" / f"step_{stopped}.pt").is_file()
+    served["until"] = len(rows)  # the hub is back
+    resumed = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=8,
+                                               batch_size=2, save_every_n_steps=100, dataset=node, resume=True))
+    resumed.setup()
+    resumed.train()
+    resumed.cleanup()
+    assert (tmp_path / "out" / "step_8").is_dir()

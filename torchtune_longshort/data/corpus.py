@@ -29,6 +29,7 @@ from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
     DataRecordError,
+    DataSourceError,
     SkippedRecord,
     check_first_readable,
     iter_documents,
@@ -194,14 +195,22 @@ def hf_text(
         return load_dataset(source, name, split=split, data_files=data_files, streaming=streaming, **load_dataset_kwargs)
 
     def records() -> Iterator[Any]:
+        read = 0
         try:
-            yield from open_ds()
+            for read, record in enumerate(open_ds(), 1):
+                yield record
         except DataRecordError:
             raise
         except Exception as e:
-            if not files:
+            if files:
+                named = explain_load_failure(files, text_field, "dataset", e, "text_field")
+                if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
+                    raise named from e
+            elif not read:  # the source never opened: refused at build (_load_failure)
                 raise
-            raise explain_load_failure(files, text_field, "dataset", e, "text_field") from e
+            raise DataSourceError(f"dataset {source!r} split {split!r}: reading stopped after record {read - 1} "
+                                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]}), after datasets' own "
+                                  "retries: the source (hub, network, disk) failed mid-run") from e
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):

@@ -43,6 +43,14 @@ class DataRecordError(ValueError):
     skippable: bool = True
 
 
+class DataSourceError(DataRecordError):
+    """The data source itself failed mid-run (the hub or a network disk out of reach after ``datasets``' own
+    retries), no record of it: the recipe saves the last good step as for a bad record, and the run goes on with
+    ``resume=True`` once the source can be read again."""
+
+    skippable = False
+
+
 class SkippedRecord(tuple):
     """What a streamed source yields, with ``skip_bad_records=True``, in place of a record it cannot read: an empty
     document (no tokens) that keeps the record's place, so that a stream position counts every record read, skipped

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from torchtune import config, utils
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 from torchtune_longshort.devices import out_of_memory_in, release_cached
 from torchtune_longshort.disk_space import is_out_of_space, room, size_text, written_file
 from torchtune_longshort.refusals import refusing
@@ -186,14 +186,18 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._run_log.close()
             skip = (" (or skip it: dataset.skip_bad_records=True)" if e.skippable else
                     " (datasets' parser stops at it: dataset.skip_bad_records cannot skip it)")
+            source = isinstance(e, DataSourceError)
+            mend = "once the source can be read again," if source else f"mend the record{skip} and"
             if self.global_step == 0:
-                raise DataRecordError(f"{e}. No step had finished: no checkpoint saved; mend the record and start "
-                                      f"again{skip} with overwrite_output_dir=True "
-                                      f"(output_dir={str(self.output_dir)!r} holds this run's start)") from None
+                again = ("once the source can be read again, start again" if source else
+                         f"mend the record and start again{skip}")
+                raise type(e)(f"{e}. No step had finished: no checkpoint saved; {again} with "
+                              f"overwrite_output_dir=True (output_dir={str(self.output_dir)!r} holds this run's "
+                              "start)") from None
             if self._saved_step != self.global_step:
                 self.save_checkpoint()
-            raise DataRecordError(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; mend the "
-                                  f"record{skip} and continue with resume=True") from None
+            raise type(e)(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; {mend} "
+                          "continue with resume=True") from None
         # out of memory (the failed step's tensors are freed by now)
         account = describe(error, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
                            self.world_size)
