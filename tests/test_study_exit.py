@@ -207,3 +207,24 @@ def test_an_out_inside_the_base_checkpoint_is_refused(tmp_path):
         check_outside_base(ckpt / "study", cfg)
     check_outside_base(tmp_path / "study", cfg)  # beside it: fine
     check_outside_base(ckpt / "study", SimpleNamespace(base=SimpleNamespace(checkpoint_dir="pypi:smollm2")))
+
+
+def test_ctrl_c_in_the_preflight_or_the_report_is_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C (a KeyboardInterrupt in the main thread, as Python raises it for SIGINT) during the pre-flight or while
+    the report is written ended in a traceback; one line now, exit 130, saying what was kept and how to go on."""
+    import torchtune_longshort.study.__main__ as study_main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(study_main, "preflight", interrupted)
+    assert study_main.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted during the pre-flight: no run started" in err, err
+    assert not (tmp_path / "out" / "runs").exists()
+    monkeypatch.setattr(study_main, "build_report", interrupted)
+    (tmp_path / "out" / "runs").mkdir(parents=True)  # a study's folder, its runs to report
+    assert study_main.main(argv + ["--report-only"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted while writing the report" in err and "--report-only" in err, err

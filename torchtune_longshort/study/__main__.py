@@ -88,18 +88,15 @@ def main(argv=None) -> int:
         return refusal(PROG, one_line(e))
     t0 = time.time()
     if not a.report_only:
-        missing = tune_problem() if study.runs() else None
-        if missing:  # before the pre-flight, which reads the data for minutes on a real model
-            return refusal(PROG, missing)
-        try:  # the evaluation's data, with its tokenizer: every cell measurable
-            preflight(study, log=study.log)
-        except StudyConfigError as e:
-            return refusal(PROG, one_line(e))
-        stopped = _run(study, only)
+        stopped = _train(study, only)
         if stopped is not None:
             return stopped
     try:  # a full disk, or a run's record cut off: one line; a report that failed part-way removed what it wrote
         summary = build_report(study.out, report_dir, cfg, note=a.note)
+    except KeyboardInterrupt:  # Ctrl-C while the report is written: what it wrote is removed, the runs are kept
+        print(f"[study] interrupted while writing the report: the runs are kept in {study.out}; the same command "
+              "with --report-only writes the report", file=sys.stderr)
+        return 128 + signal.SIGINT
     except Exception as e:
         line = fault_line(e)
         if line is None:
@@ -119,6 +116,21 @@ def main(argv=None) -> int:
               f"{' '.join(logs)}")
         return 1
     return 0
+
+
+def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:
+    """The pre-flight, then the grid (:func:`_run`); None when the grid ran to its end, else the exit status."""
+    missing = tune_problem() if study.runs() else None
+    if missing:  # before the pre-flight, which reads the data for minutes on a real model
+        return refusal(PROG, missing)
+    try:  # the evaluation's data, with its tokenizer: every cell measurable
+        preflight(study, log=study.log)
+    except StudyConfigError as e:
+        return refusal(PROG, one_line(e))
+    except KeyboardInterrupt:  # Ctrl-C before any run: no traceback
+        print("[study] interrupted during the pre-flight: no run started; rerun the same command", file=sys.stderr)
+        return 128 + signal.SIGINT
+    return _run(study, only)
 
 
 def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
