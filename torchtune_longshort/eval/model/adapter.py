@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import partial
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import lm_eval.models  # noqa: F401  (fills lm-eval's registry first: it only self-populates when empty)
@@ -215,12 +215,14 @@ class LongShortLM(TemplateLM):
         override_bs: Optional[int] = None,
         task_names: Optional[List[Optional[str]]] = None,
         docs: Optional[List[Optional[Dict[str, Any]]]] = None,
+        done: Optional[Callable[[int, TokenLoglikelihood], None]] = None,
     ) -> List[Tuple[float, bool]]:
         """Score continuation tokens given context tokens, batched (longest first, right-padded).
 
         A context+continuation longer than ``max_length + 1`` tokens loses context tokens (left or middle) only
         when the request's task declares that truncation (its doc) or ``truncation`` allows it; otherwise, and
         for a continuation longer than ``max_length``, the result is ``(nan, False)`` with the reason.
+        ``done(index, result)``: called for each request once its result is known (its batch ended).
         """
         task_names = task_names or [None] * len(requests)
         docs = docs or [None] * len(requests)
@@ -230,17 +232,21 @@ class LongShortLM(TemplateLM):
             inp, results[i] = self._prepare_loglikelihood(i, ctx, cont, task, doc)
             if inp is not None:
                 prepared.append((i, inp, cont))
+            elif done is not None:
+                done(i, results[i])
         scored = score_continuations(
             self.model, prepared, batch_size=override_bs or self.batch_size, pad_id=self.tokenizer.pad_id,
             vocab_size=self.vocab_size, device=self.device, disable_tqdm=disable_tqdm,
-            out_of_memory=lambda i, n, error: self._out_of_memory(task_names[i], n, error),
+            out_of_memory=lambda i, n, error: self._out_of_memory(task_names[i], n, error), done=done,
         )
         for i, result in scored.items():
             results[i] = result
         return results  # type: ignore[return-value]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> List[Tuple[float, bool]]:
-        """lm-eval ``loglikelihood``: TemplateLM's encoding (same as ``hf``), then batched scoring."""
+        """lm-eval ``loglikelihood``: TemplateLM's encoding (same as ``hf``), then batched scoring. Each result
+        goes to lm-eval's response cache (``--use_cache``) as its batch ends, as ``hf`` stores them: an interrupted
+        run's rerun asks only what it had not scored."""
         new_reqs = []
         for context, continuation in [req.args for req in requests]:
             if context == "":
@@ -253,41 +259,42 @@ class LongShortLM(TemplateLM):
             else:
                 ctx_enc, cont_enc = self._encode_pair(context, continuation)
             new_reqs.append(((context, continuation), ctx_enc, cont_enc))
-        out = self._loglikelihood_tokens(
+        return self._loglikelihood_tokens(
             new_reqs,
             disable_tqdm=disable_tqdm,
             task_names=[getattr(r, "task_name", None) for r in requests],
             docs=[getattr(r, "doc", None) for r in requests],
+            done=lambda i, res: self.cache_hook.add_partial("loglikelihood", requests[i].args, res),
         )
-        for req, res in zip(requests, out):
-            self.cache_hook.add_partial("loglikelihood", req.args, res)
-        return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> List[float]:
         """lm-eval ``loglikelihood_rolling``: disjoint windows of ``max_length`` tokens, exactly as ``hf`` builds
-        them (BOS-prefixed token list, prefix token BOS), scored with batching across windows."""
-        windows, owners, tasks = [], [], []
+        them (BOS-prefixed token list, prefix token BOS), scored with batching across windows; a request's total
+        (its windows' sum, in window order) goes to the response cache once its last window is scored."""
+        windows, owners, tasks, spans = [], [], [], []
         for idx, req in enumerate(requests):
-            (string,) = req.args
-            for w in map(
-                lm_utils.make_disjoint_window,
-                lm_utils.get_rolling_token_windows(
-                    token_list=self.tok_encode(string),
-                    prefix_token=self.prefix_token_id,
-                    max_seq_len=self.max_length,
-                    context_len=1,
-                ),
-            ):
+            first = len(windows)
+            for w in map(lm_utils.make_disjoint_window, lm_utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(req.args[0]), prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length, context_len=1)):
                 windows.append((None,) + w)
                 owners.append(idx)
                 tasks.append(getattr(req, "task_name", None))
-        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm, task_names=tasks)
-        totals = [0.0] * len(requests)
-        for idx, sc in zip(owners, scores):
-            totals[idx] += sc[0]
-        for req, total in zip(requests, totals):
-            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
-        return totals
+            spans.append(range(first, len(windows)))
+        scores: Dict[int, float] = {}
+        left = [len(span) for span in spans]
+
+        def done(window: int, score: TokenLoglikelihood) -> None:
+            scores[window], idx = score[0], owners[window]
+            left[idx] -= 1
+            if left[idx] == 0:
+                self.cache_hook.add_partial("loglikelihood_rolling", requests[idx].args, total(idx))
+
+        def total(idx: int) -> float:
+            return sum((scores[w] for w in spans[idx]), 0.0)
+
+        self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm, task_names=tasks, done=done)
+        return [total(idx) for idx in range(len(requests))]
 
     # ------------------------------------------------------------------ generation
     def greedy_generate(

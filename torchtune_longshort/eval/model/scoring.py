@@ -90,13 +90,15 @@ def score_continuations(
     device: torch.device,
     disable_tqdm: bool = False,
     out_of_memory: Optional[Callable[[int, int, str], str]] = None,
+    done: Optional[Callable[[int, TokenLoglikelihood], None]] = None,
 ) -> Dict[int, TokenLoglikelihood]:
     """``{request index: TokenLoglikelihood}``: the summed and per-token log-probabilities of each continuation
     after its input, and whether each continuation token is the argmax.
 
     A batch that does not fit the device runs again a request at a time (:func:`~.memory.run_fitting`); a request
     that does not fit alone is refused with ``out_of_memory(index, input tokens, error)`` as its reason (default:
-    :func:`~.memory.out_of_memory_reason`)."""
+    :func:`~.memory.out_of_memory_reason`). ``done(index, result)`` is called for each request as its batch ends
+    (lm-eval's ``--use_cache`` stores it then, so an interrupted run keeps what it scored)."""
     output = decoder_of(model).output
     results: Dict[int, TokenLoglikelihood] = {}
 
@@ -118,6 +120,9 @@ def score_continuations(
     ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
     for chunk in length_batches(model, ordered, batch_size, lambda r: len(r[1])):
         run_fitting(chunk, score, refuse, device)
+        if done is not None:
+            for i, _, _ in chunk:
+                done(i, results[i])
         pbar.update(len(chunk))
     pbar.close()
     return results
