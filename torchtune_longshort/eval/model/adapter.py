@@ -30,6 +30,7 @@ Scoring lives in :mod:`~torchtune_longshort.eval.model.scoring`, decoding in
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -92,7 +93,7 @@ class LongShortLM(TemplateLM):
         return self.processes.all_gather(tensor)
 
     def gather_object(self, obj: Any, dst: int = 0):
-        return self.processes.gather_object(obj, dst)
+        return self.processes.gather_object(obj, dst, caller=sys._getframe(1))  # lm-eval's evaluate()
 
     def barrier(self) -> None:
         self.processes.barrier()
@@ -288,13 +289,11 @@ class LongShortLM(TemplateLM):
             scores[window], idx = score[0], owners[window]
             left[idx] -= 1
             if left[idx] == 0:
-                self.cache_hook.add_partial("loglikelihood_rolling", requests[idx].args, total(idx))
-
-        def total(idx: int) -> float:
-            return sum((scores[w] for w in spans[idx]), 0.0)
+                total = sum((scores[w] for w in spans[idx]), 0.0)
+                self.cache_hook.add_partial("loglikelihood_rolling", requests[idx].args, total)
 
         self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm, task_names=tasks, done=done)
-        return [total(idx) for idx in range(len(requests))]
+        return [sum((scores[w] for w in span), 0.0) for span in spans]
 
     # ------------------------------------------------------------------ generation
     def greedy_generate(

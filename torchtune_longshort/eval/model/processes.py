@@ -7,15 +7,26 @@ device becomes ``cuda:<LOCAL_RANK>``); lm-eval gives each process every N-th doc
 model's ``rank`` and ``world_size``), pads the request counts, and gathers the per-document values on rank 0
 through the model's ``all_gather``, ``gather_object`` and ``barrier`` (lm-eval's LM API), implemented here over
 ``torch.distributed`` (NCCL on GPUs, gloo on CPUs). Rank 0 alone writes the results.
+
+The pack's tasks report a metric per length (``ppl_128``, ``ppl_256``), and every N-th document of a task whose
+documents take their lengths in turn can all be of one length: 2 processes and 2 lengths gave rank 0 every 128-token
+sequence and rank 1 every 256-token one. lm-eval 0.4.13 gathers the values of the metrics rank 0 scored, looked up in
+every rank's (``KeyError: ('ppl_128', 'none')`` after every request had run, no results file); a metric rank 0 had
+not scored would have been left out. :func:`complete_metric_keys` gives every rank's values, and rank 0's, the
+metrics any rank scored (an empty list where a rank scored none).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
-from typing import Any, List, Optional
+from types import FrameType
+from typing import Any, Dict, List, Optional
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 def launched_world_size() -> int:
@@ -59,14 +70,16 @@ class Processes:
         dist.all_gather(out, flat)
         return torch.cat(out)
 
-    def gather_object(self, obj: Any, dst: int = 0) -> Optional[List[Any]]:
-        """Every rank's ``obj`` in rank order on ``dst``; None on the other ranks."""
+    def gather_object(self, obj: Any, dst: int = 0, caller: Optional[FrameType] = None) -> Optional[List[Any]]:
+        """Every rank's ``obj`` in rank order on ``dst``; None on the other ranks. lm-eval's metric values are
+        completed (:func:`complete_metric_keys`; ``caller``: the frame of lm-eval's ``evaluate``)."""
         if self.world_size == 1:
             return [obj]
         import torch.distributed as dist
 
         out: Optional[List[Any]] = [None] * self.world_size if self.rank == dst else None
         dist.gather_object(obj, out, dst=dst)
+        complete_metric_keys(out, caller)
         return out
 
     def barrier(self) -> None:
@@ -74,6 +87,44 @@ class Processes:
             import torch.distributed as dist
 
             dist.barrier()
+
+
+def _metric_values(gathered: Optional[List[Any]]) -> bool:
+    """Whether ``gathered`` is lm-eval's per-task metric values of every rank (``{task: {(metric, filter):
+    [values]}}``), not its logged samples (``{task: [rows]}``)."""
+    return bool(gathered) and all(
+        isinstance(ranks, dict) and all(isinstance(v, dict) and all(isinstance(k, tuple) for k in v)
+                                        for v in ranks.values()) for ranks in gathered)
+
+
+def complete_metric_keys(gathered: Optional[List[Any]], caller: Optional[FrameType]) -> None:
+    """Give each rank's metric values in ``gathered`` (:func:`_metric_values`; anything else is left alone) every
+    metric some rank scored, and rank 0's own values (``eval_results_acc`` of lm-eval's ``evaluate``, the
+    ``caller`` frame, which lm-eval gathers by its keys) as well: an empty list where a process scored none."""
+    if not _metric_values(gathered):
+        return
+    every: Dict[str, list] = {}
+    for ranks in gathered:  # type: ignore[union-attr]
+        for task, values in ranks.items():
+            every.setdefault(task, [])
+            every[task] += [k for k in values if k not in every[task]]
+    for ranks in gathered:  # type: ignore[union-attr]
+        for task, keys in every.items():
+            values = ranks.setdefault(task, {})
+            for key in keys:
+                values.setdefault(key, [])
+    accumulated = (caller.f_locals.get("eval_results_acc") if caller is not None else None) or {}
+    for task, keys in every.items():
+        raw = accumulated.get(task, {}).get("raw_metrics")
+        if raw is None:
+            logger.warning("%s: the metrics rank 0 did not score cannot be added to lm-eval's results (%s)", task,
+                           "its evaluate() has no eval_results_acc")
+            continue
+        add_metric = getattr(accumulated[task].get("task"), "add_metric", None)  # the pack's PackTask
+        for key in keys:
+            raw.setdefault(key, [])
+            if add_metric is not None:
+                add_metric(key[0])
 
 
 def _leave() -> None:

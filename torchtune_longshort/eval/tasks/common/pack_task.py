@@ -122,11 +122,16 @@ class PackTask(ConfigurableTask):
         if reason:
             self.not_scored[str(reason)] = self.not_scored.get(str(reason), 0) + 1
         for key in out:
-            base = None if key in self._aggregation_list else self.base_metric(key)
-            if base is not None:
-                self._aggregation_list[key] = self._aggregation_list[base]
-                self._higher_is_better[key] = self._higher_is_better.get(base)
+            self.add_metric(key)
         return out
+
+    def add_metric(self, key: str) -> None:
+        """Give a per-length / per-depth metric ``key`` its base metric's aggregation and ``higher_is_better`` (also
+        asked for a metric only another process scored: ``eval.model.processes.complete_metric_keys``)."""
+        base = None if key in self._aggregation_list else self.base_metric(key)
+        if base is not None:
+            self._aggregation_list[key] = self._aggregation_list[base]
+            self._higher_is_better[key] = self._higher_is_better.get(base)
 
     def dump_config(self) -> dict:
         cfg = super().dump_config()
