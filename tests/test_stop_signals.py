@@ -78,3 +78,22 @@ def test_sigterm_to_every_process_of_a_torchrun_job_saves(tmp_path, tiny_llama2_
     assert "KeyboardInterrupt" not in text, text[-3000:]
     assert "SIGTERM received" in text and (out / "recipe_state" / f"step_{last}.pt").is_file(), text[-3000:]
     assert (out / "latest").read_text().strip() == f"step_{last}"
+
+
+def test_a_run_stopped_in_its_setup_leaves_a_folder_its_rerun_takes(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """SIGTERM (a scheduler's) once the run has claimed its output_dir, before its handlers and its first save: the
+    folder keeps the run's marker and lock. The plain rerun was refused ('exists and is not empty ... Pass
+    resume=True'), and resume=True had nothing to resume; the rerun now takes the folder."""
+    from torchtune_longshort.training.output_dir import MARKER, claim_output_dir
+
+    out = tmp_path / "out"
+    p = subprocess.Popen(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out), cwd=REPO, start_new_session=True,
+                         env=_env(tmp_path, LONGSHORT_TEST_FRESH="1"), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out / MARKER).is_file() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGTERM)
+    assert p.wait(timeout=60) == -signal.SIGTERM
+    assert MARKER in {q.name for q in out.iterdir()} and not any(q.is_file() for q in (out / ".staging").rglob("*"))
+    claim_output_dir(out, resume=False, overwrite=False).release()

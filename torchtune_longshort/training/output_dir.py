@@ -72,6 +72,16 @@ def prepare_output_dir(
     return out
 
 
+def nothing_written(out: Path) -> bool:
+    """Whether ``out`` holds only what a run stopped in its setup leaves (SIGTERM or SIGKILL after it claimed the
+    folder: its marker, its lock, empty staging folders): no step, log or file of a run, so a plain rerun takes it
+    (a live run's lock still refuses it); before, that rerun was told to pass resume=True, with nothing to resume."""
+    names = {p.name for p in out.iterdir()}
+    staging = out / ".staging"
+    return MARKER in names and names <= {MARKER, LOCK, staging.name} and not any(
+        not p.is_dir() or p.is_symlink() for p in (staging.rglob("*") if staging.is_dir() else ()))
+
+
 def _deletion_rank(child: Path) -> int:
     if child.name == RECIPE_STATE_DIR:
         return 0
@@ -112,7 +122,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                 f"{', '.join(repr(f) for f in foreign[:3])}{' ...' if len(foreign) > 3 else ''} that the recipe did "
                 "not write: move those out of it first")
         return
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out):
         if not overwrite:
             raise FileExistsError(
                 f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
