@@ -71,3 +71,32 @@ def test_use_cache_keeps_what_an_interrupted_run_scored(tiny_llama2_dir, sp_toke
     assert [g[0] for g in got] == pytest.approx([w[0] for w in want], rel=1e-6)
     for g, w in zip(got, want):  # the cached results keep their per-token values (the perplexity curve)
         assert g.token_logprobs == pytest.approx(w.token_logprobs, rel=1e-5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_longshort_eval_stopped_by_a_signal_says_so_in_one_line(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, sig):
+    """Ctrl-C ended ``longshort-eval`` with lm-eval's KeyboardInterrupt traceback and SIGTERM (a scheduler's) silently
+    (exit -15); both now end in one line saying what the run left and how to go on, exit 128 + the signal, as the
+    recipe and the study do. The signal goes to the process group once the requests are being scored."""
+    import time
+
+    cli = str(Path(sys.executable).with_name("longshort-eval"))
+    meta = '{"ppl_source": "stdlib", "ppl_num_samples": 300, "max_seq_lengths": [128, 256]}'
+    env = dict(os.environ, LONGSHORT_TEST_FRESH="1")
+    p = subprocess.Popen([cli, "run", "--model", "longshort", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu", "--tasks",
+                          "longshort_ppl", "--metadata", meta, "--output_path", str(tmp_path / "out")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "Running loglikelihood requests" in line:
+            time.sleep(0.2)
+            os.killpg(p.pid, sig)
+            break
+    said = p.stdout.read().strip().splitlines()
+    p.wait(timeout=120)
+    assert p.returncode == 128 + sig, (p.returncode, seen[-3:], said[-3:])
+    assert said[-1].startswith(f"longshort-eval: interrupted ({sig.name}): lm-eval writes results only when") and \
+        "--use_cache" in said[-1], said[-3:]
+    assert not any("Traceback" in line for line in seen + said)

@@ -113,6 +113,47 @@ def refusing(prog: str, run: Callable[[], T]) -> T:
         refuse(prog, line)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt`` (``signum``: the signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
+    """``run()``, stopped by Ctrl-C or SIGTERM (a scheduler's) in one line instead of lm-eval's traceback (SIGTERM
+    ended silently): ``<prog>: interrupted (SIGINT): <kept>`` on stderr, exit status 128 + the signal (130, 143, as
+    the recipe and the study exit). ``kept``: what the interrupted command leaves, and how to go on. SIGTERM's
+    handler is installed from the main thread only, and put back afterwards."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
+    try:
+        return run()
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        _close_progress_bars()
+        print(f"{prog}: interrupted ({signal.Signals(signum).name}): {kept}", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _close_progress_bars() -> None:
+    """Close the tqdm bars an interrupted command left open, so that their last redraw (at exit, otherwise) comes
+    before the command's last line, not after it."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them)."""
 

@@ -26,9 +26,12 @@ import sys
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
-from torchtune_longshort.refusals import refuse, refusing
+from torchtune_longshort.refusals import refuse, refusing, stoppable
 
 PROG = "longshort-eval"
+# what an interrupted evaluation leaves: lm-eval writes its results files when every task is done
+INTERRUPTED = ("lm-eval writes results only when every task is done (a run stopped before then wrote none); with "
+               "--use_cache, the same command reuses every request already scored")
 
 
 def main() -> None:
@@ -37,7 +40,7 @@ def main() -> None:
         print(tasks_path())
         return
     quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
-    refusing(PROG, lambda: _evaluate(sys.argv[1:]))
+    stoppable(PROG, lambda: refusing(PROG, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)
 
 
 def _evaluate(args) -> None:

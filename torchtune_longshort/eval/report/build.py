@@ -55,7 +55,7 @@ from torchtune_longshort.output_guard import (
     atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
 from torchtune_longshort.provenance import provenance, provenance_markdown
-from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable
 
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
 LENGTH_TABLES = {fam.task: fam.table_metrics for fam in TASK_FAMILIES.values() if fam.table_metrics}
@@ -271,8 +271,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                          "different numbers of samples, side by side with the differences marked, instead of refusing "
                          "them")
     args = ap.parse_args(argv)
-    summary = refusing(ap.prog, lambda: build_report(
-        args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed))
+    summary = stoppable(ap.prog, lambda: refusing(ap.prog, lambda: build_report(
+        args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed)),
+        "the files this report added are removed, those it had replaced are whole (new); rerun the same command")
     print((args.out / "report.md").read_text())
     print("wrote:", ", ".join(str(args.out / f) for f in summary["files"]))
 
