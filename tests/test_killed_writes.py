@@ -109,3 +109,28 @@ def test_the_eval_report_killed_part_way_and_one_that_draws_fewer_figures(tmp_pa
     report_main([str(passkey), "--out", str(out)])  # was refused for that heatmap
     assert "heatmap_longshort_passkey_a.png" in json.loads((out / "summary.json").read_text())["files"]
     capsys.readouterr()
+
+
+def test_temporary_folders_a_killed_process_left_are_removed_by_the_next_one(tmp_path, capsys):
+    """A SIGKILL while a tokenizer trained or the GGUF converted left its hidden ``.<name>.<tag>_*`` folder for good
+    (540 MB in the cache for the converted SmolLM2); the next call beside the same target removes those untouched for
+    a day, and nothing else: a fresh one (another process at work), another tag, a user's folder."""
+    import os
+    import time
+
+    from torchtune_longshort.output_guard import ABANDONED_AFTER_S, folder_beside
+
+    target = tmp_path / "model"
+    names = [".model.converting_old", ".model.converting_fresh", ".model.training_old", "model.converting_old"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part.safetensors").write_text("x")
+    past = time.time() - ABANDONED_AFTER_S - 60
+    for name in names:
+        if name.endswith("_old"):
+            os.utime(tmp_path / name, (past, past))
+    mine = folder_beside(target, "converting")
+    assert mine.name.startswith(".model.converting_") and mine.is_dir()
+    left = sorted(p.name for p in tmp_path.iterdir() if p != mine)
+    assert left == [".model.converting_fresh", ".model.training_old", "model.converting_old"]
+    assert capsys.readouterr().err.count("removed 1 temporary folder(s) a killed process left") == 1

@@ -9,7 +9,9 @@ import contextvars
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -208,12 +210,26 @@ def plain_file_mode(*paths: Union[str, Path]) -> None:
         os.chmod(path, 0o666 & ~mask)
 
 
+# a temporary folder of folder_beside untouched this long was left by a killed process (a tokenizer trains in
+# seconds, a GGUF converts in a minute; each write into the folder renews its mtime)
+ABANDONED_AFTER_S = 24 * 3600
+
+
 def folder_beside(target: Union[str, Path], tag: str) -> Path:
     """A new, empty folder of this call's own beside ``target`` (``.<name>.<tag>_<random>``: on the same filesystem,
     so a rename moves it into place, and never a folder of the user's), with the mode a plain ``mkdir`` gives
-    (``tempfile.mkdtemp``'s 0700 would hide a shared cache or tokenizer from other users)."""
+    (``tempfile.mkdtemp``'s 0700 would hide a shared cache or tokenizer from other users). Such folders of
+    ``target`` and ``tag`` untouched for :data:`ABANDONED_AFTER_S`, which a killed process left (a SIGKILL during a
+    GGUF conversion left 540 MB in the cache, hidden), are removed first, with one line."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    abandoned = [p for p in target.parent.glob(f".{target.name}.{tag}_*")
+                 if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime > ABANDONED_AFTER_S]
+    for p in abandoned:
+        shutil.rmtree(p, ignore_errors=True)
+    if abandoned:
+        print(f"removed {len(abandoned)} temporary folder(s) a killed process left beside {target} "
+              f"({', '.join(p.name for p in abandoned)})", file=sys.stderr)
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
     mask = os.umask(0)
     os.umask(mask)
