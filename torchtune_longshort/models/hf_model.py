@@ -19,6 +19,7 @@ from torchtune_longshort.devices import check_fits
 from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
+from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling
 from torchtune_longshort.rope import has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
@@ -161,6 +162,7 @@ def lora_kwargs(**kwargs: Any) -> Optional[Dict[str, Any]]:
         return None
     if kwargs.get("lora_alpha") is None:
         raise ValueError("lora_rank is set but lora_alpha is not: set lora_alpha (torchtune's configs use 2 x rank)")
+    check_lora_settings(kwargs)
     return {k: v for k, v in kwargs.items() if v is not None}
 
 

@@ -7,7 +7,9 @@ attention (LongLoRA's design: S2-Attn only during fine-tuning).
 The shift here has no wrap-around. LongLoRA's non-flash code rolls q/k/v by G/2, which puts the first G/2 tokens
 at the end of the last group where the causal mask lets them attend to the last G/2 tokens of the sequence (a
 leak of the future). Here the shifted heads' groups are ``[0, G/2)``, ``[G/2, 3G/2)``, ..., ``[s - G/2, s)``:
-each is plain causal attention (no roll, no explicit mask, so SDPA may use its fused kernels). With a single group (G = s) there is no boundary to straddle and both halves use full causal attention.
+each is plain causal attention (no roll, no explicit mask, so SDPA may use its fused kernels): the groups of
+LongLoRA's flash-attention code (``forward_flashattn``'s ``cu_seqlens``). With a single group (G = s) there is no
+boundary to straddle and both halves use full causal attention.
 """
 
 from __future__ import annotations
@@ -91,7 +93,52 @@ def s2_group_size(seq_len: int, group_size: Optional[int], group_size_ratio: Opt
     return max(2, int(seq_len * group_size_ratio))
 
 
-def enable_s2_attn(model: nn.Module, group_size: Optional[int] = None, group_size_ratio: Optional[float] = 0.25) -> nn.Module:
+def check_s2_settings(group_size: Optional[int], group_size_ratio: Optional[float], where: str = "model") -> None:
+    """Refuse an S2-Attn ``s2_group_size`` that is not an even integer >= 2, or (without one) an
+    ``s2_group_size_ratio`` outside (0, 1]; ``where`` is the model node's config path."""
+    if group_size is None:
+        r = group_size_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r <= 1):
+            raise ValueError(f"{where}.s2_group_size_ratio={r!r} is not accepted: expected a number in (0, 1] "
+                             "(LongLoRA: 0.25)")
+    elif isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2:
+        raise ValueError(f"{where}.s2_group_size={group_size!r} is not accepted: expected an even integer >= 2, or "
+                         f"null to use {where}.s2_group_size_ratio")
+
+
+def _fits(seq_len: int, group_size: Optional[int], group_size_ratio: Optional[float]) -> bool:
+    g = group_size if group_size is not None else int(seq_len * group_size_ratio)
+    return g >= 2 and g % 2 == 0 and seq_len % g == 0
+
+
+def check_s2_length(seq_len: int, group_size: Optional[int], group_size_ratio: Optional[float],
+                    where: str = "model", length_key: str = "seq_len") -> None:
+    """Refuse a training length ``seq_len`` (the config's ``length_key``) whose S2-Attn groups are not even or do
+    not divide it (LongLoRA refuses ``q_len % group_size`` too): said before the run starts, not at its first
+    forward. The message names the nearest lengths that fit."""
+    check_s2_settings(group_size, group_size_ratio, where)
+    if _fits(seq_len, group_size, group_size_ratio):
+        return
+    below = next((n for n in range(seq_len - 1, 1, -1) if _fits(n, group_size, group_size_ratio)), None)
+    above = next((n for n in range(seq_len + 1, 2 * seq_len + 64) if _fits(n, group_size, group_size_ratio)), None)
+    near = " or ".join(str(n) for n in (below, above) if n is not None)
+    divisors = sorted((g for g in range(2, seq_len + 1, 2) if seq_len % g == 0),
+                      key=lambda g: abs(g - (group_size or seq_len * group_size_ratio)))[:2]
+    other = f"{where}.s2_group_size to an even divisor of {seq_len} (e.g. {' or '.join(map(str, divisors))})" \
+        if divisors else f"an even {length_key}"
+    if group_size is not None:
+        raise ValueError(f"{where}.s2_group_size={group_size} does not divide {length_key}={seq_len}: S2-Attn cuts "
+                         f"each window into groups of that many tokens; set {length_key} to a multiple of "
+                         f"{group_size} ({near}), or {other}")
+    g = int(seq_len * group_size_ratio)
+    to = f"set {length_key} to {near}, or " if near else "set "
+    raise ValueError(f"{where}.s2_group_size_ratio={group_size_ratio} gives S2-Attn groups of int({seq_len} x "
+                     f"{group_size_ratio}) = {g} tokens at {length_key}={seq_len}; a group must be even (the shifted "
+                     f"heads move by half a group) and divide the length (LongLoRA's rule); {to}{other}")
+
+
+def enable_s2_attn(model: nn.Module, group_size: Optional[int] = None,
+                   group_size_ratio: Optional[float] = 0.25) -> nn.Module:
     """Use S2-Attn in every attention of a torchtune decoder while it is in training mode.
 
     Args:
@@ -105,11 +152,7 @@ def enable_s2_attn(model: nn.Module, group_size: Optional[int] = None, group_siz
     """
     from torchtune.modules import MultiHeadAttention
 
-    if group_size is None:
-        if group_size_ratio is None or not (0 < group_size_ratio <= 1):
-            raise ValueError(f"group_size_ratio={group_size_ratio!r} is not accepted: expected a number in (0, 1]")
-    elif isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2:
-        raise ValueError(f"group_size={group_size!r} is not accepted: expected an even integer >= 2")
+    check_s2_settings(group_size, group_size_ratio)
     disable_s2_attn(model)
     count = 0
     for m in model.modules():

@@ -21,6 +21,7 @@ from torchtune_longshort.data.tokenizer_training import check_training_folder
 from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
+from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
@@ -122,6 +123,7 @@ class ModelConfig(ComponentSection):
                 check_rope_method(node["method"], f"{path}.method")
             if node["_component_"] == HF_DECODER:
                 check_decoder_source(node, path)
+                check_lora_settings(node, path)
             if node.get("use_dora"):
                 raise ValueError(
                     f"{path}.use_dora={node['use_dora']!r} is not accepted: this recipe trains LoRA adapters; DoRA's "

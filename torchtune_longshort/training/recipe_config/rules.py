@@ -14,6 +14,7 @@ import torch
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
+from torchtune_longshort.models.s2_attn import check_s2_length
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
@@ -45,6 +46,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
             f"which torch {torch.__version__} lacks: upgrade torch, or train in one process (tune run without "
             "--nproc_per_node)")
     _check_min_context(config)
+    _check_s2_groups(config)
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     if local:
@@ -108,6 +110,18 @@ def _check_alignment_reach(config: RecipeConfig) -> None:
                        "which compare nothing by design); the steps that draw them train CE alone (the paper's Table 7 "
                        "[1, L] runs set loss.min_context: none)", where, len(below_l), hi - lo + 1, below_l[0],
                        below_l[-1], len(empty))
+
+
+def _check_s2_groups(config: RecipeConfig) -> None:
+    """A model node with ``s2_attn: True`` (at any depth): its groups at ``seq_len`` are even and divide it (both
+    windows are ``seq_len`` tokens; validation runs in eval mode, with full attention)."""
+    node, where = dict(config.model.args), "model"
+    while True:
+        if node.get("s2_attn"):
+            check_s2_length(config.seq_len, node.get("s2_group_size"), node.get("s2_group_size_ratio", 0.25), where)
+        if not isinstance(node.get("model"), dict):
+            return
+        node, where = node["model"], f"{where}.model"
 
 
 def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> None:

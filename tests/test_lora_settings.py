@@ -1,0 +1,70 @@
+"""Bad LoRA / S2-Attn settings are refused by the config check (``longshort-validate`` and the recipe, before any
+folder is claimed) in one line naming the key and the fix. torchtune's builders took them: rank 0 crashed with a
+ZeroDivisionError after the run had claimed its output folder, alpha 0 trained nothing (every adapter scaled by
+alpha / r = 0), a target name that is no torchtune module (``o_proj``, ``w1``, a typo) was skipped without a word,
+``lora_attn_modules: []`` (which torchtune's builders refuse) ran as q/v, and an S2-Attn group that does not divide
+``seq_len`` failed at the first training forward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from torchtune_longshort.models import hf_decoder
+from torchtune_longshort.training.recipe_config import load_recipe_config
+
+REPO = Path(__file__).resolve().parents[1]
+DIMS = dict(family="llama", vocab_size=64, num_layers=1, num_heads=4, num_kv_heads=2, embed_dim=32,
+            intermediate_dim=64, max_seq_len=64)
+
+
+def _check(config: str, **over):
+    cfg = OmegaConf.load(REPO / "configs" / config)
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    return load_recipe_config(cfg, world_size=1, local=False)
+
+
+BAD = [
+    ({"model.lora_rank": 0}, r"^model\.lora_rank=0 is not accepted: expected an integer >= 1"),
+    ({"model.lora_rank": -4}, r"^model\.lora_rank=-4 is not accepted"),
+    ({"model.lora_alpha": 0}, r"^model\.lora_alpha=0 is not accepted: expected a number > 0"),
+    ({"model.lora_alpha": -16}, r"^model\.lora_alpha=-16 is not accepted"),
+    ({"model.lora_dropout": 1.0}, r"^model\.lora_dropout=1\.0 is not accepted: expected a number in \[0, 1\)"),
+    ({"model.lora_attn_modules": ["q_proj", "o_proj"]}, r"^model\.lora_attn_modules: 'o_proj' is not a module .*"
+                                                        r"use 'output_proj'"),
+    ({"model.lora_attn_modules": ["w1"]}, r"'w1' is not a module .*use apply_lora_to_mlp=True"),
+    ({"model.lora_attn_modules": ["q_prj"]}, r"'q_prj' is not a module .*use 'q_proj'"),
+    ({"model.lora_attn_modules": []}, r"^model\.lora_attn_modules=\[\] is not accepted: .*ran as the default"),
+    ({"model.lora_attn_modules": "q_proj"}, r"^model\.lora_attn_modules='q_proj' is not accepted: expected a list"),
+    ({"model.s2_attn": True, "seq_len": 100}, r"^model\.s2_group_size_ratio=0\.25 gives S2-Attn groups of "
+                                              r"int\(100 x 0\.25\) = 25 tokens .*set seq_len to 96 or 104"),
+    ({"model.s2_attn": True, "model.s2_group_size": 24}, r"^model\.s2_group_size=24 does not divide seq_len=64.*"
+                                                         r"multiple of 24 \(48 or 72\)"),
+    ({"model.s2_attn": True, "model.s2_group_size": 7}, r"^model\.s2_group_size=7 is not accepted: expected an even"),
+    ({"model.s2_attn": True, "model.s2_group_size_ratio": 0}, r"^model\.s2_group_size_ratio=0 is not accepted"),
+]
+
+
+@pytest.mark.parametrize("over, match", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_settings_are_refused_by_the_config_check(over, match):
+    with pytest.raises(ValueError, match=match):
+        _check("tiny/lora_from_checkpoint.yaml", **over)
+
+
+def test_nested_node_is_named_and_good_settings_pass():
+    """The LongQLoRA config's decoder sits inside rope_scaled: its path is named; its own settings pass."""
+    _check("llama2_7b/longqlora_8k_redpajama_book.yaml")
+    _check("tiny/lora_from_checkpoint.yaml", **{"model.s2_attn": True})  # 64 tokens: groups of 16
+    with pytest.raises(ValueError, match=r"^model\.model\.s2_group_size_ratio=0\.25 .* at seq_len=8190"):
+        _check("llama2_7b/longqlora_8k_redpajama_book.yaml", seq_len=8190)
+    with pytest.raises(ValueError, match=r"^model\.model\.lora_rank=0 is not accepted"):
+        _check("llama2_7b/longqlora_8k_redpajama_book.yaml", **{"model.model.lora_rank": 0})
+
+
+def test_builder_refuses_too():
+    """hf_decoder called directly (a script, the eval side) says the same, not torchtune's ZeroDivisionError."""
+    with pytest.raises(ValueError, match=r"^model\.lora_rank=0 is not accepted"):
+        hf_decoder(**DIMS, lora_rank=0, lora_alpha=16)
