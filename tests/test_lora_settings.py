@@ -68,3 +68,13 @@ def test_builder_refuses_too():
     """hf_decoder called directly (a script, the eval side) says the same, not torchtune's ZeroDivisionError."""
     with pytest.raises(ValueError, match=r"^model\.lora_rank=0 is not accepted"):
         hf_decoder(**DIMS, lora_rank=0, lora_alpha=16)
+
+
+@pytest.mark.parametrize("layout, family", [("gemma", "gemma"), ("qwen2", "qwen2"), ("smollm2", "llama")])
+def test_lora_on_a_tied_output_is_refused_for_every_family(family_dirs, layout, family):
+    """Gemma's builder dropped apply_lora_to_output=True without a word (the run trained no output adapter); every
+    tied family now refuses it alike, naming the key and the fix."""
+    with pytest.raises(ValueError, match=rf"^apply_lora_to_output=True is not accepted for this {family} model: .*"
+                                         r"set apply_lora_to_output=False"):
+        hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8, apply_lora_to_output=True)
+    hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8)

@@ -94,6 +94,16 @@ def _lora(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _refuse_tied_output_lora(lora: Dict[str, Any], tied: bool, family: str) -> None:
+    """LoRA on a tied output layer: torchtune's builders have none to adapt (its gemma builder has no such option, and
+    the keyword was dropped without a word; its qwen2 builder raised its own message)."""
+    if tied and lora.get("apply_lora_to_output"):
+        raise UnsupportedModelError(f"apply_lora_to_output=True is not accepted for this {family} model: its output "
+                                    "layer is tied to its embeddings (tie_word_embeddings=true), and torchtune's LoRA "
+                                    "has no adapter for it; set apply_lora_to_output=False (train_embeddings_and_norms="
+                                    "True trains the shared embedding)")
+
+
 def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]], tied: bool):
     from torchtune.models.llama2._component_builders import llama2, lora_llama2
     from torchtune.modules import TiedLinear
@@ -104,9 +114,7 @@ def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
     if lora:
         lk = _lora(lora)
-        if tied and lk.get("apply_lora_to_output"):
-            raise UnsupportedModelError("apply_lora_to_output: the model's output layer is tied to its embeddings "
-                                        "(tie_word_embeddings=true); LoRA on it is not supported (torchtune's rule)")
+        _refuse_tied_output_lora(lk, tied, where)
         model = lora_llama2(**lk, **kw)
     else:
         model = llama2(**kw, rope_base=rope_theta(config))
@@ -138,6 +146,8 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     kw = dict(checkpoint_dims(config, "qwen2"),
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
               rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+    if lora:
+        _refuse_tied_output_lora(lora, kw["tie_word_embeddings"], "qwen2")
     return lora_qwen2(**_lora(lora), **kw) if lora else qwen2(**kw)
 
 
@@ -154,7 +164,8 @@ def build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
               head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
     if lora:
         lk = _lora(lora)
-        lk.pop("apply_lora_to_output", None)  # tied output: torchtune's lora_gemma has no such option
+        _refuse_tied_output_lora(lk, True, "gemma")
+        lk.pop("apply_lora_to_output", None)  # False: torchtune's lora_gemma has no such keyword
         return lora_gemma(**lk, **kw)
     return gemma(**kw)
 
