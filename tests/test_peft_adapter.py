@@ -84,3 +84,48 @@ def test_missing_adapter_files_are_named(tmp_path, family_dirs):
     (out / "adapter_model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=f"LoRA adapter folder '{out}' lacks adapter_model.safetensors"):
         read_peft_adapter(out, folder.config)
+
+
+def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):
+    """A QLoRA run's adapters were trained on the NF4-quantized base: its merged folder is the trained model, PEFT on
+    the full-precision start folder is not (16% off here), and the layout file says why (``base_quantization``)."""
+    import json
+
+    from omegaconf import OmegaConf
+    from peft import PeftModel
+    from torchtune.modules.peft import get_merged_lora_ckpt
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
+    from torchtune_longshort.training.model_setup import build_model
+    from torchtune_longshort.training.recipe_checkpoints import _float32_copies
+
+    base_dir = write_random_llama2_checkpoint(tmp_path / "base", vocab_size=512, embed_dim=128, num_layers=1,
+                                              num_heads=4, num_kv_heads=4, intermediate_dim=256, max_seq_len=32)
+    node = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(base_dir),
+            "lora_attn_modules": ["q_proj", "v_proj"], "apply_lora_to_mlp": True, "lora_rank": RANK,
+            "lora_alpha": ALPHA, "quantize_base": True}
+    model, info = build_model(OmegaConf.create(node), torch.device("cpu"), torch.float32, on_meta=False)
+    assert info.quantized_base == "nf4"
+    folder = CheckpointFolder.open(base_dir)
+    model.load_state_dict(folder.tune_state_dict(), strict=False)
+    for name, p in model.named_parameters():
+        if "lora_b" in name:
+            p.data = torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.05
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    step = tmp_path / "step_1"
+    write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, base_model=str(base_dir),
+                       quantized_base=info.quantized_base)
+    write_hf_checkpoint(step, get_merged_lora_ckpt(_float32_copies(sd), rank=RANK, alpha=ALPHA), folder.config,
+                        tokenizer=str(sp_tokenizer_dir))
+    assert json.loads((step / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_quantization"] == "nf4"
+
+    tokens = torch.randint(3, 512, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        trained = model.eval()(tokens)
+        merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32).eval()
+        via_peft = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()(tokens).logits
+    scale = merged.abs().max()
+    assert ((trained - merged).abs().max() / scale).item() < 1e-5  # the merged folder is the trained QLoRA model
+    assert ((via_peft - merged).abs().max() / scale).item() > 1e-2  # PEFT on the unquantized base is another model

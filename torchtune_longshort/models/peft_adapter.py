@@ -148,14 +148,18 @@ def _tied_output(hf_config: Dict[str, Any], saved_hf_keys: Iterable[str]) -> Opt
 
 
 def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, Any], *, alpha: float,
-                       trainable: Iterable[str] = (), base_model: Optional[str] = None, dropout: float = 0.0) -> Path:
+                       trainable: Iterable[str] = (), base_model: Optional[str] = None, dropout: float = 0.0,
+                       quantized_base: Optional[str] = None) -> Path:
     """Write ``out_dir`` (created) as a PEFT adapter folder of the LoRA weights of ``tune_sd`` (see the module doc);
     ``base_model`` becomes ``base_model_name_or_path``, ``dropout`` the config's ``lora_dropout`` (the run's, for
-    whoever trains the adapter on with PEFT). Returns ``out_dir``."""
+    whoever trains the adapter on with PEFT). ``quantized_base`` (QLoRA: ``"nf4"``) goes into the layout file as
+    ``base_quantization``: those adapters were trained on the quantized base, so PEFT on ``base_model`` in full
+    precision is not the trained model (the merged step folder is). Returns ``out_dir``."""
     from peft import LoraConfig
     from safetensors.torch import save_file
 
     sd, kwargs, layout = peft_adapter(tune_sd, hf_config, alpha, trainable)
+    layout["base_quantization"] = quantized_base
     kwargs["lora_dropout"] = float(dropout)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

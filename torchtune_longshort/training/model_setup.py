@@ -43,6 +43,7 @@ class LoRAInfo:
     dropout: float = 0.0  # the adapters' dropout (written into the PEFT adapter's config)
     trainable_names: List[str] = field(default_factory=list)
     base_dir: Optional[str] = None
+    quantized_base: Optional[str] = None  # "nf4" for QLoRA: the base the adapters were trained on is not base_dir's
 
     @property
     def enabled(self) -> bool:
@@ -56,7 +57,8 @@ def build_model(cfg_model: DictConfig, device: torch.device, dtype: torch.dtype,
     lora = [m for m in model.modules() if isinstance(m, LoRALinear)]
     dropout = getattr(lora[0], "dropout", None) if lora else None
     info = LoRAInfo(rank=lora[0].rank, alpha=lora[0].alpha,
-                    dropout=float(dropout.p) if isinstance(dropout, nn.Dropout) else 0.0) if lora else LoRAInfo()
+                    dropout=float(dropout.p) if isinstance(dropout, nn.Dropout) else 0.0,
+                    quantized_base="nf4" if getattr(lora[0], "_quantize_base", False) else None) if lora else LoRAInfo()
     return model, info
 
 

@@ -78,7 +78,8 @@ def stage_step(
     the recipe state beside it (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
     if lora.enabled:
         write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha, dropout=lora.dropout,
-                           trainable=lora.trainable_names, base_model=lora.base_dir)
+                           trainable=lora.trainable_names, base_model=lora.base_dir,
+                           quantized_base=lora.quantized_base)
         model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
     write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
     atomic_torch_save({**recipe_state, "adapter": lora.enabled}, staged_state_path(staged))
