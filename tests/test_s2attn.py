@@ -35,6 +35,39 @@ def test_matches_naive_reference(s, G, h):
     torch.testing.assert_close(s2_attention(q, k, v, G).double(), naive_s2(q, k, v, G), rtol=1e-5, atol=1e-5)
 
 
+def looped_s2(q, k, v, G):
+    """LongLoRA's groups (its flash-attention code's cu_seqlens) by explicit loops over heads and groups: heads
+    ``h//2 ..`` start their groups at 0, G/2, 3G/2, ..., the others at 0, G, 2G, ...; causal softmax inside each."""
+    b, h, s, d = q.shape
+    out = torch.zeros(b, h, s, d, dtype=torch.float64)
+    for head in range(h):
+        starts = [0, *range(G // 2, s, G)] if head >= h // 2 else list(range(0, s, G))
+        for a, e in zip(starts, [*starts[1:], s]):
+            for i in range(a, e):
+                scores = (k[:, head, a:i + 1].double() @ q[:, head, i].double()[:, :, None])[..., 0] / math.sqrt(d)
+                out[:, head, i] = (scores.softmax(-1)[:, :, None] * v[:, head, a:i + 1].double()).sum(1)
+    return out
+
+
+@pytest.mark.parametrize("s,G,h,kv", [(32, 8, 4, 2), (24, 6, 3, 3), (16, 4, 1, 1), (40, 10, 6, 2)])
+def test_outputs_and_gradients_match_looped_reference(s, G, h, kv):
+    """Outputs and the gradients of q and of the (GQA: un-expanded, as torchtune expands them) k, v."""
+    torch.manual_seed(3)
+    q = torch.randn(2, h, s, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, kv, s, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    w = torch.randn(2, h, s, 8, dtype=torch.float64)
+
+    def expand(x):
+        return x.unsqueeze(2).expand(2, kv, h // kv, s, 8).flatten(1, 2)
+
+    grads = []
+    for fn in (s2_attention, looped_s2):
+        out = fn(q, expand(k), expand(v), G)
+        grads.append((out.detach(), *torch.autograd.grad((out * w).sum(), (q, k, v))))
+    for ours, ref in zip(*grads):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+
+
 def test_group_equal_to_sequence_is_full_causal_attention():
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 4, 32, 8) for _ in range(3))
