@@ -39,6 +39,8 @@ BAD = [
     ({"model.lora_attn_modules": ["q_prj"]}, r"'q_prj' is not a module .*use 'q_proj'"),
     ({"model.lora_attn_modules": []}, r"^model\.lora_attn_modules=\[\] is not accepted: .*ran as the default"),
     ({"model.lora_attn_modules": "q_proj"}, r"^model\.lora_attn_modules='q_proj' is not accepted: expected a list"),
+    ({"model.lora_alpha": None}, r"^model\.lora_rank=8 is set but model\.lora_alpha is not: set lora_alpha"),
+    ({"model.lora_rank": None}, r"^model: LoRA settings \[.*'lora_alpha'.*\] given without model\.lora_rank"),
     ({"model.s2_attn": True, "seq_len": 100}, r"^model\.s2_group_size_ratio=0\.25 gives S2-Attn groups of "
                                               r"int\(100 x 0\.25\) = 25 tokens .*set seq_len to 96 or 104"),
     ({"model.s2_attn": True, "model.s2_group_size": 24}, r"^model\.s2_group_size=24 does not divide seq_len=64.*"

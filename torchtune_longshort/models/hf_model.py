@@ -155,14 +155,9 @@ def load_hf_checkpoint(
 
 def lora_kwargs(**kwargs: Any) -> Optional[Dict[str, Any]]:
     """The LoRA keywords given (None when ``lora_rank`` is not set: full fine-tuning)."""
-    if kwargs.get("lora_rank") is None:
-        extra = sorted(k for k, v in kwargs.items() if v not in (None, False, 0.0, [], ()) and k != "lora_rank")
-        if extra and any(k.startswith("lora_") or k.startswith("apply_lora") for k in extra):
-            raise ValueError(f"LoRA settings {extra} given without lora_rank: set lora_rank (and lora_alpha)")
-        return None
-    if kwargs.get("lora_alpha") is None:
-        raise ValueError("lora_rank is set but lora_alpha is not: set lora_alpha (torchtune's configs use 2 x rank)")
     check_lora_settings(kwargs)
+    if kwargs.get("lora_rank") is None:
+        return None
     return {k: v for k, v in kwargs.items() if v is not None}
 
 

@@ -51,12 +51,20 @@ def check_lora_settings(node: Mapping[str, Any], where: str = "model") -> None:
     adapter, a crash, or adapters that never train; nothing to check without ``lora_rank`` (full fine-tuning)."""
     rank = node.get("lora_rank")
     if rank is None:
+        given = sorted(k for k, v in node.items() if str(k).startswith(("lora_", "apply_lora"))
+                       and v not in (None, False, 0.0, [], ()))
+        if given:  # refused when the model was built, after the run had claimed its output folder
+            raise ValueError(f"{where}: LoRA settings {given} given without {where}.lora_rank: set lora_rank (and "
+                             "lora_alpha), or drop them for full fine-tuning")
         return
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"{where}.lora_rank={rank!r} is not accepted: expected an integer >= 1 (e.g. 8), or no "
                          f"lora_rank for full fine-tuning")
     alpha = node.get("lora_alpha")
-    if alpha is not None and not (_is_number(alpha) and alpha > 0):
+    if alpha is None:
+        raise ValueError(f"{where}.lora_rank={rank} is set but {where}.lora_alpha is not: set lora_alpha "
+                         f"(torchtune's configs use 2 x rank, here {2 * rank})")
+    if not (_is_number(alpha) and alpha > 0):
         raise ValueError(f"{where}.lora_alpha={alpha!r} is not accepted: expected a number > 0 (adapters add "
                          f"alpha / rank x B @ A; torchtune's configs use 2 x rank, here {2 * rank})")
     dropout = node.get("lora_dropout")
