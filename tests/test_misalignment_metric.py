@@ -62,7 +62,19 @@ def test_summary_statistics():
     lo, hi = stats.t.interval(0.95, df=7, loc=s["mean"], scale=stats.sem(values))
     assert (s["ci95_low"], s["ci95_high"]) == (pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12))
     assert 1.96 * s["se"] / (hi - s["mean"]) == pytest.approx(0.829, abs=1e-3)
-    assert summarize([2.0])["ci95_low"] == summarize([2.0])["ci95_high"] == 2.0
+
+
+def test_one_sample_has_no_interval():
+    """--num-samples 1 wrote std 0 and the 95% CI [x, x] (a point known exactly); one value has no spread: None,
+    and the command's line says why instead of printing a zero-width interval."""
+    from torchtune_longshort.metrics.misalignment import summary_line
+
+    s = summarize([2.0])
+    assert s["mean"] == 2.0 and s["n"] == 1
+    assert s["std"] is s["se"] is s["ci95_low"] is s["ci95_high"] is None
+    line = summary_line("sce", s)
+    assert "95% CI: none (n=1" in line and "[" not in line
+    assert summary_line("sce", summarize([1.0, 3.0])).endswith("95% CI [-10.70620, 14.70620]  n=2")  # 2 +- 12.706
 
 
 def test_bad_inputs():

@@ -35,7 +35,7 @@ from torchtune_longshort.disk_space import check_not_full
 from torchtune_longshort.hidden_states import last_position_logits
 from torchtune_longshort.lengths import length_arg
 from torchtune_longshort.loss.divergences import DIVERGENCES
-from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric
+from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.output_guard import atomic_write_text
@@ -167,7 +167,7 @@ def _main(argv=None) -> int:
         atomic_write_text(args.output, text)
         print(f"wrote {args.output}", file=sys.stderr)
     for d, s in res.summary.items():
-        print(f"{d:9s} mean {s['mean']:.5f}  95% CI [{s['ci95_low']:.5f}, {s['ci95_high']:.5f}]  n={s['n']}")
+        print(summary_line(d, s))
     return 0
 
 

@@ -97,17 +97,27 @@ class MisalignmentResult:
         return d
 
 
-def summarize(values: Sequence[float]) -> Dict[str, float]:
+def summarize(values: Sequence[float]) -> Dict[str, Optional[float]]:
     """Mean, sample std, standard error and the Student-t 95% confidence interval of the mean
-    (:mod:`torchtune_longshort.intervals`; with one value the interval is the point itself)."""
+    (:mod:`torchtune_longshort.intervals`). One value has no spread to measure: ``std``, ``se`` and the interval
+    are ``None`` (not 0, which would read as a point known exactly)."""
     n = len(values)
     if n == 0:
         raise ValueError("no values to summarize")
     mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    se = std / math.sqrt(n)
-    half = t_half_width(std, n) if n > 1 else 0.0
-    return {"mean": mean, "std": std, "se": se, "ci95_low": mean - half, "ci95_high": mean + half, "n": n}
+    if n == 1:
+        return {"mean": mean, "std": None, "se": None, "ci95_low": None, "ci95_high": None, "n": 1}
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_half_width(std, n)
+    return {"mean": mean, "std": std, "se": std / math.sqrt(n), "ci95_low": mean - half, "ci95_high": mean + half,
+            "n": n}
+
+
+def summary_line(name: str, s: Dict[str, Optional[float]]) -> str:
+    """One divergence's summary as the CLI prints it: mean and 95% CI, or why there is no interval."""
+    if s["ci95_low"] is None:
+        return f"{name:9s} mean {s['mean']:.5f}  95% CI: none (n={s['n']}; an interval needs 2 samples or more)"
+    return f"{name:9s} mean {s['mean']:.5f}  95% CI [{s['ci95_low']:.5f}, {s['ci95_high']:.5f}]  n={s['n']}"
 
 
 @torch.no_grad()
