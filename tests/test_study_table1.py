@@ -97,6 +97,20 @@ def test_perfect_ranking_has_no_interval_and_is_judged_by_the_exact_p():
     assert c["verdict"] == "held" and "exact p" in c["why"]
 
 
+def test_an_interval_the_exact_p_does_not_confirm_is_not_significant():
+    """n = 5, one neighbour pair swapped: rho = 0.9, whose Fisher-z interval (se sqrt(1.06 / 2)) excludes 0 while
+    the exact permutation p over the 120 pairings is 10 / 120 = 0.083. The verdict said `held` beside p 0.083."""
+    sce, ppl = [5.0, 5.1, 5.3, 6.0, 7.5], [11.0, 10.0, 12.0, 15.0, 30.0]
+    recs = {cell_key(v, 384): _rec(v, 384, x, y, 1.0) for v, x, y in zip(NAMES, sce, ppl)}
+    c = main_correlation(analyze(recs, [384])["per_length"]["384"], "ppl")
+    z, half = math.atanh(0.9), stats.norm.ppf(0.975) * math.sqrt(1.06 / 2)
+    assert c["spearman"] == pytest.approx(stats.spearmanr(sce, ppl).statistic) == pytest.approx(0.9)
+    assert c["spearman_lo"] == pytest.approx(math.tanh(z - half)) and c["spearman_lo"] > 0
+    assert c["p_permutation"] == pytest.approx(_brute_force_p(sce, ppl)) == pytest.approx(10 / 120)
+    assert c["verdict"] == "same direction, not significant", c
+    assert "permutation p = 0.0833 is not below 0.05" in c["why"]
+
+
 def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama2_dir):
     from torchtune_longshort.study.table1.report import build_table1_report
 

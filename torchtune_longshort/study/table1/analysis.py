@@ -9,10 +9,12 @@ passkey accuracy and digits in place: rho < 0), with the 95% Fisher-z interval o
 Pearson 1957) and the permutation p-value, exact up to 9 variants
 (:func:`~torchtune_longshort.study.stats.spearman_permutation_p`).
 
-A verdict per (length, performance figure) for the metric (SCE), by its interval (at ``|rho| = 1``, where Fisher's
-z is infinite and there is no interval, by the permutation p < 0.05 instead):
+A verdict per (length, performance figure) for the metric (SCE), significant when its interval excludes 0 and its
+permutation p < 0.05 (at ``|rho| = 1``, where Fisher's z is infinite and there is no interval, by the p alone). Both
+are asked because the Fisher-z interval is an approximation, anti-conservative at a few variants: at n = 5 it
+excludes 0 for rho = 0.9, whose exact p is 0.083 (n = 6: rho 0.83, p 0.058); the report then says they disagree.
 
-- ``held``: rho has the paper's sign and the 95% interval excludes 0;
+- ``held``: rho has the paper's sign, the 95% interval excludes 0 and the permutation p < 0.05;
 - ``same direction, not significant``: the paper's sign, the interval holds 0;
 - ``opposite direction, not significant`` / ``contradicted`` (the interval excludes 0 on the wrong side);
 - ``not measurable``: fewer than 4 variants with both values, or the figure is the same for every variant.
@@ -63,8 +65,11 @@ def verdict(corr: Dict[str, Any], expected: int, ys: List[Optional[float]]) -> D
         return {"verdict": "not measurable", "why": "the metric is the same for every variant"}
     with_sign = rho * expected > 0
     p = corr.get("p_permutation")
-    # significance: the interval excludes 0; where it is undefined (|rho| = 1), the exact permutation p < 0.05
-    excludes = (lo > 0 or hi < 0) if lo is not None else (p is not None and p < 0.05)
+    # significance: the interval excludes 0 and the permutation p < 0.05; where the interval is undefined
+    # (|rho| = 1), the p alone
+    p_sig = p is not None and p < 0.05
+    iv_excludes = lo is not None and (lo > 0 or hi < 0)
+    excludes = p_sig if lo is None else iv_excludes and (p is None or p_sig)
     if with_sign and excludes:
         v = "held"
     elif with_sign:
@@ -75,8 +80,10 @@ def verdict(corr: Dict[str, Any], expected: int, ys: List[Optional[float]]) -> D
         v = "opposite direction, not significant"
     want = "positive" if expected > 0 else "negative"
     iv = f"95% interval [{lo:.2f}, {hi:.2f}]" if lo is not None else f"no interval (|rho| = 1), exact p = {p:.3g}"
+    disagree = (f"; the interval excludes 0 but the permutation p = {p:.3g} is not below 0.05 (Fisher's z is "
+                "approximate at few variants): not significant") if iv_excludes and p is not None and not p_sig else ""
     return {"verdict": v, "why": f"{strength(rho)} rho {rho:+.2f}, {iv} (the claim expects {want}), "
-                                 f"n = {corr['n']}"}
+                                 f"n = {corr['n']}{disagree}"}
 
 
 def length_rows(recs: Dict[str, Dict[str, Any]], length: int) -> List[Dict[str, Any]]:
