@@ -12,11 +12,15 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
+from scipy import stats
 
 from torchtune_longshort.study import Study, load_study_config
-from torchtune_longshort.study.claims import analyze
+from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.study.claims import analyze, claim_table1
 from torchtune_longshort.study.comparisons import by_seed
+from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.report import build_report
 from torchtune_longshort.study.tables import load_records
 from plot_helpers import assert_png_drawn
@@ -229,3 +233,37 @@ def test_a_method_whose_ce_baseline_did_not_learn_the_extension_is_not_measurabl
     build_report(tmp_path / "out", tmp_path / "report", cfg)
     assert "clex: not measurable here (the CE-only fine-tunes did not learn the extension" in (
         tmp_path / "report" / "report.md").read_text()
+
+
+def _table1_records(cfg, ppls, mis):
+    """Records of the first ``len(ppls)`` runs of the grid (the rest not run): ppl at every length, the metric at L."""
+    recs = {}
+    for r, p, m in zip(cfg.grid, ppls, mis):
+        res = {}
+        for n in cfg.eval.ppl_lengths:
+            task, metric = metric_of("ppl", n)
+            res.setdefault(task, {})[metric] = p + n / 100
+        task, metric = metric_of("misalignment", cfg.L)
+        res.setdefault(task, {})[metric] = m
+        recs[r.key] = {"status": "ok", "results": res, "train": {"mean_last_5": {"ce": 2.0 + 0.1 * (len(recs) % 2)}}}
+    return recs
+
+
+def test_table1_claim_without_an_interval_says_so(tmp_path):
+    """3 checkpoints: rho is defined, its Fisher-z interval is not; the verdict was 'not held ... the metric's
+    interval holds 0'. A perfect ranking (|rho| = 1, Fisher's z infinite) got the interval [1, 1] and 'held' at
+    4 checkpoints, where the exact permutation p is 2 / 4! = 0.083; 5 checkpoints: p = 2 / 5! = 0.017, held."""
+    cfg = _cfg(tmp_path)
+    three = claim_table1(cfg, _table1_records(cfg, [10.0, 12.0, 11.0], [1.0, 3.0, 2.0]))
+    assert three["verdict"] == "not measurable here" and "no interval with 3 checkpoints" in three["reason"]
+    for n, want in ((4, "not held"), (5, "held")):
+        ppls = [10.0, 14.0, 11.0, 13.0, 12.0][:n]
+        mis = [x / 5 for x in ppls]
+        t1 = claim_table1(cfg, _table1_records(cfg, ppls, mis))
+        row = next(r for r in t1["correlations"] if r["predictor"].startswith("misalignment")
+                   and r["target"] == f"ppl at {length_label(max(cfg.eval.ppl_lengths))}")
+        assert row["spearman"] == 1.0 and row["spearman_lo"] is row["spearman_hi"] is None
+        p = 2 / math.factorial(n)  # the two orderings with |rho| = 1
+        assert stats.permutation_test((mis,), lambda y: abs(stats.spearmanr(ppls, y).statistic),
+                                      permutation_type="pairings", alternative="greater").pvalue == pytest.approx(p)
+        assert t1["verdict"] == want and f"permutation p = {p:.3g}" in t1["reason"], t1["reason"]

@@ -71,15 +71,16 @@ def test_correlation_closed_form():
     # ties: x ranks 1, 2.5, 2.5, 4 against y ranks 1, 2, 3, 4: rho = 4.5 / sqrt(4.5 * 5), not Pearson's r (0.83)
     got = correlation([1.0, 2.0, 2.0, 10.0], [10.0, 20.0, 30.0, 40.0])
     assert got["spearman"] == pytest.approx(4.5 / math.sqrt(22.5)) and got["pearson"] == pytest.approx(0.831, abs=1e-3)
-    assert correlation([1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 5.0, 7.0, 9.0, 11.0])["pearson_lo"] == 1.0  # |r| = 1
+    exact = correlation([1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 5.0, 7.0, 9.0, 11.0])  # |r| = 1: Fisher's z infinite
+    assert exact["pearson"] == pytest.approx(1.0) and exact["pearson_lo"] is exact["pearson_hi"] is None
 
 
 def test_a_perfect_ranking_is_exactly_plus_or_minus_one():
     # n = 5: scipy's spearmanr gives 0.9999999999999999 here; Table 1 judges |rho| = 1 by the exact p (no interval)
     x = [1.0, 2.0, 3.0, 4.0, 5.0]
     up, down = correlation(x, [v ** 3 for v in x]), correlation(x, [-v for v in x])
-    assert (up["spearman"], up["spearman_lo"], up["spearman_hi"]) == (1.0, 1.0, 1.0)
-    assert (down["spearman"], down["spearman_lo"], down["spearman_hi"]) == (-1.0, -1.0, -1.0)
+    assert (up["spearman"], up["spearman_lo"], up["spearman_hi"]) == (1.0, None, None)  # not the interval [1, 1]
+    assert (down["spearman"], down["spearman_lo"], down["spearman_hi"]) == (-1.0, None, None)
     assert correlation([1.0, 2.0, 2.0, 3.0, 7.0], [0.0, 5.0, 5.0, 6.0, 9.0])["spearman"] == 1.0  # tied alike
 
 

@@ -20,7 +20,7 @@ from torchtune_longshort.study.comparisons import (
 )
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
-from torchtune_longshort.study.stats import correlation
+from torchtune_longshort.study.stats import correlation, spearman_permutation_p
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -220,14 +220,26 @@ def claim_table1(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     ce = next((r for r in rows if r["target"] == main_t and r["predictor"].startswith("training")), None)
     base = {"id": "table1", "paper": PAPER["table1"], "correlations": rows, "n_checkpoints": len(keys),
             "rule": f"Spearman rho of the metric with {main_t} positive (more misaligned, higher ppl: the paper's "
-                    "direction), its 95% interval above 0, and larger than the training CE's |rho|"}
+                    "direction), its 95% interval above 0 (at |rho| = 1, where there is none: permutation p < 0.05; "
+                    "at least 4 checkpoints), and larger than the training CE's |rho|"}
     if not mis or mis["spearman"] is None or not ce or ce["spearman"] is None:
-        return {**base, "verdict": "not measurable here", "reason": "fewer than 3 checkpoints with both values"}
+        return {**base, "verdict": "not measurable here", "reason": "fewer than 3 checkpoints with both values, or "
+                "a value the same for every checkpoint: no rank correlation"}
     reason = (f"rho(metric, {main_t}) = {mis['spearman']:.3f} vs rho(training CE, {main_t}) = {ce['spearman']:.3f} "
               f"over {mis['n']} checkpoints")
-    if mis["spearman_lo"] is None or mis["spearman_lo"] <= 0 <= mis["spearman_hi"]:
+    if mis["n"] < 4:  # rho is defined, its interval (n - 3 in Fisher's standard error) is not
+        return {**base, "verdict": "not measurable here",
+                "reason": reason + f"; no interval with {mis['n']} checkpoints (at least 4 needed)"}
+    if mis["spearman_lo"] is None:  # |rho| = 1: Fisher's z is infinite, the exact permutation p decides
+        p = spearman_permutation_p(predictors[mis["predictor"]], targets[main_t])
+        mis["p_permutation"] = p
+        if p >= 0.05:
+            return {**base, "verdict": "not held", "reason": reason + f"; |rho| = 1 has no interval and its "
+                    f"permutation p = {p:.3g} is not below 0.05"}
+        reason += f"; |rho| = 1 has no interval, permutation p = {p:.3g}"
+    elif mis["spearman_lo"] <= 0 <= mis["spearman_hi"]:
         return {**base, "verdict": "not held", "reason": reason + "; the metric's interval holds 0"}
-    if mis["spearman_hi"] < 0:  # a strong correlation of the wrong sign is not the paper's claim
+    if mis["spearman"] < 0:  # significant, the wrong sign: a strong correlation the other way is not the claim
         return {**base, "verdict": "not held", "reason": reason + "; the metric correlates the opposite way: the "
                 "less misaligned checkpoints have the higher ppl"}
     stronger = mis["spearman"] > abs(ce["spearman"])

@@ -23,6 +23,15 @@ def _interval(c: Dict[str, Any]) -> str:
     return f"{_f(c['mean'])} [{_f(c['lo'])}, {_f(c['hi'])}] (n={c['n']})"
 
 
+def _coefficient(r: Dict[str, Any], name: str) -> str:
+    """A correlation coefficient with its 95% interval, or why it has none (n <= 3, or +-1: Fisher's z infinite)."""
+    if r.get(name) is None:
+        return "—"
+    if r.get(f"{name}_lo") is None:
+        return f"{_f(r[name], 3)} (no interval)"
+    return f"{_f(r[name], 3)} [{_f(r[f'{name}_lo'], 3)}, {_f(r[f'{name}_hi'], 3)}]"
+
+
 def _length(x: Any) -> str:
     return length_label(x) if isinstance(x, int) else str(x)
 
@@ -94,9 +103,7 @@ def claim_section(c: Dict[str, Any]) -> List[str]:
         md += md_table(["method", "verdict", "why"],
                        [[m, v["verdict"], v["reason"]] for m, v in c["per_method"].items()])
     if c.get("correlations"):
-        body = [[r["predictor"], r["target"], str(r["n"]),
-                 f"{_f(r['pearson'], 3)} [{_f(r['pearson_lo'], 3)}, {_f(r['pearson_hi'], 3)}]",
-                 f"{_f(r['spearman'], 3)} [{_f(r['spearman_lo'], 3)}, {_f(r['spearman_hi'], 3)}]"]
+        body = [[r["predictor"], r["target"], str(r["n"]), _coefficient(r, "pearson"), _coefficient(r, "spearman")]
                 for r in c["correlations"]]
         md += [f"Across {c['n_checkpoints']} fine-tuned checkpoints (every configuration and seed):", ""]
         md += md_table(["predictor", "target", "n", "Pearson r [95% CI]", "Spearman rho [95% CI]"], body)

@@ -56,9 +56,10 @@ def _finite_pairs(x: Sequence[float], y: Sequence[float]) -> List[tuple]:
 
 
 def _spearman_interval(rho: float, n: int, confidence: float):
-    """Fisher-z interval of Spearman's rho with standard error ``sqrt(1.06 / (n - 3))`` (scipy has none)."""
+    """Fisher-z interval of Spearman's rho with standard error ``sqrt(1.06 / (n - 3))`` (scipy has none); none at
+    ``|rho| = 1``, where Fisher's z is infinite (``[1, 1]`` would read as a rho known exactly)."""
     if abs(rho) >= 1:
-        return rho, rho
+        return None, None
     z, se = math.atanh(rho), math.sqrt(1.06 / (n - 3))
     q = _st.norm.ppf(0.5 + confidence / 2)
     return math.tanh(z - q * se), math.tanh(z + q * se)
@@ -80,7 +81,8 @@ def correlation(x: Sequence[float], y: Sequence[float], confidence: float = CONF
     (Pearson's: ``scipy.stats.pearsonr(...).confidence_interval``, standard error ``sqrt(1 / (n - 3))``).
 
     Returns ``{n, pearson, pearson_lo, pearson_hi, spearman, spearman_lo, spearman_hi}`` (``None`` where a value or
-    interval is undefined: fewer than 3 pairs, a constant variable, or ``n <= 3`` for the intervals).
+    interval is undefined: fewer than 3 pairs, a constant variable; for the intervals ``n <= 3`` or a coefficient of
+    ``+-1``, where Fisher's z is infinite: :func:`spearman_permutation_p` answers there).
     """
     pairs = _finite_pairs(x, y)
     n = len(pairs)
@@ -92,8 +94,9 @@ def correlation(x: Sequence[float], y: Sequence[float], confidence: float = CONF
     pearson, rx, ry = _st.pearsonr(xs, ys), _st.rankdata(xs), _st.rankdata(ys)
     out["pearson"], out["spearman"] = float(pearson.statistic), _spearman(rx, ry)
     if n > 3:
-        ci = pearson.confidence_interval(confidence)
-        out["pearson_lo"], out["pearson_hi"] = float(ci.low), float(ci.high)
+        if abs(out["pearson"]) < 1:
+            ci = pearson.confidence_interval(confidence)
+            out["pearson_lo"], out["pearson_hi"] = float(ci.low), float(ci.high)
         out["spearman_lo"], out["spearman_hi"] = _spearman_interval(out["spearman"], n, confidence)
     return out
 

@@ -112,9 +112,7 @@ def analyze(recs: Dict[str, Dict[str, Any]], lengths: List[int]) -> Dict[str, An
         for pid, (plabel, _) in PREDICTORS.items():
             for tid, (tlabel, _, sign) in TARGETS.items():
                 xs, ys = [r[pid] for r in rows], [r[tid] for r in rows]
-                c = correlation(xs, ys)
-                if c["spearman"] is not None and abs(c["spearman"]) >= 1:  # Fisher's z is infinite: no interval
-                    c["spearman_lo"] = c["spearman_hi"] = None
+                c = correlation(xs, ys)  # no interval at |rho| = 1 (Fisher's z is infinite): the p decides
                 c["p_permutation"] = spearman_permutation_p(xs, ys)
                 c.update({"predictor": pid, "predictor_label": plabel, "target": tid, "target_label": tlabel,
                           "expected_sign": sign, **verdict(c, sign, ys)})
