@@ -40,8 +40,21 @@ def test_failed_run_reads_dash_and_a_task_that_could_not_run_reads_na_with_its_n
     cell = _cell(recs, ["ok_new"], "longshort_babilong", "acc_0k", reasons, "0k")
     assert cell["text"] == "n/a (note 3, 4)" and len(reasons) == 4  # notes numbered across the table
     mixed = _cell(recs, ["fine", "ok_old", "failed"], "longshort_babilong", "acc_0k", reasons, "0k")
-    assert mixed["text"] == "0.5 (1/2 runs; note 1, 2)" and mixed["mean"] == 0.5
+    assert mixed["text"] == "0.5 (1/3 runs; note 1, 2; 1 failed)" and mixed["mean"] == 0.5
     assert _cell(recs, ["ok_old"], "longshort_ppl", "ppl_512", reasons, "512")["text"] == "40"  # a former name is read
 
 
 OLD_REASONS = ["babilong_qa1: prompt of 577 tokens", "babilong_qa2: file not found"]
+
+
+def test_a_cell_missing_a_failed_or_unrun_seed_says_so():
+    """Three seeds, one failed: the cell read '41 ± 1.414', the mean and sd of two runs, beside a row linking
+    three; it says 2/3 runs and why now (the numbers unchanged: mean 41, sample sd sqrt(2))."""
+    ppl = lambda v: {"status": "ok", "results": {"longshort_ppl": {"ppl_512": v}}}  # noqa: E731
+    recs = {"s0": ppl(40.0), "s1": ppl(42.0), "s2": {"status": "failed", "error": "recipe exited with 1"}}
+    cell = _cell(recs, ["s0", "s1", "s2"], "longshort_ppl", "ppl_512", [], "512")
+    assert (cell["mean"], cell["sd"], cell["n"]) == (41.0, math.sqrt(2), 2)
+    assert cell["text"] == "41 ± 1.414 (2/3 runs; 1 failed)"
+    cell = _cell(recs, ["s0", "s1", "s3"], "longshort_ppl", "ppl_512", [], "512")  # s3 has no record: not run
+    assert cell["text"] == "41 ± 1.414 (2/3 runs; 1 not run)"
+    assert _cell(recs, ["s0", "s1"], "longshort_ppl", "ppl_512", [], "512")["text"] == "41 ± 1.414"

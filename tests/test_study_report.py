@@ -67,7 +67,9 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
                 if not vals:
                     assert text == "—"
                     continue
-                parts = text.split(" ± ")
+                m = re.fullmatch(r"(.*?)(?: \((\d+)/(\d+) runs; [^)]*\))?", text)  # a cell missing a run says so
+                assert (int(m[2]), int(m[3])) == (len(vals), len(links)) if m[2] else len(vals) == len(links), text
+                parts = m[1].split(" ± ")
                 assert math.isclose(float(parts[0]), statistics.fmean(vals), rel_tol=1e-3), (heads, row, col)
                 if len(vals) > 1:
                     assert math.isclose(float(parts[1]), statistics.stdev(vals), rel_tol=1e-3, abs_tol=1e-9)
@@ -76,8 +78,8 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
                 checked += 1
     # 5 tables x 2 methods x 3 alpha rows x their columns, + base reference rows
     assert checked > 80 and families == set(metric_of.values())
-    # the failed run is not in its row's numbers: yarn alpha 0.1 has one seed -> no ±
-    assert re.search(r"\| CE \+ 0\.1 x misalignment \| [0-9.]+ \| [0-9.]+ \|", md)
+    # the failed run is not in its row's numbers: yarn alpha 0.1 has one seed -> no ±, and the cell says so
+    assert re.search(r"\| CE \+ 0\.1 x misalignment \| [0-9.]+ \(1/2 runs; 1 failed\) \| [0-9.]+ \(1/2 runs; 1 fa", md)
     # every run's raw JSON and lm-eval file sit in the report folder
     for r in study.cfg.grid:
         assert (rdir / "runs" / r.key / "result.json").is_file()

@@ -11,6 +11,7 @@ holds).
 from __future__ import annotations
 
 import json
+from collections import Counter
 import math
 import statistics
 from pathlib import Path
@@ -135,14 +136,20 @@ def table_cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, m
     if not vals:
         cell["why_empty"] = why_empty(recs, members, task, label)
     blank = [k for k in ok if k not in vals]
+    parts = []  # why the cell holds fewer values than its row has runs
     if blank:
         why = list(dict.fromkeys(r for k in blank for r in not_scored_reasons(recs[k], task))) or ["no value reported"]
         for r in why:
             if r not in reasons:
                 reasons.append(r)
-        cite = "note " + ", ".join(str(reasons.index(r) + 1) for r in why)
+        parts.append("note " + ", ".join(str(reasons.index(r) + 1) for r in why))
         cell["not_scored"] = {"runs": blank, "reasons": why}
-        cell["text"] = f"n/a ({cite})" if not vals else f"{cell['text']} ({len(vals)}/{len(ok)} runs; {cite})"
+        if not vals:
+            cell["text"] = f"n/a ({parts[0]})"
+    lost = Counter((recs.get(k) or {}).get("status") or "not run" for k in members if k not in ok)
+    if vals and (blank or lost):  # a failed or unrun seed is left out of the mean: say so, never silently
+        parts += [", ".join(f"{c} {status}" for status, c in sorted(lost.items()))] if lost else []
+        cell["text"] = f"{cell['text']} ({len(vals)}/{len(members)} runs; {'; '.join(parts)})"
     return cell
 
 
