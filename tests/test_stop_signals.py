@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -80,20 +81,23 @@ def test_sigterm_to_every_process_of_a_torchrun_job_saves(tmp_path, tiny_llama2_
     assert (out / "latest").read_text().strip() == f"step_{last}"
 
 
-def test_a_run_stopped_in_its_setup_leaves_a_folder_its_rerun_takes(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
-    """SIGTERM (a scheduler's) once the run has claimed its output_dir, before its handlers and its first save: the
-    folder keeps the run's marker and lock. The plain rerun was refused ('exists and is not empty ... Pass
-    resume=True'), and resume=True had nothing to resume; the rerun now takes the folder."""
+def test_a_run_stopped_in_its_setup_leaves_a_folder_its_rerun_takes(tmp_path):
+    """A run killed (a scheduler's SIGTERM or SIGKILL) once it has claimed its output_dir, before its handlers and
+    its first save (a 7B model loads for a minute there): the folder keeps the run's marker, its lock and an empty
+    staging folder. The plain rerun was refused ('exists and is not empty ... Pass resume=True'), and resume=True had
+    nothing to resume; the rerun now takes the folder. The state is made by a real process that claims the folder as
+    the recipe does and is killed there (SIGKILL: no Python left to clean up); a signal sent to the tiny recipe at
+    its marker arrived too late under load (its logs follow 11 ms after the marker)."""
     from torchtune_longshort.training.output_dir import MARKER, claim_output_dir
 
     out = tmp_path / "out"
-    p = subprocess.Popen(tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out), cwd=REPO, start_new_session=True,
-                         env=_env(tmp_path, LONGSHORT_TEST_FRESH="1"), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (out / MARKER).is_file() and p.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    os.killpg(p.pid, signal.SIGTERM)
-    assert p.wait(timeout=60) == -signal.SIGTERM
+    child = ("import os, signal, sys; from pathlib import Path\n"
+             "from torchtune_longshort.training.output_dir import claim_output_dir\n"
+             "out = Path(sys.argv[1]); claim_output_dir(out, resume=False, overwrite=False)\n"
+             "(out / '.staging' / 'step_0').mkdir(parents=True)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-c", child, str(out)], cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH="1"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     assert MARKER in {q.name for q in out.iterdir()} and not any(q.is_file() for q in (out / ".staging").rglob("*"))
     claim_output_dir(out, resume=False, overwrite=False).release()
