@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,3 +22,15 @@ def make_cfg(ckpt, tok, out, **over):
     for k, v in over.items():
         OmegaConf.update(cfg, k, v, force_add=True, merge=not isinstance(v, dict))
     return cfg
+
+
+def train_until_fault(run, error, match: str, out: Path) -> int:
+    """Train ``run`` (set up) until a data fault ``error`` (its message matching ``match``) stops it at the last
+    good step; that step, whose checkpoint and recipe state the fault must have saved."""
+    with pytest.raises(error, match=match) as err:
+        run.train()
+    run.release_output_dir()
+    stopped = run.global_step
+    assert f"step_{stopped}" in str(err.value)
+    assert (Path(out) / "recipe_state" / f"step_{stopped}.pt").is_file()
+    return stopped

@@ -134,7 +134,7 @@ def test_a_stream_that_breaks_mid_run_saves_the_last_good_step(hub, monkeypatch,
     Disconnected")`` (``file_utils.read_with_retries``). It ended the run with a traceback, the steps since the last
     save lost; now the last good step is saved and the line says to resume once the source can be read, as for a
     bad record, and the resumed run reads on from there."""
-    from recipe_config import make_cfg
+    from recipe_config import make_cfg, train_until_fault
 
     from torchtune_longshort.data.text_files import DataSourceError
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -160,14 +160,10 @@ def test_a_stream_that_breaks_mid_run_saves_the_last_good_step(hub, monkeypatch,
                    save_every_n_steps=100, dataset=node)
     run = LongShortFinetuneRecipe(cfg)
     run.setup()
-    with pytest.raises(DataSourceError, match=r"reading stopped after record 2 \(ConnectionError: Server "
-                                              r"Disconnected\).*The last good step is saved: .*step_(\d+); once the "
-                                              r"source can be read again, continue with resume=True") as err:
-        run.train()
-    run.release_output_dir()
-    stopped = run.global_step
-    assert 1 <= stopped < 8 and f"step_{stopped}" in str(err.value)
-    assert (tmp_path / "out" / "recipe_state" / f"step_{stopped}.pt").is_file()
+    stopped = train_until_fault(run, DataSourceError, r"reading stopped after record 2 \(ConnectionError: Server "
+                                r"Disconnected\).*The last good step is saved: .*step_(\d+); once the source can be "
+                                r"read again, continue with resume=True", tmp_path / "out")
+    assert 1 <= stopped < 8
     served["until"] = len(rows)  # the hub is back
     resumed = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=8,
                                                batch_size=2, save_every_n_steps=100, dataset=node, resume=True))
