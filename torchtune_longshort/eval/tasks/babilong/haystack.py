@@ -57,10 +57,11 @@ def load_token_counter(tokenizer: str) -> Callable[[str], int]:
 def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
     """Non-empty, stripped lines of a corpus, forever (the corpus is cycled).
 
-    ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (PG19's test
-    split, ``corpus.pg19``: ``emozilla/pg19``, streamed; needs the hub or its cache), or local text: a file, a glob or a
-    folder of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`). A record that cannot be read (a PG19 row
-    whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which record.
+    ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (PG19's test split,
+    ``corpus.pg19``: ``emozilla/pg19``, streamed; needs the hub or its cache), or local text: a file, a glob or a
+    folder of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`). A record that cannot be read (a
+    PG19 row whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which
+    record.
     """
 
     def docs() -> Iterable[str]:
