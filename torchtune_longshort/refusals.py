@@ -114,10 +114,13 @@ def refusing(prog: str, run: Callable[[], T]) -> T:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt`` (``signum``: the signal)."""
+    """A stop signal (SIGINT, SIGTERM) raised in the main thread as Ctrl-C raises ``KeyboardInterrupt``, so that the
+    code that handles Ctrl-C handles it; ``signum``: the signal, its name the message."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signum)
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 

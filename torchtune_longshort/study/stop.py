@@ -13,18 +13,16 @@ import subprocess
 import threading
 from typing import Dict, Iterator
 
+from torchtune_longshort.refusals import Stopped
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _running: Dict[int, subprocess.Popen] = {}  # the stage subprocesses now running, by pid
 _received = {"signum": 0}  # the first stop signal of this study's run, 0 while none
 
 
-class StudySignal(KeyboardInterrupt):
-    """The study got SIGINT or SIGTERM (``signum``): handled as Ctrl-C is (a KeyboardInterrupt)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+# the study got SIGINT or SIGTERM: handled as Ctrl-C is (a KeyboardInterrupt with the signal)
+StudySignal = Stopped
 
 
 def received() -> int:
