@@ -228,3 +228,30 @@ def test_ctrl_c_in_the_preflight_or_the_report_is_one_line(tmp_path, monkeypatch
     assert study_main.main(argv + ["--report-only"]) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted while writing the report" in err and "--report-only" in err, err
+
+
+def test_a_fine_tune_stopped_alone_by_sigterm_exits_the_study_143(tmp_path, monkeypatch, capsys):
+    """A scheduler that signals the fine-tune alone (SIGTERM to `tune`, which saves and exits 143): the study stopped
+    its grid, as for Ctrl-C, but exited 130 whatever the signal; it exits 128 + the fine-tune's signal now."""
+    from test_study import FakeExecutor
+
+    import torchtune_longshort.study.__main__ as study_main
+    import torchtune_longshort.study.runner as runner
+    from torchtune_longshort.study.stages import run_command
+
+    class StoppedBySigterm(FakeExecutor):
+        def __call__(self, argv, log_path, cwd, env, timeout):
+            if Path(argv[0]).name == "tune":  # a real subprocess that exits as the recipe does after a SIGTERM
+                return run_command([sys.executable, "-c", "raise SystemExit(143)"], log_path, cwd, env, timeout)
+            return super().__call__(argv, log_path, cwd, env, timeout)
+
+    class Stopped(runner.Study):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": StoppedBySigterm()})
+
+    monkeypatch.setattr(study_main, "Study", Stopped)
+    args = ["--config", str(CPU_SMALL), "--quick", "--out", str(tmp_path / "out"), "--repo-root", str(ROOT), "--jobs",
+            "1"]
+    assert study_main.main(args) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("[study] interrupted (") and "stopped by SIGTERM (exit 143)" in err[-1], err[-1]

@@ -141,7 +141,7 @@ def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:
         try:
             study.run(only=only)
         except (StudyInterrupted, KeyboardInterrupt) as e:
-            signum = received()
+            signum = received() or getattr(e, "signum", 0)
             by = signal.Signals(signum).name if signum else "Ctrl-C"
             print(f"[study] interrupted ({e or by}): runs finished so far are kept in {study.out} and skipped by a "
                   "rerun; an interrupted fine-tune resumes from its last checkpoint. Rerun the same command to go on "

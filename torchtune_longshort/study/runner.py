@@ -143,7 +143,7 @@ class Study(RunStages):
                 self._write_result(res_path, rec, t0)
                 if isinstance(e, StudyInterrupted):
                     raise
-                raise StudyInterrupted(f"{key} stopped at {stage} ({e})") from e
+                raise StudyInterrupted(f"{key} stopped at {stage} ({e})", getattr(e, "signum", 0)) from e
             # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
             rec["error"] = str(e)
@@ -255,7 +255,7 @@ class Study(RunStages):
                 self.env = env
             if interrupted is not None:
                 self._write_summary(records, t0)
-                raise StudyInterrupted(str(interrupted) or "Ctrl-C")
+                raise StudyInterrupted(str(interrupted) or "Ctrl-C", getattr(interrupted, "signum", 0))
         finally:
             bar.close()
             self.log = log

@@ -28,11 +28,15 @@ class StageError(RuntimeError):
 class StudyInterrupted(Exception):
     """A stage was stopped by SIGINT or SIGTERM (one to the study reaches its subprocess too: from the process group,
     or forwarded, :mod:`~torchtune_longshort.study.stop`): the study stops its grid instead of recording a failure
-    and going on."""
+    and going on, and exits 128 + ``signum`` (the signal that stopped the stage; 0: not known)."""
+
+    def __init__(self, message: str, signum: int = 0) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 # what a subprocess ended by SIGINT / SIGTERM exits with: the recipe's 128 + signal after it saved, or -signal
-_STOPPED = {130: "SIGINT", 143: "SIGTERM", -2: "SIGINT", -15: "SIGTERM"}
+_STOPPED = {130: signal.SIGINT, 143: signal.SIGTERM, -2: signal.SIGINT, -15: signal.SIGTERM}
 
 
 def log_tail(path: Path, n: int = 25) -> str:
@@ -85,7 +89,7 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
     waited for: the recipe finishes its step and saves), or the study is being stopped (nothing is started)."""
     name = Path(str(argv[0])).name
     if received():
-        raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}")
+        raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}", received())
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, argv)) + "\n")
@@ -101,10 +105,10 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
                 return 124
             except KeyboardInterrupt as e:
                 rc = _wait_saving(proc)
-                by = signal.Signals(e.signum).name if isinstance(e, StudySignal) else "SIGINT"
-                raise StudyInterrupted(f"{name} stopped by {by} (exit {rc})") from None
-    if rc in _STOPPED:
-        raise StudyInterrupted(f"{name} stopped by {_STOPPED[rc]} (exit {rc})")
+                by = e.signum if isinstance(e, StudySignal) else signal.SIGINT
+                raise StudyInterrupted(f"{name} stopped by {signal.Signals(by).name} (exit {rc})", by) from None
+    if rc in _STOPPED:  # the stage alone was signalled (a scheduler that signals the fine-tune only)
+        raise StudyInterrupted(f"{name} stopped by {_STOPPED[rc].name} (exit {rc})", _STOPPED[rc])
     return rc
 
 
