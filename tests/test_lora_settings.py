@@ -80,3 +80,19 @@ def test_lora_on_a_tied_output_is_refused_for_every_family(family_dirs, layout, 
                                          r"set apply_lora_to_output=False"):
         hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8, apply_lora_to_output=True)
     hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8)
+
+
+def test_s2_group_settings_without_s2_attn_are_said_to_be_ignored(caplog):
+    """``s2_group_size`` given while ``s2_attn`` is off was ignored without a word (the run trained with full
+    attention); one warning names the keys now, and turning S2-Attn off on the LongQLoRA config (its ratio is the
+    default) is not warned about nor refused."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        _check("tiny/lora_from_checkpoint.yaml", **{"model.s2_group_size": 16})
+    said = [r.getMessage() for r in caplog.records if "s2_attn is off" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("model.s2_group_size / s2_group_size_ratio given while model.s2_attn")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _check("llama2_7b/longqlora_8k_redpajama_book.yaml", **{"model.model.s2_attn": False})
+    assert not [r for r in caplog.records if "s2_attn is off" in r.getMessage()]

@@ -119,6 +119,10 @@ def _check_s2_groups(config: RecipeConfig) -> None:
     while True:
         if node.get("s2_attn"):
             check_s2_length(config.seq_len, node.get("s2_group_size"), node.get("s2_group_size_ratio", 0.25), where)
+        elif node.get("s2_group_size") is not None or node.get("s2_group_size_ratio", 0.25) != 0.25:
+            # not refused: s2_attn=False is how an ablation of a LongLoRA config turns S2-Attn off
+            logger.warning("%s.s2_group_size / s2_group_size_ratio given while %s.s2_attn is off: ignored (full "
+                           "attention in training too); set %s.s2_attn=True to train with S2-Attn", where, where, where)
         if not isinstance(node.get("model"), dict):
             return
         node, where = node["model"], f"{where}.model"
