@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Callable, NoReturn, Optional, TypeVar
 
@@ -118,8 +120,6 @@ class Stopped(KeyboardInterrupt):
     code that handles Ctrl-C handles it; ``signum``: the signal, its name the message."""
 
     def __init__(self, signum: int) -> None:
-        import signal
-
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
@@ -129,8 +129,6 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     ended silently): ``<prog>: interrupted (SIGINT): <kept>`` on stderr, exit status 128 + the signal (130, 143, as
     the recipe and the study exit). ``kept``: what the interrupted command leaves, and how to go on. SIGTERM's
     handler is installed from the main thread only, and put back afterwards."""
-    import signal
-    import threading
 
     def stop(signum, frame):
         raise Stopped(signum)

@@ -21,7 +21,7 @@ from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
-from torchtune_longshort.eval.tasks import (TASK_FAMILIES, check_metadata_values, family_of, tasks_path,
+from torchtune_longshort.eval.tasks import (check_metadata_values, fixed_context_of, tasks_path,
                                           unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
@@ -206,8 +206,7 @@ def _every_task_ignores(names: List[str], key: str) -> bool:
     """Whether every task of ``names`` (a run's) is a family of the pack that ignores the lm-eval option ``key``
     (``TaskFamily.fixed_context``: a chat template for a run of ``longshort_ppl`` alone is ignored, with its
     warning, so the tokenizer need not have one)."""
-    return bool(names) and all(family_of(n) is not None and key in TASK_FAMILIES[family_of(n)].fixed_context
-                               for n in names)
+    return bool(names) and all(key in fixed_context_of(n) for n in names)
 
 
 def _flag_given(out: List[str], name: str) -> bool:

@@ -141,6 +141,13 @@ def family_of(task: str) -> Optional[str]:
     return None
 
 
+def fixed_context_of(task: str) -> Tuple[str, ...]:
+    """The lm-eval options task ``task`` ignores (:attr:`TaskFamily.fixed_context`; none for a task not of the
+    pack, or a group member: those apply every option)."""
+    family = family_of(task)
+    return TASK_FAMILIES[family].fixed_context if family else ()
+
+
 def current_name(task: str) -> str:
     """``task`` under its current name (a former name of a family becomes the family's name)."""
     family = family_of(task)

@@ -41,7 +41,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
-from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, family_of
+from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, fixed_context_of
 from torchtune_longshort.eval.tasks.common.lengths import length_label, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -155,8 +155,7 @@ class PackTask(ConfigurableTask):
         return super().build_all_requests(**self._without_fixed_context(kwargs))
 
     def _without_fixed_context(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        family = family_of(str(self.config.task))
-        fixed = TASK_FAMILIES[family].fixed_context if family else ()
+        fixed = fixed_context_of(str(self.config.task))
         given = {"num_fewshot": self.config.num_fewshot, "apply_chat_template": kwargs.get("apply_chat_template"),
                  "system_instruction": kwargs.get("system_instruction")}
         self.ignored = [CONTEXT_OPTIONS[o] for o in fixed if given.get(o)]
