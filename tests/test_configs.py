@@ -98,3 +98,73 @@ def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "x.yaml is a file, not a folder" in err and "mkdir" not in err, err
     assert (tmp_path / "x.yaml").read_text() == "mine"
+
+
+# ---------------------------------------------------------------- validation text held out from training text
+STDLIB_SOURCES = ("torchtune_longshort.data.corpus.stdlib",
+                  "torchtune_longshort.study.pretrain_mix.stdlib_with_passkeys")
+STDLIB_FILTERS = ("min_bytes", "include_tests", "limit", "split")  # what picks the files (the rest orders or adds)
+
+
+def _with_stdlib_validation():
+    """(name, training node, validation node) of every shipped recipe config, and every run config a study writes,
+    that trains and validates on the stdlib corpus."""
+    from torchtune_longshort.study import load_study_config
+    from torchtune_longshort.study.run_configs import RunConfigs
+
+    configs = [(str(p.relative_to(REPO / "configs")), OmegaConf.to_container(OmegaConf.load(p), resolve=False))
+               for p in CONFIGS]
+    for path in (p for p in STUDY_CONFIGS if "recipe_config" in OmegaConf.load(p)):  # not table1's correlation
+        cfg = load_study_config(path, repo_root=REPO)
+        plan = RunConfigs(cfg, REPO, Path("/nonexistent/study"))
+        runs = [("base", None)] * (not cfg.base.given) + [(r.key, r) for r in cfg.grid[:1]]
+        configs += [(f"study/{path.name}:{key}", plan.recipe_config(key, run)) for key, run in runs]
+    for name, c in configs:
+        val = (c.get("validation") or {}).get("dataset") or {}
+        if c["dataset"].get("_component_") in STDLIB_SOURCES and val.get("_component_") in STDLIB_SOURCES:
+            yield name, c["dataset"], val
+
+
+def _files(node):
+    from torchtune_longshort.data.stdlib_corpus import stdlib_source_files
+
+    return stdlib_source_files(**{k: v for k, v in node.items() if k in STDLIB_FILTERS and v is not None})
+
+
+def test_validation_reads_no_file_or_document_that_training_reads():
+    # The tiny configs validated on the first stdlib files of >= 100 kB, tests included: 3 of the 4 (_pydecimal.py,
+    # the text validation read, first) are training files (its 60 steps reach them from about step 22): val_ce was
+    # partly measured on training text. Their validation now reads the held-out split, training the train split.
+    checked = []
+    for name, train, val in _with_stdlib_validation():
+        train_files, val_files = _files(train), _files(val)
+        assert not [f.name for f in val_files if f in set(train_files)], name
+        texts = {f.read_text(encoding="utf-8", errors="replace") for f in train_files}
+        assert not [f for f in val_files if f.read_text(encoding="utf-8", errors="replace") in texts], name
+        checked.append(name)
+    assert "tiny/longshort_stdlib.yaml" in checked and "tiny/lora_from_checkpoint.yaml" in checked, checked
+
+
+def test_a_validation_source_that_shares_training_files_is_warned_about(sp_tokenizer_dir, caplog):
+    import logging
+
+    from torchtune_longshort.training.bootstrap import stdlib_sentencepiece_tokenizer
+    from torchtune_longshort.training.data_setup import build_documents, shared_files, validation_sequences
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    tok = stdlib_sentencepiece_tokenizer(str(sp_tokenizer_dir / "tokenizer.model"))
+    cfg = OmegaConf.load(REPO / "configs/tiny/longshort_stdlib.yaml")
+    cfg.validation.num_sequences, cfg.validation.seq_len = 1, 64
+    for over, warned in (({}, False), ({"split": None, "include_tests": True}, True)):
+        node = OmegaConf.merge(cfg, {"validation": {"dataset": over}})
+        fields = load_recipe_config(node, local=False)
+        training = build_documents(fields.dataset, tok)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="torchtune_longshort.training.data_setup"):
+            validation_sequences(fields.validation, tok, lambda t: tok.encode(t), None, training)
+        said = [r.getMessage() for r in caplog.records]
+        assert bool(said) == warned, said
+        if warned:
+            n = len(shared_files(training, build_documents(fields.validation.dataset, tok)))
+            assert len(said) == 1 and f"validation.dataset reads {n} of its 4 files from dataset's" in said[0] and n
+            assert "dataset.split=train and validation.dataset.split=heldout" in said[0]

@@ -43,11 +43,13 @@ log = logging.getLogger(__name__)
 
 
 class _Source:
-    """A named, re-iterable document source (a callable with a readable repr for logs and errors)."""
+    """A named, re-iterable document source (a callable with a readable repr for logs and errors); ``files``: the
+    files it reads, where it reads whole files (the recipe warns when validation and training share one)."""
 
-    def __init__(self, fn: Callable[[], Iterable[str]], description: str):
+    def __init__(self, fn: Callable[[], Iterable[str]], description: str, files: Optional[Sequence[Any]] = None):
         self._fn = fn
         self.description = description
+        self.files = None if files is None else tuple(files)
 
     def __call__(self) -> Iterator[str]:
         return iter(self._fn())
@@ -87,6 +89,7 @@ class Shuffled:
             docs = [piece for doc in docs for piece in split_lines_into_pieces(doc, piece_chars)]
         random.Random(seed).shuffle(docs)
         self._docs = docs
+        self.files = getattr(source, "files", None)
         self.description = f"{source!r} shuffled (seed {seed}" + (
             f", pieces of ~{piece_chars} chars)" if piece_chars is not None else ")")
 
@@ -108,13 +111,14 @@ def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Op
     Files come in sorted path order (one package after another) unless ``shuffle_seed`` is given (see
     :class:`Shuffled`); ``piece_chars`` (with ``shuffle_seed``) first cuts each file into pieces of about that many
     characters, which pre-training wants: batches then mix many packages."""
-    stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)  # fail early
+    # fail early; the files go with the source (the recipe compares validation's with training's)
+    files = stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)
     if piece_chars is not None and shuffle_seed is None:
         raise ValueError("piece_chars needs shuffle_seed: pieces in file order would be the same text as before")
     source = _Source(
         lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split),
         f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit}"
-        + (f", split={split}" if split else "") + ")",
+        + (f", split={split}" if split else "") + ")", files,
     )
     return source if shuffle_seed is None else Shuffled(source, shuffle_seed, piece_chars)
 
@@ -157,7 +161,7 @@ def local_text(
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
     skipped = SkippedRecord if skip_bad_records else None
-    return _Source(lambda: documents(skipped), f"local_text({path!r}, {len(files)} files)")
+    return _Source(lambda: documents(skipped), f"local_text({path!r}, {len(files)} files)", files)
 
 
 def hf_text(

@@ -40,6 +40,7 @@ class PasskeyMix:
         if passkeys_per_document < 0:
             raise ValueError(f"passkeys_per_document={passkeys_per_document} must be >= 0")
         self.base, self.max_tokens, self.k, self.seed = base, int(max_tokens), int(passkeys_per_document), seed
+        self.files = getattr(base, "files", None)  # the stdlib files it reads (the recipe compares validation's)
         self.tok = TaskTokenizer(str(tokenizer_path))
         self.units = haystack_units(haystack)
         self.description = (f"{base!r} + {self.k} passkey documents of <= {max_tokens} tokens after each "
@@ -75,7 +76,7 @@ class PasskeyMix:
 def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_per_document: int = 8,
                          haystack: str = "filler", seed: int = 0, include_tests: bool = False,
                          min_bytes: int = 0, limit: Optional[int] = None, shuffle_seed: Optional[int] = None,
-                         piece_chars: Optional[int] = None) -> PasskeyMix:
+                         piece_chars: Optional[int] = None, split: Optional[str] = None) -> PasskeyMix:
     """The stdlib corpus (:func:`torchtune_longshort.data.corpus.stdlib`) with passkey documents mixed in.
 
     Args:
@@ -85,10 +86,10 @@ def stdlib_with_passkeys(tokenizer_path: str, max_tokens: int = 128, passkeys_pe
         passkeys_per_document: passkey documents after each stdlib file (~8 x 120 tokens after a file of ~8k).
         haystack: the passkey task's haystack source (``filler``, the task's default, or ``stdlib``).
         seed: draws the keys, depths and haystack windows.
-        include_tests, min_bytes, limit, shuffle_seed, piece_chars: as for ``stdlib`` (with ``piece_chars``, the
+        include_tests, min_bytes, limit, shuffle_seed, piece_chars, split: as for ``stdlib`` (with ``piece_chars``, the
             passkey documents follow each piece instead of each file).
     """
     base = stdlib(min_bytes=min_bytes, include_tests=include_tests, limit=limit, shuffle_seed=shuffle_seed,
-                  piece_chars=piece_chars)
+                  piece_chars=piece_chars, split=split)
     return PasskeyMix(base, tokenizer_path,
                       max_tokens, passkeys_per_document, haystack, seed)

@@ -115,7 +115,7 @@ class RecipeSetup:
         if not cfg.resume:
             check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)
         self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize,
-                                                declared_vocab(cfg)[0])
+                                                declared_vocab(cfg)[0], self._documents)
         recipe_state = self._setup_output_dir()
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
