@@ -138,7 +138,7 @@ def tiny_setup(work: Path, shape: Shape) -> Setup:
                 embed_dim=shape.dim, intermediate_dim=shape.mlp, max_seq_len=max(512, shape.seq_len))
     model = {"_component_": "torchtune.models.llama2.llama2", **dims}  # torchtune's recipe builds its own
     # ours: the config's hf_decoder reads the same dimensions from the checkpoint's config.json
-    ours = [f"tokenizer.path={tok}/tokenizer.model", "~dataset.include_tests", "~dataset.limit",
+    ours = [f"tokenizer.path={tok}/tokenizer.model", "~dataset.include_tests", "~dataset.split", "~dataset.limit",
             "validation.every_n_steps=1000000"]
     n, layers, attn = _matmul_params(model)
     return Setup(ckpt, model, {"_component_": "torchtune.models.llama2.llama2_tokenizer",
