@@ -62,6 +62,48 @@ def test_text_completion_dataset_on_local_json_trains_like_our_reader_and_resume
     assert resumed == got
 
 
+def test_a_resumed_torchtune_dataset_starts_at_its_position_without_rebuilding_the_records_before(
+    tmp_path, tiny_llama2_dir, sp_tokenizer_dir, monkeypatch
+):
+    # A resume used to build (and so tokenize) every record consumed before the stop, one by one, to skip it:
+    # O(consumed) before the first resumed step (40k short records: 2.8 s). The records before are now not built;
+    # the resumed run still gives the uninterrupted run's losses, bit for bit.
+    import torch
+    from torchtune.datasets._text_completion import TextCompletionDataset
+
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+
+    lines = [l for t in iter_stdlib_documents(limit=12, include_tests=False) for l in t.splitlines() if l.strip()]
+    (tmp_path / "lines.json").write_text(json.dumps([{"text": l} for l in lines[:400]]))
+    node = {"_component_": "torchtune.datasets.text_completion_dataset", "source": "json", "split": "train",
+            "data_files": str(tmp_path / "lines.json"), "column": "text"}
+    got = _run(tmp_path, "whole", tiny_llama2_dir, sp_tokenizer_dir, node)
+    _run(tmp_path, "stopped", tiny_llama2_dir, sp_tokenizer_dir, node, stop_after_step=2)
+    state = torch.load(tmp_path / "stopped" / "recipe_state" / "step_2.pt", weights_only=False)
+    position = state["data"]["stream"]["docs_consumed"]
+    built, getitem = [], TextCompletionDataset.__getitem__
+    monkeypatch.setattr(TextCompletionDataset, "__getitem__", lambda ds, i: built.append(i) or getitem(ds, i))
+    resumed = _run(tmp_path, "stopped", tiny_llama2_dir, sp_tokenizer_dir, node, resume=True)
+    assert resumed == got and [s for s, _ in got] == [1, 2, 3, 4]
+    assert position > 5 and built  # records read in the first steps, then records read by the resumed ones
+    assert [i for i in built if 0 < i < position] == []  # record 0: the source's first-record check
+
+
+def test_a_map_style_source_restored_past_its_end_is_refused_naming_the_counts():
+    from torchtune_longshort.data.corpus import _Source
+    from torchtune_longshort.data.dual_window import PackedTokenStream
+
+    docs = [[1, 2, 3]] * 4
+    source = _Source(lambda start=0: iter(docs[start:]), "four documents", count=len(docs))
+    stream = PackedTokenStream(source)
+    stream.load_state_dict({"epoch": 1, "docs_consumed": 3, "tokens_consumed": 9, "buffer": [7]})
+    assert stream.take(5) == [7, 1, 2, 3, 1] and (stream.epoch, stream.docs_consumed) == (2, 1)  # the last, a new pass
+    stream.load_state_dict({"epoch": 1, "docs_consumed": 5, "tokens_consumed": 9, "buffer": []})
+    with pytest.raises(ValueError, match="cannot resume: the corpus has only 4 documents but the saved state "
+                                         "consumed 5 in epoch 1"):
+        stream.take(1)
+
+
 def test_packed_torchtune_dataset_is_refused(tmp_path, texts_json, tiny_llama2_dir, sp_tokenizer_dir):
     packed = {"_component_": "torchtune.datasets.text_completion_dataset", "source": "json",
               "data_files": str(texts_json / "train.json"), "column": "text", "split": "train", "packed": True}

@@ -44,15 +44,25 @@ log = logging.getLogger(__name__)
 
 class _Source:
     """A named, re-iterable document source (a callable with a readable repr for logs and errors); ``files``: the
-    files it reads, where it reads whole files (the recipe warns when validation and training share one)."""
+    files it reads, where it reads whole files (the recipe warns when validation and training share one); ``count``:
+    its number of documents where it can start at any of them without reading those before (a map-style dataset),
+    ``fn`` then taking the index to start at (:meth:`from_index`, which a resumed stream uses)."""
 
-    def __init__(self, fn: Callable[[], Iterable[str]], description: str, files: Optional[Sequence[Any]] = None):
+    def __init__(self, fn: Callable[..., Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
+                 count: Optional[int] = None):
         self._fn = fn
         self.description = description
         self.files = None if files is None else tuple(files)
+        self.count = count
 
     def __call__(self) -> Iterator[str]:
         return iter(self._fn())
+
+    def from_index(self, start: int) -> Iterator[Any]:
+        """The documents from index ``start`` (``0 <= start <= count``) on, those before neither read nor built."""
+        if self.count is None or not 0 <= start <= self.count:
+            raise ValueError(f"{self!r}: cannot start at document {start} (count {self.count})")
+        return iter(self._fn(start))
 
     def __repr__(self) -> str:
         return f"<documents: {self.description}>"

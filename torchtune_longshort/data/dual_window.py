@@ -98,6 +98,16 @@ class PackedTokenStream:
 
     # --------------------------------------------------------------- reading
     def _open(self) -> None:
+        count = getattr(self._documents, "count", None)
+        if count is not None and self.docs_consumed:
+            # a map-style source (a torchtune dataset) starts at the position: the documents consumed before it are
+            # neither built nor tokenized again (they were, one by one: O(consumed) before the first resumed step)
+            if self.docs_consumed > count:
+                raise ValueError(
+                    f"cannot resume: the corpus has only {count} documents but the saved state consumed "
+                    f"{self.docs_consumed} in epoch {self.epoch}; was the data source changed?")
+            self._it = self._documents.from_index(self.docs_consumed)
+            return
         self._it = iter(self._documents())
         for i in range(self.docs_consumed):
             try:

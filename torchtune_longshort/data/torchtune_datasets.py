@@ -93,8 +93,8 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
         raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
     column = args.get("column")
 
-    def docs():
-        for i in range(n):
+    def docs(start: int = 0):  # a resumed stream starts at its position: the records before are not built
+        for i in range(start, n):
             try:
                 tokens = read_record(dataset, i, what, files, column, where)
             except DataRecordError as e:
@@ -104,4 +104,4 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
             yield tokens
 
     check_first_readable(docs(), what)
-    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)")
+    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)", count=n)
