@@ -122,3 +122,59 @@ def test_training_keeps_special_strings_as_text(family_dirs, layout):
             assert ids == ref(text, add_special_tokens=False, split_special_tokens=True).input_ids, text
     assert checkpoint_tokenizer(str(d), parse_special_tokens=True).encode_plain("<s>x</s>") == \
         ref("<s>x</s>", add_special_tokens=False).input_ids
+
+
+FLAG_TEXTS = ["x <mark> y", "x<mark>y", "x  <mark>  y", " <mark>", "<mark> ", "a\t<mark>\nb", "_<mark>_", "<mark><mark>",
+              "word<mark> word", "(<mark>)", "<mark>s <mark>", "a<mark>  \n", "x <only> y", "a<only>b", "<only>",
+              "x <eot>  y", "<eot>x<mark><only>\t ", "x <MARK> y"]
+FLAGS = ("lstrip", "rstrip", "single_word", "normalized", "special")
+
+
+def _bpe_folder(folder: Path, added, config_tokens) -> Path:
+    """A byte-level BPE ``tokenizer.json`` trained on stdlib text by ``tokenizers`` (lower-casing normalizer), with
+    ``added`` tokens ``(content, flags)``; ``config_tokens``: ``tokenizer_config.json``'s ``added_tokens_decoder``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator(iter_stdlib_documents(limit=5, include_tests=False), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    for content, flags in added:
+        tok.add_tokens([AddedToken(content, **flags)])
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": None,
+        "added_tokens_decoder": {str(tok.get_vocab_size() + i if c != "<mark>" else tok.token_to_id(c)):
+                                 {"content": c, **f} for i, (c, f) in enumerate(config_tokens)}}))
+    return folder
+
+
+@pytest.mark.parametrize("mark,config_mark", [
+    (dict(lstrip=True, single_word=True, normalized=False), None),
+    (dict(rstrip=True, normalized=True, special=True), None),
+    (dict(single_word=True, normalized=False), dict(lstrip=True, rstrip=True, normalized=False, special=True)),
+    (dict(lstrip=True, rstrip=True, normalized=True), dict(normalized=True, special=False)),
+])
+def test_tokenizer_json_added_token_flags_encode_as_autotokenizer(tmp_path, mark, config_mark):
+    """``lstrip`` / ``rstrip`` / ``single_word`` / ``normalized`` added tokens of a ``tokenizer.json`` and of its
+    ``tokenizer_config.json``'s ``added_tokens_decoder``, which transformers adds again on loading: its flags replace
+    the file's (the reader kept the file's: ``x <mark> y`` gave 5 ids for 3) and a token only it names is appended
+    (the reader spelled ``<only>`` out)."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    config = ([("<mark>", config_mark)] if config_mark else []) + [
+        ("<only>", dict(rstrip=True, single_word=True, normalized=False)), ("<eot>", dict(lstrip=True, special=True))]
+    folder = _bpe_folder(tmp_path / "bpe", [("<mark>", mark)], config)
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    for parse in (True, False):
+        ours = checkpoint_tokenizer(str(folder), parse_special_tokens=parse)
+        assert ours.format == "hf_json"
+        for text in FLAG_TEXTS:
+            want = ref(text, add_special_tokens=False, split_special_tokens=not parse).input_ids
+            assert ours.encode(text, add_bos=False, add_eos=False) == want, (parse, text)

@@ -220,6 +220,37 @@ class TiktokenTokenizer(SourceTokenizer):
         return self._tt.tt_model.tt_model.decode(ids)
 
 
+NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
+    """``tokenizer_config.json``'s ``added_tokens_decoder`` (in ``cfg``) put into the ``tokenizers`` object ``tok`` as
+    transformers' ``PreTrainedTokenizerFast`` does on loading: every entry added again, in id order, with its own
+    flags (``tokenizers.AddedToken``'s defaults where it has none; special where it names a BOS/EOS/... token), so
+    that its flags replace ``tokenizer.json``'s for the same token and a token only the config names is appended.
+    :class:`TokenizerError` naming ``where`` for a key that is not a token id."""
+    from tokenizers import AddedToken as LibAddedToken
+
+    decoder = cfg.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        return
+    named = {_token_of(cfg.get(k)) for k in NAMED_TOKENS} - {None}
+    entries = []
+    for key, entry in decoder.items():
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise TokenizerError(f"{where}: added_tokens_decoder key {key!r} is not a token id") from None
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and entry["content"]:
+            flags = {k: bool(entry[k]) for k in TOKEN_FLAGS if k in entry}
+            if entry["content"] in named:
+                flags["special"] = True
+            entries.append((tid, LibAddedToken(entry["content"], **flags)))
+    if entries:
+        tok.add_tokens([t for _, t in sorted(entries, key=lambda e: e[0])])
+
+
 def _token_of(value: Any) -> Optional[str]:
     if isinstance(value, dict):
         return value.get("content")
@@ -246,6 +277,7 @@ class HFJsonTokenizer(SourceTokenizer):
         folder = self.path.parent
         cfg = {**read_json(folder / "special_tokens_map.json"), **read_json(folder / HF_CONFIG)}
         ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
+        add_config_tokens(self._tok, cfg, folder / HF_CONFIG)
 
         def token_id(name: str) -> Optional[int]:
             text = _token_of(cfg.get(f"{name}_token"))
