@@ -178,3 +178,39 @@ def test_tokenizer_json_added_token_flags_encode_as_autotokenizer(tmp_path, mark
         for text in FLAG_TEXTS:
             want = ref(text, add_special_tokens=False, split_special_tokens=not parse).input_ids
             assert ours.encode(text, add_bos=False, add_eos=False) == want, (parse, text)
+
+
+@pytest.mark.parametrize("pipeline", ["sentencepiece", "never", "always"])
+def test_sentencepiece_folders_cut_normalized_and_config_flagged_added_tokens_as_autotokenizer(
+    sp_tokenizer_dir, tmp_path, pipeline
+):
+    """A SentencePiece folder's added tokens (read from its ``tokenizer.json`` and ``tokenizer_config.json``): a
+    ``normalized`` token is matched, as ``tokenizers`` does, after the others, in the normalized text (the
+    ``sentencepiece`` pipeline prepends ``▁`` to each piece: ``x<mark>y`` holds no ``▁<mark>``, ``x <mark> y`` does;
+    190 of 544 flag-set encodings differed), where ``lstrip`` / ``rstrip`` see no space (``never``: spaces are ``▁``;
+    76 of 544 differed); and the config's flags replace the file's (9 of 12 differed, every pipeline)."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+    from torchtune_longshort.models.added_tokens import sentencepiece_prefix_scheme
+
+    config = {"tokenizer_class": "LlamaTokenizer", "legacy": True} if pipeline == "always" else {}
+    folder = _hub_style(sp_tokenizer_dir, tmp_path / pipeline, config)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    if pipeline == "never":  # Gemma's: spaces to "▁", none prepended
+        spec["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    flags = {"<mark>": dict(lstrip=True, rstrip=True, normalized=True), "<eot>": dict(single_word=True),
+             "<only>": dict(lstrip=True, rstrip=True, normalized=False)}
+    spec["added_tokens"] += [dict(id=512 + i, content=c, **{**{k: False for k in FLAGS}, **flags[c]})
+                             for i, c in enumerate(["<mark>", "<eot>", "<only>"])]
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["added_tokens_decoder"] = {str(t["id"]): {k: t[k] for k in ("content", *FLAGS)} for t in spec["added_tokens"]}
+    cfg["added_tokens_decoder"]["514"].update(lstrip=False, rstrip=False)  # the config's flags win
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert sentencepiece_prefix_scheme(folder) == pipeline
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    ours = checkpoint_tokenizer(str(folder), parse_special_tokens=True)
+    assert ours.format == "sentencepiece"
+    for text in FLAG_TEXTS + ["x  <only>  y", "<eot>x <eot> y"]:
+        assert ours.encode(text, add_bos=False, add_eos=False) == ref(text, add_special_tokens=False).input_ids, text

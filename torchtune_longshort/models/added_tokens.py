@@ -5,7 +5,9 @@ formats whose own encoders do not: SentencePiece and tiktoken
 ``AutoTokenizer`` first cuts a text at every *added token* of the folder (``tokenizer.json``'s ``added_tokens``:
 ``<s>``, ``</s>``, ``<unk>``, ``<|begin_of_text|>``, ``<|eot_id|>``, ...; leftmost, longest first; ``lstrip`` /
 ``rstrip`` tokens take the whitespace beside them), gives each its id, and encodes the text between them piece by
-piece. :class:`SpecialSplitter` makes the same cut.
+piece. :class:`SpecialSplitter` makes the same cut. A ``normalized`` token is looked for, as ``tokenizers`` does, in
+each piece between the others once the pipeline's normalizer has run on it (its content normalized too), where its
+flags see the normalized text; the fragments around it are then normalized text (:class:`Normalized`).
 
 How a SentencePiece piece between two tokens starts (the dummy prefix ``▁``) depends on the pipeline transformers
 builds for the folder, :func:`sentencepiece_prefix_scheme`:
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 SCHEMES = ("sentencepiece", "always", "first", "never")
 _METASPACE_CLASSES = ("LlamaTokenizer", "CodeLlamaTokenizer")
@@ -41,6 +43,11 @@ class AddedToken:
     lstrip: bool = False
     rstrip: bool = False
     single_word: bool = False
+    normalized: bool = False
+
+
+class Normalized(str):
+    """A fragment of a text that the pipeline's normalizer has already run on (around a ``normalized`` token)."""
 
 
 def _json(path: Path) -> Dict[str, Any]:
@@ -53,13 +60,16 @@ def _json(path: Path) -> Dict[str, Any]:
 def _token(content: Any, tid: Any, flags: Dict[str, Any]) -> Optional[AddedToken]:
     if not isinstance(content, str) or not content or tid is None:
         return None
-    return AddedToken(content, int(tid), bool(flags.get("special", True)), bool(flags.get("lstrip", False)),
-                      bool(flags.get("rstrip", False)), bool(flags.get("single_word", False)))
+    special = bool(flags.get("special", True))
+    return AddedToken(content, int(tid), special, bool(flags.get("lstrip", False)), bool(flags.get("rstrip", False)),
+                      bool(flags.get("single_word", False)), bool(flags.get("normalized", not special)))
 
 
 def read_added_tokens(folder: Path) -> List[AddedToken]:
-    """The added tokens ``AutoTokenizer`` splits a text on: ``tokenizer.json``'s ``added_tokens``, then any other
-    entry of ``tokenizer_config.json``'s ``added_tokens_decoder``; [] when the folder has neither."""
+    """The added tokens ``AutoTokenizer`` splits a text on: ``tokenizer.json``'s ``added_tokens``, then
+    ``tokenizer_config.json``'s ``added_tokens_decoder``, which transformers adds again on loading: its flags replace
+    the file's for a token both name (the id stays the file's), and a token only it names is added; [] when the
+    folder has neither."""
     found: Dict[str, AddedToken] = {}
     for entry in _json(folder / "tokenizer.json").get("added_tokens") or []:
         tok = _token(entry.get("content"), entry.get("id"), entry)
@@ -68,7 +78,8 @@ def read_added_tokens(folder: Path) -> List[AddedToken]:
     for tid, entry in (_json(folder / "tokenizer_config.json").get("added_tokens_decoder") or {}).items():
         tok = _token(entry.get("content"), tid, entry) if isinstance(entry, dict) else None
         if tok is not None:
-            found.setdefault(tok.content, tok)
+            known = found.get(tok.content)
+            found[tok.content] = tok if known is None else replace(tok, id=known.id)
     return list(found.values())
 
 
@@ -76,42 +87,69 @@ def _is_word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
-class SpecialSplitter:
-    """Cuts a text at the given added tokens, as ``tokenizers``' added vocabulary does."""
+def _pattern(contents: Iterable[str]) -> Optional["re.Pattern[str]"]:
+    names = sorted(contents, key=len, reverse=True)  # longest first: Python's alternation is then leftmost-longest
+    return re.compile("|".join(map(re.escape, names))) if names else None
 
-    def __init__(self, tokens: Iterable[AddedToken]):
-        self.tokens: Dict[str, AddedToken] = {t.content: t for t in tokens}
-        names = sorted(self.tokens, key=len, reverse=True)  # longest first: Python's alternation is then leftmost-longest
-        self._re = re.compile("|".join(map(re.escape, names))) if names else None
+
+class SpecialSplitter:
+    """Cuts a text at the given added tokens, as ``tokenizers``' added vocabulary does: the tokens that are not
+    ``normalized`` first, in the text; then the ``normalized`` ones in each piece between those, once ``normalize``
+    (the pipeline's normalizer, ``str -> str``; None: a pipeline without one) has run on the piece and the content."""
+
+    def __init__(self, tokens: Iterable[AddedToken], normalize: Optional[Callable[[str], str]] = None):
+        tokens = list(tokens)
+        self.tokens: Dict[str, AddedToken] = {t.content: t for t in tokens if not t.normalized}
+        self.normalized: Dict[str, AddedToken] = {(normalize or str)(t.content): t for t in tokens if t.normalized}
+        self._normalize = normalize
+        self._re, self._re_normalized = _pattern(self.tokens), _pattern(self.normalized)
 
     def split(self, text: str) -> List[Tuple[Union[str, int], int]]:
-        """``[(piece, start)]`` in order: a piece is a text between tokens (``str``) or a token's id (``int``);
-        ``start``: where it begins in ``text``."""
-        if self._re is None:
-            return [(text, 0)] if text else []
+        """``[(piece, start)]`` in order: a piece is a text between tokens (``str``; :class:`Normalized` where a
+        ``normalized`` token was cut out of a piece the normalizer ran on) or a token's id (``int``); ``start``: where
+        it begins in ``text`` (a normalized fragment: where its piece begins)."""
         out: List[Tuple[Union[str, int], int]] = []
-        pos = 0
-        for m in self._re.finditer(text):
-            tok = self.tokens[m.group()]
-            start, end = m.start(), m.end()
-            if start < pos:
-                continue  # inside the whitespace an rstrip token took
-            if tok.single_word and ((start > 0 and _is_word(text[start - 1]))
-                                    or (end < len(text) and _is_word(text[end]))):
-                continue
-            if tok.lstrip:
-                while start > pos and text[start - 1].isspace():
-                    start -= 1
-            if tok.rstrip:
-                while end < len(text) and text[end].isspace():
-                    end += 1
-            if start > pos:
-                out.append((text[pos:start], pos))
-            out.append((tok.id, start))
-            pos = end
-        if pos < len(text):
-            out.append((text[pos:], pos))
+        for piece, start in _cut(text, self.tokens, self._re):
+            if isinstance(piece, str) and self._re_normalized is not None:
+                norm = self._normalize(piece) if self._normalize is not None else piece
+                cut = _cut(norm, self.normalized, self._re_normalized)
+                if any(isinstance(p, int) for p, _ in cut):
+                    if self._normalize is None:
+                        out.extend((p, start + at) for p, at in cut)
+                    else:
+                        out.extend((p if isinstance(p, int) else Normalized(p), start) for p, _ in cut)
+                    continue
+            out.append((piece, start))
         return out
+
+
+def _cut(text: str, tokens: Dict[str, AddedToken], pattern) -> List[Tuple[Union[str, int], int]]:
+    """``text`` cut at the ``tokens`` that ``pattern`` finds, with their flags (see :meth:`SpecialSplitter.split`)."""
+    if pattern is None:
+        return [(text, 0)] if text else []
+    out: List[Tuple[Union[str, int], int]] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        tok = tokens[m.group()]
+        start, end = m.start(), m.end()
+        if start < pos:
+            continue  # inside the whitespace an rstrip token took
+        if tok.single_word and ((start > 0 and _is_word(text[start - 1]))
+                                or (end < len(text) and _is_word(text[end]))):
+            continue
+        if tok.lstrip:
+            while start > pos and text[start - 1].isspace():
+                start -= 1
+        if tok.rstrip:
+            while end < len(text) and text[end].isspace():
+                end += 1
+        if start > pos:
+            out.append((text[pos:start], pos))
+        out.append((tok.id, start))
+        pos = end
+    if pos < len(text):
+        out.append((text[pos:], pos))
+    return out
 
 
 def _metaspace_scheme(pre: Dict[str, Any]) -> Optional[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.models.added_tokens import (
-    AddedToken, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
+    AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
 
 HF_CONFIG = "tokenizer_config.json"
@@ -83,7 +83,11 @@ class SourceTokenizer:
             return self._encode_text(text)
         ids: List[int] = []
         for piece, start in self._splitter.split(text):
-            ids.extend([piece] if isinstance(piece, int) else self._encode_piece(piece, start))
+            if isinstance(piece, int):
+                ids.append(piece)
+            else:
+                ids.extend(self._encode_normalized(piece) if isinstance(piece, Normalized)
+                           else self._encode_piece(piece, start))
         return ids
 
     def _encode_text(self, text: str) -> List[int]:
@@ -94,6 +98,11 @@ class SourceTokenizer:
         """Ids of the text ``piece`` that starts at ``start`` of a text cut at its special tokens, as
         ``AutoTokenizer`` encodes it."""
         return self._encode_text(piece)
+
+    def _encode_normalized(self, fragment: str) -> List[int]:
+        """Ids of a fragment the pipeline's normalizer has run on (around a ``normalized`` added token), as the
+        model encodes it with no normalization (formats whose splitter is given a normalizer)."""
+        raise NotImplementedError
 
     def _decode(self, ids: List[int]) -> str:
         raise NotImplementedError
@@ -157,8 +166,8 @@ class SentencePieceTokenizer(SourceTokenizer):
         added = read_added_tokens(self.path.parent) or [
             AddedToken(sp.id_to_piece(i), i) for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i)]
         self._added_special = {t.id for t in added if t.special}
-        self._splitter = SpecialSplitter(added)
         self._scheme = sentencepiece_prefix_scheme(self.path.parent)
+        self._splitter = SpecialSplitter(added, pipeline_normalizer(self.path.parent, self._scheme, added))
         self._bare: Any = None  # the model without its dummy prefix, built on first use
 
     def special_ids(self) -> set:
@@ -174,12 +183,15 @@ class SentencePieceTokenizer(SourceTokenizer):
         prefix = self._scheme == "always" or (self._scheme == "first" and start == 0)
         if prefix and not piece.startswith((" ", "\u2581")):  # Metaspace: a piece led by a space gets no second one
             piece = " " + piece
-        if self._bare is None:
+        return self._encode_normalized(piece)
+
+    def _encode_normalized(self, fragment: str) -> List[int]:
+        if self._bare is None:  # the model without its dummy prefix: a normalized fragment carries its own "▁"
             import sentencepiece as spm
 
             proto = without_dummy_prefix(self._tt.spm_model.serialized_model_proto())
             self._bare = spm.SentencePieceProcessor(model_proto=proto)
-        return self._bare.encode(piece)
+        return self._bare.encode(fragment)
 
     def _decode(self, ids: List[int]) -> str:
         return self._tt.spm_model.decode(ids)
@@ -251,6 +263,19 @@ def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
         tok.add_tokens([t for _, t in sorted(entries, key=lambda e: e[0])])
 
 
+def pipeline_normalizer(folder: Path, scheme: str, added: Sequence[AddedToken]):
+    """``tokenizer.json``'s normalizer (``str -> str``, run by ``tokenizers``) where ``AutoTokenizer`` runs the file's
+    pipeline (the ``sentencepiece`` and ``never`` schemes) and an added token is ``normalized``; else None
+    (transformers' ``LlamaTokenizer`` pipeline has no normalizer)."""
+    spec = folder / "tokenizer.json"
+    if scheme not in ("sentencepiece", "never") or not any(t.normalized for t in added) or not spec.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    normalizer = Tokenizer.from_file(str(spec)).normalizer
+    return normalizer.normalize_str if normalizer is not None else None
+
+
 def _token_of(value: Any) -> Optional[str]:
     if isinstance(value, dict):
         return value.get("content")
@@ -262,7 +287,8 @@ class HFJsonTokenizer(SourceTokenizer):
 
     BOS/EOS: ``bos_token`` / ``eos_token`` of ``tokenizer_config.json`` (``special_tokens_map.json``), else the
     ids in ``generation_config.json`` / ``config.json``. What the source adds by default is read off its
-    post-processor (``encode("a")`` with and without special tokens)."""
+    post-processor (``encode("a")`` with and without special tokens). Added tokens: the file's, with
+    ``tokenizer_config.json``'s ``added_tokens_decoder`` over them (:func:`add_config_tokens`)."""
 
     format = "hf_json"
 
