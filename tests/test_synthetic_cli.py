@@ -115,6 +115,25 @@ def test_figures_refuse_a_users_files_in_out_before_training(tmp_path, capsys):
     assert (mine / "fig1b.png").read_text() == "mine"
 
 
+def test_an_earlier_summary_covers_only_the_figures_it_names(tmp_path, capsys):
+    # an earlier run's summary.json (of Fig. 1a) in --out made every name the command writes its own: `--figure 5`
+    # overwrote the user's fig5.png kept there; likewise a beyond summary of parity and the user's fig_planted.csv
+    out = tmp_path / "syn"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"meta": {"figures": {"1a": {"quick": True}}}}))
+    (out / "beyond_summary.json").write_text(json.dumps({"parity": {}, "meta": {"parity": {}}}))
+    for name in ("fig5.png", "fig_planted.csv", "fig1a.png", "fig_parity.csv"):  # the last two: the runs'
+        (out / name).write_text("mine")
+    small = ["--quick", "--seeds", "1", "--steps", "5", "--dim", "8", "--heads", "2", "--out", str(out)]
+    for figure, named in (("1a,5", "fig5.png"), ("parity,planted", "fig_planted.csv")):
+        assert main(["--figure", figure, *small]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"holds '{named}', which no earlier run there wrote" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["beyond_summary.json", "fig1a.png", "fig5.png", "fig_parity.csv",
+                                                     "fig_planted.csv", "summary.json"]
+    assert all((out / n).read_text() == "mine" for n in ("fig5.png", "fig_planted.csv"))
+
+
 def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_write(tmp_path, capsys):
     # `--cache FILE`: --out was made, then a 16-line FileExistsError traceback; `--replot` on a missing --out said
     # "[Errno 2] ... summary.json", naming neither the flag nor the fix

@@ -237,16 +237,34 @@ def _check_run_json(out: str) -> None:
 
 def _check_figure_outputs(out: str, paper: List[str], beyond: List[str]) -> None:
     """The files these figures write (``summary.json``, ``runs.json``, ``fig<n>.csv/png``; ``beyond_summary.json``,
-    ``fig_<n>.csv/png``) are replaced only where an earlier run's summary (a JSON object with ``meta``) is there;
-    refused before training otherwise."""
-    groups = [("summary.json", ["runs.json"] + [f"fig{n}.{x}" for n in paper for x in ("csv", "png")])] if paper else []
-    groups += [("beyond_summary.json", [f"fig_{n}.{x}" for n in beyond for x in ("csv", "png")])] if beyond else []
-    for summary, others in groups:
-        def earlier(folder, summary=summary) -> bool:
-            found = read_json(folder / summary)
-            return isinstance(found, dict) and "meta" in found
+    ``fig_<n>.csv/png``) are replaced only where an earlier run's summary (a JSON object with ``meta``) is there
+    and names their figure (a ``fig5.png`` of the user's beside a summary of Fig. 1a was overwritten); refused
+    before training otherwise."""
+    groups = [("summary.json", "fig{}", ["runs.json"] + [f"fig{n}.{x}" for n in paper for x in ("csv", "png")])
+              ] if paper else []
+    groups += [("beyond_summary.json", "fig_{}", [f"fig_{n}.{x}" for n in beyond for x in ("csv", "png")])
+               ] if beyond else []
+    for summary, stem, others in groups:
+        def earlier(folder, summary=summary, stem=stem):
+            return _earlier_figure_files(read_json(folder / summary), summary, stem)
 
         check_output_folder(out, "--out", [summary, *others], earlier)
+
+
+def _earlier_figure_files(found, summary: str, stem: str):
+    """What an earlier run's ``summary`` (parsed) says it wrote: False when it is none; the summary, ``runs.json``
+    and the CSV and PNG of each figure it records (``meta.figures``; a beyond summary's figure tables); True for a
+    paper summary older than ``meta.figures`` (which does not say)."""
+    if not isinstance(found, dict) or "meta" not in found:
+        return False
+    if summary == "summary.json":
+        records = found["meta"].get("figures") if isinstance(found["meta"], dict) else None
+        if not isinstance(records, dict):
+            return True
+        names, files = list(records), [summary, "runs.json"]
+    else:
+        names, files = [n for n in found if n != "meta"], [summary]
+    return files + [f"{stem.format(n)}.{x}" for n in names for x in ("csv", "png")]
 
 
 def _single_run(base: RunConfig, out: str) -> int:
