@@ -129,3 +129,15 @@ def test_a_beyond_figure_that_fails_part_way_does_not_block_the_rerun(tmp_path, 
     monkeypatch.setattr(beyond_figures, "atomic_open", opened)
     assert main(argv) == 0, capsys.readouterr().err
     assert (out / "fig_parity.png").is_file() and (out / "fig_parity.csv").is_file()
+
+
+def test_a_beyond_figure_stopped_in_training_leaves_no_folder(tmp_path, monkeypatch):
+    # Ctrl-C while the probes trained left the --out it had made first (empty, and its parents); the paper figures
+    # make theirs once every run has trained
+    def stopped(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(beyond_figures, "train_probe", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--figure", "parity", "--quick", "--seeds", "1", "--out", str(tmp_path / "new" / "out")])
+    assert list(tmp_path.iterdir()) == []

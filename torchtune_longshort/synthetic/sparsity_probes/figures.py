@@ -89,11 +89,11 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
     """Train the curves of each figure over seeds; writes ``fig_<name>.csv``, ``fig_<name>.png`` and
     ``beyond_summary.json`` (merged with an earlier one in ``out_dir``, so figures can be run one at a time).
     Returns the summary."""
-    os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     curves = {n: beyond_configs(n, quick) for n in names}
     todo = {_run_key(replace(c, seed=s)): replace(c, seed=s) for cs in curves.values() for _, c in cs for s in seeds}
     results = _train_all(todo, workers)
+    os.makedirs(out_dir, exist_ok=True)  # once every run has trained: a run stopped there leaves no empty folder
     path = os.path.join(out_dir, "beyond_summary.json")
     earlier = read_json(path) if os.path.exists(path) else None
     summary: Dict = earlier if isinstance(earlier, dict) else {}
