@@ -86,22 +86,30 @@ def _tiny_gguf(path):
     return path
 
 
+def _fake_conversion(monkeypatch, tokenizer_dir):
+    """transformers' GGUF loading replaced by a real tiny Llama and a real tokenizer (written by transformers' own
+    save_pretrained): what a test of the conversion's folders needs. Returns the model."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(cfg)
+    tok = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    return model
+
+
 def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, monkeypatch, sp_tokenizer_dir):
     """`--gguf F --out DIR` again into DIR: the earlier conversion's files are replaced; a file a user added there is
     refused by name and kept. The conversion's own temporary folder is never a folder of the user's (it was
     `DIR.partial`, deleted first). transformers' GGUF loading is replaced by a real tiny Llama and a real tokenizer,
     written with transformers' own save_pretrained: what is under test is the folder handling."""
     import pytest
-    import transformers
 
     from torchtune_longshort.models.gguf import convert_gguf, main
 
-    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1)
-    model = transformers.LlamaForCausalLM(cfg)
-    tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
     gguf = _tiny_gguf(tmp_path / "m.gguf")  # a file the gguf package reads (the conversion checks that first)
     out, partial = tmp_path / "conv", tmp_path / "conv.partial"
     partial.mkdir()
@@ -122,3 +130,22 @@ def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, m
     assert main(["--gguf", str(gguf), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == written and json.loads((out / "config.json").read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "conv.partial", "m.gguf"]
+
+
+def test_a_conversion_that_fails_leaves_no_folder_it_made(tmp_path, monkeypatch, sp_tokenizer_dir):
+    """A conversion to a new ``--out new/deep/conv`` that fails (a full disk) removed its temporary folder but left
+    the parents it made for it (``new/deep``, empty)."""
+    import pytest
+
+    from torchtune_longshort.models.gguf import main
+
+    model = _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    gguf = _tiny_gguf(tmp_path / "m.gguf")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model, "save_pretrained", disk_full)
+    with pytest.raises(SystemExit, match="2"):
+        main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "deep" / "conv")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]

@@ -87,6 +87,15 @@ def test_a_run_that_only_finishes_leaves_no_record(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["out_a.txt"]
 
 
+def test_a_run_that_fails_leaves_no_folder_it_made_nor_its_parents(tmp_path):
+    # `longshort-eval-report ... --out new/deep/rep` on a full disk: rep went, new/deep stayed (empty)
+    with pytest.raises(OSError):
+        with undone_on_failure(tmp_path / "new" / "deep" / "rep", PATTERNS):
+            atomic_write_text(tmp_path / "new" / "deep" / "rep" / "out_a.txt", "a")
+            raise OSError(28, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _results(d: Path, results) -> Path:
     d.mkdir(parents=True)
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps({"results": results}))

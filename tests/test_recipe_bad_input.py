@@ -43,6 +43,20 @@ def test_tokenizer_model_vocab_mismatch(recipe_cls, tmp_path, sp_tokenizer_dir):
     setup_fails(recipe_cls, cfg, ValueError, r"tokenizer vocabulary \(512 ids.*300 rows.*do not match")
 
 
+def test_a_setup_refused_after_it_made_output_dir_leaves_none_of_its_parents(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                              sp_tokenizer_dir):
+    """Weights that cannot be read are found once the output folder is claimed: the folder went, the parents the
+    claim made with it (``output_dir=new/deep/out``) stayed, empty."""
+    import shutil
+
+    ckpt = Path(shutil.copytree(tiny_llama2_dir, tmp_path / "ckpt"))
+    weights = next(ckpt.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:1000])
+    cfg = make_cfg(ckpt, sp_tokenizer_dir, tmp_path / "new" / "deep" / "out")
+    setup_fails(recipe_cls, cfg, ValueError, r"cannot read weight file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
 def test_dataset_without_text_field(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"content": "x = 1\n" * 50}) + "\n" for _ in range(3)))

@@ -73,7 +73,8 @@ def test_recipe_trains_no_tokenizer_it_then_refuses_nor_one_inside_output_dir(tm
     """A tokenizer trained by a run its setup then refused stayed behind, and, its vocab_size being read only when it
     is trained, refused every later run with that path. A tokenizer trained inside output_dir filled the folder before
     the run claimed it (refused as not empty, for good). A tokenizer file its component cannot read ended in the
-    library's traceback. Each is now refused in one message, with no folder left."""
+    library's traceback. Each is now refused in one message, with no folder left (nor the parents the training made:
+    ``new/`` of ``tokenizer.path=new/tok`` stayed)."""
     from recipe_config import make_cfg
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -86,7 +87,7 @@ def test_recipe_trains_no_tokenizer_it_then_refuses_nor_one_inside_output_dir(tm
 
     junk = tmp_path / "junk.model"
     junk.write_text("not a model")
-    cases = [(cfg(tmp_path / "tok", vocab_size=1024), r"tokenizer vocabulary \(1024 ids"),  # the model's: 512
+    cases = [(cfg(tmp_path / "new" / "tok", vocab_size=1024), r"tokenizer vocabulary \(1024 ids"),  # model's: 512
              (cfg(junk), r"^tokenizer.path='.*junk.model': .*stdlib_sentencepiece_tokenizer cannot read it"),
              (cfg(tmp_path / "out" / "tok"), r"^tokenizer.path='.*out/tok' lies inside output_dir=")]
     for c, match in cases:

@@ -120,6 +120,34 @@ class _Record:
 _RECORDING: contextvars.ContextVar[Optional[_Record]] = contextvars.ContextVar("longshort_recording", default=None)
 
 
+def missing_root(path: Union[str, Path]) -> Optional[Path]:
+    """The outermost of ``path`` and its parents that does not exist (absolute), which ``mkdir(parents=True)`` would
+    create; None when ``path`` exists. A command refused after making ``path`` takes back that far
+    (:func:`remove_made_folders`)."""
+    path, root = Path(os.path.abspath(Path(path).expanduser())), None
+    while not path.exists() and path != path.parent:
+        root, path = path, path.parent
+    return root
+
+
+def remove_made_folders(path: Union[str, Path], root: Optional[Path]) -> None:
+    """Remove ``path`` and its parents up to ``root`` (:func:`missing_root` before they were made) while each is an
+    empty folder: a refused command leaves no empty folders it made; nothing when ``root`` is None."""
+    if root is None:
+        return
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    for p in [path, *path.parents]:
+        if p != root and root not in p.parents:
+            return
+        try:
+            if p.exists():
+                p.rmdir()
+        except OSError:
+            return  # not empty, or not a folder: what holds files stays
+        if p == root:
+            return
+
+
 def _remove(paths: Iterable[Path]) -> None:
     """Remove ``paths`` (files, and folders once empty), deepest first; what is gone or cannot go is left."""
     for p in sorted(set(paths), key=lambda p: len(p.parts), reverse=True):
@@ -133,17 +161,17 @@ def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str],
     """A block that writes a command's files (``patterns``: names or globs in ``folder``, folders among them), each
     through :func:`atomic_open`.
 
-    - When it fails (a full disk, Ctrl-C), the files and folders it added are removed, and ``folder`` itself when the
-      block made it, so that the folder holds what it held before (an earlier run's files, which its own record still
-      lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it replaced stay (each
-      written whole).
+    - When it fails (a full disk, Ctrl-C), the files and folders it added are removed, and ``folder`` itself and
+      the parents it made with it, so that the folder holds what it held before (an earlier run's files, which its
+      own record still lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it
+      replaced stay (each written whole).
     - When it is killed (SIGKILL, no Python left to clean up), ``folder/WRITING`` lists what it wrote, each name
       recorded before the file appeared: :func:`check_output_folder` takes those as an earlier run's.
     - When it succeeds, what an earlier run wrote and this one did not write again goes (``replaces``: the names an
       earlier run's own record lists; with those a killed run recorded), so that no stale figure stays beside the new
       report, and the record goes."""
     folder = Path(folder)
-    made, before = not folder.exists(), _written_paths(folder, patterns)
+    made, before = missing_root(folder), _written_paths(folder, patterns)
     record = _Record(folder, before, read_names(folder / WRITING) or [])
     token = _RECORDING.set(record)
     try:
@@ -152,9 +180,7 @@ def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str],
         _remove(_written_paths(folder, patterns) - before)
         with contextlib.suppress(OSError):
             record.save(record.leftover) if record.leftover else (folder / WRITING).unlink(missing_ok=True)
-        if made:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty
+        remove_made_folders(folder, made)  # only when empty, its parents the block made with it
         raise
     finally:
         _RECORDING.reset(token)

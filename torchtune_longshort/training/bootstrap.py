@@ -17,11 +17,11 @@ import fcntl
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, Optional, Set
+from typing import Dict, Optional
 
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 from torchtune_longshort.data.tokenizer_training import check_training_folder, sentencepiece_file, train_sentencepiece
-from torchtune_longshort.output_guard import folder_beside
+from torchtune_longshort.output_guard import folder_beside, missing_root, remove_made_folders
 
 
 def stdlib_sentencepiece_tokenizer(
@@ -50,6 +50,7 @@ def stdlib_sentencepiece_tokenizer(
                                 "to train one there, or an existing .model file)")
     if not model_file.is_file():
         check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
+        made = missing_root(folder.parent)  # the parents folder_beside makes: taken back with a refused tokenizer
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
         tmp = folder_beside(folder, "training")
         try:
@@ -57,18 +58,21 @@ def stdlib_sentencepiece_tokenizer(
                 iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
             )
             if _move_into_place(tmp, folder, model_file):
-                _TRAINED.add(folder.resolve())
+                _TRAINED[folder.resolve()] = made.resolve() if made is not None else None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
+            if folder.resolve() not in _TRAINED:
+                remove_made_folders(folder.parent, made)  # training failed or stopped: no empty parents stay
     if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
         _hold(folder)
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
 
 
 # Tokenizer folders this process reads, each with a shared flock held until the process ends (a run started at the
-# same time as another may load the folder the other trained), and those this process's own training put in place.
+# same time as another may load the folder the other trained), and those this process's own training put in place
+# (with the outermost of their parents it made, or None).
 _HELD: Dict[Path, int] = {}
-_TRAINED: Set[Path] = set()
+_TRAINED: Dict[Path, Optional[Path]] = {}
 
 
 def _hold(folder: Path) -> None:
@@ -94,7 +98,7 @@ def discard_trained_tokenizer(folder: Path) -> bool:
     shutil.rmtree(key, ignore_errors=True)
     os.close(fd)
     del _HELD[key]
-    _TRAINED.discard(key)
+    remove_made_folders(key.parent, _TRAINED.pop(key))
     return True
 
 

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
-from torchtune_longshort.output_guard import read_names, write_names
+from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
@@ -263,6 +263,7 @@ class OutputDirLock:
         self.path = Path(output_dir) / LOCK
         self.held = False
         self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
+        self.made_root: Optional[Path] = None  # its outermost parent this run made with it (claim_output_dir)
         self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
         self.existed: set = set()  # the files in those folders before this run (set by claim_output_dir)
         self.earlier_run: Optional[Tuple[Sequence[Input], Sequence[str]]] = None  # (protect, written_here) of an
@@ -321,6 +322,7 @@ class OutputDirLock:
             if (discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
                     and not foreign_written(folder, tuple(n for n in self.written_here if n == HERE))):
                 shutil.rmtree(folder)
+                remove_made_folders(folder.parent, self.made_root)  # the parents it made, when empty
             else:
                 self.path.unlink(missing_ok=True)
         self.held = False
@@ -344,10 +346,10 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     until :meth:`OutputDirLock.clear_earlier_run`."""
     check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     out = Path(output_dir)
-    made = not out.exists()
+    made, made_root = not out.exists(), missing_root(out)
     earlier = not resume and not made and any(True for _ in out.iterdir())  # allowed by the check: overwrite
     lock = OutputDirLock(output_dir).acquire()
-    lock.made_folder, lock.written_here = made, tuple(written_here)
+    lock.made_folder, lock.made_root, lock.written_here = made, made_root, tuple(written_here)
     if earlier:
         lock.earlier_run = (tuple(protect), tuple(written_here))
     else:
