@@ -149,3 +149,20 @@ def test_a_conversion_that_fails_leaves_no_folder_it_made(tmp_path, monkeypatch,
     with pytest.raises(SystemExit, match="2"):
         main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "deep" / "conv")])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
+
+
+def test_a_conversion_through_a_symbolic_link_replaces_the_folder_it_names(tmp_path, monkeypatch, sp_tokenizer_dir):
+    """`--out LINK`, a link to an earlier conversion's folder: its files were deleted through the link, then the
+    link could not be removed ("[Errno 20] Not a directory", exit 2), and no conversion was left. The folder the link
+    names is replaced; the link stays."""
+    from torchtune_longshort.models.gguf import main
+
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    gguf = _tiny_gguf(tmp_path / "m.gguf")
+    conv, link = tmp_path / "conv", tmp_path / "link"
+    assert main(["--gguf", str(gguf), "--out", str(conv)]) == 0
+    written = sorted(p.name for p in conv.iterdir())
+    link.symlink_to(conv)
+    assert main(["--gguf", str(gguf), "--out", str(link)]) == 0
+    assert link.is_symlink() and sorted(p.name for p in conv.iterdir()) == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "link", "m.gguf"]

@@ -131,7 +131,9 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target = out_dir
+    # the folder a symbolic link --out names is the one replaced (the link stays): the earlier conversion's files
+    # were deleted through the link, then the link itself could not be removed, and no conversion was left
+    target = out_dir.expanduser().resolve()
     made = missing_root(target.parent)  # the parents folder_beside makes: taken back when the conversion fails
     tmp = folder_beside(target, "converting")
     try:
