@@ -208,6 +208,26 @@ def test_a_log_dir_inside_an_input_is_refused_before_anything_is_written(recipe_
     assert tiny_llama2_dir.stat().st_mtime_ns == mtime
 
 
+def test_an_output_dir_inside_an_input_is_refused_before_anything_is_written(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                            sp_tokenizer_dir):
+    # only the log folder was checked: output_dir inside the corpus folder (log_dir elsewhere) wrote the run there,
+    # and the next run read its metrics.jsonl as training data ("corp/run1/metrics.jsonl:1: no text field 'text'");
+    # output_dir inside the start checkpoint wrote a whole model among its files
+    corpus = tmp_path / "corp"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("x = 1\n" * 4000)
+    data = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(corpus)}
+    logs = {"metric_logger.log_dir": str(tmp_path / "logs")}
+    before = sorted(p.name for p in tiny_llama2_dir.iterdir())
+    for out, field in ((corpus / "run1", "dataset.path"), (tiny_llama2_dir / "out", "checkpoint_dir"),
+                       (tiny_llama2_dir, "checkpoint_dir")):
+        cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1, dataset=data, **logs)
+        with pytest.raises(ValueError, match=rf"^output_dir=.* (lies inside|is) {field}=.*, which this run reads"):
+            recipe_cls(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corp"] and [p.name for p in corpus.iterdir()] == ["a.txt"]
+    assert sorted(p.name for p in tiny_llama2_dir.iterdir()) == before
+
+
 def test_overwrite_replaces_an_earlier_runs_logs_under_another_log_dir(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                       sp_tokenizer_dir):
     """The earlier run logged to ``logs/``, the new one to ``tb/``: ``logs/`` was refused as a folder the recipe did

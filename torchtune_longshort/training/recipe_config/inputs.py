@@ -91,9 +91,10 @@ def written_names(config: RecipeConfig) -> Tuple[str, ...]:
 
 def check_overwrite(config: RecipeConfig) -> None:
     """The output folder's rules (:func:`~torchtune_longshort.training.output_dir.check_output_dir`), asked
-    before anything is built: an existing folder without ``resume`` / ``overwrite_output_dir``, a resume with no
-    checkpoint, and an overwrite that would delete an input, the working directory, ``$HOME`` or anything the recipe
-    did not write are refused naming the field and the path."""
+    before anything is built: an output folder (or a log folder) inside an input, an existing folder without
+    ``resume`` / ``overwrite_output_dir``, a resume with no checkpoint, and an overwrite that would delete an input,
+    the working directory, ``$HOME`` or anything the recipe did not write are refused naming the field and the
+    path."""
     out = Path(config.output_dir).expanduser()
     trained = config.tokenizer.trains_here()
     if trained is not None and (trained.resolve() == out.resolve() or out.resolve() in trained.resolve().parents):
@@ -101,6 +102,13 @@ def check_overwrite(config: RecipeConfig) -> None:
                          f"{str(config.output_dir)!r}: the tokenizer trained there would fill output_dir before the "
                          "run claims it (and an overwrite would delete it); name a tokenizer folder outside output_dir")
     inputs = input_paths(config)
+    real = out.resolve()
+    for field, p in inputs:
+        if p.resolve() in real.parents or (p.resolve() == real and not p.is_file()):
+            where = "is" if p.resolve() == real else "lies inside"
+            raise ValueError(f"output_dir={str(config.output_dir)!r} {where} {field}={str(p)!r}, which this run "
+                             "reads: the run's checkpoints and logs would be written among its files; name a folder "
+                             "outside it")
     log_dir = config.metric_logger.log_dir
     if log_dir:
         logs = Path(log_dir).expanduser().resolve()
