@@ -74,7 +74,8 @@ def test_recipe_trains_no_tokenizer_it_then_refuses_nor_one_inside_output_dir(tm
     is trained, refused every later run with that path. A tokenizer trained inside output_dir filled the folder before
     the run claimed it (refused as not empty, for good). A tokenizer file its component cannot read ended in the
     library's traceback. Each is now refused in one message, with no folder left (nor the parents the training made:
-    ``new/`` of ``tokenizer.path=new/tok`` stayed)."""
+    ``new/`` of ``tokenizer.path=new/tok`` stayed), and an empty folder of the user's is left empty (the refused
+    run's tokenizer stayed in it, and refused every later run by its vocabulary)."""
     from recipe_config import make_cfg
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -85,13 +86,15 @@ def test_recipe_trains_no_tokenizer_it_then_refuses_nor_one_inside_output_dir(tm
                        "path": str(path), "train_files_limit": 3, **args}
         return c
 
-    junk = tmp_path / "junk.model"
+    junk, empty = tmp_path / "junk.model", tmp_path / "empty"
     junk.write_text("not a model")
+    empty.mkdir()  # a folder the user made for it: trained into, and the refused run's files were left there
     cases = [(cfg(tmp_path / "new" / "tok", vocab_size=1024), r"tokenizer vocabulary \(1024 ids"),  # model's: 512
+             (cfg(empty, vocab_size=1024), r"tokenizer vocabulary \(1024 ids"),
              (cfg(junk), r"^tokenizer.path='.*junk.model': .*stdlib_sentencepiece_tokenizer cannot read it"),
              (cfg(tmp_path / "out" / "tok"), r"^tokenizer.path='.*out/tok' lies inside output_dir=")]
     for c, match in cases:
         with pytest.raises(ValueError, match=match):
             r = LongShortFinetuneRecipe(c)
             r.setup()
-        assert sorted(os.listdir(tmp_path)) == ["junk.model"]
+        assert sorted(os.listdir(tmp_path)) == ["empty", "junk.model"] and os.listdir(empty) == []

@@ -13,6 +13,7 @@ sentencepiece, torchtune's ``llama2_tokenizer`` and transformers.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -50,7 +51,7 @@ def stdlib_sentencepiece_tokenizer(
                                 "to train one there, or an existing .model file)")
     if not model_file.is_file():
         check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
-        made = missing_root(folder.parent)  # the parents folder_beside makes: taken back with a refused tokenizer
+        made = missing_root(folder)  # the folders this call makes (None: an empty folder of the user's, kept)
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
         tmp = folder_beside(folder, "training")
         try:
@@ -62,7 +63,7 @@ def stdlib_sentencepiece_tokenizer(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
             if folder.resolve() not in _TRAINED:
-                remove_made_folders(folder.parent, made)  # training failed or stopped: no empty parents stay
+                remove_made_folders(folder, made)  # training failed or stopped: no empty folder of its stays
     if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
         _hold(folder)
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
@@ -70,7 +71,7 @@ def stdlib_sentencepiece_tokenizer(
 
 # Tokenizer folders this process reads, each with a shared flock held until the process ends (a run started at the
 # same time as another may load the folder the other trained), and those this process's own training put in place
-# (with the outermost of their parents it made, or None).
+# (with the outermost folder it made for it, itself or a parent; None: the folder was the user's, empty).
 _HELD: Dict[Path, int] = {}
 _TRAINED: Dict[Path, Optional[Path]] = {}
 
@@ -95,10 +96,13 @@ def discard_trained_tokenizer(folder: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while another process holds its shared lock
     except BlockingIOError:
         return False
-    shutil.rmtree(key, ignore_errors=True)
+    made = _TRAINED.pop(key)
+    for child in key.iterdir():  # what the training put there: the folder held nothing else
+        with contextlib.suppress(OSError):
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    remove_made_folders(key, made)  # the folder itself and its parents, when this call made them
     os.close(fd)
     del _HELD[key]
-    remove_made_folders(key.parent, _TRAINED.pop(key))
     return True
 
 

@@ -40,13 +40,13 @@ class TokenizerConfig(ComponentSection):
     path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
 
     def trains_here(self) -> Optional[Path]:
-        """The folder the component will train a tokenizer into (``path``, absent, of a component that trains a
-        missing path), or None."""
+        """The folder the component will train a tokenizer into (``path``, absent or an empty folder, of a component
+        that trains a missing path), or None."""
         if self.path is None or not getattr(resolve_component("tokenizer._component_", self.component),
                                             "trains_missing_path", False):
             return None
         p = Path(self.path).expanduser()
-        return None if p.exists() else p
+        return p if not p.exists() or (p.is_dir() and not any(p.iterdir())) else None
 
     def check(self, where: str) -> None:
         if self.path is None:
