@@ -168,3 +168,16 @@ def test_a_validation_source_that_shares_training_files_is_warned_about(sp_token
             n = len(shared_files(training, build_documents(fields.validation.dataset, tok)))
             assert len(said) == 1 and f"validation.dataset reads {n} of its 4 files from dataset's" in said[0] and n
             assert "dataset.split=train and validation.dataset.split=heldout" in said[0]
+
+
+def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
+    # `longshort-cp NAME link.yaml`, link.yaml a symbolic link whose target is gone: exists() is False for it, so the
+    # copy replaced the user's link with a file, without --force
+    from torchtune_longshort.configs_cli import main
+
+    link = tmp_path / "link.yaml"
+    link.symlink_to(tmp_path / "gone.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", str(link)])
+    assert exit_info.value.code == 2 and "exists (a symbolic link); pass --force" in capsys.readouterr().err
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml"]

@@ -80,8 +80,8 @@ def main(argv=None) -> int:
     dest = Path(args.destination)
     if dest.is_dir():
         dest = dest / src.name
-    if dest.exists() and not args.force:
-        ap.error(f"{dest} exists; pass --force to overwrite it")
+    if (dest.exists() or dest.is_symlink()) and not args.force:  # a link to nothing is the user's too
+        ap.error(f"{dest} exists{' (a symbolic link)' if dest.is_symlink() else ''}; pass --force to overwrite it")
     if dest.parent.exists() and not dest.parent.is_dir():
         ap.error(f"destination folder {dest.parent} is a file, not a folder; name a file in a folder")
     if not dest.parent.is_dir():
