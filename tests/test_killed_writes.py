@@ -96,6 +96,15 @@ def test_a_run_that_fails_leaves_no_folder_it_made_nor_its_parents(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_link_to_nothing_of_a_name_the_command_writes_is_refused(tmp_path):
+    # `longshort-eval-report R --out GL` with GL/report.md a symbolic link to nothing: a name without wildcards does
+    # not glob a link to nothing, so the report replaced the user's link with its file
+    (tmp_path / "runs").symlink_to(tmp_path / "gone")
+    with pytest.raises(FileExistsError, match="holds 'runs', which no earlier run there wrote"):
+        _check(tmp_path)
+    assert (tmp_path / "runs").is_symlink()
+
+
 def _results(d: Path, results) -> Path:
     d.mkdir(parents=True)
     (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps({"results": results}))

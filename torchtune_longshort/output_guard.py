@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import glob
 import json
 import os
 import shutil
@@ -214,7 +215,9 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
         raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
     if not folder.is_dir():
         return
-    present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)})
+    # with the links to nothing of the names without wildcards, which glob does not find (a write replaced them)
+    present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)}
+                     | {w for w in writes if not glob.has_magic(w) and os.path.islink(folder / w)})
     if not present:
         return
     ours, killed = earlier(folder), set(read_names(folder / WRITING) or [])  # and what a killed run had written
