@@ -103,17 +103,20 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     assert len(res["provenance"]["stdlib_corpus"]["sha256"]) == 64  # --data stdlib
 
 
-@pytest.mark.parametrize("what", ["user_file", "folder"])
+@pytest.mark.parametrize("what", ["user_file", "folder", "link_to_nothing"])
 def test_cli_refuses_an_output_it_would_overwrite_before_loading(tiny_llama2_dir, tmp_path, capsys, what):
     # `longshort-misalignment ... --output user.json` overwrote the user's own file; `--output DIR` failed after the
-    # whole measurement with a raw "[Errno 21] Is a directory". Now both are refused in one line before anything runs.
+    # whole measurement with a raw "[Errno 21] Is a directory"; a symbolic link to nothing (exists() is False) was
+    # replaced by the result. Now each is refused in one line before anything runs.
     from torchtune_longshort.metrics.cli import main
 
     out = tmp_path / "user.json"
-    out.mkdir() if what == "folder" else out.write_text('{"mine": 1}')
+    {"folder": out.mkdir, "user_file": lambda: out.write_text('{"mine": 1}'),
+     "link_to_nothing": lambda: out.symlink_to(tmp_path / "gone.json")}[what]()
     with pytest.raises(SystemExit) as exit_info:
         main(["--checkpoint-dir", str(tiny_llama2_dir), "--data", str(tmp_path / "absent.jsonl"), "--length", "64",
               "--output", str(out)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "--output=" in err and "Traceback" not in err, err
-    assert out.is_dir() if what == "folder" else out.read_text() == '{"mine": 1}'
+    assert {"folder": out.is_dir, "user_file": lambda: out.read_text() == '{"mine": 1}',
+            "link_to_nothing": out.is_symlink}[what]()
