@@ -279,6 +279,25 @@ def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_fol
     assert t1.done("yarn", 384) is not None and t1.records()["yarn_384"]["status"] == "ok"
 
 
+def test_a_cell_run_again_keeps_a_users_file_in_its_eval_folder(tmp_path, tiny_folder):
+    # a cell of another spec (or a failed one) run again deleted its whole eval/ folder (shutil.rmtree), a user's
+    # notes there included; the study's runs remove only lm-eval's files, and name the others
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.runner import Table1
+
+    path = tmp_path / "table1.yaml"
+    path.write_text(yaml.safe_dump(_tiny_raw(tiny_folder)))
+    logged = []
+    t1 = Table1(load_table1_config(path), output_dir=tmp_path / "out", executor=lambda *a: 1, log=logged.append)
+    eval_dir = t1.cell_dir("pi", 384) / "eval"
+    (eval_dir / "model").mkdir(parents=True)
+    (eval_dir / "model" / "results_2026-01-01T00-00-00.json").write_text("{}")  # lm-eval's, of another spec
+    (eval_dir / "notes.md").write_text("mine")
+    assert t1.run_cell("pi", 384)["status"] == "failed"
+    assert (eval_dir / "notes.md").read_text() == "mine" and not (eval_dir / "model").exists()
+    assert any("kept 1 file(s)" in m and "notes.md" in m for m in logged), logged
+
+
 @pytest.mark.slow
 def test_quick_run_on_the_real_model_then_a_rerun_skips_every_cell(tmp_path, real_model_dir):
     """``--quick`` as shipped: SmolLM2 (L0 64 pretended) under 4 RoPE variants at 96 tokens, each cell a

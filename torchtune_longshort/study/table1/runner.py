@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 import traceback
@@ -32,7 +31,7 @@ import torch
 from lm_eval.utils import simple_parse_args_string
 
 from torchtune_longshort.eval.model.args import parse_model_args
-from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored
+from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored, remove_lm_eval_files
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.output_guard import atomic_write_json, read_json
@@ -147,8 +146,11 @@ class Table1:
             return old
         cdir = self.cell_dir(variant, length)
         eval_dir = cdir / "eval"
-        if eval_dir.is_dir():
-            shutil.rmtree(eval_dir)  # made by this runner for another spec or a failed attempt
+        if eval_dir.is_dir():  # lm-eval's files of another spec or a failed attempt; a file of the user's stays
+            kept = remove_lm_eval_files(eval_dir)
+            if kept:
+                self.log(f"[table1] {cell_key(variant, length)}: kept {len(kept)} file(s) in {eval_dir} that lm-eval "
+                         f"did not write: {', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
         cdir.mkdir(parents=True, exist_ok=True)
         rec: Dict[str, Any] = {"key": cell_key(variant, length), "variant": variant, "length": length,
                                "method": self.cfg.variants[variant].method, "status": "running",
