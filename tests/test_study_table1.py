@@ -279,6 +279,25 @@ def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_fol
     assert t1.done("yarn", 384) is not None and t1.records()["yarn_384"]["status"] == "ok"
 
 
+def test_a_report_dir_holding_a_users_report_is_refused_before_any_cell(tmp_path, tiny_folder, capsys):
+    # `--report-dir D` holding the user's report.md: the report wrote over it (after every cell had run); a report
+    # folder an earlier Table 1 report wrote is replaced
+    from torchtune_longshort.study.table1.__main__ import main
+
+    cfg, rep = tmp_path / "table1.yaml", tmp_path / "rep"
+    cfg.write_text(yaml.safe_dump(_tiny_raw(tiny_folder)))
+    rep.mkdir()
+    (rep / "report.md").write_text("mine")
+    argv = ["--config", str(cfg), "--out", str(tmp_path / "out"), "--report-dir", str(rep), "--report-only"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--report-dir=" in err and "holds 'report.md', which no earlier run" in err, err
+    assert [p.name for p in rep.iterdir()] == ["report.md"] and (rep / "report.md").read_text() == "mine"
+    (rep / "report.md").unlink()
+    assert main(argv) == 1 and main(argv) == 1  # no cell ran (exit 1); the second replaces the first's report
+
+
 def test_a_cell_run_again_keeps_a_users_file_in_its_eval_folder(tmp_path, tiny_folder):
     # a cell of another spec (or a failed one) run again deleted its whole eval/ folder (shutil.rmtree), a user's
     # notes there included; the study's runs remove only lm-eval's files, and name the others

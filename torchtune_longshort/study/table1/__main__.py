@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     quiet_upstream()  # before the imports below: torchao logs its line on import
     # deferred: lm_eval, matplotlib (the runner builds the eval model, the report draws; --help and bad arguments
     # answer without them)
-    from torchtune_longshort.study.table1.report import build_table1_report
+    from torchtune_longshort.study.table1.report import build_table1_report, check_table1_report_dir
     from torchtune_longshort.study.table1.runner import Table1
 
     root = Path(a.repo_root).resolve()
@@ -48,6 +48,8 @@ def main(argv=None) -> int:
     cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
                                                     repo_root=root))
     t1 = Table1(cfg, output_dir=a.out, repo_root=root, log=say)
+    report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
+    refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
     t0 = time.time()
     if not a.report_only:
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
@@ -55,7 +57,6 @@ def main(argv=None) -> int:
         recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
     else:
         recs = t1.records()
-    report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     command = f"{PROG} --config {shlex.quote(str(cfg.config_path))}" + (" --quick" if a.quick else "")
     wall = None if a.report_only else time.time() - t0
     summary = refusing(PROG, lambda: build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note,

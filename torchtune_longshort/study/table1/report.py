@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.output_guard import atomic_open, atomic_write_json, atomic_write_text, save_figure
+from torchtune_longshort.output_guard import (
+    atomic_open, atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure,
+)
 from torchtune_longshort.provenance import differs, provenance, provenance_markdown
 from torchtune_longshort.study.claims_markdown import md_table
 from torchtune_longshort.study.table1.analysis import PREDICTORS, TARGETS, analyze, rho_text
@@ -105,6 +107,23 @@ def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[st
         for entry in analysis["per_length"].values():
             for r in entry["rows"]:
                 w.writerow({**r, "length": entry["length"]})
+
+
+def _earlier_report(rdir: Path):
+    """What an earlier Table 1 report (or run) wrote in ``rdir``: all of it when its ``summary.json`` is there,
+    else the ``cells/<key>/result.json`` that are cell records (a ``--report-dir`` equal to ``--out``)."""
+    summary = read_json(rdir / "summary.json")
+    if isinstance(summary, dict) and {"analysis", "cells"} <= set(summary):
+        return True
+    return [p.relative_to(rdir).as_posix() for p in rdir.glob("cells/*/result.json")
+            if isinstance(rec := read_json(p), dict) and {"key", "status", "spec"} <= set(rec)]
+
+
+def check_table1_report_dir(report_dir: Path) -> None:
+    """A report folder holding a file of a name the report writes that no earlier Table 1 report wrote (a
+    ``report.md`` of the user's) is refused before anything runs: the report wrote over it, after every cell."""
+    check_output_folder(report_dir, "--report-dir", ("report.md", "summary.json", "results.csv", FIGURE,
+                                                     "cells/*/result.json"), _earlier_report)
 
 
 def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], report_dir: Path,
