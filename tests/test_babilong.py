@@ -361,6 +361,7 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
              (["--out", str(tmp_path / "o"), "--haystack", str(tmp_path / "absent.txt")], "haystack="),
              (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")], "is no local file or folder"),
              (["--out", "/proc/longshort_x"], "cannot be created"),
+             (["--out", "/proc"], "--out='/proc' does not take new files"),  # an OSError traceback at its first file
              # a depth past 100 was refused by the first sample, after the folder's list and a .partial file
              (["--out", str(tmp_path / "o"), "--depths", "0,101"], "101 is not a depth; accepted: integers 0..100")]
     for extra, needle in cases:

@@ -102,6 +102,7 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--model_args", "pretrained=/p,batch_size=4", "--batch_size", "2"], ValueError, "give it once"),
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
+            (["--output_path", "/proc"], PermissionError, "does not take new files"),  # evaluated, then not saved
             (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),
             (["--metadata", "{'max_seq_lengths': '1k'}"], ValueError, r"--metadata .* is not JSON \(Expecting")]:
         with pytest.raises(error, match=match):

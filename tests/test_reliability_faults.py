@@ -212,6 +212,8 @@ F10_CASES = {
     "tokenizer_in_proc": ({"tokenizer.path": "/proc/nonexistent"}, r"tokenizer.path='/proc/nonexistent' cannot be "
                                                                    r"created: '/proc' does not take new folders"),
     "log_dir_in_proc": ({"metric_logger.log_dir": "/proc/logs"}, r"metric_logger.log_dir='/proc/logs' cannot be"),
+    # an existing folder that takes no file: the logger's traceback once the run had claimed its folder
+    "log_dir_is_proc": ({"metric_logger.log_dir": "/proc"}, r"metric_logger.log_dir='/proc' does not take new files"),
     "device_mps": ({"device": "mps"}, r"device='mps': MPS is not available on this machine; pass device=cpu"),
 }
 
@@ -240,6 +242,21 @@ def test_f10_filesystem_and_device_refusals_name_the_field_in_one_line(recipe_cl
     assert __import__("re").search(match, err), err
     assert user_file.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     assert not Path("/proc/longshort_run").exists()
+
+
+def test_an_output_dir_that_takes_no_file_is_refused_before_anything_is_read(recipe_cls, tmp_path, sp_tokenizer_dir,
+                                                                              monkeypatch):
+    """An existing, empty output_dir on a read-only disk was asked only whether it is a folder: the run read its
+    tokenizer and data, then ended in a traceback at its lock ("[Errno 30] Read-only file system: '.../.lock'")."""
+    import torchtune_longshort.config.values as values
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    probe = values._refuses_new_folder
+    monkeypatch.setattr(values, "_refuses_new_folder", lambda f: "Read-only file system" if f == ro else probe(f))
+    with pytest.raises(PermissionError, match=r"^output_dir='.*ro' does not take new files \(Read-only file system\)"):
+        recipe_cls(tiny_cfg(ro, sp_tokenizer_dir))
+    assert list(ro.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------------------------------------- F5

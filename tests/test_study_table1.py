@@ -296,6 +296,9 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_any_cell(tmp_path
     assert [p.name for p in rep.iterdir()] == ["report.md"] and (rep / "report.md").read_text() == "mine"
     (rep / "report.md").unlink()
     assert main(argv) == 1 and main(argv) == 1  # no cell ran (exit 1); the second replaces the first's report
+    with pytest.raises(SystemExit) as e:  # a folder that takes no file: an OSError traceback, after every cell
+        main([*argv[:-3], "--report-dir", "/proc", "--report-only"])
+    assert e.value.code == 2 and "--report-dir='/proc' does not take new files" in capsys.readouterr().err
 
 
 def test_a_cell_run_again_keeps_a_users_file_in_its_eval_folder(tmp_path, tiny_folder):

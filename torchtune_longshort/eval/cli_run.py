@@ -310,7 +310,7 @@ def _check_output_path(value: Optional[str]) -> None:
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"--output_path {value!r}: {str(folder)!r} is a file, not a folder (lm-eval writes "
                                  "<output_path>/<model>/results_<date>.json); name a folder")
-    check_creatable("--output_path", str(folder))
+    check_creatable("--output_path", str(folder), writable=True)  # an existing one that takes no new file too
 
 
 def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:

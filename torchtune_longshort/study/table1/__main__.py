@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, refusing
 from torchtune_longshort.study.preflight import preflight
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
     t1 = Table1(cfg, output_dir=a.out, repo_root=root, log=say)
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
+    refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
     t0 = time.time()
     if not a.report_only:
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it

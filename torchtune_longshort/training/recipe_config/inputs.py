@@ -118,6 +118,8 @@ def check_overwrite(config: RecipeConfig) -> None:
                                  "run reads: the logs would be written among its files; name a folder outside it")
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
-    check_creatable("output_dir", config.output_dir)  # the folders the run makes, asked in the order it makes them
+    # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
+    # new file ended in a traceback: at the lock, or at the logger once the run had claimed its folder)
+    check_creatable("output_dir", config.output_dir, writable=True)
     if log_dir:
-        check_creatable("metric_logger.log_dir", log_dir)
+        check_creatable("metric_logger.log_dir", log_dir, writable=True)

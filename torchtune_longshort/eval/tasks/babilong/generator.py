@@ -92,7 +92,7 @@ def generate(
     out = Path(out_dir)
     names = [f"{length}/{qa}.jsonl" for length in todo for qa in qa_tasks]
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
-    check_creatable("--out", str(out))
+    check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
     rng = random.Random(seed)
     lines = iter_haystack_lines(haystack)
