@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import sys
 from dataclasses import fields
@@ -74,14 +75,25 @@ def readme_table(text: str) -> str:
 
 
 def main(argv: List[str]) -> int:
-    if not argv:
+    p = argparse.ArgumentParser(prog="python -m torchtune_longshort.training.recipe_config.docs",
+                                description="Print the README's recipe-config table, generated from the dataclasses, "
+                                            "or rewrite it in a file between its markers.")
+    p.add_argument("readme", nargs="?", help="a file holding the table's markers (README.md) to rewrite in place; "
+                                             "without it the table is printed")
+    a = p.parse_args(argv)
+    if a.readme is None:
         print(config_table())
         return 0
-    path = Path(argv[0])
-    text = path.read_text()
+    path = Path(a.readme)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{p.prog}: error: {path}: cannot be read ({e.strerror if isinstance(e, OSError) else e}); "
+              "name the README that holds the table's markers", file=sys.stderr)
+        return 2
     old = readme_table(text)
     if not old:
-        print(f"{path}: no {START} ... {END} block to rewrite", file=sys.stderr)
+        print(f"{p.prog}: error: {path}: no {START} ... {END} block to rewrite", file=sys.stderr)
         return 2
     path.write_text(text.replace(old, config_table()))
     return 0
