@@ -124,6 +124,18 @@ def test_the_figures_redraw_refuses_a_report_cut_off(tmp_path, finished, capsys)
     assert "holds no finished study report" in _one_error_line(capsys.readouterr().err, prog)
 
 
+def test_the_figures_redraw_takes_a_shipped_config_name_as_the_study_does(tmp_path, finished, monkeypatch, capsys):
+    """Before: `--config study/cpu_small.yaml` (the name the study itself was run with, from a wheel) was read as a
+    path only: "study config '<cwd>/study/cpu_small.yaml' does not exist", exit 2."""
+    report = _copy(finished / "report", tmp_path / "report")
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the name is found among the package's shipped configs
+    assert figures_main(["--config", "study/cpu_small.yaml", "--quick", "--report", str(report)]) == 0
+    assert "redrew" in capsys.readouterr().out
+    assert figures_main(["--config", "study/cpu_smal.yaml", "--quick", "--report", str(report)]) == 2
+    prog = "python -m torchtune_longshort.study.figures"
+    assert "longshort-cp --list" in _one_error_line(capsys.readouterr().err, prog)
+
+
 def test_a_cut_off_babilong_marker_or_eval_spec_counts_as_absent(tmp_path, finished):
     """Before: every run failed at eval with "Expecting value: line 1 column 1 (char 0)", naming no file, on every
     rerun, until the user found and deleted the file."""

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
                                                  series_style, value_axis, wrapped_title)
@@ -314,17 +315,18 @@ def main(argv=None) -> int:
 
     prog = "python -m torchtune_longshort.study.figures"
     p = ArgumentParser(prog=prog, description="Redraw a study report's figures from the run records in its folder.")
-    p.add_argument("--config", required=True, help="the study YAML the report was made with")
+    p.add_argument("--config", required=True, help="the study YAML the report was made with: a file, or a shipped "
+                   "one by its `longshort-cp --list` name (study/cpu_small.yaml), as the study command takes it")
     p.add_argument("--report", required=True, help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")
     p.add_argument("--methods", default=None, help="comma list: draw only these of the config's methods (a report "
                    "made before the config gained the others)")
-    p.add_argument("--repo-root", default=".", help="folder holding configs/ and recipes/")
+    p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from (default: the "
+                   "working directory)")
     a = p.parse_args(argv)
     root = Path(a.repo_root).resolve()
     try:
-        cfg = load_study_config(root / a.config if not Path(a.config).is_absolute() else a.config, quick=a.quick,
-                                repo_root=root)
+        cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
         return refusal(prog, one_line(e))
     if a.methods:
