@@ -181,3 +181,36 @@ def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
         main(["tiny/longshort_stdlib.yaml", str(link)])
     assert exit_info.value.code == 2 and "exists (a symbolic link); pass --force" in capsys.readouterr().err
     assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml"]
+
+
+def test_shipped_configs_are_found_where_the_package_is_imported_from_its_checkout(tmp_path, monkeypatch, capsys):
+    # A checkout's package shadowing a non-editable install (`python -m torchtune_longshort.study --config
+    # configs/study/cpu_small.yaml` run in the checkout), or PYTHONPATH=. with no install, has no data package
+    # torchtune_longshort.configs: every shipped name (the study configs' `recipe_config: tiny/...`, longshort-cp,
+    # the figures' --config) ended in a ModuleNotFoundError traceback. The checkout's configs/ is that package's source.
+    from importlib import resources
+
+    import torchtune_longshort.configs_cli as cli
+
+    files = resources.files
+
+    def not_installed(package):
+        if package == "torchtune_longshort.configs":
+            raise ModuleNotFoundError(f"No module named {package!r}")
+        return files(package)
+
+    monkeypatch.setattr(cli.resources, "files", not_installed)
+    assert cli.shipped_configs() == sorted(
+        str(p.relative_to(REPO / "configs")) for p in (REPO / "configs").rglob("*.yaml"))
+    assert cli.resolve_config("tiny/longshort_stdlib.yaml", tmp_path, "--config") == (
+        REPO / "configs" / "tiny" / "longshort_stdlib.yaml")
+    assert cli.main(["study/cpu_small.yaml", str(tmp_path)]) == 0
+    assert (tmp_path / "cpu_small.yaml").read_text() == (REPO / "configs" / "study" / "cpu_small.yaml").read_text()
+    # neither installed nor beside the package: one line, exit 2
+    monkeypatch.setattr(cli, "SOURCE_CONFIGS", tmp_path / "no_configs")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--list"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "pip install ." in err, err
+    with pytest.raises(ValueError, match="neither a file"):
+        cli.resolve_config("tiny/longshort_stdlib.yaml", tmp_path, "--config")

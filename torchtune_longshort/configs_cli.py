@@ -18,9 +18,27 @@ from torchtune_longshort.output_guard import atomic_copy
 from torchtune_longshort.refusals import ArgumentParser
 
 
+# The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
+SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def configs_root():
+    """The shipped configs' folder: the installed data package ``torchtune_longshort.configs``, or, where the package
+    is imported from a checkout that installed no such package (``PYTHONPATH=.``, or ``python -m`` run in a checkout
+    whose package shadows a non-editable install), the checkout's own ``configs/``. ``FileNotFoundError`` when neither
+    exists."""
+    try:
+        return resources.files("torchtune_longshort.configs")
+    except ModuleNotFoundError:
+        if SOURCE_CONFIGS.is_dir():
+            return SOURCE_CONFIGS
+    raise FileNotFoundError(f"the package's shipped configs are not installed (no torchtune_longshort.configs, no "
+                            f"{SOURCE_CONFIGS}): install the package (pip install .), or name a YAML file")
+
+
 def shipped_configs() -> List[str]:
     """Names (``family/name.yaml``) of every shipped config, sorted."""
-    root = resources.files("torchtune_longshort.configs")
+    root = configs_root()
     names = []
 
     def walk(node, prefix=""):
@@ -41,7 +59,7 @@ def config_path(name: str) -> Path:
     names = shipped_configs()
     if name not in names:
         raise FileNotFoundError(f"no shipped config {name!r}; available: {', '.join(names)}")
-    with resources.as_file(resources.files("torchtune_longshort.configs").joinpath(name)) as p:
+    with resources.as_file(configs_root().joinpath(name)) as p:
         return Path(p)
 
 
@@ -69,7 +87,10 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite an existing destination file")
     args = ap.parse_args(argv)
     if args.list or not args.name:
-        print("\n".join(shipped_configs()))
+        try:
+            print("\n".join(shipped_configs()))
+        except FileNotFoundError as e:
+            ap.error(str(e))
         return 0
     if not args.destination:
         ap.error("give a destination: longshort-cp NAME DEST")
