@@ -72,8 +72,9 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
-    ap.add_argument("--data", default="stdlib", help="'stdlib', a text file, a folder, or a .jsonl file")
-    ap.add_argument("--text-field", default="text")
+    ap.add_argument("--data", default="stdlib", help="'stdlib' (default), a text file, a folder, a .jsonl file, or a "
+                    "Hugging Face dataset name (streamed)")
+    ap.add_argument("--text-field", default="text", help="the text field of a .jsonl file or a Hugging Face dataset")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
     ap.add_argument("--length", type=length_arg, required=True,
                     help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
