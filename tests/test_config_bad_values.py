@@ -78,6 +78,8 @@ FAMILIES = {
         ({"window_bos": "yes"}, "window_bos", r"true or false"),
         ({"clip_rope_separately": "yes"}, "clip_rope_separately", r"true or false"),
         ({"resume": "yes"}, "resume", r"true or false"),
+        # `output_dir: ~` (YAML's null, not the home folder) was "config is missing required key 'output_dir'"
+        ({"output_dir": None}, "output_dir", r"'output_dir' is null, and it needs a value.*'~' and 'null' as null"),
     ],
     "validation": [
         ({"validation": {**VALIDATION, "seq_len": 1024}}, "validation.seq_len", r"max_seq_len=256"),

@@ -173,6 +173,10 @@ def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.
     path = f"{where}.{key}" if where else key
     value = node.get(key)
     if value is None:
+        if key in node and f.metadata["default"] is REQUIRED and not f.metadata["nullable"]:
+            # `output_dir=~` on a command line: YAML reads `~` (and `null`) as null, not as the home folder
+            raise ConfigKeyError(f"config key {path!r} is null, and it needs a value: {f.metadata['doc']} (YAML reads "
+                                 f"'~' and 'null' as null; write a home folder out, e.g. {key}=$HOME/...)")
         return None if key in node and f.metadata["nullable"] else _default(f, path, signature)
     section = f.metadata["section"]
     if section is not None:
