@@ -214,3 +214,28 @@ def test_shipped_configs_are_found_where_the_package_is_imported_from_its_checko
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "pip install ." in err, err
     with pytest.raises(ValueError, match="neither a file"):
         cli.resolve_config("tiny/longshort_stdlib.yaml", tmp_path, "--config")
+
+
+def test_a_listing_whose_reader_left_ends_quietly_and_another_broken_pipe_keeps_its_traceback():
+    # `longshort-cp --list | head -1`: the reader gone, the listing's write (or the exit's flush) raised
+    # BrokenPipeError: "Exception ignored ... BrokenPipeError" on stderr. Now no output, exit 141 (128 + SIGPIPE).
+    import os
+    import subprocess
+    import sys
+
+    from torchtune_longshort.refusals import quiet_when_the_reader_leaves
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the first line
+    try:
+        p = subprocess.run([str(Path(sys.executable).parent / "longshort-cp"), "--list"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (p.returncode, p.stderr) == (141, "")
+
+    def child_pipe_broke():
+        raise BrokenPipeError("a child process's stdin")
+
+    with pytest.raises(BrokenPipeError):  # this process's stdout is fine: not the reader leaving
+        quiet_when_the_reader_leaves(child_pipe_broke)()

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import List
 
 from torchtune_longshort.output_guard import atomic_copy
-from torchtune_longshort.refusals import ArgumentParser
-
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves
 
 # The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -79,6 +78,7 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
                          ) from None
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")

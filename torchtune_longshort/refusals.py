@@ -20,8 +20,10 @@ under each rank that refused instead of "To enable traceback see ...", a worker 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -153,6 +155,39 @@ def _close_progress_bars() -> None:
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         bar.close()
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of this process's stdout is gone (``longshort-cp --list | head -2``): the pipe's write end
+    then polls as an error. False where stdout is no file descriptor (a test's capture)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return bool(poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def quiet_when_the_reader_leaves(main: Callable[..., T]) -> Callable[..., T]:
+    """A console entry point that ends as ``cat`` does when its output's reader closes the pipe (``| head``): no
+    output, exit status 141 (128 + SIGPIPE), instead of Python's ``BrokenPipeError`` traceback (or its "Exception
+    ignored ... BrokenPipeError" at exit, where the last write only fails when stdout is flushed). A
+    ``BrokenPipeError`` of another pipe (a child process's, a socket's) keeps its traceback."""
+
+    @functools.wraps(main)
+    def entry(*args, **kwargs):
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush writes nowhere
+            sys.exit(128 + signal.SIGPIPE)
+
+    return entry
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -26,14 +26,14 @@ import sys
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
-from torchtune_longshort.refusals import refuse, refusing, stoppable
-
+from torchtune_longshort.refusals import quiet_when_the_reader_leaves, refuse, refusing, stoppable
 PROG = "longshort-eval"
 # what an interrupted evaluation leaves: lm-eval writes its results files when every task is done
 INTERRUPTED = ("lm-eval writes results only when every task is done (a run stopped before then wrote none); with "
                "--use_cache, the same command reuses every request already scored")
 
 
+@quiet_when_the_reader_leaves
 def main() -> None:
     """Print the pack's path, or register the adapter and hand over to lm-eval's CLI."""
     if sys.argv[1:2] == ["tasks-path"]:

@@ -23,7 +23,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.disk_space import is_out_of_space
-from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
+from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -37,6 +37,7 @@ from torchtune_longshort.study.stop import received, stop_handlers
 PROG = "python -m torchtune_longshort.study"
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,

@@ -21,7 +21,9 @@ from typing import List, Optional, Sequence
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
-from torchtune_longshort.refusals import REFUSED, ArgumentParser, fault_line, one_line, refusal, show_traceback
+from torchtune_longshort.refusals import (
+    REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback,
+)
 
 from .claims import claim_lines
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
@@ -95,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     # every bad flag value raises ValueError naming the flag, before anything trains

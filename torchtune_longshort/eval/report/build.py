@@ -55,8 +55,7 @@ from torchtune_longshort.output_guard import (
     atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
 from torchtune_longshort.provenance import provenance, provenance_markdown
-from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable
-
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
 LENGTH_TABLES = {fam.task: fam.table_metrics for fam in TASK_FAMILIES.values() if fam.table_metrics}
 
@@ -258,6 +257,7 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     return files, notes
 
 
+@quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
     ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])

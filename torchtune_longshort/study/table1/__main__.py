@@ -20,13 +20,14 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
 
 PROG = "python -m torchtune_longshort.study.table1"
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "

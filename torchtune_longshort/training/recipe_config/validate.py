@@ -22,7 +22,7 @@ import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.training.recipe_config import load_recipe_config
 
 PROG = "longshort-validate"
@@ -89,6 +89,7 @@ def validate(config: str, overrides, world_size: int = 1):
     return load_recipe_config(merge_overrides(node, overrides), world_size)
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
