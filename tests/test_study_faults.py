@@ -233,3 +233,15 @@ def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path
     recs = _study(tmp_path / "study", ex).run()
     assert {k: r["status"] for k, r in recs.items()} == {k: "ok" for k in recs}, recs
     assert [a for a in ex.calls if KEY in " ".join(a) and "resume=True" in a], ex.calls
+
+
+def test_a_relative_out_is_read_from_the_working_directory_as_the_report_dir_is(tmp_path, finished, monkeypatch):
+    """Before: a relative --out was read from --repo-root, a relative --report-dir from the working directory: with
+    `--repo-root CHECKOUT --out rel` the study wrote (or, --report-only, read) CHECKOUT/rel."""
+    root, cwd = tmp_path / "root", tmp_path / "cwd"
+    root.mkdir()
+    _copy(finished, cwd / "rel", report=False)
+    monkeypatch.chdir(cwd)
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(root), "--out", "rel", "--report-only"]
+    assert study_main(argv) == 0
+    assert (cwd / "rel" / "report" / "report.md").is_file() and list(root.iterdir()) == []

@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True,
                    help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (minutes, for tests)")
-    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir, under "
+                   "--repo-root)")
     p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
     p.add_argument("--only", default=None, help="comma list of run keys to run (default: the whole grid)")
     p.add_argument("--command", type=int, default=None, metavar="K",
@@ -73,7 +74,9 @@ def main(argv=None) -> int:
         if a.jobs < 1:
             p.error(f"--jobs={a.jobs}: expected a positive integer")
         cfg = dataclasses.replace(cfg, jobs=a.jobs)
-    study = Study(cfg, output_dir=a.out, repo_root=root, log=lambda m: print(m, flush=True))
+    # a command-line --out is read from the working directory, as --report-dir is; the config's output_dir from root
+    out = Path(a.out).absolute() if a.out else None
+    study = Study(cfg, output_dir=out, repo_root=root, log=lambda m: print(m, flush=True))
     if study.out.exists() and not study.out.is_dir():
         return refusal(PROG, f"output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a "
                              "folder: name a folder")

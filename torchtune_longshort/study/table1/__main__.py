@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "
                    "--list` name (study/table1_smollm2.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (a smoke run)")
-    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir, under "
+                   "--repo-root)")
     p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing cells")
     p.add_argument("--note", default="", help="a paragraph put under the verdict in report.md (e.g. the machine)")
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
                                                     repo_root=root))
-    t1 = Table1(cfg, output_dir=a.out, repo_root=root, log=say)
+    t1 = Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)  # --out: from cwd
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
