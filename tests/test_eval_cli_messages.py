@@ -69,6 +69,12 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
                "configs": {"longshort_babilong_qa1": {"not_scored": {"no file qa1.jsonl": 1}}}}
     assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
                                      "metric (no data) (no file qa1.jsonl)")
+    # the group's own value unscored too: its reason was "(no reason recorded)"; a group averages its members'
+    results["results"]["longshort_babilong"]["acc,none"] = math.nan
+    results["group_subtasks"] = {"longshort_babilong": ["longshort_babilong_qa1", "longshort_babilong_qa2"]}
+    assert summary_line(results).endswith("longshort_babilong: acc (a group, from its members: longshort_babilong_qa1: "
+                                          "no file qa1.jsonl); longshort_babilong_qa1: every metric (no "
+                                          "data) (no file qa1.jsonl)")
 
 
 def test_the_longshort_models_arguments_are_refused_before_lm_eval_starts(tmp_path, tiny_llama2_dir):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional
 
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import not_scored_of
@@ -60,6 +60,17 @@ def _metrics(results: Dict[str, Any]):
             yield task, key.split(",", 1)[0], value
 
 
+def _group_reason(members: Optional[List[str]], reasons: Dict[str, str]) -> str:
+    """Why a group's metric is unscored: a group records no reason of its own, it averages its members'."""
+    if not members:
+        return "no reason recorded"
+    told = [m for m in members if reasons.get(m)]
+    if not told:
+        return "no reason recorded"
+    more = f"; and {len(told) - 2} more" if len(told) > 2 else ""
+    return "a group, from its members: " + "; ".join(f"{m}: {reasons[m]}" for m in told[:2]) + more
+
+
 def summary_line(results: Dict[str, Any]) -> str:
     """``[longshort-eval] N metric(s) scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
     bad: Dict[str, List[str]] = {}
@@ -76,6 +87,7 @@ def summary_line(results: Dict[str, Any]) -> str:
     if not n_bad:
         return f"[{PROG}] {scored} metric(s) scored, none unscored"
     reasons = not_scored_of(results)
-    parts = [f"{task}: {', '.join(sorted(metrics))} ({reasons.get(task) or 'no reason recorded'})"
+    members = results.get("group_subtasks") or {}
+    parts = [f"{task}: {', '.join(sorted(metrics))} ({reasons.get(task) or _group_reason(members.get(task), reasons)})"
              for task, metrics in sorted(bad.items())]
     return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts)
