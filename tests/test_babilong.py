@@ -378,3 +378,16 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
     assert (out / "1k" / "qa1.jsonl").read_text() == first
     assert gen.main(args + ["--out", str(out), "--seed", "7"]) == 0  # its own file: replaced
     assert (out / "1k" / "qa1.jsonl").read_text() != first and sorted(os.listdir(out / "1k")) == ["qa1.jsonl"]
+
+
+def test_a_stopped_generator_ends_in_one_line(monkeypatch, capsys):
+    # Ctrl-C / SIGTERM mid-generation ended in a KeyboardInterrupt traceback (SIGTERM: silently, exit -15)
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gen, "generate", stopped)
+    with pytest.raises(SystemExit) as exit_info:
+        gen.main(["--tokenizer", "x", "--out", "o"])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "generator: interrupted (SIGINT): each file written so far is whole; the same command writes them all again")

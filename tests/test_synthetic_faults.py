@@ -131,13 +131,16 @@ def test_a_beyond_figure_that_fails_part_way_does_not_block_the_rerun(tmp_path, 
     assert (out / "fig_parity.png").is_file() and (out / "fig_parity.csv").is_file()
 
 
-def test_a_beyond_figure_stopped_in_training_leaves_no_folder(tmp_path, monkeypatch):
+def test_a_beyond_figure_stopped_in_training_leaves_no_folder(tmp_path, monkeypatch, capsys):
     # Ctrl-C while the probes trained left the --out it had made first (empty, and its parents); the paper figures
-    # make theirs once every run has trained
+    # make theirs once every run has trained. And it ended in a KeyboardInterrupt traceback: now one line, exit 130.
     def stopped(cfg):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(beyond_figures, "train_probe", stopped)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as exit_info:
         main(["--figure", "parity", "--quick", "--seeds", "1", "--out", str(tmp_path / "new" / "out")])
-    assert list(tmp_path.iterdir()) == []
+    assert exit_info.value.code == 130 and list(tmp_path.iterdir()) == []
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "python -m torchtune_longshort.synthetic: interrupted (SIGINT): nothing is written until every run has "
+        "trained; with --cache DIR the runs that finished are kept there and the same command reuses them")

@@ -22,7 +22,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
 from torchtune_longshort.refusals import (
-    REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback,
+    REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
 )
 
 from .claims import claim_lines
@@ -97,8 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# what a run stopped by Ctrl-C / SIGTERM leaves (the figures are written once every run has trained)
+INTERRUPTED = ("nothing is written until every run has trained; with --cache DIR the runs that finished are kept there "
+               "and the same command reuses them")
+
+
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
+    """The synthetic CLI; Ctrl-C / SIGTERM end it in one line (exit 130 / 143), not a traceback."""
+    return stoppable(PROG, lambda: _main(argv), INTERRUPTED)
+
+
+def _main(argv=None) -> int:
     a = _parser().parse_args(argv)
     # every bad flag value raises ValueError naming the flag, before anything trains
     try:

@@ -41,7 +41,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
-from torchtune_longshort.refusals import ArgumentParser, refusing
+from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
 FITS = ("input", "prompt")
@@ -169,8 +169,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    paths = refusing(PROG, lambda: generate(a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer,
-                                            a.haystack, a.seed, progress=True, fit=a.fit))
+    paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
+        a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed, progress=True,
+        fit=a.fit)), "each file written so far is whole; the same command writes them all again")
     for p in paths:
         print(p)
     return 0
