@@ -59,14 +59,16 @@ def test_defaults_are_filled_by_their_owners():
 
 def test_a_run_spec_keeps_the_keys_result_json_has_always_recorded(tmp_path):
     # a result.json whose spec differs from the current one is redone: the eval keys must stay as they were
-    no_haystack = _write(tmp_path, lambda raw: raw["eval"]["babilong"].pop("haystack"))
+    no_haystack = _write(tmp_path, lambda raw: (raw["eval"]["babilong"].pop("haystack"), raw["eval"].pop("metadata")))
     keys = {"lengths", "depths", "n", "qa"}
-    for path, babilong in ((STUDIES / "cpu_small.yaml", keys | {"haystack"}), (no_haystack, keys)):
+    always = {"ppl_lengths", "passkey_lengths", "misalignment_lengths", "ppl_num_samples", "passkey_num_samples",
+              "mis_num_samples", "ppl_source", "batch_size", "device", "dtype", "babilong", "longbench_e_data_dir",
+              "include_path", "max_length"}
+    for path, babilong, extra in ((STUDIES / "cpu_small.yaml", keys | {"haystack"}, {"metadata"}),
+                                  (no_haystack, keys, set())):
         cfg = load_study_config(path, repo_root=ROOT)
         ev = Study(cfg, output_dir=tmp_path, repo_root=ROOT).spec_of("base")["eval"]
-        assert set(ev) == {"ppl_lengths", "passkey_lengths", "misalignment_lengths", "ppl_num_samples",
-                           "passkey_num_samples", "mis_num_samples", "ppl_source", "batch_size", "device", "dtype",
-                           "babilong", "longbench_e_data_dir", "include_path", "max_length"}
+        assert set(ev) == always | extra  # metadata only where the config sets it (cpu_small: mis_source)
         assert set(ev["babilong"]) == babilong  # haystack only where the config sets it
 
 
