@@ -124,7 +124,8 @@ def test_training_keeps_special_strings_as_text(family_dirs, layout):
         ref("<s>x</s>", add_special_tokens=False).input_ids
 
 
-FLAG_TEXTS = ["x <mark> y", "x<mark>y", "x  <mark>  y", " <mark>", "<mark> ", "a\t<mark>\nb", "_<mark>_", "<mark><mark>",
+FLAG_TEXTS = ["x <mark> y", "x<mark>y", "x  <mark>  y", " <mark>", "<mark> ", "a\t<mark>\nb", "_<mark>_",
+              "<mark><mark>",
               "word<mark> word", "(<mark>)", "<mark>s <mark>", "a<mark>  \n", "x <only> y", "a<only>b", "<only>",
               "x <eot>  y", "<eot>x<mark><only>\t ", "x <MARK> y"]
 FLAGS = ("lstrip", "rstrip", "single_word", "normalized", "special")

@@ -37,8 +37,7 @@ from torchtune_longshort.study.stop import received, stop_handlers
 PROG = "python -m torchtune_longshort.study"
 
 
-@quiet_when_the_reader_leaves
-def main(argv=None) -> int:
+def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
                    help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
@@ -56,7 +55,12 @@ def main(argv=None) -> int:
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
     p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from and the runs "
                    "start in (default: the working directory)")
-    a = p.parse_args(argv)
+    return p
+
+
+@quiet_when_the_reader_leaves
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains

@@ -189,7 +189,8 @@ def _distinct_runs(cfg: StudyConfig) -> List[Tuple[str, Optional[Run], str]]:
     seen, todo = set(), []
     if not cfg.base.given:
         todo.append(("base", None, "base.pretrain.overrides / recipe_overrides"))
-    for run in cfg.grid:  # every run's config: alpha meets rules between fields (window_bos needs 0); a seed enters none
+    # every run's config: alpha meets rules between fields (window_bos needs 0); a seed enters none
+    for run in cfg.grid:
         if (run.method, run.variant, run.alpha) not in seen:
             seen.add((run.method, run.variant, run.alpha))
             todo.append((run.key, run, f"finetune.overrides / methods.{run.method}"
