@@ -97,6 +97,8 @@ FAMILIES = {
          r"embed_dim=130 is not divisible by num_heads=4"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
+        # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to output_dir)
+        ({"checkpointer.output_dir": "/nonexistent/ckpts"}, "checkpointer.output_dir", r"is not output_dir=.*step_<k>"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},
          "dataset.path", r"does not exist"),
         ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},

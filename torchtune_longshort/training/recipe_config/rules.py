@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from typing import Any, Optional, Tuple
 
 import torch
@@ -47,6 +48,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
             "--nproc_per_node)")
     _check_min_context(config)
     _check_s2_groups(config)
+    _check_checkpointer_output(config)
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     if local:
@@ -110,6 +112,17 @@ def _check_alignment_reach(config: RecipeConfig) -> None:
                        "which compare nothing by design); the steps that draw them train CE alone (the paper's Table 7 "
                        "[1, L] runs set loss.min_context: none)", where, len(below_l), hi - lo + 1, below_l[0],
                        below_l[-1], len(empty))
+
+
+def _check_checkpointer_output(config: RecipeConfig) -> None:
+    """``checkpointer.output_dir`` (torchtune's configs set it to ``${output_dir}``) other than ``output_dir``: the
+    recipe writes every checkpoint under ``output_dir`` and never builds that checkpointer, so the value would be
+    ignored and the checkpoints found elsewhere than where the config says."""
+    given = config.checkpointer.args.get("output_dir")
+    if given is not None and os.path.abspath(str(given)) != os.path.abspath(str(config.output_dir)):
+        raise ValueError(f"checkpointer.output_dir={str(given)!r} is not output_dir={str(config.output_dir)!r}: this "
+                         "recipe writes every checkpoint under output_dir (step_<k>/); set checkpointer.output_dir: "
+                         "${output_dir} or drop it (or make that folder output_dir)")
 
 
 def _check_s2_groups(config: RecipeConfig) -> None:
