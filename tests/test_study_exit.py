@@ -222,6 +222,7 @@ def test_an_out_inside_the_data_its_runs_read_is_refused_before_anything_is_writ
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     raw = yaml.safe_load(CPU_SMALL.read_text())
     raw["recipe_config"] = str(tmp_path / "recipe.yaml")
+    raw["recipe_overrides"].pop("dataset")  # the stdlib's split: local_text takes none
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
     argv = ["--config", str(tmp_path / "study.yaml"), "--quick", "--repo-root", str(ROOT), "--out"]
     assert main([*argv, str(corpus / "study")]) == 2
