@@ -60,7 +60,8 @@ def _parser() -> ArgumentParser:
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+    p = _parser()
+    a = p.parse_args(argv)
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
