@@ -89,6 +89,16 @@ def written_names(config: RecipeConfig) -> Tuple[str, ...]:
     return (logs.relative_to(out).parts[0],) if out in logs.parents else ()
 
 
+def _refuse_inside_input(name: str, folder: str, inputs, what: str) -> None:
+    """``folder`` (a field the run writes to) that is, or lies inside, one of ``inputs``: refused naming both."""
+    real = Path(folder).expanduser().resolve()
+    for field, p in inputs:
+        if p.resolve() in real.parents or (p.resolve() == real and not p.is_file()):
+            where = "is" if p.resolve() == real else "lies inside"
+            raise ValueError(f"{name}={str(folder)!r} {where} {field}={str(p)!r}, which this run reads: {what} would "
+                             "be written among its files; name a folder outside it")
+
+
 def check_overwrite(config: RecipeConfig) -> None:
     """The output folder's rules (:func:`~torchtune_longshort.training.output_dir.check_output_dir`), asked
     before anything is built: an output folder (or a log folder) inside an input, an existing folder without
@@ -102,20 +112,10 @@ def check_overwrite(config: RecipeConfig) -> None:
                          f"{str(config.output_dir)!r}: the tokenizer trained there would fill output_dir before the "
                          "run claims it (and an overwrite would delete it); name a tokenizer folder outside output_dir")
     inputs = input_paths(config)
-    real = out.resolve()
-    for field, p in inputs:
-        if p.resolve() in real.parents or (p.resolve() == real and not p.is_file()):
-            where = "is" if p.resolve() == real else "lies inside"
-            raise ValueError(f"output_dir={str(config.output_dir)!r} {where} {field}={str(p)!r}, which this run "
-                             "reads: the run's checkpoints and logs would be written among its files; name a folder "
-                             "outside it")
     log_dir = config.metric_logger.log_dir
+    _refuse_inside_input("output_dir", config.output_dir, inputs, "the run's checkpoints and logs")
     if log_dir:
-        logs = Path(log_dir).expanduser().resolve()
-        for field, p in inputs:
-            if logs == p.resolve() or p.resolve() in logs.parents:
-                raise ValueError(f"metric_logger.log_dir={str(log_dir)!r} lies inside {field}={str(p)!r}, which this "
-                                 "run reads: the logs would be written among its files; name a folder outside it")
+        _refuse_inside_input("metric_logger.log_dir", log_dir, inputs, "the logs")
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
