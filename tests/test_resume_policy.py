@@ -151,3 +151,26 @@ def test_an_optimizer_argument_left_out_on_resume_takes_the_default_and_its_clas
     assert RESUME_POLICY["optimizer._component_"] == "exact"
     with pytest.raises(ValueError, match=r"optimizer._component_: 'torch.optim.AdamW' -> 'torch.optim.SGD'"):
         compare_resume_config(saved, new)
+
+
+def test_a_recipe_state_saved_on_a_gpu_is_read_onto_the_cpu(tmp_path):
+    """A one-GPU run saves its optimizer states as CUDA tensors (torch.save tags each storage ``cuda:0``). Read back
+    without ``map_location`` they failed on a CPU machine ("Attempting to deserialize object on a CUDA device") and,
+    under torchrun, every rank put the whole state on the saving run's GPU; read onto the CPU, the optimizer's
+    ``load_state_dict`` moves each to its parameter's device."""
+    from unittest import mock
+
+    import torch
+    import torch.serialization
+
+    from torchtune_longshort.training.checkpointing import recipe_state_path
+    from torchtune_longshort.training.resume import read_resume_state
+
+    step = tmp_path / "step_1"
+    step.mkdir()
+    path = recipe_state_path(step)
+    path.parent.mkdir()
+    with mock.patch.object(torch.serialization, "location_tag", lambda storage: "cuda:0"):  # as a CUDA run writes
+        torch.save({"step": 1, "optimizer": {"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": []}}, path)
+    state, changes = read_resume_state(step, {})
+    assert state["optimizer"]["state"][0]["exp_avg"].device.type == "cpu" and changes == []

@@ -146,7 +146,10 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dic
     breaks exact resume is refused (:func:`compare_resume_config`). A LoRA run's trainable weights are read from the
     step's adapter folder into ``recipe_state["trainable"]`` (refused, naming the folder, when its files are gone)."""
     resume_dir = Path(resume_dir)
-    recipe_state = torch.load(recipe_state_path(resume_dir), weights_only=False)
+    # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
+    # parameter's device when the optimizer loads them (a CPU machine, or every rank of a torchrun resume, would
+    # otherwise fail or put them all on the saving run's device)
+    recipe_state = torch.load(recipe_state_path(resume_dir), map_location="cpu", weights_only=False)
     saved = recipe_state.get("config")
     changes = compare_resume_config(saved, new_config) if saved is not None else []
     if recipe_state.get("adapter"):
