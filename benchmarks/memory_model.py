@@ -260,6 +260,21 @@ def predict_longest(shape: str, budget_bytes: float, offload: bool = False, num_
 
 
 # ---------------------------------------------------------------------------------------------- on a GPU (P6)
+def _pinned_host_bytes() -> Dict[str, int]:
+    """The CUDA host allocator's ``allocated_bytes.*`` (pinned blocks held, each rounded up to a power of two:
+    ``torch.cuda.host_memory_stats``); empty where this torch has no such statistics."""
+    stats = getattr(torch.cuda, "host_memory_stats", lambda: {})()
+    return {k: int(v) for k, v in stats.items() if k.startswith("allocated_bytes.")}
+
+
+def _release_pinned_host_blocks() -> None:
+    """Hand the pinned host blocks the CUDA host allocator keeps cached back to the system (what
+    ``torch.cuda.graphs`` calls before a capture); a no-op on a torch without it."""
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None:
+        empty()
+
+
 def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: bool = False,
              num_chunks: Optional[int] = 8, depth: Optional[int] = None, dtype: str = "bf16",
              tile: Optional[int] = None) -> dict:
@@ -277,11 +292,13 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            getattr(torch.cuda, "reset_peak_host_memory_stats", lambda: None)()
         t0 = time.perf_counter()
         if cuda:
             loss = step.run()
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated()
+            out["host_pinned_bytes"] = _pinned_host_bytes()  # offloading's host copies, as the allocator holds them
         else:
             from tensor_memory import PeakTensorMemory
 
@@ -297,6 +314,9 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+            # torch's host allocator rounds each pinned block up to a power of two and keeps it cached: a longer
+            # step's larger blocks would be allocated beside this step's (check_longest's 1.25x step)
+            _release_pinned_host_blocks()
     return out
 
 

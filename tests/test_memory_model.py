@@ -76,3 +76,28 @@ def test_host_offload_frees_every_layer_input_but_the_stashed():
     after = [steps[off].model.state_dict() for off in (False, True)]
     for name, w in after[0].items():
         assert torch.equal(after[1][name], w), name
+
+
+def test_a_cuda_step_gives_its_pinned_host_blocks_back_and_records_them(monkeypatch):
+    """``run_step`` on CUDA, its calls into ``torch.cuda`` stubbed: after the step the pinned host blocks that
+    offloading took are handed back (torch's host allocator rounds each to a power of two and keeps it cached, so
+    the 1.25x step of ``check_longest`` allocated its larger blocks beside the first step's: ~33 GiB + 66 GiB at the
+    8B shape's 40 GB window), and the step's pinned host peak is recorded."""
+    calls = []
+    stats = {"allocated_bytes.peak": 2**30, "allocated_bytes.current": 2**30, "num_host_alloc": 1}
+
+    class FakeStep:
+        def run(self):
+            calls.append("run")
+            return torch.tensor(1.5)
+
+    monkeypatch.setattr(mm, "make_step", lambda *a, **k: FakeStep())
+    for name in ("synchronize", "reset_peak_memory_stats", "empty_cache", "reset_peak_host_memory_stats"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: calls.append(_n), raising=False)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 7 * 2**30)
+    monkeypatch.setattr(torch.cuda, "host_memory_stats", lambda: dict(stats), raising=False)
+    monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: calls.append("host_emptyCache"), raising=False)
+    out = mm.run_step(mm.REPLICAS["8b-lora"], 64, "cuda", offload=True, num_chunks=8)
+    assert out["fit"] and out["peak_bytes"] == 7 * 2**30, out
+    assert out["host_pinned_bytes"] == {"allocated_bytes.peak": 2**30, "allocated_bytes.current": 2**30}, out
+    assert calls.index("reset_peak_host_memory_stats") < calls.index("run") < calls.index("host_emptyCache"), calls
