@@ -77,6 +77,22 @@ def test_batch_not_divisible_by_world_size(recipe_cls, tmp_path, tiny_llama2_dir
     assert not (tmp_path / "out").exists()
 
 
+def test_a_device_index_under_torchrun_is_refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                  monkeypatch):
+    """Under torchrun each process takes cuda:<LOCAL_RANK> (torchtune's get_device); device=cuda:1 made every rank
+    call torch.cuda.set_device(cuda:1) and then fail in torchtune with a traceback ("You can't specify a device
+    index when using distributed training"). Refused in one line, before any CUDA call or folder."""
+    import torch
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a 2-GPU machine, as far as the checks ask
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail(f"set_device({d}) before the refusal"))
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", device="cuda:1", batch_size=2)
+    setup_fails(recipe_cls, cfg, ValueError, r"device='?cuda:1'? with 2 processes.*device=cuda")
+    assert not (tmp_path / "out").exists()
+
+
 def test_existing_output_dir_not_overwritten(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     out = tmp_path / "out"
     out.mkdir()

@@ -35,6 +35,10 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
         raise ValueError(f"window_bos=True with loss.alpha={alpha}: BOS written over each window's first token makes "
                          "windows A and B differ in context, which the alignment loss must not see; use it to pre-train "
                          "(alpha 0) only")
+    if world_size > 1 and ":" in config.device:  # torchtune's get_device gives each process cuda:<LOCAL_RANK>
+        raise ValueError(f"device={config.device!r} with {world_size} processes: under torchrun each process takes "
+                         "the GPU of its LOCAL_RANK, and an index is refused (torchtune's get_device); set "
+                         "device=cuda (choose the GPUs with CUDA_VISIBLE_DEVICES)")
     problem = offloading_refusal(config.enable_activation_offloading, config.enable_activation_checkpointing,
                                  config.device)
     if problem is not None:
