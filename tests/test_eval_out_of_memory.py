@@ -31,7 +31,7 @@ from lm_eval.api.instance import Instance
 from torchtune_longshort.eval.model.adapter import LongShortLM
 from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
-ckpt = write_random_llama2_checkpoint(Path(sys.argv[1]), vocab_size=512, embed_dim=1024, num_layers=2, num_heads=8,
+ckpt = write_random_llama2_checkpoint(Path(sys.argv[1]), vocab_size=512, embed_dim=1024, num_layers=1, num_heads=8,
                                       num_kv_heads=2, intermediate_dim=4096, max_seq_len=4096, seed=0)
 lm = LongShortLM(checkpoint_dir=str(ckpt), tokenizer=sys.argv[2], device="cpu", batch_size=2)
 ids = lm.tokenizer.encode_plain(Path(torch.__file__).with_name("functional.py").read_text())
