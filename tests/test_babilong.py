@@ -275,6 +275,23 @@ def test_loader_interleaves_lengths_and_depths_for_limit(generated):
         bl.load_babilong("qa7", "0k", str(generated / "plain"))
 
 
+def test_an_over_long_prompt_is_refused_under_hf_as_under_longshort(generated, sp_tokenizer_dir):
+    """BABILong never cuts a prompt: every row declares it, so a prompt longer than lm-eval's ``hf`` model is not
+    sent (NaN with the reason), as the ``longshort`` model refuses it. Before, the rows declared nothing and hf's
+    own left cut applied: ``hf`` scored the cut prompts (0.0 on a 512-position model) where ``longshort`` gave NaN."""
+    from lm_eval.tasks import TaskManager
+
+    assert set(bl.load_babilong("qa1", "0k", str(generated / "plain"))["qa1"]["prompt_truncation"]) == {"none"}
+    meta = {"tokenizer": str(sp_tokenizer_dir), "babilong_data_dir": str(generated / "plain"),
+            "max_seq_lengths": "0k", "lm_eval_model": "hf", "max_length": 128}
+    task = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                       metadata=meta).load(["longshort_babilong_qa1"])["tasks"]["longshort_babilong_qa1"]
+    task.build_all_requests(limit=1, rank=0, world_size=1)
+    (inst,) = task.instances
+    assert inst.repeats == 0, "sent to hf, which would cut it from the left"
+    assert "may not be cut (truncation=none, declared by the task)" in inst.resps[0].refusal
+
+
 def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     (tmp_path / "1k").mkdir()
     (tmp_path / "1k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "target": "kitchen"}) + "\n")

@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 HF_DATASET = "RMT-team/babilong-1k-samples"
 # A row standing for data that could not be had carries the reason here (the pack's one placeholder field).
 MISSING_DATA_FIELD = ERROR_FIELD
+# BABILong never cuts a prompt (a model is scored at the lengths it takes): every row declares it, so a prompt
+# longer than the model is refused under any model (lm-eval's hf would cut it from the left and score the rest)
+TRUNCATION = "none"
 
 
 def preprocess_output(output: str) -> str:
@@ -117,11 +121,12 @@ def _features():
 
     s = datasets.Value("string")
     return datasets.Features({"input": s, "question": s, "target": s, "qa": s, "length": s,
-                              "depth": datasets.Value("int64"), MISSING_DATA_FIELD: s})
+                              "depth": datasets.Value("int64"), MISSING_DATA_FIELD: s, TRUNCATION_FIELD: s})
 
 
 def _placeholder(qa: str, length: str, message: str):
-    row = {"input": "", "question": "", "target": "", "qa": qa, "length": length, "depth": None}
+    row = {"input": "", "question": "", "target": "", "qa": qa, "length": length, "depth": None,
+           TRUNCATION_FIELD: TRUNCATION}
     return placeholder(task_of(qa), f"length {length}: {message}", row, features=_features())
 
 
@@ -143,7 +148,7 @@ def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
             if depth is not None and depth not in DEPTHS:
                 raise ValueError(f"{path} line {i + 1}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
             rows.append({"input": row["input"], "question": row["question"], "target": row["target"],
-                         "qa": qa, "length": length, "depth": depth})
+                         "qa": qa, "length": length, "depth": depth, TRUNCATION_FIELD: TRUNCATION})
     return rows
 
 
@@ -202,6 +207,7 @@ def load_babilong(
             n = len(ds)
             ds = ds.add_column("qa", [qa_split] * n).add_column("length", [length] * n)
             ds = ds.add_column("depth", [None] * n).add_column(MISSING_DATA_FIELD, [None] * n)
+            ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * n)
             parts.append(ds.cast(_features()))
     if len(parts) == 1:
         return {qa_split: parts[0]}
