@@ -267,6 +267,40 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
         plain.apply_chat_template(chat)
 
 
+def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
+    """``--gen_kwargs do_sample=True`` with ``--model longshort`` (greedy only) was refused at the first generation,
+    after the model loaded and any earlier task ran (exit 2, no results file); now before lm-eval starts, unless no
+    task of the run generates (``longshort_ppl``: lm-eval gives it no generation kwargs)."""
+    import re
+    from pathlib import Path
+
+    import lm_eval.tasks
+    from lm_eval.api.task import TaskConfig
+
+    from torchtune_longshort.eval.cli_run import check_arguments
+    from torchtune_longshort.eval.tasks import TASK_FAMILIES, generates, tasks_path
+
+    def kinds(path):  # output_type of a task file, its includes, or the lm-eval task file it starts from
+        text = path.read_text()
+        own = re.findall(r"^output_type: (\w+)", text, re.M)
+        more = [path.parent / i for i in re.findall(r"^include: (\S+)", text, re.M)]
+        more += [Path(lm_eval.tasks.__file__).parent / b for b in re.findall(r"^lm_eval_base: (\S+)", text, re.M)]
+        return own or [k for f in more for k in kinds(f)]
+
+    for fam in TASK_FAMILIES.values():  # the registry against the YAMLs lm-eval reads
+        files = list((tasks_path() / fam.folder).glob("*.yaml"))
+        own_class = any("MisalignmentTask" in f.read_text() for f in files)  # its own request type
+        found = {k for f in files for k in kinds(f)} or ({"own"} if own_class else {TaskConfig().output_type})
+        assert fam.generates == ("generate_until" in found), (fam.task, found)
+    argv = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
+            "--tasks", "longshort_passkey", "--device", "cpu", "--gen_kwargs", "do_sample=True,temperature=0.7"]
+    with pytest.raises(ValueError, match="do_sample=True: the longshort model decodes greedily only"):
+        check_arguments(argv)
+    check_arguments(argv[:-1] + ["do_sample=False,temperature=0.7"])
+    check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv])
+    assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
+
+
 def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     """lm-eval's --use_cache stored the refused request's NaN with its reason; the rerun with the fix it named
     (here allow_extrapolation) replayed the NaN. Answers are still replayed, refusals asked again."""

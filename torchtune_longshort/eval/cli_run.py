@@ -21,7 +21,7 @@ from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
-from torchtune_longshort.eval.tasks import (check_metadata_values, fixed_context_of, tasks_path,
+from torchtune_longshort.eval.tasks import (check_metadata_values, fixed_context_of, generates, tasks_path,
                                           unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
@@ -165,7 +165,9 @@ def check_arguments(out: List[str]) -> None:
       device, the checkpoint folder, its tokenizer, the RoPE spec and the length; no weight is read); with another
       model, a ``pretrained=`` path that is no folder;
     - when every task is the pack's, a ``--metadata`` key none of them reads (``max_seq_length`` for
-      ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths)."""
+      ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths);
+    - with ``--model longshort``, ``--gen_kwargs do_sample=true`` when a task of the run may generate (the model
+      decodes greedily only: it refused the first generation, after loading and any earlier task, exit 2)."""
     help_only = not out or "-h" in out or "--help" in out
     if help_only or out[0] in _SUBCOMMANDS[1:]:
         return
@@ -178,6 +180,7 @@ def check_arguments(out: List[str]) -> None:
     parser = ArgumentParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
     parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--metadata", nargs="+", action=MergeDictAction, default=None)
+    parser.add_argument("--gen_kwargs", nargs="+", action=MergeDictAction, default=None)
     given = parser.parse_known_args(out)[0]
     if include_path_covers(out, option(out, "--include_path") or ""):
         bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO, tasks=task_names(out))
@@ -194,6 +197,10 @@ def check_arguments(out: List[str]) -> None:
     if model == "longshort":
         passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
+        sample = (given.gen_kwargs or {}).get("do_sample")
+        if str(sample).lower() in ("true", "1", "yes") and any(generates(n) for n in task_names(out)):
+            raise ValueError(f"--gen_kwargs do_sample={sample}: the longshort model decodes greedily only (accepted: "
+                             "do_sample=false, or leave it out); lm-eval's hf model samples")
         chat = _flag_given(out, "--apply_chat_template")
         if chat and not _every_task_ignores(task_names(out), "apply_chat_template") and \
                 template_tokenizer(args.tokenizer.path) is None:

@@ -48,6 +48,8 @@ class TaskFamily:
             ``<prefix>_max_seq_lengths`` when ``metadata_keys`` lists it).
         fixed_context: the lm-eval options (:data:`CONTEXT_OPTIONS`) that would change what it measures, because
             it sizes its sequences itself: its task ignores them, with one warning each (``docs/eval.md``).
+        generates: whether its requests are generations (``generate_until``: lm-eval's ``--gen_kwargs`` reach them);
+            False for the tasks that only score text (``longshort_ppl``, ``longshort_misalignment``).
         table_metrics: the metrics the eval report tabulates by length (rows = runs, columns = lengths).
         data_dir_key: the ``--metadata`` key of a local data folder ("" when it has none).
         needs_model: the lm-eval model it needs ("" when any model will do).
@@ -71,6 +73,7 @@ class TaskFamily:
     value_kinds: Tuple[Tuple[str, str], ...] = ()
     metadata_keys: Tuple[str, ...] = ()
     fixed_context: Tuple[str, ...] = ()
+    generates: bool = True
 
 
 # The lm-eval options that put something before a request's own text: few-shot examples, a chat template, a system
@@ -93,7 +96,7 @@ def _keys(prefix: str, *names: str) -> Tuple[str, ...]:
 TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
                       table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),),
-                      metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS)),
+                      metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS), generates=False),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
                           study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
                           value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
@@ -106,7 +109,7 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
                                metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
-                               fixed_context=tuple(CONTEXT_OPTIONS)),
+                               fixed_context=tuple(CONTEXT_OPTIONS), generates=False),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
@@ -146,6 +149,13 @@ def fixed_context_of(task: str) -> Tuple[str, ...]:
     pack, or a group member: those apply every option)."""
     family = family_of(task)
     return TASK_FAMILIES[family].fixed_context if family else ()
+
+
+def generates(task: str) -> bool:
+    """Whether task ``task`` may make generation requests: a family of the pack says (:attr:`TaskFamily.generates`);
+    any other task or group (lm-eval's, a group member of the pack) may."""
+    family = family_of(task)
+    return TASK_FAMILIES[family].generates if family else True
 
 
 def current_name(task: str) -> str:
