@@ -292,7 +292,8 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
         own_class = any("MisalignmentTask" in f.read_text() for f in files)  # its own request type
         found = {k for f in files for k in kinds(f)} or ({"own"} if own_class else {TaskConfig().output_type})
         assert fam.generates == ("generate_until" in found), (fam.task, found)
-    argv = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
+    margs = f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"
+    argv = ["run", "--model", "longshort", "--model_args", margs,
             "--tasks", "longshort_passkey", "--device", "cpu", "--gen_kwargs", "do_sample=True,temperature=0.7"]
     with pytest.raises(ValueError, match="do_sample=True: the longshort model decodes greedily only"):
         check_arguments(argv)
