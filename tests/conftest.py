@@ -140,7 +140,7 @@ def real_model_dir():
 # ``--no-loadscope-reorder``) hands a worker the next file in collection order when it is done with one, so the
 # longest go first and the short ones fill in behind them (a several-minute file handed out last ran alone at the end).
 FILE_SECONDS = {
-    "test_study_quick.py": 111, "test_recipe.py": 86, "test_wheel_install.py": 82, "test_e2e_matrix.py": 67,
+    "test_study_quick.py": 60, "test_recipe.py": 86, "test_wheel_install.py": 82, "test_e2e_matrix.py": 67,
     "test_real_model_eval.py": 49, "test_compile.py": 46, "test_quiet.py": 45, "test_study_report.py": 43,
     "test_real_model_train.py": 38, "test_study.py": 36, "test_study_table1.py": 34, "test_study_claims.py": 34,
     "test_disk_full.py": 45, "test_gpu_suite.py": 31, "test_tiled_mlp.py": 30, "test_task_names.py": 29,
