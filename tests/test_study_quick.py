@@ -25,7 +25,8 @@ def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(t
     fine-tune of the shipped SmolLM2 config through ``tune run`` (alpha 0: the quick grid is its CE baseline; the
     alignment term on the real model: the LoRA run of tests/test_real_model_train.py), every task of the config
     evaluated on it (the base is not evaluated in the quick variant: the study's base row runs in the wheel's quick
-    study, the real base under both lm-eval models in tests/test_real_model_eval.py), the report written; so the GPU config cannot rot while no GPU runs it. Then the fine-tune's
+    study, the real base under both lm-eval models in tests/test_real_model_eval.py), the report written; so the
+    GPU config cannot rot while no GPU runs it. Then the fine-tune's
     checkpoint as a user takes it: it loads in transformers (``AutoModelForCausalLM`` / ``AutoTokenizer``, the
     independent reader; the source's ``tokenizer.json`` unchanged), and lm-eval's ``hf`` model scores the
     perplexity the study's ``longshort`` evaluation reported, on the same metadata."""
