@@ -277,3 +277,36 @@ def test_a_run_recorded_on_cuda_where_cuda_was_not_available_is_shown_on_the_cpu
         (d / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
         shown = build_report([d], tmp_path / f"rep_{available}")["runs"][d.name]["device"]
         assert shown == ("cuda:0" if available else "cpu (recorded as cuda:0; CUDA was not available)")
+
+
+def test_a_predict_only_run_is_named_and_alone_refused(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys):
+    """lm-eval's ``--predict_only`` swaps every task's metrics for ``bypass``: the run has outputs, no scores. The
+    report said nothing of it (exit 0, no table, no reason). Now a report of such runs alone is refused before it
+    writes anything, naming the flag; beside a scored run the report names it in a note. The run is a real
+    ``longshort-eval run --predict_only`` (lm-eval's own results file)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from warm_start import with_warm_start
+
+    env = dict(os.environ, PYTHONPATH=with_warm_start(str(Path(__file__).resolve().parents[1])), TMPDIR=str(tmp_path))
+    meta = '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1, "max_seq_lengths": [128]}'
+    cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort", "--model_args",
+           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu", "--tasks",
+           "longshort_ppl,longshort_passkey", "--metadata", meta, "--predict_only",
+           "--output_path", str(tmp_path / "po")]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with pytest.raises(SystemExit) as ended:
+        main([str(tmp_path / "po"), "--out", str(tmp_path / "rep")])
+    assert ended.value.code == 2 and not (tmp_path / "rep").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lm-eval --predict_only (tasks longshort_passkey, longshort_ppl" in err[0], err
+    scored = _run(tmp_path / "scored", 5)
+    build_report([scored, tmp_path / "po"], tmp_path / "both", labels=["scored", "po"], allow_mixed=True)
+    md = (tmp_path / "both" / "report.md").read_text()
+    assert "`po` was run with lm-eval's --predict_only (longshort_passkey, longshort_ppl)" in md
+    assert "| scored | 3 |" in md and "| po | — |" in md
+    assert "bypass" not in md  # lm-eval's placeholder 999 is no score

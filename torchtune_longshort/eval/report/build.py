@@ -46,6 +46,7 @@ from torchtune_longshort.eval.report.results_io import (
     load_results,
     load_run_info,
     metric_length,
+    predict_only_tasks,
 )
 from torchtune_longshort.eval.report.run_files import run_label
 from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
@@ -165,6 +166,12 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         raise ValueError(f"run labels {names} are not unique: pass --labels")
     check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
+    outputs_only = {name: tasks for name, d in zip(names, results_dirs) if (tasks := predict_only_tasks(d))}
+    if len(outputs_only) == len(names):
+        tasks = ", ".join(sorted({t for ts in outputs_only.values() for t in ts}))
+        raise ValueError(f"{'every run' if len(names) > 1 else 'the run'} given was lm-eval --predict_only (tasks "
+                         f"{tasks}: outputs in the samples files, no scores): nothing to report; evaluate without "
+                         "--predict_only")
     infos = {name: load_run_info(d) for name, d in zip(names, results_dirs)}
     not_scored = {name: load_not_scored(d) for name, d in zip(names, results_dirs)}
     runs_table, run_notes = runs_section(names, results_dirs, infos, allow_mixed or allow_unequal_samples)
@@ -173,6 +180,9 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     run_notes += [f"Samples of `{name}` cut off (a kill or a full disk while lm-eval wrote them): "
                   f"{'; '.join(files)}. Its per-position curve and depth x length counts use the readable ones; "
                   "evaluate it again with --log_samples for all." for name, files in cut_off.items()]
+    run_notes += [f"`{name}` was run with lm-eval's --predict_only ({', '.join(tasks)}): outputs, no scores, so no "
+                  "cell of it below; evaluate it without --predict_only for them."
+                  for name, tasks in outputs_only.items()]
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
     out_dir = Path(out_dir)

@@ -95,9 +95,10 @@ def samples_task(path: Path) -> str:
 
 def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     """``{task: {metric: value}}`` from every results file of ``results_dir`` (newest file wins per task;
-    keys drop lm-eval's ``,none`` filter suffix; stderr entries and the reason strings of older files' ``error``
-    metric are dropped: :func:`load_not_scored` reads the reasons). The files must all come from one run
-    (:func:`check_one_run`: same model, model_args and checkpoint), else ``ValueError``."""
+    keys drop lm-eval's ``,none`` filter suffix; stderr entries, ``--predict_only``'s placeholder ``bypass`` and the
+    reason strings of older files' ``error`` metric are dropped: :func:`load_not_scored` reads the reasons). The
+    files must all come from one run (:func:`check_one_run`: same model, model_args and checkpoint), else
+    ``ValueError``."""
     files = results_files(results_dir)
     check_one_run(results_dir)
     out: Dict[str, Dict[str, Any]] = {}
@@ -109,7 +110,7 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
                 if "," not in key or "_stderr" in key:
                     continue
                 name, filt = key.split(",", 1)
-                if name != ERROR_METRIC:
+                if name not in (ERROR_METRIC, "bypass"):  # bypass: --predict_only's placeholder (999), no score
                     clean[name if filt == "none" else f"{name},{filt}"] = value
             out[current_name(task)] = clean
     return out
@@ -140,6 +141,17 @@ def load_not_scored(results_dir: Path) -> Dict[str, str]:
             out.pop(current_name(task), None)
         out.update(not_scored_of(data))
     return out
+
+
+def predict_only_tasks(results_dir: Path) -> List[str]:
+    """The tasks of ``results_dir``'s newest results file that lm-eval ran with ``--predict_only``: it swaps each
+    task's metrics for ``bypass`` (their ``configs`` block lists that one metric), so the run has outputs in its
+    samples files and no scores."""
+    files = results_files(results_dir)
+    configs = json_file(files[-1]).get("configs") or {} if files else {}
+    metrics = {t: [m.get("metric") for m in (c or {}).get("metric_list") or [] if isinstance(m, dict)]
+               for t, c in configs.items()}
+    return sorted(current_name(t) for t, m in metrics.items() if m == ["bypass"])
 
 
 def _evaluated(docs: int, limit: Any) -> int:
