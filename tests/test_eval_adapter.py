@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 import torch
 import torch.nn.functional as F
 
@@ -300,6 +301,21 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
     check_arguments(argv[:-1] + ["do_sample=False,temperature=0.7"])
     check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv])
     assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
+
+
+def test_gen_kwargs_do_sample_in_a_config_file_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                                tmp_path):
+    """lm-eval's ``--config`` YAML with ``gen_kwargs: {do_sample: true}``: the wrapper did not read that key, so the
+    run was refused only at its first generation (after loading and any earlier task, no results file)."""
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    cfg = tmp_path / "run.yaml"
+    margs = {"pretrained": str(tiny_llama2_dir), "tokenizer": str(sp_tokenizer_dir)}
+    cfg.write_text(yaml.safe_dump({"model": "longshort", "tasks": ["longshort_passkey"], "device": "cpu",
+                                   "model_args": margs, "gen_kwargs": {"do_sample": True, "temperature": 0.7}}))
+    with pytest.raises(ValueError, match="do_sample=True: the longshort model decodes greedily only"):
+        check_arguments(lm_eval_argv(["run", "--config", str(cfg)]))
+    check_arguments(lm_eval_argv(["run", "--config", str(cfg), "--gen_kwargs", "do_sample=False"]))  # the line wins
 
 
 def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):

@@ -18,7 +18,7 @@ from typing import Any, List, Optional
 
 # run's options the wrapper reads or adds (cli_run.lm_eval_argv / check_arguments, the task index)
 WRAPPER_KEYS = ("model", "model_args", "tasks", "metadata", "device", "batch_size", "max_batch_size", "output_path",
-                "include_path", "apply_chat_template")
+                "include_path", "apply_chat_template", "gen_kwargs")
 
 
 def _read(path: str) -> dict:
