@@ -35,6 +35,10 @@ from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_
 logger = logging.getLogger(__name__)
 
 
+# lm-eval's --predict_only swaps every task's metrics for this one (its value 999 is a placeholder, no score)
+PREDICT_ONLY_METRIC = "bypass"
+
+
 def metric_length(key: str, metric: str) -> Optional[int]:
     """The length of a per-length metric name: ``("ppl_4k", "ppl") -> 4096``; None when ``key`` is not
     ``<metric>_<length label>`` (``"ppl"``, ``"acc_d50"``, ``"acc_4k_d50"``)."""
@@ -110,7 +114,7 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
                 if "," not in key or "_stderr" in key:
                     continue
                 name, filt = key.split(",", 1)
-                if name not in (ERROR_METRIC, "bypass"):  # bypass: --predict_only's placeholder (999), no score
+                if name not in (ERROR_METRIC, PREDICT_ONLY_METRIC):
                     clean[name if filt == "none" else f"{name},{filt}"] = value
             out[current_name(task)] = clean
     return out
@@ -151,7 +155,7 @@ def predict_only_tasks(results_dir: Path) -> List[str]:
     configs = json_file(files[-1]).get("configs") or {} if files else {}
     metrics = {t: [m.get("metric") for m in (c or {}).get("metric_list") or [] if isinstance(m, dict)]
                for t, c in configs.items()}
-    return sorted(current_name(t) for t, m in metrics.items() if m == ["bypass"])
+    return sorted(current_name(t) for t, m in metrics.items() if m == [PREDICT_ONLY_METRIC])
 
 
 def _evaluated(docs: int, limit: Any) -> int:
