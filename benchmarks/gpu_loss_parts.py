@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 from gpu_parts import free, table
 
@@ -167,17 +169,48 @@ def part_longest(smoke: bool, work: Path, opts) -> dict:
     """:func:`memory_model.check_longest` for the 1B full fine-tune (alpha 0.1, activation checkpointing, offloading
     ``opts.longest_offload``, the loss's chunks bounded): the device's memory capped to an 80 GB card's, one step at
     the predicted longest window and one at 1.25x it. The model holds when the first fits and the second does not."""
-    return _longest(smoke, opts, "1b-full", bool(opts.longest_offload), opts.longest_chunks or None, None,
-                    H100_80GB_BYTES)
+    return _longest(smoke, opts, *_longest_plans(["longest"], opts)[0][1:])
 
 
 def part_longest_8b(smoke: bool, work: Path, opts) -> dict:
     """:func:`memory_model.check_longest` for the 8B LoRA shape (32 layers, alpha 0.1, activation checkpointing and
     offloading, bounded loss chunks, the MLP tiled over ``memory_model.TILE_GPU`` rows), the device's memory capped
     to ``opts.longest_8b_gb`` GB (80 checks the 80 GB claim itself; less, a cheaper point of the same model)."""
+    return _longest(smoke, opts, *_longest_plans(["longest_8b"], opts)[0][1:])
+
+
+def _longest_plans(parts, opts):
+    """``(part, shape, offload, chunks, tile, budget bytes)`` of each longest part among ``parts``."""
     import memory_model as mm
 
-    return _longest(smoke, opts, "8b-lora", True, None, mm.TILE_GPU, opts.longest_8b_gb * 1e9)
+    plans = {"longest": ("1b-full", bool(opts.longest_offload), opts.longest_chunks or None, None, H100_80GB_BYTES),
+             "longest_8b": ("8b-lora", True, None, mm.TILE_GPU, opts.longest_8b_gb * 1e9)}
+    return [(p, *plans[p]) for p in parts if p in plans]
+
+
+def host_memory_refusal(parts, opts) -> Optional[str]:
+    """A one-line refusal when a longest part's offloaded host bytes (its larger step, 1.25x the predicted window;
+    :func:`memory_model.offloaded_host_bytes`) exceed 90% of this machine's memory, before anything runs; else
+    ``None``. Pinned, torch rounds every block up to a power of two: the 80 GB 8B point pins ~146 GB for ~83 GB of
+    layer inputs, more than the lent machine's 128 GiB, and fits only pageable (``--offload-pinned 0``)."""
+    import memory_model as mm
+
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    pinned = bool(opts.offload_pinned)
+    for part, shape, offload, chunks, tile, budget in _longest_plans(parts, opts):
+        if not offload:
+            continue
+        mm._MODEL["gpu"] = _gpu_model_of(mm, shape, opts.memory_points)
+        L = mm.predict_longest(shape, budget, offload, chunks, tile=tile)
+        need = mm.offloaded_host_bytes(shape, int(1.25 * L) // 4 * 4, pinned)
+        if need > 0.9 * ram:
+            fix = ("add --offload-pinned 0 (pageable host copies: "
+                   f"{mm.offloaded_host_bytes(shape, int(1.25 * L) // 4 * 4, False) / 1e9:.0f} GB)" if pinned
+                   else "lower the memory cap")
+            return (f"{part}: its 1.25x step ({int(1.25 * L) // 4 * 4} tokens a window) offloads "
+                    f"{need / 1e9:.0f} GB to {'pinned' if pinned else 'pageable'} host memory, more than 90% of "
+                    f"this machine's {ram / 1e9:.0f} GB; {fix}")
+    return None
 
 
 def _longest(smoke: bool, opts, shape: str, offload: bool, chunks, tile, budget: float) -> dict:
@@ -197,18 +230,28 @@ def _longest(smoke: bool, opts, shape: str, offload: bool, chunks, tile, budget:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total))
         try:
-            res = mm.check_longest(budget, shape, offload, "cuda", num_chunks=chunks, tile=tile)
+            res = mm.check_longest(budget, shape, offload, "cuda", num_chunks=chunks, tile=tile,
+                                   pin_memory=bool(getattr(opts, "offload_pinned", 1)))
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0)
             free("cuda")
     rows = [[r["L"], "yes" if r["fit"] else "no", f"{r.get('predicted_bytes', 0) / 2**30:.1f}",
-             f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "-", r.get("seconds", "-"),
+             f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "-", _host_gib(r), r.get("seconds", "-"),
              r.get("error", "")[:100]] for r in res["runs"]]
     verdict = {True: "the model holds", False: "**the model is wrong**", None: "(smoke: not judged)"}[res["model_holds"]]
     what = {"1b-full": "1B full fine-tune (Llama-3.2-1B shape, 16 layers)",
             "8b-lora": "8B LoRA (Llama-3.1-8B shape, 32 layers, rank 8)"}[shape]
-    md = (f"{what}, alpha 0.1, bf16, activation checkpointing, offloading {'on' if res['offload'] else 'off'}, "
+    host = "" if not res["offload"] else " (pageable)" if res.get("pin_memory") is False else " (pinned)"
+    md = (f"{what}, alpha 0.1, bf16, activation checkpointing, offloading {'on' + host if res['offload'] else 'off'}, "
           f"MLP {f'tiles of {tile} rows' if tile else 'whole'}, loss chunks {chunks or 'bounded'}; memory capped at "
           f"{budget / 2**30:.1f} GiB; predicted longest window L = {res['predicted_L']}: {verdict}\n\n"
-          + table(["L per window", "fits", "predicted peak GiB", "measured peak GiB", "step s", "error"], rows))
+          + table(["L per window", "fits", "predicted peak GiB", "measured peak GiB", "host GiB", "step s", "error"],
+                  rows))
     return {**res, "markdown": md}
+
+
+def _host_gib(run: dict) -> str:
+    """A run's host memory: the pinned blocks' peak, else the process's peak resident bytes ("-": not recorded)."""
+    pinned = run.get("host_pinned_bytes", {}).get("allocated_bytes.peak")
+    held = pinned or run.get("host_rss_peak_bytes")
+    return f"{held / 2**30:.1f}{' pinned' if pinned else ' RSS'}" if held else "-"

@@ -118,6 +118,9 @@ def main(argv=None) -> int:
                     help="longest: the loss's num_chunks (default 0: bounded, ceil((L + e) / 1024) chunks)")
     ap.add_argument("--longest-8b-gb", type=float, default=40,
                     help="longest_8b: the memory cap in GB (1e9 bytes) the 8B LoRA's longest window is predicted for")
+    ap.add_argument("--offload-pinned", type=int, default=1, choices=(0, 1),
+                    help="longest parts with offloading: host copies in pinned (1, torchtune's default) or pageable "
+                         "(0) memory; a step whose pinned blocks would not fit this machine's memory is refused")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
@@ -134,6 +137,9 @@ def main(argv=None) -> int:
 
     if not args.smoke and not torch.cuda.is_available():
         ap.error("no CUDA device: the suite's shapes need a GPU; use --smoke to check it on a CPU")
+    refusal = None if args.smoke else gpu_loss_parts.host_memory_refusal(parts, args)
+    if refusal:
+        ap.error(refusal)
     out = args.out or (REPO / "benchmarks" / "results" / ("gpu_suite_smoke" if args.smoke else "gpu_suite"))
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu_suite_"))

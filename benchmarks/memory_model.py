@@ -259,12 +259,28 @@ def predict_longest(shape: str, budget_bytes: float, offload: bool = False, num_
     return lo
 
 
+def offloaded_host_bytes(shape: str, L: int, pin_memory: bool = True) -> int:
+    """Host bytes offloading holds at the end of a bf16 forward of ``shape`` at ``L`` tokens per window: one
+    ``[2, L, dim]`` bf16 input per layer and the final norm's fp32 copy of its input (torchtune's ``RMSNorm``
+    computes in fp32), each rounded up to a power of two when pinned (torch's ``CachingHostAllocator`` rounds every
+    pinned block so); the few small saved tensors (token ids, LoRA's) are left out."""
+    sh = SHAPES[shape]
+    blocks = [2 * L * sh.dim * 2] * sh.layers + [2 * L * sh.dim * 4]
+    return sum(1 << (b - 1).bit_length() if pin_memory else b for b in blocks)
+
 # ---------------------------------------------------------------------------------------------- on a GPU (P6)
 def _pinned_host_bytes() -> Dict[str, int]:
     """The CUDA host allocator's ``allocated_bytes.*`` (pinned blocks held, each rounded up to a power of two:
     ``torch.cuda.host_memory_stats``); empty where this torch has no such statistics."""
     stats = getattr(torch.cuda, "host_memory_stats", lambda: {})()
     return {k: int(v) for k, v in stats.items() if k.startswith("allocated_bytes.")}
+
+
+def _peak_rss_bytes() -> int:
+    """The process's peak resident set size so far, in bytes (Linux reports ``ru_maxrss`` in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _release_pinned_host_blocks() -> None:
@@ -277,18 +293,22 @@ def _release_pinned_host_blocks() -> None:
 
 def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: bool = False,
              num_chunks: Optional[int] = 8, depth: Optional[int] = None, dtype: str = "bf16",
-             tile: Optional[int] = None) -> dict:
+             tile: Optional[int] = None, pin_memory: bool = True) -> dict:
     """One steady-state step (:func:`make_step`) of ``shape`` (a :data:`SHAPES` key or a :class:`Shape`) at full
     depth, on ``device``: ``{"fit": True, "peak_bytes": ..., "seconds": ..., "L": ...}`` (CUDA:
     ``max_memory_allocated`` over the step, parameters and optimizer states included), or ``{"fit": False,
-    "error": ...}`` when it runs out of memory (building included). ``num_chunks`` None: :func:`bounded_chunks`."""
+    "error": ...}`` when it runs out of memory (building included). ``num_chunks`` None: :func:`bounded_chunks`.
+    ``pin_memory`` False: offloading's host copies pageable. On CUDA it records the host side too: the pinned
+    blocks and the process's peak resident bytes so far."""
     sh = SHAPES[shape] if isinstance(shape, str) else shape
     nc = bounded_chunks(L, L // 4) if num_chunks is None else num_chunks
-    out = dict(shape=sh.name, L=L, depth=depth or sh.layers, offload=offload, num_chunks=nc, device=device, tile=tile)
+    out = dict(shape=sh.name, L=L, depth=depth or sh.layers, offload=offload, num_chunks=nc, device=device, tile=tile,
+               pin_memory=pin_memory)
     cuda = torch.device(device).type == "cuda"
     step = None
     try:
-        step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc, tile=tile)
+        step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc, tile=tile,
+                         pin_memory=pin_memory)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -299,6 +319,7 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated()
             out["host_pinned_bytes"] = _pinned_host_bytes()  # offloading's host copies, as the allocator holds them
+            out["host_rss_peak_bytes"] = _peak_rss_bytes()  # pageable copies show here (the process's peak so far)
         else:
             from tensor_memory import PeakTensorMemory
 
@@ -321,18 +342,19 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
 
 
 def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = False, device: str = "cuda",
-                  num_chunks: Optional[int] = 8, tile: Optional[int] = None) -> dict:
+                  num_chunks: Optional[int] = 8, tile: Optional[int] = None, pin_memory: bool = True) -> dict:
     """P6: one step at the predicted longest window for ``budget_bytes`` and one at 1.25x it. The model holds when
     the first fits and the second does not (cap the device's memory at ``budget_bytes`` first, e.g.
     ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``)."""
     L = predict_longest(shape, budget_bytes, offload, num_chunks, tile=tile)
     longer = int(1.25 * L) // 4 * 4
-    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile) for n in (L, longer)]
+    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile, pin_memory=pin_memory)
+            for n in (L, longer)]
     for r in runs:
         r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks, tile=tile)
     holds = runs[0]["fit"] and not runs[1]["fit"]
     return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, tile=tile, predicted_L=L, runs=runs,
-                model_holds=holds)
+                model_holds=holds, pin_memory=pin_memory)
 
 
 def main(argv=None) -> int:

@@ -163,10 +163,10 @@ class Step:
 
 
 def make_step(shape: Shape, depth: int, L: int, device: str = "cpu", dtype: str = "fp32", *, offload: bool = False,
-              num_chunks: int = 8, seed: int = 0, tile: Optional[int] = None) -> Step:
+              num_chunks: int = 8, seed: int = 0, tile: Optional[int] = None, pin_memory: bool = True) -> Step:
     """The model (``depth`` layers), a primed ``AdamW(fused=True)`` and one dual-window batch; ``run()`` does one
     step cut into ``phase:<name>`` profiler ranges. Offloading is torchtune's on CUDA, :class:`HostOffload` on a CPU;
-    ``tile``: the recipe's ``tiled_mlp_tokens``."""
+    ``tile``: the recipe's ``tiled_mlp_tokens``; ``pin_memory`` False: offloading's host copies pageable."""
     import torch
     from torch.profiler import record_function
     from torchtune import training
@@ -186,7 +186,7 @@ def make_step(shape: Shape, depth: int, L: int, device: str = "cpu", dtype: str 
     if shape.lora_rank:
         set_trainable_params(model, get_adapter_params(model))
     on_gpu = torch.device(device).type == "cuda"
-    forward = set_activation_memory(model, True, offload and on_gpu)
+    forward = set_activation_memory(model, True, offload and on_gpu, pin_memory)
     tile_mlps(model, tile, lambda _msg: None)
     host = HostOffload() if offload and not on_gpu else None
     loss_fn = LongShortLoss(alpha=ALPHA, num_chunks=num_chunks)

@@ -64,9 +64,20 @@ def test_set_activation_memory_on_a_cpu():
     assert _checkpointed_layers(model) == 2
 
 
-def _gpu_step(offload: bool, fused: bool, layers: int, dim: int, L: int):
+def test_pageable_offloading_sets_torchtunes_host_copies_unpinned(monkeypatch):
+    """``pin_memory=False`` reaches torchtune's ``OffloadActivations`` (its ``use_pin_memory``, read at each pack
+    and unpack), the default stays pinned as in torchtune; CUDA's streams stubbed, as a CPU cannot build them."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda *a, **k: object())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: object())
+    pinned = set_activation_memory(_tiny(), True, True)
+    pageable = set_activation_memory(_tiny(), True, True, pin_memory=False)
+    assert pinned.ctx.use_pin_memory is True and pageable.ctx.use_pin_memory is False
+
+
+def _gpu_step(offload: bool, fused: bool, layers: int, dim: int, L: int, pin_memory: bool = True):
     model = _tiny(layers, dim, "cuda", torch.bfloat16)
-    forward = set_activation_memory(model, True, offload)
+    forward = set_activation_memory(model, True, offload, pin_memory)
     assert isinstance(forward, OffloadedForward) == offload
     loss_fn = LongShortLoss(alpha=0.1, fused=fused)
     loss_fn.set_model_output(model)
@@ -86,11 +97,12 @@ def _gpu_step(offload: bool, fused: bool, layers: int, dim: int, L: int):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="offloading moves GPU memory to host memory")
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "checkpointed"])
-def test_gpu_offloading_moves_layer_inputs_to_host(fused):
+@pytest.mark.parametrize("fused,pin_memory", [(True, True), (False, True), (True, False)],
+                         ids=["fused", "checkpointed", "fused-pageable"])
+def test_gpu_offloading_moves_layer_inputs_to_host(fused, pin_memory):
     layers, dim, L = 4, 256, 2048
     plain_mem, plain_loss, plain_grads = _gpu_step(False, fused, layers, dim, L)
-    off_mem, off_loss, off_grads = _gpu_step(True, fused, layers, dim, L)
+    off_mem, off_loss, off_grads = _gpu_step(True, fused, layers, dim, L, pin_memory)
     # the checkpointed inputs ([2, L, dim] bf16) leave the GPU (torchtune keeps its 5 latest offloaded tensors until
     # backward starts: the final norm's saved tensors, and at most the last layer's input)
     moved = plain_mem - off_mem

@@ -41,6 +41,28 @@ def test_budget_skips_the_parts_that_no_longer_fit():
     assert gpu_suite.plan(["longest_8b"], None, 80)[0] == {"longest_8b": 480}  # the 80 GB point: a command alone
 
 
+def test_a_longest_step_that_would_not_fit_host_memory_is_refused(monkeypatch):
+    """On the lent machine's 128 GiB, the 80 GB 8B point's 1.25x step (186,880 tokens a window) pins 32 bf16
+    layer inputs of 3.06 GB, each in a 4 GiB block, and the final norm's fp32 input in an 8 GiB one: 146 GB,
+    refused; pageable (its bytes as they are: 104 GB) it fits, as does the default 40 GB point pinned (73 GB)."""
+    import argparse
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_loss_parts
+    import memory_model as mm
+
+    assert mm.offloaded_host_bytes("8b-lora", 186880) == 32 * 2**32 + 2**33
+    assert mm.offloaded_host_bytes("8b-lora", 186880, False) == 32 * 2 * 186880 * 4096 * 2 + 2 * 186880 * 4096 * 4
+    sysconf = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 128 * 2**30 // 4096}
+    monkeypatch.setattr(gpu_loss_parts.os, "sysconf", sysconf.__getitem__)
+    opts = dict(longest_offload=0, longest_chunks=0, longest_8b_gb=80, offload_pinned=1, memory_points=None)
+    msg = gpu_loss_parts.host_memory_refusal(["loss", "longest", "longest_8b"], argparse.Namespace(**opts))
+    assert msg.startswith("longest_8b: its 1.25x step (186880 tokens a window) offloads 146 GB to pinned"), msg
+    assert "add --offload-pinned 0 (pageable host copies: 104 GB)" in msg, msg
+    assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, "offload_pinned": 0})) is None
+    assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, "longest_8b_gb": 40})) is None
+
+
 @pytest.mark.slow
 def test_gpu_suite_smoke_runs_every_part(tmp_path):
     p = _suite(["--smoke", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")], tmp_path)

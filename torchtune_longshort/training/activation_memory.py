@@ -53,10 +53,14 @@ class OffloadedForward:
             return self.model(*args, **kwargs)
 
 
-def set_activation_memory(model: nn.Module, checkpointing: bool, offloading: bool) -> Callable[..., Any]:
+def set_activation_memory(model: nn.Module, checkpointing: bool, offloading: bool,
+                          pin_memory: bool = True) -> Callable[..., Any]:
     """Checkpoint each ``TransformerSelfAttentionLayer`` of ``model`` (``checkpointing``) and return the forward to
     train with: ``model`` itself, or an :class:`OffloadedForward` when ``offloading`` (CUDA and checkpointing only;
-    raises ``ValueError`` naming both keys otherwise, before touching ``model``)."""
+    raises ``ValueError`` naming both keys otherwise, before touching ``model``). ``pin_memory`` False: the host
+    copies are pageable (torchtune's ``use_pin_memory``), which the recipe does not use: torch's pinned allocator
+    holds each block rounded up to a power of two, so a step that moves more than about half the host's memory
+    fits only pageable (the 8B memory benchmark at 80 GB)."""
     problem = offloading_refusal(offloading, checkpointing, "cuda" if torch.cuda.is_available() else "cpu")
     if problem is not None:
         raise ValueError(problem)
@@ -64,4 +68,6 @@ def set_activation_memory(model: nn.Module, checkpointing: bool, offloading: boo
         training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
     if not offloading:
         return model
-    return OffloadedForward(model, training.get_act_offloading_ctx_manager(model, True))
+    ctx = training.get_act_offloading_ctx_manager(model, True)
+    ctx.use_pin_memory = pin_memory  # read at each pack / unpack; torchtune's manager builder takes no such argument
+    return OffloadedForward(model, ctx)
