@@ -59,8 +59,8 @@ def test_a_longest_step_that_would_not_fit_host_memory_is_refused(monkeypatch):
     msg = gpu_loss_parts.host_memory_refusal(["loss", "longest", "longest_8b"], argparse.Namespace(**opts))
     assert msg.startswith("longest_8b: its 1.25x step (186880 tokens a window) offloads 146 GB to pinned"), msg
     assert "add --offload-pinned 0 (pageable host copies: 104 GB)" in msg, msg
-    assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, "offload_pinned": 0})) is None
-    assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, "longest_8b_gb": 40})) is None
+    for change in ({"offload_pinned": 0}, {"longest_8b_gb": 40}):
+        assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, **change})) is None
 
 
 @pytest.mark.slow
