@@ -42,6 +42,11 @@ def test_results_folder_named_after_the_checkpoint_as_hf_names_it(tiny_llama2_di
     ppl = [r["results"]["longshort_ppl"]["ppl_128,none"] for r in (hf, by_pretrained, by_checkpoint_dir)]
     assert ppl[1] == ppl[2] and ppl[1] == pytest.approx(ppl[0], rel=1e-4)
     assert by_pretrained["config"]["checkpoint_dir"] == str(tiny_llama2_dir)
+    # lm-eval's tokenizer record (add_tokenizer_info), as hf writes it; the pad token is each model's own (hf takes
+    # the tokenizer's unk when it has no pad, longshort pads with EOS: right padding, never scored)
+    for key in ("tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id", "max_length"):
+        assert by_pretrained[key] == hf[key], (key, by_pretrained.get(key), hf[key])
+    assert by_pretrained["tokenizer_pad_token"] == by_pretrained["tokenizer_eos_token"]
 
 
 def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():

@@ -132,6 +132,32 @@ class SourceTokenizer:
         """The text of one (special) token as transformers' ``decode`` shows it, e.g. ``"<s>"`` for BOS."""
         return self._decode([int(token_id)])
 
+    # ------------------------------------------------ transformers' names, which lm-eval's results record
+    # (``lm_eval.loggers.utils.add_tokenizer_info``: ``tokenizer_{pad,eos,bos}_token`` as ``[text, str(id)]``)
+    @property
+    def pad_token_id(self) -> int:
+        return self.pad_id
+
+    @property
+    def pad_token(self) -> str:
+        return self.token_text(self.pad_id)
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.eos_id
+
+    @property
+    def eos_token(self) -> str:
+        return self.token_text(self.eos_id)
+
+    @property
+    def bos_token_id(self) -> Optional[int]:
+        return self.bos_id
+
+    @property
+    def bos_token(self) -> Optional[str]:
+        return None if self.bos_id is None else self.token_text(self.bos_id)
+
     def describe(self) -> str:
         return (f"{self.format} tokenizer {str(self.path)!r}: {self.vocab_size} ids, bos={self.bos_id}, "
                 f"eos={self.eos_id}, adds BOS by default: {self.adds_bos}")
