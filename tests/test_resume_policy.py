@@ -174,3 +174,33 @@ def test_a_recipe_state_saved_on_a_gpu_is_read_onto_the_cpu(tmp_path):
         torch.save({"step": 1, "optimizer": {"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": []}}, path)
     state, changes = read_resume_state(step, {})
     assert state["optimizer"]["state"][0]["exp_avg"].device.type == "cpu" and changes == []
+
+
+def test_a_gpu_runs_cuda_generator_is_saved_and_put_back(monkeypatch):
+    """On a GPU, dropout and LoRA dropout draw from the CUDA generator, not the CPU's: the recipe state saved only
+    ``torch.get_rng_state()``, so a resumed GPU run with dropout drew other masks than the run it continues. Now
+    the current CUDA device's state is saved beside it (torch.cuda's calls stubbed: this CPU has no CUDA) and put
+    back on resume and when a bad record rolls a step back; a state saved without it leaves CUDA's as it is."""
+    import torch
+
+    from torchtune_longshort.devices import rng_states, set_rng_states
+    from torchtune_longshort.training.recipe_checkpoints import training_state
+
+    cuda = {"state": torch.tensor([7, 7], dtype=torch.uint8)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *a: cuda["state"].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, *a: cuda.update(state=s.clone()))
+
+    class Batcher:
+        def state_dict(self):
+            return {}
+
+    saved = training_state(3, {}, None, Batcher(), {}, {})
+    assert saved["cuda_rng"].tolist() == [7, 7] and torch.equal(saved["torch_rng"], torch.get_rng_state())
+    torch.rand(5)
+    cuda["state"] = torch.tensor([9, 9], dtype=torch.uint8)  # the GPU drew after the save
+    set_rng_states(saved)
+    assert cuda["state"].tolist() == [7, 7] and torch.equal(torch.get_rng_state(), saved["torch_rng"])
+    set_rng_states({"torch_rng": saved["torch_rng"]})  # a state saved before cuda_rng existed, or on a CPU
+    assert cuda["state"].tolist() == [7, 7] and set(rng_states()) == {"torch_rng", "cuda_rng"}

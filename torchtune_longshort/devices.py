@@ -5,13 +5,14 @@ field and the fix. Nothing falls back to another device, so what a results file 
 
 :func:`require_device` checks a name; :func:`default_device` is the device used when none is asked for;
 :func:`check_fits` refuses, before the allocation, a table that this machine's free memory cannot hold.
+:func:`rng_states` / :func:`set_rng_states`: torch's global generators a training step draws from, for exact resumes.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
 
 import psutil
 import torch
@@ -128,3 +129,20 @@ def require_device(name: str, field: str = "device") -> torch.device:
         fix = f"{field} cpu" if field.startswith("-") and " " not in field else f"{field}=cpu"  # --model_args device
         raise ValueError(f"{field}={str(name)!r}: {problem}; pass {fix}, or run where that device exists")
     return torch.device(str(name))
+
+
+def rng_states() -> Dict[str, Any]:
+    """torch's global random states a step draws from: the CPU's (``torch_rng``) and, once CUDA has started, the
+    current CUDA device's (``cuda_rng``: dropout and LoRA dropout on a GPU draw from it, not from the CPU's)."""
+    states: Dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda_rng"] = torch.cuda.get_rng_state()
+    return states
+
+
+def set_rng_states(states: Dict[str, Any]) -> None:
+    """Put back what :func:`rng_states` took (a state saved without ``cuda_rng``, or read where there is no CUDA,
+    leaves the CUDA generator as it is)."""
+    torch.set_rng_state(states["torch_rng"])
+    if states.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda_rng"])

@@ -18,6 +18,7 @@ from torchtune import config
 from torchtune_longshort.data.corpus import fixed_length_sequences
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.refusals import REFUSED, one_line
 from torchtune_longshort.training.recipe_config.components import TokenizerConfig
@@ -155,11 +156,11 @@ class StepStart:
 
     def __init__(self, batcher, generators: Dict[str, Optional[torch.Generator]]) -> None:
         self.data = batcher.state_dict()
-        self.torch_rng = torch.get_rng_state()
+        self.rng = rng_states()
         self.generators = {k: g.get_state() for k, g in generators.items() if g is not None}
 
     def restore(self, batcher, generators: Dict[str, Optional[torch.Generator]]) -> None:
         batcher.load_state_dict(self.data)
-        torch.set_rng_state(self.torch_rng)
+        set_rng_states(self.rng)
         for k, state in self.generators.items():
             generators[k].set_state(state)

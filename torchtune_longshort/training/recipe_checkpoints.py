@@ -19,6 +19,7 @@ from torchtune import training
 from torchtune.config import instantiate
 from torchtune.modules.peft import get_merged_lora_ckpt
 
+from torchtune_longshort.devices import rng_states
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_model import decoder_config
@@ -141,7 +142,7 @@ def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: D
         "optimizer": optimizer_sd,
         "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None,
         "data": batcher.state_dict(),
-        "torch_rng": torch.get_rng_state(),
+        **rng_states(),  # torch_rng, and cuda_rng on a GPU
         **{k: g.get_state() if g is not None else None for k, g in generators.items()},  # position, rope
         "config": run_config,
     }

@@ -20,6 +20,7 @@ from torchtune import config, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
+from torchtune_longshort.devices import set_rng_states
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
@@ -131,7 +132,7 @@ class RecipeSetup:
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
         if recipe_state is not None:
-            torch.set_rng_state(recipe_state["torch_rng"])
+            set_rng_states(recipe_state)
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")
 
     def _setup_output_dir(self) -> Optional[Dict[str, Any]]:
