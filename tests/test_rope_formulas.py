@@ -292,6 +292,39 @@ def test_positions_past_the_cache_fail_clearly():
         r(torch.randn(1, 1, 1, D), input_pos=torch.tensor([[64]]))
 
 
+def test_positions_are_read_from_the_device_once_per_model_call(monkeypatch):
+    """torchtune's decoder hands one ``input_pos`` to every layer, and each layer's q and k ask the RoPE to check
+    it: read with ``int(max)`` and ``int(min)`` each time, that was 4 device-to-host syncs per layer on a GPU (a
+    KV-cached generation step runs all layers for one token). Now once per tensor; an in-place change or a new
+    tensor is read again, so a position past the cache is still refused; the RoPE still pickles and copies."""
+    import copy
+    import io
+
+    from torchtune.models.llama2 import llama2
+
+    import torchtune_longshort.rope.base as base
+    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+
+    reads = []
+    real = base._position_range
+    monkeypatch.setattr(base, "_position_range", lambda t: reads.append(1) or real(t))
+    torch.manual_seed(0)
+    model = llama2(vocab_size=64, num_layers=3, num_heads=2, num_kv_heads=1, embed_dim=32, max_seq_len=64)
+    apply_rope_scaling(model, "linear", max_seq_len=64, factor=2.0)
+    tokens, pos = torch.randint(0, 64, (1, 8)), torch.arange(8)[None]
+    with torch.no_grad():
+        ref = model(tokens, input_pos=pos)
+        assert len(reads) == 1, reads  # 3 layers x (q, k): 6 calls
+        torch.testing.assert_close(model(tokens), ref)  # the positions it was given are the ones it used
+        model(tokens, input_pos=pos.clone())
+        assert len(reads) == 2
+        pos.add_(60)  # in place: the version counter moves, the range is read again
+        with pytest.raises(ValueError, match=r"input_pos spans \[60, 67\]"):
+            model(tokens, input_pos=pos)
+    torch.save(model.layers[0].attn.pos_embeddings, io.BytesIO())  # torchtune's whole model does not pickle
+    copy.deepcopy(model)
+
+
 def test_unknown_kwarg_names_the_method():
     with pytest.raises(TypeError, match="rope method 'linear'"):
         build_rope("linear", head_dim=D, max_seq_len=64, factor=2, beta=3)

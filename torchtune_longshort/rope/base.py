@@ -10,6 +10,7 @@ Pure PyTorch: nothing here imports torchtune.
 from __future__ import annotations
 
 import math
+import weakref
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
@@ -143,6 +144,7 @@ class ScaledRoPE(nn.Module):
     # would take its batch's width), and a prompt prefilled in chunks declares its whole length (sequence_length).
     length_dependent: bool = False
     _sequence_length: Optional[int] = None  # set by sequence_length(): the length of the sequence a call is part of
+    _range_memo: Optional[tuple] = None  # (weakref to the last input_pos, its version, its (min, max)): see position_range
 
     # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
     @classmethod
@@ -265,13 +267,33 @@ class ScaledRoPE(nn.Module):
             return
         if torch.compiler.is_compiling() or input_pos.numel() == 0:
             return
-        top = int(input_pos.max())
-        low = int(input_pos.min())
+        low, top = self.position_range(input_pos)
         if top >= self.max_seq_len or low < 0:
             raise ValueError(
                 f"input_pos spans [{low}, {top}] but this RoPE's cache covers positions 0..{self.max_seq_len - 1} "
                 f"(max_seq_len={self.max_seq_len}): rebuild it for the target length"
             )
+
+    def position_range(self, input_pos: torch.Tensor) -> Tuple[int, int]:
+        """``(min, max)`` of a non-empty ``input_pos``, read from the device once per tensor: torchtune's decoder
+        passes one ``input_pos`` to every layer, whose q and k each ask (two device-to-host syncs per call, so ~4
+        per layer on a GPU, where a KV-cached generation step runs every layer for one token). Asked again for
+        that same tensor, unchanged since (its in-place version counter), the range read before is returned."""
+        memo = self._range_memo
+        try:
+            version = input_pos._version
+        except RuntimeError:  # an inference-mode tensor counts no versions: read it each time
+            version = None
+        if memo is not None and version is not None and memo[0]() is input_pos and memo[1] == version:
+            return memo[2]
+        found = _position_range(input_pos)
+        self._range_memo = None if version is None else (weakref.ref(input_pos), version, found)
+        return found
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state.pop("_range_memo", None)  # a weak reference does not pickle (torch.save of a whole model)
+        return state
 
     def cos_sin(self, seq_len: int, input_pos: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of shape [b or 1, s, 1, dim/2] for the positions of this call (float32)."""
@@ -319,7 +341,7 @@ class ScaledRoPE(nn.Module):
         ``ValueError``."""
         length = self._sequence_length
         if length is not None and not torch.compiler.is_compiling():
-            top = seq_len - 1 if input_pos is None else int(input_pos.max()) if input_pos.numel() else -1
+            top = seq_len - 1 if input_pos is None else self.position_range(input_pos)[1] if input_pos.numel() else -1
             if top >= length:
                 raise ValueError(f"input_pos reaches {top}, past the sequence of {length} positions declared by "
                                  "sequence_length(): declare the whole sequence's length")
@@ -331,7 +353,15 @@ class ScaledRoPE(nn.Module):
         length = self.declared_length(seq_len, input_pos)
         if length is not None:
             return length
-        return seq_len if input_pos is None else int(input_pos.max()) + 1
+        if input_pos is None:
+            return seq_len
+        return (int(input_pos.max()) if torch.compiler.is_compiling() else self.position_range(input_pos)[1]) + 1
+
+
+def _position_range(input_pos: torch.Tensor) -> Tuple[int, int]:
+    """``(min, max)`` of ``input_pos`` in one device-to-host copy."""
+    low, top = torch.aminmax(input_pos)
+    return tuple(torch.stack([low, top]).tolist())
 
 
 def rope_modules(model: nn.Module) -> List[ScaledRoPE]:

@@ -74,11 +74,11 @@ class _Batch:
 
 
 def _take(out: List[List[int]], done: torch.Tensor, nxt: torch.Tensor, eos_id: int, decode, stop) -> None:
-    """Append each unfinished row's token; a row finishes at EOS (not appended) or once a ``stop`` string shows."""
-    for r in range(len(out)):
+    """Append each unfinished row's token; a row finishes at EOS (not appended) or once a ``stop`` string shows.
+    ``nxt`` is read from the device once for the batch (not a sync per row)."""
+    for r, t in enumerate(nxt.tolist()):
         if done[r]:
             continue
-        t = int(nxt[r])
         if t == eos_id:
             done[r] = True
             continue
