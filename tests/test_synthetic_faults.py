@@ -5,14 +5,18 @@ stopped part-way does not block its own rerun (the folder's summary is written b
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 
 import pytest
 from disk_full import needs_unshare, on_small_disk
 
+import torchtune_longshort.output_guard as output_guard
 import torchtune_longshort.synthetic.experiments as experiments
 import torchtune_longshort.synthetic.sparsity_probes.figures as beyond_figures
+from torchtune_longshort.output_guard import write_together
 from torchtune_longshort.synthetic.__main__ import main
 
 PROG = "python -m torchtune_longshort.synthetic"
@@ -89,18 +93,23 @@ def test_a_cut_off_cache_entry_is_trained_again(tmp_path, capsys, trained_cache)
     assert all(isinstance(json.loads(p.read_text()), dict) for p in entries)  # trained again and stored whole
 
 
-def test_a_paper_figure_that_fails_part_way_does_not_block_the_rerun(tmp_path, capsys, monkeypatch):
-    out, cache = tmp_path / "out", tmp_path / "cache"
-    plot = experiments._plot
-
-    def full_disk(*args, **kwargs):
+def _full_at(suffix: str):
+    """A ``write_together`` whose disk fills at the first file named ``*<suffix>``: the files before it are written."""
+    def write(files):
+        written = [(p, data) for p, data in files[:[str(p).endswith(suffix) for p, _ in files].index(True)]]
+        output_guard.write_together(written)
         raise _disk_full()
 
-    monkeypatch.setattr(experiments, "_plot", full_disk)
+    return write
+
+
+def test_a_paper_figure_that_fails_part_way_does_not_block_the_rerun(tmp_path, capsys, monkeypatch):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    monkeypatch.setattr(experiments, "write_together", _full_at(".png"))
     assert main(TINY + ["--out", str(out), "--cache", str(cache)]) == 2
     assert "no space left on the disk" in _one_error_line(capsys.readouterr().err)
     assert (out / "fig1b.csv").is_file() and not (out / "fig1b.png").exists()
-    monkeypatch.setattr(experiments, "_plot", plot)
+    monkeypatch.setattr(experiments, "write_together", output_guard.write_together)
     assert main(TINY + ["--out", str(out), "--cache", str(cache)]) == 0, capsys.readouterr().err
     assert (out / "fig1b.png").is_file()
 
@@ -116,17 +125,11 @@ def test_a_beyond_figure_that_fails_part_way_does_not_block_the_rerun(tmp_path, 
     out = tmp_path / "out"
     argv = ["--figure", "parity", "--quick", "--seeds", "1", "--out", str(out)]
     monkeypatch.setattr(beyond_figures, "train_probe", _fake_probe)
-    save, opened = beyond_figures.save_figure, beyond_figures.atomic_open
-
-    def full_disk(*args, **kwargs):
-        raise _disk_full()
-
-    monkeypatch.setattr(beyond_figures, "save_figure" if fail_at == "png" else "atomic_open", full_disk)
+    monkeypatch.setattr(beyond_figures, "write_together", _full_at(f".{fail_at}"))
     assert main(argv) == 2
     assert "no space left on the disk" in _one_error_line(capsys.readouterr().err)
     assert not (out / "fig_parity.png").exists() and "parity" in json.loads((out / "beyond_summary.json").read_text())
-    monkeypatch.setattr(beyond_figures, "save_figure", save)
-    monkeypatch.setattr(beyond_figures, "atomic_open", opened)
+    monkeypatch.setattr(beyond_figures, "write_together", output_guard.write_together)
     assert main(argv) == 0, capsys.readouterr().err
     assert (out / "fig_parity.png").is_file() and (out / "fig_parity.csv").is_file()
 
@@ -143,4 +146,53 @@ def test_a_beyond_figure_stopped_in_training_leaves_no_folder(tmp_path, monkeypa
     assert exit_info.value.code == 130 and list(tmp_path.iterdir()) == []
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "python -m torchtune_longshort.synthetic: interrupted (SIGINT): nothing is written until every run has "
-        "trained; with --cache DIR the runs that finished are kept there and the same command reuses them")
+        "trained and every figure is drawn; with --cache DIR the runs that finished are kept there and the same "
+        "command reuses them")
+
+
+def test_a_stop_while_the_figures_are_drawn_leaves_the_earlier_run_whole(tmp_path, monkeypatch, trained_cache):
+    """Before: summary.json and runs.json were written, then each figure's CSV and PNG in turn, drawing as it went
+    (~20 s for --figure all on 2 cores): a Ctrl-C / SIGTERM in that time left the new run's summary.json beside the
+    earlier run's fig<n>.csv/png (and the last line said "nothing is written until every run has trained")."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    shutil.copytree(trained_cache, cache)
+    argv = TINY[:1] + ["1b,5"] + TINY[2:] + ["--out", str(out), "--cache", str(cache)]
+    assert main(argv) == 0
+    earlier = {p.name: p.read_bytes() for p in out.iterdir()}
+    drawn = []
+    draw = experiments.synthetic_figure
+
+    def stopped_at_the_second(*args, **kwargs):
+        drawn.append(args[0])
+        if len(drawn) == 2:
+            raise KeyboardInterrupt
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(experiments, "synthetic_figure", stopped_at_the_second)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 130 and drawn == ["1b", "5"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == earlier
+
+
+def test_a_stop_while_the_files_are_written_waits_for_the_last(tmp_path, monkeypatch):
+    """Ctrl-C / SIGTERM arriving while a figure's files are written is delivered once the last one is whole."""
+    paths = [tmp_path / f"f{i}" for i in range(3)]
+    replace = os.replace
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        stops = []
+
+        def stopped_in_the_first(src, dst, signum=signum):  # the stop arrives as the first file is put in place
+            if not stops:
+                stops.append(signum)
+                os.kill(os.getpid(), signum)
+            replace(src, dst)
+
+        monkeypatch.setattr(output_guard.os, "replace", stopped_in_the_first)
+        previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                write_together([(p, f"{signum}{i}".encode()) for i, p in enumerate(paths)])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        assert [p.read_bytes() for p in paths] == [f"{signum}{i}".encode() for i in range(3)]

@@ -9,12 +9,15 @@ import contextvars
 import glob
 import json
 import os
+import io
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import IO, Any, Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 
 def read_json(path: Path) -> Any:
@@ -69,6 +72,43 @@ def save_figure(fig: Any, path: Union[str, Path], **kwargs: Any) -> None:
     path = Path(path)
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format=kwargs.pop("format", path.suffix.lstrip(".") or None), **kwargs)
+
+
+def figure_bytes(fig: Any, fmt: str = "png", **kwargs: Any) -> bytes:
+    """``fig`` drawn to bytes (``fig.savefig``), for :func:`write_together`: drawing takes seconds, writing none."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, **kwargs)
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM held while the block runs and delivered, to the handlers they had, as it ends.
+    Python's handlers, not the thread's signal mask: a process-directed signal goes to any thread that does not
+    block it (torch's), and only the main thread can set a handler (elsewhere the block runs unheld)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: List[int] = []
+    before = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: a handler set from C
+        if held:
+            signal.raise_signal(held[0])
+
+
+def write_together(files: Sequence[Tuple[Union[str, Path], bytes]]) -> None:
+    """Each ``(path, bytes)`` written whole or not at all (:func:`atomic_open`), in order, with Ctrl-C / SIGTERM held
+    until the last one is written: files that belong together (a summary and the CSVs and figures it describes) are
+    not left half this run's, half an earlier run's, by a stop. The caller prepares every byte first (a figure with
+    :func:`figure_bytes`), so the stop waits milliseconds, not the seconds a figure takes to draw."""
+    with stops_held():
+        for path, data in files:
+            with atomic_open(path, "wb") as f:
+                f.write(data)
 
 
 def atomic_copy(source: Union[str, Path], path: Union[str, Path]) -> None:

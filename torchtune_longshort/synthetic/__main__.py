@@ -97,9 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# what a run stopped by Ctrl-C / SIGTERM leaves (the figures are written once every run has trained)
-INTERRUPTED = ("nothing is written until every run has trained; with --cache DIR the runs that finished are kept there "
-               "and the same command reuses them")
+# what a run stopped by Ctrl-C / SIGTERM leaves (the files are written together once every run has trained and every
+# figure is drawn; a stop while they are written waits for the last)
+INTERRUPTED = ("nothing is written until every run has trained and every figure is drawn; with --cache DIR the runs "
+               "that finished are kept there and the same command reuses them")
 
 
 @quiet_when_the_reader_leaves

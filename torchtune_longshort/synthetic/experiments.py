@@ -9,6 +9,8 @@ the PNGs from those CSVs without training (the drawing itself: :mod:`torchtune_l
 from __future__ import annotations
 
 import csv
+import io
+import json
 import os
 import time
 from dataclasses import asdict, replace
@@ -17,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from torchtune_longshort.output_guard import atomic_open, atomic_write_json, read_json, save_figure
+from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
 from torchtune_longshort.refusals import one_line
 
 from .claims import figure_records, keep_earlier_figures, summarize_claims
@@ -262,22 +264,26 @@ def run_figures(
     summary["meta"]["runs"] = [{"config": {k: r["config"][k] for k in fields}, "steps": r["steps"],
                                 "seconds": round(r["seconds"], 2), "best_val_mse": r["best_val_mse"],
                                 **({"diverged": r["diverged"]} if "diverged" in r else {})} for r in runs]
+    # every file prepared (the figures drawn: seconds) before the first is written, then all written with a stop
+    # held (milliseconds): a Ctrl-C while they were drawn left this run's summary.json beside an earlier run's CSVs.
     # summary.json first: it is what marks the folder's files as this command's (``--out``'s check), so a run that
     # stops part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not
-    os.makedirs(out_dir, exist_ok=True)  # once every run has trained: a run that fails leaves no empty folder
-    atomic_write_json(os.path.join(out_dir, "summary.json"), summary, indent=1, default=float)
-    atomic_write_json(os.path.join(out_dir, "runs.json"), runs)
+    files = [(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=1, default=float).encode()),
+             (os.path.join(out_dir, "runs.json"), json.dumps(runs).encode())]
     for n in curves:
-        _write_csv(os.path.join(out_dir, f"fig{n}.csv"), n, figs[n], seeds)
-        _plot(n, figs[n], os.path.join(out_dir, f"fig{n}.png"), quick=quick)
+        files += [(os.path.join(out_dir, f"fig{n}.csv"), _csv_bytes(n, figs[n], seeds)),
+                  (os.path.join(out_dir, f"fig{n}.png"), figure_bytes(synthetic_figure(n, figs[n], quick)))]
+    os.makedirs(out_dir, exist_ok=True)  # once every run has trained: a run that fails leaves no empty folder
+    write_together(files)
     return summary
 
 
-def _write_csv(path: str, name: str, fig: Dict, seeds: Sequence[int]) -> None:
-    """``fig<name>.csv``: one row per curve, seed and length (whole or not at all)."""
-    with atomic_open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["figure", "curve", "seed", "length", "test_mse"])
-        for label, d in fig.items():
-            for s, m in zip(seeds, d["mse"]):
-                w.writerows([name, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
+def _csv_bytes(name: str, fig: Dict, seeds: Sequence[int]) -> bytes:
+    """``fig<name>.csv``: one row per curve, seed and length."""
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(["figure", "curve", "seed", "length", "test_mse"])
+    for label, d in fig.items():
+        for s, m in zip(seeds, d["mse"]):
+            w.writerows([name, label, s, l, f"{v:.6g}"] for l, v in zip(d["lengths"], m))
+    return fh.getvalue().encode("utf-8")

@@ -6,6 +6,7 @@ and parity with a scratchpad, each trained per seed, scored per test length, wri
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import time
@@ -15,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtune_longshort.output_guard import atomic_open, atomic_write_json, read_json, save_figure
+from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
 from torchtune_longshort.plots.axes import mark_quick
 
 from ..figures import legend_outside, mark_l_train
@@ -103,11 +104,13 @@ def run_beyond(names: Sequence[str], out_dir: str, quick: bool, seeds: Sequence[
     summary.setdefault("meta", {})[",".join(names)] = {
         "quick": quick, "seeds": list(seeds), "workers": workers, "wall_seconds": time.time() - t0,
         "provenance": run_provenance()}
-    # the summary first: it marks the folder's files as this command's (``--out``'s check), so a run stopped part-way
-    # (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not at all
-    atomic_write_json(path, summary, indent=1)
+    # every file prepared (the figures drawn) before the first is written, then all written with a stop held
+    # (``write_together``). The summary first: it marks the folder's files as this command's (``--out``'s check), so a
+    # run stopped part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file whole or not at all
+    files = [(path, json.dumps(summary, indent=1).encode())]
     for n, (rows, table) in tables.items():
-        _write_figure(n, rows, table, out_dir, quick)
+        files += _figure_files(n, rows, table, out_dir, quick)
+    write_together(files)
     return summary
 
 
@@ -143,14 +146,14 @@ def _figure_table(curves: List[tuple], seeds: Sequence[int], results: Dict[str, 
     return rows, table
 
 
-def _write_figure(name: str, rows: List[list], table: Dict, out_dir: str, quick: bool = False) -> None:
-    """Writes ``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``, each whole or not
-    at all."""
-    with atomic_open(os.path.join(out_dir, f"fig_{name}.csv"), "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
-        w.writerows([name, *row] for row in rows)
-    save_figure(probe_figure(name, table, quick), os.path.join(out_dir, f"fig_{name}.png"))
+def _figure_files(name: str, rows: List[list], table: Dict, out_dir: str, quick: bool = False) -> List[tuple]:
+    """``fig_<name>.csv`` (one row per curve, seed and test point) and ``fig_<name>.png``, as (path, bytes)."""
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(["figure", "curve", "seed", "group", "l_test", "accuracy"])
+    w.writerows([name, *row] for row in rows)
+    return [(os.path.join(out_dir, f"fig_{name}.csv"), fh.getvalue().encode("utf-8")),
+            (os.path.join(out_dir, f"fig_{name}.png"), figure_bytes(probe_figure(name, table, quick)))]
 
 
 def replot_beyond(names: Sequence[str], out_dir: str) -> List[str]:
