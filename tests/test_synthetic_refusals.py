@@ -29,6 +29,15 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "1b,theory", "--quick", "--l-test", "6"], "figure 1b (NoPE): --l-test=6 must be > --l-train=6"),
     (["--figure", "theory", "--quick", "--l-test", "6"], "figure theory (mean): --l-test=6 must be > --l-train=6"),
     (["--figure", "4", "--quick", "--l-trains", "6,16"], "--l-trains value 16 must be in [1, --l-test - 1 = 15]"),
+    # one l_train: Fig. 4's trend claim ("strictly decreases as l_train grows") printed 'claim held' over one curve
+    (["--figure", "4", "--quick", "--l-trains", "6"], "--l-trains='6': Fig. 4 compares the error of two or more"),
+    (["--figure", "4", "--quick", "--l-trains", "6,6"], "--l-trains='6,6': Fig. 4 compares the error of two or more"),
+    # the messages named the field (seeds=0), not the flag typed
+    (["--figure", "1a", "--seeds", "0"], "--seeds=0 must be >= 1"),
+    (["--workers", "0"], "--workers=0 must be >= 1"),
+    (["--figure", "1x"], "--figure='1x' is unknown"),
+    (["--figure", "1a", "--lrs", "1e-4,-1"], "--lrs='1e-4,-1': every learning rate must be > 0"),
+    (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, argv, needle):
     out = tmp_path / "out"

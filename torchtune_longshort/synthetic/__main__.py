@@ -135,7 +135,7 @@ def _main(argv=None) -> int:
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")
     except REFUSED as e:
-        return refusal(PROG, one_line(e))
+        return refusal(PROG, _flag_names(one_line(e)))
     if a.figure is None:
         if a.replot:
             return refusal(PROG, "--replot needs --figure (the figures to redraw)")
@@ -205,13 +205,14 @@ def _base_config(a: argparse.Namespace) -> tuple:
 
 def _flag_names(message: str) -> str:
     """RunConfig names its fields (``num_heads=3``); the message names the flags the user typed (``--heads=3``)."""
-    return re.sub(r"\b(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", message)
+    return re.sub(r"(?<![\w-])(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", message)
 
 
 # RunConfig's field -> this CLI's flag, where the two names differ
 _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
             "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
-            "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer"}
+            "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer",
+            "seeds": "--seeds", "workers": "--workers", "figure": "--figure", "lrs": "--lrs", "l_trains": "--l-trains"}
 
 
 # every option string of the parser (an exact one is never another option's abbreviation: --out is not --outrep)
@@ -325,6 +326,9 @@ def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool, fig4:
     if bad:
         raise ValueError(f"--l-trains value {bad[0]} must be in [1, --l-test - 1 = {l_test - 1}]: Fig. 4 measures "
                          "the error beyond each l_train")
+    if fig4 and len(set(l_trains)) < 2:  # its claim is a trend over l_train: one value 'held' it over one curve
+        raise ValueError(f"l_trains={a.l_trains!r}: Fig. 4 compares the error of two or more different l_train "
+                         f"values; give two or more (default {_comma(default)})")
     return n_seeds, l_trains, _lr_grid(a.lrs, beyond_only)
 
 
