@@ -134,6 +134,21 @@ def test_an_earlier_summary_covers_only_the_figures_it_names(tmp_path, capsys):
     assert all((out / n).read_text() == "mine" for n in ("fig5.png", "fig_planted.csv"))
 
 
+@pytest.mark.parametrize("summary", [{"meta": {}}, {"meta": {"base_config": {}}, "scalar_misalignment": {"1a: NoPE": {}}}])
+def test_a_summary_without_figure_records_covers_no_other_figure(tmp_path, capsys, summary):
+    # a summary.json with a "meta" but no meta.figures (a user's, or an older run's of Fig. 1a) made every name the
+    # command writes its own: `--figure 5` overwrote the user's fig5.png; an older summary covers what it names
+    out = tmp_path / "syn"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(summary))
+    (out / "fig5.png").write_text("mine")
+    assert main(["--figure", "5", "--quick", "--seeds", "1", "--steps", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    named = "'fig5.png'" if "scalar_misalignment" in summary else "'fig5.png', 'summary.json'"
+    assert err.count("\n") == 1 and f"holds {named}, which no earlier run there wrote" in err, err
+    assert (out / "fig5.png").read_text() == "mine"
+
+
 def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_write(tmp_path, capsys):
     # `--cache FILE`: --out was made, then a 16-line FileExistsError traceback; `--replot` on a missing --out said
     # "[Errno 2] ... summary.json", naming neither the flag nor the fix

@@ -25,7 +25,7 @@ from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
 )
 
-from .claims import claim_lines
+from .claims import claim_lines, figure_records
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
 from .lr_search import lr_table
 from .misalignment import scalar_misalignment
@@ -268,15 +268,15 @@ def _check_figure_outputs(out: str, paper: List[str], beyond: List[str]) -> None
 
 def _earlier_figure_files(found, summary: str, stem: str):
     """What an earlier run's ``summary`` (parsed) says it wrote: False when it is none; the summary, ``runs.json``
-    and the CSV and PNG of each figure it records (``meta.figures``; a beyond summary's figure tables); True for a
-    paper summary older than ``meta.figures`` (which does not say)."""
+    and the CSV and PNG of each figure it records (``claims.figure_records``: ``meta.figures``, or an older
+    summary's scalar_misalignment names; a beyond summary's figure tables). A summary that records no figure is
+    none (a ``{"meta": {}}`` made every name the command writes its own: a user's fig5.png was overwritten)."""
     if not isinstance(found, dict) or "meta" not in found:
         return False
     if summary == "summary.json":
-        records = found["meta"].get("figures") if isinstance(found["meta"], dict) else None
-        if not isinstance(records, dict):
-            return True
-        names, files = list(records), [summary, "runs.json"]
+        names, files = list(figure_records(found)), [summary, "runs.json"]
+        if not names:
+            return False
     else:
         names, files = [n for n in found if n != "meta"], [summary]
     return files + [f"{stem.format(n)}.{x}" for n in names for x in ("csv", "png")]
