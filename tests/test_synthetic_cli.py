@@ -134,7 +134,8 @@ def test_an_earlier_summary_covers_only_the_figures_it_names(tmp_path, capsys):
     assert all((out / n).read_text() == "mine" for n in ("fig5.png", "fig_planted.csv"))
 
 
-@pytest.mark.parametrize("summary", [{"meta": {}}, {"meta": {"base_config": {}}, "scalar_misalignment": {"1a: NoPE": {}}}])
+@pytest.mark.parametrize("summary", [{"meta": {}},
+                                     {"meta": {"base_config": {}}, "scalar_misalignment": {"1a: NoPE": {}}}])
 def test_a_summary_without_figure_records_covers_no_other_figure(tmp_path, capsys, summary):
     # a summary.json with a "meta" but no meta.figures (a user's, or an older run's of Fig. 1a) made every name the
     # command writes its own: `--figure 5` overwrote the user's fig5.png; an older summary covers what it names
