@@ -240,3 +240,31 @@ def test_jobs_run_fine_tunes_at_once_with_their_share_of_threads(tmp_path, monke
 def test_jobs_must_be_a_positive_integer(tmp_path):
     with pytest.raises(StudyConfigError, match=r"jobs"):
         load_study_config(_write_cfg(tmp_path, jobs=0), repo_root=ROOT)
+
+
+class _Killed(BaseException):
+    """The study SIGKILLed: nothing after the stage's start runs."""
+
+
+def test_a_retrain_killed_before_the_recipe_cleared_the_old_checkpoints_trains_again(tmp_path):
+    study, ex = _study(tmp_path)
+    study.run_one("base", None, evaluate=False)
+    run = study.cfg.grid[0]
+    assert study.run_one(run.key, run)["status"] == "ok"
+    ft = study.cfg.finetune  # a fine-tune setting changed: the run trains again from step 0 ...
+    study.cfg = replace(study.cfg, finetune=replace(ft, overrides={**ft.overrides, "optimizer": {"lr": 5.0e-4}}))
+
+    def killed_while_tune_imports(argv, *a):
+        if Path(argv[0]).name == "tune":
+            raise _Killed  # ... and the study is killed before the recipe deleted the old step folders
+        return ex(argv, *a)
+
+    study.executor = killed_while_tune_imports
+    with pytest.raises(_Killed):
+        study.run_one(run.key, run)
+    study.executor = ex  # the rerun: the old checkpoint (trained at the old lr) is not taken as the new one's
+    n = len(ex.calls)
+    rec = study.run_one(run.key, run)
+    tune = [a for a in ex.calls[n:] if Path(a[0]).name == "tune"]
+    assert rec["status"] == "ok" and len(tune) == 1 and tune[0][-1] == "overwrite_output_dir=True"
+    assert study.run_one(run.key, run)["status"] == "ok" and len(ex.calls) == n + 2  # then finished: skipped

@@ -29,6 +29,7 @@ from torchtune_longshort.training.equal_compute import trained_steps
 # What the BABILong generator sizes to a length label: the whole request (generator.FITS)
 BABILONG_FIT = "prompt"
 EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed from (checkpoint + spec)
+RETRAIN = ".retrain_from_step_0"  # in a run's folder while it trains again from step 0 (its recipe.yaml changed)
 
 
 class RunStages(RunConfigs):
@@ -83,9 +84,14 @@ class RunStages(RunConfigs):
         max_steps = trained_steps(recipe.max_steps, recipe.equal_compute_overhead, recipe.loss.alpha)
         train_dir = Path(recipe.output_dir)
         done = steps_in(train_dir)
+        # A retrain from step 0 is marked until it ends: a study killed before the recipe deleted the old step
+        # folders (while it imports) would otherwise find the new recipe.yaml beside the old checkpoints and take them
+        retrain = rdir / RETRAIN
         if changed and done:
             self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
                      "step 0")
+            atomic_write_text(retrain, "the checkpoints here are of an earlier recipe.yaml\n")
+        if retrain.is_file():
             done = []
         atomic_write_text(recipe_yaml, rc_text)  # whole or not at all: one cut off would read as a changed config
         if max_steps in done:
@@ -105,6 +111,7 @@ class RunStages(RunConfigs):
         final = train_dir / f"step_{max_steps}"
         if not final.is_dir():
             raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
+        retrain.unlink(missing_ok=True)
         return final, True
 
     def _babilong_data(self) -> Optional[Path]:
