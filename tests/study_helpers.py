@@ -83,7 +83,11 @@ class FakeExecutor:
             log_path.write_text("ok\n")
             return 0
         if argv[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]:
-            Path(argv[argv.index("--out") + 1]).mkdir(parents=True, exist_ok=True)
+            out = Path(argv[argv.index("--out") + 1])
+            for length in argv[argv.index("--lengths") + 1].split(","):  # a file per length and task, as it writes
+                for qa in argv[argv.index("--qa") + 1].split(","):
+                    (out / length).mkdir(parents=True, exist_ok=True)
+                    (out / length / f"{qa}.jsonl").write_text("{}\n")
             return 0
         assert argv[1:4] == ["-m", "torchtune_longshort.eval", "run"], argv
         margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))

@@ -153,6 +153,22 @@ def test_a_cut_off_babilong_marker_or_eval_spec_counts_as_absent(tmp_path, finis
     assert all(json.loads((out / "runs" / k / "eval_spec.json").read_text()) for k in ("clex_a0_s0", "clex_a0.3_s0"))
 
 
+
+def test_a_babilong_data_file_gone_since_it_was_generated_is_generated_again(tmp_path):
+    """Before: DONE.json was trusted alone; every later evaluation scored the task NaN ("data file not found") and
+    the run was recorded ok, on every rerun, until the user deleted the marker."""
+    out = tmp_path / "out"
+    _study(out).run()
+    data = out / "babilong_data"
+    (data / "0k" / "qa1.jsonl").unlink()
+    for name in ("result.json", "eval_spec.json"):  # the run evaluated again (an evaluation killed)
+        (out / "runs" / "clex_a0_s0" / name).unlink()
+    ex = FakeExecutor()
+    recs = _study(out, ex).run()
+    assert all(r["status"] == "ok" for r in recs.values()), recs
+    assert sum("torchtune_longshort.eval.tasks.babilong.generator" in a for a in ex.calls) == 1
+    assert (data / "0k" / "qa1.jsonl").is_file()
+
 class _CtrlCWhileStarting(FakeExecutor):
     """The fine-tune ``key`` stopped by Ctrl-C while it imports torch: the study's process gets SIGINT, and the
     recipe's process exits 1 with a KeyboardInterrupt traceback (not the 130 of a recipe that saved)."""

@@ -124,7 +124,10 @@ class RunStages(RunConfigs):
         # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
         want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
                 "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
-        if read_json(marker) == want:  # a marker cut off (a full disk, a kill) counts as none: generated again
+        files = [out / length / f"{qa.strip()}.jsonl" for length in bab.lengths for qa in bab.qa.split(",")]
+        # a marker cut off (a full disk, a kill) counts as none, and so does one whose files are not all there (one
+        # deleted or moved since): generated again, instead of every later evaluation scoring the task NaN
+        if read_json(marker) == want and all(f.is_file() for f in files):
             return out
         if marker.is_file() and not (out / BABILONG_WRITTEN).is_file():
             # data an earlier version of the study generated (its marker proves it) before the generator listed
