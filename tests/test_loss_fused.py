@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchtune_longshort.loss import LongShortLoss, restore_model_output
+from torchtune_longshort.loss.output_module import is_dtensor
 from torchtune_longshort.windows import aligned_positions
 
 V, D, L = 97, 24, 16
@@ -358,3 +359,39 @@ def test_fused_under_fsdp2_matches_single_process(tmp_path):
         # when every rank holds the same number of targets (no holes here).
         assert err <= 1e-5 * max(1.0, scale), (rank, err, scale)
 
+
+
+def test_validation_projects_a_tied_output_whose_weight_fsdp2_holds_sharded(tmp_path):
+    """The recipe's validation under torchrun, tied embeddings (SmolLM2, Qwen2.5-0.5B, Gemma): FSDP2's root unit has
+    resharded the embedding when the hidden states are projected. It raised "aten.mm.default got mixed torch.Tensor
+    and DTensor" (a 2-process LoRA run of a tied Qwen2 died in its first validation); one process's gloo group
+    shards the same way. Reference: full logits of the unsharded model, F.cross_entropy."""
+    import copy
+    import math
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torchtune.models.llama2._component_builders import llama2
+    from torchtune.modules import TiedLinear
+
+    from torchtune_longshort.training.validation import validation_metrics
+
+    torch.manual_seed(0)
+    model = llama2(vocab_size=96, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32, max_seq_len=32)
+    del model.output
+    model.output = TiedLinear(model.tok_embeddings)
+    seqs = [torch.randint(0, 96, (24,)) for _ in range(2)]
+    with torch.no_grad():
+        ref = copy.deepcopy(model).eval()
+        ce = sum(F.cross_entropy(ref(s[None])[0, :-1], s[1:], reduction="sum").item() for s in seqs) / (2 * 23)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model, reshard_after_forward=True)
+        assert is_dtensor(model.tok_embeddings.weight)
+        got = validation_metrics(model, seqs, torch.device("cpu"), 96)
+    finally:
+        dist.destroy_process_group()
+    assert got["val_ce"] == pytest.approx(ce, rel=1e-6)
+    assert got["val_ppl"] == pytest.approx(math.exp(ce), rel=1e-5)

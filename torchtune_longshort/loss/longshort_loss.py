@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
@@ -40,7 +39,9 @@ from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, sli
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
-from torchtune_longshort.loss.output_module import gathered, is_dtensor, is_fsdp_module, plain_linear_weight
+from torchtune_longshort.loss.output_module import (
+    callable_output, gathered, is_fsdp_module, plain_linear_weight,
+)
 from torchtune_longshort.windows import DEFAULT_MIN_CONTEXT, MinContext, aligned_positions, validate_min_context
 
 logger = logging.getLogger(__name__)
@@ -142,11 +143,7 @@ class LongShortLoss(nn.Module):
     def _projection(self):
         """The output module as the checkpointed path calls it: as is, or, for a plain linear output whose weight
         FSDP2 holds sharded outside the module's own unit (a tied embedding's), a linear over the gathered weight."""
-        module, found = self.linear_projection, plain_linear_weight(self.linear_projection)
-        if found is None or is_fsdp_module(module) or not any(is_dtensor(t) for t in found):
-            return module
-        weight, bias = (gathered(t) for t in found)
-        return lambda x: F.linear(x, weight, bias)
+        return callable_output(self.linear_projection)
 
     def _log_path(self, path: str) -> None:
         if path == self._logged_path:

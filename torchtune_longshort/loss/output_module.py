@@ -7,9 +7,10 @@ unit and resharded after the model's forward) is gathered whole for the loss by 
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -77,3 +78,15 @@ def gathered(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     mesh = t.device_mesh
     whole = t.full_tensor(grad_placements=[Partial("sum")] * mesh.ndim)
     return _AverageGrad.apply(whole, mesh.size()) if t.requires_grad else whole
+
+
+def callable_output(module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The output module as a caller outside FSDP2's hooks may call it: as is, or, for a plain linear output whose
+    weight FSDP2 holds sharded outside the module's own unit (a tied embedding's, resharded after the root's
+    forward), a linear over the gathered weight (:func:`gathered`; a collective, so every rank calls this alike).
+    The loss's checkpointed path and the recipe's validation ask this."""
+    found = plain_linear_weight(module)
+    if found is None or is_fsdp_module(module) or not any(is_dtensor(t) for t in found):
+        return module
+    weight, bias = (gathered(t) for t in found)
+    return lambda x: F.linear(x, weight, bias)

@@ -9,20 +9,22 @@ import torch
 from torch import nn
 
 from torchtune_longshort.hidden_states import hidden_state_output, project_target_logprobs
+from torchtune_longshort.loss.output_module import callable_output
 
 
 @torch.no_grad()
 def validation_metrics(model: nn.Module, sequences: Sequence[torch.Tensor], device: torch.device, vocab_size: int
                        ) -> Dict[str, float]:
     """``{"val_ce", "val_ppl"}`` over ``sequences`` (1-D token ids, one forward each), projected to the vocabulary
-    a bounded chunk of positions at a time; the model is left in train mode."""
+    a bounded chunk of positions at a time; the model is left in train mode. A tied output whose weight FSDP2 holds
+    sharded is projected with the gathered weight (every rank validates the same sequences)."""
     model.eval()
     total, count = 0.0, 0
     for row in sequences:
         tokens = row.to(device)
         with hidden_state_output(model) as decoder:
             hidden = model(tokens[None])[0]
-        tok_lp, _ = project_target_logprobs(decoder.output, hidden[:-1], tokens[1:], vocab_size)
+        tok_lp, _ = project_target_logprobs(callable_output(decoder.output), hidden[:-1], tokens[1:], vocab_size)
         total -= float(tok_lp.double().sum())
         count += tok_lp.shape[0]
     model.train()
