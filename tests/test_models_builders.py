@@ -171,3 +171,41 @@ def test_dora_is_refused_by_the_config_check_naming_the_field(config, field):
         load_recipe_config(cfg, world_size=1, local=False)
     OmegaConf.update(cfg, field, False)
     load_recipe_config(cfg, world_size=1, local=False)
+
+
+@pytest.mark.parametrize("family_type, kv_heads, apply_to_output, refused", [
+    ("qwen2", 2, False, ("k_proj", "v_proj")),  # 2 KV heads x 32 x 128 = 8192 values
+    ("qwen2", 4, False, ()),
+    ("llama", 4, True, ("output",)),            # 80 x 128 = 10240 values
+    ("llama", 4, False, ()),                    # an output without LoRA is not quantized
+])
+def test_qlora_weights_nf4_cannot_quantize_are_refused_before_the_build(family_type, kv_heads, apply_to_output,
+                                                                        refused):
+    """QLoRA of a checkpoint whose projections NF4 cannot quantize (numel not a multiple of 64 x 256): torchao's
+    ``AssertionError: Number of scalers must be divisible by scaler block size, got 128 ...`` came out of torchtune's
+    LoRALinear as a traceback (a tiny tied Qwen2, 4 heads / 2 KV heads, hidden 128), where the README promised a
+    check before loading. Reference: torchao's own to_nf4 on a weight of each refused / accepted shape."""
+    from torchao.dtypes.nf4tensor import to_nf4
+
+    from torchtune_longshort.models.families import family_of
+    from torchtune_longshort.models.family_builders import UnsupportedModelError, nf4_weight_shapes
+
+    config = {"model_type": family_type, "vocab_size": 80, "hidden_size": 128, "intermediate_size": 256,
+              "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
+              "tie_word_embeddings": False}
+    lora = dict(lora_attn_modules=["q_proj", "v_proj"], apply_lora_to_mlp=True, apply_lora_to_output=apply_to_output,
+                lora_rank=4, lora_alpha=8, quantize_base=True)
+    family = family_of(config)
+    shapes = nf4_weight_shapes(config, lora)
+    for name, shape in shapes.items():  # the rule is torchao's
+        fits = True
+        try:
+            to_nf4(torch.randn(shape))
+        except AssertionError:
+            fits = False
+        assert fits == (name not in refused), (name, shape)
+    if not refused:
+        family.decoder(config, 64, lora)
+        return
+    with pytest.raises(UnsupportedModelError, match=rf"quantize_base=True.*{refused[0]}.*quantize_base: False"):
+        family.decoder(config, 64, lora)

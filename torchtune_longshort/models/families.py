@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.family_builders import (
-    Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2,
+    Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2, check_nf4_shapes,
 )
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope.base import check_rope_table
@@ -136,9 +136,11 @@ class ModelFamily:
 
     def decoder(self, config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]] = None) -> nn.Module:
         """:attr:`build`, after refusing a RoPE table of ``max_seq_len`` positions that the device the model is
-        built on (the default device) cannot hold: torchtune's RoPE builds it whole, at construction."""
+        built on (the default device) cannot hold (torchtune's RoPE builds it whole, at construction) and QLoRA
+        weights NF4 cannot quantize (torchtune quantizes at construction)."""
         head_dim = config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"])
         check_rope_table(int(max_seq_len), int(head_dim), torch.get_default_device())
+        check_nf4_shapes(config, lora)
         for key in self.unapplied_window_keys:
             window = config.get(key)
             if isinstance(window, int) and not isinstance(window, bool) and window < int(max_seq_len):

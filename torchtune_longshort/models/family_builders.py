@@ -8,7 +8,8 @@ MODEL_FAMILIES`); nothing else calls these builders.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import os
+from typing import Any, Dict, Optional, Tuple
 
 from torch import nn
 
@@ -84,6 +85,41 @@ def set_rope_base(model: nn.Module, base: float) -> None:
             if float(rope.base) != float(base):
                 rope.base = base
                 rope.rope_init()
+
+
+# NF4 (QLoRA) quantizes blocks of 64 values, with their scalers in blocks of 256 (torchao's to_nf4 asserts both).
+NF4_BLOCK = 64 * 256
+
+
+def nf4_weight_shapes(config: Config, lora: Dict[str, Any]) -> Dict[str, Tuple[int, int]]:
+    """``[out, in]`` of each weight torchtune's LoRA builders quantize with ``quantize_base``: every attention
+    projection and MLP weight (adapted or frozen), and the output layer when LoRA adapts it."""
+    dim, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or dim // heads)
+    kv = int(config.get("num_key_value_heads") or heads) * head_dim
+    inter = int(config["intermediate_size"])
+    shapes = {"q_proj": (heads * head_dim, dim), "k_proj": (kv, dim), "v_proj": (kv, dim),
+              "output_proj": (dim, heads * head_dim), "w1": (inter, dim), "w2": (dim, inter), "w3": (inter, dim)}
+    if lora.get("apply_lora_to_output"):
+        shapes["output"] = (int(config["vocab_size"]), dim)
+    return shapes
+
+
+def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]]) -> None:
+    """Refuse ``quantize_base=True`` for a checkpoint with a weight NF4 cannot quantize (numel a multiple of
+    ``NF4_BLOCK`` x the processes), before torchtune's builder meets torchao's assertion."""
+    if not lora or not lora.get("quantize_base"):
+        return
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    bad = [f"{name} {shape}: {shape[0] * shape[1]} values" for name, shape in nf4_weight_shapes(config, lora).items()
+           if (shape[0] * shape[1]) % (NF4_BLOCK * world)]
+    if bad:
+        per = f"{NF4_BLOCK} x {world} processes = {NF4_BLOCK * world}" if world > 1 else str(NF4_BLOCK)
+        raise UnsupportedModelError(
+            f"quantize_base=True (QLoRA): NF4 quantizes each weight in blocks of 64 x 256 values, so its numel must "
+            f"be a multiple of {per}, not so in this {config.get('model_type')} checkpoint: {'; '.join(bad)}; set "
+            "quantize_base: False (LoRA on the full-precision weights), or start from a checkpoint with dimensions "
+            "that fit (e.g. hidden_size 128 with 4 KV heads of 32)")
 
 
 # ------------------------------------------------------------------------------------------ builders

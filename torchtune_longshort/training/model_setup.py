@@ -17,11 +17,10 @@ from torchtune import config, modules, training
 from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, set_trainable_params
 from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
+from torchtune_longshort.models.family_builders import NF4_BLOCK as _NF4_BLOCK
 from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
-# NF4 (QLoRA) quantizes blocks of 64 values with scalers in blocks of 256.
-_NF4_BLOCK = 64 * 256
 
 
 def model_kwargs(cfg_model: Mapping[str, Any]) -> Dict[str, Any]:
