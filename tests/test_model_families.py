@@ -286,3 +286,28 @@ def test_readme_family_table_is_the_generated_one():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("<!-- families-table:", 1)[1].split("<!-- /families-table -->", 1)[0]
     assert block.split("\n", 1)[1].strip() == families_table_markdown().strip()
+
+
+def test_a_qwen2_folder_with_another_byte_level_tokenizer_gets_autotokenizers_ids(tmp_path):
+    """transformers 5 builds its own ``Qwen2Tokenizer`` pipeline (Qwen2's split regex, NFC) for every folder whose
+    config.json says ``qwen2``, whatever its tokenizer.json and tokenizer_config say. A Qwen2 model with another
+    byte-level tokenizer.json (SmolLM2's here, in miniature) was trained and scored by ``longshort`` on the file's
+    ids, and by lm-eval's ``hf`` on transformers' others: a 256-token perplexity sample re-encoded to 262-269 tokens
+    and ``hf`` stopped on ``assert len(continuation_enc) <= self.max_length``. Reference: ``AutoTokenizer``."""
+    from family_checkpoints import _config_and_model, _texts, byte_bpe_tokenizer
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    byte_bpe_tokenizer(tmp_path, _texts(), 500, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], bos="<|im_start|>",
+                       eos="<|im_end|>", add_bos=False)  # SmolLM2's layout: byte-level, no Qwen2 split regex
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))
+    config, _ = _config_and_model("qwen2", len(ref))
+    config.save_pretrained(str(tmp_path))
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert type(ref).__name__ == "Qwen2Tokenizer"
+    text = _text() + "\nx = 1234567  # ÅÅ café\r\n\t  done"
+    ours = checkpoint_tokenizer(str(tmp_path))
+    assert ours.encode_plain(text) == ref(text, add_special_tokens=False).input_ids
+    assert ours.encode(text, add_bos=True, add_eos=False) == ref(text).input_ids
+    assert ours.decode(ours.encode_plain(text)) == ref.decode(ref(text).input_ids, skip_special_tokens=True)

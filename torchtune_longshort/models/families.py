@@ -133,6 +133,10 @@ class ModelFamily:
     # a window shorter than the model's length is said when the model is built, and a checkpoint this project
     # writes sets the key to null, so that transformers runs the full attention the model has
     unapplied_window_keys: Tuple[str, ...] = ()
+    # the tokenizer class transformers' AutoTokenizer builds for every folder of this family, whatever its
+    # tokenizer_config.json names (transformers 5 rebuilds Qwen2's split regex and NFC from the vocabulary); a
+    # tokenizer.json whose own pipeline differs is read as that class reads it (models.source_tokenizers)
+    hf_tokenizer_class: Optional[str] = None
 
     def decoder(self, config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]] = None) -> nn.Module:
         """:attr:`build`, after refusing a RoPE table of ``max_seq_len`` positions that the device the model is
@@ -188,7 +192,8 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     unapplied_window_keys=("sliding_window",)),
         ModelFamily("qwen2", "Qwen2, Qwen2.5", "qwen2", tied=None, tied_default=False,
                     torchtune_model_types=("QWEN2",), architecture="Qwen2ForCausalLM", build=build_qwen2,
-                    hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",)),
+                    hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",),
+                    hf_tokenizer_class="Qwen2Tokenizer"),
         ModelFamily("gemma", "Gemma 2B/7B", "gemma", tied=True, tied_default=True,
                     torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=build_gemma),
         ModelFamily("phi3", "Phi-3-mini 4k / 128k, Phi-3.5-mini", "phi3", tied=False, tied_default=False,
