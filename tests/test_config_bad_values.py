@@ -99,6 +99,11 @@ FAMILIES = {
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
         # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to output_dir)
         ({"checkpointer.output_dir": "/nonexistent/ckpts"}, "checkpointer.output_dir", r"is not output_dir=.*step_<k>"),
+        # torchtune's checkpointer arguments the recipe never reads: trained from the folder's own shards, without a word
+        ({"checkpointer.checkpoint_files": ["nope.safetensors"]}, "checkpointer.checkpoint_files",
+         r"\['nope.safetensors'\] is not what the recipe loads.*model.safetensors.*or null"),
+        ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
+         r"not read by this recipe.*resume=True"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},
          "dataset.path", r"does not exist"),
         ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},

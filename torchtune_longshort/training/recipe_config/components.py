@@ -164,6 +164,11 @@ class ModelConfig(ComponentSection):
         return None
 
 
+# torchtune checkpointer arguments that would load a recipe state or an adapter this recipe does not read
+UNREAD_CHECKPOINTER_KEYS = ("recipe_checkpoint", "adapter_checkpoint", "resume_from_checkpoint",
+                            "should_load_recipe_state")
+
+
 @dataclass(frozen=True)
 class CheckpointerConfig(ComponentSection):
     """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
@@ -186,6 +191,21 @@ class CheckpointerConfig(ComponentSection):
             raise FileNotFoundError(f"{where}.checkpoint_dir={self.checkpoint_dir!r} does not exist")
         folder = CheckpointFolder.open(self.checkpoint_dir)
         check_torchtune_model_type(folder.family, self.model_type, f"{where}.model_type")
+        self._check_unread(folder, where)
+
+    def _check_unread(self, folder: CheckpointFolder, where: str) -> None:
+        """torchtune's checkpointer arguments this recipe never reads (it opens the folder itself): one that would
+        make torchtune load other weights or a recipe state is refused, not ignored."""
+        files = self.args.get("checkpoint_files")
+        have = sorted(p.name for p in folder.weight_files)
+        if isinstance(files, (list, tuple)) and sorted(Path(str(f)).name for f in files) != have:
+            raise ValueError(f"{where}.checkpoint_files={list(files)!r} is not what the recipe loads: it reads every "
+                             f"weight file of checkpoint_dir's index ({', '.join(have)}); list exactly those, or null")
+        for key in UNREAD_CHECKPOINTER_KEYS:
+            if self.args.get(key):
+                raise ValueError(f"{where}.{key}={self.args[key]!r} is not read by this recipe: it starts from "
+                                 "checkpoint_dir's weights, and resume=True continues from output_dir's newest "
+                                 f"step_<k> (its recipe_state/); drop {where}.{key}")
 
 
 @dataclass(frozen=True)
