@@ -104,6 +104,12 @@ FAMILIES = {
          r"\['nope.safetensors'\] is not what the recipe loads.*model.safetensors.*or null"),
         ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
          r"not read by this recipe.*resume=True"),
+        # an hf_decoder's max_seq_len inside rope_scaled is where the scaling starts: at the target it made YaRN's
+        # factor 1 (no scaling) without a word (the folder has 256 positions)
+        ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 512,
+                    "model": {"_component_": "torchtune_longshort.models.hf_decoder",
+                              "checkpoint_dir": "${checkpoint_dir}", "max_seq_len": 512}}},
+         "model.model.max_seq_len", r"=512 inside rope_scaled.*factor 512/512 = 1.*trained at 256.*drop model.model"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},
          "dataset.path", r"does not exist"),
         ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},

@@ -110,6 +110,25 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
                                                      if k != "_component_" and k not in own})
 
 
+def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled`` over an ``hf_decoder`` folder: the inner ``max_seq_len`` is the length the scaling starts
+    from (``apply_rope_scaling`` takes the built model's positions as ``original_max_seq_len``), so one other than
+    the folder's own length rescales from the wrong length (at the target: factor 1, no scaling) without a word."""
+    inner = node.get("model")
+    if (node["_component_"] != ROPE_SCALED or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
+            or not inner.get("checkpoint_dir") or inner.get("max_seq_len") is None
+            or node.get("original_max_seq_len") is not None):
+        return
+    trained = CheckpointFolder.open(inner["checkpoint_dir"]).usable_length
+    given = inner["max_seq_len"]
+    if given != trained:
+        target = node.get("max_seq_len")
+        raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
+                         f"({node.get('method')} factor {target}/{given} = {target / given:g} where {path}.max_seq_len "
+                         f"is the target), but the checkpoint was trained at {trained} (its config.json): drop "
+                         f"{path}.model.max_seq_len (or set {path}.original_max_seq_len to mean another start)")
+
+
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
     """``model``: a builder (``torchtune_longshort.models.hf_decoder`` in every shipped config), possibly wrapped in
@@ -131,6 +150,7 @@ class ModelConfig(ComponentSection):
                     f"their own, which it does not do (the magnitude would start as uninitialized memory); set "
                     f"{path}.use_dora=False")
             _check_rope_arguments(path, node)
+            _check_scaling_start(path, node)
 
     def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
         """``(field, method)`` when the built model's RoPE has learned parameters (CLEX): the outermost
