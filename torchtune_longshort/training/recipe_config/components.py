@@ -152,6 +152,13 @@ class ModelConfig(ComponentSection):
             _check_rope_arguments(path, node)
             _check_scaling_start(path, node)
 
+    def open_folders(self) -> None:
+        """Open (and so check) each ``hf_decoder`` node's ``checkpoint_dir``, a refusal naming that node's key (it may
+        name another folder than ``checkpointer.checkpoint_dir``; the same one is checked under that name first)."""
+        for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
+            if node["_component_"] == HF_DECODER and node.get("checkpoint_dir"):
+                CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
+
     def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
         """``(field, method)`` when the built model's RoPE has learned parameters (CLEX): the outermost
         ``rope_scaled`` method that says so, else (``local``) an ``hf_decoder`` folder's own scaling; else None."""

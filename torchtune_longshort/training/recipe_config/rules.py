@@ -53,6 +53,8 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     _check_min_context(config)
     _check_s2_groups(config)
     _check_checkpointer_output(config)
+    if local:
+        config.model.open_folders()
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_dimensions(config)
     if local:
