@@ -109,7 +109,7 @@ FAMILIES = {
         ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 512,
                     "model": {"_component_": "torchtune_longshort.models.hf_decoder",
                               "checkpoint_dir": "${checkpoint_dir}", "max_seq_len": 512}}},
-         "model.model.max_seq_len", r"=512 inside rope_scaled.*factor 512/512 = 1.*trained at 256.*drop model.model"),
+         "model.model.max_seq_len", r"=512 inside rope_scaled.*factor 512/512 = 1.*past the 256 positions.*drop model.model"),
         # the model node's own folder: longshort-validate passed it, tune run named the (good) top-level checkpoint_dir
         ({"model.checkpoint_dir": "/nonexistent/ckpt"}, "model.checkpoint_dir=", r"is not a directory"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},

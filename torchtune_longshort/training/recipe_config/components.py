@@ -112,20 +112,20 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
 
 def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
     """``rope_scaled`` over an ``hf_decoder`` folder: the inner ``max_seq_len`` is the length the scaling starts
-    from (``apply_rope_scaling`` takes the built model's positions as ``original_max_seq_len``), so one other than
-    the folder's own length rescales from the wrong length (at the target: factor 1, no scaling) without a word."""
+    from (``apply_rope_scaling`` takes the built model's positions as ``original_max_seq_len``), so one past the
+    folder's own length scales from positions the checkpoint never saw (at the target: factor 1, no scaling)."""
     inner = node.get("model")
     if (node["_component_"] != ROPE_SCALED or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
             or not inner.get("checkpoint_dir") or inner.get("max_seq_len") is None
-            or node.get("original_max_seq_len") is not None):
-        return
+            or node.get("original_max_seq_len") is not None or not Path(str(inner["checkpoint_dir"])).is_dir()):
+        return  # (a folder not there yet, as a study's runs' base, is left to the folder checks)
     trained = CheckpointFolder.open(inner["checkpoint_dir"]).usable_length
     given = inner["max_seq_len"]
-    if given != trained:
+    if given > trained:  # (a shorter start, as a study's quick run of a long base, is a choice: allowed)
         target = node.get("max_seq_len")
         raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
                          f"({node.get('method')} factor {target}/{given} = {target / given:g} where {path}.max_seq_len "
-                         f"is the target), but the checkpoint was trained at {trained} (its config.json): drop "
+                         f"is the target), past the {trained} positions the checkpoint was trained at (its config.json): drop "
                          f"{path}.model.max_seq_len (or set {path}.original_max_seq_len to mean another start)")
 
 
