@@ -99,7 +99,8 @@ FAMILIES = {
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
         # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to output_dir)
         ({"checkpointer.output_dir": "/nonexistent/ckpts"}, "checkpointer.output_dir", r"is not output_dir=.*step_<k>"),
-        # torchtune's checkpointer arguments the recipe never reads: trained from the folder's own shards, without a word
+        # torchtune's checkpointer arguments the recipe never reads: trained from the folder's own shards,
+        # without a word
         ({"checkpointer.checkpoint_files": ["nope.safetensors"]}, "checkpointer.checkpoint_files",
          r"\['nope.safetensors'\] is not what the recipe loads.*model.safetensors.*or null"),
         ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
@@ -109,7 +110,8 @@ FAMILIES = {
         ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 512,
                     "model": {"_component_": "torchtune_longshort.models.hf_decoder",
                               "checkpoint_dir": "${checkpoint_dir}", "max_seq_len": 512}}},
-         "model.model.max_seq_len", r"=512 inside rope_scaled.*factor 512/512 = 1.*past the 256 positions.*drop model.model"),
+         "model.model.max_seq_len",
+         r"=512 inside rope_scaled.*factor 512/512 = 1.*past the 256 positions.*drop model.model"),
         # the model node's own folder: longshort-validate passed it, tune run named the (good) top-level checkpoint_dir
         ({"model.checkpoint_dir": "/nonexistent/ckpt"}, "model.checkpoint_dir=", r"is not a directory"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},

@@ -125,8 +125,9 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
         target = node.get("max_seq_len")
         raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
                          f"({node.get('method')} factor {target}/{given} = {target / given:g} where {path}.max_seq_len "
-                         f"is the target), past the {trained} positions the checkpoint was trained at (its config.json): drop "
-                         f"{path}.model.max_seq_len (or set {path}.original_max_seq_len to mean another start)")
+                         f"is the target), past the {trained} positions the checkpoint was trained at (its "
+                         f"config.json): drop {path}.model.max_seq_len (or set {path}.original_max_seq_len to mean "
+                         "another start)")
 
 
 @dataclass(frozen=True)
