@@ -27,17 +27,13 @@ post-processor adds.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
-from torchtune_longshort.models.families import family_of
-from torchtune_longshort.models.family_builders import UnsupportedModelError
-
-logger = logging.getLogger(__name__)
+from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 HF_CONFIG = "tokenizer_config.json"
 
@@ -332,7 +328,7 @@ class HFJsonTokenizer(SourceTokenizer):
         except Exception as e:
             raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
         folder = self.path.parent
-        self._tok = _as_transformers_builds_it(self._tok, path)
+        self._tok = as_transformers_builds_it(self._tok, path, read_json(path.parent / "config.json"))
         cfg = {**read_json(folder / "special_tokens_map.json"), **read_json(folder / HF_CONFIG)}
         ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
         add_config_tokens(self._tok, cfg, folder / HF_CONFIG)
@@ -380,39 +376,3 @@ class HFJsonTokenizer(SourceTokenizer):
     def token_text(self, token_id: int) -> str:
         return self._tok.id_to_token(int(token_id)) or self._decode([int(token_id)])
 
-
-# tokenizer.json files whose switch to transformers' pipeline was said (once per process: eval loads a tokenizer
-# several times)
-_SAID: set = set()
-
-
-def _pipeline(tok) -> tuple:
-    spec = json.loads(tok.to_str())
-    return spec.get("normalizer"), spec.get("pre_tokenizer"), spec.get("decoder")
-
-
-def _as_transformers_builds_it(tok, path: Path):
-    """``tok`` (the file's pipeline), or the one ``AutoTokenizer`` builds for the folder when its model family says
-    transformers builds its own class whatever the folder's files say (``ModelFamily.hf_tokenizer_class``:
-    transformers 5 gives every ``qwen2`` folder ``Qwen2Tokenizer``'s split regex and NFC) and that pipeline differs
-    from the file's: the ids training, the ``longshort`` model and lm-eval's ``hf`` use are then the same."""
-    config = read_json(path.parent / "config.json")
-    try:
-        cls = family_of(config).hf_tokenizer_class if config else None
-    except UnsupportedModelError:
-        cls = None
-    if cls is None:
-        return tok
-    from transformers import AutoTokenizer
-
-    built = AutoTokenizer.from_pretrained(str(path.parent))
-    backend = getattr(built, "backend_tokenizer", None)
-    if type(built).__name__ != cls or backend is None or _pipeline(backend) == _pipeline(tok):
-        return tok
-    if str(path) in _SAID:
-        return backend
-    _SAID.add(str(path))
-    logger.warning("%s: transformers' AutoTokenizer reads a %r folder as %s, whose pre-tokenizer / normalizer "
-                   "differ from this tokenizer.json's own; tokenizing as transformers does (the ids lm-eval's hf "
-                   "and every transformers user get)", path, config.get("model_type"), cls)
-    return backend

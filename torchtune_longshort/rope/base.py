@@ -144,7 +144,7 @@ class ScaledRoPE(nn.Module):
     # would take its batch's width), and a prompt prefilled in chunks declares its whole length (sequence_length).
     length_dependent: bool = False
     _sequence_length: Optional[int] = None  # set by sequence_length(): the length of the sequence a call is part of
-    _range_memo: Optional[tuple] = None  # (weakref to the last input_pos, its version, its (min, max)): see position_range
+    _range_memo: Optional[tuple] = None  # (weakref to the last input_pos, its version, (min, max)): position_range
 
     # --- what a method knows about itself (asked by models/, eval/, study/; nothing else branches on a name) --
     @classmethod

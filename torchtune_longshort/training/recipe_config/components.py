@@ -124,8 +124,8 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
     if given > trained:  # (a shorter start, as a study's quick run of a long base, is a choice: allowed)
         target = node.get("max_seq_len")
         raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
-                         f"({node.get('method')} factor {target}/{given} = {target / given:g} where {path}.max_seq_len "
-                         f"is the target), past the {trained} positions the checkpoint was trained at (its "
+                         f"({node.get('method')} factor {target}/{given} = {target / given:g} where "
+                         f"{path}.max_seq_len is the target), past the {trained} positions the checkpoint was trained at (its "
                          f"config.json): drop {path}.model.max_seq_len (or set {path}.original_max_seq_len to mean "
                          "another start)")
 
