@@ -50,6 +50,10 @@ def _value(task: str, alpha: float, seed: int, metadata: dict) -> dict:
         return out
     if task == "longshort_babilong":
         return {"acc,none": 0.2 + alpha, "acc_1k,none": 0.1 * seed, **{f"acc_1k_d{d},none": d / 200 for d in (0, 50, 100)}}
+    if task.startswith("longshort_babilong_qa"):  # one QA task run on its own: numbers that differ by task
+        q = int(task[-1])
+        return {"acc,none": 0.1 * q + alpha, "acc_1k,none": 0.1 * seed + 0.01 * q,
+                **{f"acc_1k_d{d},none": d / 200 + 0.001 * q for d in (0, 50, 100)}}
     raise AssertionError(task)
 
 

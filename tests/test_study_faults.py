@@ -160,14 +160,14 @@ def test_a_babilong_data_file_gone_since_it_was_generated_is_generated_again(tmp
     out = tmp_path / "out"
     _study(out).run()
     data = out / "babilong_data"
-    (data / "0k" / "qa1.jsonl").unlink()
+    (data / "1k" / "qa1.jsonl").unlink()
     for name in ("result.json", "eval_spec.json"):  # the run evaluated again (an evaluation killed)
         (out / "runs" / "clex_a0_s0" / name).unlink()
     ex = FakeExecutor()
     recs = _study(out, ex).run()
     assert all(r["status"] == "ok" for r in recs.values()), recs
     assert sum("torchtune_longshort.eval.tasks.babilong.generator" in a for a in ex.calls) == 1
-    assert (data / "0k" / "qa1.jsonl").is_file()
+    assert (data / "1k" / "qa1.jsonl").is_file()
 
 class _CtrlCWhileStarting(FakeExecutor):
     """The fine-tune ``key`` stopped by Ctrl-C while it imports torch: the study's process gets SIGINT, and the

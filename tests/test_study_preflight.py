@@ -146,6 +146,21 @@ def test_the_study_generates_babilong_rows_that_fit_their_label(tmp_path):
     assert argv[argv.index("--fit") + 1] == "prompt"
 
 
+@pytest.mark.slow  # the generator's subprocess builds lm-eval's task (~25 s on 2 shared cores)
+def test_the_quick_study_s_babilong_requests_fit_its_eval_model(tmp_path):
+    """The shipped quick variant's BABILong rows, generated for real with its tokenizer: each whole request (the
+    generator's ``prompt_tokens``: BOS, lm-eval's prompt and examples, input, question, generation budget) fits
+    ``eval.max_length``, so the quick report has a BABILong number (a "0k" row, the facts alone, was 577 tokens
+    on a 512-token model: refused, scored NaN)."""
+    cfg = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
+    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, log=lambda m: None)
+    preflight(study, log=lambda m: None)  # trains the study's tokenizer, the one the rows are counted in
+    data = study._babilong_data()
+    rows = [json.loads(x) for f in sorted(data.glob("*/qa*.jsonl")) for x in f.read_text().splitlines() if x.strip()]
+    assert len(rows) == cfg.eval.babilong.n * len(cfg.eval.babilong.lengths) * len(cfg.eval.babilong.qa.split(","))
+    assert all(0 < r["prompt_tokens"] <= cfg.eval.max_length for r in rows), [r["prompt_tokens"] for r in rows]
+
+
 def test_babilong_data_an_earlier_study_generated_is_listed_for_the_generator(tmp_path):
     # data generated before the generator listed its files (.longshort_babilong.json): the study's DONE.json proves
     # it generated them, so on a spec change it lists them and the generator replaces them instead of refusing them

@@ -130,18 +130,23 @@ class PartialBabilongExecutor(FakeExecutor):
         if argv[1:4] == ["-m", "torchtune_longshort.eval", "run"]:
             f = next((Path(argv[argv.index("--output_path") + 1]) / "model").glob("results_*.json"))
             data = json.loads(f.read_text())
-            qas = [f"longshort_babilong_qa{i}" for i in range(1, 6)]
+            asked = argv[argv.index("--tasks") + 1].split(",")
+            group = "longshort_babilong" in asked  # the group runs its five tasks; else the tasks asked run alone
+            qas = [f"longshort_babilong_qa{i}" for i in range(1, 6)] if group else [
+                t for t in asked if t.startswith("longshort_babilong_qa")]
             for t in qas:
                 data["results"][t] = ({"acc,none": 0.5, "acc_1k,none": 0.5} if t in self.with_data
                                       else {"missing_data,none": 1.0})
-            data["group_subtasks"] = {"longshort_babilong": qas}
+            if group:
+                data["group_subtasks"] = {"longshort_babilong": qas}
             f.write_text(json.dumps(data))
         return rc
 
 
 @pytest.mark.parametrize("qa, with_data, heading, mark", [
-    ("qa1", ["longshort_babilong_qa1"], "## BABILong QA1 accuracy", " (1/5 tasks)"),
+    ("qa1,qa2,qa3,qa4,qa5", ["longshort_babilong_qa1"], "## BABILong QA1-QA5 accuracy", " (1/5 tasks)"),
     ("qa1,qa2,qa3,qa4,qa5", [f"longshort_babilong_qa{i}" for i in range(1, 6)], "## BABILong QA1-QA5 accuracy", None),
+    ("qa1", ["longshort_babilong_qa1"], "## BABILong QA1 accuracy", None),
 ])
 def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_path, qa, with_data, heading, mark):
     raw = yaml.safe_load(CPU_SMALL.read_text())
@@ -155,7 +160,7 @@ def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_pa
     study.run()
     rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
     cov = rec["coverage"]["longshort_babilong"]["acc"]
-    assert cov["present"] == with_data and cov["total"] == 5
+    assert cov["present"] == with_data and cov["total"] == len(qa.split(","))  # the tasks asked, no more
     summary = build_report(study.out, tmp_path / "report", cfg)
     md = (tmp_path / "report" / "report.md").read_text()
     assert heading in md
@@ -170,3 +175,24 @@ def test_babilong_heading_says_what_was_run_and_partial_scores_are_marked(tmp_pa
         assert "no value from longshort_babilong_qa2, longshort_babilong_qa3, longshort_babilong_qa4, longshort_babilong_qa5" in section
     else:
         assert "tasks)" not in " ".join(rows) and "partial_group" not in cell
+
+
+def test_only_the_babilong_tasks_asked_are_evaluated_and_their_mean_is_the_score(tmp_path):
+    """``qa: qa1,qa3`` runs lm-eval on those two tasks, not the five-task group (whose other three have no data,
+    each a 'data file not found' note); the run's group numbers are the unweighted mean of the two, as the group
+    aggregates (weight_by_size: false), recomputed here from the fake's per-task formula."""
+    study, ex = _study(tmp_path, methods={"pi": {"method": "linear"}}, seeds=[1],
+                       eval={**yaml.safe_load(CPU_SMALL.read_text())["eval"],
+                             "babilong": {"lengths": ["1k"], "depths": [0, 50, 100], "n": 1, "qa": "qa1,qa3"}})
+    study.run()
+    evals = [a for a in ex.calls if a[1:4] == ["-m", "torchtune_longshort.eval", "run"]]
+    asked = ["longshort_babilong_qa1", "longshort_babilong_qa3"]
+    assert evals and all(a[a.index("--tasks") + 1].split(",")[-2:] == asked for a in evals)
+    assert not [a for a in evals if "longshort_babilong" in a[a.index("--tasks") + 1].split(",")]
+    rec = json.loads((study.run_dir("pi_a0.3_s1") / "result.json").read_text())
+    group = rec["results"]["longshort_babilong"]
+    assert group["acc"] == pytest.approx(statistics.fmean([0.1 * q + 0.3 for q in (1, 3)]))
+    assert group["acc_1k"] == pytest.approx(statistics.fmean([0.1 + 0.01 * q for q in (1, 3)]))
+    assert group["acc_1k_d50"] == pytest.approx(statistics.fmean([0.25 + 0.001 * q for q in (1, 3)]))
+    assert rec["group_subtasks"]["longshort_babilong"] == ["longshort_babilong_qa1", "longshort_babilong_qa3"]
+    assert rec["coverage"]["longshort_babilong"]["acc"]["missing"] == []

@@ -163,6 +163,10 @@ def test_quick_study_from_the_wheel_with_a_failing_run(wheel):
     assert "| bad_a0_s0 | failed |" in md and "MISTRAL" in md
     ppl = summary["tables"]["ppl"]["methods"]["pi"]  # lm-eval numbers reached the tables, at every ppl length
     assert all(c["mean"] is not None and c["mean"] > 1 for row in ppl for c in row["cells"].values())
+    # BABILong scored: the quick 1k rows fit its 1024-token model, and only the QA task asked (qa1) ran
+    bab = summary["tables"]["babilong"]["methods"]["pi"]
+    assert all(c["mean"] is not None for row in bab for c in row["cells"].values()), bab
+    assert "data file not found" not in md and "may not be cut" not in md
     rec = json.loads((rep / "runs/pi_a0.3_s0/result.json").read_text())
     assert rec["spec"]["recipe_config"]["loss"]["alpha"] == 0.3
     assert rec["results"]["longshort_ppl"]["ppl_512"] == ppl[1]["cells"]["512"]["mean"]

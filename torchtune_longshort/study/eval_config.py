@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import generate
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
+from torchtune_longshort.eval.tasks.babilong.task import task_of
 from torchtune_longshort.eval.tasks.common.lengths import lengths_key, per_depth, per_length
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study import values
@@ -80,6 +82,20 @@ class BabilongConfig(StudySection):
         if self.haystack is not None:
             return self.haystack
         return inspect.signature(generate).parameters["haystack"].default
+
+    @property
+    def tasks(self) -> List[str]:
+        """The lm-eval tasks that score ``qa``: the pack's group when ``qa`` is all of QA1-QA5, else one task per QA
+        asked (the group would run the tasks not asked, whose data is not generated, and note each as missing)."""
+        asked = self.tasks_asked
+        if set(asked) == set(QA_TASKS):
+            return [TASK_FAMILIES["babilong"].task]
+        return [task_of(q) for q in asked]
+
+    @property
+    def tasks_asked(self) -> List[str]:
+        """The QA tasks of ``qa``, in its order (``["qa1", "qa3"]``)."""
+        return list(dict.fromkeys(q.strip() for q in self.qa.split(",") if q.strip()))
 
 
 def default_lengths(L0: int, L: int) -> Dict[str, List[int]]:

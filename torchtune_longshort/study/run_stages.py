@@ -32,6 +32,25 @@ EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed 
 RETRAIN = ".retrain_from_step_0"  # in a run's folder while it trains again from step 0 (its recipe.yaml changed)
 
 
+def babilong_group(results: Dict[str, Dict[str, Any]], groups: Dict[str, List[str]],
+                   tasks: List[str]) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, List[str]]]:
+    """``(results, group_subtasks)`` with the pack's BABILong group added when ``tasks`` ran some of its QA tasks
+    one by one (``BabilongConfig.tasks``): each metric the unweighted mean over the tasks that report it, as the
+    group aggregates (its ``weight_by_size: false``), so a run's record holds the group's numbers and coverage
+    whichever tasks ran. Unchanged when the group itself ran or no BABILong task did."""
+    group = TASK_FAMILIES["babilong"].task
+    members = [t for t in tasks if t.startswith(group + "_") and t in results]
+    if not members or group in results:
+        return results, groups
+    scores: Dict[str, Any] = {}
+    for metric in dict.fromkeys(m for t in members for m in results[t]):
+        vals = [results[t][metric] for t in members if isinstance(results[t].get(metric), (int, float))
+                and not isinstance(results[t].get(metric), bool)]
+        if vals:
+            scores[metric] = sum(vals) / len(vals)
+    return {**results, group: scores}, {**groups, group: members}
+
+
 class RunStages(RunConfigs):
     """The stages of a study's runs (see the module docstring), on top of what each run trains from
     (:class:`RunConfigs`).
@@ -56,7 +75,7 @@ class RunStages(RunConfigs):
         ev = self.cfg.eval
         tasks = [FAMILY_TASK[f] for f in FAMILY_TASK if ev.lengths_of(f)]
         if ev.babilong_lengths:
-            tasks.append(TASK_FAMILIES["babilong"].task)
+            tasks += ev.babilong.tasks
         if ev.longbench_e_data_dir and Path(ev.longbench_e_data_dir).expanduser().is_dir():
             tasks.append(TASK_FAMILIES["longbench_e"].task)
         return tasks
@@ -152,7 +171,7 @@ class RunStages(RunConfigs):
         says they come from this checkpoint, trained before this call, under this ``spec``; else lm-eval's files in
         ``eval/`` are deleted (a file lm-eval did not write stays, and is named in the log) and lm-eval runs again."""
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
-            groups = load_group_subtasks(eval_dir)
+            have, groups = babilong_group(have, load_group_subtasks(eval_dir), tasks)
             return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
                     "group_subtasks": groups, "not_scored": load_not_scored(eval_dir)}
 
