@@ -109,6 +109,8 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_the_study_runs(tm
     assert "holds no study runs (no base/ or runs/)" in capsys.readouterr().err
     (tmp_path / "out" / "base").mkdir(parents=True)
     assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 1  # rewritten; 1: no run of the grid ran
+    assert capsys.readouterr().out.strip().splitlines()[-1] == ("[study] none of the 3 runs finished: the report "
+                                                               "holds no results")
     assert (mine / "report.md").read_text().startswith("# Study `cpu_small` (quick variant)")
 
 
@@ -149,11 +151,34 @@ def test_ctrl_c_stops_the_grid_and_a_rerun_goes_on(tmp_path, monkeypatch, capsys
     runs = tmp_path / "out" / "runs"
     assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "interrupted"
     assert not (runs / "clex_a0.3_s0").exists() and not (tmp_path / "out" / "report").exists()
-    study_main.main(args + ["--report-only"])  # the report the line offers: the finished runs, the stopped one named
+    capsys.readouterr()
+    # the report the line offers: the finished runs, the stopped one named as interrupted, not as failed (before:
+    # "2 of 3 runs failed (clex_a0_s0, clex_a0.3_s0)", exit 1): the report asked for was written, nothing failed
+    assert study_main.main(args + ["--report-only"]) == 0
     assert "interrupted" in (tmp_path / "out" / "report" / "report.md").read_text()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("[study] 2 of 3 runs not finished (interrupted: clex_a0_s0; not run: clex_a0.3_s0)")
+    assert "failed" not in last and "without --report-only finishes them" in last
     assert study_main.main(args) == 0
     assert json.loads((runs / "clex_a0_s0" / "result.json").read_text())["status"] == "ok"
     assert "base: result.json present (ok), skipped" in capsys.readouterr().out
+
+
+def test_a_failed_run_beside_an_interrupted_one_exits_1_naming_each_as_what_it_is(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from torchtune_longshort.study.__main__ import _outcome
+
+    study = SimpleNamespace(out=tmp_path, run_dir=lambda k: tmp_path / "runs" / k)
+    (tmp_path / "runs" / "b").mkdir(parents=True)
+    (tmp_path / "runs" / "b" / "train.log").write_text("Traceback\n")
+    runs = {"base": {"status": "ok"}, "a": {"status": "interrupted"}, "b": {"status": "failed"},
+            "c": {"status": "not run"}}
+    assert _outcome(study, runs, None) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("[study] 2 of 4 runs not finished (interrupted: a; not run: c)")
+    assert lines[-1] == f"[study] 1 of 4 runs failed (b); logs: {tmp_path / 'runs' / 'b' / 'train.log'}"
+    assert _outcome(study, runs, ["a"]) == 0  # --only a: b and c are not this command's
 
 
 def test_the_study_writes_into_no_users_folder_and_refuses_an_unknown_run(tmp_path, capsys):

@@ -4,8 +4,10 @@ Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or 
 ``--report-only`` rebuilds the report from the run folders without running anything. Before anything trains, the
 config is checked whole, and then against the evaluation's data (:mod:`torchtune_longshort.study.preflight`: every
 length's sequences can be cut from its text source with the eval tokenizer, every length fits the eval model).
-Exit status: 0 when every run is ok, 1 when any failed (the last line counts them and names their logs), 2 when the
-config is refused (before anything trains, nothing written), 130 / 143 when Ctrl-C / SIGTERM stopped the grid.
+Exit status: 0 when no run failed, 1 when any failed (the last line counts them and names their logs), 2 when the
+config is refused (before anything trains, nothing written), 130 / 143 when Ctrl-C / SIGTERM stopped the grid. Runs
+not finished (interrupted, not run yet: a ``--report-only`` after a stopped grid) are named in a line of their own,
+not counted as failed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
 
 PROG = "python -m torchtune_longshort.study"
+# A run's status in the report when it has not finished, which is no failure: stopped by a signal (it resumes), or
+# not started (the grid was stopped before it, or another --command runs it).
+UNFINISHED = ("interrupted", "not run")
 
 
 def _parser() -> ArgumentParser:
@@ -117,13 +122,30 @@ def main(argv=None) -> int:
         by.setdefault(r["status"], []).append(k)
     counts = "; ".join(f"{len(v)} {s}" + (f": {', '.join(v)}" if s != "ok" else "") for s, v in by.items())
     print(f"[study] report: {report_dir / 'report.md'}  ({time.time() - t0:.0f} s; {counts})")
-    failed = [k for k, r in summary["runs"].items()
-              if r["status"] != "ok" and (only is None or k == BASE_KEY or k in only)]
+    return _outcome(study, summary["runs"], only)
+
+
+def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
+    """The exit status of a study whose report is written, and its last line: 1 when a run (of those selected)
+    failed, naming their logs, or none finished; 0 otherwise. Runs not finished (``interrupted`` by a signal, ``not run`` yet: after a
+    stopped grid, or a ``--command`` of a plan) are no failure: a line names them and how to finish them, and with
+    ``--report-only`` the report of the runs finished so far is what was asked for."""
+    chosen = {k: r["status"] for k, r in runs.items() if only is None or k == BASE_KEY or k in only}
+    ran = len(runs) if only is None else 1 + len(only)  # the base, and the runs selected
+    unfinished = {k: s for k, s in chosen.items() if s in UNFINISHED}
+    failed = [k for k, s in chosen.items() if s != "ok" and k not in unfinished]
+    if unfinished:
+        named = "; ".join(f"{s}: {', '.join(k for k in unfinished if unfinished[k] == s)}"
+                          for s in dict.fromkeys(unfinished.values()))
+        print(f"[study] {len(unfinished)} of {ran} runs not finished ({named}): the report holds the runs finished "
+              f"so far; the same command without --report-only finishes them (an interrupted fine-tune resumes)")
     if failed:  # the last line: how many failed, and where their logs are
         logs = [str(p) for k in failed for p in sorted(study.run_dir(k).glob("*.log"))] or [str(study.out)]
-        ran = len(summary["runs"]) if only is None else 1 + len(only)  # the base, and the runs selected
         print(f"[study] {len(failed)} of {ran} runs failed ({', '.join(failed)}); logs: "
               f"{' '.join(logs)}")
+        return 1
+    if "ok" not in chosen.values():  # a report of no run: nothing was measured
+        print(f"[study] none of the {ran} runs finished: the report holds no results")
         return 1
     return 0
 
