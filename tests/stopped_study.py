@@ -50,18 +50,29 @@ class Recipe(FakeExecutor):
             return run_command([sys.executable, "-c", %(recipe)r, out], log_path, cwd, env, timeout)
         return super().__call__(argv, log_path, cwd, env, timeout)
 
+if sys.argv[2:] == ["main"]:  # the whole command (its checks and lock included), the executor this one
+    import torchtune_longshort.study.__main__ as study_main
+
+    class Held(Study):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": Recipe()})
+
+    study_main.Study = Held
+    sys.exit(study_main.main(["--config", str(CPU_SMALL), "--quick", "--out", sys.argv[1], "--repo-root", str(ROOT)]))
 cfg = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
 study = Study(cfg, output_dir=sys.argv[1], repo_root=ROOT, executor=Recipe(), log=print)
 sys.exit(_run(study, None) or 0)
 """ % {"key": KEY, "recipe": RECIPE}
 
 
-def start_study(out: Path) -> subprocess.Popen:
+def start_study(out: Path, main: bool = False) -> subprocess.Popen:
     """The study's process (a session and process group of its own; fresh, not through the tests' warm-start relay,
-    so that signals reach it and its subprocess as they would a user's)."""
+    so that signals reach it and its subprocess as they would a user's). ``main``: through the command's ``main``
+    (its checks, its pre-flight and its lock on ``out``), not the grid alone."""
     env = {**os.environ, "LONGSHORT_TEST_FRESH": "1",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", STUDY, str(out)], cwd=ROOT, env=env, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-c", STUDY, str(out), *(["main"] if main else [])], cwd=ROOT, env=env,
+                            start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -249,6 +250,46 @@ def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path
     recs = _study(tmp_path / "study", ex).run()
     assert {k: r["status"] for k, r in recs.items()} == {k: "ok" for k in recs}, recs
     assert [a for a in ex.calls if KEY in " ".join(a) and "resume=True" in a], ex.calls
+
+
+@pytest.mark.slow  # three study processes, each importing and checking for seconds on 2 shared cores (~50 s)
+def test_a_second_study_on_the_same_out_is_refused_and_a_dead_study_s_lock_is_taken_over(tmp_path):
+    """Two real study processes on one --out. Before: nothing kept the second out, and both wrote the same runs.
+    Now the first holds the folder's lock (the recipe's OutputDirLock: a .lock with its PID) while its grid runs; the
+    second is refused, exit 2, in one line naming the folder and the holder's PID, having written nothing there. The
+    first killed by SIGKILL leaves its lock behind; the next study takes it over (its PID in it) and gives it back
+    when it ends."""
+    out, pids, third = tmp_path / "out", [], None
+    first = start_study(out, main=True)
+    try:
+        pids.append(fine_tune_pid(out, first))  # its grid runs: the lock is taken
+        before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+        env = {**os.environ, "LONGSHORT_TEST_FRESH": "1"}
+        second = subprocess.run([sys.executable, "-m", "torchtune_longshort.study", "--config", str(CPU_SMALL),
+                                 "--quick", "--out", str(out), "--repo-root", str(ROOT)], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        line = second.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line and not second.stdout.strip(), second.stdout + line
+        assert f"{str(out)!r} is in use by another study (PID {first.pid}" in line, line
+        assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+        os.killpg(first.pid, signal.SIGKILL)  # the study and its fine-tune, killed: no cleanup
+        first.communicate(timeout=30)
+        kill_left(pids)
+        assert (out / ".lock").read_text().strip() == str(first.pid)  # left behind, naming a dead process
+        (out / "runs" / KEY / "train" / "pid").unlink()  # the fine-tune's, so that the next one's is waited for
+        third = start_study(out, main=True)
+        pids.append(fine_tune_pid(out, third))  # past the lock: in its grid
+        assert (out / ".lock").read_text().strip() == str(third.pid)
+        os.killpg(third.pid, signal.SIGTERM)
+        _, err = third.communicate(timeout=30)
+        assert third.returncode == 143, err[-3000:]
+        assert not (out / ".lock").exists()  # given back
+    finally:
+        kill_left(pids)
+        for p in (first, third):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
 
 
 def test_a_relative_out_is_read_from_the_working_directory_as_the_report_dir_is(tmp_path, finished, monkeypatch):

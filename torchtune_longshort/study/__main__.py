@@ -35,6 +35,8 @@ from torchtune_longshort.study.run_configs import check_outside_base, check_outs
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
+from torchtune_longshort.output_guard import missing_root
+from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
 
 PROG = "python -m torchtune_longshort.study"
 # A run's status in the report when it has not finished, which is no failure: stopped by a signal (it resumes), or
@@ -101,13 +103,29 @@ def main(argv=None) -> int:
         check_creatable("--report-dir", str(report_dir), writable=True)
     except (OSError, ValueError) as e:
         return refusal(PROG, one_line(e))
-    t0 = time.time()
-    if not a.report_only:
+    if a.report_only:
+        return _report(study, report_dir, a.note, only, time.time())
+    # the study's own lock on its folder, as the recipe's on its output_dir: a second study there is refused (before
+    # its pre-flight writes anything), a lock left by a study that was killed is taken over
+    lock = OutputDirLock(study.out, field="--out (or the config's output_dir)", holder="study")
+    lock.made_root = missing_root(study.out)
+    try:
+        lock.acquire()
+    except OutputDirInUse as e:
+        return refusal(PROG, one_line(e))
+    lock.made_folder = lock.made_root is not None
+    try:
+        t0 = time.time()
         stopped = _train(study, only)
-        if stopped is not None:
-            return stopped
+        return stopped if stopped is not None else _report(study, report_dir, a.note, only, t0)
+    finally:  # a folder this study made that holds only its lock (a refused pre-flight) is removed with it
+        lock.release(discard=True)
+
+
+def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]], t0: float) -> int:
+    """Write the report from the run folders; the exit status (:func:`_outcome`)."""
     try:  # a full disk, or a run's record cut off: one line; a report that failed part-way removed what it wrote
-        summary = build_report(study.out, report_dir, cfg, note=a.note)
+        summary = build_report(study.out, report_dir, study.cfg, note=note)
     except KeyboardInterrupt:  # Ctrl-C while the report is written: what it wrote is removed, the runs are kept
         print(f"[study] interrupted while writing the report: the runs are kept in {study.out}; the same command "
               "with --report-only writes the report", file=sys.stderr)

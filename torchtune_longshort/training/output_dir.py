@@ -256,11 +256,13 @@ class OutputDirLock:
     """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID, created with O_EXCL.
 
     A lock whose PID is no longer alive (a killed run) is taken over; a live one refuses the second writer with a
-    message naming the holder.
+    message naming the holder. ``field`` and ``holder``: how that message names the folder and the command that
+    holds it (the study's ``--out``: ``--out``, ``study``).
     """
 
-    def __init__(self, output_dir: PathLike):
+    def __init__(self, output_dir: PathLike, field: str = "output_dir", holder: str = "run"):
         self.path = Path(output_dir) / LOCK
+        self.field, self.holder_kind = field, holder
         self.held = False
         self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
         self.made_root: Optional[Path] = None  # its outermost parent this run made with it (claim_output_dir)
@@ -278,8 +280,8 @@ class OutputDirLock:
                 holder = self._holder()
                 if holder is not None and _pid_alive(holder):
                     raise OutputDirInUse(
-                        f"output_dir={str(self.path.parent)!r} is in use by another run (PID {holder}, {self.path}); "
-                        "wait for it, or choose another output_dir"
+                        f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
+                        f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
                     ) from None
                 self.path.unlink(missing_ok=True)  # stale: its process is gone
                 continue
