@@ -145,8 +145,8 @@ def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]]
 
 def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
     """The exit status of a study whose report is written, and its last line: 1 when a run (of those selected)
-    failed, naming their logs, or none finished; 0 otherwise. Runs not finished (``interrupted`` by a signal, ``not run`` yet: after a
-    stopped grid, or a ``--command`` of a plan) are no failure: a line names them and how to finish them, and with
+    failed, naming their logs, or none finished; 0 otherwise. Runs not finished (``interrupted`` by a signal,
+    ``not run`` yet: after a stopped grid, or a ``--command`` of a plan) are no failure: a line names them and how to finish them, and with
     ``--report-only`` the report of the runs finished so far is what was asked for."""
     chosen = {k: r["status"] for k, r in runs.items() if only is None or k == BASE_KEY or k in only}
     ran = len(runs) if only is None else 1 + len(only)  # the base, and the runs selected

@@ -98,8 +98,8 @@ def _babilong_note(bab: BabilongConfig) -> str:
     return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` (tasks "
             f"{qa_label(bab.qa)}, lengths {', '.join(bab.lengths)}, {bab.n} per task and length{depths}, "
             f"haystack {bab.haystack_name}), not the official BABILong data: these numbers are not "
-            f"comparable with published BABILong results. A cell is the mean over the tasks asked ({qa_label(bab.qa)}) "
-            f"of each task's accuracy; one marked (k/{len(bab.tasks_asked)} tasks) averages the k of them that had "
+            f"comparable with published BABILong results. A cell is the mean over the tasks asked "
+            f"({qa_label(bab.qa)}) of each task's accuracy; one marked (k/{len(bab.tasks_asked)} tasks) averages the k of them that had "
             "data.")
 
 
