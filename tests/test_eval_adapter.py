@@ -153,7 +153,9 @@ def test_refuses_requests_past_covered_positions_but_scores_the_rest(tiny_llama2
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"batch_size": "auto"}, "batch_size"),
+        ({"batch_size": "auto:0"}, r"batch_size='auto:0' is not accepted: auto, auto:N with N a positive integer"),
+        ({"batch_size": "auto:x"}, r"batch_size='auto:x' is not accepted"),
+        ({"batch_size": "auto", "max_batch_size": 0}, r"max_batch_size=0 must be a positive integer"),
         ({"truncation": "right"}, "truncation"),
         ({"dtype": "float64"}, "dtype"),
         ({"max_length": 0}, "max_length"),
@@ -333,3 +335,61 @@ def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_t
     again.lm.loglikelihood = lambda r, **kw: calls.append(len(r)) or asked(r, **kw)
     second = again.loglikelihood(reqs)
     assert calls == [1] and math.isfinite(second[0][0]) and second[1][0] == first[1][0]
+
+
+def _many_reqs():
+    pairs = [(ctx + " " * k, cont) for k in range(3) for ctx, cont in TEXTS]  # 12 requests, several lengths
+    return [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+
+
+def test_batch_size_auto_scores_as_batch_size_1(tiny_llama2_dir, sp_tokenizer_dir):
+    """``batch_size=auto`` (refused before: "is not supported by the longshort model") scores every request type as
+    ``batch_size=1`` does, and records the batch it ran (all 12 requests in one: max_batch_size 64)."""
+    one, auto = (_lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=b) for b in (1, "auto"))
+    ref, got = (m.loglikelihood(_many_reqs(), disable_tqdm=True) for m in (one, auto))
+    for r, g in zip(ref, got):
+        assert g[0] == pytest.approx(r[0], abs=1e-5) and g[1] == r[1]
+    assert auto.batch_size == "auto" and auto.batch_sizes == {0: 12} and one.batch_sizes == {}
+    text = [Instance("loglikelihood_rolling", {}, ("for i in range(10):\n    print(i * i)\n" * 6,), 0)]
+    assert auto.loglikelihood_rolling(text, True)[0] == pytest.approx(one.loglikelihood_rolling(text, True)[0], abs=1e-5)
+    gen = [Instance("generate_until", {}, (ctx or "x", {"max_gen_toks": 5}), i) for i, (ctx, _) in enumerate(TEXTS)]
+    assert auto.generate_until(gen, True) == one.generate_until(gen, True)
+
+
+def test_batch_size_auto_halves_a_batch_out_of_memory_and_keeps_the_size_that_fits(
+        tiny_llama2_dir, sp_tokenizer_dir, monkeypatch):
+    """Fault injection: the model raises ``torch.OutOfMemoryError`` for a batch of more than 2 rows, and for any
+    batch holding the longest request. ``auto`` with max_batch_size=16 tries 13 rows (all there are), 7, 4, 2 (with
+    the longest), then the longest alone: refused NaN with the reason; the rest start again at 12 rows, 6, 3 and keep
+    2. The scores equal ``batch_size=1``'s. A fixed size still retries an out-of-memory batch one request at a time."""
+    reqs = _many_reqs() + [Instance("loglikelihood", {}, ("The grass is green. " * 3, " The sky is blue."), 12)]
+    one = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=1)
+    widths, forward_one = [], one.model.forward
+    monkeypatch.setattr(one.model, "forward", lambda tokens, **kw: widths.append(tokens.shape[1]) or
+                        forward_one(tokens, **kw))
+    ref = one.loglikelihood(reqs, disable_tqdm=True)
+    longest = max(widths)
+    assert widths.count(longest) == 1
+    lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size="auto", max_batch_size=16)
+    forward, rows = lm.model.forward, []
+
+    def failing(tokens, *args, **kwargs):
+        rows.append(tokens.shape[0])
+        if tokens.shape[0] > 2 or tokens.shape[1] == longest:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+        return forward(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", failing)
+    got = lm.loglikelihood(reqs, disable_tqdm=True)
+    assert rows == [13, 7, 4, 2, 1, 12, 6, 3, 2, 2, 2, 2, 2, 2], rows
+    assert lm.batch_sizes == {0: 2}
+    refused = [i for i, g in enumerate(got) if g[0] != g[0]]
+    assert len(refused) == 1 and "out of memory at" in got[refused[0]].refusal
+    assert "(injected)" in got[refused[0]].refusal
+    for i, (r, g) in enumerate(zip(ref, got)):
+        assert i in refused or (g[0] == pytest.approx(r[0], abs=1e-5) and g[1] == r[1])
+    fixed = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=4)
+    forward, rows = fixed.model.forward, []
+    monkeypatch.setattr(fixed.model, "forward", failing)
+    fixed.loglikelihood(reqs, disable_tqdm=True)
+    assert rows[:5] == [4, 1, 1, 1, 1] and fixed.batch_sizes == {}

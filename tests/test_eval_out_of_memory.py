@@ -80,3 +80,32 @@ def test_a_request_that_does_not_fit_is_nan_and_its_batch_goes_on(tmp_path, sp_t
                                                                   "more memory, runs it"), (kind, long)
     log = p.stderr
     assert log.count("oomtask: out of memory at") == 1, log[-3000:]  # logged once per task and kind
+
+
+def test_auto_n_returns_to_max_batch_size_at_n_points_and_cpu_batches_are_bounded_by_free_memory():
+    """``batch_size=auto:2`` (refused before: "not supported by the longshort model"): a batch over 3 rows runs out of
+    memory (fault injection); each half of the 20 requests starts at max_batch_size 16 and halves until 2 (first
+    half) or 3 (second) fit, kept to its end; ``sizes`` records both. On a CPU a batch is cut to what the free memory
+    holds under the estimate (5 rows of 1,000 bytes in a 5,000-byte budget) before it runs."""
+    import torch
+
+    from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
+
+    rows, ran = [], []
+
+    def run(chunk):
+        rows.append(len(chunk))
+        if len(chunk) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        ran.extend(chunk)
+
+    plan = BatchPlan(16, 2, torch.device("cpu"))
+    plan.run(torch.nn.Linear(1, 1), list(range(20)), lambda i: 1, run, lambda *a: None, lambda c: None)
+    assert rows == [16, 8, 4, 2, 2, 2, 2, 2, 10, 5, 3, 3, 3, 1] and ran == list(range(20))
+    assert plan.sizes == {0: 2, 1: 3}
+    rows.clear()
+    plan = BatchPlan(16, 1, torch.device("cpu"))
+    plan.cpu_budget = lambda: 5000
+    plan.run(torch.nn.Linear(1, 1), list(range(7)), lambda i: 1, lambda c: rows.append(len(c)), lambda *a: None,
+             lambda c: None, RowMemory(token_bytes=1000))
+    assert rows == [5, 2] and plan.sizes == {0: 5}

@@ -227,3 +227,34 @@ def test_a_config_yamls_model_and_metadata_reach_the_wrapper_and_the_tasks(tiny_
     config.write_text("modle: longshort\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'modle' \(did you mean 'model'\?\)"):
         lm_eval_argv(["run", "--config", str(config)])
+
+
+def test_batch_size_auto_runs_and_its_results_record_it(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys,
+                                                        monkeypatch):
+    """lm-eval users type ``--batch_size auto`` by habit: the longshort model refused it (``batch_size='auto' is not
+    supported by the longshort model; give an integer``, exit 2), and ignored ``max_batch_size``. Now it runs: the
+    results' config says auto, records the batches it ran (``batch_sizes``, as lm-eval's ``hf`` records its detected
+    sizes) and the ``max_batch_size`` it started from; ``auto:0``, ``auto:x`` and ``max_batch_size=0`` are refused in
+    one line, exit 2, before anything loads."""
+    import sys
+
+    from torchtune_longshort.eval.__main__ import main
+
+    args = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
+            "--device", "cpu", "--tasks", "longshort_ppl", "--metadata", META]
+    for extra, needle in [(["--batch_size", "auto:0"], "batch_size='auto:0' is not accepted: auto, auto:N with N a "
+                                                       "positive integer"),
+                          (["--batch_size", "auto:x"], "batch_size='auto:x' is not accepted"),
+                          (["--batch_size", "auto", "--max_batch_size", "0"], "max_batch_size='0' must be a positive "
+                                                                              "integer")]:
+        monkeypatch.setattr(sys, "argv", ["longshort-eval", *args, *extra, "--output_path", str(tmp_path / "no")])
+        with pytest.raises(SystemExit) as e:
+            main()
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: ") and \
+            needle in err, err
+    assert not (tmp_path / "no").exists()
+    got = run_cli(args + ["--batch_size", "auto", "--output_path", str(tmp_path / "auto")])
+    assert got["config"]["batch_size"] == "auto" and got["config"]["max_batch_size"] == 64
+    assert got["config"]["batch_sizes"] == [2], got["config"]["batch_sizes"]  # 2 samples of 128 tokens: one batch
+    assert got["results"]["longshort_ppl"]["ppl_128,none"] > 1

@@ -195,7 +195,7 @@ def check_arguments(out: List[str]) -> None:
             raise ValueError(f"--metadata {e}") from None
     model = option(out, "--model") or "hf"
     if model == "longshort":
-        passed = {"device": option(out, "--device"), "batch_size": option(out, "--batch_size")}
+        passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         sample = (given.gen_kwargs or {}).get("do_sample")
         if str(sample).lower() in ("true", "1", "yes") and any(generates(n) for n in task_names(out)):

@@ -7,9 +7,7 @@ or in a process that imported this module: stock ``lm-eval`` has no plugin entry
     longshort-eval run --model longshort \
         --model_args pretrained=/ckpt,max_length=8192,rope=linear,rope_factor=2 --tasks longshort_ppl
 
-Model arguments (``--model_args k=v,...``: pretrained, tokenizer, rope, rope_<param>, max_length,
-allow_extrapolation, batch_size, dtype, device, truncation, max_gen_toks, add_bos_token) are described and checked
-in :mod:`torchtune_longshort.eval.model.args`.
+Model arguments (``--model_args k=v,...``) are described and checked in :mod:`torchtune_longshort.eval.model.args`.
 
 Tokenisation follows lm-eval's ``hf`` model token for token (the model's own BOS convention, read from its tokenizer:
 Llama-2/3 prepend BOS, Qwen2 and SmolLM2 do not; the prefix token of an empty context is BOS, else EOS;
@@ -20,7 +18,8 @@ A request the model will not run (longer than it runs, a prompt it may not cut, 
 not cut or crashed on: one decision (:meth:`~torchtune_longshort.eval.model.limits.RequestLimits.plan`) says so and
 why, the result carries the reason (``torchtune_longshort.eval.tasks.common.unavailable``), the task scores it NaN
 with that reason in the results file, and the rest of the run goes on. So is a request that runs out of device
-memory by itself; a batch that does, runs again a request at a time (:mod:`~torchtune_longshort.eval.model.memory`).
+memory by itself; a batch that does, runs again a request at a time (:mod:`~torchtune_longshort.eval.model.memory`),
+or with ``batch_size=auto`` in halves (:mod:`~torchtune_longshort.eval.model.batch_size`).
 
 Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``longshort_misalignment``
 task): it runs the model on two suffixes of a text and compares the full next-token distributions (paper Eq. 4).
@@ -46,13 +45,12 @@ from tqdm.auto import tqdm
 from torchtune_longshort.eval.model.chat import no_template_message, render, template_tokenizer
 from torchtune_longshort.eval.model.generation import greedy_generate
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
+from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
 from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
 from torchtune_longshort.eval.model.processes import Processes
 from torchtune_longshort.eval.model.response_cache import drop_refusals
-from torchtune_longshort.eval.model.scoring import (
-    TokenLoglikelihood, forward_hidden, length_batches, score_continuations,
-)
+from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
 from torchtune_longshort.loss.divergences import DIVERGENCES
@@ -78,6 +76,8 @@ class LongShortLM(TemplateLM):
         self.processes = Processes(args.device)  # under torchrun / accelerate launch: this process's share
         self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self.model = load_checkpoint_model(args)
+        self.batches = BatchPlan(args.batch_size, args.batch_auto, args.device)  # fixed, or lm-eval's auto
+        self.batch_sizes = self.batches.sizes  # what auto ran: lm-eval writes its values in the results' config
         self.vocab_size = int(args.hf_config["vocab_size"])
         self._chat: Optional[Any] = None  # transformers' tokenizer of the chat template, once asked for
 
@@ -117,8 +117,8 @@ class LongShortLM(TemplateLM):
         return self.args.max_gen_toks
 
     @property
-    def batch_size(self) -> int:
-        return self.args.batch_size
+    def batch_size(self) -> str:
+        return self.args.batch_size_text
 
     @property
     def device(self) -> torch.device:
@@ -157,6 +157,7 @@ class LongShortLM(TemplateLM):
             "max_length": self.args.max_length,
             "usable_length": self.args.usable_length,
             "truncation": self.args.truncation,
+            "max_batch_size": self.args.batch_size if self.args.batch_auto else None,
             "model_dtype": str(self.args.dtype),
             "provenance": provenance(device=str(self.args.device)),
         }
@@ -236,7 +237,7 @@ class LongShortLM(TemplateLM):
             elif done is not None:
                 done(i, results[i])
         scored = score_continuations(
-            self.model, prepared, batch_size=override_bs or self.batch_size, pad_id=self.tokenizer.pad_id,
+            self.model, prepared, batch_size=override_bs or self.batches, pad_id=self.tokenizer.pad_id,
             vocab_size=self.vocab_size, device=self.device, disable_tqdm=disable_tqdm,
             out_of_memory=lambda i, n, error: self._out_of_memory(task_names[i], n, error), done=done,
         )
@@ -357,9 +358,8 @@ class LongShortLM(TemplateLM):
                 res[i] = RefusedText(self._out_of_memory(getattr(requests[i], "task_name", None),
                                                          len(enc) + max_gen, error))
 
-            for chunk in length_batches(self.model, encoded, self.batch_size, lambda r: len(r[1])):
-                run_fitting(chunk, generate, refuse, self.device)
-                pbar.update(len(chunk))
+            self.batches.run(self.model, encoded, lambda r: len(r[1]) + max_gen, generate, refuse,
+                             lambda chunk: pbar.update(len(chunk)), RowMemory.of(self.model, self.vocab_size, True))
         pbar.close()
         return res  # type: ignore[return-value]
 

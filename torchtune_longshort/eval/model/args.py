@@ -10,7 +10,12 @@
     max_length: longest sequence the model is run on (``32768`` or ``32k``; default: the checkpoint's positions x scaling factor).
     allow_extrapolation: run past the checkpoint's positions x scaling factor (default false: such requests
         get NaN / empty output and an error naming the fix, and the rest of the run goes on).
-    batch_size: int (``auto`` is not supported: give a number).
+    batch_size: an integer (default 1), or ``auto`` / ``auto:N`` as lm-eval's ``hf`` takes them: batches start at
+        ``max_batch_size`` (default 64); one that runs out of memory is halved and retried, and the size that fitted
+        is kept for the following (shorter) requests; ``auto:N`` goes back to ``max_batch_size`` at N evenly spaced
+        points of each request list. On a CPU each batch is also bounded by free memory under an estimate of its
+        peak (:mod:`torchtune_longshort.eval.model.batch_size`). The sizes run are the results' ``batch_sizes``.
+    max_batch_size: the largest batch ``auto`` tries (lm-eval's ``--max_batch_size``; ignored with a fixed size).
     dtype: float32 | bfloat16 | float16.   device: cpu | cuda | cuda:N.
     truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
         ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
@@ -30,11 +35,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.model.batch_size import DEFAULT_MAX_BATCH_SIZE
 from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
@@ -48,15 +54,15 @@ from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# lm-eval forwards these to every model; they carry no meaning here (batches have a fixed size).
-_IGNORED = ("trust_remote_code", "pretrained_model_name_or_path", "max_batch_size")
+# lm-eval forwards these to every model; they carry no meaning here.
+_IGNORED = ("trust_remote_code", "pretrained_model_name_or_path")
 # How this model's arguments are named in the checkpoint path's messages (models.checkpoint_open).
 NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extrapolation=true",
                  tokenizer="tokenizer",
                  scale="rope=<method>,rope_factor=<f> to scale RoPE",
                  refused="requests longer than {usable} tokens will be refused (NaN / empty output)")
 ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
-            "batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks")
+            "batch_size, max_batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks")
 
 
 def parse_bool(name: str, value: Any) -> bool:
@@ -95,7 +101,8 @@ class ModelArgs:
     usable_length: int  # positions the checkpoint's RoPE (with its scaling) covers
     max_length: int
     allow_extrapolation: bool
-    batch_size: int
+    batch_size: int  # the fixed size; with auto, max_batch_size
+    batch_auto: Optional[int]  # auto:N's N (auto: 1); None for a fixed size
     dtype: torch.dtype
     device: torch.device
     truncation: str
@@ -104,10 +111,36 @@ class ModelArgs:
     cpu_keep_freed_blocks: bool = True
 
     @property
+    def batch_size_text(self) -> str:
+        """``batch_size`` as given: the integer, ``auto`` or ``auto:N``."""
+        if self.batch_auto is None:
+            return str(self.batch_size)
+        return "auto" if self.batch_auto == 1 else f"auto:{self.batch_auto}"
+
+    @property
     def run_limit(self) -> int:
         """The longest sequence the model is run on: ``max_length``, capped at the covered positions unless
         extrapolation is allowed."""
         return self.max_length if self.allow_extrapolation else min(self.max_length, self.usable_length)
+
+
+def batch_sizes(batch_size: Any, max_batch_size: Any) -> Tuple[int, Optional[int]]:
+    """``(size, N)``: a fixed ``batch_size`` and None, or for ``auto`` / ``auto:N`` ``(max_batch_size, N)``;
+    ``ValueError`` in one line for anything else (``auto:0``, ``auto:x``, ``max_batch_size=0``)."""
+    most = positive_int("max_batch_size", DEFAULT_MAX_BATCH_SIZE if max_batch_size is None else max_batch_size)
+    text = str(batch_size).strip().lower()
+    if not text.startswith("auto"):
+        try:
+            return positive_int("batch_size", batch_size), None
+        except ValueError as err:
+            raise ValueError(f"{err}; or auto, auto:N (N a positive integer)") from None
+    every = text[len("auto"):]
+    if every == "":
+        return most, 1
+    if every.startswith(":") and every[1:].isdigit() and int(every[1:]) > 0:
+        return most, int(every[1:])
+    raise ValueError(f"batch_size={batch_size!r} is not accepted: auto, auto:N with N a positive integer (auto:4: "
+                     "back to max_batch_size at 4 points of each request list), or an integer")
 
 
 def _checkpoint_dir(pretrained: Optional[str], checkpoint_dir: Optional[str]) -> Path:
@@ -147,6 +180,7 @@ def parse_model_args(
     max_length: Optional[int] = None,
     allow_extrapolation: Union[bool, str] = False,
     batch_size: Union[int, str] = 1,
+    max_batch_size: Union[int, str, None] = None,
     dtype: str = "float32",
     device: Optional[str] = None,
     truncation: str = "none",
@@ -161,8 +195,7 @@ def parse_model_args(
     rope_spec = _rope_spec(rope, extra)
     length = length_value("max_length", max_length) if max_length is not None else None
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
-    if isinstance(batch_size, str) and batch_size.startswith("auto"):
-        raise ValueError(f"batch_size={batch_size!r} is not supported by the longshort model; give an integer")
+    size, auto = batch_sizes(batch_size, max_batch_size)
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
     opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
@@ -178,7 +211,8 @@ def parse_model_args(
         usable_length=opened.usable_length,
         max_length=opened.length,
         allow_extrapolation=allow,
-        batch_size=positive_int("batch_size", batch_size),
+        batch_size=size,
+        batch_auto=auto,
         dtype=DTYPES[str(dtype)],
         device=dev,
         truncation=check_truncation(str(truncation)),

@@ -4,36 +4,19 @@ final hidden states, projected to the vocabulary a bounded chunk of positions at
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
+from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory, length_batches
+from torchtune_longshort.eval.model.memory import out_of_memory_reason
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output, project_target_logprobs
-from torchtune_longshort.rope import rope_modules
 
 # (request index, input tokens = context + continuation minus the last token, continuation tokens)
 Prepared = Tuple[int, List[int], List[int]]
-Item = TypeVar("Item")
-
-
-def length_batches(model: nn.Module, ordered: Sequence[Item], size: int,
-                   length: Callable[[Item], int]) -> Iterator[List[Item]]:
-    """``ordered`` (longest first) in batches of at most ``size``. When ``model``'s RoPE depends on the sequence's
-    length (``ScaledRoPE.length_dependent``: dynamic NTK, LongRoPE, CLEX), a batch holds one ``length`` only: a
-    padded row would take its batch's width as its length, and a request would score differently alone and batched
-    (lm-eval's ``hf`` model does; compare it with ``batch_size=1``)."""
-    same_length = any(rope.length_dependent for rope in rope_modules(model))
-    batch: List[Item] = []
-    for item in ordered:
-        if batch and (len(batch) == size or (same_length and length(item) != length(batch[0]))):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
+__all__ = ["Prepared", "TokenLoglikelihood", "forward_hidden", "length_batches", "score_continuations"]
 
 
 class TokenLoglikelihood(tuple):
@@ -84,7 +67,7 @@ def score_continuations(
     model: nn.Module,
     prepared: List[Prepared],
     *,
-    batch_size: int,
+    batch_size: Union[int, BatchPlan],
     pad_id: int,
     vocab_size: int,
     device: torch.device,
@@ -95,8 +78,10 @@ def score_continuations(
     """``{request index: TokenLoglikelihood}``: the summed and per-token log-probabilities of each continuation
     after its input, and whether each continuation token is the argmax.
 
-    A batch that does not fit the device runs again a request at a time (:func:`~.memory.run_fitting`); a request
-    that does not fit alone is refused with ``out_of_memory(index, input tokens, error)`` as its reason (default:
+    ``batch_size``: an integer, or a :class:`~.batch_size.BatchPlan` (lm-eval's ``auto``: a batch that does not fit
+    is halved, and CPU batches are bounded by free memory). With a fixed size, a batch that does not fit the device
+    runs again a request at a time (:func:`~.memory.run_fitting`); a request that does not fit alone is refused with
+    ``out_of_memory(index, input tokens, error)`` as its reason (default:
     :func:`~.memory.out_of_memory_reason`). ``done(index, result)`` is called for each request as its batch ends
     (lm-eval's ``--use_cache`` stores it then, so an interrupted run keeps what it scored)."""
     output = decoder_of(model).output
@@ -118,11 +103,14 @@ def score_continuations(
     pbar = tqdm(total=len(prepared), disable=disable_tqdm, desc="longshort loglikelihood")
     # longest first (then by tokens, as lm-eval's ``hf`` orders them)
     ordered = sorted(prepared, key=lambda r: (-len(r[1]), r[1]))
-    for chunk in length_batches(model, ordered, batch_size, lambda r: len(r[1])):
-        run_fitting(chunk, score, refuse, device)
+
+    def finished(chunk: Sequence[Prepared]) -> None:
         if done is not None:
             for i, _, _ in chunk:
                 done(i, results[i])
         pbar.update(len(chunk))
+
+    plan = batch_size if isinstance(batch_size, BatchPlan) else BatchPlan(batch_size, None, device)
+    plan.run(model, ordered, lambda r: len(r[1]), score, refuse, finished, RowMemory.of(model, vocab_size))
     pbar.close()
     return results
