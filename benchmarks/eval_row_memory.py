@@ -1,7 +1,8 @@
 """Peak tensor memory of the ``longshort`` model's scoring forward per row and token, against the estimate
 ``batch_size=auto`` bounds CPU batches with (:class:`torchtune_longshort.eval.model.batch_size.RowMemory`).
 
-    PYTHONPATH=. python benchmarks/eval_row_memory.py --checkpoint_dir ~/.cache/torchtune_longshort/smollm2-135m-instruct
+    PYTHONPATH=. python benchmarks/eval_row_memory.py \
+        --checkpoint_dir ~/.cache/torchtune_longshort/smollm2-135m-instruct
 
 For each (length, rows) one warm-up pass, then one pass under :class:`tensor_memory.PeakTensorMemory` (torch's own
 allocator events, not RSS) of ``score_continuations`` on ``rows`` perplexity-shaped requests (every input token
@@ -33,7 +34,8 @@ def main() -> None:
     lm = LongShortLM(pretrained=a.checkpoint_dir, device="cpu", batch_size=1)
     estimate = RowMemory.of(lm.model, lm.vocab_size)
     kw = dict(pad_id=lm.tokenizer.pad_id, vocab_size=lm.vocab_size, device=torch.device("cpu"), disable_tqdm=True)
-    print("| tokens | rows | peak MiB | bytes / token / row | estimate MiB | estimate / peak |\n|---|---|---|---|---|---|")
+    print("| tokens | rows | peak MiB | bytes / token / row | estimate MiB | estimate / peak |")
+    print("|---|---|---|---|---|---|")
     for point in a.points.split(","):
         length, rows = (int(x) for x in point.split("x"))
         prepared = [(i, list(range(100 + i, 100 + i + length)), list(range(200, 200 + length))) for i in range(rows)]

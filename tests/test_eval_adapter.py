@@ -351,7 +351,8 @@ def test_batch_size_auto_scores_as_batch_size_1(tiny_llama2_dir, sp_tokenizer_di
         assert g[0] == pytest.approx(r[0], abs=1e-5) and g[1] == r[1]
     assert auto.batch_size == "auto" and auto.batch_sizes == {0: 12} and one.batch_sizes == {}
     text = [Instance("loglikelihood_rolling", {}, ("for i in range(10):\n    print(i * i)\n" * 6,), 0)]
-    assert auto.loglikelihood_rolling(text, True)[0] == pytest.approx(one.loglikelihood_rolling(text, True)[0], abs=1e-5)
+    rolled = one.loglikelihood_rolling(text, True)[0]
+    assert auto.loglikelihood_rolling(text, True)[0] == pytest.approx(rolled, abs=1e-5)
     gen = [Instance("generate_until", {}, (ctx or "x", {"max_gen_toks": 5}), i) for i, (ctx, _) in enumerate(TEXTS)]
     assert auto.generate_until(gen, True) == one.generate_until(gen, True)
 

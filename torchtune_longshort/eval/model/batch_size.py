@@ -6,9 +6,10 @@
 - ``auto``: batches start at ``max_batch_size`` (default 64, as lm-eval's ``hf``). A batch that runs out of memory
   is split in halves and retried, and the size that fitted is kept for the batches that follow: the requests run
   longest first, so it fits the rest. A request that does not fit alone is refused NaN with the reason, as with a
-  fixed size, and the next batch starts at the size its own first try had (its rows are shorter). ``auto:N``: the size goes back to ``max_batch_size`` at ``N`` evenly spaced points of the request list
-  (lm-eval ``hf``'s re-detection; ``auto`` is ``auto:1``), and again at each new request list (each
-  ``loglikelihood`` call, each ``generate_until`` group).
+  fixed size, and the next batch starts at the size its own first try had (its rows are shorter). ``auto:N``: the
+  size goes back to ``max_batch_size`` at ``N`` evenly spaced points of the request list (lm-eval ``hf``'s
+  re-detection; ``auto`` is ``auto:1``), and again at each new request list (each ``loglikelihood`` call, each
+  ``generate_until`` group).
 - On a CPU, running out of memory is usually the kernel killing the process, not an error to catch: before each
   batch its size is bounded by the memory free for it (:func:`torchtune_longshort.devices.free_bytes`, plus what the
   process holds above its size after loading: freed blocks glibc keeps for reuse) under the estimate of
