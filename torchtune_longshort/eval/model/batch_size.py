@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.devices import free_bytes, out_of_memory_in, release_cached
+from torchtune_longshort.eval.model.generation import PREFILL_CHUNK  # the mask of one prefill call: [b, chunk, total]
 from torchtune_longshort.eval.model.memory import run_fitting
 from torchtune_longshort.hidden_states import decoder_of, output_rows
 from torchtune_longshort.rope import rope_modules
@@ -38,7 +39,6 @@ DEFAULT_MAX_BATCH_SIZE = 64  # lm-eval hf's default max_batch_size
 # Share of the free memory a CPU batch may take by estimate: the estimate counts torch's tensors, not the allocator's
 # slack, and other processes on the machine keep allocating.
 CPU_FREE_SHARE = 0.8
-PREFILL_CHUNK = 4096  # generation.PREFILL_CHUNK (the mask of one prefill call is [b, chunk, total])
 
 
 def length_batches(model: nn.Module, ordered: Sequence[Item], size: int,
