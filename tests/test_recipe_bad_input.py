@@ -175,23 +175,31 @@ def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_a_refusal_under_torchrun_reaches_its_agent_report(tmp_path, monkeypatch, capsys, rank):
-    # Under torchrun every worker refuses: rank 0 prints the line, and each writes it where torch's elastic agent
-    # reads a worker's failure; torch's own reader and report format are the reference.
+    # Under torchrun every worker refuses: the first to refuse prints the line (whatever its rank: rank 0 printed
+    # before, and a rank 0 slower than rank 1 was stopped by the agent before it printed, so no line came out), and
+    # each writes it where torch's elastic agent reads a worker's failure; torch's own reader and report format are
+    # the reference.
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     from torchtune_longshort.refusals import refusal
 
-    error_file = tmp_path / "error.json"
+    attempt = tmp_path / "attempt_0"  # the agent's layout: <attempt>/<local rank>/error.json
+    error_file, other = attempt / rank / "error.json", attempt / str(1 - int(rank)) / "error.json"
+    error_file.parent.mkdir(parents=True), other.parent.mkdir()
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r1")
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
     monkeypatch.setenv("RANK", rank)
     assert refusal("longshort_finetune", "seq_len=0:\n must be positive") == 2
     line = "longshort_finetune: error: seq_len=0: must be positive"
-    assert capsys.readouterr().err == (line + "\n" if rank == "0" else "")
+    assert capsys.readouterr().err == line + "\n"
     failure = ProcessFailure(local_rank=int(rank), pid=1, exitcode=2, error_file=str(error_file))
     assert failure.message["message"] == line
     report = ChildFailedError("longshort_finetune", {int(rank): failure}).format_msg()
     assert f"traceback : {line}" in report and "To enable traceback" not in report, report
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(other))  # the other worker refuses second: it does not print
+    monkeypatch.setenv("RANK", str(1 - int(rank)))
+    assert refusal("longshort_finetune", "seq_len=0: must be positive") == 2
+    assert capsys.readouterr().err == "" and ProcessFailure(0, 1, 2, str(other)).message["message"] == line
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # a RANK without torchrun (another launcher): every rank prints
     error_file.unlink()
     refusal("longshort_finetune", "seq_len=0: must be positive")
@@ -217,7 +225,8 @@ def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
     assert p.returncode != 0 and not (tmp_path / "out").exists(), out
     printed = [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: error:")]
     assert len(printed) == 1 and "'max_step' (did you mean 'max_steps'?)" in printed[0], out
-    assert out.count(f"traceback : {printed[0]}") == 2 and "To enable traceback" not in out, out
+    # each worker that refused is named with its line (one the agent stopped first reads "Signal 15")
+    assert 1 <= out.count(f"traceback : {printed[0]}") <= 2 and "To enable traceback" not in out, out
 
 
 def test_an_optional_component_is_turned_off_with_null(tmp_path, monkeypatch, capsys):

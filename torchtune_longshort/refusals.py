@@ -12,7 +12,9 @@ another run holds). A write that found its disk full (:func:`~torchtune_longshor
 writer says it differently) is told in one line the same way. Every other exception keeps its traceback.
 
 Under torchrun (``tune run --nproc_per_node N``) every worker runs the same checks. The refusal is printed once, by
-rank 0, and every refusing worker writes it to the error file torchrun's agent reads (``TORCHELASTIC_ERROR_FILE``,
+the first worker to refuse (it claims a file in the agent's folder of the attempt, which the agent removes; rank 0
+was the printer before, and a rank 0 slower than the others was stopped by the agent before it printed), and every
+refusing worker writes it to the error file torchrun's agent reads (``TORCHELASTIC_ERROR_FILE``,
 the JSON ``torch.distributed.elastic``'s ``@record`` writes), so the agent's failure report names the refusal
 under each rank that refused instead of "To enable traceback see ...", a worker that alone refused among them.
 """
@@ -77,14 +79,28 @@ def record_for_torchrun(path: str, line: str) -> None:
         pass
 
 
+def first_to_refuse(error_file: str) -> bool:
+    """Whether this worker is the first of its torchrun attempt to refuse: it creates ``refused`` in the attempt's
+    folder (``<attempt>/<local rank>/error.json``'s grandparent, the agent's, removed with it). A folder that cannot
+    be written falls back to rank 0."""
+    try:
+        os.close(os.open(os.path.join(os.path.dirname(os.path.dirname(error_file)), "refused"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        return os.environ.get("RANK", "0") == "0"
+
+
 def refusal(prog: str, message: str) -> int:
     """Print ``<prog>: error: <message>`` (one line); the status to exit with (2), for a ``main`` that returns it.
-    Under torchrun the line goes to the agent's error file too, and only rank 0 prints it."""
+    Under torchrun the line goes to the agent's error file too, and only the first worker to refuse prints it."""
     line = f"{prog}: error: {' '.join(message.split())}"
     error_file = elastic_error_file()
     if error_file:
         record_for_torchrun(error_file, line)
-    if not error_file or os.environ.get("RANK", "0") == "0":
+    if not error_file or first_to_refuse(error_file):
         print(line, file=sys.stderr, flush=True)
     return EXIT_REFUSED
 
