@@ -66,7 +66,7 @@ def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
     # (rows interleaved across lengths and depths: the first of each cell, then the second, ...)
     assert [r["length"] for r in both] == [256, 512, 256] and "length=512" in both[1]["error"]
     placeholder = process_results(both[1], [" 1"])
-    assert math.isnan(placeholder["acc_512"]) and math.isnan(placeholder["digits"])
+    assert math.isnan(placeholder["acc_512"]) and math.isnan(placeholder["digits_512"]) and "digits" not in placeholder
 
 
 @pytest.mark.slow
@@ -132,3 +132,34 @@ def test_limit_spreads_over_lengths_and_depths(sp_tokenizer_dir, limit, cells):
     got = [(r["doc"]["length"], r["doc"]["depth"]) for r in res["samples"]["longshort_passkey"]]
     assert set(got) == cells and len(got) == (limit if limit >= 1 else 8 * limit)
     assert {f"acc_{L}_d{d},none" for L, d in cells} <= set(res["results"]["longshort_passkey"])
+
+
+def test_unscored_lengths_leave_the_pooled_metrics_to_the_scored_ones(sp_tokenizer_dir):
+    """A length whose prompt cannot fit (64: placeholder) and one the model cannot run (1k past a 600-position
+    model: every row refused) are NaN at their length and left out of ``acc`` / ``acc_d<depth>``, which average the
+    scored lengths (before: ``acc`` was NaN while ``acc_d0`` averaged the rest); the results file names them."""
+    from pack_helpers import TextLM, run_pack
+
+    class KeyAtShortLM(TextLM):  # the key, read from the prompt, for prompts under 550 characters (256): else wrong
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            keys = [re.search(r"The pass key is (\d+)", r.args[0]).group(1) for r in requests]
+            return [f" {k}." if len(r.args[0]) < 550 else " 11111." for k, r in zip(keys, requests)]
+
+    meta = {"tokenizer": str(sp_tokenizer_dir), "max_seq_lengths": "64,256,512,1024", "passkey_num_samples": 2,
+            "passkey_depths": [0, 100], "lm_eval_model": "hf", "max_length": 600}
+    res = run_pack("longshort_passkey", meta, model=KeyAtShortLM())
+    got = {k.split(",")[0]: v for k, v in res["results"]["longshort_passkey"].items() if k.endswith(",none")}
+    assert got["acc_256"] == 1.0 and got["acc_512"] == 0.0
+    assert math.isnan(got["acc_64"]) and math.isnan(got["acc_1k"]) and math.isnan(got["acc_1k_d0"])
+    # the reference: the mean of the scored lengths' accuracies (equal samples per length), at each depth too
+    assert got["acc"] == (got["acc_256"] + got["acc_512"]) / 2 == 0.5
+    assert got["acc_d0"] == (got["acc_256_d0"] + got["acc_512_d0"]) / 2 == got["acc"]
+    assert got["digits"] == pytest.approx((got["digits_256"] + got["digits_512"]) / 2)
+    assert res["configs"]["longshort_passkey"]["not_scored_lengths"] == {"64": 1, "1k": 4}
+
+
+def test_an_unscored_sample_reports_only_its_length():
+    doc = {"answer": "12345", "depth": 50, "length": 2048, "error": "too long"}
+    out = process_results(doc, [" 12345"])
+    assert set(out) == {"acc_2k", "acc_2k_d50", "digits_2k", "digits_2k_d50", "error"}
+    assert all(math.isnan(v) for k, v in out.items() if k != "error")

@@ -16,7 +16,8 @@ What it adds to lm-eval's ``ConfigurableTask``:
 * **Reasons outside the metric table.** ``process_results`` functions return the reason a sample was not scored
   under :data:`.unavailable.ERROR_METRIC`; this class takes it out of the metrics (lm-eval would print it in its
   table) and writes the distinct reasons, with their sample counts, to the task's entry of the results file's
-  ``configs`` block, under :data:`.unavailable.NOT_SCORED_KEY`.
+  ``configs`` block, under :data:`.unavailable.NOT_SCORED_KEY`; a length-swept task also the lengths of those
+  samples, under :data:`.unavailable.NOT_SCORED_LENGTHS_KEY` (``{"4k": <samples>}``).
 * **Requests built for this run.** lm-eval's ``--cache_requests`` keys its cache by task name, few-shot count and
   tokenizer, not by the task's ``--metadata``, from which every task of the pack builds its documents (lengths,
   source, sample counts, seeds, data folders): a cache built under other metadata would be replayed (a 256-token
@@ -41,13 +42,14 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
-from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, fixed_context_of
+from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, family_of, fixed_context_of
 from torchtune_longshort.eval.tasks.common.lengths import length_label, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,
     NOT_SCORED_KEY,
+    NOT_SCORED_LENGTHS_KEY,
     RefusedText,
     TaskDataError,
     model_of,
@@ -105,6 +107,7 @@ class PackTask(ConfigurableTask):
             config = {**lm_eval_base_config(str(base)), **config}
         super().__init__(config=config, **kwargs)
         self.not_scored: Dict[str, int] = {}
+        self.not_scored_lengths: Dict[str, int] = {}  # length label -> samples not scored (length-swept tasks)
         self._other_limits: Any = None  # RequestLimits of a model other than longshort; False: none known
         self._counter: Any = None  # the model's tokenizer (counts prompt tokens); False: unavailable
         self.ignored: List[str] = []  # lm-eval options this task ignored (TaskFamily.fixed_context)
@@ -121,6 +124,9 @@ class PackTask(ConfigurableTask):
         reason = out.pop(ERROR_METRIC, "")
         if reason:
             self.not_scored[str(reason)] = self.not_scored.get(str(reason), 0) + 1
+            label = self._swept_length(doc)
+            if label:
+                self.not_scored_lengths[label] = self.not_scored_lengths.get(label, 0) + 1
         for key in out:
             self.add_metric(key)
         return out
@@ -133,10 +139,19 @@ class PackTask(ConfigurableTask):
             self._aggregation_list[key] = self._aggregation_list[base]
             self._higher_is_better[key] = self._higher_is_better.get(base)
 
+    def _swept_length(self, doc: Dict[str, Any]) -> str:
+        """The label of ``doc``'s length in a length-swept family's task ("" for any other task or row)."""
+        family = family_of(str(self.config.task))
+        if not family or not TASK_FAMILIES[family].length_swept or not isinstance(doc.get("length"), int):
+            return ""
+        return length_label(int(doc["length"]))
+
     def dump_config(self) -> dict:
         cfg = super().dump_config()
         if self.not_scored:
             cfg[NOT_SCORED_KEY] = dict(self.not_scored)
+        if self.not_scored_lengths:
+            cfg[NOT_SCORED_LENGTHS_KEY] = dict(self.not_scored_lengths)
         if self.ignored:
             cfg[IGNORED_KEY] = list(self.ignored)
         return cfg

@@ -16,7 +16,8 @@ request raises. This module is the one owner of how the task pack says "this can
   tasks that have data), both with the reason under :data:`ERROR_METRIC`. The pack's task class
   (:class:`.pack_task.PackTask`) takes that reason out of the metrics, so lm-eval's table stays a table of numbers,
   and writes the distinct reasons to the task's ``configs`` entry of the results file, under
-  :data:`NOT_SCORED_KEY` (``{"<reason>": <samples>}``); the reasons are also logged when they arise. The other
+  :data:`NOT_SCORED_KEY` (``{"<reason>": <samples>}``; a length-swept task also the lengths, under
+  :data:`NOT_SCORED_LENGTHS_KEY`); the reasons are also logged when they arise. The other
   tasks of the run finish, and the run writes its results file.
 
 Hub data goes through :func:`load_hub_dataset`, which turns "offline / unreachable / not found" into a
@@ -40,6 +41,9 @@ ERROR_FIELD = "error"
 ERROR_METRIC = "error"
 # The key of a task's ``configs`` entry in the results file that lists the reasons: {reason: number of samples}.
 NOT_SCORED_KEY = "not_scored"
+# The key of a length-swept task's ``configs`` entry that lists the lengths with samples not scored: {label: samples}
+# (the metrics pooled over lengths, passkey's ``acc``, cover the other lengths).
+NOT_SCORED_LENGTHS_KEY = "not_scored_lengths"
 # The marker metric of a group member without data (its score is left out, so the group mean covers the rest).
 MISSING_METRIC = "missing_data"
 # The task metadata key that names the lm-eval model of the run (``--model``); the pack's CLI wrapper sets it.

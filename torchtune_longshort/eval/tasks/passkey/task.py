@@ -234,8 +234,13 @@ def digit_accuracy(generated: str, key: str) -> float:
 def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, float]:
     """``acc`` (1.0 when the first number in the generation is the key) and ``digits``
     (:func:`digit_accuracy`, which shows retrieval a small model has only partly learned), each also per length
-    and depth (``acc_<length>``, ``acc_d<depth>``, ``acc_<length>_d<depth>``, as ``longshort_babilong``); NaN and
-    the reason (metric ``error``) for a placeholder row or a prompt the model refused (never scored as wrong)."""
+    and depth (``acc_<length>``, ``acc_d<depth>``, ``acc_<length>_d<depth>``, as ``longshort_babilong``).
+
+    A placeholder row or a prompt the model refused (never scored as wrong) gives NaN at its length
+    (``acc_<length>``, ``acc_<length>_d<depth>``) and the reason (metric ``error``), and no value for the metrics
+    pooled over lengths (``acc``, ``acc_d<depth>``): those are the mean over the lengths that were scored, the NaN
+    per-length metrics name the others (before, one unscored length made ``acc`` NaN while ``acc_d<depth>`` averaged
+    the rest)."""
     reason = reason_of(doc) or refusal_of(results[0])
     if reason:
         scores = {"acc": float("nan"), "digits": float("nan")}
@@ -246,8 +251,8 @@ def process_results(doc: Dict[str, Any], results: Sequence[str]) -> Dict[str, fl
     length, depth = int(doc["length"]), int(doc.get("depth", -1))
     out: Dict[str, float] = {}
     for name, v in scores.items():
-        out.update({name: v, per_length(name, length): v})
-        if depth >= 0:
-            out[per_depth(name, depth)] = v
-            out[per_depth(per_length(name, length), depth)] = v
+        for n in [per_length(name, length)] + ([] if reason else [name]):
+            out[n] = v
+            if depth >= 0:
+                out[per_depth(n, depth)] = v
     return nan_results(reason, out) if reason else out
