@@ -294,9 +294,35 @@ def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tm
         holder.wait()
     # The holder is dead now: its lock is stale and the next run takes it.
     lock = OutputDirLock(out).acquire()
-    assert (out / ".lock").read_text().strip() == str(os.getpid())
+    assert (out / ".lock").read_text().split()[0] == str(os.getpid())
     lock.release()
     assert not (out / ".lock").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="start times come from Linux's /proc")
+def test_a_lock_whose_pid_was_reused_is_stale(tmp_path):
+    """A lock records its holder's PID and start time (field 22 of /proc/<pid>/stat). Before, a dead run's PID taken
+    by an unrelated process kept the lock held forever; now a live PID that started at another time is stale. The
+    right start time is live, and so is a lock file of the earlier format (the PID alone)."""
+    from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
+
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        fields = Path(f"/proc/{other.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        started = fields[19]
+        for content in (f"{other.pid} {started}\n", f"{other.pid}\n"):  # the holder itself; an old lock file
+            (tmp_path / ".lock").write_text(content)
+            with pytest.raises(OutputDirInUse, match=f"PID {other.pid}"):
+                OutputDirLock(tmp_path).acquire()
+        (tmp_path / ".lock").write_text(f"{other.pid} {int(started) + 1}\n")  # its PID, another process's start
+        lock = OutputDirLock(tmp_path).acquire()
+        mine = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()} {mine}\n"
+        lock.release()
+        assert not (tmp_path / ".lock").exists()
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.parametrize("clip", [1.0, None])

@@ -253,10 +253,13 @@ class OutputDirInUse(Refusal, RuntimeError):
 
 
 class OutputDirLock:
-    """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID, created with O_EXCL.
+    """An exclusive lock on an output folder: a ``.lock`` file holding the owner's PID and, on Linux, its start
+    time (``<pid> <start>``: :func:`process_start`), created with O_EXCL.
 
-    A lock whose PID is no longer alive (a killed run) is taken over; a live one refuses the second writer with a
-    message naming the holder. ``field`` and ``holder``: how that message names the folder and the command that
+    A lock whose process is gone (a killed run) is taken over, and so is one whose PID is alive but started at
+    another time (the PID was reused by an unrelated process after the run died); a live one refuses the second
+    writer with a message naming the holder. A lock file of an earlier version (the PID alone) is read as before:
+    held while that PID is alive. ``field`` and ``holder``: how that message names the folder and the command that
     holds it (the study's ``--out``: ``--out``, ``study``).
     """
 
@@ -277,16 +280,17 @@ class OutputDirLock:
             try:
                 fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                holder = self._holder()
-                if holder is not None and _pid_alive(holder):
+                holder, started = self._holder()
+                if holder is not None and _holder_alive(holder, started):
                     raise OutputDirInUse(
                         f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
                         f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
                     ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                self.path.unlink(missing_ok=True)  # stale: its process is gone (or its PID now another's)
                 continue
+            start = process_start(os.getpid())
             with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()}\n")
+                f.write(f"{os.getpid()}{'' if start is None else f' {start}'}\n")
             self.held = True
             return self
         raise RuntimeError(f"could not take the lock {self.path}")
@@ -304,17 +308,20 @@ class OutputDirLock:
         """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
         record_written(self.path.parent, self.written_here, self.existed)
 
-    def _holder(self) -> Optional[int]:
+    def _holder(self) -> Tuple[Optional[int], Optional[str]]:
+        """The lock file's PID and start time (None: not recorded, an earlier version's file; both None: no file or
+        one that cannot be read)."""
         try:
-            return int(self.path.read_text().strip() or "0") or None
+            fields = self.path.read_text().split()
+            return (int(fields[0]) or None, fields[1] if len(fields) > 1 else None) if fields else (None, None)
         except (OSError, ValueError):
-            return None
+            return None, None
 
     def release(self, discard: bool = False) -> None:
         """Give the lock back; ``discard``: also remove the folder when this run made it and it holds only what
         the recipe writes (a run refused after claiming its folder leaves nothing behind, so the corrected rerun
         starts as the first would have)."""
-        if self.held and self._holder() == os.getpid():
+        if self.held and self._holder()[0] == os.getpid():
             folder = self.path.parent
             if not discard:
                 with contextlib.suppress(OSError):  # a full disk: the list the run's start wrote stands
@@ -338,6 +345,27 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, as Linux gives it (field 22 of ``/proc/<pid>/stat``: clock ticks after boot),
+    which a PID reused by another process does not share; None where there is no ``/proc`` (then a lock holds the
+    PID alone) or the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 1:].split()  # field 2, the command name, may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None  # fields[0] is field 3 (the state)
+
+
+def _holder_alive(pid: int, started: Optional[str]) -> bool:
+    """Whether the lock's holder still runs: its PID is alive and, when the lock recorded a start time and this
+    system gives one, the process under that PID started then (else the PID was reused: the lock is stale)."""
+    if not _pid_alive(pid):
+        return False
+    now = process_start(pid) if started is not None else None
+    return now is None or now == started
 
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
