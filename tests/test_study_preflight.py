@@ -200,3 +200,39 @@ def test_a_study_whose_tune_cannot_be_found_is_refused_before_anything_runs(tmp_
     (site_bin / "tune").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bare}:{site_bin}")
     assert tune_problem() is None
+
+
+def test_babilong_0k_is_sized_by_its_real_requests(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """'0k' has a budget of 0 tokens and rows of ~600 (prompt, facts, question, generation budget): before, the
+    pre-flight let it through whatever eval.max_length was, and every 0k prompt was refused after the training.
+    Now its requests are measured: past eval.max_length it is refused naming the tokens needed, which are those of
+    the rows the generator writes (the reference: the generator's own rows, measured by it); within, it passes.
+    0k with depths (the generator writes none of it) is refused."""
+    from torchtune_longshort.eval.tasks.babilong.generator import generate
+
+    def study(max_length, depths=None):
+        raw = yaml.safe_load(CPU_SMALL.read_text())
+        raw["base"] = {"checkpoint_dir": str(tiny_llama2_dir), "tokenizer": str(sp_tokenizer_dir)}
+        raw["model"].update(num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=172)
+        raw["quick"].pop("base", None)
+        raw["quick"]["eval"].update(max_length=max_length, ppl_lengths=[128], passkey_lengths=[],
+                                    misalignment_lengths=[],
+                                    babilong={"lengths": ["0k"], "depths": depths, "n": 1, "qa": "qa1"})
+        (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
+        cfg = load_study_config(tmp_path / "study.yaml", quick=True, repo_root=ROOT)
+        return Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, log=lambda m: None)
+
+    rows = [json.loads(x) for p in generate(tmp_path / "gen", ["qa1"], ["0k"], n=32, tokenizer=str(sp_tokenizer_dir),
+                                            fit="prompt") for x in p.read_text().splitlines()]
+    need = max(r["prompt_tokens"] + r["max_gen_toks"] for r in rows)
+    assert need > 256
+    with pytest.raises(StudyConfigError) as refused:
+        preflight(study(256), log=lambda m: None)
+    msg = str(refused.value)
+    assert f"'0k' (no haystack: a row is its facts alone) needs requests of up to {need} tokens" in msg, msg
+    assert f"raise eval.max_length to {need} or more, or drop '0k'" in msg and not (tmp_path / "out").exists()
+    logs = []
+    preflight(study(need), log=logs.append)
+    assert any(f"'0k': requests of up to {need} tokens, within eval.max_length={need}" in m for m in logs), logs
+    with pytest.raises(StudyConfigError, match="'0k' has no haystack to put the facts at a depth in"):
+        preflight(study(need, depths=[50]), log=lambda m: None)

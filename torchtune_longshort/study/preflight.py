@@ -10,6 +10,13 @@ asks, with the tokenizer the evaluation will use and the ``--metadata`` the stud
   BABILong label of ``eval.babilong.lengths`` is at most ``eval.max_length`` (the study generates BABILong rows
   whose whole request, prompt and generation budget included, fits the label: ``generator --fit prompt``, so a
   label within ``max_length`` fits the model);
+- BABILong's ``"0k"`` (no haystack: a row is its facts alone, whose request no budget of 0 tokens can hold) is
+  sized by its real requests: :data:`ZERO_K_STORIES` stories per QA task, measured as the generator measures a
+  row (lm-eval's prompt with its examples, the facts, the question, the generation budget) with the eval
+  tokenizer; longer than ``eval.max_length`` is refused, naming the tokens needed. (Sized, not refused outright:
+  ``0k`` is BABILong's no-distractor baseline, a cell worth having wherever the model holds its prompt.) With
+  ``eval.babilong.depths`` set, ``"0k"`` is refused: the generator writes no row of it (no haystack to put a
+  depth in);
 - ``longshort_ppl`` and ``longshort_misalignment`` get their ``num_samples`` sequences at every length from their
   text source: the tasks' own functions cut them (:func:`~torchtune_longshort.eval.tasks.ppl.task.ppl_samples`,
   :func:`~torchtune_longshort.eval.tasks.misalignment.task.misalignment_samples`), so the check and the tasks
@@ -34,6 +41,7 @@ evaluation uses the tokenizer that was checked.
 from __future__ import annotations
 
 import importlib
+import random
 import shutil
 import tempfile
 import time
@@ -46,6 +54,8 @@ from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS, load_token_counter
+from torchtune_longshort.eval.tasks.babilong.stories import make_story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
@@ -59,6 +69,11 @@ from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY
 NAMES = ArgNames(checkpoint="base.checkpoint_dir", length="eval.max_length",
                  allow="allow_extrapolation=true (every study evaluation runs with it)",
                  tokenizer="base.tokenizer")
+
+# BABILong's label without a haystack, and how many stories per QA task the pre-flight measures its requests on (the
+# study's own rows are drawn later from another stream: the longest of this many stands for theirs).
+ZERO_K = next(label for label, n in LENGTHS.items() if n == 0)
+ZERO_K_STORIES = 32
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,36 @@ def _length_problems(study: Any) -> List[str]:
         problems.append(f"eval.babilong.lengths={ev.babilong_lengths}: {over} is past eval.max_length={ev.max_length} "
                         "(a label is the token budget of a row's whole request: prompt, question and generation "
                         "budget), every prompt of it would be refused; drop those labels or raise eval.max_length")
+    bab = ev.babilong
+    if bab is not None and ZERO_K in bab.lengths and bab.depths:
+        problems.append(f"eval.babilong.lengths={bab.lengths} with eval.babilong.depths={bab.depths}: {ZERO_K!r} has "
+                        "no haystack to put the facts at a depth in, so no row of it would be generated; drop "
+                        f"{ZERO_K!r} from eval.babilong.lengths or set eval.babilong.depths: null")
     return problems
+
+
+def _zero_k_problems(study: Any, count: Callable[[str], int], tok_path: str, log: Callable[[str], None]) -> List[str]:
+    """BABILong's ``"0k"`` sized by its real requests (module doc), tokens counted by ``count`` (the eval
+    tokenizer's, named ``tok_path``): a problem when they need more than ``eval.max_length`` tokens."""
+    ev = study.cfg.eval
+    # deferred: lm_eval (a row's request is measured on lm-eval's own task prompt, as the generator measures it)
+    from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
+
+    rng, need = random.Random(0), 0
+    for qa in ev.babilong.tasks_asked:
+        prompt = task_prompt(qa)
+        for _ in range(max(ev.babilong.n, ZERO_K_STORIES)):
+            story = make_story(qa, rng)
+            need = max(need, prompt.request_tokens(" ".join(story.facts), story.question, count))
+    if need > ev.max_length:
+        return [f"eval.babilong.lengths={ev.babilong.lengths}: {ZERO_K!r} (no haystack: a row is its facts alone) "
+                f"needs requests of up to {need} tokens of {tok_path} (lm-eval's prompt with its examples, the "
+                f"facts, the question and the generation budget; {ZERO_K_STORIES} stories per task measured), past "
+                f"eval.max_length={ev.max_length}: every such prompt would be refused; raise eval.max_length to "
+                f"{need} or more, or drop {ZERO_K!r}"]
+    log(f"[study] pre-flight: eval.babilong.lengths {ZERO_K!r}: requests of up to {need} tokens, within "
+        f"eval.max_length={ev.max_length}")
+    return []
 
 
 def _base_problems(study: Any, log: Callable[[str], None]) -> List[str]:
@@ -209,6 +253,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
         log(f"[study] pre-flight: eval.longbench_e_data_dir={ev.longbench_e_data_dir!r} is not a folder here: "
             "LongBench-E is not run (its table is left out)")
     todo = [f for f in families if not _is_hub_source(metadata, f.prefix)]
+    zero_k = bool(ev.babilong and ZERO_K in ev.babilong.lengths and not ev.babilong.depths)
     for f in families:
         if f not in todo:
             log(f"[study] pre-flight: eval.{f.family}_lengths not checked: its source "
@@ -216,7 +261,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
     with tempfile.TemporaryDirectory(prefix="study_preflight_") as tmp:
         trained = None
         tok_path = study.eval_tokenizer()
-        if todo and not Path(tok_path).exists() and not cfg.base.given:
+        if (todo or zero_k) and not Path(tok_path).exists() and not cfg.base.given:
             trained = _trained_tokenizer(study, Path(tmp), log)
             tok_path = str(sentencepiece_file(trained)) if trained else tok_path
         tokenizer = None
@@ -238,6 +283,14 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
                     log(f"[study] pre-flight: eval.{fam.family}_lengths {ev.lengths_of(fam.family)}: {n} "
                         f"sequence{'' if n == 1 else 's'} at each length from {source!r}"
                         + (" (documents joined)" if metadata.get(f"{fam.prefix}_join_documents") else ""))
+        if zero_k:
+            try:
+                count = load_token_counter(tok_path)
+            except Exception as err:  # noqa: BLE001 -- a tokenizer that cannot be had is the run's error, not ours
+                log(f"[study] pre-flight: BABILong {ZERO_K!r} not sized: the eval tokenizer {tok_path!r} cannot be "
+                    f"loaded here ({type(err).__name__}: {err})")
+            else:
+                problems += _zero_k_problems(study, count, study.eval_tokenizer(), log)
         if problems:
             raise StudyConfigError("study config: the evaluation could not measure every cell (pre-flight check, "
                                    "before anything trains):\n  - " + "\n  - ".join(problems))
