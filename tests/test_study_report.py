@@ -69,7 +69,9 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
                     continue
                 m = re.fullmatch(r"(.*?)(?: \((\d+)/(\d+) runs; [^)]*\))?", text)  # a cell missing a run says so
                 assert (int(m[2]), int(m[3])) == (len(vals), len(links)) if m[2] else len(vals) == len(links), text
-                parts = m[1].split(" ± ")
+                se = re.search(r" \(se ([^)]*)\)$", m[1])  # lm-eval's standard error of a one-run cell
+                assert not se or len(vals) == 1, text  # never beside a ± over seeds
+                parts = m[1][:se.start()].split(" ± ") if se else m[1].split(" ± ")
                 assert math.isclose(float(parts[0]), statistics.fmean(vals), rel_tol=1e-3), (heads, row, col)
                 if len(vals) > 1:
                     assert math.isclose(float(parts[1]), statistics.stdev(vals), rel_tol=1e-3, abs_tol=1e-9)
@@ -196,3 +198,28 @@ def test_only_the_babilong_tasks_asked_are_evaluated_and_their_mean_is_the_score
     assert group["acc_1k_d50"] == pytest.approx(statistics.fmean([0.25 + 0.001 * q for q in (1, 3)]))
     assert rec["group_subtasks"]["longshort_babilong"] == ["longshort_babilong_qa1", "longshort_babilong_qa3"]
     assert rec["coverage"]["longshort_babilong"]["acc"]["missing"] == []
+
+
+def test_a_babilong_subset_gets_the_group_stderr_lm_eval_gives_and_the_table_shows_it():
+    """Before, the study averaged a QA subset's tasks into the group's numbers and kept no standard error (the
+    record kept none at all). Now the group's error is combined as lm-eval combines it for this group
+    (weight_by_size: false): checked against lm-eval's own functions on the same numbers; a one-run cell shows it."""
+    from lm_eval.api.metrics import aggregate_subtask_metrics, unweighted_mean_stderr
+
+    from torchtune_longshort.study.run_stages import babilong_group
+    from torchtune_longshort.study.tables import table_cell
+
+    results = {"longshort_babilong_qa1": {"acc": 0.5, "acc_1k": 0.25}, "longshort_babilong_qa3": {"acc": 0.2,
+                                                                                                   "acc_1k": 0.75}}
+    stderrs = {"longshort_babilong_qa1": {"acc": 0.1, "acc_1k": 0.2}, "longshort_babilong_qa3": {"acc": 0.04}}
+    res, groups = babilong_group(results, {}, list(results), stderrs)
+    assert res["longshort_babilong"]["acc"] == pytest.approx(aggregate_subtask_metrics([0.5, 0.2], [9, 30],
+                                                                                      weight_by_size=False))
+    assert stderrs["longshort_babilong"]["acc"] == pytest.approx(unweighted_mean_stderr([0.1, 0.04]))
+    assert "acc_1k" not in stderrs["longshort_babilong"]  # a task without one: none (lm-eval writes "N/A")
+    rec = {"status": "ok", "results": res, "stderr": stderrs, "group_subtasks": groups}
+    cell = table_cell({"r": rec}, ["r"], "longshort_babilong", "acc", [], "all")
+    assert cell["text"] == f"0.35 (se {unweighted_mean_stderr([0.1, 0.04]):.4g})"
+    assert cell["stderr"] == {"r": pytest.approx(unweighted_mean_stderr([0.1, 0.04]))}
+    two = table_cell({"r": rec, "s": rec}, ["r", "s"], "longshort_babilong", "acc", [], "all")
+    assert two["text"] == "0.35 ± 0"  # over seeds: the sd, as before

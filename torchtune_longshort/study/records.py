@@ -36,6 +36,14 @@ def metric_value(rec: Dict[str, Any], task: str, metric: str):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def metric_stderr(rec: Dict[str, Any], task: str, metric: str) -> Optional[float]:
+    """lm-eval's standard error of ``metric`` of ``task`` in a run's result.json (its ``stderr`` block; for the
+    BABILong group of a QA subset, combined as lm-eval combines a group's: ``run_stages.babilong_group``); None when
+    absent (records written before it was kept, a metric lm-eval gives none)."""
+    v = task_results(rec.get("stderr") or {}, task).get(metric)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def curve_mean(rec: Dict[str, Any], length: int, lo: int, hi: int) -> Optional[float]:
     """Mean per-position NLL over positions ``[lo, hi)`` of the ``length``-token perplexity curve."""
     c = (rec.get("curves") or {}).get(str(length)) or (rec.get("curves") or {}).get(length)

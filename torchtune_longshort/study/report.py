@@ -216,7 +216,9 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     spread = ("the value of the one seed" if len(cfg.seeds) == 1
               else "mean ± sample sd over seeds (one value: no ±)")
     md += [f"Cells: {spread}; — : no successful run; n/a (note k): the runs succeeded but the task could not run at "
-           "that length or had no data, the reason in note k under the table's title. The `runs` column links the "
+           "that length or had no data, the reason in note k under the table's title; (se x): lm-eval's standard "
+           "error of a one-run cell over its samples (a BABILong subset's combined from its tasks' as lm-eval "
+           "combines a group's). The `runs` column links the "
            "result.json files each cell of the row was computed from (key named in summary.json).", ""]
     for tid, t in tables.items():
         arrow = "lower is better" if t["lower_is_better"] else "higher is better"

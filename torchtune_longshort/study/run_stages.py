@@ -7,6 +7,7 @@ records the outcome; a failure is a :class:`~torchtune_longshort.study.stages.St
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from omegaconf import OmegaConf
 
 from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
-                                                        load_not_scored, load_results, remove_lm_eval_files)
+                                                        load_not_scored, load_results, load_stderrs,
+                                                        remove_lm_eval_files)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILONG_WRITTEN
 from torchtune_longshort.study.config import StudyConfig
@@ -32,22 +34,33 @@ EVAL_SPEC = "eval_spec.json"  # what the results in a run's eval/ were computed 
 RETRAIN = ".retrain_from_step_0"  # in a run's folder while it trains again from step 0 (its recipe.yaml changed)
 
 
-def babilong_group(results: Dict[str, Dict[str, Any]], groups: Dict[str, List[str]],
-                   tasks: List[str]) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, List[str]]]:
+def babilong_group(results: Dict[str, Dict[str, Any]], groups: Dict[str, List[str]], tasks: List[str],
+                   stderrs: Optional[Dict[str, Dict[str, float]]] = None) -> Tuple[Dict[str, Dict[str, Any]],
+                                                                               Dict[str, List[str]]]:
     """``(results, group_subtasks)`` with the pack's BABILong group added when ``tasks`` ran some of its QA tasks
-    one by one (``BabilongConfig.tasks``): each metric the unweighted mean over the tasks that report it, as the
-    group aggregates (its ``weight_by_size: false``), so a run's record holds the group's numbers and coverage
-    whichever tasks ran. Unchanged when the group itself ran or no BABILong task did."""
+    one by one (``BabilongConfig.tasks``), as lm-eval aggregates the group (its ``weight_by_size: false``): each
+    metric the unweighted mean over the tasks that report it (``lm_eval.api.metrics.aggregate_subtask_metrics``)
+    and, in ``stderrs`` (``{task: {metric: se}}``, lm-eval's ``_stderr`` entries), its standard error when every one
+    of those tasks has one: ``sqrt(sum se_i^2) / k`` (``unweighted_mean_stderr``, the error of a mean of k
+    independent means; the size-weighted ``pooled_sample_stderr`` goes with a size-weighted mean). So a run's record
+    holds the group's numbers, errors and coverage whichever tasks ran. Unchanged when the group itself ran or no
+    BABILong task did."""
     group = TASK_FAMILIES["babilong"].task
     members = [t for t in tasks if t.startswith(group + "_") and t in results]
     if not members or group in results:
         return results, groups
     scores: Dict[str, Any] = {}
+    errors: Dict[str, float] = {}
     for metric in dict.fromkeys(m for t in members for m in results[t]):
-        vals = [results[t][metric] for t in members if isinstance(results[t].get(metric), (int, float))
+        have = [t for t in members if isinstance(results[t].get(metric), (int, float))
                 and not isinstance(results[t].get(metric), bool)]
-        if vals:
-            scores[metric] = sum(vals) / len(vals)
+        if have:
+            scores[metric] = sum(results[t][metric] for t in have) / len(have)
+            ses = [(stderrs or {}).get(t, {}).get(metric) for t in have]
+            if all(se is not None for se in ses):
+                errors[metric] = math.sqrt(sum(se * se for se in ses)) / len(ses)
+    if stderrs is not None and errors:
+        stderrs[group] = errors
     return {**results, group: scores}, {**groups, group: members}
 
 
@@ -171,9 +184,11 @@ class RunStages(RunConfigs):
         says they come from this checkpoint, trained before this call, under this ``spec``; else lm-eval's files in
         ``eval/`` are deleted (a file lm-eval did not write stays, and is named in the log) and lm-eval runs again."""
         def read(eval_dir: Path, have: Dict[str, Any]) -> Dict[str, Any]:
-            have, groups = babilong_group(have, load_group_subtasks(eval_dir), tasks)
-            return {"results": have, "curves": load_curves(eval_dir), "coverage": group_coverage(have, groups),
-                    "group_subtasks": groups, "not_scored": load_not_scored(eval_dir)}
+            stderrs = load_stderrs(eval_dir)
+            have, groups = babilong_group(have, load_group_subtasks(eval_dir), tasks, stderrs)
+            return {"results": have, "stderr": stderrs, "curves": load_curves(eval_dir),
+                    "coverage": group_coverage(have, groups), "group_subtasks": groups,
+                    "not_scored": load_not_scored(eval_dir)}
 
         ev, rdir = self.cfg.eval, self.run_dir(key)
         eval_dir, tasks = rdir / "eval", self.eval_tasks()

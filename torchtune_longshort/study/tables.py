@@ -23,7 +23,7 @@ from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import BabilongConfig, metric_of
 from torchtune_longshort.study.labels import loss_label
-from torchtune_longshort.study.records import metric_value, not_scored_reasons, upgraded, why_empty
+from torchtune_longshort.study.records import metric_stderr, metric_value, not_scored_reasons, upgraded, why_empty
 from torchtune_longshort.study.run_configs import run_folder
 from torchtune_longshort.study.runner import RESULT
 
@@ -130,8 +130,12 @@ def table_cell(recs: Dict[str, Dict[str, Any]], members: List[str], task: str, m
     vals = {k: v for k, v in vals.items() if v is not None and math.isfinite(v)}
     m, s = mean_sd(list(vals.values()))
     mark, cov = _coverage_text(recs, list(vals), task, metric)
+    ses = {k: se for k in vals if (se := metric_stderr(recs[k], task, metric)) is not None}
     cell = {"mean": m, "sd": s, "n": len(vals), "values": vals, "json_key": f"results.{task}.{metric}",
-            "text": cell_text(m, s) + mark}
+            "text": cell_text(m, s) + (f" (se {fmt(ses[next(iter(vals))])})" if len(vals) == 1 and ses else "")
+            + mark}
+    if ses:  # lm-eval's standard error of each run's value (over its samples; the ± is over seeds)
+        cell["stderr"] = ses
     if cov:
         cell["partial_group"] = cov
     if not vals:

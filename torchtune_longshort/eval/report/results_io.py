@@ -120,6 +120,18 @@ def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def load_stderrs(results_dir: Path) -> Dict[str, Dict[str, float]]:
+    """``{task: {metric: standard error}}``: lm-eval's ``<metric>_stderr,none`` entries of every results file of
+    ``results_dir`` (newest file wins per task), the numbers only (lm-eval writes "N/A" where it has none)."""
+    out: Dict[str, Dict[str, float]] = {}
+    for f in results_files(results_dir):
+        for task, metrics in (json_file(f).get("results") or {}).items():
+            out[current_name(task)] = {
+                key.split(",", 1)[0][: -len("_stderr")]: float(v) for key, v in metrics.items()
+                if key.endswith("_stderr,none") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return out
+
+
 def not_scored_of(data: Dict[str, Any]) -> Dict[str, str]:
     """``{task: reasons}`` of one parsed results file: why some of a task's values are NaN or missing, from the
     ``not_scored`` entry the pack's tasks write to its ``configs`` block (and the ``error`` metric of older files);
