@@ -325,6 +325,29 @@ def test_a_lock_whose_pid_was_reused_is_stale(tmp_path):
         other.wait()
 
 
+def test_a_lock_file_created_but_not_yet_written_is_held(tmp_path):
+    """Another run creates the lock file (O_EXCL) a moment before it writes its PID. An empty lock file was read as
+    stale: a second run starting in that moment took the lock as well. Now an empty file is read again until it is
+    written (held) or ~2 s have passed (a run killed between the two: stale, taken over)."""
+    import threading
+
+    from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
+
+    lock_file = tmp_path / ".lock"
+    lock_file.touch()  # the first run's O_EXCL create; it writes its PID 0.3 s later
+    writer = threading.Timer(0.3, lambda: lock_file.write_text(f"{os.getpid()}\n"))
+    writer.start()
+    try:
+        with pytest.raises(OutputDirInUse, match=f"PID {os.getpid()}"):
+            OutputDirLock(tmp_path).acquire()
+    finally:
+        writer.join()
+    lock_file.write_text("")  # never written: its run died between create and write
+    lock = OutputDirLock(tmp_path).acquire()
+    assert lock_file.read_text().split()[0] == str(os.getpid())
+    lock.release()
+
+
 @pytest.mark.parametrize("clip", [1.0, None])
 def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, clip):
     out = tmp_path / "out"

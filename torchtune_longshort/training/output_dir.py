@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
@@ -280,7 +281,7 @@ class OutputDirLock:
             try:
                 fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                holder, started = self._holder()
+                holder, started = self._written_holder()
                 if holder is not None and _holder_alive(holder, started):
                     raise OutputDirInUse(
                         f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
@@ -307,6 +308,23 @@ class OutputDirLock:
     def record_written(self) -> None:
         """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
         record_written(self.path.parent, self.written_here, self.existed)
+
+    def _written_holder(self, wait_s: float = 2.0) -> Tuple[Optional[int], Optional[str]]:
+        """:meth:`_holder`, waiting up to ``wait_s`` for an empty lock file to be written: another run's O_EXCL create
+        comes a moment before its write, and an empty file read as stale let two runs take the lock together. One
+        still empty after that is a run killed between the two: stale."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            holder = self._holder()
+            if holder[0] is not None or time.monotonic() >= deadline or not self._empty():
+                return holder
+            time.sleep(0.02)
+
+    def _empty(self) -> bool:
+        try:
+            return self.path.stat().st_size == 0
+        except OSError:
+            return False
 
     def _holder(self) -> Tuple[Optional[int], Optional[str]]:
         """The lock file's PID and start time (None: not recorded, an earlier version's file; both None: no file or
