@@ -82,8 +82,10 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     """lm-eval ``process_results``: ``acc``, ``acc_<length>`` and, for rows with a depth, the depth keys.
 
     A row without data (missing file, hub unreachable) gives ``missing_data`` = 1 and no accuracy, so the group
-    mean covers the tasks that have data; a prompt the model refused gives NaN accuracies. Both carry the
-    reason (metric ``error``)."""
+    mean covers the tasks that have data. A prompt the model refused gives NaN at its length (``acc_<length>``,
+    ``acc_<length>_d<depth>``) and no value for the metrics pooled over lengths (``acc``, ``acc_d<depth>``), as
+    ``longshort_passkey`` does: before, one refused prompt made the task's ``acc`` (and its group's) NaN. Both
+    carry the reason (metric ``error``)."""
     if reason_of(doc):
         return missing_results(reason_of(doc))
     qa = doc.get("qa")
@@ -91,11 +93,11 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
         raise ValueError(f"a BABILong row has qa={qa!r}; accepted: {list(QA_TASKS)} (load it with load_babilong)")
     refusal = refusal_of(results[0])
     ok = float("nan") if refusal else float(compare_answers(doc["target"], results[0], doc["question"], TASK_LABELS[qa]))
-    out = {"acc": ok, f"acc_{doc['length']}": ok}
+    names = [f"acc_{doc['length']}"] + ([] if refusal else ["acc"])
     depth = doc.get("depth")
+    out = {n: ok for n in names}
     if depth is not None:
-        out[per_depth("acc", depth)] = ok
-        out[per_depth(f"acc_{doc['length']}", depth)] = ok
+        out.update({per_depth(n, depth): ok for n in names})
     return nan_results(refusal, out) if refusal else out
 
 
