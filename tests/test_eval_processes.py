@@ -20,7 +20,8 @@ TASKS = "longshort_ppl,longshort_misalignment,longshort_passkey"
 # one length, and each process scores a metric the other does not (lm-eval 0.4.13 ended with KeyError: ('ppl_64',
 # 'none') after every request had run, no results file)
 META = json.dumps({"ppl_source": "stdlib", "ppl_num_samples": 4, "max_seq_lengths": [128], "ppl_max_seq_lengths":
-                   [64, 128], "passkey_num_samples": 2, "passkey_max_seq_lengths": [256]})
+                   [64, 128], "passkey_num_samples": 2, "passkey_max_seq_lengths": [32, 64, 256]})
+# passkey at 32 and 64 cannot be scored (the prompt without haystack is longer): one such document in each process
 
 
 def _args(ckpt: Path, tok: Path, out: Path) -> list:
@@ -49,7 +50,14 @@ def test_two_processes_give_the_one_process_metrics(tiny_llama2_dir, sp_tokenize
         assert f"Building contexts for {task} on rank 1" in log and f"Building contexts for {task} on rank 0" in log
     files = list((tmp_path / "two").rglob("results_*.json"))
     assert len(files) == 1  # rank 0 alone wrote the results
-    two = json.loads(files[0].read_text())["results"]
+    two_file = json.loads(files[0].read_text())
+    two = two_file["results"]
+    # the samples not scored, counted over both processes (the results file had rank 0's count alone)
+    one_cfg = json.loads(next((tmp_path / "one").rglob("results_*.json")).read_text())["configs"]
+    for task in TASKS.split(","):
+        for key in ("not_scored", "not_scored_lengths"):
+            assert one_cfg[task].get(key) == two_file["configs"][task].get(key), (task, key)
+    assert one_cfg["longshort_passkey"]["not_scored_lengths"] == {"32": 1, "64": 1}
     assert one.keys() == two.keys()
     for task, metrics in one.items():
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 logger = logging.getLogger(__name__)
+# the pack's per-task counts of samples not scored (PackTask), each process's own until summed on rank 0
+NOT_SCORED_ATTRS = ("not_scored", "not_scored_lengths")
 
 
 def launched_world_size() -> int:
@@ -79,8 +81,29 @@ class Processes:
 
         out: Optional[List[Any]] = [None] * self.world_size if self.rank == dst else None
         dist.gather_object(obj, out, dst=dst)
+        if _metric_values([obj]):  # every rank gathers the same kind of object at the same call
+            self._sum_not_scored(dst, caller)
         complete_metric_keys(out, caller)
         return out
+
+    def _sum_not_scored(self, dst: int, caller: Optional[FrameType]) -> None:
+        """Give ``dst``'s tasks every rank's counts of samples not scored (the pack's ``PackTask.not_scored`` and
+        ``not_scored_lengths``, which each process counts for its own documents: the results file, written by rank
+        0, counted rank 0's alone). A collective: every rank calls it."""
+        import torch.distributed as dist
+
+        tasks = {name: acc.get("task") for name, acc in _accumulated(caller).items()}
+        mine = {name: {k: dict(getattr(t, k)) for k in NOT_SCORED_ATTRS if isinstance(getattr(t, k, None), dict)}
+                for name, t in tasks.items()}
+        out: Optional[List[Any]] = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(mine, out, dst=dst)
+        for name, t in tasks.items() if out is not None else ():
+            for k in mine.get(name, {}):
+                total: Dict[str, int] = {}
+                for ranks in out:
+                    for reason, n in ranks.get(name, {}).get(k, {}).items():
+                        total[reason] = total.get(reason, 0) + n
+                setattr(t, k, total)
 
     def barrier(self) -> None:
         if self.world_size > 1:
@@ -113,7 +136,7 @@ def complete_metric_keys(gathered: Optional[List[Any]], caller: Optional[FrameTy
             values = ranks.setdefault(task, {})
             for key in keys:
                 values.setdefault(key, [])
-    accumulated = (caller.f_locals.get("eval_results_acc") if caller is not None else None) or {}
+    accumulated = _accumulated(caller)
     for task, keys in every.items():
         raw = accumulated.get(task, {}).get("raw_metrics")
         if raw is None:
@@ -125,6 +148,12 @@ def complete_metric_keys(gathered: Optional[List[Any]], caller: Optional[FrameTy
             raw.setdefault(key, [])
             if add_metric is not None:
                 add_metric(key[0])
+
+
+def _accumulated(caller: Optional[FrameType]) -> Dict[str, Any]:
+    """lm-eval's ``evaluate``'s per-task accumulator (``eval_results_acc``: ``{task: {"task": <Task>,
+    "raw_metrics": ...}}``) in the ``caller`` frame; empty where there is none."""
+    return (caller.f_locals.get("eval_results_acc") if caller is not None else None) or {}
 
 
 def _leave() -> None:
