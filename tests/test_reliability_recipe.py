@@ -364,6 +364,33 @@ def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_
     assert not list(out.glob("step_[1-9]*"))
 
 
+def test_non_finite_loss_names_its_micro_batch_and_takes_no_step(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                 sp_tokenizer_dir):
+    """The loss check reads the step's one device read (all micro-batches' terms): a NaN loss in the second of two
+    micro-batches still names that micro-batch's e and values, and no optimizer step is taken."""
+    r = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=2,
+                            gradient_accumulation_steps=2))
+    r.setup()
+    before = r._model.output.weight.detach().clone()
+    loss_fn, seen = r._loss_fn, []
+
+    def nan_in_second(*args):
+        out = loss_fn(*args)
+        seen.append((args[-1], out.ce.item()))
+        if len(seen) == 2:
+            out.loss = out.loss * float("nan")
+        return out
+
+    r._loss_fn = nan_in_second
+    with pytest.raises(FloatingPointError) as err:
+        r.train()
+    r.release_output_dir()
+    (e, ce), message = seen[1], str(err.value)
+    assert len(seen) == 2
+    assert message.startswith(f"non-finite loss nan at step 1 (rank 0), e={e}, data position ")
+    assert f"(ce={ce}, misalignment=" in message and message.endswith("); stopping before the optimizer step")
+    assert torch.equal(r._model.output.weight.detach(), before)
+
 def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
     from torchtune_longshort.training.metrics import JsonlMetricLogger
 
@@ -436,3 +463,23 @@ def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_4"
     next((tmp_path / "step_4").glob("model-00002-*.safetensors")).unlink()
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_2"
+
+
+CLEX_NODE = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 256,
+             "original_max_seq_len": 64}
+
+
+@pytest.mark.parametrize("accum,rope", [(2, "default"), (1, "clex")])
+def test_a_training_step_reads_the_device_once(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, accum, rope):
+    """On a GPU every host read of a device value waits for the queue to drain. A training step (its micro-batches,
+    the loss and gradient-norm checks, clipping, the logged values) reads the device once: one ``tolist`` of the
+    logged loss terms and the gradient norms. Counted on this CPU by ``benchmarks/host_syncs.py``, which tracks the
+    tensors a GPU run holds on the device; it was 4 reads per micro-batch + 2 per step (+ 1 per CLEX forward)."""
+    from benchmarks import host_syncs
+
+    over = dict(save_every_n_steps=10**6, gradient_accumulation_steps=accum)
+    if rope == "clex":
+        over["model"] = {**CLEX_NODE, "model": {"_component_": "torchtune_longshort.models.hf_decoder",
+                                                "checkpoint_dir": str(tiny_llama2_dir)}}
+    counts = host_syncs.train_step_counts(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", **over))
+    assert sum(counts.values()) == 1 and [op for op, _ in counts] == ["tolist"], counts

@@ -43,7 +43,9 @@ from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, st
 from torchtune_longshort.training.out_of_space import OutOfSpace
 from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
-from torchtune_longshort.training.step_checks import check_finite_loss, clip_gradients
+from torchtune_longshort.training.step_checks import (
+    TERMS, check_finite_losses, check_finite_norms, clip_gradient_norms, loss_terms, read_step,
+)
 from torchtune_longshort.training.stop_signals import StopSignals
 from torchtune_longshort.training.validation import validation_metrics
 from torchtune_longshort.windows import unstack_window_outputs
@@ -151,8 +153,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             sums, norms = self._checked_step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
-                self._run_log.log_step(self.global_step, sums, lr, {k: float(v) for k, v in norms.items()},
-                                       self._device)
+                self._run_log.log_step(self.global_step, sums, lr, norms, self._device)
             self._run_log.advance()
             with self._run_log.paused():  # throughput counts training time only
                 if self._val_tokens is not None and (self.global_step % val_every == 0
@@ -239,27 +240,33 @@ class LongShortFinetuneRecipe(RecipeSetup):
                                              "validation.seq_len fits")
 
     def _train_step(self):
-        """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norm)``, the
-        sums averaged over the global batch."""
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norms)``, the
+        sums averaged over the global batch. The device is read once, after clipping and before the optimizer step
+        (:func:`~torchtune_longshort.training.step_checks.read_step`): the logged values and the finiteness checks
+        take their numbers from that read, not a read per micro-batch and per check."""
         self._optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "ce": 0.0, "misalignment": 0.0, "e": 0.0}
         accum = self.config.gradient_accumulation_steps
+        terms, places, e_sum = [], [], 0.0
         for _ in range(accum):
             batch = self._batcher.next_batch()
             out = self._loss_step(batch)
             (out.loss / accum).backward()
-            sums["loss"] += out.loss.item() / accum
-            sums["ce"] += out.ce.item() / accum
-            sums["misalignment"] += out.misalignment.item() / accum
-            sums["e"] += batch["e"] / accum
+            terms.append(loss_terms(out))
+            places.append({"e": batch["e"], "data_position": batch["data_position"]})
+            e_sum += batch["e"] / accum
             self._run_log.tokens += 2 * batch["tokens_a"].numel() * self.world_size  # both windows go through the model
         if self._distributed:
             average_replicated_grads(self._model)  # a learned RoPE's (CLEX): FSDP2 reduced the rest
-        norms = clip_gradients(
-            self._model, self.config.clip_grad_norm,
-            lambda: f"{self._where(batch)}, loss {sums['loss']:.6g} (last checkpoint: {self.ckpts.latest()})",
-            rope_separately=self.config.clip_rope_separately,
-        )
+        norms = clip_gradient_norms(self._model, self.config.clip_grad_norm,
+                                    rope_separately=self.config.clip_rope_separately)
+        rows, norms = read_step(terms, norms)
+        check_finite_losses(rows, lambda i: self._where(places[i]))
+        sums = {"loss": 0.0, "ce": 0.0, "misalignment": 0.0, "e": e_sum}
+        for row in rows:  # the same float64 sums, term by term, as reading each micro-batch's values did
+            for key, value in zip(TERMS, row):
+                sums[key] += value / accum
+        check_finite_norms(norms, lambda: f"{self._where(places[-1])}, loss {sums['loss']:.6g} (last checkpoint: "
+                                          f"{self.ckpts.latest()})")
         self._in_optimizer_step = True
         self._optimizer.step()
         self._in_optimizer_step = False
@@ -285,9 +292,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             input_pos = window_positions(self._pos_sampler, self._pos_generator, ta.shape[0], self.config.seq_len,
                                          self.rank, self.world_size).to(self._device)
         out_a, out_b = unstack_window_outputs(self._forward(tokens, input_pos=input_pos), ta.shape[0])
-        out = self._loss_fn(out_a, out_b, la, lb, batch["e"])
-        check_finite_loss(out, lambda: self._where(batch))
-        return out
+        return self._loss_fn(out_a, out_b, la, lb, batch["e"])
 
     def cleanup(self) -> None:
         self.release_output_dir()

@@ -261,13 +261,17 @@ class CLEXRoPE(ScaledRoPE):
         """CLEX's training positions [seq_len] (float), the released rule: 0, a sorted random subset of
         (0, seq_len*t - 1) divided by ``scale = max(1, seq_len // L)``, and ``seq_len*t // scale - 1`` (integer
         division: at scale > 1 the last position is not the others' (seq_len*t - 1) / scale)."""
+        return self._host_training_positions(seq_len, t, generator).to(self.ode_up_proj.device)
+
+    def _host_training_positions(self, seq_len: int, t: int, generator=None) -> torch.Tensor:
+        """:meth:`sample_training_positions` on the host, where the generator draws them (reading their maximum
+        there is no device sync)."""
         if seq_len < 2:
-            return torch.zeros(seq_len, device=self.ode_up_proj.device)
+            return torch.zeros(seq_len)
         scale = max(1, seq_len // self.original_max_seq_len)
         span = seq_len * t
         inner = torch.randperm(span - 2, generator=generator)[: seq_len - 2].sort().values.float() + 1
-        pos = torch.cat([torch.zeros(1), inner / scale, torch.tensor([float(span // scale - 1)])])
-        return pos.to(self.ode_up_proj.device)
+        return torch.cat([torch.zeros(1), inner / scale, torch.tensor([float(span // scale - 1)])])
 
     def prepare(self, seq_len: int, input_pos: Optional[torch.Tensor] = None, generator=None) -> None:
         """Fix t (and, in training, the positions) for one model forward; ``clear()`` undoes it."""
@@ -277,12 +281,13 @@ class CLEXRoPE(ScaledRoPE):
             t = int(torch.randint(self.t_min, self.t_max + 1, (1,), generator=generator))
             theta = self.inv_freq_at(t)
             if input_pos is None and self.sample_positions:
-                positions = self.sample_training_positions(seq_len, t, generator)
+                positions = self._host_training_positions(seq_len, t, generator)
                 if positions.numel() and float(positions.max()) >= self.max_seq_len:
                     raise ValueError(
                         f"CLEX training positions reach {float(positions.max()):.0f} >= max_seq_len={self.max_seq_len}: "
                         f"with seq_len={seq_len} and t={t}, build the model for at least seq_len * t_max positions"
                     )
+                positions = positions.to(self.ode_up_proj.device)
         else:
             length = self.call_length(seq_len, input_pos)
             t = self.inference_t(length)

@@ -1,24 +1,67 @@
 """Stop a training run at the first non-finite loss or gradient norm, before the optimizer step, so the last
-checkpoint stays the last good one."""
+checkpoint stays the last good one.
+
+The checks read no device value of their own: a step's loss terms and gradient norms come to the host in one read
+(:func:`read_step`), which the logged values need anyway, and the checks look at those numbers. On a GPU each read
+waits for every kernel queued before it; one per micro-batch and one per check kept the queue from running ahead
+(``benchmarks/host_syncs.py`` counts them).
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence
+import math
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from torchtune_longshort.training.learned_rope import learned_rope_modules
 
+TERMS = ("loss", "ce", "misalignment")  # a micro-batch's loss terms, as LongShortLoss returns them
+NORM_NAMES = {"grad_norm": "gradient norm", "rope_grad_norm": "RoPE gradient norm"}
+
+
+def loss_terms(out) -> torch.Tensor:
+    """``[loss, ce, misalignment]`` of a ``LongShortLoss`` output, detached, on its device (no read)."""
+    return torch.stack([getattr(out, k).detach() for k in TERMS])
+
+
+def read_step(terms: Sequence[torch.Tensor], norms: Dict[str, torch.Tensor]) -> Tuple[List[List[float]],
+                                                                                       Dict[str, float]]:
+    """One device read for a step: each micro-batch's :func:`loss_terms` and the gradient ``norms`` as Python
+    floats (float64 on the way: exact for float32 / bfloat16 values, so each equals the tensor's ``.item()``)."""
+    parts = [t.double() for t in terms] + [n.reshape(1).double() for n in norms.values()]
+    values = torch.cat(parts).tolist()
+    n = len(TERMS)
+    rows = [values[i * n:(i + 1) * n] for i in range(len(terms))]
+    return rows, dict(zip(norms, values[len(terms) * n:]))
+
+
+def check_finite_losses(rows: Sequence[Sequence[float]], where: Callable[[int], str]) -> None:
+    """Raise ``FloatingPointError`` at the first micro-batch whose loss (``rows[i]``: :data:`TERMS`) is not finite,
+    naming ``where(i)`` (step, rank, e, data position)."""
+    for i, (loss, ce, misalignment) in enumerate(rows):
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {loss} at {where(i)} (ce={ce}, misalignment={misalignment}); stopping before the "
+                "optimizer step"
+            )
+
+
+def check_finite_norms(norms: Dict[str, float], where: Callable[[], str]) -> None:
+    """Raise ``FloatingPointError`` naming ``where()`` at the first gradient norm (in clipping order) that is not
+    finite (clipping would scale every gradient to 0 or NaN and the run would go on without learning)."""
+    for key, norm in norms.items():
+        if not math.isfinite(norm):
+            raise FloatingPointError(f"non-finite {NORM_NAMES[key]} {norm} at {where()}; stopping before the "
+                                     "optimizer step")
+
 
 def check_finite_loss(out, where: Callable[[], str]) -> None:
     """Raise ``FloatingPointError`` naming ``where()`` (step, rank, e, data position) when ``out.loss`` is not
-    finite."""
-    if not torch.isfinite(out.loss.detach()).item():
-        raise FloatingPointError(
-            f"non-finite loss {out.loss.item()} at {where()} (ce={out.ce.item()}, "
-            f"misalignment={out.misalignment.item()}); stopping before the optimizer step"
-        )
+    finite (one read of ``out``'s terms)."""
+    rows, _ = read_step([loss_terms(out)], {})
+    check_finite_losses(rows, lambda i: where())
 
 
 def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
@@ -26,32 +69,37 @@ def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
     return [p for m in learned_rope_modules(model) for p in m.parameters(recurse=False) if p.requires_grad]
 
 
-def _clip(params: Sequence[nn.Parameter], max_norm, name: str, where: Callable[[], str]) -> torch.Tensor:
+def _clip(params: Sequence[nn.Parameter], max_norm) -> torch.Tensor:
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(max_norm) if max_norm is not None else float("inf"))
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()
-    if not torch.isfinite(norm).item():
-        raise FloatingPointError(f"non-finite {name} {norm.item()} at {where()}; stopping before the optimizer step")
     return norm
 
 
-def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str],
-                   rope_separately: bool = False) -> Dict[str, torch.Tensor]:
+def clip_gradient_norms(model: nn.Module, max_norm, rope_separately: bool = False) -> Dict[str, torch.Tensor]:
     """Clip to ``max_norm`` (None: only measure) and return ``{"grad_norm": ...}`` (the norm before clipping) plus
-    ``"rope_grad_norm"`` when the model has trainable RoPE parameters (CLEX's ODE). ``rope_separately``: clip those
-    parameters as their own group, so that their gradient (it grows with the positions: d angle / d log freq is the
-    angle) does not scale down every other gradient; ``grad_norm`` is then the rest's norm. Raise
-    ``FloatingPointError`` naming ``where`` when a norm is not finite (clipping would scale every gradient to 0 or
-    NaN and the run would go on without learning)."""
+    ``"rope_grad_norm"`` when the model has trainable RoPE parameters (CLEX's ODE), as device tensors, unread (check
+    them with :func:`read_step` and :func:`check_finite_norms` before the optimizer step). ``rope_separately``: clip
+    those parameters as their own group, so that their gradient (it grows with the positions: d angle / d log freq
+    is the angle) does not scale down every other gradient; ``grad_norm`` is then the rest's norm."""
     rope = rope_parameters(model)
     out: Dict[str, torch.Tensor] = {}
     if rope_separately and rope:
         ids = {id(p) for p in rope}
-        out["grad_norm"] = _clip([p for p in model.parameters() if id(p) not in ids], max_norm, "gradient norm", where)
-        out["rope_grad_norm"] = _clip(rope, max_norm, "RoPE gradient norm", where)
+        out["grad_norm"] = _clip([p for p in model.parameters() if id(p) not in ids], max_norm)
+        out["rope_grad_norm"] = _clip(rope, max_norm)
         return out
     if rope:  # measured (max_norm None: nothing scaled) before the joint clipping below changes it; the same
         # call as every clipping here, so sharded (FSDP2 DTensor) gradients reduce the same way
-        out["rope_grad_norm"] = _clip(rope, None, "RoPE gradient norm", where)
-    out["grad_norm"] = _clip(list(model.parameters()), max_norm, "gradient norm", where)
+        out["rope_grad_norm"] = _clip(rope, None)
+    out["grad_norm"] = _clip(list(model.parameters()), max_norm)
     return out
+
+
+def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str],
+                   rope_separately: bool = False) -> Dict[str, torch.Tensor]:
+    """:func:`clip_gradient_norms`, then raise ``FloatingPointError`` naming ``where`` when a norm is not finite
+    (one read of the norms)."""
+    norms = clip_gradient_norms(model, max_norm, rope_separately)
+    check_finite_norms(read_step([], norms)[1], where)
+    return norms
