@@ -107,19 +107,19 @@ def project_logprobs(output: nn.Module, hidden: torch.Tensor, vocab_size: int) -
 
 def project_target_logprobs(
     output: nn.Module, hidden: torch.Tensor, target: torch.Tensor, vocab_size: int
-) -> Tuple[torch.Tensor, bool]:
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """``log p(target[i] | .)`` (float32 ``[n]``) for ``[n, d]`` final hidden states, and whether every target is
-    the argmax.
+    the argmax (a 0-dim bool tensor on their device: reading it is the caller's, once for all it scores).
 
     Projects, log-softmaxes (float32), gathers and argmaxes one chunk of positions at a time, so at most one chunk's
     ``[rows, vocab]`` logits exist at once, whatever ``n`` is. Same arithmetic per position as lm-eval's ``hf`` model
     (log_softmax, then gather).
     """
     tok_lp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-    greedy = True
+    greedy = torch.ones((), dtype=torch.bool, device=hidden.device)
     for start, logits in _chunks(output, hidden, vocab_size):
         t = target[start : start + logits.shape[0]]
-        greedy = greedy and bool((logits.argmax(dim=-1) == t).all())
+        greedy = greedy & (logits.argmax(dim=-1) == t).all()
         tok_lp[start : start + logits.shape[0]] = F.log_softmax(logits, dim=-1).gather(1, t[:, None])[:, 0]
         del logits
     return tok_lp, greedy

@@ -108,6 +108,9 @@ def greedy_generate(
     """
     from torchtune.modules.common_utils import delete_kv_caches, local_kv_cache
 
+    # deferred: torchtune (its modules load with the first generation, as local_kv_cache's import above)
+    from torchtune_longshort.eval.model.kv_cache import count_on_host
+
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise ValueError(f"prefill_chunk={prefill_chunk!r} is not accepted: expected an integer >= 1")
     batch = _Batch(prompts, max_new_tokens, pad_id, device)
@@ -118,6 +121,7 @@ def greedy_generate(
     try:
         with local_kv_cache(model, batch_size=batch.size, device=device, dtype=dtype,
                             decoder_max_seq_len=batch.total):
+            count_on_host(model)  # the caches' bounds checks read no device value (one sync per layer per token)
             last = batch.prefill(model, batch.prompt_len, prefill_chunk, ropes)
             for step in range(max_new_tokens):
                 nxt = decoder.output(last).float().argmax(dim=-1)

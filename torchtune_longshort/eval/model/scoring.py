@@ -89,11 +89,19 @@ def score_continuations(
 
     def score(chunk: Sequence[Prepared]) -> None:
         hidden = forward_hidden(model, _padded(chunk, pad_id), device)
+        parts = []  # per request [sum, greedy, per-token...], read from the device once for the batch
         for row, (i, inp, cont) in enumerate(chunk):
             n = len(cont)
             target = torch.tensor(cont, dtype=torch.long, device=hidden.device)
             tok_lp, greedy = project_target_logprobs(output, hidden[row, len(inp) - n : len(inp)], target, vocab_size)
-            results[i] = TokenLoglikelihood(float(tok_lp.double().sum()), greedy, tok_lp.tolist())
+            tok_lp = tok_lp.double()  # exact: each value equals its float32 one
+            parts += [tok_lp.sum().reshape(1), greedy.double().reshape(1), tok_lp]
+        values = torch.cat(parts).tolist()
+        at = 0
+        for i, _, cont in chunk:
+            n = len(cont)
+            results[i] = TokenLoglikelihood(values[at], values[at + 1] == 1.0, values[at + 2 : at + 2 + n])
+            at += 2 + n
 
     def refuse(item: Prepared, error: str) -> None:
         i, inp, _ = item
