@@ -186,7 +186,8 @@ def tiny_checkpoint(root: Path):
 def train_cfg(ckpt: Path, tok: Path, out: Path, alpha: float = 0.1, lora: bool = False, rope: str = "default",
               **over):
     """configs/tiny/longshort_from_checkpoint.yaml on ``ckpt``: ``seq_len`` 64, 4 sequences a step, no validation,
-    no saves; ``lora``: rank-4 adapters on q and v; ``rope``: the 512 positions taken as 128 scaled by that method."""
+    no saves; ``lora``: rank-4 adapters on q and v; ``rope``: the 512 positions taken as 128 scaled by that method
+    (``"<method>+pose"``: and PoSE's position ids up to 512)."""
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml")
@@ -198,6 +199,9 @@ def train_cfg(ckpt: Path, tok: Path, out: Path, alpha: float = 0.1, lora: bool =
     cfg.lr_scheduler.num_warmup_steps = 0
     if lora:
         cfg.model.lora_attn_modules, cfg.model.lora_rank, cfg.model.lora_alpha = ["q_proj", "v_proj"], 4, 8
+    if rope.endswith("+pose"):  # PoSE's position ids (up to 512) instead of 0..63
+        rope = rope[:-len("+pose")]
+        cfg.position_sampler = {"_component_": "torchtune_longshort.rope.PoSEPositions", "target_len": 512}
     if rope != "default":
         cfg.model = {"_component_": "torchtune_longshort.models.rope_scaled", "method": rope, "max_seq_len": 512,
                      "original_max_seq_len": 128, "model": OmegaConf.to_container(cfg.model)}
@@ -268,7 +272,8 @@ def eval_counts(ckpt: Path, tok: Path):
 
 # ----------------------------------------------------------------------------- table
 TRAIN_CASES = [(0.1, False, "default", 1), (0.0, False, "default", 1), (0.1, True, "default", 1),
-               (0.0, True, "default", 1), (0.1, False, "yarn", 1), (0.1, False, "clex", 1), (0.1, False, "default", 4)]
+               (0.0, True, "default", 1), (0.1, False, "yarn", 1), (0.1, False, "clex", 1), (0.1, False, "default", 4),
+               (0.1, False, "yarn+pose", 1)]
 
 
 def by_op(counts: dict) -> str:
@@ -291,7 +296,7 @@ def main(argv=None) -> int:
         ckpt, tok = tiny_checkpoint(Path(tmp))
         if "train" in args.cases:
             for i, (alpha, lora, rope, accum) in enumerate(TRAIN_CASES):
-                name = f"train step: alpha {alpha}, {'LoRA' if lora else 'full'}, RoPE {rope}, {accum} micro-batch(es)"
+                name = f"train step: alpha {alpha}, {'LoRA' if lora else 'full'}, {rope}, {accum} micro-batch(es)"
                 cfg = train_cfg(ckpt, tok, Path(tmp) / f"out{i}", alpha, lora, rope, gradient_accumulation_steps=accum)
                 rows.append((name, train_step_counts(cfg)))
         if "eval" in args.cases:
