@@ -86,7 +86,8 @@ def main(argv=None) -> int:
         ckpt, tok = tiny_checkpoint(Path(tmp))
         for i, rope in enumerate(args.cases.split(",")):
             rows.append((rope, run_case(ckpt, tok, Path(tmp) / f"out{i}", rope, args.steps)))
-    print(f"| case ({args.backend}, {args.steps} steps) | e per step | graphs | recompiles | new graphs at layer calls |")
+    print(f"| case ({args.backend}, {args.steps} steps) | e per step | graphs | recompiles "
+          "| new graphs at layer calls |")
     print("|---|---|---:|---:|---|")
     for rope, r in rows:
         at = ", ".join(f"{layer} call {call}" for layer, call, _ in r["events"]) or "-"
