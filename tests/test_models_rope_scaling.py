@@ -299,3 +299,33 @@ def test_casting_the_model_keeps_rope_math_in_float32():
     assert model.layers[0].attn.q_proj.weight.dtype == torch.bfloat16
     with torch.no_grad():
         assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 100)))).all()
+
+
+def test_a_position_samplers_range_is_read_on_the_host(monkeypatch):
+    """The recipe draws a position sampler's ids on the host: ``positions_on`` reads their range there and notes it
+    in each RoPE, whose bounds check then reads nothing back from the device (it read once per forward: a sync on a
+    GPU). Positions past the cache are still refused; a tensor changed in place since is read again."""
+    from torchtune.models.llama2 import llama2
+
+    import torchtune_longshort.rope.base as base
+    from torchtune_longshort.rope import rope_modules
+    from torchtune_longshort.training.data_setup import positions_on
+
+    reads = []
+    real = base._position_range
+    monkeypatch.setattr(base, "_position_range", lambda t: reads.append(1) or real(t))
+    torch.manual_seed(0)
+    model = llama2(vocab_size=64, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=32, max_seq_len=64)
+    apply_rope_scaling(model, "linear", max_seq_len=64, factor=2.0)
+    ropes, cpu, tokens = rope_modules(model), torch.device("cpu"), torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        pos = positions_on(cpu, torch.arange(8)[None] + 3, ropes)
+        model(tokens, input_pos=pos)
+        assert reads == []
+        with pytest.raises(ValueError, match=r"input_pos spans \[60, 67\]"):
+            model(tokens, input_pos=positions_on(cpu, torch.arange(8)[None] + 60, ropes))
+        assert reads == []
+        pos.add_(60)  # in place: not the range noted, read again
+        with pytest.raises(ValueError, match=r"input_pos spans \[63, 70\]"):
+            model(tokens, input_pos=pos)
+        assert reads == [1]

@@ -465,21 +465,24 @@ def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_2"
 
 
-CLEX_NODE = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 256,
-             "original_max_seq_len": 64}
+SCALED_NODE = {"_component_": "torchtune_longshort.models.rope_scaled", "max_seq_len": 256, "original_max_seq_len": 64}
 
 
-@pytest.mark.parametrize("accum,rope", [(2, "default"), (1, "clex")])
+@pytest.mark.parametrize("accum,rope", [(2, "default"), (1, "clex"), (1, "linear+pose")])
 def test_a_training_step_reads_the_device_once(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, accum, rope):
     """On a GPU every host read of a device value waits for the queue to drain. A training step (its micro-batches,
     the loss and gradient-norm checks, clipping, the logged values) reads the device once: one ``tolist`` of the
     logged loss terms and the gradient norms. Counted on this CPU by ``benchmarks/host_syncs.py``, which tracks the
-    tensors a GPU run holds on the device; it was 4 reads per micro-batch + 2 per step (+ 1 per CLEX forward)."""
+    tensors a GPU run holds on the device; it was 4 reads per micro-batch + 2 per step (+ 1 per CLEX forward, + 1
+    per forward at a position sampler's ids)."""
     from benchmarks import host_syncs
 
     over = dict(save_every_n_steps=10**6, gradient_accumulation_steps=accum)
-    if rope == "clex":
-        over["model"] = {**CLEX_NODE, "model": {"_component_": "torchtune_longshort.models.hf_decoder",
-                                                "checkpoint_dir": str(tiny_llama2_dir)}}
+    if rope != "default":  # CLEX, or linear at a position sampler's ids (the RoPE's bounds check had its own read)
+        over["model"] = {**SCALED_NODE, "method": rope.split("+")[0],
+                         "model": {"_component_": "torchtune_longshort.models.hf_decoder",
+                                   "checkpoint_dir": str(tiny_llama2_dir)}}
+    if rope.endswith("+pose"):
+        over["position_sampler"] = {"_component_": "torchtune_longshort.rope.PoSEPositions", "target_len": 256}
     counts = host_syncs.train_step_counts(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", **over))
     assert sum(counts.values()) == 1 and [op for op, _ in counts] == ["tolist"], counts

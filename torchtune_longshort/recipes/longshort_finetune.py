@@ -36,7 +36,8 @@ from torchtune_longshort.refusals import refusing
 from torchtune_longshort.training import out_of_space
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.checkpointing import saves_at
-from torchtune_longshort.training.data_setup import StepStart, window_positions
+from torchtune_longshort.rope import rope_modules
+from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
 from torchtune_longshort.training.learned_rope import average_replicated_grads
 from torchtune_longshort.training.metrics import mean_over_ranks
 from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
@@ -65,6 +66,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
     def __init__(self, cfg: DictConfig) -> None:
         super().__init__(cfg)  # the config read and checked, then the process: group, device, dtype, seed
         self._saved_step = None  # the step of the last checkpoint this process wrote
+        self._ropes = None  # the model's RoPE modules, told each drawn input_pos's range (a position sampler's)
         self._in_optimizer_step = False  # an error there may leave the weights part-updated: nothing is saved then
         self.stop_signals = StopSignals()  # recipe_main installs its handlers
         self.stopped_by = 0
@@ -289,8 +291,11 @@ class LongShortFinetuneRecipe(RecipeSetup):
         tokens = torch.cat([ta, tb])
         input_pos = None
         if self._pos_sampler is not None:
-            input_pos = window_positions(self._pos_sampler, self._pos_generator, ta.shape[0], self.config.seq_len,
-                                         self.rank, self.world_size).to(self._device)
+            if self._ropes is None:
+                self._ropes = rope_modules(self._model)
+            input_pos = positions_on(self._device, window_positions(
+                self._pos_sampler, self._pos_generator, ta.shape[0], self.config.seq_len, self.rank, self.world_size,
+            ), self._ropes)
         out_a, out_b = unstack_window_outputs(self._forward(tokens, input_pos=input_pos), ta.shape[0])
         return self._loss_fn(out_a, out_b, la, lb, batch["e"])
 

@@ -290,6 +290,14 @@ class ScaledRoPE(nn.Module):
         self._range_memo = None if version is None else (weakref.ref(input_pos), version, found)
         return found
 
+    def note_position_range(self, input_pos: torch.Tensor, low: int, top: int) -> None:
+        """Take ``(low, top)`` as ``input_pos``'s range, read by the caller where the ids were drawn (the host):
+        :meth:`position_range` then reads nothing back from the device for that tensor, unchanged since."""
+        try:
+            self._range_memo = (weakref.ref(input_pos), input_pos._version, (int(low), int(top)))
+        except RuntimeError:  # an inference-mode tensor counts no versions: position_range reads it
+            self._range_memo = None
+
     def __getstate__(self):
         state = dict(super().__getstate__())
         state.pop("_range_memo", None)  # a weak reference does not pickle (torch.save of a whole model)

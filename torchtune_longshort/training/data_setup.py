@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torchtune import config
@@ -21,6 +21,7 @@ from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.refusals import REFUSED, one_line
+from torchtune_longshort.rope import ScaledRoPE
 from torchtune_longshort.training.recipe_config.components import TokenizerConfig
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.values import resolve_component
@@ -147,6 +148,18 @@ def window_positions(sampler, generator: torch.Generator, rows: int, seq_len: in
     drawn = sampler.sample(2 * rows * world_size, seq_len, generator=generator)
     mine = torch.arange(rank * rows, (rank + 1) * rows)
     return drawn[torch.cat([mine, mine + rows * world_size])]
+
+
+def positions_on(device: torch.device, drawn: torch.Tensor, ropes: Sequence[ScaledRoPE]) -> torch.Tensor:
+    """Host position ids ``drawn`` on ``device``; their range, read on the host, is noted in each of ``ropes``
+    (:meth:`~torchtune_longshort.rope.ScaledRoPE.note_position_range`), so that the RoPE's bounds check reads
+    nothing back from the device (one sync per forward on a GPU)."""
+    found = (int(drawn.min()), int(drawn.max())) if drawn.numel() else None  # read before the copy is made
+    moved = drawn.to(device)
+    if found is not None:
+        for rope in ropes:
+            rope.note_position_range(moved, *found)
+    return moved
 
 
 class StepStart:
