@@ -8,13 +8,15 @@ counts them on a CPU with a ``TorchDispatchMode`` (the aten ops) and a ``TorchFu
 which a CPU tensor makes without dispatching), each charged to the ``torchtune_longshort/`` source line that caused it
 (the innermost package frame of the Python stack; ``(outside)`` when none).
 
-A count on a CPU is an upper bound of the GPU's: a ``.tolist()`` of a tensor that lives on the host there too (the
-data loader's tokens) is counted here as well. The table's ``where`` column names the function, so a reader can
-tell them apart; ``--detail`` prints every line.
+On a CPU every tensor is a host tensor: :class:`SyncCounter` tracks from the start which ones a GPU run would hold
+on the device, and counts only reads of those (AdamW's step counters and the data loader's draws stay on the host
+there too). ``--detail`` prints every source line with its count.
 
-Cases: (a) one recipe training step (after one warm-up step) of the tiny config, random weights (the tiny config's
-model dimensions, ``seq_len`` 64 to keep it quick), alpha 0.1 and 0, full and LoRA, RoPE default / YaRN / CLEX;
-(b) the ``longshort`` lm-eval model on a tiny checkpoint: one ``loglikelihood`` batch and one ``generate_until`` call.
+Cases: (a) one step of the recipe's training loop (its step, logging and stop-signal check; after one warm-up step;
+not the final save) on ``configs/tiny/longshort_from_checkpoint.yaml`` with a random checkpoint of the stdlib tiny
+config's dimensions, ``seq_len`` 64: alpha 0.1 and 0, full and LoRA, RoPE default / YaRN / CLEX, 4 micro-batches,
+YaRN at PoSE's position ids; (b) the ``longshort`` lm-eval model on the same checkpoint: one ``loglikelihood``
+batch of 4 and one ``generate_until`` call (4 prompts, 16 tokens).
 
     python benchmarks/host_syncs.py [--detail] [--cases train,eval]
 """

@@ -57,13 +57,6 @@ def check_finite_norms(norms: Dict[str, float], where: Callable[[], str]) -> Non
                                      "optimizer step")
 
 
-def check_finite_loss(out, where: Callable[[], str]) -> None:
-    """Raise ``FloatingPointError`` naming ``where()`` (step, rank, e, data position) when ``out.loss`` is not
-    finite (one read of ``out``'s terms)."""
-    rows, _ = read_step([loss_terms(out)], {})
-    check_finite_losses(rows, lambda i: where())
-
-
 def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
     """The trainable parameters of the model's RoPE modules (CLEX's ODE), each once."""
     return [p for m in learned_rope_modules(model) for p in m.parameters(recurse=False) if p.requires_grad]
