@@ -150,9 +150,11 @@ class LongShortFinetuneRecipe(RecipeSetup):
         if self.global_step >= stop_at:
             utils.log_rank_zero(log, f"Nothing to train: resumed at step {self.global_step}, and this run ends at "
                                      f"step {stop_at} (max_steps={max_steps}); raise max_steps to train on")
+        self._profiler.start()
         while self.global_step < stop_at:
             lr = self._optimizer.param_groups[0]["lr"]  # the step's own (the scheduler moves it on inside the step)
             sums, norms = self._checked_step()
+            self._profiler.step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
                 self._run_log.log_step(self.global_step, sums, lr, norms, self._device)
@@ -173,6 +175,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                     f"{self.ckpts.path(self.global_step)}; continue with resume=True",
                 )
                 break
+        self._profiler.stop()
         self._run_log.close()
 
     def _checked_step(self):

@@ -45,6 +45,7 @@ from torchtune_longshort.training.out_of_space import (
     CheckpointPlan, OutOfSpace, check_checkpoint_room, forecast, save_steps, state_bytes, tree_bytes, weight_bytes,
 )
 from torchtune_longshort.training.output_dir import claim_output_dir
+from torchtune_longshort.training.profiling import StepProfiler
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, check_window_bos, declared_vocab, input_paths, load_recipe_config,
     resolved_config, written_names,
@@ -131,6 +132,8 @@ class RecipeSetup:
                                     self.output_dir, self.global_step, self._device)
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
+        self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,
+                                      self.stop_at - self.global_step, lambda msg: utils.log_rank_zero(log, msg))
         if recipe_state is not None:
             set_rng_states(recipe_state)
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")

@@ -3,8 +3,8 @@
 The inputs are every local file or folder the run reads: the fields that name one (start checkpoint, tokenizer,
 the data files of a source) and any string argument of any component that names an existing path (a Qwen2
 tokenizer's ``merges_file``, a model node's own checkpoint folder, a sampler's file): a component's second file is
-an input as much as its ``path``. The metric logger writes, and the checkpointer's ``output_dir`` is the run's own
-folder: neither is an input.
+an input as much as its ``path``. The metric logger and the profiler write, and the checkpointer's ``output_dir`` is the
+run's own folder: none is an input.
 """
 
 from __future__ import annotations
@@ -77,16 +77,18 @@ def input_paths(config: RecipeConfig) -> List[Tuple[str, Path]]:
 
 def written_names(config: RecipeConfig) -> Tuple[str, ...]:
     """Top-level names inside ``output_dir`` that the run writes besides the recipe's own: the metric logger's
-    ``log_dir`` when it lies there, or :data:`~torchtune_longshort.training.output_dir.HERE` when it is
-    ``output_dir`` itself."""
-    log_dir = config.metric_logger.log_dir
-    if not log_dir:
-        return ()
+    ``log_dir`` and the profiler's trace folder (:attr:`RecipeConfig.trace_dir`) when they lie there, or
+    :data:`~torchtune_longshort.training.output_dir.HERE` when one is ``output_dir`` itself."""
     out = Path(config.output_dir).expanduser().resolve()
-    logs = Path(log_dir).expanduser().resolve()
-    if logs == out:
-        return (HERE,)
-    return (logs.relative_to(out).parts[0],) if out in logs.parents else ()
+    names = []
+    for folder in (config.metric_logger.log_dir, config.trace_dir):
+        if not folder:
+            continue
+        p = Path(folder).expanduser().resolve()
+        name = HERE if p == out else p.relative_to(out).parts[0] if out in p.parents else None
+        if name is not None and name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 def _refuse_inside_input(name: str, folder: str, inputs, what: str) -> None:
@@ -116,6 +118,8 @@ def check_overwrite(config: RecipeConfig) -> None:
     _refuse_inside_input("output_dir", config.output_dir, inputs, "the run's checkpoints and logs")
     if log_dir:
         _refuse_inside_input("metric_logger.log_dir", log_dir, inputs, "the logs")
+    if config.trace_dir:
+        _refuse_inside_input("profiler.output_dir", config.trace_dir, inputs, "the profiler's traces")
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
@@ -123,3 +127,5 @@ def check_overwrite(config: RecipeConfig) -> None:
     check_creatable("output_dir", config.output_dir, writable=True)
     if log_dir:
         check_creatable("metric_logger.log_dir", log_dir, writable=True)
+    if config.trace_dir:
+        check_creatable("profiler.output_dir", config.trace_dir, writable=True)

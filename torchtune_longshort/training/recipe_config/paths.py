@@ -4,8 +4,8 @@
 checkpointer's, the metric logger's ``log_dir``) get the resolved path too.
 
 Resolved: ``output_dir``, ``checkpoint_dir``, ``checkpointer.checkpoint_dir`` / ``output_dir``, ``tokenizer.path``,
-``metric_logger.log_dir`` and every model node's ``checkpoint_dir``. A data source's arguments are left as given:
-``path`` or ``source`` may name a Hugging Face dataset, not a file.
+``metric_logger.log_dir``, ``profiler.output_dir`` and every model node's ``checkpoint_dir``. A data source's
+arguments are left as given: ``path`` or ``source`` may name a Hugging Face dataset, not a file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 TOP_LEVEL = ("output_dir", "checkpoint_dir")  # resolved first: the nodes below interpolate them
-NESTED = ("checkpointer.checkpoint_dir", "checkpointer.output_dir", "tokenizer.path", "metric_logger.log_dir")
+NESTED = ("checkpointer.checkpoint_dir", "checkpointer.output_dir", "tokenizer.path", "metric_logger.log_dir",
+          "profiler.output_dir")
 
 
 def resolve_path(value: str) -> str:

@@ -11,6 +11,7 @@ the folder and how the run was started are ``ignored``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,6 +21,7 @@ from torchtune_longshort.training.recipe_config.components import (
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
+from torchtune_longshort.training.recipe_config.profiler import TRACE_FOLDER, ProfilerConfig
 from torchtune_longshort.config.values import (
     boolean, check_device, device_name, integer, number, one_of, text,
 )
@@ -55,6 +57,9 @@ class RecipeConfig(Section):
         resume="exact")
     metric_logger: MetricLoggerConfig = setting(doc="torchtune metric logger component", section=MetricLoggerConfig,
                                                 resume="applied")
+    profiler: Optional[ProfilerConfig] = setting(
+        None, doc="torchtune's setup_torch_profiler node (optional), stepped once per optimizer step",
+        section=ProfilerConfig, resume="applied")
     position_sampler: Optional[ComponentSection] = setting(
         None, doc="position-id sampler component (optional: PoSE, random_pos)", section=ComponentSection,
         resume="exact")
@@ -114,6 +119,14 @@ class RecipeConfig(Section):
         check_device("device", self.device)
         # output_dir and metric_logger.log_dir: asked by check_overwrite, after the rules that keep them out of the
         # run's inputs (the question makes and removes a folder in the nearest existing parent)
+
+    @property
+    def trace_dir(self) -> Optional[str]:
+        """The folder the enabled profiler writes its traces to (``profiler.output_dir``, else
+        ``output_dir/profiling_outputs``); None when it is off."""
+        if self.profiler is None or not self.profiler.enabled:
+            return None
+        return self.profiler.output_dir or os.path.join(self.output_dir, TRACE_FOLDER)
 
     @property
     def seq_len(self) -> int:

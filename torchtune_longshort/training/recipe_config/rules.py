@@ -16,6 +16,7 @@ from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.s2_attn import check_s2_length
+from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
@@ -60,6 +61,28 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     if local:
         check_checkpoint_dimensions(config)
     _check_scheduler(config)
+    _check_profiler_schedule(config)
+
+
+def _check_profiler_schedule(config: RecipeConfig) -> None:
+    """An enabled profiler without CPU activity on a CPU run, or whose schedule reaches no traced step in the steps
+    this run trains (``max_steps``, or ``stop_after_step``, or Appendix F's fewer steps): torchtune's recipes then
+    write no trace, silently."""
+    prof = config.profiler
+    if prof is None or not prof.enabled:
+        return
+    steps = trained_steps(config.max_steps, config.equal_compute_overhead, config.loss.alpha)
+    if config.stop_after_step is not None:
+        steps = min(steps, config.stop_after_step)
+    if prof.cpu is False and config.device == "cpu":
+        raise ValueError("profiler.cpu=False with device=cpu: the profiler would trace no activity of this run (its "
+                         "cuda / xpu activities trace those devices); set profiler.cpu=True, or profiler.enabled=False")
+    s = prof.schedule()
+    before = s["wait_steps"] + s["warmup_steps"]
+    if steps <= before:
+        raise ValueError(f"profiler: wait_steps ({s['wait_steps']}) + warmup_steps ({s['warmup_steps']}) = {before} "
+                         f"optimizer steps come before the first traced one, and this run trains {steps}: no step "
+                         "would be traced; lower profiler.wait_steps / warmup_steps, or train more steps")
 
 
 def fsdp_ignores_params() -> bool:

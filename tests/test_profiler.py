@@ -1,0 +1,78 @@
+"""``profiler:``: torchtune's ``setup_torch_profiler`` node, as every torchtune config carries it, run by the recipe
+(``torchtune_longshort.training.profiling``) on this CPU.
+
+Reference: torchtune's own trace handler's layout (``<profiler.output_dir>/iteration_<k>/`` with a
+``*.pt.trace.json.gz`` and ``rank0_key_averages.txt``), ``k`` the step the cycle's active steps end at. Before, the
+recipe refused the key as unknown. ``enabled: False`` (torchtune's shipped value) writes nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from recipe_config import make_cfg
+
+from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+PROFILER = {"_component_": "torchtune.training.setup_torch_profiler", "enabled": True, "cpu": True, "cuda": True,
+            "profile_memory": False, "with_stack": False, "record_shapes": True, "with_flops": False,
+            "wait_steps": 1, "warmup_steps": 1, "active_steps": 1, "num_cycles": 1}
+
+
+def _run(tmp_path, ckpt, tok, profiler, steps=3, **over):
+    out = tmp_path / "out"
+    cfg = make_cfg(ckpt, tok, out, max_steps=steps, save_every_n_steps=10**6, profiler=profiler,
+                   **{"lr_scheduler.num_warmup_steps": 0}, **over)
+    recipe = LongShortFinetuneRecipe(cfg)
+    recipe.setup()
+    recipe.train()
+    recipe.cleanup()
+    return out
+
+
+def test_enabled_profiler_writes_a_trace_under_output_dir(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    # no profiler.output_dir: output_dir/profiling_outputs (torchtune's configs' ${output_dir}/profiling_outputs)
+    out = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, PROFILER)
+    cycle = out / "profiling_outputs" / "iteration_3"  # wait 1 + warmup 1 + active 1: written after step 3
+    traces = list(cycle.glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1, sorted(p.name for p in out.rglob("*"))
+    events = json.loads(gzip.open(traces[0]).read())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert "ProfilerStep#2" in names and {"aten::mm", "aten::bmm"} & names, sorted(names)[:20]  # step 3's ops
+    assert "ProfilerStep*" in (cycle / "rank0_key_averages.txt").read_text()
+    # the recipe lists the traces as its own: overwrite_output_dir=True may delete the folder again
+    again = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, {**PROFILER, "enabled": False}, steps=1,
+                 overwrite_output_dir=True)
+    assert not (again / "profiling_outputs").exists()
+
+
+def test_disabled_profiler_writes_nothing(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    trace_dir = tmp_path / "traces"
+    out = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+               {**PROFILER, "enabled": False, "output_dir": str(trace_dir)}, steps=1)
+    assert not trace_dir.exists() and not (out / "profiling_outputs").exists()
+    assert (out / "step_1").is_dir()
+
+
+BAD = [
+    ({"wait_steps": -1}, r"profiler.wait_steps=-1 is not accepted: expected an integer >= 0"),
+    ({"active_steps": 0}, r"profiler.active_steps=0 is not accepted: expected an integer >= 1"),
+    ({"enabled": "yes"}, r"profiler.enabled='yes' is not accepted: expected true or false"),
+    ({"wait_step": 1}, r"'profiler.wait_step' \(did you mean 'wait_steps'\?\)"),
+    ({"_component_": "torch.profiler.profile"}, r"profiler._component_='torch.profiler.profile' is not accepted"),
+    ({"wait_steps": 5, "warmup_steps": 3}, r"= 8 optimizer steps come before the first traced one, and this run "
+                                          r"trains 3: no step would be traced"),
+    ({"cpu": False}, r"profiler.cpu=False with device=cpu"),
+]
+
+
+@pytest.mark.parametrize("over,match", BAD, ids=[m[:24] for _, m in BAD])
+def test_bad_profiler_values_are_refused_in_one_line(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, match):
+    out = tmp_path / "out"
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3, profiler={**PROFILER, **over})
+    with pytest.raises((ValueError, KeyError)) as err:
+        LongShortFinetuneRecipe(cfg)
+    assert pytest.importorskip("re").search(match, str(err.value)), str(err.value)
+    assert "\n" not in str(err.value) and not out.exists()

@@ -1,0 +1,75 @@
+"""torchtune's profiler in the long-short recipe, as torchtune's recipes run it.
+
+Built from the config's ``profiler`` node with ``torchtune.training.setup_torch_profiler`` (its activities, trace
+options and ``torch.profiler.schedule``; its ``trace_handler`` writes each cycle's ``iteration_<k>/``: the
+chrome / TensorBoard trace, ``rank<r>_key_averages.txt``, stacks and memory files when asked); started before the
+first step, stepped after each optimizer step (a step holds all its micro-batches), stopped after the last. With
+``profile_memory`` on a CUDA device the CUDA memory history is recorded over the first cycle's active steps, as
+torchtune's recipes do, so that the trace handler's snapshot holds them. Disabled (or no ``profiler`` node): no-ops,
+nothing written.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from omegaconf import OmegaConf
+from torchtune import config as tt_config
+
+from torchtune_longshort.training.recipe_config.profiler import ProfilerConfig
+
+
+class StepProfiler:
+    """``start()`` / ``step()`` / ``stop()`` around the training loop (no-ops when ``section`` is None or off)."""
+
+    def __init__(self, section: Optional[ProfilerConfig], trace_dir: Optional[str], device: torch.device,
+                 steps_to_run: int, say: Callable[[str], None]) -> None:
+        self.profiler = None
+        self.done = 0  # optimizer steps stepped through in this process
+        if section is None or not section.enabled or trace_dir is None:
+            return
+        node = {"_component_": section.component, **section.args, "output_dir": trace_dir}
+        # an activity this machine lacks is left out (torch warns and drops CUDA; XPU it may not): CPU runs trace CPU
+        node["cuda"] = bool(node.get("cuda", True)) and torch.cuda.is_available()
+        node["xpu"] = bool(node.get("xpu", True)) and hasattr(torch, "xpu") and torch.xpu.is_available()
+        self.profiler, _ = tt_config.instantiate(OmegaConf.create(node))
+        schedule = section.schedule()
+        self._record_from = schedule["wait_steps"] + schedule["warmup_steps"]
+        self._record_to = self._record_from + schedule["active_steps"]
+        self._memory = bool(section.profile_memory) and device.type == "cuda"
+        say(f"Profiler: traces of optimizer steps {self._record_from + 1}..{self._record_to} (counted from this "
+            f"process's start; {schedule}) go to {trace_dir}")
+        if steps_to_run <= self._record_from:  # a resumed run with few steps left (a new one is refused earlier)
+            say(f"Profiler: this process trains {steps_to_run} step(s), and the first traced one is step "
+                f"{self._record_from + 1}: no trace will be written; lower profiler.wait_steps / warmup_steps")
+
+    def start(self) -> None:
+        if self.profiler is None:
+            return
+        self.profiler.start()
+        self._memory_history()
+
+    def step(self) -> None:
+        """After an optimizer step."""
+        if self.profiler is None:
+            return
+        self.profiler.step()  # the trace handler runs here when a cycle's active steps are done
+        self.done += 1
+        self._memory_history()
+
+    def stop(self) -> None:
+        if self.profiler is None:
+            return
+        self.profiler.stop()
+        if self._memory and self._record_from <= self.done < self._record_to:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        self.profiler = None
+
+    def _memory_history(self) -> None:
+        if not self._memory:
+            return
+        if self.done == self._record_from:
+            torch.cuda.memory._record_memory_history()
+        elif self.done == self._record_to:
+            torch.cuda.memory._record_memory_history(enabled=None)
