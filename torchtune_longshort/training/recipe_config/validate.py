@@ -29,8 +29,10 @@ PROG = "longshort-validate"
 
 
 def read_config_file(path: Path) -> dict:
-    """The top-level mapping of the recipe YAML file ``path``; ``FileNotFoundError`` / ``ValueError`` naming the
-    file and the fix when it is missing, a folder, not YAML, or not a mapping."""
+    """The top-level mapping of the recipe YAML file ``path``, its values read as ``tune run`` reads them
+    (``OmegaConf.load``: ``lr: 3e-4``, as torchtune's configs write it, is a float, where plain YAML 1.1 reads a
+    string); ``FileNotFoundError`` / ``ValueError`` naming the file and the fix when it is missing, a folder, not
+    YAML, or not a mapping."""
     if not path.is_file():
         raise FileNotFoundError(
             f"--config {str(path)!r}: {'a folder' if path.is_dir() else 'no such file'}; name a YAML file, e.g. copy "
@@ -43,7 +45,11 @@ def read_config_file(path: Path) -> dict:
     if not isinstance(node, (dict, type(None))):
         raise ValueError(f"config {str(path)!r}: expected a mapping of keys at the top level, found a "
                          f"{type(node).__name__}")
-    return node or {}
+    if not node:
+        return {}
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
 def check_config_argument(argv: Sequence[str]) -> None:
