@@ -22,6 +22,45 @@ from torchtune_longshort.training.recipe_config.validate import main as validate
 LOGGING = "torchtune.training.metric_logging."
 TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
 
+CASES = [
+    # torchtune's tokenizers cut each sample to max_seq_len: a torchtune dataset's documents were cut, silently
+    ({"tokenizer.max_seq_len": 8192}, r"tokenizer.max_seq_len=8192 is not accepted: .*cut each document .*"
+                                      r"set tokenizer.max_seq_len: null"),
+    # torchtune's `seed: null` (its llama3_2 configs) is a random seed; the recipe trained with seed 0, silently
+    ({"seed": None}, r"seed=None is not accepted: torchtune reads seed: null as a new random seed"),
+]
+
+
+@pytest.mark.parametrize("over,match", CASES, ids=[re.sub(r"\W", "", str(c[0]))[:30] for c in CASES])
+def test_torchtune_keys_are_answered_in_one_line(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, match):
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    out = tmp_path / "out"
+    with pytest.raises((ValueError, KeyError)) as err:
+        LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **over))
+    assert re.search(match, str(err.value)), str(err.value)
+    assert "\n" not in str(err.value) and not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["torchtune", "checkpoint_tokenizer"])
+def test_tokenizer_max_seq_len_cuts_torchtune_datasets_documents(tmp_path, sp_tokenizer_dir, kind):
+    """Why ``tokenizer.max_seq_len`` is refused: torchtune's ``text_completion_dataset`` gives the stream each
+    document cut to its first ``max_seq_len`` tokens (a 200-word line: 32 tokens at most, against all of them)."""
+    from torchtune.datasets import text_completion_dataset
+    from torchtune.models.llama2 import llama2_tokenizer
+
+    data = tmp_path / "d.txt"
+    data.write_text(" ".join(f"word{i}" for i in range(200)) + "\n")
+    model = str(sp_tokenizer_dir / "tokenizer.model")
+
+    def tokens(max_seq_len):
+        tok = (llama2_tokenizer(model, max_seq_len=max_seq_len) if kind == "torchtune"
+               else checkpoint_tokenizer(model, max_seq_len=max_seq_len))
+        return len(text_completion_dataset(tok, source="text", data_files=str(data), split="train")[0]["tokens"])
+
+    assert tokens(32) <= 32 < 400 < tokens(None)
+
+
 def test_validate_reads_exponent_floats_as_tune_run_does(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys):
     """``lr: 3e-4`` (torchtune's configs' spelling) is 0.0003 to ``tune run`` (``OmegaConf.load``); longshort-validate
     read it with plain YAML 1.1 as the string '3e-4' and refused a config tune run accepts."""

@@ -31,6 +31,15 @@ HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
 
 
+def _no_truncation(path: str, value: Any) -> None:
+    """torchtune's tokenizers cut every tokenized sample to ``max_seq_len``: a torchtune dataset's documents would
+    reach the stream cut to their first ``max_seq_len`` tokens (a corpus source calls ``encode``, which ignores it)."""
+    raise ValueError(f"{path}={value!r} is not accepted: with it torchtune's dataset builders cut each document "
+                     f"to its first {value!r} tokens (a corpus source ignores it), while this recipe packs whole "
+                     f"documents and cuts its own windows of seq_len tokens; set {path}: null (the window length is "
+                     "seq_len)")
+
+
 @dataclass(frozen=True)
 class TokenizerConfig(ComponentSection):
     """``tokenizer``: a torchtune tokenizer component (or ``torchtune_longshort.models.checkpoint_tokenizer``)."""
@@ -38,6 +47,8 @@ class TokenizerConfig(ComponentSection):
     LOCAL_CHECKS = True
 
     path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
+    max_seq_len: Optional[int] = setting(None, doc="must be null: the windows are seq_len tokens of whole documents",
+                                         check=_no_truncation)
 
     def trains_here(self) -> Optional[Path]:
         """The folder the component will train a tokenizer into (``path``, absent or an empty folder, of a component

@@ -84,7 +84,7 @@ class RecipeConfig(Section):
     clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
                                          check=boolean, resume="applied")
     seed: int = setting(0, doc="model init seed; also the shifts' and position ids' seed unless data_seed is set",
-                        check=integer(0), resume="exact")
+                        check=integer(0), nullable=True, resume="exact")  # null: refused (rules.py)
     data_seed: Optional[int] = setting(None, doc="seed of the shifts e (and of a position_sampler's ids; default: "
                                        "seed); documents come in the source's order (dataset.shuffle_seed)",
                                        check=integer(0), resume="exact")
