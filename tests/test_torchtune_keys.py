@@ -28,7 +28,20 @@ CASES = [
                                       r"set tokenizer.max_seq_len: null"),
     # torchtune's `seed: null` (its llama3_2 configs) is a random seed; the recipe trained with seed 0, silently
     ({"seed": None}, r"seed=None is not accepted: torchtune reads seed: null as a new random seed"),
+    ({"loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"}},
+     r"expected torchtune_longshort.loss.LongShortLoss or a subclass \(torchtune's cross-entropy: .*loss.alpha=0"),
+    ({"custom_sharded_layers": ["tok_embeddings", "output"]}, r"'custom_sharded_layers' \(torchtune's key; no "
+                                                               r"counterpart here: .*FSDP2 units"),
+    ({"fsdp_cpu_offload": True}, r"'fsdp_cpu_offload' \(torchtune's key; no counterpart here: FSDP2 CPU offload"),
+    ({"low_cpu_ram": False}, r"'low_cpu_ram' \(torchtune's key; no counterpart here"),
+    ({"collate_fn": "torchtune.data.padded_collate_sft"}, r"'collate_fn' \(torchtune's key; no counterpart here"),
+    ({"tensor_parallel_dim": 2}, r"'tensor_parallel_dim' \(torchtune's key; .*tensor parallelism is not supported"),
 ]
+for name, package in (("WandBLogger", "wandb"), ("CometLogger", "comet_ml"), ("MLFlowLogger", "mlflow")):
+    if importlib.util.find_spec(package) is None:  # torchtune's ImportError came as a traceback, after the folder
+        CASES.append(({"metric_logger": {"_component_": LOGGING + name}},
+                      rf"metric_logger._component_='{LOGGING}{name}' needs the '{package}' package, which is not "
+                      rf"installed here: pip install {package.replace('_', '-')}, or log with .*DiskLogger"))
 
 
 @pytest.mark.parametrize("over,match", CASES, ids=[re.sub(r"\W", "", str(c[0]))[:30] for c in CASES])

@@ -21,6 +21,16 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
     "log_peak_memory_stats": (None, "peak memory is always logged (peak_memory_gib)"),
     "optimizer_in_bwd": (None, "not supported by this recipe (gradient clipping and accumulation need the step)"),
     "save_adapter_weights_only": (None, "every step_<k> is a whole checkpoint folder, LoRA merged"),
+    "low_cpu_ram": (None, "this recipe loads the start weights one way, with no such switch"),
+    "custom_sharded_layers": (None, "under torchrun each transformer layer and the output projection are their own "
+                                    "FSDP2 units; the others stay in the root unit"),
+    "fsdp_cpu_offload": (None, "FSDP2 CPU offload is not supported by this recipe (GPU memory: "
+                               "enable_activation_checkpointing, enable_activation_offloading, loss.num_chunks)"),
+    "fsdp": (None, "FSDP2 CPU offload is not supported by this recipe; FSDP2's resharding: fsdp_reshard_after_forward"),
+    "collate_fn": (None, "the dual-window batcher makes the batches (whole windows, no padding)"),
+    "tensor_parallel_dim": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
+    "tensor_parallel_plan": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
+    "quantizer": (None, "quantization-aware training is not supported by this recipe (QLoRA: model.quantize_base)"),
 }
 
 

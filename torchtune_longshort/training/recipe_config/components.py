@@ -12,6 +12,7 @@ arguments bound against the component's signature (in :func:`~torchtune_longshor
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,8 +275,25 @@ class SchedulerConfig(ComponentSection):
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("optimizer", "num_training_steps", "last_epoch")
 
 
+# torchtune's metric loggers that import a package of their own when built (TensorBoard's through torch)
+LOGGER_PACKAGES = {"WandBLogger": "wandb", "TensorBoardLogger": "tensorboard", "CometLogger": "comet_ml",
+                   "MLFlowLogger": "mlflow"}
+
+
 @dataclass(frozen=True)
 class MetricLoggerConfig(ComponentSection):
     """``metric_logger``: a torchtune metric logger (the recipe also writes ``output_dir/metrics.jsonl``)."""
 
     log_dir: Optional[str] = setting(FROM_COMPONENT, doc="folder of the logger's own files", check=text)
+
+    def check(self, where: str) -> None:
+        """A torchtune logger whose package is not installed: refused now (torchtune's ``ImportError`` came as a
+        traceback once the run had claimed, and an overwrite cleared, its output folder)."""
+        cls = resolve_component(f"{where}._component_", self.component)
+        package = LOGGER_PACKAGES.get(getattr(cls, "__name__", ""))
+        if (package is not None and str(getattr(cls, "__module__", "")).startswith("torchtune.")
+                and importlib.util.find_spec(package) is None):
+            raise ValueError(f"{where}._component_={self.component!r} needs the {package!r} package, which is not "
+                             f"installed here: pip install {package.replace('_', '-')}, or log with "
+                             "torchtune.training.metric_logging.DiskLogger (log_dir: ${output_dir}/logs; the recipe "
+                             "writes output_dir/metrics.jsonl either way)")

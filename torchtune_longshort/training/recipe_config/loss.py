@@ -35,5 +35,8 @@ class LossConfig(ComponentSection):
     def check(self, where: str) -> None:
         cls = resolve_component(f"{where}._component_", self.component)
         if not (isinstance(cls, type) and issubclass(cls, LongShortLoss)):
+            theirs = (" (torchtune's cross-entropy: LongShortLoss with loss.alpha=0 is cross-entropy on the same "
+                      "windows, chunked over the output layer by loss.num_chunks)"
+                      if str(self.component).startswith("torchtune.modules.loss.") else "")
             raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected "
-                             "torchtune_longshort.loss.LongShortLoss or a subclass")
+                             f"torchtune_longshort.loss.LongShortLoss or a subclass{theirs}")
