@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from torchtune_longshort.training.recipe_config.components import (
     CheckpointerConfig, MetricLoggerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
@@ -27,7 +27,15 @@ from torchtune_longshort.config.values import (
 )
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = ("fp32", "bf16")
+
+
+def _dtype(path: str, value: Any) -> str:
+    if value == "fp16":  # torchtune's fine-tuning recipes refuse it too
+        raise ValueError(f"{path}=fp16 is not accepted: the weights, gradients and AdamW state would all be float16 "
+                         "with no loss scaling (measured: a non-finite loss at step 2 of the tiny model on a CPU); use "
+                         "dtype=bf16 (same memory), or fp32")
+    return one_of(DTYPES)(path, value)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,8 @@ class RecipeConfig(Section):
     # where it runs
     device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name,
                           resume="applied")
-    dtype: str = setting("fp32", doc="fp32, bf16 or fp16", check=one_of(DTYPES), resume="exact")
+    dtype: str = setting("fp32", doc="fp32 or bf16 (fp16: refused, as torchtune's recipes do)", check=_dtype,
+                         resume="exact")
     compile: bool = setting(False, doc="torch.compile each decoder layer (the loss runs eager: README, compile)",
                             check=boolean, resume="applied")
     enable_activation_checkpointing: bool = setting(False, doc="checkpoint each transformer layer", check=boolean,
