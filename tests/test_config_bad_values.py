@@ -105,6 +105,11 @@ FAMILIES = {
         # without a word
         ({"checkpointer.checkpoint_files": ["nope.safetensors"]}, "checkpointer.checkpoint_files",
          r"\['nope.safetensors'\] is not what the recipe loads.*model.safetensors.*or null"),
+        # torchtune's {filename_format, max_filename} form (its multi-shard configs): not compared, ignored
+        ({"checkpointer.checkpoint_files": {"filename_format": "model-{}-of-{}.safetensors", "max_filename": "00004"}},
+         "checkpointer.checkpoint_files", r"'model-00004-of-00004.safetensors'\] is not what the recipe loads"),
+        ({"checkpointer.checkpoint_files": {"filename_format": "model.safetensors"}}, "checkpointer.checkpoint_files",
+         r"is not accepted \(Must pass 'filename_format' and 'max_filename'.*as torchtune takes them"),
         ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
          r"not read by this recipe.*resume=True"),
         # an hf_decoder's max_seq_len inside rope_scaled is where the scaling starts: at the target it made YaRN's

@@ -209,6 +209,18 @@ UNREAD_CHECKPOINTER_KEYS = ("recipe_checkpoint", "adapter_checkpoint", "resume_f
                             "should_load_recipe_state")
 
 
+def _formatted_files(files: Mapping[str, Any], where: str) -> List[str]:
+    """The file names torchtune's ``checkpoint_files: {filename_format, max_filename}`` stands for."""
+    from torchtune.training.checkpointing._utils import FormattedCheckpointFiles
+
+    try:
+        return FormattedCheckpointFiles.from_dict(dict(files)).build_checkpoint_filenames()
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{where}={dict(files)!r} is not accepted ({e}): give filename_format (e.g. "
+                         "model-{}-of-{}.safetensors) and max_filename (e.g. '00004'), as torchtune takes them, or a "
+                         "list of files, or null") from None
+
+
 @dataclass(frozen=True)
 class CheckpointerConfig(ComponentSection):
     """``checkpointer``: names the start checkpoint folder (the recipe reads it through ``models.hf_checkpoint``)."""
@@ -237,6 +249,8 @@ class CheckpointerConfig(ComponentSection):
         """torchtune's checkpointer arguments this recipe never reads (it opens the folder itself): one that would
         make torchtune load other weights or a recipe state is refused, not ignored."""
         files = self.args.get("checkpoint_files")
+        if isinstance(files, Mapping):  # torchtune's {filename_format, max_filename}: the names it stands for
+            files = _formatted_files(files, f"{where}.checkpoint_files")
         have = sorted(p.name for p in folder.weight_files)
         if isinstance(files, (list, tuple)) and sorted(Path(str(f)).name for f in files) != have:
             raise ValueError(f"{where}.checkpoint_files={list(files)!r} is not what the recipe loads: it reads every "
