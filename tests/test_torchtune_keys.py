@@ -36,6 +36,10 @@ CASES = [
     ({"low_cpu_ram": False}, r"'low_cpu_ram' \(torchtune's key; no counterpart here"),
     ({"collate_fn": "torchtune.data.padded_collate_sft"}, r"'collate_fn' \(torchtune's key; no counterpart here"),
     ({"tensor_parallel_dim": 2}, r"'tensor_parallel_dim' \(torchtune's key; .*tensor parallelism is not supported"),
+    # torchtune's batch_size is per process and micro-batch (llama3_2/1B_lora_single_device: 4 with accumulation 8)
+    ({"batch_size": 4, "gradient_accumulation_steps": 8}, r"batch_size=4 is not divisible .*torchtune's is per "
+                                                          r"process and micro-batch: its batch_size=4 with these is "
+                                                          r"batch_size=32 here"),
 ]
 for name, package in (("WandBLogger", "wandb"), ("CometLogger", "comet_ml"), ("MLFlowLogger", "mlflow")):
     if importlib.util.find_spec(package) is None:  # torchtune's ImportError came as a traceback, after the folder

@@ -34,7 +34,9 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     bs, ga = config.batch_size, config.gradient_accumulation_steps
     if bs % (world_size * ga):
         raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
-                         f"({ga}) = {world_size * ga}; accepted: a multiple of {world_size * ga}")
+                         f"({ga}) = {world_size * ga}; accepted: a multiple of {world_size * ga} (batch_size here is "
+                         "global, sequences per optimizer step; torchtune's is per process and micro-batch: its "
+                         f"batch_size={bs} with these is batch_size={bs * world_size * ga} here)")
     alpha = config.loss.alpha
     if config.windows.window_bos and alpha != 0:
         raise ValueError(f"window_bos=True with loss.alpha={alpha}: BOS written over each window's first token makes "
