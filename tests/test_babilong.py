@@ -292,29 +292,6 @@ def test_an_over_long_prompt_is_refused_under_hf_as_under_longshort(generated, s
     assert "may not be cut (truncation=none, declared by the task)" in inst.resps[0].refusal
 
 
-def test_a_refused_prompt_is_nan_at_its_length_and_leaves_acc_to_the_scored_ones(generated):
-    """One prompt the model refused (longer than its max_length) made the task's ``acc`` NaN, and with it the group
-    mean, though every other sample was scored; now it is NaN at its length only, as in ``longshort_passkey``.
-    Reference: the mean of the scored samples' answers, aggregated as lm-eval does (a plain mean per metric)."""
-    import math
-
-    from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
-
-    ds = bl.load_babilong("qa2", "1k,4k", str(generated / "depth"))["qa2"]
-    outs = [bl.process_results(d, [RefusedText("prompt of 4,200 tokens > max_length 4096")] if d["length"] == "4k"
-                               and i % 2 else [d["target"] if i % 3 else "nothing"]) for i, d in enumerate(ds)]
-    per_metric = {}
-    for out in outs:
-        for k, v in out.items():
-            per_metric.setdefault(k, []).append(v)
-    mean = {k: sum(v) / len(v) for k, v in per_metric.items() if k != "error"}
-    scored = [float(i % 3 != 0) for i, d in enumerate(ds) if not (d["length"] == "4k" and i % 2)]
-    assert math.isclose(mean["acc"], sum(scored) / len(scored)) and math.isnan(mean["acc_4k"])
-    assert not math.isnan(mean["acc_1k"]) and all(not math.isnan(mean[f"acc_d{d}"]) for d in set(ds["depth"]))
-    refused = [o for o in outs if "error" in o]
-    assert refused and all("acc" not in o and set(o) <= set(bl.metric_names()) | {"error"} for o in refused)
-
-
 def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     (tmp_path / "1k").mkdir()
     (tmp_path / "1k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "target": "kitchen"}) + "\n")

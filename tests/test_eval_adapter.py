@@ -395,20 +395,3 @@ def test_batch_size_auto_halves_a_batch_out_of_memory_and_keeps_the_size_that_fi
     fixed.loglikelihood(reqs, disable_tqdm=True)
     assert rows[:5] == [4, 1, 1, 1, 1] and fixed.batch_sizes == {}
 
-
-def test_a_batch_reads_the_device_once_and_a_token_once(tiny_llama2_dir, sp_tokenizer_dir):
-    """On a GPU every host read of a device value waits for the queue to drain. A loglikelihood batch reads its
-    scores once (it read 3 times per request: the greedy flag, the sum, the per-token values); generation reads
-    once per token, the batch's new tokens (torchtune's KV cache read its fill once per layer per token as well).
-    Counted on this CPU by ``benchmarks/host_syncs.py``, which tracks the tensors a GPU run holds on the device."""
-    from benchmarks.host_syncs import SyncCounter
-
-    prompts = ["def f(x):", "import collections\nimport itertools\n", "class"]
-    with SyncCounter() as counter:
-        lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=4)
-        with counter.counting():
-            lm.loglikelihood(_reqs(), disable_tqdm=True)
-        assert [op for op, _ in counter.counts] == ["tolist"] and counter.total == 1, dict(counter.counts)
-        with counter.counting():
-            lm.greedy_generate([lm.tok_encode(p) for p in prompts], max_new_tokens=6)
-        assert [op for op, _ in counter.counts] == ["tolist"] and counter.total <= 6, dict(counter.counts)

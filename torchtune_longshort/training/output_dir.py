@@ -25,6 +25,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
 from torchtune_longshort.refusals import Refusal
+from torchtune_longshort.training.lock_holder import holder_alive, process_start
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
@@ -282,7 +283,7 @@ class OutputDirLock:
                 fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
                 holder, started = self._written_holder()
-                if holder is not None and _holder_alive(holder, started):
+                if holder is not None and holder_alive(holder, started):
                     raise OutputDirInUse(
                         f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
                         f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
@@ -353,37 +354,6 @@ class OutputDirLock:
             else:
                 self.path.unlink(missing_ok=True)
         self.held = False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def process_start(pid: int) -> Optional[str]:
-    """When process ``pid`` started, as Linux gives it (field 22 of ``/proc/<pid>/stat``: clock ticks after boot),
-    which a PID reused by another process does not share; None where there is no ``/proc`` (then a lock holds the
-    PID alone) or the process is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 1:].split()  # field 2, the command name, may hold spaces and parentheses
-    return fields[19] if len(fields) > 19 else None  # fields[0] is field 3 (the state)
-
-
-def _holder_alive(pid: int, started: Optional[str]) -> bool:
-    """Whether the lock's holder still runs: its PID is alive and, when the lock recorded a start time and this
-    system gives one, the process under that PID started then (else the PID was reused: the lock is stale)."""
-    if not _pid_alive(pid):
-        return False
-    now = process_start(pid) if started is not None else None
-    return now is None or now == started
 
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),

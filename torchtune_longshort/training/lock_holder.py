@@ -1,0 +1,39 @@
+"""Whether the process a lock file names still runs: its PID is alive and, where the system says when it started
+(Linux's ``/proc``), it is the same process (a PID is reused after its process ends)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, as Linux gives it (field 22 of ``/proc/<pid>/stat``: clock ticks after boot),
+    which a PID reused by another process does not share; None where there is no ``/proc`` (then a lock holds the
+    PID alone) or the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 1:].split()  # field 2, the command name, may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None  # fields[0] is field 3 (the state)
+
+
+def holder_alive(pid: int, started: Optional[str]) -> bool:
+    """Whether the lock's holder still runs: its PID is alive and, when the lock recorded a start time and this
+    system gives one, the process under that PID started then (else the PID was reused: the lock is stale)."""
+    if not _pid_alive(pid):
+        return False
+    now = process_start(pid) if started is not None else None
+    return now is None or now == started
