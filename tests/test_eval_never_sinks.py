@@ -85,7 +85,8 @@ def test_placeholder_rows_are_built_unsent(sp_tokenizer_dir, tmp_path):
     assert all("missing.jsonl" in i.doc["error"] for i in task.instances)
     task.apply_filters()
     out = task.process_results(task.instances[0].doc, [task.instances[0].filtered_resps["none"]])
-    assert math.isnan(out["acc"]) and "error" not in out  # the reason is not a metric ...
+    length = task.instances[0].doc["length"]  # NaN at its length, no value for the pooled acc
+    assert math.isnan(out[f"acc_{length}"]) and "acc" not in out and "error" not in out  # the reason is not a metric
     assert "missing.jsonl" in next(iter(task.dump_config()["not_scored"]))  # ... it is in the task's config
 
 
