@@ -136,3 +136,39 @@ def test_a_setup_that_failed_before_its_logs_were_listed_leaves_no_folder(tmp_pa
         (out / "logs" / "log_1.txt").write_text("first lines")
         lock.release(discard=True)
         assert out.exists() != made
+
+
+class FailingLogger:
+    """A metric logger that cannot start (wandb without a login, mlflow without its server): it makes its folder
+    and a file there first, as wandb does, then raises."""
+
+    def __init__(self, log_dir: str, **kwargs):
+        from pathlib import Path
+
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        (Path(log_dir) / "debug.log").write_text("started")
+        raise RuntimeError("FailingLogger: no login")
+
+
+@pytest.mark.parametrize("scratch", [True, False], ids=["from_scratch", "from_checkpoint"])
+def test_a_metric_logger_that_fails_to_start_leaves_the_earlier_run_whole(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                         sp_tokenizer_dir, scratch):
+    """The metric logger was built after ``overwrite_output_dir=True`` had deleted the earlier run: a logger that
+    cannot start (wandb without a login) refused the new run with the earlier one gone. It is built first now,
+    before the earlier run is cleared; what it wrote is listed as the recipe's, so the mended rerun replaces all."""
+    from recipe_config import make_cfg
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 4, tiny_llama2_dir)
+    before = tree(run)
+    failing = {"_component_": f"{__name__}.FailingLogger", "log_dir": str(run / "logs")}
+    cfg = (tiny_cfg if scratch else lambda out, tok, **o: make_cfg(tiny_llama2_dir, tok, out, max_steps=1, **o))
+    with pytest.raises(RuntimeError, match="FailingLogger: no login"):
+        recipe_cls(cfg(run, sp_tokenizer_dir, overwrite_output_dir=True, metric_logger=failing)).setup()
+    assert [p for p in tree(run) if not p.startswith("logs")] == before and (run / "step_4" / "config.json").is_file()
+    r = recipe_cls(cfg(run, sp_tokenizer_dir, overwrite_output_dir=True))  # DiskLogger into logs/
+    r.setup()
+    r.release_output_dir()
+    logs = sorted(p.name for p in (run / "logs").iterdir())
+    assert not (run / "step_4").exists() and [n for n in logs if n != ".longshort_files"] != []
+    assert "debug.log" not in logs and all(n.startswith(("log_", ".longshort_files")) for n in logs), logs

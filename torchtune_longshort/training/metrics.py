@@ -164,15 +164,21 @@ class RunLog:
         if self.metric_logger is not None:
             self.metric_logger.close()
 
-    @classmethod
-    def open(cls, metric_logger_cfg, cfg, output_dir: Path, step: int, device) -> "RunLog":
-        """Rank 0 (``metric_logger_cfg`` given): instantiate the config's metric logger (and log the config to it)
-        and open ``output_dir/metrics.jsonl`` resumed at ``step``; other ranks (``None``): a log that does nothing."""
-        if metric_logger_cfg is None:
-            return cls(None, None, enabled=False)
+    @staticmethod
+    def start_logger(metric_logger_cfg):
+        """The config's metric logger, instantiated (rank 0): the recipe starts it before it clears an earlier run
+        (:meth:`~torchtune_longshort.training.output_dir.OutputDirLock.clear_earlier_run`), one that cannot start
+        (wandb without a login) refusing the run with that run whole."""
         from torchtune import config
 
-        metric_logger = config.instantiate(metric_logger_cfg)
+        return config.instantiate(metric_logger_cfg)
+
+    @classmethod
+    def open(cls, metric_logger, cfg, output_dir: Path, step: int, device) -> "RunLog":
+        """Rank 0 (``metric_logger``: the started one, :meth:`start_logger`): log the config to it and open
+        ``output_dir/metrics.jsonl`` resumed at ``step``; other ranks (``None``): a log that does nothing."""
+        if metric_logger is None:
+            return cls(None, None, enabled=False)
         metric_logger.log_config(cfg)
         jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device)
         return cls(metric_logger, jsonl, enabled=True)

@@ -11,7 +11,7 @@ keeps a second run out.
   and prepares a new folder; a refused setup gives a folder it made back. An earlier run that ``overwrite``
   replaces is deleted only by :meth:`OutputDirLock.clear_earlier_run`, which the recipe calls once its setup has
   passed every check, before its first write: a setup that refuses (a model that does not fit, weights that
-  cannot be read) leaves the earlier run whole.
+  cannot be read, a metric logger that cannot start) leaves the earlier run whole.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
 from torchtune_longshort.refusals import Refusal
@@ -33,11 +33,13 @@ from torchtune_longshort.training.checkpointing import (
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 LOCK = ".lock"
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
+REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml", MANIFEST)
+WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml", MANIFEST,
+                REPLACED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
 Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
@@ -297,14 +299,34 @@ class OutputDirLock:
             return self
         raise RuntimeError(f"could not take the lock {self.path}")
 
-    def clear_earlier_run(self) -> None:
+    def clear_earlier_run(self, opening: Callable[[], Any] = lambda: None) -> Any:
         """Delete the earlier run that ``overwrite`` replaces (its rules checked again: nothing the recipe did not
-        write) and mark the folder as this run's; nothing when there was none."""
-        if self.earlier_run is not None:
-            protect, written_here = self.earlier_run
-            prepare_output_dir(self.path.parent, resume=False, overwrite=True, protect=protect,
-                               written_here=written_here)
-            self.existed, self.earlier_run = files_under(self.path.parent, written_here), None
+        write); ``opening()`` (the metric logger's start, which may fail: wandb without a login) runs first, with
+        the earlier run moved aside into :data:`REPLACED` (renames) so that it finds the folder as a new run does,
+        and moved back when ``opening()`` raises: the earlier run stays whole. Returns what ``opening()`` returns."""
+        if self.earlier_run is None:
+            return opening()
+        protect, written_here = self.earlier_run
+        out, aside = self.path.parent, self.path.parent / REPLACED
+        check_output_dir(out, resume=False, overwrite=True, protect=protect, written_here=written_here)
+        if aside.exists():  # left by a run killed while it opened its logger: that earlier run goes with this one
+            _remove(aside)
+        aside.mkdir()
+        moved = [p.name for p in out.iterdir() if p.name not in (LOCK, MARKER, REPLACED)]
+        for name in moved:
+            (out / name).rename(aside / name)
+        try:
+            opened = opening()
+        except BaseException:
+            for name in moved:  # what the failed start made in its place (its log folder) goes, the earlier run's back
+                if (out / name).exists() or (out / name).is_symlink():
+                    _remove(out / name)
+                (aside / name).rename(out / name)
+            aside.rmdir()
+            raise
+        _remove(aside)
+        self.existed, self.earlier_run = set(), None  # the log folders hold only what this run's logger wrote
+        return opened
 
     def record_written(self) -> None:
         """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
@@ -342,16 +364,16 @@ class OutputDirLock:
         starts as the first would have)."""
         if self.held and self._holder()[0] == os.getpid():
             folder = self.path.parent
-            if not discard:
-                with contextlib.suppress(OSError):  # a full disk: the list the run's start wrote stands
-                    self.record_written()
             # a folder this run made holds no one else's files in its log folders (their list may not be written yet:
             # a setup that failed, or a disk that filled, before it)
             if (discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
                     and not foreign_written(folder, tuple(n for n in self.written_here if n == HERE))):
                 shutil.rmtree(folder)
                 remove_made_folders(folder.parent, self.made_root)  # the parents it made, when empty
-            else:
+            else:  # listed: the run's logs, and a refused setup's (a logger that failed as it started) for overwrite
+                if not discard or files_under(folder, self.written_here) - self.existed:
+                    with contextlib.suppress(OSError):  # a full disk: the list the run's start wrote stands
+                        self.record_written()
                 self.path.unlink(missing_ok=True)
         self.held = False
 

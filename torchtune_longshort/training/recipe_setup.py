@@ -9,6 +9,7 @@ the library's (``training.model_setup``, ``training.data_setup``, ``training.rec
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -92,11 +93,14 @@ class RecipeSetup:
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         """Build everything; on failure the output folder's lock is given back (a folder this run made, removed)."""
-        self._lock = None
+        self._lock = self._metric_logger = None
         self._trained_tokenizer = self.config.tokenizer.trains_here()  # a tokenizer folder this run will train
         try:
             self._setup()
         except BaseException as e:
+            if self._metric_logger is not None:  # started, then the setup refused: its run ends (wandb's too)
+                with contextlib.suppress(Exception):
+                    self._metric_logger.close()
             self.release_output_dir(discard=True)
             if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
                 discard_trained_tokenizer(self._trained_tokenizer)
@@ -128,8 +132,7 @@ class RecipeSetup:
         self._batcher = self._setup_data(recipe_state)
         self._clear_earlier_run()
         self._barrier()
-        self._run_log = RunLog.open(self.config.metric_logger.node() if self._is_rank_zero else None, self.cfg,
-                                    self.output_dir, self.global_step, self._device)
+        self._run_log = RunLog.open(self._metric_logger, self.cfg, self.output_dir, self.global_step, self._device)
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
         self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,
@@ -249,11 +252,13 @@ class RecipeSetup:
         return {"position_generator": self._pos_generator, "rope_generator": self._rope_generator}
 
     def _clear_earlier_run(self) -> None:
-        """Delete the earlier run that ``overwrite_output_dir`` replaces (rank 0), at the run's first write into its
-        folder: after the model is built and its start weights read (or, from scratch, just before ``step_0`` is
-        written), so a setup that refuses leaves the earlier run whole. A no-op once done."""
-        if self._lock is not None:
-            self._lock.clear_earlier_run()
+        """Start the metric logger (rank 0), then delete the earlier run that ``overwrite_output_dir`` replaces, at
+        the run's first write into its folder: after the model is built and its start weights read (or, from
+        scratch, just before ``step_0`` is written), so a setup that refuses leaves the earlier run whole, a logger
+        that cannot start (wandb without a login, a log_dir it cannot write) too. A no-op once done."""
+        if self._lock is not None and self._metric_logger is None:
+            self._metric_logger = self._lock.clear_earlier_run(
+                lambda: RunLog.start_logger(self.config.metric_logger.node()))
 
     def _barrier(self) -> None:
         if self._distributed:
