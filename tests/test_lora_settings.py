@@ -96,3 +96,20 @@ def test_s2_group_settings_without_s2_attn_are_said_to_be_ignored(caplog):
     with caplog.at_level(logging.WARNING):
         _check("llama2_7b/longqlora_8k_redpajama_book.yaml", **{"model.model.s2_attn": False})
     assert not [r for r in caplog.records if "s2_attn is off" in r.getMessage()]
+
+
+@pytest.mark.parametrize("over, named", [
+    ({"model.lora_rank": 4, "model.lora_alpha": 8}, r"model\.lora_rank=4"),
+    ({"model": {"_component_": "torchtune.models.llama2.lora_llama2_7b", "lora_attn_modules": ["q_proj"]}},
+     r"model\._component_='torchtune\.models\.llama2\.lora_llama2_7b'")])
+def test_lora_from_random_weights_is_refused_by_the_config_check(over, named):
+    """LoRA with ``checkpointer.checkpoint_dir: null`` passed the config check (longshort-validate said OK) and was
+    refused when step_0 was written, after the run had trained its tokenizer and claimed its folder, telling the
+    user to "merge them first with torchtune.modules.peft.get_merged_lora_ckpt"; the check names the fields now."""
+    cfg = OmegaConf.load(REPO / "configs" / "tiny" / "longshort_stdlib.yaml")
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True, merge=False)
+    with pytest.raises(ValueError, match=rf"^{named} with checkpointer\.checkpoint_dir=null: LoRA trains adapters "
+                                         r"over a pre-trained .*set checkpointer\.checkpoint_dir .* or drop the model's "
+                                         r"lora_\* settings"):
+        load_recipe_config(cfg, world_size=1, local=False)

@@ -172,6 +172,17 @@ class ModelConfig(ComponentSection):
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir"):
                 CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
 
+    def lora_settings(self) -> List[str]:
+        """The ``field=value`` items that make the built model a LoRA one: a node's ``lora_rank``, or a torchtune
+        LoRA builder as a component (``lora_llama2``, ``qlora_llama2_7b``, ...)."""
+        out = []
+        for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
+            if node.get("lora_rank") is not None:
+                out.append(f"{path}.lora_rank={node['lora_rank']!r}")
+            if str(node["_component_"]).rsplit(".", 1)[-1].startswith(("lora_", "qlora_")):
+                out.append(f"{path}._component_={node['_component_']!r}")
+        return out
+
     def learned_rope(self, local: bool = True) -> Optional[Tuple[str, str]]:
         """``(field, method)`` when the built model's RoPE has learned parameters (CLEX): the outermost
         ``rope_scaled`` method that says so, else (``local``) an ``hf_decoder`` folder's own scaling; else None."""

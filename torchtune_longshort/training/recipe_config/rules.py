@@ -63,6 +63,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     if local:
         config.model.open_folders()
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
+    _check_scratch_lora(config)
     _check_scratch_dimensions(config)
     if local:
         check_checkpoint_dimensions(config)
@@ -189,6 +190,17 @@ def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> N
     val = config.validation
     if val is not None and val.seq_len > max_len:
         raise ValueError(f"validation.seq_len={val.seq_len} is above the model's max_seq_len={max_len} ({how})")
+
+
+def _check_scratch_lora(config: RecipeConfig) -> None:
+    """LoRA from random weights (no start checkpoint) was refused only when ``step_0`` was written, after the run had
+    claimed its folder, with a message (merge the adapters with ``get_merged_lora_ckpt``) a config cannot act on."""
+    lora = config.model.lora_settings()
+    if config.checkpointer.checkpoint_dir is None and lora:
+        raise ValueError(f"{lora[0]} with checkpointer.checkpoint_dir=null: LoRA trains adapters over a pre-trained "
+                         "model's weights, and this config starts from random ones; set checkpointer.checkpoint_dir "
+                         "to a checkpoint folder (as configs/tiny/lora_from_checkpoint.yaml does), or drop the model's "
+                         "lora_* settings to train every weight")
 
 
 def _check_scratch_dimensions(config: RecipeConfig) -> None:
