@@ -133,3 +133,20 @@ def test_a_model_that_does_not_fit_the_given_base_is_refused_by_the_config_check
     with pytest.raises(StudyConfigError, match=r"the recipe config of run \w+ .* model dimensions differ from the start "
                                                r"checkpoint checkpointer.checkpoint_dir=.*model.embed_dim="):
         load_study_config(_write(tmp_path, given_base), repo_root=ROOT)
+
+
+def test_exponent_numbers_are_read_as_tune_run_reads_them(tmp_path):
+    """``lr: 3e-4`` (torchtune's configs' spelling) is a float to ``tune run`` (``OmegaConf.load``); the study read its
+    own YAML with plain YAML 1.1, where it is the string '3e-4': the study refused its own config ("optimizer.lr='3e-3'
+    is not accepted: expected a finite number >= 0"), and a Table-1 variant's ``new_base: 1e6`` went on as a word."""
+    from torchtune_longshort.study.table1.config import load_table1_config
+
+    text = (STUDIES / "cpu_small.yaml").read_text().replace("lr: 3.0e-3", "lr: 3e-3").replace("lr: 1.0e-3", "lr: 1e-3")
+    assert text.count("lr: 3e-3") == 1 and text.count("lr: 1e-3") == 1
+    (tmp_path / "study.yaml").write_text(text)
+    cfg = load_study_config(tmp_path / "study.yaml", repo_root=ROOT)
+    assert cfg.recipe_overrides["optimizer"]["lr"] == 3e-3 and cfg.finetune.overrides["optimizer"]["lr"] == 1e-3
+    text = (STUDIES / "table1_smollm2.yaml").read_text().replace("new_base: 1000000", "new_base: 1e6")
+    (tmp_path / "table1.yaml").write_text(text)
+    params = load_table1_config(tmp_path / "table1.yaml", repo_root=ROOT).variants["abf"]
+    assert "new_base: 1e6" in text and params.kwargs == {"new_base": 1e6}, params

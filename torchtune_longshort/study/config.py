@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import yaml
+from omegaconf import OmegaConf
 
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.study import values
@@ -201,6 +202,17 @@ def recipe_module(recipe: str, root: Path) -> str:
     return dotted
 
 
+def recipe_values(path: Path, kind: str) -> dict:
+    """The mapping of YAML file ``path`` with its values read as ``tune run`` reads a recipe config (``OmegaConf.load``:
+    ``lr: 3e-4``, as torchtune's configs write it, is a float, where plain YAML 1.1 reads the string '3e-4'), its
+    ``${...}`` left as written; what OmegaConf refuses (a key used twice, a key that is not a name) is a
+    ``StudyConfigError`` naming the file."""
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as e:  # noqa: BLE001 - yaml's and OmegaConf's errors alike: one line, the file named
+        raise StudyConfigError(f"{kind} config {str(path)!r}: {' '.join(str(e).split())}") from None
+
+
 def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, repo_root: Optional[Path] = None,
                 quick_replaces: Sequence[str] = ()) -> Any:
     """A YAML of one of the study's experiments as section ``cls`` (a :class:`StudySection` with ``quick`` and
@@ -214,6 +226,7 @@ def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, rep
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise StudyConfigError(f"{kind} config {str(path)!r}: expected a mapping at the top level")
+    raw = recipe_values(path, kind) if raw else raw
     refused(lambda: check_keys(cls, raw), kind)
     marker = raw.pop(MARKER_KEY, None)
     if marker is not None and (not isinstance(marker, dict) or marker.get("_component_") != MARKER_COMPONENT):
