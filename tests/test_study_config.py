@@ -150,3 +150,12 @@ def test_exponent_numbers_are_read_as_tune_run_reads_them(tmp_path):
     (tmp_path / "table1.yaml").write_text(text)
     params = load_table1_config(tmp_path / "table1.yaml", repo_root=ROOT).variants["abf"]
     assert "new_base: 1e6" in text and params.kwargs == {"new_base": 1e6}, params
+
+
+def test_a_config_that_is_not_valid_yaml_is_one_line(tmp_path):
+    """A study config that is not valid YAML ended in PyYAML's traceback (exit 1); now the study's one-line refusal
+    naming the file."""
+    bad = tmp_path / "study.yaml"
+    bad.write_text("name: x\nruns: [\n")
+    with pytest.raises(StudyConfigError, match=rf"study config '{re.escape(str(bad))}' is not valid YAML: .*line 3"):
+        load_study_config(bad)

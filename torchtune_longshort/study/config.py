@@ -223,7 +223,10 @@ def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, rep
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{kind} config {str(path)!r} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise StudyConfigError(f"{kind} config {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(raw, dict):
         raise StudyConfigError(f"{kind} config {str(path)!r}: expected a mapping at the top level")
     raw = recipe_values(path, kind) if raw else raw
