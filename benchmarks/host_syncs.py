@@ -16,9 +16,11 @@ Cases: (a) one step of the recipe's training loop (its step, logging and stop-si
 not the final save) on ``configs/tiny/longshort_from_checkpoint.yaml`` with a random checkpoint of the stdlib tiny
 config's dimensions, ``seq_len`` 64: alpha 0.1 and 0, full and LoRA, RoPE default / YaRN / CLEX, 4 micro-batches,
 YaRN at PoSE's position ids; (b) the ``longshort`` lm-eval model on the same checkpoint: one ``loglikelihood``
-batch of 4 and one ``generate_until`` call (4 prompts, 16 tokens).
+batch of 4 and one ``generate_until`` call (4 prompts, 16 tokens); (c) ``torchrun``: the step of (a) in 2 processes
+(FSDP2 over gloo, torchrun's environment), its device reads and its ``torch.distributed.all_reduce`` calls (the
+logged values' mean over ranks and the stop-signal check; FSDP2's own collectives are not counted).
 
-    python benchmarks/host_syncs.py [--detail] [--cases train,eval]
+    python benchmarks/host_syncs.py [--detail] [--cases train,torchrun,eval]
 """
 
 from __future__ import annotations
@@ -48,10 +50,10 @@ SYNC_OPS = {"_local_scalar_dense", "nonzero", "nonzero_static", "masked_select",
 HOST_COPIES = {"tolist", "numpy", "cpu"}
 
 
-def _where() -> str:
+def _where(skip: int = 3) -> str:
     """The innermost ``torchtune_longshort`` frame of the stack, as ``file:line (function)``, and the innermost
     frame outside torch (``via ...``) where that is another package's (torchtune's)."""
-    frames = [f for f in traceback.extract_stack()[:-3] if os.sep + "torch" + os.sep not in f.filename]
+    frames = [f for f in traceback.extract_stack()[:-skip] if os.sep + "torch" + os.sep not in f.filename]
     via = ""
     for frame in reversed(frames):
         if PACKAGE in frame.filename:
@@ -212,21 +214,31 @@ def train_cfg(ckpt: Path, tok: Path, out: Path, alpha: float = 0.1, lora: bool =
     return cfg
 
 
-def train_step_counts(cfg) -> dict:
-    """Syncs of one step of the recipe's training loop (its step, logging, the stop-signal check): ``train()`` over
-    2 steps, counted from the end of step 1 (the first step warms caches up: RoPE tables, memos) to the end."""
+def train_step_counts(cfg, collectives: collections.Counter = None) -> dict:
+    """Syncs of one step of the recipe's training loop (its step, logging, validation, the stop-signal check):
+    ``train()`` over 2 steps, counted from step 1's progress-bar advance (the first step warms caches up: RoPE
+    tables, memos) to step 2's: step 1's tail (validation, stop-signal check), then step 2 up to its advance.
+    ``collectives``: counts the step's ``torch.distributed.all_reduce`` calls too, by source line (under torchrun:
+    :func:`distributed_step_counts`)."""
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     cfg.max_steps = 2
+    all_reduce = torch.distributed.all_reduce
     with SyncCounter() as counter:
+        def counted_all_reduce(*args, **kwargs):
+            if counter.active and collectives is not None:
+                collectives[_where(2)] += 1
+            return all_reduce(*args, **kwargs)
+
+        torch.distributed.all_reduce = counted_all_reduce
         recipe = LongShortFinetuneRecipe(cfg)
         recipe.setup()
         counter.watch(recipe._model)
         advance = recipe._run_log.advance
 
-        def count_after_first_step():
+        def count_after_first_step():  # one step's cycle: from step 1's advance to step 2's
             advance()
-            counter.active = True
+            counter.active = not counter.active
 
         recipe._run_log.advance = count_after_first_step
         save = recipe.save_checkpoint
@@ -241,9 +253,39 @@ def train_step_counts(cfg) -> dict:
             recipe.train()
         finally:
             counter.active = False
+            torch.distributed.all_reduce = all_reduce
             recipe.release_output_dir()
             recipe._run_log.close_loggers()
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
     return dict(counter.counts)
+
+
+def _rank_counts(rank: int, world_size: int, port: int, cfg, results) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    collectives = collections.Counter()
+    with contextlib.redirect_stdout(sys.stderr):
+        reads = train_step_counts(cfg, collectives)
+    results.put((rank, reads, dict(collectives)))
+
+
+def distributed_step_counts(cfg, world_size: int = 2) -> list:
+    """:func:`train_step_counts` under torchrun's environment: ``world_size`` processes (gloo on this CPU), each
+    counting its step's device reads and ``all_reduce`` calls: ``[(reads, all_reduces)]`` by rank."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    mp.start_processes(_rank_counts, args=(world_size, port, cfg, results), nprocs=world_size, start_method="spawn")
+    out = sorted(results.get() for _ in range(world_size))
+    return [(reads, collectives) for _, reads, collectives in out]
 
 
 # ----------------------------------------------------------------------------- (b) the lm-eval model
@@ -288,7 +330,7 @@ def by_op(counts: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default="train,eval", help="train, eval or both (comma-separated)")
+    p.add_argument("--cases", default="train,torchrun,eval", help="train, torchrun, eval (comma-separated)")
     p.add_argument("--detail", action="store_true", help="every source line with its count, per case")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -301,6 +343,12 @@ def main(argv=None) -> int:
                 name = f"train step: alpha {alpha}, {'LoRA' if lora else 'full'}, {rope}, {accum} micro-batch(es)"
                 cfg = train_cfg(ckpt, tok, Path(tmp) / f"out{i}", alpha, lora, rope, gradient_accumulation_steps=accum)
                 rows.append((name, train_step_counts(cfg)))
+        if "torchrun" in args.cases:
+            cfg = train_cfg(ckpt, tok, Path(tmp) / "out_torchrun")
+            reads, collectives = distributed_step_counts(cfg)[0]
+            rows.append(("train step, 2 processes (gloo), rank 0: device reads", reads))
+            rows.append(("train step, 2 processes (gloo), rank 0: all_reduce calls",
+                         {("all_reduce", where): n for where, n in collectives.items()}))
         if "eval" in args.cases:
             rows.extend(eval_counts(ckpt, tok).items())
     width = max(len(n) for n, _ in rows)

@@ -83,3 +83,15 @@ def test_a_batch_reads_the_device_once_and_a_token_once(tiny_llama2_dir, sp_toke
         with counter.counting():
             lm.greedy_generate([lm.tok_encode(p) for p in prompts], max_new_tokens=6)
         assert [op for op, _ in counter.counts] == ["tolist"] and counter.total <= 6, dict(counter.counts)
+
+
+def test_a_step_under_torchrun_reduces_once(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """Under torchrun (2 processes, gloo) a step's logged values' mean over ranks and the stop-signal check share
+    one ``all_reduce`` and one device read, after the step's own read (before: 2 all-reduces and 3 reads, one of
+    each for the mean and for the stop flag). Counted in each process by ``benchmarks/host_syncs.py``."""
+    from benchmarks import host_syncs
+
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", save_every_n_steps=10**6)
+    for reads, collectives in host_syncs.distributed_step_counts(cfg):
+        assert sum(collectives.values()) == 1, collectives
+        assert sum(reads.values()) == 2 and {op for op, _ in reads} == {"tolist"}, reads

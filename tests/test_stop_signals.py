@@ -51,6 +51,19 @@ def test_a_signal_after_the_window_stops_at_once(restored_handlers):
     assert stops.signum == signal.SIGINT
 
 
+@pytest.mark.parametrize("ranks", [(0, 0), (signal.SIGINT, 0), (0, signal.SIGTERM), (signal.SIGINT, signal.SIGTERM),
+                                   (signal.SIGTERM, signal.SIGTERM, signal.SIGINT)])
+def test_the_flags_summed_over_ranks_give_the_max_signal(ranks):
+    """The step's one all-reduce sums each rank's :meth:`StopSignals.flags`; reference: the MAX all-reduce of the
+    signal numbers (what :meth:`StopSignals.received` does, and the recipe did every step)."""
+    per_rank = []
+    for signum in ranks:
+        stops = StopSignals()
+        stops.signum = signum
+        per_rank.append(stops.flags())
+    assert StopSignals.first_of([sum(col) for col in zip(*per_rank)]) == max(ranks)
+
+
 def _tree(pid: int) -> list:
     kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [pid] + [q for k in kids for q in _tree(int(k))]

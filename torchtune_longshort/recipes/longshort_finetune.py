@@ -156,14 +156,17 @@ class LongShortFinetuneRecipe(RecipeSetup):
             sums, norms = self._checked_step()
             self._profiler.step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)
+            stop_signal = self._over_ranks(sums)
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
                 self._run_log.log_step(self.global_step, sums, lr, norms, self._device)
             self._run_log.advance()
-            with self._run_log.paused():  # throughput counts training time only
-                if self._val_tokens is not None and (self.global_step % val_every == 0
-                                                     or self.global_step == max_steps):
+            validates = self._val_tokens is not None and (self.global_step % val_every == 0
+                                                          or self.global_step == max_steps)
+            if validates:
+                with self._run_log.paused():  # throughput counts training time only
                     self._validate()
-            stop_signal = self.stop_signals.received(self._distributed, self._device)
+            if validates or not self._distributed:  # a signal received while validating (one process: a flag)
+                stop_signal = stop_signal or self.stop_signals.received(self._distributed, self._device)
             if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
                 with self._run_log.paused():
                     self.save_checkpoint()
@@ -246,7 +249,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
 
     def _train_step(self):
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches: ``(logged sums, grad norms)``, the
-        sums averaged over the global batch. The device is read once, after clipping and before the optimizer step
+        sums averaged over this rank's micro-batches (:meth:`_over_ranks` averages them over the ranks). The device
+        is read once, after clipping and before the optimizer step
         (:func:`~torchtune_longshort.training.step_checks.read_step`): the logged values and the finiteness checks
         take their numbers from that read, not a read per micro-batch and per check."""
         self._optimizer.zero_grad(set_to_none=True)
@@ -278,9 +282,16 @@ class LongShortFinetuneRecipe(RecipeSetup):
         if self._lr_scheduler is not None:
             self._lr_scheduler.step()
         self.global_step += 1
-        if self._distributed:  # logged values are the global batch's mean
-            mean_over_ranks(sums, ("loss", "ce", "misalignment"), self._device, self.world_size)
         return sums, norms
+
+    def _over_ranks(self, sums: Dict[str, float]) -> int:
+        """Under torchrun: the logged loss terms (``sums``, this rank's) become the global batch's mean, and the stop
+        signal any rank received is returned (every rank stops at the same step): one all-reduce and one device
+        read for both (the gradient norms are global already: clipping reduced them). One process: 0."""
+        if not self._distributed:
+            return 0
+        counts = mean_over_ranks(sums, TERMS, self._device, self.world_size, extra=self.stop_signals.flags())
+        return StopSignals.first_of(counts)
 
     def _where(self, batch: Dict[str, Any]) -> str:
         return f"step {self.global_step + 1} (rank {self.rank}), e={batch['e']}, data position {batch['data_position']}"

@@ -9,7 +9,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -184,9 +184,14 @@ class RunLog:
         return cls(metric_logger, jsonl, enabled=True)
 
 
-def mean_over_ranks(values: Dict[str, float], keys, device, world_size: int) -> None:
-    """Replace ``values[k]`` for ``k`` in ``keys`` by its mean over all ranks (each rank holds its batch slice)."""
-    t = torch.tensor([values[k] for k in keys], device=device)
+def mean_over_ranks(values: Dict[str, float], keys, device, world_size: int, extra: Sequence[float] = ()
+                    ) -> List[float]:
+    """Replace ``values[k]`` for ``k`` in ``keys`` by its mean over all ranks (each rank holds its batch slice) and
+    return ``extra`` summed over ranks: one all-reduce of one small tensor and one device read for both."""
+    n = len(keys)
+    t = torch.tensor([values[k] for k in keys] + list(extra), device=device)
     torch.distributed.all_reduce(t)
-    t /= world_size
-    values.update(zip(keys, t.tolist()))
+    t[:n] /= world_size
+    out = t.tolist()
+    values.update(zip(keys, out[:n]))
+    return out[n:]

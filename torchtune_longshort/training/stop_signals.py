@@ -10,12 +10,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import List, Sequence
 
 import torch
 
 # seconds after the first signal during which another is the same stop delivered twice (a launcher forwards within
 # milliseconds; a person's second Ctrl-C, meant to stop at once, comes later)
 REPEAT_WINDOW_S = 1.0
+# the signals that stop a run, in the order of :meth:`StopSignals.flags`
+STOPPING = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopSignals:
@@ -50,6 +53,18 @@ class StopSignals:
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
             flag = int(t.item())
         return flag
+
+    def flags(self) -> List[float]:
+        """This process's signal as one count per :data:`STOPPING` signal (1.0 for the one received, else 0.0): summed
+        over ranks in the step's one all-reduce (:func:`~torchtune_longshort.training.metrics.mean_over_ranks`),
+        and :meth:`first_of` reads it back."""
+        return [1.0 if self.signum == s else 0.0 for s in STOPPING]
+
+    @staticmethod
+    def first_of(counts: Sequence[float]) -> int:
+        """The signal of :meth:`flags` summed over ranks: the largest signal number any rank received (what the
+        MAX all-reduce of :meth:`received` gives), 0 if none."""
+        return max((int(s) for s, n in zip(STOPPING, counts) if n > 0), default=0)
 
     @staticmethod
     def name(signum: int) -> str:
