@@ -95,3 +95,32 @@ def test_a_step_under_torchrun_reduces_once(tmp_path, tiny_llama2_dir, sp_tokeni
     for reads, collectives in host_syncs.distributed_step_counts(cfg):
         assert sum(collectives.values()) == 1, collectives
         assert sum(reads.values()) == 2 and {op for op, _ in reads} == {"tolist"}, reads
+
+
+def test_a_validation_pass_reads_the_device_once(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """``validation_metrics`` (the recipe's val_ce) read each sequence's sum (3 reads for 3 sequences); now one read
+    for the pass. Reference for the value: the full logits' log-softmax at each target (no chunks), summed in
+    float64."""
+    from benchmarks.host_syncs import SyncCounter
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.training.validation import validation_metrics
+
+    validation = {"dataset": {"_component_": "torchtune_longshort.data.corpus.stdlib", "split": "heldout",
+                              "min_bytes": 100000, "limit": 4}, "seq_len": 96, "num_sequences": 3}
+    with SyncCounter() as counter:
+        r = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
+                                             validation=validation))
+        r.setup()
+        r.release_output_dir()
+        counter.watch(r._model)
+        with counter.counting():
+            val = validation_metrics(r._model, r._val_tokens, r._device, r.model_vocab)
+    assert counter.total == 1 and len(r._val_tokens) == 3, dict(counter.counts)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in r._val_tokens:
+            hidden = r._model(row[None])[0, :-1]  # the recipe's decoder ends at its final norm (the loss projects)
+            logp = torch.log_softmax(r._model.output(hidden).double(), dim=-1)
+            total -= float(logp.gather(-1, row[1:, None]).sum())
+            count += row.numel() - 1
+    assert val["val_ce"] == pytest.approx(total / count, rel=1e-6)
