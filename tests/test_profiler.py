@@ -76,3 +76,26 @@ def test_bad_profiler_values_are_refused_in_one_line(tmp_path, tiny_llama2_dir, 
         LongShortFinetuneRecipe(cfg)
     assert pytest.importorskip("re").search(match, str(err.value)), str(err.value)
     assert "\n" not in str(err.value) and not out.exists()
+
+
+def test_each_ranks_chrome_trace_carries_its_rank(tmp_path, monkeypatch, tiny_llama2_dir, sp_tokenizer_dir):
+    """Under torchrun torchtune 0.6.1's trace handler names every rank's chrome trace ``r0-...`` (seen in a
+    2-process gloo run: two ``r0-`` files in ``iteration_1/``, one holding rank 1's trace); rank 1's is now ``r1-``,
+    beside its ``rank1_key_averages.txt``. Rank 1 is stood in for by torchtune's rank here."""
+    import torch
+
+    from torchtune_longshort.training.profiling import StepProfiler
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    section = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=2, profiler={
+        **PROFILER, "wait_steps": 0, "warmup_steps": 0}), local=False).profiler
+    monkeypatch.setattr("torchtune.utils.get_world_size_and_rank", lambda: (2, 1))
+    monkeypatch.setattr(torch.distributed, "barrier", lambda *a, **k: None)  # the handler waits for its peers
+    monkeypatch.setattr("torchtune.training._profiler.get_world_size_and_rank", lambda: (2, 1))
+    prof = StepProfiler(section, str(tmp_path / "traces"), torch.device("cpu"), 2, lambda _: None)
+    prof.start()
+    torch.ones(8, 8) @ torch.ones(8, 8)
+    prof.step()
+    prof.stop()
+    names = sorted(p.name for p in (tmp_path / "traces" / "iteration_1").iterdir())
+    assert [n[:3] for n in names] == ["r1-", "ran"] and names[1] == "rank1_key_averages.txt", names

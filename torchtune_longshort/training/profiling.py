@@ -2,20 +2,23 @@
 
 Built from the config's ``profiler`` node with ``torchtune.training.setup_torch_profiler`` (its activities, trace
 options and ``torch.profiler.schedule``; its ``trace_handler`` writes each cycle's ``iteration_<k>/``: the
-chrome / TensorBoard trace, ``rank<r>_key_averages.txt``, stacks and memory files when asked); started before the
-first step, stepped after each optimizer step (a step holds all its micro-batches), stopped after the last. With
-``profile_memory`` on a CUDA device the CUDA memory history is recorded over the first cycle's active steps, as
-torchtune's recipes do, so that the trace handler's snapshot holds them. Disabled (or no ``profiler`` node): no-ops,
-nothing written.
+chrome / TensorBoard trace (``r<rank>-<date>.<ns>.pt.trace.json.gz``: torchtune names every rank's ``r0-``;
+here each rank's carries its own rank), ``rank<r>_key_averages.txt``, stacks and memory files when asked); started
+before the first step, stepped after each optimizer step (a step holds all its micro-batches), stopped after the
+last. With ``profile_memory`` on a CUDA device the CUDA memory history is recorded over the first cycle's active
+steps, as torchtune's recipes do, so that the trace handler's snapshot holds them. Disabled (or no ``profiler``
+node): no-ops, nothing written.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional
 
 import torch
 from omegaconf import OmegaConf
 from torchtune import config as tt_config
+from torchtune import utils as tt_utils
 
 from torchtune_longshort.training.recipe_config.profiler import ProfilerConfig
 
@@ -34,6 +37,9 @@ class StepProfiler:
         node["cuda"] = bool(node.get("cuda", True)) and torch.cuda.is_available()
         node["xpu"] = bool(node.get("xpu", True)) and hasattr(torch, "xpu") and torch.xpu.is_available()
         self.profiler, _ = tt_config.instantiate(OmegaConf.create(node))
+        _, rank = tt_utils.get_world_size_and_rank()
+        if rank and self.profiler.on_trace_ready is not None:
+            self.profiler.on_trace_ready = _rank_named(self.profiler.on_trace_ready, rank)
         schedule = section.schedule()
         self._record_from = schedule["wait_steps"] + schedule["warmup_steps"]
         self._record_to = self._record_from + schedule["active_steps"]
@@ -73,3 +79,24 @@ class StepProfiler:
             torch.cuda.memory._record_memory_history()
         elif self.done == self._record_to:
             torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def _rank_named(handler: Callable, rank: int) -> Callable:
+    """``handler`` (torchtune's ``trace_handler``), with the chrome trace it exports named for ``rank``: torchtune
+    0.6.1 names every rank's ``r0-<date>.<ns>.pt.trace.json.gz`` (its other files are ``rank<r>_...``), so under
+    torchrun the ranks' traces sat side by side in ``iteration_<k>/`` under rank 0's name."""
+    def on_trace_ready(prof) -> None:
+        export = prof.export_chrome_trace
+
+        def export_as_rank(path: str, *args, **kwargs):
+            folder, name = os.path.split(path)
+            if name.startswith("r0-"):
+                name = f"r{rank}-{name[len('r0-'):]}"
+            return export(os.path.join(folder, name), *args, **kwargs)
+
+        prof.export_chrome_trace = export_as_rank
+        try:
+            handler(prof)
+        finally:
+            del prof.export_chrome_trace  # the class's method again
+    return on_trace_ready
