@@ -172,3 +172,36 @@ def test_a_metric_logger_that_fails_to_start_leaves_the_earlier_run_whole(recipe
     logs = sorted(p.name for p in (run / "logs").iterdir())
     assert not (run / "step_4").exists() and [n for n in logs if n != ".longshort_files"] != []
     assert "debug.log" not in logs and all(n.startswith(("log_", ".longshort_files")) for n in logs), logs
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume", "overwrite"])
+def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_next_start(tmp_path, tiny_llama2_dir,
+                                                                                       resume):
+    """SIGKILL while an overwrite start opened its logger left the earlier run in ``.replaced``, the killed logger's
+    unlisted ``logs/`` and a stale lock: resume=True was refused ("no complete step_<k>"), and overwrite refused on
+    ``logs/ (no .longshort_files)``, then deleted ``.replaced`` unasked. Now the next start (taking the stale lock)
+    puts the earlier run back, whole, before its checks: resume continues it, overwrite replaces it as if never
+    started."""
+    import subprocess
+
+    from torchtune_longshort.output_guard import write_names
+    from torchtune_longshort.training.output_dir import REPLACED, claim_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 4, tiny_llama2_dir)
+    (run / "logs").mkdir()
+    (run / "logs" / "log_1.txt").write_text("earlier")
+    write_names(run / "logs" / ".longshort_files", ["log_1.txt"])
+    before = tree(run)
+    (run / REPLACED).mkdir()
+    for p in list(run.iterdir()):
+        if p.name not in (REPLACED, ".longshort_output"):
+            p.rename(run / REPLACED / p.name)
+    (run / "logs").mkdir()
+    (run / "logs" / "log_2.txt").write_text("the killed start's")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (run / ".lock").write_text(f"{dead.pid}\n")
+    lock = claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
+    assert tree(run) == sorted(before + [".lock"]) and (run / "logs" / "log_1.txt").read_text() == "earlier"
+    lock.release()

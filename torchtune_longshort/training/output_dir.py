@@ -34,12 +34,13 @@ MARKER = ".longshort_output"  # written into every output_dir this recipe create
 LOCK = ".lock"
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
+DISCARDED = ".replaced.discarded"  # that earlier run once the new run's logger has started: being deleted
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
 WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml", MANIFEST,
-                REPLACED)
+                REPLACED, DISCARDED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
 Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
@@ -111,7 +112,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
     if resume:
-        if StepCheckpoints(out).latest(resumable=True) is None:
+        if StepCheckpoints(out).latest(resumable=True) is None and not _resumable_aside(out):
             hint = ("a run killed before its first save leaves only step_0: start it again with "
                     "overwrite_output_dir=True" if (out / MARKER).is_file() else
                     "this recipe did not make that folder: choose another output_dir, without resume=True")
@@ -127,12 +128,39 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                 "not write: move those out of it first")
         return
     if out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out):
+        if overwrite and (out / REPLACED).is_dir():  # a killed start's: claim_output_dir mends it, then checks
+            return
         if not overwrite:
             raise FileExistsError(
                 f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
                 "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
             )
         _check_deletable(out, protect, written_here)
+
+
+def _resumable_aside(out: Path) -> bool:
+    """Whether ``out`` holds, in :data:`REPLACED`, an earlier run with a resumable step that an overwrite start killed
+    before it began left there (:func:`claim_output_dir` puts it back first)."""
+    aside = out / REPLACED
+    return aside.is_dir() and StepCheckpoints(aside).latest(resumable=True) is not None
+
+
+def mend_interrupted_start(out: Path) -> None:
+    """What an overwrite start killed part-way (SIGKILL, power loss) left, mended by the next start, which holds the
+    lock: an earlier run in :data:`REPLACED` was never replaced (the new run's logger had not started): it is put back,
+    what the killed start's logger made in its place removed; one in :data:`DISCARDED` had been replaced (checked
+    deletable, the new run started): its deletion is finished."""
+    if (out / DISCARDED).is_dir():
+        _remove(out / DISCARDED)
+    aside = out / REPLACED
+    if not aside.is_dir() or aside.is_symlink():
+        return
+    for child in list(aside.iterdir()):
+        target = out / child.name
+        if target.exists() or target.is_symlink():  # the killed start's logger folder, made after the move
+            _remove(target)
+        child.rename(target)
+    aside.rmdir()
 
 
 def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
@@ -305,13 +333,13 @@ class OutputDirLock:
         the earlier run moved aside into :data:`REPLACED` (renames) so that it finds the folder as a new run does,
         and moved back when ``opening()`` raises: the earlier run stays whole. Returns what ``opening()`` returns."""
         if self.earlier_run is None:
-            return opening()
+            opened = opening()
+            self.record_written()  # listed at once: a run killed before its first save leaves no unlisted log
+            return opened
         protect, written_here = self.earlier_run
         out, aside = self.path.parent, self.path.parent / REPLACED
         check_output_dir(out, resume=False, overwrite=True, protect=protect, written_here=written_here)
-        if aside.exists():  # left by a run killed while it opened its logger: that earlier run goes with this one
-            _remove(aside)
-        aside.mkdir()
+        aside.mkdir()  # none left by a killed start: claim_output_dir mended it
         moved = [p.name for p in out.iterdir() if p.name not in (LOCK, MARKER, REPLACED)]
         for name in moved:
             (out / name).rename(aside / name)
@@ -324,8 +352,10 @@ class OutputDirLock:
                 (aside / name).rename(out / name)
             aside.rmdir()
             raise
-        _remove(aside)
         self.existed, self.earlier_run = set(), None  # the log folders hold only what this run's logger wrote
+        self.record_written()  # before a kill can leave them unlisted (then refused by overwrite)
+        aside.rename(out / DISCARDED)  # replaced now: a start killed from here on leaves it to be deleted, not put back
+        _remove(out / DISCARDED)
         return opened
 
     def record_written(self) -> None:
@@ -384,11 +414,20 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     (:func:`prepare_output_dir`). Returns the held lock; its ``made_folder`` says whether this call created the
     folder (:meth:`OutputDirLock.release` can then take it back). An earlier run that ``overwrite`` replaces stays
     until :meth:`OutputDirLock.clear_earlier_run`."""
-    check_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     out = Path(output_dir)
     made, made_root = not out.exists(), missing_root(out)
-    earlier = not resume and not made and any(True for _ in out.iterdir())  # allowed by the check: overwrite
-    lock = OutputDirLock(output_dir).acquire()
+    if out.is_dir() and any((out / n).is_dir() for n in (REPLACED, DISCARDED)):  # an overwrite start killed part-way
+        lock = OutputDirLock(output_dir).acquire()  # mended under the lock: a live run's start in progress refuses
+        try:
+            mend_interrupted_start(out)
+            check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+        except BaseException:
+            lock.release()
+            raise
+    else:
+        check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+        lock = OutputDirLock(output_dir).acquire()
+    earlier = not resume and not made and any(p.name != LOCK for p in out.iterdir())  # allowed by the check: overwrite
     lock.made_folder, lock.made_root, lock.written_here = made, made_root, tuple(written_here)
     if earlier:
         lock.earlier_run = (tuple(protect), tuple(written_here))
