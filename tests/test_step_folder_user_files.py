@@ -88,6 +88,7 @@ def test_an_overwrite_killed_part_way_leaves_a_folder_the_next_overwrite_takes(t
     recipe's only beside its step folder's list), each folder's list last of it, the marker last of all."""
     import shutil
 
+    from torchtune_longshort.training import output_aside as oa
     from torchtune_longshort.training import output_dir as od
 
     run = recipe_made(tmp_path / "run")
@@ -109,6 +110,7 @@ def test_an_overwrite_killed_part_way_leaves_a_folder_the_next_overwrite_takes(t
             remove(path)
 
         monkeypatch.setattr(od, "_remove", killed)
+        monkeypatch.setattr(oa, "remove_tree", killed)  # its recursion: every entry goes through the kill
         try:
             od.prepare_output_dir(copy, resume=False, overwrite=True, written_here=("logs",))
             break  # every entry went: no cut left to try

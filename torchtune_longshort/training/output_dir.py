@@ -11,7 +11,7 @@ keeps a second run out.
   and prepares a new folder; a refused setup gives a folder it made back. An earlier run that ``overwrite``
   replaces is deleted only by :meth:`OutputDirLock.clear_earlier_run`, which the recipe calls once its setup has
   passed every check, before its first write: a setup that refuses (a model that does not fit, weights that
-  cannot be read, a metric logger that cannot start) leaves the earlier run whole.
+  cannot be read, a metric logger that cannot start: :mod:`.output_aside`) leaves the earlier run whole.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.lock_holder import holder_alive, process_start
+from torchtune_longshort.training.output_aside import (
+    DISCARDED, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
+)
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
@@ -33,8 +36,6 @@ from torchtune_longshort.training.checkpointing import (
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 LOCK = ".lock"
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
-REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
-DISCARDED = ".replaced.discarded"  # that earlier run once the new run's logger has started: being deleted
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
@@ -88,21 +89,8 @@ def nothing_written(out: Path) -> bool:
 
 
 def _deletion_rank(child: Path) -> int:
-    if child.name == RECIPE_STATE_DIR:
-        return 0
-    if STEP_PATTERN.match(child.name):
-        return 1
-    return {MANIFEST: 3, MARKER: 4}.get(child.name, 2)
-
-
-def _remove(path: Path) -> None:
-    """Delete ``path`` (a folder: its files, its :data:`MANIFEST` last; a symbolic link itself, not its target)."""
-    if path.is_dir() and not path.is_symlink():
-        for child in sorted(path.iterdir(), key=lambda c: c.name == MANIFEST):
-            _remove(child)
-        path.rmdir()
-    else:
-        path.unlink()
+    """The order overwrite deletes a folder's entries in: recipe states, steps, the rest, the manifest, the marker."""
+    return {RECIPE_STATE_DIR: 0, MANIFEST: 3, MARKER: 4}.get(child.name, 1 if STEP_PATTERN.match(child.name) else 2)
 
 
 def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -112,7 +100,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
     if resume:
-        if StepCheckpoints(out).latest(resumable=True) is None and not _resumable_aside(out):
+        if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
             hint = ("a run killed before its first save leaves only step_0: start it again with "
                     "overwrite_output_dir=True" if (out / MARKER).is_file() else
                     "this recipe did not make that folder: choose another output_dir, without resume=True")
@@ -136,31 +124,6 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                 "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
             )
         _check_deletable(out, protect, written_here)
-
-
-def _resumable_aside(out: Path) -> bool:
-    """Whether ``out`` holds, in :data:`REPLACED`, an earlier run with a resumable step that an overwrite start killed
-    before it began left there (:func:`claim_output_dir` puts it back first)."""
-    aside = out / REPLACED
-    return aside.is_dir() and StepCheckpoints(aside).latest(resumable=True) is not None
-
-
-def mend_interrupted_start(out: Path) -> None:
-    """What an overwrite start killed part-way (SIGKILL, power loss) left, mended by the next start, which holds the
-    lock: an earlier run in :data:`REPLACED` was never replaced (the new run's logger had not started): it is put back,
-    what the killed start's logger made in its place removed; one in :data:`DISCARDED` had been replaced (checked
-    deletable, the new run started): its deletion is finished."""
-    if (out / DISCARDED).is_dir():
-        _remove(out / DISCARDED)
-    aside = out / REPLACED
-    if not aside.is_dir() or aside.is_symlink():
-        return
-    for child in list(aside.iterdir()):
-        target = out / child.name
-        if target.exists() or target.is_symlink():  # the killed start's logger folder, made after the move
-            _remove(target)
-        child.rename(target)
-    aside.rmdir()
 
 
 def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
