@@ -46,8 +46,8 @@ class ProfilerConfig(ComponentSection):
 
     def check(self, where: str) -> None:
         if self.component != PROFILER:
-            raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected {PROFILER} (torchtune's "
-                             "recipes take only that one too)")
+            raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected {PROFILER} "
+                             "(torchtune's recipes take only that one too)")
 
     def schedule(self) -> dict:
         """``{wait_steps, warmup_steps, active_steps, num_cycles}`` as torchtune fills them (a missing one: its
