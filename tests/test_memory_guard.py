@@ -74,3 +74,19 @@ def test_a_containers_limit_bounds_the_free_memory(tmp_path, monkeypatch):
     assert devices.free_bytes("cpu") <= 2**30
     with pytest.raises(ValueError, match=r"takes about 2\.0 GiB, more than the 1\.0 GiB free on cpu"):
         rope_cache(default_inv_freq(16, 10_000.0), positions)
+
+
+def test_longshort_eval_refuses_an_absurd_length_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
+    """``longshort-eval``'s pre-check (before lm-eval's start-up log and task loading) checks the length as the
+    model's constructor does: with ``allow_extrapolation=true`` a length whose RoPE tables no memory holds was passed
+    on and refused only when lm-eval built the model; a length that fits still passes."""
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    argv = ["run", "--model", "longshort", "--model_args",
+            f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},max_length={ABSURD},allow_extrapolation=true",
+            "--tasks", "longshort_ppl", "--device", "cpu"]
+    with pytest.raises(ValueError, match=r"RoPE tables for 1,000,000,000 positions .* ask for fewer positions "
+                                         r"\(max_length in --model_args\)"):
+        check_arguments(argv)
+    check_arguments([a.replace(f"max_length={ABSURD}", "max_length=512") for a in argv])
+    check_arguments([a.replace(",allow_extrapolation=true", "") for a in argv])  # runs only the covered 256

@@ -18,7 +18,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.config_file import config_options
-from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import (check_metadata_values, fixed_context_of, generates, tasks_path,
@@ -197,6 +197,7 @@ def check_arguments(out: List[str]) -> None:
     if model == "longshort":
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
+        check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
         sample = (given.gen_kwargs or {}).get("do_sample")
         if str(sample).lower() in ("true", "1", "yes") and any(generates(n) for n in task_names(out)):
             raise ValueError(f"--gen_kwargs do_sample={sample}: the longshort model decodes greedily only (accepted: "

@@ -112,6 +112,17 @@ def _check_fits_on(model: nn.Module, device: Union[str, torch.device], folder: C
                f"ask for fewer positions ({length_field})")
 
 
+def check_checkpoint_fits(checkpoint_dir: Folder, rope: Optional[Union[str, Dict[str, Any]]] = None,
+                          max_seq_len: Optional[int] = None, device: Union[str, torch.device] = "cpu",
+                          length_field: str = "max_seq_len") -> None:
+    """Refuse, as :func:`load_hf_checkpoint` would, a checkpoint whose weights and RoPE tables at ``max_seq_len``
+    ``device`` cannot hold: the model is built on the meta device only (nothing allocated, no weight read)."""
+    folder = CheckpointFolder.open(checkpoint_dir)
+    with torch.device("meta"):
+        model = build_decoder(folder, max_seq_len=max_seq_len, rope=rope)
+    _check_fits_on(model, device, folder, length_field)
+
+
 def load_hf_checkpoint(
     checkpoint_dir: Folder,
     rope: Optional[Union[str, Dict[str, Any]]] = None,

@@ -47,7 +47,7 @@ from torchtune_longshort.lengths import length_value
 from torchtune_longshort.rope import check_rope_method
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
@@ -56,6 +56,7 @@ logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # lm-eval forwards these to every model; they carry no meaning here.
 _IGNORED = ("trust_remote_code", "pretrained_model_name_or_path")
+LENGTH_FIELD = "max_length in --model_args"  # what a refusal of the length names
 # How this model's arguments are named in the checkpoint path's messages (models.checkpoint_open).
 NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extrapolation=true",
                  tokenizer="tokenizer",
@@ -222,6 +223,14 @@ def parse_model_args(
     )
 
 
+def check_model_fits(args: ModelArgs) -> None:
+    """Refuse, before anything is allocated, the model :func:`load_checkpoint_model` would refuse for its length: its
+    weights and RoPE tables at :attr:`ModelArgs.run_limit` past what ``args.device`` holds (``longshort-eval``'s
+    check before lm-eval starts)."""
+    check_checkpoint_fits(args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, device=str(args.device),
+                          length_field=LENGTH_FIELD)
+
+
 def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     """The checkpoint as a torchtune decoder in eval mode, frozen, RoPE sized for the longest sequence it runs
     (:attr:`ModelArgs.run_limit`: ``max_length``, or the covered positions when that is shorter and extrapolation is
@@ -234,7 +243,7 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
         args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, dtype=args.dtype, device=str(args.device),
-        length_field="max_length in --model_args",
+        length_field=LENGTH_FIELD,
     )
     model = model.to(device=args.device, dtype=args.dtype).eval()
     model.requires_grad_(False)
