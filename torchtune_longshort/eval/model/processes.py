@@ -21,14 +21,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+from collections import Counter
 from types import FrameType
 from typing import Any, Dict, List, Optional
 
 import torch
 
 logger = logging.getLogger(__name__)
-# the pack's per-task counts of samples not scored (PackTask), each process's own until summed on rank 0
-NOT_SCORED_ATTRS = ("not_scored", "not_scored_lengths")
 
 
 def launched_world_size() -> int:
@@ -87,23 +86,19 @@ class Processes:
         return out
 
     def _sum_not_scored(self, dst: int, caller: Optional[FrameType]) -> None:
-        """Give ``dst``'s tasks every rank's counts of samples not scored (the pack's ``PackTask.not_scored`` and
-        ``not_scored_lengths``, which each process counts for its own documents: the results file, written by rank
-        0, counted rank 0's alone). A collective: every rank calls it."""
+        """Give ``dst``'s tasks every rank's per-process counts (a task's ``SUMMED_OVER_PROCESSES`` attributes: the
+        pack's ``PackTask`` counts the samples it did not score, each process its own documents; the results file,
+        written by rank 0, counted rank 0's alone). A collective: every rank calls it."""
         import torch.distributed as dist
 
         tasks = {name: acc.get("task") for name, acc in _accumulated(caller).items()}
-        mine = {name: {k: dict(getattr(t, k)) for k in NOT_SCORED_ATTRS if isinstance(getattr(t, k, None), dict)}
+        mine = {name: {k: dict(getattr(t, k)) for k in getattr(t, "SUMMED_OVER_PROCESSES", ())}
                 for name, t in tasks.items()}
         out: Optional[List[Any]] = [None] * self.world_size if self.rank == dst else None
         dist.gather_object(mine, out, dst=dst)
         for name, t in tasks.items() if out is not None else ():
-            for k in mine.get(name, {}):
-                total: Dict[str, int] = {}
-                for ranks in out:
-                    for reason, n in ranks.get(name, {}).get(k, {}).items():
-                        total[reason] = total.get(reason, 0) + n
-                setattr(t, k, total)
+            for k in mine[name]:
+                setattr(t, k, dict(sum((Counter(ranks[name][k]) for ranks in out), Counter())))
 
     def barrier(self) -> None:
         if self.world_size > 1:

@@ -99,6 +99,9 @@ class PackTask(ConfigurableTask):
     """``ConfigurableTask`` with metrics per length, unsent requests for what cannot be scored, reasons outside
     the metric table and an optional lm-eval task file as its base (see the module docstring)."""
 
+    # counts each process keeps for its own documents; several processes sum them on rank 0 (eval.model.processes)
+    SUMMED_OVER_PROCESSES = ("not_scored", "not_scored_lengths")
+
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         config = dict(config or {})
         config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
