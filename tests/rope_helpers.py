@@ -47,3 +47,25 @@ def greedy_kv(model, prompt: torch.Tensor, steps: int):
             layer.attn.kv_cache = None
             layer.attn.cache_enabled = False
     return torch.stack(out, 1)[0], torch.stack(logits, 1)
+
+
+def position_reads(monkeypatch) -> list:
+    """A list that gets one entry each time a RoPE reads its positions' range from the device
+    (``rope.base._position_range``), the read a GPU waits for."""
+    import torchtune_longshort.rope.base as base
+
+    reads, real = [], base._position_range
+    monkeypatch.setattr(base, "_position_range", lambda t: reads.append(1) or real(t))
+    return reads
+
+
+def linear_llama2(num_layers: int):
+    """A tiny Llama-2 (vocabulary 64, 64 positions) with linear RoPE scaling at factor 2, seeded."""
+    from torchtune.models.llama2 import llama2
+
+    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+
+    torch.manual_seed(0)
+    model = llama2(vocab_size=64, num_layers=num_layers, num_heads=2, num_kv_heads=1, embed_dim=32, max_seq_len=64)
+    apply_rope_scaling(model, "linear", max_seq_len=64, factor=2.0)
+    return model

@@ -305,18 +305,12 @@ def test_a_position_samplers_range_is_read_on_the_host(monkeypatch):
     """The recipe draws a position sampler's ids on the host: ``positions_on`` reads their range there and notes it
     in each RoPE, whose bounds check then reads nothing back from the device (it read once per forward: a sync on a
     GPU). Positions past the cache are still refused; a tensor changed in place since is read again."""
-    from torchtune.models.llama2 import llama2
+    from rope_helpers import linear_llama2, position_reads
 
-    import torchtune_longshort.rope.base as base
     from torchtune_longshort.rope import rope_modules
     from torchtune_longshort.training.data_setup import positions_on
 
-    reads = []
-    real = base._position_range
-    monkeypatch.setattr(base, "_position_range", lambda t: reads.append(1) or real(t))
-    torch.manual_seed(0)
-    model = llama2(vocab_size=64, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=32, max_seq_len=64)
-    apply_rope_scaling(model, "linear", max_seq_len=64, factor=2.0)
+    reads, model = position_reads(monkeypatch), linear_llama2(num_layers=2)
     ropes, cpu, tokens = rope_modules(model), torch.device("cpu"), torch.randint(0, 64, (1, 8))
     with torch.no_grad():
         pos = positions_on(cpu, torch.arange(8)[None] + 3, ropes)

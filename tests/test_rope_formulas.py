@@ -300,17 +300,9 @@ def test_positions_are_read_from_the_device_once_per_model_call(monkeypatch):
     import copy
     import io
 
-    from torchtune.models.llama2 import llama2
+    from rope_helpers import linear_llama2, position_reads
 
-    import torchtune_longshort.rope.base as base
-    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
-
-    reads = []
-    real = base._position_range
-    monkeypatch.setattr(base, "_position_range", lambda t: reads.append(1) or real(t))
-    torch.manual_seed(0)
-    model = llama2(vocab_size=64, num_layers=3, num_heads=2, num_kv_heads=1, embed_dim=32, max_seq_len=64)
-    apply_rope_scaling(model, "linear", max_seq_len=64, factor=2.0)
+    reads, model = position_reads(monkeypatch), linear_llama2(num_layers=3)
     tokens, pos = torch.randint(0, 64, (1, 8)), torch.arange(8)[None]
     with torch.no_grad():
         ref = model(tokens, input_pos=pos)
