@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.rope.clex import CLEXRoPE
-from torchtune_longshort.training.step_checks import clip_gradients, rope_parameters
+from torchtune_longshort.training.step_checks import clip_gradient_norms, rope_parameters
 
 
 class _Tiny(nn.Module):
@@ -48,7 +48,7 @@ def test_clipping_one_group_or_the_rope_on_its_own(separately):
     m = _Tiny()
     model_norm, rope_norm = _with_grads(m, 0.01, 100.0)  # model well under max_norm, RoPE far over it
     others = [m.proj.weight, m.proj.bias]
-    out = clip_gradients(m, 1.0, lambda: "step 1", rope_separately=separately)
+    out = clip_gradient_norms(m, 1.0, rope_separately=separately)
     assert float(out["rope_grad_norm"]) == pytest.approx(rope_norm, rel=1e-5)  # measured before clipping
     if separately:
         assert float(out["grad_norm"]) == pytest.approx(model_norm, rel=1e-5)
@@ -65,5 +65,5 @@ def test_a_model_without_trainable_rope_logs_only_grad_norm():
     m = nn.Linear(4, 3)
     for p in m.parameters():
         p.grad = torch.ones_like(p)
-    out = clip_gradients(m, None, lambda: "step 1", rope_separately=True)
+    out = clip_gradient_norms(m, None, rope_separately=True)
     assert set(out) == {"grad_norm"} and float(out["grad_norm"]) == pytest.approx(math.sqrt(15))

@@ -88,11 +88,3 @@ def clip_gradient_norms(model: nn.Module, max_norm, rope_separately: bool = Fals
     out["grad_norm"] = _clip(list(model.parameters()), max_norm)
     return out
 
-
-def clip_gradients(model: nn.Module, max_norm, where: Callable[[], str],
-                   rope_separately: bool = False) -> Dict[str, torch.Tensor]:
-    """:func:`clip_gradient_norms`, then raise ``FloatingPointError`` naming ``where`` when a norm is not finite
-    (one read of the norms)."""
-    norms = clip_gradient_norms(model, max_norm, rope_separately)
-    check_finite_norms(read_step([], norms)[1], where)
-    return norms
