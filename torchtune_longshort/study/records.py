@@ -29,6 +29,16 @@ def value(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
     return float(v)
 
 
+def value_stderr(rec: Dict[str, Any], family: str, n: Any) -> Optional[float]:
+    """lm-eval's standard error of :func:`value`'s ``family`` at length ``n`` (:func:`metric_stderr`); None when the
+    record has none for it (not recorded, "N/A" from lm-eval, not finite) and for ``entropy``, which is derived from
+    SCE and Jeffreys, whose errors are correlated (over the same samples)."""
+    if family == "entropy":
+        return None
+    se = metric_stderr(rec, *metric_of(family, n))
+    return se if se is not None and math.isfinite(se) else None
+
+
 def metric_value(rec: Dict[str, Any], task: str, metric: str):
     """``metric`` of ``task`` in a run's result.json (under the task's former name in older records); None when
     absent or not a number."""

@@ -30,7 +30,7 @@ from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-expor
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
-from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY
+from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY, NOT_SCORED_LENGTHS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +157,17 @@ def load_not_scored(results_dir: Path) -> Dict[str, str]:
             out.pop(current_name(task), None)
         out.update(not_scored_of(data))
     return out
+
+
+def load_not_scored_counts(results_dir: Path) -> Dict[str, Dict[str, Dict[str, int]]]:
+    """The counts behind :func:`load_not_scored`'s reasons: ``{task: {"samples": {reason: samples}, "lengths":
+    {length label: samples}}}`` from the pack's ``configs`` entries (newest results file wins per task)."""
+    out: Dict[str, Dict[str, Dict[str, int]]] = {}
+    for f in results_files(results_dir):
+        for task, cfg in (json_file(f).get("configs") or {}).items():
+            out[current_name(task)] = {k: dict((cfg or {}).get(key) or {}) for k, key in
+                                       (("samples", NOT_SCORED_KEY), ("lengths", NOT_SCORED_LENGTHS_KEY))}
+    return {t: c for t, c in out.items() if c["samples"] or c["lengths"]}
 
 
 def predict_only_tasks(results_dir: Path) -> List[str]:

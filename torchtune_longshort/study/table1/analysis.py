@@ -18,6 +18,11 @@ excludes 0 for rho = 0.9, whose exact p is 0.083 (n = 6: rho 0.83, p 0.058); the
 - ``same direction, not significant``: the paper's sign, the interval holds 0;
 - ``opposite direction, not significant`` / ``contradicted`` (the interval excludes 0 on the wrong side);
 - ``not measurable``: fewer than 4 variants with both values, or the figure is the same for every variant.
+
+Each row also carries, per value, lm-eval's standard error over the cell's samples (``stderr``; where there is
+none, ``stderr_why``: not recorded, one sample, none from lm-eval) and, for a value missing or scored on part of its
+samples, why (``why``: not run, failed, or not scored with the reason and how many samples); each correlation names
+the variants it leaves out and why (``left_out``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.study.records import value
+from torchtune_longshort.study.eval_config import metric_of
+from torchtune_longshort.study.records import not_scored_reasons, short_reason, value, value_stderr
 from torchtune_longshort.study.stats import correlation, spearman_permutation_p
 
 # predictor id -> (label, records.value family)
@@ -86,6 +92,42 @@ def verdict(corr: Dict[str, Any], expected: int, ys: List[Optional[float]]) -> D
                                  f"n = {corr['n']}{disagree}"}
 
 
+def _task(family: str, n: int) -> str:
+    return metric_of("misalignment" if family == "entropy" else family, n)[0]
+
+
+def why_missing(rec: Dict[str, Any], family: str, n: int, have: bool) -> str:
+    """Why a cell has no ``family`` value at length ``n`` (``have``: False), or has one from part of its samples
+    (True; "" when every sample was scored): ``not run``, ``failed``, or ``not scored`` with the reason
+    (:func:`~torchtune_longshort.study.records.short_reason`: the text could not fill the length, no data, a prompt
+    longer than the model takes) and how many of the cell's samples (``count not recorded`` in records written before
+    the runner kept it)."""
+    status = rec.get("status") or "not run"
+    if status != "ok":
+        return "" if have else status if status == "not run" else "failed"
+    task = _task(family, n)
+    reasons = "; ".join(dict.fromkeys(short_reason(r) for r in not_scored_reasons(rec, task))) or "no value reported"
+    if "not_scored_counts" not in rec:
+        return "" if have else f"not scored: {reasons} (count not recorded)"
+    k = sum(((rec["not_scored_counts"].get(task) or {}).get("samples") or {}).values())
+    of = f"{k} of {(rec.get('samples') or {}).get(task, '?')} samples"
+    if have:
+        return f"{of} not scored: {reasons}" if k else ""
+    return f"not scored ({of}): {reasons}"
+
+
+def why_no_stderr(rec: Dict[str, Any], family: str, n: int) -> str:
+    """Why a cell's ``family`` value has no standard error: ``not recorded`` (a record written before the runner kept
+    lm-eval's), derived (the entropy), one sample, or lm-eval gives none for that metric (perplexity's aggregation)."""
+    if "stderr" not in rec:
+        return "not recorded"
+    if family == "entropy":
+        return "none: derived from SCE and Jeffreys, whose errors are correlated"
+    if (rec.get("samples") or {}).get(_task(family, n)) == 1:
+        return "none: one sample"
+    return "none from lm-eval for this metric"
+
+
 def length_rows(recs: Dict[str, Dict[str, Any]], length: int) -> List[Dict[str, Any]]:
     """Per variant at ``length``: its status and every predictor's and figure's value (None where not scored)."""
     rows = []
@@ -94,11 +136,15 @@ def length_rows(recs: Dict[str, Dict[str, Any]], length: int) -> List[Dict[str, 
             continue
         ok = rec.get("status") == "ok"
         row = {"variant": rec["variant"], "method": rec.get("method"), "status": rec.get("status"),
-               "error": rec.get("error"), "wall_s": rec.get("wall_s")}
-        for pid, (_, fam) in PREDICTORS.items():
-            row[pid] = value(rec, fam, length) if ok else None
-        for tid, (_, fam, _) in TARGETS.items():
-            row[tid] = value(rec, fam, length) if ok else None
+               "error": rec.get("error"), "wall_s": rec.get("wall_s"), "samples": rec.get("samples") if ok else None,
+               "stderr": {}, "stderr_why": {}, "why": {}}
+        for key, fam in [(pid, p[1]) for pid, p in PREDICTORS.items()] + [(tid, t[1]) for tid, t in TARGETS.items()]:
+            row[key] = value(rec, fam, length) if ok else None
+            row["stderr"][key] = value_stderr(rec, fam, length) if ok else None
+            if row[key] is not None and row["stderr"][key] is None:
+                row["stderr_why"][key] = why_no_stderr(rec, fam, length)
+            if why := why_missing(rec, fam, length, row[key] is not None):
+                row["why"][key] = why
         rows.append(row)
     return rows
 
@@ -114,6 +160,9 @@ def analyze(recs: Dict[str, Dict[str, Any]], lengths: List[int]) -> Dict[str, An
                 xs, ys = [r[pid] for r in rows], [r[tid] for r in rows]
                 c = correlation(xs, ys)  # no interval at |rho| = 1 (Fisher's z is infinite): the p decides
                 c["p_permutation"] = spearman_permutation_p(xs, ys)
+                c["left_out"] = {r["variant"]: "; ".join(f"{k}: {r['why'].get(k, 'no value')}" for k in (pid, tid)
+                                                         if r[k] is None)
+                                 for r in rows if r[pid] is None or r[tid] is None}
                 c.update({"predictor": pid, "predictor_label": plabel, "target": tid, "target_label": tlabel,
                           "expected_sign": sign, **verdict(c, sign, ys)})
                 corrs.append(c)

@@ -1,8 +1,9 @@
 """The Table-1 figure: the misalignment metric (SCE, Eq. 4) against each performance figure, one panel per figure
 (rows) and length (columns), every variant in one key under the panels (its own marker and colour: the variants
 cluster, and names printed beside the points ran into each other), Spearman's rho with its 95% interval, n and the
-verdict in each title, and the variants without a point and why (not run, failed, not scored). It follows the study
-figures' rules (:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
+verdict in each title, and the variants without a point and why (not run, failed, not scored and the kind of reason:
+the text could not fill the length, no data, ...). It follows the study figures' rules
+(:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def _why_no_points(rows: List[Dict[str, Any]], tid: str) -> str:
     for r in rows:
         if r[MAIN_PREDICTOR] is not None and r[tid] is not None:
             continue
-        why = ("not run" if r["status"] == "not run" else "failed" if r["status"] != "ok"
-               else "not scored")
+        # the kind of reason and its first words (not scored: the text could not fill the length), no details
+        why = ": ".join((r["why"].get(MAIN_PREDICTOR) or r["why"].get(tid) or "not scored").split(": ")[:2])
         out.setdefault(why, []).append(r["variant"])
     return "; ".join(f"{why}: {', '.join(names)}" for why, names in out.items())
 

@@ -20,7 +20,11 @@ from torchtune_longshort.study.table1.analysis import PREDICTORS, TARGETS, analy
 from torchtune_longshort.study.table1.config import Table1Config
 from torchtune_longshort.study.table1.figure import FIGURE, figure
 
-_COLUMNS = ["variant", "method", "length", "status", *PREDICTORS, *TARGETS, "wall_s", "error"]
+_SE = [k for k in (*PREDICTORS, *TARGETS) if k != "entropy"]  # the entropy is derived: no standard error of its own
+_COLUMNS = ["variant", "method", "length", "status", *PREDICTORS, *TARGETS, *(f"{k}_se" for k in _SE), "not_scored",
+            "wall_s", "error"]
+_LABELS = {"sce": "SCE", "jeffreys": "Jeffreys", "entropy": "entropy", "ppl": "ppl", "passkey": "passkey acc",
+           "passkey_digits": "passkey digits"}
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
@@ -28,12 +32,40 @@ def _f(x: Optional[float], digits: int = 4) -> str:
 
 
 def _cell_text(row: Dict[str, Any], key: str) -> str:
-    """A value, or why there is none: the cell did not run, failed, or ran without that score."""
-    if row["status"] == "not run":
-        return "not run"
-    if row["status"] != "ok":
-        return "failed"
-    return _f(row[key]) if row[key] is not None else "not scored"
+    """A value, or why there is none (:func:`~torchtune_longshort.study.table1.analysis.why_missing`: not run,
+    failed, not scored and why); a value scored on part of its samples says how many were not."""
+    why = row["why"].get(key)
+    if row[key] is None:
+        return why or "not scored"
+    return _f(row[key]) + (f" ({why})" if why else "")
+
+
+def _se_text(row: Dict[str, Any], key: str) -> str:
+    """lm-eval's standard error of a value, or why it has none; "—" where the value itself is missing."""
+    if row[key] is None:
+        return "—"
+    se = row["stderr"].get(key)
+    return _f(se, 2) if se is not None else row["stderr_why"].get(key, "none")
+
+
+def _stderr_section(entry: Dict[str, Any], command: str) -> List[str]:
+    """The standard errors of every cell's values at one length, or, when no cell that ran recorded them, one line
+    saying so and the command that records them."""
+    ran = [r for r in entry["rows"] if r["status"] == "ok"]
+    if not ran:
+        return []
+    if all(r["stderr_why"].get(k) == "not recorded" for r in ran for k in _SE if r[k] is not None):
+        cmd = f"`{command or 'python -m torchtune_longshort.study.table1 --config <config>'} --out <a new folder> " \
+              "--report-dir <this folder>`"
+        return [f"Standard errors and not-scored counts at {entry['label']}: not recorded (these cells' result.json "
+                "were written before the runner kept lm-eval's standard errors, the sample counts and the counts of "
+                f"samples not scored). {cmd} evaluates every cell again and records them (a folder's finished cells "
+                "are skipped: a new --out runs them).", ""]
+    body = [[r["variant"]] + [_se_text(r, k) for k in _SE]
+            + [", ".join(f"{t} {n}" for t, n in (r.get("samples") or {}).items()) or "not recorded"] for r in ran]
+    return [f"Standard errors at {entry['label']} (lm-eval's, over each cell's samples; the entropy is derived from "
+            "SCE and Jeffreys, whose errors are correlated, and has none):", ""] + md_table(
+        ["variant", *(f"{_LABELS[k]} se" for k in _SE), "samples"], body)
 
 
 def _verdict_section(cfg: Table1Config, analysis: Dict[str, Any]) -> List[str]:
@@ -45,7 +77,7 @@ def _verdict_section(cfg: Table1Config, analysis: Dict[str, Any]) -> List[str]:
     return md
 
 
-def _length_section(entry: Dict[str, Any]) -> List[str]:
+def _length_section(entry: Dict[str, Any], command: str = "") -> List[str]:
     lab = entry["label"]
     md = [f"## At {lab} ({entry['length']} tokens)", ""]
     body = [[c["predictor_label"], c["target_label"], str(c["n"]), rho_text(c), _f(c.get("p_permutation"), 3),
@@ -60,7 +92,7 @@ def _length_section(entry: Dict[str, Any]) -> List[str]:
     why = [f"{r['variant']}: {r['error']}" for r in entry["rows"] if r["status"] == "failed"]
     if why:
         md += ["Failed cells: " + "; ".join(w[:300] for w in why), ""]
-    return md
+    return md + _stderr_section(entry, command)
 
 
 def _measured_section(cfg: Table1Config, command: str) -> List[str]:
@@ -75,10 +107,12 @@ def _measured_section(cfg: Table1Config, command: str) -> List[str]:
             f"(suffix lengths l1, l2 ~ U[L/2, L], seeded), {ev.passkey_num_samples} passkey prompt(s) per depth; "
             f"task metadata {json.dumps(ev.metadata or {})}. Every variant sees the same texts, draws and prompts.",
             "", "Variants: " + "; ".join(f"`{k}` = {v.rope}" for k, v in cfg.variants.items()) + ".", "",
-            "Cells read: a number; `not scored`: the cell ran but that task gave no value at that length; `failed`: "
-            "the cell's lm-eval run failed (its error below the table); `not run`: no result yet (run the command "
-            "again: done cells are skipped). p: the permutation p-value of rho (exact over all pairings up to 9 "
-            "variants).", ""]
+            "Cells read: a number (with how many of its samples could not be scored, and why, when some could "
+            "not); `not scored (k of n samples): <why>`: the cell ran but that task gave no value at that length "
+            "(the text could not fill the length, no data, a prompt longer than the model takes); `failed`: the "
+            "cell's lm-eval run failed (its error below the table); `not run`: no result yet (run the command again: "
+            "done cells are skipped). p: the permutation p-value of rho (exact over all pairings up to 9 variants). "
+            "Standard errors: lm-eval's, over a cell's samples (the spread across variants is what rho reads).", ""]
 
 
 def _provenance_section(prov: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -> List[str]:
@@ -106,7 +140,8 @@ def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[st
         w.writeheader()
         for entry in analysis["per_length"].values():
             for r in entry["rows"]:
-                w.writerow({**r, "length": entry["length"]})
+                w.writerow({**r, "length": entry["length"], **{f"{k}_se": r["stderr"].get(k) for k in _SE},
+                            "not_scored": "; ".join(f"{k}: {why}" for k, why in r["why"].items())})
 
 
 def _earlier_report(rdir: Path):
@@ -139,7 +174,7 @@ def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], repo
     md += _verdict_section(cfg, analysis) + ([note, ""] if note else [])
     md += [f"![misalignment against performance]({FIGURE})", ""] + _measured_section(cfg, command)
     for entry in analysis["per_length"].values():
-        md += _length_section(entry)
+        md += _length_section(entry, command)
     if wall_s is not None:
         md += ["## Wall time", "", f"The last invocation: {wall_s:.0f} s ({wall_s / 60:.1f} min); cells' own clocks: "
                + ", ".join(f"{r['key']} {r.get('wall_s', 0):.0f} s" for r in recs.values() if r.get("wall_s")), ""]

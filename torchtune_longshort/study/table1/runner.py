@@ -9,7 +9,9 @@ Layout under ``output_dir``::
 
 Resume: a cell whose ``result.json`` says ``ok`` for the same spec (checkpoint, RoPE spec, length, eval settings,
 tasks) is skipped; any other is run again (its ``eval/``, which this runner made, replaced). A failed cell is
-recorded with ``status: failed``, its error and its log's tail, and the next cell runs.
+recorded with ``status: failed``, its error and its log's tail, and the next cell runs. A cell that ran keeps its
+values, lm-eval's standard errors, its sample counts and the count and reason of what could not be scored
+(:func:`cell_counts`).
 
 Before any cell runs, :meth:`Table1.check_cells` builds every cell's model as its lm-eval run will (the eval
 model's own argument parser on the same ``--model_args``, the decoder on the meta device, no weights read), so a
@@ -31,7 +33,9 @@ import torch
 from lm_eval.utils import simple_parse_args_string
 
 from torchtune_longshort.eval.model.args import parse_model_args
-from torchtune_longshort.eval.report.results_io import load_curves, load_not_scored, remove_lm_eval_files
+from torchtune_longshort.eval.report.results_io import (
+    load_curves, load_not_scored, load_not_scored_counts, load_run_info, load_stderrs, remove_lm_eval_files,
+)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.output_guard import atomic_write_json, read_json
@@ -47,6 +51,15 @@ RESULT = "result.json"
 def cell_key(variant: str, length: int) -> str:
     """A cell's folder name: ``yarn_16k``."""
     return f"{variant}_{length_label(length)}"
+
+
+def cell_counts(eval_dir: Path) -> Dict[str, Any]:
+    """What a cell's record keeps besides its values, from its lm-eval output: ``stderr`` (lm-eval's standard error
+    of each metric, ``{task: {metric: se}}``; none where lm-eval gives "N/A": one sample, or an aggregation without
+    one, as perplexity's), ``samples`` (``{task: samples evaluated}``) and ``not_scored_counts`` (``{task:
+    {"samples": {reason: samples}, "lengths": {label: samples}}}``: how many could not be scored, and why)."""
+    return {"stderr": load_stderrs(eval_dir), "samples": load_run_info(eval_dir)["samples"],
+            "not_scored_counts": load_not_scored_counts(eval_dir)}
 
 
 class Table1:
@@ -160,7 +173,7 @@ class Table1:
             results = run_eval(self.executor, self.argv(variant, length, eval_dir), cdir / "eval.log", self.root,
                                self.env, self.cfg.timeout_s, eval_dir, list(FAMILY_TASK.values()))
             rec.update({"results": results, "curves": load_curves(eval_dir), "not_scored": load_not_scored(eval_dir),
-                        "status": "ok"})
+                        **cell_counts(eval_dir), "status": "ok"})
         except Exception as e:  # recorded; the next cell runs
             rec.update({"status": "failed", "error": str(e),
                         "log_tail": getattr(e, "log_tail", "") or traceback.format_exc(limit=5)})
