@@ -176,20 +176,15 @@ def test_a_metric_logger_that_fails_to_start_leaves_the_earlier_run_whole(recipe
     assert "debug.log" not in logs and all(n.startswith(("log_", ".longshort_files")) for n in logs), logs
 
 
-@pytest.mark.parametrize("resume", [True, False], ids=["resume", "overwrite"])
-def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_next_start(tmp_path, tiny_llama2_dir,
-                                                                                       resume):
-    """SIGKILL while an overwrite start opened its logger left the earlier run in ``.replaced``, the killed logger's
-    unlisted ``logs/`` and a stale lock: resume=True was refused ("no complete step_<k>"), and overwrite refused on
-    ``logs/ (no .longshort_files)``, then deleted ``.replaced`` unasked. Now the next start (taking the stale lock)
-    puts the earlier run back, whole, before its checks: resume continues it, overwrite replaces it as if never
-    started."""
+def _killed_overwrite_start(run, tiny_llama2_dir, listed):
+    """``run`` as an overwrite start killed (SIGKILL) once its logger had started leaves it: the earlier run in
+    ``.replaced``, the killed logger's ``logs/log_2.txt`` (``listed``: in its ``.longshort_files``, as the start
+    writes at once after the logger's start), a stale lock. Returns the earlier run's tree."""
     import subprocess
 
     from torchtune_longshort.output_guard import write_names
-    from torchtune_longshort.training.output_dir import REPLACED, claim_output_dir
+    from torchtune_longshort.training.output_dir import REPLACED
 
-    run = recipe_made(tmp_path / "run")
     commit_step(run, 4, tiny_llama2_dir)
     (run / "logs").mkdir()
     (run / "logs" / "log_1.txt").write_text("earlier")
@@ -201,9 +196,55 @@ def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_nex
             p.rename(run / REPLACED / p.name)
     (run / "logs").mkdir()
     (run / "logs" / "log_2.txt").write_text("the killed start's")
+    if listed:
+        write_names(run / "logs" / ".longshort_files", ["log_2.txt"])
     dead = subprocess.Popen(["true"])
     dead.wait()
     (run / ".lock").write_text(f"{dead.pid}\n")
+    return before
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume", "overwrite"])
+def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_next_start(tmp_path, tiny_llama2_dir,
+                                                                                       resume):
+    """SIGKILL while an overwrite start opened its logger left the earlier run in ``.replaced``, the killed logger's
+    ``logs/`` and a stale lock: resume=True was refused ("no complete step_<k>"), and overwrite refused on
+    ``logs/ (no .longshort_files)``, then deleted ``.replaced`` unasked. Now the next start (taking the stale lock)
+    puts the earlier run back, whole, before its checks: resume continues it, overwrite replaces it as if never
+    started."""
+    from torchtune_longshort.training.output_dir import claim_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    before = _killed_overwrite_start(run, tiny_llama2_dir, listed=True)
     lock = claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
     assert tree(run) == sorted(before + [".lock"]) and (run / "logs" / "log_1.txt").read_text() == "earlier"
     lock.release()
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume", "overwrite"])
+@pytest.mark.parametrize("note", [True, False], ids=["users_note", "unlisted_log"])
+def test_a_users_file_where_a_killed_start_set_the_earlier_run_aside_is_refused_not_deleted(
+        tmp_path, tiny_llama2_dir, resume, note):
+    """The next start put the earlier run back by deleting whatever stood in its place: a note the user put into the
+    killed start's ``logs/`` was lost (before: ``tune run`` on the tiny config, its logger killed by SIGKILL, a
+    ``logs/notes.txt`` added, then the overwrite rerun: trained, ``notes.txt`` gone). A file there that no list
+    names (the user's, or the killed logger's own when killed before it was listed) is refused by name now, before
+    anything moves or a lock stays; once the user clears the folder, the next start mends as before."""
+    import shutil
+
+    from torchtune_longshort.training.output_dir import claim_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    before = _killed_overwrite_start(run, tiny_llama2_dir, listed=note)
+    if note:
+        (run / "logs" / "notes.txt").write_text("mine")
+    left = [p for p in tree(run) if p != ".lock"]
+    named = "logs/notes.txt" if note else "logs/log_2.txt"
+    with pytest.raises(FileExistsError, match=rf"holds '.*/run/.replaced', the earlier run an overwrite start that "
+                                              rf"was killed set aside, and in its place '{named}', which no run "
+                                              r"listed as its own: move what you keep out of '.*/run/logs'"):
+        claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
+    assert tree(run) == left and (not note or (run / "logs" / "notes.txt").read_text() == "mine")
+    shutil.rmtree(run / "logs")
+    claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",)).release()
+    assert tree(run) == before

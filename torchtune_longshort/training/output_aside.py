@@ -5,7 +5,9 @@ leaves the earlier run whole, and a start killed part-way leaves it where the ne
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List
 
+from torchtune_longshort.output_guard import read_names
 from torchtune_longshort.training.checkpointing import MANIFEST, StepCheckpoints
 
 REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
@@ -29,19 +31,42 @@ def resumable_aside(out: Path) -> bool:
     return aside.is_dir() and StepCheckpoints(aside).latest(resumable=True) is not None
 
 
+def _unlisted(out: Path, target: Path) -> List[str]:
+    """The files at ``target`` (an entry of ``out`` made after the earlier run was moved aside) that no list of the
+    killed start names as its logger's: its own :data:`MANIFEST` (a log folder) or the one at the top of ``out``
+    (a logger writing into ``out`` itself), as paths relative to ``out``."""
+    top = read_names(out / MANIFEST) or []
+    if not target.is_dir() or target.is_symlink():
+        return [] if target.name == MANIFEST or target.name in top else [target.name]
+    listed = set(read_names(target / MANIFEST) or ()) | {n.split("/", 1)[1] for n in top
+                                                         if n.startswith(target.name + "/")}
+    files = (q.relative_to(target).as_posix() for q in target.rglob("*") if q.is_symlink() or not q.is_dir())
+    return sorted(f"{target.name}/{f}" for f in files if f != MANIFEST and f not in listed)
+
+
 def mend_interrupted_start(out: Path) -> None:
     """What an overwrite start killed part-way (SIGKILL, power loss) left, mended by the next start, which holds the
     lock: an earlier run in :data:`REPLACED` was never replaced (the new run's logger had not started): it is put back,
-    what the killed start's logger made in its place removed; one in :data:`DISCARDED` had been replaced (checked
-    deletable, the new run started): its deletion is finished."""
+    what the killed start's logger made in its place (the files it listed) removed; one in :data:`DISCARDED` had been
+    replaced (checked deletable, the new run started): its deletion is finished. A file in that place that no list
+    names (put there after the kill, or written before the killed logger's list was) is refused by name, before
+    anything moves: it was deleted with the killed start's folder."""
+    aside = out / REPLACED
+    back = list(aside.iterdir()) if aside.is_dir() and not aside.is_symlink() else []
+    in_place = [out / c.name for c in back if (out / c.name).exists() or (out / c.name).is_symlink()]
+    kept = [f for target in in_place for f in _unlisted(out, target)]
+    if kept:
+        raise FileExistsError(
+            f"output_dir={str(out)!r} holds {str(aside)!r}, the earlier run an overwrite start that was killed set "
+            f"aside, and in its place {', '.join(repr(f) for f in kept[:3])}{' ...' if len(kept) > 3 else ''}, which "
+            f"no run listed as its own: move what you keep out of {', '.join(repr(str(t)) for t in in_place)}, "
+            "delete it, and start again (the earlier run is then put back)")
     if (out / DISCARDED).is_dir():
         remove_tree(out / DISCARDED)
-    aside = out / REPLACED
-    if not aside.is_dir() or aside.is_symlink():
-        return
-    for child in list(aside.iterdir()):
+    for child in back:
         target = out / child.name
-        if target.exists() or target.is_symlink():  # the killed start's logger folder, made after the move
+        if target.exists() or target.is_symlink():  # the killed start's logger folder, made after the move: listed
             remove_tree(target)
         child.rename(target)
-    aside.rmdir()
+    if back or aside.is_dir():
+        aside.rmdir()
