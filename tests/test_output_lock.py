@@ -57,3 +57,44 @@ def test_a_lock_file_created_but_not_yet_written_is_held(tmp_path):
     lock = OutputDirLock(tmp_path).acquire()
     assert lock_file.read_text().split()[0] == str(os.getpid())
     lock.release()
+
+
+
+def test_two_starts_taking_over_one_stale_lock_do_not_both_hold_it(tmp_path, monkeypatch):
+    """A killed run's stale lock (or a refused start's lock, released while others waited): two starts that both
+    read it as stale both deleted it and made their own, the second deleting the first's fresh lock, and both held
+    the folder (two runs resuming, mending or overwriting one output_dir). Now the read, the takeover and the new
+    lock's write happen under an flock of the folder: one holds it, the other is refused naming the holder. (The
+    second start is a thread here, paused between reading the lock and taking it over.)"""
+    import threading
+
+    from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / ".lock").write_text(f"{dead.pid}\n")
+    read, paused, got = OutputDirLock._written_holder, threading.Event(), {}
+
+    def read_then_pause(self, *args, **kwargs):
+        holder = read(self, *args, **kwargs)
+        if threading.current_thread().name == "second":
+            paused.set()  # the stale lock read: the first start takes it now
+            threading.Event().wait(0.5)
+        return holder
+
+    def second():
+        try:
+            got["second"] = OutputDirLock(tmp_path).acquire()
+        except OutputDirInUse:
+            got["second"] = None
+
+    monkeypatch.setattr(OutputDirLock, "_written_holder", read_then_pause)
+    other = threading.Thread(target=second, name="second")
+    other.start()
+    paused.wait(10)
+    try:
+        got["first"] = OutputDirLock(tmp_path).acquire()
+    except OutputDirInUse:
+        got["first"] = None
+    other.join()
+    assert [k for k, v in got.items() if v is not None and v.held] in (["first"], ["second"]), got

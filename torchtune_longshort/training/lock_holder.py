@@ -1,11 +1,32 @@
 """Whether the process a lock file names still runs: its PID is alive and, where the system says when it started
-(Linux's ``/proc``), it is the same process (a PID is reused after its process ends)."""
+(Linux's ``/proc``), it is the same process (a PID is reused after its process ends); and the flock under which a
+lock file is read, taken over and written."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
+
+
+@contextlib.contextmanager
+def folder_flock(folder: Path) -> Iterator[None]:
+    """An exclusive flock of ``folder`` itself (no file made; a killed holder's goes with it) for the block: two
+    starts that read one stale lock file cannot both delete it and write their own (the second deleted the first's
+    fresh lock, and both held the folder). Where the file system has no flock (some network mounts), none."""
+    try:
+        fd = os.open(str(folder), os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the flock goes with the descriptor
 
 
 def _pid_alive(pid: int) -> bool:

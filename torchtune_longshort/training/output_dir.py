@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
 from torchtune_longshort.refusals import Refusal
-from torchtune_longshort.training.lock_holder import holder_alive, process_start
+from torchtune_longshort.training.lock_holder import folder_flock, holder_alive, process_start
 from torchtune_longshort.training.output_aside import (
     DISCARDED, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
 )
@@ -260,8 +260,7 @@ class OutputDirLock:
 
     def __init__(self, output_dir: PathLike, field: str = "output_dir", holder: str = "run"):
         self.path = Path(output_dir) / LOCK
-        self.field, self.holder_kind = field, holder
-        self.held = False
+        self.field, self.holder_kind, self.held = field, holder, False
         self.made_folder = False  # set by claim_output_dir: the folder did not exist before this run
         self.made_root: Optional[Path] = None  # its outermost parent this run made with it (claim_output_dir)
         self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
@@ -271,23 +270,24 @@ class OutputDirLock:
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                holder, started = self._written_holder()
-                if holder is not None and holder_alive(holder, started):
-                    raise OutputDirInUse(
-                        f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
-                        f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone (or its PID now another's)
-                continue
-            start = process_start(os.getpid())
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()}{'' if start is None else f' {start}'}\n")
-            self.held = True
-            return self
+        with folder_flock(self.path.parent):  # read, taken over and written by one start at a time
+            for _ in range(2):
+                try:
+                    fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    holder, started = self._written_holder()
+                    if holder is not None and holder_alive(holder, started):
+                        raise OutputDirInUse(
+                            f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
+                            f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
+                        ) from None
+                    self.path.unlink(missing_ok=True)  # stale: its process is gone (or its PID now another's)
+                    continue
+                start = process_start(os.getpid())
+                with os.fdopen(fd, "w") as f:
+                    f.write(f"{os.getpid()}{'' if start is None else f' {start}'}\n")
+                self.held = True
+                return self
         raise RuntimeError(f"could not take the lock {self.path}")
 
     def clear_earlier_run(self, opening: Callable[[], Any] = lambda: None) -> Any:
