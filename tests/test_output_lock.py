@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from disk_full import needs_unshare, on_small_disk
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="start times come from Linux's /proc")
@@ -98,3 +99,33 @@ def test_two_starts_taking_over_one_stale_lock_do_not_both_hold_it(tmp_path, mon
         got["first"] = None
     other.join()
     assert [k for k, v in got.items() if v is not None and v.held] in (["first"], ["second"]), got
+
+
+
+CLAIM_ON_FULL_DISK = """
+import sys
+from pathlib import Path
+from torchtune_longshort.training.output_dir import claim_output_dir
+Path(sys.argv[1], "empty").mkdir()
+for out in (Path(sys.argv[1], "a", "b", "run"), Path(sys.argv[1], "empty")):
+    try:
+        claim_output_dir(out, resume=False, overwrite=False, written_here=("logs",))
+    except OSError as e:
+        print("refused:", e)
+"""
+
+
+@needs_unshare
+def test_a_full_disk_while_claiming_the_folder_leaves_no_lock_or_folder(tmp_path):
+    """A disk that filled as the recipe claimed output_dir (a 1 MiB tmpfs with one page free: its lock written, the
+    marker not) was refused in one line (``tune run``: "no space left on the disk while setting up output_dir"), and
+    left ``run/.lock`` and an empty ``run/.longshort_output`` behind: the lock was taken before the folder was
+    prepared and nothing gave it back, and the marker was written in place. Now the claim gives back its lock and
+    the folders it made, and the marker is written whole or not at all; a folder that existed stays, empty."""
+    import sys
+
+    disk = tmp_path / "disk"
+    p = on_small_disk(disk, "1m", f"dd if=/dev/zero of={disk}/fill bs=4096 count=255 2>/dev/null && "
+                                  f"{sys.executable} -c '{CLAIM_ON_FULL_DISK}' {disk} && find {disk} | sort")
+    assert p.stdout.count("refused: [Errno 28] No space left on device") == 2, p.stdout + p.stderr
+    assert p.stdout.splitlines()[2:] == [str(disk), f"{disk}/empty", f"{disk}/fill"], p.stdout

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 
 @contextlib.contextmanager
@@ -58,3 +59,32 @@ def holder_alive(pid: int, started: Optional[str]) -> bool:
         return False
     now = process_start(pid) if started is not None else None
     return now is None or now == started
+
+
+def read_holder(lock: Path) -> Tuple[Optional[int], Optional[str]]:
+    """The PID and start time a lock file records (None: not recorded, an earlier version's file; both None: no file
+    or one that cannot be read)."""
+    try:
+        fields = lock.read_text().split()
+        return (int(fields[0]) or None, fields[1] if len(fields) > 1 else None) if fields else (None, None)
+    except (OSError, ValueError):
+        return None, None
+
+
+def _empty(lock: Path) -> bool:
+    try:
+        return lock.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def written_holder(lock: Path, wait_s: float = 2.0) -> Tuple[Optional[int], Optional[str]]:
+    """:func:`read_holder`, waiting up to ``wait_s`` for an empty lock file to be written: another run's O_EXCL create
+    comes a moment before its write, and an empty file read as stale let two runs take the lock together. One still
+    empty after that is a run killed between the two: stale."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        holder = read_holder(lock)
+        if holder[0] is not None or time.monotonic() >= deadline or not _empty(lock):
+            return holder
+        time.sleep(0.02)

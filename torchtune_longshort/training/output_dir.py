@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from torchtune_longshort.output_guard import missing_root, read_names, remove_made_folders, write_names
+from torchtune_longshort.output_guard import (
+    atomic_write_text, missing_root, read_names, remove_made_folders, write_names,
+)
 from torchtune_longshort.refusals import Refusal
-from torchtune_longshort.training.lock_holder import folder_flock, holder_alive, process_start
+from torchtune_longshort.training.lock_holder import (
+    folder_flock, holder_alive, process_start, read_holder, written_holder,
+)
 from torchtune_longshort.training.output_aside import (
     DISCARDED, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
 )
@@ -74,7 +77,8 @@ def prepare_output_dir(
         for child in sorted((c for c in out.iterdir() if c.name != LOCK), key=_deletion_rank):
             _remove(child)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this folder\n")
+    atomic_write_text(out / MARKER, "made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this "
+                      "folder\n")  # whole or not at all: a full disk leaves no empty marker
     return out
 
 
@@ -284,8 +288,12 @@ class OutputDirLock:
                     self.path.unlink(missing_ok=True)  # stale: its process is gone (or its PID now another's)
                     continue
                 start = process_start(os.getpid())
-                with os.fdopen(fd, "w") as f:
-                    f.write(f"{os.getpid()}{'' if start is None else f' {start}'}\n")
+                try:
+                    with os.fdopen(fd, "w") as f:
+                        f.write(f"{os.getpid()}{'' if start is None else f' {start}'}\n")
+                except BaseException:  # a full disk: no lock file left empty
+                    self.path.unlink(missing_ok=True)
+                    raise
                 self.held = True
                 return self
         raise RuntimeError(f"could not take the lock {self.path}")
@@ -325,31 +333,11 @@ class OutputDirLock:
         """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
         record_written(self.path.parent, self.written_here, self.existed)
 
-    def _written_holder(self, wait_s: float = 2.0) -> Tuple[Optional[int], Optional[str]]:
-        """:meth:`_holder`, waiting up to ``wait_s`` for an empty lock file to be written: another run's O_EXCL create
-        comes a moment before its write, and an empty file read as stale let two runs take the lock together. One
-        still empty after that is a run killed between the two: stale."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            holder = self._holder()
-            if holder[0] is not None or time.monotonic() >= deadline or not self._empty():
-                return holder
-            time.sleep(0.02)
-
-    def _empty(self) -> bool:
-        try:
-            return self.path.stat().st_size == 0
-        except OSError:
-            return False
+    def _written_holder(self) -> Tuple[Optional[int], Optional[str]]:
+        return written_holder(self.path)
 
     def _holder(self) -> Tuple[Optional[int], Optional[str]]:
-        """The lock file's PID and start time (None: not recorded, an earlier version's file; both None: no file or
-        one that cannot be read)."""
-        try:
-            fields = self.path.read_text().split()
-            return (int(fields[0]) or None, fields[1] if len(fields) > 1 else None) if fields else (None, None)
-        except (OSError, ValueError):
-            return None, None
+        return read_holder(self.path)
 
     def release(self, discard: bool = False) -> None:
         """Give the lock back; ``discard``: also remove the folder when this run made it and it holds only what
@@ -379,22 +367,26 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     until :meth:`OutputDirLock.clear_earlier_run`."""
     out = Path(output_dir)
     made, made_root = not out.exists(), missing_root(out)
-    if out.is_dir() and any((out / n).is_dir() for n in (REPLACED, DISCARDED)):  # an overwrite start killed part-way
-        lock = OutputDirLock(output_dir).acquire()  # mended under the lock: a live run's start in progress refuses
-        try:
+    mend = out.is_dir() and any((out / n).is_dir() for n in (REPLACED, DISCARDED))  # an overwrite start killed
+    if not mend:
+        check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+    lock = OutputDirLock(output_dir)
+    lock.made_folder, lock.made_root = made, made_root
+    try:  # a refusal or a full disk from here leaves no lock, marker or folder of this call's
+        lock.acquire()
+        if mend:  # under the lock: a live run's start in progress refuses
             mend_interrupted_start(out)
             check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-        except BaseException:
-            lock.release()
-            raise
-    else:
-        check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-        lock = OutputDirLock(output_dir).acquire()
-    earlier = not resume and not made and any(p.name != LOCK for p in out.iterdir())  # allowed by the check: overwrite
-    lock.made_folder, lock.made_root, lock.written_here = made, made_root, tuple(written_here)
-    if earlier:
-        lock.earlier_run = (tuple(protect), tuple(written_here))
-    else:
-        prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+        if not resume and not made and any(p.name != LOCK for p in out.iterdir()):  # allowed: overwrite
+            lock.earlier_run = (tuple(protect), tuple(written_here))
+        else:
+            prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect,
+                               written_here=written_here)
+    except BaseException:
+        lock.release(discard=True)  # written_here not set yet: nothing there is listed as this run's
+        if made:
+            remove_made_folders(out, made_root)  # only when empty: made by acquire, which could not write its lock
+        raise
+    lock.written_here = tuple(written_here)
     lock.existed = files_under(output_dir, written_here)  # a resumed run's: never listed as its own
     return lock
