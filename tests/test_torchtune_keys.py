@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from pathlib import Path
 
 import pytest
 from recipe_config import make_cfg
@@ -33,7 +34,20 @@ CASES = [
     ({"custom_sharded_layers": ["tok_embeddings", "output"]}, r"'custom_sharded_layers' \(torchtune's key; no "
                                                                r"counterpart here: .*FSDP2 units"),
     ({"fsdp_cpu_offload": True}, r"'fsdp_cpu_offload' \(torchtune's key; no counterpart here: FSDP2 CPU offload"),
-    ({"low_cpu_ram": False}, r"'low_cpu_ram' \(torchtune's key; no counterpart here"),
+    ({"low_cpu_ram": True}, r"'low_cpu_ram' \(torchtune's key; no counterpart here: .*low_cpu_ram: False is accepted"),
+    # torchtune's keys at values this recipe cannot honour (at the values that ask for what it does: accepted, below)
+    ({"resume_from_checkpoint": True}, r"'resume_from_checkpoint' \(torchtune's name: did you mean 'resume'\?"),
+    ({"save_adapter_weights_only": True}, r"'save_adapter_weights_only' \(torchtune's key; no counterpart here: "
+                                          r".*save_adapter_weights_only: False is accepted"),
+    ({"optimizer_in_bwd": True}, r"'optimizer_in_bwd' \(torchtune's key; .*optimizer_in_bwd: False is accepted"),
+    ({"shuffle": True}, r"'shuffle' \(torchtune's key; no counterpart here: .*shuffle: False is accepted"),
+    ({"log_peak_memory_stats": False}, r"'log_peak_memory_stats' \(torchtune's key; .*always logged"),
+    ({"max_steps_per_epoch": 10}, r"'max_steps_per_epoch' \(torchtune's name: did you mean 'max_steps'\? .*"
+                                  r"max_steps_per_epoch: null is accepted"),
+    ({"fsdp": {"cpu_offload": True}}, r"'fsdp' \(torchtune's key; .*fsdp: \{cpu_offload: False\} is accepted"),
+    ({"tensor_parallel_dim": True}, r"'tensor_parallel_dim' \(torchtune's key; .*tensor_parallel_dim: 1 is accepted"),
+    ({"tensor_parallel_dim": 2, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}},
+     r"'tensor_parallel_dim' .*, 'tensor_parallel_plan' \(torchtune's key; .*tensor parallelism is not supported"),
     ({"collate_fn": "torchtune.data.padded_collate_sft"}, r"'collate_fn' \(torchtune's key; no counterpart here"),
     ({"tensor_parallel_dim": 2}, r"'tensor_parallel_dim' \(torchtune's key; .*tensor parallelism is not supported"),
     # torchtune's batch_size is per process and micro-batch (llama3_2/1B_lora_single_device: 4 with accumulation 8)
@@ -90,3 +104,81 @@ def test_validate_reads_exponent_floats_as_tune_run_does(tmp_path, tiny_llama2_d
     path.write_text(text)
     assert validate_main([str(path)]) == 0, capsys.readouterr()
     assert ": OK" in capsys.readouterr().out
+
+
+# torchtune's values that ask for what this recipe does anyway: accepted, nothing read
+AS_HERE = [{"resume_from_checkpoint": False}, {"save_adapter_weights_only": False}, {"optimizer_in_bwd": False},
+           {"shuffle": False}, {"log_peak_memory_stats": True}, {"max_steps_per_epoch": None}, {"low_cpu_ram": False},
+           {"fsdp_cpu_offload": False}, {"fsdp": {"cpu_offload": False}}, {"tensor_parallel_dim": 1},
+           {"tensor_parallel_dim": 1, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.nope"}},
+           {"tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}}]
+
+
+@pytest.mark.parametrize("over", AS_HERE, ids=[re.sub(r"\W", "", str(c))[:40] for c in AS_HERE])
+def test_torchtune_values_that_ask_for_what_the_recipe_does_are_accepted(tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                                          over):
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    plain = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out"))
+    assert load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", **over)) == plain
+    assert not (tmp_path / "out").exists()
+
+
+def _ported(name, ckpt, tok, out):
+    """torchtune's installed config ``name`` ported as docs/recipe.md says: model, tokenizer and checkpointer swapped
+    onto the tiny checkpoint (the model node's LoRA keys kept), the long-short keys added, nothing else touched."""
+    import torchtune
+    from omegaconf import OmegaConf
+
+    path = Path(torchtune.__file__).resolve().parents[1] / "recipes" / "configs" / name
+    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    given = {k: v for k, v in cfg.items() if k not in ("model", "tokenizer", "checkpointer")}
+    cfg["model"] = {**cfg["model"], "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(ckpt)}
+    cfg["tokenizer"] = {"_component_": "torchtune.models.llama2.llama2_tokenizer",
+                        "path": str(tok / "tokenizer.model"), "max_seq_len": cfg["tokenizer"]["max_seq_len"]}
+    cfg["checkpointer"].update(checkpoint_dir=str(ckpt), checkpoint_files=None, model_type="LLAMA2")
+    cfg.update(output_dir=str(out), seq_len=64, e_range=[1, "L/2"], max_steps=2, device="cpu",
+               loss={"_component_": "torchtune_longshort.loss.LongShortLoss", "alpha": 0.1})
+    return cfg, given
+
+
+# torchtune 0.6.1's shipped config -> (its keys at values this recipe accepts; the keys still refused)
+PORTS = {
+    "llama3_2/1B_lora_single_device.yaml": (
+        {"resume_from_checkpoint": False, "save_adapter_weights_only": False, "max_steps_per_epoch": None,
+         "log_peak_memory_stats": True}, ["shuffle", "epochs"]),
+    "llama3/70B_full.yaml": (
+        {"resume_from_checkpoint": False, "max_steps_per_epoch": None, "log_peak_memory_stats": True,
+         "optimizer_in_bwd": False, "tensor_parallel_dim": 1}, ["shuffle", "epochs", "custom_sharded_layers",
+                                                                "fsdp_cpu_offload"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PORTS))
+def test_a_ported_torchtune_config_validates_with_fewer_edits(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys,
+                                                                name):
+    """A torchtune config, read from torchtune's installed file: its keys at values that ask for what this recipe
+    does pass (they were each refused); those asking for what it cannot do (shuffle: True, epochs: 1,
+    fsdp_cpu_offload: True, ...) are refused, all in one line; with those edited and seed / batch_size set, OK."""
+    from omegaconf import OmegaConf
+
+    cfg, given = _ported(name, tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out")
+    harmless, refused = PORTS[name]
+    assert {k: given[k] for k in harmless} == harmless  # torchtune's file carries them at these values
+    path = tmp_path / "theirs.yaml"
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    with pytest.raises(SystemExit) as exit_info:
+        validate_main([str(path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    named = re.findall(r"'(\w+)' \(torchtune's", err)
+    assert named == refused, err
+    for key in refused:
+        del cfg[key]
+    cfg.update(seed=0, batch_size=given["batch_size"] * cfg["gradient_accumulation_steps"])
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    assert validate_main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert ": OK" in out and all(f"{k}: {'null' if v is None else v} (" in out for k, v in harmless.items()), out
+    assert out.count("\n") == 2, out  # the note, then OK
+    assert not (tmp_path / "out").exists()

@@ -2,13 +2,15 @@
 
 OmegaConf keeps any key a user types, so a typo (``max_step=2``, ``validation.every_n_step=1``) would otherwise run
 with the default silently. A torchtune user's habits get the key this recipe reads instead
-(``resume_from_checkpoint`` -> ``resume``, ``epochs`` -> ``max_steps``), or the reason there is none.
+(``resume_from_checkpoint`` -> ``resume``, ``epochs`` -> ``max_steps``), or the reason there is none. A torchtune key
+at a value that asks for what this recipe does anyway (``resume_from_checkpoint: False``, ``save_adapter_weights_only:
+False``, as torchtune's shipped configs carry them) is accepted (:func:`torchtune_keys_as_here`).
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 from torchtune_longshort.refusals import Refusal
 
@@ -34,6 +36,53 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
 }
 
 
+# torchtune recipe key -> (its values that ask for what this recipe does anyway, what this recipe does): accepted,
+# and nothing read (any other value is refused with the key's TORCHTUNE_NAMES hint)
+TORCHTUNE_AS_HERE: Dict[str, tuple] = {
+    "resume_from_checkpoint": ((False,), "a fresh start unless resume=True, this recipe's key"),
+    "max_steps_per_epoch": ((None,), "no cap: the run is max_steps optimizer steps"),
+    "shuffle": ((False,), "documents are read in order"),
+    "log_peak_memory_stats": ((True,), "peak_memory_gib is always logged"),
+    "save_adapter_weights_only": ((False,), "every step_<k> is the whole model, LoRA merged, with its adapter/"),
+    "optimizer_in_bwd": ((False,), "the optimizer steps after the backward pass"),
+    "low_cpu_ram": ((False,), "the start weights are loaded one way"),
+    "fsdp_cpu_offload": ((False,), "no FSDP2 CPU offload"),
+    "fsdp": (({"cpu_offload": False},), "no FSDP2 CPU offload"),
+    "tensor_parallel_dim": ((1,), "no tensor parallelism"),
+}
+# torchtune's recipes build tensor_parallel_plan and use it only when tensor_parallel_dim > 1
+_UNUSED_WHEN: Dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "tensor_parallel_plan": lambda node: _same(node.get("tensor_parallel_dim", 1), 1),
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` with the types equal too (YAML's ``0`` is not ``False``, ``True`` is not ``1``)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _yaml(v: Any) -> str:
+    """``v`` as torchtune's configs write it (``False``, ``null``, ``{cpu_offload: False}``)."""
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k}: {_yaml(x)}" for k, x in v.items()) + "}"
+    return "null" if v is None else str(v)
+
+
+def torchtune_keys_as_here(node: Mapping[str, Any]) -> Dict[str, str]:
+    """``{key: "key: value (what this recipe does)"}`` for the top-level keys of the recipe config ``node`` that are
+    torchtune's and ask, at their value, for what this recipe does anyway (``resume_from_checkpoint: False``): the
+    config check accepts them and reads nothing from them."""
+    out = {}
+    for key, value in node.items():
+        if key in TORCHTUNE_AS_HERE and any(_same(value, v) for v in TORCHTUNE_AS_HERE[key][0]):
+            out[key] = f"{key}: {_yaml(value)} ({TORCHTUNE_AS_HERE[key][1]})"
+        elif key in _UNUSED_WHEN and _UNUSED_WHEN[key](node):
+            out[key] = f"{key} (unused: tensor_parallel_dim is 1)"
+    return out
+
+
 class ConfigKeyError(Refusal, KeyError):
     """An unknown or missing config key; the message names it (``str`` without ``KeyError``'s quotes)."""
 
@@ -47,6 +96,8 @@ def hint(key: str, known: Iterable[str], where: str = "") -> str:
     theirs: Optional[tuple] = TORCHTUNE_NAMES.get(str(key)) if not where else None
     if theirs is not None:
         ours, why = theirs
+        accepted = TORCHTUNE_AS_HERE.get(str(key), ((),))[0]
+        why += "".join(f"; {key}: {_yaml(v)} is accepted ({TORCHTUNE_AS_HERE[key][1]})" for v in accepted)
         if ours is not None:
             return f"{path!r} (torchtune's name: did you mean {ours!r}? {why})"
         return f"{path!r} (torchtune's key; no counterpart here: {why})"

@@ -19,7 +19,7 @@ from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
-from torchtune_longshort.config.unknown_keys import ConfigKeyError
+from torchtune_longshort.config.unknown_keys import ConfigKeyError, torchtune_keys_as_here
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
@@ -33,7 +33,9 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(resolved_config(cfg), resolve=True)
-    config = build_section(RecipeConfig, node, local=local)
+    # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
+    as_here = torchtune_keys_as_here(node)
+    config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
     check_rules(config, world_size, local)
     if local:
         check_overwrite(config)

@@ -16,13 +16,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
+from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
 from torchtune_longshort.training.recipe_config import load_recipe_config
 
 PROG = "longshort-validate"
@@ -89,10 +90,17 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
         raise ValueError(f"override: {' '.join(str(e).split())}") from None
 
 
-def validate(config: str, overrides, world_size: int = 1):
-    """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged."""
-    node = read_config_file(resolve_config(config, Path.cwd(), "config"))
-    return load_recipe_config(merge_overrides(node, overrides), world_size)
+def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] = None):
+    """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged;
+    ``notes`` (a list) gets ``key: value (what this recipe does)`` for each torchtune key accepted at its value."""
+    node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config")), overrides)
+    checked = load_recipe_config(node, world_size)
+    if notes is not None:
+        from omegaconf import OmegaConf
+
+        plain = OmegaConf.to_container(node, resolve=True)
+        notes.extend(torchtune_keys_as_here(plain).values())
+    return checked
 
 
 @quiet_when_the_reader_leaves
@@ -102,7 +110,11 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, as tune run takes them")
     args = ap.parse_args(argv)
     quiet_upstream()
-    refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1"))))
+    notes: list = []
+    refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1")), notes))
+    if notes:
+        print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
+              f"{'; '.join(notes)}")
     print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "
           "nothing built or written: the model, tokenizer and data are checked when tune run starts, before it "
           "writes anything)")
