@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchtune_longshort.eval.model.args import parse_model_args
+from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.metrics.cli import main as misalignment_main
 from torchtune_longshort.models import checkpoint_open
 from torchtune_longshort.models.hf_rope import update_hf_config
@@ -45,11 +45,12 @@ def folders(tiny_llama2_dir, tmp_path_factory):
 
 
 def _eval_model(folder, tok, length, caplog, allow=False, **rope):
-    """(usable, verdict, message) of the eval model's arguments: the verdict read from what it logged."""
+    """(usable, verdict, message) of the eval model's arguments: the verdict read from what it logged when built."""
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="torchtune_longshort.eval.model.args"):
         args = parse_model_args(pretrained=str(folder), tokenizer=str(tok), max_length=length, device="cpu",
                                 allow_extrapolation=allow, **rope)
+        load_checkpoint_model(args)
     recs = [r for r in caplog.records if "positions checkpoint" in r.getMessage()]
     verdict = {0: "allowed", logging.WARNING: "extrapolated", logging.ERROR: "refused"}[recs[-1].levelno if recs else 0]
     return args.usable_length, verdict, recs[-1].getMessage() if recs else ""
@@ -152,3 +153,24 @@ def test_a_tokenizer_past_the_vocabulary_is_refused_by_the_study_before_any_run(
     with pytest.raises(StudyConfigError, match=r"base.tokenizer= .*has 500 ids \(up to 499\), past the 300 rows"):
         _study(small, family_dirs["qwen2"], 256, tmp_path)
     assert not (tmp_path / "out").exists()
+
+
+def test_longshort_eval_says_an_extrapolation_once(folders, sp_tokenizer_dir, caplog, capsys):
+    """``longshort-eval run --model longshort`` checks the model's arguments before lm-eval starts
+    (``check_arguments``), then lm-eval builds the model: a ``max_length`` past the positions with
+    ``allow_extrapolation=true`` was said by both (SmolLM2 at max_length=9000: the line twice)."""
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+
+    folder, usable = folders["plain"]
+    model_args = {"pretrained": str(folder), "tokenizer": str(sp_tokenizer_dir), "max_length": usable + 64,
+                  "allow_extrapolation": "true"}
+    argv = lm_eval_argv(["run", "--model", "longshort", "--model_args", ",".join(f"{k}={v}" for k, v in
+                                                                                model_args.items()),
+                         "--device", "cpu", "--tasks", "longshort_ppl"])
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        check_arguments(argv)
+        LongShortLM(**model_args, device="cpu")
+    said = [r for r in caplog.records if f"is past the {usable} positions" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING and "extrapolates" in said[0].getMessage(), said

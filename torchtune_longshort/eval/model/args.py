@@ -45,7 +45,7 @@ from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.rope import check_rope_method
-from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
+from torchtune_longshort.models.checkpoint_open import ArgNames, LengthVerdict, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
@@ -110,6 +110,8 @@ class ModelArgs:
     max_gen_toks: int
     add_bos_token: Optional[bool]  # None: the tokenizer's own default
     cpu_keep_freed_blocks: bool = True
+    # max_length against the positions covered; its message is logged once, where the model is built
+    verdict: Optional[LengthVerdict] = None
 
     @property
     def batch_size_text(self) -> str:
@@ -191,7 +193,9 @@ def parse_model_args(
     **extra: Any,
 ) -> ModelArgs:
     """Check every argument (see the module docstring) before any weight is read; ``ValueError`` /
-    ``FileNotFoundError`` name the argument, its value and what is accepted."""
+    ``FileNotFoundError`` name the argument, its value and what is accepted. Nothing is logged: a ``max_length``
+    past the positions covered is :attr:`ModelArgs.verdict`, said by :func:`load_checkpoint_model` (``longshort-eval``
+    parses the arguments twice, before lm-eval starts and when lm-eval builds the model, and said it each time)."""
     dev = _device(device)  # before any file is read: a device this machine lacks is refused first
     rope_spec = _rope_spec(rope, extra)
     length = length_value("max_length", max_length) if max_length is not None else None
@@ -201,8 +205,6 @@ def parse_model_args(
         raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
     opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
                              rope=rope_spec, length=length, allow_extrapolation=allow)
-    if opened.verdict.message:  # past the positions covered: lm-eval's log says what happens to such requests
-        (logger.warning if opened.verdict.extrapolated else logger.error)(opened.verdict.message)
     return ModelArgs(
         checkpoint_dir=opened.folder.path,
         folder=opened.folder,
@@ -220,6 +222,7 @@ def parse_model_args(
         max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
         add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),
         cpu_keep_freed_blocks=parse_bool("cpu_keep_freed_blocks", cpu_keep_freed_blocks),
+        verdict=opened.verdict,
     )
 
 
@@ -239,6 +242,8 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     ``args.rope_spec`` is ``None`` (take the scaling from ``config.json``) or a spec such as
     ``{"method": "linear", "factor": 4.0}``; both go through ``torchtune_longshort.models.load_hf_checkpoint``.
     """
+    if args.verdict is not None and args.verdict.message:  # past the positions covered: what happens to such requests
+        (logger.warning if args.verdict.extrapolated else logger.error)(args.verdict.message)
     if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
