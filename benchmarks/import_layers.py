@@ -25,7 +25,7 @@ FLOORS: Dict[str, Tuple[float, str]] = {
     **{f"study.{m}": (5.2, "study: run") for m in (
         "stop", "stages", "records", "base_failure", "run_stages", "runner", "table1.runner")},
     **{f"study.{m}": (5.3, "study: collect") for m in (
-        "stats", "labels", "comparisons", "claims", "tables", "table1.analysis")},
+        "stats", "labels", "comparisons", "claims", "tables", "eval_used", "table1.analysis")},
     **{f"study.{m}": (5.4, "study: report and figures") for m in (
         "figures", "claim_figures", "claims_markdown", "report", "__main__", "table1.figure",
         "table1.report", "table1.__main__", "table1")},

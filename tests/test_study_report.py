@@ -223,3 +223,55 @@ def test_a_babilong_subset_gets_the_group_stderr_lm_eval_gives_and_the_table_sho
     assert cell["stderr"] == {"r": pytest.approx(unweighted_mean_stderr([0.1, 0.04]))}
     two = table_cell({"r": rec, "s": rec}, ["r", "s"], "longshort_babilong", "acc", [], "all")
     assert two["text"] == "0.35 ± 0"  # over seeds: the sd, as before
+
+
+# ---------------------------------------------------------------- labels from what the runs recorded
+def _one_method_config(tmp_path):
+    raw = yaml.safe_load(CPU_SMALL.read_text())
+    raw["methods"], raw["alphas"], raw["seeds"] = {"pi": {"method": "linear"}}, [0, 0.1], [0]
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
+    return load_study_config(tmp_path / "study.yaml", repo_root=ROOT)
+
+
+def _committed_runs(out, used, split=None):
+    """A committed-style study folder ``out`` (base/, runs/<key>/result.json; no training) of
+    :func:`_one_method_config`'s grid, whose runs recorded ``used`` as their ``spec.eval`` (``split``: {run key:
+    another spec.eval})."""
+    for key, alpha in (("base", None), ("pi_a0_s0", 0.0), ("pi_a0.1_s0", 0.1)):
+        ev = (split or {}).get(key, used)
+        results = {"longshort_ppl": {f"ppl_{n}": 10.0 + (alpha or 0) for n in ev["ppl_lengths"]},
+                   "longshort_babilong": {f"acc_{lab}": 0.5 for lab in ev["babilong"]["lengths"]}}
+        d = out / ("base" if key == "base" else f"runs/{key}")
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({"key": key, "status": "ok", "alpha": alpha, "seed": 0,
+                                                   "spec": {"eval": ev}, "results": results}))
+
+
+def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp_path):
+    """Before, a report rebuilt from committed runs took its labels from the config as it is now: runs that read
+    stdlib_tests text, BABILong at 0k with 4 samples, were titled stdlib_heldout, 1k, 1 per task. Now the labels
+    are the runs' recorded ``spec.eval``, and one line says where the config differs."""
+    from torchtune_longshort.study.fields import plain
+
+    cfg = _one_method_config(tmp_path)
+    used = {k: v for k, v in plain(cfg.eval.as_dict()).items() if k != "eval_base"}  # as Study.spec_of records it
+    used.update(ppl_source="stdlib_tests", ppl_lengths=[128, 256], max_length=512,
+                babilong={**used["babilong"], "lengths": ["0k"], "n": 4})
+    _committed_runs(tmp_path / "a" / "out", used)
+    summary = build_report(tmp_path / "a" / "out", tmp_path / "a" / "report", cfg)
+    md = (tmp_path / "a" / "report" / "report.md").read_text()
+    assert "## Perplexity (longshort_ppl, stdlib_tests text)" in md and "stdlib_heldout text" not in md
+    assert "| loss | 128 | 256 | runs |" in md  # the lengths the runs were evaluated at, not the config's 4
+    assert "| loss | 0k | all | runs |" in md and "| loss | 1k |" not in md
+    assert "lengths 0k, 4 per task and length" in md
+    line = next(x for x in md.splitlines() if x.startswith("Evaluation settings: these runs used"))
+    assert "`ppl_source: stdlib_tests`" in line.split("; the config now says")[0]
+    assert "`ppl_source: stdlib_heldout`" in line.split("; the config now says")[1]
+    assert '`babilong.lengths: ["0k"]`, `babilong.n: 4`' in line and "`max_length: 512`" in line
+    assert summary["eval_used"]["settings"]["ppl_source"] == "stdlib_tests"
+    # runs that disagree: the report says so, each value with its runs, and keeps the config's label
+    _committed_runs(tmp_path / "b" / "out", used, split={"base": {**used, "ppl_source": "stdlib_heldout"}})
+    build_report(tmp_path / "b" / "out", tmp_path / "b" / "report", cfg)
+    md = (tmp_path / "b" / "report" / "report.md").read_text()
+    assert "`ppl_source`: stdlib_heldout (base); stdlib_tests (pi_a0_s0, pi_a0.1_s0)." in md
+    assert "## Perplexity (longshort_ppl, stdlib_heldout text)" in md and "| loss | 0k | all | runs |" in md

@@ -25,6 +25,7 @@ from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.config import StudyConfig, StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK, metric_of
+from torchtune_longshort.study.eval_used import eval_used
 from torchtune_longshort.study.labels import loss_label, missing_text, seeds_of_cells, seeds_text
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, why_empty
@@ -302,6 +303,7 @@ def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
         raise ValueError(f"--report={str(rdir)!r} holds no finished study report (its summary.json, written last, "
                          "is missing or unreadable): build the report first (the study command with --report-only)")
     recs = read_records(cfg, lambda key: rdir / "runs" / key)  # the report's copies: the base's in runs/base too
+    cfg = eval_used(cfg, recs)[0]  # labelled by what the runs used
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
         return write_plots(cfg, build_tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)

@@ -28,6 +28,7 @@ from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown, md_table, verdicts_markdown
 from torchtune_longshort.study.config import StudyConfig
+from torchtune_longshort.study.eval_used import eval_used
 from torchtune_longshort.study.figures import finished_report, write_plots
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.run_configs import STUDY_JSON
@@ -188,6 +189,7 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     rdir.mkdir(parents=True, exist_ok=True)
     recs = load_records(out, cfg)
     _copy_records(out, rdir, recs)
+    cfg, settings = eval_used(cfg, recs)  # labelled by what the runs used, not by a config edited since
     tables = build_tables(cfg, recs)
     outcome = _outcome(cfg, tables)
     analysis = analyze(cfg, recs)
@@ -208,6 +210,8 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
            f"methods {list(cfg.methods)}, alphas {cfg.alphas}, seeds {cfg.seeds}.", ""]
     if note:
         md += [note, ""]
+    for line in settings:
+        md += [line, ""]
     refusal = base_gate_refusal(cfg, recs.get("base", {}))
     if refusal:
         md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
@@ -244,6 +248,7 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
                "claims": analysis,
                "runs": {k: {"status": r.get("status"), "stage": r.get("stage"), "error": r.get("error"),
                             "wall_s": r.get("wall_s")} for k, r in recs.items()},
-               "plots": plots, "wall_s": wall, "provenance": prov}
+               "plots": plots, "wall_s": wall, "eval_used": {"settings": cfg.eval.as_dict(), "notes": settings},
+               "provenance": prov}
     atomic_write_json(rdir / "summary.json", summary, indent=1, default=str)  # last: the report is whole
     return summary
