@@ -7,8 +7,12 @@ output folder (``base/``, ``runs/<key>/``; the committed ``summary.json``'s ``wa
 ``wall_s_this_invocation``), then ``python -m torchtune_longshort.study[.table1] --config <cfg> [--quick] --out <dir>
 --report-only --report-dir <rep> --repo-root <tree>`` runs in a temporary ``git worktree`` of ``--before`` (and of
 ``--after``; default: this working tree) with ``PYTHONPATH=<tree>``, so that tree's package is imported (checked).
-The config and ``--quick`` are read from the committed report's ``Config`` line. ``--before-config after`` runs the
-old code on the after tree's config file. Nothing under docs/ is written; no training or evaluation runs.
+The config and ``--quick`` are read from the committed report's ``Config`` line, ``--note`` from its hand-written
+note (a study's lines above the generated body; Table 1's paragraph under the verdict). ``--before-config after`` runs
+the old code on the after tree's config file. No training or evaluation runs; nothing under docs/ is written unless
+``--write``: then every file the after rebuild wrote at the top of its folder (report.md, summary.json, Table 1's
+results.csv, the figures) is copied into ``docs/study/<name>``, and the figures its committed summary.json named that
+the rebuild no longer draws are removed (the committed run and cell records stay).
 
 Compared: report.md by ``##`` section (the rebuild's own ``- torchtune-longshort <version>, commit <sha>`` line
 masked), summary.json by top-level key (``provenance.project``, the rebuild's own version and commit, ignored),
@@ -60,10 +64,38 @@ def config_of(folder: str) -> Tuple[str, bool]:
 
 
 def note_of(folder: str) -> str:
-    """The committed report's hand-written note: its lines above the generated body, the title and Config line aside."""
-    lines = (REPO / "docs/study" / folder / "report.md").read_text().splitlines()
+    """The committed report's hand-written note (:func:`note_in`)."""
+    src = REPO / "docs/study" / folder
+    return note_in((src / "report.md").read_text(), table1=(src / "cells").is_dir())
+
+
+def note_in(text: str, table1: bool = False) -> str:
+    """The hand-written note of a report's text, as ``--note`` put it there: a study's lines above the generated
+    body (the title and Config line aside); Table 1's paragraph between the verdict's list and the figure."""
+    lines = text.splitlines()
+    if table1:
+        start = next(i for i, x in enumerate(lines) if x.startswith("**Verdict"))
+        start = next(i for i in range(start + 2, len(lines)) if not lines[i].startswith("- "))
+        stop = next(i for i, x in enumerate(lines) if x.startswith("!["))
+        return "\n".join(lines[start:stop]).strip()
     stop = next(i for i, x in enumerate(lines) if x.startswith(("## ", "Cells:", "**The fine-tuning grid")))
     return "\n".join(x for x in lines[1:stop] if not x.startswith("Config:")).strip()
+
+
+def write_back(rebuilt: Path, dest: Path) -> Tuple[List[str], List[str]]:
+    """Copy every file a rebuild wrote at the top of its folder (report.md, summary.json, Table 1's results.csv,
+    the figures) into ``dest``, and remove the figures ``dest``'s committed summary.json names that the rebuild no
+    longer draws (as a study's rerun removes them); the run or cell records under ``dest`` stay. Returns (copied,
+    removed)."""
+    old = json.loads((dest / "summary.json").read_text()) if (dest / "summary.json").is_file() else {}
+    named = [p for p in (old.get("plots") or []) + [old.get("figure")] if isinstance(p, str) and "/" not in p]
+    copied = sorted(p.name for p in rebuilt.iterdir() if p.is_file())
+    for name in copied:
+        shutil.copyfile(rebuilt / name, dest / name)
+    removed = [n for n in named if n not in copied and (dest / n).is_file()]
+    for name in removed:
+        (dest / name).unlink()
+    return copied, removed
 
 
 def lay_out(folder: str, out: Path) -> None:
@@ -92,7 +124,7 @@ def rebuild(root: Path, folder: str, rep: Path, cfg_from: Path) -> int:
     module = "torchtune_longshort.study" + (".table1" if (out / "cells").is_dir() else "")
     cmd = [sys.executable, "-m", module, "--config", cfg] + (["--quick"] if quick else []) + [
         "--out", str(out), "--report-only", "--report-dir", str(rep), "--repo-root", str(root)]
-    cmd += ["--note", note_of(folder)] if module.endswith("study") and note_of(folder) else []
+    cmd += ["--note", note_of(folder)] if note_of(folder) else []  # the study's and Table 1's alike
     p = subprocess.run(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True)
     (rep.parent / (rep.name + ".log")).write_text(" ".join(cmd) + "\n" + p.stdout + p.stderr)
     if cfg_from != root:
@@ -147,12 +179,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="config file the old code reads: its own revision's, or the after tree's")
     p.add_argument("--folders", nargs="+", default=list(FOLDERS), help="docs/study folders (default: all five)")
     p.add_argument("--keep", default=None, help="keep the rebuilds here (<DIR>/<before|after>/<folder>)")
-    p.add_argument("--write", action="store_true", help="copy the after rebuild's report.md, summary.json and "
-                   "figures into docs/study/<folder> (the committed results and other files stay)")
+    p.add_argument("--write", action="store_true", help="copy the after rebuild's report.md, summary.json, "
+                   "results.csv (Table 1) and figures into docs/study/<folder>, removing the figures its committed "
+                   "summary.json named that the rebuild no longer draws (the committed results stay)")
     a = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="rebuild_study_"))
     keep = Path(a.keep) if a.keep else tmp / "rebuilt"
     trees: List[Path] = []
+    written: List[str] = []
     try:
         (rb, lb), (ra, la) = checkout(a.before, tmp), checkout(a.after, tmp)
         trees = [t for t in (rb, ra) if t != REPO]
@@ -172,8 +206,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"| {f} | {rc[0]}/{rc[1]} | {'identical' if not md else '; '.join(md)} | {', '.join(same)} | "
                   f"{', '.join(differ) or '-'} | {n_same} identical" + (f"; differ: {', '.join(figs)}" if figs else "")
                   + " |")
-            for name in ["report.md", "summary.json"] + [q.name for q in ad.glob("*.png")] if a.write else []:
-                shutil.copyfile(ad / name, REPO / "docs/study" / f / name)
+            if a.write:
+                copied, removed = write_back(ad, REPO / "docs/study" / f)
+                written.append(f"docs/study/{f}: wrote {', '.join(copied)}"
+                               + (f"; removed {', '.join(removed)} (no longer drawn)" if removed else ""))
+        if written:
+            print("\n" + "\n".join(written))
     finally:
         for t in trees:
             git("worktree", "remove", "--force", str(t))

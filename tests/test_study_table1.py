@@ -355,3 +355,29 @@ def test_quick_run_on_the_real_model_then_a_rerun_skips_every_cell(tmp_path, rea
     assert all(f"{k}: result.json present (ok), skipped" in again.stdout for k in keys)
     assert {k: (out / "cells" / k / "result.json").stat().st_mtime_ns for k in keys} == before
     assert list(csv.DictReader(open(rep / "results.csv"))) == rows
+
+
+def test_rebuild_script_keeps_a_table1_note_and_writes_its_results_csv(tmp_path):
+    """benchmarks/rebuild_study_reports.py --write: before, a Table-1 folder's hand-written note (under the verdict)
+    was passed to no rebuild (lost), and only report.md, summary.json and PNGs were copied (results.csv went stale).
+    Now the note is read from where --note puts it, and every file the rebuild wrote at its top is copied; a figure
+    the committed summary.json named that the rebuild no longer draws is removed, the records stay."""
+    from benchmarks.rebuild_study_reports import note_in, write_back
+
+    committed = (ROOT / "docs/study/table1_smollm2/report.md").read_text()
+    note = note_in(committed, table1=True)
+    assert note.startswith("2026-11-27, this project's 2-core CPU") and "\n" not in note
+    assert not note_in(committed.replace(note, ""), table1=True)  # a report without one: none
+    study = note_in("# Study `x`\n\nConfig: `configs/study/x.yaml`.\n\n> hand-written\n\n## The answer\n")
+    assert study == "> hand-written"
+    rebuilt, dest = tmp_path / "rebuilt", tmp_path / "dest"
+    for d, names in ((rebuilt, ["report.md", "summary.json", "results.csv", "fig.png"]),
+                     (dest, ["report.md", "results.csv", "fig.png", "gone.png", "by_hand.png", "cells/c/result.json"])):
+        for n in names:
+            (d / n).parent.mkdir(parents=True, exist_ok=True)
+            (d / n).write_text(f"{d.name} {n}")
+    (dest / "summary.json").write_text(json.dumps({"plots": ["fig.png", "gone.png"], "figure": "fig.png"}))
+    copied, removed = write_back(rebuilt, dest)
+    assert copied == ["fig.png", "report.md", "results.csv", "summary.json"] and removed == ["gone.png"]
+    assert all((dest / n).read_text() == f"rebuilt {n}" for n in copied)
+    assert (dest / "by_hand.png").is_file() and (dest / "cells/c/result.json").read_text() == "dest cells/c/result.json"
