@@ -233,7 +233,7 @@ def _one_method_config(tmp_path):
     return load_study_config(tmp_path / "study.yaml", repo_root=ROOT)
 
 
-def _committed_runs(out, used, split=None):
+def _committed_runs(out, used, split=None, group=None):
     """A committed-style study folder ``out`` (base/, runs/<key>/result.json; no training) of
     :func:`_one_method_config`'s grid, whose runs recorded ``used`` as their ``spec.eval`` (``split``: {run key:
     another spec.eval})."""
@@ -243,8 +243,13 @@ def _committed_runs(out, used, split=None):
                    "longshort_babilong": {f"acc_{lab}": 0.5 for lab in ev["babilong"]["lengths"]}}
         d = out / ("base" if key == "base" else f"runs/{key}")
         d.mkdir(parents=True)
-        (d / "result.json").write_text(json.dumps({"key": key, "status": "ok", "alpha": alpha, "seed": 0,
-                                                   "spec": {"eval": ev}, "results": results}))
+        rec = {"key": key, "status": "ok", "alpha": alpha, "seed": 0, "spec": {"eval": ev}, "results": results}
+        if group:  # the group's members the run scored (longshort_babilong_qa<k>)
+            rec["group_subtasks"] = {"longshort_babilong": group}
+            rec["coverage"] = {"longshort_babilong": {f"acc_{lab}": {"present": group[:1], "missing": group[1:],
+                                                                     "total": len(group)}
+                                                      for lab in ev["babilong"]["lengths"]}}
+        (d / "result.json").write_text(json.dumps(rec))
 
 
 def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp_path):
@@ -275,3 +280,19 @@ def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp
     md = (tmp_path / "b" / "report" / "report.md").read_text()
     assert "`ppl_source`: stdlib_heldout (base); stdlib_tests (pi_a0_s0, pi_a0.1_s0)." in md
     assert "## Perplexity (longshort_ppl, stdlib_heldout text)" in md and "| loss | 0k | all | runs |" in md
+
+
+def test_babilong_note_names_the_group_its_runs_scored(tmp_path):
+    """Runs of a version that scored the whole five-task group while one task was asked: before, the rebuilt note
+    said 'one marked (k/1 tasks)' beside cells marked (1/5 tasks); now it names the group the runs scored."""
+    from torchtune_longshort.study.fields import plain
+
+    cfg = _one_method_config(tmp_path)
+    used = {k: v for k, v in plain(cfg.eval.as_dict()).items() if k != "eval_base"}
+    used["babilong"] = {**used["babilong"], "qa": "qa1"}
+    _committed_runs(tmp_path / "out", used, group=[f"longshort_babilong_qa{i}" for i in range(1, 6)])
+    build_report(tmp_path / "out", tmp_path / "report", cfg)
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## BABILong QA1 accuracy", 1)[1].split("\n## ", 1)[0]
+    assert "These runs scored the group `longshort_babilong` over QA1-QA5" in section
+    assert "(k/5 tasks)" in section and "(k/1 tasks)" not in section and "0.5 (1/5 tasks)" in section

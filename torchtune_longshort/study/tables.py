@@ -93,14 +93,20 @@ def qa_label(qa: str) -> str:
     return ", ".join(f"QA{n}" for n in nums)
 
 
-def _babilong_note(bab: BabilongConfig) -> str:
+def _babilong_note(bab: BabilongConfig, recs: Dict[str, Dict[str, Any]]) -> str:
     depths = f", fact depths {bab.depths} %" if bab.depths else ""
-    return (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` (tasks "
-            f"{qa_label(bab.qa)}, lengths {', '.join(bab.lengths)}, {bab.n} per task and length{depths}, "
-            f"haystack {bab.haystack_name}), not the official BABILong data: these numbers are not "
-            f"comparable with published BABILong results. A cell is the mean over the tasks asked "
-            f"({qa_label(bab.qa)}) of each task's accuracy; one marked (k/{len(bab.tasks_asked)} tasks) averages the k of them that had "
-            "data.")
+    group = TASK_FAMILIES["babilong"].task
+    scored = sorted({t[len(group) + 1:] for r in recs.values() for t in (r.get("group_subtasks") or {}).get(group, [])
+                     if t.startswith(group + "_")})  # the QA tasks the runs' group score was taken over
+    text = (f"Data: BABILong-style samples generated here by `torchtune_longshort.eval.tasks.babilong.generator` "
+            f"(tasks {qa_label(bab.qa)}, lengths {', '.join(bab.lengths)}, {bab.n} per task and length{depths}, "
+            f"haystack {bab.haystack_name}), not the official BABILong data: these numbers are not comparable with "
+            "published BABILong results. ")
+    if scored and set(scored) != set(bab.tasks_asked):  # runs of a version that ran the whole group
+        return text + (f"These runs scored the group `{group}` over {qa_label(','.join(scored))}, whose tasks not "
+                       f"asked had no data; a cell marked (k/{len(scored)} tasks) averages the k tasks that had data.")
+    return text + (f"A cell is the mean over the tasks asked ({qa_label(bab.qa)}) of each task's accuracy; one marked "
+                   f"(k/{len(bab.tasks_asked)} tasks) averages the k of them that had data.")
 
 
 def _coverage_text(recs: Dict[str, Dict[str, Any]], runs: List[str], task: str,
@@ -173,7 +179,7 @@ def build_tables(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> Dict[str,
                                                                                  "acc")]
         specs["babilong"] = (f"BABILong {qa_label(bab.qa)} accuracy (official scoring, generated data)", "babilong",
                              cols, False)
-        notes["babilong"] = _babilong_note(bab)
+        notes["babilong"] = _babilong_note(bab, recs)
     lb, lbe = ev.longbench_e_data_dir, TASK_FAMILIES["longbench_e"].task
     if lb and any(task_results(r.get("results") or {}, lbe) for r in recs.values()):
         keys = sorted({m for r in recs.values() for m in task_results(r.get("results") or {}, lbe)
