@@ -186,7 +186,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="rebuild_study_"))
     keep = Path(a.keep) if a.keep else tmp / "rebuilt"
     trees: List[Path] = []
-    written: List[str] = []
+    rebuilt: List[Tuple[str, Path]] = []
     try:
         (rb, lb), (ra, la) = checkout(a.before, tmp), checkout(a.after, tmp)
         trees = [t for t in (rb, ra) if t != REPO]
@@ -206,12 +206,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"| {f} | {rc[0]}/{rc[1]} | {'identical' if not md else '; '.join(md)} | {', '.join(same)} | "
                   f"{', '.join(differ) or '-'} | {n_same} identical" + (f"; differ: {', '.join(figs)}" if figs else "")
                   + " |")
-            if a.write:
-                copied, removed = write_back(ad, REPO / "docs/study" / f)
-                written.append(f"docs/study/{f}: wrote {', '.join(copied)}"
-                               + (f"; removed {', '.join(removed)} (no longer drawn)" if removed else ""))
-        if written:
-            print("\n" + "\n".join(written))
+            rebuilt.append((f, ad))
+        if a.write and rebuilt:
+            print()
+        for f, ad in rebuilt if a.write else []:  # after every rebuild: a rebuild reads the tree (its commit, clean)
+            copied, removed = write_back(ad, REPO / "docs/study" / f)
+            print(f"docs/study/{f}: wrote {', '.join(copied)}"
+                  + (f"; removed {', '.join(removed)} (no longer drawn)" if removed else ""))
     finally:
         for t in trees:
             git("worktree", "remove", "--force", str(t))
