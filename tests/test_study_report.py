@@ -263,6 +263,8 @@ def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp
     used.update(ppl_source="stdlib_tests", ppl_lengths=[128, 256], max_length=512,
                 babilong={**used["babilong"], "lengths": ["0k"], "n": 4})
     _committed_runs(tmp_path / "a" / "out", used)
+    (tmp_path / "a" / "out" / "study.json").write_text(json.dumps({"wall_s_this_invocation": 317.1,
+                                                                   "config": {"jobs": 3}}))
     summary = build_report(tmp_path / "a" / "out", tmp_path / "a" / "report", cfg)
     md = (tmp_path / "a" / "report" / "report.md").read_text()
     assert "## Perplexity (longshort_ppl, stdlib_tests text)" in md and "stdlib_heldout text" not in md
@@ -274,12 +276,16 @@ def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp
     assert "`ppl_source: stdlib_heldout`" in line.split("; the config now says")[1]
     assert '`babilong.lengths: ["0k"]`, `babilong.n: 4`' in line and "`max_length: 512`" in line
     assert summary["eval_used"]["settings"]["ppl_source"] == "stdlib_tests"
+    # the wall time's fine-tunes at once: the invocation's (its study.json), not the config's now (1)
+    assert "- the last invocation of the study command: 317 s (5.3 min), 3 fine-tune(s) at once\n" in md
     # runs that disagree: the report says so, each value with its runs, and keeps the config's label
     _committed_runs(tmp_path / "b" / "out", used, split={"base": {**used, "ppl_source": "stdlib_heldout"}})
+    (tmp_path / "b" / "out" / "study.json").write_text(json.dumps({"wall_s_this_invocation": 317.1}))
     build_report(tmp_path / "b" / "out", tmp_path / "b" / "report", cfg)
     md = (tmp_path / "b" / "report" / "report.md").read_text()
     assert "`ppl_source`: stdlib_heldout (base); stdlib_tests (pi_a0_s0, pi_a0.1_s0)." in md
     assert "## Perplexity (longshort_ppl, stdlib_heldout text)" in md and "| loss | 0k | all | runs |" in md
+    assert "- the last invocation of the study command: 317 s (5.3 min)\n" in md  # its jobs not recorded: unsaid
 
 
 def test_babilong_note_names_the_group_its_runs_scored(tmp_path):

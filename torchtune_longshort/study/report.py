@@ -120,13 +120,14 @@ def _runs_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> List[st
     return md
 
 
-def _wall_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], wall: Optional[float]) -> List[str]:
-    """Where the time went: the last invocation, the base's stages, the fine-tunes' mean stages."""
+def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs: Any) -> List[str]:
+    """Where the time went: the last invocation (``jobs``: its fine-tunes at once, from its study.json; None: not
+    recorded), the base's stages, the fine-tunes' mean stages."""
     md = ["## Wall time", ""]
     if wall is not None:
         done = all(r.get("status") != "not run" for r in recs.values())
-        md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min), "
-               f"{cfg.jobs} fine-tune(s) at once"
+        md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min)"
+               + (f", {jobs} fine-tune(s) at once" if isinstance(jobs, int) else "")
                + ("" if done else "; it did not finish the grid: runs above are marked not run")]
     base = recs.get("base") or {}
     if base.get("status") == "ok":
@@ -199,8 +200,9 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
         plots = claim_plots(cfg, analysis, recs, rdir, base_only=True)
     study_json, wall = out / STUDY_JSON, wall_s
     study = read_json(study_json) if wall is None else None  # a study.json cut off: no wall time to tell
-    if isinstance(study, dict):
-        wall = study.get("wall_s_this_invocation")
+    jobs = cfg.jobs if wall is not None else None
+    if isinstance(study, dict):  # the invocation's own jobs, not the config's now (a rebuild, --jobs)
+        wall, jobs = study.get("wall_s_this_invocation"), (study.get("config") or {}).get("jobs")
 
     md: List[str] = [f"# Study `{cfg.name}`{' (quick variant)' if cfg.quick else ''}", ""]
     md += [f"Config: `{cfg.config_path}`{' --quick' if cfg.quick else ''}. Base: "
@@ -238,7 +240,7 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
 
     md += claims_markdown(analysis, cfg)
     md += _outcome_markdown(outcome, tables) + _runs_markdown(cfg, recs)
-    md += _wall_markdown(cfg, recs, wall)
+    md += _wall_markdown(recs, wall, jobs)
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     prov, prov_md = _provenance(cfg, recs)
