@@ -136,3 +136,24 @@ def test_the_recipe_accepts_the_split_of_its_dataset(tmp_path):
     node["dataset"]["splitt"] = node["dataset"].pop("split")
     with pytest.raises(Exception, match="did you mean 'split'"):
         build_section(RecipeConfig, json.loads(json.dumps(node)), local=False)
+
+
+def test_too_few_sequences_names_the_longest_document_or_the_pre_filter_that_left_none(tmp_path):
+    """Before, a 37-character file given as ``ppl_data_files`` for 256 tokens gave "longest document: 0 tokens":
+    the cheap pre-filter (documents under length // 2 characters are not read) had left no document to tokenize,
+    and the count of none was printed as a length. Now the reason names the pre-filter; a document that passes it
+    is counted by the tokenizer (the reference: its own encode)."""
+    from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
+    from torchtune_longshort.study.records import short_reason
+
+    short = tmp_path / "short.txt"
+    short.write_text("A text far too short for 256 tokens.\n")
+    meta = {"ppl_data_files": str(short)}
+    with pytest.raises(TaskDataError) as e:
+        samples_from_metadata(meta, "ppl", 256, 1, CharTokenizer())
+    assert "(no document of 128 characters or more; shorter ones are not tokenized)" in str(e.value)
+    assert "0 tokens" not in str(e.value)
+    assert short_reason(f"longshort_ppl: {e.value}") == ("the text could not fill the length: 0 of 1 sequences of "
+                                                         "256 tokens; no document of 128 characters or more")
+    with pytest.raises(TaskDataError, match=rf"\(longest document: {len(short.read_text())} tokens\)"):
+        samples_from_metadata(meta, "ppl", 64, 1, CharTokenizer())  # 37 >= 32 characters: read, and counted

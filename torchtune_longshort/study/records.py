@@ -125,7 +125,8 @@ def upgraded(rec: Dict[str, Any]) -> Dict[str, Any]:
 # A length named in a not-scored reason (``longshort_ppl at length 8k: ...``, ``length 8k: BABILong data ...``).
 _REASON_LENGTH = re.compile(r"\blength (\d+k?):")
 _TOO_FEW = re.compile(r"only (\d+) of num_samples=(\d+) sequences of length=(\d+) tokens could be cut"
-                      r"(?:[^(]*\((?:longest document: (\d+) tokens|(\d+) documents, (\d+) tokens in all)\))?")
+                      r"(?:[^(]*\((?:longest document: (\d+) tokens|(\d+) documents, (\d+) tokens in all"
+                      r"|no document of (\d+) characters or more[^)]*)\))?")
 _TOO_LONG = re.compile(r"prompt longer than the (\d+) tokens")
 _NO_DATA = re.compile(r"(data file not found|no such file|holds no sample|gave no text|no text|not found)", re.I)
 
@@ -138,7 +139,8 @@ def short_reason(reason: str) -> str:
     m = _TOO_FEW.search(body)
     if m:
         doc = (f"; longest document {m[4]} tokens" if m[4] else
-               f"; {m[5]} documents, {m[6]} tokens in all" if m[5] else "")
+               f"; {m[5]} documents, {m[6]} tokens in all" if m[5] else
+               f"; no document of {m[7]} characters or more" if m[7] else "")
         return f"the text could not fill the length: {m[1]} of {m[2]} sequences of {m[3]} tokens{doc}"
     m = _TOO_LONG.search(body)
     if m:

@@ -249,9 +249,10 @@ def samples_from_metadata(metadata: Dict[str, Any], prefix: str, length: int, nu
                             "integer >= 1") from None
     tok = tokenizer or tokenizer_from_metadata(metadata)
     # joined, every document counts (short ones too); otherwise skip those too short to hold a sequence, cheaply
-    texts = texts_from_metadata(metadata, prefix, min_chars=0 if join else length // 2)
+    min_chars = 0 if join else length // 2
+    texts = texts_from_metadata(metadata, prefix, min_chars=min_chars)
     return fixed_length_samples(texts, tok, length, num_samples=num_samples, chunks_per_doc=chunks,
-                                join_documents=join)
+                                join_documents=join, min_chars=min_chars)
 
 
 @dataclass
@@ -300,6 +301,7 @@ def fixed_length_samples(
     chunks_per_doc: int = 1,
     max_docs: int = 100_000,
     join_documents: bool = False,
+    min_chars: int = 0,
 ) -> List[FixedLengthSample]:
     """Cut ``num_samples`` sequences of exactly ``length`` tokens from ``texts``.
 
@@ -312,9 +314,12 @@ def fixed_length_samples(
     (``chunks_per_doc`` must stay 1). A chunk is kept only if its decoded text encodes back to the same ids;
     otherwise its start moves one token on (at most :data:`ROUND_TRIP_SHIFTS` tries), so lengths are exact.
 
+    ``min_chars``: the caller's source left out documents shorter than this (a cheap pre-filter before
+    tokenizing); named in the reason when no document was left to tokenize.
+
     Raises:
         TaskDataError: when fewer than ``num_samples`` chunks exist, naming the longest document seen (joined: the
-            tokens of all documents).
+            tokens of all documents; none seen: the pre-filter that left none).
     """
     if length < 2:
         raise TaskDataError(f"length={length} must be >= 2 tokens")
@@ -328,17 +333,20 @@ def fixed_length_samples(
                                 "to end; leave chunks_per_doc at 1")
         return _cut_joined(texts, tokenizer, length, num_samples, max_docs)
     out: List[FixedLengthSample] = []
-    longest = 0
+    longest, seen = 0, 0
     for d, text in enumerate(texts):
         if d >= max_docs or len(out) >= num_samples:
             break
         ids = tokenizer.encode(text)
-        longest = max(longest, len(ids))
+        longest, seen = max(longest, len(ids)), seen + 1
         _cut_chunks(tokenizer, ids, length, d, min(chunks_per_doc, num_samples - len(out)), out)
     if len(out) < num_samples:
+        # none seen after the pre-filter: no document was tokenized, so no token count to give (not "0 tokens")
+        doc = (f"no document of {min_chars} characters or more; shorter ones are not tokenized" if not seen
+               and min_chars else f"longest document: {longest} tokens")
         raise TooFewSequences(
             f"only {len(out)} of num_samples={num_samples} sequences of length={length} tokens could be cut "
-            f"(longest document: {longest} tokens)", "use a source with longer documents, join its documents "
+            f"({doc})", "use a source with longer documents, join its documents "
             "(join_documents), raise chunks_per_doc, or lower the length / num_samples"
         )
     return out
