@@ -286,6 +286,13 @@ def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp
     assert "`ppl_source`: stdlib_heldout (base); stdlib_tests (pi_a0_s0, pi_a0.1_s0)." in md
     assert "## Perplexity (longshort_ppl, stdlib_heldout text)" in md and "| loss | 0k | all | runs |" in md
     assert "- the last invocation of the study command: 317 s (5.3 min)\n" in md  # its jobs not recorded: unsaid
+    # a record this version cannot read (a nested key since renamed): named, the others still label the report
+    from torchtune_longshort.study.eval_used import eval_used
+
+    recs = {k: {"key": k, "status": "ok", "spec": {"eval": used}} for k in ("base", "pi_a0_s0")}
+    recs["base"]["spec"] = {"eval": {**used, "babilong": {**used["babilong"], "lenghts": ["0k"]}}}
+    now, lines = eval_used(cfg, recs)
+    assert now.eval.ppl_source == "stdlib_tests" and lines[0].startswith("Run base's recorded eval settings cannot")
 
 
 def test_babilong_note_names_the_group_its_runs_scored(tmp_path):

@@ -63,7 +63,7 @@ def eval_used(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> Tuple[StudyC
         if isinstance(ev, dict):
             try:
                 used[key] = _recorded(cfg, rec)
-            except ValueError as e:
+            except (ValueError, KeyError) as e:  # a value or a nested key this version refuses (ConfigKeyError)
                 lines.append(f"Run {key}'s recorded eval settings cannot be read by this version ({one_line(e)}); "
                              "the labels below do not rely on them.")
     if not used:
