@@ -41,7 +41,7 @@ CASES = [
                                           r".*save_adapter_weights_only: False is accepted"),
     ({"optimizer_in_bwd": True}, r"'optimizer_in_bwd' \(torchtune's key; .*optimizer_in_bwd: False is accepted"),
     ({"shuffle": True}, r"'shuffle' \(torchtune's key; no counterpart here: .*shuffle: False is accepted"),
-    ({"log_peak_memory_stats": False}, r"'log_peak_memory_stats' \(torchtune's key; .*always logged"),
+    ({"log_peak_memory_stats": 0}, r"'log_peak_memory_stats' \(torchtune's key; .*logged either way"),
     ({"max_steps_per_epoch": 10}, r"'max_steps_per_epoch' \(torchtune's name: did you mean 'max_steps'\? .*"
                                   r"max_steps_per_epoch: null is accepted"),
     ({"fsdp": {"cpu_offload": True}}, r"'fsdp' \(torchtune's key; .*fsdp: \{cpu_offload: False\} is accepted"),
@@ -108,7 +108,8 @@ def test_validate_reads_exponent_floats_as_tune_run_does(tmp_path, tiny_llama2_d
 
 # torchtune's values that ask for what this recipe does anyway: accepted, nothing read
 AS_HERE = [{"resume_from_checkpoint": False}, {"save_adapter_weights_only": False}, {"optimizer_in_bwd": False},
-           {"shuffle": False}, {"log_peak_memory_stats": True}, {"max_steps_per_epoch": None}, {"low_cpu_ram": False},
+           {"shuffle": False}, {"log_peak_memory_stats": True}, {"log_peak_memory_stats": False},
+           {"max_steps_per_epoch": None}, {"low_cpu_ram": False},
            {"fsdp_cpu_offload": False}, {"fsdp": {"cpu_offload": False}}, {"tensor_parallel_dim": 1},
            {"tensor_parallel_dim": 1, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.nope"}},
            {"tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}}]

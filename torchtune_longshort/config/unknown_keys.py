@@ -42,7 +42,8 @@ TORCHTUNE_AS_HERE: Dict[str, tuple] = {
     "resume_from_checkpoint": ((False,), "a fresh start unless resume=True, this recipe's key"),
     "max_steps_per_epoch": ((None,), "no cap: the run is max_steps optimizer steps"),
     "shuffle": ((False,), "documents are read in order"),
-    "log_peak_memory_stats": ((True,), "peak_memory_gib is always logged"),
+    # False asks for less logging: harmless to log it anyway
+    "log_peak_memory_stats": ((True, False), "peak_memory_gib is logged either way"),
     "save_adapter_weights_only": ((False,), "every step_<k> is the whole model, LoRA merged, with its adapter/"),
     "optimizer_in_bwd": ((False,), "the optimizer steps after the backward pass"),
     "low_cpu_ram": ((False,), "the start weights are loaded one way"),
