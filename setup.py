@@ -2,11 +2,41 @@
 ``torchtune_longshort`` and every package under it, plus the repository's ``configs/`` folder installed as the
 data package ``torchtune_longshort.configs`` (``longshort-cp`` copies the shipped configs from it). Everything else
 about the distribution is in ``pyproject.toml``; ``tests/test_wheel_install.py`` builds the wheel and runs the
-README's commands from it."""
+README's commands from it.
+
+setuptools copies the package into ``build/lib`` and zips that folder, adding to what an earlier build left there:
+a module, task YAML or config removed or renamed since an earlier ``pip install .`` / ``pip wheel .`` in the same
+checkout was still shipped. :class:`BuildPyWithoutStaleFiles` removes from ``build/lib/torchtune_longshort`` (a
+folder only the build writes) every file this build did not put there."""
+
+import os
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+PACKAGE = "torchtune_longshort"
+
+
+class BuildPyWithoutStaleFiles(build_py):
+    """``build_py``, then the files under the build folder's package that are not this build's outputs removed (and
+    the folders left empty by it). Not in editable mode, whose build folder is a temporary one of its own."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        keep = {os.path.normpath(p) for p in self.get_outputs(include_bytecode=True)}
+        for folder, _, files in os.walk(os.path.join(self.build_lib, PACKAGE), topdown=False):
+            for name in files:
+                path = os.path.normpath(os.path.join(folder, name))
+                if path not in keep:
+                    os.remove(path)
+            if not os.listdir(folder):
+                os.rmdir(folder)
+
 
 setup(
-    packages=find_packages(include=["torchtune_longshort", "torchtune_longshort.*"]) + ["torchtune_longshort.configs"],
-    package_dir={"torchtune_longshort.configs": "configs"},
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]) + [f"{PACKAGE}.configs"],
+    package_dir={f"{PACKAGE}.configs": "configs"},
+    cmdclass={"build_py": BuildPyWithoutStaleFiles},
 )

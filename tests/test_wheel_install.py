@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -66,6 +69,31 @@ def test_the_wheel_holds_every_source_file_and_only_it_is_imported(wheel):
     site = wheel.venv.resolve()
     assert Path(p.stdout.splitlines()[0]).resolve().is_relative_to(site), p.stdout
     assert "__editable__" not in p.stdout and str(ROOT) not in p.stdout
+
+
+def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
+    """setuptools copies the package into ``build/lib`` and zips that folder, so a module, task YAML or config removed
+    (or renamed) since an earlier ``pip install .`` / ``pip wheel .`` in the same checkout was still shipped: a
+    module the source no longer has, a task lm-eval still registered, a config ``longshort-cp --list`` still
+    listed. The wheel holds the source's files only."""
+    src = tmp_path / "src"
+    for rel in source_files():  # what the build reads (not docs/ or tests/)
+        if not rel.startswith(("torchtune_longshort/", "configs/")) and "/" in rel:
+            continue
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes((ROOT / rel).read_bytes())
+    stale = ["torchtune_longshort/zz_removed.py", "torchtune_longshort/eval/tasks/zz_gone/longshort_zz_gone.yaml",
+             "torchtune_longshort/eval/tasks/zz_gone/__init__.py", "torchtune_longshort/configs/tiny/zz_old.yaml"]
+    for rel in stale:  # what an earlier build of a tree that still held them left in build/lib
+        (src / "build/lib" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / "build/lib" / rel).write_text("task: longshort_zz_gone\n" if rel.endswith(".yaml") else "X = 1\n")
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(src)],
+                   check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
+    names = set(zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist())
+    assert not [rel for rel in stale if rel in names], sorted(n for n in names if "zz" in n)
+    assert "torchtune_longshort/configs/tiny/longshort_stdlib.yaml" in names
+    assert "torchtune_longshort/eval/tasks/ppl/longshort_ppl.yaml" in names
 
 
 @pytest.fixture(scope="module")
