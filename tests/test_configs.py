@@ -239,3 +239,39 @@ def test_a_listing_whose_reader_left_ends_quietly_and_another_broken_pipe_keeps_
 
     with pytest.raises(BrokenPipeError):  # this process's stdout is fine: not the reader leaving
         quiet_when_the_reader_leaves(child_pipe_broke)()
+
+
+def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(tmp_path):
+    # A wheel has no configs/ folder. Each shipped config's header and the study's and Table 1's --help showed
+    # `--config configs/<name>.yaml`, which tune run and the study refused from a pip install ("no such file" /
+    # "neither a file nor a config this package ships"). Now every `--config X` they show resolves from a folder
+    # that is not the checkout: for the study commands a shipped name, for tune run the file a `longshort-cp NAME X`
+    # before it wrote (NAME shipped); and no comment names a path under configs/.
+    import re
+
+    import torchtune_longshort.study.__main__ as study_cli
+    import torchtune_longshort.study.table1.__main__ as table1_cli
+    from torchtune_longshort.configs_cli import resolve_config, shipped_configs
+
+    texts = {f"{m.__name__} --help": m.__doc__ for m in (study_cli, table1_cli)}
+    for path in sorted((REPO / "configs").rglob("*.yaml")):  # the files the wheel ships as torchtune_longshort.configs
+        texts[str(path.relative_to(REPO / "configs"))] = "\n".join(
+            x for x in path.read_text().splitlines() if x.lstrip().startswith("#"))
+    bad = []
+    for where, text in texts.items():
+        copied = {dest for src, dest in re.findall(r"longshort-cp (\S+) (\S+)", text)}
+        bad += [f"{where}: longshort-cp {src}" for src, _ in re.findall(r"longshort-cp (\S+) (\S+)", text)
+                if src not in shipped_configs()]
+        for line in text.splitlines():
+            wrong = where in shipped_configs() and "configs/" in line
+            for value in re.findall(r"--config (\S+)", line):
+                if "tune run" in line:
+                    wrong |= value not in copied
+                elif "torchtune_longshort.study" in line:
+                    try:
+                        resolve_config(value.strip("`"), tmp_path, "--config")
+                    except ValueError:
+                        wrong = True
+            if wrong:
+                bad.append(f"{where}: {line.strip()}")
+    assert not bad, "\n".join(bad)

@@ -1,6 +1,6 @@
 """The paper's comparison end to end: base model, RoPE x alpha x seed fine-tunes, lm-eval, report.
 
-``python -m torchtune_longshort.study --config configs/study/cpu_small.yaml [--quick] [--out DIR]``
+``python -m torchtune_longshort.study --config study/cpu_small.yaml [--quick] [--out DIR]``
 """
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label

@@ -1,4 +1,4 @@
-"""``python -m torchtune_longshort.study --config configs/study/cpu_small.yaml [--quick] [--out DIR]``.
+"""``python -m torchtune_longshort.study --config study/cpu_small.yaml [--quick] [--out DIR]``.
 
 Runs (or resumes) the whole study and writes its report to ``<out>/report`` (or ``--report-dir``);
 ``--report-only`` rebuilds the report from the run folders without running anything. Before anything trains, the

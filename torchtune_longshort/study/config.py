@@ -1,4 +1,5 @@
-"""The study YAML (``configs/study/*.yaml``) as one typed, checked object, built once: :class:`StudyConfig`.
+"""The study YAML (a shipped ``study/*.yaml``, ``longshort-cp --list``) as one typed, checked object, built once:
+:class:`StudyConfig`.
 
 A study is the paper's comparison (Du et al., ICML 2025, Tables 2-7): the same base model, the same RoPE method and
 the same tokens, fine-tuned at ``L`` once with cross-entropy alone (``alpha = 0``) and once per ``alpha > 0`` with
@@ -8,11 +9,11 @@ Every field is declared once, with its default, its doc and its check, in the se
 :class:`StudyConfig` (the top level), :class:`~torchtune_longshort.study.base_config.BaseConfig` (``base``),
 :class:`~torchtune_longshort.study.grid.FinetuneConfig`, ``methods`` and
 :class:`~torchtune_longshort.study.grid.Variants` (what is fine-tuned), and
-:class:`~torchtune_longshort.study.eval_config.EvalConfig` (``eval``). See ``configs/study/cpu_small.yaml`` for a
-commented example. Two top-level keys are not fields: ``quick`` (a nested mapping merged over the whole config by
-``--quick``; its ``methods`` and ``variants`` replace the full ones) and ``not_a_torchtune_config``
-(``{_component_: ...NOT_A_TORCHTUNE_CONFIG}``, in every shipped study YAML: torchtune's ``tune validate`` then refuses
-the file with the reason, since it is not a recipe config).
+:class:`~torchtune_longshort.study.eval_config.EvalConfig` (``eval``). See the shipped ``study/cpu_small.yaml``
+(``longshort-cp``) for a commented example. Two top-level keys are not fields: ``quick`` (a nested mapping merged over
+the whole config by ``--quick``; its ``methods`` and ``variants`` replace the full ones) and
+``not_a_torchtune_config`` (``{_component_: ...NOT_A_TORCHTUNE_CONFIG}``, in every shipped study YAML: torchtune's
+``tune validate`` then refuses the file with the reason, since it is not a recipe config).
 
 :func:`load_study_config` reads, merges and checks a YAML (unknown keys at every level with "did you mean", each
 value with its field named, the rules between fields, the recipe configs of the runs against the recipe's typed

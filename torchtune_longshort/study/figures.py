@@ -296,7 +296,7 @@ def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
     the base's in ``runs/base``), as :func:`torchtune_longshort.study.report.build_report` draws them, leaving
     report.md, summary.json and the records untouched; returns the file names written.
 
-    ``python -m torchtune_longshort.study.figures --config configs/study/<name>.yaml --report docs/study/<name>``:
+    ``python -m torchtune_longshort.study.figures --config study/<name>.yaml --report docs/study/<name>``:
     a change to these figures reaches a committed report without re-running or re-writing it."""
     rdir = Path(report_dir)
     if not finished_report(rdir):  # a report cut off part-way lacks runs: its figures would be drawn without them

@@ -1,4 +1,4 @@
-"""``python -m torchtune_longshort.study.table1 --config configs/study/table1_smollm2.yaml [--quick] [--out DIR]``.
+"""``python -m torchtune_longshort.study.table1 --config study/table1_smollm2.yaml [--quick] [--out DIR]``.
 
 Runs (or resumes) every cell, then writes the report to ``--report-dir`` (default ``<out>/report``);
 ``--report-only`` rebuilds the report from the cells without running anything. Before anything is written the

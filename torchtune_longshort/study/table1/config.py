@@ -1,4 +1,5 @@
-"""The Table-1 experiment's YAML (``configs/study/table1_*.yaml``) as one typed, checked object: :class:`Table1Config`.
+"""The Table-1 experiment's YAML (a shipped ``study/table1_*.yaml``, ``longshort-cp --list``) as one typed, checked
+object: :class:`Table1Config`.
 
 One pre-trained checkpoint, several training-free RoPE variants (``variants``: name -> a
 :data:`~torchtune_longshort.rope.ROPE_METHODS` method and its parameters, applied at load by the ``longshort`` eval

@@ -199,8 +199,8 @@ def _check_scratch_lora(config: RecipeConfig) -> None:
     if config.checkpointer.checkpoint_dir is None and lora:
         raise ValueError(f"{lora[0]} with checkpointer.checkpoint_dir=null: LoRA trains adapters over a pre-trained "
                          "model's weights, and this config starts from random ones; set checkpointer.checkpoint_dir "
-                         "to a checkpoint folder (as configs/tiny/lora_from_checkpoint.yaml does), or drop the model's "
-                         "lora_* settings to train every weight")
+                         "to a checkpoint folder (as the shipped tiny/lora_from_checkpoint.yaml does), or drop the "
+                         "model's lora_* settings to train every weight")
 
 
 def _check_scratch_dimensions(config: RecipeConfig) -> None:
