@@ -173,6 +173,18 @@ def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "is not valid YAML" in err and str(bad) in err, err
 
 
+def test_longshort_validate_without_a_config_names_only_the_config_as_required(capsys):
+    # `longshort-validate` alone said "the following arguments are required: config, key=value": the overrides
+    # are optional (argparse marks a '*' positional without a default required in its message).
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err == "longshort-validate: error: the following arguments are required: config\n", err
+
+
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_a_refusal_under_torchrun_reaches_its_agent_report(tmp_path, monkeypatch, capsys, rank):
     # Under torchrun every worker refuses: the first to refuse prints the line (whatever its rank: rank 0 printed

@@ -107,7 +107,7 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
 def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
-    ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, as tune run takes them")
+    ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
     args = ap.parse_args(argv)
     quiet_upstream()
     notes: list = []
