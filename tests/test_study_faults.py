@@ -137,6 +137,26 @@ def test_the_figures_redraw_takes_a_shipped_config_name_as_the_study_does(tmp_pa
     assert "longshort-cp --list" in _one_error_line(capsys.readouterr().err, prog)
 
 
+def test_the_figures_redraw_filters_the_upstream_noise_as_the_study_does(tmp_path, monkeypatch, capsys):
+    """Before: `python -m torchtune_longshort.study.figures` printed torchao's "Skipping import of cpp extensions"
+    line when the config check imported torchtune (the study's own entry point filters it), above its one-line
+    refusal too. It installs the same filters now."""
+    import logging
+    import warnings
+
+    from torchtune_longshort import _quiet
+
+    monkeypatch.setattr(_quiet, "_installed", False)
+    for name in _quiet.LOG_FILTERS:  # this process's filters as a fresh interpreter has them: none
+        monkeypatch.setattr(logging.getLogger(name), "filters", [])
+    with warnings.catch_warnings():
+        assert figures_main(["--config", "study/cpu_small.yaml", "--quick", "--report", str(tmp_path)]) == 2
+    assert "holds no finished study report" in capsys.readouterr().err
+    noise = logging.LogRecord("torchao", logging.WARNING, __file__, 1, "Skipping import of cpp extensions due to "
+                              "incompatible torch version", None, None)
+    assert not logging.getLogger("torchao").filter(noise)
+
+
 def test_a_cut_off_babilong_marker_or_eval_spec_counts_as_absent(tmp_path, finished):
     """Before: every run failed at eval with "Expecting value: line 1 column 1 (char 0)", naming no file, on every
     rerun, until the user found and deleted the file."""

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
@@ -326,6 +327,7 @@ def main(argv=None) -> int:
     p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from (default: the "
                    "working directory)")
     a = p.parse_args(argv)
+    quiet_upstream()  # before the config check imports torchtune (torchao's line), as the study's entry point
     root = Path(a.repo_root).resolve()
     try:
         cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
