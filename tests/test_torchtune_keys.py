@@ -183,3 +183,15 @@ def test_a_ported_torchtune_config_validates_with_fewer_edits(tmp_path, tiny_lla
     assert ": OK" in out and all(f"{k}: {'null' if v is None else v} (" in out for k, v in harmless.items()), out
     assert out.count("\n") == 2, out  # the note, then OK
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["study/cpu_small.yaml", "study/table1_smollm2.yaml"])
+def test_a_study_config_given_to_the_recipe_is_named_as_one(capsys, name):
+    """A shipped study YAML (its ``not_a_torchtune_config`` marker) handed to the recipe's config check is answered
+    with the command that runs it, not a list of its keys as unknown recipe keys."""
+    with pytest.raises(SystemExit) as caught:
+        validate_main([name])
+    err = capsys.readouterr().err.strip()
+    assert caught.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "this is a study config" in err and "python -m torchtune_longshort.study --config <file>" in err, err
+    assert "unknown config key" not in err, err

@@ -106,11 +106,22 @@ def hint(key: str, known: Iterable[str], where: str = "") -> str:
     return f"{path!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
 
 
+# the top-level node every study YAML carries (torchtune_longshort.study.config): such a file is not a recipe config
+STUDY_MARKER_KEY = "not_a_torchtune_config"
+
+
 def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "") -> None:
-    """Raise :class:`ConfigKeyError` listing each of ``keys`` with its hint, and what the section reads."""
+    """Raise :class:`ConfigKeyError` listing each of ``keys`` with its hint, and what the section reads (a study
+    config, known by its marker, is named as one instead)."""
     keys, known = list(keys), sorted(str(k) for k in known)
     if not keys:
         return
+    if not where and STUDY_MARKER_KEY in keys:
+        raise ConfigKeyError(
+            f"this is a study config (its top-level {STUDY_MARKER_KEY} node), not a recipe config: run it with "
+            "`python -m torchtune_longshort.study --config <file>` (a Table-1 config: "
+            "`python -m torchtune_longshort.study.table1 --config <file>`)"
+        )
     section = f"in {where}" if where else "at the top level"
     raise ConfigKeyError(
         f"unknown config key(s) {section}: {', '.join(hint(k, known, where) for k in keys)}. "

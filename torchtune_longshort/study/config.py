@@ -44,6 +44,7 @@ from torchtune_longshort.study.grid import FinetuneConfig, MethodSpec, Run, Vari
 from torchtune_longshort.study.plan import BASE_KEY, PlanConfig
 from torchtune_longshort.study.schema import check_keys
 from torchtune_longshort.config.fields import build_section
+from torchtune_longshort.config.unknown_keys import STUDY_MARKER_KEY
 from torchtune_longshort.config.values import boolean, integer, length, number, text
 
 # Keys whose ``quick`` value replaces the full config's instead of merging into it.
@@ -51,7 +52,7 @@ QUICK_REPLACES = ("methods", "variants")
 
 # Every study YAML starts with this node, so that torchtune's ``tune validate`` refuses it with a reason instead of
 # calling it well-formed (it only binds each top-level ``_component_``'s signature, which this one does not have).
-MARKER_KEY = "not_a_torchtune_config"
+MARKER_KEY = STUDY_MARKER_KEY
 MARKER_COMPONENT = "torchtune_longshort.study.config.NOT_A_TORCHTUNE_CONFIG"
 
 
