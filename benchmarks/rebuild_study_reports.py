@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from torchtune_longshort.study.eval_used import GENERATED_LINES
+
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("cpu_small", "cpu_small_quick", "cpu_medium", "gpu_smollm2", "table1_smollm2")
 REBUILD_LINE = re.compile(r"^- torchtune-longshort \S+, commit .*$")  # the rebuild's own provenance
@@ -79,7 +81,8 @@ def note_in(text: str, table1: bool = False) -> str:
         stop = next(i for i, x in enumerate(lines) if x.startswith("!["))
         return "\n".join(lines[start:stop]).strip()
     stop = next(i for i, x in enumerate(lines) if x.startswith(("## ", "Cells:", "**The fine-tuning grid")))
-    return "\n".join(x for x in lines[1:stop] if not x.startswith("Config:")).strip()
+    kept = [x for x in lines[1:stop] if not x.startswith(("Config:",) + GENERATED_LINES)]
+    return "\n".join(kept).strip()
 
 
 def write_back(rebuilt: Path, dest: Path) -> Tuple[List[str], List[str]]:

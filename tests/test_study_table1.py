@@ -368,8 +368,9 @@ def test_rebuild_script_keeps_a_table1_note_and_writes_its_results_csv(tmp_path)
     note = note_in(committed, table1=True)
     assert note.startswith("2026-11-27, this project's 2-core CPU") and "\n" not in note
     assert not note_in(committed.replace(note, ""), table1=True)  # a report without one: none
-    study = note_in("# Study `x`\n\nConfig: `configs/study/x.yaml`.\n\n> hand-written\n\n## The answer\n")
-    assert study == "> hand-written"
+    study = note_in("# Study `x`\n\nConfig: `configs/study/x.yaml`.\n\n> hand-written\n\nEvaluation settings: these "
+                    "runs used `max_length: 512`; the config now says `max_length: 1024`. The tables ...\n\n## The answer\n")
+    assert study == "> hand-written"  # the runs' settings line is the builder's: a rebuild must not add it twice
     rebuilt, dest = tmp_path / "rebuilt", tmp_path / "dest"
     for d, names in ((rebuilt, ["report.md", "summary.json", "results.csv", "fig.png"]),
                      (dest, ["report.md", "results.csv", "fig.png", "gone.png", "by_hand.png", "cells/c/result.json"])):

@@ -18,6 +18,9 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import EvalConfig
 from torchtune_longshort.study.fields import plain
 
+# how the report's lines about the runs' own settings begin (under the title, where --note's lines go too: a rebuild
+# that reads the committed note back leaves these out, benchmarks/rebuild_study_reports.py)
+GENERATED_LINES = ("Evaluation settings: these runs used ", "The runs do not share one evaluation setting")
 _NOT_RECORDED = "eval_base"  # a run's spec leaves it out (Runner.spec_of): the config's value stands
 
 
@@ -83,11 +86,11 @@ def eval_used(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> Tuple[StudyC
     now = replace(cfg.eval, **agreed)
     changed = _differ(plain(now.as_dict()), plain(cfg.eval.as_dict()))
     if changed:
-        lines.append("Evaluation settings: these runs used " + ", ".join(_setting(k, a) for k, a, _ in changed)
+        lines.append(GENERATED_LINES[0] + ", ".join(_setting(k, a) for k, a, _ in changed)
                      + "; the config now says " + ", ".join(_setting(k, b) for k, _, b in changed)
                      + ". The tables, figures and claims below are labelled by what the runs used (their "
                      "result.json's `spec.eval`).")
     if split:
-        lines.append("The runs do not share one evaluation setting (their result.json's `spec.eval`): "
+        lines.append(GENERATED_LINES[1] + " (their result.json's `spec.eval`): "
                      + " | ".join(split) + ". The labels of these settings below follow the config.")
     return replace(cfg, eval=now), lines
