@@ -144,3 +144,84 @@ def test_window_bos_writes_bos_over_the_first_token_of_both_windows_only():
         assert batch["labels_a"][i].tolist() == sample[1:L] + [-100]  # labels unchanged: BOS is never a target
         assert batch["labels_b"][i].tolist() == sample[L + 1 : 2 * L] + [-100]
         assert batch["tokens"][i].tolist() == sample  # the sample itself is untouched
+
+
+# ------------------------------------------------------------------ shuffle (torchtune's shuffle: True)
+def _map_style(n=23):
+    """A torchtune-like map-style dataset whose sample i is the document ``[i + 1] * (i % 3 + 1)``, as the recipe
+    reads it (``torchtune_documents``)."""
+    from torchtune_longshort.data.torchtune_datasets import torchtune_documents
+
+    samples = [{"tokens": [i + 1] * (i % 3 + 1)} for i in range(n)]
+    return samples, torchtune_documents(samples, name="twenty-three samples")
+
+
+def _documents_read(stream, n_docs):
+    """The index of each document ``stream`` reads next, ``n_docs`` of them (document i's tokens are i + 1)."""
+    got = []
+    for _ in range(n_docs):
+        doc = stream._next_document()
+        got.append(doc[0] - 1)
+    return got
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_shuffle_reads_each_pass_in_torchtunes_distributed_sampler_order(seed):
+    """The reference is torch's own sampler, as torchtune's recipes build it for shuffle: True (one process): the
+    permutation of pass k is the sampler's after set_epoch(k)."""
+    from torch.utils.data import DistributedSampler
+
+    samples, source = _map_style()
+    sampler = DistributedSampler(samples, num_replicas=1, rank=0, shuffle=True, seed=seed)
+    expected = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        expected.append(list(sampler))
+    assert expected[0] != expected[1] and sorted(expected[0]) == list(range(len(samples)))
+    stream = PackedTokenStream(source, shuffle_seed=seed)
+    assert _documents_read(stream, 2 * len(samples)) == expected[0] + expected[1]
+    assert _documents_read(PackedTokenStream(source), len(samples)) == list(range(len(samples)))  # off: in order
+
+
+def test_a_shuffled_stream_resumed_mid_pass_reads_the_uninterrupted_runs_tokens():
+    _, source = _map_style(41)
+
+    def batcher(**kw):
+        return DualWindowBatcher(PackedTokenStream(source, shuffle_seed=3), L=8, batch_size=2, seed=1, **kw)
+
+    whole = batcher()
+    ref = [whole.next_batch() for _ in range(12)]
+    first = batcher()
+    for _ in range(2):
+        first.next_batch()
+    state = first.state_dict()
+    assert 0 < state["stream"]["docs_consumed"] < 41 and state["stream"]["epoch"] == 0  # stopped mid-pass
+    resumed = batcher()
+    resumed.load_state_dict(state)
+    for want in ref[2:]:  # the rest of pass 0, then the next passes
+        got = resumed.next_batch()
+        assert torch.equal(got["tokens_a"], want["tokens_a"]) and torch.equal(got["tokens_b"], want["tokens_b"])
+    assert resumed.stream.epoch >= 2
+    unshuffled = DualWindowBatcher(PackedTokenStream(source), L=8, batch_size=2, seed=1)
+    assert not torch.equal(unshuffled.next_batch()["tokens_a"], ref[0]["tokens_a"])
+    with pytest.raises(ValueError, match="cannot resume: the saved data state read documents with shuffle_seed=3, "
+                                         "this stream with None"):
+        unshuffled.load_state_dict(state)
+
+
+def test_shuffled_ranks_still_read_disjoint_slices_of_the_one_process_batch():
+    _, source = _map_style(41)
+    one = DualWindowBatcher(PackedTokenStream(source, shuffle_seed=0), L=8, batch_size=4, seed=2)
+    ranks = [DualWindowBatcher(PackedTokenStream(source, shuffle_seed=0), L=8, batch_size=2, seed=2, rank=r,
+                               world_size=2) for r in (0, 1)]
+    for _ in range(6):
+        want = one.next_batch()["tokens_a"]
+        got = torch.cat([b.next_batch()["tokens_a"] for b in ranks])
+        assert torch.equal(got, want)
+
+
+def test_shuffle_refuses_a_source_read_as_a_stream_in_one_line():
+    with pytest.raises(ValueError, match=r"^shuffle=True: dataset .* is read as a stream.*; set shuffle=False, or "
+                                         r"read the data as a map-style dataset") as caught:
+        PackedTokenStream(lambda: iter([[1, 2]]), shuffle_seed=0)
+    assert "\n" not in str(caught.value)

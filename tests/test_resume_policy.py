@@ -65,6 +65,10 @@ def test_compare_refuses_window_bos_applies_max_steps_and_reads_a_left_out_key_a
     assert compare_resume_config(saved, {**saved, "window_bos": False, "log_every_n_steps": 1}) == []
     with pytest.raises(ValueError, match=r"window_bos: False -> True"):
         compare_resume_config(saved, {**saved, "window_bos": True})
+    # shuffle picks the documents each step reads (a run saved before the key existed read them in order)
+    assert compare_resume_config(saved, {**saved, "shuffle": False}) == []
+    with pytest.raises(ValueError, match=r"shuffle: False -> True"):
+        compare_resume_config(saved, {**saved, "shuffle": True})
     # loss.num_chunks changes the summation order and the peak memory only (it was refused: a run that needed more
     # chunks on another GPU could not continue); the loss's other arguments are what the run trains
     loss = {**saved, "loss": {"alpha": 0.1, "num_chunks": 4}}

@@ -94,7 +94,7 @@ def test_a_map_style_source_restored_past_its_end_is_refused_naming_the_counts()
     from torchtune_longshort.data.dual_window import PackedTokenStream
 
     docs = [[1, 2, 3]] * 4
-    source = _Source(lambda start=0: iter(docs[start:]), "four documents", count=len(docs))
+    source = _Source(lambda: iter(docs), "four documents", count=len(docs), read=lambda idx: (docs[i] for i in idx))
     stream = PackedTokenStream(source)
     stream.load_state_dict({"epoch": 1, "docs_consumed": 3, "tokens_consumed": 9, "buffer": [7]})
     assert stream.take(5) == [7, 1, 2, 3, 1] and (stream.epoch, stream.docs_consumed) == (2, 1)  # the last, a new pass
@@ -128,3 +128,34 @@ def test_an_instruct_dataset_that_masks_its_prompts_is_refused_before_anything_i
     steps = _run(tmp_path, "unmasked", tiny_llama2_dir, sp_tokenizer_dir, {**instruct, "train_on_input": True},
                  max_steps=1, save_every_n_steps=None)
     assert [s for s, _ in steps] == [1]
+
+
+def test_shuffle_true_reads_torchtunes_order_and_resumes_mid_pass_exactly(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """torchtune's ``shuffle: True`` on a torchtune dataset: the recipe trains on another order than the file's (the
+    permutation itself is checked against torch's sampler in test_dual_window.py); a run stopped mid-pass and resumed
+    gives the uninterrupted run's losses, bit for bit."""
+    import torch
+
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+
+    lines = [l for t in iter_stdlib_documents(limit=12, include_tests=False) for l in t.splitlines() if l.strip()]
+    (tmp_path / "lines.json").write_text(json.dumps([{"text": l} for l in lines[:400]]))
+    node = {"_component_": "torchtune.datasets.text_completion_dataset", "source": "json", "split": "train",
+            "data_files": str(tmp_path / "lines.json"), "column": "text"}
+    got = _run(tmp_path, "whole", tiny_llama2_dir, sp_tokenizer_dir, node, shuffle=True)
+    in_order = _run(tmp_path, "in_order", tiny_llama2_dir, sp_tokenizer_dir, node)
+    assert [s for s, _ in got] == [1, 2, 3, 4] and got[0] != in_order[0]
+    _run(tmp_path, "stopped", tiny_llama2_dir, sp_tokenizer_dir, node, shuffle=True, stop_after_step=2)
+    state = torch.load(tmp_path / "stopped" / "recipe_state" / "step_2.pt", weights_only=False)["data"]["stream"]
+    assert state["epoch"] == 0 and 0 < state["docs_consumed"] < 400 and state["shuffle_seed"] == 0  # mid-pass
+    assert _run(tmp_path, "stopped", tiny_llama2_dir, sp_tokenizer_dir, node, shuffle=True, resume=True) == got
+
+
+def test_shuffle_true_on_a_streamed_source_is_refused_before_any_folder(tmp_path, texts_json, tiny_llama2_dir,
+                                                                        sp_tokenizer_dir):
+    streamed = {"_component_": "torchtune_longshort.data.corpus.hf_text", "source": "json", "streaming": True,
+                "data_files": str(texts_json / "train.jsonl")}
+    with pytest.raises(ValueError, match=r"^shuffle=True: dataset <documents: hf_text\('json'.* is read as a stream, "
+                                         r"in order .*; set shuffle=False, or read the data as a map-style") as caught:
+        _run(tmp_path, "streamed", tiny_llama2_dir, sp_tokenizer_dir, streamed, shuffle=True)
+    assert "\n" not in str(caught.value) and not (tmp_path / "streamed").exists()

@@ -40,7 +40,9 @@ CASES = [
     ({"save_adapter_weights_only": True}, r"'save_adapter_weights_only' \(torchtune's key; no counterpart here: "
                                           r".*save_adapter_weights_only: False is accepted"),
     ({"optimizer_in_bwd": True}, r"'optimizer_in_bwd' \(torchtune's key; .*optimizer_in_bwd: False is accepted"),
-    ({"shuffle": True}, r"'shuffle' \(torchtune's key; no counterpart here: .*shuffle: False is accepted"),
+    # torchtune's shuffle: True is honoured; with the stdlib's own shuffle_seed there would be two orders
+    ({"shuffle": True, "dataset.shuffle_seed": 0}, r"^shuffle=True with dataset.shuffle_seed=0: two shuffles of the "
+                                                   r"same documents; use one: .*with shuffle=False$"),
     ({"log_peak_memory_stats": 0}, r"'log_peak_memory_stats' \(torchtune's key; .*logged either way"),
     ({"max_steps_per_epoch": 10}, r"'max_steps_per_epoch' \(torchtune's name: did you mean 'max_steps'\? .*"
                                   r"max_steps_per_epoch: null is accepted"),
@@ -147,10 +149,10 @@ def _ported(name, ckpt, tok, out):
 PORTS = {
     "llama3_2/1B_lora_single_device.yaml": (
         {"resume_from_checkpoint": False, "save_adapter_weights_only": False, "max_steps_per_epoch": None,
-         "log_peak_memory_stats": True}, ["shuffle", "epochs"]),
+         "log_peak_memory_stats": True}, ["epochs"]),
     "llama3/70B_full.yaml": (
         {"resume_from_checkpoint": False, "max_steps_per_epoch": None, "log_peak_memory_stats": True,
-         "optimizer_in_bwd": False, "tensor_parallel_dim": 1}, ["shuffle", "epochs", "custom_sharded_layers",
+         "optimizer_in_bwd": False, "tensor_parallel_dim": 1}, ["epochs", "custom_sharded_layers",
                                                                 "fsdp_cpu_offload"]),
 }
 
@@ -159,13 +161,15 @@ PORTS = {
 def test_a_ported_torchtune_config_validates_with_fewer_edits(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys,
                                                                 name):
     """A torchtune config, read from torchtune's installed file: its keys at values that ask for what this recipe
-    does pass (they were each refused); those asking for what it cannot do (shuffle: True, epochs: 1,
-    fsdp_cpu_offload: True, ...) are refused, all in one line; with those edited and seed / batch_size set, OK."""
+    does pass (they were each refused); ``shuffle: True`` is read (it was refused); those asking for what it cannot do
+    (epochs: 1, fsdp_cpu_offload: True, ...) are refused, all in one line; with those edited and seed / batch_size
+    set, OK."""
     from omegaconf import OmegaConf
 
     cfg, given = _ported(name, tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out")
     harmless, refused = PORTS[name]
     assert {k: given[k] for k in harmless} == harmless  # torchtune's file carries them at these values
+    assert given["shuffle"] is True  # and shuffle: True, kept as it is
     path = tmp_path / "theirs.yaml"
     path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     with pytest.raises(SystemExit) as exit_info:

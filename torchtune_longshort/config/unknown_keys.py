@@ -19,7 +19,6 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
     "resume_from_checkpoint": ("resume", "this recipe's name for it"),
     "epochs": ("max_steps", "the dual-window stream is endless; a run is counted in optimizer steps"),
     "max_steps_per_epoch": ("max_steps", "the dual-window stream is endless; a run is counted in optimizer steps"),
-    "shuffle": (None, "the stream reads documents in order (exact resume); data_seed draws the shifts e"),
     "log_peak_memory_stats": (None, "peak memory is always logged (peak_memory_gib)"),
     "optimizer_in_bwd": (None, "not supported by this recipe (gradient clipping and accumulation need the step)"),
     "save_adapter_weights_only": (None, "every step_<k> is a whole checkpoint folder, LoRA merged"),
@@ -41,7 +40,6 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
 TORCHTUNE_AS_HERE: Dict[str, tuple] = {
     "resume_from_checkpoint": ((False,), "a fresh start unless resume=True, this recipe's key"),
     "max_steps_per_epoch": ((None,), "no cap: the run is max_steps optimizer steps"),
-    "shuffle": ((False,), "documents are read in order"),
     # False asks for less logging: harmless to log it anyway
     "log_peak_memory_stats": ((True, False), "peak_memory_gib is logged either way"),
     "save_adapter_weights_only": ((False,), "every step_<k> is the whole model, LoRA merged, with its adapter/"),

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
 from torchtune_longshort.data.dual_window import PackedTokenStream
-from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_source_files
+from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
     DataRecordError,
@@ -45,12 +45,16 @@ log = logging.getLogger(__name__)
 class _Source:
     """A named, re-iterable document source (a callable with a readable repr for logs and errors); ``files``: the
     files it reads, where it reads whole files (the recipe warns when validation and training share one); ``count``:
-    its number of documents where it can start at any of them without reading those before (a map-style dataset),
-    ``fn`` then taking the index to start at (:meth:`from_index`, which a resumed stream uses)."""
+    its number of documents where it can read any of them without reading those before (random access: a map-style
+    dataset, the stdlib's files), ``read`` then taking the indices to read, in that order (:meth:`from_index`, which
+    a resumed stream uses, and :meth:`in_order`, which a shuffled stream uses)."""
 
-    def __init__(self, fn: Callable[..., Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
-                 count: Optional[int] = None):
+    def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
+                 count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None):
+        if (count is None) != (read is None):
+            raise ValueError("a source with random access gives both count and read")
         self._fn = fn
+        self._read = read
         self.description = description
         self.files = None if files is None else tuple(files)
         self.count = count
@@ -58,11 +62,17 @@ class _Source:
     def __call__(self) -> Iterator[str]:
         return iter(self._fn())
 
+    def in_order(self, indices: Sequence[int]) -> Iterator[Any]:
+        """The documents at ``indices`` (each in ``[0, count)``), in that order; the others neither read nor built."""
+        if self.count is None:
+            raise ValueError(f"{self!r} has no random access: it is read in order")
+        return iter(self._read(indices))
+
     def from_index(self, start: int) -> Iterator[Any]:
         """The documents from index ``start`` (``0 <= start <= count``) on, those before neither read nor built."""
         if self.count is None or not 0 <= start <= self.count:
             raise ValueError(f"{self!r}: cannot start at document {start} (count {self.count})")
-        return iter(self._fn(start))
+        return self.in_order(range(start, self.count))
 
     def __repr__(self) -> str:
         return f"<documents: {self.description}>"
@@ -129,6 +139,7 @@ def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Op
         lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split),
         f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit}"
         + (f", split={split}" if split else "") + ")", files,
+        count=len(files), read=lambda indices: (stdlib_document(files[i]) for i in indices),
     )
     return source if shuffle_seed is None else Shuffled(source, shuffle_seed, piece_chars)
 

@@ -12,7 +12,8 @@ each with ordinary next-token labels inside the window (the last position of a w
 The ``e_range`` grammar (the paper's Table 7 ranges, written in terms of ``L``), its default and the window slices are
 :mod:`torchtune_longshort.windows`'s.
 
-Everything is seeded; :meth:`DualWindowBatcher.state_dict` captures the data position (epoch, documents consumed,
+Everything is seeded; documents come in the source's order, or (``shuffle_seed``) in torchtune's seeded permutation
+of each pass; :meth:`DualWindowBatcher.state_dict` captures the data position (epoch, documents consumed,
 leftover tokens) and the ``e`` sampler's RNG so a resumed run sees exactly the batches an uninterrupted run would.
 With ``world_size > 1`` every rank draws the same global batch and keeps its own slice of samples, so the
 distributed run trains on the same tokens as a single process with the same global batch.
@@ -40,6 +41,10 @@ class PackedTokenStream:
             when documents are strings.
         vocab_size: if given, every token id must lie in ``[0, vocab_size)``.
         max_epochs: stop after this many passes (``None``: cycle forever).
+        shuffle_seed: if given, each pass reads the documents in a seeded permutation, the order torchtune's
+            ``DistributedSampler(shuffle=True, seed=shuffle_seed)`` (one replica) gives after ``set_epoch(epoch)``
+            (:func:`pass_order`); the source needs random access (``count`` and ``in_order``: a map-style
+            dataset, the stdlib), a source read as a stream is refused.
 
     A :class:`~.text_files.SkippedRecord` (a record a source skipped, ``skip_bad_records=True``) counts as a document
     consumed, with no tokens, and in :attr:`records_skipped`; :meth:`new_skips` hands the latest to a logger.
@@ -53,9 +58,13 @@ class PackedTokenStream:
         tokenize: Optional[Callable[[str], List[int]]] = None,
         vocab_size: Optional[int] = None,
         max_epochs: Optional[int] = None,
+        shuffle_seed: Optional[int] = None,
     ):
         if not callable(documents):
             raise TypeError("documents must be a callable returning a fresh iterator over documents")
+        if shuffle_seed is not None:
+            check_random_access(documents)
+        self.shuffle_seed = shuffle_seed
         self._documents = documents
         self._tokenize = tokenize
         self.vocab_size = vocab_size
@@ -76,9 +85,13 @@ class PackedTokenStream:
             "tokens_consumed": self.tokens_consumed,
             "records_skipped": self.records_skipped,
             "buffer": list(self._buffer),
+            "shuffle_seed": self.shuffle_seed,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if state.get("shuffle_seed") != self.shuffle_seed:
+            raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
+                             f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])
@@ -99,6 +112,14 @@ class PackedTokenStream:
     # --------------------------------------------------------------- reading
     def _open(self) -> None:
         count = getattr(self._documents, "count", None)
+        if self.shuffle_seed is not None:
+            order = pass_order(count, self.shuffle_seed, self.epoch)
+            if self.docs_consumed > count:
+                raise ValueError(
+                    f"cannot resume: the corpus has only {count} documents but the saved state consumed "
+                    f"{self.docs_consumed} in epoch {self.epoch}; was the data source changed?")
+            self._it = self._documents.in_order(order[self.docs_consumed:])
+            return
         if count is not None and self.docs_consumed:
             # a map-style source (a torchtune dataset) starts at the position: the documents consumed before it are
             # neither built nor tokenized again (they were, one by one: O(consumed) before the first resumed step)
@@ -177,6 +198,24 @@ class PackedTokenStream:
         out, self._buffer = self._buffer[:n], self._buffer[n:]
         self.tokens_consumed += n
         return out
+
+
+def check_random_access(documents: Any) -> None:
+    """Refuse (``ValueError``, one line naming ``shuffle`` and the way on) a documents source that ``shuffle``
+    cannot read in a permuted order: one read as a stream, without ``count`` and ``in_order``."""
+    if getattr(documents, "count", None) is None or not callable(getattr(documents, "in_order", None)):
+        raise ValueError(f"shuffle=True: dataset {documents!r} is read as a stream, in order (no random access to its "
+                         "documents, e.g. a hub dataset with streaming=True); set shuffle=False, or read the data as a "
+                         "map-style dataset (torchtune.datasets.text_completion_dataset with source and column: a hub "
+                         "dataset, or local files with source=json or text and data_files)")
+
+
+def pass_order(count: int, seed: int, epoch: int) -> List[int]:
+    """The order in which a shuffled stream reads ``count`` documents in pass ``epoch``: the permutation
+    ``torch.utils.data.DistributedSampler(shuffle=True, seed=seed)`` gives one replica after ``set_epoch(epoch)``
+    (``torch.randperm`` from a generator seeded ``seed + epoch``), so a torchtune user's ``shuffle: True`` order."""
+    generator = torch.Generator().manual_seed(seed + epoch)
+    return torch.randperm(count, generator=generator).tolist()
 
 
 class DualWindowBatcher:

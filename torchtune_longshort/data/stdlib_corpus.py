@@ -119,7 +119,12 @@ def iter_stdlib_documents(
 ) -> Iterator[str]:
     """Yield the text of each standard-library source file (see :func:`stdlib_source_files`)."""
     for f in stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split):
-        yield f.read_text(encoding="utf-8", errors="replace")
+        yield stdlib_document(f)
+
+
+def stdlib_document(path: Path) -> str:
+    """The document one standard-library source file is (its text; undecodable bytes replaced)."""
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,8 +3,8 @@
 A torchtune dataset builder (``torchtune.datasets.text_completion_dataset``, or any builder that takes the tokenizer
 first and returns a map-style dataset of ``{"tokens": [...], ...}`` samples) plugs into the recipe's ``dataset`` as it
 is: each sample's ``tokens`` (BOS + text + EOS, as torchtune tokenizes it) is one document, and
-:class:`~torchtune_longshort.data.dual_window.PackedTokenStream` packs them end to end in index order, so a resumed
-run reads exactly the same windows.
+:class:`~torchtune_longshort.data.dual_window.PackedTokenStream` packs them end to end in index order (the recipe's
+``shuffle: True``: in torchtune's seeded order of each pass), so a resumed run reads exactly the same windows.
 
 Every record is checked as the stream reads it: a sample that fails to build (a missing column, a value that is not
 text) or holds no token ids raises :class:`~.text_files.DataRecordError` naming the file and line (or record), which
@@ -73,8 +73,9 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
 
 def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = None, where: str = "dataset",
                         skip_bad_records: bool = False) -> Documents:
-    """A documents source over a torchtune dataset's samples (their ``tokens``), in index order, each checked as it
-    is read (:func:`read_record`). ``args``: the builder's arguments (the files they name locate a bad record).
+    """A documents source over a torchtune dataset's samples (their ``tokens``), in index order (random access:
+    ``count`` and ``read``, for a resumed or shuffled stream), each checked as it is read (:func:`read_record`).
+    ``args``: the builder's arguments (the files they name locate a bad record).
     ``skip_bad_records``: a bad record is yielded as a :class:`~.text_files.SkippedRecord` (counted and logged by the
     stream) instead of raising; one of the first records must still be readable.
 
@@ -93,8 +94,8 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
         raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
     column = args.get("column")
 
-    def docs(start: int = 0):  # a resumed stream starts at its position: the records before are not built
-        for i in range(start, n):
+    def docs(indices=range(n)):  # a resumed or shuffled stream reads only the records it needs, in its order
+        for i in indices:
             try:
                 tokens = read_record(dataset, i, what, files, column, where)
             except DataRecordError as e:
@@ -104,4 +105,4 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
             yield tokens
 
     check_first_readable(docs(), what)
-    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)", count=n)
+    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)", count=n, read=docs)

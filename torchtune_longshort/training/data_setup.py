@@ -16,7 +16,7 @@ import torch
 from torchtune import config
 
 from torchtune_longshort.data.corpus import fixed_length_sequences
-from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
@@ -52,6 +52,13 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
         return torchtune_documents(dataset, name=source.component, args=source.builder_args, where=where,
                                    skip_bad_records=source.skip_bad_records)
     return config.instantiate(source.node())
+
+
+def check_shuffle_source(documents, shuffle: bool) -> None:
+    """With ``shuffle=True``, before any folder exists: the source must have random access
+    (:func:`~torchtune_longshort.data.dual_window.check_random_access`)."""
+    if shuffle:
+        check_random_access(documents)
 
 
 def check_first_sample(documents, tokenize, vocab_size: int, need: int) -> None:

@@ -33,8 +33,8 @@ from torchtune_longshort.training.compile_setup import compile_decoder
 from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
-    build_documents, build_position_sampler, check_corpus_length, check_first_sample, load_tokenizer,
-    validation_sequences,
+    build_documents, build_position_sampler, check_corpus_length, check_first_sample, check_shuffle_source,
+    load_tokenizer, validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import initial_learned_rope, rope_generator
@@ -118,6 +118,7 @@ class RecipeSetup:
         check_tokenizer_vocab(cfg, self._tokenizer)
         check_window_bos(cfg, self._tokenizer)
         self._documents = build_documents(cfg.dataset, self._tokenizer)
+        check_shuffle_source(self._documents, cfg.shuffle)
         if not cfg.resume:
             check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)
         self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize,
@@ -270,7 +271,8 @@ class RecipeSetup:
     def _setup_data(self, recipe_state: Optional[Dict[str, Any]]) -> DualWindowBatcher:
         """The dual-window batcher (resumed at its saved position) and the optional position sampler."""
         cfg = self.config
-        stream = PackedTokenStream(self._documents, tokenize=self._tokenize, vocab_size=self.model_vocab)
+        stream = PackedTokenStream(self._documents, tokenize=self._tokenize, vocab_size=self.model_vocab,
+                                   shuffle_seed=cfg.order_seed if cfg.shuffle else None)
         batcher = DualWindowBatcher(
             stream, L=cfg.seq_len, e_range=list(cfg.windows.e_range), batch_size=self.micro_batch,
             seed=cfg.order_seed, rank=self.rank, world_size=self.world_size, ignore_index=self._loss_fn.ignore_index,

@@ -93,9 +93,12 @@ class RecipeConfig(Section):
                                          check=boolean, resume="applied")
     seed: int = setting(0, doc="model init seed; also the shifts' and position ids' seed unless data_seed is set",
                         check=integer(0), nullable=True, resume="exact")  # null: refused (rules.py)
-    data_seed: Optional[int] = setting(None, doc="seed of the shifts e (and of a position_sampler's ids; default: "
-                                       "seed); documents come in the source's order (dataset.shuffle_seed)",
-                                       check=integer(0), resume="exact")
+    data_seed: Optional[int] = setting(None, doc="seed of the shifts e, of a position_sampler's ids and of shuffle's "
+                                       "order (default: seed)", check=integer(0), resume="exact")
+    shuffle: bool = setting(False, doc="read each pass's documents in torchtune's shuffle: True order (its "
+                            "DistributedSampler seeded data_seed, set_epoch per pass); false: the source's order. "
+                            "Needs random access (a streamed source is refused) and dataset.shuffle_seed unset",
+                            check=boolean, resume="exact")
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
                                                check=boolean, resume="exact")
     # where it runs
@@ -143,5 +146,5 @@ class RecipeConfig(Section):
 
     @property
     def order_seed(self) -> int:
-        """The seed of the shifts e and the sampled position ids: ``data_seed``, else ``seed``."""
+        """The seed of the shifts e, the sampled position ids and ``shuffle``'s order: ``data_seed``, else ``seed``."""
         return self.seed if self.data_seed is None else self.data_seed

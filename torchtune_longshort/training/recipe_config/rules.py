@@ -57,6 +57,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
             f"{world_size} processes FSDP2 must leave them unsharded (fully_shard's ignored_params, torch >= 2.7), "
             f"which torch {torch.__version__} lacks: upgrade torch, or train in one process (tune run without "
             "--nproc_per_node)")
+    _check_shuffle(config)
     _check_min_context(config)
     _check_s2_groups(config)
     _check_checkpointer_output(config)
@@ -69,6 +70,17 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
         check_checkpoint_dimensions(config)
     _check_scheduler(config)
     _check_profiler_schedule(config)
+
+
+def _check_shuffle(config: RecipeConfig) -> None:
+    """``shuffle`` and the stdlib's ``dataset.shuffle_seed`` are two orders for one stream (a new permutation each
+    pass, seeded data_seed; one permutation for every pass, after cutting ``piece_chars`` pieces): one of them."""
+    seed = config.dataset.args.get("shuffle_seed")
+    if config.shuffle and seed is not None:
+        raise ValueError(f"shuffle=True with dataset.shuffle_seed={seed}: two shuffles of the same documents; use one: "
+                         "shuffle=True (torchtune's order, a new one each pass, seeded data_seed) with "
+                         "dataset.shuffle_seed=null, or dataset.shuffle_seed (one order for every pass; needed for "
+                         "piece_chars) with shuffle=False")
 
 
 def _check_profiler_schedule(config: RecipeConfig) -> None:
