@@ -156,38 +156,85 @@ def _map_style(n=23):
     return samples, torchtune_documents(samples, name="twenty-three samples")
 
 
+def _tokenize(text):  # local_text's documents: "doc <i> ..." -> i + 1, repeated
+    return [int(text.split()[1]) + 1] * (len(text) % 3 + 1)
+
+
+def _local(tmp_path, kind, n=23):
+    """``local_text`` over n documents ``doc <i>``: one JSON-lines file (with a blank line), a JSON array, or a folder
+    of text files (one empty, which is not a document)."""
+    import json
+
+    from torchtune_longshort.data.corpus import local_text
+
+    texts = [f"doc {i} " + "x" * i for i in range(n)]
+    if kind == "jsonl":
+        rows = [json.dumps({"text": t}) for t in texts]
+        (tmp_path / "d.jsonl").write_text("\n".join(rows[:5] + [""] + rows[5:]) + "\n")
+        return local_text(str(tmp_path / "d.jsonl"))
+    if kind == "json":
+        (tmp_path / "d.json").write_text(json.dumps([{"text": t} for t in texts]))
+        return local_text(str(tmp_path / "d.json"))
+    for i, t in enumerate(texts):
+        (tmp_path / f"{i:03d}.txt").write_text(t)
+    (tmp_path / "004b.txt").write_text("  \n")
+    return local_text(str(tmp_path))
+
+
+def _source(kind, tmp_path, n=23):
+    return _map_style(n)[1] if kind == "torchtune" else _local(tmp_path, kind, n)
+
+
 def _documents_read(stream, n_docs):
-    """The index of each document ``stream`` reads next, ``n_docs`` of them (document i's tokens are i + 1)."""
+    """The index of each document ``stream`` reads next, ``n_docs`` of them (document i's tokens are i + 1; None for a
+    skipped record)."""
     got = []
     for _ in range(n_docs):
         doc = stream._next_document()
-        got.append(doc[0] - 1)
+        got.append(doc[0] - 1 if doc else None)
     return got
 
 
-@pytest.mark.parametrize("seed", [0, 5])
-def test_shuffle_reads_each_pass_in_torchtunes_distributed_sampler_order(seed):
+SOURCES = ["torchtune", "jsonl", "json", "txt"]
+
+
+@pytest.mark.parametrize("seed,kind", [(0, "torchtune"), (5, "torchtune"), (0, "jsonl"), (0, "json"), (0, "txt")])
+def test_shuffle_reads_each_pass_in_torchtunes_distributed_sampler_order(tmp_path, seed, kind):
     """The reference is torch's own sampler, as torchtune's recipes build it for shuffle: True (one process): the
-    permutation of pass k is the sampler's after set_epoch(k)."""
+    permutation of pass k is the sampler's after set_epoch(k). A torchtune dataset and local files alike."""
     from torch.utils.data import DistributedSampler
 
-    samples, source = _map_style()
+    samples, source = _map_style()[0], _source(kind, tmp_path)
     sampler = DistributedSampler(samples, num_replicas=1, rank=0, shuffle=True, seed=seed)
     expected = []
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         expected.append(list(sampler))
     assert expected[0] != expected[1] and sorted(expected[0]) == list(range(len(samples)))
-    stream = PackedTokenStream(source, shuffle_seed=seed)
+    stream = PackedTokenStream(source, tokenize=_tokenize, shuffle_seed=seed)
     assert _documents_read(stream, 2 * len(samples)) == expected[0] + expected[1]
-    assert _documents_read(PackedTokenStream(source), len(samples)) == list(range(len(samples)))  # off: in order
+    in_order = PackedTokenStream(source, tokenize=_tokenize)  # off: in order
+    assert _documents_read(in_order, len(samples)) == list(range(len(samples)))
 
 
-def test_a_shuffled_stream_resumed_mid_pass_reads_the_uninterrupted_runs_tokens():
-    _, source = _map_style(41)
+def test_a_skipped_record_keeps_its_place_in_a_shuffled_pass(tmp_path):
+    from torchtune_longshort.data.corpus import local_text
 
-    def batcher(**kw):
-        return DualWindowBatcher(PackedTokenStream(source, shuffle_seed=3), L=8, batch_size=2, seed=1, **kw)
+    (tmp_path / "d.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' if i != 3 else '{"text": "doc 3\n'
+                                              for i in range(9)))
+    source = local_text(str(tmp_path / "d.jsonl"), skip_bad_records=True)
+    order = torch.randperm(9, generator=torch.Generator().manual_seed(7)).tolist()
+    got = _documents_read(PackedTokenStream(source, tokenize=_tokenize, shuffle_seed=7), 9)
+    assert got == [None if i == 3 else i for i in order]
+
+
+@pytest.mark.parametrize("kind", ["torchtune", "jsonl"])
+def test_a_shuffled_stream_resumed_mid_pass_reads_the_uninterrupted_runs_tokens(tmp_path, kind):
+    source = _source(kind, tmp_path, 41)
+
+    def batcher(shuffle_seed=3):
+        stream = PackedTokenStream(source, tokenize=_tokenize, shuffle_seed=shuffle_seed)
+        return DualWindowBatcher(stream, L=8, batch_size=2, seed=1)
 
     whole = batcher()
     ref = [whole.next_batch() for _ in range(12)]
@@ -202,7 +249,7 @@ def test_a_shuffled_stream_resumed_mid_pass_reads_the_uninterrupted_runs_tokens(
         got = resumed.next_batch()
         assert torch.equal(got["tokens_a"], want["tokens_a"]) and torch.equal(got["tokens_b"], want["tokens_b"])
     assert resumed.stream.epoch >= 2
-    unshuffled = DualWindowBatcher(PackedTokenStream(source), L=8, batch_size=2, seed=1)
+    unshuffled = batcher(shuffle_seed=None)
     assert not torch.equal(unshuffled.next_batch()["tokens_a"], ref[0]["tokens_a"])
     with pytest.raises(ValueError, match="cannot resume: the saved data state read documents with shuffle_seed=3, "
                                          "this stream with None"):

@@ -21,6 +21,7 @@ tests exercise the same code path offline.
 from __future__ import annotations
 
 import logging
+from array import array
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
@@ -33,6 +34,8 @@ from torchtune_longshort.data.text_files import (
     SkippedRecord,
     check_first_readable,
     iter_documents,
+    iter_located,
+    read_located,
     resolve_files,
     text_of_record,
 )
@@ -160,29 +163,46 @@ def local_text(
     not ``encoding``, a line that is not JSON, a missing or non-string ``text_field``) fails with its file and line,
     or, with ``skip_bad_records=True``, is skipped, counted in the log here and by the stream as it passes it (its
     place kept, as :func:`hf_text`'s). A corpus with no non-empty document
-    fails too.
+    fails too. Each record's place (file, line or row) is kept, so the source has random access (``count``,
+    ``in_order``): a resumed stream starts at its position, ``shuffle: True`` reads each pass in its permutation.
     """
     files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], "dataset.path")
     bad: List[str] = []
+    # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
+    # record that went bad since this check stops the run at its last good step, named
+    skipped = SkippedRecord if skip_bad_records else None
 
-    def documents(on_bad_record) -> Iterator[str]:
-        docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=on_bad_record)
-        return (doc for doc in docs if isinstance(doc, SkippedRecord) or doc.strip())
+    def kept(doc: Any) -> bool:
+        return isinstance(doc, SkippedRecord) or bool(doc.strip())
 
+    def documents() -> Iterator[str]:
+        docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=skipped)
+        return (doc for doc in docs if kept(doc))
+
+    def read(indices: Sequence[int]) -> Iterator[Any]:  # random access: a resumed or shuffled stream
+        parsed: Dict[int, List[Any]] = {}
+        for i in indices:
+            location = (files_at[i], keys[i], lines[i])
+            yield from read_located(files, location, text_field, "dataset.text_field", encoding,
+                                    on_bad_record=skipped, parsed=parsed)
+
+    files_at, keys, lines = array("l"), array("q"), array("q")  # each kept record's location (iter_located)
+    note = (lambda m: bad.append(m) or SkippedRecord(m)) if skip_bad_records else None
     try:
-        n_docs = sum(1 for _ in documents(bad.append if skip_bad_records else None))
+        for (fi, key, line), doc in iter_located(files, text_field, "dataset.text_field", encoding, on_bad_record=note):
+            if kept(doc):
+                files_at.append(fi)
+                keys.append(key)
+                lines.append(line)
     except DataRecordError as e:  # at the start: the message says how to go on
         raise DataRecordError(f"{e}: mend the record, or skip such records with dataset.skip_bad_records=True") from None
     if bad:
         log.warning(
             "dataset.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s", path, len(bad), bad[0]
         )
-    if n_docs == 0:
+    if len(files_at) == len(bad):
         raise ValueError(f"dataset.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
-    # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
-    # record that went bad since this check stops the run at its last good step, named
-    skipped = SkippedRecord if skip_bad_records else None
-    return _Source(lambda: documents(skipped), f"local_text({path!r}, {len(files)} files)", files)
+    return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
 
 
 def hf_text(

@@ -44,7 +44,7 @@ class PackedTokenStream:
         shuffle_seed: if given, each pass reads the documents in a seeded permutation, the order torchtune's
             ``DistributedSampler(shuffle=True, seed=shuffle_seed)`` (one replica) gives after ``set_epoch(epoch)``
             (:func:`pass_order`); the source needs random access (``count`` and ``in_order``: a map-style
-            dataset, the stdlib), a source read as a stream is refused.
+            dataset, local files, the stdlib), a source read as a stream is refused.
 
     A :class:`~.text_files.SkippedRecord` (a record a source skipped, ``skip_bad_records=True``) counts as a document
     consumed, with no tokens, and in :attr:`records_skipped`; :meth:`new_skips` hands the latest to a logger.
@@ -121,8 +121,9 @@ class PackedTokenStream:
             self._it = self._documents.in_order(order[self.docs_consumed:])
             return
         if count is not None and self.docs_consumed:
-            # a map-style source (a torchtune dataset) starts at the position: the documents consumed before it are
-            # neither built nor tokenized again (they were, one by one: O(consumed) before the first resumed step)
+            # a source with random access (a torchtune dataset, local files, the stdlib) starts at the position: the
+            # documents consumed before it are neither built nor tokenized again (they were, one by one: O(consumed)
+            # before the first resumed step)
             if self.docs_consumed > count:
                 raise ValueError(
                     f"cannot resume: the corpus has only {count} documents but the saved state consumed "
@@ -206,8 +207,8 @@ def check_random_access(documents: Any) -> None:
     if getattr(documents, "count", None) is None or not callable(getattr(documents, "in_order", None)):
         raise ValueError(f"shuffle=True: dataset {documents!r} is read as a stream, in order (no random access to its "
                          "documents, e.g. a hub dataset with streaming=True); set shuffle=False, or read the data as a "
-                         "map-style dataset (torchtune.datasets.text_completion_dataset with source and column: a hub "
-                         "dataset, or local files with source=json or text and data_files)")
+                         "map-style dataset (torchtune.datasets.text_completion_dataset with source and column) or "
+                         "from local files (torchtune_longshort.data.corpus.local_text)")
 
 
 def pass_order(count: int, seed: int, epoch: int) -> List[int]:

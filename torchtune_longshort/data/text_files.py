@@ -23,7 +23,7 @@ from __future__ import annotations
 import glob
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
@@ -140,20 +140,66 @@ def iter_documents(
     record is skipped, or replaced by what the callable returns (a :class:`SkippedRecord` keeps its place).
     ``setting`` names the option that picks ``text_field`` in messages.
     """
-    for f in files:
+    for _, doc in iter_located(files, text_field, setting, encoding, encoding_errors, on_bad_record):
+        yield doc
+
+
+# where a record is: (index of its file, its key in the file: a JSON line's (byte offset, line index), a JSON array's
+# (row, 0), a whole file's (0, 0))
+Location = Tuple[int, int, int]
+
+
+def iter_located(files: Sequence[Path], text_field: str = "text", setting: str = "text_field",
+                 encoding: str = "utf-8", encoding_errors: str = "strict",
+                 on_bad_record: BadRecord = None) -> Iterator[Tuple[Location, Any]]:
+    """``(location, document)`` of each record :func:`iter_documents` yields, in its order: :func:`read_located`
+    reads the record at a location again, without reading the others (random access)."""
+    for fi, f in enumerate(files):
         if f.suffix == JSON_LINES_SUFFIX:
-            yield from _json_lines(f, text_field, setting, encoding, on_bad_record)
-            continue
-        json_file = f.suffix == JSON_SUFFIX
-        try:
-            text = f.read_bytes().decode(encoding, "strict" if json_file else encoding_errors)
-        except UnicodeDecodeError as e:
-            yield from _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
-            continue
-        if json_file:
-            yield from _json_array(f, text, text_field, setting, on_bad_record)
+            for (offset, i), doc in _json_lines(f, text_field, setting, encoding, on_bad_record):
+                yield (fi, offset, i), doc
         else:
-            yield text
+            for row, doc in _whole_file(f, text_field, setting, encoding, encoding_errors, on_bad_record):
+                yield (fi, row, 0), doc
+
+
+def read_located(files: Sequence[Path], location: Location, text_field: str = "text", setting: str = "text_field",
+                 encoding: str = "utf-8", encoding_errors: str = "strict", on_bad_record: BadRecord = None,
+                 parsed: Optional[Dict[int, List[Any]]] = None) -> Iterator[Any]:
+    """The record at ``location`` (of :func:`iter_located` over the same ``files``), read as it did: the document, or
+    what ``on_bad_record`` returns for it. ``parsed``: a cache of whole files' records by file index (a JSON array
+    is parsed once, not once per row); the last file read is kept."""
+    fi, key, line = location
+    f = files[fi]
+    if f.suffix == JSON_LINES_SUFFIX:
+        with open(f, "rb") as fh:
+            fh.seek(key)
+            raw = fh.readline()
+        yield from _json_line(f, raw, line, text_field, setting, encoding, on_bad_record)
+        return
+    if parsed is None or fi not in parsed:
+        rows = [doc for _, doc in _whole_file(f, text_field, setting, encoding, encoding_errors, on_bad_record)]
+        if parsed is None:
+            parsed = {}
+        parsed.clear()
+        parsed[fi] = rows
+    yield parsed[fi][key]
+
+
+def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_errors: str,
+                on_bad_record: BadRecord) -> Iterator[Tuple[int, Any]]:
+    """``(row, document)`` of a file that is read whole: a JSON array's rows, or the file's text (row 0)."""
+    json_file = f.suffix == JSON_SUFFIX
+    try:
+        text = f.read_bytes().decode(encoding, "strict" if json_file else encoding_errors)
+    except UnicodeDecodeError as e:
+        for got in _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record):
+            yield 0, got
+        return
+    if json_file:
+        yield from enumerate(_json_array(f, text, text_field, setting, on_bad_record))
+    else:
+        yield 0, text
 
 
 def _bad(message: str, on_bad_record: BadRecord) -> Iterator[Any]:
@@ -166,27 +212,37 @@ def _bad(message: str, on_bad_record: BadRecord) -> Iterator[Any]:
         yield got
 
 
-def _json_lines(f: Path, text_field: str, setting: str, encoding: str, on_bad_record: BadRecord) -> Iterator[str]:
+def _json_lines(f: Path, text_field: str, setting: str, encoding: str,
+                on_bad_record: BadRecord) -> Iterator[Tuple[Tuple[int, int], Any]]:
+    """``((byte offset, line index), document)`` of each record of a JSON-lines file."""
+    offset = 0
     with open(f, "rb") as fh:
         for i, raw in enumerate(fh):
-            where = f"{f}:{i + 1}"
-            try:
-                line = raw.decode(encoding)
-            except UnicodeDecodeError as e:
-                message = f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})"
-                yield from _bad(message, on_bad_record)
-                continue
-            if not line.strip():
-                continue
-            try:
-                text = text_of_record(json.loads(line), text_field, where, setting)
-            except json.JSONDecodeError as e:
-                yield from _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
-                continue
-            except ValueError as e:
-                yield from _bad(str(e), on_bad_record)
-                continue
-            yield text
+            for doc in _json_line(f, raw, i, text_field, setting, encoding, on_bad_record):
+                yield (offset, i), doc
+            offset += len(raw)
+
+
+def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encoding: str,
+               on_bad_record: BadRecord) -> Iterator[Any]:
+    """The document of line ``i`` (``raw``) of a JSON-lines file: none for a blank line."""
+    where = f"{f}:{i + 1}"
+    try:
+        line = raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        yield from _bad(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+        return
+    if not line.strip():
+        return
+    try:
+        text = text_of_record(json.loads(line), text_field, where, setting)
+    except json.JSONDecodeError as e:
+        yield from _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
+        return
+    except ValueError as e:
+        yield from _bad(str(e), on_bad_record)
+        return
+    yield text
 
 
 def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[str]:
