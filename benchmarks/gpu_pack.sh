@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here (a machine with the package registry), from the repository root: lay out what a lent GPU machine lacks in
 # git-ignored folders that each fit ONE device call beside the working tree (the tool's limit: 64 MiB for the tracked
-# and untracked-not-ignored files plus the carried paths; the tree alone was 31.7 MiB on 2026-12-02).
+# and untracked-not-ignored files plus the carried paths; the tree alone was 32.1 MiB on 2026-12-03).
 #   .gpu/site/site.tar.xz   the wheels (../shared/tools/gpu-wheels.sh + gguf, transformers 5.23.0, kagglesdk,
 #                           liger-kernel, cut-cross-entropy) installed here for CPython 3.12 x86-64 and xz-packed:
 #                           ~15 MB where the wheels are ~39 MB (tree + wheels would be ~69 MiB, over the limit)
