@@ -121,6 +121,10 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every run (default: torch's)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.out and Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
+        # each run's checkpoints and kernels are deleted after it, by name: only in a folder of this script's own
+        ap.error(f"--out {args.out!r} exists and is not an empty folder; give a new or empty one (its runs' "
+                 "checkpoints and kernel caches are deleted by name after each run)")
     work = Path(args.out or tempfile.mkdtemp(prefix="compile_tp_"))
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(rt.REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",

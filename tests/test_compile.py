@@ -144,3 +144,22 @@ def test_an_unknown_backend_runs_the_layers_eager_with_one_line(monkeypatch):
                      "torch.compile backend (torch._dynamo.list_backends() names them)"]
     assert record.failed and all(layer._compiled_call_impl is None for layer in model.layers)
     model(torch.randint(0, 64, (1, 8)))  # runs, eager
+
+
+def test_the_benchmarks_out_folder_holding_other_files_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    """``benchmarks/compile_throughput.py --out DIR`` deletes each run's checkpoints and kernel cache by name after it:
+    a folder holding a user's files was taken as it was (and ``step_*`` under a run's name deleted); now refused."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    import compile_throughput
+
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(sys, "argv", ["compile_throughput.py", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_info:
+        compile_throughput.main()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and f"--out {str(tmp_path)!r} exists and is not an empty folder" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
