@@ -67,7 +67,7 @@ def validate(c: dict, tmp: str):
     return rc, text.getvalue().strip()
 
 
-MENDS = {"seed": 0, "batch_size": 64, "max_seq_len": None}  # keys a refusal asks to change rather than drop
+MENDS = {"batch_size": 64, "max_seq_len": None}  # keys a refusal asks to change rather than drop
 
 
 def edit(c: dict, line: str):

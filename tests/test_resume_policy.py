@@ -6,6 +6,7 @@ names it, before any step), and the hand-kept list of must-match keys that the d
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from pathlib import Path
 
@@ -106,6 +107,58 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     assert "\n" not in message
     assert "window_bos: False -> True" in message and "changes what the run trains" in message
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # nothing written, nothing removed
+
+
+def _train(cfg):
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    run = LongShortFinetuneRecipe(cfg)
+    run.setup()
+    run.train()
+    run.cleanup()
+    return run
+
+
+def _losses(out: Path) -> list:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+def test_seed_null_draws_one_seed_that_the_run_records_repeats_and_resumes_with(tmp_path, sp_tokenizer_dir, caplog):
+    """torchtune's ``seed: null`` (every config torchtune 0.6.1 ships) was refused. It draws one seed now, printed
+    once and recorded wherever the run keeps its config; the references: a run given that integer (the same losses),
+    and the same run uninterrupted (a ``seed: null`` resume continues with the recorded seed, bit-exact; another
+    integer is refused as any changed seed is)."""
+    import torch
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    over = {"seed": None, "max_steps": 2, "save_every_n_steps": 1}
+    with caplog.at_level("INFO"):
+        first = _train(_tiny_cfg(run, sp_tokenizer_dir, stop_after_step=1, **over))
+    seed = first.seed
+    assert isinstance(seed, int) and first.config.seed == first.config.order_seed == seed
+    said = [r.getMessage() for r in caplog.records if "seed: null" in r.getMessage()]
+    assert said == [f"seed: null drew seed={seed} (give seed={seed} to repeat this run)"]
+    assert OmegaConf.load(run / "torchtune_config.yaml").seed == seed
+    assert torch.load(run / "recipe_state" / "step_1.pt", weights_only=False)["config"]["seed"] == seed
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["seed"] == seed
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    other = LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, resume=True, **{**over, "seed": seed + 1}))
+    with pytest.raises(ValueError, match=rf"seed: {seed} -> {seed + 1}"):
+        other.setup()
+    other.release_output_dir()
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        resumed = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, **over))
+    assert resumed.seed == seed
+    assert torch.load(run / "recipe_state" / "step_2.pt", weights_only=False)["config"]["seed"] == seed
+    said = [r.getMessage() for r in caplog.records if "seed: null" in r.getMessage()]
+    assert said == [f"seed: null: resume=True continues with the run's recorded seed={seed}"]
+    _train(_tiny_cfg(ref, sp_tokenizer_dir, **{**over, "seed": seed}))
+    assert len(_losses(ref)) == 2 and _losses(run) == _losses(ref)
 
 
 def _optimizer_and_schedule(max_steps: int, lr: float = 1e-3, warmup: int = 2, steps: int = 0, **kw):

@@ -27,8 +27,6 @@ CASES = [
     # torchtune's tokenizers cut each sample to max_seq_len: a torchtune dataset's documents were cut, silently
     ({"tokenizer.max_seq_len": 8192}, r"tokenizer.max_seq_len=8192 is not accepted: .*cut each document .*"
                                       r"set tokenizer.max_seq_len: null"),
-    # torchtune's `seed: null` (its llama3_2 configs) is a random seed; the recipe trained with seed 0, silently
-    ({"seed": None}, r"seed=None is not accepted: torchtune reads seed: null as a new random seed"),
     ({"loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"}},
      r"expected torchtune_longshort.loss.LongShortLoss or a subclass \(torchtune's cross-entropy: .*loss.alpha=0"),
     ({"custom_sharded_layers": ["tok_embeddings", "output"]}, r"'custom_sharded_layers' \(torchtune's key; no "
@@ -161,15 +159,15 @@ PORTS = {
 def test_a_ported_torchtune_config_validates_with_fewer_edits(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys,
                                                                 name):
     """A torchtune config, read from torchtune's installed file: its keys at values that ask for what this recipe
-    does pass (they were each refused); ``shuffle: True`` is read (it was refused); those asking for what it cannot do
-    (epochs: 1, fsdp_cpu_offload: True, ...) are refused, all in one line; with those edited and seed / batch_size
-    set, OK."""
+    does pass (they were each refused); ``shuffle: True`` and ``seed: null`` are read (they were refused); those
+    asking for what it cannot do (epochs: 1, fsdp_cpu_offload: True, ...) are refused, all in one line; with those
+    edited and batch_size set, OK, with a note that the seed is drawn when the run starts."""
     from omegaconf import OmegaConf
 
     cfg, given = _ported(name, tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out")
     harmless, refused = PORTS[name]
     assert {k: given[k] for k in harmless} == harmless  # torchtune's file carries them at these values
-    assert given["shuffle"] is True  # and shuffle: True, kept as it is
+    assert given["shuffle"] is True and given["seed"] is None  # and shuffle: True, seed: null, kept as they are
     path = tmp_path / "theirs.yaml"
     path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     with pytest.raises(SystemExit) as exit_info:
@@ -180,12 +178,13 @@ def test_a_ported_torchtune_config_validates_with_fewer_edits(tmp_path, tiny_lla
     assert named == refused, err
     for key in refused:
         del cfg[key]
-    cfg.update(seed=0, batch_size=given["batch_size"] * cfg["gradient_accumulation_steps"])
+    cfg.update(batch_size=given["batch_size"] * cfg["gradient_accumulation_steps"])
     path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     assert validate_main([str(path)]) == 0
     out = capsys.readouterr().out
     assert ": OK" in out and all(f"{k}: {'null' if v is None else v} (" in out for k, v in harmless.items()), out
-    assert out.count("\n") == 2, out  # the note, then OK
+    assert "note: seed: null draws the run's seed when tune run starts" in out, out
+    assert out.count("\n") == 3, out  # the two notes, then OK
     assert not (tmp_path / "out").exists()
 
 

@@ -30,12 +30,14 @@ def peak_memory_gib(device: torch.device) -> float:
 class JsonlMetricLogger:
     """Append one JSON object per logged step to ``path`` (exact float reprs, so runs can be compared bit-wise).
 
-    A fresh file starts with a ``{"step": 0, "provenance": {...}}`` row (``torchtune_longshort.provenance``;
-    ``device``: the training device); step rows follow. On resume the lines of steps after the resumed step are
-    dropped first, so the file always holds one trajectory.
+    A fresh file starts with a ``{"step": 0, "provenance": {...}, "seed": s}`` row
+    (``torchtune_longshort.provenance``; ``device``: the training device; ``seed``: the run's seed, a ``seed: null``
+    run's drawn one); step rows follow. On resume the lines of steps after the resumed step are dropped first, so the
+    file always holds one trajectory.
     """
 
-    def __init__(self, path: Union[str, Path], resume_step: int = 0, device: Optional[Union[str, torch.device]] = None):
+    def __init__(self, path: Union[str, Path], resume_step: int = 0, device: Optional[Union[str, torch.device]] = None,
+                 seed: Optional[int] = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step and self.path.exists():
@@ -59,7 +61,8 @@ class JsonlMetricLogger:
 
         dev = None if device is None else str(torch.device(device).type)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"step": 0, "provenance": provenance(device=dev)}) + "\n")
+            header = {"step": 0, "provenance": provenance(device=dev), **({} if seed is None else {"seed": seed})}
+            f.write(json.dumps(header) + "\n")
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         row: Dict[str, Any] = {"step": step}
@@ -174,13 +177,14 @@ class RunLog:
         return config.instantiate(metric_logger_cfg)
 
     @classmethod
-    def open(cls, metric_logger, cfg, output_dir: Path, step: int, device) -> "RunLog":
+    def open(cls, metric_logger, cfg, output_dir: Path, step: int, device, seed: Optional[int] = None) -> "RunLog":
         """Rank 0 (``metric_logger``: the started one, :meth:`start_logger`): log the config to it and open
-        ``output_dir/metrics.jsonl`` resumed at ``step``; other ranks (``None``): a log that does nothing."""
+        ``output_dir/metrics.jsonl`` resumed at ``step`` (a fresh one's first row records ``seed``); other ranks
+        (``None``): a log that does nothing."""
         if metric_logger is None:
             return cls(None, None, enabled=False)
         metric_logger.log_config(cfg)
-        jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device)
+        jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device, seed=seed)
         return cls(metric_logger, jsonl, enabled=True)
 
 

@@ -10,6 +10,7 @@ the library's (``training.model_setup``, ``training.data_setup``, ``training.rec
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -52,7 +53,7 @@ from torchtune_longshort.training.recipe_config import (
     resolved_config, written_names,
 )
 from torchtune_longshort.training.resume import (
-    apply_resume_changes, check_skipped_records, read_resume_state, restore_optimizer,
+    apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer,
 )
 
 log = utils.get_logger("INFO")
@@ -69,7 +70,6 @@ class RecipeSetup:
         self._distributed = world_size > 1
         # Every check that needs no model runs first: before a process group, an output folder or a weight exists.
         self.config = config_ = load_recipe_config(cfg, world_size)
-        self._run_config = OmegaConf.to_container(cfg, resolve=True)  # saved with each step, compared on resume
         self.micro_batch = config_.batch_size // (world_size * config_.gradient_accumulation_steps)
         # Appendix F: a regularized run gets the baseline's compute, not its step count.
         self.max_steps = trained_steps(config_.max_steps, config_.equal_compute_overhead, config_.loss.alpha)
@@ -86,7 +86,13 @@ class RecipeSetup:
         self._dtype = training.get_dtype(config_.dtype, device=self._device)
         for note in cpu_notes(self._device, self._dtype, config_.cpu_keep_freed_blocks):
             log.info(note)
+        # seed: null (torchtune's): one seed drawn on rank 0 and broadcast, then recorded as the run's seed (a resume
+        # takes the run's recorded one instead, _setup_output_dir)
+        self._seed_drawn = config_.seed is None
         self.seed = training.set_seed(seed=config_.seed)
+        self._run_config = OmegaConf.to_container(cfg, resolve=True)  # saved with each step, compared on resume
+        if self._seed_drawn:
+            self._record_seed(self.seed)
         self.output_dir = Path(config_.output_dir)
         self.global_step = 0
 
@@ -133,7 +139,8 @@ class RecipeSetup:
         self._batcher = self._setup_data(recipe_state)
         self._clear_earlier_run()
         self._barrier()
-        self._run_log = RunLog.open(self._metric_logger, self.cfg, self.output_dir, self.global_step, self._device)
+        self._run_log = RunLog.open(self._metric_logger, self.cfg, self.output_dir, self.global_step, self._device,
+                                    seed=self.seed)
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
         self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,
@@ -152,11 +159,26 @@ class RecipeSetup:
         self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
         if self._resume_dir is None:
+            if self._seed_drawn:
+                utils.log_rank_zero(log, f"seed: null drew seed={self.seed} (give seed={self.seed} to repeat this run)")
             return None
-        recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config)
+        recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config,
+                                                               seed_from_state=self._seed_drawn)
+        if self._seed_drawn and recorded_seed(recipe_state) is not None:  # the run's seed, as an explicit resume's
+            self._record_seed(training.set_seed(seed=recorded_seed(recipe_state)))
+            utils.log_rank_zero(log, f"seed: null: resume=True continues with the run's recorded seed={self.seed}")
         check_skipped_records(recipe_state, self.config.dataset.skip_bad_records)
         self.global_step = int(recipe_state["step"])
         return recipe_state
+
+    def _record_seed(self, seed: int) -> None:
+        """Make ``seed`` the run's seed wherever it is read (``self.seed``, the typed config's ``seed`` and
+        ``order_seed``) and recorded (the config that torchtune_config.yaml, the recipe state and metrics.jsonl
+        keep): a ``seed: null`` run's draw, or on resume the run's recorded seed."""
+        self.seed = seed
+        self.config = dataclasses.replace(self.config, seed=seed)
+        self.cfg.seed = seed
+        self._run_config["seed"] = seed
 
     def _setup_model(self, recipe_state: Optional[Dict[str, Any]]) -> nn.Module:
         """Build ``model``, load its start weights (and a resumed run's adapters / learned RoPE), make the right

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -141,16 +141,31 @@ def scheduled_lr(optimizer, lr_scheduler) -> None:
     lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
 
-def read_resume_state(resume_dir: Path, new_config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
+def recorded_seed(recipe_state: Dict[str, Any]) -> Optional[int]:
+    """The seed the run of ``recipe_state`` trained with (its saved config's ``seed``, its default where left out; a
+    ``seed: null`` run saved the seed it drew); None for a state saved without its config."""
+    saved = recipe_state.get("config")
+    if saved is None:
+        return None
+    seed = with_own_defaults(RecipeConfig, saved).get("seed")
+    return None if seed is None else int(seed)
+
+
+def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_state: bool = False
+                      ) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
     """``(recipe state of the step folder resume_dir, the config changes the resumed run applies)``; a change that
-    breaks exact resume is refused (:func:`compare_resume_config`). A LoRA run's trainable weights are read from the
-    step's adapter folder into ``recipe_state["trainable"]`` (refused, naming the folder, when its files are gone)."""
+    breaks exact resume is refused (:func:`compare_resume_config`). ``seed_from_state``: the new config says
+    ``seed: null``, which continues with the run's recorded seed (:func:`recorded_seed`), not a change. A LoRA run's
+    trainable weights are read from the step's adapter folder into ``recipe_state["trainable"]`` (refused, naming
+    the folder, when its files are gone)."""
     resume_dir = Path(resume_dir)
     # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
     # parameter's device when the optimizer loads them (a CPU machine, or every rank of a torchrun resume, would
     # otherwise fail or put them all on the saving run's device)
     recipe_state = torch.load(recipe_state_path(resume_dir), map_location="cpu", weights_only=False)
     saved = recipe_state.get("config")
+    if seed_from_state and saved is not None:
+        new_config = {**new_config, "seed": recorded_seed(recipe_state)}
     changes = compare_resume_config(saved, new_config) if saved is not None else []
     if recipe_state.get("adapter"):
         recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))

@@ -91,8 +91,11 @@ class RecipeConfig(Section):
                                               check=number(0.0, inclusive=False), nullable=True, resume="applied")
     clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
                                          check=boolean, resume="applied")
-    seed: int = setting(0, doc="model init seed; also the shifts' and position ids' seed unless data_seed is set",
-                        check=integer(0), nullable=True, resume="exact")  # null: refused (rules.py)
+    seed: Optional[int] = setting(
+        0, doc="model init seed; also the shifts' and position ids' seed unless data_seed is set. null (torchtune's): "
+        "one seed drawn when the run starts, printed and recorded as the run's seed (torchtune_config.yaml, the "
+        "recipe state, metrics.jsonl); resume=True with null continues with the recorded one",
+        check=integer(0), nullable=True, resume="exact")
     data_seed: Optional[int] = setting(None, doc="seed of the shifts e, of a position_sampler's ids and of shuffle's "
                                        "order (default: seed)", check=integer(0), resume="exact")
     shuffle: bool = setting(False, doc="read each pass's documents in torchtune's shuffle: True order (its "

@@ -27,10 +27,6 @@ logger = logging.getLogger(__name__)
 def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> None:
     """Raise ``ValueError`` naming the fields when two of them cannot go together (``local=False``: not those that
     read a checkpoint folder)."""
-    if config.seed is None:  # kept null (nullable) so that torchtune's `seed: null` is answered, not read as 0
-        raise ValueError("seed=None is not accepted: torchtune reads seed: null as a new random seed per run, and this "
-                         "recipe's runs are reproducible from their seed (resume=True continues one exactly); give an "
-                         "integer (left out: 0)")
     bs, ga = config.batch_size, config.gradient_accumulation_steps
     if bs % (world_size * ga):
         raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "

@@ -111,10 +111,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     quiet_upstream()
     notes: list = []
-    refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1")), notes))
+    checked = refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1")),
+                                              notes))
     if notes:
         print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
               f"{'; '.join(notes)}")
+    if checked.seed is None:
+        print(f"{PROG}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
+              "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
+              "resume=True continues with it")
     print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "
           "nothing built or written: the model, tokenizer and data are checked when tune run starts, before it "
           "writes anything)")
