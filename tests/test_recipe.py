@@ -285,7 +285,11 @@ def _ppl_pair(step: Path, tmp: Path):
 def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """LongQLoRA's setup (LoRA / NF4 QLoRA on several processes, FSDP2 over gloo): the losses and gradient norms
     equal the single-process run's on the same global batch, and the 2-process checkpoint evaluates in both
-    models."""
+    models. The 2-process run says ``seed: null``: both ranks train with the one seed rank 0 drew (torchtune's
+    broadcast), which the run prints once and records, and the 1-process run given that integer is the reference
+    (a rank with a seed of its own would start from other adapters and draw other shifts)."""
+    from omegaconf import OmegaConf
+
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     overrides = ["max_steps=2", "save_every_n_steps=2", "batch_size=4", "validation=null"]
@@ -295,8 +299,11 @@ def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama
         ckpt = write_random_llama2_checkpoint(tmp_path / "ckpt256", max_seq_len=256, seed=0, **dims)
     cfg = f"configs/tiny/{kind}_from_checkpoint.yaml"
     one, two = tmp_path / "one", tmp_path / "two"
-    run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, one, *overrides), tmp_path)
-    run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, two, *overrides, nproc=2), tmp_path, timeout=400)
+    p = run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, two, *overrides, "seed=null", nproc=2), tmp_path, timeout=400)
+    seed = OmegaConf.load(two / "torchtune_config.yaml").seed
+    assert isinstance(seed, int) and json.loads((two / "metrics.jsonl").read_text().splitlines()[0])["seed"] == seed
+    assert (p.stdout + p.stderr).count(f"seed: null drew seed={seed} (give seed={seed} ") == 1
+    run_tune(tune_cmd(cfg, ckpt, sp_tokenizer_dir, one, *overrides, f"seed={seed}"), tmp_path)
     # both start from the same adapters (initial_adapters: not each rank's own random shard of A), so both steps'
     # losses and gradient norms agree, not only step 1's loss (B = 0 there, whatever A)
     for key, rel in (("loss", 1e-5), ("grad_norm", 1e-4)):

@@ -18,6 +18,7 @@ import importlib
 import importlib.machinery
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -122,6 +123,12 @@ def run_job(req: dict, fds: list) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if "OMP_NUM_THREADS" in os.environ:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # a fork shares the zygote's random state: every job drew the same unseeded numbers (each rank of a torchrun job
+    # the same torchtune seed: null draw), where fresh interpreters each start from the OS's entropy
+    random.seed()
+    sys.modules["torch"].seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     sys.path[:] = [main_path_entry(req)] + req["path"]
     code = 0
     try:
