@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> None:
     """Raise ``ValueError`` naming the fields when two of them cannot go together (``local=False``: not those that
     read a checkpoint folder)."""
+    most = 2**32 - world_size  # torchtune's set_seed: each process seeds numpy with seed + rank, a uint32
+    if config.seed is not None and config.seed > most:
+        raise ValueError(f"seed={config.seed} is too large for {world_size} process(es): each seeds numpy with seed + "
+                         f"rank, which must be below 2**32; accepted: 0 .. {most}, or null (one drawn)")
     bs, ga = config.batch_size, config.gradient_accumulation_steps
     if bs % (world_size * ga):
         raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
