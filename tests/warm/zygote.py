@@ -40,8 +40,10 @@ IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "DATASETS", "TORCH", "P
                    "MALLOC", "GLIBC_TUNABLES", "TRITON", "TOKENIZERS", "MPLBACKEND", "MPLCONFIGDIR", "LANG",
                    "LC_", "HOME", "XDG_")
 # OMP_NUM_THREADS: run_job sets torch's pool from it; KMP_DUPLICATE_LIB_OK: threadpoolctl sets it when imported (a
-# test's import does, in the worker), only Intel's OpenMP reads it (torch here uses GNU's).
-RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREADS", "KMP_DUPLICATE_LIB_OK")
+# test's import does, in the worker), only Intel's OpenMP reads it (torch here uses GNU's); TORCH_COMPILE_BACKEND:
+# read when a model is compiled (the recipe's compile_setup, torchtune's compile_model), never by an import.
+RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREADS", "KMP_DUPLICATE_LIB_OK",
+                "TORCH_COMPILE_BACKEND")
 
 
 def import_time_env(env: dict) -> dict:
