@@ -84,8 +84,8 @@ class RecipeSetup:
         self.world_size, self.rank = utils.get_world_size_and_rank()
         self._is_rank_zero = self.rank == 0
         self._dtype = training.get_dtype(config_.dtype, device=self._device)
-        for note in cpu_notes(self._device, self._dtype, config_.cpu_keep_freed_blocks):
-            log.info(note)
+        for note in cpu_notes(self._device, self._dtype, config_.cpu_keep_freed_blocks):  # every rank applies it
+            utils.log_rank_zero(log, note)
         # seed: null (torchtune's): one seed drawn on rank 0 and broadcast, then recorded as the run's seed (a resume
         # takes the run's recorded one instead, _setup_output_dir)
         self._seed_drawn = config_.seed is None
