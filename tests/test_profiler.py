@@ -23,8 +23,8 @@ PROFILER = {"_component_": "torchtune.training.setup_torch_profiler", "enabled":
 
 def _run(tmp_path, ckpt, tok, profiler, steps=3, **over):
     out = tmp_path / "out"
-    cfg = make_cfg(ckpt, tok, out, max_steps=steps, save_every_n_steps=10**6, profiler=profiler,
-                   **{"lr_scheduler.num_warmup_steps": 0}, **over)
+    cfg = make_cfg(ckpt, tok, out, **{"max_steps": steps, "save_every_n_steps": 10**6, "profiler": profiler,
+                                      "lr_scheduler.num_warmup_steps": 0, **over})
     recipe = LongShortFinetuneRecipe(cfg)
     recipe.setup()
     recipe.train()
@@ -99,3 +99,18 @@ def test_each_ranks_chrome_trace_carries_its_rank(tmp_path, monkeypatch, tiny_ll
     prof.stop()
     names = sorted(p.name for p in (tmp_path / "traces" / "iteration_1").iterdir())
     assert [n[:3] for n in names] == ["r1-", "ran"] and names[1] == "rank1_key_averages.txt", names
+
+
+def test_a_resumed_run_writes_its_traces_under_its_own_steps(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """``iteration_<k>/`` is the run's optimizer step, also in a resumed run. Before, torchtune's handler numbered it
+    by the profiler's count, which starts at 0 in every process: a run resumed at step 2 traced its step 3 into the
+    first run's ``iteration_1/``, replacing its ``rank0_key_averages.txt`` (seen under 2 processes: both ranks')."""
+    first = {**PROFILER, "wait_steps": 0, "warmup_steps": 0}  # each process traces its first step
+    out = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, stop_after_step=2, save_every_n_steps=2)
+    cycle = out / "profiling_outputs" / "iteration_1"
+    kept = (cycle / "rank0_key_averages.txt").read_text()
+    _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, resume=True, save_every_n_steps=2)
+    assert sorted(p.name for p in (out / "profiling_outputs").iterdir()) == [".longshort_files", "iteration_1",
+                                                                             "iteration_3"]
+    assert (cycle / "rank0_key_averages.txt").read_text() == kept and len(list(cycle.glob("*.pt.trace.json.gz"))) == 1
+    assert "ProfilerStep*" in (out / "profiling_outputs" / "iteration_3" / "rank0_key_averages.txt").read_text()

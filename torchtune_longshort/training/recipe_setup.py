@@ -144,7 +144,8 @@ class RecipeSetup:
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
         self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,
-                                      self.stop_at - self.global_step, lambda msg: utils.log_rank_zero(log, msg))
+                                      self.stop_at - self.global_step, lambda msg: utils.log_rank_zero(log, msg),
+                                      first_step=self.global_step)
         if recipe_state is not None:
             set_rng_states(recipe_state)
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")
