@@ -136,15 +136,17 @@ def real_model_dir():
 
 
 # The longest files, by their tests' summed durations (s) in a full run here (2 workers on 2 cores, warm start, idle
-# machine, 2026-11-27, b1e4a2d: 8 min 27 s in all): pytest-xdist's per-file scheduling (``--dist loadfile``, with
-# ``--no-loadscope-reorder``) hands a worker the next file in collection order when it is done with one, so the
-# longest go first and the short ones fill in behind them (a several-minute file handed out last ran alone at the end).
+# machine, 2026-12-03 09:07, 53f152d, ``--durations=0``: 1202 s of tests in 10 min 25 s wall; b1e4a2d's figures
+# before): pytest-xdist's per-file scheduling (``--dist loadfile``, with ``--no-loadscope-reorder``) hands a worker
+# the next file in collection order when it is done with one, so the longest go first and the short ones fill in
+# behind them (a several-minute file handed out last ran alone at the end).
 FILE_SECONDS = {
-    "test_study_quick.py": 60, "test_recipe.py": 86, "test_wheel_install.py": 82, "test_e2e_matrix.py": 67,
-    "test_real_model_eval.py": 49, "test_compile.py": 46, "test_quiet.py": 45, "test_study_report.py": 43,
-    "test_real_model_train.py": 38, "test_study.py": 36, "test_study_table1.py": 34, "test_study_claims.py": 34,
-    "test_disk_full.py": 45, "test_gpu_suite.py": 31, "test_tiled_mlp.py": 30, "test_task_names.py": 29,
-    "test_synthetic_cli.py": 24, "test_study_faults.py": 25, "test_synthetic_faults.py": 21,
+    "test_recipe.py": 105, "test_wheel_install.py": 82, "test_study_faults.py": 80, "test_study_quick.py": 73,
+    "test_compile.py": 49, "test_disk_full.py": 47, "test_real_model_train.py": 46, "test_e2e_matrix.py": 44,
+    "test_real_model_eval.py": 40, "test_study_report.py": 40, "test_study_table1.py": 37,
+    "test_study_claims.py": 33, "test_eval_interrupts.py": 31, "test_babilong.py": 25, "test_gpu_suite.py": 25,
+    "test_study.py": 25, "test_quiet.py": 23, "test_stop_signals.py": 21, "test_synthetic_faults.py": 18,
+    "test_synthetic_cli.py": 17, "test_host_syncs.py": 16, "test_reliability_eval.py": 16,
 }
 
 
