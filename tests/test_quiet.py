@@ -95,10 +95,14 @@ def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer
 
 
 @pytest.mark.slow
-def test_recipe_does_not_claim_a_final_epoch_checkpoint(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+def test_recipe_does_not_claim_a_final_epoch_checkpoint_and_logs_above_the_bar(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     tune = str(Path(sys.executable).with_name("tune"))
     out = _run([tune, "run", "recipes/longshort_finetune.py", "--config", "configs/tiny/longshort_from_checkpoint.yaml",
                 f"checkpoint_dir={tiny_llama2_dir}", f"tokenizer.path={sp_tokenizer_dir / 'tokenizer.model'}",
-                f"output_dir={tmp_path / 'out'}", "max_steps=1", "save_every_n_steps=1", "validation=null"], tmp_path)
+                f"output_dir={tmp_path / 'out'}", "max_steps=2", "save_every_n_steps=1", "validation=null"], tmp_path)
     assert "Saving final epoch checkpoint" not in out
-    assert "Checkpoint for step 1 written to" in out  # the recipe's own line says what was saved
+    # the recipe's own line says what was saved; step 1's, logged while the progress bar is open, on a line of its
+    # own above the bar, once (before: "longshort:  50%|... Checkpoint for step 1 written to ...", on the bar's line)
+    lines = out.replace("\r", "\n").splitlines()
+    for step in (1, 2):
+        assert sum(x.startswith(f"Checkpoint for step {step} written to") for x in lines) == 1, out[-3000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import resource
 import sys
 import time
@@ -72,6 +73,22 @@ class JsonlMetricLogger:
             f.write(json.dumps(row) + "\n")
 
 
+def _log_lines_above_the_bar() -> contextlib.AbstractContextManager:
+    """While the progress bar is open, the console handlers of torchtune's logger (``utils.get_logger``: the
+    recipe's lines, e.g. "Checkpoint for step N written ...") and of the root logger, where they have one, write through ``tqdm.write``,
+    each line above the bar; before, a line logged mid-run was printed after the bar's text on the bar's own line."""
+    from torchtune.utils import get_logger
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    def on_console(logger: logging.Logger) -> bool:  # tqdm's redirect adds its handler to a logger without one
+        return any(isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in (sys.stdout, sys.stderr)
+                   for h in logger.handlers)
+
+    redirect = logging_redirect_tqdm(loggers=[lg for lg in (logging.root, get_logger()) if on_console(lg)])
+    redirect.__enter__()
+    return redirect
+
+
 class RunLog:
     """What a training run reports on rank 0: the config's metric logger, ``metrics.jsonl``, a progress bar and
     the throughput since the last logged step. On other ranks every call is a no-op."""
@@ -79,6 +96,7 @@ class RunLog:
     def __init__(self, metric_logger, jsonl: Optional[JsonlMetricLogger], enabled: bool) -> None:
         self.metric_logger, self.jsonl, self.enabled = metric_logger, jsonl, enabled
         self.pbar = None
+        self._redirect: Optional[contextlib.AbstractContextManager] = None
         self._t0, self.tokens = time.perf_counter(), 0
         self.records_skipped = 0
 
@@ -90,6 +108,7 @@ class RunLog:
             from tqdm import tqdm
 
             self.pbar = tqdm(total=total_steps, initial=step, desc="longshort", dynamic_ncols=True)
+            self._redirect = _log_lines_above_the_bar()
         self._t0, self.tokens = time.perf_counter(), 0
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -159,6 +178,9 @@ class RunLog:
 
     def close(self) -> None:
         """Close the progress bar (the metric logger stays open until :meth:`close_loggers`)."""
+        if self._redirect is not None:
+            self._redirect.__exit__(None, None, None)
+            self._redirect = None
         if self.pbar is not None:
             self.pbar.close()
             self.pbar = None
