@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,61 @@ def test_docs_command_refuses_a_file_it_cannot_read_in_one_line(tmp_path, capsys
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(bad) in err and "cannot be read" in err
     assert not (tmp_path / "missing.md").exists()
+
+
+# Every command the docs give a user names things that exist: a stale task name or --include_path (the cpu_medium
+# page's `--include_path evals/tasks --tasks long_ppl`, refused by longshort-eval) fails here, not on a user's machine.
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+ENTRY = re.compile(r"(longshort-[a-z-]+|tune (?:run|validate)|lm[-_]eval|python -m |"
+                   r"(?:PYTHONPATH=\S+ )?python benchmarks/)")
+
+
+def _doc_commands():
+    """(doc, line, command) for each line of a fenced shell block (continuations joined) and each inline command."""
+    for doc in DOCS:
+        fence, lang, pending = False, "", None
+        for i, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.strip().startswith("```"):
+                fence, lang, pending = not fence, line.strip()[3:], None
+                continue
+            if fence and lang in ("", "bash", "sh"):
+                pending = (pending[0], pending[1] + " " + line.strip()) if pending else (i, line.strip())
+                if not line.rstrip().endswith("\\"):
+                    yield doc.relative_to(REPO), pending[0], pending[1].split(" #")[0]
+                    pending = None
+            elif not fence:
+                for span in re.findall(r"`([^`]+)`", line):
+                    if ENTRY.match(span):
+                        yield doc.relative_to(REPO), i, span
+
+
+def _pack_tasks():
+    return {p.stem for p in (REPO / "torchtune_longshort/eval/tasks").rglob("longshort_*.yaml")}
+
+
+def test_every_command_in_the_docs_names_what_exists():
+    scripts = set(re.findall(r"^(longshort-[a-z-]+) =", (REPO / "pyproject.toml").read_text(), re.M))
+    tasks, shipped = _pack_tasks(), REPO / "configs"
+    bad, copies = [], set()
+    for doc, line, cmd in _doc_commands():
+        where = f"{doc}:{line}: "
+        for src, dst in re.findall(r"longshort-cp (\S+\.yaml) (\S+\.yaml)", cmd):
+            copies.add(dst)
+            bad += [] if (shipped / src).is_file() else [where + f"longshort-cp {src}: no such shipped config"]
+        bad += [where + f"{s}: no such console script" for s in re.findall(r"\b(longshort-[a-z]+(?:-[a-z]+)*)", cmd)
+                if s not in scripts]
+        for names in re.findall(r"--tasks[ =]([\w,-]+)", cmd):
+            bad += [where + f"--tasks {t}: not a task of the pack" for t in names.split(",") if t not in tasks]
+        for path in re.findall(r"--include_path (\S+)", cmd):
+            if not path.lstrip('"').startswith("$(") and not (REPO / path).exists():
+                bad += [where + f"--include_path {path}: no such folder"]
+        for path in re.findall(r"--config (\S+\.yaml)", cmd):
+            if path not in copies and "<" not in path and not any((d / path).is_file() for d in (REPO, shipped)):
+                bad += [where + f"--config {path}: no such file or shipped config"]
+        for module in re.findall(r"python -m (torchtune_longshort[\w.]*)", cmd):
+            file = REPO / Path(*module.split("."))
+            if not (file.with_suffix(".py").is_file() or (file / "__main__.py").is_file()):
+                bad += [where + f"python -m {module}: no such module"]
+        bad += [where + f"{p}: no such script" for p in re.findall(r"\b(benchmarks/\w+\.(?:py|sh))", cmd)
+                if not (REPO / p).is_file()]
+    assert not bad, "\n".join(bad)
