@@ -96,3 +96,16 @@ def test_every_command_in_the_docs_names_what_exists():
         bad += [where + f"{p}: no such script" for p in re.findall(r"\b(benchmarks/\w+\.(?:py|sh))", cmd)
                 if not (REPO / p).is_file()]
     assert not bad, "\n".join(bad)
+
+
+def test_a_figures_command_in_the_docs_keeps_every_method_its_report_holds():
+    # docs/plots_before_after/README.md redrew docs/study/cpu_small with --methods pi,yarn after its runs gained CLEX:
+    # the command replaced its 3-panel figures with 2-panel ones (alpha_curves.png 1485 -> 990 pixels wide)
+    bad = []
+    for doc, line, cmd in _doc_commands():
+        found = re.search(r"study\.figures .*--methods (\S+).*--report (docs/\S+)", cmd)
+        if found and (REPO / found[2] / "runs").is_dir():
+            held = {run.name.split("_a")[0] for run in (REPO / found[2] / "runs").iterdir() if "_a" in run.name}
+            if held - set(found[1].split(",")):
+                bad.append(f"{doc}:{line}: --methods {found[1]} leaves out {sorted(held - set(found[1].split(',')))}")
+    assert not bad, "\n".join(bad)
