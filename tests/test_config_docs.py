@@ -48,7 +48,8 @@ ENTRY = re.compile(r"(longshort-[a-z-]+|tune (?:run|validate)|lm[-_]eval|python 
 
 
 def _doc_commands():
-    """(doc, line, command) for each line of a fenced shell block (continuations joined) and each inline command."""
+    """(doc, line, command): each line of a fenced shell block (continuations joined) or an indented code block, and
+    each inline command."""
     for doc in DOCS:
         fence, lang, pending = False, "", None
         for i, line in enumerate(doc.read_text().splitlines(), 1):
@@ -60,6 +61,8 @@ def _doc_commands():
                 if not line.rstrip().endswith("\\"):
                     yield doc.relative_to(REPO), pending[0], pending[1].split(" #")[0]
                     pending = None
+            elif line.startswith("    ") and ENTRY.match(line.strip()):  # an indented code block
+                yield doc.relative_to(REPO), i, line.strip().split(" #")[0]
             elif not fence:
                 for span in re.findall(r"`([^`]+)`", line):
                     if ENTRY.match(span):
@@ -93,6 +96,8 @@ def test_every_command_in_the_docs_names_what_exists():
             file = REPO / Path(*module.split("."))
             if not (file.with_suffix(".py").is_file() or (file / "__main__.py").is_file()):
                 bad += [where + f"python -m {module}: no such module"]
+        bad += [where + f"tune run {p}: no such recipe" for p in re.findall(r"tune run (?:--\S+ \S+ )*(\S+\.py)", cmd)
+                if "<" not in p and not re.fullmatch(r"[A-Z]/\w\.py", p) and not (REPO / p).is_file()]
         bad += [where + f"{p}: no such script" for p in re.findall(r"\b(benchmarks/\w+\.(?:py|sh))", cmd)
                 if not (REPO / p).is_file()]
     assert not bad, "\n".join(bad)
