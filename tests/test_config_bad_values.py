@@ -129,6 +129,21 @@ FAMILIES = {
          "dataset.packed", r"pass packed=False"),
         ({"optimizer._component_": "torch.optim.Adamm"}, "optimizer._component_", r"does not import"),
         ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
+        # a local hub source that is not there: datasets' "Couldn't find any data file at ..." (no key, no fix) when
+        # the run started; longshort-validate said OK
+        ({"dataset": {"_component_": "torchtune_longshort.data.corpus.hf_text", "source": "/nonexistent/d"}},
+         "dataset.source", r"^dataset.source='/nonexistent/d' does not exist: .*hub dataset"),
+        # torchtune's cosine schedule took a negative warmup without a word (it started part-way down its decay)
+        ({"lr_scheduler.num_warmup_steps": -1}, "lr_scheduler.num_warmup_steps", r"=-1 .*integer >= 0"),
+        # corpus.stdlib's limit=-3 trained on all files but the last 3, without a word
+        ({"dataset.limit": -3}, "dataset.limit", r"=-3 .*integer >= 1"),
+        # rope_scaled's factor < 1: refused only when the model was built, naming `factor` alone; validate said OK
+        ({"model": {**ROPE_NODE, "method": "yarn", "factor": 0.5, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.factor", r"=0.5 is not accepted: expected a number >= 1"),
+        ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 128, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.max_seq_len", r"=128 is shorter than the 256 positions.*factor 128/256 = 0.5 is < 1.*model.factor"),
     ],
     # a component's argument without a default, absent from its node (the recipe passes none of these): before, the
     # constructor's TypeError came as a traceback once the model was built

@@ -40,10 +40,19 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
         out += [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
     for key in ("data_dir", "source"):
         value = args.get(key)
+        if key == "source" and looks_local(value) and not Path(value).expanduser().exists():
+            # datasets' own "Couldn't find any data file at ..." named no key and came when the run started
+            raise FileNotFoundError(f"{where}.source={value!r} does not exist: name a local folder or file that "
+                                    "exists, or a Hugging Face hub dataset (owner/name)")
         if isinstance(value, str) and (key == "data_dir" or Path(value).expanduser().exists()):
             field = f"{where}.{key}"
             out += [(field, f) for f in resolve_files(value, DATA_FILE_SUFFIXES, field)]
     return out
+
+
+def looks_local(source: Any) -> bool:
+    """Whether a ``source`` can only be a local path (absolute, ``~``, ``./`` or ``../``), never a hub name."""
+    return isinstance(source, str) and (source.startswith(("~", "./", "../")) or Path(source).is_absolute())
 
 
 def is_remote(entry: Any) -> bool:

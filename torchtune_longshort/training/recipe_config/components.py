@@ -25,8 +25,9 @@ from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
+from torchtune_longshort.rope.base import check_factor
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.config.values import check_creatable, number, resolve_component, text
+from torchtune_longshort.config.values import check_creatable, integer, number, resolve_component, text
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
@@ -142,6 +143,37 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
                          "another start)")
 
 
+def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
+    """The length ``rope_scaled`` scales from, where its node says it: ``original_max_seq_len``, the inner node's
+    ``max_seq_len``, or an inner ``hf_decoder`` folder's positions (plain RoPE there); None otherwise."""
+    inner = node.get("model")
+    if isinstance(node.get("original_max_seq_len"), int) or not isinstance(inner, Mapping):
+        return node.get("original_max_seq_len")
+    if isinstance(inner.get("max_seq_len"), int):
+        return inner["max_seq_len"]
+    if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") and not inner.get("plain_rope") \
+            and Path(str(inner["checkpoint_dir"])).is_dir():
+        folder = CheckpointFolder.open(inner["checkpoint_dir"])
+        return folder.usable_length if folder.rope_spec is None else None
+    return None
+
+
+def _check_factor(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled``'s factor, given or its default ``max_seq_len / start``, is >= 1 (the RoPE class refused it
+    only when the model was built, naming ``factor`` alone; longshort-validate said OK)."""
+    method = ROPE_METHODS.get(node.get("method")) if node["_component_"] == ROPE_SCALED else None
+    if method is None or not method.has_factor:
+        return
+    if node.get("factor") is not None:
+        check_factor(f"{path}.factor", node["factor"])
+        return
+    start, target = _scaling_start(node), node.get("max_seq_len")
+    if isinstance(start, int) and isinstance(target, int) and target < start:
+        raise ValueError(f"{path}.max_seq_len={target} is shorter than the {start} positions the scaling starts "
+                         f"from: the default factor {target}/{start} = {target / start:.4g} is < 1; give a longer "
+                         f"{path}.max_seq_len (the target length), or {path}.factor >= 1")
+
+
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
     """``model``: a builder (``torchtune_longshort.models.hf_decoder`` in every shipped config), possibly wrapped in
@@ -164,6 +196,7 @@ class ModelConfig(ComponentSection):
                     f"{path}.use_dora=False")
             _check_rope_arguments(path, node)
             _check_scaling_start(path, node)
+            _check_factor(path, node)
 
     def open_folders(self) -> None:
         """Open (and so check) each ``hf_decoder`` node's ``checkpoint_dir``, a refusal naming that node's key (it may
@@ -298,6 +331,12 @@ class SchedulerConfig(ComponentSection):
     """``lr_scheduler``: built by the recipe with the optimizer and ``num_training_steps = max_steps``."""
 
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("optimizer", "num_training_steps", "last_epoch")
+
+    def check(self, where: str) -> None:
+        """A negative ``num_warmup_steps``: torchtune's schedules took it without a word (the cosine one started
+        part-way down its decay)."""
+        if self.args.get("num_warmup_steps") is not None:
+            integer(0)(f"{where}.num_warmup_steps", self.args["num_warmup_steps"])
 
 
 # torchtune's metric loggers that import a package of their own when built (TensorBoard's through torch)

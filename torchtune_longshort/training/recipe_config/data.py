@@ -67,8 +67,14 @@ class DataSourceConfig(ComponentSection):
         return named_path(self.args, where) + named_files(self.args, where)
 
     def check(self, where: str) -> None:
-        if SKIP_BAD_RECORDS in self.args and not self.takes_tokenizer:
+        try:
             params = inspect.signature(resolve_component(f"{where}._component_", self.component)).parameters
+        except (TypeError, ValueError):  # no signature to read: its arguments are left to the build
+            params = {"_": inspect.Parameter("_", inspect.Parameter.VAR_KEYWORD)}
+        if "limit" in params and self.args.get("limit") is not None and not self.takes_tokenizer:
+            # corpus.stdlib's first `limit` files: a negative one was a slice from the end (all but the last files)
+            integer(1)(f"{where}.limit", self.args["limit"])
+        if SKIP_BAD_RECORDS in self.args and not self.takes_tokenizer:
             if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
                 raise ValueError(f"{where}.{SKIP_BAD_RECORDS} is not accepted by {self.component}: it reads no records "
                                  "that could be skipped; remove the key")
