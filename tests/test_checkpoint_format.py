@@ -173,3 +173,21 @@ def test_a_tokenizer_transformers_cannot_convert_is_copied_with_a_warning(tmp_pa
     assert (out / "original" / "tokenizer.model").read_text() == (src / "tokenizer.model").read_text()
     assert not (out / "tokenizer.json").exists()
     assert "could not write transformers' tokenizer files" in caplog.text
+
+
+@pytest.mark.parametrize("cut", ["header", "data"])
+def test_a_torn_weight_file_is_refused_when_the_folder_is_opened(tmp_path, base_with_tokenizer, cut):
+    """A weight file cut short (in its header, or in its data: a copy that stopped) is named when the folder is
+    opened, before any weight is read: before, longshort-validate said OK, and tune run / longshort-eval refused it
+    only when loading the weights (after lm-eval had started logging). Reference: safetensors' own loader."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    _, out = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
+    shard = next(out.glob("model-*.safetensors"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[:100] if cut == "header" else data[:-100])
+    with pytest.raises(SafetensorError):
+        load_file(str(shard))
+    with pytest.raises(ValueError, match=rf"^cannot read weight file .*{shard.name}: .*copy or convert"):
+        check_checkpoint_folder(out)

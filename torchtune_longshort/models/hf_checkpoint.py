@@ -84,7 +84,7 @@ def _weight_files(d: Path) -> List[Path]:
         missing = [n for n in names if not (d / n).is_file()]
         if missing:
             raise FileNotFoundError(f"checkpoint {str(d)!r}: {index.name} names shard(s) {missing} that are missing")
-        return [d / n for n in names]
+        return _readable([d / n for n in names])
     sharded = sorted(d.glob("model-*-of-*.safetensors"))
     if sharded:
         raise FileNotFoundError(
@@ -93,6 +93,23 @@ def _weight_files(d: Path) -> List[Path]:
     files = sorted(d.glob("*.safetensors")) or sorted(d.glob("pytorch_model*.bin"))
     if not files:
         raise FileNotFoundError(f"checkpoint {str(d)!r} holds no *.safetensors or pytorch_model*.bin weight files")
+    return _readable(files)
+
+
+def _readable(files: List[Path]) -> List[Path]:
+    """``files``, each safetensors header read (a torn or foreign file is refused when the folder is opened, naming
+    it: before, only the weights' load said so, after lm-eval had started or the recipe had begun its setup)."""
+    from safetensors import safe_open
+
+    for f in files:
+        if f.suffix != ".safetensors":
+            continue
+        try:
+            with safe_open(str(f), framework="pt"):
+                pass
+        except Exception as e:  # safetensors raises its own error types; name the file whatever they are
+            raise ValueError(f"cannot read weight file {f}: {type(e).__name__}: {e} (a file cut short or not "
+                             "safetensors: copy or convert the checkpoint again)") from None
     return files
 
 
