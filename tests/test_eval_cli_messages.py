@@ -98,3 +98,21 @@ def test_the_longshort_models_arguments_are_refused_before_lm_eval_starts(tmp_pa
         said = (p.stdout + p.stderr).strip().splitlines()
         assert p.returncode == 2 and len(said) == 1 and said[0].startswith("longshort-eval: error: "), said
         assert needle in said[0] and not (tmp_path / "out").exists(), said
+
+
+def test_a_limit_lm_eval_would_fail_on_or_cut_is_refused_before_it_starts():
+    """lm-eval takes --limit < 1 as a fraction (ceil) and >= 1 as a count (int): 0 failed after the model had loaded
+    ("task.build_requests() did not find any docs!"), -1 with an islice error naming no option, and 1.5 ran one
+    document without a word. They are refused before lm-eval starts; a count or a fraction passes."""
+    import pytest
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    def argv(limit):
+        return ["run", "--model", "dummy", "--tasks", "longshort_ppl", "--device", "cpu", "--limit", limit]
+
+    for bad in ("0", "-1", "1.5", "nan"):
+        with pytest.raises(ValueError, match=rf"^--limit {bad} is not accepted: give a whole number .* between 0 and"):
+            lm_eval_argv(argv(bad))
+    for good in ("0.5", "1", "10", "3.0"):
+        assert "--limit" in lm_eval_argv(argv(good))

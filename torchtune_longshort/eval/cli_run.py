@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
 from argparse import ArgumentParser, _SubParsersAction
@@ -135,6 +136,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     model = option(out, "--model")
     _check_output_path(option(out, "--output_path"))
     _check_json_option(out, "--metadata")
+    _check_limit(option(out, "--limit"))
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
     # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
     # hf too; it goes as the option instead, and given both ways it is refused
@@ -305,6 +307,21 @@ def _check_json_option(out: List[str], name: str) -> None:
             except ValueError as e:
                 raise ValueError(f"{name} {value!r} is not JSON ({e}); e.g. {name} "
                                  "'{\"max_seq_lengths\": \"1k,4k\"}' (double quotes inside, single outside)") from None
+
+
+def _check_limit(value: Optional[str]) -> None:
+    """lm-eval takes ``--limit`` < 1 as a fraction of each task's documents (``ceil``) and one >= 1 as a count
+    (``int``): 0 and a negative one failed after the model had loaded ("task.build_requests() did not find any
+    docs!", an islice error naming no option), and 1.5 ran 1 document without a word."""
+    if value is None:
+        return
+    try:
+        limit = float(value)
+    except ValueError:
+        return  # lm-eval's own parser says so, naming --limit
+    if not math.isfinite(limit) or limit <= 0 or (limit >= 1 and not limit.is_integer()):
+        raise ValueError(f"--limit {value} is not accepted: give a whole number of documents per task (e.g. 10), "
+                         "or a fraction of them between 0 and 1 (e.g. 0.1)")
 
 
 def _check_output_path(value: Optional[str]) -> None:
