@@ -94,6 +94,10 @@ FAMILIES = {
         ({"tokenizer.path": "/nonexistent/tokenizer.model"}, "tokenizer.path", r"does not exist"),
         ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "DATA/tok"}, "tokenizer.path",
          r"cannot be created"),  # its parent is a file
+        # checkpoint_tokenizer on a file (or folder) that holds no tokenizer: refused only at setup, after the seed
+        # line, naming no key; longshort-validate said OK
+        ({"tokenizer._component_": "torchtune_longshort.models.checkpoint_tokenizer", "tokenizer.path": "DATA"},
+         "tokenizer.path", r"^tokenizer.path=.*d.jsonl': tokenizer .* is neither a SentencePiece model"),
         ({"model": ROPE_NODE}, "model.method", r"not a RoPE method \(did you mean 'yarn'\?\)"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "num_kv_heads": 3}}, "num_kv_heads",
          r"num_heads=4 is not divisible by num_kv_heads=3"),  # torchtune's builder said it once the folder existed

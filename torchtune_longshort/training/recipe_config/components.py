@@ -24,6 +24,8 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
+from torchtune_longshort.models.source_tokenizers import TokenizerError
+from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import check_factor
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
@@ -70,6 +72,11 @@ class TokenizerConfig(ComponentSection):
         elif not p.exists():
             raise FileNotFoundError(f"{where}.path={self.path!r} does not exist: name the tokenizer file (or the "
                                     "checkpoint folder, for torchtune_longshort.models.checkpoint_tokenizer)")
+        elif resolve_component(f"{where}._component_", self.component) is checkpoint_tokenizer:
+            try:  # which file it reads (no tokenizer loaded): a folder without one was refused only at setup
+                find_tokenizer(p)
+            except TokenizerError as e:
+                raise FileNotFoundError(f"{where}.path={self.path!r}: {e}") from None
 
 
 def _check_creatable(path: str, p: Path) -> None:
