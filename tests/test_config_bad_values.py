@@ -148,6 +148,13 @@ FAMILIES = {
         ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 128, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
          "model.max_seq_len", r"=128 is shorter than the 256 positions.*factor 128/256 = 0.5 is < 1.*model.factor"),
+        # a RoPE method's own argument checks ran when the model was built, naming the bare argument; validate: OK
+        ({"model": {**ROPE_NODE, "method": "yarn", "attention_factor": -1, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.attention_factor", r"^model.attention_factor=-1 is not accepted: expected a positive number"),
+        ({"model": {**ROPE_NODE, "method": "yarn", "alpha": 32, "beta": 1, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model (RoPE method 'yarn')", r"YaRN needs beta > alpha"),
     ],
     # a component's argument without a default, absent from its node (the recipe passes none of these): before, the
     # constructor's TypeError came as a traceback once the model was built

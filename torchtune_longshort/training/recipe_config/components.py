@@ -18,15 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
+import torch
+
 from torchtune_longshort.data.tokenizer_training import check_training_folder
 from torchtune_longshort.models.families import check_torchtune_model_type
+from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.models.source_tokenizers import TokenizerError
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
-from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
+from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import check_factor
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.config.values import check_creatable, integer, number, resolve_component, text
@@ -181,6 +184,33 @@ def _check_factor(path: str, node: Mapping[str, Any]) -> None:
                          f"{path}.max_seq_len (the target length), or {path}.factor >= 1")
 
 
+def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled`` over a plain-RoPE ``hf_decoder`` folder: the method's class built on the meta device (nothing
+    allocated), so its own checks of its arguments (YaRN's ``attention_factor``, ``alpha`` < ``beta``, ...) run now,
+    named under ``path``; before, they ran when the model was built, naming the bare argument (validate said OK)."""
+    inner, start, target = node.get("model"), _scaling_start(node), node.get("max_seq_len")
+    if (node["_component_"] != ROPE_SCALED or node.get("method") not in ROPE_METHODS or not isinstance(start, int)
+            or not isinstance(target, int) or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
+            or not inner.get("checkpoint_dir") or not Path(str(inner["checkpoint_dir"])).is_dir()):
+        return
+    config = CheckpointFolder.open(inner["checkpoint_dir"]).config
+    own = {n for f in (rope_scaled, apply_rope_scaling) for n in inspect.signature(f).parameters}
+    given = {k: v for k, v in node.items() if k != "_component_" and k not in own}
+    method = node["method"]
+    try:
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
+        kwargs = ROPE_METHODS[method].default_kwargs(target, start, given)
+        with torch.device("meta"):
+            build_rope(method, head_dim=head_dim, max_seq_len=target, base=node.get("base") or rope_theta(config),
+                       **kwargs)
+    except (ValueError, TypeError) as e:
+        said = str(e)
+        named = next((k for k in given if said.startswith(f"{k}=")), None)
+        raise ValueError(f"{path}.{said}" if named else f"{path} (RoPE method {method!r}): {said}") from None
+    except Exception:  # nothing the method's checks said (a step the meta device cannot take): left to the build
+        return
+
+
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
     """``model``: a builder (``torchtune_longshort.models.hf_decoder`` in every shipped config), possibly wrapped in
@@ -204,6 +234,7 @@ class ModelConfig(ComponentSection):
             _check_rope_arguments(path, node)
             _check_scaling_start(path, node)
             _check_factor(path, node)
+            _check_rope_values(path, node)
 
     def open_folders(self) -> None:
         """Open (and so check) each ``hf_decoder`` node's ``checkpoint_dir``, a refusal naming that node's key (it may
@@ -324,8 +355,6 @@ class OptimizerConfig(ComponentSection):
     lr: float = setting(FROM_COMPONENT, doc="learning rate", check=number(0.0))
 
     def check(self, where: str) -> None:
-        import torch
-
         build = resolve_component(f"{where}._component_", self.component)
         try:
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
