@@ -139,6 +139,11 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--metadata", '{"longbench_e_missing": "ignore"}'], ValueError, "expected skip or error"),
             (["--metadata", json.dumps({"passkey_data_files": [str(tmp_path / "nope.jsonl")]})], ValueError,
              "passkey_data_files=.*nope.jsonl'\\]: expected a file, or a list of files, that exist"),
+            # a text family's files that name nothing: scored NaN, exit 0, a results file written
+            (["--metadata", json.dumps({"ppl_data_files": str(tmp_path / "none" / "*.jsonl")})], ValueError,
+             r"ppl_data_files='.*none/\*.jsonl' does not exist \(no such file, folder or glob match\): name files"),
+            (["--metadata", json.dumps({"mis_data_files": [str(tmp_path / "nope.txt")]})], ValueError,
+             "mis_data_files='.*nope.txt' does not exist"),
             (["--metadata", '{"passkey_haystack": "stdlb"}'], ValueError, "passkey_haystack='stdlb': expected one of "
              "filler, stdlib")]:
         with pytest.raises(error, match=match):

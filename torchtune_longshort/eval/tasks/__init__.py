@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from torchtune_longshort.eval.tasks.common.long_text import SOURCES, flag
+from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
 # Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).
@@ -269,3 +269,19 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
                 raise TaskDataError(f"{key}={value!r}: expected an integer >= 1")
         if key.endswith(("_join_documents", "_skip_bad_records")):
             flag(metadata, key)
+        if key.endswith("_data_files") and key[: -len("_data_files")] in TEXT_PREFIXES:
+            _check_local_files(key, value)
+
+
+def _check_local_files(key: str, value: Any) -> None:
+    """A text family's ``data_files`` (paths, globs, folders) name files, as the task reads them: one that names
+    nothing scored NaN, the run exiting 0 with a results file."""
+    # deferred: torch (the data package's __init__ imports it; the task modules read this one without it)
+    from torchtune_longshort.data.text_files import resolve_files
+
+    if not isinstance(value, (str, list)):
+        raise TaskDataError(f"{key}={value!r}: expected a path, glob or folder, or a list of them")
+    try:
+        resolve_files(value, LOCAL_SUFFIXES, key)
+    except (FileNotFoundError, ValueError) as e:
+        raise TaskDataError(f"{e}: name files that exist") from None
