@@ -199,7 +199,11 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
     for args, match in [(["--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarnn"],
                          r"rope='yarnn' is not a RoPE method \(did you mean 'yarn'\?\)"),
                         (["--model", "hf", "--metadata", '{"ppl_max_seq_lengths": "abc"}'],
-                         r"--metadata ppl_max_seq_lengths='abc': \['abc'\] not accepted")]:
+                         r"--metadata ppl_max_seq_lengths='abc': \['abc'\] not accepted"),
+                        # a RoPE parameter's own check named it without the rope_ the user typed ("factor=0.5")
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=0.5"],
+                         r"^rope_factor=0.5 is not accepted: expected a number >= 1")]:
         with pytest.raises(ValueError, match=match):
             check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "longshort", "--model_args",

@@ -230,8 +230,14 @@ def check_model_fits(args: ModelArgs) -> None:
     """Refuse, before anything is allocated, the model :func:`load_checkpoint_model` would refuse for its length: its
     weights and RoPE tables at :attr:`ModelArgs.run_limit` past what ``args.device`` holds (``longshort-eval``'s
     check before lm-eval starts)."""
-    check_checkpoint_fits(args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, device=str(args.device),
-                          length_field=LENGTH_FIELD)
+    try:
+        check_checkpoint_fits(args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, device=str(args.device),
+                              length_field=LENGTH_FIELD)
+    except ValueError as e:  # a RoPE parameter's own check: named as typed (rope_factor=0.5 was "factor=0.5")
+        said = str(e)
+        if not any(said.startswith(f"{k}=") for k in args.rope_spec or {} if k != "method"):
+            raise
+        raise ValueError(f"rope_{said}") from None
 
 
 def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
