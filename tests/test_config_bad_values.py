@@ -141,6 +141,9 @@ FAMILIES = {
         ({"lr_scheduler.num_warmup_steps": -1}, "lr_scheduler.num_warmup_steps", r"=-1 .*integer >= 0"),
         # corpus.stdlib's limit=-3 trained on all files but the last 3, without a word
         ({"dataset.limit": -3}, "dataset.limit", r"=-3 .*integer >= 1"),
+        # refused only when the corpus was built, naming `include_tests` / `split` alone; validate said OK
+        ({"dataset.include_tests": "maybe"}, "dataset.include_tests", r"^dataset.include_tests='maybe': accepted True"),
+        ({"dataset.split": "trian"}, "dataset.split", r"^dataset.split='trian': accepted None .*'train', 'heldout'"),
         # rope_scaled's factor < 1: refused only when the model was built, naming `factor` alone; validate said OK
         ({"model": {**ROPE_NODE, "method": "yarn", "factor": 0.5, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},

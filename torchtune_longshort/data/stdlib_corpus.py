@@ -68,6 +68,18 @@ def _listing(root: str) -> Tuple[Tuple[Path, Tuple[str, ...], int], ...]:
     return tuple((Path(path), rel, size) for rel, path, size in out)
 
 
+def check_stdlib_arguments(include_tests: Any = True, split: Any = None, limit: Any = None, where: str = "") -> None:
+    """``ValueError`` for a choice :func:`stdlib_source_files` does not take, naming ``<where>.<argument>`` (the
+    recipe's config check asks this before anything is built; a negative ``limit`` was a slice from the end)."""
+    at = f"{where}." if where else ""
+    if include_tests not in (True, False, "only"):
+        raise ValueError(f"{at}include_tests={include_tests!r}: accepted True, False or 'only'")
+    if split not in (None, *SPLITS):
+        raise ValueError(f"{at}split={split!r}: accepted None (the whole corpus), {', '.join(map(repr, SPLITS))}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"{at}limit={limit!r} is not accepted: expected an integer >= 1 (the first files), or null")
+
+
 def stdlib_source_files(
     min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
     split: Optional[str] = None,
@@ -87,10 +99,7 @@ def stdlib_source_files(
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
-    if include_tests not in (True, False, "only"):
-        raise ValueError(f"include_tests={include_tests!r}: accepted True, False or 'only'")
-    if split not in (None, *SPLITS):
-        raise ValueError(f"split={split!r}: accepted None (the whole corpus), {', '.join(map(repr, SPLITS))}")
+    check_stdlib_arguments(include_tests=include_tests, split=split, limit=limit)
     global _used
     _used = True  # results computed in this process then carry the corpus's content hash (provenance)
     root = stdlib_dir()

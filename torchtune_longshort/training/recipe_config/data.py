@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
+from torchtune_longshort.data.corpus import stdlib
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
+from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component
 
 SKIP_BAD_RECORDS = "skip_bad_records"
+STDLIB_CHOICES = ("include_tests", "split", "limit")  # corpus.stdlib's arguments check_stdlib_arguments takes
 
 
 def _not_packed(path: str, value: Any) -> bool:
@@ -67,14 +70,10 @@ class DataSourceConfig(ComponentSection):
         return named_path(self.args, where) + named_files(self.args, where)
 
     def check(self, where: str) -> None:
-        try:
-            params = inspect.signature(resolve_component(f"{where}._component_", self.component)).parameters
-        except (TypeError, ValueError):  # no signature to read: its arguments are left to the build
-            params = {"_": inspect.Parameter("_", inspect.Parameter.VAR_KEYWORD)}
-        if "limit" in params and self.args.get("limit") is not None and not self.takes_tokenizer:
-            # corpus.stdlib's first `limit` files: a negative one was a slice from the end (all but the last files)
-            integer(1)(f"{where}.limit", self.args["limit"])
+        if resolve_component(f"{where}._component_", self.component) is stdlib:  # refused when built, unnamed
+            check_stdlib_arguments(**{k: v for k, v in self.args.items() if k in STDLIB_CHOICES}, where=where)
         if SKIP_BAD_RECORDS in self.args and not self.takes_tokenizer:
+            params = inspect.signature(resolve_component(f"{where}._component_", self.component)).parameters
             if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
                 raise ValueError(f"{where}.{SKIP_BAD_RECORDS} is not accepted by {self.component}: it reads no records "
                                  "that could be skipped; remove the key")
