@@ -95,7 +95,8 @@ def test_eval_entry_point_prints_none_of_the_noise(tiny_llama2_dir, sp_tokenizer
 
 
 @pytest.mark.slow
-def test_recipe_does_not_claim_a_final_epoch_checkpoint_and_logs_above_the_bar(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+def test_recipe_does_not_claim_a_final_epoch_checkpoint_and_logs_above_the_bar(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                             tmp_path):
     tune = str(Path(sys.executable).with_name("tune"))
     out = _run([tune, "run", "recipes/longshort_finetune.py", "--config", "configs/tiny/longshort_from_checkpoint.yaml",
                 f"checkpoint_dir={tiny_llama2_dir}", f"tokenizer.path={sp_tokenizer_dir / 'tokenizer.model'}",

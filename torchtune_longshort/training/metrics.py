@@ -75,8 +75,9 @@ class JsonlMetricLogger:
 
 def _log_lines_above_the_bar() -> contextlib.AbstractContextManager:
     """While the progress bar is open, the console handlers of torchtune's logger (``utils.get_logger``: the
-    recipe's lines, e.g. "Checkpoint for step N written ...") and of the root logger, where they have one, write through ``tqdm.write``,
-    each line above the bar; before, a line logged mid-run was printed after the bar's text on the bar's own line."""
+    recipe's lines, e.g. "Checkpoint for step N written ...") and of the root logger, where they have one, write
+    through ``tqdm.write``, each line above the bar; before, a line logged mid-run was printed after the bar's text
+    on the bar's own line."""
     from torchtune.utils import get_logger
     from tqdm.contrib.logging import logging_redirect_tqdm
 
