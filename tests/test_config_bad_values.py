@@ -269,3 +269,42 @@ def test_a_range_past_half_under_the_listing_floor_is_said_and_the_papers_defaul
         assert "31 of the 64 shifts (33..63) leave no position to compare (33 with e = L/2" in said(e_range=[1, "L"])
         assert "leave no position" not in said(e_range=[1, "L/2"])
         assert "leave no position" not in said(e_range=[1, "L"], **{"loss.min_context": "none"})
+
+
+def test_validate_refuses_the_tokenizer_setup_refuses(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, capsys):
+    """A tokenizer with more ids than the model's embedding table, a tokenizer.json given to torchtune's SentencePiece
+    component, and a tokenizer the run would train past the model's vocabulary: longshort-validate said OK and
+    ``tune run`` refused each after its setup lines (the last after training the tokenizer). Now the config check
+    (longshort-validate's and the recipe constructor's) refuses each in one line naming the key, nothing written."""
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
+    from torchtune_longshort.training.recipe_config.validate import main as validate_main
+
+    v300 = write_random_llama2_checkpoint(tmp_path / "v300", vocab_size=300, embed_dim=64, num_layers=1,
+                                          num_heads=4, num_kv_heads=2, intermediate_dim=172, max_seq_len=256)
+    capsys.readouterr()  # the writer's progress bar
+    stdlib_tok = {"_component_": "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer",
+                  "path": str(tmp_path / "tok"), "vocab_size": 1024}
+    cases = [
+        (v300, {}, r"^tokenizer vocabulary \(512 ids, tokenizer.path=.*tokenizer.model\) does not fit the model's "
+         r"embedding table \(300 rows: vocab_size 300 in the config.json of checkpointer.checkpoint_dir=.*v300'\).*"
+         r"set tokenizer.path to the model's own tokenizer"),
+        (tiny_llama2_dir, {"tokenizer.path": str(sp_tokenizer_dir / "tokenizer.json")},
+         r"^tokenizer.path='.*tokenizer.json': torchtune.models.llama2.llama2_tokenizer cannot read it .*is read by "
+         r"tokenizer._component_: torchtune_longshort.models.checkpoint_tokenizer$"),
+        (tiny_llama2_dir, {"tokenizer": stdlib_tok},
+         r"^tokenizer vocabulary \(1024 ids: tokenizer.vocab_size=1024, trained at tokenizer.path=.*tok\) does not "
+         r"fit .*\(512 rows: .*set tokenizer.vocab_size to at most 512"),
+    ]
+    for ckpt, over, match in cases:
+        path = tmp_path / "run.yaml"
+        OmegaConf.save(make_cfg(ckpt, sp_tokenizer_dir, tmp_path / "out", **over), path)
+        with pytest.raises(SystemExit) as exit_info:
+            validate_main([str(path)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1, err
+        assert __import__("re").search(match, err.split("longshort-validate: error: ", 1)[1].strip()), err
+        assert not (tmp_path / "out").exists() and not (tmp_path / "tok").exists()
+    OmegaConf.save(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out"), path)
+    assert validate_main([str(path)]) == 0

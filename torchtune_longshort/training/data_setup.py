@@ -20,26 +20,11 @@ from torchtune_longshort.data.dual_window import PackedTokenStream, check_random
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
-from torchtune_longshort.refusals import REFUSED, one_line
 from torchtune_longshort.rope import ScaledRoPE
-from torchtune_longshort.training.recipe_config.components import TokenizerConfig
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.values import resolve_component
 
 log = logging.getLogger(__name__)
-
-
-def load_tokenizer(section: TokenizerConfig):
-    """The ``tokenizer`` component built (a folder trained first when the component trains a missing path); a file
-    it cannot read (not a SentencePiece model, a truncated tiktoken file) is refused naming ``tokenizer.path``, not
-    the library's traceback."""
-    try:
-        return config.instantiate(section.node())
-    except REFUSED:
-        raise
-    except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
-        raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
-                         f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads") from e
 
 
 def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset"):

@@ -35,7 +35,7 @@ from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_corpus_length, check_first_sample, check_shuffle_source,
-    load_tokenizer, validation_sequences,
+    validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import initial_learned_rope, rope_generator
@@ -50,7 +50,7 @@ from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.profiling import StepProfiler
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, check_window_bos, declared_vocab, input_paths, load_recipe_config,
-    resolved_config, written_names,
+    load_tokenizer, resolved_config, written_names,
 )
 from torchtune_longshort.training.resume import (
     apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer,

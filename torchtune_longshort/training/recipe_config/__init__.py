@@ -2,9 +2,10 @@
 
 :func:`load_recipe_config` turns the OmegaConf node into a :class:`RecipeConfig`: unknown keys refused at every level
 with "did you mean" (torchtune's own names too), each value checked with its field named, each ``_component_`` node
-checked before it is built where its arguments can be, then the rules between fields (:mod:`.rules`) and the
-output folder's rules and inputs (:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here leaves a
-file or a folder behind (whether a folder the run will create can be created is tried: one made and removed at once,
+checked before it is built where its arguments can be, then the rules between fields (:mod:`.rules`), the tokenizer
+built and checked against the model (:mod:`.tokenizer_check`) and the output folder's rules and inputs
+(:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here leaves a file or a folder behind (whether a
+folder the run will create can be created is tried: one made and removed at once,
 :func:`~torchtune_longshort.config.values.check_creatable`).
 """
 
@@ -16,6 +17,7 @@ from torchtune_longshort.config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
@@ -38,10 +40,11 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
     check_rules(config, world_size, local)
     if local:
+        check_tokenizer(config)  # built as the setup builds it: a file of another format, ids past the model's
         check_overwrite(config)
     return config
 
 
-__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer_vocab", "check_window_bos",
-           "declared_vocab", "input_paths",
+__all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer", "check_tokenizer_vocab",
+           "check_window_bos", "declared_vocab", "input_paths", "load_tokenizer",
            "load_recipe_config", "resolved_config", "written_names"]

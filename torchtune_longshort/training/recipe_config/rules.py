@@ -286,7 +286,8 @@ def declared_vocab(config: RecipeConfig) -> Tuple[Optional[int], str]:
         return vocab, f"model.vocab_size={vocab}"
     if config.checkpointer.checkpoint_dir is not None:
         folder = CheckpointFolder.open(config.checkpointer.checkpoint_dir)
-        return folder.vocab_size, f"vocab_size {folder.vocab_size} of {str(folder.path / 'config.json')!r}"
+        return folder.vocab_size, (f"vocab_size {folder.vocab_size} in the config.json of checkpointer.checkpoint_dir="
+                                   f"{str(folder.path)!r}")
     return None, ""
 
 
@@ -301,7 +302,8 @@ def check_tokenizer_vocab(config: RecipeConfig, tokenizer: Any, model_vocab: Opt
     if model_vocab is not None and tok_vocab is not None and tok_vocab > model_vocab:
         raise ValueError(f"tokenizer vocabulary ({tok_vocab} ids, tokenizer.path={config.tokenizer.path}) does not fit "
                          f"the model's embedding table ({model_vocab} rows: {how}): tokenizer and model do not match; "
-                         "use the model's own tokenizer, or a model with a vocabulary that large")
+                         "set tokenizer.path to the model's own tokenizer, or use a model (checkpoint_dir) with a "
+                         "vocabulary that large")
 
 
 def check_window_bos(config: RecipeConfig, tokenizer: Any) -> None:

@@ -4,8 +4,9 @@ torchtune's ``tune validate`` only binds each top-level ``_component_`` to its s
 a top-level ``max_step:`` typo well-formed and the recipe refuses it later. This command runs exactly what the
 recipe's constructor runs before any side effect (:func:`~torchtune_longshort.training.recipe_config.
 load_recipe_config`: every key with "did you mean", every value, the files the config reads, each component's
-arguments, the rules between fields) on the config and its ``key=value`` overrides merged as ``tune run`` merges
-them, and says OK, or refuses in one line (:mod:`torchtune_longshort.refusals`). Nothing is built or written.
+arguments, the tokenizer built and checked against the model, the rules between fields) on the config and its
+``key=value`` overrides merged as ``tune run`` merges them, and says OK, or refuses in one line
+(:mod:`torchtune_longshort.refusals`). Nothing is written, and no weights or data are read.
 ``CONFIG`` is a file or a shipped config's name (``longshort-cp --list``); ``WORLD_SIZE`` in the environment
 checks the batch against that many processes.
 """
@@ -120,9 +121,9 @@ def main(argv=None) -> int:
         print(f"{PROG}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
               "resume=True continues with it")
-    print(f"{PROG}: {args.config}: OK (keys, values, files, components and the rules between fields checked; "
-          "nothing built or written: the model, tokenizer and data are checked when tune run starts, before it "
-          "writes anything)")
+    print(f"{PROG}: {args.config}: OK (keys, values, files, components, the tokenizer against the model and the "
+          "rules between fields checked; nothing written, no weights or data read: the model's weights and the "
+          "data are read when tune run starts, before it writes anything)")
     return 0
 
 

@@ -1,0 +1,94 @@
+"""The tokenizer against the model, before any side effect: the config check builds the ``tokenizer`` component as
+the recipe's setup does (a SentencePiece, ``tokenizer.json`` or tiktoken file: well under a second, no weights
+read) and asks the setup's own questions of it, so that ``longshort-validate`` says what ``tune run`` says.
+
+* a file the component cannot read (a ``tokenizer.json`` given to torchtune's ``llama2_tokenizer``, a truncated
+  file) is refused naming ``tokenizer.path`` and the component that reads that format;
+* its vocabulary must fit the model's embedding table as the config declares it (the model node's ``vocab_size`` or
+  the start checkpoint's ``config.json``: :func:`~.rules.declared_vocab`);
+* ``window_bos=True`` needs a BOS token.
+
+A tokenizer the run would train (a component that trains its missing path, as the tiny configs' stdlib one) is not
+trained here: its ``vocab_size`` argument is compared instead (SentencePiece trains exactly that many pieces).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Optional
+
+from torchtune_longshort.models.source_tokenizers import TokenizerError
+from torchtune_longshort.refusals import REFUSED, one_line
+from torchtune_longshort.training.recipe_config.components import TokenizerConfig
+from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.rules import check_tokenizer_vocab, check_window_bos, declared_vocab
+from torchtune_longshort.config.values import resolve_component
+
+CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
+
+
+def _format_hint(section: TokenizerConfig) -> str:
+    """What reads the file ``tokenizer.path`` names when its component cannot: a Hugging Face ``tokenizer.json``
+    (or any tokenizer folder of a checkpoint) is ``checkpoint_tokenizer``'s."""
+    p = Path(str(section.path)).expanduser()
+    if section.component != CHECKPOINT_TOKENIZER and (p.suffix == ".json" or p.is_dir()):
+        return (f"; a Hugging Face tokenizer.json (or a checkpoint folder) is read by tokenizer._component_: "
+                f"{CHECKPOINT_TOKENIZER}")
+    return ""
+
+
+def load_tokenizer(section: TokenizerConfig):
+    """The ``tokenizer`` component built (a folder trained first when the component trains a missing path); a file
+    it cannot read (not a SentencePiece model, a truncated tiktoken file) is refused naming ``tokenizer.path``, not
+    the library's traceback."""
+    # deferred: torchtune (importing the config kit does not need it)
+    from torchtune import config
+
+    try:
+        return config.instantiate(section.node())
+    except TokenizerError as e:  # the project's loaders name the file, not the key (a folder without EOS)
+        if "tokenizer.path" in str(e):
+            raise
+        raise TokenizerError(f"tokenizer.path={section.path!r}: {one_line(e)}") from None
+    except REFUSED:
+        raise
+    except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
+        raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
+                         f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads"
+                         f"{_format_hint(section)}") from e
+
+
+def _trained_vocab(section: TokenizerConfig) -> Optional[int]:
+    """The vocabulary size of the tokenizer the component will train (its ``vocab_size`` argument, else its
+    default); None when it takes none."""
+    if isinstance(section.args.get("vocab_size"), int):
+        return section.args["vocab_size"]
+    try:
+        component = resolve_component("tokenizer._component_", section.component)
+        p = inspect.signature(component).parameters.get("vocab_size")
+    except (TypeError, ValueError):
+        return None
+    return p.default if p is not None and isinstance(p.default, int) else None
+
+
+def check_tokenizer(config: RecipeConfig) -> Optional[Any]:
+    """The setup's tokenizer checks, before any side effect (see the module doc); the tokenizer built, or None when
+    the run would train it."""
+    section = config.tokenizer
+    if section.path is None:
+        return None
+    trains = section.trains_here()
+    if trains is not None:
+        vocab = _trained_vocab(section)
+        model_vocab, how = declared_vocab(config)
+        if vocab is not None and model_vocab is not None and vocab > model_vocab:
+            raise ValueError(f"tokenizer vocabulary ({vocab} ids: tokenizer.vocab_size={vocab}, trained at "
+                             f"tokenizer.path={section.path}) does not fit the model's embedding table ({model_vocab} "
+                             f"rows: {how}); set tokenizer.vocab_size to at most {model_vocab}, or use a model with a "
+                             "vocabulary that large")
+        return None
+    tokenizer = load_tokenizer(section)
+    check_tokenizer_vocab(config, tokenizer)
+    check_window_bos(config, tokenizer)
+    return tokenizer
