@@ -308,3 +308,31 @@ def test_validate_refuses_the_tokenizer_setup_refuses(tmp_path, tiny_llama2_dir,
         assert not (tmp_path / "out").exists() and not (tmp_path / "tok").exists()
     OmegaConf.save(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out"), path)
     assert validate_main([str(path)]) == 0
+
+
+def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by_the_config_check(
+        recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """corpus.local_text over a file with a byte that is not UTF-8 near its start: longshort-validate said OK and
+    ``tune run`` refused it after its setup lines. The config check decodes each file's first HEAD_BYTES (a file named
+    by mistake fails there) and refuses in the reader's words, naming dataset.path; a bad byte past the head is left
+    to the run's one pass, and skip_bad_records=True (the run skips the record) is not refused."""
+    from torchtune_longshort.data.text_files import HEAD_BYTES
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    bad, late, rows = tmp_path / "bad.txt", tmp_path / "late.txt", tmp_path / "bad.jsonl"
+    bad.write_bytes(b"x = 1\n" * 100 + b"\xff\n")
+    late.write_bytes(b"x = 1\n" * (HEAD_BYTES // 6 + 10) + b"\xff\n")
+    rows.write_bytes(b'{"text": "a"}\n' * 3 + b'{"text": "caf\xe9"}\n')
+
+    def cfg(path, **extra):
+        return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", dataset={
+            "_component_": "torchtune_longshort.data.corpus.local_text", "path": str(path), **extra})
+
+    for path, said in ((bad, r"bad.txt: bytes that are not utf-8 \(invalid start byte at byte 600\)"),
+                       (rows, r"bad.jsonl:4: bytes that are not utf-8 \(invalid continuation byte at byte 13\)")):
+        with pytest.raises(ValueError, match=rf"^dataset.path: .*{said}: mend the record, or skip such records with "
+                                             r"dataset.skip_bad_records=True$"):
+            recipe_cls(cfg(path))
+    assert not (tmp_path / "out").exists()
+    load_recipe_config(cfg(late))
+    load_recipe_config(cfg(bad, skip_bad_records=True))

@@ -20,6 +20,7 @@ training and evaluation tests pin, so the files are read here, line by line. Hub
 
 from __future__ import annotations
 
+import codecs
 import glob
 import json
 from pathlib import Path
@@ -28,6 +29,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
 BadRecord = Optional[Callable[[str], Any]]
+# How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
+# UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
+HEAD_BYTES = 1 << 16
 
 
 class DataRecordError(ValueError):
@@ -105,6 +109,28 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
                 raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
         files.extend(found)
     return files
+
+
+def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES) -> None:
+    """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
+    the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record). A bad
+    byte past the head is found only when the corpus is read. An ``encoding`` Python does not know is left to the
+    reader."""
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)
+    except LookupError:
+        return
+    for f in files:
+        with open(f, "rb") as fh:
+            raw = fh.read(head)
+        try:
+            decoder("strict").decode(raw, final=False)  # a character cut at the head's end is no error
+        except UnicodeDecodeError as e:
+            where, at = str(f), e.start
+            if f.suffix == JSON_LINES_SUFFIX:  # the reader decodes line by line and counts from the line's start
+                line = raw.count(b"\n", 0, e.start) + 1
+                where, at = f"{f}:{line}", e.start - (raw.rfind(b"\n", 0, e.start) + 1)
+            raise DataRecordError(f"{where}: bytes that are not {encoding} ({e.reason} at byte {at})") from None
 
 
 def text_of_record(record: Any, text_field: str, where: str, setting: str = "text_field") -> str:

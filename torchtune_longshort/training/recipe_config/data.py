@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from torchtune_longshort.data.corpus import stdlib
+from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, stdlib
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
+from torchtune_longshort.data.text_files import JSON_LINES_SUFFIX, DataRecordError, check_heads, resolve_files
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component
@@ -79,6 +80,22 @@ class DataSourceConfig(ComponentSection):
                                  "that could be skipped; remove the key")
         self.input_files(where)
         check_not_empty(named_files(self.args, where))
+        self._check_text_heads(where)
+
+    def _check_text_heads(self, where: str) -> None:
+        """``corpus.local_text``'s files: their first bytes decode (:func:`~torchtune_longshort.data.text_files.
+        check_heads`), so a file named by mistake (gzip, UTF-16) is refused now; the rest is read when the run starts
+        (reading whole corpora is not a config check's to do). With skip_bad_records the run skips it: not refused."""
+        if (resolve_component(f"{where}._component_", self.component) is not local_text
+                or self.args.get(SKIP_BAD_RECORDS) or not isinstance(self.args.get("path"), str)):
+            return
+        suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), JSON_LINES_SUFFIX]
+        try:
+            check_heads(resolve_files(self.args["path"], suffixes, f"{where}.path"),
+                        self.args.get("encoding", "utf-8"))
+        except DataRecordError as e:
+            raise DataRecordError(f"{where}.path: {e}: mend the record, or skip such records with "
+                                  f"{where}.{SKIP_BAD_RECORDS}=True") from None
 
 
 @dataclass(frozen=True)

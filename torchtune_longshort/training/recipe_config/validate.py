@@ -122,8 +122,9 @@ def main(argv=None) -> int:
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
               "resume=True continues with it")
     print(f"{PROG}: {args.config}: OK (keys, values, files, components, the tokenizer against the model and the "
-          "rules between fields checked; nothing written, no weights or data read: the model's weights and the "
-          "data are read when tune run starts, before it writes anything)")
+          "rules between fields checked; nothing written, no weights read: the model's weights and the data's "
+          "records are read when tune run starts, before it writes anything; of corpus.local_text's files only the "
+          "first 64 KiB are decoded here)")
     return 0
 
 
