@@ -36,6 +36,7 @@ from torchtune_longshort.config.values import check_creatable, integer, number, 
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
+CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
 
 
 def _no_truncation(path: str, value: Any) -> None:

@@ -20,19 +20,19 @@ from typing import Any, Optional
 
 from torchtune_longshort.models.source_tokenizers import TokenizerError
 from torchtune_longshort.refusals import REFUSED, one_line
-from torchtune_longshort.training.recipe_config.components import TokenizerConfig
+from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
+from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import check_tokenizer_vocab, check_window_bos, declared_vocab
 from torchtune_longshort.config.values import resolve_component
-
-CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
 
 
 def _format_hint(section: TokenizerConfig) -> str:
     """What reads the file ``tokenizer.path`` names when its component cannot: a Hugging Face ``tokenizer.json``
     (or any tokenizer folder of a checkpoint) is ``checkpoint_tokenizer``'s."""
     p = Path(str(section.path)).expanduser()
-    if section.component != CHECKPOINT_TOKENIZER and (p.suffix == ".json" or p.is_dir()):
+    component = resolve_component("tokenizer._component_", section.component)
+    if component is not checkpoint_tokenizer and (p.suffix == ".json" or p.is_dir()):
         return (f"; a Hugging Face tokenizer.json (or a checkpoint folder) is read by tokenizer._component_: "
                 f"{CHECKPOINT_TOKENIZER}")
     return ""
