@@ -52,3 +52,28 @@ def test_empty_corpus_is_refused(tmp_path):
         (tmp_path / "d" / f"{i}.txt").write_text("")
     with pytest.raises(ValueError, match="yields no non-empty documents"):
         local_text(str(tmp_path / "d"))
+
+
+@pytest.mark.parametrize("section", ["dataset", "validation.dataset"])
+def test_a_bad_record_past_the_config_checks_head_names_its_own_section(tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                                        section):
+    """A bad record past the first 64 KiB (which the config check reads) is found when the run starts, before any
+    folder exists; the message's keys are the section's that reads it: ``validation.dataset.skip_bad_records``
+    for validation data (it said ``dataset.skip_bad_records``, a key that does not skip it)."""
+    from recipe_config import make_cfg
+    from torchtune_longshort.data.text_files import HEAD_BYTES
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    good = (HEAD_BYTES // len(GOOD)) + 2
+    corpus = _jsonl(tmp_path, [GOOD] * good + [b'{"body": "no text field"}\n', GOOD])
+    node = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": str(corpus)}
+    over = {"dataset": node} if section == "dataset" else {
+        "validation": {"dataset": node, "seq_len": 64, "num_sequences": 1}}
+    out = tmp_path / "out"
+    run = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **over))  # the head is good
+    with pytest.raises(ValueError) as err:
+        run.setup()
+    said = str(err.value)
+    assert f"c.jsonl:{good + 1}: " in said and f"{section}.text_field" in said
+    assert said.endswith(f"skip such records with {section}.skip_bad_records=True")
+    assert " dataset." not in said.replace(f" {section}.", " ") and not out.exists()

@@ -20,8 +20,10 @@ tests exercise the same code path offline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from array import array
+from contextvars import ContextVar
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
@@ -43,6 +45,24 @@ from torchtune_longshort.data.text_files import (
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
 log = logging.getLogger(__name__)
+# The config section a source is built for (``dataset``, ``validation.dataset``): the keys its messages name.
+_SECTION: ContextVar[str] = ContextVar("torchtune_longshort_data_section", default="dataset")
+
+
+@contextlib.contextmanager
+def config_section(where: str) -> Iterator[None]:
+    """Build sources for the config section ``where`` (``validation.dataset``): their messages, at the start and
+    when read later, name that section's keys (``dataset`` otherwise)."""
+    token = _SECTION.set(where)
+    try:
+        yield
+    finally:
+        _SECTION.reset(token)
+
+
+def mend_or_skip(error: object, where: str) -> DataRecordError:
+    """A bad record found before training, with the way on: mend it, or skip such records with the section's key."""
+    return DataRecordError(f"{error}: mend the record, or skip such records with {where}.skip_bad_records=True")
 
 
 class _Source:
@@ -166,7 +186,8 @@ def local_text(
     fails too. Each record's place (file, line or row) is kept, so the source has random access (``count``,
     ``in_order``): a resumed stream starts at its position, ``shuffle: True`` reads each pass in its permutation.
     """
-    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], "dataset.path")
+    section = _SECTION.get()
+    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], f"{section}.path")
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -176,32 +197,32 @@ def local_text(
         return isinstance(doc, SkippedRecord) or bool(doc.strip())
 
     def documents() -> Iterator[str]:
-        docs = iter_documents(files, text_field, "dataset.text_field", encoding, on_bad_record=skipped)
+        docs = iter_documents(files, text_field, f"{section}.text_field", encoding, on_bad_record=skipped)
         return (doc for doc in docs if kept(doc))
 
     def read(indices: Sequence[int]) -> Iterator[Any]:  # random access: a resumed or shuffled stream
         parsed: Dict[int, List[Any]] = {}
         for i in indices:
             location = (files_at[i], keys[i], lines[i])
-            yield from read_located(files, location, text_field, "dataset.text_field", encoding,
+            yield from read_located(files, location, text_field, f"{section}.text_field", encoding,
                                     on_bad_record=skipped, parsed=parsed)
 
     files_at, keys, lines = array("l"), array("q"), array("q")  # each kept record's location (iter_located)
     note = (lambda m: bad.append(m) or SkippedRecord(m)) if skip_bad_records else None
     try:
-        for (fi, key, line), doc in iter_located(files, text_field, "dataset.text_field", encoding, on_bad_record=note):
+        located = iter_located(files, text_field, f"{section}.text_field", encoding, on_bad_record=note)
+        for (fi, key, line), doc in located:
             if kept(doc):
                 files_at.append(fi)
                 keys.append(key)
                 lines.append(line)
     except DataRecordError as e:  # at the start: the message says how to go on
-        raise DataRecordError(f"{e}: mend the record, or skip such records with dataset.skip_bad_records=True") from None
+        raise mend_or_skip(e, section) from None
     if bad:
-        log.warning(
-            "dataset.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s", path, len(bad), bad[0]
-        )
+        log.warning("%s.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s",
+                    section, path, len(bad), bad[0])
     if len(files_at) == len(bad):
-        raise ValueError(f"dataset.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
+        raise ValueError(f"{section}.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
 
 
@@ -232,7 +253,8 @@ def hf_text(
     :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
     or mid-run) instead of the parser's row.
     """
-    files = named_files({"data_files": data_files, "split": split}, "dataset")
+    section = _SECTION.get()
+    files = named_files({"data_files": data_files, "split": split}, section)
 
     def open_ds():
         from datasets import load_dataset
@@ -248,20 +270,20 @@ def hf_text(
             raise
         except Exception as e:
             if files:
-                named = explain_load_failure(files, text_field, "dataset", e, "text_field")
+                named = explain_load_failure(files, text_field, section, e, "text_field")
                 if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
                     raise named from e
             elif not read:  # the source never opened: refused at build (_load_failure)
                 raise
-            raise DataSourceError(f"dataset {source!r} split {split!r}: reading stopped after record {read - 1} "
+            raise DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
                                   f"({type(e).__name__}: {' '.join(str(e).split())[:200]}), after datasets' own "
                                   "retries: the source (hub, network, disk) failed mid-run") from e
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
-            where = f"dataset {source!r} split {split!r} record {i}"
+            where = f"{section} {source!r} split {split!r} record {i}"
             try:
-                text = text_of_record(rec, text_field, where, "dataset.text_field")
+                text = text_of_record(rec, text_field, where, f"{section}.text_field")
             except DataRecordError as e:
                 if not skip_bad_records:
                     raise
@@ -271,15 +293,15 @@ def hf_text(
     src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})")
     if check_first:
         try:
-            check_first_readable(src(), f"dataset {source!r} split {split!r}")
+            check_first_readable(src(), f"{section} {source!r} split {split!r}")
         except DataRecordError:
             raise
         except Exception as e:
-            raise _load_failure(source, name, split, e) from e
+            raise _load_failure(section, source, name, split, e) from e
     return src
 
 
-def _load_failure(source: str, name: Optional[str], split: str, error: BaseException) -> Exception:
+def _load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException) -> Exception:
     """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on."""
     said = " ".join(str(error).split())[:300] or type(error).__name__
     if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' split and missing-repo errors
@@ -292,7 +314,7 @@ def _load_failure(source: str, name: Optional[str], split: str, error: BaseExcep
                 "(HF_DATASETS_OFFLINE=1), or from local files (source: json, data_files: ...)")
     else:
         hint = "check source, name and split, or read local files (source: json, data_files: ...)"
-    return ValueError(f"dataset {source!r} (name {name!r}, split {split!r}) cannot be loaded "
+    return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
                       f"({type(error).__name__}: {said}): {hint}")
 
 
@@ -326,10 +348,11 @@ def redpajama_book(
     RedPajama's ``book/*.jsonl``, or the 1T-Sample's book file (:data:`REDPAJAMA_BOOK_SAMPLE`, read from the hub).
     Without them, or with ``source`` the 1T repository, it is refused here, before any training."""
     if source == REDPAJAMA_1T or (source == "json" and data_files is None):
+        where = _SECTION.get()
         raise ValueError(
-            f"dataset: redpajama_book needs dataset.data_files: {REDPAJAMA_1T} no longer serves its book subset (taken "
+            f"{where}: redpajama_book needs {where}.data_files: {REDPAJAMA_1T} no longer serves its book subset (taken "
             "down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name RedPajama's "
-            f"book JSON lines, e.g. dataset.data_files=/data/redpajama/book/*.jsonl, or its sample's "
+            f"book JSON lines, e.g. {where}.data_files=/data/redpajama/book/*.jsonl, or its sample's "
             f"{REDPAJAMA_BOOK_SAMPLE}"
         )
     return hf_text(source, split=split, name=name, text_field="text", data_files=data_files, streaming=streaming,

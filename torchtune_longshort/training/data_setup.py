@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torchtune import config
 
-from torchtune_longshort.data.corpus import fixed_length_sequences
+from torchtune_longshort.data.corpus import config_section, fixed_length_sequences
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import rng_states, set_rng_states
@@ -36,7 +36,8 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
         dataset = build_torchtune_dataset(builder, tokenizer, source.builder_args, where)
         return torchtune_documents(dataset, name=source.component, args=source.builder_args, where=where,
                                    skip_bad_records=source.skip_bad_records)
-    return config.instantiate(source.node())
+    with config_section(where):  # a corpus source's messages name this section's keys
+        return config.instantiate(source.node())
 
 
 def check_shuffle_source(documents, shuffle: bool) -> None:
