@@ -120,3 +120,39 @@ def test_cli_refuses_an_output_it_would_overwrite_before_loading(tiny_llama2_dir
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "--output=" in err and "Traceback" not in err, err
     assert {"folder": out.is_dir, "user_file": lambda: out.read_text() == '{"mine": 1}',
             "link_to_nothing": out.is_symlink}[what]()
+
+
+def test_cli_data_messages_name_its_own_options(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, capsys):
+    """A bad record in ``--data`` and data too short for ``--num-samples``: each refusal names this command's
+    options. They said "Set dataset.text_field", "skip such records with dataset.skip_bad_records=True" (a config's
+    keys; the command had no way to skip) and "validation: the source ... holds only 8 sequences". With
+    ``--skip-bad-records`` the record is skipped: the values equal those of the file without it."""
+    from torchtune_longshort.metrics.cli import main
+
+    doc = '{"text": "' + "def f(x):\\n    return x + 1\\n" * 40 + '"}\n'
+    (tmp_path / "bad.jsonl").write_text(doc * 3 + '{"body": "no text"}\n' + doc * 3)
+    (tmp_path / "good.jsonl").write_text(doc * 6)
+    base = ["--checkpoint-dir", str(tiny_llama2_dir), "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
+            "--length", "64", "--num-samples", "4"]
+
+    def refused(*extra):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*base, *extra])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert "dataset." not in err and "validation" not in err, err
+        return err
+
+    err = refused("--data", str(tmp_path / "bad.jsonl"))
+    assert "bad.jsonl:4: no text field 'text'" in err and "Set --text-field to one of them" in err
+    assert err.rstrip().endswith("skip such records with --skip-bad-records")
+    err = refused("--data", str(tmp_path / "good.jsonl"), "--num-samples", "500")
+    assert err.startswith("longshort-misalignment: error: --num-samples=500 at --length=64: ") and "--data" in err
+
+    values = {}
+    for name, extra in (("skipped", ["--skip-bad-records"]), ("good", [])):
+        out = tmp_path / f"{name}.json"
+        data = tmp_path / ("bad.jsonl" if name == "skipped" else "good.jsonl")
+        assert main([*base, "--data", str(data), *extra, "--output", str(out)]) == 0
+        values[name] = json.loads(out.read_text())["values"]
+    assert values["skipped"] == values["good"]

@@ -20,14 +20,13 @@ tests exercise the same code path offline.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from array import array
-from contextvars import ContextVar
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
 from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.source_names import current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
@@ -45,24 +44,8 @@ from torchtune_longshort.data.text_files import (
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
 log = logging.getLogger(__name__)
-# The config section a source is built for (``dataset``, ``validation.dataset``): the keys its messages name.
-_SECTION: ContextVar[str] = ContextVar("torchtune_longshort_data_section", default="dataset")
-
-
-@contextlib.contextmanager
-def config_section(where: str) -> Iterator[None]:
-    """Build sources for the config section ``where`` (``validation.dataset``): their messages, at the start and
-    when read later, name that section's keys (``dataset`` otherwise)."""
-    token = _SECTION.set(where)
-    try:
-        yield
-    finally:
-        _SECTION.reset(token)
-
-
-def mend_or_skip(error: object, where: str) -> DataRecordError:
-    """A bad record found before training, with the way on: mend it, or skip such records with the section's key."""
-    return DataRecordError(f"{error}: mend the record, or skip such records with {where}.skip_bad_records=True")
+class TooFewSequences(ValueError):
+    """:func:`fixed_length_sequences`: the source ran out before the sequences asked for."""
 
 
 class _Source:
@@ -186,8 +169,8 @@ def local_text(
     fails too. Each record's place (file, line or row) is kept, so the source has random access (``count``,
     ``in_order``): a resumed stream starts at its position, ``shuffle: True`` reads each pass in its permutation.
     """
-    section = _SECTION.get()
-    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], f"{section}.path")
+    names = current_names()
+    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], names("path"))
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -197,32 +180,32 @@ def local_text(
         return isinstance(doc, SkippedRecord) or bool(doc.strip())
 
     def documents() -> Iterator[str]:
-        docs = iter_documents(files, text_field, f"{section}.text_field", encoding, on_bad_record=skipped)
+        docs = iter_documents(files, text_field, names("text_field"), encoding, on_bad_record=skipped)
         return (doc for doc in docs if kept(doc))
 
     def read(indices: Sequence[int]) -> Iterator[Any]:  # random access: a resumed or shuffled stream
         parsed: Dict[int, List[Any]] = {}
         for i in indices:
             location = (files_at[i], keys[i], lines[i])
-            yield from read_located(files, location, text_field, f"{section}.text_field", encoding,
+            yield from read_located(files, location, text_field, names("text_field"), encoding,
                                     on_bad_record=skipped, parsed=parsed)
 
     files_at, keys, lines = array("l"), array("q"), array("q")  # each kept record's location (iter_located)
     note = (lambda m: bad.append(m) or SkippedRecord(m)) if skip_bad_records else None
     try:
-        located = iter_located(files, text_field, f"{section}.text_field", encoding, on_bad_record=note)
+        located = iter_located(files, text_field, names("text_field"), encoding, on_bad_record=note)
         for (fi, key, line), doc in located:
             if kept(doc):
                 files_at.append(fi)
                 keys.append(key)
                 lines.append(line)
     except DataRecordError as e:  # at the start: the message says how to go on
-        raise mend_or_skip(e, section) from None
+        raise mend_or_skip(e, names) from None
     if bad:
-        log.warning("%s.path=%r: skipped %d unreadable record(s) (skip_bad_records=True), first: %s",
-                    section, path, len(bad), bad[0])
+        log.warning("%s=%r: skipped %d unreadable record(s) (%s), first: %s",
+                    names("path"), path, len(bad), names.turned_on("skip_bad_records"), bad[0])
     if len(files_at) == len(bad):
-        raise ValueError(f"{section}.path={path!r} yields no non-empty documents ({len(files)} file(s) read)")
+        raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read)")
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
 
 
@@ -253,7 +236,8 @@ def hf_text(
     :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
     or mid-run) instead of the parser's row.
     """
-    section = _SECTION.get()
+    names = current_names()
+    section = names.where
     files = named_files({"data_files": data_files, "split": split}, section)
 
     def open_ds():
@@ -283,7 +267,7 @@ def hf_text(
         for i, rec in enumerate(records()):
             where = f"{section} {source!r} split {split!r} record {i}"
             try:
-                text = text_of_record(rec, text_field, where, f"{section}.text_field")
+                text = text_of_record(rec, text_field, where, names("text_field"))
             except DataRecordError as e:
                 if not skip_bad_records:
                     raise
@@ -348,11 +332,11 @@ def redpajama_book(
     RedPajama's ``book/*.jsonl``, or the 1T-Sample's book file (:data:`REDPAJAMA_BOOK_SAMPLE`, read from the hub).
     Without them, or with ``source`` the 1T repository, it is refused here, before any training."""
     if source == REDPAJAMA_1T or (source == "json" and data_files is None):
-        where = _SECTION.get()
+        names = current_names()
         raise ValueError(
-            f"{where}: redpajama_book needs {where}.data_files: {REDPAJAMA_1T} no longer serves its book subset (taken "
-            "down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name RedPajama's "
-            f"book JSON lines, e.g. {where}.data_files=/data/redpajama/book/*.jsonl, or its sample's "
+            f"{names.where}: redpajama_book needs {names('data_files')}: {REDPAJAMA_1T} no longer serves its book "
+            "subset (taken down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name "
+            f"RedPajama's book JSON lines, e.g. {names('data_files')}=/data/redpajama/book/*.jsonl, or its sample's "
             f"{REDPAJAMA_BOOK_SAMPLE}"
         )
     return hf_text(source, split=split, name=name, text_field="text", data_files=data_files, streaming=streaming,
@@ -365,11 +349,13 @@ def fixed_length_sequences(
     seq_len: int,
     num_sequences: int,
     vocab_size: Optional[int] = None,
+    where: str = "validation.dataset",
 ):
     """A validation set: the first ``num_sequences`` packed sequences of exactly ``seq_len`` tokens
     (``[num_sequences, seq_len]`` int64), e.g. 8192-token sequences as the paper's validation sets.
 
-    Raises ``ValueError`` naming the counts when the source runs out (it is read once, never cycled).
+    Raises :class:`TooFewSequences` naming the counts when the source runs out (it is read once, never cycled).
+    ``where``: how the user names the source (its skipped records are logged under it).
     """
     import torch
 
@@ -381,11 +367,9 @@ def fixed_length_sequences(
         try:
             rows.append(stream.take(seq_len))
         except StopIteration:
-            raise ValueError(
-                f"validation: the source {documents!r} holds only {i} sequences of {seq_len} tokens; "
-                f"{num_sequences} were asked for"
-            ) from None
+            raise TooFewSequences(f"the source {documents!r} holds only {i} sequences of {seq_len} tokens; "
+                                  f"{num_sequences} were asked for") from None
     if stream.records_skipped:
-        log.warning("validation: skipped %d unreadable record(s) (skip_bad_records=True), first: %s",
-                    stream.records_skipped, stream.new_skips()[0])
+        log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
+                    stream.new_skips()[0])
     return torch.tensor(rows, dtype=torch.long)

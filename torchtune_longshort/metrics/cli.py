@@ -29,7 +29,8 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
-from torchtune_longshort.data.corpus import fixed_length_sequences
+from torchtune_longshort.data.corpus import TooFewSequences, fixed_length_sequences
+from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.disk_space import check_not_full
 from torchtune_longshort.hidden_states import last_position_logits
@@ -49,16 +50,22 @@ NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allo
                  tokenizer="--tokenizer")
 
 
-def documents_for(data: str, text_field: str, split: str):
+# How the sources' messages name what they read: this command's options, not a config's dataset.* keys.
+SOURCE_NAMES = SourceNames("--data", {"path": "--data", "text_field": "--text-field", "split": "--split",
+                                      "skip_bad_records": "--skip-bad-records"})
+
+
+def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool = False):
     """``stdlib``, a local path (file, folder, JSONL) or a Hugging Face dataset name -> a document source."""
     if data == "stdlib":
         return corpus.stdlib()
-    if Path(data).exists():
-        return corpus.local_text(data, text_field=text_field)
-    if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in (".txt", ".json", ".jsonl", ".md", ".py"):
-        raise FileNotFoundError(f"--data={data!r}: no such file or folder; give 'stdlib', a text file, a folder, a "
-                                ".jsonl file or a Hugging Face dataset name")
-    return corpus.hf_text(data, split=split, text_field=text_field)
+    with source_names(SOURCE_NAMES):
+        if Path(data).exists():
+            return corpus.local_text(data, text_field=text_field, skip_bad_records=skip_bad_records)
+        if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in (".txt", ".json", ".jsonl", ".md", ".py"):
+            raise FileNotFoundError(f"--data={data!r}: no such file or folder; give 'stdlib', a text file, a folder, "
+                                    "a .jsonl file or a Hugging Face dataset name")
+        return corpus.hf_text(data, split=split, text_field=text_field, skip_bad_records=skip_bad_records)
 
 
 @quiet_when_the_reader_leaves
@@ -77,6 +84,9 @@ def _parser() -> ArgumentParser:
                     "Hugging Face dataset name (streamed)")
     ap.add_argument("--text-field", default="text", help="the text field of a .jsonl file or a Hugging Face dataset")
     ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
+    ap.add_argument("--skip-bad-records", action="store_true",
+                    help="skip a record that cannot be read (bytes not UTF-8, a line not JSON, no --text-field), "
+                    "counted and logged, instead of stopping")
     ap.add_argument("--length", type=length_arg, required=True,
                     help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
@@ -144,13 +154,18 @@ def _main(argv=None) -> int:
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
     model = load_hf_checkpoint(folder, max_seq_len=args.length, device=args.device, length_field="--length")
 
-    seqs = fixed_length_sequences(
-        documents_for(args.data, args.text_field, args.split),
-        lambda t: tok.encode(t, add_bos=True, add_eos=True),
-        seq_len=args.length,
-        num_sequences=args.num_samples,
-        vocab_size=tok.vocab_size,
-    )
+    try:
+        seqs = fixed_length_sequences(
+            documents_for(args.data, args.text_field, args.split, args.skip_bad_records),
+            lambda t: tok.encode(t, add_bos=True, add_eos=True),
+            seq_len=args.length,
+            num_sequences=args.num_samples,
+            vocab_size=tok.vocab_size,
+            where="--data",
+        )
+    except TooFewSequences as e:
+        raise TooFewSequences(f"--num-samples={args.num_samples} at --length={args.length}: {e}; lower either, or "
+                              "give --data more text") from None
 
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(

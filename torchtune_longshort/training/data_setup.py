@@ -15,9 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torchtune import config
 
-from torchtune_longshort.data.corpus import config_section, fixed_length_sequences
+from torchtune_longshort.data.corpus import TooFewSequences, fixed_length_sequences
+from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
-from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.rope import ScaledRoPE
@@ -36,7 +36,7 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
         dataset = build_torchtune_dataset(builder, tokenizer, source.builder_args, where)
         return torchtune_documents(dataset, name=source.component, args=source.builder_args, where=where,
                                    skip_bad_records=source.skip_bad_records)
-    with config_section(where):  # a corpus source's messages name this section's keys
+    with source_names(SourceNames(where)):  # a corpus source's messages name this section's keys
         return config.instantiate(source.node())
 
 
@@ -79,9 +79,7 @@ def validation_sequences(validation: Optional[ValidationConfig], tokenizer, toke
                     "validation.dataset.split=heldout)", len(shared), len(documents.files), shared[0])
     try:
         return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
-    except DataRecordError:
-        raise
-    except ValueError as e:  # the source ran out
+    except TooFewSequences as e:
         raise ValueError(f"validation.num_sequences={validation.num_sequences} at validation.seq_len="
                          f"{validation.seq_len}: {e}. Lower either, or give validation.dataset more text") from None
 

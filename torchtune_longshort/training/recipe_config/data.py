@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, mend_or_skip, stdlib
+from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, stdlib
+from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
 from torchtune_longshort.data.text_files import JSON_LINES_SUFFIX, DataRecordError, check_heads, resolve_files
@@ -94,7 +95,7 @@ class DataSourceConfig(ComponentSection):
             check_heads(resolve_files(self.args["path"], suffixes, f"{where}.path"),
                         self.args.get("encoding", "utf-8"))
         except DataRecordError as e:
-            raise mend_or_skip(f"{where}.path: {e}", where) from None
+            raise mend_or_skip(f"{where}.path: {e}", SourceNames(where)) from None
 
 
 @dataclass(frozen=True)

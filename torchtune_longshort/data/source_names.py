@@ -1,0 +1,54 @@
+"""How a document source (:mod:`torchtune_longshort.data.corpus`) names what it reads in its messages: the recipe
+config's keys of the section that builds it (``dataset.text_field``, ``validation.dataset.text_field``) or a command
+line's options (``--text-field``). The builder sets them around the build (:func:`source_names`); a source keeps
+the names it was built with for the messages of its later reads."""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+from torchtune_longshort.data.text_files import DataRecordError
+
+
+@dataclass(frozen=True)
+class SourceNames:
+    """How the user spells a document source and its arguments, for its messages: ``dataset`` and
+    ``dataset.text_field`` in the recipe's config (``validation.dataset.text_field`` for its validation set), or a
+    command line's options (``flags``: argument -> option, e.g. ``{"text_field": "--text-field"}``)."""
+
+    where: str = "dataset"
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+    def __call__(self, arg: str) -> str:
+        return self.flags.get(arg, f"{self.where}.{arg}")
+
+    def turned_on(self, arg: str) -> str:
+        """How to turn a boolean argument on: ``dataset.skip_bad_records=True``, or the option alone."""
+        return self.flags[arg] if arg in self.flags else f"{self.where}.{arg}=True"
+
+
+# How the sources built now are named (set by :func:`source_names`; a config's ``dataset`` otherwise).
+_NAMES: ContextVar[SourceNames] = ContextVar("torchtune_longshort_source_names", default=SourceNames())
+
+
+def current_names() -> SourceNames:
+    """How a source built now names its arguments."""
+    return _NAMES.get()
+
+
+@contextlib.contextmanager
+def source_names(names: SourceNames) -> Iterator[None]:
+    """Build sources whose messages, at the start and when read later, name their arguments as ``names`` says."""
+    token = _NAMES.set(names)
+    try:
+        yield
+    finally:
+        _NAMES.reset(token)
+
+
+def mend_or_skip(error: object, names: SourceNames) -> DataRecordError:
+    """A bad record found before training, with the way on: mend it, or skip such records."""
+    return DataRecordError(f"{error}: mend the record, or skip such records with {names.turned_on('skip_bad_records')}")
