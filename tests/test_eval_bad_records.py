@@ -61,6 +61,19 @@ def test_ppl_names_the_record_or_skips_it(data, sp_tokenizer_dir, kind, caplog):
     assert "skipped an unreadable record (1 so far)" in caplog.text and "holds int '12345'" in caplog.text
 
 
+@pytest.mark.parametrize("kind", ["local", "hf"])
+def test_a_record_without_the_text_field_names_the_tasks_key(tmp_path, sp_tokenizer_dir, kind):
+    """The reason names the task's own metadata key: it said "Set text_field" (local) and "Set dataset.text_field"
+    (a data set: the recipe config's key)."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "data.jsonl").write_text(json.dumps({"body": "y"}) + "\n")  # a column other than the task reads
+    rows = long_ppl_dataset(**_sources(folder, "ppl")[kind], tokenizer=str(sp_tokenizer_dir), ppl_max_seq_lengths=[64],
+                            ppl_num_samples=4)["test"].to_list()
+    assert "its fields are ['body']. Set ppl_text_field in --metadata to one of them" in rows[0]["error"], rows
+    assert "dataset." not in rows[0]["error"]
+
+
 def test_misalignment_skips_with_its_own_key(data, sp_tokenizer_dir):
     from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
     from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError

@@ -100,7 +100,7 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
     )
 
 
-def _read_local(data_files: Any, text_field: str, skip_bad_records: bool) -> Iterator[Any]:
+def _read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field") -> Iterator[Any]:
     """The documents of local ``data_files`` through the one local-text reader (a record it cannot read: a
     ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``."""
     # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
@@ -111,7 +111,7 @@ def _read_local(data_files: Any, text_field: str, skip_bad_records: bool) -> Ite
     except (FileNotFoundError, ValueError) as e:
         raise TaskDataError(str(e)) from None
     try:
-        yield from iter_documents(files, text_field, encoding_errors="replace",
+        yield from iter_documents(files, text_field, setting, encoding_errors="replace",
                                   on_bad_record=SkippedRecord if skip_bad_records else None)
     except DataRecordError:
         raise
@@ -149,6 +149,7 @@ def iter_texts(
     alternative: str = "",
     skip_bad_records: bool = False,
     skip_hint: str = "",
+    text_field_setting: str = "text_field",
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -166,7 +167,7 @@ def iter_texts(
         alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
         skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
             string, a line that is no JSON) is skipped, with a warning, instead of failing; ``skip_hint`` (how to
-            ask for that) ends the reason when it is not.
+            ask for that) ends the reason when it is not; ``text_field_setting``: how a reason names ``text_field``.
 
     Raises:
         TaskDataError: a bad source / file, an unreadable record, or hub data that cannot be fetched (offline,
@@ -179,21 +180,24 @@ def iter_texts(
     # stdlib and Hugging Face sources are the training loaders' (torchtune_longshort.data.corpus)
     # deferred: torch (the data package's __init__ imports it)
     from torchtune_longshort.data import corpus
+    from torchtune_longshort.data.source_names import SourceNames, source_names
 
     if source in STDLIB_SOURCES:
         it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, **STDLIB_SOURCES[source])()
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
-        it = _read_local(data_files, text_field, skip_bad_records)
+        it = _read_local(data_files, text_field, skip_bad_records, text_field_setting)
     else:
         if source in HF_PRESETS:
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
+        with source_names(SourceNames("data set", {"text_field": text_field_setting})):
+            documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
+                                       check_first=False, skip_bad_records=skip_bad_records)
         it = guard_hub_iteration(
-            corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name, check_first=False,
-                           skip_bad_records=skip_bad_records)(),
+            documents(),
             f"{dataset_path!r}" + (f" config {dataset_name!r}" if dataset_name else "") + f" split {split!r}",
             alternative,
         )
@@ -217,6 +221,7 @@ def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 
         alternative=f"for local data pass {prefix}_source=stdlib or {prefix}_data_files=<path or glob> in --metadata",
         skip_bad_records=flag(metadata, f"{prefix}_skip_bad_records"),
         skip_hint=f"or skip such records: --metadata '{{\"{prefix}_skip_bad_records\": true}}'",
+        text_field_setting=f"{prefix}_text_field in --metadata",
     )
 
 
