@@ -24,7 +24,7 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --alphas 0,0.1 --seed 1 --out DIR   # a second seed: the noise of a difference
     python benchmarks/ce_controls_cpu.py --methods yarn --alphas 0,0.1 --ppl-samples 4 --out DIR  # 4 sequences
     python benchmarks/ce_controls_cpu.py --methods pi --alphas 0,0.1 --divergence jeffreys --ppl-samples 4 \
-        --references docs/study/ce_controls_cpu/pi_ppl4/results.json --out DIR   # base and untrained rows reused
+        --references docs/study/ce_controls_cpu/pi_ppl4/results.json --out DIR   # its rows reused, not run again
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 With ``--ppl-samples`` N > 1 every row reads the same N sequences, and an alignment arm's line lists its
@@ -70,8 +70,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
                    help="loss.divergence of the alignment arms (rows of another than the paper's sce are named "
                    "<method>_a<alpha>_<divergence>_lr<lr>; the CE-only controls do not use one)")
     p.add_argument("--references", default=None, metavar="RESULTS_JSON",
-                   help="take the rows that train nothing (base, <method>_untrained) from an earlier results.json "
-                   "of the same base, lengths, RoPE methods and sample count, instead of evaluating them again")
+                   help="take rows from an earlier results.json of the same base, lengths and sample count instead "
+                   "of running them again: those that train nothing (base, <method>_untrained), and a fine-tune's "
+                   "row of the same name when the fine-tunes' settings were this run's too")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes: L0 256, L 512, train 128, 2 steps (or --steps), eval 256/512")
     a = p.parse_args(argv)
@@ -262,21 +263,30 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     return table + "\n\n" + "\n".join(verdicts)
 
 
-REFERENCE_ARGS = ("checkpoint", "L0", "L", "eval_lengths", "ppl_samples")  # what a row that trains nothing reads
+REFERENCE_ARGS = ("checkpoint", "L0", "L", "eval_lengths", "ppl_samples")  # what every row reads
+# What a fine-tune's row depends on beyond its name (method, alpha, divergence, lr, steps and seed are in the name).
+TRAINED_ARGS = ("recipe", "recipe_config", "train_len", "warmup", "e_range")
 
 
 def references(a: argparse.Namespace) -> Dict[str, Dict]:
-    """The rows that train nothing (``base``, ``<method>_untrained``) of ``--references``, each marked with the file
-    it came from; refused, naming the setting, when that file's run read other text or another model."""
+    """The rows of ``--references`` this run would make: those that train nothing (``base``,
+    ``<method>_untrained``), and the fine-tunes' when the fine-tunes' settings are this run's, each marked with the
+    file it came from; refused, naming the setting, when that file's run read other text or another model."""
     if not a.references:
         return {}
     earlier = json.loads(Path(a.references).read_text())
+
+    def same(key: str) -> bool:
+        return json.dumps(earlier["args"].get(key), default=str) == json.dumps(getattr(a, key), default=str)
+
     for key in REFERENCE_ARGS:
-        if json.dumps(earlier["args"].get(key), default=str) != json.dumps(getattr(a, key), default=str):
+        if not same(key):
             sys.exit(f"--references {a.references}: its {key} is {earlier['args'].get(key)!r}, this run's "
                      f"{getattr(a, key)!r}: its rows are not this run's")
-    names = ["base"] + [f"{m}_untrained" for m in a.methods
-                        if earlier["args"].get("rope", {}).get(m) == a.rope[m]]
+    methods = [m for m in a.methods if earlier["args"].get("rope", {}).get(m) == a.rope[m]]
+    names = ["base"] + [f"{m}_untrained" for m in methods]
+    if all(same(key) for key in TRAINED_ARGS):
+        names += [arm(a, m, alpha, lr) for m in methods for lr in a.lrs for alpha in a.alphas]
     def as_read(row: Dict) -> Dict:  # JSON's string keys back to the lengths
         return {**row, **{k: {int(n): v for n, v in (row.get(k) or {}).items()} for k in ("ppl", "per_sequence")},
                 "from": a.references}
@@ -305,6 +315,9 @@ def main(argv: List[str] | None = None) -> None:
             for alpha in a.alphas:
                 name = arm(a, m, alpha, lr)
                 print(f"[ce-controls] {name}: fine-tune ({a.steps} steps at {a.train_len}) and evaluation", flush=True)
+                if name in earlier:
+                    rows[name] = earlier[name]
+                    continue
                 ev = parts.evaluate(name, lambda: {"pretrained": parts.finetune(m, alpha, lr)})
                 rows[name] = parts.row(name, ev, True)
         (out / "results.json").write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1, default=str))
