@@ -79,6 +79,9 @@ def test_packing_and_validation_split(tmp_path):
     assert stream.take(4 * 128) == val.flatten().tolist()  # the same packed stream, cut into fixed rows
     with pytest.raises(ValueError, match="holds only"):
         fixed_length_sequences(local_text(str(_one(tmp_path))), tok, seq_len=64, num_sequences=5)
+    # the stream's other errors are named by the source's setting (they named nothing, or "validation.num_sequences")
+    with pytest.raises(ValueError, match=r"^--data: token id \d+ in document 1 .* outside the model vocabulary"):
+        fixed_length_sequences(src, tok, seq_len=64, num_sequences=1, vocab_size=10, where="--data")
 
 
 def _one(tmp_path):

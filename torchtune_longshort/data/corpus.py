@@ -355,7 +355,7 @@ def fixed_length_sequences(
     (``[num_sequences, seq_len]`` int64), e.g. 8192-token sequences as the paper's validation sets.
 
     Raises :class:`TooFewSequences` naming the counts when the source runs out (it is read once, never cycled).
-    ``where``: how the user names the source (its skipped records are logged under it).
+    ``where``: how the user names the source (its other errors and its skipped records are named by it).
     """
     import torch
 
@@ -369,6 +369,10 @@ def fixed_length_sequences(
         except StopIteration:
             raise TooFewSequences(f"the source {documents!r} holds only {i} sequences of {seq_len} tokens; "
                                   f"{num_sequences} were asked for") from None
+        except DataRecordError:
+            raise
+        except ValueError as e:  # no documents, ids past the model's vocabulary: named by the source's setting
+            raise ValueError(f"{where}: {e}") from None
     if stream.records_skipped:
         log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
                     stream.new_skips()[0])
