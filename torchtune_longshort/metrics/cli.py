@@ -51,7 +51,7 @@ NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allo
 
 
 # How the sources' messages name what they read: this command's options, not a config's dataset.* keys.
-SOURCE_NAMES = SourceNames("--data", {"path": "--data", "text_field": "--text-field", "split": "--split",
+SOURCE_NAMES = SourceNames("--data", {"path": "--data", "text_field": "--text-field",
                                       "skip_bad_records": "--skip-bad-records"})
 
 
