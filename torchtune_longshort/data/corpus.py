@@ -349,7 +349,7 @@ def fixed_length_sequences(
     seq_len: int,
     num_sequences: int,
     vocab_size: Optional[int] = None,
-    where: str = "validation.dataset",
+    where: str = "documents",
 ):
     """A validation set: the first ``num_sequences`` packed sequences of exactly ``seq_len`` tokens
     (``[num_sequences, seq_len]`` int64), e.g. 8192-token sequences as the paper's validation sets.

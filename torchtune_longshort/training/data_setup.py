@@ -78,7 +78,8 @@ def validation_sequences(validation: Optional[ValidationConfig], tokenizer, toke
                     "measured partly on training text; hold them apart (the stdlib: dataset.split=train and "
                     "validation.dataset.split=heldout)", len(shared), len(documents.files), shared[0])
     try:
-        return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size)
+        return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size,
+                                      where="validation.dataset")
     except TooFewSequences as e:
         raise ValueError(f"validation.num_sequences={validation.num_sequences} at validation.seq_len="
                          f"{validation.seq_len}: {e}. Lower either, or give validation.dataset more text") from None
