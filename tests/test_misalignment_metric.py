@@ -126,11 +126,12 @@ def test_cli_data_messages_name_its_own_options(tiny_llama2_dir, sp_tokenizer_di
     """A bad record in ``--data`` and data too short for ``--num-samples``: each refusal names this command's
     options. They said "Set dataset.text_field", "skip such records with dataset.skip_bad_records=True" (a config's
     keys; the command had no way to skip) and "validation: the source ... holds only 8 sequences". With
-    ``--skip-bad-records`` the record is skipped: the values equal those of the file without it."""
+    ``--skip-bad-records`` the record is skipped: the values equal those of the file without it, and the result
+    records the count."""
     from torchtune_longshort.metrics.cli import main
 
     doc = '{"text": "' + "def f(x):\\n    return x + 1\\n" * 40 + '"}\n'
-    (tmp_path / "bad.jsonl").write_text(doc * 3 + '{"body": "no text"}\n' + doc * 3)
+    (tmp_path / "bad.jsonl").write_text('{"body": "no text"}\n' + doc * 6)  # first: the sequences read pass it
     (tmp_path / "good.jsonl").write_text(doc * 6)
     base = ["--checkpoint-dir", str(tiny_llama2_dir), "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
             "--length", "64", "--num-samples", "4"]
@@ -144,15 +145,17 @@ def test_cli_data_messages_name_its_own_options(tiny_llama2_dir, sp_tokenizer_di
         return err
 
     err = refused("--data", str(tmp_path / "bad.jsonl"))
-    assert "bad.jsonl:4: no text field 'text'" in err and "Set --text-field to one of them" in err
+    assert "bad.jsonl:1: no text field 'text'" in err and "Set --text-field to one of them" in err
     assert err.rstrip().endswith("skip such records with --skip-bad-records")
     err = refused("--data", str(tmp_path / "good.jsonl"), "--num-samples", "500")
     assert err.startswith("longshort-misalignment: error: --num-samples=500 at --length=64: ") and "--data" in err
 
-    values = {}
+    results = {}
     for name, extra in (("skipped", ["--skip-bad-records"]), ("good", [])):
         out = tmp_path / f"{name}.json"
         data = tmp_path / ("bad.jsonl" if name == "skipped" else "good.jsonl")
         assert main([*base, "--data", str(data), *extra, "--output", str(out)]) == 0
-        values[name] = json.loads(out.read_text())["values"]
-    assert values["skipped"] == values["good"]
+        results[name] = json.loads(out.read_text())
+    assert results["skipped"]["values"] == results["good"]["values"]
+    # the result says what was left out of it: the one record without a text field, and none from the good file
+    assert (results["skipped"]["records_skipped"], results["good"]["records_skipped"]) == (1, 0)

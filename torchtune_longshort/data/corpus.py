@@ -343,7 +343,7 @@ def redpajama_book(
                    **kwargs)
 
 
-def fixed_length_sequences(
+def counted_fixed_length_sequences(
     documents: Documents,
     tokenize: Callable[[str], List[int]],
     seq_len: int,
@@ -351,7 +351,10 @@ def fixed_length_sequences(
     vocab_size: Optional[int] = None,
     where: str = "documents",
 ):
-    """A validation set: the first ``num_sequences`` packed sequences of exactly ``seq_len`` tokens
+    """``(sequences, records_skipped)``: :func:`fixed_length_sequences` and how many unreadable records the source
+    skipped on the way (``skip_bad_records``), for results that record it.
+
+    A validation set: the first ``num_sequences`` packed sequences of exactly ``seq_len`` tokens
     (``[num_sequences, seq_len]`` int64), e.g. 8192-token sequences as the paper's validation sets.
 
     Raises :class:`TooFewSequences` naming the counts when the source runs out (it is read once, never cycled).
@@ -376,4 +379,16 @@ def fixed_length_sequences(
     if stream.records_skipped:
         log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
                     stream.new_skips()[0])
-    return torch.tensor(rows, dtype=torch.long)
+    return torch.tensor(rows, dtype=torch.long), stream.records_skipped
+
+
+def fixed_length_sequences(
+    documents: Documents,
+    tokenize: Callable[[str], List[int]],
+    seq_len: int,
+    num_sequences: int,
+    vocab_size: Optional[int] = None,
+    where: str = "documents",
+):
+    """A validation set (``[num_sequences, seq_len]`` int64); see :func:`counted_fixed_length_sequences`."""
+    return counted_fixed_length_sequences(documents, tokenize, seq_len, num_sequences, vocab_size, where)[0]

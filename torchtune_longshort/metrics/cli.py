@@ -29,7 +29,7 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
-from torchtune_longshort.data.corpus import TooFewSequences, fixed_length_sequences
+from torchtune_longshort.data.corpus import TooFewSequences, counted_fixed_length_sequences
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.disk_space import check_not_full
@@ -155,7 +155,7 @@ def _main(argv=None) -> int:
     model = load_hf_checkpoint(folder, max_seq_len=args.length, device=args.device, length_field="--length")
 
     try:
-        seqs = fixed_length_sequences(
+        seqs, skipped = counted_fixed_length_sequences(
             documents_for(args.data, args.text_field, args.split, args.skip_bad_records),
             lambda t: tok.encode(t, add_bos=True, add_eos=True),
             seq_len=args.length,
@@ -175,7 +175,8 @@ def _main(argv=None) -> int:
 
     out = res.to_dict()
     out.update(checkpoint_dir=str(args.checkpoint_dir), model_family=folder.family.name,
-               tokenizer=f"{tok.format}: {tok.path}", data=args.data, usable_length=opened.usable_length,
+               tokenizer=f"{tok.format}: {tok.path}", data=args.data, records_skipped=skipped,
+               usable_length=opened.usable_length,
                extrapolated=opened.verdict.extrapolated,
                provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
     text = json.dumps(out, indent=2)
