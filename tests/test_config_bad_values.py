@@ -118,6 +118,14 @@ FAMILIES = {
          r"is not accepted \(Must pass 'filename_format' and 'max_filename'.*as torchtune takes them"),
         ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
          r"not read by this recipe.*resume=True"),
+        # QLoRA on weights NF4 cannot quantize (the tiny folder's 64 x 64 projections): refused when the model was
+        # built, so longshort-validate said OK; quantize_base without lora_rank trained every weight unquantized
+        ({"model.lora_rank": 4, "model.lora_alpha": 8, "model.quantize_base": True}, "model.quantize_base",
+         r"^model.quantize_base=True \(QLoRA\): NF4 .* q_proj \(64, 64\): 4096 values"),
+        ({"model.quantize_base": True}, "model", r"LoRA settings \['quantize_base'\] given without model.lora_rank"),
+        # the same from random weights: checked only with a start folder, so a from-scratch config passed it
+        ({"checkpoint_dir": None, "model": SCRATCH, "checkpointer.adapter_checkpoint": "adapter.pt"},
+         "checkpointer.adapter_checkpoint", r"not read by this recipe.*resume=True"),
         # an hf_decoder's max_seq_len inside rope_scaled is where the scaling starts: at the target it made YaRN's
         # factor 1 (no scaling) without a word (the folder has 256 positions)
         ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 512,

@@ -115,9 +115,18 @@ def test_remedies_name_only_what_the_run_does_not_use(tiny_llama2_dir, sp_tokeni
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     cuda = torch.device("cuda", 0)
     resumable, new_run = remedies(config(seq_len=4096, batch_size=2, **{"model.max_seq_len": 8192}), cuda, 4)
-    assert resumable == ["enable_activation_checkpointing=True", "tiled_mlp_tokens=4096",
-                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment"] and new_run[0].startswith("gradient_accumulation_steps=2 ")
-    assert new_run[1:] == ["loss.num_chunks=6", "a shorter seq_len"]  # ceil((4096 + 2048) / 1024)
+    # loss.num_chunks: ceil((4096 + 2048) / 1024), which a resume applies (LossConfig.RESUME_APPLIED)
+    assert resumable == ["enable_activation_checkpointing=True", "tiled_mlp_tokens=4096", "loss.num_chunks=6",
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment"]
+    assert new_run[0].startswith("gradient_accumulation_steps=2 ") and new_run[1:] == ["a shorter seq_len"]
+    # the two kinds are the resume check's own: a remedy offered for a resume is a key a resume applies, the rest
+    # keys it refuses to change (the README's out-of-memory paragraph said loss.num_chunks needed a new run)
+    from torchtune_longshort.config.fields import resume_policies
+    from torchtune_longshort.training.recipe_config import RecipeConfig
+
+    policy = resume_policies(RecipeConfig)
+    assert {policy[r.split("=")[0]] for r in resumable if "=" in r and "ALLOC" not in r} == {"applied"}
+    assert {policy[r.split("=")[0]] for r in new_run if "=" in r} | {policy["seq_len"]} == {"exact"}
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     resumable, new_run = remedies(config(seq_len=8192, batch_size=1, enable_activation_checkpointing=True,
                                          **{"model.max_seq_len": 16384, "loss.num_chunks": 12}), cuda, 12)

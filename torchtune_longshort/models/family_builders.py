@@ -105,9 +105,10 @@ def nf4_weight_shapes(config: Config, lora: Dict[str, Any]) -> Dict[str, Tuple[i
     return shapes
 
 
-def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]]) -> None:
+def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]], where: str = "quantize_base") -> None:
     """Refuse ``quantize_base=True`` for a checkpoint with a weight NF4 cannot quantize (numel a multiple of
-    ``NF4_BLOCK`` x the processes), before torchtune's builder meets torchao's assertion."""
+    ``NF4_BLOCK`` x the processes), before torchtune's builder meets torchao's assertion; ``where``: the setting's
+    name in the message."""
     if not lora or not lora.get("quantize_base"):
         return
     world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
@@ -116,7 +117,7 @@ def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]]) -> None:
     if bad:
         per = f"{NF4_BLOCK} x {world} processes = {NF4_BLOCK * world}" if world > 1 else str(NF4_BLOCK)
         raise UnsupportedModelError(
-            f"quantize_base=True (QLoRA): NF4 quantizes each weight in blocks of 64 x 256 values, so its numel must "
+            f"{where}=True (QLoRA): NF4 quantizes each weight in blocks of 64 x 256 values, so its numel must "
             f"be a multiple of {per}, not so in this {config.get('model_type')} checkpoint: {'; '.join(bad)}; set "
             "quantize_base: False (LoRA on the full-precision weights), or start from a checkpoint with dimensions "
             "that fit (e.g. hidden_size 128 with 4 KV heads of 32)")

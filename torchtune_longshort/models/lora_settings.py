@@ -51,7 +51,7 @@ def check_lora_settings(node: Mapping[str, Any], where: str = "model") -> None:
     adapter, a crash, or adapters that never train; nothing to check without ``lora_rank`` (full fine-tuning)."""
     rank = node.get("lora_rank")
     if rank is None:
-        given = sorted(k for k, v in node.items() if str(k).startswith(("lora_", "apply_lora"))
+        given = sorted(k for k, v in node.items() if str(k).startswith(("lora_", "apply_lora", "quantize_base"))
                        and v not in (None, False, 0.0, [], ()))
         if given:  # refused when the model was built, after the run had claimed its output folder
             raise ValueError(f"{where}: LoRA settings {given} given without {where}.lora_rank: set lora_rank (and "

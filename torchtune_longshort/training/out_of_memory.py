@@ -35,7 +35,8 @@ class OutOfMemory(Refusal, RuntimeError):
 
 def remedies(config, device: torch.device, num_chunks: int, world_size: int = 1) -> Tuple[List[str], List[str]]:
     """The settings that lower a step's peak memory which ``config`` (a ``RecipeConfig``) does not use yet: those a
-    resumed run may change, and those only a new run may (they change what the run trains or its summation order)."""
+    resumed run may change (``loss.num_chunks`` regroups the loss's sums: the same to rounding), and those only a new
+    run may (they change what the run trains)."""
     resumable: List[str] = []
     new_run: List[str] = []
     micro = config.batch_size // (world_size * config.gradient_accumulation_steps)
@@ -45,14 +46,14 @@ def remedies(config, device: torch.device, num_chunks: int, world_size: int = 1)
         resumable.append("enable_activation_offloading=True")
     if config.tiled_mlp_tokens is None and 2 * micro * config.seq_len > 2 * MLP_TILE_ROWS:
         resumable.append(f"tiled_mlp_tokens={MLP_TILE_ROWS}")
+    bounded = math.ceil((config.seq_len + config.windows.e_bounds[1]) / LOSS_CHUNK_ROWS)
+    if num_chunks < bounded:  # a resume applies it (the loss's sums regrouped: the same to rounding)
+        resumable.append(f"loss.num_chunks={bounded}")
     if device.type == "cuda" and "expandable_segments:True" not in os.environ.get(CUDA_ALLOC_CONF, ""):
         resumable.append(f"{CUDA_ALLOC_CONF}=expandable_segments:True in the environment")
     accumulation = 2 * config.gradient_accumulation_steps
     if micro > 1 and config.batch_size % (world_size * accumulation) == 0:
         new_run.append(f"gradient_accumulation_steps={accumulation} (half the sequences per forward, the same batch)")
-    bounded = math.ceil((config.seq_len + config.windows.e_bounds[1]) / LOSS_CHUNK_ROWS)
-    if num_chunks < bounded:
-        new_run.append(f"loss.num_chunks={bounded}")
     new_run.append("a shorter seq_len")
     return resumable, new_run
 

@@ -22,7 +22,7 @@ import torch
 
 from torchtune_longshort.data.tokenizer_training import check_training_folder
 from torchtune_longshort.models.families import check_torchtune_model_type
-from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.family_builders import check_nf4_shapes, rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
@@ -239,10 +239,13 @@ class ModelConfig(ComponentSection):
 
     def open_folders(self) -> None:
         """Open (and so check) each ``hf_decoder`` node's ``checkpoint_dir``, a refusal naming that node's key (it may
-        name another folder than ``checkpointer.checkpoint_dir``; the same one is checked under that name first)."""
+        name another folder than ``checkpointer.checkpoint_dir``; the same one is checked under that name first), and
+        with ``quantize_base`` the shapes of the weights NF4 quantizes (from its ``config.json``)."""
         for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir"):
-                CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
+                folder = CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
+                if node.get("lora_rank") is not None:  # QLoRA's shapes, from config.json (the build checked them)
+                    check_nf4_shapes(folder.config, dict(node), f"{path}.quantize_base")
 
     def lora_settings(self) -> List[str]:
         """The ``field=value`` items that make the built model a LoRA one: a node's ``lora_rank``, or a torchtune
@@ -319,9 +322,13 @@ class CheckpointerConfig(ComponentSection):
                                         "family (optional)")
 
     def check(self, where: str) -> None:
+        for key in UNREAD_CHECKPOINTER_KEYS:  # with or without a start folder
+            if self.args.get(key):
+                raise ValueError(f"{where}.{key}={self.args[key]!r} is not read by this recipe: it starts from "
+                                 "checkpoint_dir's weights (or random ones), and resume=True continues from "
+                                 f"output_dir's newest step_<k> (its recipe_state/); drop {where}.{key}")
         if self.checkpoint_dir is None:
             return
-
         if not Path(self.checkpoint_dir).exists():
             raise FileNotFoundError(f"{where}.checkpoint_dir={self.checkpoint_dir!r} does not exist")
         folder = CheckpointFolder.open(self.checkpoint_dir)
@@ -329,8 +336,8 @@ class CheckpointerConfig(ComponentSection):
         self._check_unread(folder, where)
 
     def _check_unread(self, folder: CheckpointFolder, where: str) -> None:
-        """torchtune's checkpointer arguments this recipe never reads (it opens the folder itself): one that would
-        make torchtune load other weights or a recipe state is refused, not ignored."""
+        """``checkpoint_files``, which this recipe never reads (it opens the folder itself), unless it lists the
+        folder's own weight files: one that would make torchtune load other weights is refused, not ignored."""
         files = self.args.get("checkpoint_files")
         if isinstance(files, Mapping):  # torchtune's {filename_format, max_filename}: the names it stands for
             files = _formatted_files(files, f"{where}.checkpoint_files")
@@ -338,11 +345,6 @@ class CheckpointerConfig(ComponentSection):
         if isinstance(files, (list, tuple)) and sorted(Path(str(f)).name for f in files) != have:
             raise ValueError(f"{where}.checkpoint_files={list(files)!r} is not what the recipe loads: it reads every "
                              f"weight file of checkpoint_dir's index ({', '.join(have)}); list exactly those, or null")
-        for key in UNREAD_CHECKPOINTER_KEYS:
-            if self.args.get(key):
-                raise ValueError(f"{where}.{key}={self.args[key]!r} is not read by this recipe: it starts from "
-                                 "checkpoint_dir's weights, and resume=True continues from output_dir's newest "
-                                 f"step_<k> (its recipe_state/); drop {where}.{key}")
 
 
 @dataclass(frozen=True)
