@@ -19,6 +19,7 @@ SCRATCH = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "ll
            "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 256}
 STDLIB_TOKENIZER = "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer"
 TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
+STDLIB, LOCAL_TEXT = "torchtune_longshort.data.corpus.stdlib", "torchtune_longshort.data.corpus.local_text"
 
 # family -> [(overrides, field named in the message, a pattern of the message)]
 FAMILIES = {
@@ -139,6 +140,21 @@ FAMILIES = {
          "dataset.path", r"does not exist"),
         ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},
          "dataset.packed", r"pass packed=False"),
+        # this package's components' arguments of the wrong kind: a traceback inside the component when the run
+        # built it (min_bytes: "'>=' not supported", suffixes: "Value after * must be an iterable"), an encoding
+        # Python does not know: LookupError; longshort-validate said OK to the first and the last
+        ({"dataset": {"_component_": STDLIB, "min_bytes": "abc"}}, "dataset.min_bytes",
+         r"='abc' is not accepted: expected an integer \(stdlib's min_bytes\)"),
+        ({"dataset": {"_component_": LOCAL_TEXT, "path": "DATA", "suffixes": ".txt"}}, "dataset.suffixes",
+         r"expected a list of strings"),
+        ({"dataset": {"_component_": LOCAL_TEXT, "path": "DATA", "encoding": "nosuch"}}, "dataset.encoding",
+         r"is not a text encoding Python knows"),
+        # a tokenizer the run would train, at a size it cannot train (refused as vocab_size=-3, naming no section)
+        # or from no files (refused as the stdlib corpus's limit=0)
+        ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "TMP/tok", "tokenizer.vocab_size": -3},
+         "tokenizer.vocab_size", r"integer >= 300"),
+        ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "TMP/tok", "tokenizer.train_files_limit": 0},
+         "tokenizer.train_files_limit", r"integer >= 1"),
         ({"optimizer._component_": "torch.optim.Adamm"}, "optimizer._component_", r"does not import"),
         ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
         # a local hub source that is not there: datasets' "Couldn't find any data file at ..." (no key, no fix) when
@@ -198,13 +214,13 @@ def _refused(recipe_cls, tmp_path, ckpt, tok, over, field, match, data_file):
     if over.get("device") == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     out = tmp_path / "out"
-    over = json.loads(json.dumps(over).replace('"DATA', '"' + data_file))
+    over = json.loads(json.dumps(over).replace('"DATA', '"' + data_file).replace('"TMP', '"' + str(tmp_path)))
     cfg = make_cfg(ckpt, tok, out, **over)
     with pytest.raises((ValueError, KeyError, OSError)) as err:
         recipe_cls(cfg)
     assert field in str(err.value), str(err.value)
     assert __import__("re").search(match, str(err.value)), str(err.value)
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / "tok").exists()
 
 
 def _cases(family):

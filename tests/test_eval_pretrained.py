@@ -145,11 +145,19 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--metadata", json.dumps({"mis_data_files": [str(tmp_path / "nope.txt")]})], ValueError,
              "mis_data_files='.*nope.txt' does not exist"),
             (["--metadata", '{"passkey_haystack": "stdlb"}'], ValueError, "passkey_haystack='stdlb': expected one of "
-             "filler, stdlib")]:
+             "filler, stdlib"),
+            # a length the task cannot score: "0" ran, wrote ppl_0k: NaN and exited 0 (-64 was refused)
+            (["--metadata", '{"max_seq_lengths": "0"}'], ValueError, r"max_seq_lengths='0': longshort_ppl scores "
+             r"lengths of at least 2 tokens \(0 given\)"),
+            (["--metadata", '{"max_seq_lengths": "2k", "ppl_max_seq_lengths": [1, 1024]}'], ValueError,
+             r"ppl_max_seq_lengths=\[1, 1024\]: .*\(1 given\)")]:
         with pytest.raises(error, match=match):
             check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl,hellaswag", "--metadata",
                                   '{"max_seq_length": "1k"}']))  # a built-in task may read any key
+    # BABILong's 0k is its empty haystack; the task's own key wins over the shared one
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_babilong,longshort_ppl", "--metadata",
+                                  '{"max_seq_lengths": "0k,1k", "ppl_max_seq_lengths": "1k"}']))
     # unset values, as the study writes them for a family it does not evaluate: the task's defaults
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--metadata",
                                   '{"mis_max_seq_lengths": [], "mis_num_samples": null, "ppl_source": "stdlib"}']))

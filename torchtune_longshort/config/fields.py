@@ -17,6 +17,7 @@ import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
+from torchtune_longshort.config.annotations import check_annotated_args
 from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown
 from torchtune_longshort.config.values import Check, resolve_component
 
@@ -213,6 +214,9 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
         names = ", ".join(f"{where}.{n}" for n in missing)
         raise ConfigKeyError(f"{where}: {node['_component_']} needs {names}, which the config does not give: "
                              f"add {'it' if len(missing) == 1 else 'them'}")
+    if issubclass(cls, ComponentSection):  # this package's components: each value of the kind its annotation says
+        check_annotated_args(resolve_component(f"{where}._component_", node["_component_"]),
+                             {k: v for k, v in node.items() if k != "_component_"}, where)
     values: Dict[str, Any] = {}
     for f in fields(cls):
         if f.metadata.get("flat"):

@@ -33,6 +33,7 @@ from torchtune_longshort.data.text_files import (
     DataRecordError,
     DataSourceError,
     SkippedRecord,
+    check_encoding,
     check_first_readable,
     iter_documents,
     iter_located,
@@ -170,6 +171,7 @@ def local_text(
     ``in_order``): a resumed stream starts at its position, ``shuffle: True`` reads each pass in its permutation.
     """
     names = current_names()
+    check_encoding(encoding, names("encoding"))
     files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], names("path"))
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a

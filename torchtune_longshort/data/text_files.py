@@ -111,6 +111,16 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
     return files
 
 
+def check_encoding(encoding: Any, field: str = "encoding") -> None:
+    """``encoding`` names a text encoding Python knows (``codecs.lookup``), or ``ValueError`` naming ``field``: the
+    reader's ``LookupError`` came as a traceback, after the run had started."""
+    try:
+        codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        raise ValueError(f"{field}={encoding!r} is not a text encoding Python knows: name one such as utf-8, "
+                         "latin-1 or cp1252") from None
+
+
 def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES) -> None:
     """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
     the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record). A bad

@@ -17,6 +17,7 @@ from typing import Iterable, Union
 from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
 
 SENTENCEPIECE_FILE = "tokenizer.model"
+MIN_VOCAB = 300  # the smallest vocabulary train_sentencepiece trains: 256 byte pieces, specials and merges
 
 
 def sentencepiece_file(path: Union[str, Path]) -> Path:
@@ -55,8 +56,8 @@ def train_sentencepiece(
     """
     import sentencepiece as spm
 
-    if vocab_size < 300:
-        raise ValueError(f"vocab_size={vocab_size}: needs >= 300 (256 byte pieces + specials + merges)")
+    if vocab_size < MIN_VOCAB:
+        raise ValueError(f"vocab_size={vocab_size}: needs >= {MIN_VOCAB} (256 byte pieces + specials + merges)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

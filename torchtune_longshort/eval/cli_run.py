@@ -22,8 +22,8 @@ from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
-from torchtune_longshort.eval.tasks import (check_metadata_values, fixed_context_of, generates, tasks_path,
-                                          unknown_metadata_keys)
+from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
+                                          tasks_path, unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
@@ -193,6 +193,7 @@ def check_arguments(out: List[str]) -> None:
                 parse_lengths(value, f"--metadata {key}")
         try:  # a value a task would score NaN for (the run exited 0)
             check_metadata_values(given.metadata or {})
+            check_task_lengths(given.metadata or {}, task_names(out))
         except TaskDataError as e:
             raise ValueError(f"--metadata {e}") from None
     model = option(out, "--model") or "hf"

@@ -18,10 +18,13 @@ import fcntl
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-from torchtune_longshort.data.tokenizer_training import check_training_folder, sentencepiece_file, train_sentencepiece
+from torchtune_longshort.config.values import integer
+from torchtune_longshort.data.tokenizer_training import (
+    MIN_VOCAB, check_training_folder, sentencepiece_file, train_sentencepiece,
+)
 from torchtune_longshort.output_guard import folder_beside, missing_root, remove_made_folders
 
 
@@ -121,6 +124,15 @@ def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> bool:
     return True
 
 
-# The recipe's config check asks this: a missing ``path`` is trained, so it must only be creatable
-# (training.recipe_config.components.TokenizerConfig).
+def check_training_arguments(args: Mapping[str, Any], where: str) -> None:
+    """The arguments a training call reads, checked before it (``where``: the tokenizer node's config path):
+    ``train_sentencepiece`` refused ``vocab_size=-3`` without naming the key, and ``train_files_limit=0`` was
+    refused as the stdlib corpus's ``limit``."""
+    integer(MIN_VOCAB)(f"{where}.vocab_size", args.get("vocab_size", 512))
+    integer(1)(f"{where}.train_files_limit", args.get("train_files_limit", 120))
+
+
+# The recipe's config check asks these: a missing ``path`` is trained, so it must only be creatable, and the
+# training's arguments must be ones it takes (training.recipe_config.components.TokenizerConfig).
 stdlib_sentencepiece_tokenizer.trains_missing_path = True
+stdlib_sentencepiece_tokenizer.check_training_arguments = check_training_arguments

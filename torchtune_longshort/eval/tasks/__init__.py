@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
@@ -57,6 +57,8 @@ class TaskFamily:
         value_kinds: ``(key, kind)`` of its own ``--metadata`` keys whose values are checked before a run
             (:func:`check_metadata_values`; a kind of :data:`VALUE_KINDS`); its ``data_dir_key`` is checked as a
             ``folder`` without being listed.
+        min_length: the shortest length in tokens it can score (a shorter one in ``--metadata`` is refused before
+            the run: :func:`check_task_lengths`); 0 for BABILong, whose ``0k`` is its empty haystack.
     """
 
     task: str
@@ -72,6 +74,7 @@ class TaskFamily:
     study_names: Tuple[Tuple[str, str], ...] = ()
     value_kinds: Tuple[Tuple[str, str], ...] = ()
     metadata_keys: Tuple[str, ...] = ()
+    min_length: int = 0
     fixed_context: Tuple[str, ...] = ()
     generates: bool = True
 
@@ -96,20 +99,21 @@ def _keys(prefix: str, *names: str) -> Tuple[str, ...]:
 TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
                       table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),),
-                      metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS), generates=False),
+                      metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS), generates=False,
+                      min_length=2),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
                           study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
                           value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
                                        ("passkey_seed", "integer"), ("passkey_data_files", "files")),
                           metadata_keys=_keys("passkey", "max_seq_lengths", "num_samples", "depths", "seed",
                                               "haystack", "haystack_files", "data_files"),
-                          fixed_context=("num_fewshot",)),
+                          fixed_context=("num_fewshot",), min_length=2),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
                                metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
-                               fixed_context=tuple(CONTEXT_OPTIONS), generates=False),
+                               fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
@@ -271,6 +275,27 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
             flag(metadata, key)
         if key.endswith("_data_files") and key[: -len("_data_files")] in TEXT_PREFIXES:
             _check_local_files(key, value)
+
+
+def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> None:
+    """:class:`TaskDataError` for a length in ``metadata`` (``max_seq_lengths``, or a task's own
+    ``<prefix>_max_seq_lengths``) shorter than a task of ``tasks`` that sweeps it can score
+    (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
+    # deferred: the length grammar is read only here (the task modules import this module)
+    from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY, lengths_key, parse_lengths
+
+    for task in tasks:
+        family = TASK_FAMILIES.get(family_of(task) or "")
+        if family is None or not family.length_swept or not family.min_length:
+            continue
+        own = lengths_key(family.metadata_prefix)
+        key = own if own in family.metadata_keys and metadata.get(own) not in (None, "", []) else METADATA_KEY
+        if metadata.get(key) in (None, "", []):
+            continue
+        short = [n for n in parse_lengths(metadata[key], key) if n < family.min_length]
+        if short:
+            raise TaskDataError(f"{key}={metadata[key]!r}: {family.task} scores lengths of at least "
+                                f"{family.min_length} tokens ({', '.join(map(str, short))} given)")
 
 
 def _check_local_files(key: str, value: Any) -> None:

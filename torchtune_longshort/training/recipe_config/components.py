@@ -71,12 +71,15 @@ class TokenizerConfig(ComponentSection):
         if self.path is None:
             return
         p = Path(self.path).expanduser()
-        if getattr(resolve_component(f"{where}._component_", self.component), "trains_missing_path", False):
+        component = resolve_component(f"{where}._component_", self.component)
+        if getattr(component, "trains_missing_path", False):
             _check_creatable(f"{where}.path", p)
+            if self.trains_here() is not None and hasattr(component, "check_training_arguments"):
+                component.check_training_arguments(self.args, where)
         elif not p.exists():
             raise FileNotFoundError(f"{where}.path={self.path!r} does not exist: name the tokenizer file (or the "
                                     "checkpoint folder, for torchtune_longshort.models.checkpoint_tokenizer)")
-        elif resolve_component(f"{where}._component_", self.component) is checkpoint_tokenizer:
+        elif component is checkpoint_tokenizer:
             try:  # which file it reads (no tokenizer loaded): a folder without one was refused only at setup
                 find_tokenizer(p)
             except TokenizerError as e:

@@ -17,7 +17,9 @@ from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, stdlib
 from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
-from torchtune_longshort.data.text_files import JSON_LINES_SUFFIX, DataRecordError, check_heads, resolve_files
+from torchtune_longshort.data.text_files import (
+    JSON_LINES_SUFFIX, DataRecordError, check_encoding, check_heads, resolve_files,
+)
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component
@@ -79,6 +81,8 @@ class DataSourceConfig(ComponentSection):
             if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
                 raise ValueError(f"{where}.{SKIP_BAD_RECORDS} is not accepted by {self.component}: it reads no records "
                                  "that could be skipped; remove the key")
+        if resolve_component(f"{where}._component_", self.component) is local_text and "encoding" in self.args:
+            check_encoding(self.args["encoding"], f"{where}.encoding")
         self.input_files(where)
         check_not_empty(named_files(self.args, where))
         self._check_text_heads(where)
