@@ -34,7 +34,7 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "4", "--quick", "--l-trains", "6,6"], "--l-trains='6,6': Fig. 4 compares the error of two or more"),
     # the messages named the field (seeds=0), not the flag typed
     (["--figure", "1a", "--seeds", "0"], "--seeds=0 must be >= 1"),
-    (["--workers", "0"], "--workers=0 must be >= 1"),
+    (["--figure", "1a", "--workers", "0"], "--workers=0 must be >= 1"),
     (["--figure", "1x"], "--figure='1x' is unknown"),
     (["--figure", "1a", "--lrs", "1e-4,-1"], "--lrs='1e-4,-1': every learning rate must be > 0"),
     (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
@@ -97,3 +97,14 @@ def test_theory_title_says_float32_zero_only_when_it_is():
     for mean_mse, zero in ((3e-9, False), (5e-15, True)):
         fig = theory_figure({"length": curve, "sum": curve, "mean": {**curve, "mse": [np.full(8, mean_mse)]}})
         assert ("(float32 zero)" in fig._suptitle.get_text()) == zero
+
+
+@pytest.mark.parametrize("flag, value", [("--lrs", "1e-3,1e-4"), ("--l-trains", "6,10"), ("--seeds", "2"),
+                                         ("--workers", "2"), ("--cache", "CACHE")])
+def test_a_single_run_refuses_the_flags_only_figures_read(tmp_path, capsys, flag, value):
+    # `--task length --lrs 1e-3,1e-4` trained one run at --lr's default, 5e-4, without a word (an audit)
+    value = value.replace("CACHE", str(tmp_path / "cache"))
+    assert main(["--task", "mean", "--quick", "--steps", "2", flag, value, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {flag} applies with --figure only" in err, err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()

@@ -115,6 +115,8 @@ def _main(argv=None) -> int:
     try:
         if a.figure is not None:
             _check_single_run_flags(sys.argv[1:] if argv is None else argv)
+        elif not a.replot:
+            _check_figure_flags(a)
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
@@ -229,6 +231,20 @@ def _check_single_run_flags(argv: Sequence[str]) -> None:
                for head in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))):  # (--tas: argparse's)
             raise ValueError(f"--{name} applies to a single run (without --figure); each figure sets its curves' "
                              f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
+
+
+# the flags only figures read (each None unless given), with the single run's own flag where it has one
+_FIGURE_FLAGS = {"lrs": "--lr", "l_trains": "--l-train", "seeds": "--seed", "workers": None, "cache": None}
+
+
+def _check_figure_flags(a: argparse.Namespace) -> None:
+    """Without --figure, a flag only figures read (--lrs: the run trained at --lr's default) was ignored without a
+    word: refused."""
+    for name, own in _FIGURE_FLAGS.items():
+        if getattr(a, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} applies with --figure only" + (f" (a single run takes {own})" if own else "")
+                             + f": drop {flag}, or add --figure")
 
 
 def _check_figure_runs(paper: List[str], base: RunConfig, l_trains: List[int]) -> None:
