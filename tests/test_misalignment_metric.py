@@ -103,6 +103,21 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     assert len(res["provenance"]["stdlib_corpus"]["sha256"]) == 64  # --data stdlib
 
 
+@pytest.mark.parametrize("data, extra", [("stdlib", ["--text-field", "body"]), ("stdlib", ["--split", "train"]),
+                                         ("stdlib", ["--skip-bad-records"]), ("LOCAL", ["--split", "train"])])
+def test_cli_refuses_an_option_its_data_does_not_read(tmp_path, capsys, data, extra):
+    # `--data stdlib --text-field body` measured the stdlib without a word (an audit); --split of a local file too
+    from torchtune_longshort.metrics.cli import main
+
+    (tmp_path / "d.jsonl").write_text('{"text": "x"}\n')
+    data = data.replace("LOCAL", str(tmp_path / "d.jsonl"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--checkpoint-dir", str(tmp_path / "not_read"), "--data", data, "--length", "64", *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"error: {extra[0]} does not apply to --data={data!r}" in err and f"drop {extra[0]}" in err, err
+
+
 @pytest.mark.parametrize("what", ["user_file", "folder", "link_to_nothing"])
 def test_cli_refuses_an_output_it_would_overwrite_before_loading(tiny_llama2_dir, tmp_path, capsys, what):
     # `longshort-misalignment ... --output user.json` overwrote the user's own file; `--output DIR` failed after the

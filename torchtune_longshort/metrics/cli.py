@@ -82,8 +82,9 @@ def _parser() -> ArgumentParser:
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
     ap.add_argument("--data", default="stdlib", help="'stdlib' (default), a text file, a folder, a .jsonl file, or a "
                     "Hugging Face dataset name (streamed)")
-    ap.add_argument("--text-field", default="text", help="the text field of a .jsonl file or a Hugging Face dataset")
-    ap.add_argument("--split", default="test", help="split of a Hugging Face dataset")
+    ap.add_argument("--text-field", default=None,
+                    help="the text field of a .jsonl file or a Hugging Face dataset (default: text)")
+    ap.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: test)")
     ap.add_argument("--skip-bad-records", action="store_true",
                     help="skip a record that cannot be read (bytes not UTF-8, a line not JSON, no --text-field), "
                     "counted and logged, instead of stopping")
@@ -101,6 +102,22 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
     return ap
+
+
+def _check_data_options(args, ap: ArgumentParser) -> None:
+    """The options of a kind of ``--data`` given with another kind (``--text-field`` with ``stdlib`` was ignored
+    without a word) are refused; the defaults filled in."""
+    local = args.data != "stdlib" and Path(args.data).exists()
+    unread = {"--text-field": args.text_field is not None, "--split": args.split is not None,
+              "--skip-bad-records": args.skip_bad_records} if args.data == "stdlib" else \
+        {"--split": args.split is not None} if local else {}
+    given = [name for name, was_given in unread.items() if was_given]
+    if given:
+        kind = "reads the standard library's source files" if args.data == "stdlib" else "is a local path"
+        ap.error(f"{given[0]} does not apply to --data={args.data!r}, which {kind}: drop {given[0]} (it applies to "
+                 f"{'a Hugging Face dataset' if given[0] == '--split' else 'JSON data or a Hugging Face dataset'})")
+    args.text_field = args.text_field or "text"
+    args.split = args.split or "test"
 
 
 def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
@@ -146,6 +163,7 @@ def _main(argv=None) -> int:
         ap.error(f"--length={args.length}: must be >= 2 tokens")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    _check_data_options(args, ap)
     _check_output(args.output)
     require_device(args.device, "--device")  # before any file is read or model built
     quiet_upstream()  # before torchtune (and so torchao) is imported by the calls below
