@@ -106,6 +106,9 @@ FAMILIES = {
          r"embed_dim=130 is not divisible by num_heads=4"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
+        # the same from random weights, against model.family: passed without a word (an audit)
+        ({"checkpoint_dir": None, "model": SCRATCH, "checkpointer.model_type": "FOO"}, "checkpointer.model_type",
+         r"does not convert a 'llama'.*leave it out: model.family decides"),
         # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to output_dir)
         ({"checkpointer.output_dir": "/nonexistent/ckpts"}, "checkpointer.output_dir", r"is not output_dir=.*step_<k>"),
         # torchtune's checkpointer arguments the recipe never reads: trained from the folder's own shards,

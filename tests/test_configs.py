@@ -183,6 +183,18 @@ def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
     assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml"]
 
 
+def test_longshort_cp_list_refuses_a_copy_asked_with_it(tmp_path, capsys):
+    # `longshort-cp --list tiny/longshort_stdlib.yaml run.yaml` listed and copied nothing, exit 0 (an audit)
+    from torchtune_longshort.configs_cli import main
+
+    for extra in (["tiny/longshort_stdlib.yaml", str(tmp_path / "run.yaml")], ["--force"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--list", *extra])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and "--list takes nothing else (" in err, err
+    assert not any(tmp_path.iterdir())
+
+
 def test_shipped_configs_are_found_where_the_package_is_imported_from_its_checkout(tmp_path, monkeypatch, capsys):
     # A checkout's package shadowing a non-editable install (`python -m torchtune_longshort.study --config
     # configs/study/cpu_small.yaml` run in the checkout), or PYTHONPATH=. with no install, has no data package

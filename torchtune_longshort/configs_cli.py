@@ -86,6 +86,10 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the shipped configs")
     ap.add_argument("--force", action="store_true", help="overwrite an existing destination file")
     args = ap.parse_args(argv)
+    extra = [repr(a) for a in (args.name, args.destination) if a] + (["--force"] if args.force else [])
+    if args.list and extra:  # a copy asked as well: it was ignored without a word
+        ap.error(f"--list takes nothing else ({', '.join(extra)} given): longshort-cp --list, or longshort-cp NAME "
+                 "DEST to copy")
     if args.list or not args.name:
         try:
             print("\n".join(shipped_configs()))

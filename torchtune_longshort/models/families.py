@@ -240,13 +240,15 @@ def family_named(name: Any, where: str = "model.family") -> ModelFamily:
     return MODEL_FAMILIES[name]
 
 
-def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str) -> None:
-    """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly."""
+def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str,
+                               decided_by: str = "the folder's config.json") -> None:
+    """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly
+    (``decided_by``: what says the family when the key is left out)."""
     if model_type is None or str(model_type).upper() in family.torchtune_model_types:
         return
     raise UnsupportedModelError(
         f"{where}: model_type={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
-        f"use model_type: {family.torchtune_model_type} (or leave it out: the folder's config.json decides)"
+        f"use model_type: {family.torchtune_model_type} (or leave it out: {decided_by} decides)"
     )
 
 

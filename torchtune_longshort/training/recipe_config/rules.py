@@ -12,6 +12,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
+from torchtune_longshort.models.families import check_torchtune_model_type, family_named
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
@@ -65,6 +66,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
         config.model.open_folders()
     check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
     _check_scratch_lora(config)
+    _check_scratch_model_type(config)
     _check_scratch_dimensions(config)
     if local:
         check_checkpoint_dimensions(config)
@@ -213,6 +215,20 @@ def _check_scratch_lora(config: RecipeConfig) -> None:
                          "model's weights, and this config starts from random ones; set checkpointer.checkpoint_dir "
                          "to a checkpoint folder (as the shipped tiny/lora_from_checkpoint.yaml does), or drop the "
                          "model's lora_* settings to train every weight")
+
+
+def _check_scratch_model_type(config: RecipeConfig) -> None:
+    """From random weights ``checkpointer.model_type`` is checked against the model node's ``family``, as it is
+    against a start folder's (``model_type: FOO`` passed without a word)."""
+    model_type = config.checkpointer.model_type
+    if config.checkpointer.checkpoint_dir is not None or model_type is None:
+        return
+    # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
+    from torchtune_longshort.training.model_setup import model_kwargs
+
+    family = model_kwargs(config.model.args).get("family")
+    if family is not None:
+        check_torchtune_model_type(family_named(family), model_type, "checkpointer.model_type", "model.family")
 
 
 def _check_scratch_dimensions(config: RecipeConfig) -> None:
