@@ -62,8 +62,27 @@ def test_an_unreachable_hub_is_refused_in_one_line(monkeypatch):
         raise ConnectionError("Couldn't reach 'emozilla/pg19' on the Hub (OfflineModeIsEnabled)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(ValueError, match=r"'emozilla/pg19' .*ConnectionError.*: the hub cannot be reached from here"):
+    with pytest.raises(ValueError, match=r"'emozilla/pg19' .*ConnectionError.*: the hub cannot be reached from here"
+                                         r".*or from local files \(source: json, data_files: ...\)$"):
         corpus.pg19()
+    # longshort-misalignment's --data: the way to local files in its own words, not a config's keys (an audit)
+    from torchtune_longshort.data.source_names import source_names
+    from torchtune_longshort.metrics.cli import SOURCE_NAMES
+
+    with source_names(SOURCE_NAMES), pytest.raises(ValueError) as err:
+        corpus.hf_text("nosuchuser/nosuchdataset", split="test")
+    said = str(err.value)
+    assert said.startswith("--data 'nosuchuser/nosuchdataset' ") and "or from a local file or folder as --data" in said
+    assert "source: json" not in said, said
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("no such split")
+
+    monkeypatch.setattr(datasets, "load_dataset", missing)
+    with source_names(SOURCE_NAMES), pytest.raises(ValueError, match=r"check --data and --split, or read a local"):
+        corpus.hf_text("user/data", split="tset")
+    with pytest.raises(ValueError, match=r"check dataset.source, dataset.name and dataset.split, or read local files"):
+        corpus.hf_text("user/data", split="tset")
 
 
 def test_redpajama_book_reads_files_in_its_format_and_refuses_the_taken_down_subset(hub, tmp_path):

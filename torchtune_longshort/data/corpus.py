@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
 from torchtune_longshort.data.dual_window import PackedTokenStream
-from torchtune_longshort.data.source_names import current_names, mend_or_skip
+from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     JSON_LINES_SUFFIX,
@@ -283,23 +283,28 @@ def hf_text(
         except DataRecordError:
             raise
         except Exception as e:
-            raise _load_failure(section, source, name, split, e) from e
+            raise _load_failure(section, source, name, split, e, names) from e
     return src
 
 
-def _load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException) -> Exception:
-    """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on."""
+def _load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException,
+                  names: Optional[SourceNames] = None) -> Exception:
+    """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on, in the words of
+    its builder (``names``: its settings, and how it reads local files instead)."""
+    names = names or SourceNames()
+    local = names.local_files
     said = " ".join(str(error).split())[:300] or type(error).__name__
     if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' split and missing-repo errors
         return error
     if "scripts are no longer supported" in said:
         hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
-                f"or JSON as source (PG19: {PG19_SOURCE}), or local files (source: json, data_files: ...)")
+                f"or JSON as source (PG19: {PG19_SOURCE}), or {local}")
     elif isinstance(error, ConnectionError):
         hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
-                "(HF_DATASETS_OFFLINE=1), or from local files (source: json, data_files: ...)")
+                f"(HF_DATASETS_OFFLINE=1), or from {local}")
     else:
-        hint = "check source, name and split, or read local files (source: json, data_files: ...)"
+        settings = [names(a) for a in ("source", "name", "split") if not names.flags or a in names.flags]
+        hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
     return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
                       f"({type(error).__name__}: {said}): {hint}")
 

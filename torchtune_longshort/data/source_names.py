@@ -21,6 +21,8 @@ class SourceNames:
 
     where: str = "dataset"
     flags: Mapping[str, str] = field(default_factory=dict)
+    # how this builder reads local files instead of a hub dataset, for the messages of one that cannot be loaded
+    local_files: str = "local files (source: json, data_files: ...)"
 
     def __call__(self, arg: str) -> str:
         return self.flags.get(arg, f"{self.where}.{arg}")

@@ -51,8 +51,9 @@ NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allo
 
 
 # How the sources' messages name what they read: this command's options, not a config's dataset.* keys.
-SOURCE_NAMES = SourceNames("--data", {"path": "--data", "text_field": "--text-field",
-                                      "skip_bad_records": "--skip-bad-records"})
+SOURCE_NAMES = SourceNames("--data", {"path": "--data", "source": "--data", "split": "--split",
+                                      "text_field": "--text-field", "skip_bad_records": "--skip-bad-records"},
+                           local_files="a local file or folder as --data (a .jsonl file, a text file)")
 
 
 def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool = False):
