@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
 from torchtune_longshort.eval.report.results_io import (
+    CELL_METRIC,
     coverage_note,
     cut_off_samples,
     even_cell_counts,
@@ -57,8 +58,10 @@ from torchtune_longshort.output_guard import (
 )
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable
-# Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``).
-LENGTH_TABLES = {fam.task: fam.table_metrics for fam in TASK_FAMILIES.values() if fam.table_metrics}
+# Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``): the
+# family's table metrics first, then its other metrics (passkey's digits, ppl's token_nll), where a run reports them.
+LENGTH_TABLES = {fam.task: fam.table_metrics + tuple(m for m in fam.metrics if m not in fam.table_metrics)
+                 for fam in TASK_FAMILIES.values() if fam.table_metrics}
 
 
 def _fmt(v: Any) -> str:
@@ -107,10 +110,18 @@ def _partial_note(run: str, cov: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
             f"{pron}; no value from {', '.join(missing)}."), partial
 
 
+def _by_length(task: str, key: str) -> bool:
+    """Whether ``key`` of ``task`` is in a length table, or a depth x length cell (its heatmap's)."""
+    return CELL_METRIC.match(key) is not None or any(metric_length(key, m) is not None
+                                                     for m in LENGTH_TABLES.get(task, ()))
+
+
 def _task_table(task: str, runs: Dict[str, Dict[str, Dict[str, Any]]], coverage: Dict[str, Dict[str, Any]],
-                summary: Dict[str, Any]) -> Optional[str]:
-    """The section of a task without a length table: its metrics (rows = runs), group coverage noted."""
-    metrics = sorted({m for r in runs.values() for m in r.get(task, {}) if m not in ("alias", "name", "sample_len")})
+                summary: Dict[str, Any], tabled: bool = False) -> Optional[str]:
+    """The section of a task's metrics that no length table holds (rows = runs), group coverage noted; ``tabled``:
+    the task has length tables, and this section holds its values over all lengths (passkey's acc and digits)."""
+    metrics = sorted({m for r in runs.values() for m in r.get(task, {}) if m not in ("alias", "name", "sample_len")
+                      and not (tabled and _by_length(task, m))})
     if not metrics:
         return None
     header = ["run"] + metrics
@@ -127,7 +138,8 @@ def _task_table(task: str, runs: Dict[str, Dict[str, Dict[str, Any]]], coverage:
         if note:
             notes.append(note)
             summary.setdefault("partial_groups", {}).setdefault(task, {})[row[0]] = partial
-    return f"### {task}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes)
+    title = f"{task}: over all lengths" if tabled else task
+    return f"### {title}\n\n" + _table(header, rows) + "".join("\n\n" + n for n in notes)
 
 
 def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
@@ -141,8 +153,8 @@ def family_tables(runs: Dict[str, Dict[str, Dict[str, Any]]],
     sections: List[str] = []
     summary: Dict[str, Any] = {}
     used = _length_tables(runs, sections, summary)
-    for task in sorted({t for r in runs.values() for t in r} - used):
-        section = _task_table(task, runs, coverage or {}, summary)
+    for task in sorted({t for r in runs.values() for t in r}):
+        section = _task_table(task, runs, coverage or {}, summary, tabled=task in used)
         if section:
             sections.append(section)
     errors = {run: dict(sorted(e.items())) for run, e in (not_scored or {}).items() if e}
