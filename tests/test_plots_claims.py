@@ -27,8 +27,10 @@ def test_e_range_bars_colour_only_intervals_that_exclude_zero():
     ax = fig.axes[0]
     colours = [tuple(p.get_facecolor()) for p in ax.patches]
     assert colours == [to_rgba(DIRECTION_STYLE[c["direction"]][0]) for c in comps]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["e ~ U[1, L] @ 512", "e ~ U[1, L] @ 1k",
-                                                           "e ~ U[1, L/4] @ 2k", "e ~ U[L/4, L/2] @ 512"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["e ~ U[1, L] @ 512: -1.8", "e ~ U[1, L] @ 1k: -1.9",
+                                                           "e ~ U[1, L/4] @ 2k: +0.8", "e ~ U[L/4, L/2] @ 512: +0.2"]
+    # a verdict's colour on its label too, black where the interval holds 0 or there is none
+    assert [t.get_color() for t in ax.get_yticklabels()][1:3] == ["tab:green", "tab:red"]
     assert not any("'" in t for t in texts(fig) + [t.get_text() for t in ax.get_yticklabels()])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [DIRECTION_STYLE[d][1] for d in ("better", "worse", "no difference", "unknown")]
@@ -39,6 +41,24 @@ def test_e_range_bars_colour_only_intervals_that_exclude_zero():
     assert lo <= -3.6 and hi >= 1.6  # every interval inside the axes
     no_overlap(ax.get_yticklabels(), fig.canvas.get_renderer())
     inside_figure(fig, fig.legends[0])
+
+
+def test_bars_count_the_seeds_they_pair_and_a_short_significant_bar_keeps_its_number():
+    # the title said "mean over 3 seeds" (the config's) over bars of 1, 2 and 3 seeds, and a significant bar
+    # beside a +-40 interval was a dot at 0 whose red no one could see (an audit)
+    comps = [_cmp(0.5, None, None, "unknown", e_range=[1, "L/4"], n=1),
+             _cmp(-3.0, -40.0, 34.0, "no difference", e_range=[1, "L"], n=2),
+             _cmp(0.0004, 0.0001, 0.0007, "worse", e_range=[1, "L/8"], n=3)]
+    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps}))
+    labels = fig.axes[0].get_yticklabels()
+    assert "means over 1-3 seeds (n per bar)" in fig.get_suptitle() and "over 3 seeds" not in fig.get_suptitle()
+    assert [t.get_text() for t in labels] == ["e ~ U[1, L/4] @ 512: +0.5 (n=1)", "e ~ U[1, L] @ 512: -3 (n=2)",
+                                              "e ~ U[1, L/8] @ 512: +0.0004 (n=3)"]
+    assert labels[2].get_color() == DIRECTION_STYLE["worse"][0]
+    inside_figure(fig, fig.legends[0])
+    comps = [{**c, "n": 2} for c in comps]  # one count for every bar: said once, in the title
+    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps}))
+    assert "mean over 2 seeds" in fig.get_suptitle() and "(n=" not in fig.axes[0].get_yticklabels()[0].get_text()
 
 
 def test_divergence_bars_one_panel_per_unit():
@@ -52,8 +72,9 @@ def test_divergence_bars_one_panel_per_unit():
     assert len(panels) == 2
     assert "(ppl)" in panels[0].get_xlabel() and "nats" not in panels[0].get_xlabel()
     assert "(nats)" in panels[1].get_xlabel() and "entropy" in panels[1].get_xlabel()
-    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["sce a=0.3 @ 2k", "js a=0.3 @ 2k"]
-    assert [t.get_text() for t in panels[1].get_yticklabels()] == ["sce a=0.3 @ 512", "js a=0.3 @ 512"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["sce a=0.3 @ 2k: +11.1", "js a=0.3 @ 2k: -0.02"]
+    assert [t.get_text() for t in panels[1].get_yticklabels()] == ["sce a=0.3 @ 512: -0.7",
+                                                                  "js a=0.3 @ 512: +0.0003"]
     hi_entropy = max(abs(x) for x in panels[1].get_xlim())
     assert hi_entropy < 2  # the 11-ppl bar does not set the entropy axis
     assert "1 seed" in fig.get_suptitle() and "±" not in fig.get_suptitle()

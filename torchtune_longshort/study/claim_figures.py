@@ -175,10 +175,12 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
         fr = [c for c in rows if c.get("family", "") == fam]
         ys = list(range(len(fr)))
         xs: List[float] = [0.0]
+        verdicts: List[str] = []
         for y, c in zip(ys, fr):
             d = c.get("direction") or direction(c, True if fam == "ppl" else None)
             d = d if d in DIRECTION_STYLE else "unknown"
             used.append(d)
+            verdicts.append(d)
             ax.barh(y, c["mean"], color=DIRECTION_STYLE[d][0], edgecolor="black", lw=0.5, height=0.7)
             xs.append(c["mean"])
             if c.get("lo") is not None and c.get("hi") is not None:
@@ -187,7 +189,14 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
                 xs += [c["lo"], c["hi"]]
             else:  # the mean alone still shows where a bar too short to see ends
                 ax.plot([c["mean"]], [y], "o", ms=3, color="black")
-        ax.set_yticks(ys, [label_key(c) for c in fr], fontsize=7)
+        # each bar's mean (and its seeds where the bars pair different numbers): a short bar beside a wide
+        # interval is still read, and its colour's verdict checked against a number
+        ns = {c.get("n") for c in rows}
+        ax.set_yticks(ys, [f"{label_key(c)}: {c['mean']:+.3g}" + (f" (n={c.get('n')})" if len(ns) > 1 else "")
+                           for c in fr], fontsize=7)
+        for tick, d in zip(ax.get_yticklabels(), verdicts):  # a verdict's colour on its label too: a bar too
+            if d not in ("no difference", "unknown"):  # short to see keeps it
+                tick.set_color(DIRECTION_STYLE[d][0])
         ax.set_ylim(len(fr) - 0.5, -0.5)  # the first comparison on top
         ax.axvline(0, color="black", lw=0.8)
         value_axis(ax, xs, axis="x")
@@ -247,8 +256,8 @@ def e_range_figure(cfg: StudyConfig, claim: Dict[str, Any]):
     main = e_range_text(cfg.finetune.e_range)
     return bars_figure(claim["comparisons"],
                        lambda c: f"e ~ {e_range_text(c['e_range'])} @ {length_label(c['length'])}",
-                       f"Table 7: perplexity of other e ranges minus the main e ~ {main} ({_paired(cfg)})",
-                       cfg.quick)
+                       f"Table 7: perplexity of other e ranges minus the main e ~ {main} "
+                       f"({_paired(cfg, claim['comparisons'])})", cfg.quick)
 
 
 def divergence_figure(cfg: StudyConfig, claim: Dict[str, Any]):
@@ -256,12 +265,16 @@ def divergence_figure(cfg: StudyConfig, claim: Dict[str, Any]):
     entropy differences (nats), never one axis for both (a Figure)."""
     return bars_figure(claim["comparisons"],
                        lambda c: f"{c['divergence']} a={c['alpha']:g} @ {length_label(c['length'])}",
-                       f"Divergences minus CE: perplexity and next-token entropy ({_paired(cfg)})",
-                       cfg.quick)
+                       f"Divergences minus CE: perplexity and next-token entropy "
+                       f"({_paired(cfg, claim['comparisons'])})", cfg.quick)
 
 
-def _paired(cfg: StudyConfig) -> str:
-    return f"paired by seed, {seeds_text(len(cfg.seeds), spread=False)}"
+def _paired(cfg: StudyConfig, comps: List[Dict[str, Any]]) -> str:
+    """How many seeds the bars pair: their own counts (``n``), not the config's (a seed a run lacks pairs none)."""
+    ns = sorted({int(c["n"]) for c in comps if c.get("mean") is not None and c.get("n")}) or [len(cfg.seeds)]
+    if len(ns) == 1:
+        return f"paired by seed, {seeds_text(ns[0], spread=False)}"
+    return f"paired by seed, means over {ns[0]}-{ns[-1]} seeds (n per bar)"
 
 
 def claim_plots(cfg: StudyConfig, analysis: Dict[str, Any], recs: Dict[str, Dict[str, Any]], rdir: Path,
