@@ -85,11 +85,27 @@ def test_heatmap_cells_state_n_from_the_samples_files(tmp_path):
     grid = heatmaps(runs)[("longshort_passkey", "run")]
     fig = draw(heatmap_figure(grid, "passkey", counts["longshort_passkey"]))
     cells = sorted(t.get_text() for t in fig.axes[0].texts)
-    assert cells == ["0.50\nn=2", "0.50\nn=2", "1.00\nn=1"]
+    assert cells == ["0.50\nn=2", "0.50\nn=2", "1.00\nn=1", "—"]  # —: no 50% depth at 2k
     assert "not known" not in fig.get_suptitle()
     unknown = draw(heatmap_figure(grid, "passkey"))  # no samples files: the title says n is not known
     assert "n per cell not known" in unknown.get_suptitle().replace("\n", " ")
     assert all("n=" not in t.get_text() for t in unknown.axes[0].texts)
+
+
+def test_heatmap_cells_without_a_value_say_so_and_values_near_an_end_are_not_rounded_onto_it():
+    # a NaN cell was plain white without a word, under a pale 0.50; 0.996 and 0.004 printed 1.00 and 0.00 (an audit)
+    from torchtune_longshort.plots.axes import MISSING_GID
+
+    runs = {"r": {"longshort_passkey": {"acc_1k_d0": 0.5, "acc_1k_d50": float("nan"), "acc_2k_d0": 0.996,
+                                        "acc_2k_d50": 1.0, "acc_4k_d0": 0.004, "acc_4k_d50": 0.0, "acc_8k_d0": 0.3}}}
+    fig = draw(heatmap_figure(heatmaps(runs)[("longshort_passkey", "r")], "passkey"))
+    ax = fig.axes[0]
+    at = {(round(t.get_position()[0]), round(t.get_position()[1])): t for t in ax.texts}
+    assert {k: t.get_text() for k, t in at.items()} == {
+        (0, 0): "0.50", (0, 1): "n/a", (1, 0): ">0.99", (1, 1): "1.00", (2, 0): "<0.01", (2, 1): "0.00",
+        (3, 0): "0.30", (3, 1): "—"}  # n/a: scored NaN; —: no 50% depth at 8k
+    assert at[(0, 1)].get_gid() == MISSING_GID == at[(3, 1)].get_gid()
+    assert ax.get_facecolor()[:3] != (1.0, 1.0, 1.0)  # the empty cells are not white
 
 
 def test_heatmap_n_without_samples_files_only_when_the_samples_divide_evenly():

@@ -154,6 +154,16 @@ def heatmap_size(n_cols: int, n_rows: int, cell: Tuple[float, float] = (0.9, 0.5
     return (max(min_size[0], extra[0] + cell[0] * n_cols), max(min_size[1], extra[1] + cell[1] * n_rows))
 
 
+def fraction_text(v: float) -> str:
+    """A fraction in [0, 1] in a heatmap cell, two decimals, never rounded onto its end: 0.004 is ``<0.01`` and
+    0.996 is ``>0.99`` (both read ``0.00`` / ``1.00``, as if nothing or everything had been right)."""
+    if 0 < v < 0.005:
+        return "<0.01"
+    if 0.995 <= v < 1:
+        return ">0.99"
+    return f"{v:.2f}"
+
+
 def wrapped_title(title: str, width_in: float, fontsize: float = 9.0) -> str:
     """``title`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points."""
     chars = max(12, int(width_in * 72 / (0.55 * fontsize)))

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
-from torchtune_longshort.plots.axes import (MISSING_GID, heatmap_size, length_axis, mark_quick, note_missing,
-                                                 series_style, value_axis, wrapped_title)
+from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_size, length_axis, mark_quick,
+                                                 note_missing, series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -131,7 +131,7 @@ def depth_length_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], lengt
                     seeds.append(len(got))
                     per_run |= {c for _, c in got}
                     row.append(statistics.fmean(v for v, _ in got))
-                    trow.append(f"{row[-1]:.2f}\nn={sum(c for _, c in got)}")
+                    trow.append(f"{fraction_text(row[-1])}\nn={sum(c for _, c in got)}")
                 else:
                     why = why_empty(recs, members, task, lab)
                     notes += [why] if why not in notes and _cell_word(why) == "n/a" else []

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.output_guard import atomic_open, save_figure
-from torchtune_longshort.plots.axes import heatmap_size, length_axis, series_style, value_axis, wrapped_title
+from torchtune_longshort.plots.axes import (
+    MISSING_GID, fraction_text, heatmap_size, length_axis, series_style, value_axis, wrapped_title,
+)
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
@@ -50,16 +52,20 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
     fig = Figure(figsize=size, layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(data, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    ax.set_facecolor("0.88")  # a cell without a value is grey with its word, never white under a pale one
     ax.set_xticks(range(len(lengths)), [lab for _, lab in lengths])
     ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
     ax.set_xlabel("context length")
     ax.set_ylabel("depth")
     for i, row in enumerate(data):
         for j, v in enumerate(row):
-            if not math.isnan(v):
-                n = (counts or {}).get((lengths[j][1], depths[i]))
-                ax.text(j, i, f"{v:.2f}" + (f"\nn={n}" if n is not None else ""), ha="center", va="center",
-                        fontsize=7, linespacing=1.1)
+            if math.isnan(v):  # scored NaN (its reason is in the report), or a depth not run at this length
+                word = "n/a" if depths[i] in grid[lengths[j]] else "—"
+                ax.text(j, i, word, ha="center", va="center", fontsize=7, color="0.25", gid=MISSING_GID)
+                continue
+            n = (counts or {}).get((lengths[j][1], depths[i]))
+            ax.text(j, i, fraction_text(v) + (f"\nn={n}" if n is not None else ""), ha="center", va="center",
+                    fontsize=7, linespacing=1.1)
     if not counts:
         title += " (n per cell not known: run lm-eval with --log_samples to count it)"
     fig.suptitle(wrapped_title(title, size[0]), fontsize=9)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY, lengths_key, parse_lengths
 from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
@@ -281,9 +282,6 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
     """:class:`TaskDataError` for a length in ``metadata`` (``max_seq_lengths``, or a task's own
     ``<prefix>_max_seq_lengths``) shorter than a task of ``tasks`` that sweeps it can score
     (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
-    # deferred: the length grammar is read only here (the task modules import this module)
-    from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY, lengths_key, parse_lengths
-
     for task in tasks:
         family = TASK_FAMILIES.get(family_of(task) or "")
         if family is None or not family.length_swept or not family.min_length:
