@@ -36,6 +36,37 @@ def test_ppl_over_decades_log_with_plain_ticks():
     assert [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()] == []
 
 
+@pytest.mark.parametrize("labels", [[f"r{i:02d}" for i in range(22)],
+                                    ["baseline_llama2_7b_pi_linear_scale8_alpha0.3_seed1234_finetune_longshort_step2000"]])
+def test_ppl_legend_of_many_runs_or_long_labels_sits_under_the_axes(labels):
+    # 22 runs: the legend covered the 16k points and r18-r21 fell off the figure; one folder-name label pushed the
+    # axes into the figure's right half and was cut at its left edge (an audit)
+    runs = {lab: {"longshort_ppl": {"ppl_1k": 10 + i, "ppl_4k": 12 + i, "ppl_16k": 15 + i}}
+            for i, lab in enumerate(labels)}
+    fig = draw(ppl_figure(runs))
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    inside_figure(fig, fig.legends[0])
+    renderer = fig.canvas.get_renderer()
+    assert fig.legends[0].get_window_extent(renderer).y1 <= ax.xaxis.label.get_window_extent(renderer).y0
+    assert ax.get_window_extent(renderer).width / fig.dpi > 4  # the axes keep the figure's width
+    shown = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(shown) == len(labels) and all(len(t) <= 48 for t in shown)
+    assert shown[0].startswith(labels[0][:20]) and shown[0].endswith(labels[0][-20:])
+
+
+def test_ppl_a_run_without_a_finite_value_is_named_under_the_axes():
+    # a run whose every ppl was NaN was left out of the legend without a word (an audit)
+    from torchtune_longshort.plots.axes import MISSING_GID
+
+    runs = {"r1": {"longshort_ppl": {"ppl_1k": 10.0, "ppl_4k": 11.0}}, "r3": {"longshort_ppl": {"ppl_1k": float("nan")}},
+            "r4": {"longshort_passkey": {"acc_1k": 1.0}}}  # r4 never ran the task: not named
+    fig = draw(ppl_figure(runs))
+    notes = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == MISSING_GID]
+    assert notes == ["not drawn (no finite perplexity; reasons in the report): r3"]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["r1"]
+
+
 def test_ppl_single_length():
     fig = draw(ppl_figure({"a": {"longshort_ppl": {"ppl_256": 12.0}}}))
     assert [t for _, t in ticks(fig.axes[0].xaxis)] == ["256"]

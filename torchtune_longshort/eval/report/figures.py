@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import (
-    MISSING_GID, fraction_text, heatmap_size, length_axis, series_style, value_axis, wrapped_title,
+    MISSING_GID, fraction_text, heatmap_size, length_axis, note_missing, series_style, value_axis, wrapped_title,
 )
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -88,13 +88,17 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     the axis. Runs with equal numbers stay visible (:func:`plot_axes.series_style`)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4), layout="constrained")
-    ax = fig.subplots()
     xs, ys = [], []
     points = {run: ppl_points(res.get(PPL_TASK, {})) for run, res in runs.items()}
+    undrawn = [run for run, pts in points.items() if not pts and PPL_TASK in runs[run]]
     points = {run: pts for run, pts in points.items() if pts}
+    # many runs, or long labels (folder names): the legend goes under the axes, in columns, never over the lines
+    outside = len(points) > 6 or max((len(r) for r in points), default=0) > 24
+    fig = Figure(figsize=(6, 4 + (0.22 * math.ceil(len(points) / 2) if outside else 0)), layout="constrained")
+    ax = fig.subplots()
     for i, (run, pts) in enumerate(points.items()):
-        ax.plot([x for x, _ in pts], [y for _, y in pts], label=run, **series_style(i, len(points), len(pts)))
+        ax.plot([x for x, _ in pts], [y for _, y in pts], label=short_label(run),
+                **series_style(i, len(points), len(pts)))
         xs += [x for x, _ in pts]
         ys += [y for _, y in pts]
     if not xs:
@@ -103,9 +107,20 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     value_axis(ax, ys)
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("perplexity")
-    ax.legend()
+    legend = (fig.legend(loc="outside lower center", ncols=2, fontsize=7) if outside else ax.legend(fontsize=8))
     ax.grid(alpha=0.3)
+    if undrawn:  # a run with the task but no finite perplexity is named, not left out without a word
+        note_missing(ax, f"not drawn (no finite perplexity; reasons in the report): {', '.join(undrawn)}", 6,
+                     below=legend if outside else None)
     return fig
+
+
+def short_label(label: str, most: int = 48) -> str:
+    """``label`` cut in its middle to at most ``most`` characters (a run folder's name keeps its start and end)."""
+    if len(label) <= most:
+        return label
+    head = (most - 1) // 2
+    return label[:head] + "…" + label[len(label) - (most - 1 - head):]
 
 
 def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: int = 0):
