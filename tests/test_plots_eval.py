@@ -36,8 +36,10 @@ def test_ppl_over_decades_log_with_plain_ticks():
     assert [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()] == []
 
 
-@pytest.mark.parametrize("labels", [[f"r{i:02d}" for i in range(22)],
-                                    ["baseline_llama2_7b_pi_linear_scale8_alpha0.3_seed1234_finetune_longshort_step2000"]])
+LONG_LABEL = "baseline_llama2_7b_pi_linear_scale8_alpha0.3_seed1234_finetune_longshort_step2000"
+
+
+@pytest.mark.parametrize("labels", [[f"r{i:02d}" for i in range(22)], [LONG_LABEL]])
 def test_ppl_legend_of_many_runs_or_long_labels_sits_under_the_axes(labels):
     # 22 runs: the legend covered the 16k points and r18-r21 fell off the figure; one folder-name label pushed the
     # axes into the figure's right half and was cut at its left edge (an audit)
@@ -59,7 +61,8 @@ def test_ppl_a_run_without_a_finite_value_is_named_under_the_axes():
     # a run whose every ppl was NaN was left out of the legend without a word (an audit)
     from torchtune_longshort.plots.axes import MISSING_GID
 
-    runs = {"r1": {"longshort_ppl": {"ppl_1k": 10.0, "ppl_4k": 11.0}}, "r3": {"longshort_ppl": {"ppl_1k": float("nan")}},
+    runs = {"r1": {"longshort_ppl": {"ppl_1k": 10.0, "ppl_4k": 11.0}},
+            "r3": {"longshort_ppl": {"ppl_1k": float("nan")}},
             "r4": {"longshort_passkey": {"acc_1k": 1.0}}}  # r4 never ran the task: not named
     fig = draw(ppl_figure(runs))
     notes = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == MISSING_GID]
