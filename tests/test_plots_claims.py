@@ -136,6 +136,16 @@ def test_scatter_gives_each_methods_spearman_beside_the_pooled_one():
     assert not legend_box.overlaps(ax.get_window_extent(fig.canvas.get_renderer()))  # covers no point
 
 
+def test_scatter_says_why_a_method_has_no_rho():
+    # six checkpoints at one misalignment value: the legend said "no rho (n < 3)" (an audit)
+    cfg = claims_cfg(seeds=range(6), alphas=(0.0,), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
+    recs = _scatter_recs({"pi": [(7.5, 40.0 + i, 2.0) for i in range(6)],
+                          "yarn": [(3.0 + i, 50.0 + i, 2.0) for i in range(2)]})
+    table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": 0.1}]}
+    labels = [t.get_text() for t in draw(scatter_figure(table1, cfg, recs)).axes[0].get_legend().get_texts()]
+    assert labels == ["pi: n=6, no rho (misalignment constant)", "yarn: n=2, no rho (n < 3)"]
+
+
 def test_empty_claim_panels_say_why():
     # The GPU study's alpha_curves / metric_vs_performance: empty axes with no word. Now each says why.
     cfg = claims_cfg(seeds=[0])

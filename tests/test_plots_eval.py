@@ -212,3 +212,22 @@ def test_ppl_near_equal_values_get_a_floor_and_a_note():
     note = [x for x in ax.texts if x.get_gid() == WIDENED_GID]
     assert len(note) == 1 and "1.5%" in note[0].get_text()
     inside_figure(fig, note[0])
+
+
+def test_a_panel_with_only_reference_lines_is_empty_for_its_missing_note():
+    # an all-missing study panel kept its L0 / L lines and so its meaningless 0-1 value ticks, the reason under
+    # its x label instead of in its centre (an audit)
+    from matplotlib.figure import Figure
+
+    from torchtune_longshort.plots.axes import MISSING_GID, note_missing
+
+    ax = Figure().subplots()
+    ax.axvline(128, ls=":")
+    ax.axvline(256, ls=":")
+    note_missing(ax, "not drawn: no value", 4)
+    note = [t for t in ax.texts if t.get_gid() == MISSING_GID]
+    assert len(ax.get_yticks()) == 0 and len(note) == 1 and note[0].get_position() == (0.5, 0.5)
+    ax2 = Figure().subplots()
+    ax2.plot([1, 2], [3, 4])
+    note_missing(ax2, "not drawn: one run", 4)
+    assert len(ax2.get_yticks()) > 0  # data drawn: its ticks stay, the note goes under the x label

@@ -204,7 +204,9 @@ def _drawn(ax) -> bool:
     """Whether ``ax`` shows any data: a line or collection with points, a bar, an image."""
     from matplotlib.collections import PathCollection
 
-    return (any(len(ln.get_xdata()) for ln in ax.lines) or bool(ax.patches) or bool(ax.images)
+    # a line in data coordinates (a reference line such as axvline spans the axes: it shows no data)
+    return (any(len(ln.get_xdata()) and ln.get_transform() is ax.transData for ln in ax.lines)
+            or bool(ax.patches) or bool(ax.images)
             or any(len(c.get_offsets()) if isinstance(c, PathCollection) else len(c.get_paths())
                    for c in ax.collections))
 

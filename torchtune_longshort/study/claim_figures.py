@@ -41,7 +41,11 @@ def _method_label(m: str, xs: List[float], ys: List[float]) -> str:
     can come from the gaps between the clusters alone; each method's own says whether the metric orders its own
     checkpoints)."""
     rho = correlation(xs, ys)["spearman"]
-    return f"{m}: Spearman {rho:+.2f}, n={len(xs)}" if rho is not None else f"{m}: n={len(xs)}, no rho (n < 3)"
+    if rho is not None:
+        return f"{m}: Spearman {rho:+.2f}, n={len(xs)}"
+    why = "n < 3" if len(xs) < 3 else "misalignment constant" if len(set(xs)) < 2 else \
+        "performance constant" if len(set(ys)) < 2 else "too few finite pairs"
+    return f"{m}: n={len(xs)}, no rho ({why})"
 
 
 def _why_no_point(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], key: str, no_x: bool, no_y: bool,
