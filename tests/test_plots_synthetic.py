@@ -109,6 +109,23 @@ def test_theory_closed_form_line_is_continuous_for_any_l_train(lt):
     assert ("(its 0 on the bottom edge)" in line.get_label()) == (lt % 2 == 1)
 
 
+def test_paper_figure_draws_a_curves_exact_zeros_on_the_bottom_edge():
+    # NoPE's MSE exactly 0 up to l_train: the log axis dropped those points and its curve came in from below the
+    # axes at l = 21, without a word (an audit)
+    l = np.arange(1, 41)
+    nope = [np.where(l <= 20, 0.0, 1e-3 * (l - 20)) for _ in range(3)]
+    data = {"NoPE": {"lengths": list(l), "l_train": 20, "mse": nope},
+            "RoPE": {"lengths": list(l), "l_train": 20, "mse": [1e-4 * l ** 1.5 * (1 + 0.1 * s) for s in range(3)]}}
+    ax = draw(paper_figure("1a", data)).axes[0]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label().startswith("NoPE")]
+    y, lo = np.asarray(line.get_ydata(), float), ax.get_ylim()[0]
+    assert np.all(y[:20] == lo) and np.allclose(y[20:], 1e-3 * (l[20:] - 20)) and "(its 0 on the bottom edge)" in \
+        line.get_label()
+    assert "(its 0" in [t.get_text() for t in ax.get_legend().get_texts()][0]
+    (rope,) = [ln for ln in ax.get_lines() if ln.get_label().startswith("RoPE")]
+    assert rope.get_label() == "RoPE"  # no zero: its label as it was
+
+
 def test_probe_figures_label_l_train_and_chance_and_keep_legends_off_the_lines():
     row = {"l_train": 6, "chance": 0.5}
     parity = {"K_train=1": {**row, "k_train": 1, "acc_mean": {"1,3": 0.9, "1,12": 0.7, "2,3": 0.6, "2,12": 0.5}},

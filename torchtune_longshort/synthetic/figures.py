@@ -96,6 +96,9 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
         _curve(ax, i, len(data), label, np.array(d["lengths"]), d["mse"])
     mark_l_train(ax, [d["l_train"] for d in data.values()])
     ax.set_yscale("log")
+    # a curve's exact zeros (NoPE fitting short lengths exactly) on the bottom edge, said in its label: the log
+    # axis dropped them, and the curve began off the axes without a word
+    zeros_on_bottom_edge(ax, [ln for ln in ax.lines if ln.get_label() in data])
     ax.set_xlabel("test length l")
     ax.set_ylabel("test MSE (target scale)")
     ax.set_title(FIGURE_TITLES[name], fontsize=9)
