@@ -161,3 +161,14 @@ def test_empty_claim_panels_say_why():
             assert "run failed (train)" in note, note
             assert ax.get_yticks().size == 0  # no 0..1 value ticks on an axis with nothing on it
             inside_figure(fig, next(t for t in ax.texts if t.get_gid() == MISSING_GID))
+
+
+def test_base_figure_without_a_per_position_curve_says_so():
+    # the right panel was bare 0-1 axes without a word when the base recorded no curve (an audit)
+    from torchtune_longshort.study.claim_figures import base_figure
+
+    base = {"status": "ok", "results": {"longshort_ppl": {"ppl_512": 55.0}}, "curves": {}}
+    fig = draw(base_figure(claims_cfg(), base))
+    notes = [t.get_text() for t in fig.axes[1].texts if t.get_gid() == MISSING_GID]
+    assert len(notes) == 1 and "no per-position loss" in notes[0].replace("\n", " ")
+    assert len(fig.axes[1].get_yticks()) == 0

@@ -245,6 +245,8 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     value_axis(ax2, nll_all, log_span=float("inf"))
     for ax in (ax1, ax2):
         ax.axvline(L0, color="k", ls="--", lw=0.8)
+    if not drawn:  # bare 0-1 axes said nothing (an audit)
+        note_missing(ax2, "not drawn: the base's evaluation recorded no per-position loss at these lengths", 3.5)
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("position (L0 dashed)")
     ax2.set_ylabel("mean NLL (nats)")
