@@ -389,13 +389,7 @@ def counted_fixed_length_sequences(
     return torch.tensor(rows, dtype=torch.long), stream.records_skipped
 
 
-def fixed_length_sequences(
-    documents: Documents,
-    tokenize: Callable[[str], List[int]],
-    seq_len: int,
-    num_sequences: int,
-    vocab_size: Optional[int] = None,
-    where: str = "documents",
-):
+def fixed_length_sequences(documents: Documents, tokenize: Callable[[str], List[int]], seq_len: int,
+                           num_sequences: int, vocab_size: Optional[int] = None, where: str = "documents"):
     """A validation set (``[num_sequences, seq_len]`` int64); see :func:`counted_fixed_length_sequences`."""
     return counted_fixed_length_sequences(documents, tokenize, seq_len, num_sequences, vocab_size, where)[0]

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Union
 
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
 
 SENTENCEPIECE_FILE = "tokenizer.model"
@@ -35,6 +36,18 @@ def check_training_folder(path: Union[str, Path], field: str = "path") -> None:
     if p.is_dir() and not (p / SENTENCEPIECE_FILE).is_file() and any(p.iterdir()):
         raise FileExistsError(f"{field}={str(path)!r} is a folder that holds files and no {SENTENCEPIECE_FILE}: a "
                               "tokenizer is trained into a new or empty folder; name one (or an existing .model file)")
+
+
+def check_new_tokenizer_path(p: Path, field: str = "path") -> None:
+    """A tokenizer folder a component trains when it is absent (config key ``field``): it must be creatable
+    (:func:`~torchtune_longshort.config.values.check_creatable`), and never a folder of the user's."""
+    check_training_folder(p, field)
+    if p.exists():
+        return
+    if p.suffix == ".model":
+        raise FileNotFoundError(f"{field}={str(p)!r}: no such SentencePiece file (name a tokenizer folder to train one "
+                                "there, or an existing .model file)")
+    check_creatable(field, str(p))
 
 
 def train_sentencepiece(

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 
-from torchtune_longshort.data.tokenizer_training import check_training_folder
+from torchtune_longshort.data.tokenizer_training import check_new_tokenizer_path
 from torchtune_longshort.models.families import check_torchtune_model_type
 from torchtune_longshort.models.family_builders import check_nf4_shapes, rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
@@ -32,7 +32,7 @@ from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, f
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import check_factor
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.config.values import check_creatable, integer, number, resolve_component, text
+from torchtune_longshort.config.values import integer, number, resolve_component, text
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
@@ -73,7 +73,7 @@ class TokenizerConfig(ComponentSection):
         p = Path(self.path).expanduser()
         component = resolve_component(f"{where}._component_", self.component)
         if getattr(component, "trains_missing_path", False):
-            _check_creatable(f"{where}.path", p)
+            check_new_tokenizer_path(p, f"{where}.path")
             if self.trains_here() is not None and hasattr(component, "check_training_arguments"):
                 component.check_training_arguments(self.args, where)
         elif not p.exists():
@@ -84,17 +84,6 @@ class TokenizerConfig(ComponentSection):
                 find_tokenizer(p)
             except TokenizerError as e:
                 raise FileNotFoundError(f"{where}.path={self.path!r}: {e}") from None
-
-
-def _check_creatable(path: str, p: Path) -> None:
-    """A tokenizer folder the component trains when it is absent: it must be creatable (:func:`check_creatable`)."""
-    check_training_folder(p, path)
-    if p.exists():
-        return
-    if p.suffix == ".model":
-        raise FileNotFoundError(f"{path}={str(p)!r}: no such SentencePiece file (name a tokenizer folder to train one "
-                                "there, or an existing .model file)")
-    check_creatable(path, str(p))
 
 
 def _nodes(node: Mapping[str, Any], where: str) -> Iterator[Tuple[str, Mapping[str, Any]]]:
