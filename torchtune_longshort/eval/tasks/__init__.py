@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY, lengths_key, parse_lengths
+from torchtune_longshort.eval.tasks.common.lengths import lengths_source, parse_lengths
 from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
@@ -286,9 +286,8 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
         family = TASK_FAMILIES.get(family_of(task) or "")
         if family is None or not family.length_swept or not family.min_length:
             continue
-        own = lengths_key(family.metadata_prefix)
-        key = own if own in family.metadata_keys and metadata.get(own) not in (None, "", []) else METADATA_KEY
-        if metadata.get(key) in (None, "", []):
+        key = lengths_source(metadata, family.metadata_prefix)
+        if metadata.get(key) in (None, "", []):  # the task's own default lengths
             continue
         short = [n for n in parse_lengths(metadata[key], key) if n < family.min_length]
         if short:

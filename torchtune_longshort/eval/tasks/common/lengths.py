@@ -25,11 +25,16 @@ def lengths_key(prefix: str) -> str:
     return f"{prefix}_{METADATA_KEY}"
 
 
+def lengths_source(metadata: Mapping[str, Any], prefix: str) -> str:
+    """The key a task's lengths come from: ``<prefix>_max_seq_lengths`` if set, else ``max_seq_lengths``."""
+    own = lengths_key(prefix)
+    return own if metadata.get(own) not in (None, "", []) else METADATA_KEY
+
+
 def lengths_from_metadata(metadata: Mapping[str, Any], prefix: str) -> List[int]:
     """The lengths a task sweeps: ``<prefix>_max_seq_lengths`` if set, else ``max_seq_lengths`` (the task YAML's
     ``metadata`` holds its default, ``--metadata`` overrides it)."""
-    own = lengths_key(prefix)
-    key = own if metadata.get(own) not in (None, "", []) else METADATA_KEY
+    own, key = lengths_key(prefix), lengths_source(metadata, prefix)
     if metadata.get(key) in (None, "", []):
         raise ValueError(f"no lengths: set {METADATA_KEY} (or {own}) in the task's metadata or in --metadata, "
                          "e.g. --metadata '{\"max_seq_lengths\": \"2k,4k\"}'")
