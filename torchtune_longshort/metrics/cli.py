@@ -56,12 +56,18 @@ SOURCE_NAMES = SourceNames("--data", {"path": "--data", "source": "--data", "spl
                            local_files="a local file or folder as --data (a .jsonl file, a text file)")
 
 
+def data_kind(data: str) -> str:
+    """What ``--data`` names: ``"stdlib"``, ``"local"`` (an existing file or folder) or ``"hub"`` (a dataset name)."""
+    return "stdlib" if data == "stdlib" else "local" if Path(data).exists() else "hub"
+
+
 def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool = False):
     """``stdlib``, a local path (file, folder, JSONL) or a Hugging Face dataset name -> a document source."""
-    if data == "stdlib":
+    kind = data_kind(data)
+    if kind == "stdlib":
         return corpus.stdlib()
     with source_names(SOURCE_NAMES):
-        if Path(data).exists():
+        if kind == "local":
             return corpus.local_text(data, text_field=text_field, skip_bad_records=skip_bad_records)
         if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in (".txt", ".json", ".jsonl", ".md", ".py"):
             raise FileNotFoundError(f"--data={data!r}: no such file or folder; give 'stdlib', a text file, a folder, "
@@ -108,13 +114,13 @@ def _parser() -> ArgumentParser:
 def _check_data_options(args, ap: ArgumentParser) -> None:
     """The options of a kind of ``--data`` given with another kind (``--text-field`` with ``stdlib`` was ignored
     without a word) are refused; the defaults filled in."""
-    local = args.data != "stdlib" and Path(args.data).exists()
-    unread = {"--text-field": args.text_field is not None, "--split": args.split is not None,
-              "--skip-bad-records": args.skip_bad_records} if args.data == "stdlib" else \
-        {"--split": args.split is not None} if local else {}
+    kind = data_kind(args.data)
+    unread = {"stdlib": {"--text-field": args.text_field is not None, "--split": args.split is not None,
+                         "--skip-bad-records": args.skip_bad_records},
+              "local": {"--split": args.split is not None}}.get(kind, {})
     given = [name for name, was_given in unread.items() if was_given]
     if given:
-        kind = "reads the standard library's source files" if args.data == "stdlib" else "is a local path"
+        kind = "reads the standard library's source files" if kind == "stdlib" else "is a local path"
         ap.error(f"{given[0]} does not apply to --data={args.data!r}, which {kind}: drop {given[0]} (it applies to "
                  f"{'a Hugging Face dataset' if given[0] == '--split' else 'JSON data or a Hugging Face dataset'})")
     args.text_field = args.text_field or "text"
