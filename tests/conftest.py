@@ -48,8 +48,11 @@ def _warm_start(_hygiene, tmp_path_factory):
     transformers and lm-eval imported once (``tests/warm/zygote.py``; declined cases start fresh, as does
     everything with ``LONGSHORT_TEST_FRESH=1``). Its decisions: ``zygote-<worker>.jsonl`` in the worker's temp
     folder."""
-    from warm_start import start_zygote
+    from warm_start import compute_env_report, serve_env_report, start_zygote
 
+    if not os.environ.get("LONGSHORT_TEST_FRESH"):  # torch's collect_env report, computed once a run
+        os.environ.update(_built_once(tmp_path_factory, "env-report", compute_env_report))
+        serve_env_report(os.environ)
     env, stop = start_zygote(tmp_path_factory.getbasetemp(), os.environ.get("PYTEST_XDIST_WORKER", "main"),
                              os.environ)
     os.environ.update(env)

@@ -243,13 +243,35 @@ def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path
     in the background; SIGINT to it alone left the fine-tune training and the study waiting for it. Now the study
     forwards the signal (the fine-tune saves its step and exits 128 + the signal; the same one also got from the
     group is the same stop), records the run as interrupted, starts nothing more and exits 128 + the signal with one
-    line; a rerun resumes the run from the step saved."""
+    line; a rerun resumes the run from the step saved.
+
+    The study's lock on its folder, on the one stopped through its process group (the whole command, its checks and
+    lock included). Before: nothing kept a second study out, and both wrote the same runs. Now a study killed by
+    SIGKILL leaves its lock (naming a process that is gone) and the next study takes it over; while that one runs, a
+    second study on the same folder is refused, exit 2, in one line naming the folder and the holder's PID, having
+    written nothing there; the lock is given back when the study ends, by a signal too."""
     hows = {"group": signal.SIGTERM, "study": signal.SIGTERM, "study, Ctrl-C": signal.SIGINT}
-    studies = {how: start_study(tmp_path / how) for how in hows}  # at once: each spends seconds importing
+    locked = tmp_path / "group"
+    dead = subprocess.run([sys.executable, "-c", KILLED_HOLDER, str(locked)], capture_output=True, text=True)
+    assert dead.returncode == 0 and not alive(int(dead.stdout)), dead.stderr  # a study killed with its lock held
+    studies = {how: start_study(tmp_path / how, main=how == "group") for how in hows}  # at once: each imports
     pids = []
     try:
+        pids.append(fine_tune_pid(locked, studies["group"]))  # the group's study in its grid: past the lock
+        assert (locked / ".lock").read_text().split()[0] == str(studies["group"].pid)  # taken over
+        before = sorted(p.relative_to(locked).as_posix() for p in locked.rglob("*"))
+        env = {**os.environ, "LONGSHORT_TEST_FRESH": "1"}
+        second = subprocess.run([sys.executable, "-m", "torchtune_longshort.study", "--config", str(CPU_SMALL),
+                                 "--quick", "--out", str(locked), "--repo-root", str(ROOT)], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        line = second.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line and not second.stdout.strip(), second.stdout + line
+        assert f"{str(locked)!r} is in use by another study (PID {studies['group'].pid}" in line, line
+        assert sorted(p.relative_to(locked).as_posix() for p in locked.rglob("*")) == before
+        for how in ("study", "study, Ctrl-C"):
+            pids.append(fine_tune_pid(tmp_path / how, studies[how]))
         for how, study in studies.items():
-            pids.append(fine_tune_pid(tmp_path / how, study))
             (os.killpg if how == "group" else os.kill)(study.pid, hows[how])
         for (how, study), pid in zip(studies.items(), pids):
             _, err = study.communicate(timeout=30)
@@ -264,52 +286,26 @@ def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path
             rec = json.loads((runs / KEY / "result.json").read_text())
             assert rec["status"] == "interrupted" and rec["stage"] == "train", (how, rec)
             assert not (runs / "clex_a0.3_s0" / "result.json").exists(), how  # the grid stopped
+        assert not (locked / ".lock").exists()  # given back
     finally:
         kill_left(pids)
+        for study in studies.values():
+            if study.poll() is None:
+                os.killpg(study.pid, signal.SIGKILL)
     ex = FakeExecutor()  # the same command goes on: the run resumed from its step, the grid finished
     recs = _study(tmp_path / "study", ex).run()
     assert {k: r["status"] for k, r in recs.items()} == {k: "ok" for k in recs}, recs
     assert [a for a in ex.calls if KEY in " ".join(a) and "resume=True" in a], ex.calls
 
 
-@pytest.mark.slow  # three study processes, each importing and checking for seconds on 2 shared cores (~50 s)
-def test_a_second_study_on_the_same_out_is_refused_and_a_dead_study_s_lock_is_taken_over(tmp_path):
-    """Two real study processes on one --out. Before: nothing kept the second out, and both wrote the same runs.
-    Now the first holds the folder's lock (the recipe's OutputDirLock: a .lock with its PID) while its grid runs; the
-    second is refused, exit 2, in one line naming the folder and the holder's PID, having written nothing there. The
-    first killed by SIGKILL leaves its lock behind; the next study takes it over (its PID in it) and gives it back
-    when it ends."""
-    out, pids, third = tmp_path / "out", [], None
-    first = start_study(out, main=True)
-    try:
-        pids.append(fine_tune_pid(out, first))  # its grid runs: the lock is taken
-        before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
-        env = {**os.environ, "LONGSHORT_TEST_FRESH": "1"}
-        second = subprocess.run([sys.executable, "-m", "torchtune_longshort.study", "--config", str(CPU_SMALL),
-                                 "--quick", "--out", str(out), "--repo-root", str(ROOT)], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
-        line = second.stderr.strip()
-        assert "\n" not in line and "Traceback" not in line and not second.stdout.strip(), second.stdout + line
-        assert f"{str(out)!r} is in use by another study (PID {first.pid}" in line, line
-        assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
-        os.killpg(first.pid, signal.SIGKILL)  # the study and its fine-tune, killed: no cleanup
-        first.communicate(timeout=30)
-        kill_left(pids)
-        assert (out / ".lock").read_text().split()[0] == str(first.pid)  # left behind, naming a dead process
-        (out / "runs" / KEY / "train" / "pid").unlink()  # the fine-tune's, so that the next one's is waited for
-        third = start_study(out, main=True)
-        pids.append(fine_tune_pid(out, third))  # past the lock: in its grid
-        assert (out / ".lock").read_text().split()[0] == str(third.pid)
-        os.killpg(third.pid, signal.SIGTERM)
-        _, err = third.communicate(timeout=30)
-        assert third.returncode == 143, err[-3000:]
-        assert not (out / ".lock").exists()  # given back
-    finally:
-        kill_left(pids)
-        for p in (first, third):
-            if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+# what a study killed by SIGKILL leaves: its lock, written by the lock's own code, its holder gone
+KILLED_HOLDER = """
+import os, sys
+from torchtune_longshort.training.output_dir import OutputDirLock
+OutputDirLock(sys.argv[1], field="--out (or the config's output_dir)", holder="study").acquire()
+print(os.getpid(), flush=True)
+os._exit(0)
+"""
 
 
 def test_a_relative_out_is_read_from_the_working_directory_as_the_report_dir_is(tmp_path, finished, monkeypatch):

@@ -98,3 +98,17 @@ def test_the_waiting_process_killed_takes_its_command_with_it(tmp_path):
     flag.unlink()
     time.sleep(1)
     assert not flag.exists()
+
+
+def test_a_warm_command_gets_the_collect_env_report_a_fresh_one_computes(tmp_path):
+    """lm-eval writes torch's collect_env report into every results file (``pretty_env_info``; the eval report reads
+    whether CUDA was available from it). The tests compute it once a run and serve it (``ENV_REPORT`` in
+    tests/warm/zygote.py): a warm command's report is the text a fresh interpreter computes, and it is served, not
+    computed again (its ~1.3 s of subprocesses were 89 calls in one suite run)."""
+    code = ("import os, torch.utils.collect_env as c; text = c.get_pretty_env_info(); "
+            "print(os.path.basename(c.get_pretty_env_info.__code__.co_filename)); print(text)")
+    warm, fresh = (_run([sys.executable, "-c", code], tmp_path, f) for f in (False, True))
+    assert warm.returncode == fresh.returncode == 0, warm.stderr + fresh.stderr
+    (by_warm, warm_text), (by_fresh, fresh_text) = (p.stdout.split("\n", 1) for p in (warm, fresh))
+    assert warm_text == fresh_text and "PyTorch version" in warm_text
+    assert (by_warm, by_fresh) == ("zygote.py", "collect_env.py")

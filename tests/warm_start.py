@@ -43,6 +43,34 @@ def start_zygote(log_dir: Path, name: str, env: Mapping[str, str], python: str =
     return {**env, "LONGSHORT_TEST_ZYGOTE": str(sock), "PYTHONPATH": with_warm_start(env.get("PYTHONPATH"))}, stop
 
 
+def _zygote_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_zygote", WARM_DIR / "zygote.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compute_env_report(folder: Path) -> Dict[str, str]:
+    """torch's collect_env report, computed here into ``folder`` (once a test run: ``_built_once``; before the
+    zygotes start, so its ``pip`` runs fresh); the environment that tells a zygote where it is (``ENV_REPORT`` in
+    tests/warm/zygote.py says why)."""
+    import json
+
+    from torch.utils.collect_env import get_pretty_env_info
+
+    path = Path(folder) / "env_report.json"
+    path.write_text(json.dumps({"python": sys.executable, "text": get_pretty_env_info()}))
+    return {_zygote_module().ENV_REPORT: str(path)}
+
+
+def serve_env_report(env: Mapping[str, str]) -> None:
+    """This process's lm-eval calls take torch's collect_env report from the file ``env`` names."""
+    zygote = _zygote_module()
+    zygote.use_env_report(env[zygote.ENV_REPORT])
+
+
 def with_warm_start(pythonpath: str | None = None) -> str:
     """``pythonpath`` with the warm-start folder in front (only its ``sitecustomize.py`` is there), for a test
     that sets PYTHONPATH for its subprocess."""

@@ -46,6 +46,29 @@ RUN_TIME_ENV = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_", "OMP_NUM_THREA
                 "TORCH_COMPILE_BACKEND")
 
 
+# torch's collect_env report, which lm-eval writes into every results file (``pretty_env_info``): ~1.3 s of
+# subprocesses a call (``python -m pip list``, ``gcc --version``, ``lscpu``, ...; 89 calls in one suite run). The tests
+# compute it once a run (conftest); a zygote of the interpreter that computed it hands it to its commands, and the
+# pytest workers to their own lm-eval calls. The text is the one the call would have given: same interpreter, venv
+# and machine, and a command with other import-time variables (CUDA_*, ...) starts fresh and computes its own.
+ENV_REPORT = "LONGSHORT_TEST_ENV_REPORT"
+
+
+def use_env_report(path) -> bool:
+    """Serve torch's ``get_pretty_env_info`` from ``path`` (JSON: the interpreter and the text it computed), when
+    this interpreter computed it; whether it does."""
+    if not path or not os.path.isfile(path) or "torch" not in sys.modules:
+        return False
+    with open(path) as f:
+        report = json.load(f)
+    if report["python"] != sys.executable:  # another venv lists other packages
+        return False
+    import torch.utils.collect_env as collect_env
+
+    collect_env.get_pretty_env_info = lambda: report["text"]
+    return True
+
+
 def import_time_env(env: dict) -> dict:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and not k.startswith(RUN_TIME_ENV)}
 
@@ -57,6 +80,8 @@ def preload(log) -> dict:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - a package that fails to import is simply not shared
             log({"preload_failed": name, "error": repr(e)})
+    if use_env_report(os.environ.get(ENV_REPORT)):
+        log({"env_report": os.environ[ENV_REPORT]})
     tops = {n.split(".")[0] for n in PRELOAD if n.split(".")[0] in sys.modules}
     return {n: getattr(sys.modules[n], "__file__", None) for n in sorted(tops)}
 
