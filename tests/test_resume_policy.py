@@ -128,7 +128,8 @@ def test_seed_null_draws_one_seed_that_the_run_records_repeats_and_resumes_with(
     """torchtune's ``seed: null`` (every config torchtune 0.6.1 ships) was refused. It draws one seed now, printed
     once and recorded wherever the run keeps its config; the references: a run given that integer (the same losses),
     and the same run uninterrupted (a ``seed: null`` resume continues with the recorded seed, bit-exact; another
-    integer is refused as any changed seed is)."""
+    integer is refused as any changed seed is). Resumed with ``overwrite_output_dir=True`` as well: resume wins, said
+    in one line."""
     import torch
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -152,11 +153,12 @@ def test_seed_null_draws_one_seed_that_the_run_records_repeats_and_resumes_with(
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
     caplog.clear()
     with caplog.at_level("INFO"):
-        resumed = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, **over))
-    assert resumed.seed == seed
+        resumed = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, overwrite_output_dir=True, **over))
+    assert resumed.seed == seed  # resumed: a fresh run (what an overwrite would start) draws another seed
     assert torch.load(run / "recipe_state" / "step_2.pt", weights_only=False)["config"]["seed"] == seed
-    said = [r.getMessage() for r in caplog.records if "seed: null" in r.getMessage()]
-    assert said == [f"seed: null: resume=True continues with the run's recorded seed={seed}"]
+    said = [r.getMessage() for r in caplog.records if "seed: null" in r.getMessage() or "overwrite" in r.getMessage()]
+    assert said == ["resume=True and overwrite_output_dir=True: the run resumes, and overwrite_output_dir deletes "
+                    "nothing", f"seed: null: resume=True continues with the run's recorded seed={seed}"]
     _train(_tiny_cfg(ref, sp_tokenizer_dir, **{**over, "seed": seed}))
     assert len(_losses(ref)) == 2 and _losses(run) == _losses(ref)
 

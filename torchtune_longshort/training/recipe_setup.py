@@ -159,6 +159,9 @@ class RecipeSetup:
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
+        if resume and self.config.overwrite_output_dir:
+            utils.log_rank_zero(log, "resume=True and overwrite_output_dir=True: the run resumes, and "
+                                     "overwrite_output_dir deletes nothing")
         if self._resume_dir is None:
             if self._seed_drawn:
                 utils.log_rank_zero(log, f"seed: null drew seed={self.seed} (give seed={self.seed} to repeat this run)")

@@ -47,7 +47,8 @@ class RecipeConfig(Section):
     # where it writes
     output_dir: str = setting(doc="folder for the step_k checkpoints, metrics.jsonl and logs", check=text,
                               resume="ignored")
-    overwrite_output_dir: bool = setting(False, doc="replace a folder an earlier run of this recipe made",
+    overwrite_output_dir: bool = setting(False, doc="replace a folder an earlier run of this recipe made "
+                                         "(with resume=True the run resumes and nothing is deleted)",
                                          check=boolean, resume="ignored")
     resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean, resume="ignored")
     # what it builds
