@@ -197,3 +197,39 @@ def test_quick_study_figures_say_so():
     assert fig.get_suptitle() == QUICK_MARK and "quick (smoke) run" in QUICK_MARK
     inside_figure(fig, fig._suptitle)
     assert not draw(line_figure(lengths_cfg(lengths), t, lengths, "perplexity")).get_suptitle()
+
+
+def test_a_heatmap_of_many_alphas_wraps_its_panels_within_the_widest_figure():
+    # 8 alphas x 7 lengths made one row of 8 panels, 58 inches wide: the panels wrap onto rows of a figure at most
+    # MAX_FIGURE_WIDTH_IN wide, each panel still in its place (method, alpha), length labels under every panel with
+    # no panel right below it (the last row, and above a wrapped row's gap), depth labels on each row's first panel.
+    from torchtune_longshort.lengths import length_label
+    from torchtune_longshort.plots.axes import MAX_FIGURE_WIDTH_IN
+    from torchtune_longshort.study.eval_config import metric_of
+
+    alphas = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+    lengths = [128 * 2 ** i for i in range(7)]
+    cfg = study(L=512, alphas=alphas, seeds=[0], ppl_lengths=lengths[:2], passkey_lengths=lengths,
+                misalignment_lengths=[512], metadata={"passkey_depths": [0, 50]}, passkey_num_samples=2,
+                methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
+    recs = {f"{m}_a{a:g}_s0": {"status": "ok", "results": {"longshort_passkey": {
+        metric_of("passkey_digits", n, depth=d)[1]: round(i / 8, 3) for n in lengths for d in (0, 50)}}}
+        for m in ("pi", "yarn") for i, a in enumerate(alphas)}
+    fig = draw(passkey_figure(cfg, recs))
+    r = fig.canvas.get_renderer()
+    assert fig.get_figwidth() <= MAX_FIGURE_WIDTH_IN
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == [f"{m}, alpha={a:g}" for m in ("pi", "yarn") for a in alphas]
+    assert [t.get_text() for t in panels[9].texts] == ["0.12\nn=2"] * 14  # yarn, alpha 0.05: its own record
+    cols = {round(ax.get_position().x0, 3) for ax in panels}
+    assert 1 < len(cols) < len(alphas)  # wrapped, not one column per alpha
+    rows = sorted({round(ax.get_position().y0, 3) for ax in panels}, reverse=True)
+    at = {(round(ax.get_position().x0, 3), rows.index(round(ax.get_position().y0, 3))) for ax in panels}
+    for ax in panels:
+        x0, y0 = round(ax.get_position().x0, 3), rows.index(round(ax.get_position().y0, 3))
+        below = (x0, y0 + 1) in at  # a panel right below it: its labels would run into that panel's title
+        labelled = [t.get_text() for t in ax.get_xticklabels()]
+        assert labelled == ([length_label(n) for n in lengths] if not below else [""] * len(lengths)), ax.get_title()
+        assert bool(ax.get_yticklabels()[0].get_text()) == (x0 == min(cols))
+        inside_figure(fig, ax.title)
+    no_overlap([t for ax in panels for t in ax.get_xticklabels() + [ax.title] if t.get_text()], r)

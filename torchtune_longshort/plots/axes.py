@@ -9,7 +9,8 @@
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
-  title that fits the figure.
+  title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels`: a row of many panels (one per alpha)
+  wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
 - :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
   (smoke) run's figure says so.
 - :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes).
@@ -152,6 +153,33 @@ def heatmap_size(n_cols: int, n_rows: int, cell: Tuple[float, float] = (0.9, 0.5
     """Figure size (inches) for a heatmap of ``n_cols x n_rows`` cells plus labels and a colour bar, never below
     ``min_size`` (a single column or row is not squeezed to a sliver)."""
     return (max(min_size[0], extra[0] + cell[0] * n_cols), max(min_size[1], extra[1] + cell[1] * n_rows))
+
+
+# The widest figure a row of panels makes (inches); more panels wrap onto another row.
+MAX_FIGURE_WIDTH_IN = 24.0
+
+
+def wrap_columns(n_panels: int, panel_width: float, extra: float = 0.0,
+                 max_width: float = MAX_FIGURE_WIDTH_IN) -> int:
+    """Columns for a row of ``n_panels`` panels of ``panel_width`` inches (plus ``extra`` for labels and a colour
+    bar) that keep the figure within ``max_width``; at least one."""
+    return max(1, min(n_panels, int((max_width - extra) // panel_width)))
+
+
+def wrapped_panels(fig, blocks: int, per_block: int, cols: int) -> list:
+    """A ``blocks x per_block`` grid of panels (methods x alphas), each block's row wrapped onto
+    ``ceil(per_block / cols)`` rows of ``cols``: ``(ax, show_x, show_y)`` per panel in order, where ``show_x`` says
+    that nothing is drawn below the panel (it carries the x tick labels) and ``show_y`` that it starts a row. The
+    wrapped grid's unused axes are hidden."""
+    per_row = math.ceil(per_block / cols)
+    axes = fig.subplots(blocks * per_row, cols, squeeze=False)
+    used = {(b * per_row + j // cols, j % cols) for b in range(blocks) for j in range(per_block)}
+    for r, row in enumerate(axes):
+        for c, ax in enumerate(row):
+            if (r, c) not in used:
+                ax.set_visible(False)
+    return [(axes[r, c], (r + 1, c) not in used, c == 0)
+            for r, c in sorted(used)]
 
 
 def fraction_text(v: float) -> str:

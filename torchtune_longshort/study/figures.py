@@ -19,7 +19,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_size, length_axis, mark_quick,
-                                                 note_missing, series_style, value_axis, wrapped_title)
+                                            note_missing, series_style, value_axis, wrap_columns, wrapped_panels,
+                                            wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -113,12 +114,14 @@ def depth_length_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], lengt
 
     combos = [(m, a) for m in cfg.methods for a in cfg.alphas]
     w, h = heatmap_size(len(lengths), len(depths), cell=(0.9, 0.55), extra=(1.0, 1.0), min_size=(2.2, 2.0))
-    width = w * len(cfg.alphas) + 1.6
-    fig = Figure(figsize=(width, h * len(cfg.methods) + 1.0), layout="constrained")
-    axes = fig.subplots(len(cfg.methods), len(cfg.alphas), squeeze=False)
+    cols = wrap_columns(len(cfg.alphas), w, extra=1.6)
+    width = w * cols + 1.6
+    fig = Figure(figsize=(width, h * len(cfg.methods) * math.ceil(len(cfg.alphas) / cols) + 1.0),
+                 layout="constrained")
+    panels = wrapped_panels(fig, len(cfg.methods), len(cfg.alphas), cols)
     im, notes, seeds, per_run = None, [], [], set()
     labs = [n if isinstance(n, str) else length_label(n) for n in lengths]
-    for idx, ((m, a), ax) in enumerate(zip(combos, axes.flatten())):
+    for (m, a), (ax, show_x, show_y) in zip(combos, panels):
         members = [r.key for r in cfg.runs_of(m, a)]
         keys = [k for k in members if recs[k].get("status") == "ok"]
         grid_v, texts = [], []
@@ -141,19 +144,17 @@ def depth_length_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], lengt
             texts.append(trow)
         im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_facecolor("0.93")  # an empty cell is light grey, its word dark: never white on white
-        ax.set_xticks(range(len(lengths)), labs if idx // len(cfg.alphas) == len(cfg.methods) - 1 else [])
-        ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths] if idx % len(cfg.alphas) == 0 else [])
+        ax.set_xticks(range(len(lengths)), labs if show_x else [])
+        ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths] if show_y else [])
+        ax.set_xlabel("length" if show_x else "")
+        ax.set_ylabel("depth" if show_y else "")
         for i, (row, trow) in enumerate(zip(grid_v, texts)):
             for j, (v, t) in enumerate(zip(row, trow)):
                 ax.text(j, i, t, ha="center", va="center", fontsize=7, linespacing=1.1,
                         color="0.25" if math.isnan(v) else "w" if v < 0.6 else "k",
                         gid=MISSING_GID if math.isnan(v) else None)
         ax.set_title(f"{m}, alpha={a:g}", fontsize=9)
-    for ax in axes[-1]:
-        ax.set_xlabel("length")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("depth")
-    cbar = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8,
+    cbar = fig.colorbar(im, ax=[ax for ax, _, _ in panels], shrink=0.8,
                         label=label + (f"\n(red line: chance {chance:g})" if chance is not None else ""))
     runs_n = sorted(per_run)
     per = "" if not runs_n else f" ({runs_n[0]}{'' if len(runs_n) == 1 else f'-{runs_n[-1]}'} per run)"
