@@ -233,3 +233,24 @@ def test_a_heatmap_of_many_alphas_wraps_its_panels_within_the_widest_figure():
         assert bool(ax.get_yticklabels()[0].get_text()) == (x0 == min(cols))
         inside_figure(fig, ax.title)
     no_overlap([t for ax in panels for t in ax.get_xticklabels() + [ax.title] if t.get_text()], r)
+
+
+def test_a_line_figure_of_many_methods_wraps_its_panels_within_the_widest_figure():
+    # One panel per method, 5 inches each: 8 methods made a 40-inch row; they wrap onto rows of a figure at most
+    # MAX_FIGURE_WIDTH_IN wide, each panel its method's, no title or label running into another.
+    from torchtune_longshort.plots.axes import MAX_FIGURE_WIDTH_IN
+
+    lengths = [128, 256, 512]
+    methods = ["pi", "ntk", "yarn", "abf", "eabf", "clex", "dynamic_ntk", "llama3"]
+    one = table({0.0: [40.0, 50.0, 60.0], 0.3: [41.0, 49.0, 55.0]}, lengths)["methods"]["pi"]
+    t = {"methods": {m: one for m in methods}}
+    fig = draw(line_figure(lengths_cfg(lengths, alphas=[0.0, 0.3]), t, lengths, "perplexity"))
+    assert fig.get_figwidth() <= MAX_FIGURE_WIDTH_IN
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title().split(":")[0] for ax in panels] == methods
+    assert len({round(ax.get_position().y0, 3) for ax in panels}) > 1  # wrapped
+    r = fig.canvas.get_renderer()
+    no_overlap([t for ax in panels for t in [ax.title, ax.xaxis.label, ax.yaxis.label]], r)
+    for ax in panels:
+        inside_figure(fig, ax.title)
+        assert ax.get_window_extent(r).width / fig.dpi >= 2.5  # panels not squeezed to fit

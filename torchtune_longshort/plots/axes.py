@@ -9,8 +9,8 @@
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
-  title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels`: a row of many panels (one per alpha)
-  wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
+  title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels` / :func:`panel_row`: a row of many panels
+  (one per method or alpha) wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
 - :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
   (smoke) run's figure says so.
 - :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes).
@@ -166,13 +166,13 @@ def wrap_columns(n_panels: int, panel_width: float, extra: float = 0.0,
     return max(1, min(n_panels, int((max_width - extra) // panel_width)))
 
 
-def wrapped_panels(fig, blocks: int, per_block: int, cols: int) -> list:
+def wrapped_panels(fig, blocks: int, per_block: int, cols: int, **subplots) -> list:
     """A ``blocks x per_block`` grid of panels (methods x alphas), each block's row wrapped onto
     ``ceil(per_block / cols)`` rows of ``cols``: ``(ax, show_x, show_y)`` per panel in order, where ``show_x`` says
     that nothing is drawn below the panel (it carries the x tick labels) and ``show_y`` that it starts a row. The
-    wrapped grid's unused axes are hidden."""
+    wrapped grid's unused axes are hidden; ``subplots``: more arguments of ``fig.subplots`` (``sharey=True``)."""
     per_row = math.ceil(per_block / cols)
-    axes = fig.subplots(blocks * per_row, cols, squeeze=False)
+    axes = fig.subplots(blocks * per_row, cols, squeeze=False, **subplots)
     used = {(b * per_row + j // cols, j % cols) for b in range(blocks) for j in range(per_block)}
     for r, row in enumerate(axes):
         for c, ax in enumerate(row):
@@ -180,6 +180,16 @@ def wrapped_panels(fig, blocks: int, per_block: int, cols: int) -> list:
                 ax.set_visible(False)
     return [(axes[r, c], (r + 1, c) not in used, c == 0)
             for r, c in sorted(used)]
+
+
+def panel_row(n_panels: int, panel_size: Tuple[float, float], **subplots) -> tuple:
+    """A constrained-layout Figure of ``n_panels`` panels of ``panel_size`` inches (one per method) in a row that
+    wraps onto more rows past :data:`MAX_FIGURE_WIDTH_IN`: ``(fig, [ax, ...])``."""
+    from matplotlib.figure import Figure
+
+    cols = wrap_columns(n_panels, panel_size[0])
+    fig = Figure(figsize=(panel_size[0] * cols, panel_size[1] * math.ceil(n_panels / cols)), layout="constrained")
+    return fig, [ax for ax, _, _ in wrapped_panels(fig, 1, n_panels, cols, **subplots)]
 
 
 def fraction_text(v: float) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
-from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, series_style,
-                                                 value_axis)
+from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, panel_row,
+                                            series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -117,13 +117,10 @@ def alpha_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Perplexity against alpha at each length >= L, one panel per method (mean ± sd over seeds; a plain value at
     one seed). An (alpha, length) with no value is named on its panel with the reason (not run, failed, a length
     the text could not fill, ...)."""
-    from matplotlib.figure import Figure
-
     methods = list(cfg.methods)
-    fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False)
+    fig, axes = panel_row(len(methods), (4.5, 3.6))
     lengths = long_lengths(cfg)
-    for ax, m in zip(axes[0], methods):
+    for ax, m in zip(axes, methods):
         ys_all: List[float] = []
         counts: List[int] = []
         missing = []

@@ -19,8 +19,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_size, length_axis, mark_quick,
-                                            note_missing, series_style, value_axis, wrap_columns, wrapped_panels,
-                                            wrapped_title)
+                                            note_missing, panel_row, series_style, value_axis, wrap_columns,
+                                            wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -55,12 +55,9 @@ def line_figure(cfg: StudyConfig, table: Dict[str, Any], lengths: List[int], yla
     tick labels and no offset text (:mod:`torchtune_longshort.plots.axes`). The title counts the seeds its
     points hold (a cell's ``n``), not the seeds planned. A cell with no value is named on the panel with the
     reason its table cell gives (``why_empty``: not run, failed, a length the text could not fill, ...)."""
-    from matplotlib.figure import Figure
-
     methods = list(table["methods"])
-    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False)
-    for ax, m in zip(axes[0], methods):
+    fig, axes = panel_row(len(methods), (5, 4))
+    for ax, m in zip(axes, methods):
         ys_all: List[float] = []
         counts: List[int] = []
         missing = []
@@ -206,13 +203,10 @@ def passkey_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
 def finetune_curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     """Held-out CE against step of every CE-only fine-tune (alpha = 0), one line per seed, a panel per method:
     whether the fine-tuning budget let cross-entropy converge (a Figure)."""
-    from matplotlib.figure import Figure
-
     methods = list(cfg.methods)
-    fig = Figure(figsize=(4.5 * len(methods), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False, sharey=True)
+    fig, axes = panel_row(len(methods), (4.5, 3.6), sharey=True)
     ys_all: List[float] = []
-    for ax, m in zip(axes[0], methods):
+    for ax, m in zip(axes, methods):
         runs = [(r, val) for r in cfg.runs_of(m, 0.0)
                 if (val := ((recs.get(r.key) or {}).get("train") or {}).get("val_ce"))]
         for i, (r, val) in enumerate(runs):
@@ -223,20 +217,18 @@ def finetune_curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
         ax.set_title(f"{m}: CE-only, held-out CE at L = {cfg.L}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    value_axis(axes[0][0], ys_all)  # the panels share it
-    axes[0][0].set_ylabel("held-out CE (nats)")
+    value_axis(axes[0], ys_all)  # the panels share it
+    for ax in axes:
+        ax.set_ylabel("held-out CE (nats)" if ax.get_subplotspec().is_first_col() else "")
     mark_quick(fig, cfg.quick)
     return fig
 
 
 def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str):
     """Per-position mean NLL at the longest ppl length, mean over seeds, one line per alpha (a Figure)."""
-    from matplotlib.figure import Figure
-
     methods = list(cfg.methods)
-    fig = Figure(figsize=(5 * len(methods), 4), layout="constrained")
-    axes = fig.subplots(1, len(methods), squeeze=False)
-    for ax, m in zip(axes[0], methods):
+    fig, axes = panel_row(len(methods), (5, 4))
+    for ax, m in zip(axes, methods):
         ys_all: List[float] = []
         for k, a in enumerate(cfg.alphas):
             curves = [recs[r.key]["curves"][longest] for r in cfg.runs_of(m, a)
