@@ -318,3 +318,19 @@ def test_a_predict_only_run_is_named_and_alone_refused(tmp_path, tiny_llama2_dir
     assert "`po` was run with lm-eval's --predict_only (longshort_passkey, longshort_ppl)" in md
     assert "| scored | 3 |" in md and "| po | — |" in md
     assert "bypass" not in md  # lm-eval's placeholder 999 is no score
+
+
+def test_a_large_value_reads_whole_in_every_report_table(tmp_path):
+    # A base model's perplexity past its context ran to 1.532e+04 in the tables (and a run's seconds to 2.22e+03 in
+    # Table 1's): a number with more digits before the point than the table's significant digits prints whole.
+    from torchtune_longshort.plots.axes import table_number
+    from torchtune_longshort.study.tables import fmt
+
+    _write(tmp_path / "base", {"longshort_ppl": {"ppl_512,none": 9.25, "ppl_8k,none": 15321.4}})
+    main([str(tmp_path / "base"), "--out", str(tmp_path / "rep")])
+    assert "| base | 9.25 | 15321 |" in (tmp_path / "rep" / "report.md").read_text()
+    assert json.loads((tmp_path / "rep" / "summary.json").read_text())["longshort_ppl"]["ppl"]["base"]["8k"] == 15321.4
+    for v in (15321.4, -15321.6, 9999.7, 2.5e11):  # the reference: the number rounded to a whole
+        assert "e" not in table_number(v) and float(table_number(v)) == round(v)
+    assert table_number(2220.0, 3) == "2220" and table_number(412.63) == "412.6" and table_number(0.12345) == "0.1235"
+    assert fmt(15321.4) == "15321" and fmt(1e20) == "1e+20" and fmt(None) == "—"

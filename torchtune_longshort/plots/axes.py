@@ -14,6 +14,7 @@
 - :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
   (smoke) run's figure says so.
 - :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes).
+- :func:`table_number`: a number as the reports' tables print it (no exponent on a large one).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ def plain_number(v: float, _pos=None) -> str:
     if 1e-4 <= abs(v) < 1e7:
         return f"{v:.6f}".rstrip("0").rstrip(".")
     return f"{v:.3g}"
+
+
+def table_number(v: float, digits: int = 4) -> str:
+    """A number in a report's table: ``digits`` significant digits (``412.6``, ``0.1235``), but one with more
+    digits before the point printed whole, never with an exponent (``15321``, not ``1.532e+04``: a base model's
+    perplexity past its context, a run's seconds)."""
+    if 10 ** digits <= abs(float(f"{v:.{digits}g}")) < 1e15:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
 
 
 def _plain_formatter():

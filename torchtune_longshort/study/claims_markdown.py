@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.study.base_config import GATE_MEASURES
 
 if TYPE_CHECKING:
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
-    return "—" if x is None else f"{x:.{digits}g}"
+    return "—" if x is None else table_number(x, digits)
 
 
 def _interval(c: Dict[str, Any]) -> str:

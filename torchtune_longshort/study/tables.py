@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, task_results
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import BabilongConfig, metric_of
@@ -42,10 +43,11 @@ TABLES = {
 
 
 def fmt(x: Optional[float]) -> str:
-    """How a number is printed in the tables (4 significant digits); ``None`` -> an em dash."""
+    """How a number is printed in the tables (:func:`~torchtune_longshort.plots.axes.table_number`: 4 significant
+    digits, a large one whole); ``None`` -> an em dash."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
-    return f"{x:.4g}"
+    return table_number(x)
 
 
 def mean_sd(values: List[float]) -> Tuple[Optional[float], Optional[float]]:

@@ -53,6 +53,7 @@ from torchtune_longshort.eval.report.run_files import run_label
 from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
+from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
     atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
@@ -68,7 +69,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, (int, float)):
         if isinstance(v, float) and math.isnan(v):
             return "NaN"
-        return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+        return table_number(v) if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
     return "—" if v is None else str(v)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
     atomic_open, atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure,
 )
@@ -28,7 +29,7 @@ _LABELS = {"sce": "SCE", "jeffreys": "Jeffreys", "entropy": "entropy", "ppl": "p
 
 
 def _f(x: Optional[float], digits: int = 4) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else table_number(x, digits)
 
 
 def _cell_text(row: Dict[str, Any], key: str) -> str:
