@@ -7,9 +7,15 @@ README's commands from it.
 setuptools copies the package into ``build/lib`` and zips that folder, adding to what an earlier build left there:
 a module, task YAML or config removed or renamed since an earlier ``pip install .`` / ``pip wheel .`` in the same
 checkout was still shipped. :class:`BuildPyWithoutStaleFiles` removes from ``build/lib/torchtune_longshort`` (a
-folder only the build writes) every file this build did not put there."""
+folder only the build writes) every file this build did not put there.
 
+A wheel built from a git checkout (``pip install .`` of a clone, ``pip install git+https://...``) records that
+checkout's commit and dirty flag in ``torchtune_longshort/_build_commit.json``, which every results file's provenance
+then names (:mod:`torchtune_longshort.provenance`; a checkout names its own)."""
+
+import json
 import os
+import sys
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
@@ -33,6 +39,20 @@ class BuildPyWithoutStaleFiles(build_py):
                     os.remove(path)
             if not os.listdir(folder):
                 os.rmdir(folder)
+        _record_commit(os.path.join(self.build_lib, PACKAGE))
+
+
+def _record_commit(package_dir):
+    """The build's checkout commit written into the built package (nothing outside a git checkout)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:  # the source tree's own module (stdlib only at import); the same rule the installed package reads with
+        from torchtune_longshort.provenance import BUILD_COMMIT, checkout_commit
+    finally:
+        sys.path.pop(0)
+    commit = checkout_commit()
+    if commit["git_commit"] is not None and os.path.isdir(package_dir):
+        with open(os.path.join(package_dir, BUILD_COMMIT.name), "w") as f:
+            json.dump(commit, f)
 
 
 setup(

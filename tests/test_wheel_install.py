@@ -70,6 +70,8 @@ def test_the_wheel_holds_every_source_file_and_only_it_is_imported(wheel):
     site = wheel.venv.resolve()
     assert Path(p.stdout.splitlines()[0]).resolve().is_relative_to(site), p.stdout
     assert "__editable__" not in p.stdout and str(ROOT) not in p.stdout
+    assert json.loads(zipfile.ZipFile(wheel.wheel).read("torchtune_longshort/_build_commit.json")) == {
+        "git_commit": wheel.commit, "git_dirty": False}  # built from a clone: its commit recorded
 
 
 def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
@@ -84,7 +86,8 @@ def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_l
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_bytes((ROOT / rel).read_bytes())
     stale = ["torchtune_longshort/zz_removed.py", "torchtune_longshort/eval/tasks/zz_gone/longshort_zz_gone.yaml",
-             "torchtune_longshort/eval/tasks/zz_gone/__init__.py", "torchtune_longshort/configs/tiny/zz_old.yaml"]
+             "torchtune_longshort/eval/tasks/zz_gone/__init__.py", "torchtune_longshort/configs/tiny/zz_old.yaml",
+             "torchtune_longshort/_build_commit.json"]  # an earlier build's commit: this copy is no git checkout
     for rel in stale:  # what an earlier build of a tree that still held them left in build/lib
         (src / "build/lib" / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / "build/lib" / rel).write_text("task: longshort_zz_gone\n" if rel.endswith(".yaml") else "X = 1\n")
@@ -204,7 +207,10 @@ def test_quick_study_from_the_wheel_with_a_failing_run(wheel):
     assert not [x for x in printed.splitlines() if "warn" in x.lower()], printed[-3000:]
     assert "study runs: 100%" in printed and "5/5" in printed
     assert rec["provenance"]["stdlib_corpus"] == summary["provenance"]["stdlib_corpus"]
-    assert rec["provenance"]["project"]["git_commit"] is None  # a wheel: no checkout to name
+    # the wheel's build commit (its checkout is gone): the clone it was built from, not the repository its
+    # site-packages may lie in
+    assert rec["provenance"]["project"] == {**rec["provenance"]["project"], "git_commit": wheel.commit,
+                                            "git_dirty": False}
     # lm-eval's output carries none of the filtered noise (torchao's at import: tests/test_quiet.py, fresh processes;
     # this run's were forked from a zygote that had imported it)
     eval_log = (out / "runs/pi_a0_s0/eval.log").read_text()

@@ -1,7 +1,8 @@
 """An environment where the only ``torchtune_longshort`` is the wheel built from this checkout, as a user installs it.
 
-:func:`build_wheel_env` copies the checkout's files (``git ls-files``: tracked and new, not ignored), builds the
-wheel there with pip (no build isolation, no index: the suite runs offline), and installs it with pip into a new
+:func:`build_wheel_env` copies the checkout's files (``git ls-files``: tracked and new, not ignored) into a git
+repository of one commit, as a user's clone (the wheel records its commit: ``setup.py``), builds the wheel there with
+pip (no build isolation, no index: the suite runs offline), and installs it with pip into a new
 virtual environment. The test suite's own venv has an *editable* install of the checkout, whose meta-path finder
 (``__editable__...finder``, installed by a ``.pth`` file) resolves ``torchtune_longshort.<child>`` from the checkout
 whenever the wheel lacks it: it would hide exactly the fault the wheel test exists to catch. So the new venv sees
@@ -33,6 +34,7 @@ THIRD_PARTY_SCRIPTS = ("tune", "lm_eval", "lm-eval")
 class WheelEnv:
     venv: Path
     wheel: Path
+    commit: str  # the commit of the copy it was built from
     work: Path  # a folder outside the checkout to run commands from
     env: Dict[str, str]  # served by a zygote of the venv's own interpreter (tests/warm), the wheel imported in it
     fresh_env: Dict[str, str]  # the same without it: nothing of the checkout on any path
@@ -68,11 +70,16 @@ def source_files(root: Path = ROOT) -> List[str]:
     return [f for f in p.stdout.splitlines() if (root / f).is_file()]
 
 
-def _copy_checkout(dest: Path) -> None:
+def _copy_checkout(dest: Path) -> str:
+    """The checkout's files copied to ``dest``, committed there as one commit (its hash returned)."""
     for rel in source_files():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
+    git = ["git", "-C", str(dest), "-c", "user.name=suite", "-c", "user.email=suite@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "a copy of the checkout"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, text=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _write_script(venv_dir: Path, name: str) -> None:
@@ -89,7 +96,7 @@ def _write_script(venv_dir: Path, name: str) -> None:
 def build_wheel_env(tmp: Path) -> WheelEnv:
     """Build the wheel from a copy of the checkout and install it into a new venv under ``tmp``."""
     src, dist, venv_dir, work = tmp / "src", tmp / "dist", tmp / "venv", tmp / "work"
-    _copy_checkout(src)
+    commit = _copy_checkout(src)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(dist),
                     str(src)], check=True, capture_output=True, text=True)
@@ -110,4 +117,4 @@ def build_wheel_env(tmp: Path) -> WheelEnv:
     env.update(PATH=f"{venv_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv_dir),
                PYTHONNOUSERSITE="1", TMPDIR=str(tmp), HF_HOME=str(tmp / "hf_home"))
     warm, stop = start_zygote(tmp, "wheel", env, python=str(venv_dir / "bin" / "python"))
-    return WheelEnv(venv=venv_dir, wheel=wheel, work=work, env=warm, fresh_env=env, stop=stop)
+    return WheelEnv(venv=venv_dir, wheel=wheel, commit=commit, work=work, env=warm, fresh_env=env, stop=stop)

@@ -2,11 +2,15 @@
 
 :func:`provenance` is the one function that builds it; everything that writes a file calls it::
 
-    {"project": {"name", "version", "git_commit", "git_dirty"},       # git fields null outside a git checkout
+    {"project": {"name", "version", "git_commit", "git_dirty"},       # the checkout's, or the build's (a wheel)
      "packages": {"torch", "torchtune", "lm_eval", "transformers"},  # installed versions (null: not installed)
      "python": {"version", "implementation", "executable"},
      "stdlib_corpus": {"sha256", "files", "bytes", "root"},         # only when the stdlib corpus was used
      "device": {"type", "name", "count"}}
+
+The commit is the checkout's that holds the package (an editable install), else the one a wheel recorded when it
+was built from a git checkout (``setup.py`` writes :data:`BUILD_COMMIT` into it: ``pip install .`` of a clone,
+``pip install git+https://...``); null when neither is known (a wheel built from a source archive).
 
 The stdlib corpus (``torchtune_longshort.data.stdlib_corpus``) is the running interpreter's own source files, so
 perplexities on it change with the Python version; its content hash says which text a number was measured on.
@@ -17,6 +21,7 @@ It is included when asked (``stdlib=True``) or, by default, when this process ha
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import subprocess
@@ -30,6 +35,10 @@ PACKAGES = ("torch", "torchtune", "lm_eval", "transformers")
 # Distribution names where they differ from the import name.
 _DISTRIBUTIONS = {"lm_eval": "lm-eval"}
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The commit a wheel was built from (written into the built package by setup.py; absent from a checkout).
+BUILD_COMMIT = Path(__file__).resolve().with_name("_build_commit.json")
+
+
 def _version(dist: str) -> Optional[str]:
     from importlib import metadata
 
@@ -40,8 +49,22 @@ def _version(dist: str) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _git(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
-    """Commit and dirty flag of the checkout that holds this package; nulls when it is not in one (a wheel)."""
+def _git() -> Dict[str, Any]:
+    """Commit and dirty flag of the checkout that holds this package, else those the installed wheel recorded at
+    its build; nulls when neither is known."""
+    here = checkout_commit()
+    if here["git_commit"] is None and BUILD_COMMIT.is_file():
+        try:
+            built = json.loads(BUILD_COMMIT.read_text())
+            return {"git_commit": str(built["git_commit"]), "git_dirty": built.get("git_dirty")}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return here
+
+
+def checkout_commit(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
+    """Commit and dirty flag of the git checkout whose top folder is ``root``; nulls when ``root`` is not one (a
+    package installed from a wheel: its site-packages may lie inside another repository, which is not named)."""
 
     def run(*args: str) -> Optional[str]:
         try:
