@@ -163,6 +163,49 @@ def test_clex_training_forward_draws_t_once_per_step_and_trains():
     assert sum("ode_down_proj" in n for n in names) == 1  # shared module: one parameter, not one per layer
 
 
+def test_a_deep_copy_runs_its_own_rope_and_leaves_the_original_alone():
+    """``copy.deepcopy`` of a scaled model (an EMA, a frozen reference) copies the hooks' functions, not what they
+    closed over: the copy's CLEX forward prepared the original's RoPE (the copy trained with the eval path: no
+    sampled t) and replacing the copy's scaling removed the original's hooks. The reference: the original itself,
+    trained on the same draws."""
+    import copy
+
+    model = tiny("llama2")
+    apply_rope_scaling(model, "clex", TARGET, time_dt=0.1)
+    with torch.no_grad():
+        model.layers[0].attn.pos_embeddings.ode_down_proj.normal_(std=0.05)
+    model.train()
+    twin = copy.deepcopy(model)
+    rope, twin_rope = model.layers[0].attn.pos_embeddings, twin.layers[0].attn.pos_embeddings
+    assert twin_rope is not rope and all(layer.attn.pos_embeddings is twin_rope for layer in twin.layers)
+    x = torch.randint(0, VOCAB, (2, ORIG))
+    seen = []
+    for r in (rope, twin_rope):
+        r.prepare = lambda *a, _r=r, _prep=r.prepare, **k: (seen.append(_r), _prep(*a, **k))[1]
+    out = []
+    for m, r in ((model, rope), (twin, twin_rope)):
+        torch.manual_seed(3)
+        r.generator = None
+        logits = m(x)
+        logits.float().logsumexp(-1).mean().backward()
+        out.append((logits.detach(), r.ode_down_proj.grad.clone()))
+    assert seen == [rope, twin_rope]  # each model's forward prepares its own RoPE
+    torch.testing.assert_close(out[1][0], out[0][0])  # the same draws: the same training forward
+    torch.testing.assert_close(out[1][1], out[0][1])  # and the copy's own ODE parameters get its gradient
+
+    eabf = tiny("llama2", layers=3)
+    apply_rope_scaling(eabf, "eabf", TARGET, original_max_seq_len=8)
+    other = copy.deepcopy(eabf)
+    apply_rope_scaling(other, "linear", TARGET)  # the copy's hooks go; the original's stay
+    assert len(other.layers[2].attn.q_proj._forward_hooks) == 0
+    assert len(eabf.layers[2].attn.q_proj._forward_hooks) == 1
+    fresh = tiny("llama2", layers=3)
+    apply_rope_scaling(fresh, "eabf", TARGET, original_max_seq_len=8)
+    x = torch.randint(0, VOCAB, (1, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(eabf(x), fresh(x))
+
+
 def test_rope_scaled_is_instantiable_from_yaml():
     from omegaconf import OmegaConf
     from torchtune import config

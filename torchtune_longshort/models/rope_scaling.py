@@ -61,13 +61,20 @@ def _remove_hooks(model: nn.Module) -> None:
     for h in getattr(model, _HOOKS_ATTR, []):
         h.remove()
     setattr(model, _HOOKS_ATTR, [])
+    model.__dict__.pop("_longshort_rope", None)  # the per-forward hooks' RoPE (_install_per_forward)
+
+
+# The hooks below find the RoPE module through the module they are called on, never through a closure: a deep copy
+# of the model (an EMA, a frozen reference) copies the hook functions as they are, so a captured module would be the
+# original's (the copy's CLEX forward prepared the original's RoPE, and its own ODE parameters got no gradient).
 
 
 def _install_query_scale(model: nn.Module, rope: nn.Module, attentions) -> None:
     """Scale each attention's query by ``rope.query_scale(positions, layer_idx)`` (EABF, CLEX log-scale).
 
     The factor is applied to ``q_proj``'s output: a per-position scalar commutes with the RoPE rotation that
-    follows, so this equals scaling the rotated query, and k is untouched.
+    follows, so this equals scaling the rotated query, and k is untouched. The attention's pre-hook hands its
+    ``pos_embeddings`` and positions to the ``q_proj`` hook that runs inside it.
     """
     hooks = getattr(model, _HOOKS_ATTR)
     for layer_idx, attn in attentions:
@@ -77,6 +84,7 @@ def _install_query_scale(model: nn.Module, rope: nn.Module, attentions) -> None:
 
         def pre_hook(module, args, kwargs, state=state):
             x = args[0] if args else kwargs["x"]
+            state["rope"] = module.pos_embeddings
             state["input_pos"] = kwargs.get("input_pos")
             state["seq_len"] = x.shape[1]
 
@@ -84,7 +92,7 @@ def _install_query_scale(model: nn.Module, rope: nn.Module, attentions) -> None:
             pos = state.get("input_pos")
             if pos is None:
                 pos = torch.arange(state["seq_len"], device=output.device)[None, :]
-            scale = rope.query_scale(pos.to(output.device), layer_idx)
+            scale = state["rope"].query_scale(pos.to(output.device), layer_idx)
             return output * scale.to(output.dtype)[..., None]
 
         hooks.append(attn.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -93,15 +101,18 @@ def _install_query_scale(model: nn.Module, rope: nn.Module, attentions) -> None:
 
 def _install_per_forward(model: nn.Module, rope: nn.Module) -> None:
     """Call ``rope.prepare`` once per decoder forward (CLEX draws its t and training positions there, shared by q
-    and k of every layer) and ``rope.clear`` after it."""
+    and k of every layer) and ``rope.clear`` after it. The decoder holds its RoPE in a tuple: not a second
+    registration of the attentions' module (no state-dict key, no parameter counted twice), and a deep copy maps it
+    to the copy's own; its layers may be wrapped later (activation checkpointing renames their submodules)."""
     hooks = getattr(model, _HOOKS_ATTR)
+    model._longshort_rope = (rope,)
 
     def pre_hook(module, args, kwargs):
         tokens = args[0] if args else kwargs["tokens"]
-        rope.prepare(tokens.shape[1], kwargs.get("input_pos"))
+        module._longshort_rope[0].prepare(tokens.shape[1], kwargs.get("input_pos"))
 
     def post_hook(module, args, kwargs, output):
-        rope.clear()
+        module._longshort_rope[0].clear()
 
     hooks.append(model.register_forward_pre_hook(pre_hook, with_kwargs=True))
     hooks.append(model.register_forward_hook(post_hook, with_kwargs=True))
