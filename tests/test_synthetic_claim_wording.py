@@ -59,6 +59,20 @@ def test_the_command_prints_each_claim_in_its_words(tmp_path, capsys, monkeypatc
                        f"claim held: {CLAIM_STATEMENTS['outrep_inv_sqrt_beats_identity']}"]
 
 
+def test_a_quick_runs_claim_lines_say_they_decide_nothing(tmp_path, capsys, monkeypatch):
+    # `--figure 1a --quick` printed "claim not held: ..." from its 8 smoke-sized runs, as if the paper's claim had
+    # failed; a quick run's lines now say the budget was too small to decide.
+    from torchtune_longshort.synthetic.claims import QUICK_VERDICT
+
+    summary = summarize_claims(_figs(), BASE)
+    summary["meta"] = {"wall_seconds": 1.0, "lr_choice": {}, "quick": True}
+    monkeypatch.setattr(cli, "run_figures", lambda *a, **k: summary)
+    assert cli.main(["--figure", "1a", "--quick", "--out", str(tmp_path / "o")]) == 0
+    printed = [x for x in capsys.readouterr().out.splitlines() if x.startswith("claim ")]
+    assert printed == [f"claim held: {CLAIM_STATEMENTS['mean_nope_flat']}{QUICK_VERDICT}"]
+    assert "too few to decide" in QUICK_VERDICT
+
+
 def test_the_docs_claim_table_uses_the_same_words():
     text = (ROOT / "docs/synthetic/README.md").read_text()
     table = text.split("## The paper's claims, held or not")[1].split("\n### ")[0]

@@ -67,14 +67,20 @@ def summarize_claims(figs: Dict[str, Dict], base: RunConfig) -> Dict:
     return s
 
 
+# Said after each claim line of a --quick run: its verdicts come from a smoke test's budget.
+QUICK_VERDICT = " [--quick: a smoke test's steps and seeds, too few to decide it; run without --quick]"
+
+
 def claim_lines(summary: Dict, names) -> List[str]:
     """One printed line per claim that the figures ``names`` decide: ``claim held: <what was checked>`` (or ``not
-    held``), in the words of :data:`CLAIM_STATEMENTS`."""
+    held``), in the words of :data:`CLAIM_STATEMENTS`; a quick run's (``meta.quick``) says its verdict is not one
+    (:data:`QUICK_VERDICT`)."""
     lines = []
+    quick = QUICK_VERDICT if (summary.get("meta") or {}).get("quick") else ""
     for n in names:
         claim = CLAIMS_OF_FIGURE.get(n)
         if claim in CLAIM_STATEMENTS and isinstance(summary.get(claim), dict) and "held" in summary[claim]:
-            lines.append(f"claim {'held' if summary[claim]['held'] else 'not held'}: {CLAIM_STATEMENTS[claim]}")
+            lines.append(f"claim {'held' if summary[claim]['held'] else 'not held'}: {CLAIM_STATEMENTS[claim]}{quick}")
     return lines
 
 
