@@ -191,6 +191,44 @@ def test_fused_bf16_within_bf16_tolerance_of_float64_reference():
         torch.testing.assert_close(got.double(), want, rtol=5e-2, atol=2e-3, msg=name)
 
 
+def test_fused_under_autocast_computes_as_the_output_layer_would():
+    """A float32 model under ``torch.autocast(bfloat16)``: the fused path failed in its first kernel (bf16 hidden
+    states, float32 weight). It now computes the logits in autocast's dtype, as ``model.output(h)`` under autocast
+    does; the reference is that unfused computation (naive autograd through the model's own output layer) under the
+    same autocast. Mixed dtypes without autocast are refused in one line, as the model's own layer would refuse."""
+    e, alpha = 3, 0.5
+    la, lb = _batch(e)
+    ha, hb, lin = _leaves()
+    loss_fn = _fused_loss(lin, alpha=alpha, num_chunks=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = loss_fn(ha, hb, la, lb, e)
+        za, zb = lin(ha), lin(hb)  # bf16 logits, as autocast makes them
+    assert za.dtype == torch.bfloat16
+    g = _grads(out.loss, (ha, hb, lin.weight))
+    ce = (F.cross_entropy(za.float().flatten(0, 1), la.flatten(), ignore_index=IGN)
+          + F.cross_entropy(zb.float().flatten(0, 1), lb.flatten(), ignore_index=IGN)) / 2
+    ref = ce + alpha * _divergence_ref("sce", za.float()[:, L // 2 + e : L], zb.float()[:, L // 2 : L - e]).mean()
+    g_ref = _grads(ref, (ha, hb, lin.weight))
+    assert [t.dtype for t in g] == [torch.float32] * 3  # back through the casts to the float32 leaves
+    assert out.loss.item() == pytest.approx(ref.item(), rel=1e-3)
+    for name, got, want in zip(("ha", "hb", "weight"), g, g_ref):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3, msg=name)
+    with pytest.raises(ValueError, match=r"^the hidden states are torch.bfloat16 \(A\) / torch.bfloat16 \(B\) but "
+                                         r"the output weight is torch.float32: cast the model to one dtype"):
+        loss_fn(ha.detach().bfloat16(), hb.detach().bfloat16(), la, lb, e)
+
+
+def test_windows_of_different_batches_or_float_labels_are_refused_naming_them():
+    e = 3
+    la, lb = _batch(e)
+    ha, hb, lin = _leaves()
+    loss_fn = _fused_loss(lin, alpha=0.5)
+    with pytest.raises(ValueError, match=r"^batch sizes differ: out_a has 2 rows, out_b 1"):
+        loss_fn(ha, hb[:1], la, lb, e)
+    with pytest.raises(ValueError, match=r"^labels_b has dtype torch.float32; expected torch.long"):
+        loss_fn(ha, hb, la, lb.float(), e)
+
+
 def test_fused_and_checkpointed_paths_through_a_torchtune_decoder(caplog):
     """Whole model: parameter gradients of the fused and the checkpointed path both equal naive autograd; the
     path is logged once."""

@@ -187,9 +187,14 @@ class LongShortLoss(nn.Module):
             raise ValueError(
                 f"window lengths differ: A has {L} positions, B has {sum(p.shape[1] for p in b_parts)}"
             )
+        if b_parts[0].shape[0] != bsz:
+            raise ValueError(f"batch sizes differ: out_a has {bsz} rows, out_b {b_parts[0].shape[0]} (the windows of "
+                             "one batch of samples, row for row)")
         for name, lab in (("labels_a", labels_a), ("labels_b", labels_b)):
             if lab.shape != (bsz, L):
                 raise ValueError(f"{name} has shape {tuple(lab.shape)}; expected [batch={bsz}, L={L}]")
+            if lab.dtype != torch.long:
+                raise ValueError(f"{name} has dtype {lab.dtype}; expected torch.long token ids (labels.long())")
         pos = aligned_positions(L, e, self.min_context)
         hidden = self.linear_projection is not None
         if not hidden and a_parts[0].shape[-1] != b_parts[0].shape[-1]:
@@ -243,10 +248,14 @@ class LongShortLoss(nn.Module):
 
         def run(ha_, hb_):
             weight, bias = (gathered(t) for t in plain_linear_weight(module))
-            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ha_, hb_, weight, bias)):
-                return FusedLinearLongShort.apply(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan)
-            (ca, cb, dv), _ = fused_terms(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan,
-                                          (False, False, False, False))
+            ha_, hb_, weight, bias = _one_dtype(ha_, hb_, weight, bias)
+            with torch.autocast(ha_.device.type, enabled=False):  # the dtypes are settled: its kernels' out= buffers
+                if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                   for t in (ha_, hb_, weight, bias)):
+                    return FusedLinearLongShort.apply(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b,
+                                                      plan)
+                (ca, cb, dv), _ = fused_terms(ha_, hb_, weight, bias, labels_a, labels_b, w_ce_a, w_ce_b, plan,
+                                              (False, False, False, False))
             loss = w_ce_a * ca + w_ce_b * cb + (plan.w_div * dv if mode == "train" else 0.0)
             return loss, torch.stack([ca, cb, dv])
 
@@ -261,6 +270,21 @@ class LongShortLoss(nn.Module):
         else:
             loss, sums = run(ha, hb)
         return sums[0], sums[1], sums[2], loss
+
+
+def _one_dtype(ha: torch.Tensor, hb: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+    """The fused path's inputs in one dtype. Under ``torch.autocast``: its dtype, as ``model.output(h)`` would compute
+    the logits (the float32 log-softmax and divergences follow either way). Without it they must agree already, as
+    the model's own output layer needs."""
+    device = ha.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        return tuple(None if t is None else t.to(dtype) for t in (ha, hb, weight, bias))
+    if ha.dtype != weight.dtype or hb.dtype != weight.dtype:
+        raise ValueError(f"the hidden states are {ha.dtype} (A) / {hb.dtype} (B) but the output weight is "
+                         f"{weight.dtype}: cast the model to one dtype, or run its forward and this loss under "
+                         "torch.autocast")
+    return ha, hb, weight, bias
 
 
 def restore_model_output(model: nn.Module) -> None:
