@@ -6,8 +6,10 @@ distributions after the last ``l1`` and the last ``l2`` tokens of ``x`` (same ta
     M = E_x E_{l1, l2 ~ U[L/2, L]} D( p(. | x[-l1:]), p(. | x[-l2:]) ),   D = SCE (Eq. 3), Jeffreys or JS.
 
 Works with any torchtune ``TransformerDecoder`` (or any callable ``tokens [b, s] -> logits [b, s, vocab]``); only the
-last position is used, so ``functools.partial(torchtune_longshort.hidden_states.last_position_logits, decoder)``
-gives the same values without a ``[b, s, vocab]`` tensor (the CLI and the eval model pass that).
+last position is used. A decoder is read through
+:func:`~torchtune_longshort.hidden_states.last_position_logits`: no ``[b, s, vocab]`` tensor, and the right values
+when it returns hidden states (after ``LongShortLoss.set_model_output``, mid-training) or logit chunks. The CLI and
+the eval model pass ``functools.partial(last_position_logits, decoder)``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,26 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
+from torchtune_longshort.hidden_states import decoder_of, last_position_logits, returns_hidden_states
 from torchtune_longshort.intervals import t_half_width
 
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
 from torchtune_longshort.windows import suffix_length_range
 
 Model = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _is_decoder(model: torch.nn.Module) -> bool:
+    try:
+        decoder_of(model)
+    except TypeError:
+        return False
+    return True
+
+
+def _output_chunks(model: torch.nn.Module) -> int:
+    """The decoder's ``num_output_chunks`` (its list of logit chunks is read as a callable's output)."""
+    return getattr(decoder_of(model), "num_output_chunks", 0) if not returns_hidden_states(model) else 0
 
 # How many texts (one (l1, l2) draw each) the metric averages over unless told otherwise. The one default for every
 # way of running it: the longshort-misalignment CLI's --num-samples and the misalignment_<L> task's mis_num_samples
@@ -33,6 +49,8 @@ DEFAULT_NUM_SAMPLES = 100
 
 
 def _last_logits(model: Model, tokens: torch.Tensor) -> torch.Tensor:
+    if isinstance(model, torch.nn.Module) and _is_decoder(model) and not _output_chunks(model):
+        return last_position_logits(model, tokens)[:, -1, :]
     out = model(tokens)
     if isinstance(out, (list, tuple)):  # chunked output
         out = out[-1]
