@@ -209,3 +209,21 @@ def test_qlora_weights_nf4_cannot_quantize_are_refused_before_the_build(family_t
         return
     with pytest.raises(UnsupportedModelError, match=rf"quantize_base=True.*{refused[0]}.*quantize_base: False"):
         family.decoder(config, 64, lora)
+
+
+def test_a_rope_given_with_a_factor_and_no_length_scales_to_factor_times_the_pretrained_length(tiny_llama2_dir):
+    # `load_hf_checkpoint(folder, rope={"method": "linear", "factor": 2})` (the README's line) compressed the
+    # positions but kept the pre-trained 256 positions: a 300-token input was refused. The reference: the same
+    # scaling given its length explicitly. A method's name alone (factor max_seq_len / 256 = 1) scaled nothing.
+    import torch
+
+    got = load_hf_checkpoint(tiny_llama2_dir, rope={"method": "linear", "factor": 2})
+    want = load_hf_checkpoint(tiny_llama2_dir, rope={"method": "linear", "factor": 2}, max_seq_len=512)
+    assert got.max_seq_len == 512 and got.rope_scaling == want.rope_scaling
+    tokens = torch.randint(0, 512, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(got(tokens), want(tokens))
+    with pytest.raises(ValueError, match=r"^rope='yarn' with no max_seq_len and no factor scales nothing .*pass "
+                                         r"max_seq_len=<the target length>, or a factor"):
+        load_hf_checkpoint(tiny_llama2_dir, rope="yarn")
+    assert load_hf_checkpoint(tiny_llama2_dir, rope="yarn", max_seq_len=1024).rope_scaling["factor"] == 4.0

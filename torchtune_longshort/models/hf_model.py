@@ -21,7 +21,7 @@ from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointF
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling
-from torchtune_longshort.rope import has_learned_parameters
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
@@ -37,6 +37,24 @@ def _rope_spec(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any
     return folder.rope_spec if rope is None else dict(rope)
 
 
+def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], plain_len: int) -> int:
+    """The length the scaling builds for: ``max_seq_len``, else the spec's, else (an explicit ``rope`` with a factor)
+    factor x the pre-trained length, else the pre-trained length. An explicit ``rope`` of a method with a factor but
+    neither a factor nor a length would scale nothing (factor L'/L = 1): refused."""
+    if max_seq_len or spec.get("max_seq_len"):
+        return max_seq_len or int(spec["max_seq_len"])
+    if rope is None:
+        return plain_len
+    original = spec.get("original_max_seq_len") or plain_len
+    if isinstance(spec.get("factor"), (int, float)) and not isinstance(spec["factor"], bool):
+        return max(int(original), int(round(spec["factor"] * original)))
+    if ROPE_METHODS[check_rope_method(spec["method"])].has_factor:
+        raise ValueError(f"rope={rope!r} with no max_seq_len and no factor scales nothing (its default factor "
+                         f"max_seq_len / {original} pre-trained positions is 1): pass max_seq_len=<the target length>, "
+                         "or a factor in the spec")
+    return plain_len
+
+
 def build_decoder(
     folder: Folder,
     *,
@@ -49,9 +67,11 @@ def build_decoder(
 
     Args:
         folder: a checkpoint folder (opened once).
-        max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
+        max_seq_len: target context length; default the spec's ``max_seq_len``, else (a ``rope`` given with a
+            factor) factor x the pre-trained length, else ``max_position_embeddings``.
         rope: the scaling to apply instead of the folder's own: a spec dict (``{"method": "yarn", "factor": 4}``) or
-            a method name (its defaults, factor ``max_seq_len / max_position_embeddings``); None: the folder's.
+            a method name (its defaults, factor ``max_seq_len / max_position_embeddings``: a method with a factor
+            needs ``max_seq_len`` then); None: the folder's.
         plain_rope: ignore every scaling (the pre-trained RoPE at ``max_position_embeddings`` or ``max_seq_len``).
         lora: torchtune's LoRA keywords (``lora_rank``, ``lora_alpha``, ``lora_attn_modules``, ...) or None.
     """
@@ -60,7 +80,7 @@ def build_decoder(
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
         return folder.family.decoder(folder.config, max_seq_len or plain_len, lora)
-    target = max_seq_len or spec.get("max_seq_len") or plain_len
+    target = _target_length(spec, rope, max_seq_len, plain_len)
     if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):
         # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
         # the length (the method's inference rule), so building it for fewer positions would only refuse
@@ -139,7 +159,8 @@ def load_hf_checkpoint(
         rope: the scaling to apply: a spec dict (``{"method": "yarn", "factor": 4, ...}``), a method name (its
             defaults, e.g. factor L'/L), or None to take it from config.json (our ``longshort_rope`` key, else the
             transformers ``rope_scaling``/``rope_parameters``); no scaling there gives plain RoPE.
-        max_seq_len: target context length; default the spec's ``max_seq_len``, else ``max_position_embeddings``.
+        max_seq_len: target context length; default the spec's ``max_seq_len``, else (a ``rope`` given with a
+            factor) factor x the pre-trained length, else ``max_position_embeddings``.
         dtype, device: of the returned model (RoPE caches stay float32).
         plain_rope: ignore the folder's scaling (the pre-trained RoPE).
         length_field: what the caller calls ``max_seq_len`` (an argument of its command), named in the refusal of a
