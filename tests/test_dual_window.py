@@ -128,6 +128,17 @@ def test_bad_inputs():
     state = DualWindowBatcher(stream_of(docs), L=16).state_dict()
     with pytest.raises(ValueError, match="cannot resume"):
         DualWindowBatcher(stream_of(docs), L=32).load_state_dict(state)
+    # a plausible slip each, once a TypeError / AttributeError from inside: one line naming the argument
+    with pytest.raises(ValueError, match=r"^e_range=4 must be a pair \[lo, hi\] \(one e for every batch: \[4, 4\]\)"):
+        DualWindowBatcher(stream_of(docs), L=16, e_range=4)
+    with pytest.raises(TypeError, match=r"^stream must be a PackedTokenStream .* not a list"):
+        DualWindowBatcher(docs, L=16)
+    from torchtune_longshort.windows import unstack_window_outputs
+
+    with pytest.raises(ValueError, match=r"^the output has 4 rows, not 2 x bsz=3"):
+        unstack_window_outputs(torch.zeros(4, 8, 5), 3)
+    a, b = unstack_window_outputs([torch.arange(4)[:, None], torch.arange(4)[:, None]], 2)
+    assert [c.flatten().tolist() for c in a] == [[0, 1]] * 2 and [c.flatten().tolist() for c in b] == [[2, 3]] * 2
 
 
 def test_window_bos_writes_bos_over_the_first_token_of_both_windows_only():

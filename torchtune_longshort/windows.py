@@ -103,8 +103,9 @@ def parse_e_bound(bound: Bound, L: int, field: str = "e_range") -> int:
 def resolve_e_range(e_range: Sequence[Bound], L: int) -> Tuple[int, int]:
     """``(lo, hi)`` in tokens; both in ``[1, L]`` and ``lo <= hi``, else ``ValueError`` naming the values."""
     validate_window_length(L)
-    if isinstance(e_range, (str, bytes)) or len(e_range) != 2:
-        raise ValueError(f"e_range={e_range!r} must be a pair [lo, hi]")
+    if isinstance(e_range, (str, bytes)) or not hasattr(e_range, "__len__") or len(e_range) != 2:
+        raise ValueError(f"e_range={e_range!r} must be a pair [lo, hi] (one e for every batch: [{e_range!r}, "
+                         f"{e_range!r}])")
     lo, hi = (parse_e_bound(b, L) for b in e_range)
     if not (1 <= lo <= L and 1 <= hi <= L):
         raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: both bounds must lie in [1, L={L}]")
@@ -203,6 +204,10 @@ def suffix_length_range(L: int) -> Tuple[int, int]:
 def unstack_window_outputs(out, bsz: int):
     """Unstack the batch dimension of the model output of ``cat([tokens_a, tokens_b])`` (a tensor or a list of
     chunks) into window A's and window B's outputs."""
+    rows = (out[0] if isinstance(out, (list, tuple)) else out).shape[0]
+    if rows != 2 * bsz:
+        raise ValueError(f"the output has {rows} rows, not 2 x bsz={bsz}: pass the batch size of one window (the "
+                         "model ran cat([tokens_a, tokens_b]))")
     if isinstance(out, (list, tuple)):
         return [c[:bsz] for c in out], [c[bsz:] for c in out]
     return out[:bsz], out[bsz:]

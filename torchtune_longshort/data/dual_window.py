@@ -1,8 +1,9 @@
 """Dual-window batches for long-short alignment (paper Sec. 4).
 
-A stream of documents is tokenized (BOS + text + EOS, as torchtune's text-completion datasets do) and packed end to
-end. For every batch one shift ``e`` is drawn from ``e_range``; each sample is the next ``L + e`` tokens of the
-packed stream and is split into
+A stream of documents is tokenized (by the ``tokenize`` it is given: BOS + text + EOS with
+``tok.encode(t, add_bos=True, add_eos=True)``, as torchtune's text-completion datasets do) and packed end to end.
+For every batch one shift ``e`` is drawn from ``e_range``; each sample is the next ``L + e`` tokens of the packed
+stream and is split into
 
 - window A = tokens ``[0, L)`` and window B = tokens ``[e, L + e)``,
 
@@ -249,6 +250,9 @@ class DualWindowBatcher:
         ignore_index: int = -100,
         bos_id: Optional[int] = None,
     ):
+        if not all(hasattr(stream, m) for m in ("take", "state_dict", "load_state_dict")):
+            raise TypeError(f"stream must be a PackedTokenStream (resumable: it keeps the data position), not a "
+                            f"{type(stream).__name__}: PackedTokenStream(lambda: iter(documents), tokenize)")
         validate_window_length(L)
         self.e_lo, self.e_hi = resolve_e_range(e_range, L)
         if not isinstance(batch_size, int) or batch_size < 1:
