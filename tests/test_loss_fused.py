@@ -218,7 +218,7 @@ def test_fused_under_autocast_computes_as_the_output_layer_would():
         loss_fn(ha.detach().bfloat16(), hb.detach().bfloat16(), la, lb, e)
 
 
-def test_windows_of_different_batches_or_float_labels_are_refused_naming_them():
+def test_windows_of_different_batches_float_labels_or_logits_for_hidden_states_are_refused_naming_them():
     e = 3
     la, lb = _batch(e)
     ha, hb, lin = _leaves()
@@ -227,6 +227,9 @@ def test_windows_of_different_batches_or_float_labels_are_refused_naming_them():
         loss_fn(ha, hb[:1], la, lb, e)
     with pytest.raises(ValueError, match=r"^labels_b has dtype torch.float32; expected torch.long"):
         loss_fn(ha, hb, la, lb.float(), e)
+    with pytest.raises(ValueError, match=rf"^out_a / out_b have last dimension {V} / {V} but the output layer takes "
+                                         rf"{D}: after set_model_output the model returns its hidden states"):
+        loss_fn(lin(ha), lin(hb), la, lb, e)  # logits where the set-up model gives hidden states
 
 
 def test_fused_and_checkpointed_paths_through_a_torchtune_decoder(caplog):

@@ -197,6 +197,12 @@ class LongShortLoss(nn.Module):
                 raise ValueError(f"{name} has dtype {lab.dtype}; expected torch.long token ids (labels.long())")
         pos = aligned_positions(L, e, self.min_context)
         hidden = self.linear_projection is not None
+        if hidden and self._fusable():
+            width = plain_linear_weight(self.linear_projection)[0].shape[-1]
+            if a_parts[0].shape[-1] != width or b_parts[0].shape[-1] != width:
+                raise ValueError(f"out_a / out_b have last dimension {a_parts[0].shape[-1]} / {b_parts[0].shape[-1]} "
+                                 f"but the output layer takes {width}: after set_model_output the model returns its "
+                                 "hidden states and this loss applies the output layer; pass what the model returns")
         if not hidden and a_parts[0].shape[-1] != b_parts[0].shape[-1]:
             raise ValueError(
                 f"vocab mismatch between windows: {a_parts[0].shape[-1]} vs {b_parts[0].shape[-1]}"
