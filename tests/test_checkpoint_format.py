@@ -117,6 +117,36 @@ def test_incomplete_or_inconsistent_folders_are_refused(tmp_path, base_with_toke
         load_hf_checkpoint(yarn)
 
 
+def test_a_stray_weight_file_or_another_head_is_not_loaded_as_the_model(tmp_path, base_with_tokenizer):
+    """An older copy beside ``model.safetensors`` (no index) was loaded over it: ``longshort`` and ``hf`` evaluated
+    different weights from one folder. Without an index only ``model.safetensors`` is read, as transformers reads
+    it (the reference: transformers on the same folder); several files of other names are refused; a folder whose
+    ``architectures`` is a classifier is refused when opened, not at a weight key inside torchtune."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "two"
+    shutil.copytree(base_with_tokenizer, folder)
+    other = {k: torch.randn_like(v) for k, v in load_file(folder / "model.safetensors").items()}
+    save_file(other, folder / "model_old.safetensors")
+    tokens = torch.randint(0, 512, (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = load_hf_checkpoint(folder, plain_rope=True)(tokens)
+        want = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)(tokens).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    (folder / "model.safetensors").rename(folder / "model_new.safetensors")
+    with pytest.raises(ValueError, match=r"holds 2 weight files \(model_new.safetensors, model_old.safetensors\) and "
+                                         r"no model.safetensors.index.json"):
+        load_hf_checkpoint(folder)
+    head = tmp_path / "head"
+    shutil.copytree(base_with_tokenizer, head)
+    cfg = json.loads((head / "config.json").read_text())
+    (head / "config.json").write_text(json.dumps({**cfg, "architectures": ["LlamaForSequenceClassification"]}))
+    with pytest.raises(ValueError, match=r"architectures \['LlamaForSequenceClassification'\] is not a causal "
+                                         r"language model"):
+        load_hf_checkpoint(head)
+
+
 def test_corrupted_shard_is_named(tmp_path, base_with_tokenizer):
     _, out = _saved(tmp_path, base_with_tokenizer, "linear", factor=2.0)
     shard = next(out.glob("model-*.safetensors"))

@@ -52,6 +52,16 @@ GGUF_HINT = ("convert it first: python -m torchtune_longshort.models.gguf --gguf
              "(transformers dequantizes it; needs the gguf package)")
 
 
+def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
+    """A folder whose ``architectures`` name no causal LM (a classifier's ``score`` head, an encoder) is refused
+    when opened, not at a weight key deep in torchtune's conversion."""
+    arch = config.get("architectures")
+    if isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch) \
+            and not any(a.endswith("ForCausalLM") for a in arch):
+        raise ValueError(f"{where}: architectures {arch} is not a causal language model (...ForCausalLM): this "
+                         "folder holds another head over the model; name a causal-LM checkpoint")
+
+
 def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> Dict[str, Any]:
     """Read ``config.json`` of a Hugging Face checkpoint folder; a GGUF file or a folder without ``config.json`` is
     refused with what is expected and how to convert, naming ``field`` (the caller's argument)."""
@@ -93,6 +103,15 @@ def _weight_files(d: Path) -> List[Path]:
     files = sorted(d.glob("*.safetensors")) or sorted(d.glob("pytorch_model*.bin"))
     if not files:
         raise FileNotFoundError(f"checkpoint {str(d)!r} holds no *.safetensors or pytorch_model*.bin weight files")
+    # no index: transformers reads model.safetensors (else pytorch_model.bin) and nothing beside it; loading every
+    # file let another one (an older copy, an adapter) overwrite the weights that hf evaluates
+    own = [f for f in files if f.name in ("model.safetensors", "pytorch_model.bin")]
+    if own:
+        return _readable(own[:1])
+    if len(files) > 1:
+        raise ValueError(f"checkpoint {str(d)!r} holds {len(files)} weight files ({', '.join(f.name for f in files)}) "
+                         f"and no {INDEX_FILE} saying which key lives where: keep the model's own file (as "
+                         "model.safetensors) and move the others out")
     return _readable(files)
 
 
@@ -170,6 +189,7 @@ class CheckpointFolder:
     @classmethod
     def _open(cls, d: Path, given: Path, need_tokenizer: bool, field: str) -> "CheckpointFolder":
         config = read_hf_config(given, field)
+        _check_causal_lm(config, d / CONFIG_FILE)
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         files = _weight_files(d)
