@@ -99,3 +99,39 @@ def test_weights_get_the_mode_the_config_beside_them_gets(tmp_path, tiny_llama2_
         weights = sorted(out.rglob("*.safetensors"))
         assert len(weights) == 3 and {w.name: stat.S_IMODE(w.stat().st_mode) for w in weights} == \
             {w.name: plain for w in weights}
+
+
+def test_bad_arguments_are_refused_before_the_folder_is_made(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """A dtype given as a string, a tokenizer path that does not exist, a config whose dimensions do not fit and a
+    transformers model's state dict each failed after the folder was made (shards written, no tokenizer), or deep
+    inside torchtune's conversion; each is refused naming the argument, and no folder is made. A ``config.json``
+    path takes the tokenizer beside it, as its folder does."""
+    import shutil
+
+    import torch
+
+    from torchtune_longshort.models import save_hf_checkpoint
+
+    model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
+    wide = dict(read_hf_config(tiny_llama2_dir), hidden_size=128)
+    cases = [
+        (dict(config=tiny_llama2_dir, tokenizer=sp_tokenizer_dir, dtype="bfloat16"),
+         r"dtype='bfloat16' is not a torch.dtype"),
+        (dict(config=tiny_llama2_dir, tokenizer=tmp_path / "nope"), r"tokenizer='.*nope' does not exist"),
+        (dict(config=wide, tokenizer=sp_tokenizer_dir), r"the model's embedding is \[512, 64\] but the config says "
+                                                         r"vocab_size=512, hidden_size=128"),
+    ]
+    for i, (kw, match) in enumerate(cases):
+        with pytest.raises((ValueError, FileNotFoundError), match=match):
+            save_hf_checkpoint(model, tmp_path / f"out{i}", **kw)
+        assert not (tmp_path / f"out{i}").exists()
+    with pytest.raises(ValueError, match=r"not a torchtune decoder's \(no tok_embeddings.weight"):
+        write_hf_checkpoint(tmp_path / "hf", {"model.embed_tokens.weight": torch.zeros(2, 2)},
+                            read_hf_config(tiny_llama2_dir), tokenizer=sp_tokenizer_dir)
+    assert not (tmp_path / "hf").exists()
+    src = tmp_path / "src"
+    shutil.copytree(tiny_llama2_dir, src)
+    for f in sp_tokenizer_dir.iterdir():
+        shutil.copy(f, src / f.name)
+    out = save_hf_checkpoint(model, tmp_path / "from_json", src / "config.json")
+    assert (out / "tokenizer.model").read_bytes() == (sp_tokenizer_dir / "tokenizer.model").read_bytes()

@@ -78,7 +78,12 @@ def write_hf_checkpoint(
             f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
             "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<folder or tokenizer file>"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None and not Path(tokenizer).exists():
+        raise FileNotFoundError(f"write_hf_checkpoint({str(out_dir)!r}): tokenizer={str(tokenizer)!r} does not exist: "
+                                "pass the tokenizer's folder or file")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"write_hf_checkpoint: dtype={dtype!r} is not a torch.dtype: pass torch.bfloat16, "
+                         "torch.float16 or torch.float32 (or None: as in the state dict)")
     model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
     adapters = [k for k in model_sd if is_adapter_key(k)]
     if adapters:
@@ -86,8 +91,11 @@ def write_hf_checkpoint(
             f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
             "torchtune.modules.peft.get_merged_lora_ckpt"
         )
+    # converted before the folder is made: a config that does not fit the weights leaves nothing behind
+    _check_dimensions(model_sd, hf_config, f"write_hf_checkpoint({str(out_dir)!r})")
     hf_sd = family.tune_to_hf(model_sd, hf_config)
     hf_sd = {k: _plain_tensor(v, dtype) for k, v in hf_sd.items()}
+    out_dir.mkdir(parents=True, exist_ok=True)
     _write_shards(out_dir, hf_sd, max_shard_bytes, save_file)
     if rope_sd:
         (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
@@ -125,6 +133,33 @@ def _stored_dtype(hf_sd: Dict[str, torch.Tensor]) -> torch.dtype:
     """The widest floating dtype among the weights (the first tensor's dtype when none is floating)."""
     floating = [v.dtype for v in hf_sd.values() if v.is_floating_point()]
     return max(floating, key=lambda d: torch.finfo(d).bits) if floating else next(iter(hf_sd.values())).dtype
+
+
+def _check_dimensions(model_sd: Dict[str, Any], config: Dict[str, Any], where: str) -> None:
+    """The config's vocabulary, width and depth against the weights (torchtune's conversion failed on a reshape,
+    deep inside, naming neither)."""
+    emb = model_sd.get("tok_embeddings.weight")
+    if emb is None:
+        raise ValueError(f"{where}: the state dict is not a torchtune decoder's (no tok_embeddings.weight; keys such "
+                         f"as {sorted(model_sd)[:2]}): save a torchtune model (a transformers model saves itself "
+                         "with save_pretrained)")
+    said = {k: config.get(k) for k in ("vocab_size", "hidden_size")}
+    if all(isinstance(v, int) for v in said.values()) \
+            and tuple(emb.shape) != (said["vocab_size"], said["hidden_size"]):
+        raise ValueError(f"{where}: the model's embedding is {list(emb.shape)} but the config says vocab_size="
+                         f"{said['vocab_size']}, hidden_size={said['hidden_size']}: pass the config the model was "
+                         "built from")
+    depth = len({k.split(".")[1] for k in model_sd if k.startswith("layers.")})
+    if isinstance(config.get("num_hidden_layers"), int) and depth != config["num_hidden_layers"]:
+        raise ValueError(f"{where}: the model has {depth} layers but the config says num_hidden_layers="
+                         f"{config['num_hidden_layers']}: pass the config the model was built from")
+    q = model_sd.get("layers.0.attn.q_proj.weight")
+    heads, dim = config.get("num_attention_heads"), config.get("head_dim") or (
+        config["hidden_size"] // config["num_attention_heads"] if isinstance(config.get("hidden_size"), int)
+        and isinstance(config.get("num_attention_heads"), int) and config["num_attention_heads"] else None)
+    if q is not None and isinstance(heads, int) and isinstance(dim, int) and q.shape[0] != heads * dim:
+        raise ValueError(f"{where}: the model's queries are {q.shape[0]} wide but the config says "
+                         f"num_attention_heads={heads} x head_dim={dim}: pass the config the model was built from")
 
 
 def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
@@ -190,7 +225,9 @@ def save_hf_checkpoint(
         if tokenizer is None and folder.tokenizer_file is not None:
             tokenizer = folder.path
         config = folder.config
-    elif not isinstance(config, dict):  # a config.json file
+    elif not isinstance(config, dict):  # a config.json file: the tokenizer beside it, as for its folder
+        if tokenizer is None and has_tokenizer(Path(config).parent):
+            tokenizer = Path(config).parent
         config = json.loads(Path(config).read_text())
     return write_hf_checkpoint(
         out_dir,
