@@ -227,3 +227,17 @@ def test_a_rope_given_with_a_factor_and_no_length_scales_to_factor_times_the_pre
                                          r"max_seq_len=<the target length>, or a factor"):
         load_hf_checkpoint(tiny_llama2_dir, rope="yarn")
     assert load_hf_checkpoint(tiny_llama2_dir, rope="yarn", max_seq_len=1024).rope_scaling["factor"] == 4.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_seq_len=0), r"^max_seq_len=0 must be an int >= 1"),  # was the default, silently
+    (dict(max_seq_len=1024.5), r"^max_seq_len=1024.5 must be an int >= 1"),  # was model.max_seq_len = 1024.5
+    (dict(max_seq_len="1k"), r"^max_seq_len='1k' must be an int >= 1"),
+    (dict(dtype="bfloat16"), r"^dtype='bfloat16' is not a torch.dtype"),
+    (dict(device="cpux"), r"^device='cpux': not a device name"),
+    (dict(rope={"method": "linear", "factor": "2"}), r"^rope: factor='2' is not a number"),
+    (dict(rope={"method": "linear", "factor": 2}, plain_rope=True), r"plain_rope=True ask for two things"),
+])
+def test_load_hf_checkpoint_refuses_bad_arguments_in_one_line(tiny_llama2_dir, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        load_hf_checkpoint(tiny_llama2_dir, **kwargs)

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from torch import nn
 
-from torchtune_longshort.devices import check_fits
+from torchtune_longshort.devices import check_fits, require_device
 from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
@@ -46,9 +46,12 @@ def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], 
     if rope is None:
         return plain_len
     original = spec.get("original_max_seq_len") or plain_len
-    if isinstance(spec.get("factor"), (int, float)) and not isinstance(spec["factor"], bool):
-        return max(int(original), int(round(spec["factor"] * original)))
-    if ROPE_METHODS[check_rope_method(spec["method"])].has_factor:
+    factor = spec.get("factor")
+    if factor is not None and (not isinstance(factor, (int, float)) or isinstance(factor, bool)):
+        raise ValueError(f"rope: factor={factor!r} is not a number: pass a number >= 1")
+    if factor is not None:
+        return max(int(original), int(round(factor * original)))
+    if set(spec) == {"method"} and ROPE_METHODS[check_rope_method(spec["method"])].has_factor:
         raise ValueError(f"rope={rope!r} with no max_seq_len and no factor scales nothing (its default factor "
                          f"max_seq_len / {original} pre-trained positions is 1): pass max_seq_len=<the target length>, "
                          "or a factor in the spec")
@@ -76,6 +79,13 @@ def build_decoder(
         lora: torchtune's LoRA keywords (``lora_rank``, ``lora_alpha``, ``lora_attn_modules``, ...) or None.
     """
     folder = CheckpointFolder.open(folder)
+    if max_seq_len is not None and (not isinstance(max_seq_len, int) or isinstance(max_seq_len, bool)
+                                    or max_seq_len < 1):
+        raise ValueError(f"max_seq_len={max_seq_len!r} must be an int >= 1 (positions), or None: the spec's or the "
+                         "checkpoint's")
+    if plain_rope and rope is not None:
+        raise ValueError(f"rope={rope!r} and plain_rope=True ask for two things: pass one (plain_rope ignores every "
+                         "scaling)")
     plain_len = native_positions(folder.config)
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
@@ -170,6 +180,9 @@ def load_hf_checkpoint(
         a torchtune ``TransformerDecoder`` in eval mode; learned RoPE parameters (CLEX) come from the side file.
     """
     folder = CheckpointFolder.open(checkpoint_dir)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype={dtype!r} is not a torch.dtype: pass torch.float32, torch.bfloat16 or torch.float16")
+    require_device(str(device))
     with torch.device("meta"):
         model = build_decoder(folder, max_seq_len=max_seq_len, rope=rope, plain_rope=plain_rope)
     _check_fits_on(model, device, folder, length_field)
