@@ -93,3 +93,21 @@ def test_the_refusal_lists_the_keys_of_the_runs_own_tasks():
               for text in (ppl_only, mixed, unnamed)}
     assert listed == {ppl_only: ["longshort_ppl"], mixed: ["longshort_passkey", "longshort_babilong"],
                       unnamed: [f.task for f in TASK_FAMILIES.values()]}
+
+
+def test_python_callers_paths_and_one_key_are_read_as_what_they_name(tmp_path, sp_tokenizer_dir):
+    """From Python: the model's ``pretrained`` given as a ``Path`` (the models take one) left the pack's tasks
+    without a tokenizer ("pass it in --model_args", which the caller had done); a ``Path`` for a data file was
+    refused as not a path; one key as a string was split into its characters. The references: the same calls with
+    strings."""
+    from torchtune_longshort.eval.tasks import check_metadata_values
+    from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
+
+    text = "def f(x):\n    return x"
+    assert tokenizer_from_metadata({"pretrained": Path(sp_tokenizer_dir)}).encode(text) == \
+        tokenizer_from_metadata({"pretrained": str(sp_tokenizer_dir)}).encode(text)
+    doc = tmp_path / "doc.txt"
+    doc.write_text(text)
+    check_metadata_values({"ppl_data_files": doc, "babilong_data_dir": tmp_path})  # no refusal, as for strings
+    assert unknown_metadata_keys("max_seq_length")[0] == unknown_metadata_keys(["max_seq_length"])[0] == \
+        ["max_seq_length"]

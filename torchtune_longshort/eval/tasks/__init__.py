@@ -218,6 +218,7 @@ def unknown_metadata_keys(keys, also=(), tasks=()) -> Tuple[List[str], str]:
     task and group names; a group member, ``longshort_babilong_qa1``, counts as its family), every family when none
     of them is the pack's."""
     known = pack_metadata_keys(also)
+    keys = [keys] if isinstance(keys, str) else keys  # one key, not its characters
     bad = [str(k) for k in keys if str(k) not in known]
     near = [m for m in (_nearest_key(k, known) for k in bad) if m]
     hint = f" (did you mean {', '.join(repr(m) for m in near)}?)" if near else ""
@@ -246,9 +247,9 @@ VALUE_KINDS = {
                     "a list of percentages in [0, 100], e.g. [0, 50, 100]"),
     "integer": (lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v.isdigit()),
                 "an integer"),
-    "files": (lambda v: isinstance(v, (str, list)) and all(Path(f).expanduser().is_file() for f in _paths(v)),
+    "files": (lambda v: isinstance(v, (str, Path, list)) and all(Path(f).expanduser().is_file() for f in _paths(v)),
               "a file, or a list of files, that exist"),
-    "folder": (lambda v: isinstance(v, str) and Path(v).expanduser().is_dir(), "a folder that exists"),
+    "folder": (lambda v: isinstance(v, (str, Path)) and Path(v).expanduser().is_dir(), "a folder that exists"),
     "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
 }
 
@@ -301,7 +302,7 @@ def _check_local_files(key: str, value: Any) -> None:
     # deferred: torch (the data package's __init__ imports it; the task modules read this one without it)
     from torchtune_longshort.data.text_files import resolve_files
 
-    if not isinstance(value, (str, list)):
+    if not isinstance(value, (str, Path, list)):
         raise TaskDataError(f"{key}={value!r}: expected a path, glob or folder, or a list of them")
     try:
         resolve_files(value, LOCAL_SUFFIXES, key)

@@ -14,6 +14,7 @@ learn which tokenizer to use from lm-eval's metadata, which holds the model's ``
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -92,8 +93,8 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
     """
     for key in ("tokenizer", "checkpoint_dir", "pretrained"):
         value = metadata.get(key)
-        if isinstance(value, str) and value:
-            return TaskTokenizer(value)
+        if isinstance(value, (str, os.PathLike)) and str(value):  # a Path from Python callers, as the models take
+            return TaskTokenizer(str(value))
     raise TaskDataError(
         "this task sizes its samples in tokens and needs the model's tokenizer: pass it in --model_args "
         "(tokenizer=..., checkpoint_dir=... or pretrained=...) or --metadata '{\"tokenizer\": \"<path>\"}'"
