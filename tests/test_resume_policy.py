@@ -263,3 +263,37 @@ def test_a_gpu_runs_cuda_generator_is_saved_and_put_back(monkeypatch):
     assert cuda["state"].tolist() == [7, 7] and torch.equal(torch.get_rng_state(), saved["torch_rng"])
     set_rng_states({"torch_rng": saved["torch_rng"]})  # a state saved before cuda_rng existed, or on a CPU
     assert cuda["state"].tolist() == [7, 7] and set(rng_states()) == {"torch_rng", "cuda_rng"}
+
+
+def test_an_interrupted_train_gives_its_folder_back_so_the_same_process_resumes(tmp_path, sp_tokenizer_dir,
+                                                                                monkeypatch):
+    """A notebook: Ctrl-C inside ``train()`` kept the output folder's lock, and every later run in that process was
+    refused as "in use by another run" naming its own PID (waiting never helps). ``train()`` now gives it back; the
+    reference: the same run uninterrupted (the resumed losses equal its). A lock this process still holds says so."""
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.training.output_dir import OutputDirLock
+
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    over = {"max_steps": 3, "save_every_n_steps": 1}
+    first = LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, **over))
+    first.setup()
+    real_step, steps = first._train_step, []
+
+    def step():
+        if len(steps) == 2:
+            raise KeyboardInterrupt
+        steps.append(1)
+        return real_step()
+
+    monkeypatch.setattr(first, "_train_step", step)
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    assert not (run / ".lock").exists()
+    _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, **over))
+    _train(_tiny_cfg(ref, sp_tokenizer_dir, **over))
+    assert len(_losses(ref)) == 3 and _losses(run) == _losses(ref)
+
+    held = OutputDirLock(tmp_path / "held").acquire()
+    with pytest.raises(RuntimeError, match=r"is held by this process .*call its cleanup\(\)"):
+        OutputDirLock(tmp_path / "held").acquire()
+    held.release()

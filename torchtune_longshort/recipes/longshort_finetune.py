@@ -123,7 +123,18 @@ class LongShortFinetuneRecipe(RecipeSetup):
     # ------------------------------------------------------------------ train
     def train(self) -> None:
         """:meth:`_train_loop`; a write of the run's logs that finds the disk full ends it in one line, as a save does
-        (:mod:`~torchtune_longshort.training.out_of_space`)."""
+        (:mod:`~torchtune_longshort.training.out_of_space`). Whatever ends it early (an error, Ctrl-C in a notebook),
+        the output folder's lock is given back and the progress bar closed, so that the same process can resume."""
+        try:
+            self._train()
+        except BaseException:
+            if getattr(self, "_run_log", None) is not None:
+                with contextlib.suppress(Exception):
+                    self._run_log.close()
+            self.release_output_dir()
+            raise
+
+    def _train(self) -> None:
         try:
             self._train_loop()
         except Exception as e:

@@ -280,6 +280,12 @@ class OutputDirLock:
                     fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
                     holder, started = self._written_holder()
+                    if holder is not None and holder == os.getpid():
+                        raise OutputDirInUse(
+                            f"{self.field}={str(self.path.parent)!r} is held by this process ({self.path}): an "
+                            f"earlier {self.holder_kind} object here did not give it back; call its cleanup() (or "
+                            f"release_output_dir()), or choose another {self.field}"
+                        ) from None
                     if holder is not None and holder_alive(holder, started):
                         raise OutputDirInUse(
                             f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
