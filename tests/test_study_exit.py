@@ -302,3 +302,32 @@ def test_a_fine_tune_stopped_alone_by_sigterm_exits_the_study_143(tmp_path, monk
     assert study_main.main(args) == 143
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("[study] interrupted (") and "stopped by SIGTERM (exit 143)" in err[-1], err[-1]
+
+
+def test_a_report_folder_or_the_other_variants_folder_is_refused_for_report_only(tmp_path, capsys):
+    """``--report-only`` on a report folder (``docs/study/<name>``: report.md, summary.json, runs/ copies) reported
+    the base as not run and advised a rerun that was then refused; on the folder of the ``--quick`` variant without
+    ``--quick`` its runs were reported under the full config's steps, the rest as not run, exit 0. Both are refused
+    in one line, exit 2, nothing written; the study's loader also takes a shipped config's name."""
+    import json
+    import shutil
+
+    from torchtune_longshort.study.__main__ import main
+    from torchtune_longshort.study.load import load_study_config
+
+    argv = ["--config", str(CPU_SMALL), "--repo-root", str(ROOT), "--report-only"]
+    report = tmp_path / "report_folder"
+    shutil.copytree(ROOT / "docs/study/cpu_small_quick", report)
+    before = sorted(p.name for p in report.iterdir())
+    assert main(argv + ["--quick", "--out", str(report), "--report-dir", str(tmp_path / "r1")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a study's report folder (report.md, summary.json" in err, err
+    assert sorted(p.name for p in report.iterdir()) == before and not (tmp_path / "r1").exists()
+    quick = tmp_path / "quick_out"
+    (quick / "base").mkdir(parents=True)
+    (quick / "study.json").write_text(json.dumps({"name": "cpu_small", "quick": True, "config": {}, "runs": {}}))
+    assert main(argv + ["--out", str(quick), "--report-dir", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds the study's --quick variant (study.json: quick=true): pass --quick" in err
+    assert not (tmp_path / "r2").exists()
+    assert load_study_config("study/cpu_small.yaml", repo_root=tmp_path).name == "cpu_small"

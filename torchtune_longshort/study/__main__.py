@@ -31,7 +31,8 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import check_outside_base, check_outside_inputs, check_study_output
+from torchtune_longshort.study.run_configs import (check_outside_base, check_outside_inputs, check_same_variant,
+                                                 check_study_output)
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
@@ -95,6 +96,7 @@ def main(argv=None) -> int:
     report_dir = Path(a.report_dir) if a.report_dir else study.out / "report"
     try:  # before the pre-flight, which trains a tokenizer and reads the data: nothing runs for a folder refused
         check_study_output(study.out, a.report_only)
+        check_same_variant(study.out, cfg)
         if not a.report_only:
             check_creatable("--out (or the config's output_dir)", str(study.out), writable=True)
             check_outside_base(study.out, cfg)

@@ -31,7 +31,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_used import eval_used
 from torchtune_longshort.study.figures import finished_report, write_plots
 from torchtune_longshort.study.records import curve_mean, value
-from torchtune_longshort.study.run_configs import STUDY_JSON
+from torchtune_longshort.study.run_configs import STUDY_JSON, check_same_variant
 from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
 
 
@@ -158,6 +158,7 @@ def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data.
     Every file is written whole or not at all, ``summary.json`` last; a call that fails removes what it made."""
     rdir = Path(report_dir)
+    check_same_variant(Path(out), cfg)
     with undone_on_failure(rdir, REPORT_WRITES, replaces=_earlier_files(rdir)):
         return _build_report(Path(out), rdir, cfg, wall_s, note)
 

@@ -42,11 +42,26 @@ def check_study_output(out: Path, report_only: bool) -> None:
     report (``base/`` or ``runs/``): a report of nothing, from a mistyped folder, helps no one."""
     out = Path(out)
     if report_only:
+        if not made_by_a_study(out) and (out / "report.md").is_file() and (out / "summary.json").is_file():
+            raise FileNotFoundError(f"--out (or the config's output_dir) {str(out)!r} is a study's report folder "
+                                    "(report.md, summary.json; its runs/ holds copies of the records), not the folder "
+                                    "the study ran in: name that one (it holds study.json)")
         if not (made_by_a_study(out) or (out / BASE_DIR).is_dir() or (out / RUNS_DIR).is_dir()):
             raise FileNotFoundError(f"--out (or the config's output_dir) {str(out)!r} holds no study runs (no base/ "
                                     "or runs/): --report-only reads the folder a study wrote; name it")
         return
     check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
+
+
+def check_same_variant(out: Path, cfg) -> None:
+    """``ValueError`` when ``out`` holds the study with or without ``--quick`` and ``cfg`` is the other variant (its
+    runs would be reported under the other variant's steps and lengths, the rest as not run)."""
+    summary = read_json(Path(out) / STUDY_JSON)
+    ran = summary.get("quick") if isinstance(summary, dict) else None
+    if isinstance(ran, bool) and ran != bool(cfg.quick):
+        raise ValueError(f"--out (or the config's output_dir) {str(out)!r} holds the study's "
+                         f"{'--quick' if ran else 'full'} variant ({STUDY_JSON}: quick={str(ran).lower()}): "
+                         f"{'pass --quick' if ran else 'drop --quick'}, or name another folder")
 
 
 def check_outside_base(out: Path, cfg) -> None:
