@@ -1,6 +1,8 @@
 """The synthetic command refuses bad input in one line (exit 2) before anything trains or is written: each case here
 ended in a traceback before (some only after other runs of a ``--figure`` had trained, leaving an empty ``--out``)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,19 @@ def test_a_positive_outrep_is_accepted_on_the_length_task():
     RunConfig(task="length", outrep="log").validate()
     RunConfig(task="sum", outrep="sqrt").validate()
     RunConfig(model="linear", dim=30, num_heads=4).validate()  # the App. C.1 model has no heads
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("l_test", 16.0, "l_test=16.0 must be an integer"),  # passed validate(), failed in torch after training
+    ("l_train", 6.5, "l_train=6.5 must be an integer"),
+    ("batch_size", True, "batch_size=True must be an integer"),
+    ("seed", "0", "seed='0' must be an integer"),
+    ("lr", float("inf"), "lr=inf must be a finite number"),  # reported as a divergence at step 1
+    ("task", 3, "task=3 must be a string"),
+])
+def test_a_field_of_the_wrong_kind_is_refused_by_validate_naming_it(field, value, needle):
+    with pytest.raises(ValueError, match=f"^{re.escape(needle)}$"):
+        RunConfig(**{"task": "length", "l_train": 6, "l_test": 16, field: value}).validate()
 
 
 def test_fig4_l_trains_are_checked_only_for_fig4(tmp_path, capsys):

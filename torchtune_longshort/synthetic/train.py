@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Dict
 
 import torch
@@ -73,7 +73,16 @@ class RunConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        """Fail early on any bad field, naming it, its value and what is accepted."""
+        """Fail early on any bad field, naming it, its value and what is accepted (its kind first: a float length
+        passed the range checks and failed in torch after training)."""
+        for f in fields(self):
+            v, kind = getattr(self, f.name), f.type if isinstance(f.type, str) else f.type.__name__
+            if kind == "int" and (not isinstance(v, int) or isinstance(v, bool)):
+                raise ValueError(f"{f.name}={v!r} must be an integer")
+            if kind == "float" and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+                raise ValueError(f"{f.name}={v!r} must be a finite number")
+            if kind == "str" and not isinstance(v, str):
+                raise ValueError(f"{f.name}={v!r} must be a string")
         check_task(self.task)
         check_bits(self.bits)
         check_pe(self.pe)
