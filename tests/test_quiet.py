@@ -107,3 +107,15 @@ def test_recipe_does_not_claim_a_final_epoch_checkpoint_and_logs_above_the_bar(t
     lines = out.replace("\r", "\n").splitlines()
     for step in (1, 2):
         assert sum(x.startswith(f"Checkpoint for step {step} written to") for x in lines) == 1, out[-3000:]
+
+
+def test_the_synthetic_command_prints_no_torchao_line(tmp_path):
+    # `--pe rope` imports torchtune's RoPE, and so torchao, whose "Skipping import of cpp extensions" line the other
+    # entry points filter; the reference: the same import in a fresh interpreter without the filter prints it.
+    before = _run([sys.executable, "-c", "import torchtune_longshort.synthetic.models as m; m.SyntheticTransformer("
+                   "pe='rope', dim=32, num_layers=1, num_heads=4, max_len=10)"], tmp_path, fresh=True)
+    after = _run([sys.executable, "-m", "torchtune_longshort.synthetic", "--pe", "rope", "--task", "length",
+                  "--l-train", "4", "--l-test", "8", "--steps", "2", "--out", str(tmp_path / "syn")], tmp_path,
+                 fresh=True)
+    assert "Skipping import of cpp extensions" in before, before[-2000:]
+    assert "Skipping import of cpp extensions" not in after and "test_mse@l_test" in after, after[-2000:]

@@ -3,8 +3,8 @@
 Each filter names the logger (or warning category and module) and a message pattern; anything else those
 libraries say still gets through. The entry points that call :func:`quiet_upstream`: ``python -m
 torchtune_longshort.eval`` (and ``cli_run.run_cli``), ``python -m torchtune_longshort.study`` (its ``table1`` and
-``figures`` too), ``longshort-validate``, the BABILong generator, the ``longshort-misalignment`` CLI and the
-recipe's ``recipe_main``.
+``figures`` too), ``longshort-validate``, the BABILong generator, the ``longshort-misalignment`` CLI, ``python -m
+torchtune_longshort.synthetic`` and the recipe's ``recipe_main``.
 
 Why each one says nothing to the user:
 

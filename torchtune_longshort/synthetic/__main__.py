@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
@@ -106,6 +107,7 @@ INTERRUPTED = ("nothing is written until every run has trained and every figure 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     """The synthetic CLI; Ctrl-C / SIGTERM end it in one line (exit 130 / 143), not a traceback."""
+    quiet_upstream()  # before a RoPE model imports torchtune (and so torchao, which logs its line on import)
     return stoppable(PROG, lambda: _main(argv), INTERRUPTED)
 
 
