@@ -282,9 +282,9 @@ class OutputDirLock:
                     holder, started = self._written_holder()
                     if holder is not None and holder == os.getpid():
                         raise OutputDirInUse(
-                            f"{self.field}={str(self.path.parent)!r} is held by this process ({self.path}): an "
-                            f"earlier {self.holder_kind} object here did not give it back; call its cleanup() (or "
-                            f"release_output_dir()), or choose another {self.field}"
+                            f"{self.field}={str(self.path.parent)!r} is held by this process (PID {holder}, "
+                            f"{self.path}): an earlier {self.holder_kind} object here did not give it back; call its "
+                            f"cleanup() (or release_output_dir()), or choose another {self.field}"
                         ) from None
                     if holder is not None and holder_alive(holder, started):
                         raise OutputDirInUse(
