@@ -73,26 +73,9 @@ def write_hf_checkpoint(
 
     out_dir = Path(out_dir)
     family = family_of(hf_config, where=f"write_hf_checkpoint({str(out_dir)!r}) config")
-    if tokenizer is None and not has_tokenizer(out_dir):
-        raise ValueError(
-            f"write_hf_checkpoint({str(out_dir)!r}): no tokenizer given; every checkpoint folder carries its tokenizer "
-            "so that lm-eval's hf model and AutoTokenizer load it alone: pass tokenizer=<folder or tokenizer file>"
-        )
-    if tokenizer is not None and not Path(tokenizer).exists():
-        raise FileNotFoundError(f"write_hf_checkpoint({str(out_dir)!r}): tokenizer={str(tokenizer)!r} does not exist: "
-                                "pass the tokenizer's folder or file")
-    if dtype is not None and not isinstance(dtype, torch.dtype):
-        raise ValueError(f"write_hf_checkpoint: dtype={dtype!r} is not a torch.dtype: pass torch.bfloat16, "
-                         "torch.float16 or torch.float32 (or None: as in the state dict)")
     model_sd, rope_sd = split_rope_state_dict(tune_state_dict)
-    adapters = [k for k in model_sd if is_adapter_key(k)]
-    if adapters:
-        raise ValueError(
-            f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
-            "torchtune.modules.peft.get_merged_lora_ckpt"
-        )
-    # converted before the folder is made: a config that does not fit the weights leaves nothing behind
-    _check_dimensions(model_sd, hf_config, f"write_hf_checkpoint({str(out_dir)!r})")
+    # all checked, and the weights converted, before the folder is made: a refusal leaves nothing behind
+    _check_arguments(out_dir, tokenizer, dtype, model_sd, hf_config)
     hf_sd = family.tune_to_hf(model_sd, hf_config)
     hf_sd = {k: _plain_tensor(v, dtype) for k, v in hf_sd.items()}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -133,6 +116,31 @@ def _stored_dtype(hf_sd: Dict[str, torch.Tensor]) -> torch.dtype:
     """The widest floating dtype among the weights (the first tensor's dtype when none is floating)."""
     floating = [v.dtype for v in hf_sd.values() if v.is_floating_point()]
     return max(floating, key=lambda d: torch.finfo(d).bits) if floating else next(iter(hf_sd.values())).dtype
+
+
+def _check_arguments(out_dir: Path, tokenizer: Optional[PathLike], dtype: Any, model_sd: Dict[str, Any],
+                     config: Dict[str, Any]) -> None:
+    """:func:`write_hf_checkpoint`'s refusals, each naming the argument: no tokenizer (or one that does not exist),
+    a dtype that is no ``torch.dtype``, adapter weights not merged, a config that does not fit the weights."""
+    where = f"write_hf_checkpoint({str(out_dir)!r})"
+    if tokenizer is None and not has_tokenizer(out_dir):
+        raise ValueError(
+            f"{where}: no tokenizer given; every checkpoint folder carries its tokenizer so that lm-eval's hf model "
+            "and AutoTokenizer load it alone: pass tokenizer=<folder or tokenizer file>"
+        )
+    if tokenizer is not None and not Path(tokenizer).exists():
+        raise FileNotFoundError(f"{where}: tokenizer={str(tokenizer)!r} does not exist: pass the tokenizer's folder "
+                                "or file")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"write_hf_checkpoint: dtype={dtype!r} is not a torch.dtype: pass torch.bfloat16, "
+                         "torch.float16 or torch.float32 (or None: as in the state dict)")
+    adapters = [k for k in model_sd if is_adapter_key(k)]
+    if adapters:
+        raise ValueError(
+            f"write_hf_checkpoint: the state dict holds adapter weights ({adapters[:2]}...): merge them first with "
+            "torchtune.modules.peft.get_merged_lora_ckpt"
+        )
+    _check_dimensions(model_sd, config, where)
 
 
 def _check_dimensions(model_sd: Dict[str, Any], config: Dict[str, Any], where: str) -> None:
