@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
-from torchtune_longshort.hidden_states import decoder_of, last_position_logits, returns_hidden_states
+from torchtune_longshort.hidden_states import decoder_of, last_position_logits
 from torchtune_longshort.intervals import t_half_width
 
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
@@ -29,17 +29,17 @@ from torchtune_longshort.windows import suffix_length_range
 Model = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _is_decoder(model: torch.nn.Module) -> bool:
+def _projects_last_position(model: Model) -> bool:
+    """Whether ``model`` is a torchtune decoder read through ``last_position_logits``: any but one set to logit
+    chunks (those are read as a callable's output; a decoder cannot be in both modes)."""
+    if not isinstance(model, torch.nn.Module):
+        return False
     try:
-        decoder_of(model)
+        decoder = decoder_of(model)
     except TypeError:
         return False
-    return True
+    return not getattr(decoder, "num_output_chunks", 0)
 
-
-def _output_chunks(model: torch.nn.Module) -> int:
-    """The decoder's ``num_output_chunks`` (its list of logit chunks is read as a callable's output)."""
-    return getattr(decoder_of(model), "num_output_chunks", 0) if not returns_hidden_states(model) else 0
 
 # How many texts (one (l1, l2) draw each) the metric averages over unless told otherwise. The one default for every
 # way of running it: the longshort-misalignment CLI's --num-samples and the misalignment_<L> task's mis_num_samples
@@ -49,7 +49,7 @@ DEFAULT_NUM_SAMPLES = 100
 
 
 def _last_logits(model: Model, tokens: torch.Tensor) -> torch.Tensor:
-    if isinstance(model, torch.nn.Module) and _is_decoder(model) and not _output_chunks(model):
+    if _projects_last_position(model):
         return last_position_logits(model, tokens)[:, -1, :]
     out = model(tokens)
     if isinstance(out, (list, tuple)):  # chunked output
