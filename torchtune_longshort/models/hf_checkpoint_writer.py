@@ -161,11 +161,12 @@ def _check_dimensions(model_sd: Dict[str, Any], config: Dict[str, Any], where: s
     if isinstance(config.get("num_hidden_layers"), int) and depth != config["num_hidden_layers"]:
         raise ValueError(f"{where}: the model has {depth} layers but the config says num_hidden_layers="
                          f"{config['num_hidden_layers']}: pass the config the model was built from")
-    q = model_sd.get("layers.0.attn.q_proj.weight")
-    heads, dim = config.get("num_attention_heads"), config.get("head_dim") or (
-        config["hidden_size"] // config["num_attention_heads"] if isinstance(config.get("hidden_size"), int)
-        and isinstance(config.get("num_attention_heads"), int) and config["num_attention_heads"] else None)
-    if q is not None and isinstance(heads, int) and isinstance(dim, int) and q.shape[0] != heads * dim:
+    q, heads, width = (model_sd.get("layers.0.attn.q_proj.weight"), config.get("num_attention_heads"),
+                       config.get("hidden_size"))
+    if not (isinstance(heads, int) and heads > 0 and isinstance(width, int)):
+        return
+    dim = config.get("head_dim") or width // heads
+    if q is not None and isinstance(dim, int) and q.shape[0] != heads * dim:
         raise ValueError(f"{where}: the model's queries are {q.shape[0]} wide but the config says "
                          f"num_attention_heads={heads} x head_dim={dim}: pass the config the model was built from")
 
