@@ -395,3 +395,23 @@ def test_batch_size_auto_halves_a_batch_out_of_memory_and_keeps_the_size_that_fi
     fixed.loglikelihood(reqs, disable_tqdm=True)
     assert rows[:5] == [4, 1, 1, 1, 1] and fixed.batch_sizes == {}
 
+
+
+def test_dtype_takes_what_lm_evals_hf_takes(tiny_llama2_dir, sp_tokenizer_dir):
+    """A ``torch.dtype`` from Python, torch's own names and ``auto`` (the checkpoint's config.json dtype, lm-eval's
+    ``hf`` default) select that dtype; the model then runs in it."""
+    from torchtune_longshort.eval.model.args import config_dtype, model_dtype
+
+    for given, want in ((torch.bfloat16, torch.bfloat16), ("torch.float16", torch.float16), ("half", torch.float16),
+                        ("float", torch.float32), ("bfloat16", torch.bfloat16), ("auto", None)):
+        assert model_dtype(given) is want, given
+    for bad in ("float64", torch.int8, "bf16x", "torch.nope"):
+        with pytest.raises(ValueError, match="dtype=.* is not supported; accepted: float32, bfloat16, float16"):
+            model_dtype(bad)
+    assert config_dtype({"torch_dtype": "bfloat16"}) is torch.bfloat16
+    assert config_dtype({"dtype": "float16", "torch_dtype": "bfloat16"}) is torch.float16
+    assert config_dtype({"torch_dtype": "float64"}) is torch.float32 and config_dtype({}) is torch.float32
+    lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, dtype=torch.bfloat16)
+    assert next(lm.model.parameters()).dtype == torch.bfloat16
+    written = yaml.safe_load((tiny_llama2_dir / "config.json").read_text())
+    assert _lm(tiny_llama2_dir, sp_tokenizer_dir, dtype="auto").args.dtype == config_dtype(written)

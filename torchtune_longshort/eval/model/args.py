@@ -16,7 +16,9 @@
         points of each request list. On a CPU each batch is also bounded by free memory under an estimate of its
         peak (:mod:`torchtune_longshort.eval.model.batch_size`). The sizes run are the results' ``batch_sizes``.
     max_batch_size: the largest batch ``auto`` tries (lm-eval's ``--max_batch_size``; ignored with a fixed size).
-    dtype: float32 | bfloat16 | float16.   device: cpu | cuda | cuda:N.
+    dtype: float32 (default) | bfloat16 | float16, their torch names (``half``, ``torch.bfloat16``, a ``torch.dtype``
+        from Python), or ``auto``: the checkpoint's ``config.json`` dtype, as lm-eval's ``hf`` loads by default.
+    device: cpu | cuda | cuda:N.
     truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
         ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
         truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
@@ -146,6 +148,31 @@ def batch_sizes(batch_size: Any, max_batch_size: Any) -> Tuple[int, Optional[int
                      "back to max_batch_size at 4 points of each request list), or an integer")
 
 
+def model_dtype(dtype: Any) -> Optional[torch.dtype]:
+    """``dtype`` as a torch dtype, None for ``auto``; ``ValueError`` in one line for one this model does not run.
+    Takes what lm-eval's ``hf`` takes: a name torch knows (``bfloat16``, ``half``, ``torch.float32``) or a
+    ``torch.dtype``."""
+    if isinstance(dtype, torch.dtype):
+        found = dtype
+    else:
+        name = str(dtype).strip()
+        if name == "auto":
+            return None
+        found = getattr(torch, name[len("torch."):] if name.startswith("torch.") else name, None)
+    if found not in DTYPES.values():
+        raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)} (or their torch names, "
+                         "half, torch.bfloat16), or auto (the checkpoint's config.json dtype)")
+    return found
+
+
+def config_dtype(config: Dict[str, Any]) -> torch.dtype:
+    """The dtype a checkpoint's ``config.json`` names (``dtype``, or transformers' older ``torch_dtype``), as
+    ``dtype=auto`` loads it; float32 when it names none this model runs."""
+    named = config.get("dtype") or config.get("torch_dtype")
+    found = getattr(torch, str(named).replace("torch.", ""), None) if named else None
+    return found if found in DTYPES.values() else torch.float32
+
+
 def _checkpoint_dir(pretrained: Optional[str], checkpoint_dir: Optional[str]) -> Path:
     if pretrained is not None and checkpoint_dir is not None and str(pretrained) != str(checkpoint_dir):
         raise ValueError(f"longshort model: pretrained={pretrained!r} and checkpoint_dir={checkpoint_dir!r} name "
@@ -201,8 +228,7 @@ def parse_model_args(
     length = length_value("max_length", max_length) if max_length is not None else None
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
     size, auto = batch_sizes(batch_size, max_batch_size)
-    if str(dtype) not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; accepted: {', '.join(DTYPES)}")
+    chosen = model_dtype(dtype)  # before any file is read; auto is resolved from the checkpoint's config
     opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
                              rope=rope_spec, length=length, allow_extrapolation=allow)
     return ModelArgs(
@@ -216,7 +242,7 @@ def parse_model_args(
         allow_extrapolation=allow,
         batch_size=size,
         batch_auto=auto,
-        dtype=DTYPES[str(dtype)],
+        dtype=chosen if chosen is not None else config_dtype(opened.folder.config),
         device=dev,
         truncation=check_truncation(str(truncation)),
         max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
