@@ -334,3 +334,8 @@ def test_a_large_value_reads_whole_in_every_report_table(tmp_path):
         assert "e" not in table_number(v) and float(table_number(v)) == round(v)
     assert table_number(2220.0, 3) == "2220" and table_number(412.63) == "412.6" and table_number(0.12345) == "0.1235"
     assert fmt(15321.4) == "15321" and fmt(1e20) == "1e+20" and fmt(None) == "—"
+    # a small one reads as in the study's tables too (4 significant digits), not with 3 and an exponent
+    _write(tmp_path / "tiny", {"longshort_ppl": {"ppl_512,none": 0.00012345, "ppl_8k,none": 0.5}})
+    main([str(tmp_path / "tiny"), "--out", str(tmp_path / "rep2")])
+    assert f"| tiny | {fmt(0.00012345)} | 0.5 |" in (tmp_path / "rep2" / "report.md").read_text()
+    assert fmt(0.00012345) == "0.0001234"

@@ -69,7 +69,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, (int, float)):
         if isinstance(v, float) and math.isnan(v):
             return "NaN"
-        return table_number(v) if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+        return table_number(v)  # as the study's tables: 4 significant digits, large numbers whole
     return "—" if v is None else str(v)
 
 
