@@ -3,6 +3,7 @@ each method, EABF's per-layer query factor, the YAML component, and the HF check
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -272,6 +273,7 @@ def test_checkpoint_round_trip(tmp_path, small_ckpt, sp_tokenizer_dir, method):
 
     model = load_hf_checkpoint(small_ckpt, plain_rope=True)
     _sharpen(model)
+    pretrained = copy.deepcopy(model)
     apply_rope_scaling(model, method, TARGET)
     if method == "clex":
         with torch.no_grad():
@@ -288,6 +290,14 @@ def test_checkpoint_round_trip(tmp_path, small_ckpt, sp_tokenizer_dir, method):
         ref = model(tokens)
         again = load_hf_checkpoint(out)(tokens)
     torch.testing.assert_close(again, ref, rtol=0, atol=1e-5)
+    with torch.no_grad():  # plain_rope and a rope override start from the pre-trained RoPE (base and length), not
+        # from the scaled one config.json holds (NTK and ABF write their base into rope_theta)
+        plain = load_hf_checkpoint(out, plain_rope=True)
+        assert plain.max_seq_len == ORIG
+        torch.testing.assert_close(plain(tokens[:, :ORIG]), pretrained(tokens[:, :ORIG]), rtol=0, atol=1e-5)
+        linear = apply_rope_scaling(copy.deepcopy(pretrained), "linear", 2 * ORIG, factor=2.0)
+        torch.testing.assert_close(load_hf_checkpoint(out, rope={"method": "linear", "factor": 2})(tokens[:, :64]),
+                                   linear(tokens[:, :64]), rtol=0, atol=1e-5)
     if method in HF_METHODS:
         hf = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
         with torch.no_grad():

@@ -10,7 +10,7 @@ and what the recipe writes as ``step_0``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -35,6 +35,15 @@ def _rope_spec(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any
     if rope is not None and not (isinstance(rope, dict) and "method" in rope):
         raise ValueError(f"rope={rope!r} is not accepted: expected a method name, a spec dict with 'method', or None")
     return folder.rope_spec if rope is None else dict(rope)
+
+
+def _pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:
+    """The base (None: config.json's ``rope_theta``) and length of the folder's pre-trained RoPE, which ``plain_rope``
+    builds and a ``rope`` override scales from: its scaling spec's, where it records them (a folder written here
+    with NTK or ABF holds the scaled base in ``rope_theta`` and every one the scaled length in
+    ``max_position_embeddings``; a hub config's ``original_max_position_embeddings``), else config.json's."""
+    own = folder.rope_spec or {}
+    return own.get("base"), int(own.get("original_max_seq_len") or native_positions(folder.config))
 
 
 def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], plain_len: int) -> int:
@@ -73,9 +82,10 @@ def build_decoder(
         max_seq_len: target context length; default the spec's ``max_seq_len``, else (a ``rope`` given with a
             factor) factor x the pre-trained length, else ``max_position_embeddings``.
         rope: the scaling to apply instead of the folder's own: a spec dict (``{"method": "yarn", "factor": 4}``) or
-            a method name (its defaults, factor ``max_seq_len / max_position_embeddings``: a method with a factor
-            needs ``max_seq_len`` then); None: the folder's.
-        plain_rope: ignore every scaling (the pre-trained RoPE at ``max_position_embeddings`` or ``max_seq_len``).
+            a method name (its defaults, factor ``max_seq_len`` / the pre-trained length: a method with a factor
+            needs ``max_seq_len`` then); None: the folder's. It scales the pre-trained RoPE, not the folder's.
+        plain_rope: ignore every scaling: the pre-trained RoPE (its base and length, as the scaling spec records
+            them, else config.json's ``rope_theta`` and ``max_position_embeddings``), or at ``max_seq_len``.
         lora: torchtune's LoRA keywords (``lora_rank``, ``lora_alpha``, ``lora_attn_modules``, ...) or None.
     """
     folder = CheckpointFolder.open(folder)
@@ -86,10 +96,11 @@ def build_decoder(
     if plain_rope and rope is not None:
         raise ValueError(f"rope={rope!r} and plain_rope=True ask for two things: pass one (plain_rope ignores every "
                          "scaling)")
-    plain_len = native_positions(folder.config)
+    base0, plain_len = _pretrained_rope(folder)
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
-        return folder.family.decoder(folder.config, max_seq_len or plain_len, lora)
+        config = folder.config if base0 is None else {**folder.config, "rope_theta": base0}
+        return folder.family.decoder(config, max_seq_len or plain_len, lora)
     target = _target_length(spec, rope, max_seq_len, plain_len)
     if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):
         # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
@@ -100,7 +111,7 @@ def build_decoder(
     if original is None and rope is not None:
         original = plain_len
     model = folder.family.decoder(folder.config, original or target, lora)
-    base = spec.get("base") or model.layers[0].attn.pos_embeddings.base
+    base = spec.get("base") or base0 or model.layers[0].attn.pos_embeddings.base
     kwargs = {k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS}
     return apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
 
