@@ -71,6 +71,21 @@ def test_logits_match_transformers_beyond_original_context(tmp_path, name):
     assert (plain - ref)[:, ORIG:].abs().max().item() > 100 * ATOL
 
 
+@pytest.mark.parametrize("name", ["yarn", "llama3"])
+def test_an_original_length_in_max_position_embeddings_covers_original_times_factor(tmp_path, name):
+    # Qwen2.5's YaRN instructions add rope_scaling {factor 4, original_max_position_embeddings 32768} and keep
+    # max_position_embeddings at 32768: the folder covers 4 x 32768 (as transformers runs it), not 32768.
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    hf = sharp_checkpoint(tmp_path, CASES[name], ORIG)
+    assert CheckpointFolder.open(tmp_path).usable_length == TARGET
+    ours = load_hf_checkpoint(tmp_path)
+    assert ours.max_seq_len == TARGET
+    tokens = torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (ours(tokens) - hf(tokens).logits).abs().max().item() < ATOL
+
+
 @pytest.mark.parametrize("name, prompt_len", [("dynamic", 90), ("longrope", ORIG - 4)])
 def test_length_dependent_rope_kv_decoding_matches_transformers_generate(tmp_path, name, prompt_len):
     """Dynamic NTK changes the base with every token past L, LongRoPE its factors once a call reaches past L (the
@@ -89,3 +104,20 @@ def test_length_dependent_rope_kv_decoding_matches_transformers_generate(tmp_pat
     assert got[:n].tolist() == ref.sequences[0, prompt_len:].tolist()
     err = (logits[0, :n] - torch.stack(ref.logits, 1)[0]).abs().max().item()
     assert err < ATOL, f"{name}: max |step logit diff| {err:.3g}"
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 16},
+     r"config.json: rope_scaling of rope type 'llama3' has no 'low_freq_factor' \(transformers' 'llama3' needs"),
+    ({"rope_type": "yarn", "factor": "4x"}, r"config.json: rope_scaling \(rope type 'yarn', max_position_embeddings "
+                                            r"64\): could not convert string to float: '4x'"),
+    ({"rope_type": "yarn", "factor": 4.0, "attention_factor": float("inf")},
+     r"config.json: rope_scaling \(rope type 'yarn'.*attention_factor=inf is not accepted"),
+])
+def test_a_hub_entry_that_cannot_build_is_refused_naming_the_entry(entry, match):
+    # each ended in a bare KeyError / TypeError traceback, or a message naming neither the file nor the entry
+    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+
+    config = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64, "rope_scaling": entry}
+    with pytest.raises(ValueError, match=match):
+        rope_spec_from_hf_config(config)

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
-from torchtune_longshort.rope import ROPE_METHODS, check_rope_method
+from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 
 PathLike = Union[str, Path]
 SPEC_KEY = "longshort_rope"
@@ -184,7 +184,25 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     cls = by_hf_type[kind]
     entry.update({k: config[k] for k in cls.hf_top_level_keys if config.get(k) is not None})
     cls.check_spec(entry, _rotary_dim(config), f"{where}: {key}")
-    return cls.from_hf(entry, theta, max_pos)
+    try:
+        spec = cls.from_hf(entry, theta, max_pos)
+        _trial_build(spec, _rotary_dim(config))
+    except KeyError as err:
+        raise ValueError(f"{where}: {key} of rope type {kind!r} has no {err.args[0]!r} (transformers' {kind!r} "
+                         "needs it too); add it, or remove the entry for plain RoPE") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {key} (rope type {kind!r}, max_position_embeddings {max_pos}): {err}") from None
+    return spec
+
+
+def _trial_build(spec: Dict[str, Any], head_dim: int) -> None:
+    """Build ``spec``'s RoPE module on the meta device (no memory), so that a value its method refuses is refused
+    here, where the message can name the config.json entry it came from."""
+    length = spec["max_seq_len"]
+    kwargs = ROPE_METHODS[spec["method"]].default_kwargs(length, spec.get("original_max_seq_len") or length, {
+        k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS})
+    with torch.device("meta"):
+        build_rope(spec["method"], head_dim=head_dim, max_seq_len=length, base=spec["base"], **kwargs)
 
 
 def _rotary_dim(config: Dict[str, Any]) -> int:

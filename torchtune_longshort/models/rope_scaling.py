@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
-from torchtune_longshort.rope.base import ScaledRoPE, check_positive_int
+from torchtune_longshort.rope.base import ScaledRoPE
+from torchtune_longshort.rope.checks import check_positive_int
 
 _HOOKS_ATTR = "_longshort_rope_hooks"
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, Optional, Type
 from torch import nn
 
 from torchtune_longshort.rope.abf import ABFRoPE, EABFRoPE, eabf_query_scale
-from torchtune_longshort.rope.base import DefaultRoPE, ScaledRoPE, check_head_dim, rope_modules, rotate
+from torchtune_longshort.rope.base import DefaultRoPE, ScaledRoPE, rope_modules, rotate
+from torchtune_longshort.rope.checks import check_head_dim
 from torchtune_longshort.rope.clex import CLEXRoPE
 from torchtune_longshort.rope.linear import LinearRoPE
 from torchtune_longshort.rope.llama3 import Llama3RoPE

@@ -17,7 +17,8 @@ import math
 
 import torch
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_base, check_positive_int, default_inv_freq
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import check_base, check_positive_int
 
 
 def eabf_query_scale(positions: torch.Tensor, original_max_seq_len: int) -> torch.Tensor:

@@ -18,36 +18,9 @@ import torch
 from torch import nn
 
 from torchtune_longshort.devices import check_fits
+from torchtune_longshort.rope.checks import check_base, check_head_dim, check_positive_int
 
 LAYOUTS = ("interleaved", "half")
-
-
-def check_head_dim(dim) -> int:
-    """``dim`` must be a positive even int (RoPE rotates pairs of dimensions)."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 2:
-        raise ValueError(f"head_dim={dim!r} is not accepted: RoPE needs a positive even integer head dimension")
-    return dim
-
-
-def check_positive_int(name: str, value) -> int:
-    """``value`` must be an int >= 1; the error names ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not accepted: expected an integer >= 1")
-    return value
-
-
-def check_factor(name: str, value) -> float:
-    """A context-extension factor: a finite number >= 1 (a factor < 1 would shrink the context)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
-        raise ValueError(f"{name}={value!r} is not accepted: expected a number >= 1 (the context-extension factor)")
-    return float(value)
-
-
-def check_base(name: str, value) -> float:
-    """A RoPE base: a finite number > 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 1:
-        raise ValueError(f"{name}={value!r} is not accepted: expected a RoPE base > 1 (e.g. 10000)")
-    return float(value)
 
 
 def default_inv_freq(dim: int, base: float, device=None) -> torch.Tensor:

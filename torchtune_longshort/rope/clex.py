@@ -46,7 +46,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_positive_int, default_inv_freq
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import check_flag, check_positive_int
 from torchtune_longshort.rope.ode import rk4_solve
 
 _ACTS = {"silu": nn.SiLU, "tanh": nn.Tanh}
@@ -160,8 +161,8 @@ class CLEXRoPE(ScaledRoPE):
         self.act_name = act
         self.act = _ACTS[act]()
         self.time_dt = float(time_dt)
-        self.log_scale = bool(log_scale)
-        self.sample_positions = bool(sample_positions)
+        self.log_scale = check_flag("log_scale", log_scale)
+        self.sample_positions = check_flag("sample_positions", sample_positions)
         self.ode_up_proj = nn.Parameter(torch.empty(dim // 2, param_factor * dim, dtype=torch.float32))
         self.ode_down_proj = nn.Parameter(torch.empty(param_factor * dim, dim // 2, dtype=torch.float32))
         self._state: Optional[tuple] = None

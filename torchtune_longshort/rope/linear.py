@@ -3,7 +3,8 @@ interpolation"): positions are divided by the factor s = L'/L, i.e. every invers
 
 from __future__ import annotations
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_factor, default_inv_freq
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import check_factor
 
 
 class LinearRoPE(ScaledRoPE):

@@ -7,7 +7,9 @@ imported only when a module is built, so the rest of ``rope`` stays framework-fr
 
 from __future__ import annotations
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_factor, check_positive_int, default_inv_freq
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import (check_factor, check_positive_int, check_positive_number,
+                                               hf_extended_length)
 
 
 class Llama3RoPE(ScaledRoPE):
@@ -44,7 +46,8 @@ class Llama3RoPE(ScaledRoPE):
             "low_freq_factor": float(entry["low_freq_factor"]),
             "high_freq_factor": float(entry["high_freq_factor"]),
             "original_max_seq_len": int(entry["original_max_position_embeddings"]),
-            "max_seq_len": max_position_embeddings,
+            "max_seq_len": hf_extended_length(max_position_embeddings, entry["original_max_position_embeddings"],
+                                              entry["factor"]),
         }
 
     def __init__(
@@ -62,7 +65,9 @@ class Llama3RoPE(ScaledRoPE):
         super().__init__(dim, max_seq_len, base, layout)
         self.factor = check_factor("factor", factor)
         self.original_max_seq_len = check_positive_int("original_max_seq_len", original_max_seq_len)
-        if not (0 < low_freq_factor < high_freq_factor):
+        for name, v in (("low_freq_factor", low_freq_factor), ("high_freq_factor", high_freq_factor)):
+            check_positive_number(name, v)
+        if not low_freq_factor < high_freq_factor:
             raise ValueError(
                 f"llama3 needs 0 < low_freq_factor < high_freq_factor; got low_freq_factor={low_freq_factor!r}, "
                 f"high_freq_factor={high_freq_factor!r}"

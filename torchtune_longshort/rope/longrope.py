@@ -23,7 +23,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_factor, check_positive_int, rope_cache
+from torchtune_longshort.rope.base import ScaledRoPE, rope_cache
+from torchtune_longshort.rope.checks import (check_factor, check_optional_positive, check_positive_int,
+                                               hf_extended_length)
 
 
 def check_factor_list(name: str, values, dim: int) -> list:
@@ -90,14 +92,15 @@ class LongRoPE(ScaledRoPE):
     def from_hf(cls, entry, theta, max_position_embeddings):
         original = int(entry.get("original_max_position_embeddings") or max_position_embeddings)
         factor = entry.get("factor")
+        spec_factor = float(factor) if factor is not None else max_position_embeddings / original
         spec = {
             "method": "longrope",
             "base": theta,
             "short_factor": list(entry["short_factor"]),
             "long_factor": list(entry["long_factor"]),
             "original_max_seq_len": original,
-            "factor": float(factor) if factor is not None else max_position_embeddings / original,
-            "max_seq_len": max_position_embeddings,
+            "factor": spec_factor,
+            "max_seq_len": hf_extended_length(max_position_embeddings, original, spec_factor),
         }
         if entry.get("attention_factor") is not None:
             spec["attention_factor"] = float(entry["attention_factor"])
@@ -125,10 +128,11 @@ class LongRoPE(ScaledRoPE):
         self.short_factor = check_factor_list("short_factor", short_factor, self.dim)
         self.long_factor = check_factor_list("long_factor", long_factor, self.dim)
         self.original_max_seq_len = check_positive_int("original_max_seq_len", original_max_seq_len)
+        if original_max_seq_len < 2:  # the default attention factor divides by ln L
+            raise ValueError(f"original_max_seq_len={original_max_seq_len!r} is not accepted: expected the "
+                             "pre-trained length, an integer >= 2")
         self.factor = check_factor("factor", factor)
-        if attention_factor is not None and (isinstance(attention_factor, bool) or not attention_factor > 0):
-            raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or "
-                             "None")
+        check_optional_positive("attention_factor", attention_factor)
         self._attention_factor = None if attention_factor is None else float(attention_factor)
         self.rope_init()
 

@@ -12,12 +12,8 @@ from typing import Optional
 
 import torch
 
-from torchtune_longshort.rope.base import (
-    ScaledRoPE,
-    check_factor,
-    check_positive_int,
-    default_inv_freq,
-)
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import check_factor, check_positive_int
 
 
 class NTKRoPE(ScaledRoPE):

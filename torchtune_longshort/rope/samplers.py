@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from torchtune_longshort.rope.base import check_positive_int
+from torchtune_longshort.rope.checks import check_positive_int
 
 
 class RandomPositions:

@@ -14,7 +14,9 @@ from typing import Optional
 
 import torch
 
-from torchtune_longshort.rope.base import ScaledRoPE, check_factor, check_positive_int, default_inv_freq
+from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
+from torchtune_longshort.rope.checks import (check_factor, check_flag, check_optional_positive, check_positive_int,
+                                               check_positive_number, hf_extended_length)
 
 
 def yarn_mscale(factor: float) -> float:
@@ -58,15 +60,16 @@ class YaRNRoPE(ScaledRoPE):
     def from_hf(cls, entry, theta, max_position_embeddings):
         if entry.get("mscale") or entry.get("mscale_all_dim"):
             raise ValueError("yarn rope_scaling with mscale/mscale_all_dim (DeepSeek form) is not supported")
+        original = int(entry.get("original_max_position_embeddings") or max_position_embeddings)
         spec = {
             "method": "yarn",
             "base": theta,
             "factor": float(entry["factor"]),
-            "original_max_seq_len": int(entry.get("original_max_position_embeddings", max_position_embeddings)),
+            "original_max_seq_len": original,
             "alpha": float(entry.get("beta_slow") or 1.0),
             "beta": float(entry.get("beta_fast") or 32.0),
             "truncate": bool(entry.get("truncate", True)),
-            "max_seq_len": max_position_embeddings,
+            "max_seq_len": hf_extended_length(max_position_embeddings, original, float(entry["factor"])),
         }
         if entry.get("attention_factor") is not None:
             spec["attention_factor"] = float(entry["attention_factor"])
@@ -90,19 +93,17 @@ class YaRNRoPE(ScaledRoPE):
         self.factor = check_factor("factor", factor)
         self.original_max_seq_len = check_positive_int("original_max_seq_len", original_max_seq_len)
         for name, v in (("alpha", alpha), ("beta", beta)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name}={v!r} is not accepted: expected a positive number of rotations")
+            check_positive_number(name, v, "a positive number of rotations")
         if beta <= alpha:
             raise ValueError(
                 f"YaRN needs beta > alpha (beta: rotations above which dimensions are kept, alpha: below which they "
                 f"are interpolated); got alpha={alpha!r}, beta={beta!r} (paper defaults: alpha=1, beta=32)"
             )
-        if attention_factor is not None and not attention_factor > 0:
-            raise ValueError(f"attention_factor={attention_factor!r} is not accepted: expected a positive number or None")
+        check_optional_positive("attention_factor", attention_factor)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self._attention_factor = None if attention_factor is None else float(attention_factor)
-        self.truncate = bool(truncate)
+        self.truncate = check_flag("truncate", truncate)
         self.rope_init()
 
     @property

@@ -30,7 +30,7 @@ from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_sca
 from torchtune_longshort.models.source_tokenizers import TokenizerError
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method, has_learned_parameters
-from torchtune_longshort.rope.base import check_factor
+from torchtune_longshort.rope.checks import check_factor
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
 from torchtune_longshort.config.values import integer, number, resolve_component, text
 
