@@ -166,6 +166,21 @@ def test_llama_with_biases_or_another_head_size_is_refused(family_dirs, tmp_path
         load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "h", head_dim=32))
 
 
+def test_an_activation_the_builder_does_not_compute_is_refused_in_every_family(family_dirs, tmp_path):
+    # each builder computes one activation whatever config.json says: a llama folder with hidden_act gelu loaded and
+    # gave logits 1.2 away from transformers'; the swish spelling of SiLU loads
+    from torchtune_longshort.models import UnsupportedModelError, load_hf_checkpoint
+
+    for layout, folder in family_dirs.items():
+        cfg = json.loads((folder / "config.json").read_text())
+        key = "hidden_activation" if cfg.get("hidden_activation") else "hidden_act"
+        wrong = "relu"
+        with pytest.raises(UnsupportedModelError, match=f"config.json {key}='relu': torchtune's"):
+            load_hf_checkpoint(_copy_with_config(folder, tmp_path / f"{layout}_bad", **{key: wrong}))
+        if cfg.get(key) == "silu":
+            load_hf_checkpoint(_copy_with_config(folder, tmp_path / f"{layout}_swish", **{key: "swish"}))
+
+
 def test_a_gguf_file_or_a_folder_without_config_says_what_is_expected_and_how_to_convert(tmp_path):
     from torchtune_longshort.models import CheckpointFolder
 

@@ -65,6 +65,17 @@ def _check_head_dim(config: Config, where: str) -> None:
         )
 
 
+def _check_activation(config: Config, where: str, accepted: Tuple[str, ...] = ("silu", "swish"),
+                      what: str = "SiLU (SwiGLU)") -> None:
+    """Refuse a config.json whose MLP activation the family's torchtune builder does not compute (it builds one
+    activation whatever the config says: the model would load and give other logits than transformers)."""
+    act = config.get("hidden_activation") or config.get("hidden_act")
+    if act is not None and act not in accepted:
+        key = "hidden_activation" if config.get("hidden_activation") else "hidden_act"
+        raise UnsupportedModelError(f"{where}: config.json {key}={act!r}: torchtune's {config.get('model_type')!r} "
+                                    f"builder computes {what} only ({', '.join(accepted)})")
+
+
 def _no_bias(config: Config, where: str) -> None:
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key):
@@ -147,6 +158,7 @@ def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
 
     where = "llama"
     _no_bias(config, where)
+    _check_activation(config, where)
     _check_head_dim(config, where)
     kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
     if lora:
@@ -166,6 +178,7 @@ def build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any
     from torchtune.models.mistral._component_builders import lora_mistral, mistral
 
     _no_bias(config, "mistral")
+    _check_activation(config, "mistral")
     _check_head_dim(config, "mistral")
     kw = dict(checkpoint_dims(config, "mistral"),
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
@@ -177,6 +190,7 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     from torchtune.models.qwen2._component_builders import lora_qwen2, qwen2
 
     _check_head_dim(config, "qwen2")
+    _check_activation(config, "qwen2")
     if config.get("use_sliding_window"):
         raise UnsupportedModelError("qwen2: config.json use_sliding_window=true: torchtune's qwen2 builder runs full "
                                     "attention only")
@@ -191,9 +205,7 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
 def build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]):
     from torchtune.models.gemma._component_builders import gemma, lora_gemma
 
-    act = config.get("hidden_activation") or config.get("hidden_act")
-    if act not in (None, "gelu_pytorch_tanh", "gelu"):
-        raise UnsupportedModelError(f"gemma: hidden_activation={act!r}: torchtune's gemma builder uses tanh-GELU")
+    _check_activation(config, "gemma", ("gelu_pytorch_tanh", "gelu"), "tanh-GELU")
     heads = int(config["num_attention_heads"])
     kw = dict(checkpoint_dims(config, "gemma"),
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
@@ -211,6 +223,7 @@ def build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]])
     from torchtune.models.phi3._component_builders import lora_phi3, phi3
 
     _check_head_dim(config, "phi3")
+    _check_activation(config, "phi3")
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedModelError("phi3: partial_rotary_factor != 1 (Phi-4-mini): torchtune's phi3 builder "
                                     "rotates every dimension")
