@@ -252,6 +252,12 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
     _write(tmp_path / "lcc_e.jsonl", [{**row, "dataset": "lcc_e", "length": -3}])
     with pytest.raises(ValueError, match="sample 0: length=-3"):
         lb.load_longbench_e("lcc_e", str(tmp_path))
+    # answers as a string scored one answer per character ('P' scored 1.0, 'Paris' 0.0); null failed at scoring
+    for i, answers in enumerate(["Paris", None, [], [3]]):
+        _write(tmp_path / "2wikimqa_e.jsonl", [{**row, "dataset": "2wikimqa"}, {**row, "dataset": "2wikimqa",
+                                                                              "answers": answers}])
+        with pytest.raises(ValueError, match=r"2wikimqa_e.jsonl, sample 1: field 'answers' is .*, expected a non-empty"):
+            lb.load_longbench_e("2wikimqa_e", str(tmp_path))
 
 
 def test_loader_missing_file_is_reported_not_fatal(tmp_path):

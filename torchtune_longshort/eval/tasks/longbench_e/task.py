@@ -321,6 +321,11 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
         ds = ds.add_column("dataset", [name] * len(ds))
     if TRUNCATION_FIELD not in ds.column_names:
         ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * len(ds))
+    for i, answers in enumerate(ds["answers"]):
+        if not (isinstance(answers, list) and answers and all(isinstance(a, str) for a in answers)):
+            raise ValueError(f"LongBench-E data {source}, sample {i}: field 'answers' is {answers!r}, expected a "
+                             "non-empty list of strings (LongBench's format: [\"Paris\"]; a string would be scored "
+                             "as one answer per character)")
     buckets = []
     for i, length in enumerate(ds["length"]):
         try:
