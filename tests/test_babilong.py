@@ -170,6 +170,15 @@ def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     (tmp_path / "1k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "question": "q", "target": "t", "length": "4k"}) + "\n")
     with pytest.raises(ValueError, match="length='4k' but the file is in the '1k' folder"):
         bl.load_babilong("qa1", "1k", str(tmp_path))
+    good = json.dumps({"input": "x", "question": "q", "target": "t"})
+    for bad, match in (("{bad json", r"qa1.jsonl line 2: not a JSON line"), ("[1, 2]", "line 2: a JSON list"),
+                       (json.dumps({"input": "x", "question": "q", "target": None}),
+                        r"line 2: field\(s\) \['target'\] are not strings \(target=None\)")):
+        (tmp_path / "1k" / "qa1.jsonl").write_text(good + "\n" + bad + "\n")
+        with pytest.raises(ValueError, match=match):  # a bare JSONDecodeError, or an AttributeError at scoring
+            bl.load_babilong("qa1", "1k", str(tmp_path))
+    (tmp_path / "1k" / "qa1.jsonl").write_text("\ufeff" + good + "\n", encoding="utf-8")  # a byte-order mark
+    assert bl.load_babilong("qa1", "1k", str(tmp_path))["qa1"]["input"] == ["x"]
 
 
 @pytest.mark.slow

@@ -134,14 +134,25 @@ def _placeholder(qa: str, length: str, message: str):
 
 def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark before the first line is not part of it
         for i, line in enumerate(f):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one JSON "
+                                 "object a line") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {i + 1}: a JSON {type(row).__name__}, not an object with input, "
+                                 "question, target")
             missing = [k for k in ("input", "question", "target") if k not in row]
             if missing:
                 raise ValueError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, question, target")
+            wrong = [k for k in ("input", "question", "target") if not isinstance(row[k], str)]
+            if wrong:
+                raise ValueError(f"{path} line {i + 1}: field(s) {wrong} are not strings ({wrong[0]}="
+                                 f"{row[wrong[0]]!r}); BABILong's input, question and target are text")
             if row.get("length", length) != length:
                 raise ValueError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} folder")
             if row.get("qa", qa) != qa:
