@@ -22,6 +22,22 @@ def test_local_file_dir_jsonl(tmp_path):
     assert list(src()) == list(src())  # re-iterable: a new pass each call (epochs, resume)
 
 
+def test_a_byte_order_mark_is_no_part_of_a_document_and_one_suffix_is_a_string(tmp_path):
+    # a BOM became a U+FEFF token of the first document, and refused (or, skipping, dropped) a JSON file's first line;
+    # suffixes=".txt" was read as the suffixes '.', 't', 'x', 't'
+    bom = "\ufeff"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text(bom + "hello", encoding="utf-8")
+    (tmp_path / "d" / "b.jsonl").write_text(bom + json.dumps({"text": "first"}) + "\n", encoding="utf-8")
+    (tmp_path / "d" / "c.json").write_text(bom + json.dumps([{"text": "row"}]), encoding="utf-8")
+    (tmp_path / "d" / "e.md").write_text("not a .txt file")
+    assert list(local_text(str(tmp_path / "d"), suffixes=[".txt", ".json"])()) == ["hello", "first", "row"]
+    assert list(local_text(str(tmp_path / "d"), suffixes=".txt")()) == ["hello", "first"]
+    (tmp_path / "f.txt").write_bytes(b"\xff\xfeh\x00i\x00")  # a UTF-16 mark is no UTF-8 text: still refused
+    with pytest.raises(ValueError, match="not utf-8"):
+        local_text(str(tmp_path / "f.txt"))
+
+
 def test_errors_name_the_field(tmp_path):
     with pytest.raises(FileNotFoundError, match="dataset.path='.*nope' does not exist"):
         local_text(str(tmp_path / "nope"))

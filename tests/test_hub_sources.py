@@ -140,6 +140,12 @@ def test_a_local_parquet_copy_is_accepted_as_the_source(tmp_path):
     args = {"source": str(tmp_path / "pg19"), "split": "train"}
     assert [f.name for _, f in named_files(args, "dataset")] == ["train-00000-of-00001.parquet"]
     assert list(corpus.pg19(str(tmp_path / "pg19"))()) == [r["text"] for r in rows]
+    # the text column under another name, as the refusal of a copy without 'text' tells (it raised TypeError:
+    # hf_text() got multiple values for keyword argument 'text_field')
+    pq.write_table(pa.Table.from_pylist([{"body": "b" * 99}]), tmp_path / "body.parquet")
+    assert list(corpus.pg19("parquet", data_files=str(tmp_path / "body.parquet"), text_field="body")()) == ["b" * 99]
+    assert list(corpus.redpajama_book(str(tmp_path / "body.parquet"), source="parquet", text_field="body")()) == [
+        "b" * 99]
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really \xff parquet")
     with pytest.raises(ValueError, match=r"broken.parquet\) could not be loaded") as caught:

@@ -172,6 +172,7 @@ def local_text(
     """
     names = current_names()
     check_encoding(encoding, names("encoding"))
+    suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
     files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], names("path"))
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
@@ -318,9 +319,9 @@ REDPAJAMA_BOOK_SAMPLE = "hf://datasets/togethercomputer/RedPajama-Data-1T-Sample
 
 
 def pg19(source: str = PG19_SOURCE, split: str = "train", streaming: bool = True, **kwargs: Any) -> Documents:
-    """PG19 books, ``text`` column (:data:`PG19_SOURCE`, the Parquet copy of ``deepmind/pg19`` with its fields and
+    """PG19 books, ``text`` column unless ``text_field`` names another (:data:`PG19_SOURCE`, the Parquet copy of ``deepmind/pg19`` with its fields and
     splits; ``deepmind/pg19`` itself is a loading script that ``datasets`` >= 4 no longer runs)."""
-    return hf_text(source, split=split, text_field="text", streaming=streaming, **kwargs)
+    return hf_text(source, split=split, **{"text_field": "text", **kwargs}, streaming=streaming)
 
 
 def redpajama_book(
@@ -346,8 +347,8 @@ def redpajama_book(
             f"RedPajama's book JSON lines, e.g. {names('data_files')}=/data/redpajama/book/*.jsonl, or its sample's "
             f"{REDPAJAMA_BOOK_SAMPLE}"
         )
-    return hf_text(source, split=split, name=name, text_field="text", data_files=data_files, streaming=streaming,
-                   **kwargs)
+    return hf_text(source, split=split, name=name, data_files=data_files, streaming=streaming,
+                   **{"text_field": "text", **kwargs})
 
 
 def counted_fixed_length_sequences(

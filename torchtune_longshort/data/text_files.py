@@ -232,10 +232,19 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
         for got in _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record):
             yield 0, got
         return
+    text = _without_bom(text, encoding)
     if json_file:
         yield from enumerate(_json_array(f, text, text_field, setting, on_bad_record))
     else:
         yield 0, text
+
+
+def _without_bom(text: str, encoding: str) -> str:
+    """``text`` without the UTF-8 byte-order mark an editor may write at a file's start (it is no character of the
+    document: ``utf-8-sig`` drops it; a JSON parser refuses it)."""
+    if text.startswith("\ufeff") and codecs.lookup(encoding).name == "utf-8":
+        return text[1:]
+    return text
 
 
 def _bad(message: str, on_bad_record: BadRecord) -> Iterator[Any]:
@@ -268,6 +277,8 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     except UnicodeDecodeError as e:
         yield from _bad(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
         return
+    if i == 0:
+        line = _without_bom(line, encoding)
     if not line.strip():
         return
     try:
