@@ -104,6 +104,11 @@ FAMILIES = {
          r"num_heads=4 is not divisible by num_kv_heads=3"),  # torchtune's builder said it once the folder existed
         ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 130}}, "embed_dim",
          r"embed_dim=130 is not divisible by num_heads=4"),
+        # from Python and YAML alike: built, then NaN logits or a failure at the first forward
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 36}}, "embed_dim", r"head size 9, odd"),
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "num_layers": 0}}, "num_layers", r"num_layers=0 .*>= 1"),
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": -1.0}}, "norm_eps", r"norm_eps=-1.0 .* > 0"),
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "rope_base": 0.5}}, "rope_base", r"rope_base=0.5 .* > 1"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
         # the same from random weights, against model.family: passed without a word (an audit)

@@ -239,15 +239,7 @@ def _check_scratch_dimensions(config: RecipeConfig) -> None:
     # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
     from torchtune_longshort.training.model_setup import model_kwargs
 
-    kw = model_kwargs(config.model.args)
-    decoder_config(kw)
-    heads, kv, dim = kw.get("num_heads"), kw.get("num_kv_heads") or kw.get("num_heads"), kw.get("embed_dim")
-    if isinstance(heads, int) and isinstance(kv, int) and kv > 0 and heads % kv:
-        raise ValueError(f"model: num_heads={heads} is not divisible by num_kv_heads={kv} (each key/value head serves "
-                         f"num_heads / num_kv_heads query heads); give num_kv_heads a divisor of {heads}")
-    if isinstance(heads, int) and isinstance(dim, int) and heads > 0 and dim % heads and not kw.get("head_dim"):
-        raise ValueError(f"model: embed_dim={dim} is not divisible by num_heads={heads} (each head takes embed_dim / "
-                         "num_heads); give a multiple of num_heads, or head_dim")
+    decoder_config(model_kwargs(config.model.args))  # the family writes config.json, checking the dimensions
 
 
 def _check_scheduler(config: RecipeConfig) -> None:
