@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import json
+import re
 import os
 import random
 import subprocess
@@ -163,20 +164,26 @@ def test_an_over_long_prompt_is_refused_under_hf_as_under_longshort(generated, s
 
 
 def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
+    """Each bad row is named by file and line: raised with babilong_missing=error, else that length scores no number
+    and carries the reason while the other lengths load (a bad line ended the whole run: a bare JSONDecodeError,
+    naming no file, or an AttributeError at scoring)."""
+    (tmp_path / "0k").mkdir()
+    (tmp_path / "0k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "question": "q", "target": "t"}) + "\n")
     (tmp_path / "1k").mkdir()
-    (tmp_path / "1k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "target": "kitchen"}) + "\n")
-    with pytest.raises(ValueError, match=r"field\(s\) \['question'\] missing"):
-        bl.load_babilong("qa1", "1k", str(tmp_path))
-    (tmp_path / "1k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "question": "q", "target": "t", "length": "4k"}) + "\n")
-    with pytest.raises(ValueError, match="length='4k' but the file is in the '1k' folder"):
-        bl.load_babilong("qa1", "1k", str(tmp_path))
     good = json.dumps({"input": "x", "question": "q", "target": "t"})
-    for bad, match in (("{bad json", r"qa1.jsonl line 2: not a JSON line"), ("[1, 2]", "line 2: a JSON list"),
-                       (json.dumps({"input": "x", "question": "q", "target": None}),
-                        r"line 2: field\(s\) \['target'\] are not strings \(target=None\)")):
+    for bad, match in (
+            (json.dumps({"input": "x", "target": "kitchen"}), r"line 2: field\(s\) \['question'\] missing"),
+            (json.dumps({"input": "x", "question": "q", "target": "t", "length": "4k"}),
+             "line 2: length='4k' but the file is in the '1k' folder"),
+            ("{bad json", r"qa1.jsonl line 2: not a JSON line"), ("[1, 2]", "line 2: a JSON list"),
+            (json.dumps({"input": "x", "question": "q", "target": None}),
+             r"line 2: field\(s\) \['target'\] are not strings \(target=None\)")):
         (tmp_path / "1k" / "qa1.jsonl").write_text(good + "\n" + bad + "\n")
-        with pytest.raises(ValueError, match=match):  # a bare JSONDecodeError, or an AttributeError at scoring
-            bl.load_babilong("qa1", "1k", str(tmp_path))
+        with pytest.raises(ValueError, match=match):
+            bl.load_babilong("qa1", "1k", str(tmp_path), babilong_missing="error")
+        ds = bl.load_babilong("qa1", "0k,1k", str(tmp_path))["qa1"]
+        reasons = {d["length"]: d[bl.MISSING_DATA_FIELD] for d in ds}
+        assert reasons["0k"] is None and re.search(match, reasons["1k"]), reasons
     (tmp_path / "1k" / "qa1.jsonl").write_text("\ufeff" + good + "\n", encoding="utf-8")  # a byte-order mark
     assert bl.load_babilong("qa1", "1k", str(tmp_path))["qa1"]["input"] == ["x"]
 

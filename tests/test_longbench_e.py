@@ -243,21 +243,25 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
     assert lb.load_longbench_e("samsum_e", str(tmp_path))["test"]["length"] == [100, 5000, 9000, 200, 6000,
                                                                                        9500, 300]
 
-    _write(tmp_path / "hotpotqa_e.jsonl", [{k: v for k, v in row.items() if k != "answers"}])
-    with pytest.raises(ValueError, match=r"lacks field\(s\) \['answers'\]"):
-        lb.load_longbench_e("hotpotqa_e", str(tmp_path))
-    _write(tmp_path / "trec_e.jsonl", [row])
-    with pytest.raises(ValueError, match="field 'dataset' is \\['qasper'\\], expected 'trec'"):
-        lb.load_longbench_e("trec_e", str(tmp_path))
-    _write(tmp_path / "lcc_e.jsonl", [{**row, "dataset": "lcc_e", "length": -3}])
-    with pytest.raises(ValueError, match="sample 0: length=-3"):
-        lb.load_longbench_e("lcc_e", str(tmp_path))
-    # answers as a string scored one answer per character ('P' scored 1.0, 'Paris' 0.0); null failed at scoring
-    for i, answers in enumerate(["Paris", None, [], [3]]):
-        _write(tmp_path / "2wikimqa_e.jsonl", [{**row, "dataset": "2wikimqa"}, {**row, "dataset": "2wikimqa",
-                                                                              "answers": answers}])
-        with pytest.raises(ValueError, match=r"2wikimqa_e.jsonl, sample 1: field 'answers' is .*, expected a non-empty"):
-            lb.load_longbench_e("2wikimqa_e", str(tmp_path))
+    # each bad file is named (and its sample or line): raised with longbench_e_missing=error, else the dataset scores
+    # no number and carries the reason, and the run goes on (a bad line ended the run with datasets' traceback; a
+    # string answers was scored one answer per character: 'P' 1.0, 'Paris' 0.0; a null dataset an AttributeError)
+    cases = [("hotpotqa", [{k: v for k, v in row.items() if k != "answers"}], r"lacks field\(s\) \['answers'\]"),
+             ("trec", [row], r"field 'dataset' is \['qasper'\], expected 'trec'"),
+             ("trec", [{**row, "dataset": None}], r"field 'dataset' is \[None\], expected 'trec'"),
+             ("lcc", [{**row, "dataset": "lcc_e", "length": -3}], "sample 0: length=-3")]
+    cases += [("2wikimqa", [{**row, "dataset": "2wikimqa"}, {**row, "dataset": "2wikimqa", "answers": answers}],
+               r"2wikimqa_e.jsonl, sample 1: field 'answers' is .*, expected a non-empty")
+              for answers in ["Paris", None, [], [3]]]
+    for name, rows, match in cases:
+        _write(tmp_path / f"{name}_e.jsonl", rows)
+        with pytest.raises(ValueError, match=match):
+            lb.load_longbench_e(f"{name}_e", str(tmp_path), longbench_e_missing="error")
+        placeholder = lb.load_longbench_e(f"{name}_e", str(tmp_path))["test"]
+        assert len(placeholder) == 1 and re.search(match, lb.reason_of(placeholder[0]))
+    (tmp_path / "samsum_e.jsonl").write_text(json.dumps({**row, "dataset": "samsum"}) + "\nnot json\n")
+    with pytest.raises(ValueError, match=r"samsum_e.jsonl: line 2: not a JSON line"):
+        lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")
 
 
 def test_loader_missing_file_is_reported_not_fatal(tmp_path):

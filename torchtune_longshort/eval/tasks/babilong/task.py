@@ -141,25 +141,25 @@ def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one JSON "
+                raise TaskDataError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one JSON "
                                  "object a line") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path} line {i + 1}: a JSON {type(row).__name__}, not an object with input, "
+                raise TaskDataError(f"{path} line {i + 1}: a JSON {type(row).__name__}, not an object with input, "
                                  "question, target")
             missing = [k for k in ("input", "question", "target") if k not in row]
             if missing:
-                raise ValueError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, question, target")
+                raise TaskDataError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, question, target")
             wrong = [k for k in ("input", "question", "target") if not isinstance(row[k], str)]
             if wrong:
-                raise ValueError(f"{path} line {i + 1}: field(s) {wrong} are not strings ({wrong[0]}="
+                raise TaskDataError(f"{path} line {i + 1}: field(s) {wrong} are not strings ({wrong[0]}="
                                  f"{row[wrong[0]]!r}); BABILong's input, question and target are text")
             if row.get("length", length) != length:
-                raise ValueError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} folder")
+                raise TaskDataError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} folder")
             if row.get("qa", qa) != qa:
-                raise ValueError(f"{path} line {i + 1}: qa={row['qa']!r} but the file is {qa}.jsonl")
+                raise TaskDataError(f"{path} line {i + 1}: qa={row['qa']!r} but the file is {qa}.jsonl")
             depth = row.get("depth")
             if depth is not None and depth not in DEPTHS:
-                raise ValueError(f"{path} line {i + 1}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
+                raise TaskDataError(f"{path} line {i + 1}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
             rows.append({"input": row["input"], "question": row["question"], "target": row["target"],
                          "qa": qa, "length": length, "depth": depth, TRUNCATION_FIELD: TRUNCATION})
     return rows
@@ -179,8 +179,9 @@ def load_babilong(
         max_seq_lengths: one or more length labels, ``"0k,1k,4k"`` (lm-eval's shipped metadata key).
         babilong_data_dir: a folder with ``<length>/<qa>.jsonl`` in BABILong's row format (``input``,
             ``question``, ``target``; ``depth`` optional); without it, the hub's ``RMT-team/babilong-1k-samples``.
-        babilong_missing: ``"skip"`` (default): a missing local file, or hub data that cannot be fetched
-            (offline, unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
+        babilong_missing: ``"skip"`` (default): a missing or unreadable local file (a line that is not
+            JSON, a field missing or of another kind), or hub data that cannot be fetched (offline, unreachable), is
+            logged as an error and the task reports ``missing_data`` = 1 and the
             reason (metric ``error``) for that length instead of a score, so the run goes on; ``"error"``: raise
             (``FileNotFoundError`` / ``TaskDataError``).
         _metadata: the rest of lm-eval's ``--metadata`` / ``--model_args`` (ignored).
@@ -197,14 +198,21 @@ def load_babilong(
             path = Path(babilong_data_dir).expanduser() / length / f"{qa_split}.jsonl"
             if not path.is_file():
                 msg = (f"BABILong data file not found: {path} (babilong_data_dir={babilong_data_dir!r}, "
-                       f"length {length}, task {qa_split}; expected <dir>/<length>/<qa>.jsonl)")
+                       f"length {length}, task {qa_split}; expected <dir>/<length>/<qa>.jsonl, as python -m "
+                       "torchtune_longshort.eval.tasks.babilong.generator writes them)")
                 if babilong_missing == "error":
                     raise FileNotFoundError(msg)
                 parts.append(_placeholder(qa_split, length, msg))
                 continue
-            rows = _read_local(path, qa_split, length)
-            if not rows:
-                raise ValueError(f"{path} has no rows")
+            try:
+                rows = _read_local(path, qa_split, length)
+                if not rows:
+                    raise TaskDataError(f"{path} has no rows")
+            except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
+                if babilong_missing == "error":
+                    raise
+                parts.append(_placeholder(qa_split, length, str(err)))
+                continue
             parts.append(datasets.Dataset.from_list([{**r, MISSING_DATA_FIELD: None} for r in rows], features=_features()))
         else:
             try:

@@ -23,6 +23,7 @@ Scores are in [0, 1] (LongBench prints them x100).
 from __future__ import annotations
 
 import functools
+import json
 import importlib.util
 import logging
 import math
@@ -252,8 +253,9 @@ def load_longbench_e(
         longbench_e_data_dir: a folder holding LongBench's own ``<dataset>_e.jsonl`` files (as in its
             ``data.zip``); read with ``datasets.load_dataset("json", data_files=...)``. Without it the data
             come from ``longbench_e_hf_path`` (default ``Xnhyacinth/LongBench``, the shipped tasks' source).
-        longbench_e_missing: ``"skip"`` (default): a missing local file, or hub data that cannot be fetched
-            (offline, unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
+        longbench_e_missing: ``"skip"`` (default): a missing or unreadable local file (a line that is not
+            JSON, a field missing or of another kind), or hub data that cannot be fetched (offline, unreachable), is
+            logged as an error and the task reports ``missing_data`` = 1 and the
             reason instead of a score (see :func:`missing_data_placeholder`), so the other tasks of the run still
             finish; ``"error"``: raise (``FileNotFoundError`` / ``TaskDataError``).
         _metadata: the rest of lm-eval's ``--metadata`` and ``--model_args`` (ignored).
@@ -273,11 +275,11 @@ def load_longbench_e(
         raise ValueError(f"longbench_e_missing={longbench_e_missing!r}; accepted: 'skip', 'error'")
     try:
         ds, source = _open_longbench_e(name, longbench_e_data_dir, longbench_e_hf_path)
+        return {"test": _with_longbench_fields(ds, source, base, name)}
     except (FileNotFoundError, TaskDataError) as err:
         if longbench_e_missing == "error":
             raise
         return {"test": missing_data_placeholder(name, str(err))}
-    return {"test": _with_longbench_fields(ds, source, base, name)}
 
 
 def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
@@ -292,10 +294,28 @@ def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
                 f"LongBench-E data file for {name} not found: {path} (longbench_e_data_dir="
                 f"{data_dir!r}; expected LongBench's own '{name}.jsonl' there)"
             )
-        return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
+        try:
+            return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
+        except Exception as err:  # datasets' own error for a line it cannot parse; said with the line instead
+            raise TaskDataError(f"LongBench-E data {path}: {_unreadable_line(path) or type(err).__name__}; "
+                                "LongBench's files hold one JSON object a line") from None
     ds = load_hub_dataset(hf_path, name, split="test", alternative=(
         "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
     return ds, f"{hf_path}:{name}"
+
+
+def _unreadable_line(path: Path) -> Optional[str]:
+    """Which line of a JSON-lines file is not a JSON object (or not UTF-8), said as ``line N: why``; None if all
+    are."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f):
+            try:
+                row = json.loads(raw.decode("utf-8-sig" if i == 0 else "utf-8")) if raw.strip() else {}
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                return f"line {i + 1}: not a JSON line ({err.reason if isinstance(err, UnicodeDecodeError) else err.msg})"
+            if not isinstance(row, dict):
+                return f"line {i + 1}: a JSON {type(row).__name__}, not an object"
+    return None
 
 
 def _with_longbench_fields(ds, source: str, base: str, name: str):
@@ -305,7 +325,7 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
     if not any(f in ds.column_names for f in QUESTION_FIELDS):
         missing.append("input (or question)")
     if missing:
-        raise ValueError(
+        raise TaskDataError(
             f"LongBench-E data {source} lacks field(s) {missing}; a sample needs {list(REQUIRED_FIELDS)} "
             f"(LongBench's own JSONL format); it has {ds.column_names}"
         )
@@ -314,23 +334,24 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
     elif "input" not in ds.column_names:
         ds = ds.add_column("input", list(ds["question"]))
     if "dataset" in ds.column_names:
-        wrong = sorted({d for d in ds["dataset"] if dataset_base_name(d) != base})
+        wrong = sorted({repr(d) for d in ds["dataset"] if not isinstance(d, str) or d.removesuffix("_e") != base})
         if wrong:
-            raise ValueError(f"LongBench-E data {source}: field 'dataset' is {wrong}, expected {base!r} or {name!r}")
+            raise TaskDataError(f"LongBench-E data {source}: field 'dataset' is [{', '.join(wrong)}], expected {base!r} "
+                                f"or {name!r}")
     else:
         ds = ds.add_column("dataset", [name] * len(ds))
     if TRUNCATION_FIELD not in ds.column_names:
         ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * len(ds))
     for i, answers in enumerate(ds["answers"]):
         if not (isinstance(answers, list) and answers and all(isinstance(a, str) for a in answers)):
-            raise ValueError(f"LongBench-E data {source}, sample {i}: field 'answers' is {answers!r}, expected a "
-                             "non-empty list of strings (LongBench's format: [\"Paris\"]; a string would be scored "
-                             "as one answer per character)")
+            raise TaskDataError(f"LongBench-E data {source}, sample {i}: field 'answers' is {answers!r}, expected a "
+                                "non-empty list of strings (LongBench's format: [\"Paris\"]; a string would be "
+                                "scored as one answer per character)")
     buckets = []
     for i, length in enumerate(ds["length"]):
         try:
             buckets.append(length_bucket(length))
         except ValueError as e:
-            raise ValueError(f"LongBench-E data {source}, sample {i}: {e}") from None
+            raise TaskDataError(f"LongBench-E data {source}, sample {i}: {e}") from None
     # the buckets in turn, each bucket's samples in the file's order: lm-eval's --limit N then keeps every bucket
     return ds.select(round_robin_order([(b, None) for b in buckets]))
