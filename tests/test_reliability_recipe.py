@@ -182,7 +182,13 @@ def test_overwrite_keeps_the_earlier_run_when_the_new_setup_refuses(recipe_cls, 
     for cfg, match in [(make_cfg(broken, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1),
                         "cannot read weight file"),
                        (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1, model=scratch),
-                        r"num_heads=4 is not divisible by num_kv_heads=3")]:  # from scratch: the config check
+                        r"num_heads=4 is not divisible by num_kv_heads=3"),  # from scratch: the config check
+                       # from scratch, refused once the model is built: the earlier run was deleted when step_0 was
+                       # written, before the setup's later checks (this one, the data's)
+                       (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1,
+                                 model={**scratch, "num_kv_heads": 2}, position_sampler={
+                                     "_component_": "torchtune_longshort.rope.RandomPositions",
+                                     "max_position": 100000}), "position_sampler draws positions up to 100000")]:
         with pytest.raises(ValueError, match=match):
             recipe_cls(cfg).setup()
         assert _tree(out) == before

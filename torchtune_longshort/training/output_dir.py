@@ -43,7 +43,8 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, ".staging", METRICS_FILE, "torchtune_config.yaml", MANIFEST,
+STAGING = ".staging"  # StepCheckpoints' staging folder
+WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
                 REPLACED, DISCARDED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
@@ -317,7 +318,8 @@ class OutputDirLock:
         out, aside = self.path.parent, self.path.parent / REPLACED
         check_output_dir(out, resume=False, overwrite=True, protect=protect, written_here=written_here)
         aside.mkdir()  # none left by a killed start: claim_output_dir mended it
-        moved = [p.name for p in out.iterdir() if p.name not in (LOCK, MARKER, REPLACED)]
+        # .staging stays: this run's step_0 from scratch waits there (an earlier run's is what a killed save left)
+        moved = [p.name for p in out.iterdir() if p.name not in (LOCK, MARKER, REPLACED, STAGING)]
         for name in moved:
             (out / name).rename(aside / name)
         try:

@@ -12,7 +12,7 @@ converts the folder's family (``training.recipe_config.components.CheckpointerCo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torchtune import training
@@ -39,10 +39,11 @@ def tokenizer_source(config: RecipeConfig) -> Optional[str]:
     return str(start) if start is not None else None
 
 
-def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints) -> None:
-    """Training from scratch: build ``config.model`` in float32 with ``seed`` and commit it as ``step_0``, a checkpoint
+def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints, commit: bool = True) -> Path:
+    """Training from scratch: build ``config.model`` in float32 with ``seed`` and write it as ``step_0``, a checkpoint
     folder like every ``step_k`` (so every later path loads the same way); its ``config.json`` is the one the model
-    node's family built the model from (``models.hf_model.decoder_config``)."""
+    node's family built the model from (``models.hf_model.decoder_config``). Returns the folder: committed, or with
+    ``commit=False`` left in ``.staging`` for :meth:`StepCheckpoints.commit` once the run's setup has succeeded."""
     with training.set_default_dtype(torch.float32):
         torch.manual_seed(seed)
         scratch = instantiate(config.model.node())
@@ -53,7 +54,7 @@ def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints)
         rope_spec=getattr(scratch, "rope_scaling", None),
         tokenizer=tokenizer_source(config),
     )
-    ckpts.commit(ckpts.staging_root / "step_0", 0)
+    return ckpts.commit(ckpts.staging_root / "step_0", 0) if commit else ckpts.staging_root / "step_0"
 
 
 def full_state_dicts(model, optimizer, distributed: bool, is_rank_zero: bool, device: torch.device):
@@ -102,25 +103,28 @@ def _float32_copies(model_sd: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor
 
 
 def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: Optional[Path], lora: LoRAInfo,
-                     seed: int, is_rank_zero: bool, barrier,
-                     before_write: Callable[[], None] = lambda: None) -> Tuple[Dict[str, torch.Tensor], Path]:
-    """``(torchtune state dict to start from, the start checkpoint folder)``.
+                     seed: int, is_rank_zero: bool, barrier) -> Tuple[Dict[str, torch.Tensor], Path, Path]:
+    """``(torchtune state dict to start from, the start checkpoint folder, where it is read now)``.
 
-    From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0``
-    (:func:`write_scratch_start`; ``before_write()`` just before, the run's first write into its folder) and every
-    rank waits at ``barrier()``. Full fine-tuning resumes from the saved
-    weights; LoRA from the base weights (its adapters come from the step's ``adapter/``, which names this start
-    folder as its base: ``lora.base_dir``)."""
+    From scratch (``checkpointer.checkpoint_dir: null``) rank 0 first writes the model as ``step_0`` into
+    ``.staging`` (:func:`write_scratch_start`), every rank waits at ``barrier()`` and reads it there; the recipe
+    commits it once its setup has succeeded, so a setup that refuses leaves an earlier run that ``overwrite``
+    replaces whole. Full fine-tuning resumes from the saved weights; LoRA from the base weights (its adapters come
+    from the step's ``adapter/``, which names this start folder as its base: ``lora.base_dir``)."""
     start_dir = config.checkpointer.checkpoint_dir
+    read_dir = None
     if start_dir is None:
-        if resume_dir is None and is_rank_zero:
-            before_write()
-            write_scratch_start(config, seed, ckpts)
+        if resume_dir is None:
+            if is_rank_zero:
+                ckpts.clean_staging()  # what a killed save or start of an earlier run left there
+                write_scratch_start(config, seed, ckpts, commit=False)
+            read_dir = ckpts.staging_root / "step_0"
         barrier()
         start_dir = str(ckpts.path(0))
     lora.base_dir = str(Path(start_dir).resolve())
-    load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else start_dir
-    return CheckpointFolder.open(load_dir).tune_state_dict(), Path(start_dir)
+    read_dir = read_dir or Path(start_dir)
+    load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else str(read_dir)
+    return CheckpointFolder.open(load_dir).tune_state_dict(), Path(start_dir), read_dir
 
 
 def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]], model) -> Dict[str, Any]:

@@ -99,7 +99,7 @@ class RecipeSetup:
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         """Build everything; on failure the output folder's lock is given back (a folder this run made, removed)."""
-        self._lock = self._metric_logger = None
+        self._lock = self._metric_logger = self._staged_start = None
         self._trained_tokenizer = self.config.tokenizer.trains_here()  # a tokenizer folder this run will train
         try:
             self._setup()
@@ -107,6 +107,8 @@ class RecipeSetup:
             if self._metric_logger is not None:  # started, then the setup refused: its run ends (wandb's too)
                 with contextlib.suppress(Exception):
                     self._metric_logger.close()
+            if self._staged_start is not None:  # step_0 of a refused setup, never committed
+                self.ckpts.clean_staging()
             self.release_output_dir(discard=True)
             if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
                 discard_trained_tokenizer(self._trained_tokenizer)
@@ -193,12 +195,12 @@ class RecipeSetup:
         check_quantized_shapes(model, self.world_size)
         set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
         self._check_room(model)
-        model_sd, self._start_dir = recipe_checkpoints.start_state_dict(
-            cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier,
-            before_write=self._clear_earlier_run,
-        )
+        model_sd, self._start_dir, read_dir = recipe_checkpoints.start_state_dict(
+            cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier)
+        if read_dir != self._start_dir and self._is_rank_zero:
+            self._staged_start = read_dir  # step_0 from scratch: committed when the setup has succeeded
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
-        self._base_hf_config = CheckpointFolder.open(self._start_dir).config
+        self._base_hf_config = CheckpointFolder.open(read_dir).config
         self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing, cfg.enable_activation_offloading)
         tile_mlps(model, cfg.tiled_mlp_tokens, lambda msg: utils.log_rank_zero(log, msg))
         self.compiled = compile_decoder(model, cfg.compile, lambda msg: utils.log_rank_zero(log, msg))
@@ -280,12 +282,15 @@ class RecipeSetup:
 
     def _clear_earlier_run(self) -> None:
         """Start the metric logger (rank 0), then delete the earlier run that ``overwrite_output_dir`` replaces, at
-        the run's first write into its folder: after the model is built and its start weights read (or, from
-        scratch, just before ``step_0`` is written), so a setup that refuses leaves the earlier run whole, a logger
-        that cannot start (wandb without a login, a log_dir it cannot write) too. A no-op once done."""
+        the run's first write into its folder: once the whole setup has succeeded (a from-scratch ``step_0``, written
+        into ``.staging``, is committed here), so a setup that refuses leaves the earlier run whole, a logger that
+        cannot start (wandb without a login, a log_dir it cannot write) too. A no-op once done."""
         if self._lock is not None and self._metric_logger is None:
             self._metric_logger = self._lock.clear_earlier_run(
                 lambda: RunLog.start_logger(self.config.metric_logger.node()))
+        if self._staged_start is not None:
+            self.ckpts.commit(self._staged_start, 0)
+            self._staged_start = None
 
     def _barrier(self) -> None:
         if self._distributed:
