@@ -53,6 +53,9 @@ FAMILIES = {
         ({"loss.alpha": -0.1}, "loss.alpha", r">= 0"),
         ({"optimizer.lr": -1}, "optimizer.lr", r">= 0"),
         ({"optimizer.weight_decay": -1}, "weight_decay", r"Invalid weight_decay"),
+        # a value of another kind: torch's TypeError / IndexError as a traceback, exit 1
+        ({"optimizer.weight_decay": "abc"}, "weight_decay", r"^optimizer \(.*weight_decay='abc'.*\): '<=' not"),
+        ({"optimizer.betas": [0.9]}, "betas", r"^optimizer \(.*betas=\[0.9\]\): list index out of range"),
     ],
     "windows": [
         ({"seq_len": 2}, "seq_len", r"even number >= 4"),
@@ -171,6 +174,8 @@ FAMILIES = {
          "dataset.source", r"^dataset.source='/nonexistent/d' does not exist: .*hub dataset"),
         # torchtune's cosine schedule took a negative warmup without a word (it started part-way down its decay)
         ({"lr_scheduler.num_warmup_steps": -1}, "lr_scheduler.num_warmup_steps", r"=-1 .*integer >= 0"),
+        # past the warm-up only: a TypeError mid-run
+        ({"lr_scheduler.num_cycles": "abc"}, "lr_scheduler.num_cycles", r"^lr_scheduler: can't .*lr_scheduler.num_cycles='abc'"),
         # corpus.stdlib's limit=-3 trained on all files but the last 3, without a word
         ({"dataset.limit": -3}, "dataset.limit", r"=-3 .*integer >= 1"),
         # refused only when the corpus was built, naming `include_tests` / `split` alone; validate said OK

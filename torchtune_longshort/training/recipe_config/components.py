@@ -353,7 +353,8 @@ class OptimizerConfig(ComponentSection):
         build = resolve_component(f"{where}._component_", self.component)
         try:
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
-        except ValueError as e:  # torch's own argument checks (device-dependent options are left to the real build)
+        except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
+            # kind makes them raise (weight_decay='abc', betas=[0.9]); device-dependent options are left to the build
             raise ValueError(f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {e}") from None
 
 

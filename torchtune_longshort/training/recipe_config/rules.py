@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 from typing import Any, Optional, Tuple
 
@@ -251,10 +252,18 @@ def _check_scheduler(config: RecipeConfig) -> None:
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     try:
-        resolve_component("lr_scheduler._component_", sched.component)(
+        built = resolve_component("lr_scheduler._component_", sched.component)(
             opt, num_training_steps=config.max_steps, last_epoch=-1, **sched.args)
-    except ValueError as e:
-        raise ValueError(f"lr_scheduler: {e}") from None
+        # a LambdaLR's rule at the steps that take each branch of a warm-up + decay schedule (num_cycles='abc' raised
+        # only past the warm-up, mid-run)
+        for rule in getattr(built, "lr_lambdas", ()):
+            for step in sorted({0, 1, config.max_steps // 2, config.max_steps}):
+                factor = rule(step)
+                if not math.isfinite(factor):
+                    raise ValueError(f"its learning-rate factor at step {step} is {factor}")
+    except (ValueError, TypeError, IndexError) as e:
+        args = ", ".join(f"lr_scheduler.{k}={v!r}" for k, v in sched.args.items())
+        raise ValueError(f"lr_scheduler: {e} (its arguments: {args})") from None
 
 
 def check_checkpoint_dimensions(config: RecipeConfig) -> None:
