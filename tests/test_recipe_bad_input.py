@@ -161,6 +161,21 @@ def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, caps
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_recipes_usage_as_torchtunes_recipes_do(tmp_path, monkeypatch, capsys, flag):
+    # `tune run <recipe> --config FILE --help` was refused as an override that is not key=value, exit 2
+    from torchtune_longshort.recipes.longshort_finetune import recipe_main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(cfg), flag])
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_main()
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and out.startswith("usage:") and "--config CONFIG" in out, out
+    assert "longshort-validate FILE" in out and not any(tmp_path.iterdir())
+
+
 def test_longshort_validate_refuses_broken_yaml_in_one_line(tmp_path, capsys):
     # `longshort-validate bad.yaml` (a YAML syntax error) ended in a yaml.ScannerError traceback, exit 1.
     from torchtune_longshort.training.recipe_config.validate import main

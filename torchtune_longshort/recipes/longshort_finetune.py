@@ -347,7 +347,10 @@ def recipe_main() -> None:
 
 @config.parse
 def _run(cfg: DictConfig) -> None:
-    """Long-short alignment fine-tuning (``tune run ... --config FILE [key=value ...]``)."""
+    """Long-short alignment fine-tuning: tune run torchtune_longshort/recipes/longshort_finetune.py --config FILE
+    [key=value ...] [~key ...]. FILE: a YAML file (longshort-cp --list names the shipped ones, longshort-cp NAME
+    FILE copies one); longshort-validate FILE [key=value ...] checks it without training; its keys and their
+    defaults: the README's recipe table."""
     quiet_upstream()
     recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
     refusing("longshort_finetune", recipe.setup)

@@ -57,6 +57,8 @@ def read_config_file(path: Path) -> dict:
 def check_config_argument(argv: Sequence[str]) -> None:
     """``tune run``'s ``--config FILE`` in a recipe's ``argv`` names a YAML mapping (:func:`read_config_file`):
     checked before torchtune's parser opens it, which ends with a traceback."""
+    if any(a in ("-h", "--help") for a in argv):  # torchtune's parser prints the usage, as for its own recipes
+        return
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config")
     known, overrides = ap.parse_known_args(list(argv))
