@@ -137,6 +137,12 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
 
 
+def _user_tmp_folder(p: Path) -> bool:
+    """A folder named ``<a recipe name>.tmp``: the recipe's ``.tmp`` entries are the files a killed atomic write left
+    (``latest.tmp``, ``metrics.jsonl.tmp``), never folders; a ``step_9.tmp/`` is a user's."""
+    return p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink()
+
+
 def _listed(folder: Path) -> Optional[set]:
     """The files a run recorded in ``folder``'s :data:`MANIFEST` (None: no manifest)."""
     listed = read_names(folder / MANIFEST)
@@ -228,8 +234,8 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
                                      and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
     logged = {f.split("/", 1)[0] for f in _listed(real) or ()} if HERE in written_here else set()  # log_dir = here
-    foreign = sorted(p.name for p in real.iterdir()
-                     if not written_by_recipe(p.name, written_here) and p.name not in logged)
+    foreign = sorted(p.name for p in real.iterdir() if p.name not in logged and (
+        not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
     foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
     foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
     foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
