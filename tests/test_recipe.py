@@ -237,8 +237,9 @@ def test_lora_writes_peft_adapters_and_resumes_exactly_from_them(tmp_path, tiny_
     weights and a PEFT adapter/; the newest two recipe states (keep_recipe_states=2) sit in recipe_state/. A resume
     reads its adapters back from the step's adapter/ and reproduces the uninterrupted losses exactly; with the
     adapter file gone it is refused in one line naming the folder."""
-    out = tmp_path / "out"
-    cmd = tune_cmd("configs/tiny/lora_from_checkpoint.yaml", tiny_llama2_dir, sp_tokenizer_dir, out,
+    out, base = tmp_path / "out", tmp_path / "base"
+    shutil.copytree(tiny_llama2_dir, base)  # its weights are swapped below
+    cmd = tune_cmd("configs/tiny/lora_from_checkpoint.yaml", base, sp_tokenizer_dir, out,
                    "keep_recipe_states=2")
     run_tune(cmd, tmp_path)
     first, last = _first_and_last(out)
@@ -263,6 +264,20 @@ def test_lora_writes_peft_adapters_and_resumes_exactly_from_them(tmp_path, tiny_
         f"longshort_finetune: error: LoRA adapter folder '{out / 'step_28' / 'adapter'}' lacks "
         "adapter_model.safetensors")
     (tmp_path / "aside.safetensors").rename(adapter)
+    # another base of the same shapes copied over the start folder: the adapters trained on without a word
+    from safetensors.torch import load_file, save_file
+
+    weights = next(base.glob("*.safetensors"))
+    original = weights.read_bytes()
+    tensors = load_file(weights)
+    tensors = {k: v + 0.01 if i == 0 else v for i, (k, v) in enumerate(sorted(tensors.items()))}
+    save_file(tensors, weights, metadata={"format": "pt"})
+    p = subprocess.run(cmd + ["resume=True"], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
+        f"longshort_finetune: error: resume=True: the start checkpoint '{base}' (checkpointer.checkpoint_dir) is not "
+        "the one step 28's adapters were trained on"), p.stderr[-3000:]
+    weights.write_bytes(original)
     run_tune(cmd + ["resume=True"], tmp_path)
     assert losses(out) == reference
 

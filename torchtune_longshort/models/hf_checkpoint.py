@@ -237,6 +237,21 @@ class CheckpointFolder:
             h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
         return h.hexdigest()[:16]
 
+    def content_digest(self, sample: int = 1 << 20) -> str:
+        """An identity of the folder's content that survives a copy (no modification times): sha256 over
+        ``config.json`` and, for each weight file, its name, size and first and last ``sample`` bytes (the header,
+        which locates every tensor, and weights at both ends; another checkpoint of the same shapes differs there)
+        without reading whole files."""
+        h = hashlib.sha256((self.path / CONFIG_FILE).read_bytes())
+        for f in self.weight_files:
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with open(f, "rb") as fh:
+                h.update(fh.read(sample))
+                fh.seek(max(0, size - sample))
+                h.update(fh.read(sample))
+        return h.hexdigest()[:16]
+
     # ------------------------------------------------------------------ reading
     def hf_state_dict(self) -> Dict[str, torch.Tensor]:
         """Every weight file merged (HF key names and layout)."""

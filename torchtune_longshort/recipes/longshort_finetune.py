@@ -109,8 +109,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
         self.ckpts.clean_staging()
         staged = self.ckpts.staging_root / f"step_{step}"
         state = recipe_checkpoints.training_state(
-            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config
-        )
+            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config, self._start_digest)
         hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
         recipe_checkpoints.stage_step(
             staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),

@@ -136,12 +136,32 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
     return hf_cfg
 
 
+def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, read_dir: Path, lora: LoRAInfo) -> \
+        Optional[str]:
+    """A LoRA run's resume reads its base weights from the start folder again: refused when that folder's content is
+    not the one the saved adapters were trained on (another checkpoint of the same shapes copied over it would train
+    on without a word). Returns the digest to record in this run's states (None for full fine-tuning, which resumes
+    from its own saved weights)."""
+    if not lora.enabled:
+        return None
+    digest = CheckpointFolder.open(read_dir).content_digest()
+    saved = (recipe_state or {}).get("start_digest")
+    if saved is not None and saved != digest:
+        raise ValueError(f"resume=True: the start checkpoint {str(start)!r} (checkpointer.checkpoint_dir) is not the "
+                         f"one step {recipe_state['step']}'s adapters were trained on: its config.json or weights "
+                         "changed since; resume with that checkpoint back in place, or start again with "
+                         "overwrite_output_dir=True")
+    return digest
+
+
 def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: Dict[str, Optional[torch.Generator]],
-                   run_config: Dict[str, Any]) -> Dict[str, Any]:
+                   run_config: Dict[str, Any], start_digest: Optional[str] = None) -> Dict[str, Any]:
     """What the recipe state (``recipe_state/step_<k>.pt``) holds: everything an exact resume needs besides the
-    weights (optimizer, LR schedule, data position, RNG states) and the run's config as given, interpolations
-    resolved (compared on resume)."""
+    weights (optimizer, LR schedule, data position, RNG states), the run's config as given, interpolations
+    resolved, and a LoRA run's start checkpoint's :meth:`~CheckpointFolder.content_digest` (both compared on
+    resume)."""
     return {
+        "start_digest": start_digest,
         "step": step,
         "optimizer": optimizer_sd,
         "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None,
