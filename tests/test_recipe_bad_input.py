@@ -4,6 +4,7 @@ existing output directory. In-process (the recipe class), so the set stays fast.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,31 @@ def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, caps
         assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(f"{prog}: error:"), err
         assert needle in err, err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_setting_up_ends_in_one_line_and_takes_back_what_it_made(tmp_path, monkeypatch, capsys, signum):
+    # Ctrl-C there ended in a KeyboardInterrupt traceback, exit 1; SIGTERM with no line at all, exit 143 (during the
+    # tokenizer's training, its temporary folder stayed)
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe, recipe_main
+    from torchtune_longshort.refusals import Stopped
+
+    def stop(self, recipe_state):
+        assert (tmp_path / "out" / ".lock").is_file()  # the folder is claimed: the stop must take it back
+        raise Stopped(signum)
+
+    monkeypatch.setattr(LongShortFinetuneRecipe, "_setup_model", stop)
+    monkeypatch.chdir(tmp_path)
+    cfg = REPO / "configs" / "tiny" / "longshort_stdlib.yaml"
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(cfg), f"output_dir={tmp_path / 'out'}",
+                                     f"tokenizer.path={tmp_path / 'tok'}", "tokenizer.train_files_limit=20"])
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 128 + signum and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith(f"longshort_finetune: interrupted ({signal.Signals(signum).name}): stopped while "
+                              "setting up, before the first step: nothing was trained"), err
+    assert not any(tmp_path.iterdir())  # neither its output folder nor the tokenizer it trained
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])

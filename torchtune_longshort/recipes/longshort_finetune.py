@@ -32,7 +32,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 from torchtune_longshort.devices import out_of_memory_in, release_cached
 from torchtune_longshort.disk_space import is_out_of_space, room, size_text, written_file
-from torchtune_longshort.refusals import refusing
+from torchtune_longshort.refusals import refusing, stoppable
 from torchtune_longshort.training import out_of_space
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.checkpointing import saves_at
@@ -344,6 +344,16 @@ def recipe_main() -> None:
     _run()
 
 
+SETUP_STOPPED = ("stopped while setting up, before the first step: nothing was trained, and what the setup made "
+                 "(its output folder, a tokenizer it trained) was taken back; run the command again")
+
+
+def _set_up(cfg: DictConfig) -> "LongShortFinetuneRecipe":
+    recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
+    refusing("longshort_finetune", recipe.setup)
+    return recipe
+
+
 @config.parse
 def _run(cfg: DictConfig) -> None:
     """Long-short alignment fine-tuning: tune run torchtune_longshort/recipes/longshort_finetune.py --config FILE
@@ -351,8 +361,8 @@ def _run(cfg: DictConfig) -> None:
     FILE copies one); longshort-validate FILE [key=value ...] checks it without training; its keys and their
     defaults: the README's recipe table."""
     quiet_upstream()
-    recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
-    refusing("longshort_finetune", recipe.setup)
+    # Ctrl-C or SIGTERM while it sets up: one line, exit 130 / 143, what the setup made taken back (as a refusal)
+    recipe = stoppable("longshort_finetune", lambda: _set_up(cfg), SETUP_STOPPED)
     recipe.stop_signals.install()
     try:
         refusing("longshort_finetune", recipe.train)
