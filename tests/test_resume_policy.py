@@ -107,6 +107,17 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     assert "\n" not in message
     assert "window_bos: False -> True" in message and "changes what the run trains" in message
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # nothing written, nothing removed
+    # longshort-validate compares the same way (it said OK), and names what a resume applies
+    from torchtune_longshort.training.recipe_config.validate import validate
+
+    yaml_file = tmp_path / "resume.yaml"
+    OmegaConf.save(_tiny_cfg(run, sp_tokenizer_dir, resume=True, window_bos=True), yaml_file)
+    with pytest.raises(ValueError, match=r"changes what the run trains.*window_bos: False -> True"):
+        validate(str(yaml_file), [])
+    applied: list = []
+    validate(str(yaml_file), ["window_bos=false", "max_steps=3"], applied=applied)
+    assert applied == ["max_steps: 1 -> 3"]
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
 
 
 def _train(cfg):

@@ -18,7 +18,7 @@ import torch
 
 from torchtune_longshort.models.hf_checkpoint import read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
-from torchtune_longshort.training.checkpointing import recipe_state_path
+from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
 from torchtune_longshort.config.fields import resume_policies, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -170,6 +170,22 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
     if recipe_state.get("adapter"):
         recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
     return recipe_state, changes
+
+
+def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+    """What ``resume=True`` with ``new_config`` would apply to ``output_dir``'s newest resumable step, its refusal
+    raised as the run's setup raises it (:func:`compare_resume_config`), read without its tensors (the state file
+    memory-mapped: a large run's optimizer state is not loaded to check a config). None to compare: ``[]``."""
+    latest = StepCheckpoints(output_dir).latest(resumable=True)
+    if latest is None:
+        return []
+    state = torch.load(recipe_state_path(latest), map_location="cpu", weights_only=False, mmap=True)
+    saved = state.get("config")
+    if saved is None:
+        return []
+    if new_config.get("seed") is None:  # seed: null continues with the run's recorded seed
+        new_config = {**new_config, "seed": recorded_seed(state)}
+    return compare_resume_config(saved, new_config)
 
 
 def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) -> None:

@@ -93,16 +93,25 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
         raise ValueError(f"override: {' '.join(str(e).split())}") from None
 
 
-def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] = None):
+def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] = None,
+             applied: Optional[list] = None):
     """The checked :class:`RecipeConfig` of ``config`` (a file or a shipped name) with ``overrides`` merged;
-    ``notes`` (a list) gets ``key: value (what this recipe does)`` for each torchtune key accepted at its value."""
+    ``notes`` (a list) gets ``key: value (what this recipe does)`` for each torchtune key accepted at its value;
+    ``applied`` each change a ``resume=True`` applies to the run's saved config (one it refuses is raised)."""
+    from omegaconf import OmegaConf
+
+    # deferred: torch (resume reads the saved state; the config kit's own imports do not need it)
+    from torchtune_longshort.training.resume import resume_changes
+
     node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config")), overrides)
     checked = load_recipe_config(node, world_size)
+    plain = OmegaConf.to_container(node, resolve=True)
+    # a resume's config against the one its run saved, as tune run compares them (it said OK to a seq_len change)
+    changes = resume_changes(Path(checked.output_dir), plain) if checked.resume else []
     if notes is not None:
-        from omegaconf import OmegaConf
-
-        plain = OmegaConf.to_container(node, resolve=True)
         notes.extend(torchtune_keys_as_here(plain).values())
+    if applied is not None:
+        applied.extend(f"{key}: {old!r} -> {new!r}" for key, old, new in changes)
     return checked
 
 
@@ -114,11 +123,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     quiet_upstream()
     notes: list = []
+    applied: list = []
     checked = refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1")),
-                                              notes))
+                                              notes, applied))
     if notes:
         print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
               f"{'; '.join(notes)}")
+    if applied:
+        print(f"{PROG}: note: resume=True applies {'; '.join(applied)} (as tune run will, and logs)")
     if checked.seed is None:
         print(f"{PROG}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
