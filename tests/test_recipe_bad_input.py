@@ -99,7 +99,9 @@ def test_existing_output_dir_not_overwritten(recipe_cls, tmp_path, tiny_llama2_d
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out)
-    setup_fails(recipe_cls, cfg, FileExistsError, r"exists and is not empty; refusing to write over it")
+    # neither resume=True nor an overwrite takes a folder the recipe did not make: the message advised both
+    setup_fails(recipe_cls, cfg, FileExistsError, r"exists and is not empty; refusing to write over it. This recipe "
+                                                  "did not make it: choose another output_dir$")
     assert (out / "precious.txt").read_text() == "keep me"
     assert sorted(p.name for p in out.iterdir()) == ["precious.txt"]
 

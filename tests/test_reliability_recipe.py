@@ -314,9 +314,19 @@ def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_
     before = r._model.output.weight.detach().clone()
     # A finite loss whose gradient overflows: clipping would scale every update to zero and the run would go on.
     r._model.output.weight.register_hook(lambda g: g * float("inf"))
-    with pytest.raises(FloatingPointError, match=r"non-finite gradient norm inf at step 1 \(rank 0\), e=\d+"):
+    with pytest.raises(FloatingPointError, match=r"non-finite gradient norm inf at step 1 \(rank 0\), e=\d+") as err:
         r.train()
     r.release_output_dir()
+    # one line, as a refusal (it was a traceback), saying how to go on: no checkpoint to resume from at step 1 (the
+    # rerun's "exists" refusal advised resume=True, and resume=True then advised an overwrite)
+    from torchtune_longshort.refusals import fault_line
+
+    assert fault_line(err.value) == str(err.value) and str(err.value).endswith(
+        "No checkpoint of this run to resume from: at the first steps a non-finite value comes from the start weights "
+        "(checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
+        "overwrite_output_dir=True")
+    with pytest.raises(FileExistsError, match=r"It holds no checkpoint to resume from .*overwrite_output_dir=True"):
+        recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3)).setup()
     assert torch.equal(r._model.output.weight.detach(), before)  # no optimizer step was taken
     assert not list(out.glob("step_[1-9]*"))
 

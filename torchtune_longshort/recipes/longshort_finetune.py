@@ -279,13 +279,13 @@ class LongShortFinetuneRecipe(RecipeSetup):
         norms = clip_gradient_norms(self._model, self.config.clip_grad_norm,
                                     rope_separately=self.config.clip_rope_separately)
         rows, norms = read_step(terms, norms)
-        check_finite_losses(rows, lambda i: self._where(places[i]))
+        check_finite_losses(rows, lambda i: self._where(places[i]), self._after_non_finite())
         sums = {"loss": 0.0, "ce": 0.0, "misalignment": 0.0, "e": e_sum}
         for row in rows:  # the same float64 sums, term by term, as reading each micro-batch's values did
             for key, value in zip(TERMS, row):
                 sums[key] += value / accum
-        check_finite_norms(norms, lambda: f"{self._where(places[-1])}, loss {sums['loss']:.6g} (last checkpoint: "
-                                          f"{self.ckpts.latest()})")
+        check_finite_norms(norms, lambda: f"{self._where(places[-1])}, loss {sums['loss']:.6g}",
+                           self._after_non_finite())
         self._in_optimizer_step = True
         self._optimizer.step()
         self._in_optimizer_step = False
@@ -302,6 +302,16 @@ class LongShortFinetuneRecipe(RecipeSetup):
             return 0
         counts = mean_over_ranks(sums, TERMS, self._device, self.world_size, extra=self.stop_signals.flags())
         return StopSignals.first_of(counts)
+
+    def _after_non_finite(self) -> str:
+        """What stands after a non-finite step, and how to go on (the message's end)."""
+        last = self.ckpts.latest(resumable=True)
+        if last is not None:
+            return (f". The last checkpoint, {last}, stands: resume=True continues from it (with a lower optimizer.lr "
+                    "if the loss diverged)")
+        return (". No checkpoint of this run to resume from: at the first steps a non-finite value comes from the start "
+                "weights (checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
+                "overwrite_output_dir=True")
 
     def _where(self, batch: Dict[str, Any]) -> str:
         return f"step {self.global_step + 1} (rank {self.rank}), e={batch['e']}, data position {batch['data_position']}"

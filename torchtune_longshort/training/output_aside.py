@@ -1,6 +1,7 @@
 """An earlier run that ``overwrite_output_dir`` replaces, moved aside while the new run's metric logger starts
 (:meth:`~torchtune_longshort.training.output_dir.OutputDirLock.clear_earlier_run`): a logger that cannot start
-leaves the earlier run whole, and a start killed part-way leaves it where the next start puts it back."""
+leaves the earlier run whole, and a start killed part-way leaves it where the next start puts it back. Also what an
+existing folder offers a new run (:func:`ways_on`) and what in it is a user's (:func:`user_tmp_folder`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import List
 from torchtune_longshort.output_guard import read_names
 from torchtune_longshort.training.checkpointing import MANIFEST, StepCheckpoints
 
+MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
 DISCARDED = ".replaced.discarded"  # that earlier run once the new run's logger has started: being deleted
 
@@ -70,3 +72,20 @@ def mend_interrupted_start(out: Path) -> None:
         child.rename(target)
     if back or aside.is_dir():
         aside.rmdir()
+
+
+def ways_on(out: Path) -> str:
+    """What a refused plain rerun into ``out`` can do instead: only the ways that one of its folders accepts (a
+    resume needs a checkpoint to resume from; an overwrite, a folder this recipe made)."""
+    if not (out / MARKER).is_file():
+        return "This recipe did not make it: choose another output_dir"
+    if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
+        return ("It holds no checkpoint to resume from (its run stopped before its first save): pass "
+                "overwrite_output_dir=True to replace it, or choose another output_dir")
+    return "Pass resume=True to continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
+
+
+def user_tmp_folder(p: Path) -> bool:
+    """A folder named ``<a recipe name>.tmp``: the recipe's ``.tmp`` entries are the files a killed atomic write left
+    (``latest.tmp``, ``metrics.jsonl.tmp``), never folders; a ``step_9.tmp/`` is a user's."""
+    return p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink()

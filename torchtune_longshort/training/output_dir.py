@@ -30,13 +30,13 @@ from torchtune_longshort.training.lock_holder import (
     folder_flock, holder_alive, process_start, read_holder, written_holder,
 )
 from torchtune_longshort.training.output_aside import (
-    DISCARDED, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
+    DISCARDED, MARKER, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
+    user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 
-MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 LOCK = ".lock"
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
@@ -124,10 +124,8 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if overwrite and (out / REPLACED).is_dir():  # a killed start's: claim_output_dir mends it, then checks
             return
         if not overwrite:
-            raise FileExistsError(
-                f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. Pass resume=True to "
-                "continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
-            )
+            raise FileExistsError(f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. "
+                                  f"{_ways_on(out)}")
         _check_deletable(out, protect, written_here)
 
 
@@ -135,12 +133,6 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     """Whether ``name``, an entry at the top of an output folder, is one the recipe writes."""
     name = name[: -len(".tmp")] if name.endswith(".tmp") else name
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
-
-
-def _user_tmp_folder(p: Path) -> bool:
-    """A folder named ``<a recipe name>.tmp``: the recipe's ``.tmp`` entries are the files a killed atomic write left
-    (``latest.tmp``, ``metrics.jsonl.tmp``), never folders; a ``step_9.tmp/`` is a user's."""
-    return p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink()
 
 
 def _listed(folder: Path) -> Optional[set]:

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import torch
 from torch import nn
 
+from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.learned_rope import learned_rope_modules
 
 TERMS = ("loss", "ce", "misalignment")  # a micro-batch's loss terms, as LongShortLoss returns them
@@ -37,24 +38,27 @@ def read_step(terms: Sequence[torch.Tensor], norms: Dict[str, torch.Tensor]) -> 
     return rows, dict(zip(norms, values[len(terms) * n:]))
 
 
-def check_finite_losses(rows: Sequence[Sequence[float]], where: Callable[[int], str]) -> None:
-    """Raise ``FloatingPointError`` at the first micro-batch whose loss (``rows[i]``: :data:`TERMS`) is not finite,
-    naming ``where(i)`` (step, rank, e, data position)."""
+class NonFiniteStep(Refusal, FloatingPointError):
+    """A step whose loss or gradient norm is not finite: the run ends in one line (it is no bug of the program: the
+    weights, the data or the learning rate), with what stands and how to go on."""
+
+
+def check_finite_losses(rows: Sequence[Sequence[float]], where: Callable[[int], str], then: str = "") -> None:
+    """Raise :class:`NonFiniteStep` at the first micro-batch whose loss (``rows[i]``: :data:`TERMS`) is not finite,
+    naming ``where(i)`` (step, rank, e, data position); ``then``: what stands and how to go on."""
     for i, (loss, ce, misalignment) in enumerate(rows):
         if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss {loss} at {where(i)} (ce={ce}, misalignment={misalignment}); stopping before the "
-                "optimizer step"
-            )
+            raise NonFiniteStep(f"non-finite loss {loss} at {where(i)} (ce={ce}, misalignment={misalignment}); "
+                                f"stopping before the optimizer step{then}")
 
 
-def check_finite_norms(norms: Dict[str, float], where: Callable[[], str]) -> None:
-    """Raise ``FloatingPointError`` naming ``where()`` at the first gradient norm (in clipping order) that is not
+def check_finite_norms(norms: Dict[str, float], where: Callable[[], str], then: str = "") -> None:
+    """Raise :class:`NonFiniteStep` naming ``where()`` at the first gradient norm (in clipping order) that is not
     finite (clipping would scale every gradient to 0 or NaN and the run would go on without learning)."""
     for key, norm in norms.items():
         if not math.isfinite(norm):
-            raise FloatingPointError(f"non-finite {NORM_NAMES[key]} {norm} at {where()}; stopping before the "
-                                     "optimizer step")
+            raise NonFiniteStep(f"non-finite {NORM_NAMES[key]} {norm} at {where()}; stopping before the optimizer "
+                                f"step{then}")
 
 
 def rope_parameters(model: nn.Module) -> List[nn.Parameter]:
