@@ -189,6 +189,22 @@ def test_a_stop_while_setting_up_ends_in_one_line_and_takes_back_what_it_made(tm
     assert not any(tmp_path.iterdir())  # neither its output folder nor the tokenizer it trained
 
 
+def test_a_shipped_configs_name_runs_as_longshort_validate_takes_it(tmp_path, monkeypatch):
+    # `tune run <recipe> --config tiny/longshort_stdlib.yaml` (torchtune's habit with its own config names) was
+    # refused as no such file, while longshort-validate took the name
+    from torchtune_longshort.configs_cli import config_path
+    from torchtune_longshort.training.recipe_config.validate import check_config_argument
+
+    monkeypatch.chdir(tmp_path)
+    shipped = str(config_path("tiny/longshort_stdlib.yaml"))
+    for given, want in ((["--config", "tiny/longshort_stdlib.yaml", "max_steps=2"], ["--config", shipped, "max_steps=2"]),
+                        (["--config=tiny/longshort_stdlib.yaml"], [f"--config={shipped}"])):
+        assert check_config_argument(given) == want
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "longshort_stdlib.yaml").write_text("max_steps: 3\n")  # a file of that name wins
+    assert check_config_argument(["--config", "tiny/longshort_stdlib.yaml"]) == ["--config", "tiny/longshort_stdlib.yaml"]
+
+
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_prints_the_recipes_usage_as_torchtunes_recipes_do(tmp_path, monkeypatch, capsys, flag):
     # `tune run <recipe> --config FILE --help` was refused as an override that is not key=value, exit 2

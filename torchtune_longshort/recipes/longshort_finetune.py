@@ -350,7 +350,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
 def recipe_main() -> None:
     """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``), the
     ``--config`` file's too (torchtune's parser opens it with a traceback)."""
-    refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
+    sys.argv[1:] = refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
     _run()
 
 

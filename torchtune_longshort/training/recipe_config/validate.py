@@ -14,10 +14,11 @@ checks the batch against that many processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import yaml
 
@@ -54,16 +55,26 @@ def read_config_file(path: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
-def check_config_argument(argv: Sequence[str]) -> None:
+def check_config_argument(argv: Sequence[str]) -> List[str]:
     """``tune run``'s ``--config FILE`` in a recipe's ``argv`` names a YAML mapping (:func:`read_config_file`):
-    checked before torchtune's parser opens it, which ends with a traceback."""
+    checked before torchtune's parser opens it, which ends with a traceback. Returns ``argv`` with a shipped
+    config's name (``tiny/longshort_stdlib.yaml``, as ``tune run`` takes torchtune's own config names and
+    ``longshort-validate`` ours) replaced by its file, when no file of that name is there."""
+    argv = list(argv)
     if any(a in ("-h", "--help") for a in argv):  # torchtune's parser prints the usage, as for its own recipes
-        return
+        return argv
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config")
-    known, overrides = ap.parse_known_args(list(argv))
+    known, overrides = ap.parse_known_args(argv)
     if known.config:
-        merge_overrides(read_config_file(Path(known.config)), overrides)
+        path = Path(known.config)
+        if not path.exists():
+            with contextlib.suppress(ValueError):  # not a shipped name either: read_config_file says so
+                path = resolve_config(known.config, Path.cwd(), "--config")
+                named = {known.config: str(path), f"--config={known.config}": f"--config={path}"}
+                argv = [named.get(a, a) for a in argv]
+        merge_overrides(read_config_file(path), overrides)
+    return argv
 
 
 def merge_overrides(node: dict, overrides: Sequence[str]):
