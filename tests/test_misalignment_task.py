@@ -59,7 +59,8 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     res = run_cli(["run", "--model", "longshort", "--model_args",
                    f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
                    "--tasks", "longshort_misalignment",
-                   "--metadata", '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512"}', "--output_path",
+                   "--metadata", '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512", "mis_divergences": "js,sce"}',
+                   "--output_path",
                    str(tmp_path), "--log_samples"])
     r = res["results"]["longshort_misalignment"]
     assert math.isnan(r["sce_512,none"])  # past the 256 positions: refused, run goes on
@@ -69,8 +70,28 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     hf = LlamaForCausalLM.from_pretrained(str(tiny_llama2_dir), dtype=torch.float32).eval()
     refs = [_by_hand(hf, lm.tok_encode(x["doc"]["text"], add_special_tokens=False), x["doc"]["l1"], x["doc"]["l2"])
             for x in rows]
-    for k in ("sce", "jeffreys", "js"):
+    for k in ("sce", "js"):  # the divergences asked for, as a comma list (a string was read letter by letter)
         assert r[f"{k}_128,none"] == pytest.approx(sum(x[k] for x in refs) / 3, rel=1e-4, abs=1e-6)
+    assert "jeffreys_128,none" not in r
+
+
+@pytest.mark.parametrize("key, value", [("mis_divergences", "foo"), ("mis_divergences", ["sce", "kl"]),
+                                        ("mis_seed", "abc")])
+def test_a_bad_misalignment_setting_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir, tmp_path,
+                                                                     key, value):
+    # it failed after the model had loaded and other tasks had run, naming no key (divergence='f' is not known), or
+    # was taken without a word (mis_seed)
+    import json
+    import re
+
+    from torchtune_longshort.eval.cli_run import run_cli
+
+    with pytest.raises(ValueError, match=rf"^--metadata {re.escape(f'{key}={value!r}')}: expected"):
+        run_cli(["run", "--model", "longshort", "--model_args",
+                 f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
+                 "--tasks", "longshort_ppl,longshort_misalignment", "--metadata", json.dumps({key: value}),
+                 "--output_path", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 def test_options_that_would_put_text_before_the_sequence_are_ignored(tiny_llama2_dir, sp_tokenizer_dir, caplog):

@@ -114,6 +114,7 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
                                metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
+                               value_kinds=(("mis_seed", "integer"), ("mis_divergences", "divergences")),
                                fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
@@ -240,6 +241,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def divergence_names(value: Any) -> Optional[List[str]]:
+    """The divergences ``mis_divergences`` names (a list, or one name or a comma list: ``"js"``, ``"sce,js"``), in
+    :data:`~torchtune_longshort.loss.divergences.DIVERGENCES`; None when it names none or another (a string was read
+    letter by letter: ``"js"`` asked for divergences ``j`` and ``s``)."""
+    from torchtune_longshort.loss.divergences import DIVERGENCES  # deferred: torch
+
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not names or any(n not in DIVERGENCES for n in names):
+        return None
+    return list(dict.fromkeys(names))
+
+
 # What a kind of TaskFamily.value_kinds accepts: (the check, the words for it in the refusal).
 VALUE_KINDS = {
     "haystack": (lambda v: v in ("filler", *SOURCES), f"one of {', '.join(('filler', *SOURCES))}"),
@@ -251,6 +264,8 @@ VALUE_KINDS = {
               "a file, or a list of files, that exist"),
     "folder": (lambda v: isinstance(v, (str, Path)) and Path(v).expanduser().is_dir(), "a folder that exists"),
     "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
+    "divergences": (lambda v: divergence_names(v) is not None,
+                    "divergence names among sce, jeffreys, js: a list, or one name or a comma list (\"sce,js\")"),
 }
 
 

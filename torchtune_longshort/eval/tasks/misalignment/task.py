@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from lm_eval.api.instance import Instance
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks import TASK_FAMILIES, VALUE_KINDS, divergence_names
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
@@ -110,7 +110,10 @@ class MisalignmentTask(PackTask):
             return super().construct_requests(doc, ctx, **kwargs)  # unsent, with the reason
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        divs = list((self.config.metadata or {}).get("mis_divergences", DIVERGENCES))
+        given = (self.config.metadata or {}).get("mis_divergences")
+        divs = DIVERGENCES if given in (None, "", []) else divergence_names(given)
+        if divs is None:  # longshort-eval refuses it before lm-eval starts; lm_eval's own CLI comes here
+            raise TaskDataError(f"mis_divergences={given!r}: expected {VALUE_KINDS['divergences'][1]}")
         return Instance(
             request_type=REQUEST_TYPE,  # type: ignore[arg-type]
             doc=doc,
