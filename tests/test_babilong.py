@@ -188,6 +188,21 @@ def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     assert bl.load_babilong("qa1", "1k", str(tmp_path))["qa1"]["input"] == ["x"]
 
 
+@pytest.mark.parametrize("task", ["longshort_babilong", "longshort_babilong_qa1"])
+def test_token_counts_in_the_shared_lengths_key_are_refused_before_lm_eval_starts(tmp_path, tiny_llama2_dir,
+                                                                                   sp_tokenizer_dir, task):
+    # max_seq_lengths=64,128 (meant for longshort_ppl) ended the run once the model had loaded, naming no task
+    from torchtune_longshort.eval.cli_run import run_cli
+
+    with pytest.raises(ValueError, match=rf"max_seq_lengths='64,128': {task} reads it as BABILong's length labels "
+                                         r"\(0k, 1k.*give the other tasks their own lengths \(ppl_max_seq_lengths"):
+        run_cli(["run", "--model", "longshort", "--model_args",
+                 f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
+                 "--tasks", f"longshort_ppl,{task}", "--metadata", json.dumps({"max_seq_lengths": "64,128"}),
+                 "--output_path", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_dir):
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",

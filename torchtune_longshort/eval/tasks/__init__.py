@@ -300,6 +300,9 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
     (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
     for task in tasks:
         family = TASK_FAMILIES.get(family_of(task) or "")
+        # BABILong's lengths are labels, not token counts (its qa<k> tasks are the group's members)
+        if (family_of(task) or family_of(task.rsplit("_", 1)[0])) == "babilong":
+            _check_babilong_lengths(metadata, task)
         if family is None or not family.length_swept or not family.min_length:
             continue
         key = lengths_source(metadata, family.metadata_prefix)
@@ -309,6 +312,23 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
         if short:
             raise TaskDataError(f"{key}={metadata[key]!r}: {family.task} scores lengths of at least "
                                 f"{family.min_length} tokens ({', '.join(map(str, short))} given)")
+
+
+def _check_babilong_lengths(metadata: Mapping[str, Any], task: str) -> None:
+    """BABILong reads ``max_seq_lengths`` (lm-eval's shipped key) as its labels (``0k``, ``1k``, ...): token counts
+    there, meant for the other tasks of the run, ended the run once the model had loaded."""
+    from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS  # deferred: the task modules import this one
+
+    given = metadata.get("max_seq_lengths")
+    if given in (None, "", []):
+        return
+    items = [str(i).strip() for i in (given.split(",") if isinstance(given, str) else given) if str(i).strip()]
+    bad = [i for i in items if i not in LENGTHS]
+    if bad:
+        raise TaskDataError(f"max_seq_lengths={given!r}: {task} reads it as BABILong's length labels ("
+                            f"{', '.join(LENGTHS)}), and {', '.join(bad)} is none; give the other tasks their own "
+                            "lengths (ppl_max_seq_lengths, passkey_max_seq_lengths, mis_max_seq_lengths) and "
+                            "max_seq_lengths BABILong's labels, or run BABILong apart")
 
 
 def _check_local_files(key: str, value: Any) -> None:
