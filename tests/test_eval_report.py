@@ -26,7 +26,8 @@ def test_tables_plots_and_curve(tmp_path):
         "longshort_ppl": {"ppl_2k,none": 7.5, "ppl_2k_stderr,none": "N/A", "ppl_512,none": 9.25,
                           "token_nll_2k,none": 2.0},
         "longshort_passkey": {"acc,none": 0.5, "acc_2k,none": 0.5, "acc_2k_d0,none": 1.0, "acc_2k_d50,none": 0.0,
-                              "digits,none": 0.75, "digits_2k,none": 0.75},
+                              "digits,none": 0.75, "digits_2k,none": 0.75, "digits_2k_d0,none": 1.0,
+                              "digits_2k_d50,none": 0.5},
         "longshort_babilong": {"acc,none": 0.3, "acc_4k_d50,none": 0.25, "acc_8k_d50,none": 0.125},
     }
     ours = {"longshort_ppl": {"ppl_2k,none": 6.5, "ppl_512,none": 8.0}}
@@ -45,11 +46,13 @@ def test_tables_plots_and_curve(tmp_path):
     # every metric of a length-swept task is somewhere: passkey's digits and its values over all lengths, ppl's
     # token_nll (the report showed only the first metric's length table; an audit)
     assert "### longshort_passkey: digits by length (tokens)" in md and "### longshort_passkey: over all lengths" in md
-    assert summary["tasks"]["longshort_passkey"]["baseline"] == {"acc": 0.5, "digits": 0.75}  # not the depth cells
+    # not the depth cells, acc's or digits' (the digits cells were listed as values over all lengths, undrawn)
+    assert summary["tasks"]["longshort_passkey"]["baseline"] == {"acc": 0.5, "digits": 0.75}
+    assert "digits_2k_d0" not in md
     assert summary["longshort_passkey"]["digits"]["baseline"] == {"2k": 0.75}
     assert summary["longshort_ppl"]["token_nll"]["baseline"] == {"2k": 2.0}
     for f in ("ppl_vs_length.png", "heatmap_longshort_passkey_baseline.png", "heatmap_longshort_babilong_baseline.png",
-              "per_position_loss.png"):
+              "heatmap_longshort_passkey_digits_baseline.png", "per_position_loss.png"):
         assert_png_drawn(out / f)
     rows = list(csv.DictReader((out / "per_position_loss.csv").open()))
     assert [float(r["mean_nll"]) for r in rows if r["length"] == "3"] == [2.0, 2.0, 2.0]

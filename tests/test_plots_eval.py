@@ -105,7 +105,8 @@ def _samples(path, task, rows):
 def test_heatmap_cells_state_n_from_the_samples_files(tmp_path):
     # One passkey prompt at 1k/d0 (scored 1.0), two at 1k/d50, three at 2k/d0 of which one refused (NaN): n is 1, 2
     # and 2; a "1.00" from one prompt says so. BABILong's group cell sums its member tasks' prompts.
-    rows = ([{"acc": 1.0, "acc_1k": 1.0, "acc_1k_d0": 1.0}] + [{"acc_1k_d50": v} for v in (1.0, 0.0)]
+    rows = ([{"acc": 1.0, "acc_1k": 1.0, "acc_1k_d0": 1.0, "digits_1k_d0": 1.0}]  # one prompt, two cell metrics
+            + [{"acc_1k_d50": v} for v in (1.0, 0.0)]
             + [{"acc_2k_d0": v} for v in (1.0, 0.0, float("nan"))])
     _samples(tmp_path / "model", "longshort_passkey", rows)
     _samples(tmp_path / "model", "longshort_babilong_qa1", [{"acc_1k_d0": 1.0}] * 2)
@@ -116,7 +117,7 @@ def test_heatmap_cells_state_n_from_the_samples_files(tmp_path):
     assert counts["longshort_passkey"] == {("1k", 0): 1, ("1k", 50): 2, ("2k", 0): 2}
     assert counts["longshort_babilong"] == {("1k", 0): 5}
     runs = {"run": {"longshort_passkey": {"acc_1k_d0": 1.0, "acc_1k_d50": 0.5, "acc_2k_d0": 0.5}}}
-    grid = heatmaps(runs)[("longshort_passkey", "run")]
+    grid = heatmaps(runs)[("longshort_passkey", "run", "acc")]
     fig = draw(heatmap_figure(grid, "passkey", counts["longshort_passkey"]))
     cells = sorted(t.get_text() for t in fig.axes[0].texts)
     assert cells == ["0.50\nn=2", "0.50\nn=2", "1.00\nn=1", "—"]  # —: no 50% depth at 2k
@@ -132,7 +133,7 @@ def test_heatmap_cells_without_a_value_say_so_and_values_near_an_end_are_not_rou
 
     runs = {"r": {"longshort_passkey": {"acc_1k_d0": 0.5, "acc_1k_d50": float("nan"), "acc_2k_d0": 0.996,
                                         "acc_2k_d50": 1.0, "acc_4k_d0": 0.004, "acc_4k_d50": 0.0, "acc_8k_d0": 0.3}}}
-    fig = draw(heatmap_figure(heatmaps(runs)[("longshort_passkey", "r")], "passkey"))
+    fig = draw(heatmap_figure(heatmaps(runs)[("longshort_passkey", "r", "acc")], "passkey"))
     ax = fig.axes[0]
     at = {(round(t.get_position()[0]), round(t.get_position()[1])): t for t in ax.texts}
     assert {k: t.get_text() for k, t in at.items()} == {

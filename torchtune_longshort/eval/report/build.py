@@ -21,6 +21,7 @@ given; then the report marks them. Writes to ``--out``:
 - ``ppl_vs_length.png``; ``per_position_loss.csv`` / ``.png`` when lm-eval wrote ``longshort_ppl`` samples with
   per-token values (``--log_samples``, ``longshort`` model; the report names the runs that have none);
 - ``heatmap_<task>_<run>.png``: depth x length accuracy for tasks with ``acc_<length>_d<depth>`` metrics
+  (``heatmap_<task>_digits_<run>.png``: passkey's ``digits_<length>_d<depth>``, the fraction of digits retrieved)
   (``longshort_passkey``, BABILong's fact-depth variant, see docs/longbench_babilong.md), each cell with the n
   samples it averages (counted from the samples files of ``--log_samples``).
 """
@@ -109,6 +110,10 @@ def _partial_note(run: str, cov: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
     verb, pron = ("averages", "it") if len(partial) == 1 else ("average", "them")
     return (f"Partial group score for `{run}`: {', '.join(sorted(partial))} {verb} only the tasks that reported "
             f"{pron}; no value from {', '.join(missing)}."), partial
+
+
+# What each depth x length cell metric is, in a heatmap's title and colour bar.
+CELL_LABELS = {"acc": "accuracy", "digits": "digits retrieved"}
 
 
 def _by_length(task: str, key: str) -> bool:
@@ -266,16 +271,17 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
             run: {str(L): sum(c) / len(c) for L, c in by.items()} for run, by in curves.items()
         }
     counts = {run: load_cell_counts(d) for run, d in dirs.items()}
-    for (family, run), grid in heatmaps(runs).items():
-        name = f"heatmap_{family}_{run}.png".replace("/", "_")
-        title, n = f"{family}: accuracy by depth x length ({run})", counts[run].get(current_name(family))
+    for (family, run, metric), grid in heatmaps(runs).items():
+        what = CELL_LABELS.get(metric, metric)
+        name = f"heatmap_{family}{'' if metric == 'acc' else '_' + metric}_{run}.png".replace("/", "_")
+        title, n = f"{family}: {what} by depth x length ({run})", counts[run].get(current_name(family))
         if not n:  # without samples files: the task's samples over its cells, when they divide evenly
             info = summary["runs"][run]
             n = even_cell_counts(info["samples"].get(current_name(family)), info["limit"],
                                  [(lab, d) for (_, lab), row in grid.items() for d in row])
             title += f" (n per cell: the task's {info['samples'].get(current_name(family))} samples over its " \
                      f"{len(n)} cells)" if n else ""
-        save_figure(heatmap_figure(grid, title, n), out_dir / name, dpi=120)
+        save_figure(heatmap_figure(grid, title, n, what), out_dir / name, dpi=120)
         files.append(name)
     return files, notes
 

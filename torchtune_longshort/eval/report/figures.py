@@ -20,23 +20,26 @@ from torchtune_longshort.eval.tasks.common.lengths import parse_length
 PPL_TASK = TASK_FAMILIES["ppl"].task
 
 
-def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[Tuple[str, str], Dict[Tuple[int, str], Dict[int, float]]]:
-    """``{(task, run): {(length, length_label): {depth: acc}}}`` from every ``acc_<length>_d<depth>`` metric
-    (``longshort_passkey``, BABILong's fact-depth variant)."""
-    out: Dict[Tuple[str, str], Dict[Tuple[int, str], Dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+def heatmaps(runs: Dict[str, Dict[str, Dict[str, Any]]]
+             ) -> Dict[Tuple[str, str, str], Dict[Tuple[int, str], Dict[int, float]]]:
+    """``{(task, run, metric): {(length, length_label): {depth: value}}}`` from every ``<metric>_<length>_d<depth>``
+    metric (:data:`CELL_METRIC`: ``acc`` of ``longshort_passkey`` and BABILong's fact-depth variant, passkey's
+    ``digits``)."""
+    out: Dict[Tuple[str, str, str], Dict[Tuple[int, str], Dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for run, res in runs.items():
         for task, metrics in res.items():
             for m, v in metrics.items():
                 mm = CELL_METRIC.match(m)
-                if mm and parse_length(mm.group(1)) is not None and isinstance(v, (int, float)):
-                    lab = mm.group(1)
-                    out[(task, run)][(parse_length(lab), lab)][int(mm.group(2))] = float(v)
+                if mm and parse_length(mm["length"]) is not None and isinstance(v, (int, float)):
+                    lab = mm["length"]
+                    out[(task, run, mm["metric"])][(parse_length(lab), lab)][int(mm["depth"])] = float(v)
     return out
 
 
 def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
-                   counts: Optional[Mapping[Tuple[str, int], int]] = None):
-    """Depth x length accuracy heatmap (``{(length_tokens, label): {depth: acc}}``) as a matplotlib Figure.
+                   counts: Optional[Mapping[Tuple[str, int], int]] = None, label: str = "accuracy"):
+    """Depth x length heatmap of a fraction in [0, 1] (``{(length_tokens, label): {depth: value}}``; ``label``: what
+    it is, the colour bar's name) as a matplotlib Figure.
 
     ``counts`` (``{(length label, depth): n}``, :func:`results_io.load_cell_counts`): every cell states the n
     samples its value averages (``1.00`` from one sample is not ``1.00`` from fifty); without counts (lm-eval run
@@ -69,7 +72,7 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
     if not counts:
         title += " (n per cell not known: run lm-eval with --log_samples to count it)"
     fig.suptitle(wrapped_title(title, size[0]), fontsize=9)
-    fig.colorbar(im, ax=ax, label="accuracy")
+    fig.colorbar(im, ax=ax, label=label)
     return fig
 
 

@@ -46,8 +46,9 @@ def metric_length(key: str, metric: str) -> Optional[int]:
     return parse_length(key[len(prefix):]) if key.startswith(prefix) else None
 
 
-# A depth x length cell's metric: ``acc_<length label>_d<depth>`` (passkey, BABILong's fact-depth variant).
-CELL_METRIC = re.compile(r"^acc_(\w+?)_d(\d+)$")
+# A depth x length cell's metric: ``acc_<length label>_d<depth>`` (passkey, BABILong's fact-depth variant), and
+# passkey's ``digits_<length label>_d<depth>`` (the fraction of its digits retrieved).
+CELL_METRIC = re.compile(r"^(?P<metric>acc|digits)_(?P<length>\w+?)_d(?P<depth>\d+)$")
 
 def sample_rows(path: Path) -> List[Dict[str, Any]]:
     """The rows of a samples file; a line that is not JSON (torn by a killed run) is skipped with a warning, never
@@ -369,10 +370,10 @@ def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]
     for task, f in newest.items():
         cells: Dict[Tuple[str, int], int] = defaultdict(int)
         for row in sample_rows(f):
-            for key, v in row.items():
-                m = CELL_METRIC.match(key)
-                if m and parse_length(m[1]) is not None and _number(v):
-                    cells[(m[1], int(m[2]))] += 1
+            scored = {(m["length"], int(m["depth"])) for key, v in row.items() if (m := CELL_METRIC.match(key))
+                      and parse_length(m["length"]) is not None and _number(v)}
+            for cell in scored:  # a row's cell once, however many of its metrics it scored (passkey's acc, digits)
+                cells[cell] += 1
         if cells:
             counts[task] = dict(cells)
     groups = load_group_subtasks(results_dir)
