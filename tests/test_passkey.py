@@ -151,11 +151,13 @@ def test_unscored_lengths_leave_the_pooled_metrics_to_the_scored_ones(sp_tokeniz
     got = {k.split(",")[0]: v for k, v in res["results"]["longshort_passkey"].items() if k.endswith(",none")}
     assert got["acc_256"] == 1.0 and got["acc_512"] == 0.0
     assert math.isnan(got["acc_64"]) and math.isnan(got["acc_1k"]) and math.isnan(got["acc_1k_d0"])
+    # the placeholder's length says NaN in each of its depth cells too (it had none: its heatmap column was gone)
+    assert all(math.isnan(got[f"{m}_64_d{d}"]) for m in ("acc", "digits") for d in (0, 100))
     # the reference: the mean of the scored lengths' accuracies (equal samples per length), at each depth too
     assert got["acc"] == (got["acc_256"] + got["acc_512"]) / 2 == 0.5
     assert got["acc_d0"] == (got["acc_256_d0"] + got["acc_512_d0"]) / 2 == got["acc"]
     assert got["digits"] == pytest.approx((got["digits_256"] + got["digits_512"]) / 2)
-    assert res["configs"]["longshort_passkey"]["not_scored_lengths"] == {"64": 1, "1k": 4}
+    assert res["configs"]["longshort_passkey"]["not_scored_lengths"] == {"64": 2, "1k": 4}  # one per depth cell
 
 
 def test_an_unscored_sample_reports_only_its_length():

@@ -250,8 +250,9 @@ def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], Li
                   placeholder_row: Callable[[int], Dict[str, Any]], fits: Optional[Callable[[int], None]] = None):
     """A length-swept ``custom_dataset``: ``{"test": rows_at(L) for each L}``, each row with an empty ``error``.
 
-    A length whose data cannot be had (``TaskDataError`` / ``FileNotFoundError`` from ``rows_at``) gives one
-    ``placeholder_row(L)`` whose ``error`` holds the reason (scored NaN with it), and the other lengths run. A
+    A length whose data cannot be had (``TaskDataError`` / ``FileNotFoundError`` from ``rows_at``) gives
+    ``placeholder_row(L)`` (a row, or a list: one per depth cell) whose ``error`` holds the reason (scored NaN with
+    it), and the other lengths run. A
     length the evaluated model cannot run (``fits(L)`` raises ``TaskDataError``: longer than lm-eval's ``hf``
     model) keeps its rows, each with that reason: never sent, scored NaN, and counted as the samples they are, so
     every model's results count the same samples at every length (the ``longshort`` model, which refuses such
@@ -268,8 +269,11 @@ def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], Li
         try:
             got = rows_at(length)
         except (TaskDataError, FileNotFoundError) as err:
-            rows += placeholder(where, str(err), placeholder_row(length)).to_list()
-            cells.append((length, None))
+            stand_ins = placeholder_row(length)  # one row, or one per depth (each cell of the length then says NaN)
+            stand_ins = stand_ins if isinstance(stand_ins, list) else [stand_ins]
+            reason = placeholder(where, str(err), stand_ins[0])[0][ERROR_FIELD]  # said once
+            rows += [{**row, ERROR_FIELD: reason} for row in stand_ins]
+            cells += [(length, row.get("depth") if len(stand_ins) > 1 else None) for row in stand_ins]
             continue
         reason = ""
         try:

@@ -215,7 +215,12 @@ def passkey_dataset(**metadata: Any):
         )
         return [asdict(s) for s in samples]
 
-    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, _placeholder_row,
+    def placeholders(length: int) -> List[Dict[str, Any]]:  # a length not run: NaN in each of its depth cells too
+        if metadata.get("passkey_data_files"):
+            return [_placeholder_row(length)]  # the files' depths are not known without them
+        return [{**_placeholder_row(length), "depth": int(d)} for d in metadata.get("passkey_depths", DEFAULT_DEPTHS)]
+
+    return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholders,
                          fits=lambda length: check_fits_model(length, metadata))
 
 
