@@ -342,3 +342,12 @@ def test_a_large_value_reads_whole_in_every_report_table(tmp_path):
     main([str(tmp_path / "tiny"), "--out", str(tmp_path / "rep2")])
     assert f"| tiny | {fmt(0.00012345)} | 0.5 |" in (tmp_path / "rep2" / "report.md").read_text()
     assert fmt(0.00012345) == "0.0001234"
+
+
+def test_a_report_without_a_ppl_figure_says_why(tmp_path):
+    # every length NaN in every run: no ppl_vs_length.png, and report.md said nothing about it
+    _write(tmp_path / "r", {"longshort_ppl": {"ppl_512,none": float("nan"), "ppl_8k,none": float("nan")}})
+    main([str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert not (tmp_path / "rep" / "ppl_vs_length.png").exists()
+    assert "No `ppl_vs_length.png`: no run has a finite longshort_ppl perplexity at any length" in md

@@ -61,12 +61,14 @@ def test_ppl_a_run_without_a_finite_value_is_named_under_the_axes():
     # a run whose every ppl was NaN was left out of the legend without a word (an audit)
     from torchtune_longshort.plots.axes import MISSING_GID
 
-    runs = {"r1": {"longshort_ppl": {"ppl_1k": 10.0, "ppl_4k": 11.0}},
-            "r3": {"longshort_ppl": {"ppl_1k": float("nan")}},
+    runs = {"r1": {"longshort_ppl": {"ppl_1k": 10.0, "ppl_4k": 11.0, "ppl_16k": float("nan")}},
+            "r3": {"longshort_ppl": {"ppl_1k": float("nan"), "ppl_16k": float("nan")}},
             "r4": {"longshort_passkey": {"acc_1k": 1.0}}}  # r4 never ran the task: not named
     fig = draw(ppl_figure(runs))
     notes = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == MISSING_GID]
-    assert notes == ["not drawn (no finite perplexity; reasons in the report): r3"]
+    # a length NaN in every run left the axis without a word too
+    assert notes == ["not drawn (no finite perplexity): r3; not scored by any run: 16k tokens (reasons in the "
+                     "report)"]
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["r1"]
 
 

@@ -263,6 +263,9 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     curves = {name: load_curves(d) for name, d in dirs.items()}
     notes = [no_curve_note(run, runs[run].get(PPL_TASK, {}), summary["runs"][run], dirs[run], PPL_TASK)
              for run, c in curves.items() if not c and finite(runs[run].get(PPL_TASK, {}).values())]
+    if fig is None and any(PPL_TASK in r for r in runs.values()):  # the task ran, and no figure: say why
+        notes.insert(0, f"No `ppl_vs_length.png`: no run has a finite {PPL_TASK} perplexity at any length (the "
+                        "reasons: \"Not scored\" below).")
     curves = {k: v for k, v in curves.items() if v}
     if curves:
         write_curves(curves, out_dir)

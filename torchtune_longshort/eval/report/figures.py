@@ -15,7 +15,7 @@ from torchtune_longshort.plots.axes import (
 )
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
-from torchtune_longshort.eval.tasks.common.lengths import parse_length
+from torchtune_longshort.eval.tasks.common.lengths import length_label, parse_length
 
 PPL_TASK = TASK_FAMILIES["ppl"].task
 
@@ -94,6 +94,8 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     xs, ys = [], []
     points = {run: ppl_points(res.get(PPL_TASK, {})) for run, res in runs.items()}
     undrawn = [run for run, pts in points.items() if not pts and PPL_TASK in runs[run]]
+    asked = {metric_length(k, "ppl") for res in runs.values() for k in res.get(PPL_TASK, {})} - {None}
+    unscored = sorted(asked - {n for pts in points.values() for n, _ in pts})  # NaN in every run: no point at all
     points = {run: pts for run, pts in points.items() if pts}
     # many runs, or long labels (folder names): the legend goes under the axes, in columns, never over the lines
     outside = len(points) > 6 or max((len(r) for r in points), default=0) > 24
@@ -112,9 +114,10 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     ax.set_ylabel("perplexity")
     legend = (fig.legend(loc="outside lower center", ncols=2, fontsize=7) if outside else ax.legend(fontsize=8))
     ax.grid(alpha=0.3)
-    if undrawn:  # a run with the task but no finite perplexity is named, not left out without a word
-        note_missing(ax, f"not drawn (no finite perplexity; reasons in the report): {', '.join(undrawn)}", 6,
-                     below=legend if outside else None)
+    missing = ([f"not drawn (no finite perplexity): {', '.join(undrawn)}"] if undrawn else []) + (
+        [f"not scored by any run: {', '.join(length_label(n) for n in unscored)} tokens"] if unscored else [])
+    if missing:  # a run, or a length, without a finite perplexity is named, not left out without a word
+        note_missing(ax, f"{'; '.join(missing)} (reasons in the report)", 6, below=legend if outside else None)
     return fig
 
 
