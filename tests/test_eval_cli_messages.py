@@ -23,6 +23,16 @@ def test_a_task_typo_gets_did_you_mean():
     assert tasks_not_found("some other error", known) == ""
 
 
+def test_spaces_in_a_tasks_list_are_read_past():
+    # "longshort_ppl, longshort_passkey": lm-eval looked for ' longshort_passkey' and suggested the name itself
+    from torchtune_longshort.eval.cli_run import lm_eval_argv, option
+
+    out = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl, longshort_passkey ,", "--device", "cpu",
+                        "--gen_kwargs", ""])
+    assert option(out, "--tasks") == "longshort_ppl,longshort_passkey" and out[out.index("--gen_kwargs") + 1] == ""
+    assert option(lm_eval_argv(["run", "--tasks= a , b", "--device", "cpu"]), "--tasks") == "a,b"
+
+
 def test_summary_line_counts_unscored_metrics_with_reasons():
     results = {
         "results": {"longshort_ppl": {"alias": "longshort_ppl", "sample_len": 2, "ppl_128,none": 183.1,

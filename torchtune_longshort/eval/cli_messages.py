@@ -1,6 +1,7 @@
 """What ``longshort-eval`` says besides lm-eval's own output: its ``--help`` preamble (our model, its arguments,
-``tasks-path``), the "did you mean" of a task name lm-eval does not know, and the closing summary line that counts
-the metrics left unscored and gives their reasons.
+``tasks-path``), the "did you mean" of a task name lm-eval does not know (and a ``--tasks`` list read as lm-eval
+would misread it, :func:`tidy_task_lists`), and the closing summary line that counts the metrics left unscored and
+gives their reasons.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import not_scored_of
@@ -33,6 +34,24 @@ def help_preamble() -> str:
         "line counting the metrics left unscored (NaN) and why.\n"
         + "-" * 100
     )
+
+
+def tidy_task_lists(argv: Sequence[str]) -> List[str]:
+    """``argv`` with the spaces around each name of a ``--tasks`` list dropped (``"longshort_ppl, longshort_passkey"``:
+    lm-eval looked for a task named `` longshort_passkey`` and suggested the name itself)."""
+    def tidy(value: str) -> str:
+        return ",".join(n.strip() for n in value.split(",") if n.strip())
+
+    out: List[str] = []
+    in_list = False
+    for a in argv:
+        if in_list and not a.startswith("-"):
+            if tidy(a):  # a value that was only spaces and commas names nothing
+                out.append(tidy(a))
+            continue
+        out.append("--tasks=" + tidy(a[len("--tasks="):]) if a.startswith("--tasks=") else a)
+        in_list = a in ("--tasks", "-t")
+    return out
 
 
 def tasks_not_found(message: str, known: Iterable[str]) -> str:

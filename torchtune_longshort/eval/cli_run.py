@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
+from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
@@ -118,7 +119,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     out = [str(a) for a in args]
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
     if not help_only and out[0] not in _SUBCOMMANDS[1:]:
-        out = canonical_options(out)
+        out = tidy_task_lists(canonical_options(out))
         out = config_options(out, option(out, "--config"))
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
