@@ -33,6 +33,15 @@ def test_spaces_in_a_tasks_list_are_read_past():
     assert option(lm_eval_argv(["run", "--tasks= a , b", "--device", "cpu"]), "--tasks") == "a,b"
 
 
+def test_a_predict_only_run_is_not_said_to_have_scored():
+    # lm-eval's --predict_only placeholder (bypass 999) was counted: "1 metric(s) scored, none unscored"
+    results = {"results": {"longshort_passkey": {"alias": "longshort_passkey", "bypass,none": 999,
+                                                 "bypass_stderr,none": "N/A"}}}
+    assert summary_line(results) == "[longshort-eval] --predict_only: the outputs are written, no metric scored"
+    results["results"]["longshort_ppl"] = {"ppl_512,none": 9.5}
+    assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"
+
+
 def test_summary_line_counts_unscored_metrics_with_reasons():
     results = {
         "results": {"longshort_ppl": {"alias": "longshort_ppl", "sample_len": 2, "ppl_128,none": 183.1,

@@ -71,6 +71,14 @@ def test_bad_input(tmp_path):
     _write(tmp_path / "a" / "x", {"t": {"m,none": 1}})
     with pytest.raises(ValueError, match="labels"):
         build_report([tmp_path / "a"], tmp_path / "o", labels=["a", "b"])
+    _write(tmp_path / "b" / "x", {"t": {"m,none": 2}})
+    with pytest.raises(ValueError, match=r"--labels ',b' holds an empty name"):  # a blank row in every table
+        build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "o", labels=["", "b"])
+    with pytest.raises(ValueError, match=r"not unique: give each run its own$"):  # it said "pass --labels"
+        build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "o", labels=["a", "a"])
+    with pytest.raises(ValueError, match=r"not unique: pass --labels"):  # two folders named x
+        build_report([tmp_path / "a" / "x", tmp_path / "b" / "x"], tmp_path / "o")
+    assert not (tmp_path / "o").exists()
     assert parse_length("32k") == 32768 and parse_length("e") is None and parse_length("4k_d50") is None
     assert [length_label(n) for n in (0, 512, 1024, 3000, 32768)] == ["0k", "512", "1k", "3000", "32k"]
     assert parse_lengths("512, 1k") == [512, 1024] and parse_lengths([2048, "4k"]) == [2048, 4096]

@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.model import args as model_args
-from torchtune_longshort.eval.report.results_io import not_scored_of
+from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
 
 PROG = "longshort-eval"
@@ -76,6 +76,8 @@ def _metrics(results: Dict[str, Any]):
         for key, value in metrics.items():
             if "," not in key or "_stderr" in key or isinstance(value, str):
                 continue
+            if key.split(",", 1)[0] == BYPASS:  # --predict_only's stand-in (999): no score
+                continue
             yield task, key.split(",", 1)[0], value
 
 
@@ -103,6 +105,8 @@ def summary_line(results: Dict[str, Any]) -> str:
         else:
             bad.setdefault(task, []).append(name)
     n_bad = sum(len(v) for v in bad.values())
+    if not scored and not n_bad and any(BYPASS + "," in k for m in (results.get("results") or {}).values() for k in m):
+        return f"[{PROG}] --predict_only: the outputs are written, no metric scored"
     if not n_bad:
         return f"[{PROG}] {scored} metric(s) scored, none unscored"
     reasons = not_scored_of(results)

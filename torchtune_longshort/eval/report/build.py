@@ -179,9 +179,12 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     results_dirs = [Path(d) for d in results_dirs]
     if labels is not None and len(labels) != len(results_dirs):
         raise ValueError(f"labels={list(labels)} has {len(labels)} names for {len(results_dirs)} results folders")
-    names = list(labels) if labels else [run_label(d) for d in results_dirs]
+    names = [str(n).strip() for n in labels] if labels else [run_label(d) for d in results_dirs]
+    if labels and not all(names):  # an empty name headed a blank row (--labels ',b')
+        raise ValueError(f"--labels {','.join(labels)!r} holds an empty name: give each run one")
     if len(set(names)) != len(names):
-        raise ValueError(f"run labels {names} are not unique: pass --labels")
+        fix = "give each run its own" if labels else "pass --labels with a name for each run"
+        raise ValueError(f"run labels {names} are not unique: {fix}")
     check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     outputs_only = {name: tasks for name, d in zip(names, results_dirs) if (tasks := predict_only_tasks(d))}
