@@ -34,6 +34,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,7 +189,10 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
     rope_kwargs = {k[len("rope_") :]: v for k, v in extra.items() if k.startswith("rope_")}
     unknown = sorted(k for k in extra if not k.startswith("rope_") and k not in _IGNORED)
     if unknown:
-        raise ValueError(f"longshort model: unknown model_args {unknown}; accepted: {ACCEPTED}")
+        names = [n.split(" ")[0] for n in ACCEPTED.split(", ")]  # "pretrained (or checkpoint_dir)": pretrained
+        near = difflib.get_close_matches(unknown[0], names + ["checkpoint_dir"], n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"longshort model: unknown model_args {unknown}{hint}; accepted: {ACCEPTED}")
     if rope_kwargs and rope is None:
         raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
     if rope is not None:
