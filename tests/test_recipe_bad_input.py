@@ -108,7 +108,9 @@ def test_existing_output_dir_not_overwritten(recipe_cls, tmp_path, tiny_llama2_d
 
 def test_resume_without_checkpoint(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", resume=True)
-    setup_fails(recipe_cls, cfg, FileNotFoundError, r"no complete step_<k> checkpoint")
+    # a folder that is not there: it said "this recipe did not make that folder"
+    setup_fails(recipe_cls, cfg, FileNotFoundError, r"no complete step_<k> checkpoint .*\(it does not exist: start "
+                                                    r"the run without resume=True\)")
 
 
 def test_from_scratch_needs_dimensions(recipe_cls, tmp_path, sp_tokenizer_dir):
@@ -145,6 +147,11 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
 
 
 @pytest.mark.parametrize("override,needle", [("foo", "override 'foo': expected key=value"),
+                                             ("dataset.path=a=b.txt", "a value holding '=' cannot be given on the "
+                                                                      "command line"),
+                                             # checkpointer.output_dir is ${output_dir}: OmegaConf's own text, no fix
+                                             ("~output_dir", "checkpointer.output_dir: Interpolation key 'output_dir' "
+                                                             "not found: its value refers to that key"),
                                              ("e_range=[1,", "override 'e_range=[1,': its value is not YAML"),
                                              ("~nothere", "Could not find key nothere")])
 def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, capsys, override, needle):

@@ -108,6 +108,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
             hint = ("a run killed before its first save leaves only step_0: start it again with "
                     "overwrite_output_dir=True" if (out / MARKER).is_file() else
+                    "it does not exist: start the run without resume=True" if not out.exists() else
                     "this recipe did not make that folder: choose another output_dir, without resume=True")
             raise FileNotFoundError(
                 f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "

@@ -26,7 +26,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
-from torchtune_longshort.training.recipe_config import load_recipe_config
+from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
 
 PROG = "longshort-validate"
 
@@ -73,7 +73,7 @@ def check_config_argument(argv: Sequence[str]) -> List[str]:
                 path = resolve_config(known.config, Path.cwd(), "--config")
                 named = {known.config: str(path), f"--config={known.config}": f"--config={path}"}
                 argv = [named.get(a, a) for a in argv]
-        merge_overrides(read_config_file(path), overrides)
+        resolved_container(merge_overrides(read_config_file(path), overrides))  # its ${...} name keys it has
     return argv
 
 
@@ -86,7 +86,10 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
 
     for arg in overrides:
         key, sep, value = str(arg).partition("=")
-        if not str(arg).startswith("~") and (not sep or "=" in value or not key):
+        if not str(arg).startswith("~") and sep and key and "=" in value:
+            raise ValueError(f"override {arg!r}: a value holding '=' cannot be given on the command line (torchtune's "
+                             f"parser splits it at each '='); set {key} in the YAML file")
+        if not str(arg).startswith("~") and (not sep or not key):
             raise ValueError(f"override {arg!r}: expected key=value (e.g. max_steps=10), or ~key to remove a key")
         try:
             yaml.safe_load(value)
