@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
 from torchtune_longshort.eval.tasks.common.lengths import lengths_source, parse_lengths
 from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
@@ -317,16 +318,14 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
 def _check_babilong_lengths(metadata: Mapping[str, Any], task: str) -> None:
     """BABILong reads ``max_seq_lengths`` (lm-eval's shipped key) as its labels (``0k``, ``1k``, ...): token counts
     there, meant for the other tasks of the run, ended the run once the model had loaded."""
-    from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS  # deferred: the task modules import this one
-
     given = metadata.get("max_seq_lengths")
     if given in (None, "", []):
         return
     items = [str(i).strip() for i in (given.split(",") if isinstance(given, str) else given) if str(i).strip()]
-    bad = [i for i in items if i not in LENGTHS]
+    bad = [i for i in items if i not in BABILONG_LENGTHS]
     if bad:
         raise TaskDataError(f"max_seq_lengths={given!r}: {task} reads it as BABILong's length labels ("
-                            f"{', '.join(LENGTHS)}), and {', '.join(bad)} is none; give the other tasks their own "
+                            f"{', '.join(BABILONG_LENGTHS)}), and {', '.join(bad)} is none; give the other tasks their own "
                             "lengths (ppl_max_seq_lengths, passkey_max_seq_lengths, mis_max_seq_lengths) and "
                             "max_seq_lengths BABILong's labels, or run BABILong apart")
 

@@ -27,6 +27,7 @@ from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
 from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
+from torchtune_longshort.training.resume import resume_changes
 
 PROG = "longshort-validate"
 
@@ -113,9 +114,6 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
     ``notes`` (a list) gets ``key: value (what this recipe does)`` for each torchtune key accepted at its value;
     ``applied`` each change a ``resume=True`` applies to the run's saved config (one it refuses is raised)."""
     from omegaconf import OmegaConf
-
-    # deferred: torch (resume reads the saved state; the config kit's own imports do not need it)
-    from torchtune_longshort.training.resume import resume_changes
 
     node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config")), overrides)
     checked = load_recipe_config(node, world_size)
