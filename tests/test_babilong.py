@@ -97,6 +97,15 @@ def test_generator_bad_input(sp_tokenizer_dir):
         gen.generate("/nonexistent", lengths=["1k"], n=1)
 
 
+def test_the_generator_says_it_leaves_0k_out_with_depths(tmp_path, sp_tokenizer_dir, capsys):
+    # --lengths 0k,1k --depths 0,100 wrote no 0k/ without a word; a run asking 0k then found its data missing
+    paths = gen.generate(tmp_path / "d", ["qa1"], ["0k", "1k"], n=1, depths=[0], tokenizer=str(sp_tokenizer_dir),
+                         progress=True)
+    assert [p.relative_to(tmp_path / "d").as_posix() for p in paths] == ["1k/qa1.jsonl"]
+    assert "babilong generator: 0k left out: it has no haystack to put the facts at a depth in (writing 1k)" in (
+        capsys.readouterr().err)
+
+
 def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
     (tmp_path / "book.txt").write_text("It was a dark and stormy night.\n" * 50)
     gen.generate(tmp_path / "out", qa_tasks=["qa1"], lengths=["1k"], n=1, tokenizer=str(sp_tokenizer_dir),

@@ -89,6 +89,9 @@ def generate(
     if not todo:
         raise ValueError(f"lengths={list(lengths)} with depths={list(depths)}: '0k' has no haystack to put the facts "
                          "at a depth in, so nothing would be generated; give a length of 1k or more, or no depths")
+    if len(todo) < len(lengths) and progress:  # 0k with depths: said, not skipped without a word
+        print(f"babilong generator: 0k left out: it has no haystack to put the facts at a depth in (writing "
+              f"{', '.join(todo)})", file=sys.stderr)
     out = Path(out_dir)
     names = [f"{length}/{qa}.jsonl" for length in todo for qa in qa_tasks]
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
