@@ -111,6 +111,18 @@ def summary_line(results: Dict[str, Any]) -> str:
         return f"[{PROG}] {scored} metric(s) scored, none unscored"
     reasons = not_scored_of(results)
     members = results.get("group_subtasks") or {}
-    parts = [f"{task}: {', '.join(sorted(metrics))} ({reasons.get(task) or _group_reason(members.get(task), reasons)})"
-             for task, metrics in sorted(bad.items())]
+
+    def why(task: str) -> str:
+        if reasons.get(task):
+            return _short(reasons[task])
+        if any(m in bad for m in members.get(task) or ()):  # its members say why, each once, beside it
+            return "a group: the reasons are its members'"
+        return _short(_group_reason(members.get(task), reasons))
+
+    parts = [f"{task}: {', '.join(sorted(metrics))} ({why(task)})" for task, metrics in sorted(bad.items())]
     return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts)
+
+
+def _short(reason: str, most: int = 240) -> str:
+    """A reason cut to ``most`` characters for the closing line (the results file keeps it whole)."""
+    return reason if len(reason) <= most else reason[: most - 1] + "…"
