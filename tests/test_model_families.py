@@ -196,6 +196,14 @@ def test_a_gguf_file_or_a_folder_without_config_says_what_is_expected_and_how_to
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="has no config.json: expected a Hugging Face checkpoint folder"):
         CheckpointFolder.open(tmp_path / "empty")
+    # a training run's output folder (evaluated instead of its step_<k>): the newest checkpoint is named
+    run = tmp_path / "run"
+    (run / "step_4").mkdir(parents=True)
+    (run / "step_4" / "config.json").write_text("{}")
+    (run / "latest").write_text("step_4\n")
+    with pytest.raises(FileNotFoundError, match=r"has no config.json: .* It is a training run's folder: its newest "
+                                                rf"checkpoint is '{run / 'step_4'}'"):
+        CheckpointFolder.open(run)
 
 
 def test_a_tokenizer_past_the_model_vocabulary_is_refused_with_both_numbers(family_dirs, tmp_path):

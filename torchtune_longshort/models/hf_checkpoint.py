@@ -75,7 +75,10 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
     path = d / CONFIG_FILE
     if not path.is_file():
         ggufs = sorted(d.glob("*.gguf"))
-        hint = f" It holds {ggufs[0].name}, a GGUF file: {GGUF_HINT}" if ggufs else ""
+        newest = (d / "latest").read_text().strip() if (d / "latest").is_file() else ""  # a recipe run's folder
+        hint = (f" It holds {ggufs[0].name}, a GGUF file: {GGUF_HINT}" if ggufs else
+                f" It is a training run's folder: its newest checkpoint is {str(d / newest)!r} (each step_<k> is one)"
+                if newest and (d / newest / CONFIG_FILE).is_file() else "")
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
     try:
         return json.loads(path.read_text())
