@@ -119,6 +119,8 @@ def test_bad_inputs():
         DualWindowBatcher(stream_of(docs), L=16, e_range=(1, "2L"))
     with pytest.raises(ValueError, match="not understood"):
         parse_e_bound("half", 16)
+    with pytest.raises(ValueError, match=r"e_range bound 'L/0' divides by 0"):  # a ZeroDivisionError
+        DualWindowBatcher(stream_of(docs), L=16, e_range=(1, "L/0"))
     with pytest.raises(ValueError, match="outside the model vocabulary"):
         DualWindowBatcher(stream_of(docs, vocab_size=10), L=16).next_batch()
     with pytest.raises(ValueError, match="no documents"):

@@ -94,6 +94,8 @@ def parse_e_bound(bound: Bound, L: int, field: str = "e_range") -> int:
                 )
             coef = float(m.group(1)) if m.group(1) else 1.0
             div = float(m.group(2)) if m.group(2) else 1.0
+            if div == 0:
+                raise ValueError(f"{field} bound {bound!r} divides by 0; use an int or 'L', 'L/4', '0.05L', '3*L/4'")
             value = coef * L / div
     else:
         raise ValueError(f"{field} bound {bound!r} has type {type(bound).__name__}; expected int or str")
