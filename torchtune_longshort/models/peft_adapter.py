@@ -119,11 +119,13 @@ def peft_adapter(tune_sd: StateDict, hf_config: Dict[str, Any], alpha: float, tr
         (hf_key, value), = family.tune_to_hf({tune_key: tune_sd[tune_key]}, hf_config).items()
         sd[PEFT_PREFIX + hf_key] = value.contiguous()
         layout["modules_to_save"][tune_key] = hf_key
-    to_save = {k.rsplit(".", 2)[-2] for k in layout["modules_to_save"].values()}
+    # whole module paths: PEFT takes each name that a module's path ends with, so a bare "norm" also took every
+    # "*_layernorm" (weights this file lacks, when only some norms trained: PEFT's load then failed)
+    to_save = {k.rsplit(".", 1)[0] for k in layout["modules_to_save"].values()}
     tied = _tied_output(hf_config, layout["modules_to_save"].values())
     if tied:  # PEFT leaves a tied lm_head on the base embeddings: the trained ones go to it as well
         sd[PEFT_PREFIX + TIED_OUTPUT] = sd[PEFT_PREFIX + tied].clone()  # a copy: safetensors stores no shared memory
-        to_save.add(TIED_OUTPUT.rsplit(".", 2)[-2])
+        to_save.add(TIED_OUTPUT.rsplit(".", 1)[0])
     kwargs = {"r": r, "lora_alpha": alpha, "target_modules": sorted({v["hf_module"].rsplit(".", 1)[-1]
                                                                       for v in layout["modules"].values()}),
               "rank_pattern": rank_pattern, "alpha_pattern": alpha_pattern, "lora_dropout": 0.0, "bias": "none",
