@@ -175,7 +175,8 @@ FAMILIES = {
         # torchtune's cosine schedule took a negative warmup without a word (it started part-way down its decay)
         ({"lr_scheduler.num_warmup_steps": -1}, "lr_scheduler.num_warmup_steps", r"=-1 .*integer >= 0"),
         # past the warm-up only: a TypeError mid-run
-        ({"lr_scheduler.num_cycles": "abc"}, "lr_scheduler.num_cycles", r"^lr_scheduler: can't .*lr_scheduler.num_cycles='abc'"),
+        ({"lr_scheduler.num_cycles": "abc"}, "lr_scheduler.num_cycles",
+         r"^lr_scheduler: can't .*lr_scheduler.num_cycles='abc'"),
         # corpus.stdlib's limit=-3 trained on all files but the last 3, without a word
         ({"dataset.limit": -3}, "dataset.limit", r"=-3 .*integer >= 1"),
         # refused only when the corpus was built, naming `include_tests` / `split` alone; validate said OK

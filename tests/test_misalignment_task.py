@@ -59,7 +59,8 @@ def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     res = run_cli(["run", "--model", "longshort", "--model_args",
                    f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",
                    "--tasks", "longshort_misalignment",
-                   "--metadata", '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512", "mis_divergences": "js,sce"}',
+                   "--metadata",
+                   '{"mis_num_samples": 3, "mis_max_seq_lengths": "128,512", "mis_divergences": "js,sce"}',
                    "--output_path",
                    str(tmp_path), "--log_samples"])
     r = res["results"]["longshort_misalignment"]

@@ -204,12 +204,14 @@ def test_a_shipped_configs_name_runs_as_longshort_validate_takes_it(tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     shipped = str(config_path("tiny/longshort_stdlib.yaml"))
-    for given, want in ((["--config", "tiny/longshort_stdlib.yaml", "max_steps=2"], ["--config", shipped, "max_steps=2"]),
+    for given, want in ((["--config", "tiny/longshort_stdlib.yaml", "max_steps=2"],
+                         ["--config", shipped, "max_steps=2"]),
                         (["--config=tiny/longshort_stdlib.yaml"], [f"--config={shipped}"])):
         assert check_config_argument(given) == want
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "longshort_stdlib.yaml").write_text("max_steps: 3\n")  # a file of that name wins
-    assert check_config_argument(["--config", "tiny/longshort_stdlib.yaml"]) == ["--config", "tiny/longshort_stdlib.yaml"]
+    named = ["--config", "tiny/longshort_stdlib.yaml"]
+    assert check_config_argument(named) == named
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])

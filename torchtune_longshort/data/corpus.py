@@ -319,8 +319,9 @@ REDPAJAMA_BOOK_SAMPLE = "hf://datasets/togethercomputer/RedPajama-Data-1T-Sample
 
 
 def pg19(source: str = PG19_SOURCE, split: str = "train", streaming: bool = True, **kwargs: Any) -> Documents:
-    """PG19 books, ``text`` column unless ``text_field`` names another (:data:`PG19_SOURCE`, the Parquet copy of ``deepmind/pg19`` with its fields and
-    splits; ``deepmind/pg19`` itself is a loading script that ``datasets`` >= 4 no longer runs)."""
+    """PG19 books, ``text`` column unless ``text_field`` names another (:data:`PG19_SOURCE`, the Parquet copy of
+    ``deepmind/pg19`` with its fields and splits; ``deepmind/pg19`` itself is a loading script that ``datasets`` >= 4
+    no longer runs)."""
     return hf_text(source, split=split, **{"text_field": "text", **kwargs}, streaming=streaming)
 
 

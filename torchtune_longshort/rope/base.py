@@ -9,7 +9,6 @@ Pure PyTorch: nothing here imports torchtune.
 
 from __future__ import annotations
 
-import math
 import weakref
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple

@@ -82,7 +82,8 @@ def ways_on(out: Path) -> str:
     if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
         return ("It holds no checkpoint to resume from (its run stopped before its first save): pass "
                 "overwrite_output_dir=True to replace it, or choose another output_dir")
-    return "Pass resume=True to continue that run, overwrite_output_dir=True to replace it, or choose another output_dir"
+    return ("Pass resume=True to continue that run, overwrite_output_dir=True to replace it, or choose another "
+            "output_dir")
 
 
 def user_tmp_folder(p: Path) -> bool:

@@ -325,8 +325,8 @@ def _check_babilong_lengths(metadata: Mapping[str, Any], task: str) -> None:
     bad = [i for i in items if i not in BABILONG_LENGTHS]
     if bad:
         raise TaskDataError(f"max_seq_lengths={given!r}: {task} reads it as BABILong's length labels ("
-                            f"{', '.join(BABILONG_LENGTHS)}), and {', '.join(bad)} is none; give the other tasks their own "
-                            "lengths (ppl_max_seq_lengths, passkey_max_seq_lengths, mis_max_seq_lengths) and "
+                            f"{', '.join(BABILONG_LENGTHS)}), and {', '.join(bad)} is none; give the other tasks "
+                            "their own lengths (ppl_max_seq_lengths, passkey_max_seq_lengths, mis_max_seq_lengths) and "
                             "max_seq_lengths BABILong's labels, or run BABILong apart")
 
 

@@ -148,13 +148,15 @@ def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
                                  "question, target")
             missing = [k for k in ("input", "question", "target") if k not in row]
             if missing:
-                raise TaskDataError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, question, target")
+                raise TaskDataError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, "
+                                    "question, target")
             wrong = [k for k in ("input", "question", "target") if not isinstance(row[k], str)]
             if wrong:
                 raise TaskDataError(f"{path} line {i + 1}: field(s) {wrong} are not strings ({wrong[0]}="
                                  f"{row[wrong[0]]!r}); BABILong's input, question and target are text")
             if row.get("length", length) != length:
-                raise TaskDataError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} folder")
+                raise TaskDataError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} "
+                                    "folder")
             if row.get("qa", qa) != qa:
                 raise TaskDataError(f"{path} line {i + 1}: qa={row['qa']!r} but the file is {qa}.jsonl")
             depth = row.get("depth")

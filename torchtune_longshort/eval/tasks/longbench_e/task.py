@@ -312,7 +312,8 @@ def _unreadable_line(path: Path) -> Optional[str]:
             try:
                 row = json.loads(raw.decode("utf-8-sig" if i == 0 else "utf-8")) if raw.strip() else {}
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                return f"line {i + 1}: not a JSON line ({err.reason if isinstance(err, UnicodeDecodeError) else err.msg})"
+                why = err.reason if isinstance(err, UnicodeDecodeError) else err.msg
+                return f"line {i + 1}: not a JSON line ({why})"
             if not isinstance(row, dict):
                 return f"line {i + 1}: a JSON {type(row).__name__}, not an object"
     return None
@@ -336,8 +337,8 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
     if "dataset" in ds.column_names:
         wrong = sorted({repr(d) for d in ds["dataset"] if not isinstance(d, str) or d.removesuffix("_e") != base})
         if wrong:
-            raise TaskDataError(f"LongBench-E data {source}: field 'dataset' is [{', '.join(wrong)}], expected {base!r} "
-                                f"or {name!r}")
+            raise TaskDataError(f"LongBench-E data {source}: field 'dataset' is [{', '.join(wrong)}], expected "
+                                f"{base!r} or {name!r}")
     else:
         ds = ds.add_column("dataset", [name] * len(ds))
     if TRUNCATION_FIELD not in ds.column_names:
