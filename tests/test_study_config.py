@@ -124,6 +124,30 @@ def test_refused_without_quick_with_the_field_named(tmp_path, change, needle):
         load_study_config(_write(tmp_path, change), repo_root=ROOT)
 
 
+def _full_alphas_without_0(raw):
+    raw["alphas"] = [0.1]
+
+
+def _quick_seeds_empty(raw):
+    raw["quick"]["seeds"] = []
+
+
+def _repeated_alpha(raw):
+    raw["quick"]["alphas"] = [0, 0]
+
+
+@pytest.mark.parametrize("change, quick, needle", [
+    # the variant not asked for: CI runs --quick, and a broken full config passed it (and the other way round)
+    (_full_alphas_without_0, True, "study (full variant) config: alphas=[0.1] must include 0"),
+    (_quick_seeds_empty, False, "study (--quick variant) config: seeds=[] must be a non-empty list of ints"),
+    # a run named twice: with --jobs 2 both trained at once in one folder, one FAILED, the study exited 0
+    (_repeated_alpha, True, "alphas=[0, 0] repeats 0: give each once"),
+])
+def test_both_variants_are_checked_whichever_runs(tmp_path, change, quick, needle):
+    with pytest.raises(StudyConfigError, match=re.escape(needle)):
+        load_study_config(_write(tmp_path, change), quick=quick, repo_root=ROOT)
+
+
 def test_a_model_that_does_not_fit_the_given_base_is_refused_by_the_config_check(tmp_path, tiny_llama2_dir):
     # cpu_small's model dimensions against another checkpoint as its base: the study wrote its folder, then every
     # fine-tune refused them ("model dimensions differ from the start checkpoint") and the study exited 1

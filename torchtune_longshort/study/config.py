@@ -238,17 +238,22 @@ def read_config(path: str | Path, cls: type, kind: str, quick: bool = False, rep
         raise StudyConfigError(f"{kind} config: {MARKER_KEY}={marker!r} must be {{_component_: {MARKER_COMPONENT}}} "
                                "(it makes `tune validate` refuse the file)")
     quick_over = raw.pop("quick", None) or {}
-    node = refused(lambda: merged(raw, quick_over), kind) if quick else raw
-    if quick:
-        for key in quick_replaces:  # a quick grid is smaller: its list replaces the full one, not adds to it
-            if key in quick_over:
-                node[key] = copy.deepcopy(quick_over[key])
+    quick_node = refused(lambda: merged(raw, quick_over), kind)
+    for key in quick_replaces:  # a quick grid is smaller: its list replaces the full one, not adds to it
+        if key in quick_over:
+            quick_node[key] = copy.deepcopy(quick_over[key])
+    node, other = (quick_node, raw) if quick else (raw, quick_node)
     root = Path(repo_root or Path.cwd()).resolve()
     try:  # recorded in the report: relative to the repo root when it can be
         config_path = str(path.resolve().relative_to(root))
     except ValueError:
         config_path = str(path)
-    return refused(lambda: build_section(cls, {**node, "quick": bool(quick), "config_path": config_path}), kind)
+    checked = refused(lambda: build_section(cls, {**node, "quick": bool(quick), "config_path": config_path}), kind)
+    # the variant not asked for is checked too, its values (not what they name on this machine): CI runs --quick,
+    # and a full config it never built passed there broken (alphas without 0), and the other way round
+    refused(lambda: build_section(cls, {**other, "quick": not quick, "config_path": config_path}, local=False),
+            f"{kind} ({'full' if quick else '--quick'} variant)")
+    return checked
 
 
 def refused(check: Callable[[], Any], kind: str = "study") -> Any:

@@ -30,13 +30,22 @@ def alphas(path: str, value: Any) -> List[float]:
         raise ValueError(f"{path}={value!r} must be a non-empty list of numbers >= 0")
     if 0 not in value:
         raise ValueError(f"{path}={value!r} must include 0 (the cross-entropy baseline row)")
+    _distinct(path, value)
     return sorted(float(a) for a in value)
+
+
+def _distinct(path: str, value: Any) -> None:
+    """Each entry once: a repeat named one run twice (with --jobs 2, trained twice at once in one folder)."""
+    repeated = sorted({v for v in value if list(value).count(v) > 1})
+    if repeated:
+        raise ValueError(f"{path}={value!r} repeats {', '.join(map(str, repeated))}: give each once")
 
 
 def seeds(path: str, value: Any) -> List[int]:
     if not isinstance(value, (list, tuple)) or not value or any(not isinstance(s, int) or isinstance(s, bool)
                                                                   for s in value):
         raise ValueError(f"{path}={value!r} must be a non-empty list of ints")
+    _distinct(path, value)
     return list(value)
 
 
