@@ -38,7 +38,14 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "1a", "--seeds", "0"], "--seeds=0 must be >= 1"),
     (["--figure", "1a", "--workers", "0"], "--workers=0 must be >= 1"),
     (["--figure", "1x"], "--figure='1x' is unknown"),
-    (["--figure", "1a", "--lrs", "1e-4,-1"], "--lrs='1e-4,-1': every learning rate must be > 0"),
+    (["--figure", "1a", "--lrs", "1e-4,-1"], "--lrs='1e-4,-1': every learning rate must be finite and > 0"),
+    # a traceback once training had started; an overflow in torch.manual_seed; nothing run, nothing said, exit 0
+    (["--figure", "1a", "--lrs", "inf"], "--lrs='inf': every learning rate must be finite and > 0"),
+    (["--seed", "99999999999999999999"], "seed=99999999999999999999 must be in [0, 2**63)"),
+    (["--figure", ","], "--figure=',' names no figure"),
+    # the beyond figures fix their own runs: --steps (added below to every case) trained nothing shorter
+    (["--figure", "parity", "--quick"], "--steps applies to the paper's figures (all, 1a, ..., theory), not to the "
+                                        "beyond figures"),
     (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, argv, needle):

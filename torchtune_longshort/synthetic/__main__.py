@@ -11,6 +11,7 @@ Redraw the PNGs from the CSVs:   python -m torchtune_longshort.synthetic --figur
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -56,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"'beyond' = the sparsity probes. Without --figure: one run from the flags below. With it, "
                         "each figure "
                         "sets its curves' --task/--bits/--pe/--outrep/--model (refused there) and --seeds the seeds; "
-                        "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve.")
+                        "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve of the "
+                        "paper's figures (the beyond figures fix their own runs).")
     p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG; default: synthetic_out)")
     p.add_argument("--cache", default=None,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); "
@@ -80,12 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--l-test", type=int, default=None,
                    help=f"test lengths 1..l_test (default {run.l_test}, quick {_QUICK['l_test']})")
     p.add_argument("--l-trains", default=None, help=f"l_train values of figure 4 (default {_comma(FIG4_L_TRAINS)}; quick {_comma(_QUICK_FIG4_L_TRAINS)})")
-    p.add_argument("--dim", type=int, default=run.dim)
-    p.add_argument("--layers", type=int, default=run.num_layers)
-    p.add_argument("--heads", type=int, default=run.num_heads)
+    p.add_argument("--dim", type=int, default=run.dim, help=f"model width (default {run.dim})")
+    p.add_argument("--layers", type=int, default=run.num_layers, help=f"layers (default {run.num_layers})")
+    p.add_argument("--heads", type=int, default=run.num_heads, help=f"attention heads (default {run.num_heads})")
     p.add_argument("--steps", type=int, default=None,
                    help=f"max training steps (default {run.max_steps}, quick {_QUICK['max_steps']})")
-    p.add_argument("--lr", type=float, default=run.lr, help=f"paper grid: {paper_lrs}")
+    p.add_argument("--lr", type=float, default=run.lr, help=f"learning rate (default {run.lr:g}; paper grid: {paper_lrs})")
     p.add_argument("--lrs", default=None,
                    help=f"with --figure: comma list of learning rates to search per curve and seed (e.g. the paper's "
                         f"{paper_lrs}); the run with the lowest training-length validation MSE is kept (a rate that "
@@ -93,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                         "diverges). "
                         "Multiplies the time by the grid size.")
     p.add_argument("--optimizer", default=run.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
-    p.add_argument("--batch-size", type=int, default=run.batch_size)
+    p.add_argument("--batch-size", type=int, default=run.batch_size, help=f"default {run.batch_size}")
     p.add_argument("--seed", type=int, default=run.seed, help="seed of a single run")
     return p
 
@@ -126,6 +128,8 @@ def _main(argv=None) -> int:
             beyond = [n for n in names if n in BEYOND_FIGURES]
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper,
                                                      fig4="4" in paper)
+            if beyond and not paper:
+                _check_beyond_flags(sys.argv[1:] if argv is None else argv)
             if not a.replot:
                 _check_figure_runs(paper, base, l_trains)
                 _check_figure_outputs(a.out, paper, beyond)
@@ -235,6 +239,19 @@ def _check_single_run_flags(argv: Sequence[str]) -> None:
                              f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
 
 
+# the flags the paper's figures apply to every curve and the beyond figures do not read (each fixes its own runs)
+_PAPER_FIGURE_FLAGS = ("steps", "lr", "dim", "heads", "layers", "l-train", "l-test", "batch-size", "optimizer", "cache")
+
+
+def _check_beyond_flags(argv: Sequence[str]) -> None:
+    """The beyond figures alone: a flag they do not read (``--steps 1`` trained each probe for its own steps, without
+    a word, and --help said the flag applied to every curve) is refused."""
+    given = [f"--{n}" for n in _PAPER_FIGURE_FLAGS if any(arg.split("=", 1)[0] == f"--{n}" for arg in argv)]
+    if given:
+        raise ValueError(f"{', '.join(given)} applies to the paper's figures (all, 1a, ..., theory), not to the beyond "
+                         "figures, which fix their own runs (docs/synthetic/README.md): drop it")
+
+
 # the flags only figures read (each None unless given), with the single run's own flag where it has one
 _FIGURE_FLAGS = {"lrs": "--lr", "l_trains": "--l-train", "seeds": "--seed", "workers": None, "cache": None}
 
@@ -318,6 +335,9 @@ def _single_run(base: RunConfig, out: str) -> int:
 def _figure_names(figure: str) -> List[str]:
     """--figure as a list of figure names ('all' = the paper's, 'beyond' = the sparsity probes')."""
     names = [n.strip() for n in figure.split(",") if n.strip()]
+    if not names:  # --figure , ran nothing and said nothing
+        raise ValueError(f"figure={figure!r} names no figure; accepted: {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}, "
+                         "all, beyond")
     if names == ["all"]:
         return list(PAPER_FIGURES)
     if names == ["beyond"]:
@@ -358,8 +378,8 @@ def _lr_grid(lrs: Optional[str], beyond_only: bool) -> Optional[List[float]]:
         grid = [float(x) for x in lrs.split(",")]
     except ValueError:
         raise ValueError(f"lrs={lrs!r} must be a comma list of numbers") from None
-    if any(not lr > 0 for lr in grid):
-        raise ValueError(f"lrs={lrs!r}: every learning rate must be > 0")
+    if any(not (math.isfinite(lr) and lr > 0) for lr in grid):  # inf: a traceback once training had started
+        raise ValueError(f"lrs={lrs!r}: every learning rate must be finite and > 0")
     if beyond_only:
         raise ValueError("--lrs applies to the paper's figures (all, 1a, ..., theory), not to the beyond figures")
     return grid

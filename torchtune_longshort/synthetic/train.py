@@ -83,6 +83,8 @@ class RunConfig:
                 raise ValueError(f"{f.name}={v!r} must be a finite number")
             if kind == "str" and not isinstance(v, str):
                 raise ValueError(f"{f.name}={v!r} must be a string")
+        if not 0 <= self.seed < 2 ** 63:  # torch.manual_seed's range: a larger one overflowed there, a traceback
+            raise ValueError(f"seed={self.seed} must be in [0, 2**63)")
         check_task(self.task)
         check_bits(self.bits)
         check_pe(self.pe)
