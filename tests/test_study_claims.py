@@ -134,6 +134,11 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     v = {c["id"]: c for c in got["claims"]}
     assert v["tables2_3"]["verdict"] == "held"
     assert v["table6"]["verdict"] == "held"  # alpha 1.0 is worse, as planted
+    # a grid without alpha >= 0.5 says so (it said "no alpha in []")
+    from torchtune_longshort.study.claims import claim_alpha
+
+    none = claim_alpha(replace(cfg, alphas=[0.0, 0.1]), recs, [], "worse", "table6", asked=">= 0.5")
+    assert none["verdict"] == "not measurable here" and none["reason"] == "no alpha >= 0.5 in this study's grid"
     assert v["tables9_10"]["verdict"] == "held"
     # planted: [1, L/4] and [L/4, L/2] equal to [1, L/2] (the paper: the second is slightly worse), [1, L] worse
     t7 = {}

@@ -193,7 +193,9 @@ def test_the_study_writes_into_no_users_folder_and_refuses_an_unknown_run(tmp_pa
     argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
     cases = [(["--out", str(out)], "holds 'base', which no earlier run there wrote"),
              (["--out", str(tmp_path / "new"), "--only", "clex_a0_s9"],
-              "--only: 'clex_a0_s9' is not a run of this study (did you mean")]
+              "--only: 'clex_a0_s9' is not a run of this study (did you mean"),
+             # --only "$KEYS" with an empty variable trained the whole grid
+             (["--out", str(tmp_path / "new"), "--only", " , "], "--only ' , ' names no run; give run keys")]
     for args, needle in cases:
         assert main(argv + args) == 2
         err = capsys.readouterr().err

@@ -223,9 +223,11 @@ def _selected(a, cfg) -> Optional[List[str]]:
         print(f"[study] command {a.command} of {len(cfg.plan.commands)}: {', '.join(keys)}; estimated {line} "
               f"(budget {cfg.plan.budget_s:g} s)", flush=True)
         return [k for k in keys if k != BASE_KEY]
-    if not a.only:
+    if a.only is None:
         return None
     keys, known = [k.strip() for k in a.only.split(",") if k.strip()], [r.key for r in cfg.grid]
+    if not keys:  # --only "$KEYS" with an empty variable trained the whole grid
+        raise ValueError(f"--only {a.only!r} names no run; give run keys (e.g. {known[0]}), or leave --only out")
     for k in keys:
         if k not in known:
             near = difflib.get_close_matches(k, known, n=1)
