@@ -203,7 +203,7 @@ def test_token_counts_in_the_shared_lengths_key_are_refused_before_lm_eval_start
     # max_seq_lengths=64,128 (meant for longshort_ppl) ended the run once the model had loaded, naming no task
     from torchtune_longshort.eval.cli_run import run_cli
 
-    with pytest.raises(ValueError, match=rf"max_seq_lengths='64,128': {task} reads it as BABILong's length labels "
+    with pytest.raises(ValueError, match=rf"max_seq_lengths='64,128': {task} reads it as its length labels "
                                          r"\(0k, 1k.*give the other tasks their own lengths \(ppl_max_seq_lengths"):
         run_cli(["run", "--model", "longshort", "--model_args",
                  f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu",

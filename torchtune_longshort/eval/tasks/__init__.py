@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
-from torchtune_longshort.eval.tasks.common.lengths import lengths_source, parse_lengths
+from torchtune_longshort.eval.tasks.common.lengths import (
+    METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
+)
 from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
@@ -61,6 +63,8 @@ class TaskFamily:
             ``folder`` without being listed.
         min_length: the shortest length in tokens it can score (a shorter one in ``--metadata`` is refused before
             the run: :func:`check_task_lengths`); 0 for BABILong, whose ``0k`` is its empty haystack.
+        length_labels: the labels its lengths are named by, when they are labels and not token counts (BABILong's
+            ``0k``, ``1k``, ...): the shared ``max_seq_lengths`` of a run that includes it must hold only those.
     """
 
     task: str
@@ -77,6 +81,7 @@ class TaskFamily:
     value_kinds: Tuple[Tuple[str, str], ...] = ()
     metadata_keys: Tuple[str, ...] = ()
     min_length: int = 0
+    length_labels: Tuple[str, ...] = ()
     fixed_context: Tuple[str, ...] = ()
     generates: bool = True
 
@@ -121,6 +126,7 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
                            value_kinds=(("babilong_missing", "skip or error"),),
+                           length_labels=tuple(BABILONG_LENGTHS),
                            metadata_keys=_keys("babilong", "data_dir", "missing")),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
@@ -301,9 +307,9 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
     (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
     for task in tasks:
         family = TASK_FAMILIES.get(family_of(task) or "")
-        # BABILong's lengths are labels, not token counts (its qa<k> tasks are the group's members)
-        if (family_of(task) or family_of(task.rsplit("_", 1)[0])) == "babilong":
-            _check_babilong_lengths(metadata, task)
+        member_of = TASK_FAMILIES.get(family_of(task.rsplit("_", 1)[0]) or "")  # a group's member (babilong_qa1)
+        if (family or member_of) is not None and (family or member_of).length_labels:
+            _check_length_labels(metadata, task, (family or member_of).length_labels)
         if family is None or not family.length_swept or not family.min_length:
             continue
         key = lengths_source(metadata, family.metadata_prefix)
@@ -315,19 +321,20 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
                                 f"{family.min_length} tokens ({', '.join(map(str, short))} given)")
 
 
-def _check_babilong_lengths(metadata: Mapping[str, Any], task: str) -> None:
-    """BABILong reads ``max_seq_lengths`` (lm-eval's shipped key) as its labels (``0k``, ``1k``, ...): token counts
-    there, meant for the other tasks of the run, ended the run once the model had loaded."""
-    given = metadata.get("max_seq_lengths")
+def _check_length_labels(metadata: Mapping[str, Any], task: str, labels: Sequence[str]) -> None:
+    """A task whose lengths are ``labels`` (BABILong's ``0k``, ``1k``, ...) reads the shared ``max_seq_lengths``
+    (lm-eval's shipped key) as such: token counts there, meant for the other tasks of the run, ended the run once the
+    model had loaded."""
+    given = metadata.get(METADATA_LENGTHS_KEY)
     if given in (None, "", []):
         return
     items = [str(i).strip() for i in (given.split(",") if isinstance(given, str) else given) if str(i).strip()]
-    bad = [i for i in items if i not in BABILONG_LENGTHS]
+    bad = [i for i in items if i not in labels]
     if bad:
-        raise TaskDataError(f"max_seq_lengths={given!r}: {task} reads it as BABILong's length labels ("
-                            f"{', '.join(BABILONG_LENGTHS)}), and {', '.join(bad)} is none; give the other tasks "
+        raise TaskDataError(f"max_seq_lengths={given!r}: {task} reads it as its length labels ("
+                            f"{', '.join(labels)}), and {', '.join(bad)} is none; give the other tasks "
                             "their own lengths (ppl_max_seq_lengths, passkey_max_seq_lengths, mis_max_seq_lengths) and "
-                            "max_seq_lengths BABILong's labels, or run BABILong apart")
+                            "max_seq_lengths these labels, or run the task apart")
 
 
 def _check_local_files(key: str, value: Any) -> None:
