@@ -109,6 +109,18 @@ def test_theory_closed_form_line_is_continuous_for_any_l_train(lt):
     assert ("(its 0 on the bottom edge)" in line.get_label()) == (lt % 2 == 1)
 
 
+def test_paper_figure_says_which_curve_lost_points_to_nan_or_inf():
+    # a NaN curve stayed in the legend with no line, an inf point was dropped, both without a word (an audit)
+    l = np.arange(1, 11)
+    data = {"NoPE": {"lengths": list(l), "l_train": 5, "mse": [np.full(10, np.nan)] * 2},
+            "ALiBi": {"lengths": list(l), "l_train": 5, "mse": [np.where(l == 9, np.inf, 1e-3 * l)] * 2},
+            "RoPE": {"lengths": list(l), "l_train": 5, "mse": [1e-3 * l] * 2}}
+    ax = draw(paper_figure("1b", data)).axes[0]
+    shown = [t.get_text() for t in ax.get_legend().get_texts()][:3]  # then the band's and l_train's entries
+    assert shown == ["NoPE (no finite value: not drawn)", "ALiBi (1 length(s) without a finite value, not drawn)",
+                     "RoPE"], shown
+
+
 def test_paper_figure_draws_a_curves_exact_zeros_on_the_bottom_edge():
     # NoPE's MSE exactly 0 up to l_train: the log axis dropped those points and its curve came in from below the
     # axes at l = 21, without a word (an audit)

@@ -98,7 +98,9 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
     ax.set_yscale("log")
     # a curve's exact zeros (NoPE fitting short lengths exactly) on the bottom edge, said in its label: the log
     # axis dropped them, and the curve began off the axes without a word
-    zeros_on_bottom_edge(ax, [ln for ln in ax.lines if ln.get_label() in data])
+    curves = [ln for ln in ax.lines if ln.get_label() in data]
+    zeros_on_bottom_edge(ax, curves)
+    non_finite_said(curves)
     ax.set_xlabel("test length l")
     ax.set_ylabel("test MSE (target scale)")
     ax.set_title(FIGURE_TITLES[name], fontsize=9)
@@ -120,6 +122,17 @@ def zeros_on_bottom_edge(ax, lines) -> None:
         if (y <= 0).any():
             line.set_ydata(np.where(y > 0, y, lo))
             line.set_label(f"{line.get_label()} (its 0 on the bottom edge)")
+
+
+def non_finite_said(lines) -> None:
+    """A curve's NaN or infinite points (a run that diverged or overflowed at long lengths) cannot be drawn: its legend
+    label says how many are missing (the curve lost them, or vanished, without a word)."""
+    for line in lines:
+        bad = int((~np.isfinite(np.asarray(line.get_ydata(), dtype=float))).sum())
+        if bad:
+            what = ("no finite value: not drawn" if bad == len(line.get_ydata())
+                    else f"{bad} length(s) without a finite value, not drawn")
+            line.set_label(f"{line.get_label()} ({what})")
 
 
 def theory_figure(data: Dict, quick: bool = False):
