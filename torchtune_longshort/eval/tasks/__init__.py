@@ -307,9 +307,10 @@ def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Non
     (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
     for task in tasks:
         family = TASK_FAMILIES.get(family_of(task) or "")
-        member_of = TASK_FAMILIES.get(family_of(task.rsplit("_", 1)[0]) or "")  # a group's member (babilong_qa1)
-        if (family or member_of) is not None and (family or member_of).length_labels:
-            _check_length_labels(metadata, task, (family or member_of).length_labels)
+        # a group's member (longshort_babilong_qa1) reads its lengths as its group does
+        labelled = family or TASK_FAMILIES.get(family_of(task.rsplit("_", 1)[0]) or "")
+        if labelled is not None and labelled.length_labels:
+            _check_length_labels(metadata, task, labelled.length_labels)
         if family is None or not family.length_swept or not family.min_length:
             continue
         key = lengths_source(metadata, family.metadata_prefix)

@@ -11,31 +11,17 @@ folder the run will create can be created is tried: one made and removed at once
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from torchtune_longshort.config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
-from torchtune_longshort.training.recipe_config.paths import resolved_config
+from torchtune_longshort.training.recipe_config.paths import resolved_config, resolved_container
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
 from torchtune_longshort.config.unknown_keys import ConfigKeyError, torchtune_keys_as_here
-
-
-def resolved_container(cfg: Any) -> Dict[str, Any]:
-    """``cfg`` as a plain dict, its interpolations resolved; one that names a key the config lacks (``~output_dir``,
-    which ``checkpointer.output_dir: ${output_dir}`` names) refused naming both, with the fix (OmegaConf's own text
-    named neither)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import InterpolationResolutionError
-
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except InterpolationResolutionError as e:
-        raise ValueError(f"{e.full_key}: {str(e.msg).splitlines()[0]}: its value refers to that key (${{...}}), which "
-                         f"the config does not have; set it, or give {e.full_key} a value of its own") from None
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
@@ -46,8 +32,7 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
 
     Raises ``ConfigKeyError`` (a ``KeyError``) for unknown or missing keys, ``ValueError`` /
     ``FileNotFoundError`` / ``FileExistsError`` naming the field for values, before any side effect."""
-    resolved_container(cfg)  # a ${...} naming a key the config lacks: refused naming both, before anything reads it
-    node = resolved_container(resolved_config(cfg))
+    node = resolved_container(resolved_config(cfg))  # a ${...} naming a key the config lacks: refused naming both
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
     as_here = torchtune_keys_as_here(node)
     config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
@@ -60,4 +45,4 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
 
 __all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer", "check_tokenizer_vocab",
            "check_window_bos", "declared_vocab", "input_paths", "load_tokenizer",
-           "load_recipe_config", "resolved_config", "written_names"]
+           "load_recipe_config", "resolved_config", "resolved_container", "written_names"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 TOP_LEVEL = ("output_dir", "checkpoint_dir")  # resolved first: the nodes below interpolate them
 NESTED = ("checkpointer.checkpoint_dir", "checkpointer.output_dir", "tokenizer.path", "metric_logger.log_dir",
@@ -24,6 +25,17 @@ NESTED = ("checkpointer.checkpoint_dir", "checkpointer.output_dir", "tokenizer.p
 def resolve_path(value: str) -> str:
     """``value`` with ``~`` expanded, made absolute against the working directory, symlinks resolved."""
     return str(Path(os.path.expanduser(value)).resolve())
+
+
+def resolved_container(cfg: Any) -> dict:
+    """``cfg`` as a plain dict, its interpolations resolved; one that names a key the config lacks (``~output_dir``,
+    which ``checkpointer.output_dir: ${output_dir}`` names) refused naming both, with the fix (OmegaConf's own text
+    named neither)."""
+    try:
+        return OmegaConf.to_container(cfg if OmegaConf.is_config(cfg) else OmegaConf.create(cfg), resolve=True)
+    except InterpolationResolutionError as e:
+        raise ValueError(f"{e.full_key}: {str(e.msg).splitlines()[0]}: its value refers to that key (${{...}}), which "
+                         f"the config does not have; set it, or give {e.full_key} a value of its own") from None
 
 
 def _resolve_key(node: DictConfig, key: str) -> None:
@@ -50,7 +62,7 @@ def resolved_config(cfg: Any) -> DictConfig:
             _resolve_key(node, key)
     for key in NESTED:
         _resolve_key(node, key)
-    model = OmegaConf.to_container(node, resolve=True).get("model") if "model" in node else None
+    model = resolved_container(node).get("model") if "model" in node else None
     for where in _model_nodes(model, "model"):
         _resolve_key(node, f"{where}.checkpoint_dir")
     return node
