@@ -32,6 +32,7 @@ from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
+STAGING = ".staging"  # where a checkpoint (and a from-scratch step_0) is written before its commit
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
 # In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
@@ -65,7 +66,7 @@ class StepCheckpoints:
 
     def __init__(self, output_dir: PathLike, keep: int = 1):
         self.root = Path(output_dir)
-        self.staging_root = self.root / ".staging"
+        self.staging_root = self.root / STAGING
         self.keep = int(keep)
 
     def steps(self, resumable: bool = False) -> List[int]:

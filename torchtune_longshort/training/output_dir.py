@@ -34,7 +34,7 @@ from torchtune_longshort.training.output_aside import (
     user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
+    MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 
 LOCK = ".lock"
@@ -43,7 +43,6 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-STAGING = ".staging"  # StepCheckpoints' staging folder
 WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
                 REPLACED, DISCARDED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
@@ -88,7 +87,7 @@ def nothing_written(out: Path) -> bool:
     folder: its marker, its lock, empty staging folders): no step, log or file of a run, so a plain rerun takes it
     (a live run's lock still refuses it); before, that rerun was told to pass resume=True, with nothing to resume."""
     names = {p.name for p in out.iterdir()}
-    staging = out / ".staging"
+    staging = out / STAGING
     return MARKER in names and names <= {MARKER, LOCK, staging.name} and not any(
         not p.is_dir() or p.is_symlink() for p in (staging.rglob("*") if staging.is_dir() else ()))
 
