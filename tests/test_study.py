@@ -138,6 +138,43 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     assert all(r["status"] == "ok" for r in recs2.values())
 
 
+def test_a_study_folder_moved_elsewhere_keeps_its_finished_runs(tmp_path, monkeypatch):
+    # committed on one machine (a lent GPU) and cloned on the next: the records name their folders by place, not by
+    # that machine's paths (before: every run's spec held its absolute output_dir, so each was trained again)
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache_a"))
+    study, _ = _study(tmp_path, methods={"pi": {"method": "linear"}}, alphas=[0], seeds=[0])
+    assert all(r["status"] == "ok" for r in study.run().values())
+    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    assert rec["spec"]["recipe_config"]["output_dir"] == "<study>/runs/pi_a0_s0/train"
+    assert rec["spec"]["recipe_config"]["checkpointer"]["checkpoint_dir"].startswith("<study>/base/train/step_")
+    moved = tmp_path / "elsewhere" / "out"
+    moved.parent.mkdir()
+    study.out.rename(moved)
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache_b"))
+    ex = FakeExecutor()
+    again = Study(study.cfg, output_dir=moved, repo_root=ROOT, executor=ex, log=lambda m: None)
+    assert all(r["status"] == "ok" for r in again.run().values()) and ex.calls == []
+    # a record written before specs were portable (this machine's absolute paths) still counts where it lies
+    old = {**rec, "spec": {**rec["spec"], "recipe_config": json.loads(json.dumps(
+        rec["spec"]["recipe_config"]).replace('"<study>/', f'"{moved.resolve()}/'))}}
+    assert old["spec"] != rec["spec"]
+    (moved / "runs" / "pi_a0_s0" / "result.json").write_text(json.dumps(old))
+    assert again.run_one("pi_a0_s0", again.cfg.grid[0]) == old and ex.calls == []
+
+
+def test_portable_names_a_path_by_the_longest_place_that_holds_it(tmp_path, monkeypatch):
+    from torchtune_longshort.study.portable import places, portable, same_spec
+
+    where = {"<study>": "/a/repo/outputs/s", "<model cache>": "/home/u/.cache/tl", "<repo>": "/a/repo"}
+    spec = {"c": "/home/u/.cache/tl/smollm2", "o": ["/a/repo/outputs/s", "/a/repo/outputs/st/x", "/a/repo/configs"],
+            "n": 3, "r": "relative/path", "other": "/elsewhere/x"}
+    assert portable(spec, where) == {"c": "<model cache>/smollm2", "o": ["<study>", "<repo>/outputs/st/x",
+                                     "<repo>/configs"], "n": 3, "r": "relative/path", "other": "/elsewhere/x"}
+    assert same_spec(spec, portable(spec, where), where) and not same_spec(spec, {**spec, "n": 4}, where)
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache"))
+    assert places(tmp_path / "out", ROOT)["<model cache>"] == str((tmp_path / "cache").resolve())
+
+
 def test_interrupted_training_resumes_and_finished_training_is_not_redone(tmp_path):
     study, ex = _study(tmp_path)
     study.run_one("base", None, evaluate=False)

