@@ -21,7 +21,8 @@ FLOORS: Dict[str, Tuple[float, str]] = {
     # the study, one stage after another
     **{f"study.{m}": (5.0, "study: config") for m in (
         "fields", "values", "base_config", "eval_config", "grid", "plan", "schema", "config", "table1.config")},
-    **{f"study.{m}": (5.1, "study: plan") for m in ("run_configs", "load", "preflight", "pretrain_mix")},
+    **{f"study.{m}": (5.1, "study: plan") for m in (
+        "run_configs", "load", "preflight", "pretrain_mix", "portable")},
     **{f"study.{m}": (5.2, "study: run") for m in (
         "stop", "stages", "records", "base_failure", "run_stages", "runner", "table1.runner")},
     **{f"study.{m}": (5.3, "study: collect") for m in (
