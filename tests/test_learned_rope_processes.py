@@ -105,3 +105,40 @@ def test_a_folder_whose_own_scaling_is_clex_is_found(tmp_path, tiny_llama2_dir, 
     assert section.learned_rope(local=False) is None
     plain = build_section(ModelConfig, dict(node, checkpoint_dir=str(tiny_llama2_dir)), "model")
     assert plain.learned_rope(local=True) is None
+
+
+def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """A CLEX checkpoint fine-tuned further (a new run, not a resume): its learned ODE is where the new run starts,
+    as evaluation loads it. Before: the side file was read on resume only, and a new run drew CLEX's initial ODE
+    (ode_down_proj zeros), silently throwing the learned one away."""
+    import torch
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.models import load_hf_checkpoint, read_hf_config, rope_scaled, write_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import load_rope_parameters
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.training.learned_rope import learned_rope_modules
+
+    base = load_hf_checkpoint(tiny_llama2_dir)
+    model = rope_scaled(base, "clex", 4 * base.max_seq_len)
+    with torch.no_grad():  # a learned ODE: not CLEX's initial one
+        for m in learned_rope_modules(model):
+            for p in m.parameters(recurse=False):
+                p.copy_(torch.randn_like(p))
+    folder = write_hf_checkpoint(tmp_path / "clex_ckpt", model.state_dict(), read_hf_config(tiny_llama2_dir),
+                                 rope_spec=model.rope_scaling, tokenizer=sp_tokenizer_dir)
+    saved = load_rope_parameters(folder)
+    assert saved and all(v.abs().sum() > 0 for v in saved.values())
+    node = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder)}
+    cfg = make_cfg(folder, sp_tokenizer_dir, tmp_path / "out", model=node, max_steps=1, batch_size=2,
+                   **{"dataset.limit": 10})
+    recipe = LongShortFinetuneRecipe(cfg)
+    try:
+        recipe.setup()
+        (m,) = learned_rope_modules(recipe._model)
+        got = {k: v.detach().float() for k, v in m.named_parameters(recurse=False)}
+        assert set(got) == set(saved)
+        for k in saved:
+            torch.testing.assert_close(got[k], saved[k].float(), rtol=0, atol=0)
+    finally:
+        recipe.release_output_dir()

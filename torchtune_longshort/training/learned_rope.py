@@ -15,12 +15,15 @@ learned parameters from a seeded, forked stream (:func:`initial_learned_rope`), 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch import nn
 from torchtune import training
 
+from torchtune_longshort.models.hf_checkpoint import load_rope_parameters
+from torchtune_longshort.models.hf_rope import ROPE_SIDE_FILE
 from torchtune_longshort.rope.base import ScaledRoPE, rope_modules
 
 _ROPE_GENERATOR_OFFSET = 7937  # the rope generator's seed is the run's seed plus this (the position sampler: +7919)
@@ -44,6 +47,24 @@ def initial_learned_rope(model: nn.Module, seed: int) -> Dict[str, torch.Tensor]
         for m in modules:
             out.update(m.initial_learned_parameters())
     return out
+
+
+def start_learned_rope(model: nn.Module, start_dir: Path, seed: int) -> Dict[str, torch.Tensor]:
+    """A new run's learned RoPE parameters: those of the checkpoint it starts from (a CLEX checkpoint fine-tuned
+    further: evaluation loads them too), else :func:`initial_learned_rope`. ``ValueError`` when the checkpoint's do
+    not fit the model's learned RoPE (another method's, other shapes), naming the side file."""
+    drawn = initial_learned_rope(model, seed)
+    saved = load_rope_parameters(start_dir) if drawn else {}
+    if not saved:
+        return drawn
+    fits = set(saved) == set(drawn) and all(saved[k].shape == drawn[k].shape for k in drawn)
+    if not fits:
+        have = {k: tuple(v.shape) for k, v in saved.items()}
+        want = {k: tuple(v.shape) for k, v in drawn.items()}
+        raise ValueError(f"{Path(start_dir) / ROPE_SIDE_FILE} holds learned RoPE parameters {have}, the model's "
+                         f"learned RoPE takes {want}: build the model with the checkpoint's own RoPE (its "
+                         "config.json), or start from a checkpoint without that file")
+    return {k: v.float() for k, v in saved.items()}
 
 
 def rope_generator(model: nn.Module, seed: int, recipe_state: Optional[Dict[str, Any]]) -> Optional[torch.Generator]:

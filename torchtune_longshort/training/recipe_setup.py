@@ -38,7 +38,7 @@ from torchtune_longshort.training.data_setup import (
     validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
-from torchtune_longshort.training.learned_rope import initial_learned_rope, rope_generator
+from torchtune_longshort.training.learned_rope import rope_generator, start_learned_rope
 from torchtune_longshort.training.metrics import RunLog
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
@@ -209,9 +209,10 @@ class RecipeSetup:
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
         if self._lora.enabled and trainable is None:  # a new run: the same adapters whatever the process count
             trainable = initial_adapters(model, self.seed)
-        # a new run's learned RoPE (CLEX's ODE), like its adapters, is the same whatever the process count
+        # a new run's learned RoPE (CLEX's ODE): the start checkpoint's own, else drawn, like its adapters, the same
+        # whatever the process count
         learned_rope = (load_rope_parameters(self._resume_dir) if self._resume_dir is not None
-                        else initial_learned_rope(model, self.seed))
+                        else start_learned_rope(model, read_dir, self.seed))
         self._rope_generator = rope_generator(model, self.seed, recipe_state)
         load_weights(
             model, model_sd, resumed_weights(model, trainable, learned_rope), distributed=self._distributed,
