@@ -166,3 +166,26 @@ def test_a_conversion_through_a_symbolic_link_replaces_the_folder_it_names(tmp_p
     assert main(["--gguf", str(gguf), "--out", str(link)]) == 0
     assert link.is_symlink() and sorted(p.name for p in conv.iterdir()) == written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "link", "m.gguf"]
+
+
+def test_without_the_gguf_extra_the_model_is_refused_before_its_download(tmp_path, monkeypatch, capsys):
+    # the README's plain install has no [gguf]: `--model` (and a study's `pypi:` base) downloaded the 93 MB wheel,
+    # then ended in a ModuleNotFoundError traceback
+    import importlib.util
+    import subprocess
+
+    import pytest
+
+    from torchtune_longshort.models import gguf as g
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a} before refusing"))
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(g.GgufPackageMissing, match=r"needs the gguf package: pip install gguf"):
+        pypi_model("smollm2-135m-instruct")
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(SystemExit) as e:
+        g.main(["--model", "smollm2-135m-instruct"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "pip install gguf" in err, err

@@ -108,6 +108,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort")
 
 
+def require_gguf() -> None:
+    """:class:`GgufPackageMissing` unless the ``gguf`` package (the ``[gguf]`` extra) can be imported: asked before
+    a model is downloaded or a file read."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise GgufPackageMissing("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] "
+                                 "extra)")
+
+
 def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> Path:
     """Dequantize a GGUF file into a Hugging Face folder (model + tokenizer) with transformers; returns ``out_dir``.
 
@@ -120,10 +130,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
         raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file")
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
-    import importlib.util
-
-    if importlib.util.find_spec("gguf") is None:
-        raise GgufPackageMissing("reading GGUF files needs the gguf package: pip install gguf (or the project's [gguf] extra)")
+    require_gguf()
     _check_readable(gguf)
     kw = dict(gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
@@ -175,6 +182,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     if (out / DONE_MARK).is_file():
         return out
     check_out_dir(out)  # before anything is downloaded or written
+    require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
     if wheel is not None:
         _check_wheel(Path(wheel), spec)
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
