@@ -98,6 +98,15 @@ def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "x.yaml is a file, not a folder" in err and "mkdir" not in err, err
     assert (tmp_path / "x.yaml").read_text() == "mine"
+    # `DEST/` names a folder, as cp reads it: a missing one wrote a FILE named DEST
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", str(tmp_path / "nd") + "/"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "nd does not exist" in err and "mkdir -p" in err, err
+    assert not (tmp_path / "nd").exists()
+    (tmp_path / "nd").mkdir()
+    assert main(["tiny/longshort_stdlib.yaml", str(tmp_path / "nd") + "/"]) == 0
+    assert (tmp_path / "nd" / "longshort_stdlib.yaml").is_file()
 
 
 # ---------------------------------------------------------------- validation text held out from training text

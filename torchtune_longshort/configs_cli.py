@@ -9,6 +9,7 @@ so a non-editable ``pip install .`` has them too.
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         ap.error(str(e))
     dest = Path(args.destination)
-    if dest.is_dir():
+    if dest.is_dir() or args.destination.endswith(("/", os.sep)):  # DEST/ names a folder (as cp reads it)
         dest = dest / src.name
     if (dest.exists() or dest.is_symlink()) and not args.force:  # a link to nothing is the user's too
         ap.error(f"{dest} exists{' (a symbolic link)' if dest.is_symlink() else ''}; pass --force to overwrite it")
