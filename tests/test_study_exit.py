@@ -333,3 +333,17 @@ def test_a_report_folder_or_the_other_variants_folder_is_refused_for_report_only
     assert err.count("\n") == 1 and "holds the study's --quick variant (study.json: quick=true): pass --quick" in err
     assert not (tmp_path / "r2").exists()
     assert load_study_config("study/cpu_small.yaml", repo_root=tmp_path).name == "cpu_small"
+
+
+@pytest.mark.parametrize("module", ["torchtune_longshort.study.__main__", "torchtune_longshort.study.table1.__main__"])
+def test_a_note_that_is_not_utf8_is_refused_before_anything_runs(module, tmp_path, capsys):
+    # bytes the terminal could not decode (`--note $'\xff'`) reach Python as surrogates: the report's write failed
+    # with "'utf-8' codec can't encode character '\udcff'", naming no option, after the whole grid had run
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(CPU_SMALL), "--quick", "--out", str(tmp_path / "o"), "--note", "made on \udcff"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "argument --note: not valid UTF-8 text" in err and not (tmp_path / "o").exists()

@@ -206,6 +206,18 @@ def quiet_when_the_reader_leaves(main: Callable[..., T]) -> Callable[..., T]:
     return entry
 
 
+def utf8_text(value: str) -> str:
+    """An ``argparse`` type for text a command writes into a file (a report's ``--note``): refused when it holds
+    bytes that are not UTF-8 (Python keeps them as surrogates, which no UTF-8 file can take: the write failed after
+    the whole run)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("not valid UTF-8 text (bytes the terminal's encoding could not decode); "
+                                         "give it in UTF-8") from None
+    return value
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them)."""
 

@@ -25,7 +25,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.disk_space import is_out_of_space
-from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal
+from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
+                                         utf8_text)
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -58,7 +59,7 @@ def _parser() -> ArgumentParser:
                    help="run command K (1-based) of the config's plan: its runs, as --only would")
     p.add_argument("--plan", action="store_true", help="print the config's plan (commands, estimates) and exit")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
-    p.add_argument("--note", default="", help="a paragraph put at the top of report.md (e.g. the machine)")
+    p.add_argument("--note", default="", type=utf8_text, help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
     p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from and the runs "

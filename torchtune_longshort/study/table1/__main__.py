@@ -20,7 +20,7 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, utf8_text
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
 
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
                    "--repo-root)")
     p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing cells")
-    p.add_argument("--note", default="", help="a paragraph put under the verdict in report.md (e.g. the machine)")
+    p.add_argument("--note", default="", type=utf8_text, help="a paragraph put under the verdict in report.md (e.g. the machine)")
     p.add_argument("--repo-root", default=".", help="folder relative paths are resolved against")
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
