@@ -303,6 +303,45 @@ def test_a_cell_of_a_cached_model_counts_after_the_cache_moves(tmp_path, tiny_fo
     assert t1.records()["yarn_384"]["status"] == "not run"
 
 
+def test_an_out_holding_a_users_files_inside_the_checkpoint_or_in_use_is_refused_before_any_cell(
+        tmp_path, tiny_folder, capsys):
+    # Table 1 wrote over a user's cells/ and table1.json, wrote its cells into the model's own folder, and a second
+    # invocation on the same folder ran every cell again beside the first (clobbering its eval.log)
+    import time
+
+    from torchtune_longshort.study.table1.__main__ import main
+
+    cfg = tmp_path / "table1.yaml"
+    cfg.write_text(yaml.safe_dump(_tiny_raw(tiny_folder)))
+
+    def refused(out, words):
+        with pytest.raises(SystemExit) as e:
+            main(["--config", str(cfg), "--out", str(out), "--report-dir", str(tmp_path / "rep")])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
+        assert not (tmp_path / "rep").exists()
+
+    mine = tmp_path / "mine"
+    (mine / "cells" / "pi_384").mkdir(parents=True)
+    (mine / "cells" / "pi_384" / "result.json").write_text('{"my": "result"}')
+    (mine / "table1.json").write_text('{"mine": 1}')
+    refused(mine, "holds 'cells', 'table1.json', which no earlier run there wrote")
+    assert (mine / "table1.json").read_text() == '{"mine": 1}' and len(list(mine.rglob("*"))) == 4
+    refused(tiny_folder / "t1", "lies inside checkpoint_dir=")
+    assert not (tiny_folder / "t1").exists()
+    out = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from torchtune_longshort.training.output_dir import OutputDirLock\n"
+                               f"OutputDirLock({str(out)!r}, holder='table1').acquire(); print('held', flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused(out, "in use by another table1")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_report_dir_holding_a_users_report_is_refused_before_any_cell(tmp_path, tiny_folder, capsys):
     # `--report-dir D` holding the user's report.md: the report wrote over it (after every cell had run); a report
     # folder an earlier Table 1 report wrote is replaced

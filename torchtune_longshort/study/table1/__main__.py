@@ -20,7 +20,9 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.output_guard import missing_root
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, utf8_text
+from torchtune_longshort.training.output_dir import OutputDirLock
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
 
@@ -56,9 +58,17 @@ def main(argv=None) -> int:
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
     t0 = time.time()
     if not a.report_only:
+        refusing(PROG, t1.check_output)  # a user's files of the names it writes; a folder inside the checkpoint
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
-        recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
+        lock = OutputDirLock(t1.out, field="--out (or the config's output_dir)", holder="table1")
+        lock.made_root = missing_root(t1.out)
+        refusing(PROG, lock.acquire)  # a second Table 1 on the same folder ran every cell again beside the first
+        lock.made_folder = lock.made_root is not None
+        try:
+            recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
+        finally:
+            lock.release(discard=True)
     else:
         recs = t1.records()
     command = f"{PROG} --config {shlex.quote(str(cfg.config_path))}" + (" --quick" if a.quick else "")

@@ -37,7 +37,7 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
-from torchtune_longshort.output_guard import atomic_write_json, read_json
+from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
@@ -46,6 +46,8 @@ from torchtune_longshort.study.stages import output_folder, run_command, run_eva
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
+
+TABLE1_MARKER = ".longshort_table1"  # the output folder is a Table 1's (written before its first cell)
 
 
 def cell_key(variant: str, length: int) -> str:
@@ -108,6 +110,23 @@ class Table1:
         ev = {k: v for k, v in self.cfg.eval.as_dict().items() if not k.endswith("_lengths") and k != "max_length"}
         return {"checkpoint": portable(str(self.cfg.checkpoint_dir), places(self.out, self.root)), "rope": self.rope_spec(variant), "length": length,
                 "tasks": list(FAMILY_TASK.values()), "eval": ev, "metadata": self.task_metadata(length)}
+
+    def check_output(self) -> None:
+        """Refuse an output folder that is a file, lies inside the checkpoint (the model's folder), or holds a
+        ``cells/`` or ``table1.json`` no earlier Table 1 there wrote (an earlier one: its marker, or the
+        ``table1.json`` of one before the marker)."""
+        ckpt, real = Path(self.cfg.checkpoint_dir).expanduser().resolve(), self.out.resolve()
+        if ckpt == real or ckpt in real.parents:
+            raise ValueError(f"--out (or the config's output_dir) {str(self.out)!r} lies inside checkpoint_dir="
+                             f"{str(self.cfg.checkpoint_dir)!r}, which every cell reads: name a folder outside it")
+
+        def earlier(folder: Path) -> bool:
+            if (folder / TABLE1_MARKER).is_file():
+                return True
+            made = read_json(folder / "table1.json")
+            return isinstance(made, dict) and {"name", "cells"} <= set(made)
+
+        check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], earlier)
 
     def current(self, rec: Dict[str, Any], variant: str, length: int) -> bool:
         """Whether a cell's record is of the cell's spec now (:func:`~torchtune_longshort.study.portable.same_spec`)."""
@@ -203,6 +222,8 @@ class Table1:
 
         t0 = time.time()
         self.out.mkdir(parents=True, exist_ok=True)
+        if not (self.out / TABLE1_MARKER).is_file():  # before the first cell: a run killed early is still ours
+            atomic_write_text(self.out / TABLE1_MARKER, "made by torchtune_longshort's Table 1\n")
         cells = self.cfg.cells()
         todo = [(v, n) for v, n in cells if self.done(v, n) is None]
         self.log(f"[table1] {len(cells)} cells ({len(self.cfg.variants)} variants x {len(self.cfg.lengths)} "
