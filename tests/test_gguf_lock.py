@@ -6,6 +6,8 @@ import threading
 import time
 import zipfile
 
+import pytest
+
 from torchtune_longshort.models.gguf import DONE_MARK, PYPI_MODELS, pypi_model
 
 NAME = "smollm2-135m-instruct"
@@ -189,3 +191,30 @@ def test_without_the_gguf_extra_the_model_is_refused_before_its_download(tmp_pat
         g.main(["--model", "smollm2-135m-instruct"])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and "pip install gguf" in err, err
+
+
+@pytest.mark.parametrize("which", ["gguf", "misalignment"])
+def test_ctrl_c_or_sigterm_ends_the_command_in_one_line(which, tmp_path, monkeypatch, capsys):
+    # the README: Ctrl-C or SIGTERM ends every command in one line, exit 130 / 143; the converter and
+    # longshort-misalignment printed KeyboardInterrupt's 25-frame traceback (exit 1), and SIGTERM ended them silently
+    import signal
+
+    from torchtune_longshort.metrics import cli
+    from torchtune_longshort.models import gguf as g
+    from torchtune_longshort.refusals import Stopped
+
+    def stopped(*a, **k):
+        raise Stopped(signal.SIGTERM) if which == "gguf" else KeyboardInterrupt
+
+    if which == "gguf":
+        monkeypatch.setattr(g, "convert_gguf", stopped)
+        argv = ["--gguf", str(tmp_path / "m.gguf"), "--out", str(tmp_path / "o")]
+        run, code, name = lambda: g.main(argv), 143, "SIGTERM"
+    else:
+        monkeypatch.setattr(cli, "_main", stopped)
+        run, code, name = lambda: cli.main(["--checkpoint-dir", str(tmp_path)]), 130, "SIGINT"
+    with pytest.raises(SystemExit) as e:
+        run()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == code and len(err.splitlines()) == 1 and f": interrupted ({name}): " in err, err
+    assert "run it again" in err

@@ -41,7 +41,7 @@ from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoin
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 PROG = "longshort-misalignment"
@@ -79,7 +79,8 @@ def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool
 def main(argv=None) -> int:
     """The command; bad input (an argument, the checkpoint folder, the data, the device) is refused in one line
     (:mod:`torchtune_longshort.refusals`)."""
-    return refusing(PROG, lambda: _main(argv))
+    return stoppable(PROG, lambda: refusing(PROG, lambda: _main(argv)),
+                     "no result is written (it is written when every sample is scored); run it again")
 
 
 def _parser() -> ArgumentParser:

