@@ -347,3 +347,18 @@ def test_a_note_that_is_not_utf8_is_refused_before_anything_runs(module, tmp_pat
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1, err
     assert "argument --note: not valid UTF-8 text" in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["out", "parent", "runs"])
+def test_a_report_dir_that_is_the_studys_own_folder_is_refused_before_anything_runs(where, tmp_path, capsys):
+    # `--report-dir` = `--out` was accepted: the report's copies went into the study's runs/, and a later report
+    # (which clears what an earlier one wrote) deleted the study's own run records
+    from torchtune_longshort.study.__main__ import main
+
+    out = tmp_path / "s" / "out"
+    rep = {"out": out, "parent": tmp_path / "s", "runs": out / "runs" / "rep"}[where]
+    assert main(["--config", str(CPU_SMALL), "--quick", "--out", str(out), "--report-dir", str(rep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "is the study's output folder" in err and "name another folder" in err, err
+    assert not (tmp_path / "s").exists()

@@ -32,8 +32,8 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import (check_outside_base, check_outside_inputs, check_same_variant,
-                                                 check_study_output)
+from torchtune_longshort.study.run_configs import (check_outside_base, check_outside_inputs, check_report_apart,
+                                                 check_same_variant, check_study_output)
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
@@ -102,6 +102,7 @@ def main(argv=None) -> int:
             check_creatable("--out (or the config's output_dir)", str(study.out), writable=True)
             check_outside_base(study.out, cfg)
             check_outside_inputs(study.out, cfg, root)
+        check_report_apart(report_dir, study.out)
         check_report_dir(report_dir)
         check_creatable("--report-dir", str(report_dir), writable=True)
     except (OSError, ValueError) as e:

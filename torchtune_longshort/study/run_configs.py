@@ -76,6 +76,18 @@ def check_outside_base(out: Path, cfg) -> None:
                          f"{str(base)!r}, which every run reads: name a folder outside it")
 
 
+def check_report_apart(report_dir: Path, out: Path) -> None:
+    """``ValueError`` when the report folder is the study's output folder, holds it, or lies in one of the folders
+    the study writes its runs in: the report copies each run's records to ``runs/<key>/`` and clears what an earlier
+    report wrote, so there it deleted the study's own records."""
+    rep, real = Path(report_dir).expanduser().resolve(), Path(out).expanduser().resolve()
+    own = [real / name for name in STUDY_WRITES]
+    if rep == real or rep in real.parents or any(o == rep or o in rep.parents for o in own):
+        raise ValueError(f"--report-dir={str(report_dir)!r} is the study's output folder {str(out)!r}, holds it, or "
+                         "lies in a folder of its runs (the report's copies would replace their records): name "
+                         "another folder (default: <out>/report)")
+
+
 def run_folder(out: Path, key: str) -> Path:
     """The folder of run ``key`` under a study's output folder ``out``: ``base/`` or ``runs/<key>/``."""
     return out / (BASE_DIR if key == "base" else f"{RUNS_DIR}/{key}")
