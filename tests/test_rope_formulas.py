@@ -332,3 +332,34 @@ def test_positions_are_read_from_the_device_once_per_model_call(monkeypatch):
 def test_unknown_kwarg_names_the_method():
     with pytest.raises(TypeError, match="rope method 'linear'"):
         build_rope("linear", head_dim=D, max_seq_len=64, factor=2, beta=3)
+
+
+def test_clex_training_length_check_agrees_with_the_positions_it_draws():
+    # seq_len between L and 2 L passed every check, then failed at whichever step first drew a t large enough
+    # ("positions reach 3071 >= max_seq_len=2048"), and its advice (max_seq_len >= seq_len * t_max) moved t_max too
+    import re
+
+    import torch
+
+    from torchtune_longshort.rope.clex import CLEXRoPE
+
+    rope = CLEXRoPE(16, 2048, original_max_seq_len=512, t_max=4)
+    for seq_len in list(range(2, 2100, 37)) + [512, 768, 1024, 1536, 2048]:
+        top = max(float(rope._host_training_positions(seq_len, t, torch.Generator().manual_seed(s)).max())
+                  for t in range(1, rope.t_max + 1) for s in range(8))  # what the sampler draws
+        try:
+            rope.check_training_length(seq_len)
+        except ValueError as e:
+            error = e
+        else:
+            assert top < rope.max_seq_len, seq_len  # never passes a length whose draws can fail
+            continue
+        assert re.match(rf"seq_len={seq_len}: CLEX's training positions reach \d+ at t_max=4", str(error))
+        multiple, t_fit = map(int, re.search(r"\(e\.g\. (\d+)\), or set the model's t_max to (\d+)$",
+                                             str(error)).groups())
+        CLEXRoPE(16, 2048, original_max_seq_len=512, t_max=t_fit).check_training_length(seq_len)  # each fix works
+        if multiple <= 2048:
+            rope.check_training_length(multiple)
+    with pytest.raises(ValueError, match=r"seq_len=768: .* reach 3071 .* multiple of 512 \(e\.g\. 1024\), or set "
+                                         r"the model's t_max to 2$"):
+        rope.check_training_length(768)

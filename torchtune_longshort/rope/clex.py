@@ -274,6 +274,27 @@ class CLEXRoPE(ScaledRoPE):
         inner = torch.randperm(span - 2, generator=generator)[: seq_len - 2].sort().values.float() + 1
         return torch.cat([torch.zeros(1), inner / scale, torch.tensor([float(span // scale - 1)])])
 
+    def check_training_length(self, seq_len: int, field: str = "seq_len") -> None:
+        """``ValueError`` when a training forward of ``seq_len`` tokens could draw a position past ``max_seq_len``:
+        the positions spread over ``seq_len * t`` divided by ``seq_len // original_max_seq_len`` (at least 1), so at
+        t = t_max a length between L and 2 L reaches past ``L * t_max``. Asked before training: the draw failed at
+        whichever step first drew a t large enough."""
+        if seq_len < 2 or not self.sample_positions:
+            return
+        scale = max(1, seq_len // self.original_max_seq_len)
+
+        def top(t: int) -> float:  # the last position, or an inner one drawn from the top of the span
+            return max(seq_len * t // scale - 1, (seq_len * t - 2) / scale)
+
+        if top(self.t_max) < self.max_seq_len:
+            return
+        t_fit = max(t for t in range(1, self.t_max + 1) if t == 1 or top(t) < self.max_seq_len)
+        multiple = self.original_max_seq_len * max(1, -(-seq_len // self.original_max_seq_len))
+        raise ValueError(f"{field}={seq_len}: CLEX's training positions reach {top(self.t_max):.0f} at t_max={self.t_max} (they "
+                         f"spread over {field} * t / max(1, {field} // original_max_seq_len={self.original_max_seq_len})"
+                         f"), past max_seq_len={self.max_seq_len}: make {field} a multiple of "
+                         f"{self.original_max_seq_len} (e.g. {multiple}), or set the model's t_max to {t_fit}")
+
     def prepare(self, seq_len: int, input_pos: Optional[torch.Tensor] = None, generator=None) -> None:
         """Fix t (and, in training, the positions) for one model forward; ``clear()`` undoes it."""
         positions = None
