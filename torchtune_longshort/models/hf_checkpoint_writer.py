@@ -51,6 +51,7 @@ def write_hf_checkpoint(
     tokenizer: Optional[PathLike] = None,
     dtype: Optional[torch.dtype] = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    shown_as: Optional[PathLike] = None,
 ) -> Path:
     """Write a torchtune state dict as a checkpoint folder (see the format module).
 
@@ -65,6 +66,7 @@ def write_hf_checkpoint(
             already holds one.
         dtype: weight dtype to save (default: as in the state dict).
         max_shard_bytes: shard size limit.
+        shown_as: the folder's name in messages, when it is written elsewhere first (a run's staging area).
 
     Returns:
         ``out_dir`` as a Path.
@@ -95,7 +97,7 @@ def write_hf_checkpoint(
             "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
             rope_spec["method"],
             family.name,
-            out_dir,
+            shown_as or out_dir,
         )
     for key in family.unapplied_window_keys:  # the model written attends to every position (families.py)
         if config.get(key) is not None:

@@ -53,6 +53,7 @@ def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints,
         decoder_config(model_kwargs(config.model.args)),
         rope_spec=getattr(scratch, "rope_scaling", None),
         tokenizer=tokenizer_source(config),
+        shown_as=ckpts.root / "step_0",
     )
     return ckpts.commit(ckpts.staging_root / "step_0", 0) if commit else ckpts.staging_root / "step_0"
 
@@ -83,7 +84,9 @@ def stage_step(
                            trainable=lora.trainable_names, base_model=lora.base_dir,
                            quantized_base=lora.quantized_base)
         model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
-    write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer)
+    # messages name the step folder it becomes, not the staging folder the commit renames away
+    write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer,
+                        shown_as=staged.parent.parent / staged.name)
     atomic_torch_save({**recipe_state, "adapter": lora.enabled}, staged_state_path(staged))
 
 
