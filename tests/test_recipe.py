@@ -356,6 +356,28 @@ def test_two_process_lora_and_qlora_match_one_process(kind, tmp_path, tiny_llama
     assert ours == pytest.approx(theirs, rel=1e-4)
 
 
+def test_a_two_process_lora_run_with_dropout_resumes_exactly(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """LoRA dropout draws from each rank's own stream: the recipe state held rank 0's alone and put it back on every
+    rank, so a 2-process run with lora_dropout > 0 (LongQLoRA's 0.05) resumed off its uninterrupted losses (step 4:
+    6.641616 vs 6.641622). Now each rank's is saved and put back."""
+    import torch
+
+    cfg = "configs/tiny/lora_from_checkpoint.yaml"
+    out = tmp_path / "two"
+    overrides = ["max_steps=4", "save_every_n_steps=2", "keep_recipe_states=2", "batch_size=4", "validation=null",
+                 "model.lora_dropout=0.3"]
+    run_tune(tune_cmd(cfg, tiny_llama2_dir, sp_tokenizer_dir, out, *overrides, nproc=2), tmp_path, timeout=400)
+    reference = losses(out)
+    state = torch.load(out / "recipe_state" / "step_2.pt", weights_only=False)
+    assert len(state["rank_rngs"]) == 2 and not torch.equal(state["rank_rngs"][0]["torch_rng"],
+                                                            state["rank_rngs"][1]["torch_rng"])
+    shutil.rmtree(out / "step_4")
+    (out / "recipe_state" / "step_4.pt").unlink()
+    run_tune(tune_cmd(cfg, tiny_llama2_dir, sp_tokenizer_dir, out, *overrides, "resume=True", nproc=2), tmp_path,
+             timeout=400)
+    assert [s for s, _ in reference] == [1, 2, 3, 4] and losses(out) == reference
+
+
 @pytest.mark.slow
 def test_unshardable_qlora_shapes_are_refused_before_loading(tmp_path, sp_tokenizer_dir):
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint

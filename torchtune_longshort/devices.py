@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import psutil
 import torch
@@ -138,6 +138,25 @@ def rng_states() -> Dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda_rng"] = torch.cuda.get_rng_state()
     return states
+
+
+def rank_rng_states(distributed: bool) -> Optional[List[Dict[str, Any]]]:
+    """Every rank's :func:`rng_states`, in rank order (a collective: every rank calls it); None in one process.
+    Dropout (LoRA's included) draws from each rank's own stream, so an exact resume puts back each rank's."""
+    if not distributed:
+        return None
+    import torch.distributed as dist
+
+    out: List[Optional[Dict[str, Any]]] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, rng_states())
+    return out
+
+
+def set_rank_rng_states(states: Dict[str, Any], rank: int, world_size: int) -> None:
+    """Put back this rank's random states from a recipe state: its own (``rank_rngs``, saved by a run of the same
+    process count), else the one saved (rank 0's, or a one-process run's)."""
+    ranks = states.get("rank_rngs")
+    set_rng_states(ranks[rank] if isinstance(ranks, list) and len(ranks) == world_size else states)
 
 
 def set_rng_states(states: Dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ from torchtune import config, utils
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
-from torchtune_longshort.devices import out_of_memory_in, release_cached
+from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
 from torchtune_longshort.disk_space import is_out_of_space, room, size_text, written_file
 from torchtune_longshort.refusals import refusing, stoppable
 from torchtune_longshort.training import out_of_space
@@ -80,9 +80,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
         model_sd, opt_sd = recipe_checkpoints.full_state_dicts(
             self._model, self._optimizer, self._distributed, self._is_rank_zero, self._device
         )
+        rank_rngs = rank_rng_states(self._distributed)  # every rank's dropout stream, for an exact resume
         if self._is_rank_zero:
             try:
-                final = self._write_checkpoint(step, model_sd, opt_sd)
+                final = self._write_checkpoint(step, model_sd, opt_sd, rank_rngs)
             except Exception as e:
                 if not is_out_of_space(e, self.ckpts.root):
                     raise
@@ -105,11 +106,12 @@ class LongShortFinetuneRecipe(RecipeSetup):
             log.info(out_of_space.forecast(self.output_dir, plan, fills_at, True))
         self._disk_fills_at = fills_at
 
-    def _write_checkpoint(self, step: int, model_sd, opt_sd):
+    def _write_checkpoint(self, step: int, model_sd, opt_sd, rank_rngs=None):
         self.ckpts.clean_staging()
         staged = self.ckpts.staging_root / f"step_{step}"
         state = recipe_checkpoints.training_state(
-            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config, self._start_digest)
+            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config, self._start_digest,
+            rank_rngs)
         hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
         recipe_checkpoints.stage_step(
             staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),

@@ -158,7 +158,8 @@ def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, r
 
 
 def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: Dict[str, Optional[torch.Generator]],
-                   run_config: Dict[str, Any], start_digest: Optional[str] = None) -> Dict[str, Any]:
+                   run_config: Dict[str, Any], start_digest: Optional[str] = None,
+                   rank_rngs: Optional[list] = None) -> Dict[str, Any]:
     """What the recipe state (``recipe_state/step_<k>.pt``) holds: everything an exact resume needs besides the
     weights (optimizer, LR schedule, data position, RNG states), the run's config as given, interpolations
     resolved, and a LoRA run's start checkpoint's :meth:`~CheckpointFolder.content_digest` (both compared on
@@ -170,6 +171,7 @@ def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: D
         "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None,
         "data": batcher.state_dict(),
         **rng_states(),  # torch_rng, and cuda_rng on a GPU
+        "rank_rngs": rank_rngs,  # several processes: each rank's (devices.rank_rng_states)
         **{k: g.get_state() if g is not None else None for k, g in generators.items()},  # position, rope
         "config": run_config,
     }

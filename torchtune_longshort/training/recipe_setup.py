@@ -22,7 +22,7 @@ from torchtune import config, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
-from torchtune_longshort.devices import set_rng_states
+from torchtune_longshort.devices import set_rank_rng_states
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
@@ -149,7 +149,7 @@ class RecipeSetup:
                                       self.stop_at - self.global_step, lambda msg: utils.log_rank_zero(log, msg),
                                       first_step=self.global_step)
         if recipe_state is not None:
-            set_rng_states(recipe_state)
+            set_rank_rng_states(recipe_state, self.rank, self.world_size)
             utils.log_rank_zero(log, f"Resumed from {self._resume_dir} at step {self.global_step}")
 
     def _setup_output_dir(self) -> Optional[Dict[str, Any]]:
