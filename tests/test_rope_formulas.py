@@ -341,8 +341,6 @@ def test_clex_training_length_check_agrees_with_the_positions_it_draws():
 
     import torch
 
-    from torchtune_longshort.rope.clex import CLEXRoPE
-
     rope = CLEXRoPE(16, 2048, original_max_seq_len=512, t_max=4)
     for seq_len in list(range(2, 2100, 37)) + [512, 768, 1024, 1536, 2048]:
         top = max(float(rope._host_training_positions(seq_len, t, torch.Generator().manual_seed(s)).max())

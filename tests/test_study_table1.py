@@ -307,8 +307,6 @@ def test_an_out_holding_a_users_files_inside_the_checkpoint_or_in_use_is_refused
         tmp_path, tiny_folder, capsys):
     # Table 1 wrote over a user's cells/ and table1.json, wrote its cells into the model's own folder, and a second
     # invocation on the same folder ran every cell again beside the first (clobbering its eval.log)
-    import time
-
     from torchtune_longshort.study.table1.__main__ import main
 
     cfg = tmp_path / "table1.yaml"
