@@ -18,6 +18,7 @@ import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,40 @@ def test_a_failing_cell_is_recorded_the_others_run_and_the_command_exits_1(tmp_p
     base = json.loads((out / "cells/base_384/result.json").read_text())
     assert base["status"] == "failed" and "no lm-eval results file" in base["error"]
     assert "Failed cells: base: eval:" in (out / "report/report.md").read_text()
+
+
+def test_ctrl_c_starts_no_further_cell_and_ends_in_one_line(tmp_path, tiny_folder, monkeypatch, capsys):
+    # Ctrl-C let every queued cell start and run (about an hour on the real config), then ended in a
+    # KeyboardInterrupt traceback; SIGTERM ended the command silently and left its lm-eval children running
+    import os
+    import signal
+
+    import torchtune_longshort.study.table1.runner as runner
+    from torchtune_longshort.study.table1.__main__ import main
+
+    calls = []
+
+    def stopped_in_the_first(argv, log_path, cwd, env, timeout):
+        calls.append(argv)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("stopped\n")
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler stops the command
+            time.sleep(0.5)
+        return 143
+
+    class Stopped(runner.Table1):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "executor": stopped_in_the_first})
+
+    monkeypatch.setattr(runner, "Table1", Stopped)
+    cfg = tmp_path / "table1.yaml"
+    cfg.write_text(yaml.safe_dump({**_tiny_raw(tiny_folder), "jobs": 1}))
+    assert main(["--config", str(cfg), "--out", str(tmp_path / "out"), "--repo-root", str(tmp_path)]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(calls) == 1 and err[-1].startswith("python -m torchtune_longshort.study.table1: interrupted (SIGTERM)")
+    assert "Traceback" not in "\n".join(err)
+    assert signal.getsignal(signal.SIGTERM) is not None and not (tmp_path / "out" / "report").exists()
 
 
 def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_folder):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import missing_root
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, utf8_text
+from torchtune_longshort.study.stop import stop_handlers
 from torchtune_longshort.training.output_dir import OutputDirLock
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
@@ -66,7 +68,13 @@ def main(argv=None) -> int:
         refusing(PROG, lock.acquire)  # a second Table 1 on the same folder ran every cell again beside the first
         lock.made_folder = lock.made_root is not None
         try:
-            recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
+            with stop_handlers():  # a stop reaches the running cells' lm-eval; no cell starts after it
+                recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            print(f"{PROG}: interrupted ({signal.Signals(signum).name}): the cells finished are kept in {t1.out} "
+                  "and skipped by the same command, which runs the rest", file=sys.stderr, flush=True)
+            return 128 + signum
         finally:
             lock.release(discard=True)
     else:

@@ -43,6 +43,7 @@ from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
+from torchtune_longshort.study.stop import received
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
@@ -240,6 +241,8 @@ class Table1:
                 self.log(msg)
 
         def one(i: int, v: str, n: int) -> None:
+            if received():  # stopped (Ctrl-C, SIGTERM): no cell starts after it
+                return
             say(f"[table1] ({i}/{len(todo)}) {cell_key(v, n)} started  [{time.time() - t0:.0f} s elapsed]")
             rec = self.run_cell(v, n)
             say(f"[table1] {rec['key']}: {rec['status']} in {rec['wall_s']:.0f} s")
