@@ -287,8 +287,10 @@ def test_ctrl_c_starts_no_further_cell_and_ends_in_one_line(tmp_path, tiny_folde
     monkeypatch.setattr(runner, "Table1", Stopped)
     cfg = tmp_path / "table1.yaml"
     cfg.write_text(yaml.safe_dump({**_tiny_raw(tiny_folder), "jobs": 1}))
-    assert main(["--config", str(cfg), "--out", str(tmp_path / "out"), "--repo-root", str(tmp_path)]) == 143
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(cfg), "--out", str(tmp_path / "out"), "--repo-root", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 143, err
     assert len(calls) == 1 and err[-1].startswith("python -m torchtune_longshort.study.table1: interrupted (SIGTERM)")
     assert "Traceback" not in "\n".join(err)
     assert signal.getsignal(signal.SIGTERM) is not None and not (tmp_path / "out" / "report").exists()

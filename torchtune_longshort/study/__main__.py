@@ -35,10 +35,9 @@ from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.run_configs import (check_outside_base, check_outside_inputs, check_report_apart,
                                                  check_same_variant, check_study_output)
 from torchtune_longshort.study.runner import Study
-from torchtune_longshort.study.stages import StudyInterrupted, tune_problem
+from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
-from torchtune_longshort.output_guard import missing_root
-from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
+from torchtune_longshort.training.output_dir import OutputDirInUse
 
 PROG = "python -m torchtune_longshort.study"
 # A run's status in the report when it has not finished, which is no failure: stopped by a signal (it resumes), or
@@ -111,13 +110,10 @@ def main(argv=None) -> int:
         return _report(study, report_dir, a.note, only, time.time())
     # the study's own lock on its folder, as the recipe's on its output_dir: a second study there is refused (before
     # its pre-flight writes anything), a lock left by a study that was killed is taken over
-    lock = OutputDirLock(study.out, field="--out (or the config's output_dir)", holder="study")
-    lock.made_root = missing_root(study.out)
     try:
-        lock.acquire()
+        lock = hold_output_folder(study.out, "study")
     except OutputDirInUse as e:
         return refusal(PROG, one_line(e))
-    lock.made_folder = lock.made_root is not None
     try:
         t0 = time.time()
         stopped = _train(study, only)

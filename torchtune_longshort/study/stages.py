@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.report.results_io import load_results
+from torchtune_longshort.output_guard import missing_root
 from torchtune_longshort.study.stop import StudySignal, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
+from torchtune_longshort.training.output_dir import OutputDirLock
 
 
 class StageError(RuntimeError):
@@ -171,3 +173,14 @@ def output_folder(configured, override=None, repo_root=None) -> Tuple[Path, Path
     root = Path(repo_root or Path.cwd()).resolve()
     out = Path(override or configured)
     return root, (out if out.is_absolute() else root / out)
+
+
+def hold_output_folder(out: Path, holder: str) -> OutputDirLock:
+    """The lock of a study's (or Table 1's) output folder, held, as the recipe's on its output_dir: another command
+    there is refused (``OutputDirInUse``, naming it), a lock left by a killed one is taken over; ``release(discard=
+    True)`` takes back a folder this call made that holds only the lock."""
+    lock = OutputDirLock(out, field="--out (or the config's output_dir)", holder=holder)
+    lock.made_root = missing_root(out)
+    lock.acquire()
+    lock.made_folder = lock.made_root is not None
+    return lock

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
@@ -21,10 +20,10 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.output_guard import missing_root
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, utf8_text
+from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
+                                         utf8_text)
 from torchtune_longshort.study.stop import stop_handlers
-from torchtune_longshort.training.output_dir import OutputDirLock
+from torchtune_longshort.study.stages import hold_output_folder
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
 
@@ -63,18 +62,11 @@ def main(argv=None) -> int:
         refusing(PROG, t1.check_output)  # a user's files of the names it writes; a folder inside the checkpoint
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
-        lock = OutputDirLock(t1.out, field="--out (or the config's output_dir)", holder="table1")
-        lock.made_root = missing_root(t1.out)
-        refusing(PROG, lock.acquire)  # a second Table 1 on the same folder ran every cell again beside the first
-        lock.made_folder = lock.made_root is not None
-        try:
-            with stop_handlers():  # a stop reaches the running cells' lm-eval; no cell starts after it
-                recs = refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
-        except KeyboardInterrupt as e:
-            signum = getattr(e, "signum", signal.SIGINT)
-            print(f"{PROG}: interrupted ({signal.Signals(signum).name}): the cells finished are kept in {t1.out} "
-                  "and skipped by the same command, which runs the rest", file=sys.stderr, flush=True)
-            return 128 + signum
+        # a second Table 1 on the same folder ran every cell again beside the first
+        lock = refusing(PROG, lambda: hold_output_folder(t1.out, "table1"))
+        try:  # a stop reaches the running cells' lm-eval, no cell starts after it; one line, 130 / 143
+            recs = stoppable(PROG, lambda: _run_stoppable(t1), f"the cells finished are kept in {t1.out} and "
+                             "skipped by the same command, which runs the rest")
         finally:
             lock.release(discard=True)
     else:
@@ -90,6 +82,11 @@ def main(argv=None) -> int:
         say(f"[table1] {len(bad)} of {len(recs)} cells not ok: {', '.join(bad)}")
         return 1
     return 0
+
+
+def _run_stoppable(t1):
+    with stop_handlers():
+        return refusing(PROG, t1.run)  # a full disk writing a cell's record: one line (each is written whole)
 
 
 if __name__ == "__main__":
