@@ -269,6 +269,8 @@ def _rank_counts(rank: int, world_size: int, port: int, cfg, results) -> None:
     with contextlib.redirect_stdout(sys.stderr):
         reads = train_step_counts(cfg, collectives)
     results.put((rank, reads, dict(collectives)))
+    if torch.distributed.is_initialized():  # as the recipe's own exit does: a process group left to the
+        torch.distributed.destroy_process_group()  # interpreter's teardown aborted a rank now and then (SIGABRT)
 
 
 def distributed_step_counts(cfg, world_size: int = 2) -> list:
