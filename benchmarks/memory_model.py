@@ -307,8 +307,10 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
     cuda = torch.device(device).type == "cuda"
     step = None
     try:
+        t_build = time.perf_counter()
         step = make_step(sh, depth or sh.layers, L, device, dtype, offload=offload, num_chunks=nc, tile=tile,
                          pin_memory=pin_memory)
+        out["build_s"] = round(time.perf_counter() - t_build, 2)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -348,10 +350,16 @@ def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = F
     ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``)."""
     L = predict_longest(shape, budget_bytes, offload, num_chunks, tile=tile)
     longer = int(1.25 * L) // 4 * 4
-    runs = [run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile, pin_memory=pin_memory)
-            for n in (L, longer)]
-    for r in runs:
+    runs = []
+    for n in (L, longer):  # a line before and after each step: a call killed at its time limit still shows how far
+        print(f"    {shape} L={n}: building and one step", file=sys.stderr, flush=True)
+        r = run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile, pin_memory=pin_memory)
         r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks, tile=tile)
+        runs.append(r)
+        done = (f"fits, peak {r['peak_bytes'] / 2**30:.1f} GiB, build {r['build_s']} s, step {r['seconds']} s"
+                if r["fit"] else f"does not fit: {r['error'][:80]}")
+        print(f"    {shape} L={n}: {done} (predicted {r['predicted_bytes'] / 2**30:.1f} GiB)", file=sys.stderr,
+              flush=True)
     holds = runs[0]["fit"] and not runs[1]["fit"]
     return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, tile=tile, predicted_L=L, runs=runs,
                 model_holds=holds, pin_memory=pin_memory)
