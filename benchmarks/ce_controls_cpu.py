@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, DIVERGENCES
+from torchtune_longshort.study.comparisons import RECOVERY
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = "configs/study/gpu_smollm2_seeds.yaml"
@@ -239,10 +240,10 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     for m in a.methods:
         for lr in a.lrs:
             ce = rows[arm(a, m, 0.0, lr)]["ppl"]
-            rec, imp = ce[short] <= base[short] * 1.02, ce[long_] < base[long_]
+            rec, imp = ce[short] <= base[short] * RECOVERY, ce[long_] < base[long_]
             verdicts.append(f"- {m}, lr {lr:g}: at {short} the CE fine-tune's ppl {ce[short]:.3f} against the base's "
-                            f"{base[short]:.3f} ({'recovers' if rec else 'does NOT recover'} it: the rule, at most 2% above); at {long_} "
-                            f"{ce[long_]:.3f} against {base[long_]:.3f} "
+                            f"{base[short]:.3f} ({'recovers' if rec else 'does NOT recover'} it: the rule, at most "
+                            f"{RECOVERY}x); at {long_} {ce[long_]:.3f} against {base[long_]:.3f} "
                             f"({'beats' if imp else 'does NOT beat'} the base)")
             for alpha in a.alphas:
                 if alpha:

@@ -163,6 +163,8 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     assert by_seed(cfg, recs, "pi_a0", "ppl", 512)[2] - by_seed(cfg, recs, "pi_a0", "ppl", 512)[0] > 1.3
     # CE over base: the planted base is 3 ppl worse at every length
     assert all(abs(r["ratio"] - r["ce_mean"] / r["base"]) < 1e-12 and r["ratio"] < 1 for r in got["ce_vs_base"])
+    assert {(r["length"] <= cfg.L0, r["control"]) for r in got["ce_vs_base"]} == {
+        (True, "recovers the base"), (False, "beats the base")}
     ent = {r["config"]: r["means"]["entropy"] for r in got["per_config"]}
     assert abs(ent["pi_a1"] - (2.0 + EFFECT["main"][1.0])) < 1e-9 and abs(ent["pi_a0"] - 2.0) < 1e-9
 
@@ -236,8 +238,14 @@ def test_a_method_whose_ce_baseline_did_not_learn_the_extension_is_not_measurabl
     assert t23["verdict"] == "held"  # held wherever it is measurable; the reason names CLEX's
     assert claims["table6"]["per_method"]["clex"]["verdict"] == "not measurable here"
     build_report(tmp_path / "out", tmp_path / "report", cfg)
-    assert "clex: not measurable here (the CE-only fine-tunes did not learn the extension" in (
-        tmp_path / "report" / "report.md").read_text()
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "clex: not measurable here (the CE-only fine-tunes did not learn the extension" in md
+    # the controls' rule, per length: CLEX's control neither recovers the base within L0 nor beats it beyond
+    ce = {(r["method"], r["length"] <= cfg.L0): r["control"] for r in analyze(cfg, load_records(
+        tmp_path / "out", cfg))["ce_vs_base"]}
+    assert ce[("clex", True)].startswith("does NOT recover") and ce[("clex", False)] == "does NOT beat the base"
+    assert ce[("pi", True)] == "recovers the base" and ce[("pi", False)] == "beats the base"
+    assert "Not recovered within L0: clex at " in md and "pi at" not in md.split("Not recovered within L0:")[1][:80]
 
 
 def _table1_records(cfg, ppls, mis):

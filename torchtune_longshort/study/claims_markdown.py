@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.study.base_config import GATE_MEASURES
+from torchtune_longshort.study.comparisons import RECOVERY
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -52,13 +53,22 @@ def _comparisons(comps: List[Dict[str, Any]], extra: Optional[List[str]] = None)
                   + ["paired difference, mean [95% CI]", "direction"], rows)
 
 
-def ce_section(rows: List[Dict[str, Any]]) -> List[str]:
+def ce_section(rows: List[Dict[str, Any]], L0: int, L: int) -> List[str]:
     md = ["### What the CE-only fine-tunes learned", "",
           "Perplexity of the base model (pre-trained at L0, unscaled RoPE, extrapolating) and of the CE-only "
-          "fine-tunes (mean over seeds); ratio < 1: the fine-tune is better than the base.", ""]
-    body = [[r["method"], length_label(r["length"]), _f(r["base"]), _f(r["ce_mean"]), str(r["n"]), _f(r["ratio"], 3)]
-            for r in rows]
-    return md + md_table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio"], body)
+          "fine-tunes (mean over seeds); ratio < 1: the fine-tune is better than the base. The controls' rule: "
+          f"within L0 = {L0} a CE-only fine-tune recovers the base (ppl at most {RECOVERY}x the base's), beyond it "
+          f"it beats the base. The claims read lengths >= L = {L} only, where a method whose control does not beat "
+          "the base is not measurable.", ""]
+    body = [[r["method"], length_label(r["length"]), _f(r["base"]), _f(r["ce_mean"]), str(r["n"]), _f(r["ratio"], 3),
+             r.get("control", "—")] for r in rows]
+    md += md_table(["method", "length", "base ppl", "CE fine-tune ppl", "seeds", "ratio", "control"], body)
+    short = [f"{r['method']} at {length_label(r['length'])} (ratio {_f(r['ratio'], 3)})" for r in rows
+             if r["length"] <= L0 and r.get("control", "").startswith("does NOT")]
+    if short:  # the claims never look there, so say it where the reader looks
+        md += [f"Not recovered within L0: {', '.join(short)}. That method's alpha comparisons below L say how the "
+               "term acts on a control that has not relearned the short context; the verdicts do not use them.", ""]
+    return md
 
 
 def base_section(b: Optional[Dict[str, Any]], cfg: "StudyConfig") -> List[str]:
@@ -145,7 +155,7 @@ def claims_markdown(analysis: Dict[str, Any], cfg: "StudyConfig") -> List[str]:
           "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed. The "
           "verdicts, one line each, open the report.", ""]
     md += base_section(analysis.get("base_failure"), cfg)
-    md += ce_section(analysis["ce_vs_base"])
+    md += ce_section(analysis["ce_vs_base"], cfg.L0, cfg.L)
     md += methods_section(analysis["methods"])
     for c in analysis["claims"]:
         md += claim_section(c)
