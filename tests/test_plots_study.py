@@ -254,3 +254,28 @@ def test_a_line_figure_of_many_methods_wraps_its_panels_within_the_widest_figure
     for ax in panels:
         inside_figure(fig, ax.title)
         assert ax.get_window_extent(r).width / fig.dpi >= 2.5  # panels not squeezed to fit
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_the_length_marks_stay_inside_the_frame_and_clear_of_the_points(log):
+    # The GPU study's panel: L is the last length and the base rises to the top right corner (4.5 at 8k, 15.4 at
+    # 16k); the "L" label sat on the frame's right edge, over the base's last point. log: values over a decade.
+    lengths = [256, 512]
+    cfg = lengths_cfg(lengths, L=512)
+    top = 154.0 if log else 15.4
+    fig = draw(line_figure(cfg, table({0.0: [12.65, 9.52], 0.1: [13.68, 10.14], None: [4.53, top]}, lengths),
+                           lengths, "perplexity"))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == ("log" if log else "linear")
+    r = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(r)
+    marks = [t for t in ax.texts if t.get_text().strip() in ("L0", "L")]
+    assert sorted(t.get_text().strip() for t in marks) == ["L", "L0"]
+    drawn = [line for line in ax.get_lines() if len(line.get_xdata()) and line.get_marker() not in (None, "None", "")]
+    points = np.concatenate([ax.transData.transform(np.column_stack(line.get_data()).astype(float)) for line in drawn])
+    for t in marks:
+        box = t.get_window_extent(r)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (t, box)
+        # no point's marker (radius ~5 px at this dpi) reaches the label's box
+        near = [(x, y) for x, y in points if box.x0 - 6 <= x <= box.x1 + 6 and box.y0 - 6 <= y <= box.y1 + 6]
+        assert not near, (t.get_text(), box, near)
