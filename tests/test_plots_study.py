@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from matplotlib.colors import to_rgb
-from plot_helpers import (check_every_series_visible, check_plain_value_axis, draw, inside_figure, lengths_cfg,
-                          no_overlap, study, table, texts, ticks)
+from plot_helpers import (check_every_series_visible, check_plain_value_axis, draw, drawn_ticklabels, inside_figure,
+                          lengths_cfg, no_overlap, study, table, texts, ticks)
 
 from torchtune_longshort.plots.axes import MIN_SPAN_FRACTION, MISSING_GID, QUICK_MARK, WIDENED_GID
 from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE
-from torchtune_longshort.study.figures import babilong_figure, line_figure, passkey_figure
+from torchtune_longshort.study.figures import LENGTH_MARKS_GID, babilong_figure, line_figure, passkey_figure
 from torchtune_longshort.study.records import short_reason, upgraded, value, why_empty
 from torchtune_longshort.study.tables import build_tables
 
@@ -257,9 +257,10 @@ def test_a_line_figure_of_many_methods_wraps_its_panels_within_the_widest_figure
 
 
 @pytest.mark.parametrize("log", [False, True])
-def test_the_length_marks_stay_inside_the_frame_and_clear_of_the_points(log):
+def test_the_length_marks_stay_clear_of_the_points_the_legend_and_the_title(log):
     # The GPU study's panel: L is the last length and the base rises to the top right corner (4.5 at 8k, 15.4 at
-    # 16k); the "L" label sat on the frame's right edge, over the base's last point. log: values over a decade.
+    # 16k); an "L" drawn inside the frame sat on its right edge over the base's last point, and legends hid "L0".
+    # log: values over a decade.
     lengths = [256, 512]
     cfg = lengths_cfg(lengths, L=512)
     top = 154.0 if log else 15.4
@@ -268,14 +269,14 @@ def test_the_length_marks_stay_inside_the_frame_and_clear_of_the_points(log):
     ax = fig.axes[0]
     assert ax.get_yscale() == ("log" if log else "linear")
     r = fig.canvas.get_renderer()
+    (marks,) = [c for c in ax.child_axes if c.get_gid() == LENGTH_MARKS_GID]
+    labels = drawn_ticklabels(marks.xaxis)
+    assert [t.get_text() for t in labels] == ["L0", "L"]
+    assert [x for x, _ in ticks(marks.xaxis)] == [cfg.L0, cfg.L]
     frame = ax.get_window_extent(r)
-    marks = [t for t in ax.texts if t.get_text().strip() in ("L0", "L")]
-    assert sorted(t.get_text().strip() for t in marks) == ["L", "L0"]
-    drawn = [line for line in ax.get_lines() if len(line.get_xdata()) and line.get_marker() not in (None, "None", "")]
-    points = np.concatenate([ax.transData.transform(np.column_stack(line.get_data()).astype(float)) for line in drawn])
-    for t in marks:
+    for t in labels:  # above the frame (so no point or legend covers it), inside the figure, under the title
         box = t.get_window_extent(r)
-        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (t, box)
-        # no point's marker (radius ~5 px at this dpi) reaches the label's box
-        near = [(x, y) for x, y in points if box.x0 - 6 <= x <= box.x1 + 6 and box.y0 - 6 <= y <= box.y1 + 6]
-        assert not near, (t.get_text(), box, near)
+        assert box.y0 >= frame.y1 - 1, (t.get_text(), box, frame)
+        inside_figure(fig, t)
+    no_overlap(labels + [ax.title], r)
+    assert ax.get_legend() is not None and ax.get_legend().get_window_extent(r).y1 <= frame.y1 + 1

@@ -34,26 +34,22 @@ from torchtune_longshort.study.records import eval_setting, members_scored, metr
 from torchtune_longshort.study.tables import build_tables, read_records
 
 
-LABEL_ROW = 0.07  # the top strip of the axes (a fraction of its height) kept clear of data for the L0 / L labels
+LENGTH_MARKS_GID = "length_marks"  # the top axis that labels L0 and L
 
 
 def _mark_lengths(ax, cfg: StudyConfig) -> None:
-    """Dotted lines at L0 and L, labelled inside the top of the axes (never over the title or tick labels). The
-    value axis gains a top strip of :data:`LABEL_ROW` that no point reaches (a base rising to the last length sat
-    under the label), and a label in the right half of the x range reads leftwards, so the last length's stays
-    inside the frame. Call it after the axes' limits are set."""
-    lo, hi = ax.get_ylim()
-    if ax.get_yscale() == "log":
-        ax.set_ylim(lo, hi * (hi / lo) ** (LABEL_ROW / (1 - LABEL_ROW)))
-    else:
-        ax.set_ylim(lo, hi + (hi - lo) * LABEL_ROW / (1 - LABEL_ROW))
-    x0, x1 = ax.get_xlim()
-    right = (lambda x: math.log(x / x0) > math.log(x1 / x0) / 2) if ax.get_xscale() == "log" and x0 > 0 \
-        else (lambda x: x - x0 > (x1 - x0) / 2)
-    for x, lab in ((cfg.L0, "L0"), (cfg.L, "L")):
+    """Dotted lines at L0 and L, labelled as ticks of a top axis: outside the frame, so no point, legend or edge of
+    the plot covers them (drawn inside, "L" sat on the right edge over the base's last point and legends hid
+    "L0"); matplotlib lifts the title above them."""
+    from matplotlib.ticker import NullLocator
+
+    for x in (cfg.L0, cfg.L):
         ax.axvline(x, color="grey", lw=0.8, ls=":")
-        ax.text(x, 1 - LABEL_ROW * 0.15, f"{lab} " if right(x) else f" {lab}", transform=ax.get_xaxis_transform(),
-                ha="right" if right(x) else "left", va="top", fontsize=8, color="grey")
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([cfg.L0, cfg.L], ["L0", "L"], fontsize=8, color="grey")
+    top.xaxis.set_minor_locator(NullLocator())
+    top.tick_params(length=2, pad=1, color="grey")
+    top.set_gid(LENGTH_MARKS_GID)
 
 
 def _row_name(row: Dict[str, Any]) -> str:
