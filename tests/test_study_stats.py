@@ -62,6 +62,26 @@ def test_paired_difference_uses_shared_seeds_only():
     assert direction(paired_difference({0: 1.0}, {0: 2.0}), True) == "unknown"  # one seed: no interval
 
 
+@pytest.mark.parametrize("n, want", [(3, "no difference"), (5, "no difference"), (6, "better")])
+def test_the_same_difference_in_every_seed_is_judged_by_the_sign_flip_test(n, want):
+    # The GPU study's BABILong cell: one more of the same 18 questions answered in each of 3 seeds, +1/18 every time;
+    # the t interval was [1/18, 1/18] and called it "better". The seeds alone say: a two-sided sign-flip test.
+    import itertools
+
+    treated, control = {s: 1 / 18 for s in range(n)}, {s: 0.0 for s in range(n)}
+    d = paired_difference(treated, control)
+    diffs = d["values"]
+    flips = [sum(f * x for f, x in zip(signs, diffs)) for signs in itertools.product((1, -1), repeat=n)]
+    p = sum(abs(t) >= abs(sum(diffs)) - 1e-15 for t in flips) / len(flips)  # brute force over all 2**n flips
+    assert d["sign_p"] == pytest.approx(p) == pytest.approx(2 / 2 ** n)
+    assert direction(d, lower_is_better=False) == want
+    assert direction(d, lower_is_better=True) == {"better": "worse"}.get(want, want)
+    # equal to within float rounding counts as equal; no difference at all stays the plain "no difference"
+    assert paired_difference({0: 0.1 + 0.2, 1: 0.3, 2: 0.3}, {0: 0.2, 1: 0.2, 2: 0.2})["sign_p"] is not None
+    same = paired_difference({0: 0.0, 1: 0.0}, {0: 0.0, 1: 0.0})
+    assert "sign_p" not in same and direction(same, True) == "no difference"
+
+
 def test_correlation_closed_form():
     # x = 1..5, y a swap of two neighbour pairs: sum of squares 10 each, sum of products 8, so r = rho = 0.8
     got = correlation([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0])

@@ -20,6 +20,8 @@ def _f(x: Optional[float], digits: int = 4) -> str:
 def _interval(c: Dict[str, Any]) -> str:
     if c.get("mean") is None:
         return "—"
+    if c.get("sign_p") is not None:
+        return f"{_f(c['mean'])} in every seed (n={c['n']}; sign-flip p = {_f(c['sign_p'], 3)})"
     if c.get("lo") is None:
         return f"{_f(c['mean'])} (n={c['n']}, no interval)"
     return f"{_f(c['mean'])} [{_f(c['lo'])}, {_f(c['hi'])}] (n={c['n']})"

@@ -33,14 +33,26 @@ def paired_difference(treated: Mapping[int, float], control: Mapping[int, float]
     diffs = [float(treated[s]) - float(control[s]) for s in seeds]
     out: Dict[str, object] = dict(t_interval(diffs, confidence))
     out.update({"seeds": seeds, "values": diffs})
+    mean, sd = out["mean"], out["sd"]
+    if sd is not None and mean and sd <= 1e-12 * max(1.0, abs(mean)):
+        # Every seed moved by the same nonzero amount (a discrete score: one more question of the same few): the t
+        # interval is a point and would call any such difference certain. Judge it as the seeds alone can: the
+        # exact sign-flip test, whose two-sided p with n agreeing seeds is 2 / 2**n (0.25 at 3 seeds).
+        out.update(lo=None, hi=None, sign_p=min(1.0, 2.0 / 2 ** len(diffs)))
     return out
 
 
 def direction(diff: Mapping[str, object], lower_is_better: Optional[bool]) -> str:
     """``"better"`` / ``"worse"`` when the interval excludes 0 on that side, ``"no difference"`` when it holds 0,
-    ``"unknown"`` without an interval (fewer than 2 seeds) or without a value. ``lower_is_better=None`` (a score
+    ``"unknown"`` without an interval (fewer than 2 seeds) or without a value; with the same nonzero difference in
+    every seed, the sign-flip test's ``sign_p`` decides instead. ``lower_is_better=None`` (a score
     with no better side, such as entropy): ``"lower"`` / ``"higher"`` instead of better / worse."""
-    lo, hi = diff.get("lo"), diff.get("hi")
+    if diff.get("sign_p") is not None:  # equal differences in every seed (paired_difference): the sign-flip test
+        if diff["sign_p"] >= 1 - CONFIDENCE:
+            return "no difference"
+        lo = hi = diff["mean"]
+    else:
+        lo, hi = diff.get("lo"), diff.get("hi")
     if lo is None or hi is None or any(isinstance(x, float) and math.isnan(x) for x in (lo, hi)):
         return "unknown"
     if hi < 0:
