@@ -154,7 +154,9 @@ def claims_markdown(analysis: Dict[str, Any], cfg: "StudyConfig") -> List[str]:
           "Each comparison is paired by seed against cross-entropy alone (alpha = 0) on the same RoPE method: "
           "mean difference over seeds and its 95% Student-t interval. Perplexity: lower is better (a negative "
           "difference favours the configuration); accuracies: higher is better. `direction` is `better` / "
-          "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed. The "
+          "`worse` when the interval excludes 0, `no difference` when it holds 0, `unknown` with one seed; a "
+          "difference equal in every seed has no spread to build an interval from and is judged by the exact "
+          "sign-flip test instead (p = 2 / 2^n; 0.25 at 3 seeds). The "
           "verdicts, one line each, open the report.", ""]
     md += base_section(analysis.get("base_failure"), cfg)
     md += ce_section(analysis["ce_vs_base"], cfg.L0, cfg.L)
