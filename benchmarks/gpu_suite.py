@@ -11,7 +11,8 @@ the steps it runs; the JSON records every part's actual seconds, so the plan can
 - ``loss`` (P1): alpha 0.1 / 0 time and memory of the fused loss at the 1B shape at 8k;
 - ``longest`` (P6): the predicted longest window of the 1B shape on an 80 GB card, and 1.25x it;
 - ``longest_8b`` (P6): the same for the 8B LoRA shape with the tiled MLP and offloading, under a memory cap of
-  ``--longest-8b-gb`` (default 40: a cheap point of the model; 80, the 80 GB claim itself, takes a command alone);
+  ``--longest-8b-gb`` (default 40: a cheap point of the model; 80, the 80 GB claim itself, takes a command alone
+  and, to fit one call, ``--longest-steps 1``: the predicted window only);
 - ``recipe`` (P4): the ~1.5B / 4k recipe against torchtune, eager and compiled, tokens/s and MFU;
 - ``eval`` (P3): ``longshort`` against ``hf`` at 8k / 16k / 32k on a 7B-width checkpoint;
 - ``fused_ce``: ours at alpha 0 against Liger's and Cut Cross-Entropy's fused linear cross-entropy (optional
@@ -57,24 +58,24 @@ PARTS = {
 DEFAULT_PARTS = ("loss", "longest", "recipe", "eval", "fused_ce", "longest_8b")
 # Planned seconds on one H100 / H200: each part's measured time on one H200 (2026-11-27, docs/gpu_suite_h200) with a
 # margin: loss 30 s, longest 73 s at bounded chunks (its 161k step alone 43 s), recipe 121 s (two eager and two
-# compiled runs: 23-28 s each, compile included), eval 19 s (8 layers), fused_ce 18 s. The real-model parts: the
-# 2026-11-25 H100 run (56 s for both). longest_8b was planned from its FLOPs at 90 s (the two steps at the 40 GB
-# cap's predicted window and 1.25x it, ~4e15 FLOP each at an assumed 300 TFLOP/s, the 8B model built twice); on one
-# H200 (2026-12-04, alone after the 4 parts above re-ran in 127 s) it had not finished after 106 s, when the call's
-# limit killed it (its step lines, printed since, were not yet there): 180 s until a run measures it. At
-# --longest-8b-gb 80 (~150k tokens a window, ~7e16 FLOP a step) the same estimate gave 420 s, scaled up alike.
+# compiled runs: 23-28 s each, compile included; 139 s on 2026-12-04), eval 19 s (8 layers), fused_ce 18 s. The
+# real-model parts: the 2026-11-25 H100 run (56 s for both). longest_8b at its default 40 GB cap: 134 s measured on
+# one H200 (2026-12-04: build 9 s, the 53,248-token step 42 s, the 66,560 one 67 s with 72 GB pinned). Above 40 GB
+# (--longest-8b-gb 80: 149,504 tokens a window): its first step measured 217 s plus 17 s to build (pageable
+# offloading, docs/gpu_suite_h200/run_2026-12-04b), so both steps (the 1.25x one ~1.56x as long, attention's L^2)
+# plan at 640 s, more than one call's 600 s: ``--longest-steps 1`` (the predicted window only) plans at 300 s.
 PLANNED_S = {"loss": 40, "longest": 100, "recipe": 180, "eval": 45, "fused_ce": 30, "longest_8b": 180,
              "recipe_smollm2": 60, "eval_smollm2": 40}
-PLANNED_LONGEST_8B_ABOVE_40GB_S = 540  # longest_8b under a cap above 40 GB (the 80 GB estimate above, scaled alike)
+PLANNED_LONGEST_8B_ABOVE_40GB_S = {2: 640, 1: 300}  # longest_8b above a 40 GB cap, by --longest-steps
 SMOKE_PARTS = DEFAULT_PARTS  # every default part has a tiny CPU shape
 
 
-def plan(parts, budget, longest_8b_gb: float = 40):
+def plan(parts, budget, longest_8b_gb: float = 40, longest_steps: int = 2):
     """``(planned, refusal)``: the parts' planned seconds, and a one-line refusal when even the smallest exceeds
     the budget (``None`` otherwise). ``longest_8b`` above a 40 GB cap: :data:`PLANNED_LONGEST_8B_ABOVE_40GB_S`."""
     planned = {p: PLANNED_S[p] for p in parts}
     if "longest_8b" in planned and longest_8b_gb > 40:
-        planned["longest_8b"] = PLANNED_LONGEST_8B_ABOVE_40GB_S
+        planned["longest_8b"] = PLANNED_LONGEST_8B_ABOVE_40GB_S[longest_steps]
     if budget is not None and budget < min(planned.values()):
         listing = ", ".join(f"{p} {s} s" for p, s in planned.items())
         return planned, f"--budget {budget:g} s is smaller than the smallest part; planned: {listing}"
@@ -123,12 +124,14 @@ def main(argv=None) -> int:
     ap.add_argument("--offload-pinned", type=int, default=1, choices=(0, 1),
                     help="longest parts with offloading: host copies in pinned (1, torchtune's default) or pageable "
                          "(0) memory; a step whose pinned blocks would not fit this machine's memory is refused")
+    ap.add_argument("--longest-steps", type=int, default=2, choices=(1, 2),
+                    help="longest parts: the predicted window and 1.25x it (2), or the predicted window only (1)")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
     if args.smoke and set(parts) - set(SMOKE_PARTS):
         ap.error(f"--smoke runs {', '.join(SMOKE_PARTS)} only: the real-model parts need a GPU")
-    planned, refusal = plan(parts, args.budget, args.longest_8b_gb)
+    planned, refusal = plan(parts, args.budget, args.longest_8b_gb, args.longest_steps)
     if refusal:
         ap.error(refusal)
     # Without expandable segments the caching allocator's reserved memory ran 10% over the allocated bytes at the

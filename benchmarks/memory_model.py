@@ -344,14 +344,16 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
 
 
 def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = False, device: str = "cuda",
-                  num_chunks: Optional[int] = 8, tile: Optional[int] = None, pin_memory: bool = True) -> dict:
+                  num_chunks: Optional[int] = 8, tile: Optional[int] = None, pin_memory: bool = True,
+                  steps: int = 2) -> dict:
     """P6: one step at the predicted longest window for ``budget_bytes`` and one at 1.25x it. The model holds when
     the first fits and the second does not (cap the device's memory at ``budget_bytes`` first, e.g.
-    ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``)."""
+    ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``). ``steps`` 1: the predicted window only
+    (``model_holds`` None when it fits: half the check)."""
     L = predict_longest(shape, budget_bytes, offload, num_chunks, tile=tile)
     longer = int(1.25 * L) // 4 * 4
     runs = []
-    for n in (L, longer):  # a line before and after each step: a call killed at its time limit still shows how far
+    for n in (L, longer)[:steps]:  # a line before and after each step: a call killed at its limit shows how far
         print(f"    {shape} L={n}: building and one step", file=sys.stderr, flush=True)
         r = run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile, pin_memory=pin_memory)
         r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks, tile=tile)
@@ -360,7 +362,7 @@ def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = F
                 if r["fit"] else f"does not fit: {r['error'][:80]}")
         print(f"    {shape} L={n}: {done} (predicted {r['predicted_bytes'] / 2**30:.1f} GiB)", file=sys.stderr,
               flush=True)
-    holds = runs[0]["fit"] and not runs[1]["fit"]
+    holds = (runs[0]["fit"] and not runs[1]["fit"]) if steps > 1 else (None if runs[0]["fit"] else False)
     return dict(budget_bytes=budget_bytes, shape=shape, offload=offload, tile=tile, predicted_L=L, runs=runs,
                 model_holds=holds, pin_memory=pin_memory)
 

@@ -361,3 +361,33 @@ def test_clex_training_length_check_agrees_with_the_positions_it_draws():
     with pytest.raises(ValueError, match=r"seq_len=768: .* reach 3071 .* multiple of 512 \(e\.g\. 1024\), or set "
                                          r"the model's t_max to 2$"):
         rope.check_training_length(768)
+
+
+# ---- the rotation itself ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interleaved_rotation_is_the_real_formula_bit_for_bit_with_its_gradient(dtype):
+    """``rotate`` (eager: one complex multiply) against the rotation written out per pair in float32 (Meta's
+    Llama, torchtune's module): the same values and the same input gradient, to the bit, on a CPU."""
+    from torchtune_longshort.rope import rotate
+
+    torch.manual_seed(0)
+    s, h, d = 300, 3, 64
+    angles = torch.rand(s, d // 2, dtype=torch.float64) * 500
+    cos, sin = angles.cos().float().view(1, s, 1, d // 2), angles.sin().float().view(1, s, 1, d // 2)
+    x = torch.randn(2, s, h, d, dtype=dtype)
+    x_ref, x_got = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    pairs = x_ref.float().reshape(2, s, h, d // 2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    want = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1).flatten(3).to(dtype)
+    got = rotate(x_got, cos, sin, "interleaved")
+    assert got.dtype == dtype and got.shape == x.shape
+    assert torch.equal(got, want)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    assert torch.equal(x_got.grad, x_ref.grad)
+    # a cache cast out of float32 (model.to(bf16)) takes the real formula: no complex bf16 exists
+    c16, s16 = cos.bfloat16(), sin.bfloat16()
+    p = x.float().reshape(2, s, h, d // 2, 2)
+    want16 = torch.stack([p[..., 0] * c16 - p[..., 1] * s16, p[..., 1] * c16 + p[..., 0] * s16], -1).flatten(3)
+    assert torch.equal(rotate(x, c16, s16, "interleaved"), want16.to(dtype))

@@ -57,8 +57,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -
     ``interleaved`` pairs dimensions (2i, 2i+1) as Meta's Llama and torchtune's ``RotaryPositionalEmbeddings``;
     ``half`` pairs (i, i + h_d/2) as transformers' ``rotate_half`` and torchtune's Qwen2 RoPE. Computed in
     float32 and cast back to ``x``'s dtype, like torchtune's own module.
+
+    Eager, the interleaved pairs take one complex multiply: the same four products and two sums as the real formula
+    (the same bits on a CPU, ``tests/test_rope_formulas.py``) in one kernel instead of six and a stack, 2.5-8x
+    faster on a CPU (``benchmarks/rope_rotate_cost.py``). Compiled (inductor fuses it whole), or with a cos/sin cast
+    out of float32 (``model.to(bf16)``), the real formula.
     """
     xf = x.float()
+    if layout == "interleaved" and cos.dtype == sin.dtype == torch.float32 and not torch.compiler.is_compiling():
+        xc = torch.view_as_complex(xf.reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * torch.complex(cos, sin)).flatten(3).type_as(x)
     if layout == "interleaved":
         xs = xf.reshape(*x.shape[:-1], -1, 2)
         x0, x1 = xs[..., 0], xs[..., 1]
