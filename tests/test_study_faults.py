@@ -125,6 +125,29 @@ def test_the_figures_redraw_refuses_a_report_cut_off(tmp_path, finished, capsys)
     assert "holds no finished study report" in _one_error_line(capsys.readouterr().err, prog)
 
 
+def test_a_run_record_cut_off_is_a_failed_run_and_the_report_goes_on(tmp_path, finished, capsys):
+    """Before: --report-only refused the whole study in one line, "<record> is not a whole run record", for one
+    run's result.json cut off (a kill, a full disk), so no report showed the runs that had finished. Now that run is
+    failed in the report, its error naming the file and how to run it again; the others are reported (exit 1, as a
+    failed run), and the report's copy of its record is whole, so the figures' redraw reads it."""
+    out = _copy(finished, tmp_path / "out")
+    record = out / "runs" / "clex_a0_s0" / "result.json"
+    record.write_text(record.read_text()[:100])
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 1
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err and "1 failed: clex_a0_s0" in printed.out, printed
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    runs = summary["runs"]
+    assert runs["clex_a0_s0"]["status"] == "failed" and {r["status"] for k, r in runs.items() if k != "clex_a0_s0"} \
+        == {"ok"}, runs
+    report = (out / "report" / "report.md").read_text()
+    assert f"{record} is not a whole run record" in report and "without --report-only runs it again" in report
+    copy = json.loads((out / "report" / "runs" / "clex_a0_s0" / "result.json").read_text())
+    assert copy["status"] == "failed" and copy["stage"] == "record", copy
+    argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--report", str(out / "report")]
+    assert figures_main(argv) == 0
+
+
 def test_the_figures_redraw_takes_a_shipped_config_name_as_the_study_does(tmp_path, finished, monkeypatch, capsys):
     """Before: `--config study/cpu_small.yaml` (the name the study itself was run with, from a wheel) was read as a
     path only: "study config '<cwd>/study/cpu_small.yaml' does not exist", exit 2."""

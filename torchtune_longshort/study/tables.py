@@ -61,10 +61,13 @@ def cell_text(mean: Optional[float], sd: Optional[float]) -> str:
     return fmt(mean) if sd is None else f"{fmt(mean)} ± {fmt(sd)}"
 
 
-def read_records(cfg: StudyConfig, folder_of: Callable[[str], Path]) -> Dict[str, Dict[str, Any]]:
+def read_records(cfg: StudyConfig, folder_of: Callable[[str], Path],
+                 cut_off: str = "refuse") -> Dict[str, Dict[str, Any]]:
     """``{key: result.json}`` for the base and every grid run, each read from ``folder_of(key)`` (records of earlier
     versions in the current layout); a run with no result.json is ``not run``. A result.json that is not a JSON
-    object (cut off by a full disk or a kill) is refused naming the file: the tables would go on without its run."""
+    object (cut off by a full disk or a kill): ``cut_off="refuse"`` raises ``ValueError`` naming the file (a
+    report's copies, written whole, are never cut off: that report is broken); ``"failed"`` makes it a failed run
+    whose error names the file and how to run it again (a study's own runs: the others are reported)."""
     recs: Dict[str, Dict[str, Any]] = {}
     for key in ["base"] + [r.key for r in cfg.grid]:
         p = folder_of(key) / RESULT
@@ -73,18 +76,25 @@ def read_records(cfg: StudyConfig, folder_of: Callable[[str], Path]) -> Dict[str
             continue
         try:
             rec = json.loads(p.read_text())
+            what = None if isinstance(rec, dict) else f"a JSON {type(rec).__name__}, not an object"
         except ValueError as e:
-            raise ValueError(f"{p} is not a whole run record ({one_line(e)}): it was cut off (a full disk, a kill?); "
-                             "run the command that wrote it again") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{p} is not a run record (a JSON {type(rec).__name__}, not an object)")
-        recs[key] = upgraded(rec)
+            what = one_line(e)
+        if what is None:
+            recs[key] = upgraded(rec)
+        elif cut_off == "failed":
+            recs[key] = {"key": key, "status": "failed", "stage": "record", "run_dir": str(p.parent),
+                         "error": f"{p} is not a whole run record ({what}): cut off (a full disk, a kill?); the "
+                                  "study command without --report-only runs it again"}
+        else:
+            raise ValueError(f"{p} is not a whole run record ({what}): it was cut off (a full disk, a kill?); "
+                             "run the command that wrote it again")
     return recs
 
 
 def load_records(out: Path, cfg: StudyConfig) -> Dict[str, Dict[str, Any]]:
-    """:func:`read_records` of a study's output folder ``out`` (its run folders: :func:`run_folder`)."""
-    return read_records(cfg, lambda key: run_folder(Path(out), key))
+    """:func:`read_records` of a study's output folder ``out`` (its run folders: :func:`run_folder`); a record cut
+    off is a failed run (the study reruns it), not the end of the report."""
+    return read_records(cfg, lambda key: run_folder(Path(out), key), cut_off="failed")
 
 
 def qa_label(qa: str) -> str:
