@@ -341,3 +341,14 @@ def test_a_relative_out_is_read_from_the_working_directory_as_the_report_dir_is(
     argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(root), "--out", "rel", "--report-only"]
     assert study_main(argv) == 0
     assert (cwd / "rel" / "report" / "report.md").is_file() and list(root.iterdir()) == []
+
+
+def test_a_tilde_in_a_folder_option_is_the_home_folder(tmp_path, monkeypatch, capsys):
+    """Before: `--out=~/studies/x` (no shell expands a tilde after "=") was read as a folder named "~" in the working
+    directory: --report-only looked in <cwd>/~/studies/x, and a run would have made it there."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert study_main(ARGV + ["--out=~/studies/x", "--report-only"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert repr(str(tmp_path / "home" / "studies" / "x")) in line and "/~/" not in line, line
+    assert not (tmp_path / "~").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List
 
 from torchtune_longshort.output_guard import atomic_copy
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, user_path
 
 # The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -83,7 +83,7 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
-    ap.add_argument("destination", nargs="?", help="file or folder to copy it to")
+    ap.add_argument("destination", nargs="?", type=user_path, help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")
     ap.add_argument("--force", action="store_true", help="overwrite an existing destination file")
     args = ap.parse_args(argv)

@@ -218,6 +218,12 @@ def utf8_text(value: str) -> str:
     return value
 
 
+def user_path(value: str) -> str:
+    """An ``argparse`` type for a path: ``~`` expanded, as the shell does for ``--out ~/x`` but not for ``--out=~/x``
+    (a folder named ``~`` was made in the working directory)."""
+    return os.path.expanduser(value)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them)."""
 

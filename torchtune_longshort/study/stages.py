@@ -170,8 +170,8 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
 def output_folder(configured, override=None, repo_root=None) -> Tuple[Path, Path]:
     """``(root, out)`` of a study runner: ``repo_root`` (default: the current directory) resolved, and the output
     folder (``override`` or the config's), relative ones under that root."""
-    root = Path(repo_root or Path.cwd()).resolve()
-    out = Path(override or configured)
+    root = Path(repo_root or Path.cwd()).expanduser().resolve()
+    out = Path(override or configured).expanduser()  # "--out=~/x": no shell expands a tilde after "="
     return root, (out if out.is_absolute() else root / out)
 
 

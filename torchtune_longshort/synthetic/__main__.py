@@ -25,6 +25,7 @@ from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
+    user_path,
 )
 
 from .claims import claim_lines, figure_records
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                         "sets its curves' --task/--bits/--pe/--outrep/--model (refused there) and --seeds the seeds; "
                         "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve of the "
                         "paper's figures (the beyond figures fix their own runs).")
-    p.add_argument("--out", default="synthetic_out", help="output folder (JSON, CSV, PNG; default: synthetic_out)")
+    p.add_argument("--out", default="synthetic_out", type=user_path, help="output folder (JSON, CSV, PNG; default: synthetic_out)")
     p.add_argument("--cache", default=None,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); "
                         "an entry that other code wrote (the synthetic package's source changed since) is trained "

@@ -59,7 +59,8 @@ from torchtune_longshort.output_guard import (
     atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
 from torchtune_longshort.provenance import provenance, provenance_markdown
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable
+from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
+                                         user_path)
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``): the
 # family's table metrics first, then its other metrics (passkey's digits, ppl's token_nll), where a run reports them.
 LENGTH_TABLES = {fam.task: fam.table_metrics + tuple(m for m in fam.metrics if m not in fam.table_metrics)
@@ -299,7 +300,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("results_dirs", nargs="+", type=Path,
                     help="lm-eval --output_path folders, or results files (<name>_<date>.json of an --output_path "
                          "<name>.json, results_<date>.json), one per run")
-    ap.add_argument("--out", type=Path, required=True, help="folder for report.md, summary.json and plots")
+    ap.add_argument("--out", type=lambda v: Path(user_path(v)), required=True, help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
     ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",
                     help="report runs that differ in dtype, --limit or a --samples subset, or scored a task on "

@@ -21,7 +21,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
-                                         utf8_text)
+                                         user_path, utf8_text)
 from torchtune_longshort.study.stop import stop_handlers
 from torchtune_longshort.study.stages import hold_output_folder
 from torchtune_longshort.study.preflight import preflight
@@ -36,12 +36,12 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "
                    "--list` name (study/table1_smollm2.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (a smoke run)")
-    p.add_argument("--out", default=None, help="output folder (default: the config's output_dir, under "
+    p.add_argument("--out", default=None, type=user_path, help="output folder (default: the config's output_dir, under "
                    "--repo-root)")
-    p.add_argument("--report-dir", default=None, help="report folder (default: <out>/report)")
+    p.add_argument("--report-dir", default=None, type=user_path, help="report folder (default: <out>/report)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing cells")
     p.add_argument("--note", default="", type=utf8_text, help="a paragraph put under the verdict in report.md (e.g. the machine)")
-    p.add_argument("--repo-root", default=".", help="folder relative paths are resolved against")
+    p.add_argument("--repo-root", default=".", type=user_path, help="folder relative paths are resolved against")
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
     # deferred: lm_eval, matplotlib (the runner builds the eval model, the report draws; --help and bad arguments

@@ -41,7 +41,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
-from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable
+from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable, user_path
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
 FITS = ("input", "prompt")
@@ -153,7 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``; bad input
     is refused in one line (:mod:`torchtune_longshort.refusals`) before anything is written."""
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output folder (<out>/<length>/<qa>.jsonl)")
+    ap.add_argument("--out", required=True, type=user_path, help="output folder (<out>/<length>/<qa>.jsonl)")
     ap.add_argument("--tokenizer", help="tokenizer folder or file of any format the project reads (tokenizer.model, "
                     "original/tokenizer.model, tokenizer.json), or a hub tokenizer name")
     ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5")
