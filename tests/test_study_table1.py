@@ -294,6 +294,14 @@ def test_ctrl_c_starts_no_further_cell_and_ends_in_one_line(tmp_path, tiny_folde
     assert len(calls) == 1 and err[-1].startswith("python -m torchtune_longshort.study.table1: interrupted (SIGTERM)")
     assert "Traceback" not in "\n".join(err)
     assert signal.getsignal(signal.SIGTERM) is not None and not (tmp_path / "out" / "report").exists()
+    # the cell the stop ended is interrupted, not failed (before: "failed", exit 143 of its lm-eval as the error),
+    # and a report of the cells so far counts it not run
+    first = next((tmp_path / "out").rglob("result.json"))
+    assert json.loads(first.read_text())["status"] == "interrupted"
+    assert main(["--config", str(cfg), "--out", str(tmp_path / "out"), "--repo-root", str(tmp_path),
+                 "--report-only"]) == 1
+    cells = json.loads((tmp_path / "out" / "report" / "summary.json").read_text())
+    assert "interrupted" not in json.dumps(cells) and "failed" not in capsys.readouterr().out
 
 
 def test_a_result_of_another_spec_is_not_read_and_not_skipped(tmp_path, tiny_folder):

@@ -81,6 +81,7 @@ class Table1:
         self.cfg = cfg
         self.root, self.out = output_folder(cfg.output_dir, output_dir, repo_root)
         self.executor, self.log = executor, log
+        self.stopping = threading.Event()  # set when a stop reached run(): the running cells end as interrupted
         self.env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                     "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
                     "TOKENIZERS_PARALLELISM": "false",
@@ -195,9 +196,12 @@ class Table1:
             rec.update({"results": results, "curves": load_curves(eval_dir), "not_scored": load_not_scored(eval_dir),
                         **cell_counts(eval_dir), "status": "ok"})
         except Exception as e:  # recorded; the next cell runs
-            rec.update({"status": "failed", "error": str(e),
+            # a cell that ended while Table 1 was being stopped was stopped by it (its lm-eval got the signal too),
+            # whatever its exit code: interrupted, which the next run does again, not failed
+            stopped = bool(received()) or self.stopping.is_set()
+            rec.update({"status": "interrupted" if stopped else "failed", "error": str(e),
                         "log_tail": getattr(e, "log_tail", "") or traceback.format_exc(limit=5)})
-            self.log(f"[table1] {rec['key']}: FAILED: {e}")
+            self.log(f"[table1] {rec['key']}: {'interrupted' if stopped else 'FAILED'}: {e}")
         rec["wall_s"] = round(time.time() - t0, 1)
         rec["provenance"] = provenance(device=str(self.cfg.eval.device), stdlib=True)
         atomic_write_json(cdir / RESULT, rec, indent=1, default=str)
@@ -205,13 +209,13 @@ class Table1:
 
     # ------------------------------------------------------------------ every cell
     def records(self) -> Dict[str, Dict[str, Any]]:
-        """``{cell key: result.json}`` of every cell of the config; a cell without one, or whose result.json is of
-        another spec (the config changed since it ran), is ``not run``."""
+        """``{cell key: result.json}`` of every cell of the config; a cell without one, whose result.json is of
+        another spec (the config changed since it ran), or one a stop interrupted is ``not run``."""
         out = {}
         for v, n in self.cfg.cells():
             p = self.cell_dir(v, n) / RESULT
             rec = read_json(p) if p.is_file() else None  # one cut off is not run: the run does it again
-            if not isinstance(rec, dict) or not self.current(rec, v, n):
+            if not isinstance(rec, dict) or not self.current(rec, v, n) or rec.get("status") == "interrupted":
                 rec = {"key": cell_key(v, n), "variant": v, "length": n, "status": "not run"}
             out[cell_key(v, n)] = rec
         return out
@@ -240,8 +244,10 @@ class Table1:
             with lock, tqdm.external_write_mode():
                 self.log(msg)
 
+        self.stopping.clear()
+
         def one(i: int, v: str, n: int) -> None:
-            if received():  # stopped (Ctrl-C, SIGTERM): no cell starts after it
+            if received() or self.stopping.is_set():  # stopped (Ctrl-C, SIGTERM): no cell starts after it
                 return
             say(f"[table1] ({i}/{len(todo)}) {cell_key(v, n)} started  [{time.time() - t0:.0f} s elapsed]")
             rec = self.run_cell(v, n)
@@ -249,12 +255,21 @@ class Table1:
             with lock:
                 bar.update(1)
 
+        interrupted: Optional[BaseException] = None
         try:
             with ThreadPoolExecutor(max_workers=self.cfg.jobs) as pool:
                 for fut in [pool.submit(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]:
-                    fut.result()
+                    while interrupted is None or not fut.done():  # after a stop: the running cells' records
+                        try:
+                            fut.result()
+                            break
+                        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (Stopped): a second one keeps waiting
+                            self.stopping.set()
+                            interrupted = interrupted or e
         finally:
             bar.close()
+        if interrupted is not None:
+            raise interrupted
         recs = self.records()
         summary = {"name": self.cfg.name, "quick": self.cfg.quick, "config": self.cfg.to_dict(),
                    "wall_s_this_invocation": round(time.time() - t0, 1),
