@@ -86,14 +86,23 @@ def _study(argv, capsys):
     return rc, out.out, out.err
 
 
-def test_the_shipped_plan_prints_three_commands_within_budget(real_model_dir, capsys, tmp_path):
+def test_the_shipped_plan_prints_three_commands_within_budget(capsys, tmp_path, monkeypatch):
+    """Without fetching the config's pypi: base: before, --plan on a machine without the model downloaded and
+    converted it (minutes, ~0.5 GB) to print a table."""
+    import torchtune_longshort.models.gguf as gguf
+
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf, "_fetch_and_convert", lambda *a, **k: pytest.fail("--plan fetched the base model"))
     rc, out, err = _study(["--config", SEEDS, "--plan", "--out", str(tmp_path / "o")], capsys)
     assert rc == 0, err
+    assert not (tmp_path / "cache").exists()
     rows = [r for r in out.splitlines() if r.startswith("| ") and "--command" in r]
     assert [r.split("|")[1].strip() for r in rows] == ["1", "2", "3"]
     estimates = [float(r.split("= ")[1].split(" s")[0]) for r in rows]
     assert estimates == [385, 260, 460] and max(estimates) <= 540  # the parts measured on an H200 (2026-12-04)
     assert not (tmp_path / "o").exists()
+    rc, out, err = _study(["--config", SEEDS, "--report-only", "--out", str(tmp_path / "o")], capsys)  # no runs
+    assert rc == 2 and "holds no study runs" in err and not (tmp_path / "cache").exists(), err
 
 
 REFUSED = "python -m torchtune_longshort.study: error: "  # every entry point's one-line refusal (refusals.py)

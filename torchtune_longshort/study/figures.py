@@ -23,6 +23,7 @@ from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_
                                             wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
+from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.claim_figures import claim_plots
 from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.config import StudyConfig, StudyConfigError
@@ -323,17 +324,19 @@ def main(argv=None) -> int:
     p = ArgumentParser(prog=prog, description="Redraw a study report's figures from the run records in its folder.")
     p.add_argument("--config", required=True, help="the study YAML the report was made with: a file, or a shipped "
                    "one by its `longshort-cp --list` name (study/cpu_small.yaml), as the study command takes it")
-    p.add_argument("--report", required=True, type=user_path, help="the report folder (report.md, runs/<key>/result.json)")
+    p.add_argument("--report", required=True, type=user_path,
+                   help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")
     p.add_argument("--methods", default=None, help="comma list: draw only these of the config's methods (a report "
                    "made before the config gained the others)")
-    p.add_argument("--repo-root", default=".", type=user_path, help="folder the config's relative paths are read from (default: the "
-                   "working directory)")
+    p.add_argument("--repo-root", default=".", type=user_path,
+                   help="folder the config's relative paths are read from (default: the working directory)")
     a = p.parse_args(argv)
     quiet_upstream()  # before the config check imports torchtune (torchao's line), as the study's entry point
     root = Path(a.repo_root).resolve()
     try:
-        cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
+        with pypi_paths_only():  # a redraw reads the report's records, never the base model
+            cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
         return refusal(prog, one_line(e))
     if a.methods:

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                         "sets its curves' --task/--bits/--pe/--outrep/--model (refused there) and --seeds the seeds; "
                         "the sizes, lengths, --steps, --lr, --optimizer and --batch-size apply to every curve of the "
                         "paper's figures (the beyond figures fix their own runs).")
-    p.add_argument("--out", default="synthetic_out", type=user_path, help="output folder (JSON, CSV, PNG; default: synthetic_out)")
+    p.add_argument("--out", default="synthetic_out", type=user_path,
+                   help="output folder (JSON, CSV, PNG; default: synthetic_out)")
     p.add_argument("--cache", default=None,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); "
                         "an entry that other code wrote (the synthetic package's source changed since) is trained "

@@ -300,7 +300,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("results_dirs", nargs="+", type=Path,
                     help="lm-eval --output_path folders, or results files (<name>_<date>.json of an --output_path "
                          "<name>.json, results_<date>.json), one per run")
-    ap.add_argument("--out", type=lambda v: Path(user_path(v)), required=True, help="folder for report.md, summary.json and plots")
+    ap.add_argument("--out", type=lambda v: Path(user_path(v)), required=True,
+                    help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
     ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",
                     help="report runs that differ in dtype, --limit or a --samples subset, or scored a task on "

@@ -12,6 +12,7 @@ nothing written. Exit status 0 when every cell is ok, 1 when any failed or was n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import time
@@ -22,6 +23,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                          user_path, utf8_text)
+from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.stop import stop_handlers
 from torchtune_longshort.study.stages import hold_output_folder
 from torchtune_longshort.study.preflight import preflight
@@ -51,8 +53,9 @@ def main(argv=None) -> int:
 
     root = Path(a.repo_root).resolve()
     say = lambda m: print(m, flush=True)  # noqa: E731
-    cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
-                                                    repo_root=root))
+    with pypi_paths_only() if a.report_only else contextlib.nullcontext():  # --report-only evaluates nothing
+        cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
+                                                        repo_root=root))
     t1 = Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)  # --out: from cwd
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
