@@ -134,9 +134,8 @@ def main(argv=None) -> int:
     planned, refusal = plan(parts, args.budget, args.longest_8b_gb, args.longest_steps)
     if refusal:
         ap.error(refusal)
-    # Without expandable segments the caching allocator's reserved memory ran 10% over the allocated bytes at the
-    # 1B / 161k step (89.2 vs 80.8 GB, H200 2026-11-27), so a step the memory model fits by allocated bytes failed
-    # under an 80 GB cap; with them reserved stays at allocated. Set before CUDA starts; a user's setting wins.
+    # Without expandable segments the allocator reserved 10% over the allocated bytes at the 1B / 161k step (89.2 vs
+    # 80.8 GB, H200 2026-11-27): a step the model fits failed under an 80 GB cap. Before CUDA starts; a user's wins.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     import torch
 
