@@ -218,3 +218,23 @@ def test_ctrl_c_or_sigterm_ends_the_command_in_one_line(which, tmp_path, monkeyp
     err = capsys.readouterr().err.strip()
     assert e.value.code == code and len(err.splitlines()) == 1 and f": interrupted ({name}): " in err, err
     assert "run it again" in err
+
+
+def test_a_conversion_into_an_existing_folder_keeps_its_mode(tmp_path, monkeypatch, sp_tokenizer_dir):
+    """Before: a user's empty `--out` of mode 0750 (and an earlier conversion's folder alike) was removed and the
+    conversion's own folder, of the umask's 0755, took its place: the user's choice of who reads it was lost."""
+    import os
+    import stat
+
+    from torchtune_longshort.models.gguf import convert_gguf
+
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    gguf = _tiny_gguf(tmp_path / "m.gguf")
+    out = tmp_path / "conv"
+    out.mkdir()
+    os.chmod(out, 0o750)
+    convert_gguf(gguf, out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750 and (out / DONE_MARK).is_file()
+    os.chmod(out, 0o2770)
+    convert_gguf(gguf, out)  # over the earlier conversion
+    assert stat.S_IMODE(out.stat().st_mode) == 0o2770

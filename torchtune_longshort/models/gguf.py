@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -92,14 +93,17 @@ def check_out_dir(out_dir: Path) -> None:
 
 def _replace(tmp: Path, out_dir: Path) -> None:
     """Move the written ``tmp`` to ``out_dir``; an earlier conversion's files there go first (checked again: a file
-    added while this one ran is refused, never deleted)."""
+    added while this one ran is refused, never deleted). An existing folder's mode is kept (a user's empty
+    ``--out`` of mode 0750 or 2775 came back 0755, the umask's)."""
     if out_dir.is_dir():
         check_out_dir(out_dir)
+        mode = stat.S_IMODE(out_dir.stat().st_mode)
         for name in converted_files(out_dir):
             p = out_dir / name
             if p.is_file() or p.is_symlink():
                 p.unlink()
         out_dir.rmdir()
+        os.chmod(tmp, mode)
     tmp.rename(out_dir)
 
 
