@@ -386,7 +386,7 @@ def test_interleaved_rotation_is_the_real_formula_bit_for_bit_with_its_gradient(
     want.backward(g)
     got.backward(g)
     assert torch.equal(x_got.grad, x_ref.grad)
-    # a cache cast out of float32 (model.to(bf16)) takes the real formula: no complex bf16 exists
+    # cos/sin not in float32 (a caller's own) take the real formula: no complex bf16 exists
     c16, s16 = cos.bfloat16(), sin.bfloat16()
     p = x.float().reshape(2, s, h, d // 2, 2)
     want16 = torch.stack([p[..., 0] * c16 - p[..., 1] * s16, p[..., 1] * c16 + p[..., 0] * s16], -1).flatten(3)

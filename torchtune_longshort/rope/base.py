@@ -60,8 +60,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -
 
     Eager, the interleaved pairs take one complex multiply: the same four products and two sums as the real formula
     (the same bits on a CPU, ``tests/test_rope_formulas.py``) in one kernel instead of six and a stack, 2.5-8x
-    faster on a CPU (``benchmarks/rope_rotate_cost.py``). Compiled (inductor fuses it whole), or with a cos/sin cast
-    out of float32 (``model.to(bf16)``), the real formula.
+    faster on a CPU (``benchmarks/rope_rotate_cost.py``). Compiled (inductor fuses it whole), or given cos/sin not in
+    float32 (a caller's own: :class:`ScaledRoPE` keeps its cache in float32 through ``model.to``), the real formula.
     """
     xf = x.float()
     if layout == "interleaved" and cos.dtype == sin.dtype == torch.float32 and not torch.compiler.is_compiling():
