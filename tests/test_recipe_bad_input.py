@@ -327,3 +327,39 @@ def test_an_optional_component_is_turned_off_with_null(tmp_path, monkeypatch, ca
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_refusal_recorded_for_torchrun_is_whole_when_a_stop_arrives_while_it_is_written(tmp_path, monkeypatch):
+    """torchrun's agent stops the other workers once one fails: a worker stopped between `open` and the write of
+    its error file left it empty, and the agent's report printed a JSONDecodeError traceback (seen once in CI, in
+    test_tune_run_two_processes_prints_a_refusal_once). A SIGTERM arriving mid-write now waits for the file."""
+    import json
+    import os
+    import signal
+
+    import torchtune_longshort.refusals as refusals
+
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop()
+
+    real_dump = json.dump
+
+    def dump_stopped_midway(obj, f):
+        f.write("{")
+        os.kill(os.getpid(), signal.SIGTERM)  # as the agent stops this worker
+        f.write(json.dumps(obj)[1:])
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        monkeypatch.setattr(refusals.json, "dump", dump_stopped_midway)
+        path = tmp_path / "error.json"
+        with pytest.raises(Stop):  # the stop still comes, after the file
+            refusals.record_for_torchrun(str(path), "prog: error: bad key")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        monkeypatch.setattr(refusals.json, "dump", real_dump)
+    data = json.loads(path.read_text())
+    assert data["message"]["message"] == "prog: error: bad key" and list(tmp_path.iterdir()) == [path]

@@ -22,6 +22,7 @@ under each rank that refused instead of "To enable traceback see ...", a worker 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -30,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, NoReturn, Optional, TypeVar
+from typing import Callable, Iterator, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 
@@ -67,16 +68,45 @@ def elastic_error_file() -> str:
     return os.environ.get(ELASTIC_ERROR_FILE, "") if os.environ.get(ELASTIC_RUN_ID) else ""
 
 
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back in the block and raised again, to the handlers they had, when it ends (main
+    thread only: Python runs handlers there; elsewhere a no-op). A mask would not do: torch's threads take a
+    signal the main thread masks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: h for s, h in held.items() if h is not None}  # a handler not set from Python cannot be restored
+    for s in held:
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in held.items():
+            signal.signal(s, h)
+        for s in got:
+            signal.raise_signal(s)
+
+
 def record_for_torchrun(path: str, line: str) -> None:
     """Write ``line`` where torchrun's agent looks for this worker's failure, in the format of
     ``torch.distributed.elastic.multiprocessing.errors``' ``ErrorHandler.record_exception`` (its report shows
-    ``py_callstack``). A file that cannot be written leaves the report as torchrun makes it."""
+    ``py_callstack``). A file that cannot be written leaves the report as torchrun makes it. Written whole: the agent
+    stops the other workers when the first fails, and a worker stopped between ``open`` and the write left the file
+    empty, which the agent's report answered with a ``JSONDecodeError`` traceback; a stop signal now waits for the
+    file, which appears by rename."""
     data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-    except OSError:
-        pass
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with _stop_signals_held():
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def first_to_refuse(error_file: str) -> bool:
