@@ -202,8 +202,7 @@ def host_memory_refusal(parts, opts) -> Optional[str]:
         if not offload:
             continue
         mm._MODEL["gpu"] = _gpu_model_of(mm, shape, opts.memory_points)
-        L = mm.predict_longest(shape, budget, offload, chunks, tile=tile)
-        L = int(1.25 * L) // 4 * 4 if two else L
+        L = mm.check_windows(mm.predict_longest(shape, budget, offload, chunks, tile=tile), 2 if two else 1)[-1]
         need = mm.offloaded_host_bytes(shape, L, pinned)
         if need > 0.9 * ram:
             fix = (f"add --offload-pinned 0 (pageable host copies: {mm.offloaded_host_bytes(shape, L, False) / 1e9:.0f}"

@@ -343,6 +343,11 @@ def run_step(shape="1b-full", L: int = 4096, device: str = "cuda", *, offload: b
     return out
 
 
+def check_windows(L: int, steps: int = 2) -> List[int]:
+    """The windows :func:`check_longest` steps at: the predicted ``L`` and (``steps`` 2) 1.25x it, a multiple of 4."""
+    return [L, int(1.25 * L) // 4 * 4][:steps]
+
+
 def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = False, device: str = "cuda",
                   num_chunks: Optional[int] = 8, tile: Optional[int] = None, pin_memory: bool = True,
                   steps: int = 2) -> dict:
@@ -351,9 +356,8 @@ def check_longest(budget_bytes: float, shape: str = "1b-full", offload: bool = F
     ``torch.cuda.set_per_process_memory_fraction(budget_bytes / total)``). ``steps`` 1: the predicted window only
     (``model_holds`` None when it fits: half the check)."""
     L = predict_longest(shape, budget_bytes, offload, num_chunks, tile=tile)
-    longer = int(1.25 * L) // 4 * 4
     runs = []
-    for n in (L, longer)[:steps]:  # a line before and after each step: a call killed at its limit shows how far
+    for n in check_windows(L, steps):  # a line before and after each step: a call killed at its limit shows how far
         print(f"    {shape} L={n}: building and one step", file=sys.stderr, flush=True)
         r = run_step(shape, n, device, offload=offload, num_chunks=num_chunks, tile=tile, pin_memory=pin_memory)
         r["predicted_bytes"], r["predicted_phase"] = predict_bytes(shape, r["L"], offload, num_chunks, tile=tile)
