@@ -17,6 +17,8 @@ import os
 import statistics
 import sys
 import time
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -217,7 +219,7 @@ def part_eval(smoke: bool, work: Path, opts, real: bool = False) -> dict:
                            {"model": "SmolLM2-135M-Instruct (real weights)", "dtype": "bfloat16"})
     tok = rt.prepare_tokenizer(work)
     if smoke:
-        dims = dict(vocab_size=512, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=172)
+        dims = dict(vocab_size=512, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_dim=172)
         lengths, device, dtype, positions, rounds = [64, 128], "cpu", "float32", 256, 2
     else:
         dims = dict(vocab_size=32000, embed_dim=4096, num_layers=opts.eval_layers, num_heads=32, num_kv_heads=32,
@@ -267,34 +269,64 @@ def _peak_above(lm, reqs, cuda: bool):
 
 def _eval_table(et, cfg: dict, lengths, rounds: int, checkpoint: dict) -> dict:
     """Both lm-eval models loaded side by side; per length one warm-up each, ``rounds`` interleaved timings (the
-    order alternating), medians; memory above everything already allocated (both models' weights)."""
+    order rotating), medians; memory above everything already allocated (both models' weights). ``ours_kv`` times
+    our model again with ``hf``'s attention layout (k and v contiguous: :func:`attention_layout.contiguous_kv`),
+    and ``attention`` times SDPA alone in each layout at the same lengths (forward and backward), so the table says
+    whether the layout is what differs."""
     from lm_eval.api.instance import Instance
+
+    import attention_layout
 
     cuda = cfg["device"].startswith("cuda")
     lms = {m: et.make_lm(m, cfg) for m in ("hf", "ours")}
+    runs = {"hf": (lms["hf"], nullcontext), "ours": (lms["ours"], nullcontext),
+            "ours_kv": (lms["ours"], partial(attention_layout.contiguous_kv, lms["ours"].model))}
     entries, rows = [], []
     for L in lengths:
         text = et._texts(cfg["tok"], L, 1)
         reqs = [Instance("loglikelihood", {}, ("", t), i) for i, t in enumerate(text)]
-        res = {m: [r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)] for m, lm in lms.items()}  # warm-up
-        times = {"hf": [], "ours": []}
+        res = {}
+        for m, (lm, layout) in runs.items():  # warm-up
+            with layout():
+                res[m] = [r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)]
+        times = {m: [] for m in runs}
         for r in range(rounds):
-            for m in (("hf", "ours") if r % 2 == 0 else ("ours", "hf")):
-                times[m].append(_timed(lms[m], reqs, cuda))
+            names = list(runs)
+            for m in names[r % 3:] + names[:r % 3]:
+                with runs[m][1]():
+                    times[m].append(_timed(runs[m][0], reqs, cuda))
         mem = {m: _peak_above(lm, reqs, cuda) for m, lm in lms.items()}
         tps = {m: L / statistics.median(t) for m, t in times.items()}
         diff = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(res["hf"], res["ours"]))
+        diff_kv = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(res["ours"], res["ours_kv"]))
         entry = {"L": L, "tokens_per_s": tps, "times_s": times, "peak_above_mib": {m: v[0] for m, v in mem.items()},
                  "peak_total_mib": {m: v[1] for m, v in mem.items()}, "speed_ratio": tps["ours"] / tps["hf"],
+                 "speed_ratio_kv": tps["ours_kv"] / tps["hf"],
                  "memory_ratio": mem["ours"][0] / max(mem["hf"][0], 1e-9), "result_diff": diff,
-                 "loglikelihood": res}
+                 "result_diff_kv": diff_kv, "loglikelihood": res}
         entries.append(entry)
-        rows.append([L, f"{tps['hf']:.0f}", f"{tps['ours']:.0f}", f"{entry['speed_ratio']:.2f}",
-                     f"{mem['hf'][0]:.0f}", f"{mem['ours'][0]:.0f}", f"{entry['memory_ratio']:.2f}", f"{diff:.1e}"])
-        print(f"    eval L {L}: hf {tps['hf']:.0f} ours {tps['ours']:.0f} tokens/s", file=sys.stderr)
-    del lms
+        rows.append([L, f"{tps['hf']:.0f}", f"{tps['ours']:.0f}", f"{entry['speed_ratio']:.3f}",
+                     f"{entry['speed_ratio_kv']:.3f}", f"{mem['hf'][0]:.0f}", f"{mem['ours'][0]:.0f}",
+                     f"{entry['memory_ratio']:.2f}", f"{diff:.1e}"])
+        print(f"    eval L {L}: hf {tps['hf']:.0f} ours {tps['ours']:.0f} ours k/v contiguous {tps['ours_kv']:.0f} "
+              "tokens/s", file=sys.stderr)
+    heads, head_dim = _attention_shape(lms["ours"].model)
+    del lms, runs
     free(cfg["device"])
-    md = table(["L", "hf tok/s", "ours tok/s", "speed x", "hf peak MiB above weights", "ours", "mem x",
-                 "max rel d"], rows)
-    return {"checkpoint": checkpoint, "rows": entries, "rounds": rounds,
-            "markdown": f"{json.dumps(checkpoint)}; tokens/s: median of {rounds} interleaved timings\n\n{md}"}
+    attention = attention_layout.measure(lengths, heads, head_dim, cfg["device"], cfg["dtype"], reps=max(3, rounds),
+                                         backward=True, log=lambda line: print(line, file=sys.stderr))
+    free(cfg["device"])
+    md = table(["L", "hf tok/s", "ours tok/s", "speed x", "speed x, ours k/v contiguous", "hf peak MiB above weights",
+                "ours", "mem x", "max rel d"], rows)
+    return {"checkpoint": checkpoint, "rows": entries, "rounds": rounds, "attention": attention,
+            "markdown": f"{json.dumps(checkpoint)}; tokens/s: median of {rounds} interleaved timings\n\n{md}\n\n"
+                        f"SDPA alone by layout (heads {heads}, head_dim {head_dim}):\n\n"
+                        f"{attention_layout.markdown(attention)}"}
+
+
+def _attention_shape(model):
+    """(query heads, head_dim) of the model's first torchtune attention."""
+    from torchtune.modules import MultiHeadAttention
+
+    attn = next(m for m in model.modules() if isinstance(m, MultiHeadAttention))
+    return attn.num_heads, attn.head_dim

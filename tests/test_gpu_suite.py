@@ -158,6 +158,12 @@ def test_gpu_suite_smoke_runs_every_part(tmp_path):
     assert "decoder layers compiled one by one" in p.stdout + p.stderr  # the compiled runs compiled
     for row in report["parts"]["eval"]["rows"]:
         assert row["result_diff"] < 1e-5  # the two lm-eval models agree on the log-likelihoods
+        assert row["result_diff_kv"] == 0.0 and row["tokens_per_s"]["ours_kv"] > 0  # hf's k/v layout: same values
+    attention = report["parts"]["eval"]["attention"]  # SDPA alone, three layouts a length, each named by backend
+    assert [(r["L"], r["layout"]) for r in attention] == [(L, lay) for L in (64, 128)
+                                                           for lay in ("torchtune", "hf", "contiguous")]
+    assert all(r["backend"] == "FLASH_ATTENTION" and r["fwd_bwd_ms"] > 0 and r["max_abs_diff"] < 1e-6
+               for r in attention)
     losses = report["parts"]["fused_ce"]["results"]
     # ours at alpha 0 is the mean CE over both windows' rows (equal window sizes), as full logits give it
     naive = losses["naive: full float32 logits, F.cross_entropy"]["loss"]
@@ -165,3 +171,32 @@ def test_gpu_suite_smoke_runs_every_part(tmp_path):
     assert losses["ours a=0, no report"]["loss"] == pytest.approx(naive, rel=1e-5)
     assert losses["ours a=0.1"]["loss"] > naive  # plus alpha x SCE (>= 0)
     assert (tmp_path / "out" / "gpu_suite.md").read_text().startswith("# GPU suite")
+
+
+def test_contiguous_kv_hands_sdpa_hfs_layout_and_restores_the_model():
+    """benchmarks/attention_layout.contiguous_kv: inside, every attention passes SDPA contiguous k and v (lm-eval
+    ``hf``'s layout) and the output is the same; outside, torchtune's own transposed views again."""
+    import torch
+    from torchtune.models.llama2 import llama2
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import attention_layout
+
+    torch.manual_seed(0)
+    model = llama2(vocab_size=64, num_layers=2, num_heads=4, num_kv_heads=4, embed_dim=64, max_seq_len=32).eval()
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.append((k.is_contiguous(), v.is_contiguous()))
+        return real(q, k, v, *args, **kwargs)
+
+    tokens = torch.randint(0, 64, (1, 16))
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+        before = model(tokens)
+        with attention_layout.contiguous_kv(model):
+            inside = model(tokens)
+        after = model(tokens)
+    assert seen == [(False, False)] * 2 + [(True, True)] * 2 + [(False, False)] * 2
+    assert torch.equal(before, inside) and torch.equal(before, after)
