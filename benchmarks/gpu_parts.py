@@ -4,7 +4,8 @@ returns ``{"markdown": ..., ...}``.
 - ``recipe`` (P4): our recipe against torchtune's ``full_finetune_single_device`` on a ~1.5B Llama-2 shape at 4k,
   eager and compiled, tokens/s and MFU (both recipes in this process, one after the other).
 - ``eval`` (P3): lm-eval's ``hf`` against our ``longshort`` model, one L-token perplexity request at 8k / 16k / 32k
-  on a Llama-2-7B-width checkpoint (depth reduced to fit the budget), both models loaded, timings interleaved.
+  on a Llama-2-7B-width checkpoint (depth reduced to fit the budget), both models loaded, timings interleaved; ours
+  timed a second way with ``hf``'s attention layout, and SDPA alone in each layout (:mod:`attention_layout`).
 - ``recipe_smollm2`` / ``eval_smollm2``: P4 / P3 on the real SmolLM2-135M-Instruct (needs its converted weights).
 """
 
