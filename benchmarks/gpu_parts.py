@@ -5,7 +5,8 @@ returns ``{"markdown": ..., ...}``.
   eager and compiled, tokens/s and MFU (both recipes in this process, one after the other).
 - ``eval`` (P3): lm-eval's ``hf`` against our ``longshort`` model, one L-token perplexity request at 8k / 16k / 32k
   on a Llama-2-7B-width checkpoint (depth reduced to fit the budget), both models loaded, timings interleaved; ours
-  timed a second way with ``hf``'s attention layout, and SDPA alone in each layout (:mod:`attention_layout`).
+  timed a second way with ``hf``'s attention layout, and SDPA alone in each layout (:mod:`attention_layout`); at
+  the longest length one profiled request a way, its kernels by device time, side by side (:func:`kernel_profile`).
 - ``recipe_smollm2`` / ``eval_smollm2``: P4 / P3 on the real SmolLM2-135M-Instruct (needs its converted weights).
 """
 
@@ -273,7 +274,7 @@ def _eval_table(et, cfg: dict, lengths, rounds: int, checkpoint: dict) -> dict:
     order rotating), medians; memory above everything already allocated (both models' weights). ``ours_kv`` times
     our model again with ``hf``'s attention layout (k and v contiguous: :func:`attention_layout.contiguous_kv`),
     and ``attention`` times SDPA alone in each layout at the same lengths (forward and backward), so the table says
-    whether the layout is what differs."""
+    whether the layout is what differs; ``kernels`` profiles one request a way at the longest length."""
     from lm_eval.api.instance import Instance
 
     import attention_layout
@@ -312,6 +313,7 @@ def _eval_table(et, cfg: dict, lengths, rounds: int, checkpoint: dict) -> dict:
         print(f"    eval L {L}: hf {tps['hf']:.0f} ours {tps['ours']:.0f} ours k/v contiguous {tps['ours_kv']:.0f} "
               "tokens/s", file=sys.stderr)
     heads, head_dim = _attention_shape(lms["ours"].model)
+    kernels = kernel_profile(runs, reqs, cuda)
     del lms, runs
     free(cfg["device"])
     attention = attention_layout.measure(lengths, heads, head_dim, cfg["device"], cfg["dtype"], reps=max(3, rounds),
@@ -319,10 +321,56 @@ def _eval_table(et, cfg: dict, lengths, rounds: int, checkpoint: dict) -> dict:
     free(cfg["device"])
     md = table(["L", "hf tok/s", "ours tok/s", "speed x", "speed x, ours k/v contiguous", "hf peak MiB above weights",
                 "ours", "mem x", "max rel d"], rows)
-    return {"checkpoint": checkpoint, "rows": entries, "rounds": rounds, "attention": attention,
+    return {"checkpoint": checkpoint, "rows": entries, "rounds": rounds, "attention": attention, "kernels": kernels,
             "markdown": f"{json.dumps(checkpoint)}; tokens/s: median of {rounds} interleaved timings\n\n{md}\n\n"
                         f"SDPA alone by layout (heads {heads}, head_dim {head_dim}):\n\n"
-                        f"{attention_layout.markdown(attention)}"}
+                        f"{attention_layout.markdown(attention)}\n\n"
+                        f"One request of L {lengths[-1]} a way, profiled: {kernels_markdown(kernels)}"}
+
+
+def kernel_profile(runs: dict, reqs, cuda: bool, top: int = 15) -> dict:
+    """One profiled ``loglikelihood`` of ``reqs`` a way (``runs``: name -> (lm, layout context)): every kernel's
+    device time (on the CPU: every aten operator's own CPU time), so two models' totals split by kernel and the SDPA
+    backend each ran is named. ``{"unit", "total_ms": {way: ms}, "rows": [{"name", way: [ms, calls], ...}]}``, the
+    ``top`` names by the largest way's time; ``{"error": ...}`` if the profiler fails (the part goes on)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        per, activities = {}, [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        for way, (lm, layout) in runs.items():
+            with layout(), profile(activities=activities) as prof:
+                lm.loglikelihood(reqs, disable_tqdm=True)
+                if cuda:
+                    torch.cuda.synchronize()
+            events = {}
+            for e in prof.key_averages():
+                if cuda and e.device_type != DeviceType.CUDA:
+                    continue
+                us = e.self_device_time_total if cuda else e.self_cpu_time_total
+                if us > 0:
+                    ms, calls = events.get(e.key, (0.0, 0))
+                    events[e.key] = (ms + us / 1e3, calls + e.count)
+            per[way] = events
+    except Exception as err:  # a diagnostic: the timings above stand without it
+        return {"error": f"{type(err).__name__}: {err}"}
+    names = sorted({n for ev in per.values() for n in ev},
+                   key=lambda n: -max(ev.get(n, (0.0, 0))[0] for ev in per.values()))
+    rows = [{"name": n, **{w: list(per[w].get(n, (0.0, 0))) for w in per}} for n in names[:top]]
+    return {"unit": "device ms (CUDA kernels)" if cuda else "self CPU ms (aten operators)",
+            "total_ms": {w: sum(ms for ms, _ in ev.values()) for w, ev in per.items()}, "rows": rows}
+
+
+def kernels_markdown(kernels: dict, width: int = 90) -> str:
+    """The profile as a table: a kernel's name (cut to ``width``) and each way's ms and calls."""
+    if "error" in kernels:
+        return f"the profiler failed ({kernels['error']})"
+    ways = list(kernels["total_ms"])
+    rows = [[r["name"][:width].replace("|", "/")] + [f"{r[w][0]:.2f} ({r[w][1]})" for w in ways]
+            for r in kernels["rows"]]
+    rows.append(["all"] + [f"{kernels['total_ms'][w]:.2f}" for w in ways])
+    return f"{kernels['unit']} (calls)\n\n" + table(["name"] + ways, rows)
 
 
 def _attention_shape(model):

@@ -14,7 +14,8 @@ the steps it runs; the JSON records every part's actual seconds, so the plan can
   ``--longest-8b-gb`` (default 40: a cheap point of the model; 80, the 80 GB claim itself, takes a command alone
   and, to fit one call, ``--longest-steps 1``: the predicted window only);
 - ``recipe`` (P4): the ~1.5B / 4k recipe against torchtune, eager and compiled, tokens/s and MFU;
-- ``eval`` (P3): ``longshort`` against ``hf`` at 8k / 16k / 32k on a 7B-width checkpoint;
+- ``eval`` (P3): ``longshort`` against ``hf`` at 8k / 16k / 32k on a 7B-width checkpoint (ours also with ``hf``'s
+  attention layout; SDPA alone by layout; one profiled request a way at 32k, kernel by kernel);
 - ``fused_ce``: ours at alpha 0 against Liger's and Cut Cross-Entropy's fused linear cross-entropy (optional
   packages: a part whose package does not import says so in its row).
 

@@ -164,6 +164,10 @@ def test_gpu_suite_smoke_runs_every_part(tmp_path):
                                                            for lay in ("torchtune", "hf", "contiguous")]
     assert all(r["backend"] == "FLASH_ATTENTION" and r["fwd_bwd_ms"] > 0 and r["max_abs_diff"] < 1e-6
                for r in attention)
+    kernels = report["parts"]["eval"]["kernels"]  # one profiled request a way: each ran the same SDPA operator
+    assert set(kernels["total_ms"]) == {"hf", "ours", "ours_kv"} and min(kernels["total_ms"].values()) > 0
+    sdpa = next(r for r in kernels["rows"] if "scaled_dot_product" in r["name"])
+    assert sdpa["hf"][1] == sdpa["ours"][1] == sdpa["ours_kv"][1] == 2  # one call a layer, 2 layers
     losses = report["parts"]["fused_ce"]["results"]
     # ours at alpha 0 is the mean CE over both windows' rows (equal window sizes), as full logits give it
     naive = losses["naive: full float32 logits, F.cross_entropy"]["loss"]
@@ -200,3 +204,38 @@ def test_contiguous_kv_hands_sdpa_hfs_layout_and_restores_the_model():
         after = model(tokens)
     assert seen == [(False, False)] * 2 + [(True, True)] * 2 + [(False, False)] * 2
     assert torch.equal(before, inside) and torch.equal(before, after)
+
+
+def test_kernel_profile_splits_each_ways_time_and_a_failing_profile_is_a_line():
+    """gpu_parts.kernel_profile: each way's operators with their own time and calls (the profile counts what each
+    way ran); a way that raises leaves the error, named, in place of the table (the eval part goes on)."""
+    from contextlib import nullcontext
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_parts
+
+    a = torch.randn(256, 256)
+
+    class LM:
+        def __init__(self, times):
+            self.times = times
+
+        def loglikelihood(self, reqs, disable_tqdm=True):
+            for _ in range(self.times):
+                torch.mm(a, a)
+
+    prof = gpu_parts.kernel_profile({"one": (LM(1), nullcontext), "three": (LM(3), nullcontext)}, [], cuda=False)
+    mm = next(r for r in prof["rows"] if r["name"] == "aten::mm")
+    assert mm["one"][1] == 1 and mm["three"][1] == 3 and mm["one"][0] > 0 and mm["three"][0] > 0
+    assert prof["rows"][0]["name"] == "aten::mm" and prof["total_ms"]["three"] >= mm["three"][0]
+    assert "| aten::mm |" in gpu_parts.kernels_markdown(prof)
+
+    class Broken:
+        def loglikelihood(self, reqs, disable_tqdm=True):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    failed = gpu_parts.kernel_profile({"x": (Broken(), nullcontext)}, [], cuda=False)
+    assert failed == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
+    assert gpu_parts.kernels_markdown(failed) == "the profiler failed (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)"
