@@ -240,6 +240,73 @@ def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
     assert not (tmp_path / "out" / "runs" / "clex_a0.3_s0" / "result.json").exists()  # the grid stopped
 
 
+def test_stops_held_delivers_each_stop_once_after_the_block_to_the_handler_in_place():
+    from torchtune_longshort.study.stop import stops_held
+
+    got = []
+
+    def handler(signum, frame):
+        got.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with stops_held():
+                for s in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):
+                    os.kill(os.getpid(), s)
+                time.sleep(0.05)  # a handler would have run by now
+                inside = list(got)
+        assert inside == [] and got == [signal.SIGTERM, signal.SIGINT]  # in the order they came, each once
+        assert signal.getsignal(signal.SIGINT) is handler and signal.getsignal(signal.SIGTERM) is handler
+        with stops_held():  # no stop: nothing delivered
+            pass
+        assert got == [signal.SIGTERM, signal.SIGINT]
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_ctrl_c_as_the_pool_starts_the_first_runs_thread_waits_for_that_run(tmp_path, monkeypatch):
+    """Ctrl-C that reached the main thread while the thread pool's ``submit`` had started the first run's thread but
+    not registered it: the KeyboardInterrupt left the pool without waiting for that run (the study ended first, its
+    run went on alone). Now the stop is held until every thread is known (``stop.stops_held``): the study waits
+    for the run, records it as interrupted and starts no other."""
+    import threading
+
+    started, ran = threading.Event(), []
+
+    class SlowFirst(FakeExecutor):
+        def __call__(self, argv, log_path, cwd, env, timeout):
+            if threading.current_thread().name.startswith("ThreadPoolExecutor") and not ran:
+                ran.append(log_path.parent.name)  # the first command of the first run, stopped by the Ctrl-C
+                started.set()
+                time.sleep(0.5)
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                log_path.write_text("Traceback (most recent call last):\nKeyboardInterrupt\n")
+                return 1
+            return super().__call__(argv, log_path, cwd, env, timeout)
+
+    start = threading.Thread.start
+
+    def start_then_ctrl_c(thread):
+        start(thread)
+        if thread.name.startswith("ThreadPoolExecutor") and not started.is_set():
+            assert started.wait(30)
+            os.kill(os.getpid(), signal.SIGINT)  # Python's handler raises here, in the main thread, inside submit
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    study = _study(tmp_path / "out", SlowFirst())
+    with pytest.raises(BaseException) as e:  # before: the KeyboardInterrupt itself (it would stop pytest)
+        study.run()
+    assert isinstance(e.value, StudyInterrupted), repr(e.value)
+    key, = ran
+    rec = json.loads((tmp_path / "out" / "runs" / key / "result.json").read_text())
+    assert rec["status"] == "interrupted", rec
+    assert [r.name for r in (tmp_path / "out" / "runs").iterdir() if (r / "result.json").exists()] == [key]
+
+
 def test_a_report_killed_part_way_is_not_refused_by_its_rerun(tmp_path, finished):
     """SIGKILL after the report's run records and first figure (no Python left to remove them): the rerun refused
     the folder, "holds 'runs', '....png', which no earlier run there wrote". The names are recorded before each

@@ -41,6 +41,7 @@ from torchtune_longshort.study.run_stages import RunStages
 from torchtune_longshort.study.stages import (
     StageError, StudyInterrupted, output_folder, run_command, train_summary,
 )
+from torchtune_longshort.study.stop import stops_held
 
 RESULT = "result.json"
 
@@ -246,7 +247,12 @@ class Study(RunStages):
             interrupted: Optional[BaseException] = None
             try:
                 with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                    futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
+                    try:
+                        with stops_held():  # a stop while the pool starts a thread: raised once the pool knows it
+                            futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
+                    except KeyboardInterrupt as e:
+                        stopping.set()
+                        interrupted = e
                     for run, fut in zip(runs, futures):
                         try:  # run_one records its own failures; grid order kept
                             rec = fut.result()

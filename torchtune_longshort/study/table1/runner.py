@@ -43,7 +43,7 @@ from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
-from torchtune_longshort.study.stop import received
+from torchtune_longshort.study.stop import received, stops_held
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
@@ -258,7 +258,13 @@ class Table1:
         interrupted: Optional[BaseException] = None
         try:
             with ThreadPoolExecutor(max_workers=self.cfg.jobs) as pool:
-                for fut in [pool.submit(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]:
+                try:
+                    with stops_held():  # a stop while the pool starts a thread: raised once the pool knows it
+                        futures = [pool.submit(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]
+                except KeyboardInterrupt as e:
+                    self.stopping.set()
+                    interrupted = e
+                for fut in futures:
                     while interrupted is None or not fut.done():  # after a stop: the running cells' records
                         try:
                             fut.result()
