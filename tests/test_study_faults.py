@@ -241,7 +241,7 @@ def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
 
 
 def test_stops_held_delivers_each_stop_once_after_the_block_to_the_handler_in_place():
-    from torchtune_longshort.study.stop import stops_held
+    from torchtune_longshort.output_guard import stops_held
 
     got = []
 
@@ -271,7 +271,7 @@ def test_stops_held_delivers_each_stop_once_after_the_block_to_the_handler_in_pl
 def test_ctrl_c_as_the_pool_starts_the_first_runs_thread_waits_for_that_run(tmp_path, monkeypatch):
     """Ctrl-C that reached the main thread while the thread pool's ``submit`` had started the first run's thread but
     not registered it: the KeyboardInterrupt left the pool without waiting for that run (the study ended first, its
-    run went on alone). Now the stop is held until every thread is known (``stop.stops_held``): the study waits
+    run went on alone). Now the stop is held until every thread is known (``output_guard.stops_held``): the study waits
     for the run, records it as interrupted and starts no other."""
     import threading
 

@@ -83,21 +83,25 @@ def figure_bytes(fig: Any, fmt: str = "png", **kwargs: Any) -> bytes:
 
 @contextlib.contextmanager
 def stops_held() -> Iterator[None]:
-    """Ctrl-C (SIGINT) and SIGTERM held while the block runs and delivered, to the handlers they had, as it ends.
-    Python's handlers, not the thread's signal mask: a process-directed signal goes to any thread that does not
-    block it (torch's), and only the main thread can set a handler (elsewhere the block runs unheld)."""
+    """Ctrl-C (SIGINT) and SIGTERM held while the block runs and delivered, each once in the order they came, to the
+    handlers they had, as it ends. Python's handlers, not the thread's signal mask: a process-directed signal goes to
+    any thread that does not block it (torch's), and only the main thread can set a handler (elsewhere the block runs
+    unheld); a handler set from C (``getsignal`` None) cannot be put back and is left in place, unheld."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     held: List[int] = []
-    before = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: h for s, h in before.items() if h is not None}
+    for s in before:
+        signal.signal(s, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
         for s, handler in before.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: a handler set from C
-        if held:
-            signal.raise_signal(held[0])
+            signal.signal(s, handler)
+        for s in dict.fromkeys(held):  # the handler back in place runs now, in this thread (it may raise)
+            signal.raise_signal(s)
 
 
 def write_together(files: Sequence[Tuple[Union[str, Path], bytes]]) -> None:

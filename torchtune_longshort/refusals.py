@@ -31,9 +31,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Iterator, NoReturn, Optional, TypeVar
+from typing import Callable, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+from torchtune_longshort.output_guard import stops_held
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
@@ -68,28 +69,6 @@ def elastic_error_file() -> str:
     return os.environ.get(ELASTIC_ERROR_FILE, "") if os.environ.get(ELASTIC_RUN_ID) else ""
 
 
-@contextlib.contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back in the block and raised again, to the handlers they had, when it ends (main
-    thread only: Python runs handlers there; elsewhere a no-op). A mask would not do: torch's threads take a
-    signal the main thread masks."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got = []
-    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    held = {s: h for s, h in held.items() if h is not None}  # a handler not set from Python cannot be restored
-    for s in held:
-        signal.signal(s, lambda signum, frame: got.append(signum))
-    try:
-        yield
-    finally:
-        for s, h in held.items():
-            signal.signal(s, h)
-        for s in got:
-            signal.raise_signal(s)
-
-
 def record_for_torchrun(path: str, line: str) -> None:
     """Write ``line`` where torchrun's agent looks for this worker's failure, in the format of
     ``torch.distributed.elastic.multiprocessing.errors``' ``ErrorHandler.record_exception`` (its report shows
@@ -99,7 +78,7 @@ def record_for_torchrun(path: str, line: str) -> None:
     file, which appears by rename."""
     data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
     tmp = f"{path}.{os.getpid()}.tmp"
-    with _stop_signals_held():
+    with stops_held():
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(data, f)

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from torchtune_longshort.output_guard import atomic_write_json, read_json
+from torchtune_longshort.output_guard import atomic_write_json, read_json, stops_held
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
@@ -41,7 +41,6 @@ from torchtune_longshort.study.run_stages import RunStages
 from torchtune_longshort.study.stages import (
     StageError, StudyInterrupted, output_folder, run_command, train_summary,
 )
-from torchtune_longshort.study.stop import stops_held
 
 RESULT = "result.json"
 

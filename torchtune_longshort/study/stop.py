@@ -50,26 +50,6 @@ def running(proc: subprocess.Popen) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stops_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held while the block runs, then delivered, in the order they came, to the handlers in place
-    (main thread only; elsewhere a no-op). For a step a stop must not cut part way: a thread pool's ``submit``
-    starts the thread that runs a stage before it registers that thread, and a stop raised in between left a stage
-    running that the pool's exit did not wait for (its record lost, or written as failed after the command ended)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came = []
-    before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in before.items():
-            signal.signal(s, h)
-        for signum in dict.fromkeys(came):  # the handler back in place runs now, in this thread (it may raise)
-            signal.raise_signal(signum)
-
-
-@contextlib.contextmanager
 def stop_handlers() -> Iterator[None]:
     """SIGINT / SIGTERM handlers for the study's run (main thread only; elsewhere a no-op): each signal is forwarded
     once to every running stage subprocess; the first raises :class:`StudySignal`."""

@@ -37,13 +37,15 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
-from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
+from torchtune_longshort.output_guard import (
+    atomic_write_json, atomic_write_text, check_output_folder, read_json, stops_held,
+)
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
-from torchtune_longshort.study.stop import received, stops_held
+from torchtune_longshort.study.stop import received
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
