@@ -264,7 +264,7 @@ def test_a_failing_cell_is_recorded_the_others_run_and_the_command_exits_1(tmp_p
 def test_ctrl_c_starts_no_further_cell_and_ends_in_one_line(tmp_path, tiny_folder, monkeypatch, capsys, when):
     # Ctrl-C let every queued cell start and run (about an hour on the real config), then ended in a
     # KeyboardInterrupt traceback; SIGTERM ended the command silently and left its lm-eval children running.
-    # A stop while the thread pool started the first cell's thread (CI, 2026-12-04: 1 run in 3) left that cell
+    # A stop while the thread pool started the first cell's thread (CI, 2026-12-04; 4 runs in 20) left that cell
     # running unwaited-for: the command ended first, and the cell's record came after it, as "failed"
     import os
     import signal
@@ -289,9 +289,12 @@ def test_ctrl_c_starts_no_further_cell_and_ends_in_one_line(tmp_path, tiny_folde
     if when != "in the first cell":
         start = threading.Thread.start
 
+        sent = []
+
         def start_then_stop(thread):  # the pool's submit starts its thread, then registers it
             start(thread)
-            if thread.name.startswith("ThreadPoolExecutor") and not calls:
+            if thread.name.startswith("ThreadPoolExecutor") and not sent:
+                sent.append(thread.name)
                 assert in_cell.wait(30)  # the cell runs in that thread
                 os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, in the main thread, inside submit
 
