@@ -286,6 +286,37 @@ def test_a_refusal_under_torchrun_reaches_its_agent_report(tmp_path, monkeypatch
     assert capsys.readouterr().err == line + "\n" and not error_file.exists()
 
 
+def test_a_worker_stopped_under_torchrun_names_its_stop_in_the_agent_report(tmp_path, monkeypatch, capsys):
+    # The agent stops the other workers when one refuses; a worker still setting up ended in one line, exit 143,
+    # and torchrun's report said "error_file: <N/A> ... To enable traceback see ..." for it (CI, 2026-12-04)
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from torchtune_longshort.refusals import Stopped, stoppable
+
+    error_file = tmp_path / "attempt_0" / "1" / "error.json"
+    error_file.parent.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+
+    def setting_up():
+        raise Stopped(signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as e:
+        stoppable("longshort_finetune", setting_up, "stopped while setting up")
+    line = "longshort_finetune: interrupted (SIGTERM): stopped while setting up"
+    assert e.value.code == 143 and capsys.readouterr().err == line + "\n"
+    failure = ProcessFailure(local_rank=1, pid=1, exitcode=143, error_file=str(error_file))
+    report = ChildFailedError("longshort_finetune", {1: failure}).format_msg()
+    assert f"traceback : {line}" in report and "To enable traceback" not in report, report
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # outside torchrun: the line only
+    error_file.unlink()
+    with pytest.raises(SystemExit):
+        stoppable("longshort_finetune", setting_up, "stopped while setting up")
+    assert capsys.readouterr().err == line + "\n" and not error_file.exists()
+
+
 @pytest.mark.slow
 def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
     # `tune run --nproc_per_node 2` with a typo: each worker printed the refusal and torchrun's report said
@@ -305,7 +336,7 @@ def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
     assert p.returncode != 0 and not (tmp_path / "out").exists(), out
     printed = [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: error:")]
     assert len(printed) == 1 and "'max_step' (did you mean 'max_steps'?)" in printed[0], out
-    # each worker that refused is named with its line (one the agent stopped first reads "Signal 15")
+    # each worker is named with its line: its refusal, or the stop of one the agent stopped while it set up
     assert 1 <= out.count(f"traceback : {printed[0]}") <= 2 and "To enable traceback" not in out, out
 
 

@@ -154,8 +154,9 @@ class Stopped(KeyboardInterrupt):
 def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     """``run()``, stopped by Ctrl-C or SIGTERM (a scheduler's) in one line instead of lm-eval's traceback (SIGTERM
     ended silently): ``<prog>: interrupted (SIGINT): <kept>`` on stderr, exit status 128 + the signal (130, 143, as
-    the recipe and the study exit). ``kept``: what the interrupted command leaves, and how to go on. SIGTERM's
-    handler is installed from the main thread only, and put back afterwards."""
+    the recipe and the study exit). ``kept``: what the interrupted command leaves, and how to go on. Under torchrun
+    the line goes to the agent's error file too. SIGTERM's handler is installed from the main thread only, and put
+    back afterwards."""
 
     def stop(signum, frame):
         raise Stopped(signum)
@@ -167,7 +168,12 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
         _close_progress_bars()
-        print(f"{prog}: interrupted ({signal.Signals(signum).name}): {kept}", file=sys.stderr, flush=True)
+        line = f"{prog}: interrupted ({signal.Signals(signum).name}): {kept}"
+        error_file = elastic_error_file()
+        if error_file:  # torchrun's report names it: a worker its agent stopped when another had failed
+            with contextlib.suppress(KeyboardInterrupt):  # a stop during the write waits for it, and is this one
+                record_for_torchrun(error_file, line)
+        print(line, file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:
         if main_thread:
