@@ -26,11 +26,11 @@ import os
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from torchtune_longshort.output_guard import atomic_write_json, read_json, stops_held
+from torchtune_longshort.output_guard import atomic_write_json, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
@@ -41,6 +41,7 @@ from torchtune_longshort.study.run_stages import RunStages
 from torchtune_longshort.study.stages import (
     StageError, StudyInterrupted, output_folder, run_command, train_summary,
 )
+from torchtune_longshort.study.stop import run_until_stopped
 
 RESULT = "result.json"
 
@@ -243,26 +244,12 @@ class Study(RunStages):
                     bar.update(1)
                 return rec
 
-            interrupted: Optional[BaseException] = None
-            try:
-                with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                    try:
-                        with stops_held():  # a stop while the pool starts a thread: raised once the pool knows it
-                            futures = [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]
-                    except KeyboardInterrupt as e:
-                        stopping.set()
-                        interrupted = e
-                    for run, fut in zip(runs, futures):
-                        try:  # run_one records its own failures; grid order kept
-                            rec = fut.result()
-                        except (StudyInterrupted, KeyboardInterrupt) as e:  # Ctrl-C: running ones finish their step
-                            stopping.set()
-                            interrupted = interrupted or e
-                            rec = _result_when_done(fut)
-                        if rec is not None:
-                            records[run.key] = rec
+            try:  # run_one records its own failures; grid order kept
+                calls = [partial(one, i, run) for i, run in enumerate(runs, 1)]
+                recs, interrupted = run_until_stopped(self.jobs, calls, stopping, stop_errors=(StudyInterrupted,))
             finally:
                 self.env = env
+            records.update({run.key: rec for run, rec in zip(runs, recs) if rec is not None})
             if interrupted is not None:
                 self._write_summary(records, t0)
                 raise StudyInterrupted(str(interrupted) or "Ctrl-C", getattr(interrupted, "signum", 0))
@@ -278,14 +265,3 @@ class Study(RunStages):
                    "runs": {k: {"status": r["status"], "wall_s": r.get("wall_s"), "error": r.get("error")}
                             for k, r in records.items()}}
         atomic_write_json(self.out / STUDY_JSON, summary, indent=1, default=str)
-
-
-def _result_when_done(fut) -> Optional[Dict[str, Any]]:
-    """A run's record once its thread is done (None: not started, or interrupted: its result.json says so)."""
-    while True:
-        try:
-            return fut.result()
-        except StudyInterrupted:
-            return None
-        except KeyboardInterrupt:  # a second Ctrl-C while the running subprocesses save: keep waiting
-            continue

@@ -11,8 +11,10 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Dict, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
+from torchtune_longshort.output_guard import stops_held
 from torchtune_longshort.refusals import Stopped
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -72,3 +74,36 @@ def stop_handlers() -> Iterator[None]:
         for s, h in before.items():
             signal.signal(s, h)
         _received["signum"] = 0  # a later run in this process (a test's) starts unstopped
+
+
+def run_until_stopped(jobs: int, calls: Sequence[Callable[[], Any]], stopping: threading.Event,
+                      stop_errors: Tuple[Type[BaseException], ...] = ()) -> Tuple[List[Any], Optional[BaseException]]:
+    """Each call on a pool of ``jobs`` threads: ``(results in order, the stop or None)``. A stop (Ctrl-C, SIGTERM
+    under :func:`stop_handlers`: a ``KeyboardInterrupt`` in this thread; or one of ``stop_errors`` from a call) sets
+    ``stopping``, which the calls not started yet check, and the running ones are waited for, a second stop too;
+    a call a stop ended gives None. The pool starts its threads with the stops held
+    (:func:`~torchtune_longshort.output_guard.stops_held`): ``submit`` starts a thread before it registers it, and a
+    stop raised in between left that thread's call running unwaited-for."""
+    results: List[Any] = []
+    stopped: Optional[BaseException] = None
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            with stops_held():
+                futures = [pool.submit(call) for call in calls]
+        except KeyboardInterrupt as e:
+            stopping.set()
+            stopped = e
+        for fut in futures:
+            while True:
+                try:
+                    results.append(fut.result())
+                    break
+                except stop_errors as e:  # the call saw the stop: it recorded itself
+                    stopping.set()
+                    stopped = stopped or e
+                    results.append(None)
+                    break
+                except KeyboardInterrupt as e:  # here: the running calls finish
+                    stopping.set()
+                    stopped = stopped or e
+    return results, stopped

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -37,15 +37,13 @@ from torchtune_longshort.eval.report.results_io import (
 )
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
-from torchtune_longshort.output_guard import (
-    atomic_write_json, atomic_write_text, check_output_folder, read_json, stops_held,
-)
+from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
-from torchtune_longshort.study.stop import received
+from torchtune_longshort.study.stop import received, run_until_stopped
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
@@ -257,23 +255,9 @@ class Table1:
             with lock:
                 bar.update(1)
 
-        interrupted: Optional[BaseException] = None
-        try:
-            with ThreadPoolExecutor(max_workers=self.cfg.jobs) as pool:
-                try:
-                    with stops_held():  # a stop while the pool starts a thread: raised once the pool knows it
-                        futures = [pool.submit(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]
-                except KeyboardInterrupt as e:
-                    self.stopping.set()
-                    interrupted = e
-                for fut in futures:
-                    while interrupted is None or not fut.done():  # after a stop: the running cells' records
-                        try:
-                            fut.result()
-                            break
-                        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (Stopped): a second one keeps waiting
-                            self.stopping.set()
-                            interrupted = interrupted or e
+        try:  # after a stop: the running cells' records
+            calls = [partial(one, i, v, n) for i, (v, n) in enumerate(todo, 1)]
+            _, interrupted = run_until_stopped(self.cfg.jobs, calls, self.stopping)
         finally:
             bar.close()
         if interrupted is not None:
