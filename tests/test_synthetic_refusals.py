@@ -47,6 +47,10 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "parity", "--quick"], "--steps applies to the paper's figures (all, 1a, ..., theory), not to the "
                                         "beyond figures"),
     (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
+    # a test set past the machine's memory: the allocator's traceback (a learned PE's table), or the kernel's kill
+    (["--l-test", "1000000000", "--pe", "learned"], "--l-test=1000000000's test set (100 sequences of every length "
+                                                    "1..1000000000) takes about 2,980,232,244,730.0 GiB, more than the"),
+    (["--figure", "1a", "--workers", "2", "--l-test", "100000000"], "in each of 2 workers) takes about 59,604,"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, argv, needle):
     out = tmp_path / "out"
@@ -130,3 +134,19 @@ def test_a_single_run_refuses_the_flags_only_figures_read(tmp_path, capsys, flag
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"error: {flag} applies with --figure only" in err, err
     assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("bits", ["iid", "uniform_ones"])
+def test_the_test_sets_bytes_are_a_floor_on_what_building_it_holds(bits):
+    """The refusal above compares ``test_batch_bytes`` with the free memory: it must not exceed what building the
+    test set holds at its peak (torch's allocator events), or a run that fits would be refused; nor fall far below."""
+    import torch
+
+    from benchmarks.tensor_memory import PeakTensorMemory
+    from torchtune_longshort.synthetic.tasks import eval_lengths, make_batch
+    from torchtune_longshort.synthetic.train import test_batch_bytes
+
+    cfg = RunConfig(l_test=200, test_per_length=100, bits=bits)
+    with PeakTensorMemory() as mem:
+        make_batch(eval_lengths(cfg.l_test, cfg.test_per_length), "sum", torch.Generator().manual_seed(0), bits)
+    assert 0.8 * mem.peak_bytes <= test_batch_bytes(cfg) <= mem.peak_bytes  # measured 4.10x / 4.59x the tokens

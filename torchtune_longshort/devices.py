@@ -78,7 +78,7 @@ def check_fits(nbytes: int, device: Union[str, torch.device], what: str, fix: st
     killed for memory (and others on the machine with it)."""
     free = free_bytes(device)
     if free is not None and nbytes > free:
-        raise ValueError(f"{what} takes about {nbytes / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on "
+        raise ValueError(f"{what} takes about {nbytes / 2**30:,.1f} GiB, more than the {free / 2**30:.1f} GiB free on "
                          f"{torch.device(device)}; {fix}")
 
 

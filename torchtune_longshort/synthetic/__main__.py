@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.devices import check_fits
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
 from torchtune_longshort.refusals import (
@@ -36,7 +37,7 @@ from .models import POSITIONAL_ENCODINGS
 from .outrep import OUTREPS
 from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
 from .tasks import BIT_DISTRIBUTIONS, TASKS
-from .train import MODELS, OPTIMIZERS, PAPER_LRS, Diverged, RunConfig, run_provenance, train_run
+from .train import MODELS, OPTIMIZERS, PAPER_LRS, Diverged, RunConfig, run_provenance, test_batch_bytes, train_run
 
 PROG = "python -m torchtune_longshort.synthetic"
 
@@ -210,6 +211,11 @@ def _base_config(a: argparse.Namespace) -> tuple:
         base.validate()
     except ValueError as e:
         raise ValueError(_flag_names(str(e))) from None
+    at_once = workers if a.figure is not None else 1  # a figure's runs: one test set per worker process at a time
+    check_fits(at_once * test_batch_bytes(base), "cpu",
+               f"--l-test={base.l_test}'s test set ({base.test_per_length} sequences of every length 1..{base.l_test}"
+               + (f", in each of {at_once} workers)" if at_once > 1 else ")"),
+               "use a smaller --l-test (the paper's is 50)" + (", or fewer --workers" if at_once > 1 else ""))
     return base, workers
 
 

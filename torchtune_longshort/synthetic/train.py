@@ -113,6 +113,18 @@ class RunConfig:
             raise ValueError(f"lr={self.lr} must be > 0")
 
 
+# int64 copies of the test tokens alive at once while ``make_batch`` builds them: its peak measured 4.1x (iid bits)
+# and 4.6x (uniform_ones) of the tokens' bytes (l_test 1000, 100 per length; tests/test_synthetic_refusals.py)
+TEST_BATCH_COPIES = 4
+
+
+def test_batch_bytes(cfg: RunConfig) -> int:
+    """A floor on the peak bytes of a run's test set (``test_per_length`` sequences of every length 1..l_test, as
+    int64 tokens of up to ``l_test + 2``): it grows as l_test squared, so an l_test far past the paper's 50 is refused
+    by this figure (``devices.check_fits``) instead of the allocator's traceback, or the kernel's kill."""
+    return TEST_BATCH_COPIES * 8 * cfg.l_test * cfg.test_per_length * (cfg.l_test + 2)
+
+
 def build_model(cfg: RunConfig) -> nn.Module:
     """The model a config asks for, sized for sequences of up to ``l_test`` bits (+ BOS, EOS)."""
     if cfg.model == "linear":
