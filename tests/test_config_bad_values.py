@@ -374,3 +374,34 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
     assert not (tmp_path / "out").exists()
     load_recipe_config(cfg(late))
     load_recipe_config(cfg(bad, skip_bad_records=True))
+
+
+def _shipped_with_a_placeholder_start():
+    """The shipped recipe configs whose tokenizer.path is written as an interpolation of checkpoint_dir (a
+    placeholder folder until the user passes checkpoint_dir=...)."""
+    import yaml
+
+    from torchtune_longshort.configs_cli import config_path, shipped_configs
+
+    for name in shipped_configs():
+        node = yaml.safe_load(config_path(name).read_text())
+        if "${checkpoint_dir}" in str((node.get("tokenizer") or {}).get("path", "")):
+            yield name
+
+
+@pytest.mark.parametrize("name", list(_shipped_with_a_placeholder_start()))
+def test_a_path_that_comes_from_checkpoint_dir_is_refused_naming_checkpoint_dir(name, tmp_path, capsys, monkeypatch):
+    """A shipped real-model config run without checkpoint_dir=... was refused as ``tokenizer.path='/path/to/...' does
+    not exist``: a key the user never wrote (the config sets it to ``${checkpoint_dir}``). The refusal names the key
+    to set; a tokenizer.path given itself is refused without that clause."""
+    from torchtune_longshort.training.recipe_config.validate import main as validate_main
+
+    monkeypatch.chdir(tmp_path)
+    for over, named in ([], True), ([f"checkpoint_dir={tmp_path / 'none'}"], True), (["tokenizer.path=/none"], False):
+        with pytest.raises(SystemExit) as exit_info:
+            validate_main([name, *over])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("longshort-validate: error: tokenizer.path="), err
+        assert ("tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err) \
+            is named, err

@@ -15,7 +15,7 @@ from typing import Any
 
 from torchtune_longshort.config.fields import build_section
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
-from torchtune_longshort.training.recipe_config.paths import resolved_config, resolved_container
+from torchtune_longshort.training.recipe_config.paths import naming_the_source, resolved_config, resolved_container
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer
 from torchtune_longshort.training.recipe_config.rules import (
@@ -35,11 +35,14 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     node = resolved_container(resolved_config(cfg))  # a ${...} naming a key the config lacks: refused naming both
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
     as_here = torchtune_keys_as_here(node)
-    config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
-    check_rules(config, world_size, local)
-    if local:
-        check_tokenizer(config)  # built as the setup builds it: a file of another format, ids past the model's
-        check_overwrite(config)
+    try:
+        config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
+        check_rules(config, world_size, local)
+        if local:
+            check_tokenizer(config)  # built as the setup builds it: a file of another format, ids past the model's
+            check_overwrite(config)
+    except (ValueError, OSError) as e:  # a field whose value comes from another key: that key named too
+        raise naming_the_source(e, cfg)
     return config
 
 

@@ -11,8 +11,9 @@ arguments are left as given: ``path`` or ``source`` may name a Hugging Face data
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
@@ -66,3 +67,33 @@ def resolved_config(cfg: Any) -> DictConfig:
     for where in _model_nodes(model, "model"):
         _resolve_key(node, f"{where}.checkpoint_dir")
     return node
+
+
+_FIELD_FIRST = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*)=")
+
+
+def interpolation_at(cfg: Any, field: str) -> Optional[str]:
+    """``field``'s value as written in the config ``cfg`` (a ``DictConfig`` or a mapping, unresolved) when it
+    interpolates other keys (``${checkpoint_dir}``, ``${output_dir}/logs``), else None."""
+    node = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    for part in field.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node if isinstance(node, str) and "${" in node else None
+
+
+def naming_the_source(err: Exception, cfg: Any) -> Exception:
+    """``err`` (a refusal that starts ``field=value``) told which key to set when the config's ``field`` takes its
+    value from another one: the shipped real-model configs' ``tokenizer.path: ${checkpoint_dir}`` was refused as
+    ``tokenizer.path='/path/to/...' does not exist``, naming a key the user never wrote. Returns ``err``."""
+    m = _FIELD_FIRST.match(str(err)) if len(err.args) == 1 and isinstance(err.args[0], str) else None
+    raw = interpolation_at(cfg, m.group(1)) if m else None
+    if raw is not None:
+        keys = list(dict.fromkeys(re.findall(r"\$\{([^}]+)\}", raw)))
+        err.args = (f"{err.args[0]}; {m.group(1)} is {raw!r} in the config: set {' / '.join(keys)}, or "
+                    f"{m.group(1)} itself",)
+    return err
