@@ -107,6 +107,15 @@ def test_recipe_does_not_claim_a_final_epoch_checkpoint_and_logs_above_the_bar(t
     lines = out.replace("\r", "\n").splitlines()
     for step in (1, 2):
         assert sum(x.startswith(f"Checkpoint for step {step} written to") for x in lines) == 1, out[-3000:]
+    # the sizes it gives: the step folder's own (it gave the folder and its resume state together, as the folder's),
+    # then the resume state's, each as the files on disk add up
+    from torchtune_longshort.disk_space import size_text
+
+    step2 = tmp_path / "out" / "step_2"
+    folder = sum(f.stat().st_size for f in step2.rglob("*") if f.is_file())
+    state = (tmp_path / "out" / "recipe_state" / "step_2.pt").stat().st_size
+    line = next(x for x in lines if x.startswith("Checkpoint for step 2 written to"))
+    assert line.endswith(f"({size_text(folder)}; its resume state recipe_state/step_2.pt {size_text(state)})"), line
 
 
 def test_the_synthetic_command_prints_no_torchao_line(tmp_path):

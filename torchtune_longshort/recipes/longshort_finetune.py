@@ -31,7 +31,7 @@ from torchtune import config, utils
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
-from torchtune_longshort.disk_space import is_out_of_space, room, size_text, written_file
+from torchtune_longshort.disk_space import is_out_of_space, room, written_file
 from torchtune_longshort.refusals import refusing, stoppable
 from torchtune_longshort.training import out_of_space
 from torchtune_longshort.training import recipe_checkpoints
@@ -92,7 +92,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                     f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
                 )) from None
             self._checkpoint_bytes = out_of_space.folder_bytes(final)
-            log.info(f"Checkpoint for step {step} written to {final} ({size_text(self._checkpoint_bytes)})")
+            log.info(f"Checkpoint for step {step} written to {final} ({out_of_space.saved_text(final)})")
             self._forecast_room(final, step)
         self._saved_step = step
         self._barrier()

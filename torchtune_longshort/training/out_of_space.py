@@ -160,6 +160,17 @@ def folder_bytes(path: Path) -> int:
     return tree_bytes(path) + _state_size(path)
 
 
+def saved_text(step_dir: Path) -> str:
+    """What a save wrote, for its log line: the step folder's size, and its resume state's (``recipe_state/``, the
+    optimizer's moments: twice the weights' bytes in fp32 AdamW) named apart, so that the folder's own size is what
+    the line says it is."""
+    state = recipe_state_path(step_dir)
+    if not state.is_file():
+        return size_text(tree_bytes(step_dir))
+    return (f"{size_text(tree_bytes(step_dir))}; its resume state {state.parent.name}/{state.name} "
+            f"{size_text(state.stat().st_size)}")
+
+
 def _state_size(step_dir: Path) -> int:
     state = recipe_state_path(step_dir)
     return state.stat().st_size if state.is_file() else 0
