@@ -508,3 +508,36 @@ def test_rebuild_script_keeps_a_table1_note_and_writes_its_results_csv(tmp_path)
     assert copied == ["fig.png", "report.md", "results.csv", "summary.json"] and removed == ["gone.png"]
     assert all((dest / n).read_text() == f"rebuilt {n}" for n in copied)
     assert (dest / "by_hand.png").is_file() and (dest / "cells/c/result.json").read_text() == "dest cells/c/result.json"
+
+
+@pytest.mark.parametrize("same_as_out", [False, True])
+def test_a_report_that_fails_part_way_leaves_its_folder_as_it_was_and_the_next_one_runs(
+        tmp_path, tiny_llama2_dir, monkeypatch, same_as_out):
+    """The report writes the cells' copies and results.csv, then draws the figure: a figure that failed (a full disk,
+    a Ctrl-C) left those files, and the next report into the folder was refused for them ("holds 'results.csv', which
+    no earlier run there wrote"). Now a failed report takes back what it added (a report folder that is the cells'
+    own --out keeps its cell records), and the same command then runs."""
+    from torchtune_longshort.study.table1 import report
+    from torchtune_longshort.study.table1.runner import RESULT
+
+    cfg = _cfg(tmp_path, tiny_llama2_dir)
+    recs = {k: {**r, "spec": {"method": r["method"]}} for k, r in _records().items()}  # as the runner records them
+    rdir = tmp_path / "out"
+    if same_as_out:  # the cells' records, as the runner leaves them
+        for key, rec in recs.items():
+            if rec.get("status") != "not run":
+                (rdir / "cells" / key).mkdir(parents=True)
+                (rdir / "cells" / key / RESULT).write_text(json.dumps(rec))
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(report, "save_figure", no_room)
+        with pytest.raises(OSError):
+            report.build_table1_report(cfg, recs, rdir, command="cmd")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+    report.check_table1_report_dir(rdir)  # refused before: results.csv and the cells' copies were left
+    report.build_table1_report(cfg, recs, rdir, command="cmd")
+    assert (rdir / "report.md").is_file() and (rdir / report.FIGURE).is_file()

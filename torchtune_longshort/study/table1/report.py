@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
-    atomic_open, atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure,
+    atomic_open, atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
 from torchtune_longshort.provenance import differs, provenance, provenance_markdown
 from torchtune_longshort.study.claims_markdown import md_table
@@ -133,8 +133,7 @@ def _provenance_section(prov: Dict[str, Any], recs: Dict[str, Dict[str, Any]]) -
 def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[str, Any]) -> None:
     """``cells/<key>/result.json`` of every cell that ran, and ``results.csv`` (one row per cell)."""
     for key, rec in recs.items():
-        if rec.get("status") != "not run":
-            (rdir / "cells" / key).mkdir(parents=True, exist_ok=True)
+        if rec.get("status") != "not run":  # its folder made by atomic_write_json, once recorded as the report's
             atomic_write_json(rdir / "cells" / key / "result.json", rec, indent=1, default=str)
     with atomic_open(rdir / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=_COLUMNS, extrasaction="ignore")
@@ -155,6 +154,10 @@ def _earlier_report(rdir: Path):
             if isinstance(rec := read_json(p), dict) and {"key", "status", "spec"} <= set(rec)]
 
 
+# what the report writes into its folder (the cells' copies: a --report-dir that is the cells' own --out keeps them)
+REPORT_WRITES = ("report.md", "summary.json", "results.csv", FIGURE, "cells")
+
+
 def check_table1_report_dir(report_dir: Path) -> None:
     """A report folder holding a file of a name the report writes that no earlier Table 1 report wrote (a
     ``report.md`` of the user's) is refused before anything runs: the report wrote over it, after every cell."""
@@ -164,9 +167,15 @@ def check_table1_report_dir(report_dir: Path) -> None:
 
 def build_table1_report(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], report_dir: Path,
                         wall_s: Optional[float] = None, note: str = "", command: str = "") -> Dict[str, Any]:
-    """Write the report (module doc) from the cells' records into ``report_dir``; returns summary.json's data."""
-    rdir = Path(report_dir)
-    rdir.mkdir(parents=True, exist_ok=True)
+    """Write the report (module doc) from the cells' records into ``report_dir``; returns summary.json's data.
+    Every file is written whole or not at all, summary.json last; a call that fails (a full disk, Ctrl-C) takes
+    back what it added, so that the same command runs again (``output_guard.undone_on_failure``)."""
+    with undone_on_failure(report_dir, REPORT_WRITES):
+        return _build(cfg, recs, Path(report_dir), wall_s, note, command)
+
+
+def _build(cfg: Table1Config, recs: Dict[str, Dict[str, Any]], rdir: Path, wall_s: Optional[float], note: str,
+           command: str) -> Dict[str, Any]:
     analysis = analyze(recs, list(cfg.lengths))
     _write_tables(rdir, recs, analysis)
     save_figure(figure(cfg, analysis), rdir / FIGURE, dpi=110)
