@@ -415,6 +415,12 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_any_cell(tmp_path
     rep.mkdir()
     (rep / "report.md").write_text("mine")
     argv = ["--config", str(cfg), "--out", str(tmp_path / "out"), "--report-dir", str(rep), "--report-only"]
+    with pytest.raises(SystemExit) as e:  # a folder no Table 1 ran in: a report of 16 cells "not run" was made there
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "out' holds no Table 1 cells (no cells/): --report-only reads the folder" in err, err
+    assert not (tmp_path / "out").exists() and [p.name for p in rep.iterdir()] == ["report.md"]
+    (tmp_path / "out" / "cells").mkdir(parents=True)  # a Table 1's folder (no cell finished)
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capsys.readouterr().err

@@ -58,6 +58,8 @@ def main(argv=None) -> int:
                                                         repo_root=root))
     t1 = Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)  # --out: from cwd
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
+    if a.report_only:
+        refusing(PROG, t1.check_report_only)
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
     t0 = time.time()

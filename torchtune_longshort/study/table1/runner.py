@@ -130,6 +130,13 @@ class Table1:
 
         check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], earlier)
 
+    def check_report_only(self) -> None:
+        """``--report-only`` of a folder no Table 1 ran in (no marker, no ``cells/``: a mistyped ``--out``) is refused,
+        as the study's is: it wrote a report of every cell "not run" there, making the folder."""
+        if not ((self.out / TABLE1_MARKER).is_file() or (self.out / "cells").is_dir()):
+            raise FileNotFoundError(f"--out (or the config's output_dir) {str(self.out)!r} holds no Table 1 cells (no "
+                                    "cells/): --report-only reads the folder a Table 1 run wrote; name it")
+
     def current(self, rec: Dict[str, Any], variant: str, length: int) -> bool:
         """Whether a cell's record is of the cell's spec now (:func:`~torchtune_longshort.study.portable.same_spec`)."""
         return same_spec(rec.get("spec"), self.spec_of(variant, length), places(self.out, self.root))
