@@ -310,6 +310,23 @@ def test_a_worker_stopped_under_torchrun_names_its_stop_in_the_agent_report(tmp_
     failure = ProcessFailure(local_rank=1, pid=1, exitcode=143, error_file=str(error_file))
     report = ChildFailedError("longshort_finetune", {1: failure}).format_msg()
     assert f"traceback : {line}" in report and "To enable traceback" not in report, report
+    # a second worker of the attempt stopped too (Ctrl-C reaches every worker): its line goes to its error file only,
+    # so the terminal shows one (it showed one a worker)
+    other = tmp_path / "attempt_0" / "0" / "error.json"
+    other.parent.mkdir()
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(other))
+    with pytest.raises(SystemExit):
+        stoppable("longshort_finetune", setting_up, "stopped while setting up")
+    assert capsys.readouterr().err == "" and line in other.read_text()
+    # the agent stopped the workers because one refused (that worker printed its refusal): none prints a stop
+    attempt = tmp_path / "attempt_1"
+    for rank in ("0", "1"):
+        (attempt / rank).mkdir(parents=True)
+    (attempt / "refused").touch()
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(attempt / "1" / "error.json"))
+    with pytest.raises(SystemExit):
+        stoppable("longshort_finetune", setting_up, "stopped while setting up")
+    assert capsys.readouterr().err == "" and line in (attempt / "1" / "error.json").read_text()
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # outside torchrun: the line only
     error_file.unlink()
     with pytest.raises(SystemExit):
@@ -336,6 +353,8 @@ def test_tune_run_two_processes_prints_a_refusal_once(tmp_path):
     assert p.returncode != 0 and not (tmp_path / "out").exists(), out
     printed = [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: error:")]
     assert len(printed) == 1 and "'max_step' (did you mean 'max_steps'?)" in printed[0], out
+    # a worker the agent stopped then prints no "interrupted" line of its own: nobody interrupted the command
+    assert not [ln for ln in out.splitlines() if ln.startswith("longshort_finetune: interrupted")], out
     # each worker is named with its line: its refusal, or the stop of one the agent stopped while it set up
     assert 1 <= out.count(f"traceback : {printed[0]}") <= 2 and "To enable traceback" not in out, out
 

@@ -88,13 +88,17 @@ def record_for_torchrun(path: str, line: str) -> None:
                 os.unlink(tmp)
 
 
-def first_to_refuse(error_file: str) -> bool:
-    """Whether this worker is the first of its torchrun attempt to refuse: it creates ``refused`` in the attempt's
-    folder (``<attempt>/<local rank>/error.json``'s grandparent, the agent's, removed with it). A folder that cannot
-    be written falls back to rank 0."""
+def _attempt_file(error_file: str, name: str) -> str:
+    """``name`` in the torchrun attempt's folder (``<attempt>/<local rank>/error.json``'s grandparent, the agent's,
+    removed with it)."""
+    return os.path.join(os.path.dirname(os.path.dirname(error_file)), name)
+
+
+def first_to_refuse(error_file: str, what: str = "refused") -> bool:
+    """Whether this worker is the first of its torchrun attempt to refuse (``what``: or to be stopped): it creates
+    ``what`` in the attempt's folder. A folder that cannot be written falls back to rank 0."""
     try:
-        os.close(os.open(os.path.join(os.path.dirname(os.path.dirname(error_file)), "refused"),
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(_attempt_file(error_file, what), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
         return False
@@ -156,7 +160,8 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     ended silently): ``<prog>: interrupted (SIGINT): <kept>`` on stderr, exit status 128 + the signal (130, 143, as
     the recipe and the study exit). ``kept``: what the interrupted command leaves, and how to go on. Under torchrun
     the line goes to the agent's error file too. SIGTERM's handler is installed from the main thread only, and put
-    back afterwards."""
+    back afterwards. Under torchrun only the first worker stopped prints it, and none when another worker refused.
+    """
 
     def stop(signum, frame):
         raise Stopped(signum)
@@ -173,7 +178,11 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
         if error_file:  # torchrun's report names it: a worker its agent stopped when another had failed
             with contextlib.suppress(KeyboardInterrupt):  # a stop during the write waits for it, and is this one
                 record_for_torchrun(error_file, line)
-        print(line, file=sys.stderr, flush=True)
+        # under torchrun printed once, by the first worker stopped, and not at all when the agent stopped the
+        # workers because one refused (that refusal is the line to read)
+        if not error_file or (not os.path.exists(_attempt_file(error_file, "refused"))
+                              and first_to_refuse(error_file, "stopped")):
+            print(line, file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:
         if main_thread:
