@@ -308,3 +308,28 @@ def test_an_interrupted_train_gives_its_folder_back_so_the_same_process_resumes(
     with pytest.raises(RuntimeError, match=r"is held by this process .*call its cleanup\(\)"):
         OutputDirLock(tmp_path / "held").acquire()
     held.release()
+
+
+def test_a_resume_of_a_finished_run_builds_and_writes_nothing(tmp_path, sp_tokenizer_dir, caplog, capsys):
+    """A job scheduler requeues a finished run with resume=True: the recipe built the model, the data and the
+    optimizer, started the metric logger (a new, empty log file) and drew a progress bar, to train nothing. Now the
+    setup stops at the resume point: nothing is built or written, train() says why, cleanup() names the checkpoint;
+    a higher max_steps trains on from there."""
+    run = tmp_path / "run"
+    _train(_tiny_cfg(run, sp_tokenizer_dir))
+    capsys.readouterr()
+
+    def files():  # (a folder's own time moves when the config check probes that it takes files)
+        return {str(p.relative_to(run)): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+
+    before = files()
+    with caplog.at_level("INFO"):
+        resumed = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Nothing to train")]
+    assert said == [f"Nothing to train: resumed at step 1 ({run / 'step_1'}), and this run ends at step 1: "
+                    "max_steps=1 (raise it to train on)"], caplog.text
+    assert resumed.finished and getattr(resumed, "_model", None) is None
+    assert files() == before  # no log file, no metrics line, no checkpoint touched
+    assert f"[longshort] checkpoint: {run / 'step_1'}" in capsys.readouterr().out
+    more = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, max_steps=2))
+    assert not more.finished and more.global_step == 2 and len(_losses(run)) == 2

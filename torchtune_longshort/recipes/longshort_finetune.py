@@ -125,7 +125,14 @@ class LongShortFinetuneRecipe(RecipeSetup):
     def train(self) -> None:
         """:meth:`_train_loop`; a write of the run's logs that finds the disk full ends it in one line, as a save does
         (:mod:`~torchtune_longshort.training.out_of_space`). Whatever ends it early (an error, Ctrl-C in a notebook),
-        the output folder's lock is given back and the progress bar closed, so that the same process can resume."""
+        the output folder's lock is given back and the progress bar closed, so that the same process can resume.
+        A resumed run already at its last step (:attr:`finished`) says so and trains nothing."""
+        if self.finished:
+            limit = (f"stop_after_step={self.stop_at} (raise or drop it" if self.stop_at < self.max_steps
+                     else f"max_steps={self.max_steps} (raise it")
+            utils.log_rank_zero(log, f"Nothing to train: resumed at step {self.global_step} ({self._resume_dir}), "
+                                     f"and this run ends at step {self.stop_at}: {limit} to train on)")
+            return
         try:
             self._train()
         except BaseException:
@@ -159,9 +166,6 @@ class LongShortFinetuneRecipe(RecipeSetup):
             torch.cuda.reset_peak_memory_stats(self._device)
         self._run_log.start(max_steps, self.global_step, self._batcher.stream.records_skipped)
         stop_at = self.stop_at
-        if self.global_step >= stop_at:
-            utils.log_rank_zero(log, f"Nothing to train: resumed at step {self.global_step}, and this run ends at "
-                                     f"step {stop_at} (max_steps={max_steps}); raise max_steps to train on")
         self._profiler.start()
         while self.global_step < stop_at:
             lr = self._optimizer.param_groups[0]["lr"]  # the step's own (the scheduler moves it on inside the step)
@@ -338,7 +342,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
     def cleanup(self) -> None:
         self.release_output_dir()
         if self._is_rank_zero:
-            self._run_log.close_loggers()
+            if not self.finished:  # a finished run's resume started no logger
+                self._run_log.close_loggers()
             print(f"[longshort] checkpoint: {self.ckpts.latest()}")
             log_dir = self.config.metric_logger.log_dir or "the metric logger"
             print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")

@@ -171,8 +171,10 @@ def record_written(output_dir: PathLike, written_here: Sequence[str], existed: s
     for name in written_here:
         folder = Path(output_dir) / name
         if folder.is_dir() and not folder.is_symlink():
-            files = {rel for n, rel in new if n == name} | (_listed(folder) or set())
-            write_names(folder / MANIFEST, files - {MANIFEST})
+            listed = _listed(folder)
+            files = ({rel for n, rel in new if n == name} | (listed or set())) - {MANIFEST}
+            if listed is None or files != listed - {MANIFEST}:  # a list that stands is not written again (a resume with nothing to train writes none)
+                write_names(folder / MANIFEST, files)
 
 
 def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:

@@ -95,6 +95,7 @@ class RecipeSetup:
             self._record_seed(self.seed)
         self.output_dir = Path(config_.output_dir)
         self.global_step = 0
+        self.finished = False  # resume=True of a run already at its last step: setup builds nothing (setup())
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -132,6 +133,10 @@ class RecipeSetup:
         self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize,
                                                 declared_vocab(cfg)[0], self._documents)
         recipe_state = self._setup_output_dir()
+        if recipe_state is not None and self.global_step >= self.stop_at:
+            # a job scheduler's requeue of a finished run: nothing to train, so no model, data or log is made
+            self.finished = True
+            return
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
         self._optimizer = self._setup_optimizer()
