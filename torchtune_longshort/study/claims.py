@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.base_failure import base_failure
 from torchtune_longshort.study.comparisons import (
-    Records, ce_id, ce_improvement, compare, has_signal, long_lengths, methods_compared, opposite, train_ce, verdict_from,
+    Records, beats_base, ce_id, ce_improvement, compare, has_signal, long_lengths, methods_compared, opposite, train_ce,
+    verdict_from,
 )
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
@@ -50,7 +51,7 @@ def failed_baseline(cfg: "StudyConfig", recs: Records, method: str) -> Optional[
     beaten a failed run, which says nothing about the paper's claim."""
     rows = [r for r in ce_improvement(cfg, recs)
             if r["method"] == method and r["length"] >= cfg.L and r["ratio"] is not None]
-    if not rows or any(r["ratio"] < 1.0 for r in rows):
+    if not rows or any(beats_base(r["ratio"]) for r in rows):
         return None
     ratios = " / ".join(f"{r['ratio']:.2f}" for r in rows)
     lengths = " / ".join(length_label(r["length"]) for r in rows)

@@ -87,6 +87,11 @@ def opposite(d: str) -> str:
 RECOVERY = 1.02
 
 
+def beats_base(ratio: float) -> bool:
+    """Whether the CE-only fine-tunes beat the base beyond L0: their mean ppl over the base's is below 1."""
+    return ratio < 1.0
+
+
 def control_learned(ratio: Optional[float], length: int, L0: int) -> str:
     """The control's rule at one length, in words: within L0 it recovers the base (``ratio <= RECOVERY``), beyond
     L0 it beats it (``ratio < 1``); ``ratio`` is the CE-only fine-tunes' mean ppl over the base's."""
@@ -94,7 +99,7 @@ def control_learned(ratio: Optional[float], length: int, L0: int) -> str:
         return "—"
     if length <= L0:
         return "recovers the base" if ratio <= RECOVERY else f"does NOT recover the base (> {RECOVERY}x)"
-    return "beats the base" if ratio < 1.0 else "does NOT beat the base"
+    return "beats the base" if beats_base(ratio) else "does NOT beat the base"
 
 
 def ce_improvement(cfg: "StudyConfig", recs: Records) -> List[Dict[str, Any]]:
