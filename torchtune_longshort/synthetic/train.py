@@ -114,7 +114,8 @@ class RunConfig:
 
 
 # int64 copies of the test tokens alive at once while ``make_batch`` builds them: its peak measured 4.1x (iid bits)
-# and 4.6x (uniform_ones) of the tokens' bytes (l_test 1000, 100 per length; tests/test_synthetic_refusals.py)
+# and 4.6x (uniform_ones) of the tokens' bytes (100 per length; l_test 1000 by the process's RSS, l_test 200 by
+# torch's allocator events in tests/test_synthetic_refusals.py)
 TEST_BATCH_COPIES = 4
 
 

@@ -161,9 +161,8 @@ def folder_bytes(path: Path) -> int:
 
 
 def saved_text(step_dir: Path) -> str:
-    """What a save wrote, for its log line: the step folder's size, and its resume state's (``recipe_state/``, the
-    optimizer's moments: twice the weights' bytes in fp32 AdamW) named apart, so that the folder's own size is what
-    the line says it is."""
+    """What a save wrote, for its log line: the step folder's size, and its resume state's (``recipe_state/``: AdamW's
+    two moments, about twice the weights' bytes) named apart, so that the folder's own size is what the line says."""
     state = recipe_state_path(step_dir)
     if not state.is_file():
         return size_text(tree_bytes(step_dir))
