@@ -173,8 +173,7 @@ def record_written(output_dir: PathLike, written_here: Sequence[str], existed: s
         if folder.is_dir() and not folder.is_symlink():
             listed = _listed(folder)
             files = ({rel for n, rel in new if n == name} | (listed or set())) - {MANIFEST}
-            # a list that stands is not written again (a resume with nothing to train writes nothing)
-            if listed is None or files != listed - {MANIFEST}:
+            if listed is None or files != listed - {MANIFEST}:  # a list that stands is not written again
                 write_names(folder / MANIFEST, files)
 
 
