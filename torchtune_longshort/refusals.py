@@ -94,9 +94,14 @@ def _attempt_file(error_file: str, name: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(error_file)), name)
 
 
-def first_to_refuse(error_file: str, what: str = "refused") -> bool:
-    """Whether this worker is the first of its torchrun attempt to refuse (``what``: or to be stopped): it creates
-    ``what`` in the attempt's folder. A folder that cannot be written falls back to rank 0."""
+# the files the first worker of a torchrun attempt to refuse, or to be stopped, creates in the attempt's folder
+REFUSED_MARK, STOPPED_MARK = "refused", "stopped"
+
+
+def first_in_attempt(error_file: str, what: str) -> bool:
+    """Whether this worker is the first of its torchrun attempt to do ``what`` (:data:`REFUSED_MARK`,
+    :data:`STOPPED_MARK`): it creates that file in the attempt's folder. A folder that cannot be written falls back to
+    rank 0."""
     try:
         os.close(os.open(_attempt_file(error_file, what), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
@@ -113,7 +118,7 @@ def refusal(prog: str, message: str) -> int:
     error_file = elastic_error_file()
     if error_file:
         record_for_torchrun(error_file, line)
-    if not error_file or first_to_refuse(error_file):
+    if not error_file or first_in_attempt(error_file, REFUSED_MARK):
         print(line, file=sys.stderr, flush=True)
     return EXIT_REFUSED
 
@@ -180,8 +185,8 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
                 record_for_torchrun(error_file, line)
         # under torchrun printed once, by the first worker stopped, and not at all when the agent stopped the
         # workers because one refused (that refusal is the line to read)
-        if not error_file or (not os.path.exists(_attempt_file(error_file, "refused"))
-                              and first_to_refuse(error_file, "stopped")):
+        if not error_file or (not os.path.exists(_attempt_file(error_file, REFUSED_MARK))
+                              and first_in_attempt(error_file, STOPPED_MARK)):
             print(line, file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:

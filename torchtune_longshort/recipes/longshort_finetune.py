@@ -91,8 +91,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
                 raise OutOfSpace(out_of_space.stop_message(
                     f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
                 )) from None
-            self._checkpoint_bytes = out_of_space.folder_bytes(final)
-            log.info(f"Checkpoint for step {step} written to {final} ({out_of_space.saved_text(final)})")
+            self._checkpoint_bytes, sizes = out_of_space.saved(final)
+            log.info(f"Checkpoint for step {step} written to {final} ({sizes})")
             self._forecast_room(final, step)
         self._saved_step = step
         self._barrier()

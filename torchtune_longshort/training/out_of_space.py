@@ -20,7 +20,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torchtune.config import instantiate
@@ -160,14 +160,16 @@ def folder_bytes(path: Path) -> int:
     return tree_bytes(path) + _state_size(path)
 
 
-def saved_text(step_dir: Path) -> str:
-    """What a save wrote, for its log line: the step folder's size, and its resume state's (``recipe_state/``: AdamW's
-    two moments, about twice the weights' bytes) named apart, so that the folder's own size is what the line says."""
-    state = recipe_state_path(step_dir)
+def saved(step_dir: Path) -> Tuple[int, str]:
+    """What a save wrote: the bytes of the step folder and its resume state (:func:`folder_bytes`), and the log line's
+    words for them, the two named apart (``recipe_state/``: AdamW's two moments, about twice the weights' bytes), so
+    that the folder's own size is what the line says. One walk of the folder."""
+    weights, state = tree_bytes(step_dir), recipe_state_path(step_dir)
     if not state.is_file():
-        return size_text(tree_bytes(step_dir))
-    return (f"{size_text(tree_bytes(step_dir))}; its resume state {state.parent.name}/{state.name} "
-            f"{size_text(state.stat().st_size)}")
+        return weights, size_text(weights)
+    extra = state.stat().st_size
+    text = f"{size_text(weights)}; its resume state {state.parent.name}/{state.name} {size_text(extra)}"
+    return weights + extra, text
 
 
 def _state_size(step_dir: Path) -> int:
