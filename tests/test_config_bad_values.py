@@ -40,6 +40,11 @@ FAMILIES = {
         ({"max_steps": -1}, "max_steps", r"integer >= 1"),
         ({"max_steps": 1.5}, "max_steps", r"integer >= 1"),
         ({"stop_after_step": 0}, "stop_after_step", r"integer >= 1"),
+        # past the last step: accepted, and the run trained to its end where an early stop was asked
+        ({"max_steps": 4, "stop_after_step": 5}, "stop_after_step",
+         r"^stop_after_step=5 is past this run's last step \(max_steps=4\): it would never stop the run; .*=null"),
+        ({"max_steps": 10, "equal_compute_overhead": 2, "loss.alpha": 0.1, "stop_after_step": 6}, "stop_after_step",
+         r"^stop_after_step=6 is past this run's last step \(5: max_steps=10 over equal_compute_overhead=2, "),
         ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", r"integer >= 1"),
         ({"batch_size": 0}, "batch_size", r"integer >= 1"),
         ({"seed": -1}, "seed", r"integer >= 0"),

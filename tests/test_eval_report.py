@@ -198,6 +198,10 @@ def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_repl
     with pytest.raises(SystemExit):
         main([str(tmp_path / "a"), "--out", str(out / "notes.txt")])
     assert "is a file, not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a new --out named like a file: a folder of that name was made
+        main([str(tmp_path / "a"), "--out", str(tmp_path / "report.JSON")])
+    assert "names a .JSON file, where the command wants the folder" in capsys.readouterr().err
+    assert not (tmp_path / "report.JSON").exists()
     # an --out that cannot be made said "[Errno 1] Operation not permitted", naming neither the option nor the fix;
     # a results folder that is not there, or a file, said it "holds no lm-eval results_*.json file"
     for argv, needle in [([str(tmp_path / "a"), "--out", "/proc/longshort_x"], "--out='/proc/longshort_x' cannot be "

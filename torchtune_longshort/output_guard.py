@@ -247,6 +247,10 @@ def write_names(path: Union[str, Path], names: Iterable[str]) -> None:
     atomic_write_text(path, json.dumps(sorted(set(names)), indent=0) + "\n")
 
 
+FILE_SUFFIXES = (".json", ".jsonl", ".md", ".csv", ".png", ".pdf", ".txt", ".html")  # a new output folder's name
+# ending in one of these was meant as a file
+
+
 def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[str],
                         earlier: Callable[[Path], Union[bool, Collection[str]]]) -> None:
     """Refuse a ``folder`` (given as ``option``) that is a file, or that holds something of a name the command
@@ -258,6 +262,9 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
     if not folder.is_dir():
+        if folder.suffix.lower() in FILE_SUFFIXES:  # `--out report.json` made a folder of that name
+            raise ValueError(f"{option}={str(folder)!r} names a {folder.suffix} file, where the command wants the "
+                             f"folder it writes its files in: name a folder, e.g. {folder.with_suffix('')}")
         return
     # with the links to nothing of the names without wildcards, which glob does not find (a write replaced them)
     present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)}

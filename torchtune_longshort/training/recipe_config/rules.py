@@ -60,6 +60,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
             f"{world_size} processes FSDP2 must leave them unsharded (fully_shard's ignored_params, torch >= 2.7), "
             f"which torch {torch.__version__} lacks: upgrade torch, or train in one process (tune run without "
             "--nproc_per_node)")
+    _check_stop_after_step(config)
     _check_shuffle(config)
     _check_min_context(config)
     _check_s2_groups(config)
@@ -85,6 +86,20 @@ def _check_shuffle(config: RecipeConfig) -> None:
                          "shuffle=True (torchtune's order, a new one each pass, seeded data_seed) with "
                          "dataset.shuffle_seed=null, or dataset.shuffle_seed (one order for every pass; needed for "
                          "piece_chars) with shuffle=False")
+
+
+def _check_stop_after_step(config: RecipeConfig) -> None:
+    """A ``stop_after_step`` past the run's last step would never stop it: the run would train to its end where the
+    user asked for an early stop."""
+    stop, steps = config.stop_after_step, trained_steps(config.max_steps, config.equal_compute_overhead,
+                                                        config.loss.alpha)
+    if stop is None or stop <= steps:
+        return
+    last = f"max_steps={config.max_steps}" if steps == config.max_steps else (
+        f"{steps}: max_steps={config.max_steps} over equal_compute_overhead={config.equal_compute_overhead:g}, "
+        f"loss.alpha={config.loss.alpha:g} > 0")
+    raise ValueError(f"stop_after_step={stop} is past this run's last step ({last}): it would never stop the run; "
+                     f"set it to a step before that, or stop_after_step=null to train to the end")
 
 
 def _check_profiler_schedule(config: RecipeConfig) -> None:
