@@ -138,10 +138,18 @@ def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked
     main([str(full), str(quick), "--out", str(tmp_path / "cli"), "--allow-unequal-samples"])  # the flag
     # a difference with reasons is refused too: every model counts the samples it could not run (NaN, with the
     # reason), so one placeholder row standing for a whole length is not the same evaluation (issue 33 F11)
-    short = _run(tmp_path / "short", 1, pretrained="/ckpt/b", reasons={"longshort_ppl at length 512: too long": 1})
-    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `short` 1\)"):
+    short = _run(tmp_path / "short", 2, pretrained="/ckpt/b", reasons={"longshort_ppl at length 512: too long": 1})
+    with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `short` 2\)"):
         build_report([full, short], tmp_path / "rep2")
     assert not (tmp_path / "rep2").exists()
+    # a run that scored none of a task's samples (hf on longshort_misalignment: one placeholder row for the task) has
+    # nothing to compare: it was refused as a count mismatch naming --limit, though both runs had the same
+    none = _run(tmp_path / "none", 1, pretrained="/ckpt/c", model="hf",
+                reasons={"longshort_ppl at length 128: needs --model longshort": 1})
+    build_report([full, none], tmp_path / "rep3")
+    md = (tmp_path / "rep3" / "report.md").read_text()
+    assert "| longshort_ppl: 1 (none scored) |" in md and "Unequal sample counts" not in md
+    assert "needs --model longshort" in md
 
 
 def test_runs_of_different_dtype_are_refused_in_one_line_unless_asked(tmp_path, capsys):

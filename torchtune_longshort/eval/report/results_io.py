@@ -211,9 +211,11 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its results files (the newest wins): the lm-eval ``model``, the
     checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
     record it), the ``device``, ``--limit`` (None: every sample; :func:`lm_eval_limit`), each task's n-shot, the tasks
-    a chat template was applied to (those that ignore it left out), and the number of samples
+    a chat template was applied to (those that ignore it left out), the number of samples
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
-    as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task)."""
+    as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task), and
+    the tasks none of whose samples was scored (``unscored``: each counted in ``not_scored``, e.g. the misalignment
+    task under ``hf``, whose one placeholder row stands for the whole task, or a task without data)."""
     files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
@@ -234,8 +236,11 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
                 latest[current_name(task)] = (n, list((data.get("results") or {}).get(task) or {}))
     subsets = {} if limit is not None else samples_subsets(results_dir, latest)
     samples.update({t: s["evaluated"] for t, s in subsets.items()})
+    counts = load_not_scored_counts(results_dir)
+    unscored = sorted(t for t, n in samples.items() if n and sum(counts.get(t, {}).get("samples", {}).values()) >= n)
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
+            "unscored": unscored,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
             "chat_template": sorted(chat), "subset": subsets}
 

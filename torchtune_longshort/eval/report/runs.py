@@ -20,8 +20,11 @@ def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> 
     """The tasks the runs scored on different numbers of samples, each with its counts, as text ("" when none).
     Every model counts the same samples for one evaluation (a sample it cannot run is still a sample: NaN, with its
     reason; :func:`~torchtune_longshort.eval.tasks.common.pack_task.sweep_dataset`), so a difference means the runs
-    did not evaluate the same samples (another ``--limit``, other data, other lengths)."""
-    counts = {t: {r: infos[r]["samples"][t] for r in names if t in infos[r]["samples"]}
+    did not evaluate the same samples (another ``--limit``, other data, other lengths). A run that scored none of
+    a task's samples (``unscored``: a model that cannot run it, no data) is left out of that task's comparison: its
+    count is of placeholder rows, and its values are reported as not scored, with the reason."""
+    counts = {t: {r: infos[r]["samples"][t] for r in names
+                  if t in infos[r]["samples"] and t not in infos[r].get("unscored", ())}
               for t in sorted({t for i in infos.values() for t in i["samples"]})}
     return "; ".join(f"{t}: " + ", ".join(f"`{r}` {n}" for r, n in c.items())
                      for t, c in counts.items() if len(set(c.values())) > 1)
@@ -72,8 +75,9 @@ def _count(subset: Dict[str, Any]) -> str:
 
 def _samples_cell(info: Dict[str, Any]) -> str:
     subsets = info.get("subset") or {}
+    unscored = set(info.get("unscored", ()))
     return ", ".join(f"{t}: {_count(subsets[t]) + ' (--samples)' if t in subsets else n}"
-                     for t, n in sorted(info["samples"].items())) or "—"
+                     f"{' (none scored)' if t in unscored else ''}" for t, n in sorted(info["samples"].items())) or "—"
 
 
 def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],
