@@ -40,6 +40,11 @@ def test_a_predict_only_run_is_not_said_to_have_scored():
     assert summary_line(results) == "[longshort-eval] --predict_only: the outputs are written, no metric scored"
     results["results"]["longshort_ppl"] = {"ppl_512,none": 9.5}
     assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"
+    # longshort_ppl alone under --predict_only: lm-eval writes no placeholder for it, only its metric list swapped
+    # (the line said "0 metric(s) scored, none unscored")
+    ppl = {"results": {"longshort_ppl": {"name": "longshort_ppl", "alias": "longshort_ppl", "sample_len": 0}},
+           "configs": {"longshort_ppl": {"metric_list": [{"metric": "bypass"}]}}}
+    assert summary_line(ppl) == "[longshort-eval] --predict_only: the outputs are written, no metric scored"
 
 
 def test_summary_line_counts_unscored_metrics_with_reasons():
@@ -95,6 +100,11 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
     # characters), and a long reason cut (the results file keeps it whole)
     assert summary_line(results).endswith("longshort_babilong: acc (a group: the reasons are its members'); "
                                           "longshort_babilong_qa1: every metric (no data) (no file qa1.jsonl)")
+    # a group with scores whose members lack data: its own marker (lm-eval's mean of its members') said "every metric
+    # (no data)" of a group that had an accuracy; the members say which have none
+    results["results"]["longshort_babilong"] = {"acc,none": 0.5, "missing_data,none": 1.0}
+    assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
+                                     "metric (no data) (no file qa1.jsonl)")
     results["configs"]["longshort_babilong_qa1"]["not_scored"] = {"x" * 1000: 1}
     assert len(summary_line(results)) < 500 and summary_line(results).endswith("x…)")
 

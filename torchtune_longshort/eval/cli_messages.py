@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.model import args as model_args
-from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of
+from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
 
 PROG = "longshort-eval"
@@ -96,16 +96,18 @@ def summary_line(results: Dict[str, Any]) -> str:
     """``[longshort-eval] N metric(s) scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
     bad: Dict[str, List[str]] = {}
     scored = 0
+    groups = results.get("group_subtasks") or {}
     for task, name, value in _metrics(results):
         if name == MISSING_METRIC:  # a group member without data: its marker, not a score
-            if value:
+            if value and task not in groups:  # a group's is its members' mean: they are named, each with its reason
                 bad.setdefault(task, []).append("every metric (no data)")
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             scored += 1
         else:
             bad.setdefault(task, []).append(name)
     n_bad = sum(len(v) for v in bad.values())
-    if not scored and not n_bad and any(BYPASS + "," in k for m in (results.get("results") or {}).values() for k in m):
+    bypass = any(BYPASS + "," in k for m in (results.get("results") or {}).values() for k in m)
+    if not scored and not n_bad and (bypass or predict_only_of(results)):  # metrics swapped for lm-eval's bypass
         return f"[{PROG}] --predict_only: the outputs are written, no metric scored"
     if not n_bad:
         return f"[{PROG}] {scored} metric(s) scored, none unscored"

@@ -113,6 +113,10 @@ def _partial_note(run: str, cov: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
             f"{pron}; no value from {', '.join(missing)}."), partial
 
 
+# What a task reports about the run rather than the model (``missing_data``): the reasons section says it; in a
+# group's table its value was lm-eval's mean over the members that report it (1 for a group 12 of 13 lacked)
+DIAGNOSTICS = frozenset(d for family in TASK_FAMILIES.values() for d in family.diagnostics)
+
 # What each depth x length cell metric is, in a heatmap's title and colour bar.
 CELL_LABELS = {"acc": "accuracy", "digits": "digits retrieved"}
 
@@ -128,7 +132,7 @@ def _task_table(task: str, runs: Dict[str, Dict[str, Dict[str, Any]]], coverage:
     """The section of a task's metrics that no length table holds (rows = runs), group coverage noted; ``tabled``:
     the task has length tables, and this section holds its values over all lengths (passkey's acc and digits)."""
     metrics = sorted({m for r in runs.values() for m in r.get(task, {}) if m not in ("alias", "name", "sample_len")
-                      and not (tabled and _by_length(task, m))})
+                      and m not in DIAGNOSTICS and not (tabled and _by_length(task, m))})
     if not metrics:
         return None
     header = ["run"] + metrics

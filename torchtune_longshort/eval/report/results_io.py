@@ -176,7 +176,12 @@ def predict_only_tasks(results_dir: Path) -> List[str]:
     task's metrics for ``bypass`` (their ``configs`` block lists that one metric), so the run has outputs in its
     samples files and no scores."""
     files = results_files(results_dir)
-    configs = json_file(files[-1]).get("configs") or {} if files else {}
+    return predict_only_of(json_file(files[-1])) if files else []
+
+
+def predict_only_of(data: Dict[str, Any]) -> List[str]:
+    """:func:`predict_only_tasks` of one parsed results file."""
+    configs = data.get("configs") or {}
     metrics = {t: [m.get("metric") for m in (c or {}).get("metric_list") or [] if isinstance(m, dict)]
                for t, c in configs.items()}
     return sorted(current_name(t) for t, m in metrics.items() if m == [PREDICT_ONLY_METRIC])
