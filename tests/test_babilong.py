@@ -144,8 +144,10 @@ def test_loader_interleaves_lengths_and_depths_for_limit(generated):
     n_cells = len(set(cells))
     assert n_cells == 2 * len(haystack.DEPTHS) and {c[0] for c in cells[:2]} == {"1k", "4k"}
     assert len(set(cells[:n_cells])) == n_cells
-    for length in ("1k", "4k"):  # order inside a cell: the file's (one length alone is read as it is)
+    for length in ("1k", "4k"):  # order inside a cell: the file's
         alone = bl.load_babilong("qa2", length, str(generated / "depth"))["qa2"]
+        # one length alone interleaves its depths too (it was read as its file is: --limit 2 took two rows of d0)
+        assert [r["depth"] for r in alone][:len(haystack.DEPTHS)] == list(haystack.DEPTHS)
         for depth in haystack.DEPTHS:
             assert [r["input"] for r in ds if (r["length"], r["depth"]) == (length, depth)] == [
                 r["input"] for r in alone if r["depth"] == depth]

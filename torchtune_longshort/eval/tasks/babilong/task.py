@@ -232,7 +232,7 @@ def load_babilong(
             ds = ds.add_column("depth", [None] * n).add_column(MISSING_DATA_FIELD, [None] * n)
             ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * n)
             parts.append(ds.cast(_features()))
-    if len(parts) == 1:
-        return {qa_split: parts[0]}
-    ds = datasets.concatenate_datasets(parts)  # interleaved across (length, depth), so --limit N keeps every cell
+    # interleaved across (length, depth), so --limit N keeps every cell: one length's file holds its depths one after
+    # another too (the generator's), and --limit 2 of two depths took both rows from the first
+    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return {qa_split: ds.select(round_robin_order(list(zip(ds["length"], ds["depth"]))))}
