@@ -174,6 +174,30 @@ def test_an_over_long_prompt_is_refused_under_hf_as_under_longshort(generated, s
     assert "may not be cut (truncation=none, declared by the task)" in inst.resps[0].refusal
 
 
+def test_a_limit_that_leaves_cells_without_a_document_is_said_and_recorded(generated, sp_tokenizer_dir, caplog):
+    """``--limit 3`` of 2 lengths x 5 depths scored 3 cells and left 7 out without a word (the README said a small
+    limit still scores every length); now a warning names them and the results file's task config lists them."""
+    from lm_eval.tasks import TaskManager
+
+    from torchtune_longshort.eval.cli_messages import summary_line
+
+    meta = {"tokenizer": str(sp_tokenizer_dir), "babilong_data_dir": str(generated / "depth"),
+            "max_seq_lengths": "1k,4k", "lm_eval_model": "hf", "max_length": 8192}
+    task = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                       metadata=meta).load(["longshort_babilong_qa2"])["tasks"]["longshort_babilong_qa2"]
+    with caplog.at_level("WARNING"):
+        task.build_all_requests(limit=3, rank=0, world_size=1)
+    cells = [f"{n}_d{d}" for d in haystack.DEPTHS for n in ("1k", "4k")]
+    assert task.left_out == cells[3:] and task.dump_config()["limit_left_out"] == cells[3:]
+    assert (f"longshort_babilong_qa2: --limit 3 leaves 7 of its 10 length x depth cells without a document: "
+            f"{', '.join(cells[3:])}; give --limit 10 or more") in caplog.text
+    line = summary_line({"results": {"longshort_babilong_qa2": {"acc,none": 0.5}},
+                         "configs": {"longshort_babilong_qa2": task.dump_config()}})
+    assert line.endswith("none unscored; --limit left without a document: longshort_babilong_qa2: " + ", ".join(cells[3:]))
+    task.build_all_requests(limit=10, rank=0, world_size=1)
+    assert task.left_out == [] and "limit_left_out" not in task.dump_config()
+
+
 def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     """Each bad row is named by file and line: raised with babilong_missing=error, else that length scores no number
     and carries the reason while the other lengths load (a bad line ended the whole run: a bare JSONDecodeError,

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
-from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
+from torchtune_longshort.eval.tasks.common.unavailable import LIMIT_LEFT_OUT_KEY, MISSING_METRIC
 
 PROG = "longshort-eval"
 _MISSING = re.compile(r"^Tasks not found: (.+)$")
@@ -106,11 +106,15 @@ def summary_line(results: Dict[str, Any]) -> str:
         else:
             bad.setdefault(task, []).append(name)
     n_bad = sum(len(v) for v in bad.values())
+    left = {t: c[LIMIT_LEFT_OUT_KEY] for t, c in sorted((results.get("configs") or {}).items())
+            if (c or {}).get(LIMIT_LEFT_OUT_KEY)}
+    tail = ("; --limit left without a document: " + "; ".join(f"{t}: {', '.join(c)}" for t, c in left.items())
+            if left else "")
     bypass = any(BYPASS + "," in k for m in (results.get("results") or {}).values() for k in m)
     if not scored and not n_bad and (bypass or predict_only_of(results)):  # metrics swapped for lm-eval's bypass
         return f"[{PROG}] --predict_only: the outputs are written, no metric scored"
     if not n_bad:
-        return f"[{PROG}] {scored} metric(s) scored, none unscored"
+        return f"[{PROG}] {scored} metric(s) scored, none unscored{tail}"
     reasons = not_scored_of(results)
     members = results.get("group_subtasks") or {}
 
@@ -122,7 +126,7 @@ def summary_line(results: Dict[str, Any]) -> str:
         return _short(_group_reason(members.get(task), reasons))
 
     parts = [f"{task}: {', '.join(sorted(metrics))} ({why(task)})" for task, metrics in sorted(bad.items())]
-    return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts)
+    return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts) + tail
 
 
 def _short(reason: str, most: int = 240) -> str:

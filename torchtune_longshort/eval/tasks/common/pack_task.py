@@ -43,11 +43,12 @@ from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, family_of, fixed_context_of
-from torchtune_longshort.eval.tasks.common.lengths import length_label, round_robin_order
+from torchtune_longshort.eval.tasks.common.lengths import length_label, per_depth, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,
+    LIMIT_LEFT_OUT_KEY,
     NOT_SCORED_KEY,
     NOT_SCORED_LENGTHS_KEY,
     RefusedText,
@@ -114,6 +115,7 @@ class PackTask(ConfigurableTask):
         self._other_limits: Any = None  # RequestLimits of a model other than longshort; False: none known
         self._counter: Any = None  # the model's tokenizer (counts prompt tokens); False: unavailable
         self.ignored: List[str] = []  # lm-eval options this task ignored (TaskFamily.fixed_context)
+        self.left_out: List[str] = []  # the length x depth cells --limit left without a document (_check_limit)
         _TOLD.clear()  # lm-eval builds every task of a run before it builds their requests: one note per run
 
     # ------------------------------------------------------------------ metrics
@@ -157,6 +159,8 @@ class PackTask(ConfigurableTask):
             cfg[NOT_SCORED_LENGTHS_KEY] = dict(self.not_scored_lengths)
         if self.ignored:
             cfg[IGNORED_KEY] = list(self.ignored)
+        if self.left_out:
+            cfg[LIMIT_LEFT_OUT_KEY] = list(self.left_out)
         return cfg
 
     # ------------------------------------------------------------------ lm-eval's options
@@ -167,10 +171,39 @@ class PackTask(ConfigurableTask):
             _tell_once("cache", "--cache_requests: the pack's tasks do not use lm-eval's request cache (its key "
                        "leaves out the --metadata each builds its documents from); their requests are built again")
         kwargs.update(cache_requests=False, rewrite_requests_cache=False)
+        self._check_limit(kwargs.get("limit"), kwargs.get("samples"))
         if _seed_given():
             _tell_once("seed", "--seed does not change the pack's data: its tasks draw from their own --metadata "
                        "seeds (%s, default 0); perplexity sequences take none", ", ".join(_seed_keys()))
         return super().build_all_requests(**self._without_fixed_context(kwargs))
+
+    def _check_limit(self, limit: Optional[int], samples: Any) -> None:
+        """Warn, and record (:data:`LIMIT_LEFT_OUT_KEY`), the length x depth cells a ``--limit`` leaves without a
+        document: the pack's rows go round the cells (:func:`.lengths.round_robin_order`), so ``--limit 1`` of two
+        lengths scored the first alone, without a word."""
+        if limit is None or samples:
+            return
+        cells = [c for c in (self._sweep_cell(d) for d in self.eval_docs) if c is not None]
+        kept = set(cells[:int(limit)])
+        self.left_out = [c for c in dict.fromkeys(cells) if c not in kept]
+        if self.left_out:
+            what = "length x depth cells" if any(d.get("depth") is not None for d in self.eval_docs) else "lengths"
+            logger.warning("%s: --limit %s leaves %s of its %d %s without a document: %s; give --limit %d or more to "
+                           "score each", self.config.task, limit, len(self.left_out), len(set(cells)), what,
+                           ", ".join(self.left_out), len(set(cells)))
+
+    def _sweep_cell(self, doc: Dict[str, Any]) -> Optional[str]:
+        """The length (and depth) ``doc`` is scored under, as its metrics name it (``1k``, ``1k_d50``); None for a
+        task that sweeps no lengths (LongBench-E's ``length`` counts words)."""
+        family = family_of(str(self.config.task))
+        length = doc.get("length")
+        if family and TASK_FAMILIES[family].length_swept and isinstance(length, int):
+            label = length_label(length)
+        elif isinstance(length, str) and any(length in f.length_labels for f in TASK_FAMILIES.values()):
+            label = length
+        else:
+            return None
+        return label if doc.get("depth") is None else per_depth(label, doc["depth"])
 
     def _without_fixed_context(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         fixed = fixed_context_of(str(self.config.task))

@@ -44,6 +44,9 @@ NOT_SCORED_KEY = "not_scored"
 # The key of a length-swept task's ``configs`` entry that lists the lengths with samples not scored: {label: samples}
 # (the metrics pooled over lengths, passkey's ``acc``, cover the other lengths).
 NOT_SCORED_LENGTHS_KEY = "not_scored_lengths"
+# The key of a task's ``configs`` entry that lists the length x depth cells (``1k``, ``1k_d50``) lm-eval's --limit
+# left without a document (the task's rows go round its cells; a smaller --limit scores the first cells only).
+LIMIT_LEFT_OUT_KEY = "limit_left_out"
 # The marker metric of a group member without data (its score is left out, so the group mean covers the rest).
 MISSING_METRIC = "missing_data"
 # The task metadata key that names the lm-eval model of the run (``--model``); the pack's CLI wrapper sets it.
