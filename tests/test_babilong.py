@@ -335,6 +335,30 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
     assert (out / "1k" / "qa1.jsonl").read_text() != first and sorted(os.listdir(out / "1k")) == ["qa1.jsonl"]
 
 
+def test_a_stopped_generator_lists_only_the_files_it_wrote(tmp_path, sp_tokenizer_dir, monkeypatch):
+    """Each file is listed as the generator's before it is written (a killed run's part is its own). A stop while
+    qa2.jsonl was written left qa2 listed, never written: a file of the user's put there then was overwritten by the
+    next run; now the stop takes that name off the list, and the user's file is refused."""
+    real, calls = gen.build_sample, []
+
+    def stop_at_the_second_file(story, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(story, *args, **kwargs)
+
+    monkeypatch.setattr(gen, "build_sample", stop_at_the_second_file)
+    out = tmp_path / "o"
+    with pytest.raises(KeyboardInterrupt):
+        gen.generate(out, ["qa1", "qa2"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir))
+    assert sorted(os.listdir(out / "1k")) == ["qa1.jsonl"] and gen._written(out) == ["1k/qa1.jsonl"]
+    (out / "1k" / "qa2.jsonl").write_text("my rows\n")
+    monkeypatch.setattr(gen, "build_sample", real)
+    with pytest.raises(FileExistsError, match="holds '1k/qa2.jsonl', which no earlier run there wrote"):
+        gen.generate(out, ["qa1", "qa2"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir))
+    assert (out / "1k" / "qa2.jsonl").read_text() == "my rows\n"
+
+
 def test_a_stopped_generator_ends_in_one_line(monkeypatch, capsys):
     # Ctrl-C / SIGTERM mid-generation ended in a KeyboardInterrupt traceback (SIGTERM: silently, exit -15)
     def stopped(*args, **kwargs):

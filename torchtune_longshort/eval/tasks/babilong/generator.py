@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -125,15 +126,19 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count
     for qa in qa_tasks:
         bar.set_postfix_str(f"{length} {qa}", refresh=False)
         path = out / length / f"{qa}.jsonl"
-        _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
-        # written aside (an earlier file stays whole until this one is); a full disk removes the part, naming the file
-        with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
-            for depth in plan:
-                for _ in range(n):
-                    row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
-                                       prompts.get(qa))
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    bar.update(1)
+        listed = _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
+        try:  # written aside (an earlier file stays whole until this one is); a full disk removes the part
+            with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
+                for depth in plan:
+                    for _ in range(n):
+                        row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
+                                           prompts.get(qa))
+                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        bar.update(1)
+        except BaseException:  # Ctrl-C, a full disk: a name this run listed and never wrote is taken off the list
+            if listed and not os.path.lexists(path):  # (a file of the user's put there later was then overwritten)
+                write_names(out / WRITTEN, [w for w in _written(out) if w != f"{length}/{qa}.jsonl"])
+            raise
         paths.append(path)
 
 
@@ -142,11 +147,12 @@ def _written(out: Path) -> List[str]:
     return read_names(out / WRITTEN) or []
 
 
-def _record(out: Path, name: str) -> None:
-    """Add ``name`` to ``out``'s :data:`WRITTEN` list."""
+def _record(out: Path, name: str) -> bool:
+    """Add ``name`` to ``out``'s :data:`WRITTEN` list; whether it was not there yet."""
     have = _written(out)
     if name not in have:
         write_names(out / WRITTEN, have + [name])
+    return name not in have
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
