@@ -148,3 +148,25 @@ def test_a_limit_lm_eval_would_fail_on_or_cut_is_refused_before_it_starts():
             lm_eval_argv(argv(bad))
     for good in ("0.5", "1", "10", "3.0"):
         assert "--limit" in lm_eval_argv(argv(good))
+
+
+def test_tasks_path_takes_no_arguments(capsys, monkeypatch):
+    # `longshort-eval tasks-path --foo` printed the path and exited 0
+    import sys
+
+    import pytest
+
+    from torchtune_longshort.eval.__main__ import main
+    from torchtune_longshort.eval.tasks import tasks_path
+
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path"])
+    main()
+    assert capsys.readouterr().out == f"{tasks_path()}\n"
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path", "--foo"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1 and "tasks-path takes no arguments (got --foo)" in err
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path", "--help"])
+    main()
+    assert capsys.readouterr().out.startswith("usage: longshort-eval tasks-path\n")

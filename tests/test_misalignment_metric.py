@@ -97,7 +97,8 @@ def test_one_sample_has_no_interval():
     assert s["std"] is s["se"] is s["ci95_low"] is s["ci95_high"] is None
     line = summary_line("sce", s)
     assert "95% CI: none (n=1" in line and "[" not in line
-    assert summary_line("sce", summarize([1.0, 3.0])).endswith("95% CI [-10.70620, 14.70620]  n=2")  # 2 +- 12.706
+    # 2 +- 12.706, cut at 0: a divergence is never negative (it printed [-10.70620, ...])
+    assert summary_line("sce", summarize([1.0, 3.0])).endswith("95% CI [0.00000, 14.70620]  n=2")
 
 
 def test_bad_inputs():

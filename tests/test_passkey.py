@@ -41,6 +41,21 @@ def test_generator_length_depth_and_answer(sp_tokenizer_dir, length):
         assert head  # the task description always precedes the haystack
 
 
+def test_a_length_too_short_for_the_prompt_names_the_shortest(sp_tokenizer_dir):
+    # it said "already has 151 tokens (> -14 = length - 16)"
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+    from torchtune_longshort.eval.tasks.passkey.task import make_passkey_sample
+
+    tok, units = TaskTokenizer(str(sp_tokenizer_dir)), haystack_units()
+    with pytest.raises(TaskDataError) as e:
+        make_passkey_sample(tok, 2, 50, 12345, units)
+    shortest = int(re.search(r"passkey lengths start at (\d+) tokens with this tokenizer", str(e.value)).group(1))
+    assert "-" not in str(e.value).split("tokens")[0]
+    make_passkey_sample(tok, shortest, 50, 12345, units)  # the length it names fits
+    with pytest.raises(TaskDataError):
+        make_passkey_sample(tok, shortest - 1, 50, 12345, units)
+
+
 def test_scoring_takes_the_first_number():
     doc = {"answer": "12345", "depth": 50, "length": 2048, "error": ""}
     assert process_results(doc, [" 12345. Remember"]) == {"acc": 1.0, "acc_2k": 1.0, "acc_d50": 1.0, "acc_2k_d50": 1.0,

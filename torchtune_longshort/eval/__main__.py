@@ -37,7 +37,13 @@ INTERRUPTED = ("lm-eval writes results only when every task is done (a run stopp
 def main() -> None:
     """Print the pack's path, or register the adapter and hand over to lm-eval's CLI."""
     if sys.argv[1:2] == ["tasks-path"]:
-        print(tasks_path())
+        extra = sys.argv[2:]
+        if extra and extra != ["-h"] and extra != ["--help"]:  # `tasks-path --foo` printed the path, exit 0
+            print(f"{PROG}: error: tasks-path takes no arguments (got {' '.join(extra)}); it prints the task pack's "
+                  f"folder, for lm-eval's --include_path", file=sys.stderr)
+            sys.exit(2)
+        print(tasks_path() if not extra else f"usage: {PROG} tasks-path\n\nPrint the installed task pack's folder, "
+              f"for stock lm-eval: lm_eval --include_path \"$({PROG} tasks-path)\" --tasks longshort_ppl ...")
         return
     quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
     stoppable(PROG, lambda: refusing(PROG, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)

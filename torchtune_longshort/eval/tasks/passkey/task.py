@@ -119,8 +119,9 @@ def make_passkey_sample(
 
     if n_tokens(0) > budget:
         raise TaskDataError(
-            f"length={length}: the passkey prompt without haystack already has {n_tokens(0)} tokens "
-            f"(> {budget} = length - {GEN_BUDGET})"
+            f"length={length}: the passkey prompt without haystack already has {n_tokens(0)} tokens, and "
+            f"{GEN_BUDGET} more are kept for the answer: passkey lengths start at {n_tokens(0) + GEN_BUDGET} tokens "
+            "with this tokenizer"
         )
     lo, hi = 0, 1
     while hi <= len(units) and n_tokens(hi) <= budget:
