@@ -122,7 +122,7 @@ def test_from_scratch_needs_dimensions(recipe_cls, tmp_path, sp_tokenizer_dir):
     setup_fails(recipe_cls, cfg, ValueError, r"model: give checkpoint_dir \(a checkpoint folder\) or family")
 
 
-@pytest.mark.parametrize("what", ["missing", "folder", "not_yaml", "a_list"])
+@pytest.mark.parametrize("what", ["missing", "folder", "not_yaml", "a_list", "open_interpolation", "twice"])
 def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys, what):
     # `tune run <recipe> --config FILE` with FILE missing, a folder, broken YAML or a YAML list: torchtune's parser
     # opened it and ended with a traceback (exit 1); now one line naming the file, exit 2, nothing written.
@@ -135,6 +135,10 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
         path.write_text("a: [1,\nb: 2\n")
     elif what == "a_list":
         path.write_text("- 1\n- 2\n")
+    elif what == "open_interpolation":  # OmegaConf's GrammarParseError traceback
+        path.write_text((REPO / "configs" / "tiny" / "longshort_stdlib.yaml").read_text() + "my_dir: ${oops\n")
+    elif what == "twice":  # a key written twice: OmegaConf's ConstructorError traceback (PyYAML keeps the last)
+        path.write_text((REPO / "configs" / "tiny" / "longshort_stdlib.yaml").read_text() + "metric_logger: null\n")
     before = sorted(tmp_path.rglob("*"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(path), f"output_dir={tmp_path / 'out'}"])
@@ -143,6 +147,8 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("longshort_finetune: error:") and str(path) in err
+    assert {"open_interpolation": "my_dir: its value is not a valid ${...} interpolation",
+            "twice": "found duplicate key metric_logger"}.get(what, "") in err
     assert sorted(tmp_path.rglob("*")) == before
 
 
@@ -153,7 +159,13 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
                                              ("~output_dir", "checkpointer.output_dir: Interpolation key 'output_dir' "
                                                              "not found: its value refers to that key"),
                                              ("e_range=[1,", "override 'e_range=[1,': its value is not YAML"),
-                                             ("~nothere", "Could not find key nothere")])
+                                             ("~nothere", "Could not find key nothere"),
+                                             # a `${` never closed, an environment variable not set: OmegaConf's
+                                             # traceback (exit 1); the second said "refers to that key"
+                                             ("output_dir=${oops", "override: output_dir: its value is not a valid "
+                                                                   "${...} interpolation"),
+                                             ("output_dir=${oc.env:LONGSHORT_NOT_SET}", "output_dir: \"Environment "
+                                              "variable 'LONGSHORT_NOT_SET' not found\": set it")])
 def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, capsys, override, needle):
     # `tune run ... foo` (no '=') or a value that is not YAML ended in torchtune's parser with a 26-45 line traceback
     from torchtune_longshort.recipes.longshort_finetune import recipe_main

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
+from omegaconf.errors import GrammarParseError, InterpolationKeyError, InterpolationResolutionError
 
 TOP_LEVEL = ("output_dir", "checkpoint_dir")  # resolved first: the nodes below interpolate them
 NESTED = ("checkpointer.checkpoint_dir", "checkpointer.output_dir", "tokenizer.path", "metric_logger.log_dir",
@@ -34,9 +34,22 @@ def resolved_container(cfg: Any) -> dict:
     named neither)."""
     try:
         return OmegaConf.to_container(cfg if OmegaConf.is_config(cfg) else OmegaConf.create(cfg), resolve=True)
-    except InterpolationResolutionError as e:
-        raise ValueError(f"{e.full_key}: {str(e.msg).splitlines()[0]}: its value refers to that key (${{...}}), which "
-                         f"the config does not have; set it, or give {e.full_key} a value of its own") from None
+    except (InterpolationResolutionError, GrammarParseError) as e:
+        raise interpolation_refusal(e) from None
+
+
+def interpolation_refusal(e: Exception) -> ValueError:
+    """OmegaConf's error on a ``${...}`` (a key the config lacks, an environment variable that is not set, a
+    ``${`` never closed) as one line naming the key and the fix; its own text was a traceback, or named neither."""
+    key, first = getattr(e, "full_key", None) or "?", str(getattr(e, "msg", e)).splitlines()[0]
+    if isinstance(e, InterpolationKeyError):
+        return ValueError(f"{key}: {first}: its value refers to that key (${{...}}), which the config does not have; "
+                          f"set it, or give {key} a value of its own")
+    if isinstance(e, GrammarParseError):
+        return ValueError(f"{key}: its value is not a valid ${{...}} interpolation ({first}): close it with '}}', or "
+                          f"write a literal '$' as '\\$'")
+    return ValueError(f"{key}: {first.replace('KeyError raised while resolving interpolation: ', '')}: set it, or "
+                      f"give {key} a value of its own")
 
 
 def _resolve_key(node: DictConfig, key: str) -> None:

@@ -27,6 +27,7 @@ from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
 from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
+from torchtune_longshort.training.recipe_config.paths import interpolation_refusal
 from torchtune_longshort.training.resume import resume_changes
 
 PROG = "longshort-validate"
@@ -52,8 +53,15 @@ def read_config_file(path: Path) -> dict:
     if not node:
         return {}
     from omegaconf import OmegaConf
+    from omegaconf.errors import GrammarParseError
 
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except GrammarParseError as e:  # a `${` never closed: OmegaConf's traceback
+        raise ValueError(f"config {str(path)!r}: {interpolation_refusal(e)}") from None
+    except yaml.YAMLError as e:  # a key written twice: PyYAML keeps the last, OmegaConf's loader refuses it
+        raise ValueError(f"config {str(path)!r} is not valid YAML for a config ({' '.join(str(e).split())}): fix the "
+                         "file") from None
 
 
 def check_config_argument(argv: Sequence[str]) -> List[str]:
@@ -97,8 +105,12 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
         except yaml.YAMLError as e:
             raise ValueError(f"override {arg!r}: its value is not YAML ({' '.join(str(e).split())[:160]}); mend it, "
                              "or quote the whole override") from None
+    from omegaconf.errors import GrammarParseError
+
     try:
         return _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
+    except GrammarParseError as e:  # `output_dir=${oops`: OmegaConf's traceback
+        raise ValueError(f"override: {interpolation_refusal(e)}") from None
     except ValueError as e:  # e.g. ~key of a key the config lacks
         removed = [str(a)[1:] for a in overrides if str(a).startswith("~") and isinstance(node.get(str(a)[1:]), dict)
                    and "_component_" in node[str(a)[1:]]]
