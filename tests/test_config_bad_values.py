@@ -410,3 +410,13 @@ def test_a_path_that_comes_from_checkpoint_dir_is_refused_naming_checkpoint_dir(
         assert err.startswith("longshort-validate: error: tokenizer.path="), err
         assert ("tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err) \
             is named, err
+    # tune run said it without the clause: the recipe checked the config after its paths were resolved
+    from torchtune_longshort.configs_cli import config_path
+    from torchtune_longshort.recipes.longshort_finetune import recipe_main
+
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(config_path(name))])
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("longshort_finetune: error: tokenizer.path="), err
+    assert "tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err, err

@@ -65,11 +65,13 @@ class RecipeSetup:
     output folder or a weight exists; :meth:`setup` builds everything else."""
 
     def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg = resolved_config(cfg)  # its paths expanded and resolved once: ~, relative, symlinks
+        written, self.cfg = cfg, resolved_config(cfg)  # its paths expanded and resolved once: ~, relative, symlinks
+        cfg = self.cfg
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self._distributed = world_size > 1
         # Every check that needs no model runs first: before a process group, an output folder or a weight exists.
-        self.config = config_ = load_recipe_config(cfg, world_size)
+        # Given the config as written: a refused value that interpolates another key names that key (naming_the_source)
+        self.config = config_ = load_recipe_config(written, world_size)
         self.micro_batch = config_.batch_size // (world_size * config_.gradient_accumulation_steps)
         # Appendix F: a regularized run gets the baseline's compute, not its step count.
         self.max_steps = trained_steps(config_.max_steps, config_.equal_compute_overhead, config_.loss.alpha)
