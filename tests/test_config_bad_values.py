@@ -420,3 +420,35 @@ def test_a_path_that_comes_from_checkpoint_dir_is_refused_naming_checkpoint_dir(
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("longshort_finetune: error: tokenizer.path="), err
     assert "tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err, err
+
+
+def test_a_start_folder_with_its_own_scaling_has_its_factor_checked(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                    sp_tokenizer_dir, caplog):
+    """rope_scaled over a folder that is already scaled (a Llama-3.1 folder's llama3 scaling) starts from the
+    length that scaling started from: its factor went unchecked (longshort-validate: OK), and the RoPE class refused
+    it once setup had begun, naming a bare key. A target below the positions the folder covered is said."""
+    import shutil
+
+    from torchtune.models.llama2 import llama2
+
+    from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+
+    scaled = tmp_path / "scaled"
+    shutil.copytree(tiny_llama2_dir, scaled)
+    config = json.loads((scaled / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 64}
+    (scaled / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 256}))
+    node = {**ROPE_NODE, "method": "yarn", "max_seq_len": 32,
+            "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"^model.max_seq_len=32 is shorter than the 64 positions the scaling starts "
+                                         r"from: the default factor 32/64 = 0.5 is < 1"):
+        recipe_cls(make_cfg(scaled, sp_tokenizer_dir, out, model=node, seq_len=16))
+    assert not out.exists()
+    model = llama2(vocab_size=64, num_layers=1, num_heads=2, num_kv_heads=1, embed_dim=16, max_seq_len=64)
+    apply_rope_scaling(model, "linear", 256)
+    with caplog.at_level("WARNING"):
+        apply_rope_scaling(model, "yarn", 128)
+    assert "the model's own linear scaling (256 positions) is replaced by yarn at 128 positions, fewer" in caplog.text
+    assert model.rope_scaling["original_max_seq_len"] == 64

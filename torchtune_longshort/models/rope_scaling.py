@@ -9,6 +9,7 @@ scaling in ``model.rope_scaling`` for checkpointers (see ``models.hf_rope``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -17,6 +18,8 @@ from torch import nn
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 from torchtune_longshort.rope.base import ScaledRoPE
 from torchtune_longshort.rope.checks import check_positive_int
+
+logger = logging.getLogger(__name__)
 
 _HOOKS_ATTR = "_longshort_rope_hooks"
 
@@ -159,6 +162,10 @@ def apply_rope_scaling(
     if base is None:
         base = old.base
     previous = getattr(model, "rope_scaling", None) or {}
+    covered = getattr(model, "max_seq_len", None)
+    if previous and isinstance(covered, int) and max_seq_len < covered:  # e.g. a Llama-3.1 folder's 128k, "yarn 32k"
+        logger.warning("apply_rope_scaling: the model's own %s scaling (%s positions) is replaced by %s at %d "
+                       "positions, fewer than it covered", previous.get("method"), covered, method, max_seq_len)
     if original_max_seq_len is None:
         original_max_seq_len = previous.get("original_max_seq_len") or getattr(model, "max_seq_len", None)
     if original_max_seq_len is None:

@@ -148,7 +148,9 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
 
 def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
     """The length ``rope_scaled`` scales from, where its node says it: ``original_max_seq_len``, the inner node's
-    ``max_seq_len``, or an inner ``hf_decoder`` folder's positions (plain RoPE there); None otherwise."""
+    ``max_seq_len``, or an inner ``hf_decoder`` folder's positions (plain RoPE there), or the length its own scaling
+    started from (``apply_rope_scaling`` replaces a folder's scaling from there); None otherwise. A scaled folder's
+    gave None: the factor and the method's values went unchecked, refused once setup had begun."""
     inner = node.get("model")
     if isinstance(node.get("original_max_seq_len"), int) or not isinstance(inner, Mapping):
         return node.get("original_max_seq_len")
@@ -157,7 +159,7 @@ def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
     if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") and not inner.get("plain_rope") \
             and Path(str(inner["checkpoint_dir"])).is_dir():
         folder = CheckpointFolder.open(inner["checkpoint_dir"])
-        return folder.usable_length if folder.rope_spec is None else None
+        return folder.usable_length if folder.rope_spec is None else folder.rope_spec.get("original_max_seq_len")
     return None
 
 
