@@ -80,6 +80,11 @@ def test_lora_on_a_tied_output_is_refused_for_every_family(family_dirs, layout, 
                                          r"set apply_lora_to_output=False"):
         hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8, apply_lora_to_output=True)
     hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8)
+    # the config check says it, naming the key's path: longshort-validate said OK, the build refused it once the
+    # run's setup had begun
+    with pytest.raises(ValueError, match=rf"^model\.apply_lora_to_output=True is not accepted for this {family} model"):
+        _check("tiny/lora_from_checkpoint.yaml", checkpoint_dir=str(family_dirs[layout]),
+               **{"model.apply_lora_to_output": True})
 
 
 def test_s2_group_settings_without_s2_attn_are_said_to_be_ignored(caplog):

@@ -142,7 +142,7 @@ def _lora(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _refuse_tied_output_lora(lora: Dict[str, Any], tied: bool, family: str) -> None:
+def refuse_tied_output_lora(lora: Dict[str, Any], tied: bool, family: str) -> None:
     """LoRA on a tied output layer: torchtune's builders have none to adapt (its gemma builder has no such option, and
     the keyword was dropped without a word; its qwen2 builder raised its own message)."""
     if tied and lora.get("apply_lora_to_output"):
@@ -163,7 +163,7 @@ def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
     if lora:
         lk = _lora(lora)
-        _refuse_tied_output_lora(lk, tied, where)
+        refuse_tied_output_lora(lk, tied, where)
         model = lora_llama2(**lk, **kw)
     else:
         model = llama2(**kw, rope_base=rope_theta(config))
@@ -198,7 +198,7 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
               rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
     if lora:
-        _refuse_tied_output_lora(lora, kw["tie_word_embeddings"], "qwen2")
+        refuse_tied_output_lora(lora, kw["tie_word_embeddings"], "qwen2")
     return lora_qwen2(**_lora(lora), **kw) if lora else qwen2(**kw)
 
 
@@ -213,7 +213,7 @@ def build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
               head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
     if lora:
         lk = _lora(lora)
-        _refuse_tied_output_lora(lk, True, "gemma")
+        refuse_tied_output_lora(lk, True, "gemma")
         lk.pop("apply_lora_to_output", None)  # False: torchtune's lora_gemma has no such keyword
         return lora_gemma(**lk, **kw)
     return gemma(**kw)

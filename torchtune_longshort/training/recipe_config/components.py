@@ -22,7 +22,9 @@ import torch
 
 from torchtune_longshort.data.tokenizer_training import check_new_tokenizer_path
 from torchtune_longshort.models.families import check_torchtune_model_type
-from torchtune_longshort.models.family_builders import check_nf4_shapes, rope_theta
+from torchtune_longshort.models.family_builders import (
+    UnsupportedModelError, check_nf4_shapes, refuse_tied_output_lora, rope_theta,
+)
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
@@ -206,6 +208,22 @@ def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
         return
 
 
+def _check_tied_output_lora(path: str, node: Mapping[str, Any]) -> None:
+    """``apply_lora_to_output`` over a folder whose output layer is tied to its embeddings: refused when the model
+    was built, once setup had begun, naming the bare key (longshort-validate said OK)."""
+    folder_dir = node.get("checkpoint_dir")
+    if not node.get("apply_lora_to_output") or not folder_dir or not Path(str(folder_dir)).is_dir():
+        return
+    folder = CheckpointFolder.open(folder_dir)
+    family = folder.family
+    tied = family.tied if family.tied is not None else bool(folder.config.get("tie_word_embeddings",
+                                                                               family.tied_default))
+    try:
+        refuse_tied_output_lora({"apply_lora_to_output": True}, tied, family.hf_model_type)
+    except UnsupportedModelError as e:
+        raise ValueError(f"{path}.{e}") from None
+
+
 @dataclass(frozen=True)
 class ModelConfig(ComponentSection):
     """``model``: a builder (``torchtune_longshort.models.hf_decoder`` in every shipped config), possibly wrapped in
@@ -220,6 +238,7 @@ class ModelConfig(ComponentSection):
             if node["_component_"] == HF_DECODER:
                 check_decoder_source(node, path)
                 check_lora_settings(node, path)
+                _check_tied_output_lora(path, node)
             if node.get("use_dora"):
                 raise ValueError(
                     f"{path}.use_dora={node['use_dora']!r} is not accepted: this recipe trains LoRA adapters; DoRA's "
