@@ -361,6 +361,19 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
     (out / ".longshort_output").write_text("")  # as the recipe leaves it
     with pytest.raises(FileNotFoundError, match="leaves only step_0: start it again with overwrite_output_dir=True"):
         recipe_cls(cfg).setup()
+    # a whole step_2 whose recipe state is gone, then one missing its weights: the same advice, which would delete
+    # that step; now what is missing, and a new run from the step's weights
+    import shutil
+
+    shutil.copytree(out / "step_0", out / "step_2")
+    with pytest.raises(FileNotFoundError, match=r"\(step_2 is whole, but not its optimizer and data state "
+                                                r"recipe_state/step_2.pt: to train on from its weights, start a new "
+                                                r"run with checkpoint_dir='.*step_2'\)$"):
+        recipe_cls(cfg).setup()
+    for f in (out / "step_2").glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(FileNotFoundError, match=r"\(step_2 is not whole: .*safetensors"):
+        recipe_cls(cfg).setup()
 
 
 # ---------------------------------------------------------------- data read before step 1 (records: test_data_records.py)

@@ -89,6 +89,22 @@ class StepCheckpoints:
     def path(self, step: int) -> Path:
         return self.root / f"step_{step}"
 
+    def why_not_resumable(self) -> Optional[str]:
+        """Why the newest ``step_<k>`` folder past step 0 cannot be resumed from (not whole, or without its recipe
+        state), with what to do instead; None when there is none. A resume refused for it said only that a run killed
+        before its first save leaves step_0, and advised overwrite_output_dir=True, which deletes that step."""
+        numbered = sorted((int(m.group(1)), p) for p in (self.root.iterdir() if self.root.is_dir() else ())
+                          if (m := STEP_PATTERN.match(p.name)) and p.is_dir() and int(m.group(1)) > 0)
+        if not numbered:
+            return None
+        step, folder = numbered[-1]
+        try:
+            check_checkpoint_folder(folder)
+        except (FileNotFoundError, ValueError) as e:
+            return f"{folder.name} is not whole: {' '.join(str(e).split())}"
+        return (f"{folder.name} is whole, but not its optimizer and data state {RECIPE_STATE_DIR}/{folder.name}.pt: "
+                f"to train on from its weights, start a new run with checkpoint_dir={str(folder)!r}")
+
     def latest(self, resumable: bool = False) -> Optional[Path]:
         """The newest complete (``resumable``: and resumable) checkpoint folder, or None."""
         s = self.steps(resumable)
