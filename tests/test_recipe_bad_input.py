@@ -78,6 +78,24 @@ def test_batch_not_divisible_by_world_size(recipe_cls, tmp_path, tiny_llama2_dir
     assert not (tmp_path / "out").exists()
 
 
+def test_validate_checks_a_config_for_the_processes_it_is_named(tmp_path, monkeypatch, capsys):
+    # `longshort-validate ... batch_size=3` said OK to a config `tune run --nproc_per_node 2` refuses: the processes
+    # came from $WORLD_SIZE alone, which the README did not name
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["tiny/longshort_stdlib.yaml", "batch_size=3"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("longshort-validate: tiny/longshort_stdlib.yaml: OK (")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", "batch_size=3", "--nproc_per_node", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "batch_size=3 is not divisible by world_size (2)" in err
+    assert main(["tiny/longshort_stdlib.yaml", "--nproc_per_node", "2"]) == 0
+    assert "OK for 2 processes (" in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_device_index_under_torchrun_is_refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
                                                   monkeypatch):
     """Under torchrun each process takes cuda:<LOCAL_RANK> (torchtune's get_device); device=cuda:1 made every rank

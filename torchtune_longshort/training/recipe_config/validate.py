@@ -7,8 +7,9 @@ load_recipe_config`: every key with "did you mean", every value, the files the c
 arguments, the tokenizer built and checked against the model, the rules between fields) on the config and its
 ``key=value`` overrides merged as ``tune run`` merges them, and says OK, or refuses in one line
 (:mod:`torchtune_longshort.refusals`). Nothing is written, and no weights or data are read.
-``CONFIG`` is a file or a shipped config's name (``longshort-cp --list``); ``WORLD_SIZE`` in the environment
-checks the batch against that many processes.
+``CONFIG`` is a file or a shipped config's name (``longshort-cp --list``); ``--nproc_per_node N`` (as ``tune run``
+takes it; default ``$WORLD_SIZE``, else 1) checks it for that many processes: the batch split over them, and what
+several processes refuse.
 """
 
 from __future__ import annotations
@@ -144,12 +145,17 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
     ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
+    ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
+                    help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, and what "
+                         "several processes refuse (default: $WORLD_SIZE, else 1)")
     args = ap.parse_args(argv)
+    world = args.nproc_per_node if args.nproc_per_node is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 1:
+        ap.error(f"--nproc_per_node={world}: expected an integer >= 1")
     quiet_upstream()
     notes: list = []
     applied: list = []
-    checked = refusing(PROG, lambda: validate(args.config, args.overrides, int(os.environ.get("WORLD_SIZE", "1")),
-                                              notes, applied))
+    checked = refusing(PROG, lambda: validate(args.config, args.overrides, world, notes, applied))
     if notes:
         print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
               f"{'; '.join(notes)}")
@@ -159,8 +165,8 @@ def main(argv=None) -> int:
         print(f"{PROG}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
               "resume=True continues with it")
-    print(f"{PROG}: {args.config}: OK (keys, values, files, components, the tokenizer against the model and the "
-          "rules between fields checked; nothing written, no weights read: the model's weights and the data's "
+    print(f"{PROG}: {args.config}: OK{f' for {world} processes' if world > 1 else ''} (keys, values, files, "
+          "components, the tokenizer against the model and the rules between fields checked; nothing written, no weights read: the model's weights and the data's "
           "records are read when tune run starts, before it writes anything; of corpus.local_text's files only the "
           "first 64 KiB are decoded here)")
     return 0
