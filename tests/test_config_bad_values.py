@@ -60,11 +60,13 @@ FAMILIES = {
         ({"optimizer.weight_decay": -1}, "weight_decay", r"Invalid weight_decay"),
         # a value of another kind: torch's TypeError / IndexError as a traceback, exit 1
         ({"optimizer.weight_decay": "abc"}, "weight_decay", r"^optimizer \(.*weight_decay='abc'.*\): '<=' not"),
-        ({"optimizer.betas": [0.9]}, "betas", r"^optimizer \(.*betas=\[0.9\]\): list index out of range"),
+        # it named torch's "list index out of range"
+        ({"optimizer.betas": [0.9]}, "optimizer.betas", r"^optimizer.betas=\[0.9\] is not accepted: expected a pair"),
     ],
     "windows": [
         ({"seq_len": 2}, "seq_len", r"even number >= 4"),
         ({"seq_len": 63}, "seq_len", r"seq_len=63 must be an even number"),
+        ({"seq_len": 100.0}, "seq_len", r"^seq_len=100.0 is not accepted: expected an even integer >= 4"),
         ({"seq_len": 1024}, "seq_len", r"above the range of the model's RoPE.*max_seq_len=256"),
         ({"e_range": [1, "L/0"]}, "e_range", r"seq_len=64"),
         ({"e_range": [0, "L/2"]}, "e_range", r"\[1, L=64\]"),

@@ -56,7 +56,7 @@ def _is_int(value) -> bool:
 def validate_window_length(L: int, field: str = "L") -> None:
     """``L`` must be an even int >= 4 (it is split at ``L/2``); else ``TypeError`` / ``ValueError`` naming ``field``."""
     if not _is_int(L):
-        raise TypeError(f"{field}={L!r} must be an int")
+        raise TypeError(f"{field}={L!r} is not accepted: expected an even integer >= 4 (tokens per window)")
     if L < 4 or L % 2:
         raise ValueError(f"{field}={L} must be an even number >= 4 (the misalignment floor is {field}/2)")
 

@@ -372,6 +372,10 @@ class OptimizerConfig(ComponentSection):
 
     def check(self, where: str) -> None:
         build = resolve_component(f"{where}._component_", self.component)
+        betas = self.args.get("betas")  # torch: "list index out of range" for [0.9]
+        if betas is not None and (not isinstance(betas, (list, tuple)) or len(betas) != 2):
+            raise ValueError(f"{where}.betas={betas!r} is not accepted: expected a pair [beta1, beta2] (e.g. [0.9, "
+                             "0.95]), each in [0, 1)")
         try:
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
         except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
