@@ -193,7 +193,8 @@ def test_a_limit_that_leaves_cells_without_a_document_is_said_and_recorded(gener
             f"{', '.join(cells[3:])}; give --limit 10 or more") in caplog.text
     line = summary_line({"results": {"longshort_babilong_qa2": {"acc,none": 0.5}},
                          "configs": {"longshort_babilong_qa2": task.dump_config()}})
-    assert line.endswith("none unscored; --limit left without a document: longshort_babilong_qa2: " + ", ".join(cells[3:]))
+    assert line.endswith("none unscored; --limit left without a document: longshort_babilong_qa2: "
+                         + ", ".join(cells[3:]))
     task.build_all_requests(limit=10, rank=0, world_size=1)
     assert task.left_out == [] and "limit_left_out" not in task.dump_config()
 

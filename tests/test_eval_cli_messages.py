@@ -166,7 +166,8 @@ def test_tasks_path_takes_no_arguments(capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
         main()
     out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1 and "tasks-path takes no arguments (got --foo)" in err
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1
+    assert "tasks-path takes no arguments (got --foo)" in err
     monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path", "--help"])
     main()
     assert capsys.readouterr().out.startswith("usage: longshort-eval tasks-path\n")

@@ -69,7 +69,8 @@ def test_single_run_refuses_a_users_run_json_before_training(tmp_path, capsys):
     assert "run.json" in err
     assert (mine / "run.json").read_text() == '{"mine": 1}' and sorted(p.name for p in mine.iterdir()) == ["run.json"]
     assert main(["--out", str(mine / "run.json")]) == 2 and "is a file, not a folder" in capsys.readouterr().err
-    assert main(["--out", str(tmp_path / "new.json")]) == 2 and "e.g. " + str(tmp_path / "new") in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "new.json")]) == 2
+    assert "e.g. " + str(tmp_path / "new") in capsys.readouterr().err
     assert not (tmp_path / "new.json").exists()
 
 

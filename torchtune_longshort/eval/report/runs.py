@@ -77,7 +77,8 @@ def _samples_cell(info: Dict[str, Any]) -> str:
     subsets = info.get("subset") or {}
     unscored = set(info.get("unscored", ()))
     return ", ".join(f"{t}: {_count(subsets[t]) + ' (--samples)' if t in subsets else n}"
-                     f"{' (none scored)' if t in unscored else ''}" for t, n in sorted(info["samples"].items())) or "—"
+                     f"{' (none scored)' if t in unscored else ''}"
+                     for t, n in sorted(info["samples"].items())) or "—"
 
 
 def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Dict[str, Any]],

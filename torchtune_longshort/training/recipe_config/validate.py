@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
     ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
     ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
-                    help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, and what "
-                         "several processes refuse (default: $WORLD_SIZE, else 1)")
+                    help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
+                         "and what several processes refuse (default: $WORLD_SIZE, else 1)")
     args = ap.parse_args(argv)
     world = args.nproc_per_node if args.nproc_per_node is not None else int(os.environ.get("WORLD_SIZE", "1"))
     if world < 1:
@@ -166,9 +166,9 @@ def main(argv=None) -> int:
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
               "resume=True continues with it")
     print(f"{PROG}: {args.config}: OK{f' for {world} processes' if world > 1 else ''} (keys, values, files, "
-          "components, the tokenizer against the model and the rules between fields checked; nothing written, no weights read: the model's weights and the data's "
-          "records are read when tune run starts, before it writes anything; of corpus.local_text's files only the "
-          "first 64 KiB are decoded here)")
+          "components, the tokenizer against the model and the rules between fields checked; nothing written, no "
+          "weights read: the model's weights and the data's records are read when tune run starts, before it writes "
+          "anything; of corpus.local_text's files only the first 64 KiB are decoded here)")
     return 0
 
 
