@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from torchtune_longshort.eval.report.results_io import (group_coverage, load_curves, load_group_subtasks,
-                                                        load_not_scored, load_results, load_stderrs,
+from torchtune_longshort.eval.report.group_coverage import group_coverage, load_group_subtasks
+from torchtune_longshort.eval.report.results_io import (load_curves, load_not_scored, load_results, load_stderrs,
                                                         remove_lm_eval_files)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILONG_WRITTEN

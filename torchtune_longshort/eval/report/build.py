@@ -34,15 +34,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
+from torchtune_longshort.eval.report.group_coverage import coverage_note, group_coverage, load_group_subtasks
 from torchtune_longshort.eval.report.results_io import (
     CELL_METRIC,
-    coverage_note,
     cut_off_samples,
     even_cell_counts,
-    group_coverage,
     load_cell_counts,
     load_curves,
-    load_group_subtasks,
     load_not_scored,
     load_provenance,
     load_results,

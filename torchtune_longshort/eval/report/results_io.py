@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from torchtune_longshort.eval.report.group_coverage import finite_number, load_group_subtasks
 from torchtune_longshort.eval.report.one_run import (  # noqa: F401
     chat_tasks, check_one_run, pack_family, run_identity,
 )
@@ -289,54 +290,6 @@ def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str
     return out
 
 
-def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
-    """``{group: [direct subtasks]}`` from lm-eval's ``group_subtasks`` in every results file (newest wins)."""
-    out: Dict[str, List[str]] = {}
-    for f in lm_eval_files(results_dir):
-        for group, members in (json_file(f).get("group_subtasks") or {}).items():
-            out[current_name(group)] = [current_name(m) for m in members]
-    return out
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def group_coverage(results: Dict[str, Dict[str, Any]], group_subtasks: Dict[str, List[str]]) -> Dict[str, Any]:
-    """How many leaf tasks each group score averages: ``{group: {metric: {"present", "missing", "total"}}}``.
-
-    lm-eval averages a group metric over the subtasks that report it, so a group whose datasets are partly missing
-    (LongBench-E without some files, BABILong with some QA tasks not generated) scores what is there; ``present``
-    and ``missing`` name the leaf tasks (nested groups flattened) that did and did not report ``metric``.
-    """
-
-    def leaves(group: str, seen=()) -> List[str]:
-        out: List[str] = []
-        for t in group_subtasks.get(group, []):
-            out += leaves(t, seen + (group,)) if t in group_subtasks and t not in seen else [t]
-        return out
-
-    cov: Dict[str, Any] = {}
-    for group in group_subtasks:
-        if group not in results:
-            continue
-        tasks = leaves(group)
-        for metric, value in results[group].items():
-            if metric == "missing_data" or not _number(value):
-                continue
-            present = [t for t in tasks if _number(results.get(t, {}).get(metric))]
-            cov.setdefault(group, {})[metric] = {"present": present, "missing": [t for t in tasks if t not in present],
-                                                 "total": len(tasks)}
-    return cov
-
-
-def coverage_note(cov: Optional[Dict[str, Any]]) -> str:
-    """`` (k/n tasks)`` when a group score averages fewer than all of its tasks, else ``""``."""
-    if not cov or not cov["missing"]:
-        return ""
-    return f" ({len(cov['present'])}/{cov['total']} tasks)"
-
-
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
     """The provenance block the ``longshort`` model put in the newest results file (None: another model)."""
     for f in reversed(lm_eval_files(results_dir)):
@@ -381,7 +334,7 @@ def load_cell_counts(results_dir: Path) -> Dict[str, Dict[Tuple[str, int], int]]
         cells: Dict[Tuple[str, int], int] = defaultdict(int)
         for row in sample_rows(f):
             scored = {(m["length"], int(m["depth"])) for key, v in row.items() if (m := CELL_METRIC.match(key))
-                      and parse_length(m["length"]) is not None and _number(v)}
+                      and parse_length(m["length"]) is not None and finite_number(v)}
             for cell in scored:  # a row's cell once, however many of its metrics it scored (passkey's acc, digits)
                 cells[cell] += 1
         if cells:

@@ -1,0 +1,144 @@
+"""The checks of a ``rope_scaled`` model node (``torchtune_longshort.models.rope_scaled``), before anything is built:
+the RoPE method's own arguments, the length the scaling starts from (an inner ``hf_decoder`` folder's positions, or
+the length its own scaling started from), the factor, and the method's values built on the meta device. Each
+refusal names the key under the node's config path (``model.factor``) and the fix; before, the RoPE classes refused
+them once the run's setup had begun, naming the bare argument, and ``longshort-validate`` said OK."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from pathlib import Path
+from typing import Any, List, Mapping, Optional
+
+import torch
+
+from torchtune_longshort.config.values import resolve_component
+from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
+from torchtune_longshort.rope import ROPE_METHODS, build_rope
+from torchtune_longshort.rope.checks import check_factor
+
+HF_DECODER = "torchtune_longshort.models.hf_decoder"
+ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
+
+
+def check_rope_node(path: str, node: Mapping[str, Any]) -> None:
+    """Every check of this module on the model node ``node`` at config path ``path`` (nothing for another node)."""
+    _check_rope_arguments(path, node)
+    _check_scaling_start(path, node)
+    _check_factor(path, node)
+    _check_rope_values(path, node)
+
+
+def _method_parameters(method: str) -> Optional[List[str]]:
+    """The keywords RoPE method ``method``'s class takes besides what every method gets (head size, positions, base);
+    None when it takes any."""
+    params = inspect.signature(ROPE_METHODS[method].__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(n for n in params if n not in ("self", "dim", "max_seq_len", "base"))
+
+
+def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any]) -> None:
+    accepted = _method_parameters(method)
+    unknown = [k for k in given if accepted is not None and k not in accepted]
+    if unknown:
+        k = unknown[0]
+        near = difflib.get_close_matches(str(k), accepted, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"{where}.{k}={given[k]!r} is not an argument of RoPE method {method!r}{hint}: it takes "
+                         f"{accepted}")
+
+
+def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
+    """A RoPE method's own arguments, by its class's signature, before anything is built: ``rope_scaled``'s extra
+    keys (besides its own and ``apply_rope_scaling``'s)."""
+    if resolve_component(f"{path}._component_", node["_component_"]) is not rope_scaled:
+        return
+    own = {n for f in (rope_scaled, apply_rope_scaling) for n, p in inspect.signature(f).parameters.items()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    if node.get("method") in ROPE_METHODS:
+        _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
+                                                     if k != "_component_" and k not in own})
+
+
+def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled`` over an ``hf_decoder`` folder: the inner ``max_seq_len`` is the length the scaling starts
+    from (``apply_rope_scaling`` takes the built model's positions as ``original_max_seq_len``), so one past the
+    folder's own length scales from positions the checkpoint never saw (at the target: factor 1, no scaling)."""
+    inner = node.get("model")
+    if (node["_component_"] != ROPE_SCALED or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
+            or not inner.get("checkpoint_dir") or inner.get("max_seq_len") is None
+            or node.get("original_max_seq_len") is not None or not Path(str(inner["checkpoint_dir"])).is_dir()):
+        return  # (a folder not there yet, as a study's runs' base, is left to the folder checks)
+    trained = CheckpointFolder.open(inner["checkpoint_dir"]).usable_length
+    given = inner["max_seq_len"]
+    if given > trained:  # (a shorter start, as a study's quick run of a long base, is a choice: allowed)
+        target = node.get("max_seq_len")
+        raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
+                         f"({node.get('method')} factor {target}/{given} = {target / given:g} where "
+                         f"{path}.max_seq_len is the target), past the {trained} positions the checkpoint was trained at (its "
+                         f"config.json): drop {path}.model.max_seq_len (or set {path}.original_max_seq_len to mean "
+                         "another start)")
+
+
+def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
+    """The length ``rope_scaled`` scales from, where its node says it: ``original_max_seq_len``, the inner node's
+    ``max_seq_len``, or an inner ``hf_decoder`` folder's positions (plain RoPE there), or the length its own scaling
+    started from (``apply_rope_scaling`` replaces a folder's scaling from there); None otherwise. A scaled folder's
+    gave None: the factor and the method's values went unchecked, refused once setup had begun."""
+    inner = node.get("model")
+    if isinstance(node.get("original_max_seq_len"), int) or not isinstance(inner, Mapping):
+        return node.get("original_max_seq_len")
+    if isinstance(inner.get("max_seq_len"), int):
+        return inner["max_seq_len"]
+    if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") and not inner.get("plain_rope") \
+            and Path(str(inner["checkpoint_dir"])).is_dir():
+        folder = CheckpointFolder.open(inner["checkpoint_dir"])
+        return folder.usable_length if folder.rope_spec is None else folder.rope_spec.get("original_max_seq_len")
+    return None
+
+
+def _check_factor(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled``'s factor, given or its default ``max_seq_len / start``, is >= 1 (the RoPE class refused it
+    only when the model was built, naming ``factor`` alone; longshort-validate said OK)."""
+    method = ROPE_METHODS.get(node.get("method")) if node["_component_"] == ROPE_SCALED else None
+    if method is None or not method.has_factor:
+        return
+    if node.get("factor") is not None:
+        check_factor(f"{path}.factor", node["factor"])
+        return
+    start, target = _scaling_start(node), node.get("max_seq_len")
+    if isinstance(start, int) and isinstance(target, int) and target < start:
+        raise ValueError(f"{path}.max_seq_len={target} is shorter than the {start} positions the scaling starts "
+                         f"from: the default factor {target}/{start} = {target / start:.4g} is < 1; give a longer "
+                         f"{path}.max_seq_len (the target length), or {path}.factor >= 1")
+
+
+def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
+    """``rope_scaled`` over a plain-RoPE ``hf_decoder`` folder: the method's class built on the meta device (nothing
+    allocated), so its own checks of its arguments (YaRN's ``attention_factor``, ``alpha`` < ``beta``, ...) run now,
+    named under ``path``; before, they ran when the model was built, naming the bare argument (validate said OK)."""
+    inner, start, target = node.get("model"), _scaling_start(node), node.get("max_seq_len")
+    if (node["_component_"] != ROPE_SCALED or node.get("method") not in ROPE_METHODS or not isinstance(start, int)
+            or not isinstance(target, int) or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
+            or not inner.get("checkpoint_dir") or not Path(str(inner["checkpoint_dir"])).is_dir()):
+        return
+    config = CheckpointFolder.open(inner["checkpoint_dir"]).config
+    own = {n for f in (rope_scaled, apply_rope_scaling) for n in inspect.signature(f).parameters}
+    given = {k: v for k, v in node.items() if k != "_component_" and k not in own}
+    method = node["method"]
+    try:
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
+        kwargs = ROPE_METHODS[method].default_kwargs(target, start, given)
+        with torch.device("meta"):
+            build_rope(method, head_dim=head_dim, max_seq_len=target, base=node.get("base") or rope_theta(config),
+                       **kwargs)
+    except (ValueError, TypeError) as e:
+        said = str(e)
+        named = next((k for k in given if said.startswith(f"{k}=")), None)
+        raise ValueError(f"{path}.{said}" if named else f"{path} (RoPE method {method!r}): {said}") from None
+    except Exception:  # nothing the method's checks said (a step the meta device cannot take): left to the build
+        return
