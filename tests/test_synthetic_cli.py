@@ -185,3 +185,25 @@ def test_lr_search_lists_every_learning_rates_run(tmp_path):
     for listed in (runs, s["meta"]["runs"]):
         assert sorted((r["config"]["pe"], r["config"]["lr"]) for r in listed) == sorted(
             (pe, lr) for pe in ("nope", "learned", "alibi", "rope") for lr in (5e-4, 3e-3))
+
+
+def test_a_run_whose_predictions_overflow_writes_json_any_reader_takes(tmp_path):
+    """OutRep inv_log1p's inverse (expm1 of 1/z) overflows for a small positive output: the run's test MSE held inf
+    and its misalignment NaN, written as Python's ``Infinity`` / ``NaN``, which JSON does not have (jq, JavaScript
+    and Go refuse the file). They are ``null`` now; the line printed still says inf."""
+    import numpy as np
+
+    from torchtune_longshort.output_guard import strict_json
+
+    assert json.loads(strict_json({"a": [1.5, float("nan"), float("-inf"), np.float32("inf"), np.float64(2.0)],
+                                   "b": (True, 3, None, "x")})) == {"a": [1.5, None, None, None, 2.0],
+                                                                    "b": [True, 3, None, "x"]}
+    out = tmp_path / "o"
+    assert main(["--task", "length", "--outrep", "inv_log1p", "--steps", "1", "--seed", "9", "--dim", "8", "--heads",
+                 "2", "--layers", "1", "--out", str(out)]) == 0
+
+    def refuse(c):
+        raise ValueError(f"not JSON: {c}")
+
+    run = json.loads((out / "run.json").read_text(), parse_constant=refuse)
+    assert None in run["test_mse"] and all(v is None or np.isfinite(v) for v in run["test_mse"])

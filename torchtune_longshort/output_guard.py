@@ -8,6 +8,8 @@ import contextlib
 import contextvars
 import glob
 import json
+import math
+import numbers
 import os
 import io
 import shutil
@@ -59,6 +61,21 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all (:func:`atomic_open`)."""
     with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def strict_json(obj: Any, **dump_kwargs: Any) -> str:
+    """``obj`` as JSON that any reader takes: a NaN or infinite number written as ``null`` (Python's ``json`` writes
+    ``NaN`` / ``Infinity``, which JSON does not have: jq, JavaScript's ``JSON.parse`` and Go refuse the file)."""
+    def finite(o: Any) -> Any:
+        if isinstance(o, dict):
+            return {k: finite(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [finite(v) for v in o]
+        if isinstance(o, numbers.Real) and not isinstance(o, numbers.Integral):
+            return float(o) if math.isfinite(o) else None
+        return o
+
+    return json.dumps(finite(obj), allow_nan=False, **dump_kwargs)
 
 
 def atomic_write_json(path: Union[str, Path], obj: Any, **dump_kwargs: Any) -> None:

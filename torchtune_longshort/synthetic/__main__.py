@@ -23,7 +23,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import check_fits
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-from torchtune_longshort.output_guard import atomic_write_json, check_output_folder, read_json
+from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json, strict_json
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
     user_path,
@@ -333,7 +333,7 @@ def _single_run(base: RunConfig, out: str) -> int:
                            for L in (base.l_train, base.l_test) if L >= 2}
     res["provenance"] = run_provenance()
     os.makedirs(out, exist_ok=True)
-    atomic_write_json(os.path.join(out, "run.json"), res, indent=1)
+    atomic_write_text(os.path.join(out, "run.json"), strict_json(res, indent=1))  # an overflowed MSE as null
     m = res["test_mse"]
     print(f"steps={res['steps']} val_mse={res['best_val_mse']:.3g} test_mse@l_train={m[base.l_train - 1]:.3g} "
           f"test_mse@l_test={m[-1]:.3g} ({res['seconds']:.1f}s) -> {out}/run.json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time
 from dataclasses import asdict, replace
@@ -19,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
+from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, strict_json, write_together
 from torchtune_longshort.refusals import one_line
 
 from .claims import figure_records, keep_earlier_figures, summarize_claims
@@ -268,8 +267,8 @@ def run_figures(
     # held (milliseconds): a Ctrl-C while they were drawn left this run's summary.json beside an earlier run's CSVs.
     # summary.json first: it is what marks the folder's files as this command's (``--out``'s check), so a run that
     # stops part-way (a full disk, a kill) leaves nothing that blocks its rerun; each file is written whole or not
-    files = [(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=1, default=float).encode()),
-             (os.path.join(out_dir, "runs.json"), json.dumps(runs).encode())]
+    files = [(os.path.join(out_dir, "summary.json"), strict_json(summary, indent=1, default=float).encode()),
+             (os.path.join(out_dir, "runs.json"), strict_json(runs).encode())]  # an overflowed MSE as null
     for n in curves:
         files += [(os.path.join(out_dir, f"fig{n}.csv"), _csv_bytes(n, figs[n], seeds)),
                   (os.path.join(out_dir, f"fig{n}.png"), figure_bytes(synthetic_figure(n, figs[n], quick)))]

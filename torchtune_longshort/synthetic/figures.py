@@ -30,13 +30,19 @@ FIGURE_TITLES = {
 }
 # A squared error this small on targets in [0, 1] is float32 rounding (eps 6e-8, squared ~4e-15), i.e. zero
 FLOAT32_ZERO_MSE = 1e-12
+# The largest test MSE a figure draws: past it a value is an overflow (matplotlib's log axis cannot tick 270 decades)
+DRAWN_AT_MOST = 1e100
 # The ``gid`` of the top axis that labels the training-length lines (tests and readers find it by it).
 L_TRAIN_GID = "l_train_label"
 
 
 def _curve(ax, i: int, n: int, label: str, x: np.ndarray, mse: Sequence[np.ndarray]) -> None:
-    """One curve: the seed mean, and a min..max band over the seeds when there are several."""
-    a = np.array(mse)
+    """One curve: the seed mean, and a min..max band over the seeds when there are several. A length where a seed
+    has no finite value (a prediction that overflowed), or one past :data:`DRAWN_AT_MOST`, is NaN in both: not
+    drawn, and said in the legend (:func:`non_finite_said`); inf, or 1e267 (an OutRep inverse's ``expm1`` of a large
+    value), ended matplotlib's log-axis ticks with an OverflowError after every run had trained."""
+    a = np.array(mse, dtype=float)
+    a[:, ~(np.abs(a) <= DRAWN_AT_MOST).all(0)] = np.nan
     style = series_style(i, n, len(x))
     ax.plot(x, a.mean(0), label=label, **style)
     if len(a) > 1:
@@ -130,8 +136,8 @@ def non_finite_said(lines) -> None:
     for line in lines:
         bad = int((~np.isfinite(np.asarray(line.get_ydata(), dtype=float))).sum())
         if bad:
-            what = ("no finite value: not drawn" if bad == len(line.get_ydata())
-                    else f"{bad} length(s) without a finite value, not drawn")
+            what = (f"no finite value below {DRAWN_AT_MOST:g}: not drawn" if bad == len(line.get_ydata())
+                    else f"{bad} length(s) without a finite value below {DRAWN_AT_MOST:g}, not drawn")
             line.set_label(f"{line.get_label()} ({what})")
 
 
