@@ -31,6 +31,11 @@ def test_context_free_model_has_closed_form_misalignment():
         assert s == pytest.approx(-2 * (p * p.log()).sum().item(), rel=1e-5)  # SCE(p, p) = 2 H(p)
     assert max(abs(v) for v in res.values["jeffreys"]) < 1e-6
     assert max(abs(v) for v in res.values["js"]) < 1e-6
+    # a divergence named twice (`--divergences js js`) appended each sample twice: n 20 of 10 sequences, the interval
+    # narrowed as if it were real
+    twice = misalignment_metric(model, seqs, length=32, divergences=["js", "sce", "js"], progress=False)
+    assert list(twice.values) == ["js", "sce"] and twice.summary["js"]["n"] == twice.num_samples == 10
+    assert twice.values["sce"] == res.values["sce"]
 
 
 def test_suffix_misalignment_equals_explicit_runs(tiny_llama2_dir):

@@ -41,3 +41,15 @@ def test_synthetic_grid_bar_has_total(capsys):
     run_all(cfgs, workers=1)
     last = _final(capsys.readouterr().err, "runs")
     assert "2/2" in last
+
+
+def test_synthetic_workers_print_no_import_noise_into_the_bar(tmp_path):
+    # with --workers 2 (a full run's default) a spawned worker printed torchao's "Skipping import of cpp extensions
+    # ..." line into the bar: the filters the command installs in its own process were not installed in the workers
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "torchtune_longshort.synthetic", "--figure", "1a", "--steps", "2",
+                        "--seeds", "1", "--dim", "8", "--heads", "2", "--workers", "2", "--out", str(tmp_path / "o")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "torchao" not in p.stderr and "Skipping import" not in p.stderr, p.stderr[-2000:]

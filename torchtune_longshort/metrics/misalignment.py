@@ -160,7 +160,7 @@ def misalignment_metric(
         sequences: token-id tensors, each with at least ``max_len`` tokens (only the last ``max_len`` are used).
         length: ``L``; suffix lengths are drawn from ``[min_len, max_len]`` = ``[L/2, L]`` by default.
         num_samples: stop after this many sequences (``None``: all).
-        divergences: which divergences to report (SCE first by default).
+        divergences: which divergences to report (SCE first by default); a name given twice is reported once.
         seed: seed of the ``(l1, l2)`` draws.
 
     Returns:
@@ -173,6 +173,7 @@ def misalignment_metric(
     max_len = eq4_max if max_len is None else max_len
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
+    divergences = list(dict.fromkeys(divergences))  # `--divergences js js` appended each sample twice: n doubled
     for d in divergences:
         divergence_fn(d)
     gen = torch.Generator().manual_seed(seed)

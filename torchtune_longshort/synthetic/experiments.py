@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, strict_json, write_together
 from torchtune_longshort.refusals import one_line
 
@@ -126,7 +127,7 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
             _store(_worker(c))
         return out
     ctx = torch.multiprocessing.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=quiet_upstream) as pool:  # each worker's imports as quiet as this process's
         for res in tqdm(pool.imap_unordered(_worker, todo), total=len(todo), desc="runs"):
             _store(res)
     return out
