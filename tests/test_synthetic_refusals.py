@@ -41,7 +41,11 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "1a", "--lrs", "1e-4,-1"], "--lrs='1e-4,-1': every learning rate must be finite and > 0"),
     # a traceback once training had started; an overflow in torch.manual_seed; nothing run, nothing said, exit 0
     (["--figure", "1a", "--lrs", "inf"], "--lrs='inf': every learning rate must be finite and > 0"),
-    (["--seed", "99999999999999999999"], "seed=99999999999999999999 must be in [0, 2**63)"),
+    (["--seed", "99999999999999999999"], "--seed=99999999999999999999 must be in [0, 2**63)"),
+    # flags nothing reads: the linear model trained with --pe rope recorded in run.json; --replot said "redrew"
+    (["--model", "linear", "--pe", "rope", "--heads", "2"], "--pe, --heads apply to --model transformer: the "
+                                                              "linear-attention model (App. C.1) has no positional"),
+    (["--figure", "1b", "--replot", "--lrs", "1,2"], "--steps, --lrs apply to training, and --replot trains nothing"),
     (["--figure", ","], "--figure=',' names no figure"),
     # the beyond figures fix their own runs: --steps (added below to every case) trained nothing shorter
     (["--figure", "parity", "--quick"], "--steps applies to the paper's figures (all, 1a, ..., theory), not to the "

@@ -120,10 +120,18 @@ def _main(argv=None) -> int:
     a = _parser().parse_args(argv)
     # every bad flag value raises ValueError naming the flag, before anything trains
     try:
+        given = sys.argv[1:] if argv is None else argv
         if a.figure is not None:
-            _check_single_run_flags(sys.argv[1:] if argv is None else argv)
+            _check_single_run_flags(given)
         elif not a.replot:
             _check_figure_flags(a)
+        if a.replot:
+            _check_replot_flags(given)
+        if a.figure is None and a.model == "linear" and _given(given, _TRANSFORMER_FLAGS):
+            flags = _given(given, _TRANSFORMER_FLAGS)
+            raise ValueError(f"{', '.join(flags)} {_applies(flags)} to --model transformer: the "
+                             "linear-attention model (App. C.1) has no positional encoding and one layer and head; "
+                             "drop it")
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
@@ -228,7 +236,8 @@ def _flag_names(message: str) -> str:
 _FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
             "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
             "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer",
-            "seeds": "--seeds", "workers": "--workers", "figure": "--figure", "lrs": "--lrs", "l_trains": "--l-trains"}
+            "seeds": "--seeds", "workers": "--workers", "figure": "--figure", "lrs": "--lrs", "l_trains": "--l-trains",
+            "seed": "--seed"}
 
 
 # every option string of the parser (an exact one is never another option's abbreviation: --out is not --outrep)
@@ -251,12 +260,34 @@ def _check_single_run_flags(argv: Sequence[str]) -> None:
 _PAPER_FIGURE_FLAGS = ("steps", "lr", "dim", "heads", "layers", "l-train", "l-test", "batch-size", "optimizer", "cache")
 
 
+def _given(argv: Sequence[str], names: Sequence[str]) -> List[str]:
+    """The flags of ``names`` (without their ``--``) that ``argv`` gives."""
+    return [f"--{n}" for n in names if any(arg.split("=", 1)[0] == f"--{n}" for arg in argv)]
+
+
+def _applies(flags: Sequence[str]) -> str:
+    return "applies" if len(flags) == 1 else "apply"
+
+
+def _check_replot_flags(argv: Sequence[str]) -> None:
+    """--replot draws the PNGs from the files a run wrote and trains nothing: a training flag was ignored without a
+    word (``--replot --steps 3 --lrs 1,2 --cache zz`` said "redrew 2 figure(s)")."""
+    given = _given(argv, _PAPER_FIGURE_FLAGS + ("lrs", "l-trains", "seeds", "workers"))
+    if given:
+        raise ValueError(f"{', '.join(given)} {_applies(given)} to training, and --replot trains nothing: it redraws the "
+                         "figures from the files their run wrote in --out; drop it")
+
+
+# the flags the linear-attention model (App. C.1) does not read: it has no positional encoding, one layer, one head
+_TRANSFORMER_FLAGS = ("pe", "layers", "heads")
+
+
 def _check_beyond_flags(argv: Sequence[str]) -> None:
     """The beyond figures alone: a flag they do not read (``--steps 1`` trained each probe for its own steps, without
     a word, and --help said the flag applied to every curve) is refused."""
-    given = [f"--{n}" for n in _PAPER_FIGURE_FLAGS if any(arg.split("=", 1)[0] == f"--{n}" for arg in argv)]
+    given = _given(argv, _PAPER_FIGURE_FLAGS)
     if given:
-        raise ValueError(f"{', '.join(given)} applies to the paper's figures (all, 1a, ..., theory), not to the beyond "
+        raise ValueError(f"{', '.join(given)} {_applies(given)} to the paper's figures (all, 1a, ..., theory), not to the beyond "
                          "figures, which fix their own runs (docs/synthetic/README.md): drop it")
 
 
