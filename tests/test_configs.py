@@ -225,6 +225,12 @@ def test_shipped_configs_are_found_where_the_package_is_imported_from_its_checko
         str(p.relative_to(REPO / "configs")) for p in (REPO / "configs").rglob("*.yaml"))
     assert cli.resolve_config("tiny/longshort_stdlib.yaml", tmp_path, "--config") == (
         REPO / "configs" / "tiny" / "longshort_stdlib.yaml")
+    # a checkout's path, as the reports record the commands run there (`--config configs/study/...`): from a wheel it
+    # was "neither a file ... (e.g. tiny/longshort_stdlib.yaml)", a recipe config offered for a study
+    assert cli.resolve_config("configs/study/cpu_small.yaml", tmp_path, "--config") == (
+        REPO / "configs" / "study" / "cpu_small.yaml")
+    with pytest.raises(ValueError, match=r"e\.g\. study/"):
+        cli.resolve_config("configs/study/cpu_smal.yaml", tmp_path, "--config")
     assert cli.main(["study/cpu_small.yaml", str(tmp_path)]) == 0
     assert (tmp_path / "cpu_small.yaml").read_text() == (REPO / "configs" / "study" / "cpu_small.yaml").read_text()
     # neither installed nor beside the package: one line, exit 2

@@ -65,18 +65,26 @@ def config_path(name: str) -> Path:
 
 def resolve_config(value: str, root: Path, key: str) -> Path:
     """A config named by a file path (absolute or relative to ``root``) or, failing that, by its shipped name
-    (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it): the same value finds the file from a checkout
-    and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
+    (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it), or by its path in a checkout
+    (``configs/study/cpu_small.yaml``, as the reports record a command run there): the same value finds the file from
+    a checkout and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
     path = Path(value)
     path = path if path.is_absolute() else Path(root) / path
     if path.is_file():
         return path
+    for name in (str(value), str(value).removeprefix("configs/")):
+        try:
+            return config_path(name)
+        except FileNotFoundError:
+            pass
+    folder = str(value).removeprefix("configs/").split("/")[0]
     try:
-        return config_path(str(value))
-    except FileNotFoundError:
-        raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
-                         "name one of `longshort-cp --list` (e.g. tiny/longshort_stdlib.yaml) or a YAML file"
-                         ) from None
+        shipped = shipped_configs()
+    except (FileNotFoundError, ValueError):  # none installed, nor beside the package
+        shipped = ["tiny/longshort_stdlib.yaml"]
+    like = [n for n in shipped if n.startswith(folder + "/")] or shipped
+    raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
+                     f"name one of `longshort-cp --list` (e.g. {like[0]}) or a YAML file")
 
 
 @quiet_when_the_reader_leaves
