@@ -167,10 +167,14 @@ class ModelFamily:
                                         f"for {have} only; start from a {self.name} checkpoint (checkpoint_dir)")
         return self.from_dims(dims)
 
+    def tied_in(self, config: Config) -> bool:
+        """Whether a ``config.json`` of this family ties its output layer to its embeddings."""
+        return bool(config.get("tie_word_embeddings", self.tied_default))
+
     def matches(self, config: Config) -> bool:
         if config.get("model_type") != self.hf_model_type:
             return False
-        return self.tied is None or bool(config.get("tie_word_embeddings", self.tied_default)) == self.tied
+        return self.tied is None or self.tied_in(config) == self.tied
 
 
 MODEL_FAMILIES: Dict[str, ModelFamily] = {

@@ -97,7 +97,7 @@ class StepCheckpoints:
                           if (m := STEP_PATTERN.match(p.name)) and p.is_dir() and int(m.group(1)) > 0)
         if not numbered:
             return None
-        step, folder = numbered[-1]
+        folder = numbered[-1][1]
         try:
             check_checkpoint_folder(folder)
         except (FileNotFoundError, ValueError) as e:

@@ -105,8 +105,8 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
-            hint = (StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
-                    "step_0: start it again with overwrite_output_dir=True" if (out / MARKER).is_file() else
+            hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
+                     "step_0: start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
                     "it does not exist: start the run without resume=True" if not out.exists() else
                     "this recipe did not make that folder: choose another output_dir, without resume=True")
             raise FileNotFoundError(

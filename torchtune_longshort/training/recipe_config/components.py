@@ -98,11 +98,9 @@ def _check_tied_output_lora(path: str, node: Mapping[str, Any]) -> None:
     if not node.get("apply_lora_to_output") or not folder_dir or not Path(str(folder_dir)).is_dir():
         return
     folder = CheckpointFolder.open(folder_dir)
-    family = folder.family
-    tied = family.tied if family.tied is not None else bool(folder.config.get("tie_word_embeddings",
-                                                                               family.tied_default))
     try:
-        refuse_tied_output_lora({"apply_lora_to_output": True}, tied, family.hf_model_type)
+        refuse_tied_output_lora({"apply_lora_to_output": True}, folder.family.tied_in(folder.config),
+                                folder.family.hf_model_type)
     except UnsupportedModelError as e:
         raise ValueError(f"{path}.{e}") from None
 

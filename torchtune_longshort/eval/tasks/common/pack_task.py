@@ -181,6 +181,7 @@ class PackTask(ConfigurableTask):
         """Warn, and record (:data:`LIMIT_LEFT_OUT_KEY`), the length x depth cells a ``--limit`` leaves without a
         document: the pack's rows go round the cells (:func:`.lengths.round_robin_order`), so ``--limit 1`` of two
         lengths scored the first alone, without a word."""
+        self.left_out = []
         if limit is None or samples:
             return
         cells = [c for c in (self._sweep_cell(d) for d in self.eval_docs) if c is not None]
