@@ -374,3 +374,18 @@ def test_a_report_without_a_ppl_figure_says_why(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert not (tmp_path / "rep" / "ppl_vs_length.png").exists()
     assert "No `ppl_vs_length.png`: no run has a finite longshort_ppl perplexity at any length" in md
+
+
+def test_the_runs_table_names_a_model_setting_such_as_a_rope_override(tmp_path):
+    # the base evaluated with rope=yarn,rope_factor=2 read as the plain base in the runs table (its model_args were in
+    # the results file only)
+    plain = _run(tmp_path / "plain", 5)
+    yarn = _run(tmp_path / "yarn", 5)
+    f = next(yarn.glob("results_*.json"))
+    data = json.loads(f.read_text())
+    data["config"]["model_args"].update(rope="yarn", rope_factor=2, dtype="float32")
+    f.write_text(json.dumps(data))
+    build_report([plain, yarn], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| `yarn` | " in md and "| longshort (rope=yarn, rope_factor=2) | /ckpt/a |" in md
+    assert "| longshort | /ckpt/a |" in md  # the plain run: no setting to name (dtype has its own column)

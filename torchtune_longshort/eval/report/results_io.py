@@ -215,7 +215,8 @@ def lm_eval_limit(limit: Any) -> Any:
 
 def load_run_info(results_dir: Path) -> Dict[str, Any]:
     """What a report says about one run, from its results files (the newest wins): the lm-eval ``model``, the
-    checkpoint (``pretrained``) and its fingerprint, the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
+    checkpoint (``pretrained``) and its fingerprint, its other model_args (``model_settings``: ``rope=yarn``, ...),
+    the weights' ``dtype`` (lm-eval's ``model_dtype``, both models
     record it), the ``device``, ``--limit`` (None: every sample; :func:`lm_eval_limit`), each task's n-shot, the tasks
     a chat template was applied to (those that ignore it left out), the number of samples
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
@@ -244,7 +245,9 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     samples.update({t: s["evaluated"] for t, s in subsets.items()})
     counts = load_not_scored_counts(results_dir)
     unscored = sorted(t for t, n in samples.items() if n and sum(counts.get(t, {}).get("samples", {}).values()) >= n)
+    shown = {k: v for k, v in (ident.get("model_args") or {}).items() if k not in ("pretrained", "dtype")}
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
+            "model_settings": shown,
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "unscored": unscored,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,

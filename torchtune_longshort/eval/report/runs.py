@@ -96,7 +96,9 @@ def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Di
         info = infos[name]
         samples = _samples_cell(info)
         cell = {k: setting(info[k], k) + (" †" if k in marks[name] else "") for k in ("dtype", "limit")}
-        rows.append(f"| `{name}` | {d} | {info['model'] or '?'} | {info['pretrained'] or '?'} | {cell['dtype']} | "
+        settings = ", ".join(f"{k}={v}" for k, v in (info.get("model_settings") or {}).items())
+        model = f"{info['model'] or '?'}{f' ({settings})' if settings else ''}"  # a RoPE override: another model
+        rows.append(f"| `{name}` | {d} | {model} | {info['pretrained'] or '?'} | {cell['dtype']} | "
                     f"{info['device'] or '?'} | {cell['limit']} | {samples} |")
     table = ("| run | folder | model | checkpoint | dtype | device | --limit | samples per task |\n"
              "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
