@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
@@ -30,6 +29,10 @@ from torchtune_longshort.refusals import (
 )
 
 from .claims import claim_lines, figure_records
+from .cli_flags import (
+    check_beyond_flags, check_figure_flags, check_linear_model_flags, check_replot_flags, check_single_run_flags,
+    flag_names,
+)
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
 from .lr_search import lr_table
 from .misalignment import scalar_misalignment
@@ -122,16 +125,13 @@ def _main(argv=None) -> int:
     try:
         given = sys.argv[1:] if argv is None else argv
         if a.figure is not None:
-            _check_single_run_flags(given)
+            check_single_run_flags(given, _OPTIONS)
         elif not a.replot:
-            _check_figure_flags(a)
+            check_figure_flags(a)
         if a.replot:
-            _check_replot_flags(given)
-        if a.figure is None and a.model == "linear" and _given(given, _TRANSFORMER_FLAGS):
-            flags = _given(given, _TRANSFORMER_FLAGS)
-            raise ValueError(f"{', '.join(flags)} {_applies(flags)} to --model transformer: the "
-                             "linear-attention model (App. C.1) has no positional encoding and one layer and head; "
-                             "drop it")
+            check_replot_flags(given)
+        if a.figure is None and a.model == "linear":
+            check_linear_model_flags(given)
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
@@ -140,7 +140,7 @@ def _main(argv=None) -> int:
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper,
                                                      fig4="4" in paper)
             if beyond and not paper:
-                _check_beyond_flags(sys.argv[1:] if argv is None else argv)
+                check_beyond_flags(sys.argv[1:] if argv is None else argv)
             if not a.replot:
                 _check_figure_runs(paper, base, l_trains)
                 _check_figure_outputs(a.out, paper, beyond)
@@ -154,7 +154,7 @@ def _main(argv=None) -> int:
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")
     except REFUSED as e:
-        return refusal(PROG, _flag_names(one_line(e)))
+        return refusal(PROG, flag_names(one_line(e)))
     if a.figure is None:
         if a.replot:
             return refusal(PROG, "--replot needs --figure (the figures to redraw)")
@@ -218,7 +218,7 @@ def _base_config(a: argparse.Namespace) -> tuple:
     try:
         base.validate()
     except ValueError as e:
-        raise ValueError(_flag_names(str(e))) from None
+        raise ValueError(flag_names(str(e))) from None
     at_once = workers if a.figure is not None else 1  # a figure's runs: one test set per worker process at a time
     check_fits(at_once * test_batch_bytes(base), "cpu",
                f"--l-test={base.l_test}'s test set ({base.test_per_length} sequences of every length 1..{base.l_test}"
@@ -227,82 +227,8 @@ def _base_config(a: argparse.Namespace) -> tuple:
     return base, workers
 
 
-def _flag_names(message: str) -> str:
-    """RunConfig names its fields (``num_heads=3``); the message names the flags the user typed (``--heads=3``)."""
-    return re.sub(r"(?<![\w-])(" + "|".join(_FLAG_OF) + r")=", lambda m: f"{_FLAG_OF[m.group(1)]}=", message)
-
-
-# RunConfig's field -> this CLI's flag, where the two names differ
-_FLAG_OF = {"max_steps": "--steps", "num_layers": "--layers", "num_heads": "--heads", "batch_size": "--batch-size",
-            "l_train": "--l-train", "l_test": "--l-test", "task": "--task", "bits": "--bits", "pe": "--pe",
-            "outrep": "--outrep", "model": "--model", "dim": "--dim", "lr": "--lr", "optimizer": "--optimizer",
-            "seeds": "--seeds", "workers": "--workers", "figure": "--figure", "lrs": "--lrs", "l_trains": "--l-trains",
-            "seed": "--seed"}
-
-
 # every option string of the parser (an exact one is never another option's abbreviation: --out is not --outrep)
 _OPTIONS = {o for action in _parser()._actions for o in action.option_strings}
-# the flags of a single run only: each figure sets them per curve itself (``experiments.figure_curves``)
-_SINGLE_RUN_FLAGS = ("task", "bits", "pe", "outrep", "model", "seed")
-
-
-def _check_single_run_flags(argv: Sequence[str]) -> None:
-    """With --figure, a flag a figure sets per curve (--task, --pe, ...) was ignored without a word: refused when
-    given at all (compared with its default, ``--task length`` passed and was ignored)."""
-    for name in _SINGLE_RUN_FLAGS:
-        if any(head == f"--{name}" or (head not in _OPTIONS and len(head) > 2 and f"--{name}".startswith(head))
-               for head in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))):  # (--tas: argparse's)
-            raise ValueError(f"--{name} applies to a single run (without --figure); each figure sets its curves' "
-                             f"{name} itself (--figure --seeds sets the seeds): drop --{name}")
-
-
-# the flags the paper's figures apply to every curve and the beyond figures do not read (each fixes its own runs)
-_PAPER_FIGURE_FLAGS = ("steps", "lr", "dim", "heads", "layers", "l-train", "l-test", "batch-size", "optimizer", "cache")
-
-
-def _given(argv: Sequence[str], names: Sequence[str]) -> List[str]:
-    """The flags of ``names`` (without their ``--``) that ``argv`` gives."""
-    return [f"--{n}" for n in names if any(arg.split("=", 1)[0] == f"--{n}" for arg in argv)]
-
-
-def _applies(flags: Sequence[str]) -> str:
-    return "applies" if len(flags) == 1 else "apply"
-
-
-def _check_replot_flags(argv: Sequence[str]) -> None:
-    """--replot draws the PNGs from the files a run wrote and trains nothing: a training flag was ignored without a
-    word (``--replot --steps 3 --lrs 1,2 --cache zz`` said "redrew 2 figure(s)")."""
-    given = _given(argv, _PAPER_FIGURE_FLAGS + ("lrs", "l-trains", "seeds", "workers"))
-    if given:
-        raise ValueError(f"{', '.join(given)} {_applies(given)} to training, and --replot trains nothing: it redraws the "
-                         "figures from the files their run wrote in --out; drop it")
-
-
-# the flags the linear-attention model (App. C.1) does not read: it has no positional encoding, one layer, one head
-_TRANSFORMER_FLAGS = ("pe", "layers", "heads")
-
-
-def _check_beyond_flags(argv: Sequence[str]) -> None:
-    """The beyond figures alone: a flag they do not read (``--steps 1`` trained each probe for its own steps, without
-    a word, and --help said the flag applied to every curve) is refused."""
-    given = _given(argv, _PAPER_FIGURE_FLAGS)
-    if given:
-        raise ValueError(f"{', '.join(given)} {_applies(given)} to the paper's figures (all, 1a, ..., theory), not to the beyond "
-                         "figures, which fix their own runs (docs/synthetic/README.md): drop it")
-
-
-# the flags only figures read (each None unless given), with the single run's own flag where it has one
-_FIGURE_FLAGS = {"lrs": "--lr", "l_trains": "--l-train", "seeds": "--seed", "workers": None, "cache": None}
-
-
-def _check_figure_flags(a: argparse.Namespace) -> None:
-    """Without --figure, a flag only figures read (--lrs: the run trained at --lr's default) was ignored without a
-    word: refused."""
-    for name, own in _FIGURE_FLAGS.items():
-        if getattr(a, name) is not None:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} applies with --figure only" + (f" (a single run takes {own})" if own else "")
-                             + f": drop {flag}, or add --figure")
 
 
 def _check_figure_runs(paper: List[str], base: RunConfig, l_trains: List[int]) -> None:
@@ -311,7 +237,7 @@ def _check_figure_runs(paper: List[str], base: RunConfig, l_trains: List[int]) -
     try:
         check_figure_runs(paper, base, l_trains)
     except ValueError as e:
-        raise ValueError(_flag_names(str(e))) from None
+        raise ValueError(flag_names(str(e))) from None
 
 
 def _check_run_json(out: str) -> None:
