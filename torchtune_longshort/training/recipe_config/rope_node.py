@@ -79,9 +79,9 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
         target = node.get("max_seq_len")
         raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
                          f"({node.get('method')} factor {target}/{given} = {target / given:g} where "
-                         f"{path}.max_seq_len is the target), past the {trained} positions the checkpoint was trained at (its "
-                         f"config.json): drop {path}.model.max_seq_len (or set {path}.original_max_seq_len to mean "
-                         "another start)")
+                         f"{path}.max_seq_len is the target), past the {trained} positions the checkpoint was "
+                         f"trained at (its config.json): drop {path}.model.max_seq_len (or set "
+                         f"{path}.original_max_seq_len to mean another start)")
 
 
 def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
