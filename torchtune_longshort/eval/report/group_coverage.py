@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.eval.report.run_files import json_file, lm_eval_files
 from torchtune_longshort.eval.tasks import current_name
+from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC
 
 
 def load_group_subtasks(results_dir: Path) -> Dict[str, List[str]]:
@@ -45,7 +46,7 @@ def group_coverage(results: Dict[str, Dict[str, Any]], group_subtasks: Dict[str,
             continue
         tasks = leaves(group)
         for metric, value in results[group].items():
-            if metric == "missing_data" or not finite_number(value):
+            if metric == MISSING_METRIC or not finite_number(value):
                 continue
             present = [t for t in tasks if finite_number(results.get(t, {}).get(metric))]
             cov.setdefault(group, {})[metric] = {"present": present, "missing": [t for t in tasks if t not in present],

@@ -196,13 +196,11 @@ class PackTask(ConfigurableTask):
     def _sweep_cell(self, doc: Dict[str, Any]) -> Optional[str]:
         """The length (and depth) ``doc`` is scored under, as its metrics name it (``1k``, ``1k_d50``); None for a
         task that sweeps no lengths (LongBench-E's ``length`` counts words)."""
-        family = family_of(str(self.config.task))
         length = doc.get("length")
-        if family and TASK_FAMILIES[family].length_swept and isinstance(length, int):
-            label = length_label(length)
-        elif isinstance(length, str) and any(length in f.length_labels for f in TASK_FAMILIES.values()):
-            label = length
-        else:
+        label = self._swept_length(doc) or (  # BABILong's rows carry their length's label (its members: no family)
+            length if isinstance(length, str) and any(length in f.length_labels for f in TASK_FAMILIES.values())
+            else "")
+        if not label:
             return None
         return label if doc.get("depth") is None else per_depth(label, doc["depth"])
 
