@@ -374,6 +374,9 @@ def test_a_report_without_a_ppl_figure_says_why(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert not (tmp_path / "rep" / "ppl_vs_length.png").exists()
     assert "No `ppl_vs_length.png`: no run has a finite longshort_ppl perplexity at any length" in md
+    # summary.json is JSON any reader takes (jq, JavaScript): the NaN scores as null, not Python's NaN
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert "NaN" not in (tmp_path / "rep" / "summary.json").read_text() and summary["files"][0] == "report.md"
 
 
 def test_the_runs_table_names_a_model_setting_such_as_a_rope_override(tmp_path):

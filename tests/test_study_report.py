@@ -91,12 +91,37 @@ def test_report_tables_equal_the_json_they_link_to(tmp_path):
         assert_png_drawn(rdir / png)
 
 
-def test_provenance_in_every_file_the_study_writes(tmp_path):
+class NanPplExecutor(FakeExecutor):
+    """Like FakeExecutor, and every perplexity lm-eval gives is NaN (as past a model's positions), in the results file
+    as lm-eval writes it (Python's json: ``NaN``)."""
+
+    def __call__(self, argv, log_path, cwd, env, timeout):
+        rc = super().__call__(argv, log_path, cwd, env, timeout)
+        if argv[1:4] == ["-m", "torchtune_longshort.eval", "run"]:
+            f = next((Path(argv[argv.index("--output_path") + 1]) / "model").glob("results_*.json"))
+            data = json.loads(f.read_text())
+            for k in list(data["results"].get("longshort_ppl", {})):
+                data["results"]["longshort_ppl"][k] = float("nan")
+            f.write_text(json.dumps(data))
+        return rc
+
+
+def _strict(path: Path):
+    """``path`` parsed as JSON as jq or JavaScript would: NaN / Infinity refused."""
+    def refuse(name):
+        raise AssertionError(f"{path} holds {name}, which is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_provenance_in_every_file_the_study_writes_and_each_is_strict_json(tmp_path):
     import torch
 
     study, _ = _study(tmp_path)
+    study.executor = NanPplExecutor()  # every perplexity NaN: written as null, which any JSON reader takes
     study.run(only=["pi_a0_s0"])
-    rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
+    rec = _strict(study.run_dir("pi_a0_s0") / "result.json")
+    assert rec["results"]["longshort_ppl"] and set(rec["results"]["longshort_ppl"].values()) == {None}
+    _strict(study.out / "study.json")
     assert rec["provenance"]["packages"]["torch"] == torch.__version__
     # cpu_small trains and evaluates on the stdlib corpus: its content hash is recorded
     assert len(rec["provenance"]["stdlib_corpus"]["sha256"]) == 64
@@ -106,6 +131,19 @@ def test_provenance_in_every_file_the_study_writes(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Provenance" in md and f"torch {torch.__version__}" in md
     assert rec["provenance"]["stdlib_corpus"]["sha256"][:16] in md
+    for f in [tmp_path / "report" / "summary.json", *(tmp_path / "report" / "runs").glob("*/result.json")]:
+        _strict(f)
+    assert not re.search(r"\|\s*nan\s*\|", md, re.I) and "| — |" in md  # a missing perplexity is a dash, as NaN was
+
+
+def test_a_curve_written_with_null_for_nan_is_read_back_as_nan():
+    from torchtune_longshort.study.records import curve_mean, upgraded
+
+    rec = {"curves": {"64": [1.0, None, 3.0], "8": [1.0, 3.0]}, "train": {"val_ce": [[5, 2.0], [10, None]]}}
+    up = upgraded(rec)
+    assert math.isnan(curve_mean(up, 64, 0, 3)) and curve_mean(up, 8, 0, 2) == 2.0
+    assert up["train"]["val_ce"][0] == [5, 2.0] and math.isnan(up["train"]["val_ce"][1][1])
+    assert rec["curves"]["64"][1] is None  # the record read is left as it was
 
 
 def test_outcome_is_paired_by_seed(tmp_path):

@@ -78,9 +78,10 @@ def strict_json(obj: Any, **dump_kwargs: Any) -> str:
     return json.dumps(finite(obj), allow_nan=False, **dump_kwargs)
 
 
-def atomic_write_json(path: Union[str, Path], obj: Any, **dump_kwargs: Any) -> None:
-    """``obj`` as JSON at ``path``, whole or not at all (:func:`atomic_open`)."""
-    atomic_write_text(path, json.dumps(obj, **dump_kwargs))
+def atomic_write_json(path: Union[str, Path], obj: Any, *, strict: bool = True, **dump_kwargs: Any) -> None:
+    """``obj`` as JSON at ``path``, whole or not at all (:func:`atomic_open`); a NaN or infinite number as ``null``
+    (:func:`strict_json`) unless ``strict=False`` (a cache only this package reads back)."""
+    atomic_write_text(path, strict_json(obj, **dump_kwargs) if strict else json.dumps(obj, **dump_kwargs))
 
 
 def save_figure(fig: Any, path: Union[str, Path], **kwargs: Any) -> None:

@@ -39,7 +39,7 @@ from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.output_guard import atomic_write_text
+from torchtune_longshort.output_guard import atomic_write_text, strict_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                          user_path)
@@ -206,7 +206,7 @@ def _main(argv=None) -> int:
                usable_length=opened.usable_length,
                extrapolated=opened.verdict.extrapolated,
                provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
-    text = json.dumps(out, indent=2)
+    text = strict_json(out, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.output, text)

@@ -103,10 +103,13 @@ def upgraded(rec: Dict[str, Any]) -> Dict[str, Any]:
     """``rec`` (a run's result.json) with the per-length tasks of records written by earlier versions
     (``long_ppl_128: {ppl: v}``, ``passkey_512: {acc_depth_50: v}``) moved into their family's task under per-length
     metric names (``longshort_ppl: {ppl_128: v}``, ``longshort_passkey: {acc_512_d50: v}``), so that one reader
-    serves old and new records; a record without such tasks is returned as is (a new dict, ``rec`` unchanged)."""
+    serves old and new records; a record without such tasks is returned as is (a new dict, ``rec`` unchanged).
+    The per-position curves and the held-out CE pairs, where JSON's ``null`` stands for a number that was not
+    finite (``output_guard.strict_json``), are read back with NaN there, as they were measured."""
+    rec = _nan_for_null(rec)
     results = rec.get("results")
     if not isinstance(results, dict):
-        return dict(rec)
+        return rec
     out: Dict[str, Any] = {}
     for task, metrics in results.items():
         m = _PER_LENGTH_TASK.match(task)
@@ -120,6 +123,23 @@ def upgraded(rec: Dict[str, Any]) -> Dict[str, Any]:
             d = _OLD_DEPTH.match(metric)
             moved[per_depth(per_length(d["metric"], n), int(d["depth"])) if d else per_length(metric, n)] = v
     return {**rec, "results": out}
+
+
+def _nan_for_null(rec: Dict[str, Any]) -> Dict[str, Any]:
+    """``rec`` with ``null`` read as NaN in its ``curves`` (length -> per-position NLL) and ``train.val_ce``
+    ((step, CE) pairs): the lists whose readers do arithmetic on every entry."""
+    def num(v: Any) -> Any:
+        return math.nan if v is None else v
+
+    out = dict(rec)
+    if isinstance(rec.get("curves"), dict):
+        out["curves"] = {n: [num(v) for v in c] if isinstance(c, list) else c for n, c in rec["curves"].items()}
+    train = rec.get("train")
+    if isinstance(train, dict) and isinstance(train.get("val_ce"), list):
+        pairs = train["val_ce"]
+        out["train"] = {**train, "val_ce": [[p[0], num(p[1])] if isinstance(p, list) and len(p) == 2 else p
+                                            for p in pairs]}
+    return out
 
 
 # A length named in a not-scored reason (``longshort_ppl at length 8k: ...``, ``length 8k: BABILong data ...``).
