@@ -175,6 +175,29 @@ def test_saving_a_method_transformers_cannot_run_says_so(tmp_path, base_with_tok
     assert not caplog.records
 
 
+def test_a_phi3_folder_transformers_refuses_says_how_its_tokenizer_loads(tmp_path, family_dirs, caplog):
+    # Phi3Config checks its RoPE when built, and transformers 5's AutoTokenizer builds it: a Phi-3 + YaRN folder
+    # failed AutoTokenizer too, without a word; the warning now names the way that loads it, which gives the ids
+    # the source folder's tokenizer gives
+    import logging
+
+    import transformers
+
+    src = family_dirs["phi3"]
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.models.hf_checkpoint_writer"):
+        save_hf_checkpoint(load_hf_checkpoint(src, rope="yarn", max_seq_len=512), tmp_path / "out",
+                           json.loads((src / "config.json").read_text()), tokenizer=src)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "'yarn' is not representable in transformers' phi3 config" in said
+    assert "AutoTokenizer too" in said and "PreTrainedTokenizerFast.from_pretrained(folder)" in said
+    with pytest.raises(Exception, match="rope"):
+        transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    cls = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["tokenizer_class"]
+    text = "def f(x):\n    return x + 1  # one"
+    ids = getattr(transformers, cls).from_pretrained(tmp_path / "out")(text).input_ids
+    assert ids == transformers.AutoTokenizer.from_pretrained(src)(text).input_ids
+
+
 def test_misalignment_cli_reads_the_checkpoints_own_tokenizer(tmp_path, base_with_tokenizer):
     """The README's command: no --tokenizer for a folder that carries one; the result matches an explicit one."""
     from torchtune_longshort.metrics.cli import main

@@ -94,10 +94,14 @@ def write_hf_checkpoint(
     elif not transformers_representable(rope_spec, family.hf_rope_types):
         logger.warning(
             "RoPE method %r is not representable in transformers' %s config: %s loads with torchtune_longshort "
-            "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)",
+            "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)%s",
             rope_spec["method"],
             family.name,
             shown_as or out_dir,
+            # a config class that checks its RoPE when built (Phi3Config) fails AutoTokenizer too, which builds it
+            "" if family.hf_rope_types is None else
+            ", and AutoTokenizer too, which reads config.json first: load the tokenizer by its class, "
+            "e.g. PreTrainedTokenizerFast.from_pretrained(folder) (tokenizer_config.json's tokenizer_class)",
         )
     for key in family.unapplied_window_keys:  # the model written attends to every position (families.py)
         if config.get(key) is not None:
