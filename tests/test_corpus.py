@@ -32,9 +32,11 @@ def test_a_byte_order_mark_is_no_part_of_a_document_and_one_suffix_is_a_string(t
     (tmp_path / "d" / "c.json").write_text(bom + json.dumps([{"text": "row"}]), encoding="utf-8")
     (tmp_path / "d" / "e.md").write_text("not a .txt file")
     assert list(local_text(str(tmp_path / "d"), suffixes=[".txt", ".json"])()) == ["hello", "first", "row"]
-    assert list(local_text(str(tmp_path / "d"), suffixes=".txt")()) == ["hello", "first"]
+    # a folder's record files (.jsonl, .json, .parquet) are read whatever the suffixes: a folder of .json files was
+    # refused as holding no files
+    assert list(local_text(str(tmp_path / "d"), suffixes=".txt")()) == ["hello", "first", "row"]
     (tmp_path / "f.txt").write_bytes(b"\xff\xfeh\x00i\x00")  # a UTF-16 mark is no UTF-8 text: still refused
-    with pytest.raises(ValueError, match="not utf-8"):
+    with pytest.raises(ValueError, match=r"UTF-16 text \(its byte-order mark\), not UTF-8"):
         local_text(str(tmp_path / "f.txt"))
 
 

@@ -107,3 +107,21 @@ def test_haystacks_skip_an_unreadable_record(data, monkeypatch):
         return [next(it) for _ in range(n)]
 
     assert lines(bad) == lines(clean)
+
+
+def test_ppl_reads_parquet_rows_and_names_a_compressed_file(data, sp_tokenizer_dir):
+    # a .parquet or .jsonl.gz file was decoded with replacement characters and scored (ppl 579.7 of gibberish)
+    import gzip
+
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    _, clean = data
+    rows = [json.loads(line) for line in (clean / "data.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), clean / "data.parquet")
+    (clean / "data.jsonl.gz").write_bytes(gzip.compress((clean / "data.jsonl").read_bytes()))
+    kw = dict(tokenizer=str(sp_tokenizer_dir), ppl_max_seq_lengths=[64, 128], ppl_num_samples=4)
+    from_parquet = long_ppl_dataset(ppl_data_files=str(clean / "data.parquet"), **kw)["test"].to_list()
+    reference = long_ppl_dataset(ppl_data_files=str(clean / "data.jsonl"), **kw)["test"].to_list()
+    assert len(reference) == 8 and [r["text"] for r in from_parquet] == [r["text"] for r in reference]
+    rows = long_ppl_dataset(ppl_data_files=str(clean / "data.jsonl.gz"), **kw)["test"].to_list()
+    assert [r["length"] for r in rows] == [64, 128] and all(r["doc_index"] == -1 for r in rows)
+    assert all("data.jsonl.gz: a gzip-compressed file, not text: decompress it first" in r["error"] for r in rows)

@@ -3,11 +3,13 @@ of each format, and bad records named by file and line (raised, or reported and 
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 
 import pytest
 
-from torchtune_longshort.data.text_files import iter_documents, resolve_files
+from torchtune_longshort.data.text_files import RECORD_SUFFIXES, check_heads, iter_documents, resolve_files
 
 
 def test_entries_resolve_to_sorted_files(tmp_path):
@@ -56,3 +58,46 @@ def test_bad_records_are_named_and_can_be_skipped(tmp_path, name, data, message,
     bad = []
     assert list(iter_documents(files, setting="opt.field", on_bad_record=bad.append)) == good + ["after"]
     assert len(bad) == 1 and message in bad[0]
+
+
+@pytest.mark.parametrize("name,data,what", [
+    ("a.txt.gz", gzip.compress(b"some text"), "a gzip-compressed file, not text: decompress it first"),
+    ("a.txt", b"PAR1\x15\x04\x15\x10" + b"\x00" * 40, "a Parquet file, not text: name it *.parquet"),
+    ("a.txt", "utf-16 text".encode("utf-16"), "UTF-16 text (its byte-order mark), not UTF-8"),
+    ("a.bin", b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary (NUL bytes), not text"),
+])
+def test_a_file_that_is_no_text_is_named_not_read_as_replacement_characters(tmp_path, name, data, what):
+    # the evaluation's local data decodes with replacement: a .parquet or .gz file was scored as a document of
+    # U+FFFD characters, and the run reported a perplexity
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "z.txt").write_text("after")
+    files = [tmp_path / name, tmp_path / "z.txt"]
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / name}: {what}")):
+        list(iter_documents(files, encoding_errors="replace"))
+    with pytest.raises(ValueError, match=re.escape(what)):  # the training config's check, before the run
+        check_heads(files)
+    bad = []
+    assert list(iter_documents(files, on_bad_record=bad.append)) == ["after"] and what in bad[0]
+
+
+def test_a_utf16_file_is_read_when_its_encoding_is_named(tmp_path):
+    (tmp_path / "a.txt").write_bytes("zwei\x00 Wörter".encode("utf-16"))  # a NUL of its own text, no binary
+    assert list(iter_documents([tmp_path / "a.txt"], encoding="utf-16")) == ["zwei\x00 Wörter"]
+    check_heads([tmp_path / "a.txt"], encoding="utf-16")
+
+
+def test_parquet_rows_are_records_as_the_same_rows_in_json_lines(tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rows = [{"text": f"document {i}", "n": i} for i in range(600)]  # more than one batch of rows
+    rows[301]["text"] = None
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet", row_group_size=100)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from_parquet, from_jsonl = [], []
+    got = list(iter_documents([tmp_path / "d.parquet"], on_bad_record=from_parquet.append))
+    assert got == list(iter_documents([tmp_path / "d.jsonl"], on_bad_record=from_jsonl.append))
+    assert len(got) == 599 and from_parquet == [f"{tmp_path / 'd.parquet'} row 301: field 'text' holds NoneType "
+                                                "'None', expected a string"]
+    with pytest.raises(ValueError, match=r"d.parquet: no column 'body'; its columns are \['text', 'n'\]\. Set "
+                                         r"opt.field to one of them"):
+        list(iter_documents([tmp_path / "d.parquet"], "body", "opt.field"))
+    assert resolve_files(tmp_path, RECORD_SUFFIXES, "x") == [tmp_path / "d.jsonl", tmp_path / "d.parquet"]

@@ -29,7 +29,7 @@ from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
-    JSON_LINES_SUFFIX,
+    RECORD_SUFFIXES,
     DataRecordError,
     DataSourceError,
     SkippedRecord,
@@ -159,8 +159,9 @@ def local_text(
     skip_bad_records: bool = False,
 ) -> Documents:
     """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``
-    or ``*.jsonl``, recursively, sorted; each file one document), or JSON (``*.jsonl``: each line an object whose
-    ``text_field`` is one document; a ``*.json`` file: an array of such objects). ``path`` may be a glob. Read by
+    or ``*.jsonl`` / ``*.json`` / ``*.parquet``, recursively, sorted; each text file one document), or records
+    (``*.jsonl``: each line an object whose ``text_field`` is one document; a ``*.json`` file: an array of such
+    objects; ``*.parquet``: each row's ``text_field`` column). ``path`` may be a glob. Read by
     :mod:`torchtune_longshort.data.text_files`.
 
     The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are
@@ -173,7 +174,7 @@ def local_text(
     names = current_names()
     check_encoding(encoding, names("encoding"))
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
-    files = resolve_files(path, [*suffixes, JSON_LINES_SUFFIX], names("path"))
+    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"))
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named

@@ -5,7 +5,9 @@ Files by suffix:
 
 * ``*.jsonl``: one document per non-empty line, a JSON object whose ``text_field`` holds the text;
 * ``*.json``: a JSON array of such objects (or one object);
-* anything else: the whole file is one document.
+* ``*.parquet``: one document per row, its ``text_field`` column (read with pyarrow, a batch of rows at a time);
+* anything else: the whole file is one document. A file that is no text (compressed, Parquet under another name,
+  UTF-16, binary) is a bad record named with what it is, never text of replacement characters (:func:`not_text`).
 
 A record that cannot be read (bytes that are not ``encoding``, a line that is not JSON, a missing or non-string
 ``text_field``) is named with its file and line (``<file>:<line>: ...``) and either raised as ``ValueError`` or,
@@ -28,6 +30,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
+PARQUET_SUFFIX = ".parquet"
+# The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
+RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 BadRecord = Optional[Callable[[str], Any]]
 # How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
 # UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
@@ -121,6 +126,36 @@ def check_encoding(encoding: Any, field: str = "encoding") -> None:
                          "latin-1 or cp1252") from None
 
 
+# What a file is by its first bytes, when it is no text: (magic, what it is, what to do).
+_DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
+_MAGIC = (
+    (b"PAR1", "a Parquet file", f"name it *{PARQUET_SUFFIX}, whose rows are read as records"),
+    (b"\x1f\x8b", "a gzip-compressed file", _DECOMPRESS),
+    (b"BZh", "a bzip2-compressed file", _DECOMPRESS),
+    (b"\xfd7zXZ\x00", "an xz-compressed file", _DECOMPRESS),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _DECOMPRESS),
+    (b"PK\x03\x04", "a zip archive", "extract its files and name them"),
+    (b"ARROW1", "an Arrow file", "load its folder as a Hugging Face data set"),
+)
+_UTF16 = (b"\xff\xfe", b"\xfe\xff")
+
+
+def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
+    """What a file whose first bytes are ``head`` is, and what to do, when it is no text in ``encoding`` (``"a
+    gzip-compressed file: decompress it first ..."``); None for text. Decoding with replacement (the evaluation's
+    local data) would read such a file as a document of replacement characters and score it."""
+    for magic, what, fix in _MAGIC:
+        if head.startswith(magic):
+            return f"{what}, not text: {fix}"
+    if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
+        return None  # NUL bytes are its text's
+    if head.startswith(_UTF16):
+        return "UTF-16 text (its byte-order mark), not UTF-8: convert it (iconv -f UTF-16 -t UTF-8), or name its encoding"
+    if b"\x00" in head[:HEAD_BYTES]:
+        return "binary (NUL bytes), not text"
+    return None
+
+
 def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES) -> None:
     """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
     the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record). A bad
@@ -131,8 +166,13 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
     except LookupError:
         return
     for f in files:
+        if f.suffix == PARQUET_SUFFIX:
+            continue  # read by pyarrow when the run starts
         with open(f, "rb") as fh:
             raw = fh.read(head)
+        what = not_text(raw, encoding)
+        if what:
+            raise DataRecordError(f"{f}: {what}")
         try:
             decoder("strict").decode(raw, final=False)  # a character cut at the head's end is no error
         except UnicodeDecodeError as e:
@@ -224,10 +264,20 @@ def read_located(files: Sequence[Path], location: Location, text_field: str = "t
 
 def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_errors: str,
                 on_bad_record: BadRecord) -> Iterator[Tuple[int, Any]]:
-    """``(row, document)`` of a file that is read whole: a JSON array's rows, or the file's text (row 0)."""
+    """``(row, document)`` of a file that is read whole: a JSON array's or a Parquet file's rows, or the file's text
+    (row 0)."""
+    if f.suffix == PARQUET_SUFFIX:
+        yield from _parquet_rows(f, text_field, setting, on_bad_record)
+        return
     json_file = f.suffix == JSON_SUFFIX
+    raw = f.read_bytes()
+    what = None if json_file else not_text(raw[:HEAD_BYTES], encoding)
+    if what:
+        for got in _bad(f"{f}: {what}", on_bad_record):
+            yield 0, got
+        return
     try:
-        text = f.read_bytes().decode(encoding, "strict" if json_file else encoding_errors)
+        text = raw.decode(encoding, "strict" if json_file else encoding_errors)
     except UnicodeDecodeError as e:
         for got in _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record):
             yield 0, got
@@ -303,3 +353,30 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
             yield text_of_record(row, text_field, f"{f} row {i}", setting)
         except ValueError as e:
             yield from _bad(str(e), on_bad_record)
+
+
+def _parquet_rows(f: Path, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[Tuple[int, Any]]:
+    """``(row, document)`` of each row of a Parquet file: its ``text_field`` column, a batch of rows at a time."""
+    import pyarrow.parquet as pq  # deferred: only a Parquet file needs it (a dependency of datasets)
+
+    try:
+        pf = pq.ParquetFile(f)
+        fields = pf.schema_arrow.names
+    except Exception as e:  # pyarrow's ArrowInvalid and kin: a torn or mislabelled file
+        for got in _bad(f"{f}: not a Parquet file pyarrow reads ({type(e).__name__}: {e})", on_bad_record):
+            yield 0, got
+        return
+    if text_field not in fields:  # every row would say it: the file is one bad record
+        for got in _bad(f"{f}: no column {text_field!r}; its columns are {fields[:12]}. Set {setting} to one of "
+                        "them", on_bad_record):
+            yield 0, got
+        return
+    row = 0
+    for batch in pf.iter_batches(columns=[text_field], batch_size=256):
+        for value in batch.column(0).to_pylist():
+            try:
+                yield row, text_of_record({text_field: value}, text_field, f"{f} row {row}", setting)
+            except ValueError as e:
+                for got in _bad(str(e), on_bad_record):
+                    yield row, got
+            row += 1

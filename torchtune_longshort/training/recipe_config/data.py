@@ -18,7 +18,7 @@ from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
 from torchtune_longshort.data.text_files import (
-    JSON_LINES_SUFFIX, DataRecordError, check_encoding, check_heads, resolve_files,
+    RECORD_SUFFIXES, DataRecordError, check_encoding, check_heads, resolve_files,
 )
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
@@ -94,7 +94,7 @@ class DataSourceConfig(ComponentSection):
         if (resolve_component(f"{where}._component_", self.component) is not local_text
                 or self.args.get(SKIP_BAD_RECORDS) or not isinstance(self.args.get("path"), str)):
             return
-        suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), JSON_LINES_SUFFIX]
+        suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *RECORD_SUFFIXES]
         try:
             check_heads(resolve_files(self.args["path"], suffixes, f"{where}.path"),
                         self.args.get("encoding", "utf-8"))

@@ -43,7 +43,7 @@ ROUND_TRIP_SHIFTS = 16
 # whose tokens could differ from those of the same text followed by more documents.
 JOIN_MARGIN = 64
 # The files a folder in ``data_files`` stands for.
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".json")
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 
 
 class TaskTokenizer:
@@ -161,9 +161,10 @@ def iter_texts(
             training corpus read with ``split: train``, on every install), ``local`` (``data_files``),
             ``hf`` (``dataset_path`` / ``dataset_name`` / ``split``, streamed) or a preset name (``pg19``).
             Giving ``data_files`` implies ``local``.
-        data_files: path, glob, folder (its ``.txt`` / ``.jsonl`` / ``.json`` files) or a list of them: ``.jsonl`` /
-            ``.json`` give one document per row (field ``text_field``), any other file is one document
-            (:mod:`torchtune_longshort.data.text_files`; undecodable bytes are replaced).
+        data_files: path, glob, folder (its ``.txt`` / ``.jsonl`` / ``.json`` / ``.parquet`` files) or a list of
+            them: ``.jsonl`` / ``.json`` / ``.parquet`` give one document per row (field ``text_field``), any other
+            file is one document (:mod:`torchtune_longshort.data.text_files`; undecodable bytes are replaced, a
+            file that is no text, such as a compressed one, is refused).
         min_chars: skip shorter documents (cheap pre-filter before tokenising).
         alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
         skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
