@@ -250,3 +250,32 @@ def test_a_users_file_where_a_killed_start_set_the_earlier_run_aside_is_refused_
     shutil.rmtree(run / "logs")
     claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",)).release()
     assert tree(run) == before
+
+
+def test_a_users_file_in_staging_is_refused_by_resume_and_overwrite_and_never_cleaned(tmp_path, tiny_llama2_dir):
+    """``.staging/`` holds what a killed save left (a step folder being written, its state, a step set aside): a
+    resume or a save discards it. A user's file there went with it, without a word (``shutil.rmtree`` of the
+    folder); now resume and overwrite refuse it by name, and cleaning leaves it."""
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.output_dir import check_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    staging = run / ".staging"
+    (staging / "step_4").mkdir(parents=True)
+    (staging / "step_4" / "model-00001-of-00001.safetensors").write_bytes(b"torn")
+    (staging / "step_4.pt.tmp").write_bytes(b"torn")
+    (staging / "old_step_2").mkdir()
+    check_output_dir(run, resume=True, overwrite=False)  # a killed save's leftovers are the recipe's
+    check_output_dir(run, resume=False, overwrite=True)
+    (staging / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"resume=True would clear \.staging of output_dir=.*which holds "
+                                              r"'\.staging/notes\.txt' that the recipe did not write"):
+        check_output_dir(run, resume=True, overwrite=False)
+    with pytest.raises(FileExistsError, match=r"it holds '\.staging/notes\.txt', which this recipe did not write"):
+        check_output_dir(run, resume=False, overwrite=True)
+    StepCheckpoints(run).clean_staging()  # as a save does mid-run: the recipe's entries go, the user's stays
+    assert sorted(p.name for p in staging.iterdir()) == ["notes.txt"] and (staging / "notes.txt").read_text() == "mine"
+    (staging / "notes.txt").unlink()
+    StepCheckpoints(run).clean_staging()
+    assert not staging.exists()

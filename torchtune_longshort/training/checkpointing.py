@@ -35,6 +35,7 @@ RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept 
 STAGING = ".staging"  # where a checkpoint (and a from-scratch step_0) is written before its commit
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
+STAGED_PATTERN = re.compile(r"^(old_)?step_\d+$")  # a folder of .staging/: a save being written, a step replaced
 # In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
 # can tell them from a user's own (an evaluation written beside the weights).
 MANIFEST = ".longshort_files"
@@ -111,9 +112,39 @@ class StepCheckpoints:
         return self.path(s[-1]) if s else None
 
     def clean_staging(self) -> None:
-        """Discard what a killed save left behind."""
-        if self.staging_root.exists():
-            shutil.rmtree(self.staging_root)
+        """Discard what a killed save left behind: the entries the recipe writes in ``.staging/`` (a step folder
+        being written or replaced, its staged state), never another (:meth:`foreign_staged`, refused before a run)."""
+        staging = self.staging_root
+        if not staging.is_dir() or staging.is_symlink():
+            return
+        for p in staging.iterdir():
+            if not self._own_staged(p):
+                continue
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        if not any(staging.iterdir()):
+            staging.rmdir()
+
+    @staticmethod
+    def _own_staged(p: Path) -> bool:
+        """An entry of ``.staging/`` the recipe writes there: ``step_<k>`` / ``old_step_<k>`` folders, ``step_<k>.pt``
+        (``.tmp``) states."""
+        if p.is_symlink():
+            return False
+        return bool(STAGED_PATTERN.match(p.name)) if p.is_dir() else bool(STATE_PATTERN.match(p.name))
+
+    def foreign_staged(self) -> List[str]:
+        """What ``.staging/`` holds that the recipe does not write there (``.staging/<name>``); ``.staging`` itself
+        when it is a link or a file: :meth:`clean_staging` never deletes it, so a run that would clean it is refused
+        first. A user file kept there was deleted without a word."""
+        staging = self.staging_root
+        if staging.is_symlink() or (staging.exists() and not staging.is_dir()):
+            return [STAGING]
+        if not staging.is_dir():
+            return []
+        return [f"{STAGING}/{p.name}" for p in sorted(staging.iterdir()) if not self._own_staged(p)]
 
     def commit(self, staged: Path, step: int) -> Path:
         """Move a fully written staging folder to ``step_<step>`` atomically and its staged recipe state (if any) to
@@ -167,7 +198,7 @@ class StepCheckpoints:
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():
             out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not self._own_state(q.name)]
-        return out
+        return out + self.foreign_staged()  # a resume cleans .staging/ too
 
     def _own_state(self, name: str) -> bool:
         """A file of ``recipe_state/`` the recipe wrote: ``step_<k>.pt`` beside its committed ``step_<k>/`` (the state

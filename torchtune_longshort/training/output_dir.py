@@ -111,14 +111,14 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                     "this recipe did not make that folder: choose another output_dir, without resume=True")
             raise FileNotFoundError(
                 f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
-                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from ({hint})"
-            )
+                f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from ({hint})")
         foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
         if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
-            raise FileExistsError(
-                f"resume=True would replace {foreign[0].split('/')[0]} of output_dir={str(out)!r}, which holds "
-                f"{', '.join(repr(f) for f in foreign[:3])}{' ...' if len(foreign) > 3 else ''} that the recipe did "
-                "not write: move those out of it first")
+            first = foreign[0].split("/")[0]
+            raise FileExistsError(f"resume=True would {'clear' if first == STAGING else 'replace'} {first} of "
+                                  f"output_dir={str(out)!r}, which holds {', '.join(repr(f) for f in foreign[:3])}"
+                                  f"{' ...' if len(foreign) > 3 else ''} that the recipe did not write: move those "
+                                  "out of it first")
         return
     if out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out):
         if overwrite and (out / REPLACED).is_dir():  # a killed start's: claim_output_dir mends it, then checks
