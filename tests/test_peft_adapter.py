@@ -7,6 +7,8 @@ inside it, and reading the adapter back must give the torchtune tensors bit for 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -133,3 +135,67 @@ def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):
     scale = merged.abs().max()
     assert ((trained - merged).abs().max() / scale).item() < 1e-5  # the merged folder is the trained QLoRA model
     assert ((via_peft - merged).abs().max() / scale).item() > 1e-2  # PEFT on the unquantized base is another model
+
+
+def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs, tmp_path, caplog):
+    """``--model hf --model_args pretrained=...,peft=step_<k>/adapter`` evaluated another model than the run's, with
+    no word: on the step folder itself the adapters went on twice (the merged weights hold them: PEFT on it is not
+    the merged model, the reference below), on the start checkpoint of a run that changed the RoPE the start's RoPE
+    was used, and a QLoRA adapter on the full-precision base is another model. Refused (warned, for QLoRA) before
+    lm-eval starts; an adapter folder given as the model names what to give instead."""
+    import logging
+    import shutil
+
+    from peft import PeftModel
+    from torchtune.modules.peft import get_merged_lora_ckpt
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+    from torchtune_longshort.models import load_hf_checkpoint, save_hf_checkpoint
+    from torchtune_longshort.models.hf_checkpoint import read_hf_config
+
+    folder = CheckpointFolder.open(family_dirs["llama2"])
+    _, sd, trainable = _lora_state(folder, seed=2, trainable_norms=False)
+    step = tmp_path / "step_1"
+    write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path))
+    write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
+                        tokenizer=str(folder.path))
+
+    def check(pretrained, adapter=step / ADAPTER_DIR):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={pretrained},peft={adapter}",
+                                      "--tasks", "longshort_ppl"]))
+
+    check(folder.path)  # the start checkpoint + the adapter: the trained model (the test above)
+    tokens = torch.randint(3, folder.config["vocab_size"], (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
+        want = merged(tokens).logits
+        twice = PeftModel.from_pretrained(merged, str(step / ADAPTER_DIR)).eval()(tokens).logits
+    assert ((twice - want).abs().max() / want.abs().max()).item() > 1e-3  # the adapters on twice: another model
+    with pytest.raises(ValueError, match="that step folder holds these adapters merged already, so they would be "
+                                         "applied twice; drop peft="):
+        check(step)
+
+    # a run that changed the RoPE (YaRN x2): its adapter on the plain start checkpoint
+    yarn_step = tmp_path / "step_2"
+    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "yarn", "factor": 2.0}, max_seq_len=512),
+                       yarn_step, folder.config, tokenizer=str(folder.path))
+    shutil.copytree(step / ADAPTER_DIR, yarn_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=yarn, .*factor=2.0.* "
+                                         r"and pretrained= loads with plain \(base 10000\), another model; evaluate "
+                                         rf"the step folder itself \(pretrained={yarn_step}"):
+        check(folder.path, yarn_step / ADAPTER_DIR)
+
+    layout = step / ADAPTER_DIR / "longshort_adapter.json"  # a QLoRA run's: said, not refused
+    layout.write_text(json.dumps({**json.loads(layout.read_text()), "base_quantization": "nf4"}))
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.eval.peft_args"):
+        check(folder.path)
+    assert "trained on the nf4-quantized base, these adapters on pretrained=" in caplog.text
+
+    # the adapter folder given as the model: named, with what to give (hf: transformers' "Unrecognized model")
+    with pytest.raises(FileNotFoundError, match=rf"pretrained={step / ADAPTER_DIR}: it is a PEFT adapter folder, no "
+                                                rf"model: evaluate its step folder '{step}'"):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={step / ADAPTER_DIR}"]))
+    with pytest.raises(FileNotFoundError, match="has no config.json: .* It is a PEFT adapter folder, no model"):
+        read_hf_config(step / ADAPTER_DIR, "pretrained")

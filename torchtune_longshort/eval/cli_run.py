@@ -22,6 +22,7 @@ from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
+from torchtune_longshort.eval.peft_args import check_peft_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
@@ -29,6 +30,7 @@ from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method
+from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +214,8 @@ def check_arguments(out: List[str]) -> None:
             raise ValueError(no_template_message(args.tokenizer.path))
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
+    if model != "longshort" and (given.model_args or {}).get("peft"):  # longshort refuses the key itself
+        check_peft_args(str((given.model_args or {}).get("pretrained")), str(given.model_args["peft"]))
 
 
 def _every_task_ignores(names: List[str], key: str) -> bool:
@@ -261,6 +265,8 @@ def _refuse_missing_folder(pretrained: str, model: str) -> None:
         state = "is a file" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"--model_args pretrained={pretrained}: {state}; --model {model} needs a checkpoint "
                                 "folder (config.json + weights) or a hub name")
+    if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
+        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder)}")
 
 
 def _model_args_spans(out: List[str]) -> List[int]:

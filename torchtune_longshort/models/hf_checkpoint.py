@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
+from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
     check_hf_config_consistent,
@@ -76,9 +77,11 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
     if not path.is_file():
         ggufs = sorted(d.glob("*.gguf"))
         newest = (d / "latest").read_text().strip() if (d / "latest").is_file() else ""  # a recipe run's folder
+        adapter = adapter_folder_hint(d)
         hint = (f" It holds {ggufs[0].name}, a GGUF file: {GGUF_HINT}" if ggufs else
                 f" It is a training run's folder: its newest checkpoint is {str(d / newest)!r} (each step_<k> is one)"
-                if newest and (d / newest / CONFIG_FILE).is_file() else "")
+                if newest and (d / newest / CONFIG_FILE).is_file() else f" {adapter[0].upper()}{adapter[1:]}"
+                if adapter else "")
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
     try:
         return json.loads(path.read_text())

@@ -39,6 +39,17 @@ _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 StateDict = Dict[str, torch.Tensor]
 
 
+def adapter_folder_hint(folder: Path) -> str:
+    """What to do with a PEFT adapter folder given where a model folder goes (no config.json beside its
+    ``adapter_config.json``); "" for another folder."""
+    if not (folder / CONFIG_FILE).is_file() or (folder / "config.json").is_file():
+        return ""
+    step = f"its step folder {str(folder.parent)!r} (the adapters merged)" if (folder / LAYOUT_FILE).is_file() \
+        else "the merged model"
+    return (f"it is a PEFT adapter folder, no model: evaluate {step}, or the base with it: --model hf --model_args "
+            f"pretrained=<its base>,peft={folder}")
+
+
 def is_adapter_key(key: str) -> bool:
     """Whether torchtune state-dict entry ``key`` is an adapter's (LoRA's ``lora_a`` / ``lora_b``, DoRA's
     ``magnitude``), which a merged checkpoint does not hold."""

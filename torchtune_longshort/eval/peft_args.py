@@ -1,0 +1,81 @@
+"""lm-eval's ``hf`` model given ``peft=<a LoRA run's step_<k>/adapter>`` (the folder the recipe writes,
+:mod:`torchtune_longshort.models.peft_adapter`): the combinations that evaluate another model than the run trained,
+without a word, refused before lm-eval starts (or, for a QLoRA adapter, said):
+
+- ``pretrained=`` the adapter's own step folder: it holds the adapters merged already, so they were applied twice
+  (a tiny run's perplexity read 420.8 where the trained model gives 451.7);
+- ``pretrained=`` a folder whose RoPE is not the run's: the start checkpoint keeps its own ``config.json``, so a run
+  that changed the RoPE scaling (YaRN x2) was evaluated with the start's (8.5% off in logits on SmolLM2);
+- a QLoRA run's adapters (``longshort_adapter.json``: ``base_quantization``) on a full-precision base: trained on the
+  quantized base, they give another model than the run's merged ``step_<k>/`` (a warning: serving them so is a
+  choice).
+
+Another adapter folder (not the recipe's) is PEFT's to check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
+
+logger = logging.getLogger(__name__)
+CONFIG_FILE = "config.json"
+
+
+def check_peft_args(pretrained: Optional[str], peft: str) -> None:
+    """Refuse (``ValueError``, one line) or warn about ``pretrained=`` + ``peft=`` of ``--model hf`` (module doc)."""
+    adapter = Path(peft).expanduser()
+    layout = _json(adapter / LAYOUT_FILE)
+    if layout is None:
+        return
+    step = adapter.parent
+    where = f"--model_args peft={peft}"
+    if pretrained is None:
+        return
+    base = Path(pretrained).expanduser()
+    if base.is_dir() and base.resolve() == step.resolve():
+        raise ValueError(f"{where} with pretrained={pretrained}: that step folder holds these adapters merged already, "
+                         "so they would be applied twice; drop peft= to evaluate the trained model, or give "
+                         "pretrained=<the run's start checkpoint>")
+    theirs, ours = _rope(base / CONFIG_FILE), _rope(step / CONFIG_FILE)
+    if theirs is not None and ours is not None and theirs != ours:
+        raise ValueError(f"{where} with pretrained={pretrained}: the run trained these adapters with RoPE "
+                         f"{_said(ours)} ({step / CONFIG_FILE}), and pretrained= loads with {_said(theirs)}, another "
+                         f"model; evaluate the step folder itself (pretrained={step}, the adapters merged), or load "
+                         "the base with the step's config.json")
+    if layout.get("base_quantization"):
+        logger.warning("%s: trained on the %s-quantized base, these adapters on pretrained=%s (full precision) give "
+                       "another model than the run's; its step folder %s is the trained one (the adapters merged "
+                       "into the dequantized base)", where, layout["base_quantization"], pretrained, step)
+
+
+def _json(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _rope(config_file: Path) -> Optional[Tuple[Any, float]]:
+    """``(RoPE spec, base)`` of a checkpoint's config.json; None when it cannot be read here (a hub name, a
+    folder the model's own loader will name)."""
+    config = _json(config_file)
+    if config is None:
+        return None
+    try:
+        return rope_spec_from_hf_config(config, where=str(config_file)), float(rope_theta(config))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _said(rope: Tuple[Any, float]) -> str:
+    spec, theta = rope
+    method = "plain" if not spec else ", ".join(f"{k}={v}" for k, v in spec.items() if not isinstance(v, (list, dict)))
+    return f"{method} (base {theta:g})"
