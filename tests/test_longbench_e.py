@@ -273,6 +273,38 @@ def test_loader_missing_file_is_reported_not_fatal(tmp_path):
         lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")
 
 
+def test_a_sample_whose_context_or_input_is_no_text_is_not_scored(tmp_path):
+    """pyarrow fills a key missing from one line, or a null, with None, and the prompt held the word "None" as the
+    context; the file's data count as missing, named by file:line (the line counted here, blank lines included)."""
+    row = {"input": "Q?", "context": "c", "answers": ["a"], "length": 12, "all_classes": None, "_id": "1"}
+    no_context = {k: v for k, v in row.items() if k != "context"}
+    cases = [("multifieldqa_en", [row, {**row, "context": None}], "'context' is missing or null (1 of 2 samples)"),
+             ("lcc", [row, row, no_context, no_context], "'context' is missing or null (2 of 4 samples)"),
+             ("qasper", [{**row, "input": None}, row], "'input' is missing or null (1 of 2 samples)")]
+    for name, rows, why in cases:
+        path = tmp_path / f"{name}_e.jsonl"
+        path.write_text(json.dumps(rows[0]) + "\n\n" + "".join(json.dumps(r) + "\n" for r in rows[1:]))
+        line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
+                    if text and not all(isinstance(json.loads(text).get(k), str) for k in ("input", "context")))
+        want = f"{path}:{line}: field {why}"
+        with pytest.raises(ValueError, match=re.escape(want)):
+            lb.load_longbench_e(f"{name}_e", str(tmp_path), longbench_e_missing="error")
+        ds = lb.load_longbench_e(f"{name}_e", str(tmp_path))["test"]
+        assert len(ds) == 1 and want in lb.reason_of(ds[0]), lb.reason_of(ds[0])
+        assert "None" not in ds[0]["context"] and lb.process_results(ds[0], ["a"])["missing_data"] == 1.0
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows if r is row))  # the same file without them
+        assert lb.load_longbench_e(f"{name}_e", str(tmp_path))["test"]["context"] == ["c"] * rows.count(row)
+    # a number or a list where the text goes (pyarrow refuses a list among strings: its bare ValueError was said)
+    for bad, said in ((5, "5"), (["c"], r"\['c'\]")):
+        _write(tmp_path / "samsum_e.jsonl", [row, {**row, "input": bad}])
+        with pytest.raises(ValueError, match=rf"samsum_e.jsonl(: line |:)2: field 'input' is {said}"):
+            lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")
+    # hub data (no lines): the sample's index, the mirror's field name 'question'
+    hub = pytest.importorskip("datasets").Dataset.from_list([{**row, "question": "Q?"}, {**row, "question": None}])
+    with pytest.raises(ValueError, match=r"mirror:x_e, sample 1: field 'question' is missing or null"):
+        lb._with_longbench_fields(hub.remove_columns("input"), "mirror:x_e", "qasper", "qasper_e")
+
+
 # ------------------------------------------------------------------ end to end through lm-eval's CLI
 
 

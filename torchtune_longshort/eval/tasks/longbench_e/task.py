@@ -87,6 +87,8 @@ REQUIRED_FIELDS = ("context", "answers", "length", "all_classes")
 # LongBench's JSONL calls the question/instruction field ``input``; the HF mirror the shipped tasks read,
 # and their prompts, call it ``question``. Either is accepted and the other name is filled in.
 QUESTION_FIELDS = ("input", "question")
+# the fields that are put into the prompt as text
+TEXT_FIELDS = ("context",) + QUESTION_FIELDS
 
 
 @functools.lru_cache(maxsize=1)
@@ -316,7 +318,30 @@ def _unreadable_line(path: Path) -> Optional[str]:
                 return f"line {i + 1}: not a JSON line ({why})"
             if not isinstance(row, dict):
                 return f"line {i + 1}: a JSON {type(row).__name__}, not an object"
+            wrong = [k for k in TEXT_FIELDS if row.get(k) is not None and not isinstance(row[k], str)]
+            if wrong:  # pyarrow refuses a column of strings and numbers with no word of the line
+                return f"line {i + 1}: field {wrong[0]!r} is {row[wrong[0]]!r:.60}, not text"
     return None
+
+
+def _check_text(ds, source: str) -> None:
+    """Raise ``TaskDataError`` when a sample's ``context`` or question is no string: a key missing from one line
+    or ``null`` (pyarrow fills in null, and the prompt showed it as the word "None"). Names the first sample by
+    ``file:line`` for a local file, by its index for hub data, and how many samples are so."""
+    question = "question" if "question" in ds.column_names else "input"
+    bad = [(i, f) for f in ("context", question) for i, v in enumerate(ds[f]) if not isinstance(v, str)]
+    if not bad:
+        return
+    i, field = min(bad)
+    where = f"{source}, sample {i}"
+    if Path(source).is_file():  # datasets skips blank lines: sample i is the i-th line that holds something
+        with open(source, "rb") as f:
+            where = f"{source}:{[n for n, line in enumerate(f, 1) if line.strip()][i]}"
+    value = ds[i][field]
+    value = "missing or null" if value is None else f"{value!r:.60}"
+    raise TaskDataError(f"LongBench-E data {where}: field {field!r} is {value} ({len({j for j, _ in bad})} of "
+                        f"{len(ds)} samples); a sample's input and context must be text (LongBench's format): fix or "
+                        "remove those lines")
 
 
 def _with_longbench_fields(ds, source: str, base: str, name: str):
@@ -330,6 +355,7 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
             f"LongBench-E data {source} lacks field(s) {missing}; a sample needs {list(REQUIRED_FIELDS)} "
             f"(LongBench's own JSONL format); it has {ds.column_names}"
         )
+    _check_text(ds, source)
     if "question" not in ds.column_names:
         ds = ds.add_column("question", list(ds["input"]))
     elif "input" not in ds.column_names:
