@@ -305,6 +305,17 @@ def test_a_sample_whose_context_or_input_is_no_text_is_not_scored(tmp_path):
         lb._with_longbench_fields(hub.remove_columns("input"), "mirror:x_e", "qasper", "qasper_e")
 
 
+@pytest.mark.parametrize("content", [b"", b"\n  \n"])
+def test_an_empty_data_file_is_named_empty(tmp_path, content):
+    # datasets raised StopIteration on a 0-byte file: "samsum_e.jsonl: StopIteration; LongBench's files hold ..."
+    (tmp_path / "samsum_e.jsonl").write_bytes(content)
+    with pytest.raises(ValueError, match=r"samsum_e.jsonl is empty \(no rows\)") as err:
+        lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")
+    assert "StopIteration" not in str(err.value) and "corresponds to no data" not in str(err.value)
+    ds = lb.load_longbench_e("samsum_e", str(tmp_path))["test"]
+    assert len(ds) == 1 and "samsum_e.jsonl is empty (no rows)" in lb.reason_of(ds[0])
+
+
 # ------------------------------------------------------------------ end to end through lm-eval's CLI
 
 

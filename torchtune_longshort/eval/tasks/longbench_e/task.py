@@ -296,6 +296,10 @@ def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
                 f"LongBench-E data file for {name} not found: {path} (longbench_e_data_dir="
                 f"{data_dir!r}; expected LongBench's own '{name}.jsonl' there)"
             )
+        with open(path, "rb") as f:
+            if not any(line.strip() for line in f):  # datasets raised a bare StopIteration on a 0-byte file
+                raise TaskDataError(f"LongBench-E data {path} is empty (no rows); LongBench's files hold one JSON "
+                                    "object a line: put the data set's rows there or remove the file")
         try:
             return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
         except Exception as err:  # datasets' own error for a line it cannot parse; said with the line instead
