@@ -8,8 +8,9 @@ counts as right. The pack's group ``longshort_babilong`` (YAMLs next to this mod
 those tasks' files (prompts, two examples) and override:
 
 * ``custom_dataset`` -> :func:`load_babilong`: several lengths in one run (``"0k,1k,4k"``), from the hub
-  or from a local folder in the same layout (``<dir>/<length>/<qa>.jsonl``), e.g. the output of
-  :mod:`torchtune_longshort.eval.tasks.babilong.generator`;
+  or from a local folder (``<dir>/<length>/<qa>.jsonl``, e.g. the output of
+  :mod:`torchtune_longshort.eval.tasks.babilong.generator`, or a snapshot of the hub's own Parquet files,
+  ``<dir>/<length>/<qa>-00000-of-00001.parquet``);
 * ``process_results`` -> :func:`process_results`: BABILong's ``compare_answers`` (first sentence of the
   output, the task's label set, labels that appear in the question ignored, exactly one label left and it
   is the target), reported as ``acc`` and per length ``acc_<length>``; rows that carry a fact ``depth``
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
@@ -132,38 +133,67 @@ def _placeholder(qa: str, length: str, message: str):
     return placeholder(task_of(qa), f"length {length}: {message}", row, features=_features())
 
 
-def _read_local(path: Path, qa: str, length: str) -> List[Dict[str, Any]]:
-    rows = []
+# the fields a BABILong row must hold as text, and the ones the loader reads besides
+ROW_FIELDS = ("input", "question", "target")
+OPTIONAL_FIELDS = ("qa", "length", "depth")
+
+
+def local_files(data_dir: str, length: str, qa: str) -> List[Path]:
+    """The local files of one length and task: ``<dir>/<length>/<qa>.jsonl`` (the generator's layout) or, without
+    it, the hub's own Parquet shards ``<dir>/<length>/<qa>-00000-of-00001.parquet`` ... (a snapshot of
+    ``RMT-team/babilong-1k-samples``: a folder per length config, a file per split); [] if neither is there."""
+    folder = Path(data_dir).expanduser() / length
+    jsonl = folder / f"{qa}.jsonl"
+    return [jsonl] if jsonl.is_file() else sorted(folder.glob(f"{qa}-*.parquet"))  # qa1-* leaves qa10-* out
+
+
+def _records(path: Path) -> Iterator[Tuple[str, Any]]:
+    """``(where, record)`` of each row of ``path``: a JSON line (``"<path> line N"``; blank lines skipped) or a
+    Parquet row (``"<path> row N"``)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # deferred: only a hub snapshot needs it (a dependency of datasets)
+
+        try:
+            pf = pq.ParquetFile(path)
+            columns = [c for c in ROW_FIELDS + OPTIONAL_FIELDS if c in pf.schema_arrow.names]
+            rows = (r for batch in pf.iter_batches(columns=columns, batch_size=256) for r in batch.to_pylist())
+            for i, row in enumerate(rows):
+                yield f"{path} row {i + 1}", row
+        except Exception as err:  # pyarrow's ArrowInvalid and kin: a torn or mislabelled file
+            raise TaskDataError(f"{path}: not a Parquet file pyarrow reads ({type(err).__name__}: {err})") from None
+        return
     with open(path, encoding="utf-8-sig") as f:  # a byte-order mark before the first line is not part of it
         for i, line in enumerate(f):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield f"{path} line {i + 1}", json.loads(line)
             except json.JSONDecodeError as err:
                 raise TaskDataError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one JSON "
-                                 "object a line") from None
-            if not isinstance(row, dict):
-                raise TaskDataError(f"{path} line {i + 1}: a JSON {type(row).__name__}, not an object with input, "
-                                 "question, target")
-            missing = [k for k in ("input", "question", "target") if k not in row]
-            if missing:
-                raise TaskDataError(f"{path} line {i + 1}: field(s) {missing} missing; BABILong rows need input, "
-                                    "question, target")
-            wrong = [k for k in ("input", "question", "target") if not isinstance(row[k], str)]
-            if wrong:
-                raise TaskDataError(f"{path} line {i + 1}: field(s) {wrong} are not strings ({wrong[0]}="
-                                 f"{row[wrong[0]]!r}); BABILong's input, question and target are text")
-            if row.get("length", length) != length:
-                raise TaskDataError(f"{path} line {i + 1}: length={row['length']!r} but the file is in the {length!r} "
-                                    "folder")
-            if row.get("qa", qa) != qa:
-                raise TaskDataError(f"{path} line {i + 1}: qa={row['qa']!r} but the file is {qa}.jsonl")
-            depth = row.get("depth")
-            if depth is not None and depth not in DEPTHS:
-                raise TaskDataError(f"{path} line {i + 1}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
-            rows.append({"input": row["input"], "question": row["question"], "target": row["target"],
-                         "qa": qa, "length": length, "depth": depth, TRUNCATION_FIELD: TRUNCATION})
+                                    "object a line") from None
+
+
+def _read_local(paths: Sequence[Path], qa: str, length: str) -> List[Dict[str, Any]]:
+    rows = []
+    for where, row in (r for path in paths for r in _records(path)):
+        if not isinstance(row, dict):
+            raise TaskDataError(f"{where}: a JSON {type(row).__name__}, not an object with input, question, target")
+        missing = [k for k in ROW_FIELDS if k not in row]
+        if missing:
+            raise TaskDataError(f"{where}: field(s) {missing} missing; BABILong rows need input, question, target")
+        wrong = [k for k in ROW_FIELDS if not isinstance(row[k], str)]
+        if wrong:
+            raise TaskDataError(f"{where}: field(s) {wrong} are not strings ({wrong[0]}={row[wrong[0]]!r}); "
+                                "BABILong's input, question and target are text")
+        if row.get("length", length) != length:
+            raise TaskDataError(f"{where}: length={row['length']!r} but the file is in the {length!r} folder")
+        if row.get("qa", qa) != qa:
+            raise TaskDataError(f"{where}: qa={row['qa']!r} but the file is task {qa}'s")
+        depth = row.get("depth")
+        if depth is not None and depth not in DEPTHS:
+            raise TaskDataError(f"{where}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
+        rows.append({"input": row["input"], "question": row["question"], "target": row["target"],
+                     "qa": qa, "length": length, "depth": depth, TRUNCATION_FIELD: TRUNCATION})
     return rows
 
 
@@ -180,7 +210,9 @@ def load_babilong(
         qa_split: ``"qa1"`` .. ``"qa5"`` (set by the shipped task's ``dataset_kwargs``).
         max_seq_lengths: one or more length labels, ``"0k,1k,4k"`` (lm-eval's shipped metadata key).
         babilong_data_dir: a folder with ``<length>/<qa>.jsonl`` in BABILong's row format (``input``,
-            ``question``, ``target``; ``depth`` optional); without it, the hub's ``RMT-team/babilong-1k-samples``.
+            ``question``, ``target``; ``depth`` optional), or a local snapshot of the hub's data set in its own
+            layout, ``<length>/<qa>-00000-of-0000N.parquet`` (same columns; :func:`local_files`); without it, the
+            hub's ``RMT-team/babilong-1k-samples``.
         babilong_missing: ``"skip"`` (default): a missing or unreadable local file (a line that is not
             JSON, a field missing or of another kind), or hub data that cannot be fetched (offline, unreachable), is
             logged as an error and the task reports ``missing_data`` = 1 and the
@@ -197,19 +229,22 @@ def load_babilong(
     parts = []
     for length in parse_lengths(max_seq_lengths):
         if babilong_data_dir:
-            path = Path(babilong_data_dir).expanduser() / length / f"{qa_split}.jsonl"
-            if not path.is_file():
-                msg = (f"BABILong data file not found: {path} (babilong_data_dir={babilong_data_dir!r}, "
-                       f"length {length}, task {qa_split}; expected <dir>/<length>/<qa>.jsonl, as python -m "
-                       "torchtune_longshort.eval.tasks.babilong.generator writes them)")
+            paths = local_files(babilong_data_dir, length, qa_split)
+            if not paths:
+                folder = Path(babilong_data_dir).expanduser() / length
+                msg = (f"BABILong data file not found: neither {folder / qa_split}.jsonl nor {folder / qa_split}-*"
+                       f".parquet (babilong_data_dir={babilong_data_dir!r}, length {length}, task {qa_split}; expected "
+                       "<dir>/<length>/<qa>.jsonl, as python -m torchtune_longshort.eval.tasks.babilong.generator "
+                       "writes them, or a snapshot of the hub's Parquet files, "
+                       "<dir>/<length>/<qa>-00000-of-00001.parquet)")
                 if babilong_missing == "error":
                     raise FileNotFoundError(msg)
                 parts.append(_placeholder(qa_split, length, msg))
                 continue
             try:
-                rows = _read_local(path, qa_split, length)
+                rows = _read_local(paths, qa_split, length)
                 if not rows:
-                    raise TaskDataError(f"{path} has no rows")
+                    raise TaskDataError(f"{', '.join(map(str, paths))} has no rows")
             except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
                 if babilong_missing == "error":
                     raise
@@ -219,8 +254,9 @@ def load_babilong(
         else:
             try:
                 ds = load_hub_dataset(HF_DATASET, name=length, split=qa_split, alternative=(
-                    "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl> in --metadata (e.g. from "
-                    "python -m torchtune_longshort.eval.tasks.babilong.generator)"))
+                    "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl, or of a snapshot of the "
+                    "hub's <length>/<qa>-*.parquet> in --metadata (e.g. from python -m "
+                    "torchtune_longshort.eval.tasks.babilong.generator)"))
             except TaskDataError as err:
                 if babilong_missing == "error":
                     raise
