@@ -125,3 +125,18 @@ def test_ppl_reads_parquet_rows_and_names_a_compressed_file(data, sp_tokenizer_d
     rows = long_ppl_dataset(ppl_data_files=str(clean / "data.jsonl.gz"), **kw)["test"].to_list()
     assert [r["length"] for r in rows] == [64, 128] and all(r["doc_index"] == -1 for r in rows)
     assert all("data.jsonl.gz: a gzip-compressed file, not text: decompress it first" in r["error"] for r in rows)
+
+
+def test_a_split_the_data_set_lacks_names_the_setting(data, sp_tokenizer_dir):
+    # datasets' "Bad split: dev. Available splits: ['train']" named no setting: ppl_split or the training config's
+    from torchtune_longshort.data import corpus
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+
+    _, clean = data
+    kw = dict(tokenizer=str(sp_tokenizer_dir), ppl_max_seq_lengths=[64], ppl_num_samples=2)
+    with pytest.raises(ValueError, match=r"split 'dev' \(ppl_split in --metadata\) is not a split of .*Available "
+                                         r"splits: \['train'\]"):  # a setting's error: refused, as a key no task reads
+        long_ppl_dataset(ppl_source="hf", ppl_dataset_path=str(clean), ppl_split="dev", **kw)
+    with source_names(SourceNames("validation.dataset")), pytest.raises(
+            ValueError, match=r"split 'dev' \(validation.dataset.split\) is not a split of .*Available splits: "):
+        corpus.hf_text(str(clean), split="dev")

@@ -82,6 +82,9 @@ def test_the_tasks_read_join_documents_from_their_metadata(family, sp_tokenizer_
             f"{p}_num_samples": 3}
     alone = dataset(**meta)["test"]
     assert len(alone) == 1 and "longest document" in alone[0]["error"]  # a placeholder: no document has 32 tokens
+    # the way on in the task's own keys (the bare join_documents / chunks_per_doc were refused as unknown keys)
+    assert (f"join its documents ({p}_join_documents), raise {p}_chunks_per_doc, or lower the length / "
+            f"{p}_num_samples in --metadata") in alone[0]["error"]
     joined = dataset(**meta, **{f"{p}_join_documents": True})["test"]
     assert len(joined) == 3 and not any(r["error"] for r in joined)
     tok = TaskTokenizer(str(sp_tokenizer_dir))

@@ -390,6 +390,8 @@ def test_unshardable_qlora_shapes_are_refused_before_loading(tmp_path, sp_tokeni
     assert p.returncode != 0
     # refused by the family table's check before the build (torchtune's builder quantizes while it builds)
     assert "quantize_base=True (QLoRA)" in p.stderr and "16384 x 2 processes = 32768" in p.stderr, p.stderr[-2000:]
+    # the way on that fits: one process (its example was the very checkpoint it refused)
+    assert "run it on 1 process (--nproc_per_node 1)" in p.stderr and "hidden_size 128" not in p.stderr
     assert not (tmp_path / "out").exists()  # (torchrun itself still prints its exit-1 traceback)
 
 

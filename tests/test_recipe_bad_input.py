@@ -93,6 +93,9 @@ def test_validate_checks_a_config_for_the_processes_it_is_named(tmp_path, monkey
     assert exit_info.value.code == 2 and "batch_size=3 is not divisible by world_size (2)" in err
     assert main(["tiny/longshort_stdlib.yaml", "--nproc_per_node", "2"]) == 0
     assert "OK for 2 processes (" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:  # key=value after the option, as tune run takes it: read, not refused
+        main(["tiny/longshort_stdlib.yaml", "--nproc_per_node", "2", "batch_size=3"])  # as "unrecognized arguments"
+    assert exit_info.value.code == 2 and "batch_size=3 is not divisible by world_size (2)" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 

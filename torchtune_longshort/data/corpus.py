@@ -261,8 +261,8 @@ def hf_text(
                 named = explain_load_failure(files, text_field, section, e, "text_field")
                 if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
                     raise named from e
-            elif not read:  # the source never opened: refused at build (_load_failure)
-                raise
+            elif not read:  # the source never opened: refused at build (_load_failure); read unchecked, the split named
+                raise (_load_failure(section, source, name, split, e, names) if _bad_split(e) else e)
             raise DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
                                   f"({type(e).__name__}: {' '.join(str(e).split())[:200]}), after datasets' own "
                                   "retries: the source (hub, network, disk) failed mid-run") from e
@@ -289,6 +289,11 @@ def hf_text(
     return src
 
 
+def _bad_split(error: BaseException) -> bool:
+    """datasets' refusal of a split the source does not have ("Bad split: dev. Available splits: [...]")."""
+    return isinstance(error, ValueError) and str(error).startswith("Bad split")
+
+
 def _load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException,
                   names: Optional[SourceNames] = None) -> Exception:
     """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on, in the words of
@@ -296,7 +301,9 @@ def _load_failure(section: str, source: str, name: Optional[str], split: str, er
     names = names or SourceNames()
     local = names.local_files
     said = " ".join(str(error).split())[:300] or type(error).__name__
-    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' split and missing-repo errors
+    if _bad_split(error):  # datasets' words name no setting
+        return ValueError(f"split {split!r} ({names('split')}) is not a split of {source!r}: {said.split('. ', 1)[-1]}")
+    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' missing-repo errors
         return error
     if "scripts are no longer supported" in said:
         hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "

@@ -123,15 +123,20 @@ def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]], where: str 
     if not lora or not lora.get("quantize_base"):
         return
     world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
-    bad = [f"{name} {shape}: {shape[0] * shape[1]} values" for name, shape in nf4_weight_shapes(config, lora).items()
+    shapes = nf4_weight_shapes(config, lora)
+    bad = [f"{name} {shape}: {shape[0] * shape[1]} values" for name, shape in shapes.items()
            if (shape[0] * shape[1]) % (NF4_BLOCK * world)]
     if bad:
         per = f"{NF4_BLOCK} x {world} processes = {NF4_BLOCK * world}" if world > 1 else str(NF4_BLOCK)
+        # fewer processes shard each weight in fewer, larger pieces: the most that fit, if any
+        fits = next((n for n in range(world - 1, 0, -1)
+                     if all(a * b % (NF4_BLOCK * n) == 0 for a, b in shapes.values())), None)
+        fewer = f", run it on {fits} process{'es' if fits > 1 else ''} (--nproc_per_node {fits})" if fits else ""
         raise UnsupportedModelError(
             f"{where}=True (QLoRA): NF4 quantizes each weight in blocks of 64 x 256 values, so its numel must "
             f"be a multiple of {per}, not so in this {config.get('model_type')} checkpoint: {'; '.join(bad)}; set "
-            "quantize_base: False (LoRA on the full-precision weights), or start from a checkpoint with dimensions "
-            "that fit (e.g. hidden_size 128 with 4 KV heads of 32)")
+            f"quantize_base: False (LoRA on the full-precision weights){fewer}, or start from a checkpoint whose "
+            f"weights' numel are multiples of {NF4_BLOCK * world}")
 
 
 # ------------------------------------------------------------------------------------------ builders

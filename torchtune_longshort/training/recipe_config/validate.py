@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
                     help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
                          "and what several processes refuse (default: $WORLD_SIZE, else 1)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # key=value after --nproc_per_node too, as tune run takes them
     world = args.nproc_per_node if args.nproc_per_node is not None else int(os.environ.get("WORLD_SIZE", "1"))
     if world < 1:
         ap.error(f"--nproc_per_node={world}: expected an integer >= 1")

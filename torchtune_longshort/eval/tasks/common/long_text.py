@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -195,7 +196,8 @@ def iter_texts(
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
-        with source_names(SourceNames("data set", {"text_field": text_field_setting})):
+        split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
+        with source_names(SourceNames("data set", {"text_field": text_field_setting, "split": split_setting})):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)
         it = guard_hub_iteration(
@@ -258,8 +260,12 @@ def samples_from_metadata(metadata: Dict[str, Any], prefix: str, length: int, nu
     # joined, every document counts (short ones too); otherwise skip those too short to hold a sequence, cheaply
     min_chars = 0 if join else length // 2
     texts = texts_from_metadata(metadata, prefix, min_chars=min_chars)
-    return fixed_length_samples(texts, tok, length, num_samples=num_samples, chunks_per_doc=chunks,
-                                join_documents=join, min_chars=min_chars)
+    try:
+        return fixed_length_samples(texts, tok, length, num_samples=num_samples, chunks_per_doc=chunks,
+                                    join_documents=join, min_chars=min_chars)
+    except TooFewSequences as e:  # the hint in the --metadata keys of this task (ppl_join_documents, not bare)
+        hint = re.sub(r"\b(join_documents|chunks_per_doc|num_samples)\b", rf"{prefix}_\1", e.hint)
+        raise TooFewSequences(e.finding, f"{hint} in --metadata") from None
 
 
 @dataclass
