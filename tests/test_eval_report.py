@@ -189,6 +189,29 @@ def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tm
     assert set(summary["per_position_mean_nll"]) == {"ours"}
 
 
+def test_hf_and_longshort_runs_of_one_folder_are_named_the_same_checkpoint(tmp_path, monkeypatch):
+    # the cross-check docs/eval.md recommends (ours and hf on one checkpoint) was never named: longshort runs were
+    # grouped by their fingerprint, hf runs (which record none) by their path
+    ckpt = tmp_path / "run" / "step_4"
+    ckpt.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    runs = [_run(tmp_path / "ours", 20, pretrained=str(ckpt)), _run(tmp_path / "hf", 20, model="hf",
+                                                                    pretrained="run/step_4/"),
+            _run(tmp_path / "other", 20, model="hf", pretrained=str(tmp_path / "run"))]
+    data = json.loads((runs[0] / "results_2026-01-01T00-00-00.json").read_text())
+    data["config"]["checkpoint_fingerprint"] = "abc"
+    (runs[0] / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    build_report(runs, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Runs `ours`, `hf` evaluate the same checkpoint." in md and md.count("same checkpoint") == 1
+    # the folder rewritten between two longshort runs (other fingerprints): not the same, and hf's not told apart
+    again = _run(tmp_path / "again", 20, pretrained=str(ckpt))
+    data["config"]["checkpoint_fingerprint"] = "def"
+    (again / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    build_report([runs[0], again], tmp_path / "rep2")
+    assert "same checkpoint" not in (tmp_path / "rep2" / "report.md").read_text()
+
+
 def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_replaced(tmp_path, capsys):
     # `longshort-eval-report RUN --out myrep` overwrote the user's own myrep/report.md; now refused in one line
     # (exit 2) before anything is written, while a rerun into the folder of an earlier report replaces it.

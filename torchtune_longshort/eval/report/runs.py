@@ -5,6 +5,7 @@ curve."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -111,14 +112,28 @@ def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Di
                          "or pass --allow-mixed to report them side by side with this note")
     if refused:
         notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
-    by_ckpt: Dict[Any, List[str]] = {}
-    for name in names:
-        key = infos[name]["checkpoint_fingerprint"] or infos[name]["pretrained"]
-        if key:
-            by_ckpt.setdefault(key, []).append(name)
     notes += [f"Runs {', '.join(f'`{n}`' for n in same)} evaluate the same checkpoint."
-              for same in by_ckpt.values() if len(same) > 1]
+              for same in same_checkpoint(names, infos) if len(same) > 1]
     return table, notes
+
+
+def same_checkpoint(names: List[str], infos: Dict[str, Dict[str, Any]]) -> List[List[str]]:
+    """The runs of ``names`` grouped by the checkpoint they evaluate: one folder (``pretrained``, relative and
+    absolute spellings of a folder here as one), split by content fingerprint where runs recorded different ones
+    (the folder rewritten between them; only ``longshort`` runs record one, so a run of ``hf`` on the same folder
+    joins it when its runs agree: they were grouped apart before, ``longshort`` by fingerprint, ``hf`` by path)."""
+    by_path: Dict[str, List[str]] = {}
+    for name in names:
+        pretrained = infos[name]["pretrained"]
+        if pretrained:
+            here = Path(pretrained).expanduser()
+            by_path.setdefault(str(here.resolve()) if here.exists() else os.path.normpath(pretrained), []).append(name)
+    groups = []
+    for runs in by_path.values():
+        prints = sorted({infos[n]["checkpoint_fingerprint"] for n in runs} - {None})
+        groups += [runs] if len(prints) <= 1 else [[n for n in runs if infos[n]["checkpoint_fingerprint"] == f]
+                                                   for f in prints]
+    return groups
 
 
 def no_curve_note(run: str, ppl: Dict[str, Any], info: Dict[str, Any], folder: Path, task: str) -> str:
