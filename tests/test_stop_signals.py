@@ -17,6 +17,7 @@ import time
 import pytest
 from test_recipe import CFG, REPO, _env, losses, tune_cmd
 
+from torchtune_longshort.refusals import Stopped
 from torchtune_longshort.training.stop_signals import REPEAT_WINDOW_S, StopSignals
 
 
@@ -40,15 +41,22 @@ def test_the_same_stop_delivered_twice_is_one_stop(restored_handlers):
     assert stops.signum == signal.SIGTERM
 
 
-def test_a_signal_after_the_window_stops_at_once(restored_handlers):
+def test_a_signal_after_the_window_stops_at_once(restored_handlers, capfd):
+    # the first Ctrl-C printed nothing (a large model's step takes minutes: it was pressed again, and the second ended
+    # in a KeyboardInterrupt traceback); it says at once which step it saves, the second is a Stopped the recipe ends
+    # in one line (test_a_second_ctrl_c_stops_at_once_in_one_line)
     now = [100.0]
-    stops = StopSignals(clock=lambda: now[0])
+    stops = StopSignals(step=lambda: 7, clock=lambda: now[0])
     stops.install()
     os.kill(os.getpid(), signal.SIGINT)
+    assert capfd.readouterr().err == ("SIGINT: finishing step 7, then saving it; press Ctrl-C again to stop now "
+                                      "without saving it\n")
     now[0] += REPEAT_WINDOW_S + 0.5  # a person asking again
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Stopped) as stop:
         os.kill(os.getpid(), signal.SIGINT)
-    assert stops.signum == signal.SIGINT
+    assert stops.signum == signal.SIGINT and stop.value.signum == signal.SIGINT
+    assert capfd.readouterr().err == ""
+    assert StopSignals.announcement(signal.SIGTERM, 3).startswith("SIGTERM: finishing step 3, then saving it; another")
 
 
 @pytest.mark.parametrize("ranks", [(0, 0), (signal.SIGINT, 0), (0, signal.SIGTERM), (signal.SIGINT, signal.SIGTERM),
@@ -114,3 +122,50 @@ def test_a_run_stopped_in_its_setup_leaves_a_folder_its_rerun_takes(tmp_path):
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     assert MARKER in {q.name for q in out.iterdir()} and not any(q.is_file() for q in (out / ".staging").rglob("*"))
     claim_output_dir(out, resume=False, overwrite=False).release()
+
+
+# the recipe with its third step slow (a large model's): the test's two Ctrl-C land inside it
+SLOW_THIRD_STEP = """import sys, time
+from torchtune_longshort.recipes import longshort_finetune as recipe
+step = recipe.LongShortFinetuneRecipe._train_step
+def slow(self):
+    if self.global_step == 2:
+        time.sleep(120)
+    return step(self)
+recipe.LongShortFinetuneRecipe._train_step = slow
+recipe.recipe_main()
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """Ctrl-C during a step, then again: the first says at once which step it finishes and saves; the second (later
+    than :data:`REPEAT_WINDOW_S`) stops at once, in one line naming the last saved step, exit 130, the folder's lock
+    given back. Before: nothing, then a 71-line KeyboardInterrupt traceback, exit 1."""
+    out, err_file = tmp_path / "out", tmp_path / "stderr.txt"
+    cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "max_steps=6", "save_every_n_steps=1",
+                   "validation=null")
+    cmd = [sys.executable, "-c", SLOW_THIRD_STEP] + cmd[cmd.index("--config"):]
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 240
+        first = "SIGINT: finishing step 3, then saving it; press Ctrl-C again to stop now without saving it\n"
+        for waited in (lambda: (out / "recipe_state" / "step_2.pt").is_file(), lambda: first in err_file.read_text()):
+            while not waited():
+                assert proc.poll() is None and time.time() < deadline, err_file.read_text()[-3000:]
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(REPEAT_WINDOW_S + 0.2)  # a person's second Ctrl-C, not the same one delivered twice
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = err_file.read_text()
+    assert proc.returncode == 130 and "Traceback" not in text and text.count(first) == 1, text[-3000:]
+    assert text.splitlines()[-1] == (f"longshort_finetune: interrupted (SIGINT): stopped at once, without saving the "
+                                     f"step in progress: the last saved step, {out / 'step_2'}, stands; continue with "
+                                     "resume=True"), text[-3000:]
+    assert not (out / ".lock").exists() and (out / "latest").read_text().strip() == "step_2"
+

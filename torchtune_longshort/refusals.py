@@ -176,22 +176,28 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     try:
         return run()
     except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", signal.SIGINT)
-        _close_progress_bars()
-        line = f"{prog}: interrupted ({signal.Signals(signum).name}): {kept}"
-        error_file = elastic_error_file()
-        if error_file:  # torchrun's report names it: a worker its agent stopped when another had failed
-            with contextlib.suppress(KeyboardInterrupt):  # a stop during the write waits for it, and is this one
-                record_for_torchrun(error_file, line)
-        # under torchrun printed once, by the first worker stopped, and not at all when the agent stopped the
-        # workers because one refused (that refusal is the line to read)
-        if not error_file or (not os.path.exists(_attempt_file(error_file, REFUSED_MARK))
-                              and first_in_attempt(error_file, STOPPED_MARK)):
-            print(line, file=sys.stderr, flush=True)
-        sys.exit(128 + signum)
+        stopped(prog, getattr(e, "signum", signal.SIGINT), kept)
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+def stopped(prog: str, signum: int, kept: str) -> NoReturn:
+    """End a command stopped by ``signum`` as :func:`stoppable` does: ``<prog>: interrupted (<signal>): <kept>`` on
+    stderr (under torchrun in the agent's error file too, and printed by the first worker stopped only), exit status
+    128 + the signal."""
+    _close_progress_bars()
+    line = f"{prog}: interrupted ({signal.Signals(signum).name}): {kept}"
+    error_file = elastic_error_file()
+    if error_file:  # torchrun's report names it: a worker its agent stopped when another had failed
+        with contextlib.suppress(KeyboardInterrupt):  # a stop during the write waits for it, and is this one
+            record_for_torchrun(error_file, line)
+    # under torchrun printed once, by the first worker stopped, and not at all when the agent stopped the
+    # workers because one refused (that refusal is the line to read)
+    if not error_file or (not os.path.exists(_attempt_file(error_file, REFUSED_MARK))
+                          and first_in_attempt(error_file, STOPPED_MARK)):
+        print(line, file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 def _close_progress_bars() -> None:

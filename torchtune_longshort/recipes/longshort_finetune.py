@@ -21,6 +21,7 @@ RNGs), written aside and renamed into place; ``resume=True`` reproduces the unin
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from typing import Any, Dict
 
@@ -32,9 +33,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
 from torchtune_longshort.disk_space import is_out_of_space, room, written_file
-from torchtune_longshort.refusals import refusing, stoppable
-from torchtune_longshort.training import out_of_space
-from torchtune_longshort.training import recipe_checkpoints
+from torchtune_longshort.refusals import refusing, stoppable, stopped
+from torchtune_longshort.training import out_of_space, recipe_checkpoints
 from torchtune_longshort.training.checkpointing import saves_at
 from torchtune_longshort.rope import rope_modules
 from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
@@ -44,10 +44,10 @@ from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, st
 from torchtune_longshort.training.out_of_space import OutOfSpace
 from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_setup import RecipeSetup
-from torchtune_longshort.training.step_checks import (
-    TERMS, check_finite_losses, check_finite_norms, clip_gradient_norms, loss_terms, read_step,
-)
-from torchtune_longshort.training.stop_signals import StopSignals
+from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
+                                                      check_finite_norms, clip_gradient_norms, loss_terms,
+                                                      read_step)
+from torchtune_longshort.training.stop_signals import StopSignals, at_once
 from torchtune_longshort.training.validation import validation_metrics
 from torchtune_longshort.windows import unstack_window_outputs
 
@@ -68,7 +68,9 @@ class LongShortFinetuneRecipe(RecipeSetup):
         self._saved_step = None  # the step of the last checkpoint this process wrote
         self._ropes = None  # the model's RoPE modules, told each drawn input_pos's range (a position sampler's)
         self._in_optimizer_step = False  # an error there may leave the weights part-updated: nothing is saved then
-        self.stop_signals = StopSignals()  # recipe_main installs its handlers
+        self._stop_step = None  # the step a stop signal received now finishes and saves (None: the next one)
+        self.stop_signals = StopSignals(  # the first rank says which step a stop saves
+            (lambda: self._stop_step or self.global_step + 1) if self._is_rank_zero else None)
         self.stopped_by = 0
         # (step, staged folder) -> None, called once a checkpoint is fully written, before it is renamed into place
         self.before_commit = None
@@ -173,16 +175,19 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._profiler.step()
             self._run_log.note_skipped(self.global_step, self._batcher.stream)
             stop_signal = self._over_ranks(sums)
+            validates = self._val_tokens is not None and (self.global_step % val_every == 0
+                                                          or self.global_step == max_steps)
+            if self._distributed and not validates:  # read for this step: a signal from here on, after the next
+                self._stop_step = self.global_step + 1
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
                 self._run_log.log_step(self.global_step, sums, lr, norms, self._device)
             self._run_log.advance()
-            validates = self._val_tokens is not None and (self.global_step % val_every == 0
-                                                          or self.global_step == max_steps)
             if validates:
                 with self._run_log.paused():  # throughput counts training time only
                     self._validate()
             if validates or not self._distributed:  # a signal received while validating (one process: a flag)
                 stop_signal = stop_signal or self.stop_signals.received(self._distributed, self._device)
+            self._stop_step = self.global_step + 1  # as above
             if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
                 with self._run_log.paused():
                     self.save_checkpoint()
@@ -285,13 +290,13 @@ class LongShortFinetuneRecipe(RecipeSetup):
         norms = clip_gradient_norms(self._model, self.config.clip_grad_norm,
                                     rope_separately=self.config.clip_rope_separately)
         rows, norms = read_step(terms, norms)
-        check_finite_losses(rows, lambda i: self._where(places[i]), self._after_non_finite())
+        check_finite_losses(rows, lambda i: self._where(places[i]), after_non_finite(self.ckpts))
         sums = {"loss": 0.0, "ce": 0.0, "misalignment": 0.0, "e": e_sum}
         for row in rows:  # the same float64 sums, term by term, as reading each micro-batch's values did
             for key, value in zip(TERMS, row):
                 sums[key] += value / accum
         check_finite_norms(norms, lambda: f"{self._where(places[-1])}, loss {sums['loss']:.6g}",
-                           self._after_non_finite())
+                           after_non_finite(self.ckpts))
         self._in_optimizer_step = True
         self._optimizer.step()
         self._in_optimizer_step = False
@@ -308,16 +313,6 @@ class LongShortFinetuneRecipe(RecipeSetup):
             return 0
         counts = mean_over_ranks(sums, TERMS, self._device, self.world_size, extra=self.stop_signals.flags())
         return StopSignals.first_of(counts)
-
-    def _after_non_finite(self) -> str:
-        """What stands after a non-finite step, and how to go on (the message's end)."""
-        last = self.ckpts.latest(resumable=True)
-        if last is not None:
-            return (f". The last checkpoint, {last}, stands: resume=True continues from it (with a lower optimizer.lr "
-                    "if the loss diverged)")
-        return (". No checkpoint of this run to resume from: at the first steps a non-finite value comes from the "
-                "start weights (checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
-                "overwrite_output_dir=True")
 
     def _where(self, batch: Dict[str, Any]) -> str:
         return f"step {self.global_step + 1} (rank {self.rank}), e={batch['e']}, data position {batch['data_position']}"
@@ -380,13 +375,15 @@ def _run(cfg: DictConfig) -> None:
     quiet_upstream()
     # Ctrl-C or SIGTERM while it sets up: one line, exit 130 / 143, what the setup made taken back (as a refusal)
     recipe = stoppable("longshort_finetune", lambda: _set_up(cfg), SETUP_STOPPED)
-    recipe.stop_signals.install()
-    try:
+    try:  # a second stop signal (StopSignals) stops at once, in one line
+        recipe.stop_signals.install()
         refusing("longshort_finetune", recipe.train)
-    except BaseException:
+        recipe.cleanup()
+    except BaseException as e:
         recipe.release_output_dir()
+        if isinstance(e, KeyboardInterrupt):
+            stopped("longshort_finetune", getattr(e, "signum", signal.SIGINT), at_once(recipe.ckpts))
         raise
-    recipe.cleanup()
     if recipe.stopped_by:
         sys.exit(128 + recipe.stopped_by)  # the shell's convention for "ended by a signal"
 

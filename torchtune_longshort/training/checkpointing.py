@@ -111,6 +111,15 @@ class StepCheckpoints:
         s = self.steps(resumable)
         return self.path(s[-1]) if s else None
 
+    def standing(self) -> str:
+        """What a run that ended early leaves, and how to go on: the last step saved whole, which resume=True
+        continues from, or none (then the folder holds the run's start)."""
+        last = self.latest(resumable=True)
+        if last is not None:
+            return f"the last saved step, {last}, stands; continue with resume=True"
+        return (f"no step of this run was saved; start again with overwrite_output_dir=True (output_dir="
+                f"{str(self.root)!r} holds this run's start)")
+
     def clean_staging(self) -> None:
         """Discard what a killed save left behind: the entries the recipe writes in ``.staging/`` (a step folder
         being written or replaced, its staged state), never another (:meth:`foreign_staged`, refused before a run)."""

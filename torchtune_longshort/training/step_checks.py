@@ -22,6 +22,18 @@ TERMS = ("loss", "ce", "misalignment")  # a micro-batch's loss terms, as LongSho
 NORM_NAMES = {"grad_norm": "gradient norm", "rope_grad_norm": "RoPE gradient norm"}
 
 
+def after_non_finite(ckpts) -> str:
+    """What stands after a non-finite step in the run whose checkpoints are ``ckpts`` (a
+    :class:`~torchtune_longshort.training.checkpointing.StepCheckpoints`), and how to go on (the message's end)."""
+    last = ckpts.latest(resumable=True)
+    if last is not None:
+        return (f". The last checkpoint, {last}, stands: resume=True continues from it (with a lower optimizer.lr "
+                "if the loss diverged)")
+    return (". No checkpoint of this run to resume from: at the first steps a non-finite value comes from the "
+            "start weights (checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
+            "overwrite_output_dir=True")
+
+
 def loss_terms(out) -> torch.Tensor:
     """``[loss, ce, misalignment]`` of a ``LongShortLoss`` output, detached, on its device (no read)."""
     return torch.stack([getattr(out, k).detach() for k in TERMS])

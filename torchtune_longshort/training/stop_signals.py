@@ -3,16 +3,26 @@
 One stop can arrive twice: torchrun's launcher forwards the signal it gets to every worker, and a scheduler that
 signals every process of a job (SLURM at its time limit, ``scancel``) has already sent the workers the same one; so
 does a wrapper that forwards a signal its child also got from the terminal. A second signal within
-:data:`REPEAT_WINDOW_S` of the first is taken for that same stop; one later than that stops at once, unsaved."""
+:data:`REPEAT_WINDOW_S` of the first is taken for that same stop; one later than that stops at once, unsaved.
+
+The first says so at once, in one line on stderr (a step of a large model takes minutes, and Ctrl-C that printed
+nothing was pressed again); the second raises :class:`~torchtune_longshort.refusals.Stopped`, which the recipe ends
+in one line naming the last saved step (:func:`at_once`)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 import time
-from typing import List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
+
+from torchtune_longshort.refusals import Stopped
+from torchtune_longshort.training.checkpointing import StepCheckpoints
 
 # seconds after the first signal during which another is the same stop delivered twice (a launcher forwards within
 # milliseconds; a person's second Ctrl-C, meant to stop at once, comes later)
@@ -22,12 +32,16 @@ STOPPING = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopSignals:
-    """Records the first SIGTERM / SIGINT once :meth:`install` ran; another one more than :data:`REPEAT_WINDOW_S`
-    later stops at once (KeyboardInterrupt). ``clock``: the monotonic clock (a test's stand-in)."""
+    """Records the first SIGTERM / SIGINT once :meth:`install` ran, and says which step it finishes and saves
+    (:meth:`announcement`); another one more than :data:`REPEAT_WINDOW_S` later stops at once
+    (:class:`~torchtune_longshort.refusals.Stopped`, a KeyboardInterrupt). ``step``: the step a stop received now
+    finishes and saves (None: say nothing, as on the ranks but the first under torchrun); ``clock``: the monotonic
+    clock (a test's stand-in)."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, step: Optional[Callable[[], int]] = None, clock=time.monotonic) -> None:
         self.signum = 0
         self._first_at = 0.0
+        self._step = step
         self._clock = clock
 
     def install(self) -> None:
@@ -38,8 +52,10 @@ class StopSignals:
             now = self._clock()
             if not self.signum:
                 self.signum, self._first_at = signum, now
+                if self._step is not None:
+                    _say(self.announcement(signum, self._step()))
             elif now - self._first_at > REPEAT_WINDOW_S:  # asked again: stop now, as the default handler would
-                raise KeyboardInterrupt
+                raise Stopped(signum)
 
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -69,3 +85,25 @@ class StopSignals:
     @staticmethod
     def name(signum: int) -> str:
         return signal.Signals(signum).name
+
+    @staticmethod
+    def announcement(signum: int, step: int) -> str:
+        """The line the first stop signal prints at once: the step it finishes and saves, and how to stop sooner."""
+        name = StopSignals.name(signum)
+        again = "press Ctrl-C again" if signum == signal.SIGINT else f"another {name} 1 s later"
+        return f"{name}: finishing step {step}, then saving it; {again} to stop now without saving it"
+
+
+def at_once(ckpts: StepCheckpoints) -> str:
+    """What a run stopped at once by a second signal leaves (the end of its one line): a save cut short leaves the
+    step before it standing (the saves are written aside and renamed into place), as a kill -9 does."""
+    return f"stopped at once, without saving the step in progress: {ckpts.standing()}"
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr from a signal handler: one write to the file descriptor (the handler may run inside a write
+    of ``sys.stderr``'s buffer, which a second write would find in use), on a line of its own below a progress bar."""
+    tqdm = sys.modules.get("tqdm")
+    bar = bool(getattr(getattr(tqdm, "tqdm", None), "_instances", ()))
+    with contextlib.suppress(OSError):
+        os.write(2, f"{chr(10) if bar else ''}{line}\n".encode())
