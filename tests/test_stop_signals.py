@@ -169,3 +169,37 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, tiny_llama2_dir, sp
                                      "resume=True"), text[-3000:]
     assert not (out / ".lock").exists() and (out / "latest").read_text().strip() == "step_2"
 
+
+def test_a_lost_process_of_a_torchrun_job_ends_the_others_in_one_line(tmp_path, capsys):
+    """``kill -9`` of one torchrun worker: the others' collective fails with gloo's "Connection reset by peer" (NCCL:
+    DistBackendError), which ended in ~100 lines of traceback; now one line naming it and what stands."""
+    import torch.distributed as dist
+
+    from torchtune_longshort.refusals import refusing
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.lost_process import lost_process, lost_processes
+
+    reset = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:29500: "
+                         "Connection reset by peer")
+    assert lost_process(reset) is None  # outside a process group: not another process's loss
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert lost_process(reset) == "gloo: Connection reset by peer"
+        assert lost_process(dist.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1234, remote process exited "
+                                                  "or there was a network error")).startswith("NCCL: NCCL error in")
+        assert lost_process(RuntimeError("Broken pipe")) is None  # no backend's: the error keeps its traceback
+        assert lost_process(ValueError("gloo: Connection reset by peer")) is None
+
+        def step():
+            raise reset
+
+        ckpts = StepCheckpoints(tmp_path / "out")
+        with pytest.raises(SystemExit) as exit_info:
+            refusing("longshort_finetune", lambda: lost_processes(step, ckpts.standing))
+    finally:
+        dist.destroy_process_group()
+    assert exit_info.value.code == 2 and capsys.readouterr().err == (
+        "longshort_finetune: error: another process of this run was lost (gloo: Connection reset by peer; torchrun's "
+        "report below says how it ended): no step of this run was saved; start again with overwrite_output_dir=True "
+        f"(output_dir={str(tmp_path / 'out')!r} holds this run's start)\n")
+

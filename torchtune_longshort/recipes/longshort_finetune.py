@@ -47,6 +47,7 @@ from torchtune_longshort.training.recipe_setup import RecipeSetup
 from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                       check_finite_norms, clip_gradient_norms, loss_terms,
                                                       read_step)
+from torchtune_longshort.training.lost_process import lost_processes
 from torchtune_longshort.training.stop_signals import StopSignals, at_once
 from torchtune_longshort.training.validation import validation_metrics
 from torchtune_longshort.windows import unstack_window_outputs
@@ -358,11 +359,12 @@ def recipe_main() -> None:
 
 SETUP_STOPPED = ("stopped while setting up, before the first step: nothing was trained, and what the setup made "
                  "(its output folder, a tokenizer it trained) was taken back; run the command again")
+SETUP_LOST = "before the first step: nothing was trained; run the command again"
 
 
 def _set_up(cfg: DictConfig) -> "LongShortFinetuneRecipe":
     recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
-    refusing("longshort_finetune", recipe.setup)
+    refusing("longshort_finetune", lambda: lost_processes(recipe.setup, lambda: SETUP_LOST, " while setting up"))
     return recipe
 
 
@@ -375,9 +377,9 @@ def _run(cfg: DictConfig) -> None:
     quiet_upstream()
     # Ctrl-C or SIGTERM while it sets up: one line, exit 130 / 143, what the setup made taken back (as a refusal)
     recipe = stoppable("longshort_finetune", lambda: _set_up(cfg), SETUP_STOPPED)
-    try:  # a second stop signal (StopSignals) stops at once, in one line
+    try:  # a second stop signal (StopSignals) stops at once; a process of the run lost, in one line too
         recipe.stop_signals.install()
-        refusing("longshort_finetune", recipe.train)
+        refusing("longshort_finetune", lambda: lost_processes(recipe.train, recipe.ckpts.standing))
         recipe.cleanup()
     except BaseException as e:
         recipe.release_output_dir()
