@@ -203,3 +203,12 @@ def test_a_lost_process_of_a_torchrun_job_ends_the_others_in_one_line(tmp_path, 
         "report below says how it ended): no step of this run was saved; start again with overwrite_output_dir=True "
         f"(output_dir={str(tmp_path / 'out')!r} holds this run's start)\n")
 
+
+def test_a_torchrun_worker_stopped_while_it_imports_exits_quietly(tmp_path):
+    """Ctrl-C while the workers import torch and torchtune (seconds): each printed a KeyboardInterrupt traceback; a
+    worker interrupted in the recipe's imports now exits 130 quietly (torchrun's launcher says it was stopped)."""
+    (tmp_path / "torch.py").write_text("raise KeyboardInterrupt  # Ctrl-C, arriving while torch is imported\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), LONGSHORT_TEST_FRESH="1")
+    p = subprocess.run([sys.executable, "-m", "torchtune_longshort.recipes.longshort_finetune", "--config", "x.yaml"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130 and p.stderr == "", p.stderr[-2000:]
