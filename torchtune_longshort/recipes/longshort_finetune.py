@@ -35,11 +35,12 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
     from torchtune_longshort.disk_space import is_out_of_space, room, written_file
     from torchtune_longshort.refusals import refusing, stoppable, stopped
+    from torchtune_longshort.rope import rope_modules
     from torchtune_longshort.training import out_of_space, recipe_checkpoints
     from torchtune_longshort.training.checkpointing import saves_at
-    from torchtune_longshort.rope import rope_modules
     from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
     from torchtune_longshort.training.learned_rope import average_replicated_grads
+    from torchtune_longshort.training.lost_process import lost_processes
     from torchtune_longshort.training.metrics import mean_over_ranks
     from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
     from torchtune_longshort.training.out_of_space import OutOfSpace
@@ -48,7 +49,6 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                           check_finite_norms, clip_gradient_norms, loss_terms,
                                                           read_step)
-    from torchtune_longshort.training.lost_process import lost_processes
     from torchtune_longshort.training.stop_signals import StopSignals, at_once
     from torchtune_longshort.training.validation import validation_metrics
     from torchtune_longshort.windows import unstack_window_outputs
