@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.data.text_files import (
-    JSON_LINES_SUFFIX, JSON_SUFFIX, DataRecordError, iter_documents, resolve_files,
+    JSON_LINES_SUFFIX, JSON_SUFFIX, DataRecordError, Unparsed, iter_documents, resolve_files,
 )
 
 
@@ -83,20 +83,39 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
 
 def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
                          setting: str = "column") -> Exception:
-    """The error to raise when ``datasets`` could not build (or read) the source: the first unreadable record of
-    ``files`` (``<file>:<line>``), else the original error with the files named. ``setting``: the source's option
-    that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``)."""
+    """The error to raise when ``datasets`` could not build (or read) the source: the first record of ``files`` that
+    no parser reads (a torn JSON line, bytes that are not UTF-8: ``<file>:<line>``, with the way on), else the first
+    record without its text (``column``), else the original error with the files named. ``setting``: the source's
+    option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``).
+
+    Parse failures come first: ``datasets``' parser stops at them whatever the settings, while a record without its
+    text is one ``skip_bad_records`` skips (naming it sent the user to a record that was not the blocker)."""
     check_not_empty(files)
     paths = [f for _, f in files if f.suffix in READ_AGAIN_SUFFIXES]  # a Parquet file is no text to read again
+    field_problems: List[str] = []
+
+    def note(message: str) -> None:
+        if isinstance(message, Unparsed):
+            raise DataRecordError(message)
+        field_problems.append(message)
+
     try:
-        for _ in iter_documents(paths, column or "text", f"{where}.{setting}"):
+        for _ in iter_documents(paths, column or "text", f"{where}.{setting}", on_bad_record=note):
             pass
     except DataRecordError as e:
-        unskippable = DataRecordError(f"{where}: {e}")
-        unskippable.skippable = False  # datasets' parser stops at it: skip_bad_records does not reach it
-        return unskippable
+        return _unskippable(f"{where}: {e}: datasets' parser stops at it (skip_bad_records does not reach it): "
+                            "mend the file, or read the same files with torchtune_longshort.data.corpus.local_text "
+                            "(path: them), which reads them and skips such records with skip_bad_records: True")
+    if field_problems:
+        return _unskippable(f"{where}: {field_problems[0]}")
     named = ", ".join(str(f) for _, f in files) or "no local file"
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")
+
+
+def _unskippable(message: str) -> DataRecordError:
+    error = DataRecordError(message)
+    error.skippable = False  # datasets' parser stops at it: skip_bad_records does not reach it
+    return error
 
 
 def locate_record(files: List[Tuple[str, Path]], index: int) -> str:

@@ -72,6 +72,12 @@ class SkippedRecord(tuple):
         return record
 
 
+class Unparsed(str):
+    """The message of a record that no parser reads (bytes that are not the encoding, a line that is not JSON, a
+    file that is no text or no Parquet), as opposed to a record read whose text field is missing or no string:
+    ``datasets``' own parser stops at the first kind, and only this package's reader can skip it."""
+
+
 FIRST_READABLE_WITHIN = 1000  # records a skipping source may skip before its first readable one, at build
 
 
@@ -273,13 +279,13 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
     raw = f.read_bytes()
     what = None if json_file else not_text(raw[:HEAD_BYTES], encoding)
     if what:
-        for got in _bad(f"{f}: {what}", on_bad_record):
+        for got in _bad(Unparsed(f"{f}: {what}"), on_bad_record):
             yield 0, got
         return
     try:
         text = raw.decode(encoding, "strict" if json_file else encoding_errors)
     except UnicodeDecodeError as e:
-        for got in _bad(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record):
+        for got in _bad(Unparsed(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
             yield 0, got
         return
     text = _without_bom(text, encoding)
@@ -325,7 +331,8 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     try:
         line = raw.decode(encoding)
     except UnicodeDecodeError as e:
-        yield from _bad(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})", on_bad_record)
+        said = Unparsed(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})")
+        yield from _bad(said, on_bad_record)
         return
     if i == 0:
         line = _without_bom(line, encoding)
@@ -334,7 +341,7 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     try:
         text = text_of_record(json.loads(line), text_field, where, setting)
     except json.JSONDecodeError as e:
-        yield from _bad(f"{where}: not a JSON line ({e.msg})", on_bad_record)
+        yield from _bad(Unparsed(f"{where}: not a JSON line ({e.msg})"), on_bad_record)
         return
     except ValueError as e:
         yield from _bad(str(e), on_bad_record)
@@ -346,7 +353,7 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        yield from _bad(f"{f}:{e.lineno}: not JSON ({e.msg})", on_bad_record)
+        yield from _bad(Unparsed(f"{f}:{e.lineno}: not JSON ({e.msg})"), on_bad_record)
         return
     for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
         try:
@@ -363,7 +370,7 @@ def _parquet_rows(f: Path, text_field: str, setting: str, on_bad_record: BadReco
         pf = pq.ParquetFile(f)
         fields = pf.schema_arrow.names
     except Exception as e:  # pyarrow's ArrowInvalid and kin: a torn or mislabelled file
-        for got in _bad(f"{f}: not a Parquet file pyarrow reads ({type(e).__name__}: {e})", on_bad_record):
+        for got in _bad(Unparsed(f"{f}: not a Parquet file pyarrow reads ({type(e).__name__}: {e})"), on_bad_record):
             yield 0, got
         return
     if text_field not in fields:  # every row would say it: the file is one bad record
