@@ -124,7 +124,7 @@ def test_stdlib_test_packages_are_the_held_out_complement():
 
 
 def test_pieces_cut_at_line_ends_and_join_back():
-    from torchtune_longshort.data.corpus import split_lines_into_pieces
+    from torchtune_longshort.data.shuffled import split_lines_into_pieces
 
     text = "".join(f"line {i} " + "x" * (i % 7) + "\n" for i in range(200)) + "no newline at the end"
     pieces = split_lines_into_pieces(text, 50)
@@ -143,7 +143,7 @@ def test_shuffled_stdlib_is_a_seeded_permutation_of_the_same_text():
     pieces = stdlib(limit=6, shuffle_seed=3, piece_chars=2000)
     got = list(pieces())
     assert got == list(pieces())  # the same order on every epoch: resume stays exact
-    from torchtune_longshort.data.corpus import split_lines_into_pieces
+    from torchtune_longshort.data.shuffled import split_lines_into_pieces
 
     assert len(got) > len(ordered)
     assert sorted(got) == sorted(p for doc in ordered for p in split_lines_into_pieces(doc, 2000))

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from torchtune_longshort.data.data_files import explain_load_failure, named_files
 from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
@@ -80,48 +81,6 @@ class _Source:
         if self.count is None or not 0 <= start <= self.count:
             raise ValueError(f"{self!r}: cannot start at document {start} (count {self.count})")
         return self.in_order(range(start, self.count))
-
-    def __repr__(self) -> str:
-        return f"<documents: {self.description}>"
-
-
-def split_lines_into_pieces(text: str, piece_chars: int) -> List[str]:
-    """Cut ``text`` at line ends into pieces of about ``piece_chars`` characters (a piece ends at the first line end
-    at or after ``piece_chars``; a single longer line stays whole). Joined, the pieces give ``text`` back."""
-    if not isinstance(piece_chars, int) or isinstance(piece_chars, bool) or piece_chars < 1:
-        raise ValueError(f"piece_chars={piece_chars!r} must be an int >= 1")
-    pieces, current, size = [], [], 0
-    for line in text.splitlines(keepends=True):
-        current.append(line)
-        size += len(line)
-        if size >= piece_chars:
-            pieces.append("".join(current))
-            current, size = [], 0
-    if current:
-        pieces.append("".join(current))
-    return pieces
-
-
-class Shuffled:
-    """A document source read in a seeded random order, optionally cut into pieces of about ``piece_chars``
-    characters first (at line ends), so that consecutive training windows come from unrelated text instead of
-    one package after another in file order. The order is the same on every call (every epoch), so a run resumes
-    exactly. The whole source is held in memory: for local corpora such as the stdlib (12 MB), not for streams."""
-
-    def __init__(self, source: Documents, seed: int, piece_chars: Optional[int] = None):
-        import random
-
-        docs = list(source())
-        if piece_chars is not None:
-            docs = [piece for doc in docs for piece in split_lines_into_pieces(doc, piece_chars)]
-        random.Random(seed).shuffle(docs)
-        self._docs = docs
-        self.files = getattr(source, "files", None)
-        self.description = f"{source!r} shuffled (seed {seed}" + (
-            f", pieces of ~{piece_chars} chars)" if piece_chars is not None else ")")
-
-    def __call__(self) -> Iterator[str]:
-        return iter(self._docs)
 
     def __repr__(self) -> str:
         return f"<documents: {self.description}>"
