@@ -9,6 +9,7 @@ import json
 import pytest
 
 from torchtune_longshort.data import corpus
+from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.text_files import DataRecordError
 
 GOOD = [f"book {i} " * 4 for i in range(6)]
@@ -38,3 +39,32 @@ def test_a_file_the_parser_cannot_read_names_that_record_not_a_skippable_one(tmp
     # the way on it names works: local_text reads the file and skips lines 4, 6 and 7 (the reference: the good lines)
     docs = [d for d in corpus.local_text(str(f), skip_bad_records=True)() if isinstance(d, str)]
     assert docs == GOOD
+
+
+def test_a_folder_written_by_save_to_disk_is_read(tmp_path, sp_tokenizer_dir):
+    """``Dataset.save_to_disk``'s folder as ``source`` (training) and ``ppl_dataset_path`` (evaluation): it was
+    refused with datasets' "Please use load_from_disk instead"; now its rows are the documents, as written."""
+    import datasets
+
+    rows = [f"saved document {i}: " + "word " * 40 for i in range(4)]
+    datasets.Dataset.from_dict({"text": rows, "n": list(range(4))}).save_to_disk(str(tmp_path / "saved"))
+    assert list(corpus.hf_text(str(tmp_path / "saved"))()) == rows
+    assert list(corpus.pg19(str(tmp_path / "saved"), split="validation")()) == rows  # saved without a split
+    # saved from one split: that split's rows; another split is refused naming the setting
+    one = datasets.Dataset.from_dict({"text": rows[:2]}, split=datasets.Split.TRAIN)
+    one.save_to_disk(str(tmp_path / "train_only"))
+    assert list(corpus.hf_text(str(tmp_path / "train_only"), split="train")()) == rows[:2]
+    with pytest.raises(ValueError, match=r"split 'validation' \(validation.dataset.split\) is not a split of .*"
+                                         r"train_only': it holds split 'train' alone"):
+        with source_names(SourceNames("validation.dataset")):
+            corpus.hf_text(str(tmp_path / "train_only"), split="validation")
+    # a saved DatasetDict: the split asked for
+    datasets.DatasetDict({"train": one, "test": datasets.Dataset.from_dict({"text": rows[2:]})}).save_to_disk(
+        str(tmp_path / "dict"))
+    assert list(corpus.hf_text(str(tmp_path / "dict"), split="test")()) == rows[2:]
+    pytest.importorskip("lm_eval")
+    from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset
+
+    got = long_ppl_dataset(ppl_source="hf", ppl_dataset_path=str(tmp_path / "saved"), tokenizer=str(sp_tokenizer_dir),
+                           ppl_max_seq_lengths=[16], ppl_num_samples=2)["test"].to_list()
+    assert [r["error"] for r in got] == ["", ""] and all(r["n_tokens"] == 16 for r in got), got

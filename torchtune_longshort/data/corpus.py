@@ -24,7 +24,9 @@ import logging
 from array import array
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from torchtune_longshort.data.data_files import explain_load_failure, named_files
+from torchtune_longshort.data.data_files import (
+    explain_load_failure, is_saved_dataset, load_saved_dataset, named_files,
+)
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
@@ -186,7 +188,9 @@ def hf_text(
     """Documents from a Hugging Face dataset (``datasets.load_dataset(source, name, split=..., streaming=...)``).
 
     Args:
-        source: a hub name (``"emozilla/pg19"``) or a builder with local files (``"json"`` + ``data_files``).
+        source: a hub name (``"emozilla/pg19"``), a builder with local files (``"json"`` + ``data_files``), a local
+            folder of data files, or a folder written by ``datasets``' ``save_to_disk`` (a ``Dataset``: its rows,
+            read with ``load_from_disk``; a ``DatasetDict``: its ``split``).
         split, name, data_files, streaming: passed to ``load_dataset``.
         text_field: the column holding the text.
         check_first: read the first record now, so a missing column, or a source ``datasets`` cannot load (a hub
@@ -206,6 +210,8 @@ def hf_text(
     def open_ds():
         from datasets import load_dataset
 
+        if is_saved_dataset(source):  # load_dataset refuses a folder of Dataset.save_to_disk
+            return load_saved_dataset(source, split, names("split"))
         return load_dataset(source, name, split=split, data_files=data_files, streaming=streaming, **load_dataset_kwargs)
 
     def records() -> Iterator[Any]:

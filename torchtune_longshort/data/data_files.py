@@ -73,6 +73,30 @@ def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     return [(f"{where}.path", p)]
 
 
+# What ``datasets``' ``Dataset.save_to_disk`` writes beside its Arrow files; ``load_dataset`` refuses such a folder
+# ("Please use load_from_disk instead"), while a saved ``DatasetDict`` (dataset_dict.json, a folder per split) loads.
+SAVED_DATASET_FILES = ("state.json", "dataset_info.json")
+
+
+def is_saved_dataset(source: Any) -> bool:
+    """Whether ``source`` is a local folder written by ``datasets``' ``Dataset.save_to_disk``."""
+    return isinstance(source, str) and all((Path(source).expanduser() / f).is_file() for f in SAVED_DATASET_FILES)
+
+
+def load_saved_dataset(folder: str, split: str, split_setting: str) -> Any:
+    """The rows of a folder written by ``Dataset.save_to_disk`` (``datasets.load_from_disk``, memory-mapped). Saved
+    from one split (its state names it), ``split`` must be that one: ``ValueError`` naming ``split_setting``
+    otherwise; saved without a split, its rows are every split's."""
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(Path(folder).expanduser()))
+    saved = None if getattr(ds, "split", None) is None else str(ds.split)
+    if saved is not None and saved != split:
+        raise ValueError(f"split {split!r} ({split_setting}) is not a split of {folder!r}: it holds split {saved!r} "
+                         f"alone (a Dataset written by save_to_disk); set it to {saved!r}, or name another folder")
+    return ds
+
+
 def check_not_empty(files: List[Tuple[str, Path]]) -> None:
     """An empty file is refused before step 1, with its field and path."""
     for field, f in files:
