@@ -68,3 +68,30 @@ def test_a_folder_written_by_save_to_disk_is_read(tmp_path, sp_tokenizer_dir):
     got = long_ppl_dataset(ppl_source="hf", ppl_dataset_path=str(tmp_path / "saved"), tokenizer=str(sp_tokenizer_dir),
                            ppl_max_seq_lengths=[16], ppl_num_samples=2)["test"].to_list()
     assert [r["error"] for r in got] == ["", ""] and all(r["n_tokens"] == 16 for r in got), got
+
+
+@pytest.mark.parametrize("where", ["dataset", "validation.dataset"])
+def test_a_bad_first_record_is_refused_with_the_way_to_skip_it(tmp_path, where):
+    """A Parquet copy whose first row's text is null: refused at the start with "mend ... or skip", as local_text's
+    and the mid-run messages say (the hint was missing); with skipping on, the next row is the first document."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "pg19").mkdir()
+    pq.write_table(pa.Table.from_pylist([{"text": None}, {"text": GOOD[0]}]), tmp_path / "pg19" / "train.parquet")
+    with source_names(SourceNames(where)), pytest.raises(DataRecordError) as caught:
+        corpus.pg19(str(tmp_path / "pg19"))
+    said = str(caught.value)
+    assert "record 0: field 'text' holds NoneType" in said, said
+    assert said.endswith(f"mend the record, or skip such records with {where}.skip_bad_records=True"), said
+    with source_names(SourceNames(where)):
+        docs = list(corpus.pg19(str(tmp_path / "pg19"), skip_bad_records=True)())
+    assert [type(d).__name__ for d in docs] == ["SkippedRecord", "str"] and docs[1] == GOOD[0]
+
+
+def test_a_record_the_parser_stops_at_gets_no_skip_hint(tmp_path):
+    f = tmp_path / "torn.jsonl"
+    f.write_bytes(b'{"text": "torn\n')
+    with pytest.raises(DataRecordError) as caught:
+        corpus.hf_text("json", data_files=str(f))
+    assert "skip such records with dataset.skip_bad_records" not in str(caught.value), caught.value

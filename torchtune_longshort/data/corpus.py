@@ -247,7 +247,9 @@ def hf_text(
     if check_first:
         try:
             check_first_readable(src(), f"{section} {source!r} split {split!r}")
-        except DataRecordError:
+        except DataRecordError as e:  # at the start: a record skipping would pass gets the way on, as local_text's
+            if e.skippable and not skip_bad_records:
+                raise mend_or_skip(e, names) from None
             raise
         except Exception as e:
             raise _load_failure(section, source, name, split, e, names) from e
