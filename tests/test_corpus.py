@@ -159,3 +159,28 @@ def test_a_bad_local_record_at_the_start_says_how_to_go_on(tmp_path):
                                          r"or skip such records with dataset.skip_bad_records=True"):
         local_text(str(data))
     assert len(list(local_text(str(data), skip_bad_records=True)())) == 2  # the skipped one keeps its place
+
+
+@pytest.mark.parametrize("where", ["dataset", "validation.dataset"])
+def test_stdlib_refusals_name_the_config_key(where):
+    """``min_bytes`` no file reaches and ``piece_chars`` without ``shuffle_seed`` were refused without the key
+    (``no standard-library source files of >= ...``, ``piece_chars needs shuffle_seed``)."""
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+
+    with source_names(SourceNames(where)):
+        with pytest.raises(FileNotFoundError, match=rf"^{where}\.min_bytes=999999999: no standard-library source "
+                                                    rf"files of >= 999999999 bytes .*; lower {where}\.min_bytes$"):
+            stdlib(min_bytes=999_999_999)
+        with pytest.raises(ValueError, match=rf"^{where}\.piece_chars=100 needs {where}\.shuffle_seed: .*set "
+                                             rf"{where}\.shuffle_seed"):
+            stdlib(piece_chars=100)
+        with pytest.raises(ValueError, match=rf"^{where}\.piece_chars=0 is not accepted: expected an integer >= 1"):
+            stdlib(piece_chars=0, shuffle_seed=1)
+
+
+def test_an_evaluation_min_chars_is_not_named_as_a_config_key():
+    from torchtune_longshort.eval.tasks.common.long_text import iter_texts
+
+    with pytest.raises(FileNotFoundError) as caught:
+        next(iter_texts("stdlib", min_chars=999_999_999))
+    assert str(caught.value).startswith("no standard-library source files of >= 999999999 bytes"), caught.value

@@ -99,10 +99,14 @@ def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Op
     Files come in sorted path order (one package after another) unless ``shuffle_seed`` is given (see
     :class:`Shuffled`); ``piece_chars`` (with ``shuffle_seed``) first cuts each file into pieces of about that many
     characters, which pre-training wants: batches then mix many packages."""
-    # fail early; the files go with the source (the recipe compares validation's with training's)
-    files = stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)
-    if piece_chars is not None and shuffle_seed is None:
-        raise ValueError("piece_chars needs shuffle_seed: pieces in file order would be the same text as before")
+    names = current_names()
+    check_pieces(piece_chars, shuffle_seed, names)
+    try:  # fail early; the files go with the source (the recipe compares validation's with training's)
+        files = stdlib_source_files(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split)
+    except FileNotFoundError as e:  # named by its key where min_bytes is one (a caller's flag "": it is not)
+        if not min_bytes or not names("min_bytes"):
+            raise
+        raise FileNotFoundError(f"{names('min_bytes')}={min_bytes!r}: {e}; lower {names('min_bytes')}") from None
     source = _Source(
         lambda: iter_stdlib_documents(min_bytes=min_bytes, include_tests=include_tests, limit=limit, split=split),
         f"stdlib(min_bytes={min_bytes}, include_tests={include_tests}, limit={limit}"
@@ -110,6 +114,19 @@ def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Op
         count=len(files), read=lambda indices: (stdlib_document(files[i]) for i in indices),
     )
     return source if shuffle_seed is None else Shuffled(source, shuffle_seed, piece_chars)
+
+
+def check_pieces(piece_chars: Any, shuffle_seed: Any, names: SourceNames) -> None:
+    """``ValueError`` naming the key (``dataset.piece_chars``) for a ``piece_chars`` :func:`stdlib` cannot use."""
+    if piece_chars is None:
+        return
+    if isinstance(piece_chars, bool) or not isinstance(piece_chars, int) or piece_chars < 1:
+        raise ValueError(f"{names('piece_chars')}={piece_chars!r} is not accepted: expected an integer >= 1 "
+                         "(characters per piece), or null")
+    if shuffle_seed is None:
+        raise ValueError(f"{names('piece_chars')}={piece_chars!r} needs {names('shuffle_seed')}: pieces in file order "
+                         f"would be the same text as before; set {names('shuffle_seed')} (e.g. 0), or remove "
+                         f"{names('piece_chars')}")
 
 
 def local_text(

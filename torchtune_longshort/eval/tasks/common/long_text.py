@@ -186,7 +186,8 @@ def iter_texts(
     from torchtune_longshort.data.source_names import SourceNames, source_names
 
     if source in STDLIB_SOURCES:
-        it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, **STDLIB_SOURCES[source])()
+        with source_names(SourceNames("data set", {"min_bytes": ""})):  # min_chars is no key of the user's
+            it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, **STDLIB_SOURCES[source])()
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
