@@ -140,3 +140,16 @@ def test_a_split_the_data_set_lacks_names_the_setting(data, sp_tokenizer_dir):
     with source_names(SourceNames("validation.dataset")), pytest.raises(
             ValueError, match=r"split 'dev' \(validation.dataset.split\) is not a split of .*Available splits: "):
         corpus.hf_text(str(clean), split="dev")
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+def test_an_empty_data_file_is_named_as_empty(tmp_path, sp_tokenizer_dir, content):
+    """An empty (or blank) ``.jsonl`` as ``ppl_data_files``: the length's reason said "no document of 64 characters or
+    more", as if the file held short documents; it names the file and says it holds no records."""
+    f = tmp_path / "empty.jsonl"
+    f.write_bytes(content)
+    rows = long_ppl_dataset(ppl_data_files=str(f), tokenizer=str(sp_tokenizer_dir), ppl_max_seq_lengths=[128],
+                            ppl_num_samples=2)["test"].to_list()
+    assert len(rows) == 1 and rows[0]["doc_index"] == -1, rows
+    assert f"ppl_data_files in --metadata: {f} holds no records (an empty file)" in rows[0]["error"], rows
+    assert "characters or more" not in rows[0]["error"], rows

@@ -22,7 +22,8 @@ from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG
 from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
 )
-from torchtune_longshort.eval.tasks.common.long_text import LOCAL_SUFFIXES, SOURCES, flag
+from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES
+from torchtune_longshort.eval.tasks.common.long_text import SOURCES, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
 # Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ ROUND_TRIP_SHIFTS = 16
 # Tokens a joined stream holds beyond the sequences cut from it: the last one then ends before the stream's end,
 # whose tokens could differ from those of the same text followed by more documents.
 JOIN_MARGIN = 64
-# The files a folder in ``data_files`` stands for.
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 
 
 class TaskTokenizer:
@@ -100,25 +99,6 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
         "this task sizes its samples in tokens and needs the model's tokenizer: pass it in --model_args "
         "(tokenizer=..., checkpoint_dir=... or pretrained=...) or --metadata '{\"tokenizer\": \"<path>\"}'"
     )
-
-
-def _read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field") -> Iterator[Any]:
-    """The documents of local ``data_files`` through the one local-text reader (a record it cannot read: a
-    ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``."""
-    # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
-    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents, resolve_files
-
-    try:
-        files = resolve_files(data_files, LOCAL_SUFFIXES, "data_files")
-    except (FileNotFoundError, ValueError) as e:
-        raise TaskDataError(str(e)) from None
-    try:
-        yield from iter_documents(files, text_field, setting, encoding_errors="replace",
-                                  on_bad_record=SkippedRecord if skip_bad_records else None)
-    except DataRecordError:
-        raise
-    except ValueError as e:
-        raise TaskDataError(str(e)) from None
 
 
 def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
@@ -191,7 +171,7 @@ def iter_texts(
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
-        it = _read_local(data_files, text_field, skip_bad_records, text_field_setting)
+        it = read_local(data_files, text_field, skip_bad_records, text_field_setting)
     else:
         if source in HF_PRESETS:
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]
