@@ -130,7 +130,7 @@ def check_pieces(piece_chars: Any, shuffle_seed: Any, names: SourceNames) -> Non
 
 
 def local_text(
-    path: str,
+    path: Union[str, Sequence[str]],
     text_field: str = "text",
     suffixes: Sequence[str] = TEXT_SUFFIXES,
     encoding: str = "utf-8",
@@ -139,7 +139,8 @@ def local_text(
     """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``
     or ``*.jsonl`` / ``*.json`` / ``*.parquet``, recursively, sorted; each text file one document), or records
     (``*.jsonl``: each line an object whose ``text_field`` is one document; a ``*.json`` file: an array of such
-    objects; ``*.parquet``: each row's ``text_field`` column). ``path`` may be a glob. Read by
+    objects; ``*.parquet``: each row's ``text_field`` column). ``path`` may be a glob, or a list of paths and globs
+    (read in that order). Read by
     :mod:`torchtune_longshort.data.text_files`.
 
     The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are

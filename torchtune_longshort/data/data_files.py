@@ -62,15 +62,18 @@ def is_remote(entry: Any) -> bool:
 
 
 def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
-    """``[(field, path)]`` for a reader's ``path`` argument (``local_text``: a file, folder or glob), refused with
-    its field when it names nothing; ``[]`` without one."""
+    """``[(field, path)]`` for a reader's ``path`` argument (``local_text``: a file, folder or glob, or a list of
+    them), each refused with its field (``dataset.path[1]``) when it names nothing; ``[]`` without one."""
     value = args.get("path")
-    if not isinstance(value, str):
-        return []
-    p = Path(value).expanduser()
-    if not p.exists() and not glob.glob(str(p)):
-        raise FileNotFoundError(f"{where}.path={value!r} does not exist (no such file, folder or glob match)")
-    return [(f"{where}.path", p)]
+    entries = [("", value)] if isinstance(value, str) else [
+        (f"[{i}]", v) for i, v in enumerate(value) if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
+    out: List[Tuple[str, Path]] = []
+    for at, entry in entries:
+        p = Path(entry).expanduser()
+        if not p.exists() and not glob.glob(str(p)):
+            raise FileNotFoundError(f"{where}.path{at}={entry!r} does not exist (no such file, folder or glob match)")
+        out.append((f"{where}.path{at}", p))
+    return out
 
 
 # What ``datasets``' ``Dataset.save_to_disk`` writes beside its Arrow files; ``load_dataset`` refuses such a folder

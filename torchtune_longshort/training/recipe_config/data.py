@@ -92,7 +92,7 @@ class DataSourceConfig(ComponentSection):
         check_heads`), so a file named by mistake (gzip, UTF-16) is refused now; the rest is read when the run starts
         (reading whole corpora is not a config check's to do). With skip_bad_records the run skips it: not refused."""
         if (resolve_component(f"{where}._component_", self.component) is not local_text
-                or self.args.get(SKIP_BAD_RECORDS) or not isinstance(self.args.get("path"), str)):
+                or self.args.get(SKIP_BAD_RECORDS) or not isinstance(self.args.get("path"), (str, list, tuple))):
             return
         suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *RECORD_SUFFIXES]
         try:

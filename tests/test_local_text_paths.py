@@ -1,0 +1,52 @@
+"""``corpus.local_text`` with ``path`` a list of paths and globs, as ``resolve_files`` and the evaluation's
+``ppl_data_files`` take them: it was refused by the config check ("expected a string (local_text's path)")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from recipe_config import make_cfg
+
+from torchtune_longshort.data.corpus import local_text
+
+
+def _files(tmp_path):
+    (tmp_path / "more").mkdir()
+    a, b, c = tmp_path / "a.jsonl", tmp_path / "more" / "b.jsonl", tmp_path / "more" / "c.txt"
+    a.write_text("".join(json.dumps({"text": f"a{i} " * 30}) + "\n" for i in range(2)))
+    b.write_text(json.dumps({"text": "b " * 30}) + "\n")
+    c.write_text("c " * 30)
+    return a, b, c
+
+
+def test_a_list_of_paths_and_globs_is_read_in_order(tmp_path):
+    a, b, c = _files(tmp_path)
+    got = list(local_text([str(tmp_path / "more" / "*.txt"), str(a), str(b)])())
+    # the reference: each entry read alone, in the list's order
+    assert got == [*local_text(str(c))(), *local_text(str(a))(), *local_text(str(b))()]
+    assert len(got) == 4
+
+
+def test_the_config_check_takes_a_list_and_names_the_entry_that_names_nothing(tmp_path, tiny_llama2_dir,
+                                                                              sp_tokenizer_dir):
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    a, b, _ = _files(tmp_path)
+
+    def cfg(path, where="dataset"):
+        node = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": path}
+        if where == "dataset":
+            return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", dataset=node)
+        return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
+                        validation={"dataset": node, "seq_len": 16, "num_sequences": 1})
+
+    load_recipe_config(cfg([str(a), str(b)]))
+    load_recipe_config(cfg([str(a), str(tmp_path / "more")], "validation"))
+    with pytest.raises(FileNotFoundError, match=r"^dataset.path\[1\]='.*nope.jsonl' does not exist"):
+        load_recipe_config(cfg([str(a), str(tmp_path / "nope.jsonl")]))
+    bad = tmp_path / "bad.jsonl"  # each entry's first bytes are checked, as a single path's are
+    bad.write_bytes(b'{"text": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"^dataset.path: .*bad.jsonl:1: bytes that are not utf-8"):
+        load_recipe_config(cfg([str(a), str(bad)]))
+    assert not (tmp_path / "out").exists()
