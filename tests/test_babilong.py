@@ -116,6 +116,23 @@ def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
         next(haystack.iter_haystack_lines(str(tmp_path / "nope")))
 
 
+
+def test_a_haystack_much_shorter_than_the_length_is_warned_about(tmp_path, sp_tokenizer_dir, capsys):
+    """A 2-byte haystack built samples of the same 2 bytes repeated about a thousand times without a word: one line
+    says how many times; a haystack longer than the length says nothing."""
+    (tmp_path / "two.txt").write_text("ab")
+    gen.generate(tmp_path / "short", qa_tasks=["qa1"], lengths=["1k", "2k"], n=1, tokenizer=str(sp_tokenizer_dir),
+                 haystack=str(tmp_path / "two.txt"))
+    tokens = haystack.load_token_counter(str(sp_tokenizer_dir))("ab")  # the reference: the text's own token count
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert err == [f"babilong generator: warning: haystack '{tmp_path / 'two.txt'}' holds {tokens} tokens, much "
+                   f"shorter than the longest length asked (2048 tokens): a sample repeats it about "
+                   f"{round(2048 / tokens)} times; name a longer text"], err
+    (tmp_path / "book.txt").write_text("".join(f"Line {i} of a long enough book.\n" for i in range(600)))
+    gen.generate(tmp_path / "long", qa_tasks=["qa1"], lengths=["1k"], n=1, tokenizer=str(sp_tokenizer_dir),
+                 haystack=str(tmp_path / "book.txt"))
+    assert "warning" not in capsys.readouterr().err
+
 # ----------------------------------------------------------------------- loader and scoring
 
 

@@ -39,6 +39,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
     iter_haystack_lines,
     load_token_counter,
     parse_length,
+    short_local_haystack,
 )
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
@@ -49,6 +50,8 @@ FITS = ("input", "prompt")
 # The list, in the output folder, of the files the generator wrote there: a rerun replaces those, and refuses to
 # overwrite a file of another origin.
 WRITTEN = ".longshort_babilong.json"
+# A haystack repeated this many times (or more) in the longest sample is warned about.
+REPEATS_WARNED = 2
 PROG = "python -m torchtune_longshort.eval.tasks.babilong.generator"
 
 
@@ -101,6 +104,7 @@ def generate(
     rng = random.Random(seed)
     lines = iter_haystack_lines(haystack)
     lines = itertools.chain([next(lines)], lines)  # a haystack that cannot be read is refused before any write
+    _warn_if_repeated(haystack, max(LENGTHS[l] for l in todo), count_tokens)
     paths = []
     from tqdm.auto import tqdm
 
@@ -116,6 +120,18 @@ def generate(
         for length in todo:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, rng, prompts, bar, paths)
     return paths
+
+
+def _warn_if_repeated(haystack: str, longest: int, count_tokens) -> None:
+    """One line on stderr when a local haystack is much shorter than the longest length asked: a sample then holds
+    the same text again and again (it was built silently, e.g. 2 bytes repeated thousands of times)."""
+    # a token holds far fewer than 32 characters: a text of 16 characters per token asked holds over half of them
+    text = short_local_haystack(haystack, 16 * longest) if longest else None
+    tokens = max(count_tokens(text), 1) if text is not None else longest
+    if longest / tokens >= REPEATS_WARNED:
+        print(f"babilong generator: warning: haystack {haystack!r} holds {tokens} tokens, much shorter than the "
+              f"longest length asked ({longest} tokens): a sample repeats it about {round(longest / tokens)} times; "
+              "name a longer text", file=sys.stderr)
 
 
 def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count_tokens, rng, prompts, bar,

@@ -63,34 +63,52 @@ def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
     PG19 row whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which
     record.
     """
+    while True:
+        n = 0
+        for line in _one_pass(haystack):
+            n += 1
+            yield line
+        if n == 0:
+            raise ValueError(f"haystack={haystack!r} has no non-empty lines")
 
-    def docs() -> Iterable[str]:
-        # deferred: torch (the data package's __init__ imports it; the task modules read this one's constants)
-        from torchtune_longshort.data.corpus import pg19
-        from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-        from torchtune_longshort.data.text_files import iter_documents, resolve_files
 
-        if haystack == "stdlib":
-            return iter_stdlib_documents(include_tests=False)
-        if haystack == "pg19":
-            return pg19(split="test", check_first=False, skip_bad_records=True)()
+def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
+    """A local haystack's whole text (its lines, one pass, joined by spaces) when it holds fewer than ``max_chars``
+    characters, else None (``"stdlib"``, ``"pg19"``: long corpora, never read here)."""
+    if haystack in ("stdlib", "pg19"):
+        return None
+    lines, size = [], 0
+    for line in _one_pass(haystack):
+        lines.append(line)
+        size += len(line) + 1
+        if size >= max_chars:
+            return None
+    return " ".join(lines)
+
+
+def _one_pass(haystack: str) -> Iterator[str]:
+    """The non-empty, stripped lines of one pass over the haystack (see :func:`iter_haystack_lines`)."""
+    # deferred: torch (the data package's __init__ imports it; the task modules read this one's constants)
+    from torchtune_longshort.data.corpus import pg19
+    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+    from torchtune_longshort.data.text_files import iter_documents, resolve_files
+
+    if haystack == "stdlib":
+        docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
+    elif haystack == "pg19":
+        docs = pg19(split="test", check_first=False, skip_bad_records=True)()
+    else:
         try:
             files = resolve_files(haystack, (".txt",), "haystack")
         except FileNotFoundError as e:
             accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
             raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
-        return iter_documents(files, encoding_errors="replace")
-
-    while True:
-        n = 0
-        for doc in readable_texts(docs(), "", f"haystack {haystack!r}"):
-            for line in doc.splitlines():
-                line = line.strip()
-                if line:
-                    n += 1
-                    yield line
-        if n == 0:
-            raise ValueError(f"haystack={haystack!r} has no non-empty lines")
+        docs = iter_documents(files, encoding_errors="replace")
+    for doc in readable_texts(docs, "", f"haystack {haystack!r}"):
+        for line in doc.splitlines():
+            line = line.strip()
+            if line:
+                yield line
 
 
 def within_length_tolerance(n_tokens: int, target: int) -> bool:
