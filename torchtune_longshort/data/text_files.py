@@ -156,7 +156,8 @@ def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
     if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
         return None  # NUL bytes are its text's
     if head.startswith(_UTF16):
-        return "UTF-16 text (its byte-order mark), not UTF-8: convert it (iconv -f UTF-16 -t UTF-8), or name its encoding"
+        return ("UTF-16 text (its byte-order mark), not UTF-8: convert it (iconv -f UTF-16 -t UTF-8), or name its "
+                "encoding")
     if b"\x00" in head[:HEAD_BYTES]:
         return "binary (NUL bytes), not text"
     return None
