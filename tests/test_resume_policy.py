@@ -88,7 +88,7 @@ def _tiny_cfg(out, tokenizer_dir, **over):
     return cfg
 
 
-def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokenizer_dir):
+def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokenizer_dir, monkeypatch):
     """Pre-training with BOS over each window's first token trains other inputs than without: a resume that flips
     it would silently train another run (the hand-kept list lacked it, and the flip was applied)."""
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -117,6 +117,15 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     applied: list = []
     validate(str(yaml_file), ["window_bos=false", "max_steps=3"], applied=applied)
     assert applied == ["max_steps: 1 -> 3"]
+    # a process count that does not divide the run's batch_size=2: the refusal advised another batch_size (a multiple
+    # of 3), which the resume then refused; it names the counts that can continue the run, in both commands
+    fixed = r"^batch_size=2 is fixed for this run: resume=True .*--nproc_per_node 1 or 2 \(the process counts"
+    for given in ("batch_size=2", "batch_size=3"):
+        with pytest.raises(ValueError, match=fixed):
+            validate(str(yaml_file), ["window_bos=false", given], world_size=3)
+    monkeypatch.setenv("WORLD_SIZE", "3")  # checked in the recipe's constructor, before any process group
+    with pytest.raises(ValueError, match=fixed):
+        LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, resume=True, batch_size=3))
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
 
 

@@ -111,6 +111,14 @@ class StepCheckpoints:
         s = self.steps(resumable)
         return self.path(s[-1]) if s else None
 
+    def newest_state(self) -> Optional[dict]:
+        """The recipe state of the newest resumable step (memory-mapped: its tensors are not read), or None: what a
+        resume continues, for a config check to read (its ``config``) before the run claims the folder."""
+        latest = self.latest(resumable=True)
+        if latest is None:
+            return None
+        return torch.load(recipe_state_path(latest), map_location="cpu", weights_only=False, mmap=True)
+
     def standing(self) -> str:
         """What a run that ended early leaves, and how to go on: the last step saved whole, which resume=True
         continues from, or none (then the folder holds the run's start)."""

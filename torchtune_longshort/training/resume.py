@@ -176,11 +176,8 @@ def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[s
     """What ``resume=True`` with ``new_config`` would apply to ``output_dir``'s newest resumable step, its refusal
     raised as the run's setup raises it (:func:`compare_resume_config`), read without its tensors (the state file
     memory-mapped: a large run's optimizer state is not loaded to check a config). None to compare: ``[]``."""
-    latest = StepCheckpoints(output_dir).latest(resumable=True)
-    if latest is None:
-        return []
-    state = torch.load(recipe_state_path(latest), map_location="cpu", weights_only=False, mmap=True)
-    saved = state.get("config")
+    state = StepCheckpoints(output_dir).newest_state()
+    saved = None if state is None else state.get("config")
     if saved is None:
         return []
     if new_config.get("seed") is None:  # seed: null continues with the run's recorded seed

@@ -19,8 +19,10 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.s2_attn import check_s2_length
 from torchtune_longshort.rope.clex import CLEXRoPE
+from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.config.fields import with_own_defaults
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
 
@@ -34,6 +36,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     if config.seed is not None and config.seed > most:
         raise ValueError(f"seed={config.seed} is too large for {world_size} process(es): each seeds numpy with seed + "
                          f"rank, which must be below 2**32; accepted: 0 .. {most}, or null (one drawn)")
+    _check_resumed_batch_split(config, world_size, local)
     bs, ga = config.batch_size, config.gradient_accumulation_steps
     if bs % (world_size * ga):
         raise ValueError(f"batch_size={bs} is not divisible by world_size ({world_size}) x gradient_accumulation_steps "
@@ -75,6 +78,25 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
         check_checkpoint_dimensions(config)
     _check_scheduler(config)
     _check_profiler_schedule(config)
+
+
+def _check_resumed_batch_split(config: RecipeConfig, world_size: int, local: bool) -> None:
+    """``resume=True`` of a run in ``output_dir``: its ``batch_size`` and ``gradient_accumulation_steps`` cannot change
+    (exact on resume), so only the process counts that divide them can continue it. Refused naming those counts (the
+    split's own refusal advised another batch_size, which the resume then refused)."""
+    state = StepCheckpoints(config.output_dir).newest_state() if local and config.resume else None
+    saved = None if state is None or state.get("config") is None else with_own_defaults(RecipeConfig, state["config"])
+    if saved is None:
+        return
+    bs, ga = int(saved["batch_size"]), int(saved["gradient_accumulation_steps"])
+    if bs % (world_size * ga) == 0:
+        return
+    counts = [str(n) for n in range(1, bs // ga + 1) if bs % (n * ga) == 0]
+    raise ValueError(f"batch_size={bs} is fixed for this run: resume=True continues the run in output_dir="
+                     f"{str(config.output_dir)!r}, which trains batch_size={bs} with gradient_accumulation_steps={ga} "
+                     f"(neither can change on resume), and {bs} sequences do not split over {world_size} processes x "
+                     f"{ga}; resume it with --nproc_per_node {', '.join(counts[:-1])}{' or ' if counts[:-1] else ''}"
+                     f"{counts[-1]} (the process counts that divide it), or start a new run in another output_dir")
 
 
 def _check_shuffle(config: RecipeConfig) -> None:
