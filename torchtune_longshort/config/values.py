@@ -118,6 +118,21 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
                              f"({why}); name a path in a folder you can write")
 
 
+def refuses_writes(path: Path) -> Optional[str]:
+    """Why the existing folder ``path`` takes no new file, or the existing file ``path`` cannot be written (tried:
+    a folder made there and removed at once, the file opened for writing and closed unchanged; immutable, read-only
+    mount, permissions), None when it can."""
+    return _refuses_new_folder(path) if path.is_dir() else _refuses_write(path)
+
+
+def _refuses_write(file: Path) -> Optional[str]:
+    try:
+        open(file, "r+b").close()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def _refuses_new_folder(folder: Path) -> Optional[str]:
     """Why ``folder`` does not take a new folder (one is made there and removed at once), None when it does."""
     try:

@@ -20,6 +20,8 @@ folder is complete, and :meth:`StepCheckpoints.latest` picks the newest (``resum
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import shutil
@@ -28,10 +30,12 @@ from typing import Any, List, Optional, Union
 
 import torch
 
+from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
+LATEST = "latest"  # the text file naming the newest complete step folder
 STAGING = ".staging"  # where a checkpoint (and a from-scratch step_0) is written before its commit
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
@@ -166,8 +170,31 @@ class StepCheckpoints:
     def commit(self, staged: Path, step: int) -> Path:
         """Move a fully written staging folder to ``step_<step>`` atomically and its staged recipe state (if any) to
         ``recipe_state/``, delete the states past the newest :attr:`keep`, update ``latest`` and remove the empty
-        staging folder."""
+        staging folder. A move the file system refuses (``chattr +i``, a permission, a read-only mount) is an
+        :class:`~torchtune_longshort.config.values.UnwritablePath` in one line: which step stands and what to mend
+        (its raw ``Operation not permitted`` named neither); a state that cannot follow its step folder is found
+        before the folder moves, so no ``step_<k>`` is left without its state."""
+        try:
+            return self._commit(staged, step)
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.EACCES, errno.EROFS):
+                raise
+            with contextlib.suppress(OSError):
+                self.clean_staging()
+            last = self.latest(resumable=True)
+            then = (f"continue with resume=True (the last saved step, {last}, stands)" if last is not None else
+                    "start again with overwrite_output_dir=True (no step of this run was saved)")
+            raise UnwritablePath(f"checkpoint step_{step} could not be saved ({' '.join(str(e).split())}): make what "
+                                 f"it names writable (chmod u+w; chattr -i if it is immutable), then {then}") from None
+
+    def _commit(self, staged: Path, step: int) -> Path:
         final = self.path(step)
+        state = staged_state_path(staged)
+        if state.is_file():  # asked before the step folder moves in: one without its state is no resume point
+            recipe_state_path(final).parent.mkdir(exist_ok=True)
+            why = refuses_writes(recipe_state_path(final).parent)
+            if why:
+                raise PermissionError(errno.EPERM, why, str(recipe_state_path(final).parent))
         written = sorted(q.relative_to(staged).as_posix() for q in staged.rglob("*") if not q.is_dir())
         write_names(staged / MANIFEST, written)
         if final.exists():
@@ -179,13 +206,11 @@ class StepCheckpoints:
             shutil.rmtree(old)
         else:
             os.rename(staged, final)
-        state = staged_state_path(staged)
         if state.is_file():
-            recipe_state_path(final).parent.mkdir(exist_ok=True)
             os.replace(state, recipe_state_path(final))
             self._prune_states()
         _fsync_dir(self.root)
-        atomic_write_text(self.root / "latest", final.name + "\n")
+        atomic_write_text(self.root / LATEST, final.name + "\n")
         if self.staging_root.is_dir() and not any(self.staging_root.iterdir()):
             self.staging_root.rmdir()
         return final

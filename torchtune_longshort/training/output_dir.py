@@ -34,7 +34,7 @@ from torchtune_longshort.training.output_aside import (
     user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
+    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 
 LOCK = ".lock"
@@ -43,7 +43,7 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
 # torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-WRITTEN_HERE = (MARKER, LOCK, "latest", RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
+WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
                 REPLACED, DISCARDED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
-from torchtune_longshort.training.output_dir import HERE, check_output_dir
+from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
+from torchtune_longshort.training.output_dir import HERE, METRICS_FILE, check_output_dir
 from torchtune_longshort.config.fields import ComponentSection
-from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
 # Component arguments that name where a run writes, not what it reads.
@@ -125,7 +126,26 @@ def check_overwrite(config: RecipeConfig) -> None:
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
     # new file ended in a traceback: at the lock, or at the logger once the run had claimed its folder)
     check_creatable("output_dir", config.output_dir, writable=True)
+    check_own_entries(out, log_dir)
     if log_dir:
         check_creatable("metric_logger.log_dir", log_dir, writable=True)
     if config.trace_dir:
         check_creatable("profiler.output_dir", config.trace_dir, writable=True)
+
+
+def check_own_entries(out: Path, log_dir: Any) -> None:
+    """The entries of an existing run in ``out`` that this run writes into (its resume, or an overwrite that deletes
+    them first) take writes: ``recipe_state/`` (each save's state), the log folder when it lies in ``out``, ``latest``
+    and ``metrics.jsonl``. One that does not (``chattr +i``, a permission) ended a resume at its first save, after
+    steps were trained, in a raw ``Operation not permitted``; refused naming it and the fix."""
+    entries = [(out / RECIPE_STATE_DIR, "each save's optimizer and data state")]
+    if log_dir and out.resolve() in Path(log_dir).resolve().parents:
+        entries.append((Path(log_dir), "the metric logger's files"))
+    entries += [(out / LATEST, "the newest step's name"), (out / METRICS_FILE, "each step's metrics")]
+    for path, what in entries:
+        why = refuses_writes(path) if path.exists() and not path.is_symlink() else None
+        if why:
+            name = path.resolve().relative_to(out.resolve()).as_posix() + ("/" if path.is_dir() else "")
+            raise UnwritablePath(f"output_dir={str(out)!r}: its {name} does not take writes ({why}), and this run "
+                                 f"writes {what} there; make it writable (chmod u+w {str(path)!r}; chattr -i if it is "
+                                 "immutable), then run again")
