@@ -7,6 +7,7 @@ inputs that would fail *later* (a checkpoint folder that does not exist): the de
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -72,3 +73,36 @@ def test_the_eval_model_refuses_instead_of_falling_back(tmp_path):
 
     with pytest.raises(ValueError, match=rf"device='{ABSENT}': {WHY}"):
         parse_model_args(pretrained=str(tmp_path / "missing"), device=ABSENT)
+
+
+def test_more_cpu_processes_than_cores_is_warned_in_one_line_not_refused(tmp_path, monkeypatch, capsys, caplog,
+                                                                         sp_tokenizer_dir):
+    """``longshort-validate ... --nproc_per_node 1024`` said OK on a 2-core machine, and tune run started 1024
+    processes without a word. The reference: the machine's core count, made 2 here."""
+    from run_folders import tiny_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    warning = ("3 processes on device=cpu, and this machine has 2 CPU core(s): each process gets less than one core, "
+               "so steps run slower than with fewer processes; use --nproc_per_node 2 or fewer")
+    assert main(["tiny/longshort_stdlib.yaml", "batch_size=6", "--nproc_per_node", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"longshort-validate: warning: {warning}" in out and out[-1].startswith("longshort-validate: tiny/")
+    assert main(["tiny/longshort_stdlib.yaml", "batch_size=6", "--nproc_per_node", "2"]) == 0
+    assert "warning" not in capsys.readouterr().out
+    # tune run: rank 0 says it once at the start, before the process group gathers the processes
+    monkeypatch.setenv("WORLD_SIZE", "3")
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("no process group in this test")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", stop)
+    with pytest.raises(RuntimeError, match="no process group"):
+        LongShortFinetuneRecipe(tiny_cfg(tmp_path / "out", sp_tokenizer_dir, batch_size=6))
+    assert [r.getMessage() for r in caplog.records if "CPU core" in r.getMessage()] == [warning]
+    assert [r.levelname for r in caplog.records if "CPU core" in r.getMessage()] == ["WARNING"]
+    assert not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ field and the fix. Nothing falls back to another device, so what a results file 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
@@ -42,6 +43,17 @@ def device_problem(name: str) -> Union[str, None]:
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return "MPS is not available on this machine"
     return None
+
+
+def cpu_oversubscribed(device: Union[str, torch.device], processes: int) -> Optional[str]:
+    """One line when ``processes`` training processes on a CPU ``device`` outnumber this machine's cores
+    (``os.cpu_count()``): each gets less than one, and the run is slower than in fewer processes. None otherwise (a
+    GPU run, or one that fits)."""
+    cores = os.cpu_count()
+    if str(device).split(":")[0] != "cpu" or cores is None or processes <= cores:
+        return None
+    return (f"{processes} processes on device=cpu, and this machine has {cores} CPU core(s): each process gets less "
+            f"than one core, so steps run slower than with fewer processes; use --nproc_per_node {cores} or fewer")
 
 
 CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1

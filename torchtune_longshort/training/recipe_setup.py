@@ -22,7 +22,7 @@ from torchtune import config, training, utils
 
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
-from torchtune_longshort.devices import set_rank_rng_states
+from torchtune_longshort.devices import cpu_oversubscribed, set_rank_rng_states
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
@@ -79,6 +79,9 @@ class RecipeSetup:
             log.info(f"equal_compute_overhead={config_.equal_compute_overhead}: max_steps {config_.max_steps} -> "
                      f"{self.max_steps} for alpha > 0")
         self._device = utils.get_device(device=config_.device)
+        oversubscribed = cpu_oversubscribed(self._device, world_size)
+        if oversubscribed and os.environ.get("RANK", "0") == "0":  # said once, before the process group gathers them
+            log.warning(oversubscribed)
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).
             backend = training.get_distributed_backend(self._device.type)

@@ -25,6 +25,7 @@ import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.devices import cpu_oversubscribed
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
 from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
@@ -156,6 +157,9 @@ def main(argv=None) -> int:
     notes: list = []
     applied: list = []
     checked = refusing(PROG, lambda: validate(args.config, args.overrides, world, notes, applied))
+    oversubscribed = cpu_oversubscribed(checked.device, world)
+    if oversubscribed:
+        print(f"{PROG}: warning: {oversubscribed}")
     if notes:
         print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
               f"{'; '.join(notes)}")
