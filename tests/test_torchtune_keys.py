@@ -49,7 +49,12 @@ CASES = [
     ({"tensor_parallel_dim": 2, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}},
      r"'tensor_parallel_dim' .*, 'tensor_parallel_plan' \(torchtune's key; .*tensor parallelism is not supported"),
     ({"collate_fn": "torchtune.data.padded_collate_sft"}, r"'collate_fn' \(torchtune's key; no counterpart here"),
-    ({"tensor_parallel_dim": 2}, r"'tensor_parallel_dim' \(torchtune's key; .*tensor parallelism is not supported"),
+    ({"tensor_parallel_dim": 2}, r"^config key\(s\) this recipe does not take at the top level: 'tensor_parallel_dim' "
+                                 r"\(torchtune's key; .*tensor parallelism is not supported"),
+    # a typo beside torchtune's key: each named for what it is
+    ({"tensor_parallel_dim": 2, "max_step": 3}, r"^unknown config key\(s\) at the top level: 'max_step' \(did you "
+                                                r"mean 'max_steps'\?\); config key\(s\) this recipe does not take at "
+                                                r"the top level: 'tensor_parallel_dim' \(torchtune's key; "),
     # torchtune's batch_size is per process and micro-batch (llama3_2/1B_lora_single_device: 4 with accumulation 8)
     ({"batch_size": 4, "gradient_accumulation_steps": 8}, r"batch_size=4 is not divisible .*torchtune's is per "
                                                           r"process and micro-batch: its batch_size=4 with these is "

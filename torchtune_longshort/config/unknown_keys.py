@@ -121,7 +121,9 @@ def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "") -
             "`python -m torchtune_longshort.study.table1 --config <file>`)"
         )
     section = f"in {where}" if where else "at the top level"
-    raise ConfigKeyError(
-        f"unknown config key(s) {section}: {', '.join(hint(k, known, where) for k in keys)}. "
-        f"Accepted {section}: {', '.join(known)}"
-    )
+    # torchtune's own keys are known, and answered: not "unknown" (tensor_parallel_dim=2 was, then explained)
+    theirs = [k for k in keys if not where and str(k) in TORCHTUNE_NAMES]
+    ours = [k for k in keys if k not in theirs]
+    parts = [f"{heading} {section}: {', '.join(hint(k, known, where) for k in group)}" for heading, group in (
+        ("unknown config key(s)", ours), ("config key(s) this recipe does not take", theirs)) if group]
+    raise ConfigKeyError(f"{'; '.join(parts)}. Accepted {section}: {', '.join(known)}")
