@@ -88,7 +88,7 @@ def _tiny_cfg(out, tokenizer_dir, **over):
     return cfg
 
 
-def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokenizer_dir, monkeypatch):
+def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokenizer_dir, monkeypatch, capsys):
     """Pre-training with BOS over each window's first token trains other inputs than without: a resume that flips
     it would silently train another run (the hand-kept list lacked it, and the flip was applied)."""
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
@@ -126,6 +126,25 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     monkeypatch.setenv("WORLD_SIZE", "3")  # checked in the recipe's constructor, before any process group
     with pytest.raises(ValueError, match=fixed):
         LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, resume=True, batch_size=3))
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    # Ctrl-C while the resume sets up: the run it resumes is left as it was, and the line says so (it said the
+    # setup's output folder was taken back)
+    import signal
+
+    from torchtune_longshort.recipes.longshort_finetune import recipe_main
+    from torchtune_longshort.refusals import Stopped
+
+    monkeypatch.delenv("WORLD_SIZE")
+    def stop(self, recipe_state):
+        raise Stopped(signal.SIGINT)
+
+    monkeypatch.setattr(LongShortFinetuneRecipe, "_setup_model", stop)
+    monkeypatch.setattr("sys.argv", ["longshort_finetune.py", "--config", str(yaml_file), "window_bos=false",
+                                     "max_steps=2"])
+    with pytest.raises(SystemExit) as stop:
+        recipe_main()
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 128 + signal.SIGINT and "a run it resumes is untouched" in line, line
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
 
 

@@ -362,8 +362,8 @@ def recipe_main() -> None:
     _run()
 
 
-SETUP_STOPPED = ("stopped while setting up, before the first step: nothing was trained, and what the setup made "
-                 "(its output folder, a tokenizer it trained) was taken back; run the command again")
+SETUP_STOPPED = ("stopped while setting up, before the first step: nothing was trained; what the setup made (a new "
+                 "output folder, a tokenizer it trained) was taken back, and a run it resumes is untouched; run again")
 SETUP_LOST = "before the first step: nothing was trained; run the command again"
 
 
