@@ -47,7 +47,8 @@ def test_a_run_entry_that_takes_no_writes_is_refused_before_the_resume_claims_th
     probe_folder, probe_file = values._refuses_new_folder, values._refuses_write
     monkeypatch.setattr(values, "_refuses_new_folder",
                         lambda f: "Operation not permitted" if f == refused else probe_folder(f))
-    monkeypatch.setattr(values, "_refuses_write", lambda f: "Operation not permitted" if f == refused else probe_file(f))
+    monkeypatch.setattr(values, "_refuses_write",
+                        lambda f: "Operation not permitted" if f == refused else probe_file(f))
     before = tree(run)
     for check in (load_recipe_config, LongShortFinetuneRecipe):  # longshort-validate's check, tune run's constructor
         with pytest.raises(PermissionError, match=rf"^output_dir='.*/run': {named}"):
