@@ -101,6 +101,32 @@ def test_f1_rope_argument_typo_is_refused_before_the_folder_and_the_fix_then_run
     assert r.rope_spec["method"] == "yarn" and (out / "step_0").is_dir()
 
 
+def test_a_key_misplaced_by_one_level_is_refused_naming_where_it_goes(tmp_path, sp_tokenizer_dir):
+    """``model.lora_rank`` on a ``rope_scaled`` wrapper was "not an argument of RoPE method 'yarn'"; a top-level
+    ``lora_rank`` and a ``train_embeddings_and_norms`` in a model node got only the list of accepted keys. The
+    reference: where the shipped configs put them (lora_yarn_16k_stdlib.yaml: model.model.lora_rank)."""
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    inner = dict(OmegaConf.to_container(OmegaConf.load(TINY).model))
+    cases = [
+        ({"model": _yarn(inner, lora_rank=8)}, ValueError,
+         r"^model.lora_rank=8 is not an argument of RoPE method 'yarn' \(did you mean 'model.model.lora_rank'\? the "
+         r"model it wraps takes it: LoRA keys go under model.model\): it takes \["),
+        ({"model": _yarn(inner), "lora_rank": 8}, KeyError,
+         r"at the top level: 'lora_rank' \(did you mean 'model.model.lora_rank'\? it is read there\)\. Accepted"),
+        ({"lora_rank": 8}, KeyError, r"at the top level: 'lora_rank' \(did you mean 'model.lora_rank'\?"),
+        ({"model": _yarn({**inner, "train_embeddings_and_norms": True})}, KeyError,
+         r"in model.model: 'model.model.train_embeddings_and_norms' \(did you mean 'train_embeddings_and_norms'\? a "
+         r"top-level key\)"),
+        ({"model": _yarn({**inner, "lora_rnak": 8})}, KeyError, r"'model.model.lora_rnak' \(did you mean 'lora_rank'"),
+    ]
+    for over, exc, match in cases:
+        with pytest.raises(exc) as err:
+            load_recipe_config(tiny_cfg(tmp_path / "run", sp_tokenizer_dir, **over))
+        assert __import__("re").search(match, str(err.value)), str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_f1_a_folder_a_refused_setup_made_is_taken_back_and_a_user_file_kept(tmp_path):
     """F1's leftover: a setup refused after its folder was claimed gives the folder back (the rerun finds none);
     a folder that existed before, or that holds a file the recipe does not write, is kept."""

@@ -89,9 +89,13 @@ class ConfigKeyError(Refusal, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def hint(key: str, known: Iterable[str], where: str = "") -> str:
-    """``'key'`` with its "did you mean" (torchtune's own name first, then the nearest known key), if any."""
+def hint(key: str, known: Iterable[str], where: str = "", elsewhere: Optional[Mapping[str, str]] = None) -> str:
+    """``'key'`` with its "did you mean" (torchtune's own name first, then the path of another section that takes
+    it, from ``elsewhere``, then the nearest known key), if any."""
     path = f"{where}.{key}" if where else str(key)
+    home = (elsewhere or {}).get(str(key))
+    if home is not None:
+        return f"{path!r} (did you mean {home!r}? {'a top-level key' if '.' not in home else 'it is read there'})"
     theirs: Optional[tuple] = TORCHTUNE_NAMES.get(str(key)) if not where else None
     if theirs is not None:
         ours, why = theirs
@@ -108,9 +112,11 @@ def hint(key: str, known: Iterable[str], where: str = "") -> str:
 STUDY_MARKER_KEY = "not_a_torchtune_config"
 
 
-def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "") -> None:
+def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "",
+                   elsewhere: Optional[Mapping[str, str]] = None) -> None:
     """Raise :class:`ConfigKeyError` listing each of ``keys`` with its hint, and what the section reads (a study
-    config, known by its marker, is named as one instead)."""
+    config, known by its marker, is named as one instead); its ``refused`` is ``(keys, known, where)``, for a caller
+    that knows the whole config to raise it again with ``elsewhere`` (``{key: the path that takes it}``)."""
     keys, known = list(keys), sorted(str(k) for k in known)
     if not keys:
         return
@@ -124,6 +130,9 @@ def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "") -
     # torchtune's own keys are known, and answered: not "unknown" (tensor_parallel_dim=2 was, then explained)
     theirs = [k for k in keys if not where and str(k) in TORCHTUNE_NAMES]
     ours = [k for k in keys if k not in theirs]
-    parts = [f"{heading} {section}: {', '.join(hint(k, known, where) for k in group)}" for heading, group in (
-        ("unknown config key(s)", ours), ("config key(s) this recipe does not take", theirs)) if group]
-    raise ConfigKeyError(f"{'; '.join(parts)}. Accepted {section}: {', '.join(known)}")
+    parts = [f"{heading} {section}: {', '.join(hint(k, known, where, elsewhere) for k in group)}"
+             for heading, group in (("unknown config key(s)", ours), ("config key(s) this recipe does not take", theirs))
+             if group]
+    err = ConfigKeyError(f"{'; '.join(parts)}. Accepted {section}: {', '.join(known)}")
+    err.refused = (keys, known, where)
+    raise err

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtune_longshort.config.fields import build_section
+from torchtune_longshort.config.fields import build_section, section_keys
+from torchtune_longshort.training.recipe_config.key_homes import key_homes
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
 from torchtune_longshort.training.recipe_config.paths import naming_the_source, resolved_config, resolved_container
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -21,7 +22,7 @@ from torchtune_longshort.training.recipe_config.tokenizer_check import check_tok
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
-from torchtune_longshort.config.unknown_keys import ConfigKeyError, torchtune_keys_as_here
+from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown, torchtune_keys_as_here
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
@@ -36,7 +37,7 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
     as_here = torchtune_keys_as_here(node)
     try:
-        config = build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
+        config = _built(node, as_here, local)
         check_rules(config, world_size, local)
         if local:
             check_tokenizer(config)  # built as the setup builds it: a file of another format, ids past the model's
@@ -44,6 +45,19 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     except (ValueError, OSError) as e:  # a field whose value comes from another key: that key named too
         raise naming_the_source(e, cfg)
     return config
+
+
+def _built(node: dict, as_here: dict, local: bool) -> RecipeConfig:
+    """The typed config of ``node`` without the keys ``as_here``; a key misplaced by one level (``lora_rank`` at the
+    top level, ``train_embeddings_and_norms`` in a model node) refused with the path that takes it."""
+    try:
+        return build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
+    except ConfigKeyError as e:
+        keys, known, where = getattr(e, "refused", ((), (), ""))
+        homes = key_homes(section_keys(RecipeConfig), node, keys, where)
+        if homes:
+            refuse_unknown(keys, known, where, homes)
+        raise
 
 
 __all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer", "check_tokenizer_vocab",

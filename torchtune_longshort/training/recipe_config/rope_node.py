@@ -19,6 +19,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
 from torchtune_longshort.rope import ROPE_METHODS, build_rope
 from torchtune_longshort.rope.checks import check_factor
+from torchtune_longshort.training.recipe_config.key_homes import wrapped_home
 
 HF_DECODER = "torchtune_longshort.models.hf_decoder"
 ROPE_SCALED = "torchtune_longshort.models.rope_scaled"
@@ -41,13 +42,17 @@ def _method_parameters(method: str) -> Optional[List[str]]:
     return sorted(n for n in params if n not in ("self", "dim", "max_seq_len", "base"))
 
 
-def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any]) -> None:
+def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any], node: Mapping[str, Any]) -> None:
     accepted = _method_parameters(method)
     unknown = [k for k in given if accepted is not None and k not in accepted]
     if unknown:
         k = unknown[0]
-        near = difflib.get_close_matches(str(k), accepted, n=1)
+        near, home = difflib.get_close_matches(str(k), accepted, n=1), wrapped_home(node, where, str(k))
         hint = f" (did you mean {near[0]!r}?)" if near else ""
+        if home is not None:  # lora_rank on the wrapper: the model it wraps takes it
+            inner = home.rsplit(".", 1)[0]
+            hint = (f" (did you mean {home!r}? the model it wraps takes it"
+                    f"{f': LoRA keys go under {inner}' if 'lora' in str(k) else ''})")
         raise ValueError(f"{where}.{k}={given[k]!r} is not an argument of RoPE method {method!r}{hint}: it takes "
                          f"{accepted}")
 
@@ -61,7 +66,7 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
            if p.kind is not inspect.Parameter.VAR_KEYWORD}
     if node.get("method") in ROPE_METHODS:
         _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
-                                                     if k != "_component_" and k not in own})
+                                                     if k != "_component_" and k not in own}, node)
 
 
 def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
