@@ -130,9 +130,9 @@ def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "",
     # torchtune's own keys are known, and answered: not "unknown" (tensor_parallel_dim=2 was, then explained)
     theirs = [k for k in keys if not where and str(k) in TORCHTUNE_NAMES]
     ours = [k for k in keys if k not in theirs]
+    groups = (("unknown config key(s)", ours), ("config key(s) this recipe does not take", theirs))
     parts = [f"{heading} {section}: {', '.join(hint(k, known, where, elsewhere) for k in group)}"
-             for heading, group in (("unknown config key(s)", ours), ("config key(s) this recipe does not take", theirs))
-             if group]
+             for heading, group in groups if group]
     err = ConfigKeyError(f"{'; '.join(parts)}. Accepted {section}: {', '.join(known)}")
     err.refused = (keys, known, where)
     raise err
