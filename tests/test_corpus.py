@@ -147,7 +147,7 @@ def test_shuffled_stdlib_is_a_seeded_permutation_of_the_same_text():
 
     assert len(got) > len(ordered)
     assert sorted(got) == sorted(p for doc in ordered for p in split_lines_into_pieces(doc, 2000))
-    with pytest.raises(ValueError, match="piece_chars needs shuffle_seed"):
+    with pytest.raises(ValueError, match="dataset.piece_chars=2000 needs dataset.shuffle_seed"):
         stdlib(limit=6, piece_chars=2000)
 
 

@@ -125,8 +125,10 @@ def generate(
 def _warn_if_repeated(haystack: str, longest: int, count_tokens) -> None:
     """One line on stderr when a local haystack is much shorter than the longest length asked: a sample then holds
     the same text again and again (it was built silently, e.g. 2 bytes repeated thousands of times)."""
+    if not longest:  # 0k alone: no haystack is read
+        return
     # a token holds far fewer than 32 characters: a text of 16 characters per token asked holds over half of them
-    text = short_local_haystack(haystack, 16 * longest) if longest else None
+    text = short_local_haystack(haystack, 16 * longest)
     tokens = max(count_tokens(text), 1) if text is not None else longest
     if longest / tokens >= REPEATS_WARNED:
         print(f"babilong generator: warning: haystack {haystack!r} holds {tokens} tokens, much shorter than the "
