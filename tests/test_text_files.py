@@ -61,11 +61,11 @@ def test_bad_records_are_named_and_can_be_skipped(tmp_path, name, data, message,
 
 
 @pytest.mark.parametrize("name,data,what", [
-    ("a.txt.gz", gzip.compress(b"some text"), "a gzip-compressed file, not text: decompress it first"),
+    ("a.txt.gz", gzip.compress(b"some text", mtime=0), "a gzip-compressed file, not text: decompress it first"),
     ("a.txt", b"PAR1\x15\x04\x15\x10" + b"\x00" * 40, "a Parquet file, not text: name it *.parquet"),
     ("a.txt", "utf-16 text".encode("utf-16"), "UTF-16 text (its byte-order mark), not UTF-8"),
     ("a.bin", b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary (NUL bytes), not text"),
-])
+], ids=["gzip", "parquet", "utf16", "binary"])  # fixed ids: every xdist worker collects the same names
 def test_a_file_that_is_no_text_is_named_not_read_as_replacement_characters(tmp_path, name, data, what):
     # the evaluation's local data decodes with replacement: a .parquet or .gz file was scored as a document of
     # U+FFFD characters, and the run reported a perplexity
