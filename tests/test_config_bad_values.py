@@ -195,7 +195,8 @@ FAMILIES = {
          "model.factor", r"=0.5 is not accepted: expected a number >= 1"),
         ({"model": {**ROPE_NODE, "method": "yarn", "max_seq_len": 128, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
-         "model.max_seq_len", r"=128 is shorter than the 256 positions.*factor 128/256 = 0.5 is < 1.*model.factor"),
+         "model.max_seq_len",
+         r"=128 is shorter than the 256 positions.*factor 128/256 = 0.5 is < 1; give model.max_seq_len >= 256"),
         # a RoPE method's own argument checks ran when the model was built, naming the bare argument; validate: OK
         ({"model": {**ROPE_NODE, "method": "yarn", "attention_factor": -1, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
@@ -447,6 +448,12 @@ def test_a_start_folder_with_its_own_scaling_has_its_factor_checked(recipe_cls, 
     with pytest.raises(ValueError, match=r"^model.max_seq_len=32 is shorter than the 64 positions the scaling starts "
                                          r"from: the default factor 32/64 = 0.5 is < 1"):
         recipe_cls(make_cfg(scaled, sp_tokenizer_dir, out, model=node, seq_len=16))
+    # with a factor given, the model written said max_position_embeddings 32, half the start's (the refusal's
+    # "or factor >= 1" advice led there)
+    with pytest.raises(ValueError, match=r"^model.max_seq_len=32 is shorter than the 64 positions the scaling starts "
+                                         r"from: the scaled model would cover fewer positions than it starts from; "
+                                         r"give model.max_seq_len >= 64"):
+        recipe_cls(make_cfg(scaled, sp_tokenizer_dir, out, model={**node, "factor": 2.0}, seq_len=16))
     assert not out.exists()
     model = llama2(vocab_size=64, num_layers=1, num_heads=2, num_kv_heads=1, embed_dim=16, max_seq_len=64)
     apply_rope_scaling(model, "linear", 256)

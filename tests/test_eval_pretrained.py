@@ -211,7 +211,21 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                         # a RoPE parameter's own check named it without the rope_ the user typed ("factor=0.5")
                         (["--model", "longshort", "--device", "cpu", "--model_args",
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=0.5"],
-                         r"^rope_factor=0.5 is not accepted: expected a number >= 1")]:
+                         r"^rope_factor=0.5 is not accepted: expected a number >= 1"),
+                        # a misspelled parameter: a TypeError traceback naming 'fctor', once the model was built
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_fctor=2"],
+                         r"rope_fctor=2 is not a parameter of RoPE method 'yarn' \(did you mean 'rope_factor'\?\): it "
+                         r"takes \['rope_alpha'"),
+                        # LongRoPE without its factor lists (a TypeError traceback)
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=longrope"],
+                         r"missing 2 required keyword-only arguments: 'short_factor' and 'long_factor': give it as "
+                         r"rope_<name>= in --model_args \(a list cannot be given there"),
+                        # the override under hf: transformers' 61-line TypeError after lm-eval's start-up
+                        (["--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarn,rope_factor=2"],
+                         r"--model_args rope=yarn: a RoPE override is the longshort model's \(--model longshort\); "
+                         r"--model hf takes none")]:
         with pytest.raises(ValueError, match=match):
             check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", *args]))
     check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "longshort", "--model_args",

@@ -189,7 +189,7 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
 
     layout = step / ADAPTER_DIR / "longshort_adapter.json"  # a QLoRA run's: said, not refused
     layout.write_text(json.dumps({**json.loads(layout.read_text()), "base_quantization": "nf4"}))
-    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.eval.peft_args"):
+    with caplog.at_level(logging.WARNING, logger="torchtune_longshort.eval.other_model_args"):
         check(folder.path)
     assert "trained on the nf4-quantized base, these adapters on pretrained=" in caplog.text
 

@@ -22,7 +22,7 @@ from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
-from torchtune_longshort.eval.peft_args import check_peft_args
+from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
@@ -214,8 +214,8 @@ def check_arguments(out: List[str]) -> None:
             raise ValueError(no_template_message(args.tokenizer.path))
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
-    if model != "longshort" and (given.model_args or {}).get("peft"):  # longshort refuses the key itself
-        check_peft_args(str((given.model_args or {}).get("pretrained")), str(given.model_args["peft"]))
+    if model != "longshort":  # longshort refuses what it does not take itself
+        check_other_model_args(given.model_args or {}, model)
 
 
 def _every_task_ignores(names: List[str], key: str) -> bool:

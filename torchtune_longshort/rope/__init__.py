@@ -17,7 +17,8 @@ same one-line message everywhere.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Dict, Optional, Type
+import inspect
+from typing import Any, Dict, List, Optional, Type
 
 from torch import nn
 
@@ -70,6 +71,16 @@ def check_rope_method(method: Any, where: str = "method") -> str:
     raise ValueError(f"{where}={method!r} is not a RoPE method{hint}: expected one of {sorted(ROPE_METHODS)} "
                      "(torchtune_longshort.rope.ROPE_METHODS)")
 
+
+
+def method_parameters(method: str) -> Optional[List[str]]:
+    """The keywords RoPE method ``method``'s class takes besides what every method gets (head size, positions, base),
+    sorted; None when it takes any (``**kwargs``). The recipe's config check and the eval model's ``rope_<param>=``
+    check ask it, before anything is built."""
+    params = inspect.signature(ROPE_METHODS[method].__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(n for n in params if n not in ("self", "dim", "max_seq_len", "base"))
 
 
 def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: Optional[float] = None,

@@ -47,7 +47,7 @@ from torchtune_longshort.eval.model.batch_size import DEFAULT_MAX_BATCH_SIZE
 from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
-from torchtune_longshort.rope import check_rope_method
+from torchtune_longshort.rope import check_rope_method, method_parameters
 from torchtune_longshort.models.checkpoint_open import ArgNames, LengthVerdict, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
@@ -197,7 +197,21 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
         raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
     if rope is not None:
         check_rope_method(str(rope), "rope")  # else refused only when the model is built
+        _check_rope_parameters(str(rope), rope_kwargs)
     return {"method": str(rope), **rope_kwargs} if rope is not None else None
+
+
+def _check_rope_parameters(method: str, given: Dict[str, Any]) -> None:
+    """``rope_<param>=`` against the method's own parameters (:func:`~torchtune_longshort.rope.method_parameters`),
+    named as typed: a misspelled one (``rope_fctor``) was a ``TypeError`` traceback naming ``fctor`` once the model
+    was built."""
+    accepted = method_parameters(method)
+    unknown = sorted(k for k in given if accepted is not None and k not in accepted)
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], accepted, n=1)
+        hint = f" (did you mean 'rope_{near[0]}'?)" if near else ""
+        raise ValueError(f"longshort model: rope_{unknown[0]}={given[unknown[0]]} is not a parameter of RoPE method "
+                         f"{method!r}{hint}: it takes {['rope_' + a for a in accepted]}")
 
 
 def _device(device: Optional[str]) -> torch.device:
@@ -263,6 +277,9 @@ def check_model_fits(args: ModelArgs) -> None:
     try:
         check_checkpoint_fits(args.folder, rope=args.rope_spec, max_seq_len=args.run_limit, device=str(args.device),
                               length_field=LENGTH_FIELD)
+    except TypeError as e:  # a parameter the method needs and no default gives (LongRoPE's factor lists)
+        raise ValueError(f"longshort model: {e}: give it as rope_<name>= in --model_args (a list cannot be given "
+                         "there: evaluate a checkpoint whose config.json holds it, without rope=)") from None
     except ValueError as e:  # a RoPE parameter's own check: named as typed (rope_factor=0.5 was "factor=0.5")
         said = str(e)
         if not any(said.startswith(f"{k}=") for k in args.rope_spec or {} if k != "method"):

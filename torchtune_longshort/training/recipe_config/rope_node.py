@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from pathlib import Path
-from typing import Any, List, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -17,7 +17,7 @@ from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
-from torchtune_longshort.rope import ROPE_METHODS, build_rope
+from torchtune_longshort.rope import ROPE_METHODS, build_rope, method_parameters
 from torchtune_longshort.rope.checks import check_factor
 from torchtune_longshort.training.recipe_config.key_homes import wrapped_home
 
@@ -33,17 +33,8 @@ def check_rope_node(path: str, node: Mapping[str, Any]) -> None:
     _check_rope_values(path, node)
 
 
-def _method_parameters(method: str) -> Optional[List[str]]:
-    """The keywords RoPE method ``method``'s class takes besides what every method gets (head size, positions, base);
-    None when it takes any."""
-    params = inspect.signature(ROPE_METHODS[method].__init__).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return sorted(n for n in params if n not in ("self", "dim", "max_seq_len", "base"))
-
-
 def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any], node: Mapping[str, Any]) -> None:
-    accepted = _method_parameters(method)
+    accepted = method_parameters(method)
     unknown = [k for k in given if accepted is not None and k not in accepted]
     if unknown:
         k = unknown[0]
@@ -114,12 +105,13 @@ def _check_factor(path: str, node: Mapping[str, Any]) -> None:
         return
     if node.get("factor") is not None:
         check_factor(f"{path}.factor", node["factor"])
-        return
     start, target = _scaling_start(node), node.get("max_seq_len")
     if isinstance(start, int) and isinstance(target, int) and target < start:
+        # with a factor too: the scaled model covered fewer positions than its start (its config.json said so)
+        why = ("the scaled model would cover fewer positions than it starts from" if node.get("factor") is not None
+               else f"the default factor {target}/{start} = {target / start:.4g} is < 1")
         raise ValueError(f"{path}.max_seq_len={target} is shorter than the {start} positions the scaling starts "
-                         f"from: the default factor {target}/{start} = {target / start:.4g} is < 1; give a longer "
-                         f"{path}.max_seq_len (the target length), or {path}.factor >= 1")
+                         f"from: {why}; give {path}.max_seq_len >= {start} (the target length)")
 
 
 def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:

@@ -1,16 +1,20 @@
-"""lm-eval's ``hf`` model given ``peft=<a LoRA run's step_<k>/adapter>`` (the folder the recipe writes,
-:mod:`torchtune_longshort.models.peft_adapter`): the combinations that evaluate another model than the run trained,
-without a word, refused before lm-eval starts (or, for a QLoRA adapter, said):
+"""lm-eval's own models (``--model hf`` and kin) given ``--model_args`` that make them evaluate another model than
+meant, or fail after lm-eval's start-up log, refused before it starts (:func:`check_other_model_args`):
 
-- ``pretrained=`` the adapter's own step folder: it holds the adapters merged already, so they were applied twice
-  (a tiny run's perplexity read 420.8 where the trained model gives 451.7);
-- ``pretrained=`` a folder whose RoPE is not the run's: the start checkpoint keeps its own ``config.json``, so a run
-  that changed the RoPE scaling (YaRN x2) was evaluated with the start's (8.5% off in logits on SmolLM2);
-- a QLoRA run's adapters (``longshort_adapter.json``: ``base_quantization``) on a full-precision base: trained on the
-  quantized base, they give another model than the run's merged ``step_<k>/`` (a warning: serving them so is a
-  choice).
+- ``rope=`` / ``rope_<param>=``: the ``longshort`` model's RoPE override; transformers' classes raised a 61-line
+  ``TypeError`` (``LlamaForCausalLM.__init__() got an unexpected keyword argument 'rope'``) once lm-eval loaded it.
+- ``peft=<a LoRA run's step_<k>/adapter>`` (the folder the recipe writes, :mod:`torchtune_longshort.models.
+  peft_adapter`) with ``pretrained=``:
 
-Another adapter folder (not the recipe's) is PEFT's to check.
+  - the adapter's own step folder: it holds the adapters merged already, so they were applied twice (a tiny run's
+    perplexity read 420.8 where the trained model gives 451.7);
+  - a folder whose RoPE is not the run's: the start checkpoint keeps its own ``config.json``, so a run that changed
+    the RoPE scaling (YaRN x2) was evaluated with the start's (8.5% off in logits on SmolLM2);
+  - a QLoRA run's adapters (``longshort_adapter.json``: ``base_quantization``) on a full-precision base: trained on
+    the quantized base, they give another model than the run's merged ``step_<k>/`` (a warning: serving them so is
+    a choice).
+
+  Another adapter folder (not the recipe's) is PEFT's to check.
 """
 
 from __future__ import annotations
@@ -26,6 +30,17 @@ from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
 
 logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
+
+
+def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
+    """:func:`check_peft_args` and the ``rope`` keys of ``--model <model>``'s ``model_args`` (module doc)."""
+    rope = sorted(str(k) for k in model_args if str(k) == "rope" or str(k).startswith("rope_"))
+    if rope:
+        raise ValueError(f"--model_args {rope[0]}={model_args[rope[0]]}: a RoPE override is the longshort model's "
+                         f"(--model longshort); --model {model} takes none (transformers refused it after lm-eval's "
+                         "start-up): evaluate with --model longshort, or a checkpoint saved with that RoPE")
+    if model_args.get("peft"):
+        check_peft_args(str(model_args.get("pretrained")), str(model_args["peft"]))
 
 
 def check_peft_args(pretrained: Optional[str], peft: str) -> None:
