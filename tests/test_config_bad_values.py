@@ -461,3 +461,10 @@ def test_a_start_folder_with_its_own_scaling_has_its_factor_checked(recipe_cls, 
         apply_rope_scaling(model, "yarn", 128)
     assert "the model's own linear scaling (256 positions) is replaced by yarn at 128 positions, fewer" in caplog.text
     assert model.rope_scaling["original_max_seq_len"] == 64
+    # to more positions, another method: the first one's parameters are dropped (a Phi-3.5 folder's LongRoPE factor
+    # lists went for YaRN without a word)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        apply_rope_scaling(model, "linear", 512)
+    assert "the model's own yarn scaling is replaced by linear (from 64 positions), not composed with it: its " \
+           "parameters (" in caplog.text

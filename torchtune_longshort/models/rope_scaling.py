@@ -166,6 +166,11 @@ def apply_rope_scaling(
     if previous and isinstance(covered, int) and max_seq_len < covered:  # e.g. a Llama-3.1 folder's 128k, "yarn 32k"
         logger.warning("apply_rope_scaling: the model's own %s scaling (%s positions) is replaced by %s at %d "
                        "positions, fewer than it covered", previous.get("method"), covered, method, max_seq_len)
+    elif previous.get("method") not in (None, method):  # e.g. a Phi-3.5 folder's LongRoPE factors dropped for YaRN
+        logger.warning("apply_rope_scaling: the model's own %s scaling is replaced by %s (from %s positions), not "
+                       "composed with it: its parameters (%s) are dropped", previous.get("method"), method,
+                       original_max_seq_len or previous.get("original_max_seq_len") or covered,
+                       ", ".join(sorted(k for k in previous if k != "method")) or "none")
     if original_max_seq_len is None:
         original_max_seq_len = previous.get("original_max_seq_len") or getattr(model, "max_seq_len", None)
     if original_max_seq_len is None:
