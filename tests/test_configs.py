@@ -302,3 +302,25 @@ def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(t
             if wrong:
                 bad.append(f"{where}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+def test_a_typo_of_a_shipped_config_name_names_the_config(tmp_path, monkeypatch):
+    # `tune run ... --config smollm2_135m/yarn_16k_stdlb.yaml` advised `longshort-cp tiny/longshort_stdlib.yaml
+    # yarn_16k_stdlb.yaml` (the tiny config under the typo's name); longshort-cp listed all 23 names, no nearest one
+    from torchtune_longshort.configs_cli import config_path, nearest_shipped, resolve_config
+    from torchtune_longshort.training.recipe_config.validate import read_config_file
+
+    monkeypatch.chdir(tmp_path)
+    assert nearest_shipped("smollm2_135m/yarn_16k_stdlb.yaml") == "smollm2_135m/yarn_16k_stdlib.yaml"
+    assert nearest_shipped("smollm2_135m/yarn_16k_stdlib.yaml") is None and nearest_shipped("my_run.yaml") is None
+    with pytest.raises(FileNotFoundError, match=r"no such file \(did you mean the shipped 'smollm2_135m/yarn_16k_"
+                                                r"stdlib.yaml'\?\); .* longshort-cp smollm2_135m/yarn_16k_stdlib.yaml "
+                                                r"yarn_16k_stdlib.yaml"):
+        read_config_file(Path("smollm2_135m/yarn_16k_stdlb.yaml"))
+    with pytest.raises(FileNotFoundError, match=r"longshort-cp tiny/longshort_stdlib.yaml my_run.yaml"):
+        read_config_file(Path("my_run.yaml"))  # no shipped name near: the tiny example, under the name given
+    with pytest.raises(FileNotFoundError, match=r"no shipped config 'smollm2_135m/lora_yarn_16k_stdlb.yaml' \(did you "
+                                                r"mean 'smollm2_135m/lora_yarn_16k_stdlib.yaml'\?\)"):
+        config_path("smollm2_135m/lora_yarn_16k_stdlb")
+    with pytest.raises(ValueError, match=r"\(e\.g\. study/cpu_small.yaml\)"):
+        resolve_config("study/cpu_smal.yaml", tmp_path, "--config")

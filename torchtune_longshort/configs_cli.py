@@ -9,11 +9,12 @@ so a non-editable ``pip install .`` has them too.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from torchtune_longshort.output_guard import atomic_copy
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, user_path
@@ -52,13 +53,28 @@ def shipped_configs() -> List[str]:
     return sorted(names)
 
 
+def nearest_shipped(value: str) -> Optional[str]:
+    """The shipped config whose name ``value`` (a file name, ``configs/`` and ``.yaml`` optional) is nearly, as a
+    typo of it (``smollm2_135m/yarn_16k_stdlb.yaml``); None when none is near, or none is installed."""
+    name = str(value).removeprefix("configs/")
+    name = name if name.endswith(".yaml") else name + ".yaml"
+    try:
+        names = shipped_configs()
+    except (FileNotFoundError, ValueError):
+        return None
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.85)
+    return near[0] if near and near[0] != name else None
+
+
 def config_path(name: str) -> Path:
     """The installed file of a shipped config (``.yaml`` may be left out); ``FileNotFoundError`` naming the choices."""
     if not name.endswith(".yaml"):
         name += ".yaml"
     names = shipped_configs()
     if name not in names:
-        raise FileNotFoundError(f"no shipped config {name!r}; available: {', '.join(names)}")
+        near = nearest_shipped(name)
+        hint = f" (did you mean {near!r}?)" if near else ""
+        raise FileNotFoundError(f"no shipped config {name!r}{hint}; available: {', '.join(names)}")
     with resources.as_file(configs_root().joinpath(name)) as p:
         return Path(p)
 
@@ -82,9 +98,9 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
         shipped = shipped_configs()
     except (FileNotFoundError, ValueError):  # none installed, nor beside the package
         shipped = ["tiny/longshort_stdlib.yaml"]
-    like = [n for n in shipped if n.startswith(folder + "/")] or shipped
+    like = [nearest_shipped(value) or ""] + [n for n in shipped if n.startswith(folder + "/")] + shipped
     raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
-                     f"name one of `longshort-cp --list` (e.g. {like[0]}) or a YAML file")
+                     f"name one of `longshort-cp --list` (e.g. {next(n for n in like if n)}) or a YAML file")
 
 
 @quiet_when_the_reader_leaves

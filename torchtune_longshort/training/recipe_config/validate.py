@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.configs_cli import nearest_shipped, resolve_config
 from torchtune_longshort.devices import cpu_oversubscribed
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
@@ -41,10 +41,13 @@ def read_config_file(path: Path) -> dict:
     string); ``FileNotFoundError`` / ``ValueError`` naming the file and the fix when it is missing, a folder, not
     YAML, or not a mapping."""
     if not path.is_file():
+        near = None if path.is_dir() else nearest_shipped(str(path))  # a typo of a shipped name: not tiny's copy
+        shipped = near or "tiny/longshort_stdlib.yaml"
+        copy = Path(near).name if near else path.name if path.suffix else "run.yaml"
         raise FileNotFoundError(
-            f"--config {str(path)!r}: {'a folder' if path.is_dir() else 'no such file'}; name a YAML file, e.g. copy "
-            f"a shipped config first: longshort-cp tiny/longshort_stdlib.yaml {path.name if path.suffix else 'run.yaml'}"
-            " (longshort-cp --list names them)")
+            f"--config {str(path)!r}: {'a folder' if path.is_dir() else 'no such file'}"
+            f"{f' (did you mean the shipped {near!r}?)' if near else ''}; name a YAML file, e.g. copy a shipped "
+            f"config first: longshort-cp {shipped} {copy} (longshort-cp --list names them)")
     try:
         node = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
