@@ -51,6 +51,7 @@ from torchtune_longshort.rope import check_rope_method, method_parameters
 from torchtune_longshort.models.checkpoint_open import ArgNames, LengthVerdict, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
+from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
@@ -206,12 +207,14 @@ def _check_rope_parameters(method: str, given: Dict[str, Any]) -> None:
     named as typed: a misspelled one (``rope_fctor``) was a ``TypeError`` traceback naming ``fctor`` once the model
     was built."""
     accepted = method_parameters(method)
-    unknown = sorted(k for k in given if accepted is not None and k not in accepted)
+    # the spec's context keys (rope_original_max_seq_len, rope_base, ...) go to every method's build
+    unknown = sorted(k for k in given if accepted is not None and k not in accepted and k not in SPEC_CONTEXT_KEYS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], accepted, n=1)
         hint = f" (did you mean 'rope_{near[0]}'?)" if near else ""
+        takes = sorted({*accepted, *SPEC_CONTEXT_KEYS} - {"method", "head_dim"})
         raise ValueError(f"longshort model: rope_{unknown[0]}={given[unknown[0]]} is not a parameter of RoPE method "
-                         f"{method!r}{hint}: it takes {['rope_' + a for a in accepted]}")
+                         f"{method!r}{hint}: it takes {['rope_' + a for a in takes]}")
 
 
 def _device(device: Optional[str]) -> torch.device:
