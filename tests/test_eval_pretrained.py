@@ -228,6 +228,9 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                          r"--model hf takes none")]:
         with pytest.raises(ValueError, match=match):
             check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", *args]))
+    # transformers' own config override under hf (rope_theta=), no rope=: passed on
+    check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "hf", "--model_args",
+                                  f"pretrained={tiny_llama2_dir},rope_theta=500000"]))
     check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "longshort", "--model_args",
                                   f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2",
                                   "--device", "cpu", "--metadata",

@@ -1,8 +1,9 @@
 """lm-eval's own models (``--model hf`` and kin) given ``--model_args`` that make them evaluate another model than
 meant, or fail after lm-eval's start-up log, refused before it starts (:func:`check_other_model_args`):
 
-- ``rope=`` / ``rope_<param>=``: the ``longshort`` model's RoPE override; transformers' classes raised a 61-line
-  ``TypeError`` (``LlamaForCausalLM.__init__() got an unexpected keyword argument 'rope'``) once lm-eval loaded it.
+- ``rope=`` (with its ``rope_<param>=``): the ``longshort`` model's RoPE override; transformers' classes raised a
+  61-line ``TypeError`` (``LlamaForCausalLM.__init__() got an unexpected keyword argument 'rope'``) once lm-eval
+  loaded it. ``rope_theta=`` alone is transformers' own config override, passed on.
 - ``peft=<a LoRA run's step_<k>/adapter>`` (the folder the recipe writes, :mod:`torchtune_longshort.models.
   peft_adapter`) with ``pretrained=``:
 
@@ -34,9 +35,8 @@ CONFIG_FILE = "config.json"
 
 def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
     """:func:`check_peft_args` and the ``rope`` keys of ``--model <model>``'s ``model_args`` (module doc)."""
-    rope = sorted(str(k) for k in model_args if str(k) == "rope" or str(k).startswith("rope_"))
-    if rope:
-        raise ValueError(f"--model_args {rope[0]}={model_args[rope[0]]}: a RoPE override is the longshort model's "
+    if "rope" in model_args:
+        raise ValueError(f"--model_args rope={model_args['rope']}: a RoPE override is the longshort model's "
                          f"(--model longshort); --model {model} takes none (transformers refused it after lm-eval's "
                          "start-up): evaluate with --model longshort, or a checkpoint saved with that RoPE")
     if model_args.get("peft"):
