@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
 from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
 
 logger = logging.getLogger(__name__)
-CONFIG_FILE = "config.json"
 
 
 def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
