@@ -222,6 +222,12 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=longrope"],
                          r"missing 2 required keyword-only arguments: 'short_factor' and 'long_factor': give it as "
                          r"rope_<name>= in --model_args \(a list cannot be given there"),
+                        # a factor from max_length below the pre-trained positions: refused by the build, after
+                        # lm-eval's start-up, naming max_seq_len, which the user never typed
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,max_length=128"],
+                         r"rope=yarn without rope_factor scales to max_length=128, below the 256 positions .* "
+                         r"\(factor 128/256 < 1\): give rope_factor=<s >= 1>, or max_length="),
                         # the override under hf: transformers' 61-line TypeError after lm-eval's start-up
                         (["--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarn,rope_factor=2"],
                          r"--model_args rope=yarn: a RoPE override is the longshort model's \(--model longshort\); "
@@ -235,6 +241,29 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                                   f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2",
                                   "--device", "cpu", "--metadata",
                                   '{"max_seq_lengths": "1k,2k"}']))
+
+
+def test_a_rope_override_that_scales_nothing_is_said(tiny_llama2_dir, sp_tokenizer_dir, caplog):
+    """rope=yarn with neither rope_factor nor a max_length past the checkpoint's positions is factor 1: the
+    checkpoint's own RoPE, evaluated under the name of a scaling without a word. Said where the model is built;
+    a factor, a longer max_length or a method whose rotation follows the length (dynamic NTK) says nothing."""
+    from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
+
+    def note(**kw):
+        return parse_model_args(pretrained=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu",
+                                **kw).rope_note
+
+    said = note(rope="yarn")
+    assert said and "rope=yarn without rope_factor scales to max_length=256, the 256 positions" in said
+    assert "factor 1, the checkpoint's RoPE unscaled" in said
+    assert note(rope="yarn", max_length=256) == said
+    assert note(rope="yarn", rope_factor=2) is None and note(rope="yarn", max_length=512) is None
+    assert note(rope="dynamic_ntk") is None and note() is None
+    with caplog.at_level("WARNING"):
+        load_checkpoint_model(parse_model_args(pretrained=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir),
+                                               device="cpu", rope="ntk"))
+    assert [r.getMessage() for r in caplog.records if "without rope_factor" in r.getMessage()] == [
+        note(rope="ntk")]
 
 
 def test_a_config_yamls_model_and_metadata_reach_the_wrapper_and_the_tasks(tiny_llama2_dir, sp_tokenizer_dir,

@@ -37,7 +37,7 @@ def _rope_spec(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any
     return folder.rope_spec if rope is None else dict(rope)
 
 
-def _pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:
+def pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:
     """The base (None: config.json's ``rope_theta``) and length of the folder's pre-trained RoPE, which ``plain_rope``
     builds and a ``rope`` override scales from: its scaling spec's, where it records them (a folder written here
     with NTK or ABF holds the scaled base in ``rope_theta`` and every one the scaled length in
@@ -96,7 +96,7 @@ def build_decoder(
     if plain_rope and rope is not None:
         raise ValueError(f"rope={rope!r} and plain_rope=True ask for two things: pass one (plain_rope ignores every "
                          "scaling)")
-    base0, plain_len = _pretrained_rope(folder)
+    base0, plain_len = pretrained_rope(folder)
     spec = None if plain_rope else _rope_spec(folder, rope)
     if spec is None:
         config = folder.config if base0 is None else {**folder.config, "rope_theta": base0}

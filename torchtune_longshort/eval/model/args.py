@@ -47,10 +47,10 @@ from torchtune_longshort.eval.model.batch_size import DEFAULT_MAX_BATCH_SIZE
 from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
-from torchtune_longshort.rope import check_rope_method, method_parameters
+from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, method_parameters
 from torchtune_longshort.models.checkpoint_open import ArgNames, LengthVerdict, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
+from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint, pretrained_rope
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
@@ -116,6 +116,8 @@ class ModelArgs:
     cpu_keep_freed_blocks: bool = True
     # max_length against the positions covered; its message is logged once, where the model is built
     verdict: Optional[LengthVerdict] = None
+    # a rope= override that scales nothing (factor 1); logged once, where the model is built
+    rope_note: Optional[str] = None
 
     @property
     def batch_size_text(self) -> str:
@@ -217,6 +219,28 @@ def _check_rope_parameters(method: str, given: Dict[str, Any]) -> None:
                          f"{method!r}{hint}: it takes {['rope_' + a for a in takes]}")
 
 
+def _factor_one_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], length: int) -> Optional[str]:
+    """What a ``rope=<method>`` with a factor, given neither ``rope_factor`` nor ``rope_max_seq_len``, does at
+    ``length`` (its factor is ``length`` / the pre-trained positions): refused below them (a factor < 1, which the
+    build refused naming ``max_seq_len``), a note at them (factor 1: the RoPE the checkpoint already has, said
+    nowhere before). A method whose rotation follows the sequence's length (dynamic NTK) scales past them anyway."""
+    if spec is None or "factor" in spec or "max_seq_len" in spec:
+        return None
+    method = ROPE_METHODS[spec["method"]]
+    if not method.has_factor:
+        return None
+    original = int(spec.get("original_max_seq_len") or pretrained_rope(folder)[1])
+    fix = f"give rope_factor=<s >= 1>, or max_length=<the target length, past {original}>"
+    if length < original:
+        raise ValueError(f"longshort model: rope={spec['method']} without rope_factor scales to max_length={length}, "
+                         f"below the {original} positions {str(folder.path)!r} was pre-trained for (factor "
+                         f"{length}/{original} < 1): {fix}")
+    if length > original or method.length_dependent:
+        return None
+    return (f"rope={spec['method']} without rope_factor scales to max_length={length}, the {original} positions "
+            f"{str(folder.path)!r} was pre-trained for: factor 1, the checkpoint's RoPE unscaled; {fix}")
+
+
 def _device(device: Optional[str]) -> torch.device:
     """``device`` as given (``None``: CUDA when available, else CPU); a device this machine does not have is refused
     (:func:`torchtune_longshort.devices.require_device`), never replaced by another."""
@@ -270,6 +294,7 @@ def parse_model_args(
         add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),
         cpu_keep_freed_blocks=parse_bool("cpu_keep_freed_blocks", cpu_keep_freed_blocks),
         verdict=opened.verdict,
+        rope_note=_factor_one_note(opened.folder, rope_spec, opened.length),
     )
 
 
@@ -300,6 +325,8 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     """
     if args.verdict is not None and args.verdict.message:  # past the positions covered: what happens to such requests
         (logger.warning if args.verdict.extrapolated else logger.error)(args.verdict.message)
+    if args.rope_note:
+        logger.warning(args.rope_note)
     if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
