@@ -271,6 +271,23 @@ def test_length_hf_would_cut_is_refused_at_the_task(hf_run):
         res, "longshort_passkey")
 
 
+def test_a_length_past_config_positions_names_hfs_max_length(tmp_path):
+    """hf's limit from config.json's positions is raised by lm-eval's own max_length= (a dynamic rope_scaling then
+    scales as it goes): the refusal named neither the source nor that fix; the fix given, the length runs."""
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256,
+                                                      "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
+    meta = {"lm_eval_model": "hf", "pretrained": str(tmp_path)}
+    with pytest.raises(TaskDataError, match=r"runs at most 256 \(its config.json's max_position_embeddings\) .* "
+                                            r"more positions, max_length=512 in --model_args to run past them, or"):
+        check_fits_model(512, meta)
+    check_fits_model(512, {**meta, "max_length": "512"})
+    with pytest.raises(TaskDataError, match=r"runs at most 384 \(its max_length\) and would cut them from the "
+                                            r"left: refused. Use a model with more positions, or longshort-eval"):
+        check_fits_model(512, {**meta, "max_length": "384"})
+
+
 def test_model_check_reads_the_wrappers_metadata(monkeypatch):
     from torchtune_longshort.eval.tasks.common.unavailable import needs_longshort
 

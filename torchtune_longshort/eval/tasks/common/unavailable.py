@@ -259,12 +259,18 @@ def model_positions(metadata: Mapping[str, Any]) -> Optional[int]:
 
 def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
     """Raise :class:`TaskDataError` when a request of ``n_tokens`` tokens is longer than a non-``longshort``
-    model runs (lm-eval's ``hf`` model would cut it from the left and score what is left)."""
+    model runs (lm-eval's ``hf`` model would cut it from the left and score what is left). The message names where
+    the limit comes from: ``max_length`` in ``--model_args``, else ``config.json``'s positions, which lm-eval's
+    ``max_length=`` raises (a dynamic ``rope_scaling`` in config.json then scales as the sequence grows)."""
     limit = model_positions(metadata)
-    if limit is not None and n_tokens > limit:
-        raise TaskDataError(
-            f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
-            f"(max_length / max_position_embeddings) and would cut them from the left: refused. Use a model with "
-            "more positions, or longshort-eval --model longshort with rope=<method>,rope_factor=<f>"
-        )
+    if limit is None or n_tokens <= limit:
+        return
+    given = metadata.get("max_length") not in (None, "")
+    source = "its max_length" if given else "its config.json's max_position_embeddings"
+    more = "" if given else f", max_length={n_tokens} in --model_args to run past them"
+    raise TaskDataError(
+        f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
+        f"({source}) and would cut them from the left: refused. Use a model with more positions{more}, or "
+        "longshort-eval --model longshort with rope=<method>,rope_factor=<f>"
+    )
 
