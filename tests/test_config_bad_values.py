@@ -5,6 +5,7 @@ folder was made. The constructor builds the typed config (``training.recipe_conf
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -410,9 +411,12 @@ def test_a_path_that_comes_from_checkpoint_dir_is_refused_naming_checkpoint_dir(
             validate_main([name, *over])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1, err
-        assert err.startswith("longshort-validate: error: tokenizer.path="), err
-        assert ("tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err) \
-            is named, err
+        # the key the user set leads (a misspelled checkpoint_dir= was refused as tokenizer.path='<the typo>')
+        lead = "checkpoint_dir=" if named else "tokenizer.path="
+        assert err.startswith(f"longshort-validate: error: {lead}"), err
+        assert bool(re.search(r"does not exist \(tokenizer.path is '\$\{checkpoint_dir\}[^']*' in the config and "
+                              r"was checked first\): set checkpoint_dir to an existing path, or tokenizer.path "
+                              r"itself", err)) is named, err
     # tune run said it without the clause: the recipe checked the config after its paths were resolved
     from torchtune_longshort.configs_cli import config_path
     from torchtune_longshort.recipes.longshort_finetune import recipe_main
@@ -421,8 +425,9 @@ def test_a_path_that_comes_from_checkpoint_dir_is_refused_naming_checkpoint_dir(
     with pytest.raises(SystemExit) as exit_info:
         recipe_main()
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.startswith("longshort_finetune: error: tokenizer.path="), err
-    assert "tokenizer.path is '${checkpoint_dir}" in err and "set checkpoint_dir, or tokenizer.path" in err, err
+    assert exit_info.value.code == 2 and err.startswith("longshort_finetune: error: checkpoint_dir="), err
+    assert re.search(r"tokenizer.path is '\$\{checkpoint_dir\}[^']*' in the config and was checked first\): set "
+                     r"checkpoint_dir", err), err
 
 
 def test_a_start_folder_with_its_own_scaling_has_its_factor_checked(recipe_cls, tmp_path, tiny_llama2_dir,

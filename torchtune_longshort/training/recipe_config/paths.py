@@ -105,6 +105,18 @@ def naming_the_source(err: Exception, cfg: Any) -> Exception:
     ``tokenizer.path='/path/to/...' does not exist``, naming a key the user never wrote. Returns ``err``."""
     m = _FIELD_FIRST.match(str(err)) if len(err.args) == 1 and isinstance(err.args[0], str) else None
     raw = interpolation_at(cfg, m.group(1)) if m else None
+    # a path under one key (${checkpoint_dir}, ${checkpoint_dir}/tokenizer.model): that key's own value
+    whole = re.fullmatch(r"\$\{([^}]+)\}([^$]*)", raw) if raw is not None else None
+    quoted = re.match(r"'([^']*)'|\"([^\"]*)\"", str(err)[m.end():]) if whole else None
+    full = next(v for v in quoted.groups() if v is not None) if quoted else ""
+    tail = whole.group(2) if whole else ""
+    value = full[:len(full) - len(tail)] if full.endswith(tail) else ""
+    if whole and isinstance(err, FileNotFoundError) and value and not Path(value).exists():
+        # the key the user set is the one that names a missing path: checkpoint_dir=<typo> was refused as the
+        # tokenizer.path its value reached first
+        err.args = (f"{whole.group(1)}={value!r} does not exist ({m.group(1)} is {raw!r} in the config and was "
+                    f"checked first): set {whole.group(1)} to an existing path, or {m.group(1)} itself",)
+        return err
     if raw is not None:
         keys = list(dict.fromkeys(re.findall(r"\$\{([^}]+)\}", raw)))
         err.args = (f"{err.args[0]}; {m.group(1)} is {raw!r} in the config: set {' / '.join(keys)}, or "
