@@ -119,6 +119,11 @@ def test_a_key_misplaced_by_one_level_is_refused_naming_where_it_goes(tmp_path, 
          r"in model.model: 'model.model.train_embeddings_and_norms' \(did you mean 'train_embeddings_and_norms'\? a "
          r"top-level key\)"),
         ({"model": _yarn({**inner, "lora_rnak": 8})}, KeyError, r"'model.model.lora_rnak' \(did you mean 'lora_rank'"),
+        # on the rope_scaled wrapper itself: "not an argument of RoPE method 'yarn'", with no word of where it goes
+        ({"model": _yarn(inner, train_embeddings_and_norms=True)}, KeyError,
+         r"^unknown config key\(s\) in model: 'model.train_embeddings_and_norms' \(did you mean "
+         r"'train_embeddings_and_norms'\? a top-level key\)\. Accepted in model: _component_, alpha, .*method, model"),
+        ({"model": _yarn(inner, zzz=1)}, ValueError, r"^model.zzz=1 is not an argument of RoPE method 'yarn': it"),
     ]
     for over, exc, match in cases:
         with pytest.raises(exc) as err:

@@ -52,7 +52,7 @@ def _built(node: dict, as_here: dict, local: bool) -> RecipeConfig:
     top level, ``train_embeddings_and_norms`` in a model node) refused with the path that takes it."""
     try:
         return build_section(RecipeConfig, {k: v for k, v in node.items() if k not in as_here}, local=local)
-    except ConfigKeyError as e:
+    except (ConfigKeyError, ValueError) as e:  # (a ValueError: a rope_scaled node's key no RoPE method takes)
         keys, known, where = getattr(e, "refused", ((), (), ""))
         homes = key_homes(section_keys(RecipeConfig), node, keys, where)
         if homes:

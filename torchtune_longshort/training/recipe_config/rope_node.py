@@ -33,7 +33,11 @@ def check_rope_node(path: str, node: Mapping[str, Any]) -> None:
     _check_rope_values(path, node)
 
 
-def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any], node: Mapping[str, Any]) -> None:
+def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any], node: Mapping[str, Any],
+                           own: Optional[set] = None) -> None:
+    """The first of ``given`` (the node's keys that are not ``rope_scaled``'s ``own``) that ``method`` does not
+    take, refused; the error's ``refused`` (keys, what the node takes, ``where``) lets the caller that knows the
+    whole config name a key's home elsewhere (``train_embeddings_and_norms``: a top-level key)."""
     accepted = method_parameters(method)
     unknown = [k for k in given if accepted is not None and k not in accepted]
     if unknown:
@@ -44,8 +48,11 @@ def _refuse_rope_arguments(where: str, method: str, given: Mapping[str, Any], no
             inner = home.rsplit(".", 1)[0]
             hint = (f" (did you mean {home!r}? the model it wraps takes it"
                     f"{f': LoRA keys go under {inner}' if 'lora' in str(k) else ''})")
-        raise ValueError(f"{where}.{k}={given[k]!r} is not an argument of RoPE method {method!r}{hint}: it takes "
+        err = ValueError(f"{where}.{k}={given[k]!r} is not an argument of RoPE method {method!r}{hint}: it takes "
                          f"{accepted}")
+        if not near and home is None:
+            err.refused = ([k], sorted({*accepted, *(own or ()), "_component_"}), where)
+        raise err
 
 
 def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
@@ -57,7 +64,7 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
            if p.kind is not inspect.Parameter.VAR_KEYWORD}
     if node.get("method") in ROPE_METHODS:
         _refuse_rope_arguments(path, node["method"], {k: v for k, v in node.items()
-                                                     if k != "_component_" and k not in own}, node)
+                                                     if k != "_component_" and k not in own}, node, own)
 
 
 def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
