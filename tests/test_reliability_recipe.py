@@ -417,3 +417,22 @@ def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama
     next((tmp_path / "step_4").glob("model-00002-*.safetensors")).unlink()
     assert StepCheckpoints(tmp_path).latest(resumable=True).name == "step_2"
 
+
+
+def test_a_plain_rope_run_at_fewer_positions_keeps_the_starts_in_config_json(recipe_cls, tmp_path, tiny_llama2_dir,
+                                                                               sp_tokenizer_dir):
+    """``model.max_seq_len`` below the start's positions (to save memory) leaves the model's RoPE as it was, and
+    wrote the shorter length into the saved config.json: every later evaluation of the step (``hf`` and
+    ``longshort`` alike) was then held to it. The reference: the start folder's own positions. A run at more
+    positions writes more (it trained there)."""
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    start = CheckpointFolder.open(tiny_llama2_dir).usable_length
+    for length, saved in ((start // 2, start), (start * 2, start * 2)):
+        out = tmp_path / f"run_{length}"
+        run = recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1, **{"model.max_seq_len": length}))
+        run.setup()
+        run.train()
+        run.release_output_dir()
+        config = json.loads((out / "step_1" / "config.json").read_text())
+        assert config["max_position_embeddings"] == saved and CheckpointFolder.open(out / "step_1").usable_length == saved

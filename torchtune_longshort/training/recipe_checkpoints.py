@@ -23,6 +23,7 @@ from torchtune_longshort.devices import rng_states
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_model import decoder_config
+from torchtune_longshort.models.hf_rope import native_positions
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
 from torchtune_longshort.training.checkpointing import StepCheckpoints, atomic_torch_save, staged_state_path
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
@@ -131,11 +132,13 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
 
 
 def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]], model) -> Dict[str, Any]:
-    """The start folder's config.json ``base``; for plain RoPE its length is the model's (RoPE specs set their
-    own)."""
+    """The start folder's config.json ``base``; for plain RoPE its length is the model's where that is longer (a
+    run at more positions than the start's), else the start's: a run at fewer (``max_seq_len: 1024`` on an 8k
+    checkpoint, to save memory) leaves the model's RoPE and positions as they were, and wrote the shorter length,
+    which ``hf`` and ``longshort`` then held every later evaluation to. RoPE specs set their own."""
     hf_cfg = dict(base)
     if not rope_spec:
-        hf_cfg["max_position_embeddings"] = int(getattr(model, "max_seq_len", hf_cfg["max_position_embeddings"]))
+        hf_cfg["max_position_embeddings"] = max(int(getattr(model, "max_seq_len", 0)), native_positions(base))
     return hf_cfg
 
 
