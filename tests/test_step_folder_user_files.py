@@ -84,6 +84,32 @@ def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_pat
     check_output_dir(run, resume=True, overwrite=False)
 
 
+@pytest.mark.parametrize("where", ["step_4/my_evals", "logs/shared_tb"])
+def test_a_users_link_to_a_folder_inside_a_step_or_log_folder_is_named(tmp_path, tiny_llama2_dir, where):
+    """A user's symbolic link to a folder of theirs, put in a step folder or the metric logger's folder: overwrite
+    and a resume that writes that step again refuse it by name. It was taken for a folder (rglob does not go into a
+    link) and so for nothing of the user's, and the overwrite deleted it without a word (a link to a file was
+    refused)."""
+    from torchtune_longshort.training.output_dir import check_output_dir, record_written
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    commit_step(run, 4, tiny_llama2_dir, state=False)
+    (run / "logs").mkdir()
+    (run / "logs" / "log_1.txt").write_text("log")
+    record_written(run, ("logs",))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (run / where).symlink_to(mine, target_is_directory=True)
+    with pytest.raises(FileExistsError, match=rf"it holds '{where}', which this recipe did not write"):
+        check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
+    if where.startswith("step_4"):
+        with pytest.raises(FileExistsError, match=rf"resume=True would replace step_4 .*holds '{where}'"):
+            check_output_dir(run, resume=True, overwrite=False)
+    assert (run / where).is_symlink() and (mine / "notes.txt").read_text() == "mine"
+
+
 def test_an_overwrite_killed_part_way_leaves_a_folder_the_next_overwrite_takes(tmp_path, tiny_llama2_dir, monkeypatch):
     """``overwrite_output_dir`` deletes an earlier run entry by entry; killed after any number of them (a multi-GB
     shard takes seconds), what is left is still the recipe's: the states go before the step folders (a state is the

@@ -235,8 +235,9 @@ class StepCheckpoints:
                 out.append(f"{p.name}/ (no {MANIFEST})")
                 continue
             listed = set(listed) | {MANIFEST}
+            # a link is an entry of its own (to a folder too: rglob does not go into it, and overwrite deletes it)
             out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
-                    if not q.is_dir() and (rel := q.relative_to(p).as_posix()) not in listed]
+                    if (q.is_symlink() or not q.is_dir()) and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():
             out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not self._own_state(q.name)]

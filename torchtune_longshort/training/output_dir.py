@@ -148,7 +148,8 @@ def _logged(output_dir: Path, name: str) -> set:
     folder = output_dir / name
     if not folder.is_dir() or folder.is_symlink():
         return set()
-    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if not q.is_dir() and q.name != MANIFEST}
+    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*")  # a link to a folder is an entry too
+             if (q.is_symlink() or not q.is_dir()) and q.name != MANIFEST}
     return {f for f in files if not written_by_recipe(f.split("/", 1)[0])} if name == HERE else files
 
 
