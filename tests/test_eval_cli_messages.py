@@ -33,6 +33,23 @@ def test_spaces_in_a_tasks_list_are_read_past():
     assert option(lm_eval_argv(["run", "--tasks= a , b", "--device", "cpu"]), "--tasks") == "a,b"
 
 
+def test_a_tilde_in_a_path_option_after_an_equals_sign_is_the_home_folder(tmp_path, monkeypatch):
+    # `--output_path=~/ev` (no shell expands a tilde after "="): lm-eval made a folder named "~" in the working
+    # directory, after the wrapper had checked the home folder's; a --config YAML's output_path the same
+    from torchtune_longshort.eval.cli_run import lm_eval_argv, option
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "ev.yaml").write_text("output_path: ~/from_yaml\n")
+    home = str(tmp_path / "home")
+    out = lm_eval_argv(["run", "--tasks", "longshort_ppl", "--device", "cpu", "--output_path=~/ev"])
+    assert option(out, "--output_path") == f"{home}/ev" and "--output_path=" + home + "/ev" in out
+    out = lm_eval_argv(["run", "--tasks", "longshort_ppl", "--device", "cpu", "--config=~/ev.yaml"])
+    assert option(out, "--config") == f"{home}/ev.yaml" and option(out, "--output_path") == f"{home}/from_yaml"
+    assert not (tmp_path / "~").exists()
+
+
 def test_a_predict_only_run_is_not_said_to_have_scored():
     # lm-eval's --predict_only placeholder (bypass 999) was counted: "1 metric(s) scored, none unscored"
     results = {"results": {"longshort_passkey": {"alias": "longshort_passkey", "bypass,none": 999,

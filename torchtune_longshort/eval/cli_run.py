@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import sys
 from argparse import ArgumentParser, _SubParsersAction
@@ -87,6 +88,24 @@ def canonical_options(args: Sequence[str]) -> List[str]:
     return out
 
 
+# lm-eval's options that name a path, which lm-eval reads as given: `--output_path=~/ev` (no shell expands a tilde
+# after "=") made a folder named "~" in the working directory, after this wrapper had checked the home folder's
+PATH_OPTIONS = ("--output_path", "--include_path", "--config")
+
+
+def home_expanded(args: Sequence[str]) -> List[str]:
+    """``args`` (long option names) with a leading ``~`` of each :data:`PATH_OPTIONS` value expanded, as a shell
+    expands ``--output_path ~/ev``."""
+    out = list(args)
+    for i, a in enumerate(out):
+        name, eq, value = a.partition("=")
+        if name in PATH_OPTIONS and eq:
+            out[i] = f"{name}={os.path.expanduser(value)}"
+        elif a in PATH_OPTIONS and i + 1 < len(out):
+            out[i + 1] = os.path.expanduser(out[i + 1])
+    return out
+
+
 # --metadata keys the pack reads besides its tasks' own: the model's tokenizer (tasks that count tokens: long_text's
 # tokenizer_from_metadata) and the lm-eval model of the run (set here)
 METADATA_ALSO = ("tokenizer", "checkpoint_dir", "pretrained", MODEL_KEY)
@@ -121,8 +140,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     out = [str(a) for a in args]
     help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
     if not help_only and out[0] not in _SUBCOMMANDS[1:]:
-        out = tidy_task_lists(canonical_options(out))
-        out = config_options(out, option(out, "--config"))
+        out = home_expanded(tidy_task_lists(canonical_options(out)))
+        out = home_expanded(config_options(out, option(out, "--config")))  # the YAML's output_path too
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
         given = option(out, "--include_path")
@@ -380,9 +399,10 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     finally:
         sys.argv = saved
     written.raise_if_failed()
-    if "--output_path" not in argv:
+    given = option(argv, "--output_path")  # `--output_path=DIR` too (it returned {}, as if none were given)
+    if given is None:
         return {}
-    out = Path(argv[argv.index("--output_path") + 1])
+    out = Path(given)
     files = sorted(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     if not files:
         raise FileNotFoundError(f"lm-eval wrote no results_*.json under {out}")
