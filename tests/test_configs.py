@@ -109,6 +109,16 @@ def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_
     assert (tmp_path / "nd" / "longshort_stdlib.yaml").is_file()
 
 
+
+def test_a_config_named_with_a_tilde_after_an_equals_sign_is_the_home_folders(tmp_path, monkeypatch):
+    # `--config=~/study.yaml` (no shell expands a tilde after "="): "neither a file (relative to <cwd>) nor a
+    # config this package ships", for the study, Table 1, the figures and longshort-validate
+    from torchtune_longshort.configs_cli import resolve_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "mine.yaml").write_text("{}\n")
+    assert resolve_config("~/mine.yaml", REPO, "--config") == tmp_path / "mine.yaml"
+
 # ---------------------------------------------------------------- validation text held out from training text
 STDLIB_SOURCES = ("torchtune_longshort.data.corpus.stdlib",
                   "torchtune_longshort.study.pretrain_mix.stdlib_with_passkeys")

@@ -32,7 +32,7 @@ def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_mad
     assert sorted(p.name for p in root.iterdir()) == sorted([lock.name, NAME])  # nothing downloaded or converted
 
 
-def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
+def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys, monkeypatch):
     # `--gguf FILE --out DIR` deleted an existing DIR the user made (shutil.rmtree before the rename); a missing
     # --gguf / --wheel ended in a traceback, and a missing --wheel left the cache folder and its lock behind.
     # Now: one line, exit 2, nothing deleted or created.
@@ -40,12 +40,15 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys):
 
     from torchtune_longshort.models.gguf import main
 
+    monkeypatch.setenv("HOME", str(tmp_path))
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     cases = [(["--gguf", str(gguf), "--out", str(mine)], "'notes.txt', which no earlier run there wrote"),
+             # `--gguf=~/m.gguf` (no shell expands a tilde after "="): "is not a file"
+             (["--gguf=~/m.gguf", "--out", str(mine)], "'notes.txt', which no earlier run there wrote"),
              (["--gguf", str(tmp_path / "absent.gguf"), "--out", str(tmp_path / "new")], "is not a file"),
              (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel",
                str(tmp_path / "absent.whl")], "--wheel"),

@@ -154,11 +154,17 @@ def test_a_summary_without_figure_records_covers_no_other_figure(tmp_path, capsy
     assert (out / "fig5.png").read_text() == "mine"
 
 
-def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_write(tmp_path, capsys):
+def test_a_cache_that_is_a_file_and_a_replot_of_nothing_are_refused_before_any_write(tmp_path, capsys,
+                                                                                     monkeypatch):
     # `--cache FILE`: --out was made, then a 16-line FileExistsError traceback; `--replot` on a missing --out said
     # "[Errno 2] ... summary.json", naming neither the flag nor the fix
     (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     for argv, needle in [(["--figure", "1b", "--quick", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "afile")],
+                          "--cache='" + str(tmp_path / "afile") + "' is a file, not a folder"),
+                         # `--cache=~/afile` (no shell expands a tilde after "="): a folder named "~" was made
+                         (["--figure", "1b", "--quick", "--out", str(tmp_path / "o"), "--cache=~/afile"],
                           "--cache='" + str(tmp_path / "afile") + "' is a file, not a folder"),
                          (["--figure", "1b", "--replot", "--out", str(tmp_path / "absent")],
                           "--replot redraws the figures a run wrote there"),

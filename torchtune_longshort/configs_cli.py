@@ -84,7 +84,7 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
     (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it), or by its path in a checkout
     (``configs/study/cpu_small.yaml``, as the reports record a command run there): the same value finds the file from
     a checkout and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
-    path = Path(value)
+    path = Path(os.path.expanduser(value))  # `--config=~/x.yaml`: no shell expands a tilde after "="
     path = path if path.is_absolute() else Path(root) / path
     if path.is_file():
         return path

