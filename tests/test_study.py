@@ -95,6 +95,17 @@ def test_recipe_configs_base_and_finetune(tmp_path):
     assert ft["tokenizer"]["path"] == str(study.tokenizer_dir())
 
 
+def test_a_base_checkpoint_under_a_tilde_is_the_home_folders(tmp_path, monkeypatch):
+    # `base.checkpoint_dir: ~/ckpt`: the config check read the home folder's, and every run's recipe config (and the
+    # pre-flight) got <cwd>/~/ckpt, which does not exist
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    study, _ = _study(tmp_path, base={"checkpoint_dir": "~/ckpt"})
+    run = study.cfg.grid[0]
+    assert study.recipe_config(run.key, run)["checkpointer"]["checkpoint_dir"] == str(tmp_path / "ckpt")
+    assert study.cfg.base.tokenizer == str(tmp_path / "ckpt")
+
+
 # ---------------------------------------------------------------- grid behaviour
 def test_a_method_s_own_overrides_reach_its_runs_only(tmp_path):
     study, _ = _study(tmp_path, methods={"pi": {"method": "linear"},

