@@ -224,6 +224,15 @@ def test_out_folder_with_a_users_report_is_refused_and_an_earlier_report_is_repl
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "'report.md'" in err and "--out" in err
     assert sorted(p.name for p in mine.iterdir()) == ["report.md"] and (mine / "report.md").read_text() == "my own notes\n"
+    # beside another tool's summary.json that lists files: taken for an earlier report's, its files were replaced
+    (mine / "summary.json").write_text('{"files": ["report.md", "summary.json", "heatmap_mine.png"]}')
+    (mine / "heatmap_mine.png").write_text("mine")
+    before = {p.name: p.read_text() for p in mine.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "a"), "--out", str(mine)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "'report.md', 'summary.json'" in err, err
+    assert {p.name: p.read_text() for p in mine.iterdir()} == before
     out = tmp_path / "rep"
     main([str(tmp_path / "a"), "--out", str(out)])
     (out / "notes.txt").write_text("kept")

@@ -243,10 +243,17 @@ def _write_report(out_dir: Path, names, results_dirs, runs, summary, runs_table,
 REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_position_loss.*", "heatmap_*.png")
 
 
+# what an earlier report's summary.json holds besides its "files": another tool's summary.json with a "files" list
+# was taken for a report's, and the files it listed (a user's report.md, heatmap_*.png) were overwritten or deleted
+SUMMARY_KEYS = ("files", "runs", "provenance")
+
+
 def _earlier_files(folder: Path) -> Optional[List[str]]:
-    """The files an earlier report in ``folder`` wrote, as its ``summary.json`` lists them; None when there is none."""
+    """The files an earlier report in ``folder`` wrote, as its ``summary.json`` lists them; None when there is none
+    (a ``summary.json`` without :data:`SUMMARY_KEYS` is not a report's)."""
     summary = read_json(folder / "summary.json")
-    files = summary.get("files") if isinstance(summary, dict) else None
+    ours = isinstance(summary, dict) and all(k in summary for k in SUMMARY_KEYS)
+    files = summary.get("files") if ours else None
     return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None
 
 
