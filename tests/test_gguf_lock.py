@@ -204,6 +204,10 @@ def test_without_the_gguf_extra_the_model_is_refused_before_its_download(tmp_pat
         g.main(["--model", "smollm2-135m-instruct"])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and "pip install gguf" in err, err
+    # LONGSHORT_CACHE="~/cache" (quoted: no shell expands it) is the home folder's, as HF_HOME's
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LONGSHORT_CACHE", "~/cache")
+    assert g.cache_dir() == tmp_path / "cache"
 
 
 @pytest.mark.parametrize("which", ["gguf", "misalignment"])

@@ -108,8 +108,10 @@ def _replace(tmp: Path, out_dir: Path) -> None:
 
 
 def cache_dir() -> Path:
-    """Where converted models are cached: ``$LONGSHORT_CACHE`` or ``~/.cache/torchtune_longshort``."""
-    return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort")
+    """Where converted models are cached: ``$LONGSHORT_CACHE`` (a ``~`` in it the home folder, as ``$HF_HOME``'s:
+    ``LONGSHORT_CACHE="~/c"`` made a folder named ``~`` in the working directory) or
+    ``~/.cache/torchtune_longshort``."""
+    return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort").expanduser()
 
 
 def require_gguf() -> None:
