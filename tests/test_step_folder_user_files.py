@@ -101,6 +101,11 @@ def test_a_users_link_to_a_folder_inside_a_step_or_log_folder_is_named(tmp_path,
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
+    # a link to a folder inside the same folder deletes nothing else with it (wandb's logs/wandb/latest-run): the run's
+    (run / where).parent.joinpath("own").mkdir()
+    (run / where).parent.joinpath("latest-run").symlink_to("own", target_is_directory=True)
+    record_written(run, ("logs",))
+    check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
     (run / where).symlink_to(mine, target_is_directory=True)
     with pytest.raises(FileExistsError, match=rf"it holds '{where}', which this recipe did not write"):
         check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))

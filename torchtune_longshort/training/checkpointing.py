@@ -47,6 +47,19 @@ MANIFEST = ".longshort_files"
 PathLike = Union[str, Path]
 
 
+def listed_entry(q: Path, root: Path) -> bool:
+    """Whether ``q``, found under ``root`` by ``rglob``, is an entry that ``root``'s :data:`MANIFEST` must name for
+    it to be a run's: a file, or a symbolic link (to a folder too: rglob does not go into it, and a deletion takes
+    the link), except a link to a folder inside ``root`` (a logger's own, as wandb's ``latest-run``: deleting it
+    deletes nothing else)."""
+    if not q.is_dir():
+        return True
+    if not q.is_symlink():
+        return False
+    real, top = q.resolve(), root.resolve()
+    return not (real == top or top in real.parents)
+
+
 def saves_at(step: int, stop_at: int, max_steps: int, save_every: Optional[int]) -> bool:
     """Whether the recipe saves after ``step``: every ``save_every`` steps (default: only the last), at ``max_steps``,
     and at ``stop_at``, where this process ends (``stop_after_step``)."""
@@ -235,9 +248,8 @@ class StepCheckpoints:
                 out.append(f"{p.name}/ (no {MANIFEST})")
                 continue
             listed = set(listed) | {MANIFEST}
-            # a link is an entry of its own (to a folder too: rglob does not go into it, and overwrite deletes it)
             out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
-                    if (q.is_symlink() or not q.is_dir()) and (rel := q.relative_to(p).as_posix()) not in listed]
+                    if listed_entry(q, p) and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():
             out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not self._own_state(q.name)]

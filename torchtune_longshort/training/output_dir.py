@@ -34,7 +34,7 @@ from torchtune_longshort.training.output_aside import (
     user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
+    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints, listed_entry,
 )
 
 LOCK = ".lock"
@@ -148,8 +148,8 @@ def _logged(output_dir: Path, name: str) -> set:
     folder = output_dir / name
     if not folder.is_dir() or folder.is_symlink():
         return set()
-    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*")  # a link to a folder is an entry too
-             if (q.is_symlink() or not q.is_dir()) and q.name != MANIFEST}
+    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if listed_entry(q, folder)
+             and q.name != MANIFEST}
     return {f for f in files if not written_by_recipe(f.split("/", 1)[0])} if name == HERE else files
 
 
