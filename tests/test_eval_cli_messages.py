@@ -48,6 +48,10 @@ def test_a_tilde_in_a_path_option_after_an_equals_sign_is_the_home_folder(tmp_pa
     out = lm_eval_argv(["run", "--tasks", "longshort_ppl", "--device", "cpu", "--config=~/ev.yaml"])
     assert option(out, "--config") == f"{home}/ev.yaml" and option(out, "--output_path") == f"{home}/from_yaml"
     assert not (tmp_path / "~").exists()
+    # `-o=DIR` is DIR, as lm-eval's argparse reads it: the wrapper passed "=DIR" (a folder named "=" was made)
+    from torchtune_longshort.eval.cli_run import canonical_options
+
+    assert canonical_options(["run", "-o=~/ev", "-Mhf"]) == ["run", "--output_path", "~/ev", "--model", "hf"]
 
 
 def test_a_predict_only_run_is_not_said_to_have_scored():

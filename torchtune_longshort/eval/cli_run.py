@@ -82,7 +82,8 @@ def canonical_options(args: Sequence[str]) -> List[str]:
         elif len(abbreviated) == 1:
             out.append(abbreviated[0] + eq + value)
         elif not a.startswith("--") and a[:2] in names and names[a[:2]][1] and len(a) > 2:
-            out += [names[a[:2]][0], a[2:]]  # -Mlongshort
+            # -Mlongshort; -o=DIR is DIR, as argparse reads it (it was "=DIR": a folder named "=" was made)
+            out += [names[a[:2]][0], a[3:] if a[2] == "=" else a[2:]]
         else:
             out.append(a)
     return out
