@@ -202,6 +202,26 @@ def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
     assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml"]
 
 
+def test_longshort_cp_takes_tune_cps_flags(tmp_path, capsys):
+    # `longshort-cp NAME runs/a/run.yaml --make-parents` and `-n` (tune cp's flags) were "unrecognized arguments",
+    # and `longshort-cp NAME my_run` wrote a file without .yaml (tune cp writes my_run.yaml)
+    from torchtune_longshort.configs_cli import config_path, main
+
+    shipped = config_path("tiny/longshort_stdlib.yaml").read_text()
+    assert main(["tiny/longshort_stdlib.yaml", str(tmp_path / "runs" / "a" / "run.yaml"), "--make-parents"]) == 0
+    assert (tmp_path / "runs" / "a" / "run.yaml").read_text() == shipped
+    assert main(["tiny/longshort_stdlib.yaml", str(tmp_path / "my_run")]) == 0
+    assert (tmp_path / "my_run.yaml").read_text() == shipped and not (tmp_path / "my_run").exists()
+    (tmp_path / "mine.yaml").write_text("mine")
+    capsys.readouterr()
+    assert main(["tiny/longshort_stdlib.yaml", str(tmp_path / "mine.yaml"), "-n"]) == 0
+    assert "not overwriting" in capsys.readouterr().out and (tmp_path / "mine.yaml").read_text() == "mine"
+    with pytest.raises(SystemExit) as exit_info:  # without the flag: one line naming it, nothing made
+        main(["tiny/longshort_stdlib.yaml", str(tmp_path / "new" / "run.yaml")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--make-parents" in err and not (tmp_path / "new").exists(), err
+
+
 def test_longshort_cp_list_refuses_a_copy_asked_with_it(tmp_path, capsys):
     # `longshort-cp --list tiny/longshort_stdlib.yaml run.yaml` listed and copied nothing, exit 0 (an audit)
     from torchtune_longshort.configs_cli import main

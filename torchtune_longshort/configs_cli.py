@@ -2,6 +2,11 @@
 
     longshort-cp --list
     longshort-cp tiny/longshort_stdlib.yaml my_run.yaml
+    longshort-cp tiny/longshort_stdlib.yaml runs/new/my_run.yaml --make-parents
+
+``tune cp``'s flags mean the same here: ``--make-parents`` creates the destination's folders, ``-n/--no-clobber``
+leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. Unlike
+``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
 so a non-editable ``pip install .`` has them too.
@@ -105,13 +110,21 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.")
+    ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.",
+                        epilog="examples: longshort-cp --list; longshort-cp tiny/longshort_stdlib.yaml run.yaml; "
+                               "longshort-cp tiny/longshort_stdlib.yaml runs/a/run.yaml --make-parents")
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
     ap.add_argument("destination", nargs="?", type=user_path, help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")
     ap.add_argument("--force", action="store_true", help="overwrite an existing destination file")
+    ap.add_argument("-n", "--no-clobber", action="store_true",
+                    help="leave an existing destination as it is and exit 0 (tune cp's flag)")
+    ap.add_argument("--make-parents", action="store_true",
+                    help="create the destination's missing folders (tune cp's flag)")
     args = ap.parse_args(argv)
-    extra = [repr(a) for a in (args.name, args.destination) if a] + (["--force"] if args.force else [])
+    flags = [f for f, on in (("--force", args.force), ("--no-clobber", args.no_clobber),
+                             ("--make-parents", args.make_parents)) if on]
+    extra = [repr(a) for a in (args.name, args.destination) if a] + flags
     if args.list and extra:  # a copy asked as well: it was ignored without a word
         ap.error(f"--list takes nothing else ({', '.join(extra)} given): longshort-cp --list, or longshort-cp NAME "
                  "DEST to copy")
@@ -127,19 +140,43 @@ def main(argv=None) -> int:
         src = config_path(args.name)
     except FileNotFoundError as e:
         ap.error(str(e))
+    if args.force and args.no_clobber:
+        ap.error("--force and --no-clobber ask for opposite things: give one of them")
     dest = Path(args.destination)
     if dest.is_dir() or args.destination.endswith(("/", os.sep)):  # DEST/ names a folder (as cp reads it)
         dest = dest / src.name
-    if (dest.exists() or dest.is_symlink()) and not args.force:  # a link to nothing is the user's too
-        ap.error(f"{dest} exists{' (a symbolic link)' if dest.is_symlink() else ''}; pass --force to overwrite it")
-    if dest.parent.exists() and not dest.parent.is_dir():
-        ap.error(f"destination folder {dest.parent} is a file, not a folder; name a file in a folder")
-    if not dest.parent.is_dir():
-        ap.error(f"destination folder {dest.parent} does not exist; create it (mkdir -p {dest.parent}) or name "
-                 "an existing folder")
+    elif not dest.suffix:  # as tune cp: `longshort-cp NAME my_run` writes my_run.yaml
+        dest = dest.with_name(dest.name + ".yaml")
+    if dest.exists() or dest.is_symlink():  # a link to nothing is the user's too
+        if args.no_clobber:
+            print(f"{dest} exists, not overwriting (--no-clobber)")
+            return 0
+        if not args.force:
+            ap.error(f"{dest} exists{' (a symbolic link)' if dest.is_symlink() else ''}; pass --force to overwrite "
+                     "it")
+    missing = None  # the highest folder --make-parents makes, taken back if the copy then fails
+    for parent in (dest.parent, *dest.parent.parents):
+        if parent.exists() and not parent.is_dir():
+            ap.error(f"destination folder {parent} is a file, not a folder; name a file in a folder")
+        if parent.is_dir():
+            break
+        missing = parent
+    if missing is not None and not args.make_parents:
+        ap.error(f"destination folder {dest.parent} does not exist; pass --make-parents (as tune cp) or create it "
+                 f"(mkdir -p {dest.parent})")
     try:
+        if missing is not None:
+            dest.parent.mkdir(parents=True)
         atomic_copy(src, dest)
     except OSError as e:
+        if missing is not None:  # take back the folders this command made, emptied (nothing else is removed)
+            for folder in (dest.parent, *dest.parent.parents):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+                if folder == missing:
+                    break
         ap.error(f"cannot write {dest}: {e.strerror or e}; name a destination you can write")
     print(f"Copied {args.name} to {dest}")
     return 0
