@@ -45,6 +45,13 @@ def test_a_run_written_with_output_path_json_is_read_from_its_file_or_folder(tmp
     assert list(summary["runs"]) == ["hf_res", "ls_res"]  # labelled by the --output_path name
     assert summary["longshort_ppl"]["ppl"] == {"hf_res": {"256": 5.0}, "ls_res": {"256": 4.0}}
     assert summary["per_position_mean_nll"] == {"ls_res": {"2": 2.0}}  # its samples, not the other run's
+    # the --output_path as given to lm-eval (ff/ls_res.json, which lm-eval never writes) names that run: it was
+    # refused as a path that "does not exist"
+    named = build_report([ff / "hf_res.json", ff / "ls_res.json"], tmp_path / "rep_named")
+    assert named["longshort_ppl"] == summary["longshort_ppl"]
+    assert named["per_position_mean_nll"] == {"ls_res": {"2": 2.0}}
+    with pytest.raises(FileNotFoundError, match=r"no other_<date>.json results file beside it"):
+        build_report([ff / "other.json"], tmp_path / "no")
     with pytest.raises(SystemExit):  # the folder holds two runs: refused, the fix named
         main([str(ff), "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err

@@ -307,8 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
     ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
     ap.add_argument("results_dirs", nargs="+", type=Path,
-                    help="lm-eval --output_path folders, or results files (<name>_<date>.json of an --output_path "
-                         "<name>.json, results_<date>.json), one per run")
+                    help="lm-eval --output_path folders or <name>.json as given, or results files (<name>_<date>.json "
+                         "of an --output_path <name>.json, results_<date>.json), one per run")
     ap.add_argument("--out", type=lambda v: Path(user_path(v)), required=True,
                     help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")

@@ -4,7 +4,8 @@ lm-eval 0.4.13 writes a run in one of two forms. ``--output_path <folder>``: ``<
 and ``samples_<task>_<date>.jsonl`` beside it. ``--output_path <name>.json``: ``<name>_<date>.json`` and the
 samples files in the folder of ``<name>.json``. A run given to the report is either a folder (every results file under
 it, any depth: ``results_<date>.json`` by name, ``<name>_<date>.json`` by content, lm-eval's keys) or one results
-file (its samples files: those beside it with the same ``<date>``, which lm-eval gives a run's files).
+file (its samples files: those beside it with the same ``<date>``, which lm-eval gives a run's files), or the
+``<name>.json`` given to ``--output_path`` itself (every ``<name>_<date>.json`` beside it, as a folder's files).
 """
 
 from __future__ import annotations
@@ -76,7 +77,14 @@ def lm_eval_files(run: Path, kind: str = "results") -> List[Path]:
     from lm_eval.utils import get_file_datetime
 
     run = Path(run)
-    if run.is_file():
+    if _named_output(run):  # ``--output_path <name>.json`` as given: every ``<name>_<date>.json`` beside it
+        files = [p for p in run.parent.glob("*_*.json")
+                 if (m := DATED_RESULTS.match(p.name)) and m["stem"] == run.stem and is_results_file(p)]
+        if kind != "results":
+            dates = {_date(p.name) for p in files}
+            files = [p for p in run.parent.glob("samples_*.jsonl") if LM_EVAL_FILE.match(p.name)
+                     and _date(p.name) in dates]
+    elif run.is_file():
         date = _date(run.name)
         files = [run] if kind == "results" else [p for p in run.parent.glob("samples_*.jsonl")
                                                  if LM_EVAL_FILE.match(p.name) and date and _date(p.name) == date]
@@ -87,11 +95,21 @@ def lm_eval_files(run: Path, kind: str = "results") -> List[Path]:
     return sorted(files, key=lambda p: (get_file_datetime(p.name), p.name))
 
 
+def _named_output(run: Path) -> bool:
+    """Whether ``run`` is an ``--output_path <name>.json`` as the user gave it to lm-eval, which wrote no file of
+    that name but ``<name>_<date>.json`` beside it (the report is given the path the evaluation was)."""
+    return run.suffix == ".json" and not run.exists() and run.parent.is_dir()
+
+
 def results_files(run: Path) -> List[Path]:
     """:func:`lm_eval_files` of a run, refused (``FileNotFoundError`` / ``ValueError``) when there is none, saying
     which forms the report reads."""
     run = Path(run)
-    if not run.exists():
+    if _named_output(run) and not lm_eval_files(run):
+        raise FileNotFoundError(f"results_dir={str(run)!r}: no {run.stem}_<date>.json results file beside it (lm-eval "
+                                f"writes one for --output_path {run.name}): name the --output_path of an lm-eval run, "
+                                "or one of its results files")
+    if not run.exists() and not _named_output(run):
         raise FileNotFoundError(f"results_dir={str(run)!r} does not exist, so it holds no lm-eval results file: name "
                                 "the --output_path folder of an lm-eval run, or one of its results files")
     if run.is_file() and not is_results_file(run):
@@ -108,6 +126,8 @@ def run_label(run: Path) -> str:
     """A run's default name in the report: its folder's name; for a results file, its ``<name>`` of
     ``<name>_<date>.json`` (its folder's name for lm-eval's ``results_<date>.json``)."""
     run = Path(run)
+    if _named_output(run):
+        return run.stem
     m = DATED_RESULTS.match(run.name) if run.is_file() else None
     if not m:
         return run.name
