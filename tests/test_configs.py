@@ -354,3 +354,29 @@ def test_a_typo_of_a_shipped_config_name_names_the_config(tmp_path, monkeypatch)
         config_path("smollm2_135m/lora_yarn_16k_stdlb")
     with pytest.raises(ValueError, match=r"\(e\.g\. study/cpu_small.yaml\)"):
         resolve_config("study/cpu_smal.yaml", tmp_path, "--config")
+
+
+@pytest.mark.parametrize("module", ["torchtune_longshort.configs_cli", "torchtune_longshort.metrics.cli",
+                                    "torchtune_longshort.training.recipe_config.validate",
+                                    "torchtune_longshort.eval.report.build", "torchtune_longshort.models.gguf"])
+def test_each_commands_help_ends_with_examples_that_use_its_own_options(module, capsys):
+    # longshort-cp, longshort-misalignment, longshort-validate, longshort-eval-report and the GGUF converter's
+    # --help showed no example (the README's were the only ones; the study's and synthetic's have theirs); now each
+    # ends with examples, every option they use one the command takes, every shipped config they name shipped
+    import importlib
+    import re
+
+    from torchtune_longshort.configs_cli import shipped_configs
+
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(module).main(["--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "\nexamples:\n" in text, text
+    head, examples = text.split("\nexamples:\n")
+    lines = [x.split("#")[0] for x in examples.splitlines() if x.strip()]
+    assert lines
+    for line in lines:
+        for flag in re.findall(r"(?<=\s)--[\w-]+", line):
+            assert re.search(rf"(?<![\w-]){flag}(?![\w-])", head), (flag, line)
+        named = [w for w in line.split() if re.fullmatch(r"[a-z0-9_]+/[\w.]+\.yaml", w) and not w.startswith("runs/")]
+        assert set(named) <= set(shipped_configs()), line

@@ -111,8 +111,9 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.",
-                        epilog="examples: longshort-cp --list; longshort-cp tiny/longshort_stdlib.yaml run.yaml; "
-                               "longshort-cp tiny/longshort_stdlib.yaml runs/a/run.yaml --make-parents")
+                        examples=["longshort-cp --list",
+                                  "longshort-cp tiny/longshort_stdlib.yaml run.yaml",
+                                  "longshort-cp tiny/longshort_stdlib.yaml runs/a/run.yaml --make-parents"])
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
     ap.add_argument("destination", nargs="?", type=user_path, help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")

@@ -260,7 +260,14 @@ def user_path(value: str) -> str:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them)."""
+    """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them).
+    ``examples``: command lines that ``--help`` prints last, one a line, as lm-eval's and ``tune``'s help do."""
+
+    def __init__(self, *args, examples=(), **kwargs):
+        if examples:
+            kwargs.setdefault("epilog", "examples:\n" + "\n".join(f"  {line}" for line in examples))
+            kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         refuse(self.prog, message)

