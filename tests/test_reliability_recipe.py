@@ -436,3 +436,17 @@ def test_a_plain_rope_run_at_fewer_positions_keeps_the_starts_in_config_json(rec
         run.release_output_dir()
         config = json.loads((out / "step_1" / "config.json").read_text())
         assert config["max_position_embeddings"] == saved and CheckpointFolder.open(out / "step_1").usable_length == saved
+
+
+def test_the_closing_line_names_a_log_folder_only_where_the_logger_made_one(tmp_path):
+    # metric_logger=torchtune.training.metric_logging.StdoutLogger (torchtune's shorthand for a component swap) keeps
+    # the config's log_dir, which StdoutLogger takes and ignores: the run ended naming `(and <output_dir>/logs)`, a
+    # folder that was never made
+    from torchtune_longshort.training.metrics import where_logged
+
+    logs = tmp_path / "logs"
+    line = where_logged(tmp_path, str(logs))
+    assert line == f"[longshort] metrics:    {tmp_path / 'metrics.jsonl'} (and the metric logger)"
+    logs.mkdir()
+    assert where_logged(tmp_path, str(logs)).endswith(f"(and {logs})")
+    assert where_logged(tmp_path, None).endswith("(and the metric logger)")

@@ -41,7 +41,7 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
     from torchtune_longshort.training.learned_rope import average_replicated_grads
     from torchtune_longshort.training.lost_process import lost_processes
-    from torchtune_longshort.training.metrics import mean_over_ranks
+    from torchtune_longshort.training.metrics import mean_over_ranks, where_logged
     from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
     from torchtune_longshort.training.out_of_space import OutOfSpace
     from torchtune_longshort.training.recipe_config.validate import check_config_argument
@@ -346,8 +346,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             if not self.finished:  # a finished run's resume started no logger
                 self._run_log.close_loggers()
             print(f"[longshort] checkpoint: {self.ckpts.latest()}")
-            log_dir = self.config.metric_logger.log_dir or "the metric logger"
-            print(f"[longshort] metrics:    {self.output_dir / 'metrics.jsonl'} (and {log_dir})")
+            print(where_logged(self.output_dir, self.config.metric_logger.log_dir))
         if self._distributed:
             # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing
             # (rank 0 writes the logs above) can abort the peer at exit ("terminate called ...", seen once in CI)

@@ -19,6 +19,14 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.training.output_dir import METRICS_FILE
 
 
+def where_logged(output_dir: Union[str, Path], log_dir: Optional[str]) -> str:
+    """The run's closing line naming its metrics: ``metrics.jsonl`` and the metric logger's ``log_dir`` where the
+    logger made that folder; a logger that writes none (torchtune's ``StdoutLogger`` takes a ``log_dir`` a config
+    carried over and ignores it) is named as such, not by a folder that does not exist."""
+    logs = log_dir if log_dir and Path(log_dir).is_dir() else "the metric logger"
+    return f"[longshort] metrics:    {Path(output_dir) / METRICS_FILE} (and {logs})"
+
+
 def peak_memory_gib(device: torch.device) -> float:
     """Peak memory in GiB: allocated tensor memory on CUDA (``max_memory_allocated``), else the process's peak
     resident set size (CPU runs; ``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
