@@ -265,6 +265,13 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
     check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv])
     with pytest.raises(ValueError, match="has no chat template"):
         check_arguments([a if a != "longshort_passkey" else "longshort_ppl,longshort_passkey" for a in argv])
+    # lm-eval's hf: transformers' "Cannot use chat template functions" came after the model loaded, naming no fix
+    hf = [a if a != "longshort" else "hf" for a in argv]
+    with pytest.raises(ValueError, match=rf"the tokenizer at {sp_tokenizer_dir} has no chat template"):
+        check_arguments(hf)
+    check_arguments([a if not a.startswith("pretrained=") else f"pretrained={tiny_llama2_dir},tokenizer={with_chat}"
+                     for a in hf])
+    check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in hf])
     plain = _lm(tiny_llama2_dir, sp_tokenizer_dir)
     assert plain.chat_template(True) is None
     with pytest.raises(ValueError, match="has no chat template"):

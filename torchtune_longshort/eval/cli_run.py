@@ -22,7 +22,7 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
-from torchtune_longshort.eval.model.chat import no_template_message, template_tokenizer
+from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
@@ -234,6 +234,11 @@ def check_arguments(out: List[str]) -> None:
             raise ValueError(no_template_message(args.tokenizer.path))
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
+        # hf: transformers' "Cannot use chat template functions ..." came once the model had loaded, with no fix
+        tokenizer = Path(str(given.model_args.get("tokenizer") or given.model_args["pretrained"])).expanduser()
+        if model == "hf" and tokenizer.exists() and _flag_given(out, "--apply_chat_template") and \
+                not _every_task_ignores(task_names(out), "apply_chat_template") and lacks_template(tokenizer):
+            raise ValueError(no_template_message(tokenizer))
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
 

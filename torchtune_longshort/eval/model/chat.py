@@ -23,6 +23,19 @@ def template_tokenizer(path: Path) -> Optional[Any]:
     return tokenizer if getattr(tokenizer, "chat_template", None) else None
 
 
+def lacks_template(path: Path) -> bool:
+    """Whether the tokenizer folder (or file) at ``path`` is one transformers loads and it carries no chat template
+    (False where it does not load: the model that reads it then says why)."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return not getattr(tokenizer, "chat_template", None)
+
+
 def no_template_message(path: Path) -> str:
     return (f"--apply_chat_template: the tokenizer at {path} has no chat template (chat_template.jinja, or "
             "chat_template in tokenizer_config.json): evaluate without --apply_chat_template, or name a tokenizer "
