@@ -120,6 +120,19 @@ def test_a_command_the_plan_cannot_answer_is_refused_before_anything_is_written(
     assert not (tmp_path / "o").exists()
 
 
+def test_plan_on_a_config_without_one_names_what_a_plan_is_and_the_way_on():
+    # `--plan` on study/cpu_small.yaml said only "--plan: the config has no plan"
+    from types import SimpleNamespace
+
+    from torchtune_longshort.study.__main__ import _selected
+
+    with pytest.raises(ValueError) as info:
+        _selected(SimpleNamespace(command=None, plan=True, only=None), SimpleNamespace(plan=None, quick=False))
+    err = str(info.value)
+    assert err.startswith("--plan: ") and "no plan section" in err and "gpu_smollm2_seeds.yaml has one" in err, err
+    assert "--only" in err
+
+
 def test_a_plan_over_its_budget_is_refused_at_load_with_the_arithmetic(real_model_dir, capsys, tmp_path):
     import yaml
 

@@ -215,7 +215,9 @@ def _selected(a, cfg) -> Optional[List[str]]:
     (printed with its estimate); ValueError for a ``--command`` or ``--plan`` the config cannot answer."""
     if (a.command is not None or a.plan) and (cfg.plan is None or cfg.quick):
         flag = "--command" if a.command is not None else "--plan"
-        why = "--quick has no plan (it is a CPU smoke of its own grid)" if cfg.quick else "the config has no plan"
+        why = "--quick has no plan (it is a CPU smoke of its own grid)" if cfg.quick else (
+            "the config has no plan section (commands split to fit a time budget: study/gpu_smollm2_seeds.yaml has "
+            "one); run the whole grid without it, or a part with --only")
         raise ValueError(f"{flag}: {why}")
     if a.command is not None:
         if a.only:
