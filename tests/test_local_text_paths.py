@@ -50,3 +50,22 @@ def test_the_config_check_takes_a_list_and_names_the_entry_that_names_nothing(tm
     with pytest.raises(ValueError, match=r"^dataset.path: .*bad.jsonl:1: bytes that are not utf-8"):
         load_recipe_config(cfg([str(a), str(bad)]))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("access", ["read_through", "from_index"])
+def test_a_file_deleted_while_the_run_reads_is_a_source_fault_naming_it(tmp_path, access):
+    """A corpus file deleted (moved, unmounted) after the run started: the stream's read raised a bare
+    ``FileNotFoundError``, which ended a run in ``[Errno 2] No such file or directory: '...'``, no key named and the
+    steps since the last periodic save lost. Now it is a :class:`DataSourceError` (the recipe saves the last good
+    step and says to resume once the source can be read again), naming the section and the file."""
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+    from torchtune_longshort.data.text_files import DataSourceError
+
+    a, b, c = _files(tmp_path)
+    with source_names(SourceNames(where="validation.dataset")):
+        docs = local_text(str(tmp_path))
+    b.unlink()
+    read = {"read_through": docs, "from_index": lambda: docs.from_index(1)}[access]
+    with pytest.raises(DataSourceError, match=rf"^validation.dataset local_text\(.*\): {b} can no longer be read "
+                                              r"\(No such file or directory"):
+        list(read())

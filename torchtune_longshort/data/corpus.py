@@ -68,15 +68,16 @@ class _Source:
         self.description = description
         self.files = None if files is None else tuple(files)
         self.count = count
+        self.where = current_names().where
 
     def __call__(self) -> Iterator[str]:
-        return iter(self._fn())
+        return self._reading(self._fn())
 
     def in_order(self, indices: Sequence[int]) -> Iterator[Any]:
         """The documents at ``indices`` (each in ``[0, count)``), in that order; the others neither read nor built."""
         if self.count is None:
             raise ValueError(f"{self!r} has no random access: it is read in order")
-        return iter(self._read(indices))
+        return self._reading(self._read(indices))
 
     def from_index(self, start: int) -> Iterator[Any]:
         """The documents from index ``start`` (``0 <= start <= count``) on, those before neither read nor built."""
@@ -86,6 +87,18 @@ class _Source:
 
     def __repr__(self) -> str:
         return f"<documents: {self.description}>"
+
+    def _reading(self, docs: Iterable[Any]) -> Iterator[Any]:
+        """``docs``, a file that can no longer be read (deleted, moved, unmounted since the source was built) a
+        :class:`DataSourceError` naming it: the recipe saves the last good step and says to resume once it can be
+        read again (it was a bare ``[Errno 2]`` line, the steps since the last periodic save lost)."""
+        try:
+            yield from docs
+        except OSError as e:
+            if e.filename is None or isinstance(e, ConnectionError):  # no file of ours (a hub source says its own)
+                raise
+            raise DataSourceError(f"{self.where} {self.description}: {e.filename} can no longer be read "
+                                  f"({e.strerror or type(e).__name__}; read as the run went on)") from e
 
 
 def stdlib(min_bytes: int = 0, include_tests: Union[bool, str] = True, limit: Optional[int] = None,
