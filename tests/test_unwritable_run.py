@@ -99,3 +99,45 @@ def test_a_save_whose_latest_cannot_be_replaced_says_its_step_stands(tmp_path, t
         commit_step(run, 2, tiny_llama2_dir)
     assert StepCheckpoints(run).latest(resumable=True) == run / "step_2"
     assert not staged_state_path(run / ".staging" / "step_2").exists()
+
+
+def test_a_run_folder_made_read_only_mid_run_ends_at_the_next_save_in_one_line(
+        tmp_path, tiny_llama2_dir, sp_tokenizer_dir, monkeypatch):
+    """``chmod 555`` on the run folder between saves (as root's probe cannot, the file system's answer is stood in
+    for): the next save's ``mkdir .staging`` was refused, and the lock file's removal then failed too, so the run
+    ended in a 60-line traceback naming only ``.lock`` (exit status 1). Now the save ends it in one line naming the
+    refused entry and the step that stands, whatever the lock file's removal does."""
+    import errno
+    import pathlib
+
+    from recipe_config import make_cfg
+
+    import torchtune_longshort.recipes.longshort_finetune as recipe_module
+    from torchtune_longshort.config.values import UnwritablePath
+
+    out = tmp_path / "out"
+    stage, unlink = recipe_module.recipe_checkpoints.stage_step, pathlib.Path.unlink
+    read_only = {"now": False}
+
+    def refused_when_read_only(staged, *args, **kwargs):
+        if read_only["now"]:
+            raise PermissionError(errno.EACCES, "Permission denied", str(staged.parent))
+        read_only["now"] = True  # after the first save, as a chmod between steps
+        return stage(staged, *args, **kwargs)
+
+    def lock_kept(path, *args, **kwargs):
+        if read_only["now"] and path.name == ".lock":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(recipe_module.recipe_checkpoints, "stage_step", refused_when_read_only)
+    monkeypatch.setattr(pathlib.Path, "unlink", lock_kept)
+    run = recipe_module.LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=2,
+                                                         batch_size=2, save_every_n_steps=1))
+    run.setup()
+    with pytest.raises(UnwritablePath) as err:
+        run.train()
+    assert str(err.value) == (f"checkpoint step_2 could not be saved ([Errno 13] Permission denied: '{out}/.staging'): "
+                              "make what it names writable (chmod u+w; chattr -i if it is immutable), then continue "
+                              f"with resume=True (the last saved step, {out}/step_1, stands)")
+    assert not (out / "step_2").exists() and (out / "recipe_state" / "step_1.pt").is_file()

@@ -93,8 +93,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
             try:
                 final = self._write_checkpoint(step, model_sd, opt_sd, rank_rngs)
             except Exception as e:
-                if not is_out_of_space(e, self.ckpts.root):
-                    raise
+                if not is_out_of_space(e, self.ckpts.root):  # a folder made read-only: one line, as at the commit
+                    raise (self.ckpts.refused(step, e) if isinstance(e, OSError) else e)
                 self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
                 raise OutOfSpace(out_of_space.stop_message(
                     f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e

@@ -190,15 +190,22 @@ class StepCheckpoints:
         try:
             return self._commit(staged, step)
         except OSError as e:
-            if e.errno not in (errno.EPERM, errno.EACCES, errno.EROFS):
-                raise
-            with contextlib.suppress(OSError):
-                self.clean_staging()
-            last = self.latest(resumable=True)
-            then = (f"continue with resume=True (the last saved step, {last}, stands)" if last is not None else
-                    "start again with overwrite_output_dir=True (no step of this run was saved)")
-            raise UnwritablePath(f"checkpoint step_{step} could not be saved ({' '.join(str(e).split())}): make what "
-                                 f"it names writable (chmod u+w; chattr -i if it is immutable), then {then}") from None
+            raise self.refused(step, e) from None
+
+    def refused(self, step: int, error: OSError) -> OSError:
+        """What a save of ``step`` that ``error`` stopped ends the run with: for a write the file system refuses
+        (``chattr +i``, a permission, a read-only mount; at the commit, or at the staging before it) an
+        :class:`~torchtune_longshort.config.values.UnwritablePath` in one line naming the step that stands, what it
+        staged removed; any other error as it is."""
+        if error.errno not in (errno.EPERM, errno.EACCES, errno.EROFS):
+            return error
+        with contextlib.suppress(OSError):
+            self.clean_staging()
+        last = self.latest(resumable=True)
+        then = (f"continue with resume=True (the last saved step, {last}, stands)" if last is not None else
+                "start again with overwrite_output_dir=True (no step of this run was saved)")
+        return UnwritablePath(f"checkpoint step_{step} could not be saved ({' '.join(str(error).split())}): make what "
+                              f"it names writable (chmod u+w; chattr -i if it is immutable), then {then}")
 
     def _commit(self, staged: Path, step: int) -> Path:
         final = self.path(step)

@@ -364,7 +364,10 @@ class OutputDirLock:
                 if not discard or files_under(folder, self.written_here) - self.existed:
                     with contextlib.suppress(OSError):  # a full disk: the list the run's start wrote stands
                         self.record_written()
-                self.path.unlink(missing_ok=True)
+                # a folder made read-only keeps its lock file: the next start takes it over (its process is gone);
+                # the error here hid the run's own last line under a traceback
+                with contextlib.suppress(OSError):
+                    self.path.unlink(missing_ok=True)
         self.held = False
 
 
