@@ -184,3 +184,32 @@ def test_an_evaluation_min_chars_is_not_named_as_a_config_key():
     with pytest.raises(FileNotFoundError) as caught:
         next(iter_texts("stdlib", min_chars=999_999_999))
     assert str(caught.value).startswith("no standard-library source files of >= 999999999 bytes"), caught.value
+
+
+def test_a_resume_on_a_corpus_folder_that_lost_or_gained_a_file_is_refused(tmp_path):
+    """A stream's position counts documents: resumed after a file of its folder was deleted (or one added), it read
+    on from the same count into other documents, without a word (2 processes, a file deleted mid-run and the run
+    resumed: steps 7-8 gave other losses than the uninterrupted run's). The saved state now holds the source's
+    document count, and another count is refused, naming the section and both counts; the same data resumes."""
+    folder = tmp_path / "books"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"part{i}.jsonl").write_text("".join(json.dumps({"text": f"book {i}.{j} " * 9}) + "\n"
+                                                       for j in range(4)))
+    tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=tok)
+    stream.take(300)
+    state = stream.state_dict()
+    same = PackedTokenStream(local_text(str(folder)), tokenize=tok)
+    same.load_state_dict(state)
+    assert same.take(200) == stream.take(200)  # the same data: resumed where it was
+    removed = (folder / "part2.jsonl").read_text()
+    (folder / "part2.jsonl").unlink()  # a file deleted: 8 documents
+    with pytest.raises(ValueError, match=r"^cannot resume: dataset local_text\(.*\) holds 8 documents now, the saved "
+                                         rf"run read 12: its saved position \(document {state['docs_consumed']} of "
+                                         r"pass 0\) would land on other documents"):
+        PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(state)
+    (folder / "part2.jsonl").write_text(removed)
+    (folder / "part3.jsonl").write_text(removed)  # a file added: 16
+    with pytest.raises(ValueError, match=r"holds 16 documents now, the saved run read 12"):
+        PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(state)

@@ -87,12 +87,24 @@ class PackedTokenStream:
             "records_skipped": self.records_skipped,
             "buffer": list(self._buffer),
             "shuffle_seed": self.shuffle_seed,
+            # a source with random access: how many documents it held, so that a resume on other data is refused
+            "documents": getattr(self._documents, "count", None),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("shuffle_seed") != self.shuffle_seed:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
+        saved, count = state.get("documents"), getattr(self._documents, "count", None)
+        if saved is not None and count is not None and saved != count:
+            # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on
+            # others (the resume trained on shifted data without a word)
+            source = getattr(self._documents, "description", repr(self._documents))
+            raise ValueError(
+                f"cannot resume: {getattr(self._documents, 'where', 'dataset')} {source} holds {count} documents now, "
+                f"the saved run read {saved}: its saved position (document {state['docs_consumed']} of pass "
+                f"{state['epoch']}) would land on other documents. Restore the data the run read (a file added, "
+                "deleted or emptied since), or start a new run in another output_dir")
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])
