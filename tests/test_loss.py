@@ -256,3 +256,23 @@ def test_bad_inputs_name_the_field():
         LongShortLoss()(la, la, labels[:, :8], labels, 2)
     with pytest.raises(ValueError, match="min_context"):
         aligned_positions(16, 2, "half")
+
+
+def test_window_outputs_that_are_no_float_batch_of_positions_are_refused_naming_them():
+    """Token ids, a 2-D tensor or an empty list where the windows' logits go: one line naming out_a / out_b (they
+    failed inside the cross-entropy, or named the labels); misalignment_loss refused windows of different lengths
+    only when the vocabulary differed too (B was cut at A's positions without a word)."""
+    la, labels = torch.randn(2, 16, V), torch.zeros(2, 16, dtype=torch.long)
+    loss = LongShortLoss()
+    with pytest.raises(ValueError, match=r"^out_a has shape \(16, 97\): expected \[batch, L, vocab\] logits"):
+        loss(la[0], la[0], labels, labels, 2)
+    with pytest.raises(ValueError, match=r"^out_b has dtype torch.int64: expected .* in a floating dtype"):
+        loss(la, labels[..., None].expand(2, 16, V).contiguous(), labels, labels, 2)
+    with pytest.raises(ValueError, match=r"^out_a is an empty list"):
+        loss([], [], labels, labels, 2)
+    with pytest.raises(TypeError, match=r"^out_a is a str: .* its output's .logits"):
+        loss("logits", la, labels, labels, 2)
+    with pytest.raises(ValueError, match=r"^logits_a has 16 positions, logits_b 14: both windows hold L positions"):
+        misalignment_loss(la, la[:, :14], 2)
+    with pytest.raises(ValueError, match=r"^logits_a has dtype torch.int64: expected logits in a floating dtype"):
+        mean_divergence(labels, labels)

@@ -19,6 +19,10 @@ import torch.nn.functional as F
 
 
 def _log_probs(logits_p: torch.Tensor, logits_q: torch.Tensor):
+    for name, t in (("logits_a", logits_p), ("logits_b", logits_q)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} has dtype {t.dtype}: expected logits in a floating dtype (token ids are not "
+                             "logits)")
     if logits_p.shape != logits_q.shape:
         if logits_p.shape[-1] != logits_q.shape[-1]:
             raise ValueError(

@@ -181,6 +181,8 @@ class LongShortLoss(nn.Module):
         """
         a_parts = list(out_a) if isinstance(out_a, (list, tuple)) else [out_a]
         b_parts = list(out_b) if isinstance(out_b, (list, tuple)) else [out_b]
+        self._check_outputs("out_a", a_parts)
+        self._check_outputs("out_b", b_parts)
         bsz = a_parts[0].shape[0]
         L = sum(p.shape[1] for p in a_parts)
         if sum(p.shape[1] for p in b_parts) != L:
@@ -240,6 +242,24 @@ class LongShortLoss(nn.Module):
             loss=loss, ce=ce.detach(), ce_a=ce_a.detach(), ce_b=ce_b.detach(),
             misalignment=mis_log, num_aligned=pos.n,
         )
+
+    def _check_outputs(self, name: str, parts: list) -> None:
+        """Refuse a window output that is no float ``[batch, L, last]`` tensor (or list of sequence chunks of them)
+        before torch meets it: token ids or a 2-D tensor failed deep in the cross-entropy, or named the labels."""
+        what = ("[batch, L, dim] hidden states (set_model_output is on)" if self.linear_projection is not None
+                else "[batch, L, vocab] logits, or a list of sequence chunks of them")
+        if not parts:
+            raise ValueError(f"{name} is an empty list: expected {what}")
+        for i, part in enumerate(parts):
+            label = name if len(parts) == 1 else f"{name}[{i}]"
+            if not isinstance(part, torch.Tensor):
+                raise TypeError(f"{label} is a {type(part).__name__}: expected {what} (for a Hugging Face model, "
+                                "its output's .logits)")
+            if part.dim() != 3:
+                raise ValueError(f"{label} has shape {tuple(part.shape)}: expected {what}")
+            if not part.is_floating_point():
+                raise ValueError(f"{label} has dtype {part.dtype}: expected {what} in a floating dtype (token ids "
+                                 "go to the model and the labels, not here)")
 
     def _fused(self, ha, hb, labels_a, labels_b, n_a, n_b, pos, chunks, mode):
         """The fused path: ``(ce_a_sum, ce_b_sum, div_sum, loss)`` (sums detached; ``loss`` carries the gradients)."""

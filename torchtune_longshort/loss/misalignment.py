@@ -39,7 +39,10 @@ def misalignment_loss(
             f"logits_a/logits_b must be [batch, L, vocab]; got {tuple(logits_a.shape)} and {tuple(logits_b.shape)}"
         )
     if logits_a.shape != logits_b.shape:
-        divergence_fn(divergence)(logits_a[:, :0], logits_b[:, :0])  # raises the vocab / shape message
+        divergence_fn(divergence)(logits_a[:, :0], logits_b[:, :0])  # raises the vocab / batch message
+        # the same batch and vocabulary but not the same L: window B was sliced at A's positions without a word
+        raise ValueError(f"logits_a has {logits_a.shape[1]} positions, logits_b {logits_b.shape[1]}: both windows "
+                         "hold L positions (window A = tokens [0, L), window B = tokens [e, L + e))")
     L = logits_a.shape[1]
     pos = aligned_positions(L, e, min_context)
     la = logits_a[:, pos.a_start : pos.a_start + pos.n]
