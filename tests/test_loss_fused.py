@@ -251,6 +251,22 @@ def test_windows_of_different_batches_float_labels_or_logits_for_hidden_states_a
         loss_fn(lin(ha), lin(hb), la, lb, e)  # logits where the set-up model gives hidden states
 
 
+def test_the_fused_loss_under_torch_compile_gives_the_eager_loss_and_gradients_at_every_e():
+    """A researcher's ``torch.compile(loss_fn)``: the fused path runs eager inside it (a graph break, as the recipe
+    runs the loss); compiling it failed at the second e (dynamo's dynamic shapes refused its ``gather(out=)``)."""
+    ha, hb, lin = _leaves()
+    loss_fn = _fused_loss(lin, alpha=0.5, num_chunks=3)
+    compiled = torch.compile(loss_fn, backend="eager")
+    for e in (3, 5, L // 2 + 1):
+        la, lb = _batch(e, seed=e)
+        ref, ref_mis = naive_loss(ha, hb, lin.weight, None, la, lb, e, 0.5, "sce", L // 2)
+        out = compiled(ha, hb, la, lb, e)
+        assert out.loss.item() == pytest.approx(ref.item(), rel=1e-5)
+        for got, want in zip(_grads(out.loss, (ha, hb, lin.weight)), _grads(ref, (ha, hb, lin.weight))):
+            torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-6)
+    torch._dynamo.reset()
+
+
 def test_fused_and_checkpointed_paths_through_a_torchtune_decoder(caplog):
     """Whole model: parameter gradients of the fused and the checkpointed path both equal naive autograd; the
     path is logged once."""

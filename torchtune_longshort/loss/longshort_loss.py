@@ -261,6 +261,10 @@ class LongShortLoss(nn.Module):
                 raise ValueError(f"{label} has dtype {part.dtype}: expected {what} in a floating dtype (token ids "
                                  "go to the model and the labels, not here)")
 
+    # Under torch.compile the fused path runs eager (a graph break), as the recipe runs the whole loss: its kernels
+    # write into preallocated out= buffers whose chunk sizes follow e, which dynamo's dynamic shapes refused
+    # (TorchRuntimeError on gather(out=) at the second e) when a user compiled the loss.
+    @torch.compiler.disable
     def _fused(self, ha, hb, labels_a, labels_b, n_a, n_b, pos, chunks, mode):
         """The fused path: ``(ce_a_sum, ce_b_sum, div_sum, loss)`` (sums detached; ``loss`` carries the gradients)."""
         bsz = ha.shape[0]
