@@ -116,6 +116,34 @@ def test_bad_inputs():
         misalignment_metric(model, [], length=32, divergences=["kl"], progress=False)
 
 
+def test_python_callers_bad_arguments_are_refused_naming_them_before_any_forward():
+    """Each was a torch error, a wrong reason or a wrong number: num_samples=0 'no sequences were given', a float
+    sequence cast to token 0 and measured, divergences="sce" read letter by letter, device="cuda" on a CPU machine
+    an AssertionError inside torch, an id past a decoder's embedding table an IndexError."""
+    from torchtune.models.llama2 import llama2
+
+    model, seqs = LastTokenModel(), [torch.randint(0, 13, (40,)) for _ in range(3)]
+    run = lambda **kw: misalignment_metric(**{"model": model, "sequences": seqs, "length": 32,  # noqa: E731
+                                              "progress": False, **kw})
+    for bad in (0, -1, 2.0):
+        with pytest.raises(ValueError, match=rf"^num_samples={bad!r} must be an int >= 1"):
+            run(num_samples=bad)
+    with pytest.raises(ValueError, match=r"^sequence 0 has dtype torch.float32: expected integer token ids"):
+        run(sequences=[torch.rand(40)])
+    with pytest.raises(ValueError, match=r"^divergences=\[\] names none"):
+        run(divergences=[])
+    with pytest.raises(ValueError, match=r"^seed='a' must be an int"):
+        run(seed="a")
+    with pytest.raises(ValueError, match=r"^device='tpu': not a device name"):
+        run(device="tpu")
+    one = run(divergences="sce")
+    assert list(one.values) == ["sce"] and one.values["sce"] == run().values["sce"]
+    decoder = llama2(vocab_size=13, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=8, max_seq_len=64)
+    with pytest.raises(ValueError, match=r"^sequence 1 holds token ids in \[13, 13\], outside the model's "
+                                         r"vocabulary \[0, 13\): tokenize with the model's own tokenizer"):
+        run(model=decoder, sequences=[seqs[0], torch.full((40,), 13)])
+
+
 def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.metrics.cli import main
 

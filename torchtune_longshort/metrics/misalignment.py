@@ -20,6 +20,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
+from torchtune_longshort.devices import require_device
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits
 from torchtune_longshort.intervals import t_half_width
 
@@ -46,6 +47,17 @@ def _projects_last_position(model: Model) -> bool:
 # (and the study's eval.mis_num_samples) all take it from here. 100 keeps the 95% CI near a fifth of the spread of
 # the per-text values.
 DEFAULT_NUM_SAMPLES = 100
+
+
+def _vocab_size(model: Model) -> Optional[int]:
+    """The token-embedding rows of a torchtune decoder (None for another callable: it checks its own ids)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    try:
+        embeddings = getattr(decoder_of(model), "tok_embeddings", None)
+    except TypeError:
+        return None
+    return getattr(embeddings, "num_embeddings", None)
 
 
 def _last_logits(model: Model, tokens: torch.Tensor) -> torch.Tensor:
@@ -157,11 +169,16 @@ def misalignment_metric(
 
     Args:
         model: tokens -> logits (e.g. a torchtune ``TransformerDecoder`` in eval mode).
-        sequences: token-id tensors, each with at least ``max_len`` tokens (only the last ``max_len`` are used).
+        sequences: integer token-id tensors, each with at least ``max_len`` tokens (only the last ``max_len`` are
+            used; ids past a torchtune decoder's embedding table are refused).
         length: ``L``; suffix lengths are drawn from ``[min_len, max_len]`` = ``[L/2, L]`` by default.
-        num_samples: stop after this many sequences (``None``: all).
-        divergences: which divergences to report (SCE first by default); a name given twice is reported once.
+        num_samples: stop after this many sequences (``None``: all); fewer sequences give fewer samples.
+        divergences: which divergences to report (SCE first by default), names or one name; a name given twice is
+            reported once.
         seed: seed of the ``(l1, l2)`` draws.
+        device: where the sequences go (the model's device); one this machine lacks is refused
+            (:func:`~torchtune_longshort.devices.require_device`).
+        progress: show a tqdm bar.
 
     Returns:
         :class:`MisalignmentResult`.
@@ -173,9 +190,21 @@ def misalignment_metric(
     max_len = eq4_max if max_len is None else max_len
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
+    if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
+                                    or num_samples < 1):
+        # 0 or -1 ended as "no sequences were given", naming the data
+        raise ValueError(f"num_samples={num_samples!r} must be an int >= 1 (or None: every sequence given)")
+    if isinstance(divergences, str):  # one name: its letters were read as names ("divergence='s' is not known")
+        divergences = [divergences]
     divergences = list(dict.fromkeys(divergences))  # `--divergences js js` appended each sample twice: n doubled
+    if not divergences:
+        raise ValueError(f"divergences={divergences!r} names none: give one or more of {list(DIVERGENCES)}")
     for d in divergences:
         divergence_fn(d)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed={seed!r} must be an int")
+    device = require_device(device)  # the rule of the CLI: a device this machine lacks failed inside torch
+    vocab = _vocab_size(model)
     gen = torch.Generator().manual_seed(seed)
     values: Dict[str, List[float]] = {d: [] for d in divergences}
     pairs: List[List[int]] = []
@@ -190,13 +219,21 @@ def misalignment_metric(
             seq = next(it)
         except StopIteration:
             break
-        seq = torch.as_tensor(seq, dtype=torch.long).reshape(-1)
+        seq = torch.as_tensor(seq)
+        if seq.is_floating_point() or seq.is_complex() or seq.dtype == torch.bool:
+            # cast to long, 0.37 became token 0: a number for text the model never saw
+            raise ValueError(f"sequence {len(pairs)} has dtype {seq.dtype}: expected integer token ids")
+        seq = seq.to(torch.long).reshape(-1)
         if seq.shape[0] < max_len:
             raise ValueError(
                 f"sequence {len(pairs)} has {seq.shape[0]} tokens; the metric needs >= max_len={max_len}"
             )
+        used = seq[-max_len:]
+        if vocab is not None and not 0 <= int(used.min()) <= int(used.max()) < vocab:  # an IndexError in torch
+            raise ValueError(f"sequence {len(pairs)} holds token ids in [{int(used.min())}, {int(used.max())}], "
+                             f"outside the model's vocabulary [0, {vocab}): tokenize with the model's own tokenizer")
         l1, l2 = (int(x) for x in torch.randint(min_len, max_len + 1, (2,), generator=gen))
-        res = suffix_misalignment(model, seq[-max_len:].to(device), l1, l2, divergences)
+        res = suffix_misalignment(model, used.to(device), l1, l2, divergences)
         for d in divergences:
             values[d].append(res[d])
         pairs.append([l1, l2])
