@@ -285,3 +285,18 @@ def test_shuffle_refuses_a_source_read_as_a_stream_in_one_line():
                                          r"read the data as a map-style dataset") as caught:
         PackedTokenStream(lambda: iter([[1, 2]]), shuffle_seed=0)
     assert "\n" not in str(caught.value)
+
+
+def test_shuffle_of_a_source_already_in_its_own_seeded_order_names_the_two_orders():
+    """corpus.stdlib(shuffle_seed=0) under a shuffled stream was 'read as a stream', with 'read local files or the
+    stdlib' as the fix, while the stdlib was the source: the two seeded orders are the reason, one the fix."""
+    from torchtune_longshort.data.shuffled import Shuffled
+
+    source = Shuffled(lambda: iter(["a b", "c d", "e f"]), seed=0)
+    with pytest.raises(ValueError, match=r"^shuffle=True: dataset .* is already read in one seeded order .*: two "
+                                         r"shuffles of the same documents; use one: .*corpus.stdlib\(\)"):
+        PackedTokenStream(source, tokenize=lambda t: [1, 2], shuffle_seed=3)
+    with pytest.raises(ValueError, match=r"^shuffle_seed='3' must be an int$"):
+        PackedTokenStream(source, tokenize=lambda t: [1, 2], shuffle_seed="3")
+    with pytest.raises(ValueError, match=r"^seed='x' must be an int$"):  # a RuntimeError in torch's manual_seed
+        DualWindowBatcher(PackedTokenStream(lambda: iter([[1, 2]])), L=8, seed="x")
