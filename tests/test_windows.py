@@ -10,6 +10,7 @@ from torchtune_longshort.windows import (
     DEFAULT_E_RANGE,
     resolve_e_range,
     resolve_min_context,
+    slice_windows,
     suffix_length_range,
     validate_min_context,
 )
@@ -54,3 +55,23 @@ def test_iterating_a_batcher_yields_next_batch_until_the_stream_ends():
     ref = make()
     for got in batches:
         assert torch.equal(got["tokens"], ref.next_batch()["tokens"])
+
+
+def test_slice_windows_cuts_the_definition_and_refuses_an_e_or_L_the_geometry_does_not_take():
+    """A = x[0:L], B = x[e:L+e], labels the next token inside each window. e = -2 gave a window B of 2 tokens, e = 0
+    two equal windows, e > L a gap, an odd L and float tokens passed."""
+    L, e = 8, 3
+    x = torch.arange(2 * (L + e)).view(2, L + e)
+    w = slice_windows(x, L, e)
+    assert torch.equal(w["tokens_a"], x[:, :L]) and torch.equal(w["tokens_b"], x[:, e : L + e])
+    assert torch.equal(w["labels_a"][:, :-1], x[:, 1:L]) and torch.equal(w["labels_b"][:, :-1], x[:, e + 1 : L + e])
+    assert (w["labels_a"][:, -1] == -100).all() and (w["labels_b"][:, -1] == -100).all()
+    y = torch.arange(2 * L)[None]
+    assert slice_windows(y, L, L)["tokens_b"].equal(y[:, L:])  # e = L: disjoint windows
+    for bad_e, n in ((-2, L - 2), (0, L), (L + 2, 2 * L + 2)):
+        with pytest.raises(ValueError, match=rf"^e={bad_e} is outside \[1, L={L}\]"):
+            slice_windows(torch.zeros(2, n, dtype=torch.long), L, bad_e)
+    with pytest.raises(ValueError, match=r"^L=7 must be an even number"):
+        slice_windows(torch.zeros(2, 10, dtype=torch.long), 7, 3)
+    with pytest.raises(ValueError, match=r"^tokens has dtype torch.float32; expected integer token ids"):
+        slice_windows(x.float(), L, e)

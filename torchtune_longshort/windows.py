@@ -134,8 +134,12 @@ def slice_windows(
     sequence does (lm-eval puts BOS at position 0). For pre-training a base; the two windows then differ in one
     context token, so the alignment loss should not use it.
     """
+    validate_window_length(L)
+    validate_e(e, L)  # e = -2 gave a window B of 2 tokens, e = 0 two equal windows, e > L a gap between them
     if tokens.dim() != 2 or tokens.shape[1] != L + e:
         raise ValueError(f"tokens shape {tuple(tokens.shape)}; expected [batch, L + e = {L + e}]")
+    if tokens.is_floating_point() or tokens.is_complex():
+        raise ValueError(f"tokens has dtype {tokens.dtype}; expected integer token ids (tokens.long())")
     a = tokens[:, :L]
     b = tokens[:, e : e + L]
     if bos_id is not None:
