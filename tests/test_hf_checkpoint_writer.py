@@ -9,7 +9,7 @@ import json
 import pytest
 from huggingface_hub import save_torch_state_dict
 from safetensors import safe_open
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from torchtune_longshort.models import load_hf_checkpoint
 from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, read_hf_config
@@ -135,3 +135,45 @@ def test_bad_arguments_are_refused_before_the_folder_is_made(tmp_path, tiny_llam
         shutil.copy(f, src / f.name)
     out = save_hf_checkpoint(model, tmp_path / "from_json", src / "config.json")
     assert (out / "tokenizer.model").read_bytes() == (sp_tokenizer_dir / "tokenizer.model").read_bytes()
+
+
+
+def test_saving_over_a_checkpoint_this_package_did_not_write_is_refused_before_a_byte_is_written(
+        tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    """save_hf_checkpoint(model, SRC, SRC) replaced the source's config.json and left its model.safetensors beside
+    the new shards: transformers then loaded the old weights under the new config, our loader the new ones. A file
+    as out_dir, a config path that does not exist or is no JSON were bare OS / JSON errors. An earlier save's
+    folder is still replaced."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models import save_hf_checkpoint
+
+    src = tmp_path / "src"
+    shutil.copytree(tiny_llama2_dir, src)
+    weights = {k: v for f in sorted(src.glob("*.safetensors")) for k, v in load_file(f).items()}
+    for f in src.glob("model*"):
+        f.unlink()
+    save_file(weights, src / "model.safetensors")  # one model.safetensors, as save_pretrained writes a small model
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    model = load_hf_checkpoint(src, plain_rope=True)
+    with torch.no_grad():
+        model.tok_embeddings.weight.mul_(2)
+    with pytest.raises(ValueError, match=r"^save_hf_checkpoint: out_dir='.*src' holds a checkpoint this package did "
+                                         r"not write \(config.json, model.safetensors\): saving there would replace"):
+        save_hf_checkpoint(model, src, src, tokenizer=sp_tokenizer_dir)
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    (tmp_path / "a_file").write_text("mine")
+    with pytest.raises(ValueError, match=r"^save_hf_checkpoint: out_dir='.*a_file' is a file: pass a folder"):
+        save_hf_checkpoint(model, tmp_path / "a_file", src, tokenizer=sp_tokenizer_dir)
+    with pytest.raises(FileNotFoundError, match=r"^save_hf_checkpoint: config='.*nope.json' does not exist"):
+        save_hf_checkpoint(model, tmp_path / "o1", tmp_path / "nope.json", tokenizer=sp_tokenizer_dir)
+    with pytest.raises(ValueError, match=r"^save_hf_checkpoint: config='.*a_file' is not JSON"):
+        save_hf_checkpoint(model, tmp_path / "o2", tmp_path / "a_file", tokenizer=sp_tokenizer_dir)
+    assert (tmp_path / "a_file").read_text() == "mine" and not any((tmp_path / n).exists() for n in ("o1", "o2"))
+    out = save_hf_checkpoint(model, tmp_path / "out", src, tokenizer=sp_tokenizer_dir)
+    save_hf_checkpoint(model, out, src, tokenizer=sp_tokenizer_dir)  # an earlier save's folder: replaced
+    hf = AutoModelForCausalLM.from_pretrained(out)
+    assert torch.equal(hf.model.embed_tokens.weight, model.tok_embeddings.weight)

@@ -235,15 +235,23 @@ def save_hf_checkpoint(
         tokenizer: tokenizer folder or file; default: the source checkpoint folder's tokenizer files.
         dtype: weights dtype to save (default: as in the model).
     """
+    _check_save_folder(Path(out_dir))
     if isinstance(config, CheckpointFolder) or (not isinstance(config, dict) and Path(config).is_dir()):
         folder = CheckpointFolder.open(config)
         if tokenizer is None and folder.tokenizer_file is not None:
             tokenizer = folder.path
         config = folder.config
     elif not isinstance(config, dict):  # a config.json file: the tokenizer beside it, as for its folder
+        if not Path(config).is_file():
+            raise FileNotFoundError(f"save_hf_checkpoint: config={str(config)!r} does not exist: pass the source "
+                                    "checkpoint folder, its config.json, an open CheckpointFolder or the parsed dict")
         if tokenizer is None and has_tokenizer(Path(config).parent):
             tokenizer = Path(config).parent
-        config = json.loads(Path(config).read_text())
+        try:
+            config = json.loads(Path(config).read_text())
+        except ValueError as err:
+            raise ValueError(f"save_hf_checkpoint: config={str(config)!r} is not JSON ({err}): pass the source "
+                             "checkpoint's config.json or its folder") from None
     return write_hf_checkpoint(
         out_dir,
         model.state_dict(),
@@ -252,6 +260,36 @@ def save_hf_checkpoint(
         tokenizer=tokenizer,
         dtype=dtype,
     )
+
+
+# A folder holding any of these and no config.json this package wrote is another checkpoint: saving there replaced
+# its config.json and left its weights beside ours, and transformers loads model.safetensors before an index.
+FOREIGN_CHECKPOINT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", INDEX_FILE,
+                            "pytorch_model.bin.index.json")
+
+
+def _check_save_folder(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that is a file, or a folder holding a checkpoint this package did not write (the
+    source checkpoint itself, say), before anything is written; an earlier save's folder is replaced."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"save_hf_checkpoint: out_dir={str(out_dir)!r} is a file: pass a folder (new, or an earlier "
+                         "save's)")
+    if not out_dir.is_dir():
+        return
+    config = out_dir / CONFIG_FILE
+    if config.is_file():
+        try:
+            ours = bool(json.loads(config.read_text()).get(FORMAT_KEY))
+        except (ValueError, OSError, AttributeError):
+            ours = False
+        if ours:
+            return
+    found = sorted(name for name in FOREIGN_CHECKPOINT_FILES if (out_dir / name).exists())
+    found += sorted(p.name for p in out_dir.glob("model-*-of-*.safetensors"))[:2]
+    if found:
+        raise ValueError(f"save_hf_checkpoint: out_dir={str(out_dir)!r} holds a checkpoint this package did not write "
+                         f"({', '.join(found)}): saving there would replace its config.json and leave its weights "
+                         "beside the new ones (transformers loads model.safetensors first); pass a new folder")
 
 
 __all__ = ["write_hf_checkpoint", "save_hf_checkpoint", "read_hf_config", "MAX_SHARD_BYTES"]
