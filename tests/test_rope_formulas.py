@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -302,6 +303,12 @@ def test_positions_past_the_cache_fail_clearly():
         r(torch.randn(1, 65, 1, D))
     with pytest.raises(ValueError, match="max_seq_len=64"):
         r(torch.randn(1, 1, 1, D), input_pos=torch.tensor([[64]]))
+    # a [b, s, h_d] tensor (no heads) came back [b, s, s, h_d]; another head_dim failed in the rotation
+    for bad in (torch.randn(1, 4, D), torch.randn(1, 4, 2, D - 2), torch.ones(1, 4, 2, D, dtype=torch.long)):
+        with pytest.raises(ValueError, match=rf"^YaRNRoPE: x has shape {re.escape(str(tuple(bad.shape)))} and dtype "
+                                             rf"{bad.dtype}: expected a floating \[batch, seq_len, num_heads, "
+                                             rf"head_dim={D}\] tensor"):
+            r(bad)
 
 
 def test_positions_are_read_from_the_device_once_per_model_call(monkeypatch):

@@ -293,6 +293,11 @@ class ScaledRoPE(nn.Module):
 
     def forward(self, x: torch.Tensor, *, input_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Apply the rotation to ``x`` [b, s, n_h, h_d]; ``input_pos`` [b, s] or [1, s] position ids, or None."""
+        if x.dim() != 4 or x.shape[-1] != self.dim or not x.is_floating_point():
+            # a [b, s, h_d] tensor broadcast into a [b, s, s, h_d] result without a word; another head_dim failed
+            # in the rotation's arithmetic
+            raise ValueError(f"{type(self).__name__}: x has shape {tuple(x.shape)} and dtype {x.dtype}: expected a "
+                             f"floating [batch, seq_len, num_heads, head_dim={self.dim}] tensor")
         seq_len = x.size(1)
         self.check_positions(seq_len, input_pos)
         cos, sin = self.cos_sin(seq_len, input_pos)
