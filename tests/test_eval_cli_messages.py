@@ -49,7 +49,7 @@ def test_a_tilde_in_a_path_option_after_an_equals_sign_is_the_home_folder(tmp_pa
     assert option(out, "--config") == f"{home}/ev.yaml" and option(out, "--output_path") == f"{home}/from_yaml"
     assert not (tmp_path / "~").exists()
     # `-o=DIR` is DIR, as lm-eval's argparse reads it: the wrapper passed "=DIR" (a folder named "=" was made)
-    from torchtune_longshort.eval.cli_run import canonical_options
+    from torchtune_longshort.eval.cli_argv import canonical_options
 
     assert canonical_options(["run", "-o=~/ev", "-Mhf"]) == ["run", "--output_path", "~/ev", "--model", "hf"]
 

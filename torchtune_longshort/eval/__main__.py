@@ -57,7 +57,8 @@ def _evaluate(args) -> None:
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv, option
+    from torchtune_longshort.eval.cli_argv import option
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
     from torchtune_longshort.eval.task_index import pack_only_index
 
     if "-h" in args or "--help" in args or not args:
@@ -104,7 +105,7 @@ def _validate_tasks(argv) -> None:
     from lm_eval.tasks import TaskManager
 
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_run import option
+    from torchtune_longshort.eval.cli_argv import option
 
     names = [t for t in (option(argv, "--tasks") or "").split(",") if t]
     manager = TaskManager(include_path=option(argv, "--include_path"))
@@ -118,7 +119,7 @@ def _known_tasks(argv) -> list:
     # deferred: torch, lm_eval (as in _evaluate)
     from lm_eval.tasks import TaskManager
 
-    from torchtune_longshort.eval.cli_run import option
+    from torchtune_longshort.eval.cli_argv import option
 
     return list(TaskManager(include_path=option(argv, "--include_path")).all_tasks)
 

@@ -1,0 +1,74 @@
+"""lm-eval's command line as lm-eval's own parser reads it: an option's value (:func:`option`), every spelling of a
+``run`` option under its long name (:func:`canonical_options`), a ``~`` in a path option's value expanded as a shell
+would (:func:`home_expanded`). Read by ``longshort-eval`` before lm-eval starts, so that its checks see what lm-eval
+will run."""
+
+from __future__ import annotations
+
+import os
+from argparse import _SubParsersAction
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+def option(args: Sequence[str], name: str) -> Optional[str]:
+    """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _run_options() -> Dict[str, Tuple[str, bool]]:
+    """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
+    whether it takes a value), read from lm-eval's own parser."""
+    # deferred: lm_eval (its CLI's parser; tasks-path answers without it)
+    from lm_eval._cli.harness import HarnessCLI
+
+    parser = HarnessCLI()._parser
+    run = next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]
+    return {name: (action.option_strings[0], action.nargs != 0) for action in run._actions
+            for name in action.option_strings}
+
+
+def canonical_options(args: Sequence[str]) -> List[str]:
+    """``args`` with each option of lm-eval's ``run`` under its long name, as lm-eval's parser reads it: a short
+    alias (``-M longshort``, ``-Mlongshort``) and a unique abbreviation (``--output``; lm-eval allows them) become
+    ``--model`` / ``--output_path``, so that this wrapper's checks see what lm-eval will run (``-M longshort`` was
+    evaluated by the longshort model and refused as ``hf`` by the tasks that need it). Values are left alone."""
+    names = _run_options()
+    longs = sorted({long for long, _ in names.values() if long.startswith("--")})
+    out: List[str] = []
+    for a in map(str, args):
+        head, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        abbreviated = [n for n in longs if n.startswith(head)] if a.startswith("--") and head not in names else []
+        if head in names:
+            out.append(names[head][0] + eq + value)
+        elif len(abbreviated) == 1:
+            out.append(abbreviated[0] + eq + value)
+        elif not a.startswith("--") and a[:2] in names and names[a[:2]][1] and len(a) > 2:
+            # -Mlongshort; -o=DIR is DIR, as argparse reads it (it was "=DIR": a folder named "=" was made)
+            out += [names[a[:2]][0], a[3:] if a[2] == "=" else a[2:]]
+        else:
+            out.append(a)
+    return out
+
+
+# lm-eval's options that name a path, which lm-eval reads as given: `--output_path=~/ev` (no shell expands a tilde
+# after "=") made a folder named "~" in the working directory, after this wrapper had checked the home folder's
+PATH_OPTIONS = ("--output_path", "--include_path", "--config")
+
+
+def home_expanded(args: Sequence[str]) -> List[str]:
+    """``args`` (long option names) with a leading ``~`` of each :data:`PATH_OPTIONS` value expanded, as a shell
+    expands ``--output_path ~/ev``."""
+    out = list(args)
+    for i, a in enumerate(out):
+        name, eq, value = a.partition("=")
+        if name in PATH_OPTIONS and eq:
+            out[i] = f"{name}={os.path.expanduser(value)}"
+        elif a in PATH_OPTIONS and i + 1 < len(out):
+            out[i + 1] = os.path.expanduser(out[i + 1])
+    return out
