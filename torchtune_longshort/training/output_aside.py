@@ -1,7 +1,8 @@
 """An earlier run that ``overwrite_output_dir`` replaces, moved aside while the new run's metric logger starts
 (:meth:`~torchtune_longshort.training.output_dir.OutputDirLock.clear_earlier_run`): a logger that cannot start
 leaves the earlier run whole, and a start killed part-way leaves it where the next start puts it back. Also what an
-existing folder offers a new run (:func:`ways_on`) and what in it is a user's (:func:`user_tmp_folder`)."""
+existing folder offers a new run (:func:`ways_on`), what in it is a user's (:func:`user_tmp_folder`) and whether a run
+stopped in its setup left it (:func:`nothing_written`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 from typing import List
 
 from torchtune_longshort.output_guard import read_names
-from torchtune_longshort.training.checkpointing import MANIFEST, StepCheckpoints
+from torchtune_longshort.training.checkpointing import MANIFEST, STAGING, StepCheckpoints
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
 DISCARDED = ".replaced.discarded"  # that earlier run once the new run's logger has started: being deleted
+LOCK = ".lock"  # the output folder's lock file (training.output_dir.OutputDirLock)
 
 
 def remove_tree(path: Path) -> None:
@@ -90,3 +92,13 @@ def user_tmp_folder(p: Path) -> bool:
     """A folder named ``<a recipe name>.tmp``: the recipe's ``.tmp`` entries are the files a killed atomic write left
     (``latest.tmp``, ``metrics.jsonl.tmp``), never folders; a ``step_9.tmp/`` is a user's."""
     return p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink()
+
+
+def nothing_written(out: Path) -> bool:
+    """Whether ``out`` holds only what a run stopped in its setup leaves (SIGTERM or SIGKILL after it claimed the
+    folder: its marker, its lock, empty staging folders): no step, log or file of a run, so a plain rerun takes it
+    (a live run's lock still refuses it); before, that rerun was told to pass resume=True, with nothing to resume."""
+    names = {p.name for p in out.iterdir()}
+    staging = out / STAGING
+    return MARKER in names and names <= {MARKER, LOCK, staging.name} and not any(
+        not p.is_dir() or p.is_symlink() for p in (staging.rglob("*") if staging.is_dir() else ()))

@@ -30,14 +30,13 @@ from torchtune_longshort.training.lock_holder import (
     folder_flock, holder_alive, process_start, read_holder, written_holder,
 )
 from torchtune_longshort.training.output_aside import (
-    DISCARDED, MARKER, REPLACED, mend_interrupted_start, remove_tree as _remove, resumable_aside,
-    user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
+    DISCARDED, LOCK, MARKER, REPLACED, mend_interrupted_start, nothing_written, remove_tree as _remove,
+    resumable_aside, user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
     LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints, listed_entry,
 )
 
-LOCK = ".lock"
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
@@ -80,16 +79,6 @@ def prepare_output_dir(
     atomic_write_text(out / MARKER, "made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this "
                       "folder\n")  # whole or not at all: a full disk leaves no empty marker
     return out
-
-
-def nothing_written(out: Path) -> bool:
-    """Whether ``out`` holds only what a run stopped in its setup leaves (SIGTERM or SIGKILL after it claimed the
-    folder: its marker, its lock, empty staging folders): no step, log or file of a run, so a plain rerun takes it
-    (a live run's lock still refuses it); before, that rerun was told to pass resume=True, with nothing to resume."""
-    names = {p.name for p in out.iterdir()}
-    staging = out / STAGING
-    return MARKER in names and names <= {MARKER, LOCK, staging.name} and not any(
-        not p.is_dir() or p.is_symlink() for p in (staging.rglob("*") if staging.is_dir() else ()))
 
 
 def _deletion_rank(child: Path) -> int:
