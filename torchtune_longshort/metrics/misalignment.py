@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
@@ -152,6 +152,53 @@ def summary_line(name: str, s: Dict[str, Optional[float]]) -> str:
     return f"{name:9s} mean {s['mean']:.5f}  95% CI [{s['ci95_low']:.5f}, {s['ci95_high']:.5f}]  n={s['n']}"
 
 
+def _checked_arguments(length: int, num_samples: Optional[int], min_len: Optional[int], max_len: Optional[int],
+                       divergences: Sequence[str], seed: int, device: Union[str, torch.device]):
+    """:func:`misalignment_metric`'s arguments checked, each refused by name: ``(min_len, max_len, divergences,
+    device)`` resolved."""
+    if not isinstance(length, int) or length < 2:
+        raise ValueError(f"length={length!r} must be an int >= 2")
+    eq4_min, eq4_max = suffix_length_range(length)
+    min_len = eq4_min if min_len is None else min_len
+    max_len = eq4_max if max_len is None else max_len
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
+    if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
+                                    or num_samples < 1):
+        # 0 or -1 ended as "no sequences were given", naming the data
+        raise ValueError(f"num_samples={num_samples!r} must be an int >= 1 (or None: every sequence given)")
+    if isinstance(divergences, str):  # one name: its letters were read as names ("divergence='s' is not known")
+        divergences = [divergences]
+    divergences = list(dict.fromkeys(divergences))  # `--divergences js js` appended each sample twice: n doubled
+    if not divergences:
+        raise ValueError(f"divergences={divergences!r} names none: give one or more of {list(DIVERGENCES)}")
+    for d in divergences:
+        divergence_fn(d)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed={seed!r} must be an int")
+    device = require_device(device)  # the rule of the CLI: a device this machine lacks failed inside torch
+    return min_len, max_len, divergences, device
+
+
+def _checked_sequence(seq: Any, index: int, max_len: int, vocab: Optional[int]) -> torch.Tensor:
+    """Sequence ``index``'s last ``max_len`` token ids as a long tensor; refused when it holds no integer ids, fewer
+    than ``max_len`` tokens, or ids past the model's vocabulary ``vocab``."""
+    seq = torch.as_tensor(seq)
+    if seq.is_floating_point() or seq.is_complex() or seq.dtype == torch.bool:
+        # cast to long, 0.37 became token 0: a number for text the model never saw
+        raise ValueError(f"sequence {index} has dtype {seq.dtype}: expected integer token ids")
+    seq = seq.to(torch.long).reshape(-1)
+    if seq.shape[0] < max_len:
+        raise ValueError(
+            f"sequence {index} has {seq.shape[0]} tokens; the metric needs >= max_len={max_len}"
+        )
+    used = seq[-max_len:]
+    if vocab is not None and not 0 <= int(used.min()) <= int(used.max()) < vocab:  # an IndexError in torch
+        raise ValueError(f"sequence {index} holds token ids in [{int(used.min())}, {int(used.max())}], "
+                         f"outside the model's vocabulary [0, {vocab}): tokenize with the model's own tokenizer")
+    return used
+
+
 @torch.no_grad()
 def misalignment_metric(
     model: Model,
@@ -183,27 +230,8 @@ def misalignment_metric(
     Returns:
         :class:`MisalignmentResult`.
     """
-    if not isinstance(length, int) or length < 2:
-        raise ValueError(f"length={length!r} must be an int >= 2")
-    eq4_min, eq4_max = suffix_length_range(length)
-    min_len = eq4_min if min_len is None else min_len
-    max_len = eq4_max if max_len is None else max_len
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
-    if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
-                                    or num_samples < 1):
-        # 0 or -1 ended as "no sequences were given", naming the data
-        raise ValueError(f"num_samples={num_samples!r} must be an int >= 1 (or None: every sequence given)")
-    if isinstance(divergences, str):  # one name: its letters were read as names ("divergence='s' is not known")
-        divergences = [divergences]
-    divergences = list(dict.fromkeys(divergences))  # `--divergences js js` appended each sample twice: n doubled
-    if not divergences:
-        raise ValueError(f"divergences={divergences!r} names none: give one or more of {list(DIVERGENCES)}")
-    for d in divergences:
-        divergence_fn(d)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed={seed!r} must be an int")
-    device = require_device(device)  # the rule of the CLI: a device this machine lacks failed inside torch
+    min_len, max_len, divergences, device = _checked_arguments(length, num_samples, min_len, max_len, divergences,
+                                                               seed, device)
     vocab = _vocab_size(model)
     gen = torch.Generator().manual_seed(seed)
     values: Dict[str, List[float]] = {d: [] for d in divergences}
@@ -219,19 +247,7 @@ def misalignment_metric(
             seq = next(it)
         except StopIteration:
             break
-        seq = torch.as_tensor(seq)
-        if seq.is_floating_point() or seq.is_complex() or seq.dtype == torch.bool:
-            # cast to long, 0.37 became token 0: a number for text the model never saw
-            raise ValueError(f"sequence {len(pairs)} has dtype {seq.dtype}: expected integer token ids")
-        seq = seq.to(torch.long).reshape(-1)
-        if seq.shape[0] < max_len:
-            raise ValueError(
-                f"sequence {len(pairs)} has {seq.shape[0]} tokens; the metric needs >= max_len={max_len}"
-            )
-        used = seq[-max_len:]
-        if vocab is not None and not 0 <= int(used.min()) <= int(used.max()) < vocab:  # an IndexError in torch
-            raise ValueError(f"sequence {len(pairs)} holds token ids in [{int(used.min())}, {int(used.max())}], "
-                             f"outside the model's vocabulary [0, {vocab}): tokenize with the model's own tokenizer")
+        used = _checked_sequence(seq, len(pairs), max_len, vocab)
         l1, l2 = (int(x) for x in torch.randint(min_len, max_len + 1, (2,), generator=gen))
         res = suffix_misalignment(model, used.to(device), l1, l2, divergences)
         for d in divergences:
