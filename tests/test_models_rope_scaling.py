@@ -247,6 +247,55 @@ def test_apply_rejects_bad_input():
         apply_rope_scaling(torch.nn.Linear(2, 2), "linear", TARGET)
 
 
+
+def test_python_callers_refuse_a_scaling_start_past_the_checkpoint(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                  tmp_path):
+    """An hf_decoder built past its folder's 256 positions, then scaled: the scaling started from the built length
+    (YaRN factor 512/512 = 1, no scaling) without a word from Python; only the config check refused it. Now the
+    builders refuse it, naming the argument and both fixes, and a rope_scaled target short of its start too."""
+    from torchtune_longshort.models import hf_decoder, rope_scaled
+
+    d = str(tiny_llama2_dir)
+    said = (r"^hf_decoder's max_seq_len=512 under {0} is the length the scaling starts from \(yarn factor 512/512 = 1 "
+            r"where {0}'s max_seq_len is the target\), past the 256 positions the checkpoint was trained at .*: drop "
+            r"hf_decoder's max_seq_len \(or pass original_max_seq_len to {0} to mean another start\)$")
+    node = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": d, "max_seq_len": 512}
+    for caller, scale in (("rope_scaled", lambda m: rope_scaled(m, "yarn", 512)),
+                          ("apply_rope_scaling", lambda m: apply_rope_scaling(m, "yarn", 512))):
+        with pytest.raises(ValueError, match=said.format(caller)):
+            scale(hf_decoder(checkpoint_dir=d, max_seq_len=512))
+    with pytest.raises(ValueError, match=said.format("rope_scaled")):
+        rope_scaled(node, "yarn", 512)  # the config node form, from Python
+    # the two fixes the message names: the factor is the independent 512/256
+    assert rope_scaled(hf_decoder(checkpoint_dir=d), "yarn", 512).rope_scaling["factor"] == 2
+    assert rope_scaled(hf_decoder(checkpoint_dir=d, max_seq_len=512), "yarn", 512,
+                       original_max_seq_len=256).rope_scaling["factor"] == 2
+    # a shorter start is a choice; once scaled, a model's own start is its record (re-scaling is not refused)
+    assert rope_scaled(hf_decoder(checkpoint_dir=d, max_seq_len=128), "yarn", 512).rope_scaling["factor"] == 4
+    model = apply_rope_scaling(hf_decoder(checkpoint_dir=d, max_seq_len=512), "yarn", 512, original_max_seq_len=256)
+    assert apply_rope_scaling(model, "yarn", 1024).rope_scaling["factor"] == 4
+    # rope_scaled's target short of its start, with a factor: a model covering 128 of its 256 positions, silently
+    with pytest.raises(ValueError, match=r"^max_seq_len=128 is shorter than the 256 positions the scaling starts "
+                                         r"from: the scaled model would cover fewer .*give max_seq_len >= 256"):
+        rope_scaled(hf_decoder(checkpoint_dir=d), "yarn", 128, factor=2)
+    # apply_rope_scaling takes it: a scaled checkpoint loaded for a shorter run keeps its factor
+    assert apply_rope_scaling(hf_decoder(checkpoint_dir=d), "yarn", 128, factor=2).max_seq_len == 128
+    # a folder with its own scaling (YaRN 256 -> 512) is re-scaled from its pre-trained 256 whatever length
+    # hf_decoder built it at: not refused, by the builders or by the config check (it said "the length the scaling
+    # starts from" of 1024, and measured a target against it)
+    from torchtune_longshort.training.recipe_config.rope_node import check_rope_node
+
+    scaled = str(save_hf_checkpoint(apply_rope_scaling(load_hf_checkpoint(d), "yarn", 512), tmp_path / "yarn", d,
+                                    tokenizer=sp_tokenizer_dir))
+    assert rope_scaled(hf_decoder(checkpoint_dir=scaled, max_seq_len=1024), "yarn", 1024).rope_scaling["factor"] == 4
+    for target in (1024, 384):
+        check_rope_node("model", {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn",
+                                  "max_seq_len": target, "model": {**node, "checkpoint_dir": scaled,
+                                                                   "max_seq_len": 1024}})
+    with pytest.raises(ValueError, match=r"^model.max_seq_len=128 is shorter than the 256 positions"):
+        check_rope_node("model", {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn",
+                                  "max_seq_len": 128, "model": {**node, "checkpoint_dir": scaled, "max_seq_len": 1024}})
+
 # ---- checkpoint round trip ------------------------------------------------------------------------------
 
 HF_METHODS = ["linear", "dynamic_ntk", "yarn", "llama3", "ntk", "abf"]

@@ -20,7 +20,7 @@ from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.lora_settings import check_lora_settings
-from torchtune_longshort.models.rope_scaling import apply_rope_scaling
+from torchtune_longshort.models.rope_scaling import UNSEEN_START_ATTR, apply_rope_scaling
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
 from torchtune_longshort.models.s2_attn import enable_s2_attn
@@ -44,6 +44,27 @@ def pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:
     ``max_position_embeddings``; a hub config's ``original_max_position_embeddings``), else config.json's."""
     own = folder.rope_spec or {}
     return own.get("base"), int(own.get("original_max_seq_len") or native_positions(folder.config))
+
+
+def scaling_start_of(folder: Folder, max_seq_len: Optional[int] = None, plain_rope: bool = False) -> Tuple[int, int]:
+    """``(start, trained)`` of ``rope_scaled`` / ``apply_rope_scaling`` over ``hf_decoder(folder, max_seq_len,
+    plain_rope)`` with no ``original_max_seq_len``: the length the scaling starts from, and the positions the
+    checkpoint's RoPE was trained at. A folder's own scaling (``plain_rope`` off) records its pre-trained length, the
+    start whatever ``max_seq_len`` it was built at; otherwise the start is the built model's ``max_seq_len``."""
+    folder = CheckpointFolder.open(folder)
+    _, plain_len = pretrained_rope(folder)
+    if folder.rope_spec is not None and not plain_rope:
+        return plain_len, folder.usable_length
+    return (max_seq_len or plain_len), plain_len
+
+
+def scaling_start_past_checkpoint(folder: Folder, max_seq_len: Optional[int] = None,
+                                  plain_rope: bool = False) -> Optional[int]:
+    """The positions ``folder``'s checkpoint was trained at where ``hf_decoder(folder, max_seq_len, plain_rope)``
+    would start a later scaling past them (``rope_scaled`` takes its ``max_seq_len`` as the start: at the target,
+    factor 1, no scaling); None where it would not. The config check and :func:`hf_decoder` both ask this."""
+    start, trained = scaling_start_of(folder, max_seq_len, plain_rope)
+    return trained if start > trained else None
 
 
 def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], plain_len: int) -> int:
@@ -285,7 +306,12 @@ def hf_decoder(
                 embed_dim=embed_dim, intermediate_dim=intermediate_dim, norm_eps=norm_eps, rope_base=rope_base)
     check_decoder_source(dict(dims, checkpoint_dir=checkpoint_dir, family=family))
     if checkpoint_dir is not None:
-        model = build_decoder(checkpoint_dir, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
+        folder = CheckpointFolder.open(checkpoint_dir)
+        model = build_decoder(folder, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
+        trained = scaling_start_past_checkpoint(folder, max_seq_len, plain_rope)
+        if trained is not None:  # refused by rope_scaled / apply_rope_scaling unless given original_max_seq_len
+            setattr(model, UNSEEN_START_ATTR, {"max_seq_len": max_seq_len, "trained": trained,
+                                               "field": "hf_decoder's max_seq_len"})
     else:
         config = decoder_config(dict(dims, family=family, max_seq_len=max_seq_len))
         model = family_named(family).decoder(config, native_positions(config), lora)

@@ -122,6 +122,65 @@ def _install_per_forward(model: nn.Module, rope: nn.Module) -> None:
     hooks.append(model.register_forward_hook(post_hook, with_kwargs=True))
 
 
+# Set by ``hf_decoder`` on a model built from a folder at a ``max_seq_len`` past the positions its checkpoint was
+# trained at (``models.hf_model.scaling_start_past_checkpoint``): {"max_seq_len", "trained", "field"}.
+UNSEEN_START_ATTR = "_longshort_unseen_scaling_start"
+
+
+def scaling_start_refusal(method: Any, start: int, target: Any, trained: int, *, start_field: str,
+                          target_field: str, other_start: str, where: str = "inside rope_scaled") -> ValueError:
+    """The refusal of a scaling that would start from ``start`` positions, past the ``trained`` ones of the
+    checkpoint (at the target: factor 1, no scaling), naming the caller's fields (a config's paths, or Python's
+    arguments)."""
+    cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
+    if cls is None or cls.has_factor:
+        ratio = f" = {target / start:g}" if isinstance(target, (int, float)) and not isinstance(target, bool) else ""
+        said = f"{method} factor {target}/{start}{ratio} where {target_field} is the target"
+    else:
+        said = f"{method}'s original_max_seq_len, {target_field}={target} the target"
+    return ValueError(f"{start_field}={start} {where} is the length the scaling starts from ({said}), past the "
+                      f"{trained} positions "
+                      f"the checkpoint was trained at (its config.json): drop {start_field} (or {other_start} to mean "
+                      "another start)")
+
+
+def check_scaling_target(method: Any, target: Any, start: Any, factor_given: bool, target_field: str) -> None:
+    """``rope_scaled``'s target ``target`` is no shorter than the ``start`` positions its scaling starts from (a
+    method with a factor): the default factor ``target / start`` would be < 1, and with a factor given the scaled
+    model would cover fewer positions than it starts from. Loading a scaled checkpoint for a shorter run (its own
+    factor, fewer positions) is another thing: ``apply_rope_scaling`` takes it."""
+    cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
+    if cls is None or not cls.has_factor or not isinstance(start, int) or not isinstance(target, int):
+        return
+    if target < start:
+        why = ("the scaled model would cover fewer positions than it starts from" if factor_given
+               else f"the default factor {target}/{start} = {target / start:.4g} is < 1")
+        raise ValueError(f"{target_field}={target} is shorter than the {start} positions the scaling starts from: "
+                         f"{why}; give {target_field} >= {start} (the target length)")
+
+
+def scaling_start(model: nn.Module, original_max_seq_len: Optional[int] = None) -> Optional[int]:
+    """The length :func:`apply_rope_scaling` scales ``model`` from: ``original_max_seq_len``, else the one an
+    earlier scaling (a folder's own) started from, else the model's ``max_seq_len``; a model built by ``hf_decoder``
+    past its checkpoint's positions is refused when that is the start (its factor would be computed from positions
+    the checkpoint never saw: at the target, factor 1, no scaling)."""
+    if original_max_seq_len is not None:
+        return original_max_seq_len
+    previous = getattr(model, "rope_scaling", None) or {}
+    if previous.get("original_max_seq_len"):
+        return previous["original_max_seq_len"]
+    return getattr(model, "max_seq_len", None)
+
+
+def _refuse_unseen_start(model: nn.Module, method: str, max_seq_len: int, caller: str) -> None:
+    unseen = getattr(model, UNSEEN_START_ATTR, None)
+    if unseen is None or (getattr(model, "rope_scaling", None) or {}).get("original_max_seq_len"):
+        return
+    raise scaling_start_refusal(method, unseen["max_seq_len"], max_seq_len, unseen["trained"],
+                                start_field=unseen["field"], target_field=f"{caller}'s max_seq_len",
+                                other_start=f"pass original_max_seq_len to {caller}", where=f"under {caller}")
+
+
 def apply_rope_scaling(
     model: nn.Module,
     method: str,
@@ -139,7 +198,8 @@ def apply_rope_scaling(
         method: a key of ``torchtune_longshort.rope.ROPE_METHODS``.
         max_seq_len: target context length L'.
         original_max_seq_len: pre-trained context length L; default: the length recorded by an earlier
-            ``apply_rope_scaling``, else the model's current ``max_seq_len``.
+            ``apply_rope_scaling``, else the model's current ``max_seq_len`` (refused where ``hf_decoder`` built
+            the model at a ``max_seq_len`` past its checkpoint's positions: the factor would start from there).
         base: pre-trained RoPE base; default: the current module's ``base``.
         **method_kwargs: the method's parameters. Defaults filled here: ``factor = L'/L`` for methods with a
             factor, ``original_max_seq_len = L`` where the method needs it, ``t_max = L' // L`` for CLEX.
@@ -172,7 +232,8 @@ def apply_rope_scaling(
                        original_max_seq_len or previous.get("original_max_seq_len") or covered,
                        ", ".join(sorted(k for k in previous if k != "method")) or "none")
     if original_max_seq_len is None:
-        original_max_seq_len = previous.get("original_max_seq_len") or getattr(model, "max_seq_len", None)
+        _refuse_unseen_start(model, method, max_seq_len, "apply_rope_scaling")
+        original_max_seq_len = scaling_start(model)
     if original_max_seq_len is None:
         raise ValueError("original_max_seq_len could not be inferred from the model: pass it explicitly")
     check_positive_int("original_max_seq_len", original_max_seq_len)
@@ -185,6 +246,7 @@ def apply_rope_scaling(
     rope.train(model.training)  # a fresh module is in training mode; CLEX's behaviour depends on it
 
     _remove_hooks(model)
+    model.__dict__.pop(UNSEEN_START_ATTR, None)  # the scaling now records its start (model.rope_scaling)
     for _, attn in attentions:
         attn.pos_embeddings = rope
         attn.max_seq_len = max_seq_len
@@ -227,5 +289,9 @@ def rope_scaled(model: Any, method: str, max_seq_len: int, **kwargs) -> nn.Modul
                 f"rope_scaled: model={model!r} is neither an nn.Module nor a config node with a _component_ field"
             )
         model = tt_config.instantiate(model)
+    if kwargs.get("original_max_seq_len") is None:
+        _refuse_unseen_start(model, method, max_seq_len, "rope_scaled")
+    check_scaling_target(method, max_seq_len, scaling_start(model, kwargs.get("original_max_seq_len")),
+                         kwargs.get("factor") is not None, "max_seq_len")
     return apply_rope_scaling(model, method, max_seq_len, **kwargs)
 

@@ -16,7 +16,9 @@ import torch
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.rope_scaling import apply_rope_scaling, rope_scaled
+from torchtune_longshort.models.hf_model import scaling_start_of, scaling_start_past_checkpoint
+from torchtune_longshort.models.rope_scaling import (apply_rope_scaling, check_scaling_target, rope_scaled,
+                                                     scaling_start_refusal)
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, method_parameters
 from torchtune_longshort.rope.checks import check_factor
 from torchtune_longshort.training.recipe_config.key_homes import wrapped_home
@@ -70,38 +72,35 @@ def _check_rope_arguments(path: str, node: Mapping[str, Any]) -> None:
 def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
     """``rope_scaled`` over an ``hf_decoder`` folder: the inner ``max_seq_len`` is the length the scaling starts
     from (``apply_rope_scaling`` takes the built model's positions as ``original_max_seq_len``), so one past the
-    folder's own length scales from positions the checkpoint never saw (at the target: factor 1, no scaling)."""
+    folder's own length scales from positions the checkpoint never saw (at the target: factor 1, no scaling). The
+    rule is the models' (``scaling_start_past_checkpoint``, which ``hf_decoder`` asks too); this names the keys."""
     inner = node.get("model")
     if (node["_component_"] != ROPE_SCALED or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
-            or not inner.get("checkpoint_dir") or inner.get("max_seq_len") is None
+            or not inner.get("checkpoint_dir") or not isinstance(inner.get("max_seq_len"), int)
             or node.get("original_max_seq_len") is not None or not Path(str(inner["checkpoint_dir"])).is_dir()):
         return  # (a folder not there yet, as a study's runs' base, is left to the folder checks)
-    trained = CheckpointFolder.open(inner["checkpoint_dir"]).usable_length
-    given = inner["max_seq_len"]
-    if given > trained:  # (a shorter start, as a study's quick run of a long base, is a choice: allowed)
-        target = node.get("max_seq_len")
-        raise ValueError(f"{path}.model.max_seq_len={given} inside rope_scaled is the length the scaling starts from "
-                         f"({node.get('method')} factor {target}/{given} = {target / given:g} where "
-                         f"{path}.max_seq_len is the target), past the {trained} positions the checkpoint was "
-                         f"trained at (its config.json): drop {path}.model.max_seq_len (or set "
-                         f"{path}.original_max_seq_len to mean another start)")
+    # (a shorter start, as a study's quick run of a long base, is a choice: allowed)
+    trained = scaling_start_past_checkpoint(inner["checkpoint_dir"], inner["max_seq_len"],
+                                            bool(inner.get("plain_rope")))
+    if trained is not None:
+        raise scaling_start_refusal(node.get("method"), inner["max_seq_len"], node.get("max_seq_len"), trained,
+                                    start_field=f"{path}.model.max_seq_len", target_field=f"{path}.max_seq_len",
+                                    other_start=f"set {path}.original_max_seq_len")
 
 
 def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
     """The length ``rope_scaled`` scales from, where its node says it: ``original_max_seq_len``, the inner node's
-    ``max_seq_len``, or an inner ``hf_decoder`` folder's positions (plain RoPE there), or the length its own scaling
-    started from (``apply_rope_scaling`` replaces a folder's scaling from there); None otherwise. A scaled folder's
-    gave None: the factor and the method's values went unchecked, refused once setup had begun."""
+    ``max_seq_len`` (an inner ``hf_decoder`` folder's: as the models say, ``scaling_start_of``), its folder's
+    positions (plain RoPE there), or the length its own scaling started from (``apply_rope_scaling`` replaces a
+    folder's scaling from there, whatever ``max_seq_len`` it was built at); None otherwise."""
     inner = node.get("model")
     if isinstance(node.get("original_max_seq_len"), int) or not isinstance(inner, Mapping):
         return node.get("original_max_seq_len")
-    if isinstance(inner.get("max_seq_len"), int):
-        return inner["max_seq_len"]
-    if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") and not inner.get("plain_rope") \
-            and Path(str(inner["checkpoint_dir"])).is_dir():
-        folder = CheckpointFolder.open(inner["checkpoint_dir"])
-        return folder.usable_length if folder.rope_spec is None else folder.rope_spec.get("original_max_seq_len")
-    return None
+    given = inner.get("max_seq_len")
+    if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") \
+            and Path(str(inner["checkpoint_dir"])).is_dir() and (given is None or isinstance(given, int)):
+        return scaling_start_of(inner["checkpoint_dir"], given, bool(inner.get("plain_rope")))[0]
+    return given if isinstance(given, int) else None
 
 
 def _check_factor(path: str, node: Mapping[str, Any]) -> None:
@@ -112,13 +111,10 @@ def _check_factor(path: str, node: Mapping[str, Any]) -> None:
         return
     if node.get("factor") is not None:
         check_factor(f"{path}.factor", node["factor"])
-    start, target = _scaling_start(node), node.get("max_seq_len")
-    if isinstance(start, int) and isinstance(target, int) and target < start:
-        # with a factor too: the scaled model covered fewer positions than its start (its config.json said so)
-        why = ("the scaled model would cover fewer positions than it starts from" if node.get("factor") is not None
-               else f"the default factor {target}/{start} = {target / start:.4g} is < 1")
-        raise ValueError(f"{path}.max_seq_len={target} is shorter than the {start} positions the scaling starts "
-                         f"from: {why}; give {path}.max_seq_len >= {start} (the target length)")
+    # with a factor too: the scaled model covered fewer positions than its start (its config.json said so); the
+    # rule is rope_scaled's own (from Python too)
+    check_scaling_target(node.get("method"), node.get("max_seq_len"), _scaling_start(node),
+                         node.get("factor") is not None, f"{path}.max_seq_len")
 
 
 def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
