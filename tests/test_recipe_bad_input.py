@@ -31,7 +31,9 @@ def setup_fails(recipe_cls, cfg, exc, match):
 
 def test_missing_checkpoint_dir(recipe_cls, tmp_path, sp_tokenizer_dir):
     cfg = make_cfg(tmp_path / "nope", sp_tokenizer_dir, tmp_path / "out")
-    setup_fails(recipe_cls, cfg, FileNotFoundError, r"checkpointer.checkpoint_dir=.*nope.* does not exist")
+    # the key the user set leads (the config's checkpointer.checkpoint_dir is ${checkpoint_dir})
+    setup_fails(recipe_cls, cfg, FileNotFoundError, r"^checkpoint_dir=.*nope.* does not exist \(checkpointer."
+                r"checkpoint_dir is '\$\{checkpoint_dir\}' in the config and was checked first\)")
     assert not (tmp_path / "out").exists()
 
 
