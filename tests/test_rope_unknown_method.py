@@ -71,3 +71,18 @@ def test_every_method_has_a_row_in_the_docs_table():
     table = doc[doc.index("## Methods"):].split("\n\n")[1]
     rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
     assert rows == set(ROPE_METHODS)
+
+
+def test_a_misspelt_method_parameter_from_python_gets_the_did_you_mean_the_config_gives():
+    """``apply_rope_scaling(model, "yarn", 64, alhpa=2)`` was Python's bare "unexpected keyword argument 'alhpa'";
+    the config check (``model.alhpa``) named 'alpha' and the list. The reference: the method's own signature."""
+    import inspect
+
+    takes = sorted(set(inspect.signature(ROPE_METHODS["yarn"].__init__).parameters) - {"self", "dim", "max_seq_len",
+                                                                                        "base"})
+    for call in (lambda: build_rope("yarn", head_dim=8, max_seq_len=64, factor=2, original_max_seq_len=32, alhpa=2),
+                 lambda: apply_rope_scaling(_model(), "yarn", 64, alhpa=2)):
+        with pytest.raises(TypeError, match=r"^rope method 'yarn': alhpa=2 is not one of its parameters \(did you "
+                                            r"mean 'alpha'\?\): it takes " + __import__("re").escape(str(takes))):
+            call()
+    assert build_rope("yarn", head_dim=8, max_seq_len=64, factor=2, original_max_seq_len=32, alpha=2).alpha == 2

@@ -101,6 +101,13 @@ def build_rope(method: str, *, head_dim: int, max_seq_len: int, base: Optional[f
     check_rope_method(method)
     check_head_dim(head_dim)
     cls = ROPE_METHODS[method]
+    accepted = method_parameters(method)
+    unknown = [k for k in method_kwargs if accepted is not None and k not in accepted]
+    if unknown:  # Python's "unexpected keyword argument 'alhpa'" named neither the one meant nor the list
+        near = difflib.get_close_matches(unknown[0], accepted, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise TypeError(f"rope method {method!r}: {unknown[0]}={method_kwargs[unknown[0]]!r} is not one of its "
+                        f"parameters{hint}: it takes {accepted}")
     try:
         return cls(head_dim, max_seq_len, **({} if base is None else {"base": base}), **method_kwargs)
     except TypeError as e:  # unknown / missing keyword: name the method
