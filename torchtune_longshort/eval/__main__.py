@@ -24,6 +24,7 @@ import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
+from torchtune_longshort.eval.cli_argv import option
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.refusals import quiet_when_the_reader_leaves, refuse, refusing, stoppable
@@ -57,7 +58,6 @@ def _evaluate(args) -> None:
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_argv import option
     from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
     from torchtune_longshort.eval.task_index import pack_only_index
 
@@ -105,7 +105,6 @@ def _validate_tasks(argv) -> None:
     from lm_eval.tasks import TaskManager
 
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_argv import option
 
     names = [t for t in (option(argv, "--tasks") or "").split(",") if t]
     manager = TaskManager(include_path=option(argv, "--include_path"))
@@ -119,7 +118,6 @@ def _known_tasks(argv) -> list:
     # deferred: torch, lm_eval (as in _evaluate)
     from lm_eval.tasks import TaskManager
 
-    from torchtune_longshort.eval.cli_argv import option
 
     return list(TaskManager(include_path=option(argv, "--include_path")).all_tasks)
 
