@@ -197,5 +197,8 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
     with pytest.raises(FileNotFoundError, match=rf"pretrained={step / ADAPTER_DIR}: it is a PEFT adapter folder, no "
                                                 rf"model: evaluate its step folder '{step}'"):
         check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={step / ADAPTER_DIR}"]))
-    with pytest.raises(FileNotFoundError, match="has no config.json: .* It is a PEFT adapter folder, no model"):
+    # where no adapter is taken (the recipe, longshort-misalignment, the longshort model): the step folder alone (it
+    # offered lm-eval's "--model hf --model_args pretrained=<its base>,peft=...", which none of them has)
+    with pytest.raises(FileNotFoundError, match=rf"has no config.json: .* It is a PEFT adapter folder, no model: give "
+                                                rf"its step folder '{step}' \(the adapters merged\) instead$"):
         read_hf_config(step / ADAPTER_DIR, "pretrained")

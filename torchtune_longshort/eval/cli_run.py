@@ -227,7 +227,7 @@ def _refuse_missing_folder(pretrained: str, model: str) -> None:
         raise FileNotFoundError(f"--model_args pretrained={pretrained}: {state}; --model {model} needs a checkpoint "
                                 "folder (config.json + weights) or a hub name")
     if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
-        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder)}")
+        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder, peft_route=True)}")
 
 
 def _model_args_spans(out: List[str]) -> List[int]:

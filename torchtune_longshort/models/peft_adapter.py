@@ -39,13 +39,17 @@ _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 StateDict = Dict[str, torch.Tensor]
 
 
-def adapter_folder_hint(folder: Path) -> str:
+def adapter_folder_hint(folder: Path, peft_route: bool = False) -> str:
     """What to do with a PEFT adapter folder given where a model folder goes (no config.json beside its
-    ``adapter_config.json``); "" for another folder."""
+    ``adapter_config.json``); "" for another folder. ``peft_route``: also name lm-eval's ``hf`` with ``peft=``,
+    for the caller that is that command (a training run, ``longshort-misalignment`` and the ``longshort`` model take
+    no adapter: there the step folder is the one fix)."""
     if not (folder / CONFIG_FILE).is_file() or (folder / "config.json").is_file():
         return ""
     step = f"its step folder {str(folder.parent)!r} (the adapters merged)" if (folder / LAYOUT_FILE).is_file() \
         else "the merged model"
+    if not peft_route:
+        return f"it is a PEFT adapter folder, no model: give {step} instead"
     return (f"it is a PEFT adapter folder, no model: evaluate {step}, or the base with it: --model hf --model_args "
             f"pretrained=<its base>,peft={folder}")
 
