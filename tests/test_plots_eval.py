@@ -167,6 +167,15 @@ def test_per_position_points_sit_at_the_centre_of_the_positions_they_average():
     the last one past the curve's end)."""
     line = curves_figure({"run": {5: [1.0, 3.0, 5.0, 7.0, 9.0]}}, bucket=2).axes[0].lines[0]
     assert list(line.get_xdata()) == [0.5, 2.5, 4.0] and list(line.get_ydata()) == [2.0, 6.0, 9.0]
+    assert line.get_label() == "run L=5 (means of 2 positions)"
+
+
+def test_per_position_legend_says_which_curves_average_positions():
+    """256 and 1024 on one figure (the default, ~200 points a curve): the 1k line's points are 5-position means,
+    the 256 line's single positions; the legend said only "L=1024", so its smoother line read as a lower loss."""
+    ax = curves_figure({"ours": {256: [1.0] * 256, 1024: [1.0] * 1024}}).axes[0]
+    assert [len(line.get_xdata()) for line in ax.lines] == [256, 205]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ours L=256", "ours L=1024 (means of 5 positions)"]
 
 
 # ------------------------------------------------------------------------------- the value-axis rule (issue 25)

@@ -131,7 +131,8 @@ def short_label(label: str, most: int = 48) -> str:
 
 def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: int = 0):
     """Per-position mean NLL, one line per run and length (see :func:`write_curves`), as a matplotlib Figure;
-    plain-number NLL ticks without an offset (:func:`plot_axes.value_axis`)."""
+    plain-number NLL ticks without an offset (:func:`plot_axes.value_axis`). A line whose points average more than
+    one position says how many in its legend entry."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4), layout="constrained")
@@ -143,7 +144,9 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
             # a point at the centre of the positions it averages (the last bucket may be shorter)
             xs = [(i + min(i + b, len(curve)) - 1) / 2 for i in range(0, len(curve), b)]
             ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
-            ax.plot(xs, ys, label=f"{run} L={length}")
+            # each curve gets its own bucket (about 200 points): say it, or a 1k curve's 5-position means read as
+            # a smoother loss than a 256 curve's single positions beside it
+            ax.plot(xs, ys, label=f"{run} L={length}" + (f" (means of {b} positions)" if b > 1 else ""))
             ys_all += ys
     value_axis(ax, ys_all, log_span=float("inf"))
     ax.set_xlabel("position (tokens)")
