@@ -160,6 +160,24 @@ def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     assert len(res["provenance"]["stdlib_corpus"]["sha256"]) == 64  # --data stdlib
 
 
+def test_cli_data_takes_the_held_out_stdlib_parts():
+    """`--data stdlib_tests` / `stdlib_heldout`, the eval pack's names for the text a training corpus holds out, were
+    taken for hub data sets ("Couldn't reach 'stdlib_tests' on the Hub"), so a run trained on the stdlib could only
+    be measured on its own training files. Reference: the training corpora's files (include_tests False, split
+    train), which the held-out parts must not share."""
+    from torchtune_longshort.data.stdlib_corpus import stdlib_source_files
+    from torchtune_longshort.metrics.cli import data_kind, documents_for
+
+    for name in ("stdlib", "stdlib_tests", "stdlib_heldout"):
+        assert data_kind(name) == "stdlib"
+    files = {n: set(documents_for(n, "text", "test").files) for n in ("stdlib", "stdlib_tests", "stdlib_heldout")}
+    assert files["stdlib"] == set(stdlib_source_files(include_tests=True))
+    train = set(stdlib_source_files(include_tests=False))
+    held_out = files["stdlib_tests"]
+    assert held_out and not held_out & train and held_out | train == files["stdlib"]
+    assert files["stdlib_heldout"] and not files["stdlib_heldout"] & set(stdlib_source_files(split="train"))
+
+
 @pytest.mark.parametrize("data, extra", [("stdlib", ["--text-field", "body"]), ("stdlib", ["--split", "train"]),
                                          ("stdlib", ["--skip-bad-records"]), ("LOCAL", ["--split", "train"])])
 def test_cli_refuses_an_option_its_data_does_not_read(tmp_path, capsys, data, extra):

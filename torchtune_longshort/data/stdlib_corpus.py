@@ -14,6 +14,14 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+# The stdlib's named parts -> corpus.stdlib()'s arguments: the eval tasks' ppl_source / mis_source and
+# longshort-misalignment's --data take these names.
+STDLIB_SOURCES: Dict[str, Dict[str, Any]] = {
+    "stdlib": {"include_tests": True},
+    "stdlib_tests": {"include_tests": "only"},  # test packages: held out from a corpus read with include_tests False
+    "stdlib_heldout": {"split": "heldout"},  # held out from a corpus read with split "train", on every install
+}
+
 
 _used = False
 

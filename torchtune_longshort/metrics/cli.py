@@ -7,7 +7,9 @@ The tokenizer is the checkpoint folder's own, in any format the project reads (S
 Llama-3's tiktoken ``original/tokenizer.model``, ``tokenizer.json``); ``--tokenizer`` names another folder or file.
 Documents are encoded as the model's own tokenizer starts a text (BOS only where it adds one) and end with EOS.
 
-``--data`` is ``stdlib`` (the Python standard library's source files), a text file, a directory of text files, a
+``--data`` is ``stdlib`` (the Python standard library's source files; ``stdlib_tests``: only its test packages,
+held out from a training corpus read with ``include_tests: False``; ``stdlib_heldout``: held out from one read with
+``split: train``, the eval pack's ``ppl_source`` names), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
 (BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.corpus.fixed_length_sequences``); each
 sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
@@ -31,6 +33,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.corpus import TooFewSequences, counted_fixed_length_sequences
 from torchtune_longshort.data.source_names import SourceNames, source_names
+from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.disk_space import check_not_full
 from torchtune_longshort.hidden_states import last_position_logits
@@ -58,15 +61,17 @@ SOURCE_NAMES = SourceNames("--data", {"path": "--data", "source": "--data", "spl
 
 
 def data_kind(data: str) -> str:
-    """What ``--data`` names: ``"stdlib"``, ``"local"`` (an existing file or folder) or ``"hub"`` (a dataset name)."""
-    return "stdlib" if data == "stdlib" else "local" if Path(data).exists() else "hub"
+    """What ``--data`` names: ``"stdlib"`` (a part of it: ``STDLIB_SOURCES``), ``"local"`` (an existing file
+    or folder) or ``"hub"`` (a dataset name)."""
+    return "stdlib" if data in STDLIB_SOURCES else "local" if Path(data).exists() else "hub"
 
 
 def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool = False):
-    """``stdlib``, a local path (file, folder, JSONL) or a Hugging Face dataset name -> a document source."""
+    """``stdlib`` (or ``stdlib_tests`` / ``stdlib_heldout``), a local path (file, folder, JSONL) or a Hugging Face
+    dataset name -> a document source."""
     kind = data_kind(data)
     if kind == "stdlib":
-        return corpus.stdlib()
+        return corpus.stdlib(**STDLIB_SOURCES[data])
     with source_names(SOURCE_NAMES):
         if kind == "local":
             return corpus.local_text(data, text_field=text_field, skip_bad_records=skip_bad_records)
@@ -92,8 +97,9 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
-    ap.add_argument("--data", default="stdlib", help="'stdlib' (default), a text file, a folder, a .jsonl file, or a "
-                    "Hugging Face dataset name (streamed)")
+    ap.add_argument("--data", default="stdlib", help="'stdlib' (default; 'stdlib_tests' / 'stdlib_heldout': the part "
+                    "a training corpus read with include_tests: False / split: train holds out), a text file, a "
+                    "folder, a .jsonl file, or a Hugging Face dataset name (streamed)")
     ap.add_argument("--text-field", default=None,
                     help="the text field of a .jsonl file or a Hugging Face dataset (default: text)")
     ap.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: test)")
@@ -209,7 +215,7 @@ def _main(argv=None) -> int:
                tokenizer=f"{tok.format}: {tok.path}", data=args.data, records_skipped=skipped,
                usable_length=opened.usable_length,
                extrapolated=opened.verdict.extrapolated,
-               provenance=provenance(device=args.device, stdlib=args.data == "stdlib"))
+               provenance=provenance(device=args.device, stdlib=data_kind(args.data) == "stdlib"))
     text = strict_json(out, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
@@ -29,12 +30,6 @@ logger = logging.getLogger(__name__)
 # PG19's test split as YaRN and CLEX evaluate it.
 HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
-}
-# stdlib sources -> the stdlib corpus's arguments (torchtune_longshort.data.corpus.stdlib)
-STDLIB_SOURCES: Dict[str, Dict[str, Any]] = {
-    "stdlib": {"include_tests": True},
-    "stdlib_tests": {"include_tests": "only"},  # test packages: held out from a corpus read with include_tests False
-    "stdlib_heldout": {"split": "heldout"},  # held out from a corpus read with split "train", on every install
 }
 SOURCES = (*STDLIB_SOURCES, "local", "hf", *HF_PRESETS)
 # The text between two documents that ``join_documents`` packs into one stream (a blank line).
