@@ -189,6 +189,22 @@ def test_reasons_listed_outside_the_tables_and_a_run_without_a_curve_is_named(tm
     assert set(summary["per_position_mean_nll"]) == {"ours"}
 
 
+def test_cells_a_limit_left_without_a_document_are_named_in_the_report(tmp_path):
+    """`--limit 3` of passkey's 5 depths at one length: depths 75% and 100% never ran. The eval's closing line said so
+    (the results file's `limit_left_out`); the report showed depths 0-50% only, in its tables and heatmaps, without a
+    word."""
+    ours = _run(tmp_path / "ours", 3, limit=3.0, name="longshort_passkey")
+    data = json.loads((ours / "results_2026-01-01T00-00-00.json").read_text())
+    data["configs"]["longshort_passkey"]["limit_left_out"] = ["512_d75", "512_d100"]
+    (ours / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
+    hf = _run(tmp_path / "hf", 3, limit=3.0, name="longshort_passkey", model="hf")
+    summary = build_report([ours, hf], tmp_path / "rep", labels=["ours", "hf"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "`ours` / `longshort_passkey`: --limit left without a document 512_d75, 512_d100 (no value of them" in md
+    assert "`hf` / `longshort_passkey`: --limit" not in md
+    assert summary["limit_left_out"] == {"ours": {"longshort_passkey": ["512_d75", "512_d100"]}}
+
+
 def test_hf_and_longshort_runs_of_one_folder_are_named_the_same_checkpoint(tmp_path, monkeypatch):
     # the cross-check docs/eval.md recommends (ours and hf on one checkpoint) was never named: longshort runs were
     # grouped by their fingerprint, hf runs (which record none) by their path

@@ -41,6 +41,7 @@ from torchtune_longshort.eval.report.results_io import (
     even_cell_counts,
     load_cell_counts,
     load_curves,
+    load_limit_left_out,
     load_not_scored,
     load_provenance,
     load_results,
@@ -207,8 +208,15 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     run_notes += [f"`{name}` was run with lm-eval's --predict_only ({', '.join(tasks)}): outputs, no scores, so no "
                   "cell of it below; evaluate it without --predict_only for them."
                   for name, tasks in outputs_only.items()]
+    # cells --limit never ran: absent from every table and heatmap below, and the eval's closing line said so
+    left_out = {name: left for name, d in zip(names, results_dirs) if (left := load_limit_left_out(d))}
+    run_notes += [f"`{name}` / `{task}`: --limit left without a document {', '.join(cells)} (no value of them "
+                  "below; a larger --limit, at least the task's number of cells, runs each)"
+                  for name, tasks in left_out.items() for task, cells in tasks.items()]
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
+    if left_out:
+        summary["limit_left_out"] = left_out
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["runs"] = infos

@@ -31,7 +31,9 @@ from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-expor
 )
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import parse_length
-from torchtune_longshort.eval.tasks.common.unavailable import ERROR_METRIC, NOT_SCORED_KEY, NOT_SCORED_LENGTHS_KEY
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    ERROR_METRIC, LIMIT_LEFT_OUT_KEY, NOT_SCORED_KEY, NOT_SCORED_LENGTHS_KEY,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +161,17 @@ def load_not_scored(results_dir: Path) -> Dict[str, str]:
             out.pop(current_name(task), None)
         out.update(not_scored_of(data))
     return out
+
+
+def load_limit_left_out(results_dir: Path) -> Dict[str, List[str]]:
+    """``{task: cells}``: the length (x depth) cells of each pack task that lm-eval's ``--limit`` left without a
+    document (the task's ``limit_left_out``; newest results file wins per task). They have no row, column or
+    heatmap cell in the report, and no reason among the unscored values: they were never run."""
+    out: Dict[str, List[str]] = {}
+    for f in results_files(results_dir):
+        for task, cfg in (json_file(f).get("configs") or {}).items():
+            out[current_name(task)] = [str(c) for c in (cfg or {}).get(LIMIT_LEFT_OUT_KEY) or []]
+    return {t: c for t, c in sorted(out.items()) if c}
 
 
 def load_not_scored_counts(results_dir: Path) -> Dict[str, Dict[str, Dict[str, int]]]:
