@@ -181,6 +181,22 @@ def _refuse_unseen_start(model: nn.Module, method: str, max_seq_len: int, caller
                                 other_start=f"pass original_max_seq_len to {caller}", where=f"under {caller}")
 
 
+def _warn_replaced_scaling(model: nn.Module, method: str, max_seq_len: int,
+                           original_max_seq_len: Optional[int]) -> None:
+    """Say where :func:`apply_rope_scaling` replaces the model's own scaling: at fewer positions than it covered, or
+    by another method (its parameters dropped, not composed)."""
+    previous = getattr(model, "rope_scaling", None) or {}
+    covered = getattr(model, "max_seq_len", None)
+    if previous and isinstance(covered, int) and max_seq_len < covered:  # e.g. a Llama-3.1 folder's 128k, "yarn 32k"
+        logger.warning("apply_rope_scaling: the model's own %s scaling (%s positions) is replaced by %s at %d "
+                       "positions, fewer than it covered", previous.get("method"), covered, method, max_seq_len)
+    elif previous.get("method") not in (None, method):  # e.g. a Phi-3.5 folder's LongRoPE factors dropped for YaRN
+        logger.warning("apply_rope_scaling: the model's own %s scaling is replaced by %s (from %s positions), not "
+                       "composed with it: its parameters (%s) are dropped", previous.get("method"), method,
+                       original_max_seq_len or previous.get("original_max_seq_len") or covered,
+                       ", ".join(sorted(k for k in previous if k != "method")) or "none")
+
+
 def apply_rope_scaling(
     model: nn.Module,
     method: str,
@@ -221,16 +237,7 @@ def apply_rope_scaling(
     head_dim = old.dim
     if base is None:
         base = old.base
-    previous = getattr(model, "rope_scaling", None) or {}
-    covered = getattr(model, "max_seq_len", None)
-    if previous and isinstance(covered, int) and max_seq_len < covered:  # e.g. a Llama-3.1 folder's 128k, "yarn 32k"
-        logger.warning("apply_rope_scaling: the model's own %s scaling (%s positions) is replaced by %s at %d "
-                       "positions, fewer than it covered", previous.get("method"), covered, method, max_seq_len)
-    elif previous.get("method") not in (None, method):  # e.g. a Phi-3.5 folder's LongRoPE factors dropped for YaRN
-        logger.warning("apply_rope_scaling: the model's own %s scaling is replaced by %s (from %s positions), not "
-                       "composed with it: its parameters (%s) are dropped", previous.get("method"), method,
-                       original_max_seq_len or previous.get("original_max_seq_len") or covered,
-                       ", ".join(sorted(k for k in previous if k != "method")) or "none")
+    _warn_replaced_scaling(model, method, max_seq_len, original_max_seq_len)
     if original_max_seq_len is None:
         _refuse_unseen_start(model, method, max_seq_len, "apply_rope_scaling")
         original_max_seq_len = scaling_start(model)
