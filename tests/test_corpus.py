@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from torchtune_longshort.data.corpus import fixed_length_sequences, hf_text, local_text, stdlib
+from torchtune_longshort.data.corpus import hf_text, local_text, stdlib
+from torchtune_longshort.data.fixed_length import fixed_length_sequences
 from torchtune_longshort.data.dual_window import PackedTokenStream
 
 

@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torchtune_longshort.data.data_files import (
     explain_load_failure, is_saved_dataset, load_saved_dataset, named_files,
 )
-from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
@@ -48,8 +47,6 @@ from torchtune_longshort.data.text_files import (
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
 log = logging.getLogger(__name__)
-class TooFewSequences(ValueError):
-    """:func:`fixed_length_sequences`: the source ran out before the sequences asked for."""
 
 
 class _Source:
@@ -356,48 +353,3 @@ def redpajama_book(
         )
     return hf_text(source, split=split, name=name, data_files=data_files, streaming=streaming,
                    **{"text_field": "text", **kwargs})
-
-
-def counted_fixed_length_sequences(
-    documents: Documents,
-    tokenize: Callable[[str], List[int]],
-    seq_len: int,
-    num_sequences: int,
-    vocab_size: Optional[int] = None,
-    where: str = "documents",
-):
-    """``(sequences, records_skipped)``: :func:`fixed_length_sequences` and how many unreadable records the source
-    skipped on the way (``skip_bad_records``), for results that record it.
-
-    A validation set: the first ``num_sequences`` packed sequences of exactly ``seq_len`` tokens
-    (``[num_sequences, seq_len]`` int64), e.g. 8192-token sequences as the paper's validation sets.
-
-    Raises :class:`TooFewSequences` naming the counts when the source runs out (it is read once, never cycled).
-    ``where``: how the user names the source (its other errors and its skipped records are named by it).
-    """
-    import torch
-
-    if not isinstance(seq_len, int) or seq_len < 2 or not isinstance(num_sequences, int) or num_sequences < 1:
-        raise ValueError(f"validation: seq_len={seq_len!r} must be an int >= 2 and num_sequences={num_sequences!r} >= 1")
-    stream = PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size, max_epochs=1)
-    rows = []
-    for i in range(num_sequences):
-        try:
-            rows.append(stream.take(seq_len))
-        except StopIteration:
-            raise TooFewSequences(f"the source {documents!r} holds only {i} sequences of {seq_len} tokens; "
-                                  f"{num_sequences} were asked for") from None
-        except DataRecordError:
-            raise
-        except ValueError as e:  # no documents, ids past the model's vocabulary: named by the source's setting
-            raise ValueError(f"{where}: {e}") from None
-    if stream.records_skipped:
-        log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
-                    stream.new_skips()[0])
-    return torch.tensor(rows, dtype=torch.long), stream.records_skipped
-
-
-def fixed_length_sequences(documents: Documents, tokenize: Callable[[str], List[int]], seq_len: int,
-                           num_sequences: int, vocab_size: Optional[int] = None, where: str = "documents"):
-    """A validation set (``[num_sequences, seq_len]`` int64); see :func:`counted_fixed_length_sequences`."""
-    return counted_fixed_length_sequences(documents, tokenize, seq_len, num_sequences, vocab_size, where)[0]

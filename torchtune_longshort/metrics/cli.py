@@ -11,7 +11,7 @@ Documents are encoded as the model's own tokenizer starts a text (BOS only where
 held out from a training corpus read with ``include_tests: False``; ``stdlib_heldout``: held out from one read with
 ``split: train``, the eval pack's ``ppl_source`` names), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
-(BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.corpus.fixed_length_sequences``); each
+(BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.fixed_length.fixed_length_sequences``); each
 sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
 ``DEFAULT_NUM_SAMPLES`` (the ``misalignment_<L>`` task's default too).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
-from torchtune_longshort.data.corpus import TooFewSequences, counted_fixed_length_sequences
+from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
 from torchtune_longshort.devices import require_device

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torchtune import config
 
-from torchtune_longshort.data.corpus import TooFewSequences, fixed_length_sequences
+from torchtune_longshort.data.fixed_length import TooFewSequences, fixed_length_sequences
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.devices import rng_states, set_rng_states
