@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from torchtune_longshort import __version__
+from torchtune_longshort.data import stdlib_corpus
 
 PACKAGES = ("torch", "torchtune", "lm_eval", "transformers")
 # Distribution names where they differ from the import name.
@@ -116,9 +117,6 @@ def provenance(device: Optional[str] = None, stdlib: Optional[bool] = None) -> D
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
     }
-    # deferred: torch (the data package's __init__ imports it; the torch-free report paths import this module)
-    from torchtune_longshort.data import stdlib_corpus
-
     if stdlib or (stdlib is None and stdlib_corpus.was_used()):
         out["stdlib_corpus"] = stdlib_corpus.content_hash()
     out["device"] = device_info(device)

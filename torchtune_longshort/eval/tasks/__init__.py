@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.data.text_files import resolve_files
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
 from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
@@ -342,9 +343,6 @@ def _check_length_labels(metadata: Mapping[str, Any], task: str, labels: Sequenc
 def _check_local_files(key: str, value: Any) -> None:
     """A text family's ``data_files`` (paths, globs, folders) name files, as the task reads them: one that names
     nothing scored NaN, the run exiting 0 with a results file."""
-    # deferred: torch (the data package's __init__ imports it; the task modules read this one without it)
-    from torchtune_longshort.data.text_files import resolve_files
-
     if not isinstance(value, (str, Path, list)):
         raise TaskDataError(f"{key}={value!r}: expected a path, glob or folder, or a list of them")
     try:

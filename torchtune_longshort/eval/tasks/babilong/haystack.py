@@ -16,6 +16,9 @@ from __future__ import annotations
 import random
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple
 
+from torchtune_longshort.data.corpus import pg19
+from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+from torchtune_longshort.data.text_files import iter_documents, resolve_files
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, readable_texts
@@ -88,11 +91,6 @@ def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
 
 def _one_pass(haystack: str) -> Iterator[str]:
     """The non-empty, stripped lines of one pass over the haystack (see :func:`iter_haystack_lines`)."""
-    # deferred: torch (the data package's __init__ imports it; the task modules read this one's constants)
-    from torchtune_longshort.data.corpus import pg19
-    from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-    from torchtune_longshort.data.text_files import iter_documents, resolve_files
-
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
     elif haystack == "pg19":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents, resolve_files
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
 # The files a folder in ``data_files`` stands for.
@@ -14,9 +15,6 @@ LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field") -> Iterator[Any]:
     """The documents of local ``data_files`` through the one local-text reader (a record it cannot read: a
     ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``."""
-    # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
-    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents, resolve_files
-
     try:
         files = resolve_files(data_files, LOCAL_SUFFIXES, "data_files")
     except (FileNotFoundError, ValueError) as e:

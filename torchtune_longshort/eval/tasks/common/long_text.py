@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.data import corpus
+from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
@@ -99,9 +102,6 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
 def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
     """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
     a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip)."""
-    # deferred: torch (the data package's __init__ imports it; this module is read without it by the task modules)
-    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
-
     skipped = 0
     try:
         for text in documents:
@@ -156,10 +156,6 @@ def iter_texts(
     if source not in SOURCES:
         raise TaskDataError(f"source={source!r} is not supported; accepted: {', '.join(SOURCES)}")
     # stdlib and Hugging Face sources are the training loaders' (torchtune_longshort.data.corpus)
-    # deferred: torch (the data package's __init__ imports it)
-    from torchtune_longshort.data import corpus
-    from torchtune_longshort.data.source_names import SourceNames, source_names
-
     if source in STDLIB_SOURCES:
         with source_names(SourceNames("data set", {"min_bytes": ""})):  # min_chars is no key of the user's
             it: Iterable[str] = corpus.stdlib(min_bytes=min_chars, **STDLIB_SOURCES[source])()
