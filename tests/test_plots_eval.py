@@ -26,6 +26,14 @@ def test_ppl_near_equal_values_linear_with_plain_ticks():
     no_overlap(ax.get_yticklabels(), fig.canvas.get_renderer())
 
 
+def test_ppl_of_runs_that_agree_shows_every_runs_markers():
+    """Four runs of one checkpoint (ours, hf, stock lm-eval hf, hf with peft=) agree to 1e-7: each run's filled
+    marker covered the one drawn before it (a square 1 pt smaller left of a circle a ring under 1 pt wide)."""
+    runs = {n: {"longshort_ppl": {"ppl_256": 38.4684, "ppl_1k": 13.448}} for n in ("ours", "hf", "lm_eval_hf", "peft")}
+    fig = draw(ppl_figure(runs))
+    check_every_series_visible(fig.axes[0], fig)
+
+
 def test_ppl_over_decades_log_with_plain_ticks():
     runs = {"a": {"longshort_ppl": {"ppl_128": 9.5, "ppl_512": 80.0, "ppl_2k": 2500.0}}}
     fig = draw(ppl_figure(runs))

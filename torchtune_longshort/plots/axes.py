@@ -228,12 +228,15 @@ def series_style(i: int, n_series: int, n_points: int, markers_per_line: int = 1
     ``n_points`` x values, so that every line stays visible where lines coincide: its own colour, line style and
     marker shape, and a line width that shrinks with the draw order (a line drawn over an equal one leaves it
     showing at both sides). Up to ``markers_per_line`` points, every point is marked and the marker size shrinks
-    with the draw order too (an earlier marker rings a later one); beyond, each line marks about
-    ``markers_per_line`` points at x positions no other series marks (``markevery`` with a per-series offset)."""
+    with the draw order too; the first series' markers are filled, the later ones' open (an outline), so that a
+    later marker drawn on an equal point never hides an earlier one (a filled square 1 pt smaller covered a filled
+    circle to a ring under 1 pt wide); beyond, each line marks about ``markers_per_line`` points at x positions no
+    other series marks (``markevery`` with a per-series offset)."""
     spread = n_points > markers_per_line
     step = max(n_series, -(-n_points // markers_per_line))
     return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
             "markevery": (i % step, step) if spread else None, "ms": 4.5 if spread else max(3.0, 7.5 - i),
+            "mfc": "none" if i and not spread else f"C{i % 10}", "mew": 1.2,
             "lw": max(0.8, 2.2 - 0.3 * i), "zorder": 2 + i / 100}
 
 
