@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple
 
-from torchtune_longshort.data.corpus import pg19
+from torchtune_longshort.data import corpus
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 from torchtune_longshort.data.text_files import iter_documents, resolve_files
 from torchtune_longshort.eval.tasks.babilong.stories import Story
@@ -94,7 +94,7 @@ def _one_pass(haystack: str) -> Iterator[str]:
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
     elif haystack == "pg19":
-        docs = pg19(split="test", check_first=False, skip_bad_records=True)()
+        docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
         try:
             files = resolve_files(haystack, (".txt",), "haystack")
