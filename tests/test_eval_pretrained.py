@@ -1,5 +1,6 @@
 """``pretrained=`` for the ``longshort`` model, as lm-eval users type it (``checkpoint_dir=`` still works), and
-results folders named after the checkpoint exactly as lm-eval's own ``hf`` model names them."""
+results folders named after the checkpoint exactly as lm-eval's own ``hf`` model names them, and the same provenance
+recorded for an ``hf`` run through ``longshort-eval`` as for a ``longshort`` one."""
 
 from __future__ import annotations
 
@@ -47,6 +48,37 @@ def test_results_folder_named_after_the_checkpoint_as_hf_names_it(tiny_llama2_di
     for key in ("tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id", "max_length"):
         assert by_pretrained[key] == hf[key], (key, by_pretrained.get(key), hf[key])
     assert by_pretrained["tokenizer_pad_token"] == by_pretrained["tokenizer_eos_token"]
+    # longshort-eval records for hf what a longshort run records (it was "not recorded" in the report): the project's
+    # provenance block, the checkpoint folder and its content fingerprint, the same for one folder
+    from torchtune_longshort.eval.report import build_report
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    for key in ("checkpoint_dir", "checkpoint_fingerprint", "provenance"):
+        assert hf["config"][key] == by_pretrained["config"][key], key
+    assert hf["config"]["checkpoint_fingerprint"] == CheckpointFolder.open(tiny_llama2_dir).fingerprint()
+    prov = hf["config"]["provenance"]
+    assert prov["packages"]["transformers"] and prov["device"]["type"] == "cpu"
+    # stock lm-eval's results of the same run: none of these keys
+    stock = tmp_path / "stock" / name
+    stock.mkdir(parents=True)
+    for f in (tmp_path / "hf").rglob("results_*.json"):
+        data = json.loads(f.read_text())
+        for key in ("checkpoint_dir", "checkpoint_fingerprint", "provenance"):
+            del data["config"][key]
+        (stock / f.name).write_text(json.dumps(data))
+    from torchtune_longshort.eval.report.build import NOT_RECORDED
+
+    build_report([tmp_path / "hf", tmp_path / "p", tmp_path / "stock"], tmp_path / "rep",
+                 labels=["hf", "ours", "stock"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md.split("## Provenance", 1)[1]
+    assert "Run `hf`:\n\n- torchtune-longshort " in section and "Run `ours`:\n\n- torchtune-longshort " in section
+    assert f"Run `stock`:\n\n{NOT_RECORDED}\n" in section and "stock lm-eval" in NOT_RECORDED
+    assert ("Runs `hf`, `ours`, `stock` evaluate the same checkpoint folder; `stock` recorded no content fingerprint"
+            in md)
+    build_report([tmp_path / "hf", tmp_path / "p"], tmp_path / "rep2", labels=["hf", "ours"])
+    assert (f"Runs `hf`, `ours` evaluate the same checkpoint: one folder, one content (fingerprint "
+            f"{hf['config']['checkpoint_fingerprint']})." in (tmp_path / "rep2" / "report.md").read_text())
 
 
 def test_argv_rewrite_only_for_longshort_and_only_checkpoint_dir():

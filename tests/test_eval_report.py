@@ -132,7 +132,7 @@ def test_runs_show_samples_and_limit_and_unequal_counts_are_refused_unless_asked
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| `full` |" in md and "| all † | longshort_ppl: 20 |" in md and "| 3 † | longshort_ppl: 3 |" in md
     assert "**† Mixed settings**" in md and "differ in --limit (`full` all, `quick` 3)" in md
-    assert "**Unequal sample counts**" in md and "Runs `full`, `quick` evaluate the same checkpoint." in md
+    assert "**Unequal sample counts**" in md and "Runs `full`, `quick` evaluate the same checkpoint folder;" in md
     # equal --limit, unequal counts for no listed reason: refused as before
     other = _run(tmp_path / "other", 7, pretrained="/ckpt/c")
     with pytest.raises(ValueError, match=r"different numbers of samples \(longshort_ppl: `full` 20, `other` 7\)"):
@@ -219,7 +219,8 @@ def test_hf_and_longshort_runs_of_one_folder_are_named_the_same_checkpoint(tmp_p
     (runs[0] / "results_2026-01-01T00-00-00.json").write_text(json.dumps(data))
     build_report(runs, tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "Runs `ours`, `hf` evaluate the same checkpoint." in md and md.count("same checkpoint") == 1
+    assert ("Runs `ours`, `hf` evaluate the same checkpoint folder; `hf` recorded no content fingerprint" in md
+            and md.count("same checkpoint") == 1)
     # the folder rewritten between two longshort runs (other fingerprints): not the same, and hf's not told apart
     again = _run(tmp_path / "again", 20, pretrained=str(ckpt))
     data["config"]["checkpoint_fingerprint"] = "def"

@@ -16,6 +16,8 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 ``--help`` names the ``longshort`` model and its arguments above lm-eval's help. Bad input (a device this machine
 lacks, a task name lm-eval does not know: with "did you mean", a model argument) is refused in one line
 (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting the metrics left unscored and why.
+The results of every model it runs (``hf`` too) record the project's provenance block and, for a local
+``pretrained=`` folder, its path and content fingerprint (:mod:`torchtune_longshort.eval.run_record`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def _evaluate(args) -> None:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+    from torchtune_longshort.eval.run_record import recording
     from torchtune_longshort.eval.task_index import pack_only_index
 
     if "-h" in args or "--help" in args or not args:
@@ -82,7 +85,7 @@ def _evaluate(args) -> None:
     argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
     saved = SavedResults()
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching():
+        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching(), recording():
             cli_evaluate()
     except ValueError as e:
         line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))

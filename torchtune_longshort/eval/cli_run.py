@@ -329,6 +329,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 
+    from torchtune_longshort.eval.run_record import recording
     from torchtune_longshort.eval.task_index import pack_only_index
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
@@ -336,7 +337,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     saved, written = sys.argv, SavedResults()
     sys.argv = argv
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
+        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), recording():
             cli_evaluate()
     finally:
         sys.argv = saved

@@ -121,6 +121,27 @@ def _weight_files(d: Path) -> List[Path]:
     return _readable(files)
 
 
+def _fingerprint(d: Path, weight_files) -> str:
+    h = hashlib.sha256((d / CONFIG_FILE).read_bytes())
+    for f in weight_files:
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def folder_fingerprint(path: PathLike) -> Optional[str]:
+    """:meth:`CheckpointFolder.fingerprint` of any Hugging Face folder (one of a family outside the table too, as
+    lm-eval's ``hf`` model runs it): the same value for the same folder content; None when ``path`` is no folder
+    with a ``config.json`` and weight files this module can locate."""
+    d = Path(path).expanduser().resolve()
+    if not (d / CONFIG_FILE).is_file():
+        return None
+    try:
+        return _fingerprint(d, _weight_files(d))
+    except (OSError, ValueError):
+        return None
+
+
 def _readable(files: List[Path]) -> List[Path]:
     """``files``, each safetensors header read (a torn or foreign file is refused when the folder is opened, naming
     it: before, only the weights' load said so, after lm-eval had started or the recipe had begun its setup)."""
@@ -237,11 +258,7 @@ class CheckpointFolder:
         """A cheap identity of the folder's current content: sha256 over ``config.json``'s bytes and each weight
         file's name, size and modification time (no weights are read). The same folder rewritten by another
         training run gets another fingerprint, so results of two checkpoints are never taken for one run."""
-        h = hashlib.sha256((self.path / CONFIG_FILE).read_bytes())
-        for f in self.weight_files:
-            st = f.stat()
-            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-        return h.hexdigest()[:16]
+        return _fingerprint(self.path, self.weight_files)
 
     def content_digest(self, sample: int = 1 << 20) -> str:
         """An identity of the folder's content that survives a copy (no modification times): sha256 over

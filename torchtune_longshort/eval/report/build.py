@@ -241,11 +241,16 @@ def _write_report(out_dir: Path, names, results_dirs, runs, summary, runs_table,
     md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png")), ""] if files else []
     md += ["## Provenance", "", "Report built by:", "", provenance_markdown(prov), ""]
     for name, p in run_prov.items():
-        md += [f"Run `{name}`:", "", provenance_markdown(p) if p else "- not recorded (results not written by the "
-               "`longshort` model)", ""]
+        md += [f"Run `{name}`:", "", provenance_markdown(p) if p else NOT_RECORDED, ""]
     atomic_write_text(out_dir / "report.md", "\n".join(md) + "\n")
     summary["files"] = ["report.md", "summary.json", *files]
     atomic_write_json(out_dir / "summary.json", summary, indent=2, default=str)
+
+
+# a run whose results carry no provenance block: stock lm-eval wrote them (longshort-eval records it for every model)
+NOT_RECORDED = ("- not recorded: its results were written by stock lm-eval (`lm_eval` / `lm-eval run`, or a "
+                "longshort-eval older than this record), which records no provenance; evaluate through `longshort-eval "
+                "run` (any --model) to record it")
 
 
 REPORT_FILE_PATTERNS = ("report.md", "summary.json", "ppl_vs_length.png", "per_position_loss.*", "heatmap_*.png")

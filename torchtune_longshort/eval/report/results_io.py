@@ -307,7 +307,8 @@ def cut_off_samples(results_dir: Path, evaluated: Mapping[str, int]) -> List[str
 
 
 def load_provenance(results_dir: Path) -> Optional[Dict[str, Any]]:
-    """The provenance block the ``longshort`` model put in the newest results file (None: another model)."""
+    """The provenance block in the newest results file that has one: ``longshort-eval`` records it for every model
+    (:mod:`torchtune_longshort.eval.run_record`); None: stock lm-eval wrote them all."""
     for f in reversed(lm_eval_files(results_dir)):
         prov = (json_file(f).get("config") or {}).get("provenance")
         if isinstance(prov, dict):

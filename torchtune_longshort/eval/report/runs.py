@@ -112,16 +112,26 @@ def runs_section(names: Sequence[str], dirs: Sequence[Path], infos: Dict[str, Di
                          "or pass --allow-mixed to report them side by side with this note")
     if refused:
         notes.append(f"**Unequal sample counts** (compared anyway, --allow-mixed): {refused}.")
-    notes += [f"Runs {', '.join(f'`{n}`' for n in same)} evaluate the same checkpoint."
-              for same in same_checkpoint(names, infos) if len(same) > 1]
+    notes += [same_checkpoint_note(same, infos) for same in same_checkpoint(names, infos) if len(same) > 1]
     return table, notes
+
+
+def same_checkpoint_note(runs: List[str], infos: Dict[str, Dict[str, Any]]) -> str:
+    """The note naming ``runs`` (one :func:`same_checkpoint` group) as one checkpoint: its content when every run
+    recorded the fingerprint (``longshort-eval`` does for any model), else the folder, naming the runs without one."""
+    head = f"Runs {', '.join(f'`{n}`' for n in runs)} evaluate the same checkpoint"
+    unknown = [n for n in runs if not infos[n].get("checkpoint_fingerprint")]
+    if not unknown:
+        return f"{head}: one folder, one content (fingerprint {infos[runs[0]]['checkpoint_fingerprint']})."
+    return (f"{head} folder; {', '.join(f'`{n}`' for n in unknown)} recorded no content fingerprint (stock lm-eval's "
+            "results), so whether the folder held the same weights then is not known.")
 
 
 def same_checkpoint(names: List[str], infos: Dict[str, Dict[str, Any]]) -> List[List[str]]:
     """The runs of ``names`` grouped by the checkpoint they evaluate: one folder (``pretrained``, relative and
     absolute spellings of a folder here as one), split by content fingerprint where runs recorded different ones
-    (the folder rewritten between them; only ``longshort`` runs record one, so a run of ``hf`` on the same folder
-    joins it when its runs agree: they were grouped apart before, ``longshort`` by fingerprint, ``hf`` by path)."""
+    (the folder rewritten between them; ``longshort-eval`` records one for any model, stock lm-eval none: a run
+    without one joins the folder's group when the others agree)."""
     by_path: Dict[str, List[str]] = {}
     for name in names:
         pretrained = infos[name]["pretrained"]

@@ -1,0 +1,78 @@
+"""The provenance ``longshort-eval`` records in the results of every model it runs, not only ``longshort``.
+
+The ``longshort`` model puts into lm-eval's results ``config`` block the project's provenance block
+(:func:`torchtune_longshort.provenance.provenance`: package version, git commit, torch / torchtune / lm-eval /
+transformers versions, Python, device, the stdlib corpus hash when a task read it), the checkpoint folder
+(``checkpoint_dir``) and its content fingerprint (``checkpoint_fingerprint``). Another model (lm-eval's ``hf``,
+``vllm``, ...) records none of them, so a report over its run said "not recorded" and could not tell whether it
+evaluated the same checkpoint content as a ``longshort`` run of that folder. :func:`recording` adds them, while a
+``longshort-eval`` run is open, to the results file lm-eval writes (a key the model recorded itself is kept as it
+is). ``checkpoint_dir`` and ``checkpoint_fingerprint`` are written where ``pretrained=`` names a local folder (a
+hub name has neither). Stock ``lm_eval`` runs, which this package does not wrap, still record none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+from torchtune_longshort.models.hf_checkpoint import folder_fingerprint
+from torchtune_longshort.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+
+def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
+    from lm_eval.utils import simple_parse_args_string
+
+    args = config.get("model_args") or {}
+    return simple_parse_args_string(args) if isinstance(args, str) else dict(args)
+
+
+def run_record(config: Dict[str, Any]) -> Dict[str, Any]:
+    """``{"checkpoint_dir", "checkpoint_fingerprint", "provenance"}`` for the run whose lm-eval results ``config``
+    this is (the first two only for a ``pretrained=`` that is a local folder)."""
+    out: Dict[str, Any] = {}
+    args = _model_args(config)
+    pretrained = args.get("pretrained", args.get("checkpoint_dir"))
+    if isinstance(pretrained, str) and pretrained and Path(pretrained).expanduser().is_dir():
+        folder = Path(pretrained).expanduser().resolve()
+        out["checkpoint_dir"] = str(folder)
+        fingerprint = folder_fingerprint(folder)
+        if fingerprint:
+            out["checkpoint_fingerprint"] = fingerprint
+    device = config.get("device")
+    try:
+        out["provenance"] = provenance(device=str(device) if device else None)
+    except (RuntimeError, ValueError):  # a device string torch does not parse (e.g. a model's own "auto")
+        out["provenance"] = provenance()
+    return out
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """While open, each results file lm-eval's ``EvaluationTracker`` saves gets :func:`run_record`'s keys in its
+    ``config`` block (those already there kept). A failure to make the record is a warning: the scores are still
+    written."""
+    # deferred: lm_eval (imported by longshort-eval's run, not by this module's readers)
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    aggregated = EvaluationTracker.save_results_aggregated
+
+    def save_aggregated(tracker, results=None, *args, **kwargs):
+        config = results.get("config") if isinstance(results, dict) else None
+        if isinstance(config, dict):
+            try:
+                for key, value in run_record(config).items():
+                    config.setdefault(key, value)
+            except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
+                log.warning("longshort-eval: provenance not recorded in the results (%s: %s)", type(e).__name__, e)
+        return aggregated(tracker, results, *args, **kwargs)
+
+    EvaluationTracker.save_results_aggregated = save_aggregated
+    try:
+        yield
+    finally:
+        EvaluationTracker.save_results_aggregated = aggregated
