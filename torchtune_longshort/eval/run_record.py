@@ -63,8 +63,8 @@ def recording() -> Iterator[None]:
 
     def save_aggregated(tracker, results=None, *args, **kwargs):
         config = results.get("config") if isinstance(results, dict) else None
-        if isinstance(config, dict):
-            try:
+        if isinstance(config, dict) and not {"provenance", "checkpoint_fingerprint"} <= config.keys():
+            try:  # (the longshort model records them itself)
                 for key, value in run_record(config).items():
                     config.setdefault(key, value)
             except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
