@@ -111,7 +111,10 @@ def test_a_report_dir_holding_a_users_report_is_refused_before_the_study_runs(tm
     assert main(argv + ["--report-dir", str(mine), "--report-only"]) == 1  # rewritten; 1: no run of the grid ran
     assert capsys.readouterr().out.strip().splitlines()[-1] == ("[study] none of the 3 runs finished: the report "
                                                                "holds no results")
-    assert (mine / "report.md").read_text().startswith("# Study `cpu_small` (quick variant)")
+    md = (mine / "report.md").read_text()  # a smoke run's report says so in its title and above its verdicts
+    assert md.startswith("# Study `cpu_small` (quick variant: numbers mean nothing)\n")
+    answer = md.split("## The answer: the paper's claims, one line each\n", 1)[1].split("| claim |")[0]
+    assert "A `--quick` run: a smoke test of the pipeline" in answer and "mean nothing" in answer
 
 
 def test_ctrl_c_stops_the_grid_and_a_rerun_goes_on(tmp_path, monkeypatch, capsys):

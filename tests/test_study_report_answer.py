@@ -26,6 +26,7 @@ def test_the_report_opens_with_every_claims_verdict(tmp_path, capsys):
     md = (rep / "report.md").read_text().splitlines()
     heads = [i for i, line in enumerate(md) if line.startswith("## ")]
     assert md[heads[0]] == "## The answer: the paper's claims, one line each"  # the first section, before any table
+    assert md[0] == "# Study `cpu_small`" and not any("--quick" in line for line in md[:heads[1]])  # a real run's
     claims = json.loads((rep / "summary.json").read_text())["claims"]["claims"]
     rows = [line for line in md[heads[0]:heads[1]] if line.startswith("| ") and not line.startswith("| claim")]
     assert [r.split(" | ")[:2] for r in rows] == [[f"| {c['id']}", c["verdict"]] for c in claims]

@@ -140,12 +140,17 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
                         "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
 
 
-def verdicts_markdown(analysis: Dict[str, Any]) -> List[str]:
+QUICK_VERDICTS = ("**A `--quick` run: a smoke test of the pipeline, its steps and seeds too few to decide any claim; "
+                  "its verdicts and numbers mean nothing (run without --quick).**")
+
+
+def verdicts_markdown(analysis: Dict[str, Any], quick: bool = False) -> List[str]:
     """The answer, at the top of the report: each of the paper's claims, its verdict here and why in one line (the
-    numbers follow, and each claim's section under "Claims, one by one")."""
+    numbers follow, and each claim's section under "Claims, one by one"). Under ``quick`` a line above the table
+    says that a smoke run's verdicts decide nothing (as the figures' red mark and the synthetic claims' lines do)."""
     verdicts = [[c["id"], c["verdict"], c.get("reason", "")] for c in analysis["claims"]]
-    return (["## The answer: the paper's claims, one line each", "",
-             "Each claim's rule, paired differences and intervals are under \"Claims, one by one\" below.", ""]
+    return (["## The answer: the paper's claims, one line each", ""] + ([QUICK_VERDICTS, ""] if quick else [])
+            + ["Each claim's rule, paired differences and intervals are under \"Claims, one by one\" below.", ""]
             + md_table(["claim", "verdict", "in short"], verdicts))
 
 

@@ -205,7 +205,7 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     if isinstance(study, dict):  # the invocation's own jobs, not the config's now (a rebuild, --jobs)
         wall, jobs = study.get("wall_s_this_invocation"), (study.get("config") or {}).get("jobs")
 
-    md: List[str] = [f"# Study `{cfg.name}`{' (quick variant)' if cfg.quick else ''}", ""]
+    md: List[str] = [f"# Study `{cfg.name}`{' (quick variant: numbers mean nothing)' if cfg.quick else ''}", ""]
     md += [f"Config: `{cfg.config_path}`{' --quick' if cfg.quick else ''}. Base: "
            + (f"`{cfg.base.checkpoint_dir}`" if cfg.base.given else
               f"pre-trained here at L0 = {cfg.L0} for {cfg.base.pretrain.max_steps} steps (alpha = 0)")
@@ -219,7 +219,7 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     if refusal:
         md += [f"**The fine-tuning grid did not run: {refusal}.** The base's failure beyond L0 is under "
                "\"The base model: how it fails beyond L0\" below; every fine-tune row is empty.", ""]
-    md += verdicts_markdown(analysis)
+    md += verdicts_markdown(analysis, quick=cfg.quick)
     spread = ("the value of the one seed" if len(cfg.seeds) == 1
               else "mean ± sample sd over seeds (one value: no ±)")
     md += [f"Cells: {spread}; — : no successful run; n/a (note k): the runs succeeded but the task could not run at "
