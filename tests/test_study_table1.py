@@ -28,7 +28,7 @@ from plot_helpers import draw, drawn_ticklabels, inside_figure, no_overlap
 from test_study_stats import _brute_force_p
 
 from torchtune_longshort.eval.tasks.common.lengths import per_length
-from torchtune_longshort.study.table1.analysis import analyze, main_correlation
+from torchtune_longshort.study.table1.analysis import analyze, main_correlation, rho_text
 from torchtune_longshort.study.table1.config import Table1Config
 from torchtune_longshort.study.table1.runner import cell_key
 from torchtune_longshort.config.fields import build_section
@@ -84,6 +84,12 @@ def test_rho_interval_p_and_verdicts_against_scipy_and_brute_force():
     assert digits["verdict"] == "not measurable" and "no ranking" in digits["why"]  # 1.0 for every variant
     jeff = next(c for c in at["correlations"] if c["predictor"] == "jeffreys" and c["target"] == "ppl")
     assert jeff["spearman"] == pytest.approx(rho)  # the planted Jeffreys part is SCE / 50: the same ranks
+    ent = next(c for c in at["correlations"] if c["predictor"] == "entropy" and c["target"] == "ppl")
+    ref = next(line for line in a["headline"]["lines"] if line.startswith("for reference, perplexity at 384 "))
+    assert ref == (f"for reference, perplexity at 384 against the metric's Jeffreys part (SCE minus the entropies): "
+                   f"rho {rho_text(jeff)}, p {jeff['p_permutation']:.2g}; against the next-token entropy: "
+                   f"rho {rho_text(ent)}, p {ent['p_permutation']:.2g}")  # each with its interval and p
+    assert "[" in rho_text(ent) and "reference: next-token" not in ref
     at512 = a["per_length"]["512"]
     assert [r["status"] for r in at512["rows"]] == ["ok"] * 3 + ["failed"] + ["not run"] * 4
     assert main_correlation(at512, "ppl")["verdict"] == "not measurable"  # 3 variants: no interval

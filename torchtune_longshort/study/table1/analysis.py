@@ -47,6 +47,9 @@ TARGETS = {
     "passkey_digits": ("passkey digits in place", "passkey_digits", -1),
 }
 MAIN_PREDICTOR = "sce"
+# the reference predictors as the verdict's "for reference" line names them
+REFERENCE_NAMES = {"jeffreys": "the metric's Jeffreys part (SCE minus the entropies)",
+                   "entropy": "the next-token entropy"}
 MIN_N = 4  # the Fisher-z interval needs n > 3
 
 
@@ -196,9 +199,10 @@ def headline(per_length: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
             by_target[t].append(c["verdict"])
             lines.append(f"{TARGETS[t][0]} at {entry['label']}: {c['verdict']} ({c['why']})")
         ref = [c for c in entry["correlations"] if c["target"] == "ppl" and c["predictor"] != MAIN_PREDICTOR]
-        if all(c["spearman"] is not None for c in ref):
-            lines.append(f"for reference, perplexity at {entry['label']} against " + " and ".join(
-                f"{PREDICTORS[c['predictor']][0]}: rho {c['spearman']:+.2f}" for c in ref))
+        if all(c["spearman"] is not None for c in ref):  # each with its interval and p, as the metric's
+            lines.append(f"for reference, perplexity at {entry['label']} " + "; ".join(
+                f"against {REFERENCE_NAMES[c['predictor']]}: rho {rho_text(c)}"
+                + (f", p {c['p_permutation']:.2g}" if c.get("p_permutation") is not None else "") for c in ref))
     ppl = [v for v in by_target["ppl"] if v != "not measurable"]
     others = [v for t in TARGETS if t != "ppl" for v in by_target[t] if v != "not measurable"]
     if not ppl:
