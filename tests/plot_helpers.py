@@ -132,6 +132,27 @@ def check_every_series_visible(ax, fig):
         assert not all(covered(p) for p in mine), f"{lab}: every marker is covered by a later line's"
 
 
+def check_every_point_visible(ax, fig):
+    """Every scatter point of ``ax`` shows: no point lies under a later collection's filled marker within its radius
+    (a filled triangle drawn 0.02 to the side of another, at the same height, hid it: 7 markers for n = 8); an open
+    marker (no face) covers nothing. Returns the number of points checked."""
+    from matplotlib.collections import PathCollection
+
+    colls = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+    px = fig.dpi / 72
+    checked = 0
+    for i, c in enumerate(colls):
+        r = np.sqrt(c.get_sizes()[0]) * px / 2
+        for p in c.get_offset_transform().transform(c.get_offsets()):
+            over = [o for o in colls[i + 1:] if len(o.get_facecolor()) and o.get_facecolor()[0][3] > 0
+                    and np.sqrt(o.get_sizes()[0]) >= 0.8 * np.sqrt(c.get_sizes()[0])]
+            hit = [o for o in over if (np.hypot(*(o.get_offset_transform().transform(o.get_offsets()) - p).T)
+                                       < r).any()]
+            assert not hit, f"a point of {c.get_label()} at {p} lies under a later filled marker"
+            checked += 1
+    return checked
+
+
 def inside_figure(fig, artist):
     r = fig.canvas.get_renderer()
     box, page = artist.get_window_extent(r), fig.bbox

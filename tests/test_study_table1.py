@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from scipy import stats
-from plot_helpers import draw, drawn_ticklabels, inside_figure, no_overlap
+from plot_helpers import check_every_point_visible, draw, drawn_ticklabels, inside_figure, no_overlap
 from test_study_stats import _brute_force_p
 
 from torchtune_longshort.eval.tasks.common.lengths import per_length
@@ -144,7 +144,7 @@ def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama
     (key,) = fig.legends
     assert [t.get_text() for t in key.get_texts()] == NAMES
     assert not any(n in t.get_text() for ax in fig.axes for t in ax.texts for n in NAMES)
-    assert len({(h.get_paths()[0].vertices.tobytes(), tuple(h.get_facecolor()[0])) for h in key.legend_handles}) == 8
+    assert len({(h.get_paths()[0].vertices.tobytes(), tuple(h.get_edgecolor()[0])) for h in key.legend_handles}) == 8
     words = key.get_texts() + [t for ax in fig.axes for t in drawn_ticklabels(ax.xaxis) + drawn_ticklabels(ax.yaxis)
                                + [ax.title, ax.xaxis.label, ax.yaxis.label] + ax.texts]
     no_overlap(words, fig.canvas.get_renderer())
@@ -153,6 +153,24 @@ def test_report_reads_as_the_answer_and_names_missing_cells(tmp_path, tiny_llama
             inside_figure(fig, t)
     assert sorted(p.name for p in (tmp_path / "report/cells").iterdir()) == sorted(
         k for k, r in _records().items() if r["status"] != "not run")
+
+
+def test_variants_that_cluster_keep_every_marker_visible(tmp_path, tiny_llama2_dir):
+    """Three variants 0.025 apart in SCE at one passkey score (the committed 12k cells of ntk, yarn and ntk_by_parts:
+    4.673, 4.655, 4.680, all 1.0) on an axis some units wide: filled markers hid ntk's triangle under yarn's, 7
+    markers for n = 8. Open markers overlay without hiding one another."""
+    from torchtune_longshort.study.table1.figure import figure
+
+    sce = [7.56, 7.42, 4.673, 4.462, 4.655, 4.391, 4.680, 5.676]
+    acc = [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    recs = {cell_key(v, 384): _rec(v, 384, x, 4.4, a) for v, x, a in zip(NAMES, sce, acc)}
+    fig = draw(figure(_cfg(tmp_path, tiny_llama2_dir), analyze(recs, [384])))
+    assert [check_every_point_visible(ax, fig) for ax in fig.axes] == [8, 8, 8]
+    # at the figure's size the three still make one blot: each panel's title names them (ppl 4.4 and digits 1.0 for
+    # all: there dyn and llama3, 0.07 apart in SCE, make a second; passkey 0 for llama3 parts it from dyn)
+    titles = [" ".join(ax.get_title().split()) for ax in fig.axes]
+    assert titles[1].endswith("on one spot: ntk, yarn, parts"), titles
+    assert titles[0].endswith("on one spot: dyn, llama3; ntk, yarn, parts") and titles[2].endswith(titles[0][-29:])
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """The Table-1 figure: the misalignment metric (SCE, Eq. 4) against each performance figure, one panel per figure
 (rows) and length (columns), every variant in one key under the panels (its own marker and colour: the variants
-cluster, and names printed beside the points ran into each other), Spearman's rho with its 95% interval, n and the
-verdict in each title, and the variants without a point and why (not run, failed, not scored and the kind of reason:
-the text could not fill the length, no data, ...). It follows the study figures' rules
-(:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
+cluster, and names printed beside the points ran into each other; open markers, which overlay without hiding one
+another, and the variants whose points still make one blot named in the title, "on one spot: ..."), Spearman's rho
+with its 95% interval, n and the verdict in each title, and the variants without a point and why (not run, failed,
+not scored and the kind of reason: the text could not fill the length, no data, ...). It follows the study figures'
+rules (:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
 
 from __future__ import annotations
 
@@ -52,11 +53,14 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
             want = "claim: rho > 0" if sign > 0 else "claim: rho < 0"
             missing = _why_no_points(entry["rows"], tid)
             title = f"{tlabel} at {entry['label']}: rho {rho_text(c)}, n = {c['n']}\n({want}; {c['verdict']})"
-            ax.set_title(title + ("\n" + wrapped_title(f"no point: {missing}", _PANEL_IN[0] - 0.4, 7)
-                                  if missing else ""), fontsize=8)
+            ax.margins(0.12)
+            over = "; ".join(", ".join(sorted(g, key=lambda n: names.index(n) if n in names else len(names)))
+                             for g in _overlapping(ax, pts))
+            title += "\n" + wrapped_title(f"no point: {missing}", _PANEL_IN[0] - 0.4, 7) if missing else ""
+            title += "\n" + wrapped_title(f"on one spot: {over}", _PANEL_IN[0] - 0.4, 7) if over else ""
+            ax.set_title(title, fontsize=8)
             ax.set_xlabel(f"{PREDICTORS[MAIN_PREDICTOR][0]} at {entry['label']}", fontsize=8)
             ax.set_ylabel(tlabel, fontsize=8)
-            ax.margins(0.12)
     if handles:  # one key for every panel, under them: variants that cluster keep their names legible
         order = sorted(handles, key=lambda n: names.index(n) if n in names else len(names))
         fig.legend([handles[n] for n in order], order, loc="outside lower center", ncols=min(len(order), 8),
@@ -65,7 +69,23 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
     return fig
 
 
-def _style(names: List[str], name: str) -> Dict[str, str]:
-    """A variant's marker and colour, the same on every panel."""
+def _overlapping(ax, pts: List[Any], frac: float = 0.025) -> List[List[str]]:
+    """The variants whose points lie within about a marker of each other on ``ax`` (``frac`` of both axes' spans,
+    chained): their outlines overlay into one blot at the figure's size, so the title names them."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    sx, sy = abs(x1 - x0) or 1.0, abs(y1 - y0) or 1.0
+    groups: List[List[Any]] = []
+    for p in pts:
+        near = [g for g in groups if any(abs(p[1] - q[1]) < frac * sx and abs(p[2] - q[2]) < frac * sy for q in g)]
+        merged = [p] + [q for g in near for q in g]
+        groups = [g for g in groups if g not in near] + [merged]
+    return [sorted(q[0] for q in g) for g in groups if len(g) > 1]
+
+
+def _style(names: List[str], name: str) -> Dict[str, Any]:
+    """A variant's marker and colour, the same on every panel; open (an outline), so that variants whose points
+    nearly coincide overlay their shapes instead of the later one hiding the earlier (filled, ntk's triangle lay
+    whole under yarn's at 12k in docs/study/table1_smollm2: 7 markers for n = 8)."""
     k = names.index(name) if name in names else len(names)
-    return {"marker": MARKERS[k % len(MARKERS)], "color": f"C{k % 10}"}
+    return {"marker": MARKERS[k % len(MARKERS)], "facecolors": "none", "edgecolors": f"C{k % 10}",
+            "linewidths": 1.4}
