@@ -149,6 +149,19 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     assert all(r["status"] == "ok" for r in recs2.values())
 
 
+def test_wall_time_names_a_stage_without_a_clock_and_no_overlap_of_one_job():
+    # a quick study's base is not evaluated (eval_base: false): its line read "evaluation — s"; and one fine-tune at
+    # a time was said to overlap ("runs in parallel overlap")
+    from torchtune_longshort.study.report import _wall_markdown
+
+    recs = {"base": {"status": "ok", "wall_s_train": 22.1, "wall_s_eval": None},
+            "pi_a0_s0": {"status": "ok", "wall_s_train": 20.0, "wall_s_eval": 30.0, "wall_s": 50.0}}
+    md = "\n".join(_wall_markdown(recs, 112.0, 1))
+    assert "- base: training 22.1 s, no evaluation recorded (" in md and "— s" not in md
+    assert md.count("sum to 0.8 min\n") == 1 and "parallel" not in md
+    assert "sum to 0.8 min (runs in parallel overlap)" in "\n".join(_wall_markdown(recs, 112.0, 2))
+
+
 def test_a_study_folder_moved_elsewhere_keeps_its_finished_runs(tmp_path, monkeypatch):
     # committed on one machine (a lent GPU) and cloned on the next: the records name their folders by place, not by
     # that machine's paths (before: every run's spec held its absolute output_dir, so each was trained again)

@@ -130,8 +130,10 @@ def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs:
                + (f", {jobs} fine-tune(s) at once" if isinstance(jobs, int) else "")
                + ("" if done else "; it did not finish the grid: runs above are marked not run")]
     base = recs.get("base") or {}
-    if base.get("status") == "ok":
-        md += [f"- base: training {fmt(base.get('wall_s_train'))} s, evaluation {fmt(base.get('wall_s_eval'))} s "
+    if base.get("status") == "ok":  # a stage with no clock (a base not evaluated: eval.eval_base false) says so
+        stages = [f"{name} {fmt(base[f])} s" if base.get(f) is not None else f"no {name} recorded"
+                  for name, f in (("training", "wall_s_train"), ("evaluation", "wall_s_eval"))]
+        md += [f"- base: {', '.join(stages)} "
                "(as recorded by the invocation that wrote its result.json; a stage done by an earlier invocation "
                "is skipped and records about 0 s)"]
     ft = [r for k, r in recs.items() if k != "base" and r.get("status") == "ok"]
@@ -139,7 +141,7 @@ def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs:
         tr, ev = (statistics.mean(float(r.get(f) or 0.0) for r in ft) for f in ("wall_s_train", "wall_s_eval"))
         total = sum(float(r.get("wall_s") or 0.0) for r in ft)
         md += [f"- fine-tunes: {len(ft)} ok, {tr:.0f} s training and {ev:.0f} s evaluation each on average; "
-               f"their own clocks sum to {total / 60:.1f} min (runs in parallel overlap)"]
+               f"their own clocks sum to {total / 60:.1f} min" + ("" if jobs == 1 else " (runs in parallel overlap)")]
     return md + [""]
 
 
