@@ -267,6 +267,12 @@ def test_table1_claim_without_an_interval_says_so(tmp_path):
     interval holds 0'. A perfect ranking (|rho| = 1, Fisher's z infinite) got the interval [1, 1] and 'held' at
     4 checkpoints, where the exact permutation p is 2 / 4! = 0.083; 5 checkpoints: p = 2 / 5! = 0.017, held."""
     cfg = _cfg(tmp_path)
+    # rho undefined: the reason names which cause (it said "fewer than 3 ..., or a value the same ..." for both)
+    two = claim_table1(cfg, _table1_records(cfg, [10.0, 12.0], [1.0, 3.0]))
+    assert two["reason"] == "2 checkpoints with both values (at least 3 needed): no rank correlation", two["reason"]
+    flat = claim_table1(cfg, _table1_records(cfg, [10.0, 12.0, 11.0, 13.0], [2.0] * 4))
+    assert flat["verdict"] == "not measurable here" and flat["reason"] == (
+        f"misalignment (Eq. 4) at {length_label(cfg.L)} the same for every checkpoint: no rank correlation")
     three = claim_table1(cfg, _table1_records(cfg, [10.0, 12.0, 11.0], [1.0, 3.0, 2.0]))
     assert three["verdict"] == "not measurable here" and "no interval with 3 checkpoints" in three["reason"]
     for n, want in ((4, "not held"), (5, "held")):

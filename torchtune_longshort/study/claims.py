@@ -203,6 +203,18 @@ def claim_divergence(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
             "rule": "reported, not judged"}
 
 
+def _why_no_rho(mis: Optional[Dict[str, Any]], ce: Optional[Dict[str, Any]], predictors: Dict[str, List[Any]],
+                target: Optional[List[Any]]) -> str:
+    """Which of Table 1's two causes left rho undefined: too few checkpoints with both values (the count), or a
+    value the same for every checkpoint (which one). It said "fewer than 3 ..., or a value the same ..." for both."""
+    n = min((r or {}).get("n", 0) for r in (mis, ce))
+    if n < 3:
+        return f"{n} checkpoint{'s' * (n != 1)} with both values (at least 3 needed)"
+    same = [name for name, vals in list(predictors.items()) + [("the perplexity", target or [])]
+            if len({v for v in vals if v is not None}) == 1]
+    return f"{' and '.join(same) or 'a value'} the same for every checkpoint"
+
+
 def claim_table1(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     """Across every fine-tuned checkpoint: misalignment at L and training CE against long-context scores."""
     keys = [r.key for r in cfg.grid if recs.get(r.key, {}).get("status") == "ok"]
@@ -227,8 +239,8 @@ def claim_table1(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
                     "direction), its 95% interval above 0 (at |rho| = 1, where there is none: permutation p < 0.05; "
                     "at least 4 checkpoints), and larger than the training CE's |rho|"}
     if not mis or mis["spearman"] is None or not ce or ce["spearman"] is None:
-        return {**base, "verdict": "not measurable here", "reason": "fewer than 3 checkpoints with both values, or "
-                "a value the same for every checkpoint: no rank correlation"}
+        return {**base, "verdict": "not measurable here", "reason": _why_no_rho(mis, ce, predictors, targets.get(
+            main_t)) + ": no rank correlation"}
     reason = (f"rho(metric, {main_t}) = {mis['spearman']:.3f} vs rho(training CE, {main_t}) = {ce['spearman']:.3f} "
               f"over {mis['n']} checkpoints")
     if mis["n"] < 4:  # rho is defined, its interval (n - 3 in Fisher's standard error) is not
