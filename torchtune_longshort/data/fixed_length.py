@@ -37,7 +37,8 @@ def counted_fixed_length_sequences(
     import torch
 
     if not isinstance(seq_len, int) or seq_len < 2 or not isinstance(num_sequences, int) or num_sequences < 1:
-        raise ValueError(f"validation: seq_len={seq_len!r} must be an int >= 2 and num_sequences={num_sequences!r} >= 1")
+        raise ValueError(f"validation: seq_len={seq_len!r} must be an int >= 2 and num_sequences={num_sequences!r} "
+                         ">= 1")
     stream = PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size, max_epochs=1)
     rows = []
     for i in range(num_sequences):
