@@ -25,6 +25,7 @@ from torchtune_longshort.eval.model.args import check_model_fits, parse_model_ar
 from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
+from torchtune_longshort.eval.run_record import recording
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
@@ -329,7 +330,6 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
 
-    from torchtune_longshort.eval.run_record import recording
     from torchtune_longshort.eval.task_index import pack_only_index
 
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
