@@ -61,7 +61,6 @@ def _evaluate(args) -> None:
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
-    from torchtune_longshort.eval.run_record import recording
     from torchtune_longshort.eval.task_index import pack_only_index
 
     if "-h" in args or "--help" in args or not args:
@@ -85,7 +84,7 @@ def _evaluate(args) -> None:
     argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
     saved = SavedResults()
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching(), recording():
+        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching():
             cli_evaluate()
     except ValueError as e:
         line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))

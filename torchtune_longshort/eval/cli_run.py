@@ -25,7 +25,6 @@ from torchtune_longshort.eval.model.args import check_model_fits, parse_model_ar
 from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
-from torchtune_longshort.eval.run_record import recording
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
@@ -337,7 +336,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     saved, written = sys.argv, SavedResults()
     sys.argv = argv
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), recording():
+        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
             cli_evaluate()
     finally:
         sys.argv = saved

@@ -77,13 +77,17 @@ class SavedResults:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator["SavedResults"]:
-        """Check each file lm-eval's ``EvaluationTracker`` saves while the context is open."""
-        # deferred: lm_eval (imported by longshort-eval's run, not by this module's readers)
+        """Check each file lm-eval's ``EvaluationTracker`` saves while the context is open, each results file with
+        the run's record in it (:func:`~torchtune_longshort.eval.run_record.add_run_record`)."""
+        # deferred: lm_eval, torch (imported by longshort-eval's run, not by this module's readers)
         from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+        from torchtune_longshort.eval.run_record import add_run_record
 
         aggregated, samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
 
         def save_aggregated(tracker, *args, **kwargs):
+            add_run_record(args[0] if args else kwargs.get("results"))  # provenance, for every model
             aggregated(tracker, *args, **kwargs)
             if tracker.output_path:
                 self.check(results_file(tracker), _read_json)

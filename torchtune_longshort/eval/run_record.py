@@ -5,7 +5,7 @@ The ``longshort`` model puts into lm-eval's results ``config`` block the project
 transformers versions, Python, device, the stdlib corpus hash when a task read it), the checkpoint folder
 (``checkpoint_dir``) and its content fingerprint (``checkpoint_fingerprint``). Another model (lm-eval's ``hf``,
 ``vllm``, ...) records none of them, so a report over its run said "not recorded" and could not tell whether it
-evaluated the same checkpoint content as a ``longshort`` run of that folder. :func:`recording` adds them, while a
+evaluated the same checkpoint content as a ``longshort`` run of that folder. :func:`add_run_record` adds them, while a
 ``longshort-eval`` run is open, to the results file lm-eval writes (a key the model recorded itself is kept as it
 is). ``checkpoint_dir`` and ``checkpoint_fingerprint`` are written where ``pretrained=`` names a local folder (a
 hub name has neither). Stock ``lm_eval`` runs, which this package does not wrap, still record none.
@@ -13,10 +13,9 @@ hub name has neither). Stock ``lm_eval`` runs, which this package does not wrap,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 from torchtune_longshort.models.hf_checkpoint import folder_fingerprint
 from torchtune_longshort.provenance import provenance
@@ -51,28 +50,16 @@ def run_record(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[None]:
-    """While open, each results file lm-eval's ``EvaluationTracker`` saves gets :func:`run_record`'s keys in its
-    ``config`` block (those already there kept). A failure to make the record is a warning: the scores are still
-    written."""
-    # deferred: lm_eval (imported by longshort-eval's run, not by this module's readers)
-    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
-
-    aggregated = EvaluationTracker.save_results_aggregated
-
-    def save_aggregated(tracker, results=None, *args, **kwargs):
-        config = results.get("config") if isinstance(results, dict) else None
-        if isinstance(config, dict) and not {"provenance", "checkpoint_fingerprint"} <= config.keys():
-            try:  # (the longshort model records them itself)
-                for key, value in run_record(config).items():
-                    config.setdefault(key, value)
-            except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
-                log.warning("longshort-eval: provenance not recorded in the results (%s: %s)", type(e).__name__, e)
-        return aggregated(tracker, results, *args, **kwargs)
-
-    EvaluationTracker.save_results_aggregated = save_aggregated
+def add_run_record(results: object) -> None:
+    """Into the ``config`` block of lm-eval's ``results`` (about to be saved), :func:`run_record`'s keys (those
+    already there kept; the longshort model records them itself). A failure to make the record is a warning: the
+    scores are still written. Called by :meth:`~torchtune_longshort.eval.results_written.SavedResults.watching`,
+    the one wrapper of lm-eval's save during a ``longshort-eval`` run."""
+    config = results.get("config") if isinstance(results, dict) else None
+    if not isinstance(config, dict) or {"provenance", "checkpoint_fingerprint"} <= config.keys():
+        return
     try:
-        yield
-    finally:
-        EvaluationTracker.save_results_aggregated = aggregated
+        for key, value in run_record(config).items():
+            config.setdefault(key, value)
+    except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
+        log.warning("longshort-eval: provenance not recorded in the results (%s: %s)", type(e).__name__, e)
