@@ -161,9 +161,9 @@ def check_scaling_target(method: Any, target: Any, start: Any, factor_given: boo
 
 def scaling_start(model: nn.Module, original_max_seq_len: Optional[int] = None) -> Optional[int]:
     """The length :func:`apply_rope_scaling` scales ``model`` from: ``original_max_seq_len``, else the one an
-    earlier scaling (a folder's own) started from, else the model's ``max_seq_len``; a model built by ``hf_decoder``
-    past its checkpoint's positions is refused when that is the start (its factor would be computed from positions
-    the checkpoint never saw: at the target, factor 1, no scaling)."""
+    earlier scaling (a folder's own) started from, else the model's ``max_seq_len`` (which
+    :func:`_refuse_unseen_start` refuses first where ``hf_decoder`` built the model past its checkpoint's
+    positions)."""
     if original_max_seq_len is not None:
         return original_max_seq_len
     previous = getattr(model, "rope_scaling", None) or {}
