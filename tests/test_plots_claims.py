@@ -136,6 +136,24 @@ def test_scatter_gives_each_methods_spearman_beside_the_pooled_one():
     assert not legend_box.overlaps(ax.get_window_extent(fig.canvas.get_renderer()))  # covers no point
 
 
+def test_scatter_names_the_checkpoints_that_make_one_dot():
+    # two seeds that trained alike drew one dot for two checkpoints, under a title counting both (a walk)
+    cfg = claims_cfg(seeds=range(3), alphas=(0.0,), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
+    recs = _scatter_recs({"pi": [(2.0, 40.0, 2.0), (2.0, 40.0, 2.5), (6.0, 90.0, 3.0)],
+                          "yarn": [(4.0, 60.0, 2.2), (2.01, 40.2, 2.5), (5.0, 70.0, 3.5)]})
+    table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": 0.9}]}
+    fig = draw(scatter_figure(table1, cfg, recs))
+    mis, ce = fig.axes
+    # a point of another method within a marker of them is on that spot too; far points are not
+    assert mis.get_title().endswith("6 checkpoints\non one spot: pi_a0_s0, pi_a0_s1, yarn_a0_s1"), mis.get_title()
+    assert ce.get_title().endswith("on one spot: pi_a0_s1, yarn_a0_s1"), ce.get_title()
+    for ax in fig.axes:  # open markers: a later method's marker on an earlier one's point leaves it showing
+        assert all(len(c.get_facecolors()) == 0 or c.get_facecolors()[:, 3].max() == 0 for c in ax.collections)
+        inside_figure(fig, ax.title)
+    recs["pi_a0_s1"]["results"]["longshort_misalignment"]["sce_512"] = 3.0
+    assert draw(scatter_figure(table1, cfg, recs)).axes[0].get_title().endswith("on one spot: pi_a0_s0, yarn_a0_s1")
+
+
 def test_scatter_says_why_a_method_has_no_rho():
     # six checkpoints at one misalignment value: the legend said "no rho (n < 3)" (an audit)
     cfg = claims_cfg(seeds=range(6), alphas=(0.0,), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})

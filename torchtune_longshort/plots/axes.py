@@ -13,7 +13,8 @@
   (one per method or alpha) wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
 - :func:`series_style` / :func:`mark_quick`: every line of a figure stays visible when lines coincide, and a quick
   (smoke) run's figure says so.
-- :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes).
+- :func:`note_missing`: what a panel does not show, and why, written on it (an empty panel is never bare axes);
+  :func:`overlapping`: the points of a scatter panel that make one blot, for its title to name.
 - :func:`table_number`: a number as the reports' tables print it (no exponent on a large one).
 """
 
@@ -278,3 +279,17 @@ def note_missing(ax, text: str, width_in: float, fontsize: float = 7.0, below=No
     ax.annotate(body, xy=(0.5, 0.0), xycoords=("axes fraction", below or ax.xaxis.label), xytext=(0, -3),
                 textcoords="offset points", ha="center", va="top", fontsize=fontsize, color="dimgrey", gid=MISSING_GID,
                 annotation_clip=False)
+
+
+def overlapping(ax, pts: Sequence[Tuple[str, float, float]], frac: float = 0.025) -> list:
+    """The names of ``pts`` (``(name, x, y)``) whose points lie within about a marker of each other on ``ax``
+    (``frac`` of both axes' spans, chained), one sorted list per group of two or more: they overlay into one blot at
+    a figure's size, so the panel's title names them (call it after the axis limits are set)."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    sx, sy = abs(x1 - x0) or 1.0, abs(y1 - y0) or 1.0
+    groups: list = []
+    for p in pts:
+        near = [g for g in groups if any(abs(p[1] - q[1]) < frac * sx and abs(p[2] - q[2]) < frac * sy for q in g)]
+        merged = [p] + [q for g in near for q in g]
+        groups = [g for g in groups if g not in near] + [merged]
+    return [sorted(q[0] for q in g) for g in groups if len(g) > 1]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
-from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, panel_row,
-                                            series_style, value_axis)
+from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, overlapping, panel_row,
+                                            series_style, value_axis, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -69,7 +69,10 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
     Both axes of both panels are value axes (:func:`plot_axes.value_axis`): plain, short tick labels that never run
     into each other, even when a quick study's values agree to the fourth decimal. The title gives the pooled
     Spearman rho of Table 1, the legend (under the panel, covering no point) each method's own; checkpoints that
-    give no point are counted on the panel with the reason (not run, failed, a length the text could not fill)."""
+    give no point are counted on the panel with the reason (not run, failed, a length the text could not fill).
+    Markers are open, so that near points of two methods overlay without hiding each other, and the checkpoints
+    whose points still make one blot (two seeds that trained alike) are named in the title, "on one spot: ..."
+    (their panel showed one dot for two checkpoints)."""
     from matplotlib.figure import Figure
 
     top, L = max(cfg.eval.ppl_lengths), cfg.L
@@ -81,29 +84,33 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
         xs_all: List[float] = []
         ys_all: List[float] = []
         lost: Dict[str, int] = {}
+        named: List[Any] = []
         for i, m in enumerate(cfg.methods):
             pts = []
             for k in (r.key for r in cfg.grid if r.method == m):
                 rec = recs.get(k) or {}
                 x, y = getx(rec), value(rec, "ppl", top)
                 if rec.get("status") == "ok" and x is not None and y is not None:
-                    pts.append((x, y))
+                    pts.append((k, x, y))
                     continue
                 why = _why_no_point(cfg, recs, k, x is None, y is None, name)
                 lost[why] = lost.get(why, 0) + 1
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            ax.scatter(xs, ys, label=_method_label(m, xs, ys), s=22, marker=MARKERS[i % len(MARKERS)],
-                       color=f"C{i % 10}", alpha=0.8)
+            xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+            ax.scatter(xs, ys, label=_method_label(m, xs, ys), s=26, marker=MARKERS[i % len(MARKERS)],
+                       facecolors="none", edgecolors=f"C{i % 10}", linewidths=1.3)
             xs_all += xs
             ys_all += ys
+            named += pts
         value_axis(ax, xs_all, axis="x")
         value_axis(ax, ys_all)
+        over = "; ".join(", ".join(g) for g in overlapping(ax, named))
         row = next((r for r in table1.get("correlations", []) if r["predictor"] == name
                     and r["target"] == f"ppl at {at_top}"), None)
         rho = f"pooled Spearman {row['spearman']:.2f}, " if row and row.get("spearman") is not None else ""
         ax.set_xlabel(name)
         ax.set_ylabel(f"perplexity at {at_top}")
-        ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoints", fontsize=9)
+        title = f"{name}\n{rho}{len(xs_all)} checkpoints"
+        ax.set_title(title + ("\n" + wrapped_title(f"on one spot: {over}", 4.6, 9) if over else ""), fontsize=9)
         legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
         if not xs_all:
             ax.set_xticks([])

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from matplotlib.figure import Figure
 
-from torchtune_longshort.plots.axes import MARKERS, mark_quick, value_axis, wrapped_title
+from torchtune_longshort.plots.axes import MARKERS, mark_quick, overlapping, value_axis, wrapped_title
 from torchtune_longshort.study.table1.analysis import MAIN_PREDICTOR, PREDICTORS, TARGETS, main_correlation, rho_text
 from torchtune_longshort.study.table1.config import Table1Config
 
@@ -55,7 +55,7 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
             title = f"{tlabel} at {entry['label']}: rho {rho_text(c)}, n = {c['n']}\n({want}; {c['verdict']})"
             ax.margins(0.12)
             over = "; ".join(", ".join(sorted(g, key=lambda n: names.index(n) if n in names else len(names)))
-                             for g in _overlapping(ax, pts))
+                             for g in overlapping(ax, pts))
             title += "\n" + wrapped_title(f"no point: {missing}", _PANEL_IN[0] - 0.4, 7) if missing else ""
             title += "\n" + wrapped_title(f"on one spot: {over}", _PANEL_IN[0] - 0.4, 7) if over else ""
             ax.set_title(title, fontsize=8)
@@ -67,19 +67,6 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
                    fontsize=8, frameon=False)
     mark_quick(fig, cfg.quick)
     return fig
-
-
-def _overlapping(ax, pts: List[Any], frac: float = 0.025) -> List[List[str]]:
-    """The variants whose points lie within about a marker of each other on ``ax`` (``frac`` of both axes' spans,
-    chained): their outlines overlay into one blot at the figure's size, so the title names them."""
-    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    sx, sy = abs(x1 - x0) or 1.0, abs(y1 - y0) or 1.0
-    groups: List[List[Any]] = []
-    for p in pts:
-        near = [g for g in groups if any(abs(p[1] - q[1]) < frac * sx and abs(p[2] - q[2]) < frac * sy for q in g)]
-        merged = [p] + [q for g in near for q in g]
-        groups = [g for g in groups if g not in near] + [merged]
-    return [sorted(q[0] for q in g) for g in groups if len(g) > 1]
 
 
 def _style(names: List[str], name: str) -> Dict[str, Any]:
