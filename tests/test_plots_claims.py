@@ -136,7 +136,7 @@ def test_scatter_gives_each_methods_spearman_beside_the_pooled_one():
     assert not legend_box.overlaps(ax.get_window_extent(fig.canvas.get_renderer()))  # covers no point
 
 
-def test_scatter_names_the_checkpoints_that_make_one_dot():
+def test_scatter_marks_the_checkpoints_that_make_one_dot():
     # two seeds that trained alike drew one dot for two checkpoints, under a title counting both (a walk)
     cfg = claims_cfg(seeds=range(3), alphas=(0.0,), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
     recs = _scatter_recs({"pi": [(2.0, 40.0, 2.0), (2.0, 40.0, 2.5), (6.0, 90.0, 3.0)],
@@ -144,14 +144,16 @@ def test_scatter_names_the_checkpoints_that_make_one_dot():
     table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": 0.9}]}
     fig = draw(scatter_figure(table1, cfg, recs))
     mis, ce = fig.axes
-    # a point of another method within a marker of them is on that spot too; far points are not
-    assert mis.get_title().endswith("6 checkpoints\non one spot: pi_a0_s0, pi_a0_s1, yarn_a0_s1"), mis.get_title()
-    assert ce.get_title().endswith("on one spot: pi_a0_s1, yarn_a0_s1"), ce.get_title()
+    assert mis.get_title().endswith("6 checkpoints (×k: k of them on one dot)"), mis.get_title()
+    # one mark, in pi's colour, at pi's two points; yarn's point beside them has its own marker shape and colour
+    marks = [(t.get_text(), t.xy, t.get_color()) for t in mis.texts if t.get_text().startswith("×")]
+    assert marks == [("×2", (2.0, 40.0), "C0")], marks
+    assert ce.get_title().endswith("6 checkpoints") and not [t for t in ce.texts if t.get_text().startswith("×")]
     for ax in fig.axes:  # open markers: a later method's marker on an earlier one's point leaves it showing
         assert all(len(c.get_facecolors()) == 0 or c.get_facecolors()[:, 3].max() == 0 for c in ax.collections)
         inside_figure(fig, ax.title)
-    recs["pi_a0_s1"]["results"]["longshort_misalignment"]["sce_512"] = 3.0
-    assert draw(scatter_figure(table1, cfg, recs)).axes[0].get_title().endswith("on one spot: pi_a0_s0, yarn_a0_s1")
+    recs["pi_a0_s1"]["results"]["longshort_misalignment"]["sce_512"] = 2.1  # 2.5% of the span apart: two dots
+    assert draw(scatter_figure(table1, cfg, recs)).axes[0].get_title().endswith("6 checkpoints")
 
 
 def test_scatter_says_why_a_method_has_no_rho():

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
 from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, overlapping, panel_row,
-                                            series_style, value_axis, wrapped_title)
+                                            series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -33,6 +33,9 @@ DIRECTION_STYLE = {
     "unknown": ("0.88", "no interval (fewer than 2 seeds)"),
 }
 # A compared score family -> (what it is, its unit): the bars of different units never share an axis.
+# Points of one method closer than this fraction of both axes' spans show as one dot (a third of the scatter's
+# marker, about 5 pt wide on panels about 300 pt wide and 200 pt high).
+ONE_DOT_FRACTION = 0.006
 FAMILY_UNIT = {"ppl": ("perplexity", "ppl"), "entropy": ("next-token entropy", "nats")}
 
 
@@ -70,9 +73,9 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
     into each other, even when a quick study's values agree to the fourth decimal. The title gives the pooled
     Spearman rho of Table 1, the legend (under the panel, covering no point) each method's own; checkpoints that
     give no point are counted on the panel with the reason (not run, failed, a length the text could not fill).
-    Markers are open, so that near points of two methods overlay without hiding each other, and the checkpoints
-    whose points still make one blot (two seeds that trained alike) are named in the title, "on one spot: ..."
-    (their panel showed one dot for two checkpoints)."""
+    Markers are open, so that near points of two methods overlay without hiding each other, and ``k`` points of one
+    method that make one dot (two seeds that trained alike) are marked ``×k`` beside it, said in the title (the
+    panel showed one dot for two checkpoints under a title counting both)."""
     from matplotlib.figure import Figure
 
     top, L = max(cfg.eval.ppl_lengths), cfg.L
@@ -84,7 +87,7 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
         xs_all: List[float] = []
         ys_all: List[float] = []
         lost: Dict[str, int] = {}
-        named: List[Any] = []
+        drawn: List[Any] = []
         for i, m in enumerate(cfg.methods):
             pts = []
             for k in (r.key for r in cfg.grid if r.method == m):
@@ -100,17 +103,17 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
                        facecolors="none", edgecolors=f"C{i % 10}", linewidths=1.3)
             xs_all += xs
             ys_all += ys
-            named += pts
+            drawn.append((f"C{i % 10}", pts))
         value_axis(ax, xs_all, axis="x")
         value_axis(ax, ys_all)
-        over = "; ".join(", ".join(g) for g in overlapping(ax, named))
+        one_dot = _mark_one_dots(ax, drawn)
         row = next((r for r in table1.get("correlations", []) if r["predictor"] == name
                     and r["target"] == f"ppl at {at_top}"), None)
         rho = f"pooled Spearman {row['spearman']:.2f}, " if row and row.get("spearman") is not None else ""
         ax.set_xlabel(name)
         ax.set_ylabel(f"perplexity at {at_top}")
-        title = f"{name}\n{rho}{len(xs_all)} checkpoints"
-        ax.set_title(title + ("\n" + wrapped_title(f"on one spot: {over}", 4.6, 9) if over else ""), fontsize=9)
+        ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoints" + (" (×k: k of them on one dot)" if one_dot else ""),
+                     fontsize=9)
         legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
         if not xs_all:
             ax.set_xticks([])
@@ -118,6 +121,20 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
                      if lost else "", 4.2, below=legend)
     mark_quick(fig, cfg.quick)
     return fig
+
+
+def _mark_one_dots(ax, drawn: List[Any]) -> bool:
+    """Mark ``×k`` beside each dot of ``drawn`` (``(colour, [(key, x, y), ...])`` per method, drawn on ``ax`` with
+    its limits set) where ``k`` points of one method lie within a third of a marker of each other (one dot at the
+    figure's size); whether any was marked."""
+    marked = False
+    for colour, pts in drawn:
+        at = {p[0]: p[1:] for p in pts}
+        for keys in overlapping(ax, pts, frac=ONE_DOT_FRACTION):
+            x, y = (statistics.fmean(at[k][j] for k in keys) for j in (0, 1))
+            ax.annotate(f"×{len(keys)}", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7, color=colour)
+            marked = True
+    return marked
 
 
 def alpha_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
