@@ -73,6 +73,28 @@ def test_a_quick_runs_claim_lines_say_they_decide_nothing(tmp_path, capsys, monk
     assert "too few to decide" in QUICK_VERDICT
 
 
+def test_a_quick_claim_says_so_in_its_own_entry_after_a_full_run_keeps_it():
+    # a --quick command's claims read "held": true in summary.json with only meta.quick to say they decide nothing,
+    # and a later full command of another figure into the same folder kept the claim but replaced meta.quick
+    from torchtune_longshort.synthetic.claims import QUICK_VERDICT, claim_lines, keep_earlier_figures
+
+    def run(names, quick):
+        s = summarize_claims({n: f for n, f in _figs().items() if n in names}, BASE, quick)
+        s["scalar_misalignment"] = {}
+        s["meta"] = {"quick": quick, "figures": {n: {"quick": quick} for n in names}}
+        return s
+
+    earlier = run(["1a"], quick=True)
+    assert earlier["mean_nope_flat"]["quick"] is True and earlier["mean_nope_flat"]["held"] is True
+    later = run(["1b"], quick=False)
+    assert "quick" not in later["length_rises_for_every_pe"]
+    assert keep_earlier_figures(later, earlier, ["1b"]) == ["1a"]
+    assert later["meta"]["quick"] is False and later["mean_nope_flat"]["quick"] is True
+    assert claim_lines(later, ["1a", "1b"]) == [
+        f"claim held: {CLAIM_STATEMENTS['mean_nope_flat']}{QUICK_VERDICT}",
+        f"claim held: {CLAIM_STATEMENTS['length_rises_for_every_pe']}"]
+
+
 def test_the_docs_claim_table_uses_the_same_words():
     text = (ROOT / "docs/synthetic/README.md").read_text()
     table = text.split("## The paper's claims, held or not")[1].split("\n### ")[0]

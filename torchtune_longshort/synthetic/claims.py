@@ -35,10 +35,13 @@ CLAIM_STATEMENTS = {
 }
 
 
-def summarize_claims(figs: Dict[str, Dict], base: RunConfig) -> Dict:
+def summarize_claims(figs: Dict[str, Dict], base: RunConfig, quick: bool = False) -> Dict:
     """The paper's qualitative claims, each with the numbers that decide it (see README's claim table).
 
     ``figs``: {figure name: {curve label: {"lengths", "l_train", "mse": per-seed MSE arrays over lengths 1..l_test}}}.
+    ``quick``: the figures come from a ``--quick`` run; each decided claim's entry then says so itself (``"quick":
+    true``), as its printed line does: a reader of ``"held": true`` in summary.json had only ``meta.quick``, which
+    a later command into the same folder replaces while the claim entry stays (``keep_earlier_figures``).
     """
     lt = base.l_train
     s: Dict = {}
@@ -63,7 +66,7 @@ def summarize_claims(figs: Dict[str, Dict], base: RunConfig) -> Dict:
         s["theory_linear_attention"] = {task: _theory_row(task, figs["theory"][task]["mse"], lt, base.l_test)
                                         for task in ("mean", "length", "sum")}
     for name in CLAIM_STATEMENTS.keys() & s.keys():
-        s[name] = {"claim": CLAIM_STATEMENTS[name], **s[name]}
+        s[name] = {"claim": CLAIM_STATEMENTS[name], **({"quick": True} if quick else {}), **s[name]}
     return s
 
 
@@ -73,14 +76,16 @@ QUICK_VERDICT = " [--quick: a smoke test's steps and seeds, too few to decide it
 
 def claim_lines(summary: Dict, names) -> List[str]:
     """One printed line per claim that the figures ``names`` decide: ``claim held: <what was checked>`` (or ``not
-    held``), in the words of :data:`CLAIM_STATEMENTS`; a quick run's (``meta.quick``) says its verdict is not one
-    (:data:`QUICK_VERDICT`)."""
+    held``), in the words of :data:`CLAIM_STATEMENTS`; a quick run's (its entry's ``quick``; an older summary's
+    ``meta.quick``) says its verdict is not one (:data:`QUICK_VERDICT`)."""
     lines = []
-    quick = QUICK_VERDICT if (summary.get("meta") or {}).get("quick") else ""
+    run_quick = (summary.get("meta") or {}).get("quick")
     for n in names:
         claim = CLAIMS_OF_FIGURE.get(n)
-        if claim in CLAIM_STATEMENTS and isinstance(summary.get(claim), dict) and "held" in summary[claim]:
-            lines.append(f"claim {'held' if summary[claim]['held'] else 'not held'}: {CLAIM_STATEMENTS[claim]}{quick}")
+        entry = summary.get(claim)
+        if claim in CLAIM_STATEMENTS and isinstance(entry, dict) and "held" in entry:
+            quick = QUICK_VERDICT if entry.get("quick", run_quick) else ""
+            lines.append(f"claim {'held' if entry['held'] else 'not held'}: {CLAIM_STATEMENTS[claim]}{quick}")
     return lines
 
 

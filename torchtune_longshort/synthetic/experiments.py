@@ -224,7 +224,8 @@ def run_figures(
     kept; the choices go to ``summary.json`` under ``meta.lr_choice``. The App. C.1 linear model keeps its own lr.
     A rate whose run diverges is recorded as such and skipped; ``train.Diverged`` is raised, before anything is
     written, only where every rate of a curve and seed diverged (without ``lrs``: where a run diverged).
-    ``quick``: the run is the test-sized one (``--quick``); its figures say so, and so does ``meta.quick``.
+    ``quick``: the run is the test-sized one (``--quick``); its figures say so, and so do ``meta.quick`` and each
+    decided claim's entry (``"quick": true``).
     """
     base.validate()
     check_figure_runs(names, base, l_trains)  # before anything trains or is written
@@ -244,7 +245,7 @@ def run_figures(
     figs: Dict[str, Dict] = {n: {label: {"lengths": list(range(1, c.l_test + 1)), "l_train": c.l_train,
                                          "mse": _seed_curves(results, c, seeds)} for label, c in cs}
                              for n, cs in curves.items()}
-    summary = summarize_claims(figs, base)
+    summary = summarize_claims(figs, base, quick)
     misal = {}
     for n, cs in curves.items():
         for label, c in cs:
