@@ -235,6 +235,28 @@ def test_rope_scaled_is_instantiable_from_yaml():
                                               "method": "yarn", "max_seq_len": 64, "model": {"x": 1}}))
 
 
+def test_rope_scaled_at_its_start_length_says_the_factor_is_1(caplog):
+    # a torchtune builder's max_seq_len written as the target (both 128): YaRN factor 128/128 = 1 scaled nothing,
+    # without a word (a walk); the inner model at its pre-trained length, or a factor given, says nothing
+    from torchtune_longshort.models import rope_scaled
+
+    def build(inner_len, **kw):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="torchtune_longshort.models.rope_scaling"):
+            m = rope_scaled(tiny("llama2", 1, inner_len), "yarn", TARGET, **kw)
+        return m, [r.getMessage() for r in caplog.records]
+
+    model, said = build(TARGET)
+    assert model.rope_scaling["factor"] == 1.0
+    assert said == [f"rope_scaled: max_seq_len={TARGET} is the {TARGET} positions the scaling starts from (the inner "
+                    f"model's max_seq_len, or original_max_seq_len): yarn's default factor is {TARGET}/{TARGET} = 1, "
+                    "the RoPE unscaled; give the inner model its pre-trained length (or original_max_seq_len=<it>), "
+                    "or a factor"], said
+    assert build(ORIG)[1] == [] and build(ORIG)[0].rope_scaling["factor"] == TARGET / ORIG
+    assert build(TARGET, original_max_seq_len=ORIG)[1] == [] and build(TARGET, factor=2.0)[1] == []
+    assert build(TARGET, original_max_seq_len=ORIG)[0].rope_scaling["factor"] == TARGET / ORIG
+
+
 def test_apply_rejects_bad_input():
     model = tiny("llama2")
     with pytest.raises(ValueError, match="method='pi' is not a RoPE method"):

@@ -298,7 +298,14 @@ def rope_scaled(model: Any, method: str, max_seq_len: int, **kwargs) -> nn.Modul
         model = tt_config.instantiate(model)
     if kwargs.get("original_max_seq_len") is None:
         _refuse_unseen_start(model, method, max_seq_len, "rope_scaled")
-    check_scaling_target(method, max_seq_len, scaling_start(model, kwargs.get("original_max_seq_len")),
-                         kwargs.get("factor") is not None, "max_seq_len")
+    start = scaling_start(model, kwargs.get("original_max_seq_len"))
+    check_scaling_target(method, max_seq_len, start, kwargs.get("factor") is not None, "max_seq_len")
+    cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
+    if cls is not None and cls.has_factor and kwargs.get("factor") is None and start == max_seq_len:
+        # a torchtune builder's max_seq_len written as the target: the scaled RoPE was the unscaled one, silently
+        logger.warning("rope_scaled: max_seq_len=%d is the %d positions the scaling starts from (the inner model's "
+                       "max_seq_len, or original_max_seq_len): %s's default factor is %d/%d = 1, the RoPE "
+                       "unscaled; give the inner model its pre-trained length (or original_max_seq_len=<it>), or "
+                       "a factor", max_seq_len, start, method, max_seq_len, start)
     return apply_rope_scaling(model, method, max_seq_len, **kwargs)
 
