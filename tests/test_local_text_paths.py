@@ -49,6 +49,11 @@ def test_the_config_check_takes_a_list_and_names_the_entry_that_names_nothing(tm
     bad.write_bytes(b'{"text": "caf\xe9"}\n')
     with pytest.raises(ValueError, match=r"^dataset.path: .*bad.jsonl:1: bytes that are not utf-8"):
         load_recipe_config(cfg([str(a), str(bad)]))
+    (tmp_path / "saved").mkdir()  # a folder of datasets' save_to_disk: refused by the check, before the run
+    for name in ("state.json", "dataset_info.json"):
+        (tmp_path / "saved" / name).write_text("{}")
+    with pytest.raises(ValueError, match=r"^dataset.path='.*saved' is a folder written by datasets' save_to_disk"):
+        load_recipe_config(cfg(str(tmp_path / "saved")))
     assert not (tmp_path / "out").exists()
 
 

@@ -25,7 +25,7 @@ from array import array
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
-    explain_load_failure, is_saved_dataset, load_saved_dataset, named_files,
+    check_not_saved_dataset, explain_load_failure, is_saved_dataset, load_saved_dataset, named_files,
 )
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
@@ -162,6 +162,7 @@ def local_text(
     """
     names = current_names()
     check_encoding(encoding, names("encoding"))
+    check_not_saved_dataset(path, names("path"), names.where)
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
     files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"))
     bad: List[str] = []

@@ -86,6 +86,21 @@ def is_saved_dataset(source: Any) -> bool:
     return isinstance(source, str) and all((Path(source).expanduser() / f).is_file() for f in SAVED_DATASET_FILES)
 
 
+def check_not_saved_dataset(path: Any, setting: str, where: str) -> None:
+    """``ValueError`` naming ``setting`` (``dataset.path``) and the way on when ``path`` (a path, or a list of paths)
+    names a folder written by ``save_to_disk`` (a ``Dataset``, or a ``DatasetDict``'s ``dataset_dict.json``): a
+    text reader (``corpus.local_text``) read its ``dataset_info.json`` / ``state.json`` as records and refused the
+    first in their words ("dataset_info.json row 0: no text field 'text' ... its fields are ['citation', ...]"), its
+    Arrow rows never read; ``where`` (``dataset``) names the section whose ``_component_`` reads it instead."""
+    entries = [("", path)] if isinstance(path, str) else [
+        (f"[{i}]", v) for i, v in enumerate(path) if isinstance(v, str)] if isinstance(path, (list, tuple)) else []
+    for at, entry in entries:
+        if is_saved_dataset(entry) or (Path(entry).expanduser() / "dataset_dict.json").is_file():
+            raise ValueError(f"{setting}{at}={entry!r} is a folder written by datasets' save_to_disk (its rows are in "
+                             f"Arrow files, which this reader does not take): read it with {where}._component_="
+                             f"torchtune_longshort.data.corpus.hf_text and {where}.source={entry!r}")
+
+
 def load_saved_dataset(folder: str, split: str, split_setting: str) -> Any:
     """The rows of a folder written by ``Dataset.save_to_disk`` (``datasets.load_from_disk``, memory-mapped). Saved
     from one split (its state names it), ``split`` must be that one: ``ValueError`` naming ``split_setting``

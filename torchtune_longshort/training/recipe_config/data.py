@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, stdlib
 from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
-from torchtune_longshort.data.data_files import check_not_empty, named_files, named_path
+from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
 from torchtune_longshort.data.text_files import (
     RECORD_SUFFIXES, DataRecordError, check_encoding, check_heads, resolve_files,
@@ -92,7 +92,10 @@ class DataSourceConfig(ComponentSection):
         check_heads`), so a file named by mistake (gzip, UTF-16) is refused now; the rest is read when the run starts
         (reading whole corpora is not a config check's to do). With skip_bad_records the run skips it: not refused."""
         if (resolve_component(f"{where}._component_", self.component) is not local_text
-                or self.args.get(SKIP_BAD_RECORDS) or not isinstance(self.args.get("path"), (str, list, tuple))):
+                or not isinstance(self.args.get("path"), (str, list, tuple))):
+            return
+        check_not_saved_dataset(self.args["path"], f"{where}.path", where)  # no record of it to skip
+        if self.args.get(SKIP_BAD_RECORDS):
             return
         suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *RECORD_SUFFIXES]
         try:
