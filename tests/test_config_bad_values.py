@@ -4,6 +4,7 @@ folder was made. The constructor builds the typed config (``training.recipe_conf
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
@@ -375,12 +376,25 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
         return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", dataset={
             "_component_": "torchtune_longshort.data.corpus.local_text", "path": str(path), **extra})
 
-    for path, said in ((bad, r"bad.txt: bytes that are not utf-8 \(invalid start byte at byte 600\)"),
-                       (rows, r"bad.jsonl:4: bytes that are not utf-8 \(invalid continuation byte at byte 13\)")):
-        with pytest.raises(ValueError, match=rf"^dataset.path: .*{said}: mend the record, or skip such records with "
+    packed = tmp_path / "books.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"text": "a"}\n', mtime=0))
+    # bytes that do not decode name dataset.encoding (a Latin-1 file was told only to mend or skip), a compressed file
+    # the source that reads it compressed (it was told to "mend the record")
+    encoding = r"name the files' encoding \(dataset.encoding: latin-1, cp1252, ...\)"
+    for path, said in ((bad, rf"bad.txt: bytes that are not utf-8 \(invalid start byte at byte 600\): mend the "
+                             rf"record, {encoding}"),
+                       (rows, rf"bad.jsonl:4: bytes that are not utf-8 \(invalid continuation byte at byte 13\): "
+                              rf"mend the record, {encoding}"),
+                       (packed, r"books.jsonl.gz: a gzip-compressed file, not text: decompress it first .*: read it "
+                                r"with dataset._component_=torchtune_longshort.data.corpus.hf_text \(dataset.source: "
+                                r"json or text, dataset.data_files: the file; datasets decompresses it\)")):
+        with pytest.raises(ValueError, match=rf"^dataset.path: .*{said}, or skip such records with "
                                              r"dataset.skip_bad_records=True$"):
             recipe_cls(cfg(path))
     assert not (tmp_path / "out").exists()
+    from torchtune_longshort.data.corpus import hf_text
+
+    assert list(hf_text("json", data_files=str(packed))()) == ["a"]  # the way named for the compressed file reads it
     load_recipe_config(cfg(late))
     load_recipe_config(cfg(bad, skip_bad_records=True))
 

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.data.text_files import COMPRESSED, NOT_DECODED, DataRecordError
 
 
 @dataclass(frozen=True)
@@ -52,5 +52,14 @@ def source_names(names: SourceNames) -> Iterator[None]:
 
 
 def mend_or_skip(error: object, names: SourceNames) -> DataRecordError:
-    """A bad record found before training, with the way on: mend it, or skip such records."""
-    return DataRecordError(f"{error}: mend the record, or skip such records with {names.turned_on('skip_bad_records')}")
+    """A bad record found before training, with the way on: mend it, or skip such records; bytes that do not decode
+    also name the reader's ``encoding`` (a Latin-1 file was told only to be mended or skipped), and a compressed file
+    the source that reads it compressed, where the user names sources by config keys (a command line's own say)."""
+    said, ways = str(error), ["mend the record"]
+    if NOT_DECODED in said and (not names.flags or "encoding" in names.flags):
+        ways.append(f"name the files' encoding ({names('encoding')}: latin-1, cp1252, ...)")
+    if COMPRESSED in said and not names.flags:  # the message says to decompress it
+        ways = [f"read it with {names.where}._component_=torchtune_longshort.data.corpus.hf_text "
+                f"({names.where}.source: json or text, {names.where}.data_files: the file; datasets decompresses it)"]
+    return DataRecordError(f"{said}: {', '.join(ways)}, or skip such records with "
+                           f"{names.turned_on('skip_bad_records')}")

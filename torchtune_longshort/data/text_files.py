@@ -133,6 +133,10 @@ def check_encoding(encoding: Any, field: str = "encoding") -> None:
 
 
 # What a file is by its first bytes, when it is no text: (magic, what it is, what to do).
+# The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:
+# ``source_names.mend_or_skip``).
+NOT_DECODED = "bytes that are not"
+COMPRESSED = "-compressed file, not text"
 _DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
 _MAGIC = (
     (b"PAR1", "a Parquet file", f"name it *{PARQUET_SUFFIX}, whose rows are read as records"),
@@ -187,7 +191,7 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
             if f.suffix == JSON_LINES_SUFFIX:  # the reader decodes line by line and counts from the line's start
                 line = raw.count(b"\n", 0, e.start) + 1
                 where, at = f"{f}:{line}", e.start - (raw.rfind(b"\n", 0, e.start) + 1)
-            raise DataRecordError(f"{where}: bytes that are not {encoding} ({e.reason} at byte {at})") from None
+            raise DataRecordError(f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {at})") from None
 
 
 def text_of_record(record: Any, text_field: str, where: str, setting: str = "text_field") -> str:
@@ -286,7 +290,7 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
     try:
         text = raw.decode(encoding, "strict" if json_file else encoding_errors)
     except UnicodeDecodeError as e:
-        for got in _bad(Unparsed(f"{f}: bytes that are not {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
+        for got in _bad(Unparsed(f"{f}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
             yield 0, got
         return
     text = _without_bom(text, encoding)
@@ -332,7 +336,7 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     try:
         line = raw.decode(encoding)
     except UnicodeDecodeError as e:
-        said = Unparsed(f"{where}: bytes that are not {encoding} ({e.reason} at byte {e.start})")
+        said = Unparsed(f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})")
         yield from _bad(said, on_bad_record)
         return
     if i == 0:
