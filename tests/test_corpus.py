@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -21,6 +22,26 @@ def test_local_file_dir_jsonl(tmp_path):
     src = local_text(str(tmp_path / "d"))
     assert list(src()) == ["alpha text", "beta text", "gamma", "delta"]
     assert list(src()) == list(src())  # re-iterable: a new pass each call (epochs, resume)
+
+
+def test_a_folders_files_left_out_by_their_suffix_are_named(tmp_path, caplog):
+    """A folder of books, some saved without a suffix or as ``.text``: they were left out without a word (the run
+    trained on the others). Now one warning names how many, the first and the key that takes them; the reference:
+    with their suffixes given, they are read."""
+    (tmp_path / "d" / ".git").mkdir(parents=True)
+    for name, text in (("a.txt", "alpha"), ("book", "beta"), ("c.text", "gamma"), (".DS_Store", "x"),
+                       (".git/x.pack", "y")):
+        (tmp_path / "d" / name).write_text(text)
+    with caplog.at_level("WARNING"):
+        assert list(local_text(str(tmp_path / "d"))()) == ["alpha"]
+    said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert len(said) == 1 and re.search(r"^dataset.path='.*d': 2 file\(s\) in it are not read, their suffix not one of "
+                                        r"\['.txt', .*\] \(first: .*d/book\); add theirs to dataset.suffixes", said[0])
+    caplog.clear()
+    (tmp_path / "d" / ".DS_Store").unlink()  # suffix "" (the book's) reads it too
+    with caplog.at_level("WARNING"):
+        assert list(local_text(str(tmp_path / "d"), suffixes=[".txt", "", ".text"])()) == ["alpha", "beta", "gamma"]
+    assert not [r for r in caplog.records if "not read" in r.getMessage()]
 
 
 def test_a_byte_order_mark_is_no_part_of_a_document_and_one_suffix_is_a_string(tmp_path):

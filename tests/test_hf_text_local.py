@@ -66,7 +66,8 @@ def test_a_folder_written_by_save_to_disk_is_read(tmp_path, sp_tokenizer_dir):
     # the same folders given to local_text: it read dataset_info.json as a record ("dataset_info.json row 0: no text
     # field 'text' ... its fields are ['citation', ...]"); refused naming the source that reads them (above)
     (tmp_path / "a.txt").write_text("a document")
-    for path, key in ((str(tmp_path / "saved"), "path"), ([str(tmp_path / "a.txt"), str(tmp_path / "dict")], "path[1]")):
+    for path, key in ((str(tmp_path / "saved"), "path"),
+                      ([str(tmp_path / "a.txt"), str(tmp_path / "dict")], "path[1]")):
         with pytest.raises(ValueError, match=rf"^dataset.{re.escape(key)}='.*' is a folder written by datasets' "
                                              r"save_to_disk .*: read it with dataset._component_=torchtune_longshort."
                                              r"data.corpus.hf_text and dataset.source="):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from array import array
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
@@ -165,6 +166,7 @@ def local_text(
     check_not_saved_dataset(path, names("path"), names.where)
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
     files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"))
+    _warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], names)
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -201,6 +203,21 @@ def local_text(
     if len(files_at) == len(bad):
         raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read)")
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
+
+
+def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], names: SourceNames) -> None:
+    """Warn of the files a folder in ``path`` holds that :func:`local_text` does not read (their suffix is none of
+    ``suffixes``: a book saved without one, a ``.text`` file), naming the key that takes them: they were left out
+    without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are not named."""
+    entries = [path] if isinstance(path, str) else [p for p in path if isinstance(p, str)]
+    folders = [Path(entry).expanduser() for entry in entries if Path(entry).expanduser().is_dir()]
+    left = [f for folder in folders for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix not in suffixes
+            and not any(part.startswith(".") for part in f.relative_to(folder).parts)]
+    if left:
+        named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
+        way = f"; add theirs to {names('suffixes')} to read them" if named else ""
+        log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),
+                    path, len(left), list(suffixes), left[0], way)
 
 
 def hf_text(
