@@ -24,6 +24,12 @@ def test_entries_resolve_to_sorted_files(tmp_path):
         resolve_files([tmp_path / "e.txt", str(tmp_path / "nope*")], [".txt"], "x")
     with pytest.raises(FileNotFoundError, match=r"x='.*d' holds no files ending in \['.rst'\]"):
         resolve_files(tmp_path / "d", [".rst"], "x")
+    # a folder's hidden files are left out, as datasets leaves them: a Jupyter checkpoint copy was a second document
+    (tmp_path / "d" / ".ipynb_checkpoints").mkdir()
+    for name in (".ipynb_checkpoints/b-checkpoint.txt", ".hidden.txt"):
+        (tmp_path / "d" / name).write_text(name)
+    assert resolve_files(tmp_path / "d", [".txt"], "x") == [tmp_path / "d/b.txt", tmp_path / "d/sub/a.txt"]
+    assert resolve_files(tmp_path / "d" / ".hidden.txt", [], "x") == [tmp_path / "d/.hidden.txt"]  # named: read
 
 
 def test_formats_give_documents_in_file_order(tmp_path):

@@ -39,6 +39,7 @@ from torchtune_longshort.data.text_files import (
     check_encoding,
     check_first_readable,
     iter_documents,
+    in_hidden,
     iter_located,
     read_located,
     resolve_files,
@@ -212,7 +213,7 @@ def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], nam
     entries = [path] if isinstance(path, str) else [p for p in path if isinstance(p, str)]
     folders = [Path(entry).expanduser() for entry in entries if Path(entry).expanduser().is_dir()]
     left = [f for folder in folders for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix not in suffixes
-            and not any(part.startswith(".") for part in f.relative_to(folder).parts)]
+            and not in_hidden(f, folder)]
     if left:
         named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""

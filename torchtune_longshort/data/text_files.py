@@ -102,14 +102,16 @@ def check_first_readable(documents: Iterable[Any], what: str) -> None:
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
                   setting: str) -> List[Path]:
     """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
-    one of ``suffixes`` (recursively, sorted); a glob for its matches (sorted). ``setting`` names the option in
-    messages. Raises ``FileNotFoundError`` for an entry that names nothing and for a folder without such files."""
+    one of ``suffixes`` (recursively, sorted), hidden ones left out as ``datasets`` leaves them (a Jupyter
+    ``.ipynb_checkpoints/`` copy of a file was read as a second document; :func:`in_hidden`); a glob for its matches
+    (sorted). ``setting`` names the option in messages. Raises ``FileNotFoundError`` for an entry that names nothing
+    and for a folder without such files."""
     entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
     files: List[Path] = []
     for entry in entries:
         p = Path(entry).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in suffixes)
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in suffixes and not in_hidden(f, p))
             if not found:
                 raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
         elif p.is_file():
@@ -120,6 +122,12 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
                 raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
         files.extend(found)
     return files
+
+
+def in_hidden(f: Path, folder: Path) -> bool:
+    """Whether ``f`` is hidden under ``folder``: its name or a folder between them starts with a dot (``.DS_Store``,
+    ``.git/``, ``.ipynb_checkpoints/``)."""
+    return any(part.startswith(".") for part in f.relative_to(folder).parts)
 
 
 def check_encoding(encoding: Any, field: str = "encoding") -> None:
