@@ -341,6 +341,12 @@ def test_validate_refuses_the_tokenizer_setup_refuses(tmp_path, tiny_llama2_dir,
         (tiny_llama2_dir, {"tokenizer.path": str(sp_tokenizer_dir / "tokenizer.json")},
          r"^tokenizer.path='.*tokenizer.json': torchtune.models.llama2.llama2_tokenizer cannot read it .*is read by "
          r"tokenizer._component_: torchtune_longshort.models.checkpoint_tokenizer$"),
+        # a SentencePiece file given to torchtune's tiktoken reader: tiktoken's "Error parsing line b'\x0e' in ..."
+        # went out as it was, no key named
+        (tiny_llama2_dir, {"tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer",
+                                         "path": str(sp_tokenizer_dir / "tokenizer.model")}},
+         r"^tokenizer.path='.*tokenizer.model': torchtune.models.llama3.llama3_tokenizer cannot read it \(ValueError: "
+         r"Error parsing line .*\); name a tokenizer file of the format that component reads$"),
         (tiny_llama2_dir, {"tokenizer": stdlib_tok},
          r"^tokenizer vocabulary \(1024 ids: tokenizer.vocab_size=1024, trained at tokenizer.path=.*tok\) does not "
          r"fit .*\(512 rows: .*set tokenizer.vocab_size to at most 512"),

@@ -38,6 +38,19 @@ def _format_hint(section: TokenizerConfig) -> str:
     return ""
 
 
+def _raised_by_a_library(error: BaseException) -> bool:
+    """Whether ``error`` (a ``ValueError``, say) was raised outside this package: tiktoken's "Error parsing line
+    b'\\x0e' in .../tokenizer.model" for a SentencePiece file given to ``llama3_tokenizer`` went out as it was, no key
+    named; this package's own refusals name theirs."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and not Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
+
+
+_PACKAGE = Path(__file__).resolve().parents[2]
+
+
 def load_tokenizer(section: TokenizerConfig):
     """The ``tokenizer`` component built (a folder trained first when the component trains a missing path); a file
     it cannot read (not a SentencePiece model, a truncated tiktoken file) is refused naming ``tokenizer.path``, not
@@ -51,8 +64,12 @@ def load_tokenizer(section: TokenizerConfig):
         if "tokenizer.path" in str(e):
             raise
         raise TokenizerError(f"tokenizer.path={section.path!r}: {one_line(e)}") from None
-    except REFUSED:
-        raise
+    except REFUSED as e:
+        if not _raised_by_a_library(e):
+            raise
+        raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
+                         f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads"
+                         f"{_format_hint(section)}") from e
     except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
         raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
                          f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads"
