@@ -322,6 +322,9 @@ def _load_failure(section: str, source: str, name: Optional[str], split: str, er
     if "scripts are no longer supported" in said:
         hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
                 f"or JSON as source (PG19: {PG19_SOURCE}), or {local}")
+    elif isinstance(error, ConnectionError) and "OfflineModeIsEnabled" in said:  # set by the user: no cached copy
+        hint = ("offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the Hugging Face cache holds no copy "
+                f"of it: run once with network access (offline mode off) to cache it, or read {local}")
     elif isinstance(error, ConnectionError):
         hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
                 f"(HF_DATASETS_OFFLINE=1), or from {local}")
