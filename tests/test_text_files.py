@@ -40,6 +40,18 @@ def test_formats_give_documents_in_file_order(tmp_path):
     files = [tmp_path / n for n in ("a.txt", "b.jsonl")]
     assert list(iter_documents(files, encoding_errors="replace")) == ["whole\r\nfile \ufffd", "one", "two"]
     assert list(iter_documents([tmp_path / "c.json", tmp_path / "d.json"], "body")) == ["three", "", "four"]
+    # a *.json file of JSON lines (datasets' Dataset.to_json writes them; its json loader reads them) was refused as
+    # "not JSON (Extra data)"; the reference: the same lines in a *.jsonl file
+    lines = '{"text": "one"}\r\n\n{"text": "a\u2028b"}\n{"text": "three"}\n'
+    (tmp_path / "e.json").write_text(lines, encoding="utf-8", newline="")
+    (tmp_path / "e.jsonl").write_text(lines, encoding="utf-8", newline="")
+    assert list(iter_documents([tmp_path / "e.json"])) == list(iter_documents([tmp_path / "e.jsonl"])) == [
+        "one", "a\u2028b", "three"]
+    (tmp_path / "e.json").write_text('{"text": "one"}\n{"body": "x"}\n{"text": "three"}\n')
+    bad = []
+    assert list(iter_documents([tmp_path / "e.json"], on_bad_record=bad.append)) == ["one", "three"]
+    assert bad == [f"{tmp_path / 'e.json'}:2: no text field 'text' in the record; its fields are ['body']. Set "
+                   "text_field to one of them"]
 
 
 @pytest.mark.parametrize("name,data,message,good", [

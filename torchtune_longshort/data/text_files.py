@@ -4,7 +4,7 @@ local_text`), the evaluation tasks' local data (:mod:`torchtune_longshort.eval.l
 Files by suffix:
 
 * ``*.jsonl``: one document per non-empty line, a JSON object whose ``text_field`` holds the text;
-* ``*.json``: a JSON array of such objects (or one object);
+* ``*.json``: a JSON array of such objects (or one object), or JSON lines (``datasets``' ``to_json`` writes them);
 * ``*.parquet``: one document per row, its ``text_field`` column (read with pyarrow, a batch of rows at a time);
 * anything else: the whole file is one document. A file that is no text (compressed, Parquet under another name,
   UTF-16, binary) is a bad record named with what it is, never text of replacement characters (:func:`not_text`).
@@ -366,11 +366,30 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
+        if e.msg == "Extra data" and text.lstrip().startswith("{"):  # JSON lines, as datasets' to_json writes *.json
+            yield from _json_lines_of(f, text, text_field, setting, on_bad_record)
+            return
         yield from _bad(Unparsed(f"{f}:{e.lineno}: not JSON ({e.msg})"), on_bad_record)
         return
     for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
         try:
             yield text_of_record(row, text_field, f"{f} row {i}", setting)
+        except ValueError as e:
+            yield from _bad(str(e), on_bad_record)
+
+
+def _json_lines_of(f: Path, text: str, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[str]:
+    """The documents of a ``*.json`` file that holds JSON lines (``datasets``' ``Dataset.to_json`` writes them by
+    default, and its ``json`` loader reads them: refused here as "not JSON (Extra data)"), each line's record named
+    ``<file>:<line>`` as in a ``*.jsonl`` file."""
+    for i, line in enumerate(text.split("\n")):  # not splitlines: a U+2028 inside a string is no line end
+        if not line.strip():
+            continue
+        where = f"{f}:{i + 1}"
+        try:
+            yield text_of_record(json.loads(line), text_field, where, setting)
+        except json.JSONDecodeError as e:
+            yield from _bad(Unparsed(f"{where}: not a JSON line ({e.msg})"), on_bad_record)
         except ValueError as e:
             yield from _bad(str(e), on_bad_record)
 
