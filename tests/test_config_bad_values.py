@@ -346,7 +346,9 @@ def test_validate_refuses_the_tokenizer_setup_refuses(tmp_path, tiny_llama2_dir,
         (tiny_llama2_dir, {"tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer",
                                          "path": str(sp_tokenizer_dir / "tokenizer.model")}},
          r"^tokenizer.path='.*tokenizer.model': torchtune.models.llama3.llama3_tokenizer cannot read it \(ValueError: "
-         r"Error parsing line .*\); name a tokenizer file of the format that component reads$"),
+         r"Error parsing line .*\); name a tokenizer file of the format that component reads; this file is a "
+         r"sentencepiece tokenizer, read by tokenizer._component_: torchtune_longshort.models.checkpoint_tokenizer "
+         r"\(any format\)$"),
         (tiny_llama2_dir, {"tokenizer": stdlib_tok},
          r"^tokenizer vocabulary \(1024 ids: tokenizer.vocab_size=1024, trained at tokenizer.path=.*tok\) does not "
          r"fit .*\(512 rows: .*set tokenizer.vocab_size to at most 512"),

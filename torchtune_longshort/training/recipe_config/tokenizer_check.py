@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from torchtune_longshort.models.source_tokenizers import TokenizerError
 from torchtune_longshort.refusals import REFUSED, one_line
-from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
+from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import check_tokenizer_vocab, check_window_bos, declared_vocab
@@ -35,6 +35,12 @@ def _format_hint(section: TokenizerConfig) -> str:
     if component is not checkpoint_tokenizer and (p.suffix == ".json" or p.is_dir()):
         return (f"; a Hugging Face tokenizer.json (or a checkpoint folder) is read by tokenizer._component_: "
                 f"{CHECKPOINT_TOKENIZER}")
+    if component is not checkpoint_tokenizer and p.is_file():  # a .model file: SentencePiece or tiktoken, by content
+        try:
+            fmt, _ = find_tokenizer(p)
+        except TokenizerError:
+            return ""
+        return f"; this file is a {fmt} tokenizer, read by tokenizer._component_: {CHECKPOINT_TOKENIZER} (any format)"
     return ""
 
 
