@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
-    check_not_saved_dataset, explain_load_failure, is_saved_dataset, load_saved_dataset, named_files,
+    DATA_FILE_SUFFIXES, check_not_saved_dataset, explain_load_failure, is_saved_dataset, load_saved_dataset,
+    named_files,
 )
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
@@ -249,10 +250,16 @@ def hf_text(
     Local files that ``datasets`` cannot parse (a torn JSON line, bytes that are not UTF-8) are read again by
     :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
     or mid-run) instead of the parser's row.
+
+    Text files (``source="text"``, or a local folder whose data files are ``*.txt``) are read whole, one document a
+    file, as :func:`local_text` reads them: ``datasets``' text builder makes each *line* a record by default, and the
+    stream put BOS/EOS around every line of a book (its newlines dropped). ``sample_by="line"`` asks for lines.
     """
     names = current_names()
     section = names.where
     files = named_files({"data_files": data_files, "split": split}, section)
+    if "sample_by" not in load_dataset_kwargs and _text_builder(source):
+        load_dataset_kwargs = {**load_dataset_kwargs, "sample_by": "document"}
 
     def open_ds():
         from datasets import load_dataset
@@ -301,6 +308,19 @@ def hf_text(
         except Exception as e:
             raise _load_failure(section, source, name, split, e, names) from e
     return src
+
+
+def _text_builder(source: Any) -> bool:
+    """Whether ``load_dataset(source, ...)`` reads with ``datasets``' text builder: ``source="text"``, or a local
+    folder (not one of ``save_to_disk``) whose data files are all ``*.txt``."""
+    if source == "text":
+        return True
+    folder = Path(source).expanduser() if isinstance(source, str) else None
+    if folder is None or not folder.is_dir() or is_saved_dataset(source):
+        return False
+    found = [f for f in folder.rglob("*")
+             if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, folder)]
+    return bool(found) and all(f.suffix == ".txt" for f in found)
 
 
 def _bad_split(error: BaseException) -> bool:
