@@ -131,15 +131,19 @@ def build_position_sampler(
 def window_positions(sampler, generator: torch.Generator, rows: int, seq_len: int, rank: int,
                      world_size: int) -> torch.Tensor:
     """Position ids ``[2 rows, seq_len]`` for this rank's ``rows`` samples, windows A then B: drawn for the global
-    batch (every rank's A rows, then every rank's B rows, as one process stacks them), this rank's rows kept.
+    micro-batch sample by sample (each sample's window A, then its window B, in the batch's order), this rank's rows
+    kept.
 
     Every rank draws the same rows from the same generator, so a sample gets the same positions whatever the
     number of processes, and the one generator state a checkpoint saves serves every rank on resume (a generator
     per rank gave the samples of rank 1 other positions than one process did, and resumed from rank 0's state).
+    Drawn sample by sample, a sample's positions do not depend on how the step's batch is split into micro-batches
+    either: ``gradient_accumulation_steps`` 1 and 2 give the same positions (one draw of every A row, then every B
+    row, gave the second sample's window A the positions of the first sample's window B once the batch was split).
     """
-    drawn = sampler.sample(2 * rows * world_size, seq_len, generator=generator)
-    mine = torch.arange(rank * rows, (rank + 1) * rows)
-    return drawn[torch.cat([mine, mine + rows * world_size])]
+    drawn = torch.stack([sampler.sample(2, seq_len, generator=generator) for _ in range(rows * world_size)])
+    mine = drawn[rank * rows:(rank + 1) * rows]
+    return torch.cat([mine[:, 0], mine[:, 1]])
 
 
 def positions_on(device: torch.device, drawn: torch.Tensor, ropes: Sequence[ScaledRoPE]) -> torch.Tensor:
