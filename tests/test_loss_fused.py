@@ -369,6 +369,7 @@ def _fsdp_worker(rank, world, init_file, q):
         q.put((rank, path, (w_got - w_ref).abs().max().item(), w_ref.abs().max().item()))
         for fused in (True, False):
             q.put((rank, *_tied_case(rank, world, fused, e, alpha, bsz, la, lb)))
+        q.put((rank, *_lora_case(rank, world, e, alpha)))
     finally:
         dist.destroy_process_group()
 
@@ -408,6 +409,38 @@ def _tied_case(rank, world, fused, e, alpha, bsz, la, lb):
     return loss_fn.output_path, (w_got - w_ref).abs().max().item(), w_ref.abs().max().item()
 
 
+def _lora_case(rank, world, e, alpha):
+    """``(path, err, scale)``: a LoRA output (its base weight frozen, as the recipe's LoRA) as its own FSDP2 unit,
+    one sample per rank (the checkpointed path): ``lora_b``'s gradient against the whole batch's in one process. A
+    chunk of a one-row batch keeps the stride of the whole window in its size-1 batch dimension; FSDP2's forward hook
+    views its input (standard strides) and the checkpoint's recompute does not, so matmul folded the batch into mm in
+    the forward and ran bmm in the recompute: torch's checkpoint refused ("Recomputed values ... have different
+    metadata"), a crash at step 1 of a 2-process LoRA-on-output run with batch_size=2."""
+    from torch.distributed.fsdp import fully_shard
+    from torchtune.modules.peft import LoRALinear
+
+    la, lb = _batch(e, bsz=world, seed=13, holes=False)
+    ha, hb, lin = _leaves(bsz=world, seed=13)
+    lora = LoRALinear(D, V, rank=4, alpha=8.0)
+    with torch.no_grad():
+        lora.weight.copy_(lin.weight)
+        g = torch.Generator().manual_seed(5)  # the same adapters on every rank
+        lora.lora_a.weight.normal_(std=0.3, generator=g)
+        lora.lora_b.weight.normal_(std=0.1, generator=g)
+    lora.weight.requires_grad_(False)
+    w_eff = lora.weight + lora.lora_b.weight @ lora.lora_a.weight * (lora.alpha / lora.rank)
+    ref, _ = naive_loss(ha, hb, w_eff, None, la, lb, e, alpha, "sce", L // 2)
+    b_ref = _grads(ref, (lora.lora_b.weight,))[0].float()
+    shard = slice(rank, rank + 1)
+    ha_r, hb_r = ha.detach()[shard].clone().requires_grad_(), hb.detach()[shard].clone().requires_grad_()
+    fully_shard(lora)
+    loss_fn = _fused_loss(lora, alpha=alpha, num_chunks=3)
+    out = loss_fn(ha_r, hb_r, la[shard], lb[shard], e)
+    out.loss.backward()
+    b_got = lora.lora_b.weight.grad.full_tensor()
+    return "lora " + loss_fn.output_path, (b_got - b_ref).abs().max().item(), b_ref.abs().max().item()
+
+
 @pytest.mark.slow
 def test_fused_under_fsdp2_matches_single_process(tmp_path):
     import torch.multiprocessing as mp
@@ -418,7 +451,7 @@ def test_fused_under_fsdp2_matches_single_process(tmp_path):
     for p in procs:
         p.start()
     results, deadline = [], time.time() + 240
-    while len(results) < 3 * len(procs):  # a rank that dies fails the test now, not at the deadline
+    while len(results) < 4 * len(procs):  # a rank that dies fails the test now, not at the deadline
         try:
             results.append(q.get(timeout=2))
         except queue.Empty:
@@ -428,8 +461,8 @@ def test_fused_under_fsdp2_matches_single_process(tmp_path):
         p.join(timeout=60)
         assert p.exitcode == 0
     # per rank: the output as its own unit (fused), then a tied output whose weight the root unit holds (FSDP2 has
-    # resharded it when the loss runs): fused, then checkpointed
-    assert sorted(path for _, path, _, _ in results) == ["checkpointed"] * 2 + ["fused"] * 4
+    # resharded it when the loss runs): fused, then checkpointed; a LoRA output, one sample per rank: checkpointed
+    assert sorted(path for _, path, _, _ in results) == ["checkpointed"] * 2 + ["fused"] * 4 + ["lora checkpointed"] * 2
     for rank, path, err, scale in results:
         # each rank's loss is the mean over its half of the batch; FSDP2 averages them: the global-batch loss
         # when every rank holds the same number of targets (no holes here).

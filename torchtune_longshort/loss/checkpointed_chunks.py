@@ -78,7 +78,13 @@ class ChunkTerms:
     def _logits(self, x):
         if x is None:
             return None
-        return self.project(x) if self.project is not None else x
+        if self.project is None:
+            return x
+        # x.view(x.shape): the standard strides, in a size-1 batch dimension too (a chunk of a one-row batch keeps
+        # the whole window's stride there). FSDP2's forward hook views a unit's input and the checkpoint's recompute
+        # runs without it, so matmul folded the rows into one mm in the forward and ran bmm in the recompute, and
+        # the checkpoint refused the different saved tensors (a LoRA output under torchrun, one sample per rank).
+        return self.project(x.view(x.shape))
 
     def _ce(self, logits, labels):
         if logits is None:
