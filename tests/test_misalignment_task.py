@@ -29,6 +29,9 @@ def test_dataset_draws_suffix_lengths_in_the_inclusive_range(sp_tokenizer_dir):
 
     ds = misalignment_dataset(max_seq_lengths="64", tokenizer=str(sp_tokenizer_dir), mis_num_samples=6)["test"]
     assert len(ds) == 6 and all(32 <= r["l1"] <= 64 and 32 <= r["l2"] <= 64 for r in ds)
+    # both ends of [L/2, L] come up (a draw from [L/2 + 1, L] or [L/2, L - 1] passed the line above)
+    small = misalignment_dataset(max_seq_lengths="4", tokenizer=str(sp_tokenizer_dir), mis_num_samples=30)["test"]
+    assert {r["l1"] for r in small} == {r["l2"] for r in small} == {2, 3, 4}
 
 
 def test_adapter_answers_next_token_divergence(tiny_llama2_dir, sp_tokenizer_dir):
