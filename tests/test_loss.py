@@ -132,6 +132,28 @@ def test_batched_two_window_loss_equals_naive_per_suffix(e):
         assert out.num_aligned == 0 and out.misalignment.item() == 0.0
 
 
+
+def test_the_recipes_loss_step_gives_window_a_and_b_to_the_loss_as_the_naive_reference():
+    """The recipe runs cat([tokens_a, tokens_b]) in one forward and unstacks it: windows swapped there (or e, or the
+    labels, passed wrong) changed the misalignment silently, and no test compared a recipe step with the equations
+    (the recipe tests compare runs of the same code). Its _loss_step on one batch against the per-suffix reference."""
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.windows import slice_windows
+
+    L, e, alpha = 16, 3, 0.3
+    model = tiny_decoder()
+    torch.manual_seed(3)
+    tokens = torch.randint(0, V, (2, L + e))
+    recipe = object.__new__(LongShortFinetuneRecipe)  # the step's inputs only: no setup, no config
+    recipe._device, recipe._pos_sampler, recipe._forward = torch.device("cpu"), None, model
+    recipe._loss_fn = LongShortLoss(alpha=alpha, num_chunks=3)
+    with torch.no_grad():
+        out = recipe._loss_step({**slice_windows(tokens, L, e), "e": e})
+        ce_ref, mis_ref, loss_ref = naive_dual_window_loss(model, tokens, L, e, alpha, floor_b_start=L // 2)
+    assert out.ce.item() == pytest.approx(ce_ref.item(), rel=1e-5)
+    assert out.misalignment.item() == pytest.approx(mis_ref.item(), rel=1e-5)
+    assert out.loss.item() == pytest.approx(loss_ref.item(), rel=1e-5)
+
 def naive_full_logits_loss(logits_a, logits_b, la, lb, e, alpha, b_start):
     """Naive full-logits version written from the equations (no code shared with the library)."""
     ce = (F.cross_entropy(logits_a.flatten(0, 1), la.flatten(), ignore_index=-100)
