@@ -3,6 +3,7 @@ on every explicit context separately, and autograd of a naive full-logits implem
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -272,6 +273,11 @@ def test_bad_inputs_name_the_field():
         misalignment_loss(la, lb, 2)
     with pytest.raises(ValueError, match=r"e=17"):
         LongShortLoss()(la, la, labels, labels, 17)
+    # one e per batch: a DataLoader's collate gives a tensor of the samples' e, numpy an np.int64; the message said
+    # "must be an int" without why or how
+    for e in (torch.tensor([3, 3]), torch.tensor(3), np.int64(3)):
+        with pytest.raises(TypeError, match=r"must be one int for the whole batch .* pass int\(e\)$"):
+            LongShortLoss()(la, la, labels, labels, e)
     with pytest.raises(ValueError, match="even"):
         misalignment_loss(torch.randn(1, 15, V), torch.randn(1, 15, V), 2)
     with pytest.raises(ValueError, match="labels_a"):

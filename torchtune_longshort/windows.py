@@ -64,7 +64,9 @@ def validate_window_length(L: int, field: str = "L") -> None:
 def validate_e(e: int, L: int) -> None:
     """``e`` (the shift between the windows) must be an int in ``[1, L]``."""
     if not _is_int(e):
-        raise TypeError(f"e={e!r} must be an int")
+        # a DataLoader's default collate turns each sample's e into a tensor of them: say that one e is per batch
+        raise TypeError(f"e={e!r} must be one int for the whole batch (both windows of every sample share the shift; "
+                        "samples with different e go in different batches); from a tensor or numpy value pass int(e)")
     if not 1 <= e <= L:
         raise ValueError(f"e={e} is outside [1, L={L}]")
 
