@@ -171,6 +171,33 @@ def test_a_limit_lm_eval_would_fail_on_or_cut_is_refused_before_it_starts():
         assert "--limit" in lm_eval_argv(argv(good))
 
 
+def test_check_integrity_that_cannot_pass_is_refused_before_it_starts(monkeypatch, tmp_path):
+    """lm-eval's --check_integrity runs pytest on its repository's tests/test_version_stable.py once the model has
+    loaded: from an installed lm-eval it ended in a ModuleNotFoundError / FileNotFoundError traceback, and a pack task
+    has no test there. Refused in one line naming why; lm-eval's own task with its tests and pytest goes on."""
+    import pytest
+    from lm_eval import evaluator_utils
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    def argv(task, *more):
+        return ["run", "--model", "dummy", "--tasks", task, "--device", "cpu", *more]
+
+    with pytest.raises(ValueError, match=r"^--check_integrity runs lm-eval's own .* the pack's tasks \(longshort_ppl\) "
+                                         r"have no test there: leave --check_integrity out$"):
+        lm_eval_argv(argv("longshort_ppl", "--check_integrity"))
+
+    def no_root(start_path):
+        raise FileNotFoundError(start_path)
+
+    monkeypatch.setattr(evaluator_utils, "find_test_root", no_root)
+    with pytest.raises(ValueError, match=r"installed without its repository's tests: leave --check_integrity out$"):
+        lm_eval_argv(argv("hellaswag", "--check_integrity"))
+    monkeypatch.setattr(evaluator_utils, "find_test_root", lambda start_path: tmp_path)
+    assert "--check_integrity" in lm_eval_argv(argv("hellaswag", "--check_integrity"))  # pytest: the dev venv's
+    assert "--check_integrity" not in lm_eval_argv(argv("longshort_ppl"))
+
+
 def test_tasks_path_takes_no_arguments(capsys, monkeypatch):
     # `longshort-eval tasks-path --foo` printed the path and exited 0
     import sys

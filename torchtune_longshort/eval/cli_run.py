@@ -96,6 +96,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     _check_output_path(option(out, "--output_path"))
     _check_json_option(out, "--metadata")
     _check_limit(option(out, "--limit"))
+    _check_integrity_runnable(out)
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
     # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
     # hf too; it goes as the option instead, and given both ways it is refused
@@ -291,6 +292,38 @@ def _check_limit(value: Optional[str]) -> None:
     if not math.isfinite(limit) or limit <= 0 or (limit >= 1 and not limit.is_integer()):
         raise ValueError(f"--limit {value} is not accepted: give a whole number of documents per task (e.g. 10), "
                          "or a fraction of them between 0 and 1 (e.g. 0.1)")
+
+
+def _check_integrity_runnable(out: List[str]) -> None:
+    """lm-eval's ``--check_integrity`` runs pytest on its own repository's ``tests/test_version_stable.py``, selected
+    by the task names, once the model has loaded: from an installed lm-eval (no ``tests/`` beside it) or without
+    pytest it ended in a traceback there, and the pack's tasks have no test in that file (pytest selects none: lm-eval
+    raises "Not all tests ... ran successfully"). Such a run is refused before it starts, naming why."""
+    if not _flag_given(out, "--check_integrity"):
+        return
+    # deferred: lm_eval (the callers have imported it already)
+    import importlib.util
+
+    from lm_eval import evaluator_utils
+
+    from torchtune_longshort.eval.task_index import task_names
+
+    why = ""
+    pack = [n for n in task_names(out) if n.startswith("longshort_")]
+    if pack:
+        why = f"the pack's tasks ({', '.join(pack)}) have no test there"
+    else:
+        try:
+            root = evaluator_utils.find_test_root(start_path=Path(evaluator_utils.__file__))
+        except FileNotFoundError:
+            root = None
+        if root is None:
+            why = f"this lm-eval ({Path(evaluator_utils.__file__).parent}) is installed without its repository's tests"
+        elif importlib.util.find_spec("pytest") is None:
+            why = "pytest is not installed"
+    if why:
+        raise ValueError("--check_integrity runs lm-eval's own repository tests (tests/test_version_stable.py, with "
+                         f"pytest) for the tasks, and {why}: leave --check_integrity out")
 
 
 def _check_output_path(value: Optional[str]) -> None:
