@@ -109,6 +109,11 @@ def test_generate_until_stops_at_until(tiny_llama2_dir, sp_tokenizer_dir):
     stop = full[1:3]
     cut = lm.generate_until([Instance("generate_until", {}, ("def f(x):", {"until": [stop], "max_gen_toks": 20}), 0)], True)
     assert cut[0] == full.split(stop)[0]
+    # a task's own num_beams (hf's generate runs beam search) was dropped: the greedy text scored without a word
+    with pytest.raises(ValueError, match=r"num_beams=3: the longshort model decodes plain greedy"):
+        lm.generate_until([Instance("generate_until", {}, ("def f(x):", {"num_beams": 3, "max_gen_toks": 4}), 0)], True)
+    neutral = {"num_beams": 1, "top_k": 5, "max_gen_toks": 20}
+    assert lm.generate_until([Instance("generate_until", {}, ("def f(x):", neutral), 0)], True) == [full]
 
 
 def test_middle_truncation_keeps_first_and_last_halves(tiny_llama2_dir, sp_tokenizer_dir, hf_model):
@@ -310,6 +315,11 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
         check_arguments(argv)
     check_arguments(argv[:-1] + ["do_sample=False,temperature=0.7"])
     check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv])
+    # keys that make hf's transformers generate decode other than plain greedy were dropped without a word
+    for other in ("num_beams=4", "repetition_penalty=1.3", "min_new_tokens=5"):
+        with pytest.raises(ValueError, match=rf"^--gen_kwargs {other}: the longshort model decodes plain greedy"):
+            check_arguments(argv[:-1] + [other])
+    check_arguments(argv[:-1] + ["num_beams=1,repetition_penalty=1.0,top_p=0.9,max_gen_toks=8,until=X"])
     assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
 
 

@@ -23,6 +23,7 @@ from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
+from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
@@ -161,10 +162,9 @@ def check_arguments(out: List[str]) -> None:
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
-        sample = (given.gen_kwargs or {}).get("do_sample")
-        if str(sample).lower() in ("true", "1", "yes") and any(generates(n) for n in task_names(out)):
-            raise ValueError(f"--gen_kwargs do_sample={sample}: the longshort model decodes greedily only (accepted: "
-                             "do_sample=false, or leave it out); lm-eval's hf model samples")
+        why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them
+        if why and any(generates(n) for n in task_names(out)):
+            raise ValueError(f"--gen_kwargs {why}")
         chat = _flag_given(out, "--apply_chat_template")
         if chat and not _every_task_ignores(task_names(out), "apply_chat_template") and \
                 template_tokenizer(args.tokenizer.path) is None:

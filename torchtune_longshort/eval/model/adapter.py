@@ -43,7 +43,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from tqdm.auto import tqdm
 
 from torchtune_longshort.eval.model.chat import no_template_message, render, template_tokenizer
-from torchtune_longshort.eval.model.generation import greedy_generate
+from torchtune_longshort.eval.model.generation import greedy_generate, not_greedy
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
 from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
@@ -335,6 +335,9 @@ class LongShortLM(TemplateLM):
                     f"generation kwargs {gen_kwargs!r}: the longshort model decodes greedily only; "
                     "accepted: do_sample=false / temperature=0"
                 )
+            why = not_greedy(kwargs)  # beams, penalties, a minimum length: hf's generate honours them
+            if why:
+                raise ValueError(f"generation kwargs {gen_kwargs!r}: {why}")
             until = handle_stop_sequences(kwargs.pop("until", None), eos=self.tokenizer.token_text(self.eot_token_id))
             max_gen = int(kwargs.pop("max_gen_toks"))
             encoded = []

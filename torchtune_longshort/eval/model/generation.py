@@ -16,13 +16,48 @@ transformers). Such a model is given prompts of one length per batch (the adapte
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import torch
 from torch import nn
 
 from torchtune_longshort.hidden_states import decoder_of, hidden_state_output
 from torchtune_longshort.rope import ScaledRoPE, rope_modules
+
+# Generation kwargs greedy decoding honours as lm-eval's hf model does: the stop strings and the budget, sampling off
+# (lm-eval's ``normalize_gen_kwargs`` sets temperature 0 then), and top_p / top_k, which transformers ignores without
+# sampling. Any other key changes what hf's ``model.generate`` decodes (beams, penalties, a minimum length) unless it
+# has its neutral value here; the longshort model decodes plain greedy, so such a key is refused, not ignored.
+GREEDY_KWARGS = frozenset({"until", "max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens",
+                           "do_sample", "temperature", "top_p", "top_k"})
+NEUTRAL_KWARGS = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0, "length_penalty": 1.0,
+                  "no_repeat_ngram_size": 0, "min_new_tokens": 0, "min_length": 0, "num_return_sequences": 1}
+
+
+def not_greedy(gen_kwargs: Dict[str, Any]) -> str:
+    """Why the longshort model cannot decode as ``gen_kwargs`` asks (``""``: it can): sampling, or a key that makes
+    transformers' ``generate`` (lm-eval's hf) decode other than plain greedy (``num_beams=4``,
+    ``repetition_penalty=1.3``)."""
+    kwargs = dict(gen_kwargs or {})
+    if str(kwargs.get("do_sample")).lower() in ("true", "1", "yes"):
+        return (f"do_sample={kwargs['do_sample']}: the longshort model decodes greedily only (accepted: "
+                "do_sample=false, or leave it out); lm-eval's hf model samples")
+    other = []
+    for key, value in kwargs.items():
+        if key in GREEDY_KWARGS:
+            continue
+        try:
+            neutral = key in NEUTRAL_KWARGS and float(value) == NEUTRAL_KWARGS[key]
+        except (TypeError, ValueError):
+            neutral = False
+        if not neutral:
+            other.append(f"{key}={value}")
+    if not other:
+        return ""
+    return (f"{', '.join(other)}: the longshort model decodes plain greedy, which lm-eval's hf model changes with "
+            f"these (transformers' generate); accepted: {', '.join(sorted(GREEDY_KWARGS))}, and "
+            + ", ".join(f"{k}={v}" for k, v in NEUTRAL_KWARGS.items()))
+
 
 # Prefill of a generation prompt runs in chunks of this many positions (bounds the [q, kv] mask size).
 PREFILL_CHUNK = 4096
