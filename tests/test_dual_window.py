@@ -300,3 +300,21 @@ def test_shuffle_of_a_source_already_in_its_own_seeded_order_names_the_two_order
         PackedTokenStream(source, tokenize=lambda t: [1, 2], shuffle_seed="3")
     with pytest.raises(ValueError, match=r"^seed='x' must be an int$"):  # a RuntimeError in torch's manual_seed
         DualWindowBatcher(PackedTokenStream(lambda: iter([[1, 2]])), L=8, seed="x")
+
+
+def test_the_setup_log_says_what_data_the_run_reads(tmp_path):
+    # a run logged the model it built, never what it read: a folder's records, the windows, the samples a step
+    import json
+
+    from torchtune_longshort.data.corpus import local_text
+    from torchtune_longshort.training.data_setup import data_summary
+
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": f"doc {i}"}) for i in range(3)) + "\n")
+    (tmp_path / "b.txt").write_text("a book")
+    docs = local_text(str(tmp_path))
+    assert len(list(docs())) == 4  # the records the line counts, read independently
+    batcher = DualWindowBatcher(stream_of(make_docs()), L=16, e_range=(1, "L/4"), batch_size=2)
+    said = data_summary(docs, batcher, batch_size=8, accumulation=2, world_size=2, shuffle=True)
+    assert said == (f"Data ready: local_text({str(tmp_path)!r}, 2 files), 4 records, shuffled; windows A = tokens "
+                    "[0, 16) and B = [e, 16 + e), e ~ U[1, 4]; 8 sample(s) a step (2 a micro-batch x 2 accumulation "
+                    "step(s) x 2 process(es))"), said

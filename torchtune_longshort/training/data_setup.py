@@ -104,6 +104,18 @@ def check_corpus_length(documents, tokenizer, need: int) -> None:
     )
 
 
+def data_summary(documents, batcher, batch_size: int, accumulation: int, world_size: int, shuffle: bool) -> str:
+    """The run's data in one line, for the log at setup (a run said what model it built, never what it read): the
+    source (its files, and its records where it counts them), the windows and the samples a step."""
+    count = getattr(documents, "count", None)
+    records = f", {count:,} records" if count is not None and "samples)" not in documents.description else ""
+    micro = batch_size // (accumulation * world_size)
+    return (f"Data ready: {documents.description}{records}{', shuffled' if shuffle else ''}; windows A = tokens "
+            f"[0, {batcher.L}) and B = [e, {batcher.L} + e), e ~ U[{batcher.e_lo}, {batcher.e_hi}]; {batch_size} "
+            f"sample(s) a step ({micro} a micro-batch x {accumulation} accumulation step(s) x {world_size} "
+            "process(es))")
+
+
 def build_position_sampler(
     node: Optional[Any], model_max_len: Optional[int], seed: int, recipe_state: Optional[Dict[str, Any]],
 ):

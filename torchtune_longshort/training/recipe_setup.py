@@ -35,7 +35,7 @@ from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_corpus_length, check_first_sample, check_shuffle_source,
-    validation_sequences,
+    data_summary, validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import rope_generator, start_learned_rope
@@ -326,6 +326,8 @@ class RecipeSetup:
             batcher.load_state_dict(recipe_state["data"])
         else:
             check_first_sample(self._documents, self._tokenize, self.model_vocab, cfg.seq_len + batcher.e_hi + 1)
+        utils.log_rank_zero(log, data_summary(self._documents, batcher, cfg.batch_size, cfg.gradient_accumulation_steps,
+                                              self.world_size, cfg.shuffle))
         self._pos_sampler, self._pos_generator = build_position_sampler(
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
             cfg.order_seed, recipe_state,
