@@ -44,6 +44,23 @@ def test_a_folders_files_left_out_by_their_suffix_are_named(tmp_path, caplog):
     assert not [r for r in caplog.records if "not read" in r.getMessage()]
 
 
+def test_a_folder_is_walked_once_to_read_it_and_name_what_it_leaves_out(tmp_path, monkeypatch, caplog):
+    # the warning of files left out walked the folder again after resolve_files had (a folder of many files: two
+    # walks at start-up); now one walk gives both, and the same warning
+    from pathlib import Path
+
+    (tmp_path / "d").mkdir()
+    for name in ("a.txt", "book", ".DS_Store"):
+        (tmp_path / "d" / name).write_text(name)
+    walks, rglob = [], Path.rglob
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: walks.append(self) or rglob(self, pattern))
+    with caplog.at_level("WARNING"):
+        assert list(local_text(str(tmp_path / "d"))()) == ["a.txt"]
+    assert walks == [tmp_path / "d"], walks
+    said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert len(said) == 1 and re.search(r": 1 file\(s\) in it are not read, .*\(first: .*d/book\)", said[0]), said
+
+
 def test_a_byte_order_mark_is_no_part_of_a_document_and_one_suffix_is_a_string(tmp_path):
     # a BOM became a U+FEFF token of the first document, and refused (or, skipping, dropped) a JSON file's first line;
     # suffixes=".txt" was read as the suffixes '.', 't', 'x', 't'

@@ -167,8 +167,9 @@ def local_text(
     check_encoding(encoding, names("encoding"))
     check_not_saved_dataset(path, names("path"), names.where)
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
-    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"))
-    _warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], names)
+    left_out: List[Path] = []  # from resolve_files' own walk: a folder of many files is walked once
+    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"), left_out)
+    _warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], left_out, names)
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -207,14 +208,12 @@ def local_text(
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
 
 
-def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], names: SourceNames) -> None:
-    """Warn of the files a folder in ``path`` holds that :func:`local_text` does not read (their suffix is none of
-    ``suffixes``: a book saved without one, a ``.text`` file), naming the key that takes them: they were left out
-    without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are not named."""
-    entries = [path] if isinstance(path, str) else [p for p in path if isinstance(p, str)]
-    folders = [Path(entry).expanduser() for entry in entries if Path(entry).expanduser().is_dir()]
-    left = [f for folder in folders for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix not in suffixes
-            and not in_hidden(f, folder)]
+def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
+                   names: SourceNames) -> None:
+    """Warn of the files ``left`` that a folder in ``path`` holds and :func:`local_text` does not read (their suffix
+    is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them), naming the
+    key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are
+    not among them."""
     if left:
         named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""

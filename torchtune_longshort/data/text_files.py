@@ -100,18 +100,22 @@ def check_first_readable(documents: Iterable[Any], what: str) -> None:
 
 
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
-                  setting: str) -> List[Path]:
+                  setting: str, left_out: Optional[List[Path]] = None) -> List[Path]:
     """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
     one of ``suffixes`` (recursively, sorted), hidden ones left out as ``datasets`` leaves them (a Jupyter
     ``.ipynb_checkpoints/`` copy of a file was read as a second document; :func:`in_hidden`); a glob for its matches
-    (sorted). ``setting`` names the option in messages. Raises ``FileNotFoundError`` for an entry that names nothing
-    and for a folder without such files."""
+    (sorted). ``setting`` names the option in messages. ``left_out``, given, gets the folders' other (not hidden)
+    files, sorted, from the same walk. Raises ``FileNotFoundError`` for an entry that names nothing and for a folder
+    without such files."""
     entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
     files: List[Path] = []
     for entry in entries:
         p = Path(entry).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in suffixes and not in_hidden(f, p))
+            walked = sorted(f for f in p.rglob("*") if f.is_file() and not in_hidden(f, p))
+            found = [f for f in walked if f.suffix in suffixes]
+            if left_out is not None:
+                left_out += [f for f in walked if f.suffix not in suffixes]
             if not found:
                 raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
         elif p.is_file():
