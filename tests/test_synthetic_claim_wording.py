@@ -95,6 +95,19 @@ def test_a_quick_claim_says_so_in_its_own_entry_after_a_full_run_keeps_it():
         f"claim held: {CLAIM_STATEMENTS['length_rises_for_every_pe']}"]
 
 
+def test_a_quick_claim_of_a_summary_written_before_its_entry_said_so_reads_its_figures_record():
+    # summary.json files written before claims carried "quick" record it per figure (meta.figures, kept with the
+    # claim by a later command); the line read only meta.quick, the later full command's: "claim held" as decided
+    from torchtune_longshort.synthetic.claims import QUICK_VERDICT, claim_lines
+
+    s = summarize_claims(_figs(), BASE)
+    assert "quick" not in s["mean_nope_flat"]
+    s["meta"] = {"quick": False, "figures": {"1a": {"quick": True}, "1b": {"quick": False}}}
+    assert claim_lines(s, ["1a", "1b"]) == [
+        f"claim held: {CLAIM_STATEMENTS['mean_nope_flat']}{QUICK_VERDICT}",
+        f"claim held: {CLAIM_STATEMENTS['length_rises_for_every_pe']}"]
+
+
 def test_the_docs_claim_table_uses_the_same_words():
     text = (ROOT / "docs/synthetic/README.md").read_text()
     table = text.split("## The paper's claims, held or not")[1].split("\n### ")[0]

@@ -76,15 +76,17 @@ QUICK_VERDICT = " [--quick: a smoke test's steps and seeds, too few to decide it
 
 def claim_lines(summary: Dict, names) -> List[str]:
     """One printed line per claim that the figures ``names`` decide: ``claim held: <what was checked>`` (or ``not
-    held``), in the words of :data:`CLAIM_STATEMENTS`; a quick run's (its entry's ``quick``; an older summary's
-    ``meta.quick``) says its verdict is not one (:data:`QUICK_VERDICT`)."""
+    held``), in the words of :data:`CLAIM_STATEMENTS`; a quick run's says its verdict is not one
+    (:data:`QUICK_VERDICT`): the figure's own record (:func:`figure_records`, kept with its claim by a later command
+    into the folder; else the summary's ``meta``) says whether it was quick, as for ``--replot``."""
     lines = []
-    run_quick = (summary.get("meta") or {}).get("quick")
+    records, run_quick = figure_records(summary), (summary.get("meta") or {}).get("quick")
     for n in names:
         claim = CLAIMS_OF_FIGURE.get(n)
         entry = summary.get(claim)
         if claim in CLAIM_STATEMENTS and isinstance(entry, dict) and "held" in entry:
-            quick = QUICK_VERDICT if entry.get("quick", run_quick) else ""
+            record = records.get(n)
+            quick = QUICK_VERDICT if entry.get("quick") or (record or {}).get("quick", run_quick) else ""
             lines.append(f"claim {'held' if entry['held'] else 'not held'}: {CLAIM_STATEMENTS[claim]}{quick}")
     return lines
 
