@@ -112,6 +112,9 @@ def test_generate_until_stops_at_until(tiny_llama2_dir, sp_tokenizer_dir):
     # a task's own num_beams (hf's generate runs beam search) was dropped: the greedy text scored without a word
     with pytest.raises(ValueError, match=r"num_beams=3: the longshort model decodes plain greedy"):
         lm.generate_until([Instance("generate_until", {}, ("def f(x):", {"num_beams": 3, "max_gen_toks": 4}), 0)], True)
+    for sampled in ({"do_sample": True}, {"temperature": 0.7}):  # a task's own sampling: refused at its request
+        with pytest.raises(ValueError, match=r"the longshort model decodes greedily only"):
+            lm.generate_until([Instance("generate_until", {}, ("def f(x):", {**sampled, "max_gen_toks": 4}), 0)], True)
     neutral = {"num_beams": 1, "top_k": 5, "max_gen_toks": 20}
     assert lm.generate_until([Instance("generate_until", {}, ("def f(x):", neutral), 0)], True) == [full]
 
@@ -320,6 +323,15 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
         with pytest.raises(ValueError, match=rf"^--gen_kwargs {other}: the longshort model decodes plain greedy"):
             check_arguments(argv[:-1] + [other])
     check_arguments(argv[:-1] + ["num_beams=1,repetition_penalty=1.0,top_p=0.9,max_gen_toks=8,until=X"])
+    # a temperature without do_sample: lm-eval's normalize_gen_kwargs turns sampling on (its hf model samples), and
+    # the run was refused only at its first generation, after the model loaded
+    from lm_eval.models.utils import normalize_gen_kwargs
+
+    assert normalize_gen_kwargs({"temperature": 0.7}, 8)["do_sample"] is True  # the reference: lm-eval's own rule
+    with pytest.raises(ValueError, match=r"^--gen_kwargs temperature=0.7 without do_sample: lm-eval's hf model "
+                                         r"samples at it, the longshort model decodes greedily only"):
+        check_arguments(argv[:-1] + ["temperature=0.7"])
+    check_arguments(argv[:-1] + ["temperature=0"])
     assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
 
 

@@ -129,8 +129,9 @@ def check_arguments(out: List[str]) -> None:
       model, a ``pretrained=`` path that is no folder;
     - when every task is the pack's, a ``--metadata`` key none of them reads (``max_seq_length`` for
       ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths);
-    - with ``--model longshort``, ``--gen_kwargs do_sample=true`` when a task of the run may generate (the model
-      decodes greedily only: it refused the first generation, after loading and any earlier task, exit 2)."""
+    - with ``--model longshort``, ``--gen_kwargs do_sample=true`` (or a temperature without it, or beams...:
+      :func:`~.model.generation.not_greedy`) when a task of the run may generate (the model decodes greedily only:
+      it refused the first generation, after loading and any earlier task, exit 2)."""
     help_only = not out or "-h" in out or "--help" in out
     if help_only or out[0] in _SUBCOMMANDS[1:]:
         return

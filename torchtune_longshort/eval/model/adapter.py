@@ -330,12 +330,7 @@ class LongShortLM(TemplateLM):
         for idxs in groups.values():
             gen_kwargs = requests[idxs[0]].args[1]
             kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
-            if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) > 0.0:
-                raise ValueError(
-                    f"generation kwargs {gen_kwargs!r}: the longshort model decodes greedily only; "
-                    "accepted: do_sample=false / temperature=0"
-                )
-            why = not_greedy(kwargs)  # beams, penalties, a minimum length: hf's generate honours them
+            why = not_greedy(kwargs)  # sampling, beams, penalties, a minimum length: hf's generate honours them
             if why:
                 raise ValueError(f"generation kwargs {gen_kwargs!r}: {why}")
             until = handle_stop_sequences(kwargs.pop("until", None), eos=self.tokenizer.token_text(self.eot_token_id))

@@ -42,6 +42,10 @@ def not_greedy(gen_kwargs: Dict[str, Any]) -> str:
     if str(kwargs.get("do_sample")).lower() in ("true", "1", "yes"):
         return (f"do_sample={kwargs['do_sample']}: the longshort model decodes greedily only (accepted: "
                 "do_sample=false, or leave it out); lm-eval's hf model samples")
+    if kwargs.get("do_sample") is None and _above_zero(kwargs.get("temperature")):
+        # lm-eval's normalize_gen_kwargs turns sampling on for a temperature without do_sample (hf samples)
+        return (f"temperature={kwargs['temperature']} without do_sample: lm-eval's hf model samples at it, the "
+                "longshort model decodes greedily only (accepted: temperature=0, or do_sample=false)")
     other = []
     for key, value in kwargs.items():
         if key in GREEDY_KWARGS:
@@ -57,6 +61,13 @@ def not_greedy(gen_kwargs: Dict[str, Any]) -> str:
     return (f"{', '.join(other)}: the longshort model decodes plain greedy, which lm-eval's hf model changes with "
             f"these (transformers' generate); accepted: {', '.join(sorted(GREEDY_KWARGS))}, and "
             + ", ".join(f"{k}={v}" for k, v in NEUTRAL_KWARGS.items()))
+
+
+def _above_zero(value: Any) -> bool:
+    try:
+        return float(value) > 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 # Prefill of a generation prompt runs in chunks of this many positions (bounds the [q, kv] mask size).
