@@ -313,8 +313,8 @@ def test_the_setup_log_says_what_data_the_run_reads(tmp_path):
     (tmp_path / "b.txt").write_text("a book")
     docs = local_text(str(tmp_path))
     assert len(list(docs())) == 4  # the records the line counts, read independently
-    batcher = DualWindowBatcher(stream_of(make_docs()), L=16, e_range=(1, "L/4"), batch_size=2)
-    said = data_summary(docs, batcher, batch_size=8, accumulation=2, world_size=2, shuffle=True)
+    batcher = DualWindowBatcher(stream_of(make_docs()), L=16, e_range=(1, "L/4"), batch_size=2, world_size=2)
+    said = data_summary(docs, batcher, accumulation=2, shuffle=True)
     assert said == (f"Data ready: local_text({str(tmp_path)!r}, 2 files), 4 records, shuffled; windows A = tokens "
                     "[0, 16) and B = [e, 16 + e), e ~ U[1, 4]; 8 sample(s) a step (2 a micro-batch x 2 accumulation "
                     "step(s) x 2 process(es))"), said

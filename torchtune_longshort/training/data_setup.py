@@ -104,12 +104,14 @@ def check_corpus_length(documents, tokenizer, need: int) -> None:
     )
 
 
-def data_summary(documents, batcher, batch_size: int, accumulation: int, world_size: int, shuffle: bool) -> str:
+def data_summary(documents, batcher, accumulation: int, shuffle: bool) -> str:
     """The run's data in one line, for the log at setup (a run said what model it built, never what it read): the
-    source (its files, and its records where it counts them), the windows and the samples a step."""
+    source (its files, and its records where it counts them), the windows and the samples a step (the batcher's
+    micro-batch and processes, times ``accumulation``)."""
     count = getattr(documents, "count", None)
     records = f", {count:,} records" if count is not None and "samples)" not in documents.description else ""
-    micro = batch_size // (accumulation * world_size)
+    micro, world_size = batcher.batch_size, batcher.world_size
+    batch_size = micro * accumulation * world_size
     return (f"Data ready: {documents.description}{records}{', shuffled' if shuffle else ''}; windows A = tokens "
             f"[0, {batcher.L}) and B = [e, {batcher.L} + e), e ~ U[{batcher.e_lo}, {batcher.e_hi}]; {batch_size} "
             f"sample(s) a step ({micro} a micro-batch x {accumulation} accumulation step(s) x {world_size} "

@@ -326,8 +326,7 @@ class RecipeSetup:
             batcher.load_state_dict(recipe_state["data"])
         else:
             check_first_sample(self._documents, self._tokenize, self.model_vocab, cfg.seq_len + batcher.e_hi + 1)
-        utils.log_rank_zero(log, data_summary(self._documents, batcher, cfg.batch_size, cfg.gradient_accumulation_steps,
-                                              self.world_size, cfg.shuffle))
+        utils.log_rank_zero(log, data_summary(self._documents, batcher, cfg.gradient_accumulation_steps, cfg.shuffle))
         self._pos_sampler, self._pos_generator = build_position_sampler(
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
             cfg.order_seed, recipe_state,
