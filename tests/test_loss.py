@@ -133,7 +133,6 @@ def test_batched_two_window_loss_equals_naive_per_suffix(e):
         assert out.num_aligned == 0 and out.misalignment.item() == 0.0
 
 
-
 def test_the_recipes_loss_step_gives_window_a_and_b_to_the_loss_as_the_naive_reference():
     """The recipe runs cat([tokens_a, tokens_b]) in one forward and unstacks it: windows swapped there (or e, or the
     labels, passed wrong) changed the misalignment silently, and no test compared a recipe step with the equations
@@ -154,6 +153,7 @@ def test_the_recipes_loss_step_gives_window_a_and_b_to_the_loss_as_the_naive_ref
     assert out.ce.item() == pytest.approx(ce_ref.item(), rel=1e-5)
     assert out.misalignment.item() == pytest.approx(mis_ref.item(), rel=1e-5)
     assert out.loss.item() == pytest.approx(loss_ref.item(), rel=1e-5)
+
 
 def naive_full_logits_loss(logits_a, logits_b, la, lb, e, alpha, b_start):
     """Naive full-logits version written from the equations (no code shared with the library)."""

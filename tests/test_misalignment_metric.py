@@ -38,13 +38,13 @@ def test_context_free_model_has_closed_form_misalignment():
     assert twice.values["sce"] == res.values["sce"]
 
 
-
 def test_suffix_lengths_are_drawn_from_both_ends_of_eq4s_inclusive_range():
     """Eq. 4 draws l1, l2 from [L/2, L] with both ends: a draw that left out L (or L/2) still passed the range check
     above. At L = 4 every one of 2, 3, 4 must come up in 60 seeded draws."""
     seqs = [torch.randint(0, 13, (6,)) for _ in range(30)]
     res = misalignment_metric(LastTokenModel(), seqs, length=4, progress=False)
     assert {l1 for l1, _ in res.pairs} == {l2 for _, l2 in res.pairs} == {2, 3, 4}
+
 
 def test_suffix_misalignment_equals_explicit_runs(tiny_llama2_dir):
     from torchtune_longshort.models import load_hf_checkpoint
