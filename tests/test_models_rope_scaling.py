@@ -235,26 +235,36 @@ def test_rope_scaled_is_instantiable_from_yaml():
                                               "method": "yarn", "max_seq_len": 64, "model": {"x": 1}}))
 
 
-def test_rope_scaled_at_its_start_length_says_the_factor_is_1(caplog):
+def test_rope_scaled_at_its_start_length_says_the_factor_is_1(caplog, monkeypatch):
     # a torchtune builder's max_seq_len written as the target (both 128): YaRN factor 128/128 = 1 scaled nothing,
-    # without a word (a walk); the inner model at its pre-trained length, or a factor given, says nothing
-    from torchtune_longshort.models import rope_scaled
+    # without a word (a walk); the inner model at its pre-trained length, or a factor given, says nothing. The config
+    # check says it naming the config's key, once a process (the build that follows in tune run says no more)
+    from torchtune_longshort.models import rope_scaled, rope_scaling
+    from torchtune_longshort.training.recipe_config.rope_node import _check_factor
 
-    def build(inner_len, **kw):
+    def said(call):
         caplog.clear()
         with caplog.at_level("WARNING", logger="torchtune_longshort.models.rope_scaling"):
-            m = rope_scaled(tiny("llama2", 1, inner_len), "yarn", TARGET, **kw)
-        return m, [r.getMessage() for r in caplog.records]
+            out = call()
+        return out, [r.getMessage() for r in caplog.records if r.name == rope_scaling.__name__]
 
-    model, said = build(TARGET)
-    assert model.rope_scaling["factor"] == 1.0
-    assert said == [f"rope_scaled: max_seq_len={TARGET} is the {TARGET} positions the scaling starts from (the inner "
-                    f"model's max_seq_len, or original_max_seq_len): yarn's default factor is {TARGET}/{TARGET} = 1, "
-                    "the RoPE unscaled; give the inner model its pre-trained length (or original_max_seq_len=<it>), "
-                    "or a factor"], said
+    def build(inner_len, **kw):
+        return said(lambda: rope_scaled(tiny("llama2", 1, inner_len), "yarn", TARGET, **kw))
+
+    unscaled = (f"max_seq_len={TARGET} is the {TARGET} positions the scaling starts from: yarn's default factor "
+                f"{TARGET}/{TARGET} = 1 leaves the RoPE unscaled; start from the pre-trained length (the inner model's "
+                "max_seq_len, or original_max_seq_len), or give a factor")
+    monkeypatch.setattr(rope_scaling, "_SAID_UNSCALED", set())
+    model, logged = build(TARGET)
+    assert model.rope_scaling["factor"] == 1.0 and logged == [unscaled], logged
     assert build(ORIG)[1] == [] and build(ORIG)[0].rope_scaling["factor"] == TARGET / ORIG
     assert build(TARGET, original_max_seq_len=ORIG)[1] == [] and build(TARGET, factor=2.0)[1] == []
     assert build(TARGET, original_max_seq_len=ORIG)[0].rope_scaling["factor"] == TARGET / ORIG
+    monkeypatch.setattr(rope_scaling, "_SAID_UNSCALED", set())
+    node = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn", "max_seq_len": TARGET,
+            "model": {"_component_": "torchtune.models.llama2.llama2", "max_seq_len": TARGET}}
+    assert said(lambda: _check_factor("model", node))[1] == [f"model.{unscaled}"]
+    assert build(TARGET)[1] == []  # the build after the config check: said once
 
 
 def test_apply_rejects_bad_input():

@@ -144,10 +144,15 @@ def scaling_start_refusal(method: Any, start: int, target: Any, trained: int, *,
                       "another start)")
 
 
+# (method, target) pairs whose factor-1 warning :func:`check_scaling_target` gave in this process
+_SAID_UNSCALED: set = set()
+
+
 def check_scaling_target(method: Any, target: Any, start: Any, factor_given: bool, target_field: str) -> None:
     """``rope_scaled``'s target ``target`` is no shorter than the ``start`` positions its scaling starts from (a
     method with a factor): the default factor ``target / start`` would be < 1, and with a factor given the scaled
-    model would cover fewer positions than it starts from. Loading a scaled checkpoint for a shorter run (its own
+    model would cover fewer positions than it starts from. At ``start`` itself, without a factor, it warns (once a
+    process) that the default factor 1 leaves the RoPE unscaled. Loading a scaled checkpoint for a shorter run (its own
     factor, fewer positions) is another thing: ``apply_rope_scaling`` takes it."""
     cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
     if cls is None or not cls.has_factor or not isinstance(start, int) or not isinstance(target, int):
@@ -157,6 +162,13 @@ def check_scaling_target(method: Any, target: Any, start: Any, factor_given: boo
                else f"the default factor {target}/{start} = {target / start:.4g} is < 1")
         raise ValueError(f"{target_field}={target} is shorter than the {start} positions the scaling starts from: "
                          f"{why}; give {target_field} >= {start} (the target length)")
+    if target == start and not factor_given and (method, target) not in _SAID_UNSCALED:
+        # a torchtune builder's max_seq_len written as the target: the RoPE stayed unscaled without a word. Said
+        # once a process: the config check names the config's keys, the build (rope_scaled) then says nothing more
+        _SAID_UNSCALED.add((method, target))
+        logger.warning("%s=%d is the %d positions the scaling starts from: %s's default factor %d/%d = 1 leaves the "
+                       "RoPE unscaled; start from the pre-trained length (the inner model's max_seq_len, or "
+                       "original_max_seq_len), or give a factor", target_field, target, start, method, target, start)
 
 
 def scaling_start(model: nn.Module, original_max_seq_len: Optional[int] = None) -> Optional[int]:
@@ -298,14 +310,7 @@ def rope_scaled(model: Any, method: str, max_seq_len: int, **kwargs) -> nn.Modul
         model = tt_config.instantiate(model)
     if kwargs.get("original_max_seq_len") is None:
         _refuse_unseen_start(model, method, max_seq_len, "rope_scaled")
-    start = scaling_start(model, kwargs.get("original_max_seq_len"))
-    check_scaling_target(method, max_seq_len, start, kwargs.get("factor") is not None, "max_seq_len")
-    cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
-    if cls is not None and cls.has_factor and kwargs.get("factor") is None and start == max_seq_len:
-        # a torchtune builder's max_seq_len written as the target: the scaled RoPE was the unscaled one, silently
-        logger.warning("rope_scaled: max_seq_len=%d is the %d positions the scaling starts from (the inner model's "
-                       "max_seq_len, or original_max_seq_len): %s's default factor is %d/%d = 1, the RoPE "
-                       "unscaled; give the inner model its pre-trained length (or original_max_seq_len=<it>), or "
-                       "a factor", max_seq_len, start, method, max_seq_len, start)
+    check_scaling_target(method, max_seq_len, scaling_start(model, kwargs.get("original_max_seq_len")),
+                         kwargs.get("factor") is not None, "max_seq_len")
     return apply_rope_scaling(model, method, max_seq_len, **kwargs)
 
