@@ -252,3 +252,29 @@ def test_a_resume_on_a_corpus_folder_that_lost_or_gained_a_file_is_refused(tmp_p
     (folder / "part3.jsonl").write_text(removed)  # a file added: 16
     with pytest.raises(ValueError, match=r"holds 16 documents now, the saved run read 12"):
         PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(state)
+
+
+def test_a_run_saved_when_hidden_files_were_read_is_refused_naming_the_change(tmp_path):
+    """Versions before 2026-12-05 read a folder's hidden files (a Jupyter ``.ipynb_checkpoints/`` copy); this one
+    leaves them out, so their saved position counts other documents: the resume was refused as 'a file added,
+    deleted or emptied since', blaming the user's untouched folder. Now it names the change and the hidden file; a
+    state this version saved resumes with the hidden file there."""
+    folder = tmp_path / "books"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    for i in range(3):
+        (folder / f"part{i}.txt").write_text(f"book {i} " * 30)
+    (folder / ".ipynb_checkpoints" / "part0-checkpoint.txt").write_text("book 0 " * 30)
+    tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=tok)
+    stream.take(300)
+    state = stream.state_dict()
+    PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(state)  # this version's: resumed
+    old = {**{k: v for k, v in state.items() if k != "reading"}, "documents": 4}  # the hidden copy was read
+    with pytest.raises(ValueError, match=r"^cannot resume: this run was saved by an earlier torchtune_longshort, "
+                                         r"which read a folder's hidden files too \(1 here, first: .*"
+                                         r"part0-checkpoint\.txt; this version leaves them out\): dataset "
+                                         r"local_text\(.*would land on other text"):
+        PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(old)
+    (folder / ".ipynb_checkpoints" / "part0-checkpoint.txt").unlink()  # no hidden file: the count decides
+    with pytest.raises(ValueError, match=r"holds 3 documents now, the saved run read 4"):
+        PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(old)

@@ -57,10 +57,13 @@ class _Source:
     files it reads, where it reads whole files (the recipe warns when validation and training share one); ``count``:
     its number of documents where it can read any of them without reading those before (random access: a map-style
     dataset, the stdlib's files), ``read`` then taking the indices to read, in that order (:meth:`from_index`, which
-    a resumed stream uses, and :meth:`in_order`, which a shuffled stream uses)."""
+    a resumed stream uses, and :meth:`in_order`, which a shuffled stream uses). ``earlier_reading``: how versions
+    before the data state's ``reading`` mark (:data:`~.dual_window.DATA_READING`) read this source otherwise (a
+    clause after "which"), so that a resume of a run they saved is refused naming the change, not the user's data."""
 
     def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
-                 count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None):
+                 count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None,
+                 earlier_reading: Optional[str] = None):
         if (count is None) != (read is None):
             raise ValueError("a source with random access gives both count and read")
         self._fn = fn
@@ -69,6 +72,7 @@ class _Source:
         self.files = None if files is None else tuple(files)
         self.count = count
         self.where = current_names().where
+        self.earlier_reading = earlier_reading
 
     def __call__(self) -> Iterator[str]:
         return self._reading(self._fn())
@@ -168,7 +172,8 @@ def local_text(
     check_not_saved_dataset(path, names("path"), names.where)
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
     left_out: List[Path] = []  # from resolve_files' own walk: a folder of many files is walked once
-    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"), left_out)
+    hidden: List[Path] = []
+    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"), left_out, hidden)
     _warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], left_out, names)
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
@@ -205,7 +210,10 @@ def local_text(
                     names("path"), path, len(bad), names.turned_on("skip_bad_records"), bad[0])
     if len(files_at) == len(bad):
         raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read)")
-    return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read)
+    earlier = (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
+               "them out)" if hidden else None)
+    return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
+                   earlier_reading=earlier)
 
 
 def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
@@ -257,8 +265,10 @@ def hf_text(
     names = current_names()
     section = names.where
     files = named_files({"data_files": data_files, "split": split}, section)
+    earlier = None
     if "sample_by" not in load_dataset_kwargs and _text_builder(source):
         load_dataset_kwargs = {**load_dataset_kwargs, "sample_by": "document"}
+        earlier = "read text files one record a line (this version reads each whole, one document a file)"
 
     def open_ds():
         from datasets import load_dataset
@@ -296,7 +306,8 @@ def hf_text(
                 text = SkippedRecord(str(e))
             yield text
 
-    src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})")
+    src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})",
+                  earlier_reading=earlier)
     if check_first:
         try:
             check_first_readable(src(), f"{section} {source!r} split {split!r}")

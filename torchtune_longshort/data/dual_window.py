@@ -30,6 +30,11 @@ from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.text_files import SkippedRecord
 from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range, slice_windows, validate_window_length
 
+# The data state's "reading" mark: 2 since 2026-12-05, when local_text left a folder's hidden files out and hf_text
+# read text files whole; a state without it (1) counts documents as the sources read them before (their
+# ``earlier_reading``), so its position would land on other text where a source reads otherwise now.
+DATA_READING = 2
+
 Document = Union[str, Sequence[int]]
 
 
@@ -91,12 +96,23 @@ class PackedTokenStream:
             "shuffle_seed": self.shuffle_seed,
             # a source with random access: how many documents it held, so that a resume on other data is refused
             "documents": getattr(self._documents, "count", None),
+            "reading": DATA_READING,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("shuffle_seed") != self.shuffle_seed:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
+        earlier = getattr(self._documents, "earlier_reading", None)
+        if earlier and state.get("reading", 1) < DATA_READING:
+            # the position counts documents as the saving version read them: here it lands on others (or past the
+            # end, refused as if the data had changed, blaming the user's files)
+            source = getattr(self._documents, "description", repr(self._documents))
+            raise ValueError(
+                f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: "
+                f"{getattr(self._documents, 'where', 'dataset')} {source} is not read as the run read it, and its "
+                f"saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on other "
+                "text. Finish this run with the version that started it, or start a new run in another output_dir")
         saved, count = state.get("documents"), getattr(self._documents, "count", None)
         if saved is not None and count is not None and saved != count:
             # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on

@@ -100,19 +100,24 @@ def check_first_readable(documents: Iterable[Any], what: str) -> None:
 
 
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
-                  setting: str, left_out: Optional[List[Path]] = None) -> List[Path]:
+                  setting: str, left_out: Optional[List[Path]] = None,
+                  hidden: Optional[List[Path]] = None) -> List[Path]:
     """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
     one of ``suffixes`` (recursively, sorted), hidden ones left out as ``datasets`` leaves them (a Jupyter
     ``.ipynb_checkpoints/`` copy of a file was read as a second document; :func:`in_hidden`); a glob for its matches
     (sorted). ``setting`` names the option in messages. ``left_out``, given, gets the folders' other (not hidden)
-    files, sorted, from the same walk. Raises ``FileNotFoundError`` for an entry that names nothing and for a folder
-    without such files."""
+    files, sorted, from the same walk; ``hidden``, given, the hidden files it leaves out that end in one of
+    ``suffixes`` (versions before 2026-12-05 read them). Raises ``FileNotFoundError`` for an entry that names
+    nothing and for a folder without such files."""
     entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
     files: List[Path] = []
     for entry in entries:
         p = Path(entry).expanduser()
         if p.is_dir():
-            walked = sorted(f for f in p.rglob("*") if f.is_file() and not in_hidden(f, p))
+            walked = sorted(f for f in p.rglob("*") if f.is_file())
+            if hidden is not None:
+                hidden += [f for f in walked if f.suffix in suffixes and in_hidden(f, p)]
+            walked = [f for f in walked if not in_hidden(f, p)]
             found = [f for f in walked if f.suffix in suffixes]
             if left_out is not None:
                 left_out += [f for f in walked if f.suffix not in suffixes]
