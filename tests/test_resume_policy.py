@@ -304,6 +304,44 @@ def test_a_gpu_runs_cuda_generator_is_saved_and_put_back(monkeypatch):
     assert cuda["state"].tolist() == [7, 7] and set(rng_states()) == {"torch_rng", "cuda_rng"}
 
 
+def test_a_resume_of_a_state_saved_with_the_earlier_position_draw_says_its_positions_change():
+    """Versions before 2026-12-05 drew a micro-batch's PoSE / random_pos ids every window A, then every B (the
+    reference below); this one draws sample by sample. The same generator state then gives 2 samples other ids, so
+    a run they saved resumed with other losses than it would have had (2e-4 at the next step), without a word. A
+    state saved now carries the draw's mark; one without it, with 2+ samples a micro-batch, gets one line; one
+    sample draws alike both ways, and says nothing."""
+    import torch
+
+    from torchtune_longshort.rope import PoSEPositions
+    from torchtune_longshort.training.data_setup import earlier_position_draw, window_positions
+    from torchtune_longshort.training.recipe_checkpoints import training_state
+
+    class Batcher:
+        def state_dict(self):
+            return {}
+
+    sampler = PoSEPositions(target_len=512)
+
+    def earlier(rows):  # the earlier versions' draw
+        return sampler.sample(2 * rows, 64, generator=torch.Generator().manual_seed(3))
+
+    for rows, alike in ((1, True), (2, False)):
+        now = window_positions(sampler, torch.Generator().manual_seed(3), rows, 64, 0, 1)
+        assert torch.equal(now, earlier(rows)) is alike, rows
+    gen = torch.Generator().manual_seed(3)
+    saved = training_state(4, {}, None, Batcher(), {"position_generator": gen}, {})
+    assert earlier_position_draw(saved, sampler, 2) is None  # saved by this version
+    old = {k: v for k, v in saved.items() if k != "position_draw"}
+    said = earlier_position_draw(old, sampler, 2)
+    assert said is not None and said.startswith("resume: step 4 was saved by an earlier torchtune_longshort, which "
+                                                "drew a micro-batch's position ids (position_sampler) every window A, "
+                                                "then every B"), said
+    assert "from step 5 on the samples get other positions" in said, said
+    assert earlier_position_draw(old, sampler, 1) is None  # one sample: drawn alike
+    assert earlier_position_draw(old, None, 2) is None  # no sampler
+    assert earlier_position_draw({**old, "position_generator": None}, sampler, 2) is None  # saved without one
+
+
 def test_an_interrupted_train_gives_its_folder_back_so_the_same_process_resumes(tmp_path, sp_tokenizer_dir,
                                                                                 monkeypatch):
     """A notebook: Ctrl-C inside ``train()`` kept the output folder's lock, and every later run in that process was

@@ -142,6 +142,29 @@ def build_position_sampler(
     return sampler, gen
 
 
+# The recipe state's mark of :func:`window_positions`' draw order (since 2026-12-05: sample by sample); a state
+# without it was saved by a version that drew a micro-batch's every window A, then every B.
+POSITION_DRAW = "per_sample"
+
+
+def earlier_position_draw(recipe_state: Optional[Dict[str, Any]], sampler: Any, global_rows: int) -> Optional[str]:
+    """One line for the log when a run resumed from ``recipe_state`` with a position sampler was saved by a version
+    that drew its position ids in another order (no :data:`POSITION_DRAW` mark) and the order matters (``global_rows``,
+    the samples of a micro-batch over all processes, is 2 or more): from here on its samples get other positions
+    than that version would have given them, so its losses leave the uninterrupted run's (they did without a word).
+    ``None`` otherwise."""
+    if sampler is None or not recipe_state or recipe_state.get("position_generator") is None:
+        return None
+    if recipe_state.get("position_draw") == POSITION_DRAW or global_rows < 2:
+        return None
+    step = recipe_state.get("step")
+    return (f"resume: step {step} was saved by an earlier torchtune_longshort, which drew a micro-batch's position "
+            "ids (position_sampler) every window A, then every B; this version draws them sample by sample, so "
+            f"from step {step + 1 if isinstance(step, int) else '?'} on the samples get other positions, and other "
+            "losses, than that version would have continued with (the run goes on; to continue it exactly, finish it "
+            "with the version that started it)")
+
+
 def window_positions(sampler, generator: torch.Generator, rows: int, seq_len: int, rank: int,
                      world_size: int) -> torch.Tensor:
     """Position ids ``[2 rows, seq_len]`` for this rank's ``rows`` samples, windows A then B: drawn for the global

@@ -26,6 +26,7 @@ from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.hf_rope import native_positions
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
 from torchtune_longshort.training.checkpointing import StepCheckpoints, atomic_torch_save, staged_state_path
+from torchtune_longshort.training.data_setup import POSITION_DRAW
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 from torchtune_longshort.training.recipe_config import RecipeConfig
 
@@ -176,5 +177,6 @@ def training_state(step: int, optimizer_sd, lr_scheduler, batcher, generators: D
         **rng_states(),  # torch_rng, and cuda_rng on a GPU
         "rank_rngs": rank_rngs,  # several processes: each rank's (devices.rank_rng_states)
         **{k: g.get_state() if g is not None else None for k, g in generators.items()},  # position, rope
+        "position_draw": POSITION_DRAW,  # the order window_positions draws in (earlier_position_draw)
         "config": run_config,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -35,7 +36,7 @@ from torchtune_longshort.training.tiled_mlp import tile_mlps
 from torchtune_longshort.training.cpu_allocator import cpu_notes
 from torchtune_longshort.training.data_setup import (
     build_documents, build_position_sampler, check_corpus_length, check_first_sample, check_shuffle_source,
-    data_summary, validation_sequences,
+    data_summary, earlier_position_draw, validation_sequences,
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import rope_generator, start_learned_rope
@@ -331,6 +332,9 @@ class RecipeSetup:
             cfg.position_sampler.node() if cfg.position_sampler else None, getattr(self._model, "max_seq_len", None),
             cfg.order_seed, recipe_state,
         )
+        earlier = earlier_position_draw(recipe_state, self._pos_sampler, self.micro_batch * self.world_size)
+        if earlier:
+            utils.log_rank_zero(log, earlier, level=logging.WARNING)
         return batcher
 
     def release_output_dir(self, discard: bool = False) -> None:
