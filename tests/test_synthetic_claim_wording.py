@@ -98,7 +98,7 @@ def test_a_quick_claim_says_so_in_its_own_entry_after_a_full_run_keeps_it():
 def test_a_quick_claim_of_a_summary_written_before_its_entry_said_so_reads_its_figures_record():
     # summary.json files written before claims carried "quick" record it per figure (meta.figures, kept with the
     # claim by a later command); the line read only meta.quick, the later full command's: "claim held" as decided
-    from torchtune_longshort.synthetic.claims import QUICK_VERDICT, claim_lines
+    from torchtune_longshort.synthetic.claims import QUICK_VERDICT, claim_lines, keep_earlier_figures
 
     s = summarize_claims(_figs(), BASE)
     assert "quick" not in s["mean_nope_flat"]
@@ -106,6 +106,12 @@ def test_a_quick_claim_of_a_summary_written_before_its_entry_said_so_reads_its_f
     assert claim_lines(s, ["1a", "1b"]) == [
         f"claim held: {CLAIM_STATEMENTS['mean_nope_flat']}{QUICK_VERDICT}",
         f"claim held: {CLAIM_STATEMENTS['length_rises_for_every_pe']}"]
+    # a later command keeping such a claim writes its entry with "quick" as the docs say each quick entry has it
+    later = {**summarize_claims({"1c": _figs()["1c"]}, BASE), "scalar_misalignment": {},
+             "meta": {"quick": False, "figures": {"1c": {"quick": False}}}}
+    assert keep_earlier_figures(later, s, ["1c"]) == ["1a", "1b"]
+    assert later["mean_nope_flat"]["quick"] is True and later["mean_nope_flat"]["held"] is True
+    assert "quick" not in later["length_rises_for_every_pe"]
 
 
 def test_the_docs_claim_table_uses_the_same_words():

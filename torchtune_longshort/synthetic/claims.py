@@ -225,13 +225,19 @@ def figure_records(summary: Dict) -> Dict[str, Dict]:
 def keep_earlier_figures(summary: Dict, earlier: Dict, names) -> List[str]:
     """Into ``summary`` (this command's figures ``names``), the claims, misalignment entries and records of the
     figures an ``earlier`` summary.json of the same folder holds and this command did not redraw: their CSVs and
-    PNGs stay in the folder, so their numbers and records stay in its summary. Returns those figures."""
+    PNGs stay in the folder, so their numbers and records stay in its summary; a kept claim decided by a
+    ``--quick`` run whose entry does not say so (a summary.json written before entries did) gets ``"quick": true``
+    from its figure's record. Returns those figures."""
     kept = [n for n in figure_records(earlier) if n not in names]
     for n in kept:
         summary["meta"]["figures"][n] = figure_records(earlier)[n]
         claim = CLAIMS_OF_FIGURE.get(n)
         if claim in earlier:
-            summary[claim] = earlier[claim]
+            summary[claim] = entry = earlier[claim]
+            quick = summary["meta"]["figures"][n].get("quick")
+            if quick and isinstance(entry, dict) and "held" in entry and "quick" not in entry:
+                # written before entries said it themselves: the kept entry says it now
+                summary[claim] = {"claim": entry.get("claim"), "quick": True, **entry}
         fits = {k: v for k, v in ((earlier.get(FITS) or {}).get("fits") or {}).items() if k.split(": ")[0] == n}
         if fits:
             summary.setdefault(FITS, {k: v for k, v in earlier[FITS].items() if k != "fits"})
