@@ -104,6 +104,26 @@ def test_limit_is_printed_as_lm_eval_reads_it(tmp_path):
         assert summary["runs"][str(limit)]["limit"] == (1 if limit == 1.0 else limit)
 
 
+def test_a_longshort_run_made_with_gen_kwargs_it_cannot_honour_is_marked_as_greedy(tmp_path):
+    """Versions before 2026-12-05 ran the longshort model with --gen_kwargs num_beams=4 (or sampling) as plain greedy
+    without a word; this one refuses them, but a report of results they wrote showed those scores as asked. Now one
+    line names the run and its gen_kwargs; neutral ones, and the hf model (which honours them), get none."""
+    runs = {}
+    for name, model, kwargs in (("beams", "longshort", {"num_beams": 4}), ("plain", "longshort", {"num_beams": 1}),
+                                ("hf", "hf", {"num_beams": 4})):
+        f = _lm_eval_file(tmp_path / name / f"results_{D1}.json", model=model)
+        data = json.loads(f.read_text())
+        data["config"]["gen_kwargs"] = kwargs
+        f.write_text(json.dumps(data))
+        runs[name] = f.parent
+    summary = build_report(list(runs.values()), tmp_path / "rep", allow_mixed=True)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert ("`beams` asked --gen_kwargs num_beams=4, which the longshort model does not decode with (it decodes plain "
+            "greedy): versions before 2026-12-05 ran its generation tasks greedy without a word") in md, md
+    assert "`plain` asked" not in md and "`hf` asked" not in md
+    assert summary["runs"]["beams"]["gen_kwargs"] == {"num_beams": 4}
+
+
 def test_a_missing_curve_is_given_its_reason(tmp_path):
     """The report blamed the model ("returned no per-token log-probabilities") for a longshort run that only lacked
     --log_samples, and for one whose few-shot context made the task leave the per-token values out."""

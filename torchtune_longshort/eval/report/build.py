@@ -49,6 +49,7 @@ from torchtune_longshort.eval.report.results_io import (
     metric_length,
     predict_only_tasks,
 )
+from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.report.run_files import run_label
 from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
@@ -213,6 +214,13 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     run_notes += [f"`{name}` / `{task}`: --limit left without a document {', '.join(cells)} (no value of them "
                   "below; a larger --limit, at least the task's number of cells, runs each)"
                   for name, tasks in left_out.items() for task, cells in tasks.items()]
+    # the longshort model of versions before 2026-12-05 ran gen_kwargs it cannot honour as plain greedy, unsaid
+    run_notes += [f"`{name}` asked --gen_kwargs {', '.join(f'{k}={v}' for k, v in info['gen_kwargs'].items())}, "
+                  "which the longshort model does not decode with (it decodes plain greedy): versions before "
+                  "2026-12-05 ran its generation tasks greedy without a word (this one refuses them), so their "
+                  "scores below are greedy's; evaluate it again without them, or with --model hf"
+                  for name, info in infos.items()
+                  if info.get("model") == "longshort" and not_greedy(info.get("gen_kwargs") or {})]
     coverage = {name: group_coverage(runs[name], load_group_subtasks(d)) for name, d in zip(names, results_dirs)}
     sections, summary = family_tables(runs, coverage, not_scored)
     if left_out:

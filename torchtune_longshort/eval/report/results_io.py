@@ -235,16 +235,18 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
     as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task), and
     the tasks none of whose samples was scored (``unscored``: each counted in ``not_scored``, e.g. the misalignment
-    task under ``hf``, whose one placeholder row stands for the whole task, or a task without data)."""
+    task under ``hf``, whose one placeholder row stands for the whole task, or a task without data), and the
+    ``--gen_kwargs`` it ran with (``gen_kwargs``)."""
     files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
     shots: Dict[str, Any] = {}
-    limit, dtype, device, chat = None, None, None, set()
+    limit, dtype, device, chat, gen_kwargs = None, None, None, set(), {}
     latest: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for f in files:
         data = json_file(f)
         config = data.get("config") or {}
+        gen_kwargs = config.get("gen_kwargs") if isinstance(config.get("gen_kwargs"), dict) else gen_kwargs
         limit = lm_eval_limit(config.get("limit", limit))
         dtype = config.get("model_dtype") or dtype
         device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
@@ -264,7 +266,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "unscored": unscored,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
-            "chat_template": sorted(chat), "subset": subsets}
+            "chat_template": sorted(chat), "subset": subsets, "gen_kwargs": gen_kwargs}
 
 
 def samples_subsets(results_dir: Path, latest: Mapping[str, Tuple[Dict[str, Any], List[str]]]) -> Dict[str, Any]:
