@@ -275,6 +275,8 @@ def test_a_run_saved_when_hidden_files_were_read_is_refused_naming_the_change(tm
                                          r"part0-checkpoint\.txt; this version leaves them out\): dataset "
                                          r"local_text\(.*would land on other text"):
         PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(old)
+    (folder / ".ipynb_checkpoints" / "part0-checkpoint.txt").write_text(" \n")  # no document in it: the same data
+    PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict({**old, "documents": 3})
     (folder / ".ipynb_checkpoints" / "part0-checkpoint.txt").unlink()  # no hidden file: the count decides
     with pytest.raises(ValueError, match=r"holds 3 documents now, the saved run read 4"):
         PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(old)

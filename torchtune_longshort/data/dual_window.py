@@ -104,16 +104,17 @@ class PackedTokenStream:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
         earlier = getattr(self._documents, "earlier_reading", None)
-        if earlier and state.get("reading", 1) < DATA_READING:
+        saved, count = state.get("documents"), getattr(self._documents, "count", None)
+        if earlier and state.get("reading", 1) < DATA_READING and (saved is None or saved != count):
             # the position counts documents as the saving version read them: here it lands on others (or past the
-            # end, refused as if the data had changed, blaming the user's files)
+            # end, refused as if the data had changed, blaming the user's files); the same count (hidden files
+            # that held no document) is the same data
             source = getattr(self._documents, "description", repr(self._documents))
             raise ValueError(
                 f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: "
                 f"{getattr(self._documents, 'where', 'dataset')} {source} is not read as the run read it, and its "
                 f"saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on other "
                 "text. Finish this run with the version that started it, or start a new run in another output_dir")
-        saved, count = state.get("documents"), getattr(self._documents, "count", None)
         if saved is not None and count is not None and saved != count:
             # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on
             # others (the resume trained on shifted data without a word)
