@@ -20,11 +20,13 @@ the steps it runs; the JSON records every part's actual seconds, so the plan can
   packages: a part whose package does not import says so in its row).
 
 ``--budget S`` runs the parts in that order while the planned time of the next one fits in what is left (a part that
-would not fit is skipped and listed as such); a budget smaller than every part's plan is refused before anything
-runs. Each part's result is written as soon as it ends, so a command stopped at its time limit still returns the
-parts that finished. A part that fails (out of memory, a missing package) is recorded with its error and the
-suite goes on. The real-model parts (``recipe_smollm2``, ``eval_smollm2``) run only when named, with SmolLM2
-converted on the machine (``docs/real_model.md``).
+would not fit is skipped and listed as such); a budget smaller than every part's plan is refused before anything runs,
+as is a size no part could run with (a budget, ``--peak-tflops``, ``--eval-rounds``, ``--eval-layers`` or
+``--longest-8b-gb`` not above 0, a negative ``--longest-chunks``, a ``--memory-points`` file that is not there). Each
+part's result is written as soon as it ends, so a command stopped at its time limit still returns the parts that
+finished. A part that fails (out of memory, a missing package) is recorded with its error and the suite goes on. The
+real-model parts (``recipe_smollm2``, ``eval_smollm2``) run only when named, with SmolLM2 converted on the machine
+(``docs/real_model.md``).
 """
 
 from __future__ import annotations
@@ -83,6 +85,22 @@ def plan(parts, budget, longest_8b_gb: float = 40, longest_steps: int = 2):
     return planned, None
 
 
+def arg_refusal(args):
+    """A one-line refusal of a size the parts could not run with (``None`` when all are sound): checked before any
+    part runs, so a bad value is not met only by the part that reads it, after the earlier parts spent their time
+    (``--peak-tflops -3`` gave a negative MFU, ``--eval-rounds 0`` failed the eval part after the others ran)."""
+    positive = {"--budget": args.budget, "--peak-tflops": args.peak_tflops, "--longest-8b-gb": args.longest_8b_gb,
+                "--eval-layers": args.eval_layers, "--eval-rounds": args.eval_rounds}
+    for flag, value in positive.items():
+        if value is not None and not value > 0:
+            return f"{flag} {value:g}: must be above 0"
+    if args.longest_chunks < 0:
+        return f"--longest-chunks {args.longest_chunks}: must be 0 (bounded chunks) or a positive chunk count"
+    if args.memory_points is not None and not Path(args.memory_points).is_file():
+        return f"--memory-points {args.memory_points}: no such file; pass a points JSON (benchmarks/memory_model.py)"
+    return None
+
+
 def _write(out: Path, report: dict, md: list) -> None:
     (out / "gpu_suite.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "gpu_suite.md").write_text("\n".join(md) + "\n")
@@ -129,6 +147,9 @@ def main(argv=None) -> int:
                     help="longest parts: the predicted window and 1.25x it (2), or the predicted window only (1)")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
     args = ap.parse_args(argv)
+    refusal = arg_refusal(args)
+    if refusal:
+        ap.error(refusal)
     parts = args.parts or list(SMOKE_PARTS if args.smoke else DEFAULT_PARTS)
     if args.smoke and set(parts) - set(SMOKE_PARTS):
         ap.error(f"--smoke runs {', '.join(SMOKE_PARTS)} only: the real-model parts need a GPU")

@@ -32,6 +32,28 @@ def test_budget_smaller_than_every_part_is_refused_with_the_plan(tmp_path):
     assert not (tmp_path / "out").exists()  # refused before anything ran or was written
 
 
+@pytest.mark.parametrize("args, flag", [
+    (["--budget", "-5"], "--budget -5: must be above 0"),
+    (["--peak-tflops", "-3"], "--peak-tflops -3: must be above 0"),
+    (["--eval-rounds", "0"], "--eval-rounds 0: must be above 0"),
+    (["--eval-layers", "-1"], "--eval-layers -1: must be above 0"),
+    (["--longest-8b-gb", "0"], "--longest-8b-gb 0: must be above 0"),
+    (["--longest-chunks", "-2"], "--longest-chunks -2: must be 0"),
+    (["--memory-points", "no_such.json"], "--memory-points no_such.json: no such file"),
+], ids=["budget", "peak_tflops", "eval_rounds", "eval_layers", "longest_8b_gb", "longest_chunks", "memory_points"])
+def test_a_size_no_part_could_run_with_is_refused_before_any_part(args, flag, tmp_path, capsys):
+    """Each was accepted and met only by the part that reads it, after the earlier parts ran (``--peak-tflops -3``
+    printed a negative MFU); now refused in one line before anything runs or is written."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_suite
+
+    with pytest.raises(SystemExit) as exit_:
+        gpu_suite.main(["--smoke", "--parts", "loss", "--out", str(tmp_path / "out"), *args])
+    assert exit_.value.code == 2
+    assert flag in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
+
+
 def test_budget_skips_the_parts_that_no_longer_fit():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import gpu_suite
