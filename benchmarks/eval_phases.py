@@ -55,7 +55,7 @@ def _worker(model: str, keep: bool, a: dict, q) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint_dir", required=True)
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))

@@ -26,7 +26,7 @@ from torchtune_longshort.eval.model.scoring import score_continuations  # noqa: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint_dir", required=True)
     p.add_argument("--points", default="256x8,256x32,1024x4,1024x16", help="LENGTHxROWS,...")
     a = p.parse_args()

@@ -30,7 +30,7 @@ def _once(code: str, args: list) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     from torchtune_longshort.models.gguf import pypi_model

@@ -117,7 +117,7 @@ def _make_checkpoint(tmp: Path, vocab: int, positions: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint_dir")
     ap.add_argument("--tokenizer")
     ap.add_argument("--lengths", default="1024,4096,8192")

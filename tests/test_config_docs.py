@@ -114,3 +114,23 @@ def test_a_figures_command_in_the_docs_keeps_every_method_its_report_holds():
             if held - set(found[1].split(",")):
                 bad.append(f"{doc}:{line}: --methods {found[1]} leaves out {sorted(held - set(found[1].split(',')))}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_benchmark_help_gives_its_docstrings_first_paragraph_whole():
+    """``--help`` of attention_layout, eval_phases, eval_row_memory and eval_startup ended mid-sentence ("... hands
+    them over (multi-head attention, the"): their description was the docstring's first line, not its first
+    paragraph. The description each parser is given, evaluated on the script's own docstring (read with ``ast``)."""
+    import ast
+
+    bad = []
+    for script in sorted((REPO / "benchmarks").glob("*.py")):
+        tree = ast.parse(script.read_text())
+        doc = ast.get_docstring(tree, clean=False) or ""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "ArgumentParser":
+                for kw in node.keywords:
+                    if kw.arg == "description":
+                        text = eval(compile(ast.Expression(kw.value), str(script), "eval"), {"__doc__": doc})
+                        if doc.split("\n\n")[0].strip() not in text:
+                            bad.append(f"{script.name}: --help reads {text[-40:]!r}")
+    assert not bad, "\n".join(bad)
