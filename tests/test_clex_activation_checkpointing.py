@@ -186,3 +186,20 @@ def test_recipe_trains_clex_with_activation_checkpointing(tmp_path, tiny_llama2_
     assert [s for s, _ in plain] == [1, 2]
     assert [s for s, _ in ckpt] == [1, 2]
     assert [loss for _, loss in ckpt] == pytest.approx([loss for _, loss in plain], rel=1e-5)
+
+
+def test_the_clex_cost_benchmark_runs_through_a_step_that_draws_t_1(capsys):
+    """benchmarks/rope_clex_cost.py draws t in [1, t_max] as training does; at t = 1 ``inv_freq_at`` returns the base
+    frequencies with no graph, and the ODE row's ``backward()`` raised "element 0 of tensors does not require grad"
+    (the second of ``--steps 2 --t-max 8``'s draws). Seeded: t_max 2 draws 1 within these three steps."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import rope_clex_cost
+
+    rope_clex_cost.main(["--steps", "2", "--dim", "64", "--layers", "1", "--seq", "16", "--t-max", "2"])
+    out = capsys.readouterr().out
+    drawn = json.loads(out.split("uniformly in [1, 2]: ")[1].split(")")[0])
+    assert "CLEX ODE solve + backward only" in out and 1 in drawn
