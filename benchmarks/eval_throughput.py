@@ -22,10 +22,14 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
 
 
 def _texts(tokenizer_dir: str, length: int, n: int):
@@ -99,10 +103,62 @@ def measure(lm, workload: str, cfg: dict) -> dict:
 
 
 def _worker(model: str, workload: str, cfg: dict, q) -> None:
+    try:
+        import torch
+
+        torch.set_num_threads(cfg["threads"])
+        q.put({"model": model, **measure(make_lm(model, cfg), workload, cfg)})
+    except BaseException as err:  # the parent waits on the queue: tell it, or it waits for ever
+        line = (str(err).strip().splitlines() or [""])[0]
+        q.put({"model": model, "error": f"{type(err).__name__}: {line}"})
+        raise
+
+
+def _receive(q, p) -> dict:
+    """The worker's result, or ``{"error": ...}`` when it died without one (killed, out of memory): a bare
+    ``q.get()`` waited for ever on a child that had already failed."""
+    while True:
+        try:
+            return q.get(timeout=2)
+        except queue.Empty:
+            if not p.is_alive():
+                try:
+                    return q.get(timeout=2)
+                except queue.Empty:
+                    return {"error": f"the process exited with code {p.exitcode} and no result"}
+
+
+def _refusal(args):
+    """One line naming the first option no run could use (``None`` when all are sound), before any work."""
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+    except ValueError:
+        return f"--lengths {args.lengths!r}: comma-separated token counts, such as 1024,4096"
+    if min(lengths) < 1:
+        return f"--lengths {args.lengths}: each at least 1 token"
+    for flag in ("num_seqs", "batch_size", "rounds", "threads", "vocab", "gen_prompt_len", "gen_tokens"):
+        if getattr(args, flag) < 1:
+            return f"--{flag} {getattr(args, flag)}: at least 1"
+    if args.gen_prompts < 0:
+        return f"--gen_prompts {args.gen_prompts}: 0 (no generation workload) or more"
+    if args.memory_rounds is not None and not 1 <= args.memory_rounds:
+        return f"--memory_rounds {args.memory_rounds}: at least 1 round measures memory"
+    for flag in ("checkpoint_dir", "tokenizer"):
+        if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
+            return f"--{flag} {getattr(args, flag)}: no such folder; pass a Hugging Face checkpoint folder"
+    if args.out.is_dir():
+        return f"--out {args.out}: a folder; pass the JSON file to write, such as {args.out / 'eval_throughput.json'}"
     import torch
 
-    torch.set_num_threads(cfg["threads"])
-    q.put({"model": model, **measure(make_lm(model, cfg), workload, cfg)})
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        return f"--device {args.device!r}: not a torch device; use cpu or cuda[:N]"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return f"--device {args.device}: no CUDA device here; use --device cpu"
+    if device.type not in ("cpu", "cuda"):
+        return f"--device {args.device}: cpu or cuda[:N]"
+    return None
 
 
 def _make_checkpoint(tmp: Path, vocab: int, positions: int):
@@ -116,7 +172,7 @@ def _make_checkpoint(tmp: Path, vocab: int, positions: int):
     return str(ckpt), str(tmp / "tok")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint_dir")
     ap.add_argument("--tokenizer")
@@ -133,14 +189,23 @@ def main() -> None:
                     help="measure peak memory in the first N rounds only (default: every round); the memory pass "
                     "replays allocator events and is the slowest of the three on a CPU")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/eval_throughput.json"))
-    args = ap.parse_args()
-    if args.memory_rounds is not None and not 1 <= args.memory_rounds:
-        ap.error(f"--memory_rounds {args.memory_rounds}: at least 1 round measures memory")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "eval_throughput.json",
+                    help="the JSON written (default: benchmarks/results/eval_throughput.json beside this script)")
+    args = ap.parse_args(argv)
+    refusal = _refusal(args)
+    if refusal:
+        ap.error(refusal)
     lengths = [int(x) for x in args.lengths.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="eval_tp_"))
+    try:
+        _run(args, lengths, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the generated checkpoint and tokenizer, ours alone
+
+
+def _run(args, lengths, tmp: Path) -> None:
     positions = max(lengths + [args.gen_prompt_len + args.gen_tokens])
     ckpt, tok = ((args.checkpoint_dir, args.tokenizer or args.checkpoint_dir) if args.checkpoint_dir
                  else _make_checkpoint(tmp, args.vocab, max(4096, positions)))
@@ -159,8 +224,10 @@ def main() -> None:
                 run_cfg = {**cfg, "memory": args.memory_rounds is None or r < args.memory_rounds}
                 p = ctx.Process(target=_worker, args=(model, workload, run_cfg, q))
                 p.start()
-                res = q.get()
+                res = _receive(q, p)
                 p.join()
+                if "error" in res:  # a ratio needs both models: stop, in one line, with what failed
+                    sys.exit(f"eval_throughput: {model} on {workload} (round {r + 1}) failed: {res['error']}")
                 runs.setdefault((model, workload), []).append(res)
                 print(f"  round {r + 1} {model:4s} {workload:9s} {res['tokens_per_s']:10.1f} tok/s  "
                       f"peak {res['peak_mib']:8.1f} MiB", file=sys.stderr)
@@ -191,8 +258,8 @@ def main() -> None:
 
     args.out.write_text(json.dumps({"config": {k: v for k, v in cfg.items()}, "rows": table,
                                     "provenance": provenance(device=cfg["device"])}, indent=2, default=str))
-    print(f"\nwrote {args.out} (memory = {rows[0]['memory']}, above the loaded model; {args.threads} threads; "
-          "gen 'max rel d' = 1 if any generation differs)")
+    print(f"\nwrote {args.out} (speed x, mem x: ours / hf; memory = {rows[0]['memory']}, above the loaded model; "
+          f"{args.threads} threads; gen 'max rel d' = 1 if any generation differs)")
 
 
 if __name__ == "__main__":
