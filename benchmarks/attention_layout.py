@@ -172,7 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--backward", action="store_true", help="also time forward + backward (training's attention)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/attention_layout.json"))
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "attention_layout.json",
+                    help="the JSON written (default: benchmarks/results/attention_layout.json beside this script)")
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.lengths.split(",")]
@@ -180,6 +181,19 @@ def main(argv=None) -> int:
         ap.error(f"--lengths {args.lengths!r}: comma-separated token counts, such as 1024,2048")
     if min(lengths) < 1 or args.reps < 1:
         ap.error("--lengths and --reps: at least 1")
+    if args.heads < 1 or args.head_dim < 1:
+        ap.error(f"--heads {args.heads} --head-dim {args.head_dim}: each at least 1")
+    if args.out.is_dir():
+        ap.error(f"--out {args.out}: a folder; pass the JSON file to write, such as "
+                 f"{args.out / 'attention_layout.json'}")
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        ap.error(f"--device {args.device!r}: not a torch device; use cpu or cuda[:N]")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: no CUDA device here; use --device cpu")
     rows = measure(lengths, args.heads, args.head_dim, args.device, args.dtype, args.reps, args.backward,
                    log=lambda s: print(s, file=sys.stderr))
     print(markdown(rows))

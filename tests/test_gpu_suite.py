@@ -228,6 +228,26 @@ def test_contiguous_kv_hands_sdpa_hfs_layout_and_restores_the_model():
     assert torch.equal(before, inside) and torch.equal(before, after)
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--heads", "-2"], "--heads -2 --head-dim 128: each at least 1"),
+    (["--head-dim", "0"], "--heads 32 --head-dim 0: each at least 1"),
+    (["--device", "cdua"], "--device 'cdua': not a torch device"),
+    (["--out", "{tmp}"], "a folder; pass the JSON file to write"),
+], ids=["heads", "head_dim", "device", "out_folder"])
+def test_attention_layout_refuses_bad_input_in_one_line_before_measuring(args, says, tmp_path, capsys, monkeypatch):
+    """A negative ``--heads`` or a zero ``--head-dim`` was a traceback from ``torch.randn`` / ``max()``, a device
+    typo one from ``.to``, and ``--out`` naming a folder an IsADirectoryError after every length was timed."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import attention_layout
+
+    monkeypatch.setattr(attention_layout, "measure", lambda *a, **k: pytest.fail("measured before refusing"))
+    with pytest.raises(SystemExit) as exit_:
+        attention_layout.main(["--lengths", "64", *[a.format(tmp=tmp_path) for a in args]])
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_kernel_profile_splits_each_ways_time_and_a_failing_profile_is_a_line():
     """gpu_parts.kernel_profile: each way's operators with their own time and calls (the profile counts what each
     way ran); a way that raises leaves the error, named, in place of the table (the eval part goes on)."""
