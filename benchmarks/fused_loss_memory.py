@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/, on the path)
 
 
 def measure(vocab: int, dim: int, L: int, e: int, divergence: str, chunks: int, alpha: float,
@@ -43,12 +44,12 @@ def measure(vocab: int, dim: int, L: int, e: int, divergence: str, chunks: int, 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--vocab", type=positive_int, default=128256)
+    ap.add_argument("--dim", type=positive_int, default=512)
+    ap.add_argument("--seq-len", type=positive_int, default=4096)
     ap.add_argument("--e-frac", type=float, default=0.25, help="e = this x L")
     ap.add_argument("--divergence", nargs="+", default=["sce"])
-    ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--chunks", type=positive_int, default=8)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="the model's dtype (hidden states and output weight); the loss's softmaxes are float32")
     args = ap.parse_args(argv)

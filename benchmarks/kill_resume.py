@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/: not a package)
+
 REPO = Path(__file__).resolve().parents[1]
 TUNE = str(Path(sys.executable).with_name("tune"))
 RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
@@ -33,9 +36,9 @@ def losses(out: Path):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--kills", type=positive_int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=positive_int, default=40)
     ap.add_argument("--out", default=None, help="working folder (default: a temporary one)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)

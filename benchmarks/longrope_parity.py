@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/: not a package)
 
 
 def factor_lists(n: int, s: float):
@@ -65,11 +69,11 @@ def write_checkpoint(folder: Path, config: dict, tokenizer: Path, qk_gain: float
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--original", type=int, default=64, help="original_max_position_embeddings L (the switch)")
-    ap.add_argument("--positions", type=int, default=256, help="max_position_embeddings")
-    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--hidden", type=positive_int, default=64)
+    ap.add_argument("--heads", type=positive_int, default=4)
+    ap.add_argument("--original", type=positive_int, default=64, help="original_max_position_embeddings L (the switch)")
+    ap.add_argument("--positions", type=positive_int, default=256, help="max_position_embeddings")
+    ap.add_argument("--vocab", type=positive_int, default=512)
     args = ap.parse_args(argv)
 
     from transformers import Phi3Config, Phi3ForCausalLM

@@ -26,6 +26,10 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/: not a package)
 
 SHAPES = {
     # vocab / width ratios of Llama-2-7B (32000 / 4096 = 7.8) and Llama-3.2-1B (128256 / 2048 = 62.6)
@@ -212,11 +216,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--shapes", nargs="+", default=None, help=f"from {list(SHAPES)}")
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per variant (median reported)")
-    ap.add_argument("--e", type=int, default=None, help="shift between windows (default L/4)")
-    ap.add_argument("--seq-len", type=int, default=None, help="override L of the chosen shapes")
+    ap.add_argument("--steps", type=positive_int, default=3, help="timed steps per variant (median reported)")
+    ap.add_argument("--e", type=positive_int, default=None, help="shift between windows (default L/4)")
+    ap.add_argument("--seq-len", type=positive_int, default=None, help="override L of the chosen shapes")
     ap.add_argument("--output", default=None, help="also write the rows as JSON here")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=positive_int, default=None,
                     help="torch intra-op threads (default: torch's); 1 is steadier on a CPU shared with other jobs")
     args = ap.parse_args(argv)
     import torch

@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/: not a package)
 
 
 def build(method, a):
@@ -37,11 +42,11 @@ def build(method, a):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--t-max", type=int, default=8)
+    p.add_argument("--steps", type=positive_int, default=8)
+    p.add_argument("--dim", type=positive_int, default=256)
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--seq", type=positive_int, default=512)
+    p.add_argument("--t-max", type=positive_int, default=8)
     p.add_argument("--time-dt", type=float, default=0.01)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)

@@ -20,6 +20,10 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import positive_int  # noqa: E402  (benchmarks/: not a package)
 
 
 def _run_once(kind: str, backend: str, seq: int, heads: int, head_dim: int, group_ratio: float):
@@ -70,18 +74,23 @@ def measure(kind, backend, seq, heads, head_dim, group_ratio):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+def main(argv=None) -> None:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, backend, seq, heads, head_dim, ratio = sys.argv[2:8]
         print(json.dumps(_run_once(kind, backend, int(seq), int(heads), int(head_dim), float(ratio))))
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seq", type=int, nargs="+", default=[1024, 2048, 4096])
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--seq", type=positive_int, nargs="+", default=[1024, 2048, 4096])
+    p.add_argument("--heads", type=positive_int, default=8)
+    p.add_argument("--head-dim", type=positive_int, default=64)
     p.add_argument("--group-ratio", type=float, default=0.25)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    for seq in a.seq:  # S2-Attn's groups: G = seq x ratio tokens, even (half shifted by G/2), dividing seq
+        group = int(seq * a.group_ratio)
+        if group < 2 or group % 2 or seq % group:
+            p.error(f"--seq {seq} --group-ratio {a.group_ratio:g}: group size {group} must be even, at least 2 and "
+                    f"divide the length (e.g. --seq 1024 --group-ratio 0.25)")
 
     from tqdm import tqdm
 

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-
+from bench_args import positive_int  # noqa: E402  (benchmarks/, on the path)
 from memory_steps import REPLICAS, SHAPES, make_step, measure_step  # noqa: E402
 
 
@@ -29,10 +29,10 @@ def main(argv=None) -> int:
     shapes = {**{s.name: s for s in SHAPES.values()}, **{s.name: s for s in REPLICAS.values()}}
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default="8b-lora/8", choices=sorted(shapes))
-    ap.add_argument("--depth", type=int, default=2)
-    ap.add_argument("--L", type=int, default=1024, help="tokens per window (both windows: 2 L rows)")
-    ap.add_argument("--tiles", type=int, nargs="+", default=[256, 1024], help="tiled_mlp_tokens values")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--depth", type=positive_int, default=2)
+    ap.add_argument("--L", type=positive_int, default=1024, help="tokens per window (both windows: 2 L rows)")
+    ap.add_argument("--tiles", type=positive_int, nargs="+", default=[256, 1024], help="tiled_mlp_tokens values")
+    ap.add_argument("--rounds", type=positive_int, default=5)
     args = ap.parse_args(argv)
     import torch
 
