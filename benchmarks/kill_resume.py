@@ -41,6 +41,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=positive_int, default=40)
     ap.add_argument("--out", default=None, help="working folder (default: a temporary one)")
     args = ap.parse_args(argv)
+    if args.out and Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
+        # its runs write folders of fixed names with overwrite_output_dir=True: only in a folder of its own
+        ap.error(f"--out {args.out!r} exists and is not an empty folder; give a new or empty one (each run replaces "
+                 "its output folder by name, with overwrite_output_dir=True)")
     rng = random.Random(args.seed)
     work = Path(args.out or tempfile.mkdtemp(prefix="kill_resume_"))
     work.mkdir(parents=True, exist_ok=True)

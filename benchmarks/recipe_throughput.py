@@ -326,7 +326,7 @@ def measure(work, setup, data, shape, args, env, t_start) -> dict:
             "flops_per_token": flops_per_token(setup, shape.seq_len)}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["tiny", "smollm2"], default="tiny",
                     help="tiny: random llama2 per --vocab; smollm2: the real SmolLM2-135M (--vocab ignored)")
@@ -342,8 +342,13 @@ def main():
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--threads", type=int, default=None,
                     help="OMP_NUM_THREADS for both recipes (default: torch's); 1 is steadier on a shared CPU")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None, help="working folder, new or empty (default: a temporary one)")
+    args = ap.parse_args(argv)
+    if args.out and Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
+        # it writes files and folders of fixed names there (results.json, stdlib.jsonl, tok/, ckpt_*/, each run's
+        # output): a user's of the same name would be replaced, an earlier run's output read as this run's
+        ap.error(f"--out {args.out!r} exists and is not an empty folder; give a new or empty one (it writes "
+                 "results.json, stdlib.jsonl, tok/, ckpt_*/ and each run's output folder there by name)")
     work = Path(args.out or tempfile.mkdtemp(prefix="recipe_tp_"))
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",

@@ -39,3 +39,22 @@ def test_a_size_no_run_could_use_is_refused_in_one_line(script, args, says, caps
         module.main(args)
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("script", ["recipe_throughput", "kill_resume"])
+def test_out_naming_a_users_folder_is_refused_before_anything_is_written(script, tmp_path, capsys):
+    """Their runs write folders of fixed names with ``overwrite_output_dir=True`` (and recipe_throughput a
+    results.json) into ``--out``: a user's folder was written into and its same-named entries replaced. As
+    compile_throughput already did, a folder that is not empty (or a file) is refused."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.json").write_text("a user's file")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    module = importlib.import_module(script)
+    for out in (mine, mine / "results.json"):
+        with pytest.raises(SystemExit) as exit_:
+            module.main(["--out", str(out)])
+        assert exit_.value.code == 2
+        assert f"--out '{out}' exists and is not an empty folder" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert sorted(p.name for p in mine.iterdir()) == ["results.json"]
+    assert (mine / "results.json").read_text() == "a user's file"
