@@ -16,3 +16,34 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: at least 1")
     return value
+
+
+def positive_ints(text: str) -> list:
+    """``type=`` for a comma list of sizes (``--lengths 1024,2048``): integers of at least 1."""
+    try:
+        return [positive_int(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: comma-separated integers of at least 1, such as 1024,2048") from None
+
+
+def names_from(*known: str):
+    """``type=`` for a comma list drawn from ``known`` (``--cases train,eval``): the list, or a one-line refusal."""
+    def parse(text: str) -> list:
+        names = [v.strip() for v in text.split(",") if v.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated names from {', '.join(known)}")
+        return names
+    return parse
+
+
+def length_by_rows(text: str) -> list:
+    """``type=`` for ``LENGTHxROWS,...`` (``256x8,1024x4``): ``[(length, rows), ...]``, each at least 1."""
+    try:
+        points = [tuple(positive_int(v) for v in p.split("x")) for p in text.split(",")]
+    except argparse.ArgumentTypeError:
+        points = []
+    if not points or any(len(p) != 2 for p in points):
+        raise argparse.ArgumentTypeError(f"{text!r}: LENGTHxROWS pairs, comma-separated, such as 256x8,1024x4")
+    return points

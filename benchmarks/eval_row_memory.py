@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import length_by_rows  # noqa: E402
 from tensor_memory import PeakTensorMemory  # noqa: E402
 
 from torchtune_longshort.eval.model.adapter import LongShortLM  # noqa: E402
@@ -25,19 +26,20 @@ from torchtune_longshort.eval.model.batch_size import RowMemory  # noqa: E402
 from torchtune_longshort.eval.model.scoring import score_continuations  # noqa: E402
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint_dir", required=True)
-    p.add_argument("--points", default="256x8,256x32,1024x4,1024x16", help="LENGTHxROWS,...")
-    a = p.parse_args()
+    p.add_argument("--points", type=length_by_rows, default="256x8,256x32,1024x4,1024x16", help="LENGTHxROWS,...")
+    a = p.parse_args(argv)
+    if not Path(a.checkpoint_dir).is_dir():
+        p.error(f"--checkpoint_dir {a.checkpoint_dir}: no such folder; pass a converted checkpoint folder")
     torch.set_num_threads(1)
     lm = LongShortLM(pretrained=a.checkpoint_dir, device="cpu", batch_size=1)
     estimate = RowMemory.of(lm.model, lm.vocab_size)
     kw = dict(pad_id=lm.tokenizer.pad_id, vocab_size=lm.vocab_size, device=torch.device("cpu"), disable_tqdm=True)
     print("| tokens | rows | peak MiB | bytes / token / row | estimate MiB | estimate / peak |")
     print("|---|---|---|---|---|---|")
-    for point in a.points.split(","):
-        length, rows = (int(x) for x in point.split("x"))
+    for length, rows in a.points:
         prepared = [(i, list(range(100 + i, 100 + i + length)), list(range(200, 200 + length))) for i in range(rows)]
         score_continuations(lm.model, prepared, batch_size=rows, **kw)
         with PeakTensorMemory() as mem:

@@ -40,6 +40,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import names_from  # noqa: E402  (benchmarks/: not a package)
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = os.sep + "torchtune_longshort" + os.sep
 
@@ -332,7 +335,8 @@ def by_op(counts: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default="train,torchrun,eval", help="train, torchrun, eval (comma-separated)")
+    p.add_argument("--cases", type=names_from("train", "torchrun", "eval"), default="train,torchrun,eval",
+                   help="train, torchrun, eval (comma-separated)")
     p.add_argument("--detail", action="store_true", help="every source line with its count, per case")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import names_from, positive_int, positive_ints  # noqa: E402  (benchmarks/: not a package)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -62,21 +67,21 @@ def timed(fn, x, backward: bool) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lengths", default="2048,8192")
-    p.add_argument("--dtypes", default="bf16,fp32")
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--lengths", type=positive_ints, default="2048,8192")
+    p.add_argument("--dtypes", type=names_from(*DTYPES), default="bf16,fp32")
+    p.add_argument("--heads", type=positive_int, default=32)
+    p.add_argument("--head-dim", type=positive_int, default=128)
+    p.add_argument("--repeats", type=positive_int, default=7)
     p.add_argument("--backward", action="store_true", help="time forward + backward (training), not forward alone")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     what = "forward + backward" if a.backward else "forward"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {what}, [1, L, {a.heads}, {a.head_dim}], "
           f"median of {a.repeats}, interleaved\n")
     print("| L | dtype | variant | ms | / real formula | equal to the real formula |\n|---|---|---|---|---|---|")
-    for L in (int(v) for v in a.lengths.split(",")):
-        for dname in a.dtypes.split(","):
+    for L in a.lengths:
+        for dname in a.dtypes:
             dtype = DTYPES[dname]
             fns, (cos, sin) = variants(L, a.heads, a.head_dim, dtype)
             torch.manual_seed(0)

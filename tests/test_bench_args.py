@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 # (loss_overhead --steps 0: IndexError; --seq-len -5: "upper bound and lower bound inconsistent"; fused_loss_memory
 # --seq-len -1: "negative dimension"; rope_clex_cost --steps 0: "no median for empty data"; longrope_parity
 # --original 0: ZeroDivisionError; s2attn_memory --group-ratio 0: a child's CalledProcessError), or a table of a run
-# that did nothing (kill_resume --kills -1).
+# that did nothing (kill_resume --kills -1); rope_rotate_cost --dtypes fp8 a KeyError, host_syncs --cases foo
+# "max() arg is an empty sequence" after building its checkpoint, eval_row_memory --points foo a ValueError after
+# loading the model.
 CASES = [
     ("loss_overhead", ["--steps", "0"], "argument --steps: 0: at least 1"),
     ("loss_overhead", ["--seq-len", "-5"], "argument --seq-len: -5: at least 1"),
@@ -28,6 +30,11 @@ CASES = [
     ("longrope_parity", ["--original", "0"], "argument --original: 0: at least 1"),
     ("s2attn_memory", ["--seq", "-1"], "argument --seq: -1: at least 1"),
     ("s2attn_memory", ["--seq", "100", "--group-ratio", "0"], "group size 0 must be even, at least 2"),
+    ("rope_rotate_cost", ["--lengths", "-1"], "argument --lengths: '-1': comma-separated integers of at least 1"),
+    ("rope_rotate_cost", ["--dtypes", "fp8"], "argument --dtypes: 'fp8': comma-separated names from"),
+    ("host_syncs", ["--cases", "foo"], "argument --cases: 'foo': comma-separated names from train, torchrun, eval"),
+    ("eval_row_memory", ["--checkpoint_dir", ".", "--points", "foo"], "argument --points: 'foo': LENGTHxROWS pairs"),
+    ("eval_row_memory", ["--checkpoint_dir", "no_such_dir"], "--checkpoint_dir no_such_dir: no such folder"),
 ]
 
 
