@@ -12,6 +12,7 @@ divergence: the reference, each path's value and its relative error.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def hidden_states():
     return ha, hb, out, windows, "random hidden states (the real model is not converted)"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    # no options; --help says what it measures instead of running it
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     ha, hb, out, windows, source = hidden_states()
     pos = aligned_positions(L, E, "listing")
     za = (ha.double() @ out.weight.double().t())[:, pos.a_start:pos.a_start + pos.n]
