@@ -105,25 +105,24 @@ class PackedTokenStream:
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
         earlier = getattr(self._documents, "earlier_reading", None)
         saved, count = state.get("documents"), getattr(self._documents, "count", None)
+        source = (f"{getattr(self._documents, 'where', 'dataset')} "
+                  f"{getattr(self._documents, 'description', repr(self._documents))}")
+        position = f"its saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on"
         if earlier and state.get("reading", 1) < DATA_READING and (saved is None or saved != count):
             # the position counts documents as the saving version read them: here it lands on others (or past the
             # end, refused as if the data had changed, blaming the user's files); the same count (hidden files
             # that held no document) is the same data
-            source = getattr(self._documents, "description", repr(self._documents))
             raise ValueError(
-                f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: "
-                f"{getattr(self._documents, 'where', 'dataset')} {source} is not read as the run read it, and its "
-                f"saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on other "
-                "text. Finish this run with the version that started it, or start a new run in another output_dir")
+                f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: {source} is "
+                f"not read as the run read it, and {position} other text. Finish this run with the version that "
+                "started it, or start a new run in another output_dir")
         if saved is not None and count is not None and saved != count:
             # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on
             # others (the resume trained on shifted data without a word)
-            source = getattr(self._documents, "description", repr(self._documents))
             raise ValueError(
-                f"cannot resume: {getattr(self._documents, 'where', 'dataset')} {source} holds {count} documents now, "
-                f"the saved run read {saved}: its saved position (document {state['docs_consumed']} of pass "
-                f"{state['epoch']}) would land on other documents. Restore the data the run read (a file added, "
-                "deleted or emptied since), or start a new run in another output_dir")
+                f"cannot resume: {source} holds {count} documents now, the saved run read {saved}: {position} other "
+                "documents. Restore the data the run read (a file added, deleted or emptied since), or start a new "
+                "run in another output_dir")
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])
