@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from torchtune_longshort.data.text_files import RECORD_SUFFIXES, check_heads, iter_documents, resolve_files
+from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.text_files import RECORD_SUFFIXES, check_heads, iter_documents
 
 
 def test_entries_resolve_to_sorted_files(tmp_path):

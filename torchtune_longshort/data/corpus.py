@@ -25,10 +25,7 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from torchtune_longshort.data.data_files import (
-    DATA_FILE_SUFFIXES, check_not_saved_dataset, explain_load_failure, is_saved_dataset, load_saved_dataset,
-    named_files,
-)
+from torchtune_longshort.data.data_files import check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
@@ -40,12 +37,12 @@ from torchtune_longshort.data.text_files import (
     check_encoding,
     check_first_readable,
     iter_documents,
-    in_hidden,
     iter_located,
     read_located,
-    resolve_files,
     text_of_record,
 )
+from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
+from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, whole_text_files
 
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
@@ -174,7 +171,7 @@ def local_text(
     left_out: List[Path] = []  # from resolve_files' own walk: a folder of many files is walked once
     hidden: List[Path] = []
     files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"), left_out, hidden)
-    _warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], left_out, names)
+    warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], left_out, names)
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -216,19 +213,6 @@ def local_text(
                    earlier_reading=earlier)
 
 
-def _warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
-                   names: SourceNames) -> None:
-    """Warn of the files ``left`` that a folder in ``path`` holds and :func:`local_text` does not read (their suffix
-    is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them), naming the
-    key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are
-    not among them."""
-    if left:
-        named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
-        way = f"; add theirs to {names('suffixes')} to read them" if named else ""
-        log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),
-                    path, len(left), list(suffixes), left[0], way)
-
-
 def hf_text(
     source: str,
     split: str = "train",
@@ -258,17 +242,13 @@ def hf_text(
     :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
     or mid-run) instead of the parser's row.
 
-    Text files (``source="text"``, or a local folder whose data files are ``*.txt``) are read whole, one document a
-    file, as :func:`local_text` reads them: ``datasets``' text builder makes each *line* a record by default, and the
-    stream put BOS/EOS around every line of a book (its newlines dropped). ``sample_by="line"`` asks for lines.
+    Text files (``source="text"``, or a local folder of ``*.txt``) are read whole, one document a file, as
+    :func:`local_text` reads them (``datasets``' text builder makes each *line* a record: ``sample_by="line"``).
     """
     names = current_names()
     section = names.where
     files = named_files({"data_files": data_files, "split": split}, section)
-    earlier = None
-    if "sample_by" not in load_dataset_kwargs and _text_builder(source):
-        load_dataset_kwargs = {**load_dataset_kwargs, "sample_by": "document"}
-        earlier = "read text files one record a line (this version reads each whole, one document a file)"
+    load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs)
 
     def open_ds():
         from datasets import load_dataset
@@ -285,15 +265,10 @@ def hf_text(
         except DataRecordError:
             raise
         except Exception as e:
-            if files:
-                named = explain_load_failure(files, text_field, section, e, "text_field")
-                if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
-                    raise named from e
-            elif not read:  # the source never opened: refused at build (_load_failure); read unchecked, the split named
-                raise (_load_failure(section, source, name, split, e, names) if _bad_split(e) else e)
-            raise DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
-                                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]}), after datasets' own "
-                                  "retries: the source (hub, network, disk) failed mid-run") from e
+            error = read_failure(e, read, files, text_field, source, name, split, names)
+            if error is e:
+                raise
+            raise error from e
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
@@ -316,58 +291,10 @@ def hf_text(
                 raise mend_or_skip(e, names) from None
             raise
         except Exception as e:
-            raise _load_failure(section, source, name, split, e, names) from e
+            raise load_failure(section, source, name, split, e, names) from e
     return src
 
 
-def _text_builder(source: Any) -> bool:
-    """Whether ``load_dataset(source, ...)`` reads with ``datasets``' text builder: ``source="text"``, or a local
-    folder (not one of ``save_to_disk``) whose data files are all ``*.txt``."""
-    if source == "text":
-        return True
-    folder = Path(source).expanduser() if isinstance(source, str) else None
-    if folder is None or not folder.is_dir() or is_saved_dataset(source):
-        return False
-    found = [f for f in folder.rglob("*")
-             if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, folder)]
-    return bool(found) and all(f.suffix == ".txt" for f in found)
-
-
-def _bad_split(error: BaseException) -> bool:
-    """datasets' refusal of a split the source does not have ("Bad split: dev. Available splits: [...]")."""
-    return isinstance(error, ValueError) and str(error).startswith("Bad split")
-
-
-def _load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException,
-                  names: Optional[SourceNames] = None) -> Exception:
-    """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on, in the words of
-    its builder (``names``: its settings, and how it reads local files instead)."""
-    names = names or SourceNames()
-    local = names.local_files
-    said = " ".join(str(error).split())[:300] or type(error).__name__
-    if _bad_split(error):  # datasets' words name no setting
-        return ValueError(f"split {split!r} ({names('split')}) is not a split of {source!r}: {said.split('. ', 1)[-1]}")
-    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' missing-repo errors
-        return error
-    if "scripts are no longer supported" in said:
-        hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
-                f"or JSON as source (PG19: {PG19_SOURCE}), or {local}")
-    elif isinstance(error, ConnectionError) and "OfflineModeIsEnabled" in said:  # set by the user: no cached copy
-        hint = ("offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the Hugging Face cache holds no copy "
-                f"of it: run once with network access (offline mode off) to cache it, or read {local}")
-    elif isinstance(error, ConnectionError):
-        hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
-                f"(HF_DATASETS_OFFLINE=1), or from {local}")
-    else:
-        settings = [names(a) for a in ("source", "name", "split") if not names.flags or a in names.flags]
-        hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
-    return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
-                      f"({type(error).__name__}: {said}): {hint}")
-
-
-# PG19 (Rae et al., 2019) in Parquet: splits train / validation / test, fields short_book_title, publication_date, url,
-# text. The canonical ``deepmind/pg19`` is a loading script, which ``datasets`` >= 4 refuses to run.
-PG19_SOURCE = "emozilla/pg19"
 # RedPajama-Data-1T (a loading script) took its book subset down; its 1B-token sample keeps one file of books.
 REDPAJAMA_1T = "togethercomputer/RedPajama-Data-1T"
 REDPAJAMA_BOOK_SAMPLE = "hf://datasets/togethercomputer/RedPajama-Data-1T-Sample/book_sample.jsonl"

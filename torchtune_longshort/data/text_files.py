@@ -23,10 +23,9 @@ training and evaluation tests pin, so the files are read here, line by line. Hub
 from __future__ import annotations
 
 import codecs
-import glob
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
@@ -97,46 +96,6 @@ def check_first_readable(documents: Iterable[Any], what: str) -> None:
         raise ValueError(f"{what} is empty")
     raise DataRecordError(f"{what}: none of its first {count} records can be read (skip_bad_records=True skips a "
                           f"bad record, not a source of them); the first: {first}")
-
-
-def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
-                  setting: str, left_out: Optional[List[Path]] = None,
-                  hidden: Optional[List[Path]] = None) -> List[Path]:
-    """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
-    one of ``suffixes`` (recursively, sorted), hidden ones left out as ``datasets`` leaves them (a Jupyter
-    ``.ipynb_checkpoints/`` copy of a file was read as a second document; :func:`in_hidden`); a glob for its matches
-    (sorted). ``setting`` names the option in messages. ``left_out``, given, gets the folders' other (not hidden)
-    files, sorted, from the same walk; ``hidden``, given, the hidden files it leaves out that end in one of
-    ``suffixes`` (versions before 2026-12-05 read them). Raises ``FileNotFoundError`` for an entry that names
-    nothing and for a folder without such files."""
-    entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
-    files: List[Path] = []
-    for entry in entries:
-        p = Path(entry).expanduser()
-        if p.is_dir():
-            walked = sorted(f for f in p.rglob("*") if f.is_file())
-            if hidden is not None:
-                hidden += [f for f in walked if f.suffix in suffixes and in_hidden(f, p)]
-            walked = [f for f in walked if not in_hidden(f, p)]
-            found = [f for f in walked if f.suffix in suffixes]
-            if left_out is not None:
-                left_out += [f for f in walked if f.suffix not in suffixes]
-            if not found:
-                raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
-        elif p.is_file():
-            found = [p]
-        else:
-            found = [Path(f) for f in sorted(glob.glob(str(p))) if Path(f).is_file()]
-            if not found:
-                raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
-        files.extend(found)
-    return files
-
-
-def in_hidden(f: Path, folder: Path) -> bool:
-    """Whether ``f`` is hidden under ``folder``: its name or a folder between them starts with a dot (``.DS_Store``,
-    ``.git/``, ``.ipynb_checkpoints/``)."""
-    return any(part.startswith(".") for part in f.relative_to(folder).parts)
 
 
 def check_encoding(encoding: Any, field: str = "encoding") -> None:

@@ -18,7 +18,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol,
 
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
-from torchtune_longshort.data.text_files import iter_documents, resolve_files
+from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.text_files import iter_documents
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, readable_texts

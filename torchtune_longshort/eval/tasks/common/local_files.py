@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents, resolve_files
+from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
 # The files a folder in ``data_files`` stands for.

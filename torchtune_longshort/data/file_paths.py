@@ -1,0 +1,66 @@
+"""Which files a data path names: a file, a folder (its files of the reader's suffixes, recursively, hidden ones left
+out as ``datasets`` leaves them) or a glob, or a list of them (:func:`resolve_files`), and the warning that names a
+folder's files a reader leaves out by their suffix (:func:`warn_left_out`). Standard library only: the evaluation
+task pack resolves its local data with it at import time."""
+
+from __future__ import annotations
+
+import glob
+import logging
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Union
+
+log = logging.getLogger(__name__)
+
+
+def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
+                  setting: str, left_out: Optional[List[Path]] = None,
+                  hidden: Optional[List[Path]] = None) -> List[Path]:
+    """The files named by ``entries``: a path or a glob, or a list of them. A folder stands for its files ending in
+    one of ``suffixes`` (recursively, sorted), hidden ones left out as ``datasets`` leaves them (a Jupyter
+    ``.ipynb_checkpoints/`` copy of a file was read as a second document; :func:`in_hidden`); a glob for its matches
+    (sorted). ``setting`` names the option in messages. ``left_out``, given, gets the folders' other (not hidden)
+    files, sorted, from the same walk; ``hidden``, given, the hidden files it leaves out that end in one of
+    ``suffixes`` (versions before 2026-12-05 read them). Raises ``FileNotFoundError`` for an entry that names
+    nothing and for a folder without such files."""
+    entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
+    files: List[Path] = []
+    for entry in entries:
+        p = Path(entry).expanduser()
+        if p.is_dir():
+            walked = sorted(f for f in p.rglob("*") if f.is_file())
+            if hidden is not None:
+                hidden += [f for f in walked if f.suffix in suffixes and in_hidden(f, p)]
+            walked = [f for f in walked if not in_hidden(f, p)]
+            found = [f for f in walked if f.suffix in suffixes]
+            if left_out is not None:
+                left_out += [f for f in walked if f.suffix not in suffixes]
+            if not found:
+                raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
+        elif p.is_file():
+            found = [p]
+        else:
+            found = [Path(f) for f in sorted(glob.glob(str(p))) if Path(f).is_file()]
+            if not found:
+                raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
+        files.extend(found)
+    return files
+
+
+def in_hidden(f: Path, folder: Path) -> bool:
+    """Whether ``f`` is hidden under ``folder``: its name or a folder between them starts with a dot (``.DS_Store``,
+    ``.git/``, ``.ipynb_checkpoints/``)."""
+    return any(part.startswith(".") for part in f.relative_to(folder).parts)
+
+
+def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
+                  names: Any) -> None:
+    """Warn of the files ``left`` that a folder in ``path`` holds and :func:`~.corpus.local_text` does not read (their suffix
+    is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them), naming the
+    key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are
+    not among them. ``names``: the source's :class:`~.source_names.SourceNames`."""
+    if left:
+        named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
+        way = f"; add theirs to {names('suffixes')} to read them" if named else ""
+        log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),
+                    path, len(left), list(suffixes), left[0], way)

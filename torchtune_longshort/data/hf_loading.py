@@ -1,0 +1,91 @@
+"""How :func:`~torchtune_longshort.data.corpus.hf_text` loads a source with ``datasets`` and explains a failure:
+text files read whole (``sample_by="document"``, :func:`whole_text_files`), a source that cannot load refused in one
+line naming its settings and the way on (a loading script, the hub out of reach or offline, a split it lacks:
+:func:`load_failure`), and a failure while reading named by its file and line, or as the source failing mid-run
+(:func:`read_failure`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from torchtune_longshort.data.data_files import DATA_FILE_SUFFIXES, explain_load_failure, is_saved_dataset
+from torchtune_longshort.data.file_paths import in_hidden
+from torchtune_longshort.data.source_names import SourceNames
+from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+
+# PG19 (Rae et al., 2019) in Parquet: splits train / validation / test, fields short_book_title, publication_date, url,
+# text. The canonical ``deepmind/pg19`` is a loading script, which ``datasets`` >= 4 refuses to run.
+PG19_SOURCE = "emozilla/pg19"
+
+
+def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: str, source: str,
+                  name: Optional[str], split: str, names: SourceNames) -> BaseException:
+    """What :func:`hf_text` raises when ``datasets`` fails after ``read`` records: a local file's bad record named
+    (file and line), a source that never opened refused as at build (its split named), else the source failing
+    mid-run (``error`` itself where nothing better is known)."""
+    section = names.where
+    if files:
+        named = explain_load_failure(files, text_field, section, error, "text_field")
+        if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
+            return named
+    elif not read:  # the source never opened: refused at build (load_failure); read unchecked, the split named
+        return load_failure(section, source, name, split, error, names) if bad_split(error) else error
+    return DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
+                           f"({type(error).__name__}: {' '.join(str(error).split())[:200]}), after datasets' own "
+                           "retries: the source (hub, network, disk) failed mid-run")
+
+
+def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
+    """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` and
+    none is given (one document a file, as :func:`local_text` reads), and how earlier versions read it then (the
+    source's ``earlier_reading``); else the kwargs as given and None."""
+    if "sample_by" in load_dataset_kwargs or not _text_builder(source):
+        return load_dataset_kwargs, None
+    return ({**load_dataset_kwargs, "sample_by": "document"},
+            "read text files one record a line (this version reads each whole, one document a file)")
+
+
+def _text_builder(source: Any) -> bool:
+    """Whether ``load_dataset(source, ...)`` reads with ``datasets``' text builder: ``source="text"``, or a local
+    folder (not one of ``save_to_disk``) whose data files are all ``*.txt``."""
+    if source == "text":
+        return True
+    folder = Path(source).expanduser() if isinstance(source, str) else None
+    if folder is None or not folder.is_dir() or is_saved_dataset(source):
+        return False
+    found = [f for f in folder.rglob("*")
+             if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, folder)]
+    return bool(found) and all(f.suffix == ".txt" for f in found)
+
+
+def bad_split(error: BaseException) -> bool:
+    """datasets' refusal of a split the source does not have ("Bad split: dev. Available splits: [...]")."""
+    return isinstance(error, ValueError) and str(error).startswith("Bad split")
+
+
+def load_failure(section: str, source: str, name: Optional[str], split: str, error: BaseException,
+                  names: Optional[SourceNames] = None) -> Exception:
+    """The one-line refusal for a source ``datasets`` could not open: what it said, and the way on, in the words of
+    its builder (``names``: its settings, and how it reads local files instead)."""
+    names = names or SourceNames()
+    local = names.local_files
+    said = " ".join(str(error).split())[:300] or type(error).__name__
+    if bad_split(error):  # datasets' words name no setting
+        return ValueError(f"split {split!r} ({names('split')}) is not a split of {source!r}: {said.split('. ', 1)[-1]}")
+    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' missing-repo errors
+        return error
+    if "scripts are no longer supported" in said:
+        hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
+                f"or JSON as source (PG19: {PG19_SOURCE}), or {local}")
+    elif isinstance(error, ConnectionError) and "OfflineModeIsEnabled" in said:  # set by the user: no cached copy
+        hint = ("offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the Hugging Face cache holds no copy "
+                f"of it: run once with network access (offline mode off) to cache it, or read {local}")
+    elif isinstance(error, ConnectionError):
+        hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
+                f"(HF_DATASETS_OFFLINE=1), or from {local}")
+    else:
+        settings = [names(a) for a in ("source", "name", "split") if not names.flags or a in names.flags]
+        hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
+    return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
+                      f"({type(error).__name__}: {said}): {hint}")
