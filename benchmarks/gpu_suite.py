@@ -122,7 +122,8 @@ def _device_line(smoke: bool):
     return name, f"{name} (driver, memory: {driver}); torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The suite's command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=None, choices=list(PARTS),
                     help=f"default: {', '.join(DEFAULT_PARTS)}")
@@ -146,6 +147,11 @@ def main(argv=None) -> int:
     ap.add_argument("--longest-steps", type=int, default=2, choices=(1, 2),
                     help="longest parts: the predicted window and 1.25x it (2), or the predicted window only (1)")
     ap.add_argument("--memory-points", default=None, help="longest: the memory model's points file (default its own)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     refusal = arg_refusal(args)
     if refusal:

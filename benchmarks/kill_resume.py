@@ -34,7 +34,8 @@ def losses(out: Path):
     return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
 
-def main(argv=None) -> int:
+def _arguments(argv) -> argparse.Namespace:
+    """The command line, an --out that is not a new or empty folder refused."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=positive_int, default=10)
     ap.add_argument("--seed", type=int, default=0)
@@ -45,6 +46,11 @@ def main(argv=None) -> int:
         # its runs write folders of fixed names with overwrite_output_dir=True: only in a folder of its own
         ap.error(f"--out {args.out!r} exists and is not an empty folder; give a new or empty one (each run replaces "
                  "its output folder by name, with overwrite_output_dir=True)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
     rng = random.Random(args.seed)
     work = Path(args.out or tempfile.mkdtemp(prefix="kill_resume_"))
     work.mkdir(parents=True, exist_ok=True)
