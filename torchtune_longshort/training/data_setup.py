@@ -109,7 +109,8 @@ def data_summary(documents, batcher, accumulation: int, shuffle: bool) -> str:
     source (its files, and its records where it counts them), the windows and the samples a step (the batcher's
     micro-batch and processes, times ``accumulation``)."""
     count = getattr(documents, "count", None)
-    records = f", {count:,} records" if count is not None and "samples)" not in documents.description else ""
+    # a source that reads files counts their records; a torchtune dataset's samples are in its description
+    records = f", {count:,} records" if count is not None and getattr(documents, "files", None) else ""
     micro, world_size = batcher.batch_size, batcher.world_size
     batch_size = micro * accumulation * world_size
     return (f"Data ready: {documents.description}{records}{', shuffled' if shuffle else ''}; windows A = tokens "
