@@ -11,7 +11,9 @@ folder only the build writes) every file this build did not put there.
 
 A wheel built from a git checkout (``pip install .`` of a clone, ``pip install git+https://...``) records that
 checkout's commit and dirty flag in ``torchtune_longshort/_build_commit.json``, which every results file's provenance
-then names (:mod:`torchtune_longshort.provenance`; a checkout names its own)."""
+then names (:mod:`torchtune_longshort.provenance`; a checkout names its own). An sdist built from a git checkout
+(``python -m build``, ``setup.py sdist``) carries that file, and a wheel built from the unpacked sdist (``pip install
+torchtune_longshort-*.tar.gz``), which is no git checkout, ships it."""
 
 import json
 import os
@@ -19,6 +21,7 @@ import sys
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 PACKAGE = "torchtune_longshort"
 
@@ -42,21 +45,38 @@ class BuildPyWithoutStaleFiles(build_py):
         _record_commit(os.path.join(self.build_lib, PACKAGE))
 
 
+class SdistWithCommit(sdist):
+    """``sdist``, with the checkout's commit written into the release tree's package (:func:`_record_commit`)."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        _record_commit(os.path.join(base_dir, PACKAGE))
+
+
 def _record_commit(package_dir):
-    """The build's checkout commit written into the built package (nothing outside a git checkout)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    """The build's checkout commit written into the built package; outside a git checkout, the commit an unpacked
+    sdist's source tree carries (written there by :class:`SdistWithCommit`), else nothing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
     try:  # the source tree's own module (stdlib only at import); the same rule the installed package reads with
         from torchtune_longshort.provenance import BUILD_COMMIT, checkout_commit
     finally:
         sys.path.pop(0)
     commit = checkout_commit()
-    if commit["git_commit"] is not None and os.path.isdir(package_dir):
-        with open(os.path.join(package_dir, BUILD_COMMIT.name), "w") as f:
+    carried = os.path.join(here, PACKAGE, BUILD_COMMIT.name)
+    if commit["git_commit"] is None and os.path.isfile(carried):
+        with open(carried) as f:
+            commit = json.load(f)
+    if commit.get("git_commit") is not None and os.path.isdir(package_dir):
+        target = os.path.join(package_dir, BUILD_COMMIT.name)
+        if os.path.lexists(target):  # the sdist's release tree hard-links the source's files: never write through
+            os.remove(target)
+        with open(target, "w") as f:
             json.dump(commit, f)
 
 
 setup(
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]) + [f"{PACKAGE}.configs"],
     package_dir={f"{PACKAGE}.configs": "configs"},
-    cmdclass={"build_py": BuildPyWithoutStaleFiles},
+    cmdclass={"build_py": BuildPyWithoutStaleFiles, "sdist": SdistWithCommit},
 )

@@ -74,6 +74,25 @@ def test_the_wheel_holds_every_source_file_and_only_it_is_imported(wheel):
         "git_commit": wheel.commit, "git_dirty": False}  # built from a clone: its commit recorded
 
 
+@pytest.mark.slow
+def test_a_wheel_built_from_the_sdist_ships_what_the_checkouts_wheel_ships_and_its_commit(wheel, tmp_path):
+    """``pip install torchtune_longshort-*.tar.gz``: the sdist of a clone, unpacked and built by pip where there is
+    no git checkout, gives the wheel the clone gives, the clone's commit included (setup.py's sdist writes it into
+    the release tree; a wheel built from an sdist recorded no commit before)."""
+    src = wheel.wheel.parent.parent / "src"  # the clone the fixture's wheel was built from
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "sdist")], cwd=src, check=True,
+                   capture_output=True, text=True)
+    sdist = next((tmp_path / "sdist").glob("torchtune_longshort-*.tar.gz"))
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(sdist)],
+                   check=True, capture_output=True, text=True, cwd=tmp_path)
+    built = zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl")))
+    payload = {n for n in built.namelist() if ".dist-info/" not in n}
+    assert payload == {n for n in zipfile.ZipFile(wheel.wheel).namelist() if ".dist-info/" not in n}
+    assert json.loads(built.read("torchtune_longshort/_build_commit.json")) == {
+        "git_commit": wheel.commit, "git_dirty": False}
+
+
 def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
     """setuptools copies the package into ``build/lib`` and zips that folder, so a module, task YAML or config removed
     (or renamed) since an earlier ``pip install .`` / ``pip wheel .`` in the same checkout was still shipped: a
