@@ -451,3 +451,24 @@ def test_the_closing_line_names_a_log_folder_only_where_the_logger_made_one(tmp_
     logs.mkdir()
     assert where_logged(tmp_path, str(logs)).endswith(f"(and {logs})")
     assert where_logged(tmp_path, None).endswith("(and the metric logger)")
+
+
+def test_the_progress_bar_shows_the_steps_mean_e_as_metrics_jsonl_logs_it(tmp_path):
+    """Under gradient accumulation a step's e is the mean of its micro-batches' e (metrics.jsonl: 37.5); the bar
+    showed int(37.5) = 37, an e no micro-batch drew."""
+    from torchtune_longshort.training.metrics import JsonlMetricLogger, RunLog
+
+    class Logger:
+        def log_dict(self, payload, step):
+            pass
+
+    run = RunLog(Logger(), JsonlMetricLogger(tmp_path / "metrics.jsonl"), enabled=True)
+    run.start(total_steps=2, step=0)
+    try:
+        for e in (37.5, 16.0):
+            run.log_step(1, {"loss": 2.0, "ce": 2.0, "misalignment": 0.5, "e": e}, 1e-4, {}, torch.device("cpu"))
+            assert run.pbar.postfix.split("e=")[1].split(",")[0] == f"{e:g}"
+    finally:
+        run.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["e"] for r in rows if "e" in r] == [37.5, 16.0]
