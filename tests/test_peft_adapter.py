@@ -202,3 +202,46 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
     with pytest.raises(FileNotFoundError, match=rf"has no config.json: .* It is a PEFT adapter folder, no model: give "
                                                 rf"its step folder '{step}' \(the adapters merged\) instead$"):
         read_hf_config(step / ADAPTER_DIR, "pretrained")
+
+
+def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(family_dirs, tmp_path):
+    """A LoRA adapter carries no RoPE: a run that scaled it (YaRN x2) left PEFT on the start folder another model,
+    and nothing in ``adapter/`` or the run's output said so. The layout file now holds ``base_config`` (the step's
+    RoPE) and the recipe's last lines name the step's config.json; loading the base with it, as the line says, gives
+    the merged step's logits (PEFT and transformers are the reference), the start folder alone does not."""
+    from peft import PeftModel
+    from torchtune.modules.peft import get_merged_lora_ckpt
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from torchtune_longshort.models import load_hf_checkpoint
+    from torchtune_longshort.models.peft_adapter import base_config_note
+
+    folder = CheckpointFolder.open(family_dirs["llama2"])
+    spec = load_hf_checkpoint(folder.path, rope={"method": "yarn", "factor": 2.0}, max_seq_len=512).rope_scaling
+    _, sd, trainable = _lora_state(folder, seed=3, trainable_norms=False)
+    step = tmp_path / "step_1"  # as the recipe's stage_step writes it: the start's config.json and the run's RoPE
+    write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path), rope_spec=spec)
+    write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
+                        rope_spec=spec, tokenizer=str(folder.path))
+    said = json.loads((step / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_config"]
+    assert said["config"] == "../config.json" and said["rope_scaling"]["rope_type"] == "yarn"
+    assert said["rope_scaling"]["factor"] == 2.0 and said["max_position_embeddings"] == 512
+    note = base_config_note(step)
+    assert note.startswith("\n[longshort] adapter:") and f"AutoConfig.from_pretrained('{step}')" in note
+
+    tokens = torch.randint(3, folder.config["vocab_size"], (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
+        got = {}
+        for how, kwargs in (("as said", {"config": AutoConfig.from_pretrained(str(step))}), ("alone", {})):
+            base = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32, **kwargs)
+            got[how] = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()(tokens).logits
+    rel = {how: ((v - want).abs().max() / want.abs().max()).item() for how, v in got.items()}
+    assert rel["as said"] < 5e-5 and rel["alone"] > 1e-3, rel
+
+    # a run that kept the start's RoPE: nothing to say (the start folder is the base as it is)
+    write_peft_adapter(tmp_path / "plain" / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path))
+    assert json.loads((tmp_path / "plain" / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_config"] is None
+    assert base_config_note(tmp_path / "plain") == "" and base_config_note(None) == ""

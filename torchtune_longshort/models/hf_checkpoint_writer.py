@@ -28,10 +28,9 @@ from torchtune_longshort.models.hf_checkpoint import (
 )
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
-    SPEC_KEY,
+    saved_hf_config,
     split_rope_state_dict,
     transformers_representable,
-    update_hf_config,
 )
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 from torchtune_longshort.models.peft_adapter import is_adapter_key
@@ -87,11 +86,8 @@ def write_hf_checkpoint(
         save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
         plain_file_mode(out_dir / ROPE_SIDE_FILE)
 
-    config = update_hf_config(hf_config, rope_spec, family.hf_rope_types)
-    if not rope_spec:
-        for k in (SPEC_KEY, "rope_scaling"):
-            config.pop(k, None)
-    elif not transformers_representable(rope_spec, family.hf_rope_types):
+    config = saved_hf_config(hf_config, rope_spec, family.hf_rope_types)
+    if rope_spec and not transformers_representable(rope_spec, family.hf_rope_types):
         logger.warning(
             "RoPE method %r is not representable in transformers' %s config: %s loads with torchtune_longshort "
             "(longshort-eval --model longshort) only; transformers refuses it (config.json rope_type says why)%s",

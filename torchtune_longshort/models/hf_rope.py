@@ -152,6 +152,17 @@ def update_hf_config(config: Dict[str, Any], model_or_spec,
     return new
 
 
+def saved_hf_config(config: Dict[str, Any], rope_spec: Optional[Dict[str, Any]],
+                    hf_rope_types: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The config.json a checkpoint of a model with ``rope_spec`` (None: plain RoPE) is saved with: ``config`` with
+    :func:`update_hf_config` applied, and for plain RoPE no scaling entry left from ``config``."""
+    new = update_hf_config(config, rope_spec, hf_rope_types)
+    if not rope_spec:
+        for k in (SPEC_KEY, "rope_scaling"):
+            new.pop(k, None)
+    return new
+
+
 def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json") -> Optional[Dict[str, Any]]:
     """Inverse of :func:`hf_config_updates`: the rope spec of a config.json, or None for plain RoPE.
 

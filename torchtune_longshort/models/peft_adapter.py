@@ -15,7 +15,10 @@ q/k/v (gate/up) projections fused into Phi-3's ``qkv_proj`` (``gate_up_proj``). 
 module fed by several torchtune modules gets their ``A`` stacked and their ``B`` side by side (rank ``k r``, alpha
 ``k alpha``: the same scale ``alpha / r``), declared in ``rank_pattern`` / ``alpha_pattern``. Trained embeddings and
 norms (LongQLoRA) are PEFT ``modules_to_save``. ``longshort_adapter.json`` records which torchtune module went where,
-so that :func:`read_peft_adapter` (a resumed run) gets the exact tensors back.
+so that :func:`read_peft_adapter` (a resumed run) gets the exact tensors back, and, when the run changed the
+base's RoPE (a scaling, a length, a base), ``base_config``: an adapter carries no RoPE, so PEFT on the start folder
+as it is evaluates another model (SmolLM2, YaRN x2: 13% off in logits); the base must load with the step folder's
+``config.json`` (:func:`base_config_note`, which the recipe prints once the run ends).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
+from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
@@ -166,17 +171,21 @@ def _tied_output(hf_config: Dict[str, Any], saved_hf_keys: Iterable[str]) -> Opt
 
 def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, Any], *, alpha: float,
                        trainable: Iterable[str] = (), base_model: Optional[str] = None, dropout: float = 0.0,
-                       quantized_base: Optional[str] = None) -> Path:
+                       quantized_base: Optional[str] = None, rope_spec: Optional[Dict[str, Any]] = None) -> Path:
     """Write ``out_dir`` (created) as a PEFT adapter folder of the LoRA weights of ``tune_sd`` (see the module doc);
     ``base_model`` becomes ``base_model_name_or_path``, ``dropout`` the config's ``lora_dropout`` (the run's, for
     whoever trains the adapter on with PEFT). ``quantized_base`` (QLoRA: ``"nf4"``) goes into the layout file as
     ``base_quantization``: those adapters were trained on the quantized base, so PEFT on ``base_model`` in full
-    precision is not the trained model (the merged step folder is). Returns ``out_dir``."""
+    precision is not the trained model (the merged step folder is). ``rope_spec``: the run's RoPE scaling, as the
+    step folder is written with it; the layout's ``base_config`` says so where ``base_model``'s RoPE is another.
+    Returns ``out_dir``."""
     from peft import LoraConfig
     from safetensors.torch import save_file
 
     sd, kwargs, layout = peft_adapter(tune_sd, hf_config, alpha, trainable)
     layout["base_quantization"] = quantized_base
+    layout["base_config"] = _base_config(saved_hf_config(hf_config, rope_spec, family_of(hf_config).hf_rope_types),
+                                         base_model)
     kwargs["lora_dropout"] = float(dropout)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,6 +194,53 @@ def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, A
     LoraConfig(base_model_name_or_path=base_model, **kwargs).save_pretrained(str(out_dir))
     (out_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n")
     return out_dir
+
+
+def _rope_of(config: Dict[str, Any]) -> Tuple[Any, Any, Any]:
+    """What decides a config's positions: its RoPE spec (None: plain), base and ``max_position_embeddings``."""
+    try:
+        return rope_spec_from_hf_config(config), float(rope_theta(config)), config.get("max_position_embeddings")
+    except (KeyError, TypeError, ValueError):
+        return None, None, None
+
+
+def _base_config(hf_config: Dict[str, Any], base_model: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The layout file's ``base_config``: None when ``base_model``'s own config.json has the run's RoPE (or cannot be
+    read: a hub name), else the step's RoPE and how to load the base with it."""
+    try:
+        base = json.loads((Path(base_model) / "config.json").read_text()) if base_model else None
+    except (OSError, ValueError):
+        base = None
+    if not isinstance(base, dict) or _rope_of(base) == _rope_of(hf_config):
+        return None
+    keys = ("rope_scaling", "rope_parameters", "rope_theta", "max_position_embeddings")
+    return {"config": "../config.json", **{k: hf_config[k] for k in keys if k in hf_config}}
+
+
+def _scaling_said(base_config: Dict[str, Any]) -> str:
+    for key in ("rope_scaling", "rope_parameters"):
+        if base_config.get(key):
+            return f"{key} {base_config[key]}"
+    return ", ".join(f"{k} {base_config.get(k)}" for k in ("rope_theta", "max_position_embeddings"))
+
+
+def base_config_note(step_dir: Optional[Path]) -> str:
+    """A line (a newline first) for the user when ``step_dir``'s adapter needs its base loaded with the step's
+    config.json (the run changed the RoPE: ``base_config`` in the layout file), else ""."""
+    if step_dir is None:
+        return ""
+    try:
+        layout = json.loads((Path(step_dir) / ADAPTER_DIR / LAYOUT_FILE).read_text())
+        base = json.loads((Path(step_dir) / ADAPTER_DIR / CONFIG_FILE).read_text())["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if not layout.get("base_config"):
+        return ""
+    adapter, scaling = Path(step_dir) / ADAPTER_DIR, _scaling_said(layout["base_config"])
+    return (f"\n[longshort] adapter:    {adapter} trained on {base} with the RoPE of {Path(step_dir) / 'config.json'} "
+            f"({scaling}), which an adapter cannot carry: load the base with it, AutoModelForCausalLM."
+            f"from_pretrained({str(base)!r}, config=AutoConfig.from_pretrained({str(step_dir)!r})), then "
+            f"PeftModel.from_pretrained(base, {str(adapter)!r}); or use the merged {step_dir} itself")
 
 
 def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any]) -> StateDict:

@@ -34,6 +34,7 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
     from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
     from torchtune_longshort.disk_space import is_out_of_space, room, written_file
+    from torchtune_longshort.models.peft_adapter import base_config_note
     from torchtune_longshort.refusals import refusing, stoppable, stopped
     from torchtune_longshort.rope import rope_modules
     from torchtune_longshort.training import out_of_space, recipe_checkpoints
@@ -345,7 +346,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
         if self._is_rank_zero:
             if not self.finished:  # a finished run's resume started no logger
                 self._run_log.close_loggers()
-            print(f"[longshort] checkpoint: {self.ckpts.latest()}")
+            print(f"[longshort] checkpoint: {self.ckpts.latest()}{base_config_note(self.ckpts.latest())}")
             print(where_logged(self.output_dir, self.config.metric_logger.log_dir))
         if self._distributed:
             # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing

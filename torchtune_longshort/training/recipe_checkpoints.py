@@ -84,7 +84,7 @@ def stage_step(
     if lora.enabled:
         write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha, dropout=lora.dropout,
                            trainable=lora.trainable_names, base_model=lora.base_dir,
-                           quantized_base=lora.quantized_base)
+                           quantized_base=lora.quantized_base, rope_spec=rope_spec)
         model_sd = get_merged_lora_ckpt(_float32_copies(model_sd), rank=lora.rank, alpha=lora.alpha)
     # messages name the step folder it becomes, not the staging folder the commit renames away
     write_hf_checkpoint(staged, model_sd, hf_config, rope_spec=rope_spec, tokenizer=tokenizer,
