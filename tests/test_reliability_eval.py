@@ -280,8 +280,15 @@ def test_a_length_past_config_positions_names_hfs_max_length(tmp_path):
                                                       "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
     meta = {"lm_eval_model": "hf", "pretrained": str(tmp_path)}
     with pytest.raises(TaskDataError, match=r"runs at most 256 \(its config.json's max_position_embeddings\) .* "
-                                            r"more positions, max_length=512 in --model_args to run past them, or"):
+                                            r"more positions, max_length=512 in --model_args to run past them, or "
+                                            r"longshort-eval --model longshort \(it runs the folder's own dynamic "
+                                            r"scaling\)$"):
+        check_fits_model(512, meta)  # a folder already scaled: no rope= override offered (it was)
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+    with pytest.raises(TaskDataError, match=r"or longshort-eval --model longshort with rope=<method>,rope_factor=<f>$"):
         check_fits_model(512, meta)
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256,
+                                                      "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
     check_fits_model(512, {**meta, "max_length": "512"})
     with pytest.raises(TaskDataError, match=r"runs at most 384 \(its max_length\) and would cut them from the "
                                             r"left: refused. Use a model with more positions, or longshort-eval"):

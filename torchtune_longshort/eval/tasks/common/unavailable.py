@@ -268,9 +268,29 @@ def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
     given = metadata.get("max_length") not in (None, "")
     source = "its max_length" if given else "its config.json's max_position_embeddings"
     more = "" if given else f", max_length={n_tokens} in --model_args to run past them"
+    scaling = _saved_scaling(metadata.get("pretrained"))
+    ours = f"(it runs the folder's own {scaling} scaling)" if scaling else "with rope=<method>,rope_factor=<f>"
     raise TaskDataError(
         f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
         f"({source}) and would cut them from the left: refused. Use a model with more positions{more}, or "
-        "longshort-eval --model longshort with rope=<method>,rope_factor=<f>"
+        f"longshort-eval --model longshort {ours}"
     )
+
+
+def _saved_scaling(pretrained: Any) -> Optional[str]:
+    """The RoPE scaling type a local ``pretrained`` folder's config.json carries (``rope_scaling`` /
+    ``rope_parameters``, transformers' names), else None: the ``longshort`` model runs such a folder as it is, so
+    the refusal above asks for no ``rope=`` override there (it offered one for a checkpoint already scaled)."""
+    import json
+
+    try:
+        cfg = json.loads((Path(pretrained) / "config.json").read_text())
+    except (OSError, TypeError, ValueError):
+        return None
+    for key in ("rope_scaling", "rope_parameters"):
+        entry = cfg.get(key) if isinstance(cfg, dict) else None
+        kind = (entry.get("rope_type") or entry.get("type")) if isinstance(entry, dict) else None
+        if kind and kind != "default":
+            return str(kind)
+    return None
 
