@@ -49,6 +49,33 @@ def test_linear_folder_loads_in_transformers_with_its_tokenizer(tmp_path, base_w
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
+def test_torchtunes_own_checkpointer_reads_a_step_and_hf_decoder_keeps_its_rope(tmp_path, base_with_tokenizer):
+    """What docs/recipe.md tells a torchtune user (``tune run generate`` on a step folder): torchtune's
+    ``FullModelHFCheckpointer`` reads the folder (every key), ``hf_decoder`` on it builds the saved YaRN and gives our
+    loader's logits, while torchtune's own builder of the same dimensions loads the weights with plain RoPE, no word."""
+    from torchtune.models.llama2 import llama2
+    from torchtune.training import FullModelHFCheckpointer
+
+    from torchtune_longshort.models import hf_decoder
+    from torchtune_longshort.models.hf_checkpoint import weight_files
+
+    model, out = _saved(tmp_path, base_with_tokenizer, "yarn", factor=2.0)
+    sd = FullModelHFCheckpointer(checkpoint_dir=str(out), checkpoint_files=[p.rsplit("/", 1)[-1] for p in
+                                 weight_files(out)], model_type="LLAMA2", output_dir=str(tmp_path / "tt")
+                                 ).load_checkpoint()["model"]
+    ours, cfg = hf_decoder(str(out)), json.loads((out / "config.json").read_text())
+    ours.load_state_dict(sd, strict=True)
+    theirs = llama2(vocab_size=cfg["vocab_size"], num_layers=cfg["num_hidden_layers"],
+                    num_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_key_value_heads"],
+                    embed_dim=cfg["hidden_size"], intermediate_dim=cfg["intermediate_size"], max_seq_len=512)
+    theirs.load_state_dict(sd, strict=True)
+    x = torch.randint(3, 500, (1, 400), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model.eval()(x)
+        torch.testing.assert_close(ours.eval()(x), want, rtol=1e-5, atol=1e-5)
+        assert (theirs.eval()(x) - want).abs().max() > 1e-3  # torchtune's builder: plain RoPE
+
+
 def test_many_shards_with_index_load_in_transformers(tmp_path, base_with_tokenizer):
     from transformers import AutoModelForCausalLM
 
