@@ -121,3 +121,53 @@ def test_a_hub_entry_that_cannot_build_is_refused_naming_the_entry(entry, match)
     config = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64, "rope_scaling": entry}
     with pytest.raises(ValueError, match=match):
         rope_spec_from_hf_config(config)
+
+
+# Real-size hub entries (head_dim 128): the tiny checkpoints above (head_dim 16, L = 64) put YaRN's whole ramp at
+# dimension 0, so neither its default beta_fast / beta_slow nor the clamp of the ramp's top to head_dim - 1 showed.
+HUB_ENTRIES = {
+    "yarn_llama2_4k": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}, 16384, 1e4),
+    "yarn_128k_ramp_past_half": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 131072},
+                                 524288, 1e4),
+    "yarn_betas_untruncated": ({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+                                "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False}, 32768, 1e4),
+    "yarn_attention_factor": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                               "attention_factor": 1.3}, 131072, 1e6),
+    "linear": ({"rope_type": "linear", "factor": 2.5}, 4096, 1e4),
+    "llama3_1": ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}, 131072, 5e5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HUB_ENTRIES))
+def test_frequencies_of_a_hub_entry_equal_transformers_rope_init_function(name):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+    from torchtune_longshort.rope import build_rope
+
+    entry, max_pos, theta = HUB_ENTRIES[name]
+    config = {"hidden_size": 512, "num_attention_heads": 4, "head_dim": 128, "max_position_embeddings": max_pos,
+              "rope_parameters": {**entry, "rope_theta": theta}}
+    want, want_scale = ROPE_INIT_FUNCTIONS[entry["rope_type"]](LlamaConfig(**config), "cpu")
+    spec = rope_spec_from_hf_config(config)
+    kwargs = {k: v for k, v in spec.items() if k not in ("method", "base", "max_seq_len")}
+    rope = build_rope(spec["method"], head_dim=128, max_seq_len=8, base=spec["base"], **kwargs)
+    torch.testing.assert_close(rope.theta, want.float(), rtol=1e-6, atol=0)
+    assert rope.attention_scaling == pytest.approx(want_scale, rel=1e-12)
+
+
+@pytest.mark.parametrize("length", [4096, 4097, 10000])
+def test_dynamic_ntk_base_at_a_length_equals_transformers_rope_init_function(length):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from torchtune_longshort.rope import build_rope
+    from torchtune_longshort.rope.base import default_inv_freq
+
+    config = LlamaConfig(hidden_size=512, num_attention_heads=4, head_dim=128, max_position_embeddings=4096,
+                         rope_parameters={"rope_type": "dynamic", "factor": 3.0, "rope_theta": 1e4})
+    want, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, "cpu", seq_len=length)
+    rope = build_rope("dynamic_ntk", head_dim=128, max_seq_len=16384, factor=3.0, original_max_seq_len=4096)
+    torch.testing.assert_close(default_inv_freq(128, rope.base_for_length(length)), want.float(), rtol=1e-5, atol=0)
