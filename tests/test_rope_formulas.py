@@ -142,6 +142,47 @@ def test_clex_zero_init_follows_ntk_path(t):
     torch.testing.assert_close(r.inv_freq_at(t).detach(), want, rtol=1e-5, atol=0)
 
 
+def released_clex_dynamics(r, t, z):
+    """CLEX's released ``ODELinear.forward`` (clex_layer.py), re-derived per dimension in float64: the time embedding
+    ``x = z + log(ntk_inv_freq(t))`` with ``alpha = 2t - 1``, ``ntk_base = base * alpha^(d/(d-2))``, and the drift
+    ``delta_ntk_freq / ntk_inv_freq``, where ``delta_ntk_freq = -2 idx/(d-2) / (base^(idx/d) alpha^(idx/(d-2)+1))``."""
+    up, down = r.ode_up_proj.double(), r.ode_down_proj.double()
+    alpha = 2 * t - 1
+    idx = torch.arange(0, D, 2, dtype=torch.float64)
+    ntk_inv = 1.0 / (BASE * alpha ** (D / (D - 2))) ** (idx / D)
+    delta = -2 * idx / (D - 2) / (BASE ** (idx / D) * alpha ** (idx / (D - 2) + 1))
+    return torch.nn.functional.silu((z.double() + ntk_inv.log()) @ up) @ down + delta / ntk_inv
+
+
+@pytest.mark.parametrize("t", [1.0, 2.5, 6.0])
+def test_clex_dynamics_with_trained_weights_equal_the_released_ode(t):
+    # a zero-initialised down projection hides every term inside the activation (the time embedding among them)
+    r = clex()
+    with torch.no_grad():
+        r.ode_up_proj.normal_(std=0.3)
+        r.ode_down_proj.normal_(std=0.3)
+        z = torch.log(r.inv_freq_at(1)) + 0.1 * torch.randn(D // 2, generator=torch.Generator().manual_seed(0))
+        got = r.dynamics(t, z)
+    torch.testing.assert_close(got.double(), released_clex_dynamics(r, t, z), rtol=1e-4, atol=1e-6)
+
+
+def test_clex_log_scale_is_log_of_the_length_over_log_l():
+    r = clex(log_scale=True)  # L = 32
+    for top in (31, 63, 200):
+        positions = torch.arange(top + 1).unsqueeze(0)
+        want = math.log(top + 1) / math.log(32)  # L_cur = max(position) + 1
+        torch.testing.assert_close(r.query_scale(positions, 0), torch.full((1, top + 1), want), rtol=1e-6, atol=0)
+    assert clex().query_scale(torch.arange(40).unsqueeze(0), 0) is None
+
+
+@pytest.mark.parametrize("method", ["linear", "ntk", "yarn", "llama3", "dynamic_ntk"])
+def test_default_factor_is_the_target_over_the_original_length(method):
+    # L'/L = 6144 / 4096 = 1.5 (a floor division gave 1: no scaling at all)
+    kwargs = ROPE_METHODS[method].default_kwargs(6144, 4096)
+    assert kwargs["factor"] == 1.5
+    assert kwargs.get("original_max_seq_len", 4096) == 4096
+
+
 def test_clex_frequencies_change_continuously_in_t():
     r = clex()
     with torch.no_grad():
@@ -239,15 +280,17 @@ def test_pose_chunks_are_consecutive_with_skips_inside_target():
     assert pos[:, -1].max() > target - 5  # and reach the end of the target range
 
 
-def test_pose_two_chunks_follow_the_released_rule():
+@pytest.mark.parametrize("s", [16, 15])
+def test_pose_two_chunks_follow_the_released_rule(s):
     """train_pose.py: ``rt1 = randint(1, (len_chunk + 1) // 2)`` (first chunk at most half the window, inclusive),
-    ``rt = randint(0, target - len)`` (the second chunk's skip). The first chunk was uniform on 1..s-1."""
-    target, s = 100, 16
+    ``rt = randint(0, target - len)`` (the second chunk's skip). The first chunk was uniform on 1..s-1. An odd
+    window tells ``(s + 1) // 2`` from ``s // 2``."""
+    target = 100
     pos = build_position_sampler("pose", target_len=target).sample(4000, s, torch.Generator().manual_seed(0))
     gaps = pos[:, 1:] - pos[:, :-1]
     jumped = gaps.ne(1).any(1)
     first = torch.where(jumped, gaps.ne(1).int().argmax(1) + 1, torch.full_like(pos[:, 0], -1))[jumped]
-    assert set(first.tolist()) == set(range(1, 9))  # 1..(16 + 1) // 2 = 8, each drawn
+    assert set(first.tolist()) == set(range(1, 9))  # 1..(s + 1) // 2 = 8 for 16 and 15, each drawn
     skips = pos[:, -1] - (s - 1)
     assert skips.min() == 0 and skips.max() == target - s and abs(skips.float().mean() - (target - s) / 2) < 1.5
 
