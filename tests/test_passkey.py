@@ -67,6 +67,31 @@ def test_scoring_takes_the_first_number():
     assert process_results(doc, [" 12945."])["digits"] == 0.8 and process_results(doc, [" 12945."])["acc"] == 0.0
     assert process_results(doc, [" 1234 5"])["digits_2k_d50"] == 0.8  # "1234": four places right of five
     assert process_results(doc, [" 54321"])["digits"] == 0.2 and process_results(doc, ["blue."])["digits"] == 0.0
+    # a longer number is not the key (it has all five of the key's digits at their places); a shifted one has none
+    assert process_results(doc, [" 123456"])["acc"] == 0.0 and process_results(doc, [" 123456"])["digits"] == 1.0
+    assert process_results(doc, [" 012345"])["acc"] == 0.0 and process_results(doc, [" 012345"])["digits"] == 0.0
+
+
+class _WordTokenizer:
+    """One token per whitespace-separated word: every count of the generator is then known in closed form."""
+
+    def encode(self, text):
+        return text.split()
+
+
+@pytest.mark.parametrize("depth", [25, 75])
+@pytest.mark.parametrize("length", [300, 301, 302, 303])
+def test_generator_fills_the_budget_exactly_and_puts_the_needle_after_round_depth_units(length, depth):
+    from torchtune_longshort.eval.tasks.passkey.task import TASK_DESCRIPTION, make_passkey_sample
+
+    units = [f"u{i}." for i in range(2000)]  # one token each
+    s = make_passkey_sample(_WordTokenizer(), length, depth, 12345, units)
+    assert s.n_tokens == 1 + len(s.input.split()) == length - GEN_BUDGET  # BOS + prompt: the whole budget, no less
+    words = s.input.split()
+    n = sum(w.startswith("u") for w in words)
+    k = words.index("pass") - 1 - len(TASK_DESCRIPTION.split())  # units before "The pass key is ..."
+    assert k == round(depth / 100 * n)  # the four lengths give n of every residue mod 4: .25, .5 and .75 fractions
+    assert s.depth_actual == round(100 * k / n, 2)
 
 
 def test_local_jsonl_round_trip_and_missing_file(sp_tokenizer_dir, tmp_path):
