@@ -45,6 +45,7 @@ def test_packing_keeps_every_token_in_order_across_epochs():
         got += batcher.next_batch()["tokens"][0].tolist()
     assert got[: 3 * len(flat)] == (flat * 3)
     assert batcher.stream.epoch >= 2
+    assert batcher.stream.tokens_consumed == len(got)  # the position logs and saves: tokens handed out, not buffered
 
 
 @pytest.mark.parametrize("rng,L,expected", [

@@ -142,6 +142,15 @@ def test_dataset_and_scoring_without_the_cli(tiny_llama2_dir, sp_tokenizer_dir):
     assert agg_curve_mean_nll([i["curve_mean_nll_64"] for i in items]) == pytest.approx(nll / 128, rel=1e-5)
 
 
+def test_ppl_pools_tokens_not_documents():
+    """ppl = exp(sum NLL / sum tokens) (the module's formula): two samples of 10 and 30 tokens with mean NLL 1 and 3
+    pool to 100 / 40 = 2.5 nats, where a mean over documents would give 2."""
+    from torchtune_longshort.eval.tasks.ppl.task import agg_ppl, agg_token_nll
+
+    items = [(10.0, 10), (90.0, 30)]
+    assert agg_token_nll(items) == pytest.approx(2.5) and agg_ppl(items) == pytest.approx(math.exp(2.5))
+
+
 def test_no_long_enough_text_gives_a_placeholder_with_the_reason(sp_tokenizer_dir, tmp_path):
     from torchtune_longshort.eval.tasks.ppl.task import long_ppl_dataset, process_results
 
