@@ -45,6 +45,14 @@ def test_joined_sequences_are_the_by_hand_concatenation_cut_end_to_end():
         fixed_length_samples(iter(DOCS), CharTokenizer(), length, n)
 
 
+def test_unjoined_documents_give_their_first_chunks_down_to_a_document_of_exactly_the_length():
+    # by hand: a document of exactly 40 characters is one sequence; one of 39 none; 2 chunks of a 100-character one
+    docs = ["x" * 39, "a" * 40, "".join(chr(65 + i % 26) for i in range(100))]
+    samples = fixed_length_samples(iter(docs), CharTokenizer(), 40, 3, chunks_per_doc=2)
+    assert [(s.doc_index, s.start, s.text) for s in samples] == [
+        (1, 0, docs[1]), (2, 0, docs[2][:40]), (2, 40, docs[2][40:80])]
+
+
 def test_joined_sequences_with_a_real_tokenizer_are_slices_of_the_joined_text(sp_tokenizer_dir):
     tok = TaskTokenizer(str(sp_tokenizer_dir))
     docs = [f"def f{i}(x):\n    return x * {i} + {i * i}  # note {i}\n" for i in range(80)]

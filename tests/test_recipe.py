@@ -162,6 +162,25 @@ def test_accumulation_splits_a_step_without_changing_it(tmp_path, tiny_llama2_di
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(pos_one, pos_two))
 
 
+def test_the_packed_stream_is_bos_document_eos_as_torchtunes_text_completion(tmp_path, tiny_llama2_dir,
+                                                                                sp_tokenizer_dir):
+    """Each document enters the recipe's stream as BOS + its tokens + EOS (torchtune's text-completion datasets,
+    ``encode(add_bos=True, add_eos=True)``), then the next document's BOS; in-process, setup only."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    r = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "o", max_steps=1))
+    r.setup()
+    try:
+        tok, docs = r._tokenizer, iter(r._documents())
+        first, second = (tok.encode(next(docs), add_bos=False, add_eos=False) for _ in range(2))
+        got = r._batcher.stream.take(len(first) + 4)
+        assert got == [tok.bos_id, *first, tok.eos_id, tok.bos_id, second[0]]
+    finally:
+        r.release_output_dir()
+
+
 @pytest.mark.slow
 def test_two_process_fsdp_matches_single_process(uninterrupted, tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     import torch
