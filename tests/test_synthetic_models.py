@@ -111,6 +111,14 @@ def test_trained_linear_attention_reaches_theorem_3_1():
     mse = np.array(res["test_mse"])
     ref = length_error_closed_form(np.arange(1, 21), 6)
     np.testing.assert_allclose(mse[6:], ref[6:], rtol=0.05)
+    np.testing.assert_allclose(res["test_mse_f"], mse, rtol=1e-12)  # identity OutRep: f-space is the target scale
+
+
+def test_learning_rate_decays_on_a_cosine_from_lr_to_zero():
+    from torchtune_longshort.synthetic.train import _lr_at
+
+    # 0.5 lr (1 + cos(pi step / max_steps)), step 0 .. max_steps (the paper's schedule)
+    assert [_lr_at(s, 8, 0.1) for s in (0, 2, 4, 8)] == pytest.approx([0.1, 0.05 * (1 + 2**-0.5), 0.05, 0.0])
 
 
 class _MeanOracle(torch.nn.Module):
