@@ -74,7 +74,17 @@ def test_generated_facts_land_at_requested_depth(generated, sp):
         before = len(sp.encode(r["input"][:start])) if start else 0
         hay = len(sp.encode(r["input"])) - len(sp.encode(block))
         assert haystack.within_depth_tolerance(before / hay, r["depth"], hay), (r["depth"], before / hay)
+        assert abs(before / hay - r["depth"] / 100) <= 0.02 + 8 / hay  # the stated tolerance (docs), by hand
         assert haystack.within_length_tolerance(r["n_tokens"], haystack.LENGTHS[r["length"]])
+
+
+@pytest.mark.parametrize("depth, cut", [(25, (2, 5)), (50, (5, 0)), (73, (7, 3)), (100, (10, 0)), (0, (0, 0))])
+def test_the_story_goes_in_at_the_word_where_depth_percent_of_the_haystack_tokens_lie_before_it(depth, cut):
+    # one token per word, ten lines of ten words: depth d % puts the block after d words, inside a line if need be
+    hay = [" ".join(f"w{i}_{k}" for k in range(10)) for i in range(10)]
+    segments, (at,) = haystack._place_at_depth(hay, [10] * 10, "BLOCK", depth, lambda s: len(s.split()))
+    assert segments[at] == "BLOCK" and " ".join(segments).split() == (
+        " ".join(hay).split()[: 10 * cut[0] + cut[1]] + ["BLOCK"] + " ".join(hay).split()[10 * cut[0] + cut[1]:])
 
 
 def test_generator_bad_input(sp_tokenizer_dir):
