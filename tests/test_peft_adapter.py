@@ -245,3 +245,44 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
                        base_model=str(folder.path))
     assert json.loads((tmp_path / "plain" / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_config"] is None
     assert base_config_note(tmp_path / "plain") == "" and base_config_note(None) == ""
+
+    # QLoRA: the adapters were trained on the NF4 base, so PEFT on the start in full precision is another model
+    # (README) whatever config it loads with: the line names the merged step alone
+    qlora = tmp_path / "qlora"
+    write_peft_adapter(qlora / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path), rope_spec=spec, quantized_base="nf4")
+    note = base_config_note(qlora)
+    assert "(nf4)" in note and note.endswith(f"evaluate or serve the merged {qlora} itself")
+    assert "PeftModel" not in note
+
+
+@pytest.mark.parametrize("layout", ["llama3", "phi3_5"])
+def test_a_run_that_kept_the_starts_scaled_rope_at_another_length_says_nothing_of_its_base(family_dirs, tmp_path,
+                                                                                            layout):
+    """Llama 3.x (llama3 scaling) and Phi-3.5 (LongRoPE) start scaled; a LoRA run that keeps that RoPE at its own
+    max_seq_len writes another max_position_embeddings and spells the spec with more keys, yet PEFT on the start
+    folder as it is gives the merged step's logits (transformers is the reference): no base_config, no line."""
+    from peft import PeftModel
+    from torchtune.modules.peft import get_merged_lora_ckpt
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.models import load_hf_checkpoint
+    from torchtune_longshort.models.peft_adapter import base_config_note
+
+    folder = CheckpointFolder.open(family_dirs[layout])
+    spec = load_hf_checkpoint(folder.path, max_seq_len=128).rope_scaling
+    _, sd, trainable = _lora_state(folder, seed=5, trainable_norms=False)
+    step = tmp_path / "step_1"
+    write_peft_adapter(step / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path), rope_spec=spec)
+    write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
+                        rope_spec=spec, tokenizer=str(folder.path))
+    assert json.loads((step / "config.json").read_text())["max_position_embeddings"] == 128  # another length
+    assert json.loads((step / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_config"] is None
+    assert base_config_note(step) == ""
+    tokens = torch.randint(3, folder.config["vocab_size"], (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
+        base = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32)
+        got = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()(tokens).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -31,7 +31,7 @@ import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.family_builders import rope_theta
-from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config, saved_hf_config
+from torchtune_longshort.models.hf_rope import SPEC_KEY, rope_spec_from_hf_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
@@ -196,12 +196,17 @@ def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, A
     return out_dir
 
 
-def _rope_of(config: Dict[str, Any]) -> Tuple[Any, Any, Any]:
-    """What decides a config's positions: its RoPE spec (None: plain), base and ``max_position_embeddings``."""
+def _rope_of(config: Dict[str, Any]) -> Tuple[Any, Any]:
+    """The RoPE transformers builds from a config.json: its ``rope_scaling`` / ``rope_parameters`` as a spec (None:
+    plain; our own spec key left out, transformers reads none of it) without ``max_seq_len``, and its base.
+    ``max_position_embeddings`` and the spec's length size caches only: a run that kept Llama 3's scaling at another
+    length writes another one and trains the same RoPE (where transformers reads a length, dynamic NTK's, the spec
+    holds it as ``original_max_seq_len``)."""
     try:
-        return rope_spec_from_hf_config(config), float(rope_theta(config)), config.get("max_position_embeddings")
+        spec = rope_spec_from_hf_config({k: v for k, v in config.items() if k != SPEC_KEY})
+        return spec and {k: v for k, v in spec.items() if k != "max_seq_len"}, float(rope_theta(config))
     except (KeyError, TypeError, ValueError):
-        return None, None, None
+        return None, None
 
 
 def _base_config(hf_config: Dict[str, Any], base_model: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -237,6 +242,10 @@ def base_config_note(step_dir: Optional[Path]) -> str:
     if not layout.get("base_config"):
         return ""
     adapter, scaling = Path(step_dir) / ADAPTER_DIR, _scaling_said(layout["base_config"])
+    if layout.get("base_quantization"):  # QLoRA: PEFT on the full-precision base is another model, RoPE or not
+        return (f"\n[longshort] adapter:    {adapter} was trained on {base} quantized "
+                f"({layout['base_quantization']}) and with the RoPE of {Path(step_dir) / 'config.json'} ({scaling}): "
+                f"evaluate or serve the merged {step_dir} itself")
     return (f"\n[longshort] adapter:    {adapter} trained on {base} with the RoPE of {Path(step_dir) / 'config.json'} "
             f"({scaling}), which an adapter cannot carry: load the base with it, AutoModelForCausalLM."
             f"from_pretrained({str(base)!r}, config=AutoConfig.from_pretrained({str(step_dir)!r})), then "
