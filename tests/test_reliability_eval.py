@@ -276,14 +276,24 @@ def test_a_length_past_config_positions_names_hfs_max_length(tmp_path):
     scales as it goes): the refusal named neither the source nor that fix; the fix given, the length runs."""
     from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model
 
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256,
+    shape = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 256}
+    (tmp_path / "config.json").write_text(json.dumps({**shape,
                                                       "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
     meta = {"lm_eval_model": "hf", "pretrained": str(tmp_path)}
     with pytest.raises(TaskDataError, match=r"runs at most 256 \(its config.json's max_position_embeddings\) .* "
                                             r"more positions, max_length=512 in --model_args to run past them, or "
-                                            r"longshort-eval --model longshort \(it runs the folder's own dynamic "
+                                            r"longshort-eval --model longshort \(it runs the folder's own dynamic_ntk "
                                             r"scaling\)$"):
         check_fits_model(512, meta)  # a folder already scaled: no rope= override offered (it was)
+    # steps written by a run: NTK (only rope_theta and our spec key tell it) and CLEX (a rope_type transformers
+    # refuses, spelled with its reason): the longshort model reads both from our spec key
+    from torchtune_longshort.models.hf_rope import saved_hf_config
+
+    for method, kw in (("ntk", {"factor": 2.0}), ("clex", {"original_max_seq_len": 128, "t_max": 2})):
+        spec = {"method": method, "base": 1e4, "max_seq_len": 256, "head_dim": 16, **kw}
+        (tmp_path / "config.json").write_text(json.dumps(saved_hf_config({**shape, "model_type": "llama"}, spec)))
+        with pytest.raises(TaskDataError, match=rf"--model longshort \(it runs the folder's own {method} scaling\)$"):
+            check_fits_model(512, meta)
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
     with pytest.raises(TaskDataError, match=r"or longshort-eval --model longshort with rope=<method>,rope_factor=<f>$"):
         check_fits_model(512, meta)

@@ -243,18 +243,24 @@ def model_positions(metadata: Mapping[str, Any]) -> Optional[int]:
             return int(metadata["max_length"])
         except (TypeError, ValueError):
             return None
-    pretrained = metadata.get("pretrained")
-    if isinstance(pretrained, str) and (Path(pretrained) / "config.json").is_file():
-        import json
-
-        try:
-            cfg = json.loads((Path(pretrained) / "config.json").read_text())
-        except (OSError, ValueError):
-            return None
-        for key in ("max_position_embeddings", "n_positions", "n_ctx"):
-            if isinstance(cfg.get(key), int):
-                return int(cfg[key])
+    cfg = _local_config(metadata.get("pretrained")) or {}
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if isinstance(cfg.get(key), int):
+            return int(cfg[key])
     return None
+
+
+def _local_config(pretrained: Any) -> Optional[Dict[str, Any]]:
+    """The parsed config.json of a local ``pretrained`` folder; None for a hub name or an unreadable file."""
+    if not (isinstance(pretrained, str) and (Path(pretrained) / "config.json").is_file()):
+        return None
+    import json
+
+    try:
+        cfg = json.loads((Path(pretrained) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
 
 
 def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
@@ -278,19 +284,18 @@ def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
 
 
 def _saved_scaling(pretrained: Any) -> Optional[str]:
-    """The RoPE scaling type a local ``pretrained`` folder's config.json carries (``rope_scaling`` /
-    ``rope_parameters``, transformers' names), else None: the ``longshort`` model runs such a folder as it is, so
-    the refusal above asks for no ``rope=`` override there (it offered one for a checkpoint already scaled)."""
-    import json
+    """The RoPE method a local ``pretrained`` folder's config.json carries, read as the ``longshort`` model reads it
+    (:func:`~torchtune_longshort.models.hf_rope.rope_spec_from_hf_config`: our ``longshort_rope`` key, else
+    transformers' ``rope_scaling`` / ``rope_parameters``), else None: the ``longshort`` model runs such a folder as it
+    is, so the refusal above asks for no ``rope=`` override there (it offered one for a checkpoint already scaled)."""
+    cfg = _local_config(pretrained)
+    if cfg is None:
+        return None
+    # deferred: torch (the models package's __init__ imports it; only a refusal gets here)
+    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
 
     try:
-        cfg = json.loads((Path(pretrained) / "config.json").read_text())
-    except (OSError, TypeError, ValueError):
+        spec = rope_spec_from_hf_config(cfg)
+    except (KeyError, TypeError, ValueError):  # a scaling (or a config) the longshort model refuses too
         return None
-    for key in ("rope_scaling", "rope_parameters"):
-        entry = cfg.get(key) if isinstance(cfg, dict) else None
-        kind = (entry.get("rope_type") or entry.get("type")) if isinstance(entry, dict) else None
-        if kind and kind != "default":
-            return str(kind)
-    return None
-
+    return spec["method"] if spec else None
