@@ -463,12 +463,12 @@ def test_the_progress_bar_shows_the_steps_mean_e_as_metrics_jsonl_logs_it(tmp_pa
             pass
 
     run = RunLog(Logger(), JsonlMetricLogger(tmp_path / "metrics.jsonl"), enabled=True)
-    run.start(total_steps=2, step=0)
+    run.start(total_steps=4, step=0)
     try:
-        for e in (37.5, 16.0):
+        for e in (37.5, 16.0, 37.25, 100.0):  # 37.25: the mean of four micro-batches
             run.log_step(1, {"loss": 2.0, "ce": 2.0, "misalignment": 0.5, "e": e}, 1e-4, {}, torch.device("cpu"))
             assert run.pbar.postfix.split("e=")[1].split(",")[0] == f"{e:g}"
     finally:
         run.close()
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["e"] for r in rows if "e" in r] == [37.5, 16.0]
+    assert [r["e"] for r in rows if "e" in r] == [37.5, 16.0, 37.25, 100.0]
