@@ -121,6 +121,29 @@ def test_learning_rate_decays_on_a_cosine_from_lr_to_zero():
     assert [_lr_at(s, 8, 0.1) for s in (0, 2, 4, 8)] == pytest.approx([0.1, 0.05 * (1 + 2**-0.5), 0.05, 0.0])
 
 
+def test_the_trainers_updates_take_torchs_cosine_annealing_rates(monkeypatch):
+    """The call site, against torch's CosineAnnealingLR(T_max=max_steps) stepped after each update: update k (of
+    max_steps) takes 0.5 lr (1 + cos(pi (k - 1) / max_steps)), the first the full lr, none lr 0 (passing ``step``
+    for ``step - 1`` skips the full lr and wastes the last update)."""
+    seen = []
+
+    class Recording(torch.optim.AdamW):
+        def step(self, closure=None):
+            seen.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    train_run(RunConfig(model="linear", l_train=4, l_test=4, max_steps=6, eval_every=6, batch_size=8, val_size=8,
+                        test_per_length=1, lr=0.1))
+    reference = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    schedule, want = torch.optim.lr_scheduler.CosineAnnealingLR(reference, T_max=6), []
+    for _ in range(6):
+        want.append(reference.param_groups[0]["lr"])
+        reference.step()
+        schedule.step()
+    assert seen == pytest.approx(want, rel=1e-12)
+
+
 class _MeanOracle(torch.nn.Module):
     """Outputs the exact mean of the bits (recomputed from tokens), or a constant."""
 
