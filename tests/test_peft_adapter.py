@@ -261,11 +261,13 @@ def test_a_run_that_kept_the_starts_scaled_rope_at_another_length_says_nothing_o
                                                                                             layout):
     """Llama 3.x (llama3 scaling) and Phi-3.5 (LongRoPE) start scaled; a LoRA run that keeps that RoPE at its own
     max_seq_len writes another max_position_embeddings and spells the spec with more keys, yet PEFT on the start
-    folder as it is gives the merged step's logits (transformers is the reference): no base_config, no line."""
+    folder as it is gives the merged step's logits (transformers is the reference): no base_config, no line, and
+    ``--model hf`` with that base and ``peft=`` is not refused as another model (it was)."""
     from peft import PeftModel
     from torchtune.modules.peft import get_merged_lora_ckpt
     from transformers import AutoModelForCausalLM
 
+    from torchtune_longshort.eval.other_model_args import check_peft_args
     from torchtune_longshort.models import load_hf_checkpoint
     from torchtune_longshort.models.peft_adapter import base_config_note
 
@@ -280,6 +282,7 @@ def test_a_run_that_kept_the_starts_scaled_rope_at_another_length_says_nothing_o
     assert json.loads((step / "config.json").read_text())["max_position_embeddings"] == 128  # another length
     assert json.loads((step / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_config"] is None
     assert base_config_note(step) == ""
+    check_peft_args(str(folder.path), str(step / ADAPTER_DIR))  # --model hf peft= on that base: no refusal either
     tokens = torch.randint(3, folder.config["vocab_size"], (1, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits

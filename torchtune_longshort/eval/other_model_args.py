@@ -25,9 +25,8 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
-from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+from torchtune_longshort.models.hf_rope import rope_of_config
 from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
 
 logger = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def _rope(config_file: Path) -> Optional[Tuple[Any, float]]:
     if config is None:
         return None
     try:
-        return rope_spec_from_hf_config(config, where=str(config_file)), float(rope_theta(config))
+        return rope_of_config(config)
     except (KeyError, TypeError, ValueError):
         return None
 

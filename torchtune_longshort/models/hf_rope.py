@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
+from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 
@@ -161,6 +162,24 @@ def saved_hf_config(config: Dict[str, Any], rope_spec: Optional[Dict[str, Any]],
         for k in (SPEC_KEY, "rope_scaling"):
             new.pop(k, None)
     return new
+
+
+def rope_of_config(config: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], float]:
+    """``(spec, base)``: the RoPE a config.json makes, comparable between two folders (a LoRA adapter's base and its
+    step): transformers' reading of ``rope_scaling`` / ``rope_parameters`` (our spec key spells defaults out or
+    leaves them to the method, so two spellings of one RoPE differed), our spec key only for a method transformers
+    cannot run (CLEX); without ``max_seq_len``, ``head_dim`` and ``layout``, which size caches and name the weights'
+    layout (a run that kept Llama 3's scaling at its own length trains the same RoPE; where transformers reads a
+    length, dynamic NTK's, the spec holds it as ``original_max_seq_len``). Raises as
+    :func:`rope_spec_from_hf_config` (``ValueError``), or ``KeyError`` / ``TypeError`` for a malformed config."""
+    try:
+        spec = rope_spec_from_hf_config({k: v for k, v in config.items() if k != SPEC_KEY})
+    except ValueError:
+        if not config.get(SPEC_KEY):
+            raise
+        spec = rope_spec_from_hf_config(config)
+    spec = spec and {k: v for k, v in spec.items() if k not in ("max_seq_len", "head_dim", "layout")}
+    return spec, float(rope_theta(config))
 
 
 def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json") -> Optional[Dict[str, Any]]:

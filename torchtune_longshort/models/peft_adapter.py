@@ -30,8 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.family_builders import rope_theta
-from torchtune_longshort.models.hf_rope import SPEC_KEY, rope_spec_from_hf_config, saved_hf_config
+from torchtune_longshort.models.hf_rope import rope_of_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
@@ -197,14 +196,8 @@ def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, A
 
 
 def _rope_of(config: Dict[str, Any]) -> Tuple[Any, Any]:
-    """The RoPE transformers builds from a config.json: its ``rope_scaling`` / ``rope_parameters`` as a spec (None:
-    plain; our own spec key left out, transformers reads none of it) without ``max_seq_len``, and its base.
-    ``max_position_embeddings`` and the spec's length size caches only: a run that kept Llama 3's scaling at another
-    length writes another one and trains the same RoPE (where transformers reads a length, dynamic NTK's, the spec
-    holds it as ``original_max_seq_len``)."""
     try:
-        spec = rope_spec_from_hf_config({k: v for k, v in config.items() if k != SPEC_KEY})
-        return spec and {k: v for k, v in spec.items() if k != "max_seq_len"}, float(rope_theta(config))
+        return rope_of_config(config)
     except (KeyError, TypeError, ValueError):
         return None, None
 
