@@ -255,6 +255,13 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
     assert "(nf4)" in note and note.endswith(f"evaluate or serve the merged {qlora} itself")
     assert "PeftModel" not in note
 
+    # CLEX: transformers refuses the step's config.json (its rope_type says why), so no base loads with it
+    clex = {"method": "clex", "base": 1e4, "max_seq_len": 512, "original_max_seq_len": 256, "t_max": 2,
+            "head_dim": folder.config["hidden_size"] // folder.config["num_attention_heads"]}
+    write_peft_adapter(tmp_path / "clex" / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path), rope_spec=clex)
+    assert base_config_note(tmp_path / "clex").endswith("with longshort-eval --model longshort")
+
 
 @pytest.mark.parametrize("layout", ["llama3", "phi3_5"])
 def test_a_run_that_kept_the_starts_scaled_rope_at_another_length_says_nothing_of_its_base(family_dirs, tmp_path,

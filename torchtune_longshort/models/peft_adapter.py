@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.hf_rope import rope_of_config, saved_hf_config
+from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
@@ -235,6 +235,10 @@ def base_config_note(step_dir: Optional[Path]) -> str:
     if not layout.get("base_config"):
         return ""
     adapter, scaling = Path(step_dir) / ADAPTER_DIR, _scaling_said(layout["base_config"])
+    method = not_representable_method(layout["base_config"])
+    if method:  # CLEX: transformers refuses the step's config.json, so no base loads with it
+        return (f"\n[longshort] adapter:    {adapter} was trained with {method} RoPE, which transformers cannot run: "
+                f"evaluate the merged {step_dir} with longshort-eval --model longshort")
     if layout.get("base_quantization"):  # QLoRA: PEFT on the full-precision base is another model, RoPE or not
         return (f"\n[longshort] adapter:    {adapter} was trained on {base} quantized "
                 f"({layout['base_quantization']}) and with the RoPE of {Path(step_dir) / 'config.json'} ({scaling}): "
