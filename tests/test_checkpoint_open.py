@@ -129,6 +129,13 @@ def test_a_scaling_override_covers_the_positions_times_its_factor(folders, sp_to
     assert _eval_model(folder, sp_tokenizer_dir, want + 1, caplog, rope="linear", rope_factor=FACTOR)[:2] == (
         want, "refused")
     assert _eval_model(folder, sp_tokenizer_dir, 3 * PLAIN, caplog, rope="linear") == (3 * PLAIN, "allowed", "")
+    # On a scaled folder (PLAIN pre-trained positions, max_position_embeddings PLAIN x FACTOR, as Llama-3.1's 8k of
+    # 128k) the override's factor scales the pre-trained PLAIN, as the model is built: it covered PLAIN x FACTOR^2
+    # before, so requests past its scaling ran without a word
+    scaled, _ = folders["linear"]
+    assert _eval_model(scaled, sp_tokenizer_dir, None, caplog, rope="yarn", rope_factor=FACTOR) == (want, "allowed", "")
+    assert _eval_model(scaled, sp_tokenizer_dir, want + 1, caplog, rope="yarn", rope_factor=FACTOR)[:2] == (
+        want, "refused")
 
 
 def test_every_caller_follows_the_owner(folders, sp_tokenizer_dir, tmp_path, caplog, capsys, monkeypatch):

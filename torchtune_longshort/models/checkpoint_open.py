@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_model import pretrained_rope
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.models.tokenizer_formats import load_tokenizer
@@ -81,13 +82,18 @@ class OpenedCheckpoint:
 
 
 def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, override: bool = False,
-                     length: Optional[int] = None) -> int:
+                     length: Optional[int] = None, pretrained: Optional[int] = None) -> int:
     """Positions a model covers: a spec's ``max_seq_len`` (the length its scaling targets), else its pre-trained
     length times ``factor``, else ``max_position_embeddings`` (:func:`~torchtune_longshort.models.hf_rope.
     usable_length_of`). An override that names neither is built for the run's ``length`` (the method takes its
-    factor as ``length / L``), so it covers ``length``."""
+    factor as ``length / L``), so it covers ``length``. An override's ``factor`` scales ``pretrained``, the folder's
+    pre-trained length (:func:`~torchtune_longshort.models.hf_model.pretrained_rope`: a scaled folder's own original
+    length, which the model is built from), not ``max_position_embeddings``: on a Llama-3.1 layout (64 of 256
+    positions) ``rope=yarn,rope_factor=2`` covers 128, and 512 let 200-token requests run past its scaling unsaid."""
     if override and spec and length is not None and "max_seq_len" not in spec and "factor" not in spec:
         return int(length)
+    if override and spec and pretrained and "factor" in spec and not spec.get("original_max_seq_len"):
+        spec = {**spec, "original_max_seq_len": int(pretrained)}
     return usable_length_of(config, spec)
 
 
@@ -135,6 +141,7 @@ def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames
     folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None, field=names.checkpoint)
     tok = checked_tokenizer(folder, tokenizer, names)
     spec = rope if rope is not None else folder.rope_spec
-    usable = usable_positions(folder.config, spec, override=rope is not None, length=length)
+    usable = usable_positions(folder.config, spec, override=rope is not None, length=length,
+                              pretrained=pretrained_rope(folder)[1] if rope is not None else None)
     verdict = length_verdict(folder.path, folder.config, spec, usable, length, allow_extrapolation, names)
     return OpenedCheckpoint(folder, tok, spec, rope, usable, verdict)
