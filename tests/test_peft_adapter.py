@@ -186,6 +186,20 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
                                          r"and pretrained= loads with plain \(base 10000\), another model; evaluate "
                                          rf"the step folder itself \(pretrained={yarn_step}"):
         check(folder.path, yarn_step / ADAPTER_DIR)
+    # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
+    # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
+    eabf_step = tmp_path / "step_3"
+    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "eabf", "new_base": 5e5}), eabf_step,
+                       folder.config, tokenizer=str(folder.path))
+    shutil.copytree(step / ADAPTER_DIR, eabf_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=eabf, .*another model; "
+                                         r"evaluate the merged step folder with --model longshort --model_args "
+                                         rf"pretrained={eabf_step} \(transformers cannot run its eabf RoPE"):
+        check(folder.path, eabf_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match="is not representable in transformers"):  # what the old fix ran into
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={eabf_step}"]))
+    check_arguments(lm_eval_argv(["run", "--model", "longshort", "--model_args", f"pretrained={eabf_step}",
+                                  "--tasks", "longshort_ppl"]))  # the named fix: accepted
 
     layout = step / ADAPTER_DIR / "longshort_adapter.json"  # a QLoRA run's: said, not refused
     layout.write_text(json.dumps({**json.loads(layout.read_text()), "base_quantization": "nf4"}))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
-from torchtune_longshort.models.hf_rope import rope_of_config
+from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
 from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,16 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
                          "pretrained=<the run's start checkpoint>")
     theirs, ours = _rope(base / CONFIG_FILE), _rope(step / CONFIG_FILE)
     if theirs is not None and ours is not None and theirs != ours:
+        # a RoPE transformers cannot run (CLEX, EABF, YaRN on Phi-3): --model hf loads neither the step nor a base
+        # with its config.json, so the fix is the longshort model on the merged step
+        method = not_representable_method(_json(step / CONFIG_FILE) or {})
+        fix = (f"evaluate the merged step folder with --model longshort --model_args pretrained={step} (transformers "
+               f"cannot run its {method} RoPE, so --model hf loads neither it nor a base with its config.json)"
+               if method else f"evaluate the step folder itself (pretrained={step}, the adapters merged), or load "
+               "the base with the step's config.json")
         raise ValueError(f"{where} with pretrained={pretrained}: the run trained these adapters with RoPE "
                          f"{_said(ours)} ({step / CONFIG_FILE}), and pretrained= loads with {_said(theirs)}, another "
-                         f"model; evaluate the step folder itself (pretrained={step}, the adapters merged), or load "
-                         "the base with the step's config.json")
+                         f"model; {fix}")
     if layout.get("base_quantization"):
         logger.warning("%s: trained on the %s-quantized base, these adapters on pretrained=%s (full precision) give "
                        "another model than the run's; its step folder %s is the trained one (the adapters merged "
