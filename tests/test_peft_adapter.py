@@ -43,7 +43,8 @@ def _lora_state(folder: CheckpointFolder, seed: int, trainable_norms: bool, trai
 
 # One layout per kind of conversion: Llama's permuted q/k rows (Mistral, Gemma and SmolLM2 convert alike), Qwen2's
 # unpermuted rows, Phi-3's fused q/k/v and gate/up; trained norms as PEFT modules_to_save.
-# smollm2: tied embeddings trained (train_embeddings_and_norms): PEFT's lm_head kept the base embeddings (30% off)
+# smollm2: tied embeddings trained (train_embeddings_and_norms): PEFT's lm_head kept the base embeddings (30% off);
+# then, lm_head saved beside them: tie_weights() (lm-eval's hf model calls it) raised KeyError
 # ("llama2", "final"): the final norm alone trained (a caller's trainable=): PEFT's load took the bare name "norm"
 # for every *_layernorm too and failed on weights the file does not hold
 @pytest.mark.parametrize("layout, norms, embeddings", [("llama2", True, False), ("qwen2", False, False),
@@ -68,6 +69,7 @@ def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, lay
         base = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32).eval()
         plain = base(tokens).logits
         peft = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()
+        peft.tie_weights()  # as lm-eval's hf model does after loading peft= (a tied lm_head listed: KeyError)
         via_peft = peft(tokens).logits
         merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
     scale = merged.abs().max()

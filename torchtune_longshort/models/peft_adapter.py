@@ -142,27 +142,22 @@ def peft_adapter(tune_sd: StateDict, hf_config: Dict[str, Any], alpha: float, tr
     # "*_layernorm" (weights this file lacks, when only some norms trained: PEFT's load then failed)
     to_save = {k.rsplit(".", 1)[0] for k in layout["modules_to_save"].values()}
     tied = _tied_output(hf_config, layout["modules_to_save"].values())
-    if tied:  # PEFT leaves a tied lm_head on the base embeddings: the trained ones go to it as well
-        sd[PEFT_PREFIX + TIED_OUTPUT] = sd[PEFT_PREFIX + tied].clone()  # a copy: safetensors stores no shared memory
-        to_save.add(TIED_OUTPUT.rsplit(".", 1)[0])
     kwargs = {"r": r, "lora_alpha": alpha, "target_modules": sorted({v["hf_module"].rsplit(".", 1)[-1]
                                                                       for v in layout["modules"].values()}),
               "rank_pattern": rank_pattern, "alpha_pattern": alpha_pattern, "lora_dropout": 0.0, "bias": "none",
               "task_type": "CAUSAL_LM", "modules_to_save": sorted(to_save) or None}
-    if tied:
-        kwargs["ensure_weight_tying"] = True  # PEFT's own flag for it (it warns without)
+    if tied:  # PEFT's own flag: lm_head follows the trained embeddings (without it, it kept the base ones: 30% off).
+        # lm_head is not listed in modules_to_save besides: its own copy made the model's tie_weights() (which
+        # lm-eval's hf model calls after loading the adapter) raise KeyError "attribute 'weight' already exists"
+        kwargs["ensure_weight_tying"] = True
     return sd, kwargs, layout
-
-
-# transformers' output projection of a causal LM; with tie_word_embeddings it is the input embedding's weight
-TIED_OUTPUT = "lm_head.weight"
 
 
 def _tied_output(hf_config: Dict[str, Any], saved_hf_keys: Iterable[str]) -> Optional[str]:
     """The trained input embedding's key among ``saved_hf_keys`` when the model ties its output to it (SmolLM2,
     Llama-3.2, the small Qwen2.5, Gemma), else None. PEFT's ``modules_to_save`` copies the embedding and leaves
-    ``lm_head`` on the base weights: its logits were 30% off the merged checkpoint's until ``lm_head`` got the
-    trained embedding too (read back: only the embedding, the layout's key)."""
+    ``lm_head`` on the base weights (logits 30% off the merged checkpoint's) unless ``ensure_weight_tying`` ties it
+    to the trained copy."""
     if not hf_config.get("tie_word_embeddings"):
         return None
     return next((k for k in saved_hf_keys if k.endswith("embed_tokens.weight")), None)
