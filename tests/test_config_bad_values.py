@@ -216,6 +216,12 @@ FAMILIES = {
         ({"lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"}},
          "lr_scheduler.num_warmup_steps", r"needs lr_scheduler.num_warmup_steps, which"),
         ({"dataset": {"_component_": TEXT_COMPLETION}}, "dataset.source", r"needs dataset.source, which"),
+        # rope_scaled with LongRoPE and no factor lists (as on a Phi-3.5 start, whose own it does not take): Python's
+        # "LongRoPE.__init__() missing 2 required keyword-only arguments" named neither key nor where to give them
+        ({"model": {**ROPE_NODE, "method": "longrope", "max_seq_len": 512, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.short_factor", r"^model: RoPE method 'longrope' needs model.short_factor and model.long_factor, "
+                               r"which the config does not give .*: add them"),
     ],
 }
 

@@ -133,11 +133,21 @@ def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
     try:
         head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
         kwargs = ROPE_METHODS[method].default_kwargs(target, start, given)
+        # a parameter the method has no default for (LongRoPE's factor lists): rope_scaled replaces the model's
+        # own scaling, even of the same method, and takes none of its parameters (Python's TypeError named no key)
+        needed = [n for n, p in inspect.signature(ROPE_METHODS[method].__init__).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY and p.default is p.empty and n not in kwargs]
+        if needed:
+            raise ValueError(f"{path}: RoPE method {method!r} needs {' and '.join(f'{path}.{n}' for n in needed)}, "
+                             "which the config does not give (rope_scaled replaces the checkpoint's own scaling and "
+                             "takes none of its parameters): add them, or drop rope_scaled to keep its own RoPE")
         with torch.device("meta"):
             build_rope(method, head_dim=head_dim, max_seq_len=target, base=node.get("base") or rope_theta(config),
                        **kwargs)
     except (ValueError, TypeError) as e:
         said = str(e)
+        if said.startswith(f"{path}: "):
+            raise
         named = next((k for k in given if said.startswith(f"{k}=")), None)
         raise ValueError(f"{path}.{said}" if named else f"{path} (RoPE method {method!r}): {said}") from None
     except Exception:  # nothing the method's checks said (a step the meta device cannot take): left to the build
