@@ -136,6 +136,15 @@ def test_a_scaling_override_covers_the_positions_times_its_factor(folders, sp_to
     assert _eval_model(scaled, sp_tokenizer_dir, None, caplog, rope="yarn", rope_factor=FACTOR) == (want, "allowed", "")
     assert _eval_model(scaled, sp_tokenizer_dir, want + 1, caplog, rope="yarn", rope_factor=FACTOR)[:2] == (
         want, "refused")
+    # CLEX scales by t_max (inference caps t there): 3 x PLAIN ran past L * t_max unsaid, and without max_length
+    # the model was built for PLAIN positions, which the build refused ("max_seq_len=... is too short")
+    assert _eval_model(folder, sp_tokenizer_dir, None, caplog, rope="clex", rope_t_max=2) == (want, "allowed", "")
+    assert _eval_model(folder, sp_tokenizer_dir, 3 * PLAIN, caplog, rope="clex", rope_t_max=2)[:2] == (
+        want, "refused")
+    # a factor the build refuses, named as typed: rope_factor=-2 was "max_seq_len=-<2 PLAIN>", abc Python's float error
+    for bad in (-2, 0, "abc"):
+        with pytest.raises(ValueError, match=rf"^rope_factor={bad!r} is not accepted: expected a number >= 1"):
+            _eval_model(folder, sp_tokenizer_dir, None, caplog, rope="linear", rope_factor=bad)
 
 
 def test_every_caller_follows_the_owner(folders, sp_tokenizer_dir, tmp_path, caplog, capsys, monkeypatch):

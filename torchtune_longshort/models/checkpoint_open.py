@@ -21,6 +21,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import pretrained_rope
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
+from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.models.tokenizer_formats import load_tokenizer
 
 ALLOWED, EXTRAPOLATED, REFUSED = "allowed", "extrapolated", "refused"
@@ -89,11 +90,19 @@ def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, 
     factor as ``length / L``), so it covers ``length``. An override's ``factor`` scales ``pretrained``, the folder's
     pre-trained length (:func:`~torchtune_longshort.models.hf_model.pretrained_rope`: a scaled folder's own original
     length, which the model is built from), not ``max_position_embeddings``: on a Llama-3.1 layout (64 of 256
-    positions) ``rope=yarn,rope_factor=2`` covers 128, and 512 let 200-token requests run past its scaling unsaid."""
-    if override and spec and length is not None and "max_seq_len" not in spec and "factor" not in spec:
-        return int(length)
-    if override and spec and pretrained and "factor" in spec and not spec.get("original_max_seq_len"):
-        spec = {**spec, "original_max_seq_len": int(pretrained)}
+    positions) ``rope=yarn,rope_factor=2`` covers 128, and 512 let 200-token requests run past its scaling unsaid.
+    The method says how far its parameters scale (:meth:`~torchtune_longshort.rope.base.ScaledRoPE.covered_length`:
+    CLEX's ``t_max``, not a ``factor``; ``rope=clex,rope_t_max=2,max_length=512`` on 128 positions scored 504-token
+    requests past L * t_max = 256 unsaid), and refuses a value it would not build (``factor=-2`` was named as
+    ``max_seq_len=-256``, ``factor=abc`` as Python's float error)."""
+    if override and spec and "max_seq_len" not in spec:
+        method = ROPE_METHODS.get(spec.get("method"))
+        original = int(spec.get("original_max_seq_len") or pretrained or native_positions(config))
+        covered = method.covered_length(spec, original) if method is not None else None
+        if covered is not None:
+            return covered
+        if length is not None:
+            return int(length)
     return usable_length_of(config, spec)
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.devices import check_fits
-from torchtune_longshort.rope.checks import check_base, check_head_dim, check_positive_int
+from torchtune_longshort.rope.checks import check_base, check_factor, check_head_dim, check_positive_int
 
 LAYOUTS = ("interleaved", "half")
 
@@ -143,6 +143,15 @@ class ScaledRoPE(nn.Module):
         if cls.needs_original_length:
             out.setdefault("original_max_seq_len", original_max_seq_len)
         return out
+
+    @classmethod
+    def covered_length(cls, spec: dict, original_max_seq_len: int) -> Optional[int]:
+        """The positions ``spec`` scales L = ``original_max_seq_len`` to, from the parameter that says how far (its
+        ``factor``: L * factor), checked as the build checks it; None where the spec names no such parameter (the
+        method is then built for the run's length)."""
+        if not cls.has_factor or "factor" not in spec:
+            return None
+        return int(round(original_max_seq_len * check_factor("factor", spec["factor"])))
 
     @classmethod
     def hf_theta(cls, spec: dict) -> float:

@@ -118,6 +118,19 @@ class CLEXRoPE(ScaledRoPE):
         out.setdefault("t_max", max(1, max_seq_len // out["original_max_seq_len"]))
         return out
 
+    @classmethod
+    def covered_length(cls, spec, original_max_seq_len):
+        # inference takes t = ceil(L_cur / L) capped at t_max: past L * t_max the ODE's frequencies extrapolate
+        if "t_max" not in spec:
+            return None
+        return original_max_seq_len * cls._checked_t_max(spec["t_max"])
+
+    @staticmethod
+    def _checked_t_max(t_max) -> int:
+        if isinstance(t_max, bool) or not isinstance(t_max, (int, float)) or t_max < 1 or int(t_max) != t_max:
+            raise ValueError(f"t_max={t_max!r} is not accepted: CLEX needs an integer scaling factor t_max >= 1")
+        return int(t_max)
+
     def __init__(
         self,
         dim,
@@ -137,9 +150,7 @@ class CLEXRoPE(ScaledRoPE):
         super().__init__(dim, max_seq_len, base, layout)
         if self.dim == 2:
             raise ValueError("head_dim=2 is not accepted for clex: the NTK exponent dim/(dim-2) is undefined")
-        if isinstance(t_max, bool) or not isinstance(t_max, (int, float)) or t_max < 1 or int(t_max) != t_max:
-            raise ValueError(f"t_max={t_max!r} is not accepted: CLEX needs an integer scaling factor t_max >= 1")
-        self.t_max = int(t_max)
+        self.t_max = self._checked_t_max(t_max)
         if isinstance(t_min, bool) or not isinstance(t_min, (int, float)) or int(t_min) != t_min \
                 or not 1 <= t_min <= self.t_max:
             raise ValueError(f"t_min={t_min!r} is not accepted: expected an integer in [1, t_max={self.t_max}]")

@@ -34,6 +34,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 from dataclasses import dataclass
@@ -274,8 +275,9 @@ def parse_model_args(
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
     size, auto = batch_sizes(batch_size, max_batch_size)
     chosen = model_dtype(dtype)  # before any file is read; auto is resolved from the checkpoint's config
-    opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
-                             rope=rope_spec, length=length, allow_extrapolation=allow)
+    with _rope_parameters_as_typed(rope_spec):  # the positions it covers check its factor / t_max
+        opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
+                                 rope=rope_spec, length=length, allow_extrapolation=allow)
     return ModelArgs(
         checkpoint_dir=opened.folder.path,
         folder=opened.folder,
@@ -308,11 +310,24 @@ def check_model_fits(args: ModelArgs) -> None:
     except TypeError as e:  # a parameter the method needs and no default gives (LongRoPE's factor lists)
         raise ValueError(f"longshort model: {e}: give it as rope_<name>= in --model_args (a list cannot be given "
                          "there: evaluate a checkpoint whose config.json holds it, without rope=)") from None
-    except ValueError as e:  # a RoPE parameter's own check: named as typed (rope_factor=0.5 was "factor=0.5")
-        said = str(e)
-        if not any(said.startswith(f"{k}=") for k in args.rope_spec or {} if k != "method"):
-            raise
-        raise ValueError(f"rope_{said}") from None
+    except ValueError as e:
+        _raise_as_typed(e, args.rope_spec)
+
+
+def _raise_as_typed(e: ValueError, rope_spec: Optional[Dict[str, Any]]) -> None:
+    """A RoPE parameter's own check, named as typed (rope_factor=0.5 was "factor=0.5"); any other error as it is."""
+    said = str(e)
+    if not any(said.startswith(f"{k}=") for k in rope_spec or {} if k != "method"):
+        raise e
+    raise ValueError(f"rope_{said}") from None
+
+
+@contextlib.contextmanager
+def _rope_parameters_as_typed(rope_spec: Optional[Dict[str, Any]]):
+    try:
+        yield
+    except ValueError as e:
+        _raise_as_typed(e, rope_spec)
 
 
 def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
