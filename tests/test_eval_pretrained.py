@@ -249,6 +249,10 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_fctor=2"],
                          r"rope_fctor=2 is not a parameter of RoPE method 'yarn' \(did you mean 'rope_factor'\?\): it "
                          r"takes \['rope_alpha'"),
+                        # CLEX's factor is t_max; the hint was rope_param_factor, the width of its ODE
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_factor=2"],
+                         r"rope_factor=2 is not a parameter of RoPE method 'clex' \(did you mean 'rope_t_max'\?\)"),
                         # LongRoPE without its factor lists (a TypeError traceback)
                         (["--model", "longshort", "--device", "cpu", "--model_args",
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=longrope"],
