@@ -141,6 +141,10 @@ def test_a_scaling_override_covers_the_positions_times_its_factor(folders, sp_to
     assert _eval_model(folder, sp_tokenizer_dir, None, caplog, rope="clex", rope_t_max=2) == (want, "allowed", "")
     assert _eval_model(folder, sp_tokenizer_dir, 3 * PLAIN, caplog, rope="clex", rope_t_max=2)[:2] == (
         want, "refused")
+    # a method with no factor scales nothing with max_length: plain RoPE, ABF, EABF cover the pre-trained positions
+    # (rope=default,max_length=3 PLAIN covered 3 PLAIN, and scored requests past PLAIN with plain RoPE unsaid)
+    for method, kw in (("default", {}), ("abf", {"rope_new_base": 40000}), ("eabf", {})):
+        assert _eval_model(folder, sp_tokenizer_dir, 3 * PLAIN, caplog, rope=method, **kw)[:2] == (PLAIN, "refused")
     # a factor the build refuses, named as typed: rope_factor=-2 was "max_seq_len=-<2 PLAIN>", abc Python's float error
     for bad in (-2, 0, "abc"):
         with pytest.raises(ValueError, match=rf"^rope_factor={bad!r} is not accepted: expected a number >= 1"):

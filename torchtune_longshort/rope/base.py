@@ -148,8 +148,11 @@ class ScaledRoPE(nn.Module):
     def covered_length(cls, spec: dict, original_max_seq_len: int) -> Optional[int]:
         """The positions ``spec`` scales L = ``original_max_seq_len`` to, from the parameter that says how far (its
         ``factor``: L * factor), checked as the build checks it; None where the spec names no such parameter (the
-        method is then built for the run's length)."""
-        if not cls.has_factor or "factor" not in spec:
+        method is then built for the run's length). A method with no factor (plain RoPE, ABF, EABF) scales nothing
+        with the length: it covers L."""
+        if not cls.has_factor:
+            return int(original_max_seq_len)
+        if "factor" not in spec:
             return None
         return int(round(original_max_seq_len * check_factor("factor", spec["factor"])))
 
