@@ -152,15 +152,23 @@ def test_python_callers_bad_arguments_are_refused_naming_them_before_any_forward
         run(model=decoder, sequences=[seqs[0], torch.full((40,), 13)])
 
 
-def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+def test_cli_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, monkeypatch):
+    """The JSON holds what a reader needs to repeat the run: before, it had no seed (``--seed 3`` and ``--seed 0``
+    wrote the same settings), no RoPE spec, and the checkpoint folder as typed (``"tiny"``, relative to a cwd the
+    file does not record)."""
     from torchtune_longshort.metrics.cli import main
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 
     out = tmp_path / "m.json"
     out.write_text(json.dumps({k: {} for k in ("length", "summary", "values", "provenance")}))  # an earlier result
-    rc = main(["--checkpoint-dir", str(tiny_llama2_dir), "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
-               "--data", "stdlib", "--length", "64", "--num-samples", "6", "--output", str(out)])
+    monkeypatch.chdir(tiny_llama2_dir.parent)
+    rc = main(["--checkpoint-dir", tiny_llama2_dir.name, "--tokenizer", str(sp_tokenizer_dir / "tokenizer.model"),
+               "--data", "stdlib", "--length", "64", "--num-samples", "6", "--seed", "3", "--output", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
+    assert res["seed"] == 3 and res["checkpoint_dir"] == str(tiny_llama2_dir.resolve())
+    assert res["rope_scaling"] == CheckpointFolder.open(tiny_llama2_dir).rope_spec
+    assert (res["data"], res["text_field"], res["split"]) == ("stdlib", None, None)  # neither applies to stdlib
     assert res["num_samples"] == 6 and set(res["summary"]) == {"sce", "jeffreys", "js"}
     vals = res["values"]["sce"]
     assert res["summary"]["sce"]["mean"] == pytest.approx(sum(vals) / len(vals))

@@ -211,8 +211,15 @@ def _main(argv=None) -> int:
     )
 
     out = res.to_dict()
-    out.update(checkpoint_dir=str(args.checkpoint_dir), model_family=folder.family.name,
-               tokenizer=f"{tok.format}: {tok.path}", data=args.data, records_skipped=skipped,
+    kind = data_kind(args.data)
+    # The settings a reader needs to repeat the measurement: absolute paths (the folder as opened, a local --data),
+    # the seed of the (l1, l2) draws, the RoPE the model ran with, and the data options that applied.
+    out.update(checkpoint_dir=str(folder.path), model_family=folder.family.name,
+               tokenizer=f"{tok.format}: {tok.path}",
+               data=str(Path(args.data).resolve()) if kind == "local" else args.data,
+               text_field=None if kind == "stdlib" else args.text_field,
+               split=args.split if kind == "hub" else None,
+               seed=args.seed, rope_scaling=opened.rope_spec, records_skipped=skipped,
                usable_length=opened.usable_length,
                extrapolated=opened.verdict.extrapolated,
                provenance=provenance(device=args.device, stdlib=data_kind(args.data) == "stdlib"))
