@@ -151,6 +151,28 @@ def test_a_scaling_override_covers_the_positions_times_its_factor(folders, sp_to
             _eval_model(folder, sp_tokenizer_dir, None, caplog, rope="linear", rope_factor=bad)
 
 
+@pytest.mark.parametrize("rope, fix", [
+    ({"rope": "yarn", "rope_factor": FACTOR}, r"rope_factor=3 \(the override rope=yarn,rope_factor=2.0 covers fewer"),
+    ({"rope": "clex", "rope_t_max": 2}, r"rope_t_max=3 \(the override rope=clex,rope_t_max=2 covers fewer"),
+    ({"rope": "default"}, r"a method that scales with the length, e.g. rope=yarn,rope_factor=3 \(the override "
+                          r"rope=default covers the 256 pre-trained positions only\)"),
+], ids=["yarn", "clex", "default"])
+def test_past_an_override_the_fix_names_its_own_scaling(folders, sp_tokenizer_dir, rope, fix):
+    """``rope=yarn,rope_factor=2,max_length=3L``: the warning and each refused request said "Fix: pass
+    rope=<method>,rope_factor=<f> to scale RoPE", what the user had passed; they now name the override's own
+    parameter and the value that covers the length (CLEX: t_max; a method with no factor: another method)."""
+    from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
+
+    folder, _ = folders["plain"]
+    args = parse_model_args(pretrained=str(folder), tokenizer=str(sp_tokenizer_dir), max_length=3 * PLAIN,
+                            device="cpu", **rope)
+    assert args.verdict.refused and re.search(fix, args.verdict.message), args.verdict.message
+    assert "rope=<method>" not in args.verdict.message
+    reason = RequestLimits.of_model_args(args).too_long_reason(RequestTooLong(3 * PLAIN - 20, args.usable_length,
+                                                                              "loglikelihood"))
+    assert re.search(rf"Fix: {fix}.*, or allow_extrapolation=true$", reason), reason
+
+
 def test_every_caller_follows_the_owner(folders, sp_tokenizer_dir, tmp_path, caplog, capsys, monkeypatch):
     """The owner's usable length replaced by a stand-in (200 positions): the eval model, the CLI and the study all
     report it, so none of them computes the length or the verdict on its own."""

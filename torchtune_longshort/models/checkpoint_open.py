@@ -13,7 +13,8 @@ it (its evaluations always allow extrapolation) and refuses a folder or tokenize
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -106,6 +107,25 @@ def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, 
     return usable_length_of(config, spec)
 
 
+def override_scale_fix(spec: Dict[str, Any], pretrained: int, need: int) -> str:
+    """How to make a ``rope=`` override (``spec``, scaling ``pretrained`` positions) cover ``need`` positions, in
+    the ``longshort`` model's arguments: the override was given, so "pass rope=<method>,rope_factor=<f>" names what
+    the user did already (``rope=yarn,rope_factor=2,max_length=512`` on 128 positions was told just that)."""
+    method = ROPE_METHODS.get(spec.get("method"))
+    given = ",".join([f"rope={spec.get('method')}"] + [f"rope_{k}={v}" for k, v in spec.items() if k != "method"])
+    times = max(2, math.ceil(need / max(1, int(pretrained))))
+    if "max_seq_len" in spec:
+        change = f"rope_max_seq_len={need}"
+    elif spec.get("method") == "clex":
+        change = f"rope_t_max={times}"
+    elif method is not None and method.has_factor:
+        change = f"rope_factor={times}"
+    else:
+        return (f"a method that scales with the length, e.g. rope=yarn,rope_factor={times} (the override {given} "
+                f"covers the {pretrained} pre-trained positions only)")
+    return f"{change} (the override {given} covers fewer positions)"
+
+
 def length_verdict(checkpoint: Union[str, Path], config: Dict[str, Any], spec: Optional[Dict[str, Any]], usable: int,
                    length: Optional[int], allow_extrapolation: bool, names: ArgNames) -> LengthVerdict:
     """The verdict at ``length`` (None: the positions covered) on ``checkpoint`` (its parsed config.json and the
@@ -150,7 +170,10 @@ def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames
     folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None, field=names.checkpoint)
     tok = checked_tokenizer(folder, tokenizer, names)
     spec = rope if rope is not None else folder.rope_spec
-    usable = usable_positions(folder.config, spec, override=rope is not None, length=length,
-                              pretrained=pretrained_rope(folder)[1] if rope is not None else None)
+    pretrained = pretrained_rope(folder)[1] if rope is not None else None
+    usable = usable_positions(folder.config, spec, override=rope is not None, length=length, pretrained=pretrained)
+    if rope is not None and names.scale and length is not None and length > usable:
+        original = int(rope.get("original_max_seq_len") or pretrained or native_positions(folder.config))
+        names = replace(names, scale=override_scale_fix(rope, original, int(length)))
     verdict = length_verdict(folder.path, folder.config, spec, usable, length, allow_extrapolation, names)
     return OpenedCheckpoint(folder, tok, spec, rope, usable, verdict)

@@ -99,6 +99,9 @@ class RequestLimits:
     allow_extrapolation: bool = False
     truncation: str = "none"
     cuts: Tuple[str, ...] = TRUNCATION_SIDES
+    # the rope=... override (None: none) and the pre-trained positions it scales, for the fix a refusal names
+    rope_override: Optional[Mapping[str, Any]] = None
+    pretrained_length: int = 0
 
     def __post_init__(self) -> None:
         self._refused: Dict[Tuple[str, str], int] = defaultdict(int)
@@ -106,7 +109,14 @@ class RequestLimits:
     @classmethod
     def of_model_args(cls, args: Any) -> "RequestLimits":
         """The ``longshort`` model's limits, from its checked :class:`~.args.ModelArgs`."""
-        return cls("longshort", args.max_length, args.usable_length, args.allow_extrapolation, args.truncation)
+        override = getattr(args, "rope_spec", None)
+        pretrained = 0
+        if override is not None:
+            from torchtune_longshort.models.hf_model import pretrained_rope
+
+            pretrained = int(override.get("original_max_seq_len") or pretrained_rope(args.folder)[1])
+        return cls("longshort", args.max_length, args.usable_length, args.allow_extrapolation, args.truncation,
+                   rope_override=override, pretrained_length=pretrained)
 
     @classmethod
     def of_other_model(cls, model: str, max_length: int) -> "RequestLimits":
@@ -188,7 +198,13 @@ class RequestLimits:
         if err.n_tokens > self.max_length:
             fixes.append(f"raise max_length (now {self.max_length})")
         if err.n_tokens > self.usable_length and not self.allow_extrapolation:
-            fixes.append("pass rope=<method>,rope_factor=<f> to scale RoPE, or allow_extrapolation=true")
+            if self.rope_override is not None:
+                from torchtune_longshort.models.checkpoint_open import override_scale_fix
+
+                scale = override_scale_fix(dict(self.rope_override), self.pretrained_length, err.n_tokens)
+            else:
+                scale = "pass rope=<method>,rope_factor=<f> to scale RoPE"
+            fixes.append(f"{scale}, or allow_extrapolation=true")
         return (
             f"a {err.what} request needs {err.n_tokens} tokens but --model {self.model} runs at most {err.limit} "
             f"(max_length={self.max_length}, positions covered={self.usable_length}): refused, scored NaN. "
