@@ -112,7 +112,7 @@ class RequestLimits:
         override = getattr(args, "rope_spec", None)
         pretrained = 0
         if override is not None:
-            from torchtune_longshort.models.hf_model import pretrained_rope
+            from torchtune_longshort.models.hf_model import pretrained_rope  # deferred: torch
 
             pretrained = int(override.get("original_max_seq_len") or pretrained_rope(args.folder)[1])
         return cls("longshort", args.max_length, args.usable_length, args.allow_extrapolation, args.truncation,
@@ -199,6 +199,7 @@ class RequestLimits:
             fixes.append(f"raise max_length (now {self.max_length})")
         if err.n_tokens > self.usable_length and not self.allow_extrapolation:
             if self.rope_override is not None:
+                # deferred: torch (the tasks read these limits for any model)
                 from torchtune_longshort.models.checkpoint_open import override_scale_fix
 
                 scale = override_scale_fix(dict(self.rope_override), self.pretrained_length, err.n_tokens)
