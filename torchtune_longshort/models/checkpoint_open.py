@@ -114,12 +114,11 @@ def override_scale_fix(spec: Dict[str, Any], pretrained: int, need: int) -> str:
     method = ROPE_METHODS.get(spec.get("method"))
     given = ",".join([f"rope={spec.get('method')}"] + [f"rope_{k}={v}" for k, v in spec.items() if k != "method"])
     times = max(2, math.ceil(need / max(1, int(pretrained))))
+    param = method.scale_parameter if method is not None else None
     if "max_seq_len" in spec:
         change = f"rope_max_seq_len={need}"
-    elif spec.get("method") == "clex":
-        change = f"rope_t_max={times}"
-    elif method is not None and method.has_factor:
-        change = f"rope_factor={times}"
+    elif param is not None:
+        change = f"rope_{param}={times}"
     else:
         return (f"a method that scales with the length, e.g. rope=yarn,rope_factor={times} (the override {given} "
                 f"covers the {pretrained} pre-trained positions only)")

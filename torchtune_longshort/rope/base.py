@@ -103,6 +103,9 @@ class ScaledRoPE(nn.Module):
     # What the method needs: a context-extension factor (default L'/L) and/or the pre-trained length L.
     has_factor: bool = False
     needs_original_length: bool = False
+    # The parameter that says how far the method scales L (None: it scales nothing with the length): ``factor`` for
+    # the factor methods, CLEX's ``t_max``; coverage (:meth:`covered_length`) and the eval's hints ask it.
+    scale_parameter: Optional[str] = None
     # transformers' ``rope_type`` for this method (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``); None where the
     # method is a ``rope_theta`` change (``hf_theta``) or not representable.
     hf_rope_type: Optional[str] = None
@@ -150,9 +153,9 @@ class ScaledRoPE(nn.Module):
         ``factor``: L * factor), checked as the build checks it; None where the spec names no such parameter (the
         method is then built for the run's length). A method with no factor (plain RoPE, ABF, EABF) scales nothing
         with the length: it covers L."""
-        if not cls.has_factor:
+        if cls.scale_parameter is None:
             return int(original_max_seq_len)
-        if "factor" not in spec:
+        if cls.scale_parameter not in spec:
             return None
         return int(round(original_max_seq_len * check_factor("factor", spec["factor"])))
 

@@ -118,9 +118,11 @@ class CLEXRoPE(ScaledRoPE):
         out.setdefault("t_max", max(1, max_seq_len // out["original_max_seq_len"]))
         return out
 
+    scale_parameter = "t_max"  # inference takes t = ceil(L_cur / L) capped at t_max (param_factor sizes the ODE)
+
     @classmethod
     def covered_length(cls, spec, original_max_seq_len):
-        # inference takes t = ceil(L_cur / L) capped at t_max: past L * t_max the ODE's frequencies extrapolate
+        # past L * t_max the ODE's frequencies extrapolate
         if "t_max" not in spec:
             return None
         return original_max_seq_len * cls._checked_t_max(spec["t_max"])

@@ -17,6 +17,7 @@ class LinearRoPE(ScaledRoPE):
 
     method = "linear"
     has_factor = True
+    scale_parameter = "factor"
     hf_rope_type = "linear"
 
     @classmethod

@@ -24,6 +24,7 @@ class Llama3RoPE(ScaledRoPE):
 
     method = "llama3"
     has_factor = True
+    scale_parameter = "factor"
     needs_original_length = True
     hf_rope_type = "llama3"
 

@@ -67,6 +67,7 @@ class LongRoPE(ScaledRoPE):
     method = "longrope"
     length_dependent = True
     has_factor = True
+    scale_parameter = "factor"
     needs_original_length = True
     hf_rope_type = "longrope"
     hf_rope_type_aliases = ("su",)  # Phi-3-mini-128k's first config.json; transformers' Phi3Config renames it

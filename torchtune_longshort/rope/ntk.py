@@ -26,6 +26,7 @@ class NTKRoPE(ScaledRoPE):
 
     method = "ntk"
     has_factor = True
+    scale_parameter = "factor"
 
     @classmethod
     def hf_theta(cls, spec):
@@ -70,6 +71,7 @@ class DynamicNTKRoPE(ScaledRoPE):
     method = "dynamic_ntk"
     length_dependent = True
     has_factor = True
+    scale_parameter = "factor"
     needs_original_length = True
     hf_rope_type = "dynamic"
 

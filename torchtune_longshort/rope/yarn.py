@@ -39,6 +39,7 @@ class YaRNRoPE(ScaledRoPE):
 
     method = "yarn"
     has_factor = True
+    scale_parameter = "factor"
     needs_original_length = True
     hf_rope_type = "yarn"
 

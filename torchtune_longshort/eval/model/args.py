@@ -214,8 +214,9 @@ def _check_rope_parameters(method: str, given: Dict[str, Any]) -> None:
     unknown = sorted(k for k in given if accepted is not None and k not in accepted and k not in SPEC_CONTEXT_KEYS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], accepted, n=1)
-        if unknown[0] == "factor" and "t_max" in accepted:  # CLEX's scaling factor (param_factor sizes its ODE)
-            near = ["t_max"]
+        scale = getattr(ROPE_METHODS.get(method), "scale_parameter", None)
+        if unknown[0] == "factor" and scale not in (None, "factor"):  # the method's own (CLEX's t_max)
+            near = [scale]
         hint = f" (did you mean 'rope_{near[0]}'?)" if near else ""
         takes = sorted({*accepted, *SPEC_CONTEXT_KEYS} - {"method", "head_dim"})
         raise ValueError(f"longshort model: rope_{unknown[0]}={given[unknown[0]]} is not a parameter of RoPE method "
