@@ -62,13 +62,18 @@ def preprocess_output(output: str) -> str:
 
 
 def compare_answers(target: str, output: str, question: str, task_labels) -> bool:
-    """BABILong's answer check: after :func:`preprocess_output`, the labels of the task found in the output,
-    minus those found in the question, must be exactly ``{target}`` (case-insensitive substring matches)."""
+    """BABILong's answer check (``babilong/metrics.py``): after :func:`preprocess_output`, the labels of the task
+    found in the output, minus those found in the question, must be exactly ``{target}`` (case-insensitive
+    substring matches); a target with a comma and more than 3 characters (``"apple,milk"``, BABILong's QA8) is a list
+    of sub-targets, all of which, and nothing else, must be found."""
     output = preprocess_output(output)
     target = target.lower()
     labels = {label.lower() for label in task_labels}
     in_question = {label for label in labels if label in question.lower()}
     in_output = {label for label in labels if label in output} - in_question
+    if "," in target and len(target) > 3:
+        subtargets = target.split(",")
+        return all(t in in_output for t in subtargets) and len(in_output) == len(subtargets)
     return in_output == {target}
 
 
