@@ -216,6 +216,51 @@ def test_points_where_lm_evals_copy_departs_from_longbench():
     assert lb.score_prediction("triviaqa_e", "\n\nLondon\nmore", ["London"], None) == 1.0
 
 
+# LongBench's config/dataset2prompt.json (THUDM/LongBench), verbatim, for the six datasets whose prompt in lm-eval
+# 0.4.13's shipped longbench_*_e files differs from it (a newline, a trailing space); pred.py fills them with
+# str.format(**sample).
+LONGBENCH_PROMPTS = {
+    "triviaqa": "Answer the question based on the given passage. Only give me the answer and do not output any other "
+                "words. The following are some examples.\n\n{context}\n\n{input}",
+    "samsum": "Summarize the dialogue into a few short sentences. The following are some examples.\n\n{context}\n\n"
+              "{input}",
+    "passage_count": "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. Please "
+                     "carefully read these paragraphs and determine how many unique paragraphs there are after "
+                     "removing duplicates. In other words, how many non-repeating paragraphs are there in total?\n\n"
+                     "{context}\n\nPlease enter the final count of unique paragraphs after removing duplicates. The "
+                     "output format should only contain the number, such as 1, 2, 3, and so on.\n\n"
+                     "The final answer is: ",
+    "passage_retrieval_en": "Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which "
+                            "paragraph the abstract is from.\n\n{context}\n\nThe following is an abstract.\n\n"
+                            "{input}\n\nPlease enter the number of the paragraph that the abstract is from. The "
+                            "answer format must be like \"Paragraph 1\", \"Paragraph 2\", etc.\n\nThe answer is: ",
+    "lcc": "Please complete the code given below. \n{context}Next line of code:\n",
+    "repobench-p": "Please complete the code given below. \n{context}{input}Next line of code:\n",
+}
+
+
+def test_prompts_are_longbenchs_own(tmp_path):
+    """The text each task sends is LongBench's prompt (``config/dataset2prompt.json`` of THUDM/LongBench, filled as
+    its ``pred.py`` does), not lm-eval's copy: triviaqa and samsum joined context and question with one newline,
+    passage_count / passage_retrieval_en lost the space after "is:", lcc / repobench-p the newline after "code:"."""
+    from lm_eval.tasks import TaskManager
+
+    from torchtune_longshort.eval.tasks import tasks_path
+
+    row = {"input": "Q: {x}?", "context": "line 1\n{y}\nline 2", "answers": ["a"], "length": 10,
+           "all_classes": None, "_id": "0"}
+    for ds in LONGBENCH_PROMPTS:
+        _write(tmp_path / f"{ds}_e.jsonl", [{**row, "dataset": f"{ds}_e"}])
+    names = [lb.task_of(ds) for ds in LONGBENCH_PROMPTS]
+    tasks = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                        metadata={"longbench_e_data_dir": str(tmp_path)}).load(names)["tasks"]
+    for ds, prompt in LONGBENCH_PROMPTS.items():
+        task = tasks[lb.task_of(ds)]
+        doc = next(iter(task.test_docs()))
+        assert task.fewshot_context(doc, num_fewshot=0) == prompt.format(**row), ds
+    assert set(lb.PROMPTS) == set(lb.LONGBENCH_E_DATASETS)
+
+
 def test_length_bucket_boundaries_and_bad_length():
     assert [lb.length_bucket(n) for n in (0, 3999, 4000, 7999, 8000)] == ["0_4k", "0_4k", "4_8k", "4_8k", "8k_plus"]
     for bad in (-1, "5000", None, True, float("nan")):
