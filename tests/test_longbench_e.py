@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from torchtune_longshort.eval.tasks import IGNORED_KEY
 from torchtune_longshort.eval.tasks.longbench_e import task as lb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -258,6 +259,16 @@ def test_prompts_are_longbenchs_own(tmp_path):
         task = tasks[lb.task_of(ds)]
         doc = next(iter(task.test_docs()))
         assert task.fewshot_context(doc, num_fewshot=0) == prompt.format(**row), ds
+        # --apply_chat_template: pred.py wraps every prompt in the chat template but trec, triviaqa, samsum, lsht, lcc
+        # and repobench-p's ("chat models are better off without build prompts on these tasks")
+        def chat(history, add_generation_prompt=True):
+            return "<chat>" + "".join(m["content"] for m in history) + "</chat>"
+
+        task.build_all_requests(limit=1, apply_chat_template=True, chat_template=chat, tokenizer_name="t")
+        sent = task.instances[0].args[0]
+        exempt = ds in ("trec", "triviaqa", "samsum", "lcc", "repobench-p")
+        assert sent == (prompt.format(**row) if exempt else chat([{"content": prompt.format(**row)}])), ds
+        assert ("--apply_chat_template" in task.dump_config().get(IGNORED_KEY, [])) == exempt, ds
     assert set(lb.PROMPTS) == set(lb.LONGBENCH_E_DATASETS)
 
 

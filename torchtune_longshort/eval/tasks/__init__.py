@@ -92,6 +92,10 @@ class TaskFamily:
 # instruction (the options of lm-eval's CLI, by the names its task API takes them).
 # The results file's task-config key listing the lm-eval options a task ignored (TaskFamily.fixed_context).
 IGNORED_KEY = "ignored_options"
+# The task YAML key whose value says why the task's prompt goes without the model's chat template (LongBench's pred.py
+# leaves it out for its few-shot and code datasets): lm-eval's --apply_chat_template is then ignored, with that
+# reason, and listed under IGNORED_KEY.
+NO_CHAT_KEY = "no_chat_template"
 CONTEXT_OPTIONS = {"num_fewshot": "--num_fewshot", "apply_chat_template": "--apply_chat_template",
                    "system_instruction": "--system_instruction"}
 # The keys shared by the length-swept tasks (a task's own <prefix>_max_seq_lengths wins).

@@ -18,12 +18,13 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES, tasks_path
+from torchtune_longshort.eval.tasks import NO_CHAT_KEY, TASK_FAMILIES, tasks_path
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.eval.tasks.babilong.task import metric_names, task_of as babilong_task
 from torchtune_longshort.eval.tasks.longbench_e.task import (
     CATEGORIES,
     LONGBENCH_E_DATASETS,
+    NO_CHAT_TEMPLATE,
     NO_STOP_MAX_GEN_TOKS,
     task_of as longbench_task,
 )
@@ -70,6 +71,8 @@ def longbench_files() -> Dict[str, str]:
         if ds in NO_STOP_MAX_GEN_TOKS:  # LongBench's pred.py: no stop string, its own length, the first line scored
             extra += (f"generation_kwargs: {{max_gen_toks: {NO_STOP_MAX_GEN_TOKS[ds]}, temperature: 1, "
                       "do_sample: false, until: []}\n")
+        if ds in NO_CHAT_TEMPLATE:
+            extra += (f"{NO_CHAT_KEY}: \"LongBench's pred.py sends {ds}'s prompt without the model's chat template\"\n")
         files[f"{longbench_task(ds)}.yaml"] = _leaf(longbench_task(ds), "_longbench_e_common_yaml",
                                                     f"longbench/{ds}_e.yaml", extra)
     for cat, title in CATEGORIES.items():

@@ -42,7 +42,14 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
-from torchtune_longshort.eval.tasks import CONTEXT_OPTIONS, IGNORED_KEY, TASK_FAMILIES, family_of, fixed_context_of
+from torchtune_longshort.eval.tasks import (
+    CONTEXT_OPTIONS,
+    IGNORED_KEY,
+    NO_CHAT_KEY,
+    TASK_FAMILIES,
+    family_of,
+    fixed_context_of,
+)
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_depth, round_robin_order
 from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -107,6 +114,7 @@ class PackTask(ConfigurableTask):
         config = dict(config or {})
         config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
         base = config.pop(BASE_KEY, None)
+        self.no_chat_template: Optional[str] = config.pop(NO_CHAT_KEY, None)  # why this prompt goes without one
         if base:
             config = {**lm_eval_base_config(str(base)), **config}
         super().__init__(config=config, **kwargs)
@@ -214,6 +222,11 @@ class PackTask(ConfigurableTask):
                            "would put text before it (docs/eval.md)", self.config.task, option)
         if "num_fewshot" in fixed:
             self.set_config(key="num_fewshot", value=0)
+        if self.no_chat_template and kwargs.get("apply_chat_template") and "apply_chat_template" not in fixed:
+            self.ignored.append(CONTEXT_OPTIONS["apply_chat_template"])
+            logger.warning("%s: --apply_chat_template ignored: %s (docs/longbench_babilong.md)", self.config.task,
+                           self.no_chat_template)
+            fixed = (*fixed, "apply_chat_template")
         if "apply_chat_template" in fixed:
             kwargs.update(apply_chat_template=False, fewshot_as_multiturn=False, chat_template=None,
                           tokenizer_name="")

@@ -78,6 +78,10 @@ FIRST_LINE_DATASETS = frozenset({"trec", "triviaqa", "samsum", "lsht"})
 # answer): the pack's tasks of these datasets generate this many tokens (LongBench's dataset2maxlen) with
 # ``until: []`` and score the first line, which is samsum's answer too unless the model's first token is "\n".
 NO_STOP_MAX_GEN_TOKS = {"trec": 64, "triviaqa": 32, "samsum": 128}
+# pred.py wraps every prompt in the model's chat template except these ("chat models are better off without build
+# prompts on these tasks"): their tasks leave lm-eval's --apply_chat_template out, with one warning each (PackTask's
+# NO_CHAT_KEY; LongBench's lsht, the sixth, is not in LongBench-E).
+NO_CHAT_TEMPLATE = ("trec", "triviaqa", "samsum", "lcc", "repobench-p")
 # LongBench's prompt of each dataset, verbatim from its config/dataset2prompt.json (THUDM/LongBench); pred.py fills
 # it with ``prompt_format.format(**sample)`` (:func:`doc_to_text`). lm-eval 0.4.13's shipped longbench_*_e files
 # differ in six: triviaqa and samsum join the context and the question with one newline (LongBench: a blank line),
