@@ -74,6 +74,9 @@ LLAMA2_SCALED = [f"model.max_seq_len={L_TARGET}"]
 # Configs whose model is read from the checkpoint folder: the folder is their whole shrink (256 positions, scaled
 # to 512), with the long ones' windows and the tiny corpus of COMMON.
 FAMILY_SHRINK = [f"model.max_seq_len={2 * L_TARGET}"]
+# The configs that name the real base's pre-trained length (Qwen2.5: 32768, Mistral: 8192, where their config.json
+# says more) start from the tiny folder's own 256 positions instead
+FAMILY_SHRINK_FROM_FOLDER = FAMILY_SHRINK + ["model.original_max_seq_len=256"]
 # config -> (base checkpoint: "tiny" | "qlora" | "family:<layout>", overrides that shrink it). Every
 # config must have an entry.
 CONFIGS = {
@@ -88,8 +91,8 @@ CONFIGS = {
         [f"model.max_seq_len={L_TARGET}", f"model.factor={math.ceil(L_TARGET / L0)}", "model.model.lora_rank=8"],
     ),
     "llama3_8b/eabf_16k_redpajama_book.yaml": ("family:llama3", FAMILY_SHRINK),
-    "mistral_7b/eabf_16k_redpajama_book.yaml": ("family:mistral", FAMILY_SHRINK),
-    "qwen2_5_7b/yarn_64k_redpajama_book.yaml": ("family:qwen2", FAMILY_SHRINK),
+    "mistral_7b/eabf_16k_redpajama_book.yaml": ("family:mistral", FAMILY_SHRINK_FROM_FOLDER),
+    "qwen2_5_7b/yarn_64k_redpajama_book.yaml": ("family:qwen2", FAMILY_SHRINK_FROM_FOLDER),
     "gemma_2b/pi_16k_redpajama_book.yaml": ("family:gemma", FAMILY_SHRINK),
     "phi3_mini_4k/yarn_16k_redpajama_book.yaml": ("family:phi3", FAMILY_SHRINK),
     # The folder's own LongRoPE (Phi-3.5's config.json): trained on 64-token windows (its short factors, at the
