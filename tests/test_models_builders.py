@@ -241,3 +241,101 @@ def test_a_rope_given_with_a_factor_and_no_length_scales_to_factor_times_the_pre
 def test_load_hf_checkpoint_refuses_bad_arguments_in_one_line(tiny_llama2_dir, kwargs, match):
     with pytest.raises(ValueError, match=match):
         load_hf_checkpoint(tiny_llama2_dir, **kwargs)
+
+
+# The real bases of the shipped GPU configs: their Hugging Face config.json as published (the model repos
+# meta-llama/Llama-2-7b-hf, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B, mistralai/Mistral-7B-v0.1,
+# Qwen/Qwen2.5-7B, google/gemma-2b, microsoft/Phi-3-mini-4k-instruct, microsoft/Phi-3.5-mini-instruct,
+# HuggingFaceTB/SmolLM2-135M-Instruct; LongRoPE's factor values elided, 48 of each as published), the torchtune
+# 0.6.1 builder with the same dimensions (the independent parameter count), and the length each was pre-trained at,
+# which the config's RoPE scaling must start from: Mistral-7B's paper gives 8192 (config.json: 32768), Qwen2.5's
+# model card 32768 (the base's config.json: 131072), Llama-3.1's rope_scaling 8192.
+_LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu", tie_word_embeddings=False)
+_L3 = dict(_LLAMA, hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+           num_hidden_layers=32, rms_norm_eps=1e-5, rope_theta=500000.0, vocab_size=128256)
+_PHI3 = dict(architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_act="silu", hidden_size=3072,
+             intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32, num_hidden_layers=32,
+             original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, vocab_size=32064,
+             tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000, pad_token_id=32000)
+PUBLISHED = {
+    "llama2_7b": (dict(_LLAMA, hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
+                       num_key_value_heads=32, num_hidden_layers=32, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                       vocab_size=32000), "llama2.llama2_7b", 4096),
+    "llama3_8b": (dict(_L3, max_position_embeddings=8192), "llama3.llama3_8b", 8192),
+    "llama3_1_8b": (dict(_L3, max_position_embeddings=131072, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=8192)), "llama3.llama3_8b", 8192),
+    "mistral_7b": (dict(architectures=["MistralForCausalLM"], model_type="mistral", hidden_act="silu",
+                        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                        num_hidden_layers=32, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=10000.0,
+                        sliding_window=4096, vocab_size=32000, tie_word_embeddings=False), "mistral.mistral_7b", 8192),
+    "qwen2_5_7b": (dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu", hidden_size=3584,
+                        intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, num_hidden_layers=28,
+                        max_position_embeddings=131072, max_window_layers=28, rms_norm_eps=1e-6,
+                        rope_theta=1000000.0, sliding_window=131072, use_sliding_window=False, vocab_size=152064,
+                        tie_word_embeddings=False), "qwen2_5.qwen2_5_7b_base", 32768),
+    "gemma_2b": (dict(architectures=["GemmaForCausalLM"], model_type="gemma", hidden_act="gelu", hidden_size=2048,
+                      intermediate_size=16384, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
+                      num_hidden_layers=18, max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0,
+                      vocab_size=256000), "gemma.gemma_2b", 8192),
+    "phi3_mini_4k": (dict(_PHI3, max_position_embeddings=4096, sliding_window=2047), "phi3.phi3_mini", 4096),
+    "phi3_5_mini": (dict(_PHI3, max_position_embeddings=131072, sliding_window=262144, rope_scaling=dict(
+        type="longrope", short_factor=[1.0] * 48, long_factor=[1.5] * 48)), "phi3.phi3_mini", 4096),
+    "smollm2_135m": (dict(_LLAMA, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+                          num_key_value_heads=3, num_hidden_layers=30, max_position_embeddings=8192,
+                          rms_norm_eps=1e-5, rope_theta=100000.0, vocab_size=49152, tie_word_embeddings=True),
+                     134_515_008, 8192),
+}
+GPU_CONFIGS = [
+    ("llama2_7b/clex_4k_pg19.yaml", "llama2_7b"), ("llama2_7b/clex_4k_redpajama_book.yaml", "llama2_7b"),
+    ("llama2_7b/eabf_8k_redpajama_book.yaml", "llama2_7b"), ("llama2_7b/longqlora_8k_redpajama_book.yaml", "llama2_7b"),
+    ("llama3_8b/eabf_16k_redpajama_book.yaml", "llama3_8b"), ("llama3_8b/eabf_16k_redpajama_book.yaml", "llama3_1_8b"),
+    ("mistral_7b/eabf_16k_redpajama_book.yaml", "mistral_7b"),
+    ("qwen2_5_7b/yarn_64k_redpajama_book.yaml", "qwen2_5_7b"),
+    ("gemma_2b/pi_16k_redpajama_book.yaml", "gemma_2b"), ("phi3_mini_4k/yarn_16k_redpajama_book.yaml", "phi3_mini_4k"),
+    ("phi3_5_mini/longrope_16k_redpajama_book.yaml", "phi3_5_mini"),
+    ("smollm2_135m/yarn_16k_stdlib.yaml", "smollm2_135m"), ("smollm2_135m/lora_yarn_16k_stdlib.yaml", "smollm2_135m"),
+]
+
+
+@pytest.mark.parametrize("name, base", GPU_CONFIGS, ids=[f"{c}-{b}" for c, b in GPU_CONFIGS])
+def test_gpu_config_builds_its_real_base_as_published_and_extends_it(tmp_path, name, base):
+    """Each shipped config for a real base, on the base's published config.json, built on the meta device: the
+    shape config.json gives, torchtune's own builder's parameter count, and a RoPE scaling that starts from the
+    length the base was pre-trained at and covers more than it (and the windows)."""
+    import importlib
+    import json
+
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    hf, reference, trained = PUBLISHED[base]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()  # a weight file the folder check finds
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    cfg = OmegaConf.load(REPO / "configs" / name)
+    cfg.checkpoint_dir = str(tmp_path)
+    inner = cfg.model.get("model", cfg.model)
+    if inner.get("quantize_base"):
+        inner.quantize_base = False  # NF4 on the meta device takes seconds; the shapes are the same
+    with torch.device("meta"):
+        m = tt_config.instantiate(cfg.model)
+        if isinstance(reference, str):
+            module, builder = reference.rsplit(".", 1)
+            reference = sum(p.numel() for p in getattr(importlib.import_module(f"torchtune.models.{module}"),
+                                                        builder)().parameters())
+    attn = m.layers[0].attn
+    head_dim = hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+    assert (len(m.layers), attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.embed_dim,
+            m.tok_embeddings.num_embeddings) == (hf["num_hidden_layers"], hf["num_attention_heads"],
+                                                 hf["num_key_value_heads"], head_dim, hf["hidden_size"],
+                                                 hf["vocab_size"])
+    assert m.norm.eps == pytest.approx(hf["rms_norm_eps"])
+    assert attn.pos_embeddings.base == hf.get("rope_theta", 10000.0)
+    assert (type(m.output).__name__ == "TiedLinear") == hf.get("tie_word_embeddings", hf["model_type"] == "gemma")
+    own = sum(p.numel() for n, p in m.named_parameters() if "lora_" not in n and "pos_embeddings" not in n)
+    assert own == reference
+    spec = m.rope_scaling
+    assert spec["original_max_seq_len"] == trained, spec
+    method = ROPE_METHODS[spec["method"]]  # a method with no scale parameter (EABF): the length it was built for
+    covered = method.covered_length(spec, trained) if method.scale_parameter else spec["max_seq_len"]
+    assert covered > trained and covered >= cfg.seq_len and m.max_seq_len >= covered, spec
