@@ -324,7 +324,9 @@ def test_python_callers_refuse_a_scaling_start_past_the_checkpoint(tiny_llama2_d
         check_rope_node("model", {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn",
                                   "max_seq_len": target, "model": {**node, "checkpoint_dir": scaled,
                                                                    "max_seq_len": 1024}})
-    with pytest.raises(ValueError, match=r"^model.max_seq_len=128 is shorter than the 256 positions"):
+    with pytest.raises(ValueError, match=r"^model.max_seq_len=128 is shorter than the 256 positions.*give "
+                                         r"model.max_seq_len >= 256 \(the target length\), or "
+                                         r"model.original_max_seq_len=<the length the model was pre-trained at>"):
         check_rope_node("model", {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn",
                                   "max_seq_len": 128, "model": {**node, "checkpoint_dir": scaled, "max_seq_len": 1024}})
 

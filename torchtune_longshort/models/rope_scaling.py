@@ -160,8 +160,12 @@ def check_scaling_target(method: Any, target: Any, start: Any, factor_given: boo
     if target < start:
         why = ("the scaled model would cover fewer positions than it starts from" if factor_given
                else f"the default factor {target}/{start} = {target / start:.4g} is < 1")
+        start_field = (target_field[:-len("max_seq_len")] if target_field.endswith("max_seq_len") else "") \
+            + "original_max_seq_len"
         raise ValueError(f"{target_field}={target} is shorter than the {start} positions the scaling starts from: "
-                         f"{why}; give {target_field} >= {start} (the target length)")
+                         f"{why}; give {target_field} >= {start} (the target length), or {start_field}=<the length "
+                         f"the model was pre-trained at> where {start} is not that (a config.json's "
+                         "max_position_embeddings can say more: the base Qwen2.5-7B's 131072 for 32768)")
     if target == start and not factor_given and (method, target) not in _SAID_UNSCALED:
         # a torchtune builder's max_seq_len written as the target: the RoPE stayed unscaled without a word. Said
         # once a process: the config check names the config's keys, the build (rope_scaled) then says nothing more
