@@ -83,7 +83,7 @@ class CLEXRoPE(ScaledRoPE):
         original_max_seq_len: L, the pre-trained context length.
         t_max: largest scaling factor seen in training (integer >= 1; CLEX Llama-2: 16).
         param_factor: width of the ODE's hidden layer, in units of ``dim`` (released: 1).
-        act: ``"silu"`` (released default) or ``"tanh"``.
+        act: ``"silu"`` (default here) or ``"tanh"`` (the released training script's default, train/argument.py).
         time_dt: RK4 step in t (released: 0.01).
         log_scale: also scale q by ``log(L_cur) / log(L)`` in every layer (the released ``log_scale`` option).
         sample_positions: in training, draw CLEX's random position ids when the caller passes none.
@@ -113,7 +113,8 @@ class CLEXRoPE(ScaledRoPE):
 
     @classmethod
     def default_kwargs(cls, max_seq_len, original_max_seq_len, given=None):
-        # t_max: the largest scaling factor the ODE is trained for (CLEX's released default: L'/L).
+        # t_max: the largest scaling factor the ODE is trained for; here L'/L, the positions max_seq_len covers
+        # (the released training script's max_factor defaults to 16, at 4096-token sequences).
         out = super().default_kwargs(max_seq_len, original_max_seq_len, given)
         out.setdefault("t_max", max(1, max_seq_len // out["original_max_seq_len"]))
         return out
