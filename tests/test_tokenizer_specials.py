@@ -215,3 +215,67 @@ def test_sentencepiece_folders_cut_normalized_and_config_flagged_added_tokens_as
     assert ours.format == "sentencepiece"
     for text in FLAG_TEXTS + ["x  <only>  y", "<eot>x <eot> y"]:
         assert ours.encode(text, add_bos=False, add_eos=False) == ref(text, add_special_tokens=False).input_ids, text
+
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA2_CHAT = ("{% for m in messages %}{% if m['role'] == 'user' %}"
+               "{{ bos_token + '[INST] ' + m['content'] + ' [/INST]' }}{% elif m['role'] == 'assistant' %}"
+               "{{ ' ' + m['content'] + ' ' + eos_token }}{% else %}"
+               "{{ '<<SYS>>' + m['content'] + '<</SYS>>' }}{% endif %}{% endfor %}")
+
+
+def _conversation(*, generate: bool):
+    from torchtune.data import Message
+
+    msgs = [Message(role="system", content="Be brief.", masked=True),
+            Message(role="user", content="Hi <s> there ", masked=True), Message(role="assistant", content="Hello!"),
+            Message(role="user", content="More", masked=True)]
+    return msgs + [Message(role="assistant", content="" if generate else "Ok.")]
+
+
+@pytest.mark.parametrize("layout", ["llama2", "llama3", "smollm2", "qwen2"])
+def test_checkpoint_tokenizer_is_a_torchtune_model_tokenizer_with_the_folders_chat_template(family_dirs, tmp_path,
+                                                                                          layout):
+    """``tune run generate`` / a torchtune chat dataset call the tokenizer on messages (it raised ``TypeError:
+    'HFJsonTokenizer' object is not callable``): with the folder's chat template the ids are
+    ``AutoTokenizer.apply_chat_template``'s (a trailing empty assistant message: the generation prompt), the mask
+    is each message's, and ``stop_tokens`` holds EOS."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    folder = tmp_path / layout
+    shutil.copytree(family_dirs[layout], folder)
+    (folder / "chat_template.jinja").write_text(LLAMA2_CHAT if layout == "llama2" else CHATML)
+    tok, ref = checkpoint_tokenizer(str(folder)), AutoTokenizer.from_pretrained(str(folder))
+    for generate in (True, False):
+        msgs = _conversation(generate=generate)
+        dicts = [{"role": m.role, "content": m.text_content} for m in (msgs[:-1] if generate else msgs)]
+        want = ref.apply_chat_template(dicts, add_generation_prompt=generate, tokenize=False)
+        want = ref(want, add_special_tokens=False).input_ids
+        out = tok({"messages": msgs}, inference=generate)
+        assert out["tokens"] == want and "messages" not in out
+        assert len(out["mask"]) == len(want)
+        trained = ref.decode([t for t, m in zip(out["tokens"], out["mask"]) if not m])
+        assert "Hello!" in trained and ("Ok." in trained) != generate
+        assert not any(w in trained for w in ("brief", "Hi", "More"))
+    assert tok.eos_id in tok.stop_tokens
+
+
+def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir):
+    """No chat template (or a torchtune ``prompt_template``): torchtune's own SentencePiece model tokenizer is the
+    reference, ids and mask, for generation and training, truncated or not."""
+    from torchtune.models.llama2 import llama2_tokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    path = str(sp_tokenizer_dir / "tokenizer.model")
+    for template in (None, "torchtune.data.ChatMLTemplate"):
+        for max_seq_len in (None, 12):
+            ours = checkpoint_tokenizer(str(sp_tokenizer_dir), max_seq_len=max_seq_len, prompt_template=template)
+            ref = llama2_tokenizer(path, max_seq_len=max_seq_len, prompt_template=template)
+            for generate in (True, False):
+                msgs = _conversation(generate=generate)
+                assert ours({"messages": msgs}, inference=generate) == ref({"messages": msgs}, inference=generate)
+            assert ours.stop_tokens == ref.stop_tokens

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
+from torchtune_longshort.models.chat_messages import stop_ids, tokenize_messages
 from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 HF_CONFIG = "tokenizer_config.json"
@@ -75,12 +76,15 @@ class SourceTokenizer:
         self.adds_bos = True
         self.adds_eos = False
         self.parse_special_tokens = True
+        self.prompt_template: Optional[Callable] = None  # torchtune's prompt_template (checkpoint_tokenizer sets it)
         self._splitter: Optional[SpecialSplitter] = None  # SentencePiece / tiktoken: the folder's added tokens
 
     # -------------------------------------------------------------- format-specific
-    def encode_plain(self, text: str) -> List[int]:
-        """Token ids of ``text`` with no special tokens added (special-token strings in it: ``parse_special_tokens``)."""
-        if not self.parse_special_tokens or self._splitter is None:
+    def encode_plain(self, text: str, parse_special_tokens: Optional[bool] = None) -> List[int]:
+        """Token ids of ``text`` with no special tokens added (special-token strings in it: ``parse_special_tokens``,
+        the tokenizer's own setting when None)."""
+        parse = self.parse_special_tokens if parse_special_tokens is None else parse_special_tokens
+        if not parse or self._splitter is None:
             return self._encode_text(text)
         ids: List[int] = []
         for piece, start in self._splitter.split(text):
@@ -132,6 +136,33 @@ class SourceTokenizer:
     def token_text(self, token_id: int) -> str:
         """The text of one (special) token as transformers' ``decode`` shows it, e.g. ``"<s>"`` for BOS."""
         return self._decode([int(token_id)])
+
+    # -------------------------------------------------------------- torchtune ModelTokenizer (messages)
+    @property
+    def stop_tokens(self) -> List[int]:
+        """Ids that end a generation: EOS and ``generation_config.json``'s ``eos_token_id`` (torchtune's
+        ``generate`` reads this)."""
+        return stop_ids(self.path.parent, self.eos_id, self.special_stop_ids())
+
+    def special_stop_ids(self) -> List[int]:
+        return []
+
+    def encode_continuation(self, text: str) -> List[int]:
+        """Ids of ``text`` continuing a turn (torchtune's ``trim_leading_whitespace``): no word-start marker added
+        in front (SentencePiece's dummy prefix); the plain ids for a format that adds none."""
+        return self.encode_plain(text)
+
+    def tokenize_messages(self, messages: Sequence[Any], add_end_tokens: bool = True) -> Tuple[List[int], List[bool]]:
+        """``(tokens, mask)`` of torchtune ``Message`` s in the checkpoint's chat format
+        (:mod:`~torchtune_longshort.models.chat_messages`)."""
+        return tokenize_messages(self, messages, add_end_tokens, self.prompt_template)
+
+    def __call__(self, sample: Mapping[str, Any], inference: bool = False) -> Mapping[str, Any]:
+        """torchtune's model transform: ``sample["messages"]`` replaced by its ``tokens`` and ``mask`` (no end tokens
+        when ``inference``), as torchtune's model tokenizers do."""
+        sample = dict(sample)
+        sample["tokens"], sample["mask"] = self.tokenize_messages(sample.pop("messages"), add_end_tokens=not inference)
+        return sample
 
     # ------------------------------------------------ transformers' names, which lm-eval's results record
     # (``lm_eval.loggers.utils.add_tokenizer_info``: ``tokenizer_{pad,eos,bos}_token`` as ``[text, str(id)]``)
@@ -220,6 +251,11 @@ class SentencePieceTokenizer(SourceTokenizer):
             self._bare = spm.SentencePieceProcessor(model_proto=proto)
         return self._bare.encode(fragment)
 
+    def encode_continuation(self, text: str) -> List[int]:
+        # torchtune's SentencePieceBaseTokenizer(trim_leading_whitespace=True): encode after a newline, drop its ids
+        head = self.encode_plain("\n")
+        return self.encode_plain("\n" + text)[len(head):]
+
     def _decode(self, ids: List[int]) -> str:
         return self._tt.spm_model.decode(ids)
 
@@ -251,6 +287,9 @@ class TiktokenTokenizer(SourceTokenizer):
 
     def special_ids(self) -> set:
         return set(self._tt.special_tokens.values())
+
+    def special_stop_ids(self) -> List[int]:
+        return list(self._tt.stop_tokens)  # Llama-3's <|eot_id|> / <|eom_id|>
 
     def _encode_text(self, text: str) -> List[int]:
         return self._tt.encode(text, add_bos=False, add_eos=False)
@@ -366,8 +405,9 @@ class HFJsonTokenizer(SourceTokenizer):
         added = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
         return set(super().special_ids()) | added
 
-    def encode_plain(self, text: str) -> List[int]:
-        self._tok.encode_special_tokens = not self.parse_special_tokens  # tokenizers cuts added tokens by default
+    def encode_plain(self, text: str, parse_special_tokens: Optional[bool] = None) -> List[int]:
+        parse = self.parse_special_tokens if parse_special_tokens is None else parse_special_tokens
+        self._tok.encode_special_tokens = not parse  # tokenizers cuts added tokens by default
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def _decode(self, ids: List[int]) -> str:

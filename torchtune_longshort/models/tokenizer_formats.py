@@ -152,7 +152,7 @@ def load_tokenizer(path: PathLike, order: Sequence[str] = DEFAULT_ORDER) -> Sour
 
 
 def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_special_tokens: bool = False,
-                         **_: Any) -> SourceTokenizer:
+                         prompt_template: Any = None, **_: Any) -> SourceTokenizer:
     """Config component: the tokenizer of a checkpoint folder (or a tokenizer file), format detected::
 
         tokenizer:
@@ -168,7 +168,12 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_spe
     strike-through, the regex group ``(?P<s>...)`` of the stdlib corpus) gets no BOS / EOS in its middle, whatever
     the tokenizer's format. ``parse_special_tokens: true`` gives ``AutoTokenizer``'s ids (chat-templated training
     text that should map ``<s>`` / ``<|eot_id|>`` to their ids); evaluation always does
-    (:mod:`~torchtune_longshort.models.source_tokenizers`)."""
+    (:mod:`~torchtune_longshort.models.source_tokenizers`).
+
+    It is also torchtune's model tokenizer (``tune run generate``, ``chat_dataset``): called on ``{"messages":
+    [...]}`` it formats them with the folder's chat template, or with torchtune's ``prompt_template`` when one is
+    given (a dotted path or a dict, as torchtune's tokenizers take it), and reports ``stop_tokens``
+    (:mod:`~torchtune_longshort.models.chat_messages`)."""
     p = Path(path).expanduser()
     order = DEFAULT_ORDER
     if p.is_dir() and (p / "config.json").is_file():
@@ -179,4 +184,8 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_spe
     tok = load_tokenizer(p, order)
     tok.max_seq_len = max_seq_len
     tok.parse_special_tokens = bool(parse_special_tokens)
+    if prompt_template is not None:
+        from torchtune.data._prompt_templates import _get_prompt_template
+
+        tok.prompt_template = _get_prompt_template(prompt_template)
     return tok

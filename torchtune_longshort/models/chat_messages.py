@@ -1,0 +1,157 @@
+"""A checkpoint tokenizer as torchtune's ``ModelTokenizer``: messages in, ``tokens`` and ``mask`` out.
+
+torchtune's recipes and chat datasets call a model tokenizer on a sample (``tokenizer({"messages": [...]},
+inference=True)`` in ``tune run generate``; ``alpaca_dataset`` / ``chat_dataset`` for training) and read its
+``stop_tokens``. A checkpoint folder's tokenizer is one of three formats (:mod:`~torchtune_longshort.models.
+tokenizer_formats`), and for a ``tokenizer.json``-only model (SmolLM2, Qwen2) torchtune 0.6.1 has no model tokenizer.
+The messages are formatted as the checkpoint's own model expects them:
+
+- the folder's chat template (``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template``), rendered
+  as transformers' ``apply_chat_template`` renders it, the whole text encoded at once with special-token strings
+  mapped to their ids; a trailing empty assistant message (what ``generate`` sends) becomes the template's
+  generation prompt (``add_generation_prompt=True``);
+- otherwise, or when a torchtune ``prompt_template`` is given (then applied first, as torchtune's tokenizers do):
+  torchtune's plain format (``tokenize_messages_no_special_tokens``), ``[BOS] + each message's text (+ EOS after an
+  assistant message)``, BOS where the source model adds one, EOS unless ``inference``, a message that continues a
+  turn encoded without a leading word-start marker.
+
+``mask`` is each token's message's ``masked`` (the generation prompt counts as masked); ``max_seq_len`` truncates as
+torchtune's tokenizers do (EOS kept last when end tokens are added).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def _json(path: Path) -> Dict[str, Any]:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+
+
+def chat_template_of(folder: Path) -> Optional[str]:
+    """The chat template a folder's ``AutoTokenizer`` uses: ``chat_template.jinja``, else ``tokenizer_config.json``'s
+    ``chat_template`` (a string, or transformers' list of ``{name, template}``: the ``default`` one); None when
+    there is none."""
+    f = folder / CHAT_TEMPLATE_FILE
+    if f.is_file():
+        return f.read_text()
+    t = _json(folder / "tokenizer_config.json").get("chat_template")
+    if isinstance(t, list):
+        t = next((e.get("template") for e in t if isinstance(e, dict) and e.get("name") == "default"), None)
+    return t if isinstance(t, str) and t else None
+
+
+def stop_ids(folder: Path, eos_id: int, extra: Sequence[int] = ()) -> List[int]:
+    """EOS, ``generation_config.json``'s ``eos_token_id`` (an id or a list: e.g. Llama-3-Instruct's ``<|eot_id|>``)
+    and ``extra``, each once."""
+    value = _json(folder / "generation_config.json").get("eos_token_id")
+    more = value if isinstance(value, list) else [value] if isinstance(value, int) else []
+    return list(dict.fromkeys([int(eos_id), *(int(i) for i in more), *(int(i) for i in extra)]))
+
+
+def _raise(message: str) -> None:
+    from jinja2.exceptions import TemplateError
+
+    raise TemplateError(message)
+
+
+def render_chat_template(template: str, messages: List[Dict[str, str]], add_generation_prompt: bool,
+                         **tokens: Optional[str]) -> str:
+    """``template`` rendered as transformers' ``apply_chat_template`` renders it (a sandboxed jinja2 environment with
+    ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``strftime_now`` and a ``tojson`` that does not escape
+    HTML); ``tokens``: ``bos_token``, ``eos_token``, ... as the template reads them."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: json.dumps(
+        x, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                            **tokens)
+
+
+def _items(message: Any) -> List[str]:
+    """The text items of a torchtune ``Message`` (a prompt template adds its tags as items of their own)."""
+    items = message.content if isinstance(message.content, list) else [{"type": "text", "content": message.content}]
+    for item in items:
+        if item.get("type") != "text":
+            raise ValueError(f"tokenizer: a {message.role} message holds {item.get('type')!r} content; a checkpoint "
+                             "tokenizer reads text messages only")
+    return [item["content"] for item in items]
+
+
+def _text(message: Any) -> str:
+    return "".join(_items(message))
+
+
+def _truncate(tokens: List[int], mask: List[bool], max_seq_len: Optional[int],
+              eos_id: Optional[int]) -> Tuple[List[int], List[bool]]:
+    if max_seq_len is None or len(tokens) <= max_seq_len:
+        return tokens, mask
+    tokens, mask = tokens[:max_seq_len], mask[:max_seq_len]
+    if eos_id is not None:
+        tokens[-1] = eos_id
+    return tokens, mask
+
+
+def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = True,
+                      prompt_template: Optional[Callable] = None) -> Tuple[List[int], List[bool]]:
+    """``(tokens, mask)`` of torchtune ``Message`` s for the checkpoint tokenizer ``tok`` (a
+    :class:`~torchtune_longshort.models.source_tokenizers.SourceTokenizer`); the format: the module docstring."""
+    messages = list(messages)
+    template = None if prompt_template is not None else chat_template_of(tok.path.parent)
+    if prompt_template is not None:
+        messages = list(prompt_template(messages))
+    if template is None:
+        tokens: List[int] = []
+        mask: List[bool] = []
+        start, after_space = True, False
+        for m in messages:
+            if start and tok.adds_bos and tok.bos_id is not None:
+                tokens.append(tok.bos_id)
+                mask.append(m.masked)
+            # torchtune's rules: each text item encoded on its own, its trailing spaces dropped; in a message that
+            # continues a turn after no space, with no word-start marker
+            trim = not (start or after_space)
+            items = _items(m)
+            ids = [t for text in items for t in (tok.encode_continuation if trim else tok.encode_plain)(
+                text.rstrip(" "))]
+            after_space = bool(items) and items[-1].endswith(" ")
+            tokens += ids
+            mask += [m.masked] * len(ids)
+            start = m.role == "assistant"
+            if start and add_end_tokens:
+                tokens.append(tok.eos_id)
+                mask.append(m.masked)
+        return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
+    generation_prompt = bool(messages) and messages[-1].role == "assistant" and not _text(messages[-1])
+    if generation_prompt:
+        messages = messages[:-1]
+    dicts = [{"role": m.role, "content": _text(m)} for m in messages]
+    names = {"bos_token": tok.bos_token, "eos_token": tok.eos_token}
+
+    def encode(text: str) -> List[int]:
+        return tok.encode_plain(text, parse_special_tokens=True)  # a template writes special tokens as text
+
+    text = render_chat_template(template, dicts, generation_prompt, **names)
+    tokens = encode(text)
+    mask = [True] * len(tokens)  # the generation prompt (what is left past the last message) is prompt
+    start = 0
+    for i, m in enumerate(messages):
+        try:
+            prefix = render_chat_template(template, dicts[:i + 1], False, **names)
+        except Exception:  # a template that refuses a partial conversation: this message's end stays open
+            continue
+        end = min(max(len(encode(prefix)), start), len(tokens)) if text.startswith(prefix) else start
+        mask[start:end] = [m.masked] * (end - start)
+        start = end
+    return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
