@@ -7,7 +7,7 @@ tokenizer_formats`), and for a ``tokenizer.json``-only model (SmolLM2, Qwen2) to
 The messages are formatted as the checkpoint's own model expects them:
 
 - the folder's chat template (``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template``), rendered
-  as transformers' ``apply_chat_template`` renders it, the whole text encoded at once with special-token strings
+  by transformers' own renderer (``apply_chat_template``'s), the whole text encoded at once with special-token strings
   mapped to their ids; a trailing empty assistant message (what ``generate`` sends) becomes the template's
   generation prompt (``add_generation_prompt=True``);
 - otherwise, or when a torchtune ``prompt_template`` is given (then applied first, as torchtune's tokenizers do):
@@ -22,7 +22,6 @@ torchtune's tokenizers do (EOS kept last when end tokens are added).
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -57,26 +56,15 @@ def stop_ids(folder: Path, eos_id: int, extra: Sequence[int] = ()) -> List[int]:
     return list(dict.fromkeys([int(eos_id), *(int(i) for i in more), *(int(i) for i in extra)]))
 
 
-def _raise(message: str) -> None:
-    from jinja2.exceptions import TemplateError
-
-    raise TemplateError(message)
-
-
 def render_chat_template(template: str, messages: List[Dict[str, str]], add_generation_prompt: bool,
                          **tokens: Optional[str]) -> str:
-    """``template`` rendered as transformers' ``apply_chat_template`` renders it (a sandboxed jinja2 environment with
-    ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``strftime_now`` and a ``tojson`` that does not escape
-    HTML); ``tokens``: ``bos_token``, ``eos_token``, ... as the template reads them."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """``template`` rendered by transformers' own renderer (what ``apply_chat_template`` calls); ``tokens``:
+    ``bos_token``, ``eos_token``, ... as the template reads them."""
+    from transformers.utils.chat_template_utils import render_jinja_template
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: json.dumps(
-        x, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                            **tokens)
+    rendered, _ = render_jinja_template([messages], chat_template=template,
+                                        add_generation_prompt=add_generation_prompt, **tokens)
+    return rendered[0]
 
 
 def _items(message: Any) -> List[str]:
