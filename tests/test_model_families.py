@@ -241,21 +241,28 @@ def test_a_folder_is_opened_once_and_reopened_when_it_changes(family_dirs, tmp_p
     assert again is not first and again.config["rms_norm_eps"] == 1e-6
 
 
-def test_eval_model_encodes_like_lm_eval_hf_for_a_model_without_bos(family_dirs):
-    """Qwen2 has no BOS: the prefix of an empty context is EOS (lm-eval hf's rule) and nothing is prepended."""
+@pytest.mark.parametrize("add_bos_token", [None, True, False], ids=["default", "bos_on", "bos_off"])
+def test_eval_model_encodes_like_lm_eval_hf_for_a_model_without_bos(family_dirs, add_bos_token):
+    """Qwen2 has no BOS: the prefix of an empty context is EOS (lm-eval hf's rule) and nothing is prepended, even
+    with ``add_bos_token=true`` (its EOS was, and scored as the text's first token); ``add_bos_token=false`` keeps
+    Llama-2's BOS off even where a caller asks for special tokens, as ``hf``'s tokenizer built without it does."""
     pytest.importorskip("lm_eval")
     from lm_eval.models.huggingface import HFLM
 
     from torchtune_longshort.eval.model.adapter import LongShortLM
 
-    d = str(family_dirs["qwen2"])
-    ours = LongShortLM(pretrained=d)
-    ref = HFLM(pretrained=d, device="cpu", dtype="float32")
+    kw = {} if add_bos_token is None else {"add_bos_token": add_bos_token}
     text = _text()[:2000]
-    assert ours.prefix_token_id == ref.prefix_token_id
-    assert ours.tok_encode(text) == ref.tok_encode(text)
-    ctx, cont = text[:500], text[500:700]
-    assert ours._encode_pair(ctx, cont) == ref._encode_pair(ctx, cont)
+    for layout in ("qwen2", "llama2"):
+        d = str(family_dirs[layout])
+        ours = LongShortLM(pretrained=d, **kw)
+        ref = HFLM(pretrained=d, device="cpu", dtype="float32", **kw)
+        assert ours.prefix_token_id == ref.prefix_token_id
+        for special in (None, True, False):
+            assert ours.tok_encode(text, add_special_tokens=special) == ref.tok_encode(
+                text, add_special_tokens=special), (layout, special)
+        ctx, cont = text[:500], text[500:700]
+        assert ours._encode_pair(ctx, cont) == ref._encode_pair(ctx, cont)
 
 
 def test_recipe_refuses_a_tokenizer_past_the_model_vocabulary_before_any_step(family_dirs, tmp_path):

@@ -165,8 +165,10 @@ class LongShortLM(TemplateLM):
     # ------------------------------------------------------------------ tokenisation
     def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs) -> List[int]:
         """Token ids of ``string`` by lm-eval ``hf``'s rules: the tokenizer's own special tokens (BOS where the
-        model's tokenizer adds one) unless ``add_special_tokens=False``; ``add_bos_token=true/false`` forces BOS on or
-        off; none when the string already starts with the prefix token's text."""
+        model's tokenizer adds one) unless ``add_special_tokens=False``; none when the string already starts with
+        the prefix token's text. ``add_bos_token=true/false`` is what ``hf`` hands ``AutoTokenizer``: BOS first or
+        not, whatever ``add_special_tokens`` says, and nothing for a tokenizer without a BOS (Qwen2's: never its
+        EOS, which would be scored as the text's first token)."""
         tok = self.tokenizer
         forced = self.args.add_bos_token
         if add_special_tokens is None:
@@ -176,10 +178,10 @@ class LongShortLM(TemplateLM):
                 add_special_tokens = forced
         if add_special_tokens is False:
             return tok.encode_plain(string)
-        ids = tok.encode(string, add_bos=True, add_eos=tok.adds_eos)
-        if forced is True and not (tok.bos_id is not None and tok.adds_bos):
-            ids = [self.prefix_token_id] + ids
-        return ids
+        ids = tok.encode_plain(string)
+        if (tok.adds_bos if forced is None else forced) and tok.bos_id is not None:
+            ids = [tok.bos_id] + ids
+        return ids + [tok.eos_id] if tok.adds_eos else ids
 
     def tok_decode(self, tokens: Sequence[int]) -> str:
         """Text of ``tokens`` with special tokens dropped."""

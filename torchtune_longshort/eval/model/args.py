@@ -25,7 +25,7 @@
         (see ``torchtune_longshort.eval.model.limits``).
     max_gen_toks: default generation budget (256, as in lm-eval's ``hf``).
     add_bos_token: prepend BOS when encoding (default: what the model's own tokenizer does, as lm-eval's ``hf``:
-        Llama-2/3 yes, Qwen2 / SmolLM2 no).
+        Llama-2/3 yes, Qwen2 / SmolLM2 no; true adds nothing to a tokenizer without BOS, as ``hf``).
     cpu_keep_freed_blocks: on a CPU, glibc keeps large freed blocks for reuse (default true; the recipe's setting
         of the same name, :mod:`torchtune_longshort.training.cpu_allocator`): a long sequence's activations and
         logit chunks are then not page-faulted in again on every forward (at 8k on SmolLM2: 2.4M page faults and
