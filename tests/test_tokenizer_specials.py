@@ -181,6 +181,27 @@ def test_tokenizer_json_added_token_flags_encode_as_autotokenizer(tmp_path, mark
             assert ours.encode(text, add_bos=False, add_eos=False) == want, (parse, text)
 
 
+def test_a_folder_without_eos_or_with_a_misspelled_bos_is_refused_naming_its_file_and_the_fix(tmp_path):
+    """No EOS anywhere (no ``eos_token``, no ``eos_token_id``) said what was missing and no way on; a ``bos_token``
+    not in ``tokenizer.json`` named ``tokenizer_config.json`` when ``special_tokens_map.json`` held it."""
+    from torchtune_longshort.models import checkpoint_tokenizer
+    from torchtune_longshort.models.source_tokenizers import TokenizerError
+
+    folder = _bpe_folder(tmp_path / "bpe", [], [])
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["eos_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(TokenizerError, match=r"no eos_token .* add .*\"eos_token\".*\"eos_token_id\": N"):
+        checkpoint_tokenizer(str(folder))
+    del config["bos_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<|startoftext|>",
+                                                                "eos_token": "<|endoftext|>"}))
+    with pytest.raises(TokenizerError, match=r"special_tokens_map.json: bos_token '<\|startoftext\|>' is not in .*"
+                                             r"tokenizer.json; set it to a token of that file \(or null"):
+        checkpoint_tokenizer(str(folder))
+
+
 @pytest.mark.parametrize("pipeline", ["sentencepiece", "never", "always"])
 def test_sentencepiece_folders_cut_normalized_and_config_flagged_added_tokens_as_autotokenizer(
     sp_tokenizer_dir, tmp_path, pipeline

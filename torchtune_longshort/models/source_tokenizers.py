@@ -368,7 +368,8 @@ class HFJsonTokenizer(SourceTokenizer):
             raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
         folder = self.path.parent
         self._tok = as_transformers_builds_it(self._tok, path, read_json(path.parent / "config.json"))
-        cfg = {**read_json(folder / "special_tokens_map.json"), **read_json(folder / HF_CONFIG)}
+        config = read_json(folder / HF_CONFIG)
+        cfg = {**read_json(folder / "special_tokens_map.json"), **config}
         ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
         add_config_tokens(self._tok, cfg, folder / HF_CONFIG)
 
@@ -377,7 +378,9 @@ class HFJsonTokenizer(SourceTokenizer):
             if text is not None:
                 tid = self._tok.token_to_id(text)
                 if tid is None:
-                    raise TokenizerError(f"{folder / HF_CONFIG}: {name}_token {text!r} is not in {path}")
+                    named_in = HF_CONFIG if f"{name}_token" in config else "special_tokens_map.json"
+                    raise TokenizerError(f"{folder / named_in}: {name}_token {text!r} is not in {path}; set it to a "
+                                         f"token of that file{' (or null: no BOS)' if name == 'bos' else ''}")
                 return tid
             if f"{name}_token" in cfg and cfg[f"{name}_token"] is None:
                 return None  # declared absent (Qwen2's bos_token: null)
@@ -388,7 +391,9 @@ class HFJsonTokenizer(SourceTokenizer):
         eos = token_id("eos")
         if eos is None:
             raise TokenizerError(f"{folder}: no eos_token in {HF_CONFIG} and no eos_token_id in config.json / "
-                                 "generation_config.json: the packed training stream and generation need EOS")
+                                 "generation_config.json: the packed training stream and generation need EOS; add "
+                                 f"the model's end-of-text token to {HF_CONFIG} (\"eos_token\": \"<its text>\") "
+                                 "or its id to config.json (\"eos_token_id\": N)")
         self.eos_id = eos
         pad = token_id("pad")
         self.pad_id = pad if pad is not None else self.eos_id
