@@ -216,3 +216,45 @@ def test_longshort_eval_says_an_extrapolation_once(folders, sp_tokenizer_dir, ca
         LongShortLM(**model_args, device="cpu")
     said = [r for r in caplog.records if f"is past the {usable} positions" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.WARNING and "extrapolates" in said[0].getMessage(), said
+
+
+@pytest.fixture(scope="module")
+def clex_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
+    """The tiny checkpoint scaled by CLEX (t_max 2), its ODE weights moved off their initial values (a trained step's
+    side file: the reference a model built from the folder must hold)."""
+    import torch
+
+    from torchtune_longshort.models import load_hf_checkpoint, read_hf_config, rope_scaled, write_hf_checkpoint
+
+    model = rope_scaled(load_hf_checkpoint(tiny_llama2_dir), "clex", 2 * PLAIN)
+    with torch.no_grad():
+        for p in model.layers[0].attn.pos_embeddings.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    return write_hf_checkpoint(tmp_path_factory.mktemp("clex") / "step", model.state_dict(),
+                               read_hf_config(tiny_llama2_dir), rope_spec=model.rope_scaling,
+                               tokenizer=sp_tokenizer_dir)
+
+
+def test_a_clex_override_on_a_clex_step_keeps_its_learned_ode(clex_folder):
+    """``rope=clex,rope_t_max=<t>`` on a CLEX-trained step built an untrained CLEX (the step's ODE dropped without a
+    word), and ``load_hf_checkpoint(folder, rope={"method": "clex", "t_max": 2})`` was refused ("max_seq_len=256
+    is too short"). Reference: the step's side file, and the model built from its own config.json."""
+    import torch
+    from safetensors.torch import load_file
+
+    from torchtune_longshort.models import load_hf_checkpoint
+
+    side = load_file(str(clex_folder / "longshort_rope" / "rope_params.safetensors"))
+    tokens = torch.randint(0, 500, (1, 2 * PLAIN - 8), generator=torch.Generator().manual_seed(0))  # t = 2
+    own = load_hf_checkpoint(clex_folder)
+    for t_max in (2, 4):
+        model = load_hf_checkpoint(clex_folder, rope={"method": "clex", "t_max": t_max})
+        rope = model.layers[0].attn.pos_embeddings
+        assert rope.t_max == t_max and rope.max_seq_len >= PLAIN * t_max
+        for name, value in side.items():
+            assert torch.equal(getattr(rope, name.split(".")[-1]).detach(), value), name
+        with torch.no_grad():
+            got = model(tokens)  # t = 2 <= t_max: the same ODE, the same frequencies
+            assert torch.isfinite(got).all() and torch.equal(got, own(tokens))
+    other = load_hf_checkpoint(clex_folder, rope={"method": "yarn", "factor": 2})
+    assert not any(n.startswith("ode") for n, _ in other.layers[0].attn.pos_embeddings.named_parameters())

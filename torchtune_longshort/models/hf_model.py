@@ -34,7 +34,25 @@ def _rope_spec(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any
         rope = {"method": rope}
     if rope is not None and not (isinstance(rope, dict) and "method" in rope):
         raise ValueError(f"rope={rope!r} is not accepted: expected a method name, a spec dict with 'method', or None")
-    return folder.rope_spec if rope is None else dict(rope)
+    if rope is None:
+        return folder.rope_spec
+    if not keeps_learned_rope(folder, rope):
+        return dict(rope)
+    # the step's learned parameters are the module it trained: its settings (CLEX's param_factor, act, ...) stay,
+    # save those the override gives, and the length it targeted, which the override sets
+    scale = ROPE_METHODS[rope["method"]].scale_parameter
+    kept = {k: v for k, v in folder.rope_spec.items() if k not in ("max_seq_len", scale)}
+    return {**kept, **rope}
+
+
+def keeps_learned_rope(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any]]]) -> bool:
+    """Whether a model built from ``folder`` with the override ``rope`` (None: the folder's own scaling) takes the
+    folder's learned RoPE parameters (CLEX's ODE): without an override, or with one of the same learned method (a
+    CLEX step evaluated at another ``t_max``); an override of another method has none to take."""
+    if rope is None:
+        return True
+    method = rope if isinstance(rope, str) else rope.get("method")
+    return has_learned_parameters(method) and method == (folder.rope_spec or {}).get("method")
 
 
 def pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:
@@ -81,7 +99,10 @@ def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], 
         raise ValueError(f"rope: factor={factor!r} is not a number: pass a number >= 1")
     if factor is not None:
         return max(int(original), int(round(factor * original)))
-    if set(spec) == {"method"} and ROPE_METHODS[check_rope_method(spec["method"])].has_factor:
+    method = ROPE_METHODS[check_rope_method(spec["method"])]
+    if method.scale_parameter is not None and method.scale_parameter in spec:  # CLEX's t_max: L * t_max
+        return max(int(original), method.covered_length(spec, int(original)))
+    if set(spec) == {"method"} and method.has_factor:
         raise ValueError(f"rope={rope!r} with no max_seq_len and no factor scales nothing (its default factor "
                          f"max_seq_len / {original} pre-trained positions is 1): pass max_seq_len=<the target length>, "
                          "or a factor in the spec")
@@ -127,6 +148,10 @@ def build_decoder(
         # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
         # the length (the method's inference rule), so building it for fewer positions would only refuse
         target = max(target, int(spec["max_seq_len"]))
+    elif rope is not None and has_learned_parameters(spec["method"]) and "max_seq_len" not in spec:
+        # the same for an override's reach (rope=clex,rope_t_max=2 on a run of 256 of 512 positions: L * t_max)
+        reach = ROPE_METHODS[spec["method"]].covered_length(spec, int(spec.get("original_max_seq_len") or plain_len))
+        target = max(target, reach or 0)
     # The stored pre-trained length and base, not the (possibly scaled) ones in config.json.
     original = spec.get("original_max_seq_len")
     if original is None and rope is not None:
@@ -222,7 +247,7 @@ def load_hf_checkpoint(
     for m in model.modules():  # what no checkpoint holds: RoPE caches, and a learned RoPE's initial parameters
         if hasattr(m, "rope_init"):
             m.reset_parameters() if hasattr(m, "reset_parameters") else m.rope_init()
-    load_weights_into(model, folder, learned_rope=rope is None and not plain_rope)
+    load_weights_into(model, folder, learned_rope=keeps_learned_rope(folder, rope) and not plain_rope)
     model = model.to(dtype=dtype)
     for rope_module in {id(m.pos_embeddings): m.pos_embeddings for m in model.modules()
                         if getattr(m, "pos_embeddings", None) is not None}.values():
