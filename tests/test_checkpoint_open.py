@@ -235,6 +235,65 @@ def clex_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp_path_factory):
                                tokenizer=sp_tokenizer_dir)
 
 
+def _notes(caplog):
+    return [r for r in caplog.records if "replaces the RoPE scaling" in r.getMessage()]
+
+
+def test_an_override_says_what_it_replaces_in_a_scaled_checkpoint(folders, clex_folder, sp_tokenizer_dir, tmp_path,
+                                                                  caplog, capsys):
+    """A rope= override on a checkpoint with a scaling of its own (a scaled step; a Llama-3.1-style ``rope_scaling``
+    in config.json) replaced it without a word; it is now said in one line, by the eval model (once, where it is
+    built) and by ``longshort-misalignment --rope`` (which had no override; its JSON records it). Over plain RoPE
+    there is nothing to say. Over a CLEX step, another method says its learned ODE is not used."""
+    _eval_model(folders["plain"][0], sp_tokenizer_dir, None, caplog, rope="yarn", rope_factor=FACTOR)
+    assert not _notes(caplog)
+    llama3 = tmp_path / "llama3"
+    shutil.copytree(folders["plain"][0], llama3)
+    config = json.loads((llama3 / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": PLAIN // 2}
+    (llama3 / "config.json").write_text(json.dumps(config))
+    for folder, own, original in ((folders["linear"][0], "'method': 'linear'", PLAIN),
+                                  (llama3, "'method': 'llama3'", PLAIN // 2), (clex_folder, "'method': 'clex'", PLAIN)):
+        _eval_model(folder, sp_tokenizer_dir, None, caplog, rope="yarn", rope_factor=FACTOR)
+        said = [r.getMessage() for r in _notes(caplog)]
+        assert len(said) == 1 and _notes(caplog)[0].levelno == logging.WARNING, said
+        assert said[0].startswith(f"rope=yarn,rope_factor={FACTOR} replaces the RoPE scaling of checkpoint "
+                                  f"{str(folder)!r} ({{{own}") and f"scales its {original} pre-trained" in said[0]
+        assert ("learned clex parameters" in said[0]) == (folder == clex_folder)
+    assert said[0].endswith("are not used (the weights run without them): leave out rope= to evaluate the step as "
+                            "trained, or give rope=clex to keep them"), said[0]
+    out = tmp_path / "mis.json"
+    capsys.readouterr()
+    assert misalignment_main(["--checkpoint-dir", str(folders["linear"][0]), "--tokenizer", str(sp_tokenizer_dir),
+                              "--length", "64", "--num-samples", "1", "--divergences", "sce", "--rope",
+                              "yarn,rope_factor=2", "--output", str(out)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "replaces" in line]
+    assert err == [err[0]] and err[0].startswith("longshort-misalignment: note: --rope yarn,rope_factor=2 replaces")
+    res = json.loads(out.read_text())
+    assert (res["rope_override"], res["rope_scaling"]) == ("yarn,rope_factor=2", {"method": "yarn", "factor": 2})
+    assert res["usable_length"] == int(PLAIN * FACTOR)
+
+
+@pytest.mark.parametrize("rope, said", [
+    ("yarn,rope_fctor=2", r"--rope: rope_fctor=2 is not a parameter of RoPE method 'yarn' \(did you mean "
+                          r"'rope_factor'\?\)"),
+    ("yarn,factor=2", r"'factor=2' is not rope_<param>=<value>: give e.g. --rope yarn,rope_factor=2"),
+    ("yarn", r"--rope yarn without rope_factor scales to --length=64, below the 256 positions"),
+    ("linear,rope_factor=2,rope_max_seq_len=2048", r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2"),
+], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past"])
+def test_misalignment_rope_is_the_evals_override(folders, sp_tokenizer_dir, tmp_path, capsys, rope, said):
+    """``--rope`` takes the eval's ``rope_<param>=`` spelling through the same parser and checks: each refusal one
+    line, nothing written."""
+    out = tmp_path / "mis.json"
+    with pytest.raises(SystemExit) as exit_info:
+        misalignment_main(["--checkpoint-dir", str(folders["plain"][0]), "--tokenizer", str(sp_tokenizer_dir),
+                           "--length", "64", "--rope", rope, "--output", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and re.search(said, err), err
+    assert not out.exists()
+
+
 def test_a_clex_override_on_a_clex_step_keeps_its_learned_ode(clex_folder):
     """``rope=clex,rope_t_max=<t>`` on a CLEX-trained step built an untrained CLEX (the step's ODE dropped without a
     word), and ``load_hf_checkpoint(folder, rope={"method": "clex", "t_max": 2})`` was refused ("max_seq_len=256

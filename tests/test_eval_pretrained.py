@@ -264,6 +264,39 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,max_length=128"],
                          r"rope=yarn without rope_factor scales to max_length=128, below the 256 positions .* "
                          r"\(factor 128/256 < 1\): give rope_factor=<s >= 1>, or max_length="),
+                        # rope_max_seq_len, named as typed with its fix: the build said "pass factor >= 1 ... or a
+                        # longer max_seq_len", CLEX no fix, 'abc' Python's int() error; 0 was taken without a word
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_max_seq_len=128"],
+                         r"^rope=yarn,rope_max_seq_len=128: rope_max_seq_len=128 is below the 256 pre-trained "
+                         r"positions .*: give rope_max_seq_len >= 256 \(the length to scale to\), or rope_factor="),
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_t_max=4,"
+                          "rope_max_seq_len=512"],
+                         r"^rope_max_seq_len=512 is too short .*: give rope_max_seq_len >= 1024, or rope_t_max <= 2$"),
+                        *[(["--model", "longshort", "--device", "cpu", "--model_args",
+                            f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,"
+                            f"rope_max_seq_len={v}"],
+                           rf"^rope_max_seq_len={v!r} is not accepted: expected a token count >= 1")
+                          for v in ("abc", 0)],
+                        # past what the override's own scaling reaches: positions 512-2047 extrapolated unsaid, and
+                        # rope=default ran plain RoPE past its positions with no verdict
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=linear,rope_factor=2,"
+                          "rope_max_seq_len=2048"],
+                         r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2 scales the 256 pre-trained "
+                         r"positions to: give rope_factor=8, or rope_max_seq_len <= 512"),
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=default,"
+                          "rope_max_seq_len=512"],
+                         r"RoPE method 'default' scales nothing, so rope_max_seq_len=512 is past the 256 pre-trained "
+                         r"positions it covers: give a method that scales \(rope=yarn,rope_factor=2\)"),
+                        # the checkpoint's pairing of dimensions, not the scaling's: taken, it rotated the wrong pairs
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2,"
+                          "rope_layout=half"],
+                         r"^longshort model: rope_layout=half: which dimensions RoPE pairs is the checkpoint's .*: "
+                         r"leave rope_layout out$"),
                         # the override under hf: transformers' 61-line TypeError after lm-eval's start-up
                         (["--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarn,rope_factor=2"],
                          r"--model_args rope=yarn: a RoPE override is the longshort model's \(--model longshort\); "

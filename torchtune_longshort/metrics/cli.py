@@ -15,6 +15,11 @@ JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, stre
 sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
 ``DEFAULT_NUM_SAMPLES`` (the ``misalignment_<L>`` task's default too).
 
+``--rope <method>,rope_<param>=<value>`` evaluates the checkpoint under another RoPE scaling, exactly as the eval's
+``--model_args rope=<method>,rope_<param>=<value>`` (one parser: :mod:`torchtune_longshort.models.rope_override`;
+``--rope yarn,rope_factor=2``); without it, the checkpoint's own scaling. Over a checkpoint with a scaling of its own
+it says in one line what it replaces.
+
 ``--length`` past the positions the checkpoint covers (``max_position_embeddings``, or its RoPE scaling's target
 length) is refused before the model loads: RoPE positions past them are extrapolated, and the number would not
 say so. ``--allow-extrapolation`` measures there anyway (the JSON then records ``extrapolated: true``).
@@ -42,6 +47,7 @@ from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.models.rope_override import factor_from_length_note, parameters_as_typed, parse_override
 from torchtune_longshort.output_guard import atomic_write_text, strict_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
@@ -51,7 +57,8 @@ from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 PROG = "longshort-misalignment"
 # How this command's arguments are named in the checkpoint path's messages (models.checkpoint_open).
 NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allow-extrapolation",
-                 tokenizer="--tokenizer")
+                 tokenizer="--tokenizer", scale="--rope <method>,rope_factor=<f> to scale RoPE", rope="--rope ")
+WHERE = "--rope"
 
 
 # How the sources' messages name what they read: this command's options, not a config's dataset.* keys.
@@ -118,6 +125,9 @@ def _parser() -> ArgumentParser:
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
                     "(default: on; no page faults on every forward)")
     ap.add_argument("--output", default=None, type=user_path, help="write the JSON result here (default: stdout only)")
+    ap.add_argument("--rope", default=None, metavar="METHOD[,rope_<param>=<value>...]",
+                    help="evaluate under this RoPE scaling instead of the checkpoint's own, spelled as the eval's "
+                    "--model_args rope=...: e.g. yarn,rope_factor=2 or clex,rope_t_max=4 (default: the checkpoint's)")
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
     return ap
@@ -142,12 +152,20 @@ def _check_data_options(args, ap: ArgumentParser) -> None:
 def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     """The checkpoint folder and its tokenizer (or ``--tokenizer``), through the models' one checkpoint path;
     ``--length`` past its usable positions refused in one line unless ``--allow-extrapolation`` (then noted)."""
-    opened = open_checkpoint(args.checkpoint_dir, names=NAMES, tokenizer=args.tokenizer, length=args.length,
-                             allow_extrapolation=args.allow_extrapolation)
+    try:
+        rope = None if args.rope is None else parse_override(args.rope, WHERE)
+        with parameters_as_typed(rope):  # the positions it covers check its factor / t_max
+            opened = open_checkpoint(args.checkpoint_dir, names=NAMES, tokenizer=args.tokenizer, length=args.length,
+                                     rope=rope, allow_extrapolation=args.allow_extrapolation)
+            factor_one = factor_from_length_note(opened.folder, rope, args.length, "--length", "", "--rope ")
+    except ValueError as e:
+        ap.error(str(e))
     if opened.verdict.refused:
         ap.error(opened.verdict.message)
-    if opened.verdict.extrapolated:
-        print(f"{PROG}: note: {opened.verdict.message}", file=sys.stderr)
+    for note in (opened.override_note, factor_one,
+                 opened.verdict.message if opened.verdict.extrapolated else None):
+        if note:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
     return opened
 
 
@@ -189,7 +207,9 @@ def _main(argv=None) -> int:
     opened = _open_checkpoint(args, ap)
     folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
-    model = load_hf_checkpoint(folder, max_seq_len=args.length, device=args.device, length_field="--length")
+    with parameters_as_typed(opened.rope_override):
+        model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
+                                   length_field="--length")
 
     try:
         seqs, skipped = counted_fixed_length_sequences(
@@ -219,7 +239,7 @@ def _main(argv=None) -> int:
                data=str(Path(args.data).resolve()) if kind == "local" else args.data,
                text_field=None if kind == "stdlib" else args.text_field,
                split=args.split if kind == "hub" else None,
-               seed=args.seed, rope_scaling=opened.rope_spec, records_skipped=skipped,
+               seed=args.seed, rope_scaling=opened.rope_spec, rope_override=args.rope, records_skipped=skipped,
                usable_length=opened.usable_length,
                extrapolated=opened.verdict.extrapolated,
                provenance=provenance(device=args.device, stdlib=data_kind(args.data) == "stdlib"))

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Union
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import pretrained_rope
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
+from torchtune_longshort.models.rope_override import check_override_length, replacement_note, typed
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.models.tokenizer_formats import load_tokenizer
@@ -36,7 +37,8 @@ class ArgNames:
     ``length``: the length argument (``max_length``, ``--length``); ``allow``: how extrapolation is allowed
     (``allow_extrapolation=true``); ``tokenizer``: the tokenizer argument; ``scale``: how this caller scales RoPE
     instead ("" when it cannot); ``refused``: what a refusal does here, ``{usable}`` filled in ("" when the command
-    itself is refused)."""
+    itself is refused); ``rope``: how its RoPE override names the method (its parameters are ``rope_<param>=``
+    everywhere, :mod:`~torchtune_longshort.models.rope_override`)."""
 
     length: str
     allow: str
@@ -44,6 +46,7 @@ class ArgNames:
     scale: str = ""
     refused: str = ""
     checkpoint: str = "checkpoint_dir"
+    rope: str = "rope="  # how a RoPE override's method is typed: rope=yarn (model_args), --rope yarn (a CLI)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class OpenedCheckpoint:
     rope_override: Optional[Dict[str, Any]]
     usable_length: int
     verdict: LengthVerdict
+    # what the override replaces in a folder with a scaling of its own (None: nothing), to be said once
+    override_note: Optional[str] = None
 
     @property
     def length(self) -> int:
@@ -107,20 +112,22 @@ def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, 
     return usable_length_of(config, spec)
 
 
-def override_scale_fix(spec: Dict[str, Any], pretrained: int, need: int) -> str:
+def override_scale_fix(spec: Dict[str, Any], pretrained: int, need: int, prefix: str = "rope=") -> str:
     """How to make a ``rope=`` override (``spec``, scaling ``pretrained`` positions) cover ``need`` positions, in
     the ``longshort`` model's arguments: the override was given, so "pass rope=<method>,rope_factor=<f>" names what
     the user did already (``rope=yarn,rope_factor=2,max_length=512`` on 128 positions was told just that)."""
     method = ROPE_METHODS.get(spec.get("method"))
-    given = ",".join([f"rope={spec.get('method')}"] + [f"rope_{k}={v}" for k, v in spec.items() if k != "method"])
+    given = typed(spec, prefix)
     times = max(2, math.ceil(need / max(1, int(pretrained))))
     param = method.scale_parameter if method is not None else None
-    if "max_seq_len" in spec:
+    if param is not None and param in spec:  # rope_max_seq_len alone cannot go past what the parameter reaches
+        change = f"rope_{param}={times}"
+    elif "max_seq_len" in spec and param is not None:
         change = f"rope_max_seq_len={need}"
     elif param is not None:
         change = f"rope_{param}={times}"
     else:
-        return (f"a method that scales with the length, e.g. rope=yarn,rope_factor={times} (the override {given} "
+        return (f"a method that scales with the length, e.g. {prefix}yarn,rope_factor={times} (the override {given} "
                 f"covers the {pretrained} pre-trained positions only)")
     return f"{change} (the override {given} covers fewer positions)"
 
@@ -170,9 +177,11 @@ def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames
     tok = checked_tokenizer(folder, tokenizer, names)
     spec = rope if rope is not None else folder.rope_spec
     pretrained = pretrained_rope(folder)[1] if rope is not None else None
+    if rope is not None:
+        check_override_length(rope, pretrained, names.rope)
     usable = usable_positions(folder.config, spec, override=rope is not None, length=length, pretrained=pretrained)
     if rope is not None and names.scale and length is not None and length > usable:
         original = int(rope.get("original_max_seq_len") or pretrained or native_positions(folder.config))
-        names = replace(names, scale=override_scale_fix(rope, original, int(length)))
+        names = replace(names, scale=override_scale_fix(rope, original, int(length), names.rope))
     verdict = length_verdict(folder.path, folder.config, spec, usable, length, allow_extrapolation, names)
-    return OpenedCheckpoint(folder, tok, spec, rope, usable, verdict)
+    return OpenedCheckpoint(folder, tok, spec, rope, usable, verdict, replacement_note(folder, rope, names.rope))

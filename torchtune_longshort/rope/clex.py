@@ -164,7 +164,10 @@ class CLEXRoPE(ScaledRoPE):
         if self.original_max_seq_len * self.t_max > self.max_seq_len:
             raise ValueError(
                 f"max_seq_len={self.max_seq_len} is too short for CLEX training positions: it must be >= "
-                f"original_max_seq_len * t_max = {self.original_max_seq_len} * {self.t_max}"
+                f"original_max_seq_len * t_max = {self.original_max_seq_len} * {self.t_max}: give max_seq_len >= "
+                f"{self.original_max_seq_len * self.t_max}"
+                + (f", or t_max <= {self.max_seq_len // self.original_max_seq_len}"
+                   if self.max_seq_len >= self.original_max_seq_len else "")
             )
         check_positive_int("param_factor", param_factor)
         if act not in _ACTS:

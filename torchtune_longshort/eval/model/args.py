@@ -34,7 +34,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
 from dataclasses import dataclass
@@ -48,11 +47,11 @@ from torchtune_longshort.eval.model.batch_size import DEFAULT_MAX_BATCH_SIZE
 from torchtune_longshort.eval.model.processes import process_device
 from torchtune_longshort.eval.model.limits import check_truncation
 from torchtune_longshort.lengths import length_value
-from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, method_parameters
 from torchtune_longshort.models.checkpoint_open import ArgNames, LengthVerdict, open_checkpoint
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint, pretrained_rope
-from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS
+from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_checkpoint
+from torchtune_longshort.models.rope_override import (factor_from_length_note, override_spec, parameters_as_typed,
+                                                      raise_as_typed)
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
@@ -119,6 +118,8 @@ class ModelArgs:
     verdict: Optional[LengthVerdict] = None
     # a rope= override that scales nothing (factor 1); logged once, where the model is built
     rope_note: Optional[str] = None
+    # what a rope= override replaces in a checkpoint with a scaling of its own; logged once, where the model is built
+    override_note: Optional[str] = None
 
     @property
     def batch_size_text(self) -> str:
@@ -189,7 +190,8 @@ def _checkpoint_dir(pretrained: Optional[str], checkpoint_dir: Optional[str]) ->
 
 
 def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """``rope=<method>`` and its ``rope_<key>=<value>`` parameters as a spec; the rest of ``extra`` is refused."""
+    """``rope=<method>`` and its ``rope_<key>=<value>`` parameters as a spec (the one parser,
+    :func:`~torchtune_longshort.models.rope_override.override_spec`); the rest of ``extra`` is refused."""
     rope_kwargs = {k[len("rope_") :]: v for k, v in extra.items() if k.startswith("rope_")}
     unknown = sorted(k for k in extra if not k.startswith("rope_") and k not in _IGNORED)
     if unknown:
@@ -197,52 +199,7 @@ def _rope_spec(rope: Optional[str], extra: Dict[str, Any]) -> Optional[Dict[str,
         near = difflib.get_close_matches(unknown[0], names + ["checkpoint_dir"], n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise ValueError(f"longshort model: unknown model_args {unknown}{hint}; accepted: {ACCEPTED}")
-    if rope_kwargs and rope is None:
-        raise ValueError(f"longshort model: rope_* arguments {sorted(rope_kwargs)} given without rope=<method>")
-    if rope is not None:
-        check_rope_method(str(rope), "rope")  # else refused only when the model is built
-        _check_rope_parameters(str(rope), rope_kwargs)
-    return {"method": str(rope), **rope_kwargs} if rope is not None else None
-
-
-def _check_rope_parameters(method: str, given: Dict[str, Any]) -> None:
-    """``rope_<param>=`` against the method's own parameters (:func:`~torchtune_longshort.rope.method_parameters`),
-    named as typed: a misspelled one (``rope_fctor``) was a ``TypeError`` traceback naming ``fctor`` once the model
-    was built."""
-    accepted = method_parameters(method)
-    # the spec's context keys (rope_original_max_seq_len, rope_base, ...) go to every method's build
-    unknown = sorted(k for k in given if accepted is not None and k not in accepted and k not in SPEC_CONTEXT_KEYS)
-    if unknown:
-        near = difflib.get_close_matches(unknown[0], accepted, n=1)
-        scale = getattr(ROPE_METHODS.get(method), "scale_parameter", None)
-        if unknown[0] == "factor" and scale not in (None, "factor"):  # the method's own (CLEX's t_max)
-            near = [scale]
-        hint = f" (did you mean 'rope_{near[0]}'?)" if near else ""
-        takes = sorted({*accepted, *SPEC_CONTEXT_KEYS} - {"method", "head_dim"})
-        raise ValueError(f"longshort model: rope_{unknown[0]}={given[unknown[0]]} is not a parameter of RoPE method "
-                         f"{method!r}{hint}: it takes {['rope_' + a for a in takes]}")
-
-
-def _factor_one_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], length: int) -> Optional[str]:
-    """What a ``rope=<method>`` with a factor, given neither ``rope_factor`` nor ``rope_max_seq_len``, does at
-    ``length`` (its factor is ``length`` / the pre-trained positions): refused below them (a factor < 1, which the
-    build refused naming ``max_seq_len``), a note at them (factor 1: the RoPE the checkpoint already has, said
-    nowhere before). A method whose rotation follows the sequence's length (dynamic NTK) scales past them anyway."""
-    if spec is None or "factor" in spec or "max_seq_len" in spec:
-        return None
-    method = ROPE_METHODS[spec["method"]]
-    if not method.has_factor:
-        return None
-    original = int(spec.get("original_max_seq_len") or pretrained_rope(folder)[1])
-    fix = f"give rope_factor=<s >= 1>, or max_length=<the target length, past {original}>"
-    if length < original:
-        raise ValueError(f"longshort model: rope={spec['method']} without rope_factor scales to max_length={length}, "
-                         f"below the {original} positions {str(folder.path)!r} was pre-trained for (factor "
-                         f"{length}/{original} < 1): {fix}")
-    if length > original or method.length_dependent:
-        return None
-    return (f"rope={spec['method']} without rope_factor scales to max_length={length}, the {original} positions "
-            f"{str(folder.path)!r} was pre-trained for: factor 1, the checkpoint's RoPE unscaled; {fix}")
+    return override_spec(rope, rope_kwargs, "longshort model")
 
 
 def _device(device: Optional[str]) -> torch.device:
@@ -278,7 +235,7 @@ def parse_model_args(
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
     size, auto = batch_sizes(batch_size, max_batch_size)
     chosen = model_dtype(dtype)  # before any file is read; auto is resolved from the checkpoint's config
-    with _rope_parameters_as_typed(rope_spec):  # the positions it covers check its factor / t_max
+    with parameters_as_typed(rope_spec):  # the positions it covers check its factor / t_max
         opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
                                  rope=rope_spec, length=length, allow_extrapolation=allow)
     return ModelArgs(
@@ -299,7 +256,8 @@ def parse_model_args(
         add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),
         cpu_keep_freed_blocks=parse_bool("cpu_keep_freed_blocks", cpu_keep_freed_blocks),
         verdict=opened.verdict,
-        rope_note=_factor_one_note(opened.folder, rope_spec, opened.length),
+        rope_note=factor_from_length_note(opened.folder, rope_spec, opened.length, "max_length", "longshort model"),
+        override_note=opened.override_note,
     )
 
 
@@ -314,23 +272,7 @@ def check_model_fits(args: ModelArgs) -> None:
         raise ValueError(f"longshort model: {e}: give it as rope_<name>= in --model_args (a list cannot be given "
                          "there: evaluate a checkpoint whose config.json holds it, without rope=)") from None
     except ValueError as e:
-        _raise_as_typed(e, args.rope_spec)
-
-
-def _raise_as_typed(e: ValueError, rope_spec: Optional[Dict[str, Any]]) -> None:
-    """A RoPE parameter's own check, named as typed (rope_factor=0.5 was "factor=0.5"); any other error as it is."""
-    said = str(e)
-    if not any(said.startswith(f"{k}=") for k in rope_spec or {} if k != "method"):
-        raise e
-    raise ValueError(f"rope_{said}") from None
-
-
-@contextlib.contextmanager
-def _rope_parameters_as_typed(rope_spec: Optional[Dict[str, Any]]):
-    try:
-        yield
-    except ValueError as e:
-        _raise_as_typed(e, rope_spec)
+        raise_as_typed(e, args.rope_spec)
 
 
 def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
@@ -343,8 +285,9 @@ def load_checkpoint_model(args: ModelArgs) -> torch.nn.Module:
     """
     if args.verdict is not None and args.verdict.message:  # past the positions covered: what happens to such requests
         (logger.warning if args.verdict.extrapolated else logger.error)(args.verdict.message)
-    if args.rope_note:
-        logger.warning(args.rope_note)
+    for note in (args.override_note, args.rope_note):
+        if note:
+            logger.warning(note)
     if keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks):
         logger.info("CPU: glibc keeps large freed blocks for reuse (cpu_keep_freed_blocks=false to turn it off)")
     model = load_hf_checkpoint(
