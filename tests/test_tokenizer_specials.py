@@ -300,3 +300,21 @@ def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torc
                 msgs = _conversation(generate=generate)
                 assert ours({"messages": msgs}, inference=generate) == ref({"messages": msgs}, inference=generate)
             assert ours.stop_tokens == ref.stop_tokens
+
+
+def test_a_sentencepiece_model_without_bos_is_described_as_adding_none(tmp_path):
+    """A SentencePiece model trained with no BOS (``bos_id=-1``) prepends nothing (sentencepiece's own encode is the
+    reference); the tokenizer's log line said "adds BOS by default: True" (``add_bos_token``'s default)."""
+    import sentencepiece as spm
+
+    from torchtune_longshort.models.tokenizer_formats import load_tokenizer
+
+    lines = [f"line {i}: the quick brown fox jumps over the lazy dog {i * 7}" for i in range(200)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / "sp"), vocab_size=300,
+                                   model_type="bpe", byte_fallback=True, unk_id=0, bos_id=-1, eos_id=1, pad_id=-1,
+                                   minloglevel=2)
+    (tmp_path / "sp.model").rename(tmp_path / "tokenizer.model")
+    tok = load_tokenizer(tmp_path / "tokenizer.model")
+    ref = spm.SentencePieceProcessor(model_file=str(tmp_path / "tokenizer.model"))
+    assert tok.bos_id is None and tok.encode("the lazy dog", add_bos=True, add_eos=False) == ref.encode("the lazy dog")
+    assert "adds BOS by default: False" in tok.describe()

@@ -192,7 +192,7 @@ class SourceTokenizer:
 
     def describe(self) -> str:
         return (f"{self.format} tokenizer {str(self.path)!r}: {self.vocab_size} ids, bos={self.bos_id}, "
-                f"eos={self.eos_id}, adds BOS by default: {self.adds_bos}")
+                f"eos={self.eos_id}, adds BOS by default: {self.adds_bos and self.bos_id is not None}")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
