@@ -124,12 +124,16 @@ def test_a_run_stopped_in_its_setup_leaves_a_folder_its_rerun_takes(tmp_path):
     claim_output_dir(out, resume=False, overwrite=False).release()
 
 
-# the recipe with its third step slow (a large model's): the test's two Ctrl-C land inside it
+# the recipe with its third step slow (a large model's): the test's two Ctrl-C land inside it, once the file its
+# first argument names says the step has begun (step 2's save is over: a signal during that save ends the run there)
 SLOW_THIRD_STEP = """import sys, time
+from pathlib import Path
 from torchtune_longshort.recipes import longshort_finetune as recipe
 step = recipe.LongShortFinetuneRecipe._train_step
+began = Path(sys.argv.pop(1))
 def slow(self):
     if self.global_step == 2:
+        began.touch()
         time.sleep(120)
     return step(self)
 recipe.LongShortFinetuneRecipe._train_step = slow
@@ -144,7 +148,8 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, tiny_llama2_dir, sp
     out, err_file = tmp_path / "out", tmp_path / "stderr.txt"
     cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "max_steps=6", "save_every_n_steps=1",
                    "validation=null")
-    cmd = [sys.executable, "-c", SLOW_THIRD_STEP] + cmd[cmd.index("--config"):]
+    began = tmp_path / "step_3_began"
+    cmd = [sys.executable, "-c", SLOW_THIRD_STEP, str(began)] + cmd[cmd.index("--config"):]
     with open(err_file, "w") as err:
         proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.DEVNULL,
                                 stderr=err, start_new_session=True,
@@ -152,7 +157,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, tiny_llama2_dir, sp
     try:
         deadline = time.time() + 240
         first = "SIGINT: finishing step 3, then saving it; press Ctrl-C again to stop now without saving it\n"
-        for waited in (lambda: (out / "recipe_state" / "step_2.pt").is_file(), lambda: first in err_file.read_text()):
+        for waited in (began.is_file, lambda: first in err_file.read_text()):
             while not waited():
                 assert proc.poll() is None and time.time() < deadline, err_file.read_text()[-3000:]
                 time.sleep(0.05)
@@ -212,3 +217,25 @@ def test_a_torchrun_worker_stopped_while_it_imports_exits_quietly(tmp_path):
     p = subprocess.run([sys.executable, "-m", "torchtune_longshort.recipes.longshort_finetune", "--config", "x.yaml"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 130 and p.stderr == "", p.stderr[-2000:]
+
+
+def test_a_signal_during_a_save_ends_the_run_with_that_save(tmp_path, sp_tokenizer_dir, restored_handlers, capfd):
+    """SIGTERM while step 1's checkpoint is written (a large model's save takes minutes): the run ends once that save
+    is in place, as a signal during a step does. It announced step 2, trained it and saved again: a step and a save
+    more, past a scheduler's grace period (SLURM's KillWait: 30 s), where its SIGKILL lost both."""
+    from test_resume_policy import _tiny_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    out = tmp_path / "out"
+    run = LongShortFinetuneRecipe(_tiny_cfg(out, sp_tokenizer_dir, max_steps=3, save_every_n_steps=1))
+    run.setup()
+    run.stop_signals.install()
+    run.before_commit = lambda step, staged: os.kill(os.getpid(), signal.SIGTERM) if step == 1 else None
+    run.train()
+    run.cleanup()
+    err = capfd.readouterr().err
+    assert "SIGTERM: finishing step 1, then saving it;" in err, err[-2000:]
+    assert run.stopped_by == signal.SIGTERM and run.global_step == 1
+    assert (out / "latest").read_text().strip() == "step_1" and (out / "recipe_state" / "step_1.pt").is_file()
+    assert not (out / "step_2").exists()

@@ -196,8 +196,12 @@ class LongShortFinetuneRecipe(RecipeSetup):
                 stop_signal = stop_signal or self.stop_signals.received(self._distributed, self._device)
             self._stop_step = self.global_step + 1  # as above
             if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
+                self._stop_step = self.global_step  # a signal during the save: this step, saved now, is the last
                 with self._run_log.paused():
                     self.save_checkpoint()
+                if not stop_signal and self.global_step < stop_at:  # it trained the next step and saved again
+                    stop_signal = self.stop_signals.received(self._distributed, self._device)
+                self._stop_step = self.global_step + 1
             if stop_signal:
                 self.stopped_by = stop_signal
                 utils.log_rank_zero(
