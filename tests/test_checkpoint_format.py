@@ -11,6 +11,7 @@ import torch
 
 from torchtune_longshort.models import apply_rope_scaling, load_hf_checkpoint
 from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, ROPE_SIDE_FILE, check_checkpoint_folder
+from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint
 
 
@@ -271,3 +272,42 @@ def test_a_torn_weight_file_is_refused_when_the_folder_is_opened(tmp_path, base_
         load_file(str(shard))
     with pytest.raises(ValueError, match=rf"^cannot read weight file .*{shard.name}: .*copy or convert"):
         check_checkpoint_folder(out)
+
+
+@pytest.mark.parametrize("key,value", [("vocab_size", 1000), ("intermediate_size", 100), ("num_key_value_heads", 1),
+                                       ("rope_theta", -1)])
+def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(tmp_path, base_with_tokenizer, key,
+                                                                               value):
+    """config.json edited to another size (or copied from another model): the eval model ended in torch's multi-line
+    ``size mismatch`` RuntimeError, and a resume from the step in torchtune's ``RuntimeError: shape '[3, 2, 16, 128]'
+    is invalid`` (its q/k permutation reads the head counts), both tracebacks naming no file. Reference: torch's and
+    torchtune's own errors on the same folder."""
+    from torchtune.models.convert_weights import hf_to_tune
+
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    folder = tmp_path / "edited"
+    shutil.copytree(base_with_tokenizer, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, key: value}))
+    if key == "rope_theta":  # its frequencies were NaN: the eval scored nothing, "no reason recorded", exit 0
+        with pytest.raises(ValueError, match=r"config.json: rope_theta=-1 is not a RoPE base .*put back the"):
+            CheckpointFolder.open(folder)
+        return
+    opened = CheckpointFolder.open(folder)
+    fix = r"config.json was edited or is another model's: put back the config.json written with these weights$"
+    if key == "num_key_value_heads":  # the conversion the recipe's resume runs
+        with pytest.raises(RuntimeError, match="is invalid for input of size"):
+            hf_to_tune(opened.hf_state_dict(), num_heads=cfg["num_attention_heads"], num_kv_heads=value,
+                       dim=cfg["hidden_size"])
+        with pytest.raises(ValueError, match=rf"^checkpoint '{folder}': its weights do not fit its config.json "
+                                             rf"\(.*num_key_value_heads=1.*\): shape .*is invalid.*{fix}"):
+            opened.tune_state_dict()
+        return
+    model = build_decoder(opened)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        model.load_state_dict(opened.tune_state_dict(), strict=False)
+    with pytest.raises(ValueError, match=rf"^checkpoint '{folder}': its weights do not fit its config.json "
+                                         rf"\(.*{key}={value}.*\): \S+ is \[.*\] in the checkpoint, \[.*\] in the "
+                                         rf"model; {fix}"):
+        load_hf_checkpoint(folder)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -32,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from torchtune_longshort.models.families import ModelFamily, family_of
+from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
@@ -61,6 +63,19 @@ def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
             and not any(a.endswith("ForCausalLM") for a in arch):
         raise ValueError(f"{where}: architectures {arch} is not a causal language model (...ForCausalLM): this "
                          "folder holds another head over the model; name a causal-LM checkpoint")
+
+
+def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
+    """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened: its frequencies
+    were NaN, and an evaluation scored nothing and exited 0 ("no reason recorded")."""
+    try:
+        theta = rope_theta(config)
+    except (TypeError, ValueError):
+        theta = None
+    if theta is None or not math.isfinite(theta) or theta <= 1:
+        given = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
+        raise ValueError(f"{where}: rope_theta={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, "
+                         "500000 for Llama-3): put back the config.json written with these weights")
 
 
 def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> Dict[str, Any]:
@@ -219,6 +234,7 @@ class CheckpointFolder:
         _check_causal_lm(config, d / CONFIG_FILE)
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
+        _check_rope_base(config, d / CONFIG_FILE)
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         side = d / ROPE_SIDE_FILE
@@ -292,8 +308,21 @@ class CheckpointFolder:
         return sd
 
     def tune_state_dict(self) -> Dict[str, torch.Tensor]:
-        """The weights in torchtune's names and layout (the family's conversion, torchtune's own function)."""
-        return self.family.hf_to_tune(self.hf_state_dict(), self.config)
+        """The weights in torchtune's names and layout (the family's conversion, torchtune's own function); weights
+        that config.json's head counts do not describe are refused naming the folder (torchtune's q/k permutation
+        raised a bare ``RuntimeError: shape '[3, 2, 16, 128]' is invalid``)."""
+        sd = self.hf_state_dict()
+        try:
+            return self.family.hf_to_tune(sd, self.config)
+        except RuntimeError as e:
+            raise ValueError(self.not_its_weights(str(e))) from None
+
+    def not_its_weights(self, detail: str) -> str:
+        """The one line for weights that ``config.json`` does not describe (``detail``: which weight, how)."""
+        dims = ", ".join(f"{k}={self.config[k]}" for k in _DIMENSION_KEYS if k in self.config)
+        return (f"checkpoint {str(self.path)!r}: its weights do not fit its config.json ({dims}): "
+                f"{' '.join(detail.split())}; config.json was edited or is another model's: put back the "
+                "config.json written with these weights")
 
     def rope_parameters(self) -> Dict[str, torch.Tensor]:
         """The learned RoPE parameters (keyed by their name inside the RoPE module); {} if none."""
@@ -319,7 +348,23 @@ class CheckpointFolder:
         return tokenizer
 
 
+# the config.json entries that give the weights' shapes, named when the weights do not fit them
+_DIMENSION_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "head_dim")
+
+
 # ----------------------------------------------------------------------------------------------- functions
+def shape_mismatch(model_sd: Dict[str, Any], sd: Dict[str, torch.Tensor]) -> Optional[str]:
+    """The first weight of ``sd`` whose shape is not the one of the same key in ``model_sd`` (a model's state dict),
+    as ``'<key> is [..] in the checkpoint, [..] in the model'``; None when every shared key fits (``load_state_dict``
+    raised a multi-line ``RuntimeError`` for it)."""
+    for key, t in sd.items():
+        want = model_sd.get(key)
+        if want is not None and tuple(want.shape) != tuple(t.shape):
+            return f"{key} is {list(t.shape)} in the checkpoint, {list(want.shape)} in the model"
+    return None
+
+
 def check_checkpoint_folder(checkpoint_dir: PathLike, *, need_tokenizer: bool = False) -> List[Path]:
     """Open and check a folder (:meth:`CheckpointFolder.open`); return its weight files."""
     return list(CheckpointFolder.open(checkpoint_dir, need_tokenizer=need_tokenizer).weight_files)

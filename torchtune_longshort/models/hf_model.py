@@ -17,7 +17,7 @@ from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
 from torchtune_longshort.models.families import family_named
-from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike
+from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike, shape_mismatch
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import UNSEEN_START_ATTR, apply_rope_scaling
@@ -165,7 +165,11 @@ def build_decoder(
 def load_weights_into(model: nn.Module, folder: CheckpointFolder, *, learned_rope: bool = True) -> None:
     """Load the folder's weights (and, with ``learned_rope``, its learned RoPE parameters) into ``model``;
     refuses a model the weights do not fit, naming the folder and its family."""
-    missing, unexpected = model.load_state_dict(folder.tune_state_dict(), strict=False)
+    sd = folder.tune_state_dict()
+    wrong = shape_mismatch(model.state_dict(), sd)
+    if wrong is not None:  # the model is built from the folder's config.json
+        raise ValueError(folder.not_its_weights(wrong))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
     # RoPE caches are buffers that checkpoints do not hold; LoRA adapters are not in a base checkpoint.
     missing = [k for k in missing if "pos_embeddings" not in k and "lora_" not in k and "magnitude" not in k]
     if missing or unexpected:

@@ -18,6 +18,7 @@ from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, s
 from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
 from torchtune_longshort.models.family_builders import NF4_BLOCK as _NF4_BLOCK
+from torchtune_longshort.models.hf_checkpoint import shape_mismatch
 from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
@@ -135,6 +136,9 @@ def load_local(
     where: str,
 ) -> None:
     """One process: load ``model_sd`` (refusing a checkpoint that does not fit, named by ``where``), then ``saved``."""
+    wrong = shape_mismatch(model.state_dict(), model_sd)
+    if wrong is not None:
+        raise ValueError(f"{where}: {wrong}")
     missing, unexpected = model.load_state_dict(model_sd, strict=False)
     missing = [k for k in missing if ".pos_embeddings." not in k and "lora_" not in k and "magnitude" not in k]
     if missing or unexpected:
