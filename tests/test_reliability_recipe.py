@@ -286,7 +286,9 @@ def test_overwrite_replaces_a_run_whose_logs_lie_at_the_top_of_its_folder(recipe
 
 def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                    sp_tokenizer_dir):
-    from torchtune_longshort.training.output_dir import OutputDirLock
+    import shutil
+
+    from torchtune_longshort.training.output_dir import MARKER, OutputDirLock
 
     out = tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -295,6 +297,16 @@ def test_second_writer_is_refused_and_a_dead_holder_is_taken_over(recipe_cls, tm
         (out / ".lock").write_text(f"{holder.pid}\n")
         with pytest.raises(RuntimeError, match=f"in use by another run \\(PID {holder.pid}"):
             recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1)).setup()
+        # the folder of a run still setting up (its marker, its step_0 staged): a second run was told that run had
+        # stopped before its first save, to pass overwrite_output_dir=True; the folder's lock is asked first
+        (out / MARKER).write_text("")
+        (out / ".staging" / "step_0").mkdir(parents=True)
+        for over in ({}, {"resume": True}):
+            with pytest.raises(RuntimeError, match=f"^output_dir='{out}' is in use by another run \\(PID "
+                                                   f"{holder.pid}, .*\\); wait for it, or choose another output_dir$"):
+                recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=1, **over)).setup()
+        shutil.rmtree(out / ".staging")
+        (out / MARKER).unlink()
     finally:
         holder.kill()
         holder.wait()

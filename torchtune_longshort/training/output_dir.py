@@ -92,6 +92,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
+    OutputDirLock(out).check_free()
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
             hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
@@ -270,18 +271,9 @@ class OutputDirLock:
                 try:
                     fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
-                    holder, started = self._written_holder()
-                    if holder is not None and holder == os.getpid():
-                        raise OutputDirInUse(
-                            f"{self.field}={str(self.path.parent)!r} is held by this process (PID {holder}, "
-                            f"{self.path}): an earlier {self.holder_kind} object here did not give it back; call its "
-                            f"cleanup() (or release_output_dir()), or choose another {self.field}"
-                        ) from None
-                    if holder is not None and holder_alive(holder, started):
-                        raise OutputDirInUse(
-                            f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} "
-                            f"(PID {holder}, {self.path}); wait for it, or choose another {self.field}"
-                        ) from None
+                    busy = self._in_use(*self._written_holder())
+                    if busy is not None:
+                        raise busy from None
                     self.path.unlink(missing_ok=True)  # stale: its process is gone (or its PID now another's)
                     continue
                 start = process_start(os.getpid())
@@ -294,6 +286,30 @@ class OutputDirLock:
                 self.held = True
                 return self
         raise RuntimeError(f"could not take the lock {self.path}")
+
+    def _in_use(self, holder: Optional[int], started: Optional[str]) -> Optional[OutputDirInUse]:
+        """The refusal for a lock that ``holder`` (a PID, and its start time) still holds; None: free or stale."""
+        if holder is not None and holder == os.getpid():
+            return OutputDirInUse(
+                f"{self.field}={str(self.path.parent)!r} is held by this process (PID {holder}, {self.path}): an "
+                f"earlier {self.holder_kind} object here did not give it back; call its cleanup() (or "
+                f"release_output_dir()), or choose another {self.field}")
+        if holder is not None and holder_alive(holder, started):
+            return OutputDirInUse(
+                f"{self.field}={str(self.path.parent)!r} is in use by another {self.holder_kind} (PID {holder}, "
+                f"{self.path}); wait for it, or choose another {self.field}")
+        return None
+
+    def check_free(self) -> None:
+        """Refuse a folder whose lock another live process holds (:meth:`acquire`'s message), before the folder's
+        rules are read (:func:`check_output_dir`): a second run into the folder of a run still setting up was told
+        that run had stopped before its first save, to pass overwrite_output_dir=True (or, with resume=True, to
+        start it again so); this process's own lock is :meth:`acquire`'s to name."""
+        holder, started = read_holder(self.path)
+        if holder != os.getpid():
+            busy = self._in_use(holder, started)
+            if busy is not None:
+                raise busy
 
     def clear_earlier_run(self, opening: Callable[[], Any] = lambda: None) -> Any:
         """Delete the earlier run that ``overwrite`` replaces (its rules checked again: nothing the recipe did not
