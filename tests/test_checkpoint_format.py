@@ -275,7 +275,7 @@ def test_a_torn_weight_file_is_refused_when_the_folder_is_opened(tmp_path, base_
 
 
 @pytest.mark.parametrize("key,value", [("vocab_size", 1000), ("intermediate_size", 100), ("num_key_value_heads", 1),
-                                       ("rope_theta", -1)])
+                                       ("rope_theta", -1), ("max_position_embeddings", 0)])
 def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(tmp_path, base_with_tokenizer, key,
                                                                                value):
     """config.json edited to another size (or copied from another model): the eval model ended in torch's multi-line
@@ -290,8 +290,9 @@ def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(t
     shutil.copytree(base_with_tokenizer, folder)
     cfg = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**cfg, key: value}))
-    if key == "rope_theta":  # its frequencies were NaN: the eval scored nothing, "no reason recorded", exit 0
-        with pytest.raises(ValueError, match=r"config.json: rope_theta=-1 is not a RoPE base .*put back the"):
+    if key in ("rope_theta", "max_position_embeddings"):  # rope_theta: NaN frequencies, the eval scored nothing,
+        # "no reason recorded", exit 0; max_position_embeddings: refused as the eval's max_seq_len, not config.json's
+        with pytest.raises(ValueError, match=rf"config.json: {key}={value} is not a .*put back the"):
             CheckpointFolder.open(folder)
         return
     opened = CheckpointFolder.open(folder)

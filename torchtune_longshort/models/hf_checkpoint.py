@@ -67,7 +67,8 @@ def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
 
 def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
     """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened: its frequencies
-    were NaN, and an evaluation scored nothing and exited 0 ("no reason recorded")."""
+    were NaN, and an evaluation scored nothing and exited 0 ("no reason recorded"); so is a ``max_position_embeddings``
+    that is no count of positions."""
     try:
         theta = rope_theta(config)
     except (TypeError, ValueError):
@@ -76,6 +77,12 @@ def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
         given = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
         raise ValueError(f"{where}: rope_theta={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, "
                          "500000 for Llama-3): put back the config.json written with these weights")
+    positions = config.get("max_position_embeddings")
+    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
+                                  or positions != int(positions) or positions < 1):
+        # it was refused as the eval model's own argument, "max_seq_len=0 must be an int >= 1"
+        raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
+                         ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
 
 
 def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> Dict[str, Any]:
