@@ -235,7 +235,7 @@ def test_a_signal_during_a_save_ends_the_run_with_that_save(tmp_path, sp_tokeniz
     run.train()
     run.cleanup()
     err = capfd.readouterr().err
-    assert "SIGTERM: finishing step 1, then saving it;" in err, err[-2000:]
+    assert "SIGTERM: saving step 1, then stopping;" in err, err[-2000:]  # it said "finishing step 1, then saving"
     assert run.stopped_by == signal.SIGTERM and run.global_step == 1
     assert (out / "latest").read_text().strip() == "step_1" and (out / "recipe_state" / "step_1.pt").is_file()
     assert not (out / "step_2").exists()

@@ -76,8 +76,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
         self._ropes = None  # the model's RoPE modules, told each drawn input_pos's range (a position sampler's)
         self._in_optimizer_step = False  # an error there may leave the weights part-updated: nothing is saved then
         self._stop_step = None  # the step a stop signal received now finishes and saves (None: the next one)
+        self._saving = False  # a periodic save is being written (a stop signal then ends the run after it)
         self.stop_signals = StopSignals(  # the first rank says which step a stop saves
-            (lambda: self._stop_step or self.global_step + 1) if self._is_rank_zero else None)
+            (lambda: self._stop_step or self.global_step + 1) if self._is_rank_zero else None,
+            saving=lambda: self._saving)
         self.stopped_by = 0
         # (step, staged folder) -> None, called once a checkpoint is fully written, before it is renamed into place
         self.before_commit = None
@@ -197,8 +199,12 @@ class LongShortFinetuneRecipe(RecipeSetup):
             self._stop_step = self.global_step + 1  # as above
             if saves_at(self.global_step, stop_at, max_steps, cfg.save_every_n_steps) or stop_signal:
                 self._stop_step = self.global_step  # a signal during the save: this step, saved now, is the last
-                with self._run_log.paused():
-                    self.save_checkpoint()
+                self._saving = True
+                try:
+                    with self._run_log.paused():
+                        self.save_checkpoint()
+                finally:
+                    self._saving = False
                 if not stop_signal and self.global_step < stop_at:  # it trained the next step and saved again
                     stop_signal = self.stop_signals.received(self._distributed, self._device)
                 self._stop_step = self.global_step + 1

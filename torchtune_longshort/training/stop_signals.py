@@ -38,10 +38,12 @@ class StopSignals:
     finishes and saves (None: say nothing, as on the ranks but the first under torchrun); ``clock``: the monotonic
     clock (a test's stand-in)."""
 
-    def __init__(self, step: Optional[Callable[[], int]] = None, clock=time.monotonic) -> None:
+    def __init__(self, step: Optional[Callable[[], int]] = None, clock=time.monotonic,
+                 saving: Optional[Callable[[], bool]] = None) -> None:
         self.signum = 0
         self._first_at = 0.0
         self._step = step
+        self._saving = saving  # whether that step's save is being written now
         self._clock = clock
 
     def install(self) -> None:
@@ -53,7 +55,7 @@ class StopSignals:
             if not self.signum:
                 self.signum, self._first_at = signum, now
                 if self._step is not None:
-                    _say(self.announcement(signum, self._step()))
+                    _say(self.announcement(signum, self._step(), bool(self._saving and self._saving())))
             elif now - self._first_at > REPEAT_WINDOW_S:  # asked again: stop now, as the default handler would
                 raise Stopped(signum)
 
@@ -87,10 +89,13 @@ class StopSignals:
         return signal.Signals(signum).name
 
     @staticmethod
-    def announcement(signum: int, step: int) -> str:
-        """The line the first stop signal prints at once: the step it finishes and saves, and how to stop sooner."""
+    def announcement(signum: int, step: int, saving: bool = False) -> str:
+        """The line the first stop signal prints at once: the step it finishes and saves (``saving``: whose save is
+        being written now, after which the run stops), and how to stop sooner."""
         name = StopSignals.name(signum)
         again = "press Ctrl-C again" if signum == signal.SIGINT else f"another {name} 1 s later"
+        if saving:
+            return f"{name}: saving step {step}, then stopping; {again} to stop now without saving it"
         return f"{name}: finishing step {step}, then saving it; {again} to stop now without saving it"
 
 
