@@ -107,10 +107,14 @@ def test_a_folder_whose_own_scaling_is_clex_is_found(tmp_path, tiny_llama2_dir, 
     assert plain.learned_rope(local=True) is None
 
 
-def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
-    """A CLEX checkpoint fine-tuned further (a new run, not a resume): its learned ODE is where the new run starts,
-    as evaluation loads it. Before: the side file was read on resume only, and a new run drew CLEX's initial ODE
-    (ode_down_proj zeros), silently throwing the learned one away."""
+def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                                      caplog):
+    """A CLEX checkpoint fine-tuned further (a new run, not a resume) under a ``rope_scaled`` CLEX node that gives
+    no ``act``: its learned ODE is where the new run starts, as evaluation loads it, with the settings it was trained
+    with (``act: tanh``, CLEX's release). Before: the side file was read on resume only, and a new run drew CLEX's
+    initial ODE (ode_down_proj zeros), silently throwing the learned one away; then the ODE was loaded into the
+    node's default ``act: silu`` without a word. A node that changes a setting says so, and a node of another method
+    says the learned ODE is not used."""
     import torch
     from recipe_config import make_cfg
 
@@ -120,7 +124,7 @@ def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, 
     from torchtune_longshort.training.learned_rope import learned_rope_modules
 
     base = load_hf_checkpoint(tiny_llama2_dir)
-    model = rope_scaled(base, "clex", 4 * base.max_seq_len)
+    model = rope_scaled(base, "clex", 4 * base.max_seq_len, act="tanh")
     with torch.no_grad():  # a learned ODE: not CLEX's initial one
         for m in learned_rope_modules(model):
             for p in m.parameters(recurse=False):
@@ -129,16 +133,27 @@ def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, 
                                  rope_spec=model.rope_scaling, tokenizer=sp_tokenizer_dir)
     saved = load_rope_parameters(folder)
     assert saved and all(v.abs().sum() > 0 for v in saved.values())
-    node = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder)}
+    inner = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder)}
+    node = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "t_max": 4,
+            "max_seq_len": 4 * base.max_seq_len, "model": inner}
     cfg = make_cfg(folder, sp_tokenizer_dir, tmp_path / "out", model=node, max_steps=1, batch_size=2,
                    **{"dataset.limit": 10})
     recipe = LongShortFinetuneRecipe(cfg)
     try:
         recipe.setup()
         (m,) = learned_rope_modules(recipe._model)
+        assert (m.act_name, recipe._model.rope_scaling["act"]) == ("tanh", "tanh")
         got = {k: v.detach().float() for k, v in m.named_parameters(recurse=False)}
         assert set(got) == set(saved)
         for k in saved:
             torch.testing.assert_close(got[k], saved[k].float(), rtol=0, atol=0)
     finally:
         recipe.release_output_dir()
+    with caplog.at_level("WARNING"):
+        assert rope_scaled(inner, "clex", 4 * base.max_seq_len, act="silu").rope_scaling["act"] == "silu"
+    assert "act='silu' replaces 'tanh' (the learned parameters train on under the new value)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        rope_scaled(inner, "yarn", 4 * base.max_seq_len)
+    assert "its learned ode_down_proj, ode_up_proj (a checkpoint's longshort_rope/rope_params.safetensors) are not " \
+           "used (method 'clex' loads them)" in caplog.text

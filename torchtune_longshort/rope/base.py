@@ -100,6 +100,9 @@ class ScaledRoPE(nn.Module):
     transformers_representable: bool = True
     # Whether the method has learned parameters (saved in the checkpoint's RoPE side file).
     has_learned_parameters: bool = False
+    # The settings that say what those learned parameters compute (CLEX's ODE width, activation, step, query scale):
+    # a later scaling of the same method on such a checkpoint keeps the checkpoint's, where it gives none.
+    learned_settings: Tuple[str, ...] = ()
     # What the method needs: a context-extension factor (default L'/L) and/or the pre-trained length L.
     has_factor: bool = False
     needs_original_length: bool = False

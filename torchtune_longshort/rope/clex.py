@@ -99,6 +99,7 @@ class CLEXRoPE(ScaledRoPE):
     length_dependent = True
     transformers_representable = False  # the learned frequency ODE has no config.json entry in transformers
     has_learned_parameters = True  # ode_up_proj / ode_down_proj
+    learned_settings = ("param_factor", "act", "time_dt", "log_scale")  # what the ODE computes (not how t is drawn)
     needs_original_length = True
     # Under compile, cos/sin run eager too: a checkpointed layer's recomputation finds the state in the recompute
     # holder (see the module doc), so a compiled layer picked another graph in backward than in its forward and
