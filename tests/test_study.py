@@ -41,6 +41,17 @@ def test_shipped_configs_load_and_grid_sizes():
         if (ROOT / "configs/study" / name).is_file():
             cfg = load_study_config(ROOT / "configs/study" / name, repo_root=ROOT)
             assert cfg.alphas[0] == 0.0
+    # the study replaces its recipe config's model node: a method of that node's restates the settings a learned
+    # RoPE was trained with there (llama2_7b_clex trained CLEX under act silu, its recipe config's under tanh)
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    clex = load_study_config(ROOT / "configs/study/llama2_7b_clex.yaml", repo_root=ROOT)
+    node = OmegaConf.to_container(OmegaConf.load(clex.recipe_config_file(ROOT)))["model"]
+    same = [r for r in clex.grid if r.rope["method"] == node["method"]]
+    assert same and all(r.rope.get(k) == node[k] for r in same for k in ROPE_METHODS[node["method"]].learned_settings
+                        if k in node)
 
 
 @pytest.mark.parametrize("change, needle", [
