@@ -1,5 +1,6 @@
 """BABILong rows generated to fit their label: with ``fit="prompt"`` the whole request the pack's task makes of a row
-(BOS, lm-eval's prompt with its two examples, the input, the question, and the task's generation budget), counted
+(BOS, lm-eval's prompt with its two examples, or with ``prompt="babilong"`` BABILong's own prompt, the input, the
+question, and the task's generation budget), counted
 with the eval tokenizer, is at most the label's tokens, so a "1k" row runs on a model of ``max_length=1024``. The
 reference is lm-eval itself: the pack's tasks loaded by its TaskManager over the generated folder, their requests
 built as an evaluation builds them."""
@@ -25,24 +26,27 @@ def fitted(tmp_path_factory, sp_tokenizer_dir):
     gen.generate(out / "scattered", QAS, LABELS, n=2, tokenizer=str(sp_tokenizer_dir), seed=3, fit="prompt")
     gen.generate(out / "depth", QAS, LABELS, n=1, depths=[0, 50, 100], tokenizer=str(sp_tokenizer_dir), seed=4,
                  fit="prompt")
+    gen.generate(out / "babilong", QAS, LABELS, n=1, tokenizer=str(sp_tokenizer_dir), seed=5, fit="prompt",
+                 prompt="babilong")
     return out
 
 
-def _requests(folder, qa):
-    """The pack task's requests over ``folder``, as lm-eval builds them for an evaluation."""
+def _requests(folder, qa, prompt="lm_eval"):
+    """The pack task's requests over ``folder`` with prompt ``prompt``, as lm-eval builds them for an evaluation."""
     from lm_eval.tasks import TaskManager
 
     from torchtune_longshort.eval.tasks import tasks_path
 
     name = f"longshort_babilong_{qa}"
     manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
-                          metadata={"babilong_data_dir": str(folder), "max_seq_lengths": ",".join(LABELS)})
+                          metadata={"babilong_data_dir": str(folder), "max_seq_lengths": ",".join(LABELS),
+                                    "babilong_prompt": prompt})
     task = manager.load([name])["tasks"][name]
     task.build_all_requests(rank=0, world_size=1)
     return task.instances
 
 
-@pytest.mark.parametrize("variant", ["scattered", "depth"])
+@pytest.mark.parametrize("variant", ["scattered", "depth", "babilong"])
 def test_every_request_fits_its_label_with_the_generation_budget(fitted, sp_tokenizer_dir, variant):
     from torchtune_longshort.eval.model.limits import RequestLimits
     from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
@@ -51,7 +55,7 @@ def test_every_request_fits_its_label_with_the_generation_budget(fitted, sp_toke
     for qa in QAS:
         rows = {(json.loads(line)["input"]): json.loads(line)
                 for label in LABELS for line in (fitted / variant / label / f"{qa}.jsonl").read_text().splitlines()}
-        instances = _requests(fitted / variant, qa)
+        instances = _requests(fitted / variant, qa, "babilong" if variant == "babilong" else "lm_eval")
         assert len(instances) == len(rows)
         for inst in instances:
             prompt, gen_kwargs = inst.arguments
@@ -62,6 +66,8 @@ def test_every_request_fits_its_label_with_the_generation_budget(fitted, sp_toke
             assert needed >= budget - 64  # and the label is still the request's size: the haystack fills it
             row = rows[inst.doc["input"]]
             assert row["prompt_tokens"] + row["max_gen_toks"] == needed and row["length_tokens"] == budget
+            assert row["babilong_prompt"] == ("babilong" if variant == "babilong" else "lm_eval")
+            assert ("<context>" in prompt) == (variant == "babilong")
             # the eval model's own rule: a prompt within max_length - max_gen_toks runs uncut
             plan = RequestLimits("longshort", budget, budget).plan(needed - int(gen_kwargs["max_gen_toks"]),
                                                                    int(gen_kwargs["max_gen_toks"]), "generate_until")
@@ -94,3 +100,10 @@ def test_fit_input_is_unchanged_and_fit_is_checked(tmp_path, sp_tokenizer_dir):
     assert all(haystack.within_length_tolerance(json.loads(r)["n_tokens"], 1024) for r in a.splitlines())
     with pytest.raises(ValueError, match="fit='all'; accepted: input, prompt"):
         gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), fit="all")
+    # BABILong's prompt sizes a request: without fit="prompt" it would size nothing; a misspelled one is refused
+    with pytest.raises(ValueError, match="prompt='babilong' sizes the task's request, and fit='input'"):
+        gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), prompt="babilong")
+    with pytest.raises(ValueError, match="prompt='babilon'; accepted: lm_eval, babilong"):
+        gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), fit="prompt",
+                     prompt="babilon")
+    assert not (tmp_path / "c").exists()

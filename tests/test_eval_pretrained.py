@@ -169,6 +169,8 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--metadata", json.dumps({"babilong_data_dir": str(tmp_path / "absent")})], ValueError,
              "babilong_data_dir=.*absent': expected a folder that exists"),
             (["--metadata", '{"longbench_e_missing": "ignore"}'], ValueError, "expected skip or error"),
+            (["--metadata", '{"babilong_prompt": "babilon"}'], ValueError, "babilong_prompt='babilon': expected "
+             "lm_eval or babilong"),
             (["--metadata", json.dumps({"passkey_data_files": [str(tmp_path / "nope.jsonl")]})], ValueError,
              "passkey_data_files=.*nope.jsonl'\\]: expected a file, or a list of files, that exist"),
             # a text family's files that name nothing: scored NaN, exit 0, a results file written

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
+from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_STYLES as BABILONG_PROMPTS
 from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
 )
@@ -131,9 +132,9 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
-                           value_kinds=(("babilong_missing", "skip or error"),),
+                           value_kinds=(("babilong_missing", "skip or error"), ("babilong_prompt", "prompt style")),
                            length_labels=tuple(BABILONG_LENGTHS),
-                           metadata_keys=_keys("babilong", "data_dir", "missing")),
+                           metadata_keys=_keys("babilong", "data_dir", "missing", "prompt")),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
@@ -277,6 +278,8 @@ VALUE_KINDS = {
               "a file, or a list of files, that exist"),
     "folder": (lambda v: isinstance(v, (str, Path)) and Path(v).expanduser().is_dir(), "a folder that exists"),
     "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
+    "prompt style": (lambda v: v in BABILONG_PROMPTS, f"{' or '.join(BABILONG_PROMPTS)} (the prompt BABILong's tasks "
+                     "send: lm-eval's babilong_qa* prompts, or BABILong's own; docs/longbench_babilong.md)"),
     "divergences": (lambda v: divergence_names(v) is not None,
                     "divergence names among sce, jeffreys, js: a list, or one name or a comma list (\"sce,js\")"),
 }

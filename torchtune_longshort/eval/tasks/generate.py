@@ -35,6 +35,7 @@ _BABILONG_GROUP_HEAD = """\
 # prompts and two examples are kept, score a bare substring); see docs/longbench_babilong.md.
 #   lengths: --metadata '{"max_seq_lengths": "0k,1k,2k,4k"}'   (BABILong labels 0k .. 128k)
 #   local data (e.g. from python -m torchtune_longshort.eval.tasks.babilong.generator): "babilong_data_dir": "/path"
+#   BABILong's own prompt instead of lm-eval's (20 tokens generated): "babilong_prompt": "babilong"
 # Keys: acc, acc_<length>, and for rows with a fact depth acc_d<depth>, acc_<length>_d<depth>; each per-length /
 # per-depth key takes acc's aggregation (PackTask). Group values are the unweighted mean over QA1-QA5 of each
 # task's mean (the tasks that had data: missing_data = 1 marks a task without).

@@ -17,7 +17,9 @@ What a length label sizes (``--fit``): ``input`` (the default, BABILong's own wa
 label's tokens, and the task's prompt, question and answer come on top) or ``prompt``: the whole request the pack's
 task makes of a row (a BOS, lm-eval's prompt with its two examples, the input, the question, and the task's
 generation budget; :mod:`~torchtune_longshort.eval.tasks.babilong.prompt`) is at most the label's tokens, so a
-``"32k"`` row runs on a model of ``max_length=32768``. The study generates with ``prompt``.
+``"32k"`` row runs on a model of ``max_length=32768``. The study generates with ``prompt``. ``--prompt babilong`` sizes
+the request of BABILong's own, longer prompt instead (the task's ``--metadata '{"babilong_prompt": "babilong"}'``:
+its instruction, examples and post-prompt, and 20 tokens generated); a model's chat template is not counted.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from torchtune_longshort.eval.tasks.babilong.haystack import (
     parse_length,
     short_local_haystack,
 )
+from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
 from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable, user_path
@@ -66,6 +69,7 @@ def generate(
     seed: int = 0,
     progress: bool = False,
     fit: str = "input",
+    prompt: str = PROMPT_STYLES[0],
 ) -> List[Path]:
     """Write ``<out_dir>/<length>/<qa>.jsonl`` files; ``n`` rows per (length, qa[, depth]). Returns the paths.
 
@@ -73,10 +77,19 @@ def generate(
     has no haystack); without it facts are scattered at random as in BABILong. ``tokenizer`` is required
     for any length other than ``"0k"``: lengths are counted in its tokens (give the evaluated model's). ``fit``:
     what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a tqdm bar over the rows (total and
-    ETA; long lengths take a while to fit).
+    ETA; long lengths take a while to fit). ``prompt``: with ``fit="prompt"``, the task's prompt the request is
+    sized with (its ``babilong_prompt``: ``"lm_eval"`` or ``"babilong"``).
     """
     if fit not in FITS:
         raise ValueError(f"fit={fit!r}; accepted: {', '.join(FITS)}")
+    try:
+        check_prompt_style(prompt)
+    except ValueError:
+        raise ValueError(f"prompt={prompt!r}; accepted: {', '.join(PROMPT_STYLES)} (the {PROMPT_KEY} the rows "
+                         "are evaluated with)") from None
+    if prompt != PROMPT_STYLES[0] and fit != "prompt":  # it would size nothing: the label sizes the input alone
+        raise ValueError(f"prompt={prompt!r} sizes the task's request, and fit={fit!r} sizes the input alone; give "
+                         "fit='prompt' (--fit prompt) with it")
     for qa in qa_tasks:
         check_qa(qa)
     for length in lengths:
@@ -115,7 +128,7 @@ def generate(
         # deferred: lm_eval (the prompt is measured on lm-eval's task; --fit input needs none of it)
         from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
-        prompts = {qa: task_prompt(qa) for qa in qa_tasks}
+        prompts = {qa: task_prompt(qa, prompt) for qa in qa_tasks}
     with contextlib.closing(bar):  # closed before a failure's line, which would else end up on the bar's
         for length in todo:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, rng, prompts, bar, paths)
@@ -190,6 +203,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="what a length label sizes: the row's input (BABILong's way), or the whole request the "
                     "task makes of it (prompt, question and generation budget included: it then fits a model of "
                     "that max_length)")
+    ap.add_argument("--prompt", choices=PROMPT_STYLES, default=PROMPT_STYLES[0],
+                    help=f"with --fit prompt: the task's prompt the request is sized with (its {PROMPT_KEY}: "
+                    "lm-eval's babilong_qa* prompt, or BABILong's own, longer one)")
     a = ap.parse_args(argv)
     quiet_upstream()
     try:
@@ -198,7 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
     paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
         a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed, progress=True,
-        fit=a.fit)), "each file written so far is whole; the same command writes them all again")
+        fit=a.fit, prompt=a.prompt)), "each file written so far is whole; the same command writes them all again")
     for p in paths:
         print(p)
     return 0

@@ -43,10 +43,12 @@ Segments = Tuple[List[str], List[int]]  # the input's lines, and the indices of 
 
 
 class RequestPrompt(Protocol):
-    """What :func:`build_sample` asks of a task's prompt: its generation budget, and the tokens the whole request for
-    a row takes (:class:`~torchtune_longshort.eval.tasks.babilong.prompt.TaskPrompt` measures both with lm-eval)."""
+    """What :func:`build_sample` asks of a task's prompt: its generation budget, its style (``babilong_prompt``), and
+    the tokens the whole request for a row takes (:class:`~torchtune_longshort.eval.tasks.babilong.prompt.TaskPrompt`
+    measures both with lm-eval)."""
 
     max_gen_toks: int
+    style: str
 
     def request_tokens(self, input_text: str, question: str, count_tokens: CountTokens) -> int: ...
 
@@ -285,7 +287,7 @@ def build_sample(
     ``prompt`` (the task's :class:`~torchtune_longshort.eval.tasks.babilong.prompt.TaskPrompt`): the whole request
     the task makes of the row (BOS, lm-eval's prompt around the input, the question, the generation budget) is
     sized to at most ``length`` tokens instead of the input alone; the row then also holds ``prompt_tokens`` (BOS +
-    prompt) and ``max_gen_toks``.
+    prompt), ``max_gen_toks`` and the prompt's style, ``babilong_prompt``.
 
     Raises ``ValueError`` when the facts alone are longer than the requested length, or for a depth outside
     0..100 or with ``"0k"`` (no haystack).
@@ -321,6 +323,7 @@ def build_sample(
     if prompt is not None:
         row["max_gen_toks"] = prompt.max_gen_toks
         row["prompt_tokens"] = measure(text) - prompt.max_gen_toks
+        row["babilong_prompt"] = prompt.style
     if depth is not None:
         hay_total = row["n_tokens"] - count_tokens(block)
         before = count_tokens(text[: offsets[0]]) if offsets[0] else 0

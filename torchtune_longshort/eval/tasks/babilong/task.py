@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
+from torchtune_longshort.eval.tasks.babilong.official_prompts import check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
 from torchtune_longshort.eval.tasks.common.lengths import per_depth, round_robin_order
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -207,6 +208,7 @@ def load_babilong(
     max_seq_lengths: Union[str, Sequence[str]] = "0k",
     babilong_data_dir: Optional[str] = None,
     babilong_missing: str = "skip",
+    babilong_prompt: Optional[str] = None,
     **_metadata: Any,
 ) -> Dict[str, Any]:
     """lm-eval ``custom_dataset`` for one BABILong task; returns ``{qa_split: datasets.Dataset}``.
@@ -223,6 +225,8 @@ def load_babilong(
             logged as an error and the task reports ``missing_data`` = 1 and the
             reason (metric ``error``) for that length instead of a score, so the run goes on; ``"error"``: raise
             (``FileNotFoundError`` / ``TaskDataError``).
+        babilong_prompt: ``"lm_eval"`` (default) or ``"babilong"``: the prompt the task sends (read by its class,
+            :class:`~torchtune_longshort.eval.tasks.babilong.prompt.BabilongTask`; checked here too).
         _metadata: the rest of lm-eval's ``--metadata`` / ``--model_args`` (ignored).
     """
     import datasets
@@ -231,6 +235,7 @@ def load_babilong(
         raise ValueError(f"qa_split={qa_split!r}; the longshort_babilong tasks accept {list(QA_TASKS)}")
     if babilong_missing not in ("skip", "error"):
         raise ValueError(f"babilong_missing={babilong_missing!r}; accepted: 'skip', 'error'")
+    check_prompt_style(babilong_prompt)
     parts = []
     for length in parse_lengths(max_seq_lengths):
         if babilong_data_dir:
