@@ -6,6 +6,8 @@ counts are checked against an independent reference: the corpus tokenized here, 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import sys
@@ -143,7 +145,15 @@ def test_the_study_generates_babilong_rows_that_fit_their_label(tmp_path):
     ex = FakeExecutor()
     Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ex, log=lambda m: None)._babilong_data()
     (argv,) = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]]
-    assert argv[argv.index("--fit") + 1] == "prompt"
+    assert argv[argv.index("--fit") + 1] == "prompt" and "--prompt" not in argv
+    # BABILong's own prompt (eval.metadata.babilong_prompt) is longer: its rows were sized for lm-eval's, and the
+    # longest label's requests were past eval.max_length (refused, NaN)
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, metadata={**(cfg.eval.metadata or {}),
+                                                                                "babilong_prompt": "babilong"}))
+    ex = FakeExecutor()
+    Study(cfg, output_dir=tmp_path / "out2", repo_root=ROOT, executor=ex, log=lambda m: None)._babilong_data()
+    (argv,) = [a for a in ex.calls if a[1:3] == ["-m", "torchtune_longshort.eval.tasks.babilong.generator"]]
+    assert argv[argv.index("--prompt") + 1] == "babilong" and argv[argv.index("--fit") + 1] == "prompt"
 
 
 @pytest.mark.slow  # the generator's subprocess builds lm-eval's task (~25 s on 2 shared cores)

@@ -157,17 +157,19 @@ def _zero_k_problems(study: Any, count: Callable[[str], int], tok_path: str, log
     tokenizer's, named ``tok_path``): a problem when they need more than ``eval.max_length`` tokens."""
     ev = study.cfg.eval
     # deferred: lm_eval (a row's request is measured on lm-eval's own task prompt, as the generator measures it)
+    from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, check_prompt_style
     from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
     rng, need = random.Random(0), 0
+    style = check_prompt_style(ev.metadata_value(PROMPT_KEY))  # the prompt the tasks send (BABILong's is longer)
     for qa in ev.babilong.tasks_asked:
-        prompt = task_prompt(qa)
+        prompt = task_prompt(qa, style)
         for _ in range(max(ev.babilong.n, ZERO_K_STORIES)):
             story = make_story(qa, rng)
             need = max(need, prompt.request_tokens(" ".join(story.facts), story.question, count))
     if need > ev.max_length:
         return [f"eval.babilong.lengths={ev.babilong.lengths}: {ZERO_K!r} (no haystack: a row is its facts alone) "
-                f"needs requests of up to {need} tokens of {tok_path} (lm-eval's prompt with its examples, the "
+                f"needs requests of up to {need} tokens of {tok_path} (the {style} prompt with its examples, the "
                 f"facts, the question and the generation budget; {ZERO_K_STORIES} stories per task measured), past "
                 f"eval.max_length={ev.max_length}: every such prompt would be refused; raise eval.max_length to "
                 f"{need} or more, or drop {ZERO_K!r}"]

@@ -20,6 +20,7 @@ from torchtune_longshort.eval.report.results_io import (load_curves, load_not_sc
                                                         remove_lm_eval_files)
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILONG_WRITTEN
+from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
@@ -156,6 +157,11 @@ class RunStages(RunConfigs):
         # "32k" row runs on a model of max_length 32768 (the eval's max_length holds every label: the pre-flight)
         want = {"lengths": bab.lengths, "depths": bab.depths, "n": bab.n, "qa": bab.qa,
                 "tokenizer": self.eval_tokenizer(), "fit": BABILONG_FIT}
+        # sized for the prompt the tasks send (eval.metadata.babilong_prompt: BABILong's own is longer); the marker
+        # names it only when it is not the default, so data of earlier studies stays theirs
+        style = check_prompt_style(self.cfg.eval.metadata_value(PROMPT_KEY))
+        if style != PROMPT_STYLES[0]:
+            want["prompt"] = style
         files = [out / length / f"{qa.strip()}.jsonl" for length in bab.lengths for qa in bab.qa.split(",")]
         # a marker cut off (a full disk, a kill) counts as none, and so does one whose files are not all there (one
         # deleted or moved since): generated again, instead of every later evaluation scoring the task NaN
@@ -170,6 +176,8 @@ class RunStages(RunConfigs):
                 "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
         if bab.depths:
             argv += ["--depths", ",".join(str(d) for d in bab.depths)]
+        if want.get("prompt"):
+            argv += ["--prompt", want["prompt"]]
         log_path = self.out / BABILONG_LOG
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
