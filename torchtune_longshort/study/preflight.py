@@ -55,6 +55,7 @@ from omegaconf import OmegaConf
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS, load_token_counter
+from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import make_story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
@@ -157,7 +158,6 @@ def _zero_k_problems(study: Any, count: Callable[[str], int], tok_path: str, log
     tokenizer's, named ``tok_path``): a problem when they need more than ``eval.max_length`` tokens."""
     ev = study.cfg.eval
     # deferred: lm_eval (a row's request is measured on lm-eval's own task prompt, as the generator measures it)
-    from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, check_prompt_style
     from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
     rng, need = random.Random(0), 0
