@@ -11,7 +11,7 @@ The messages are formatted as the checkpoint's own model expects them:
   mapped to their ids; a trailing empty assistant message (what ``generate`` sends) becomes the template's
   generation prompt (``add_generation_prompt=True``);
 - otherwise, or when a torchtune ``prompt_template`` is given (then applied first, as torchtune's tokenizers do):
-  torchtune's plain format (``tokenize_messages_no_special_tokens``), ``[BOS] + each message's text (+ EOS after an
+  torchtune's own ``tokenize_messages_no_special_tokens``, ``[BOS] + each message's text (+ EOS after an
   assistant message)``, BOS where the source model adds one, EOS unless ``inference``, a message that continues a
   turn encoded without a leading word-start marker.
 
@@ -21,6 +21,7 @@ torchtune's tokenizers do (EOS kept last when end tokens are added).
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -100,27 +101,11 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     if prompt_template is not None:
         messages = list(prompt_template(messages))
     if template is None:
-        tokens: List[int] = []
-        mask: List[bool] = []
-        start, after_space = True, False
-        for m in messages:
-            if start and tok.adds_bos and tok.bos_id is not None:
-                tokens.append(tok.bos_id)
-                mask.append(m.masked)
-            # torchtune's rules: each text item encoded on its own, its trailing spaces dropped; in a message that
-            # continues a turn after no space, with no word-start marker
-            trim = not (start or after_space)
-            items = _items(m)
-            ids = [t for text in items for t in (tok.encode_continuation if trim else tok.encode_plain)(
-                text.rstrip(" "))]
-            after_space = bool(items) and items[-1].endswith(" ")
-            tokens += ids
-            mask += [m.masked] * len(ids)
-            start = m.role == "assistant"
-            if start and add_end_tokens:
-                tokens.append(tok.eos_id)
-                mask.append(m.masked)
-        return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
+        from torchtune.modules.transforms.tokenizers import tokenize_messages_no_special_tokens
+
+        return tokenize_messages_no_special_tokens(
+            _TorchtuneBase(tok), messages, bos_id=tok.bos_id if tok.adds_bos else None,
+            eos_id=tok.eos_id if add_end_tokens else None)
     generation_prompt = bool(messages) and messages[-1].role == "assistant" and not _text(messages[-1])
     if generation_prompt:
         messages = messages[:-1]
@@ -132,14 +117,40 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
 
     text = render_chat_template(template, dicts, generation_prompt, **names)
     tokens = encode(text)
-    mask = [True] * len(tokens)  # the generation prompt (what is left past the last message) is prompt
-    start = 0
-    for i, m in enumerate(messages):
+    # where each message ends in the text: the rendered conversation up to it, when the whole one starts with it
+    ends: List[Optional[int]] = []
+    for i in range(len(messages)):
         try:
             prefix = render_chat_template(template, dicts[:i + 1], False, **names)
         except Exception:  # a template that refuses a partial conversation: this message's end stays open
+            prefix = None
+        ends.append(len(prefix) if prefix is not None and text.startswith(prefix) else None)
+    cuts = sorted({e for e in ends if e is not None} | {len(text)})
+    pieces = [encode(text[a:b]) for a, b in zip([0] + cuts[:-1], cuts)]
+    if [t for piece in pieces for t in piece] == tokens:  # the text encodes piece by piece: one encode per message
+        at = dict(zip(cuts, itertools.accumulate(len(piece) for piece in pieces)))
+        token_ends = [None if e is None else at[e] for e in ends]
+    else:  # a piece's first token merges with the one before it: the prefix's own encoding says where it ends
+        token_ends = [None if e is None else len(encode(text[:e])) for e in ends]
+    mask = [True] * len(tokens)  # the generation prompt (what is left past the last message) is prompt
+    start = 0
+    for m, e in zip(messages, token_ends):
+        if e is None:
             continue
-        end = min(max(len(encode(prefix)), start), len(tokens)) if text.startswith(prefix) else start
+        end = min(max(e, start), len(tokens))
         mask[start:end] = [m.masked] * (end - start)
         start = end
     return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
+
+
+class _TorchtuneBase:
+    """The checkpoint tokenizer as torchtune's ``BaseTokenizer`` (``encode(text, add_bos, add_eos,
+    trim_leading_whitespace)``), for torchtune's own ``tokenize_messages_no_special_tokens``."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+        self.max_seq_len = tok.max_seq_len
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False,
+               trim_leading_whitespace: bool = False) -> List[int]:
+        return (self.tok.encode_continuation if trim_leading_whitespace else self.tok.encode_plain)(text)
