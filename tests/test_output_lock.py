@@ -129,3 +129,25 @@ def test_a_full_disk_while_claiming_the_folder_leaves_no_lock_or_folder(tmp_path
                                   f"{sys.executable} -c '{CLAIM_ON_FULL_DISK}' {disk} && find {disk} | sort")
     assert p.stdout.count("refused: [Errno 28] No space left on device") == 2, p.stdout + p.stderr
     assert p.stdout.splitlines()[2:] == [str(disk), f"{disk}/empty", f"{disk}/fill"], p.stdout
+
+
+def test_the_other_ranks_of_a_launch_do_not_take_rank_zeros_lock_for_another_runs(tmp_path, monkeypatch):
+    """Every rank checks the config (output_dir's rules included) in the recipe's constructor; rank 0 alone claims
+    the folder, and NCCL's process group does not wait for the others, so a slower rank 1 could find rank 0's lock
+    already written and refuse its own launch as "in use by another run (PID <rank 0>)". Another process's lock is
+    still refused where the folder is claimed (rank 0, longshort-validate)."""
+    from torchtune_longshort.training.output_dir import OutputDirInUse, check_output_dir, claim_output_dir
+
+    out = tmp_path / "run"
+    lock = claim_output_dir(out, resume=False, overwrite=False)
+    (out / ".lock").write_text(f"{os.getppid()}\n")  # held by another live process: rank 0 of this launch
+    try:
+        monkeypatch.delenv("RANK", raising=False)
+        with pytest.raises(OutputDirInUse, match=f"in use by another run \\(PID {os.getppid()}"):
+            check_output_dir(out, resume=False, overwrite=False)
+        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        check_output_dir(out, resume=False, overwrite=False)
+    finally:
+        (out / ".lock").unlink()
+        lock.held = False

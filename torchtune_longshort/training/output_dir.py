@@ -92,7 +92,8 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
-    OutputDirLock(out).check_free()
+    if os.environ.get("RANK", "0") == "0":  # a launch's other ranks never claim it: rank 0's lock is theirs
+        OutputDirLock(out).check_free()
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
             hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
