@@ -317,3 +317,22 @@ def test_a_clex_override_on_a_clex_step_keeps_its_learned_ode(clex_folder):
             assert torch.isfinite(got).all() and torch.equal(got, own(tokens))
     other = load_hf_checkpoint(clex_folder, rope={"method": "yarn", "factor": 2})
     assert not any(n.startswith("ode") for n, _ in other.layers[0].attn.pos_embeddings.named_parameters())
+
+
+def test_misalignment_records_the_scaling_a_clex_override_ran_with(clex_folder, sp_tokenizer_dir, tmp_path):
+    """``--rope clex,rope_t_max=4`` on a CLEX step runs the step's learned ODE with the step's CLEX settings (act,
+    param_factor, time_dt, its pre-trained length); the JSON's ``rope_scaling`` recorded ``{method, t_max}`` only,
+    which rebuilt elsewhere is CLEX with the defaults (a step trained with act tanh: another module). Reference: the
+    step's own scaling, read from its folder."""
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    own = CheckpointFolder.open(clex_folder).rope_spec
+    out = tmp_path / "m.json"
+    assert misalignment_main(["--checkpoint-dir", str(clex_folder), "--tokenizer", str(sp_tokenizer_dir), "--length",
+                              "64", "--num-samples", "1", "--divergences", "sce", "--rope", "clex,rope_t_max=4",
+                              "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rope_override"] == "clex,rope_t_max=4" and res["rope_scaling"]["t_max"] == 4
+    for key in ("act", "param_factor", "time_dt", "log_scale", "original_max_seq_len"):
+        assert res["rope_scaling"].get(key) == own[key], (key, res["rope_scaling"])
+    assert res["usable_length"] == 4 * own["original_max_seq_len"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import pretrained_rope
+from torchtune_longshort.models.hf_model import effective_rope_spec, pretrained_rope
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
 from torchtune_longshort.models.rope_override import check_override_length, replacement_note, typed
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
@@ -175,7 +175,8 @@ def open_checkpoint(path: Union[str, Path, CheckpointFolder], *, names: ArgNames
     and a tokenizer that cannot be read or does not fit; a length past the positions is a verdict, not an error."""
     folder = CheckpointFolder.open(path, need_tokenizer=tokenizer is None, field=names.checkpoint)
     tok = checked_tokenizer(folder, tokenizer, names)
-    spec = rope if rope is not None else folder.rope_spec
+    # what the model is built with: an override of the step's own learned method keeps the step's settings
+    spec = effective_rope_spec(folder, rope)
     pretrained = pretrained_rope(folder)[1] if rope is not None else None
     if rope is not None:
         check_override_length(rope, pretrained, names.rope)

@@ -29,7 +29,10 @@ from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 Folder = Union[PathLike, CheckpointFolder]
 
 
-def _rope_spec(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+def effective_rope_spec(folder: CheckpointFolder,
+                        rope: Optional[Union[str, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+    """The RoPE spec a model of ``folder`` is built with under the override ``rope`` (None: the folder's own);
+    an override of the step's learned method keeps the step's settings it does not give."""
     if isinstance(rope, str):
         rope = {"method": rope}
     if rope is not None and not (isinstance(rope, dict) and "method" in rope):
@@ -139,7 +142,7 @@ def build_decoder(
         raise ValueError(f"rope={rope!r} and plain_rope=True ask for two things: pass one (plain_rope ignores every "
                          "scaling)")
     base0, plain_len = pretrained_rope(folder)
-    spec = None if plain_rope else _rope_spec(folder, rope)
+    spec = None if plain_rope else effective_rope_spec(folder, rope)
     if spec is None:
         config = folder.config if base0 is None else {**folder.config, "rope_theta": base0}
         return folder.family.decoder(config, max_seq_len or plain_len, lora)
