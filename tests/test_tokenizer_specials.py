@@ -348,3 +348,24 @@ def test_chat_template_mask_encodes_a_long_chat_once_not_once_per_message(family
     for i in (0, 1, 17, 39):  # message i's tokens end where the conversation rendered up to it encodes to
         end = len(tok.encode_plain(render_chat_template(CHATML, dicts[:i + 1], False), parse_special_tokens=True))
         assert out["mask"][end - 1] == msgs[i].masked and (i == 39 or out["mask"][end] == msgs[i + 1].masked)
+
+
+def test_chat_template_is_read_once_not_once_per_row(family_dirs, tmp_path, monkeypatch):
+    """A chat dataset calls the tokenizer on every row: the folder's chat template (a file read, or
+    tokenizer_config.json parsed: ~50 KB for Llama-3) was read again on each call."""
+    from torchtune_longshort.models import chat_messages, checkpoint_tokenizer
+
+    folder = tmp_path / "qwen2"
+    shutil.copytree(family_dirs["qwen2"], folder)
+    (folder / "chat_template.jinja").write_text(CHATML)
+    tok = checkpoint_tokenizer(str(folder))
+    reads = []
+    real = chat_messages.chat_template_of
+    monkeypatch.setattr(chat_messages, "chat_template_of", lambda f: reads.append(f) or real(f))
+    import torchtune_longshort.models.source_tokenizers as st
+
+    monkeypatch.setattr(st, "chat_template_of", chat_messages.chat_template_of, raising=False)
+    first = tok({"messages": _conversation(generate=False)})
+    for _ in range(3):
+        assert tok({"messages": _conversation(generate=False)}) == first
+    assert len(reads) <= 1, reads

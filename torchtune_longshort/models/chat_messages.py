@@ -97,7 +97,7 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     """``(tokens, mask)`` of torchtune ``Message`` s for the checkpoint tokenizer ``tok`` (a
     :class:`~torchtune_longshort.models.source_tokenizers.SourceTokenizer`); the format: the module docstring."""
     messages = list(messages)
-    template = None if prompt_template is not None else chat_template_of(tok.path.parent)
+    template = None if prompt_template is not None else tok.chat_template
     if prompt_template is not None:
         messages = list(prompt_template(messages))
     if template is None:

@@ -26,6 +26,7 @@ post-processor adds.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -33,7 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
-from torchtune_longshort.models.chat_messages import stop_ids, tokenize_messages
+from torchtune_longshort.models.chat_messages import chat_template_of, stop_ids, tokenize_messages
 from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 HF_CONFIG = "tokenizer_config.json"
@@ -146,6 +147,12 @@ class SourceTokenizer:
 
     def special_stop_ids(self) -> List[int]:
         return []
+
+    @functools.cached_property
+    def chat_template(self) -> Optional[str]:
+        """The folder's chat template (:func:`~torchtune_longshort.models.chat_messages.chat_template_of`), read
+        once: a chat dataset tokenizes every row with it."""
+        return chat_template_of(self.path.parent)
 
     def encode_continuation(self, text: str) -> List[int]:
         """Ids of ``text`` continuing a turn (torchtune's ``trim_leading_whitespace``): no word-start marker added
