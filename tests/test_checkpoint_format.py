@@ -312,3 +312,22 @@ def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(t
                                          rf"\(.*{key}={value}.*\): \S+ is \[.*\] in the checkpoint, \[.*\] in the "
                                          rf"model; {fix}"):
         load_hf_checkpoint(folder)
+
+
+def test_running_out_of_memory_while_converting_is_not_blamed_on_config_json(base_with_tokenizer, monkeypatch):
+    """Every RuntimeError of the weights' conversion was told as "its weights do not fit its config.json ... put
+    back the config.json": the CPU allocator's refusal (a RuntimeError, ``devices.is_out_of_memory``) of a 7B
+    conversion too. It stays the allocator's error."""
+    import torchtune.models.convert_weights as convert
+
+    from torchtune_longshort.devices import is_out_of_memory
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    def refused(*_, **__):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you "
+                           "tried to allocate 262144 bytes.")
+
+    monkeypatch.setattr(convert, "hf_to_tune", refused)
+    with pytest.raises(RuntimeError) as err:
+        CheckpointFolder.open(base_with_tokenizer).tune_state_dict()
+    assert is_out_of_memory(err.value) and "config.json" not in str(err.value)

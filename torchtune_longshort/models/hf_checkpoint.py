@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
@@ -322,6 +323,8 @@ class CheckpointFolder:
         try:
             return self.family.hf_to_tune(sd, self.config)
         except RuntimeError as e:
+            if is_out_of_memory(e):  # the CPU allocator's RuntimeError: memory, not a config.json to put back
+                raise
             raise ValueError(self.not_its_weights(str(e))) from None
 
     def not_its_weights(self, detail: str) -> str:
