@@ -199,7 +199,7 @@ class SourceTokenizer:
 
     def describe(self) -> str:
         return (f"{self.format} tokenizer {str(self.path)!r}: {self.vocab_size} ids, bos={self.bos_id}, "
-                f"eos={self.eos_id}, adds BOS by default: {self.adds_bos and self.bos_id is not None}")
+                f"eos={self.eos_id}, adds BOS by default: {self.adds_bos}")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
@@ -226,7 +226,8 @@ class SentencePieceTokenizer(SourceTokenizer):
         self.pad_id = sp.pad_id() if sp.pad_id() >= 0 else self.eos_id
         self.vocab_size = sp.vocab_size()
         cfg = read_json(self.path.parent / HF_CONFIG)
-        self.adds_bos = bool(cfg.get("add_bos_token", True))
+        # add_bos_token defaults to true; a model trained without BOS (bos_id -1) prepends nothing whatever it says
+        self.adds_bos = bool(cfg.get("add_bos_token", True)) and self.bos_id is not None
         self.adds_eos = bool(cfg.get("add_eos_token", False))
         added = read_added_tokens(self.path.parent) or [
             AddedToken(sp.id_to_piece(i), i) for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i)]
