@@ -331,3 +331,29 @@ def test_running_out_of_memory_while_converting_is_not_blamed_on_config_json(bas
     with pytest.raises(RuntimeError) as err:
         CheckpointFolder.open(base_with_tokenizer).tune_state_dict()
     assert is_out_of_memory(err.value) and "config.json" not in str(err.value)
+
+
+def test_weights_that_do_not_fit_the_model_are_refused_before_fsdp_loads_them(tmp_path, base_with_tokenizer,
+                                                                               monkeypatch):
+    """The recipe's load under torchrun (FSDP2's load_from_full_model_state_dict) refuses a config.json that does not
+    describe the weights in the same one line as one process: the check sat in the one-process path only, and FSDP2
+    ended in torch's multi-line size mismatch. (FSDP2 itself stands aside here: a process group is not needed to see
+    that it is never reached.)"""
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.training import model_setup
+
+    folder = tmp_path / "edited"
+    shutil.copytree(base_with_tokenizer, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 100}))
+    opened = CheckpointFolder.open(folder)
+    model = build_decoder(opened)
+    reached = []
+    monkeypatch.setattr(model_setup, "shard_and_load", lambda *a, **k: reached.append(a))
+    for distributed in (False, True):
+        with pytest.raises(ValueError, match=r"^checkpoint '.*' does not fit: \S+ is \[.*\] in the checkpoint, "
+                                             r"\[.*\] in the model$"):
+            model_setup.load_weights(model, opened.tune_state_dict(), {}, distributed=distributed,
+                                     device=torch.device("cpu"), dtype=torch.float32, reshard_after_forward=True,
+                                     where="checkpoint 'x' does not fit")
+    assert not reached

@@ -136,9 +136,6 @@ def load_local(
     where: str,
 ) -> None:
     """One process: load ``model_sd`` (refusing a checkpoint that does not fit, named by ``where``), then ``saved``."""
-    wrong = shape_mismatch(model.state_dict(), model_sd)
-    if wrong is not None:
-        raise ValueError(f"{where}: {wrong}")
     missing, unexpected = model.load_state_dict(model_sd, strict=False)
     missing = [k for k in missing if ".pos_embeddings." not in k and "lora_" not in k and "magnitude" not in k]
     if missing or unexpected:
@@ -153,7 +150,12 @@ def load_weights(
     device: torch.device, dtype: torch.dtype, reshard_after_forward: bool, where: str,
 ) -> None:
     """Load the start weights ``model_sd`` and a resumed run's ``resumed`` weights (its adapters, learned RoPE):
-    sharded with FSDP2 across ranks (:func:`shard_and_load`) or in one process (:func:`load_local`)."""
+    sharded with FSDP2 across ranks (:func:`shard_and_load`) or in one process (:func:`load_local`). A weight whose
+    shape is not the model's (a config.json that does not describe its weights) is refused in one line naming
+    ``where``, on either path (FSDP2's load raised torch's multi-line size mismatch)."""
+    wrong = shape_mismatch(model.state_dict(), model_sd)
+    if wrong is not None:
+        raise ValueError(f"{where}: {wrong}")
     if distributed:
         shard_and_load(model, model_sd, resumed, device, dtype, reshard_after_forward=reshard_after_forward)
     else:
