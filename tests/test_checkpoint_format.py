@@ -275,7 +275,9 @@ def test_a_torn_weight_file_is_refused_when_the_folder_is_opened(tmp_path, base_
 
 
 @pytest.mark.parametrize("key,value", [("vocab_size", 1000), ("intermediate_size", 100), ("num_key_value_heads", 1),
-                                       ("rope_theta", -1), ("max_position_embeddings", 0)])
+                                       ("rope_theta", -1), ("max_position_embeddings", 0),
+                                       ("max_position_embeddings", float("inf")),
+                                       ("max_position_embeddings", float("nan"))])
 def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(tmp_path, base_with_tokenizer, key,
                                                                                value):
     """config.json edited to another size (or copied from another model): the eval model ended in torch's multi-line

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -36,6 +35,7 @@ from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
+from torchtune_longshort.rope.checks import check_base
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
     check_hf_config_consistent,
@@ -69,18 +69,18 @@ def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
 def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
     """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened: its frequencies
     were NaN, and an evaluation scored nothing and exited 0 ("no reason recorded"); so is a ``max_position_embeddings``
-    that is no count of positions."""
+    that is no count of positions. The base is checked as a RoPE method checks its own
+    (:func:`~torchtune_longshort.rope.checks.check_base`)."""
     try:
-        theta = rope_theta(config)
+        check_base("rope_theta", rope_theta(config))
     except (TypeError, ValueError):
-        theta = None
-    if theta is None or not math.isfinite(theta) or theta <= 1:
         given = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
         raise ValueError(f"{where}: rope_theta={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, "
-                         "500000 for Llama-3): put back the config.json written with these weights")
+                         "500000 for Llama-3): put back the config.json written with these weights") from None
     positions = config.get("max_position_embeddings")
+    # 4096.0 is a count too; Infinity / NaN (json reads both) raised int()'s OverflowError / ValueError, naming no file
     if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
-                                  or positions != int(positions) or positions < 1):
+                                  or not float(positions).is_integer() or positions < 1):
         # it was refused as the eval model's own argument, "max_seq_len=0 must be an int >= 1"
         raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
                          ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
