@@ -157,3 +157,42 @@ def test_a_new_run_from_a_clex_checkpoint_starts_from_its_learned_ode(tmp_path, 
         rope_scaled(inner, "yarn", 4 * base.max_seq_len)
     assert "its learned ode_down_proj, ode_up_proj (a checkpoint's longshort_rope/rope_params.safetensors) are not " \
            "used (method 'clex' loads them)" in caplog.text
+
+
+def test_a_clex_run_resumes_with_the_settings_its_ode_was_trained_with(tmp_path, tiny_llama2_dir, sp_tokenizer_dir,
+                                                                        monkeypatch):
+    """A run of a rope_scaled CLEX node without ``act`` over a CLEX step trained with ``act: tanh``, saved before
+    rope_scaled kept the step's settings (its ODE trained under the node's default, silu), resumed under the start
+    step's tanh: the silu-trained ODE went on under another activation without a word (the run's config, compared
+    on resume, had not changed). The resumed step's own settings (its config.json's longshort_rope) are kept."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.models import load_hf_checkpoint, read_hf_config, rope_scaled, write_hf_checkpoint
+    from torchtune_longshort.models import rope_scaling
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from torchtune_longshort.training.learned_rope import learned_rope_modules
+
+    base = load_hf_checkpoint(tiny_llama2_dir)
+    model = rope_scaled(base, "clex", 4 * base.max_seq_len, act="tanh")
+    folder = write_hf_checkpoint(tmp_path / "clex_ckpt", model.state_dict(), read_hf_config(tiny_llama2_dir),
+                                 rope_spec=model.rope_scaling, tokenizer=sp_tokenizer_dir)
+    node = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "t_max": 4,
+            "max_seq_len": 4 * base.max_seq_len,
+            "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder)}}
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:  # rope_scaled as it was: the node's defaults
+        m.setattr(rope_scaling, "kept_learned_settings", lambda *a, **k: {})
+        first = LongShortFinetuneRecipe(make_cfg(folder, sp_tokenizer_dir, out, model=node, max_steps=1,
+                                                 batch_size=2, **{"dataset.limit": 10}))
+        first.setup()
+        first.train()
+        first.cleanup()
+    assert read_hf_config(out / "step_1")["longshort_rope"]["act"] == "silu"
+    resumed = LongShortFinetuneRecipe(make_cfg(folder, sp_tokenizer_dir, out, model=node, max_steps=2, batch_size=2,
+                                               resume=True, **{"dataset.limit": 10}))
+    try:
+        resumed.setup()
+        (rope,) = learned_rope_modules(resumed._model)
+        assert (rope.act_name, resumed.rope_spec["act"]) == ("silu", "silu")
+    finally:
+        resumed.release_output_dir()

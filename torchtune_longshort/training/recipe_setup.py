@@ -201,7 +201,9 @@ class RecipeSetup:
         """Build ``model``, load its start weights (and a resumed run's adapters / learned RoPE), make the right
         parameters trainable, shard it across ranks when distributed."""
         cfg = self.config
-        model, self._lora = build_model(cfg.model.node(), self._device, self._dtype, on_meta=self._distributed)
+        step_spec = CheckpointFolder.open(self._resume_dir).rope_spec if self._resume_dir is not None else None
+        model, self._lora = build_model(cfg.model.resumed_node(step_spec), self._device, self._dtype,
+                                        on_meta=self._distributed)
         self.rope_spec = getattr(model, "rope_scaling", None)
         check_quantized_shapes(model, self.world_size)
         set_trainable(model, self._lora, cfg.train_embeddings_and_norms)

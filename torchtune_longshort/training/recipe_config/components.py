@@ -161,6 +161,21 @@ class ModelConfig(ComponentSection):
                 return (f"{path}.checkpoint_dir", method) if has_learned_parameters(method) else None
         return None
 
+    def resumed_node(self, step_spec: Optional[Mapping[str, Any]]):
+        """The node a run resuming from a step whose RoPE spec is ``step_spec`` (its config.json's ``longshort_rope``)
+        builds: a top-level ``rope_scaled`` of the step's learned method takes the settings the step's learned
+        parameters were trained with (CLEX's ``act``, ``param_factor``, ...) where it gives none. ``rope_scaled`` keeps
+        the start checkpoint's there; a run saved before it did (2026-12-05) trained its ODE under the node's defaults
+        (act silu over a tanh step) and resumed under the start checkpoint's (tanh) without a word."""
+        node = self.node()
+        cls = ROPE_METHODS.get(self.args.get("method")) if self.component == ROPE_SCALED else None
+        if cls is None or not step_spec or step_spec.get("method") != self.args.get("method"):
+            return node
+        kept = {k: step_spec[k] for k in cls.learned_settings if k in step_spec and self.args.get(k) is None}
+        for k, v in kept.items():
+            node[k] = v
+        return node
+
     def declared_positions(self, local: bool = True) -> Optional[int]:
         """The positions the built model will have, as far as its node says: the outermost ``max_seq_len`` given,
         an ``hf_decoder``'s folder's usable length (``local``: the folder is read), a builder's default; None when
