@@ -107,3 +107,25 @@ def test_fit_input_is_unchanged_and_fit_is_checked(tmp_path, sp_tokenizer_dir):
         gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), fit="prompt",
                      prompt="babilon")
     assert not (tmp_path / "c").exists()
+
+
+def test_rows_sized_for_one_prompt_are_refused_under_the_other(fitted):
+    """Rows record the prompt they were sized for (babilong_prompt), and nothing read it: rows sized for lm-eval's
+    prompt evaluated under BABILong's longer one had requests past the label (past eval.max_length: refused, NaN,
+    at the longest label), with no word of why. Each way round is now refused naming the fix; so are rows made
+    before the rows recorded it (sized for lm-eval's)."""
+    from torchtune_longshort.eval.tasks.babilong.task import load_babilong
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    for variant, style, sized_for in (("scattered", "babilong", "lm_eval"), ("babilong", "lm_eval", "babilong")):
+        with pytest.raises(TaskDataError, match=rf"sized for the '{sized_for}' prompt .* generate the rows again with "
+                                                rf"--prompt {style}, or evaluate with babilong_prompt='{sized_for}'$"):
+            load_babilong("qa1", LABELS[0], str(fitted / variant), babilong_missing="error", babilong_prompt=style)
+        assert len(load_babilong("qa1", LABELS[0], str(fitted / variant), babilong_prompt=sized_for)["qa1"]) > 0
+    old = fitted.parent / "before_recorded"
+    rows = (fitted / "scattered" / LABELS[0] / "qa1.jsonl").read_text().splitlines()
+    (old / LABELS[0]).mkdir(parents=True)
+    (old / LABELS[0] / "qa1.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in json.loads(r).items() if k != "babilong_prompt"}) + "\n" for r in rows))
+    with pytest.raises(TaskDataError, match="sized for the 'lm_eval' prompt"):
+        load_babilong("qa1", LABELS[0], str(old), babilong_missing="error", babilong_prompt="babilong")

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
-from torchtune_longshort.eval.tasks.babilong.official_prompts import check_prompt_style
+from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_STYLES, check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, TASK_LABELS
 from torchtune_longshort.eval.tasks.common.lengths import per_depth, round_robin_order
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -179,7 +179,8 @@ def _records(path: Path) -> Iterator[Tuple[str, Any]]:
                                     "object a line") from None
 
 
-def _read_local(paths: Sequence[Path], qa: str, length: str) -> List[Dict[str, Any]]:
+def _read_local(paths: Sequence[Path], qa: str, length: str, style: str) -> List[Dict[str, Any]]:
+    """The rows of ``paths`` (task ``qa``'s, label ``length``), evaluated under prompt ``style``."""
     rows = []
     for where, row in (r for path in paths for r in _records(path)):
         if not isinstance(row, dict):
@@ -195,6 +196,14 @@ def _read_local(paths: Sequence[Path], qa: str, length: str) -> List[Dict[str, A
             raise TaskDataError(f"{where}: length={row['length']!r} but the file is in the {length!r} folder")
         if row.get("qa", qa) != qa:
             raise TaskDataError(f"{where}: qa={row['qa']!r} but the file is task {qa}'s")
+        # a row sized with its request (generator --fit prompt) was sized for one prompt; one made before rows
+        # recorded it, for lm-eval's
+        sized_for = row.get("babilong_prompt", PROMPT_STYLES[0] if "prompt_tokens" in row else None)
+        if sized_for is not None and sized_for != style:
+            raise TaskDataError(f"{where}: sized for the {sized_for!r} prompt (generator --fit prompt --prompt "
+                                f"{sized_for}), and the task sends the {style!r} one (babilong_prompt): its requests "
+                                f"are not the label's size; generate the rows again with --prompt {style}, or "
+                                f"evaluate with babilong_prompt={sized_for!r}")
         depth = row.get("depth")
         if depth is not None and depth not in DEPTHS:
             raise TaskDataError(f"{where}: depth={depth!r}; accepted: {list(DEPTHS)} or null")
@@ -235,7 +244,7 @@ def load_babilong(
         raise ValueError(f"qa_split={qa_split!r}; the longshort_babilong tasks accept {list(QA_TASKS)}")
     if babilong_missing not in ("skip", "error"):
         raise ValueError(f"babilong_missing={babilong_missing!r}; accepted: 'skip', 'error'")
-    check_prompt_style(babilong_prompt)
+    style = check_prompt_style(babilong_prompt)
     parts = []
     for length in parse_lengths(max_seq_lengths):
         if babilong_data_dir:
@@ -252,7 +261,7 @@ def load_babilong(
                 parts.append(_placeholder(qa_split, length, msg))
                 continue
             try:
-                rows = _read_local(paths, qa_split, length)
+                rows = _read_local(paths, qa_split, length, style)
                 if not rows:
                     raise TaskDataError(f"{', '.join(map(str, paths))} has no rows")
             except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
