@@ -281,7 +281,9 @@ def test_an_override_says_what_it_replaces_in_a_scaled_checkpoint(folders, clex_
     ("yarn,factor=2", r"'factor=2' is not rope_<param>=<value>: give e.g. --rope yarn,rope_factor=2"),
     ("yarn", r"--rope yarn without rope_factor scales to --length=64, below the 256 positions"),
     ("linear,rope_factor=2,rope_max_seq_len=2048", r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2"),
-], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past"])
+    # CLEX's scale, t_max: refused after a note by the build, naming its max_seq_len and t_max
+    ("clex", r"--rope clex without rope_t_max scales to --length=64, below the 256 positions .* \(t_max 64/256 < 1\)"),
+], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past", "clex_t_max_below_one"])
 def test_misalignment_rope_is_the_evals_override(folders, sp_tokenizer_dir, tmp_path, capsys, rope, said):
     """``--rope`` takes the eval's ``rope_<param>=`` spelling through the same parser and checks: each refusal one
     line, nothing written."""

@@ -266,6 +266,17 @@ def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_lla
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,max_length=128"],
                          r"rope=yarn without rope_factor scales to max_length=128, below the 256 positions .* "
                          r"\(factor 128/256 < 1\): give rope_factor=<s >= 1>, or max_length="),
+                        # CLEX's scale is t_max (an integer, max_length // the pre-trained positions): below them
+                        # the build refused naming max_seq_len and t_max, neither typed; between two multiples the
+                        # positions past t_max x 256 ran at t_max, covered as the verdict said, unsaid
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=128"],
+                         r"rope=clex without rope_t_max scales to max_length=128, below the 256 positions .* "
+                         r"\(t_max 128/256 < 1\): give rope_t_max=<an integer >= 1>, or max_length="),
+                        (["--model", "longshort", "--device", "cpu", "--model_args",
+                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=384"],
+                         r"rope=clex without rope_t_max scales to max_length=384 by an integer t_max=1, which covers "
+                         r"256 of its positions .*: give rope_t_max=2$"),
                         # rope_max_seq_len, named as typed with its fix: the build said "pass factor >= 1 ... or a
                         # longer max_seq_len", CLEX no fix, 'abc' Python's int() error; 0 was taken without a word
                         (["--model", "longshort", "--device", "cpu", "--model_args",

@@ -168,24 +168,30 @@ def replacement_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], p
 
 def factor_from_length_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], length: int, length_name: str,
                             where: str, prefix: str = "rope=") -> Optional[str]:
-    """What an override of a method with a factor, given neither ``rope_factor`` nor ``rope_max_seq_len``, does at
-    the run's ``length`` (typed as ``length_name``; its factor is ``length`` / the pre-trained positions): refused
-    below them (a factor < 1, which the build refused naming ``max_seq_len``), a note at them (factor 1: the RoPE
-    the checkpoint already has, said nowhere before). A method whose rotation follows the sequence's length (dynamic
-    NTK) scales past them anyway."""
-    if spec is None or "factor" in spec or "max_seq_len" in spec:
-        return None
-    method = ROPE_METHODS[spec["method"]]
-    if not method.has_factor:
+    """What an override of a method that scales the length (its ``scale_parameter``: ``factor``, CLEX's ``t_max``),
+    given neither ``rope_<that>`` nor ``rope_max_seq_len``, does at the run's ``length`` (typed as ``length_name``;
+    its factor is ``length`` / the pre-trained positions): refused below them (a factor < 1, which the build refused
+    naming ``max_seq_len`` -- CLEX's its ``t_max`` and ``max_seq_len`` --, neither typed by the user), a note at them
+    (factor 1: the RoPE the checkpoint already has, said nowhere before). A method whose rotation follows the
+    sequence's length (dynamic NTK) scales past them anyway."""
+    method = None if spec is None else ROPE_METHODS[spec["method"]]
+    scale = None if method is None else method.scale_parameter
+    if scale is None or scale in spec or "max_seq_len" in spec:
         return None
     original = int(spec.get("original_max_seq_len") or pretrained_rope(folder)[1])
-    fix = f"give rope_factor=<s >= 1>, or {length_name}=<the target length, past {original}>"
+    value = "<s >= 1>" if scale == "factor" else "<an integer >= 1>"
+    fix = f"give rope_{scale}={value}, or {length_name}=<the target length, past {original}>"
     if length < original:
-        raise ValueError(f"{where + ': ' if where else ''}{prefix}{spec['method']} without rope_factor scales to "
+        raise ValueError(f"{where + ': ' if where else ''}{prefix}{spec['method']} without rope_{scale} scales to "
                          f"{length_name}={length}, "
-                         f"below the {original} positions {str(folder.path)!r} was pre-trained for (factor "
+                         f"below the {original} positions {str(folder.path)!r} was pre-trained for ({scale} "
                          f"{length}/{original} < 1): {fix}")
+    if scale != "factor" and length % original:  # an integer scale (CLEX's t_max = length // original): short
+        raise ValueError(f"{where + ': ' if where else ''}{prefix}{spec['method']} without rope_{scale} scales to "
+                         f"{length_name}={length} by an integer {scale}={length // original}, which covers "
+                         f"{length // original * original} of its positions ({original} pre-trained in "
+                         f"{str(folder.path)!r}; past them unscaled): give rope_{scale}={-(-length // original)}")
     if length > original or method.length_dependent:
         return None
-    return (f"{prefix}{spec['method']} without rope_factor scales to {length_name}={length}, the {original} positions "
-            f"{str(folder.path)!r} was pre-trained for: factor 1, the checkpoint's RoPE unscaled; {fix}")
+    return (f"{prefix}{spec['method']} without rope_{scale} scales to {length_name}={length}, the {original} "
+            f"positions {str(folder.path)!r} was pre-trained for: {scale} 1, the checkpoint's RoPE unscaled; {fix}")
