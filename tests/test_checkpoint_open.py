@@ -283,7 +283,12 @@ def test_an_override_says_what_it_replaces_in_a_scaled_checkpoint(folders, clex_
     ("linear,rope_factor=2,rope_max_seq_len=2048", r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2"),
     # CLEX's scale, t_max: refused after a note by the build, naming its max_seq_len and t_max
     ("clex", r"--rope clex without rope_t_max scales to --length=64, below the 256 positions .* \(t_max 64/256 < 1\)"),
-], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past", "clex_t_max_below_one"])
+    # a parameter given twice ran with the last one; a misspelled method was named as the eval's rope=
+    ("yarn,rope_factor=2,rope_factor=3", r"rope_factor is given twice \(rope_factor=2, rope_factor=3\): give it once"),
+    ("yarnn,rope_factor=2", r"^longshort-misalignment: error: --rope='yarnn' is not a RoPE method \(did you mean "
+                            r"'yarn'\?\)"),
+], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past", "clex_t_max_below_one", "given_twice",
+        "method_typo"])
 def test_misalignment_rope_is_the_evals_override(folders, sp_tokenizer_dir, tmp_path, capsys, rope, said):
     """``--rope`` takes the eval's ``rope_<param>=`` spelling through the same parser and checks: each refusal one
     line, nothing written."""

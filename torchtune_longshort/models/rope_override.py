@@ -79,12 +79,16 @@ def parse_override(text: str, where: str = "--rope") -> Dict[str, Any]:
     if not parts:
         raise ValueError(f"{where}={text!r}: give a RoPE method, e.g. {where} yarn,rope_factor=2")
     method = parts[0][len("rope="):] if parts[0].startswith("rope=") else parts[0]
+    check_rope_method(method, where)  # named as typed: --rope='yarnn', not the eval's rope='yarnn'
     params: Dict[str, Any] = {}
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or not key.startswith("rope_") or not value:
             raise ValueError(f"{where}={text!r}: {part!r} is not rope_<param>=<value>: give e.g. "
                              f"{where} {method},rope_factor=2")
+        if key[len("rope_"):] in params:  # the last one was taken, the first dropped without a word
+            raise ValueError(f"{where}={text!r}: {key} is given twice ({key}={params[key[len('rope_'):]]}, "
+                             f"{key}={value}): give it once")
         params[key[len("rope_"):]] = _value(value)
     return override_spec(method, params, where)
 
