@@ -326,6 +326,41 @@ def test_a_clex_override_on_a_clex_step_keeps_its_learned_ode(clex_folder):
     assert not any(n.startswith("ode") for n, _ in other.layers[0].attn.pos_embeddings.named_parameters())
 
 
+def test_a_clex_override_that_changes_a_learned_setting_says_so_as_rope_scaled_does(clex_folder, caplog):
+    """One rule for which settings of a CLEX step a new CLEX scaling keeps (the ODE's ``learned_settings``), asked by
+    the eval's override and by ``rope_scaled``: ``rope=clex,rope_act=tanh`` on a step trained under silu ran its
+    ODE under tanh with no word (the override's note said the step's settings were kept), where ``rope_scaled``
+    warned. Reference: the step's own forward (``load_hf_checkpoint`` without override)."""
+    import torch
+
+    from torchtune_longshort.models import load_hf_checkpoint, rope_scaled
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.models.rope_override import replacement_note
+
+    folder = CheckpointFolder.open(clex_folder)
+    assert folder.rope_spec["act"] == "silu"
+    tokens = torch.randint(0, 500, (1, 2 * PLAIN - 8), generator=torch.Generator().manual_seed(0))  # t = 2
+    own = load_hf_checkpoint(clex_folder)
+    with torch.no_grad():
+        reference = own(tokens)
+        kept = load_hf_checkpoint(clex_folder, rope={"method": "clex", "t_max": 2, "act": "silu"})(tokens)
+        changed = load_hf_checkpoint(clex_folder, rope={"method": "clex", "t_max": 2, "act": "tanh"})
+        assert torch.equal(kept, reference) and not torch.allclose(changed(tokens), reference)
+    assert changed.layers[0].attn.pos_embeddings.act_name == "tanh"
+    assert "act='silu' replaces" not in replacement_note(folder, {"method": "clex", "t_max": 2, "act": "silu"})
+    note = replacement_note(folder, {"method": "clex", "t_max": 2, "act": "tanh"}, "--rope ")
+    assert note.endswith("are kept: the override keeps the settings its learned clex parameters were trained with: "
+                         "param_factor=1, time_dt=0.01, log_scale=False; rope_act='tanh' replaces 'silu' (the learned "
+                         "parameters run under the new value)"), note
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        rope_scaled(own, "clex", 2 * PLAIN, act="tanh")
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said == ("rope_scaled: clex over the model's own clex keeps the settings its learned clex parameters were "
+                    "trained with: param_factor=1, time_dt=0.01, log_scale=False; act='tanh' replaces 'silu' (the "
+                    "learned parameters train on under the new value)"), said
+
+
 def test_misalignment_records_the_scaling_a_clex_override_ran_with(clex_folder, sp_tokenizer_dir, tmp_path):
     """``--rope clex,rope_t_max=4`` on a CLEX step runs the step's learned ODE with the step's CLEX settings (act,
     param_factor, time_dt, its pre-trained length); the JSON's ``rope_scaling`` recorded ``{method, t_max}`` only,

@@ -20,7 +20,7 @@ from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike, shape_mismatch
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.lora_settings import check_lora_settings
-from torchtune_longshort.models.rope_scaling import UNSEEN_START_ATTR, apply_rope_scaling
+from torchtune_longshort.models.rope_scaling import CONTEXT_KEYS, UNSEEN_START_ATTR, apply_rope_scaling
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
 from torchtune_longshort.models.s2_attn import enable_s2_attn
@@ -31,8 +31,11 @@ Folder = Union[PathLike, CheckpointFolder]
 
 def effective_rope_spec(folder: CheckpointFolder,
                         rope: Optional[Union[str, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
-    """The RoPE spec a model of ``folder`` is built with under the override ``rope`` (None: the folder's own);
-    an override of the step's learned method keeps the step's settings it does not give."""
+    """The RoPE spec a model of ``folder`` is built with under the override ``rope`` (None: the folder's own):
+    what :func:`build_decoder` builds. One of the step's learned method (CLEX over a CLEX step) keeps where the
+    step sits and the settings its learned parameters were trained with that the override does not give (the
+    method's rule, :meth:`~torchtune_longshort.rope.base.ScaledRoPE.kept_learned_settings`, which ``rope_scaled``
+    asks too)."""
     if isinstance(rope, str):
         rope = {"method": rope}
     if rope is not None and not (isinstance(rope, dict) and "method" in rope):
@@ -41,11 +44,11 @@ def effective_rope_spec(folder: CheckpointFolder,
         return folder.rope_spec
     if not keeps_learned_rope(folder, rope):
         return dict(rope)
-    # the step's learned parameters are the module it trained: its settings (CLEX's param_factor, act, ...) stay,
-    # save those the override gives, and the length it targeted, which the override sets
-    scale = ROPE_METHODS[rope["method"]].scale_parameter
-    kept = {k: v for k, v in folder.rope_spec.items() if k not in ("max_seq_len", scale)}
-    return {**kept, **rope}
+    own = folder.rope_spec
+    kept, _ = ROPE_METHODS[rope["method"]].kept_learned_settings(own, rope)
+    # the length the step targeted is the override's to set (its t_max, its run's length)
+    context = {k: own[k] for k in CONTEXT_KEYS if k in own and k not in ("method", "max_seq_len")}
+    return {**context, **rope, **kept}
 
 
 def keeps_learned_rope(folder: CheckpointFolder, rope: Optional[Union[str, Dict[str, Any]]]) -> bool:
@@ -54,8 +57,8 @@ def keeps_learned_rope(folder: CheckpointFolder, rope: Optional[Union[str, Dict[
     CLEX step evaluated at another ``t_max``); an override of another method has none to take."""
     if rope is None:
         return True
-    method = rope if isinstance(rope, str) else rope.get("method")
-    return has_learned_parameters(method) and method == (folder.rope_spec or {}).get("method")
+    cls = ROPE_METHODS.get(rope if isinstance(rope, str) else rope.get("method"))
+    return cls is not None and cls.learns_over(folder.rope_spec)
 
 
 def pretrained_rope(folder: CheckpointFolder) -> Tuple[Optional[float], int]:

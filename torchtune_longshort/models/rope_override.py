@@ -151,8 +151,9 @@ def check_override_length(spec: Optional[Dict[str, Any]], pretrained: int, prefi
 
 def replacement_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], prefix: str = "rope=") -> Optional[str]:
     """The one line that says what the override ``spec`` replaces in ``folder``: its own scaling (config.json's),
-    and whether its learned RoPE parameters (CLEX's ODE) are kept (the same method: the override's parameters over
-    the step's) or not used (another method); None where the folder has plain RoPE or there is no override."""
+    and whether its learned RoPE parameters (CLEX's ODE) are kept (the same method: with the settings they were
+    trained with that the override does not give, and each one it changes, as ``rope_scaled`` says it) or not used
+    (another method); None where the folder has plain RoPE or there is no override."""
     own = folder.rope_spec
     if spec is None or not own:
         return None
@@ -163,8 +164,9 @@ def replacement_note(folder: CheckpointFolder, spec: Optional[Dict[str, Any]], p
     if not has_learned_parameters(own.get("method")) or not folder.rope_parameters():
         return said
     if keeps_learned_rope(folder, spec):
-        return (f"{said}; its learned {own['method']} parameters ({ROPE_SIDE_FILE}) are kept, with the step's "
-                f"{own['method']} settings the override does not give")
+        kept, changed = ROPE_METHODS[own["method"]].kept_learned_settings(own, spec)
+        note = ROPE_METHODS[own["method"]].learned_settings_note(kept, changed, "rope_", "run")
+        return f"{said}; its learned {own['method']} parameters ({ROPE_SIDE_FILE}) are kept: the override {note}"
     return (f"{said}; its learned {own['method']} parameters ({ROPE_SIDE_FILE}) are not used (the weights run "
             f"without them): leave out {prefix.strip()} to evaluate the step as trained, or give "
             f"{prefix}{own['method']} to keep them")

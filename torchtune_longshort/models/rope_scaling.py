@@ -198,31 +198,24 @@ def _refuse_unseen_start(model: nn.Module, method: str, max_seq_len: int, caller
 
 
 # the keys of a scaling spec that say where it sits (the model's base, head size, pairing, lengths), not how it scales
-_CONTEXT_KEYS = ("method", "base", "max_seq_len", "head_dim", "layout", "original_max_seq_len")
+CONTEXT_KEYS = ("method", "base", "max_seq_len", "head_dim", "layout", "original_max_seq_len")
 
 
 def kept_learned_settings(model: nn.Module, method: str, given: Dict[str, Any]) -> Dict[str, Any]:
     """The settings of ``model``'s own scaling that a new scaling by ``method`` keeps where ``given`` (its
-    keywords) does not set them: where both are the same learned method (a CLEX-trained checkpoint scaled by CLEX
-    again), those its learned parameters were trained with (``learned_settings``: CLEX's ``act``, ``param_factor``,
-    ...), which the recipe then loads; {} otherwise. Said in one line: which are kept, and which ``given`` changes
-    (a CLEX step trained with ``act: tanh``, continued under a node without ``act``, trained its ODE under silu
-    without a word)."""
+    keywords) does not set them: the method's rule (:meth:`~torchtune_longshort.rope.base.ScaledRoPE.
+    kept_learned_settings`, which the evaluation's override asks too): where both are the same learned method (a
+    CLEX-trained checkpoint scaled by CLEX again), those its learned parameters were trained with (CLEX's ``act``,
+    ``param_factor``, ...), which the recipe then loads; {} otherwise. Said in one line: which are kept, and which
+    ``given`` changes (a CLEX step trained with ``act: tanh``, continued under a node without ``act``, trained its
+    ODE under silu without a word)."""
     previous = getattr(model, "rope_scaling", None) or {}
     cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
-    if cls is None or not cls.has_learned_parameters or previous.get("method") != method:
+    if cls is None or not cls.learns_over(previous):
         return {}
-    kept = {k: previous[k] for k in cls.learned_settings if k in previous and k not in given}
-    changed = {k: (previous[k], given[k]) for k in cls.learned_settings if k in previous and k in given
-               and given[k] != previous[k]}
-    said = f"rope_scaled: {method} over the model's own {method} keeps the settings its learned parameters were " \
-           f"trained with: {', '.join(f'{k}={v!r}' for k, v in kept.items()) or 'none'}"
-    if changed:
-        logger.warning("%s; %s (the learned parameters train on under the new value%s)", said,
-                       ", ".join(f"{k}={new!r} replaces {old!r}" for k, (old, new) in changed.items()),
-                       "s" if len(changed) > 1 else "")
-    else:
-        logger.info(said)
+    kept, changed = cls.kept_learned_settings(previous, given)
+    said = f"rope_scaled: {method} over the model's own {method} {cls.learned_settings_note(kept, changed)}"
+    (logger.warning if changed else logger.info)(said)
     return kept
 
 
@@ -240,7 +233,7 @@ def _warn_replaced_scaling(model: nn.Module, old: nn.Module, method: str, max_se
         logger.warning("apply_rope_scaling: the model's own %s scaling is replaced by %s (from %s positions), not "
                        "composed with it: its parameters (%s) are dropped%s", previous.get("method"), method,
                        original_max_seq_len or previous.get("original_max_seq_len") or covered,
-                       ", ".join(sorted(k for k in previous if k not in _CONTEXT_KEYS)) or "none",
+                       ", ".join(sorted(k for k in previous if k not in CONTEXT_KEYS)) or "none",
                        f", and its learned {', '.join(learned)} (a checkpoint's longshort_rope/rope_params.safetensors)"
                        f" are not used (method {previous.get('method')!r} loads them)" if learned else "")
 
@@ -344,7 +337,7 @@ def rope_scaled(model: Any, method: str, max_seq_len: int, **kwargs) -> nn.Modul
                 f"rope_scaled: model={model!r} is neither an nn.Module nor a config node with a _component_ field"
             )
         model = tt_config.instantiate(model)
-    kwargs = {**kept_learned_settings(model, method, kwargs), **kwargs}
+    kwargs = {**kwargs, **kept_learned_settings(model, method, kwargs)}  # kept: only where kwargs give none
     if kwargs.get("original_max_seq_len") is None:
         _refuse_unseen_start(model, method, max_seq_len, "rope_scaled")
     check_scaling_target(method, max_seq_len, scaling_start(model, kwargs.get("original_max_seq_len")),

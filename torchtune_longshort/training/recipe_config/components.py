@@ -169,9 +169,9 @@ class ModelConfig(ComponentSection):
         (act silu over a tanh step) and resumed under the start checkpoint's (tanh) without a word."""
         node = self.node()
         cls = ROPE_METHODS.get(self.args.get("method")) if self.component == ROPE_SCALED else None
-        if cls is None or not step_spec or step_spec.get("method") != self.args.get("method"):
+        if cls is None:
             return node
-        kept = {k: step_spec[k] for k in cls.learned_settings if k in step_spec and self.args.get(k) is None}
+        kept, _ = cls.kept_learned_settings(step_spec, self.args)  # the method's one rule (rope_scaled asks it too)
         for k, v in kept.items():
             node[k] = v
         return node
