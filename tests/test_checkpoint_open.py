@@ -271,7 +271,10 @@ def test_an_override_says_what_it_replaces_in_a_scaled_checkpoint(folders, clex_
     err = [line for line in capsys.readouterr().err.splitlines() if "replaces" in line]
     assert err == [err[0]] and err[0].startswith("longshort-misalignment: note: --rope yarn,rope_factor=2 replaces")
     res = json.loads(out.read_text())
-    assert (res["rope_override"], res["rope_scaling"]) == ("yarn,rope_factor=2", {"method": "yarn", "factor": 2})
+    # the spec the model was built with, start length and base included (the folder's linear spec records both):
+    # {method, factor} alone rebuilt elsewhere scaled from config.json's max_position_embeddings, 512, not 256
+    assert (res["rope_override"], res["rope_scaling"]) == ("yarn,rope_factor=2", {
+        "method": "yarn", "factor": 2, "original_max_seq_len": PLAIN, "base": 10_000.0})
     assert res["usable_length"] == int(PLAIN * FACTOR)
 
 
@@ -287,8 +290,13 @@ def test_an_override_says_what_it_replaces_in_a_scaled_checkpoint(folders, clex_
     ("yarn,rope_factor=2,rope_factor=3", r"rope_factor is given twice \(rope_factor=2, rope_factor=3\): give it once"),
     ("yarnn,rope_factor=2", r"^longshort-misalignment: error: --rope='yarnn' is not a RoPE method \(did you mean "
                             r"'yarn'\?\)"),
+    # a value's own check, named without the --rope its other refusals carry
+    ("yarn,rope_factor=abc", r"^longshort-misalignment: error: --rope: rope_factor='abc' is not accepted: expected a "
+                             r"number >= 1"),
+    ("yarn,rope_factor=2,rope_max_seq_len=abc", r"^longshort-misalignment: error: --rope: rope_max_seq_len='abc' is "
+                                                r"not accepted: expected a token count"),
 ], ids=["typo", "unprefixed", "factor_below_one", "max_seq_len_past", "clex_t_max_below_one", "given_twice",
-        "method_typo"])
+        "method_typo", "factor_not_a_number", "max_seq_len_not_a_length"])
 def test_misalignment_rope_is_the_evals_override(folders, sp_tokenizer_dir, tmp_path, capsys, rope, said):
     """``--rope`` takes the eval's ``rope_<param>=`` spelling through the same parser and checks: each refusal one
     line, nothing written."""

@@ -154,7 +154,7 @@ def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     ``--length`` past its usable positions refused in one line unless ``--allow-extrapolation`` (then noted)."""
     try:
         rope = None if args.rope is None else parse_override(args.rope, WHERE)
-        with parameters_as_typed(rope):  # the positions it covers check its factor / t_max
+        with parameters_as_typed(rope, WHERE):  # the positions it covers check its factor / t_max
             opened = open_checkpoint(args.checkpoint_dir, names=NAMES, tokenizer=args.tokenizer, length=args.length,
                                      rope=rope, allow_extrapolation=args.allow_extrapolation)
             factor_one = factor_from_length_note(opened.folder, rope, args.length, "--length", "", "--rope ")
@@ -207,7 +207,7 @@ def _main(argv=None) -> int:
     opened = _open_checkpoint(args, ap)
     folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
-    with parameters_as_typed(opened.rope_override):
+    with parameters_as_typed(opened.rope_override, WHERE):
         model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
                                    length_field="--length")
 

@@ -32,10 +32,11 @@ Folder = Union[PathLike, CheckpointFolder]
 def effective_rope_spec(folder: CheckpointFolder,
                         rope: Optional[Union[str, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
     """The RoPE spec a model of ``folder`` is built with under the override ``rope`` (None: the folder's own):
-    what :func:`build_decoder` builds. One of the step's learned method (CLEX over a CLEX step) keeps where the
-    step sits and the settings its learned parameters were trained with that the override does not give (the
-    method's rule, :meth:`~torchtune_longshort.rope.base.ScaledRoPE.kept_learned_settings`, which ``rope_scaled``
-    asks too)."""
+    what :func:`build_decoder` builds, what a run records. An override scales the folder's pre-trained RoPE, so it
+    records the length (and, where the folder's scaling holds it, the base) it starts from
+    (:func:`pretrained_rope`); one of the step's learned method (CLEX over a CLEX step) keeps where the step sits
+    and the settings its learned parameters were trained with that the override does not give (the method's rule,
+    :meth:`~torchtune_longshort.rope.base.ScaledRoPE.kept_learned_settings`, which ``rope_scaled`` asks too)."""
     if isinstance(rope, str):
         rope = {"method": rope}
     if rope is not None and not (isinstance(rope, dict) and "method" in rope):
@@ -43,7 +44,9 @@ def effective_rope_spec(folder: CheckpointFolder,
     if rope is None:
         return folder.rope_spec
     if not keeps_learned_rope(folder, rope):
-        return dict(rope)
+        base, original = pretrained_rope(folder)
+        start = {"original_max_seq_len": original, **({"base": base} if base is not None else {})}
+        return {**rope, **{k: v for k, v in start.items() if rope.get(k) is None}}
     own = folder.rope_spec
     kept, _ = ROPE_METHODS[rope["method"]].kept_learned_settings(own, rope)
     # the length the step targeted is the override's to set (its t_max, its run's length)
@@ -108,7 +111,8 @@ def _target_length(spec: Dict[str, Any], rope: Any, max_seq_len: Optional[int], 
     method = ROPE_METHODS[check_rope_method(spec["method"])]
     if method.scale_parameter is not None and method.scale_parameter in spec:  # CLEX's t_max: L * t_max
         return max(int(original), method.covered_length(spec, int(original)))
-    if set(spec) == {"method"} and method.has_factor:
+    given = {"method": rope} if isinstance(rope, str) else rope  # the override as typed: spec adds its start
+    if set(given) == {"method"} and method.has_factor:
         raise ValueError(f"rope={rope!r} with no max_seq_len and no factor scales nothing (its default factor "
                          f"max_seq_len / {original} pre-trained positions is 1): pass max_seq_len=<the target length>, "
                          "or a factor in the spec")

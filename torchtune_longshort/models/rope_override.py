@@ -90,7 +90,12 @@ def parse_override(text: str, where: str = "--rope") -> Dict[str, Any]:
             raise ValueError(f"{where}={text!r}: {key} is given twice ({key}={params[key[len('rope_'):]]}, "
                              f"{key}={value}): give it once")
         params[key[len("rope_"):]] = _value(value)
-    return override_spec(method, params, where)
+    try:
+        return override_spec(method, params, where)
+    except ValueError as e:  # a value's own check (rope_max_seq_len='abc') after where, as every other refusal
+        if str(e).startswith(where):
+            raise
+        raise ValueError(f"{where}: {e}") from None
 
 
 def typed(spec: Dict[str, Any], prefix: str = "rope=") -> str:
@@ -98,25 +103,26 @@ def typed(spec: Dict[str, Any], prefix: str = "rope=") -> str:
     return ",".join([f"{prefix}{spec['method']}"] + [f"rope_{k}={v}" for k, v in spec.items() if k != "method"])
 
 
-def raise_as_typed(e: ValueError, spec: Optional[Dict[str, Any]]) -> None:
-    """A RoPE parameter's own check, named as typed (``rope_factor=0.5`` was "factor=0.5"); any other error as it
-    is."""
+def raise_as_typed(e: ValueError, spec: Optional[Dict[str, Any]], where: str = "") -> None:
+    """A RoPE parameter's own check, named as typed (``rope_factor=0.5`` was "factor=0.5"), after ``where`` (the
+    CLI's ``--rope``, which holds the parameters; "": they are arguments of their own, the eval's ``model_args``);
+    any other error as it is."""
     said = str(e)
     given = [k for k in spec or {} if k != "method"]
     if not any(said.startswith(f"{k}=") for k in given):
         raise e
     # every mention of a parameter the user gave, as typed: "give max_seq_len >= 2048" too, not only the first
     typed_names = re.sub(r"(?<![\w.])(" + "|".join(map(re.escape, given)) + r")\b", r"rope_\1", said)
-    raise ValueError(typed_names) from None
+    raise ValueError(f"{where}: {typed_names}" if where else typed_names) from None
 
 
 @contextlib.contextmanager
-def parameters_as_typed(spec: Optional[Dict[str, Any]]):
+def parameters_as_typed(spec: Optional[Dict[str, Any]], where: str = ""):
     """Re-raise a RoPE parameter's ``ValueError`` from the block named as typed (:func:`raise_as_typed`)."""
     try:
         yield
     except ValueError as e:
-        raise_as_typed(e, spec)
+        raise_as_typed(e, spec, where)
 
 
 def check_override_length(spec: Optional[Dict[str, Any]], pretrained: int, prefix: str = "rope=") -> None:
