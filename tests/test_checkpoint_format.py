@@ -316,6 +316,22 @@ def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(t
         load_hf_checkpoint(folder)
 
 
+@pytest.mark.parametrize("holder", ["rope_parameters", "rope_scaling"])
+def test_a_bad_rope_base_is_named_by_the_key_that_holds_it(tmp_path, base_with_tokenizer, holder):
+    """A RoPE base of -1 inside ``rope_parameters`` / ``rope_scaling`` (no top-level ``rope_theta``) was refused as
+    ``rope_theta=None``, a key the file does not hold with a value it does not have: the key that holds it is named,
+    with its value."""
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    folder = tmp_path / "edited"
+    shutil.copytree(base_with_tokenizer, folder)
+    cfg = {k: v for k, v in json.loads((folder / "config.json").read_text()).items()
+           if k not in ("rope_theta", "rope_parameters", "rope_scaling")}
+    (folder / "config.json").write_text(json.dumps({**cfg, holder: {"rope_type": "default", "rope_theta": -1}}))
+    with pytest.raises(ValueError, match=rf"config.json: {holder}.rope_theta=-1 is not a RoPE base .*put back the"):
+        CheckpointFolder.open(folder)
+
+
 def test_running_out_of_memory_while_converting_is_not_blamed_on_config_json(base_with_tokenizer, monkeypatch):
     """Every RuntimeError of the weights' conversion was told as "its weights do not fit its config.json ... put
     back the config.json": the CPU allocator's refusal (a RuntimeError, ``devices.is_out_of_memory``) of a 7B

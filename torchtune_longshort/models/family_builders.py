@@ -24,14 +24,24 @@ class UnsupportedModelError(ValueError):
     of it that none supports)."""
 
 
+def rope_theta_entry(config: Config) -> Tuple[str, Any]:
+    """Where a config.json holds its pre-trained RoPE base, and the value as written: ``rope_theta``, else inside
+    transformers 5's ``rope_parameters``, else inside ``rope_scaling`` (``"rope_parameters.rope_theta"``, ...);
+    ``("rope_theta", 10000.0)`` where none does (transformers' default)."""
+    if config.get("rope_theta") is not None:
+        return "rope_theta", config["rope_theta"]
+    parameters, scaling = config.get("rope_parameters"), config.get("rope_scaling")
+    if isinstance(parameters, dict) and parameters.get("rope_theta") is not None:
+        return "rope_parameters.rope_theta", parameters["rope_theta"]
+    if isinstance(scaling, dict) and "rope_theta" in scaling:
+        return "rope_scaling.rope_theta", scaling["rope_theta"]
+    return "rope_theta", 10_000.0
+
+
 def rope_theta(config: Config) -> float:
-    """The pre-trained RoPE base of a config.json (``rope_theta``, or inside transformers 5's ``rope_parameters``)."""
-    theta = config.get("rope_theta")
-    if theta is None:
-        theta = (config.get("rope_parameters") or {}).get("rope_theta")
-    if theta is None:
-        theta = (config.get("rope_scaling") or {}).get("rope_theta", 10_000.0)
-    return float(theta)
+    """The pre-trained RoPE base of a config.json (``rope_theta``, or inside transformers 5's ``rope_parameters``):
+    :func:`rope_theta_entry`'s value."""
+    return float(rope_theta_entry(config)[1])
 
 
 def _need(config: Config, key: str, where: str) -> Any:

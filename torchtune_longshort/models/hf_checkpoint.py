@@ -33,7 +33,7 @@ import torch
 
 from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.family_builders import rope_theta_entry
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 from torchtune_longshort.rope.checks import check_base
 from torchtune_longshort.models.hf_rope import (
@@ -67,21 +67,25 @@ def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
 
 
 def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
-    """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened: its frequencies
-    were NaN, and an evaluation scored nothing and exited 0 ("no reason recorded"); so is a ``max_position_embeddings``
-    that is no count of positions. The base is checked as a RoPE method checks its own
+    """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened, naming the key
+    that holds it (``rope_theta``, or inside ``rope_parameters`` / ``rope_scaling``): its frequencies were NaN, and
+    an evaluation scored nothing and exited 0 ("no reason recorded"). Checked as a RoPE method checks its own
     (:func:`~torchtune_longshort.rope.checks.check_base`)."""
+    key, given = rope_theta_entry(config)
     try:
-        check_base("rope_theta", rope_theta(config))
+        check_base(key, float(given))
     except (TypeError, ValueError):
-        given = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
-        raise ValueError(f"{where}: rope_theta={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, "
-                         "500000 for Llama-3): put back the config.json written with these weights") from None
+        raise ValueError(f"{where}: {key}={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, 500000 for "
+                         "Llama-3): put back the config.json written with these weights") from None
+
+
+def _check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
+    """A ``max_position_embeddings`` that is no count of positions is refused when the folder is opened: it was
+    refused as the eval model's own argument ("max_seq_len=0 must be an int >= 1"), and Infinity / NaN (json reads
+    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too."""
     positions = config.get("max_position_embeddings")
-    # 4096.0 is a count too; Infinity / NaN (json reads both) raised int()'s OverflowError / ValueError, naming no file
     if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
                                   or not float(positions).is_integer() or positions < 1):
-        # it was refused as the eval model's own argument, "max_seq_len=0 must be an int >= 1"
         raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
                          ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
 
@@ -243,6 +247,7 @@ class CheckpointFolder:
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         _check_rope_base(config, d / CONFIG_FILE)
+        _check_max_position_embeddings(config, d / CONFIG_FILE)
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         side = d / ROPE_SIDE_FILE
