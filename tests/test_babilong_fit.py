@@ -91,7 +91,7 @@ def test_the_depth_variant_still_places_its_facts(fitted, sp_tokenizer_dir):
                 assert haystack.within_depth_tolerance(before / hay, r["depth"], hay), (r["depth"], before / hay)
 
 
-def test_fit_input_is_unchanged_and_fit_is_checked(tmp_path, sp_tokenizer_dir):
+def test_fit_input_is_unchanged_and_fit_is_checked(tmp_path, sp_tokenizer_dir, capsys):
     """The default still sizes the input alone (BABILong's way), within the stated tolerance, and adds no field."""
     gen.generate(tmp_path / "a", ["qa1"], ["1k"], n=2, tokenizer=str(sp_tokenizer_dir), seed=5)
     gen.generate(tmp_path / "b", ["qa1"], ["1k"], n=2, tokenizer=str(sp_tokenizer_dir), seed=5, fit="input")
@@ -103,6 +103,12 @@ def test_fit_input_is_unchanged_and_fit_is_checked(tmp_path, sp_tokenizer_dir):
     # BABILong's prompt sizes a request: without fit="prompt" it would size nothing; a misspelled one is refused
     with pytest.raises(ValueError, match="prompt='babilong' sizes the task's request, and fit='input'"):
         gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), prompt="babilong")
+    # the command names its flags as typed (it said prompt='babilong' and fit='input', generate()'s spellings)
+    with pytest.raises(SystemExit):
+        gen.main(["--out", str(tmp_path / "c"), "--tokenizer", str(sp_tokenizer_dir), "--prompt", "babilong"])
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("error: --prompt babilong sizes the task's request, and --fit input sizes the input alone: "
+                        "give --fit prompt with it") and len(err.splitlines()) == 1, err
     with pytest.raises(ValueError, match="prompt='babilon'; accepted: lm_eval, babilong"):
         gen.generate(tmp_path / "c", ["qa1"], ["1k"], n=1, tokenizer=str(sp_tokenizer_dir), fit="prompt",
                      prompt="babilon")

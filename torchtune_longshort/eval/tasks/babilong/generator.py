@@ -58,6 +58,19 @@ REPEATS_WARNED = 2
 PROG = "python -m torchtune_longshort.eval.tasks.babilong.generator"
 
 
+def prompt_without_fit(fit: str, prompt: str, cli: bool = False) -> Optional[str]:
+    """The refusal of a ``prompt`` other than lm-eval's without ``fit="prompt"``, where it would size nothing (the
+    label sizes the input alone), named as :func:`generate`'s arguments or (``cli``) as the command's flags; None
+    where the two go together."""
+    if prompt == PROMPT_STYLES[0] or fit == "prompt":
+        return None
+    if cli:
+        return (f"--prompt {prompt} sizes the task's request, and --fit {fit} sizes the input alone: give --fit "
+                "prompt with it")
+    return (f"prompt={prompt!r} sizes the task's request, and fit={fit!r} sizes the input alone; give fit='prompt' "
+            "with it")
+
+
 def generate(
     out_dir,
     qa_tasks: Sequence[str] = QA_TASKS,
@@ -87,9 +100,9 @@ def generate(
     except ValueError:
         raise ValueError(f"prompt={prompt!r}; accepted: {', '.join(PROMPT_STYLES)} (the {PROMPT_KEY} the rows "
                          "are evaluated with)") from None
-    if prompt != PROMPT_STYLES[0] and fit != "prompt":  # it would size nothing: the label sizes the input alone
-        raise ValueError(f"prompt={prompt!r} sizes the task's request, and fit={fit!r} sizes the input alone; give "
-                         "fit='prompt' (--fit prompt) with it")
+    said = prompt_without_fit(fit, prompt)
+    if said:
+        raise ValueError(said)
     for qa in qa_tasks:
         check_qa(qa)
     for length in lengths:
@@ -207,6 +220,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help=f"with --fit prompt: the task's prompt the request is sized with (its {PROMPT_KEY}: "
                     "lm-eval's babilong_qa* prompt, or BABILong's own, longer one)")
     a = ap.parse_args(argv)
+    if prompt_without_fit(a.fit, a.prompt, cli=True):  # named as typed, not as generate()'s prompt=, fit=
+        ap.error(prompt_without_fit(a.fit, a.prompt, cli=True))
     quiet_upstream()
     try:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
