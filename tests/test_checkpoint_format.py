@@ -75,6 +75,56 @@ def test_torchtunes_own_checkpointer_reads_a_step_and_hf_decoder_keeps_its_rope(
         want = model.eval()(x)
         torch.testing.assert_close(ours.eval()(x), want, rtol=1e-5, atol=1e-5)
         assert (theirs.eval()(x) - want).abs().max() > 1e-3  # torchtune's builder: plain RoPE
+    # ours reads a step without learned RoPE exactly as torchtune's does
+    from torchtune_longshort.models import FullModelHFRopeCheckpointer
+
+    same = FullModelHFRopeCheckpointer(str(out), [p.rsplit("/", 1)[-1] for p in weight_files(out)], "LLAMA2",
+                                       str(tmp_path / "ours")).load_checkpoint()["model"]
+    assert same.keys() == sd.keys() and all(torch.equal(same[k], sd[k]) for k in sd)
+
+
+def test_a_clex_step_loads_and_saves_through_our_torchtune_checkpointer(tmp_path, base_with_tokenizer):
+    """``tune run generate`` / torchtune's finetune recipes on a CLEX step: torchtune's ``FullModelHFCheckpointer``
+    does not read the ODE's side file (strict load: Missing key(s) ...pos_embeddings.ode_up_proj, as docs/recipe.md
+    said); ``FullModelHFRopeCheckpointer`` returns it under the model's keys (the logits of ``load_hf_checkpoint``,
+    the reference) and its save writes the trained ODE back to the side file, which our loader then reads."""
+    from torchtune.training import FullModelHFCheckpointer
+
+    from torchtune_longshort.models import FullModelHFRopeCheckpointer, hf_decoder
+
+    model = apply_rope_scaling(load_hf_checkpoint(base_with_tokenizer, plain_rope=True), "clex", 512,
+                               original_max_seq_len=256, t_max=2)
+    with torch.no_grad():  # a trained ODE, not the one a fresh build starts from
+        for p in model.layers[0].attn.pos_embeddings.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    out = tmp_path / "clex"
+    save_hf_checkpoint(model, out, base_with_tokenizer)
+    files = [f.name for f in out.glob("model*.safetensors")]
+    theirs = FullModelHFCheckpointer(str(out), files, "LLAMA2", str(tmp_path / "tt")).load_checkpoint()["model"]
+    with pytest.raises(RuntimeError, match=r"Missing key.*layers\.0\.attn\.pos_embeddings\.ode_up_proj"):
+        hf_decoder(str(out)).load_state_dict(theirs)
+    ckpt = FullModelHFRopeCheckpointer(str(out), files, "LLAMA2", str(tmp_path / "ft"))
+    tuned = hf_decoder(str(out))
+    tuned.load_state_dict(ckpt.load_checkpoint()["model"], strict=True)
+    x = torch.randint(3, 500, (1, 400), generator=torch.Generator().manual_seed(0))  # past 256: the ODE runs
+    with torch.no_grad():
+        ref = load_hf_checkpoint(out)(x)
+        torch.testing.assert_close(tuned.eval()(x), ref, rtol=0, atol=0)
+        fresh = hf_decoder(str(out))  # the ODE untrained: another model past the pre-trained positions
+        fresh.load_state_dict(theirs, strict=False)
+        assert (fresh.eval()(x) - ref).abs().max() > 1e-3
+        for p in (tuned.layers[0].attn.pos_embeddings.ode_up_proj, tuned.layers[0].attn.pos_embeddings.ode_down_proj):
+            p.add_(0.05)  # a fine-tuning step's change, saved as torchtune's recipes save
+    ckpt.save_checkpoint({"model": tuned.state_dict()}, epoch=0)
+    saved = tmp_path / "ft" / "epoch_0"
+    assert (saved / ROPE_SIDE_FILE).is_file()
+    with torch.no_grad():
+        torch.testing.assert_close(load_hf_checkpoint(saved)(x), tuned(x), rtol=1e-5, atol=1e-5)
+    # a CLEX config.json without its side file: refused before torchtune's checkpointer makes output_dir
+    (saved / ROPE_SIDE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="rope_params.safetensors.*copy the step folder whole"):
+        FullModelHFRopeCheckpointer(str(saved), files, "LLAMA2", str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
 
 
 def test_many_shards_with_index_load_in_transformers(tmp_path, base_with_tokenizer):

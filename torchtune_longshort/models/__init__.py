@@ -1,5 +1,11 @@
 """Model builders and checkpoint helpers: every model is built by the family table (``hf_decoder``), optionally
-with RoPE scaling (``rope_scaled``)."""
+with RoPE scaling (``rope_scaled``).
+
+``FullModelHFRopeCheckpointer`` (torchtune's checkpointer that also reads and writes a step's learned RoPE, for
+torchtune's own recipes) is imported on first use: it subclasses torchtune's class, and the config checks that import
+this package run without torchtune."""
+
+from typing import Any
 
 from torchtune_longshort.models.families import MODEL_FAMILIES, ModelFamily, family_named, family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
@@ -28,6 +34,7 @@ __all__ = [
     "family_named",
     "family_of",
     "CheckpointFolder",
+    "FullModelHFRopeCheckpointer",
     "build_decoder",
     "hf_decoder",
     "decoder_config",
@@ -56,3 +63,11 @@ __all__ = [
     "disable_s2_attn",
     "s2_attention",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FullModelHFRopeCheckpointer":
+        from torchtune_longshort.models import rope_checkpointer  # deferred: torchtune (see the module docstring)
+
+        return rope_checkpointer.FullModelHFRopeCheckpointer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
