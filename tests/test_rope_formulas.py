@@ -197,6 +197,25 @@ def test_clex_frequencies_change_continuously_in_t():
     assert (torch.log(r.inv_freq_at(1.001)) - f[1.0]).abs().max() < 1e-2
 
 
+def test_clex_made_under_inference_mode_runs_and_follows_a_load():
+    """A CLEX model loaded inside ``torch.inference_mode()`` (``load_hf_checkpoint`` there) stopped at its first
+    forward (``RuntimeError: Inference tensors do not track version counter``: the eval cache's key); its
+    frequencies are now those of the same module made outside, and a later load of other weights is followed."""
+    torch.manual_seed(0)
+    trained = {"ode_up_proj": torch.randn(D // 2, D), "ode_down_proj": 0.1 * torch.randn(D, D // 2)}
+    ref = clex().eval()
+    ref.load_state_dict(trained)
+    with torch.inference_mode():
+        r = clex().eval()
+        r.load_state_dict({k: -v for k, v in trained.items()})
+        r.prepare(100, None)  # t = 4: the ODE runs
+        r.load_state_dict(trained)
+        r.prepare(100, None)
+        got = r._state[1]
+    ref.prepare(100, None)
+    torch.testing.assert_close(got, ref._state[1], rtol=0, atol=0)
+
+
 def test_clex_gradients_reach_its_parameters():
     torch.manual_seed(0)
     r = clex()

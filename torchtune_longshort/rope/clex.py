@@ -74,6 +74,11 @@ class _RecomputeState:
         return (_RecomputeState, ())
 
 
+def _forget_eval_cache(module: nn.Module, _incompatible_keys) -> None:
+    """After a load: the weights changed, maybe without a version counter (inference tensors)."""
+    module._eval_cache.clear()
+
+
 class CLEXRoPE(ScaledRoPE):
     """CLEX: learnable, continuous frequency scaling through a neural ODE over the scaling factor t.
 
@@ -187,6 +192,7 @@ class CLEXRoPE(ScaledRoPE):
         self._state_trains = False  # _state is a training forward's with autograd on: its backward may recompute
         self._recompute = _RecomputeState()
         self._eval_cache: dict = {}
+        self.register_load_state_dict_post_hook(_forget_eval_cache)  # a module function: the module pickles
         self.reset_ode_parameters()
         self.rope_init()
 
@@ -266,8 +272,10 @@ class CLEXRoPE(ScaledRoPE):
 
     def _eval_inv_freq(self, t: int) -> torch.Tensor:
         # Parameters do not change between eval calls unless trained or loaded: key the cache on their versions.
+        # Weights made under torch.inference_mode (a model loaded there) have none: a load clears the cache instead.
         up, down = (p.to_local() if hasattr(p, "to_local") else p for p in (self.ode_up_proj, self.ode_down_proj))
-        key = (t, up._version, down._version, up.data_ptr(), down.data_ptr(), up.device)
+        versions = tuple(None if p.is_inference() else p._version for p in (up, down))
+        key = (t, *versions, up.data_ptr(), down.data_ptr(), up.device)
         hit = self._eval_cache.get(t)
         if hit is None or hit[0] != key:
             with torch.no_grad():
