@@ -189,3 +189,60 @@ def test_runs_of_other_n_shot_or_chat_template_are_refused_on_a_task_both_ran_un
     ppl_chat = _with(_run(tmp_path / "ppl_chat", 4), chat_template="<template>",
                      configs={"longshort_ppl": {"ignored_options": ["--apply_chat_template"]}})
     build_report([_run(tmp_path / "ppl_plain", 4), ppl_chat], tmp_path / "ppl")  # ignored: same measurement
+
+
+def _measured(path, task, metadata=None, version=3.0, source=None):
+    """One run of ``task`` (a results file) whose task ran with ``metadata`` (over its YAML's) at ``version``;
+    ``source``: the YAML it was read from (lm-eval records it as ``config_source``)."""
+    from torchtune_longshort.eval.tasks import tasks_path
+
+    f = _lm_eval_file(path / f"results_{D1}.json", metadata=metadata, tasks=(task,))
+    data = json.loads(f.read_text())
+    data["versions"][task] = version
+    if source:
+        data["configs"][task]["metadata"]["config_source"] = str(tasks_path() / source)
+    f.write_text(json.dumps(data))
+    return path
+
+
+LB = "longshort_longbench_2wikimqa_e"
+MEASURED = {  # (task, metadata a, metadata b, version b, config_source, what the refusal names)
+    "babilong_prompt": ("longshort_babilong_qa1", {}, {"babilong_prompt": "babilong"}, 3.0, None,
+                        "longshort_babilong's babilong_prompt (`a` lm_eval, `b` babilong)"),
+    "ppl_data": ("longshort_ppl", {"ppl_source": "stdlib"}, {"ppl_data_files": "/data/x.jsonl"}, 3.0, None,
+                 "longshort_ppl's ppl_source (`a` stdlib, `b` pg19) and longshort_ppl's ppl_data_files (`a` (the "
+                 "task's default), `b` /data/x.jsonl)"),
+    "longbench_member_data": (LB, {}, {"longbench_e_data_dir": "/lb"}, 3.0, f"longbench_e/{LB}.yaml",
+                              "longshort_longbench_e's longbench_e_data_dir (`a` (the task's default), `b` /lb)"),
+    "version": ("longshort_passkey", {}, {}, 2.0, None, "longshort_passkey version (`a` 3.0, `b` 2.0)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MEASURED), ids=list(MEASURED))
+def test_runs_whose_task_measured_another_thing_are_refused_naming_the_setting(tmp_path, capsys, case):
+    """BABILong's prompt, another data set or another task version side by side read as one measurement: the report
+    compared only dtype, --limit, n-shot and chat template across runs. Each run's value of every setting that
+    differs is named (TaskFamily.measured_by), refused unless --allow-mixed, then noted and in summary.json."""
+    task, ma, mb, version, source, needle = MEASURED[case]
+    a, b = _measured(tmp_path / "a", task, ma, 3.0, source), _measured(tmp_path / "b", task, mb, version, source)
+    with pytest.raises(SystemExit):
+        main([str(a), str(b), "--out", str(tmp_path / "refused")])
+    err = capsys.readouterr().err
+    assert needle in err and "--allow-mixed" in err and not (tmp_path / "refused").exists(), err
+    summary = build_report([a, b], tmp_path / "mixed", allow_mixed=True)
+    assert needle in (tmp_path / "mixed" / "report.md").read_text()
+    assert summary["runs"]["b"]["task_versions" if case == "version" else "task_settings"]
+
+
+def test_a_measured_setting_at_its_default_or_on_a_task_one_run_lacks_is_no_difference(tmp_path):
+    """``babilong_prompt: lm_eval`` given is the default left unset; a setting of a task only one run scored, or a
+    setting that does not change the measurement (``babilong_missing``), is no difference."""
+    task = "longshort_babilong_qa1"
+    a = _measured(tmp_path / "a", task, {"babilong_missing": "error"})
+    b = _measured(tmp_path / "b", task, {"babilong_prompt": "lm_eval"})
+    build_report([a, b], tmp_path / "same")
+    c = _measured(tmp_path / "c", "longshort_ppl", {"ppl_source": "stdlib"})
+    f = _lm_eval_file(tmp_path / "d" / f"results_{D1}.json", tasks=("longshort_ppl", "longshort_passkey"),
+                      metadata={"ppl_source": "stdlib", "passkey_depths": [50]})
+    summary = build_report([c, f.parent], tmp_path / "one_ran")
+    assert summary["runs"]["d"]["task_settings"]["longshort_passkey"]["passkey_depths"] == [50]

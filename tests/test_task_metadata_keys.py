@@ -74,6 +74,9 @@ def _spelled(family) -> set:
 def test_the_registry_lists_exactly_the_keys_the_task_reads(family):
     fam = TASK_FAMILIES[family]
     assert _spelled(fam) == set(fam.metadata_keys)
+    # the settings the eval report compares across runs are keys the task reads, their code defaults among them
+    assert fam.measured_by and set(fam.measured_by) <= set(fam.metadata_keys)
+    assert {k for k, _ in fam.measured_defaults} <= set(fam.measured_by)
 
 
 def test_long_text_reads_the_text_keys():

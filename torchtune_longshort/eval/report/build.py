@@ -9,8 +9,9 @@ A folder is one run, i.e. one column: results of different checkpoints or model 
 ``--limit``, ``--metadata`` or n-shot, under one folder are refused (:mod:`.one_run`), never merged. Runs that scored a task on different numbers of samples
 (every model counts the samples it could not run, NaN with their reason, so a difference means other samples), or
 that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``, often bf16, where
-``longshort`` runs float32) or ``--limit``, are refused in one line naming the task unless ``--allow-mixed`` is
-given; then the report marks them. Writes to ``--out``:
+``longshort`` runs float32), ``--limit``, n-shot, chat template, a task's version or a setting of the pack's task
+that changes what it measures (``TaskFamily.measured_by``: BABILong's prompt, the data, ...), are refused in one line
+naming the task and each run's value unless ``--allow-mixed`` is given; then the report names them. Writes to ``--out``:
 
 - ``report.md``: the runs (model, checkpoint, dtype, device, ``--limit``, samples per task); one table per length-swept task
   and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
@@ -336,9 +337,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     help="folder for report.md, summary.json and plots")
     ap.add_argument("--labels", default=None, help="comma-separated run names (default: folder names)")
     ap.add_argument("--allow-mixed", "--allow-unequal-samples", dest="allow_mixed", action="store_true",
-                    help="report runs that differ in dtype, --limit or a --samples subset, or scored a task on "
-                         "different numbers of samples, side by side with the differences marked, instead of refusing "
-                         "them")
+                    help="report runs that differ in dtype, --limit, a --samples subset, n-shot, chat template, a "
+                         "task's version or a setting that changes what it measures (babilong_prompt, its data, ...), "
+                         "or scored a task on different numbers of samples, side by side with the differences named, "
+                         "instead of refusing them")
     args = ap.parse_args(argv)
     summary = stoppable(ap.prog, lambda: refusing(ap.prog, lambda: build_report(
         args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed)),

@@ -14,7 +14,7 @@ import yaml
 
 from torchtune_longshort.eval.report.run_files import json_file, limit_text, n_shot, results_files
 from torchtune_longshort.eval.tasks import (
-    CONTEXT_OPTIONS, IGNORED_KEY, PREFIX, TASK_FAMILIES, TaskFamily, current_name, tasks_path,
+    CONTEXT_OPTIONS, IGNORED_KEY, PREFIX, TASK_FAMILIES, TaskFamily, current_name, measured_settings, tasks_path,
 )
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 
@@ -97,6 +97,31 @@ def task_metadata(data: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     skip = _NOT_METADATA | set(_model_args(data.get("config") or {}))
     return {current_name(t): {k: v for k, v in ((cfg or {}).get("metadata") or {}).items() if k not in skip}
             for t, cfg in (data.get("configs") or {}).items() if isinstance(cfg, dict)}
+
+
+def _family_of_config(task: str, config: Dict[str, Any]) -> Optional[TaskFamily]:
+    """The pack's family of ``task`` by its name (:func:`pack_family`), else by the folder its YAML was read from
+    (``config_source``: LongBench-E's datasets, ``longshort_longbench_<name>_e``, are not named after their group)."""
+    fam = pack_family(current_name(task))
+    source = ((config or {}).get("metadata") or {}).get("config_source")
+    if fam is None and isinstance(source, str) and Path(source).parent.parent == tasks_path():
+        fam = next((f for f in TASK_FAMILIES.values() if f.folder == Path(source).parent.name), None)
+    return fam
+
+
+def task_settings(data: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """What a results file says its tasks measured, besides the model: ``{"version": {task: version}}`` (lm-eval's
+    ``versions``, as its ``make_table`` shows them) and ``{"settings": {family task: {key: value}}}``, each pack
+    family's :attr:`~torchtune_longshort.eval.tasks.TaskFamily.measured_by` keys as its tasks ran
+    (:func:`~torchtune_longshort.eval.tasks.measured_settings`; a group's members share one ``--metadata``)."""
+    versions = {current_name(t): v for t, v in (data.get("versions") or {}).items()
+                if t in (data.get("results") or {}) and v not in (None, "N/A")}
+    settings: Dict[str, Dict[str, Any]] = {}
+    for task, config in (data.get("configs") or {}).items():
+        fam = _family_of_config(task, config) if isinstance(config, dict) else None
+        if fam is not None and task in (data.get("results") or {}):
+            settings.setdefault(fam.task, measured_settings(fam, config.get("metadata") or {}))
+    return {"version": versions, "settings": settings}
 
 
 def _given(metadata: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:

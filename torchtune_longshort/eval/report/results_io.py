@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.eval.report.group_coverage import finite_number, load_group_subtasks
 from torchtune_longshort.eval.report.one_run import (  # noqa: F401
-    chat_tasks, check_one_run, pack_family, run_identity,
+    chat_tasks, check_one_run, pack_family, run_identity, task_settings,
 )
 from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-exported)
     LM_EVAL_FILE,
@@ -235,13 +235,16 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     each task evaluated: its documents (``n-samples`` ``original``, placeholder rows included) cut to ``--limit``
     as lm-eval cuts them (lm-eval's ``effective`` counts one metric's items: one length of a length-swept task), and
     the tasks none of whose samples was scored (``unscored``: each counted in ``not_scored``, e.g. the misalignment
-    task under ``hf``, whose one placeholder row stands for the whole task, or a task without data), and the
-    ``--gen_kwargs`` it ran with (``gen_kwargs``)."""
+    task under ``hf``, whose one placeholder row stands for the whole task, or a task without data), the
+    ``--gen_kwargs`` it ran with (``gen_kwargs``), each task's version (``task_versions``) and the settings of the
+    pack's tasks that change what they measure (``task_settings``; :func:`one_run.task_settings`)."""
     files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
     shots: Dict[str, Any] = {}
     limit, dtype, device, chat, gen_kwargs = None, None, None, set(), {}
+    versions: Dict[str, Any] = {}
+    measured: Dict[str, Dict[str, Any]] = {}
     latest: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for f in files:
         data = json_file(f)
@@ -252,6 +255,9 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
         device = ran_on(config.get("device"), data.get("pretty_env_info")) or device
         chat |= {current_name(t) for t in chat_tasks(data)}
         shots.update({current_name(t): n for t, n in n_shot(data).items()})
+        ran = task_settings(data)
+        versions.update(ran["version"])
+        measured.update(ran["settings"])
         for task, n in (data.get("n-samples") or {}).items():
             if isinstance(n, dict) and isinstance(n.get("original"), int):
                 samples[current_name(task)] = _evaluated(n["original"], limit)
@@ -266,7 +272,8 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "unscored": unscored,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
-            "chat_template": sorted(chat), "subset": subsets, "gen_kwargs": gen_kwargs}
+            "chat_template": sorted(chat), "subset": subsets, "gen_kwargs": gen_kwargs,
+            "task_versions": versions, "task_settings": measured}
 
 
 def samples_subsets(results_dir: Path, latest: Mapping[str, Tuple[Dict[str, Any], List[str]]]) -> Dict[str, Any]:

@@ -33,8 +33,9 @@ def _unequal_samples(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> 
 
 def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> Tuple[str, Dict[str, set]]:
     """``(text, {run: settings it differs in})``: the settings under which runs' numbers are not comparable (the
-    weights' dtype, ``--limit``, a ``--samples`` subset, the n-shot and chat template of a task both ran) where the
-    runs differ ("" when they agree)."""
+    weights' dtype, ``--limit``, a ``--samples`` subset, the n-shot and chat template of a task both ran, the version
+    and the measured settings of a task all ran: :func:`_measured_differences`) where the runs differ ("" when they
+    agree)."""
     parts, marks = [], {r: set() for r in names}
     common = set.intersection(*(set(infos[r].get("samples") or ()) for r in names)) if names else set()
     for key, label in (("dtype", "dtype"), ("limit", "--limit"), ("subset", "--samples"), ("n_shot", "n-shot"),
@@ -44,7 +45,32 @@ def _mixed_settings(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> T
             parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
             for r in names:
                 marks[r].add(key)
+    for label, values in _measured_differences(names, infos):
+        parts.append(f"{label} (" + ", ".join(f"`{r}` {v}" for r, v in values.items()) + ")")
+        for r in names:
+            marks[r].add("task_settings")
     return " and ".join(parts), marks
+
+
+def _measured_differences(names: Sequence[str], infos: Dict[str, Dict[str, Any]]) -> List[Tuple[str, Dict[str, str]]]:
+    """``[(what, {run: value})]``: the version of a task every run scored (lm-eval's ``versions``), and each setting
+    of a family of the pack every run scored that changes what it measures (its ``--metadata`` prompt, data,
+    haystack, ...: :attr:`~torchtune_longshort.eval.tasks.TaskFamily.measured_by`), where the runs differ in it."""
+    out = []
+    for field, label in (("task_versions", "{task} version"), ("task_settings", "{task}'s {key}")):
+        per_run = [infos[r].get(field) or {} for r in names]
+        for task in sorted(set.intersection(*(set(p) for p in per_run)) if per_run else ()):
+            keyed = {None: {r: p[task] for r, p in zip(names, per_run)}} if field == "task_versions" else {
+                key: {r: p[task].get(key) for r, p in zip(names, per_run)} for key in per_run[0][task]}
+            for key, values in keyed.items():
+                shown = {r: _UNSET if v is None else str(v) for r, v in values.items()}
+                if len(set(shown.values())) > 1:
+                    out.append((label.format(task=task, key=key), shown))
+    return out
+
+
+# a measured setting a run left to the task's own default
+_UNSET = "(the task's default)"
 
 
 def _on_tasks(value: Any, tasks: set) -> Any:

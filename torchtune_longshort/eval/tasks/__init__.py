@@ -68,6 +68,11 @@ class TaskFamily:
             the run: :func:`check_task_lengths`); 0 for BABILong, whose ``0k`` is its empty haystack.
         length_labels: the labels its lengths are named by, when they are labels and not token counts (BABILong's
             ``0k``, ``1k``, ...): the shared ``max_seq_lengths`` of a run that includes it must hold only those.
+        measured_by: its ``--metadata`` keys whose value changes what its metrics measure (the data, the prompt, the
+            haystack, the seed that draws them; its lengths are not: each is a column of its tables): the eval report
+            names each one its runs differ in (:func:`measured_settings`).
+        measured_defaults: ``(key, value)``: the value a key of ``measured_by`` takes when unset, where the task's
+            code (not its YAML, which the results file records) sets it.
     """
 
     task: str
@@ -87,6 +92,8 @@ class TaskFamily:
     length_labels: Tuple[str, ...] = ()
     fixed_context: Tuple[str, ...] = ()
     generates: bool = True
+    measured_by: Tuple[str, ...] = ()
+    measured_defaults: Tuple[Tuple[str, Any], ...] = ()
 
 
 # The lm-eval options that put something before a request's own text: few-shot examples, a chat template, a system
@@ -104,6 +111,9 @@ SHARED_KEYS = ("max_seq_lengths",)
 # The keys long_text.samples_from_metadata reads under a text family's prefix (ppl_source, mis_num_samples, ...).
 TEXT_KEYS = ("max_seq_lengths", "source", "data_files", "dataset_path", "dataset_name", "split", "text_field",
              "num_samples", "chunks_per_doc", "join_documents", "skip_bad_records")
+# The text keys that say which sequences are scored (the number of them is the report's sample count).
+TEXT_DATA_KEYS = ("source", "data_files", "dataset_path", "dataset_name", "split", "text_field", "chunks_per_doc",
+                  "join_documents", "skip_bad_records")
 
 
 def _keys(prefix: str, *names: str) -> Tuple[str, ...]:
@@ -114,33 +124,38 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
                       table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),),
                       metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS), generates=False,
-                      min_length=2),
+                      min_length=2, measured_by=_keys("ppl", *TEXT_DATA_KEYS)),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
                           study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
                           value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
                                        ("passkey_seed", "integer"), ("passkey_data_files", "files")),
                           metadata_keys=_keys("passkey", "max_seq_lengths", "num_samples", "depths", "seed",
                                               "haystack", "haystack_files", "data_files"),
-                          fixed_context=("num_fewshot",), min_length=2),
+                          fixed_context=("num_fewshot",), min_length=2,
+                          measured_by=_keys("passkey", "depths", "seed", "haystack", "haystack_files", "data_files")),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
                                metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
                                value_kinds=(("mis_seed", "integer"), ("mis_divergences", "divergences")),
-                               fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2),
+                               fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2,
+                               measured_by=_keys("mis", *TEXT_DATA_KEYS, "seed")),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
                            value_kinds=(("babilong_missing", "skip or error"), ("babilong_prompt", "prompt style")),
                            length_labels=tuple(BABILONG_LENGTHS),
-                           metadata_keys=_keys("babilong", "data_dir", "missing", "prompt")),
+                           metadata_keys=_keys("babilong", "data_dir", "missing", "prompt"),
+                           measured_by=_keys("babilong", "data_dir", "prompt"),
+                           measured_defaults=(("babilong_prompt", BABILONG_PROMPTS[0]),)),
     "longbench_e": TaskFamily("longshort_longbench_e", "longbench_e",
                               ("score", "score_0_4k", "score_4_8k", "score_8k_plus"), "longbench_e",
                               length_swept=False, data_dir_key="longbench_e_data_dir",
                               former_names=("longbench_e_full",), diagnostics=(MISSING_METRIC,),
                               value_kinds=(("longbench_e_missing", "skip or error"),),
-                              metadata_keys=_keys("longbench_e", "data_dir", "hf_path", "missing")),
+                              metadata_keys=_keys("longbench_e", "data_dir", "hf_path", "missing"),
+                              measured_by=_keys("longbench_e", "data_dir", "hf_path")),
 }
 
 
@@ -193,6 +208,14 @@ def task_results(results: Mapping[str, Any], task: str) -> Dict[str, Any]:
         if isinstance(results.get(name), Mapping):
             return dict(results[name])
     return {}
+
+
+def measured_settings(family: TaskFamily, metadata: Mapping[str, Any]) -> Dict[str, Any]:
+    """``{key: value}`` of each of ``family``'s :attr:`TaskFamily.measured_by` keys in a task's ``metadata`` (as its
+    results file records it: its YAML's defaults with ``--metadata`` over them); an unset key takes its
+    :attr:`TaskFamily.measured_defaults` value, else None (the task's own default)."""
+    defaults = dict(family.measured_defaults)
+    return {k: metadata[k] if metadata.get(k) not in (None, "", []) else defaults.get(k) for k in family.measured_by}
 
 
 def pack_metadata_keys(also=()) -> List[str]:
