@@ -425,3 +425,16 @@ def test_weights_that_do_not_fit_the_model_are_refused_before_fsdp_loads_them(tm
                                      device=torch.device("cpu"), dtype=torch.float32, reshard_after_forward=True,
                                      where="checkpoint 'x' does not fit")
     assert not reached
+    # QLoRA built on the meta device, as a sharded load builds it: the check reads shapes, not state_dict(), whose
+    # NF4 hook copies every weight to the CPU (under torchrun: "Cannot copy out of meta tensor"; in one process a
+    # whole dequantized copy of the base)
+    from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
+
+    nf4 = dict(vocab_size=512, embed_dim=256, num_layers=1, num_heads=4, num_kv_heads=4, intermediate_dim=768)
+    base = CheckpointFolder.open(write_random_llama2_checkpoint(tmp_path / "nf4", max_seq_len=64, seed=0, **nf4))
+    with torch.device("meta"):
+        qlora = build_decoder(base, lora={"lora_attn_modules": ["q_proj", "v_proj"], "lora_rank": 4, "lora_alpha": 8,
+                                          "quantize_base": True})
+    model_setup.load_weights(qlora, base.tune_state_dict(), {}, distributed=True, device=torch.device("cpu"),
+                             dtype=torch.float32, reshard_after_forward=True, where="x")
+    assert len(reached) == 1

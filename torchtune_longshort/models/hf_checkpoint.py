@@ -369,6 +369,14 @@ _DIMENSION_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden
 
 
 # ----------------------------------------------------------------------------------------------- functions
+def own_tensors(model: Any) -> Dict[str, torch.Tensor]:
+    """A module's parameters and buffers by state-dict name, without ``state_dict()``'s hooks (for their shapes):
+    QLoRA's hook dequantizes every NF4 weight onto the CPU (a 7B model's whole bf16 copy) and, on the meta device of
+    a sharded load, fails ("Cannot copy out of meta tensor")."""
+    return {**dict(model.named_buffers(remove_duplicate=False)),
+            **dict(model.named_parameters(remove_duplicate=False))}
+
+
 def shape_mismatch(model_sd: Dict[str, Any], sd: Dict[str, torch.Tensor]) -> Optional[str]:
     """The first weight of ``sd`` whose shape is not the one of the same key in ``model_sd`` (a model's state dict),
     as ``'<key> is [..] in the checkpoint, [..] in the model'``; None when every shared key fits (``load_state_dict``

@@ -17,7 +17,13 @@ from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
 from torchtune_longshort.models.families import family_named
-from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder, PathLike, shape_mismatch
+from torchtune_longshort.models.hf_checkpoint import (
+    ROPE_SIDE_FILE,
+    CheckpointFolder,
+    PathLike,
+    own_tensors,
+    shape_mismatch,
+)
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS, native_positions
 from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import CONTEXT_KEYS, UNSEEN_START_ATTR, apply_rope_scaling
@@ -176,7 +182,7 @@ def load_weights_into(model: nn.Module, folder: CheckpointFolder, *, learned_rop
     """Load the folder's weights (and, with ``learned_rope``, its learned RoPE parameters) into ``model``;
     refuses a model the weights do not fit, naming the folder and its family."""
     sd = folder.tune_state_dict()
-    wrong = shape_mismatch(model.state_dict(), sd)
+    wrong = shape_mismatch(own_tensors(model), sd)
     if wrong is not None:  # the model is built from the folder's config.json
         raise ValueError(folder.not_its_weights(wrong))
     missing, unexpected = model.load_state_dict(sd, strict=False)

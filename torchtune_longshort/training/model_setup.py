@@ -18,7 +18,7 @@ from torchtune.modules.peft import DoRALinear, LoRALinear, get_adapter_params, s
 from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
 from torchtune_longshort.models.family_builders import NF4_BLOCK as _NF4_BLOCK
-from torchtune_longshort.models.hf_checkpoint import shape_mismatch
+from torchtune_longshort.models.hf_checkpoint import own_tensors, shape_mismatch
 from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
@@ -153,7 +153,7 @@ def load_weights(
     sharded with FSDP2 across ranks (:func:`shard_and_load`) or in one process (:func:`load_local`). A weight whose
     shape is not the model's (a config.json that does not describe its weights) is refused in one line naming
     ``where``, on either path (FSDP2's load raised torch's multi-line size mismatch)."""
-    wrong = shape_mismatch(model.state_dict(), model_sd)
+    wrong = shape_mismatch(own_tensors(model), model_sd)
     if wrong is not None:
         raise ValueError(f"{where}: {wrong}")
     if distributed:
