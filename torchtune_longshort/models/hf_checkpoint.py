@@ -13,9 +13,10 @@ A folder this project writes (the recipe's ``step_<k>``, ``step_0``, :func:`save
 
 :class:`CheckpointFolder` is a folder opened once: ``config.json`` parsed, its model family found
 (:mod:`~torchtune_longshort.models.families`), its RoPE spec read, its weight files and tokenizer located, every
-check run. Everything that reads a checkpoint (the recipe, the ``longshort`` eval model, the misalignment CLI, the
-study, :func:`~torchtune_longshort.models.hf_model.load_hf_checkpoint`) opens it through :meth:`CheckpointFolder.open`
-and passes the object on. Opening the same unchanged folder again in one process returns the same object.
+check run (``config.json``'s values: :mod:`~torchtune_longshort.models.hf_config_checks`). Everything that reads a
+checkpoint (the recipe, the ``longshort`` eval model, the misalignment CLI, the study,
+:func:`~torchtune_longshort.models.hf_model.load_hf_checkpoint`) opens it through :meth:`CheckpointFolder.open` and
+passes the object on. Opening the same unchanged folder again in one process returns the same object.
 
 Foreign folders (a base model from the hub, transformers' ``save_pretrained``) load too: they need no tokenizer
 unless the caller needs one, and a single ``model.safetensors`` needs no index.
@@ -33,9 +34,8 @@ import torch
 
 from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.family_builders import rope_theta_entry
+from torchtune_longshort.models.hf_config_checks import check_causal_lm, check_max_position_embeddings, check_rope_base
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
-from torchtune_longshort.rope.checks import check_base
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
     check_hf_config_consistent,
@@ -54,40 +54,6 @@ FORMAT_KEY = "longshort_checkpoint_format"
 FORMAT_VERSION = 1
 GGUF_HINT = ("convert it first: python -m torchtune_longshort.models.gguf --gguf <file.gguf> --out <folder> "
              "(transformers dequantizes it; needs the gguf package)")
-
-
-def _check_causal_lm(config: Dict[str, Any], where: Path) -> None:
-    """A folder whose ``architectures`` name no causal LM (a classifier's ``score`` head, an encoder) is refused
-    when opened, not at a weight key deep in torchtune's conversion."""
-    arch = config.get("architectures")
-    if isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch) \
-            and not any(a.endswith("ForCausalLM") for a in arch):
-        raise ValueError(f"{where}: architectures {arch} is not a causal language model (...ForCausalLM): this "
-                         "folder holds another head over the model; name a causal-LM checkpoint")
-
-
-def _check_rope_base(config: Dict[str, Any], where: Path) -> None:
-    """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened, naming the key
-    that holds it (``rope_theta``, or inside ``rope_parameters`` / ``rope_scaling``): its frequencies were NaN, and
-    an evaluation scored nothing and exited 0 ("no reason recorded"). Checked as a RoPE method checks its own
-    (:func:`~torchtune_longshort.rope.checks.check_base`)."""
-    key, given = rope_theta_entry(config)
-    try:
-        check_base(key, float(given))
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {key}={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, 500000 for "
-                         "Llama-3): put back the config.json written with these weights") from None
-
-
-def _check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
-    """A ``max_position_embeddings`` that is no count of positions is refused when the folder is opened: it was
-    refused as the eval model's own argument ("max_seq_len=0 must be an int >= 1"), and Infinity / NaN (json reads
-    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too."""
-    positions = config.get("max_position_embeddings")
-    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
-                                  or not float(positions).is_integer() or positions < 1):
-        raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
-                         ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
 
 
 def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> Dict[str, Any]:
@@ -243,11 +209,11 @@ class CheckpointFolder:
     @classmethod
     def _open(cls, d: Path, given: Path, need_tokenizer: bool, field: str) -> "CheckpointFolder":
         config = read_hf_config(given, field)
-        _check_causal_lm(config, d / CONFIG_FILE)
+        check_causal_lm(config, d / CONFIG_FILE)
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
-        _check_rope_base(config, d / CONFIG_FILE)
-        _check_max_position_embeddings(config, d / CONFIG_FILE)
+        check_rope_base(config, d / CONFIG_FILE)
+        check_max_position_embeddings(config, d / CONFIG_FILE)
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         side = d / ROPE_SIDE_FILE

@@ -1,0 +1,46 @@
+"""The value checks of a checkpoint folder's ``config.json`` that run when the folder is opened
+(:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.open`): a head that is no causal LM, a RoPE base
+that is no number > 1, a ``max_position_embeddings`` that is no count of positions. Each refuses naming the file
+(``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict
+
+from torchtune_longshort.models.family_builders import rope_theta_entry
+from torchtune_longshort.rope.checks import check_base
+
+
+def check_causal_lm(config: Dict[str, Any], where: Path) -> None:
+    """A folder whose ``architectures`` name no causal LM (a classifier's ``score`` head, an encoder) is refused
+    when opened, not at a weight key deep in torchtune's conversion."""
+    arch = config.get("architectures")
+    if isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch) \
+            and not any(a.endswith("ForCausalLM") for a in arch):
+        raise ValueError(f"{where}: architectures {arch} is not a causal language model (...ForCausalLM): this "
+                         "folder holds another head over the model; name a causal-LM checkpoint")
+
+
+def check_rope_base(config: Dict[str, Any], where: Path) -> None:
+    """A RoPE base that is no number > 1 (``rope_theta: -1``) is refused when the folder is opened, naming the key
+    that holds it (``rope_theta``, or inside ``rope_parameters`` / ``rope_scaling``): its frequencies were NaN, and
+    an evaluation scored nothing and exited 0 ("no reason recorded"). Checked as a RoPE method checks its own
+    (:func:`~torchtune_longshort.rope.checks.check_base`)."""
+    key, given = rope_theta_entry(config)
+    try:
+        check_base(key, float(given))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {key}={given!r} is not a RoPE base (a number > 1: 10000 for Llama-2, 500000 for "
+                         "Llama-3): put back the config.json written with these weights") from None
+
+
+def check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
+    """A ``max_position_embeddings`` that is no count of positions is refused when the folder is opened: it was
+    refused as the eval model's own argument ("max_seq_len=0 must be an int >= 1"), and Infinity / NaN (json reads
+    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too."""
+    positions = config.get("max_position_embeddings")
+    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
+                                  or not float(positions).is_integer() or positions < 1):
+        raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
+                         ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
