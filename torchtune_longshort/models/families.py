@@ -135,7 +135,7 @@ class ModelFamily:
     unapplied_window_keys: Tuple[str, ...] = ()
     # the tokenizer class transformers' AutoTokenizer builds for every folder of this family, whatever its
     # tokenizer_config.json names (transformers 5 rebuilds Qwen2's split regex and NFC from the vocabulary); a
-    # tokenizer.json whose own pipeline differs is read as that class reads it (models.source_tokenizers)
+    # tokenizer.json whose own pipeline differs is read as that class reads it (models.hf_json_tokenizer)
     hf_tokenizer_class: Optional[str] = None
 
     def decoder(self, config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]] = None) -> nn.Module:

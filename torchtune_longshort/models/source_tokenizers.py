@@ -1,5 +1,6 @@
 """One tokenizer interface over every tokenizer format of a checkpoint folder (:class:`SourceTokenizer`), and its
-three implementations; which format a folder holds, and which class loads it, is
+SentencePiece and tiktoken implementations (``tokenizer.json``'s: :mod:`~torchtune_longshort.models.
+hf_json_tokenizer`); which format a folder holds, and which class loads it, is
 :data:`~torchtune_longshort.models.tokenizer_formats.TOKENIZER_FORMATS`'.
 
 Every format is wrapped as a :class:`SourceTokenizer`, a torchtune ``BaseTokenizer`` (``encode(text, add_bos,
@@ -35,7 +36,6 @@ from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
 from torchtune_longshort.models.chat_messages import chat_template_of, stop_ids, tokenize_messages
-from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 HF_CONFIG = "tokenizer_config.json"
 
@@ -306,37 +306,6 @@ class TiktokenTokenizer(SourceTokenizer):
         return self._tt.tt_model.tt_model.decode(ids)
 
 
-NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
-
-
-def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
-    """``tokenizer_config.json``'s ``added_tokens_decoder`` (in ``cfg``) put into the ``tokenizers`` object ``tok`` as
-    transformers' ``PreTrainedTokenizerFast`` does on loading: every entry added again, in id order, with its own
-    flags (``tokenizers.AddedToken``'s defaults where it has none; special where it names a BOS/EOS/... token), so
-    that its flags replace ``tokenizer.json``'s for the same token and a token only the config names is appended.
-    :class:`TokenizerError` naming ``where`` for a key that is not a token id."""
-    from tokenizers import AddedToken as LibAddedToken
-
-    decoder = cfg.get("added_tokens_decoder") or {}
-    if not isinstance(decoder, dict):
-        return
-    named = {_token_of(cfg.get(k)) for k in NAMED_TOKENS} - {None}
-    entries = []
-    for key, entry in decoder.items():
-        try:
-            tid = int(key)
-        except (TypeError, ValueError):
-            raise TokenizerError(f"{where}: added_tokens_decoder key {key!r} is not a token id") from None
-        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and entry["content"]:
-            flags = {k: bool(entry[k]) for k in TOKEN_FLAGS if k in entry}
-            if entry["content"] in named:
-                flags["special"] = True
-            entries.append((tid, LibAddedToken(entry["content"], **flags)))
-    if entries:
-        tok.add_tokens([t for _, t in sorted(entries, key=lambda e: e[0])])
-
-
 def pipeline_normalizer(folder: Path, scheme: str, added: Sequence[AddedToken]):
     """``tokenizer.json``'s normalizer (``str -> str``, run by ``tokenizers``) where ``AutoTokenizer`` runs the file's
     pipeline (the ``sentencepiece`` and ``never`` schemes) and an added token is ``normalized``; else None
@@ -348,84 +317,3 @@ def pipeline_normalizer(folder: Path, scheme: str, added: Sequence[AddedToken]):
 
     normalizer = Tokenizer.from_file(str(spec)).normalizer
     return normalizer.normalize_str if normalizer is not None else None
-
-
-def _token_of(value: Any) -> Optional[str]:
-    if isinstance(value, dict):
-        return value.get("content")
-    return value if isinstance(value, str) else None
-
-
-class HFJsonTokenizer(SourceTokenizer):
-    """A Hugging Face ``tokenizer.json`` (Llama-3, Qwen2, SmolLM2, ...) through the ``tokenizers`` library.
-
-    BOS/EOS: ``bos_token`` / ``eos_token`` of ``tokenizer_config.json`` (``special_tokens_map.json``), else the
-    ids in ``generation_config.json`` / ``config.json``. What the source adds by default is read off its
-    post-processor (``encode("a")`` with and without special tokens). Added tokens: the file's, with
-    ``tokenizer_config.json``'s ``added_tokens_decoder`` over them (:func:`add_config_tokens`)."""
-
-    format = "hf_json"
-
-    def __init__(self, path: Path):
-        super().__init__(path)
-        from tokenizers import Tokenizer
-
-        try:
-            self._tok = Tokenizer.from_file(str(path))
-        except Exception as e:
-            raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
-        folder = self.path.parent
-        self._tok = as_transformers_builds_it(self._tok, path, read_json(path.parent / "config.json"))
-        config = read_json(folder / HF_CONFIG)
-        cfg = {**read_json(folder / "special_tokens_map.json"), **config}
-        ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
-        add_config_tokens(self._tok, cfg, folder / HF_CONFIG)
-
-        def token_id(name: str) -> Optional[int]:
-            text = _token_of(cfg.get(f"{name}_token"))
-            if text is not None:
-                tid = self._tok.token_to_id(text)
-                if tid is None:
-                    named_in = HF_CONFIG if f"{name}_token" in config else "special_tokens_map.json"
-                    raise TokenizerError(f"{folder / named_in}: {name}_token {text!r} is not in {path}; set it to a "
-                                         f"token of that file{' (or null: no BOS)' if name == 'bos' else ''}")
-                return tid
-            if f"{name}_token" in cfg and cfg[f"{name}_token"] is None:
-                return None  # declared absent (Qwen2's bos_token: null)
-            value = ids.get(f"{name}_token_id")
-            return int(value[0] if isinstance(value, list) else value) if value is not None else None
-
-        self.bos_id = token_id("bos")
-        eos = token_id("eos")
-        if eos is None:
-            raise TokenizerError(f"{folder}: no eos_token in {HF_CONFIG} and no eos_token_id in config.json / "
-                                 "generation_config.json: the packed training stream and generation need EOS; add "
-                                 f"the model's end-of-text token to {HF_CONFIG} (\"eos_token\": \"<its text>\") "
-                                 "or its id to config.json (\"eos_token_id\": N)")
-        self.eos_id = eos
-        pad = token_id("pad")
-        self.pad_id = pad if pad is not None else self.eos_id
-        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1
-        plain = self._tok.encode("a", add_special_tokens=False).ids
-        full = self._tok.encode("a").ids
-        self.adds_bos = len(full) > len(plain) and full[0] != plain[0]
-        self.adds_eos = len(full) > len(plain) and full[-1] != plain[-1]
-        if self.adds_bos and self.bos_id is None:
-            self.bos_id = full[0]
-
-    def special_ids(self) -> set:
-        """BOS/EOS/pad and every added token marked special (what ``decode(skip_special_tokens=True)`` drops)."""
-        added = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
-        return set(super().special_ids()) | added
-
-    def encode_plain(self, text: str, parse_special_tokens: Optional[bool] = None) -> List[int]:
-        parse = self.parse_special_tokens if parse_special_tokens is None else parse_special_tokens
-        self._tok.encode_special_tokens = not parse  # tokenizers cuts added tokens by default
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def _decode(self, ids: List[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=False)
-
-    def token_text(self, token_id: int) -> str:
-        return self._tok.id_to_token(int(token_id)) or self._decode([int(token_id)])
-

@@ -29,8 +29,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.models.families import family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
+from torchtune_longshort.models.hf_json_tokenizer import HFJsonTokenizer
 from torchtune_longshort.models.source_tokenizers import (
-    HF_CONFIG, HFJsonTokenizer, SentencePieceTokenizer, SourceTokenizer, TiktokenTokenizer, TokenizerError, read_json,
+    HF_CONFIG, SentencePieceTokenizer, SourceTokenizer, TiktokenTokenizer, TokenizerError, read_json,
 )
 
 PathLike = Union[str, Path]
