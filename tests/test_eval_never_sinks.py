@@ -23,7 +23,8 @@ pytest.importorskip("lm_eval")
 
 from torchtune_longshort.eval.model.limits import RequestLimits  # noqa: E402
 from torchtune_longshort.eval.report.results_io import not_scored_of  # noqa: E402
-from torchtune_longshort.eval.tasks.longbench_e.task import LONGBENCH_E_DATASETS, task_of  # noqa: E402
+from torchtune_longshort.eval.tasks.longbench_e.official_config import LONGBENCH_E_DATASETS  # noqa: E402
+from torchtune_longshort.eval.tasks.longbench_e.task import task_of  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

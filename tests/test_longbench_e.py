@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from torchtune_longshort.eval.tasks import IGNORED_KEY
+from torchtune_longshort.eval.tasks.longbench_e import official_config as official
 from torchtune_longshort.eval.tasks.longbench_e import task as lb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,8 +157,8 @@ CASES = {
 
 
 def test_cases_cover_all_13_datasets():
-    assert sorted(CASES) == sorted(lb.LONGBENCH_E_DATASETS)
-    assert len(lb.LONGBENCH_E_DATASETS) == 13
+    assert sorted(CASES) == sorted(official.LONGBENCH_E_DATASETS)
+    assert len(official.LONGBENCH_E_DATASETS) == 13
 
 
 def test_reference_rouge_l_is_lcs_f1_on_single_sentences():
@@ -269,7 +270,7 @@ def test_prompts_are_longbenchs_own(tmp_path):
         exempt = ds in ("trec", "triviaqa", "samsum", "lcc", "repobench-p")
         assert sent == (prompt.format(**row) if exempt else chat([{"content": prompt.format(**row)}])), ds
         assert ("--apply_chat_template" in task.dump_config().get(IGNORED_KEY, [])) == exempt, ds
-    assert set(lb.PROMPTS) == set(lb.LONGBENCH_E_DATASETS)
+    assert set(official.PROMPTS) == set(official.LONGBENCH_E_DATASETS)
 
 
 def test_length_bucket_boundaries_and_bad_length():
@@ -278,7 +279,7 @@ def test_length_bucket_boundaries_and_bad_length():
         with pytest.raises(ValueError, match="length="):
             lb.length_bucket(bad)
     with pytest.raises(ValueError, match="not one of the 13 LongBench-E datasets"):
-        lb.dataset_base_name("narrativeqa_e")
+        official.dataset_base_name("narrativeqa_e")
 
 
 # ------------------------------------------------------------------ local loader
@@ -401,8 +402,8 @@ def test_longbench_e_full_end_to_end(tmp_path, tiny_llama2_dir, sp_tokenizer_dir
     assert re.search(r"data file for lcc_e not found: \S*lcc_e.jsonl", out.stdout + out.stderr)
     res = json.load(open(glob.glob(str(tmp_path / "out" / "**" / "results_*.json"), recursive=True)[0]))["results"]
     assert res["longshort_longbench_lcc_e"]["missing_data,none"] == 1.0 and "score,none" not in res["longshort_longbench_lcc_e"]
-    scored = [lb.task_of(d) for d in lb.LONGBENCH_E_DATASETS if d != "lcc"]
-    for name, task in zip([d for d in lb.LONGBENCH_E_DATASETS if d != "lcc"], scored):
+    scored = [lb.task_of(d) for d in official.LONGBENCH_E_DATASETS if d != "lcc"]
+    for name, task in zip([d for d in official.LONGBENCH_E_DATASETS if d != "lcc"], scored):
         # Recompute each bucket from the logged generations with the reference scorer.
         samples = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "**" / f"samples_{task}_*.jsonl"),
                                                      recursive=True) for l in open(f)]

@@ -165,7 +165,7 @@ def test_offline_babilong_gives_reason_per_task_and_other_tasks_written(offline_
 
 @pytest.mark.slow
 def test_offline_longbench_e_full_gives_reason_per_task_and_other_tasks_written(offline_run):
-    from torchtune_longshort.eval.tasks.longbench_e.task import LONGBENCH_E_DATASETS
+    from torchtune_longshort.eval.tasks.longbench_e.official_config import LONGBENCH_E_DATASETS
 
     _, res, wall = offline_run
     for name in LONGBENCH_E_DATASETS:
