@@ -45,7 +45,8 @@ def test_a_resumed_run_does_not_list_a_users_note_in_the_logs_as_its_own(tmp_pat
     later overwrite still refuses it by name."""
     import json
 
-    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir, record_written
+    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir
+    from torchtune_longshort.training.written_files import record_written
 
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
@@ -90,7 +91,8 @@ def test_a_users_link_to_a_folder_inside_a_step_or_log_folder_is_named(tmp_path,
     and a resume that writes that step again refuse it by name. It was taken for a folder (rglob does not go into a
     link) and so for nothing of the user's, and the overwrite deleted it without a word (a link to a file was
     refused)."""
-    from torchtune_longshort.training.output_dir import check_output_dir, record_written
+    from torchtune_longshort.training.output_dir import check_output_dir
+    from torchtune_longshort.training.written_files import record_written
 
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
@@ -123,13 +125,14 @@ def test_an_overwrite_killed_part_way_leaves_a_folder_the_next_overwrite_takes(t
 
     from torchtune_longshort.training import output_aside as oa
     from torchtune_longshort.training import output_dir as od
+    from torchtune_longshort.training.written_files import record_written
 
     run = recipe_made(tmp_path / "run")
     for step in (2, 4):
         commit_step(run, step, tiny_llama2_dir)
     (run / "logs").mkdir()
     (run / "logs" / "log_1.txt").write_text("log")
-    od.record_written(run, ("logs",))
+    record_written(run, ("logs",))
     remove, cuts = od._remove, 0
     while True:
         copy = tmp_path / f"cut{cuts}"

@@ -16,7 +16,7 @@ import torch
 
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
-from torchtune_longshort.training.output_dir import METRICS_FILE
+from torchtune_longshort.training.written_files import METRICS_FILE
 
 
 def where_logged(output_dir: Union[str, Path], log_dir: Optional[str]) -> str:

@@ -4,8 +4,8 @@ keeps a second run out.
 - ``resume=True``: the folder must hold a complete, resumable ``step_<k>`` (:class:`~torchtune_longshort.training.
   checkpointing.StepCheckpoints`).
 - otherwise an existing, non-empty folder is refused unless ``overwrite`` is set, and ``overwrite`` deletes only a
-  folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:data:`WRITTEN_HERE`; in
-  the step folders and the metric logger's folder, the files their manifest lists: :func:`record_written`), never
+  folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:mod:`.written_files`: the
+  names it writes; in the step folders and the metric logger's folder, the files their manifest lists), never
   one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
 - :func:`claim_output_dir` checks those rules, takes the folder's lock (:class:`OutputDirLock`, the owner's PID)
   and prepares a new folder; a refused setup gives a folder it made back. An earlier run that ``overwrite``
@@ -22,9 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from torchtune_longshort.output_guard import (
-    atomic_write_text, missing_root, read_names, remove_made_folders, write_names,
-)
+from torchtune_longshort.output_guard import atomic_write_text, missing_root, remove_made_folders
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.lock_holder import (
     folder_flock, holder_alive, process_start, read_holder, written_holder,
@@ -34,17 +32,11 @@ from torchtune_longshort.training.output_aside import (
     resumable_aside, user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints, listed_entry,
+    MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
 )
-
-METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
-# Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
-# it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
-# torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
-# MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
-                REPLACED, DISCARDED)
-HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
+from torchtune_longshort.training.written_files import (
+    HERE, files_under, foreign_written, listed_files, record_written, written_by_recipe,
+)
 
 Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
 
@@ -58,8 +50,8 @@ def prepare_output_dir(
     - ``resume``: the folder must hold at least one complete, resumable ``step_<k>`` checkpoint.
     - otherwise an existing, non-empty folder is an error unless ``overwrite`` is set. ``overwrite`` deletes only
       a folder this recipe made (it holds :data:`MARKER`) and that holds nothing the recipe does not write
-      (:data:`WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``) and no other run's output folder at any
-      depth (a :data:`MARKER` below it); never a filesystem root, a folder that
+      (:data:`.written_files.WRITTEN_HERE`, ``step_<k>``, the names in ``written_here``) and no other run's output
+      folder at any depth (a :data:`MARKER` below it); never a filesystem root, a folder that
       contains the working directory or ``$HOME``, a git work tree, or a folder that contains one of ``protect``
       (every input the run reads) or lies inside one. Paths are compared resolved (``~``, symlinks, ``..``).
 
@@ -120,69 +112,6 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         _check_deletable(out, protect, written_here)
 
 
-def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
-    """Whether ``name``, an entry at the top of an output folder, is one the recipe writes."""
-    name = name[: -len(".tmp")] if name.endswith(".tmp") else name
-    return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
-
-
-def _listed(folder: Path) -> Optional[set]:
-    """The files a run recorded in ``folder``'s :data:`MANIFEST` (None: no manifest)."""
-    listed = read_names(folder / MANIFEST)
-    return None if listed is None else set(listed) | {MANIFEST}
-
-
-def _logged(output_dir: Path, name: str) -> set:
-    """The files now under ``output_dir / name`` that a metric logger may have written, as paths relative to that
-    folder, manifests left out. For :data:`HERE` (the logger writes into the output folder itself): every file below
-    a top-level entry that the recipe does not write itself."""
-    folder = output_dir / name
-    if not folder.is_dir() or folder.is_symlink():
-        return set()
-    files = {q.relative_to(folder).as_posix() for q in folder.rglob("*") if listed_entry(q, folder)
-             and q.name != MANIFEST}
-    return {f for f in files if not written_by_recipe(f.split("/", 1)[0])} if name == HERE else files
-
-
-def _joined(name: str, rel: str) -> str:
-    return rel if name == HERE else f"{name}/{rel}"
-
-
-def files_under(output_dir: PathLike, written_here: Sequence[str]) -> set:
-    """Every file now under the ``written_here`` folders of ``output_dir``, as ``(name, path in that folder)``,
-    manifests left out."""
-    return {(name, rel) for name in written_here for rel in _logged(Path(output_dir), name)}
-
-
-def record_written(output_dir: PathLike, written_here: Sequence[str], existed: set = frozenset()) -> None:
-    """Add the files now under each folder of ``written_here`` in ``output_dir`` (the metric logger's log folder,
-    or :data:`HERE`, the output folder itself), less those that ``existed`` before the run (a resumed run's folder
-    may hold a user's note), to that folder's :data:`MANIFEST`, as a step folder lists its own: overwrite deletes
-    a log folder only when it holds nothing else."""
-    new = files_under(output_dir, written_here) - set(existed)
-    for name in written_here:
-        folder = Path(output_dir) / name
-        if folder.is_dir() and not folder.is_symlink():
-            listed = _listed(folder)
-            files = ({rel for n, rel in new if n == name} | (listed or set())) - {MANIFEST}
-            if listed is None or files != listed - {MANIFEST}:  # a list that stands is not written again
-                write_names(folder / MANIFEST, files)
-
-
-def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
-    """Files under the ``written_here`` folders of ``output_dir`` that their :data:`MANIFEST` does not list
-    (``<name>/<path>``); a log folder that holds files but no manifest (the recipe lists its logger's files as it
-    opens it: made by hand, or by a version before the list) is named whole, ``<name>/ (no .longshort_files)``; in
-    the output folder itself (:data:`HERE`) every file it does not list is foreign."""
-    out = []
-    for name in written_here:
-        listed, files = _listed(Path(output_dir) / name), _logged(Path(output_dir), name)
-        if listed is None and files and name != HERE:
-            out.append(f"{name}/ (no {MANIFEST})")
-        else:
-            out += sorted(_joined(name, f) for f in files if f not in (listed or ()))
-    return out
-
 
 def _contains(folder: Path, path: Path) -> bool:
     return path == folder or folder in path.parents
@@ -219,7 +148,7 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
     written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
                                      and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
-    logged = {f.split("/", 1)[0] for f in _listed(real) or ()} if HERE in written_here else set()  # log_dir = here
+    logged = {f.split("/", 1)[0] for f in listed_files(real) or ()} if HERE in written_here else set()  # log_dir = here
     foreign = sorted(p.name for p in real.iterdir() if p.name not in logged and (
         not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
     foreign += StepCheckpoints(real).foreign_files()  # e.g. an evaluation written into a step folder
@@ -345,7 +274,8 @@ class OutputDirLock:
         return opened
 
     def record_written(self) -> None:
-        """:func:`record_written` for this run's folder: its metric logger's files, not those there before it."""
+        """:func:`.written_files.record_written` for this run's folder: its metric logger's files, not those there
+        before it."""
         record_written(self.path.parent, self.written_here, self.existed)
 
     def _written_holder(self) -> Tuple[Optional[int], Optional[str]]:
@@ -362,7 +292,8 @@ class OutputDirLock:
             folder = self.path.parent
             # a folder this run made holds no one else's files in its log folders (their list may not be written yet:
             # a setup that failed, or a disk that filled, before it)
-            if (discard and self.made_folder and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
+            if (discard and self.made_folder
+                    and all(written_by_recipe(p.name, self.written_here) for p in folder.iterdir())
                     and not foreign_written(folder, tuple(n for n in self.written_here if n == HERE))):
                 shutil.rmtree(folder)
                 remove_made_folders(folder.parent, self.made_root)  # the parents it made, when empty

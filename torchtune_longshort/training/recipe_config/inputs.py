@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
-from torchtune_longshort.training.output_dir import HERE, METRICS_FILE, check_output_dir
+from torchtune_longshort.training.output_dir import check_output_dir
+from torchtune_longshort.training.written_files import HERE, METRICS_FILE
 from torchtune_longshort.config.fields import ComponentSection
 from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -79,7 +80,7 @@ def input_paths(config: RecipeConfig) -> List[Tuple[str, Path]]:
 def written_names(config: RecipeConfig) -> Tuple[str, ...]:
     """Top-level names inside ``output_dir`` that the run writes besides the recipe's own: the metric logger's
     ``log_dir`` and the profiler's trace folder (:attr:`RecipeConfig.trace_dir`) when they lie there, or
-    :data:`~torchtune_longshort.training.output_dir.HERE` when one is ``output_dir`` itself."""
+    :data:`~torchtune_longshort.training.written_files.HERE` when one is ``output_dir`` itself."""
     out = Path(config.output_dir).expanduser().resolve()
     names = []
     for folder in (config.metric_logger.log_dir, config.trace_dir):
