@@ -48,30 +48,10 @@ from torch import nn
 
 from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
 from torchtune_longshort.rope.checks import check_flag, check_positive_int
+from torchtune_longshort.rope.clex_recompute import RecomputeState, in_backward
 from torchtune_longshort.rope.ode import rk4_solve
 
 _ACTS = {"silu": nn.SiLU, "tanh": nn.Tanh}
-
-
-def _in_backward() -> bool:
-    """True while an autograd backward pass runs on this thread (where checkpointing recomputes a forward)."""
-    return torch._C._current_graph_task_id() != -1
-
-
-class _RecomputeState:
-    """Holds the last training forward's state for recomputation in its backward. Not copied or pickled: a
-    ``deepcopy`` of the model (or ``torch.save``) gets an empty holder, not a tensor inside an autograd graph."""
-
-    __slots__ = ("state",)
-
-    def __init__(self, state: Optional[tuple] = None):
-        self.state = state
-
-    def __deepcopy__(self, memo):
-        return _RecomputeState()
-
-    def __reduce__(self):
-        return (_RecomputeState, ())
 
 
 def _forget_eval_cache(module: nn.Module, _incompatible_keys) -> None:
@@ -190,7 +170,7 @@ class CLEXRoPE(ScaledRoPE):
         self.ode_down_proj = nn.Parameter(torch.empty(param_factor * dim, dim // 2, dtype=torch.float32))
         self._state: Optional[tuple] = None
         self._state_trains = False  # _state is a training forward's with autograd on: its backward may recompute
-        self._recompute = _RecomputeState()
+        self._recompute = RecomputeState()
         self._eval_cache: dict = {}
         self.register_load_state_dict_post_hook(_forget_eval_cache)  # a module function: the module pickles
         self.reset_ode_parameters()
@@ -316,8 +296,9 @@ class CLEXRoPE(ScaledRoPE):
             return
         t_fit = max(t for t in range(1, self.t_max + 1) if t == 1 or top(t) < self.max_seq_len)
         multiple = self.original_max_seq_len * max(1, -(-seq_len // self.original_max_seq_len))
-        raise ValueError(f"{field}={seq_len}: CLEX's training positions reach {top(self.t_max):.0f} at t_max={self.t_max} (they "
-                         f"spread over {field} * t / max(1, {field} // original_max_seq_len={self.original_max_seq_len})"
+        raise ValueError(f"{field}={seq_len}: CLEX's training positions reach {top(self.t_max):.0f} at "
+                         f"t_max={self.t_max} (they spread over {field} * t / max(1, {field} // "
+                         f"original_max_seq_len={self.original_max_seq_len})"
                          f"), past max_seq_len={self.max_seq_len}: make {field} a multiple of "
                          f"{self.original_max_seq_len} (e.g. {multiple}), or set the model's t_max to {t_fit}")
 
@@ -332,7 +313,8 @@ class CLEXRoPE(ScaledRoPE):
                 positions = self._host_training_positions(seq_len, t, generator)
                 if positions.numel() and float(positions.max()) >= self.max_seq_len:
                     raise ValueError(
-                        f"CLEX training positions reach {float(positions.max()):.0f} >= max_seq_len={self.max_seq_len}: "
+                        f"CLEX training positions reach {float(positions.max()):.0f} >= "
+                        f"max_seq_len={self.max_seq_len}: "
                         f"with seq_len={seq_len} and t={t}, build the model for at least seq_len * t_max positions"
                     )
                 positions = positions.to(self.ode_up_proj.device)
@@ -356,7 +338,7 @@ class CLEXRoPE(ScaledRoPE):
         (the layer being recomputed by activation checkpointing belongs to it); else None."""
         if self._state is not None:
             return self._state
-        if self._recompute.state is not None and _in_backward():
+        if self._recompute.state is not None and in_backward():
             return self._recompute.state
         return None
 
