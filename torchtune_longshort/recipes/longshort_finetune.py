@@ -31,13 +31,14 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune import config, utils
 
     from torchtune_longshort._quiet import quiet_upstream
-    from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+    from torchtune_longshort.data.text_files import DataRecordError
     from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
     from torchtune_longshort.disk_space import is_out_of_space, room, written_file
     from torchtune_longshort.models.peft_adapter import base_config_note
     from torchtune_longshort.refusals import refusing, stoppable, stopped
     from torchtune_longshort.rope import rope_modules
     from torchtune_longshort.training import out_of_space, recipe_checkpoints
+    from torchtune_longshort.training.bad_record import record_stop
     from torchtune_longshort.training.checkpointing import saves_at
     from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
     from torchtune_longshort.training.learned_rope import average_replicated_grads
@@ -231,20 +232,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
         except DataRecordError as e:
             start.restore(self._batcher, self.generators)
             self._run_log.close()
-            skip = (" (or skip it: dataset.skip_bad_records=True)" if e.skippable else
-                    " (datasets' parser stops at it: dataset.skip_bad_records cannot skip it)")
-            source = isinstance(e, DataSourceError)
-            mend = "once the source can be read again," if source else f"mend the record{skip} and"
-            if self.global_step == 0:
-                again = ("once the source can be read again, start again" if source else
-                         f"mend the record and start again{skip}")
-                raise type(e)(f"{e}. No step had finished: no checkpoint saved; {again} with "
-                              f"overwrite_output_dir=True (output_dir={str(self.output_dir)!r} holds this run's "
-                              "start)") from None
-            if self._saved_step != self.global_step:
+            if self.global_step > 0 and self._saved_step != self.global_step:
                 self.save_checkpoint()
-            raise type(e)(f"{e}. The last good step is saved: {self.ckpts.path(self.global_step)}; {mend} "
-                          "continue with resume=True") from None
+            raise record_stop(e, self.ckpts.path(self.global_step) if self.global_step else None,
+                              self.output_dir) from None
         # out of memory (the failed step's tensors are freed by now)
         account = describe(error, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
                            self.world_size)

@@ -1,0 +1,26 @@
+"""What a run says when a data record cannot be read mid-run (``DataRecordError``; ``DataSourceError``: the source
+itself): the record's words, what was saved, and what to do. The recipe's step restores the data position the step
+started from (:class:`~torchtune_longshort.training.data_setup.StepStart`), saves the last good step as on a signal,
+then raises :func:`record_stop`'s error."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+
+
+def record_stop(e: DataRecordError, saved: Optional[str], output_dir) -> DataRecordError:
+    """The error (``e``'s type) that ends the run at the record ``e`` names: with ``saved``, the last good step's
+    folder (continue with resume=True once the record is mended or the source can be read again); None where no
+    step had finished (nothing saved: start again with overwrite_output_dir=True)."""
+    skip = (" (or skip it: dataset.skip_bad_records=True)" if e.skippable else
+            " (datasets' parser stops at it: dataset.skip_bad_records cannot skip it)")
+    source = isinstance(e, DataSourceError)
+    if saved is None:
+        again = ("once the source can be read again, start again" if source else
+                 f"mend the record and start again{skip}")
+        return type(e)(f"{e}. No step had finished: no checkpoint saved; {again} with "
+                       f"overwrite_output_dir=True (output_dir={str(output_dir)!r} holds this run's start)")
+    mend = "once the source can be read again," if source else f"mend the record{skip} and"
+    return type(e)(f"{e}. The last good step is saved: {saved}; {mend} continue with resume=True")
