@@ -49,6 +49,8 @@ from torch import nn
 from torchtune_longshort.rope.base import ScaledRoPE, default_inv_freq
 from torchtune_longshort.rope.checks import check_flag, check_positive_int
 from torchtune_longshort.rope.clex_recompute import RecomputeState, in_backward
+
+_RecomputeState = RecomputeState  # the name a whole CLEX model pickled by an earlier version refers to
 from torchtune_longshort.rope.ode import rk4_solve
 
 _ACTS = {"silu": nn.SiLU, "tanh": nn.Tanh}
