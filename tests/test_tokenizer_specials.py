@@ -185,7 +185,7 @@ def test_a_folder_without_eos_or_with_a_misspelled_bos_is_refused_naming_its_fil
     """No EOS anywhere (no ``eos_token``, no ``eos_token_id``) said what was missing and no way on; a ``bos_token``
     not in ``tokenizer.json`` named ``tokenizer_config.json`` when ``special_tokens_map.json`` held it."""
     from torchtune_longshort.models import checkpoint_tokenizer
-    from torchtune_longshort.models.source_tokenizers import TokenizerError
+    from torchtune_longshort.models.tokenizer_files import TokenizerError
 
     folder = _bpe_folder(tmp_path / "bpe", [], [])
     config = json.loads((folder / "tokenizer_config.json").read_text())

@@ -22,18 +22,12 @@ torchtune's tokenizers do (EOS kept last when end tokens are added).
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.models.tokenizer_files import read_json
+
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-
-
-def _json(path: Path) -> Dict[str, Any]:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
 
 
 def chat_template_of(folder: Path) -> Optional[str]:
@@ -43,7 +37,7 @@ def chat_template_of(folder: Path) -> Optional[str]:
     f = folder / CHAT_TEMPLATE_FILE
     if f.is_file():
         return f.read_text()
-    t = _json(folder / "tokenizer_config.json").get("chat_template")
+    t = read_json(folder / "tokenizer_config.json").get("chat_template")
     if isinstance(t, list):
         t = next((e.get("template") for e in t if isinstance(e, dict) and e.get("name") == "default"), None)
     return t if isinstance(t, str) and t else None
@@ -52,7 +46,7 @@ def chat_template_of(folder: Path) -> Optional[str]:
 def stop_ids(folder: Path, eos_id: int, extra: Sequence[int] = ()) -> List[int]:
     """EOS, ``generation_config.json``'s ``eos_token_id`` (an id or a list: e.g. Llama-3-Instruct's ``<|eot_id|>``)
     and ``extra``, each once."""
-    value = _json(folder / "generation_config.json").get("eos_token_id")
+    value = read_json(folder / "generation_config.json").get("eos_token_id")
     more = value if isinstance(value, list) else [value] if isinstance(value, int) else []
     return list(dict.fromkeys([int(eos_id), *(int(i) for i in more), *(int(i) for i in extra)]))
 

@@ -42,7 +42,8 @@ from torchtune_longshort.models.hf_rope import (
     rope_spec_from_hf_config,
     usable_length_of,
 )
-from torchtune_longshort.models.source_tokenizers import SourceTokenizer, TokenizerError
+from torchtune_longshort.models.source_tokenizers import SourceTokenizer
+from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES, TOKENIZER_FORMATS, find_tokenizer
 from torchtune_longshort.rope import has_learned_parameters
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from torchtune_longshort.models.source_tokenizers import HF_CONFIG, SourceTokenizer, TokenizerError, read_json
+from torchtune_longshort.models.source_tokenizers import HF_CONFIG, SourceTokenizer
+from torchtune_longshort.models.tokenizer_files import TokenizerError, read_json
 from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 

@@ -28,31 +28,16 @@ post-processor adds.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
 from torchtune_longshort.models.chat_messages import chat_template_of, stop_ids, tokenize_messages
+from torchtune_longshort.models.tokenizer_files import read_json
 
 HF_CONFIG = "tokenizer_config.json"
-
-
-class TokenizerError(ValueError):
-    """No tokenizer of a supported format where one was expected, or one that cannot be read."""
-
-
-def read_json(path: Path) -> Dict[str, Any]:
-    """The JSON file ``path`` beside a tokenizer as a dict (``{}`` when there is none); :class:`TokenizerError`
-    naming the file when it is not JSON."""
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
 
 
 class SourceTokenizer:

@@ -31,8 +31,12 @@ from torchtune_longshort.models.families import family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_json_tokenizer import HFJsonTokenizer
 from torchtune_longshort.models.source_tokenizers import (
-    HF_CONFIG, SentencePieceTokenizer, SourceTokenizer, TiktokenTokenizer, TokenizerError, read_json,
+    HF_CONFIG,
+    SentencePieceTokenizer,
+    SourceTokenizer,
+    TiktokenTokenizer,
 )
+from torchtune_longshort.models.tokenizer_files import TokenizerError, read_json
 
 PathLike = Union[str, Path]
 SP_FILE = "tokenizer.model"

@@ -26,7 +26,7 @@ from torchtune_longshort.models.family_builders import UnsupportedModelError, ch
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import check_decoder_source
 from torchtune_longshort.models.lora_settings import check_lora_settings
-from torchtune_longshort.models.source_tokenizers import TokenizerError
+from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.training.recipe_config.rope_node import HF_DECODER, ROPE_SCALED, check_rope_node

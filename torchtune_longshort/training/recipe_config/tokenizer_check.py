@@ -18,7 +18,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Optional
 
-from torchtune_longshort.models.source_tokenizers import TokenizerError
+from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.refusals import REFUSED, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
