@@ -217,18 +217,7 @@ class CheckpointFolder:
         check_max_position_embeddings(config, d / CONFIG_FILE)
         files = _weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
-        side = d / ROPE_SIDE_FILE
-        if has_learned_parameters((spec or {}).get("method")) and not side.is_file():
-            raise FileNotFoundError(
-                f"checkpoint {str(d)!r}: config.json names RoPE method {spec['method']!r}, whose learned parameters "
-                f"live in {ROPE_SIDE_FILE}, but {side} is missing"
-            )
-        if side.is_file() and not has_learned_parameters((spec or {}).get("method")):
-            method = spec["method"] if spec else "plain RoPE"
-            raise ValueError(
-                f"checkpoint {str(d)!r}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE "
-                f"scaling is {method!r}, which has none: config.json and the side file disagree"
-            )
+        check_rope_side_file(d, (spec or {}).get("method"), f"checkpoint {str(d)!r}")
         written_here = bool(config.get(FORMAT_KEY))
         try:
             tok_format, tok_file = find_tokenizer(d, family.tokenizer_formats)
@@ -336,6 +325,19 @@ _DIMENSION_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden
 
 
 # ----------------------------------------------------------------------------------------------- functions
+def check_rope_side_file(folder: Path, method: Optional[str], where: str, fix: str = "") -> None:
+    """Refuse, in one line prefixed with ``where``, a folder whose config.json names a RoPE ``method`` that learns
+    parameters without the side file (:data:`ROPE_SIDE_FILE`) that holds them (``fix``: what to do, after a colon),
+    or a side file beside a method that has none: the two would load another model."""
+    side = folder / ROPE_SIDE_FILE
+    if has_learned_parameters(method) and not side.is_file():
+        raise FileNotFoundError(f"{where}: config.json names RoPE method {method!r}, whose learned parameters live in "
+                                f"{ROPE_SIDE_FILE}, but {side} is missing{': ' + fix if fix else ''}")
+    if side.is_file() and not has_learned_parameters(method):
+        raise ValueError(f"{where}: {ROPE_SIDE_FILE} holds learned RoPE parameters, but config.json's RoPE scaling is "
+                         f"{method or 'plain RoPE'!r}, which has none: config.json and the side file disagree")
+
+
 def own_tensors(model: Any) -> Dict[str, torch.Tensor]:
     """A module's parameters and buffers by state-dict name, without ``state_dict()``'s hooks (for their shapes):
     QLoRA's hook dequantizes every NF4 weight onto the CPU (a 7B model's whole bf16 copy) and, on the meta device of

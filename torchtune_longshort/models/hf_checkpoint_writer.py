@@ -82,9 +82,7 @@ def write_hf_checkpoint(
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_shards(out_dir, hf_sd, max_shard_bytes, save_file)
     if rope_sd:
-        (out_dir / ROPE_SIDE_FILE).parent.mkdir(exist_ok=True)
-        save_file({k: v.float().contiguous() for k, v in rope_sd.items()}, str(out_dir / ROPE_SIDE_FILE))
-        plain_file_mode(out_dir / ROPE_SIDE_FILE)
+        write_rope_side_file(out_dir, rope_sd)
 
     config = saved_hf_config(hf_config, rope_spec, family.hf_rope_types)
     if rope_spec and not transformers_representable(rope_spec, family.hf_rope_types):
@@ -289,3 +287,14 @@ def _check_save_folder(out_dir: Path) -> None:
 
 
 __all__ = ["write_hf_checkpoint", "save_hf_checkpoint", "read_hf_config", "MAX_SHARD_BYTES"]
+
+
+def write_rope_side_file(folder: Path, rope_sd: Dict[str, torch.Tensor]) -> None:
+    """Write a model's learned RoPE parameters (CLEX's ODE) to ``folder``'s side file (:data:`ROPE_SIDE_FILE`), in
+    float32, with the mode of a plain file."""
+    from safetensors.torch import save_file
+
+    side = Path(folder) / ROPE_SIDE_FILE
+    side.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().float().contiguous().cpu() for k, v in rope_sd.items()}, str(side))
+    plain_file_mode(side)

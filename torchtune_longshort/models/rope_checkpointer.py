@@ -25,10 +25,9 @@ import torch
 from torchtune import training
 from torchtune.training import FullModelHFCheckpointer
 
-from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, load_rope_parameters
-from torchtune_longshort.models.hf_rope import ROPE_SIDE_FILE, SPEC_KEY, split_rope_state_dict
-from torchtune_longshort.output_guard import plain_file_mode
-from torchtune_longshort.rope import has_learned_parameters
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, check_rope_side_file, load_rope_parameters
+from torchtune_longshort.models.hf_checkpoint_writer import write_rope_side_file
+from torchtune_longshort.models.hf_rope import SPEC_KEY, split_rope_state_dict
 
 _ATTENTION_KEY = re.compile(r"^(layers\.\d+\.attn)\.")
 
@@ -43,15 +42,8 @@ def check_side_file(checkpoint_dir: Path) -> None:
         method = (json.loads(config_file.read_text()).get(SPEC_KEY) or {}).get("method")
     except (ValueError, AttributeError, UnicodeDecodeError):
         return
-    side = checkpoint_dir / ROPE_SIDE_FILE
-    if has_learned_parameters(method) and not side.is_file():
-        raise FileNotFoundError(f"checkpointer.checkpoint_dir={str(checkpoint_dir)!r}: config.json names RoPE method "
-                                f"{method!r}, whose learned parameters live in {ROPE_SIDE_FILE}, but {side} is "
-                                "missing: copy the step folder whole")
-    if side.is_file() and not has_learned_parameters(method):
-        raise ValueError(f"checkpointer.checkpoint_dir={str(checkpoint_dir)!r}: {ROPE_SIDE_FILE} holds learned RoPE "
-                         f"parameters, but config.json's RoPE scaling is {method or 'plain RoPE'!r}, which has "
-                         "none: config.json and the side file disagree")
+    check_rope_side_file(checkpoint_dir, method, f"checkpointer.checkpoint_dir={str(checkpoint_dir)!r}",
+                         fix="copy the step folder whole")
 
 
 class FullModelHFRopeCheckpointer(FullModelHFCheckpointer):
@@ -96,9 +88,4 @@ class FullModelHFRopeCheckpointer(FullModelHFCheckpointer):
         super().save_checkpoint(state_dict, epoch, intermediate_checkpoint=intermediate_checkpoint,
                                 adapter_only=adapter_only)
         if rope_sd:
-            from safetensors.torch import save_file
-
-            side = Path(self._output_dir) / f"epoch_{epoch}" / ROPE_SIDE_FILE
-            side.parent.mkdir(parents=True, exist_ok=True)
-            save_file({k: v.detach().float().contiguous().cpu() for k, v in rope_sd.items()}, str(side))
-            plain_file_mode(side)
+            write_rope_side_file(Path(self._output_dir) / f"epoch_{epoch}", rope_sd)
