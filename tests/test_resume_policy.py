@@ -78,6 +78,36 @@ def test_compare_refuses_window_bos_applies_max_steps_and_reads_a_left_out_key_a
         compare_resume_config(loss, {**loss, "loss": {"alpha": 0.2, "num_chunks": 4}})
 
 
+def test_an_argument_spelled_at_its_default_compares_equal_to_it_left_out():
+    """``model.act=silu`` on resuming a CLEX run whose node left ``act`` out (trained under silu) was refused
+    (``model.act: '<absent>' -> 'silu'``), as was any component argument spelled at its default. An absent argument
+    now reads as what the build used: the component's default, and a learned RoPE setting the resumed step's
+    ``longshort_rope`` (a CLEX start checkpoint's tanh is not silu). References: the signatures of CLEXRoPE and
+    torchtune_longshort.data.corpus.stdlib, and the step specs a CLEX run writes."""
+    inner = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "start"}
+    clex = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 1024,
+            "model": inner}
+    data = {"_component_": "torchtune_longshort.data.corpus.stdlib", "split": "train"}
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "model": clex, "dataset": data}
+    spec = {"method": "clex", "t_max": 2, "param_factor": 1, "act": "silu", "time_dt": 0.01, "log_scale": False}
+    explicit = {**saved, "model": {**clex, "act": "silu", "t_min": 1, "model": {**inner, "plain_rope": False}},
+                "dataset": {**data, "include_tests": True}}
+    assert compare_resume_config(saved, explicit, spec) == []
+    with pytest.raises(ValueError, match=r"resume=True .*: model\.act: 'silu' -> 'tanh'\. Resume with"):
+        compare_resume_config(saved, {**saved, "model": {**clex, "act": "tanh"}}, spec)
+    with pytest.raises(ValueError, match=r"dataset\.include_tests: True -> False"):
+        compare_resume_config(saved, {**saved, "dataset": {**data, "include_tests": False}}, spec)
+    # the run started from a CLEX checkpoint trained under tanh and kept it: act left out was tanh, not silu
+    tanh_step = {**spec, "act": "tanh"}
+    assert compare_resume_config(saved, {**saved, "model": {**clex, "act": "tanh"}}, tanh_step) == []
+    with pytest.raises(ValueError, match=r"model\.act: 'tanh' -> 'silu'"):
+        compare_resume_config(saved, explicit, tanh_step)
+    # an optimizer argument at its default: no change to log (AdamW's betas as YAML spells the tuple)
+    opt = {**saved, "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-3}}
+    assert compare_resume_config(opt, {**opt, "optimizer": {**opt["optimizer"], "betas": [0.9, 0.999],
+                                                            "weight_decay": 0.01}}, spec) == []
+
+
 def _tiny_cfg(out, tokenizer_dir, **over):
     cfg = OmegaConf.load(TINY)
     cfg.output_dir = str(out)

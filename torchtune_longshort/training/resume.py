@@ -16,12 +16,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from torchtune_longshort.models.hf_checkpoint import read_hf_config
+from torchtune_longshort.config.values import resolve_component
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
 from torchtune_longshort.config.fields import resume_policies, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
+from torchtune_longshort.rope import ROPE_METHODS
 
 # {top-level key (or nested key a section ignores): exact / applied / ignored}, from the typed config's declarations.
 # A nested node follows its top-level key (compared whole); a key the config does not declare (one an older version
@@ -31,14 +34,16 @@ OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relati
 ABSENT = "<absent>"  # a key one of the two configs does not have
 
 
-def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
+def _as_run_sees_it(config: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """``config`` with its paths resolved (:func:`~.recipe_config.paths.resolved_config`; a config saved before
     paths were resolved is read against the working directory) and those inside its ``output_dir`` written relative
-    to it, and the top-level fields it leaves out set to their defaults (:func:`~torchtune_longshort.config.fields.
-    with_own_defaults`), so that two spellings of one run compare equal."""
+    to it, the top-level fields it leaves out set to their defaults (:func:`~torchtune_longshort.config.fields.
+    with_own_defaults`) and each component node's arguments to theirs (:func:`_with_argument_defaults`), so that
+    two spellings of one run compare equal."""
     from omegaconf import OmegaConf
 
     resolved = with_own_defaults(RecipeConfig, OmegaConf.to_container(resolved_config(config), resolve=True))
+    resolved = {k: _with_argument_defaults(v, step_spec if k == "model" else None) for k, v in resolved.items()}
     out = resolved.get("output_dir")
 
     def relative(v: Any) -> Any:
@@ -51,6 +56,53 @@ def _as_run_sees_it(config: Dict[str, Any]) -> Dict[str, Any]:
         return v
 
     return relative(resolved)
+
+
+# what apply_rope_scaling takes from the model, not from a method's own default
+_FROM_THE_MODEL = ("dim", "max_seq_len", "base", "layout", "original_max_seq_len")
+
+
+def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = None) -> Any:
+    """``node`` with each ``_component_`` node in it (nested ones included) given the arguments it leaves out (or
+    sets null where null is the default) at the value the build uses: the component's signature default; for a
+    ``rope_scaled`` node, the method's own keyword defaults, and for the top-level model node over a step of the
+    same learned method (``step_spec``, the resumed step's ``longshort_rope``) the settings its learned parameters
+    were trained with (what the resumed build keeps, :meth:`~.recipe_config.components.ModelSection.resumed_node`).
+    A learned setting with no step to say it (it is the start checkpoint's) and a component that does not import
+    stay as given. ``model.act: silu`` then equals a node without ``act`` whose run trained under silu."""
+    if isinstance(node, list):
+        return [_with_argument_defaults(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _with_argument_defaults(v) for k, v in node.items()}
+    component = out.get("_component_")
+    if not isinstance(component, str):
+        return out
+    defaults: Dict[str, Any] = {}
+    method = ROPE_METHODS.get(out.get("method")) if component == ROPE_SCALED else None
+    if method is not None:
+        defaults.update({n: d for n, d in _signature_defaults(method).items()
+                         if n not in _FROM_THE_MODEL and n not in method.learned_settings})
+        defaults.update(method.kept_learned_settings(step_spec, out)[0])
+    elif component != ROPE_SCALED:
+        try:
+            defaults = _signature_defaults(resolve_component("_component_", component))
+        except Exception:  # noqa: BLE001 - a node that does not import is compared as given (the build refuses it)
+            defaults = {}
+    for name, default in defaults.items():
+        if out.get(name) is None:
+            out[name] = default
+    return out
+
+
+def _signature_defaults(target: Any) -> Dict[str, Any]:
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    # a tuple default as YAML spells it (AdamW's betas: [0.9, 0.999])
+    return {p.name: list(p.default) if isinstance(p.default, tuple) else p.default for p in params
+            if p.default is not inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
 def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
@@ -67,12 +119,15 @@ def _policy(key: str) -> str:
     return RESUME_POLICY.get(key) or RESUME_POLICY.get(key.split(".", 1)[0], "applied")
 
 
-def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None
+                          ) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
     ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved),
-    compared with their paths resolved and those inside the run's folder relative to it (:func:`_as_run_sees_it`)."""
+    compared with their paths resolved, those inside the run's folder relative to it and the defaults they leave
+    out filled (:func:`_as_run_sees_it`; ``step_spec``: the resumed step's ``longshort_rope``, which says what a
+    learned RoPE's settings left out were)."""
     broken, applied = [], []
-    old_flat, new_flat = _flat(_as_run_sees_it(saved)), _flat(_as_run_sees_it(new))
+    old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
     for key in sorted(set(old_flat) | set(new_flat)):
         a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
@@ -166,7 +221,8 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
     saved = recipe_state.get("config")
     if seed_from_state and saved is not None:
         new_config = {**new_config, "seed": recorded_seed(recipe_state)}
-    changes = compare_resume_config(saved, new_config) if saved is not None else []
+    changes = compare_resume_config(saved, new_config, CheckpointFolder.open(resume_dir).rope_spec
+                                    ) if saved is not None else []
     if recipe_state.get("adapter"):
         recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
     return recipe_state, changes
@@ -176,13 +232,14 @@ def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[s
     """What ``resume=True`` with ``new_config`` would apply to ``output_dir``'s newest resumable step, its refusal
     raised as the run's setup raises it (:func:`compare_resume_config`), read without its tensors (the state file
     memory-mapped: a large run's optimizer state is not loaded to check a config). None to compare: ``[]``."""
-    state = StepCheckpoints(output_dir).newest_state()
+    steps = StepCheckpoints(output_dir)
+    state = steps.newest_state()
     saved = None if state is None else state.get("config")
     if saved is None:
         return []
     if new_config.get("seed") is None:  # seed: null continues with the run's recorded seed
         new_config = {**new_config, "seed": recorded_seed(state)}
-    return compare_resume_config(saved, new_config)
+    return compare_resume_config(saved, new_config, CheckpointFolder.open(steps.latest(resumable=True)).rope_spec)
 
 
 def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) -> None:
