@@ -367,6 +367,18 @@ def test_a_clex_override_that_changes_a_learned_setting_says_so_as_rope_scaled_d
     assert said == ("rope_scaled: clex over the model's own clex keeps the settings its learned clex parameters were "
                     "trained with: param_factor=1, time_dt=0.01, log_scale=False; act='tanh' replaces 'silu' (the "
                     "learned parameters train on under the new value)"), said
+    # a resumed run loads its step's learned parameters, not the start's: a step trained under tanh continued with
+    # act: tanh replaces nothing (the line said "act='tanh' replaces 'silu'" on every resume); another act still warns
+    from torchtune_longshort.models.rope_scaling import learned_parameters_from
+
+    step_spec = {**folder.rope_spec, "act": "tanh"}
+    caplog.clear()
+    with caplog.at_level(logging.INFO), learned_parameters_from(step_spec):
+        assert rope_scaled(load_hf_checkpoint(clex_folder), "clex", 2 * PLAIN, act="tanh").rope_scaling["act"] == "tanh"
+        assert not caplog.records, caplog.text
+        rope_scaled(load_hf_checkpoint(clex_folder), "clex", 2 * PLAIN, act="silu")
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.endswith("act='silu' replaces 'tanh' (the learned parameters train on under the new value)"), said
 
 
 def test_misalignment_records_the_scaling_a_clex_override_ran_with(clex_folder, sp_tokenizer_dir, tmp_path):

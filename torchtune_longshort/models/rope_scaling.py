@@ -9,8 +9,10 @@ scaling in ``model.rope_scaling`` for checkpointers (see ``models.hf_rope``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -22,6 +24,24 @@ from torchtune_longshort.rope.checks import check_positive_int
 logger = logging.getLogger(__name__)
 
 _HOOKS_ATTR = "_longshort_rope_hooks"
+
+# The RoPE spec of the step whose learned parameters the model being built will load instead of its start
+# checkpoint's (a resumed run's step_<k>), set by :func:`learned_parameters_from`; None: the start checkpoint's.
+_LEARNED_FROM: contextvars.ContextVar[Optional[Dict[str, Any]]] = contextvars.ContextVar("_LEARNED_FROM",
+                                                                                         default=None)
+
+
+@contextlib.contextmanager
+def learned_parameters_from(step_spec: Optional[Dict[str, Any]]) -> Iterator[None]:
+    """Within it, ``rope_scaled`` weighs its learned settings (:func:`kept_learned_settings`) against ``step_spec``
+    (a resumed step's ``longshort_rope``, whose learned parameters the recipe then loads), not against the start
+    checkpoint's: a resumed CLEX run whose node gives ``act: tanh`` over a silu start checkpoint said
+    ``act='tanh' replaces 'silu'`` again, although its step was trained under tanh and nothing was replaced."""
+    token = _LEARNED_FROM.set(step_spec)
+    try:
+        yield
+    finally:
+        _LEARNED_FROM.reset(token)
 
 
 def rope_attention_layers(model: nn.Module) -> List[Tuple[int, nn.Module]]:
@@ -208,14 +228,17 @@ def kept_learned_settings(model: nn.Module, method: str, given: Dict[str, Any]) 
     CLEX-trained checkpoint scaled by CLEX again), those its learned parameters were trained with (CLEX's ``act``,
     ``param_factor``, ...), which the recipe then loads; {} otherwise. Said in one line: which are kept, and which
     ``given`` changes (a CLEX step trained with ``act: tanh``, continued under a node without ``act``, trained its
-    ODE under silu without a word)."""
-    previous = getattr(model, "rope_scaling", None) or {}
+    ODE under silu without a word). Within :func:`learned_parameters_from` (a resumed run) the resumed step's
+    settings are the ones weighed, and the line is said only where ``given`` changes one."""
+    resumed = _LEARNED_FROM.get()
+    previous = (resumed if resumed is not None else getattr(model, "rope_scaling", None)) or {}
     cls = ROPE_METHODS.get(method) if isinstance(method, str) else None
     if cls is None or not cls.learns_over(previous):
         return {}
     kept, changed = cls.kept_learned_settings(previous, given)
-    said = f"rope_scaled: {method} over the model's own {method} {cls.learned_settings_note(kept, changed)}"
-    (logger.warning if changed else logger.info)(said)
+    if changed or resumed is None:
+        said = f"rope_scaled: {method} over the model's own {method} {cls.learned_settings_note(kept, changed)}"
+        (logger.warning if changed else logger.info)(said)
     return kept
 
 

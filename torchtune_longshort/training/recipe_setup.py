@@ -27,6 +27,7 @@ from torchtune_longshort.devices import cpu_oversubscribed, set_rank_rng_states
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
+from torchtune_longshort.models.rope_scaling import learned_parameters_from
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.bootstrap import discard_trained_tokenizer
@@ -202,8 +203,9 @@ class RecipeSetup:
         parameters trainable, shard it across ranks when distributed."""
         cfg = self.config
         step_spec = CheckpointFolder.open(self._resume_dir).rope_spec if self._resume_dir is not None else None
-        model, self._lora = build_model(cfg.model.resumed_node(step_spec), self._device, self._dtype,
-                                        on_meta=self._distributed)
+        with learned_parameters_from(step_spec):  # a resumed step's learned RoPE, not the start's, is what loads
+            model, self._lora = build_model(cfg.model.resumed_node(step_spec), self._device, self._dtype,
+                                            on_meta=self._distributed)
         self.rope_spec = getattr(model, "rope_scaling", None)
         check_quantized_shapes(model, self.world_size)
         set_trainable(model, self._lora, cfg.train_embeddings_and_norms)
