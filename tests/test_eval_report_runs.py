@@ -246,3 +246,15 @@ def test_a_measured_setting_at_its_default_or_on_a_task_one_run_lacks_is_no_diff
                       metadata={"ppl_source": "stdlib", "passkey_depths": [50]})
     summary = build_report([c, f.parent], tmp_path / "one_ran")
     assert summary["runs"]["d"]["task_settings"]["longshort_passkey"]["passkey_depths"] == [50]
+    # the passkey task's defaults (depths, seed, haystack: in its task code, not its YAML) and a text task's (split,
+    # chunks_per_doc, ...) spelled out are the defaults left out: the report refused such a pair as not comparable
+    passkey = {"passkey_depths": [0, 25, 50, 75, 100], "passkey_seed": 0}
+    e = _measured(tmp_path / "e", "longshort_passkey", {})
+    g = _measured(tmp_path / "g", "longshort_passkey", passkey)
+    build_report([e, g], tmp_path / "passkey_same")
+    h = _measured(tmp_path / "h", "longshort_passkey", {**passkey, "passkey_seed": 1})
+    with pytest.raises(Exception, match=r"longshort_passkey's passkey_seed \(`e` 0, `h` 1\)"):
+        build_report([e, h], tmp_path / "passkey_other")
+    k = _measured(tmp_path / "k", "longshort_ppl", {"ppl_source": "stdlib", "ppl_split": "test",
+                                                      "ppl_chunks_per_doc": 1, "ppl_join_documents": False})
+    build_report([c, k], tmp_path / "ppl_same")

@@ -25,7 +25,7 @@ from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
 )
 from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES
-from torchtune_longshort.eval.tasks.common.long_text import SOURCES, flag
+from torchtune_longshort.eval.tasks.common.long_text import SOURCES, TEXT_DEFAULTS, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
 # Every task, group and tag name of the pack starts with PREFIX (its home: the ground-floor pack_prefix module).
@@ -116,6 +116,16 @@ TEXT_DATA_KEYS = ("source", "data_files", "dataset_path", "dataset_name", "split
                   "join_documents", "skip_bad_records")
 
 
+# The passkey task's settings when --metadata leaves them out (passkey/task.py reads them from here).
+PASSKEY_DEFAULTS = {"depths": [0, 25, 50, 75, 100], "seed": 0, "haystack": "filler"}
+MIS_DEFAULT_SEED = 0  # the misalignment task's mis_seed when left out (misalignment/task.py reads it from here)
+
+
+def _defaults(prefix: str, defaults: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+    """``measured_defaults`` entries ``(<prefix>_<key>, value)`` of a task's own defaults."""
+    return tuple((f"{prefix}_{k}", v) for k, v in defaults.items())
+
+
 def _keys(prefix: str, *names: str) -> Tuple[str, ...]:
     return tuple(f"{prefix}_{name}" for name in names)
 
@@ -124,7 +134,8 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
     "ppl": TaskFamily("longshort_ppl", "ppl", ("ppl", "token_nll", "curve_mean_nll"), "ppl",
                       table_metrics=("ppl",), former_names=("long_ppl",), study_names=(("ppl", "ppl"),),
                       metadata_keys=_keys("ppl", *TEXT_KEYS), fixed_context=tuple(CONTEXT_OPTIONS), generates=False,
-                      min_length=2, measured_by=_keys("ppl", *TEXT_DATA_KEYS)),
+                      min_length=2, measured_by=_keys("ppl", *TEXT_DATA_KEYS),
+                      measured_defaults=_defaults("ppl", TEXT_DEFAULTS)),
     "passkey": TaskFamily("longshort_passkey", "passkey", ("acc", "digits"), "passkey", table_metrics=("acc",),
                           study_names=(("passkey", "acc"), ("passkey_digits", "digits")),
                           value_kinds=(("passkey_haystack", "haystack"), ("passkey_depths", "percentages"),
@@ -132,7 +143,8 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                           metadata_keys=_keys("passkey", "max_seq_lengths", "num_samples", "depths", "seed",
                                               "haystack", "haystack_files", "data_files"),
                           fixed_context=("num_fewshot",), min_length=2,
-                          measured_by=_keys("passkey", "depths", "seed", "haystack", "haystack_files", "data_files")),
+                          measured_by=_keys("passkey", "depths", "seed", "haystack", "haystack_files", "data_files"),
+                          measured_defaults=_defaults("passkey", PASSKEY_DEFAULTS)),
     "misalignment": TaskFamily("longshort_misalignment", "misalignment", ("sce", "jeffreys", "js"), "mis",
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
@@ -140,7 +152,8 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                                metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
                                value_kinds=(("mis_seed", "integer"), ("mis_divergences", "divergences")),
                                fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2,
-                               measured_by=_keys("mis", *TEXT_DATA_KEYS, "seed")),
+                               measured_by=_keys("mis", *TEXT_DATA_KEYS, "seed"),
+                               measured_defaults=_defaults("mis", {**TEXT_DEFAULTS, "seed": MIS_DEFAULT_SEED})),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),

@@ -182,20 +182,26 @@ def iter_texts(
             yield text
 
 
+# The value a text task's ``<prefix>_<key>`` takes when unset (read here, and by the report's measured settings:
+# eval.tasks.TaskFamily.measured_defaults, so a run that spells one out compares equal to one that leaves it out).
+TEXT_DEFAULTS = {"source": "stdlib", "split": "test", "text_field": "text", "chunks_per_doc": 1,
+                 "join_documents": False, "skip_bad_records": False}
+
+
 def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 0) -> Iterator[str]:
     """:func:`iter_texts` configured by a task's metadata keys ``<prefix>_source``, ``<prefix>_data_files``,
     ``<prefix>_dataset_path``, ``<prefix>_dataset_name``, ``<prefix>_split``, ``<prefix>_text_field`` and
     ``<prefix>_skip_bad_records``."""
     return iter_texts(
-        source=metadata.get(f"{prefix}_source", "stdlib"),
+        source=metadata.get(f"{prefix}_source", TEXT_DEFAULTS["source"]),
         data_files=metadata.get(f"{prefix}_data_files"),
         dataset_path=metadata.get(f"{prefix}_dataset_path"),
         dataset_name=metadata.get(f"{prefix}_dataset_name"),
-        split=metadata.get(f"{prefix}_split", "test"),
-        text_field=metadata.get(f"{prefix}_text_field", "text"),
+        split=metadata.get(f"{prefix}_split", TEXT_DEFAULTS["split"]),
+        text_field=metadata.get(f"{prefix}_text_field", TEXT_DEFAULTS["text_field"]),
         min_chars=min_chars,
         alternative=f"for local data pass {prefix}_source=stdlib or {prefix}_data_files=<path or glob> in --metadata",
-        skip_bad_records=flag(metadata, f"{prefix}_skip_bad_records"),
+        skip_bad_records=flag(metadata, f"{prefix}_skip_bad_records", TEXT_DEFAULTS["skip_bad_records"]),
         skip_hint=f"or skip such records: --metadata '{{\"{prefix}_skip_bad_records\": true}}'",
         text_field_setting=f"{prefix}_text_field in --metadata",
     )
@@ -222,9 +228,9 @@ def samples_from_metadata(metadata: Dict[str, Any], prefix: str, length: int, nu
     Raises:
         TaskDataError: too few sequences, a bad source or a bad value (see :func:`fixed_length_samples`).
     """
-    join = flag(metadata, f"{prefix}_join_documents")
+    join = flag(metadata, f"{prefix}_join_documents", TEXT_DEFAULTS["join_documents"])
     try:
-        chunks = int(metadata.get(f"{prefix}_chunks_per_doc", 1))
+        chunks = int(metadata.get(f"{prefix}_chunks_per_doc", TEXT_DEFAULTS["chunks_per_doc"]))
     except (TypeError, ValueError):
         raise TaskDataError(f"{prefix}_chunks_per_doc={metadata.get(f'{prefix}_chunks_per_doc')!r}: expected an "
                             "integer >= 1") from None

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from lm_eval.api.instance import Instance
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES, VALUE_KINDS, divergence_names
+from torchtune_longshort.eval.tasks import MIS_DEFAULT_SEED, TASK_FAMILIES, VALUE_KINDS, divergence_names
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
@@ -65,7 +65,7 @@ def misalignment_dataset(**metadata: Any):
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
         samples = misalignment_samples(metadata, length)
-        rng = random.Random(f"{metadata.get('mis_seed', 0)}-{length}")
+        rng = random.Random(f"{metadata.get('mis_seed', MIS_DEFAULT_SEED)}-{length}")
         suffix_range = suffix_length_range(length)
         rows = []
         for s in samples:

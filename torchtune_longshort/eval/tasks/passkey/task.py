@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES
+from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
@@ -46,7 +46,7 @@ TASK_DESCRIPTION = (
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
 GEN_BUDGET = 16
-DEFAULT_DEPTHS = (0, 25, 50, 75, 100)
+DEFAULT_DEPTHS = tuple(PASSKEY_DEFAULTS["depths"])
 # The ``digits`` score of guessing: each place of the key holds one of 10 digits, so random digits put 1 in 10 in
 # place (the chance level that figures and reports draw for this metric).
 DIGITS_CHANCE = 1 / 10
@@ -205,13 +205,14 @@ def passkey_dataset(**metadata: Any):
     def rows_at(length: int) -> List[Dict[str, Any]]:
         if metadata.get("passkey_data_files"):
             return _rows_from_files(metadata["passkey_data_files"], length, _placeholder_row(length))
-        units = haystack_units(metadata.get("passkey_haystack", "filler"), metadata.get("passkey_haystack_files"))
+        units = haystack_units(metadata.get("passkey_haystack", PASSKEY_DEFAULTS["haystack"]),
+                               metadata.get("passkey_haystack_files"))
         samples = make_passkey_samples(
             tokenizer_from_metadata(metadata),
             length,
             depths=metadata.get("passkey_depths", DEFAULT_DEPTHS),
             num_samples=int(metadata.get("passkey_num_samples", 5)),
-            seed=int(metadata.get("passkey_seed", 0)),
+            seed=int(metadata.get("passkey_seed", PASSKEY_DEFAULTS["seed"])),
             units=units,
         )
         return [asdict(s) for s in samples]
