@@ -255,6 +255,17 @@ def _conversation(*, generate: bool):
     return msgs + [Message(role="assistant", content="" if generate else "Ok.")]
 
 
+# a template that writes each named special token the tokenizer has (transformers passes those it has only)
+SPECIALS_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                     "{% for k in ['unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'] %}"
+                     "{% if k == 'unk_token' and unk_token is defined %}unk_token={{ unk_token }} {% endif %}"
+                     "{% if k == 'sep_token' and sep_token is defined %}sep_token={{ sep_token }} {% endif %}"
+                     "{% if k == 'pad_token' and pad_token is defined %}pad_token={{ pad_token }} {% endif %}"
+                     "{% if k == 'cls_token' and cls_token is defined %}cls_token={{ cls_token }} {% endif %}"
+                     "{% if k == 'mask_token' and mask_token is defined %}mask_token={{ mask_token }} {% endif %}"
+                     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+
+
 @pytest.mark.parametrize("layout", ["llama2", "llama3", "smollm2", "qwen2"])
 def test_checkpoint_tokenizer_is_a_torchtune_model_tokenizer_with_the_folders_chat_template(family_dirs, tmp_path,
                                                                                           layout):
@@ -282,6 +293,15 @@ def test_checkpoint_tokenizer_is_a_torchtune_model_tokenizer_with_the_folders_ch
         assert "Hello!" in trained and ("Ok." in trained) != generate
         assert not any(w in trained for w in ("brief", "Hi", "More"))
     assert tok.eos_id in tok.stop_tokens
+    # apply_chat_template hands the template every named special token the tokenizer has (unk_token, pad_token,
+    # ...), not only BOS/EOS: a template that writes one rendered without it
+    (folder / "chat_template.jinja").write_text(SPECIALS_TEMPLATE)
+    tok, ref = checkpoint_tokenizer(str(folder)), AutoTokenizer.from_pretrained(str(folder))
+    msgs = _conversation(generate=False)
+    text = ref.apply_chat_template([{"role": m.role, "content": m.text_content} for m in msgs], tokenize=False)
+    assert tok({"messages": msgs})["tokens"] == ref(text, add_special_tokens=False).input_ids, text
+    named = {k: v for k, v in ref.special_tokens_map.items() if k not in ("bos_token", "eos_token")}
+    assert all(f"{k}={v}" in text for k, v in named.items()) and (layout != "smollm2" or named), text
 
 
 def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir):

@@ -25,7 +25,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.models.tokenizer_files import read_json
+from torchtune_longshort.models.tokenizer_files import named_tokens, read_json
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
@@ -49,6 +49,21 @@ def stop_ids(folder: Path, eos_id: int, extra: Sequence[int] = ()) -> List[int]:
     value = read_json(folder / "generation_config.json").get("eos_token_id")
     more = value if isinstance(value, list) else [value] if isinstance(value, int) else []
     return list(dict.fromkeys([int(eos_id), *(int(i) for i in more), *(int(i) for i in extra)]))
+
+
+def chat_template_tokens(folder: Path, bos_token: Optional[str], eos_token: Optional[str]) -> Dict[str, str]:
+    """The special tokens ``apply_chat_template`` hands a template besides the messages: the ``special_tokens_map``
+    of transformers' own tokenizer of ``folder`` (every named token it has, ``unk_token``, ``pad_token``, ... and
+    its class's defaults, e.g. Qwen2's ``unk_token``; one it lacks stays undefined, as a template may test). Where
+    transformers does not load the folder: the named tokens its files give (:func:`~torchtune_longshort.models.
+    tokenizer_files.named_tokens`), with ``bos_token`` / ``eos_token`` as the checkpoint tokenizer resolves them."""
+    from transformers import AutoTokenizer
+
+    try:
+        return dict(AutoTokenizer.from_pretrained(str(folder), local_files_only=True).special_tokens_map)
+    except Exception:  # noqa: BLE001 - a folder transformers cannot load: the files' own names
+        names = {**named_tokens(folder), "bos_token": bos_token, "eos_token": eos_token}
+        return {k: v for k, v in names.items() if v is not None}
 
 
 def render_chat_template(template: str, messages: List[Dict[str, str]], add_generation_prompt: bool,
@@ -104,7 +119,7 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     if generation_prompt:
         messages = messages[:-1]
     dicts = [{"role": m.role, "content": _text(m)} for m in messages]
-    names = {"bos_token": tok.bos_token, "eos_token": tok.eos_token}
+    names = tok.template_tokens
 
     def encode(text: str) -> List[int]:
         return tok.encode_plain(text, parse_special_tokens=True)  # a template writes special tokens as text

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort.models.source_tokenizers import HF_CONFIG, SourceTokenizer
-from torchtune_longshort.models.tokenizer_files import TokenizerError, read_json
+from torchtune_longshort.models.tokenizer_files import NAMED_TOKENS, TokenizerError, read_json
+from torchtune_longshort.models.tokenizer_files import token_of as _token_of
 from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
 
-NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
 
 
@@ -45,12 +45,6 @@ def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
             entries.append((tid, LibAddedToken(entry["content"], **flags)))
     if entries:
         tok.add_tokens([t for _, t in sorted(entries, key=lambda e: e[0])])
-
-
-def _token_of(value: Any) -> Optional[str]:
-    if isinstance(value, dict):
-        return value.get("content")
-    return value if isinstance(value, str) else None
 
 
 class HFJsonTokenizer(SourceTokenizer):

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.added_tokens import (
     AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
 )
-from torchtune_longshort.models.chat_messages import chat_template_of, stop_ids, tokenize_messages
+from torchtune_longshort.models.chat_messages import chat_template_of, chat_template_tokens, stop_ids, tokenize_messages
 from torchtune_longshort.models.tokenizer_files import read_json
 
 HF_CONFIG = "tokenizer_config.json"
@@ -138,6 +138,13 @@ class SourceTokenizer:
         """The folder's chat template (:func:`~torchtune_longshort.models.chat_messages.chat_template_of`), read
         once: a chat dataset tokenizes every row with it."""
         return chat_template_of(self.path.parent)
+
+    @functools.cached_property
+    def template_tokens(self) -> Dict[str, str]:
+        """The special tokens the chat template is rendered with (:func:`~torchtune_longshort.models.chat_messages.
+        chat_template_tokens`: ``apply_chat_template``'s, ``unk_token``, ``pad_token``, ... besides BOS/EOS), read
+        once."""
+        return chat_template_tokens(self.path.parent, self.bos_token, self.eos_token)
 
     def encode_continuation(self, text: str) -> List[int]:
         """Ids of ``text`` continuing a turn (torchtune's ``trim_leading_whitespace``): no word-start marker added
