@@ -102,6 +102,11 @@ def test_an_argument_spelled_at_its_default_compares_equal_to_it_left_out():
     assert compare_resume_config(saved, {**saved, "model": {**clex, "act": "tanh"}}, tanh_step) == []
     with pytest.raises(ValueError, match=r"model\.act: 'tanh' -> 'silu'"):
         compare_resume_config(saved, explicit, tanh_step)
+    # a default apply_rope_scaling derives when left out (the factor L'/L) is not the class's (Llama3RoPE's 8.0)
+    llama3 = {**saved, "model": {**clex, "method": "llama3", "max_seq_len": 4096}}
+    assert compare_resume_config(llama3, {**llama3, "model": {**llama3["model"], "high_freq_factor": 4.0}}) == []
+    with pytest.raises(ValueError, match=r"model\.factor: '<absent>' -> 8\.0"):
+        compare_resume_config(llama3, {**llama3, "model": {**llama3["model"], "factor": 8.0}})
     # an optimizer argument at its default: no change to log (AdamW's betas as YAML spells the tuple)
     opt = {**saved, "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-3}}
     assert compare_resume_config(opt, {**opt, "optimizer": {**opt["optimizer"], "betas": [0.9, 0.999],

@@ -81,8 +81,11 @@ def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = Non
     defaults: Dict[str, Any] = {}
     method = ROPE_METHODS.get(out.get("method")) if component == ROPE_SCALED else None
     if method is not None:
+        # not those apply_rope_scaling derives when left out (a factor L'/L, CLEX's t_max): Llama3RoPE's factor
+        # default 8.0 is not what a node without factor builds
+        derived = set(method.default_kwargs(2, 1, {}))
         defaults.update({n: d for n, d in _signature_defaults(method).items()
-                         if n not in _FROM_THE_MODEL and n not in method.learned_settings})
+                         if n not in _FROM_THE_MODEL and n not in method.learned_settings and n not in derived})
         defaults.update(method.kept_learned_settings(step_spec, out)[0])
     elif component != ROPE_SCALED:
         try:
