@@ -320,8 +320,8 @@ def test_model_check_reads_the_wrappers_metadata(monkeypatch):
 
 
 # ------------------------------------------------------------------ the report: one folder, one run
-def _fake_results(path: Path, model="longshort", name="results_2026-01-01T00-00-00.json", **args):
-    config = {"model": model, "model_args": {"pretrained": "/ckpt/a", "tokenizer": "/tok", **args}}
+def _fake_results(path: Path, model="longshort", name="results_2026-01-01T00-00-00.json", recorded=None, **args):
+    config = {"model": model, "model_args": {"pretrained": "/ckpt/a", "tokenizer": "/tok", **args}, **(recorded or {})}
     if "fingerprint" in args:
         config["checkpoint_fingerprint"] = config["model_args"].pop("fingerprint")
     path.mkdir(parents=True, exist_ok=True)
@@ -351,6 +351,18 @@ def test_report_refuses_to_mix_checkpoints_in_one_column(tmp_path):
     _fake_results(mixed_models, model="hf", name="results_2026-01-02T00-00-00.json")
     with pytest.raises(ValueError, match="model: 'longshort' vs 'hf'"):
         load_results(mixed_models)
+    # dtype / max_length spelled at what the model resolved them to (its results record it: model_dtype,
+    # max_length) are the settings left out: one run, not "dtype: None vs 'float32'"
+    resolved = {"model_dtype": "torch.float32", "max_length": 1024, "truncation": "none"}
+    spelled = tmp_path / "spelled"
+    _fake_results(spelled, recorded=resolved)
+    _fake_results(spelled, name="results_2026-01-02T00-00-00.json", recorded=resolved, dtype="float32",
+                  max_length=1024)
+    assert load_results(spelled)["longshort_ppl"]["ppl_128"] == 3.0
+    _fake_results(spelled, name="results_2026-01-03T00-00-00.json", recorded={**resolved, "model_dtype":
+                                                                              "torch.bfloat16"}, dtype="bfloat16")
+    with pytest.raises(ValueError, match="dtype: 'float32' vs 'bfloat16'"):
+        load_results(spelled)
 
 
 @pytest.mark.slow

@@ -24,6 +24,9 @@ _NOT_IDENTITY = frozenset({"batch_size", "max_batch_size", "device", "trust_remo
 # copies --model_args into every task's metadata: compared by run_identity)
 _NOT_METADATA = frozenset({"version", "config_source", MODEL_KEY})
 _UNSET = "(the task's default)"
+# (model_args key, the results config's record of the value the model resolved it to: lm-eval hf's and longshort's
+# get_model_info): `dtype=float32` given and the checkpoint's own float32 left to its default are one setting
+_RESOLVED_ARGS = (("dtype", "model_dtype"), ("max_length", "max_length"), ("truncation", "truncation"))
 
 
 def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -35,10 +38,14 @@ def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     """What one column of a report stands for, from a results file's ``config``: the lm-eval model, its
-    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out) and, for the
+    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out; dtype, max_length and
+    truncation as the model resolved them, where its results record that) and, for the
     ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
     config = data.get("config") or {}
     args = {k: str(v) for k, v in _model_args(config).items() if k not in _NOT_IDENTITY}
+    for arg, recorded in _RESOLVED_ARGS:  # what the model ran with, whether --model_args spelled it or not
+        if config.get(recorded) is not None:
+            args[arg] = str(config[recorded]).removeprefix("torch.")
     if "checkpoint_dir" in args:
         args.setdefault("pretrained", args.pop("checkpoint_dir"))
     if "pretrained" in args:
