@@ -219,3 +219,29 @@ def test_tasks_path_takes_no_arguments(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path", "--help"])
     main()
     assert capsys.readouterr().out.startswith("usage: longshort-eval tasks-path\n")
+
+
+def test_run_cli_reads_back_the_results_of_either_output_path_form(tmp_path):
+    # lm-eval's own tracker writes the files: `--output_path run/` -> run/<model>/results_<date>.json, and
+    # `--output_path run/res.json` -> run/res_<date>.json with the samples beside it; run_cli and samples_of looked
+    # under run/res.json itself and raised FileNotFoundError after a finished run
+    from lm_eval.loggers import EvaluationTracker
+
+    from torchtune_longshort.eval.cli_run import newest_written, samples_of
+
+    sample = {"doc_id": 0, "doc_hash": "a", "prompt_hash": "b", "target_hash": "c", "target": "t",
+              "arguments": [("ctx",)], "resps": [["x"]], "filtered_resps": ["x"]}
+    for output_path in (tmp_path / "folder", tmp_path / "file" / "res.json"):
+        tracker = EvaluationTracker(output_path=str(output_path))
+        tracker.general_config_tracker.model_name_sanitized = "m"
+        tracker.save_results_aggregated(results={"results": {"t": {"acc,none": 1.0}}}, samples={"t": [sample]})
+        tracker.save_results_samples(task_name="t", samples=[dict(sample)])
+        assert '"acc,none": 1.0' in newest_written(output_path, "results").read_text()
+        assert [(r["doc_id"], r["resps"]) for r in samples_of(output_path, "t")] == [(0, [["x"]])]
+    assert newest_written(tmp_path / "file" / "res.json", "results").name.startswith("res_")
+    try:
+        samples_of(tmp_path / "file" / "res.json", "other")
+    except FileNotFoundError as e:
+        assert str(e) == f"lm-eval wrote no samples_other_*.jsonl in {tmp_path / 'file'}"
+    else:
+        raise AssertionError("no FileNotFoundError")

@@ -355,8 +355,8 @@ def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
 
 
 def run_cli(args: Sequence[str]) -> Dict[str, Any]:
-    """Run ``lm-eval <args>`` in-process; when ``--output_path`` is given, return its newest ``results_*.json``
-    parsed (else ``{}``)."""
+    """Run ``lm-eval <args>`` in-process; when ``--output_path`` is given, return its newest results file parsed
+    (``results_*.json``, or ``<name>_*.json`` for ``--output_path <name>.json``; else ``{}``)."""
     quiet_upstream()
     # deferred: lm_eval (the eval model and lm-eval's CLI; torchao logs a line on import, filtered by the
     # quiet_upstream() installed first)
@@ -378,16 +378,31 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     given = option(argv, "--output_path")  # `--output_path=DIR` too (it returned {}, as if none were given)
     if given is None:
         return {}
-    out = Path(given)
-    files = sorted(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest_written(Path(given), "results").read_text())
+
+
+def newest_written(output_path: Path, kind: str) -> Path:
+    """The newest file of ``kind`` (``results``, or ``samples_<task>``) lm-eval wrote for ``--output_path
+    output_path``: ``<output_path>/<model>/<kind>_<date>.json(l)`` for a folder; for a path ending ``.json``
+    (lm-eval's file form) ``<stem>_<date>.json`` beside it for the results and ``samples_<task>_<date>.jsonl`` in
+    its folder (before, both were looked for under the ``.json`` path itself, and a finished run raised
+    ``FileNotFoundError``). ``FileNotFoundError`` naming what was looked for when there is none."""
+    output_path = Path(output_path)
+    file_form = output_path.suffix == ".json"
+    folder = output_path.parent if file_form else output_path
+    if kind == "results":
+        pattern = f"{output_path.stem}_*.json" if file_form else "results_*.json"
+    else:
+        pattern = f"{kind}_*.jsonl"
+    found = folder.glob(pattern) if file_form else folder.rglob(pattern)
+    files = sorted((p for p in found if p.is_file()), key=lambda p: p.stat().st_mtime)
     if not files:
-        raise FileNotFoundError(f"lm-eval wrote no results_*.json under {out}")
-    return json.loads(files[-1].read_text())
+        raise FileNotFoundError(f"lm-eval wrote no {pattern} {'in' if file_form else 'under'} {folder}")
+    return files[-1]
 
 
 def samples_of(output_path: Path, task: str) -> List[Dict[str, Any]]:
-    """Rows of the newest ``samples_<task>_*.jsonl`` lm-eval wrote under ``output_path`` (``--log_samples``)."""
-    files = sorted(Path(output_path).rglob(f"samples_{task}_*.jsonl"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        raise FileNotFoundError(f"no samples_{task}_*.jsonl under {output_path}")
-    return [json.loads(x) for x in files[-1].read_text().splitlines() if x.strip()]
+    """Rows of the newest ``samples_<task>_*.jsonl`` lm-eval wrote for ``--output_path output_path``
+    (``--log_samples``; a folder, or lm-eval's ``<name>.json`` file form: :func:`newest_written`)."""
+    rows = newest_written(Path(output_path), f"samples_{task}").read_text().splitlines()
+    return [json.loads(x) for x in rows if x.strip()]
