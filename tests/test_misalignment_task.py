@@ -121,3 +121,19 @@ def test_options_that_would_put_text_before_the_sequence_are_ignored(tiny_llama2
     for option in ("--num_fewshot", "--apply_chat_template", "--system_instruction"):
         assert caplog.text.count(f"longshort_misalignment: {option} ignored") == 1
     assert config["ignored_options"] == ["--num_fewshot", "--apply_chat_template", "--system_instruction"]
+
+
+def test_predict_only_writes_the_divergences_without_scoring_them(tiny_llama2_dir, sp_tokenizer_dir):
+    # lm-eval's --predict_only swaps the task's process_results for its own, which knows no next_token_divergence:
+    # the run ended in a ValueError after every request had run, with no results file (ppl's outputs lost with it)
+    from pack_helpers import run_pack
+
+    from torchtune_longshort.eval.model.adapter import LongShortLM
+    from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
+
+    lm = LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
+    meta = {"tokenizer": str(sp_tokenizer_dir), "mis_num_samples": 2, "max_seq_lengths": "64", MODEL_KEY: "longshort"}
+    res = run_pack("longshort_misalignment", meta, model=lm, predict_only=True)
+    assert res["results"]["longshort_misalignment"]["bypass,none"] == 999  # lm-eval's own predict-only value
+    (rows,) = res["samples"].values()
+    assert len(rows) == 2 and all(set(r["resps"][0][0]) == {"sce", "jeffreys", "js"} for r in rows)

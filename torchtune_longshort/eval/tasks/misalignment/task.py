@@ -105,6 +105,15 @@ class MisalignmentTask(PackTask):
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE
 
+    def process_results(self, doc: Dict[str, Any], results: Any) -> Dict[str, Any]:
+        """The divergences (:func:`process_results`); under ``--predict_only``, which swaps every task's metrics for
+        lm-eval's ``bypass`` and its ``process_results`` for lm-eval's own by output type, ``bypass`` as lm-eval's
+        own types give it (lm-eval knows no ``next_token_divergence``: the run ended in a ``ValueError`` once every
+        request had run, with no results file)."""
+        if "bypass" in self._metric_fn_list and not callable(self.config.process_results):
+            return {"bypass": None}
+        return super().process_results(doc, results)
+
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
         if reason_of(doc):
             return super().construct_requests(doc, ctx, **kwargs)  # unsent, with the reason
