@@ -137,3 +137,28 @@ def test_predict_only_writes_the_divergences_without_scoring_them(tiny_llama2_di
     assert res["results"]["longshort_misalignment"]["bypass,none"] == 999  # lm-eval's own predict-only value
     (rows,) = res["samples"].values()
     assert len(rows) == 2 and all(set(r["resps"][0][0]) == {"sce", "jeffreys", "js"} for r in rows)
+
+
+def test_use_cache_answers_a_rerun_from_the_cache(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, monkeypatch):
+    # lm-eval's CachingLM caches only loglikelihood / loglikelihood_rolling / generate_until and passed
+    # next_token_divergence through: a --use_cache rerun computed every divergence again
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.model import CachingLM
+
+    import torchtune_longshort.eval.model.adapter as adapter
+    from torchtune_longshort.eval.tasks.misalignment.task import misalignment_dataset
+
+    docs = misalignment_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), mis_num_samples=2)["test"]
+    reqs = [Instance("next_token_divergence", d, (d["text"], {"l1": d["l1"], "l2": d["l2"]}), 0) for d in docs]
+
+    def model():
+        return adapter.LongShortLM(checkpoint_dir=str(tiny_llama2_dir), tokenizer=str(sp_tokenizer_dir), device="cpu")
+
+    first = CachingLM(model(), str(tmp_path / "cache.db")).next_token_divergence(reqs)
+    assert first == model().next_token_divergence(reqs)  # the cache changes no value
+
+    def computed(*args, **kwargs):
+        raise AssertionError("computed again instead of read from the cache")
+
+    monkeypatch.setattr(adapter, "suffix_misalignment", computed)
+    assert CachingLM(model(), str(tmp_path / "cache.db")).next_token_divergence(reqs) == first
