@@ -62,6 +62,9 @@ def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, lay
                        base_model=str(folder.path))
     write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
                         tokenizer=str(folder.path))
+    # sorted, not in the order of PEFT's set (the hash seed's: each run wrote another adapter_config.json)
+    targets = json.loads((step / ADAPTER_DIR / "adapter_config.json").read_text())["target_modules"]
+    assert len(targets) >= 4 and targets == sorted(targets), targets
 
     tokens = torch.randint(3, folder.config["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
