@@ -83,6 +83,21 @@ def test_rolling_loglikelihood_matches_window_sum(tiny_llama2_dir, sp_tokenizer_
     assert len(ids) > 96 and got == pytest.approx(ref, abs=5e-4)
 
 
+def test_only_rank_0_shows_progress_bars(tiny_llama2_dir, sp_tokenizer_dir, capsys):
+    # as lm-eval's hf model: under torchrun every process drew its bars, each console line twice
+    lm = _lm(tiny_llama2_dir, sp_tokenizer_dir)
+    req = [Instance("loglikelihood_rolling", {}, ("def f():\n    return 1\n",), 0)]
+    gen = [Instance("generate_until", {}, ("def f():", {"until": ["\n"], "max_gen_toks": 2}), 0)]
+    shown = []
+    for rank in (0, 1):
+        lm._rank = rank
+        lm.loglikelihood_rolling(req)
+        lm.generate_until(gen)
+        shown.append(capsys.readouterr().err)
+    assert "longshort loglikelihood" in shown[0] and "longshort generate_until" in shown[0], shown[0]
+    assert "longshort" not in shown[1], shown[1]
+
+
 def test_kv_cache_generation_equals_full_forward_greedy(tiny_llama2_dir, sp_tokenizer_dir, hf_model):
     lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=3)
     prompts = [lm.tok_encode(t) for t in ("def f(x):", "import collections\nimport itertools\n", "class")]

@@ -98,6 +98,11 @@ class LongShortLM(TemplateLM):
     def barrier(self) -> None:
         self.processes.barrier()
 
+    def _no_bar(self, disable_tqdm: bool) -> bool:
+        """Whether this process shows no progress bar: rank 0 alone shows one, as lm-eval's ``hf`` does (under
+        torchrun every process drew its own, each line of the console twice)."""
+        return disable_tqdm or self.rank != 0
+
     # ------------------------------------------------------------------ lm-eval properties
     @property
     def eot_token_id(self) -> int:
@@ -240,7 +245,7 @@ class LongShortLM(TemplateLM):
                 done(i, results[i])
         scored = score_continuations(
             self.model, prepared, batch_size=override_bs or self.batches, pad_id=self.tokenizer.pad_id,
-            vocab_size=self.vocab_size, device=self.device, disable_tqdm=disable_tqdm,
+            vocab_size=self.vocab_size, device=self.device, disable_tqdm=self._no_bar(disable_tqdm),
             out_of_memory=lambda i, n, error: self._out_of_memory(task_names[i], n, error), done=done,
         )
         for i, result in scored.items():
@@ -328,7 +333,7 @@ class LongShortLM(TemplateLM):
         groups: Dict[str, List[int]] = defaultdict(list)
         for i, req in enumerate(requests):
             groups[repr(sorted(req.args[1].items(), key=lambda kv: kv[0]))].append(i)
-        pbar = tqdm(total=len(requests), disable=disable_tqdm, desc="longshort generate_until")
+        pbar = tqdm(total=len(requests), disable=self._no_bar(disable_tqdm), desc="longshort generate_until")
         for idxs in groups.values():
             gen_kwargs = requests[idxs[0]].args[1]
             kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
@@ -375,7 +380,7 @@ class LongShortLM(TemplateLM):
         rerun computed every divergence again."""
         out: List[Dict[str, float]] = []
         cache = getattr(self.cache_hook, "dbdict", None)  # lm-eval's SqliteDict under --use_cache, else None
-        for req in tqdm(requests, disable=disable_tqdm, desc="longshort next_token_divergence"):
+        for req in tqdm(requests, disable=self._no_bar(disable_tqdm), desc="longshort next_token_divergence"):
             key = hash_args("next_token_divergence", req.args) if cache is not None else None
             if key is not None and key in cache:
                 out.append(cache[key])
