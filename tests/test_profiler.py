@@ -9,6 +9,7 @@ recipe refused the key as unknown. ``enabled: False`` (torchtune's shipped value
 from __future__ import annotations
 
 import gzip
+import logging
 import json
 
 import pytest
@@ -101,15 +102,22 @@ def test_each_ranks_chrome_trace_carries_its_rank(tmp_path, monkeypatch, tiny_ll
     assert [n[:3] for n in names] == ["r1-", "ran"] and names[1] == "rank1_key_averages.txt", names
 
 
-def test_a_resumed_run_writes_its_traces_under_its_own_steps(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+def test_a_resumed_run_writes_its_traces_under_its_own_steps(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, caplog):
     """``iteration_<k>/`` is the run's optimizer step, also in a resumed run. Before, torchtune's handler numbered it
     by the profiler's count, which starts at 0 in every process: a run resumed at step 2 traced its step 3 into the
     first run's ``iteration_1/``, replacing its ``rank0_key_averages.txt`` (seen under 2 processes: both ranks')."""
     first = {**PROFILER, "wait_steps": 0, "warmup_steps": 0}  # each process traces its first step
-    out = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, stop_after_step=2, save_every_n_steps=2)
+    with caplog.at_level(logging.INFO):
+        out = _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, stop_after_step=2, save_every_n_steps=2)
+    # the early end is said, with the way on (before, only the summary lines: a run that looked finished)
+    said = [r.getMessage() for r in caplog.records if "stop_after_step" in r.getMessage()]
+    assert said == [f"stop_after_step=2 reached: step 2 of 4 saved at {out / 'step_2'}; continue with resume=True"]
+    caplog.clear()
     cycle = out / "profiling_outputs" / "iteration_1"
     kept = (cycle / "rank0_key_averages.txt").read_text()
-    _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, resume=True, save_every_n_steps=2)
+    with caplog.at_level(logging.INFO):
+        _run(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, first, steps=4, resume=True, save_every_n_steps=2)
+    assert not [r for r in caplog.records if "reached" in r.getMessage()]  # trained to its end
     assert sorted(p.name for p in (out / "profiling_outputs").iterdir()) == [".longshort_files", "iteration_1",
                                                                              "iteration_3"]
     assert (cycle / "rank0_key_averages.txt").read_text() == kept and len(list(cycle.glob("*.pt.trace.json.gz"))) == 1

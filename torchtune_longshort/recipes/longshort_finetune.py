@@ -217,6 +217,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
                     f"{self.ckpts.path(self.global_step)}; continue with resume=True",
                 )
                 break
+        else:
+            if stop_at < max_steps and self.global_step == stop_at:
+                utils.log_rank_zero(log, f"stop_after_step={stop_at} reached: step {stop_at} of {max_steps} saved at "
+                                         f"{self.ckpts.path(stop_at)}; continue with resume=True")
         self._profiler.stop()
         self._run_log.close()
 
