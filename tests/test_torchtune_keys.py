@@ -11,6 +11,7 @@ imports its package when built, ``lr: 3e-4`` loads as a float through ``OmegaCon
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -203,3 +204,41 @@ def test_a_study_config_given_to_the_recipe_is_named_as_one(capsys, name):
     assert caught.value.code == 2 and len(err.splitlines()) == 1, err
     assert "this is a study config" in err and "python -m torchtune_longshort.study --config <file>" in err, err
     assert "unknown config key" not in err, err
+
+
+def test_the_step_metrics_carry_the_names_torchtunes_recipes_log(tmp_path):
+    """A plot script written for torchtune's logs reads ``tokens_per_second_per_gpu``, ``loss``, ``lr`` and
+    ``grad_norm``: each recipe of torchtune 0.6.1 logs them (their source is the reference). Ours logged
+    ``tokens_per_second`` only (all processes'); torchtune's is the all-process count over the process count."""
+    import torch
+
+    from torchtune_longshort.training.metrics import JsonlMetricLogger, RunLog
+
+    folder = Path(importlib.util.find_spec("torchtune").origin).parents[1] / "recipes"
+    theirs = set()
+    for name in ("full_finetune_single_device", "full_finetune_distributed", "lora_finetune_single_device",
+                 "lora_finetune_distributed"):
+        src = (folder / f"{name}.py").read_text()
+        block = src[src.index("log_dict = {"):src.index("self._metric_logger.log_dict(", src.index("log_dict = {"))]
+        theirs |= set(re.findall(r'"(\w+)":', block))
+    theirs -= {"peak_memory_active", "peak_memory_alloc", "peak_memory_reserved"}  # CUDA only: peak_memory_gib
+    assert {"loss", "lr", "tokens_per_second_per_gpu", "grad_norm"} <= theirs
+
+    logged = []
+
+    class Logger:
+        def log_dict(self, payload, step):
+            logged.append(payload)
+
+    run = RunLog(Logger(), JsonlMetricLogger(tmp_path / "metrics.jsonl"), enabled=True)
+    run.start(total_steps=1, step=0)
+    try:
+        run.tokens = 4096
+        run.log_step(1, {"loss": 2.0, "ce": 2.0, "misalignment": 0.5, "e": 3.0}, 1e-4,
+                     {"grad_norm": torch.tensor(0.5)}, torch.device("cpu"), world_size=4)
+    finally:
+        run.close()
+    assert theirs <= set(logged[0]), sorted(theirs - set(logged[0]))
+    assert logged[0]["tokens_per_second_per_gpu"] == pytest.approx(logged[0]["tokens_per_second"] / 4)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert theirs <= set(row)

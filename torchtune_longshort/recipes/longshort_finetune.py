@@ -190,7 +190,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
             if self._distributed and not validates:  # read for this step: a signal from here on, after the next
                 self._stop_step = self.global_step + 1
             if self.global_step % cfg.log_every_n_steps == 0 or self.global_step == max_steps:
-                self._run_log.log_step(self.global_step, sums, lr, norms, self._device)
+                self._run_log.log_step(self.global_step, sums, lr, norms, self._device, self.world_size)
             self._run_log.advance()
             if validates:
                 with self._run_log.paused():  # throughput counts training time only

@@ -153,15 +153,20 @@ class RunLog:
             tqdm.write(f"step {step}: skipped {new} unreadable record(s) (dataset.skip_bad_records=True; {total} in "
                        f"this run): {'; '.join(messages[:3])}{'; ...' if new > 3 else ''}")
 
-    def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device) -> None:
+    def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device,
+                 world_size: int = 1) -> None:
         """The step's averaged loss terms with learning rate, throughput, peak memory and gradient norms
         (``grad_norm``, and ``rope_grad_norm`` where the RoPE has trainable parameters), and ``records_skipped``
-        once the run has skipped one."""
+        once the run has skipped one. Throughput: ``tokens_per_second`` (all ``world_size`` processes) and
+        ``tokens_per_second_per_gpu`` (that over ``world_size``: the name and meaning torchtune's recipes log, so a
+        script that plots their logs reads ours)."""
         dt = time.perf_counter() - self._t0
+        tps = self.tokens / dt if dt > 0 else 0.0
         metrics = {
             **sums,
             "lr": lr,
-            "tokens_per_second": self.tokens / dt if dt > 0 else 0.0,
+            "tokens_per_second": tps,
+            "tokens_per_second_per_gpu": tps / world_size,
             "peak_memory_gib": peak_memory_gib(device),
             **norms,
         }
