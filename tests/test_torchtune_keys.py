@@ -131,6 +131,23 @@ def test_torchtune_values_that_ask_for_what_the_recipe_does_are_accepted(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value", ["inf", float("inf"), "Infinity"], ids=["text", "yaml_dot_inf", "Infinity"])
+def test_clip_grad_norm_inf_is_torchtunes_log_only_setting(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, value):
+    """torchtune's recipes tell a user to set ``clip_grad_norm='inf'`` to log the gradient norm without clipping
+    (their docstrings: the reference); it was refused here ("expected a finite number > 0"). It is null's config:
+    no clipping, grad_norm logged."""
+    import torchtune
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    src = (Path(torchtune.__file__).resolve().parents[1] / "recipes" / "full_finetune_distributed.py").read_text()
+    assert "``clip_grad_norm='inf'``" in src
+    with_inf = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", clip_grad_norm=value))
+    plain = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", clip_grad_norm=None))
+    assert with_inf.clip_grad_norm is None and with_inf == plain
+    assert not (tmp_path / "out").exists()
+
+
 def _ported(name, ckpt, tok, out):
     """torchtune's installed config ``name`` ported as docs/recipe.md says: model, tokenizer and checkpointer swapped
     onto the tiny checkpoint (the model node's LoRA keys kept), the long-short keys added, nothing else touched."""

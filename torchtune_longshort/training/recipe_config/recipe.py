@@ -23,7 +23,7 @@ from torchtune_longshort.config.fields import ComponentSection, Section, setting
 from torchtune_longshort.training.recipe_config.loss import LossConfig
 from torchtune_longshort.training.recipe_config.profiler import TRACE_FOLDER, ProfilerConfig
 from torchtune_longshort.config.values import (
-    boolean, check_device, device_name, integer, number, one_of, text,
+    boolean, check_device, device_name, integer, number, one_of, refuse, text,
 )
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
 
@@ -36,6 +36,20 @@ def _dtype(path: str, value: Any) -> str:
                          "with no loss scaling (measured: a non-finite loss at step 2 of the tiny model on a CPU); use "
                          "dtype=bf16 (same memory), or fp32")
     return one_of(DTYPES)(path, value)
+
+
+def _clip_grad_norm(path: str, value: Any) -> Optional[float]:
+    """A finite number > 0; ``inf`` (YAML ``.inf``, or the text ``inf`` a command line or plain YAML gives) as
+    torchtune's recipes take it: no clipping, the norm logged (None here: ``grad_norm`` is logged either way)."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", ".inf", "infinity"):
+        return None
+    if isinstance(value, float) and value == float("inf"):
+        return None
+    try:
+        return number(0.0, inclusive=False)(path, value)
+    except ValueError:
+        raise refuse(path, value, "a finite number > 0, or inf or null (no clipping; grad_norm is logged either "
+                     "way)") from None
 
 
 @dataclass(frozen=True)
@@ -88,8 +102,9 @@ class RecipeConfig(Section):
                                              check=integer(1), resume="applied")
     equal_compute_overhead: Optional[float] = setting(
         None, doc="Appendix F: alpha > 0 runs get floor(max_steps / ratio) steps", check=number(1.0), resume="applied")
-    clip_grad_norm: Optional[float] = setting(None, doc="max gradient norm (null: no clipping)",
-                                              check=number(0.0, inclusive=False), nullable=True, resume="applied")
+    clip_grad_norm: Optional[float] = setting(None, doc="max gradient norm (null or inf, torchtune's 'log only': no "
+                                              "clipping; grad_norm is logged either way)", check=_clip_grad_norm,
+                                              nullable=True, resume="applied")
     clip_rope_separately: bool = setting(False, doc="clip the RoPE's trainable parameters (CLEX) as their own group",
                                          check=boolean, resume="applied")
     seed: Optional[int] = setting(
