@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from recipe_config import make_cfg
 
 from torchtune_longshort.models import checkpoint_tokenizer
@@ -50,6 +51,11 @@ CASES = [
     ({"tensor_parallel_dim": 2, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}},
      r"'tensor_parallel_dim' .*, 'tensor_parallel_plan' \(torchtune's key; .*tensor parallelism is not supported"),
     ({"collate_fn": "torchtune.data.padded_collate_sft"}, r"'collate_fn' \(torchtune's key; no counterpart here"),
+    # full_finetune_distributed's keys were "unknown" here, hinted at unrelated keys ('model', ...)
+    ({"enable_async_checkpointing": True}, r"^config key\(s\) this recipe does not take .*'enable_async_checkpointing'"
+                                           r" \(torchtune's key; .*enable_async_checkpointing: False is accepted"),
+    ({"ac_mode": "selective", "ac_option": 2}, r"'ac_mode' \(torchtune's name: did you mean "
+                                               r"'enable_activation_checkpointing'\? selective .*ac_mode: null is"),
     ({"tensor_parallel_dim": 2}, r"^config key\(s\) this recipe does not take at the top level: 'tensor_parallel_dim' "
                                  r"\(torchtune's key; .*tensor parallelism is not supported"),
     # a typo beside torchtune's key: each named for what it is
@@ -118,7 +124,8 @@ AS_HERE = [{"resume_from_checkpoint": False}, {"save_adapter_weights_only": Fals
            {"max_steps_per_epoch": None}, {"low_cpu_ram": False},
            {"fsdp_cpu_offload": False}, {"fsdp": {"cpu_offload": False}}, {"tensor_parallel_dim": 1},
            {"tensor_parallel_dim": 1, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.nope"}},
-           {"tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}}]
+           {"tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}},
+           {"enable_async_checkpointing": False}, {"ac_mode": None, "ac_option": None}]
 
 
 @pytest.mark.parametrize("over", AS_HERE, ids=[re.sub(r"\W", "", str(c))[:40] for c in AS_HERE])
@@ -146,6 +153,31 @@ def test_clip_grad_norm_inf_is_torchtunes_log_only_setting(tmp_path, tiny_llama2
     plain = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", clip_grad_norm=None))
     assert with_inf.clip_grad_norm is None and with_inf == plain
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("mode,expected", [("warn", 1), (2, 2), ("default", 0)], ids=["warn", "2", "default"])
+def test_cudnn_deterministic_mode_sets_torchs_debug_mode_as_torchtune_does(tmp_path, tiny_llama2_dir,
+                                                                             sp_tokenizer_dir, mode, expected):
+    """torchtune's recipes pass ``cudnn_deterministic_mode`` to ``training.set_seed(debug_mode=...)``; here it was
+    an unknown key ("did you mean ...?"). The reference: torch's mode after torchtune's own ``set_seed``."""
+    from torchtune import training
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    before = torch.get_deterministic_debug_mode()
+    try:
+        training.set_seed(0, debug_mode=mode)
+        theirs = torch.get_deterministic_debug_mode()
+        torch.set_deterministic_debug_mode(1 - expected if expected < 2 else 0)
+        LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
+                                         cudnn_deterministic_mode=mode))
+        assert torch.get_deterministic_debug_mode() == theirs == expected
+    finally:
+        torch.set_deterministic_debug_mode(before)
+    with pytest.raises(ValueError, match=r"^cudnn_deterministic_mode='strict' is not accepted: expected one of "):
+        LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out2",
+                                         cudnn_deterministic_mode="strict"))
+    assert not (tmp_path / "out2").exists()
 
 
 def _ported(name, ckpt, tok, out):
@@ -227,8 +259,6 @@ def test_the_step_metrics_carry_the_names_torchtunes_recipes_log(tmp_path):
     """A plot script written for torchtune's logs reads ``tokens_per_second_per_gpu``, ``loss``, ``lr`` and
     ``grad_norm``: each recipe of torchtune 0.6.1 logs them (their source is the reference). Ours logged
     ``tokens_per_second`` only (all processes'); torchtune's is the all-process count over the process count."""
-    import torch
-
     from torchtune_longshort.training.metrics import JsonlMetricLogger, RunLog
 
     folder = Path(importlib.util.find_spec("torchtune").origin).parents[1] / "recipes"

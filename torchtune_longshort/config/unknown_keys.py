@@ -32,6 +32,11 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
     "tensor_parallel_dim": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
     "tensor_parallel_plan": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
     "quantizer": (None, "quantization-aware training is not supported by this recipe (QLoRA: model.quantize_base)"),
+    "enable_async_checkpointing": (None, "each step_<k> is written before the next step trains"),
+    "ac_mode": ("enable_activation_checkpointing", "selective activation checkpointing is not supported by this "
+                                                   "recipe: enable_activation_checkpointing checkpoints every layer"),
+    "ac_option": ("enable_activation_checkpointing", "selective activation checkpointing is not supported by this "
+                                                     "recipe: enable_activation_checkpointing checkpoints every layer"),
 }
 
 
@@ -48,6 +53,9 @@ TORCHTUNE_AS_HERE: Dict[str, tuple] = {
     "fsdp_cpu_offload": ((False,), "no FSDP2 CPU offload"),
     "fsdp": (({"cpu_offload": False},), "no FSDP2 CPU offload"),
     "tensor_parallel_dim": ((1,), "no tensor parallelism"),
+    "enable_async_checkpointing": ((False,), "checkpoints are written synchronously"),
+    "ac_mode": ((None,), "no selective activation checkpointing"),
+    "ac_option": ((None,), "no selective activation checkpointing"),
 }
 # torchtune's recipes build tensor_parallel_plan and use it only when tensor_parallel_dim > 1
 _UNUSED_WHEN: Dict[str, Callable[[Mapping[str, Any]], bool]] = {

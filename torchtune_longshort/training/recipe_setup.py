@@ -96,7 +96,7 @@ class RecipeSetup:
         # seed: null (torchtune's): one seed drawn on rank 0 and broadcast, then recorded as the run's seed (a resume
         # takes the run's recorded one instead, _setup_output_dir)
         self._seed_drawn = config_.seed is None
-        self.seed = training.set_seed(seed=config_.seed)
+        self.seed = training.set_seed(seed=config_.seed, debug_mode=config_.cudnn_deterministic_mode)
         self._run_config = OmegaConf.to_container(cfg, resolve=True)  # saved with each step, compared on resume
         if self._seed_drawn:
             self._record_seed(self.seed)
@@ -183,7 +183,8 @@ class RecipeSetup:
         recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config,
                                                                seed_from_state=self._seed_drawn)
         if self._seed_drawn and recorded_seed(recipe_state) is not None:  # the run's seed, as an explicit resume's
-            self._record_seed(training.set_seed(seed=recorded_seed(recipe_state)))
+            self._record_seed(training.set_seed(seed=recorded_seed(recipe_state),
+                                                debug_mode=self.config.cudnn_deterministic_mode))
             utils.log_rank_zero(log, f"seed: null: resume=True continues with the run's recorded seed={self.seed}")
         check_skipped_records(recipe_state, self.config.dataset.skip_bad_records)
         self.global_step = int(recipe_state["step"])

@@ -52,6 +52,16 @@ def _clip_grad_norm(path: str, value: Any) -> Optional[float]:
                      "way)") from None
 
 
+DEBUG_MODES = ("default", "warn", "error")  # torch.set_deterministic_debug_mode's names for 0, 1, 2
+
+
+def _debug_mode(path: str, value: Any) -> Any:
+    """torchtune's ``cudnn_deterministic_mode``: a ``torch.set_deterministic_debug_mode`` value (its name or 0-2)."""
+    if value in DEBUG_MODES or (isinstance(value, int) and not isinstance(value, bool) and value in (0, 1, 2)):
+        return value
+    raise refuse(path, value, f"one of {list(DEBUG_MODES)} or 0, 1, 2 (torch.set_deterministic_debug_mode), or null")
+
+
 @dataclass(frozen=True)
 class RecipeConfig(Section):
     """``tune run torchtune_longshort/recipes/longshort_finetune.py --config <this>``."""
@@ -112,6 +122,10 @@ class RecipeConfig(Section):
         "one seed drawn when the run starts, printed and recorded as the run's seed (torchtune_config.yaml, the "
         "recipe state, metrics.jsonl); resume=True with null continues with the recorded one",
         check=integer(0), nullable=True, resume="exact")
+    cudnn_deterministic_mode: Optional[Any] = setting(
+        None, doc="torchtune's: torch.set_deterministic_debug_mode with the seed ('default'/0: cuDNN benchmark on; "
+        "'warn'/1, 'error'/2: deterministic algorithms, warn or fail on one without; null: leave torch's setting)",
+        check=_debug_mode, nullable=True, resume="applied")
     data_seed: Optional[int] = setting(None, doc="seed of the shifts e, of a position_sampler's ids and of shuffle's "
                                        "order (default: seed)", check=integer(0), resume="exact")
     shuffle: bool = setting(False, doc="read each pass's documents in torchtune's shuffle: True order (its "
