@@ -54,6 +54,11 @@ CASES = [
     # full_finetune_distributed's keys were "unknown" here, hinted at unrelated keys ('model', ...)
     ({"enable_async_checkpointing": True}, r"^config key\(s\) this recipe does not take .*'enable_async_checkpointing'"
                                            r" \(torchtune's key; .*enable_async_checkpointing: False is accepted"),
+    # torchtune's validation keys (after 0.6.1): hinted at log_every_n_steps and dataset
+    ({"run_val_every_n_steps": 10}, r"'run_val_every_n_steps' \(torchtune's name: did you mean "
+                                    r"'validation.every_n_steps'\?"),
+    ({"dataset_val": {"_component_": TEXT_COMPLETION}}, r"'dataset_val' \(torchtune's name: did you mean "
+                                                         r"'validation.dataset'\?"),
     ({"ac_mode": "selective", "ac_option": 2}, r"'ac_mode' \(torchtune's name: did you mean "
                                                r"'enable_activation_checkpointing'\? selective .*ac_mode: null is"),
     ({"tensor_parallel_dim": 2}, r"^config key\(s\) this recipe does not take at the top level: 'tensor_parallel_dim' "

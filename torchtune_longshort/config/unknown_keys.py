@@ -32,6 +32,11 @@ TORCHTUNE_NAMES: Dict[str, tuple] = {
     "tensor_parallel_dim": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
     "tensor_parallel_plan": (None, "tensor parallelism is not supported by this recipe (FSDP2 data parallel only)"),
     "quantizer": (None, "quantization-aware training is not supported by this recipe (QLoRA: model.quantize_base)"),
+    # torchtune's validation (its releases after 0.6.1): this recipe's validation node
+    "run_val_every_n_steps": ("validation.every_n_steps", "validation here is the validation node: a held-out set of "
+                                                          "fixed-length sequences, logged as val_ce / val_ppl"),
+    "dataset_val": ("validation.dataset", "validation here is the validation node: a held-out set of fixed-length "
+                                          "sequences, logged as val_ce / val_ppl"),
     "enable_async_checkpointing": (None, "each step_<k> is written before the next step trains"),
     "ac_mode": ("enable_activation_checkpointing", "selective activation checkpointing is not supported by this "
                                                    "recipe: enable_activation_checkpointing checkpoints every layer"),
