@@ -54,6 +54,9 @@ CASES = [
     # full_finetune_distributed's keys were "unknown" here, hinted at unrelated keys ('model', ...)
     ({"enable_async_checkpointing": True}, r"^config key\(s\) this recipe does not take .*'enable_async_checkpointing'"
                                            r" \(torchtune's key; .*enable_async_checkpointing: False is accepted"),
+    # torchtune's checkpointer writes .bin files with it; the recipe wrote safetensors, silently
+    ({"checkpointer.safe_serialization": False}, r"^checkpointer.safe_serialization=False is not accepted: every "
+                                                 r"step_<k> is written as safetensors .*safe_serialization: True or "),
     # torchtune's validation keys (after 0.6.1): hinted at log_every_n_steps and dataset
     ({"run_val_every_n_steps": 10}, r"'run_val_every_n_steps' \(torchtune's name: did you mean "
                                     r"'validation.every_n_steps'\?"),

@@ -233,6 +233,11 @@ class CheckpointerConfig(ComponentSection):
                 raise ValueError(f"{where}.{key}={self.args[key]!r} is not read by this recipe: it starts from "
                                  "checkpoint_dir's weights (or random ones), and resume=True continues from "
                                  f"output_dir's newest step_<k> (its recipe_state/); drop {where}.{key}")
+        safe = self.args.get("safe_serialization", True)
+        if safe is not True:  # torchtune's checkpointer then writes torch.save .bin files; this recipe never does
+            raise ValueError(f"{where}.safe_serialization={safe!r} is not accepted: every step_<k> is written as "
+                             "safetensors shards (the files transformers, lm-eval and torchtune's checkpointer read); "
+                             f"set {where}.safe_serialization: True or drop it")
         if self.checkpoint_dir is None:
             return
         if not Path(self.checkpoint_dir).exists():
