@@ -13,14 +13,14 @@ CFG = REPO / "configs" / "tiny" / "longshort_from_checkpoint.yaml"
 
 def make_cfg(ckpt, tok, out, **over):
     """The config with its checkpoint, tokenizer and output folder set, no validation, ``over`` applied (a mapping
-    value replaces the node, as a new node would)."""
+    or list value replaces the node, as a new node would)."""
     cfg = OmegaConf.load(CFG)
     cfg.checkpoint_dir = str(ckpt) if ckpt is not None else None
     cfg.tokenizer.path = str(Path(tok) / "tokenizer.model")
     cfg.output_dir = str(out)
     cfg.validation = None
     for k, v in over.items():
-        OmegaConf.update(cfg, k, v, force_add=True, merge=not isinstance(v, dict))
+        OmegaConf.update(cfg, k, v, force_add=True, merge=not isinstance(v, (dict, list)))
     return cfg
 
 

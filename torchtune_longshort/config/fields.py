@@ -140,6 +140,9 @@ class ComponentSection(Section):
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ()
     # False for a node the recipe reads but never builds: its component's arguments without a default may be absent.
     BUILT: ClassVar[bool] = True
+    # What to say when the node is a list (torchtune reads a list of datasets as their ConcatDataset); None: the
+    # generic "expected a mapping" refusal.
+    LIST_HINT: ClassVar[Optional[str]] = None
 
     def node(self):
         """The node to build with torchtune's ``config.instantiate``."""
@@ -195,6 +198,10 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
     """A ``cls`` instance from the plain mapping ``node`` (interpolations resolved); ``where`` is its path.
     ``local=False`` checks keys and values only, not what they name on this machine (files, devices): a study checks
     the recipe configs of runs whose start checkpoint does not exist yet, for a machine it may not run on."""
+    hint = getattr(cls, "LIST_HINT", None)
+    if isinstance(node, (list, tuple)) and hint is not None:
+        raise ValueError(f"{where} is a list of {len(node)} node(s), torchtune's ConcatDataset of them, which this "
+                         f"recipe does not take: {hint}")
     if not isinstance(node, Mapping):
         raise ValueError(f"{where or 'the config'}={node!r} is not accepted: expected a mapping of keys to values")
     known = set(section_keys(cls))

@@ -41,6 +41,9 @@ class DataSourceConfig(ComponentSection):
     LOCAL_CHECKS = True
 
     PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("tokenizer",)
+    LIST_HINT: ClassVar[Optional[str]] = (
+        "give one node; one torchtune builder reads several files (data_files: [a.json, b.json]), and so does "
+        "torchtune_longshort.data.corpus.local_text (path: [a, b])")
     # Turning skipping on to resume a run that stopped at a bad record continues it exactly (the records before its
     # position were all read); the resumed run logs the change.
     RESUME_APPLIED: ClassVar[Tuple[str, ...]] = (SKIP_BAD_RECORDS,)
