@@ -137,7 +137,8 @@ AS_HERE = [{"resume_from_checkpoint": False}, {"save_adapter_weights_only": Fals
            {"fsdp_cpu_offload": False}, {"fsdp": {"cpu_offload": False}}, {"tensor_parallel_dim": 1},
            {"tensor_parallel_dim": 1, "tensor_parallel_plan": {"_component_": "torchtune.models.llama3.nope"}},
            {"tensor_parallel_plan": {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}},
-           {"enable_async_checkpointing": False}, {"ac_mode": None, "ac_option": None}]
+           {"enable_async_checkpointing": False}, {"ac_mode": None, "ac_option": None},
+           {"custom_sharded_layers": None}, {"custom_sharded_layers": []}]
 
 
 @pytest.mark.parametrize("over", AS_HERE, ids=[re.sub(r"\W", "", str(c))[:40] for c in AS_HERE])

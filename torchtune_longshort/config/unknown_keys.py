@@ -59,6 +59,8 @@ TORCHTUNE_AS_HERE: Dict[str, tuple] = {
     "fsdp": (({"cpu_offload": False},), "no FSDP2 CPU offload"),
     "tensor_parallel_dim": ((1,), "no tensor parallelism"),
     "enable_async_checkpointing": ((False,), "checkpoints are written synchronously"),
+    # torchtune's default (None: no layer sharded on its own beyond each decoder layer)
+    "custom_sharded_layers": ((None, []), "each decoder layer and the output projection are their own FSDP2 units"),
     "ac_mode": ((None,), "no selective activation checkpointing"),
     "ac_option": ((None,), "no selective activation checkpointing"),
 }
