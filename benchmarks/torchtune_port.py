@@ -72,7 +72,9 @@ MENDS = {"batch_size": 64, "max_seq_len": None}  # keys a refusal asks to change
 
 def edit(c: dict, line: str):
     """Drop (or mend) the key a refusal names; its label, or None when the refusal names none."""
-    m = re.search(r"unknown config key\(s\) at the top level: '([^']+)'", line)
+    # torchtune's own keys are answered under their own heading ("... this recipe does not take ..."), typos as unknown
+    m = re.search(r"(?:unknown config key\(s\)|config key\(s\) this recipe does not take) at the top level: '([^']+)'",
+                  line)
     if m:
         return f"{m.group(1)}={c.pop(m.group(1))!r} (unknown)"
     m = re.search(r"^\S+: error: ([\w.]+)=(.*?) is not", line) or re.search(r"error: ([\w.]+)=", line)
