@@ -140,10 +140,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
         the output folder's lock is given back and the progress bar closed, so that the same process can resume.
         A resumed run already at its last step (:attr:`finished`) says so and trains nothing."""
         if self.finished:
-            limit = (f"stop_after_step={self.stop_at} (raise or drop it" if self.stop_at < self.max_steps
-                     else f"max_steps={self.max_steps} (raise it")
-            utils.log_rank_zero(log, f"Nothing to train: resumed at step {self.global_step} ({self._resume_dir}), "
-                                     f"and this run ends at step {self.stop_at}: {limit} to train on)")
+            utils.log_rank_zero(log, self.nothing_to_train())
             return
         try:
             self._train()
@@ -219,8 +216,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                 break
         else:
             if stop_at < max_steps and self.global_step == stop_at:
-                utils.log_rank_zero(log, f"stop_after_step={stop_at} reached: step {stop_at} of {max_steps} saved at "
-                                         f"{self.ckpts.path(stop_at)}; continue with resume=True")
+                utils.log_rank_zero(log, self.stopped_early())
         self._profiler.stop()
         self._run_log.close()
 

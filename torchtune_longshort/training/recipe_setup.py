@@ -268,6 +268,18 @@ class RecipeSetup:
         still spans ``max_steps`` and ``resume=True`` continues exactly where it stopped)."""
         return min(self.max_steps, self.config.stop_after_step or self.max_steps)
 
+    def nothing_to_train(self) -> str:
+        """What a resumed run already at its last step says."""
+        limit = (f"stop_after_step={self.stop_at} (raise or drop it" if self.stop_at < self.max_steps
+                 else f"max_steps={self.max_steps} (raise it")
+        return (f"Nothing to train: resumed at step {self.global_step} ({self._resume_dir}), and this run ends at "
+                f"step {self.stop_at}: {limit} to train on)")
+
+    def stopped_early(self) -> str:
+        """What a process ended by ``stop_after_step`` says (else only the summary lines of a finished run)."""
+        return (f"stop_after_step={self.stop_at} reached: step {self.stop_at} of {self.max_steps} saved at "
+                f"{self.ckpts.path(self.stop_at)}; continue with resume=True")
+
     def _setup_loss(self) -> LongShortLoss:
         loss_fn = config.instantiate(self.config.loss.node())  # a LongShortLoss (checked with the config)
         loss_fn.set_model_output(self._model)
