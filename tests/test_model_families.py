@@ -166,6 +166,21 @@ def test_llama_with_biases_or_another_head_size_is_refused(family_dirs, tmp_path
         load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "h", head_dim=32))
 
 
+def test_a_phi3_rotating_part_of_each_head_is_refused_in_either_spelling(family_dirs, tmp_path):
+    # transformers 5 writes partial_rotary_factor inside rope_parameters (Phi3Config reads it there first): a
+    # re-saved Phi-4-mini-style folder was built rotating every dimension and scored 3.5e-5 off hf's perplexity
+    from torchtune_longshort.models import UnsupportedModelError, load_hf_checkpoint
+
+    src = family_dirs["phi3"]
+    params = dict(json.loads((src / "config.json").read_text()).get("rope_parameters") or {"rope_type": "default"})
+    v5 = _copy_with_config(src, tmp_path / "v5", rope_parameters={**params, "partial_rotary_factor": 0.75})
+    with pytest.raises(UnsupportedModelError, match=r"rope_parameters\.partial_rotary_factor=0\.75 != 1"):
+        load_hf_checkpoint(v5)
+    v4 = _copy_with_config(src, tmp_path / "v4", rope_parameters=None, partial_rotary_factor=0.75)
+    with pytest.raises(UnsupportedModelError, match=r"json partial_rotary_factor=0\.75 != 1"):
+        load_hf_checkpoint(v4)
+
+
 def test_an_activation_the_builder_does_not_compute_is_refused_in_every_family(family_dirs, tmp_path):
     # each builder computes one activation whatever config.json says: a llama folder with hidden_act gelu loaded and
     # gave logits 1.2 away from transformers'; the swish spelling of SiLU loads

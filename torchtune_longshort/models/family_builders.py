@@ -44,6 +44,14 @@ def rope_theta(config: Config) -> float:
     return float(rope_theta_entry(config)[1])
 
 
+def partial_rotary_factor(config: Config) -> float:
+    """The rotated fraction of a head as transformers reads it: transformers 5's ``rope_parameters`` entry (where
+    it writes the key, Phi-3's included), else the top-level key of a 4.x config.json, else 1."""
+    parameters = config.get("rope_parameters")
+    given = parameters.get("partial_rotary_factor") if isinstance(parameters, dict) else None
+    return float(given if given is not None else config.get("partial_rotary_factor") or 1.0)
+
+
 def _need(config: Config, key: str, where: str) -> Any:
     if key not in config or config[key] is None:
         raise UnsupportedModelError(f"{where}: config.json has no {key!r}, which the {config.get('model_type')!r} "
@@ -239,9 +247,14 @@ def build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]])
 
     _check_head_dim(config, "phi3")
     _check_activation(config, "phi3")
-    if config.get("partial_rotary_factor", 1.0) != 1.0:
-        raise UnsupportedModelError("phi3: partial_rotary_factor != 1 (Phi-4-mini): torchtune's phi3 builder "
-                                    "rotates every dimension")
+    # transformers 5 writes the key inside rope_parameters: read at the top level only, a re-saved Phi-4-mini was
+    # built rotating every dimension and scored without a word
+    if partial_rotary_factor(config) != 1.0:
+        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (
+            config.get("rope_parameters") or {}) else "partial_rotary_factor"
+        raise UnsupportedModelError(f"phi3: config.json {key}={partial_rotary_factor(config)!r} != 1 (Phi-4-mini): "
+                                    "torchtune's phi3 builder rotates every dimension; name a checkpoint whose RoPE "
+                                    "rotates whole heads (Phi-3-mini, Phi-3.5-mini)")
     kw = dict(checkpoint_dims(config, "phi3"),
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
               rope_base=rope_theta(config))

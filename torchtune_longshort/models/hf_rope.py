@@ -41,7 +41,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from torchtune_longshort.models.family_builders import rope_theta
+from torchtune_longshort.models.family_builders import partial_rotary_factor, rope_theta
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 
@@ -240,9 +240,7 @@ def _rotary_dim(config: Dict[str, Any]) -> int:
     ``partial_rotary_factor``."""
     head_dim = config.get("head_dim") or int(config.get("hidden_size", 0)) // max(1, int(config.get(
         "num_attention_heads", 1)))
-    partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get(
-        "partial_rotary_factor") or 1.0
-    return int(head_dim * float(partial))
+    return int(head_dim * partial_rotary_factor(config))
 
 
 def usable_length_of(config: Dict[str, Any], spec: Optional[Dict[str, Any]]) -> int:
