@@ -327,7 +327,8 @@ def test_a_torn_weight_file_is_refused_when_the_folder_is_opened(tmp_path, base_
 @pytest.mark.parametrize("key,value", [("vocab_size", 1000), ("intermediate_size", 100), ("num_key_value_heads", 1),
                                        ("rope_theta", -1), ("max_position_embeddings", 0),
                                        ("max_position_embeddings", float("inf")),
-                                       ("max_position_embeddings", float("nan"))])
+                                       ("max_position_embeddings", float("nan")), ("num_hidden_layers", 1),
+                                       ("num_hidden_layers", 3)])
 def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(tmp_path, base_with_tokenizer, key,
                                                                                value):
     """config.json edited to another size (or copied from another model): the eval model ended in torch's multi-line
@@ -356,6 +357,19 @@ def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(t
         with pytest.raises(ValueError, match=rf"^checkpoint '{folder}': its weights do not fit its config.json "
                                              rf"\(.*num_key_value_heads=1.*\): shape .*is invalid.*{fix}"):
             opened.tune_state_dict()
+        return
+    if key == "num_hidden_layers":  # weights the model lacks or has more of: named neither the key nor the fix
+        from torchtune_longshort.training import model_setup
+
+        with pytest.raises(RuntimeError, match="Unexpected key" if value < 2 else "Missing key"):
+            build_decoder(opened).load_state_dict(opened.tune_state_dict())
+        said = rf"\(.*num_hidden_layers={value}.*\): missing=\[.*\] unexpected=\[.*\]; {fix}"
+        with pytest.raises(ValueError, match=rf"^checkpoint '{folder}': its weights do not fit its config.json {said}"):
+            load_hf_checkpoint(folder)
+        with pytest.raises(ValueError, match=rf"^checkpoint 'x' does not fit model m: its config.json {said}"):
+            model_setup.load_weights(build_decoder(opened), opened.tune_state_dict(), {}, distributed=False,
+                                     device=torch.device("cpu"), dtype=torch.float32, reshard_after_forward=True,
+                                     where="checkpoint 'x' does not fit model m", fix=opened.config_fix)
         return
     model = build_decoder(opened)
     with pytest.raises(RuntimeError, match="size mismatch"):

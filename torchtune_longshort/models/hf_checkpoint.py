@@ -290,10 +290,14 @@ class CheckpointFolder:
 
     def not_its_weights(self, detail: str) -> str:
         """The one line for weights that ``config.json`` does not describe (``detail``: which weight, how)."""
+        return f"checkpoint {str(self.path)!r}: its weights do not fit {self.config_fix(detail)}"
+
+    def config_fix(self, detail: str) -> str:
+        """``detail`` (which weights, how) framed as a config.json that does not describe them, with its dimension
+        keys and the fix: the tail of :meth:`not_its_weights`, and of the recipe's own load refusal."""
         dims = ", ".join(f"{k}={self.config[k]}" for k in _DIMENSION_KEYS if k in self.config)
-        return (f"checkpoint {str(self.path)!r}: its weights do not fit its config.json ({dims}): "
-                f"{' '.join(detail.split())}; config.json was edited or is another model's: put back the "
-                "config.json written with these weights")
+        return (f"its config.json ({dims}): {' '.join(detail.split())}; config.json was edited or is another "
+                "model's: put back the config.json written with these weights")
 
     def rope_parameters(self) -> Dict[str, torch.Tensor]:
         """The learned RoPE parameters (keyed by their name inside the RoPE module); {} if none."""
@@ -321,7 +325,7 @@ class CheckpointFolder:
 
 # the config.json entries that give the weights' shapes, named when the weights do not fit them
 _DIMENSION_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                   "num_key_value_heads", "head_dim")
+                   "num_key_value_heads", "head_dim", "tie_word_embeddings")
 
 
 # ----------------------------------------------------------------------------------------------- functions

@@ -189,10 +189,9 @@ def load_weights_into(model: nn.Module, folder: CheckpointFolder, *, learned_rop
     # RoPE caches are buffers that checkpoints do not hold; LoRA adapters are not in a base checkpoint.
     missing = [k for k in missing if "pos_embeddings" not in k and "lora_" not in k and "magnitude" not in k]
     if missing or unexpected:
-        raise ValueError(
-            f"checkpoint {str(folder.path)!r} (family {folder.family.name!r}) does not fit the model: "
-            f"missing={missing[:5]} unexpected={unexpected[:5]}"
-        )
+        # the model is built from this folder's config.json: a layer count or tied output it does not describe
+        # named neither the key nor the fix
+        raise ValueError(folder.not_its_weights(f"missing={missing[:5]} unexpected={unexpected[:5]}"))
     learned = folder.rope_parameters() if learned_rope else {}
     if learned:
         rope_module = model.layers[0].attn.pos_embeddings

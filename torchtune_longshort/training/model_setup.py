@@ -8,7 +8,7 @@ it reads the config nodes it is given and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -133,13 +133,15 @@ def shard_and_load(
 
 def load_local(
     model: nn.Module, model_sd: Dict[str, torch.Tensor], saved: Dict[str, torch.Tensor], device: torch.device,
-    where: str,
+    where: str, fix: Optional[Callable[[str], str]] = None,
 ) -> None:
-    """One process: load ``model_sd`` (refusing a checkpoint that does not fit, named by ``where``), then ``saved``."""
+    """One process: load ``model_sd`` (refusing a checkpoint that does not fit, named by ``where``, its detail
+    framed by ``fix``), then ``saved``."""
     missing, unexpected = model.load_state_dict(model_sd, strict=False)
     missing = [k for k in missing if ".pos_embeddings." not in k and "lora_" not in k and "magnitude" not in k]
     if missing or unexpected:
-        raise ValueError(f"{where}: missing={missing[:5]} unexpected={unexpected[:5]}")
+        detail = f"missing={missing[:5]} unexpected={unexpected[:5]}"
+        raise ValueError(f"{where}: {fix(detail) if fix else detail}")
     if saved:
         model.load_state_dict(saved, strict=False)
     model.to(device)
@@ -148,18 +150,20 @@ def load_local(
 def load_weights(
     model: nn.Module, model_sd: Dict[str, torch.Tensor], resumed: Dict[str, torch.Tensor], *, distributed: bool,
     device: torch.device, dtype: torch.dtype, reshard_after_forward: bool, where: str,
+    fix: Optional[Callable[[str], str]] = None,
 ) -> None:
     """Load the start weights ``model_sd`` and a resumed run's ``resumed`` weights (its adapters, learned RoPE):
     sharded with FSDP2 across ranks (:func:`shard_and_load`) or in one process (:func:`load_local`). A weight whose
     shape is not the model's (a config.json that does not describe its weights) is refused in one line naming
-    ``where``, on either path (FSDP2's load raised torch's multi-line size mismatch)."""
+    ``where``, on either path (FSDP2's load raised torch's multi-line size mismatch); ``fix`` frames the detail
+    (which weights, how) with what to do."""
     wrong = shape_mismatch(own_tensors(model), model_sd)
     if wrong is not None:
-        raise ValueError(f"{where}: {wrong}")
+        raise ValueError(f"{where}: {fix(wrong) if fix else wrong}")
     if distributed:
         shard_and_load(model, model_sd, resumed, device, dtype, reshard_after_forward=reshard_after_forward)
     else:
-        load_local(model, model_sd, resumed, device, where)
+        load_local(model, model_sd, resumed, device, where, fix)
 
 
 def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor]], learned_rope: Dict[str, torch.Tensor]):

@@ -234,6 +234,7 @@ class RecipeSetup:
             model, model_sd, resumed_weights(model, trainable, learned_rope), distributed=self._distributed,
             device=self._device, dtype=self._dtype, reshard_after_forward=cfg.fsdp_reshard_after_forward,
             where=f"checkpoint {str(self._start_dir)!r} does not fit model {cfg.model.component}",
+            fix=CheckpointFolder.open(read_dir).config_fix,
         )
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         utils.log_rank_zero(log, f"Model ready: {n_train:,} trainable parameters, dtype {self._dtype}")
