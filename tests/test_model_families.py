@@ -157,13 +157,18 @@ def test_an_unsupported_family_is_refused_listing_the_supported_ones(family_dirs
         assert why in msg
 
 
-def test_llama_with_biases_or_another_head_size_is_refused(family_dirs, tmp_path):
+def test_llama_with_biases_or_another_head_size_or_a_windowed_qwen2_is_refused_naming_the_folder(family_dirs, tmp_path):
     from torchtune_longshort.models import UnsupportedModelError, load_hf_checkpoint
 
     with pytest.raises(UnsupportedModelError, match="attention_bias=true"):
         load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "b", attention_bias=True))
-    with pytest.raises(UnsupportedModelError, match="head_dim=32 differs"):
+    with pytest.raises(UnsupportedModelError, match="head_dim=32 differs") as e:
         load_hf_checkpoint(_copy_with_config(family_dirs["llama2"], tmp_path / "h", head_dim=32))
+    # the builders know only the config: the folder is named where it is opened, with what to do instead
+    assert str(e.value).startswith(f"checkpoint {str(tmp_path / 'h')!r}: llama: ") and "--model hf" in str(e.value)
+    with pytest.raises(UnsupportedModelError, match="use_sliding_window=true") as e:
+        load_hf_checkpoint(_copy_with_config(family_dirs["qwen2"], tmp_path / "w", use_sliding_window=True))
+    assert str(e.value).startswith(f"checkpoint {str(tmp_path / 'w')!r}: qwen2: ") and "--model hf" in str(e.value)
 
 
 def test_a_phi3_rotating_part_of_each_head_is_refused_in_either_spelling(family_dirs, tmp_path):

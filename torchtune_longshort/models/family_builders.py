@@ -79,7 +79,8 @@ def _check_head_dim(config: Config, where: str) -> None:
     if hd is not None and int(hd) != derived:
         raise UnsupportedModelError(
             f"{where}: config.json head_dim={hd} differs from hidden_size // num_attention_heads = {derived}; "
-            f"torchtune's {config.get('model_type')!r} builder derives the head size and cannot build it"
+            f"torchtune's {config.get('model_type')!r} builder derives the head size and cannot build it: this "
+            f"model is not supported here (README, 'Model families'); lm-eval's --model hf evaluates it"
         )
 
 
@@ -216,7 +217,8 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     _check_activation(config, "qwen2")
     if config.get("use_sliding_window"):
         raise UnsupportedModelError("qwen2: config.json use_sliding_window=true: torchtune's qwen2 builder runs full "
-                                    "attention only")
+                                    "attention only, which is not this model; one with use_sliding_window=false "
+                                    "(Qwen2/2.5's own setting) is supported; lm-eval's --model hf evaluates this one")
     kw = dict(checkpoint_dims(config, "qwen2"),
               max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
               rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))

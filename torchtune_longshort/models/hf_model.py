@@ -17,6 +17,7 @@ from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
 from torchtune_longshort.models.families import family_named
+from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_checkpoint import (
     ROPE_SIDE_FILE,
     CheckpointFolder,
@@ -158,7 +159,7 @@ def build_decoder(
     spec = None if plain_rope else effective_rope_spec(folder, rope)
     if spec is None:
         config = folder.config if base0 is None else {**folder.config, "rope_theta": base0}
-        return folder.family.decoder(config, max_seq_len or plain_len, lora)
+        return _folder_decoder(folder, config, max_seq_len or plain_len, lora)
     target = _target_length(spec, rope, max_seq_len, plain_len)
     if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):
         # a learned RoPE (CLEX) is the module it was trained as, over its positions; a shorter run picks its t from
@@ -172,7 +173,7 @@ def build_decoder(
     original = spec.get("original_max_seq_len")
     if original is None and rope is not None:
         original = plain_len
-    model = folder.family.decoder(folder.config, original or target, lora)
+    model = _folder_decoder(folder, folder.config, original or target, lora)
     base = spec.get("base") or base0 or model.layers[0].attn.pos_embeddings.base
     kwargs = {k: v for k, v in spec.items() if k not in SPEC_CONTEXT_KEYS}
     return apply_rope_scaling(model, spec["method"], target, original_max_seq_len=original, base=base, **kwargs)
@@ -294,6 +295,16 @@ def decoder_config(node: Mapping[str, Any]) -> Dict[str, Any]:
                          "or start from a checkpoint folder (checkpointer.checkpoint_dir)")
     dims = {k: node[k] for k in (*DIMENSION_KEYS, "max_seq_len") if node.get(k) is not None}
     return family_named(node["family"]).config_from_dims(dims)
+
+
+def _folder_decoder(folder: CheckpointFolder, config: Mapping[str, Any], max_seq_len: int,
+                    lora: Optional[Dict[str, Any]]) -> nn.Module:
+    """``folder``'s family's decoder; a config.json its torchtune builder cannot build is refused naming the folder
+    (the builders know only the config)."""
+    try:
+        return folder.family.decoder(config, max_seq_len, lora)
+    except UnsupportedModelError as e:
+        raise UnsupportedModelError(f"checkpoint {str(folder.path)!r}: {e}") from None
 
 
 def hf_decoder(
