@@ -5,12 +5,13 @@ one-column heatmaps, and heatmap cells that state the n samples behind them."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from plot_helpers import check_every_series_visible, check_plain_value_axis, draw, inside_figure, no_overlap, ticks
 
 from torchtune_longshort.plots.axes import MIN_SPAN_FRACTION, WIDENED_GID, value_limits
-from torchtune_longshort.eval.report.figures import curves_figure, heatmap_figure, heatmaps, ppl_figure
+from torchtune_longshort.eval.report.figures import curves_figure, heatmap_figure, heatmaps, ppl_figure, short_label
 from torchtune_longshort.eval.report.results_io import even_cell_counts, load_cell_counts
 
 
@@ -44,13 +45,18 @@ def test_ppl_over_decades_log_with_plain_ticks():
     assert [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()] == []
 
 
+# ten folder names: two legend columns of them ran off both sides of the figure
+FOLDER_LABELS = [f"run_with_a_quite_long_folder_name_number_{i:02d}_alpha0.{i}" for i in range(10)]
 LONG_LABEL = "baseline_llama2_7b_pi_linear_scale8_alpha0.3_seed1234_finetune_longshort_step2000"
 
 
-@pytest.mark.parametrize("labels", [[f"r{i:02d}" for i in range(22)], [LONG_LABEL]])
+@pytest.mark.parametrize("labels", [[f"r{i:02d}" for i in range(22)], [LONG_LABEL],
+                                    FOLDER_LABELS],
+                         ids=["22_short", "1_long", "10_long"])
 def test_ppl_legend_of_many_runs_or_long_labels_sits_under_the_axes(labels):
     # 22 runs: the legend covered the 16k points and r18-r21 fell off the figure; one folder-name label pushed the
-    # axes into the figure's right half and was cut at its left edge (an audit)
+    # axes into the figure's right half and was cut at its left edge (an audit); ten long labels in two columns
+    # ran off both sides of the figure
     runs = {lab: {"longshort_ppl": {"ppl_1k": 10 + i, "ppl_4k": 12 + i, "ppl_16k": 15 + i}}
             for i, lab in enumerate(labels)}
     fig = draw(ppl_figure(runs))
@@ -78,6 +84,21 @@ def test_ppl_a_run_without_a_finite_value_is_named_under_the_axes():
     assert notes == ["not drawn (no finite perplexity): r3; not scored by any run: 16k tokens (reasons in the "
                      "report)"]
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["r1"]
+
+
+def test_ppl_a_length_one_run_scored_nan_breaks_its_line_and_is_named():
+    # run a scored NaN at 384 (the others scored it): its line was drawn straight from 256 to 768, as if measured
+    from torchtune_longshort.plots.axes import MISSING_GID
+
+    runs = {"a": {"longshort_ppl": {"ppl_256": 20.0, "ppl_384": float("nan"), "ppl_768": 30.0}},
+            "b": {"longshort_ppl": {"ppl_256": 21.0, "ppl_384": 25.0, "ppl_768": 29.0}}}
+    fig = draw(ppl_figure(runs))
+    a, b = fig.axes[0].lines
+    assert list(a.get_xdata()) == [256, 384, 768] and list(b.get_xdata()) == [256, 384, 768]
+    assert a.get_ydata()[0] == 20.0 and math.isnan(a.get_ydata()[1]) and a.get_ydata()[2] == 30.0
+    assert list(b.get_ydata()) == [21.0, 25.0, 29.0]
+    notes = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == MISSING_GID]
+    assert notes == ["no finite perplexity at 384 tokens: a (its line breaks there) (reasons in the report)"]
 
 
 def test_ppl_single_length():
@@ -176,6 +197,23 @@ def test_per_position_points_sit_at_the_centre_of_the_positions_they_average():
     line = curves_figure({"run": {5: [1.0, 3.0, 5.0, 7.0, 9.0]}}, bucket=2).axes[0].lines[0]
     assert list(line.get_xdata()) == [0.5, 2.5, 4.0] and list(line.get_ydata()) == [2.0, 6.0, 9.0]
     assert line.get_label() == "run L=5 (means of 2 positions)"
+
+
+def test_per_position_legend_of_many_curves_sits_under_the_axes_and_curves_past_ten_differ():
+    # 7 runs x 3 lengths of folder-name labels: the legend covered most of the curves, its labels uncut, and the
+    # 11th curve had the 1st's colour and style
+    curves = {f"{LONG_LABEL}_{i}": {256: [1.0 + i] * 256, 384: [2.0] * 384, 768: [3.0] * 768} for i in range(7)}
+    fig = draw(curves_figure(curves))
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    inside_figure(fig, fig.legends[0])
+    renderer = fig.canvas.get_renderer()
+    assert fig.legends[0].get_window_extent(renderer).y1 <= ax.xaxis.label.get_window_extent(renderer).y0
+    shown = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(shown) == 21 and all(t.split(" L=")[0] in (short_label(r) for r in curves) for t in shown)
+    styles = [(ln.get_color(), ln.get_linestyle()) for ln in ax.lines]
+    assert len(set(styles)) == 21
+    assert list(ax.lines[0].get_ydata()) == [1.0] * 256  # the data, unchanged
 
 
 def test_per_position_legend_says_which_curves_average_positions():

@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import (
-    MISSING_GID, fraction_text, heatmap_size, length_axis, note_missing, series_style, value_axis, wrapped_title,
+    LINESTYLES, MISSING_GID, fraction_text, heatmap_size, length_axis, note_missing, series_style, value_axis,
+    wrapped_title,
 )
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -94,16 +95,21 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     xs, ys = [], []
     points = {run: ppl_points(res.get(PPL_TASK, {})) for run, res in runs.items()}
     undrawn = [run for run, pts in points.items() if not pts and PPL_TASK in runs[run]]
-    asked = {metric_length(k, "ppl") for res in runs.values() for k in res.get(PPL_TASK, {})} - {None}
+    asked_by = {run: {metric_length(k, "ppl") for k in res.get(PPL_TASK, {})} - {None} for run, res in runs.items()}
+    asked = set().union(*asked_by.values())
     unscored = sorted(asked - {n for pts in points.values() for n, _ in pts})  # NaN in every run: no point at all
     points = {run: pts for run, pts in points.items() if pts}
+    # a length one run scored NaN (others scored it): a break in that run's line, named, never joined over
+    gaps = {run: sorted(asked_by[run] - {n for n, _ in pts} - set(unscored)) for run, pts in points.items()}
     # many runs, or long labels (folder names): the legend goes under the axes, in columns, never over the lines
     outside = len(points) > 6 or max((len(r) for r in points), default=0) > 24
-    fig = Figure(figsize=(6, 4 + (0.22 * math.ceil(len(points) / 2) if outside else 0)), layout="constrained")
+    ncols = legend_columns([short_label(r) for r in points], 6.0)
+    fig = Figure(figsize=(6, 4 + (0.22 * math.ceil(len(points) / ncols) if outside else 0)), layout="constrained")
     ax = fig.subplots()
     for i, (run, pts) in enumerate(points.items()):
-        ax.plot([x for x, _ in pts], [y for _, y in pts], label=short_label(run),
-                **series_style(i, len(points), len(pts)))
+        line = sorted(pts + [(n, float("nan")) for n in gaps[run]])
+        ax.plot([x for x, _ in line], [y for _, y in line], label=short_label(run),
+                **series_style(i, len(points), len(line)))
         xs += [x for x, _ in pts]
         ys += [y for _, y in pts]
     if not xs:
@@ -112,13 +118,22 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
     value_axis(ax, ys)
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("perplexity")
-    legend = (fig.legend(loc="outside lower center", ncols=2, fontsize=7) if outside else ax.legend(fontsize=8))
+    legend = (fig.legend(loc="outside lower center", ncols=ncols, fontsize=7) if outside else ax.legend(fontsize=8))
     ax.grid(alpha=0.3)
     missing = ([f"not drawn (no finite perplexity): {', '.join(undrawn)}"] if undrawn else []) + (
-        [f"not scored by any run: {', '.join(length_label(n) for n in unscored)} tokens"] if unscored else [])
+        [f"not scored by any run: {', '.join(length_label(n) for n in unscored)} tokens"] if unscored else []) + (
+        [f"no finite perplexity at {', '.join(length_label(n) for n in g)} tokens: {run} (its line breaks there)"
+         for run, g in gaps.items() if g])
     if missing:  # a run, or a length, without a finite perplexity is named, not left out without a word
         note_missing(ax, f"{'; '.join(missing)} (reasons in the report)", 6, below=legend if outside else None)
     return fig
+
+
+def legend_columns(labels: Sequence[str], width_in: float, fontsize: float = 7.0, most: int = 2) -> int:
+    """Columns (at most ``most``) of a legend of ``labels`` under the axes that keep it within ``width_in`` inches:
+    two columns of 48-character labels ran off both sides of a 6-inch figure."""
+    entry = 0.6 + 0.6 * fontsize / 72 * max((len(t) for t in labels), default=0)  # handle + text, inches
+    return max(1, min(most, len(labels), int(width_in // entry)))
 
 
 def short_label(label: str, most: int = 48) -> str:
@@ -135,25 +150,33 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
     one position says how many in its legend entry."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4), layout="constrained")
+    entries = [(run, length, curve) for run, by_len in curves.items() for length, curve in sorted(by_len.items())]
+    labels = []
+    for run, length, curve in entries:
+        b = bucket or max(1, len(curve) // 200)
+        # each curve gets its own bucket (about 200 points): say it, or a 1k curve's 5-position means read as
+        # a smoother loss than a 256 curve's single positions beside it
+        labels.append(f"{short_label(run)} L={length}" + (f" (means of {b} positions)" if b > 1 else ""))
+    # many curves, or long labels (run folders): the legend goes under the axes, never over the curves
+    outside = len(entries) > 6 or max((len(t) for t in labels), default=0) > 40
+    ncols = legend_columns(labels, 7.0)
+    fig = Figure(figsize=(7, 4 + (0.2 * math.ceil(len(entries) / ncols) if outside else 0)), layout="constrained")
     ax = fig.subplots()
     ys_all: List[float] = []
-    for run, by_len in curves.items():
-        for length, curve in sorted(by_len.items()):
-            b = bucket or max(1, len(curve) // 200)
-            # a point at the centre of the positions it averages (the last bucket may be shorter)
-            xs = [(i + min(i + b, len(curve)) - 1) / 2 for i in range(0, len(curve), b)]
-            ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
-            # each curve gets its own bucket (about 200 points): say it, or a 1k curve's 5-position means read as
-            # a smoother loss than a 256 curve's single positions beside it
-            ax.plot(xs, ys, label=f"{run} L={length}" + (f" (means of {b} positions)" if b > 1 else ""))
-            ys_all += ys
+    for k, ((run, length, curve), label) in enumerate(zip(entries, labels)):
+        b = bucket or max(1, len(curve) // 200)
+        # a point at the centre of the positions it averages (the last bucket may be shorter)
+        xs = [(i + min(i + b, len(curve)) - 1) / 2 for i in range(0, len(curve), b)]
+        ys = [sum(curve[i : i + b]) / len(curve[i : i + b]) for i in range(0, len(curve), b)]
+        # past ten curves the colours repeat: the line style tells them apart
+        ax.plot(xs, ys, label=label, color=f"C{k % 10}", linestyle=LINESTYLES[(k // 10) % len(LINESTYLES)])
+        ys_all += ys
     value_axis(ax, ys_all, log_span=float("inf"))
     ax.set_xlabel("position (tokens)")
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title("Per-position loss")
     if ys_all:
-        ax.legend(fontsize=7)
+        fig.legend(loc="outside lower center", ncols=ncols, fontsize=7) if outside else ax.legend(fontsize=7)
     return fig
 
 
