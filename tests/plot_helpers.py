@@ -195,4 +195,5 @@ def claims_cfg(seeds=(0, 1, 2), quick=False, **fields):
     methods = fields.pop("methods", None)
     return study(L=512, alphas=fields.pop("alphas", (0.0, 0.1)), seeds=seeds, quick=quick, methods=methods,
                  finetune={"max_steps": 1, "overrides": {"e_range": [1, "L/2"]}},
-                 ppl_lengths=[128, 512], passkey_lengths=[128, 512], misalignment_lengths=[512], **fields)
+                 ppl_lengths=fields.pop("ppl_lengths", [128, 512]), passkey_lengths=[128, 512],
+                 misalignment_lengths=[512], **fields)

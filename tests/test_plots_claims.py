@@ -4,6 +4,8 @@ Spearman rho beside the pooled one (checked against scipy), and panels that say 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from matplotlib.colors import to_rgba
 from plot_helpers import check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
@@ -192,3 +194,32 @@ def test_base_figure_without_a_per_position_curve_says_so():
     notes = [t.get_text() for t in fig.axes[1].texts if t.get_gid() == MISSING_GID]
     assert len(notes) == 1 and "no per-position loss" in notes[0].replace("\n", " ")
     assert len(fig.axes[1].get_yticks()) == 0
+
+
+def test_base_figure_breaks_its_line_at_a_length_without_a_value_and_names_it():
+    # the base scored 128 and 1k but not 512 (refused): 512 was left off the axis, the line joined 128 to 1k unnamed
+    from torchtune_longshort.study.claim_figures import base_figure
+
+    cfg = claims_cfg(ppl_lengths=[128, 512, 1024])
+    base = {"status": "ok", "results": {"longshort_ppl": {"ppl_128": 20.0, "ppl_1k": 900.0}}, "curves": {},
+            "not_scored": {"longshort_ppl": "longshort_ppl at length 512: refused"}}
+    ax = draw(base_figure(cfg, base)).axes[0]
+    line = ax.lines[0]
+    assert list(line.get_xdata()) == [128, 512, 1024]
+    y = line.get_ydata()
+    assert y[0] == 20.0 and math.isnan(y[1]) and y[2] == 900.0
+    notes = [" ".join(t.get_text().split()) for t in ax.texts if t.get_gid() == MISSING_GID]
+    assert len(notes) == 1 and notes[0].startswith("no perplexity at 512: "), notes
+
+
+def test_alpha_curve_breaks_at_an_alpha_without_a_value():
+    # alpha 0.1 failed between two alphas with values: the ppl line went straight from 0 to 0.3
+    cfg = claims_cfg(seeds=[0], alphas=(0.0, 0.1, 0.3))
+    ok = lambda v: {"status": "ok", "results": {"longshort_ppl": {"ppl_512": v}}}  # noqa: E731
+    recs = {"pi_a0_s0": ok(30.0), "pi_a0.1_s0": {"status": "failed", "stage": "train"}, "pi_a0.3_s0": ok(28.0)}
+    ax = draw(alpha_figure(cfg, recs)).axes[0]
+    line = ax.containers[0].lines[0]
+    assert list(line.get_xdata()) == [0, 1, 2]
+    y = line.get_ydata()
+    assert y[0] == 30.0 and math.isnan(y[1]) and y[2] == 28.0
+    assert "run failed (train)" in " ".join(t.get_text() for t in ax.texts if t.get_gid() == MISSING_GID)

@@ -41,6 +41,18 @@ def test_study_misalignment_near_equal_no_offset():
     assert _note(ax) == ""  # every cell drawn: no note
 
 
+def test_line_figure_breaks_a_line_at_a_cell_without_a_value():
+    # alpha 0 has no value at 512 (its run could not fill the length): the line was drawn straight from 256 to 1k
+    lengths = [256, 512, 1024]
+    t = table({0.0: [40.0, None, 80.0], 0.3: [41.0, 50.0, 82.0]}, lengths)
+    fig = draw(line_figure(lengths_cfg(lengths), t, lengths, "perplexity"))
+    ax = fig.axes[0]
+    a0, a3 = [c.lines[0] for c in ax.containers]  # each errorbar's data line
+    assert list(a0.get_xdata()) == lengths and np.isnan(a0.get_ydata()[1])
+    assert [a0.get_ydata()[0], a0.get_ydata()[2]] == [40.0, 80.0] and list(a3.get_ydata()) == [41.0, 50.0, 82.0]
+    assert "alpha=0 at 512" in _note(ax)
+
+
 _TOO_SHORT = ("longshort_ppl at length {L}: only {k} of num_samples=8 sequences of length={n} tokens could be cut "
               "(longest document: 300 tokens): use a source with longer documents, raise chunks_per_doc, or lower "
               "the length / num_samples")

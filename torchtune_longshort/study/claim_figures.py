@@ -6,6 +6,7 @@ quick marks)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -157,9 +158,10 @@ def alpha_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
                     pts.append((j, statistics.fmean(vals), sd))
                     counts.append(len(vals))
                 else:
+                    pts.append((j, math.nan, math.nan))  # the line breaks there, never joined over
                     missing.append((f"ppl {length_label(n)}", f"alpha={a:g}", why_empty(
                         recs, [r.key for r in cfg.runs_of(m, a)], metric_of("ppl", n)[0], length_label(n))))
-            if pts:
+            if any(math.isfinite(p[1]) for p in pts):
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
                             label=f"ppl {length_label(n)}", **series_style(i, len(lengths), len(pts)))
                 ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
@@ -242,14 +244,21 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     from matplotlib.figure import Figure
 
     L0 = cfg.L0
-    lengths = [n for n in cfg.eval.ppl_lengths if metric_value(base, *metric_of("ppl", n)) is not None]
+    asked = list(cfg.eval.ppl_lengths)
+    values = [metric_value(base, *metric_of("ppl", n)) for n in asked]
+    lengths = [n for n, v in zip(asked, values) if v is not None and math.isfinite(v)]
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    ppl = [metric_value(base, *metric_of("ppl", n)) for n in lengths]
-    ax1.plot(lengths, ppl, marker="o")
+    ppl = [v if v is not None else math.nan for v in values]
+    # a length without a value keeps its tick and breaks the line (never joined over, never left out unnamed)
+    ax1.plot(asked if lengths else [], ppl if lengths else [], marker="o")
     value_axis(ax1, ppl)
     if lengths:
-        length_axis(ax1, lengths)
+        length_axis(ax1, asked)
+    gaps = [f"{length_label(n)}: {why_empty({'base': base}, ['base'], metric_of('ppl', n)[0], length_label(n))}"
+            for n, v in zip(asked, values) if v is None or not math.isfinite(v)]
+    if gaps:
+        note_missing(ax1, "no perplexity at " + "; ".join(gaps), 4.5)
     ax1.set_xlabel("sequence length (tokens)")
     ax1.set_ylabel("perplexity")
     ax1.set_title("base (unscaled RoPE): ppl against length", fontsize=9)

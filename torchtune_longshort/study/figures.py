@@ -83,7 +83,10 @@ def line_figure(cfg: StudyConfig, table: Dict[str, Any], lengths: List[int], yla
                 style = series_style(i, len(rows), len(lengths))
                 if row["alpha"] is None:  # the base: a reference, not one of the compared losses
                     style["linestyle"] = (0, (5, 2))
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
+                # a cell without a value between two with one breaks the line (NaN), never joined over
+                line = [(x, c["mean"], c["sd"] or 0.0) if c["mean"] is not None else (x, math.nan, math.nan)
+                        for x, c in zip(lengths, cells) if pts[0][0] <= x <= pts[-1][0]]
+                ax.errorbar([p[0] for p in line], [p[1] for p in line], yerr=[p[2] for p in line], capsize=3,
                             label=row["label"] if row["alpha"] is not None else "base (reference)", **style)
                 ys_all += [p[1] - p[2] for p in pts] + [p[1] + p[2] for p in pts]
         length_axis(ax, list(lengths) + [cfg.L0, cfg.L])
