@@ -428,6 +428,33 @@ def test_a_report_without_a_ppl_figure_says_why(tmp_path):
     assert "NaN" not in (tmp_path / "rep" / "summary.json").read_text() and summary["files"][0] == "report.md"
 
 
+def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_its_tables_and_csv(tmp_path, monkeypatch,
+                                                                                          capsys):
+    # an environment without matplotlib: a traceback and no report.md, summary.json or per_position_loss.csv
+    import sys
+
+    _write(tmp_path / "r", {"longshort_ppl": {"ppl_512,none": 9.0}, "longshort_passkey": {"acc_512_d0,none": 1.0}},
+           {"longshort_ppl": [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}]})
+    import matplotlib  # noqa: F401  (in sys.modules, for the context below to put back)
+
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+        main([str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "matplotlib" in ln]
+    assert len(err) == 1 and "No figures: matplotlib cannot be imported" in err[0] and "pip install" in err[0]
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["per_position_loss.csv", "report.md",
+                                                                      "summary.json"]
+    rows = list(csv.DictReader((tmp_path / "rep" / "per_position_loss.csv").open()))
+    assert [float(r["mean_nll"]) for r in rows] == [1.0, 2.0, 3.0]
+    assert "No figures: matplotlib cannot be imported" in (tmp_path / "rep" / "report.md").read_text()
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["files"] == ["report.md", "summary.json", "per_position_loss.csv"]
+    assert summary["longshort_ppl"]["ppl"]["r"] == {"512": 9.0}
+    # matplotlib back: the rerun into the same --out draws the figures
+    main([str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
+    assert (tmp_path / "rep" / "ppl_vs_length.png").exists() and (tmp_path / "rep" / "per_position_loss.png").exists()
+
+
 def test_the_runs_table_names_a_model_setting_such_as_a_rope_override(tmp_path):
     # the base evaluated with rope=yarn,rope_factor=2 read as the plain base in the runs table (its model_args were in
     # the results file only)

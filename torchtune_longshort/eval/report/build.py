@@ -30,6 +30,7 @@ naming the task and each run's value unless ``--allow-mixed`` is given; then the
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -247,7 +248,8 @@ def _write_report(out_dir: Path, names, results_dirs, runs, summary, runs_table,
     summary["run_provenance"] = run_prov
     md = ["# Evaluation report", "", "## Runs", "", runs_table, ""] + [n + "\n" for n in run_notes + curve_notes]
     md += [s + "\n" for s in sections]
-    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in files if f.endswith(".png")), ""] if files else []
+    pngs = [f for f in files if f.endswith(".png")]
+    md += ["Figures: " + ", ".join(f"[{f}]({f})" for f in pngs), ""] if pngs else []
     md += ["## Provenance", "", "Report built by:", "", provenance_markdown(prov), ""]
     for name, p in run_prov.items():
         md += [f"Run `{name}`:", "", provenance_markdown(p) if p else NOT_RECORDED, ""]
@@ -291,25 +293,34 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve is named
     with the reason (:func:`runs.no_curve_note`), not silently left out of the curve plot."""
     files: List[str] = []
-    fig = ppl_figure(runs)
+    try:  # a declared dependency; an environment without it still gets its tables, JSON and CSV
+        import matplotlib  # noqa: F401
+        no_plots = None
+    except ImportError as e:
+        no_plots = (f"No figures: matplotlib cannot be imported ({e}): `pip install matplotlib` and rerun the same "
+                    "command to draw them.")
+        print(f"[longshort-eval-report] {no_plots}", file=sys.stderr)
+    fig = ppl_figure(runs) if no_plots is None else None
     if fig is not None:
         save_figure(fig, out_dir / "ppl_vs_length.png", dpi=120)
         files.append("ppl_vs_length.png")
     curves = {name: load_curves(d) for name, d in dirs.items()}
     notes = [no_curve_note(run, runs[run].get(PPL_TASK, {}), summary["runs"][run], dirs[run], PPL_TASK)
              for run, c in curves.items() if not c and finite(runs[run].get(PPL_TASK, {}).values())]
-    if fig is None and any(PPL_TASK in r for r in runs.values()):  # the task ran, and no figure: say why
+    if no_plots is not None:
+        notes.insert(0, no_plots)
+    elif fig is None and any(PPL_TASK in r for r in runs.values()):  # the task ran, and no figure: say why
         notes.insert(0, f"No `ppl_vs_length.png`: no run has a finite {PPL_TASK} perplexity at any length (the "
                         "reasons: \"Not scored\" below).")
     curves = {k: v for k, v in curves.items() if v}
     if curves:
-        write_curves(curves, out_dir)
-        files += ["per_position_loss.csv", "per_position_loss.png"]
+        write_curves(curves, out_dir, png=no_plots is None)
+        files += ["per_position_loss.csv"] + (["per_position_loss.png"] if no_plots is None else [])
         summary["per_position_mean_nll"] = {
             run: {str(L): sum(c) / len(c) for L, c in by.items()} for run, by in curves.items()
         }
     counts = {run: load_cell_counts(d) for run, d in dirs.items()}
-    for (family, run, metric), grid in heatmaps(runs).items():
+    for (family, run, metric), grid in (heatmaps(runs) if no_plots is None else {}).items():
         what = CELL_LABELS.get(metric, metric)
         name = f"heatmap_{family}{'' if metric == 'acc' else '_' + metric}_{run}.png".replace("/", "_")
         title, n = f"{family}: {what} by depth x length ({run})", counts[run].get(current_name(family))

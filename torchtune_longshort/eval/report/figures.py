@@ -180,12 +180,14 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
     return fig
 
 
-def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: Path, bucket: int = 0) -> Dict[str, Path]:
+def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: Path, bucket: int = 0,
+                 png: bool = True) -> Dict[str, Path]:
     """Write per-position loss curves: ``per_position_loss.csv`` (run, length, position, mean_nll) and a PNG.
 
     Args:
         curves: ``{run label: {length: per-position mean NLL}}``.
         bucket: average this many positions per plotted point (0: about 200 points per curve).
+        png: draw the PNG too (False: matplotlib cannot be imported; the CSV alone)
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +199,8 @@ def write_curves(curves: Mapping[str, Mapping[int, Sequence[float]]], out_dir: P
             for length, curve in sorted(by_len.items()):
                 for pos, v in enumerate(curve):
                     w.writerow([run, length, pos, f"{v:.6f}"])
-    png = out_dir / "per_position_loss.png"
-    save_figure(curves_figure(curves, bucket), png, dpi=120)
-    return {"csv": csv_path, "png": png}
+    if not png:
+        return {"csv": csv_path}
+    png_path = out_dir / "per_position_loss.png"
+    save_figure(curves_figure(curves, bucket), png_path, dpi=120)
+    return {"csv": csv_path, "png": png_path}
