@@ -27,6 +27,7 @@ import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval.cli_argv import option
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.refusals import quiet_when_the_reader_leaves, refuse, refusing, stoppable
@@ -57,12 +58,15 @@ def _evaluate(args) -> None:
     # quiet_upstream() installed before these)
     import lm_eval
     from lm_eval.__main__ import cli_evaluate
+    from lm_eval.utils import setup_logging
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
     from torchtune_longshort.eval.task_index import pack_only_index
 
+    setup_logging()  # lm-eval's CLI does it first too: the pack's own lines (lm_eval_argv's) then print as lm-eval's
+    follow_lm_eval_logging()
     if "-h" in args or "--help" in args or not args:
         print(cli_messages.help_preamble())
     argv = lm_eval_argv(args)

@@ -21,6 +21,7 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.cli_argv import canonical_options, home_expanded, option
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
 from torchtune_longshort.eval.model.generation import not_greedy
@@ -362,9 +363,12 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     # quiet_upstream() installed first)
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
+    from lm_eval.utils import setup_logging
 
     from torchtune_longshort.eval.task_index import pack_only_index
 
+    setup_logging()  # as lm-eval's CLI (and longshort-eval) first: the pack's lines print as lm-eval's own
+    follow_lm_eval_logging()
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
     check_arguments(argv[1:])
     saved, written = sys.argv, SavedResults()

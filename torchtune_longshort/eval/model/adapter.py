@@ -42,6 +42,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.chat import no_template_message, render, template_tokenizer
 from torchtune_longshort.eval.model.generation import greedy_generate, not_greedy
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
@@ -66,6 +67,7 @@ class LongShortLM(TemplateLM):
 
     def __init__(self, pretrained: Optional[str] = None, **model_args: Any) -> None:
         super().__init__()
+        follow_lm_eval_logging()  # its lines print as lm-eval's own (where lm-eval's logging is set up)
         args = parse_model_args(pretrained=pretrained, **model_args)
         self.args = args
         self.checkpoint_dir = args.checkpoint_dir

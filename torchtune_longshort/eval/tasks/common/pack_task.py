@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import (
     CONTEXT_OPTIONS,
@@ -111,6 +112,7 @@ class PackTask(ConfigurableTask):
     SUMMED_OVER_PROCESSES = ("not_scored", "not_scored_lengths")
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        follow_lm_eval_logging()  # stock lm_eval --include_path: the pack's lines print as lm-eval's own
         config = dict(config or {})
         config.pop("class", None)  # lm-eval passes the YAML's ``class`` key through; TaskConfig rejects it
         base = config.pop(BASE_KEY, None)

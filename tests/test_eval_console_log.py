@@ -1,0 +1,88 @@
+"""The pack's log lines print as lm-eval's own (torchtune_longshort.eval.console_log): with lm-eval's logging set up
+as its CLI sets it up (``lm_eval.utils.setup_logging``, the root logger without handlers), a pack INFO line shows in
+lm-eval's format, once, and LMEVAL_LOG_LEVEL=WARNING quiets it as it quiets lm-eval's INFO lines. Before, the pack's
+INFO lines never printed and its warnings came bare (logging's last resort)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+
+import lm_eval.utils
+import pytest
+
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.model.response_cache import drop_refusals
+from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
+
+# lm-eval's console format: "%(asctime)s %(levelname)-8s [%(short_name)s:%(lineno)d] %(message)s"
+LINE = re.compile(r"^(\d{4}-\d\d-\d\d:\d\d:\d\d:\d\d) (\w+)( +)\[([\w.]+):(\d+)\] (.*)$")
+DROPPED = "--use_cache: 1 refused request(s) of an earlier run dropped from the cache, to be asked again"
+
+
+@pytest.fixture
+def cli_logging(monkeypatch):
+    """lm-eval's logging as a fresh CLI process has it (its handler on the test's stderr, no root handler); every
+    logger touched is put back afterwards."""
+    loggers = [logging.getLogger(n) for n in ("lm_eval", "torchtune_longshort")]
+    for lg in loggers:
+        monkeypatch.setattr(lg, "handlers", [])
+        monkeypatch.setattr(lg, "propagate", True)
+    monkeypatch.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", False)
+    monkeypatch.delenv("LMEVAL_LOG_LEVEL", raising=False)
+    levels = [lg.level for lg in loggers]
+    yield
+    for lg, level in zip(loggers, levels):
+        lg.setLevel(level)
+
+
+@contextlib.contextmanager
+def _no_root_handler():
+    """The root logger without pytest's capture handlers (added per test phase), as in a CLI process."""
+    saved = logging.root.handlers[:]
+    logging.root.handlers.clear()
+    try:
+        yield
+    finally:
+        logging.root.handlers[:] = saved
+
+
+def _setup_and_log(capsys) -> list:
+    with _no_root_handler():
+        lm_eval.utils.setup_logging()  # what lm-eval's CLI (and longshort-eval) does first
+        assert follow_lm_eval_logging()
+        logging.getLogger("lm_eval.evaluator").info("lm-eval's own line")
+        logging.getLogger("lm_eval.evaluator").warning("lm-eval's own warning")
+        assert drop_refusals({"k": RefusedText("too long"), "kept": "text"}) == 1  # the pack's INFO line
+        logging.getLogger("torchtune_longshort.eval.tasks.common.unavailable").warning("a pack warning")
+    return capsys.readouterr().err.splitlines()
+
+
+def test_pack_info_line_prints_in_lm_eval_format_once(cli_logging, capsys):
+    err = _setup_and_log(capsys)
+    ours = [line for line in err if DROPPED in line]
+    assert len(ours) == 1, err  # once: not again through the root logger
+    theirs, mine = LINE.match(next(line for line in err if "lm-eval's own line" in line)), LINE.match(ours[0])
+    assert theirs and mine, err
+    assert (mine[2], mine[3], mine[6]) == (theirs[2], theirs[3], DROPPED)  # level, its padding, the message
+    assert mine[4] == "torchtune_longshort.eval.model.response_cache"
+    warned = LINE.match(next(line for line in err if "a pack warning" in line))
+    assert warned and warned[2] == "WARNING", err  # not the bare message of logging's last resort
+
+
+def test_lmeval_log_level_quiets_the_pack_as_it_quiets_lm_eval(cli_logging, capsys, monkeypatch):
+    monkeypatch.setenv("LMEVAL_LOG_LEVEL", "WARNING")
+    err = "\n".join(_setup_and_log(capsys))
+    assert "lm-eval's own line" not in err and DROPPED not in err
+    assert "lm-eval's own warning" in err
+    assert re.search(r" WARNING  \[torchtune_longshort\.[\w.]+:\d+\] a pack warning", err), err
+
+
+def test_nothing_changes_without_lm_eval_set_up_or_with_a_root_handler(cli_logging):
+    with _no_root_handler():
+        assert follow_lm_eval_logging() is False  # lm-eval's logging not set up: the library's records go to the root
+    lm_eval.utils.setup_logging()
+    logging.root.addHandler(logging.NullHandler())  # an application's own logging (pytest's capture alike)
+    assert follow_lm_eval_logging() is False
+    assert logging.getLogger("torchtune_longshort").propagate and not logging.getLogger("torchtune_longshort").handlers
