@@ -301,6 +301,60 @@ def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_b
         plain.apply_chat_template(chat)
 
 
+@pytest.mark.parametrize("folder", ["named", "single"])
+def test_apply_chat_template_name_picks_the_template_hf_picks(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, caplog,
+                                                              folder):
+    """``--apply_chat_template <name>`` with ``--model longshort`` was silently unused (the whole dict of named
+    templates went to the results file). Now the template picked is lm-eval ``hf``'s (``TemplateLM.chat_template``
+    on transformers' tokenizer of the same folder): the named one of a tokenizer with named templates, which the
+    prompts render through, an unknown name refused (before the model loads too); a single template with one
+    warning, as hf warns."""
+    import logging
+    import shutil
+    from types import SimpleNamespace
+
+    from lm_eval.api.model import TemplateLM
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    tok = tmp_path / "tok"
+    shutil.copytree(sp_tokenizer_dir, tok)
+    (tok / "chat_template.jinja").write_text(CHAT)
+    tool = "{% for m in messages %}TOOL:{{ m['content'] }}{% endfor %}"
+    if folder == "named":
+        (tok / "additional_chat_templates").mkdir()
+        (tok / "additional_chat_templates" / "tool_use.jinja").write_text(tool)
+    hf = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(str(tok)))  # what lm-eval's hf picks from
+    lm = _lm(tiny_llama2_dir, tok)
+    chat = [{"role": "user", "content": "2+2?"}]
+    name = "tool_use" if folder == "named" else "foo"
+    with caplog.at_level(logging.WARNING):
+        assert lm.chat_template(name) == TemplateLM.chat_template(hf, name) == (tool if folder == "named" else CHAT)
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("torchtune_longshort")]
+    theirs = [r.getMessage() for r in caplog.records if r.name.startswith("lm_eval")]
+    assert len(ours) == len(theirs) == (0 if folder == "named" else 1), caplog.records
+    assert lm.apply_chat_template(chat) == ("TOOL:2+2?" if folder == "named" else "<user>2+2?</user><assistant>")
+    assert TemplateLM.chat_template(hf, True) == CHAT  # the default, when no name is given
+    assert lm.chat_template(True) == (tool if folder == "named" else CHAT)  # the prompts keep the name lm-eval gave
+    argv = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={tok}",
+            "--tasks", "longshort_passkey", "--device", "cpu", "--apply_chat_template", "nope"]
+    if folder == "single":
+        check_arguments(argv)  # hf warns and uses the template
+        return
+    with pytest.raises(ValueError, match="not available"):
+        TemplateLM.chat_template(hf, "nope")
+    with pytest.raises(ValueError, match=r"--apply_chat_template nope: .* no chat template named 'nope': give one of "
+                                         r"\['default', 'tool_use'\]"):
+        lm.chat_template("nope")
+    assert lm.chat_template(True) == tool  # the refused name changed nothing
+    assert _lm(tiny_llama2_dir, tok).chat_template(True) == CHAT  # no name: the default, as hf
+    for model in ("longshort", "hf"):  # refused before any weight is read (hf raised once the model had loaded)
+        with pytest.raises(ValueError, match="no chat template named 'nope'"):
+            check_arguments([a if a != "longshort" else model for a in argv])
+    check_arguments(argv[:-1] + ["tool_use"])
+
+
 def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
     """``--gen_kwargs do_sample=True`` with ``--model longshort`` (greedy only) was refused at the first generation,
     after the model loaded and any earlier task ran (exit 2, no results file); now before lm-eval starts, unless no

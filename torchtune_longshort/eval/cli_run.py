@@ -23,7 +23,8 @@ from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
-from torchtune_longshort.eval.model.chat import lacks_template, no_template_message, template_tokenizer
+from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
+                                                 template_tokenizer)
 from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
@@ -146,6 +147,7 @@ def check_arguments(out: List[str]) -> None:
     parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--metadata", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--gen_kwargs", nargs="+", action=MergeDictAction, default=None)
+    parser.add_argument("--apply_chat_template", type=str, nargs="?", const=True, default=False)  # as lm-eval's
     given = parser.parse_known_args(out)[0]
     if include_path_covers(out, option(out, "--include_path") or ""):
         bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO, tasks=task_names(out))
@@ -167,10 +169,12 @@ def check_arguments(out: List[str]) -> None:
         why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them
         if why and any(generates(n) for n in task_names(out)):
             raise ValueError(f"--gen_kwargs {why}")
-        chat = _flag_given(out, "--apply_chat_template")
-        if chat and not _every_task_ignores(task_names(out), "apply_chat_template") and \
-                template_tokenizer(args.tokenizer.path) is None:
-            raise ValueError(no_template_message(args.tokenizer.path))
+        if _flag_given(out, "--apply_chat_template"):
+            chat = template_tokenizer(args.tokenizer.path)
+            if chat is None and not _every_task_ignores(task_names(out), "apply_chat_template"):
+                raise ValueError(no_template_message(args.tokenizer.path))
+            if chat is not None:  # a name its named templates lack (lm-eval asks the model for it whatever the tasks)
+                select_template(chat.chat_template, template_name(given.apply_chat_template), args.tokenizer.path)
     elif (given.model_args or {}).get("pretrained") is not None:
         _refuse_missing_folder(str(given.model_args["pretrained"]), model)
         # hf: transformers' "Cannot use chat template functions ..." came once the model had loaded, with no fix
@@ -178,6 +182,10 @@ def check_arguments(out: List[str]) -> None:
         if model == "hf" and tokenizer.exists() and _flag_given(out, "--apply_chat_template") and \
                 not _every_task_ignores(task_names(out), "apply_chat_template") and lacks_template(tokenizer):
             raise ValueError(no_template_message(tokenizer))
+        name = template_name(given.apply_chat_template) if model == "hf" and tokenizer.exists() else None
+        chat = template_tokenizer(tokenizer) if name is not None else None
+        if chat is not None and isinstance(chat.chat_template, dict):  # hf raised it once the model had loaded
+            select_template(chat.chat_template, name, tokenizer)
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
 

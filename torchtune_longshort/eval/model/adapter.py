@@ -29,6 +29,7 @@ Scoring lives in :mod:`~torchtune_longshort.eval.model.scoring`, decoding in
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import defaultdict
 from functools import partial
@@ -43,7 +44,8 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from tqdm.auto import tqdm
 
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
-from torchtune_longshort.eval.model.chat import no_template_message, render, template_tokenizer
+from torchtune_longshort.eval.model.chat import (no_template_message, render, select_template, template_name,
+                                                 template_tokenizer)
 from torchtune_longshort.eval.model.generation import greedy_generate, not_greedy
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
@@ -59,6 +61,8 @@ from torchtune_longshort.metrics.misalignment import suffix_misalignment
 from torchtune_longshort.provenance import provenance
 
 __all__ = ["LongShortLM", "TokenLoglikelihood"]
+
+logger = logging.getLogger(__name__)
 
 
 @register_model("longshort")
@@ -82,6 +86,7 @@ class LongShortLM(TemplateLM):
         self.batch_sizes = self.batches.sizes  # what auto ran: lm-eval writes its values in the results' config
         self.vocab_size = int(args.hf_config["vocab_size"])
         self._chat: Optional[Any] = None  # transformers' tokenizer of the chat template, once asked for
+        self._chat_name: Optional[str] = None  # --apply_chat_template <name> (None: the tokenizer's default)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's ``--use_cache`` hands its response cache here first: refusals stored by an earlier run are
@@ -136,21 +141,32 @@ class LongShortLM(TemplateLM):
         return str(self.tokenizer.path)
 
     def chat_template(self, chat_template: Any = False) -> Optional[str]:
-        """lm-eval's ``--apply_chat_template``: the tokenizer folder's template (:mod:`.chat`), None when it has none
-        (as lm-eval's ``hf`` answers: lm-eval asks it for the results file before any task runs, and a run whose
-        tasks all ignore the option, ``longshort_ppl`` alone, needs none)."""
+        """lm-eval's ``--apply_chat_template [name]``: the tokenizer folder's template (:mod:`.chat`), None when it
+        has none (as lm-eval's ``hf`` answers: lm-eval asks it for the results file before any task runs, and a run
+        whose tasks all ignore the option, ``longshort_ppl`` alone, needs none). A name picks one of the tokenizer's
+        named templates, as ``hf`` picks it (an unknown name: ``ValueError`` naming those it has; a tokenizer with
+        a single template: one warning), and the prompts render through it."""
         if chat_template is False or chat_template is None:
             return None
         if self._chat is None:
             self._chat = template_tokenizer(self.tokenizer.path)
-        return None if self._chat is None else self._chat.chat_template
+        if self._chat is None:
+            return None
+        name = template_name(chat_template)
+        template, warning = select_template(self._chat.chat_template, name or self._chat_name, self.tokenizer.path)
+        if name is not None:  # lm-eval passes the name here once; the prompts then ask with True
+            self._chat_name = name
+            if warning:
+                logger.warning(warning)
+        return template
 
     def apply_chat_template(self, chat_history: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
         """A prompt through the template; refused in one line when the tokenizer has none (``longshort-eval``
         refuses such a run before it starts, unless every task ignores the option)."""
-        if self.chat_template(True) is None:
+        template = self.chat_template(True)
+        if template is None:
             raise ValueError(no_template_message(self.tokenizer.path))
-        return render(self._chat, chat_history, add_generation_prompt)
+        return render(self._chat, chat_history, add_generation_prompt, template)
 
     def get_model_info(self) -> dict:
         """Extra fields for lm-eval's results ``config`` block, with the project's provenance block (lm-eval calls

@@ -1,12 +1,19 @@
 """Chat templates for the ``longshort`` model (lm-eval's ``--apply_chat_template``): the tokenizer folder's own
 template (``chat_template.jinja``, or ``chat_template`` in ``tokenizer_config.json``), rendered by transformers'
 tokenizer as lm-eval's ``hf`` model renders it, so both models see the same prompt text. The ``longshort`` model
-still encodes with its own tokenizer."""
+still encodes with its own tokenizer.
+
+``--apply_chat_template <name>`` picks a template as lm-eval's ``hf`` picks it (``TemplateLM.chat_template``): from a
+tokenizer with named templates (``chat_template`` a dict: ``additional_chat_templates/<name>.jinja`` beside
+``chat_template.jinja``, the ``default``) the one of that name, refused in one line naming the names it has; a
+tokenizer with a single template uses it, with one warning that the name is not used. Before, the name was silently
+unused. The prompts render through the template picked (lm-eval 0.4.13's ``hf`` records the named template in the
+results but renders the tokenizer's default)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 def template_tokenizer(path: Path) -> Optional[Any]:
@@ -42,13 +49,40 @@ def no_template_message(path: Path) -> str:
             "folder that has one (--model_args tokenizer=...)")
 
 
-def render(tokenizer: Any, chat_history: List[Dict[str, str]], add_generation_prompt: bool) -> str:
-    """The prompt text of ``chat_history`` (lm-eval ``hf``'s ``apply_chat_template``: a template that refuses the
-    system role is tried again without it)."""
+def template_name(chat_template: Any) -> Optional[str]:
+    """The template name in lm-eval's ``apply_chat_template`` value (``--apply_chat_template <name>``): a string
+    other than true/false, else None (the tokenizer's default template)."""
+    if isinstance(chat_template, str) and chat_template.strip().lower() not in ("true", "false", ""):
+        return chat_template
+    return None
+
+
+def select_template(templates: Any, name: Optional[str], path: Path) -> Tuple[str, Optional[str]]:
+    """The template of ``templates`` (a tokenizer's ``chat_template``: one template, or a dict of named ones) that
+    ``--apply_chat_template [name]`` picks, as lm-eval's ``TemplateLM.chat_template`` (its ``hf`` model) picks it,
+    and the warning to log (None: none). ``ValueError`` in one line for a name the dict lacks, or a dict without
+    ``default`` and no name."""
+    if isinstance(templates, dict):
+        key = "default" if name is None else name
+        if key not in templates:
+            given = "--apply_chat_template" if name is None else f"--apply_chat_template {name}"
+            raise ValueError(f"{given}: the tokenizer at {path} has no chat template named {key!r}: give one of "
+                             f"{sorted(templates)} (--apply_chat_template <name>)")
+        return templates[key], None
+    if name is None:
+        return templates, None
+    return templates, (f"--apply_chat_template {name}: the tokenizer at {path} has a single chat template, not named "
+                       "ones: that template is used (as lm-eval's hf does)")
+
+
+def render(tokenizer: Any, chat_history: List[Dict[str, str]], add_generation_prompt: bool,
+           template: Optional[str] = None) -> str:
+    """The prompt text of ``chat_history`` through ``template`` (default: the tokenizer's own; lm-eval ``hf``'s
+    ``apply_chat_template``: a template that refuses the system role is tried again without it)."""
     import jinja2
 
     kwargs = dict(tokenize=False, add_generation_prompt=add_generation_prompt,
-                  continue_final_message=not add_generation_prompt)
+                  continue_final_message=not add_generation_prompt, chat_template=template)
     try:
         return tokenizer.apply_chat_template(chat_history, **kwargs)
     except jinja2.exceptions.TemplateError:
