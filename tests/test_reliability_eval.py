@@ -32,7 +32,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from torchtune_longshort.eval.cli_run import run_cli  # noqa: E402
-from torchtune_longshort.eval.report.results_io import not_scored_of  # noqa: E402
+from torchtune_longshort.eval.report.results_io import load_run_info, not_scored_of  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -359,6 +359,10 @@ def test_report_refuses_to_mix_checkpoints_in_one_column(tmp_path):
     _fake_results(spelled, name="results_2026-01-02T00-00-00.json", recorded=resolved, dtype="float32",
                   max_length=1024)
     assert load_results(spelled)["longshort_ppl"]["ppl_128"] == 3.0
+    # the report shows the settings --model_args spelled, not every one the model resolved
+    assert load_run_info(spelled)["model_settings"] == {"tokenizer": "/tok"}
+    _fake_results(tmp_path / "one", recorded=resolved, max_length=1024)
+    assert load_run_info(tmp_path / "one")["model_settings"] == {"max_length": "1024", "tokenizer": "/tok"}
     _fake_results(spelled, name="results_2026-01-03T00-00-00.json", recorded={**resolved, "model_dtype":
                                                                               "torch.bfloat16"}, dtype="bfloat16")
     with pytest.raises(ValueError, match="dtype: 'float32' vs 'bfloat16'"):
