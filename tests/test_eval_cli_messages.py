@@ -227,21 +227,24 @@ def test_run_cli_reads_back_the_results_of_either_output_path_form(tmp_path):
     # under run/res.json itself and raised FileNotFoundError after a finished run
     from lm_eval.loggers import EvaluationTracker
 
-    from torchtune_longshort.eval.cli_run import newest_written, samples_of
+    from torchtune_longshort.eval.report.run_files import samples_of
+    from torchtune_longshort.eval.report.run_files import results_files  # what run_cli reads back with
 
     sample = {"doc_id": 0, "doc_hash": "a", "prompt_hash": "b", "target_hash": "c", "target": "t",
               "arguments": [("ctx",)], "resps": [["x"]], "filtered_resps": ["x"]}
     for output_path in (tmp_path / "folder", tmp_path / "file" / "res.json"):
         tracker = EvaluationTracker(output_path=str(output_path))
         tracker.general_config_tracker.model_name_sanitized = "m"
-        tracker.save_results_aggregated(results={"results": {"t": {"acc,none": 1.0}}}, samples={"t": [sample]})
+        tracker.save_results_aggregated(results={"results": {"t": {"acc,none": 1.0}}, "configs": {"t": {}},
+                                                 "config": {"model": "m"}}, samples={"t": [sample]})
+        tracker.save_results_samples(task_name="t_sub", samples=[{**sample, "doc_id": 1}])  # another task
         tracker.save_results_samples(task_name="t", samples=[dict(sample)])
-        assert '"acc,none": 1.0' in newest_written(output_path, "results").read_text()
+        assert '"acc,none": 1.0' in results_files(output_path)[-1].read_text()
         assert [(r["doc_id"], r["resps"]) for r in samples_of(output_path, "t")] == [(0, [["x"]])]
-    assert newest_written(tmp_path / "file" / "res.json", "results").name.startswith("res_")
+    assert results_files(tmp_path / "file" / "res.json")[-1].name.startswith("res_")
     try:
         samples_of(tmp_path / "file" / "res.json", "other")
     except FileNotFoundError as e:
-        assert str(e) == f"lm-eval wrote no samples_other_*.jsonl in {tmp_path / 'file'}"
+        assert str(e) == f"lm-eval wrote no samples_other_<date>.jsonl for --output_path {tmp_path / 'file' / 'res.json'}"
     else:
         raise AssertionError("no FileNotFoundError")

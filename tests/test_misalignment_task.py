@@ -56,7 +56,8 @@ def test_adapter_answers_next_token_divergence(tiny_llama2_dir, sp_tokenizer_dir
 def test_misalignment_end_to_end(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
     from transformers import LlamaForCausalLM
 
-    from torchtune_longshort.eval.cli_run import run_cli, samples_of
+    from torchtune_longshort.eval.cli_run import run_cli
+    from torchtune_longshort.eval.report.run_files import samples_of
     from torchtune_longshort.eval.model.adapter import LongShortLM
 
     res = run_cli(["run", "--model", "longshort", "--model_args",

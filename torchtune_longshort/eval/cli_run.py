@@ -28,6 +28,7 @@ from torchtune_longshort.eval.model.chat import (lacks_template, no_template_mes
 from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.other_model_args import check_other_model_args
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
+from torchtune_longshort.eval.report.run_files import results_files, samples_of  # noqa: F401  (samples_of: for scripts)
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
 from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
@@ -390,31 +391,4 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     given = option(argv, "--output_path")  # `--output_path=DIR` too (it returned {}, as if none were given)
     if given is None:
         return {}
-    return json.loads(newest_written(Path(given), "results").read_text())
-
-
-def newest_written(output_path: Path, kind: str) -> Path:
-    """The newest file of ``kind`` (``results``, or ``samples_<task>``) lm-eval wrote for ``--output_path
-    output_path``: ``<output_path>/<model>/<kind>_<date>.json(l)`` for a folder; for a path ending ``.json``
-    (lm-eval's file form) ``<stem>_<date>.json`` beside it for the results and ``samples_<task>_<date>.jsonl`` in
-    its folder (before, both were looked for under the ``.json`` path itself, and a finished run raised
-    ``FileNotFoundError``). ``FileNotFoundError`` naming what was looked for when there is none."""
-    output_path = Path(output_path)
-    file_form = output_path.suffix == ".json"
-    folder = output_path.parent if file_form else output_path
-    if kind == "results":
-        pattern = f"{output_path.stem}_*.json" if file_form else "results_*.json"
-    else:
-        pattern = f"{kind}_*.jsonl"
-    found = folder.glob(pattern) if file_form else folder.rglob(pattern)
-    files = sorted((p for p in found if p.is_file()), key=lambda p: p.stat().st_mtime)
-    if not files:
-        raise FileNotFoundError(f"lm-eval wrote no {pattern} {'in' if file_form else 'under'} {folder}")
-    return files[-1]
-
-
-def samples_of(output_path: Path, task: str) -> List[Dict[str, Any]]:
-    """Rows of the newest ``samples_<task>_*.jsonl`` lm-eval wrote for ``--output_path output_path``
-    (``--log_samples``; a folder, or lm-eval's ``<name>.json`` file form: :func:`newest_written`)."""
-    rows = newest_written(Path(output_path), f"samples_{task}").read_text().splitlines()
-    return [json.loads(x) for x in rows if x.strip()]
+    return json.loads(results_files(Path(given))[-1].read_text())  # either --output_path form, as the report reads

@@ -26,6 +26,7 @@ from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-expor
     LM_EVAL_FILE,
     json_file,
     lm_eval_files,
+    samples_task,
     n_shot,
     results_files,
 )
@@ -91,14 +92,6 @@ def remove_lm_eval_files(results_dir: Path) -> List[Path]:
         if not any(d.iterdir()):
             d.rmdir()
     return sorted(p for p in results_dir.rglob("*") if not p.is_dir()) if results_dir.is_dir() else []
-
-
-def samples_task(path: Path) -> str:
-    """The task of a ``samples_<task>_<date>.jsonl`` file (``lm_eval.utils.get_file_task_name``), by its current
-    name."""
-    from lm_eval.utils import get_file_task_name
-
-    return current_name(get_file_task_name(Path(path).name))
 
 
 def load_results(results_dir: Path) -> Dict[str, Dict[str, Any]]:

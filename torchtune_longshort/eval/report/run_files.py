@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from torchtune_longshort.eval.tasks import current_name
+
 # lm-eval's file names: ``results_<date>.json`` and ``samples_<task>_<date>.jsonl``, the date as its
 # ``EvaluationTracker`` writes it (``datetime.now().isoformat()`` with ":" made "-")
 _LM_EVAL_DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
@@ -99,6 +101,23 @@ def _named_output(run: Path) -> bool:
     """Whether ``run`` is an ``--output_path <name>.json`` as the user gave it to lm-eval, which wrote no file of
     that name but ``<name>_<date>.json`` beside it (the report is given the path the evaluation was)."""
     return run.suffix == ".json" and not run.exists() and run.parent.is_dir()
+
+
+def samples_task(path: Path) -> str:
+    """The task of a ``samples_<task>_<date>.jsonl`` file (``lm_eval.utils.get_file_task_name``), by its current
+    name."""
+    from lm_eval.utils import get_file_task_name
+
+    return current_name(get_file_task_name(Path(path).name))
+
+
+def samples_of(output_path: Path, task: str) -> List[Dict[str, Any]]:
+    """Rows of the newest ``samples_<task>_<date>.jsonl`` lm-eval wrote for ``--output_path output_path``
+    (``--log_samples``; a folder, or lm-eval's ``<name>.json`` file form: :func:`lm_eval_files`)."""
+    files = [p for p in lm_eval_files(Path(output_path), "samples") if samples_task(p) == task]
+    if not files:
+        raise FileNotFoundError(f"lm-eval wrote no samples_{task}_<date>.jsonl for --output_path {output_path}")
+    return [json.loads(x) for x in files[-1].read_text().splitlines() if x.strip()]
 
 
 def results_files(run: Path) -> List[Path]:
