@@ -245,6 +245,7 @@ def test_run_cli_reads_back_the_results_of_either_output_path_form(tmp_path):
     try:
         samples_of(tmp_path / "file" / "res.json", "other")
     except FileNotFoundError as e:
-        assert str(e) == f"lm-eval wrote no samples_other_<date>.jsonl for --output_path {tmp_path / 'file' / 'res.json'}"
+        where = tmp_path / "file" / "res.json"
+        assert str(e) == f"lm-eval wrote no samples_other_<date>.jsonl for --output_path {where}"
     else:
         raise AssertionError("no FileNotFoundError")
