@@ -147,6 +147,7 @@ def test_use_cache_answers_a_rerun_from_the_cache(tiny_llama2_dir, sp_tokenizer_
     from lm_eval.api.model import CachingLM
 
     import torchtune_longshort.eval.model.adapter as adapter
+    import torchtune_longshort.eval.model.divergence as divergence
     from torchtune_longshort.eval.tasks.misalignment.task import misalignment_dataset
 
     docs = misalignment_dataset(max_seq_lengths=[64], tokenizer=str(sp_tokenizer_dir), mis_num_samples=2)["test"]
@@ -161,5 +162,5 @@ def test_use_cache_answers_a_rerun_from_the_cache(tiny_llama2_dir, sp_tokenizer_
     def computed(*args, **kwargs):
         raise AssertionError("computed again instead of read from the cache")
 
-    monkeypatch.setattr(adapter, "suffix_misalignment", computed)
+    monkeypatch.setattr(divergence, "suffix_misalignment", computed)
     assert CachingLM(model(), str(tmp_path / "cache.db")).next_token_divergence(reqs) == first

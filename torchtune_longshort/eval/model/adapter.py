@@ -38,26 +38,25 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import lm_eval.models  # noqa: F401  (fills lm-eval's registry first: it only self-populates when empty)
 from lm_eval import utils as lm_utils
-from lm_eval.api.model import TemplateLM, hash_args
+from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.model.divergence import divergence
 from torchtune_longshort.eval.model.chat import (no_template_message, render, select_template, template_name,
                                                  template_tokenizer)
 from torchtune_longshort.eval.model.generation import greedy_generate, not_greedy
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
 from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
-from torchtune_longshort.eval.model.limits import RequestLimits, RequestTooLong
-from torchtune_longshort.eval.model.memory import out_of_memory_reason, run_fitting
+from torchtune_longshort.eval.model.limits import RequestLimits
+from torchtune_longshort.eval.model.memory import out_of_memory_reason
 from torchtune_longshort.eval.model.processes import Processes
-from torchtune_longshort.eval.model.response_cache import drop_refusals
+from torchtune_longshort.eval.model.response_cache import answered_through_cache, drop_refusals
 from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
-from torchtune_longshort.eval.tasks.common.unavailable import RefusedScores, RefusedText
-from torchtune_longshort.hidden_states import decoder_of, last_position_logits, project_logprobs
-from torchtune_longshort.loss.divergences import DIVERGENCES
-from torchtune_longshort.metrics.misalignment import suffix_misalignment
+from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
+from torchtune_longshort.hidden_states import decoder_of, project_logprobs
 from torchtune_longshort.provenance import provenance
 
 __all__ = ["LongShortLM", "TokenLoglikelihood"]
@@ -388,49 +387,11 @@ class LongShortLM(TemplateLM):
 
     # ------------------------------------------------------------------ misalignment (paper Eq. 4)
     def next_token_divergence(self, requests, disable_tqdm: bool = False) -> List[Dict[str, float]]:
-        """Requests ``(text, {"l1": int, "l2": int, "divergences": [...]})`` (task ``longshort_misalignment``): divergences between the next-token
-        distributions after the last ``l1`` and the last ``l2`` tokens of ``text`` (encoded without BOS), via
-        ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than ``max(l1, l2)`` tokens or longer
-        than the model can run gets NaN values and an error message.
-
-        Under ``--use_cache`` the answers are read from and stored in lm-eval's response cache here, each as it is
-        computed: lm-eval's ``CachingLM`` caches only its own three request types and passed this one through, so a
-        rerun computed every divergence again."""
-        out: List[Dict[str, float]] = []
-        cache = getattr(self.cache_hook, "dbdict", None)  # lm-eval's SqliteDict under --use_cache, else None
-        for req in tqdm(requests, disable=self._no_bar(disable_tqdm), desc="longshort next_token_divergence"):
-            key = hash_args("next_token_divergence", req.args) if cache is not None else None
-            if key is not None and key in cache:
-                out.append(cache[key])
-                continue
-            out.append(self._divergence(req))
-            self.cache_hook.add_partial("next_token_divergence", req.args, out[-1])
-        if cache is not None:
-            cache.commit()
-        return out
-
-    def _divergence(self, req: Any) -> Dict[str, float]:
-        """One ``next_token_divergence`` request's answer (see :meth:`next_token_divergence`)."""
-        text, params = req.args
-        l1, l2 = int(params["l1"]), int(params["l2"])
-        divs = tuple(params.get("divergences", DIVERGENCES))
-        ids = self.tokenizer.encode_plain(text)
-        need = max(l1, l2)
-        task = getattr(req, "task_name", None)
-        if len(ids) < need:
-            reason = self.limits.refuse(
-                task, f"a text of {len(ids)} tokens is shorter than the suffix length {need}: scored NaN", "short text"
-            )
-            return RefusedScores(divs, reason)
-        try:
-            self.limits.check_length(need, "next_token_divergence")
-        except RequestTooLong as err:
-            return RefusedScores(divs, self.limits.refuse(task, err))
-        tokens = torch.tensor(ids[-need:], dtype=torch.long, device=self.device)
-        last_logits = partial(last_position_logits, self.model)
-        scores: List[Dict[str, float]] = []
-        run_fitting([tokens], lambda one: scores.append(suffix_misalignment(last_logits, one[0], l1, l2,
-                                                                            divergences=divs)),
-                    lambda _, error: scores.append(RefusedScores(divs, self._out_of_memory(task, need, error))),
-                    self.device)
-        return scores[0]
+        """Requests ``(text, {"l1": int, "l2": int, "divergences": [...]})`` (task ``longshort_misalignment``):
+        divergences between the next-token distributions after the last ``l1`` and the last ``l2`` tokens of
+        ``text`` (encoded without BOS), via ``torchtune_longshort.metrics.suffix_misalignment``. A text shorter than
+        ``max(l1, l2)`` tokens or longer than the model can run gets NaN values and an error message. Under
+        ``--use_cache`` the answers go through lm-eval's response cache (:func:`~torchtune_longshort.eval.model.
+        response_cache.answered_through_cache`)."""
+        bar = tqdm(requests, disable=self._no_bar(disable_tqdm), desc="longshort next_token_divergence")
+        return answered_through_cache(self.cache_hook, "next_token_divergence", bar, partial(divergence, self))

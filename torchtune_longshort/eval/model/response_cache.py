@@ -9,7 +9,9 @@ reruns of one model.)"""
 from __future__ import annotations
 
 import logging
-from typing import Any, MutableMapping
+from typing import Any, Callable, Iterable, List, MutableMapping
+
+from lm_eval.api.model import hash_args
 
 from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
 
@@ -28,3 +30,22 @@ def drop_refusals(cache: MutableMapping[str, Any]) -> int:
         logger.info("--use_cache: %d refused request(s) of an earlier run dropped from the cache, to be asked again",
                     len(refused))
     return len(refused)
+
+
+def answered_through_cache(cache_hook: Any, kind: str, requests: Iterable[Any],
+                           answer: Callable[[Any], Any]) -> List[Any]:
+    """``answer(request)`` for each request, read from and stored in lm-eval's response cache (``--use_cache``) as
+    each is computed: lm-eval's ``CachingLM`` caches only its own three request types and passes another (``kind``,
+    the misalignment task's ``next_token_divergence``) through, so a rerun computed every answer again."""
+    out: List[Any] = []
+    cache = getattr(cache_hook, "dbdict", None)  # lm-eval's SqliteDict under --use_cache, else None
+    for req in requests:
+        key = hash_args(kind, req.args) if cache is not None else None
+        if key is not None and key in cache:
+            out.append(cache[key])
+            continue
+        out.append(answer(req))
+        cache_hook.add_partial(kind, req.args, out[-1])
+    if cache is not None:
+        cache.commit()
+    return out
