@@ -39,12 +39,10 @@ def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
 def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     """What one column of a report stands for, from a results file's ``config``: the lm-eval model, its
     model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out; dtype, max_length and
-    truncation as the model resolved them, where its results record that; ``given``: the keys --model_args
-    spelled, what a report shows) and, for the ``longshort`` model, the checkpoint's content fingerprint
-    (``checkpoint_fingerprint``)."""
+    truncation as the model resolved them, where its results record that) and, for the
+    ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
     config = data.get("config") or {}
     args = {k: str(v) for k, v in _model_args(config).items() if k not in _NOT_IDENTITY}
-    given = sorted("pretrained" if k == "checkpoint_dir" else k for k in args)  # spelled in --model_args
     for arg, recorded in _RESOLVED_ARGS:  # what the model ran with, whether --model_args spelled it or not
         if config.get(recorded) is not None:
             args[arg] = str(config[recorded]).removeprefix("torch.")
@@ -52,7 +50,7 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
         args.setdefault("pretrained", args.pop("checkpoint_dir"))
     if "pretrained" in args:
         args["pretrained"] = args["pretrained"].rstrip("/") or "/"
-    ident: Dict[str, Any] = {"model": config.get("model"), "model_args": dict(sorted(args.items())), "given": given}
+    ident: Dict[str, Any] = {"model": config.get("model"), "model_args": dict(sorted(args.items()))}
     if config.get("checkpoint_fingerprint"):
         ident["checkpoint_fingerprint"] = config["checkpoint_fingerprint"]
     return ident

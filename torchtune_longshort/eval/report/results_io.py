@@ -259,8 +259,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     samples.update({t: s["evaluated"] for t, s in subsets.items()})
     counts = load_not_scored_counts(results_dir)
     unscored = sorted(t for t, n in samples.items() if n and sum(counts.get(t, {}).get("samples", {}).values()) >= n)
-    shown = {k: v for k, v in (ident.get("model_args") or {}).items()  # as spelled; dtype has its own column
-             if k not in ("pretrained", "dtype") and k in ident.get("given", ())}
+    shown = {k: v for k, v in (ident.get("model_args") or {}).items() if k not in ("pretrained", "dtype")}
     return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
             "model_settings": shown,
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
