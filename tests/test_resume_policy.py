@@ -113,6 +113,25 @@ def test_an_argument_spelled_at_its_default_compares_equal_to_it_left_out():
                                                             "weight_decay": 0.01}}, spec) == []
 
 
+
+def test_a_component_argument_set_to_null_is_not_read_as_its_default():
+    """null is handed to the component as it is (torchtune's text_completion_dataset with ``split=None`` loads every
+    split; AdamW's ``weight_decay=None``): the default fill read it as the default, so ``dataset.split: null`` over a
+    run trained on 'train' was no change, and ``optimizer.weight_decay: null`` logged ``0.1 -> 0.01``."""
+    data = {"_component_": "torchtune.datasets.text_completion_dataset", "source": "text", "data_files": "a.txt"}
+    opt = {"_component_": "torch.optim.AdamW", "lr": 1e-3, "weight_decay": 0.1}
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "dataset": data, "optimizer": opt}
+    with pytest.raises(ValueError, match=r"dataset\.split: 'train' -> None"):
+        compare_resume_config(saved, {**saved, "dataset": {**data, "split": None}})
+    assert compare_resume_config(saved, {**saved, "optimizer": {**opt, "weight_decay": None}}) == [
+        ("optimizer.weight_decay", 0.1, None)]
+    # null where the default is null, and a rope_scaled node's null (a setting left out), still equal the default
+    assert compare_resume_config(saved, {**saved, "dataset": {**data, "filter_fn": None}}) == []
+    clex = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 1024,
+            "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "start"}}
+    rope = {**saved, "model": clex}
+    assert compare_resume_config(rope, {**rope, "model": {**clex, "t_min": None}}) == []
+
 def _tiny_cfg(out, tokenizer_dir, **over):
     cfg = OmegaConf.load(TINY)
     cfg.output_dir = str(out)

@@ -63,8 +63,8 @@ _FROM_THE_MODEL = ("dim", "max_seq_len", "base", "layout", "original_max_seq_len
 
 
 def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = None) -> Any:
-    """``node`` with each ``_component_`` node in it (nested ones included) given the arguments it leaves out (or
-    sets null where null is the default) at the value the build uses: the component's signature default; for a
+    """``node`` with each ``_component_`` node in it (nested ones included) given the arguments it leaves out (a
+    ``rope_scaled`` node: or sets null) at the value the build uses: the component's signature default; for a
     ``rope_scaled`` node, the method's own keyword defaults, and for the top-level model node over a step of the
     same learned method (``step_spec``, the resumed step's ``longshort_rope``) the settings its learned parameters
     were trained with (what the resumed build keeps, :meth:`~.recipe_config.components.ModelSection.resumed_node`).
@@ -93,7 +93,9 @@ def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = Non
         except Exception:  # noqa: BLE001 - a node that does not import is compared as given (the build refuses it)
             defaults = {}
     for name, default in defaults.items():
-        if out.get(name) is None:
+        # a rope_scaled node's null is a setting left out (derived, or kept from the learned parameters); any other
+        # component is handed the null itself, which equals its default only where that is null
+        if name not in out or (method is not None and out[name] is None):
             out[name] = default
     return out
 
