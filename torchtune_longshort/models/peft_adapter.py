@@ -185,12 +185,13 @@ def write_peft_adapter(out_dir: Path, tune_sd: StateDict, hf_config: Dict[str, A
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
     plain_file_mode(out_dir / WEIGHTS_FILE)  # safetensors >= 0.8 leaves 0600
-    # as LoraConfig.save_pretrained writes it, but with its sets sorted: PEFT keeps target_modules as a set and
-    # wrote it in the set's order, which each process's string hash seed changes (two runs of one training,
-    # 1 or 2 processes, wrote adapter_config.json files that differed)
-    config = LoraConfig(base_model_name_or_path=base_model, **kwargs).to_dict()
-    config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
-    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+    # PEFT keeps target_modules as a set and writes it in the set's order, which each process's string hash seed
+    # changes (two runs of one training, 1 or 2 processes, wrote adapter_config.json files that differed): sorted
+    config = LoraConfig(base_model_name_or_path=base_model, **kwargs)
+    for name, value in vars(config).items():
+        if isinstance(value, set):
+            setattr(config, name, sorted(value))
+    config.save_pretrained(str(out_dir))
     (out_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n")
     return out_dir
 
