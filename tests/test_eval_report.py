@@ -468,3 +468,13 @@ def test_the_runs_table_names_a_model_setting_such_as_a_rope_override(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| `yarn` | " in md and "| longshort (rope=yarn, rope_factor=2) | /ckpt/a |" in md
     assert "| longshort | /ckpt/a |" in md  # the plain run: no setting to name (dtype has its own column)
+    # what a longshort results config records as the model resolved it (max_length, truncation, model_dtype): one
+    # run with the values it spelled, not settings given (every run read "longshort (max_length=..., truncation=...)")
+    for run in (plain, yarn):
+        f = next(run.glob("results_*.json"))
+        data = json.loads(f.read_text())
+        data["config"].update(max_length=1024, truncation="none", model_dtype="torch.float32")
+        f.write_text(json.dumps(data))
+    build_report([plain, yarn], tmp_path / "rep2")
+    md = (tmp_path / "rep2" / "report.md").read_text()
+    assert "| longshort (rope=yarn, rope_factor=2) | /ckpt/a |" in md and "| longshort | /ckpt/a |" in md, md

@@ -38,19 +38,20 @@ def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     """What one column of a report stands for, from a results file's ``config``: the lm-eval model, its
-    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out; dtype, max_length and
-    truncation as the model resolved them, where its results record that) and, for the
+    model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out), under ``resolved``
+    dtype, max_length and truncation as the model resolved them where its results record that (compared over the
+    model_args, not shown as settings given) and, for the
     ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
     config = data.get("config") or {}
     args = {k: str(v) for k, v in _model_args(config).items() if k not in _NOT_IDENTITY}
-    for arg, recorded in _RESOLVED_ARGS:  # what the model ran with, whether --model_args spelled it or not
-        if config.get(recorded) is not None:
-            args[arg] = str(config[recorded]).removeprefix("torch.")
     if "checkpoint_dir" in args:
         args.setdefault("pretrained", args.pop("checkpoint_dir"))
     if "pretrained" in args:
         args["pretrained"] = args["pretrained"].rstrip("/") or "/"
     ident: Dict[str, Any] = {"model": config.get("model"), "model_args": dict(sorted(args.items()))}
+    # what the model ran with, whether --model_args spelled it or not
+    ident["resolved"] = {arg: str(config[recorded]).removeprefix("torch.") for arg, recorded in _RESOLVED_ARGS
+                         if config.get(recorded) is not None}
     if config.get("checkpoint_fingerprint"):
         ident["checkpoint_fingerprint"] = config["checkpoint_fingerprint"]
     return ident
@@ -58,9 +59,8 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
 
 def _identity_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     diff = [f"model: {a['model']!r} vs {b['model']!r}"] if a["model"] != b["model"] else []
-    keys = sorted(a["model_args"].keys() | b["model_args"].keys())
-    diff += [f"{k}: {a['model_args'].get(k)!r} vs {b['model_args'].get(k)!r}"
-             for k in keys if a["model_args"].get(k) != b["model_args"].get(k)]
+    aa, ba = ({**x["model_args"], **x.get("resolved", {})} for x in (a, b))
+    diff += [f"{k}: {aa.get(k)!r} vs {ba.get(k)!r}" for k in sorted(aa.keys() | ba.keys()) if aa.get(k) != ba.get(k)]
     fa, fb = a.get("checkpoint_fingerprint"), b.get("checkpoint_fingerprint")
     if fa and fb and fa != fb:
         diff.append(f"checkpoint content: fingerprint {fa} vs {fb} (the checkpoint folder was rewritten "
