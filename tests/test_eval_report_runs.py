@@ -258,3 +258,17 @@ def test_a_measured_setting_at_its_default_or_on_a_task_one_run_lacks_is_no_diff
     k = _measured(tmp_path / "k", "longshort_ppl", {"ppl_source": "stdlib", "ppl_split": "test",
                                                       "ppl_chunks_per_doc": 1, "ppl_join_documents": False})
     build_report([c, k], tmp_path / "ppl_same")
+    # the same within one folder (tasks run one at a time into it): a task default spelled out in one results file
+    # and left out in the other was "--metadata passkey_seed: (the task's default) vs 0", two runs
+    one = tmp_path / "one"
+    _lm_eval_file(one / f"results_{D1}.json", tasks=("longshort_passkey", "longshort_ppl"))
+    _lm_eval_file(one / f"results_{D2}.json", tasks=("longshort_passkey", "longshort_ppl"),
+                  metadata={**passkey, "ppl_split": "test"})
+    build_report([one], tmp_path / "one_folder")
+    _lm_eval_file(one / f"results_{D2}.json", tasks=("longshort_passkey",), metadata={"passkey_seed": 1})
+    with pytest.raises(ValueError, match=r"--metadata passkey_seed: \"\(the task's default\)\" vs 1"):
+        build_report([one], tmp_path / "one_other")
+    # a list given to one file only: named, not a TypeError (unhashable list)
+    _lm_eval_file(one / f"results_{D2}.json", tasks=("longshort_passkey",), metadata={"passkey_depths": [0, 50]})
+    with pytest.raises(ValueError, match=r"--metadata passkey_depths: \"\(the task's default\)\" vs \[0, 50\]"):
+        build_report([one], tmp_path / "one_list")

@@ -133,11 +133,15 @@ def task_settings(data: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def _given(metadata: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """The ``--metadata`` a run was given, as far as its tasks show it: each task's values that are not its
-    YAML's default (lm-eval records no ``--metadata`` of its own)."""
-    defaults, out = pack_defaults(), {}
+    YAML's default nor the task's own (:attr:`~torchtune_longshort.eval.tasks.TaskFamily.measured_defaults`:
+    ``passkey_seed: 0`` spelled out is the value a run that left it out ran at; lm-eval records no ``--metadata`` of
+    its own)."""
+    out: Dict[str, Any] = {}
+    own = {k: v for fam in TASK_FAMILIES.values() for k, v in fam.measured_defaults}  # each task gets every key
     for task, md in metadata.items():
+        defaults = {**own, **pack_defaults().get(task, {})}
         for k, v in md.items():
-            if k not in defaults.get(task, {}) or defaults[task][k] != v:
+            if k not in defaults or defaults[k] != v:
                 out.setdefault(k, v)
     return out
 
@@ -154,9 +158,10 @@ def _metadata_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
                 out.append(f"--metadata {key}: {ga[key]!r} vs {gb[key]!r}")
             continue
         given, other, first = (ga[key], mb, True) if key in ga else (gb[key], ma, False)
-        ran = {md.get(key, _UNSET) for t, md in other.items() if _reads(t, key)} - {given}
+        ran = [v for v in dict.fromkeys(repr(md.get(key, _UNSET)) for t, md in other.items() if _reads(t, key))
+               if v != repr(given)]  # as text: a list value (passkey_depths) is unhashable
         if ran:
-            pair = (repr(given), " / ".join(map(str, sorted(map(repr, ran)))))
+            pair = (repr(given), " / ".join(sorted(ran)))
             out.append(f"--metadata {key}: {pair[0] if first else pair[1]} vs {pair[1] if first else pair[0]}")
     return out
 
