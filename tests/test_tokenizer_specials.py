@@ -304,6 +304,28 @@ def test_checkpoint_tokenizer_is_a_torchtune_model_tokenizer_with_the_folders_ch
     assert all(f"{k}={v}" in text for k, v in named.items()) and (layout != "smollm2" or named), text
 
 
+
+def test_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkeypatch):
+    """A folder whose tokenizer_config.json names its own class (``auto_map``): transformers' AutoTokenizer, asked
+    for the chat template's tokens, put ``Do you wish to run the custom code? [y/N]`` to the console and waited 15 s
+    (a "y" ran the folder's code). The files' own named tokens are read instead, without a question."""
+    from tokenizers import Tokenizer, models, trainers
+
+    from torchtune_longshort.models.chat_messages import chat_template_tokens
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
+                                                                      special_tokens=["<unk>", "<s>", "</s>"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
+    named = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    assert chat_template_tokens(tmp_path, "<s>", "</s>") == named
+    assert not asked, asked
+
 def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir):
     """No chat template (or a torchtune ``prompt_template``): torchtune's own SentencePiece model tokenizer is the
     reference, ids and mask, for generation and training, truncated or not."""

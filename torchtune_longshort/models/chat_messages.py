@@ -56,11 +56,14 @@ def chat_template_tokens(folder: Path, bos_token: Optional[str], eos_token: Opti
     of transformers' own tokenizer of ``folder`` (every named token it has, ``unk_token``, ``pad_token``, ... and
     its class's defaults, e.g. Qwen2's ``unk_token``; one it lacks stays undefined, as a template may test). Where
     transformers does not load the folder: the named tokens its files give (:func:`~torchtune_longshort.models.
-    tokenizer_files.named_tokens`), with ``bos_token`` / ``eos_token`` as the checkpoint tokenizer resolves them."""
+    tokenizer_files.named_tokens`), with ``bos_token`` / ``eos_token`` as the checkpoint tokenizer resolves them;
+    so too for a folder whose tokenizer is its own code (``auto_map``), which is never run (transformers asked
+    ``Do you wish to run the custom code? [y/N]`` on the console and waited 15 s)."""
     from transformers import AutoTokenizer
 
     try:
-        return dict(AutoTokenizer.from_pretrained(str(folder), local_files_only=True).special_tokens_map)
+        loaded = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        return dict(loaded.special_tokens_map)
     except Exception:  # noqa: BLE001 - a folder transformers cannot load: the files' own names
         names = {**named_tokens(folder), "bos_token": bos_token, "eos_token": eos_token}
         return {k: v for k, v in names.items() if v is not None}
