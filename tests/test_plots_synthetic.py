@@ -181,3 +181,20 @@ def test_synthetic_replot_from_csv(tmp_path):
     assert written == [str(tmp_path / "fig4.png")] and (tmp_path / "fig4.png").stat().st_size > 0
     with pytest.raises(ValueError, match="fig1b.csv"):
         replot_figures(["1b"], str(tmp_path))
+
+
+def test_synthetic_figures_without_matplotlib_are_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    # --replot (and a --figure run, after training) ended in ModuleNotFoundError's traceback; now one line, exit 2,
+    # before anything is read, trained or written
+    import sys
+
+    from torchtune_longshort.synthetic.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    for argv in (["--figure", "4", "--replot", "--out", str(tmp_path)],
+                 ["--figure", "4", "--quick", "--out", str(tmp_path / "new")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert len(lines) == 1 and "matplotlib cannot be imported" in lines[0] and "`pip install matplotlib`" in err
+    assert list(tmp_path.iterdir()) == []

@@ -422,3 +422,38 @@ def test_a_tilde_in_a_folder_option_is_the_home_folder(tmp_path, monkeypatch, ca
     line = _one_error_line(capsys.readouterr().err)
     assert repr(str(tmp_path / "home" / "studies" / "x")) in line and "/~/" not in line, line
     assert not (tmp_path / "~").exists()
+
+
+def test_without_matplotlib_a_study_is_refused_before_it_trains_and_its_report_has_its_tables(tmp_path, finished,
+                                                                                               monkeypatch, capsys):
+    """An environment where matplotlib cannot be imported (a declared dependency: only a broken one) ended the
+    report in a traceback, after the whole grid had trained. Now a study is refused in one line before anything
+    runs or is written; --report-only writes the tables, summary.json and the runs' records, says in one line (and
+    in report.md) that no plot was drawn and how to draw them; the figures' redraw is refused in one line. With
+    matplotlib, the last line names every plot the report wrote (the eval report names its files)."""
+    out = _copy(finished, tmp_path / "out", report=False)
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+        assert study_main(ARGV + ["--out", str(tmp_path / "new")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert "matplotlib cannot be imported" in line and "`pip install matplotlib`" in line, line
+        assert not (tmp_path / "new").exists()
+        assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0
+        printed = capsys.readouterr()
+        said = [x for x in printed.err.splitlines() if "matplotlib" in x]
+        assert len(said) == 1 and "pip install matplotlib" in said[0] and "Traceback" not in printed.err, said
+        assert printed.out.splitlines()[-1].startswith(f"[study] report: {out / 'report' / 'report.md'}, "
+                                                       "summary.json; no plots")
+        assert sorted(p.name for p in (out / "report").iterdir()) == ["report.md", "runs", "summary.json"]
+        summary = json.loads((out / "report" / "summary.json").read_text())
+        assert summary["plots"] == [] and summary["tables"]["ppl"]
+        assert "No plots: matplotlib cannot be imported" in (out / "report" / "report.md").read_text()
+        argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--report", str(out / "report")]
+        assert figures_main(argv) == 2
+        assert "matplotlib cannot be imported" in _one_error_line(capsys.readouterr().err,
+                                                                  "python -m torchtune_longshort.study.figures")
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0  # matplotlib back: the plots are drawn
+    plots = json.loads((out / "report" / "summary.json").read_text())["plots"]
+    assert plots and all((out / "report" / p).is_file() for p in plots)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert f"plots in {out / 'report'}: {', '.join(plots)}" in last, last

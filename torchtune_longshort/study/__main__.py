@@ -26,6 +26,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.disk_space import is_out_of_space
+from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
                                          user_path, utf8_text)
 from torchtune_longshort.study.base_config import pypi_paths_only
@@ -143,7 +144,9 @@ def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]]
     for k, r in summary["runs"].items():
         by.setdefault(r["status"], []).append(k)
     counts = "; ".join(f"{len(v)} {s}" + (f": {', '.join(v)}" if s != "ok" else "") for s, v in by.items())
-    print(f"[study] report: {report_dir / 'report.md'}  ({time.time() - t0:.0f} s; {counts})")
+    plots = summary.get("plots") or []  # every file the report wrote is named, as longshort-eval-report names its own
+    drawn = f"plots in {report_dir}: {', '.join(plots)}" if plots else "no plots"
+    print(f"[study] report: {report_dir / 'report.md'}, summary.json; {drawn}  ({time.time() - t0:.0f} s; {counts})")
     return _outcome(study, summary["runs"], only)
 
 
@@ -175,6 +178,10 @@ def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
 def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:
     """The pre-flight, then the grid (:func:`_run`); None when the grid ran to its end, else the exit status."""
     missing = tune_problem() if study.runs() else None
+    no_plots = matplotlib_problem()  # the report's figures, drawn after hours of training: asked first
+    if no_plots and not missing:
+        missing = (f"{no_plots} (the report's figures cannot be drawn: the study would train and end without them; "
+                   "--report-only writes the tables without figures)")
     if missing:  # before the pre-flight, which reads the data for minutes on a real model
         return refusal(PROG, missing)
     try:  # the evaluation's data, with its tokenizer: every cell measurable

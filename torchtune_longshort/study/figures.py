@@ -22,6 +22,7 @@ from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_
                                             note_missing, panel_row, series_style, value_axis, wrap_columns,
                                             wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
 from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -335,6 +336,9 @@ def main(argv=None) -> int:
     p.add_argument("--repo-root", default=".", type=user_path,
                    help="folder the config's relative paths are read from (default: the working directory)")
     a = p.parse_args(argv)
+    no_plots = matplotlib_problem()
+    if no_plots:  # all this command does is draw
+        return refusal(prog, f"{no_plots} and rerun")
     quiet_upstream()  # before the config check imports torchtune (torchao's line), as the study's entry point
     root = Path(a.repo_root).resolve()
     try:

@@ -15,6 +15,7 @@ names the JSON key of every cell (``results.<task>.<metric>``).
 from __future__ import annotations
 
 import statistics
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,6 +23,7 @@ from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.output_guard import (
     atomic_copy, atomic_write_json, atomic_write_text, check_output_folder, read_json, undone_on_failure,
 )
+from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -197,7 +199,12 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     tables = build_tables(cfg, recs)
     outcome = _outcome(cfg, tables)
     analysis = analyze(cfg, recs)
-    if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
+    no_plots = matplotlib_problem()  # a declared dependency: a broken environment still gets its tables and JSON
+    if no_plots is not None:
+        no_plots = f"No plots: {no_plots} and rerun the same command with --report-only to draw them."
+        print(f"[study] {no_plots}", file=sys.stderr)
+        plots: List[str] = []
+    elif any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
         plots = write_plots(cfg, tables, recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
     else:  # no fine-tune to draw (e.g. the base gate refused the grid): only the base's own figure
         plots = claim_plots(cfg, analysis, recs, rdir, base_only=True)
@@ -246,6 +253,8 @@ def _build_report(out: Path, rdir: Path, cfg: StudyConfig, wall_s: Optional[floa
     md += _wall_markdown(recs, wall, jobs)
     if plots:
         md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    elif no_plots is not None:
+        md += ["## Plots", "", no_plots, ""]
     prov, prov_md = _provenance(cfg, recs)
     md += prov_md
     atomic_write_text(rdir / "report.md", "\n".join(md))

@@ -23,6 +23,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import check_fits
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json, strict_json
+from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
     user_path,
@@ -135,6 +136,9 @@ def _main(argv=None) -> int:
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
+            no_plots = matplotlib_problem()  # every figure is drawn: asked before anything trains or is read
+            if no_plots:
+                raise ValueError(f"--figure: {no_plots} and rerun (the figures cannot be drawn without it)")
             paper = [n for n in names if n in PAPER_FIGURES]
             beyond = [n for n in names if n in BEYOND_FIGURES]
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper,

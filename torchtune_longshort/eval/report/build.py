@@ -60,6 +60,7 @@ from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
     atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
+from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                          user_path)
@@ -293,12 +294,9 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve is named
     with the reason (:func:`runs.no_curve_note`), not silently left out of the curve plot."""
     files: List[str] = []
-    try:  # a declared dependency; an environment without it still gets its tables, JSON and CSV
-        import matplotlib  # noqa: F401
-        no_plots = None
-    except ImportError as e:
-        no_plots = (f"No figures: matplotlib cannot be imported ({e}): `pip install matplotlib` and rerun the same "
-                    "command to draw them.")
+    no_plots = matplotlib_problem()  # a declared dependency; an environment without it still gets its tables, CSV
+    if no_plots is not None:
+        no_plots = f"No figures: {no_plots} and rerun the same command to draw them."
         print(f"[longshort-eval-report] {no_plots}", file=sys.stderr)
     fig = ppl_figure(runs) if no_plots is None else None
     if fig is not None:

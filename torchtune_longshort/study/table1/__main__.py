@@ -21,7 +21,8 @@ from pathlib import Path
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
+from torchtune_longshort.plots.available import matplotlib_problem
+from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusal, refusing, stoppable,
                                          user_path, utf8_text)
 from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.stop import stop_handlers
@@ -46,6 +47,9 @@ def main(argv=None) -> int:
     p.add_argument("--repo-root", default=".", type=user_path, help="folder relative paths are resolved against")
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
+    no_plots = matplotlib_problem()  # the report draws its figure: one line, before any cell runs
+    if no_plots:
+        return refusal(PROG, f"{no_plots} and rerun (the report's figure is drawn with it)")
     # deferred: lm_eval, matplotlib (the runner builds the eval model, the report draws; --help and bad arguments
     # answer without them)
     from torchtune_longshort.study.table1.report import build_table1_report, check_table1_report_dir
