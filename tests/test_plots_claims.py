@@ -11,7 +11,7 @@ from matplotlib.colors import to_rgba
 from plot_helpers import check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
 from scipy.stats import spearmanr
 
-from torchtune_longshort.plots.axes import MISSING_GID, QUICK_MARK
+from torchtune_longshort.plots.axes import MISSING_GID, QUICK_MARK, WIDENED_GID
 from torchtune_longshort.study.claim_figures import (DIRECTION_STYLE, alpha_figure, divergence_figure,
                                                      e_range_figure, scatter_figure)
 
@@ -166,6 +166,17 @@ def test_scatter_says_why_a_method_has_no_rho():
     table1 = {"correlations": [{"predictor": "misalignment (Eq. 4) at 512", "target": "ppl at 512", "spearman": 0.1}]}
     labels = [t.get_text() for t in draw(scatter_figure(table1, cfg, recs)).axes[0].get_legend().get_texts()]
     assert labels == ["pi: n=6, no rho (misalignment constant)", "yarn: n=2, no rho (n < 3)"]
+
+
+def test_scatter_of_one_checkpoint_says_one():
+    # one checkpoint: the title read "1 checkpoints" and the widened axes "all values equal" (of one value)
+    cfg = claims_cfg(seeds=range(1), alphas=(0.0,), methods={"pi": {"method": "linear"}})
+    fig = draw(scatter_figure({"correlations": []}, cfg, _scatter_recs({"pi": [(2.0, 40.0, 2.0)]})))
+    for ax in fig.axes:
+        assert ax.get_title().endswith("\n1 checkpoint"), ax.get_title()
+        widened = next(t.get_text() for t in ax.texts if t.get_gid() == WIDENED_GID)
+        assert widened == "x axis widened: one value\ny axis widened: one value"
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pi: n=1, no rho (n < 3)"]
 
 
 def test_empty_claim_panels_say_why():

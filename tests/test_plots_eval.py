@@ -24,6 +24,7 @@ def test_ppl_near_equal_values_linear_with_plain_ticks():
     check_plain_value_axis(ax.yaxis)
     assert [t for _, t in ticks(ax.xaxis)] == ["128", "256", "1k"]
     assert ax.get_xlabel() == "sequence length (tokens)" and ax.get_ylabel() == "perplexity"
+    assert ax.get_title() == "Perplexity by sequence length"  # it had none; the per-position figure has its own
     no_overlap(ax.get_yticklabels(), fig.canvas.get_renderer())
 
 

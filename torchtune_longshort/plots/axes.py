@@ -7,7 +7,9 @@
   (perplexity 408.1 .. 414.3) sit in a band of the axis, with a note saying the axis was widened, instead of
   filling it and making noise look like separation.
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
-  ``1k``), nothing else.
+  ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
+  linear axis whose first label is its first length, never a ``0`` that is no length. :data:`LENGTH_LABEL` /
+  :data:`POSITION_LABEL`: the axis names every report's length and position axes carry.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
   title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels` / :func:`panel_row`: a row of many panels
   (one per method or alpha) wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
@@ -28,6 +30,8 @@ from torchtune_longshort.lengths import length_label
 
 # Values spanning less than this ratio (max / min) go on a linear axis.
 LOG_SPAN = 10.0
+# A log value axis spanning more decades than this labels each decade only (1, 10, 100), not 1, 2, 5, 10, ...
+LOG_125_DECADES = 3.0
 # A linear value axis shows at least this fraction of its largest |value| (the one rule for every value axis of
 # the eval and study reports): a 1.5 % spread of perplexities fills a quarter of the axis, not all of it.
 MIN_SPAN_FRACTION = 0.25
@@ -37,6 +41,9 @@ QUICK_MARK = "quick (smoke) run: numbers mean nothing"
 WIDENED_GID = "value_axis_widened"
 # The ``gid`` of the note :func:`note_missing` writes on a panel: what it does not show, and why.
 MISSING_GID = "why_empty"
+# The names of the length and position axes, the same on every plot of the eval and study reports.
+LENGTH_LABEL = "sequence length (tokens)"
+POSITION_LABEL = "position (tokens)"
 
 
 def _finite(values: Iterable[Optional[float]]) -> list:
@@ -119,7 +126,9 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
     set_scale = ax.set_yscale if axis == "y" else ax.set_xscale
     if vals and min(vals) > 0 and max(vals) / min(vals) >= log_span:
         set_scale("log")
-        a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        # 1-2-5 ticks over a few decades; past LOG_125_DECADES, one per decade (21 labels over 7 decades overlapped)
+        decades = math.log10(max(vals) / min(vals))
+        a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= LOG_125_DECADES else (1.0,)))
         a.set_major_formatter(FuncFormatter(plain_number))
         a.set_minor_formatter(NullFormatter())
         scale = "log"
@@ -132,8 +141,8 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
         if lim is not None:
             (ax.set_ylim if axis == "y" else ax.set_xlim)(*lim)
             spread = (max(vals) - min(vals)) / max(abs(v) for v in vals)
-            note = (f"{axis} axis widened: values within {100 * spread:.2g}% of each other" if spread
-                    else f"{axis} axis widened: all values equal")
+            note = f"{axis} axis widened: " + (f"values within {100 * spread:.2g}% of each other" if spread
+                                               else "all values equal" if len(vals) > 1 else "one value")
             old = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
             if old is not None:  # one note per axes, a line per widened axis
                 old.set_text(f"{old.get_text()}\n{note}")
@@ -156,6 +165,23 @@ def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:
     a.set_minor_formatter(NullFormatter())
     if len(ticks) == 1:  # one point: give it room on both sides instead of a degenerate range
         (ax.set_xlim if axis == "x" else ax.set_ylim)(ticks[0] / 2, ticks[0] * 2)
+
+
+def count_axis(ax, first: int, last: int, axis: str = "x", max_ticks: int = 7) -> None:
+    """A linear axis of the whole numbers ``first .. last`` (test lengths ``1 .. 50``): a labelled tick at ``first``
+    and at round steps up to ``last`` (``1, 10, 20, .. 50``), plain numbers, no tick outside the range (matplotlib's
+    own put ``0``, no length, first, or began at ``2`` and left length 1 unlabelled)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
+
+    first, last = int(first), int(last)
+    round_ticks = [int(t) for t in MaxNLocator(nbins=max_ticks - 1, integer=True, steps=[1, 2, 5, 10])
+                   .tick_values(first, last) if first < t <= last]
+    step = round_ticks[1] - round_ticks[0] if len(round_ticks) > 1 else max(1, last - first)
+    ticks = [first] + [t for t in round_ticks if t - first >= step / 2]  # none crowding the first one's label
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    a.set_major_locator(FixedLocator(ticks))
+    a.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
+    a.set_minor_locator(NullLocator())
 
 
 def heatmap_size(n_cols: int, n_rows: int, cell: Tuple[float, float] = (0.9, 0.5),

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
-from torchtune_longshort.plots.axes import (MARKERS, length_axis, mark_quick, note_missing, overlapping, panel_row,
-                                            series_style, value_axis)
+from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, length_axis, mark_quick,
+                                            note_missing, overlapping, panel_row, series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -113,8 +113,8 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
         rho = f"pooled Spearman {row['spearman']:.2f}, " if row and row.get("spearman") is not None else ""
         ax.set_xlabel(name)
         ax.set_ylabel(f"perplexity at {at_top}")
-        ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoints" + (" (×k: k of them on one dot)" if one_dot else ""),
-                     fontsize=9)
+        ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoint{'s' * (len(xs_all) != 1)}"
+                     + (" (×k: k of them on one dot)" if one_dot else ""), fontsize=9)
         legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
         if not xs_all:
             ax.set_xticks([])
@@ -259,7 +259,7 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
             for n, v in zip(asked, values) if v is None or not math.isfinite(v)]
     if gaps:
         note_missing(ax1, "no perplexity at " + "; ".join(gaps), 4.5)
-    ax1.set_xlabel("sequence length (tokens)")
+    ax1.set_xlabel(LENGTH_LABEL)
     ax1.set_ylabel("perplexity")
     ax1.set_title("base (unscaled RoPE): ppl against length", fontsize=9)
     nll_all: List[float] = []
@@ -278,7 +278,7 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     if not drawn:  # bare 0-1 axes said nothing (an audit)
         note_missing(ax2, "not drawn: the base's evaluation recorded no per-position loss at these lengths", 3.5)
     ax2.set_xscale("log", base=2)
-    ax2.set_xlabel("position (L0 dashed)")
+    ax2.set_xlabel(f"{POSITION_LABEL}; L0 dashed")
     ax2.set_ylabel("mean NLL (nats)")
     ax2.set_title("base: per-position loss", fontsize=9)
     if ax2.get_legend_handles_labels()[0]:

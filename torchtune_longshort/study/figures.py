@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
-from torchtune_longshort.plots.axes import (MISSING_GID, fraction_text, heatmap_size, length_axis, mark_quick,
-                                            note_missing, panel_row, series_style, value_axis, wrap_columns,
-                                            wrapped_panels, wrapped_title)
+from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size,
+                                            length_axis, mark_quick, note_missing, panel_row, series_style, value_axis,
+                                            wrap_columns, wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
@@ -93,7 +93,7 @@ def line_figure(cfg: StudyConfig, table: Dict[str, Any], lengths: List[int], yla
         length_axis(ax, list(lengths) + [cfg.L0, cfg.L])
         value_axis(ax, ys_all)
         _mark_lengths(ax, cfg)
-        ax.set_xlabel("sequence length (tokens)")
+        ax.set_xlabel(LENGTH_LABEL)
         ax.set_ylabel(ylabel)
         ax.set_title(f"{m}: {seeds_of_cells(counts)}")
         if ax.get_legend_handles_labels()[0]:
@@ -258,7 +258,7 @@ def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str
                 ys_all += ys_s
         value_axis(ax, ys_all, log_span=float("inf"))
         _mark_lengths(ax, cfg)
-        ax.set_xlabel("position")
+        ax.set_xlabel(POSITION_LABEL)
         ax.set_ylabel("mean NLL (nats)")
         ax.set_title(f"{m}: per-position loss at {longest} tokens, {seeds_text(len(cfg.seeds), spread=False)}",
                      fontsize=9)

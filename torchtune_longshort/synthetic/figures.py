@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from torchtune_longshort.plots.axes import mark_quick, series_style, value_axis
+from torchtune_longshort.plots.axes import count_axis, mark_quick, series_style, value_axis
 from torchtune_longshort.synthetic.theory import length_error_closed_form, sum_error_closed_form
 
 FIGURE_TITLES = {
@@ -101,12 +101,16 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
     for i, (label, d) in enumerate(data.items()):
         _curve(ax, i, len(data), label, np.array(d["lengths"]), d["mse"])
     mark_l_train(ax, [d["l_train"] for d in data.values()])
-    ax.set_yscale("log")
-    # a curve's exact zeros (NoPE fitting short lengths exactly) on the bottom edge, said in its label: the log
-    # axis dropped them, and the curve began off the axes without a word
+    # the reports' value axis: log with plain-number ticks (0.001, not 10^-3) when the errors span a decade
+    drawn = [v for d in data.values() for a in d["mse"] for v in np.asarray(a, dtype=float).ravel()
+             if 0 < v <= DRAWN_AT_MOST]
     curves = [ln for ln in ax.lines if ln.get_label() in data]
-    zeros_on_bottom_edge(ax, curves)
+    if value_axis(ax, drawn) == "log":
+        # a curve's exact zeros (NoPE fitting short lengths exactly) on the bottom edge, said in its label: the log
+        # axis dropped them, and the curve began off the axes without a word
+        zeros_on_bottom_edge(ax, curves)
     non_finite_said(curves)
+    count_axis(ax, *_length_range(data))
     ax.set_xlabel("test length l")
     ax.set_ylabel("test MSE (target scale)")
     ax.set_title(FIGURE_TITLES[name], fontsize=9)
@@ -114,6 +118,12 @@ def paper_figure(name: str, data: Dict, quick: bool = False):
     ax.grid(alpha=0.3, lw=0.5)
     mark_quick(fig, quick)
     return fig
+
+
+def _length_range(data: Dict) -> tuple:
+    """The shortest and longest test length of a figure's curves."""
+    lengths = [int(n) for d in data.values() for n in d["lengths"]]
+    return min(lengths), max(lengths)
 
 
 def zeros_on_bottom_edge(ax, lines) -> None:
@@ -165,6 +175,7 @@ def theory_figure(data: Dict, quick: bool = False):
         elif value_axis(ax, [v for v in values if v > 0]) == "log":
             zeros_on_bottom_edge(ax, lines)
         mark_l_train(ax, [lt])
+        count_axis(ax, int(x.min()), int(x.max()))
         ax.set_xlabel("test length l")
         ax.set_ylabel("test MSE (target scale)")
         ax.set_title(f"{task} task", fontsize=9)

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import (
-    LINESTYLES, MISSING_GID, fraction_text, heatmap_size, length_axis, note_missing, series_style, value_axis,
-    wrapped_title,
+    LENGTH_LABEL, LINESTYLES, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size, length_axis, note_missing,
+    series_style, value_axis, wrapped_title,
 )
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -116,8 +116,9 @@ def ppl_figure(runs: Dict[str, Dict[str, Dict[str, Any]]]):
         return None
     length_axis(ax, xs)
     value_axis(ax, ys)
-    ax.set_xlabel("sequence length (tokens)")
+    ax.set_xlabel(LENGTH_LABEL)
     ax.set_ylabel("perplexity")
+    ax.set_title("Perplexity by sequence length")
     legend = (fig.legend(loc="outside lower center", ncols=ncols, fontsize=7) if outside else ax.legend(fontsize=8))
     ax.grid(alpha=0.3)
     missing = ([f"not drawn (no finite perplexity): {', '.join(undrawn)}"] if undrawn else []) + (
@@ -172,7 +173,7 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
         ax.plot(xs, ys, label=label, color=f"C{k % 10}", linestyle=LINESTYLES[(k // 10) % len(LINESTYLES)])
         ys_all += ys
     value_axis(ax, ys_all, log_span=float("inf"))
-    ax.set_xlabel("position (tokens)")
+    ax.set_xlabel(POSITION_LABEL)
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title("Per-position loss")
     if ys_all:
