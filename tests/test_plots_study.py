@@ -292,3 +292,38 @@ def test_the_length_marks_stay_clear_of_the_points_the_legend_and_the_title(log)
         inside_figure(fig, t)
     no_overlap(labels + [ax.title], r)
     assert ax.get_legend() is not None and ax.get_legend().get_window_extent(r).y1 <= frame.y1 + 1
+
+
+def test_convergence_and_per_position_figures_of_a_resumed_and_an_early_stopped_run(tmp_path):
+    """A run's metrics.jsonl as a resume after a crash leaves it (steps 1-3, step 3 logged again by the resumed
+    run, a line torn by a kill) and one stopped early (stop_after_step=2): each step is read once, the last row
+    written (the convergence line went back from step 3 to 3 and the last-steps mean counted the lost step 3; the
+    torn line ended the report in JSONDecodeError), in step order. The per-position figure's x axis says tokens, as
+    the eval report's does."""
+    import json
+
+    from torchtune_longshort.study.figures import curve_figure, finetune_curve_figure
+    from torchtune_longshort.study.stages import train_summary
+
+    rows = {"pi_a0_s0": [(1, 5.0, None), (2, 4.5, 4.8), (3, 9.0, 9.5), (3, 4.2, 4.6), (4, 4.0, 4.4)],
+            "pi_a0_s1": [(1, 5.1, None), (2, 4.6, 4.9)]}
+    recs = {}
+    for key, steps in rows.items():
+        d = tmp_path / key
+        d.mkdir()
+        lines = [json.dumps({"step": 0, "seed": 0})]
+        for step, ce, val in steps:
+            lines.append(json.dumps({"step": step, "ce": ce, "loss": ce, "misalignment": 0.0}))
+            lines += [json.dumps({"step": step, "val_ce": val})] if val is not None else []
+        (d / "metrics.jsonl").write_text("\n".join(lines) + "\n" + ('{"step": 5, "ce' if key == "pi_a0_s0" else ""))
+        recs[key] = {"status": "ok", "train": train_summary(d), "curves": {"512": [6.0 + i / 1e3 for i in range(512)]}}
+    resumed = recs["pi_a0_s0"]["train"]
+    assert resumed["ce_curve"] == [(1, 5.0), (2, 4.5), (3, 4.2), (4, 4.0)] and resumed["steps"] == 4
+    assert resumed["mean_last_4"]["ce"] == pytest.approx((5.0 + 4.5 + 4.2 + 4.0) / 4)
+    assert recs["pi_a0_s1"]["train"]["steps"] == 2
+    cfg = lengths_cfg([512], alphas=[0.0], seeds=[0, 1])
+    ax = draw(finetune_curve_figure(cfg, recs)).axes[0]
+    assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.lines] == [([2, 3, 4], [4.8, 4.6, 4.4]),
+                                                                                 ([2], [4.9])]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["seed 0", "seed 1"]
+    assert draw(curve_figure(cfg, recs, "512")).axes[0].get_xlabel() == "position (tokens)"

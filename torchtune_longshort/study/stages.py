@@ -149,15 +149,25 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
     path = train_dir / "metrics.jsonl"
     if not path.is_file():
         return {}
-    all_rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    rows = [r for r in all_rows if "ce" in r]
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    all_rows = []
+    for i, line in enumerate(lines):
+        try:
+            all_rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+            # a kill while appending tears only the last line (the recipe drops it as it resumes)
+    # one row per step, the last written (a step logged again after a resume or a crash supersedes its first row:
+    # the curves went back in x and the last-steps mean counted the lost step), in step order
+    rows = _last_per_step(r for r in all_rows if "ce" in r)
     if not rows:
         return {}
     tail = rows[-last:]
     out = {"steps": rows[-1].get("step"), "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
     out[f"mean_last_{len(tail)}"] = {k: sum(r[k] for r in tail) / len(tail) for k in ("loss", "ce", "misalignment")
                                      if all(k in r for r in tail)}
-    val = [(r["step"], r["val_ce"]) for r in all_rows if "val_ce" in r]
+    val = [(r["step"], r["val_ce"]) for r in _last_per_step(r for r in all_rows if "val_ce" in r)]
     if val:
         out["val_ce"] = val  # (step, held-out CE) pairs: the convergence curve
     out["ce_curve"] = [(r["step"], r["ce"]) for r in rows]
@@ -165,6 +175,12 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
     if tps:
         out["tokens_per_second_median"] = sorted(tps)[len(tps) // 2]
     return out
+
+
+def _last_per_step(rows) -> List[Dict[str, Any]]:
+    """``rows`` (metrics.jsonl rows, in file order) with one per ``step``, the last one written, sorted by step."""
+    by_step = {r["step"]: r for r in rows if isinstance(r.get("step"), int)}  # a later row replaces an earlier one
+    return [by_step[k] for k in sorted(by_step)]
 
 
 def output_folder(configured, override=None, repo_root=None) -> Tuple[Path, Path]:
