@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -303,6 +304,80 @@ def test_checkpoint_tokenizer_is_a_torchtune_model_tokenizer_with_the_folders_ch
     named = {k: v for k, v in ref.special_tokens_map.items() if k not in ("bos_token", "eos_token")}
     assert all(f"{k}={v}" in text for k, v in named.items()) and (layout != "smollm2" or named), text
 
+
+
+# a template that ends the conversation's last message otherwise (loop.last): no message but the last ends in the
+# whole text where the conversation up to it ends
+LOOP_LAST = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] }}{% if loop.last %}"
+             "{{ '<|im_end|>\n' }}{% else %}{{ '<|im_start|>\n' }}{% endif %}{% endfor %}")
+RAISES = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+          "{% endif %}{{ m['content'] }}{% endfor %}")
+
+
+def test_a_loop_last_template_never_trains_on_the_prompt(family_dirs, tmp_path, caplog):
+    """A template that renders a message otherwise when it ends the conversation (``loop.last``): the whole text
+    took the last message's mask, so a chat dataset with ``train_on_input: False`` trained on the system and user
+    messages without a word. Tokens whose message the text does not show are masked now (prompt wins), said once;
+    the ids stay ``apply_chat_template``'s."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    folder = tmp_path / "smollm2"
+    shutil.copytree(family_dirs["smollm2"], folder)
+    (folder / "chat_template.jinja").write_text(LOOP_LAST)
+    tok, ref = checkpoint_tokenizer(str(folder)), AutoTokenizer.from_pretrained(str(folder))
+    msgs = _conversation(generate=False)
+    out = tok({"messages": msgs})
+    text = ref.apply_chat_template([{"role": m.role, "content": m.text_content} for m in msgs], tokenize=False)
+    assert out["tokens"] == ref(text, add_special_tokens=False).input_ids
+    trained = ref.decode([t for t, m in zip(out["tokens"], out["mask"]) if not m])
+    assert not any(w in trained for w in ("brief", "Hi", "More")), trained
+    assert "chat_template.jinja" in caplog.text and "loop.last" in caplog.text
+    tok({"messages": msgs})
+    assert caplog.text.count("loop.last") == 1
+
+
+@pytest.mark.parametrize("case", ["raises", "syntax", "empty_file", "list_without_default", "not_text"])
+def test_a_chat_template_transformers_refuses_is_refused_naming_its_file(family_dirs, tmp_path, case):
+    """A template that raises (``raise_exception``, a syntax error) ended in jinja's traceback; one transformers
+    refuses in ``tokenizer_config.json`` (a list with no ``default``, a value that is not text) or an empty
+    ``chat_template.jinja`` read as no template: the messages were formatted as plain text without a word. Each is
+    refused in one line naming the file; transformers' ``apply_chat_template`` (the reference) refuses each too,
+    but the empty file, which it renders as no text at all."""
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    folder = tmp_path / "smollm2"
+    shutil.copytree(family_dirs["smollm2"], folder)
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    file = "chat_template.jinja"
+    if case in ("raises", "syntax", "empty_file"):
+        text = {"raises": RAISES, "syntax": "{{ messages[0]['content'] }", "empty_file": "\n"}[case]
+        (folder / file).write_text(text)
+    else:
+        file = "tokenizer_config.json"
+        config["chat_template"] = [{"name": "tool_use", "template": CHATML}] if case == "list_without_default" else 5
+        (folder / file).write_text(json.dumps(config))
+    dicts = [{"role": m.role, "content": m.text_content} for m in _conversation(generate=False)]
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    if case == "empty_file":
+        assert not ref.apply_chat_template(dicts, tokenize=False).strip()
+    else:
+        with pytest.raises(Exception):
+            ref.apply_chat_template(dicts, tokenize=False)
+    with pytest.raises(ValueError, match=re.escape(str(folder / file))) as e:
+        checkpoint_tokenizer(str(folder))({"messages": _conversation(generate=False)})
+    assert "\n" not in str(e.value)
+    # transformers' mapping form takes its default, as transformers does
+    config["chat_template"] = {"default": CHATML, "tool_use": "x"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    got = checkpoint_tokenizer(str(folder))({"messages": _conversation(generate=False)})["tokens"]
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    assert got == ref(ref.apply_chat_template(dicts, tokenize=False), add_special_tokens=False).input_ids
 
 
 def test_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkeypatch):

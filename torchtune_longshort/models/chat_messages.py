@@ -15,32 +15,60 @@ The messages are formatted as the checkpoint's own model expects them:
   assistant message)``, BOS where the source model adds one, EOS unless ``inference``, a message that continues a
   turn encoded without a leading word-start marker.
 
-``mask`` is each token's message's ``masked`` (the generation prompt counts as masked); ``max_seq_len`` truncates as
-torchtune's tokenizers do (EOS kept last when end tokens are added).
+``mask`` is each token's message's ``masked`` (the generation prompt counts as masked); where the text does not show
+a message's end (a template that renders a message otherwise when it ends the conversation, ``loop.last``), the
+tokens it shares with the next message whose end it shows take ``masked`` if either is masked, said once.
+``max_seq_len`` truncates as torchtune's tokenizers do (EOS kept last when end tokens are added). A template that
+fails on a conversation (``raise_exception``, a syntax error, an undefined name) or one transformers refuses is
+refused in one line naming its file (``ValueError``).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.tokenizer_files import named_tokens, read_json
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+logger = logging.getLogger(__name__)
 
 
 def chat_template_of(folder: Path) -> Optional[str]:
     """The chat template a folder's ``AutoTokenizer`` uses: ``chat_template.jinja``, else ``tokenizer_config.json``'s
-    ``chat_template`` (a string, or transformers' list of ``{name, template}``: the ``default`` one); None when
-    there is none."""
+    ``chat_template`` (a string, or transformers' list of ``{name, template}`` / mapping of name to template: the
+    ``default`` one); None when there is none. One transformers refuses (a list or mapping without ``default``, a
+    value that is not text) or an empty ``chat_template.jinja`` is refused naming the file and the fix: it read as
+    no template, and the messages were formatted as plain text without a word."""
     f = folder / CHAT_TEMPLATE_FILE
     if f.is_file():
-        return f.read_text()
-    t = read_json(folder / "tokenizer_config.json").get("chat_template")
-    if isinstance(t, list):
-        t = next((e.get("template") for e in t if isinstance(e, dict) and e.get("name") == "default"), None)
-    return t if isinstance(t, str) and t else None
+        text = f.read_text()
+        if not text.strip():
+            raise ValueError(f"{f} is empty: write the model's chat template there, or delete the file (then "
+                             "tokenizer_config.json's chat_template is used, else torchtune's plain message format)")
+        return text
+    config = folder / "tokenizer_config.json"
+    t = read_json(config).get("chat_template")
+    if isinstance(t, list):  # transformers' list of {name, template}
+        t = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
+    if isinstance(t, dict):
+        if "default" not in t:
+            raise ValueError(f"{config}: chat_template holds the templates {sorted(map(str, t))} and none named "
+                             f"'default' (transformers refuses it too): name the one to use 'default', or write it "
+                             f"to {f}")
+        t = t["default"]
+    if t is not None and not isinstance(t, str):
+        raise ValueError(f"{config}: chat_template is {t!r:.60}, not a template's text (transformers "
+                         f"refuses it too): give the template as a string, or write it to {f}")
+    return t if t else None
+
+
+def chat_template_file(folder: Path) -> str:
+    """Where :func:`chat_template_of` read ``folder``'s template from, for a message."""
+    f = folder / CHAT_TEMPLATE_FILE
+    return str(f) if f.is_file() else f"{folder / 'tokenizer_config.json'} (chat_template)"
 
 
 def stop_ids(folder: Path, eos_id: int, extra: Sequence[int] = ()) -> List[int]:
@@ -127,7 +155,14 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     def encode(text: str) -> List[int]:
         return tok.encode_plain(text, parse_special_tokens=True)  # a template writes special tokens as text
 
-    text = render_chat_template(template, dicts, generation_prompt, **names)
+    try:
+        text = render_chat_template(template, dicts, generation_prompt, **names)
+    except Exception as e:  # noqa: BLE001 - the template's own error (raise_exception, a syntax or undefined name)
+        raise ValueError(
+            f"the chat template of {chat_template_file(tok.path.parent)} fails on this conversation (roles "
+            f"{[d['role'] for d in dicts]}): {type(e).__name__}: {' '.join(str(e).split())}; transformers' "
+            "apply_chat_template fails the same way: fix the template or the data (e.g. a system message the "
+            "template refuses), or set tokenizer.prompt_template to format the messages with torchtune's") from None
     tokens = encode(text)
     # where each message ends in the text: the rendered conversation up to it, when the whole one starts with it
     ends: List[Optional[int]] = []
@@ -145,13 +180,24 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     else:  # a piece's first token merges with the one before it: the prefix's own encoding says where it ends
         token_ends = [None if e is None else len(encode(text[:e])) for e in ends]
     mask = [True] * len(tokens)  # the generation prompt (what is left past the last message) is prompt
-    start = 0
-    for m, e in zip(messages, token_ends):
+    start, first, mixed = 0, 0, 0
+    for k, (m, e) in enumerate(zip(messages, token_ends)):
         if e is None:
             continue
         end = min(max(e, start), len(tokens))
-        mask[start:end] = [m.masked] * (end - start)
-        start = end
+        # messages first..k share the tokens [start, end): those whose ends the text does not show (a template that
+        # renders a message otherwise when it ends the conversation, loop.last) share the closing message's; a
+        # span of prompt and answer is prompt (its answer tokens not trained on, never its prompt tokens trained)
+        masked = [messages[j].masked for j in range(first, k + 1)]
+        if len(set(masked)) > 1:
+            mixed += end - start
+        mask[start:end] = [any(masked)] * (end - start)
+        start, first = end, k + 1
+    if mixed and not getattr(tok, "_said_mixed_mask", False):
+        tok._said_mixed_mask = True
+        logger.warning("%s: the chat template renders a message otherwise when it ends the conversation (loop.last), "
+                       "so where it ends in a longer one is not known: %d tokens of prompt and answer together are "
+                       "masked as prompt (said once)", chat_template_file(tok.path.parent), mixed)
     return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
 
 
