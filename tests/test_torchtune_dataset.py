@@ -159,3 +159,28 @@ def test_shuffle_true_on_a_streamed_source_is_refused_before_any_folder(tmp_path
                                          r"in order .*; set shuffle=False, or read the data as a map-style") as caught:
         _run(tmp_path, "streamed", tiny_llama2_dir, sp_tokenizer_dir, streamed, shuffle=True)
     assert "\n" not in str(caught.value) and not (tmp_path / "streamed").exists()
+
+
+def test_a_bad_chat_row_is_named_by_its_own_line_not_as_a_missing_text_column(tmp_path, sp_tokenizer_dir):
+    """A chat / instruct builder reads no text column: a row it could not build was described by the text reader
+    (``chat.jsonl:1: no text field 'text' ... Set dataset.column``), line 1 whatever the row. Its own line is named
+    now, with the builder's error; ``text_completion_dataset``'s rows are still read as text (its ``column``)."""
+    from torchtune.datasets import chat_dataset, text_completion_dataset
+
+    from torchtune_longshort.data.text_files import DataRecordError
+    from torchtune_longshort.data.torchtune_datasets import torchtune_documents
+    from torchtune_longshort.models import checkpoint_tokenizer
+    from torchtune_longshort.training.data_setup import text_column_of
+
+    good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
+    bad = {"messages": [{"role": "user", "content": "beep"}]}  # torchtune: at least two messages
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (good, good, bad, good)))
+    args = {"source": "json", "data_files": str(tmp_path / "chat.jsonl"), "conversation_column": "messages",
+            "conversation_style": "openai", "split": "train", "train_on_input": True}
+    ds = chat_dataset(checkpoint_tokenizer(str(sp_tokenizer_dir)), **args)
+    assert text_column_of(chat_dataset) is None and text_column_of(text_completion_dataset) == "text"
+    docs = torchtune_documents(ds, name="chat_dataset", args=args, column=text_column_of(chat_dataset))
+    want = r"chat.jsonl:3 \(ValueError building the sample: Messages must be at least length 2"
+    with pytest.raises(DataRecordError, match=want) as e:
+        list(docs())
+    assert "no text field" not in str(e.value)

@@ -53,7 +53,7 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
         tokens = sample["tokens"] if isinstance(sample, dict) else None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         hint = f" (column={column!r})" if column else ""
-        found = record_problem(files, i, column or "text", where)
+        found = record_problem(files, i, column, where) if column else None  # a chat / instruct row has no text
         raise DataRecordError(
             f"{what}: {found or locate_record(files, i)} ({type(e).__name__} building the sample{hint}: {e})"
         ) from None
@@ -72,10 +72,14 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
 
 
 def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = None, where: str = "dataset",
-                        skip_bad_records: bool = False) -> Documents:
+                        skip_bad_records: bool = False, column: Optional[str] = None) -> Documents:
     """A documents source over a torchtune dataset's samples (their ``tokens``), in index order (random access:
     ``count`` and ``read``, for a resumed or shuffled stream), each checked as it is read (:func:`read_record`).
     ``args``: the builder's arguments (the files they name locate a bad record).
+    ``column``: the text column the builder reads (``args``' ``column``, else the builder's default, e.g.
+    ``text_completion_dataset``'s ``"text"``); None for a builder of another layout (``chat_dataset``'s
+    ``messages``, ``alpaca_dataset``'s columns), whose bad record is named by its place alone: the text reader's
+    "no text field 'text' ... set dataset.column" named line 1 of the file for any such row.
     ``skip_bad_records``: a bad record is yielded as a :class:`~.text_files.SkippedRecord` (counted and logged by the
     stream) instead of raising; one of the first records must still be readable.
 
@@ -92,7 +96,7 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
     files = named_files(args, where)
     if n == 0:
         raise ValueError(f"{what} has no samples ({', '.join(str(f) for _, f in files) or 'no local file'})")
-    column = args.get("column")
+    column = args.get("column") or column
 
     def docs(indices=range(n)):  # a resumed or shuffled stream reads only the records it needs, in its order
         for i in indices:

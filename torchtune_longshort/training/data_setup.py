@@ -8,6 +8,7 @@ Used by the recipe's ``_setup`` / ``_setup_data`` (``torchtune_longshort/trainin
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -35,9 +36,20 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
         builder = resolve_component(f"{where}._component_", source.component)
         dataset = build_torchtune_dataset(builder, tokenizer, source.builder_args, where)
         return torchtune_documents(dataset, name=source.component, args=source.builder_args, where=where,
-                                   skip_bad_records=source.skip_bad_records)
+                                   skip_bad_records=source.skip_bad_records, column=text_column_of(builder))
     with source_names(SourceNames(where)):  # a corpus source's messages name this section's keys
         return config.instantiate(source.node())
+
+
+def text_column_of(builder) -> Optional[str]:
+    """The default of a torchtune builder's ``column`` parameter (``text_completion_dataset``: ``"text"``); None for
+    a builder without one (``chat_dataset``, ``alpaca_dataset``)."""
+    try:
+        param = inspect.signature(builder).parameters.get("column")
+    except (TypeError, ValueError):
+        return None
+    default = None if param is None else param.default
+    return default if isinstance(default, str) else None
 
 
 def check_shuffle_source(documents, shuffle: bool) -> None:
