@@ -380,6 +380,30 @@ def test_a_chat_template_transformers_refuses_is_refused_naming_its_file(family_
     assert got == ref(ref.apply_chat_template(dicts, tokenize=False), add_special_tokens=False).input_ids
 
 
+def test_a_chat_cut_at_max_seq_len_masks_the_eos_put_at_the_cut(family_dirs, tmp_path):
+    """``tokenizer.max_seq_len`` cuts a templated chat inside an answer: the EOS put at the cut (SmolLM2's
+    ``<|im_end|>``, its end of turn) kept the answer's mask, so the model learned to end a turn mid-answer.
+    torchtune's own ``truncate`` as its Llama-3 / Qwen2 / Qwen2.5 tokenizers call it is the reference."""
+    from torchtune.data import Message
+    from torchtune.data._utils import truncate
+
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    folder = tmp_path / "smollm2"
+    shutil.copytree(family_dirs["smollm2"], folder)
+    (folder / "chat_template.jinja").write_text(CHATML)
+    msgs = [Message(role="user", content="Tell me a story.", masked=True),
+            Message(role="assistant", content="Once upon a time " * 20, masked=False)]
+    full = checkpoint_tokenizer(str(folder))({"messages": msgs})
+    for n in (len(full["tokens"]) - 10, len(full["tokens"]) // 2 + 3):
+        tok = checkpoint_tokenizer(str(folder), max_seq_len=n)
+        cut = tok({"messages": msgs})
+        assert not full["mask"][n - 1]  # the cut falls inside the answer
+        assert cut["tokens"] == truncate(full["tokens"], n, tok.eos_id)
+        assert cut["mask"] == truncate(full["mask"], n, True)
+        assert tok({"messages": msgs}, inference=True)["mask"] == full["mask"][:n]  # no EOS added: nothing masked
+
+
 def test_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkeypatch):
     """A folder whose tokenizer_config.json names its own class (``auto_map``): transformers' AutoTokenizer, asked
     for the chat template's tokens, put ``Do you wish to run the custom code? [y/N]`` to the console and waited 15 s

@@ -18,7 +18,9 @@ The messages are formatted as the checkpoint's own model expects them:
 ``mask`` is each token's message's ``masked`` (the generation prompt counts as masked); where the text does not show
 a message's end (a template that renders a message otherwise when it ends the conversation, ``loop.last``), the
 tokens it shares with the next message whose end it shows take ``masked`` if either is masked, said once.
-``max_seq_len`` truncates as torchtune's tokenizers do (EOS kept last when end tokens are added). A template that
+``max_seq_len`` truncates as torchtune's tokenizers do: EOS kept last when end tokens are added, and masked, as
+torchtune's Llama-3, Qwen2 and Qwen2.5 tokenizers mask it (it kept the cut answer's mask: a model trained through
+``tokenizer.max_seq_len`` learned to end a turn mid-answer; torchtune's Phi-3 tokenizer keeps it). A template that
 fails on a conversation (``raise_exception``, a syntax error, an undefined name) or one transformers refuses is
 refused in one line naming its file (``ValueError``).
 """
@@ -127,8 +129,8 @@ def _truncate(tokens: List[int], mask: List[bool], max_seq_len: Optional[int],
     if max_seq_len is None or len(tokens) <= max_seq_len:
         return tokens, mask
     tokens, mask = tokens[:max_seq_len], mask[:max_seq_len]
-    if eos_id is not None:
-        tokens[-1] = eos_id
+    if eos_id is not None:  # the EOS put at the cut is not an answer's end: masked, as torchtune's chat tokenizers do
+        tokens[-1], mask[-1] = eos_id, True
     return tokens, mask
 
 
