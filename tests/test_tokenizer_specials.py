@@ -425,9 +425,11 @@ def test_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkey
     assert chat_template_tokens(tmp_path, "<s>", "</s>") == named
     assert not asked, asked
 
-def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir):
+def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir,
+                                                                                                 caplog):
     """No chat template (or a torchtune ``prompt_template``): torchtune's own SentencePiece model tokenizer is the
-    reference, ids and mask, for generation and training, truncated or not."""
+    reference, ids and mask, for generation and training, truncated or not. Without a ``prompt_template`` the
+    role-less format is said once, naming the folder and the fix (it was silent; transformers refuses there)."""
     from torchtune.models.llama2 import llama2_tokenizer
 
     from torchtune_longshort.models import checkpoint_tokenizer
@@ -441,6 +443,9 @@ def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torc
                 msgs = _conversation(generate=generate)
                 assert ours({"messages": msgs}, inference=generate) == ref({"messages": msgs}, inference=generate)
             assert ours.stop_tokens == ref.stop_tokens
+            said = [r.getMessage() for r in caplog.records if "has no chat template" in r.getMessage()]
+            assert len(said) == (template is None) and (not said or str(sp_tokenizer_dir) in said[0]), said
+            caplog.clear()
 
 
 def test_a_sentencepiece_model_without_bos_is_described_as_adding_none(tmp_path):

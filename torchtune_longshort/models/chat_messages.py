@@ -13,7 +13,8 @@ The messages are formatted as the checkpoint's own model expects them:
 - otherwise, or when a torchtune ``prompt_template`` is given (then applied first, as torchtune's tokenizers do):
   torchtune's own ``tokenize_messages_no_special_tokens``, ``[BOS] + each message's text (+ EOS after an
   assistant message)``, BOS where the source model adds one, EOS unless ``inference``, a message that continues a
-  turn encoded without a leading word-start marker.
+  turn encoded without a leading word-start marker (a folder without a template and no ``prompt_template``: said
+  once, naming the folder, since transformers' ``apply_chat_template`` refuses such a folder).
 
 ``mask`` is each token's message's ``masked`` (the generation prompt counts as masked); where the text does not show
 a message's end (a template that renders a message otherwise when it ends the conversation, ``loop.last``), the
@@ -144,6 +145,14 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
         messages = list(prompt_template(messages))
     if template is None:
         from torchtune.modules.transforms.tokenizers import tokenize_messages_no_special_tokens
+
+        if prompt_template is None and not getattr(tok, "_said_no_template", False):
+            tok._said_no_template = True  # transformers refuses such a folder; torchtune formats it so: said once
+            logger.warning("%s has no chat template (chat_template.jinja, tokenizer_config.json's chat_template): the "
+                           "messages are formatted as torchtune's tokenizers format them without a prompt_template, "
+                           "[BOS] + each message's text (+ EOS after an answer), no roles; for an instruct model add "
+                           "its chat_template.jinja, or set tokenizer.prompt_template (e.g. "
+                           "torchtune.data.ChatMLTemplate)", tok.path.parent)
 
         return tokenize_messages_no_special_tokens(
             _TorchtuneBase(tok), messages, bos_id=tok.bos_id if tok.adds_bos else None,
