@@ -76,8 +76,8 @@ def test_builder_refuses_too():
 def test_lora_on_a_tied_output_is_refused_for_every_family(family_dirs, layout, family):
     """Gemma's builder dropped apply_lora_to_output=True without a word (the run trained no output adapter); every
     tied family now refuses it alike, naming the key and the fix."""
-    with pytest.raises(ValueError, match=rf"^apply_lora_to_output=True is not accepted for this {family} model: .*"
-                                         r"set apply_lora_to_output=False"):
+    with pytest.raises(ValueError, match=rf"^checkpoint '.*{layout}': apply_lora_to_output=True is not accepted for "
+                                         rf"this {family} model: .*set apply_lora_to_output=False"):
         hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8, apply_lora_to_output=True)
     hf_decoder(str(family_dirs[layout]), lora_rank=4, lora_alpha=8)
     # the config check says it, naming the key's path: longshort-validate said OK, the build refused it once the
