@@ -514,3 +514,27 @@ def test_dtype_takes_what_lm_evals_hf_takes(tiny_llama2_dir, sp_tokenizer_dir):
     assert next(lm.model.parameters()).dtype == torch.bfloat16
     written = yaml.safe_load((tiny_llama2_dir / "config.json").read_text())
     assert _lm(tiny_llama2_dir, sp_tokenizer_dir, dtype="auto").args.dtype == config_dtype(written)
+
+
+def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkeypatch):
+    """``--apply_chat_template`` with a tokenizer folder whose tokenizer is its own code (``auto_map``): the
+    pre-checks (``longshort-eval``'s, for longshort and hf) and the longshort model asked transformers, which put
+    ``Do you wish to run the custom code? [y/N]`` on the console and waited 15 s, twice (a "y" ran the folder's
+    code); e1f377c fixed it for the chat template's tokens only. The folder is now read without running its code."""
+    import json
+
+    from tokenizers import Tokenizer, models, trainers
+
+    from torchtune_longshort.eval.model.chat import lacks_template, template_tokenizer
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
+                                                                      special_tokens=["<unk>", "<s>", "</s>"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": CHAT}))
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
+    assert template_tokenizer(tmp_path) is None and lacks_template(tmp_path) is False  # as before, where no one says n
+    assert not asked, asked

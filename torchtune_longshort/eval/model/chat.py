@@ -16,31 +16,32 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 
-def template_tokenizer(path: Path) -> Optional[Any]:
-    """transformers' tokenizer of the folder of ``path`` (a tokenizer folder or file) when it carries a chat
-    template, else None."""
+def _loaded(path: Path) -> Optional[Any]:
+    """transformers' tokenizer of the folder of ``path`` (a tokenizer folder or file), None where it does not load.
+    A folder whose tokenizer is its own code (``auto_map``) is never run, nor asked about: transformers put ``Do
+    you wish to run the custom code? [y/N]`` on the console and waited 15 s (as ``models.chat_messages``)."""
     # deferred: transformers (only a run that asks for a chat template needs it)
     from transformers import AutoTokenizer
 
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def template_tokenizer(path: Path) -> Optional[Any]:
+    """transformers' tokenizer of the folder of ``path`` (a tokenizer folder or file) when it carries a chat
+    template, else None."""
+    tokenizer = _loaded(path)
     return tokenizer if getattr(tokenizer, "chat_template", None) else None
 
 
 def lacks_template(path: Path) -> bool:
     """Whether the tokenizer folder (or file) at ``path`` is one transformers loads and it carries no chat template
     (False where it does not load: the model that reads it then says why)."""
-    from transformers import AutoTokenizer
-
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return not getattr(tokenizer, "chat_template", None)
+    tokenizer = _loaded(path)
+    return tokenizer is not None and not getattr(tokenizer, "chat_template", None)
 
 
 def no_template_message(path: Path) -> str:
