@@ -327,3 +327,14 @@ def test_convergence_and_per_position_figures_of_a_resumed_and_an_early_stopped_
                                                                                  ([2], [4.9])]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["seed 0", "seed 1"]
     assert draw(curve_figure(cfg, recs, "512")).axes[0].get_xlabel() == "position (tokens)"
+
+
+def test_a_metrics_line_that_is_not_json_before_the_last_is_named_as_the_recipe_names_it(tmp_path):
+    # the study's reader of metrics.jsonl was a near-copy of the recipe's (JsonlMetricLogger on resume): a line
+    # that is not JSON before the last ended the report in a bare JSONDecodeError ("Expecting value: line 1
+    # column 1"), naming neither the file nor the line; both read it with training.metrics.metric_lines now
+    from torchtune_longshort.study.stages import train_summary
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "ce": 2.0}\nnot json\n{"step": 2, "ce": 1.5}\n{"step": 3')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON line \('not json'\)"):
+        train_summary(tmp_path)

@@ -3,7 +3,6 @@ and which recipe checkpoints a training folder holds."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
@@ -16,6 +15,7 @@ from torchtune_longshort.eval.report.results_io import load_results
 from torchtune_longshort.output_guard import missing_root
 from torchtune_longshort.study.stop import StudySignal, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
+from torchtune_longshort.training.metrics import metric_lines
 from torchtune_longshort.training.output_dir import OutputDirLock
 
 
@@ -149,15 +149,7 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
     path = train_dir / "metrics.jsonl"
     if not path.is_file():
         return {}
-    lines = [x for x in path.read_text().splitlines() if x.strip()]
-    all_rows = []
-    for i, line in enumerate(lines):
-        try:
-            all_rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise
-            # a kill while appending tears only the last line (the recipe drops it as it resumes)
+    all_rows = [row for _, row in metric_lines(path)]  # a last line torn by a kill dropped, as a resume drops it
     # one row per step, the last written (a step logged again after a resume or a crash supersedes its first row:
     # the curves went back in x and the last-steps mean counted the lost step), in step order
     rows = _last_per_step(r for r in all_rows if "ce" in r)

@@ -10,7 +10,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -36,6 +36,22 @@ def peak_memory_gib(device: torch.device) -> float:
     return rss / (2**30 if sys.platform == "darwin" else 2**20)
 
 
+def metric_lines(path: Union[str, Path]) -> List[Tuple[str, Dict[str, Any]]]:
+    """``(line, row)`` of each row of a ``metrics.jsonl``, in file order: a last line torn by a kill while
+    appending is dropped (as a resume drops it); any other line that is not JSON is refused naming it."""
+    lines = Path(path).read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append((line, json.loads(line)))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}:{i + 1}: not a JSON line ({line[:80]!r})") from None
+    return out
+
+
 class JsonlMetricLogger:
     """Append one JSON object per logged step to ``path`` (exact float reprs, so runs can be compared bit-wise).
 
@@ -50,19 +66,7 @@ class JsonlMetricLogger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step and self.path.exists():
-            lines = self.path.read_text().splitlines()
-            keep = []
-            for i, line in enumerate(lines):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    if i == len(lines) - 1:  # a kill while appending tears only the last line: drop it
-                        continue
-                    raise ValueError(f"{self.path}:{i + 1}: not a JSON line ({line[:80]!r})") from None
-                if row.get("step", 0) <= resume_step:
-                    keep.append(line)
+            keep = [line for line, row in metric_lines(self.path) if row.get("step", 0) <= resume_step]
             atomic_write_text(self.path, "".join(l + "\n" for l in keep))  # a kill here keeps the old lines
             return
         if self.path.exists():
