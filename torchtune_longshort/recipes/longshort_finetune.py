@@ -215,7 +215,7 @@ class LongShortFinetuneRecipe(RecipeSetup):
                 )
                 break
         else:
-            if stop_at < max_steps and self.global_step == stop_at:
+            if stop_at < max_steps:  # the loop ran to stop_at (every other way out breaks or raises)
                 utils.log_rank_zero(log, self.stopped_early())
         self._profiler.stop()
         self._run_log.close()
