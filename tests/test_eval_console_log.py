@@ -48,10 +48,12 @@ def _no_root_handler():
         logging.root.handlers[:] = saved
 
 
-def _setup_and_log(capsys) -> list:
+def _setup_and_log(capsys, later_verbosity=None) -> list:
     with _no_root_handler():
         lm_eval.utils.setup_logging()  # what lm-eval's CLI (and longshort-eval) does first
         assert follow_lm_eval_logging()
+        if later_verbosity is not None:  # simple_evaluate's setup_logging(verbosity=...), after the pack's follow
+            lm_eval.utils.setup_logging(verbosity=later_verbosity)
         logging.getLogger("lm_eval.evaluator").info("lm-eval's own line")
         logging.getLogger("lm_eval.evaluator").warning("lm-eval's own warning")
         assert drop_refusals({"k": RefusedText("too long"), "kept": "text"}) == 1  # the pack's INFO line
@@ -77,6 +79,25 @@ def test_lmeval_log_level_quiets_the_pack_as_it_quiets_lm_eval(cli_logging, caps
     assert "lm-eval's own line" not in err and DROPPED not in err
     assert "lm-eval's own warning" in err
     assert re.search(r" WARNING  \[torchtune_longshort\.[\w.]+:\d+\] a pack warning", err), err
+
+
+def test_a_later_lm_eval_level_counts_for_the_pack_too(cli_logging, capsys):
+    """The pack's lines follow lm-eval's level when they are logged, not a copy taken when the pack's tasks were
+    built (before, a later setup_logging(verbosity=WARNING) quieted lm-eval's INFO lines and not the pack's)."""
+    err = "\n".join(_setup_and_log(capsys, later_verbosity=logging.WARNING))
+    assert "lm-eval's own line" not in err and DROPPED not in err
+    assert "lm-eval's own warning" in err and "a pack warning" in err
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_the_pack_info_lines_print_on_rank_0_alone(cli_logging, capsys, monkeypatch, rank):
+    """Under torchrun (RANK, WORLD_SIZE), as the model's progress bars: the pack's INFO lines once, on rank 0; its
+    warnings from every rank, lm-eval's own lines as lm-eval prints them (before: each INFO line once per process)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    err = "\n".join(_setup_and_log(capsys))
+    assert (DROPPED in err) == (rank == "0"), err
+    assert "a pack warning" in err and "lm-eval's own line" in err
 
 
 def test_nothing_changes_without_lm_eval_set_up_or_with_a_root_handler(cli_logging):

@@ -35,6 +35,12 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_rank() -> int:
+    """This process's rank among the launcher's (``RANK``, which ``torchrun`` and ``accelerate launch`` set, and
+    which :class:`Processes` gets back from ``torch.distributed``); 0 without a launcher."""
+    return int(os.environ.get("RANK", "0")) if launched_world_size() > 1 else 0
+
+
 def process_device(device: torch.device) -> torch.device:
     """One GPU per process under a launcher: a CUDA device becomes ``cuda:<LOCAL_RANK>`` (as lm-eval's ``hf`` takes
     accelerate's device there, whatever index was given: lm-eval's own default is ``cuda:0`` for every process);
