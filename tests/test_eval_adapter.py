@@ -253,6 +253,7 @@ def test_loglikelihood_is_computed_chunk_by_chunk(tiny_llama2_dir, sp_tokenizer_
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}")
+TOOL = "{% for m in messages %}TOOL:{{ m['content'] }}{% endfor %}"
 
 
 def test_apply_chat_template_renders_the_tokenizers_own_template_or_is_refused_before_the_model_loads(
@@ -321,7 +322,7 @@ def test_apply_chat_template_name_picks_the_template_hf_picks(tiny_llama2_dir, s
     tok = tmp_path / "tok"
     shutil.copytree(sp_tokenizer_dir, tok)
     (tok / "chat_template.jinja").write_text(CHAT)
-    tool = "{% for m in messages %}TOOL:{{ m['content'] }}{% endfor %}"
+    tool = TOOL
     if folder == "named":
         (tok / "additional_chat_templates").mkdir()
         (tok / "additional_chat_templates" / "tool_use.jinja").write_text(tool)
@@ -520,12 +521,16 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     """``--apply_chat_template`` with a tokenizer folder whose tokenizer is its own code (``auto_map``): the
     pre-checks (``longshort-eval``'s, for longshort and hf) and the longshort model asked transformers, which put
     ``Do you wish to run the custom code? [y/N]`` on the console and waited 15 s, twice (a "y" ran the folder's
-    code); e1f377c fixed it for the chat template's tokens only. The folder is now read without running its code."""
+    code); e1f377c fixed it for the chat template's tokens only. The folder is now read without running its code:
+    its templates from the files (it was then refused as having no chat template), rendered as transformers renders
+    them for the same folder with its tokenizer as transformers' own class."""
     import json
+    import shutil
 
     from tokenizers import Tokenizer, models, trainers
+    from transformers import AutoTokenizer
 
-    from torchtune_longshort.eval.model.chat import lacks_template, template_tokenizer
+    from torchtune_longshort.eval.model.chat import lacks_template, render, select_template, template_tokenizer
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
@@ -533,8 +538,27 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     tok.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": CHAT}))
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": [
+            {"name": "default", "template": "{{ bos_token }}" + CHAT}, {"name": "tool_use", "template": TOOL}]}))
     asked = []
     monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
-    assert template_tokenizer(tmp_path) is None and lacks_template(tmp_path) is False  # as before, where no one says n
-    assert not asked, asked
+    chat = template_tokenizer(tmp_path)
+    assert lacks_template(tmp_path) is False and not asked, asked
+    reference = tmp_path / "reference"  # the same files, the tokenizer transformers' own class
+    reference.mkdir()
+    shutil.copy(tmp_path / "tokenizer.json", reference)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    del config["auto_map"]
+    (reference / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    hf = AutoTokenizer.from_pretrained(str(reference))
+    assert chat.chat_template == hf.chat_template
+    history = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"},
+               {"role": "assistant", "content": "4"}]
+    for name in (None, "tool_use"):
+        template, _ = select_template(chat.chat_template, name, tmp_path)
+        for prompt in (True, False):  # the generation prompt, or continuing the last message
+            expected = hf.apply_chat_template(history, tokenize=False, add_generation_prompt=prompt,
+                                              continue_final_message=not prompt, chat_template=template)
+            assert render(chat, history, prompt, template) == expected
+    assert render(chat, history, False, chat.chat_template["default"]) == (
+        "<s><system>be brief</system><user>2+2?</user><assistant>4")

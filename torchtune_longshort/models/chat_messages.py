@@ -101,13 +101,14 @@ def chat_template_tokens(folder: Path, bos_token: Optional[str], eos_token: Opti
 
 
 def render_chat_template(template: str, messages: List[Dict[str, str]], add_generation_prompt: bool,
-                         **tokens: Optional[str]) -> str:
+                         continue_final_message: bool = False, **tokens: Optional[str]) -> str:
     """``template`` rendered by transformers' own renderer (what ``apply_chat_template`` calls); ``tokens``:
-    ``bos_token``, ``eos_token``, ... as the template reads them."""
+    ``bos_token``, ``eos_token``, ... as the template reads them; ``continue_final_message``: the text ends where the
+    last message's content does (``apply_chat_template``'s)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template([messages], chat_template=template,
-                                        add_generation_prompt=add_generation_prompt, **tokens)
+    rendered, _ = render_jinja_template([messages], chat_template=template, add_generation_prompt=add_generation_prompt,
+                                        continue_final_message=continue_final_message, **tokens)
     return rendered[0]
 
 

@@ -8,12 +8,20 @@ tokenizer with named templates (``chat_template`` a dict: ``additional_chat_temp
 ``chat_template.jinja``, the ``default``) the one of that name, refused in one line naming the names it has; a
 tokenizer with a single template uses it, with one warning that the name is not used. Before, the name was silently
 unused. The prompts render through the template picked (lm-eval 0.4.13's ``hf`` records the named template in the
-results but renders the tokenizer's default)."""
+results but renders the tokenizer's default).
+
+A folder whose tokenizer is its own code (``tokenizer_config.json``'s ``auto_map``) is never run: transformers does
+not load it without running that code, so its template is read from the files (:class:`FileTemplates`) and rendered
+by transformers' own renderer, as the checkpoint tokenizer formats chat messages for such a folder
+(:mod:`torchtune_longshort.models.chat_messages`). Before, such a folder was refused as having no chat template."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from torchtune_longshort.models.chat_messages import CHAT_TEMPLATE_FILE, chat_template_of, render_chat_template
+from torchtune_longshort.models.tokenizer_files import named_tokens, read_json
 
 
 def _loaded(path: Path) -> Optional[Any]:
@@ -30,10 +38,52 @@ def _loaded(path: Path) -> Optional[Any]:
         return None
 
 
+def _file_templates(folder: Path) -> Union[None, str, Dict[str, str]]:
+    """The folder's chat templates as transformers' tokenizer holds them (``chat_template``): the one template
+    (:func:`~torchtune_longshort.models.chat_messages.chat_template_of`), or with named ones
+    (``additional_chat_templates/<name>.jinja``, or ``tokenizer_config.json``'s list or mapping of them) a dict of
+    them and the ``default``; None without any."""
+    default = chat_template_of(folder)
+    named = {p.stem: p.read_text() for p in sorted((folder / "additional_chat_templates").glob("*.jinja"))}
+    if not (folder / CHAT_TEMPLATE_FILE).is_file():
+        raw = read_json(folder / "tokenizer_config.json").get("chat_template")
+        if isinstance(raw, list):
+            raw = {e.get("name"): e.get("template") for e in raw if isinstance(e, dict)}
+        named = {**raw, **named} if isinstance(raw, dict) else named
+    return {**named, "default": default} if named and default else default
+
+
+class FileTemplates:
+    """The chat-template part of transformers' tokenizer for a folder whose tokenizer is its own code: its
+    ``chat_template`` read from the files, and ``apply_chat_template(..., tokenize=False)`` through transformers'
+    renderer with the named tokens the files give (what ``apply_chat_template`` hands a template)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.chat_template = _file_templates(folder)
+        self._tokens = named_tokens(folder)
+
+    def apply_chat_template(self, conversation: List[Dict[str, str]], tokenize: bool = False,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            chat_template: Optional[str] = None) -> str:
+        assert not tokenize, "the text only: the longshort model encodes with its own tokenizer"
+        template = chat_template or (self.chat_template["default"] if isinstance(self.chat_template, dict)
+                                     else self.chat_template)
+        messages = [{k: v for k, v in m.items() if v is not None} for m in conversation]  # as transformers drops them
+        return render_chat_template(template, messages, add_generation_prompt, continue_final_message, **self._tokens)
+
+
+def _own_code(folder: Path) -> bool:
+    """Whether the folder's tokenizer is its own code (``auto_map`` in ``tokenizer_config.json``)."""
+    return bool(read_json(folder / "tokenizer_config.json").get("auto_map"))
+
+
 def template_tokenizer(path: Path) -> Optional[Any]:
     """transformers' tokenizer of the folder of ``path`` (a tokenizer folder or file) when it carries a chat
-    template, else None."""
+    template (a :class:`FileTemplates` where the tokenizer is the folder's own code), else None."""
     tokenizer = _loaded(path)
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    if tokenizer is None and _own_code(folder):
+        tokenizer = FileTemplates(folder)
     return tokenizer if getattr(tokenizer, "chat_template", None) else None
 
 
