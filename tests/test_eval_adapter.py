@@ -337,7 +337,9 @@ def test_apply_chat_template_name_picks_the_template_hf_picks(tiny_llama2_dir, s
     assert len(ours) == len(theirs) == (0 if folder == "named" else 1), caplog.records
     assert lm.apply_chat_template(chat) == ("TOOL:2+2?" if folder == "named" else "<user>2+2?</user><assistant>")
     assert TemplateLM.chat_template(hf, True) == CHAT  # the default, when no name is given
-    assert lm.chat_template(True) == (tool if folder == "named" else CHAT)  # the prompts keep the name lm-eval gave
+    # asked again without a name (the model of an earlier run, in lm-eval's simple_evaluate): the default, recorded
+    # and rendered (the earlier name stayed: its template was recorded and rendered where hf records the default)
+    assert lm.chat_template(True) == CHAT and lm.apply_chat_template(chat) == "<user>2+2?</user><assistant>"
     argv = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={tok}",
             "--tasks", "longshort_passkey", "--device", "cpu", "--apply_chat_template", "nope"]
     if folder == "single":
@@ -348,7 +350,10 @@ def test_apply_chat_template_name_picks_the_template_hf_picks(tiny_llama2_dir, s
     with pytest.raises(ValueError, match=r"--apply_chat_template nope: .* no chat template named 'nope': give one of "
                                          r"\['default', 'tool_use'\]"):
         lm.chat_template("nope")
-    assert lm.chat_template(True) == tool  # the refused name changed nothing
+    lm.chat_template("tool_use")
+    with pytest.raises(ValueError, match="no chat template named 'nope'"):
+        lm.chat_template("nope")
+    assert lm.apply_chat_template(chat) == "TOOL:2+2?"  # the refused name changed nothing
     assert _lm(tiny_llama2_dir, tok).chat_template(True) == CHAT  # no name: the default, as hf
     for model in ("longshort", "hf"):  # refused before any weight is read (hf raised once the model had loaded)
         with pytest.raises(ValueError, match="no chat template named 'nope'"):

@@ -85,7 +85,7 @@ class LongShortLM(TemplateLM):
         self.batch_sizes = self.batches.sizes  # what auto ran: lm-eval writes its values in the results' config
         self.vocab_size = int(args.hf_config["vocab_size"])
         self._chat: Optional[Any] = None  # transformers' tokenizer of the chat template, once asked for
-        self._chat_name: Optional[str] = None  # --apply_chat_template <name> (None: the tokenizer's default)
+        self._chat_name: Optional[str] = None  # the template name chat_template() picked last (None: the default)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's ``--use_cache`` hands its response cache here first: refusals stored by an earlier run are
@@ -144,27 +144,30 @@ class LongShortLM(TemplateLM):
         has none (as lm-eval's ``hf`` answers: lm-eval asks it for the results file before any task runs, and a run
         whose tasks all ignore the option, ``longshort_ppl`` alone, needs none). A name picks one of the tokenizer's
         named templates, as ``hf`` picks it (an unknown name: ``ValueError`` naming those it has; a tokenizer with
-        a single template: one warning), and the prompts render through it."""
-        if chat_template is False or chat_template is None:
-            return None
-        if self._chat is None:
-            self._chat = template_tokenizer(self.tokenizer.path)
-        if self._chat is None:
+        a single template: one warning), no name the default. The prompts render through the template this
+        answered last (lm-eval asks once per run, with the option's value, before the prompts): the template the
+        results record is the one the prompts render through."""
+        if chat_template is False or chat_template is None or self._chat_tokenizer() is None:
             return None
         name = template_name(chat_template)
-        template, warning = select_template(self._chat.chat_template, name or self._chat_name, self.tokenizer.path)
-        if name is not None:  # lm-eval passes the name here once; the prompts then ask with True
-            self._chat_name = name
-            if warning:
-                logger.warning(warning)
+        template, warning = select_template(self._chat.chat_template, name, self.tokenizer.path)
+        self._chat_name = name  # what the prompts render through (an unknown name, refused above, changes nothing)
+        if warning:
+            logger.warning(warning)
         return template
 
+    def _chat_tokenizer(self) -> Optional[Any]:
+        if self._chat is None:
+            self._chat = template_tokenizer(self.tokenizer.path)
+        return self._chat
+
     def apply_chat_template(self, chat_history: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """A prompt through the template; refused in one line when the tokenizer has none (``longshort-eval``
-        refuses such a run before it starts, unless every task ignores the option)."""
-        template = self.chat_template(True)
-        if template is None:
+        """A prompt through the template picked (the tokenizer's default where lm-eval asked for none); refused in
+        one line when the tokenizer has none (``longshort-eval`` refuses such a run before it starts, unless every
+        task ignores the option)."""
+        if self._chat_tokenizer() is None:
             raise ValueError(no_template_message(self.tokenizer.path))
+        template, _ = select_template(self._chat.chat_template, self._chat_name, self.tokenizer.path)
         return render(self._chat, chat_history, add_generation_prompt, template)
 
     def get_model_info(self) -> dict:
