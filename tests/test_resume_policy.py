@@ -78,6 +78,21 @@ def test_compare_refuses_window_bos_applies_max_steps_and_reads_a_left_out_key_a
         compare_resume_config(loss, {**loss, "loss": {"alpha": 0.2, "num_chunks": 4}})
 
 
+@pytest.mark.parametrize("spelled", [float("inf"), "inf", ".inf", "Infinity"], ids=["yaml_inf", "inf", "dot_inf",
+                                                                                   "Infinity"])
+def test_a_top_level_value_compares_as_the_typed_config_reads_it(spelled):
+    """``clip_grad_norm: inf`` (or ``.inf``) in one config and ``null`` or left out in the other mean the same, no
+    clipping (RecipeConfig's check reads inf as null): the resume logged ``clip_grad_norm changed 'inf' -> None
+    (applied)``. Each top-level value is now compared as the field's check reads it."""
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "clip_grad_norm": None}
+    assert compare_resume_config(saved, {**saved, "clip_grad_norm": spelled}) == []
+    assert compare_resume_config({**saved, "clip_grad_norm": spelled}, {k: v for k, v in saved.items()
+                                                                        if k != "clip_grad_norm"}) == []
+    assert compare_resume_config(saved, {**saved, "clip_grad_norm": 1}) == [("clip_grad_norm", None, 1.0)]
+    # a value the check refuses (a config an older version saved) is compared as given
+    assert compare_resume_config({**saved, "clip_grad_norm": -1}, saved) == [("clip_grad_norm", -1, None)]
+
+
 def test_an_argument_spelled_at_its_default_compares_equal_to_it_left_out():
     """``model.act=silu`` on resuming a CLEX run whose node left ``act`` out (trained under silu) was refused
     (``model.act: '<absent>' -> 'silu'``), as was any component argument spelled at its default. An absent argument

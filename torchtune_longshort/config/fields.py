@@ -119,6 +119,25 @@ def with_own_defaults(cls: type, node: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def with_checked_values(cls: type, node: Mapping[str, Any]) -> Dict[str, Any]:
+    """``node`` (a plain mapping of the top-level section ``cls``) with each value of a field that is no section (flat
+    sections' keys included) as the field's check reads it: ``clip_grad_norm: inf`` and ``.inf`` are null (no
+    clipping), ``max_steps: '4'`` is 4. Two configs that spell one value two ways then compare equal. A value the
+    check refuses (one an older version saved) stays as given."""
+    out = dict(node)
+    for f in fields(cls):
+        if f.metadata.get("flat"):
+            out.update(with_checked_values(f.metadata["section"], out))
+        elif "doc" in f.metadata and f.metadata["section"] is None and f.metadata["check"] is not None:
+            key = yaml_key(f)
+            if out.get(key) is not None:
+                try:
+                    out[key] = f.metadata["check"](key, out[key])
+                except (ValueError, TypeError):
+                    pass
+    return out
+
+
 class Section:
     """A config section: a frozen dataclass of :func:`setting` fields."""
 

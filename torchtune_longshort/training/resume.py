@@ -20,7 +20,7 @@ from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
-from torchtune_longshort.config.fields import resume_policies, with_own_defaults
+from torchtune_longshort.config.fields import resume_policies, with_checked_values, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
@@ -38,11 +38,13 @@ def _as_run_sees_it(config: Dict[str, Any], step_spec: Optional[Dict[str, Any]] 
     """``config`` with its paths resolved (:func:`~.recipe_config.paths.resolved_config`; a config saved before
     paths were resolved is read against the working directory) and those inside its ``output_dir`` written relative
     to it, the top-level fields it leaves out set to their defaults (:func:`~torchtune_longshort.config.fields.
-    with_own_defaults`) and each component node's arguments to theirs (:func:`_with_argument_defaults`), so that
-    two spellings of one run compare equal."""
+    with_own_defaults`) and their values as the typed config reads them (:func:`~torchtune_longshort.config.fields.
+    with_checked_values`: ``clip_grad_norm: inf`` is null), and each component node's arguments to their defaults
+    (:func:`_with_argument_defaults`), so that two spellings of one run compare equal."""
     from omegaconf import OmegaConf
 
     resolved = with_own_defaults(RecipeConfig, OmegaConf.to_container(resolved_config(config), resolve=True))
+    resolved = with_checked_values(RecipeConfig, resolved)
     resolved = {k: _with_argument_defaults(v, step_spec if k == "model" else None) for k, v in resolved.items()}
     out = resolved.get("output_dir")
 
