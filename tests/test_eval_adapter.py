@@ -554,7 +554,8 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     shutil.copy(tmp_path / "tokenizer.json", reference)
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     del config["auto_map"]
-    (reference / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    own_class = {**config, "tokenizer_class": "PreTrainedTokenizerFast"}
+    (reference / "tokenizer_config.json").write_text(json.dumps(own_class))
     hf = AutoTokenizer.from_pretrained(str(reference))
     assert chat.chat_template == hf.chat_template
     history = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"},
