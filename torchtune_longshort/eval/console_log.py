@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from torchtune_longshort.eval.model.processes import launched_rank
+from torchtune_longshort.launcher import launched_rank
 
 PACKAGE_LOGGER = "torchtune_longshort"
 LM_EVAL_LOGGER = "lm_eval"

@@ -27,18 +27,9 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from torchtune_longshort.launcher import launched_world_size
+
 logger = logging.getLogger(__name__)
-
-
-def launched_world_size() -> int:
-    """The number of processes a launcher started (``WORLD_SIZE``; 1 without a launcher)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def launched_rank() -> int:
-    """This process's rank among the launcher's (``RANK``, which ``torchrun`` and ``accelerate launch`` set, and
-    which :class:`Processes` gets back from ``torch.distributed``); 0 without a launcher."""
-    return int(os.environ.get("RANK", "0")) if launched_world_size() > 1 else 0
 
 
 def process_device(device: torch.device) -> torch.device:
