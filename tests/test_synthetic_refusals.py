@@ -140,6 +140,19 @@ def test_a_single_run_refuses_the_flags_only_figures_read(tmp_path, capsys, flag
     assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()
 
 
+def test_a_cache_folder_that_takes_no_new_file_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    # an existing --cache folder that was read-only (chattr +i, a read-only mount) ended in a PermissionError
+    # traceback at the first run's entry, after that run had trained
+    import torchtune_longshort.config.values as values
+    cache, out, probe = tmp_path / "cache", tmp_path / "o", values._refuses_new_folder
+    cache.mkdir()
+    monkeypatch.setattr(values, "_refuses_new_folder", lambda f: "Read-only file system" if f == cache else probe(f))
+    assert main(["--figure", "1a", "--quick", "--steps", "2", "--cache", str(cache), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: --cache={str(cache)!r} does not take new files" in err, err
+    assert not out.exists() and not any(cache.iterdir())
+
+
 @pytest.mark.parametrize("bits", ["iid", "uniform_ones"])
 def test_the_test_sets_bytes_are_a_floor_on_what_building_it_holds(bits):
     """The refusal above compares ``test_batch_bytes`` with the free memory: it must not exceed what building the

@@ -153,7 +153,9 @@ def _main(argv=None) -> int:
         if not a.replot:
             check_creatable("--out", a.out, writable=True)  # a folder that cannot be made ended in a traceback
         if a.cache is not None and not a.replot:
-            check_creatable("--cache", a.cache)  # a file there ended in a traceback, after --out was made
+            # a file there ended in a traceback, after --out was made; an existing folder that takes no new file
+            # ended in one at the first run's entry, after that run had trained
+            check_creatable("--cache", a.cache, writable=True)
         if a.replot and not Path(a.out).is_dir():
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")
