@@ -51,6 +51,9 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "parity", "--quick"], "--steps applies to the paper's figures (all, 1a, ..., theory), not to the "
                                         "beyond figures"),
     (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
+    # an empty value (an unset shell variable) trained at --lr without a search / at the default l_trains, silently
+    (["--figure", "1a", "--quick", "--lrs", ""], "--lrs='' must be a comma list of numbers"),
+    (["--figure", "4", "--quick", "--l-trains", ""], "--l-trains='' must be a comma list of integers"),
     # a test set past the machine's memory: the allocator's traceback (a learned PE's table), or the kernel's kill
     (["--l-test", "1000000000", "--pe", "learned"], "--l-test=1000000000's test set (100 sequences of every length "
                                                     "1..1000000000) takes about 2,980,232,244,730.0 GiB, more than the"),
@@ -62,6 +65,16 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(PREFIX) and needle in err, err
     assert not out.exists()
+
+
+def test_all_and_beyond_stand_for_their_figures_also_in_a_list():
+    # 'all,beyond' was refused as "--figure='all' is unknown; accepted: ..., all, beyond"
+    from torchtune_longshort.synthetic.__main__ import _figure_names
+    from torchtune_longshort.synthetic.experiments import PAPER_FIGURES
+    from torchtune_longshort.synthetic.sparsity_probes.figures import BEYOND_FIGURES
+    assert _figure_names("all,beyond") == list(PAPER_FIGURES) + list(BEYOND_FIGURES)
+    assert _figure_names("1c,all,parity") == ["1c"] + [f for f in PAPER_FIGURES if f != "1c"] + ["parity"]
+    assert _figure_names("beyond") == list(BEYOND_FIGURES)
 
 
 def test_a_positive_outrep_is_accepted_on_the_length_task():

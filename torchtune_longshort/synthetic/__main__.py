@@ -309,10 +309,9 @@ def _figure_names(figure: str) -> List[str]:
     if not names:  # --figure , ran nothing and said nothing
         raise ValueError(f"figure={figure!r} names no figure; accepted: {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}, "
                          "all, beyond")
-    if names == ["all"]:
-        return list(PAPER_FIGURES)
-    if names == ["beyond"]:
-        return list(BEYOND_FIGURES)
+    groups = {"all": PAPER_FIGURES, "beyond": BEYOND_FIGURES}  # each stands for its figures, also in a list:
+    # 'all,beyond' was refused as "--figure='all' is unknown; accepted: ..., all, beyond"
+    names = list(dict.fromkeys(f for n in names for f in groups.get(n, [n])))
     unknown = [n for n in names if n not in PAPER_FIGURES + BEYOND_FIGURES]
     if unknown:
         raise ValueError(f"figure={unknown[0]!r} is unknown; accepted: {', '.join(PAPER_FIGURES + BEYOND_FIGURES)}, "
@@ -328,7 +327,8 @@ def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool, fig4:
         raise ValueError(f"seeds={n_seeds} must be >= 1")
     try:
         default = _QUICK_FIG4_L_TRAINS if a.quick else FIG4_L_TRAINS
-        l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains else list(default)
+        # an empty value ('--l-trains "$UNSET"') is refused, not read as the default
+        l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains is not None else list(default)
     except ValueError:
         raise ValueError(f"l_trains={a.l_trains!r} must be a comma list of integers") from None
     bad = [x for x in l_trains if not 1 <= x < l_test] if fig4 or a.l_trains else []
@@ -343,7 +343,7 @@ def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool, fig4:
 
 def _lr_grid(lrs: Optional[str], beyond_only: bool) -> Optional[List[float]]:
     """--lrs as a list of positive learning rates (None when not given); it only applies to the paper's figures."""
-    if not lrs:
+    if lrs is None:  # an empty --lrs ('--lrs "$UNSET"') trained at --lr without a search, without a word
         return None
     try:
         grid = [float(x) for x in lrs.split(",")]
