@@ -69,3 +69,25 @@ def test_the_code_key_changes_with_any_source_file(tmp_path):
     assert len(keys) == 5
     (folder / "notes.txt").write_text("not code")  # only the source files count
     assert run_cache.code_key(folder, [outside]) in keys
+
+
+def test_a_pool_starts_no_more_worker_processes_than_runs(monkeypatch):
+    # '--figure 1a --workers 99' spawned 99 processes (each importing torch) for 12 runs
+    sizes, runs = [], [RunConfig(**{**TINY.__dict__, "seed": s}) for s in (0, 1)]
+
+    class Pool:  # in-process: records the size asked for
+        def __init__(self, n, initializer=None):
+            sizes.append(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def imap_unordered(self, fn, items):
+            return map(fn, items)
+
+    context = type("Context", (), {"Pool": Pool})
+    monkeypatch.setattr(experiments.torch.multiprocessing, "get_context", lambda method: context)
+    assert len(experiments.run_all(runs, workers=99)) == 2 and sizes == [2]

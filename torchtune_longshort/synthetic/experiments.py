@@ -127,7 +127,8 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
             _store(_worker(c))
         return out
     ctx = torch.multiprocessing.get_context("spawn")
-    with ctx.Pool(workers, initializer=quiet_upstream) as pool:  # each worker's imports as quiet as this process's
+    # no more processes than runs: '--workers 99' started 99 (each importing torch) for 12 runs
+    with ctx.Pool(min(workers, len(todo)), initializer=quiet_upstream) as pool:  # imports as quiet as this process's
         for res in tqdm(pool.imap_unordered(_worker, todo), total=len(todo), desc="runs"):
             _store(res)
     return out

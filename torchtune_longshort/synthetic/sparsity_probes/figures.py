@@ -121,7 +121,7 @@ def _train_all(todo: Dict[str, object], workers: int) -> Dict[str, Dict]:
     if workers <= 1:
         return {k: train_probe(c) for k, c in tqdm(todo.items(), desc="beyond runs")}
     ctx = torch.multiprocessing.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(min(workers, len(todo))) as pool:  # no more processes than runs, as experiments.run_all
         return dict(tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"))
 
 
