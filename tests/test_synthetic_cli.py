@@ -57,6 +57,13 @@ def test_single_run_writes_json(tmp_path):
     assert json.loads((out / "run.json").read_text())["config"]["seed"] == 1
 
 
+def test_single_runs_line_says_its_validation_mse_is_of_f(tmp_path, capsys):
+    # with --outrep the validation MSE (of f(y)) stood unlabelled beside the test MSEs (of y)
+    argv = ["--task", "length", "--quick", "--steps", "2", "--dim", "8", "--heads", "2", "--out", str(tmp_path / "o")]
+    assert main(argv + ["--outrep", "sqrt"]) == 0
+    assert " (of f(y), --outrep sqrt) test_mse@l_train=" in capsys.readouterr().out
+
+
 def test_single_run_refuses_a_users_run_json_before_training(tmp_path, capsys):
     # `--out DIR` holding the user's own run.json: it was overwritten after training; now refused in one line
     # (exit 2) before anything trains (an earlier run's run.json is replaced: test_single_run_writes_json).
