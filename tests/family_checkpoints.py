@@ -77,6 +77,25 @@ def byte_bpe_tokenizer(out: Path, texts: Iterable[str], vocab_size: int, special
     fast.save_pretrained(str(out))
 
 
+def own_code_tokenizer(out: Path, **config) -> Path:
+    """A tokenizer folder whose ``tokenizer_config.json`` names its own class (``auto_map`` to code the folder would
+    ship, a ``tokenizer_class`` transformers lacks): a small BPE ``tokenizer.json`` with ``<unk>`` / ``<s>`` /
+    ``</s>``, ``config`` added to the config (a ``chat_template``, ...). Asked about it, transformers offers to run
+    the code (``Do you wish to run the custom code? [y/N]``)."""
+    import json
+
+    from tokenizers import Tokenizer, models, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
+                                                                      special_tokens=["<unk>", "<s>", "</s>"]))
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", **config}))
+    return out
+
+
 def tiktoken_llama3_tokenizer(out: Path, texts: List[str], merges: int = 300) -> None:
     """Llama-3's layout: a tiktoken BPE ``original/tokenizer.model`` (ranks trained here by tiktoken's own reference
     trainer) and the ``tokenizer.json`` transformers converts from it (``TikTokenConverter``), with Llama-3's special

@@ -532,19 +532,13 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     import json
     import shutil
 
-    from tokenizers import Tokenizer, models, trainers
+    from family_checkpoints import own_code_tokenizer
     from transformers import AutoTokenizer
 
     from torchtune_longshort.eval.model.chat import lacks_template, render, select_template, template_tokenizer
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
-                                                                      special_tokens=["<unk>", "<s>", "</s>"]))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": [
-            {"name": "default", "template": "{{ bos_token }}" + CHAT}, {"name": "tool_use", "template": TOOL}]}))
+    own_code_tokenizer(tmp_path, chat_template=[{"name": "default", "template": "{{ bos_token }}" + CHAT},
+                                                {"name": "tool_use", "template": TOOL}])
     asked = []
     monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
     chat = template_tokenizer(tmp_path)

@@ -408,22 +408,17 @@ def test_a_tokenizer_of_its_own_code_is_not_asked_about_nor_run(tmp_path, monkey
     """A folder whose tokenizer_config.json names its own class (``auto_map``): transformers' AutoTokenizer, asked
     for the chat template's tokens, put ``Do you wish to run the custom code? [y/N]`` to the console and waited 15 s
     (a "y" ran the folder's code). The files' own named tokens are read instead, without a question."""
-    from tokenizers import Tokenizer, models, trainers
+    from family_checkpoints import own_code_tokenizer
 
     from torchtune_longshort.models.chat_messages import chat_template_tokens
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.train_from_iterator(["hello world"] * 4, trainers.BpeTrainer(vocab_size=40,
-                                                                      special_tokens=["<unk>", "<s>", "</s>"]))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_own.OwnTokenizer", None]},
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    own_code_tokenizer(tmp_path)
     asked = []
     monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
     named = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
     assert chat_template_tokens(tmp_path, "<s>", "</s>") == named
     assert not asked, asked
+
 
 def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torchtunes_tokenizer(sp_tokenizer_dir,
                                                                                                  caplog):
