@@ -34,6 +34,7 @@ import time
 from typing import Callable, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import stops_held
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
@@ -108,7 +109,7 @@ def first_in_attempt(error_file: str, what: str) -> bool:
     except FileExistsError:
         return False
     except OSError:
-        return os.environ.get("RANK", "0") == "0"
+        return launched_rank() == 0
 
 
 def refusal(prog: str, message: str) -> int:

@@ -8,10 +8,11 @@ MODEL_FAMILIES`); nothing else calls these builders.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional, Tuple
 
 from torch import nn
+
+from torchtune_longshort.launcher import launched_world_size
 
 Config = Dict[str, Any]
 # Which LoRA settings a builder takes (torchtune's lora_<family> keyword names).
@@ -141,7 +142,7 @@ def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]], where: str 
     name in the message."""
     if not lora or not lora.get("quantize_base"):
         return
-    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    world = max(1, launched_world_size())
     shapes = nf4_weight_shapes(config, lora)
     bad = [f"{name} {shape}: {shape[0] * shape[1]} values" for name, shape in shapes.items()
            if (shape[0] * shape[1]) % (NF4_BLOCK * world)]

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import atomic_write_text, missing_root, remove_made_folders
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.lock_holder import (
@@ -84,7 +85,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
-    if os.environ.get("RANK", "0") == "0":  # a launch's other ranks never claim it: rank 0's lock is theirs
+    if launched_rank() == 0:  # a launch's other ranks never claim it: rank 0's lock is theirs
         OutputDirLock(out).check_free()
     if resume:
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -21,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchtune import config, training, utils
 
+from torchtune_longshort.launcher import launched_rank, launched_world_size
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
 from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
 from torchtune_longshort.devices import cpu_oversubscribed, set_rank_rng_states
@@ -69,7 +69,7 @@ class RecipeSetup:
     def __init__(self, cfg: DictConfig) -> None:
         written, self.cfg = cfg, resolved_config(cfg)  # its paths expanded and resolved once: ~, relative, symlinks
         cfg = self.cfg
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        world_size = launched_world_size()
         self._distributed = world_size > 1
         # Every check that needs no model runs first: before a process group, an output folder or a weight exists.
         # Given the config as written: a refused value that interpolates another key names that key (naming_the_source)
@@ -82,7 +82,7 @@ class RecipeSetup:
                      f"{self.max_steps} for alpha > 0")
         self._device = utils.get_device(device=config_.device)
         oversubscribed = cpu_oversubscribed(self._device, world_size)
-        if oversubscribed and os.environ.get("RANK", "0") == "0":  # said once, before the process group gathers them
+        if oversubscribed and launched_rank() == 0:  # said once, before the process group gathers them
             log.warning(oversubscribed)
         if self._distributed:
             # gloo on CPU; nccl for CUDA (torchtune picks it from the device type).

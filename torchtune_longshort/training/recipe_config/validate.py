@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -25,6 +24,7 @@ import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import nearest_shipped, resolve_config
+from torchtune_longshort.launcher import launched_world_size
 from torchtune_longshort.devices import cpu_oversubscribed
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
 from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
                     help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
                          "and what several processes refuse (default: $WORLD_SIZE, else 1)")
     args = ap.parse_intermixed_args(argv)  # key=value after --nproc_per_node too, as tune run takes them
-    world = args.nproc_per_node if args.nproc_per_node is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    world = args.nproc_per_node if args.nproc_per_node is not None else launched_world_size()
     if world < 1:
         ap.error(f"--nproc_per_node={world}: expected an integer >= 1")
     quiet_upstream()
