@@ -562,3 +562,44 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
             assert render(chat, history, prompt, template) == expected
     assert render(chat, history, False, chat.chat_template["default"]) == (
         "<s><system>be brief</system><user>2+2?</user><assistant>4")
+
+
+@pytest.mark.parametrize("layout", ["config_list", "template_files"])
+def test_named_templates_without_a_default_of_an_own_code_folder_are_picked_as_hf_picks(tmp_path, layout):
+    """A tokenizer folder of its own code (``auto_map``) whose named templates have no ``default`` (a
+    ``tokenizer_config.json`` list of them, or ``additional_chat_templates/<name>.jinja`` only): ``longshort-eval
+    --apply_chat_template tool_use`` was refused, as lacking ``default`` ("transformers refuses it too") or as having
+    no chat template, where transformers holds them and lm-eval's ``hf`` picks ``tool_use``. The reference: lm-eval's
+    ``TemplateLM.chat_template`` on transformers' tokenizer of the same files, its class transformers' own."""
+    import json
+    import shutil
+    from types import SimpleNamespace
+
+    from family_checkpoints import own_code_tokenizer
+    from lm_eval.api.model import TemplateLM
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.eval.model.chat import lacks_template, select_template, template_tokenizer
+
+    own = tmp_path / "own"
+    own.mkdir()
+    if layout == "config_list":
+        own_code_tokenizer(own, chat_template=[{"name": "tool_use", "template": TOOL}])
+    else:
+        own_code_tokenizer(own)
+        (own / "additional_chat_templates").mkdir()
+        (own / "additional_chat_templates" / "tool_use.jinja").write_text(TOOL)
+    reference = tmp_path / "reference"
+    shutil.copytree(own, reference)
+    config = json.loads((own / "tokenizer_config.json").read_text())
+    del config["auto_map"]
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (reference / "tokenizer_config.json").write_text(json.dumps(config))
+    hf = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(str(reference)))
+    chat = template_tokenizer(own)
+    assert chat is not None and not lacks_template(own)
+    assert select_template(chat.chat_template, "tool_use", own)[0] == TemplateLM.chat_template(hf, "tool_use") == TOOL
+    with pytest.raises(ValueError):  # no name, no default: lm-eval's hf refuses too
+        TemplateLM.chat_template(hf, True)
+    with pytest.raises(ValueError, match=r"no chat template named 'default': give one of \['tool_use'\]"):
+        select_template(chat.chat_template, None, own)

@@ -53,9 +53,7 @@ def chat_template_of(folder: Path) -> Optional[str]:
                              "tokenizer_config.json's chat_template is used, else torchtune's plain message format)")
         return text
     config = folder / "tokenizer_config.json"
-    t = read_json(config).get("chat_template")
-    if isinstance(t, list):  # transformers' list of {name, template}
-        t = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
+    t = config_chat_templates(folder)
     if isinstance(t, dict):
         if "default" not in t:
             raise ValueError(f"{config}: chat_template holds the templates {sorted(map(str, t))} and none named "
@@ -66,6 +64,17 @@ def chat_template_of(folder: Path) -> Optional[str]:
         raise ValueError(f"{config}: chat_template is {t!r:.60}, not a template's text (transformers "
                          f"refuses it too): give the template as a string, or write it to {f}")
     return t if t else None
+
+
+def config_chat_templates(folder: Path) -> Any:
+    """``tokenizer_config.json``'s ``chat_template`` as transformers reads it: a template's text, or its named
+    templates (transformers' list of ``{name, template}``, or a mapping) as ``{name: template}``, ``default``
+    among them or not; None without one. :func:`chat_template_of` takes its ``default``; the eval model's own-code
+    folders (``eval.model.chat``) all of them, as ``--apply_chat_template <name>`` picks one."""
+    t = read_json(folder / "tokenizer_config.json").get("chat_template")
+    if isinstance(t, list):  # transformers' list of {name, template}
+        t = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
+    return t
 
 
 def chat_template_file(folder: Path) -> str:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from torchtune_longshort.models.chat_messages import CHAT_TEMPLATE_FILE, chat_template_of, render_chat_template
+from torchtune_longshort.models.chat_messages import (CHAT_TEMPLATE_FILE, chat_template_of, config_chat_templates,
+                                                      render_chat_template)
 from torchtune_longshort.models.tokenizer_files import named_tokens, read_json
 
 
@@ -42,15 +43,21 @@ def _file_templates(folder: Path) -> Union[None, str, Dict[str, str]]:
     """The folder's chat templates as transformers' tokenizer holds them (``chat_template``): the one template
     (:func:`~torchtune_longshort.models.chat_messages.chat_template_of`), or with named ones
     (``additional_chat_templates/<name>.jinja``, or ``tokenizer_config.json``'s list or mapping of them) a dict of
-    them and the ``default``; None without any."""
-    default = chat_template_of(folder)
+    them and the ``default`` where there is one (named templates without a default are a dict too, as
+    transformers holds them: ``--apply_chat_template <name>`` picks one, and the folder was refused as having no
+    chat template, or its list as lacking ``default``); None without any."""
     named = {p.stem: p.read_text() for p in sorted((folder / "additional_chat_templates").glob("*.jinja"))}
-    if not (folder / CHAT_TEMPLATE_FILE).is_file():
-        raw = read_json(folder / "tokenizer_config.json").get("chat_template")
-        if isinstance(raw, list):
-            raw = {e.get("name"): e.get("template") for e in raw if isinstance(e, dict)}
-        named = {**raw, **named} if isinstance(raw, dict) else named
-    return {**named, "default": default} if named and default else default
+    raw = None if (folder / CHAT_TEMPLATE_FILE).is_file() else config_chat_templates(folder)
+    if isinstance(raw, dict):
+        named = {**raw, **named}
+        default = named.pop("default", None)
+        if "default" in raw:  # read as the checkpoint tokenizer reads it (a value that is not text: refused)
+            default = chat_template_of(folder)
+    else:
+        default = chat_template_of(folder)
+    if not named:
+        return default
+    return {**named, "default": default} if default else named
 
 
 class FileTemplates:
