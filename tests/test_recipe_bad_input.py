@@ -448,3 +448,24 @@ def test_a_refusal_recorded_for_torchrun_is_whole_when_a_stop_arrives_while_it_i
         monkeypatch.setattr(refusals.json, "dump", real_dump)
     data = json.loads(path.read_text())
     assert data["message"]["message"] == "prog: error: bad key" and list(tmp_path.iterdir()) == [path]
+
+
+def test_an_empty_world_size_or_rank_reads_as_unset(monkeypatch, capsys):
+    """``WORLD_SIZE=`` / ``RANK=`` (set empty, as ``WORLD_SIZE=$UNSET`` does) read as unset by every reader
+    (0c98753: torchtune_longshort/launcher.py, the one reader): longshort-validate's --nproc_per_node default ended
+    in ``ValueError: invalid literal for int()`` before it read its config. The reference: the variables unset."""
+    from torchtune_longshort.launcher import launched_rank, launched_world_size
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    def seen():
+        with pytest.raises(SystemExit) as refused:  # the config is not there: one line, exit 2
+            main(["no_such_config.yaml"])
+        return launched_world_size(), launched_rank(), refused.value.code, capsys.readouterr().err
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    unset = seen()
+    monkeypatch.setenv("WORLD_SIZE", "")
+    monkeypatch.setenv("RANK", "")
+    assert seen() == unset
+    assert unset[:3] == (1, 0, 2) and "no_such_config.yaml" in unset[3], unset
