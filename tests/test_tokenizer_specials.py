@@ -443,6 +443,26 @@ def test_checkpoint_tokenizer_without_a_chat_template_tokenizes_messages_as_torc
             caplog.clear()
 
 
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_the_no_template_line_is_said_by_rank_0_alone_under_a_launcher(sp_tokenizer_dir, caplog, monkeypatch, rank):
+    """Under ``tune run --nproc_per_node 2`` every process tokenizes its share of the chat records: the "has no chat
+    template" line (said once per tokenizer) came once per process, twice on the console. The reference: one
+    process's lines, which rank 0 says and rank 1 does not."""
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    def said():
+        caplog.clear()
+        tok = checkpoint_tokenizer(str(sp_tokenizer_dir))
+        for generate in (True, False, True):
+            tok({"messages": _conversation(generate=generate)}, inference=generate)
+        return [r.getMessage() for r in caplog.records if "has no chat template" in r.getMessage()]
+
+    alone = said()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    assert len(alone) == 1 and said() == (alone if rank == "0" else []), caplog.text
+
+
 def test_a_sentencepiece_model_without_bos_is_described_as_adding_none(tmp_path):
     """A SentencePiece model trained with no BOS (``bos_id=-1``) prepends nothing (sentencepiece's own encode is the
     reference); the tokenizer's log line said "adds BOS by default: True" (``add_bos_token``'s default)."""

@@ -33,6 +33,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.models.tokenizer_files import named_tokens, read_json
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -156,13 +157,13 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
     if template is None:
         from torchtune.modules.transforms.tokenizers import tokenize_messages_no_special_tokens
 
-        if prompt_template is None and not getattr(tok, "_said_no_template", False):
-            tok._said_no_template = True  # transformers refuses such a folder; torchtune formats it so: said once
-            logger.warning("%s has no chat template (chat_template.jinja, tokenizer_config.json's chat_template): the "
-                           "messages are formatted as torchtune's tokenizers format them without a prompt_template, "
-                           "[BOS] + each message's text (+ EOS after an answer), no roles; for an instruct model add "
-                           "its chat_template.jinja, or set tokenizer.prompt_template (e.g. "
-                           "torchtune.data.ChatMLTemplate)", tok.path.parent)
+        if prompt_template is None:  # transformers refuses such a folder; torchtune formats it so: said once
+            _say_once(tok, "_said_no_template",
+                      "%s has no chat template (chat_template.jinja, tokenizer_config.json's chat_template): the "
+                      "messages are formatted as torchtune's tokenizers format them without a prompt_template, "
+                      "[BOS] + each message's text (+ EOS after an answer), no roles; for an instruct model add "
+                      "its chat_template.jinja, or set tokenizer.prompt_template (e.g. "
+                      "torchtune.data.ChatMLTemplate)", tok.path.parent)
 
         return tokenize_messages_no_special_tokens(
             _TorchtuneBase(tok), messages, bos_id=tok.bos_id if tok.adds_bos else None,
@@ -214,12 +215,23 @@ def tokenize_messages(tok: Any, messages: Sequence[Any], add_end_tokens: bool = 
             mixed += end - start
         mask[start:end] = [any(masked)] * (end - start)
         start, first = end, k + 1
-    if mixed and not getattr(tok, "_said_mixed_mask", False):
-        tok._said_mixed_mask = True
-        logger.warning("%s: the chat template renders a message otherwise when it ends the conversation (loop.last), "
-                       "so where it ends in a longer one is not known: %d tokens of prompt and answer together are "
-                       "masked as prompt (said once)", chat_template_file(tok.path.parent), mixed)
+    if mixed:
+        _say_once(tok, "_said_mixed_mask",
+                  "%s: the chat template renders a message otherwise when it ends the conversation (loop.last), so "
+                  "where it ends in a longer one is not known: %d tokens of prompt and answer together are masked "
+                  "as prompt (said once)", chat_template_file(tok.path.parent), mixed)
     return _truncate(tokens, mask, tok.max_seq_len, tok.eos_id if add_end_tokens else None)
+
+
+def _say_once(tok: Any, said: str, message: str, *args: Any) -> None:
+    """``message`` as a warning once per tokenizer (its attribute ``said`` set), and under a launcher (``tune run
+    --nproc_per_node N``) on rank 0 alone, as the recipe's own lines: every process tokenizes its share of the
+    records with the same tokenizer, and each said the line (two processes: twice)."""
+    if getattr(tok, said, False):
+        return
+    setattr(tok, said, True)
+    if launched_rank() == 0:
+        logger.warning(message, *args)
 
 
 class _TorchtuneBase:
