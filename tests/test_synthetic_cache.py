@@ -91,3 +91,23 @@ def test_a_pool_starts_no_more_worker_processes_than_runs(monkeypatch):
     context = type("Context", (), {"Pool": Pool})
     monkeypatch.setattr(experiments.torch.multiprocessing, "get_context", lambda method: context)
     assert len(experiments.run_all(runs, workers=99)) == 2 and sizes == [2]
+
+
+def test_a_cache_that_takes_no_new_file_serves_the_runs_it_holds(tmp_path, monkeypatch):
+    """8c6ea9b refused an existing --cache folder that takes no new file (chattr +i, a read-only mount) up front, so
+    a rerun whose every run the cache holds (read only, nothing stored) was refused too. The folder is now asked
+    once a run is to be stored, before that run trains. The reference: the results of the run that filled it."""
+    import pytest
+
+    import torchtune_longshort.config.values as values
+    from torchtune_longshort.config.values import UnwritablePath
+
+    cache = tmp_path / "cache"
+    trained = _counting_worker(monkeypatch)
+    first = experiments.run_all([TINY], workers=1, cache_dir=str(cache))
+    probe = values._refuses_new_folder
+    monkeypatch.setattr(values, "_refuses_new_folder", lambda f: "Read-only file system" if f == cache else probe(f))
+    assert experiments.run_all([TINY], workers=1, cache_dir=str(cache)) == first and len(trained) == 1
+    with pytest.raises(UnwritablePath, match=r"^--cache='.*' does not take new files \(Read-only file system\)"):
+        experiments.run_all([TINY, RunConfig(**{**TINY.__dict__, "seed": 1})], workers=1, cache_dir=str(cache))
+    assert len(trained) == 1  # refused before the run to store trained

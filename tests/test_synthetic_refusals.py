@@ -166,6 +166,26 @@ def test_a_cache_folder_that_takes_no_new_file_is_refused_before_training(tmp_pa
     assert not out.exists() and not any(cache.iterdir())
 
 
+def test_a_cache_folder_that_takes_no_new_file_reaches_the_runs_which_may_only_read_it(tmp_path, monkeypatch):
+    # 8c6ea9b refused such a folder before looking at what it held: a rerun whose every run it holds (read, nothing
+    # stored) was refused too. It is asked once a run is to be stored (test_synthetic_cache: before that run trains)
+    import torchtune_longshort.config.values as values
+    import torchtune_longshort.synthetic.__main__ as cli
+
+    class Reached(Exception):
+        pass
+
+    def run_figures(*args, **kwargs):
+        raise Reached(kwargs["cache_dir"])
+
+    cache, probe = tmp_path / "cache", values._refuses_new_folder
+    cache.mkdir()
+    monkeypatch.setattr(values, "_refuses_new_folder", lambda f: "Read-only file system" if f == cache else probe(f))
+    monkeypatch.setattr(cli, "run_figures", run_figures)
+    with pytest.raises(Reached, match=re.escape(str(cache))):
+        main(["--figure", "1a", "--quick", "--steps", "2", "--cache", str(cache), "--out", str(tmp_path / "o")])
+
+
 @pytest.mark.parametrize("bits", ["iid", "uniform_ones"])
 def test_the_test_sets_bytes_are_a_floor_on_what_building_it_holds(bits):
     """The refusal above compares ``test_batch_bytes`` with the free memory: it must not exceed what building the

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.config.values import UnwritablePath, check_creatable
 from torchtune_longshort.devices import check_fits
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json, strict_json
@@ -153,9 +153,10 @@ def _main(argv=None) -> int:
         if not a.replot:
             check_creatable("--out", a.out, writable=True)  # a folder that cannot be made ended in a traceback
         if a.cache is not None and not a.replot:
-            # a file there ended in a traceback, after --out was made; an existing folder that takes no new file
-            # ended in one at the first run's entry, after that run had trained
-            check_creatable("--cache", a.cache, writable=True)
+            # a file there ended in a traceback, after --out was made; an existing folder that takes no new file is
+            # refused once a run is to be stored there, before it trains (experiments.run_all: one that holds every
+            # run is only read)
+            check_creatable("--cache", a.cache)
         if a.replot and not Path(a.out).is_dir():
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")
@@ -179,6 +180,8 @@ def _writing(job) -> int:
     except Diverged as e:  # a learning rate too large, found at the step it diverged
         if show_traceback():
             raise
+        return refusal(PROG, one_line(e))
+    except UnwritablePath as e:  # a --cache that takes no new file, with runs to store (before they train)
         return refusal(PROG, one_line(e))
     except Exception as e:
         if show_traceback() or not is_out_of_space(e):

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, strict_json, write_together
 from torchtune_longshort.refusals import one_line
 
@@ -113,6 +114,9 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
         else:
             todo.append(c)
     if cache_dir is not None:
+        if todo:  # runs to store: a folder that takes no new file is refused before the first trains (a cache that
+            # holds every run is only read: a read-only one, chattr +i or a read-only mount, serves a rerun)
+            check_creatable("--cache", cache_dir, writable=True)
         say_stale(stale, cache_dir, code)
         os.makedirs(cache_dir, exist_ok=True)
 
