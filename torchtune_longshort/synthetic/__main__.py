@@ -28,6 +28,7 @@ from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
     user_path,
 )
+from torchtune_longshort.worker_pool import WorkerDied
 
 from .claims import claim_lines, figure_records
 from .cli_flags import (
@@ -172,7 +173,8 @@ def _main(argv=None) -> int:
 
 
 def _writing(job) -> int:
-    """``job()``; a run that diverged (``train.Diverged``: the lr and the step) ends in one line, exit 2; a write
+    """``job()``; a run that diverged (``train.Diverged``: the lr and the step) or a worker process killed from
+    outside (``worker_pool.WorkerDied``) ends in one line, exit 2; a write
     that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
     file is written whole or not at all, and the folder's summary is written first, so the same command reruns."""
     try:
@@ -183,6 +185,10 @@ def _writing(job) -> int:
         return refusal(PROG, one_line(e))
     except UnwritablePath as e:  # a --cache that takes no new file, with runs to store (before they train)
         return refusal(PROG, one_line(e))
+    except WorkerDied as e:  # killed from outside (a Pool waited for its result for ever)
+        if show_traceback():
+            raise
+        return refusal(PROG, f"{one_line(e)}; {INTERRUPTED}")
     except Exception as e:
         if show_traceback() or not is_out_of_space(e):
             raise

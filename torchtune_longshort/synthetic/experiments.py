@@ -12,6 +12,7 @@ import csv
 import io
 import os
 import time
+from contextlib import closing
 from dataclasses import asdict, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -22,6 +23,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, strict_json, write_together
 from torchtune_longshort.refusals import one_line
+from torchtune_longshort.worker_pool import unordered
 
 from .claims import figure_records, keep_earlier_figures, summarize_claims
 from .figures import synthetic_figure
@@ -130,10 +132,10 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
         for c in tqdm(todo, desc="runs"):
             _store(_worker(c))
         return out
-    ctx = torch.multiprocessing.get_context("spawn")
-    # no more processes than runs: '--workers 99' started 99 (each importing torch) for 12 runs
-    with ctx.Pool(min(workers, len(todo)), initializer=quiet_upstream) as pool:  # imports as quiet as this process's
-        for res in tqdm(pool.imap_unordered(_worker, todo), total=len(todo), desc="runs"):
+    # no more processes than runs ('--workers 99' started 99, each importing torch, for 12 runs); a stop ends them all
+    # (a Pool's could hang on SIGTERM: worker_pool)
+    with closing(unordered(_worker, todo, workers, initializer=quiet_upstream)) as results:  # imports kept quiet
+        for res in tqdm(results, total=len(todo), desc="runs"):
             _store(res)
     return out
 

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import time
+from contextlib import closing
 from dataclasses import asdict, replace
 from typing import Dict, List, Optional, Sequence
 
@@ -18,6 +19,7 @@ import torch
 
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
 from torchtune_longshort.plots.axes import mark_quick
+from torchtune_longshort.worker_pool import unordered
 
 from ..figures import legend_outside, mark_l_train
 from ..train import run_provenance
@@ -120,9 +122,8 @@ def _train_all(todo: Dict[str, object], workers: int) -> Dict[str, Dict]:
 
     if workers <= 1:
         return {k: train_probe(c) for k, c in tqdm(todo.items(), desc="beyond runs")}
-    ctx = torch.multiprocessing.get_context("spawn")
-    with ctx.Pool(min(workers, len(todo))) as pool:  # no more processes than runs, as experiments.run_all
-        return dict(tqdm(pool.imap_unordered(_worker, list(todo.items())), total=len(todo), desc="beyond runs"))
+    with closing(unordered(_worker, todo.items(), workers)) as results:  # a stop ends them all, as in run_all
+        return dict(tqdm(results, total=len(todo), desc="beyond runs"))
 
 
 def _figure_table(curves: List[tuple], seeds: Sequence[int], results: Dict[str, Dict]) -> tuple:

@@ -1,0 +1,141 @@
+"""Run a function over items in spawned worker processes that every way out of the call ends at once.
+
+``multiprocessing.Pool`` (what the synthetic figures used) could hang for good on a stop: a scheduler's SIGTERM to the
+process group killed an idle worker while it held the lock of the pool's shared task queue, and ``Pool.terminate``
+then waited for that lock forever; Ctrl-C printed each worker's KeyboardInterrupt traceback; a worker killed alone
+(the out-of-memory killer) lost its task, and the pool waited for its result forever. Here each worker has a pipe of
+its own (no lock shared between processes), ignores Ctrl-C (the parent stops the workers: SIGINT reaches the whole
+foreground group), and is killed by the parent however the call ends: its last result, an error, a stop, a loop
+left early. A worker that dies ends the call in :class:`WorkerDied`; one whose parent was killed leaves within a
+second (it would have trained on, unseen).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.connection import Connection, wait
+from multiprocessing.pool import ExceptionWithTraceback
+from typing import Callable, Dict, Iterable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without its result (killed from outside: the out-of-memory killer, a SIGKILL)."""
+
+
+def unordered(fn: Callable[[T], R], items: Iterable[T], workers: int,
+              initializer: Optional[Callable[[], None]] = None) -> Iterator[R]:
+    """``fn(item)`` for each of ``items`` in ``min(workers, len(items))`` spawned processes, each result yielded as it
+    comes (as ``Pool.imap_unordered``; ``fn`` and ``initializer`` are module-level functions, ``initializer`` run
+    once in each worker). An exception ``fn`` raises is raised here, with the worker's traceback as its cause.
+    Iterate it inside ``contextlib.closing(...)``: a loop left early (its body raised, a stop) then ends the workers
+    at once, not when the generator is collected."""
+    items = list(items)
+    if not items:
+        return
+    ctx = multiprocessing.get_context("spawn")
+    procs: Dict[Connection, multiprocessing.process.BaseProcess] = {}
+    try:
+        _start(ctx, min(workers, len(items)), fn, initializer, procs)
+        todo, busy = iter(items), set()
+        for conn in procs:
+            _hand_out(conn, todo, busy)
+        while busy:
+            for conn in wait(list(busy)):  # a result, or the end of the pipe of a worker that died
+                try:
+                    ok, value = conn.recv()
+                except (EOFError, OSError):
+                    raise WorkerDied(_death(procs[conn])) from None
+                busy.discard(conn)
+                if not ok:
+                    raise value
+                _hand_out(conn, todo, busy)
+                yield value
+    finally:
+        for p in procs.values():
+            if p.is_alive():
+                p.kill()
+        for conn, p in procs.items():
+            p.join()
+            conn.close()
+
+
+def _start(ctx, n: int, fn, initializer, procs: Dict) -> None:
+    """Start ``n`` workers into ``procs`` ({pipe: process}). SIGINT is ignored while they start: a spawned process
+    inherits an ignored signal (not a blocked one, nor a handler), so that Ctrl-C never interrupts a worker (not even
+    in its imports); the parent misses a Ctrl-C only in those milliseconds."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+    try:
+        for _ in range(n):
+            here, there = ctx.Pipe()
+            p = ctx.Process(target=_serve, args=(there, fn, initializer, os.getpid()), daemon=True)
+            p.start()
+            procs[here] = p
+            there.close()  # the worker's end, held by the worker alone: its death reads as the end of the pipe
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _hand_out(conn: Connection, todo: Iterator, busy: set) -> None:
+    """Send ``conn``'s worker the next item (it is then busy), or None (it leaves) when none is left."""
+    nxt = next(todo, _NONE)
+    if nxt is _NONE:
+        conn.send(None)
+    else:
+        conn.send((nxt,))
+        busy.add(conn)
+
+
+_NONE = object()
+
+
+def _death(p) -> str:
+    p.join(5)
+    code = p.exitcode
+    how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
+           -code in signal.valid_signals() else f"exited with status {code}")
+    return (f"worker process {p.pid} {how} before it returned its result (the out-of-memory killer sends "
+            "SIGKILL: fewer workers need less memory)")
+
+
+def _serve(conn: Connection, fn, initializer, parent: int) -> None:
+    """A worker: ``fn`` of each item its pipe brings, until None or the pipe's end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_leave_when_orphaned, args=(parent,), daemon=True).start()
+    if initializer is not None:
+        initializer()
+    while True:
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            return
+        if item is None:
+            return
+        try:
+            out = (True, fn(item[0]))
+        except Exception as e:
+            out = (False, ExceptionWithTraceback(e, e.__traceback__))
+        try:
+            conn.send(out)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # a result or an exception that does not pickle
+            conn.send((False, RuntimeError(f"{fn.__name__}: its result could not be sent back: {e}")))
+
+
+def _leave_when_orphaned(parent: int) -> None:
+    """End this worker once its parent is gone (killed alone by SIGKILL: nothing told the workers)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
