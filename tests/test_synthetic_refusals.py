@@ -51,6 +51,10 @@ PREFIX = "python -m torchtune_longshort.synthetic: error: "
     (["--figure", "parity", "--quick"], "--steps applies to the paper's figures (all, 1a, ..., theory), not to the "
                                         "beyond figures"),
     (["--figure", "4", "--l-trains", "6,x"], "--l-trains='6,x' must be a comma list of integers"),
+    # only Fig. 4 reads --l-trains: '--figure 1a --l-trains 3,5' trained 1a at --l-train and said nothing
+    (["--figure", "1a", "--quick", "--l-trains", "3,5"], "--l-trains sets the l_train values of Fig. 4's curves, "
+                                                          "and --figure 1a does not draw Fig. 4"),
+    (["--figure", "1b,theory", "--l-trains", "3,5"], "and --figure 1b,theory does not draw Fig. 4"),
     # an empty value (an unset shell variable) trained at --lr without a search / at the default l_trains, silently
     (["--figure", "1a", "--quick", "--lrs", ""], "--lrs='' must be a comma list of numbers"),
     (["--figure", "4", "--quick", "--l-trains", ""], "--l-trains='' must be a comma list of integers"),

@@ -89,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"train lengths U[1, l_train] (default {run.l_train}, quick {_QUICK['l_train']})")
     p.add_argument("--l-test", type=int, default=None,
                    help=f"test lengths 1..l_test (default {run.l_test}, quick {_QUICK['l_test']})")
-    p.add_argument("--l-trains", default=None, help=f"l_train values of figure 4 (default {_comma(FIG4_L_TRAINS)}; quick {_comma(_QUICK_FIG4_L_TRAINS)})")
+    p.add_argument("--l-trains", default=None,
+                   help=f"l_train values of figure 4's curves, with a --figure that draws figure 4 only (default "
+                        f"{_comma(FIG4_L_TRAINS)}; quick {_comma(_QUICK_FIG4_L_TRAINS)})")
     p.add_argument("--dim", type=int, default=run.dim, help=f"model width (default {run.dim})")
     p.add_argument("--layers", type=int, default=run.num_layers, help=f"layers (default {run.num_layers})")
     p.add_argument("--heads", type=int, default=run.num_heads, help=f"attention heads (default {run.num_heads})")
@@ -332,17 +334,20 @@ def _figure_names(figure: str) -> List[str]:
 
 def _figure_options(a: argparse.Namespace, l_test: int, beyond_only: bool, fig4: bool) -> tuple:
     """(number of seeds, figure 4's l_train values, the lr grid or None) from the flags, checked (the l_train values
-    only where Fig. 4 is drawn or ``--l-trains`` is given: each needs test lengths beyond it)."""
+    only where Fig. 4 is drawn: each needs test lengths beyond it; ``--l-trains`` is refused where it is not)."""
     n_seeds = a.seeds if a.seeds is not None else (2 if a.quick else 3)
     if n_seeds < 1:
         raise ValueError(f"seeds={n_seeds} must be >= 1")
+    if a.l_trains is not None and not fig4:  # '--figure 1a --l-trains 3,5' trained at --l-train, without a word
+        raise ValueError(f"--l-trains sets the l_train values of Fig. 4's curves, and --figure {a.figure} does not "
+                         "draw Fig. 4 (each of its curves trains at --l-train): drop --l-trains, or add 4 to --figure")
     try:
         default = _QUICK_FIG4_L_TRAINS if a.quick else FIG4_L_TRAINS
         # an empty value ('--l-trains "$UNSET"') is refused, not read as the default
         l_trains = [int(x) for x in a.l_trains.split(",")] if a.l_trains is not None else list(default)
     except ValueError:
         raise ValueError(f"l_trains={a.l_trains!r} must be a comma list of integers") from None
-    bad = [x for x in l_trains if not 1 <= x < l_test] if fig4 or a.l_trains else []
+    bad = [x for x in l_trains if not 1 <= x < l_test] if fig4 else []
     if bad:
         raise ValueError(f"--l-trains value {bad[0]} must be in [1, --l-test - 1 = {l_test - 1}]: Fig. 4 measures "
                          "the error beyond each l_train")
