@@ -146,8 +146,8 @@ def test_a_beyond_figure_stopped_in_training_leaves_no_folder(tmp_path, monkeypa
     assert exit_info.value.code == 130 and list(tmp_path.iterdir()) == []
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "python -m torchtune_longshort.synthetic: interrupted (SIGINT): nothing is written until every run has "
-        "trained and every figure is drawn; with --cache DIR the runs that finished are kept there and the same "
-        "command reuses them")
+        "trained and every figure is drawn; the beyond figures keep no finished run: run it again")
+    # (it said "with --cache DIR the runs that finished are kept there", and --cache is refused with these figures)
 
 
 def test_a_stop_while_the_figures_are_drawn_leaves_the_earlier_run_whole(tmp_path, monkeypatch, trained_cache):
@@ -196,3 +196,28 @@ def test_a_stop_while_the_files_are_written_waits_for_the_last(tmp_path, monkeyp
         finally:
             signal.signal(signal.SIGTERM, previous)
         assert [p.read_bytes() for p in paths] == [f"{signum}{i}".encode() for i in range(3)]
+
+
+@pytest.mark.parametrize("argv, kept", [
+    ([], "nothing is written until the run has trained; run it again"),
+    (["--figure", "1a"], "the runs that finished are not kept (with --cache DIR they are, and a rerun reuses them)"),
+    (["--figure", "parity,1a", "--cache", "CACHE"], "the runs that finished are kept in CACHE and the same command "
+                                                     "reuses them"),
+])
+def test_a_stop_says_what_this_mode_keeps(tmp_path, monkeypatch, capsys, argv, kept):
+    # every mode said "with --cache DIR the runs that finished are kept there": a single run refuses --cache, and
+    # a paper figure run given --cache was not told where its runs are
+    import torchtune_longshort.synthetic.__main__ as cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_single_run", stopped)
+    monkeypatch.setattr(cli, "_figures", stopped)
+    argv = [arg.replace("CACHE", str(tmp_path / "cache")) for arg in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + ["--quick", "--out", str(tmp_path / "out")])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 130 and line.startswith("python -m torchtune_longshort.synthetic: interrupted "
+                                                           "(SIGINT): nothing is written until ")
+    assert line.endswith(kept.replace("CACHE", str(tmp_path / "cache"))), line

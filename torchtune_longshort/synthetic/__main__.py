@@ -110,21 +110,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# what a run stopped by Ctrl-C / SIGTERM leaves (the files are written together once every run has trained and every
-# figure is drawn; a stop while they are written waits for the last)
-INTERRUPTED = ("nothing is written until every run has trained and every figure is drawn; with --cache DIR the runs "
-               "that finished are kept there and the same command reuses them")
+# what a figure run stopped by Ctrl-C / SIGTERM leaves (the files are written together once every run has trained and
+# every figure is drawn; a stop while they are written waits for the last)
+INTERRUPTED = "nothing is written until every run has trained and every figure is drawn"
+
+
+def interrupted(a: argparse.Namespace) -> str:
+    """What a command stopped by a signal (or a worker killed) leaves, and how to go on: only the paper's figures
+    keep runs, in --cache (a single run and the beyond figures refuse --cache; the line told every mode to use it)."""
+    if a.replot:
+        return "--replot trains nothing; run it again"
+    if a.figure is None:
+        return "nothing is written until the run has trained; run it again"
+    names = {n.strip() for n in a.figure.split(",")}
+    if not names & {"all", *PAPER_FIGURES}:
+        return f"{INTERRUPTED}; the beyond figures keep no finished run: run it again"
+    if a.cache is None:
+        return f"{INTERRUPTED}; the runs that finished are not kept (with --cache DIR they are, and a rerun reuses them)"
+    return f"{INTERRUPTED}; the runs that finished are kept in {a.cache} and the same command reuses them"
 
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     """The synthetic CLI; Ctrl-C / SIGTERM end it in one line (exit 130 / 143), not a traceback."""
     quiet_upstream()  # before a RoPE model imports torchtune (and so torchao, which logs its line on import)
-    return stoppable(PROG, lambda: _main(argv), INTERRUPTED)
-
-
-def _main(argv=None) -> int:
     a = _parser().parse_args(argv)
+    return stoppable(PROG, lambda: _main(a, argv), interrupted(a))
+
+
+def _main(a: argparse.Namespace, argv=None) -> int:
     # every bad flag value raises ValueError naming the flag, before anything trains
     try:
         given = sys.argv[1:] if argv is None else argv
@@ -168,17 +182,18 @@ def _main(argv=None) -> int:
     if a.figure is None:
         if a.replot:
             return refusal(PROG, "--replot needs --figure (the figures to redraw)")
-        return _writing(lambda: _single_run(base, a.out))
+        return _writing(lambda: _single_run(base, a.out), interrupted(a))
     if a.replot:
         return _replot(paper, beyond, a.out)
-    return _writing(lambda: _figures(a, paper, beyond, base, n_seeds, workers, l_trains, lrs))
+    return _writing(lambda: _figures(a, paper, beyond, base, n_seeds, workers, l_trains, lrs), interrupted(a))
 
 
-def _writing(job) -> int:
+def _writing(job, kept: str) -> int:
     """``job()``; a run that diverged (``train.Diverged``: the lr and the step) or a worker process killed from
     outside (``worker_pool.WorkerDied``) ends in one line, exit 2; a write
     that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
-    file is written whole or not at all, and the folder's summary is written first, so the same command reruns."""
+    file is written whole or not at all, and the folder's summary is written first, so the same command reruns.
+    ``kept``: what the command leaves (:func:`interrupted`)."""
     try:
         return job()
     except Diverged as e:  # a learning rate too large, found at the step it diverged
@@ -190,7 +205,7 @@ def _writing(job) -> int:
     except WorkerDied as e:  # killed from outside (a Pool waited for its result for ever)
         if show_traceback():
             raise
-        return refusal(PROG, f"{one_line(e)}; {INTERRUPTED}")
+        return refusal(PROG, f"{one_line(e)}; {kept}")
     except Exception as e:
         if show_traceback() or not is_out_of_space(e):
             raise
