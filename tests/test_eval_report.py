@@ -333,7 +333,7 @@ def test_a_report_that_fails_part_way_leaves_nothing_and_its_rerun_works(tmp_pat
     monkeypatch.setattr(build_module, "atomic_write_text", disk_full)  # report.md: after the figures
     with pytest.raises(OSError):
         build_report([d], out)
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()  # the folder it made goes too (it stayed, empty)
     monkeypatch.setattr(build_module, "atomic_write_text", write)
     build_report([d], out)  # the rerun: not refused
     first = sorted(p.name for p in out.iterdir())
@@ -478,3 +478,27 @@ def test_the_runs_table_names_a_model_setting_such_as_a_rope_override(tmp_path):
     build_report([plain, yarn], tmp_path / "rep2")
     md = (tmp_path / "rep2" / "report.md").read_text()
     assert "| longshort (rope=yarn, rope_factor=2) | /ckpt/a |" in md and "| longshort | /ckpt/a |" in md, md
+
+
+def test_a_report_stopped_while_it_writes_leaves_no_folder_it_made(tmp_path, monkeypatch):
+    # Ctrl-C / SIGTERM while a report into a new --out (and its new parents) drew its figures: its files were taken
+    # back and the folders stayed, empty (`--out new/sub`: new/sub left)
+    from torchtune_longshort.eval.report import build as build_module
+
+    d = _write_and_return(tmp_path / "ours", {"longshort_ppl": {"ppl_512,none": 8.0, "ppl_2k,none": 6.5}})
+    write = build_module.atomic_write_text
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_module, "atomic_write_text", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        build_report([d], tmp_path / "new" / "sub")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours"]
+    (tmp_path / "mine").mkdir()  # a folder that was there stays, as do its files
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(KeyboardInterrupt):
+        build_report([d], tmp_path / "mine" / "rep")
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+    monkeypatch.setattr(build_module, "atomic_write_text", write)
+    assert "summary.json" in build_report([d], tmp_path / "new" / "sub")["files"]

@@ -58,7 +58,8 @@ from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
 from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
-    atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
+    atomic_write_json, atomic_write_text, check_output_folder, missing_root, read_json, remove_made_folders, save_figure,
+    undone_on_failure,
 )
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.provenance import provenance, provenance_markdown
@@ -229,12 +230,17 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     if left_out:
         summary["limit_left_out"] = left_out
     out_dir = Path(out_dir)
+    made = missing_root(out_dir)  # a stop or a full disk takes back the folders this report made (it left them empty)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["runs"] = infos
     summary["samples_cut_off"] = cut_off
     # a full disk part-way: nothing of this run is left; an earlier report's figures this one does not draw go
-    with undone_on_failure(out_dir, REPORT_FILE_PATTERNS, replaces=_earlier_files(out_dir) or ()):
-        _write_report(out_dir, names, results_dirs, runs, summary, runs_table, run_notes, sections)
+    try:
+        with undone_on_failure(out_dir, REPORT_FILE_PATTERNS, replaces=_earlier_files(out_dir) or ()):
+            _write_report(out_dir, names, results_dirs, runs, summary, runs_table, run_notes, sections)
+    except BaseException:
+        remove_made_folders(out_dir, made)
+        raise
     return summary
 
 
