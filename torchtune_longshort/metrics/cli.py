@@ -101,12 +101,14 @@ def _parser() -> ArgumentParser:
         f"{PROG} --checkpoint-dir outputs/tiny_longshort_stdlib/step_60 --data stdlib --length 256 "
         "--output misalignment.json",
         f"{PROG} --checkpoint-dir CKPT --data /data/books.jsonl --text-field text --length 4k --num-samples 50"])
-    ap.add_argument("--checkpoint-dir", required=True, help="Hugging Face-format checkpoint folder")
-    ap.add_argument("--tokenizer", default=None,
+    # type=user_path: `--checkpoint-dir=~/ckpt` (no shell expands a tilde after "=") was refused as not a directory
+    ap.add_argument("--checkpoint-dir", required=True, type=user_path, help="Hugging Face-format checkpoint folder")
+    ap.add_argument("--tokenizer", default=None, type=user_path,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
-    ap.add_argument("--data", default="stdlib", help="'stdlib' (default; 'stdlib_tests' / 'stdlib_heldout': the part "
-                    "a training corpus read with include_tests: False / split: train holds out), a text file, a "
-                    "folder, a .jsonl file, or a Hugging Face dataset name (streamed)")
+    ap.add_argument("--data", default="stdlib", type=user_path,
+                    help="'stdlib' (default; 'stdlib_tests' / 'stdlib_heldout': the part a training corpus read with "
+                    "include_tests: False / split: train holds out), a text file, a folder, a .jsonl file, or a "
+                    "Hugging Face dataset name (streamed)")
     ap.add_argument("--text-field", default=None,
                     help="the text field of a .jsonl file or a Hugging Face dataset (default: text)")
     ap.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: test)")
