@@ -143,10 +143,21 @@ def missing_results(reason: str) -> Dict[str, Any]:
 _HUB_MODULES = ("httpx", "httpx2", "huggingface_hub", "datasets", "requests", "urllib3", "fsspec", "aiohttp")
 
 
+def offline_variable() -> Optional[str]:
+    """``NAME=value`` of the variable that puts ``datasets`` offline, read as it reads them (``datasets.config``):
+    ``HF_DATASETS_OFFLINE`` when set (also to a false value, which keeps it online), else ``HF_HUB_OFFLINE`` or,
+    when that is unset or empty, ``TRANSFORMERS_OFFLINE`` (huggingface_hub's own rule); None when it is online."""
+    for name in ("HF_DATASETS_OFFLINE",) if "HF_DATASETS_OFFLINE" in os.environ else ("HF_HUB_OFFLINE",
+                                                                                       "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value:
+            return f"{name}={value}" if value.upper() in ("1", "ON", "YES", "TRUE") else None
+    return None
+
+
 def offline_mode() -> bool:
-    """True when ``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE`` asks for no network."""
-    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
-               for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    """True when ``datasets`` reads the hub as offline (:func:`offline_variable`)."""
+    return offline_variable() is not None
 
 
 def is_hub_failure(err: BaseException) -> bool:
@@ -159,7 +170,7 @@ def hub_failure_reason(what: str, err: BaseException, alternative: str = "") -> 
     """The reason line for hub data ``what`` that could not be loaded: the error, the offline setting and the
     local alternative."""
     where = (
-        "offline mode is on (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE) and it is not in the local cache"
+        f"offline mode is on ({offline_variable()}) and it is not in the local cache"
         if offline_mode()
         else "the Hugging Face hub could not be reached or does not have it"
     )
