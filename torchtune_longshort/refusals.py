@@ -220,14 +220,30 @@ def _stdout_closed() -> bool:
         return False
 
 
+def _escape_what_stdout_cannot_encode() -> None:
+    """A stdout whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a latin-1 or C locale with Python's UTF-8
+    mode off) writes a character it cannot encode as a ``\\u2014`` escape, as Python's stderr always does, instead of
+    raising ``UnicodeEncodeError``: a report's dash or lm-eval's table arrow ended the command after its work was
+    done (exit 1, or longshort-eval's exit 2), its last lines unprinted."""
+    import codecs
+
+    out = sys.stdout
+    encoding, errors = getattr(out, "encoding", None), getattr(out, "errors", None)
+    if encoding and errors in ("strict", "surrogateescape") and codecs.lookup(encoding).name != "utf-8":
+        with contextlib.suppress(AttributeError, ValueError):  # not a TextIOWrapper (a test's capture): left as is
+            out.reconfigure(errors="backslashreplace")
+
+
 def quiet_when_the_reader_leaves(main: Callable[..., T]) -> Callable[..., T]:
     """A console entry point that ends as ``cat`` does when its output's reader closes the pipe (``| head``): no
     output, exit status 141 (128 + SIGPIPE), instead of Python's ``BrokenPipeError`` traceback (or its "Exception
     ignored ... BrokenPipeError" at exit, where the last write only fails when stdout is flushed). A
-    ``BrokenPipeError`` of another pipe (a child process's, a socket's) keeps its traceback."""
+    ``BrokenPipeError`` of another pipe (a child process's, a socket's) keeps its traceback. A character its stdout
+    cannot encode is written escaped (:func:`_escape_what_stdout_cannot_encode`)."""
 
     @functools.wraps(main)
     def entry(*args, **kwargs):
+        _escape_what_stdout_cannot_encode()
         try:
             try:
                 return main(*args, **kwargs)
