@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -132,6 +133,10 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
     Parse failures come first: ``datasets``' parser stops at them whatever the settings, while a record without its
     text is one ``skip_bad_records`` skips (naming it sent the user to a record that was not the blocker)."""
     check_not_empty(files)
+    named = ", ".join(str(f) for _, f in files) or "no local file"
+    cache = cache_problem(error)
+    if cache:
+        return ValueError(f"{where} ({named}) could not be loaded: {cache}")
     paths = [f for _, f in files if f.suffix in READ_AGAIN_SUFFIXES]  # a Parquet file is no text to read again
     field_problems: List[str] = []
 
@@ -149,8 +154,25 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
                             "(path: them), which reads them and skips such records with skip_bad_records: True")
     if field_problems:
         return _unskippable(f"{where}: {field_problems[0]}")
-    named = ", ".join(str(f) for _, f in files) or "no local file"
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")
+
+
+def cache_problem(error: BaseException) -> Optional[str]:
+    """Why ``datasets`` failed, when it could not make or write a cache folder of its own (``HOME`` naming a file, a
+    read-only ``HF_HOME``): the folder, the variable that sets it and the fix; None for any other error. The folders
+    are those ``datasets.config`` read from the environment at its import."""
+    if not isinstance(error, OSError) or not error.filename:
+        return None
+    import datasets.config as config  # deferred: datasets (its caller failed in it: already imported)
+
+    failed = Path(os.path.abspath(os.fsdecode(error.filename)))
+    for var, folder in (("HF_DATASETS_CACHE", config.HF_DATASETS_CACHE), ("HF_MODULES_CACHE", config.HF_MODULES_CACHE)):
+        folder = Path(os.path.abspath(folder))
+        if failed == folder or failed in folder.parents or folder in failed.parents:
+            fix = var if var in os.environ else f"HF_HOME (or {var})"
+            return (f"datasets cannot write its cache {var}={str(folder)!r} ({type(error).__name__}: "
+                    f"{error.strerror}: {str(failed)!r}); set {fix} to a folder you can write")
+    return None
 
 
 def _unskippable(message: str) -> DataRecordError:
