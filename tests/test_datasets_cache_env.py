@@ -31,8 +31,42 @@ def test_an_unwritable_datasets_cache_is_named_with_its_variable(given, tmp_path
     with pytest.raises(ValueError) as e:
         build_torchtune_dataset(text_completion_dataset, None, args)
     said = str(e.value)
-    assert said.startswith(f"dataset ({books}) could not be loaded: datasets cannot write its cache "), said
+    assert said.startswith(f"dataset ({books}) could not be loaded: datasets cannot use its folder "), said
     assert f"HF_DATASETS_CACHE='{cache / 'datasets'}'" in said and f"Not a directory: '{home / '.cache'}'" in said
     assert said.endswith(("set HF_DATASETS_CACHE" if given else "set HF_HOME (or HF_DATASETS_CACHE)")
                          + " to a folder you can write"), said
     assert home.read_text() == ""
+
+
+def test_a_hub_source_whose_token_file_cannot_be_read_names_hf_home(tmp_path, monkeypatch):
+    # HOME=<a file>, online: huggingface_hub reads <HF_HOME>/token before a hub request and raised NotADirectoryError,
+    # which read as a data file gone mid-run: "hf_text(...): <home>/.cache/huggingface/token can no longer be read
+    # (Not a directory; read as the run went on)", the eval adding "(or skip such records: ...)"
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from torchtune_longshort.data.corpus import _Source
+    from torchtune_longshort.data.text_files import DataSourceError
+    from torchtune_longshort.eval.tasks.common.long_text import TaskDataError, readable_texts
+
+    home = tmp_path / "home_is_a_file"
+    home.write_text("")
+    hub_home = home / ".cache" / "huggingface"
+    monkeypatch.setattr(constants, "HF_HOME", str(hub_home))  # as huggingface_hub read them at its import
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hub_home / "token"))
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def hub_documents():
+        huggingface_hub.get_token()  # what a streamed hub source does before its first request
+        yield "never"
+
+    source = _Source(hub_documents, "hf_text('emozilla/pg19-test', split='test')")
+    with pytest.raises(DataSourceError) as e:
+        list(source())
+    said = str(e.value)
+    assert f"huggingface_hub cannot use its folder HF_HOME='{hub_home}'" in said, said
+    assert f"Not a directory: '{hub_home / 'token'}'" in said and said.endswith("set HF_HOME to a folder you can write")
+    with pytest.raises(TaskDataError) as e:
+        list(readable_texts(source(), "or skip such records: --metadata '{\"ppl_skip_bad_records\": true}'"))
+    assert "skip" not in str(e.value) and "HF_HOME" in str(e.value)  # no skipping passes a source that failed

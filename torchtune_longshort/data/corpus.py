@@ -25,7 +25,9 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from torchtune_longshort.data.data_files import check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files
+from torchtune_longshort.data.data_files import (
+    cache_problem, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
+)
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
@@ -98,6 +100,9 @@ class _Source:
         except OSError as e:
             if e.filename is None or isinstance(e, ConnectionError):  # no file of ours (a hub source says its own)
                 raise
+            cache = cache_problem(e)  # a library's own folder (a hub source's token file under HOME=<a file>)
+            if cache:
+                raise DataSourceError(f"{self.where} {self.description}: {cache}") from e
             raise DataSourceError(f"{self.where} {self.description}: {e.filename} can no longer be read "
                                   f"({e.strerror or type(e).__name__}; read as the run went on)") from e
 

@@ -158,19 +158,23 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
 
 
 def cache_problem(error: BaseException) -> Optional[str]:
-    """Why ``datasets`` failed, when it could not make or write a cache folder of its own (``HOME`` naming a file, a
-    read-only ``HF_HOME``): the folder, the variable that sets it and the fix; None for any other error. The folders
-    are those ``datasets.config`` read from the environment at its import."""
+    """Why ``datasets`` or ``huggingface_hub`` failed, when it could not make, write or read a folder of its own
+    (``HOME`` naming a file, a read-only ``HF_HOME``; huggingface_hub reads its token file there before a hub
+    request): the folder, the variable that sets it and the fix; None for any other error. The folders are those the
+    libraries read from the environment at their import."""
     if not isinstance(error, OSError) or not error.filename:
         return None
     import datasets.config as config  # deferred: datasets (its caller failed in it: already imported)
+    from huggingface_hub import constants  # deferred: huggingface_hub (as datasets)
 
     failed = Path(os.path.abspath(os.fsdecode(error.filename)))
-    for var, folder in (("HF_DATASETS_CACHE", config.HF_DATASETS_CACHE), ("HF_MODULES_CACHE", config.HF_MODULES_CACHE)):
+    for who, var, folder in (("datasets", "HF_DATASETS_CACHE", config.HF_DATASETS_CACHE),
+                             ("datasets", "HF_MODULES_CACHE", config.HF_MODULES_CACHE),
+                             ("huggingface_hub", "HF_HOME", constants.HF_HOME)):
         folder = Path(os.path.abspath(folder))
         if failed == folder or failed in folder.parents or folder in failed.parents:
-            fix = var if var in os.environ else f"HF_HOME (or {var})"
-            return (f"datasets cannot write its cache {var}={str(folder)!r} ({type(error).__name__}: "
+            fix = var if var in os.environ or var == "HF_HOME" else f"HF_HOME (or {var})"
+            return (f"{who} cannot use its folder {var}={str(folder)!r} ({type(error).__name__}: "
                     f"{error.strerror}: {str(failed)!r}); set {fix} to a folder you can write")
     return None
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
-from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
+from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
 
@@ -101,7 +101,8 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
 
 def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
     """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
-    a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip)."""
+    a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip; not where
+    the source itself failed, :class:`DataSourceError`, which no skipping passes)."""
     skipped = 0
     try:
         for text in documents:
@@ -112,7 +113,8 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
                 continue
             yield text
     except DataRecordError as e:
-        raise TaskDataError(f"{e} ({skip_hint})" if skip_hint else str(e)) from None
+        hint = skip_hint and not isinstance(e, DataSourceError)
+        raise TaskDataError(f"{e} ({skip_hint})" if hint else str(e)) from None
 
 
 def iter_texts(
