@@ -70,3 +70,13 @@ def test_a_hub_source_whose_token_file_cannot_be_read_names_hf_home(tmp_path, mo
     with pytest.raises(TaskDataError) as e:
         list(readable_texts(source(), "or skip such records: --metadata '{\"ppl_skip_bad_records\": true}'"))
     assert "skip" not in str(e.value) and "HF_HOME" in str(e.value)  # no skipping passes a source that failed
+    # a data set the eval loads whole (BABILong, LongBench-E): its reason said "the Hugging Face hub could not be
+    # reached or does not have it (NotADirectoryError: ... token)"
+    from torchtune_longshort.eval.tasks.common.unavailable import hub_failure_reason
+
+    with pytest.raises(NotADirectoryError) as raised:
+        huggingface_hub.get_token()
+    said = hub_failure_reason("'RMT-team/babilong-1k-samples'", raised.value, "for local data pass babilong_data_dir")
+    assert said == (f"data 'RMT-team/babilong-1k-samples' unavailable: huggingface_hub cannot use its folder "
+                    f"HF_HOME='{hub_home}' (NotADirectoryError: Not a directory: '{hub_home / 'token'}'); set HF_HOME "
+                    "to a folder you can write; for local data pass babilong_data_dir"), said

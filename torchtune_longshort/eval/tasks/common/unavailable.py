@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional
 
+from torchtune_longshort.data.data_files import cache_problem
+
 logger = logging.getLogger(__name__)
 
 # The doc field that carries the reason a placeholder row stands for a task that cannot run.
@@ -174,6 +176,9 @@ def hub_failure_reason(what: str, err: BaseException, alternative: str = "") -> 
         if offline_mode()
         else "the Hugging Face hub could not be reached or does not have it"
     )
+    own_folder = cache_problem(err)  # HOME=<a file>: huggingface_hub's token file, datasets' cache
+    if own_folder:
+        return f"data {what} unavailable: {own_folder}" + (f"; {alternative}" if alternative else "")
     cache = os.environ.get("HF_DATASETS_CACHE") or os.environ.get("HF_HOME")
     msg = f"data {what} unavailable: {where} ({type(err).__name__}: {str(err)[:200]})"
     if cache:
