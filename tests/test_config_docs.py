@@ -103,6 +103,45 @@ def test_every_command_in_the_docs_names_what_exists():
     assert not bad, "\n".join(bad)
 
 
+# The docs' commands give the project's own CLIs only flags their parsers define: a flag is a `--name` string literal in
+# the script (and the benchmarks modules it names) or in the module's package. Read with ``ast``, nothing imported;
+# longshort-eval is left out (it takes lm-eval's flags).
+_CLI = re.compile(r"(python benchmarks/\w+\.py|python -m torchtune_longshort[\w.]*|longshort-(?!eval\b)[a-z-]+)")
+
+
+def _cli_files(cli, scripts):
+    if cli.startswith("python benchmarks/"):
+        script = REPO / cli.split()[1]
+        named = [p for p in (REPO / "benchmarks").glob("*.py")
+                 if p != script and re.search(rf"\b{p.stem}\b", script.read_text())]
+        return [script, *named]
+    base = REPO / Path(*(cli.split()[-1] if cli.startswith("python -m") else scripts[cli]).split("."))
+    return sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py"), *base.parent.glob("*.py")]
+
+
+def test_every_flag_a_docs_command_gives_our_clis_is_theirs():
+    import ast
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def flags_in(path):
+        return {f for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                for f in re.findall(r"--[A-Za-z][\w-]*", node.value)}
+
+    scripts = dict(re.findall(r'^(longshort-[a-z-]+) = "([\w.]+):', (REPO / "pyproject.toml").read_text(), re.M))
+    bad = []
+    for doc, line, cmd in _doc_commands():
+        for part in re.split(r"&&|\|\||;|\|", cmd):
+            found = _CLI.search(part)
+            if not found or not (found[1].startswith("python") or found[1] in scripts):
+                continue
+            given = set(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", part[found.end():])) - {"--help"}
+            known = set().union(*(flags_in(f) for f in _cli_files(found[1], scripts) if f.is_file()))
+            bad += [f"{doc}:{line}: {found[1]} {flag}: no such flag" for flag in sorted(given - known)]
+    assert not bad, "\n".join(bad)
+
+
 def test_a_figures_command_in_the_docs_keeps_every_method_its_report_holds():
     # docs/plots_before_after/README.md redrew docs/study/cpu_small with --methods pi,yarn after its runs gained CLEX:
     # the command replaced its 3-panel figures with 2-panel ones (alpha_curves.png 1485 -> 990 pixels wide)
