@@ -176,6 +176,11 @@ FAMILIES = {
         ({"tokenizer._component_": STDLIB_TOKENIZER, "tokenizer.path": "TMP/tok", "tokenizer.train_files_limit": 0},
          "tokenizer.train_files_limit", r"integer >= 1"),
         ({"optimizer._component_": "torch.optim.Adamm"}, "optimizer._component_", r"does not import"),
+        # a module where its builder belongs (torchtune's `model=<path>` override): validate said OK, tune run ended
+        # in "TypeError: 'module' object is not callable" (the optimizer's check named no key)
+        ({"model._component_": "torchtune.models.llama2"}, "model._component_",
+         r"^model._component_='torchtune.models.llama2' names a module, not a class or function: .*llama2.<name>$"),
+        ({"optimizer._component_": "torch.optim"}, "optimizer._component_", r"names a module, not a class"),
         ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
         # a local hub source that is not there: datasets' "Couldn't find any data file at ..." (no key, no fix) when
         # the run started; longshort-validate said OK

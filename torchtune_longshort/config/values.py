@@ -162,6 +162,11 @@ def resolve_component(path: str, dotted: Any) -> Any:
     if not isinstance(dotted, str) or not dotted:
         raise refuse(path, dotted, "a dotted path such as torch.optim.AdamW")
     try:
-        return _get_component_from_path(dotted)
+        target = _get_component_from_path(dotted)
     except Exception as e:  # torchtune's InstantiationError, ImportError, AttributeError
         raise ValueError(f"{path}={dotted!r} does not import: {e}") from None
+    if not callable(target):  # a module (`model=torchtune.models.llama2`): "'module' object is not callable" at build
+        node = path[:-len("._component_")] if path.endswith("._component_") else "it"
+        raise ValueError(f"{path}={dotted!r} names a {type(target).__name__}, not a class or function: name the one "
+                         f"that builds {node}, as {dotted}.<name>")
+    return target
