@@ -228,6 +228,22 @@ FAMILIES = {
          "model.short_factor", r"^model: RoPE method 'longrope' needs model.short_factor and model.long_factor, "
                                r"which the config does not give .*: add them"),
     ],
+    # an explicit null, which torchtune's instantiate hands the component as None: the check read it as the
+    # component's default and said OK; tune run refused it once the model was loaded (alpha=None, naming no
+    # section), or ended in a traceback (DiskLogger's log_dir)
+    "nulls": [
+        ({"loss.alpha": None}, "loss.alpha", r"^loss.alpha=None is not accepted: expected a finite number >= 0 \(null "
+         r"is handed to the component as None, not its default: leave alpha out, or ~loss.alpha on the command line, "
+         r"for its default 0.1\)$"),
+        ({"loss.num_chunks": None}, "loss.num_chunks", r"expected an integer >= 1 \(null is handed"),
+        ({"loss.divergence": None}, "loss.divergence", r"not known.*\(null is handed"),
+        ({"metric_logger.log_dir": None}, "metric_logger.log_dir",
+         r"=None is not accepted: .*\(null is handed to the component as None, and it has no default: set a value\)"),
+        ({"tokenizer.path": None}, "tokenizer.path", r"=None is not accepted: .*and it has no default"),
+        # a required argument of this package's own components: rope_scaled's method
+        ({"model": {**ROPE_NODE, "method": None}}, "model.method",
+         r"^model.method=None is not accepted: expected a string \(rope_scaled's method\)$"),
+    ],
 }
 
 
@@ -305,6 +321,11 @@ def test_components(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, dat
 def test_the_probe_list_is_whole():
     """49 values in the probe; the families here hold them and a few more."""
     assert sum(len(v) for v in FAMILIES.values()) >= 49
+
+
+@_cases("nulls")
+def test_nulls(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data_file, over, field, match):
+    _refused(recipe_cls, tmp_path, tiny_llama2_dir, sp_tokenizer_dir, over, field, match, data_file)
 
 
 @_cases("missing_arguments")

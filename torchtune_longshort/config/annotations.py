@@ -79,7 +79,8 @@ def accepts(hint: Any, value: Any) -> bool:
 def check_annotated_args(target: Any, args: Mapping[str, Any], where: str) -> None:
     """Refuse an argument in ``args`` (a component node's keys, at config path ``where``) that ``target``'s
     annotation for it does not accept, when ``target`` is this package's own; a null value is left to the
-    component's default handling."""
+    component's default handling, where it has a default (torchtune hands it None: ``model.method: null`` passed,
+    and rope_scaled refused it once the run had loaded the model)."""
     if not str(getattr(target, "__module__", "")).startswith(PACKAGE):
         return
     try:
@@ -89,6 +90,8 @@ def check_annotated_args(target: Any, args: Mapping[str, Any], where: str) -> No
         return
     for name, value in args.items():
         hint = hints.get(name)
-        if name not in params or hint is None or value is None or accepts(hint, value):
+        if name not in params or hint is None or accepts(hint, value):
+            continue
+        if value is None and params[name].default is not inspect.Parameter.empty:
             continue
         raise refuse(f"{where}.{name}", value, f"{expected(hint)} ({target.__name__}'s {name})")

@@ -191,6 +191,17 @@ def _default(f, path: str, signature: Dict[str, inspect.Parameter]) -> Any:
     return default
 
 
+def _null_checked(check: Check, path: str, key: str, param: inspect.Parameter) -> Any:
+    """``check`` of an explicit null handed to a component as its parameter ``param``, its refusal saying what the
+    component does without the key."""
+    try:
+        return check(path, None)
+    except ValueError as e:
+        fix = ("and it has no default: set a value" if param.default is inspect.Parameter.empty else
+               f"not its default: leave {key} out, or ~{path} on the command line, for its default {param.default!r}")
+        raise ValueError(f"{e} (null is handed to the component as None, {fix})") from None
+
+
 def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.Parameter], local: bool) -> Any:
     key = yaml_key(f)
     path = f"{where}.{key}" if where else key
@@ -200,7 +211,15 @@ def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.
             # `output_dir=~` on a command line: YAML reads `~` (and `null`) as null, not as the home folder
             raise ConfigKeyError(f"config key {path!r} is null, and it needs a value: {f.metadata['doc']} (YAML reads "
                                  f"'~' and 'null' as null; write a home folder out, e.g. {key}=$HOME/...)")
-        return None if key in node and f.metadata["nullable"] else _default(f, path, signature)
+        if key in node and f.metadata["nullable"]:
+            return None
+        handed = signature.get(key)
+        if (key in node and f.metadata["default"] is FROM_COMPONENT and f.metadata["check"] is not None
+                and handed is not None and handed.default is not None):
+            # torchtune's instantiate hands the component None, not its default (loss.alpha: null, read as 0.1 here,
+            # was LongShortLoss(alpha=None) once the run had loaded the model): checked as the value it is
+            return _null_checked(f.metadata["check"], path, key, handed)
+        return _default(f, path, signature)
     section = f.metadata["section"]
     if section is not None:
         if (f.metadata["default"] is None and issubclass(section, ComponentSection) and isinstance(value, Mapping)
