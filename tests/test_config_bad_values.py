@@ -122,6 +122,10 @@ FAMILIES = {
         ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": -1.0}}, "norm_eps", r"norm_eps=-1.0 .* > 0"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "rope_base": 0.5}}, "rope_base", r"rope_base=0.5 .* > 1"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
+        # a value of another kind: Path()'s TypeError traceback (exit 1) from longshort-validate and tune run alike
+        ({"checkpointer.checkpoint_dir": 0}, "checkpointer.checkpoint_dir",
+         r"^checkpointer.checkpoint_dir=0 is not accepted: expected a non-empty string$"),
+        ({"checkpoint_dir": [1, 2]}, "checkpoint_dir", r"^checkpoint_dir=\[1, 2\] is not accepted: expected a non-empty"),
         ({"checkpointer.model_type": "MISTRAL"}, "checkpointer.model_type", r"does not convert a 'llama'"),
         # the same from random weights, against model.family: passed without a word (an audit)
         ({"checkpoint_dir": None, "model": SCRATCH, "checkpointer.model_type": "FOO"}, "checkpointer.model_type",

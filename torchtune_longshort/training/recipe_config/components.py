@@ -223,7 +223,7 @@ class CheckpointerConfig(ComponentSection):
     RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ("output_dir",)
 
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (null: random weights, the model node's "
-                                            "family and dimensions)", nullable=True)
+                                            "family and dimensions)", check=text, nullable=True)
     model_type: Optional[str] = setting(FROM_COMPONENT, doc="torchtune's model_type, checked against the folder's "
                                         "family (optional)")
 

@@ -77,7 +77,7 @@ class RecipeConfig(Section):
     resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean, resume="ignored")
     # what it builds
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (interpolated into the nodes below)",
-                                            nullable=True, resume="exact")
+                                            check=text, nullable=True, resume="exact")
     tokenizer: TokenizerConfig = setting(doc="tokenizer component", section=TokenizerConfig, resume="exact")
     model: ModelConfig = setting(doc="model builder component", section=ModelConfig, resume="exact")
     checkpointer: CheckpointerConfig = setting(doc="names the start weights (checkpoint_dir, model_type)",
