@@ -188,7 +188,15 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
                                              ("output_dir=${oops", "override: output_dir: its value is not a valid "
                                                                    "${...} interpolation"),
                                              ("output_dir=${oc.env:LONGSHORT_NOT_SET}", "output_dir: \"Environment "
-                                              "variable 'LONGSHORT_NOT_SET' not found\": set it")])
+                                              "variable 'LONGSHORT_NOT_SET' not found\": set it"),
+                                             # a list over a mapping, a mapping over a list: OmegaConf's "Cannot
+                                             # merge incompatible container types" traceback (exit 1)
+                                             ("validation=[1,2]", "override 'validation=[1,2]': validation is a "
+                                              "mapping in the config, and a list cannot replace it from the command "
+                                              "line; set its keys one at a time (validation.<key>=...)"),
+                                             ("e_range={a: 1}", "override 'e_range={a: 1}': e_range is a list in the "
+                                              "config, and a mapping cannot replace it from the command line; give a "
+                                              "list (e_range=[a,b])")])
 def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, capsys, override, needle):
     # `tune run ... foo` (no '=') or a value that is not YAML ended in torchtune's parser with a 26-45 line traceback
     from torchtune_longshort.recipes.longshort_finetune import recipe_main

@@ -18,7 +18,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import yaml
 
@@ -116,6 +116,8 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
         return _merge_yaml_and_cli_args(argparse.Namespace(**node), list(overrides))
     except GrammarParseError as e:  # `output_dir=${oops`: OmegaConf's traceback
         raise ValueError(f"override: {interpolation_refusal(e)}") from None
+    except TypeError as e:  # `validation=[1,2]`: OmegaConf's "Cannot merge incompatible container types"
+        raise ValueError(_container_clash(node, overrides) or f"override: {' '.join(str(e).split())}") from None
     except ValueError as e:  # e.g. ~key of a key the config lacks
         removed = [str(a)[1:] for a in overrides if str(a).startswith("~") and isinstance(node.get(str(a)[1:]), dict)
                    and "_component_" in node[str(a)[1:]]]
@@ -123,6 +125,25 @@ def merge_overrides(node: dict, overrides: Sequence[str]):
             raise ValueError(f"override ~{removed[0]}: torchtune cannot remove a component node from the command line; "
                              f"turn it off with {removed[0]}=null") from None
         raise ValueError(f"override: {' '.join(str(e).split())}") from None
+
+
+def _container_clash(node: dict, overrides: Sequence[str]) -> Optional[str]:
+    """The refusal of the first ``key=value`` override whose value is a list where the config has a mapping, or a
+    mapping where it has a list (OmegaConf merges neither into the other), or None."""
+    for arg in overrides:
+        key, _, value = str(arg).partition("=")
+        if str(arg).startswith("~"):
+            continue
+        have: Any = node
+        for part in key.split("."):
+            have = have.get(part) if isinstance(have, dict) else None
+        given = yaml.safe_load(value)
+        for kind, other, fix in ((dict, list, f"set its keys one at a time ({key}.<key>=...), or in the YAML file"),
+                                 (list, dict, f"give a list ({key}=[a,b])")):
+            if isinstance(have, kind) and isinstance(given, other):
+                return (f"override {arg!r}: {key} is a {'mapping' if kind is dict else 'list'} in the config, and a "
+                        f"{'list' if other is list else 'mapping'} cannot replace it from the command line; {fix}")
+    return None
 
 
 def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] = None,
