@@ -247,6 +247,9 @@ FAMILIES = {
         # a required argument of this package's own components: rope_scaled's method
         ({"model": {**ROPE_NODE, "method": None}}, "model.method",
          r"^model.method=None is not accepted: expected a string \(rope_scaled's method\)$"),
+        # corpus.stdlib's min_bytes: passed, and the run ended in "'>=' not supported ... 'NoneType'" once loaded
+        ({"dataset": {"_component_": STDLIB, "min_bytes": None}}, "dataset.min_bytes",
+         r"^dataset.min_bytes=None is not accepted: expected an integer \(the smallest file kept"),
     ],
 }
 

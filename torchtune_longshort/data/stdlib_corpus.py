@@ -76,10 +76,15 @@ def _listing(root: str) -> Tuple[Tuple[Path, Tuple[str, ...], int], ...]:
     return tuple((Path(path), rel, size) for rel, path, size in out)
 
 
-def check_stdlib_arguments(include_tests: Any = True, split: Any = None, limit: Any = None, where: str = "") -> None:
+def check_stdlib_arguments(include_tests: Any = True, split: Any = None, limit: Any = None, where: str = "",
+                           min_bytes: Any = 0) -> None:
     """``ValueError`` for a choice :func:`stdlib_source_files` does not take, naming ``<where>.<argument>`` (the
-    recipe's config check asks this before anything is built; a negative ``limit`` was a slice from the end)."""
+    recipe's config check asks this before anything is built; a negative ``limit`` was a slice from the end, a null
+    ``min_bytes`` a TypeError traceback once the run had loaded the model)."""
     at = f"{where}." if where else ""
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int):
+        raise ValueError(f"{at}min_bytes={min_bytes!r} is not accepted: expected an integer (the smallest file kept, "
+                         "in bytes; 0 keeps every file)")
     if include_tests not in (True, False, "only"):
         raise ValueError(f"{at}include_tests={include_tests!r}: accepted True, False or 'only'")
     if split not in (None, *SPLITS):
@@ -107,7 +112,7 @@ def stdlib_source_files(
     Returns:
         Paths, sorted, never including ``site-packages``. Raises ``FileNotFoundError`` when none match.
     """
-    check_stdlib_arguments(include_tests=include_tests, split=split, limit=limit)
+    check_stdlib_arguments(include_tests=include_tests, split=split, limit=limit, min_bytes=min_bytes)
     global _used
     _used = True  # results computed in this process then carry the corpus's content hash (provenance)
     root = stdlib_dir()

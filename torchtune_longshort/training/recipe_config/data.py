@@ -24,7 +24,7 @@ from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, 
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component
 
 SKIP_BAD_RECORDS = "skip_bad_records"
-STDLIB_CHOICES = ("include_tests", "split", "limit")  # corpus.stdlib's arguments check_stdlib_arguments takes
+STDLIB_CHOICES = ("include_tests", "split", "limit", "min_bytes")  # corpus.stdlib's arguments check_stdlib_arguments takes
 
 
 def _not_packed(path: str, value: Any) -> bool:
