@@ -158,6 +158,11 @@ FAMILIES = {
                               "checkpoint_dir": "${checkpoint_dir}", "max_seq_len": 512}}},
          "model.model.max_seq_len",
          r"=512 inside rope_scaled.*factor 512/512 = 1.*past the 256 positions.*drop model.model"),
+        # `model.model=<path>` on the command line (torchtune's `node=<path>` shortcut is for top-level nodes): the
+        # inner node became a string, which validate passed and rope_scaled refused once the run had started
+        ({"model": {**ROPE_NODE, "method": "yarn", "model": "torchtune_longshort.models.hf_decoder"}}, "model.model",
+         r"^model.model='torchtune_longshort.models.hf_decoder' is not accepted: rope_scaled wraps a model node .*"
+         r"set model.model._component_$"),
         # the model node's own folder: longshort-validate passed it, tune run named the (good) top-level checkpoint_dir
         ({"model.checkpoint_dir": "/nonexistent/ckpt"}, "model.checkpoint_dir=", r"is not a directory"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},

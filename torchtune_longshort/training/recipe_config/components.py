@@ -116,6 +116,13 @@ class ModelConfig(ComponentSection):
                 build_section(ComponentSection, dict(node), path)
             if node["_component_"] == ROPE_SCALED and node.get("method") is not None:
                 check_rope_method(node["method"], f"{path}.method")
+            inner = node.get("model")
+            if node["_component_"] == ROPE_SCALED and not (isinstance(inner, Mapping) and "_component_" in inner):
+                # `model.model=<path>` (torchtune's shortcut is for top-level nodes) made the node a string: refused by
+                # rope_scaled once the run had started, naming no config key
+                raise ValueError(f"{path}.model={inner!r} is not accepted: rope_scaled wraps a model node (a mapping "
+                                 f"with _component_, e.g. torchtune_longshort.models.hf_decoder); to change its builder "
+                                 f"set {path}.model._component_")
             if node["_component_"] == HF_DECODER:
                 check_decoder_source(node, path)
                 check_lora_settings(node, path)
