@@ -136,6 +136,11 @@ FAMILIES = {
         # without a word
         ({"checkpointer.checkpoint_files": ["nope.safetensors"]}, "checkpointer.checkpoint_files",
          r"\['nope.safetensors'\] is not what the recipe loads.*model.safetensors.*or null"),
+        # one file as a string, or a value of another kind: ignored without a word, where the list was refused
+        ({"checkpointer.checkpoint_files": "nope.safetensors"}, "checkpointer.checkpoint_files",
+         r"=\['nope.safetensors'\] is not what the recipe loads"),
+        ({"checkpointer.checkpoint_files": 0}, "checkpointer.checkpoint_files",
+         r"^checkpointer.checkpoint_files=0 is not accepted: expected a list of checkpoint_dir's weight files"),
         # torchtune's {filename_format, max_filename} form (its multi-shard configs): not compared, ignored
         ({"checkpointer.checkpoint_files": {"filename_format": "model-{}-of-{}.safetensors", "max_filename": "00004"}},
          "checkpointer.checkpoint_files", r"'model-00004-of-00004.safetensors'\] is not what the recipe loads"),

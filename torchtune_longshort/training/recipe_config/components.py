@@ -257,6 +257,11 @@ class CheckpointerConfig(ComponentSection):
         """``checkpoint_files``, which this recipe never reads (it opens the folder itself), unless it lists the
         folder's own weight files: one that would make torchtune load other weights is refused, not ignored."""
         files = self.args.get("checkpoint_files")
+        if isinstance(files, str):  # one file (checkpoint_files=model.safetensors): as a list of it, not ignored
+            files = [files]
+        if files is not None and not isinstance(files, (Mapping, list, tuple)):
+            raise ValueError(f"{where}.checkpoint_files={files!r} is not accepted: expected a list of checkpoint_dir's "
+                             "weight files, torchtune's {filename_format, max_filename}, or null")
         if isinstance(files, Mapping):  # torchtune's {filename_format, max_filename}: the names it stands for
             files = _formatted_files(files, f"{where}.checkpoint_files")
         have = sorted(p.name for p in folder.weight_files)
