@@ -57,6 +57,18 @@ def test_disabled_profiler_writes_nothing(tmp_path, tiny_llama2_dir, sp_tokenize
     assert (out / "step_1").is_dir()
 
 
+def test_a_profiler_node_without_a_component_is_torchtunes_profiler(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
+    # `profiler.enabled=True` over a config without the node, as torchtune's recipes take it (they fill in
+    # setup_torch_profiler): refused as "profiler._component_ is missing"
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=3,
+                   profiler={"enabled": True, "wait_steps": 1, "warmup_steps": 1, "active_steps": 1})
+    profiler = load_recipe_config(cfg).profiler
+    assert (profiler.component, profiler.enabled) == (PROFILER["_component_"], True)
+    assert not (tmp_path / "out").exists()
+
+
 BAD = [
     ({"wait_steps": -1}, r"profiler.wait_steps=-1 is not accepted: expected an integer >= 0"),
     ({"active_steps": 0}, r"profiler.active_steps=0 is not accepted: expected an integer >= 1"),

@@ -162,6 +162,9 @@ class ComponentSection(Section):
     # What to say when the node is a list (torchtune reads a list of datasets as their ConcatDataset); None: the
     # generic "expected a mapping" refusal.
     LIST_HINT: ClassVar[Optional[str]] = None
+    # The component a node without a `_component_` key stands for (torchtune's recipes fill in the profiler's), or
+    # None: refused as missing.
+    DEFAULT_COMPONENT: ClassVar[Optional[str]] = None
 
     def node(self):
         """The node to build with torchtune's ``config.instantiate``."""
@@ -246,6 +249,8 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
     signature: Dict[str, inspect.Parameter] = {}
     open_ended = False
     if issubclass(cls, ComponentSection):
+        if "_component_" not in node and cls.DEFAULT_COMPONENT is not None:
+            node = {"_component_": cls.DEFAULT_COMPONENT, **node}
         if node.get("_component_") is None:
             raise ConfigKeyError(f"{where}._component_ is missing: the dotted path of what builds {where}")
         signature, open_ended = _component_params(str(node["_component_"]), where)

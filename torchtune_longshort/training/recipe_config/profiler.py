@@ -24,6 +24,9 @@ class ProfilerConfig(ComponentSection):
     """``profiler``: torch.profiler over the training steps, traces written per profiling cycle."""
 
     DOC_COMPONENT: ClassVar[str] = PROFILER  # whose defaults the README shows
+    # `profiler.enabled=True` over a config without the node: torchtune's recipes fill in setup_torch_profiler (this
+    # recipe refused it as "profiler._component_ is missing")
+    DEFAULT_COMPONENT: ClassVar[str] = PROFILER
     enabled: bool = setting(FROM_COMPONENT, doc="profile (false: nothing is set up or written)", check=boolean)
     output_dir: Optional[str] = setting(None, doc="trace folder (null: output_dir/profiling_outputs)", check=text)
     cpu: bool = setting(FROM_COMPONENT, doc="trace CPU activity", check=boolean)
