@@ -222,6 +222,10 @@ FAMILIES = {
         ({"model": {**ROPE_NODE, "method": "yarn", "attention_factor": -1, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
          "model.attention_factor", r"^model.attention_factor=-1 is not accepted: expected a positive number"),
+        # a list where CLEX's activation name belongs: "rope method 'clex': unhashable type: 'list'", naming no key
+        ({"model": {**ROPE_NODE, "method": "clex", "max_seq_len": 512, "act": [1, 2], "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.act", r"^model.act=\[1, 2\] is not accepted: expected one of \['silu', 'tanh'\]$"),
         ({"model": {**ROPE_NODE, "method": "yarn", "alpha": 32, "beta": 1, "model": {
             "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
          "model (RoPE method 'yarn')", r"YaRN needs beta > alpha"),

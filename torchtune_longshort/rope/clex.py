@@ -158,7 +158,7 @@ class CLEXRoPE(ScaledRoPE):
                    if self.max_seq_len >= self.original_max_seq_len else "")
             )
         check_positive_int("param_factor", param_factor)
-        if act not in _ACTS:
+        if not isinstance(act, str) or act not in _ACTS:  # a list or mapping: "unhashable type", naming no key
             raise ValueError(f"act={act!r} is not accepted: expected one of {sorted(_ACTS)}")
         if not (isinstance(time_dt, (int, float)) and 0 < time_dt <= 1):
             raise ValueError(f"time_dt={time_dt!r} is not accepted: expected a step in (0, 1]")
