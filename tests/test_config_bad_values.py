@@ -120,6 +120,13 @@ FAMILIES = {
         ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 36}}, "embed_dim", r"head size 9, odd"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "num_layers": 0}}, "num_layers", r"num_layers=0 .*>= 1"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": -1.0}}, "norm_eps", r"norm_eps=-1.0 .* > 0"),
+        # 0 positions: refused as "seq_len=64 is above the range of the model's RoPE ... Lower seq_len"; a negative
+        # original_max_seq_len as a RoPE factor < 1
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "max_seq_len": 0}}, "model.max_seq_len",
+         r"^model.max_seq_len=0 is not accepted: expected a number of positions >= 1, or null$"),
+        ({"model": {**ROPE_NODE, "method": "yarn", "original_max_seq_len": -1, "model": {
+            "_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}},
+         "model.original_max_seq_len", r"^model.original_max_seq_len=-1 is not accepted: expected a number of"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "rope_base": 0.5}}, "rope_base", r"rope_base=0.5 .* > 1"),
         ({"checkpoint_dir": "/nonexistent/ckpt"}, "checkpointer.checkpoint_dir", r"does not exist"),
         # a value of another kind: Path()'s TypeError traceback (exit 1) from longshort-validate and tune run alike

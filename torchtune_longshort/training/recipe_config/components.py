@@ -116,6 +116,11 @@ class ModelConfig(ComponentSection):
                 build_section(ComponentSection, dict(node), path)
             if node["_component_"] == ROPE_SCALED and node.get("method") is not None:
                 check_rope_method(node["method"], f"{path}.method")
+            for key in ("max_seq_len", "original_max_seq_len"):  # 0 or -1: refused as seq_len past the model's
+                # range (fix: lower seq_len), or as a RoPE factor < 1
+                if isinstance(node.get(key), int) and node[key] < 1:
+                    raise ValueError(f"{path}.{key}={node[key]!r} is not accepted: expected a number of positions >= "
+                                     "1, or null")
             inner = node.get("model")
             if node["_component_"] == ROPE_SCALED and not (isinstance(inner, Mapping) and "_component_" in inner):
                 # `model.model=<path>` (torchtune's shortcut is for top-level nodes) made the node a string: refused by
