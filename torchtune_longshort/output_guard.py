@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import glob
 import json
 import math
@@ -37,24 +38,56 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     block ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
     temporary file (it would hold the disk's last bytes, and a folder check would take it for a user's) and an
     ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device"). ``tmp``: the
-    temporary file's path (default ``<path>.tmp``)."""
+    temporary file's path (default ``<path>.tmp``), held under an exclusive flock until it is in place: a second
+    process writing ``path`` at once waits for it (:func:`_own_temporary`), then writes its own whole file."""
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else path.with_name(path.name + ".tmp")
     recording = _RECORDING.get()
     if recording is not None:
         recording.claim(path, tmp)
     try:
-        with open(tmp, mode, **kwargs) as f:
+        f = _own_temporary(tmp, mode, **kwargs)
+    except OSError as e:  # the temporary file is not this call's: it stays
+        if not e.filename and e.errno:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+    try:
+        with f:  # closed (the flock given back) once the file is in place
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if isinstance(e, OSError) and not e.filename and e.errno:
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
+
+
+def _own_temporary(tmp: Path, mode: str, **kwargs: Any) -> IO:
+    """``tmp`` opened empty for writing under an exclusive flock: a writer of the same file in another process holds
+    it until its file is in place (it wrote through the same ``tmp``: the second truncated the first's, the first
+    moved the second's half into place, the second's rename found no file). The flock is taken on the file then
+    checked to be still ``tmp``'s (the holder may have renamed it into place meanwhile: then again). What a killed
+    writer left is no one's (its flock went with it). Where the file system has no flock, none."""
+    while True:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o666)
+        try:
+            with contextlib.suppress(OSError):  # ENOLCK / EOPNOTSUPP: a mount without flock
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                named = os.stat(tmp)
+            except FileNotFoundError:
+                named = None
+            if named is not None and (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
+                os.ftruncate(fd, 0)
+                return os.fdopen(fd, mode, **kwargs)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def atomic_write_text(path: Union[str, Path], text: str) -> None:
