@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.report.results_io import load_results
 from torchtune_longshort.output_guard import missing_root
-from torchtune_longshort.study.stop import StudySignal, received, running
+from torchtune_longshort.study.stop import StudySignal, ends_with_study, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 from torchtune_longshort.training.metrics import metric_lines
 from torchtune_longshort.training.output_dir import OutputDirLock
@@ -96,7 +96,8 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, argv)) + "\n")
         log.flush()
-        proc = subprocess.Popen(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(map(str, argv)), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=ends_with_study())
         with running(proc):
             try:
                 rc = proc.wait(timeout=timeout)

@@ -7,9 +7,11 @@ where the grid waits for the running stages and records them as interrupted. No 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type
@@ -25,6 +27,35 @@ _received = {"signum": 0}  # the first stop signal of this study's run, 0 while 
 
 # the study got SIGINT or SIGTERM: handled as Ctrl-C is (a KeyboardInterrupt with the signal)
 StudySignal = Stopped
+
+
+def _libc_prctl() -> Optional[Callable[..., int]]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()  # looked up here: a forked child calls nothing that may need a lock another thread held
+_PR_SET_PDEATHSIG = 1
+
+
+def ends_with_study() -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` for a stage subprocess (None where Linux's ``prctl`` is missing): the stage gets SIGTERM when
+    the thread that started it ends, which waits for it, so only when the study dies without a word (``kill -9``,
+    the out-of-memory killer): a fine-tune went on training unseen, holding its run's lock, and the study's rerun
+    failed that run as "in use by another run". SIGTERM: the recipe saves its step and exits, the rerun resumes."""
+    if _PRCTL is None:
+        return None
+    study = os.getpid()
+
+    def preexec() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != study:  # the study died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
 
 
 def received() -> int:
