@@ -22,11 +22,12 @@ import tempfile
 import torchtune
 from omegaconf import OmegaConf
 
+from torchtune_longshort.models.gguf import cache_dir
 from torchtune_longshort.training.recipe_config.validate import main as validate_main
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(torchtune.__file__)), "recipes", "configs")
 FAMILIES = ["llama3", "llama3_1", "llama3_2", "llama3_3", "qwen2", "qwen2_5", "gemma", "gemma2", "phi3", "mistral"]
-SMOLLM2 = os.path.expanduser("~/.cache/torchtune_longshort/smollm2-135m-instruct")
+SMOLLM2 = str(cache_dir() / "smollm2-135m-instruct")  # where python -m torchtune_longshort.models.gguf puts it
 
 
 def shipped_configs():
