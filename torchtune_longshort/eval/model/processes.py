@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 from collections import Counter
 from types import FrameType
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from torchtune_longshort.launcher import launched_world_size
+from torchtune_longshort.launcher import launched_local_rank, launched_rank, launched_world_size
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def process_device(device: torch.device) -> torch.device:
     accelerate's device there, whatever index was given: lm-eval's own default is ``cuda:0`` for every process);
     anything else stays."""
     if launched_world_size() > 1 and device.type == "cuda":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", launched_local_rank())
     return device
 
 
@@ -50,6 +49,7 @@ class Processes:
             return
         import torch.distributed as dist
 
+        launched_rank()  # a RANK no launcher sets is refused naming it, not in torch's rendezvous
         if not dist.is_initialized():
             if device.type == "cuda":
                 torch.cuda.set_device(device)

@@ -177,7 +177,7 @@ def main(argv=None) -> int:
                     help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
                          "and what several processes refuse (default: $WORLD_SIZE, else 1)")
     args = ap.parse_intermixed_args(argv)  # key=value after --nproc_per_node too, as tune run takes them
-    world = args.nproc_per_node if args.nproc_per_node is not None else launched_world_size()
+    world = args.nproc_per_node if args.nproc_per_node is not None else refusing(PROG, launched_world_size)
     if world < 1:
         ap.error(f"--nproc_per_node={world}: expected an integer >= 1")
     quiet_upstream()
