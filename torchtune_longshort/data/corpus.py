@@ -44,6 +44,7 @@ from torchtune_longshort.data.text_files import (
     text_of_record,
 )
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, whole_text_files
 
 Documents = Callable[[], Iterator[str]]
@@ -207,7 +208,7 @@ def local_text(
                 lines.append(line)
     except DataRecordError as e:  # at the start: the message says how to go on
         raise mend_or_skip(e, names) from None
-    if bad:
+    if bad and launched_rank() == 0:  # every process of a launch reads the whole corpus: said once
         log.warning("%s=%r: skipped %d unreadable record(s) (%s), first: %s",
                     names("path"), path, len(bad), names.turned_on("skip_bad_records"), bad[0])
     if len(files_at) == len(bad):

@@ -10,6 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
+from torchtune_longshort.launcher import launched_rank
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +61,7 @@ def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left
     is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them), naming the
     key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are
     not among them. ``names``: the source's :class:`~.source_names.SourceNames`."""
-    if left:
+    if left and launched_rank() == 0:  # every process of a launch reads the source: said once
         named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""
         log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),

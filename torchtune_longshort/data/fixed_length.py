@@ -9,6 +9,7 @@ from typing import Callable, List, Optional
 from torchtune_longshort.data.corpus import Documents
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
+from torchtune_longshort.launcher import launched_rank
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def counted_fixed_length_sequences(
             raise
         except ValueError as e:  # no documents, ids past the model's vocabulary: named by the source's setting
             raise ValueError(f"{where}: {e}") from None
-    if stream.records_skipped:
+    if stream.records_skipped and launched_rank() == 0:  # every process of a launch reads the same: said once
         log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
                     stream.new_skips()[0])
     return torch.tensor(rows, dtype=torch.long), stream.records_skipped

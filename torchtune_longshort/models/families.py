@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.models.family_builders import (
     Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2, check_nf4_shapes,
 )
@@ -147,7 +148,9 @@ class ModelFamily:
         check_nf4_shapes(config, lora)
         for key in self.unapplied_window_keys:
             window = config.get(key)
-            if isinstance(window, int) and not isinstance(window, bool) and window < int(max_seq_len):
+            # every process of a launch builds the model: said on rank 0 alone
+            if isinstance(window, int) and not isinstance(window, bool) and window < int(max_seq_len) \
+                    and launched_rank() == 0:
                 logger.warning("%s: config.json %s=%d is not applied: this model attends to every position "
                                "(torchtune's builder), transformers to the last %d only, so the two differ from "
                                "position %d on; checkpoints written here set %s to null (full attention in both)",

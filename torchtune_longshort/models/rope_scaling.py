@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 from torchtune_longshort.rope.base import ScaledRoPE
 from torchtune_longshort.rope.checks import check_positive_int
@@ -188,11 +189,14 @@ def check_scaling_target(method: Any, target: Any, start: Any, factor_given: boo
                          "max_position_embeddings can say more: the base Qwen2.5-7B's 131072 for 32768)")
     if target == start and not factor_given and (method, target) not in _SAID_UNSCALED:
         # a torchtune builder's max_seq_len written as the target: the RoPE stayed unscaled without a word. Said
-        # once a process: the config check names the config's keys, the build (rope_scaled) then says nothing more
+        # once a process (under a launcher on rank 0 alone: every process builds the model): the config check names
+        # the config's keys, the build (rope_scaled) then says nothing more
         _SAID_UNSCALED.add((method, target))
-        logger.warning("%s=%d is the %d positions the scaling starts from: %s's default factor %d/%d = 1 leaves the "
-                       "RoPE unscaled; start from the pre-trained length (the inner model's max_seq_len, or "
-                       "original_max_seq_len), or give a factor", target_field, target, start, method, target, start)
+        if launched_rank() == 0:
+            logger.warning("%s=%d is the %d positions the scaling starts from: %s's default factor %d/%d = 1 leaves "
+                           "the RoPE unscaled; start from the pre-trained length (the inner model's max_seq_len, or "
+                           "original_max_seq_len), or give a factor", target_field, target, start, method, target,
+                           start)
 
 
 def scaling_start(model: nn.Module, original_max_seq_len: Optional[int] = None) -> Optional[int]:
@@ -236,7 +240,7 @@ def kept_learned_settings(model: nn.Module, method: str, given: Dict[str, Any]) 
     if cls is None or not cls.learns_over(previous):
         return {}
     kept, changed = cls.kept_learned_settings(previous, given)
-    if changed or resumed is None:
+    if (changed or resumed is None) and launched_rank() == 0:  # every process builds the model: said once
         said = f"rope_scaled: {method} over the model's own {method} {cls.learned_settings_note(kept, changed)}"
         (logger.warning if changed else logger.info)(said)
     return kept
@@ -245,7 +249,10 @@ def kept_learned_settings(model: nn.Module, method: str, given: Dict[str, Any]) 
 def _warn_replaced_scaling(model: nn.Module, old: nn.Module, method: str, max_seq_len: int,
                            original_max_seq_len: Optional[int]) -> None:
     """Say where :func:`apply_rope_scaling` replaces the model's own scaling: at fewer positions than it covered, or
-    by another method (its parameters dropped, not composed; its learned ones, ``old``'s, not used)."""
+    by another method (its parameters dropped, not composed; its learned ones, ``old``'s, not used). Under a launcher
+    on rank 0 alone: every process builds the model."""
+    if launched_rank() != 0:
+        return
     previous = getattr(model, "rope_scaling", None) or {}
     covered = getattr(model, "max_seq_len", None)
     if previous and isinstance(covered, int) and max_seq_len < covered:  # e.g. a Llama-3.1 folder's 128k, "yarn 32k"

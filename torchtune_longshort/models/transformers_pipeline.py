@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict
 
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.models.families import family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
 
@@ -45,7 +46,8 @@ def as_transformers_builds_it(tok, path: Path, config: Dict[str, Any]):
     if str(path) in _SAID:
         return backend
     _SAID.add(str(path))
-    logger.warning("%s: transformers' AutoTokenizer reads a %r folder as %s, whose pre-tokenizer / normalizer "
-                   "differ from this tokenizer.json's own; tokenizing as transformers does (the ids lm-eval's hf "
-                   "and every transformers user get)", path, config.get("model_type"), cls)
+    if launched_rank() == 0:  # every process of a launch loads the tokenizer: said once
+        logger.warning("%s: transformers' AutoTokenizer reads a %r folder as %s, whose pre-tokenizer / normalizer "
+                       "differ from this tokenizer.json's own; tokenizing as transformers does (the ids lm-eval's "
+                       "hf and every transformers user get)", path, config.get("model_type"), cls)
     return backend

@@ -20,6 +20,7 @@ from torchtune_longshort.data.fixed_length import TooFewSequences, fixed_length_
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.devices import rng_states, set_rng_states
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.rope import ScaledRoPE
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
@@ -85,7 +86,7 @@ def validation_sequences(validation: Optional[ValidationConfig], tokenizer, toke
         return None
     documents = build_documents(validation.dataset, tokenizer, "validation.dataset")
     shared = shared_files(training, documents)
-    if shared:
+    if shared and launched_rank() == 0:  # every process of a launch reads it: said once
         log.warning("validation.dataset reads %d of its %d files from dataset's files too (first: %s): val_ce is then "
                     "measured partly on training text; hold them apart (the stdlib: dataset.split=train and "
                     "validation.dataset.split=heldout)", len(shared), len(documents.files), shared[0])
