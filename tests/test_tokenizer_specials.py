@@ -198,6 +198,12 @@ def test_a_folder_without_eos_or_with_a_misspelled_bos_is_refused_naming_its_fil
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<|startoftext|>",
                                                                 "eos_token": "<|endoftext|>"}))
+    # transformers reads special_tokens_map.json only where tokenizer_config.json has no added_tokens_decoder
+    with pytest.raises(TokenizerError, match=r"no eos_token .*; special_tokens_map.json's eos_token is not read where "
+                                             r"tokenizer_config.json has added_tokens_decoder"):
+        checkpoint_tokenizer(str(folder))
+    del config["added_tokens_decoder"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(TokenizerError, match=r"special_tokens_map.json: bos_token '<\|startoftext\|>' is not in .*"
                                              r"tokenizer.json; set it to a token of that file \(or null"):
         checkpoint_tokenizer(str(folder))

@@ -2,17 +2,20 @@
 (:class:`HFJsonTokenizer`, the ``hf_json`` format of :mod:`~torchtune_longshort.models.tokenizer_formats`), read
 through the ``tokenizers`` library as transformers' ``PreTrainedTokenizerFast`` builds it: the pipeline of
 :mod:`~torchtune_longshort.models.transformers_pipeline`, ``tokenizer_config.json``'s added tokens over the file's
-(:func:`add_config_tokens`), BOS/EOS/pad named there or in ``special_tokens_map.json`` / ``config.json`` /
-``generation_config.json``. The interface's conventions: :mod:`~torchtune_longshort.models.source_tokenizers`.
+(:func:`add_config_tokens`), BOS/EOS/pad named there or in ``special_tokens_map.json`` (as transformers reads the
+two) / ``config.json`` / ``generation_config.json``. The interface's conventions:
+:mod:`~torchtune_longshort.models.source_tokenizers`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from torchtune_longshort.models.source_tokenizers import HF_CONFIG, SourceTokenizer
-from torchtune_longshort.models.tokenizer_files import NAMED_TOKENS, TokenizerError, read_json
+from torchtune_longshort.models.tokenizer_files import (
+    TokenizerError, read_json, token_settings, unread_token_settings,
+)
 from torchtune_longshort.models.tokenizer_files import token_of as _token_of
 from torchtune_longshort.models.transformers_pipeline import as_transformers_builds_it
 
@@ -20,18 +23,17 @@ from torchtune_longshort.models.transformers_pipeline import as_transformers_bui
 TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
 
 
-def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
+def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path, named: Set[str]) -> None:
     """``tokenizer_config.json``'s ``added_tokens_decoder`` (in ``cfg``) put into the ``tokenizers`` object ``tok`` as
     transformers' ``PreTrainedTokenizerFast`` does on loading: every entry added again, in id order, with its own
-    flags (``tokenizers.AddedToken``'s defaults where it has none; special where it names a BOS/EOS/... token), so
-    that its flags replace ``tokenizer.json``'s for the same token and a token only the config names is appended.
-    :class:`TokenizerError` naming ``where`` for a key that is not a token id."""
+    flags (``tokenizers.AddedToken``'s defaults where it has none; special where it is one of ``named``, the texts of
+    the folder's BOS/EOS/... tokens), so that its flags replace ``tokenizer.json``'s for the same token and a token
+    only the config names is appended. :class:`TokenizerError` naming ``where`` for a key that is not a token id."""
     from tokenizers import AddedToken as LibAddedToken
 
     decoder = cfg.get("added_tokens_decoder") or {}
     if not isinstance(decoder, dict):
         return
-    named = {_token_of(cfg.get(k)) for k in NAMED_TOKENS} - {None}
     entries = []
     for key, entry in decoder.items():
         try:
@@ -50,9 +52,10 @@ def add_config_tokens(tok: Any, cfg: Dict[str, Any], where: Path) -> None:
 class HFJsonTokenizer(SourceTokenizer):
     """A Hugging Face ``tokenizer.json`` (Llama-3, Qwen2, SmolLM2, ...) through the ``tokenizers`` library.
 
-    BOS/EOS: ``bos_token`` / ``eos_token`` of ``tokenizer_config.json`` (``special_tokens_map.json``), else the
-    ids in ``generation_config.json`` / ``config.json``. What the source adds by default is read off its
-    post-processor (``encode("a")`` with and without special tokens). Added tokens: the file's, with
+    BOS/EOS: ``bos_token`` / ``eos_token`` as transformers reads them from ``tokenizer_config.json`` and
+    ``special_tokens_map.json`` (:func:`~torchtune_longshort.models.tokenizer_files.token_settings`), else the ids in
+    ``generation_config.json`` / ``config.json``. What the source adds by default is read off its post-processor
+    (``encode("a")`` with and without special tokens). Added tokens: the file's, with
     ``tokenizer_config.json``'s ``added_tokens_decoder`` over them (:func:`add_config_tokens`)."""
 
     format = "hf_json"
@@ -67,21 +70,21 @@ class HFJsonTokenizer(SourceTokenizer):
             raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
         folder = self.path.parent
         self._tok = as_transformers_builds_it(self._tok, path, read_json(path.parent / "config.json"))
-        config = read_json(folder / HF_CONFIG)
-        cfg = {**read_json(folder / "special_tokens_map.json"), **config}
+        settings = token_settings(folder)
         ids = {**read_json(folder / "config.json"), **read_json(folder / "generation_config.json")}
-        add_config_tokens(self._tok, cfg, folder / HF_CONFIG)
+        named = {text for value, _ in settings.values() if (text := _token_of(value)) is not None}
+        add_config_tokens(self._tok, read_json(folder / HF_CONFIG), folder / HF_CONFIG, named)
 
         def token_id(name: str) -> Optional[int]:
-            text = _token_of(cfg.get(f"{name}_token"))
+            value, named_in = settings.get(f"{name}_token", (None, None))
+            text = _token_of(value)
             if text is not None:
                 tid = self._tok.token_to_id(text)
                 if tid is None:
-                    named_in = HF_CONFIG if f"{name}_token" in config else "special_tokens_map.json"
                     raise TokenizerError(f"{folder / named_in}: {name}_token {text!r} is not in {path}; set it to a "
                                          f"token of that file{' (or null: no BOS)' if name == 'bos' else ''}")
                 return tid
-            if f"{name}_token" in cfg and cfg[f"{name}_token"] is None:
+            if named_in is not None and value is None:
                 return None  # declared absent (Qwen2's bos_token: null)
             value = ids.get(f"{name}_token_id")
             return int(value[0] if isinstance(value, list) else value) if value is not None else None
@@ -89,10 +92,13 @@ class HFJsonTokenizer(SourceTokenizer):
         self.bos_id = token_id("bos")
         eos = token_id("eos")
         if eos is None:
+            unread = ("; special_tokens_map.json's eos_token is not read where tokenizer_config.json has "
+                      "added_tokens_decoder (as transformers reads the folder)"
+                      if "eos_token" in unread_token_settings(folder) else "")
             raise TokenizerError(f"{folder}: no eos_token in {HF_CONFIG} and no eos_token_id in config.json / "
-                                 "generation_config.json: the packed training stream and generation need EOS; add "
-                                 f"the model's end-of-text token to {HF_CONFIG} (\"eos_token\": \"<its text>\") "
-                                 "or its id to config.json (\"eos_token_id\": N)")
+                                 f"generation_config.json{unread}: the packed training stream and generation need "
+                                 f"EOS; add the model's end-of-text token to {HF_CONFIG} (\"eos_token\": \"<its "
+                                 "text>\") or its id to config.json (\"eos_token_id\": N)")
         self.eos_id = eos
         pad = token_id("pad")
         self.pad_id = pad if pad is not None else self.eos_id

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 # transformers' named special tokens (SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES)
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP = "tokenizer_config.json", "special_tokens_map.json"
 
 
 class TokenizerError(ValueError):
@@ -33,9 +34,31 @@ def token_of(value: Any) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
+def token_settings(folder: Path) -> Dict[str, Tuple[Any, str]]:
+    """``{name: (value, file)}`` of the :data:`NAMED_TOKENS` the folder's files set, as transformers 5 reads them
+    (``PreTrainedTokenizerBase._from_pretrained``): ``tokenizer_config.json``'s, and where that file has no
+    ``added_tokens_decoder`` (one saved before transformers 4.34, or by hand) ``special_tokens_map.json``'s over
+    them. ``value`` as written (a string, an ``AddedToken`` dict, or None: declared absent); ``file`` the one whose
+    value counts. The one reader of those two files' named tokens (the tokenizer's BOS / EOS / pad, a chat
+    template's ``special_tokens_map``)."""
+    config = read_json(folder / TOKENIZER_CONFIG)
+    files = [(TOKENIZER_CONFIG, config)]
+    if "added_tokens_decoder" not in config:
+        files.append((SPECIAL_TOKENS_MAP, read_json(folder / SPECIAL_TOKENS_MAP)))
+    settings = {k: (values[k], name) for name, values in files for k in NAMED_TOKENS if k in values}  # the last wins
+    return {k: settings[k] for k in NAMED_TOKENS if k in settings}
+
+
+def unread_token_settings(folder: Path) -> Dict[str, Any]:
+    """The named tokens ``special_tokens_map.json`` sets that :func:`token_settings` does not read (transformers does
+    not read the file where ``tokenizer_config.json`` has ``added_tokens_decoder``), for a message to name them."""
+    if "added_tokens_decoder" not in read_json(folder / TOKENIZER_CONFIG):
+        return {}
+    return {k: v for k, v in read_json(folder / SPECIAL_TOKENS_MAP).items() if k in NAMED_TOKENS}
+
+
 def named_tokens(folder: Path) -> Dict[str, str]:
-    """``{name: text}`` of the :data:`NAMED_TOKENS` the folder's ``tokenizer_config.json`` names (over
-    ``special_tokens_map.json``), those set to a token only: the ``special_tokens_map`` a transformers tokenizer
-    loaded from the folder holds, which ``apply_chat_template`` hands its template."""
-    cfg = {**read_json(folder / "special_tokens_map.json"), **read_json(folder / "tokenizer_config.json")}
-    return {k: t for k in NAMED_TOKENS if (t := token_of(cfg.get(k))) is not None}
+    """``{name: text}`` of the :data:`NAMED_TOKENS` the folder sets to a token (:func:`token_settings`): the
+    ``special_tokens_map`` a transformers tokenizer loaded from the folder holds, which ``apply_chat_template`` hands
+    its template."""
+    return {k: t for k, (value, _) in token_settings(folder).items() if (t := token_of(value)) is not None}
