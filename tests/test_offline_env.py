@@ -54,3 +54,21 @@ def test_the_reason_names_the_variable_that_set_offline_mode(monkeypatch):
     assert "offline mode is on (TRANSFORMERS_OFFLINE=1) and it is not in the local cache" in said, said
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")  # datasets' own variable keeps it online
     assert "could not be reached" in hub_failure_reason("'emozilla/pg19-test'", err)
+
+
+def test_a_recipe_source_offline_names_the_variable_as_the_task_pack_does(monkeypatch):
+    """hf_text / a torchtune builder under TRANSFORMERS_OFFLINE=1 (huggingface_hub's switch, so datasets' too) was
+    told 'offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)', naming two variables that were not set; the data
+    side now asks the task pack's reader of offline mode (one reader), and names the variable set."""
+    from torchtune_longshort.data.hf_loading import load_failure
+
+    err = ConnectionError("Couldn't reach 'emozilla/pg19' on the Hub (OfflineModeIsEnabled)")
+    for case in ({"TRANSFORMERS_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "yes"}, {"HF_DATASETS_OFFLINE": "1"}):
+        for k in VARS:
+            monkeypatch.delenv(k, raising=False)
+        for k, v in case.items():
+            monkeypatch.setenv(k, v)
+        (named,) = [f"{k}={v}" for k, v in case.items()]
+        said = str(load_failure("dataset", "emozilla/pg19", None, "train", err))
+        assert f"offline mode is on ({named}) and the Hugging Face cache holds no copy" in said, said
+        assert f"offline mode is on ({named})" in hub_failure_reason("'emozilla/pg19'", err)

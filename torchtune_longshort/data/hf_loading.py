@@ -6,6 +6,7 @@ line naming its settings and the way on (a loading script, the hub out of reach 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -59,6 +60,19 @@ def _text_builder(source: Any) -> bool:
     return bool(found) and all(f.suffix == ".txt" for f in found)
 
 
+def offline_variable() -> Optional[str]:
+    """``NAME=value`` of the variable that puts ``datasets`` offline, read as it reads them (``datasets.config``):
+    ``HF_DATASETS_OFFLINE`` when set (also to a false value, which keeps it online), else ``HF_HUB_OFFLINE`` or,
+    when that is unset or empty, ``TRANSFORMERS_OFFLINE`` (huggingface_hub's own rule); None when it is online.
+    The package's one reader of them: :func:`load_failure`'s hint and the eval task pack's reasons."""
+    for name in ("HF_DATASETS_OFFLINE",) if "HF_DATASETS_OFFLINE" in os.environ else ("HF_HUB_OFFLINE",
+                                                                                       "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value:
+            return f"{name}={value}" if value.upper() in ("1", "ON", "YES", "TRUE") else None
+    return None
+
+
 def bad_split(error: BaseException) -> bool:
     """datasets' refusal of a split the source does not have ("Bad split: dev. Available splits: [...]")."""
     return isinstance(error, ValueError) and str(error).startswith("Bad split")
@@ -79,8 +93,10 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
         hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
                 f"or JSON as source (PG19: {PG19_SOURCE}), or {local}")
     elif isinstance(error, ConnectionError) and "OfflineModeIsEnabled" in said:  # set by the user: no cached copy
-        hint = ("offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the Hugging Face cache holds no copy "
-                f"of it: run once with network access (offline mode off) to cache it, or read {local}")
+        # none: huggingface_hub is offline where datasets' own variable says online (HF_DATASETS_OFFLINE=0)
+        variable = offline_variable() or "huggingface_hub's HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE"
+        hint = (f"offline mode is on ({variable}) and the Hugging Face cache holds no copy of it: run once with "
+                f"network access (offline mode off) to cache it, or read {local}")
     elif isinstance(error, ConnectionError):
         hint = ("the hub cannot be reached from here: run with network access, from a copy in the Hugging Face cache "
                 f"(HF_DATASETS_OFFLINE=1), or from {local}")

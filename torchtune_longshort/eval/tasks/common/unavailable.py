@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional
 
 from torchtune_longshort.data.data_files import cache_problem
+from torchtune_longshort.data.hf_loading import offline_variable
 
 logger = logging.getLogger(__name__)
 
@@ -143,18 +144,6 @@ def missing_results(reason: str) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ hub data
 _HUB_MODULES = ("httpx", "httpx2", "huggingface_hub", "datasets", "requests", "urllib3", "fsspec", "aiohttp")
-
-
-def offline_variable() -> Optional[str]:
-    """``NAME=value`` of the variable that puts ``datasets`` offline, read as it reads them (``datasets.config``):
-    ``HF_DATASETS_OFFLINE`` when set (also to a false value, which keeps it online), else ``HF_HUB_OFFLINE`` or,
-    when that is unset or empty, ``TRANSFORMERS_OFFLINE`` (huggingface_hub's own rule); None when it is online."""
-    for name in ("HF_DATASETS_OFFLINE",) if "HF_DATASETS_OFFLINE" in os.environ else ("HF_HUB_OFFLINE",
-                                                                                       "TRANSFORMERS_OFFLINE"):
-        value = os.environ.get(name)
-        if value:
-            return f"{name}={value}" if value.upper() in ("1", "ON", "YES", "TRUE") else None
-    return None
 
 
 def offline_mode() -> bool:
