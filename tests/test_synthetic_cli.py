@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import sys
 
 import numpy as np
@@ -220,3 +221,17 @@ def test_a_run_whose_predictions_overflow_writes_json_any_reader_takes(tmp_path)
 
     run = json.loads((out / "run.json").read_text(), parse_constant=refuse)
     assert None in run["test_mse"] and all(v is None or np.isfinite(v) for v in run["test_mse"])
+
+
+def test_an_out_that_cannot_be_made_names_its_folder_not_dot(tmp_path, monkeypatch, capsys):
+    # `cd /sys && python -m torchtune_longshort.synthetic --task length --steps 2` (default --out synthetic_out) was
+    # refused naming "'.' does not take new folders", and `--out afile/x` "'afile' is a file": the folder is named as
+    # the working directory makes it (os.path.abspath), as other commands name theirs
+    (tmp_path / "afile").write_text("")
+    for cwd, argv, folder in [("/proc", ["--task", "length", "--steps", "2"], "/proc"),
+                              (str(tmp_path), ["--task", "length", "--steps", "2", "--out", "afile/x"],
+                               os.path.abspath(tmp_path / "afile"))]:
+        monkeypatch.chdir(cwd)
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"cannot be created: '{folder}' " in err, err

@@ -109,6 +109,7 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
     parent = p.parent
     while not parent.exists():
         parent = parent.parent
+    parent = parent.absolute()  # named as a folder, not as '.' (a relative value in the working directory)
     if not parent.is_dir():
         raise NotADirectoryError(f"{path}={value!r} cannot be created: {str(parent)!r} is a file, not a folder; "
                                  "name a path in a folder")
