@@ -502,3 +502,42 @@ def test_a_report_stopped_while_it_writes_leaves_no_folder_it_made(tmp_path, mon
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
     monkeypatch.setattr(build_module, "atomic_write_text", write)
     assert "summary.json" in build_report([d], tmp_path / "new" / "sub")["files"]
+
+
+def test_a_stopped_report_says_plainly_what_its_out_holds(tmp_path, monkeypatch, capsys):
+    # its line read "the files this report added are removed, those it had replaced are whole (new)" whatever --out
+    # was, a new one included (removed whole); a stop while it printed report.md (the report written) ended silently
+    # on SIGTERM, a KeyboardInterrupt traceback on Ctrl-C. Reference: what --out holds after the stop.
+    from torchtune_longshort.eval.report import build as build_module
+
+    d = _write_and_return(tmp_path / "ours", {"longshort_ppl": {"ppl_512,none": 8.0, "ppl_2k,none": 6.5}})
+    write = build_module.atomic_write_text
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def said(out):
+        with pytest.raises(SystemExit) as end:
+            build_module.main([str(d), "--out", str(out)])
+        err = capsys.readouterr().err
+        assert end.value.code == 130 and err.count("\n") == 1, err
+        return err.split(": interrupted (SIGINT): ", 1)[1]
+
+    monkeypatch.setattr(build_module, "atomic_write_text", stopped)
+    assert said(tmp_path / "new" / "sub").startswith(f"nothing is kept: --out '{tmp_path / 'new' / 'sub'}' did not ")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert said(tmp_path / "mine").startswith(f"--out '{tmp_path / 'mine'}' holds what it held before")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    monkeypatch.setattr(build_module, "atomic_write_text", write)
+    files = build_report([d], tmp_path / "rep")["files"]
+    monkeypatch.setattr(build_module, "atomic_write_text", stopped)
+    assert "the earlier report's files there that it had written again by then hold this report's version" in \
+        said(tmp_path / "rep")
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(files)
+    monkeypatch.setattr(build_module, "atomic_write_text", write)
+    monkeypatch.setattr(build_module, "print", lambda *a, **k: stopped(), raising=False)  # the report written
+    assert said(tmp_path / "rep2") == f"the report is whole in --out '{tmp_path / 'rep2'}'; only its printing " \
+                                      "here was cut short\n"
+    assert "report.md" in [p.name for p in (tmp_path / "rep2").iterdir()]

@@ -339,6 +339,20 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     return files, notes
 
 
+def stopped_line(out_dir: Path) -> str:
+    """What a report stopped (Ctrl-C, SIGTERM) while it writes into ``out_dir`` leaves there
+    (:func:`~torchtune_longshort.output_guard.undone_on_failure` takes back what it wrote), for the stop's line."""
+    if not out_dir.exists():
+        return (f"nothing is kept: --out {str(out_dir)!r} did not exist, and it is removed with what was written there "
+                "(and the folders made for it); rerun the same command")
+    if not _earlier_files(out_dir):
+        return (f"--out {str(out_dir)!r} holds what it held before: the files this report wrote there are removed; "
+                "rerun the same command")
+    return (f"the files this report added to --out {str(out_dir)!r} are removed; the earlier report's files there "
+            "that it had written again by then hold this report's version, each whole, the others the earlier "
+            "report's; rerun the same command")
+
+
 @quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
@@ -359,9 +373,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = ap.parse_args(argv)
     summary = stoppable(ap.prog, lambda: refusing(ap.prog, lambda: build_report(
         args.results_dirs, args.out, args.labels.split(",") if args.labels else None, allow_mixed=args.allow_mixed)),
-        "the files this report added are removed, those it had replaced are whole (new); rerun the same command")
-    print((args.out / "report.md").read_text())
-    print("wrote:", ", ".join(str(args.out / f) for f in summary["files"]))
+        stopped_line(args.out))
+
+    def show() -> None:
+        print((args.out / "report.md").read_text())
+        print("wrote:", ", ".join(str(args.out / f) for f in summary["files"]))
+
+    stoppable(ap.prog, show, f"the report is whole in --out {str(args.out)!r}; only its printing here was cut short")
 
 
 if __name__ == "__main__":
