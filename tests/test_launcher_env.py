@@ -57,3 +57,16 @@ def test_eval_processes_refuse_a_bad_rank_before_torch_rendezvous(no_launcher):
     no_launcher.setenv("RANK", "x")
     with pytest.raises(ValueError, match=r"^environment variable RANK='x': expected 0\.\.1 "):
         Processes(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("value", ["3", "x"])
+def test_rank_and_local_rank_without_world_size_are_one_process(no_launcher, value):
+    """The refusal's own fix is 'unset WORLD_SIZE to run one process without a launcher': with WORLD_SIZE unset, a
+    RANK / LOCAL_RANK left in the shell is not read (one process: rank 0, the device as given; torchrun sets the
+    three together)."""
+    from torchtune_longshort.eval.model.processes import process_device
+
+    no_launcher.setenv("RANK", value)
+    no_launcher.setenv("LOCAL_RANK", value)
+    assert (launcher.launched_world_size(), launcher.launched_rank(), launcher.launched_local_rank()) == (1, 0, 0)
+    assert process_device(torch.device("cuda")) == torch.device("cuda")
