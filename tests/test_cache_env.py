@@ -38,20 +38,28 @@ def test_cache_follows_xdg_cache_home_as_huggingface_hub_does(tmp_path, monkeypa
     assert g.cache_dir() == tmp_path / "xdg" / "torchtune_longshort"
     monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "mine"))  # ours first, as HF_HOME before XDG_CACHE_HOME
     assert g.cache_dir() == tmp_path / "mine"
+    # a ~ in it is the home folder, as huggingface_hub expands one in HF_HOME (LONGSHORT_CACHE="~/c" made a folder
+    # named ~ in the working directory)
+    monkeypatch.setenv("HF_HOME", "~/hub")
+    assert _hub_home() == str(tmp_path / "home" / "hub")
+    monkeypatch.setenv("LONGSHORT_CACHE", "~/mine")
+    assert g.cache_dir() == tmp_path / "home" / "mine"
     monkeypatch.delenv("LONGSHORT_CACHE")
     for ignored in ("", "relative/cache"):  # unset or relative: the XDG spec's default
         monkeypatch.setenv("XDG_CACHE_HOME", ignored)
         assert g.cache_dir() == tmp_path / "home" / ".cache" / "torchtune_longshort"
 
 
-@pytest.mark.parametrize("where", ["home", "xdg", "longshort_cache"])
+@pytest.mark.parametrize("where", ["home", "xdg", "longshort_cache", "relative_xdg"])
 def test_an_uncreatable_cache_is_refused_naming_its_variable(where, tmp_path, monkeypatch, capsys):
     # HOME pointing at a file: the refusal named --out, which the user never gave, and no variable
     _clean(monkeypatch, tmp_path)
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
-    var = {"home": "HOME", "xdg": "XDG_CACHE_HOME", "longshort_cache": "LONGSHORT_CACHE"}[where]
-    monkeypatch.setenv(var, str(blocker) if where == "home" else str(blocker / "cache"))
+    var = {"home": "HOME", "xdg": "XDG_CACHE_HOME", "longshort_cache": "LONGSHORT_CACHE", "relative_xdg": "HOME"}[where]
+    monkeypatch.setenv(var, str(blocker) if var == "HOME" else str(blocker / "cache"))
+    if where == "relative_xdg":  # ignored, as the XDG spec reads a relative one: the home folder chose the cache
+        monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a} before refusing"))
     with pytest.raises(SystemExit) as e:
         g.main(["--model", "smollm2-135m-instruct"])
@@ -59,5 +67,6 @@ def test_an_uncreatable_cache_is_refused_naming_its_variable(where, tmp_path, mo
     assert e.value.code == 2 and len(err.splitlines()) == 1, err
     assert "--out" not in err and str(blocker) in err and "is a file, not a folder" in err, err
     assert ("$XDG_CACHE_HOME" if where == "xdg" else var) in err, err
+    assert where == "xdg" or "XDG_CACHE_HOME" not in err, err
     assert where == "longshort_cache" or "LONGSHORT_CACHE=<folder> moves it" in err, err
     assert blocker.read_text() == "not a folder\n"
