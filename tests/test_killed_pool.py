@@ -61,3 +61,21 @@ def test_a_pool_worker_ends_when_the_command_that_started_it_is_killed():
         for w in workers:
             if not _gone(w):
                 os.kill(w, signal.SIGKILL)
+
+
+def test_an_exception_a_run_raises_ends_the_call_as_pool_imap_unordered_does():
+    """A run that raises (a bad figure's training): the exception reaches the caller, as
+    multiprocessing.Pool.imap_unordered raises it (the reference: its ValueError for int('x')), not a run left out
+    without a word."""
+    import multiprocessing
+
+    import pytest
+
+    items = ["1", "x", "3"]
+    with multiprocessing.get_context("spawn").Pool(1) as pool, pytest.raises(ValueError) as reference:
+        list(pool.imap_unordered(int, items))
+    with closing(unordered(int, items, workers=1)) as results, pytest.raises(ValueError) as raised:
+        list(results)
+    assert str(raised.value) == str(reference.value)
+    with closing(unordered(int, ["1", "3"], workers=2)) as results:
+        assert sorted(results) == [1, 3]
