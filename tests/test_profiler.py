@@ -69,6 +69,23 @@ def test_a_profiler_node_without_a_component_is_torchtunes_profiler(tmp_path, ti
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("key", ["wait_steps", "warmup_steps", "active_steps", "num_cycles"])
+def test_a_null_step_count_is_torchtunes_default_not_refused(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, key):
+    # torchtune's setup_torch_profiler takes None for each (its default: 5 / 5 / 2 / 1), so `profiler.<key>: null`
+    # is its default, not a null refused as an integer (the null check is for components whose default is not None)
+    import inspect
+
+    from torchtune.training import setup_torch_profiler
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    assert inspect.signature(setup_torch_profiler).parameters[key].default is None  # the reference
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=20,
+                   profiler={**PROFILER, key: None})
+    assert getattr(load_recipe_config(cfg).profiler, key) is None
+    assert not (tmp_path / "out").exists()
+
 BAD = [
     ({"wait_steps": -1}, r"profiler.wait_steps=-1 is not accepted: expected an integer >= 0"),
     ({"active_steps": 0}, r"profiler.active_steps=0 is not accepted: expected an integer >= 1"),
