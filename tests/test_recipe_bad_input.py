@@ -196,7 +196,12 @@ def test_tune_run_config_file_refused_in_one_line(tmp_path, monkeypatch, capsys,
                                               "line; set its keys one at a time (validation.<key>=...)"),
                                              ("e_range={a: 1}", "override 'e_range={a: 1}': e_range is a list in the "
                                               "config, and a mapping cannot replace it from the command line; give a "
-                                              "list (e_range=[a,b])")])
+                                              "list (e_range=[a,b])"),
+                                             # a mapping inside a section, named by its dotted key
+                                             ("validation.dataset=[1,2]", "override 'validation.dataset=[1,2]': "
+                                              "validation.dataset is a mapping in the config, and a list cannot "
+                                              "replace it from the command line; set its keys one at a time "
+                                              "(validation.dataset.<key>=...)")])
 def test_a_malformed_override_is_refused_in_one_line(tmp_path, monkeypatch, capsys, override, needle):
     # `tune run ... foo` (no '=') or a value that is not YAML ended in torchtune's parser with a 26-45 line traceback
     from torchtune_longshort.recipes.longshort_finetune import recipe_main
