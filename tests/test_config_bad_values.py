@@ -200,7 +200,8 @@ FAMILIES = {
         # a module where its builder belongs (torchtune's `model=<path>` override): validate said OK, tune run ended
         # in "TypeError: 'module' object is not callable" (the optimizer's check named no key)
         ({"model._component_": "torchtune.models.llama2"}, "model._component_",
-         r"^model._component_='torchtune.models.llama2' names a module, not a class or function: .*llama2.<name>$"),
+         r"^model._component_='torchtune.models.llama2' names a module, not a class or function: name the one that "
+         r"builds model, as torchtune.models.llama2.<name>$"),
         ({"optimizer._component_": "torch.optim"}, "optimizer._component_", r"names a module, not a class"),
         ({"batch_size": 3, "gradient_accumulation_steps": 2}, "batch_size", r"not divisible"),
         # a local hub source that is not there: datasets' "Couldn't find any data file at ..." (no key, no fix) when
