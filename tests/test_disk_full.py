@@ -224,3 +224,23 @@ def test_a_samples_file_left_empty_or_short_is_named(tmp_path):
     assert saved.failed == [f"{tmp_path / 'empty.jsonl'} (cut off; removed)",
                             f"{tmp_path / 'short.jsonl'} (cut off; removed)"]
     assert (tmp_path / "whole.jsonl").is_file() and not (tmp_path / "short.jsonl").exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full")
+def test_atomic_open_names_the_file_a_full_disk_stopped(tmp_path):
+    """A writer's own ENOSPC names no file ('[Errno 28] No space left on device', what a flush to /dev/full raises:
+    the reference); atomic_open raises it again naming the file it was writing, and leaves no temporary file."""
+    from torchtune_longshort.output_guard import atomic_open
+
+    with pytest.raises(OSError) as full:
+        with open("/dev/full", "w") as f:
+            f.write("x")
+            f.flush()
+    assert full.value.errno == 28 and not full.value.filename
+    target = tmp_path / "summary.json"
+    with pytest.raises(OSError) as raised:
+        with atomic_open(target) as f:
+            f.write("{}")
+            raise full.value
+    assert (raised.value.errno, raised.value.filename) == (28, str(target))
+    assert not any(tmp_path.iterdir())
