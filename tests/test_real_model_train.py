@@ -41,9 +41,9 @@ def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(
     assert len(rows) == 2 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
     ids = loads_in_transformers(step, real_model_dir)
     _peft_gives_the_merged_logits(real_model_dir, step, ids)
-    meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [512]}
-    ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_512,none"]
-    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_512,none"]
+    meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [256]}
+    ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_256,none"]
+    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_256,none"]
     assert math.isfinite(ours) and ours == pytest.approx(theirs, rel=1e-4)
 
 
