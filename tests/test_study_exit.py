@@ -173,14 +173,16 @@ def test_a_failed_run_beside_an_interrupted_one_exits_1_naming_each_as_what_it_i
     from torchtune_longshort.study.__main__ import _outcome
 
     study = SimpleNamespace(out=tmp_path, run_dir=lambda k: tmp_path / "runs" / k)
-    (tmp_path / "runs" / "b").mkdir(parents=True)
-    (tmp_path / "runs" / "b" / "train.log").write_text("Traceback\n")
+    for k in ("b", "d"):
+        (tmp_path / "runs" / k).mkdir(parents=True)
+        (tmp_path / "runs" / k / "train.log").write_text("Traceback\n")
     runs = {"base": {"status": "ok"}, "a": {"status": "interrupted"}, "b": {"status": "failed"},
-            "c": {"status": "not run"}}
+            "c": {"status": "not run"}, "d": {"status": "failed"}}
     assert _outcome(study, runs, None) == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-2].startswith("[study] 2 of 4 runs not finished (interrupted: a; not run: c)")
-    assert lines[-1] == f"[study] 1 of 4 runs failed (b); logs: {tmp_path / 'runs' / 'b' / 'train.log'}"
+    assert lines[-2].startswith("[study] 2 of 5 runs not finished (interrupted: a; not run: c)")
+    logs = " ".join(str(tmp_path / "runs" / k / "train.log") for k in ("b", "d"))
+    assert lines[-1] == f"[study] 2 of 5 runs failed (b, d); logs: {logs}"  # each failure and its log named
     assert _outcome(study, runs, ["a"]) == 0  # --only a: b and c are not this command's
 
 
