@@ -25,8 +25,9 @@ log-scale).
 finds no working C++ compiler, an operator it cannot lower, ...), makes every layer run eager from then on, with one
 line naming the layer (or the backend) and the error; an error of the model itself still surfaces, from the eager
 call. A graph compiled after the first one (a guard of the earlier graphs failed: CLEX's ``t = 1`` step, whose
-frequencies carry no ODE gradient; evaluation mode; a new shape) is logged with the layer and its call number, so a
-per-step recompile shows in the run's log.
+frequencies carry no ODE gradient; validation under ``no_grad``; a new shape) is logged with the layer, its call
+number and the guard that failed as dynamo records it (``GLOBAL_STATE changed: grad_mode``), so a per-step recompile
+shows in the run's log.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import torch
 import torch._dynamo
 from torch._functorch import config as functorch_config
 from torch import nn
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import counters, guard_failures
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
 
 from torchtune_longshort.training.module_names import clean_module_name
@@ -57,6 +58,23 @@ OUTSIDE_LAYERS_EAGER = "compile: the token embedding and the final norm run eage
 def graphs_compiled() -> int:
     """Graphs dynamo has compiled in this process (every caller of ``torch.compile`` counts)."""
     return counters["stats"]["unique_graphs"]
+
+
+def guard_failure_counts() -> dict:
+    """How many guard failures dynamo has recorded per compiled code object so far (its ``guard_failures``)."""
+    return {code: len(reasons) for code, reasons in guard_failures.items()}
+
+
+def newest_guard_failure(before: dict) -> Optional[str]:
+    """The first line of a guard failure dynamo recorded since ``before`` (:func:`guard_failure_counts`), without
+    its compile id (``0/0: GLOBAL_STATE changed: grad_mode`` reads ``GLOBAL_STATE changed: grad_mode``); None when
+    none was recorded."""
+    for code, reasons in guard_failures.items():
+        if len(reasons) > before.get(code, 0):
+            first = str(reasons[-1]).strip().splitlines()[0] if str(reasons[-1]).strip() else ""
+            head, sep, rest = first.partition(": ")
+            return (rest if sep and "/" in head else first)[:240] or None
+    return None
 
 
 def failure_reason(error: BaseException) -> str:
@@ -109,7 +127,7 @@ class CompiledCall:
         if state.failed is not None:
             return self._eager(*args, **kwargs)
         self.calls += 1
-        before, start = graphs_compiled(), time.perf_counter()
+        before, failures, start = graphs_compiled(), guard_failure_counts(), time.perf_counter()
         try:
             # the backward graph is compiled with the forward one, so that its failure is caught here too
             with functorch_config.patch(_BACKWARD_NOW):
@@ -125,9 +143,10 @@ class CompiledCall:
             if len(state.events) == 1:
                 state.note(f"compile: {self.name} compiled the layers' graph at its call 1 ({seconds:.1f} s)")
             else:
+                why = newest_guard_failure(failures) or "TORCH_LOGS=recompiles says which"
                 state.note(
                     f"compile: {self.name} compiled {new} more graph(s) at its call {self.calls} ({seconds:.1f} s; "
-                    f"{state.graphs} in all): a guard of the earlier graphs failed (TORCH_LOGS=recompiles says which)"
+                    f"{state.graphs} in all): a guard of the earlier graphs failed ({why})"
                 )
         return out
 
