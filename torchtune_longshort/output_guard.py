@@ -355,6 +355,17 @@ def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float =
     SIGKILL during a GGUF conversion left 540 MB in the cache, hidden), are removed first, with one line."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(target, tag, abandoned_after_s)
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(folder, 0o777 & ~mask)
+    return folder
+
+
+def remove_abandoned(target: Path, tag: str, abandoned_after_s: float) -> None:
+    """:func:`folder_beside`'s folders of ``target`` and ``tag`` untouched for ``abandoned_after_s``, removed, with
+    one line naming them."""
     abandoned = [p for p in target.parent.glob(f".{target.name}.{tag}_*")
                  if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime >= abandoned_after_s]
     for p in abandoned:
@@ -362,8 +373,3 @@ def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float =
     if abandoned:
         print(f"removed {len(abandoned)} temporary folder(s) a killed process left beside {target} "
               f"({', '.join(p.name for p in abandoned)})", file=sys.stderr)
-    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(folder, 0o777 & ~mask)
-    return folder

