@@ -106,3 +106,21 @@ def test_more_cpu_processes_than_cores_is_warned_in_one_line_not_refused(tmp_pat
     assert [r.getMessage() for r in caplog.records if "CPU core" in r.getMessage()] == [warning]
     assert [r.levelname for r in caplog.records if "CPU core" in r.getMessage()] == ["WARNING"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_device_null_is_the_device_torchtune_picks(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, monkeypatch, cuda):
+    """`device: null` was this recipe's default, cpu, while torchtune's recipes hand null to get_device, which takes
+    CUDA where the machine has it: a torchtune user's config trained on the CPU of a GPU machine without a word. Null
+    is now the device torchtune's get_device(None) picks (its _get_device_type_from_env, asked with CUDA faked)."""
+    from recipe_config import make_cfg
+    from torchtune.utils._device import _get_device_type_from_env
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
+    cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", device=None)
+    assert cfg.device is None and load_recipe_config(cfg).device == _get_device_type_from_env()
+    del cfg.device  # left out: this recipe's default
+    assert load_recipe_config(cfg).device == "cpu"

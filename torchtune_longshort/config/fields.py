@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.annotations import check_annotated_args
 from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown
@@ -44,7 +44,7 @@ RESUME_POLICIES = {
 
 def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None, key: Optional[str] = None,
             section: Optional[type] = None, flat: bool = False, nullable: bool = False,
-            resume: Optional[str] = None) -> Any:
+            resume: Optional[str] = None, null: Optional[Callable[[], Any]] = None) -> Any:
     """A dataclass field of a config section.
 
     Args:
@@ -58,11 +58,13 @@ def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None,
         nullable: an explicit null is a value (``clip_grad_norm: null``: no clipping), not "use the default".
         resume: a top-level field's policy on resume, a key of :data:`RESUME_POLICIES` (a flat section's fields
             declare their own; a nested section's fields follow their top-level field).
+        null: what an explicit null is, asked when the config is read, where torchtune reads null otherwise than as
+            this recipe's default (``device: null``: torchtune's ``get_device(None)``, the available accelerator).
     """
     if resume is not None and resume not in RESUME_POLICIES:
         raise ValueError(f"setting(resume={resume!r}) is not accepted: expected one of {sorted(RESUME_POLICIES)}")
     meta = dict(default=default, doc=doc, check=check, key=key, section=section, flat=flat, nullable=nullable,
-                resume=resume)
+                resume=resume, null=null)
     return field(default=None, metadata=meta)
 
 
@@ -113,7 +115,9 @@ def with_own_defaults(cls: type, node: Mapping[str, Any]) -> Dict[str, Any]:
             out.update(with_own_defaults(f.metadata["section"], out))
         elif "doc" in f.metadata and f.metadata["section"] is None:
             default, key = f.metadata["default"], yaml_key(f)
-            if default is not REQUIRED and default is not FROM_COMPONENT and out.get(key) is None and not (
+            if key in out and out[key] is None and f.metadata.get("null") is not None:
+                out[key] = f.metadata["null"]()
+            elif default is not REQUIRED and default is not FROM_COMPONENT and out.get(key) is None and not (
                     key in out and f.metadata["nullable"]):
                 out[key] = default
     return out
@@ -216,6 +220,8 @@ def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.
                                  f"'~' and 'null' as null; write a home folder out, e.g. {key}=$HOME/...)")
         if key in node and f.metadata["nullable"]:
             return None
+        if key in node and f.metadata.get("null") is not None:
+            return f.metadata["null"]()
         handed = signature.get(key)
         if (key in node and f.metadata["default"] is FROM_COMPONENT and f.metadata["check"] is not None
                 and handed is not None and handed.default is not None):

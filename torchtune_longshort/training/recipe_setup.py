@@ -81,6 +81,9 @@ class RecipeSetup:
             log.info(f"equal_compute_overhead={config_.equal_compute_overhead}: max_steps {config_.max_steps} -> "
                      f"{self.max_steps} for alpha > 0")
         self._device = utils.get_device(device=config_.device)
+        if cfg.get("device", "cpu") is None:  # torchtune's null: where this run trains, said
+            utils.log_rank_zero(log, f"device=null: training on {self._device} (torchtune's get_device(None): cuda "
+                                "where this machine has it, else cpu)")
         oversubscribed = cpu_oversubscribed(self._device, world_size)
         if oversubscribed and launched_rank() == 0:  # said once, before the process group gathers them
             log.warning(oversubscribed)

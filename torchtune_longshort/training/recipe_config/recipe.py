@@ -20,6 +20,7 @@ from torchtune_longshort.training.recipe_config.components import (
 )
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.fields import ComponentSection, Section, setting
+from torchtune_longshort.devices import default_device
 from torchtune_longshort.training.recipe_config.loss import LossConfig
 from torchtune_longshort.training.recipe_config.profiler import TRACE_FOLDER, ProfilerConfig
 from torchtune_longshort.config.values import (
@@ -135,8 +136,9 @@ class RecipeConfig(Section):
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
                                                check=boolean, resume="exact")
     # where it runs
-    device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist)", check=device_name,
-                          resume="applied")
+    device: str = setting("cpu", doc="cpu, cuda or cuda:N (a CUDA device must exist); null: torchtune's "
+                          "get_device(None), cuda where this machine has it, else cpu (the run's log names it)",
+                          check=device_name, null=default_device, resume="applied")
     dtype: str = setting("fp32", doc="fp32 or bf16 (fp16: refused, as torchtune's recipes do)", check=_dtype,
                          resume="exact")
     compile: bool = setting(False, doc="torch.compile each decoder layer (the loss runs eager: README, compile)",
