@@ -64,6 +64,9 @@ FAMILIES = {
         ({"optimizer.weight_decay": "abc"}, "weight_decay", r"^optimizer \(.*weight_decay='abc'.*\): '<=' not"),
         # it named torch's "list index out of range"
         ({"optimizer.betas": [0.9]}, "optimizer.betas", r"^optimizer.betas=\[0.9\] is not accepted: expected a pair"),
+        # torch reads a switch's truthiness: fused='abc' passed and trained with fused AdamW
+        ({"optimizer.fused": "abc"}, "optimizer.fused", r"^optimizer.fused='abc' is not accepted: expected true or"),
+        ({"optimizer.amsgrad": 1}, "optimizer.amsgrad", r"^optimizer.amsgrad=1 is not accepted: expected true or"),
     ],
     "windows": [
         ({"seq_len": 2}, "seq_len", r"even number >= 4"),

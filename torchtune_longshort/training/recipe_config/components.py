@@ -31,7 +31,7 @@ from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, f
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.training.recipe_config.rope_node import HF_DECODER, ROPE_SCALED, check_rope_node
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.config.values import integer, number, resolve_component, text
+from torchtune_longshort.config.values import boolean, integer, number, resolve_component, text
 
 CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
 
@@ -275,6 +275,10 @@ class CheckpointerConfig(ComponentSection):
                              f"weight file of checkpoint_dir's index ({', '.join(have)}); list exactly those, or null")
 
 
+# torch optimizers' switches (null: torch's default where it takes None, fused / foreach)
+OPTIMIZER_FLAGS = ("fused", "foreach", "capturable", "amsgrad", "maximize", "differentiable", "decoupled_weight_decay")
+
+
 @dataclass(frozen=True)
 class OptimizerConfig(ComponentSection):
     """``optimizer``: a torch optimizer class, given the trainable parameters by the recipe."""
@@ -291,6 +295,9 @@ class OptimizerConfig(ComponentSection):
         if betas is not None and (not isinstance(betas, (list, tuple)) or len(betas) != 2):
             raise ValueError(f"{where}.betas={betas!r} is not accepted: expected a pair [beta1, beta2] (e.g. [0.9, "
                              "0.95]), each in [0, 1)")
+        for key in OPTIMIZER_FLAGS:  # torch reads their truthiness: fused='abc' trained with fused AdamW
+            if self.args.get(key) is not None:
+                boolean(f"{where}.{key}", self.args[key])
         try:
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
         except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
