@@ -45,7 +45,8 @@ def unordered(fn: Callable[[T], R], items: Iterable[T], workers: int,
         _start(ctx, min(workers, len(items)), fn, initializer, procs)
         todo, busy = iter(items), set()
         for conn in procs:
-            _hand_out(conn, todo, busy)
+            if not _hand_out(conn, todo, busy):
+                raise WorkerDied(_death(procs[conn]))
         while busy:
             for conn in wait(list(busy)):  # a result, or the end of the pipe of a worker that died
                 try:
@@ -55,8 +56,10 @@ def unordered(fn: Callable[[T], R], items: Iterable[T], workers: int,
                 busy.discard(conn)
                 if not ok:
                     raise value
-                _hand_out(conn, todo, busy)
-                yield value
+                handed = _hand_out(conn, todo, busy)
+                yield value  # a worker killed since it sent this result: the result is still the caller's
+                if not handed:
+                    raise WorkerDied(_death(procs[conn]))
     finally:
         for p in procs.values():
             if p.is_alive():
@@ -87,14 +90,19 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _hand_out(conn: Connection, todo: Iterator, busy: set) -> None:
-    """Send ``conn``'s worker the next item (it is then busy), or None (it leaves) when none is left."""
+def _hand_out(conn: Connection, todo: Iterator, busy: set) -> bool:
+    """Send ``conn``'s worker the next item (it is then busy), or None (it leaves) when none is left. False when the
+    worker is gone and an item was left for it: killed after its last result (the out-of-memory killer picks the
+    largest process, an idle one too), its pipe's end is closed (``BrokenPipeError``, which ended the call in its
+    traceback); gone with nothing left to do, it is not missed."""
     nxt = next(todo, _NONE)
-    if nxt is _NONE:
-        conn.send(None)
-    else:
-        conn.send((nxt,))
+    try:
+        conn.send(None if nxt is _NONE else (nxt,))
+    except (BrokenPipeError, ConnectionResetError):  # no process reads the pipe
+        return nxt is _NONE
+    if nxt is not _NONE:
         busy.add(conn)
+    return True
 
 
 _NONE = object()

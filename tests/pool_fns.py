@@ -1,0 +1,15 @@
+"""Functions for ``worker_pool.unordered``'s workers in tests (pickled by reference: the spawned workers import
+this module)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+
+def killed_after_returning(x: int) -> int:
+    """``x``, then this worker is killed 0.3 s later, idle (the out-of-memory killer picks the largest process)."""
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    return x
+
