@@ -13,3 +13,13 @@ def killed_after_returning(x: int) -> int:
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
     return x
 
+
+class TwoArguments(Exception):
+    """An exception that pickles but does not unpickle: its ``args`` are not its ``__init__``'s arguments."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(f"{what}: {why}")
+
+
+def raises_two_arguments(x: int) -> int:
+    raise TwoArguments(f"item {x}", "no luck")

@@ -1,11 +1,11 @@
-"""worker_pool.unordered when a worker dies after its result: the call ends in ``WorkerDied`` naming the worker, not
-in the pipe's error."""
+"""worker_pool.unordered when a worker dies after its result, or raises what does not travel back: the call ends in
+its own errors (``WorkerDied``, naming the worker; a ``RuntimeError`` naming the function), not in the pipe's."""
 
 import time
 from contextlib import closing
 
 import pytest
-from pool_fns import killed_after_returning
+from pool_fns import killed_after_returning, raises_two_arguments
 
 from torchtune_longshort.worker_pool import WorkerDied, unordered
 
@@ -23,3 +23,14 @@ def test_a_worker_killed_after_its_result_ends_the_call_in_worker_died_with_its_
     # the result received from the worker found dead is yielded before the call ends (which results: timing)
     assert len(got) == 2 and set(got) <= {1, 2, 3}, got
 
+
+def test_an_exception_that_does_not_unpickle_reaches_the_caller_named_with_the_worker_traceback():
+    # Before: the parent's recv ended the call in "TypeError: TwoArguments.__init__() missing 1 required positional
+    # argument: 'why'", naming neither the function nor what it raised.
+    with pytest.raises(RuntimeError) as caught:
+        with closing(unordered(raises_two_arguments, [7], 2)) as results:
+            list(results)
+    message = str(caught.value)
+    assert message.startswith("raises_two_arguments: the TwoArguments it raised (item 7: no luck) could not be sent "
+                              "back: TypeError: "), message
+    assert "raise TwoArguments" in str(caught.value.__cause__)  # the worker's traceback, as for any exception

@@ -19,6 +19,7 @@ import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.pool import ExceptionWithTraceback
+from multiprocessing.reduction import ForkingPickler
 from typing import Callable, Dict, Iterable, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
@@ -135,11 +136,29 @@ def _serve(conn: Connection, fn, initializer, parent: int) -> None:
         except Exception as e:
             out = (False, ExceptionWithTraceback(e, e.__traceback__))
         try:
-            conn.send(out)
+            conn.send_bytes(_pickled(out, fn))
         except (EOFError, OSError):
             return
-        except Exception as e:  # a result or an exception that does not pickle
-            conn.send((False, RuntimeError(f"{fn.__name__}: its result could not be sent back: {e}")))
+
+
+def _pickled(out: tuple, fn) -> bytes:
+    """``out`` (ok, result or exception) pickled for the parent's ``recv``. A result that does not pickle (a local
+    function), or an exception that does not pickle or does not unpickle (its ``__init__`` takes other arguments than
+    its ``args``: the parent's ``recv`` ended the call in that ``TypeError``, naming neither ``fn`` nor what it
+    raised), is sent as a ``RuntimeError`` saying so, an exception's with the worker's traceback. A result is not
+    read back here: a tensor's storage travels by a shared handle that is taken once."""
+    try:
+        data = ForkingPickler.dumps(out)
+        if not out[0]:
+            ForkingPickler.loads(data)
+        return data
+    except Exception as e:
+        ok, value = out
+        what = "its result" if ok else f"the {type(value.exc).__name__} it raised ({value.exc})"
+        error = RuntimeError(f"{getattr(fn, '__name__', fn)}: {what} could not be sent back: {type(e).__name__}: {e}")
+        if not ok:
+            value.exc = error  # the worker's traceback kept: ExceptionWithTraceback's text
+        return ForkingPickler.dumps((False, value if not ok else error))
 
 
 def _leave_when_orphaned(parent: int) -> None:
