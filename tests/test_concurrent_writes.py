@@ -2,6 +2,10 @@
 evaluations into one --output_path): each file in place is one writer's whole file, and neither writer fails."""
 
 import threading
+import time
+from pathlib import Path
+
+import pytest
 
 from torchtune_longshort.output_guard import atomic_open, atomic_write_text
 
@@ -38,3 +42,39 @@ def test_a_temporary_file_a_killed_writer_left_is_written_over(tmp_path):
     (tmp_path / "entry.json.tmp").write_text('{"half')  # a writer killed -9 mid-write: no one holds it
     atomic_write_text(path, "whole")
     assert path.read_text() == "whole" and sorted(p.name for p in tmp_path.iterdir()) == ["entry.json"]
+
+
+def test_a_writer_that_fails_leaves_the_waiting_writer_its_own_file(tmp_path, monkeypatch):
+    # The first writer stopped mid-write (Ctrl-C, a full disk) gave back its flock, then removed '<name>.tmp' by name:
+    # by then the waiting writer had taken that file as its own, so its file was removed under it and its rename
+    # ended in "[Errno 2] No such file or directory". (The failing writer's removal is slowed by 0.2 s here, as a
+    # busy machine's scheduler may; two threads, each os.open its own open file, as another process's is.)
+    path = tmp_path / "report.md"
+    unlink = Path.unlink
+
+    def slow_unlink(self, *args, **kwargs):
+        time.sleep(0.2)
+        return unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", slow_unlink)
+    errors = []
+
+    def second():
+        try:
+            with atomic_open(path) as f:
+                f.write("second, whole")
+                time.sleep(0.5)  # writing: longer than the first writer's removal takes
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    other = threading.Thread(target=second)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_open(path) as f:
+            f.write("first, half")
+            other.start()
+            time.sleep(0.1)  # the second writer waits for this one's flock
+            raise KeyboardInterrupt
+    other.join(timeout=10)
+    assert not errors and not other.is_alive(), errors
+    assert path.read_text() == "second, whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]

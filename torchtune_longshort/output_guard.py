@@ -52,14 +52,19 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     try:
-        with f:  # closed (the flock given back) once the file is in place
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-            os.replace(tmp, path)
+        with f:  # closed (the flock given back) once the file is in place, or gone
+            try:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                # removed while the flock is held: a writer waiting for it then finds no tmp and makes its own (removed
+                # after, it was the waiting writer's file, and that writer's rename failed)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         if isinstance(e, OSError) and not e.filename and e.errno:
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
