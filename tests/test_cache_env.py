@@ -1,6 +1,7 @@
 """Where the converted-model cache goes (``models.gguf.cache_dir``): the environment's standard variables, read as
 huggingface_hub reads them, and a refusal that names the variable when the cache cannot be made."""
 
+import ast
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -70,3 +71,52 @@ def test_an_uncreatable_cache_is_refused_naming_its_variable(where, tmp_path, mo
     assert where == "xdg" or "XDG_CACHE_HOME" not in err, err
     assert where == "longshort_cache" or "LONGSHORT_CACHE=<folder> moves it" in err, err
     assert blocker.read_text() == "not a folder\n"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _code_strings(path: Path) -> set:
+    """The string constants of a Python file's code (its docstrings left out: an example command may name a folder)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs}
+
+
+def test_no_script_of_the_project_spells_the_cache_folder_itself():
+    # benchmarks/fused_precision.py and torchtune_port.py read ~/.cache/torchtune_longshort/... whatever
+    # LONGSHORT_CACHE or XDG_CACHE_HOME said; every reader asks models.gguf (cache_dir / pypi_model_dir)
+    spelled = []
+    for f in [*(REPO / "torchtune_longshort").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]:
+        if f == REPO / "torchtune_longshort" / "models" / "gguf.py":
+            continue
+        strings = _code_strings(f)
+        if any(".cache/torchtune_longshort" in s for s in strings) or {".cache", "torchtune_longshort"} <= strings:
+            spelled.append(str(f.relative_to(REPO)))
+    assert not spelled, spelled
+
+
+def test_the_precision_benchmark_finds_the_converted_model_where_the_converter_put_it(tmp_path, monkeypatch):
+    _clean(monkeypatch, tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder = g.pypi_model_dir("smollm2-135m-instruct")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    loaded = []
+
+    def load(path, **kwargs):
+        loaded.append(Path(path))
+        raise RuntimeError("loaded")
+
+    import torchtune_longshort.models as models
+
+    monkeypatch.setattr(models, "load_hf_checkpoint", load)
+    spec = importlib.util.spec_from_file_location("_fused_precision", REPO / "benchmarks" / "fused_precision.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(RuntimeError, match="loaded"):
+        module.hidden_states()  # before: random hidden states, "the real model is not converted"
+    assert loaded == [tmp_path / "xdg" / "torchtune_longshort" / "smollm2-135m-instruct"]
