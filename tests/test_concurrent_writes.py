@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort.output_guard import atomic_open, atomic_write_text
+from torchtune_longshort.output_guard import atomic_open, atomic_write_text, undone_on_failure
 
 
 def test_a_second_writer_of_the_same_file_waits_for_the_first_and_neither_is_cut(tmp_path):
@@ -78,3 +78,27 @@ def test_a_writer_that_fails_leaves_the_waiting_writer_its_own_file(tmp_path, mo
     assert not errors and not other.is_alive(), errors
     assert path.read_text() == "second, whole"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+
+
+def test_a_stopped_writer_takes_back_its_own_files_not_those_another_wrote_into_the_folder(tmp_path):
+    # Two longshort-eval-report into one new --out: the second finished ('wrote: out/report.md, out/summary.json,
+    # out/ppl_vs_length.png', exit 0) while the first drew; the first, stopped then (SIGTERM, exit 143), took back
+    # every report file new since it began, the second's whole report and the folder with them.
+    out = tmp_path / "out"
+    patterns = ("report.md", "summary.json", "own.png")
+
+    def second():  # another process's whole report (a thread: its own undone_on_failure record)
+        with undone_on_failure(out, patterns):
+            atomic_write_text(out / "report.md", "second")
+            atomic_write_text(out / "summary.json", "{}")
+
+    with pytest.raises(KeyboardInterrupt):
+        with undone_on_failure(out, patterns):
+            atomic_write_text(out / "own.png", "first's")
+            atomic_write_text(out / "report.md", "first's")  # replaced by the second's next
+            other = threading.Thread(target=second)
+            other.start()
+            other.join(timeout=10)
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in out.iterdir()) == ["report.md", "summary.json"]  # the first's own.png went
+    assert (out / "report.md").read_text() == "second"

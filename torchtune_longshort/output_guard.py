@@ -15,12 +15,13 @@ import os
 import io
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 
 def read_json(path: Path) -> Any:
@@ -58,6 +59,8 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
                 f.flush()
                 os.fsync(f.fileno())
                 os.replace(tmp, path)
+                if recording is not None:
+                    recording.placed[os.path.abspath(path)] = _identity(os.fstat(f.fileno()))
             except BaseException:
                 # removed while the flock is held: a writer waiting for it then finds no tmp and makes its own (removed
                 # after, it was the waiting writer's file, and that writer's rename failed)
@@ -177,6 +180,10 @@ def atomic_copy(source: Union[str, Path], path: Union[str, Path]) -> None:
         shutil.copyfileobj(src, f)
 
 
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
 def _written_paths(folder: Path, patterns: Sequence[str]) -> set:
     """The paths under ``folder`` of the names a command writes (``patterns``), the contents of folders included."""
     found = {p for pattern in patterns for p in folder.glob(pattern)}
@@ -194,6 +201,15 @@ class _Record:
 
     def __init__(self, folder: Path, before: set, leftover: Sequence[str]):
         self.folder, self.before, self.leftover, self.names = folder, before, set(leftover), set()
+        self.placed: Dict[str, tuple] = {}  # {absolute path: identity of the file this block put there}
+
+    def put_here(self, path: Path) -> bool:
+        """Whether ``path`` is a folder, or the very file this block put there (not another process's since)."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        return stat.S_ISDIR(st.st_mode) or self.placed.get(os.path.abspath(path)) == _identity(st)
 
     def claim(self, *paths: Path) -> None:
         new = set()
@@ -278,7 +294,8 @@ def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str],
     try:
         yield
     except BaseException:
-        _remove(_written_paths(folder, patterns) - before)
+        # what it put there: another process's file written into the same folder meanwhile (a second report) stays
+        _remove(p for p in _written_paths(folder, patterns) - before if record.put_here(p))
         with contextlib.suppress(OSError):
             record.save(record.leftover) if record.leftover else (folder / WRITING).unlink(missing_ok=True)
         remove_made_folders(folder, made)  # only when empty, its parents the block made with it
