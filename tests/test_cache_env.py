@@ -120,3 +120,26 @@ def test_the_precision_benchmark_finds_the_converted_model_where_the_converter_p
     with pytest.raises(RuntimeError, match="loaded"):
         module.hidden_states()  # before: random hidden states, "the real model is not converted"
     assert loaded == [tmp_path / "xdg" / "torchtune_longshort" / "smollm2-135m-instruct"]
+
+
+def test_a_model_converted_before_xdg_cache_home_was_read_is_found(tmp_path, monkeypatch):
+    # a user with XDG_CACHE_HOME set converted SmolLM2 into ~/.cache/torchtune_longshort (XDG_CACHE_HOME was ignored
+    # then); once it was read, the same command fetched and converted the model again into $XDG_CACHE_HOME (500 MB
+    # more), or without the gguf package was refused, where it had printed the cached folder
+    _clean(monkeypatch, tmp_path)
+    name = "smollm2-135m-instruct"
+    before = tmp_path / "home" / ".cache" / "torchtune_longshort" / name
+    before.mkdir(parents=True)
+    (before / g.DONE_MARK).write_text("{}\n")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(g, "require_gguf", lambda: pytest.fail("fetched a model the cache of before holds"))
+    assert g.pypi_model(name) == before
+    assert g.pypi_model_dir(name) == before
+    chosen = tmp_path / "xdg" / "torchtune_longshort" / name  # converted there too: that one, as cache_dir says
+    chosen.mkdir(parents=True)
+    (chosen / g.DONE_MARK).write_text("{}\n")
+    assert g.pypi_model(name) == chosen
+    (chosen / g.DONE_MARK).unlink()
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "mine"))  # given: the one place looked at
+    assert g.pypi_model_dir(name) == tmp_path / "mine" / name
+    assert g.pypi_model_dir(name, tmp_path / "out") == tmp_path / "out" / name

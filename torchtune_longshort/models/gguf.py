@@ -204,10 +204,14 @@ def _check_readable(gguf: Path, shown: str = "") -> None:
 
 def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:
     """The folder :func:`pypi_model` puts model ``name`` in (``root``, default :func:`cache_dir`), fetched or not;
-    ``ValueError`` for a name not in :data:`PYPI_MODELS`."""
+    ``ValueError`` for a name not in :data:`PYPI_MODELS`. A model converted whole into ``~/.cache/torchtune_longshort``
+    before ``$XDG_CACHE_HOME`` was read is that folder while the cache ``$XDG_CACHE_HOME`` chose lacks it."""
     if name not in PYPI_MODELS:
         raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
-    return (Path(root) if root is not None else cache_dir()) / name
+    if root is not None or os.environ.get("LONGSHORT_CACHE"):
+        return (Path(root) if root is not None else cache_dir()) / name
+    out, before = cache_dir() / name, Path.home() / ".cache" / "torchtune_longshort" / name
+    return before if not (out / DONE_MARK).is_file() and (before / DONE_MARK).is_file() else out
 
 
 def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = None,
