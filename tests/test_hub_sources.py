@@ -67,13 +67,17 @@ def test_an_unreachable_hub_is_refused_in_one_line(monkeypatch):
     with pytest.raises(ValueError, match=r"'emozilla/pg19' .*ConnectionError.*: the hub cannot be reached from here"
                                          r".*or from local files \(source: json, data_files: ...\)$"):
         corpus.pg19()
-    # offline mode set by the user (datasets' OfflineModeIsEnabled): it was told to set HF_DATASETS_OFFLINE=1
+    # offline mode set by the user (datasets' OfflineModeIsEnabled): it was told to set HF_DATASETS_OFFLINE=1; the
+    # line names the variable that is set (61c708b)
     said["error"] = "Couldn't reach 'emozilla/pg19' on the Hub (OfflineModeIsEnabled)"
-    with pytest.raises(ValueError, match=r"\(OfflineModeIsEnabled\)\): offline mode is on \(HF_HUB_OFFLINE / "
-                                         r"HF_DATASETS_OFFLINE\) and the Hugging Face cache holds no copy of it: run "
+    for name in ("HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"\(OfflineModeIsEnabled\)\): offline mode is on \(HF_HUB_OFFLINE=1\) "
+                                         r"and the Hugging Face cache holds no copy of it: run "
                                          r"once with network access .*or read local files \(source: json, ") as err:
         corpus.pg19()
-    assert "HF_DATASETS_OFFLINE=1" not in str(err.value)
+    assert "(HF_DATASETS_OFFLINE=1)" not in str(err.value)
     said["error"] = "Couldn't reach 'nosuchuser/nosuchdataset' on the Hub (LocalEntryNotFoundError)"
     # longshort-misalignment's --data: the way to local files in its own words, not a config's keys (an audit)
     from torchtune_longshort.data.source_names import source_names
