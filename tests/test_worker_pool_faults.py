@@ -5,7 +5,7 @@ import time
 from contextlib import closing
 
 import pytest
-from pool_fns import killed_after_returning, raises_two_arguments
+from pool_fns import exits_with, killed_after_returning, raises_two_arguments
 
 from torchtune_longshort.worker_pool import WorkerDied, unordered
 
@@ -15,7 +15,8 @@ def test_a_worker_killed_after_its_result_ends_the_call_in_worker_died_with_its_
     # disk), so the next item is handed to a worker already dead. Before: BrokenPipeError from the pipe's write (the
     # synthetic CLI's traceback, exit 1), and the result just received was dropped.
     got = []
-    with pytest.raises(WorkerDied, match=r"was killed by SIGKILL before it returned its result"):
+    with pytest.raises(WorkerDied, match=r"was killed by SIGKILL before it returned its result \(the out-of-memory "
+                                         r"killer sends SIGKILL: fewer workers need less memory\)$"):
         with closing(unordered(killed_after_returning, [1, 2, 3, 4], 2)) as results:
             for value in results:
                 got.append(value)
@@ -34,3 +35,11 @@ def test_an_exception_that_does_not_unpickle_reaches_the_caller_named_with_the_w
     assert message.startswith("raises_two_arguments: the TwoArguments it raised (item 7: no luck) could not be sent "
                               "back: TypeError: "), message
     assert "raise TwoArguments" in str(caught.value.__cause__)  # the worker's traceback, as for any exception
+
+
+def test_a_worker_that_exits_with_a_status_is_named_without_the_out_of_memory_hint():
+    # Before: 'worker process N exited with status 3 before it returned its result (the out-of-memory killer sends
+    # SIGKILL: fewer workers need less memory)': the hint for a status the run's own code chose (os._exit(3)).
+    with pytest.raises(WorkerDied, match=r"^worker process \d+ exited with status 3 before it returned its result$"):
+        with closing(unordered(exits_with, [3], 2)) as results:
+            list(results)

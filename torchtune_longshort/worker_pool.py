@@ -112,10 +112,11 @@ _NONE = object()
 def _death(p) -> str:
     p.join(5)
     code = p.exitcode
-    how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
-           -code in signal.valid_signals() else f"exited with status {code}")
-    return (f"worker process {p.pid} {how} before it returned its result (the out-of-memory killer sends "
-            "SIGKILL: fewer workers need less memory)")
+    signalled = code is not None and code < 0 and -code in signal.valid_signals()
+    how = f"was killed by {signal.Signals(-code).name}" if signalled else f"exited with status {code}"
+    why = (" (the out-of-memory killer sends SIGKILL: fewer workers need less memory)"
+           if signalled and -code == signal.SIGKILL else "")  # an exit status is the run's own (sys.exit, os._exit)
+    return f"worker process {p.pid} {how} before it returned its result{why}"
 
 
 def _serve(conn: Connection, fn, initializer, parent: int) -> None:
