@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import fcntl
 import glob
 import json
 import math
@@ -22,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from torchtune_longshort.file_locks import flock_named
 
 
 def read_json(path: Path) -> Any:
@@ -79,23 +80,9 @@ def _own_temporary(tmp: Path, mode: str, **kwargs: Any) -> IO:
     moved the second's half into place, the second's rename found no file). The flock is taken on the file then
     checked to be still ``tmp``'s (the holder may have renamed it into place meanwhile: then again). What a killed
     writer left is no one's (its flock went with it). Where the file system has no flock, none."""
-    while True:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o666)
-        try:
-            with contextlib.suppress(OSError):  # ENOLCK / EOPNOTSUPP: a mount without flock
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            held = os.fstat(fd)
-            try:
-                named = os.stat(tmp)
-            except FileNotFoundError:
-                named = None
-            if named is not None and (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
-                os.ftruncate(fd, 0)
-                return os.fdopen(fd, mode, **kwargs)
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+    fd, _ = flock_named(Path(tmp), os.O_WRONLY)
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, mode, **kwargs)
 
 
 def atomic_write_text(path: Union[str, Path], text: str) -> None:

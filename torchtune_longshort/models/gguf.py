@@ -19,7 +19,6 @@ folder at once. Concurrent callers (pytest workers) wait on a lock file's flock 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from typing import Iterator, List, Optional, Tuple, Union
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
+from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
     remove_abandoned, remove_made_folders,
@@ -268,36 +268,10 @@ def _held(lock: Path, doing: str) -> Tuple[int, bool]:
     stopped and took back the lock file and the folder while this one waited): made again, and this call fetches in
     its place (it ended in "[Errno 2] No such file or directory: '<lock>'"). One line first when another process
     holds it (a second terminal's fetch waited a minute without a word). A file system without flock: none."""
-    said = False
-    while True:
-        try:
-            fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
-        except FileNotFoundError:  # the folder is gone
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            continue
-        except FileExistsError:
-            try:
-                fd, made = os.open(lock, os.O_RDWR), False
-            except FileNotFoundError:  # its holder removed it meanwhile
-                continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not said:
-                    print(f"waiting for another process {doing} (it holds {lock})", file=sys.stderr, flush=True)
-                    said = True
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:  # ENOLCK / EOPNOTSUPP: a mount without flock
-                pass
-            with contextlib.suppress(FileNotFoundError):
-                named, held = os.stat(lock), os.fstat(fd)
-                if (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
-                    return fd, made
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+    def say() -> None:
+        print(f"waiting for another process {doing} (it holds {lock})", file=sys.stderr, flush=True)
+
+    return flock_named(lock, os.O_RDWR, say, make_folder=True)
 
 
 @contextlib.contextmanager
