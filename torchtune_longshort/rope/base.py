@@ -250,6 +250,10 @@ class ScaledRoPE(LearnedSettingsRule, nn.Module):
         """Cache [max_seq_len, dim/2, 2] of (cos, sin) * ``attention_scaling``, float32."""
         self.register_buffer("cache", rope_cache(self.theta, max_seq_len, self.attention_scaling), persistent=False)
 
+    def check_training_length(self, seq_len: int, field: str = "seq_len") -> None:
+        """``ValueError`` naming ``field`` when training on ``seq_len`` tokens would reach past this RoPE's positions
+        (CLEX's random draw); the recipe's setup asks every method. Nothing to check for most methods."""
+
     # --- forward -------------------------------------------------------------------------------------------
     def check_positions(self, seq_len: int, input_pos: Optional[torch.Tensor]) -> None:
         """Raise ``ValueError`` when a position is at or past ``max_seq_len`` (the cache length)."""

@@ -18,7 +18,7 @@ from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.s2_attn import check_s2_length
-from torchtune_longshort.rope.clex import CLEXRoPE
+from torchtune_longshort.rope.base import rope_modules
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -376,6 +376,6 @@ def check_built_model(config: RecipeConfig, model: Any, tokenizer: Any, rope_spe
     check_tokenizer_vocab(config, tokenizer, model_vocab, "as built")
     method = (rope_spec or {}).get("method", "default (no RoPE scaling)")
     check_positions(config, getattr(model, "max_seq_len", None), f"{method}, as built")
-    for m in {id(m): m for m in model.modules() if isinstance(m, CLEXRoPE)}.values():
-        m.check_training_length(config.seq_len)  # a draw past its positions failed mid-run, at a random step
+    for m in rope_modules(model):  # the method's own rule (CLEX: a draw past its positions failed mid-run)
+        m.check_training_length(config.seq_len)
     return model_vocab
