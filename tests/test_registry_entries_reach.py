@@ -1,7 +1,8 @@
-"""A RoPE method is its own file and one ``ROPE_METHODS`` line: what the recipe's setup asks of a method reaches a
-method registered there, not only the one it was first written for.
+"""A RoPE method (a position-id sampler) is its own file and one ``ROPE_METHODS`` (``POSITION_SAMPLERS``) line: what
+the recipe's setup asks of one reaches an entry registered there, not only the ones it was first written for.
 
-Reference: the registered method's own answer (its ``check_training_length``), called directly."""
+Reference: the registered entry's own answer (a method's ``check_training_length``, the positions a sampler draws),
+called directly."""
 
 from __future__ import annotations
 
@@ -59,3 +60,48 @@ def test_clex_training_length_is_still_refused_by_the_setup():
         rope.check_training_length(768)
     with pytest.raises(ValueError, match="^" + re.escape(str(own.value)) + "$"):
         check_built_model(_config(768), _built(rope), SimpleNamespace(vocab_size=8), {"method": "clex"})
+
+
+class _StridedPositions:
+    """A position-id sampler whose reach is its own parameter's: positions 0, stride, 2 stride, ..."""
+
+    name = "strided"
+
+    def __init__(self, stride: int, seq_len: int) -> None:
+        self.stride, self.seq_len = stride, seq_len
+
+    @property
+    def position_bound(self) -> int:
+        return self.stride * (self.seq_len - 1) + 1
+
+    def sample(self, batch_size: int, seq_len: int, generator=None):
+        import torch
+
+        return (torch.arange(seq_len) * self.stride).expand(batch_size, seq_len)
+
+
+@pytest.mark.parametrize("node, reach", [
+    ({"name": "strided", "stride": 4, "seq_len": 32}, None),
+    ({"name": "pose", "target_len": 200}, 200),
+    ({"name": "random_pos", "max_position": 200}, 200),
+])
+def test_a_registered_samplers_reach_is_checked_against_the_models_positions(monkeypatch, node, reach):
+    """The setup's check that a ``position_sampler`` stays inside the model's positions read ``max_position`` or
+    ``target_len`` (random_pos's and PoSE's parameter names): a sampler registered in ``POSITION_SAMPLERS`` under
+    another name went unchecked before training (its positions met the model's RoPE at the first forward).
+    Reference: the positions it draws."""
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.rope import POSITION_SAMPLERS, build_position_sampler as registry_build
+    from torchtune_longshort.training.data_setup import build_position_sampler
+
+    monkeypatch.setitem(POSITION_SAMPLERS, "strided", _StridedPositions)
+    drawn = int(registry_build(**node).sample(2, 32).max()) + 1
+    reach = reach or drawn
+    assert drawn <= reach
+    cfg = OmegaConf.create({"_component_": "torchtune_longshort.rope.build_position_sampler", **node})
+    with pytest.raises(ValueError, match=rf"^position_sampler draws positions up to {reach}, above the model's "
+                                         rf"max_seq_len={drawn - 1}: "):
+        build_position_sampler(cfg, drawn - 1, 0, None)
+    sampler, _ = build_position_sampler(cfg, reach, 0, None)
+    assert sampler.position_bound == reach

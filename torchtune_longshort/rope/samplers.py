@@ -10,7 +10,8 @@ compose with any frequency method (pass the result as ``input_pos`` to a torchtu
   target_len - s`` drawn uniformly, so every position is below ``target_len``.
 
 Both return a LongTensor [batch_size, seq_len], sorted along the sequence. The RoPE module of the model must be
-built for at least ``max_position`` / ``target_len`` positions.
+built for at least ``position_bound`` positions (``max_position`` / ``target_len``): every sampler says it, and the
+recipe's setup asks it before training.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class RandomPositions:
             )
         keys = torch.rand(batch_size, self.max_position, generator=generator)
         return keys.topk(seq_len, dim=1).indices.sort(dim=1).values
+
+    @property
+    def position_bound(self) -> int:
+        """Every position it draws is below this."""
+        return self.max_position
 
     def __repr__(self) -> str:
         return f"RandomPositions(max_position={self.max_position})"
@@ -93,6 +99,11 @@ class PoSEPositions:
             offsets = torch.cat([torch.zeros(1, dtype=torch.long), skips])[chunk_of]
             rows.append(torch.arange(seq_len) + offsets)
         return torch.stack(rows)
+
+    @property
+    def position_bound(self) -> int:
+        """Every position it draws is below this."""
+        return self.target_len
 
     def __repr__(self) -> str:
         return f"PoSEPositions(target_len={self.target_len}, num_chunks={self.num_chunks})"

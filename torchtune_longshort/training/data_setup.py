@@ -137,6 +137,7 @@ def build_position_sampler(
 ):
     """``(sampler, generator)`` of the optional ``position_sampler`` node (``torchtune_longshort.rope.
     POSITION_SAMPLERS``: random_pos, PoSE): each training window gets sampled position ids instead of 0..L-1. The
+    sampler's ``position_bound`` (every position it draws is below it) must not pass the model's positions. The
     generator is the same on every rank (:func:`window_positions` draws the global batch's rows with it) and is
     restored from ``recipe_state`` for exact resume. ``(None, None)`` without it."""
     if node is None:
@@ -144,7 +145,7 @@ def build_position_sampler(
     sampler = config.instantiate(node)
     if not hasattr(sampler, "sample"):
         raise ValueError(f"position_sampler: {node._component_} has no sample(batch_size, seq_len, generator)")
-    bound = getattr(sampler, "max_position", None) or getattr(sampler, "target_len", None)
+    bound = getattr(sampler, "position_bound", None)  # the sampler's own answer (its parameter's name is its own)
     if model_max_len is not None and bound is not None and bound > model_max_len:
         raise ValueError(
             f"position_sampler draws positions up to {bound}, above the model's max_seq_len={model_max_len}: scale "
