@@ -17,6 +17,9 @@ phi3            phi3                 SentencePiece tokenizer, fused qkv / gate_u
 phi3_5          phi3                 Phi-3.5-mini layout: ``phi3`` with LongRoPE as its hub config.json spells it
                                      (``rope_scaling: {type: longrope, short_factor, long_factor}``, top-level
                                      ``original_max_position_embeddings`` 64 of 256 positions, ``rope_theta``)
+phi4            phi3                 Phi-4 (14B) layout: ``phi3`` with a byte-level BPE ``tokenizer.json`` (Llama-3's
+                                     split regex, ``tokenizer_class: GPT2Tokenizer``, no BOS added,
+                                     ``<|endoftext|>`` BOS, ``<|im_end|>`` EOS), GQA, base 250000
 ==============  ===================  ==========================================================================
 """
 
@@ -28,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Dict, Iterable, List
 
-LAYOUTS = ("llama2", "llama3", "smollm2", "mistral", "qwen2", "gemma", "phi3", "phi3_5")
+LAYOUTS = ("llama2", "llama3", "smollm2", "mistral", "qwen2", "gemma", "phi3", "phi3_5", "phi4")
 POSITIONS = 256  # max_position_embeddings of every tiny checkpoint
 # The Phi-3.5 layout's LongRoPE (head_dim 16: 8 divisors each), switching to the long factors past 64 positions.
 PHI3_5_ORIGINAL = 64
@@ -75,6 +78,20 @@ def byte_bpe_tokenizer(out: Path, texts: Iterable[str], vocab_size: int, special
                                                            special_tokens=[(bos, tok.token_to_id(bos))])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=eos)
     fast.save_pretrained(str(out))
+
+
+def phi4_tokenizer(out: Path, texts: Iterable[str]) -> None:
+    """Phi-4's layout: a byte-level BPE ``tokenizer.json`` with Llama-3's split regex, ``<|endoftext|>`` as BOS (not
+    added) and pad, ``<|im_end|>`` as EOS, and ``tokenizer_class: GPT2Tokenizer`` in its ``tokenizer_config.json``
+    (as the hub's microsoft/phi-4 has it)."""
+    import json
+
+    byte_bpe_tokenizer(out, texts, 500, ["<|endoftext|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>"],
+                       bos="<|endoftext|>", eos="<|im_end|>", add_bos=False, pattern=_CL100K)
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(tokenizer_class="GPT2Tokenizer", pad_token="<|endoftext|>", add_bos_token=False, add_eos_token=False)
+    path.write_text(json.dumps(cfg, indent=2))
 
 
 def own_code_tokenizer(out: Path, **config) -> Path:
@@ -139,6 +156,7 @@ def _config_and_model(layout: str, vocab_size: int, **overrides):
         "phi3_5": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(
             bos_token_id=1, eos_token_id=2, pad_token_id=2, original_max_position_embeddings=PHI3_5_ORIGINAL,
             rope_scaling=phi3_5_rope_scaling())),
+        "phi4": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(rope_theta=250000.0, sliding_window=None)),
     }[layout]
     cfg_cls, model_cls, extra = spec
     return cfg_cls(**{**common, **extra, **overrides}), model_cls
@@ -179,10 +197,13 @@ def write_family_checkpoint(layout: str, out: Path, sp_tokenizer_dir: Path, seed
     elif layout == "qwen2":
         byte_bpe_tokenizer(out, texts, 500, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], bos=None,
                            eos="<|endoftext|>", add_bos=False, pattern=QWEN2_PATTERN)
+    elif layout == "phi4":
+        phi4_tokenizer(out, texts)
     from transformers import AutoTokenizer
 
-    vocab = len(AutoTokenizer.from_pretrained(str(out)))
-    config, model_cls = _config_and_model(layout, vocab)
+    tok = AutoTokenizer.from_pretrained(str(out))
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config, model_cls = _config_and_model(layout, len(tok), **(ids if layout == "phi4" else {}))
     torch.manual_seed(seed)
     model = model_cls(config)
     model.save_pretrained(str(out), safe_serialization=True)

@@ -18,9 +18,10 @@ from family_checkpoints import LAYOUTS
 
 TEXT_FILES = ("os.py", "json/decoder.py")
 EXPECTED_FAMILY = {"llama2": "llama", "llama3": "llama", "smollm2": "llama_tied", "mistral": "mistral",
-                   "qwen2": "qwen2", "gemma": "gemma", "phi3": "phi3", "phi3_5": "phi3"}
+                   "qwen2": "qwen2", "gemma": "gemma", "phi3": "phi3", "phi3_5": "phi3", "phi4": "phi3"}
 EXPECTED_TOKENIZER = {"llama2": "sentencepiece", "llama3": "hf_json", "smollm2": "hf_json", "mistral": "sentencepiece",
-                      "qwen2": "hf_json", "gemma": "sentencepiece", "phi3": "sentencepiece", "phi3_5": "sentencepiece"}
+                      "qwen2": "hf_json", "gemma": "sentencepiece", "phi3": "sentencepiece", "phi3_5": "sentencepiece",
+                      "phi4": "hf_json"}
 
 
 def _text() -> str:
@@ -246,6 +247,25 @@ def test_a_checkpointer_model_type_of_another_family_is_refused(family_dirs):
     check_torchtune_model_type(qwen, None, "checkpointer.model_type")
     with pytest.raises(UnsupportedModelError, match="model_type='LLAMA2' does not convert a 'qwen2' checkpoint"):
         check_torchtune_model_type(qwen, "LLAMA2", "checkpointer.model_type")
+
+
+def test_a_phi4_folder_takes_torchtunes_phi4_checkpointer_model_type(family_dirs, tmp_path):
+    """torchtune's phi4 configs say ``model_type: PHI4``, which its FullModelHFCheckpointer converts as PHI3_MINI:
+    a Phi-4 config copied from torchtune's was refused by longshort-validate as "model_type='PHI4' does not convert
+    a 'phi3' checkpoint". The reference: torchtune's checkpointer reads the folder under PHI4 into our loader's
+    weights."""
+    from torchtune.training import FullModelHFCheckpointer
+
+    from torchtune_longshort.models import CheckpointFolder, load_hf_checkpoint
+    from torchtune_longshort.models.families import check_torchtune_model_type
+
+    folder = CheckpointFolder.open(family_dirs["phi4"])
+    ours = load_hf_checkpoint(folder).state_dict()
+    theirs = FullModelHFCheckpointer(str(folder.path), [p.name for p in folder.weight_files], "PHI4",
+                                     str(tmp_path / "tt")).load_checkpoint()["model"]
+    assert theirs.keys() <= ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
+    check_torchtune_model_type(folder.family, "PHI4", "checkpointer.model_type")
+    check_torchtune_model_type(folder.family, "phi3_mini", "checkpointer.model_type")
 
 
 def test_a_folder_is_opened_once_and_reopened_when_it_changes(family_dirs, tmp_path):

@@ -17,16 +17,16 @@ mistral        mistral                 MISTRAL         Mistral-7B v0.1-v0.3 (sli
                                                        torchtune: full attention)
 qwen2          qwen2, tied or untied   QWEN2           Qwen2, Qwen2.5 (q/k/v biases)
 gemma          gemma                   GEMMA           Gemma 2B/7B (tied, scaled embeddings, GeGLU)
-phi3           phi3                    PHI3_MINI       Phi-3-mini 4k / 128k, Phi-3.5-mini (fused qkv / gate_up;
-                                                       the 128k models' ``longrope`` is :mod:`~torchtune_longshort.
-                                                       rope.longrope`)
+phi3           phi3                    PHI3_MINI/PHI4  Phi-3-mini 4k / 128k, Phi-3.5-mini, Phi-4 (14B) (fused qkv /
+                                                       gate_up; the 128k models' ``longrope`` is :mod:`~torchtune_
+                                                       longshort.rope.longrope`; Phi-4's tokenizer.json)
 =============  ======================  ==============  =======================================================
 
 Left out, with the reason: **Gemma-2** (torchtune 0.6.1's ``Gemma2FinalNorm`` soft-caps the final *hidden state*
 where transformers soft-caps the *logits*, so the two libraries run different models from one folder; and its logit
-cap would also bypass the fused loss, which projects hidden states itself); **Phi-4** (a ``phi3`` config with a
-tiktoken-style ``tokenizer.json``; same conversion as ``phi3`` but not tried here); Llama-3.2-Vision, Qwen2-VL, T5,
-CLIP and reward heads (not RoPE decoders of text alone).
+cap would also bypass the fused loss, which projects hidden states itself); **Phi-4-mini** (a ``phi3`` config that
+rotates 3/4 of each head: refused naming ``partial_rotary_factor``); Llama-3.2-Vision, Qwen2-VL, T5, CLIP and reward
+heads (not RoPE decoders of text alone).
 
 Each builder is torchtune's own component builder with the dimensions read from ``config.json``
 (:mod:`~torchtune_longshort.models.family_builders`); the conversions are torchtune's own ``convert_weights``
@@ -203,8 +203,9 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                     hf_tokenizer_class="Qwen2Tokenizer"),
         ModelFamily("gemma", "Gemma 2B/7B", "gemma", tied=True, tied_default=True,
                     torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=build_gemma),
-        ModelFamily("phi3", "Phi-3-mini 4k / 128k, Phi-3.5-mini", "phi3", tied=False, tied_default=False,
-                    torchtune_model_types=("PHI3_MINI",), architecture="Phi3ForCausalLM", build=build_phi3,
+        # torchtune's PHI4 (its phi4 configs' model_type) converts as PHI3_MINI does (one branch of its checkpointer)
+        ModelFamily("phi3", "Phi-3-mini 4k / 128k, Phi-3.5-mini, Phi-4 (14B)", "phi3", tied=False, tied_default=False,
+                    torchtune_model_types=("PHI3_MINI", "PHI4"), architecture="Phi3ForCausalLM", build=build_phi3,
                     hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf, hf_rope_types=("default", "longrope"),
                     notes="sliding_window is not applied (torchtune's phi3 builder: full attention); transformers' "
                           "Phi3Config accepts only default / longrope RoPE (a base change still loads there)",
