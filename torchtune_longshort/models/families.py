@@ -25,8 +25,8 @@ phi3           phi3                    PHI3_MINI/PHI4  Phi-3-mini 4k / 128k, Phi
 Left out, with the reason: **Gemma-2** (torchtune 0.6.1's ``Gemma2FinalNorm`` soft-caps the final *hidden state*
 where transformers soft-caps the *logits*, so the two libraries run different models from one folder; and its logit
 cap would also bypass the fused loss, which projects hidden states itself); **Phi-4-mini** (a ``phi3`` config that
-rotates 3/4 of each head: refused naming ``partial_rotary_factor``); Llama-3.2-Vision, Qwen2-VL, T5, CLIP and reward
-heads (not RoPE decoders of text alone).
+rotates 3/4 of each head: refused naming ``partial_rotary_factor``); **Qwen3** (no torchtune 0.6.1 builder);
+Llama-3.2-Vision, Qwen2-VL, T5, CLIP and reward heads (not RoPE decoders of text alone).
 
 Each builder is torchtune's own component builder with the dimensions read from ``config.json``
 (:mod:`~torchtune_longshort.models.family_builders`); the conversions are torchtune's own ``convert_weights``
@@ -216,6 +216,9 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
 LEFT_OUT = {
     "gemma2": "torchtune 0.6.1 soft-caps Gemma-2's final hidden state where transformers soft-caps its logits: the "
               "two run different models from one folder",
+    "mllama": "Llama-3.2-Vision: torchtune 0.6.1 builds it as a vision encoder fused into a decoder with "
+              "cross-attention layers (llama3_2_vision), not a RoPE decoder of text alone",
+    "qwen3": "torchtune 0.6.1 has no Qwen3 builder: the qwen2 one lacks Qwen3's per-head q/k RMSNorm",
 }
 
 
