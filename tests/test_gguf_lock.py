@@ -443,3 +443,31 @@ def test_a_fetch_that_waited_fetches_in_place_of_one_stopped_that_made_the_folde
     waiting.join(timeout=60)
     assert not failed and got == [root / NAME], failed
     assert (root / NAME / DONE_MARK).is_file()
+
+
+def test_a_hugging_face_checkpoint_given_as_gguf_is_said_to_need_no_conversion(tmp_path, capsys):
+    # `--gguf ckpt/` said only "is not a file", and `--gguf ckpt/model.safetensors` "is not a readable GGUF file
+    # (ValueError: GGUF magic invalid): it is truncated or corrupt; fetch it again": a folder every command reads as
+    # it is, and a file no fetch would make a GGUF
+    import torch
+    from safetensors.torch import save_file
+
+    from torchtune_longshort.models.gguf import main
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    save_file({"lm_head.weight": torch.zeros(2, 2)}, str(ckpt / "model.safetensors"))
+    ggufs = tmp_path / "ggufs"
+    ggufs.mkdir()
+    (ggufs / "m.Q4_1.gguf").write_bytes(b"GGUF")
+    hint = f"'{ckpt}' is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass it as "
+    for given, needle in [(ckpt, f"--gguf '{ckpt}' is not a file: {hint}"),
+                          (ckpt / "model.safetensors", f"is not a GGUF file (it does not start with the bytes GGUF): "
+                                                       f"{hint}"),
+                          (ggufs, "is not a file: name a GGUF file in it (m.Q4_1.gguf)")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--gguf", str(given), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ggufs"]

@@ -153,7 +153,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
 
     gguf = Path(gguf)
     if not gguf.is_file():
-        raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file")
+        raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file{_hf_folder_hint(gguf)}")
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     require_gguf()
@@ -190,11 +190,26 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     return out_dir
 
 
+def _hf_folder_hint(path: Path) -> str:
+    """For a ``--gguf`` that is no GGUF file: the Hugging Face checkpoint folder it is (or is in), which needs no
+    conversion; else the GGUF files of the folder it is."""
+    folder = path if path.is_dir() else path.parent
+    if (folder / "config.json").is_file():
+        return (f": {str(folder)!r} is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass "
+                "it as checkpoint_dir= (the recipe) or pretrained= (longshort-eval)")
+    found = sorted(p.name for p in folder.glob("*.gguf")) if path.is_dir() else []
+    return f": name a GGUF file in it ({', '.join(found[:3])})" if found else ""
+
+
 def _check_readable(gguf: Path, shown: str = "") -> None:
     """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
     (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback)."""
     from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
 
+    with open(gguf, "rb") as f:  # another format (a checkpoint's model.safetensors) is no corrupt GGUF to fetch again
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{shown or f'--gguf {str(gguf)!r}'} is not a GGUF file (it does not start with the "
+                             f"bytes GGUF){'' if shown else _hf_folder_hint(gguf)}")
     try:
         GGUFReader(str(gguf))
     except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
