@@ -471,3 +471,32 @@ def test_a_hugging_face_checkpoint_given_as_gguf_is_said_to_need_no_conversion(t
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ggufs"]
+
+
+def test_a_gguf_of_a_family_the_recipe_does_not_build_converts_with_a_note(tmp_path, monkeypatch, sp_tokenizer_dir,
+                                                                           capsys):
+    # a Gemma-2 GGUF (transformers reads gemma2, qwen3, ... GGUFs) converted without a word, and the folder was then
+    # refused by tune run and --model longshort alone, after the dequantization
+    import transformers
+
+    from torchtune_longshort.models.gguf import main
+
+    cfg = transformers.Gemma2Config(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: transformers.Gemma2ForCausalLM(cfg))
+    tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    gguf = _tiny_gguf(tmp_path / "g.gguf")
+    assert main(["--gguf", str(gguf), "--out", str(tmp_path / "conv")]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]  # transformers' bars aside
+    assert len(notes) == 1 and notes[0].startswith(
+        f"note: --gguf '{gguf}': model_type='gemma2' (tie_word_embeddings=True) is not a supported model family "
+        "(torchtune 0.6.1 soft-caps"), notes
+    assert notes[0].endswith("-- the converted folder serves longshort-eval --model hf, not the recipe or --model "
+                             "longshort")
+    assert (tmp_path / "conv" / "config.json").is_file()
+    # a family the recipe builds: no note
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    assert main(["--gguf", str(gguf), "--out", str(tmp_path / "conv2")]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -33,6 +33,7 @@ from typing import Iterator, List, Optional, Tuple, Union
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
+from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
     remove_abandoned, remove_made_folders,
@@ -162,6 +163,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
+    _note_family(model.config.to_dict(), gguf)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     # the folder a symbolic link --out names is the one replaced (the link stays): the earlier conversion's files
@@ -188,6 +190,15 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
         if not target.is_dir():
             remove_made_folders(target.parent, made)
     return out_dir
+
+
+def _note_family(config: dict, gguf: Path) -> None:
+    """A note when the model is of no family the recipe and ``--model longshort`` build (the folder serves ``hf``)."""
+    try:
+        family_of(config, f"--gguf {str(gguf)!r}")
+    except UnsupportedModelError as e:
+        print(f"note: {e} -- the converted folder serves longshort-eval --model hf, not the recipe or --model "
+              "longshort", file=sys.stderr, flush=True)
 
 
 def _hf_folder_hint(path: Path) -> str:
