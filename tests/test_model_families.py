@@ -253,23 +253,26 @@ def test_a_checkpointer_model_type_of_another_family_is_refused(family_dirs):
         check_torchtune_model_type(qwen, "LLAMA2", "checkpointer.model_type")
 
 
-def test_a_phi4_folder_takes_torchtunes_phi4_checkpointer_model_type(family_dirs, tmp_path):
-    """torchtune's phi4 configs say ``model_type: PHI4``, which its FullModelHFCheckpointer converts as PHI3_MINI:
-    a Phi-4 config copied from torchtune's was refused by longshort-validate as "model_type='PHI4' does not convert
-    a 'phi3' checkpoint". The reference: torchtune's checkpointer reads the folder under PHI4 into our loader's
-    weights."""
+@pytest.mark.parametrize("layout,model_type", [("phi4", "PHI4"), ("phi4", "PHI3_MINI"), ("smollm2", "LLAMA3"),
+                                               ("smollm2", "LLAMA2"), ("llama2", "LLAMA3_2")])
+def test_a_checkpointer_model_type_torchtune_converts_the_folder_with_is_accepted(family_dirs, layout, model_type,
+                                                                                 tmp_path):
+    """torchtune's phi4 configs say ``model_type: PHI4``, which its FullModelHFCheckpointer converts as PHI3_MINI, and
+    it converts a Llama folder, tied or not, alike under LLAMA2 / LLAMA3 / LLAMA3_2: a Phi-4 config copied from
+    torchtune's, or a Llama-3.2 one copied from llama3_8b (LLAMA3), was refused by longshort-validate as
+    "model_type=... does not convert a 'phi3' ('llama_tied') checkpoint". The reference: torchtune's checkpointer
+    reads the folder under that model_type into our loader's weights."""
     from torchtune.training import FullModelHFCheckpointer
 
     from torchtune_longshort.models import CheckpointFolder, load_hf_checkpoint
     from torchtune_longshort.models.families import check_torchtune_model_type
 
-    folder = CheckpointFolder.open(family_dirs["phi4"])
+    folder = CheckpointFolder.open(family_dirs[layout])
     ours = load_hf_checkpoint(folder).state_dict()
-    theirs = FullModelHFCheckpointer(str(folder.path), [p.name for p in folder.weight_files], "PHI4",
+    theirs = FullModelHFCheckpointer(str(folder.path), [p.name for p in folder.weight_files], model_type,
                                      str(tmp_path / "tt")).load_checkpoint()["model"]
     assert theirs.keys() <= ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
-    check_torchtune_model_type(folder.family, "PHI4", "checkpointer.model_type")
-    check_torchtune_model_type(folder.family, "phi3_mini", "checkpointer.model_type")
+    check_torchtune_model_type(folder.family, model_type, "checkpointer.model_type")
 
 
 def test_a_folder_is_opened_once_and_reopened_when_it_changes(family_dirs, tmp_path):

@@ -12,7 +12,9 @@ family         ``config.json``         torchtune       hub models (all tested as
                                        ``model_type``  their HF layout; SmolLM2-135M also with real weights)
 =============  ======================  ==============  =======================================================
 llama          llama, untied           LLAMA2/LLAMA3   Llama-2, Llama-3, Llama-3.1 (its ``llama3`` rope type)
+                                       (/LLAMA3_2)
 llama_tied     llama, tied             LLAMA3_2        Llama-3.2 1B/3B, SmolLM / SmolLM2
+                                       (/LLAMA3/2)
 mistral        mistral                 MISTRAL         Mistral-7B v0.1-v0.3 (sliding window not applied, as in
                                                        torchtune: full attention)
 qwen2          qwen2, tied or untied   QWEN2           Qwen2, Qwen2.5 (q/k/v biases)
@@ -180,16 +182,20 @@ class ModelFamily:
         return self.tied is None or self.tied_in(config) == self.tied
 
 
+# torchtune's FullModelHFCheckpointer converts a Llama folder, tied or not, alike under these three (one hf_to_tune; a
+# tied folder has no lm_head): Llama-3.2 from a copied llama3_8b config (LLAMA3) was refused as not converting it
+LLAMA_MODEL_TYPES = ("LLAMA2", "LLAMA3", "LLAMA3_2")
+
 MODEL_FAMILIES: Dict[str, ModelFamily] = {
     f.name: f
     for f in (
         ModelFamily("llama", "Llama-2, Llama-3, Llama-3.1", "llama", tied=False, tied_default=False,
-                    torchtune_model_types=("LLAMA2", "LLAMA3"), architecture="LlamaForCausalLM",
+                    torchtune_model_types=LLAMA_MODEL_TYPES, architecture="LlamaForCausalLM",
                     build=lambda c, n, lora: build_llama(c, n, lora, tied=False),
                     tokenizer_formats=("sentencepiece", "hf_json", "tiktoken"),
                     from_dims=lambda dims: llama_config(dims, tied=False)),
         ModelFamily("llama_tied", "Llama-3.2 1B/3B, SmolLM, SmolLM2", "llama", tied=True, tied_default=False,
-                    torchtune_model_types=("LLAMA3_2",), architecture="LlamaForCausalLM",
+                    torchtune_model_types=("LLAMA3_2", "LLAMA3", "LLAMA2"), architecture="LlamaForCausalLM",
                     build=lambda c, n, lora: build_llama(c, n, lora, tied=True),
                     tokenizer_formats=("hf_json", "tiktoken", "sentencepiece"),
                     from_dims=lambda dims: llama_config(dims, tied=True)),
