@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -70,6 +71,24 @@ def recipe_state_path(step_dir: PathLike) -> Path:
     """The resumable state of the checkpoint folder ``step_dir`` (``<output_dir>/recipe_state/step_<k>.pt``)."""
     step_dir = Path(step_dir)
     return step_dir.parent / RECIPE_STATE_DIR / f"{step_dir.name}.pt"
+
+
+def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
+    """The recipe state saved with the step folder ``step_dir`` (onto the CPU; ``mmap``: its tensors not read). A file
+    that does not load as one (cut short by a copy or a full disk, or another file put in its place) is refused in
+    one line naming it, with what to do: it ended the resume in torch's traceback ('PytorchStreamReader failed
+    reading zip archive: failed finding central directory ...'), exit 1."""
+    path = recipe_state_path(step_dir)
+    try:
+        # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
+        # parameter's device when the optimizer loads them
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        empty = path.is_file() and path.stat().st_size == 0
+        cause = "an empty file" if empty else " ".join(str(e).split(". ")[0].split()) or type(e).__name__
+        raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}: a file cut short by a copy or a "
+                         f"full disk?): put back the file the run saved, or start a new run from "
+                         f"{Path(step_dir).name}'s weights with checkpoint_dir={str(step_dir)!r}") from e
 
 
 def staged_state_path(staged: PathLike) -> Path:
@@ -134,7 +153,7 @@ class StepCheckpoints:
         latest = self.latest(resumable=True)
         if latest is None:
             return None
-        return torch.load(recipe_state_path(latest), map_location="cpu", weights_only=False, mmap=True)
+        return read_recipe_state(latest, mmap=True)
 
     def standing(self) -> str:
         """What a run that ended early leaves, and how to go on: the last step saved whole, which resume=True

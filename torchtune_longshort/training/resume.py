@@ -19,7 +19,7 @@ import torch
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
-from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
+from torchtune_longshort.training.checkpointing import StepCheckpoints, read_recipe_state
 from torchtune_longshort.config.fields import resume_policies, with_checked_values, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -221,10 +221,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
     trainable weights are read from the step's adapter folder into ``recipe_state["trainable"]`` (refused, naming
     the folder, when its files are gone)."""
     resume_dir = Path(resume_dir)
-    # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
-    # parameter's device when the optimizer loads them (a CPU machine, or every rank of a torchrun resume, would
-    # otherwise fail or put them all on the saving run's device)
-    recipe_state = torch.load(recipe_state_path(resume_dir), map_location="cpu", weights_only=False)
+    recipe_state = read_recipe_state(resume_dir)  # onto the CPU: a torchrun resume's every rank, a CPU machine
     saved = recipe_state.get("config")
     if seed_from_state and saved is not None:
         new_config = {**new_config, "seed": recorded_seed(recipe_state)}
