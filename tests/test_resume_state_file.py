@@ -36,3 +36,27 @@ def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tin
         assert f"{path} cannot be read as a recipe state" in line
         assert f"checkpoint_dir={str(step)!r}" in line
     assert path.stat().st_size == keep_bytes and (step / "config.json").is_file()  # nothing removed
+
+
+def test_a_resume_whose_step_folder_was_renamed_says_so_not_start_again(tmp_path, tiny_llama2_dir):
+    """A run's only step folder renamed (``mv step_2 best``, to keep it) beside its recipe state: resume=True said
+    'a run killed before its first save leaves only step_0: start it again with overwrite_output_dir=True', an
+    overwrite that this folder refuses (the state has no folder of the recipe's beside it); it now names the state
+    and the folder to put back, and resumes once it is back."""
+    from run_folders import recipe_made
+    from torchtune_longshort.training.output_dir import check_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    step = commit_step(run, 2, tiny_llama2_dir)
+    step.rename(run / "best")
+    assert recipe_state_path(step).is_file() and not step.exists()
+    with pytest.raises(FileNotFoundError) as refused:
+        check_output_dir(run, resume=True, overwrite=False)
+    line = fault_line(refused.value)
+    assert "overwrite_output_dir" not in line
+    assert f"recipe_state/step_2.pt is there, but not its folder step_2/: renamed or moved? put it back as " \
+           f"{str(step)!r}, then resume" in line
+    with pytest.raises(FileExistsError, match="recipe_state/step_2.pt"):  # the overwrite the old advice named
+        check_output_dir(run, resume=False, overwrite=True)
+    (run / "best").rename(step)
+    check_output_dir(run, resume=True, overwrite=False)

@@ -132,6 +132,13 @@ class StepCheckpoints:
         before its first save leaves step_0, and advised overwrite_output_dir=True, which deletes that step."""
         numbered = sorted((int(m.group(1)), p) for p in (self.root.iterdir() if self.root.is_dir() else ())
                           if (m := STEP_PATTERN.match(p.name)) and p.is_dir() and int(m.group(1)) > 0)
+        # a newer state whose folder is gone: the folder renamed or moved (to keep it as 'best'), not a run that
+        # never saved (it was told to start again with overwrite_output_dir=True) nor an older step's missing state
+        lost = [k for p in self.states() if (k := int(p.stem.split("_")[1])) > (numbered[-1][0] if numbered else 0)
+                and not self.path(k).exists()]
+        if lost:
+            return (f"{RECIPE_STATE_DIR}/step_{lost[-1]}.pt is there, but not its folder step_{lost[-1]}/: renamed or "
+                    f"moved? put it back as {str(self.path(lost[-1]))!r}, then resume")
         if not numbered:
             return None
         folder = numbered[-1][1]
