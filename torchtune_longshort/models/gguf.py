@@ -34,6 +34,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
+from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
     remove_abandoned, remove_made_folders,
@@ -162,6 +163,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     kw = dict(gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+    as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     _note_family(model.config.to_dict(), gguf)
     if hasattr(model.config, "quantization_config"):
