@@ -115,7 +115,9 @@ def _fake_conversion(monkeypatch, tokenizer_dir):
                                    num_attention_heads=2, num_key_value_heads=1)
     model = transformers.LlamaForCausalLM(cfg)
     tok = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
+    loaded = dict(missing_keys=[], unexpected_keys=[], mismatched_keys=[], error_msgs=[])
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: (model, loaded) if k.get("output_loading_info") else model)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
     return model
 
@@ -483,8 +485,9 @@ def test_a_gguf_of_a_family_the_recipe_does_not_build_converts_with_a_note(tmp_p
 
     cfg = transformers.Gemma2Config(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                     num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    loaded = dict(missing_keys=[], unexpected_keys=[], mismatched_keys=[], error_msgs=[])
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: transformers.Gemma2ForCausalLM(cfg))
+                        lambda *a, **k: (transformers.Gemma2ForCausalLM(cfg), loaded))
     tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
     gguf = _tiny_gguf(tmp_path / "g.gguf")

@@ -161,7 +161,9 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     require_gguf()
     _check_readable(gguf)
     kw = dict(gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype), **kw)
+    model, loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype),
+                                                         output_loading_info=True, **kw)
+    _check_complete(gguf, type(model).__name__, loaded)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
     as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
@@ -216,18 +218,36 @@ def _hf_folder_hint(path: Path) -> str:
 
 def _check_readable(gguf: Path, shown: str = "") -> None:
     """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
-    (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback)."""
+    (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback), or when it holds no
+    tensors (a vocabulary-only file, as llama.cpp's ``ggml-vocab-*.gguf``: transformers built the random model its
+    header describes, 7B parameters for Llama-2's, and ran out of memory)."""
     from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
 
+    given, shown = shown, shown or f"--gguf {str(gguf)!r}"
     with open(gguf, "rb") as f:  # another format (a checkpoint's model.safetensors) is no corrupt GGUF to fetch again
         if f.read(4) != b"GGUF":
-            raise ValueError(f"{shown or f'--gguf {str(gguf)!r}'} is not a GGUF file (it does not start with the "
-                             f"bytes GGUF){'' if shown else _hf_folder_hint(gguf)}")
+            raise ValueError(f"{shown} is not a GGUF file (it does not start with the "
+                             f"bytes GGUF){'' if given else _hf_folder_hint(gguf)}")
     try:
-        GGUFReader(str(gguf))
+        reader = GGUFReader(str(gguf))
     except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
-        raise ValueError(f"{shown or f'--gguf {str(gguf)!r}'} is not a readable GGUF file ({type(e).__name__}: "
+        raise ValueError(f"{shown} is not a readable GGUF file ({type(e).__name__}: "
                          f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
+    if not reader.tensors:
+        raise ValueError(f"{shown} holds no tensors (a vocabulary-only GGUF): convert the model's GGUF, the one with "
+                         "its weights")
+
+
+def _check_complete(gguf: Path, model: str, loaded: dict) -> None:
+    """``ValueError`` naming ``gguf`` when transformers left weights of ``model`` out of it (``loaded``: its
+    ``output_loading_info``): a weight the file lacks, or one of another shape, was started random and saved
+    without a word (exit 0; a 'MISSING' note among transformers' output)."""
+    mismatched = [k[0] if isinstance(k, tuple) else k for k in loaded.get("mismatched_keys") or []]
+    bad = [*(loaded.get("missing_keys") or []), *mismatched]
+    if bad:
+        raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
+                         f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
+                         "start them random: the file is incomplete, or of a layout transformers does not map")
 
 
 def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:

@@ -1,6 +1,6 @@
 """`--gguf F --out DIR` on GGUF files of the kinds users have, written here with the gguf package (skipped without it):
 the converted folder's tokenizer encodes as the file's own runtime does (llama.cpp, which encodes a SentencePiece
-vocabulary as sentencepiece does)."""
+vocabulary as sentencepiece does); a file without the weights its header describes is refused, nothing written."""
 
 from pathlib import Path
 
@@ -13,9 +13,10 @@ pytest.importorskip("gguf")
 TEXTS = [" Hello world", "  two spaces", "   three\n    four", "Hello, world!", " (", "\tTab", "a  b   c"]
 
 
-def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True) -> Path:
+def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=()) -> Path:
     """A tiny random Llama GGUF (hidden 16, one layer) whose vocabulary is the SentencePiece model ``sp_model`` (the
-    fields llama.cpp's converter writes for one: pieces, scores, piece types)."""
+    fields llama.cpp's converter writes for one: pieces, scores, piece types); the tensors named in ``drop`` left
+    out (all of them: ``drop="*"``)."""
     from gguf import GGUFWriter
     from sentencepiece import sentencepiece_model_pb2 as pb
 
@@ -34,8 +35,9 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
               "blk.0.attn_k.weight": (8, dim), "blk.0.attn_v.weight": (8, dim), "blk.0.attn_output.weight": (dim, dim),
               "blk.0.ffn_gate.weight": (ffn, dim), "blk.0.ffn_up.weight": (ffn, dim),
               "blk.0.ffn_down.weight": (dim, ffn)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    for name, shape in shapes.items() if drop != "*" else ():
+        if name not in drop:
+            w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     return path
 
@@ -63,3 +65,21 @@ def test_a_sentencepiece_gguf_converts_to_a_tokenizer_that_encodes_as_sentencepi
     for text in TEXTS:
         assert tok(text)["input_ids"] == [reference.bos_id()] + reference.encode(text), text
         assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == reference.decode(reference.encode(text))
+
+
+@pytest.mark.parametrize("drop, needle", [
+    ("*", "holds no tensors (a vocabulary-only GGUF): convert the model's GGUF"),
+    (("blk.0.ffn_down.weight", "output_norm.weight"), "lacks 2 weight(s) of its LlamaForCausalLM (or holds them in "
+     "another shape): model.layers.0.mlp.down_proj.weight, model.norm.weight; transformers would start them random")])
+def test_a_gguf_without_its_weights_is_refused_before_anything_is_written(tmp_path, sp_tokenizer_dir, capsys, drop,
+                                                                          needle):
+    # a vocabulary-only GGUF (llama.cpp's ggml-vocab-llama-spm.gguf) made transformers build the random 7B model its
+    # header describes (killed after 300 s); one without some weights converted with those started random, exit 0
+    from torchtune_longshort.models.gguf import main
+
+    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes(), drop=drop)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "conv")])
+    err = capsys.readouterr().err  # transformers' progress bars come first once it has read the file
+    assert exit_info.value.code == 2 and err.count("error:") == 1 and needle in err.splitlines()[-1], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
