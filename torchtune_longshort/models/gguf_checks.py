@@ -1,0 +1,51 @@
+"""What a GGUF file must hold for :func:`~torchtune_longshort.models.gguf.convert_gguf` to convert it: checks that
+refuse, in one line naming the file, what transformers would otherwise convert wrongly or end in a traceback on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def hf_folder_hint(path: Path) -> str:
+    """For a ``--gguf`` that is no GGUF file: the Hugging Face checkpoint folder it is (or is in), which needs no
+    conversion; else the GGUF files of the folder it is."""
+    folder = path if path.is_dir() else path.parent
+    if (folder / "config.json").is_file():
+        return (f": {str(folder)!r} is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass "
+                "it as checkpoint_dir= (the recipe) or pretrained= (longshort-eval)")
+    found = sorted(p.name for p in folder.glob("*.gguf")) if path.is_dir() else []
+    return f": name a GGUF file in it ({', '.join(found[:3])})" if found else ""
+
+
+def check_readable(gguf: Path, shown: str = "") -> None:
+    """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
+    (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback), or when it holds no
+    tensors (a vocabulary-only file, as llama.cpp's ``ggml-vocab-*.gguf``: transformers built the random model its
+    header describes, 7B parameters for Llama-2's, and ran out of memory)."""
+    from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
+
+    given, shown = shown, shown or f"--gguf {str(gguf)!r}"
+    with open(gguf, "rb") as f:  # another format (a checkpoint's model.safetensors) is no corrupt GGUF to fetch again
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{shown} is not a GGUF file (it does not start with the "
+                             f"bytes GGUF){'' if given else hf_folder_hint(gguf)}")
+    try:
+        reader = GGUFReader(str(gguf))
+    except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
+        raise ValueError(f"{shown} is not a readable GGUF file ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
+    if not reader.tensors:
+        raise ValueError(f"{shown} holds no tensors (a vocabulary-only GGUF): convert the model's GGUF, the one with "
+                         "its weights")
+
+
+def check_complete(gguf: Path, model: str, loaded: dict) -> None:
+    """``ValueError`` naming ``gguf`` when transformers left weights of ``model`` out of it (``loaded``: its
+    ``output_loading_info``): a weight the file lacks, or one of another shape, was started random and saved
+    without a word (exit 0; a 'MISSING' note among transformers' output)."""
+    mismatched = [k[0] if isinstance(k, tuple) else k for k in loaded.get("mismatched_keys") or []]
+    bad = [*(loaded.get("missing_keys") or []), *mismatched]
+    if bad:
+        raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
+                         f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
+                         "start them random: the file is incomplete, or of a layout transformers does not map")
