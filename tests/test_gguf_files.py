@@ -13,11 +13,12 @@ pytest.importorskip("gguf")
 TEXTS = [" Hello world", "  two spaces", "   three\n    four", "Hello, world!", " (", "\tTab", "a  b   c"]
 
 
-def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=()) -> Path:
+def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=(), q_type=None) -> Path:
     """A tiny random Llama GGUF (hidden 16, one layer) whose vocabulary is the SentencePiece model ``sp_model`` (the
     fields llama.cpp's converter writes for one: pieces, scores, piece types); the tensors named in ``drop`` left
-    out (all of them: ``drop="*"``)."""
-    from gguf import GGUFWriter
+    out (all of them: ``drop="*"``); ``q_type``: a GGMLQuantizationType the ffn_down weight is stored in
+    (zero blocks)."""
+    from gguf import GGUFWriter, quants
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     m = pb.ModelProto()
@@ -36,7 +37,10 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
               "blk.0.ffn_gate.weight": (ffn, dim), "blk.0.ffn_up.weight": (ffn, dim),
               "blk.0.ffn_down.weight": (dim, ffn)}
     for name, shape in shapes.items() if drop != "*" else ():
-        if name not in drop:
+        if q_type is not None and name == "blk.0.ffn_down.weight":
+            block, size = quants.GGML_QUANT_SIZES[q_type]
+            w.add_tensor(name, np.zeros((shape[0], shape[1] * size // block), np.uint8), raw_dtype=q_type)
+        elif name not in drop:
             w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     return path
@@ -75,11 +79,42 @@ def test_a_gguf_without_its_weights_is_refused_before_anything_is_written(tmp_pa
                                                                           needle):
     # a vocabulary-only GGUF (llama.cpp's ggml-vocab-llama-spm.gguf) made transformers build the random 7B model its
     # header describes (killed after 300 s); one without some weights converted with those started random, exit 0
+    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes(), drop=drop)
+    _refused(gguf, tmp_path, capsys, needle)
+
+
+@pytest.mark.parametrize("q_type", ["Q8_1", "F64", 99])
+def test_a_tensor_type_the_gguf_package_cannot_dequantize_is_refused_naming_it(tmp_path, sp_tokenizer_dir, capsys,
+                                                                                 q_type):
+    # a type gguf knows but does not dequantize (Q8_1, F64, Q1_0 in gguf 0.19) ended in its NotImplementedError
+    # traceback, exit 1; a type id it does not know (a newer llama.cpp's) was "truncated or corrupt; fetch it again"
+    import struct
+
+    from gguf import GGMLQuantizationType
+
+    model = (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes()
+    if q_type == 99:
+        gguf = sentencepiece_gguf(tmp_path / "m.gguf", model)
+        data = bytearray(gguf.read_bytes())  # the tensor table: name, n_dims (u32), dims (u64 each), type (u32)
+        at = data.index(b"blk.0.attn_q.weight") + len(b"blk.0.attn_q.weight")
+        struct.pack_into("<I", data, at + 4 + 8 * struct.unpack_from("<I", data, at)[0], 99)
+        gguf.write_bytes(bytes(data))
+        needle = "holds a tensor of type 99, which the gguf package (gguf "
+    else:
+        gguf = sentencepiece_gguf(tmp_path / "m.gguf", model, q_type=GGMLQuantizationType[q_type])
+        needle = f"holds blk.0.ffn_down.weight in {q_type}, which the gguf package (gguf "
+    line = _refused(gguf, tmp_path, capsys, needle)
+    assert line.endswith(": pip install -U gguf, or convert another quantization of the model (F16, BF16, Q8_0, the "
+                         "Q*_K ones)"), line
+
+
+def _refused(gguf: Path, tmp_path: Path, capsys, needle: str) -> str:
+    """``--gguf gguf`` is refused in one line holding ``needle``, exit 2, nothing written beside ``gguf``: the line."""
     from torchtune_longshort.models.gguf import main
 
-    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes(), drop=drop)
     with pytest.raises(SystemExit) as exit_info:
         main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "conv")])
     err = capsys.readouterr().err  # transformers' progress bars come first once it has read the file
     assert exit_info.value.code == 2 and err.count("error:") == 1 and needle in err.splitlines()[-1], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
+    return err.splitlines()[-1]

@@ -3,7 +3,10 @@ refuse, in one line naming the file, what transformers would otherwise convert w
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+UPGRADE = "pip install -U gguf, or convert another quantization of the model (F16, BF16, Q8_0, the Q*_K ones)"
 
 
 def hf_folder_hint(path: Path) -> str:
@@ -32,11 +35,43 @@ def check_readable(gguf: Path, shown: str = "") -> None:
     try:
         reader = GGUFReader(str(gguf))
     except Exception as e:  # noqa: BLE001 - the reader raises what numpy and struct raise on bad bytes
+        unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(e))
+        if unknown:  # read as a corrupt file ("fetch it again"): a whole file of a newer llama.cpp's is not
+            raise ValueError(f"{shown} holds a tensor of type {unknown.group(1)}, which the gguf package "
+                             f"({_version()}) does not know (a newer llama.cpp's quantization): {UPGRADE}") from None
         raise ValueError(f"{shown} is not a readable GGUF file ({type(e).__name__}: "
                          f"{' '.join(str(e).split())[:160]}): it is truncated or corrupt; fetch it again") from None
     if not reader.tensors:
         raise ValueError(f"{shown} holds no tensors (a vocabulary-only GGUF): convert the model's GGUF, the one with "
                          "its weights")
+    _check_types(reader.tensors, shown)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"gguf {version('gguf')}"
+    except PackageNotFoundError:
+        return "gguf"
+
+
+def _check_types(tensors, shown: str) -> None:
+    """``ValueError`` naming a tensor of a type the gguf package cannot dequantize (Q1_0, F64, I8 ... in gguf 0.19),
+    which transformers asks it to: the conversion ended in its ``NotImplementedError`` traceback (exit 1). One
+    zero block of each type is dequantized here, before the model is built."""
+    import numpy as np
+    from gguf import quants
+
+    first = {}
+    for t in tensors:
+        first.setdefault(t.tensor_type, t.name)
+    for qtype, name in first.items():
+        try:
+            quants.dequantize(np.zeros((1, quants.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+        except NotImplementedError:
+            raise ValueError(f"{shown} holds {name} in {qtype.name}, which the gguf package ({_version()}) cannot "
+                             f"dequantize: {UPGRADE}") from None
 
 
 def check_complete(gguf: Path, model: str, loaded: dict) -> None:
