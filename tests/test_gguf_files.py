@@ -118,3 +118,17 @@ def _refused(gguf: Path, tmp_path: Path, capsys, needle: str) -> str:
     assert exit_info.value.code == 2 and err.count("error:") == 1 and needle in err.splitlines()[-1], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
     return err.splitlines()[-1]
+
+
+def test_an_architecture_transformers_does_not_convert_is_refused_naming_the_file_and_what_converts(tmp_path, capsys):
+    # transformers' "GGUF model with architecture rwkv6 is not supported yet." named neither the file nor a fix
+    from gguf import GGUFWriter
+
+    gguf = tmp_path / "m.gguf"
+    w = GGUFWriter(str(gguf), "rwkv6")
+    w.add_tensor("token_embd.weight", np.zeros((8, 16), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    line = _refused(gguf, tmp_path, capsys, f"--gguf {str(gguf)!r} is a rwkv6 model (its general.architecture), which "
+                    "transformers does not convert from GGUF: convert a GGUF of an architecture this project trains: "
+                    "llama (")
+    assert line.endswith("mistral, qwen2, phi3"), line

@@ -34,7 +34,9 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
-from torchtune_longshort.models.gguf_checks import check_complete, check_readable, hf_folder_hint
+from torchtune_longshort.models.gguf_checks import (
+    check_complete, check_readable, hf_folder_hint, unsupported_architecture,
+)
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
@@ -162,8 +164,11 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     require_gguf()
     check_readable(gguf)
     kw = dict(gguf_file=gguf.name)
-    model, loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype),
-                                                         output_loading_info=True, **kw)
+    try:
+        model, loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=getattr(torch, dtype),
+                                                             output_loading_info=True, **kw)
+    except ValueError as e:
+        raise unsupported_architecture(gguf, e) from None
     check_complete(gguf, type(model).__name__, loaded)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
     as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space

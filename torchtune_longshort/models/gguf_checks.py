@@ -84,3 +84,19 @@ def check_complete(gguf: Path, model: str, loaded: dict) -> None:
         raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
                          f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
                          "start them random: the file is incomplete, or of a layout transformers does not map")
+
+
+# GGUF architectures whose transformers conversion is a family this project trains (models.families): Mistral's
+# GGUFs say llama (llama.cpp converts them so); transformers reads no GGUF of Gemma (1), only Gemma-2/3/4
+TRAINED = "llama (Llama-2/3, SmolLM2, TinyLlama, Mistral), mistral, qwen2, phi3"
+
+
+def unsupported_architecture(gguf: Path, error: ValueError) -> ValueError:
+    """The refusal for transformers' ``GGUF model with architecture bert is not supported yet.`` (``error``; any
+    other ValueError comes back as it is): it named neither the file nor what converts."""
+    found = re.match(r"GGUF model with architecture (\S+) is not supported yet", str(error))
+    if not found:
+        return error
+    return ValueError(f"--gguf {str(gguf)!r} is a {found.group(1)} model (its general.architecture), which "
+                      "transformers does not convert from GGUF: convert a GGUF of an architecture this project "
+                      f"trains: {TRAINED}")
