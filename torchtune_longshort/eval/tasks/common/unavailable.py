@@ -204,14 +204,44 @@ def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
 
 
 # ------------------------------------------------------------------------------------------------ the model
+def evaluated_model() -> Optional[Any]:
+    """The model instance lm-eval's evaluator is running in this call stack (``lm`` of ``lm_eval.evaluator``'s
+    ``evaluate``, or of ``simple_evaluate`` once it has built it: tasks load after the model there), unwrapped from
+    ``--use_cache``'s ``CachingLM``; None outside them (a task loaded before ``evaluate``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "lm_eval.evaluator" and frame.f_locals.get("lm") is not None:
+            lm = frame.f_locals["lm"]
+            caching = getattr(sys.modules.get("lm_eval.api.model"), "CachingLM", None)
+            return lm.lm if caching is not None and isinstance(lm, caching) else lm
+        frame = frame.f_back
+    return None
+
+
+def _name_of(lm: Any) -> Optional[str]:
+    """``longshort`` or ``hf`` for an instance of those models' classes (a subclass too), else None. A class is
+    looked up only where its module is loaded: an instance of it needs it loaded."""
+    for name, module, cls in ((LONGSHORT_MODEL, "torchtune_longshort.eval.model.adapter", "LongShortLM"),
+                              ("hf", "lm_eval.models.huggingface", "HFLM")):
+        found = getattr(sys.modules.get(module), cls, None)
+        if found is not None and isinstance(lm, found):
+            return name
+    return None
+
+
 def model_of(metadata: Mapping[str, Any]) -> Optional[str]:
     """The lm-eval model a task runs under, from its metadata (:data:`MODEL_KEY`, set by the pack's CLI wrapper
-    ``longshort-eval``). Without that key: ``None`` when the ``longshort`` model's module is loaded in this process
-    (Python API callers; the model cannot be told), else the ``--model`` of this process's command line (stock
-    ``lm-eval``, which has no ``longshort`` model: it has no plugin entry point), else :data:`OTHER_MODEL`."""
+    ``longshort-eval``). Without that key: the class of the model lm-eval's evaluator runs, where it is the
+    ``longshort`` or the ``hf`` model (:func:`evaluated_model`: ``simple_evaluate`` / ``evaluate`` from Python,
+    handed a name or an instance); else ``None`` when the ``longshort`` model's module is loaded in this process
+    (the model cannot be told), else the ``--model`` of this process's command line (stock ``lm-eval``, which has
+    no ``longshort`` model: it has no plugin entry point), else :data:`OTHER_MODEL`."""
     model = metadata.get(MODEL_KEY)
     if model:
         return str(model)
+    lm = evaluated_model()
+    if lm is not None and _name_of(lm):
+        return _name_of(lm)
     if "torchtune_longshort.eval.model.adapter" in sys.modules:
         return None
     argv = list(sys.argv)
@@ -252,7 +282,8 @@ def model_positions(metadata: Mapping[str, Any]) -> Optional[int]:
     for key in ("max_position_embeddings", "n_positions", "n_ctx"):
         if isinstance(cfg.get(key), int):
             return int(cfg[key])
-    return None
+    length = getattr(evaluated_model(), "max_length", None)  # an hf instance from Python: the length it cuts to
+    return length if isinstance(length, int) and not isinstance(length, bool) else None
 
 
 def _local_config(pretrained: Any) -> Optional[Dict[str, Any]]:

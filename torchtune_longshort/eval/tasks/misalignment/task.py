@@ -29,8 +29,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from lm_eval.api.instance import Instance
 
 from torchtune_longshort.eval.tasks import MIS_DEFAULT_SEED, TASK_FAMILIES, VALUE_KINDS, divergence_names
-from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
-from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset
+from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_from_metadata, per_length
+from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset, unsent_request
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES
@@ -90,12 +90,17 @@ class MisalignmentTask(PackTask):
     def __init__(self, config: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         # lm-eval's TaskConfig accepts only its own output types; the one set here is the request the placeholder
         # row sends, and OUTPUT_TYPE becomes REQUEST_TYPE once there is data (lm-eval pads ranks by it).
+        self._told: set = set()  # the lengths whose refusal at construct_requests was logged
         super().__init__(config={**(config or {}), "output_type": PLACEHOLDER_REQUEST}, **kwargs)
+
+    def _needs_longshort(self) -> str | None:
+        metadata = {**(self.config.metadata or {}), **(self.config.dataset_kwargs or {})}
+        return needs_longshort(self.config.task or FAMILY.task, metadata,
+                               "it compares full next-token distributions, request type " + REQUEST_TYPE)
 
     def download(self, dataset_kwargs: Dict[str, Any] | None = None, **kwargs: Any) -> None:
         metadata = {**(self.config.metadata or {}), **(self.config.dataset_kwargs or {})}
-        reason = needs_longshort(self.config.task or FAMILY.task, metadata,
-                                 "it compares full next-token distributions, request type " + REQUEST_TYPE)
+        reason = self._needs_longshort()
         if reason:
             def refuse(length: int) -> List[Dict[str, Any]]:
                 raise TaskDataError(reason)
@@ -117,6 +122,14 @@ class MisalignmentTask(PackTask):
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
         if reason_of(doc):
             return super().construct_requests(doc, ctx, **kwargs)  # unsent, with the reason
+        # a task loaded before lm-eval's evaluate() was handed the model (Python callers) is told the model here
+        refused = self._needs_longshort()
+        if refused:
+            where = f"{self.config.task or FAMILY.task} at length {length_label(int(doc['length']))}"
+            if where not in self._told:
+                self._told.add(where)
+                logger.error("%s: %s -- no score for it (the results file gives this reason)", where, refused)
+            return unsent_request(PLACEHOLDER_REQUEST, doc, (doc["text"],), f"{where}: {refused}", kwargs["metadata"])
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
         given = (self.config.metadata or {}).get("mis_divergences")
