@@ -66,3 +66,29 @@ def test_misalignment_under_an_hf_instance_is_nan_with_its_reason_not_an_attribu
     assert reason.startswith("longshort_misalignment at length 64: needs --model longshort") and \
         "this run uses --model hf" in reason, reason
     assert math.isfinite(out["results"]["longshort_ppl"]["ppl_64,none"])
+
+
+def test_a_task_manager_of_ones_own_takes_the_tokenizer_of_the_model_evaluated(hf_folder):
+    """lm-eval's way: ``simple_evaluate(model=..., model_args="pretrained=...", task_manager=TaskManager(
+    include_path=...))``. simple_evaluate puts model_args into the tasks' metadata only in a TaskManager it builds,
+    so every length was NaN with 'needs the model's tokenizer: pass it in --model_args', which the user had done.
+    Now the task reads the tokenizer of the model lm-eval runs, and both models score the same perplexity."""
+    from lm_eval import simple_evaluate
+
+    meta = {"max_seq_lengths": "64", "ppl_source": "stdlib", "ppl_num_samples": 1}
+    ppl = {}
+    for model, args in (("longshort", f"pretrained={hf_folder}"), ("hf", f"pretrained={hf_folder},dtype=float32")):
+        out = simple_evaluate(model=model, model_args=args, device="cpu", tasks=["longshort_ppl"],
+                              task_manager=_task_manager(meta), bootstrap_iters=0)
+        assert "not_scored" not in out["configs"]["longshort_ppl"], out["configs"]["longshort_ppl"]["not_scored"]
+        ppl[model] = out["results"]["longshort_ppl"]["ppl_64,none"]
+    assert math.isfinite(ppl["hf"]) and ppl["longshort"] == pytest.approx(ppl["hf"], rel=1e-5)
+
+
+def test_a_task_loaded_without_a_model_or_tokenizer_says_where_python_gives_it():
+    """Tasks loaded before any model (``get_task_dict``, then ``evaluate``) with no tokenizer: the reason names the
+    TaskManager's metadata, where a Python caller gives it (it named --model_args alone)."""
+    task = _task_manager({"max_seq_lengths": "64", "ppl_source": "stdlib"}).load(["longshort_ppl"])["tasks"][
+        "longshort_ppl"]
+    reason = task.dataset["test"][0]["error"]
+    assert "needs the model's tokenizer" in reason and 'TaskManager(metadata={"tokenizer": "<path>"})' in reason

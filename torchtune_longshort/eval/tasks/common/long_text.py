@@ -25,7 +25,8 @@ from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
-from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, TooFewSequences, guard_hub_iteration
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    TaskDataError, TooFewSequences, guard_hub_iteration, model_tokenizer_path)
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +88,22 @@ class TaskTokenizer:
 def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
     """The model's tokenizer from lm-eval's task metadata (``model_args`` merged with ``--metadata``).
 
-    Looks at ``tokenizer``, then ``checkpoint_dir`` (``longshort``), then ``pretrained`` (``hf``).
+    Looks at ``tokenizer``, then ``checkpoint_dir`` (``longshort``), then ``pretrained`` (``hf``), then at the
+    model lm-eval's evaluator runs (:func:`.unavailable.model_tokenizer_path`: Python callers with a TaskManager of
+    their own, whose metadata ``simple_evaluate`` leaves without ``model_args``).
     """
     for key in ("tokenizer", "checkpoint_dir", "pretrained"):
         value = metadata.get(key)
         if isinstance(value, (str, os.PathLike)) and str(value):  # a Path from Python callers, as the models take
             return TaskTokenizer(str(value))
+    path = model_tokenizer_path()  # from Python: the model lm-eval runs (model_args reach no TaskManager of yours)
+    if path:
+        return TaskTokenizer(path)
     raise TaskDataError(
         "this task sizes its samples in tokens and needs the model's tokenizer: pass it in --model_args "
-        "(tokenizer=..., checkpoint_dir=... or pretrained=...) or --metadata '{\"tokenizer\": \"<path>\"}'"
+        "(tokenizer=..., checkpoint_dir=... or pretrained=...) or --metadata '{\"tokenizer\": \"<path>\"}' "
+        "(from Python, a TaskManager of your own: TaskManager(metadata={\"tokenizer\": \"<path>\"}), as "
+        "lm-eval's simple_evaluate puts model_args there only in the TaskManager it builds)"
     )
 
 

@@ -229,6 +229,17 @@ def _name_of(lm: Any) -> Optional[str]:
     return None
 
 
+def model_tokenizer_path() -> Optional[str]:
+    """The tokenizer folder or file of the model lm-eval's evaluator runs (the ``longshort`` model's, or ``hf``'s
+    local folder), for a task whose metadata names none: from Python, ``simple_evaluate`` puts ``model_args`` into
+    the tasks' metadata only where it builds the ``TaskManager`` itself, and the pack's tasks need one given."""
+    lm = evaluated_model()
+    name = _name_of(lm) if lm is not None else None
+    tokenizer = getattr(lm, "tokenizer", None)
+    path = getattr(tokenizer, "path" if name == LONGSHORT_MODEL else "name_or_path", None) if name else None
+    return str(path) if isinstance(path, (str, os.PathLike)) and Path(path).exists() else None
+
+
 def model_of(metadata: Mapping[str, Any]) -> Optional[str]:
     """The lm-eval model a task runs under, from its metadata (:data:`MODEL_KEY`, set by the pack's CLI wrapper
     ``longshort-eval``). Without that key: the class of the model lm-eval's evaluator runs, where it is the
