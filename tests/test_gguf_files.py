@@ -18,20 +18,30 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
     fields llama.cpp's converter writes for one: pieces, scores, piece types); the tensors named in ``drop`` left
     out (all of them: ``drop="*"``); ``q_type``: a GGMLQuantizationType the ffn_down weight is stored in
     (zero blocks)."""
-    from gguf import GGUFWriter, quants
+    from gguf import GGUFWriter
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     m = pb.ModelProto()
     m.ParseFromString(sp_model)
-    w, rng, dim, ffn = GGUFWriter(str(path), "llama"), np.random.default_rng(0), 16, 32
-    w.add_context_length(64), w.add_embedding_length(dim), w.add_block_count(1), w.add_feed_forward_length(ffn)
-    w.add_head_count(2), w.add_head_count_kv(1), w.add_layer_norm_rms_eps(1e-5), w.add_rope_dimension_count(8)
+    w = GGUFWriter(str(path), "llama")
     w.add_tokenizer_model("llama"), w.add_tokenizer_pre("default")
     w.add_token_list([p.piece for p in m.pieces]), w.add_token_scores([p.score for p in m.pieces])
     w.add_token_types([int(p.type) for p in m.pieces])
     w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_unk_token_id(0), w.add_add_bos_token(True)
     w.add_add_space_prefix(add_space_prefix)
-    shapes = {"token_embd.weight": (len(m.pieces), dim), "output_norm.weight": (dim,),
+    _with_weights(w, len(m.pieces), drop, q_type)
+    return path
+
+
+def _with_weights(w, vocab_size: int, drop=(), q_type=None) -> None:
+    """``w`` (a GGUFWriter of a Llama GGUF, its tokenizer fields given) with the weights of a tiny random Llama
+    (hidden 16, one layer), written and closed."""
+    from gguf import quants
+
+    rng, dim, ffn = np.random.default_rng(0), 16, 32
+    w.add_context_length(64), w.add_embedding_length(dim), w.add_block_count(1), w.add_feed_forward_length(ffn)
+    w.add_head_count(2), w.add_head_count_kv(1), w.add_layer_norm_rms_eps(1e-5), w.add_rope_dimension_count(8)
+    shapes = {"token_embd.weight": (vocab_size, dim), "output_norm.weight": (dim,),
               "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
               "blk.0.attn_k.weight": (8, dim), "blk.0.attn_v.weight": (8, dim), "blk.0.attn_output.weight": (dim, dim),
               "blk.0.ffn_gate.weight": (ffn, dim), "blk.0.ffn_up.weight": (ffn, dim),
@@ -43,7 +53,6 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
         elif name not in drop:
             w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    return path
 
 
 @pytest.mark.parametrize("add_space_prefix", [True, False])
@@ -69,6 +78,86 @@ def test_a_sentencepiece_gguf_converts_to_a_tokenizer_that_encodes_as_sentencepi
     for text in TEXTS:
         assert tok(text)["input_ids"] == [reference.bos_id()] + reference.encode(text), text
         assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == reference.decode(reference.encode(text))
+
+
+def byte_level_gguf(path: Path, pre: str) -> Path:
+    """A tiny random Llama GGUF whose vocabulary is a byte-level BPE one (``tokenizer.ggml.model`` gpt2, as SmolLM2's)
+    with pre-type ``pre``: the 256 byte symbols, :data:`MERGES` and ``<|endoftext|>``."""
+    from gguf import GGUFWriter
+
+    tokens = _byte_level_vocab()
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre(pre), w.add_token_list(tokens)
+    w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens]), w.add_token_merges(MERGES)
+    w.add_bos_token_id(len(tokens) - 1), w.add_eos_token_id(len(tokens) - 1), w.add_add_bos_token(False)
+    _with_weights(w, len(tokens))
+    return path
+
+
+# merges across digits and the spaces before them: where a split of each digit first encodes otherwise
+MERGES = ["Ġ Ġ", "ĠĠ ĠĠ", "Ċ ĠĠĠĠ", "ĠĠĠĠ ĠĠĠĠ", "Ġ 1", "1 2", "Ġ1 2", "2 0", "20 2", "Ġ 0", "Ġ x", "x 1",
+          "Ġ =", "Ġx 1", "ĊĠĠĠĠ ĠĠĠĠ", "ĠĠĠĠ 0"]
+DIGIT_TEXTS = ["x = 12", "\n        0", "2024 is 1202", "  12 x1 x12", "v1.20\t 3", "１２ ٣٤", "a\n\n  2020\n"]
+
+
+def _byte_level_vocab() -> list:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    symbols = list(bytes_to_unicode().values())
+    merged = [a + b for a, b in (m.split(" ") for m in MERGES)]
+    return symbols + [m for m in dict.fromkeys(merged) if m not in symbols] + ["<|endoftext|>"]
+
+
+def _hub_reference(pre_tokenizer: dict):
+    """A ``tokenizers`` Tokenizer of :data:`MERGES`'s vocabulary with ``pre_tokenizer`` (a tokenizer.json's)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    vocab = {t: i for i, t in enumerate(_byte_level_vocab())}
+    return Tokenizer.from_str(json.dumps({
+        "version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": pre_tokenizer,
+        "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "vocab": vocab, "merges": MERGES, "dropout": None, "unk_token": None}}))
+
+
+# the hub SmolLM2-135M(-Instruct) tokenizer.json's pre_tokenizer (StarCoder's alike): llama.cpp's SMOLLM split
+HUB_SMOLLM2 = {"type": "Sequence", "pretokenizers": [
+    {"type": "Digits", "individual_digits": True},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+
+
+@pytest.mark.parametrize("pre", ["smollm", "starcoder", "refact"])
+def test_a_smollm_gguf_converts_to_a_tokenizer_that_splits_each_digit_as_the_hub_one(tmp_path, pre, capsys):
+    # transformers ignores tokenizer.ggml.pre "smollm": the converted tokenizer.json had ByteLevel alone, and
+    # "\n        0" or "2024" encoded otherwise than SmolLM2 was trained with (6 of 40 stdlib .py files differed)
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models.gguf import convert_gguf
+
+    out = convert_gguf(byte_level_gguf(tmp_path / "m.gguf", pre), tmp_path / "conv")
+    tok, reference = AutoTokenizer.from_pretrained(str(out)), _hub_reference(HUB_SMOLLM2)
+    assert [tok(t, add_special_tokens=False)["input_ids"] for t in DIGIT_TEXTS + TEXTS] == [
+        reference.encode(t).ids for t in DIGIT_TEXTS + TEXTS]
+    assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pre, note", [("gpt-2", False), ("deepseek-coder", True)])
+def test_a_byte_level_pre_type_splits_as_gpt2_and_one_this_converter_does_not_know_is_noted(tmp_path, capsys, pre,
+                                                                                            note):
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models.gguf import convert_gguf
+
+    gguf = byte_level_gguf(tmp_path / "m.gguf", pre)
+    tok = AutoTokenizer.from_pretrained(str(convert_gguf(gguf, tmp_path / "conv")))
+    gpt2 = _hub_reference({"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True})
+    assert [tok(t)["input_ids"] for t in DIGIT_TEXTS] == [gpt2.encode(t).ids for t in DIGIT_TEXTS]
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == ([f"note: --gguf {str(gguf)!r} splits text as llama.cpp's pre-tokenizer 'deepseek-coder' "
+                      "(tokenizer.ggml.pre), which neither transformers nor this converter knows: its tokenizer.json "
+                      "splits as GPT-2 does, and may encode some texts (digits, whitespace) otherwise than llama.cpp"]
+                     if note else [])
 
 
 @pytest.mark.parametrize("drop, needle", [
