@@ -2,6 +2,7 @@
 huggingface_hub reads them, and a refusal that names the variable when the cache cannot be made."""
 
 import ast
+import json
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -130,14 +131,14 @@ def test_a_model_converted_before_xdg_cache_home_was_read_is_found(tmp_path, mon
     name = "smollm2-135m-instruct"
     before = tmp_path / "home" / ".cache" / "torchtune_longshort" / name
     before.mkdir(parents=True)
-    (before / g.DONE_MARK).write_text("{}\n")
+    (before / g.DONE_MARK).write_text(json.dumps({"conversion": g.CONVERSION}) + "\n")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(g, "require_gguf", lambda: pytest.fail("fetched a model the cache of before holds"))
     assert g.pypi_model(name) == before
     assert g.pypi_model_dir(name) == before
     chosen = tmp_path / "xdg" / "torchtune_longshort" / name  # converted there too: that one, as cache_dir says
     chosen.mkdir(parents=True)
-    (chosen / g.DONE_MARK).write_text("{}\n")
+    (chosen / g.DONE_MARK).write_text(json.dumps({"conversion": g.CONVERSION}) + "\n")
     assert g.pypi_model(name) == chosen
     (chosen / g.DONE_MARK).unlink()
     monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "mine"))  # given: the one place looked at

