@@ -92,3 +92,36 @@ def test_a_task_loaded_without_a_model_or_tokenizer_says_where_python_gives_it()
         "longshort_ppl"]
     reason = task.dataset["test"][0]["error"]
     assert "needs the model's tokenizer" in reason and 'TaskManager(metadata={"tokenizer": "<path>"})' in reason
+
+
+def _passkey_512_tasks(hf_folder):
+    """A 512-token passkey task loaded once, before any model (``get_task_dict``), for two ``evaluate`` calls."""
+    from lm_eval.tasks import get_task_dict
+
+    meta = {"tokenizer": str(hf_folder), "max_seq_lengths": "512", "passkey_num_samples": 1, "passkey_depths": [0]}
+    return get_task_dict(["longshort_passkey"], _task_manager(meta))
+
+
+def _evaluate_passkey(tasks, model, folder):
+    """``evaluate`` of the passkey task under ``hf`` (256 positions) or ``longshort`` (YaRN x2: 512 covered):
+    its ``acc_512`` and its ``not_scored`` reasons."""
+    from lm_eval.api.registry import get_model
+    from lm_eval.evaluator import evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=str(folder), dtype="float32", device="cpu") if model == "hf" else \
+        get_model("longshort").create_from_arg_string(f"pretrained={folder},rope=yarn,rope_factor=2", {"device": "cpu"})
+    out = evaluate(lm=lm, task_dict=tasks, bootstrap_iters=0)
+    return out["results"]["longshort_passkey"]["acc_512,none"], out["configs"]["longshort_passkey"].get("not_scored")
+
+
+def test_a_task_dict_evaluated_by_longshort_then_hf_is_refused_under_hf(hf_folder):
+    """One task dict, ``evaluate`` under longshort, then under hf (a user comparing the two): the task kept the
+    first model's limits (none: longshort refuses for itself), so hf got the 512-token prompt, cut it from the left
+    and scored it (acc 0.0, no reason). Now the limits are those of the model each ``evaluate`` runs."""
+    tasks = _passkey_512_tasks(hf_folder)
+    acc, reasons = _evaluate_passkey(tasks, "longshort", hf_folder)
+    assert math.isfinite(acc) and reasons is None, reasons
+    acc, reasons = _evaluate_passkey(tasks, "hf", hf_folder)
+    assert math.isnan(acc), acc
+    assert reasons and all("--model hf can take (max_length=256" in r for r in reasons), reasons

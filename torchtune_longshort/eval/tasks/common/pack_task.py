@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -61,6 +62,7 @@ from torchtune_longshort.eval.tasks.common.unavailable import (
     NOT_SCORED_LENGTHS_KEY,
     RefusedText,
     TaskDataError,
+    evaluated_model,
     model_of,
     model_positions,
     placeholder,
@@ -122,7 +124,9 @@ class PackTask(ConfigurableTask):
         super().__init__(config=config, **kwargs)
         self.not_scored: Dict[str, int] = {}
         self.not_scored_lengths: Dict[str, int] = {}  # length label -> samples not scored (length-swept tasks)
-        self._other_limits: Any = None  # RequestLimits of a model other than longshort; False: none known
+        # (a weak reference to the evaluated model, its RequestLimits when not longshort; False: none known):
+        # a task dict loaded once may be evaluated with two models in turn (Python callers comparing them)
+        self._other_limits: Any = None
         self._counter: Any = None  # the model's tokenizer (counts prompt tokens); False: unavailable
         self.ignored: List[str] = []  # lm-eval options this task ignored (TaskFamily.fixed_context)
         self.left_out: List[str] = []  # the length x depth cells --limit left without a document (_check_limit)
@@ -259,11 +263,16 @@ class PackTask(ConfigurableTask):
         return limits.refuse(self.config.task, plan) if plan.reason else ""
 
     def _limits_of_other_model(self) -> Optional[RequestLimits]:
-        if self._other_limits is None:
+        lm = evaluated_model()
+        if self._other_limits is None or self._other_limits[0]() is not lm:
             meta = dict(self.config.metadata or {})
             n = model_positions(meta)
-            self._other_limits = RequestLimits.of_other_model(str(model_of(meta)), n) if n else False
-        return self._other_limits or None
+            try:
+                ref = weakref.ref(lm) if lm is not None else (lambda: None)
+            except TypeError:  # a model that takes no weak reference: asked again at each request
+                ref = object  # (a new object each call: never the model)
+            self._other_limits = (ref, RequestLimits.of_other_model(str(model_of(meta)), n) if n else False)
+        return self._other_limits[1] or None
 
     def _count_tokens(self, text: str) -> int:
         """Prompt tokens with BOS, by the model's tokenizer from the metadata; 0 when it cannot be loaded (then
