@@ -125,3 +125,13 @@ def test_a_task_dict_evaluated_by_longshort_then_hf_is_refused_under_hf(hf_folde
     acc, reasons = _evaluate_passkey(tasks, "hf", hf_folder)
     assert math.isnan(acc), acc
     assert reasons and all("--model hf can take (max_length=256" in r for r in reasons), reasons
+
+
+def test_a_task_dict_evaluated_again_gives_the_reasons_of_that_run_alone(hf_folder):
+    """The same task dict under hf (refused: NaN with hf's reason), then under longshort (scored): the longshort
+    results file listed hf's reason under not_scored beside its score, as the task summed reasons over runs."""
+    tasks = _passkey_512_tasks(hf_folder)
+    acc, reasons = _evaluate_passkey(tasks, "hf", hf_folder)
+    assert math.isnan(acc) and reasons, reasons
+    acc, reasons = _evaluate_passkey(tasks, "longshort", hf_folder)
+    assert math.isfinite(acc) and reasons is None, reasons

@@ -185,6 +185,7 @@ class PackTask(ConfigurableTask):
             _tell_once("cache", "--cache_requests: the pack's tasks do not use lm-eval's request cache (its key "
                        "leaves out the --metadata each builds its documents from); their requests are built again")
         kwargs.update(cache_requests=False, rewrite_requests_cache=False)
+        self.not_scored, self.not_scored_lengths = {}, {}  # this run's reasons (a task dict may be evaluated again)
         self._check_limit(kwargs.get("limit"), kwargs.get("samples"))
         if _seed_given():
             _tell_once("seed", "--seed does not change the pack's data: its tasks draw from their own --metadata "
