@@ -105,3 +105,31 @@ def test_a_registered_samplers_reach_is_checked_against_the_models_positions(mon
         build_position_sampler(cfg, drawn - 1, 0, None)
     sampler, _ = build_position_sampler(cfg, reach, 0, None)
     assert sampler.position_bound == reach
+
+
+class _OwnRandomPositions:
+    """A sampler of one's own written before ``position_bound`` (a ``max_position``, as random_pos has)."""
+
+    def __init__(self, max_position: int) -> None:
+        self.max_position = max_position
+
+    def sample(self, batch_size: int, seq_len: int, generator=None):
+        import torch
+
+        return torch.randperm(self.max_position, generator=generator)[:seq_len].sort().values.expand(batch_size, -1)
+
+
+def test_a_sampler_of_ones_own_without_position_bound_is_still_checked_by_its_max_position():
+    """The setup read ``max_position`` / ``target_len`` until 6065b68, which asks ``position_bound`` alone: a
+    sampler of one's own with ``max_position`` 1024 on a 256-position model then went unchecked before training.
+    Reference: the positions it draws."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.training.data_setup import build_position_sampler
+
+    cfg = OmegaConf.create({"_component_": f"{__name__}._OwnRandomPositions", "max_position": 1024})
+    assert int(_OwnRandomPositions(1024).sample(1, 512, torch.Generator().manual_seed(0)).max()) >= 256
+    with pytest.raises(ValueError, match=r"^position_sampler draws positions up to 1024, above the model's "
+                                         r"max_seq_len=256: "):
+        build_position_sampler(cfg, 256, 0, None)

@@ -146,6 +146,8 @@ def build_position_sampler(
     if not hasattr(sampler, "sample"):
         raise ValueError(f"position_sampler: {node._component_} has no sample(batch_size, seq_len, generator)")
     bound = getattr(sampler, "position_bound", None)  # the sampler's own answer (its parameter's name is its own)
+    if bound is None:  # a sampler of one's own written before position_bound: the names the setup read then
+        bound = getattr(sampler, "max_position", None) or getattr(sampler, "target_len", None)
     if model_max_len is not None and bound is not None and bound > model_max_len:
         raise ValueError(
             f"position_sampler draws positions up to {bound}, above the model's max_seq_len={model_max_len}: scale "
