@@ -152,3 +152,14 @@ def test_temporary_folders_a_killed_process_left_are_removed_by_the_next_one(tmp
     left = sorted(p.name for p in tmp_path.iterdir() if p != mine)
     assert left == [".model.converting_fresh", ".model.training_old", "model.converting_old"]
     assert capsys.readouterr().err.count("removed 1 temporary folder(s) a killed process left") == 1
+
+
+@pytest.mark.parametrize("option, fix", [("--out", "choose another --out,"),
+                                         ("the model folder in LONGSHORT_CACHE", "choose another folder,")])
+def test_a_refusal_names_what_to_choose_in_words_that_read(tmp_path, option, fix):
+    # the model cache's refusal read "choose another the model folder in LONGSHORT_CACHE"
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileExistsError) as err:
+        check_output_folder(tmp_path, option, ["*"], lambda folder: False)
+    assert str(err.value).endswith(f"refusing to overwrite; {fix} or move those away")
+    assert (tmp_path / "config.json").read_text() == "{}"

@@ -334,9 +334,12 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
     ours, killed = earlier(folder), set(read_names(folder / WRITING) or [])  # and what a killed run had written
     foreign = [] if ours is True else [n for n in present if n not in killed and (ours is False or n not in ours)]
     if foreign:
+        # an option or field is named again ("choose another --out"); a description of where, such as the model
+        # cache's folder ("the model folder in LONGSHORT_CACHE"), is not a noun to choose another of
+        other = f"another {option}" if " " not in option else "another folder"
         raise FileExistsError(
             f"{option}={str(folder)!r} holds {', '.join(map(repr, foreign[:5]))}{' ...' if len(foreign) > 5 else ''}, "
-            f"which no earlier run there wrote: refusing to overwrite; choose another {option}, or move those away")
+            f"which no earlier run there wrote: refusing to overwrite; choose {other}, or move those away")
 
 
 def plain_file_mode(*paths: Union[str, Path]) -> None:
