@@ -160,6 +160,8 @@ def test_an_unsupported_family_is_refused_listing_the_supported_ones(family_dirs
     assert f"model_type={model_type!r}" in msg and all(name in msg for name in MODEL_FAMILIES)
     if why:
         assert why in msg
+    # a text family transformers runs names lm-eval's hf as the way to evaluate it; the vision one does not
+    assert ("lm-eval's --model hf evaluates it" in msg) == (model_type in ("gemma2", "qwen3"))
 
 
 def test_llama_with_biases_or_another_head_size_or_a_windowed_qwen2_is_refused_naming_the_folder(family_dirs, tmp_path):

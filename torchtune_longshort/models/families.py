@@ -226,6 +226,7 @@ LEFT_OUT = {
               "cross-attention layers (llama3_2_vision), not a RoPE decoder of text alone",
     "qwen3": "torchtune 0.6.1 has no Qwen3 builder: the qwen2 one lacks Qwen3's per-head q/k RMSNorm",
 }
+VISION_LEFT_OUT = ("mllama",)  # of LEFT_OUT: no model of text alone, for this package or lm-eval's hf
 
 
 def supported() -> str:
@@ -243,7 +244,9 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
         if f.matches(config):
             return f
     mt = config.get("model_type")
-    why = f" ({LEFT_OUT[mt]})" if mt in LEFT_OUT else ""
+    # a text model transformers runs is still evaluated by lm-eval's own model (the vision one is no text model)
+    hint = "; lm-eval's --model hf evaluates it" if mt in LEFT_OUT and mt not in VISION_LEFT_OUT else ""
+    why = f" ({LEFT_OUT[mt]}{hint})" if mt in LEFT_OUT else ""
     raise UnsupportedModelError(
         f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
         f"model family{why}. Supported: {supported()}"
