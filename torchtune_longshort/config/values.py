@@ -3,6 +3,7 @@ value and what would be accepted. The sections' :func:`~.fields.setting` declara
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import tempfile
@@ -96,8 +97,8 @@ class UnwritablePath(Refusal, PermissionError):
 def check_creatable(path: str, value: str, writable: bool = False) -> None:
     """A folder the run creates at ``value`` (field ``path``) if it is absent: an existing one must be a folder (with
     ``writable``, one that takes new entries), an absent one's nearest existing parent a folder that takes new
-    folders. That is tried (a folder made there and removed at once): neither a root user's permission bits nor the
-    mount flags of ``/proc`` or ``/sys`` say it."""
+    folders. That is tried (:func:`_refuses_new_folder`, which leaves the folder as it was, its mtime too): neither
+    a root user's permission bits nor the mount flags of ``/proc`` or ``/sys`` say it."""
     p = Path(value)
     if p.exists():
         if not p.is_dir():
@@ -121,8 +122,8 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
 
 def refuses_writes(path: Path) -> Optional[str]:
     """Why the existing folder ``path`` takes no new file, or the existing file ``path`` cannot be written (tried:
-    a folder made there and removed at once, the file opened for writing and closed unchanged; immutable, read-only
-    mount, permissions), None when it can."""
+    :func:`_refuses_new_folder`; the file opened for writing and closed unchanged; immutable, read-only mount,
+    permissions), None when it can."""
     return _refuses_new_folder(path) if path.is_dir() else _refuses_write(path)
 
 
@@ -134,8 +135,23 @@ def _refuses_write(file: Path) -> Optional[str]:
     return None
 
 
+# O_TMPFILE's "no such operation" (a file system without it, /proc, a kernel before 3.11 that reads it as O_DIRECTORY)
+_NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOTSUP}
+
+
 def _refuses_new_folder(folder: Path) -> Optional[str]:
-    """Why ``folder`` does not take a new folder (one is made there and removed at once), None when it does."""
+    """Why ``folder`` does not take a new entry, None when it does. Tried with an unnamed file in it (O_TMPFILE: the
+    folder's permission, immutable flag and mount are asked as for a new entry, and no entry is made, so the
+    folder's mtime stays: a refused run leaves it as it was); where the file system has no O_TMPFILE, with a folder
+    made there and removed at once."""
+    tmpfile = getattr(os, "O_TMPFILE", None)
+    if tmpfile is not None:
+        try:
+            os.close(os.open(folder, tmpfile | os.O_WRONLY, 0o600))
+            return None
+        except OSError as e:
+            if e.errno not in _NO_TMPFILE:
+                return e.strerror or str(e)
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".longshort_check_", dir=folder))
     except OSError as e:

@@ -4,8 +4,8 @@
 with "did you mean" (torchtune's own names too), each value checked with its field named, each ``_component_`` node
 checked before it is built where its arguments can be, then the rules between fields (:mod:`.rules`), the tokenizer
 built and checked against the model (:mod:`.tokenizer_check`) and the output folder's rules and inputs
-(:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here leaves a file or a folder behind (whether a
-folder the run will create can be created is tried: one made and removed at once,
+(:mod:`.inputs`), its paths resolved once (:mod:`.paths`). Nothing here writes a file or changes a folder, its mtime
+included (whether a folder the run will create can be created is tried with an unnamed file,
 :func:`~torchtune_longshort.config.values.check_creatable`).
 """
 

@@ -1,0 +1,59 @@
+"""A refused command leaves the user's folders exactly as they were, their mtimes included: the checks that ask
+whether a folder takes new entries (``check_creatable``, ``refuses_writes``) made a folder there and removed it,
+which set the folder's mtime to the refusal's time (a refused ``resume=True`` changed those of ``output_dir``,
+``logs/`` and ``recipe_state/``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.config import values
+from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
+
+OLD_NS = 1_500_000_000_123_456_789  # a time no check can give a folder it touches (2017)
+
+
+def tree(root: Path):
+    """Every path under ``root`` (``root`` too) with its size and mtime_ns."""
+    paths = [root, *sorted(root.rglob("*"))]
+    return [(str(p.relative_to(root)), p.lstat().st_size, p.lstat().st_mtime_ns) for p in paths]
+
+
+def aged_run(root: Path) -> Path:
+    """A run-shaped folder whose every entry has an old mtime."""
+    out = root / "out"
+    (out / "logs").mkdir(parents=True)
+    (out / "recipe_state").mkdir()
+    (out / "recipe_state" / "step_2.pt").write_bytes(b"x" * 10)
+    (out / "metrics.jsonl").write_text("{}\n")
+    for p in [*sorted(out.rglob("*"), reverse=True), out, root]:
+        os.utime(p, ns=(OLD_NS, OLD_NS))
+    return out
+
+
+def test_the_writable_checks_leave_every_mtime(tmp_path):
+    out = aged_run(tmp_path)
+    before = tree(tmp_path)
+    check_creatable("output_dir", str(out), writable=True)
+    check_creatable("metric_logger.log_dir", str(out / "logs"), writable=True)
+    check_creatable("profiler.output_dir", str(out / "profiling_outputs" / "x"), writable=True)  # its parent asked
+    for p in (out / "recipe_state", out / "logs", out / "metrics.jsonl"):
+        assert refuses_writes(p) is None
+    assert tree(tmp_path) == before
+
+
+def test_a_folder_that_takes_no_entry_is_still_refused():
+    assert refuses_writes(Path("/proc/self")) is not None  # root's permission bits say it takes writes
+    with pytest.raises(UnwritablePath, match="does not take new"):
+        check_creatable("--out", "/proc/self", writable=True)
+    with pytest.raises(UnwritablePath, match="cannot be created"):
+        check_creatable("--out", "/proc/longshort_x/y")
+
+
+def test_without_o_tmpfile_the_folder_probe_still_decides(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    assert values._refuses_new_folder(tmp_path) is None
+    assert values._refuses_new_folder(Path("/proc")) is not None
