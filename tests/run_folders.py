@@ -48,3 +48,22 @@ def commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
     if state:
         staged_state_path(staged).write_bytes(b"state")
     return ckpts.commit(staged, step)
+
+
+OLD_NS = 1_500_000_000_123_456_789  # a time (2017) no command can give a folder it touches
+
+
+def stat_tree(folder: Path):
+    """Every path under ``folder`` (``folder`` too) with its size and mtime_ns: what a refusal must leave as it was."""
+    return [(str(p.relative_to(folder)), p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in [folder, *sorted(folder.rglob("*"))]]
+
+
+def aged(folder: Path):
+    """``folder``'s every entry given an old mtime (a change made within the same clock tick shows), then its
+    :func:`stat_tree`."""
+    import os
+
+    for p in [*sorted(folder.rglob("*"), reverse=True), folder]:
+        os.utime(p, ns=(OLD_NS, OLD_NS), follow_symlinks=False)
+    return stat_tree(folder)

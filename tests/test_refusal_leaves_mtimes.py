@@ -10,39 +10,30 @@ from pathlib import Path
 
 import pytest
 
+from run_folders import aged, stat_tree
 from torchtune_longshort.config import values
 from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 
-OLD_NS = 1_500_000_000_123_456_789  # a time no check can give a folder it touches (2017)
-
-
-def tree(root: Path):
-    """Every path under ``root`` (``root`` too) with its size and mtime_ns."""
-    paths = [root, *sorted(root.rglob("*"))]
-    return [(str(p.relative_to(root)), p.lstat().st_size, p.lstat().st_mtime_ns) for p in paths]
-
 
 def aged_run(root: Path) -> Path:
-    """A run-shaped folder whose every entry has an old mtime."""
+    """A folder shaped as a run's (its mtimes aged by the test)."""
     out = root / "out"
     (out / "logs").mkdir(parents=True)
     (out / "recipe_state").mkdir()
     (out / "recipe_state" / "step_2.pt").write_bytes(b"x" * 10)
     (out / "metrics.jsonl").write_text("{}\n")
-    for p in [*sorted(out.rglob("*"), reverse=True), out, root]:
-        os.utime(p, ns=(OLD_NS, OLD_NS))
     return out
 
 
 def test_the_writable_checks_leave_every_mtime(tmp_path):
     out = aged_run(tmp_path)
-    before = tree(tmp_path)
+    before = aged(tmp_path)
     check_creatable("output_dir", str(out), writable=True)
     check_creatable("metric_logger.log_dir", str(out / "logs"), writable=True)
     check_creatable("profiler.output_dir", str(out / "profiling_outputs" / "x"), writable=True)  # its parent asked
     for p in (out / "recipe_state", out / "logs", out / "metrics.jsonl"):
         assert refuses_writes(p) is None
-    assert tree(tmp_path) == before
+    assert stat_tree(tmp_path) == before
 
 
 def test_a_folder_that_takes_no_entry_is_still_refused():

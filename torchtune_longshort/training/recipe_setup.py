@@ -55,7 +55,7 @@ from torchtune_longshort.training.recipe_config import (
     load_tokenizer, resolved_config, written_names,
 )
 from torchtune_longshort.training.resume import (
-    apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer,
+    apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer, resume_changes,
 )
 
 log = utils.get_logger("INFO")
@@ -101,6 +101,8 @@ class RecipeSetup:
         self._seed_drawn = config_.seed is None
         self.seed = training.set_seed(seed=config_.seed, debug_mode=config_.cudnn_deterministic_mode)
         self._run_config = OmegaConf.to_container(cfg, resolve=True)  # saved with each step, compared on resume
+        if config_.resume:  # a change it refuses, refused before the lock file (compared again under the lock)
+            resume_changes(Path(config_.output_dir), self._run_config)
         if self._seed_drawn:
             self._record_seed(self.seed)
         self.output_dir = Path(config_.output_dir)
