@@ -216,7 +216,7 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
         recipe_main()
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 128 + signal.SIGINT and "a run it resumes is untouched" in line, line
-    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    assert stat_tree(run) == stats  # its lock file made and removed: the folder's mtime put back
 
 
 def _train(cfg):
@@ -456,17 +456,14 @@ def test_a_resume_of_a_finished_run_builds_and_writes_nothing(tmp_path, sp_token
     _train(_tiny_cfg(run, sp_tokenizer_dir))
     capsys.readouterr()
 
-    def files():  # (a folder's own time moves when the config check probes that it takes files)
-        return {str(p.relative_to(run)): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
-
-    before = files()
+    before = aged(run)  # files and folders, their mtimes too (the lock file made and removed moved the folder's)
     with caplog.at_level("INFO"):
         resumed = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True))
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Nothing to train")]
     assert said == [f"Nothing to train: resumed at step 1 ({run / 'step_1'}), and this run ends at step 1: "
                     "max_steps=1 (raise it to train on)"], caplog.text
     assert resumed.finished and getattr(resumed, "_model", None) is None
-    assert files() == before  # no log file, no metrics line, no checkpoint touched
+    assert stat_tree(run) == before  # no log file, no metrics line, no checkpoint touched, no mtime moved
     assert f"[longshort] checkpoint: {run / 'step_1'}" in capsys.readouterr().out
     more = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, max_steps=2))
     assert not more.finished and more.global_step == 2 and len(_losses(run)) == 2

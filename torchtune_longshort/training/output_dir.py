@@ -194,11 +194,13 @@ class OutputDirLock:
         self.existed: set = set()  # the files in those folders before this run (set by claim_output_dir)
         self.earlier_run: Optional[Tuple[Sequence[Input], Sequence[str]]] = None  # (protect, written_here) of an
         # earlier run that overwrite replaces, kept until clear_earlier_run
+        self._before: Optional[dict] = None  # the folder before the lock file was made (_entries)
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with folder_flock(self.path.parent):  # read, taken over and written by one start at a time
             for _ in range(2):
+                self._before = _entries(self.path.parent)  # after a stale lock's removal: the folder as it stands
                 try:
                     fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
@@ -304,9 +306,34 @@ class OutputDirLock:
                         self.record_written()
                 # a folder made read-only keeps its lock file: the next start takes it over (its process is gone);
                 # the error here hid the run's own last line under a traceback
-                with contextlib.suppress(OSError):
+                with folder_flock(folder), contextlib.suppress(OSError):  # no other start's lock between the two
                     self.path.unlink(missing_ok=True)
+                    self._put_back_mtime(folder)
         self.held = False
+
+    def _put_back_mtime(self, folder: Path) -> None:
+        """The folder's mtime as it was before the lock file, when nothing else in it was added, removed or replaced
+        since (a refused or a finished-already resume only made and removed the lock file, which set the folder's
+        mtime to that moment)."""
+        now = _entries(folder)
+        if self._before is None or now is None or self.made_folder:
+            return
+        (_, mtime), (atime, _) = self._before.pop(None), now.pop(None)
+        if now == self._before:
+            os.utime(folder, ns=(atime, mtime))
+
+
+def _entries(folder: Path) -> Optional[dict]:
+    """``folder``'s entries but its lock file (name: inode and mtime; a name added, removed or renamed over changes
+    them) and, under None, the folder's own atime and mtime; None where it cannot be read."""
+    try:
+        entries = {e.name: (e.inode(), e.stat(follow_symlinks=False).st_mtime_ns) for e in os.scandir(folder)}
+        st = folder.stat()
+    except OSError:
+        return None
+    entries[None] = (st.st_atime_ns, st.st_mtime_ns)
+    entries.pop(LOCK, None)
+    return entries
 
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
