@@ -79,6 +79,34 @@ def test_compare_refuses_window_bos_applies_max_steps_and_reads_a_left_out_key_a
         compare_resume_config(loss, {**loss, "loss": {"alpha": 0.2, "num_chunks": 4}})
 
 
+@pytest.mark.parametrize("start", ["folder", "scratch"])
+def test_a_rope_parameter_the_build_derives_compares_as_the_build_derives_it(start, tiny_llama2_dir):
+    """A YaRN run whose factor was left out (derived: max_seq_len over the start's positions, 512/256) refused
+    ``resume=True model.factor=2`` as ``model.factor: '<absent>' -> 2``, though the built model is the same. The
+    left-out factor now compares as the build derives it from the node (never from the saved step): the equal value
+    is no change, another is refused."""
+    from torchtune import config as tt_config
+
+    from torchtune_longshort.rope import rope_modules
+    from torchtune_longshort.training.recipe_config.rope_node import HF_DECODER, ROPE_SCALED
+
+    inner = {"_component_": HF_DECODER, "checkpoint_dir": str(tiny_llama2_dir)} if start == "folder" else {
+        "_component_": HF_DECODER, "family": "llama", "vocab_size": 512, "num_layers": 1, "num_heads": 2,
+        "num_kv_heads": 2, "embed_dim": 32, "max_seq_len": 256}
+    node = {"_component_": ROPE_SCALED, "method": "yarn", "max_seq_len": 512, "model": inner}
+    built = {m.factor for m in rope_modules(tt_config.instantiate(OmegaConf.create(node)))}  # the reference
+    assert built == {2.0}
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "model": node}
+    for given in (2, 2.0):
+        assert compare_resume_config(saved, {**saved, "model": {**node, "factor": given}}) == []
+        assert compare_resume_config({**saved, "model": {**node, "factor": given}}, saved) == []
+    with pytest.raises(ValueError, match=r"model\.factor: 2\.0 -> 3"):
+        compare_resume_config(saved, {**saved, "model": {**node, "factor": 3}})
+    # a longer target without a factor derives another one: refused as before
+    with pytest.raises(ValueError, match=r"model\.factor: 2\.0 -> 4\.0.*model\.max_seq_len: 512 -> 1024"):
+        compare_resume_config(saved, {**saved, "model": {**node, "max_seq_len": 1024}})
+
+
 @pytest.mark.parametrize("spelled", [float("inf"), "inf", ".inf", "Infinity"], ids=["yaml_inf", "inf", "dot_inf",
                                                                                    "Infinity"])
 def test_a_top_level_value_compares_as_the_typed_config_reads_it(spelled):

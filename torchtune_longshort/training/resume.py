@@ -23,7 +23,7 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints, read_rec
 from torchtune_longshort.config.fields import resume_policies, with_checked_values, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
-from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
+from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, scaling_start_of_node
 from torchtune_longshort.rope import ROPE_METHODS
 
 # {top-level key (or nested key a section ignores): exact / applied / ignored}, from the typed config's declarations.
@@ -88,6 +88,7 @@ def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = Non
         derived = set(method.default_kwargs(2, 1, {}))
         defaults.update({n: d for n, d in _signature_defaults(method).items()
                          if n not in _FROM_THE_MODEL and n not in method.learned_settings and n not in derived})
+        defaults.update(_derived_arguments(method, out, derived))
         defaults.update(method.kept_learned_settings(step_spec, out)[0])
     elif component != ROPE_SCALED:
         try:
@@ -100,6 +101,22 @@ def _with_argument_defaults(node: Any, step_spec: Optional[Dict[str, Any]] = Non
         if name not in out or (method is not None and out[name] is None):
             out[name] = default
     return out
+
+
+def _derived_arguments(method: Any, node: Dict[str, Any], derived: set) -> Dict[str, Any]:
+    """The ``derived`` arguments (YaRN's ``factor``, CLEX's ``t_max``, ``original_max_seq_len``) a ``rope_scaled``
+    node leaves out, as ``apply_rope_scaling`` derives them from the node: its ``max_seq_len`` over the length it
+    scales from (an inner ``hf_decoder`` folder's positions, :func:`~.recipe_config.rope_node.scaling_start_of_node`),
+    so ``model.factor=2`` on a run whose factor was 16384/8192 is no change. None where the node does not say it."""
+    start, target = scaling_start_of_node(node), node.get("max_seq_len")
+    if not isinstance(start, int) or not isinstance(target, int) or isinstance(target, bool):
+        return {}
+    given = {n: node[n] for n in derived if node.get(n) is not None}
+    try:
+        built = method.default_kwargs(target, start, given)
+    except (ValueError, TypeError, ZeroDivisionError):  # refused by the config check, not compared here
+        return {}
+    return {n: built[n] for n in derived if n not in given and n in built}
 
 
 def _signature_defaults(target: Any) -> Dict[str, Any]:

@@ -88,7 +88,7 @@ def _check_scaling_start(path: str, node: Mapping[str, Any]) -> None:
                                     other_start=f"set {path}.original_max_seq_len")
 
 
-def _scaling_start(node: Mapping[str, Any]) -> Optional[int]:
+def scaling_start_of_node(node: Mapping[str, Any]) -> Optional[int]:
     """The length ``rope_scaled`` scales from, where its node says it: ``original_max_seq_len``, the inner node's
     ``max_seq_len`` (an inner ``hf_decoder`` folder's: as the models say, ``scaling_start_of``), its folder's
     positions (plain RoPE there), or the length its own scaling started from (``apply_rope_scaling`` replaces a
@@ -113,7 +113,7 @@ def _check_factor(path: str, node: Mapping[str, Any]) -> None:
         check_factor(f"{path}.factor", node["factor"])
     # with a factor too: the scaled model covered fewer positions than its start (its config.json said so); the
     # rule is rope_scaled's own (from Python too)
-    check_scaling_target(node.get("method"), node.get("max_seq_len"), _scaling_start(node),
+    check_scaling_target(node.get("method"), node.get("max_seq_len"), scaling_start_of_node(node),
                          node.get("factor") is not None, f"{path}.max_seq_len")
 
 
@@ -121,7 +121,7 @@ def _check_rope_values(path: str, node: Mapping[str, Any]) -> None:
     """``rope_scaled`` over a plain-RoPE ``hf_decoder`` folder: the method's class built on the meta device (nothing
     allocated), so its own checks of its arguments (YaRN's ``attention_factor``, ``alpha`` < ``beta``, ...) run now,
     named under ``path``; before, they ran when the model was built, naming the bare argument (validate said OK)."""
-    inner, start, target = node.get("model"), _scaling_start(node), node.get("max_seq_len")
+    inner, start, target = node.get("model"), scaling_start_of_node(node), node.get("max_seq_len")
     if (node["_component_"] != ROPE_SCALED or node.get("method") not in ROPE_METHODS or not isinstance(start, int)
             or not isinstance(target, int) or not isinstance(inner, Mapping) or inner.get("_component_") != HF_DECODER
             or not inner.get("checkpoint_dir") or not Path(str(inner["checkpoint_dir"])).is_dir()):
