@@ -351,12 +351,16 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
 
     root = tmp_path.resolve()
     lock = root / f".{NAME}.lock"
-    inside, go, calls = threading.Event(), threading.Event(), []
+    inside, calls = threading.Event(), []
+    # one release per fetch: with one event, the second fetch could pass a release still set for the first (the
+    # main thread slow between join and clear, on a loaded machine) and fail before the third looked
+    go = [threading.Event(), threading.Event()]
 
     def download(cmd, **kwargs):  # each fetch pauses inside the lock, then its download fails
         calls.append(cmd)
+        release = go[len(calls) - 1]
         inside.set()
-        assert go.wait(30)
+        assert release.wait(30)
         return subprocess.CompletedProcess(cmd, 1, "", "no registry")
 
     monkeypatch.setattr(g.subprocess, "run", download)
@@ -377,9 +381,8 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
     time.sleep(0.5)  # the second waits on the first's lock file
     assert len(calls) == 1 and lock.exists()
     inside.clear()
-    go.set()
+    go[0].set()
     first.join(30)
-    go.clear()
     assert inside.wait(30) and len(calls) == 2  # the second holds the lock, in its download
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)  # a third process
     try:
@@ -387,7 +390,7 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(fd)
-        go.set()
+        go[1].set()
         second.join(30)
     assert len(errors) == 2 and sorted(p.name for p in root.iterdir()) == []  # its lock file, made there, removed
 
