@@ -13,11 +13,12 @@ pytest.importorskip("gguf")
 TEXTS = [" Hello world", "  two spaces", "   three\n    four", "Hello, world!", " (", "\tTab", "a  b   c"]
 
 
-def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=(), q_type=None) -> Path:
+def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=(), q_type=None,
+                       reshape=None) -> Path:
     """A tiny random Llama GGUF (hidden 16, one layer) whose vocabulary is the SentencePiece model ``sp_model`` (the
     fields llama.cpp's converter writes for one: pieces, scores, piece types); the tensors named in ``drop`` left
     out (all of them: ``drop="*"``); ``q_type``: a GGMLQuantizationType the ffn_down weight is stored in
-    (zero blocks)."""
+    (zero blocks); ``reshape``: {tensor name: the shape it is written in instead}."""
     from gguf import GGUFWriter
     from sentencepiece import sentencepiece_model_pb2 as pb
 
@@ -29,11 +30,11 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
     w.add_token_types([int(p.type) for p in m.pieces])
     w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_unk_token_id(0), w.add_add_bos_token(True)
     w.add_add_space_prefix(add_space_prefix)
-    _with_weights(w, len(m.pieces), drop, q_type)
+    _with_weights(w, len(m.pieces), drop, q_type, reshape)
     return path
 
 
-def _with_weights(w, vocab_size: int, drop=(), q_type=None) -> None:
+def _with_weights(w, vocab_size: int, drop=(), q_type=None, reshape=None) -> None:
     """``w`` (a GGUFWriter of a Llama GGUF, its tokenizer fields given) with the weights of a tiny random Llama
     (hidden 16, one layer), written and closed."""
     from gguf import quants
@@ -45,7 +46,7 @@ def _with_weights(w, vocab_size: int, drop=(), q_type=None) -> None:
               "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
               "blk.0.attn_k.weight": (8, dim), "blk.0.attn_v.weight": (8, dim), "blk.0.attn_output.weight": (dim, dim),
               "blk.0.ffn_gate.weight": (ffn, dim), "blk.0.ffn_up.weight": (ffn, dim),
-              "blk.0.ffn_down.weight": (dim, ffn)}
+              "blk.0.ffn_down.weight": (dim, ffn), **(reshape or {})}
     for name, shape in shapes.items() if drop != "*" else ():
         if q_type is not None and name == "blk.0.ffn_down.weight":
             block, size = quants.GGML_QUANT_SIZES[q_type]
@@ -163,12 +164,18 @@ def test_a_byte_level_pre_type_splits_as_gpt2_and_one_this_converter_does_not_kn
 @pytest.mark.parametrize("drop, needle", [
     ("*", "holds no tensors (a vocabulary-only GGUF): convert the model's GGUF"),
     (("blk.0.ffn_down.weight", "output_norm.weight"), "lacks 2 weight(s) of its LlamaForCausalLM (or holds them in "
-     "another shape): model.layers.0.mlp.down_proj.weight, model.norm.weight; transformers would start them random")])
+     "another shape): model.layers.0.mlp.down_proj.weight, model.norm.weight; transformers would start them random"),
+    ({"blk.0.ffn_up.weight": (24, 16)}, "lacks 1 weight(s) of its LlamaForCausalLM (or holds them in another shape): "
+     "model.layers.0.mlp.up_proj.weight; transformers would start them random")])
 def test_a_gguf_without_its_weights_is_refused_before_anything_is_written(tmp_path, sp_tokenizer_dir, capsys, drop,
                                                                           needle):
     # a vocabulary-only GGUF (llama.cpp's ggml-vocab-llama-spm.gguf) made transformers build the random 7B model its
-    # header describes (killed after 300 s); one without some weights converted with those started random, exit 0
-    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes(), drop=drop)
+    # header describes (killed after 300 s); one without some weights converted with those started random, exit 0;
+    # one with a weight of another shape (ffn_up 24 x 16 where its header says 32) ended in transformers'
+    # "RuntimeError: You set `ignore_mismatched_sizes` to `False`" traceback, exit 1
+    model = (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes()
+    gguf = sentencepiece_gguf(tmp_path / "m.gguf", model, **({"reshape": drop} if isinstance(drop, dict) else
+                                                              {"drop": drop}))
     _refused(gguf, tmp_path, capsys, needle)
 
 
