@@ -33,15 +33,18 @@ def _task_manager(meta):
     return TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
 
 
-def test_an_over_long_passkey_prompt_is_not_cut_by_hf_from_simple_evaluate(hf_folder):
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_an_over_long_passkey_prompt_is_not_cut_by_hf_from_simple_evaluate(hf_folder, tmp_path, use_cache):
     """A 512-token passkey prompt on a 256-position model: ``simple_evaluate(model="hf")`` sent it and hf cut it
     from the left (the needle at depth 0 gone), scored as a number; ``longshort-eval --model hf`` and the
-    ``longshort`` model refuse it. Now it is not sent from Python either: NaN, with hf's length named."""
+    ``longshort`` model refuse it. Now it is not sent from Python either: NaN, with hf's length named; also with
+    ``use_cache`` (lm-eval wraps hf in its ``CachingLM``, which the tasks look through)."""
     from lm_eval import simple_evaluate
 
     meta = {"pretrained": str(hf_folder), "max_seq_lengths": "512", "passkey_num_samples": 1, "passkey_depths": [0]}
     out = simple_evaluate(model="hf", model_args=f"pretrained={hf_folder},dtype=float32", device="cpu",
-                          tasks=["longshort_passkey"], task_manager=_task_manager(meta), bootstrap_iters=0)
+                          tasks=["longshort_passkey"], task_manager=_task_manager(meta), bootstrap_iters=0,
+                          use_cache=str(tmp_path / "cache") if use_cache else None)
     assert math.isnan(out["results"]["longshort_passkey"]["acc_512,none"])
     (reason,) = out["configs"]["longshort_passkey"]["not_scored"]
     assert "--model hf runs at most 256" in reason and "would cut them from the left: refused" in reason, reason
