@@ -34,6 +34,7 @@ def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tin
         line = fault_line(refused.value)
         assert line is not None and "\n" not in line
         assert f"{path} cannot be read as a recipe state" in line
+        assert ("(an empty file: " in line) == (keep_bytes == 0), line  # not torch's 'Ran out of input'
         assert f"checkpoint_dir={str(step)!r}" in line
     assert path.stat().st_size == keep_bytes and (step / "config.json").is_file()  # nothing removed
 
