@@ -151,3 +151,32 @@ def test_the_other_ranks_of_a_launch_do_not_take_rank_zeros_lock_for_another_run
     finally:
         (out / ".lock").unlink()
         lock.held = False
+
+
+@pytest.mark.parametrize("change", [None, "add", "remove", "replace"])
+def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in_it(tmp_path, change):
+    """The lock file made and removed set the folder's mtime (a refused or finished-already resume); its release puts
+    the mtime back, but not over a change of the run's own (a file added, removed or replaced while it held it):
+    the folder's mtime is the change's then, as the file system set it."""
+    from run_folders import OLD_NS
+    from torchtune_longshort.training.output_dir import OutputDirLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "a").write_text("x")
+    os.utime(out, ns=(OLD_NS, OLD_NS))
+    lock = OutputDirLock(out).acquire()
+    if change == "add":
+        (out / "b").write_text("y")
+    elif change == "remove":
+        (out / "a").unlink()
+    elif change == "replace":
+        (out / "new").write_text("z")
+        os.replace(out / "new", out / "a")
+    changed_at = out.stat().st_mtime_ns
+    lock.release()
+    assert not (out / ".lock").exists()
+    if change is None:
+        assert out.stat().st_mtime_ns == OLD_NS
+    else:
+        assert changed_at != OLD_NS and out.stat().st_mtime_ns >= changed_at
