@@ -48,3 +48,23 @@ def test_without_o_tmpfile_the_folder_probe_still_decides(tmp_path, monkeypatch)
     monkeypatch.delattr(os, "O_TMPFILE", raising=False)
     assert values._refuses_new_folder(tmp_path) is None
     assert values._refuses_new_folder(Path("/proc")) is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="a platform without O_TMPFILE takes the folder probe alone")
+@pytest.mark.parametrize("errno_name", ["EOPNOTSUPP", "EISDIR", "EINVAL"])
+def test_a_file_system_that_refuses_o_tmpfile_is_asked_with_the_folder_probe(tmp_path, monkeypatch, errno_name):
+    """A file system without O_TMPFILE (its 'operation not supported'; a kernel before 3.11 reads it as O_DIRECTORY)
+    takes new entries all the same: the folder probe decides, not O_TMPFILE's error."""
+    import errno
+
+    real_open = os.open
+
+    def no_tmpfile(path, flags, *args, **kwargs):
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    assert values._refuses_new_folder(tmp_path) is None
+    assert refuses_writes(tmp_path) is None
+    assert values._refuses_new_folder(Path("/proc")) is not None
