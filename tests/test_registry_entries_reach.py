@@ -62,6 +62,22 @@ def test_clex_training_length_is_still_refused_by_the_setup():
         check_built_model(_config(768), _built(rope), SimpleNamespace(vocab_size=8), {"method": "clex"})
 
 
+@pytest.mark.parametrize("seq_len", [32, 33])
+def test_clex_training_length_is_refused_where_a_drawn_position_reaches_max_seq_len(seq_len):
+    """At the boundary: seq_len 33 over L=16 at t_max=2 draws position 32 on a 32-position model (the last index is
+    31), refused; 32 draws up to 31, taken. Reference: the positions CLEX draws at t_max."""
+    import torch
+
+    rope = CLEXRoPE(16, 32, original_max_seq_len=16, t_max=2)
+    top = float(rope.sample_training_positions(seq_len, 2, torch.Generator().manual_seed(0)).max())
+    if top >= rope.max_seq_len:
+        with pytest.raises(ValueError, match=f"^seq_len={seq_len}: CLEX's training positions reach {top:.0f} "):
+            rope.check_training_length(seq_len)
+    else:
+        rope.check_training_length(seq_len)
+    assert (top >= rope.max_seq_len) == (seq_len == 33)
+
+
 class _StridedPositions:
     """A position-id sampler whose reach is its own parameter's: positions 0, stride, 2 stride, ..."""
 
@@ -119,17 +135,30 @@ class _OwnRandomPositions:
         return torch.randperm(self.max_position, generator=generator)[:seq_len].sort().values.expand(batch_size, -1)
 
 
-def test_a_sampler_of_ones_own_without_position_bound_is_still_checked_by_its_max_position():
+class _OwnSkippedPositions:
+    """A sampler of one's own written before ``position_bound`` with PoSE's parameter name, ``target_len``."""
+
+    def __init__(self, target_len: int) -> None:
+        self.target_len = target_len
+
+    def sample(self, batch_size: int, seq_len: int, generator=None):
+        import torch
+
+        return torch.randperm(self.target_len, generator=generator)[:seq_len].sort().values.expand(batch_size, -1)
+
+
+@pytest.mark.parametrize("cls, name", [(_OwnRandomPositions, "max_position"), (_OwnSkippedPositions, "target_len")])
+def test_a_sampler_of_ones_own_without_position_bound_is_checked_by_its_max_position_or_target_len(cls, name):
     """The setup read ``max_position`` / ``target_len`` until 6065b68, which asks ``position_bound`` alone: a
-    sampler of one's own with ``max_position`` 1024 on a 256-position model then went unchecked before training.
-    Reference: the positions it draws."""
+    sampler of one's own with ``max_position`` (or ``target_len``) 1024 on a 256-position model then went unchecked
+    before training. Reference: the positions it draws."""
     import torch
     from omegaconf import OmegaConf
 
     from torchtune_longshort.training.data_setup import build_position_sampler
 
-    cfg = OmegaConf.create({"_component_": f"{__name__}._OwnRandomPositions", "max_position": 1024})
-    assert int(_OwnRandomPositions(1024).sample(1, 512, torch.Generator().manual_seed(0)).max()) >= 256
+    cfg = OmegaConf.create({"_component_": f"{__name__}.{cls.__name__}", name: 1024})
+    assert int(cls(1024).sample(1, 512, torch.Generator().manual_seed(0)).max()) >= 256
     with pytest.raises(ValueError, match=r"^position_sampler draws positions up to 1024, above the model's "
                                          r"max_seq_len=256: "):
         build_position_sampler(cfg, 256, 0, None)
