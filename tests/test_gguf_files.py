@@ -128,7 +128,8 @@ HUB_SMOLLM2 = {"type": "Sequence", "pretokenizers": [
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
 
 
-@pytest.mark.parametrize("pre", ["smollm", "starcoder", "refact"])
+# llama.cpp's llama-vocab.cpp: one case of regex_exprs {\p{N}, GPT-2's} for these pre-types, GPT-2's alone for the others
+@pytest.mark.parametrize("pre", ["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"])
 def test_a_smollm_gguf_converts_to_a_tokenizer_that_splits_each_digit_as_the_hub_one(tmp_path, pre, capsys):
     # transformers ignores tokenizer.ggml.pre "smollm": the converted tokenizer.json had ByteLevel alone, and
     # "\n        0" or "2024" encoded otherwise than SmolLM2 was trained with (6 of 40 stdlib .py files differed)
@@ -143,7 +144,8 @@ def test_a_smollm_gguf_converts_to_a_tokenizer_that_splits_each_digit_as_the_hub
     assert "note:" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("pre, note", [("gpt-2", False), ("deepseek-coder", True)])
+@pytest.mark.parametrize("pre, note", [*((p, False) for p in ("gpt-2", "phi-2", "mpt", "olmo", "jais")),
+                                       ("deepseek-coder", True)])
 def test_a_byte_level_pre_type_splits_as_gpt2_and_one_this_converter_does_not_know_is_noted(tmp_path, capsys, pre,
                                                                                             note):
     from transformers import AutoTokenizer
