@@ -198,8 +198,8 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     first.cleanup()
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
     stats = aged(run)
-    with pytest.raises(ValueError) as err:
-        LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, resume=True, window_bos=True)).setup()
+    with pytest.raises(ValueError) as err:  # by the constructor: before the setup reads the tokenizer and data
+        LongShortFinetuneRecipe(_tiny_cfg(run, sp_tokenizer_dir, resume=True, window_bos=True))
     message = str(err.value)
     assert "\n" not in message
     assert "window_bos: False -> True" in message and "changes what the run trains" in message
