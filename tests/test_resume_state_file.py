@@ -61,3 +61,30 @@ def test_a_resume_whose_step_folder_was_renamed_says_so_not_start_again(tmp_path
         check_output_dir(run, resume=False, overwrite=True)
     (run / "best").rename(step)
     check_output_dir(run, resume=True, overwrite=False)
+
+
+def test_a_renamed_newest_step_is_named_when_an_older_step_could_be_resumed(tmp_path, tiny_llama2_dir):
+    """keep_recipe_states=2: step_1 and step_2 each with their state, step_2 renamed (``mv step_2 best``). resume=True
+    went on from step_1 without a word ('Resumed from .../step_1'), trained step 2 again and replaced the state of
+    the folder kept as 'best'; it now names that state and the folder to put back, as with one state."""
+    from run_folders import recipe_made
+    from torchtune_longshort.training.checkpointing import STAGING
+    from torchtune_longshort.training.output_dir import check_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 1, tiny_llama2_dir)
+    step = commit_step(run, 2, tiny_llama2_dir)
+    check_output_dir(run, resume=True, overwrite=False)
+    step.rename(run / "best")
+    assert StepCheckpoints(run).latest(resumable=True) == run / "step_1"  # what the resume went on from
+    with pytest.raises(FileNotFoundError) as refused:
+        check_output_dir(run, resume=True, overwrite=False)
+    line = fault_line(refused.value)
+    assert line is not None and "\n" not in line
+    assert f"recipe_state/step_2.pt is there, but not its folder step_2/: renamed or moved? put it back as " \
+           f"{str(step)!r}, then resume" in line
+    (run / STAGING).mkdir()  # a save replacing step_2 killed between its renames: step_2 set aside, no refusal
+    (run / "best").rename(run / STAGING / "old_step_2")
+    check_output_dir(run, resume=True, overwrite=False)
+    (run / STAGING / "old_step_2").rename(step)
+    check_output_dir(run, resume=True, overwrite=False)

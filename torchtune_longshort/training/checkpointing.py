@@ -132,13 +132,9 @@ class StepCheckpoints:
         before its first save leaves step_0, and advised overwrite_output_dir=True, which deletes that step."""
         numbered = sorted((int(m.group(1)), p) for p in (self.root.iterdir() if self.root.is_dir() else ())
                           if (m := STEP_PATTERN.match(p.name)) and p.is_dir() and int(m.group(1)) > 0)
-        # a newer state whose folder is gone: the folder renamed or moved (to keep it as 'best'), not a run that
-        # never saved (it was told to start again with overwrite_output_dir=True) nor an older step's missing state
-        lost = [k for p in self.states() if (k := int(p.stem.split("_")[1])) > (numbered[-1][0] if numbered else 0)
-                and not self.path(k).exists()]
+        lost = self.moved_step(numbered[-1][0] if numbered else 0)
         if lost:
-            return (f"{RECIPE_STATE_DIR}/step_{lost[-1]}.pt is there, but not its folder step_{lost[-1]}/: renamed or "
-                    f"moved? put it back as {str(self.path(lost[-1]))!r}, then resume")
+            return lost
         if not numbered:
             return None
         folder = numbered[-1][1]
@@ -148,6 +144,17 @@ class StepCheckpoints:
             return f"{folder.name} is not whole: {' '.join(str(e).split())}"
         return (f"{folder.name} is whole, but not its optimizer and data state {RECIPE_STATE_DIR}/{folder.name}.pt: "
                 f"to train on from its weights, start a new run with checkpoint_dir={str(folder)!r}")
+
+    def moved_step(self, after: int) -> Optional[str]:
+        """A recipe state newer than step ``after`` whose ``step_<k>/`` is gone (not set aside by a save that replaces
+        it): the folder renamed or moved (to keep it as 'best'), not a run that never saved nor an older step's
+        missing state; what to put back, or None."""
+        lost = [k for p in self.states() if (k := int(p.stem.split("_")[1])) > after and not self.path(k).exists()
+                and not (self.staging_root / f"old_step_{k}").is_dir()]
+        if not lost:
+            return None
+        return (f"{RECIPE_STATE_DIR}/step_{lost[-1]}.pt is there, but not its folder step_{lost[-1]}/: renamed or "
+                f"moved? put it back as {str(self.path(lost[-1]))!r}, then resume")
 
     def latest(self, resumable: bool = False) -> Optional[Path]:
         """The newest complete (``resumable``: and resumable) checkpoint folder, or None."""

@@ -96,6 +96,12 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             raise FileNotFoundError(
                 f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
                 f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from ({hint})")
+        latest = StepCheckpoints(out).latest(resumable=True)
+        moved = StepCheckpoints(out).moved_step(int(latest.name.split("_")[1])) if latest is not None else None
+        if moved:  # resumed from an older step, the run would train the moved one's steps again and replace its state
+            raise FileNotFoundError(f"resume=True would continue output_dir={str(out)!r} from {latest.name}, an older "
+                                    f"step than its newest: {moved} (or, to go on from {latest.name}, delete that "
+                                    "state)")
         foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
         if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
             first = foreign[0].split("/")[0]
