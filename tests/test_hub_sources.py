@@ -210,3 +210,26 @@ def test_a_stream_that_breaks_mid_run_saves_the_last_good_step(hub, monkeypatch,
     resumed.train()
     resumed.cleanup()
     assert (tmp_path / "out" / "step_8").is_dir()
+
+
+@pytest.mark.parametrize("where", ["dataset", "validation.dataset"])
+def test_the_config_check_refuses_redpajama_book_without_its_files_as_its_build_does(where, tmp_path):
+    # longshort-validate said OK to a shipped redpajama_book config left without dataset.data_files; tune run then
+    # refused it once the model had loaded. The reference is the builder's own refusal.
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.config.fields import build_section
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+    from torchtune_longshort.training.recipe_config.data import DataSourceConfig
+
+    for args in ({}, {"source": corpus.REDPAJAMA_1T, "data_files": "x.jsonl"}):
+        with source_names(SourceNames(where)), pytest.raises(ValueError) as built:
+            corpus.redpajama_book(**args)
+        node = OmegaConf.create({"_component_": "torchtune_longshort.data.corpus.redpajama_book", **args})
+        with pytest.raises(ValueError) as checked:
+            build_section(DataSourceConfig, OmegaConf.to_container(node), where)
+        assert str(checked.value) == str(built.value) and f"{where}.data_files" in str(checked.value)
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"text": "a book"}\n')
+    node = {"_component_": "torchtune_longshort.data.corpus.redpajama_book", "data_files": str(f)}
+    build_section(DataSourceConfig, node, where)  # named files: no refusal

@@ -313,6 +313,21 @@ def pg19(source: str = PG19_SOURCE, split: str = "train", streaming: bool = True
     return hf_text(source, split=split, **{"text_field": "text", **kwargs}, streaming=streaming)
 
 
+def check_redpajama_book_arguments(data_files: Any = None, source: Any = "json",
+                                   names: Optional[SourceNames] = None) -> None:
+    """``ValueError`` when :func:`redpajama_book` would read the taken-down 1T repository: no ``data_files`` for
+    the ``json`` source, or ``source`` that repository (asked when it is built, and by the recipe's config check
+    before anything is built, naming the config's keys by ``names``)."""
+    if source == REDPAJAMA_1T or (source == "json" and data_files is None):
+        names = names or SourceNames()
+        raise ValueError(
+            f"{names.where}: redpajama_book needs {names('data_files')}: {REDPAJAMA_1T} no longer serves its book "
+            "subset (taken down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name "
+            f"RedPajama's book JSON lines, e.g. {names('data_files')}=/data/redpajama/book/*.jsonl, or its sample's "
+            f"{REDPAJAMA_BOOK_SAMPLE}"
+        )
+
+
 def redpajama_book(
     data_files: Optional[Union[str, List[str], Dict[str, Any]]] = None,
     source: str = "json",
@@ -328,13 +343,6 @@ def redpajama_book(
     raises for ``book``) and ``datasets`` >= 4 runs no loading script. ``data_files`` names the books: your copy of
     RedPajama's ``book/*.jsonl``, or the 1T-Sample's book file (:data:`REDPAJAMA_BOOK_SAMPLE`, read from the hub).
     Without them, or with ``source`` the 1T repository, it is refused here, before any training."""
-    if source == REDPAJAMA_1T or (source == "json" and data_files is None):
-        names = current_names()
-        raise ValueError(
-            f"{names.where}: redpajama_book needs {names('data_files')}: {REDPAJAMA_1T} no longer serves its book "
-            "subset (taken down; its loading script, which datasets >= 4 does not run, raises for 'book'). Name "
-            f"RedPajama's book JSON lines, e.g. {names('data_files')}=/data/redpajama/book/*.jsonl, or its sample's "
-            f"{REDPAJAMA_BOOK_SAMPLE}"
-        )
+    check_redpajama_book_arguments(data_files, source, current_names())
     return hf_text(source, split=split, name=name, data_files=data_files, streaming=streaming,
                    **{"text_field": "text", **kwargs})

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from torchtune_longshort.data.corpus import TEXT_SUFFIXES, local_text, stdlib
+from torchtune_longshort.data.corpus import (
+    TEXT_SUFFIXES, check_redpajama_book_arguments, local_text, redpajama_book, stdlib,
+)
 from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
@@ -76,8 +78,12 @@ class DataSourceConfig(ComponentSection):
         return named_path(self.args, where) + named_files(self.args, where)
 
     def check(self, where: str) -> None:
-        if resolve_component(f"{where}._component_", self.component) is stdlib:  # refused when built, unnamed
+        component = resolve_component(f"{where}._component_", self.component)
+        if component is stdlib:  # refused when built, unnamed
             check_stdlib_arguments(**{k: v for k, v in self.args.items() if k in STDLIB_CHOICES}, where=where)
+        if component is redpajama_book:  # refused when built, after the model had loaded
+            check_redpajama_book_arguments(self.args.get("data_files"), self.args.get("source", "json"),
+                                           SourceNames(where))
         if SKIP_BAD_RECORDS in self.args and not self.takes_tokenizer:
             params = inspect.signature(resolve_component(f"{where}._component_", self.component)).parameters
             if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
