@@ -7,6 +7,7 @@ Reference: ``torch.load`` itself fails on each file (the file really is unreadab
 from __future__ import annotations
 
 import os
+import zipfile
 
 import pytest
 import torch
@@ -17,16 +18,21 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_s
 from torchtune_longshort.training.resume import read_resume_state
 
 
-@pytest.mark.parametrize("keep_bytes", [0, 1000])
+@pytest.mark.parametrize("keep_bytes", [0, 1000, -100])
 def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tiny_llama2_dir, keep_bytes):
+    # -100: the state's last 100 bytes cut (the zip's end record with them), as most cuts of a real state: torch
+    # says 'OSError: [Errno 22] Invalid argument' (not 'failed finding central directory'), which ended the resume
+    # in its traceback
     run = tmp_path / "run"
     step = commit_step(run, 4, tiny_llama2_dir)
     path = recipe_state_path(step)
     saved = {"step": 4, "optimizer": {"state": {0: {"exp_avg": torch.arange(5000.0)}}, "param_groups": []}}
     torch.save(saved, path)
     assert torch.equal(StepCheckpoints(run).newest_state()["optimizer"]["state"][0]["exp_avg"], torch.arange(5000.0))
+    keep_bytes = keep_bytes % path.stat().st_size
     os.truncate(path, keep_bytes)
-    with pytest.raises((RuntimeError, EOFError)):  # torch's own reading of the file: it is not a state
+    assert keep_bytes == 0 or not zipfile.is_zipfile(path)  # the reference: no zip's end record is left
+    with pytest.raises((RuntimeError, EOFError, OSError)):  # torch's own reading of the file: it is not a state
         torch.load(path, map_location="cpu", weights_only=False)
     for read in (lambda: StepCheckpoints(run).newest_state(), lambda: read_resume_state(step, {})):
         with pytest.raises(ValueError) as refused:
@@ -35,8 +41,37 @@ def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tin
         assert line is not None and "\n" not in line
         assert f"{path} cannot be read as a recipe state" in line
         assert ("(an empty file: " in line) == (keep_bytes == 0), line  # not torch's 'Ran out of input'
+        assert ": a file cut short by a copy or a full disk?)" in line, line
         assert f"checkpoint_dir={str(step)!r}" in line
     assert path.stat().st_size == keep_bytes and (step / "config.json").is_file()  # nothing removed
+
+
+@pytest.mark.parametrize("other", ["zip", "old_format"])
+def test_a_whole_file_that_is_no_recipe_state_is_refused_naming_torchs_error_not_a_cut(tmp_path, tiny_llama2_dir,
+                                                                                    other):
+    """Another whole file in the state's place (a zip archive of another program's; a state in torch's old format,
+    which the config check's memory-mapped read cannot map) was said to be 'a file cut short by a copy or a full
+    disk?'; the line now names torch's error, and asks whether another file was put there."""
+    run = tmp_path / "run"
+    step = commit_step(run, 4, tiny_llama2_dir)
+    path = recipe_state_path(step)
+    if other == "zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("notes.txt", "not a state")
+    else:
+        torch.save({"step": 4}, path, _use_new_zipfile_serialization=False)
+    assert zipfile.is_zipfile(path) == (other == "zip")  # whole: a zip archive with its end record, or no zip
+    with pytest.raises(RuntimeError) as torch_error:  # the reference: torch's own message for this file
+        torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    said = {"zip": "file in archive is not in a subdirectory: notes.txt",
+            "old_format": "mmap can only be used with files saved with"}[other]
+    assert said in str(torch_error.value)
+    with pytest.raises(ValueError) as refused:
+        StepCheckpoints(run).newest_state()
+    line = fault_line(refused.value)
+    assert line is not None and "\n" not in line
+    assert f"{path} cannot be read as a recipe state (torch.load: RuntimeError: " in line and said in line, line
+    assert "cut short" not in line and "another file put in its place?" in line, line
 
 
 def test_a_resume_whose_step_folder_was_renamed_says_so_not_start_again(tmp_path, tiny_llama2_dir):

@@ -26,6 +26,7 @@ import os
 import pickle
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any, List, Optional, Union
 
@@ -75,20 +76,49 @@ def recipe_state_path(step_dir: PathLike) -> Path:
 
 def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
     """The recipe state saved with the step folder ``step_dir`` (onto the CPU; ``mmap``: its tensors not read). A file
-    that does not load as one (cut short by a copy or a full disk, or another file put in its place) is refused in
-    one line naming it, with what to do: it ended the resume in torch's traceback ('PytorchStreamReader failed
-    reading zip archive: failed finding central directory ...'), exit 1."""
+    that does not load as one is refused in one line naming it and torch's error, with what to do: it ended the resume
+    in torch's traceback ('PytorchStreamReader failed reading zip archive: failed finding central directory ...', or
+    for most lengths a state is cut at, 'OSError: [Errno 22] Invalid argument'), exit 1. Only a file that is cut
+    short (:func:`_cut_short`) is said to be, not one of another format put in its place."""
     path = recipe_state_path(step_dir)
     try:
         # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
         # parameter's device when the optimizer loads them
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        empty = path.is_file() and path.stat().st_size == 0
-        cause = "an empty file" if empty else " ".join(str(e).split(". ")[0].split()) or type(e).__name__
-        raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}: a file cut short by a copy or a "
-                         f"full disk?): put back the file the run saved, or start a new run from "
-                         f"{Path(step_dir).name}'s weights with checkpoint_dir={str(step_dir)!r}") from e
+    except (RuntimeError, EOFError, pickle.UnpicklingError, OSError) as e:
+        cut = _cut_short(path, e)
+        if isinstance(e, OSError) and not cut:
+            raise  # a file that is not there or may not be read (PermissionError): as the system says it
+        cause = (f"{cut}: a file cut short by a copy or a full disk?" if cut else
+                 f"torch.load: {type(e).__name__}: {_said(e)}; another file put in its place?")
+        raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}): put back the file the run "
+                         f"saved, or start a new run from {Path(step_dir).name}'s weights with "
+                         f"checkpoint_dir={str(step_dir)!r}") from e
+
+
+def _cut_short(path: Path, error: BaseException) -> str:
+    """What shows ``path`` (which ``torch.load`` failed on with ``error``) cut short, '' when nothing does: empty; a
+    zip archive (the format torch.save writes) without the end record a zip's last bytes hold; an old-format (pickle)
+    file whose data ends early."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return ""
+    if not head:
+        return "an empty file"
+    if b"PK\x03\x04".startswith(head) and not zipfile.is_zipfile(path):
+        return f"{type(error).__name__}: {_said(error)}; its zip archive lacks the end record"
+    if isinstance(error, EOFError) or "pickle data was truncated" in str(error):
+        return f"{type(error).__name__}: {_said(error)}"
+    return ""
+
+
+def _said(error: BaseException) -> str:
+    """The first sentence of ``error``'s message on one line (torch's go on with advice to file a bug; its C++
+    checks' start with where: '[enforce fail at inline_container.cc:180] . file in archive is not in ...')."""
+    said = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(error))
+    return " ".join(said.split(". ")[0].split())[:200] or type(error).__name__
 
 
 def staged_state_path(staged: PathLike) -> Path:
