@@ -17,8 +17,10 @@
 #   bash benchmarks/gpu_pack.sh restore    (docs/ back in the index)
 set -euo pipefail
 SHARED=${SHARED:-../shared}; MODEL=${MODEL:-1}; SLIM=${SLIM:-1}
+# In a git worktree .git is a file: the exclude file is the repository's own (shared by its worktrees)
+EXCLUDE=$(git rev-parse --git-path info/exclude)
 if [[ ${1:-} == restore ]]; then
-  git reset -q -- docs && sed -i '/^\/docs\/$/d' .git/info/exclude && git status --short docs | head -3
+  git reset -q -- docs && sed -i '/^\/docs\/$/d' "$EXCLUDE" && git status --short docs | head -3
   echo "docs/ is back in the index"; exit 0
 fi
 LIMIT=$((64 * 1024 * 1024)); MARGIN=$((1024 * 1024))   # the margin: commits between packing and the calls
@@ -29,7 +31,8 @@ mkdir -p .gpu && git check-ignore -v --no-index .gpu/site | grep -q "^.gitignore
   || { echo "add /.gpu/ to .gitignore (the tracked one: the machine deletes what its rules do not ignore)"; exit 1; }
 if [[ $SLIM == 1 ]]; then
   git diff --cached --quiet -- docs || { echo "docs/ has staged changes: commit them first"; exit 1; }
-  git rm -r -q --cached docs && { grep -qx '/docs/' .git/info/exclude 2>/dev/null || echo /docs/ >> .git/info/exclude; }
+  mkdir -p "$(dirname "$EXCLUDE")"
+  git rm -r -q --cached docs && { grep -qx '/docs/' "$EXCLUDE" 2>/dev/null || echo /docs/ >> "$EXCLUDE"; }
   echo "docs/ is out of the index for the device calls: 'bash benchmarks/gpu_pack.sh restore' before any commit"
 fi
 rm -rf .gpu; mkdir -p .gpu/site

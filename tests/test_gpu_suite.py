@@ -281,3 +281,31 @@ def test_kernel_profile_splits_each_ways_time_and_a_failing_profile_is_a_line():
     failed = gpu_parts.kernel_profile({"x": (Broken(), nullcontext)}, [], cuda=False)
     assert failed == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
     assert gpu_parts.kernels_markdown(failed) == "the profiler failed (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)"
+
+
+def test_gpu_pack_takes_docs_out_and_back_in_a_git_worktree(tmp_path):
+    """In a git worktree .git is a file: gpu_pack.sh wrote '/docs/' to .git/info/exclude ('Not a directory', exit 1)
+    after taking docs/ out of the index, so docs/ would have travelled as untracked files and a commit would delete
+    it. It now writes the repository's exclude file (git rev-parse --git-path); restore puts the tree back."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    (repo / "docs" / "a.md").write_text("a\n")
+    (repo / ".gitignore").write_text("/.gpu/\n")
+    (repo / "benchmarks" / "gpu_pack.sh").write_text((REPO / "benchmarks" / "gpu_pack.sh").read_text())
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "c"], ["worktree", "add", "-q", "../wt"]):
+        subprocess.run(git + cmd, cwd=repo, check=True, capture_output=True)
+    shared = tmp_path / "shared" / "tools"
+    shared.mkdir(parents=True)
+    (shared / "gpu-wheels.sh").write_text("exit 7\n")  # stop before any download: the index step is what is asked
+    wt, env = tmp_path / "wt", dict(os.environ, SHARED=str(tmp_path / "shared"), MODEL="0")
+    p = subprocess.run(["bash", "benchmarks/gpu_pack.sh"], cwd=wt, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 7, p.stdout + p.stderr
+    travels = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=wt, capture_output=True, text=True)
+    assert "docs/a.md" not in travels.stdout.split() and "benchmarks/gpu_pack.sh" in travels.stdout.split()
+    p = subprocess.run(["bash", "benchmarks/gpu_pack.sh", "restore"], cwd=wt, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, text=True).stdout == ""
+    assert "/docs/" not in (repo / ".git" / "info" / "exclude").read_text().split()
