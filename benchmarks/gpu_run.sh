@@ -16,14 +16,18 @@ else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
 fi
+# USE_HUB_KERNELS=NO: lm-eval's hf model runs transformers' own torch code, as in every earlier run (5.23, carried,
+# loads with use_kernels off; 5.25, a device's own if .gpu/site is missing, turns it on and would swap RMSNorm, RoPE
+# and SiLU for hub kernels it cannot fetch offline). USE_HUB_KERNELS=YES bash benchmarks/gpu_run.sh asks for them.
 export PATH=/tmp/site/bin:$PATH PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-  TOKENIZERS_PARALLELISM=false
+  TOKENIZERS_PARALLELISM=false USE_HUB_KERNELS=${USE_HUB_KERNELS:-NO}
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 - <<'PY'
-import importlib
-for m in ("torch", "transformers", "torchtune", "torchao", "lm_eval", "triton", "liger_kernel", "cut_cross_entropy",
-          "torchtune_longshort"):
+import importlib, os
+print("USE_HUB_KERNELS", os.environ.get("USE_HUB_KERNELS"))
+for m in ("torch", "transformers", "kernels", "torchtune", "torchao", "lm_eval", "triton", "liger_kernel",
+          "cut_cross_entropy", "torchtune_longshort"):
     try:
         mod = importlib.import_module(m)
         print(m, getattr(mod, "__version__", "?"), mod.__file__)

@@ -283,6 +283,49 @@ def test_kernel_profile_splits_each_ways_time_and_a_failing_profile_is_a_line():
     assert gpu_parts.kernels_markdown(failed) == "the profiler failed (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)"
 
 
+PROBED = ("torch", "transformers", "kernels", "torchtune", "torchao", "lm_eval", "triton", "liger_kernel",
+          "cut_cross_entropy", "torchtune_longshort")
+
+
+def _gpu_run(tmp_path, env_extra):
+    """benchmarks/gpu_run.sh in a copy of its folder, with a python3 that installs nothing, runs the probe over
+    stand-in modules (a fake torch answering the CUDA questions) and, as gpu_suite.py, prints the environment."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "gpu_run.sh").write_text((REPO / "benchmarks" / "gpu_run.sh").read_text())
+    for m in PROBED:
+        (tmp_path / m).mkdir()
+        (tmp_path / m / "__init__.py").write_text("__version__ = 'stand-in'\n")
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "__version__ = 'stand-in'\nclass version:\n    cuda = '0'\nclass _P:\n    total_memory = 2**30\n"
+        "class cuda:\n    get_device_name = staticmethod(lambda: 'fake')\n"
+        "    get_device_properties = staticmethod(lambda i: _P())\n")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho fake\n")
+    (bin_ / "python3").write_text(
+        f"#!/bin/bash\ncase \"$1\" in\n  -m) exit 0;;\n  -) exec {sys.executable} -;;\n"
+        f"  *) exec {sys.executable} -c 'import os; print(\"suite sees USE_HUB_KERNELS\", "
+        "os.environ.get(\"USE_HUB_KERNELS\"))';;\nesac\n")
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "USE_HUB_KERNELS"}
+    env.update(PATH=f"{bin_}:{env['PATH']}", OUT=str(tmp_path / "out"), **env_extra)
+    p = subprocess.run(["bash", "benchmarks/gpu_run.sh"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout, (tmp_path / "out" / "probe.txt").read_text()
+
+
+@pytest.mark.parametrize("given, seen", [({}, "NO"), ({"USE_HUB_KERNELS": "YES"}, "YES")])
+def test_gpu_run_keeps_hf_off_hub_kernels_and_records_it(tmp_path, given, seen):
+    """transformers 5.25 (what a device's own install may be when .gpu/site is missing) loads lm-eval's hf model
+    with use_kernels on, swapping RMSNorm, RoPE and SiLU on CUDA: P3's hf side would not be the earlier runs' code.
+    gpu_run.sh runs the suite with USE_HUB_KERNELS=NO unless told otherwise, and its probe records it."""
+    out, probe = _gpu_run(tmp_path, given)
+    assert f"suite sees USE_HUB_KERNELS {seen}" in out
+    assert f"USE_HUB_KERNELS {seen}\n" in probe and "kernels stand-in" in probe
+
+
 def test_gpu_pack_takes_docs_out_and_back_in_a_git_worktree(tmp_path):
     """In a git worktree .git is a file: gpu_pack.sh wrote '/docs/' to .git/info/exclude ('Not a directory', exit 1)
     after taking docs/ out of the index, so docs/ would have travelled as untracked files and a commit would delete
