@@ -250,3 +250,24 @@ def test_an_architecture_transformers_does_not_convert_is_refused_naming_the_fil
                     "transformers does not convert from GGUF: convert a GGUF of an architecture this project trains: "
                     "llama (")
     assert line.endswith("mistral, qwen2, phi3"), line
+
+
+def test_a_conversion_the_disk_cannot_hold_is_refused_before_the_model_is_built(tmp_path, sp_tokenizer_dir, capsys,
+                                                                                monkeypatch):
+    # --gguf wrote until the disk was full (--model asked for room first): a Q4 file's float32 folder is about 8
+    # times the file. The reference for the size asked: the weights file an unrefused conversion writes.
+    from torchtune_longshort import disk_space
+    from torchtune_longshort.models.gguf import convert_gguf
+    from torchtune_longshort.models.gguf_checks import converted_bytes
+
+    model = (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes()
+    (tmp_path / "ref").mkdir()
+    gguf = sentencepiece_gguf(tmp_path / "ref" / "m.gguf", model)
+    written = (convert_gguf(gguf, tmp_path / "ref" / "conv") / "model.safetensors").stat().st_size
+    need = converted_bytes(gguf, "float32")
+    assert need <= written < need + 64 * 1024  # the weights, and safetensors' header
+    monkeypatch.setattr(disk_space, "room", lambda path: (need - 1, 10 * need, Path("/")))
+    (tmp_path / "full").mkdir()
+    gguf = sentencepiece_gguf(tmp_path / "full" / "m.gguf", model)
+    line = _refused(gguf, tmp_path / "full", capsys, "converting m.gguf into float32 weights needs at least")
+    assert "free space there, or name an --out on a disk with room" in line

@@ -34,7 +34,7 @@ from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
-from torchtune_longshort.models.gguf_checks import check_readable, hf_folder_hint, load_complete
+from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
     ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
@@ -169,6 +169,8 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     check_out_dir(out_dir)
     require_gguf()
     check_readable(gguf)
+    check_room(out_dir, converted_bytes(gguf, dtype), f"converting {gguf.name} into {dtype} weights",
+               "free space there, or name an --out on a disk with room")  # before transformers builds the model
     model = load_complete(gguf, dtype)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space

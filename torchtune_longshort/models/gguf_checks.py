@@ -48,6 +48,16 @@ def check_readable(gguf: Path, shown: str = "") -> None:
     _check_types(reader.tensors, shown)
 
 
+def converted_bytes(gguf: Path, dtype: str) -> int:
+    """The bytes of the weights a conversion of ``gguf`` writes in ``dtype`` (every tensor's elements, dequantized:
+    a Q4 file's folder in float32 is about 8 times the file)."""
+    import torch
+    from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
+
+    size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return size * sum(int(t.n_elements) for t in GGUFReader(str(gguf)).tensors)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
