@@ -258,13 +258,13 @@ def test_a_conversion_the_disk_cannot_hold_is_refused_before_the_model_is_built(
     # times the file. The reference for the size asked: the weights file an unrefused conversion writes.
     from torchtune_longshort import disk_space
     from torchtune_longshort.models.gguf import convert_gguf
-    from torchtune_longshort.models.gguf_checks import converted_bytes
+    from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes
 
     model = (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes()
     (tmp_path / "ref").mkdir()
     gguf = sentencepiece_gguf(tmp_path / "ref" / "m.gguf", model)
     written = (convert_gguf(gguf, tmp_path / "ref" / "conv") / "model.safetensors").stat().st_size
-    need = converted_bytes(gguf, "float32")
+    need = converted_bytes(check_readable(gguf), "float32")
     assert need <= written < need + 64 * 1024  # the weights, and safetensors' header
     monkeypatch.setattr(disk_space, "room", lambda path: (need - 1, 10 * need, Path("/")))
     (tmp_path / "full").mkdir()

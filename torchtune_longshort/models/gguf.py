@@ -168,12 +168,12 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     require_gguf()
-    check_readable(gguf)
-    check_room(out_dir, converted_bytes(gguf, dtype), f"converting {gguf.name} into {dtype} weights",
+    reader = check_readable(gguf)
+    check_room(out_dir, converted_bytes(reader, dtype), f"converting {gguf.name} into {dtype} weights",
                "free space there, or name an --out on a disk with room")  # before transformers builds the model
     model = load_complete(gguf, dtype)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    as_llama_cpp_encodes(tok, gguf)  # a SentencePiece vocabulary: " Hello" lost its space
+    as_llama_cpp_encodes(tok, gguf, reader)  # a SentencePiece vocabulary: " Hello" lost its space
     model.hf_quantizer = None  # dequantized already; save_pretrained refuses a model that still says "gguf"
     _note_family(model.config.to_dict(), gguf)
     if hasattr(model.config, "quantization_config"):

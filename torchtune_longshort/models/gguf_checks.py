@@ -21,7 +21,7 @@ def hf_folder_hint(path: Path) -> str:
     return f": name a GGUF file in it ({', '.join(found[:3])})" if found else ""
 
 
-def check_readable(gguf: Path, shown: str = "") -> None:
+def check_readable(gguf: Path, shown: str = ""):
     """``ValueError`` naming ``gguf`` (or ``shown``) when the gguf package cannot parse its header and tensor table
     (a truncated or corrupt file: transformers' reader ended in a ``struct.error`` traceback), or when it holds no
     tensors (a vocabulary-only file, as llama.cpp's ``ggml-vocab-*.gguf``: transformers built the random model its
@@ -46,16 +46,16 @@ def check_readable(gguf: Path, shown: str = "") -> None:
         raise ValueError(f"{shown} holds no tensors (a vocabulary-only GGUF): convert the model's GGUF, the one with "
                          "its weights")
     _check_types(reader.tensors, shown)
+    return reader  # parsed once per conversion (SmolLM2's header: 1.5 s here, its vocabulary's fields)
 
 
-def converted_bytes(gguf: Path, dtype: str) -> int:
-    """The bytes of the weights a conversion of ``gguf`` writes in ``dtype`` (every tensor's elements, dequantized:
-    a Q4 file's folder in float32 is about 8 times the file)."""
+def converted_bytes(reader, dtype: str) -> int:
+    """The bytes of the weights a conversion writes in ``dtype`` from the GGUF ``reader`` (:func:`check_readable`'s)
+    reads: every tensor's elements, dequantized (a Q4 file's folder in float32 is about 8 times the file)."""
     import torch
-    from gguf import GGUFReader  # deferred: gguf (an optional extra; checked by the caller)
 
     size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    return size * sum(int(t.n_elements) for t in GGUFReader(str(gguf)).tensors)
+    return size * sum(int(t.n_elements) for t in reader.tensors)
 
 
 def _version() -> str:

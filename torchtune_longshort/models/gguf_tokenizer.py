@@ -52,11 +52,14 @@ PRE_TOKENIZERS: Dict[str, Callable[[], Any]] = {
 }
 
 
-def tokenizer_fields(gguf: Path) -> Dict[str, Any]:
-    """``general.architecture`` and the scalar ``tokenizer.ggml.*`` fields of ``gguf`` that say how it encodes."""
-    from gguf import GGUFReader  # deferred: gguf (an optional extra; the caller checked it)
+def tokenizer_fields(gguf: Path, reader: Any = None) -> Dict[str, Any]:
+    """``general.architecture`` and the scalar ``tokenizer.ggml.*`` fields of ``gguf`` that say how it encodes
+    (from ``reader``, the file's ``GGUFReader`` where the caller has one)."""
+    if reader is None:
+        from gguf import GGUFReader  # deferred: gguf (an optional extra; the caller checked it)
 
-    fields = GGUFReader(str(gguf)).fields
+        reader = GGUFReader(str(gguf))
+    fields = reader.fields
     out = {}
     for key in ("general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.pre",
                 "tokenizer.ggml.add_space_prefix"):
@@ -65,13 +68,13 @@ def tokenizer_fields(gguf: Path) -> Dict[str, Any]:
     return out
 
 
-def as_llama_cpp_encodes(tok: Any, gguf: Path) -> bool:
+def as_llama_cpp_encodes(tok: Any, gguf: Path, reader: Any = None) -> bool:
     """Give ``tok`` (transformers' tokenizer of ``gguf``) SentencePiece's pipeline where transformers built the
     Metaspace one for a SentencePiece vocabulary, and the split of the file's pre-type (:data:`PRE_TOKENIZERS`)
     where transformers gave a byte-level one GPT-2's; True when it changed anything."""
     from tokenizers import decoders, normalizers, pre_tokenizers
 
-    meta = tokenizer_fields(gguf)
+    meta = tokenizer_fields(gguf, reader)
     if meta.get("tokenizer.ggml.model") == "gpt2":
         return _byte_level_split(tok, gguf, meta.get("tokenizer.ggml.pre") or "default")
     if meta.get("tokenizer.ggml.model") != "llama" or meta.get("general.architecture") in _OWN_PIPELINE:
