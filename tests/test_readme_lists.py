@@ -1,9 +1,9 @@
 """The lists the README and docs/ write by hand name what the code's registries hold: RoPE methods and position-id
 samplers (``ROPE_METHODS``, ``POSITION_SAMPLERS``), the task pack's table (``TASK_FAMILIES``: tasks, metrics, default
 lengths, the model a task needs), the families that build random weights (``ModelFamily.from_dims``), the tokenizer
-formats (``TOKENIZER_FORMATS``), LongBench-E's datasets and BABILong's QA tasks, and the synthetic experiments' tasks,
-positional encodings and beyond-the-paper figures. Each check returns one message per entry missing from a list or
-extra in it; a fake registry entry shows that each check names it."""
+formats (``TOKENIZER_FORMATS``), LongBench-E's datasets and BABILong's QA tasks, the synthetic experiments' tasks,
+positional encodings and beyond-the-paper figures, and the eval report's heatmap metrics (``CELL_LABELS``). Each check
+returns one message per entry missing from a list or extra in it; a fake registry entry shows each check names it."""
 
 from __future__ import annotations
 
@@ -161,8 +161,17 @@ def synthetic_drift() -> List[str]:
             + _compare("README's beyond-the-paper figures", beyond, figures.BEYOND_FIGURES, "BEYOND_FIGURES"))
 
 
+def report_drift() -> List[str]:
+    from torchtune_longshort.eval.report import build, results_io
+
+    listed = re.findall(r"`(\w+)_<len>_d<depth>`", (REPO / "docs" / "eval.md").read_text())
+    return (_compare("docs/eval.md's heatmap metrics", listed, build.CELL_LABELS, "the report's CELL_LABELS")
+            + [f"docs/eval.md's heatmap metric {m!r} is not one the report's CELL_METRIC reads" for m in listed
+               if not results_io.CELL_METRIC.match(f"{m}_4k_d50")])
+
+
 CHECKS = {"rope": rope_drift, "tasks": task_table_drift, "families": model_family_drift,
-          "benchmarks": benchmark_drift, "synthetic": synthetic_drift}
+          "benchmarks": benchmark_drift, "synthetic": synthetic_drift, "report": report_drift}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -242,8 +251,15 @@ def _fake_beyond(monkeypatch):
     return "synthetic", "'fake_figure'"
 
 
+def _fake_cell(monkeypatch):
+    from torchtune_longshort.eval.report import build
+    monkeypatch.setitem(build.CELL_LABELS, "fake_cell", "fake")
+    return "report", "'fake_cell'"
+
+
 @pytest.mark.parametrize("fake", [_fake_rope, _fake_sampler, _fake_task, _fake_metric, _fake_needs, _fake_dims_family,
-                                  _fake_format, _fake_dataset, _fake_qa, _fake_synthetic, _fake_beyond],
+                                  _fake_format, _fake_dataset, _fake_qa, _fake_synthetic, _fake_beyond,
+                                  _fake_cell],
                          ids=lambda f: f.__name__[1:])
 def test_a_registry_entry_no_list_names_is_named_by_its_check(monkeypatch, fake):
     check, entry = fake(monkeypatch)
