@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 from typing import Iterable, List
 
@@ -170,8 +171,31 @@ def report_drift() -> List[str]:
                if not results_io.CELL_METRIC.match(f"{m}_4k_d50")])
 
 
+def study_drift() -> List[str]:
+    import typing
+
+    from torchtune_longshort.study import config
+
+    def study_classes(hint) -> List[type]:
+        inner = [c for a in typing.get_args(hint) for c in study_classes(a)]
+        own = isinstance(hint, type) and hint.__module__.startswith("torchtune_longshort.study.")
+        return [hint] + inner if own else inner
+
+    hints = typing.get_type_hints(config.StudyConfig)
+    sections = {f.name: study_classes(hints[f.name]) for f in dataclasses.fields(config.StudyConfig)}
+    sections = {name: classes for name, classes in sections.items() if classes}
+    files = {"study/" + sys.modules[c.__module__].__file__.rsplit("/study/", 1)[1]
+             for classes in sections.values() for c in classes}
+    said = _between(README.read_text(), "`torchtune_longshort.study.config.StudyConfig`, its sections", ":")
+    listed = [n for n in _ticked(said) if not n.endswith(".py")]
+    return (_compare("README's StudyConfig sections", listed, sections, "StudyConfig (a field of a study class)")
+            + _compare("README's StudyConfig section files", [n for n in _ticked(said) if n.endswith(".py")],
+                       sorted(files), "the sections' modules"))
+
+
 CHECKS = {"rope": rope_drift, "tasks": task_table_drift, "families": model_family_drift,
-          "benchmarks": benchmark_drift, "synthetic": synthetic_drift, "report": report_drift}
+          "benchmarks": benchmark_drift, "synthetic": synthetic_drift, "report": report_drift,
+          "study": study_drift}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -257,9 +281,17 @@ def _fake_cell(monkeypatch):
     return "report", "'fake_cell'"
 
 
+def _fake_section(monkeypatch):
+    from torchtune_longshort.study import config, grid
+    fake = dataclasses.make_dataclass("FakeStudy", [("fake_section", grid.Variants, dataclasses.field(default=None))],
+                                      bases=(config.StudyConfig,), frozen=True)
+    monkeypatch.setattr(config, "StudyConfig", fake)
+    return "study", "'fake_section'"
+
+
 @pytest.mark.parametrize("fake", [_fake_rope, _fake_sampler, _fake_task, _fake_metric, _fake_needs, _fake_dims_family,
                                   _fake_format, _fake_dataset, _fake_qa, _fake_synthetic, _fake_beyond,
-                                  _fake_cell],
+                                  _fake_cell, _fake_section],
                          ids=lambda f: f.__name__[1:])
 def test_a_registry_entry_no_list_names_is_named_by_its_check(monkeypatch, fake):
     check, entry = fake(monkeypatch)
