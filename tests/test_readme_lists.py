@@ -2,8 +2,9 @@
 samplers (``ROPE_METHODS``, ``POSITION_SAMPLERS``), the task pack's table (``TASK_FAMILIES``: tasks, metrics, default
 lengths, the model a task needs), the families that build random weights (``ModelFamily.from_dims``), the tokenizer
 formats (``TOKENIZER_FORMATS``), LongBench-E's datasets and BABILong's QA tasks, the synthetic experiments' tasks,
-positional encodings and beyond-the-paper figures, and the eval report's heatmap metrics (``CELL_LABELS``). Each check
-returns one message per entry missing from a list or extra in it; a fake registry entry shows each check names it."""
+positional encodings and beyond-the-paper figures, the eval report's heatmap metrics (``CELL_LABELS``), the study
+config's sections (``StudyConfig``) and the loss's ``DIVERGENCES``. Each check returns one message per entry missing
+from a list or extra in it; a fake registry entry shows each check names it."""
 
 from __future__ import annotations
 
@@ -162,6 +163,14 @@ def synthetic_drift() -> List[str]:
             + _compare("README's beyond-the-paper figures", beyond, figures.BEYOND_FIGURES, "BEYOND_FIGURES"))
 
 
+def loss_drift() -> List[str]:
+    from torchtune_longshort import loss
+
+    listed = [n.strip('"') for n in _ticked(_between(README.read_text(), "`DIVERGENCES` lists the divergence names (",
+                                                      ")"))]
+    return _compare("README's divergence names", listed, loss.DIVERGENCES, "DIVERGENCES")
+
+
 def report_drift() -> List[str]:
     from torchtune_longshort.eval.report import build, results_io
 
@@ -195,7 +204,7 @@ def study_drift() -> List[str]:
 
 CHECKS = {"rope": rope_drift, "tasks": task_table_drift, "families": model_family_drift,
           "benchmarks": benchmark_drift, "synthetic": synthetic_drift, "report": report_drift,
-          "study": study_drift}
+          "study": study_drift, "loss": loss_drift}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -281,6 +290,12 @@ def _fake_cell(monkeypatch):
     return "report", "'fake_cell'"
 
 
+def _fake_divergence(monkeypatch):
+    from torchtune_longshort import loss
+    monkeypatch.setattr(loss, "DIVERGENCES", loss.DIVERGENCES + ("fake_divergence",))
+    return "loss", "'fake_divergence'"
+
+
 def _fake_section(monkeypatch):
     from torchtune_longshort.study import config, grid
     fake = dataclasses.make_dataclass("FakeStudy", [("fake_section", grid.Variants, dataclasses.field(default=None))],
@@ -291,7 +306,7 @@ def _fake_section(monkeypatch):
 
 @pytest.mark.parametrize("fake", [_fake_rope, _fake_sampler, _fake_task, _fake_metric, _fake_needs, _fake_dims_family,
                                   _fake_format, _fake_dataset, _fake_qa, _fake_synthetic, _fake_beyond,
-                                  _fake_cell, _fake_section],
+                                  _fake_cell, _fake_section, _fake_divergence],
                          ids=lambda f: f.__name__[1:])
 def test_a_registry_entry_no_list_names_is_named_by_its_check(monkeypatch, fake):
     check, entry = fake(monkeypatch)
