@@ -180,3 +180,31 @@ def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in
         assert out.stat().st_mtime_ns == OLD_NS
     else:
         assert changed_at != OLD_NS and out.stat().st_mtime_ns >= changed_at
+
+
+@pytest.mark.parametrize("meanwhile", ["touch", "made and removed"])
+def test_a_release_does_not_put_the_mtime_back_over_a_change_someone_else_made_while_it_was_held(tmp_path, meanwhile):
+    """The release put the folder's mtime back over a change that left its entries as they were: the user's
+    ``touch -d`` of the folder while a resume held it, or a file another program made and removed there; the
+    release leaves the folder's mtime as the file system sets it (the lock file's removal: not before that change)."""
+    import time
+
+    from run_folders import OLD_NS
+    from torchtune_longshort.training.output_dir import OutputDirLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "a").write_text("x")
+    os.utime(out, ns=(OLD_NS, OLD_NS))
+    lock = OutputDirLock(out).acquire()
+    if meanwhile == "touch":
+        touched = OLD_NS + 86_400 * 10**9  # touch -d 'a day later'
+        os.utime(out, ns=(touched, touched))
+    else:
+        time.sleep(0.05)  # past the file system's clock tick since the lock file was made
+        (out / "tmp").write_text("y")
+        (out / "tmp").unlink()
+        touched = out.stat().st_mtime_ns
+    lock.release()
+    assert not (out / ".lock").exists()
+    assert touched != OLD_NS and out.stat().st_mtime_ns >= touched

@@ -201,6 +201,7 @@ class OutputDirLock:
         self.earlier_run: Optional[Tuple[Sequence[Input], Sequence[str]]] = None  # (protect, written_here) of an
         # earlier run that overwrite replaces, kept until clear_earlier_run
         self._before: Optional[dict] = None  # the folder before the lock file was made (_entries)
+        self._made_at: Optional[int] = None  # the folder's mtime the lock file's creation left (ns)
 
     def acquire(self) -> "OutputDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,6 +224,8 @@ class OutputDirLock:
                     self.path.unlink(missing_ok=True)
                     raise
                 self.held = True
+                with contextlib.suppress(OSError):
+                    self._made_at = self.path.parent.stat().st_mtime_ns
                 return self
         raise RuntimeError(f"could not take the lock {self.path}")
 
@@ -313,14 +316,17 @@ class OutputDirLock:
                 # a folder made read-only keeps its lock file: the next start takes it over (its process is gone);
                 # the error here hid the run's own last line under a traceback
                 with folder_flock(folder), contextlib.suppress(OSError):  # no other start's lock between the two
+                    touched = folder.stat().st_mtime_ns != self._made_at  # since the lock file: by whom, unknown
                     self.path.unlink(missing_ok=True)
-                    self._put_back_mtime(folder)
+                    if not touched:
+                        self._put_back_mtime(folder)
         self.held = False
 
     def _put_back_mtime(self, folder: Path) -> None:
         """The folder's mtime as it was before the lock file, when nothing else in it was added, removed or replaced
         since (a refused or a finished-already resume only made and removed the lock file, which set the folder's
-        mtime to that moment)."""
+        mtime to that moment) and its mtime is still the one the lock file's creation left (the caller's check: a
+        user's `touch` of the folder, or a file another program made and removed there meanwhile, stands)."""
         now = _entries(folder)
         if self._before is None or now is None or self.made_folder:
             return
