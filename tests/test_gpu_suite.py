@@ -329,7 +329,8 @@ def test_gpu_run_keeps_hf_off_hub_kernels_and_records_it(tmp_path, given, seen):
 def test_gpu_pack_takes_docs_out_and_back_in_a_git_worktree(tmp_path):
     """In a git worktree .git is a file: gpu_pack.sh wrote '/docs/' to .git/info/exclude ('Not a directory', exit 1)
     after taking docs/ out of the index, so docs/ would have travelled as untracked files and a commit would delete
-    it. It now writes the repository's exclude file (git rev-parse --git-path); restore puts the tree back."""
+    it. The repository's exclude file (git rev-parse --git-path), which the worktree's fix wrote, is shared by every
+    checkout of it: docs/ is now ignored by a docs/.gitignore of the worktree's alone; restore puts the tree back."""
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
@@ -347,6 +348,11 @@ def test_gpu_pack_takes_docs_out_and_back_in_a_git_worktree(tmp_path):
     assert p.returncode == 7, p.stdout + p.stderr
     travels = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=wt, capture_output=True, text=True)
     assert "docs/a.md" not in travels.stdout.split() and "benchmarks/gpu_pack.sh" in travels.stdout.split()
+    # the other checkouts of the repository are not touched: the exclude file they share with the worktree ('/docs/'
+    # there hid a new docs/ page of the main checkout from git status and git add until the worktree's restore)
+    (repo / "docs" / "new.md").write_text("n\n")
+    seen = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert seen == "?? docs/new.md\n", seen
     p = subprocess.run(["bash", "benchmarks/gpu_pack.sh", "restore"], cwd=wt, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
