@@ -493,3 +493,30 @@ def test_a_resume_of_a_finished_run_builds_and_writes_nothing(tmp_path, sp_token
     assert f"[longshort] checkpoint: {run / 'step_1'}" in capsys.readouterr().out
     more = _train(_tiny_cfg(run, sp_tokenizer_dir, resume=True, max_steps=2))
     assert not more.finished and more.global_step == 2 and len(_losses(run)) == 2
+
+
+
+def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama2_dir):
+    """step_0 (the random start of a run from scratch, no resume point) deleted to save disk: resume=True was refused
+    as "checkpoint_dir='<run>/step_0' is not a directory", a key the config never set. The resume now reads the
+    resumed step alone: its weights, and its config.json as the base of the steps it writes (the reference: that
+    file as json reads it; with step_0 there, step_0's, as before). Walked: a tiny run resumed from step_8 writes
+    step_10 byte-equal to the same resume beside its step_0."""
+    import shutil
+    from types import SimpleNamespace
+
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.model_setup import LoRAInfo
+    from torchtune_longshort.training.recipe_checkpoints import start_state_dict
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_llama2_dir, run / "step_2")
+    config = SimpleNamespace(checkpointer=SimpleNamespace(checkpoint_dir=None))
+    ask = lambda: start_state_dict(config, StepCheckpoints(run), run / "step_2", LoRAInfo(), 0, True, lambda: None)
+    state, start, read = ask()
+    assert read == start == run / "step_2" and sorted(p.name for p in run.iterdir()) == ["step_2"]
+    assert CheckpointFolder.open(read).config == json.loads((run / "step_2" / "config.json").read_text())
+    assert state.keys() == CheckpointFolder.open(run / "step_2").tune_state_dict().keys()
+    shutil.copytree(tiny_llama2_dir, run / "step_0")  # there: the base is step_0's, as before
+    assert ask()[1:] == (run / "step_0", run / "step_0")

@@ -126,6 +126,11 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
             read_dir = ckpts.staging_root / "step_0"
         barrier()
         start_dir = str(ckpts.path(0))
+        if (resume_dir is not None and not lora.enabled and not ckpts.path(0).is_dir()
+                and CheckpointFolder.open(resume_dir).rope_spec is None):
+            # step_0, the random start, deleted to save disk: the resumed step's config.json (plain RoPE: step_0's,
+            # its length the model's) is the base its next steps are written with
+            start_dir = read_dir = resume_dir
     lora.base_dir = str(Path(start_dir).resolve())
     read_dir = read_dir or Path(start_dir)
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else str(read_dir)
