@@ -153,11 +153,15 @@ def test_the_other_ranks_of_a_launch_do_not_take_rank_zeros_lock_for_another_run
         lock.held = False
 
 
-@pytest.mark.parametrize("change", [None, "add", "remove", "replace"])
+@pytest.mark.parametrize("change", [None, "add", "remove", "replace", "touch", "made and removed"])
 def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in_it(tmp_path, change):
     """The lock file made and removed set the folder's mtime (a refused or finished-already resume); its release puts
     the mtime back, but not over a change of the run's own (a file added, removed or replaced while it held it):
-    the folder's mtime is the change's then, as the file system set it."""
+    the folder's mtime is the change's then, as the file system set it. Nor over a change that leaves the entries as
+    they were (it was put back over them): the user's ``touch -d`` of the folder meanwhile, a file another program
+    made and removed there."""
+    import time
+
     from run_folders import OLD_NS
     from torchtune_longshort.training.output_dir import OutputDirLock
 
@@ -173,6 +177,12 @@ def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in
     elif change == "replace":
         (out / "new").write_text("z")
         os.replace(out / "new", out / "a")
+    elif change == "touch":
+        os.utime(out, ns=(OLD_NS + 86_400 * 10**9,) * 2)  # touch -d 'a day later'
+    elif change == "made and removed":
+        time.sleep(0.05)  # past the file system's clock tick since the lock file was made
+        (out / "tmp").write_text("y")
+        (out / "tmp").unlink()
     changed_at = out.stat().st_mtime_ns
     lock.release()
     assert not (out / ".lock").exists()
@@ -180,31 +190,3 @@ def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in
         assert out.stat().st_mtime_ns == OLD_NS
     else:
         assert changed_at != OLD_NS and out.stat().st_mtime_ns >= changed_at
-
-
-@pytest.mark.parametrize("meanwhile", ["touch", "made and removed"])
-def test_a_release_does_not_put_the_mtime_back_over_a_change_someone_else_made_while_it_was_held(tmp_path, meanwhile):
-    """The release put the folder's mtime back over a change that left its entries as they were: the user's
-    ``touch -d`` of the folder while a resume held it, or a file another program made and removed there; the
-    release leaves the folder's mtime as the file system sets it (the lock file's removal: not before that change)."""
-    import time
-
-    from run_folders import OLD_NS
-    from torchtune_longshort.training.output_dir import OutputDirLock
-
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "a").write_text("x")
-    os.utime(out, ns=(OLD_NS, OLD_NS))
-    lock = OutputDirLock(out).acquire()
-    if meanwhile == "touch":
-        touched = OLD_NS + 86_400 * 10**9  # touch -d 'a day later'
-        os.utime(out, ns=(touched, touched))
-    else:
-        time.sleep(0.05)  # past the file system's clock tick since the lock file was made
-        (out / "tmp").write_text("y")
-        (out / "tmp").unlink()
-        touched = out.stat().st_mtime_ns
-    lock.release()
-    assert not (out / ".lock").exists()
-    assert touched != OLD_NS and out.stat().st_mtime_ns >= touched
