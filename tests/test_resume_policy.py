@@ -520,3 +520,7 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     assert state.keys() == CheckpointFolder.open(run / "step_2").tune_state_dict().keys()
     shutil.copytree(tiny_llama2_dir, run / "step_0")  # there: the base is step_0's, as before
     assert ask()[1:] == (run / "step_0", run / "step_0")
+    shutil.rmtree(run / "step_0")  # a LoRA run's base is step_0: refused in one line naming it and the fix
+    with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, its LoRA adapters' base\) "
+                                         r"is missing: put it back, or train again with overwrite_output_dir=True$"):
+        start_state_dict(config, StepCheckpoints(run), run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)

@@ -131,6 +131,10 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
             # step_0, the random start, deleted to save disk: the resumed step's config.json (plain RoPE: step_0's,
             # its length the model's) is the base its next steps are written with
             start_dir = read_dir = resume_dir
+        elif resume_dir is not None and not ckpts.path(0).is_dir():
+            why = "its LoRA adapters' base" if lora.enabled else "the base its RoPE-scaled steps are written with"
+            raise ValueError(f"resume=True: {start_dir} (this run's random start, {why}) is missing: put it back, "
+                             "or train again with overwrite_output_dir=True")
     lora.base_dir = str(Path(start_dir).resolve())
     read_dir = read_dir or Path(start_dir)
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else str(read_dir)
