@@ -380,3 +380,17 @@ def test_each_commands_help_ends_with_examples_that_use_its_own_options(module, 
             assert re.search(rf"(?<![\w-]){flag}(?![\w-])", head), (flag, line)
         named = [w for w in line.split() if re.fullmatch(r"[a-z0-9_]+/[\w.]+\.yaml", w) and not w.startswith("runs/")]
         assert set(named) <= set(shipped_configs()), line
+
+
+def test_longshort_cp_refuses_a_dash_for_a_destination(tmp_path, monkeypatch, capsys):
+    # `longshort-cp NAME -` (standard output, by cat's habit) wrote a file named -.yaml in the working folder, as
+    # `tune cp NAME -` does; it is refused in one line, nothing written
+    from torchtune_longshort.configs_cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", "-"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "'-' is not standard output" in err, err
+    assert not any(tmp_path.iterdir())
+    assert main(["tiny/longshort_stdlib.yaml", "./-"]) == 0 and (tmp_path / "-.yaml").is_file()  # asked by its path
