@@ -190,3 +190,23 @@ def test_a_release_puts_the_folders_mtime_back_only_when_nothing_else_changed_in
         assert out.stat().st_mtime_ns == OLD_NS
     else:
         assert changed_at != OLD_NS and out.stat().st_mtime_ns >= changed_at
+
+
+@pytest.mark.parametrize("discard", [True, False])
+def test_a_refused_new_run_gives_an_empty_folder_back_unmarked(tmp_path, discard):
+    """A new run into an existing empty output_dir refused after its claim (a checkpoint whose weights do not fit the
+    model: the setup's release(discard=True)) left the recipe's marker there, and the folder's mtime that moment;
+    the folder is now as it was (empty, its mtime). A run that goes on (discard=False) keeps its marker."""
+    from run_folders import OLD_NS
+    from torchtune_longshort.training.output_dir import MARKER, claim_output_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    os.utime(out, ns=(OLD_NS, OLD_NS))
+    lock = claim_output_dir(out, resume=False, overwrite=False)
+    assert (out / MARKER).is_file()
+    lock.release(discard=discard)
+    if discard:
+        assert os.listdir(out) == [] and out.stat().st_mtime_ns == OLD_NS
+    else:
+        assert os.listdir(out) == [MARKER]

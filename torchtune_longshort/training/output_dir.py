@@ -318,9 +318,19 @@ class OutputDirLock:
                 with folder_flock(folder), contextlib.suppress(OSError):  # no other start's lock between the two
                     touched = folder.stat().st_mtime_ns != self._made_at  # since the lock file: by whom, unknown
                     self.path.unlink(missing_ok=True)
-                    if not touched:
+                    if discard and self._marked_only(folder):  # an empty folder a refused setup only marked
+                        (folder / MARKER).unlink()
+                        self._put_back_mtime(folder)
+                    elif not touched:
                         self._put_back_mtime(folder)
         self.held = False
+
+    def _marked_only(self, folder: Path) -> bool:
+        """Whether ``folder`` holds nothing but the marker this run wrote (it was not there when the lock was taken):
+        a new run refused after its claim (a checkpoint that does not fit the model) left it in a folder that was
+        empty, and the folder's mtime at that moment."""
+        return (self._before is not None and MARKER not in self._before
+                and [p.name for p in folder.iterdir()] == [MARKER])
 
     def _put_back_mtime(self, folder: Path) -> None:
         """The folder's mtime as it was before the lock file, when nothing else in it was added, removed or replaced
