@@ -280,3 +280,36 @@ def test_a_run_saved_when_hidden_files_were_read_is_refused_naming_the_change(tm
     (folder / ".ipynb_checkpoints" / "part0-checkpoint.txt").unlink()  # no hidden file: the count decides
     with pytest.raises(ValueError, match=r"holds 3 documents now, the saved run read 4"):
         PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(old)
+
+
+def test_a_resume_on_edited_text_of_the_same_document_count_is_said_naming_the_file(tmp_path, caplog):
+    """A local_text corpus whose text was edited (same document count) resumed without a word, its saved position
+    landing on the edited text. The data state now keeps each file's digest (size and first MiB): an edited file is
+    named in one warning (not refused: torchtune and HF Trainer resume on whatever data is there, and a corrected
+    corpus is a reason to go on); the same files, or the same bytes with a new mtime, say nothing, nor does a state
+    saved without digests (an earlier version's)."""
+    import logging
+    import os
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
+    tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=tok)
+    stream.take(300)
+    state = stream.state_dict()
+
+    def resumed(saved):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            PackedTokenStream(local_text(str(folder)), tokenize=tok).load_state_dict(saved)
+        return [r.getMessage() for r in caplog.records if "since the run saved its data state" in r.getMessage()]
+
+    assert resumed(state) == []
+    os.utime(folder / "doc1.txt", (1, 1))  # touched: the same bytes
+    assert resumed(state) == []
+    (folder / "doc1.txt").write_text("DOCUMENT 1 " * 40)  # edited, its size kept
+    said = resumed(state)
+    assert len(said) == 1 and f"{folder / 'doc1.txt'} changed" in said[0] and "doc0" not in said[0], said
+    assert resumed({k: v for k, v in state.items() if k != "digests"}) == []

@@ -43,7 +43,7 @@ from torchtune_longshort.data.text_files import (
     read_located,
     text_of_record,
 )
-from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
+from torchtune_longshort.data.file_paths import file_digests, resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, whole_text_files
 
@@ -63,7 +63,7 @@ class _Source:
 
     def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
                  count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None,
-                 earlier_reading: Optional[str] = None):
+                 earlier_reading: Optional[str] = None, fingerprinted: bool = False):
         if (count is None) != (read is None):
             raise ValueError("a source with random access gives both count and read")
         self._fn = fn
@@ -73,6 +73,14 @@ class _Source:
         self.count = count
         self.where = current_names().where
         self.earlier_reading = earlier_reading
+        self._fingerprinted, self._digests = fingerprinted, None
+
+    def digests(self) -> Optional[bytes]:
+        """``fingerprinted`` (a source that reads its ``files`` whole): their :func:`file_digests`, read once, which
+        the data state keeps so that a resume on edited text is said; None otherwise."""
+        if self._fingerprinted and self._digests is None:
+            self._digests = file_digests(self.files)
+        return self._digests
 
     def __call__(self) -> Iterator[str]:
         return self._reading(self._fn())
@@ -216,7 +224,7 @@ def local_text(
     earlier = (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                "them out)" if hidden else None)
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
-                   earlier_reading=earlier)
+                   earlier_reading=earlier, fingerprinted=True)
 
 
 def hf_text(

@@ -22,10 +22,12 @@ distributed run trains on the same tokens as a single process with the same glob
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import torch
 
+from torchtune_longshort.data.file_paths import DIGEST_BYTES
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.text_files import SkippedRecord
 from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range, slice_windows, validate_window_length
@@ -34,8 +36,21 @@ from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range,
 # read text files whole; a state without it (1) counts documents as the sources read them before (their
 # ``earlier_reading``), so its position would land on other text where a source reads otherwise now.
 DATA_READING = 2
+log = logging.getLogger(__name__)
 
 Document = Union[str, Sequence[int]]
+
+
+def _edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes]) -> str:
+    """Which of ``files`` (a source's, in order) changed between the ``saved`` data state's digests and ``now``
+    (:func:`~.file_paths.file_digests`); '' when either is None or they are equal."""
+    if saved is None or now is None or saved == now:
+        return ""
+    n = DIGEST_BYTES
+    if len(saved) != len(now) or len(files) * n != len(now):
+        return f"its files are not the {len(saved) // n} the run read"
+    changed = [str(f) for i, f in enumerate(files) if saved[i * n:(i + 1) * n] != now[i * n:(i + 1) * n]]
+    return f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
 
 
 class PackedTokenStream:
@@ -97,7 +112,12 @@ class PackedTokenStream:
             # a source with random access: how many documents it held, so that a resume on other data is refused
             "documents": getattr(self._documents, "count", None),
             "reading": DATA_READING,
+            "digests": self._digests(),  # a source of whole local files: their fingerprint, so that an edit is said
         }
+
+    def _digests(self) -> Optional[bytes]:
+        digests = getattr(self._documents, "digests", None)
+        return digests() if callable(digests) else None
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("shuffle_seed") != self.shuffle_seed:
@@ -123,6 +143,12 @@ class PackedTokenStream:
                 f"cannot resume: {source} holds {count} documents now, the saved run read {saved}: {position} other "
                 "documents. Restore the data the run read (a file added, deleted or emptied since), or start a new "
                 "run in another output_dir")
+        edited = _edited_files(getattr(self._documents, "files", None) or (), state.get("digests"), self._digests())
+        if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
+            # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
+            log.warning(f"resume: {source}: {edited} since the run saved its data state (its size or first MiB); "
+                        f"{position} the edited text. To train on it from its start, start a new run from the "
+                        "step's weights (checkpoint_dir=<its step folder>)")
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])

@@ -6,6 +6,7 @@ task pack resolves its local data with it at import time."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
@@ -66,3 +67,19 @@ def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""
         log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),
                     path, len(left), list(suffixes), left[0], way)
+
+
+DIGEST_BYTES = 8  # of each file's digest (file_digests)
+DIGEST_HEAD = 1 << 20  # the bytes of each file that its digest reads
+
+
+def file_digests(files: Sequence[Union[str, Path]]) -> bytes:
+    """For each of ``files`` in order, :data:`DIGEST_BYTES` bytes of a hash of its size and its first MiB: a cheap
+    fingerprint of a corpus (an edit past the first MiB that keeps the size is not seen), compared on resume."""
+    out = bytearray()
+    for path in files:
+        with open(path, "rb") as f:
+            h = hashlib.blake2b(f.read(DIGEST_HEAD), digest_size=DIGEST_BYTES)
+            h.update(str(f.seek(0, 2)).encode())  # its size
+        out += h.digest()
+    return bytes(out)
