@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from memory_model import (
-    BOUNDED_CHUNK, GB, MODEL_PHASES, NO_MLP, REPLICAS, SHAPES, TILE, TILE_GPU, Coef, _ratio, _tiled,
-    bounded_chunks, fit_group, fit_tiled, fitted, gpu_model, group, lstsq, phase_value, predict_bytes,
-    predict_longest,
+from memory_fit import (
+    MODEL_PHASES, NO_MLP, TILE_GPU, Coef, _ratio, _tiled, fit_group, fit_tiled, fitted, gpu_model, group, lstsq,
+    phase_value, predict_bytes, predict_longest,
 )
+from memory_steps import BOUNDED_CHUNK, GB, REPLICAS, SHAPES, TILE, bounded_chunks
 
 
 def _mib(v: float) -> str:

@@ -101,3 +101,24 @@ def test_a_cuda_step_gives_its_pinned_host_blocks_back_and_records_them(monkeypa
     assert out["fit"] and out["peak_bytes"] == 7 * 2**30, out
     assert out["host_pinned_bytes"] == {"allocated_bytes.peak": 2**30, "allocated_bytes.current": 2**30}, out
     assert calls.index("reset_peak_host_memory_stats") < calls.index("run") < calls.index("host_emptyCache"), calls
+
+
+def test_the_tables_import_the_fit_one_way():
+    """benchmarks/memory_model.py imported memory_tables.py (for `table`), which imported memory_model.py back (a
+    circle: `python benchmarks/memory_model.py table` loaded the file twice, as __main__ and as memory_model). The
+    fit moved to memory_fit.py: neither memory_tables.py nor memory_fit.py imports memory_model.py (read from their
+    source, every import statement); memory_model re-exports the fit's names, the same objects (its _MODEL cache is
+    the fit's)."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    bench = Path(mm.__file__).parent
+    for name in ("memory_tables.py", "memory_fit.py"):
+        tree = ast.parse((bench / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "memory_steps" in imported and not {"memory_model", "benchmarks.memory_model"} & imported, (name,
+                                                                                                           imported)
+    fit = sys.modules["memory_fit"]  # as memory_model imports it (its folder on sys.path)
+    assert mm._MODEL is fit._MODEL and mm.predict_longest is fit.predict_longest and mm.Coef is fit.Coef
