@@ -123,3 +123,38 @@ def test_a_renamed_newest_step_is_named_when_an_older_step_could_be_resumed(tmp_
     check_output_dir(run, resume=True, overwrite=False)
     (run / STAGING / "old_step_2").rename(step)
     check_output_dir(run, resume=True, overwrite=False)
+
+
+@pytest.mark.parametrize("denied", ["file", "folder"])
+def test_a_recipe_state_this_user_may_not_read_is_refused_naming_the_fix(tmp_path, tiny_llama2_dir, monkeypatch,
+                                                                         denied):
+    """A state file (chmod 000) or its recipe_state/ folder (chmod 000) this user may not read ended the resume with
+    the system's line alone ('[Errno 13] Permission denied: <file>'); the line now names the file and what to do.
+    The system's answer for each (PermissionError from the read, or from the stat of a file in a folder without
+    search access, as a non-root user gets: the tests may run as root, which reads any file) is put in place."""
+    import pathlib
+
+    run = tmp_path / "run"
+    step = commit_step(run, 4, tiny_llama2_dir)
+    path = recipe_state_path(step)
+    torch.save({"step": 4}, path)
+    denial = PermissionError(13, "Permission denied", str(path))
+    if denied == "file":
+        real_load = torch.load
+        monkeypatch.setattr(torch, "load", lambda f, *a, **k: (_ for _ in ()).throw(denial) if str(f) == str(path)
+                            else real_load(f, *a, **k))
+        reads = (lambda: StepCheckpoints(run).newest_state(), lambda: read_resume_state(step, {}))
+    else:
+        real_is_file = pathlib.Path.is_file
+        monkeypatch.setattr(pathlib.Path, "is_file", lambda p: (_ for _ in ()).throw(denial) if p == path
+                            else real_is_file(p))
+        reads = (lambda: StepCheckpoints(run).newest_state(), lambda: StepCheckpoints(run).latest(resumable=True))
+    for read in reads:
+        with pytest.raises(ValueError) as refused:
+            read()
+        line = fault_line(refused.value)
+        assert line is not None and "\n" not in line
+        assert line.startswith(f"{path} cannot be read by this user (Permission denied): give it read access "
+                               f"(chmod u+r {path}) and its folder access (chmod u+rx {path.parent})"), line
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=False) == {"step": 4}  # nothing touched

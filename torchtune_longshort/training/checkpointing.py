@@ -86,14 +86,24 @@ def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
         # parameter's device when the optimizer loads them
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except (RuntimeError, EOFError, pickle.UnpicklingError, OSError) as e:
+        if isinstance(e, PermissionError):
+            raise unreadable_state(path, e) from e
         cut = _cut_short(path, e)
         if isinstance(e, OSError) and not cut:
-            raise  # a file that is not there or may not be read (PermissionError): as the system says it
+            raise  # a file that is not there: as the system says it
         cause = (f"{cut}: a file cut short by a copy or a full disk?" if cut else
                  f"torch.load: {type(e).__name__}: {_said(e)}; another file put in its place?")
         raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}): put back the file the run "
                          f"saved, or start a new run from {Path(step_dir).name}'s weights with "
                          f"checkpoint_dir={str(step_dir)!r}") from e
+
+
+def unreadable_state(path: Path, error: OSError) -> ValueError:
+    """The refusal of a recipe state this user may not read (the file's or its folder's mode): it was the system's
+    '[Errno 13] Permission denied: <file>' alone, without what to do."""
+    return ValueError(f"{path} cannot be read by this user ({error.strerror or error}): give it read access (chmod "
+                      f"u+r {path}) and its folder access (chmod u+rx {path.parent}), or run as the user that wrote "
+                      "it")
 
 
 def _cut_short(path: Path, error: BaseException) -> str:
@@ -144,8 +154,11 @@ class StepCheckpoints:
         found = []
         for p in self.root.iterdir():
             m = STEP_PATTERN.match(p.name)
-            if not (m and p.is_dir()) or (resumable and not recipe_state_path(p).is_file()):
-                continue
+            try:
+                if not (m and p.is_dir()) or (resumable and not recipe_state_path(p).is_file()):
+                    continue
+            except PermissionError as e:  # recipe_state/ without search access
+                raise unreadable_state(recipe_state_path(p), e) from e
             try:
                 check_checkpoint_folder(p)
             except (FileNotFoundError, ValueError):
