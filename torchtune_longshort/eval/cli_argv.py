@@ -59,16 +59,33 @@ def canonical_options(args: Sequence[str]) -> List[str]:
 # lm-eval's options that name a path, which lm-eval reads as given: `--output_path=~/ev` (no shell expands a tilde
 # after "=") made a folder named "~" in the working directory, after this wrapper had checked the home folder's
 PATH_OPTIONS = ("--output_path", "--include_path", "--config")
+# the --model_args keys that name a path: `--model_args dtype=float32,pretrained=~/run/step_2` (no shell expands a
+# tilde after a second "=") reached transformers as the hub name '~/run/step_2' (a traceback, exit 1) and the
+# longshort model as a folder that is not there
+MODEL_PATH_KEYS = ("pretrained", "checkpoint_dir", "tokenizer", "peft", "delta")
 
 
 def home_expanded(args: Sequence[str]) -> List[str]:
-    """``args`` (long option names) with a leading ``~`` of each :data:`PATH_OPTIONS` value expanded, as a shell
-    expands ``--output_path ~/ev``."""
-    out = list(args)
+    """``args`` (long option names) with a leading ``~`` of each :data:`PATH_OPTIONS` value, and of each
+    :data:`MODEL_PATH_KEYS` item of ``--model_args``, expanded, as a shell expands ``--output_path ~/ev``."""
+    out, in_model_args = list(args), False
     for i, a in enumerate(out):
         name, eq, value = a.partition("=")
         if name in PATH_OPTIONS and eq:
             out[i] = f"{name}={os.path.expanduser(value)}"
         elif a in PATH_OPTIONS and i + 1 < len(out):
             out[i + 1] = os.path.expanduser(out[i + 1])
+        elif name == "--model_args" and eq:
+            out[i] = f"{name}={_model_args_expanded(value)}"
+        elif in_model_args and not a.startswith("-"):  # `--model_args a=1 b=2`: lm-eval merges the items
+            out[i] = _model_args_expanded(a)
+            continue
+        in_model_args = a == "--model_args"
     return out
+
+
+def _model_args_expanded(value: str) -> str:
+    """``key=value,...`` with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded."""
+    items = [item.partition("=") for item in value.split(",")]
+    return ",".join(k + eq + (os.path.expanduser(v) if k.strip() in MODEL_PATH_KEYS and v.startswith("~") else v)
+                    for k, eq, v in items)

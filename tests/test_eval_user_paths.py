@@ -1,0 +1,45 @@
+"""``longshort-eval``'s ``--model_args pretrained=`` as users write a path: after another key (``dtype=float32,
+pretrained=~/...``, where no shell expands the tilde) and relative to a folder the command may not run in. Each
+either reaches the model as the folder it names, or is refused in one line before lm-eval starts, never as
+transformers' "Repo id must be ..." traceback (transformers' own ``AutoConfig`` is the reference for what loads)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from transformers import AutoConfig  # noqa: E402
+
+from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv  # noqa: E402
+
+
+def _model_args(out):
+    return [a for a in out if "pretrained=" in a]
+
+
+def test_a_tilde_after_another_model_arg_is_the_home_folder_for_either_model(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                              tmp_path, monkeypatch):
+    home = tmp_path / "home é"
+    home.mkdir()
+    (home / "my run").symlink_to(tiny_llama2_dir)
+    (home / "tok").symlink_to(sp_tokenizer_dir)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(OSError):  # what lm-eval's hf model was given: transformers takes it for a hub name
+        AutoConfig.from_pretrained("~/my run")
+    for spelling in (["--model_args", "dtype=float32,pretrained=~/my run"],
+                     ["--model_args=dtype=float32,pretrained=~/my run"],
+                     ["--model_args", "dtype=float32", "pretrained=~/my run"]):
+        out = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *spelling])
+        (given,) = _model_args(out)
+        pretrained = given.split("pretrained=", 1)[1]
+        assert pretrained == str(home / "my run") and "dtype=float32" in " ".join(out), out
+        assert AutoConfig.from_pretrained(pretrained).vocab_size > 0  # transformers loads the folder meant
+        check_arguments(out)
+    # the longshort model: its checkpoint and tokenizer folders (it said "pretrained='~/my run' is not a directory")
+    check_arguments(lm_eval_argv(["run", "--model", "longshort", "--tasks", "longshort_ppl", "--model_args",
+                                  "dtype=float32,pretrained=~/my run,tokenizer=~/tok", "--device", "cpu"]))
+    # a tilde inside another value is no home folder; a key that is no path is left as given
+    out = lm_eval_argv(["run", "--model", "hf", "--model_args", "pretrained=/a/~b,revision=~x"])
+    assert _model_args(out) == ["pretrained=/a/~b,revision=~x"]
+
