@@ -43,3 +43,21 @@ def test_a_tilde_after_another_model_arg_is_the_home_folder_for_either_model(tin
     out = lm_eval_argv(["run", "--model", "hf", "--model_args", "pretrained=/a/~b,revision=~x"])
     assert _model_args(out) == ["pretrained=/a/~b,revision=~x"]
 
+
+def test_a_relative_pretrained_that_is_not_here_is_refused_naming_the_folder_it_was_looked_for_in(
+        tiny_llama2_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my runs").mkdir()
+    (tmp_path / "my runs" / "step_2").symlink_to(tiny_llama2_dir)
+    for name in ("outputs/x/step_60", "my runs/step_3", "été/step_2"):  # the README's, one with a space, non-ASCII
+        with pytest.raises(OSError, match="Repo id must"):  # what lm-eval's hf model raised after its start-up
+            AutoConfig.from_pretrained(name)
+        with pytest.raises(FileNotFoundError, match=f"--model_args pretrained={name}: does not exist in "
+                           f"'{tmp_path}', the folder this command runs in; --model hf needs a checkpoint folder"):
+            check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
+                                          f"pretrained={name},dtype=float32"]))
+    # the same path where it is: evaluated (transformers loads it); a hub name is left to the hub
+    assert AutoConfig.from_pretrained("my runs/step_2").vocab_size > 0
+    for name in ("my runs/step_2", "HuggingFaceTB/SmolLM2-135M", "gpt2"):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
+                                      f"pretrained={name}"]))

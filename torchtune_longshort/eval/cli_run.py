@@ -26,7 +26,7 @@ from torchtune_longshort.eval.model.args import check_model_fits, parse_model_ar
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
                                                  template_tokenizer)
 from torchtune_longshort.eval.model.generation import not_greedy
-from torchtune_longshort.eval.other_model_args import check_other_model_args
+from torchtune_longshort.eval.other_model_args import check_other_model_args, refuse_missing_folder
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.report.run_files import results_files, samples_of  # noqa: F401  (samples_of: for scripts)
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
@@ -35,7 +35,6 @@ from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method
-from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +176,7 @@ def check_arguments(out: List[str]) -> None:
             if chat is not None:  # a name its named templates lack (lm-eval asks the model for it whatever the tasks)
                 select_template(chat.chat_template, template_name(given.apply_chat_template), args.tokenizer.path)
     elif (given.model_args or {}).get("pretrained") is not None:
-        _refuse_missing_folder(str(given.model_args["pretrained"]), model)
+        refuse_missing_folder(str(given.model_args["pretrained"]), model)
         # hf: transformers' "Cannot use chat template functions ..." came once the model had loaded, with no fix
         tokenizer = Path(str(given.model_args.get("tokenizer") or given.model_args["pretrained"])).expanduser()
         if model == "hf" and tokenizer.exists() and _flag_given(out, "--apply_chat_template") and \
@@ -225,21 +224,6 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
                 f"--model_args pretrained={found.group(1)}: its RoPE ({method}) is not representable in transformers "
                 f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"
             )
-
-
-def _refuse_missing_folder(pretrained: str, model: str) -> None:
-    """A ``pretrained=`` written as a path (``/``, ``./``, ``../``, ``~``) that is no folder here, refused before
-    lm-eval starts: transformers takes it for a hub name and fails with a traceback ("Repo id must be in the form
-    'repo_name' or 'namespace/repo_name'")."""
-    if not pretrained.startswith(("/", "./", "../", "~")):
-        return
-    folder = Path(pretrained).expanduser()
-    if not folder.is_dir():
-        state = "is a file" if folder.exists() else "does not exist"
-        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {state}; --model {model} needs a checkpoint "
-                                "folder (config.json + weights) or a hub name")
-    if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
-        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder, peft_route=True)}")
 
 
 def _model_args_spans(out: List[str]) -> List[int]:

@@ -16,6 +16,8 @@ meant, or fail after lm-eval's start-up log, refused before it starts (:func:`ch
     a choice).
 
   Another adapter folder (not the recipe's) is PEFT's to check.
+
+- ``pretrained=`` a path that is no folder here (:func:`refuse_missing_folder`): transformers took it for a hub name.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
-from torchtune_longshort.models.peft_adapter import LAYOUT_FILE
+from torchtune_longshort.models.peft_adapter import LAYOUT_FILE, adapter_folder_hint
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,35 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         logger.warning("%s: trained on the %s-quantized base, these adapters on pretrained=%s (full precision) give "
                        "another model than the run's; its step folder %s is the trained one (the adapters merged "
                        "into the dequantized base)", where, layout["base_quantization"], pretrained, step)
+
+
+def refuse_missing_folder(pretrained: str, model: str) -> None:
+    """A ``pretrained=`` written as a path (``/``, ``./``, ``../``, ``~``, or any name no hub repository can have:
+    ``outputs/x/step_60`` run from another folder, ``my runs/step_2``) that is no folder here, refused before
+    lm-eval starts: transformers takes it for a hub name and fails with a traceback ("Repo id must be in the form
+    'repo_name' or 'namespace/repo_name'")."""
+    if not pretrained.startswith(("/", "./", "../", "~")) and not _not_a_hub_name(pretrained):
+        return
+    folder = Path(pretrained).expanduser()
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist" if folder.is_absolute() else \
+            f"does not exist in {str(Path.cwd())!r}, the folder this command runs in"
+        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {state}; --model {model} needs a checkpoint "
+                                "folder (config.json + weights) or a hub name")
+    if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
+        raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder, peft_route=True)}")
+
+
+def _not_a_hub_name(name: str) -> bool:
+    """Whether the hub refuses ``name`` as a repository id (huggingface_hub's own rule, which transformers applies)."""
+    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained=)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return False
 
 
 def _json(path: Path) -> Optional[Dict[str, Any]]:
