@@ -5,6 +5,8 @@ transformers' "Repo id must be ..." traceback (transformers' own ``AutoConfig`` 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("lm_eval")
@@ -61,3 +63,22 @@ def test_a_relative_pretrained_that_is_not_here_is_refused_naming_the_folder_it_
     for name in ("my runs/step_2", "HuggingFaceTB/SmolLM2-135M", "gpt2"):
         check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
                                       f"pretrained={name}"]))
+
+
+def test_a_path_with_a_comma_is_told_to_go_as_json_in_one_line(tiny_llama2_dir, tmp_path, capsys):
+    """lm-eval splits ``--model_args`` at each comma: ``pretrained=/x/runs 1,2/step_2`` printed a usage block, then
+    "expected `key=value`, got '2/step_2'", naming no way to pass the folder; the JSON form lm-eval also reads
+    does."""
+    folder = tmp_path / "runs 1,2"
+    folder.mkdir()
+    (folder / "step_2").symlink_to(tiny_llama2_dir)
+    with pytest.raises(ValueError, match=r"^argument --model_args: expected `key=value`, got '2/step_2'; .* give the "
+                                         r"option as JSON, e.g. --model_args '\{\"pretrained\": "):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
+                                      f"pretrained={folder / 'step_2'}"]))
+    with pytest.raises(ValueError, match=r"^argument --metadata: expected `key=value`, got 'foo'$"):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--metadata", "foo"]))
+    assert capsys.readouterr().err == ""  # no usage block
+    as_json = json.dumps({"pretrained": str(folder / "step_2")})
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", as_json]))
+    assert AutoConfig.from_pretrained(json.loads(as_json)["pretrained"]).vocab_size > 0

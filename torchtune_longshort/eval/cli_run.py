@@ -143,7 +143,7 @@ def check_arguments(out: List[str]) -> None:
 
     from torchtune_longshort.eval.task_index import include_path_covers, task_names
 
-    parser = ArgumentParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
+    parser = _OneLineParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
     parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--metadata", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--gen_kwargs", nargs="+", action=MergeDictAction, default=None)
@@ -188,6 +188,18 @@ def check_arguments(out: List[str]) -> None:
             select_template(chat.chat_template, name, tokenizer)
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
+
+
+class _OneLineParser(ArgumentParser):
+    """lm-eval's ``key=value`` options as its parser reads them, an error raised as one line (``ValueError``): it
+    printed this parser's usage block first; a ``--model_args`` value split at a comma (a path ``runs 1,2``) is told
+    how to pass it."""
+
+    def error(self, message: str):
+        if message.startswith("argument --model_args: expected `key=value`"):
+            message += ("; each ',' starts another key=value, so a value holding a comma (a path) is cut there: give "
+                        "the option as JSON, e.g. --model_args '{\"pretrained\": \"/runs 1,2/step_2\"}'")
+        raise ValueError(message)
 
 
 def _every_task_ignores(names: List[str], key: str) -> bool:
