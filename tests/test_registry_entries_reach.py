@@ -78,6 +78,20 @@ def test_clex_training_length_is_refused_where_a_drawn_position_reaches_max_seq_
     assert (top >= rope.max_seq_len) == (seq_len == 33)
 
 
+
+def test_clex_refusals_advised_t_max_draws_below_max_seq_len_at_the_boundary():
+    """seq_len 25 over L=16 on a 49-position model: t=2 reaches position 49 exactly, so the advice is t_max=1, not
+    the t_max=2 that the length check refuses. Reference: the positions CLEX draws at each t the advice allows."""
+    import torch
+
+    with pytest.raises(ValueError) as refused:
+        CLEXRoPE(16, 49, original_max_seq_len=16, t_max=3).check_training_length(25)
+    t_fit = int(re.search(r"or set the model's t_max to (\d+)$", str(refused.value)).group(1))
+    rope = CLEXRoPE(16, 49, original_max_seq_len=16, t_max=t_fit)
+    rope.check_training_length(25)  # the advice is taken
+    assert max(float(rope.sample_training_positions(25, t, torch.Generator().manual_seed(s)).max())
+               for t in range(1, t_fit + 1) for s in range(8)) < rope.max_seq_len
+
 class _StridedPositions:
     """A position-id sampler whose reach is its own parameter's: positions 0, stride, 2 stride, ..."""
 
