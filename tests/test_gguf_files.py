@@ -4,6 +4,7 @@ vocabulary as sentencepiece does); a file without the weights its header describ
 
 import re
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -82,14 +83,16 @@ def test_a_sentencepiece_gguf_converts_to_a_tokenizer_that_encodes_as_sentencepi
         assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == reference.decode(reference.encode(text))
 
 
-def byte_level_gguf(path: Path, pre: str) -> Path:
+def byte_level_gguf(path: Path, pre: Optional[str]) -> Path:
     """A tiny random Llama GGUF whose vocabulary is a byte-level BPE one (``tokenizer.ggml.model`` gpt2, as SmolLM2's)
     with pre-type ``pre``: the 256 byte symbols, :data:`MERGES` and ``<|endoftext|>``."""
     from gguf import GGUFWriter
 
     tokens = _byte_level_vocab()
     w = GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre(pre), w.add_token_list(tokens)
+    w.add_tokenizer_model("gpt2"), w.add_token_list(tokens)
+    if pre is not None:  # None: a file without tokenizer.ggml.pre (llama.cpp reads it as 'default', with a warning)
+        w.add_tokenizer_pre(pre)
     w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens]), w.add_token_merges(MERGES)
     w.add_bos_token_id(len(tokens) - 1), w.add_eos_token_id(len(tokens) - 1), w.add_add_bos_token(False)
     _with_weights(w, len(tokens))
@@ -162,6 +165,29 @@ def test_a_byte_level_pre_type_splits_as_gpt2_and_one_this_converter_does_not_kn
                       "(tokenizer.ggml.pre), which neither transformers nor this converter knows: its tokenizer.json "
                       "splits as GPT-2 does, and may encode some texts (digits, whitespace) otherwise than llama.cpp"]
                      if note else [])
+
+
+@pytest.mark.parametrize("pre", ["llama-bpe", "qwen2", None])
+def test_a_split_transformers_reads_is_kept_and_a_file_without_a_pre_type_is_noted(tmp_path, capsys, pre):
+    # transformers gives Llama-3's and Qwen2's pre-types their own split (a Sequence, not ByteLevel alone): it is
+    # what llama.cpp splits by, kept without a note; a file without tokenizer.ggml.pre is llama.cpp's 'default'
+    # (not GPT-2's split), noted. Reference: transformers' own tokenizer of the file.
+    import json
+
+    from transformers import AutoTokenizer
+
+    from torchtune_longshort.models.gguf import convert_gguf
+
+    gguf = byte_level_gguf(tmp_path / "m.gguf", pre)
+    own = json.loads(AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=gguf.name).backend_tokenizer.to_str())
+    out = convert_gguf(gguf, tmp_path / "conv")
+    written = json.loads((out / "tokenizer.json").read_text())
+    assert written["pre_tokenizer"] == own["pre_tokenizer"]
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == ([] if pre else [f"note: --gguf {str(gguf)!r} splits text as llama.cpp's pre-tokenizer 'default' "
+                                     "(tokenizer.ggml.pre), which neither transformers nor this converter knows: its "
+                                     "tokenizer.json splits as GPT-2 does, and may encode some texts (digits, "
+                                     "whitespace) otherwise than llama.cpp"])
 
 
 @pytest.mark.parametrize("drop, needle", [
