@@ -50,6 +50,23 @@ def test_an_over_long_passkey_prompt_is_not_cut_by_hf_from_simple_evaluate(hf_fo
     assert "--model hf runs at most 256" in reason and "would cut them from the left: refused" in reason, reason
 
 
+def test_an_instance_of_a_subclass_of_hfs_model_is_told_as_hf(hf_folder):
+    """``simple_evaluate(model=<instance>)`` of a subclass of lm-eval's ``HFLM`` (a user's own; lm-eval's
+    ``hf-multimodal`` is one): it cuts an over-long prompt from the left as ``HFLM`` does, so the 512-token passkey
+    prompt is not sent to its 256 positions. Reference: ``HFLM`` itself (the test above)."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    class OwnHF(HFLM):
+        pass
+
+    meta = {"pretrained": str(hf_folder), "max_seq_lengths": "512", "passkey_num_samples": 1, "passkey_depths": [0]}
+    out = simple_evaluate(model=OwnHF(pretrained=str(hf_folder), dtype="float32", device="cpu"),
+                          tasks=["longshort_passkey"], task_manager=_task_manager(meta), bootstrap_iters=0)
+    assert math.isnan(out["results"]["longshort_passkey"]["acc_512,none"])
+    (reason,) = out["configs"]["longshort_passkey"]["not_scored"]
+    assert "--model hf runs at most 256" in reason, reason
+
 def test_misalignment_under_an_hf_instance_is_nan_with_its_reason_not_an_attribute_error(hf_folder):
     """Tasks loaded first, then ``evaluate(lm=HFLM(...))``: the misalignment task built its data (the model was not
     known yet) and lm-eval asked hf for ``next_token_divergence``: ``AttributeError: 'HFLM' object has no attribute
