@@ -36,7 +36,8 @@ ENTRY_POINTS = {
                       "model": dict(TINY)}, "model")),
     "study config": ("methods.pi.method", lambda m: rope_method("methods.pi.method", m)),
 }
-ACCEPTED = f"expected one of {sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS)"
+ACCEPTED = (f"expected one of {sorted(ROPE_METHODS)} (torchtune_longshort.rope.ROPE_METHODS), or the dotted path of a "
+            "ScaledRoPE subclass of your own, e.g. my_module.MyRoPE (importable: installed, or its folder on PYTHONPATH)")
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
@@ -55,6 +56,17 @@ def test_a_position_sampler_is_named_as_one_everywhere(entry):
     assert str(err.value) == (
         f"{field}='pose' is not a RoPE method (a position-id sampler, not a frequency method: build it with "
         f"build_position_sampler('pose', ...) and pass its positions as input_pos): {ACCEPTED}")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_dotted_path_that_does_not_import_is_named_with_why_everywhere(entry):
+    field, call = ENTRY_POINTS[entry]
+    with pytest.raises(ValueError) as err:
+        call("no_such_pkg_here.MyRoPE")
+    assert str(err.value) == (
+        f"{field}='no_such_pkg_here.MyRoPE' is not a RoPE method: 'no_such_pkg_here.MyRoPE' does not import "
+        "(ModuleNotFoundError: No module named 'no_such_pkg_here'): a RoPE method of your own must be importable in "
+        "every process that builds or loads the model (pip install its package, or put its folder on PYTHONPATH)")
 
 
 def test_a_name_far_from_every_method_gets_no_guess():

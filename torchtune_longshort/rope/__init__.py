@@ -31,10 +31,13 @@ from torchtune_longshort.rope.llama3 import Llama3RoPE
 from torchtune_longshort.rope.longrope import LongRoPE
 from torchtune_longshort.rope.ntk import DynamicNTKRoPE, NTKRoPE
 from torchtune_longshort.rope.ntk_by_parts import NTKByPartsRoPE
+from torchtune_longshort.rope.registry import DottedRegistry, is_dotted_path
 from torchtune_longshort.rope.samplers import PoSEPositions, RandomPositions
 from torchtune_longshort.rope.yarn import YaRNRoPE, yarn_mscale
 
-ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = {
+# A method of one's own is named by its class's dotted path (``my_module.MyRoPE``, a ScaledRoPE subclass), imported
+# on first lookup in each process that asks (the config check, each rank, the eval reading a checkpoint's spec).
+ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = DottedRegistry({
     "default": DefaultRoPE,
     "linear": LinearRoPE,
     "ntk": NTKRoPE,
@@ -46,7 +49,10 @@ ROPE_METHODS: Dict[str, Type[ScaledRoPE]] = {
     "llama3": Llama3RoPE,
     "ntk_by_parts": NTKByPartsRoPE,
     "longrope": LongRoPE,
-}
+}, base=ScaledRoPE, what="RoPE method", name_attr="method")
+
+OWN_METHOD_HINT = ("or the dotted path of a ScaledRoPE subclass of your own, e.g. my_module.MyRoPE (importable: "
+                   "installed, or its folder on PYTHONPATH)")
 
 # The method of the Llama-2 builders when none is named (Position Interpolation, as the paper's Llama-2 runs).
 DEFAULT_ROPE_METHOD = "linear"
@@ -58,9 +64,16 @@ POSITION_SAMPLERS = {
 
 
 def check_rope_method(method: Any, where: str = "method") -> str:
-    """``method`` when it is a key of ``ROPE_METHODS``; else ``ValueError`` in one line naming ``where`` (the field
-    that holds it), the value, the nearest method name (or that it is a position-id sampler) and the accepted names."""
-    if isinstance(method, str) and method in ROPE_METHODS:
+    """``method`` when it is a key of ``ROPE_METHODS`` or the dotted path of a ``ScaledRoPE`` subclass (imported and
+    kept); else ``ValueError`` in one line naming ``where`` (the field that holds it), the value, the nearest method
+    name (or that it is a position-id sampler, or why its path is no method) and the accepted names."""
+    if isinstance(method, str) and dict.__contains__(ROPE_METHODS, method):
+        return method
+    if is_dotted_path(method):
+        try:
+            ROPE_METHODS.load(method)
+        except ValueError as e:
+            raise ValueError(f"{where}={method!r} is not a RoPE method: {e}") from None
         return method
     if isinstance(method, str) and method in POSITION_SAMPLERS:
         hint = (f" (a position-id sampler, not a frequency method: build it with build_position_sampler({method!r}, "
@@ -69,8 +82,7 @@ def check_rope_method(method: Any, where: str = "method") -> str:
         near = difflib.get_close_matches(str(method), list(ROPE_METHODS), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
     raise ValueError(f"{where}={method!r} is not a RoPE method{hint}: expected one of {sorted(ROPE_METHODS)} "
-                     "(torchtune_longshort.rope.ROPE_METHODS)")
-
+                     f"(torchtune_longshort.rope.ROPE_METHODS), {OWN_METHOD_HINT}")
 
 
 def method_parameters(method: str) -> Optional[List[str]]:

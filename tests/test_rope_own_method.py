@@ -1,0 +1,109 @@
+"""A RoPE method of one's own, named by its class's dotted path where a registry name is accepted (as torchtune's
+``_component_``): an installed package cannot be edited, and a name put into ``ROPE_METHODS`` by hand lived only in
+the process that put it there, so a folder trained with it could not be loaded by ``longshort-eval`` ("not a RoPE
+method")."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from torchtune_longshort.models import load_hf_checkpoint, save_hf_checkpoint
+from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
+
+MODULE = "own_rope_pkg.mixed"
+PATH = f"{MODULE}.LinearNTKRoPE"
+
+SOURCE = '''
+from torchtune_longshort.rope import ScaledRoPE
+from torchtune_longshort.rope.base import default_inv_freq
+
+
+class LinearNTKRoPE(ScaledRoPE):
+    """Half the factor as PI, half as an NTK base change."""
+    method = "linear_ntk"  # replaced by the path it is named by, which the saved spec records
+    has_factor = True
+    scale_parameter = "factor"
+    transformers_representable = False
+
+    def __init__(self, dim, max_seq_len, base=10_000.0, *, factor, layout="interleaved"):
+        super().__init__(dim, max_seq_len, base, layout)
+        self.factor = float(factor)
+        self.rope_init()
+
+    def compute_inv_freq(self, device=None):
+        s = self.factor ** 0.5
+        return default_inv_freq(self.dim, self.base * s ** (self.dim / (self.dim - 2)), device) / s
+
+    def extra_spec(self):
+        return {"factor": self.factor}
+
+
+class NotRoPE:
+    pass
+'''
+
+
+def _forget():
+    """As a new process sees it: the path not in the registry, its module not imported."""
+    for key in [k for k in ROPE_METHODS if k.startswith("own_rope_pkg.")]:
+        dict.pop(ROPE_METHODS, key)
+    for name in [m for m in sys.modules if m.split(".")[0] == "own_rope_pkg"]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def own_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "own_rope_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mixed.py").write_text(textwrap.dedent(SOURCE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _forget()
+    yield
+    _forget()
+
+
+def test_a_dotted_path_is_built_saved_and_read_back_by_a_process_that_never_imported_it(
+        own_module, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    model = load_hf_checkpoint(tiny_llama2_dir, rope={"method": PATH, "factor": 2}, max_seq_len=512)
+    assert model.rope_scaling["method"] == PATH
+    assert type(model.layers[0].attn.pos_embeddings).__module__ == MODULE
+    tokens = torch.randint(0, 512, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(tokens)
+    save_hf_checkpoint(model, tmp_path / "out", tiny_llama2_dir, tokenizer=sp_tokenizer_dir)
+    _forget()
+    back = load_hf_checkpoint(tmp_path / "out")
+    assert type(back.layers[0].attn.pos_embeddings).__module__ == MODULE
+    with torch.no_grad():
+        torch.testing.assert_close(back(tokens), want)
+
+
+def test_a_dotted_path_is_checked_once_and_kept(own_module):
+    assert check_rope_method(PATH, "model.method") == PATH
+    rope = build_rope(PATH, head_dim=16, max_seq_len=64, factor=4)
+    assert rope.spec()["method"] == PATH
+    s = 2.0  # sqrt(4): an independent computation of the mixed frequencies
+    base = 10_000.0 * s ** (16 / 14)
+    ref = 1.0 / (base ** (torch.arange(0, 16, 2).float() / 16)) / s
+    torch.testing.assert_close(rope.compute_inv_freq(), ref)
+
+
+def test_refusals_name_the_field_the_known_methods_and_how_to_add_one(own_module):
+    with pytest.raises(ValueError) as e:
+        check_rope_method("linear_ntk", "model.method")
+    assert "model.method='linear_ntk' is not a RoPE method" in str(e.value)
+    assert "'yarn'" in str(e.value) and "dotted path of a ScaledRoPE subclass of your own" in str(e.value)
+    with pytest.raises(ValueError, match=r"model.method='nowhere_pkg.Mine' is not a RoPE method: 'nowhere_pkg.Mine' "
+                                         r"does not import \(ModuleNotFoundError.*PYTHONPATH"):
+        check_rope_method("nowhere_pkg.Mine", "model.method")
+    with pytest.raises(ValueError, match=r"names NotRoPE in module own_rope_pkg.mixed: .* subclass of "
+                                         r"torchtune_longshort.rope.base.ScaledRoPE"):
+        check_rope_method(f"{MODULE}.NotRoPE", "model.method")
+    with pytest.raises(ValueError, match="names nothing in module"):
+        check_rope_method(f"{MODULE}.Missing", "model.method")
+    assert f"{MODULE}.NotRoPE" not in ROPE_METHODS and "nowhere_pkg.Mine" not in ROPE_METHODS
