@@ -73,6 +73,15 @@ def _pack_tasks():
     return {p.stem for p in (REPO / "torchtune_longshort/eval/tasks").rglob("longshort_*.yaml")}
 
 
+def _own_tasks(doc: Path):
+    """A task of the reader's own that a page writes out: the ``task:`` of its YAML blocks, and the folder of the
+    ```DIR/NAME.yaml``` it names for it (a command of that page may name both)."""
+    text = (REPO / doc).read_text()
+    blocks = "\n".join(re.findall(r"```yaml\n(.*?)```", text, re.S))
+    tasks = set(re.findall(r"^task: (\w+)$", blocks, re.M))
+    return tasks, {d for d, t in re.findall(r"`(\w+)/(\w+)\.yaml`", text) if t in tasks}
+
+
 def test_every_command_in_the_docs_names_what_exists():
     scripts = set(re.findall(r"^(longshort-[a-z-]+) =", (REPO / "pyproject.toml").read_text(), re.M))
     tasks, shipped = _pack_tasks(), REPO / "configs"
@@ -84,10 +93,12 @@ def test_every_command_in_the_docs_names_what_exists():
             bad += [] if (shipped / src).is_file() else [where + f"longshort-cp {src}: no such shipped config"]
         bad += [where + f"{s}: no such console script" for s in re.findall(r"\b(longshort-[a-z]+(?:-[a-z]+)*)", cmd)
                 if s not in scripts]
+        own_tasks, own_dirs = _own_tasks(doc)
         for names in re.findall(r"--tasks[ =]([\w,-]+)", cmd):
-            bad += [where + f"--tasks {t}: not a task of the pack" for t in names.split(",") if t not in tasks]
+            bad += [where + f"--tasks {t}: not a task of the pack" for t in names.split(",")
+                    if t not in tasks and t not in own_tasks]
         for path in re.findall(r"--include_path (\S+)", cmd):
-            if not path.lstrip('"').startswith("$(") and not (REPO / path).exists():
+            if not path.lstrip('"').startswith("$(") and not (REPO / path).exists() and path not in own_dirs:
                 bad += [where + f"--include_path {path}: no such folder"]
         for path in re.findall(r"--config (\S+\.yaml)", cmd):
             if path not in copies and "<" not in path and not any((d / path).is_file() for d in (REPO, shipped)):

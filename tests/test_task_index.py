@@ -47,3 +47,51 @@ def test_the_index_is_restored_when_the_evaluation_fails():
     with pytest.raises(RuntimeError), pack_only_index(argv, PACK):
         raise RuntimeError("the evaluation failed")
     assert lm_tasks.TaskManager is original
+
+
+# A task of one's own in one's own folder, reusing the pack's functions by their dotted paths (docs/eval.md)
+OWN_TASK = """task: my_ppl
+class: !function torchtune_longshort.eval.tasks.common.pack_task.PackTask
+custom_dataset: !function torchtune_longshort.eval.tasks.ppl.task.long_ppl_dataset
+test_split: test
+output_type: loglikelihood
+doc_to_text: ""
+doc_to_target: "{{text}}"
+target_delimiter: ""
+process_results: !function torchtune_longshort.eval.tasks.ppl.task.process_results
+metric_list:
+  - metric: ppl
+    aggregation: !function torchtune_longshort.eval.tasks.ppl.task.agg_ppl
+    higher_is_better: false
+metadata:
+  version: 1.0
+"""
+
+
+def test_a_folder_of_ones_own_is_indexed_beside_the_pack_not_instead(tmp_path):
+    """``--include_path mine`` replaced the pack (lm-eval's CLI takes one folder): ``--tasks my_ppl,longshort_ppl``
+    was refused, no task 'longshort_ppl'. Reference: lm-eval's own TaskManager given both folders as a list."""
+    (tmp_path / "my_ppl.yaml").write_text(OWN_TASK)
+    mine = str(tmp_path)
+    argv = lm_eval_argv(["run", "--model", "longshort", "--include_path", mine, "--tasks", "my_ppl,longshort_ppl"])
+    want = set(lm_tasks.TaskManager(include_path=[PACK, mine], include_defaults=False).all_tasks)
+    assert {"my_ppl", "longshort_ppl"} <= want
+    assert include_path_covers(argv, mine)
+    original = lm_tasks.TaskManager
+    with pack_only_index(argv, mine) as on:
+        assert on
+        assert set(lm_tasks.TaskManager(include_path=mine, metadata={"k": 1}).all_tasks) == want
+    assert lm_tasks.TaskManager is original
+
+
+def test_a_metadata_key_of_ones_own_task_is_not_refused_as_the_packs(tmp_path):
+    """The pack's metadata-key check ran whenever every task was in the included folder, a user's own included:
+    a key their own task reads was refused as 'no task of the pack reads them'. Now only a run of the pack's tasks
+    alone is checked."""
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    (tmp_path / "my_ppl.yaml").write_text(OWN_TASK)
+    run = ["run", "--model", "hf", "--include_path", str(tmp_path), "--metadata", '{"my_corpus_key": 1}', "--tasks"]
+    check_arguments(lm_eval_argv([*run, "my_ppl"]))
+    with pytest.raises(ValueError, match=r"--metadata key\(s\) \['my_corpus_key'\]: no task of the pack reads them"):
+        check_arguments(lm_eval_argv([*run, "longshort_ppl"]))

@@ -111,9 +111,10 @@ def _validate_tasks(argv) -> None:
     from lm_eval.tasks import TaskManager
 
     from torchtune_longshort.eval import cli_messages
+    from torchtune_longshort.eval.task_index import included_folders
 
     names = [t for t in (option(argv, "--tasks") or "").split(",") if t]
-    manager = TaskManager(include_path=option(argv, "--include_path"))
+    manager = TaskManager(include_path=included_folders(option(argv, "--include_path") or ""))
     missing = [t for t in names if t not in manager.match_tasks(names)]
     if missing:
         raise ValueError(cli_messages.tasks_not_found(f"Tasks not found: {', '.join(missing)}", manager.all_tasks))
@@ -124,8 +125,9 @@ def _known_tasks(argv) -> list:
     # deferred: torch, lm_eval (as in _evaluate)
     from lm_eval.tasks import TaskManager
 
+    from torchtune_longshort.eval.task_index import included_folders
 
-    return list(TaskManager(include_path=option(argv, "--include_path")).all_tasks)
+    return list(TaskManager(include_path=included_folders(option(argv, "--include_path") or "")).all_tasks)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     - the keys of a ``--config`` YAML that the wrapper reads (``model``, ``metadata``, ...) and the command line
       does not give are put on the command line (:func:`torchtune_longshort.eval.config_file.config_options`);
     - ``run``, ``ls`` and ``validate`` (and the legacy form without a subcommand) get ``--include_path`` of the
-      installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one (lm-eval
-      takes a single folder: a user's own folder replaces the pack, with a warning);
+      installed task pack (:func:`torchtune_longshort.eval.tasks.tasks_path`) unless the user names one: a user's
+      own folder is indexed beside the pack (:mod:`torchtune_longshort.eval.task_index`; lm-eval's option takes one
+      folder);
     - an evaluation without ``--device`` gets ``cuda`` only when CUDA is available, else ``cpu`` (lm-eval's
       default is ``cuda:0`` whatever the machine); a ``--device`` (or ``--model_args device=``) this machine does
       not have is refused here, for every model (:func:`torchtune_longshort.devices.require_device`: lm-eval's
@@ -90,9 +91,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         elif not Path(given).expanduser().exists():
             raise FileNotFoundError(f"--include_path {given!r} does not exist: name a folder of task YAMLs (or leave "
                                     "it out: the installed task pack is included)")
-        elif Path(given).resolve() != tasks_path():
-            logger.warning("--include_path %s replaces the installed task pack (%s): lm-eval takes one folder, so "
-                           "the pack's longshort_* tasks are not found in this run", given, tasks_path())
+        elif Path(given).expanduser().resolve() != tasks_path():
+            logger.info("--include_path %s: its tasks are indexed beside the installed task pack's (%s)", given,
+                        tasks_path())
     if not evaluating:
         return out
     model = option(out, "--model")
@@ -149,7 +150,7 @@ def check_arguments(out: List[str]) -> None:
     parser.add_argument("--gen_kwargs", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--apply_chat_template", type=str, nargs="?", const=True, default=False)  # as lm-eval's
     given = parser.parse_known_args(out)[0]
-    if include_path_covers(out, option(out, "--include_path") or ""):
+    if include_path_covers(out, str(tasks_path())):  # every task the pack's: their metadata keys are known
         bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO, tasks=task_names(out))
         if bad:
             raise ValueError(f"--metadata key(s) {bad}: {why}")

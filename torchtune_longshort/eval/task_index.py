@@ -1,4 +1,10 @@
-"""lm-eval's task index of the included folder alone, when every task a command names is in it.
+"""lm-eval's task index of a ``longshort-eval`` run: the task pack and a user's own ``--include_path`` folder beside
+it, and those folders alone when every task a command names is in them.
+
+lm-eval 0.4.13's ``TaskManager`` takes a list of folders, but its CLI's ``--include_path`` takes one: a folder of
+one's own (a task reusing the pack's functions by their dotted ``!function`` paths) replaced the pack, so its tasks
+and the pack's could not run in one command. ``longshort-eval`` indexes both (the user's folder last: a task of the
+same name there wins, as lm-eval lets an include path override its built-in tasks).
 
 lm-eval 0.4.13's CLI builds ``TaskManager(include_path=...)``, which indexes its ~14,700 built-in task YAMLs before
 it looks a name up: 10-20 s on this project's 2-core CPU, against ~0.1 s for the task pack's folder alone. When every
@@ -12,9 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from pathlib import Path
 from typing import FrozenSet, Iterator, List, Sequence
 
 from lm_eval import tasks as lm_tasks
+
+from torchtune_longshort.eval.tasks import tasks_path
+
+
+def included_folders(include_path: str) -> List[str]:
+    """The folders a run indexes for ``--include_path include_path``: the task pack, then the given folder when it
+    is another."""
+    pack = str(tasks_path())
+    if not include_path or Path(include_path).expanduser().resolve() == Path(pack):
+        return [pack]
+    return [pack, include_path]
 
 
 def task_names(argv: Sequence[str]) -> List[str]:
@@ -34,11 +52,12 @@ def task_names(argv: Sequence[str]) -> List[str]:
 
 
 def include_path_covers(argv: Sequence[str], include_path: str) -> bool:
-    """True when the command names tasks and every one is a task or group of ``include_path`` alone."""
+    """True when the command names tasks and every one is a task or group of the folders ``include_path`` stands for
+    (:func:`included_folders`)."""
     names = task_names(argv)
     if not names or not include_path:
         return False
-    known = _folder_tasks(include_path)
+    known = frozenset().union(*(_folder_tasks(f) for f in included_folders(include_path)))
     return all(n in known for n in names)
 
 
@@ -51,21 +70,27 @@ def _folder_tasks(include_path: str) -> FrozenSet[str]:
 
 @contextlib.contextmanager
 def pack_only_index(argv: Sequence[str], include_path: str) -> Iterator[bool]:
-    """While the block runs, a ``TaskManager`` lm-eval builds skips its built-in tasks, if
-    :func:`include_path_covers`; yields whether it does. lm-eval's CLI reads ``lm_eval.tasks.TaskManager`` when it
-    runs (``EvaluatorConfig.process_tasks`` imports it then), so the module attribute is what is swapped."""
-    if not include_path_covers(argv, include_path):
+    """While the block runs, a ``TaskManager`` lm-eval builds for ``include_path`` indexes the pack beside it
+    (:func:`included_folders`), and skips lm-eval's built-in tasks if :func:`include_path_covers`; yields whether it
+    skips them. lm-eval's CLI reads ``lm_eval.tasks.TaskManager`` when it runs (``EvaluatorConfig.process_tasks``
+    imports it then), so the module attribute is what is swapped."""
+    covered = include_path_covers(argv, include_path)
+    folders = included_folders(include_path)
+    if not covered and len(folders) == 1:
         yield False
         return
     original = lm_tasks.TaskManager
 
-    class PackOnlyTaskManager(original):
+    class PackTaskManager(original):
         def __init__(self, *args, **kwargs):
-            kwargs["include_defaults"] = False
+            if include_path and kwargs.get("include_path") == include_path:
+                kwargs["include_path"] = folders
+            if covered:
+                kwargs["include_defaults"] = False
             super().__init__(*args, **kwargs)
 
-    lm_tasks.TaskManager = PackOnlyTaskManager
+    lm_tasks.TaskManager = PackTaskManager
     try:
-        yield True
+        yield covered
     finally:
         lm_tasks.TaskManager = original
