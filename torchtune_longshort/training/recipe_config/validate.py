@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
@@ -166,6 +167,23 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
 
 
 @quiet_when_the_reader_leaves
+@contextlib.contextmanager
+def tune_run_import_path():
+    """``sys.path`` as ``tune run`` has it while the block runs: the current folder appended (torchtune's
+    ``_cli/run.py``: "make sure user code in current directory is importable"), so a component or RoPE method of the
+    user's own module beside the config imports here as it does there (the console script's path lacked it, and a
+    config ``tune run`` ran was refused: 'does not import')."""
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.append(here)
+    try:
+        yield
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
         f"{PROG} run.yaml",
@@ -183,7 +201,8 @@ def main(argv=None) -> int:
     quiet_upstream()
     notes: list = []
     applied: list = []
-    checked = refusing(PROG, lambda: validate(args.config, args.overrides, world, notes, applied))
+    with tune_run_import_path():
+        checked = refusing(PROG, lambda: validate(args.config, args.overrides, world, notes, applied))
     oversubscribed = cpu_oversubscribed(checked.device, world)
     if oversubscribed:
         print(f"{PROG}: warning: {oversubscribed}")
