@@ -179,16 +179,20 @@ def test_overwrite_keeps_the_earlier_run_when_the_new_setup_refuses(recipe_cls, 
             (broken / f.name).write_bytes(data[: len(data) // 2] if f.suffix == ".safetensors" else data)
     scratch = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "llama", "vocab_size": 512,
                "num_layers": 1, "num_heads": 4, "num_kv_heads": 3, "embed_dim": 64, "max_seq_len": 256}
+    short = tmp_path / "short.txt"  # fewer tokens than one sample
+    short.write_text("x = 1\n")
     for cfg, match in [(make_cfg(broken, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1),
                         "cannot read weight file"),
                        (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1, model=scratch),
                         r"num_heads=4 is not divisible by num_kv_heads=3"),  # from scratch: the config check
                        # from scratch, refused once the model is built: the earlier run was deleted when step_0 was
                        # written, before the setup's later checks (this one, the data's)
+                       # (a position_sampler past the model's positions was this case: the config check refuses
+                       # it now)
                        (make_cfg(None, sp_tokenizer_dir, out, overwrite_output_dir=True, max_steps=1,
-                                 model={**scratch, "num_kv_heads": 2}, position_sampler={
-                                     "_component_": "torchtune_longshort.rope.RandomPositions",
-                                     "max_position": 100000}), "position_sampler draws positions up to 100000")]:
+                                 model={**scratch, "num_kv_heads": 2}, dataset={
+                                     "_component_": "torchtune_longshort.data.corpus.local_text",
+                                     "path": str(short)}), "fewer than one sample of seq_len")]:
         with pytest.raises(ValueError, match=match):
             recipe_cls(cfg).setup()
         assert _tree(out) == before

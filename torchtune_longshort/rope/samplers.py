@@ -107,3 +107,18 @@ class PoSEPositions:
 
     def __repr__(self) -> str:
         return f"PoSEPositions(target_len={self.target_len}, num_chunks={self.num_chunks})"
+
+
+def check_position_bound(sampler, model_max_len: Optional[int]) -> None:
+    """Refuse a sampler (one of these or of one's own: ``sample(batch_size, seq_len, generator)``) whose positions
+    reach past the model's ``model_max_len`` (None: not known). Its bound is its ``position_bound``; a sampler of
+    one's own written before that property is read by the names the setup read then (``max_position``,
+    ``target_len``); one with neither goes unchecked."""
+    if not hasattr(sampler, "sample"):
+        raise ValueError(f"position_sampler: {type(sampler).__name__} has no sample(batch_size, seq_len, generator)")
+    bound = getattr(sampler, "position_bound", None)
+    if bound is None:
+        bound = getattr(sampler, "max_position", None) or getattr(sampler, "target_len", None)
+    if model_max_len is not None and bound is not None and bound > model_max_len:
+        raise ValueError(f"position_sampler draws positions up to {bound}, above the model's max_seq_len="
+                         f"{model_max_len}: scale RoPE to at least that length (model.max_seq_len)")

@@ -23,6 +23,7 @@ from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
 from torchtune_longshort.rope import ScaledRoPE
+from torchtune_longshort.rope.samplers import check_position_bound
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.values import resolve_component
 
@@ -143,16 +144,7 @@ def build_position_sampler(
     if node is None:
         return None, None
     sampler = config.instantiate(node)
-    if not hasattr(sampler, "sample"):
-        raise ValueError(f"position_sampler: {node._component_} has no sample(batch_size, seq_len, generator)")
-    bound = getattr(sampler, "position_bound", None)  # the sampler's own answer (its parameter's name is its own)
-    if bound is None:  # a sampler of one's own written before position_bound: the names the setup read then
-        bound = getattr(sampler, "max_position", None) or getattr(sampler, "target_len", None)
-    if model_max_len is not None and bound is not None and bound > model_max_len:
-        raise ValueError(
-            f"position_sampler draws positions up to {bound}, above the model's max_seq_len={model_max_len}: scale "
-            "RoPE to at least that length (model.max_seq_len)"
-        )
+    check_position_bound(sampler, model_max_len)
     gen = torch.Generator().manual_seed(seed + 7919)
     if recipe_state is not None and recipe_state.get("position_generator") is not None:
         gen.set_state(recipe_state["position_generator"])

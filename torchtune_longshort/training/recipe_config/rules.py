@@ -19,6 +19,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.s2_attn import check_s2_length
 from torchtune_longshort.rope.base import rope_modules
+from torchtune_longshort.rope.samplers import check_position_bound
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -70,7 +71,9 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     _check_checkpointer_output(config)
     if local:
         config.model.open_folders()
-    check_positions(config, config.model.declared_positions(local), "the model node's max_seq_len")
+    declared = config.model.declared_positions(local)
+    check_positions(config, declared, "the model node's max_seq_len")
+    _check_sampler_reach(config, declared)
     _check_scratch_lora(config)
     _check_scratch_model_type(config)
     _check_scratch_dimensions(config)
@@ -243,6 +246,19 @@ def check_positions(config: RecipeConfig, max_len: Optional[int], how: str) -> N
     val = config.validation
     if val is not None and val.seq_len > max_len:
         raise ValueError(f"validation.seq_len={val.seq_len} is above the model's max_seq_len={max_len} ({how})")
+
+
+def _check_sampler_reach(config: RecipeConfig, max_len: Optional[int]) -> None:
+    """The ``position_sampler``, built as the setup builds it (a sampler is a few numbers), asked what the setup asks
+    of it: that its positions stay inside the model's ``max_len`` (None: not known yet)."""
+    node = config.position_sampler
+    if node is None or max_len is None:
+        return
+    try:
+        sampler = resolve_component("position_sampler._component_", node.component)(**node.args)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"position_sampler: {e}") from None
+    check_position_bound(sampler, max_len)
 
 
 def _check_scratch_lora(config: RecipeConfig) -> None:
