@@ -107,3 +107,16 @@ def test_refusals_name_the_field_the_known_methods_and_how_to_add_one(own_module
     with pytest.raises(ValueError, match="names nothing in module"):
         check_rope_method(f"{MODULE}.Missing", "model.method")
     assert f"{MODULE}.NotRoPE" not in ROPE_METHODS and "nowhere_pkg.Mine" not in ROPE_METHODS
+
+
+def test_a_shipped_method_named_by_its_path_keeps_its_name():
+    """A path to a shipped class (``torchtune_longshort.rope.YaRNRoPE``) must not rename it: every YaRN spec saved
+    after would record the path."""
+    path = "torchtune_longshort.rope.yarn.YaRNRoPE"
+    try:
+        assert check_rope_method(path) == path
+        assert ROPE_METHODS[path] is ROPE_METHODS["yarn"] and ROPE_METHODS["yarn"].method == "yarn"
+        spec = build_rope(path, head_dim=16, max_seq_len=64, factor=2, original_max_seq_len=32).spec()
+        assert spec["method"] == "yarn"
+    finally:
+        dict.pop(ROPE_METHODS, path, None)

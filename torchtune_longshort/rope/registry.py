@@ -40,7 +40,7 @@ class DottedRegistry(dict):
             found = "nothing" if cls is None else type(cls).__name__ if not isinstance(cls, type) else cls.__name__
             need = f"a subclass of {self.base.__module__}.{self.base.__qualname__}" if self.base else "a class"
             raise ValueError(f"{path!r} names {found} in module {module_name}: a {self.what} of your own is {need}")
-        if self.name_attr is not None:
+        if self.name_attr is not None and cls not in self.values():  # a shipped class keeps its own name
             setattr(cls, self.name_attr, path)
         self[path] = cls
         return cls
