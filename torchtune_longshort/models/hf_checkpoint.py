@@ -80,7 +80,7 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        raise ValueError(f"{path}: not valid JSON ({e}): copy or convert the checkpoint again") from None
 
 
 def _weight_files(d: Path) -> List[Path]:
@@ -391,4 +391,5 @@ def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
     try:
         return load_file(str(side))
     except Exception as e:
-        raise ValueError(f"cannot read RoPE side file {side}: {type(e).__name__}: {e}") from None
+        raise ValueError(f"cannot read RoPE side file {side}: {type(e).__name__}: {e} (a file cut short or not "
+                         "safetensors: copy the checkpoint again)") from None

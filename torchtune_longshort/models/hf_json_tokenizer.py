@@ -67,7 +67,8 @@ class HFJsonTokenizer(SourceTokenizer):
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as e:
-            raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
+            raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e}): copy it "
+                                 "from the checkpoint again") from None
         folder = self.path.parent
         self._tok = as_transformers_builds_it(self._tok, path, read_json(path.parent / "config.json"))
         settings = token_settings(folder)

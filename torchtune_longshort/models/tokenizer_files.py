@@ -24,7 +24,7 @@ def read_json(path: Path) -> Dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
+        raise TokenizerError(f"{path}: not valid JSON ({e}): copy it from the checkpoint again") from None
 
 
 def token_of(value: Any) -> Optional[str]:

@@ -130,7 +130,7 @@ def find_tokenizer(path: PathLike, order: Sequence[str] = DEFAULT_ORDER) -> Tupl
         if _is_sentencepiece(p):
             return "sentencepiece", p
         raise TokenizerError(f"tokenizer {str(p)!r} is neither a SentencePiece model, a tiktoken BPE file nor a "
-                             "tokenizer.json")
+                             "tokenizer.json: name a tokenizer file of one of these formats, or the folder holding it")
     if p.is_dir():
         for name in order:
             found = TOKENIZER_FORMATS[name].find(p)

@@ -60,7 +60,8 @@ class YaRNRoPE(ScaledRoPE):
     @classmethod
     def from_hf(cls, entry, theta, max_position_embeddings):
         if entry.get("mscale") or entry.get("mscale_all_dim"):
-            raise ValueError("yarn rope_scaling with mscale/mscale_all_dim (DeepSeek form) is not supported")
+            raise ValueError("yarn rope_scaling with mscale/mscale_all_dim (DeepSeek form) is not supported here: "
+                             "evaluate such a model with lm-eval's --model hf")
         original = int(entry.get("original_max_position_embeddings") or max_position_embeddings)
         spec = {
             "method": "yarn",
