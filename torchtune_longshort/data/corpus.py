@@ -220,7 +220,8 @@ def local_text(
         log.warning("%s=%r: skipped %d unreadable record(s) (%s), first: %s",
                     names("path"), path, len(bad), names.turned_on("skip_bad_records"), bad[0])
     if len(files_at) == len(bad):
-        raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read)")
+        raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read): "
+                         "name files that hold text")
     earlier = (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                "them out)" if hidden else None)
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,

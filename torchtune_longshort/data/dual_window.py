@@ -122,7 +122,8 @@ class PackedTokenStream:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("shuffle_seed") != self.shuffle_seed:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
-                             f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}")
+                             f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}: resume with the seed "
+                             "the run was saved with (data_seed, else seed), or start a new run in another output_dir")
         earlier = getattr(self._documents, "earlier_reading", None)
         saved, count = state.get("documents"), getattr(self._documents, "count", None)
         source = (f"{getattr(self._documents, 'where', 'dataset')} "
@@ -174,7 +175,8 @@ class PackedTokenStream:
             if self.docs_consumed > count:
                 raise ValueError(
                     f"cannot resume: the corpus has only {count} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}; was the data source changed?")
+                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
+                    "run in another output_dir")
             self._it = self._documents.in_order(order[self.docs_consumed:])
             return
         if count is not None and self.docs_consumed:
@@ -184,7 +186,8 @@ class PackedTokenStream:
             if self.docs_consumed > count:
                 raise ValueError(
                     f"cannot resume: the corpus has only {count} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}; was the data source changed?")
+                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
+                    "run in another output_dir")
             self._it = self._documents.from_index(self.docs_consumed)
             return
         self._it = iter(self._documents())
@@ -194,7 +197,8 @@ class PackedTokenStream:
             except StopIteration:
                 raise ValueError(
                     f"cannot resume: the corpus has only {i} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}; was the data source changed?"
+                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
+                    "run in another output_dir"
                 ) from None
 
     def _next_document(self) -> List[int]:
