@@ -13,13 +13,16 @@ from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 
 
-def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field") -> Iterator[Any]:
+def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field",
+               files_setting: str = "") -> Iterator[Any]:
     """The documents of local ``data_files`` through the one local-text reader (a record it cannot read: a
-    ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``."""
+    ``SkippedRecord`` with ``skip_bad_records``, else ``DataRecordError``); a bad path as ``TaskDataError``, naming
+    ``files_setting`` (the user's key for ``data_files``; by default ``data_files``, and ``setting``'s for files
+    without records)."""
     try:
-        files = resolve_files(data_files, LOCAL_SUFFIXES, "data_files")
+        files = resolve_files(data_files, LOCAL_SUFFIXES, files_setting or "data_files")
     except (FileNotFoundError, ValueError) as e:
-        raise TaskDataError(str(e)) from None
+        raise TaskDataError(f"{e}: name files that exist") from None
     read = False
     try:
         for doc in iter_documents(files, text_field, setting, encoding_errors="replace",
@@ -33,4 +36,5 @@ def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting
     if not read:  # it was "no document of N characters or more", as if the files held short ones
         shown = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         said = "holds no records (an empty file)" if len(files) == 1 else "hold no records (empty files)"
-        raise TaskDataError(f"{setting.replace('text_field', 'data_files', 1)}: {shown} {said}; name data to read")
+        raise TaskDataError(f"{files_setting or setting.replace('text_field', 'data_files', 1)}: {shown} {said}; "
+                            "name data to read")

@@ -137,6 +137,7 @@ def iter_texts(
     skip_bad_records: bool = False,
     skip_hint: str = "",
     text_field_setting: str = "text_field",
+    files_setting: str = "",
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -155,7 +156,8 @@ def iter_texts(
         alternative: the local-data hint for the reason a hub source that cannot be fetched gives.
         skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
             string, a line that is no JSON) is skipped, with a warning, instead of failing; ``skip_hint`` (how to
-            ask for that) ends the reason when it is not; ``text_field_setting``: how a reason names ``text_field``.
+            ask for that) ends the reason when it is not; ``text_field_setting``: how a reason names ``text_field``;
+            ``files_setting``, given: how it names ``data_files``.
 
     Raises:
         TaskDataError: a bad source / file, an unreadable record, or hub data that cannot be fetched (offline,
@@ -172,7 +174,7 @@ def iter_texts(
     elif source == "local":
         if not data_files:
             raise TaskDataError("source='local' needs data_files=<path or glob>")
-        it = read_local(data_files, text_field, skip_bad_records, text_field_setting)
+        it = read_local(data_files, text_field, skip_bad_records, text_field_setting, files_setting)
     else:
         if source in HF_PRESETS:
             dataset_path, dataset_name, split, text_field = HF_PRESETS[source]

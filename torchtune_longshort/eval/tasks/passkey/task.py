@@ -89,7 +89,8 @@ def haystack_units(source: str = "filler", data_files: Any = None, max_units: in
         sentences = [x.strip() + "." for x in FILLER.split(".") if x.strip()]
         return (sentences * (max_units // len(sentences) + 1))[:max_units]
     units: List[str] = []
-    for text in iter_texts(source=source, data_files=data_files, skip_bad_records=True):
+    for text in iter_texts(source=source, data_files=data_files, skip_bad_records=True,
+                           files_setting="passkey_haystack_files"):
         for line in text.splitlines():
             line = line.strip()
             if line:
@@ -97,7 +98,8 @@ def haystack_units(source: str = "filler", data_files: Any = None, max_units: in
                 if len(units) >= max_units:
                     return units
     if not units:
-        raise TaskDataError(f"passkey haystack source={source!r} gave no text")
+        raise TaskDataError(f"passkey_haystack={source!r} gave no text: name another haystack (filler, the default, "
+                            "reads no data)")
     return units
 
 
@@ -183,14 +185,16 @@ def _rows_from_files(files: Any, length: int, placeholder: Dict[str, Any]) -> Li
     for f in [files] if isinstance(files, str) else files:
         p = Path(f)
         if not p.is_file():
-            raise TaskDataError(f"passkey_data_files={str(f)!r}: no such file")
+            raise TaskDataError(f"passkey_data_files={str(f)!r}: no such file: name files that exist")
         for line in p.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
                 if int(row.get("length", -1)) == length:
                     rows.append({**placeholder, **row, TRUNCATION_FIELD: "none"})
     if not rows:
-        raise TaskDataError(f"passkey_data_files={files!r} holds no sample with length={length}")
+        raise TaskDataError(f"passkey_data_files={files!r} holds no sample with length={length}: write "
+                            "samples of that length (write_passkey_jsonl), or ask for the lengths it holds "
+                            "(passkey_max_seq_lengths)")
     return rows
 
 

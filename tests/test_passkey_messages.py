@@ -1,0 +1,50 @@
+"""The passkey task's data messages name the user's key and the fix (before: "data_files='<f>' does not exist (no
+such file, folder or glob match)" and "data_files: <f> holds no records" for passkey_haystack_files, a key the user
+never set; "passkey haystack source='hf' gave no text"; "passkey_data_files=... holds no sample with length=1024",
+no fix; "passkey_data_files='<f>': no such file", no fix either). Each message is matched whole, on one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from torchtune_longshort.eval.tasks.passkey import task as passkey
+
+
+def _written(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def _no_text(monkeypatch):
+    monkeypatch.setattr(passkey, "iter_texts", lambda **kwargs: iter([" \n\n"]))
+    return passkey.haystack_units("hf")
+
+
+CASES = {
+    "haystack file missing": (lambda t, m: passkey.haystack_units("local", str(t / "nope.txt")),
+                              r"passkey_haystack_files='.*/nope\.txt' does not exist \(no such file, folder or glob "
+                              r"match\): name files that exist"),
+    "haystack file empty": (lambda t, m: passkey.haystack_units("local", _written(t, "empty.txt", "")),
+                            r"passkey_haystack_files: .*/empty\.txt holds no records \(an empty file\); name data to "
+                            r"read"),
+    "haystack without text": (lambda t, m: _no_text(m),
+                              r"passkey_haystack='hf' gave no text: name another haystack \(filler, the default, "
+                              r"reads no data\)"),
+    "prompts file missing": (lambda t, m: passkey._rows_from_files(str(t / "nope.jsonl"), 1024, {}),
+                             r"passkey_data_files='.*/nope\.jsonl': no such file: name files that exist"),
+    "prompts of other lengths": (lambda t, m: passkey._rows_from_files(_written(t, "p.jsonl", '{"length": 64}\n'),
+                                                                       1024, {}),
+                                 r"passkey_data_files='.*/p\.jsonl' holds no sample with length=1024: write samples "
+                                 r"of that length \(write_passkey_jsonl\), or ask for the lengths it holds "
+                                 r"\(passkey_max_seq_lengths\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_passkey_data_message_names_the_key_and_fix(tmp_path, monkeypatch, case):
+    call, pattern = CASES[case]
+    with pytest.raises(ValueError) as info:
+        call(tmp_path, monkeypatch)
+    assert re.fullmatch(pattern, str(info.value)), str(info.value)
