@@ -48,7 +48,8 @@ def metric_lines(path: Union[str, Path]) -> List[Tuple[str, Dict[str, Any]]]:
             out.append((line, json.loads(line)))
         except json.JSONDecodeError:
             if i < len(lines) - 1:
-                raise ValueError(f"{path}:{i + 1}: not a JSON line ({line[:80]!r})") from None
+                raise ValueError(f"{path}:{i + 1}: not a JSON line ({line[:80]!r}): mend that line or delete "
+                                 "it (each line is one logged step's JSON)") from None
     return out
 
 
