@@ -212,6 +212,11 @@ def _read_local(paths: Sequence[Path], qa: str, length: str, style: str) -> List
     return rows
 
 
+# what a data file without rows is refused with
+NO_ROWS_FIX = ("write them (python -m torchtune_longshort.eval.tasks.babilong.generator), or name a babilong_data_dir "
+               "that holds them")
+
+
 def load_babilong(
     qa_split: Optional[str] = None,
     max_seq_lengths: Union[str, Sequence[str]] = "0k",
@@ -263,7 +268,7 @@ def load_babilong(
             try:
                 rows = _read_local(paths, qa_split, length, style)
                 if not rows:
-                    raise TaskDataError(f"{', '.join(map(str, paths))} has no rows")
+                    raise TaskDataError(f"{', '.join(map(str, paths))} has no rows: {NO_ROWS_FIX}")
             except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
                 if babilong_missing == "error":
                     raise
