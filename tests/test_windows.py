@@ -1,6 +1,8 @@
 """The window geometry's own rules: min_context floors, early refusal of a bad floor, the default e range, Eq. 4's
 suffix range, and iterating a batcher (the stream's end ends the iteration)."""
 
+import re
+
 import pytest
 import torch
 
@@ -75,3 +77,11 @@ def test_slice_windows_cuts_the_definition_and_refuses_an_e_or_L_the_geometry_do
         slice_windows(torch.zeros(2, 10, dtype=torch.long), 7, 3)
     with pytest.raises(ValueError, match=r"^tokens has dtype torch.float32; expected integer token ids"):
         slice_windows(x.float(), L, e)
+
+
+def test_an_e_range_whose_bounds_are_swapped_says_which_comes_first():
+    """Before: "e_range=['L/2', 1] resolves to [4, 1] for L=8: lo > hi", no fix; matched whole, on one line."""
+    with pytest.raises(ValueError) as info:
+        resolve_e_range(["L/2", 1], 8)
+    assert re.fullmatch(r"e_range=\['L/2', 1\] resolves to \[4, 1\] for L=8: lo > hi; give the smaller bound first",
+                        str(info.value)), str(info.value)
