@@ -50,7 +50,7 @@ from memory_steps import (  # noqa: E402
     BOUNDED_CHUNK, GB, POINTS, REPLICAS, SHAPES, TILE, TILE_CHECK, bounded_chunks, live_bytes, load_points, loss_rows,
     make_step, run_measure,
 )
-from memory_tables import print_gpu_runs, print_tables, read_runs  # noqa: E402
+from memory_tables import RunsFormatError, print_gpu_runs, print_tables, read_runs  # noqa: E402
 
 __all__ = [  # what other scripts and the tests read of this module, its own and the fit's and steps' it re-exports
     "BOUNDED_CHUNK", "FREE_OFFLOAD_STASH", "GB", "MODEL_PHASES", "NO_MLP", "POINTS", "REPLICAS", "SHAPES", "TILE",
@@ -185,9 +185,14 @@ def main(argv=None) -> int:
     if args.what in ("measure", "check"):
         run_measure(args.only, Path(args.points), "points" if args.what == "measure" else "checks")
         return 0
+    try:  # read before the tables print: a wrong file is refused in one line, nothing printed
+        runs = [r for f in args.gpu_runs for r in read_runs(Path(f))]
+    except RunsFormatError as e:
+        print(e, file=sys.stderr)
+        return 2
     print_tables(load_points(Path(args.points)), load_points(Path(args.points), "checks"))
     if args.gpu_runs:
-        print_gpu_runs([r for f in args.gpu_runs for r in read_runs(Path(f))], gpu_model(load_points(Path(args.points))))
+        print_gpu_runs(runs, gpu_model(load_points(Path(args.points))))
     return 0
 
 

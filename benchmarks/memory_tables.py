@@ -140,10 +140,44 @@ def print_tables(points: List[dict], checks: List[dict] = ()) -> None:
     print_predictions(model)
 
 
+RUN_KEYS = ("shape", "L", "offload", "num_chunks", "fit")
+RUN_FILES = "docs/gpu_suite_h200/longest_points.json (a list), docs/gpu_suite_h200/longest_uncapped.jsonl (lines)"
+
+
+class RunsFormatError(ValueError):
+    """A --gpu-runs file that is not run_step results (main prints its one line, exit 2)."""
+
+
+def _not_runs(path: Path, found: str) -> RunsFormatError:
+    return RunsFormatError(f"--gpu-runs {path}: {found}; expected run_step results, a JSON list or JSON lines of "
+                           f"objects with {', '.join(RUN_KEYS)} (as {RUN_FILES} are)")
+
+
 def read_runs(path: Path) -> List[dict]:
-    text = path.read_text()
-    return json.loads(text) if text.lstrip().startswith("[") else [
-        json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    """A file of ``run_step`` results (a JSON list, or JSON lines among other lines) -> the results; anything else
+    (a GPU suite's result object, a file cut short) raises :class:`RunsFormatError` naming the file and the format."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise _not_runs(path, f"cannot be read ({e.strerror})") from None
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None  # JSON lines, a log with them, or not JSON
+    if isinstance(whole, dict):
+        inside = [f"parts.{k}.runs" for k, v in (whole.get("parts") or {}).items() if "runs" in v]
+        raise _not_runs(path, "one JSON object" + (f" (a GPU suite's result: its steps are its {', '.join(inside)})"
+                                                   if inside else ""))
+    runs = whole if isinstance(whole, list) else []
+    for n, line in enumerate(text.splitlines() if whole is None else (), 1):
+        try:
+            runs += [json.loads(line)] if line.startswith("{") else []
+        except json.JSONDecodeError as e:
+            raise _not_runs(path, f"line {n} is not JSON ({e.msg})") from None
+    bad = next((i for i, r in enumerate(runs) if not isinstance(r, dict) or not set(RUN_KEYS) <= set(r)), None)
+    if not runs or bad is not None:
+        raise _not_runs(path, "no run_step result in it" if not runs else f"entry {bad} is not a run_step result")
+    return runs
 
 
 def print_gpu_runs(runs: List[dict], model: Dict[tuple, Dict[str, Coef]]) -> None:

@@ -122,3 +122,29 @@ def test_the_tables_import_the_fit_one_way():
                                                                                                            imported)
     fit = sys.modules["memory_fit"]  # as memory_model imports it (its folder on sys.path)
     assert mm._MODEL is fit._MODEL and mm.predict_longest is fit.predict_longest and mm.Coef is fit.Coef
+
+
+def test_table_refuses_a_gpu_runs_file_that_is_not_run_step_results(capsys):
+    """`memory_model.py table --gpu-runs docs/gpu_suite_h200/longest_bounded.json` (a GPU suite's result object, not
+    the run_step results --help names) printed the tables, then ended in a JSONDecodeError traceback; it is refused
+    before anything prints, in one line naming the file and the format, exit 2. The files the line names as that
+    format are read as json.load reads them (the reference), so the line cannot name a file of another format."""
+    import json
+    import re
+    from pathlib import Path
+
+    from benchmarks import memory_tables as mt
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "gpu_suite_h200"
+    assert mm.main(["table", "--gpu-runs", str(docs / "longest_bounded.json")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "longest_bounded.json: one JSON object" in err, (out, err)
+    assert "parts.longest.runs" in err and "longest_points.json" in err, err
+    root = docs.parent.parent
+    named = re.findall(r"(docs/\S+) \(", mt.RUN_FILES)
+    assert len(named) == 2, mt.RUN_FILES
+    for rel in named:
+        text = (root / rel).read_text()
+        reference = json.loads(text) if rel.endswith(".json") else [
+            json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        assert mt.read_runs(root / rel) == reference and reference, rel
