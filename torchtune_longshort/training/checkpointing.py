@@ -35,6 +35,7 @@ import torch
 from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
+from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
@@ -184,9 +185,19 @@ class StepCheckpoints:
         try:
             check_checkpoint_folder(folder)
         except (FileNotFoundError, ValueError) as e:
-            return f"{folder.name} is not whole: {' '.join(str(e).split())}"
+            fix = lost_tokenizer_fix(folder, [p for _, p in reversed(numbered[:-1])] + [self.path(0)],
+                                     self._saved_config(folder)) if "tokenizer" in str(e) else None
+            return f"{folder.name} is not whole: {' '.join(str(e).split())}" + (f"; {fix}" if fix else "")
         return (f"{folder.name} is whole, but not its optimizer and data state {RECIPE_STATE_DIR}/{folder.name}.pt: "
                 f"to train on from its weights, start a new run with checkpoint_dir={str(folder)!r}")
+
+    @staticmethod
+    def _saved_config(folder: Path) -> Optional[dict]:
+        """The config saved in ``folder``'s recipe state, or None (no state, or one that does not load)."""
+        try:
+            return read_recipe_state(folder, mmap=True).get("config")
+        except Exception:
+            return None
 
     def moved_step(self, after: int) -> Optional[str]:
         """A recipe state newer than step ``after`` whose ``step_<k>/`` is gone (not set aside by a save that replaces
