@@ -71,6 +71,31 @@ def test_torchtune_key_removal_still_works(tiny_llama2_dir, sp_tokenizer_dir, tm
     assert load_recipe_config(cfg).validation is None
 
 
+def test_a_validation_override_after_its_removal_says_how_to_turn_validation_off(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                                 tmp_path):
+    """``'~validation' validation.seq_len=128``: torchtune deletes the section, then its key=value puts it back
+    without a dataset, and the refusal said only that validation.dataset is missing; it now says validation is
+    optional and how to turn it off (no validation.* override beside '~validation': torchtune's parser is the
+    reference for both command lines)."""
+    from argparse import Namespace
+
+    from omegaconf import OmegaConf
+    from torchtune.config._utils import _merge_yaml_and_cli_args
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    base = OmegaConf.to_container(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "o"))
+    cfg = _merge_yaml_and_cli_args(Namespace(**base), ["~validation", "validation.seq_len=128"])
+    assert set(cfg.validation) == {"seq_len"}
+    with pytest.raises(KeyError) as e:
+        load_recipe_config(cfg)
+    assert str(e.value).startswith("config is missing required key 'validation.dataset'"), str(e.value)
+    assert "(validation is optional: to turn it off, give '~validation' (or validation=null) with no validation.* " \
+        "override on the same command line" in str(e.value), str(e.value)
+    for off in (["~validation"], ["validation=null"]):
+        assert load_recipe_config(_merge_yaml_and_cli_args(Namespace(**base), off)).validation is None
+
+
 @pytest.mark.parametrize("field", ["dataset.path", "dataset.data_files", "validation.dataset.path", "tokenizer.path"])
 def test_overwrite_refuses_when_an_input_lies_inside_output_dir(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                 sp_tokenizer_dir, field):

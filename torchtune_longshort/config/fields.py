@@ -236,7 +236,15 @@ def _value(f, node: Mapping[str, Any], where: str, signature: Dict[str, inspect.
             # an optional component turned off: `tune run ... lr_scheduler=null` sets its _component_ to null
             # (torchtune's override of a component node), and torchtune cannot remove the node (`~lr_scheduler`)
             return None
-        return build_section(section, value, path, local)
+        try:
+            return build_section(section, value, path, local)
+        except ConfigKeyError as e:
+            if f.metadata["default"] is not None or not str(e).startswith(f"config is missing required key '{path}."):
+                raise
+            # `~validation validation.seq_len=128`: torchtune deletes the section, then sets the key back into it
+            raise ConfigKeyError(f"{e} ({path} is optional: to turn it off, give '~{path}' (or {path}=null) with no "
+                                 f"{path}.* override on the same command line: torchtune applies the ~ deletions "
+                                 "first, then each key=value, which puts the section back)") from None
     check = f.metadata["check"]
     return check(path, value) if check is not None else value
 
