@@ -88,6 +88,11 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     if launched_rank() == 0:  # a launch's other ranks never claim it: rank 0's lock is theirs
         OutputDirLock(out).check_free()
     if resume:
+        for p in (q for q in StepCheckpoints(out).states() if q.is_dir() or (q.is_symlink() and not q.exists())):
+            # skipped as no state, the resume went on from an older step and its save failed writing over it
+            what = "a folder" if p.is_dir() else "a broken link"
+            raise FileExistsError(f"resume=True: {p} is {what}, where the recipe keeps {p.stem}'s optimizer and "
+                                  f"data state (a file): move it out of {RECIPE_STATE_DIR}/, then resume")
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
             hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
                      "step_0: start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
