@@ -312,3 +312,30 @@ def test_a_registry_entry_no_list_names_is_named_by_its_check(monkeypatch, fake)
     check, entry = fake(monkeypatch)
     drift = CHECKS[check]()
     assert any(entry in line for line in drift), drift
+
+
+def test_the_passkey_haystack_lists_name_the_haystacks_the_task_takes():
+    """The passkey YAML's comment listed filler, stdlib, pg19 and local, docs/eval.md and task.py's docstring added hf
+    (which the metadata check let through, and which then failed: no passkey key names its dataset_path), and none
+    named stdlib_tests or stdlib_heldout. Each list is now compared with PASSKEY_HAYSTACKS, whose names the text
+    reader is the reference for: every corpus name is one of iter_texts' SOURCES, and hf, left out, is refused by
+    iter_texts without a dataset_path."""
+    from torchtune_longshort.eval.tasks import PASSKEY_HAYSTACKS, check_metadata_values
+    from torchtune_longshort.eval.tasks.common.long_text import SOURCES, iter_texts
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+    from torchtune_longshort.eval.tasks.passkey import task
+
+    yaml_text = (Path(task.__file__).parent / "longshort_passkey.yaml").read_text()
+    comment = _between(yaml_text, "# Haystack:", "; or ready-made")
+    in_yaml = re.findall(r'"([a-z_0-9]+)"', comment.split("passkey_haystack", 1)[1])
+    in_docs = re.findall(r"([a-z_0-9]+)", _between((REPO / "docs" / "eval.md").read_text(), "(`passkey_haystack`: ",
+                                                     ")").replace("`passkey_haystack_files`", ""))
+    in_doc = re.findall(r"([a-z_0-9]+)", _between(task.__doc__, "``passkey_haystack`` (", ":"))
+    for where, names in (("longshort_passkey.yaml", in_yaml), ("docs/eval.md", ["filler", *in_docs]),
+                         ("task.py", in_doc)):
+        assert sorted(names) == sorted(PASSKEY_HAYSTACKS), (where, names)
+    assert set(PASSKEY_HAYSTACKS) - {"filler"} <= set(SOURCES) and "hf" in SOURCES
+    with pytest.raises(TaskDataError, match="needs dataset_path"):
+        next(iter_texts(source="hf"))
+    with pytest.raises(TaskDataError, match=f"passkey_haystack='hf': expected one of {', '.join(PASSKEY_HAYSTACKS)}"):
+        check_metadata_values({"passkey_haystack": "hf"})

@@ -118,6 +118,8 @@ TEXT_DATA_KEYS = ("source", "data_files", "dataset_path", "dataset_name", "split
 
 # The passkey task's settings when --metadata leaves them out (passkey/task.py reads them from here).
 PASSKEY_DEFAULTS = {"depths": [0, 25, 50, 75, 100], "seed": 0, "haystack": "filler"}
+# passkey_haystack's names (its YAML comment and docs/eval.md list them): not hf, whose dataset_path no key names
+PASSKEY_HAYSTACKS = ("filler", *(s for s in SOURCES if s != "hf"))
 MIS_DEFAULT_SEED = 0  # the misalignment task's mis_seed when left out (misalignment/task.py reads it from here)
 
 
@@ -305,7 +307,7 @@ def divergence_names(value: Any) -> Optional[List[str]]:
 
 # What a kind of TaskFamily.value_kinds accepts: (the check, the words for it in the refusal).
 VALUE_KINDS = {
-    "haystack": (lambda v: v in ("filler", *SOURCES), f"one of {', '.join(('filler', *SOURCES))}"),
+    "haystack": (lambda v: v in PASSKEY_HAYSTACKS, f"one of {', '.join(PASSKEY_HAYSTACKS)}"),
     "percentages": (lambda v: isinstance(v, list) and all(_number(x) and 0 <= x <= 100 for x in v),
                     "a list of percentages in [0, 100], e.g. [0, 50, 100]"),
     "integer": (lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v.isdigit()),

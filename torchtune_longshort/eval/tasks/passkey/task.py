@@ -12,8 +12,8 @@ prompts of at most ``L - 16`` tokens (BOS included), leaving 16 tokens to genera
 and the same for ``digits`` (the fraction of the key's digits in place: graded retrieval for small models).
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
-``passkey_num_samples`` (per depth, default 5), ``passkey_haystack`` (filler | stdlib | pg19 | hf | local),
-``passkey_haystack_files`` (for local), ``passkey_data_files`` (JSONL of prompts already made by
+``passkey_num_samples`` (per depth, default 5), ``passkey_haystack`` (filler | stdlib | stdlib_tests | stdlib_heldout
+| local | pg19: ``PASSKEY_HAYSTACKS``), ``passkey_haystack_files`` (for local), ``passkey_data_files`` (JSONL of prompts already made by
 :func:`write_passkey_jsonl`: then nothing is generated), ``passkey_seed``.
 """
 
