@@ -39,7 +39,7 @@ def test_formats_give_documents_in_file_order(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps([{"body": "three"}, {"body": ""}]))
     (tmp_path / "d.json").write_text(json.dumps({"body": "four"}))
     files = [tmp_path / n for n in ("a.txt", "b.jsonl")]
-    assert list(iter_documents(files, encoding_errors="replace")) == ["whole\r\nfile \ufffd", "one", "two"]
+    assert list(iter_documents(files, encoding_errors="replace")) == ["whole\nfile \ufffd", "one", "two"]
     assert list(iter_documents([tmp_path / "c.json", tmp_path / "d.json"], "body")) == ["three", "", "four"]
     # a *.json file of JSON lines (datasets' Dataset.to_json writes them; its json loader reads them) was refused as
     # "not JSON (Extra data)"; the reference: the same lines in a *.jsonl file
@@ -120,3 +120,20 @@ def test_parquet_rows_are_records_as_the_same_rows_in_json_lines(tmp_path):
                                          r"opt.field to one of them"):
         list(iter_documents([tmp_path / "d.parquet"], "body", "opt.field"))
     assert resolve_files(tmp_path, RECORD_SUFFIXES, "x") == [tmp_path / "d.jsonl", tmp_path / "d.parquet"]
+
+
+def test_a_text_file_reads_its_line_ends_as_python_and_datasets_read_them(tmp_path):
+    """A .txt file with Windows (\\r\\n) or old Mac (\\r) line ends was one document with its '\\r's kept, so
+    corpus.local_text trained on '\\r' tokens where hf_text('text') (datasets' text builder), the stdlib corpus
+    (read_text) and Python's open() read '\\n'; the reference is Python's text mode, the reading of those two. A
+    JSON record's text is its string, '\\r' and all."""
+    from torchtune_longshort.data.corpus import local_text
+
+    texts = {"crlf.txt": b"alpha\r\nbeta\r\n\r\ngamma", "cr.txt": b"alpha\rbeta\r", "lf.txt": b"alpha\nbeta\n"}
+    for name, raw in texts.items():
+        (tmp_path / name).write_bytes(raw)
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": "a\r\nb"}) + "\r\n")
+    files = [tmp_path / n for n in texts]
+    assert list(iter_documents(files)) == [f.read_text() for f in files]
+    assert list(local_text([str(f) for f in files])()) == [f.read_text() for f in files]
+    assert list(iter_documents([tmp_path / "r.jsonl"])) == ["a\r\nb"]
