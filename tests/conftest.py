@@ -97,6 +97,24 @@ def sp_tokenizer_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_finished_run(tmp_path_factory, sp_tokenizer_dir):
+    """A finished 1-step run of ``configs/tiny/longshort_stdlib.yaml`` at ``run_folders.tiny_cfg``'s sizes, alpha 0
+    (step_1, its recipe state, metrics.jsonl, logs, torchtune_config.yaml): copy it before resuming it."""
+
+    def build(d):
+        from run_folders import tiny_cfg
+        from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+        recipe = LongShortFinetuneRecipe(tiny_cfg(d / "run", sp_tokenizer_dir, max_steps=1, **{"loss.alpha": 0.0}))
+        recipe.setup()
+        recipe.train()
+        recipe.cleanup()
+        return d / "run"
+
+    return Path(_built_once(tmp_path_factory, "tiny_finished_run", build))
+
+
+@pytest.fixture(scope="session")
 def tiny_llama2_dir(tmp_path_factory):
     """A random Llama-2-shaped HF checkpoint: vocab 512, dim 64, 2 layers, 4 heads (2 KV heads), 256 positions."""
     return Path(_built_once(tmp_path_factory, "tiny_llama2", _write_tiny_llama2))

@@ -53,6 +53,15 @@ def metric_lines(path: Union[str, Path]) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
+def resumed_lines(path: Union[str, Path], resume_step: int) -> Optional[List[str]]:
+    """The lines of the ``metrics.jsonl`` at ``path`` that a run resumed at ``resume_step`` keeps (its rows up to
+    that step), read and checked (:func:`metric_lines`) before the run writes anything; None: a new run, or no file
+    to resume (a fresh one is started)."""
+    if not resume_step or not Path(path).exists():
+        return None
+    return [line for line, row in metric_lines(path) if row.get("step", 0) <= resume_step]
+
+
 class JsonlMetricLogger:
     """Append one JSON object per logged step to ``path`` (exact float reprs, so runs can be compared bit-wise).
 
@@ -63,11 +72,13 @@ class JsonlMetricLogger:
     """
 
     def __init__(self, path: Union[str, Path], resume_step: int = 0, device: Optional[Union[str, torch.device]] = None,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, keep: Optional[List[str]] = None):
+        """``keep``: :func:`resumed_lines` of ``path`` at ``resume_step``, read by the caller before its first write
+        (read here when not given)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step and self.path.exists():
-            keep = [line for line, row in metric_lines(self.path) if row.get("step", 0) <= resume_step]
+        keep = resumed_lines(self.path, resume_step) if keep is None else keep
+        if keep is not None:
             atomic_write_text(self.path, "".join(l + "\n" for l in keep))  # a kill here keeps the old lines
             return
         if self.path.exists():
@@ -220,14 +231,16 @@ class RunLog:
         return config.instantiate(metric_logger_cfg)
 
     @classmethod
-    def open(cls, metric_logger, cfg, output_dir: Path, step: int, device, seed: Optional[int] = None) -> "RunLog":
+    def open(cls, metric_logger, cfg, output_dir: Path, step: int, device, seed: Optional[int] = None,
+             keep: Optional[List[str]] = None) -> "RunLog":
         """Rank 0 (``metric_logger``: the started one, :meth:`start_logger`): log the config to it and open
-        ``output_dir/metrics.jsonl`` resumed at ``step`` (a fresh one's first row records ``seed``); other ranks
-        (``None``): a log that does nothing."""
+        ``output_dir/metrics.jsonl`` resumed at ``step`` (a fresh one's first row records ``seed``; ``keep``: its
+        :func:`resumed_lines`, read before the logger started); other ranks (``None``): a log that does nothing."""
         if metric_logger is None:
             return cls(None, None, enabled=False)
         metric_logger.log_config(cfg)
-        jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device, seed=seed)
+        jsonl = JsonlMetricLogger(Path(output_dir) / METRICS_FILE, resume_step=step, device=device, seed=seed,
+                                  keep=keep)
         return cls(metric_logger, jsonl, enabled=True)
 
 

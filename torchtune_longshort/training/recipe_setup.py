@@ -41,7 +41,7 @@ from torchtune_longshort.training.data_setup import (
 )
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.learned_rope import rope_generator, start_learned_rope
-from torchtune_longshort.training.metrics import RunLog
+from torchtune_longshort.training.metrics import RunLog, resumed_lines
 from torchtune_longshort.training.model_setup import (
     build_model, check_quantized_shapes, initial_adapters, load_weights, resumed_weights, set_trainable,
 )
@@ -57,6 +57,7 @@ from torchtune_longshort.training.recipe_config import (
 from torchtune_longshort.training.resume import (
     apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer, resume_changes,
 )
+from torchtune_longshort.training.written_files import METRICS_FILE
 
 log = utils.get_logger("INFO")
 
@@ -149,6 +150,9 @@ class RecipeSetup:
             # a job scheduler's requeue of a finished run: nothing to train, so no model, data or log is made
             self.finished = True
             return
+        # metrics.jsonl's lines a resume keeps, read and checked now: a bad line is refused before the logger starts
+        # (a log file, torchtune_config.yaml rewritten) or anything else is written
+        self._metrics_kept = resumed_lines(self.output_dir / METRICS_FILE, self.global_step)
         self._model = self._setup_model(recipe_state)
         self._loss_fn = self._setup_loss()
         self._optimizer = self._setup_optimizer()
@@ -159,7 +163,7 @@ class RecipeSetup:
         self._clear_earlier_run()
         self._barrier()
         self._run_log = RunLog.open(self._metric_logger, self.cfg, self.output_dir, self.global_step, self._device,
-                                    seed=self.seed)
+                                    seed=self.seed, keep=self._metrics_kept)
         if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
             self._lock.record_written()
         self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,

@@ -1,0 +1,48 @@
+"""A resume refused by what its run's metrics.jsonl holds leaves the run byte- and mtime-identical: the file was read
+only when the metric logger had started, so a refusal there (a line that is not JSON, a folder named metrics.jsonl)
+had already rewritten torchtune_config.yaml (resume: true, the new max_steps), made an empty logs/log_<t>.txt and
+listed it in logs/.longshort_files. The lines a resume keeps are now read and checked before any write."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from run_folders import aged, stat_tree, tiny_cfg
+
+
+def _contents(folder: Path):
+    return {str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _bad_line(run: Path) -> None:
+    path = run / "metrics.jsonl"
+    path.write_text("garbage " + path.read_text())
+
+
+def _a_folder(run: Path) -> None:
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").mkdir()
+
+
+@pytest.mark.parametrize("spoil, refusal", [
+    (_bad_line, r"metrics\.jsonl:1: not a JSON line \('garbage \{"),
+    (_a_folder, r"Is a directory: .*metrics\.jsonl"),
+])
+def test_a_refused_resume_leaves_every_file_as_it_was(tiny_finished_run, sp_tokenizer_dir, tmp_path, spoil,
+                                                      refusal):
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_finished_run, run, symlinks=True)
+    spoil(run)
+    before, contents = aged(run), _contents(run)
+    recipe = LongShortFinetuneRecipe(tiny_cfg(run, sp_tokenizer_dir, max_steps=3, resume=True, **{"loss.alpha": 0.0}))
+    with pytest.raises(Exception, match=refusal):
+        recipe.setup()
+    assert stat_tree(run) == before  # no log file made, no mtime moved (the folder's, the lock file's, put back)
+    assert _contents(run) == contents  # torchtune_config.yaml, logs/.longshort_files: the same bytes
