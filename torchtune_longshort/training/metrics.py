@@ -38,8 +38,9 @@ def peak_memory_gib(device: torch.device) -> float:
 
 def metric_lines(path: Union[str, Path]) -> List[Tuple[str, Dict[str, Any]]]:
     """``(line, row)`` of each row of a ``metrics.jsonl``, in file order: a last line torn by a kill while
-    appending is dropped (as a resume drops it); any other line that is not JSON is refused naming it."""
-    lines = Path(path).read_text().splitlines()
+    appending is dropped (as a resume drops it); any other line that is not JSON is refused naming it, one with a
+    byte that is not UTF-8 too (json.dumps writes ASCII)."""
+    lines = Path(path).read_bytes().decode("utf-8", errors="replace").splitlines()
     out = []
     for i, line in enumerate(lines):
         if not line.strip():
