@@ -48,3 +48,33 @@ def test_passkey_data_message_names_the_key_and_fix(tmp_path, monkeypatch, case)
     with pytest.raises(ValueError) as info:
         call(tmp_path, monkeypatch)
     assert re.fullmatch(pattern, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("names", [["nope.txt"], ["none/*.txt"], ["hay.txt", "nope.txt"]])
+def test_haystack_files_that_name_nothing_are_refused_before_the_run(tmp_path, names):
+    """longshort-eval --tasks longshort_passkey --metadata '{"passkey_haystack": "local", "passkey_haystack_files":
+    "/nope.txt"}' loaded the model, scored every length NaN and exited 0, where a missing ppl_data_files is refused by
+    the --metadata check before lm-eval starts; passkey_haystack_files is now checked there too, with the reason the
+    task gives (the reference: haystack_units' message for the same value)."""
+    from torchtune_longshort.eval.tasks import check_metadata_values
+
+    (tmp_path / "hay.txt").write_text("The grass is green.\n")
+    files = [str(tmp_path / n) for n in names]
+    value = files[0] if len(files) == 1 else files
+    with pytest.raises(ValueError) as task:
+        passkey.haystack_units("local", value)
+    with pytest.raises(ValueError) as check:
+        check_metadata_values({"passkey_haystack": "local", "passkey_haystack_files": value})
+    assert str(check.value) == str(task.value)
+    check_metadata_values({"passkey_haystack_files": str(tmp_path / "hay.txt")})  # a file there: no refusal
+
+
+def test_the_eval_command_refuses_a_missing_haystack_file_before_lm_eval_starts(tmp_path):
+    pytest.importorskip("lm_eval")
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    metadata = f'{{"passkey_haystack": "local", "passkey_haystack_files": "{tmp_path / "nope.txt"}"}}'
+    with pytest.raises(ValueError) as info:
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_passkey", "--metadata", metadata]))
+    assert re.fullmatch(r"--metadata passkey_haystack_files='.*/nope\.txt' does not exist \(no such file, folder or glob "
+                        r"match\): name files that exist", str(info.value)), str(info.value)

@@ -283,6 +283,9 @@ def unknown_metadata_keys(keys, also=(), tasks=()) -> Tuple[List[str], str]:
 
 # The families whose sequences come from long_text.samples_from_metadata (their <prefix>_source takes its SOURCES)
 TEXT_PREFIXES = tuple(TASK_FAMILIES[f].metadata_prefix for f in ("ppl", "misalignment"))
+# The keys naming local text (paths, globs, folders) that long_text.iter_texts reads: checked before a run starts
+# (_check_local_files), where a name that matches nothing scored NaN
+LOCAL_FILES_KEYS = (*(f"{p}_data_files" for p in TEXT_PREFIXES), "passkey_haystack_files")
 
 
 def _paths(value: Any) -> List[str]:
@@ -326,8 +329,8 @@ VALUE_KINDS = {
 def check_metadata_values(metadata: Mapping[str, Any]) -> None:
     """:class:`TaskDataError` for a ``--metadata`` value that no task can use: the text keys (``<prefix>_source`` of
     :data:`TEXT_PREFIXES`, any ``<prefix>_num_samples`` / ``_chunks_per_doc``, ``_join_documents`` /
-    ``_skip_bad_records``) and each family's :attr:`TaskFamily.value_kinds`: what the task would score NaN for (or
-    report as missing data) with the same reason, told before a run starts."""
+    ``_skip_bad_records``), the files of :data:`LOCAL_FILES_KEYS` and each family's :attr:`TaskFamily.value_kinds`:
+    what the task would score NaN for (or report as missing data) with the same reason, told before a run starts."""
     kinds = {key: kind for family in TASK_FAMILIES.values() for key, kind in family.value_kinds}
     kinds.update({f.data_dir_key: "folder" for f in TASK_FAMILIES.values() if f.data_dir_key})
     for key, value in metadata.items():
@@ -344,7 +347,7 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
                 raise TaskDataError(f"{key}={value!r}: expected an integer >= 1")
         if key.endswith(("_join_documents", "_skip_bad_records")):
             flag(metadata, key)
-        if key.endswith("_data_files") and key[: -len("_data_files")] in TEXT_PREFIXES:
+        if key in LOCAL_FILES_KEYS:
             _check_local_files(key, value)
 
 
