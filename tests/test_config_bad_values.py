@@ -179,7 +179,8 @@ FAMILIES = {
          r"^model.model='torchtune_longshort.models.hf_decoder' is not accepted: rope_scaled wraps a model node .*"
          r"set model.model._component_$"),
         # the model node's own folder: longshort-validate passed it, tune run named the (good) top-level checkpoint_dir
-        ({"model.checkpoint_dir": "/nonexistent/ckpt"}, "model.checkpoint_dir=", r"is not a directory"),
+        ({"model.checkpoint_dir": "/nonexistent/ckpt"}, "model.checkpoint_dir=",
+         r"does not exist: expected a Hugging Face checkpoint folder"),
         ({"dataset": {"_component_": "torchtune_longshort.data.corpus.local_text", "path": "/nonexistent/d"}},
          "dataset.path", r"does not exist"),
         ({"dataset": {"_component_": TEXT_COMPLETION, "source": "json", "data_files": "DATA", "packed": True}},

@@ -26,3 +26,27 @@ def test_tilde_after_equals_is_the_home_folder(tiny_llama2_dir, sp_tokenizer_dir
     assert got["checkpoint_dir"] == str(Path(shell[0]).resolve()) and got["data"] == str(Path(shell[2]).resolve())
     assert got["tokenizer"].endswith(shell[1]) and len(got["values"]["sce"]) == 2, got["tokenizer"]
     assert "error" not in capsys.readouterr().err
+
+
+def test_a_checkpoint_dir_that_is_not_there_is_said_not_to_exist(tmp_path, capsys):
+    """--checkpoint-dir /nonexistent was refused as "is not a directory", as if something were there; it now says
+    "does not exist" (the reference: os.path.lexists), a file keeps "is a file", and a path that is there but neither
+    (a named pipe) "is not a directory"."""
+    import os
+
+    import pytest
+
+    from torchtune_longshort.metrics.cli import main
+
+    (tmp_path / "afile").write_text("x")
+    os.mkfifo(tmp_path / "pipe")
+    expected = "expected a Hugging Face checkpoint folder (config.json + *.safetensors)"
+    for name, said in [("nope", f"does not exist: {expected}"),
+                       ("afile", f"is a file: {expected}; pass the folder that holds config.json"),
+                       ("pipe", f"is not a directory: {expected}")]:
+        assert os.path.lexists(tmp_path / name) == (name != "nope")
+        with pytest.raises(SystemExit) as stop:
+            main(["--checkpoint-dir", str(tmp_path / name), "--length", "64"])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err == (f"longshort-misalignment: error: --checkpoint-dir="
+                                                f"{str(tmp_path / name)!r} {said}\n"), err

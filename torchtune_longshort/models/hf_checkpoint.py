@@ -65,7 +65,9 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
     if d.is_file():
         hint = GGUF_HINT if d.suffix == ".gguf" else "pass the folder that holds config.json"
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is a file: {expected}; {hint}")
-    if not d.is_dir():
+    if not d.exists():
+        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} does not exist: {expected}")
+    if not d.is_dir():  # a device, a socket, a pipe
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is not a directory: {expected}")
     path = d / CONFIG_FILE
     if not path.is_file():
