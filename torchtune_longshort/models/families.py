@@ -33,6 +33,12 @@ Llama-3.2-Vision, Qwen2-VL, T5, CLIP and reward heads (not RoPE decoders of text
 Each builder is torchtune's own component builder with the dimensions read from ``config.json``
 (:mod:`~torchtune_longshort.models.family_builders`); the conversions are torchtune's own ``convert_weights``
 functions, the ones its ``FullModelHFCheckpointer`` dispatches on ``model_type``.
+
+A family of one's own (another ``model_type``, a builder and conversions of one's own) is a :class:`ModelFamily` in
+one's own module, named by its dotted path (``model.family: my_families.MYMODEL``) wherever a family name goes: the
+table (a :class:`~torchtune_longshort.rope.registry.DottedInstances`, as ``ROPE_METHODS`` is for RoPE methods)
+imports it on its first lookup in each process, and a checkpoint written from it records the path in its
+``config.json`` (:data:`FAMILY_KEY`), which :func:`family_of` reads first.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from torchtune_longshort.models.family_builders import (
 )
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope.base import check_rope_table
+from torchtune_longshort.rope.registry import DottedInstances, is_dotted_path
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +172,13 @@ class ModelFamily:
         return self.torchtune_model_types[0]
 
     def config_from_dims(self, dims: Dict[str, Any], where: str = "model") -> Config:
-        """The ``config.json`` of this family's model with torchtune's dimension keywords ``dims``."""
+        """The ``config.json`` of this family's model with torchtune's dimension keywords ``dims`` (a family of one's
+        own is recorded in it: :func:`recorded_family`)."""
         if self.from_dims is None:
             have = [f.name for f in MODEL_FAMILIES.values() if f.from_dims is not None]
             raise UnsupportedModelError(f"{where}.family={self.name!r}: random weights from dimensions are written "
                                         f"for {have} only; start from a {self.name} checkpoint (checkpoint_dir)")
-        return self.from_dims(dims)
+        return recorded_family(self.from_dims(dims), self)  # one's own: the folders written from it say so
 
     def tied_in(self, config: Config) -> bool:
         """Whether a ``config.json`` of this family ties its output layer to its embeddings."""
@@ -186,7 +194,10 @@ class ModelFamily:
 # tied folder has no lm_head): Llama-3.2 from a copied llama3_8b config (LLAMA3) was refused as not converting it
 LLAMA_MODEL_TYPES = ("LLAMA2", "LLAMA3", "LLAMA3_2")
 
-MODEL_FAMILIES: Dict[str, ModelFamily] = {
+# A family of one's own is named by the dotted path of a ModelFamily in a module of one's own (my_module.MYMODEL), as
+# a RoPE method of one's own is (rope.registry): imported on first lookup in each process that asks (the config check,
+# each rank, the eval reading a checkpoint's config.json, where the checkpoint writer records the path: FAMILY_KEY)
+MODEL_FAMILIES: Dict[str, ModelFamily] = DottedInstances({
     f.name: f
     for f in (
         ModelFamily("llama", "Llama-2, Llama-3, Llama-3.1", "llama", tied=False, tied_default=False,
@@ -217,7 +228,12 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = {
                           "Phi3Config accepts only default / longrope RoPE (a base change still loads there)",
                     unapplied_window_keys=("sliding_window",)),
     )
-}
+}, base=ModelFamily, what="model family", name_attr="name")
+# config.json's key naming the family of one's own that reads the folder (written by the checkpoint writer)
+FAMILY_KEY = "longshort_family"
+OWN_FAMILY_HINT = ("A family of your own: the dotted path of a ModelFamily in a module of yours (my_module.MYMODEL, "
+                   f"importable: installed, or its folder on PYTHONPATH), named as model.family or config.json's "
+                   f"{FAMILY_KEY!r} (the README shows one: 'A family of your own')")
 # Families torchtune 0.6.1 knows but this table leaves out, and why (the refusal says it).
 LEFT_OUT = {
     "gemma2": "torchtune 0.6.1 soft-caps Gemma-2's final hidden state where transformers soft-caps its logits: the "
@@ -231,22 +247,29 @@ VISION_LEFT_OUT = ("mllama",)  # of LEFT_OUT: no model of text alone, for this p
 
 def supported() -> str:
     """One line per family: name, config.json model_type / tying, hub models (for refusals and the README)."""
-    rows = []
-    for f in MODEL_FAMILIES.values():
-        tie = "" if f.tied is None else (", tied" if f.tied else ", untied")
-        rows.append(f"{f.name} (model_type {f.hf_model_type!r}{tie}: {f.hub_models})")
+    rows = [f"{f.name} (model_type {f.hf_model_type!r}{_tying(f)}: {f.hub_models})" for f in MODEL_FAMILIES.values()]
     return "; ".join(rows)
 
 
 def family_of(config: Config, where: str = "config.json") -> ModelFamily:
-    """The family of a parsed ``config.json``; :class:`UnsupportedModelError` naming the supported ones otherwise."""
+    """The family of a parsed ``config.json``: the one its :data:`FAMILY_KEY` names (a family of one's own, imported),
+    else the first whose ``model_type`` and tying match; :class:`UnsupportedModelError` naming the supported ones
+    (and how to add one) otherwise."""
+    mt = config.get("model_type")
+    if config.get(FAMILY_KEY) is not None:
+        family = family_named(config[FAMILY_KEY], f"{where}: {FAMILY_KEY}")
+        if not family.matches(config):
+            raise UnsupportedModelError(
+                f"{where}: {FAMILY_KEY}={config[FAMILY_KEY]!r} reads model_type {family.hf_model_type!r}"
+                f"{_tying(family)}, not this config's model_type={mt!r} (tie_word_embeddings="
+                f"{config.get('tie_word_embeddings')!r}): name the family that reads it, or drop {FAMILY_KEY}")
+        return family
     for f in MODEL_FAMILIES.values():
         if f.matches(config):
             return f
-    mt = config.get("model_type")
     # a text model transformers runs is still evaluated by lm-eval's own model (the vision one is no text model)
     hint = "; lm-eval's --model hf evaluates it" if mt in LEFT_OUT and mt not in VISION_LEFT_OUT else ""
-    why = f" ({LEFT_OUT[mt]}{hint})" if mt in LEFT_OUT else ""
+    why = f" ({LEFT_OUT[mt]}{hint})" if mt in LEFT_OUT else f". {OWN_FAMILY_HINT}"
     raise UnsupportedModelError(
         f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
         f"model family{why}. Supported: {supported()}"
@@ -254,10 +277,32 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
 
 
 def family_named(name: Any, where: str = "model.family") -> ModelFamily:
-    """The family of :data:`MODEL_FAMILIES` called ``name``; a refusal naming the field and the names otherwise."""
-    if name not in MODEL_FAMILIES:
-        raise UnsupportedModelError(f"{where}={name!r} is not a model family: expected one of {list(MODEL_FAMILIES)}")
-    return MODEL_FAMILIES[name]
+    """The family of :data:`MODEL_FAMILIES` called ``name``, or a family of one's own at dotted path ``name``
+    (imported and kept); a refusal naming the field, the names and how to add one otherwise."""
+    if isinstance(name, str) and dict.__contains__(MODEL_FAMILIES, name):
+        return MODEL_FAMILIES[name]
+    if is_dotted_path(name):
+        try:
+            return MODEL_FAMILIES.load(name)
+        except ValueError as e:
+            raise UnsupportedModelError(f"{where}={name!r} is not a model family: {e}") from None
+    raise UnsupportedModelError(f"{where}={name!r} is not a model family: expected one of {_shipped()}, or the "
+                                "dotted path of a ModelFamily of your own, e.g. my_module.MYMODEL (importable: "
+                                "installed, or its folder on PYTHONPATH)")
+
+
+def recorded_family(config: Config, family: ModelFamily) -> Config:
+    """``config`` (a copy) with :data:`FAMILY_KEY` naming ``family`` when it is one of one's own (its name is its
+    dotted path), so that a process that never imported it reads the folder: what a written checkpoint says."""
+    return dict(config, **{FAMILY_KEY: family.name}) if is_dotted_path(family.name) else dict(config)
+
+
+def _shipped() -> list:
+    return [name for name in MODEL_FAMILIES if not is_dotted_path(name)]
+
+
+def _tying(family: ModelFamily) -> str:
+    return "" if family.tied is None else (", tied" if family.tied else ", untied")
 
 
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str,
@@ -276,7 +321,7 @@ def families_table_markdown() -> str:
     """The family table as Markdown (the README's, generated from :data:`MODEL_FAMILIES`)."""
     lines = ["| family | config.json | torchtune checkpointer `model_type` | tokenizer formats | hub models |",
              "|---|---|---|---|---|"]
-    for f in MODEL_FAMILIES.values():
+    for f in (MODEL_FAMILIES[name] for name in _shipped()):
         tie = "tied or untied" if f.tied is None else ("tied" if f.tied else "untied")
         lines.append(f"| `{f.name}` | `{f.hf_model_type}`, {tie} | {' / '.join(f.torchtune_model_types)} | "
                      f"{', '.join(f.tokenizer_formats)} | {f.hub_models} |")

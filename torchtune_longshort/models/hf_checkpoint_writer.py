@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 from torch import nn
 
-from torchtune_longshort.models.families import family_of
+from torchtune_longshort.models.families import family_of, recorded_family
 from torchtune_longshort.models.hf_checkpoint import (
     CONFIG_FILE,
     FORMAT_KEY,
@@ -84,7 +84,8 @@ def write_hf_checkpoint(
     if rope_sd:
         write_rope_side_file(out_dir, rope_sd)
 
-    config = saved_hf_config(hf_config, rope_spec, family.hf_rope_types)
+    # a family of one's own is recorded by its path, which the process reading the folder imports
+    config = recorded_family(saved_hf_config(hf_config, rope_spec, family.hf_rope_types), family)
     if rope_spec and not transformers_representable(rope_spec, family.hf_rope_types):
         logger.warning(
             "RoPE method %r is not representable in transformers' %s config: %s loads with torchtune_longshort "

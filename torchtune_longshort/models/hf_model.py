@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
-from torchtune_longshort.models.families import family_named
+from torchtune_longshort.models.families import FAMILY_KEY, family_named
 from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_checkpoint import (
     ROPE_SIDE_FILE,
@@ -335,7 +335,8 @@ def hf_decoder(
     """Config component: the decoder of a model family, built by the family table from a ``config.json``:
 
     * ``checkpoint_dir``: a checkpoint folder's, dimensions and RoPE (scaling included) read from its
-      ``config.json``; the recipe loads the weights;
+      ``config.json`` (with ``family``: the dotted path of a family of one's own whose ``model_type`` it is, imported
+      first); the recipe loads the weights;
     * ``family`` + torchtune's dimension keywords (``vocab_size``, ``num_layers``, ``num_heads``, ``num_kv_heads``,
       ``embed_dim``, ``intermediate_dim``, ``norm_eps``, ``rope_base``, ``max_seq_len``): random weights, built
       from the ``config.json`` :func:`decoder_config` writes (the recipe writes the same one as ``step_0``).
@@ -362,6 +363,10 @@ def hf_decoder(
     check_decoder_source(dict(dims, checkpoint_dir=checkpoint_dir, family=family))
     if checkpoint_dir is not None:
         folder = CheckpointFolder.open(checkpoint_dir)
+        if family is not None and family_named(family) is not folder.family:
+            raise UnsupportedModelError(f"model.family={family!r} does not read checkpoint {str(folder.path)!r}, whose "
+                                        f"config.json is read by {folder.family.name!r}: drop model.family, or name "
+                                        f"the family in its config.json ({FAMILY_KEY!r}: {family!r})")
         model = build_decoder(folder, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
         trained = scaling_start_past_checkpoint(folder, max_seq_len, plain_rope)
         if trained is not None:  # refused by rope_scaled / apply_rope_scaling unless given original_max_seq_len
@@ -377,11 +382,14 @@ def hf_decoder(
 
 def check_decoder_source(node: Mapping[str, Any], where: str = "model") -> None:
     """An :func:`hf_decoder` node names its model one way: ``checkpoint_dir`` (the folder's config.json says family
-    and dimensions) or ``family`` with dimensions (random weights), not both, not neither."""
-    given = sorted(k for k in (*DIMENSION_KEYS, "family") if node.get(k) is not None)
+    and dimensions; a ``family`` beside it names the family of one's own that reads it, imported here first) or
+    ``family`` with dimensions (random weights), not both, not neither."""
+    given = sorted(k for k in DIMENSION_KEYS if node.get(k) is not None)
     if node.get("checkpoint_dir") is not None and given:
         raise ValueError(f"{where}: checkpoint_dir={node['checkpoint_dir']!r} reads the family and dimensions from "
                          f"its config.json; drop {', '.join(f'{where}.{k}' for k in given)}")
     if node.get("checkpoint_dir") is None and node.get("family") is None:
         raise ValueError(f"{where}: give checkpoint_dir (a checkpoint folder) or family (e.g. llama) with the "
                          "dimensions (random weights)")
+    if node.get("family") is not None:  # a family of one's own is imported (kept) before any folder is read
+        family_named(node["family"], f"{where}.family")

@@ -1,14 +1,20 @@
 """A registry of classes by name that also takes the dotted path of a class of one's own (``my_module.MyRoPE``), as
-torchtune's ``_component_`` does: an installed package cannot be edited, and a name put into the dict by hand
-(``ROPE_METHODS["mine"] = MyRoPE``) lives only in the process that ran that line; ``tune run``'s config check,
-torchrun's ranks and ``longshort-eval`` (which reads the method back from a checkpoint's ``config.json``) each
-start without it. A path is imported on its first lookup (``registry[path]``, ``path in registry``,
-``registry.get(path)``) in whatever process asks, and kept under that path."""
+torchtune's ``_component_`` does (:class:`DottedInstances`: of instances, the model families' table rows): an
+installed package cannot be edited, and a name put into the dict by hand (``ROPE_METHODS["mine"] = MyRoPE``) lives
+only in the process that ran that line; ``tune run``'s config check, torchrun's ranks and ``longshort-eval`` (which
+reads the method back from a checkpoint's ``config.json``) each start without it. A path is imported on its first
+lookup (``registry[path]``, ``path in registry``, ``registry.get(path)``) in whatever process asks, and kept under
+that path."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Optional
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def is_dotted_path(name: Any) -> bool:
@@ -26,8 +32,8 @@ class DottedRegistry(dict):
         super().__init__(entries)
         self.base, self.what, self.name_attr = base, what, name_attr
 
-    def load(self, path: str) -> type:
-        """The class at dotted ``path``, imported and kept; ``ValueError`` in one line saying why it cannot be one."""
+    def load(self, path: str) -> Any:
+        """The entry at dotted ``path``, imported and kept; ``ValueError`` in one line saying why it cannot be one."""
         module_name, _, attr = path.rpartition(".")
         try:
             module = importlib.import_module(module_name)
@@ -35,15 +41,27 @@ class DottedRegistry(dict):
             raise ValueError(f"{path!r} does not import ({type(e).__name__}: {e}): a {self.what} of your own must be "
                              "importable in every process that builds or loads the model (pip install its package, or "
                              "put its folder on PYTHONPATH)") from None
-        cls = getattr(module, attr, None)
-        if not isinstance(cls, type) or (self.base is not None and not issubclass(cls, self.base)):
-            found = "nothing" if cls is None else type(cls).__name__ if not isinstance(cls, type) else cls.__name__
-            need = f"a subclass of {self.base.__module__}.{self.base.__qualname__}" if self.base else "a class"
-            raise ValueError(f"{path!r} names {found} in module {module_name}: a {self.what} of your own is {need}")
-        if self.name_attr is not None and cls not in self.values():  # a shipped class keeps its own name
-            setattr(cls, self.name_attr, path)
-        self[path] = cls
-        return cls
+        entry = getattr(module, attr, None)
+        if not self.accepts(entry):
+            found = "nothing" if entry is None else entry.__name__ if isinstance(entry, type) else type(entry).__name__
+            raise ValueError(f"{path!r} names {found} in module {module_name}: a {self.what} of your own is "
+                             f"{self.wanted()}")
+        entry = self[path] = self.named(entry, path)
+        return entry
+
+    def accepts(self, entry: Any) -> bool:
+        """Whether an imported ``entry`` can be one (here: a class, a subclass of ``base``)."""
+        return isinstance(entry, type) and (self.base is None or issubclass(entry, self.base))
+
+    def wanted(self) -> str:
+        return f"a subclass of {_qualified(self.base)}" if self.base else "a class"
+
+    def named(self, entry: Any, path: str) -> Any:
+        """``entry`` as kept under ``path``: a class of one's own gets ``name_attr`` set to the path (a shipped
+        class keeps its own name)."""
+        if self.name_attr is not None and not any(entry is v for v in self.values()):
+            setattr(entry, self.name_attr, path)
+        return entry
 
     def __missing__(self, key):
         if not is_dotted_path(key):
@@ -61,3 +79,20 @@ class DottedRegistry(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+class DottedInstances(DottedRegistry):
+    """``name -> instance`` of ``base`` (a frozen dataclass: a model family is a table row, not a class), with
+    :class:`DottedRegistry`'s lookup: a dotted path names a module-level instance of one's own, kept as a copy whose
+    ``name_attr`` field is the path (so a checkpoint records the path, and the process reading it imports it)."""
+
+    def accepts(self, entry: Any) -> bool:
+        return isinstance(entry, self.base)
+
+    def wanted(self) -> str:
+        return f"an instance of {_qualified(self.base)}"
+
+    def named(self, entry: Any, path: str) -> Any:
+        if self.name_attr is None or any(entry is v for v in self.values()):
+            return entry
+        return dataclasses.replace(entry, **{self.name_attr: path})

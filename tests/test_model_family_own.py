@@ -1,0 +1,144 @@
+"""A model family of one's own, named by the dotted path of a ``ModelFamily`` in the user's module (the README's
+worked example, run as written): an installed package cannot be edited, and a folder whose ``config.json`` says a
+``model_type`` the table does not list was refused ("is not a supported model family"), as was ``model.family`` beside
+``checkpoint_dir``. It trains from a ``mymodel`` folder to the losses of the shipped ``llama`` family on the same
+weights (the independent reference), and its step folder, which records the path, is evaluated by a process that
+never imported it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchtune_longshort.models import MODEL_FAMILIES, family_named, family_of
+from torchtune_longshort.models.family_builders import UnsupportedModelError
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = "own_family_pkg"
+PATH = f"{PKG}.my_families.MYMODEL"
+FAMILY_KEY = "longshort_family"  # the config.json key the README names
+
+
+def _readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"<!-- own-family-example: [^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert m, "README: the own-family example (its marker and python block) is gone"
+    return m.group(1)
+
+
+def _forget():
+    """As a new process sees it: no path of the package in the table, its module not imported."""
+    for key in [k for k in MODEL_FAMILIES if k.startswith(PKG + ".")]:
+        dict.pop(MODEL_FAMILIES, key)
+    for name in [m for m in sys.modules if m.split(".")[0] == PKG]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def own_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "mods" / PKG
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "my_families.py").write_text(_readme_example())
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    _forget()
+    yield
+    _forget()
+
+
+def _as_mymodel(src: Path, dst: Path) -> Path:
+    """``src`` (a Llama folder) with config.json saying ``model_type`` mymodel, as the research model's does."""
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config.update(model_type="mymodel", architectures=["MyModelForCausalLM"])
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def _train(ckpt, tok, out, **over):
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    cfg = make_cfg(ckpt, tok, out, max_steps=2, save_every_n_steps=2, batch_size=2, **{"dataset.limit": 6}, **over)
+    recipe = LongShortFinetuneRecipe(cfg)
+    recipe.setup()
+    try:
+        recipe.train()
+    finally:
+        recipe.release_output_dir()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+def test_a_family_of_ones_own_trains_as_the_shipped_llama_and_its_step_folder_evaluates(
+        own_module, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    from torchtune_longshort.eval.cli_run import run_cli
+    from torchtune_longshort.models import load_hf_checkpoint
+
+    mine = _as_mymodel(tiny_llama2_dir, tmp_path / "mymodel")
+    own = _train(mine, sp_tokenizer_dir, tmp_path / "own", **{"model.family": PATH})
+    ref = _train(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "ref")
+    assert len(own) == 2 and own == pytest.approx(ref, rel=1e-6)
+    step = tmp_path / "own" / "step_2"
+    saved = json.loads((step / "config.json").read_text())
+    assert saved["model_type"] == "mymodel" and saved[FAMILY_KEY] == PATH
+    _forget()  # the eval's process never imported it: the step folder's config.json names it
+    got = load_hf_checkpoint(step)
+    want = load_hf_checkpoint(tmp_path / "ref" / "step_2")
+    assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), want.state_dict().values()))
+    _forget()
+    res = run_cli(["run", "--model", "longshort", "--model_args", f"pretrained={step}", "--device", "cpu",
+                   "--tasks", "longshort_ppl", "--metadata",
+                   json.dumps({"max_seq_lengths": [32], "ppl_num_samples": 1, "ppl_source": "stdlib_heldout"}),
+                   "--output_path", str(tmp_path / "eval")])
+    assert res["results"]["longshort_ppl"]["ppl_32,none"] > 1
+
+
+def test_the_path_is_refused_in_one_line_when_it_names_no_family(own_module, tiny_llama2_dir, tmp_path):
+    with pytest.raises(UnsupportedModelError, match=r"model.family='nowhere_pkg.X' is not a model family: "
+                                                    r"'nowhere_pkg.X' does not import .*PYTHONPATH"):
+        family_named("nowhere_pkg.X")
+    with pytest.raises(UnsupportedModelError, match=r"names function in module own_family_pkg.my_families: a model "
+                                                    r"family of your own is an instance of .*\.ModelFamily"):
+        family_named(f"{PKG}.my_families.build_mymodel")
+    with pytest.raises(UnsupportedModelError, match=r"model.family='mymodell' is not a model family: expected one of "
+                                                    r"\['llama', .*\], or the dotted path of a ModelFamily"):
+        family_named("mymodell")
+    # a config.json of another model_type than the family it names
+    with pytest.raises(UnsupportedModelError, match=rf"c.json: {FAMILY_KEY}='{PATH}' reads model_type 'mymodel', "
+                                                    r"untied, not this config's model_type='llama'"):
+        family_of({"model_type": "llama", FAMILY_KEY: PATH}, "c.json")
+    assert family_named(PATH).name == PATH and family_of({"model_type": "mymodel"}).name == PATH
+
+
+def test_an_unknown_model_type_is_told_how_to_add_a_family(tmp_path):
+    with pytest.raises(UnsupportedModelError) as e:
+        family_of({"model_type": "mymodel"}, "x/config.json")
+    said = str(e.value)
+    assert "\n" not in said and said.startswith("x/config.json: model_type='mymodel' (tie_word_embeddings=None) is "
+                                                "not a supported model family. A family of your own: the dotted path "
+                                                "of a ModelFamily in a module of yours")
+    assert f"named as model.family or config.json's '{FAMILY_KEY}'" in said and "Supported: llama (" in said
+
+
+def test_a_family_of_ones_own_from_dimensions_records_itself_in_step_0(own_module, tmp_path):
+    """From random weights the family writes config.json; a folder written from it names the family (the writer
+    converts with it, not with the shipped row of the same model_type)."""
+    import dataclasses
+
+    from torchtune_longshort.models.hf_model import decoder_config
+
+    mod = sys.modules.get(f"{PKG}.my_families") or __import__(f"{PKG}.my_families", fromlist=["x"])
+    mod.MYLLAMA = dataclasses.replace(MODEL_FAMILIES["llama"], name="myllama")  # llama's from_dims: model_type llama
+    config = decoder_config({"family": f"{PKG}.my_families.MYLLAMA", "vocab_size": 64, "num_layers": 1,
+                             "num_heads": 2, "embed_dim": 16, "max_seq_len": 32})
+    assert config[FAMILY_KEY] == f"{PKG}.my_families.MYLLAMA" and config["model_type"] == "llama"
+    assert family_of(config) is MODEL_FAMILIES[f"{PKG}.my_families.MYLLAMA"]
+    assert family_of({k: v for k, v in config.items() if k != FAMILY_KEY}) is MODEL_FAMILIES["llama"]
