@@ -118,7 +118,7 @@ def test_text_files_are_read_whole_as_local_text_reads_them(tmp_path):
     assert list(corpus.hf_text(str(tmp_path / "books"))()) == whole
     assert list(corpus.hf_text("text", data_files=str(tmp_path / "books" / "a.txt"))()) == whole[:1]
     lines = list(corpus.hf_text("text", data_files=str(tmp_path / "books" / "a.txt"), sample_by="line")())
-    assert lines == ["Chapter 1", "", "It was a dark night.", "The end."]
+    assert lines == ["Chapter 1", "It was a dark night.", "The end."]  # the blank line no document, as local_text's
 
 
 def test_a_run_saved_when_text_files_were_read_by_line_is_not_resumed_on_whole_files(tmp_path):

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import logging
 from array import array
+from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
     cache_problem, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
 )
+from torchtune_longshort.data.resume_reading import Earlier
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
@@ -52,18 +55,25 @@ TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
 log = logging.getLogger(__name__)
 
 
+def kept(doc: Any) -> bool:
+    """Whether a source yields ``doc``: an empty or whitespace-only text is no document (it would add a BOS / EOS
+    pair alone); a skipped record keeps its place (a position counts it)."""
+    return isinstance(doc, SkippedRecord) or bool(doc.strip())
+
+
 class _Source:
     """A named, re-iterable document source (a callable with a readable repr for logs and errors); ``files``: the
     files it reads, where it reads whole files (the recipe warns when validation and training share one); ``count``:
     its number of documents where it can read any of them without reading those before (random access: a map-style
     dataset, the stdlib's files), ``read`` then taking the indices to read, in that order (:meth:`from_index`, which
     a resumed stream uses, and :meth:`in_order`, which a shuffled stream uses). ``earlier_reading``: how versions
-    before the data state's ``reading`` mark (:data:`~.dual_window.DATA_READING`) read this source otherwise (a
-    clause after "which"), so that a resume of a run they saved is refused naming the change, not the user's data."""
+    before each ``reading`` mark of the data state (:data:`~.resume_reading.DATA_READING`) read this source otherwise
+    (``{mark: a clause after "which", or a callable of the saved state giving one}``), so that a resume of a run
+    they saved is refused naming the change, not the user's data (:func:`~.resume_reading.check_resumable`)."""
 
     def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
                  count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None,
-                 earlier_reading: Optional[str] = None, fingerprinted: bool = False):
+                 earlier_reading: Earlier = None, fingerprinted: bool = False):
         if (count is None) != (read is None):
             raise ValueError("a source with random access gives both count and read")
         self._fn = fn
@@ -191,9 +201,6 @@ def local_text(
     # record that went bad since this check stops the run at its last good step, named
     skipped = SkippedRecord if skip_bad_records else None
 
-    def kept(doc: Any) -> bool:
-        return isinstance(doc, SkippedRecord) or bool(doc.strip())
-
     def documents() -> Iterator[str]:
         docs = iter_documents(files, text_field, names("text_field"), encoding, on_bad_record=skipped)
         return (doc for doc in docs if kept(doc))
@@ -222,8 +229,8 @@ def local_text(
     if len(files_at) == len(bad):
         raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read): "
                          "name files that hold text")
-    earlier = (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
-               "them out)" if hidden else None)
+    earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
+                   "them out)" if hidden else None)}
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
                    earlier_reading=earlier, fingerprinted=True)
 
@@ -296,8 +303,8 @@ def hf_text(
                 text = SkippedRecord(str(e))
             yield text
 
-    src = _Source(docs, f"hf_text({source!r}, name={name!r}, split={split!r}, field={text_field!r})",
-                  earlier_reading=earlier)
+    src = _Source(lambda: filter(kept, docs()), f"hf_text({source!r}, name={name!r}, split={split!r}, "
+                  f"field={text_field!r})", earlier_reading={2: earlier, 3: partial(empties_before, docs)})
     if check_first:
         try:
             check_first_readable(src(), f"{section} {source!r} split {split!r}")
@@ -308,6 +315,15 @@ def hf_text(
         except Exception as e:
             raise load_failure(section, source, name, split, e, names) from e
     return src
+
+
+def empties_before(records: Callable[[], Iterable[Any]], state: Dict[str, Any]) -> Optional[str]:
+    """How versions before mark 3 read ``records()`` (a stream's, each record as read), where an empty or
+    whitespace-only one, a document then, precedes the saved ``state``'s position: its clause; else None (the
+    position lands where it did). Only the records before it are read."""
+    empty = [i for i, doc in enumerate(islice(records(), int(state["docs_consumed"]))) if not kept(doc)]
+    return (f"counted empty and whitespace-only records as documents ({len(empty)} before the saved position, "
+            f"first: record {empty[0]}; this version leaves them out)" if empty else None)
 
 
 # RedPajama-Data-1T (a loading script) took its book subset down; its 1B-token sample keeps one file of books.

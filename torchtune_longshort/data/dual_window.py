@@ -22,35 +22,16 @@ distributed run trains on the same tokens as a single process with the same glob
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import torch
 
-from torchtune_longshort.data.file_paths import DIGEST_BYTES
+from torchtune_longshort.data.resume_reading import DATA_READING, check_resumable
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.text_files import SkippedRecord
 from torchtune_longshort.windows import DEFAULT_E_RANGE, Bound, resolve_e_range, slice_windows, validate_window_length
 
-# The data state's "reading" mark: 2 since 2026-12-05, when local_text left a folder's hidden files out and hf_text
-# read text files whole; a state without it (1) counts documents as the sources read them before (their
-# ``earlier_reading``), so its position would land on other text where a source reads otherwise now.
-DATA_READING = 2
-log = logging.getLogger(__name__)
-
 Document = Union[str, Sequence[int]]
-
-
-def _edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes]) -> str:
-    """Which of ``files`` (a source's, in order) changed between the ``saved`` data state's digests and ``now``
-    (:func:`~.file_paths.file_digests`); '' when either is None or they are equal."""
-    if saved is None or now is None or saved == now:
-        return ""
-    n = DIGEST_BYTES
-    if len(saved) != len(now) or len(files) * n != len(now):
-        return f"its files are not the {len(saved) // n} the run read"
-    changed = [str(f) for i, f in enumerate(files) if saved[i * n:(i + 1) * n] != now[i * n:(i + 1) * n]]
-    return f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
 
 
 class PackedTokenStream:
@@ -124,32 +105,7 @@ class PackedTokenStream:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}: resume with the seed "
                              "the run was saved with (data_seed, else seed), or start a new run in another output_dir")
-        earlier = getattr(self._documents, "earlier_reading", None)
-        saved, count = state.get("documents"), getattr(self._documents, "count", None)
-        source = (f"{getattr(self._documents, 'where', 'dataset')} "
-                  f"{getattr(self._documents, 'description', repr(self._documents))}")
-        position = f"its saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on"
-        if earlier and state.get("reading", 1) < DATA_READING and (saved is None or saved != count):
-            # the position counts documents as the saving version read them: here it lands on others (or past the
-            # end, refused as if the data had changed, blaming the user's files); the same count (hidden files
-            # that held no document) is the same data
-            raise ValueError(
-                f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: {source} is "
-                f"not read as the run read it, and {position} other text. Finish this run with the version that "
-                "started it, or start a new run in another output_dir")
-        if saved is not None and count is not None and saved != count:
-            # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on
-            # others (the resume trained on shifted data without a word)
-            raise ValueError(
-                f"cannot resume: {source} holds {count} documents now, the saved run read {saved}: {position} other "
-                "documents. Restore the data the run read (a file added, deleted or emptied since), or start a new "
-                "run in another output_dir")
-        edited = _edited_files(getattr(self._documents, "files", None) or (), state.get("digests"), self._digests())
-        if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
-            # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
-            log.warning(f"resume: {source}: {edited} since the run saved its data state (its size or first MiB); "
-                        f"{position} the edited text. To train on it from its start, start a new run from the "
-                        "step's weights (checkpoint_dir=<its step folder>)")
+        check_resumable(self._documents, state, self._digests())
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])

@@ -1,0 +1,67 @@
+"""hf_text leaves empty and whitespace-only records out, as local_text does (each was a document of a BOS / EOS pair
+alone); a data state saved before (reading mark < 3) whose position counted such records is refused naming the
+change."""
+
+import json
+
+import pytest
+
+from torchtune_longshort.data import corpus
+from torchtune_longshort.data.dual_window import PackedTokenStream
+
+TEXTS = ["", "   ", "first book", "\n\t", "second book", "third book"]
+
+
+def _jsonl(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    return str(path)
+
+
+def _tok(text):
+    return [1] + [ord(c) % 256 for c in text] + [2]
+
+
+def test_hf_text_yields_the_documents_local_text_yields(tmp_path):
+    path = _jsonl(tmp_path)
+    want = [t for t in TEXTS if t.strip()]  # the reference: the records that hold text
+    assert list(corpus.local_text(path)()) == want
+    assert list(corpus.hf_text("json", data_files=path)()) == want
+    assert list(corpus.hf_text("json", data_files=path, streaming=False)()) == want
+
+
+def test_a_state_saved_counting_empty_records_is_refused_where_they_precede_its_position(tmp_path):
+    path = _jsonl(tmp_path)
+    stream = PackedTokenStream(corpus.hf_text("json", data_files=path), tokenize=_tok)
+    stream.take(15)  # into the second document
+    state = stream.state_dict()
+    assert state["reading"] == 3 and state["docs_consumed"] == 2
+    again = PackedTokenStream(corpus.hf_text("json", data_files=path), tokenize=_tok)
+    again.load_state_dict(state)  # this version's: resumed
+    assert again.take(20) == stream.take(20)
+    # an earlier version at document 2 had read '' and '   ': its position lands on 'first book', not 'third book'
+    old = {**state, "reading": 2}
+    with pytest.raises(ValueError, match=r"^cannot resume: this run was saved by an earlier torchtune_longshort, "
+                                         r"which counted empty and whitespace-only records as documents \(2 before "
+                                         r"the saved position, first: record 0; this version leaves them out\): "
+                                         r"dataset hf_text\('json'.*\(document 2 of pass 0\) would land on other text"):
+        PackedTokenStream(corpus.hf_text("json", data_files=path), tokenize=_tok).load_state_dict(old)
+    # a position before any empty record (none among the first 0) lands where it did: resumed
+    PackedTokenStream(corpus.hf_text("json", data_files=path), tokenize=_tok).load_state_dict(
+        {**old, "docs_consumed": 0, "buffer": []})
+
+
+def test_a_state_of_mark_2_is_not_told_of_the_changes_of_mark_2(tmp_path):
+    """The by-line reading of ``.txt`` files ended at mark 2: a state saved with mark 2 read them whole, as now."""
+    (tmp_path / "books").mkdir()
+    for i in range(3):
+        (tmp_path / "books" / f"b{i}.txt").write_text(f"book {i}\n" * 5)
+    stream = PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok)
+    stream.take(60)
+    state = {**stream.state_dict(), "reading": 2}
+    again = PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok)
+    again.load_state_dict(state)
+    assert again.take(20) == stream.take(20)
+    with pytest.raises(ValueError, match=r"which read text files one record a line"):
+        PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok).load_state_dict(
+            {k: v for k, v in state.items() if k != "reading"})

@@ -1,0 +1,83 @@
+"""What a resume asks of a document source before it takes a saved data position
+(:meth:`~.dual_window.PackedTokenStream.load_state_dict`): the state's ``reading`` mark against the source's
+``earlier_reading`` (how earlier versions read it: refused where the position would land on other documents) and
+``earlier_text`` (read otherwise within the same documents: said), the document count, and the files' digests."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+
+from torchtune_longshort.data.file_paths import DIGEST_BYTES
+
+# The data state's "reading" mark, raised each time a source reads the same files otherwise: 2 since 2026-12-05, when
+# local_text left a folder's hidden files out and hf_text read text files whole; 3 since 2026-12-06, when hf_text
+# left empty and whitespace-only records out (as local_text always did) and local_text read a text file's '\r\n' /
+# '\r' line ends as '\n'. A state without it (1) was saved before the mark existed.
+DATA_READING = 3
+log = logging.getLogger(__name__)
+
+# a source's earlier readings: {the mark that changed it: a clause after "which", or a callable of the saved state
+# giving one (None: this source and position read the same)}; a bare string is the change of mark 2
+Clause = Union[str, Callable[[Dict[str, Any]], Optional[str]]]
+Earlier = Union[None, str, Mapping[int, Clause]]
+
+
+def earlier_clauses(earlier: Earlier, state: Dict[str, Any]) -> str:
+    """The clauses of ``earlier`` that apply to a data ``state`` saved with an older ``reading`` mark, joined; ''
+    when none does (a callable is asked only then, so a scan it makes is paid by such resumes alone)."""
+    if not earlier:
+        return ""
+    reading = state.get("reading", 1)
+    table = {2: earlier} if isinstance(earlier, str) else dict(earlier)
+    clauses = []
+    for mark in sorted(table):
+        if reading < mark:
+            clause = table[mark](state) if callable(table[mark]) else table[mark]
+            if clause:
+                clauses.append(clause)
+    return "; and ".join(clauses)
+
+
+def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes]) -> str:
+    """Which of ``files`` (a source's, in order) changed between the ``saved`` data state's digests and ``now``
+    (:func:`~.file_paths.file_digests`); '' when either is None or they are equal."""
+    if saved is None or now is None or saved == now:
+        return ""
+    n = DIGEST_BYTES
+    if len(saved) != len(now) or len(files) * n != len(now):
+        return f"its files are not the {len(saved) // n} the run read"
+    changed = [str(f) for i, f in enumerate(files) if saved[i * n:(i + 1) * n] != now[i * n:(i + 1) * n]]
+    return f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
+
+
+def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[bytes]) -> None:
+    """Refuse (``ValueError``) a saved data ``state`` whose position would land on other documents of ``documents``
+    (read otherwise by the version that saved it, or a file added or deleted since), and warn where it lands on the
+    same document with other text (a file edited since: ``digests`` now; read otherwise within a document)."""
+    saved, count = state.get("documents"), getattr(documents, "count", None)
+    source = f"{getattr(documents, 'where', 'dataset')} {getattr(documents, 'description', repr(documents))}"
+    position = f"its saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on"
+    earlier = earlier_clauses(getattr(documents, "earlier_reading", None), state) if (
+        saved is None or saved != count) else ""
+    if earlier:
+        # the position counts documents as the saving version read them: here it lands on others (or past the end,
+        # refused as if the data had changed, blaming the user's files); the same count (hidden files that held no
+        # document) is the same data
+        raise ValueError(
+            f"cannot resume: this run was saved by an earlier torchtune_longshort, which {earlier}: {source} is "
+            f"not read as the run read it, and {position} other text. Finish this run with the version that "
+            "started it, or start a new run in another output_dir")
+    if saved is not None and count is not None and saved != count:
+        # a file added to or deleted from a corpus folder: the saved position counts documents, and would land on
+        # others (the resume trained on shifted data without a word)
+        raise ValueError(
+            f"cannot resume: {source} holds {count} documents now, the saved run read {saved}: {position} other "
+            "documents. Restore the data the run read (a file added, deleted or emptied since), or start a new "
+            "run in another output_dir")
+    edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests)
+    if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
+        # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
+        log.warning(f"resume: {source}: {edited} since the run saved its data state (its size or first MiB); "
+                    f"{position} the edited text. To train on it from its start, start a new run from the "
+                    "step's weights (checkpoint_dir=<its step folder>)")
