@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torchtune_longshort.data.data_files import (
     cache_problem, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
 )
-from torchtune_longshort.data.resume_reading import Earlier
+from torchtune_longshort.data.resume_reading import Earlier, line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
@@ -69,11 +69,12 @@ class _Source:
     a resumed stream uses, and :meth:`in_order`, which a shuffled stream uses). ``earlier_reading``: how versions
     before each ``reading`` mark of the data state (:data:`~.resume_reading.DATA_READING`) read this source otherwise
     (``{mark: a clause after "which", or a callable of the saved state giving one}``), so that a resume of a run
-    they saved is refused naming the change, not the user's data (:func:`~.resume_reading.check_resumable`)."""
+    they saved is refused naming the change, not the user's data (:func:`~.resume_reading.check_resumable`);
+    ``earlier_text`` likewise, for a change within documents (each where it was): said in a warning."""
 
     def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
                  count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None,
-                 earlier_reading: Earlier = None, fingerprinted: bool = False):
+                 earlier_reading: Earlier = None, fingerprinted: bool = False, earlier_text: Earlier = None):
         if (count is None) != (read is None):
             raise ValueError("a source with random access gives both count and read")
         self._fn = fn
@@ -82,7 +83,7 @@ class _Source:
         self.files = None if files is None else tuple(files)
         self.count = count
         self.where = current_names().where
-        self.earlier_reading = earlier_reading
+        self.earlier_reading, self.earlier_text = earlier_reading, earlier_text
         self._fingerprinted, self._digests = fingerprinted, None
 
     def digests(self) -> Optional[bytes]:
@@ -232,7 +233,8 @@ def local_text(
     earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                    "them out)" if hidden else None)}
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
-                   earlier_reading=earlier, fingerprinted=True)
+                   earlier_reading=earlier, fingerprinted=True,
+                   earlier_text={3: lambda state: line_ends_read_otherwise(files, encoding)})
 
 
 def hf_text(

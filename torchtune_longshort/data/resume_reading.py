@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.data.file_paths import DIGEST_BYTES
+from torchtune_longshort.data.text_files import RECORD_SUFFIXES
 
 # The data state's "reading" mark, raised each time a source reads the same files otherwise: 2 since 2026-12-05, when
 # local_text left a folder's hidden files out and hf_text read text files whole; 3 since 2026-12-06, when hf_text
@@ -37,6 +39,27 @@ def earlier_clauses(earlier: Earlier, state: Dict[str, Any]) -> str:
             if clause:
                 clauses.append(clause)
     return "; and ".join(clauses)
+
+
+def line_ends_read_otherwise(files: Sequence[Any], encoding: str) -> Optional[str]:
+    """The clause for a data state saved before mark 3 over ``files`` read whole (``local_text``), where a text
+    file holding a '\\r' (read as it was before, '\\n' now) is the first such file named; None where none holds one.
+    Read to the first '\\r' of each text file, its record files (JSON, Parquet: their strings unchanged) not read."""
+    for f in files:
+        if Path(f).suffix in RECORD_SUFFIXES:
+            continue
+        try:
+            with open(f, encoding=encoding, errors="replace", newline="") as text:
+                while True:
+                    chunk = text.read(1 << 20)
+                    if not chunk:
+                        break
+                    if "\r" in chunk:
+                        return (f"read a text file's '\\r\\n' and '\\r' line ends as they are ({f} holds them; this "
+                                "version reads them as '\\n', as Python's text mode does)")
+        except OSError:  # the reading itself names it
+            continue
+    return None
 
 
 def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes]) -> str:
@@ -75,6 +98,11 @@ def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[byt
             f"cannot resume: {source} holds {count} documents now, the saved run read {saved}: {position} other "
             "documents. Restore the data the run read (a file added, deleted or emptied since), or start a new "
             "run in another output_dir")
+    line_ends = earlier_clauses(getattr(documents, "earlier_text", None), state)
+    if line_ends:  # the same documents, each where it was: said, not refused (the text read now is the corrected one)
+        log.warning(f"resume: this run was saved by an earlier torchtune_longshort, which {line_ends}: {source}: "
+                    f"{position} the same document, its text differing by its line ends. To train on the text as the "
+                    "run read it, finish this run with the version that started it")
     edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests)
     if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
         # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
