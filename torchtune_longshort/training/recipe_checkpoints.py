@@ -25,10 +25,13 @@ from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.hf_rope import native_positions
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
-from torchtune_longshort.training.checkpointing import StepCheckpoints, atomic_torch_save, staged_state_path
+from torchtune_longshort.training.checkpointing import (
+    STEP_PATTERN, StepCheckpoints, atomic_torch_save, staged_state_path,
+)
 from torchtune_longshort.training.data_setup import POSITION_DRAW
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 from torchtune_longshort.training.recipe_config import RecipeConfig
+from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 
 
 def tokenizer_source(config: RecipeConfig) -> Optional[str]:
@@ -135,10 +138,29 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
             why = "its LoRA adapters' base" if lora.enabled else "the base its RoPE-scaled steps are written with"
             raise ValueError(f"resume=True: {start_dir} (this run's random start, {why}) is missing: put it back, "
                              "or train again with overwrite_output_dir=True")
+        elif resume_dir is not None:
+            check_start_tokenizer(ckpts, resume_dir)
     lora.base_dir = str(Path(start_dir).resolve())
     read_dir = read_dir or Path(start_dir)
     load_dir = str(resume_dir) if (resume_dir is not None and not lora.enabled) else str(read_dir)
     return CheckpointFolder.open(load_dir).tune_state_dict(), Path(start_dir), read_dir
+
+
+def check_start_tokenizer(ckpts: StepCheckpoints, resume_dir: Path) -> None:
+    """A resume from scratch reads ``step_0`` (the random start, the base its steps are written with): where it lost
+    its tokenizer files, refused as the newest step's loss is (``StepCheckpoints.why_not_resumable``), naming the
+    step or tokenizer source to copy them from (it was the checkpoint's refusal alone, no fix)."""
+    start = ckpts.path(0)
+    try:
+        CheckpointFolder.open(start)
+    except FileNotFoundError as e:
+        steps = sorted((int(m.group(1)), p) for p in ckpts.root.iterdir()
+                       if (m := STEP_PATTERN.match(p.name)) and p.is_dir() and int(m.group(1)) > 0)
+        fix = lost_tokenizer_fix(start, [p for _, p in reversed(steps)], StepCheckpoints._saved_config(resume_dir)) \
+            if "tokenizer" in str(e) else None
+        if not fix:
+            raise
+        raise FileNotFoundError(f"resume=True: {' '.join(str(e).split())}; {fix}") from None
 
 
 def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]], model) -> Dict[str, Any]:
