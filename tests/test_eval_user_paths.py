@@ -82,3 +82,26 @@ def test_a_path_with_a_comma_is_told_to_go_as_json_in_one_line(tiny_llama2_dir, 
     as_json = json.dumps({"pretrained": str(folder / "step_2")})
     check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", as_json]))
     assert AutoConfig.from_pretrained(json.loads(as_json)["pretrained"]).vocab_size > 0
+
+
+def test_a_trailing_slash_of_a_local_pretrained_folder_names_the_same_results_folder(tiny_llama2_dir, tmp_path,
+                                                                                     monkeypatch):
+    """lm-eval names its results folder after ``pretrained=`` as written (its own GeneralConfigTracker, the
+    reference): ``step_2/`` gave ``run__step_2__`` beside ``step_2``'s ``run__step_2``, one checkpoint in two."""
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from lm_eval.utils import sanitize_model_name
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "step_2").symlink_to(tiny_llama2_dir)
+    monkeypatch.chdir(tmp_path)
+
+    def results_folder(model, pretrained):
+        (given,) = _model_args(lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", "--model_args",
+                                             f"dtype=float32,pretrained={pretrained}"]))
+        return sanitize_model_name(GeneralConfigTracker._get_model_name(given.split("=", 1)[1]))
+
+    for model in ("hf", "longshort"):
+        names = {results_folder(model, p) for p in ("run/step_2", "run/step_2/", "run/step_2//")}
+        assert names == {"run__step_2"}, (model, names)
+    # a hub name, or a folder that is not here, is left as written (lm-eval, transformers say what it is)
+    assert results_folder("hf", "org/missing/") == "org__missing__"

@@ -85,7 +85,22 @@ def home_expanded(args: Sequence[str]) -> List[str]:
 
 
 def _model_args_expanded(value: str) -> str:
-    """``key=value,...`` with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded."""
+    """``key=value,...`` with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded, and a local folder's
+    trailing ``/`` cut from ``pretrained=`` (:func:`_without_trailing_slash`)."""
     items = [item.partition("=") for item in value.split(",")]
-    return ",".join(k + eq + (os.path.expanduser(v) if k.strip() in MODEL_PATH_KEYS and v.startswith("~") else v)
-                    for k, eq, v in items)
+    return ",".join(k + eq + _model_path(k.strip(), v) for k, eq, v in items)
+
+
+def _model_path(key: str, value: str) -> str:
+    if key not in MODEL_PATH_KEYS:
+        return value
+    value = os.path.expanduser(value) if value.startswith("~") else value
+    return _without_trailing_slash(value) if key == "pretrained" else value
+
+
+def _without_trailing_slash(path: str) -> str:
+    """A local folder's ``path`` without its trailing ``/``: lm-eval names its results folder after ``pretrained=``
+    as written (``run/step_2/`` gave ``run__step_2__``, ``run/step_2`` ``run__step_2``: one checkpoint, two folders).
+    Anything else (a hub name, a folder not there, ``/``) is left as given."""
+    cut = path.rstrip("/" + os.sep)
+    return cut if cut and cut != path and os.path.isdir(path) else path
