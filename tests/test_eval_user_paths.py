@@ -105,3 +105,34 @@ def test_a_trailing_slash_of_a_local_pretrained_folder_names_the_same_results_fo
         assert names == {"run__step_2"}, (model, names)
     # a hub name, or a folder that is not here, is left as written (lm-eval, transformers say what it is)
     assert results_folder("hf", "org/missing/") == "org__missing__"
+
+
+def test_a_missing_pretrained_folder_names_where_it_was_looked_for(tmp_path, monkeypatch):
+    """--model longshort's relative pretrained= not there said 'is not a directory' without the folder it looked in
+    (--model hf names it)."""
+    monkeypatch.chdir(tmp_path)
+    said = {}
+    for model in ("hf", "longshort"):
+        with pytest.raises(FileNotFoundError) as e:
+            check_arguments(lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", "--device", "cpu",
+                                          "--model_args", "pretrained=my runs/step_2"]))
+        said[model] = str(e.value)
+        assert f"does not exist in {str(tmp_path)!r}, the folder this command runs in" in said[model], said
+    assert said["longshort"] == (f"pretrained='my runs/step_2' does not exist in {str(tmp_path)!r}, the folder this "
+                                 "command runs in: expected a Hugging Face checkpoint folder (config.json + "
+                                 "*.safetensors)")
+
+
+def test_a_missing_config_under_the_home_folder_is_named_there(tmp_path, monkeypatch):
+    """longshort-validate '~/x.yaml' said 'relative to <cwd>' of a path in the home folder."""
+    from torchtune_longshort.configs_cli import resolve_config
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(ValueError) as e:
+        resolve_config("~/nonexist.yaml", tmp_path, "config")
+    assert str(e.value).startswith(f"config='~/nonexist.yaml' is neither a file (looked for at "
+                                   f"{home / 'nonexist.yaml'}) nor a config this package ships"), e.value
+    with pytest.raises(ValueError, match=r"is neither a file \(relative to .*\) nor"):
+        resolve_config("nonexist.yaml", tmp_path, "config")

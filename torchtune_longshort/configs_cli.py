@@ -104,7 +104,9 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
     except (FileNotFoundError, ValueError):  # none installed, nor beside the package
         shipped = ["tiny/longshort_stdlib.yaml"]
     like = [nearest_shipped(value) or ""] + [n for n in shipped if n.startswith(folder + "/")] + shipped
-    raise ValueError(f"{key}={value!r} is neither a file (relative to {root}) nor a config this package ships: "
+    where = (f" (looked for at {path})" if str(value).startswith("~") else "" if Path(str(value)).is_absolute()
+             else f" (relative to {root})")  # a `~` names the home folder the path was looked for in
+    raise ValueError(f"{key}={value!r} is neither a file{where} nor a config this package ships: "
                      f"name one of `longshort-cp --list` (e.g. {next(n for n in like if n)}) or a YAML file")
 
 

@@ -65,10 +65,10 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
     if d.is_file():
         hint = GGUF_HINT if d.suffix == ".gguf" else "pass the folder that holds config.json"
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is a file: {expected}; {hint}")
-    if not d.exists():
-        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} does not exist: {expected}")
-    if not d.is_dir():  # a device, a socket, a pipe
-        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} is not a directory: {expected}")
+    if not d.is_dir():  # where a relative one was looked for, as longshort-eval's --model hf says it
+        state = "is not a directory" if d.exists() else "does not exist" if d.expanduser().is_absolute() else \
+            f"does not exist in {str(Path.cwd())!r}, the folder this command runs in"
+        raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} {state}: {expected}")
     path = d / CONFIG_FILE
     if not path.is_file():
         ggufs = sorted(d.glob("*.gguf"))
