@@ -12,10 +12,12 @@ float32 whatever the input dtype:
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+
+from torchtune_longshort.loss.own_divergence import SIGNATURE, DivergenceFunctions
 
 
 def _log_probs(logits_p: torch.Tensor, logits_q: torch.Tensor):
@@ -57,22 +59,34 @@ def js_per_position(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Ten
     return 0.5 * ((lp.exp() * (lp - lm)).sum(-1) + (lq.exp() * (lq - lm)).sum(-1))
 
 
-_PER_POSITION: Dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+# name -> per-position function; also takes the dotted path of a function of one's own (``my_module.my_div``),
+# imported on its first lookup in each process (:mod:`.own_divergence`)
+PER_POSITION = DivergenceFunctions({
     "sce": sce_per_position,
     "jeffreys": jeffreys_per_position,
     "js": js_per_position,
-}
-# The divergence names, the paper's first: the one list that configs, the metric, its CLI and the eval task take.
-DIVERGENCES = tuple(_PER_POSITION)
+})
+# The shipped divergence names, the paper's first: the one list that configs, the metric, its CLI and the eval task
+# take (each also takes a dotted path: :func:`is_divergence`).
+DIVERGENCES = tuple(PER_POSITION)
 DEFAULT_DIVERGENCE = "sce"
 
 
 def divergence_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Per-position divergence function for ``name`` in ``DIVERGENCES``."""
+    """Per-position divergence function for ``name``: one of ``DIVERGENCES``, or the dotted path of a function of
+    one's own (imported here, refused in one line when it does not import or names no such function)."""
     try:
-        return _PER_POSITION[name]
-    except KeyError:
-        raise ValueError(f"divergence={name!r} is not known; choose one of {list(DIVERGENCES)}") from None
+        return PER_POSITION[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"divergence={name!r} is not known; choose one of {list(DIVERGENCES)}, or name {SIGNATURE} "
+                         "of your own by its dotted path (my_module.my_div)") from None
+    except ValueError as e:
+        raise ValueError(f"divergence={name!r}: {e}") from None
+
+
+def is_divergence(name) -> bool:
+    """Whether :func:`divergence_fn` takes ``name`` (a shipped name or a dotted path that imports)."""
+    return isinstance(name, str) and name in PER_POSITION
 
 
 def masked_mean(values: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -98,7 +112,8 @@ def mean_divergence(
     Args:
         logits_a, logits_b: ``[..., vocab]`` logits at the same target positions (any float dtype).
         mask: optional boolean ``[...]``; positions where it is False are left out of the mean.
-        divergence: a name in ``DIVERGENCES``: ``"sce"`` (default, paper Eq. 3), ``"jeffreys"`` or ``"js"``.
+        divergence: a name in ``DIVERGENCES``: ``"sce"`` (default, paper Eq. 3), ``"jeffreys"`` or ``"js"``, or the
+            dotted path of a function of one's own (:func:`divergence_fn`).
 
     Returns:
         A float32 scalar: the mean over (masked) positions; 0 when there are none (never NaN).

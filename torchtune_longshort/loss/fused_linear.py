@@ -25,7 +25,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from torchtune_longshort.loss.chunking import TargetChunk
-from torchtune_longshort.loss.pair_gradients import PAIR_BLOCK_SPLIT, VALUE_AFFINE, block_fn
+from torchtune_longshort.loss.pair_gradients import PAIR_BLOCK_SPLIT, block_fn, value_affine
 
 
 # ---------------------------------------------------------------------------------------------- the computation
@@ -223,7 +223,7 @@ class _FusedPass:
         ce_a = -(self.tgt_lp[:, 0] @ self.mask_a)
         ce_b = -(self.tgt_lp[:, 0] @ self.mask_b)
         if self.n_pair_rows:
-            scale, shift = VALUE_AFFINE[self.plan.divergence]
+            scale, shift = value_affine(self.plan.divergence)
             div = self.div_v.sum() * scale + shift * self.n_pair_rows
         else:
             div = torch.zeros((), dtype=torch.float32, device=dev)

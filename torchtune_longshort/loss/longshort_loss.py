@@ -39,6 +39,7 @@ from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, sli
 from torchtune_longshort.loss.chunking import target_chunks
 from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
+from torchtune_longshort.loss.pair_gradients import has_hand_written_gradient
 from torchtune_longshort.loss.output_module import (
     callable_output, gathered, is_fsdp_module, plain_linear_weight,
 )
@@ -71,7 +72,8 @@ class LongShortLoss(nn.Module):
     Args:
         alpha: weight of the misalignment term (default :data:`DEFAULT_ALPHA`, the paper's 0.1; useful 0.1-0.3). ``0`` is the plain
             cross-entropy baseline on exactly the same tokens (the divergence is still reported, see ``report_misalignment``).
-        divergence: a name in :data:`~torchtune_longshort.loss.divergences.DIVERGENCES` (``"sce"``: paper Eq. 3).
+        divergence: a name in :data:`~torchtune_longshort.loss.divergences.DIVERGENCES` (``"sce"``: paper Eq. 3), or
+            the dotted path of a per-position function of one's own (``my_module.my_div``; :mod:`.own_divergence`).
         min_context: floor of the compared positions, see :mod:`torchtune_longshort.windows`.
         stop_grad_long: no gradient through window A (the longer contexts) in the misalignment term.
         num_chunks: number of chunks over the ``L + e`` shared positions.
@@ -161,6 +163,9 @@ class LongShortLoss(nn.Module):
         }[path]
         mod = type(self.linear_projection).__name__ if self.linear_projection is not None else "-"
         logger.info("LongShortLoss path: %s [output module %s]", what, mod)
+        if path == "fused" and not has_hand_written_gradient(self.divergence):
+            logger.info("LongShortLoss: divergence %s has no hand-written gradient: the fused path takes its logit "
+                        "gradients from autograd on each block of aligned pairs (generic, slower)", self.divergence)
 
     # ------------------------------------------------------------------ forward
     def forward(

@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 
 from torchtune_longshort.loss.divergences import divergence_fn
+from torchtune_longshort.loss.own_divergence import autograd_block
 
 _LN2 = math.log(2.0)
 
@@ -101,8 +102,27 @@ VALUE_AFFINE = {"sce": (-1.0, 0.0), "jeffreys": (1.0, 0.0), "js": (0.5, _LN2)}
 PAIR_BLOCK_SPLIT = 8
 
 
+def _shipped(name: str):
+    """The shipped name of divergence ``name``: itself, or the one whose function a dotted path names
+    (``torchtune_longshort.loss.divergences.js_per_position``); None for a function of one's own."""
+    if name in PAIR_BLOCKS:
+        return name
+    fn = divergence_fn(name)  # raises with the accepted names
+    return next((k for k in PAIR_BLOCKS if divergence_fn(k) is fn), None)
+
+
+def has_hand_written_gradient(name: str) -> bool:
+    return _shipped(name) is not None
+
+
 def block_fn(name: str):
-    if name not in PAIR_BLOCKS:
-        divergence_fn(name)  # raises with the accepted names
-        raise ValueError(f"divergence={name!r} has no fused gradient")
-    return PAIR_BLOCKS[name]
+    """The block function of divergence ``name``: its hand-written gradient, else (a divergence of one's own)
+    autograd on each block (:func:`~torchtune_longshort.loss.own_divergence.autograd_block`)."""
+    shipped = _shipped(name)
+    return PAIR_BLOCKS[shipped] if shipped else autograd_block(divergence_fn(name))
+
+
+def value_affine(name: str):
+    """``(scale, shift)`` of :data:`VALUE_AFFINE` for ``name``; a block of autograd writes the values as they are."""
+    shipped = _shipped(name)
+    return VALUE_AFFINE[shipped] if shipped else (1.0, 0.0)

@@ -1,0 +1,105 @@
+"""A divergence of one's own, named by its function's dotted path where a divergence name is accepted
+(``loss.divergence: my_divs.jeffreys_copy``): the package cannot be edited, and the fused loss path had a
+hand-written logit gradient per shipped divergence only. Here a copy of ``jeffreys_per_position`` in a module of
+the test's own trains to the shipped ``jeffreys``'s loss and gradients, whose fused path's analytic gradient is the
+independent reference: the copy's fused gradients come from autograd on each block, its plain (checkpointed) path's
+from autograd on each chunk."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from torchtune_longshort.loss import LongShortLoss
+from torchtune_longshort.loss.divergences import PER_POSITION, divergence_fn
+
+# The README's example module, as written there (tests/test_divergence_own.py runs it).
+SOURCE = '''
+import torch.nn.functional as F
+
+
+def jeffreys_copy(logits_p, logits_q):
+    """KL(p||q) + KL(q||p) per position, float32: a copy of the shipped jeffreys."""
+    lp, lq = F.log_softmax(logits_p.float(), -1), F.log_softmax(logits_q.float(), -1)
+    return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1)
+
+
+NOT_A_FUNCTION = 3
+'''
+
+
+@pytest.fixture
+def own_module(tmp_path, monkeypatch):
+    (tmp_path / "my_divs.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_divs"
+    sys.modules.pop("my_divs", None)
+    for key in [k for k in PER_POSITION if k.startswith("my_divs.")]:
+        del PER_POSITION[key]
+
+
+def _run(divergence, *, fused, stop_grad_long=False, alpha=0.5, V=67, d=12, L=24, e=5):
+    torch.manual_seed(0)
+    out = torch.nn.Linear(d, V, bias=True)
+    ha = torch.randn(2, L, d, requires_grad=True)
+    hb = torch.randn(2, L, d, requires_grad=True)
+    la, lb = torch.randint(0, V, (2, L)), torch.randint(0, V, (2, L))
+    la[0, :3] = -100
+    fn = LongShortLoss(alpha=alpha, divergence=divergence, num_chunks=3, fused=fused, stop_grad_long=stop_grad_long)
+    fn.linear_projection = out  # the hidden-state path, as set_model_output sets it
+    assert fn.output_path == ("fused" if fused else "checkpointed")
+    res = fn(ha, hb, la, lb, e)
+    res.loss.backward()
+    return [res.loss, res.misalignment, res.ce], [ha.grad, hb.grad, out.weight.grad, out.bias.grad]
+
+
+# float32 tolerance: the two gradients (autograd of the function on a block vs the hand-written formula) add the
+# same O(1) float32 terms (rounding 6e-8 relative) over a 67-entry vocabulary in another order: observed, the loss
+# differs by 1 ulp (4.8e-7 of 4.78, on the plain path) and the gradients (largest entry 0.05) by at most 1.1e-8.
+# rtol 1e-5 / atol 1e-6 allows ~10x that on the loss and 100x on the gradients, and is 5000x below what a wrong
+# gradient gives (the divergence's gradient dropped: 7e-3 on the weight's, 0.3 on the loss).
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.mark.parametrize("fused,stop_grad_long", [(True, False), (True, True), (False, False)],
+                         ids=["fused", "fused-stop_grad_long", "plain"])
+def test_own_copy_of_jeffreys_trains_as_jeffreys(own_module, fused, stop_grad_long):
+    ref_vals, ref_grads = _run("jeffreys", fused=True, stop_grad_long=stop_grad_long)
+    vals, grads = _run(f"{own_module}.jeffreys_copy", fused=fused, stop_grad_long=stop_grad_long)
+    for got, want in zip(vals + grads, ref_vals + ref_grads):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_own_divergence_reported_at_alpha_zero(own_module):
+    ref_vals, ref_grads = _run("jeffreys", fused=True, alpha=0.0)
+    vals, grads = _run(f"{own_module}.jeffreys_copy", fused=True, alpha=0.0)
+    assert float(vals[1]) > 0
+    for got, want in zip(vals + grads, ref_vals + ref_grads):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_own_divergence_refusals(own_module):
+    cases = {
+        "my_divs.nope": r"^divergence='my_divs.nope': 'my_divs.nope' names nothing in module my_divs: a divergence of "
+                        r"your own is a function \(logits_p, logits_q\) -> per-position values",
+        "my_divs.NOT_A_FUNCTION": r"names int in module my_divs: a divergence of your own is a function",
+        "no_such_divs.f": r"^divergence='no_such_divs.f': 'no_such_divs.f' does not import \(ModuleNotFoundError: No "
+                          r"module named 'no_such_divs'\): a divergence of your own must be importable",
+        "torch.nn.functional.softmax": r"on two \[2, 3, 5\] float32 logit tensors raised TypeError: .*a float32 "
+                                       r"tensor of shape \[2, 3\] here$",
+        "jefreys": r"^divergence='jefreys' is not known; choose one of \['sce', 'jeffreys', 'js'\], or name a function "
+                   r"\(logits_p, logits_q\) -> per-position values .* of your own by its dotted path \(my_module.my_div\)$",
+    }
+    for name, pattern in cases.items():
+        with pytest.raises(ValueError, match=pattern) as info:
+            divergence_fn(name)
+        assert "\n" not in str(info.value)
+        assert name not in PER_POSITION
+
+
+def test_a_shipped_function_by_its_path_keeps_its_gradient():
+    from torchtune_longshort.loss.pair_gradients import PAIR_BLOCKS, block_fn
+
+    assert block_fn("torchtune_longshort.loss.divergences.js_per_position") is PAIR_BLOCKS["js"]

@@ -1,0 +1,84 @@
+"""A divergence of one's own, named by its dotted path (``loss.divergence: my_module.my_div``), as a RoPE method
+or a model family is (:mod:`torchtune_longshort.rope.registry`: imported on first lookup in each process).
+
+The function takes two logit tensors ``[..., vocab]`` and returns one float32 value per position (``[...]``), as
+the shipped ``*_per_position`` functions of :mod:`.divergences` do; it must depend on the logits through their
+softmaxes only (a divergence between two distributions), since the fused loss hands it log-probabilities.
+
+On the fused loss path (:mod:`.fused_linear`) a shipped divergence has a hand-written logit gradient
+(:mod:`.pair_gradients`); one of one's own gets its block's values and logit gradients from autograd on that
+block (:func:`autograd_block`): the same ``[b, n, V]`` blocks, so memory grows with the block, not the chunk,
+but autograd keeps the function's ``[b, n, V]`` intermediates, a few more than the hand-written gradient's one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from torchtune_longshort.rope.registry import DottedRegistry
+
+PerPosition = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+SIGNATURE = "a function (logits_p, logits_q) -> per-position values ([..., vocab] logits in, [...] float32 out)"
+
+
+class DivergenceFunctions(DottedRegistry):
+    """``name -> per-position function``; a dotted path names a module-level function of one's own, imported,
+    asked once on a small input (its output's shape and dtype) and kept under that path."""
+
+    def __init__(self, entries: dict):
+        super().__init__(entries, base=None, what="divergence")
+
+    def accepts(self, entry: Any) -> bool:
+        return callable(entry) and not isinstance(entry, type)
+
+    def wanted(self) -> str:
+        return SIGNATURE
+
+    def load(self, path: str) -> Any:
+        fn = super().load(path)
+        probe = torch.linspace(-1.0, 1.0, 2 * 3 * 5).view(2, 3, 5)
+        try:
+            out = fn(probe, probe.flip(-1))
+            bad = None if (isinstance(out, torch.Tensor) and out.shape == (2, 3) and out.dtype == torch.float32) \
+                else f"gave {_described(out)}"
+        except Exception as e:  # noqa: BLE001 - the user's function: any failure is its refusal
+            bad = f"raised {type(e).__name__}: {e}"
+        if bad is not None:
+            del self[path]
+            raise ValueError(f"{path!r} on two [2, 3, 5] float32 logit tensors {bad}: a divergence of your own is "
+                             f"{SIGNATURE}, a float32 tensor of shape [2, 3] here")
+        return fn
+
+
+def _described(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"a {out.dtype} tensor of shape {list(out.shape)}"
+    return f"a {type(out).__name__}"
+
+
+def autograd_block(fn: PerPosition):
+    """A :mod:`.pair_gradients` block function for ``fn``: the values (``VALUE_AFFINE`` ``(1, 0)``) and, where
+    wanted, ``w`` times ``fn``'s logit gradients plus the CE's ``rw * p``, written over ``lpa`` / ``lpb``. ``fn``
+    is called on the log-probabilities: a function of the softmaxes has the same value and logit gradient there
+    (softmax's Jacobian depends on the probabilities alone)."""
+
+    def block(lpa, lpb, pa, pb, out_v, tmp, want_a, want_b, w, rw_a, rw_b):
+        del tmp  # autograd allocates its own intermediates
+        with torch.enable_grad():
+            za = lpa.detach().requires_grad_(want_a)
+            zb = lpb.detach().requires_grad_(want_b)
+            values = fn(za, zb)
+            out_v.copy_(values.detach().unsqueeze(-1))
+            wanted = [z for z, want in ((za, want_a), (zb, want_b)) if want]
+            grads = list(torch.autograd.grad(values.sum(), wanted, allow_unused=True)) if wanted else []
+            del values
+        for want, lp, p, rw in ((want_a, lpa, pa, rw_a), (want_b, lpb, pb, rw_b)):
+            if want:
+                g = grads.pop(0)
+                (lp.zero_() if g is None else torch.mul(g, w, out=lp)).addcmul_(p, rw)
+        return want_a, want_b
+
+    return block
