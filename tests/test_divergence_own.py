@@ -103,3 +103,26 @@ def test_a_shipped_function_by_its_path_keeps_its_gradient():
     from torchtune_longshort.loss.pair_gradients import PAIR_BLOCKS, block_fn
 
     assert block_fn("torchtune_longshort.loss.divergences.js_per_position") is PAIR_BLOCKS["js"]
+
+
+def test_misalignment_cli_takes_own_divergence(own_module, capsys):
+    from torchtune_longshort.metrics.cli import _parser
+
+    args = _parser().parse_args(["--checkpoint-dir", "x", "--length", "64", "--divergences", "js",
+                                 f"{own_module}.jeffreys_copy"])
+    assert args.divergences == ["js", "my_divs.jeffreys_copy"]
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(["--checkpoint-dir", "x", "--length", "64", "--divergences", "my_divs.nope"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("longshort-misalignment: error: argument --divergences: divergence='my_divs.nope': "
+                          "'my_divs.nope' names nothing in module my_divs") and "\n" not in err
+
+
+def test_eval_metadata_takes_own_divergence(own_module):
+    from torchtune_longshort.eval.tasks import TaskDataError, check_metadata_values, divergence_names
+
+    assert divergence_names(f"sce,{own_module}.jeffreys_copy") == ["sce", "my_divs.jeffreys_copy"]
+    check_metadata_values({"mis_divergences": [f"{own_module}.jeffreys_copy"]})
+    with pytest.raises(TaskDataError, match=r"mis_divergences.*or dotted paths of functions of your own that import"):
+        check_metadata_values({"mis_divergences": "my_divs.nope"})

@@ -43,7 +43,7 @@ from torchtune_longshort.devices import require_device
 from torchtune_longshort.disk_space import check_not_full
 from torchtune_longshort.hidden_states import last_position_logits
 from torchtune_longshort.lengths import length_arg
-from torchtune_longshort.loss.divergences import DIVERGENCES
+from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
@@ -119,8 +119,9 @@ def _parser() -> ArgumentParser:
                     help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
                     help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
-    ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), choices=list(DIVERGENCES),
-                    help="the divergences to report (default: all three; sce is the paper's Eq. 3)")
+    ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), type=divergence_arg, metavar="DIVERGENCE",
+                    help=f"the divergences to report: {', '.join(DIVERGENCES)} (default: all three; sce is the paper's "
+                    "Eq. 3), or the dotted path of a function of your own (my_divs.my_div, importable: PYTHONPATH=.)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the (l1, l2) draws (default 0)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (refused when this machine lacks it)")
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
@@ -133,6 +134,15 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
     return ap
+
+
+def divergence_arg(name: str) -> str:
+    """A shipped divergence name or the dotted path of one's own (imported now: refused before the model loads)."""
+    try:
+        divergence_fn(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
 
 
 def _check_data_options(args, ap: ArgumentParser) -> None:

@@ -297,13 +297,13 @@ def _number(value: Any) -> bool:
 
 
 def divergence_names(value: Any) -> Optional[List[str]]:
-    """The divergences ``mis_divergences`` names (a list, or one name or a comma list: ``"js"``, ``"sce,js"``), in
-    :data:`~torchtune_longshort.loss.divergences.DIVERGENCES`; None when it names none or another (a string was read
-    letter by letter: ``"js"`` asked for divergences ``j`` and ``s``)."""
-    from torchtune_longshort.loss.divergences import DIVERGENCES  # deferred: torch
+    """The divergences ``mis_divergences`` names (a list, or one name or a comma list: ``"js"``, ``"sce,js"``):
+    shipped names or dotted paths that import (``loss.divergences.is_divergence``); None when it names none or
+    another (a string was read letter by letter: ``"js"`` asked for divergences ``j`` and ``s``)."""
+    from torchtune_longshort.loss.divergences import is_divergence  # deferred: torch
 
     names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple)) or not names or any(n not in DIVERGENCES for n in names):
+    if not isinstance(names, (list, tuple)) or not names or not all(is_divergence(n) for n in names):
         return None
     return list(dict.fromkeys(names))
 
@@ -322,7 +322,8 @@ VALUE_KINDS = {
     "prompt style": (lambda v: v in BABILONG_PROMPTS, f"{' or '.join(BABILONG_PROMPTS)} (the prompt BABILong's tasks "
                      "send: lm-eval's babilong_qa* prompts, or BABILong's own; docs/longbench_babilong.md)"),
     "divergences": (lambda v: divergence_names(v) is not None,
-                    "divergence names among sce, jeffreys, js: a list, or one name or a comma list (\"sce,js\")"),
+                    "divergence names among sce, jeffreys, js, or dotted paths of functions of your own that import "
+                    "(my_divs.my_div, PYTHONPATH=.): a list, or one name or a comma list (\"sce,js\")"),
 }
 
 

@@ -17,7 +17,8 @@ run finish.
 Task metadata: ``mis_source`` (stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local; with ``mis_data_files``
 etc. as for long_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
 (1), ``mis_join_documents`` (false: each sample from a document's start; true: the documents packed into one stream,
-cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]).
+cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]; or
+dotted paths of per-position functions of one's own, ``my_divs.my_div``, reported as ``my_divs.my_div_<L>``).
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ class MisalignmentTask(PackTask):
             return
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE
+
+    def add_metric(self, key: str) -> None:
+        """A divergence of one's own (``my_divs.my_div_4k``: no base metric in the YAML's ``metric_list``) gets
+        the shipped ones' aggregation (mean) and ``higher_is_better`` (false), not lm-eval's fallback warning."""
+        super().add_metric(key)
+        if key not in self._aggregation_list and "." in key and "sce" in self._aggregation_list:
+            self._aggregation_list[key] = self._aggregation_list["sce"]
+            self._higher_is_better[key] = self._higher_is_better.get("sce")
 
     def process_results(self, doc: Dict[str, Any], results: Any) -> Dict[str, Any]:
         """The divergences (:func:`process_results`); under ``--predict_only``, which swaps every task's metrics for
