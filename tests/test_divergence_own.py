@@ -8,6 +8,7 @@ from autograd on each chunk."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,19 +16,16 @@ import torch
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.divergences import PER_POSITION, divergence_fn
 
-# The README's example module, as written there (tests/test_divergence_own.py runs it).
-SOURCE = '''
-import torch.nn.functional as F
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def jeffreys_copy(logits_p, logits_q):
-    """KL(p||q) + KL(q||p) per position, float32: a copy of the shipped jeffreys."""
-    lp, lq = F.log_softmax(logits_p.float(), -1), F.log_softmax(logits_q.float(), -1)
-    return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1)
+def _readme_example() -> str:
+    """The README's example module, as written there (its loss section's "A divergence of one's own")."""
+    section = README.read_text().split("### A divergence of one's own", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-NOT_A_FUNCTION = 3
-'''
+SOURCE = _readme_example() + "\n\nNOT_A_FUNCTION = 3\n"
 
 
 @pytest.fixture
@@ -126,3 +124,15 @@ def test_eval_metadata_takes_own_divergence(own_module):
     check_metadata_values({"mis_divergences": [f"{own_module}.jeffreys_copy"]})
     with pytest.raises(TaskDataError, match=r"mis_divergences.*or dotted paths of functions of your own that import"):
         check_metadata_values({"mis_divergences": "my_divs.nope"})
+
+
+def test_fused_path_notes_the_generic_gradient(own_module):
+    mine = LongShortLoss(divergence=f"{own_module}.jeffreys_copy")
+    mine.linear_projection = torch.nn.Linear(4, 8)
+    assert mine.gradient_note() == ("divergence my_divs.jeffreys_copy has no hand-written gradient: the fused path "
+                                    "takes its logit gradients from autograd on each block of aligned pairs "
+                                    "(generic, slower)")
+    shipped = LongShortLoss(divergence="jeffreys")
+    shipped.linear_projection = torch.nn.Linear(4, 8)
+    assert shipped.gradient_note() is None
+

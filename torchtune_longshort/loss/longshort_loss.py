@@ -163,9 +163,16 @@ class LongShortLoss(nn.Module):
         }[path]
         mod = type(self.linear_projection).__name__ if self.linear_projection is not None else "-"
         logger.info("LongShortLoss path: %s [output module %s]", what, mod)
-        if path == "fused" and not has_hand_written_gradient(self.divergence):
-            logger.info("LongShortLoss: divergence %s has no hand-written gradient: the fused path takes its logit "
-                        "gradients from autograd on each block of aligned pairs (generic, slower)", self.divergence)
+        note = self.gradient_note()
+        if note:
+            logger.info("LongShortLoss: %s", note)
+
+    def gradient_note(self) -> Optional[str]:
+        """On the fused path, for a divergence of one's own: the line saying that it runs the generic gradient."""
+        if self.output_path != "fused" or has_hand_written_gradient(self.divergence):
+            return None
+        return (f"divergence {self.divergence} has no hand-written gradient: the fused path takes its logit gradients "
+                "from autograd on each block of aligned pairs (generic, slower)")
 
     # ------------------------------------------------------------------ forward
     def forward(

@@ -296,6 +296,8 @@ class RecipeSetup:
         utils.log_rank_zero(
             log, f"Loss path: {loss_fn.output_path} (output module {type(loss_fn.linear_projection).__name__})"
         )
+        if loss_fn.gradient_note():
+            utils.log_rank_zero(log, f"Loss: {loss_fn.gradient_note()}")
         return loss_fn
 
     def _setup_optimizer(self):

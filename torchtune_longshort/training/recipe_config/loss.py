@@ -27,7 +27,8 @@ class LossConfig(ComponentSection):
 
     alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
                            check=number(0.0))
-    divergence: str = setting(FROM_COMPONENT, doc="sce (paper Eq. 3), jeffreys or js", check=wrapped(divergence_fn))
+    divergence: str = setting(FROM_COMPONENT, doc="sce (paper Eq. 3), jeffreys or js, or a function's dotted path",
+                              check=wrapped(divergence_fn))
     min_context: Any = setting(FROM_COMPONENT, doc="floor of the compared contexts: listing, inclusive, none or an int",
                                check=wrapped(validate_min_context), nullable=True)
     num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=integer(1))
