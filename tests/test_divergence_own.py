@@ -136,3 +136,18 @@ def test_fused_path_notes_the_generic_gradient(own_module):
     shipped.linear_projection = torch.nn.Linear(4, 8)
     assert shipped.gradient_note() is None
 
+
+def test_a_module_that_fails_to_import_is_refused_in_one_line(tmp_path, monkeypatch):
+    # a SyntaxError (or any error the module raises as it runs) went past the registry's `except ImportError`: a
+    # traceback from the config check, for a divergence as for a RoPE method (the registry they share)
+    from torchtune_longshort.rope import ROPE_METHODS
+
+    (tmp_path / "broken_divs.py").write_text("def f(a, b):\n    return (a - b\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^divergence='broken_divs.f': 'broken_divs.f' does not import "
+                                         r"\(SyntaxError: '\(' was never closed .*\): a divergence of your own must be "
+                                         r"importable") as info:
+        divergence_fn("broken_divs.f")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"^'broken_divs.R' does not import \(SyntaxError: "):
+        ROPE_METHODS.load("broken_divs.R")

@@ -37,7 +37,7 @@ class DottedRegistry(dict):
         module_name, _, attr = path.rpartition(".")
         try:
             module = importlib.import_module(module_name)
-        except ImportError as e:
+        except Exception as e:  # noqa: BLE001 - the user's module: ImportError, or its own SyntaxError, NameError...
             raise ValueError(f"{path!r} does not import ({type(e).__name__}: {e}): a {self.what} of your own must be "
                              "importable in every process that builds or loads the model (pip install its package, or "
                              "put its folder on PYTHONPATH)") from None
