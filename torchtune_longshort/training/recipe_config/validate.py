@@ -166,7 +166,6 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
     return checked
 
 
-@quiet_when_the_reader_leaves
 @contextlib.contextmanager
 def tune_run_import_path():
     """``sys.path`` as ``tune run`` has it while the block runs: the current folder appended (torchtune's
@@ -184,6 +183,7 @@ def tune_run_import_path():
             sys.path.remove(here)
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
         f"{PROG} run.yaml",
