@@ -120,3 +120,21 @@ def test_a_shipped_method_named_by_its_path_keeps_its_name():
         assert spec["method"] == "yarn"
     finally:
         dict.pop(ROPE_METHODS, path, None)
+
+
+def test_a_folder_whose_method_does_not_import_here_is_refused_naming_its_config_json(
+        own_module, tiny_llama2_dir, sp_tokenizer_dir, tmp_path, monkeypatch):
+    """A step folder written with a method of one's own, read where its module does not import (longshort-eval run
+    in another folder): the refusal named the key alone ("longshort_rope.method='...' is not a RoPE method: ..."), not
+    which folder's config.json holds it, where a family of one's own in the same place names the file
+    ("<folder>/config.json: longshort_family=..."; tests/test_model_family_own.py)."""
+    model = load_hf_checkpoint(tiny_llama2_dir, rope={"method": PATH, "factor": 2}, max_seq_len=512)
+    save_hf_checkpoint(model, tmp_path / "out", tiny_llama2_dir, tokenizer=sp_tokenizer_dir)
+    _forget()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])  # the module is not here
+    with pytest.raises(ValueError) as e:
+        load_hf_checkpoint(tmp_path / "out")
+    assert str(e.value) == (
+        f"{tmp_path / 'out' / 'config.json'}: longshort_rope.method={PATH!r} is not a RoPE method: {PATH!r} does not "
+        "import (ModuleNotFoundError: No module named 'own_rope_pkg'): a RoPE method of your own must be importable "
+        "in every process that builds or loads the model (pip install its package, or put its folder on PYTHONPATH)")

@@ -70,8 +70,10 @@ def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
     raise TypeError(f"expected a model with .rope_scaling or a spec dict, got {type(model_or_spec).__name__}")
 
 
-def _method_class(spec: Dict[str, Any]):
-    return ROPE_METHODS[check_rope_method(spec["method"], f"{SPEC_KEY}.method")]
+def _method_class(spec: Dict[str, Any], where: str = ""):
+    """The class of ``spec``'s method; a refusal names ``where`` (the file that holds the spec) before its key."""
+    return ROPE_METHODS[check_rope_method(spec["method"], f"{where}: {SPEC_KEY}.method" if where else
+                                          f"{SPEC_KEY}.method")]
 
 
 def rope_scaling_to_hf(model_or_spec) -> Optional[Dict[str, Any]]:
@@ -284,8 +286,9 @@ def check_hf_config_consistent(config: Dict[str, Any], where: str = "config.json
     spec = config.get(SPEC_KEY)
     if not spec:
         return
+    cls = _method_class(spec, where)  # a method of one's own that does not import here: the folder's file named
     want = hf_config_updates(spec, hf_rope_types)
-    top_level = tuple(k for k in _method_class(spec).hf_top_level_keys if k in want)
+    top_level = tuple(k for k in cls.hf_top_level_keys if k in want)
     for key in ("rope_theta", "rope_scaling", "rope_parameters", *top_level):
         have = config.get(key)
         expected = want.get(key)
