@@ -147,8 +147,8 @@ def test_a_module_that_fails_to_import_is_refused_in_one_line(tmp_path, monkeypa
     (tmp_path / "broken_divs.py").write_text("def f(a, b):\n    return (a - b\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"^divergence='broken_divs.f': 'broken_divs.f' does not import "
-                                         r"\(SyntaxError: '\(' was never closed .*\): a divergence of your own must be "
-                                         r"importable") as info:
+                                         r"\(SyntaxError: '\(' was never closed .*\): module broken_divs was found, but "
+                                         r"running it failed: mend it where the error says$") as info:
         divergence_fn("broken_divs.f")
     assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"^'broken_divs.R' does not import \(SyntaxError: "):

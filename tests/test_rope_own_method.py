@@ -138,3 +138,17 @@ def test_a_folder_whose_method_does_not_import_here_is_refused_naming_its_config
         f"{tmp_path / 'out' / 'config.json'}: longshort_rope.method={PATH!r} is not a RoPE method: {PATH!r} does not "
         "import (ModuleNotFoundError: No module named 'own_rope_pkg'): a RoPE method of your own must be importable "
         "in every process that builds or loads the model (pip install its package, or put its folder on PYTHONPATH)")
+
+
+def test_a_module_found_whose_own_import_fails_is_told_to_install_that(own_module, tmp_path):
+    """my_rope.py beside the config, whose first line imports a package not installed here: the refusal told the
+    user to 'pip install its package, or put its folder on PYTHONPATH', where the module was found and its folder is
+    on the path; it now names the failing import as the thing to install (Python's own line, kept, names it)."""
+    (tmp_path / "own_rope_pkg" / "needs.py").write_text("import no_such_dependency_here\n" + textwrap.dedent(SOURCE))
+    path = "own_rope_pkg.needs.LinearNTKRoPE"
+    with pytest.raises(ValueError) as e:
+        check_rope_method(path, "model.method")
+    assert str(e.value) == (
+        f"model.method={path!r} is not a RoPE method: {path!r} does not import (ModuleNotFoundError: No module named "
+        "'no_such_dependency_here'): module own_rope_pkg.needs was found, but an import in it failed: install what it "
+        "imports (or mend that import) in every process that builds or loads the model")

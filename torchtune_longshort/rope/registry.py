@@ -38,9 +38,8 @@ class DottedRegistry(dict):
         try:
             module = importlib.import_module(module_name)
         except Exception as e:  # noqa: BLE001 - the user's module: ImportError, or its own SyntaxError, NameError...
-            raise ValueError(f"{path!r} does not import ({type(e).__name__}: {e}): a {self.what} of your own must be "
-                             "importable in every process that builds or loads the model (pip install its package, or "
-                             "put its folder on PYTHONPATH)") from None
+            raise ValueError(f"{path!r} does not import ({type(e).__name__}: {e}): {self._import_fix(module_name, e)}"
+                             ) from None
         entry = getattr(module, attr, None)
         if not self.accepts(entry):
             found = "nothing" if entry is None else entry.__name__ if isinstance(entry, type) else type(entry).__name__
@@ -48,6 +47,20 @@ class DottedRegistry(dict):
                              f"{self.wanted()}")
         entry = self[path] = self.named(entry, path)
         return entry
+
+    def _import_fix(self, module_name: str, e: Exception) -> str:
+        """What to do about ``e``, raised importing ``module_name``: put the module where Python finds it, or, when
+        it was found and an import inside it failed (a package it needs, not installed here), install that; an
+        error of the module's own (a SyntaxError, a NameError at its top level): mend it."""
+        if not isinstance(e, ImportError):
+            return f"module {module_name} was found, but running it failed: mend it where the error says"
+        missing = getattr(e, "name", None)
+        if isinstance(e, ModuleNotFoundError) and (missing is None or module_name == missing
+                                                   or module_name.startswith(missing + ".")):
+            return (f"a {self.what} of your own must be importable in every process that builds or loads the model "
+                    "(pip install its package, or put its folder on PYTHONPATH)")
+        return (f"module {module_name} was found, but an import in it failed: install what it imports (or mend that "
+                "import) in every process that builds or loads the model")
 
     def accepts(self, entry: Any) -> bool:
         """Whether an imported ``entry`` can be one (here: a class, a subclass of ``base``)."""
