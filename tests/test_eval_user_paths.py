@@ -136,3 +136,25 @@ def test_a_missing_config_under_the_home_folder_is_named_there(tmp_path, monkeyp
                                    f"{home / 'nonexist.yaml'}) nor a config this package ships"), e.value
     with pytest.raises(ValueError, match=r"is neither a file \(relative to .*\) nor"):
         resolve_config("nonexist.yaml", tmp_path, "config")
+
+
+def test_a_tilde_in_the_json_spelling_is_the_home_folder_too(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, monkeypatch):
+    """The JSON spelling the comma refusal above asks for (``{"pretrained": "~/runs 1,2/step_2"}``) kept its ``~``:
+    --model longshort refused "pretrained='~/...' does not exist" of a folder that is there, --model hf went to the
+    hub with it; each path key's leading ``~`` is the home folder there too, the other keys as given."""
+    home = tmp_path / "home"
+    (home / "runs 1,2").mkdir(parents=True)
+    (home / "runs 1,2" / "step_2").symlink_to(tiny_llama2_dir)
+    (home / "tok").symlink_to(sp_tokenizer_dir)
+    monkeypatch.setenv("HOME", str(home))
+    for model, other in (("hf", "revision"), ("longshort", "rope")):  # a key that is no path, with a leading ~
+        given = {"pretrained": "~/runs 1,2/step_2", "dtype": "float32", other: "~x"}
+        out = lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", "--device", "cpu", "--model_args",
+                            json.dumps(given)])
+        args = json.loads(out[out.index("--model_args") + 1])
+        assert args == {**given, "pretrained": str(home / "runs 1,2" / "step_2")}, out
+        assert AutoConfig.from_pretrained(args["pretrained"]).vocab_size > 0  # transformers loads the folder meant
+        if model == "hf":
+            check_arguments(out)
+    check_arguments(lm_eval_argv(["run", "--model", "longshort", "--tasks", "longshort_ppl", "--device", "cpu",
+                                  "--model_args", json.dumps({"pretrained": "~/runs 1,2/step_2", "tokenizer": "~/tok"})]))

@@ -5,6 +5,7 @@ will run."""
 
 from __future__ import annotations
 
+import json
 import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -85,8 +86,18 @@ def home_expanded(args: Sequence[str]) -> List[str]:
 
 
 def _model_args_expanded(value: str) -> str:
-    """``key=value,...`` with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded, and a local folder's
-    trailing ``/`` cut from ``pretrained=`` (:func:`_without_trailing_slash`)."""
+    """``key=value,...`` (or lm-eval's JSON spelling, ``{"pretrained": "~/runs 1,2/step_2"}``, which a path with a
+    comma needs) with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded, and a local folder's trailing
+    ``/`` cut from ``pretrained=`` (:func:`_without_trailing_slash`)."""
+    if value.lstrip().startswith("{"):
+        try:
+            given = json.loads(value)
+        except ValueError:
+            return value  # refused as it is, naming --model_args (cli_run's JSON check)
+        if not isinstance(given, dict):
+            return value
+        paths = {k: _model_path(k, v) for k, v in given.items() if isinstance(v, str)}
+        return json.dumps({**given, **paths}) if any(paths[k] != given[k] for k in paths) else value
     items = [item.partition("=") for item in value.split(",")]
     return ",".join(k + eq + _model_path(k.strip(), v) for k, eq, v in items)
 
