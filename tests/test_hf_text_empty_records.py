@@ -65,3 +65,16 @@ def test_a_state_of_mark_2_is_not_told_of_the_changes_of_mark_2(tmp_path):
     with pytest.raises(ValueError, match=r"which read text files one record a line"):
         PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok).load_state_dict(
             {k: v for k, v in state.items() if k != "reading"})
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_source_of_blank_records_alone_is_refused_as_blank_not_empty(tmp_path, streaming):
+    """Its records exist, each blank: 'split 'train' is empty' named neither them, the field nor the fix."""
+    path = tmp_path / "z.jsonl"
+    path.write_text('{"text": ""}\n{"text": "  "}\n{"text": "\\n\\t"}\n')
+    with pytest.raises(ValueError) as refused:
+        corpus.hf_text("json", data_files=str(path), streaming=streaming)
+    assert str(refused.value) == (
+        "dataset 'json' split 'train' yields no non-empty documents: its 3 record(s) are all blank "
+        "(dataset.text_field='text' is empty or whitespace-only in each): name data that holds text, or the field "
+        "that holds it (dataset.text_field)")

@@ -308,15 +308,37 @@ def hf_text(
     src = _Source(lambda: filter(kept, docs()), f"hf_text({source!r}, name={name!r}, split={split!r}, "
                   f"field={text_field!r})", earlier_reading={2: earlier, 3: partial(empties_before, docs)})
     if check_first:
-        try:
-            check_first_readable(src(), f"{section} {source!r} split {split!r}")
-        except DataRecordError as e:  # at the start: a record skipping would pass gets the way on, as local_text's
-            if e.skippable and not skip_bad_records:
-                raise mend_or_skip(e, names) from None
-            raise
-        except Exception as e:
-            raise load_failure(section, source, name, split, e, names) from e
+        check_hf_start(docs, f"{section} {source!r} split {split!r}", skip_bad_records, text_field, names,
+                       lambda e: load_failure(section, source, name, split, e, names))
     return src
+
+
+def check_hf_start(docs: Callable[[], Iterator[Any]], what: str, skip_bad_records: bool, text_field: str,
+                   names: SourceNames, failure: Callable[[BaseException], Exception]) -> None:
+    """hf_text's ``check_first``: read ``docs()`` (each record as read) up to its first document, refused in one line
+    when none can be (``failure``: the message of a source that cannot be loaded). A source whose every record is
+    blank (empty or whitespace-only, each left out) is said to be so, not to be empty."""
+    blank = []
+
+    def documents() -> Iterator[Any]:
+        for doc in docs():
+            if kept(doc):
+                yield doc
+            else:
+                blank.append(doc)
+
+    try:
+        check_first_readable(documents(), what)
+    except DataRecordError as e:  # at the start: a record skipping would pass gets the way on, as local_text's
+        if e.skippable and not skip_bad_records:
+            raise mend_or_skip(e, names) from None
+        raise
+    except Exception as e:
+        if blank and str(e) == f"{what} is empty":
+            raise ValueError(f"{what} yields no non-empty documents: its {len(blank)} record(s) are all blank "
+                             f"({names('text_field')}={text_field!r} is empty or whitespace-only in each): name data "
+                             f"that holds text, or the field that holds it ({names('text_field')})") from None
+        raise failure(e) from e
 
 
 def empties_before(records: Callable[[], Iterable[Any]], state: Dict[str, Any]) -> Optional[str]:
