@@ -142,3 +142,42 @@ def test_a_family_of_ones_own_from_dimensions_records_itself_in_step_0(own_modul
     assert config[FAMILY_KEY] == f"{PKG}.my_families.MYLLAMA" and config["model_type"] == "llama"
     assert family_of(config) is MODEL_FAMILIES[f"{PKG}.my_families.MYLLAMA"]
     assert family_of({k: v for k, v in config.items() if k != FAMILY_KEY}) is MODEL_FAMILIES["llama"]
+
+
+def test_a_llama_family_of_ones_own_beside_a_llama_folder_is_told_to_name_it_in_the_folder(own_module,
+                                                                                           tiny_llama2_dir,
+                                                                                           sp_tokenizer_dir, tmp_path):
+    """A family of one's own of model_type llama, named beside a llama folder: the table's llama row reads the folder
+    (the README: a llama one goes to the table's llama rows unless config.json names the family). It was refused
+    'model dimensions differ ... or give model.checkpoint_dir instead of family and dimensions', which the config
+    gives; the fix named is the folder's key, and with it the config passes."""
+    import dataclasses
+
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.models import hf_decoder
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    mod = __import__(f"{PKG}.my_families", fromlist=["x"])
+    mod.MYLLAMA = dataclasses.replace(MODEL_FAMILIES["llama"], name="myllama")  # reads model_type llama, untied
+    mine = f"{PKG}.my_families.MYLLAMA"
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_llama2_dir, folder)
+    model = {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder), "family": mine}
+    want = (f"model.family='{mine}' does not read checkpoint '{folder}', whose config.json is read by 'llama' (the "
+            f"table's row for its model_type 'llama', as no '{FAMILY_KEY}' names one): set \"{FAMILY_KEY}\": "
+            f"\"{mine}\" in {folder}/config.json (the folder's config.json decides its family, for evaluation too), "
+            "or drop model.family")
+    with pytest.raises(ValueError) as refused:
+        LongShortFinetuneRecipe(make_cfg(folder, sp_tokenizer_dir, tmp_path / "run", model=model))
+    assert str(refused.value) == want and not (tmp_path / "run").exists()
+    with pytest.raises(UnsupportedModelError) as built:  # from Python, the builder says the same
+        hf_decoder(checkpoint_dir=str(folder), family=mine)
+    assert str(built.value) == want
+    # a shipped family that does not read the folder (llama_tied: tied) is told to drop the key
+    with pytest.raises(UnsupportedModelError, match=r"'llama_tied' reads model_type 'llama', tied, not this one's "
+                                                    r"'llama' \(tie_word_embeddings=False\): drop model.family$"):
+        hf_decoder(checkpoint_dir=str(folder), family="llama_tied")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, FAMILY_KEY: mine}))
+    LongShortFinetuneRecipe(make_cfg(folder, sp_tokenizer_dir, tmp_path / "run", model=model))  # the fix: accepted

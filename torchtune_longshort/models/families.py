@@ -43,6 +43,7 @@ imports it on its first lookup in each process, and a checkpoint written from it
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -289,6 +290,26 @@ def family_named(name: Any, where: str = "model.family") -> ModelFamily:
     raise UnsupportedModelError(f"{where}={name!r} is not a model family: expected one of {_shipped()}, or the "
                                 "dotted path of a ModelFamily of your own, e.g. my_module.MYMODEL (importable: "
                                 "installed, or its folder on PYTHONPATH)")
+
+
+def check_family_beside(name: Any, folder: str, config: Config, where: str = "model.family") -> None:
+    """``model.family`` named beside checkpoint folder ``folder`` (its parsed ``config.json``: ``config``) must be the
+    family that reads it (:func:`family_of`), or a refusal with the fix: the folder's config.json names the family
+    (:data:`FAMILY_KEY`), which decides it, where ``name``'s family reads that ``model_type`` too (a ``llama`` one
+    of one's own: the table's ``llama`` rows read it first); else drop the key."""
+    family, theirs = family_named(name, where), family_of(config, f"{folder}/config.json")
+    if family is theirs:
+        return
+    said = f"{where}={name!r} does not read checkpoint {folder!r}, whose config.json is read by {theirs.name!r}"
+    if family.matches(config):
+        why = (f"its {FAMILY_KEY!r} names it" if config.get(FAMILY_KEY) is not None else
+               f"the table's row for its model_type {config.get('model_type')!r}, as no {FAMILY_KEY!r} names one")
+        raise UnsupportedModelError(
+            f"{said} ({why}): set {json.dumps({FAMILY_KEY: name})[1:-1]} in {folder}/config.json (the folder's config.json "
+            f"decides its family, for evaluation too), or drop {where}")
+    raise UnsupportedModelError(
+        f"{said}; {name!r} reads model_type {family.hf_model_type!r}{_tying(family)}, not this one's "
+        f"{config.get('model_type')!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}): drop {where}")
 
 
 def recorded_family(config: Config, family: ModelFamily) -> Config:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
-from torchtune_longshort.models.families import FAMILY_KEY, family_named
+from torchtune_longshort.models.families import check_family_beside, family_named
 from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_checkpoint import (
     ROPE_SIDE_FILE,
@@ -363,10 +363,8 @@ def hf_decoder(
     check_decoder_source(dict(dims, checkpoint_dir=checkpoint_dir, family=family))
     if checkpoint_dir is not None:
         folder = CheckpointFolder.open(checkpoint_dir)
-        if family is not None and family_named(family) is not folder.family:
-            raise UnsupportedModelError(f"model.family={family!r} does not read checkpoint {str(folder.path)!r}, whose "
-                                        f"config.json is read by {folder.family.name!r}: drop model.family, or name "
-                                        f"the family in its config.json ({FAMILY_KEY!r}: {family!r})")
+        if family is not None:
+            check_family_beside(family, str(folder.path), folder.config)
         model = build_decoder(folder, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)
         trained = scaling_start_past_checkpoint(folder, max_seq_len, plain_rope)
         if trained is not None:  # refused by rope_scaled / apply_rope_scaling unless given original_max_seq_len

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from torchtune_longshort.models.families import check_torchtune_model_type, family_named
+from torchtune_longshort.models.families import check_family_beside, check_torchtune_model_type, family_named
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import decoder_config
@@ -335,6 +335,8 @@ def check_checkpoint_dimensions(config: RecipeConfig) -> None:
     if given.get("num_kv_heads") is None and "num_heads" in given:
         theirs.pop("num_kv_heads")  # the builder's default follows num_heads, compared there
     differ = [k for k in theirs if given.get(k) is not None and given[k] != theirs[k]]
+    if given.get("checkpoint_dir") is not None and given.get("family") is not None:  # the folder's, of its own
+        check_family_beside(given["family"], str(folder.path), folder.config)
     if given.get("family") not in (None, folder.family.name):
         theirs["family"] = folder.family.name
         differ.insert(0, "family")
