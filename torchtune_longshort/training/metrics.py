@@ -60,6 +60,11 @@ def resumed_lines(path: Union[str, Path], resume_step: int) -> Optional[List[str
     to resume (a fresh one is started)."""
     if not resume_step or not Path(path).exists():
         return None
+    if not Path(path).is_file():  # open() said '[Errno 21] Is a directory: ...', no fix
+        what = "a folder" if Path(path).is_dir() else "not a regular file"
+        raise ValueError(f"resume=True: {path} is {what}, where the recipe writes the run's metrics (a file, one JSON "
+                         f"line a logged step): move it out of {Path(path).parent}, then resume (a fresh "
+                         f"{Path(path).name} is started)")
     return [line for line, row in metric_lines(path) if row.get("step", 0) <= resume_step]
 
 
