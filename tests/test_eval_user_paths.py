@@ -6,11 +6,13 @@ transformers' "Repo id must be ..." traceback (transformers' own ``AutoConfig`` 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 pytest.importorskip("lm_eval")
 
+from huggingface_hub import constants as hub_constants  # noqa: E402
 from transformers import AutoConfig  # noqa: E402
 
 from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv  # noqa: E402
@@ -58,11 +60,47 @@ def test_a_relative_pretrained_that_is_not_here_is_refused_naming_the_folder_it_
                            f"'{tmp_path}', the folder this command runs in; --model hf needs a checkpoint folder"):
             check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
                                           f"pretrained={name},dtype=float32"]))
-    # the same path where it is: evaluated (transformers loads it); a hub name is left to the hub
+    # the same path where it is: evaluated (transformers loads it); a hub name is left to the hub, online
     assert AutoConfig.from_pretrained("my runs/step_2").vocab_size > 0
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     for name in ("my runs/step_2", "HuggingFaceTB/SmolLM2-135M", "gpt2"):
         check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args",
                                       f"pretrained={name}"]))
+
+
+def test_a_hub_name_offline_and_not_cached_is_refused_in_one_line(tiny_llama2_dir, tmp_path, monkeypatch):
+    """``pretrained=nothere/step_2`` (a valid hub name, no folder here) with the hub offline ended in transformers'
+    80-line traceback after its retries, exit 1; refused now where transformers cannot load it either (the
+    reference), and a model in the Hugging Face cache (its layout: refs/main -> snapshots/<commit>/) passes."""
+    cache, commit = tmp_path / "hub", "0123456789abcdef0123456789abcdef01234567"
+    snapshot = cache / "models--myorg--tiny" / "snapshots" / commit
+    snapshot.parent.mkdir(parents=True)
+    (cache / "models--myorg--tiny" / "refs").mkdir()
+    (cache / "models--myorg--tiny" / "refs" / "main").write_text(commit)
+    shutil.copytree(tiny_llama2_dir, snapshot)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+
+    def check(args):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", args]))
+
+    assert AutoConfig.from_pretrained("myorg/tiny", cache_dir=cache).vocab_size > 0  # offline, from the cache
+    check("pretrained=myorg/tiny")
+    for args, at in (("pretrained=nothere/step_2", ""), ("pretrained=myorg/tiny,revision=v9", " at revision v9")):
+        name, _, revision = args[len("pretrained="):].partition(",revision=")
+        with pytest.raises(OSError):  # transformers cannot load it either
+            AutoConfig.from_pretrained(name, cache_dir=cache, revision=revision or None)
+        with pytest.raises(FileNotFoundError) as refused:
+            check(args)
+        assert str(refused.value) == (
+            f"--model_args pretrained={name}: neither a folder in {str(tmp_path)!r}, the folder this command runs in, "
+            f"nor a model in the Hugging Face cache ({cache}){at}, and the hub is offline (HF_HUB_OFFLINE=1): --model "
+            "hf needs a checkpoint folder (give its path) or a cached hub model (run once with offline mode off to "
+            "download it)")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)  # online: the hub is asked, as before
+    check("pretrained=nothere/step_2")
 
 
 def test_a_path_with_a_comma_is_told_to_go_as_json_in_one_line(tiny_llama2_dir, tmp_path, capsys):

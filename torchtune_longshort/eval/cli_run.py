@@ -177,7 +177,8 @@ def check_arguments(out: List[str]) -> None:
             if chat is not None:  # a name its named templates lack (lm-eval asks the model for it whatever the tasks)
                 select_template(chat.chat_template, template_name(given.apply_chat_template), args.tokenizer.path)
     elif (given.model_args or {}).get("pretrained") is not None:
-        refuse_missing_folder(str(given.model_args["pretrained"]), model)
+        refuse_missing_folder(str(given.model_args["pretrained"]), model, given.model_args.get("revision"),
+                              given.model_args.get("subfolder"))
         # hf: transformers' "Cannot use chat template functions ..." came once the model had loaded, with no fix
         tokenizer = Path(str(given.model_args.get("tokenizer") or given.model_args["pretrained"])).expanduser()
         if model == "hf" and tokenizer.exists() and _flag_given(out, "--apply_chat_template") and \

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -77,12 +78,16 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
                        "into the dequantized base)", where, layout["base_quantization"], pretrained, step)
 
 
-def refuse_missing_folder(pretrained: str, model: str) -> None:
+def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,
+                          subfolder: Optional[str] = None) -> None:
     """A ``pretrained=`` written as a path (``/``, ``./``, ``../``, ``~``, or any name no hub repository can have:
     ``outputs/x/step_60`` run from another folder, ``my runs/step_2``) that is no folder here, refused before
     lm-eval starts: transformers takes it for a hub name and fails with a traceback ("Repo id must be in the form
-    'repo_name' or 'namespace/repo_name'")."""
+    'repo_name' or 'namespace/repo_name'"). A hub name (``nothere/step_2``, a run's folder too) that is no folder
+    here is refused likewise when the hub is offline and the Hugging Face cache holds no copy of it at ``revision``
+    (transformers failed after its retries, an 80-line traceback); online, the hub is asked as before."""
     if not pretrained.startswith(("/", "./", "../", "~")) and not _not_a_hub_name(pretrained):
+        refuse_uncached_offline(pretrained, model, revision, subfolder)
         return
     folder = Path(pretrained).expanduser()
     if not folder.is_dir():
@@ -92,6 +97,29 @@ def refuse_missing_folder(pretrained: str, model: str) -> None:
                                 "folder (config.json + weights) or a hub name")
     if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
         raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder, peft_route=True)}")
+
+
+def refuse_uncached_offline(name: str, model: str, revision: Optional[str] = None,
+                            subfolder: Optional[str] = None) -> None:
+    """Hub name ``name``, no folder here, refused (one line) when the hub is offline (huggingface_hub's
+    ``is_offline_mode``: ``HF_HUB_OFFLINE``, else ``TRANSFORMERS_OFFLINE``) and its cache holds no ``config.json``
+    of it at ``revision`` (``try_to_load_from_cache``): nothing would load it."""
+    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained=)
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if Path(name).is_dir() or not constants.is_offline_mode():
+        return
+    config = "/".join(p for p in (str(subfolder or "").strip("/"), CONFIG_FILE) if p)
+    if isinstance(try_to_load_from_cache(name, config, revision=revision), str):
+        return
+    variable = next((f"{v}={os.environ[v]}" for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(v)),
+                    "offline mode on")
+    at = f" at revision {revision}" if revision else ""
+    raise FileNotFoundError(
+        f"--model_args pretrained={name}: neither a folder in {str(Path.cwd())!r}, the folder this command runs in, "
+        f"nor a model in the Hugging Face cache ({constants.HF_HUB_CACHE}){at}, and the hub is offline ({variable}): "
+        f"--model {model} needs a checkpoint folder (give its path) or a cached hub model (run once with offline mode "
+        "off to download it)")
 
 
 def _not_a_hub_name(name: str) -> bool:
