@@ -142,8 +142,8 @@ def test_the_longshort_models_arguments_are_refused_before_lm_eval_starts(tmp_pa
 
     env = dict(os.environ, PYTHONPATH=with_warm_start(str(Path(__file__).resolve().parents[1])), TMPDIR=str(tmp_path))
     cli = str(Path(sys.executable).with_name("longshort-eval"))
-    for model_args, needle in [(f"pretrained={tmp_path / 'missing'}", f"pretrained='{tmp_path / 'missing'}' is not a "
-                                                                      "directory"),  # it said checkpoint_dir=
+    for model_args, needle in [(f"pretrained={tmp_path / 'missing'}", f"pretrained='{tmp_path / 'missing'}' does not "
+                                                                      "exist"),  # it said checkpoint_dir=
                                (f"pretrained={tiny_llama2_dir},bogus=1", "unknown model_args ['bogus']")]:
         p = subprocess.run([cli, "run", "--model", "longshort", "--model_args", model_args, "--tasks", "longshort_ppl",
                             "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,

@@ -244,7 +244,9 @@ def _refused(gguf: Path, tmp_path: Path, capsys, needle: str) -> str:
 
     hf_logging.get_logger("transformers")  # its handler made now if no test made it yet
     # transformers' handler writes to the stderr of its first use, before capsys's: to capsys's, as to a terminal
-    was = [(h, h.setStream(sys.stderr)) for h in logging.getLogger("transformers").handlers]
+    # (its StreamHandlers alone: a test run may have left pytest's live-logging NullHandler there too)
+    was = [(h, h.setStream(sys.stderr)) for h in logging.getLogger("transformers").handlers
+           if isinstance(h, logging.StreamHandler)]
     try:
         with pytest.raises(SystemExit) as exit_info:
             main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "conv")])
