@@ -105,3 +105,29 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
         hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
     return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
                       f"({type(error).__name__}: {said}): {hint}")
+
+
+def builder_keys(source: Any) -> Optional[Tuple[str, frozenset]]:
+    """``(config class name, the keys load_dataset takes)`` where ``source`` names one of ``datasets``' packaged
+    builders (``json``, ``csv``, ``parquet``, ``text``...): ``load_dataset``'s own arguments and the builder config's
+    fields, which is where :func:`~.corpus.hf_text` hands a key it does not name. None for another source (a hub
+    repository or a folder: its builder is known only once it is read)."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    if not isinstance(source, str):
+        return None
+    import datasets
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+
+    if source not in _PACKAGED_DATASETS_MODULES:
+        return None
+    module = importlib.import_module(_PACKAGED_DATASETS_MODULES[source][0])
+    builders = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__
+                and issubclass(v, datasets.builder.DatasetBuilder)]
+    config = getattr(builders[0], "BUILDER_CONFIG_CLASS", None) if len(builders) == 1 else None
+    if config is None or not dataclasses.is_dataclass(config):
+        return None
+    params = set(inspect.signature(datasets.load_dataset).parameters) - {"path", "config_kwargs"}
+    return config.__name__, frozenset(params | {f.name for f in dataclasses.fields(config)})

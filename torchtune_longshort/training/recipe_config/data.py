@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import (
-    TEXT_SUFFIXES, check_redpajama_book_arguments, local_text, redpajama_book, stdlib,
+    TEXT_SUFFIXES, check_redpajama_book_arguments, hf_text, local_text, pg19, redpajama_book, stdlib,
 )
+from torchtune_longshort.data.hf_loading import builder_keys
 from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
@@ -89,11 +90,32 @@ class DataSourceConfig(ComponentSection):
             if SKIP_BAD_RECORDS not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
                 raise ValueError(f"{where}.{SKIP_BAD_RECORDS} is not accepted by {self.component}: it reads no records "
                                  "that could be skipped; remove the key")
+        self._check_builder_keys(where, component)
         if resolve_component(f"{where}._component_", self.component) is local_text and "encoding" in self.args:
             check_encoding(self.args["encoding"], f"{where}.encoding")
         self.input_files(where)
         check_not_empty(named_files(self.args, where))
         self._check_text_heads(where)
+
+    def _check_builder_keys(self, where: str, component: Any) -> None:
+        """hf_text (pg19, redpajama_book) hands a key it does not name to ``load_dataset``: over a packaged builder
+        (``json``...) one that neither takes is refused now, not once the model has loaded (a key kept from the
+        node's earlier ``_component_``: ``include_tests`` of ``corpus.stdlib``)."""
+        if component not in (hf_text, pg19, redpajama_book):
+            return
+        own = {*inspect.signature(component).parameters, *inspect.signature(hf_text).parameters}
+        extra = [k for k in self.args if k not in own and k != SKIP_BAD_RECORDS]
+        source = self.args.get("source", inspect.signature(component).parameters["source"].default)
+        known = builder_keys(source) if extra else None
+        bad = [k for k in extra if known is not None and k not in known[1]]
+        if bad:
+            k = bad[0]
+            others = [f"corpus.{f.__name__}" for f in (stdlib, local_text, hf_text, pg19, redpajama_book)
+                      if f is not component and k in inspect.signature(f).parameters]
+            kept = f" (an argument of {others[0]}: kept from an earlier {where}._component_?)" if others else ""
+            raise ValueError(f"{where}.{k} is not an argument of {self.component}, nor of datasets' load_dataset or "
+                             f"its {source!r} builder ({known[0]}), to which it hands other keys{kept}: remove it "
+                             f"('~{where}.{k}' on the command line)")
 
     def _check_text_heads(self, where: str) -> None:
         """``corpus.local_text``'s files: their first bytes decode (:func:`~torchtune_longshort.data.text_files.
