@@ -22,6 +22,8 @@ from torchtune_longshort.rope.registry import DottedRegistry
 PerPosition = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 SIGNATURE = "a function (logits_p, logits_q) -> per-position values ([..., vocab] logits in, [...] float32 out)"
+# where a divergence of one's own is imported: each process that computes it
+USED_IN = "every process that computes the loss or the misalignment metric"
 
 
 class DivergenceFunctions(DottedRegistry):
@@ -29,7 +31,7 @@ class DivergenceFunctions(DottedRegistry):
     asked once on a small input (its output's shape and dtype) and kept under that path."""
 
     def __init__(self, entries: dict):
-        super().__init__(entries, base=None, what="divergence")
+        super().__init__(entries, base=None, what="divergence", used_in=USED_IN)
 
     def accepts(self, entry: Any) -> bool:
         return callable(entry) and not isinstance(entry, type)

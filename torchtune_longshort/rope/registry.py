@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import types
 from typing import Any, Optional
 
 
@@ -26,11 +27,12 @@ class DottedRegistry(dict):
     """``name -> class``; a key that is not there but is a dotted path is imported, checked to be a subclass of
     ``base`` and kept. ``what`` names an entry in messages ("RoPE method"); ``name_attr``: the class attribute set
     to the path it was imported by (the name a saved spec records, so that the process reading it back imports the
-    same class), or None."""
+    same class), or None; ``used_in``: the processes that import an entry, named in an import refusal's fix."""
 
-    def __init__(self, entries: dict, *, base: Optional[type], what: str, name_attr: Optional[str] = None):
+    def __init__(self, entries: dict, *, base: Optional[type], what: str, name_attr: Optional[str] = None,
+                 used_in: str = "every process that builds or loads the model"):
         super().__init__(entries)
-        self.base, self.what, self.name_attr = base, what, name_attr
+        self.base, self.what, self.name_attr, self.used_in = base, what, name_attr, used_in
 
     def load(self, path: str) -> Any:
         """The entry at dotted ``path``, imported and kept; ``ValueError`` in one line saying why it cannot be one."""
@@ -42,7 +44,8 @@ class DottedRegistry(dict):
                              ) from None
         entry = getattr(module, attr, None)
         if not self.accepts(entry):
-            found = "nothing" if entry is None else entry.__name__ if isinstance(entry, type) else type(entry).__name__
+            found = ("nothing" if entry is None else entry.__name__ if isinstance(entry, type)
+                     else f"the module {entry.__name__}" if isinstance(entry, types.ModuleType) else type(entry).__name__)
             raise ValueError(f"{path!r} names {found} in module {module_name}: a {self.what} of your own is "
                              f"{self.wanted()}")
         entry = self[path] = self.named(entry, path)
@@ -57,10 +60,10 @@ class DottedRegistry(dict):
         missing = getattr(e, "name", None)
         if isinstance(e, ModuleNotFoundError) and (missing is None or module_name == missing
                                                    or module_name.startswith(missing + ".")):
-            return (f"a {self.what} of your own must be importable in every process that builds or loads the model "
-                    "(pip install its package, or put its folder on PYTHONPATH)")
+            return (f"a {self.what} of your own must be importable in {self.used_in} (pip install its package, or "
+                    "put its folder on PYTHONPATH)")
         return (f"module {module_name} was found, but an import in it failed: install what it imports (or mend that "
-                "import) in every process that builds or loads the model")
+                f"import) in {self.used_in}")
 
     def accepts(self, entry: Any) -> bool:
         """Whether an imported ``entry`` can be one (here: a class, a subclass of ``base``)."""
