@@ -164,3 +164,20 @@ def test_use_cache_answers_a_rerun_from_the_cache(tiny_llama2_dir, sp_tokenizer_
 
     monkeypatch.setattr(divergence, "suffix_misalignment", computed)
     assert CachingLM(model(), str(tmp_path / "cache.db")).next_token_divergence(reqs) == first
+
+
+def test_unscored_rows_report_the_divergences_asked_for_only():
+    """Under a model other than longshort every row is unscored: its NaN was reported under sce, jeffreys and js
+    whatever mis_divergences asked for; now under the asked ones (a dotted path of a function included)."""
+    from pack_helpers import TextLM, run_pack
+
+    class RollingLM(TextLM):
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return [-1.0 for _ in requests]  # the placeholder rows send none
+
+    own = "torchtune_longshort.loss.divergences.jeffreys_per_position"
+    meta = {"mis_num_samples": 1, "max_seq_lengths": "64", "mis_divergences": f"js,{own}", "lm_eval_model": "hf"}
+    r = run_pack("longshort_misalignment", meta, model=RollingLM())["results"]["longshort_misalignment"]
+    scores = {k for k in r if k.endswith(",none") and "_stderr" not in k}
+    assert scores == {"js_64,none", f"{own}_64,none"}, r
+    assert all(math.isnan(r[k]) for k in scores)

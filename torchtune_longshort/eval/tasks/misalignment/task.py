@@ -126,7 +126,18 @@ class MisalignmentTask(PackTask):
         request had run, with no results file)."""
         if "bypass" in self._metric_fn_list and not callable(self.config.process_results):
             return {"bypass": None}
-        return super().process_results(doc, results)
+        out = super().process_results(doc, results)
+        if reason_of(doc) or refusal_of(results[0]):  # unscored: NaN under the divergences asked for, not all shipped
+            out = {per_length(d, int(doc["length"])): float("nan") for d in self.divergences() or DIVERGENCES}
+            for key in out:
+                self.add_metric(key)
+        return out
+
+    def divergences(self) -> Optional[List[str]]:
+        """The divergences ``mis_divergences`` asks for (default: the shipped three); None for a value that names
+        none (longshort-eval refuses it before lm-eval starts)."""
+        given = (self.config.metadata or {}).get("mis_divergences")
+        return list(DIVERGENCES) if given in (None, "", []) else divergence_names(given)
 
     def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Instance:
         if reason_of(doc):
@@ -141,9 +152,9 @@ class MisalignmentTask(PackTask):
             return unsent_request(PLACEHOLDER_REQUEST, doc, (doc["text"],), f"{where}: {refused}", kwargs["metadata"])
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        given = (self.config.metadata or {}).get("mis_divergences")
-        divs = DIVERGENCES if given in (None, "", []) else divergence_names(given)
+        divs = self.divergences()
         if divs is None:  # longshort-eval refuses it before lm-eval starts; lm_eval's own CLI comes here
+            given = (self.config.metadata or {}).get("mis_divergences")
             raise TaskDataError(f"mis_divergences={given!r}: expected {VALUE_KINDS['divergences'][1]}")
         return Instance(
             request_type=REQUEST_TYPE,  # type: ignore[arg-type]
@@ -155,8 +166,9 @@ class MisalignmentTask(PackTask):
 
 
 def process_results(doc: Dict[str, Any], results: Sequence[Dict[str, float]]) -> Dict[str, float]:
-    """One value per divergence at the row's length (``sce_<L>``, ``jeffreys_<L>``, ``js_<L>``); NaN and the reason (metric ``error``) for a placeholder row or a request the
-    model refused."""
+    """One value per divergence at the row's length (``sce_<L>``, ``jeffreys_<L>``, ``js_<L>``); NaN and the reason
+    (metric ``error``) for a placeholder row or a request the model refused (under the shipped names here, which
+    :meth:`MisalignmentTask.process_results` puts under the ones ``mis_divergences`` asks for)."""
     reason = reason_of(doc) or refusal_of(results[0])
     length = int(doc["length"])
     if reason:
