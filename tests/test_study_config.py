@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,33 @@ def test_a_config_that_is_not_valid_yaml_is_one_line(tmp_path):
     bad.write_text("name: x\nruns: [\n")
     with pytest.raises(StudyConfigError, match=rf"study config '{re.escape(str(bad))}' is not valid YAML: .*line 3"):
         load_study_config(bad)
+
+
+def test_the_divergence_variant_takes_a_dotted_path_named_by_its_last_part(tmp_path, monkeypatch):
+    """variants.divergence.divergences took the shipped names only, where loss.divergence takes a function's dotted
+    path; a path is taken now, its runs named by its last part (a run folder cannot hold the dots); two that would
+    name the same runs, and a path that does not import, are refused in one line."""
+    (tmp_path / "study_divs.py").write_text("from torchtune_longshort.loss.divergences import js_per_position as js\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shipped = "torchtune_longshort.loss.divergences.jeffreys_per_position"
+
+    def given(divs):
+        def change(raw):
+            raw["variants"] = {"divergence": {"method": "pi", "alphas": [0.1], "divergences": divs}}
+        return _write(tmp_path, change)
+
+    cfg = load_study_config(given(["js", shipped]), repo_root=ROOT)
+    runs = [r for r in cfg.grid if r.variant == "divergence" and r.seed == cfg.seeds[0]]
+    assert [(r.key, r.overrides["loss"]["divergence"]) for r in runs] == [
+        (f"pi_a0.1_js_s{cfg.seeds[0]}", "js"), (f"pi_a0.1_jeffreys_per_position_s{cfg.seeds[0]}", shipped)]
+    with pytest.raises(StudyConfigError) as info:
+        load_study_config(given(["js", "study_divs.js"]), repo_root=ROOT)
+    assert str(info.value).endswith(
+        "variants.divergence.divergences: 'js' and 'study_divs.js' would both name runs '<method>_a<alpha>_js' (a "
+        "dotted path's runs are named by its last part): give one, or name the other function otherwise")
+    from torchtune_longshort.study.values import divergences  # the field's check, as the two calls above ask it
+
+    with pytest.raises(ValueError, match=r"or dotted paths of functions of your own \(my_divs.my_div\) "
+                                         r"\(divergence='nodivs_mod.f': 'nodivs_mod.f' does not import"):
+        divergences("variants.divergence.divergences", ["nodivs_mod.f"])
+    sys.modules.pop("study_divs", None)

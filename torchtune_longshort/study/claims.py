@@ -21,6 +21,7 @@ from torchtune_longshort.study.comparisons import (
 )
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
+from torchtune_longshort.study.values import divergence_tag
 from torchtune_longshort.study.stats import correlation, spearman_permutation_p
 
 if TYPE_CHECKING:
@@ -193,7 +194,8 @@ def claim_divergence(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     m, comps = v.method, []
     top = max(long_lengths(cfg))
     for a in v.alphas:
-        for name, cid in [("sce", config_key(m, a))] + [(d, config_key(m, a, d)) for d in v.divergences]:
+        for name, cid in [("sce", config_key(m, a))] + [(divergence_tag(d), config_key(m, a, divergence_tag(d)))
+                                                         for d in v.divergences]:
             for fam, n, lower in (("ppl", top, True), ("entropy", cfg.L, None)):  # entropy: no better side
                 c = compare(cfg, recs, cid, ce_id(cfg, m), fam, n, lower)
                 c["divergence"], c["alpha"] = name, a

@@ -128,12 +128,13 @@ class DivergenceVariant(Variant):
 
     method: str = setting(doc="the methods entry it runs on", check=text)
     alphas: List[float] = setting(doc="its alphas (> 0)", check=values.positive_alphas)
-    divergences: List[str] = setting(doc="loss.divergence values (jeffreys, js)", check=values.divergences)
+    divergences: List[str] = setting(doc="loss.divergence values (jeffreys, js, or a function's dotted path: its runs "
+                                         "are named by its last part)", check=values.divergences)
 
     def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
         for d in self.divergences:
             for a in self.alphas:
-                yield d, a, {"loss": {"divergence": d}}
+                yield values.divergence_tag(d), a, {"loss": {"divergence": d}}
 
 
 @dataclass(frozen=True)

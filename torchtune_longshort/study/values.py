@@ -10,7 +10,7 @@ from torchtune_longshort.eval.tasks import check_metadata_values, unknown_metada
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
-from torchtune_longshort.loss.divergences import DIVERGENCES
+from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn, is_divergence
 from torchtune_longshort.rope import check_rope_method
 from torchtune_longshort.config.unknown_keys import ConfigKeyError
 from torchtune_longshort.config.values import length, refuse
@@ -102,9 +102,33 @@ def qa_tasks(path: str, value: Any) -> str:
     return value
 
 
+def divergence_tag(name: str) -> str:
+    """What a divergence adds to its runs' names (``pi_a0.1_js``) and the report's labels: a shipped name, or a
+    dotted path's last part (``my_divs.jeffreys_copy``: ``jeffreys_copy``), as a folder name cannot hold the path."""
+    return name.rsplit(".", 1)[-1]
+
+
 def divergences(path: str, value: Any) -> List[str]:
-    if not isinstance(value, (list, tuple)) or not value or any(d not in DIVERGENCES for d in value):
-        raise refuse(path, value, f"a list of {list(DIVERGENCES)}")
+    """loss.divergence values: shipped names or dotted paths of functions of one's own (as the recipe takes), whose
+    run-name tags (:func:`divergence_tag`) differ."""
+    if not isinstance(value, (list, tuple)) or not value or any(not is_divergence(d) for d in value):
+        bad = next((d for d in value if not is_divergence(d)), None) if isinstance(value, (list, tuple)) else None
+        why = ""
+        if isinstance(bad, str) and "." in bad:
+            try:
+                divergence_fn(bad)
+            except ValueError as e:
+                why = f" ({e})"
+        raise refuse(path, value, f"a list of {list(DIVERGENCES)} or dotted paths of functions of your own "
+                                  f"(my_divs.my_div){why}")
+    _distinct(path, value)
+    tags = [divergence_tag(d) for d in value]
+    clash = next((d for i, d in enumerate(value) if tags.index(tags[i]) != i), None)
+    if clash is not None:
+        first = value[tags.index(divergence_tag(clash))]
+        raise ValueError(f"{path}: {first!r} and {clash!r} would both name runs '<method>_a<alpha>_"
+                         f"{divergence_tag(clash)}' (a dotted path's runs are named by its last part): give one, or "
+                         "name the other function otherwise")
     return list(value)
 
 
