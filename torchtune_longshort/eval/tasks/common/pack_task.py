@@ -33,6 +33,8 @@ What it adds to lm-eval's ``ConfigurableTask``:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import sys
 import weakref
@@ -77,6 +79,23 @@ BASE_KEY = "lm_eval_base"
 DEFAULT_MAX_GEN_TOKS = 256
 # What has been said once in this run (the cache and --seed notes); emptied when the run's tasks are built.
 _TOLD: set = set()
+# The task whose dataset or sample results are being built: a task of one's own whose YAML names the pack's functions
+# (my_ppl with ppl.task.long_ppl_dataset) is named in their reasons, not the pack's task they were written for.
+_RUNNING: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("longshort_running_task", default=None)
+
+
+def running_task(default: str) -> str:
+    """The name of the task whose data or results are being built (:class:`PackTask`), else ``default``."""
+    return _RUNNING.get() or default
+
+
+@contextlib.contextmanager
+def _running(task: Optional[str]):
+    token = _RUNNING.set(task)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 def lm_eval_base_config(relative: str) -> Dict[str, Any]:
@@ -138,8 +157,13 @@ class PackTask(ConfigurableTask):
         bases = [m for m in self._aggregation_list if key.startswith(m + "_")]
         return max(bases, key=len) if bases else None
 
+    def download(self, dataset_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        with _running(self.config.task):  # the rows' reasons name this task (running_task)
+            super().download(dataset_kwargs, **kwargs)
+
     def process_results(self, doc: Dict[str, Any], results: Any) -> Dict[str, Any]:
-        out = dict(super().process_results(doc, results))
+        with _running(self.config.task):
+            out = dict(super().process_results(doc, results))
         reason = out.pop(ERROR_METRIC, "")
         if reason:
             self.not_scored[str(reason)] = self.not_scored.get(str(reason), 0) + 1
@@ -305,7 +329,8 @@ def _seed_keys() -> List[str]:
 
 def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], List[Dict[str, Any]]],
                   placeholder_row: Callable[[int], Dict[str, Any]], fits: Optional[Callable[[int], None]] = None):
-    """A length-swept ``custom_dataset``: ``{"test": rows_at(L) for each L}``, each row with an empty ``error``.
+    """A length-swept ``custom_dataset``: ``{"test": rows_at(L) for each L}``, each row with an empty ``error``;
+    a reason names ``task`` (the pack's), or the task that runs it (:func:`running_task`: a task of one's own).
 
     A length whose data cannot be had (``TaskDataError`` / ``FileNotFoundError`` from ``rows_at``) gives
     ``placeholder_row(L)`` (a row, or a list: one per depth cell) whose ``error`` holds the reason (scored NaN with
@@ -319,6 +344,7 @@ def sweep_dataset(task: str, lengths: Sequence[int], rows_at: Callable[[int], Li
     inside a cell kept (:func:`.lengths.round_robin_order`), so that lm-eval's ``--limit N`` spreads over them all."""
     import datasets
 
+    task = running_task(task)
     rows: List[Dict[str, Any]] = []
     cells: List[tuple] = []
     for length in lengths:

@@ -106,7 +106,8 @@ class MisalignmentTask(PackTask):
             def refuse(length: int) -> List[Dict[str, Any]]:
                 raise TaskDataError(reason)
 
-            self.dataset = sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
+            self.dataset = sweep_dataset(self.config.task or FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX),
+                                         refuse, _placeholder_row)
             return
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE

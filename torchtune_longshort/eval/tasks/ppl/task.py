@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
-from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
+from torchtune_longshort.eval.tasks.common.pack_task import running_task, sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import check_fits_model, nan_results, reason_of, refusal_of
 
@@ -102,7 +102,7 @@ def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, An
     out: Dict[str, Any] = {ppl: (-logprob, n), nll: (-logprob, n)}
     token_lp = getattr(res, "token_logprobs", None)
     if token_lp is not None and len(token_lp) != n:  # another sequence was scored: its sum is not this sample's
-        reason = (f"{FAMILY.task} at length {length}: the model scored {len(token_lp)} tokens for a sample of {n} "
+        reason = (f"{running_task(FAMILY.task)} at length {length}: the model scored {len(token_lp)} tokens for a sample of {n} "
                   "(a request not built from this sample, e.g. replayed from a cache of another run)")
         return nan_results(reason, {ppl: (float("nan"), 1), nll: (float("nan"), 1)})
     if token_lp is not None:
