@@ -80,7 +80,8 @@ def test_a_longest_step_that_would_not_fit_host_memory_is_refused(monkeypatch):
     assert mm.offloaded_host_bytes("8b-lora", 186880) == 32 * 2**32 + 2**33
     assert mm.offloaded_host_bytes("8b-lora", 186880, False) == 32 * 2 * 186880 * 4096 * 2 + 2 * 186880 * 4096 * 4
     sysconf = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 128 * 2**30 // 4096}
-    monkeypatch.setattr(gpu_loss_parts.os, "sysconf", sysconf.__getitem__)
+    real = os.sysconf  # the os module's own, shared: other names (psutil's SC_CLK_TCK as it imports) as they are
+    monkeypatch.setattr(gpu_loss_parts.os, "sysconf", lambda name: sysconf[name] if name in sysconf else real(name))
     opts = dict(longest_offload=0, longest_chunks=0, longest_8b_gb=80, offload_pinned=1, memory_points=None)
     msg = gpu_loss_parts.host_memory_refusal(["loss", "longest", "longest_8b"], argparse.Namespace(**opts))
     assert msg.startswith("longest_8b: its 1.25x step (186880 tokens a window) offloads 146 GB to pinned"), msg
