@@ -1,0 +1,104 @@
+"""A divergence of one's own must be a function of the two softmaxes: the fused loss path hands it
+log-probabilities, the plain (checkpointed) path and the misalignment metric logits. One that is not (a logit MSE,
+as distillation uses) trained on another function on the default path without a word; its probe now refuses it.
+And an asymmetric one (KL(p||q) alone) gets, on the fused path, the gradient torch.autograd gives of the same
+function on the full logits (the independent reference), with p the long window's."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from torchtune_longshort.loss import LongShortLoss, divergences
+from torchtune_longshort.loss.divergences import divergence_fn
+from torchtune_longshort.windows import aligned_positions
+
+SOURCE = '''
+import torch.nn.functional as F
+
+
+def kl_pq(logits_p, logits_q):
+    lp, lq = F.log_softmax(logits_p.float(), -1), F.log_softmax(logits_q.float(), -1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def kl_pq_bf16(logits_p, logits_q):  # a function of the softmaxes, computed in bfloat16: not refused
+    lp, lq = F.log_softmax(logits_p.bfloat16(), -1), F.log_softmax(logits_q.bfloat16(), -1)
+    return (lp.exp() * (lp - lq)).sum(-1).float()
+
+
+def logit_mse(logits_p, logits_q):
+    return ((logits_p.float() - logits_q.float()) ** 2).mean(-1)
+'''
+
+
+@pytest.fixture
+def contract_divs(tmp_path, monkeypatch):
+    (tmp_path / "contract_divs.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "contract_divs"
+    sys.modules.pop("contract_divs", None)
+    for key in [k for k in divergences.PER_POSITION if k.startswith("contract_divs.")]:
+        del divergences.PER_POSITION[key]
+
+
+def test_a_divergence_of_the_logits_not_the_softmaxes_is_refused(contract_divs):
+    with pytest.raises(ValueError) as info:
+        divergence_fn(f"{contract_divs}.logit_mse")
+    msg = str(info.value)
+    assert msg.startswith("divergence='contract_divs.logit_mse': 'contract_divs.logit_mse' depends on the logits "
+                          "other than through their softmaxes: ") and "\n" not in msg
+    assert "moved its value by 16; " in msg
+    assert msg.endswith("compute it from the softmaxes (log_softmax of each input, as the shipped ones do)")
+    assert "contract_divs.logit_mse" not in divergences.PER_POSITION
+    for shipped in ("sce", "jeffreys", "js"):  # each softmax-only: accepted by its path
+        divergence_fn(f"torchtune_longshort.loss.divergences.{shipped}_per_position")
+    divergence_fn(f"{contract_divs}.kl_pq_bf16")  # its rounding (7e-3 under the shift) is no dependence
+
+
+def _fused(divergence, stop_grad_long, V=67, d=12, L=24, e=5):
+    torch.manual_seed(0)
+    out = torch.nn.Linear(d, V)
+    ha, hb = torch.randn(2, L, d, requires_grad=True), torch.randn(2, L, d, requires_grad=True)
+    labels = torch.randint(0, V, (2, L))
+    grads = []
+    for alpha in (0.5, 0.0):  # the difference: alpha times the divergence's gradient alone
+        for t in (ha, hb, out.weight, out.bias):
+            t.grad = None
+        fn = LongShortLoss(alpha=alpha, divergence=divergence, num_chunks=3, stop_grad_long=stop_grad_long)
+        fn.linear_projection = out
+        assert fn.output_path == "fused"
+        res = fn(ha, hb, labels, labels.roll(1, -1), e)
+        res.loss.backward()
+        grads.append([t.grad.clone() if t.grad is not None else torch.zeros_like(t) for t in (ha, hb, out.weight,
+                                                                                             out.bias)])
+    return res.misalignment, [g1 - g0 for g1, g0 in zip(*grads)]
+
+
+def _reference(f, stop_grad_long, V=67, d=12, L=24, e=5):
+    torch.manual_seed(0)
+    out = torch.nn.Linear(d, V)
+    ha, hb = torch.randn(2, L, d, requires_grad=True), torch.randn(2, L, d, requires_grad=True)
+    a, b = out(ha), out(hb)
+    if stop_grad_long:
+        a = a.detach()
+    ap = aligned_positions(L, e)
+    mis = f(a[:, ap.a_start:ap.a_start + ap.n], b[:, ap.b_start:ap.b_start + ap.n]).mean()
+    (0.5 * mis).backward()
+    return mis.detach(), [t.grad if t.grad is not None else torch.zeros_like(t) for t in (ha, hb, out.weight,
+                                                                                        out.bias)]
+
+
+@pytest.mark.parametrize("stop_grad_long", [False, True])
+def test_an_asymmetric_divergence_has_autograds_gradient_on_the_fused_path(contract_divs, stop_grad_long):
+    import contract_divs as module
+
+    mis, grads = _fused(f"{contract_divs}.kl_pq", stop_grad_long)
+    ref_mis, ref_grads = _reference(module.kl_pq, stop_grad_long)
+    swapped, _ = _reference(lambda p, q: module.kl_pq(q, p), stop_grad_long)
+    assert abs(float(swapped) - float(ref_mis)) > 1e-3  # KL(q||p) differs: the test tells the order
+    torch.testing.assert_close(mis, ref_mis, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, ref_grads):  # observed: 8e-9 apart at largest entries ~1e-2
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
