@@ -102,3 +102,15 @@ def test_an_asymmetric_divergence_has_autograds_gradient_on_the_fused_path(contr
     torch.testing.assert_close(mis, ref_mis, rtol=1e-5, atol=1e-6)
     for got, want in zip(grads, ref_grads):  # observed: 8e-9 apart at largest entries ~1e-2
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_eval_metadata_says_why_a_path_of_ones_own_is_refused(contract_divs):
+    from torchtune_longshort.eval.tasks import TaskDataError, check_metadata_values
+
+    with pytest.raises(TaskDataError) as info:
+        check_metadata_values({"mis_divergences": f"js,{contract_divs}.logit_mse"})
+    msg = str(info.value)  # the path imports: the reason is the registry's, as loss.divergence and the CLI say it
+    assert msg.startswith("mis_divergences='js,contract_divs.logit_mse': expected divergence names among ")
+    assert (" (divergence='contract_divs.logit_mse': 'contract_divs.logit_mse' depends on the logits other than "
+            "through their softmaxes: ") in msg and msg.endswith("as the shipped ones do))")
+    assert "moved its value by 16" in msg and "\n" not in msg

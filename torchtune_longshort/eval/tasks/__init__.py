@@ -24,6 +24,7 @@ from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_STYL
 from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
 )
+from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
 from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES
 from torchtune_longshort.eval.tasks.common.long_text import SOURCES, TEXT_DEFAULTS, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
@@ -296,18 +297,6 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def divergence_names(value: Any) -> Optional[List[str]]:
-    """The divergences ``mis_divergences`` names (a list, or one name or a comma list: ``"js"``, ``"sce,js"``):
-    shipped names or dotted paths that import (``loss.divergences.is_divergence``); None when it names none or
-    another (a string was read letter by letter: ``"js"`` asked for divergences ``j`` and ``s``)."""
-    from torchtune_longshort.loss.divergences import is_divergence  # deferred: torch
-
-    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple)) or not names or not all(is_divergence(n) for n in names):
-        return None
-    return list(dict.fromkeys(names))
-
-
 # What a kind of TaskFamily.value_kinds accepts: (the check, the words for it in the refusal).
 VALUE_KINDS = {
     "haystack": (lambda v: v in PASSKEY_HAYSTACKS, f"one of {', '.join(PASSKEY_HAYSTACKS)}"),
@@ -339,7 +328,8 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
         if value is None or value == "" or value == []:  # unset: the task's default (the study writes such keys)
             continue
         if key in kinds and not VALUE_KINDS[kinds[key]][0](value):
-            raise TaskDataError(f"{key}={value!r}: expected {VALUE_KINDS[kinds[key]][1]}")
+            why = divergence_refusal(value) if kinds[key] == "divergences" else ""
+            raise TaskDataError(f"{key}={value!r}: expected {VALUE_KINDS[kinds[key]][1]}{why}")
         if key.endswith("_source") and key[: -len("_source")] in TEXT_PREFIXES and value not in SOURCES:
             raise TaskDataError(f"{key}={value!r} is not a source; accepted: {', '.join(SOURCES)}")
         if key.endswith(("_num_samples", "_chunks_per_doc")):
