@@ -7,11 +7,12 @@ from autograd on each chunk."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from user_modules import forget_user_module, write_user_module
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss import divergences
@@ -31,13 +32,9 @@ SOURCE = _readme_example() + "\n\nNOT_A_FUNCTION = 3\n"
 
 @pytest.fixture
 def own_module(tmp_path, monkeypatch):
-    (tmp_path / "my_divs.py").write_text(SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    write_user_module(tmp_path, {"my_divs.py": SOURCE}, monkeypatch)
     yield "my_divs"
-    sys.modules.pop("my_divs", None)
-    registry = getattr(divergences, "PER_POSITION", {})  # (the parent commit has none: each test fails alone)
-    for key in [k for k in registry if k.startswith("my_divs.")]:
-        del registry[key]
+    forget_user_module("my_divs")
 
 
 def _run(divergence, *, fused, stop_grad_long=False, alpha=0.5, V=67, d=12, L=24, e=5):

@@ -6,10 +6,11 @@ function on the full logits (the independent reference), with p the long window'
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
+
+from user_modules import forget_user_module, write_user_module
 
 from torchtune_longshort.loss import LongShortLoss, divergences
 from torchtune_longshort.loss.divergences import divergence_fn
@@ -36,12 +37,9 @@ def logit_mse(logits_p, logits_q):
 
 @pytest.fixture
 def contract_divs(tmp_path, monkeypatch):
-    (tmp_path / "contract_divs.py").write_text(SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    write_user_module(tmp_path, {"contract_divs.py": SOURCE}, monkeypatch)
     yield "contract_divs"
-    sys.modules.pop("contract_divs", None)
-    for key in [k for k in divergences.PER_POSITION if k.startswith("contract_divs.")]:
-        del divergences.PER_POSITION[key]
+    forget_user_module("contract_divs")
 
 
 def test_a_divergence_of_the_logits_not_the_softmaxes_is_refused(contract_divs):

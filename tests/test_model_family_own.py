@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from user_modules import forget_user_module, write_user_module
+
 from torchtune_longshort.models import MODEL_FAMILIES, family_named, family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
 
@@ -33,20 +35,13 @@ def _readme_example() -> str:
 
 
 def _forget():
-    """As a new process sees it: no path of the package in the table, its module not imported."""
-    for key in [k for k in MODEL_FAMILIES if k.startswith(PKG + ".")]:
-        dict.pop(MODEL_FAMILIES, key)
-    for name in [m for m in sys.modules if m.split(".")[0] == PKG]:
-        del sys.modules[name]
+    forget_user_module(PKG)
 
 
 @pytest.fixture
 def own_module(tmp_path, monkeypatch):
-    pkg = tmp_path / "mods" / PKG
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "my_families.py").write_text(_readme_example())
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/my_families.py": _readme_example()},
+                      monkeypatch)
     _forget()
     yield
     _forget()

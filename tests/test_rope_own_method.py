@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import torch
 
+from user_modules import forget_user_module, write_user_module
+
 from torchtune_longshort.models import load_hf_checkpoint, save_hf_checkpoint
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 
@@ -48,20 +50,13 @@ class NotRoPE:
 
 
 def _forget():
-    """As a new process sees it: the path not in the registry, its module not imported."""
-    for key in [k for k in ROPE_METHODS if k.startswith("own_rope_pkg.")]:
-        dict.pop(ROPE_METHODS, key)
-    for name in [m for m in sys.modules if m.split(".")[0] == "own_rope_pkg"]:
-        del sys.modules[name]
+    forget_user_module("own_rope_pkg")
 
 
 @pytest.fixture
 def own_module(tmp_path, monkeypatch):
-    pkg = tmp_path / "own_rope_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "mixed.py").write_text(textwrap.dedent(SOURCE))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    write_user_module(tmp_path, {"own_rope_pkg/__init__.py": "", "own_rope_pkg/mixed.py": textwrap.dedent(SOURCE)},
+                      monkeypatch)
     _forget()
     yield
     _forget()
