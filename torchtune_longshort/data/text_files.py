@@ -273,7 +273,7 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
     if json_file:
         yield from enumerate(_json_array(f, text, text_field, setting, on_bad_record))
     else:  # line ends as Python's text mode reads them (the stdlib corpus, datasets' text builder): \r\n, \r -> \n
-        yield 0, text.replace("\r\n", "\n").replace("\r", "\n")
+        yield 0, text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text  # (no copies when none)
 
 
 def _without_bom(text: str, encoding: str) -> str:
