@@ -85,11 +85,12 @@ def test_a_family_of_ones_own_trains_as_the_shipped_llama_and_its_step_folder_ev
     saved = json.loads((step / "config.json").read_text())
     assert saved["model_type"] == "mymodel" and saved[FAMILY_KEY] == PATH
     _forget()  # the eval's process never imported it: the step folder's config.json names it
-    got = load_hf_checkpoint(step)
+    got = load_hf_checkpoint(step, trust_remote_code=True)  # code the folder names: asked
     want = load_hf_checkpoint(tmp_path / "ref" / "step_2")
     assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), want.state_dict().values()))
     _forget()
-    res = run_cli(["run", "--model", "longshort", "--model_args", f"pretrained={step}", "--device", "cpu",
+    res = run_cli(["run", "--model", "longshort", "--model_args", f"pretrained={step},trust_remote_code=True",
+                   "--device", "cpu",
                    "--tasks", "longshort_ppl", "--metadata",
                    json.dumps({"max_seq_lengths": [32], "ppl_num_samples": 1, "ppl_source": "stdlib_heldout"}),
                    "--output_path", str(tmp_path / "eval")])

@@ -72,7 +72,7 @@ def test_a_dotted_path_is_built_saved_and_read_back_by_a_process_that_never_impo
         want = model(tokens)
     save_hf_checkpoint(model, tmp_path / "out", tiny_llama2_dir, tokenizer=sp_tokenizer_dir)
     _forget()
-    back = load_hf_checkpoint(tmp_path / "out")
+    back = load_hf_checkpoint(tmp_path / "out", trust_remote_code=True)  # code the folder names: asked
     assert type(back.layers[0].attn.pos_embeddings).__module__ == MODULE
     with torch.no_grad():
         torch.testing.assert_close(back(tokens), want)
@@ -128,7 +128,7 @@ def test_a_folder_whose_method_does_not_import_here_is_refused_naming_its_config
     _forget()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])  # the module is not here
     with pytest.raises(ValueError) as e:
-        load_hf_checkpoint(tmp_path / "out")
+        load_hf_checkpoint(tmp_path / "out", trust_remote_code=True)
     assert str(e.value) == (
         f"{tmp_path / 'out' / 'config.json'}: longshort_rope.method={PATH!r} is not a RoPE method: {PATH!r} does not "
         "import (ModuleNotFoundError: No module named 'own_rope_pkg'): a RoPE method of your own must be importable "

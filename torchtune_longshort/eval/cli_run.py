@@ -165,6 +165,8 @@ def check_arguments(out: List[str]) -> None:
     model = option(out, "--model") or "hf"
     if model == "longshort":
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
+        if _flag_given(out, "--trust_remote_code"):  # lm-eval adds it to the model's arguments
+            passed["trust_remote_code"] = True
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
         why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them

@@ -47,6 +47,7 @@ from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
 from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
 from torchtune_longshort.models.hf_model import load_hf_checkpoint
+from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 from torchtune_longshort.models.rope_override import factor_from_length_note, parameters_as_typed, parse_override
 from torchtune_longshort.output_guard import atomic_write_text, strict_json
 from torchtune_longshort.provenance import provenance
@@ -133,6 +134,10 @@ def _parser() -> ArgumentParser:
                     "--model_args rope=...: e.g. yarn,rope_factor=2 or clex,rope_t_max=4 (default: the checkpoint's)")
     ap.add_argument("--allow-extrapolation", action="store_true",
                     help="allow --length past the positions the checkpoint covers (RoPE extrapolation)")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="import the code of one's own the checkpoint's config.json names (longshort_family, "
+                    "longshort_rope.method: a dotted path outside torchtune_longshort), as transformers' "
+                    "trust_remote_code; without it such a checkpoint is refused before that module is imported")
     return ap
 
 
@@ -166,7 +171,7 @@ def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     ``--length`` past its usable positions refused in one line unless ``--allow-extrapolation`` (then noted)."""
     try:
         rope = None if args.rope is None else parse_override(args.rope, WHERE)
-        with parameters_as_typed(rope, WHERE):  # the positions it covers check its factor / t_max
+        with parameters_as_typed(rope, WHERE), checkpoint_code(args.trust_remote_code, "--trust-remote-code"):
             opened = open_checkpoint(args.checkpoint_dir, names=NAMES, tokenizer=args.tokenizer, length=args.length,
                                      rope=rope, allow_extrapolation=args.allow_extrapolation)
             factor_one = factor_from_length_note(opened.folder, rope, args.length, "--length", "", "--rope ")

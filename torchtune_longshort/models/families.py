@@ -56,7 +56,9 @@ from torchtune_longshort.models.family_builders import (
     Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2, check_nf4_shapes,
 )
 from torchtune_longshort.models.scratch_config import llama_config
+from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.rope.base import check_rope_table
+from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path
 from torchtune_longshort.rope.registry import DottedInstances, is_dotted_path
 
 logger = logging.getLogger(__name__)
@@ -257,6 +259,7 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
     else the first whose ``model_type`` and tying match; :class:`UnsupportedModelError` naming the supported ones
     (and how to add one) otherwise."""
     mt = config.get("model_type")
+    check_checkpoint_code(config, where)
     if config.get(FAMILY_KEY) is not None:
         family = family_named(config[FAMILY_KEY], f"{where}: {FAMILY_KEY}")
         if not family.matches(config):
@@ -275,6 +278,16 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
         f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
         f"model family{why}. Supported: {supported()}"
     )
+
+
+def check_checkpoint_code(config: Config, where: str = "config.json") -> None:
+    """Refuse, before it is imported, code of one's own that a checkpoint's parsed ``config.json`` names
+    (:data:`FAMILY_KEY`, ``longshort_rope.method``) where a reader of someone's checkpoint has not been asked to
+    trust it (:mod:`torchtune_longshort.rope.checkpoint_code`); both keys at once, before anything reads either."""
+    check_checkpoint_path(config.get(FAMILY_KEY), MODEL_FAMILIES, where, FAMILY_KEY)
+    spec = config.get("longshort_rope")
+    if isinstance(spec, dict):
+        check_checkpoint_path(spec.get("method"), ROPE_METHODS, where, "longshort_rope.method")
 
 
 def family_named(name: Any, where: str = "model.family") -> ModelFamily:

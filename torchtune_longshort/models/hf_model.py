@@ -30,6 +30,7 @@ from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import CONTEXT_KEYS, UNSEEN_START_ATTR, apply_rope_scaling
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
+from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 
@@ -238,6 +239,7 @@ def load_hf_checkpoint(
     device: Union[str, torch.device] = "cpu",
     plain_rope: bool = False,
     length_field: str = "max_seq_len",
+    trust_remote_code: bool = False,
 ) -> nn.Module:
     """Load a checkpoint folder of any family in the table into a torchtune decoder, with RoPE scaling.
 
@@ -252,11 +254,15 @@ def load_hf_checkpoint(
         plain_rope: ignore the folder's scaling (the pre-trained RoPE).
         length_field: what the caller calls ``max_seq_len`` (an argument of its command), named in the refusal of a
             length whose RoPE tables this device cannot hold.
+        trust_remote_code: import the code of one's own a folder's config.json names (``longshort_family``,
+            ``longshort_rope.method``: a dotted path outside this package), as transformers' keyword of that name
+            does for ``auto_map``; without it such a folder is refused before the module is imported.
 
     Returns:
         a torchtune ``TransformerDecoder`` in eval mode; learned RoPE parameters (CLEX) come from the side file.
     """
-    folder = CheckpointFolder.open(checkpoint_dir)
+    with checkpoint_code(trust_remote_code, "trust_remote_code=True to load_hf_checkpoint"):
+        folder = CheckpointFolder.open(checkpoint_dir)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"dtype={dtype!r} is not a torch.dtype: pass torch.float32, torch.bfloat16 or torch.float16")
     require_device(str(device))

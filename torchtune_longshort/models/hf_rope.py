@@ -44,6 +44,7 @@ from torch import nn
 from torchtune_longshort.models.family_builders import partial_rotary_factor, rope_theta
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
+from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path
 
 PathLike = Union[str, Path]
 SPEC_KEY = "longshort_rope"
@@ -196,6 +197,7 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     """
     if config.get(SPEC_KEY):
         spec = copy.deepcopy(config[SPEC_KEY])
+        check_checkpoint_path(spec.get("method"), ROPE_METHODS, where, f"{SPEC_KEY}.method")  # someone's: asked
         cls = ROPE_METHODS[check_rope_method(spec.get("method"), f"{where}: {SPEC_KEY}.method")]
         cls.check_spec(spec, _rotary_dim(config), f"{where}: {SPEC_KEY}")
         return spec

@@ -127,9 +127,11 @@ class RunConfigs:
         """The ``longshort`` eval model's ``--model_args`` for ``checkpoint`` (``dtype`` is added by the eval
         section): the eval tokenizer, ``eval.max_length``, and extrapolation allowed unless ``extrapolate`` is false
         (the study measures past a checkpoint's positions: that is its question). The pre-flight opens the base with
-        the same arguments."""
+        the same arguments. ``trust_remote_code``: a RoPE method or family of one's own that the study's YAML names is
+        recorded in the step folders it trains, whose code the YAML's author chose (``tune run`` imports it too)."""
         return {"pretrained": str(checkpoint), "tokenizer": self.eval_tokenizer(),
-                "max_length": self.cfg.eval.max_length, "allow_extrapolation": str(extrapolate).lower()}
+                "max_length": self.cfg.eval.max_length, "allow_extrapolation": str(extrapolate).lower(),
+                "trust_remote_code": "true"}
 
     def base_checkpoint(self) -> Path:
         base = self.cfg.base

@@ -30,6 +30,10 @@
         of the same name, :mod:`torchtune_longshort.training.cpu_allocator`): a long sequence's activations and
         logit chunks are then not page-faulted in again on every forward (at 8k on SmolLM2: 2.4M page faults and
         ~4 s of a ~23 s pass without it). The process's resident memory stays at its peak.
+    trust_remote_code: import the code of one's own that the checkpoint's config.json names by a dotted path outside
+        this package (``longshort_family``, ``longshort_rope.method``), as transformers' ``trust_remote_code`` does
+        for ``auto_map`` (lm-eval's ``--trust_remote_code`` adds it). Default false: such a checkpoint is refused
+        before its module is imported (:mod:`torchtune_longshort.rope.checkpoint_code`).
 """
 
 from __future__ import annotations
@@ -53,13 +57,14 @@ from torchtune_longshort.models.hf_model import check_checkpoint_fits, load_hf_c
 from torchtune_longshort.models.rope_override import (factor_from_length_note, override_spec, parameters_as_typed,
                                                       raise_as_typed)
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
+from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # lm-eval forwards these to every model; they carry no meaning here.
-_IGNORED = ("trust_remote_code", "pretrained_model_name_or_path")
+_IGNORED = ("pretrained_model_name_or_path",)
 LENGTH_FIELD = "max_length in --model_args"  # what a refusal of the length names
 # How this model's arguments are named in the checkpoint path's messages (models.checkpoint_open).
 NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extrapolation=true",
@@ -67,7 +72,8 @@ NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extr
                  scale="rope=<method>,rope_factor=<f> to scale RoPE",
                  refused="requests longer than {usable} tokens will be refused (NaN / empty output)")
 ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
-            "batch_size, max_batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks")
+            "batch_size, max_batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks, "
+            "trust_remote_code")
 
 
 def parse_bool(name: str, value: Any) -> bool:
@@ -114,6 +120,7 @@ class ModelArgs:
     max_gen_toks: int
     add_bos_token: Optional[bool]  # None: the tokenizer's own default
     cpu_keep_freed_blocks: bool = True
+    trust_remote_code: bool = False  # import the code a checkpoint's config.json names outside the package
     # max_length against the positions covered; its message is logged once, where the model is built
     verdict: Optional[LengthVerdict] = None
     # a rope= override that scales nothing (factor 1); logged once, where the model is built
@@ -223,6 +230,7 @@ def parse_model_args(
     max_gen_toks: int = 256,
     add_bos_token: Union[bool, str, None] = None,
     cpu_keep_freed_blocks: Union[bool, str] = True,
+    trust_remote_code: Union[bool, str] = False,
     **extra: Any,
 ) -> ModelArgs:
     """Check every argument (see the module docstring) before any weight is read; ``ValueError`` /
@@ -235,7 +243,8 @@ def parse_model_args(
     allow = parse_bool("allow_extrapolation", allow_extrapolation)
     size, auto = batch_sizes(batch_size, max_batch_size)
     chosen = model_dtype(dtype)  # before any file is read; auto is resolved from the checkpoint's config
-    with parameters_as_typed(rope_spec):  # the positions it covers check its factor / t_max
+    trusted = parse_bool("trust_remote_code", trust_remote_code)
+    with parameters_as_typed(rope_spec), checkpoint_code(trusted):  # the positions it covers check its factor / t_max
         opened = open_checkpoint(_checkpoint_dir(pretrained, checkpoint_dir), names=NAMES, tokenizer=tokenizer,
                                  rope=rope_spec, length=length, allow_extrapolation=allow)
     return ModelArgs(
@@ -255,6 +264,7 @@ def parse_model_args(
         max_gen_toks=positive_int("max_gen_toks", max_gen_toks),
         add_bos_token=None if add_bos_token is None else parse_bool("add_bos_token", add_bos_token),
         cpu_keep_freed_blocks=parse_bool("cpu_keep_freed_blocks", cpu_keep_freed_blocks),
+        trust_remote_code=trusted,
         verdict=opened.verdict,
         rope_note=factor_from_length_note(opened.folder, rope_spec, opened.length, "max_length", "longshort model"),
         override_note=opened.override_note,

@@ -1,0 +1,114 @@
+"""A checkpoint's config.json names code by a dotted path (``longshort_family``, ``longshort_rope.method``), which the
+readers of someone's checkpoint imported without asking: ``longshort-eval --model longshort --model_args
+pretrained=THEIR_FOLDER`` ran the top-level code of any module the folder named. As transformers asks
+``trust_remote_code=True`` for a checkpoint's ``auto_map``, a path outside the package is now refused before it is
+imported (the module's side effect, a marker file, is the independent witness), and imported with the flag; shipped
+paths need none, and the recipe (the user's own YAML) none."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from user_modules import forget_user_module, write_user_module
+
+from torchtune_longshort.models import load_hf_checkpoint
+
+PKG = "gate_pkg"
+MODULE = f"{PKG}.mine"
+ROPE_PATH, FAMILY_PATH = f"{MODULE}.MyLinear", f"{MODULE}.MYLLAMA"
+SOURCE = """
+import dataclasses, os
+from pathlib import Path
+Path(os.environ["GATE_MARKER"]).write_text("imported")  # the top-level side effect a checkpoint must not trigger
+from torchtune_longshort.models.families import MODEL_FAMILIES
+from torchtune_longshort.rope.linear import LinearRoPE
+class MyLinear(LinearRoPE):
+    pass
+MYLLAMA = dataclasses.replace(MODEL_FAMILIES["llama"])
+"""
+
+
+@pytest.fixture
+def marker(tmp_path, monkeypatch):
+    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
+    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
+    forget_user_module(PKG)
+    yield tmp_path / "marker"
+    forget_user_module(PKG)
+
+
+def _imported(marker) -> bool:
+    return marker.exists() or MODULE in sys.modules
+
+
+def _folder_naming(src, dst, **entries):
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**config, **entries}))
+    return dst
+
+
+def _linear_scaled(src, dst, method):
+    """``src`` linearly scaled x2, as save_hf_checkpoint writes it, its spec naming ``method``."""
+    return _folder_naming(src, dst, rope_scaling={"rope_type": "linear", "factor": 2.0},
+                          rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, longshort_rope={
+        "method": method, "factor": 2.0, "base": 10000.0, "max_seq_len": 512, "head_dim": 16,
+        "original_max_seq_len": 256})
+
+
+def test_a_rope_method_a_checkpoint_names_is_imported_only_when_trusted(marker, tiny_llama2_dir, tmp_path):
+    _linear_scaled(tiny_llama2_dir, tmp_path / "theirs", ROPE_PATH)  # a process that never imported it
+    with pytest.raises(ValueError) as e:
+        load_hf_checkpoint(tmp_path / "theirs")
+    assert str(e.value) == (
+        f"{tmp_path / 'theirs' / 'config.json'}: longshort_rope.method={ROPE_PATH!r} names code outside "
+        f"torchtune_longshort (module {MODULE}), which reading this checkpoint would import, running that module's "
+        f"top-level code: not imported; if you trust this checkpoint and {MODULE}, pass trust_remote_code=True to "
+        "load_hf_checkpoint")
+    assert not _imported(marker)
+    back = load_hf_checkpoint(tmp_path / "theirs", trust_remote_code=True)
+    assert marker.read_text() == "imported" and back.rope_scaling["method"] == ROPE_PATH
+
+
+def test_the_eval_model_refuses_a_family_a_checkpoint_names_unless_trusted(
+        marker, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    from torchtune_longshort.eval.model.args import parse_model_args
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    given = dict(pretrained=str(folder), tokenizer=str(sp_tokenizer_dir), device="cpu", max_length=64)
+    with pytest.raises(ValueError, match=rf"config.json: longshort_family='{FAMILY_PATH}' names code outside .* pass "
+                                         r"trust_remote_code=True in --model_args \(or lm-eval's --trust_remote_code"):
+        parse_model_args(**given)
+    assert not _imported(marker)
+    args = parse_model_args(**given, trust_remote_code="true")  # as lm-eval's --trust_remote_code hands it
+    assert marker.exists() and args.folder.family.name == FAMILY_PATH and args.trust_remote_code
+
+
+def test_shipped_paths_and_the_users_own_config_need_no_flag(marker, tiny_llama2_dir, tmp_path):
+    from torchtune_longshort.models.families import family_named
+
+    shipped = _linear_scaled(tiny_llama2_dir, tmp_path / "shipped", "torchtune_longshort.rope.linear.LinearRoPE")
+    assert load_hf_checkpoint(shipped).rope_scaling["factor"] == 2.0
+    assert family_named(FAMILY_PATH).name == FAMILY_PATH and marker.exists()  # model.family of one's own YAML
+    # imported already in this process (the user's own code): reading a folder that names it runs nothing new
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "own", longshort_family=FAMILY_PATH)
+    assert getattr(load_hf_checkpoint(folder), "rope_scaling", None) is None
+
+
+def test_longshort_eval_refuses_in_one_line_before_lm_eval_starts(marker, tiny_llama2_dir, tmp_path, capsys,
+                                                                 monkeypatch):
+    from torchtune_longshort.eval.__main__ import main
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", "longshort", "--model_args",
+                                      f"pretrained={folder}", "--tasks", "longshort_ppl", "--device", "cpu",
+                                      "--output_path", str(tmp_path / "eval")])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "longshort_family=" in err and "trust_remote_code" in err
+    assert not _imported(marker) and not (tmp_path / "eval").exists()

@@ -1,0 +1,57 @@
+"""Code a checkpoint names: a dotted path read from a checkpoint's ``config.json`` (``longshort_family``,
+``longshort_rope.method``) is imported, which runs its module's top-level code. A folder one did not make can name any
+importable module, so, as transformers asks ``trust_remote_code=True`` before it runs the code a checkpoint's
+``auto_map`` names (and lm-eval's ``hf`` passes that argument through ``--model_args``), the readers of someone's
+checkpoint (the ``longshort`` eval model, ``longshort-misalignment``, :func:`~torchtune_longshort.models.load_hf_checkpoint`)
+read it under :func:`checkpoint_code`: there a path outside this package that this process has not imported already
+is refused before it is imported, unless the caller trusts it. The recipe and the config check read paths the user's
+own YAML names (and the step folders it writes from them): no gate there (none set: every path imports as before)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Iterator, Optional
+
+from torchtune_longshort.rope.registry import is_dotted_path
+
+PACKAGE = "torchtune_longshort"
+# How the eval model's callers trust a checkpoint's code (its --model_args, lm-eval's flag, the class's keyword).
+EVAL_FIX = ("trust_remote_code=True in --model_args (or lm-eval's --trust_remote_code; from Python, the keyword "
+            "trust_remote_code=True)")
+
+_GATE: contextvars.ContextVar[Optional[tuple]] = contextvars.ContextVar("checkpoint_code", default=None)
+
+
+class UntrustedCheckpointCode(ValueError):
+    """A checkpoint names code outside the package that its reader was not asked to run."""
+
+
+@contextlib.contextmanager
+def checkpoint_code(trust_remote_code: bool, fix: str = EVAL_FIX) -> Iterator[None]:
+    """Read checkpoints inside this block as someone's: a dotted path one names is imported only when
+    ``trust_remote_code`` (``fix``: how the caller says so, named in the refusal)."""
+    token = _GATE.set((bool(trust_remote_code), fix))
+    try:
+        yield
+    finally:
+        _GATE.reset(token)
+
+
+def shipped(path: str) -> bool:
+    """Whether dotted ``path`` is in this package (its code runs whatever the checkpoint says)."""
+    return path.split(".")[0] == PACKAGE
+
+
+def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> None:
+    """Refuse ``path`` (``where``'s ``key``, read from a checkpoint) before it is imported, when a reader of
+    someone's checkpoint runs (:func:`checkpoint_code`) without trust, and it is a dotted path outside the package
+    that ``registry`` does not hold yet (held: imported already, nothing runs)."""
+    gate = _GATE.get()
+    if gate is None or gate[0] or not is_dotted_path(path) or shipped(path) or dict.__contains__(registry, path):
+        return
+    module = path.rpartition(".")[0]
+    raise UntrustedCheckpointCode(
+        f"{where}: {key}={path!r} names code outside {PACKAGE} (module {module}), which reading this checkpoint "
+        f"would import, running that module's top-level code: not imported; if you trust this checkpoint and "
+        f"{module}, pass {gate[1]}")
