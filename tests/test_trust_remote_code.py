@@ -112,3 +112,23 @@ def test_longshort_eval_refuses_in_one_line_before_lm_eval_starts(marker, tiny_l
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "longshort_family=" in err and "trust_remote_code" in err
     assert not _imported(marker) and not (tmp_path / "eval").exists()
+
+
+def test_table1_trusts_the_checkpoint_its_yaml_names(marker, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """Table 1's cells evaluate the ``checkpoint_dir`` its YAML's author named (as a study's given base): a family of
+    one's own that folder records is imported, not refused in the cells' dry check."""
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.runner import Table1
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "mine", longshort_family=FAMILY_PATH)
+    for f in sp_tokenizer_dir.iterdir():
+        if f.is_file():
+            shutil.copy(f, folder / f.name)
+    raw = {"name": "tiny", "checkpoint_dir": str(folder), "L0": 256, "lengths": [384],
+           "variants": {v: {"method": m} for v, m in
+                        [("base", "default"), ("pi", "linear"), ("ntk", "ntk"), ("yarn", "yarn")]}}
+    (tmp_path / "t1.yaml").write_text(json.dumps(raw))
+    t1 = Table1(load_table1_config(tmp_path / "t1.yaml", repo_root=tmp_path), output_dir=tmp_path / "out",
+                repo_root=tmp_path)
+    t1.check_cells()
+    assert marker.exists() and not (tmp_path / "out").exists()

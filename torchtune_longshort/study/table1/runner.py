@@ -142,11 +142,13 @@ class Table1:
         return same_spec(rec.get("spec"), self.spec_of(variant, length), places(self.out, self.root))
 
     def model_args(self, variant: str, length: int) -> Dict[str, Any]:
-        """The cell's ``--model_args`` for the ``longshort`` model (``dtype`` is added from the eval section)."""
+        """The cell's ``--model_args`` for the ``longshort`` model (``dtype`` is added from the eval section).
+        ``trust_remote_code``: the YAML's author named ``checkpoint_dir`` (as a study's given base), so code its
+        config.json names (a family or RoPE method of one's own) is imported as ``tune run`` would."""
         rope = self.rope_spec(variant)
         return {"pretrained": self.cfg.checkpoint_dir, "rope": rope["method"],
                 **{f"rope_{k}": v for k, v in rope.items() if k != "method"},
-                "max_length": length, "allow_extrapolation": "true"}
+                "max_length": length, "allow_extrapolation": "true", "trust_remote_code": "true"}
 
     def argv(self, variant: str, length: int, eval_dir: Path) -> List[str]:
         return self.cfg.eval_at(length).command(self.model_args(variant, length), list(FAMILY_TASK.values()),
