@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from torchtune_longshort.loss.own_divergence import SIGNATURE, DivergenceFunctions
+from torchtune_longshort.loss.own_divergence import SIGNATURE, DivergenceFunctions, gradient_refusal
 
 
 def _log_probs(logits_p: torch.Tensor, logits_q: torch.Tensor):
@@ -82,6 +82,20 @@ def divergence_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Ten
                          "of your own by its dotted path (my_module.my_div)") from None
     except ValueError as e:
         raise ValueError(f"divergence={name!r}: {e}") from None
+
+
+# what a run that trains on a divergence (alpha > 0) asks of it beyond divergence_fn's probe: a gradient
+UNTRAINABLE_FIX = ("compute it with torch operations autograd follows (no torch.no_grad, .detach(), .item(), NumPy, "
+                   "or in-place change of its inputs)")
+
+
+def untrainable(name: str) -> Optional[str]:
+    """Why a run cannot train on divergence ``name`` (:func:`divergence_fn` takes it): its logit gradients do not
+    come from autograd (:func:`~.own_divergence.gradient_refusal`); None where they do, and for the shipped ones."""
+    fn = divergence_fn(name)
+    if any(fn is PER_POSITION[k] for k in DIVERGENCES):
+        return None
+    return gradient_refusal(fn)
 
 
 def is_divergence(name) -> bool:

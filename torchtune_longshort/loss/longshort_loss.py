@@ -37,7 +37,7 @@ from torch import nn
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
 from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, slice_parts
 from torchtune_longshort.loss.chunking import target_chunks
-from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, divergence_fn
+from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, UNTRAINABLE_FIX, divergence_fn, untrainable
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
 from torchtune_longshort.loss.pair_gradients import has_hand_written_gradient
 from torchtune_longshort.loss.output_module import (
@@ -103,6 +103,10 @@ class LongShortLoss(nn.Module):
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
             raise ValueError(f"alpha={alpha!r} must be a finite number >= 0")
         divergence_fn(divergence)  # raises with the accepted names
+        why = untrainable(divergence) if alpha > 0 else None
+        if why:
+            raise ValueError(f"divergence={divergence!r} cannot be trained on (alpha={alpha}): {why}: "
+                             f"{UNTRAINABLE_FIX}, or set alpha=0 to report it alone")
         validate_min_context(min_context)
         if not isinstance(num_chunks, int) or num_chunks < 1:
             raise ValueError(f"num_chunks={num_chunks!r} must be an int >= 1")

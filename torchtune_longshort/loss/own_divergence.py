@@ -80,6 +80,27 @@ def _moved_by_a_shift(fn: PerPosition, probe: torch.Tensor, out: torch.Tensor) -
     return moved if moved > 0.05 * (1.0 + float(out.float().abs().max())) else None
 
 
+def gradient_refusal(fn: PerPosition) -> Optional[str]:
+    """Why autograd cannot give ``fn``'s logit gradients, which a run that trains on it (``alpha > 0``) takes from
+    autograd (the fused path on each block's log-probabilities, leaves that require grad: :func:`autograd_block`;
+    the checkpointed one through the logits): asked on two small such leaves; None where it can. A function computed
+    under ``torch.no_grad``, detached, in NumPy or changing its inputs in place passed the import probe (no gradient
+    asked) and failed the run's first step in a traceback, or, on the checkpointed path, trained on the CE alone."""
+    za = torch.linspace(-1.0, 1.0, 2 * 3 * 5).view(2, 3, 5).requires_grad_()
+    zb = za.detach().flip(-1).requires_grad_()
+    try:
+        with torch.enable_grad():
+            values = fn(za, zb)
+            if not (isinstance(values, torch.Tensor) and values.requires_grad):
+                return ("on two [2, 3, 5] float32 logit tensors that require grad its values carry no gradient "
+                        "(computed under torch.no_grad, detached, or outside torch)")
+            torch.autograd.grad(values.sum(), (za, zb), allow_unused=True)
+    except Exception as e:  # noqa: BLE001 - the user's function: any failure is its refusal
+        return (f"on two [2, 3, 5] float32 logit tensors that require grad, asking autograd for its gradient raised "
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return None
+
+
 def _described(out: Any) -> str:
     if isinstance(out, torch.Tensor):
         return f"a {out.dtype} tensor of shape {list(out.shape)}"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Tuple
 
 from torchtune_longshort.loss import LongShortLoss
-from torchtune_longshort.loss.divergences import divergence_fn
+from torchtune_longshort.loss.divergences import UNTRAINABLE_FIX, divergence_fn, untrainable
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, setting
 from torchtune_longshort.config.values import integer, number, resolve_component, wrapped
 from torchtune_longshort.windows import validate_min_context
@@ -41,3 +41,7 @@ class LossConfig(ComponentSection):
                       if str(self.component).startswith("torchtune.modules.loss.") else "")
             raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected "
                              f"torchtune_longshort.loss.LongShortLoss or a subclass{theirs}")
+        why = untrainable(self.divergence) if self.alpha else None  # alpha 0: reported, never differentiated
+        if why:
+            raise ValueError(f"{where}.divergence={self.divergence!r} cannot be trained on ({where}.alpha="
+                             f"{self.alpha}): {why}: {UNTRAINABLE_FIX}, or set {where}.alpha=0 to report it alone")
