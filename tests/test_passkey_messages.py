@@ -78,3 +78,44 @@ def test_the_eval_command_refuses_a_missing_haystack_file_before_lm_eval_starts(
         check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_passkey", "--metadata", metadata]))
     assert re.fullmatch(r"--metadata passkey_haystack_files='.*/nope\.txt' does not exist \(no such file, folder or glob "
                         r"match\): name files that exist", str(info.value)), str(info.value)
+
+
+def test_a_local_haystack_too_short_for_a_length_is_refused_before_lm_eval_starts(tmp_path, sp_tokenizer_dir):
+    """longshort-eval --tasks longshort_passkey --metadata '{"passkey_haystack": "local", "passkey_haystack_files":
+    "hay.txt", "max_seq_lengths": [256]}' with a 3-line hay.txt loaded the model, then scored the length NaN ('the
+    haystack has only 3 units (79 tokens)') and exited 0; the command's check now refuses it before lm-eval starts,
+    naming the file, the prompt it makes and the length. The reference: the task's own dataset, built at each length
+    around the haystack's last one (NaN there exactly where the check refuses)."""
+    pytest.importorskip("lm_eval")
+    import json
+
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    hay = _written(tmp_path, "hay.txt", "The grass is green.\nThe sky is blue.\n\nHere we go, there and back.\n")
+    settings = {"passkey_haystack": "local", "passkey_haystack_files": hay, "passkey_depths": [0, 50, 100],
+                "passkey_num_samples": 2, "tokenizer": str(sp_tokenizer_dir)}
+
+    def task_unscored(length):
+        rows = passkey.passkey_dataset(**settings, max_seq_lengths=[length])["test"]
+        return any("haystack has only" in row["error"] for row in rows)
+
+    def refused(length):
+        metadata = json.dumps({**settings, "passkey_max_seq_lengths": [16, length]})
+        try:
+            check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_passkey", "--metadata",
+                                          metadata]))
+        except ValueError as e:
+            return str(e)
+        return None
+
+    lo, hi = 170, 400  # the longest length the haystack fills (the task's prompt alone is about 150 tokens here)
+    assert not task_unscored(lo) and task_unscored(hi)
+    while hi - lo > 1:
+        lo, hi = (lo, (lo + hi) // 2) if task_unscored((lo + hi) // 2) else ((lo + hi) // 2, hi)
+    last = lo
+    for length in (last - 1, last, last + 1, last + 3):
+        assert bool(refused(length)) == task_unscored(length), length
+    assert re.fullmatch(rf"--metadata passkey_haystack_files='{re.escape(hay)}': its haystack \(3 line\(s\)\) makes "
+                        rf"a passkey prompt of \d+ tokens with this tokenizer, and length {last + 1} needs one of more "
+                        rf"than {last + 1 - 16} \(16 kept for the answer\): give a haystack of more text, or shorter "
+                        r"lengths \(passkey_max_seq_lengths\)", refused(last + 1))

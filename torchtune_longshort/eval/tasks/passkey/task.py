@@ -25,7 +25,7 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length
@@ -160,13 +160,22 @@ def make_passkey_samples(
     units: Optional[Sequence[str]] = None,
 ) -> List[PasskeySample]:
     """``num_samples`` prompts per depth at one length; keys are 5-digit numbers drawn from ``seed``."""
-    rng = random.Random(f"{seed}-{length}")
     units = units if units is not None else haystack_units()
-    out = []
-    for depth in depths:
-        for _ in range(num_samples):
-            out.append(make_passkey_sample(tokenizer, length, int(depth), rng.randint(10_000, 99_999), units))
-    return out
+    return [make_passkey_sample(tokenizer, length, depth, key, units)
+            for depth, key in _depths_and_keys(length, depths, num_samples, seed)]
+
+
+def _depths_and_keys(length: int, depths: Iterable[int], num_samples: int, seed: int) -> List[tuple]:
+    """``(depth, key)`` of each sample of ``length``, in order: ``num_samples`` per depth, keys from ``seed``."""
+    rng = random.Random(f"{seed}-{length}")
+    return [(int(depth), rng.randint(10_000, 99_999)) for depth in depths for _ in range(num_samples)]
+
+
+def _sample_settings(metadata: Mapping[str, Any]) -> Dict[str, Any]:
+    """:func:`make_passkey_samples`' ``depths``, ``num_samples`` and ``seed`` from the task's metadata."""
+    return {"depths": metadata.get("passkey_depths", DEFAULT_DEPTHS),
+            "num_samples": int(metadata.get("passkey_num_samples", 5)),
+            "seed": int(metadata.get("passkey_seed", PASSKEY_DEFAULTS["seed"]))}
 
 
 def write_passkey_jsonl(samples: Iterable[PasskeySample], path: Path) -> Path:
@@ -211,14 +220,8 @@ def passkey_dataset(**metadata: Any):
             return _rows_from_files(metadata["passkey_data_files"], length, _placeholder_row(length))
         units = haystack_units(metadata.get("passkey_haystack", PASSKEY_DEFAULTS["haystack"]),
                                metadata.get("passkey_haystack_files"))
-        samples = make_passkey_samples(
-            tokenizer_from_metadata(metadata),
-            length,
-            depths=metadata.get("passkey_depths", DEFAULT_DEPTHS),
-            num_samples=int(metadata.get("passkey_num_samples", 5)),
-            seed=int(metadata.get("passkey_seed", PASSKEY_DEFAULTS["seed"])),
-            units=units,
-        )
+        samples = make_passkey_samples(tokenizer_from_metadata(metadata), length, units=units,
+                                       **_sample_settings(metadata))
         return [asdict(s) for s in samples]
 
     def placeholders(length: int) -> List[Dict[str, Any]]:  # a length not run: NaN in each of its depth cells too
@@ -228,6 +231,54 @@ def passkey_dataset(**metadata: Any):
 
     return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholders,
                          fits=lambda length: check_fits_model(length, metadata))
+
+
+def check_haystack_fills(metadata: Mapping[str, Any]) -> None:
+    """Before a run (``metadata``: the model's arguments and ``--metadata`` merged, over the task YAML's): raise
+    :class:`TaskDataError` when a haystack read from ``passkey_haystack_files`` is too short for a sample of the
+    longest length the task would build (one the model runs), told by the model's tokenizer when it is a local file
+    or folder. The task found it at building, once the model had loaded, and scored that length NaN (exit 0)."""
+    files = metadata.get("passkey_haystack_files")
+    if not files or metadata.get("passkey_data_files"):
+        return
+    # deferred: lm-eval's YAML loader (the task's own defaults: its lengths when --metadata gives none)
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    yaml = load_yaml(Path(__file__).with_name(f"{FAMILY.task}.yaml"), resolve_func=False)
+    metadata = {**yaml.get("metadata", {}), **metadata}
+    path = next((str(metadata[k]) for k in ("tokenizer", "checkpoint_dir", "pretrained") if metadata.get(k)), "")
+    lengths = [n for n in lengths_from_metadata(metadata, METADATA_PREFIX) if _fits(n, metadata)]
+    if not path or not Path(path).expanduser().exists() or not lengths:
+        return  # a hub tokenizer (no download here) or no length to build: the task tells
+    length = max(lengths)
+    budget, most = length - GEN_BUDGET, 4 * length  # each line is at least one token: 4x is more than enough
+    units = haystack_units(metadata.get("passkey_haystack", PASSKEY_DEFAULTS["haystack"]), files, max_units=most)
+    tokenizer = TaskTokenizer(path)
+
+    def n_tokens(n: int, depth: int, key: int) -> int:
+        return 1 + len(tokenizer.encode(_prompt(units[:n], round(depth / 100 * n), key)))
+
+    cells = _depths_and_keys(length, **_sample_settings(metadata))
+    n = 1  # doubling, as make_passkey_sample finds its haystack: a few short encodings
+    while n < len(units) and n_tokens(n, *cells[0]) <= budget + 16:  # 16: room for the other keys' tokens
+        n *= 2
+    if n < len(units) or len(units) >= most:
+        return
+    total = min(n_tokens(len(units), depth, key) for depth, key in cells)  # each sample, as the task builds them
+    if total <= budget:
+        raise TaskDataError(
+            f"passkey_haystack_files={files!r}: its haystack ({len(units)} line(s)) makes a passkey prompt of "
+            f"{total} tokens with this tokenizer, and length {length} needs one of more than {budget} ({GEN_BUDGET} "
+            f"kept for the answer): give a haystack of more text, or shorter lengths "
+            f"({METADATA_PREFIX}_max_seq_lengths)")
+
+
+def _fits(length: int, metadata: Mapping[str, Any]) -> bool:
+    try:
+        check_fits_model(length, metadata)
+    except TaskDataError:
+        return False
+    return True
 
 
 _NUMBER = re.compile(r"\d+")
