@@ -57,6 +57,26 @@ def test_a_loading_script_repository_is_refused_in_one_line(hub, tmp_path):
         corpus.hf_text(str(folder))
 
 
+def test_an_unreachable_hub_read_unchecked_is_refused_as_at_build(monkeypatch):
+    """tune run ... dataset._component_=...corpus.hf_text dataset.source=emozilla/pg19-test dataset.check_first=False
+    with the hub out of reach (HF_ENDPOINT=http://127.0.0.1:9) ended in datasets' ConnectionError traceback, exit 1,
+    when the recipe first read the data; the first read now says what check_first=True says at build (the
+    reference: that line), as a DataSourceError: one line and exit 2 at the start, the last good step saved mid-run."""
+    from torchtune_longshort.data.text_files import DataSourceError
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'emozilla/pg19-test' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(ValueError) as at_build:
+        corpus.hf_text("emozilla/pg19-test")
+    documents = corpus.hf_text("emozilla/pg19-test", check_first=False)
+    with pytest.raises(DataSourceError) as at_read:
+        next(iter(documents()))
+    assert str(at_read.value) == str(at_build.value)
+    assert "the hub cannot be reached from here" in str(at_read.value)
+
+
 def test_an_unreachable_hub_is_refused_in_one_line(monkeypatch):
     said = {"error": "Couldn't reach 'emozilla/pg19' on the Hub (LocalEntryNotFoundError)"}
 

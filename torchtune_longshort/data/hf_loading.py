@@ -31,6 +31,8 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
         if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
             return named
     elif not read:  # the source never opened: refused at build (load_failure); read unchecked, the split named
+        if isinstance(error, ConnectionError):  # the hub out of reach (check_first=False): a traceback, no fix
+            return DataSourceError(str(load_failure(section, source, name, split, error, names)))
         return load_failure(section, source, name, split, error, names) if bad_split(error) else error
     return DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
                            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}), after datasets' own "
