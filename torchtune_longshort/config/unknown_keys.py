@@ -151,3 +151,36 @@ def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "",
     err = ConfigKeyError(f"{'; '.join(parts)}. Accepted {section}: {', '.join(known)}")
     err.refused = (keys, known, where)
     raise err
+
+
+def plus_keys(node: Mapping[str, Any]) -> tuple:
+    """``(node with each top-level ``+key`` merged into ``key``, ["+key.sub", ...] the dotted paths so given)``.
+    ``+key=value`` is Hydra's way to add a key; torchtune's command line has no ``+`` (``key=value`` sets a key or
+    adds it), so OmegaConf kept a node named ``+key`` that nothing reads."""
+    merged: Dict[str, Any] = {k: v for k, v in node.items() if not str(k).startswith("+")}
+    paths = []
+    for key in (k for k in node if str(k).startswith("+")):
+        name, value = str(key)[1:], node[key]
+        paths += [f"+{name}{sub}" for sub in _leaf_paths(value)]
+        merged[name] = _deep_merged(merged.get(name), value)
+    return merged, paths
+
+
+def _leaf_paths(value: Any, prefix: str = "") -> list:
+    if isinstance(value, Mapping) and value:
+        return [p for k, v in value.items() for p in _leaf_paths(v, f"{prefix}.{k}")]
+    return [prefix]
+
+
+def _deep_merged(old: Any, new: Any) -> Any:
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return {**old, **{k: _deep_merged(old.get(k), v) for k, v in new.items()}}
+    return new
+
+
+def plus_message(paths: Iterable[str]) -> str:
+    """What the refusal of ``+key`` overrides (:func:`plus_keys`' paths) says about the ``+``."""
+    paths = list(paths)
+    given = ", ".join(f"{p[1:]}=..." for p in paths)
+    return (f"{', '.join(repr(p) for p in paths)}: torchtune's command line takes no '+' (Hydra's prefix to add a "
+            f"key; here key=value sets a key or adds it, and '+key' made a node nothing reads): give {given}")

@@ -22,7 +22,8 @@ from torchtune_longshort.training.recipe_config.tokenizer_check import check_tok
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
-from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown, torchtune_keys_as_here
+from torchtune_longshort.config.unknown_keys import (ConfigKeyError, plus_keys, plus_message, refuse_unknown,
+                                                    torchtune_keys_as_here)
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
@@ -34,6 +35,7 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     Raises ``ConfigKeyError`` (a ``KeyError``) for unknown or missing keys, ``ValueError`` /
     ``FileNotFoundError`` / ``FileExistsError`` naming the field for values, before any side effect."""
     node = resolved_container(resolved_config(cfg))  # a ${...} naming a key the config lacks: refused naming both
+    _refuse_plus_keys(node, local)
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
     as_here = torchtune_keys_as_here(node)
     try:
@@ -45,6 +47,20 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     except (ValueError, OSError) as e:  # a field whose value comes from another key: that key named too
         raise naming_the_source(e, cfg)
     return config
+
+
+def _refuse_plus_keys(node: dict, local: bool) -> None:
+    """``+loss.alhpa=0.2`` (Hydra's add-a-key syntax) on torchtune's command line: a top-level node ``+loss`` that
+    nothing reads. Refused: a key misspelt under it as the config check refuses it without the ``+`` (its close
+    match named), then the ``+`` itself, each with the spelling to give."""
+    merged, paths = plus_keys(node)
+    if not paths:
+        return
+    try:
+        _built(merged, torchtune_keys_as_here(merged), local=False)
+    except ConfigKeyError as e:
+        raise ConfigKeyError(f"{e} ({plus_message(paths)})") from None
+    raise ConfigKeyError(plus_message(paths))
 
 
 def _built(node: dict, as_here: dict, local: bool) -> RecipeConfig:
