@@ -166,7 +166,10 @@ def wrapped(validate: Callable[[Any], Any]) -> Check:
         try:
             validate(value)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{p}={value!r} is not accepted: {e}") from None
+            said, named = str(e), f"{p.rsplit('.', 1)[-1]}={value!r}"
+            if said.startswith(named):  # the validator names the value itself: named once, with the field's path
+                raise ValueError(f"{p}={value!r}{said[len(named):]}") from None
+            raise ValueError(f"{p}={value!r} is not accepted: {said}") from None
         return value
 
     return check
