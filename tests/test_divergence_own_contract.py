@@ -32,6 +32,19 @@ def kl_pq_bf16(logits_p, logits_q):  # a function of the softmaxes, computed in 
 
 def logit_mse(logits_p, logits_q):
     return ((logits_p.float() - logits_q.float()) ** 2).mean(-1)
+
+
+def kl_plus_logit_mse(logits_p, logits_q):  # distillation's mix: KL and a small logit-matching term
+    return kl_pq(logits_p, logits_q) + 0.01 * logit_mse(logits_p, logits_q)
+
+
+def kl_pq_f64(logits_p, logits_q):  # float64 out, where the fused path's values are float32
+    return kl_pq(logits_p, logits_q).double()
+
+
+def short_entropy(logits_p, logits_q):  # the short window's entropy: logits_p unused, autograd gives it no gradient
+    lq = F.log_softmax(logits_q.float(), -1)
+    return -(lq.exp() * lq).sum(-1)
 '''
 
 
@@ -54,6 +67,31 @@ def test_a_divergence_of_the_logits_not_the_softmaxes_is_refused(contract_divs):
     for shipped in ("sce", "jeffreys", "js"):  # each softmax-only: accepted by its path
         divergence_fn(f"torchtune_longshort.loss.divergences.{shipped}_per_position")
     divergence_fn(f"{contract_divs}.kl_pq_bf16")  # its rounding (7e-3 under the shift) is no dependence
+
+
+def test_a_small_logit_term_beside_a_kl_is_refused_too(contract_divs):
+    """KL + 0.01 * the logits' MSE: its value moves 0.16 under the shift (3x the bar of 5%), the MSE alone 16."""
+    import contract_divs as module
+
+    p, q = torch.randn(4, 7, generator=torch.Generator().manual_seed(0)).chunk(2)
+    c = torch.full((2, 1), 3.0)
+    torch.testing.assert_close(torch.softmax(p + c, -1), torch.softmax(p, -1))  # the shift leaves the softmaxes
+    assert (module.kl_plus_logit_mse(p + c, q - c) - module.kl_plus_logit_mse(p, q)).abs().min() > 0.3  # 0.01 * 36
+    with pytest.raises(ValueError, match=r"^divergence='contract_divs.kl_plus_logit_mse': .* depends on the logits "
+                                         r"other than through their softmaxes: .* moved its value by 0\.16; "):
+        divergence_fn(f"{contract_divs}.kl_plus_logit_mse")
+
+
+def test_a_float64_divergence_is_refused_naming_its_dtype(contract_divs):
+    import contract_divs as module
+
+    assert module.kl_pq_f64(torch.zeros(2, 3, 5), torch.zeros(2, 3, 5)).dtype == torch.float64
+    with pytest.raises(ValueError, match=r"^divergence='contract_divs.kl_pq_f64': 'contract_divs.kl_pq_f64' on two "
+                                         r"\[2, 3, 5\] float32 logit tensors gave a torch.float64 tensor of shape "
+                                         r"\[2, 3\]: a divergence of your own is .*, a float32 tensor of shape "
+                                         r"\[2, 3\] here$"):
+        divergence_fn(f"{contract_divs}.kl_pq_f64")
+    assert "contract_divs.kl_pq_f64" not in divergences.PER_POSITION
 
 
 def _fused(divergence, stop_grad_long, V=67, d=12, L=24, e=5):
@@ -99,6 +137,19 @@ def test_an_asymmetric_divergence_has_autograds_gradient_on_the_fused_path(contr
     assert abs(float(swapped) - float(ref_mis)) > 1e-3  # KL(q||p) differs: the test tells the order
     torch.testing.assert_close(mis, ref_mis, rtol=1e-5, atol=1e-6)
     for got, want in zip(grads, ref_grads):  # observed: 8e-9 apart at largest entries ~1e-2
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_function_of_one_window_alone_has_autograds_gradient_on_the_fused_path(contract_divs):
+    """The long window's logits unused: autograd gives them no gradient (None), which is zero, not the block's
+    log-probabilities left in place."""
+    import contract_divs as module
+
+    mis, grads = _fused(f"{contract_divs}.short_entropy", False)
+    ref_mis, ref_grads = _reference(module.short_entropy, False)
+    torch.testing.assert_close(mis, ref_mis, rtol=1e-5, atol=1e-6)
+    assert float(ref_grads[0].abs().max()) == 0.0 and float(ref_grads[1].abs().max()) > 1e-3
+    for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
 
 
