@@ -78,3 +78,16 @@ def test_a_source_of_blank_records_alone_is_refused_as_blank_not_empty(tmp_path,
         "dataset 'json' split 'train' yields no non-empty documents: its 3 record(s) are all blank "
         "(dataset.text_field='text' is empty or whitespace-only in each): name data that holds text, or the field "
         "that holds it (dataset.text_field)")
+
+
+def test_a_source_with_no_record_is_still_empty_not_blank(tmp_path):
+    """A JSON Lines file of blank lines streams no record at all (datasets' own reading, the reference): it is
+    'empty', as before, not 'its 0 record(s) are all blank'."""
+    import datasets
+
+    path = tmp_path / "n.jsonl"
+    path.write_text("\n\n")
+    assert list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)) == []
+    with pytest.raises(ValueError) as refused:
+        corpus.hf_text("json", data_files=str(path), streaming=True)
+    assert str(refused.value) == "dataset 'json' split 'train' is empty"

@@ -1,0 +1,57 @@
+"""The data state's file digests (data/file_paths.file_digests: each file's size and first MiB) as a resume reads
+them: an edit past the first MiB that changes the size, and one in the first MiB's last byte, are each named in the
+one warning; a file added that holds no document (the count the same) is said too. The digests' own bytes are not
+the reference: the files' bytes are."""
+
+import logging
+
+from torchtune_longshort.data.corpus import local_text
+from torchtune_longshort.data.dual_window import PackedTokenStream
+
+MIB = 1 << 20  # the documented reach: "its size or first MiB"
+
+
+def _tok(text):
+    return [1] + [ord(c) % 256 for c in text] + [2]
+
+
+def _warnings(folder, state, caplog):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        PackedTokenStream(local_text(str(folder)), tokenize=_tok).load_state_dict(state)
+    return [r.getMessage() for r in caplog.records if "since the run saved its data state" in r.getMessage()]
+
+
+def test_an_edit_at_the_first_mib_s_last_byte_or_past_it_is_named(tmp_path, caplog):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("first document " * 30)
+    big = folder / "b.txt"
+    text = bytearray(b"x" * (MIB + 100))
+    big.write_bytes(bytes(text))
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
+    stream.take(200)  # within a.txt
+    state = stream.state_dict()
+    assert _warnings(folder, state, caplog) == []
+    text[MIB - 1:MIB] = b"y"  # the first MiB's last byte, the size kept
+    big.write_bytes(bytes(text))
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and f"{big} changed since" in said[0], said
+    big.write_bytes(b"x" * (MIB + 100) + b" appended")  # the first MiB as saved, the size not
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and f"{big} changed since" in said[0], said
+    big.write_bytes(b"x" * (MIB + 100))
+    assert _warnings(folder, state, caplog) == []
+
+
+def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
+    stream.take(300)
+    state = stream.state_dict()
+    (folder / "a_blank.txt").write_text("  \n")  # sorted first, no document: the count is the same
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and "its files are not the 3 the run read" in said[0], said
