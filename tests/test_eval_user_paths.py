@@ -196,3 +196,40 @@ def test_a_tilde_in_the_json_spelling_is_the_home_folder_too(tiny_llama2_dir, sp
             check_arguments(out)
     check_arguments(lm_eval_argv(["run", "--model", "longshort", "--tasks", "longshort_ppl", "--device", "cpu",
                                   "--model_args", json.dumps({"pretrained": "~/runs 1,2/step_2", "tokenizer": "~/tok"})]))
+
+
+def test_offline_the_cache_is_read_as_transformers_reads_it(tiny_llama2_dir, tmp_path, monkeypatch):
+    """Hub offline: a model whose config.json lies under subfolder= passes with it and is refused without it; a
+    cache that records config.json as known missing (huggingface_hub's .no_exist marker) is refused; a local folder
+    whose relative path is also a valid hub name (run/step_2) passes. transformers' AutoConfig is the reference."""
+    cache, commit = tmp_path / "hub", "0123456789abcdef0123456789abcdef01234567"
+    for repo, files_under in (("models--myorg--sub", "sub"), ("models--myorg--gone", None)):
+        (cache / repo / "refs").mkdir(parents=True)
+        (cache / repo / "refs" / "main").write_text(commit)
+        snapshot = cache / repo / "snapshots" / commit
+        if files_under:
+            shutil.copytree(tiny_llama2_dir, snapshot / files_under)
+        else:  # asked once online, config.json was not there: the cache remembers that
+            snapshot.mkdir(parents=True)
+            (cache / repo / ".no_exist" / commit).mkdir(parents=True)
+            (cache / repo / ".no_exist" / commit / "config.json").touch()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "step_2").symlink_to(tiny_llama2_dir)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+
+    def check(args):
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", args]))
+
+    assert AutoConfig.from_pretrained("myorg/sub", subfolder="sub", cache_dir=cache).vocab_size > 0
+    check("pretrained=myorg/sub,subfolder=sub")
+    assert AutoConfig.from_pretrained("run/step_2").vocab_size > 0
+    check("pretrained=run/step_2")
+    for name, args in (("myorg/sub", "pretrained=myorg/sub"), ("myorg/gone", "pretrained=myorg/gone")):
+        with pytest.raises((OSError, ValueError)):  # transformers cannot load it either (gone: 'Unrecognized model')
+            AutoConfig.from_pretrained(name, cache_dir=cache)
+        with pytest.raises(FileNotFoundError, match=rf"^--model_args pretrained={name}: neither a folder in .* nor a "
+                                                    r"model in the Hugging Face cache"):
+            check(args)
