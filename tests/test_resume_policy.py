@@ -524,3 +524,15 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, its LoRA adapters' base\) "
                                          r"is missing: put it back, or train again with overwrite_output_dir=True$"):
         start_state_dict(config, StepCheckpoints(run), run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)
+    # a full fine-tune whose steps are RoPE-scaled (linear x2 in step_2's config.json, as transformers reads it): the
+    # resumed step's config.json is the scaled one, not the base its steps are written with: refused likewise
+    from transformers import AutoConfig
+
+    hf = json.loads((run / "step_2" / "config.json").read_text())
+    (run / "step_2" / "config.json").write_text(json.dumps({**hf, "rope_scaling": {"rope_type": "linear",
+                                                                                     "factor": 2.0}}))
+    assert AutoConfig.from_pretrained(run / "step_2").rope_scaling["factor"] == 2.0
+    with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, the base its RoPE-scaled "
+                                         r"steps are written with\) is missing: put it back, or train again with "
+                                         r"overwrite_output_dir=True$"):
+        ask()
