@@ -163,3 +163,16 @@ def test_eval_metadata_says_why_a_path_of_ones_own_is_refused(contract_divs):
     assert (" (divergence='contract_divs.logit_mse': 'contract_divs.logit_mse' depends on the logits other than "
             "through their softmaxes: ") in msg and msg.endswith("as the shipped ones do))")
     assert "moved its value by 16" in msg and "\n" not in msg
+
+
+def test_eval_metadata_names_each_divergence_once_and_adds_no_reason_to_a_misspelt_name():
+    """'js, sce,js' asks for js and sce (each once, in the order first given); 'js,jefreys' (no path: a shipped name
+    misspelt) is told the accepted names alone, not the registry's 'is not known' again in parentheses."""
+    from torchtune_longshort.eval.tasks import TaskDataError, check_metadata_values, divergence_names
+
+    given = [n.strip() for n in "js, sce,js".split(",")]
+    assert divergence_names("js, sce,js") == [n for i, n in enumerate(given) if n not in given[:i]] == ["js", "sce"]
+    with pytest.raises(TaskDataError) as info:
+        check_metadata_values({"mis_divergences": "js,jefreys"})
+    assert str(info.value).startswith("mis_divergences='js,jefreys': expected divergence names among sce, ")
+    assert str(info.value).endswith('a list, or one name or a comma list ("sce,js")'), str(info.value)
