@@ -40,8 +40,9 @@ def lost_tokenizer_fix(folder: Path, others: Sequence[Path], saved_config: Optio
     bare = sorted((p for p in others if p.is_dir() and not has_tokenizer(p)), key=lambda p: int(p.name.split("_")[1]))
     too = f" (and into {', '.join(p.name for p in bare)}, which lack them too)" if bare else ""
     for candidate, what in [(p, f"{p.name} of this run") for p in others] + [(source, "the run's tokenizer source")]:
-        if candidate is None or not candidate.exists() or not has_tokenizer(_source_root(candidate)):
-            continue
+        if candidate is None or not candidate.exists() or not (has_tokenizer(candidate)
+                                                               or has_tokenizer(_source_root(candidate))):
+            continue  # (a file: a tokenizer under another name, spm.model, which each step holds as tokenizer.model)
         files = _files_to_copy(folder, candidate)
         if files:
             return (f"to resume, copy {', '.join(files)} from {str(_source_root(candidate))!r} ({what}) into "
