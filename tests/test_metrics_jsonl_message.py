@@ -27,3 +27,33 @@ def test_a_line_with_a_byte_that_is_not_utf8_is_named_as_a_bad_line(tmp_path):
         metric_lines(path)
     assert re.fullmatch(r".*/metrics\.jsonl:1: not a JSON line \('\ufffd\{\"step\": 0\}'\): mend that line or "
                         r"delete it \(each line is one logged step's JSON\)", str(info.value)), str(info.value)
+
+
+def test_a_metrics_jsonl_that_is_a_pipe_is_refused_without_reading_it(tmp_path):
+    """A named pipe at <run>/metrics.jsonl (mkfifo; os.stat tells it, the reference): a resume would block reading
+    it; refused in one line, not named a folder."""
+    import os
+    import stat
+    import threading
+    import time
+
+    from torchtune_longshort.training.metrics import resumed_lines
+
+    path = tmp_path / "metrics.jsonl"
+    os.mkfifo(path)
+    assert stat.S_ISFIFO(os.stat(path).st_mode)
+
+    def unblock():  # a reader of the pipe (a regression) gets an end of file, not a wait forever
+        for _ in range(100):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO while no one reads it
+                return
+            except OSError:
+                time.sleep(0.05)
+
+    threading.Thread(target=unblock, daemon=True).start()
+    with pytest.raises(ValueError) as info:
+        resumed_lines(path, 2)
+    assert str(info.value) == (f"resume=True: {path} is not a regular file, where the recipe writes the run's metrics "
+                               f"(a file, one JSON line a logged step): move it out of {tmp_path}, then resume (a "
+                               "fresh metrics.jsonl is started)")
