@@ -79,7 +79,8 @@ def test_own_divergence_reported_at_alpha_zero(own_module):
 
 def test_own_divergence_refusals(own_module):
     cases = {
-        "my_divs.nope": r"^divergence='my_divs.nope': 'my_divs.nope' names nothing in module my_divs: a divergence of "
+        "my_divs.nope": r"^divergence='my_divs.nope': 'my_divs.nope': module my_divs imports but has no attribute "
+                        r"'nope': a divergence of "
                         r"your own is a function \(logits_p, logits_q\) -> per-position values",
         "my_divs.NOT_A_FUNCTION": r"names int in module my_divs: a divergence of your own is a function",
         "no_such_divs.f": r"^divergence='no_such_divs.f': 'no_such_divs.f' does not import \(ModuleNotFoundError: No "
@@ -113,7 +114,7 @@ def test_misalignment_cli_takes_own_divergence(own_module, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("longshort-misalignment: error: argument --divergences: divergence='my_divs.nope': "
-                          "'my_divs.nope' names nothing in module my_divs") and "\n" not in err
+                          "'my_divs.nope': module my_divs imports but has no attribute 'nope'") and "\n" not in err
 
 
 def test_eval_metadata_takes_own_divergence(own_module):

@@ -99,7 +99,7 @@ def test_refusals_name_the_field_the_known_methods_and_how_to_add_one(own_module
     with pytest.raises(ValueError, match=r"names NotRoPE in module own_rope_pkg.mixed: .* subclass of "
                                          r"torchtune_longshort.rope.base.ScaledRoPE"):
         check_rope_method(f"{MODULE}.NotRoPE", "model.method")
-    with pytest.raises(ValueError, match="names nothing in module"):
+    with pytest.raises(ValueError, match=f"module {MODULE} imports but has no attribute 'Missing'"):
         check_rope_method(f"{MODULE}.Missing", "model.method")
     assert f"{MODULE}.NotRoPE" not in ROPE_METHODS and "nowhere_pkg.Mine" not in ROPE_METHODS
 

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import types
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _holder(obj: Any, path: str) -> str:
+    """``obj``, found at ``path``, in words: "module m", "class m.C", "m.X (a dict)"."""
+    if isinstance(obj, types.ModuleType):
+        return f"module {path}"
+    return f"class {path}" if isinstance(obj, type) else f"{path} (a {type(obj).__name__})"
 
 
 def is_dotted_path(name: Any) -> bool:
@@ -36,20 +44,51 @@ class DottedRegistry(dict):
 
     def load(self, path: str) -> Any:
         """The entry at dotted ``path``, imported and kept; ``ValueError`` in one line saying why it cannot be one."""
-        module_name, _, attr = path.rpartition(".")
+        entry, holder = self._locate(path)
+        if not self.accepts(entry):
+            found = (entry.__name__ if isinstance(entry, type) else f"the module {entry.__name__}"
+                     if isinstance(entry, types.ModuleType) else type(entry).__name__)
+            raise ValueError(f"{path!r} names {found} in {holder}: a {self.what} of your own is {self.wanted()}")
+        entry = self[path] = self.named(entry, path)
+        return entry
+
+    def _locate(self, path: str) -> Tuple[Any, str]:
+        """The object at ``path`` and its holder's words ("module m", "class m.C"), found as torchtune's
+        ``_component_`` finds one (its ``config._utils._get_component_from_path``, after Hydra's ``_locate``; not
+        imported: rope/ does not import torchtune): the first part imported, each next one an attribute of the
+        object so far or, where a module has none, its submodule imported; so an attribute inside a class
+        (``pkg.mod.Class.Inner``, a classmethod) is found too. ``ValueError`` naming the part that is missing."""
+        parts = path.split(".")
+        obj = self._import(path, parts[0])
+        for i, part in enumerate(parts[1:], 1):
+            parent = ".".join(parts[:i])
+            holder = _holder(obj, parent)
+            try:
+                obj = getattr(obj, part)
+                continue
+            except AttributeError:
+                if not isinstance(obj, types.ModuleType) or not self._is_submodule(f"{parent}.{part}"):
+                    imports = " imports but" if isinstance(obj, types.ModuleType) else ""
+                    raise ValueError(f"{path!r}: {holder}{imports} has no attribute {part!r}: a {self.what} of "
+                                     f"your own is {self.wanted()}") from None
+            obj = self._import(path, f"{parent}.{part}")
+        return obj, holder
+
+    @staticmethod
+    def _is_submodule(name: str) -> bool:
+        """Whether Python finds module ``name`` (its parent imported already): a module with no such attribute may
+        still have it as a submodule its ``__init__`` does not import."""
         try:
-            module = importlib.import_module(module_name)
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def _import(self, path: str, module_name: str) -> types.ModuleType:
+        try:
+            return importlib.import_module(module_name)
         except Exception as e:  # noqa: BLE001 - the user's module: ImportError, or its own SyntaxError, NameError...
             raise ValueError(f"{path!r} does not import ({type(e).__name__}: {e}): {self._import_fix(module_name, e)}"
                              ) from None
-        entry = getattr(module, attr, None)
-        if not self.accepts(entry):
-            found = ("nothing" if entry is None else entry.__name__ if isinstance(entry, type)
-                     else f"the module {entry.__name__}" if isinstance(entry, types.ModuleType) else type(entry).__name__)
-            raise ValueError(f"{path!r} names {found} in module {module_name}: a {self.what} of your own is "
-                             f"{self.wanted()}")
-        entry = self[path] = self.named(entry, path)
-        return entry
 
     def _import_fix(self, module_name: str, e: Exception) -> str:
         """What to do about ``e``, raised importing ``module_name``: put the module where Python finds it, or, when
