@@ -39,8 +39,9 @@ class DivergenceFunctions(DottedRegistry):
     def wanted(self) -> str:
         return SIGNATURE
 
-    def load(self, path: str) -> Any:
-        fn = super().load(path)
+    def check(self, fn: Any, path: str) -> None:
+        """Asked on a small input before it is kept: refused (``ValueError``, one line) where it raises, gives
+        another shape or dtype than one float32 value a position, or moves under a shift of the logits."""
         probe = torch.linspace(-1.0, 1.0, 2 * 3 * 5).view(2, 3, 5)
         try:
             out = fn(probe, probe.flip(-1))
@@ -49,19 +50,16 @@ class DivergenceFunctions(DottedRegistry):
         except Exception as e:  # noqa: BLE001 - the user's function: any failure is its refusal
             bad = f"raised {type(e).__name__}: {e}"
         if bad is not None:
-            del self[path]
             raise ValueError(f"{path!r} on two [2, 3, 5] float32 logit tensors {bad}: a divergence of your own is "
                              f"{SIGNATURE}, a float32 tensor of shape [2, 3] here")
         moved = _moved_by_a_shift(fn, probe, out)
         if moved is not None:
-            del self[path]
             raise ValueError(f"{path!r} depends on the logits other than through their softmaxes: on two [2, 3, 5] "
                              f"float32 logit tensors, adding a constant to each position's logits (which leaves its "
                              f"softmax as it is) moved its value by {moved:.3g}; the fused loss path hands a "
                              "divergence log-probabilities, so it would train on another function than the one "
                              "named: compute it from the softmaxes (log_softmax of each input, as the shipped ones "
                              "do)")
-        return fn
 
 
 def _moved_by_a_shift(fn: PerPosition, probe: torch.Tensor, out: torch.Tensor) -> Optional[float]:

@@ -49,8 +49,13 @@ class DottedRegistry(dict):
             found = (entry.__name__ if isinstance(entry, type) else f"the module {entry.__name__}"
                      if isinstance(entry, types.ModuleType) else type(entry).__name__)
             raise ValueError(f"{path!r} names {found} in {holder}: a {self.what} of your own is {self.wanted()}")
+        self.check(entry, path)  # before it is kept: a lookup meanwhile (another thread's) imports and asks anew
         entry = self[path] = self.named(entry, path)
         return entry
+
+    def check(self, entry: Any, path: str) -> None:
+        """Refuse an imported ``entry`` that :meth:`accepts` takes but cannot be one (``ValueError``, one line);
+        here none. Called before ``entry`` is kept under ``path``."""
 
     def _locate(self, path: str) -> Tuple[Any, str]:
         """The object at ``path`` and its holder's words ("module m", "class m.C"), found as torchtune's
