@@ -3,7 +3,10 @@ readers of someone's checkpoint imported without asking: ``longshort-eval --mode
 pretrained=THEIR_FOLDER`` ran the top-level code of any module the folder named. As transformers asks
 ``trust_remote_code=True`` for a checkpoint's ``auto_map``, a path outside the package is now refused before it is
 imported (the module's side effect, a marker file, is the independent witness), and imported with the flag; shipped
-paths need none, and the recipe (the user's own YAML) none."""
+paths need none. The recipe's start folder (``checkpointer.checkpoint_dir=THEIR_FOLDER``) is someone's folder too
+(transformers' ``from_pretrained`` asks in one's own training script): its config check imported the code it named
+without asking; it is refused now unless ``checkpointer.trust_remote_code: true``, or the config names the path
+itself."""
 
 from __future__ import annotations
 
@@ -132,3 +135,46 @@ def test_table1_trusts_the_checkpoint_its_yaml_names(marker, tiny_llama2_dir, sp
                 repo_root=tmp_path)
     t1.check_cells()
     assert marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_the_recipe_refuses_a_start_folders_code_unless_its_config_trusts_it(marker, tiny_llama2_dir,
+                                                                              sp_tokenizer_dir, tmp_path):
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    out = tmp_path / "run"
+    with pytest.raises(ValueError) as info:  # tune run and longshort-validate: exit 2, this line
+        load_recipe_config(make_cfg(folder, sp_tokenizer_dir, out))
+    said = str(info.value)
+    assert said.startswith(f"{folder.resolve()}/config.json: longshort_family='{FAMILY_PATH}' names code outside "
+                           "torchtune_longshort") and "\n" not in said
+    assert said.endswith(f"if you trust this checkpoint and {MODULE}, pass checkpointer.trust_remote_code=true on the "
+                         "command line (or checkpointer.trust_remote_code: true in the config)")
+    assert not _imported(marker) and not out.exists()
+    config = load_recipe_config(make_cfg(folder, sp_tokenizer_dir, out, **{"checkpointer.trust_remote_code": True}))
+    assert config.checkpointer.trust_remote_code is True and marker.exists() and not out.exists()
+    # the config's own path (model.family) is the user's choice: no key needed (a new process, a new folder)
+    forget_user_module(PKG)
+    marker.unlink()
+    other = _folder_naming(tiny_llama2_dir, tmp_path / "theirs_too", longshort_family=FAMILY_PATH)
+    load_recipe_config(make_cfg(other, sp_tokenizer_dir, out, **{"model.family": FAMILY_PATH}))
+    assert marker.exists() and not out.exists()
+
+
+def test_a_study_trusts_a_given_base_that_names_code_and_writes_no_key_otherwise(marker, tiny_llama2_dir, tmp_path):
+    """A study's YAML names its base (its evaluations trust it): a fine-tune from a given base whose config.json
+    names a family of one's own gets checkpointer.trust_remote_code, which the recipe would otherwise refuse; a
+    base naming none gets no key, so an older study's recipe.yaml stays the same (a changed one retrains)."""
+    from study_helpers import _study
+
+    theirs = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    plain = _folder_naming(tiny_llama2_dir, tmp_path / "plain")
+    for base, want in ((theirs, {"trust_remote_code": True}), (plain, {})):
+        study, _ = _study(tmp_path / base.name, base={"checkpoint_dir": str(base)}, methods={"pi": {"method": "linear"}},
+                          alphas=[0, 0.1], seeds=[0],
+                          model={"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": None})
+        run = study.cfg.grid[0]
+        checkpointer = study.recipe_config(run.key, run)["checkpointer"]
+        assert {k: v for k, v in checkpointer.items() if k == "trust_remote_code"} == want

@@ -58,7 +58,7 @@ from torchtune_longshort.models.family_builders import (
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.rope.base import check_rope_table
-from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path
+from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path, shipped
 from torchtune_longshort.rope.registry import DottedInstances, is_dotted_path
 
 logger = logging.getLogger(__name__)
@@ -278,6 +278,14 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
         f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
         f"model family{why}. Supported: {supported()}"
     )
+
+
+def names_own_code(config: Config) -> bool:
+    """Whether a checkpoint's parsed ``config.json`` names code outside the package (:func:`check_checkpoint_code`'s
+    keys), which a reader asked to trust nothing refuses whatever this process imported."""
+    spec = config.get("longshort_rope")
+    paths = (config.get(FAMILY_KEY), spec.get("method") if isinstance(spec, dict) else None)
+    return any(is_dotted_path(p) and not shipped(p) for p in paths)
 
 
 def check_checkpoint_code(config: Config, where: str = "config.json") -> None:

@@ -4,14 +4,17 @@ importable module, so, as transformers asks ``trust_remote_code=True`` before it
 ``auto_map`` names (and lm-eval's ``hf`` passes that argument through ``--model_args``), the readers of someone's
 checkpoint (the ``longshort`` eval model, ``longshort-misalignment``, :func:`~torchtune_longshort.models.load_hf_checkpoint`)
 read it under :func:`checkpoint_code`: there a path outside this package that this process has not imported already
-is refused before it is imported, unless the caller trusts it. The recipe and the config check read paths the user's
-own YAML names (and the step folders it writes from them): no gate there (none set: every path imports as before)."""
+is refused before it is imported, unless the caller trusts it. So does the recipe's config check (``tune run``,
+``longshort-validate``) for the start checkpoint folders a config names (``checkpointer.checkpoint_dir=THEIR_FOLDER``
+is someone's folder, as ``pretrained=`` is; transformers' ``from_pretrained`` in one's own training script asks
+too), trusted by ``checkpointer.trust_remote_code: true``; a path the config names itself (``model.family``,
+``model.method``) is the user's and needs no key."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from torchtune_longshort.rope.registry import is_dotted_path
 
@@ -19,6 +22,10 @@ PACKAGE = "torchtune_longshort"
 # How the eval model's callers trust a checkpoint's code (its --model_args, lm-eval's flag, the class's keyword).
 EVAL_FIX = ("trust_remote_code=True in --model_args (or lm-eval's --trust_remote_code; from Python, the keyword "
             "trust_remote_code=True)")
+# How a recipe config trusts its start folders' code (:func:`~torchtune_longshort.training.recipe_config.
+# load_recipe_config`).
+RECIPE_FIX = ("checkpointer.trust_remote_code=true on the command line (or checkpointer.trust_remote_code: true in "
+              "the config)")
 
 _GATE: contextvars.ContextVar[Optional[tuple]] = contextvars.ContextVar("checkpoint_code", default=None)
 
@@ -28,10 +35,11 @@ class UntrustedCheckpointCode(ValueError):
 
 
 @contextlib.contextmanager
-def checkpoint_code(trust_remote_code: bool, fix: str = EVAL_FIX) -> Iterator[None]:
+def checkpoint_code(trust_remote_code: bool, fix: str = EVAL_FIX, own: Iterable[str] = ()) -> Iterator[None]:
     """Read checkpoints inside this block as someone's: a dotted path one names is imported only when
-    ``trust_remote_code`` (``fix``: how the caller says so, named in the refusal)."""
-    token = _GATE.set((bool(trust_remote_code), fix))
+    ``trust_remote_code`` (``fix``: how the caller says so, named in the refusal), or when it is among ``own`` (the
+    paths the caller's own config names)."""
+    token = _GATE.set((bool(trust_remote_code), fix, frozenset(own)))
     try:
         yield
     finally:
@@ -48,7 +56,8 @@ def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> No
     someone's checkpoint runs (:func:`checkpoint_code`) without trust, and it is a dotted path outside the package
     that ``registry`` does not hold yet (held: imported already, nothing runs)."""
     gate = _GATE.get()
-    if gate is None or gate[0] or not is_dotted_path(path) or shipped(path) or dict.__contains__(registry, path):
+    if (gate is None or gate[0] or not is_dotted_path(path) or shipped(path) or path in gate[2]
+            or dict.__contains__(registry, path)):
         return
     module = path.rpartition(".")[0]
     raise UntrustedCheckpointCode(

@@ -9,6 +9,7 @@ anything trains, :func:`check_recipe_overrides` reads every run's that way."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json
+from torchtune_longshort.models.families import names_own_code
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
@@ -133,6 +135,19 @@ class RunConfigs:
                 "max_length": self.cfg.eval.max_length, "allow_extrapolation": str(extrapolate).lower(),
                 "trust_remote_code": "true"}
 
+    def _base_trust(self) -> Dict[str, Any]:
+        """``trust_remote_code: true`` where a given base's config.json names code of one's own that the recipe
+        asks to trust (the study's YAML named the base, as its evaluations trust it); nothing otherwise, so that
+        the recipe.yaml of a study written before the key is the same (a changed one retrains from step 0)."""
+        if not self.cfg.base.given or not (self.base_checkpoint() / "config.json").is_file():
+            return {}
+        folder = self.base_checkpoint() / "config.json"
+        try:
+            config = json.loads(folder.read_text())
+        except (OSError, ValueError):
+            return {}  # the recipe names the file
+        return {"trust_remote_code": True} if isinstance(config, dict) and names_own_code(config) else {}
+
     def base_checkpoint(self) -> Path:
         base = self.cfg.base
         if base.given:
@@ -175,7 +190,8 @@ class RunConfigs:
                       "model": model}
             c = merged(c, {"seq_len": cfg.L, "max_steps": cfg.finetune.max_steps, "seed": run.seed,
                            "loss": {"alpha": run.alpha},
-                           "checkpointer": {"checkpoint_dir": str(self.base_checkpoint())}})
+                           "checkpointer": {"checkpoint_dir": str(self.base_checkpoint()),
+                                            **self._base_trust()}})
             c["model"] = scaled
             c = merged(c, cfg.finetune.overrides)
             c = merged(c, run.overrides)  # the method's and the variant's own keys (e_range, divergence, ...)

@@ -144,7 +144,8 @@ class Table1:
     def model_args(self, variant: str, length: int) -> Dict[str, Any]:
         """The cell's ``--model_args`` for the ``longshort`` model (``dtype`` is added from the eval section).
         ``trust_remote_code``: the YAML's author named ``checkpoint_dir`` (as a study's given base), so code its
-        config.json names (a family or RoPE method of one's own) is imported as ``tune run`` would."""
+        config.json names (a family or RoPE method of one's own) is imported, as a study's runs from such a base set
+        ``checkpointer.trust_remote_code``."""
         rope = self.rope_spec(variant)
         return {"pretrained": self.cfg.checkpoint_dir, "rope": rope["method"],
                 **{f"rope_{k}": v for k, v in rope.items() if k != "method"},

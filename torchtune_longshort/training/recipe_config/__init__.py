@@ -11,9 +11,10 @@ included (whether a folder the run will create can be created is tried with an u
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from torchtune_longshort.config.fields import build_section, section_keys
+from torchtune_longshort.rope.checkpoint_code import RECIPE_FIX, checkpoint_code
 from torchtune_longshort.training.recipe_config.key_homes import key_homes
 from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
 from torchtune_longshort.training.recipe_config.paths import naming_the_source, resolved_config, resolved_container
@@ -38,6 +39,27 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     _refuse_plus_keys(node, local)
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
     as_here = torchtune_keys_as_here(node)
+    # a start folder is someone's, as pretrained= is: code its config.json names is imported only when trusted (or
+    # named by this config itself); a path the check imports is held after, so the setup reads it as before
+    checkpointer = node.get("checkpointer")
+    trust = isinstance(checkpointer, dict) and checkpointer.get("trust_remote_code") is True
+    with checkpoint_code(trust, RECIPE_FIX, own=_strings(node)):
+        return _checked(cfg, node, as_here, world_size, local)
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every string value in ``node`` (the paths a config names itself)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _strings(value)
+
+
+def _checked(cfg: Any, node: dict, as_here: dict, world_size: int, local: bool) -> RecipeConfig:
     try:
         config = _built(node, as_here, local)
         check_rules(config, world_size, local)

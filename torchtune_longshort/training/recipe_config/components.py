@@ -232,12 +232,17 @@ class CheckpointerConfig(ComponentSection):
     LOCAL_CHECKS = True
     BUILT = False  # torchtune's checkpointer arguments (checkpoint_files, ...) may be absent
     # ${output_dir} in torchtune's configs: where the run's folder sits (the recipe never builds this checkpointer)
-    RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ("output_dir",)
+    # trust_remote_code: whether the start folder's code may be imported, not what the run trains
+    RESUME_IGNORED: ClassVar[Tuple[str, ...]] = ("output_dir", "trust_remote_code")
 
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (null: random weights, the model node's "
                                             "family and dimensions)", check=text, nullable=True)
     model_type: Optional[str] = setting(FROM_COMPONENT, doc="torchtune's model_type, checked against the folder's "
                                         "family (optional)")
+    trust_remote_code: bool = setting(False, doc="import the code of one's own a start folder's config.json names "
+                                      "(longshort_family, longshort_rope.method) that this config does not name "
+                                      "itself; without it such a folder is refused before that module is imported",
+                                      check=boolean)
 
     def check(self, where: str) -> None:
         for key in UNREAD_CHECKPOINTER_KEYS:  # with or without a start folder
