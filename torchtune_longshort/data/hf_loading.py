@@ -31,7 +31,7 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
         if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
             return named
     elif not read:  # the source never opened: refused at build (load_failure); read unchecked, the split named
-        if isinstance(error, ConnectionError):  # the hub out of reach (check_first=False): a traceback, no fix
+        if isinstance(error, ConnectionError) or hub_answered_missing(error):  # the hub out of reach or without it
             return DataSourceError(str(load_failure(section, source, name, split, error, names)))
         return load_failure(section, source, name, split, error, names) if bad_split(error) else error
     return DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
@@ -89,7 +89,15 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
     said = " ".join(str(error).split())[:300] or type(error).__name__
     if bad_split(error):  # datasets' words name no setting
         return ValueError(f"split {split!r} ({names('split')}) is not a split of {source!r}: {said.split('. ', 1)[-1]}")
-    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks, datasets' missing-repo errors
+    answered = hub_answered_missing(error)
+    if answered:  # datasets' words: 'Couldn't find any data file at <cwd>/<name>' and 'check your connection'
+        token = " (a private or gated one: your token, HF_TOKEN)" if "cannot be accessed" in answered else ""
+        source_setting = f" ({names('source')})" if not names.flags or "source" in names.flags else ""
+        return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded: {hub_endpoint()} "
+                          f"answered that it has no such dataset ({answered}): check the name's spelling"
+                          f"{source_setting}{token}, that HF_ENDPOINT names the hub you mean, or read a copy of it "
+                          f"from {local}")
+    if isinstance(error, (ValueError, FileNotFoundError)):  # our checks
         return error
     if "scripts are no longer supported" in said:
         hint = ("its hub repository is a loading script, which datasets >= 4 no longer runs: name a copy in Parquet "
@@ -107,6 +115,33 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
         hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
     return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
                       f"({type(error).__name__}: {said}): {hint}")
+
+
+def hub_answered_missing(error: BaseException) -> Optional[str]:
+    """What the hub answered, where ``datasets`` failed because it has no such dataset (a ``DatasetNotFoundError``
+    "doesn't exist on the Hub", or an HTTP 404 anywhere in the error's chain: a mirror or a wrong ``HF_ENDPOINT``,
+    which datasets words as 'Couldn't find any data file' and 'check your connection'); None otherwise (the hub
+    out of reach, a gated dataset, another failure)."""
+    seen, chain = set(), [error]
+    while chain:
+        err = chain.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        said, kinds = " ".join(str(err).split()), {k.__name__ for k in type(err).__mro__}
+        if "DatasetNotFoundError" in kinds and "doesn't exist on the Hub" in said:
+            return f"DatasetNotFoundError: {said[:200]}"
+        response = getattr(err, "response", None)  # a file or revision the hub lacks is no missing dataset
+        if getattr(response, "status_code", None) == 404 and not kinds & {"EntryNotFoundError", "RevisionNotFoundError"}:
+            return f"HTTP 404 for {getattr(getattr(response, 'request', None), 'url', None) or said[:200]}"
+        chain += [err.__cause__, err.__context__]
+    return None
+
+
+def hub_endpoint() -> str:
+    """The hub ``datasets`` asks, as :func:`load_failure` names it: ``HF_ENDPOINT``'s, or the Hugging Face hub."""
+    endpoint = os.environ.get("HF_ENDPOINT")
+    return f"the hub at HF_ENDPOINT={endpoint}" if endpoint else "the Hugging Face hub (https://huggingface.co)"
 
 
 def builder_keys(source: Any) -> Optional[Tuple[str, frozenset]]:

@@ -181,7 +181,12 @@ def iter_texts(
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
         split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
-        with source_names(SourceNames("data set", {"text_field": text_field_setting, "split": split_setting})):
+        names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting})
+        if source == "hf" and text_field_setting.endswith(" in --metadata"):  # its keys: ppl_dataset_path, ...
+            files = text_field_setting.replace("text_field in", "data_files=<path or glob> in", 1)
+            names = SourceNames("data set", {**names.flags, "source": split_setting.replace("split", "dataset_path", 1)},
+                                local_files=f"local files ({files})")
+        with source_names(names):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)
         it = guard_hub_iteration(
