@@ -14,6 +14,7 @@ from torchtune.config._utils import _merge_yaml_and_cli_args
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.training.recipe_config import load_recipe_config
+from torchtune_longshort.windows import resolve_e_range, resolve_min_context
 
 BASE = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs/tiny/longshort_stdlib.yaml"))
 
@@ -27,3 +28,37 @@ def test_the_config_check_says_the_librarys_words_once(key, value):
         load_recipe_config(_merge_yaml_and_cli_args(Namespace(**BASE), [f"loss.{key}={value}"]), local=False)
     assert str(cli.value) == f"loss.{api.value}", (str(cli.value), str(api.value))
     assert str(cli.value).count(f"{key}={value!r}") == 1 and "\n" not in str(cli.value)
+
+
+def _config_refusal(override: str) -> str:
+    with pytest.raises(ValueError) as cli:
+        load_recipe_config(_merge_yaml_and_cli_args(Namespace(**BASE), [override]), local=False)
+    assert "\n" not in str(cli.value)
+    return str(cli.value)
+
+
+@pytest.mark.parametrize("override,library", [
+    ("e_range=[0,300]", lambda: resolve_e_range([0, 300], 256)),
+    ("e_range=[5,2]", lambda: resolve_e_range([5, 2], 256)),
+    ("loss.min_context=300", lambda: resolve_min_context(300, 256))])
+def test_a_value_judged_at_seq_len_is_named_once(override, library):
+    """longshort-validate tiny/longshort_stdlib.yaml e_range=[0,300] said 'e_range=[0, 300] is not accepted at
+    seq_len=256: e_range=[0, 300] resolves to [0, 300] for L=256: ...' (loss.min_context=300: '... at seq_len=256:
+    min_context=300 must be in [1, L=256]'); the line is now the library's (the reference: its exception at
+    L = the config's seq_len 256), with the field's path."""
+    with pytest.raises(ValueError) as api:
+        library()
+    path = override.split("=", 1)[0]
+    assert _config_refusal(override) == f"{path.rsplit('.', 1)[0] + '.' if '.' in path else ''}{api.value}"
+
+
+def test_a_bound_the_library_names_alone_keeps_the_fields_value_and_seq_len():
+    said = _config_refusal("e_range=[x,1]")
+    assert said.startswith("e_range=['x', 1] is not accepted at seq_len=256: e_range bound 'x' is not understood")
+
+
+def test_checkpointer_model_type_is_named_once():
+    """'checkpointer.model_type: model_type='MISTRAL' does not convert ...' named the key twice."""
+    said = _config_refusal("checkpointer.model_type=MISTRAL")
+    assert said.startswith("checkpointer.model_type='MISTRAL' does not convert a 'llama' checkpoint"), said
+    assert said.count("'MISTRAL'") == 1

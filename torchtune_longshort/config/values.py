@@ -166,13 +166,21 @@ def wrapped(validate: Callable[[Any], Any]) -> Check:
         try:
             validate(value)
         except (TypeError, ValueError) as e:
-            said, named = str(e), f"{p.rsplit('.', 1)[-1]}={value!r}"
-            if said.startswith(named):  # the validator names the value itself: named once, with the field's path
-                raise ValueError(f"{p}={value!r}{said[len(named):]}") from None
-            raise ValueError(f"{p}={value!r} is not accepted: {said}") from None
+            raise ValueError(named_once(p, value, e)) from None
         return value
 
     return check
+
+
+def named_once(path: str, value: Any, error: BaseException, context: str = "") -> str:
+    """The config check's refusal of ``path=value`` where a library validator raised ``error``: its message with the
+    field's path, the value named once where the message names it itself (``min_context=0 is not valid`` ->
+    ``loss.min_context=0 is not valid``), else ``path=value is not accepted<context>: <message>`` (``context``:
+    what the value was judged against, `` at seq_len=256``)."""
+    said, named = str(error), f"{path.rsplit('.', 1)[-1]}={value!r}"
+    if said.startswith(named):
+        return f"{path}={value!r}{said[len(named):]}"
+    return f"{path}={value!r} is not accepted{context}: {said}"
 
 
 def resolve_component(path: str, dotted: Any) -> Any:

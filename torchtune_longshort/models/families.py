@@ -349,12 +349,12 @@ def _tying(family: ModelFamily) -> str:
 
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str,
                                decided_by: str = "the folder's config.json") -> None:
-    """Refuse a config's ``checkpointer.model_type`` that would convert ``family``'s weights wrongly
-    (``decided_by``: what says the family when the key is left out)."""
+    """Refuse a config's ``checkpointer.model_type`` (``where``: its key's path) that would convert ``family``'s
+    weights wrongly (``decided_by``: what says the family when the key is left out)."""
     if model_type is None or str(model_type).upper() in family.torchtune_model_types:
         return
     raise UnsupportedModelError(
-        f"{where}: model_type={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
+        f"{where}={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
         f"use model_type: {family.torchtune_model_type} (or leave it out: {decided_by} decides)"
     )
 

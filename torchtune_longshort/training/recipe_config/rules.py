@@ -24,7 +24,7 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.fields import with_own_defaults
-from torchtune_longshort.config.values import resolve_component
+from torchtune_longshort.config.values import named_once, resolve_component
 from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
 
 logger = logging.getLogger(__name__)
@@ -179,8 +179,8 @@ def _check_min_context(config: RecipeConfig) -> None:
     try:
         resolve_min_context(config.loss.min_context, config.seq_len)
     except ValueError as e:
-        raise ValueError(f"loss.min_context={config.loss.min_context!r} is not accepted at seq_len={config.seq_len}: "
-                         f"{e}") from None
+        raise ValueError(named_once("loss.min_context", config.loss.min_context, e,
+                                    f" at seq_len={config.seq_len}")) from None
     if config.loss.alpha != 0:
         _check_alignment_reach(config)
 

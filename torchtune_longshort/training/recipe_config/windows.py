@@ -11,7 +11,7 @@ from typing import Any, Sequence, Tuple
 
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.config.fields import Section, setting
-from torchtune_longshort.config.values import boolean, refuse
+from torchtune_longshort.config.values import boolean, named_once, refuse
 from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range, validate_window_length
 
 
@@ -50,4 +50,4 @@ class WindowsConfig(Section):
         try:
             self.e_bounds
         except (ValueError, TypeError, ZeroDivisionError) as e:
-            raise ValueError(f"e_range={self.e_range!r} is not accepted at seq_len={self.seq_len}: {e}") from None
+            raise ValueError(named_once("e_range", list(self.e_range), e, f" at seq_len={self.seq_len}")) from None
