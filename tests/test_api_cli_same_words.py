@@ -20,8 +20,13 @@ BASE = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "config
 
 
 @pytest.mark.parametrize("key,value", [("divergence", "sc"), ("divergence", "torch.nn"), ("min_context", 0),
-                                       ("min_context", "abc")])
+                                       ("min_context", "abc"), ("alpha", -1), ("alpha", "abc"), ("alpha", True),
+                                       ("alpha", -0.5), ("num_chunks", 0), ("num_chunks", 1.5),
+                                       ("num_chunks", "abc"), ("num_chunks", True)])
 def test_the_config_check_says_the_librarys_words_once(key, value):
+    """alpha and num_chunks were worded otherwise by each ('alpha=-1 must be a finite number >= 0' from Python,
+    'loss.alpha=-1 is not accepted: expected a finite number >= 0' from the config check), and LongShortLoss took
+    num_chunks=True, which the config check refused; one validator now says both."""
     with pytest.raises(ValueError) as api:
         LongShortLoss(**{key: value})
     with pytest.raises(ValueError) as cli:

@@ -86,7 +86,7 @@ FAMILIES = {
         ({"loss.min_context": "half"}, "loss.min_context", r"'listing'"),
         ({"loss.min_context": 0}, "loss.min_context", r"'listing'"),
         ({"loss.min_context": 1000}, "loss.min_context", r"\[1, L=64\]"),
-        ({"loss.num_chunks": 0}, "loss.num_chunks", r"integer >= 1"),
+        ({"loss.num_chunks": 0}, "loss.num_chunks", r"^loss.num_chunks=0 must be an int >= 1$"),
         ({"window_bos": True, "loss.alpha": 0.1}, "window_bos", r"pre-train"),
     ],
     "choices": [
@@ -262,10 +262,10 @@ FAMILIES = {
     # component's default and said OK; tune run refused it once the model was loaded (alpha=None, naming no
     # section), or ended in a traceback (DiskLogger's log_dir)
     "nulls": [
-        ({"loss.alpha": None}, "loss.alpha", r"^loss.alpha=None is not accepted: expected a finite number >= 0 \(null "
+        ({"loss.alpha": None}, "loss.alpha", r"^loss.alpha=None must be a finite number >= 0 \(null "
          r"is handed to the component as None, not its default: leave alpha out, or ~loss.alpha on the command line, "
          r"for its default 0.1\)$"),
-        ({"loss.num_chunks": None}, "loss.num_chunks", r"expected an integer >= 1 \(null is handed"),
+        ({"loss.num_chunks": None}, "loss.num_chunks", r"=None must be an int >= 1 \(null is handed"),
         ({"loss.divergence": None}, "loss.divergence", r"not known.*\(null is handed"),
         ({"metric_logger.log_dir": None}, "metric_logger.log_dir",
          r"=None is not accepted: .*\(null is handed to the component as None, and it has no default: set a value\)"),

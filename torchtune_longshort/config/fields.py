@@ -2,7 +2,7 @@
 plain mapping into a typed section (:func:`build_section`).
 
 ``build_section`` refuses unknown keys (with "did you mean"), asks for required ones, fills defaults and runs each
-field's check with the field's full name (``loss.alpha=-1 is not accepted: ...``), then the section's own
+field's check with the field's full name (``batch_size=-1 is not accepted: ...``), then the section's own
 ``check(where)`` for rules between its fields. A :class:`ComponentSection` is a ``_component_`` node: its other keys
 are the component's arguments, bound against its signature, and a typed field may take its default from that
 signature (:data:`FROM_COMPONENT`), so the component stays the one owner of its defaults.

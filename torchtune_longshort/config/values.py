@@ -159,15 +159,16 @@ def _refuses_new_folder(folder: Path) -> Optional[str]:
     return None
 
 
-def wrapped(validate: Callable[[Any], Any]) -> Check:
-    """A library validator (raising ``ValueError``/``TypeError`` with its own wording) with the field's path added."""
+def wrapped(validate: Callable[[Any], Any], converts: bool = False) -> Check:
+    """A library validator (raising ``ValueError``/``TypeError`` with its own wording) with the field's path added;
+    the field takes what the validator returns where it ``converts`` (``validate_alpha``: a float), else the value."""
 
     def check(p: str, value: Any) -> Any:
         try:
-            validate(value)
+            checked = validate(value)
         except (TypeError, ValueError) as e:
             raise ValueError(named_once(p, value, e)) from None
-        return value
+        return checked if converts else value
 
     return check
 

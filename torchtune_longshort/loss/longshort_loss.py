@@ -54,6 +54,21 @@ Logits = Union[torch.Tensor, Sequence[torch.Tensor]]
 DEFAULT_ALPHA = 0.1
 
 
+def validate_alpha(alpha: object) -> float:
+    """``alpha`` as a float, or ``ValueError`` naming it: a finite number >= 0 (not a bool). The one check of it:
+    :class:`LongShortLoss` and the recipe's config check (``loss.alpha``) say these words."""
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"alpha={alpha!r} must be a finite number >= 0")
+    return float(alpha)
+
+
+def validate_num_chunks(num_chunks: object) -> int:
+    """``num_chunks``, or ``ValueError`` naming it: an int >= 1 (not a bool), as :func:`validate_alpha`."""
+    if not isinstance(num_chunks, int) or isinstance(num_chunks, bool) or num_chunks < 1:
+        raise ValueError(f"num_chunks={num_chunks!r} must be an int >= 1")
+    return num_chunks
+
+
 @dataclass
 class LongShortLossOutput:
     """What :class:`LongShortLoss` returns: the loss to backpropagate and detached parts for logging."""
@@ -100,16 +115,14 @@ class LongShortLoss(nn.Module):
         report_misalignment: bool = True,
     ):
         super().__init__()
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
-            raise ValueError(f"alpha={alpha!r} must be a finite number >= 0")
+        validate_alpha(alpha)
         divergence_fn(divergence)  # raises with the accepted names
         why = untrainable(divergence) if alpha > 0 else None
         if why:
             raise ValueError(f"divergence={divergence!r} cannot be trained on (alpha={alpha}): {why}: "
                              f"{UNTRAINABLE_FIX}, or set alpha=0 to report it alone")
         validate_min_context(min_context)
-        if not isinstance(num_chunks, int) or num_chunks < 1:
-            raise ValueError(f"num_chunks={num_chunks!r} must be an int >= 1")
+        validate_num_chunks(num_chunks)
         self.alpha = float(alpha)
         self.divergence = divergence
         self.min_context = min_context

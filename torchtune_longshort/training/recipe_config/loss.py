@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Tuple
 
 from torchtune_longshort.loss import LongShortLoss
+from torchtune_longshort.loss.longshort_loss import validate_alpha, validate_num_chunks
 from torchtune_longshort.loss.divergences import UNTRAINABLE_FIX, divergence_fn, untrainable
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, setting
-from torchtune_longshort.config.values import integer, number, resolve_component, wrapped
+from torchtune_longshort.config.values import resolve_component, wrapped
 from torchtune_longshort.windows import validate_min_context
 
 
@@ -26,12 +27,12 @@ class LossConfig(ComponentSection):
     RESUME_APPLIED: ClassVar[Tuple[str, ...]] = ("num_chunks",)
 
     alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
-                           check=number(0.0))
+                           check=wrapped(validate_alpha, converts=True))
     divergence: str = setting(FROM_COMPONENT, doc="sce (paper Eq. 3), jeffreys or js, or a function's dotted path",
                               check=wrapped(divergence_fn))
     min_context: Any = setting(FROM_COMPONENT, doc="floor of the compared contexts: listing, inclusive, none or an int",
                                check=wrapped(validate_min_context), nullable=True)
-    num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=integer(1))
+    num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=wrapped(validate_num_chunks))
 
     def check(self, where: str) -> None:
         cls = resolve_component(f"{where}._component_", self.component)
