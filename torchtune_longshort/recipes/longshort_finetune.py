@@ -46,7 +46,7 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.metrics import mean_over_ranks, where_logged
     from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
     from torchtune_longshort.training.out_of_space import OutOfSpace
-    from torchtune_longshort.training.recipe_config.validate import check_config_argument
+    from torchtune_longshort.training.recipe_config.validate import check_config_argument, tune_run_import_path
     from torchtune_longshort.training.recipe_setup import RecipeSetup
     from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                           check_finite_norms, clip_gradient_norms, loss_terms,
@@ -357,10 +357,10 @@ class LongShortFinetuneRecipe(RecipeSetup):
 
 
 def recipe_main() -> None:
-    """Entry point for ``tune run``; bad input is refused in one line (``torchtune_longshort.refusals``), the
-    ``--config`` file's too (torchtune's parser opens it with a traceback)."""
-    sys.argv[1:] = refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
-    _run()
+    """``tune run``'s entry point, and ``python`` / ``torchrun`` on this file's (the current folder importable too)."""
+    with tune_run_import_path():
+        sys.argv[1:] = refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
+        _run()
 
 
 SETUP_STOPPED = ("stopped while setting up, before the first step: nothing was trained; what the setup made (a new "
