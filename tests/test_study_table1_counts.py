@@ -15,7 +15,8 @@ import math
 import statistics
 
 import yaml
-from test_study_table1 import _rec, tiny_folder  # noqa: F401  (tiny_folder: a fixture)
+from test_study_table1 import _rec
+from test_study_table1_cells import tiny_folder  # noqa: F401  (a fixture)
 
 from torchtune_longshort.eval.cli_run import run_cli, samples_of
 from torchtune_longshort.study.table1.analysis import analyze, main_correlation
