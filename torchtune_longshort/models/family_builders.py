@@ -136,13 +136,14 @@ def nf4_weight_shapes(config: Config, lora: Dict[str, Any]) -> Dict[str, Tuple[i
     return shapes
 
 
-def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]], where: str = "quantize_base") -> None:
+def check_nf4_shapes(config: Config, lora: Optional[Dict[str, Any]], where: str = "quantize_base",
+                     world_size: Optional[int] = None) -> None:
     """Refuse ``quantize_base=True`` for a checkpoint with a weight NF4 cannot quantize (numel a multiple of
-    ``NF4_BLOCK`` x the processes), before torchtune's builder meets torchao's assertion; ``where``: the setting's
-    name in the message."""
+    ``NF4_BLOCK`` x the processes: ``world_size``, else the launcher's), before torchtune's builder meets torchao's
+    assertion; ``where``: the setting's name in the message."""
     if not lora or not lora.get("quantize_base"):
         return
-    world = max(1, launched_world_size())
+    world = max(1, launched_world_size() if world_size is None else world_size)
     shapes = nf4_weight_shapes(config, lora)
     bad = [f"{name} {shape}: {shape[0] * shape[1]} values" for name, shape in shapes.items()
            if (shape[0] * shape[1]) % (NF4_BLOCK * world)]

@@ -140,15 +140,16 @@ class ModelConfig(ComponentSection):
                     f"{path}.use_dora=False")
             check_rope_node(path, node)
 
-    def open_folders(self) -> None:
+    def open_folders(self, world_size: int = 1) -> None:
         """Open (and so check) each ``hf_decoder`` node's ``checkpoint_dir``, a refusal naming that node's key (it may
         name another folder than ``checkpointer.checkpoint_dir``; the same one is checked under that name first), and
-        with ``quantize_base`` the shapes of the weights NF4 quantizes (from its ``config.json``)."""
+        with ``quantize_base`` the shapes of the weights NF4 quantizes (from its ``config.json``) on ``world_size``
+        processes."""
         for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir"):
                 folder = CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
                 if node.get("lora_rank") is not None:  # QLoRA's shapes, from config.json (the build checked them)
-                    check_nf4_shapes(folder.config, dict(node), f"{path}.quantize_base")
+                    check_nf4_shapes(folder.config, dict(node), f"{path}.quantize_base", world_size)
 
     def lora_settings(self) -> List[str]:
         """The ``field=value`` items that make the built model a LoRA one: a node's ``lora_rank``, or a torchtune

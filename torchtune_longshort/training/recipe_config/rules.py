@@ -70,7 +70,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     _check_s2_groups(config)
     _check_checkpointer_output(config)
     if local:
-        config.model.open_folders()
+        config.model.open_folders(world_size)
     declared = config.model.declared_positions(local)
     check_positions(config, declared, "the model node's max_seq_len")
     _check_sampler_reach(config, declared)
