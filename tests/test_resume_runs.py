@@ -152,6 +152,7 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     # a full fine-tune whose steps are RoPE-scaled (linear x2 in step_2's config.json, as transformers reads it): the
     # resumed step's config.json is the scaled one, not the base its steps are written with: refused likewise
     from transformers import AutoConfig
+
     hf = json.loads((run / "step_2" / "config.json").read_text())
     (run / "step_2" / "config.json").write_text(json.dumps({**hf, "rope_scaling": {"rope_type": "linear",
                                                                                      "factor": 2.0}}))
