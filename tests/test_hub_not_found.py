@@ -75,7 +75,7 @@ def test_a_hub_answering_404_is_refused_in_one_line_naming_the_fix(hub_404, tmp_
     assert eval_kind == "TaskDataError" and reason.startswith("data set 'emozilla/pg19-test' (name None, split "
                                                               "'test') " + answer), reason
     assert reason.endswith("(ppl_dataset_path in --metadata), that HF_ENDPOINT names the hub you mean, or read a "
-                           "copy of it from local files (ppl_data_files=<path or glob> in --metadata)"), reason
+                           "copy of it from local files (ppl_data_files=<path or glob> in --metadata, or ppl_source=stdlib)"), reason
 
 
 def test_the_hubs_own_not_found_is_worded_so_and_a_missing_revision_is_not(monkeypatch):

@@ -182,10 +182,11 @@ def iter_texts(
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
         split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
         names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting})
-        if source == "hf" and text_field_setting.endswith(" in --metadata"):  # its keys: ppl_dataset_path, ...
-            files = text_field_setting.replace("text_field in", "data_files=<path or glob> in", 1)
-            names = SourceNames("data set", {**names.flags, "source": split_setting.replace("split", "dataset_path", 1)},
-                                local_files=f"local files ({files})")
+        if text_field_setting.endswith("_text_field in --metadata"):  # a task's keys: ppl_dataset_path, ...
+            prefix = text_field_setting[:-len("_text_field in --metadata")]
+            own = {"source": f"{prefix}_dataset_path in --metadata"} if source == "hf" else {}  # a preset: its name
+            names = SourceNames("data set", {**names.flags, **own}, local_files=(
+                f"local files ({prefix}_data_files=<path or glob> in --metadata, or {prefix}_source=stdlib)"))
         with source_names(names):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)
