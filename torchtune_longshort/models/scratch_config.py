@@ -31,22 +31,23 @@ _LLAMA_KEYS = {
 
 def _check_counts(kw: Dict[str, Any]) -> None:
     """The integer dimensions of ``kw``: each an integer >= 1, and heads that divide into an even head size (RoPE
-    rotates pairs) and into the key/value heads; ``ValueError`` naming the keyword (torchtune's builder took 0 layers
-    or an odd head size and failed at the first forward)."""
+    rotates pairs) and into the key/value heads; ``ValueError`` starting ``<keyword>=<value>`` (the config check
+    adds the node's path: :func:`~torchtune_longshort.training.model_setup.scratch_config`; torchtune's builder took
+    0 layers or an odd head size and failed at the first forward)."""
     for key in ("vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim", "intermediate_dim",
                 "max_seq_len"):
         v = kw.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"model: {key}={v!r} is not accepted: expected an integer >= 1")
+            raise ValueError(f"{key}={v!r} is not accepted: expected an integer >= 1")
     heads, kv, dim = kw["num_heads"], kw["num_kv_heads"], kw["embed_dim"]
     if heads % kv:
-        raise ValueError(f"model: num_heads={heads} is not divisible by num_kv_heads={kv} (each key/value head serves "
+        raise ValueError(f"num_heads={heads} is not divisible by num_kv_heads={kv} (each key/value head serves "
                          f"num_heads / num_kv_heads query heads); give num_kv_heads a divisor of {heads}")
     if dim % heads:
-        raise ValueError(f"model: embed_dim={dim} is not divisible by num_heads={heads} (each head takes embed_dim / "
+        raise ValueError(f"embed_dim={dim} is not divisible by num_heads={heads} (each head takes embed_dim / "
                          "num_heads); give a multiple of num_heads")
     if (dim // heads) % 2:
-        raise ValueError(f"model: embed_dim={dim} / num_heads={heads} gives head size {dim // heads}, odd: RoPE "
+        raise ValueError(f"embed_dim={dim} / num_heads={heads} gives head size {dim // heads}, odd: RoPE "
                          "rotates pairs of dimensions; give an even head size")
 
 
@@ -74,7 +75,7 @@ def llama_config(dims: Dict[str, Any], tied: bool) -> Dict[str, Any]:
     for key, low in (("norm_eps", 0.0), ("rope_base", 1.0)):
         v = kw[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= low:
-            raise ValueError(f"model: {key}={v!r} is not accepted: expected a finite number > {low:g}")
+            raise ValueError(f"{key}={v!r} is not accepted: expected a finite number > {low:g}")
     cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items()}
     cfg.update(
         architectures=["LlamaForCausalLM"],

@@ -19,6 +19,8 @@ from torchtune.modules.peft.lora import _lora_a_init_params, _lora_b_init_params
 
 from torchtune_longshort.models.family_builders import NF4_BLOCK as _NF4_BLOCK
 from torchtune_longshort.models.hf_checkpoint import own_tensors, shape_mismatch
+from torchtune_longshort.models.hf_model import decoder_config
+from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
@@ -30,6 +32,22 @@ def model_kwargs(cfg_model: Mapping[str, Any]) -> Dict[str, Any]:
     while isinstance(node.get("model"), Mapping):
         node = dict(node["model"])
     return {k: v for k, v in node.items() if k != "_component_"}
+
+
+def scratch_config(cfg_model: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``config.json`` of random weights the model node gives (:func:`~torchtune_longshort.models.hf_model.
+    decoder_config` of its innermost node), a dimension it refuses named by its config path: ``model.vocab_size=-1``
+    (``model.model.vocab_size`` inside ``rope_scaled``), as the config check names every other field."""
+    node, where = cfg_model, "model"
+    while isinstance(node.get("model"), Mapping):
+        node, where = node["model"], f"{where}.model"
+    try:
+        return decoder_config(model_kwargs(cfg_model))
+    except ValueError as e:
+        said = str(e)
+        if said.split("=", 1)[0] in (*DIMENSION_KEYS, "max_seq_len"):
+            raise ValueError(f"{where}.{said}") from None
+        raise
 
 
 @dataclass

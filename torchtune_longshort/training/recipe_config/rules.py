@@ -16,7 +16,6 @@ import torch
 from torchtune_longshort.models.families import check_family_beside, check_torchtune_model_type, family_named
 from torchtune_longshort.models.family_builders import checkpoint_dims
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.s2_attn import check_s2_length
 from torchtune_longshort.rope.base import rope_modules
 from torchtune_longshort.rope.samplers import check_position_bound
@@ -292,9 +291,9 @@ def _check_scratch_dimensions(config: RecipeConfig) -> None:
     if config.checkpointer.checkpoint_dir is not None or config.resume:
         return
     # deferred: torchtune (model_setup imports it; importing the config kit does not need it)
-    from torchtune_longshort.training.model_setup import model_kwargs
+    from torchtune_longshort.training.model_setup import scratch_config
 
-    decoder_config(model_kwargs(config.model.args))  # the family writes config.json, checking the dimensions
+    scratch_config(config.model.args)  # the family writes config.json, checking the dimensions
 
 
 def _check_scheduler(config: RecipeConfig) -> None:
