@@ -32,6 +32,8 @@ from torchtune_longshort.rope.linear import LinearRoPE
 class MyLinear(LinearRoPE):
     pass
 MYLLAMA = dataclasses.replace(MODEL_FAMILIES["llama"])
+class Holder:
+    MYLLAMA = MYLLAMA
 """
 
 
@@ -69,12 +71,29 @@ def test_a_rope_method_a_checkpoint_names_is_imported_only_when_trusted(marker, 
         load_hf_checkpoint(tmp_path / "theirs")
     assert str(e.value) == (
         f"{tmp_path / 'theirs' / 'config.json'}: longshort_rope.method={ROPE_PATH!r} names code outside "
-        f"torchtune_longshort (module {MODULE}), which reading this checkpoint would import, running that module's "
-        f"top-level code: not imported; if you trust this checkpoint and {MODULE}, pass trust_remote_code=True to "
+        f"torchtune_longshort (in {PKG}), which reading this checkpoint would import, running top-level code of "
+        f"{PKG}: not imported; if you trust this checkpoint and {PKG}, pass trust_remote_code=True to "
         "load_hf_checkpoint")
     assert not _imported(marker)
     back = load_hf_checkpoint(tmp_path / "theirs", trust_remote_code=True)
     assert marker.read_text() == "imported" and back.rope_scaling["method"] == ROPE_PATH
+
+
+def test_a_path_into_a_class_is_refused_naming_its_package_not_a_module(marker, tiny_llama2_dir, tmp_path):
+    """A dotted path may name an attribute inside a class (c708ab7): 'gate_pkg.mine.Holder.MYLLAMA' was refused
+    '(module gate_pkg.mine.Holder) ... if you trust this checkpoint and gate_pkg.mine.Holder', naming a class a
+    module; nothing is imported to tell, so the package one installs and trusts is named."""
+    nested = f"{MODULE}.Holder.MYLLAMA"
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=nested)
+    with pytest.raises(ValueError) as e:
+        load_hf_checkpoint(folder)
+    assert str(e.value) == (
+        f"{folder / 'config.json'}: longshort_family={nested!r} names code outside torchtune_longshort (in {PKG}), "
+        f"which reading this checkpoint would import, running top-level code of {PKG}: not imported; if you trust "
+        f"this checkpoint and {PKG}, pass trust_remote_code=True to load_hf_checkpoint")
+    assert not _imported(marker)
+    load_hf_checkpoint(folder, trust_remote_code=True)
+    assert isinstance(sys.modules[MODULE].Holder, type)  # what the parent called a module is a class
 
 
 def test_the_eval_model_refuses_a_family_a_checkpoint_names_unless_trusted(
@@ -150,7 +169,7 @@ def test_the_recipe_refuses_a_start_folders_code_unless_its_config_trusts_it(mar
     said = str(info.value)
     assert said.startswith(f"{folder.resolve()}/config.json: longshort_family='{FAMILY_PATH}' names code outside "
                            "torchtune_longshort") and "\n" not in said
-    assert said.endswith(f"if you trust this checkpoint and {MODULE}, pass checkpointer.trust_remote_code=true on the "
+    assert said.endswith(f"if you trust this checkpoint and {PKG}, pass checkpointer.trust_remote_code=true on the "
                          "command line (or checkpointer.trust_remote_code: true in the config)")
     assert not _imported(marker) and not out.exists()
     config = load_recipe_config(make_cfg(folder, sp_tokenizer_dir, out, **{"checkpointer.trust_remote_code": True}))

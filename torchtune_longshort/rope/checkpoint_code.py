@@ -59,8 +59,10 @@ def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> No
     if (gate is None or gate[0] or not is_dotted_path(path) or shipped(path) or path in gate[2]
             or dict.__contains__(registry, path)):
         return
-    module = path.rpartition(".")[0]
+    # the top-level package (or module) is what one installs and trusts; nothing is imported to tell which of the
+    # parts after it are modules (a path may name an attribute inside a class: my_pkg.fam.Holder.MINE)
+    top = path.split(".")[0]
     raise UntrustedCheckpointCode(
-        f"{where}: {key}={path!r} names code outside {PACKAGE} (module {module}), which reading this checkpoint "
-        f"would import, running that module's top-level code: not imported; if you trust this checkpoint and "
-        f"{module}, pass {gate[1]}")
+        f"{where}: {key}={path!r} names code outside {PACKAGE} (in {top}), which reading this checkpoint would "
+        f"import, running top-level code of {top}: not imported; if you trust this checkpoint and {top}, pass "
+        f"{gate[1]}")
