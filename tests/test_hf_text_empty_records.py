@@ -82,7 +82,7 @@ def test_a_source_of_blank_records_alone_is_refused_as_blank_not_empty(tmp_path,
 
 def test_a_source_with_no_record_is_still_empty_not_blank(tmp_path):
     """A JSON Lines file of blank lines streams no record at all (datasets' own reading, the reference): it is
-    'empty', as before, not 'its 0 record(s) are all blank'."""
+    empty, not 'its 0 record(s) are all blank': its file is named as holding no records."""
     import datasets
 
     path = tmp_path / "n.jsonl"
@@ -90,4 +90,18 @@ def test_a_source_with_no_record_is_still_empty_not_blank(tmp_path):
     assert list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)) == []
     with pytest.raises(ValueError) as refused:
         corpus.hf_text("json", data_files=str(path), streaming=True)
-    assert str(refused.value) == "dataset 'json' split 'train' is empty"
+    assert str(refused.value) == f"dataset.data_files: {path} holds no records (an empty file); name a file with data"
+
+
+@pytest.mark.parametrize("content", ["\n\n", "[]"])
+def test_a_streamed_empty_file_is_said_as_a_loaded_one_is(tmp_path, content):
+    """A JSON file of blank lines (or an empty list) streamed (hf_text's default) was refused "dataset
+    'json' split 'train' is empty", where streaming=False names the file and the way on: the reference."""
+    path = tmp_path / "b.jsonl"
+    path.write_text(content)
+    with pytest.raises(ValueError) as loaded:
+        corpus.hf_text("json", data_files=str(path), streaming=False)
+    with pytest.raises(ValueError) as streamed:
+        corpus.hf_text("json", data_files=str(path))
+    assert str(streamed.value) == str(loaded.value) == (
+        f"dataset.data_files: {path} holds no records (an empty file); name a file with data")

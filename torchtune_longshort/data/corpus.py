@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
-    cache_problem, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
+    cache_problem, check_not_empty, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
 )
 from torchtune_longshort.data.resume_reading import Earlier, line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
@@ -309,15 +309,16 @@ def hf_text(
                   f"field={text_field!r})", earlier_reading={2: earlier, 3: partial(empties_before, docs)})
     if check_first:
         check_hf_start(docs, f"{section} {source!r} split {split!r}", skip_bad_records, text_field, names,
-                       lambda e: load_failure(section, source, name, split, e, names))
+                       lambda e: load_failure(section, source, name, split, e, names), files)
     return src
 
 
 def check_hf_start(docs: Callable[[], Iterator[Any]], what: str, skip_bad_records: bool, text_field: str,
-                   names: SourceNames, failure: Callable[[BaseException], Exception]) -> None:
+                   names: SourceNames, failure: Callable[[BaseException], Exception], files: Sequence = ()) -> None:
     """hf_text's ``check_first``: read ``docs()`` (each record as read) up to its first document, refused in one line
     when none can be (``failure``: the message of a source that cannot be loaded). A source whose every record is
-    blank (empty or whitespace-only, each left out) is said to be so, not to be empty."""
+    blank (empty or whitespace-only, each left out) is said to be so, not to be empty; one of no record whose local
+    ``files`` (``[(field, path)]``) are empty, as a load that is not streamed says it (``check_not_empty``)."""
     blank = []
 
     def documents() -> Iterator[Any]:
@@ -338,6 +339,8 @@ def check_hf_start(docs: Callable[[], Iterator[Any]], what: str, skip_bad_record
             raise ValueError(f"{what} yields no non-empty documents: its {len(blank)} record(s) are all blank "
                              f"({names('text_field')}={text_field!r} is empty or whitespace-only in each): name data "
                              f"that holds text, or the field that holds it ({names('text_field')})") from None
+        if str(e) == f"{what} is empty":
+            check_not_empty(files)
         raise failure(e) from e
 
 
