@@ -31,7 +31,7 @@ from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, f
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.training.recipe_config.rope_node import HF_DECODER, ROPE_SCALED, check_rope_node
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.config.values import boolean, integer, number, resolve_component, text
+from torchtune_longshort.config.values import boolean, integer, number, refuse, resolve_component, text
 
 CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
 
@@ -283,6 +283,9 @@ class CheckpointerConfig(ComponentSection):
 
 # torch optimizers' switches (null: torch's default where it takes None, fused / foreach)
 OPTIMIZER_FLAGS = ("fused", "foreach", "capturable", "amsgrad", "maximize", "differentiable", "decoupled_weight_decay")
+# what torch.optim's optimizers accept of the arguments they check ('Invalid weight_decay value: -1', ...)
+TORCH_OPTIMIZER_ACCEPTS = {"eps": "a number >= 0", "weight_decay": "a number >= 0", "momentum": "a number >= 0",
+                           "betas": "a pair [beta1, beta2], each in [0, 1)"}
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,25 @@ class OptimizerConfig(ComponentSection):
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
         except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
             # kind makes them raise (weight_decay='abc', betas=[0.9]); device-dependent options are left to the build
-            raise ValueError(f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {e}") from None
+            raise ValueError(self._refusal(build, where, e)) from None
+
+    def _refusal(self, build: Any, where: str, error: Exception) -> str:
+        """torch's refusal of the arguments in one line naming the field: the argument without which the optimizer
+        builds, with what torch's optimizers accept of it (``optimizer.weight_decay=-1 is not accepted: expected a
+        number >= 0``; torch said 'Invalid weight_decay value: -1', and '\'<=\' not supported between instances of
+        \'float\' and \'str\'' of 'abc'), or the optimizer's own words; else (two refused at once) torch's words
+        after the arguments."""
+        for key, value in self.args.items():
+            if key in OPTIMIZER_FLAGS or key == "lr":  # the flags and lr: checked above
+                continue
+            try:
+                build([torch.nn.Parameter(torch.zeros(1))], **{k: v for k, v in self.args.items() if k != key})
+            except (ValueError, TypeError, IndexError):
+                continue
+            if str(self.component).startswith("torch.optim.") and key in TORCH_OPTIMIZER_ACCEPTS:
+                return str(refuse(f"{where}.{key}", value, TORCH_OPTIMIZER_ACCEPTS[key]))
+            return f"{where}.{key}={value!r} is not accepted by {self.component}: {error}"
+        return f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {error}"
 
 
 @dataclass(frozen=True)
