@@ -40,7 +40,6 @@ evaluation uses the tokenizer that was checked.
 
 from __future__ import annotations
 
-import importlib
 import random
 import shutil
 import tempfile
@@ -52,6 +51,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS, load_token_counter
@@ -230,10 +230,9 @@ def _trained_tokenizer(study: Any, into: Path, log: Callable[[str], None]) -> Op
     """The tokenizer the study's first recipe run would train, trained in ``into`` by the recipe config's own
     tokenizer component; None when that component does not train a missing path."""
     node = OmegaConf.to_container(OmegaConf.create(study.recipe_config("base")), resolve=True).get("tokenizer") or {}
-    module, _, name = str(node.get("_component_", "")).rpartition(".")
-    try:
-        component = getattr(importlib.import_module(module), name) if module else None
-    except (ImportError, AttributeError):
+    try:  # found as the recipe's config check finds it (torchtune's walk: a function inside a class too)
+        component = resolve_component("tokenizer._component_", node.get("_component_"))
+    except ValueError:  # it does not import: the recipe config's check says so
         component = None
     if not getattr(component, "trains_missing_path", False):
         return None
