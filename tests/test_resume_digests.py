@@ -45,6 +45,8 @@ def test_an_edit_at_the_first_mib_s_last_byte_or_past_it_is_named(tmp_path, capl
 
 
 def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
+    """It was said 'its files are not the 3 the run read since the run saved its data state ...; its saved position
+    ... would land on the edited text', of no edited text: the file added and that nothing changes are said now."""
     folder = tmp_path / "texts"
     folder.mkdir()
     for i in range(3):
@@ -52,6 +54,31 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
     stream.take(300)
     state = stream.state_dict()
-    (folder / "a_blank.txt").write_text("  \n")  # sorted first, no document: the count is the same
+    read = list(local_text(str(folder))())
+    blank = folder / "a_blank.txt"
+    blank.write_text("  \n")  # sorted first, no document: the count is the same
+    assert list(local_text(str(folder))()) == read  # the reference: the documents read are the same
     said = _warnings(folder, state, caplog)
-    assert len(said) == 1 and "its files are not the 3 the run read" in said[0], said
+    position = "its saved position (document 1 of pass 0) would land on"
+    same = (f"(the document count and the 3 other file(s) are the same: {position} the same document, and the run "
+            "reads what it read before; nothing to do)")
+    assert said == [f"resume: dataset local_text({str(folder)!r}, 4 files): {blank}, added since the run saved its "
+                    f"data state, holds no document {same}"], said
+    (folder / "z_blank.txt").write_text("\n")
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and f"{blank} (and 1 more), added since the run saved its data state, hold no" in said[0]
+    blank.unlink()
+    (folder / "z_blank.txt").unlink()
+    blank.write_text("  \n")  # a run that read a blank file, then gone
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
+    stream.take(300)
+    with_blank = stream.state_dict()
+    blank.unlink()
+    said = _warnings(folder, with_blank, caplog)
+    assert len(said) == 1 and "1 file(s) the run read, which held no document, are gone since the run saved its " \
+        f"data state {same}" in said[0], said
+    blank.write_text("  \n")
+    (folder / "doc2.txt").write_text("edited " * 40)  # and one edited: the edited text, as before
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and "its 4 files are not the 3 the run read (files added or removed, others changed" in \
+        said[0] and "would land on the edited text" in said[0], said

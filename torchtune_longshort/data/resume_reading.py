@@ -62,16 +62,44 @@ def line_ends_read_otherwise(files: Sequence[Any], encoding: str) -> Optional[st
     return None
 
 
-def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes]) -> str:
-    """Which of ``files`` (a source's, in order) changed between the ``saved`` data state's digests and ``now``
-    (:func:`~.file_paths.file_digests`); '' when either is None or they are equal."""
+def _left_over(longer: Sequence[bytes], shorter: Sequence[bytes]) -> Optional[list]:
+    """The indices of ``longer`` left when ``shorter`` is found in it in order (None: it is not)."""
+    left, j = [], 0
+    for i, d in enumerate(longer):
+        if j < len(shorter) and d == shorter[j]:
+            j += 1
+        else:
+            left.append(i)
+    return left if j == len(shorter) else None
+
+
+def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes], position: str) -> str:
+    """What changed in ``files`` (a source's, in order; the count of documents the same) between the ``saved`` data
+    state's digests and ``now`` (:func:`~.file_paths.file_digests`), and what the resume at ``position`` does; ''
+    when either is None or they are equal. A file added or removed beside unchanged ones holds no document: said so."""
     if saved is None or now is None or saved == now:
         return ""
     n = DIGEST_BYTES
-    if len(saved) != len(now) or len(files) * n != len(now):
-        return f"its files are not the {len(saved) // n} the run read"
-    changed = [str(f) for i, f in enumerate(files) if saved[i * n:(i + 1) * n] != now[i * n:(i + 1) * n]]
-    return f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
+    old, new = ([d[i:i + n] for i in range(0, len(d), n)] for d in (saved, now))
+    same = (f"the document count and the {min(len(old), len(new))} other file(s) are the same: {position} the same "
+            "document, and the run reads what it read before; nothing to do")
+    if len(old) != len(new) and len(files) == len(new):
+        added, gone = _left_over(new, old), _left_over(old, new)
+        if added:
+            named = f"{files[added[0]]}{f' (and {len(added) - 1} more)' if len(added) > 1 else ''}"
+            return (f"{named}, added since the run saved its data state, hold{'s' if len(added) == 1 else ''} no "
+                    f"document ({same})")
+        if gone:
+            return (f"{len(gone)} file(s) the run read, which held no document, are gone since the run saved its "
+                    f"data state ({same})")
+    if len(old) != len(new) or len(files) != len(new):
+        edited = (f"its {len(new)} files are not the {len(old)} the run read (files added or removed, others "
+                  "changed, the document count the same)")
+    else:
+        changed = [str(f) for f, a, b in zip(files, old, new) if a != b]
+        edited = f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
+    return (f"{edited} since the run saved its data state (its size or first MiB); {position} the edited text. To "
+            "train on it from its start, start a new run from the step's weights (checkpoint_dir=<its step folder>)")
 
 
 def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[bytes]) -> None:
@@ -103,9 +131,7 @@ def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[byt
         log.warning(f"resume: this run was saved by an earlier torchtune_longshort, which {line_ends}: {source}: "
                     f"{position} the same document, its text differing by its line ends. To train on the text as the "
                     "run read it, finish this run with the version that started it")
-    edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests)
+    edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests, position)
     if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
         # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
-        log.warning(f"resume: {source}: {edited} since the run saved its data state (its size or first MiB); "
-                    f"{position} the edited text. To train on it from its start, start a new run from the "
-                    "step's weights (checkpoint_dir=<its step folder>)")
+        log.warning(f"resume: {source}: {edited}")
