@@ -30,6 +30,7 @@ from torchtune_longshort.eval.cli_argv import option
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
+from torchtune_longshort.eval.trust_args import trusts_remote_code
 from torchtune_longshort.refusals import quiet_when_the_reader_leaves, refuse, refusing, stoppable
 PROG = "longshort-eval"
 # what an interrupted evaluation leaves: lm-eval writes its results files when every task is done
@@ -56,20 +57,32 @@ def main() -> None:
 def _evaluate(args) -> None:
     # deferred: torch, lm_eval (tasks-path answers without them; torchao logs a line on import, filtered by the
     # quiet_upstream() installed before these)
-    import lm_eval
-    from lm_eval.__main__ import cli_evaluate
     from lm_eval.utils import setup_logging
 
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
-    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
-    from torchtune_longshort.eval.task_index import pack_only_index
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+    from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
     setup_logging()  # lm-eval's CLI does it first too: the pack's own lines (lm_eval_argv's) then print as lm-eval's
     follow_lm_eval_logging()
     if "-h" in args or "--help" in args or not args:
         print(cli_messages.help_preamble())
     argv = lm_eval_argv(args)
+    with checkpoint_code(trusts_remote_code(argv)):  # every checkpoint read, the checks' and lm-eval's (trust_args)
+        _checked_run(argv)
+
+
+def _checked_run(argv) -> None:
+    """The checks of :func:`~.cli_run.check_arguments`, then lm-eval's CLI on ``argv``."""
+    # deferred: torch, lm_eval (as in _evaluate)
+    import lm_eval
+    from lm_eval.__main__ import cli_evaluate
+
+    from torchtune_longshort.eval import cli_messages
+    from torchtune_longshort.eval.cli_run import check_arguments
+    from torchtune_longshort.eval.task_index import pack_only_index
+
     check_arguments(argv)
     quiet_lm_eval_git()
     finished = []

@@ -28,6 +28,7 @@ from torchtune_longshort.eval.model.chat import (lacks_template, no_template_mes
 from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.other_model_args import check_other_model_args, refuse_missing_folder
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
+from torchtune_longshort.eval.trust_args import trusts_remote_code
 from torchtune_longshort.eval.report.run_files import results_files, samples_of  # noqa: F401  (samples_of: for scripts)
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
                                           tasks_path, unknown_metadata_keys)
@@ -35,6 +36,7 @@ from torchtune_longshort.eval.tasks.common.lengths import METADATA_KEY
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError
 from torchtune_longshort.lengths import parse_lengths
 from torchtune_longshort.models.hf_rope import not_representable_method
+from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 logger = logging.getLogger(__name__)
 
@@ -387,14 +389,15 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     setup_logging()  # as lm-eval's CLI (and longshort-eval) first: the pack's lines print as lm-eval's own
     follow_lm_eval_logging()
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
-    check_arguments(argv[1:])
     saved, written = sys.argv, SavedResults()
-    sys.argv = argv
-    try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
-            cli_evaluate()
-    finally:
-        sys.argv = saved
+    with checkpoint_code(trusts_remote_code(argv[1:])):  # the checks' reads and lm-eval's (eval.trust_args)
+        check_arguments(argv[1:])
+        sys.argv = argv
+        try:
+            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
+                cli_evaluate()
+        finally:
+            sys.argv = saved
     written.raise_if_failed()
     given = option(argv, "--output_path")  # `--output_path=DIR` too (it returned {}, as if none were given)
     if given is None:

@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional, Tuple
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
 from torchtune_longshort.models.peft_adapter import LAYOUT_FILE, adapter_folder_hint
+from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,9 @@ def _rope(config_file: Path) -> Optional[Tuple[Any, float]]:
     if config is None:
         return None
     try:
-        return rope_of_config(config)
+        return rope_of_config(config, str(config_file))
+    except UntrustedCheckpointCode:  # code it names, not trusted (longshort-eval's gate, eval.trust_args): refused
+        raise
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -167,7 +167,7 @@ def saved_hf_config(config: Dict[str, Any], rope_spec: Optional[Dict[str, Any]],
     return new
 
 
-def rope_of_config(config: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], float]:
+def rope_of_config(config: Dict[str, Any], where: str = "config.json") -> Tuple[Optional[Dict[str, Any]], float]:
     """``(spec, base)``: the RoPE a config.json makes, comparable between two folders (a LoRA adapter's base and its
     step): transformers' reading of ``rope_scaling`` / ``rope_parameters`` (our spec key spells defaults out or
     leaves them to the method, so two spellings of one RoPE differed), our spec key only for a method transformers
@@ -180,7 +180,7 @@ def rope_of_config(config: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], fl
     except ValueError:
         if not config.get(SPEC_KEY):
             raise
-        spec = rope_spec_from_hf_config(config)
+        spec = rope_spec_from_hf_config(config, where)
     spec = spec and {k: v for k, v in spec.items() if k not in ("max_seq_len", "head_dim", "layout")}
     return spec, float(rope_theta(config))
 

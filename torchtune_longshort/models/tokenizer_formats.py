@@ -183,7 +183,7 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_spe
     order = DEFAULT_ORDER
     if p.is_dir() and (p / "config.json").is_file():
         try:
-            order = family_of(read_json(p / "config.json")).tokenizer_formats
+            order = family_of(read_json(p / "config.json"), str(p / "config.json")).tokenizer_formats
         except UnsupportedModelError:
             pass
     tok = load_tokenizer(p, order)

@@ -32,7 +32,7 @@ def as_transformers_builds_it(tok, path: Path, config: Dict[str, Any]):
     from the file's: the ids training, the ``longshort`` model and lm-eval's ``hf`` use are then the same.
     ``config``: the folder's ``config.json`` (``{}`` when it has none)."""
     try:
-        cls = family_of(config).hf_tokenizer_class if config else None
+        cls = family_of(config, str(Path(path).parent / "config.json")).hf_tokenizer_class if config else None
     except UnsupportedModelError:
         cls = None
     if cls is None:
