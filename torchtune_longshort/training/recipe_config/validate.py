@@ -188,7 +188,9 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
         f"{PROG} run.yaml",
         f"{PROG} tiny/longshort_stdlib.yaml max_steps=10 'e_range=[1,L/4]' '~validation'",
-        f"{PROG} llama2_7b/eabf_8k_redpajama_book.yaml checkpoint_dir=/models/Llama-2-7b-hf --nproc_per_node 8"])
+        f"{PROG} llama2_7b/eabf_8k_redpajama_book.yaml checkpoint_dir=/models/Llama-2-7b-hf --nproc_per_node 8",
+        f"{PROG} run.yaml checkpointer.trust_remote_code=true   # import the code of one's own a start folder's "
+        "config.json names (longshort_family, longshort_rope.method; refused without it)"])
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
     ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
     ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
