@@ -5,8 +5,7 @@ scaling, and loaded), or random weights of a family with explicit dimensions.
 any family in the table, by YAML alone); :func:`load_hf_checkpoint` builds and loads in one call (evaluation, the
 misalignment CLI, tests). Both take a :class:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder` or a path
 (opened once). :func:`decoder_config` is the ``config.json`` of random weights: what :func:`hf_decoder` builds from
-and what the recipe writes as ``step_0``.
-"""
+and what the recipe writes as ``step_0``."""
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from torchtune_longshort.models.lora_settings import check_lora_settings
 from torchtune_longshort.models.rope_scaling import CONTEXT_KEYS, UNSEEN_START_ATTR, apply_rope_scaling
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.rope.base import rope_table_bytes
-from torchtune_longshort.rope.checkpoint_code import checkpoint_code
+from torchtune_longshort.rope.checkpoint_code import MODEL_FIX, checkpoint_code, component_code
 from torchtune_longshort.models.s2_attn import enable_s2_attn
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
 
@@ -337,6 +336,7 @@ def hf_decoder(
     s2_attn: bool = False,
     s2_group_size: Optional[int] = None,
     s2_group_size_ratio: float = 0.25,
+    trust_remote_code: Optional[bool] = None,
 ) -> nn.Module:
     """Config component: the decoder of a model family, built by the family table from a ``config.json``:
 
@@ -349,7 +349,7 @@ def hf_decoder(
 
     LoRA / QLoRA by torchtune's keywords; ``s2_attn`` (LongLoRA's shifted sparse attention at training time, any
     family; group ``s2_group_size``, else ``s2_group_size_ratio`` of the length: see
-    :func:`~torchtune_longshort.models.s2_attn.enable_s2_attn`)::
+    :func:`~torchtune_longshort.models.s2_attn.enable_s2_attn`). ``trust_remote_code``: as checkpoint_tokenizer's::
 
         model:
           _component_: torchtune_longshort.models.rope_scaled      # optional: extend the context
@@ -368,7 +368,8 @@ def hf_decoder(
                 embed_dim=embed_dim, intermediate_dim=intermediate_dim, norm_eps=norm_eps, rope_base=rope_base)
     check_decoder_source(dict(dims, checkpoint_dir=checkpoint_dir, family=family))
     if checkpoint_dir is not None:
-        folder = CheckpointFolder.open(checkpoint_dir)
+        with component_code(trust_remote_code, MODEL_FIX):  # a family / RoPE method of one's own the folder names
+            folder = CheckpointFolder.open(checkpoint_dir)
         if family is not None:
             check_family_beside(family, str(folder.path), folder.config)
         model = build_decoder(folder, max_seq_len=max_seq_len, plain_rope=plain_rope, lora=lora)

@@ -28,13 +28,20 @@ from torchtune.training import FullModelHFCheckpointer
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, check_rope_side_file, load_rope_parameters
 from torchtune_longshort.models.hf_checkpoint_writer import write_rope_side_file
 from torchtune_longshort.models.hf_rope import SPEC_KEY, split_rope_state_dict
+from torchtune_longshort.rope import ROPE_METHODS
+from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path, component_code
 
+# How torchtune's own recipes trust the RoPE method of one's own a step folder names (no reader's gate around them).
+CHECKPOINTER_FIX = ("checkpointer.trust_remote_code=true (FullModelHFRopeCheckpointer's argument; from Python, "
+                    "trust_remote_code=True)")
 _ATTENTION_KEY = re.compile(r"^(layers\.\d+\.attn)\.")
 
 
-def check_side_file(checkpoint_dir: Path) -> None:
+def check_side_file(checkpoint_dir: Path, trust_remote_code: Optional[bool] = None) -> None:
     """Refuse, in one line naming the folder, a ``config.json`` whose RoPE method learns parameters without the side
-    file that holds them, or a side file beside a method that has none (the two would load another model)."""
+    file that holds them, or a side file beside a method that has none (the two would load another model); a method
+    of one's own it names is imported only when trusted (:func:`~torchtune_longshort.rope.checkpoint_code.
+    component_code`: torchtune's recipes set no reader's gate, ``checkpointer.trust_remote_code: true``)."""
     config_file = checkpoint_dir / CONFIG_FILE
     if not config_file.is_file():
         return  # torchtune's checkpointer names the missing config.json
@@ -42,8 +49,10 @@ def check_side_file(checkpoint_dir: Path) -> None:
         method = (json.loads(config_file.read_text()).get(SPEC_KEY) or {}).get("method")
     except (ValueError, AttributeError, UnicodeDecodeError):
         return
-    check_rope_side_file(checkpoint_dir, method, f"checkpointer.checkpoint_dir={str(checkpoint_dir)!r}",
-                         fix="copy the step folder whole")
+    with component_code(trust_remote_code, CHECKPOINTER_FIX):
+        check_checkpoint_path(method, ROPE_METHODS, str(config_file), f"{SPEC_KEY}.method")
+        check_rope_side_file(checkpoint_dir, method, f"checkpointer.checkpoint_dir={str(checkpoint_dir)!r}",
+                             fix="copy the step folder whole")
 
 
 class FullModelHFRopeCheckpointer(FullModelHFCheckpointer):
@@ -60,9 +69,9 @@ class FullModelHFRopeCheckpointer(FullModelHFCheckpointer):
     def __init__(self, checkpoint_dir: str, checkpoint_files: Union[List[str], Dict[str, str]], model_type: str,
                  output_dir: str, adapter_checkpoint: Optional[str] = None, recipe_checkpoint: Optional[str] = None,
                  resume_from_checkpoint: bool = False, safe_serialization: bool = True,
-                 should_load_recipe_state: bool = False) -> None:
+                 should_load_recipe_state: bool = False, trust_remote_code: Optional[bool] = None) -> None:
         # torchtune's arguments, spelled out: tune validate and the recipe's config check read this signature
-        check_side_file(Path(checkpoint_dir))  # before torchtune's makes output_dir
+        check_side_file(Path(checkpoint_dir), trust_remote_code)  # before torchtune's makes output_dir
         super().__init__(checkpoint_dir, checkpoint_files, model_type, output_dir,
                          adapter_checkpoint=adapter_checkpoint, recipe_checkpoint=recipe_checkpoint,
                          resume_from_checkpoint=resume_from_checkpoint, safe_serialization=safe_serialization,

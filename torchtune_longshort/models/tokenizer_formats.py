@@ -37,6 +37,7 @@ from torchtune_longshort.models.source_tokenizers import (
     TiktokenTokenizer,
 )
 from torchtune_longshort.models.tokenizer_files import TokenizerError, read_json
+from torchtune_longshort.rope.checkpoint_code import component_code
 
 PathLike = Union[str, Path]
 SP_FILE = "tokenizer.model"
@@ -156,8 +157,14 @@ def load_tokenizer(path: PathLike, order: Sequence[str] = DEFAULT_ORDER) -> Sour
     return TOKENIZER_FORMATS[name].load(file)
 
 
+# How checkpoint_tokenizer's caller trusts the code its folder names (torchtune's own recipes: no reader's gate).
+TOKENIZER_FIX = ("tokenizer.trust_remote_code=true (checkpoint_tokenizer's argument; from Python, "
+                 "trust_remote_code=True)")
+
+
 def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_special_tokens: bool = False,
-                         prompt_template: Any = None, **_: Any) -> SourceTokenizer:
+                         prompt_template: Any = None, trust_remote_code: Optional[bool] = None,
+                         **_: Any) -> SourceTokenizer:
     """Config component: the tokenizer of a checkpoint folder (or a tokenizer file), format detected::
 
         tokenizer:
@@ -178,15 +185,20 @@ def checkpoint_tokenizer(path: str, max_seq_len: Optional[int] = None, parse_spe
     It is also torchtune's model tokenizer (``tune run generate``, ``chat_dataset``): called on ``{"messages":
     [...]}`` it formats them with the folder's chat template, or with torchtune's ``prompt_template`` when one is
     given (a dotted path or a dict, as torchtune's tokenizers take it), and reports ``stop_tokens``
-    (:mod:`~torchtune_longshort.models.chat_messages`)."""
+    (:mod:`~torchtune_longshort.models.chat_messages`).
+
+    A family of one's own the folder's ``config.json`` names (a dotted path) is imported only when trusted
+    (``trust_remote_code: true``; inside the recipe's config check or ``longshort-eval``, as they read it: README,
+    "Code a checkpoint names"), as :func:`~torchtune_longshort.models.load_hf_checkpoint` imports it."""
     p = Path(path).expanduser()
     order = DEFAULT_ORDER
-    if p.is_dir() and (p / "config.json").is_file():
-        try:
-            order = family_of(read_json(p / "config.json"), str(p / "config.json")).tokenizer_formats
-        except UnsupportedModelError:
-            pass
-    tok = load_tokenizer(p, order)
+    with component_code(trust_remote_code, TOKENIZER_FIX):
+        if p.is_dir() and (p / "config.json").is_file():
+            try:
+                order = family_of(read_json(p / "config.json"), str(p / "config.json")).tokenizer_formats
+            except UnsupportedModelError:
+                pass
+        tok = load_tokenizer(p, order)
     tok.max_seq_len = max_seq_len
     tok.parse_special_tokens = bool(parse_special_tokens)
     if prompt_template is not None:

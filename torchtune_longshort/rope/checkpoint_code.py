@@ -26,6 +26,8 @@ EVAL_FIX = ("trust_remote_code=True in --model_args (or lm-eval's --trust_remote
 # load_recipe_config`).
 RECIPE_FIX = ("checkpointer.trust_remote_code=true on the command line (or checkpointer.trust_remote_code: true in "
               "the config)")
+# How torchtune's own recipes trust a step folder their hf_decoder model reads (no reader's gate around it).
+MODEL_FIX = "model.trust_remote_code=true (hf_decoder's argument; from Python, trust_remote_code=True)"
 
 _GATE: contextvars.ContextVar[Optional[tuple]] = contextvars.ContextVar("checkpoint_code", default=None)
 
@@ -44,6 +46,19 @@ def checkpoint_code(trust_remote_code: bool, fix: str = EVAL_FIX, own: Iterable[
         yield
     finally:
         _GATE.reset(token)
+
+
+@contextlib.contextmanager
+def component_code(trust_remote_code: Optional[bool], fix: str, own: Iterable[str] = ()) -> Iterator[None]:
+    """A config component reading a folder (``hf_decoder``, ``checkpoint_tokenizer``,
+    ``FullModelHFRopeCheckpointer``): inside a reader's block (the recipe's config check, ``longshort-eval``) as that
+    reader reads it, unless ``trust_remote_code`` is given; outside any (torchtune's own recipes, a script of one's
+    own) as someone's folder, trusted by ``trust_remote_code`` alone (``fix``: the component's argument)."""
+    if trust_remote_code is None and _GATE.get() is not None:
+        yield
+        return
+    with checkpoint_code(bool(trust_remote_code), fix, own):
+        yield
 
 
 def shipped(path: str) -> bool:

@@ -53,13 +53,16 @@ class TaskTokenizer:
     the ``longshort`` model uses: special-token strings in text get ``AutoTokenizer``'s ids); a hub name through transformers' ``AutoTokenizer``.
     """
 
-    def __init__(self, name_or_path: str):
+    def __init__(self, name_or_path: str, trust_remote_code: Any = None):
         self.name = str(name_or_path)
         if Path(self.name).expanduser().exists():
             # deferred: torch (the models package's __init__ imports it; a hub tokenizer name needs none of it)
             from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
+            from torchtune_longshort.rope.checkpoint_code import component_code
 
-            self._src = checkpoint_tokenizer(self.name, parse_special_tokens=True)
+            trusted = None if trust_remote_code is None else str(trust_remote_code).lower() in ("true", "1", "yes")
+            with component_code(trusted, "trust_remote_code=True in --model_args"):  # model_args reach the metadata
+                self._src = checkpoint_tokenizer(self.name, parse_special_tokens=True)
             self._hf = None
         else:
             from transformers import AutoTokenizer
@@ -95,7 +98,7 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
     for key in ("tokenizer", "checkpoint_dir", "pretrained"):
         value = metadata.get(key)
         if isinstance(value, (str, os.PathLike)) and str(value):  # a Path from Python callers, as the models take
-            return TaskTokenizer(str(value))
+            return TaskTokenizer(str(value), metadata.get("trust_remote_code"))
     path = model_tokenizer_path()  # from Python: the model lm-eval runs (model_args reach no TaskManager of yours)
     if path:
         return TaskTokenizer(path)
