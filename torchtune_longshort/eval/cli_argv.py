@@ -22,6 +22,13 @@ def option(args: Sequence[str], name: str) -> Optional[str]:
     return value
 
 
+def flag_given(out: Sequence[str], name: str) -> bool:
+    """Whether the option ``name`` (an optional-value flag: ``--apply_chat_template [name]``) is on: given, and not
+    as ``False``."""
+    return any((a == name and (i + 1 >= len(out) or out[i + 1].lower() != "false"))
+               or (a.startswith(name + "=") and a.split("=", 1)[1].lower() != "false") for i, a in enumerate(out))
+
+
 def _run_options() -> Dict[str, Tuple[str, bool]]:
     """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
     whether it takes a value), read from lm-eval's own parser."""

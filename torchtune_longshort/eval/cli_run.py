@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
-from torchtune_longshort.eval.cli_argv import canonical_options, home_expanded, option
+from torchtune_longshort.eval.cli_argv import canonical_options, flag_given, home_expanded, option
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -175,14 +175,14 @@ def check_arguments(out: List[str]) -> None:
     model = option(out, "--model") or "hf"
     if model == "longshort":
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
-        if _flag_given(out, "--trust_remote_code"):  # lm-eval adds it to the model's arguments
+        if flag_given(out, "--trust_remote_code"):  # lm-eval adds it to the model's arguments
             passed["trust_remote_code"] = True
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
         why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them
         if why and any(generates(n) for n in task_names(out)):
             raise ValueError(f"--gen_kwargs {why}")
-        if _flag_given(out, "--apply_chat_template"):
+        if flag_given(out, "--apply_chat_template"):
             chat = template_tokenizer(args.tokenizer.path)
             if chat is None and not _every_task_ignores(task_names(out), "apply_chat_template"):
                 raise ValueError(no_template_message(args.tokenizer.path))
@@ -193,7 +193,7 @@ def check_arguments(out: List[str]) -> None:
                               given.model_args.get("subfolder"))
         # hf: transformers' "Cannot use chat template functions ..." came once the model had loaded, with no fix
         tokenizer = Path(str(given.model_args.get("tokenizer") or given.model_args["pretrained"])).expanduser()
-        if model == "hf" and tokenizer.exists() and _flag_given(out, "--apply_chat_template") and \
+        if model == "hf" and tokenizer.exists() and flag_given(out, "--apply_chat_template") and \
                 not _every_task_ignores(task_names(out), "apply_chat_template") and lacks_template(tokenizer):
             raise ValueError(no_template_message(tokenizer))
         name = template_name(given.apply_chat_template) if model == "hf" and tokenizer.exists() else None
@@ -221,13 +221,6 @@ def _every_task_ignores(names: List[str], key: str) -> bool:
     (``TaskFamily.fixed_context``: a chat template for a run of ``longshort_ppl`` alone is ignored, with its
     warning, so the tokenizer need not have one)."""
     return bool(names) and all(key in fixed_context_of(n) for n in names)
-
-
-def _flag_given(out: List[str], name: str) -> bool:
-    """Whether the option ``name`` (an optional-value flag: ``--apply_chat_template [name]``) is on: given, and not
-    as ``False``."""
-    return any((a == name and (i + 1 >= len(out) or out[i + 1].lower() != "false"))
-               or (a.startswith(name + "=") and a.split("=", 1)[1].lower() != "false") for i, a in enumerate(out))
 
 
 def _refuse_unrepresentable(out: List[str], model: str) -> None:
@@ -320,7 +313,7 @@ def _check_integrity_runnable(out: List[str]) -> None:
     by the task names, once the model has loaded: from an installed lm-eval (no ``tests/`` beside it) or without
     pytest it ended in a traceback there, and the pack's tasks have no test in that file (pytest selects none: lm-eval
     raises "Not all tests ... ran successfully"). Such a run is refused before it starts, naming why."""
-    if not _flag_given(out, "--check_integrity"):
+    if not flag_given(out, "--check_integrity"):
         return
     # deferred: lm_eval (the callers have imported it already)
     import importlib.util

@@ -10,12 +10,14 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Sequence
 
+from torchtune_longshort.eval.cli_argv import flag_given
+
 
 def trusts_remote_code(argv: Sequence[str]) -> bool:
     """Whether ``argv`` (lm-eval's ``run`` arguments, options under their long names: :func:`~torchtune_longshort.
     eval.cli_argv.canonical_options`) trusts a checkpoint's code; a ``--model_args`` lm-eval cannot parse trusts
     nothing (the checks refuse it in their own words)."""
-    if "--trust_remote_code" in argv:
+    if flag_given(argv, "--trust_remote_code"):  # as check_arguments reads it for the longshort model
         return True
     # deferred: lm_eval (its parser of --model_args: key=value lists and JSON alike)
     from lm_eval._cli.utils import MergeDictAction
