@@ -30,6 +30,8 @@ from torchtune_longshort.rope import ROPE_METHODS
 # A nested node follows its top-level key (compared whole); a key the config does not declare (one an older version
 # saved) is applied.
 RESUME_POLICY = resume_policies(RecipeConfig)
+# a component's argument that permits importing code, not what the run trains (:func:`_policy`)
+TRUST_KEY = "trust_remote_code"
 OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relative to it
 ABSENT = "<absent>"  # a key one of the two configs does not have
 
@@ -139,7 +141,11 @@ def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
 
 
 def _policy(key: str) -> str:
-    """The resume policy of a flattened key: its own (a nested key a section ignores), else its top-level key's."""
+    """The resume policy of a flattened key: its own (a nested key a section ignores), else its top-level key's. A
+    component's ``trust_remote_code`` (``hf_decoder``'s, ``checkpoint_tokenizer``'s, the checkpointers': whether a
+    folder's code of one's own may be imported, as ``checkpointer.trust_remote_code``) is never compared."""
+    if key.rsplit(".", 1)[-1] == TRUST_KEY and "." in key:
+        return "ignored"
     return RESUME_POLICY.get(key) or RESUME_POLICY.get(key.split(".", 1)[0], "applied")
 
 
