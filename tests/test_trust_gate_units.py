@@ -1,0 +1,59 @@
+"""The trust gate's two small deciders, each against an independent reference: which command lines trust a
+checkpoint's code (eval.trust_args, lm-eval's own ``run`` parser the reference: a command line it refuses trusts
+nothing, so no check before lm-eval starts may import a folder's code under it), and which dotted paths are the
+package's own (rope.checkpoint_code.shipped: the top-level package Python imports first, ``str.partition``)."""
+
+from argparse import _SubParsersAction
+
+import pytest
+
+from torchtune_longshort.eval.trust_args import trusts_remote_code
+from torchtune_longshort.rope.checkpoint_code import (PACKAGE, UntrustedCheckpointCode, check_checkpoint_path,
+                                                      checkpoint_code)
+
+BASE = ["--model", "longshort", "--tasks", "longshort_ppl"]
+ARGVS = [
+    ["--trust_remote_code"],
+    ["--trust_remote_code", "False"],
+    ["--trust_remote_code", "false"],  # lm-eval: 'unrecognized arguments: false'
+    ["--model_args", "pretrained=/p,trust_remote_code=True"],
+    ["--model_args", "pretrained=/p,trust_remote_code=False"],
+    ["--model_args", "pretrained=/p,trust_remote_code"],  # a bare key: lm-eval's parser refuses it
+    ["--model_args", "pretrained=/p"],
+]
+
+
+def _lm_eval_trusts(argv):
+    """What lm-eval's own run parser makes of ``argv``: refused (SystemExit) trusts nothing."""
+    from lm_eval._cli.harness import HarnessCLI
+
+    parser = HarnessCLI()._parser
+    run = next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]
+    try:
+        args = run.parse_args(argv)
+    except SystemExit:
+        return False
+    given = (getattr(args, "model_args", None) or {}).get("trust_remote_code", False)
+    return getattr(args, "trust_remote_code", False) is True or str(given).lower() == "true"
+
+
+@pytest.mark.parametrize("extra", ARGVS, ids=lambda a: " ".join(a))
+def test_a_command_line_trusts_code_as_lm_eval_reads_it(extra, capsys):
+    argv = BASE + extra
+    want = _lm_eval_trusts(argv)
+    capsys.readouterr()
+    assert trusts_remote_code(argv) is want
+
+
+@pytest.mark.parametrize("path", [f"{PACKAGE}_extra.fam.MINE", f"{PACKAGE}x.MINE", "my_pkg.torchtune_longshort.X"])
+def test_a_path_outside_the_package_sharing_its_prefix_is_refused(path):
+    assert path.partition(".")[0] != PACKAGE  # the package Python would import first is not this one
+    with checkpoint_code(False), pytest.raises(UntrustedCheckpointCode, match="names code outside"):
+        check_checkpoint_path(path, {}, "f/config.json", "longshort_family")
+
+
+def test_a_path_into_the_package_is_read_without_trust():
+    path = f"{PACKAGE}.models.families.LLAMA2"
+    assert path.partition(".")[0] == PACKAGE
+    with checkpoint_code(False):
+        assert check_checkpoint_path(path, {}, "f/config.json", "longshort_family") is None
