@@ -103,3 +103,24 @@ def test_the_hubs_own_not_found_is_worded_so_and_a_missing_revision_is_not(monke
     said["error"] = "Revision 'v9' doesn't exist for dataset 'emozilla/pg19-test' on the Hub."
     with pytest.raises(DatasetNotFoundError, match="^Revision 'v9' doesn't exist"):
         corpus.hf_text("emozilla/pg19-test", revision="v9")
+
+
+@pytest.mark.parametrize("code", ["RepoNotFound", "EntryNotFound", "RevisionNotFound"])
+def test_a_404_for_a_file_or_revision_is_no_missing_dataset(code):
+    """huggingface_hub's own reading of the hub's 404 the reference: a repository it calls missing is a missing
+    dataset; a file (RemoteEntryNotFoundError) or a revision the dataset lacks is not, though each is raised from the
+    HTTP error of a 404 (which the chain's walk took for the dataset's: "answered that it has no such dataset")."""
+    import httpx2
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import hf_raise_for_status
+
+    from torchtune_longshort.data.hf_loading import hub_answered_missing
+
+    url = "https://huggingface.co/datasets/emozilla/pg19-test/resolve/v9/data/x.parquet"
+    response = httpx2.Response(404, headers={"X-Error-Code": code}, request=httpx2.Request("GET", url))
+    with pytest.raises((RepositoryNotFoundError, EntryNotFoundError, RevisionNotFoundError)) as err:
+        hf_raise_for_status(response)
+    missing_repo = isinstance(err.value, RepositoryNotFoundError)
+    assert missing_repo == (code == "RepoNotFound")
+    assert (hub_answered_missing(err.value) == f"HTTP 404 for {url}") == missing_repo
+    assert (hub_answered_missing(err.value) is None) == (not missing_repo)

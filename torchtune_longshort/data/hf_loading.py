@@ -131,8 +131,10 @@ def hub_answered_missing(error: BaseException) -> Optional[str]:
         said, kinds = " ".join(str(err).split()), {k.__name__ for k in type(err).__mro__}
         if "DatasetNotFoundError" in kinds and "doesn't exist on the Hub" in said:
             return f"DatasetNotFoundError: {said[:200]}"
-        response = getattr(err, "response", None)  # a file or revision the hub lacks is no missing dataset
-        if getattr(response, "status_code", None) == 404 and not kinds & {"EntryNotFoundError", "RevisionNotFoundError"}:
+        response = getattr(err, "response", None)
+        if getattr(response, "status_code", None) == 404:
+            if kinds & {"EntryNotFoundError", "RevisionNotFoundError"}:  # the hub's word for its 404: a file or
+                continue  # revision it lacks is no missing dataset, nor is the HTTP error it is raised from
             return f"HTTP 404 for {getattr(getattr(response, 'request', None), 'url', None) or said[:200]}"
         chain += [err.__cause__, err.__context__]
     return None
