@@ -67,6 +67,16 @@ def _autograd_fails(fn) -> bool:
     return False
 
 
+def _why_not(fn) -> str:
+    """The reference for the reason: what torch itself does with the function on leaves that require grad."""
+    za, zb = torch.randn(2, 4, 7).requires_grad_(), torch.randn(2, 4, 7).requires_grad_()
+    try:
+        out = fn(za, zb)
+    except Exception as e:  # noqa: BLE001 - NumPy's refusal of a tensor that requires grad
+        return f"raised {type(e).__name__}: "
+    return "its values carry no gradient" if not out.requires_grad else "asking autograd for its gradient raised"
+
+
 @pytest.mark.parametrize("name", UNTRAINABLE)
 def test_a_divergence_autograd_cannot_differentiate_is_refused_where_it_would_be_trained(grad_divs, name):
     path = f"{grad_divs}.{name}"
@@ -77,6 +87,7 @@ def test_a_divergence_autograd_cannot_differentiate_is_refused_where_it_would_be
     assert msg.startswith(f"divergence='{path}' cannot be trained on (alpha=0.1): on two [2, 3, 5] float32 logit "
                           "tensors that require grad") and "\n" not in msg
     assert msg.endswith("or in-place change of its inputs), or set alpha=0 to report it alone")
+    assert _why_not(divergence_fn(path)) in msg  # a no_grad one: why in words, not autograd's 'element 0 of ...'
     with pytest.raises(ValueError) as info:
         build_section(LossConfig, {"_component_": "torchtune_longshort.loss.LongShortLoss", "divergence": path}, "loss")
     assert str(info.value).startswith(f"loss.divergence='{path}' cannot be trained on (loss.alpha=0.1): ")
