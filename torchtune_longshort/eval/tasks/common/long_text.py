@@ -193,11 +193,8 @@ def iter_texts(
         with source_names(names):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)
-        it = guard_hub_iteration(
-            documents(),
-            f"{dataset_path!r}" + (f" config {dataset_name!r}" if dataset_name else "") + f" split {split!r}",
-            alternative,
-        )
+        what = f"{dataset_path!r}" + (f" config {dataset_name!r}" if dataset_name else "") + f" split {split!r}"
+        it = guard_hub_iteration(documents(), what, alternative)
     for text in readable_texts(it, skip_hint, f"source {source!r}"):
         if len(text) >= min_chars:
             yield text
