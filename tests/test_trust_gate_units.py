@@ -57,3 +57,27 @@ def test_a_path_into_the_package_is_read_without_trust():
     assert path.partition(".")[0] == PACKAGE
     with checkpoint_code(False):
         assert check_checkpoint_path(path, {}, "f/config.json", "longshort_family") is None
+
+
+@pytest.mark.parametrize("path", ["subprocess.Popen", "os.path.join", "json.decoder.JSONDecoder.decode"])
+def test_a_path_this_process_imported_is_refused_without_saying_it_would_run_code(path):
+    """A checkpoint naming an object of a module imported already (sys.modules, the reference) is still refused (it
+    would pick what runs), but importing it would run no top-level code: the refusal says what it would be used as."""
+    import sys
+
+    module, _, _ = path.rpartition(".")
+    while module not in sys.modules or not hasattr(sys.modules[module], path[len(module) + 1:].split(".")[0]):
+        module = module.rpartition(".")[0]
+    assert module in sys.modules  # nothing new to import: the reference
+    with checkpoint_code(False, "FIX"), pytest.raises(UntrustedCheckpointCode) as e:
+        check_checkpoint_path(path, {}, "x/config.json", "longshort_family")
+    said = str(e.value)
+    assert "would import" not in said and "running top-level code" not in said, said
+    assert f"in {path.split('.')[0]}, which this process has imported already" in said and "as its model family" in said
+    assert said.endswith("pass FIX") and "\n" not in said
+
+
+def test_a_path_whose_module_is_not_imported_is_still_said_to_run_its_code():
+    with checkpoint_code(False, "FIX"), pytest.raises(UntrustedCheckpointCode) as e:
+        check_checkpoint_path("json.tool_not_a_module_xyz.X", {}, "x/config.json", "longshort_rope.method")
+    assert "would import, running top-level code of json" in str(e.value)

@@ -77,7 +77,35 @@ def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> No
     # the top-level package (or module) is what one installs and trusts; nothing is imported to tell which of the
     # parts after it are modules (a path may name an attribute inside a class: my_pkg.fam.Holder.MINE)
     top = path.split(".")[0]
+    if _held_already(path):  # subprocess.Popen: nothing new would run, but the checkpoint would pick what is used
+        role = "model family" if key.endswith("family") else "RoPE method"
+        raise UntrustedCheckpointCode(
+            f"{where}: {key}={path!r} names code outside {PACKAGE} (in {top}, which this process has imported "
+            f"already), which reading this checkpoint would use as its {role}: not used; a family or RoPE method is "
+            f"taken from a checkpoint only when it is {PACKAGE}'s, your config names it, or you trust the "
+            f"checkpoint; if you trust this checkpoint and {top}, pass {gate[1]}")
     raise UntrustedCheckpointCode(
         f"{where}: {key}={path!r} names code outside {PACKAGE} (in {top}), which reading this checkpoint would "
         f"import, running top-level code of {top}: not imported; if you trust this checkpoint and {top}, pass "
         f"{gate[1]}")
+
+
+def _held_already(path: str) -> bool:
+    """Whether dotted ``path`` names an object reachable from a module this process has imported, without importing
+    anything or running any code (``inspect.getattr_static``): reading it would run no module's top-level code."""
+    import inspect
+    import sys
+
+    parts = path.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:n]))
+        if module is None:
+            continue
+        obj = module
+        for part in parts[n:]:
+            try:
+                obj = inspect.getattr_static(obj, part)
+            except AttributeError:
+                return False
+        return True
+    return False
