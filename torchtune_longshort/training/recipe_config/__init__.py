@@ -11,6 +11,8 @@ included (whether a folder the run will create can be created is tried with an u
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Iterator
 
 from torchtune_longshort.config.fields import build_section, section_keys
@@ -43,8 +45,35 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     # named by this config itself); a path the check imports is held after, so the setup reads it as before
     checkpointer = node.get("checkpointer")
     trust = isinstance(checkpointer, dict) and checkpointer.get("trust_remote_code") is True
-    with checkpoint_code(trust, RECIPE_FIX, own=_strings(node)):
+    # a component's own trust_remote_code=true (model., tokenizer.) is its answer for the folder it reads (README: inside
+    # a reader, as component_code reads it): the paths that folder names are taken as the config's own, by every read
+    # of it in this check (the checkpointer's of the same start folder too: the component would import them anyway)
+    with checkpoint_code(trust, RECIPE_FIX, own=[*_strings(node), *_trusted_by_components(node)]):
         return _checked(cfg, node, as_here, world_size, local)
+
+
+def _trusted_by_components(node: dict) -> Iterator[str]:
+    """The dotted paths (``longshort_family``, ``longshort_rope.method``) the ``config.json`` of each folder names
+    that a ``model`` / ``tokenizer`` component node reading it (``checkpoint_dir``, ``path``) trusts by its own
+    ``trust_remote_code: true``; read as JSON, nothing imported (a folder that does not read is the check's to say)."""
+    pending = [node.get(k) for k in ("model", "tokenizer")]
+    while pending:
+        part = pending.pop()
+        if not isinstance(part, dict):
+            continue
+        pending.extend(v for v in part.values() if isinstance(v, dict))
+        if part.get("trust_remote_code") is not True:
+            continue
+        for key in ("checkpoint_dir", "path"):
+            try:
+                config = json.loads((Path(str(part.get(key))) / "config.json").read_text())
+            except (OSError, ValueError):
+                continue
+            rope = config.get("longshort_rope") if isinstance(config, dict) else None
+            for path in (config.get("longshort_family") if isinstance(config, dict) else None,
+                         rope.get("method") if isinstance(rope, dict) else None):
+                if isinstance(path, str):
+                    yield path
 
 
 def _strings(node: Any) -> Iterator[str]:

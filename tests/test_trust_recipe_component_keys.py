@@ -1,0 +1,42 @@
+"""README ('Code a checkpoint names'): inside a reader, the recipe's config check too, a config component reads a
+folder as that reader does unless its own ``trust_remote_code`` is given. ``tokenizer.trust_remote_code=true`` was
+honoured there (the check builds the tokenizer with its arguments), ``model.trust_remote_code=true`` was not: the check
+read the model's folder under ``checkpointer.trust_remote_code`` alone and refused it, though the recipe's
+``hf_decoder`` imports that folder's code when given it. One rule now: a component's own key trusts the paths the folder
+it reads names (the module's marker file the witness), for every read of that folder in the check."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_trust_remote_code import FAMILY_PATH, PKG, SOURCE, _folder_naming, _imported
+from user_modules import forget_user_module, write_user_module
+
+
+@pytest.fixture
+def marker(tmp_path, monkeypatch):
+    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
+    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
+    forget_user_module(PKG)
+    yield tmp_path / "marker"
+    forget_user_module(PKG)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["start folder", "model's own folder"])
+def test_model_trust_remote_code_trusts_its_folder_in_the_config_check(marker, tiny_llama2_dir, sp_tokenizer_dir,
+                                                                      tmp_path, shared):
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    start = folder if shared else tiny_llama2_dir
+    out = tmp_path / "run"
+    over = {"model.checkpoint_dir": str(folder)}
+    with pytest.raises(ValueError, match="pass checkpointer.trust_remote_code=true"):  # no key: refused, as before
+        load_recipe_config(make_cfg(start, sp_tokenizer_dir, out, **over))
+    with pytest.raises(ValueError, match="pass checkpointer.trust_remote_code=true"):
+        load_recipe_config(make_cfg(start, sp_tokenizer_dir, out, **over, **{"model.trust_remote_code": False}))
+    assert not _imported(marker)
+    config = load_recipe_config(make_cfg(start, sp_tokenizer_dir, out, **over, **{"model.trust_remote_code": True}))
+    assert config.checkpointer.trust_remote_code is False and marker.exists() and not out.exists()
