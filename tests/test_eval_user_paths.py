@@ -68,6 +68,17 @@ def test_a_relative_pretrained_that_is_not_here_is_refused_naming_the_folder_it_
                                       f"pretrained={name}"]))
 
 
+def _offline_check(tmp_path, cache, monkeypatch):
+    """Offline from ``tmp_path`` with ``cache`` as the hub cache: the check longshort-eval runs on ``--model hf``'s
+    ``--model_args`` before lm-eval starts."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    return lambda args: check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl",
+                                                      "--model_args", args]))
+
+
 def test_a_hub_name_offline_and_not_cached_is_refused_in_one_line(tiny_llama2_dir, tmp_path, monkeypatch):
     """``pretrained=nothere/step_2`` (a valid hub name, no folder here) with the hub offline ended in transformers'
     80-line traceback after its retries, exit 1; refused now where transformers cannot load it either (the
@@ -78,13 +89,7 @@ def test_a_hub_name_offline_and_not_cached_is_refused_in_one_line(tiny_llama2_di
     (cache / "models--myorg--tiny" / "refs").mkdir()
     (cache / "models--myorg--tiny" / "refs" / "main").write_text(commit)
     shutil.copytree(tiny_llama2_dir, snapshot)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
-
-    def check(args):
-        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", args]))
+    check = _offline_check(tmp_path, cache, monkeypatch)
 
     assert AutoConfig.from_pretrained("myorg/tiny", cache_dir=cache).vocab_size > 0  # offline, from the cache
     check("pretrained=myorg/tiny")
@@ -215,13 +220,7 @@ def test_offline_the_cache_is_read_as_transformers_reads_it(tiny_llama2_dir, tmp
             (cache / repo / ".no_exist" / commit / "config.json").touch()
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "step_2").symlink_to(tiny_llama2_dir)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
-
-    def check(args):
-        check_arguments(lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--model_args", args]))
+    check = _offline_check(tmp_path, cache, monkeypatch)
 
     assert AutoConfig.from_pretrained("myorg/sub", subfolder="sub", cache_dir=cache).vocab_size > 0
     check("pretrained=myorg/sub,subfolder=sub")
