@@ -40,3 +40,27 @@ def test_model_trust_remote_code_trusts_its_folder_in_the_config_check(marker, t
     assert not _imported(marker)
     config = load_recipe_config(make_cfg(start, sp_tokenizer_dir, out, **over, **{"model.trust_remote_code": True}))
     assert config.checkpointer.trust_remote_code is False and marker.exists() and not out.exists()
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["start folder", "model's own folder"])
+def test_a_component_false_beside_the_checkpointer_true_is_refused_naming_both(marker, tiny_llama2_dir,
+                                                                                sp_tokenizer_dir, tmp_path, shared):
+    """``checkpointer.trust_remote_code=true model.trust_remote_code=false``: the model's own answer refuses the folder
+    (hf_decoder alone, the reference), yet the check imported it under the checkpointer's and said OK; now refused
+    in one line naming both keys, before anything is imported."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.models import hf_decoder
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    with pytest.raises(ValueError, match="pass model.trust_remote_code=true"):
+        hf_decoder(checkpoint_dir=str(folder), trust_remote_code=False)
+    assert not _imported(marker)
+    start = folder if shared else tiny_llama2_dir
+    over = {"model.checkpoint_dir": str(folder), "checkpointer.trust_remote_code": True,
+            "model.trust_remote_code": False}
+    with pytest.raises(ValueError) as err:
+        load_recipe_config(make_cfg(start, sp_tokenizer_dir, tmp_path / "run", **over))
+    assert str(err.value).startswith("model.trust_remote_code=false contradicts checkpointer.trust_remote_code=true")
+    assert "\n" not in str(err.value) and not _imported(marker) and not (tmp_path / "run").exists()

@@ -45,11 +45,33 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     # named by this config itself); a path the check imports is held after, so the setup reads it as before
     checkpointer = node.get("checkpointer")
     trust = isinstance(checkpointer, dict) and checkpointer.get("trust_remote_code") is True
+    _refuse_contradicting_trust(node, trust)
     # a component's own trust_remote_code=true (model., tokenizer.) is its answer for the folder it reads (README: inside
     # a reader, as component_code reads it): the paths that folder names are taken as the config's own, by every read
     # of it in this check (the checkpointer's of the same start folder too: the component would import them anyway)
     with checkpoint_code(trust, RECIPE_FIX, own=[*_strings(node), *_trusted_by_components(node)]):
         return _checked(cfg, node, as_here, world_size, local)
+
+
+def _refuse_contradicting_trust(node: dict, trust: bool) -> None:
+    """``checkpointer.trust_remote_code: true`` beside a ``model`` / ``tokenizer`` component's own
+    ``trust_remote_code: false``: the check reads every folder under the checkpointer's answer (and a path it imports
+    is held after), so the component's false could not be honoured; refused naming both (README 'Code a checkpoint
+    names')."""
+    if not trust:
+        return
+    pending = [(k, node.get(k)) for k in ("model", "tokenizer")]
+    while pending:
+        where, part = pending.pop(0)
+        if not isinstance(part, dict):
+            continue
+        if part.get("trust_remote_code") is False:
+            raise ValueError(
+                f"{where}.trust_remote_code=false contradicts checkpointer.trust_remote_code=true: the checkpointer's "
+                f"true lets the run import the code a folder's config.json names, so {where}'s false would not be "
+                f"honoured; give one answer: drop {where}.trust_remote_code=false to trust that code, or "
+                f"checkpointer.trust_remote_code=true not to")
+        pending.extend((f"{where}.{k}", v) for k, v in part.items() if isinstance(v, dict))
 
 
 def _trusted_by_components(node: dict) -> Iterator[str]:
