@@ -48,3 +48,25 @@ def test_a_refusal_of_two_arguments_together_names_the_one_without_which_it_buil
                                          r"momentum requires a momentum and zero dampening$"):
         _check("SGD", nesterov=True)
     _check("SGD", nesterov=True, momentum=0.9)
+
+
+@pytest.mark.parametrize("name,args", [
+    ("AdamW", {"weight_decay": -1, "eps": -1}),
+    ("Adam", {"betas": [2, 0.9], "eps": "abc", "weight_decay": -1}),
+    ("SGD", {"nesterov": True, "weight_decay": -1}),
+])
+def test_several_refused_arguments_are_each_named_in_one_line(name, args):
+    """``optimizer.weight_decay=-1 optimizer.eps=-1`` was said in torch's words after every argument ('optimizer
+    (lr=..., weight_decay=-1, fused=False, eps=-1): Invalid epsilon value: -1'); each argument torch refuses on its
+    own (the reference) is now named, in the config's order, in one line."""
+    assert _torch_refuses(name, **args) and all(_torch_refuses(name, **{k: v}) for k, v in args.items())
+    with pytest.raises(ValueError) as e:
+        _check(name, **args)
+    words = [str(_one_refusal(name, k, v)) for k, v in args.items()]
+    assert str(e.value) == "; ".join(words) and "\n" not in str(e.value)
+
+
+def _one_refusal(name, key, value):
+    with pytest.raises(ValueError) as e:
+        _check(name, **{key: value})
+    return e.value

@@ -317,19 +317,32 @@ class OptimizerConfig(ComponentSection):
         """torch's refusal of the arguments in one line naming the field: the argument without which the optimizer
         builds, with what torch's optimizers accept of it (``optimizer.weight_decay=-1 is not accepted: expected a
         number >= 0``; torch said 'Invalid weight_decay value: -1', and '\'<=\' not supported between instances of
-        \'float\' and \'str\'' of 'abc'), or the optimizer's own words; else (two refused at once) torch's words
-        after the arguments."""
-        for key, value in self.args.items():
-            if key in OPTIMIZER_FLAGS or key == "lr":  # the flags and lr: checked above
-                continue
+        \'float\' and \'str\'' of 'abc'), or the optimizer's own words; two or more refused at once: each refused
+        alone (beside lr and the flags), all named, when it builds without them; else torch's words after the
+        arguments."""
+        keys = [k for k in self.args if k not in OPTIMIZER_FLAGS and k != "lr"]  # the flags and lr: checked above
+
+        def refused(drop: Any) -> Any:  # torch's error building without the arguments ``drop``, None if it builds
             try:
-                build([torch.nn.Parameter(torch.zeros(1))], **{k: v for k, v in self.args.items() if k != key})
-            except (ValueError, TypeError, IndexError):
-                continue
-            if str(self.component).startswith("torch.optim.") and key in TORCH_OPTIMIZER_ACCEPTS:
-                return str(refuse(f"{where}.{key}", value, TORCH_OPTIMIZER_ACCEPTS[key]))
-            return f"{where}.{key}={value!r} is not accepted by {self.component}: {error}"
+                build([torch.nn.Parameter(torch.zeros(1))], **{k: v for k, v in self.args.items() if k not in drop})
+            except (ValueError, TypeError, IndexError) as e:
+                return e
+            return None
+
+        for key in keys:
+            if refused({key}) is None:
+                return self._named(where, key, error)
+        alone = {k: refused(set(keys) - {k}) for k in keys}
+        bad = [k for k, e in alone.items() if e is not None]
+        if bad and refused(set(bad)) is None:
+            return "; ".join(self._named(where, k, alone[k]) for k in bad)
         return f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {error}"
+
+    def _named(self, where: str, key: str, error: Exception) -> str:
+        """``where.key``'s value refused: what torch.optim's optimizers accept of it, or the optimizer's words."""
+        if str(self.component).startswith("torch.optim.") and key in TORCH_OPTIMIZER_ACCEPTS:
+            return str(refuse(f"{where}.{key}", self.args[key], TORCH_OPTIMIZER_ACCEPTS[key]))
+        return f"{where}.{key}={self.args[key]!r} is not accepted by {self.component}: {error}"
 
 
 @dataclass(frozen=True)
