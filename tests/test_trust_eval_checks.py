@@ -13,18 +13,9 @@ import sys
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, PKG, ROPE_PATH, SOURCE, _folder_naming, _imported
-from user_modules import forget_user_module, write_user_module
+from test_trust_remote_code import FAMILY_PATH, ROPE_PATH, _folder_naming, _imported
+from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
 
-
-@pytest.fixture
-def marker(tmp_path, monkeypatch):
-    """tests/test_trust_remote_code.py's module of one's own, whose import writes this marker file."""
-    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
-    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
-    forget_user_module(PKG)
-    yield tmp_path / "marker"
-    forget_user_module(PKG)
 
 
 def _eval(argv, monkeypatch, capsys):

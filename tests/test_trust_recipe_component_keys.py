@@ -9,17 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, PKG, SOURCE, _folder_naming, _imported
-from user_modules import forget_user_module, write_user_module
+from test_trust_remote_code import FAMILY_PATH, _folder_naming, _imported
+from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
 
-
-@pytest.fixture
-def marker(tmp_path, monkeypatch):
-    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
-    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
-    forget_user_module(PKG)
-    yield tmp_path / "marker"
-    forget_user_module(PKG)
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["start folder", "model's own folder"])
