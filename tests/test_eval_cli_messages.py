@@ -4,15 +4,43 @@ typo gets "did you mean"; a run ends with one line counting the unscored metrics
 from __future__ import annotations
 
 import math
+import shlex
+import sys
 
 from torchtune_longshort.eval.cli_messages import help_preamble, summary_line, tasks_not_found
 
 
 def test_help_names_the_model_its_arguments_and_tasks_path():
     text = help_preamble()
-    for needle in ("--model longshort", "tasks-path", "lm_eval --include_path \"$(longshort-eval tasks-path)\"",
+    for needle in ("--model longshort", "tasks-path", "--include_path \"$(longshort-eval tasks-path)\"",
                    "pretrained:", "max_length:", "truncation:", "device:", "cpu_keep_freed_blocks:"):
         assert needle in text, needle
+
+
+def _stock_command_as_lm_eval_reads_it(text):
+    """The stock lm-eval command ``text`` gives after 'for stock lm-eval:', parsed by lm-eval's own CLI parser."""
+    from lm_eval._cli.harness import HarnessCLI
+
+    line = text.split("for stock lm-eval:", 1)[1].strip().splitlines()[0]
+    argv = shlex.split(line.split(" ...", 1)[0])
+    assert argv[0] in ("lm-eval", "lm_eval"), argv
+    try:
+        return HarnessCLI()._parser.parse_args(argv[1:])
+    except SystemExit:
+        raise AssertionError(f"lm-eval's parser refuses the help's stock command: {line}") from None
+
+
+def test_the_helps_stock_lm_eval_command_names_a_model_lm_eval_runs(monkeypatch, capsys):
+    # both said `lm_eval --include_path "$(longshort-eval tasks-path)" --tasks longshort_ppl ...`: no subcommand
+    # (lm-eval --help gives `lm-eval run`) and no pretrained=, which lm-eval's hf model needs
+    import torchtune_longshort.eval.__main__ as cli
+
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "tasks-path", "--help"])
+    cli.main()
+    for text in (help_preamble(), capsys.readouterr().out):
+        args = _stock_command_as_lm_eval_reads_it(text)
+        assert (args.command, args.model) == ("run", "hf"), text
+        assert "pretrained" in args.model_args and args.include_path and args.tasks, text
 
 
 def test_a_task_typo_gets_did_you_mean():

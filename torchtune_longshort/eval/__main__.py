@@ -12,7 +12,8 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 (``checkpoint_dir=``, ``pretrained``'s older name, is passed on as ``pretrained=`` so that it names the folder too).
 
 ``longshort-eval tasks-path`` prints the installed task pack's folder, for stock lm-eval:
-``lm-eval run --model hf --include_path "$(longshort-eval tasks-path)" --tasks longshort_ppl ...``.
+``lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" --tasks
+longshort_ppl ...``.
 ``--help`` names the ``longshort`` model and its arguments above lm-eval's help. Bad input (a device this machine
 lacks, a task name lm-eval does not know: with "did you mean", a model argument) is refused in one line
 (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting the metrics left unscored and why.
@@ -26,7 +27,7 @@ import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
-from torchtune_longshort.eval.cli_argv import option
+from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, option
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
@@ -48,7 +49,7 @@ def main() -> None:
                   f"folder, for lm-eval's --include_path", file=sys.stderr)
             sys.exit(2)
         print(tasks_path() if not extra else f"usage: {PROG} tasks-path\n\nPrint the installed task pack's folder, "
-              f"for stock lm-eval: lm_eval --include_path \"$({PROG} tasks-path)\" --tasks longshort_ppl ...")
+              f"for stock lm-eval: {STOCK_LM_EVAL}")
         return
     quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
     stoppable(PROG, lambda: refusing(PROG, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)

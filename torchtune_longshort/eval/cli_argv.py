@@ -10,6 +10,11 @@ import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
 
+# Stock lm-eval 0.4.13 running the pack, in its `run` form as `lm-eval --help` gives it (longshort-eval's --help and
+# `tasks-path --help` print it).
+STOCK_LM_EVAL = ('lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" '
+                 "--tasks longshort_ppl ...")
+
 
 def option(args: Sequence[str], name: str) -> Optional[str]:
     """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""

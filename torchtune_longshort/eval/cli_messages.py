@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
 from torchtune_longshort.eval.tasks.common.unavailable import LIMIT_LEFT_OUT_KEY, MISSING_METRIC
@@ -27,7 +28,7 @@ def help_preamble() -> str:
         "included. Everything below is lm-eval's; the additions:\n\n"
         f"  {PROG} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
         f"  {PROG} tasks-path      print the task pack's folder, for stock lm-eval:\n"
-        "                          lm_eval --include_path \"$(longshort-eval tasks-path)\" --tasks longshort_ppl ...\n\n"
+        f"                          {STOCK_LM_EVAL}\n\n"
         "--model_args of the `longshort` model (a torchtune model read from a Hugging Face checkpoint folder):\n"
         f"{args}\n\n"
         "A --device this machine does not have is refused before anything runs (any model); the run ends with one\n"
