@@ -17,10 +17,11 @@ import contextlib
 import fcntl
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
+from torchtune_longshort.data.stdlib_corpus import stdlib_document, stdlib_dir, stdlib_source_files
 from torchtune_longshort.config.values import integer
 from torchtune_longshort.data.tokenizer_training import (
     MIN_VOCAB, check_training_folder, sentencepiece_file, train_sentencepiece,
@@ -58,18 +59,38 @@ def stdlib_sentencepiece_tokenizer(
         # Train aside and rename, so two runs starting together never read a half-written tokenizer.
         tmp = folder_beside(folder, "training")
         try:
-            train_sentencepiece(
-                iter_stdlib_documents(limit=train_files_limit, include_tests=False), tmp, vocab_size=vocab_size
-            )
+            files = stdlib_source_files(limit=train_files_limit, include_tests=False)
+            _say(f"Tokenizer: training a SentencePiece BPE of {vocab_size} pieces on {len(files)} standard-library "
+                 f"files ({_size(files)}, tests excluded) under {stdlib_dir()}, into {folder} ...")
+            start = time.monotonic()
+            train_sentencepiece((stdlib_document(f) for f in files), tmp, vocab_size=vocab_size)
             if _move_into_place(tmp, folder, model_file):
                 _TRAINED[folder.resolve()] = made.resolve() if made is not None else None
+                _say(f"Tokenizer: trained in {time.monotonic() - start:.1f} s: {model_file}")
+            else:
+                _say(f"Tokenizer: {model_file} was put in place by another run meanwhile; using it")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
             if folder.resolve() not in _TRAINED:
                 remove_made_folders(folder, made)  # training failed or stopped: no empty folder of its stays
+    elif Path(path).suffix != ".model" and folder.resolve() not in _HELD:  # once a process (the config check reads it)
+        _say(f"Tokenizer: reusing {model_file}, already there (not trained again; its vocab_size is its own: "
+             "remove the folder to train it anew)")
     if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
         _hold(folder)
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
+
+
+def _say(line: str) -> None:
+    """One progress line, in the recipe's log (torchtune's logger, rank zero)."""
+    from torchtune import utils
+
+    utils.log_rank_zero(utils.get_logger("INFO"), line)
+
+
+def _size(files) -> str:
+    n = sum(f.stat().st_size for f in files)
+    return f"{n / 2 ** 20:.1f} MiB" if n >= 2 ** 20 else f"{n / 1024:.0f} KiB"
 
 
 # Tokenizer folders this process reads, each with a shared flock held until the process ends (a run started at the
