@@ -191,16 +191,51 @@ def load_hub_dataset(path: str, *args: Any, alternative: str = "", **kwargs: Any
         raise TaskDataError(hub_failure_reason(what, err, alternative)) from err
 
 
+# Hub data sets this process found out of reach before reading a document, with the reason the task gave: a task
+# asks its source once per length, and each ask waited out huggingface_hub's retries (~23 s) to fail the same way
+# (longshort_ppl's five default lengths offline: ~2 minutes). The key holds what reaches the hub or a cached copy.
+_UNREACHABLE: Dict[tuple, str] = {}
+
+
+def _hub_key(what: str) -> tuple:
+    return (what, os.environ.get("HF_ENDPOINT"), offline_variable(), os.environ.get("HF_HOME"),
+            os.environ.get("HF_DATASETS_CACHE"))
+
+
+def _out_of_reach(err: Optional[BaseException]) -> bool:
+    """Whether ``err`` or an error in its chain is a connection failure (``datasets``' ConnectionError "Couldn't
+    reach", or httpx's / requests' own)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ConnectionError) or type(err).__name__ in ("ConnectError", "ConnectTimeout"):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
-    """Iterate ``it`` (a streamed hub data set), turning a fetch failure at any point into :class:`TaskDataError`."""
+    """Iterate ``it`` (a streamed hub data set), turning a fetch failure at any point into :class:`TaskDataError`.
+    A data set out of reach before its first document is asked once a process: later asks (the task's other
+    lengths) fail at once with that reason."""
+    key = _hub_key(what)
+    if key in _UNREACHABLE:
+        raise TaskDataError(_UNREACHABLE[key])
+    started = False
     try:
-        yield from it
+        for item in it:
+            started = True
+            yield item
     except TaskDataError:
         raise
     except Exception as err:  # noqa: BLE001
-        if not is_hub_failure(err):
+        hub = is_hub_failure(err)
+        reason = hub_failure_reason(what, err, alternative) if hub else str(err)  # a DataSourceError: as it is said
+        if not started and not offline_mode() and _out_of_reach(err):  # offline: no retries, nothing to spare
+            _UNREACHABLE[key] = f"{reason} (asked once in this process, not again for this data set)"
+        if not hub:
             raise
-        raise TaskDataError(hub_failure_reason(what, err, alternative)) from err
+        raise TaskDataError(reason) from err
 
 
 # ------------------------------------------------------------------------------------------------ the model

@@ -1,0 +1,48 @@
+"""longshort-eval run ... --tasks longshort_ppl at its default source (PG19 from the hub), with no network and no
+offline variable set, waited out huggingface_hub's retries (5, ~23 s) once per length before each length was NaN
+(~2 minutes for the five defaults); a data set found out of reach is now asked once a process, and the other lengths
+get the same reason at once."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each length's ask, as longshort_ppl makes it; connections to the unreachable hub counted at the socket (the
+# reference: what a wait comes from), huggingface_hub's backoff sleeps skipped to keep the test short.
+SCRIPT = r"""
+import json, socket, time
+time.sleep = lambda s: None
+attempts = []
+connect = socket.socket.connect
+def counted(self, address, *a, **k):
+    attempts.append(address)
+    return connect(self, address, *a, **k)
+socket.socket.connect = counted
+from torchtune_longshort.eval.tasks.common.long_text import iter_texts
+from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+out = []
+for source in ("pg19", "pg19", "pg19"):
+    before = len(attempts)
+    try:
+        next(iter(iter_texts(source=source)))
+        out.append(["read", len(attempts) - before])
+    except TaskDataError as e:
+        out.append([str(e), len(attempts) - before])
+print(json.dumps(out))
+"""
+
+
+def test_an_unreachable_hub_is_asked_once_per_data_set(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
+    env.pop("HF_DATASETS_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (first, n1), (second, n2), (third, n3) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert n1 >= 1 and "the hub cannot be reached from here" in first, (first, n1)
+    assert (n2, n3) == (0, 0), (n2, n3)
+    assert second == third == f"{first} (asked once in this process, not again for this data set)"
