@@ -9,6 +9,7 @@ in the converted fast tokenizer, which gives different ids for source code.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,6 +20,24 @@ from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
 
 SENTENCEPIECE_FILE = "tokenizer.model"
 MIN_VOCAB = 300  # the smallest vocabulary train_sentencepiece trains: 256 byte pieces, specials and merges
+
+
+class VocabBelowCharacters(ValueError):
+    """sentencepiece refused ``vocab_size`` as smaller than the pieces the training text needs: one per distinct
+    character it keeps (``▁`` among them), plus the byte and special pieces. ``needed`` is sentencepiece's own
+    number, read from its message ("Vocabulary size is smaller than required_chars. 300 vs 347")."""
+
+    def __init__(self, vocab_size: int, needed: int):
+        self.vocab_size, self.needed = vocab_size, needed
+        super().__init__(self.worded("vocab_size"))
+
+    def worded(self, field: str, also: str = "") -> str:
+        return (f"{field}={self.vocab_size} is smaller than the {self.needed} pieces sentencepiece needs for the text "
+                "it trains on (one per distinct character it keeps, plus 256 byte pieces and unk/bos/eos): raise "
+                f"{field}{f' (and {also})' if also else ''} to at least {self.needed}")
+
+
+_BELOW_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
 def sentencepiece_file(path: Union[str, Path]) -> Path:
@@ -66,13 +85,16 @@ def train_sentencepiece(
 
     Returns:
         Path of ``tokenizer.model``.
+
+    Raises:
+        VocabBelowCharacters: ``vocab_size`` below what sentencepiece needs for the text's characters (nothing
+            written).
     """
     import sentencepiece as spm
 
     if vocab_size < MIN_VOCAB:
         raise ValueError(f"vocab_size={vocab_size}: needs >= {MIN_VOCAB} (256 byte pieces + specials + merges)")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     def lines():
         n = 0
@@ -86,25 +108,36 @@ def train_sentencepiece(
 
     with tempfile.TemporaryDirectory() as tmp:
         prefix = str(Path(tmp) / "sp")
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=lines(),
-            model_prefix=prefix,
-            vocab_size=vocab_size,
-            model_type="bpe",
-            byte_fallback=True,
-            unk_id=0,
-            bos_id=1,
-            eos_id=2,
-            pad_id=-1,
-            normalization_rule_name="identity",
-            remove_extra_whitespaces=False,
-            allow_whitespace_only_pieces=True,
-            split_digits=True,
-            minloglevel=2,
-        )
+        try:
+            _train(spm, lines(), prefix, vocab_size)
+        except RuntimeError as e:
+            below = _BELOW_CHARS.search(str(e))
+            if below is None:
+                raise
+            raise VocabBelowCharacters(int(below.group(1)), int(below.group(2))) from None
+        out_dir.mkdir(parents=True, exist_ok=True)  # once trained: a refused vocab_size leaves no folder
         shutil.copy(prefix + ".model", out_dir / SENTENCEPIECE_FILE)
     _write_hf_tokenizer_files(out_dir)
     return out_dir / SENTENCEPIECE_FILE
+
+
+def _train(spm, sentences, prefix: str, vocab_size: int) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=sentences,
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True,
+        split_digits=True,
+        minloglevel=2,
+    )
 
 
 def _write_hf_tokenizer_files(out_dir: Path) -> None:

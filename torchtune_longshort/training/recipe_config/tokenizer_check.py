@@ -18,6 +18,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Optional
 
+from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
 from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.refusals import REFUSED, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
@@ -70,6 +71,8 @@ def load_tokenizer(section: TokenizerConfig):
         if "tokenizer.path" in str(e):
             raise
         raise TokenizerError(f"tokenizer.path={section.path!r}: {one_line(e)}") from None
+    except VocabBelowCharacters as e:  # a component training its path (the tiny configs'): tokenizer.vocab_size
+        raise ValueError(e.worded("tokenizer.vocab_size", also="model.vocab_size")) from None
     except REFUSED as e:
         if not _raised_by_a_library(e):
             raise
