@@ -24,6 +24,23 @@ def make_cfg(ckpt, tok, out, **over):
     return cfg
 
 
+def train_rows(cfg) -> list:
+    """Train ``cfg`` in this process (set up, train, its output folder released) and give its ``metrics.jsonl``
+    rows."""
+    import json
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    recipe = LongShortFinetuneRecipe(cfg)
+    recipe.setup()
+    try:
+        recipe.train()
+    finally:
+        recipe.release_output_dir()
+    lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def train_until_fault(run, error, match: str, out: Path) -> int:
     """Train ``run`` (set up) until a data fault ``error`` (its message matching ``match``) stops it at the last
     good step; that step, whose checkpoint and recipe state the fault must have saved."""

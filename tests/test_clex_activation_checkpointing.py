@@ -151,25 +151,14 @@ def test_clex_model_copies_and_pickles_after_a_training_step():
 
 
 def _recipe_losses(out, tiny_llama2_dir, sp_tokenizer_dir, checkpointing: bool) -> list:
-    import json
-
-    from recipe_config import make_cfg
-
-    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from recipe_config import make_cfg, train_rows
 
     model = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "clex", "max_seq_len": 256,
              "original_max_seq_len": 64, "t_min": 2, "time_dt": 0.25,
              "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(tiny_llama2_dir)}}
     cfg = make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, model=model, max_steps=2, save_every_n_steps=2,
                    batch_size=2, enable_activation_checkpointing=checkpointing, **{"dataset.limit": 10})
-    recipe = LongShortFinetuneRecipe(cfg)
-    recipe.setup()
-    try:
-        recipe.train()
-    finally:
-        recipe.release_output_dir()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    return [(r["step"], r["loss"]) for r in train_rows(cfg) if "loss" in r]
 
 
 def test_recipe_trains_clex_with_activation_checkpointing(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, caplog):

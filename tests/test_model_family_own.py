@@ -57,19 +57,10 @@ def _as_mymodel(src: Path, dst: Path) -> Path:
 
 
 def _train(ckpt, tok, out, **over):
-    from recipe_config import make_cfg
-
-    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+    from recipe_config import make_cfg, train_rows
 
     cfg = make_cfg(ckpt, tok, out, max_steps=2, save_every_n_steps=2, batch_size=2, **{"dataset.limit": 6}, **over)
-    recipe = LongShortFinetuneRecipe(cfg)
-    recipe.setup()
-    try:
-        recipe.train()
-    finally:
-        recipe.release_output_dir()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r["loss"] for r in rows if "loss" in r]
+    return [r["loss"] for r in train_rows(cfg) if "loss" in r]
 
 
 def test_a_family_of_ones_own_trains_as_the_shipped_llama_and_its_step_folder_evaluates(
