@@ -56,3 +56,26 @@ def test_a_component_false_beside_the_checkpointer_true_is_refused_naming_both(m
         load_recipe_config(make_cfg(start, sp_tokenizer_dir, tmp_path / "run", **over))
     assert str(err.value).startswith("model.trust_remote_code=false contradicts checkpointer.trust_remote_code=true")
     assert "\n" not in str(err.value) and not _imported(marker) and not (tmp_path / "run").exists()
+
+
+def test_the_checkpointer_false_beside_a_component_true_on_its_folder_is_refused_naming_both(
+        marker, tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """``checkpointer.trust_remote_code=false model.trust_remote_code=true`` on one start folder: the checkpointer's
+    false alone refuses the folder (the check without the model's key, the reference), yet with both the check
+    imported the folder's code and said OK; now refused in one line naming both keys, nothing imported. Over a start
+    folder that names nothing, the model's true on its own folder keeps both answers: OK."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    folder = _folder_naming(tiny_llama2_dir, tmp_path / "theirs", longshort_family=FAMILY_PATH)
+    out, false = tmp_path / "run", {"checkpointer.trust_remote_code": False}
+    with pytest.raises(ValueError, match="pass checkpointer.trust_remote_code=true"):
+        load_recipe_config(make_cfg(folder, sp_tokenizer_dir, out, **false))
+    with pytest.raises(ValueError) as err:
+        load_recipe_config(make_cfg(folder, sp_tokenizer_dir, out, **false, **{"model.trust_remote_code": True}))
+    assert str(err.value).startswith("checkpointer.trust_remote_code=false contradicts model.trust_remote_code=true")
+    assert "\n" not in str(err.value) and FAMILY_PATH in str(err.value) and not _imported(marker)
+    over = {**false, "model.checkpoint_dir": str(folder), "model.trust_remote_code": True}
+    config = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **over))
+    assert config.checkpointer.trust_remote_code is False and marker.exists() and not out.exists()

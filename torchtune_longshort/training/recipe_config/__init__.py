@@ -46,6 +46,7 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     checkpointer = node.get("checkpointer")
     trust = isinstance(checkpointer, dict) and checkpointer.get("trust_remote_code") is True
     _refuse_contradicting_trust(node, trust)
+    _refuse_overridden_false(node, checkpointer)
     # a component's own trust_remote_code=true (model., tokenizer.) is its answer for the folder it reads (README: inside
     # a reader, as component_code reads it): the paths that folder names are taken as the config's own, by every read
     # of it in this check (the checkpointer's of the same start folder too: the component would import them anyway)
@@ -74,28 +75,56 @@ def _refuse_contradicting_trust(node: dict, trust: bool) -> None:
         pending.extend((f"{where}.{k}", v) for k, v in part.items() if isinstance(v, dict))
 
 
+def _refuse_overridden_false(node: dict, checkpointer: Any) -> None:
+    """``checkpointer.trust_remote_code: false`` given beside a ``model`` / ``tokenizer`` component's own
+    ``trust_remote_code: true`` whose folder names a path the checkpointer's folder names too: the component's true
+    takes that path as the config's own for every read (the checkpointer's included), so the checkpointer's false
+    could not be honoured; refused naming both, as the other way round is (README 'Code a checkpoint names')."""
+    if not isinstance(checkpointer, dict) or checkpointer.get("trust_remote_code") is not False:
+        return
+    named = set(_named_paths(checkpointer.get("checkpoint_dir")))
+    for where, path in _component_trust(node):
+        if path in named:
+            raise ValueError(
+                f"checkpointer.trust_remote_code=false contradicts {where}.trust_remote_code=true: {where}'s true "
+                f"trusts {path!r}, which the checkpointer's folder {checkpointer.get('checkpoint_dir')}'s config.json "
+                f"names too, so the checkpointer's false would not be honoured; give one answer: drop "
+                f"checkpointer.trust_remote_code=false to trust that code, or {where}.trust_remote_code=true not to")
+
+
 def _trusted_by_components(node: dict) -> Iterator[str]:
     """The dotted paths (``longshort_family``, ``longshort_rope.method``) the ``config.json`` of each folder names
     that a ``model`` / ``tokenizer`` component node reading it (``checkpoint_dir``, ``path``) trusts by its own
     ``trust_remote_code: true``; read as JSON, nothing imported (a folder that does not read is the check's to say)."""
-    pending = [node.get(k) for k in ("model", "tokenizer")]
+    return (path for _, path in _component_trust(node))
+
+
+def _component_trust(node: dict) -> Iterator[tuple]:
+    """``(where, path)`` for each path of :func:`_trusted_by_components`, ``where`` the component node's key."""
+    pending = [(k, node.get(k)) for k in ("model", "tokenizer")]
     while pending:
-        part = pending.pop()
+        where, part = pending.pop()
         if not isinstance(part, dict):
             continue
-        pending.extend(v for v in part.values() if isinstance(v, dict))
+        pending.extend((f"{where}.{k}", v) for k, v in part.items() if isinstance(v, dict))
         if part.get("trust_remote_code") is not True:
             continue
         for key in ("checkpoint_dir", "path"):
-            try:
-                config = json.loads((Path(str(part.get(key))) / "config.json").read_text())
-            except (OSError, ValueError):
-                continue
-            rope = config.get("longshort_rope") if isinstance(config, dict) else None
-            for path in (config.get("longshort_family") if isinstance(config, dict) else None,
-                         rope.get("method") if isinstance(rope, dict) else None):
-                if isinstance(path, str):
-                    yield path
+            yield from ((where, path) for path in _named_paths(part.get(key)))
+
+
+def _named_paths(folder: Any) -> Iterator[str]:
+    """The dotted paths ``folder``'s ``config.json`` names (``longshort_family``, ``longshort_rope.method``), read
+    as JSON; none of a folder that does not read."""
+    try:
+        config = json.loads((Path(str(folder)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    rope = config.get("longshort_rope") if isinstance(config, dict) else None
+    for path in (config.get("longshort_family") if isinstance(config, dict) else None,
+                 rope.get("method") if isinstance(rope, dict) else None):
+        if isinstance(path, str):
+            yield path
 
 
 def _strings(node: Any) -> Iterator[str]:
