@@ -43,3 +43,31 @@ def test_the_recipe_names_tokenizer_vocab_size_and_leaves_no_folder(tmp_path):
     assert not (tmp_path / "tokenizers").exists()  # the folder (and its parent) this call would have made
     args["vocab_size"] = needed  # sentencepiece trains that many on the same files
     assert load_tokenizer(TokenizerConfig(component=component, path=str(folder), args=args)).vocab_size == needed
+
+
+def test_validate_refuses_the_vocab_size_the_training_would_refuse(tmp_path, capsys):
+    """longshort-validate said OK of tokenizer.vocab_size=300 for the stdlib files the tokenizer trains on, which the
+    training then refused; it now asks sentencepiece's count without training (the reference: training those same
+    files at 300 refused, its number; that number trains), refusing in the same words, nothing written."""
+    from torchtune_longshort.data.stdlib_corpus import stdlib_document, stdlib_source_files
+    from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
+    from torchtune_longshort.training.recipe_config.validate import main
+
+    docs = [stdlib_document(f) for f in stdlib_source_files(limit=3, include_tests=False)]
+    with pytest.raises(VocabBelowCharacters) as trained:
+        train_sentencepiece(docs, tmp_path / "reference", vocab_size=300)
+    needed = trained.value.needed
+
+    def validate(vocab):
+        return main(["tiny/longshort_stdlib.yaml", f"tokenizer.path={tmp_path / 'tok'}", "tokenizer.train_files_limit=3",
+                     f"tokenizer.vocab_size={vocab}", f"model.vocab_size={vocab}", f"output_dir={tmp_path / 'out'}"])
+
+    with pytest.raises(SystemExit) as refused:
+        validate(300)
+    err = capsys.readouterr().err.strip()
+    assert refused.value.code == 2 and "\n" not in err, err
+    assert err.endswith(f"error: tokenizer.vocab_size=300 is smaller than the {needed} pieces sentencepiece needs for "
+                        "the text it trains on (one per distinct character it keeps, plus 256 byte pieces and "
+                        f"unk/bos/eos): raise tokenizer.vocab_size (and model.vocab_size) to at least {needed}"), err
+    assert validate(needed) == 0 and sorted(p.name for p in tmp_path.iterdir()) == []
+    assert train_sentencepiece(docs, tmp_path / "enough", vocab_size=needed).is_file()

@@ -9,11 +9,12 @@ in the converted fast tokenizer, which gives different ids for source code.
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Iterator, Optional, Union
 
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.models.hf_tokenizer import write_hf_tokenizer_files
@@ -96,20 +97,10 @@ def train_sentencepiece(
         raise ValueError(f"vocab_size={vocab_size}: needs >= {MIN_VOCAB} (256 byte pieces + specials + merges)")
     out_dir = Path(out_dir)
 
-    def lines():
-        n = 0
-        for doc in texts:
-            for line in doc.splitlines():
-                if line.strip():
-                    yield line
-                    n += 1
-                    if n >= max_sentences:
-                        return
-
     with tempfile.TemporaryDirectory() as tmp:
         prefix = str(Path(tmp) / "sp")
         try:
-            _train(spm, lines(), prefix, vocab_size)
+            _train(spm, _lines(texts, max_sentences), vocab_size, model_prefix=prefix)
         except RuntimeError as e:
             below = _BELOW_CHARS.search(str(e))
             if below is None:
@@ -121,10 +112,39 @@ def train_sentencepiece(
     return out_dir / SENTENCEPIECE_FILE
 
 
-def _train(spm, sentences, prefix: str, vocab_size: int) -> None:
+def pieces_needed(texts: Iterable[str], max_sentences: int = 200_000) -> Optional[int]:
+    """The smallest ``vocab_size`` :func:`train_sentencepiece` trains on ``texts``: sentencepiece's own number (its
+    kept characters, 256 byte pieces, unk/bos/eos), asked of it with a vocabulary below any text's (the 259 byte and
+    special pieces and ``▁``), which it refuses after counting the characters, before training; nothing written.
+    None when it refuses ``texts`` otherwise (no line to train on: training says so)."""
+    import sentencepiece as spm
+
+    try:
+        _train(spm, _lines(texts, max_sentences), 256 + 3 + 1, model_writer=io.BytesIO())
+    except RuntimeError as e:
+        below = _BELOW_CHARS.search(str(e))
+        return int(below.group(2)) if below is not None else None
+    return None
+
+
+def _lines(texts: Iterable[str], max_sentences: int) -> Iterator[str]:
+    """The training lines of ``texts``: each document's non-blank lines, ``max_sentences`` at most."""
+    n = 0
+    for doc in texts:
+        for line in doc.splitlines():
+            if line.strip():
+                yield line
+                n += 1
+                if n >= max_sentences:
+                    return
+
+
+def _train(spm, sentences, vocab_size: int, **output) -> None:
+    """sentencepiece's training of :func:`train_sentencepiece`, into ``output`` (``model_prefix=`` a path, or
+    ``model_writer=`` a file object)."""
     spm.SentencePieceTrainer.train(
         sentence_iterator=sentences,
-        model_prefix=prefix,
+        **output,
         vocab_size=vocab_size,
         model_type="bpe",
         byte_fallback=True,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import time
@@ -24,7 +25,8 @@ from typing import Any, Dict, Mapping, Optional
 from torchtune_longshort.data.stdlib_corpus import stdlib_document, stdlib_dir, stdlib_source_files
 from torchtune_longshort.config.values import integer
 from torchtune_longshort.data.tokenizer_training import (
-    MIN_VOCAB, check_training_folder, sentencepiece_file, train_sentencepiece,
+    MIN_VOCAB, VocabBelowCharacters, check_training_folder, pieces_needed, sentencepiece_file,
+    train_sentencepiece,
 )
 from torchtune_longshort.output_guard import folder_beside, missing_root, remove_made_folders
 
@@ -149,8 +151,18 @@ def check_training_arguments(args: Mapping[str, Any], where: str) -> None:
     """The arguments a training call reads, checked before it (``where``: the tokenizer node's config path):
     ``train_sentencepiece`` refused ``vocab_size=-3`` without naming the key, and ``train_files_limit=0`` was
     refused as the stdlib corpus's ``limit``."""
-    integer(MIN_VOCAB)(f"{where}.vocab_size", args.get("vocab_size", 512))
-    integer(1)(f"{where}.train_files_limit", args.get("train_files_limit", 120))
+    vocab = integer(MIN_VOCAB)(f"{where}.vocab_size", args.get("vocab_size", 512))
+    limit = integer(1)(f"{where}.train_files_limit", args.get("train_files_limit", 120))
+    # too few pieces for the files' characters: sentencepiece's own count (a fraction of a second), not a training
+    needed = _pieces_needed(limit)
+    if needed is not None and vocab < needed:
+        raise ValueError(VocabBelowCharacters(vocab, needed).worded(f"{where}.vocab_size", also="model.vocab_size"))
+
+
+@functools.lru_cache(maxsize=8)
+def _pieces_needed(limit: int) -> Optional[int]:
+    """:func:`pieces_needed` of the first ``limit`` stdlib files the tokenizer trains on (once a process)."""
+    return pieces_needed(stdlib_document(f) for f in stdlib_source_files(limit=limit, include_tests=False))
 
 
 # The recipe's config check asks these: a missing ``path`` is trained, so it must only be creatable, and the

@@ -9,7 +9,8 @@ read) and asks the setup's own questions of it, so that ``longshort-validate`` s
 * ``window_bos=True`` needs a BOS token.
 
 A tokenizer the run would train (a component that trains its missing path, as the tiny configs' stdlib one) is not
-trained here: its ``vocab_size`` argument is compared instead (SentencePiece trains exactly that many pieces).
+trained here: its ``vocab_size`` argument is compared instead (SentencePiece trains exactly that many pieces; one
+below what its text's characters need is refused by the component's ``check_training_arguments``, as the stdlib one's).
 """
 
 from __future__ import annotations
