@@ -77,13 +77,23 @@ def load_tokenizer(section: TokenizerConfig):
     except REFUSED as e:
         if not _raised_by_a_library(e):
             raise
-        raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
-                         f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads"
-                         f"{_format_hint(section)}") from e
+        raise _unread(section, e) from e
     except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
-        raise ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(e).__name__}: "
-                         f"{one_line(e)[:200]}); name a tokenizer file of the format that component reads"
-                         f"{_format_hint(section)}") from e
+        raise _unread(section, e) from e
+
+
+# A library's message is kept whole (what is wrong is often at its end: the file tiktoken could not parse); only a huge
+# one (a dump of the file's bytes) is cut, saying so.
+LIBRARY_WORDS_CAP = 1000
+
+
+def _unread(section: TokenizerConfig, error: BaseException) -> ValueError:
+    """The refusal of a file the component's library cannot read, its message on one line."""
+    words = one_line(error)
+    if len(words) > LIBRARY_WORDS_CAP:
+        words = f"{words[:LIBRARY_WORDS_CAP]} ... (cut here: {len(words)} characters in all)"
+    return ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(error).__name__}: "
+                      f"{words}); name a tokenizer file of the format that component reads{_format_hint(section)}")
 
 
 def _trained_vocab(section: TokenizerConfig) -> Optional[int]:
