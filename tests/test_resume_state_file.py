@@ -158,3 +158,26 @@ def test_a_recipe_state_this_user_may_not_read_is_refused_naming_the_fix(tmp_pat
                                f"(chmod u+r {path}) and its folder access (chmod u+rx {path.parent})"), line
     monkeypatch.undo()
     assert torch.load(path, weights_only=False) == {"step": 4}  # nothing touched
+
+
+def test_a_recipe_state_of_zeros_is_refused_in_one_line_saying_so(tmp_path, tiny_llama2_dir):
+    """A state whose bytes are all zeros (its length on disk, its data not, after a crash): the resume's own read
+    ended in torch's 'KeyError: filename 'storages' not found', and the config check's memory-mapped one said torch's
+    'mmap can only be used with files saved with ...; another file put in its place?'; both now say what the file is."""
+    run = tmp_path / "run"
+    step = commit_step(run, 4, tiny_llama2_dir)
+    path = recipe_state_path(step)
+    torch.save({"step": 4, "optimizer": {"state": {0: {"exp_avg": torch.arange(5000.0)}}}}, path)
+    size = path.stat().st_size
+    path.write_bytes(bytes(size))
+    for mmap in (False, True):  # the reference: torch's own reading of the file fails, each way
+        with pytest.raises(Exception):
+            torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    for read in (lambda: StepCheckpoints(run).newest_state(), lambda: read_resume_state(step, {})):
+        with pytest.raises(ValueError) as refused:
+            read()
+        line = fault_line(refused.value)
+        assert line is not None and "\n" not in line, line
+        assert f"{path} cannot be read as a recipe state (all its {size} bytes are zeros: " in line, line
+        assert f"checkpoint_dir={str(step)!r}" in line and "mmap" not in line
+    assert path.read_bytes() == bytes(size)  # nothing changed

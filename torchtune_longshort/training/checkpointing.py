@@ -26,7 +26,6 @@ import os
 import pickle
 import re
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Any, List, Optional, Union
 
@@ -36,6 +35,7 @@ from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
+from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
@@ -80,56 +80,25 @@ def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
     that does not load as one is refused in one line naming it and torch's error, with what to do: it ended the resume
     in torch's traceback ('PytorchStreamReader failed reading zip archive: failed finding central directory ...', or
     for most lengths a state is cut at, 'OSError: [Errno 22] Invalid argument'), exit 1. Only a file that is cut
-    short (:func:`_cut_short`) is said to be, not one of another format put in its place."""
+    short (:func:`~.state_words.cut_short`) is said to be, or one of zeros, not one of another format put in its
+    place."""
     path = recipe_state_path(step_dir)
     try:
         # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
         # parameter's device when the optimizer loads them
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, OSError) as e:
+    except (RuntimeError, EOFError, pickle.UnpicklingError, OSError, KeyError) as e:  # zeros: KeyError 'storages'
         if isinstance(e, PermissionError):
             raise unreadable_state(path, e) from e
-        cut = _cut_short(path, e)
-        if isinstance(e, OSError) and not cut:
+        zeros = zero_filled(path)
+        cut = "" if zeros else cut_short(path, e)
+        if isinstance(e, OSError) and not (cut or zeros):
             raise  # a file that is not there: as the system says it
-        cause = (f"{cut}: a file cut short by a copy or a full disk?" if cut else
-                 f"torch.load: {type(e).__name__}: {_said(e)}; another file put in its place?")
+        cause = zeros or (f"{cut}: a file cut short by a copy or a full disk?" if cut else
+                          f"torch.load: {type(e).__name__}: {said(e)}; another file put in its place?")
         raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}): put back the file the run "
                          f"saved, or start a new run from {Path(step_dir).name}'s weights with "
                          f"checkpoint_dir={str(step_dir)!r}") from e
-
-
-def unreadable_state(path: Path, error: OSError) -> ValueError:
-    """The refusal of a recipe state this user may not read (the file's or its folder's mode): it was the system's
-    '[Errno 13] Permission denied: <file>' alone, without what to do."""
-    return ValueError(f"{path} cannot be read by this user ({error.strerror or error}): give it read access (chmod "
-                      f"u+r {path}) and its folder access (chmod u+rx {path.parent}), or run as the user that wrote "
-                      "it")
-
-
-def _cut_short(path: Path, error: BaseException) -> str:
-    """What shows ``path`` (which ``torch.load`` failed on with ``error``) cut short, '' when nothing does: empty; a
-    zip archive (the format torch.save writes) without the end record a zip's last bytes hold; an old-format (pickle)
-    file whose data ends early."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return ""
-    if not head:
-        return "an empty file"
-    if b"PK\x03\x04".startswith(head) and not zipfile.is_zipfile(path):
-        return f"{type(error).__name__}: {_said(error)}; its zip archive lacks the end record"
-    if isinstance(error, EOFError) or "pickle data was truncated" in str(error):
-        return f"{type(error).__name__}: {_said(error)}"
-    return ""
-
-
-def _said(error: BaseException) -> str:
-    """The first sentence of ``error``'s message on one line (torch's go on with advice to file a bug; its C++
-    checks' start with where: '[enforce fail at inline_container.cc:180] . file in archive is not in ...')."""
-    said = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(error))
-    return " ".join(said.split(". ")[0].split())[:200] or type(error).__name__
 
 
 def staged_state_path(staged: PathLike) -> Path:
