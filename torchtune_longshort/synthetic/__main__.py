@@ -80,11 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None,
                    help="parallel runs in processes (default: min(2, CPUs); quick: 1, in-process, no start-up cost)")
     paper_lrs = _comma(PAPER_LRS)
-    p.add_argument("--task", default=run.task, help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--bits", default=run.bits, help=f"one of {', '.join(BIT_DISTRIBUTIONS)}")
-    p.add_argument("--pe", default=run.pe, help=f"one of {', '.join(POSITIONAL_ENCODINGS)}")
-    p.add_argument("--outrep", default=run.outrep, help=f"one of {', '.join(OUTREPS)}")
-    p.add_argument("--model", default=run.model, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--task", default=run.task, help=f"one of {', '.join(TASKS)} (default {run.task})")
+    p.add_argument("--bits", default=run.bits, help=f"one of {', '.join(BIT_DISTRIBUTIONS)} (default {run.bits})")
+    p.add_argument("--pe", default=run.pe, help=f"one of {', '.join(POSITIONAL_ENCODINGS)} (default {run.pe})")
+    p.add_argument("--outrep", default=run.outrep, help=f"one of {', '.join(OUTREPS)} (default {run.outrep})")
+    p.add_argument("--model", default=run.model, help=f"one of {', '.join(MODELS)} (default {run.model})")
     p.add_argument("--l-train", type=int, default=None,
                    help=f"train lengths U[1, l_train] (default {run.l_train}, quick {_QUICK['l_train']})")
     p.add_argument("--l-test", type=int, default=None,
@@ -104,9 +104,11 @@ def _parser() -> argparse.ArgumentParser:
                         "diverges is recorded as diverged and skipped; the command fails only if every rate of a curve "
                         "diverges). "
                         "Multiplies the time by the grid size.")
-    p.add_argument("--optimizer", default=run.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
-    p.add_argument("--batch-size", type=int, default=run.batch_size, help=f"default {run.batch_size}")
-    p.add_argument("--seed", type=int, default=run.seed, help="seed of a single run")
+    p.add_argument("--optimizer", default=run.optimizer,
+                   help=f"one of {', '.join(OPTIMIZERS)} (default {run.optimizer})")
+    p.add_argument("--batch-size", type=int, default=run.batch_size,
+                   help=f"training batch size (default {run.batch_size})")
+    p.add_argument("--seed", type=int, default=run.seed, help=f"seed of a single run (default {run.seed})")
     return p
 
 
