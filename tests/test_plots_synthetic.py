@@ -45,6 +45,11 @@ def _check_legend_outside(fig, ax):
     r = fig.canvas.get_renderer()
     legend = ax.get_legend()
     assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r)), "the legend covers the axes"
+    # nor the x axis's label and tick labels (the theory figure's legends, anchored at a fixed -0.16 of the axes'
+    # height, sat on its 'test length l'): matplotlib's own extents of what it drew
+    under = [ax.xaxis.label] + [t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+    covered = [t.get_text() for t in under if legend.get_window_extent(r).overlaps(t.get_window_extent(r))]
+    assert not covered, f"the legend covers the x axis's {covered}"
     inside_figure(fig, legend)
 
 
