@@ -8,8 +8,8 @@
   filling it and making noise look like separation.
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
-  linear axis whose first label is its first length, never a ``0`` that is no length. :data:`LENGTH_LABEL` /
-  :data:`POSITION_LABEL`: the axis names every report's length and position axes carry.
+  linear axis whose first and last labels are its first and last lengths, never a ``0`` that is no length.
+  :data:`LENGTH_LABEL` / :data:`POSITION_LABEL`: the axis names every report's length and position axes carry.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
   title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels` / :func:`panel_row`: a row of many panels
   (one per method or alpha) wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
@@ -168,16 +168,19 @@ def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:
 
 
 def count_axis(ax, first: int, last: int, axis: str = "x", max_ticks: int = 7) -> None:
-    """A linear axis of the whole numbers ``first .. last`` (test lengths ``1 .. 50``): a labelled tick at ``first``
-    and at round steps up to ``last`` (``1, 10, 20, .. 50``), plain numbers, no tick outside the range (matplotlib's
-    own put ``0``, no length, first, or began at ``2`` and left length 1 unlabelled)."""
+    """A linear axis of the whole numbers ``first .. last`` (test lengths ``1 .. 50``): a labelled tick at ``first``,
+    at round steps between and at ``last`` (``1, 10, 20, .. 50``; ``1, 5, 10, 16``: a --quick run's last length was
+    not labelled), plain numbers, no tick outside the range (matplotlib's own put ``0``, no length, first, or began
+    at ``2`` and left length 1 unlabelled)."""
     from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
     first, last = int(first), int(last)
     round_ticks = [int(t) for t in MaxNLocator(nbins=max_ticks - 1, integer=True, steps=[1, 2, 5, 10])
                    .tick_values(first, last) if first < t <= last]
     step = round_ticks[1] - round_ticks[0] if len(round_ticks) > 1 else max(1, last - first)
-    ticks = [first] + [t for t in round_ticks if t - first >= step / 2]  # none crowding the first one's label
+    # none crowding the first one's label or the last one's
+    ticks = [first] + [t for t in round_ticks if t - first >= step / 2 and (t == last or last - t >= step / 2)]
+    ticks += [last] if last > ticks[-1] else []
     a = ax.xaxis if axis == "x" else ax.yaxis
     a.set_major_locator(FixedLocator(ticks))
     a.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
