@@ -98,3 +98,23 @@ def test_a_cache_that_takes_no_new_file_serves_the_runs_it_holds(tmp_path, monke
     with pytest.raises(UnwritablePath, match=r"^--cache='.*' does not take new files \(Read-only file system\)"):
         experiments.run_all([TINY, RunConfig(**{**TINY.__dict__, "seed": 1})], workers=1, cache_dir=str(cache))
     assert len(trained) == 1  # refused before the run to store trained
+
+
+def test_a_rerun_says_how_many_runs_it_took_from_the_cache(tmp_path, capsys, monkeypatch):
+    # a rerun over a cache said nothing of the runs it reused (its bar counted the runs left: 'runs: 0it' when the
+    # cache held them all); the reference is the cache folder's own entries, counted before each rerun
+    cache = tmp_path / "cache"
+    trained = _counting_worker(monkeypatch)
+    configs = [TINY, RunConfig(**{**TINY.__dict__, "seed": 1})]
+    experiments.run_all(configs, workers=1, cache_dir=str(cache))
+    assert len(trained) == 2 and not [x for x in capsys.readouterr().err.splitlines() if "taken from" in x]
+    entries = sorted(cache.glob("*.json"))
+    experiments.run_all(configs, workers=1, cache_dir=str(cache))
+    notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
+    assert len(trained) == 2 and notes == [f"note: {len(entries)} of 2 runs taken from --cache {cache} (finished "
+                                           "earlier, by this code): none to train"], notes
+    entries[0].unlink()
+    experiments.run_all(configs, workers=1, cache_dir=str(cache))
+    notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
+    assert len(trained) == 3 and notes == [f"note: {len(entries) - 1} of 2 runs taken from --cache {cache} "
+                                           "(finished earlier, by this code): training the other 1"], notes

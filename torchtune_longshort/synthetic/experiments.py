@@ -31,7 +31,7 @@ from .lr_search import choose_runs, diverged_record
 from .misalignment import scalar_misalignment
 from .models import PE_LABELS, POSITIONAL_ENCODINGS
 from .outrep import OUTREP_LABELS, OUTREPS
-from .run_cache import cache_path, cached, code_key, say_stale, store
+from .run_cache import cache_path, cached, code_key, say_reused, say_stale, store
 from .run_cache import key as _key
 from .train import Diverged, RunConfig, run_provenance, train_run
 
@@ -120,6 +120,7 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
             # holds every run is only read: a read-only one, chattr +i or a read-only mount, serves a rerun)
             check_creatable("--cache", cache_dir, writable=True)
         say_stale(stale, cache_dir, code)
+        say_reused(len(out), len(out) + len(todo), cache_dir)
         os.makedirs(cache_dir, exist_ok=True)
 
     def _store(res: Dict) -> None:

@@ -96,3 +96,13 @@ def store(cache_dir: Optional[str], cfg: RunConfig, res: Dict) -> None:
     p = cache_path(cache_dir, cfg)
     if p is not None:
         atomic_write_json(p, res, strict=False)  # read back as written: a diverged run's NaN stays NaN
+
+
+def say_reused(reused: int, runs: int, cache_dir: str) -> None:
+    """One line when runs are taken from the cache instead of trained (a rerun said nothing of them: its bar counted
+    only the runs left, ``runs: 0it`` when the cache held them all)."""
+    if reused:
+        left = runs - reused
+        print(f"note: {reused} of {runs} run{'' if runs == 1 else 's'} taken from --cache {cache_dir} (finished "
+              f"earlier, by this code): {f'training the other {left}' if left else 'none to train'}",
+              file=sys.stderr, flush=True)
