@@ -26,6 +26,8 @@ EVAL_FIX = ("trust_remote_code=True in --model_args (or lm-eval's --trust_remote
 # load_recipe_config`).
 RECIPE_FIX = ("checkpointer.trust_remote_code=true on the command line (or checkpointer.trust_remote_code: true in "
               "the config)")
+# How the pack's tasks trust a folder they read (lm-eval puts the model's arguments in their metadata).
+TASK_FIX = "trust_remote_code=True in --model_args"
 # How torchtune's own recipes trust a step folder their hf_decoder model reads (no reader's gate around it).
 MODEL_FIX = "model.trust_remote_code=true (hf_decoder's argument; from Python, trust_remote_code=True)"
 

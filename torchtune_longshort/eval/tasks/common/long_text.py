@@ -26,7 +26,7 @@ from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sour
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.unavailable import (
-    TaskDataError, TooFewSequences, guard_hub_iteration, model_tokenizer_path)
+    TaskDataError, TooFewSequences, guard_hub_iteration, metadata_trust, model_tokenizer_path)
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +58,9 @@ class TaskTokenizer:
         if Path(self.name).expanduser().exists():
             # deferred: torch (the models package's __init__ imports it; a hub tokenizer name needs none of it)
             from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer
-            from torchtune_longshort.rope.checkpoint_code import component_code
+            from torchtune_longshort.rope.checkpoint_code import TASK_FIX, component_code
 
-            trusted = None if trust_remote_code is None else str(trust_remote_code).lower() in ("true", "1", "yes")
-            with component_code(trusted, "trust_remote_code=True in --model_args"):  # model_args reach the metadata
+            with component_code(metadata_trust(trust_remote_code), TASK_FIX):  # model_args reach the metadata
                 self._src = checkpoint_tokenizer(self.name, parse_special_tokens=True)
             self._hf = None
         else:

@@ -356,28 +356,38 @@ def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
     given = metadata.get("max_length") not in (None, "")
     source = "its max_length" if given else "its config.json's max_position_embeddings"
     more = "" if given else f", max_length={n_tokens} in --model_args to run past them"
-    scaling = _saved_scaling(metadata.get("pretrained"))
-    ours = f"(it runs the folder's own {scaling} scaling)" if scaling else "with rope=<method>,rope_factor=<f>"
     raise TaskDataError(
         f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
         f"({source}) and would cut them from the left: refused. Use a model with more positions{more}, or "
-        f"longshort-eval --model longshort {ours}"
+        f"longshort-eval --model longshort {_longshort_way(metadata)}"
     )
 
 
-def _saved_scaling(pretrained: Any) -> Optional[str]:
-    """The RoPE method a local ``pretrained`` folder's config.json carries, read as the ``longshort`` model reads it
-    (:func:`~torchtune_longshort.models.hf_rope.rope_spec_from_hf_config`: our ``longshort_rope`` key, else
-    transformers' ``rope_scaling`` / ``rope_parameters``), else None: the ``longshort`` model runs such a folder as it
-    is, so the refusal above asks for no ``rope=`` override there (it offered one for a checkpoint already scaled)."""
-    cfg = _local_config(pretrained)
+def metadata_trust(value: Any) -> Optional[bool]:
+    """A task metadata's ``trust_remote_code`` (lm-eval puts ``--model_args`` there) as a reader's answer
+    (:func:`~torchtune_longshort.rope.checkpoint_code.component_code`); None where not given."""
+    return None if value is None else str(value).lower() in ("true", "1", "yes")
+
+
+def _longshort_way(metadata: Mapping[str, Any]) -> str:
+    """How the ``longshort`` model runs a local ``pretrained`` folder: with the RoPE method its config.json carries,
+    read as that model reads it (:func:`~torchtune_longshort.models.hf_rope.rope_spec_from_hf_config`), so no
+    ``rope=`` override is asked of a folder already scaled; a method of one's own it names is read under the task's
+    trust (stock lm-eval sets no reader's gate: it was imported, running its module, with nothing asked)."""
+    cfg, override = _local_config(metadata.get("pretrained")), "with rope=<method>,rope_factor=<f>"
     if cfg is None:
-        return None
+        return override
     # deferred: torch (the models package's __init__ imports it; only a refusal gets here)
-    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+    from torchtune_longshort.models.hf_rope import SPEC_KEY, rope_spec_from_hf_config
+    from torchtune_longshort.rope.checkpoint_code import PACKAGE, TASK_FIX, UntrustedCheckpointCode, component_code
 
     try:
-        spec = rope_spec_from_hf_config(cfg)
+        with component_code(metadata_trust(metadata.get("trust_remote_code")), TASK_FIX):
+            spec = rope_spec_from_hf_config(cfg)
+    except UntrustedCheckpointCode:
+        method = str(cfg[SPEC_KEY]["method"])
+        return (f"with {TASK_FIX}, if you trust the RoPE method {method!r} its config.json names (code outside "
+                f"{PACKAGE}, in {method.split('.')[0]}: not imported)")
     except (KeyError, TypeError, ValueError):  # a scaling (or a config) the longshort model refuses too
-        return None
-    return spec["method"] if spec else None
+        return override
+    return f"(it runs the folder's own {spec['method']} scaling)" if spec else override
