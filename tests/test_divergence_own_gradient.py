@@ -7,6 +7,8 @@ loss and the config check alike); at alpha=0 (reported, never differentiated) it
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -38,6 +40,10 @@ def kl_numpy(logits_p, logits_q):
     la = a - np.log(np.exp(a).sum(-1, keepdims=True))
     lb = b - np.log(np.exp(b).sum(-1, keepdims=True))
     return torch.from_numpy((np.exp(la) * (la - lb)).sum(-1)).float()
+
+
+def kl_numpy_leaf(logits_p, logits_q):  # what "its values carry no gradient" may lead one to write
+    return torch.tensor(kl_numpy(logits_p.detach(), logits_q.detach()).numpy(), requires_grad=True)
 
 
 def kl_inplace(logits_p, logits_q):
@@ -118,3 +124,27 @@ def test_the_no_grad_one_at_alpha_0_reports_its_value(grad_divs):
         fn.linear_projection = out
         got.append(float(fn(ha, hb, labels, labels, 3).misalignment))
     assert got[0] == pytest.approx(got[1], rel=1e-6) and got[0] > 0
+
+
+def test_a_divergence_whose_values_reach_neither_logit_tensor_is_refused(grad_divs):
+    """Made anew from NumPy's result with requires_grad=True: tune run trained on it at alpha 0.1 with the same
+    gradient norms and CE as alpha 0 (the CE alone), longshort-validate saying OK."""
+    path = f"{grad_divs}.kl_numpy_leaf"
+    za, zb = torch.randn(2, 4, 7).requires_grad_(), torch.randn(2, 4, 7).requires_grad_()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")  # the import probe printed torch's 'Converting a tensor with requires_grad'
+        fn = divergence_fn(path)
+    assert [str(w.message) for w in said] == []
+    out = fn(za, zb)  # the reference: torch gives no gradient to either input
+    assert out.requires_grad and torch.autograd.grad(out.sum(), (za, zb), allow_unused=True) == (None, None)
+    with pytest.raises(ValueError) as info:
+        LongShortLoss(alpha=0.1, divergence=path)
+    assert str(info.value) == (
+        f"divergence='{path}' cannot be trained on (alpha=0.1): on two [2, 3, 5] float32 logit tensors that require "
+        "grad its values require grad but do not come from them (a tensor made anew, e.g. torch.tensor(..., "
+        "requires_grad=True) of a NumPy result): autograd gives neither a gradient: compute it with torch operations "
+        "autograd follows (no torch.no_grad, .detach(), .item(), NumPy, or in-place change of its inputs), or set "
+        "alpha=0 to report it alone")
+    with pytest.raises(ValueError, match=r"^loss\.divergence='grad_divs\.kl_numpy_leaf' cannot be trained on"):
+        build_section(LossConfig, {"_component_": "torchtune_longshort.loss.LongShortLoss", "divergence": path}, "loss")
+    LongShortLoss(alpha=0.0, divergence=path)  # reported alone: taken

@@ -72,10 +72,10 @@ def _moved_by_a_shift(fn: PerPosition, probe: torch.Tensor, out: torch.Tensor) -
         shifted = fn(probe + shift, probe.flip(-1) - shift)
         if not (isinstance(shifted, torch.Tensor) and shifted.shape == out.shape):
             return None
-        moved = float((shifted.float() - out.float()).abs().max())
+        moved = float((shifted.float() - out.float()).abs().max().detach())  # no autograd warning on screen
     except Exception:  # noqa: BLE001 - the first call succeeded: left to the run
         return None
-    return moved if moved > 0.05 * (1.0 + float(out.float().abs().max())) else None
+    return moved if moved > 0.05 * (1.0 + float(out.detach().float().abs().max())) else None
 
 
 def gradient_refusal(fn: PerPosition) -> Optional[str]:
@@ -83,7 +83,8 @@ def gradient_refusal(fn: PerPosition) -> Optional[str]:
     autograd (the fused path on each block's log-probabilities, leaves that require grad: :func:`autograd_block`;
     the checkpointed one through the logits): asked on two small such leaves; None where it can. A function computed
     under ``torch.no_grad``, detached, in NumPy or changing its inputs in place passed the import probe (no gradient
-    asked) and failed the run's first step in a traceback, or, on the checkpointed path, trained on the CE alone."""
+    asked) and failed the run's first step in a traceback, or, on the checkpointed path, trained on the CE alone; so
+    did one whose values require grad but reach neither input (made anew from a NumPy result)."""
     za = torch.linspace(-1.0, 1.0, 2 * 3 * 5).view(2, 3, 5).requires_grad_()
     zb = za.detach().flip(-1).requires_grad_()
     try:
@@ -92,10 +93,14 @@ def gradient_refusal(fn: PerPosition) -> Optional[str]:
             if not (isinstance(values, torch.Tensor) and values.requires_grad):
                 return ("on two [2, 3, 5] float32 logit tensors that require grad its values carry no gradient "
                         "(computed under torch.no_grad, detached, or outside torch)")
-            torch.autograd.grad(values.sum(), (za, zb), allow_unused=True)
+            grads = torch.autograd.grad(values.sum(), (za, zb), allow_unused=True)
     except Exception as e:  # noqa: BLE001 - the user's function: any failure is its refusal
         return (f"on two [2, 3, 5] float32 logit tensors that require grad, asking autograd for its gradient raised "
                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    if all(g is None for g in grads):  # a tensor made anew (torch.tensor(..., requires_grad=True) of NumPy's result)
+        return ("on two [2, 3, 5] float32 logit tensors that require grad its values require grad but do not come "
+                "from them (a tensor made anew, e.g. torch.tensor(..., requires_grad=True) of a NumPy result): "
+                "autograd gives neither a gradient")
     return None
 
 
