@@ -98,6 +98,16 @@ def untrainable(name: str) -> Optional[str]:
     return gradient_refusal(fn)
 
 
+def check_trainable(name: str, alpha: float, prefix: str = "") -> None:
+    """Refuse (``ValueError``, one line) training on divergence ``name`` at weight ``alpha`` when :func:`untrainable`
+    says why; alpha 0 (reported, never differentiated) takes any. ``prefix``: the keys' path (``loss.``): the loss and
+    the recipe's config check say the same words."""
+    why = untrainable(name) if alpha else None
+    if why:
+        raise ValueError(f"{prefix}divergence={name!r} cannot be trained on ({prefix}alpha={alpha}): {why}: "
+                         f"{UNTRAINABLE_FIX}, or set {prefix}alpha=0 to report it alone")
+
+
 def is_divergence(name) -> bool:
     """Whether :func:`divergence_fn` takes ``name`` (a shipped name or a dotted path that imports)."""
     return isinstance(name, str) and name in PER_POSITION

@@ -37,7 +37,7 @@ from torch import nn
 from torchtune_longshort.hidden_states import enable_hidden_state_output, restore_logit_output
 from torchtune_longshort.loss.checkpointed_chunks import checkpointed_terms, slice_parts
 from torchtune_longshort.loss.chunking import target_chunks
-from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, UNTRAINABLE_FIX, divergence_fn, untrainable
+from torchtune_longshort.loss.divergences import DEFAULT_DIVERGENCE, check_trainable, divergence_fn
 from torchtune_longshort.loss.fused_linear import FusedLinearLongShort, FusedPlan, fused_terms
 from torchtune_longshort.loss.pair_gradients import has_hand_written_gradient
 from torchtune_longshort.loss.output_module import (
@@ -117,10 +117,7 @@ class LongShortLoss(nn.Module):
         super().__init__()
         validate_alpha(alpha)
         divergence_fn(divergence)  # raises with the accepted names
-        why = untrainable(divergence) if alpha > 0 else None
-        if why:
-            raise ValueError(f"divergence={divergence!r} cannot be trained on (alpha={alpha}): {why}: "
-                             f"{UNTRAINABLE_FIX}, or set alpha=0 to report it alone")
+        check_trainable(divergence, alpha)
         validate_min_context(min_context)
         validate_num_chunks(num_chunks)
         self.alpha = float(alpha)

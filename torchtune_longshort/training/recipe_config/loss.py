@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Tuple
 
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.loss.longshort_loss import validate_alpha, validate_num_chunks
-from torchtune_longshort.loss.divergences import UNTRAINABLE_FIX, divergence_fn, untrainable
+from torchtune_longshort.loss.divergences import check_trainable, divergence_fn
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, setting
 from torchtune_longshort.config.values import resolve_component, wrapped
 from torchtune_longshort.windows import validate_min_context
@@ -42,7 +42,4 @@ class LossConfig(ComponentSection):
                       if str(self.component).startswith("torchtune.modules.loss.") else "")
             raise ValueError(f"{where}._component_={self.component!r} is not accepted: expected "
                              f"torchtune_longshort.loss.LongShortLoss or a subclass{theirs}")
-        why = untrainable(self.divergence) if self.alpha else None  # alpha 0: reported, never differentiated
-        if why:
-            raise ValueError(f"{where}.divergence={self.divergence!r} cannot be trained on ({where}.alpha="
-                             f"{self.alpha}): {why}: {UNTRAINABLE_FIX}, or set {where}.alpha=0 to report it alone")
+        check_trainable(self.divergence, self.alpha, f"{where}.")  # alpha 0: reported, never differentiated
