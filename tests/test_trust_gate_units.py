@@ -81,3 +81,44 @@ def test_a_path_whose_module_is_not_imported_is_still_said_to_run_its_code():
     with checkpoint_code(False, "FIX"), pytest.raises(UntrustedCheckpointCode) as e:
         check_checkpoint_path("json.tool_not_a_module_xyz.X", {}, "x/config.json", "longshort_rope.method")
     assert "would import, running top-level code of json" in str(e.value)
+
+
+LAZY = {  # a library whose submodules load on first attribute access (as torch's and transformers' do)
+    "lazy_pkg/__init__.py": "import importlib\n\n\ndef __getattr__(name):\n"
+                            "    return importlib.import_module(f'{__name__}.{name}')\n",
+    "lazy_pkg/boom.py": "import os\nfrom pathlib import Path\nPath(os.environ['GATE_MARKER']).write_text('imported')\n"
+                        "MINE = 1\n",
+}
+
+
+def test_a_path_into_the_package_that_walks_out_of_it_is_refused(tmp_path, monkeypatch):
+    """torchtune_longshort.models.hf_model.torch.onnx.X was taken as the package's own (its first part) and its lookup
+    imported torch.onnx untrusted, walking out through hf_model's attribute torch; the same with a library of one's
+    own a module of the package holds (the marker file, written by the submodule's import, the witness)."""
+    import sys
+
+    from user_modules import forget_user_module, write_user_module
+
+    from torchtune_longshort.models import families
+
+    write_user_module(tmp_path / "mods", LAZY, monkeypatch)
+    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
+    forget_user_module("lazy_pkg")
+    import lazy_pkg
+
+    monkeypatch.setattr(families, "lazy_pkg", lazy_pkg, raising=False)  # as hf_model holds torch
+    path = f"{PACKAGE}.models.families.lazy_pkg.boom.MINE"
+    config = {"model_type": "llama", "longshort_family": path}
+    try:
+        with checkpoint_code(False, "FIX"), pytest.raises(UntrustedCheckpointCode) as e:
+            families.family_of(config, "x/config.json")
+        assert not (tmp_path / "marker").exists() and "lazy_pkg.boom" not in sys.modules
+        assert str(e.value) == (
+            f"x/config.json: longshort_family={path!r} names code outside {PACKAGE} (in lazy_pkg, reached through a "
+            f"module of {PACKAGE}), which reading this checkpoint would import, running top-level code of lazy_pkg: "
+            "not imported; if you trust this checkpoint and lazy_pkg, pass FIX")
+        with checkpoint_code(True), pytest.raises(ValueError, match="is not a model family"):
+            families.family_of(config, "x/config.json")  # the reference: the lookup itself imports the submodule
+        assert (tmp_path / "marker").read_text() == "imported"
+    finally:
+        forget_user_module("lazy_pkg")

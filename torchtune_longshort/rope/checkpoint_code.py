@@ -64,8 +64,41 @@ def component_code(trust_remote_code: Optional[bool], fix: str, own: Iterable[st
 
 
 def shipped(path: str) -> bool:
-    """Whether dotted ``path`` is in this package (its code runs whatever the checkpoint says)."""
-    return path.split(".")[0] == PACKAGE
+    """Whether dotted ``path`` is in this package (its code runs whatever the checkpoint says): its first part is the
+    package, and its lookup does not leave it (:func:`_left_for`)."""
+    return path.split(".")[0] == PACKAGE and _left_for(path) is None
+
+
+def _left_for(path: str) -> Optional[str]:
+    """The module outside the package that the lookup of dotted ``path`` (first part the package) reaches through an
+    attribute of one of the package's modules, else None: ``torchtune_longshort.models.hf_model.torch.onnx.X`` is
+    torch's (hf_model imports torch), whose lazy submodule onnx the lookup would import. The package's modules on the
+    way are imported by name, as the lookup imports them (its own code); the attributes found without running any."""
+    import importlib
+    import importlib.util
+    import inspect
+    import sys
+    import types
+
+    parts, obj = path.split("."), sys.modules[PACKAGE]
+    for i, part in enumerate(parts[1:], 1):
+        if isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] != PACKAGE:
+            return obj.__name__
+        try:
+            obj = inspect.getattr_static(obj, part)
+            continue
+        except AttributeError:
+            name = ".".join(parts[:i + 1])
+        if not isinstance(obj, types.ModuleType):
+            return None  # no such attribute: the lookup says so
+        try:
+            found = name in sys.modules or importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return None  # a module __getattr__ of the package's, or nothing: the lookup says which
+        obj = importlib.import_module(name)
+    return obj.__name__ if isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] != PACKAGE else None
 
 
 def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> None:
@@ -79,15 +112,17 @@ def check_checkpoint_path(path: Any, registry: dict, where: str, key: str) -> No
     # the top-level package (or module) is what one installs and trusts; nothing is imported to tell which of the
     # parts after it are modules (a path may name an attribute inside a class: my_pkg.fam.Holder.MINE)
     top = path.split(".")[0]
+    inside = top if top != PACKAGE else f"{_left_for(path)}, reached through a module of {PACKAGE}"
+    top = top if top != PACKAGE else _left_for(path)  # torchtune_longshort.models.hf_model.torch.onnx.X: torch
     if _held_already(path):  # subprocess.Popen: nothing new would run, but the checkpoint would pick what is used
         role = "model family" if key.endswith("family") else "RoPE method"
         raise UntrustedCheckpointCode(
-            f"{where}: {key}={path!r} names code outside {PACKAGE} (in {top}, which this process has imported "
+            f"{where}: {key}={path!r} names code outside {PACKAGE} (in {inside}, which this process has imported "
             f"already), which reading this checkpoint would use as its {role}: not used; a family or RoPE method is "
             f"taken from a checkpoint only when it is {PACKAGE}'s, your config names it, or you trust the "
             f"checkpoint; if you trust this checkpoint and {top}, pass {gate[1]}")
     raise UntrustedCheckpointCode(
-        f"{where}: {key}={path!r} names code outside {PACKAGE} (in {top}), which reading this checkpoint would "
+        f"{where}: {key}={path!r} names code outside {PACKAGE} (in {inside}), which reading this checkpoint would "
         f"import, running top-level code of {top}: not imported; if you trust this checkpoint and {top}, pass "
         f"{gate[1]}")
 
