@@ -268,7 +268,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
         tokenizer = None
         if todo:
             try:
-                tokenizer = _MemoTokenizer(TaskTokenizer(tok_path))
+                tokenizer = _MemoTokenizer(TaskTokenizer(tok_path, True))  # trusted, as the evaluations read it
             except Exception as err:  # noqa: BLE001 -- a tokenizer that cannot be had is the run's error, not ours
                 log(f"[study] pre-flight: sequence counts not checked: the eval tokenizer {tok_path!r} cannot be "
                     f"loaded here ({type(err).__name__}: {err})")
@@ -286,7 +286,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
                         + (" (documents joined)" if metadata.get(f"{fam.prefix}_join_documents") else ""))
         if zero_k:
             try:
-                count = load_token_counter(tok_path)
+                count = load_token_counter(tok_path, trust_remote_code=True)  # as the generator is run
             except Exception as err:  # noqa: BLE001 -- a tokenizer that cannot be had is the run's error, not ours
                 log(f"[study] pre-flight: BABILong {ZERO_K!r} not sized: the eval tokenizer {tok_path!r} cannot be "
                     f"loaded here ({type(err).__name__}: {err})")

@@ -173,7 +173,8 @@ class RunStages(RunConfigs):
             write_names(out / BABILONG_WRITTEN, (p.relative_to(out).as_posix() for p in out.glob("*/qa*.jsonl")))
         argv = [sys.executable, "-m", "torchtune_longshort.eval.tasks.babilong.generator", "--out", str(out),
                 "--tokenizer", self.eval_tokenizer(), "--lengths", ",".join(bab.lengths), "--n", str(bab.n),
-                "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT]
+                "--qa", bab.qa, "--haystack", bab.haystack_name, "--fit", BABILONG_FIT,
+                "--trust-remote-code"]  # the eval tokenizer, as the study's evaluations read it (trust_remote_code)
         if bab.depths:
             argv += ["--depths", ",".join(str(d) for d in bab.depths)]
         if want.get("prompt"):

@@ -47,6 +47,7 @@ from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY,
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
 from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
 from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable, user_path
+from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
 FITS = ("input", "prompt")
@@ -219,6 +220,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--prompt", choices=PROMPT_STYLES, default=PROMPT_STYLES[0],
                     help=f"with --fit prompt: the task's prompt the request is sized with (its {PROMPT_KEY}: "
                     "lm-eval's babilong_qa* prompt, or BABILong's own, longer one)")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="import the code of one's own a --tokenizer folder's config.json names (longshort_family, "
+                    "longshort_rope.method: it picks the tokenizer formats' order); without it such a folder is "
+                    "refused before that module is imported")
     a = ap.parse_args(argv)
     if prompt_without_fit(a.fit, a.prompt, cli=True):  # named as typed, not as generate()'s prompt=, fit=
         ap.error(prompt_without_fit(a.fit, a.prompt, cli=True))
@@ -227,9 +232,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
-        a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed, progress=True,
-        fit=a.fit, prompt=a.prompt)), "each file written so far is whole; the same command writes them all again")
+    with checkpoint_code(a.trust_remote_code, "--trust-remote-code"):  # the --tokenizer folder is someone's
+        paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
+            a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
+            progress=True, fit=a.fit, prompt=a.prompt)), "each file written so far is whole; the same command writes "
+            "them all again")
     for p in paths:
         print(p)
     return 0
