@@ -296,7 +296,8 @@ class StepCheckpoints:
         sorted: a step folder's are those its :data:`MANIFEST` does not list; a step folder without one (the recipe
         commits none without it: made by hand, or by a version before the list) is named whole, ``step_<k>/ (no
         .longshort_files)``. ``resumable_only``: only the step folders a run resumed now would write again (those
-        newer than the step it resumes from)."""
+        newer than the step it resumes from). A file or symbolic link named like a step folder is named too (``step_<k>
+        (a file, not a step folder)``): overwrite deleted it, a resume moved it into ``.staging/``."""
         if not self.root.is_dir():
             return []
         start = self.latest(resumable=True) if resumable_only else None
@@ -304,7 +305,10 @@ class StepCheckpoints:
         out = []
         for p in sorted(self.root.iterdir()):
             m = STEP_PATTERN.match(p.name)
-            if not (m and p.is_dir() and int(m.group(1)) >= first):
+            if not (m and int(m.group(1)) >= first):
+                continue
+            if p.is_symlink() or not p.is_dir():  # the recipe commits step folders only: a file or link is a user's
+                out.append(f"{p.name} ({'a symbolic link' if p.is_symlink() else 'a file, not a step folder'})")
                 continue
             listed = read_names(p / MANIFEST)
             if listed is None:

@@ -109,7 +109,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                                     "state)")
         foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
         if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
-            first = foreign[0].split("/")[0]
+            first = foreign[0].split("/")[0].split(" (")[0]
             raise FileExistsError(f"resume=True would {'clear' if first == STAGING else 'replace'} {first} of "
                                   f"output_dir={str(out)!r}, which holds {', '.join(repr(f) for f in foreign[:3])}"
                                   f"{' ...' if len(foreign) > 3 else ''} that the recipe did not write: move those "
