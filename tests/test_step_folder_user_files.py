@@ -339,3 +339,23 @@ def test_a_users_file_or_link_named_like_a_step_folder_is_refused_not_deleted(tm
         prepare_output_dir(run, resume=False, overwrite=True)
     assert tree(run) == before and (run / "step_4").is_symlink() == (kind == "link")
     assert (run / "step_4").read_text() == "mine" if kind == "file" else tree(tmp_path / "other") == kept
+
+
+@pytest.mark.parametrize("name", ["latest", "torchtune_config.yaml"])
+def test_a_users_folder_named_as_a_file_the_recipe_writes_is_refused_not_deleted(tmp_path, tiny_llama2_dir, name):
+    """A folder of the user's named ``latest`` (or as another file the recipe writes at the top of its folder):
+    overwrite deleted it with what it held, without a word, and a resume trained a step, then ended in
+    '[Errno 21] Is a directory: .../latest.tmp -> .../latest'. Both now refuse it by name, touching nothing."""
+    from torchtune_longshort.training.output_dir import check_output_dir, prepare_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    (run / name).unlink(missing_ok=True)
+    (run / name).mkdir()
+    (run / name / "notes.txt").write_text("mine")
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=rf"resume=True would write {name} of output_dir=.*a folder or link"):
+        check_output_dir(run, resume=True, overwrite=False)
+    with pytest.raises(FileExistsError, match=rf"it holds '{name}', which this recipe did not write"):
+        prepare_output_dir(run, resume=False, overwrite=True)
+    assert tree(run) == before and (run / name / "notes.txt").read_text() == "mine"

@@ -32,6 +32,15 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
 
 
+def folders_named_as_files(out: Path, resume: bool = False) -> list:
+    """The folders (or links) at the top of ``out`` named as a file the recipe writes there (``latest``,
+    ``metrics.jsonl``, ``torchtune_config.yaml``, its marker, lock or list): a user's, never the recipe's (an overwrite
+    deleted ``latest/`` with what it held; a resume trained a step, then ended in '[Errno 21] Is a directory').
+    ``resume``: without ``metrics.jsonl``, which the resumed run's log refuses in its own words."""
+    files = (MARKER, LOCK, LATEST, "torchtune_config.yaml", MANIFEST) + (() if resume else (METRICS_FILE,))
+    return sorted(p.name for p in Path(out).iterdir() if p.name in files and (p.is_symlink() or p.is_dir()))
+
+
 def listed_files(folder: Path) -> Optional[set]:
     """The files a run recorded in ``folder``'s :data:`MANIFEST` (None: no manifest)."""
     listed = read_names(folder / MANIFEST)
