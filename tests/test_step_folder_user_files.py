@@ -359,3 +359,20 @@ def test_a_users_folder_named_as_a_file_the_recipe_writes_is_refused_not_deleted
     with pytest.raises(FileExistsError, match=rf"it holds '{name}', which this recipe did not write"):
         prepare_output_dir(run, resume=False, overwrite=True)
     assert tree(run) == before and (run / name / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_users_recipe_state_that_is_no_folder_is_refused_by_overwrite(tmp_path, tiny_llama2_dir, kind):
+    """A file of the user's named ``recipe_state`` (or a link of that name to a folder of states kept elsewhere):
+    overwrite deleted it without a word. It is now named, and stays."""
+    from torchtune_longshort.training.output_dir import prepare_output_dir
+
+    run, kept = recipe_made(tmp_path / "run"), tmp_path / "kept"
+    commit_step(run, 2, tiny_llama2_dir)
+    (run / "recipe_state").rename(kept)
+    (run / "recipe_state").write_text("mine") if kind == "file" else (run / "recipe_state").symlink_to(kept)
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=r"it holds 'recipe_state', which this recipe did not write"):
+        prepare_output_dir(run, resume=False, overwrite=True)
+    assert tree(run) == before and (run / "recipe_state").is_symlink() == (kind == "link")
+    assert sorted(p.name for p in kept.iterdir()) == ["step_2.pt"]

@@ -36,7 +36,7 @@ from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 from torchtune_longshort.training.written_files import (
-    HERE, files_under, folders_named_as_files, foreign_written, listed_files, record_written, written_by_recipe,
+    HERE, files_under, entries_of_another_kind, foreign_written, listed_files, record_written, written_by_recipe,
 )
 
 Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
@@ -114,7 +114,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                                   f"output_dir={str(out)!r}, which holds {', '.join(repr(f) for f in foreign[:3])}"
                                   f"{' ...' if len(foreign) > 3 else ''} that the recipe did not write: move those "
                                   "out of it first")
-        named = folders_named_as_files(out, resume=True)  # the run writes latest there after it trained a step
+        named = entries_of_another_kind(out, resume=True)  # the run writes latest there after it trained a step
         if named:
             raise FileExistsError(f"resume=True would write {named[0]} of output_dir="
                                   f"{str(out)!r}, a folder or link there, not the recipe's file: move it out of it first")
@@ -167,7 +167,7 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
     logged = {f.split("/", 1)[0] for f in listed_files(real) or ()} if HERE in written_here else set()  # log_dir = here
     foreign = sorted(p.name for p in real.iterdir() if p.name not in logged and (
         not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
-    foreign += folders_named_as_files(real) + StepCheckpoints(real).foreign_files()  # a latest/; an eval in step_<k>
+    foreign += entries_of_another_kind(real) + StepCheckpoints(real).foreign_files()  # a latest/; an eval in step_<k>
     foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
     foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
     if foreign:

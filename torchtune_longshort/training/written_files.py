@@ -32,13 +32,17 @@ def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
 
 
-def folders_named_as_files(out: Path, resume: bool = False) -> list:
-    """The folders (or links) at the top of ``out`` named as a file the recipe writes there (``latest``,
-    ``metrics.jsonl``, ``torchtune_config.yaml``, its marker, lock or list): a user's, never the recipe's (an overwrite
-    deleted ``latest/`` with what it held; a resume trained a step, then ended in '[Errno 21] Is a directory').
-    ``resume``: without ``metrics.jsonl``, which the resumed run's log refuses in its own words."""
+def entries_of_another_kind(out: Path, resume: bool = False) -> list:
+    """The entries at the top of ``out`` named as the recipe's but not of the kind it writes: a folder or link named
+    as a file it writes there (``latest``, ``metrics.jsonl``, ``torchtune_config.yaml``, its marker, lock or list),
+    a file or link named ``recipe_state``: a user's, never the recipe's (an overwrite deleted ``latest/`` with what
+    it held, or a file ``recipe_state``; a resume trained a step, then ended in '[Errno 21] Is a directory').
+    ``resume``: only those a resume writes over (``latest``, ...), without ``metrics.jsonl`` (the resumed run's log
+    refuses it in its own words)."""
     files = (MARKER, LOCK, LATEST, "torchtune_config.yaml", MANIFEST) + (() if resume else (METRICS_FILE,))
-    return sorted(p.name for p in Path(out).iterdir() if p.name in files and (p.is_symlink() or p.is_dir()))
+    folder = () if resume else (RECIPE_STATE_DIR,)
+    return sorted(p.name for p in Path(out).iterdir() if (p.name in files and (p.is_symlink() or p.is_dir()))
+                  or (p.name in folder and (p.is_symlink() or not p.is_dir())))
 
 
 def listed_files(folder: Path) -> Optional[set]:
