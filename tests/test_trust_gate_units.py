@@ -1,7 +1,8 @@
 """The trust gate's two small deciders, each against an independent reference: which command lines trust a
 checkpoint's code (eval.trust_args, lm-eval's own ``run`` parser the reference: a command line it refuses trusts
 nothing, so no check before lm-eval starts may import a folder's code under it), and which dotted paths are the
-package's own (rope.checkpoint_code.shipped: the top-level package Python imports first, ``str.partition``)."""
+package's own (rope.checkpoint_code.shipped: the top-level package Python imports first, ``str.partition``), and
+what lets a path through the gate untrusted (the same path under the same gate less that one thing the reference)."""
 
 from argparse import _SubParsersAction
 
@@ -122,3 +123,42 @@ def test_a_path_into_the_package_that_walks_out_of_it_is_refused(tmp_path, monke
         assert (tmp_path / "marker").read_text() == "imported"
     finally:
         forget_user_module("lazy_pkg")
+
+
+UNKNOWN = "json.tool_not_a_module_xyz.X"  # refused untrusted (test above); checking it imports nothing
+
+
+def _refused(path, registry=None, key="longshort_family", **gate):
+    """Whether check_checkpoint_path refuses ``path`` inside checkpoint_code(**gate): the reference each case below
+    compares with, the same path under the same gate less the one thing that lets it through."""
+    try:
+        with checkpoint_code(**gate):
+            check_checkpoint_path(path, registry or {}, "x/config.json", key)
+    except UntrustedCheckpointCode:
+        return True
+    return False
+
+
+def test_a_path_the_caller_names_or_the_registry_holds_is_not_refused():
+    assert _refused(UNKNOWN, trust_remote_code=False) and not _refused(UNKNOWN, trust_remote_code=True)
+    assert not _refused(UNKNOWN, trust_remote_code=False, own=[UNKNOWN])
+    assert _refused(UNKNOWN, trust_remote_code=False, own=[UNKNOWN + "Y"])
+    assert not _refused(UNKNOWN, {UNKNOWN: object()}, trust_remote_code=False)
+
+
+def test_a_component_told_false_inside_a_trusting_reader_refuses_as_it_does_alone():
+    from torchtune_longshort.rope.checkpoint_code import MODEL_FIX, component_code
+
+    with checkpoint_code(False, MODEL_FIX), pytest.raises(UntrustedCheckpointCode, match="model.trust_remote_code"):
+        check_checkpoint_path(UNKNOWN, {}, "x/config.json", "longshort_family")  # the reference: the component alone
+    with checkpoint_code(True):
+        with component_code(None, MODEL_FIX):  # not given: read as the reader reads it
+            check_checkpoint_path(UNKNOWN, {}, "x/config.json", "longshort_family")
+        with component_code(False, MODEL_FIX), pytest.raises(UntrustedCheckpointCode, match="model.trust_remote_code"):
+            check_checkpoint_path(UNKNOWN, {}, "x/config.json", "longshort_family")
+
+
+def test_a_rope_method_held_already_is_said_to_be_used_as_one():
+    with checkpoint_code(False, "FIX"), pytest.raises(UntrustedCheckpointCode) as e:
+        check_checkpoint_path("subprocess.Popen", {}, "x/config.json", "longshort_rope.method")
+    assert "would use as its RoPE method: not used" in str(e.value) and "model family" not in str(e.value)
