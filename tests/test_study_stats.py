@@ -48,6 +48,17 @@ def test_t_interval_is_the_closed_form_at_one_and_two_degrees_of_freedom(vals):
     assert t_interval([3.0])["lo"] is None and t_interval([])["mean"] is None
 
 
+def test_t_half_width_is_the_closed_form_and_refuses_one_value():
+    # a hand mutant letting n=1 through returned NaN (0 degrees of freedom) to a caller, where it says why not
+    from torchtune_longshort.intervals import t_half_width
+
+    assert t_half_width(0.5, 2) == pytest.approx(T975[1] * 0.5 / math.sqrt(2))
+    assert t_half_width(0.5, 3) == pytest.approx(T975[2] * 0.5 / math.sqrt(3))
+    for n in (1, 0):
+        with pytest.raises(ValueError, match=rf"^n={n}: a t interval needs at least 2 values$"):
+            t_half_width(0.5, n)
+
+
 def test_paired_difference_uses_shared_seeds_only():
     treated = {0: 10.0, 1: 11.25, 2: 12.0, 5: 99.0}
     control = {0: 11.0, 1: 12.5, 2: 13.0, 7: -1.0}
