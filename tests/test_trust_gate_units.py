@@ -20,6 +20,7 @@ ARGVS = [
     ["--model_args", "pretrained=/p,trust_remote_code=True"],
     ["--model_args", "pretrained=/p,trust_remote_code=False"],
     ["--model_args", "pretrained=/p,trust_remote_code"],  # a bare key: lm-eval's parser refuses it
+    ["--model_args", "pretrained=/p,trust_remote_code=maybe"],  # no bool: trusts nothing (the checks refuse it)
     ["--model_args", "pretrained=/p"],
 ]
 
