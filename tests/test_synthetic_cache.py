@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 import torchtune_longshort.synthetic.experiments as experiments
 from torchtune_longshort import worker_pool
 from torchtune_longshort.synthetic import run_cache
@@ -118,3 +120,19 @@ def test_a_rerun_says_how_many_runs_it_took_from_the_cache(tmp_path, capsys, mon
     notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
     assert len(trained) == 3 and notes == [f"note: {len(entries) - 1} of 2 runs taken from --cache {cache} "
                                            "(finished earlier, by this code): training the other 1"], notes
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_rerun_with_every_run_cached_prints_no_progress_bar(tmp_path, capsys, monkeypatch, workers):
+    # '--figure 1b --quick --cache c1' run twice printed 'runs: 0it [00:00, ?it/s]' two times (tqdm over no run, to a
+    # file or pipe) after 'none to train'; the reference: the cache's own entries, one per config, and the bar the
+    # first run (which trains) prints
+    cache = tmp_path / "cache"
+    trained = _counting_worker(monkeypatch)
+    experiments.run_all([TINY], workers=1, cache_dir=str(cache))
+    assert "runs: 100%" in capsys.readouterr().err  # a run trained: its bar
+    assert len(list(cache.glob("*.json"))) == 1
+    again = experiments.run_all([TINY], workers=workers, cache_dir=str(cache))
+    err = capsys.readouterr().err
+    assert len(trained) == 1 and len(again) == 1
+    assert "none to train" in err and "runs:" not in err and "it/s" not in err, err

@@ -129,6 +129,8 @@ def run_all(configs: List[RunConfig], workers: int, cache_dir: Optional[str] = N
         store(cache_dir, c, res)
     # longest first keeps both workers busy to the end
     todo.sort(key=lambda c: -(c.l_train * (1 if c.model == "transformer" else 0.05)))
+    if not todo:  # every run from --cache (said above): no bar ('runs: 0it', printed twice to a file or pipe)
+        return out
     if workers <= 1 or len(todo) <= 1:
         for c in tqdm(todo, desc="runs"):
             _store(_worker(c))
