@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
-from torchtune_longshort.plots.axes import mark_quick
+from torchtune_longshort.plots.axes import count_axis, mark_quick
 from torchtune_longshort.worker_pool import unordered
 
 from ..figures import legend_outside, mark_l_train
@@ -189,6 +189,10 @@ def probe_figure(name: str, table: Dict, quick: bool = False):
 
 
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
+    # the test lengths' axis labels the first and the last one (matplotlib's own ticks left the first, 5, unlabelled)
+    lengths = [int(x) for line in ax.lines for x in line.get_xdata()]
+    if lengths:
+        count_axis(ax, min(lengths), max(lengths))
     mark_l_train(ax, [l_train])
     if chance is not None:
         ax.axhline(chance, color="k", lw=0.5, ls="--")
