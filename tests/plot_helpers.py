@@ -160,6 +160,19 @@ def inside_figure(fig, artist):
     assert inside, (box, page)
 
 
+
+def check_legend_under(fig, ax):
+    """``ax``'s legend covers neither the axes nor its x axis's label and tick labels, and lies inside the figure:
+    matplotlib's own window extents of what it drew (a legend anchored at a fixed fraction of the axes' height sat on
+    the x label once the axes were short)."""
+    r = fig.canvas.get_renderer()
+    legend = ax.get_legend()
+    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r)), "the legend covers the axes"
+    under = [ax.xaxis.label] + [t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+    covered = [t.get_text() for t in under if legend.get_window_extent(r).overlaps(t.get_window_extent(r))]
+    assert not covered, f"the legend covers the x axis's {covered}"
+    inside_figure(fig, legend)
+
 # ------------------------------------------------------------------------------------ study configs and tables
 def study(L=256, alphas=(0.0, 0.3), seeds=(0,), quick=False, finetune=None, methods=None, **eval_fields):
     """A study config (the typed one the figures read) with the fields these figures use."""

@@ -8,7 +8,7 @@ import math
 
 import pytest
 from matplotlib.colors import to_rgba
-from plot_helpers import check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
+from plot_helpers import check_legend_under, check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
 from scipy.stats import spearmanr
 
 from torchtune_longshort.plots.axes import MISSING_GID, QUICK_MARK, WIDENED_GID
@@ -114,6 +114,21 @@ def test_scatter_ticks_do_not_overlap(mis, ppl):
         assert [lab.split(":")[0] for lab, _ in series(ax)] == ["pi"]
         assert len(ax.collections[0].get_offsets()) == len(mis)
     assert QUICK_MARK in fig.get_suptitle()
+
+
+def test_scatter_legend_stays_under_the_x_label_when_notes_shorten_the_axes():
+    # six methods and three failed checkpoints (their 'no point' note under the legend) shortened the axes; the legend,
+    # anchored at a fixed -0.14 of their height, sat on the x label; the reference: matplotlib's own extents
+    methods = ("pi", "yarn", "clex", "ntk", "longrope", "dyn")
+    cfg = claims_cfg(seeds=range(4), alphas=(0.0,), methods={m: {"method": "linear"} for m in methods})
+    recs = _scatter_recs({m: [(1.0 + i + j / 10, 50 + 3 * i + j, 2 + j / 10) for j in range(4)]
+                          for i, m in enumerate(methods)})
+    recs.update({f"pi_a0_s{j}": {"status": "failed", "stage": f"train{j}"} for j in range(3)})
+    fig = draw(scatter_figure({"correlations": []}, cfg, recs))
+    for ax in fig.axes:
+        assert len(ax.get_legend().get_texts()) == len(methods)
+        check_legend_under(fig, ax)
+        inside_figure(fig, next(t for t in ax.texts if t.get_gid() == MISSING_GID))
 
 
 def test_scatter_gives_each_methods_spearman_beside_the_pooled_one():

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from plot_helpers import check_every_series_visible, draw, inside_figure, texts, ticks
+from plot_helpers import check_every_series_visible, check_legend_under, draw, inside_figure, texts, ticks
 
 from torchtune_longshort.plots.axes import QUICK_MARK
 from torchtune_longshort.synthetic.experiments import replot_figures
@@ -42,15 +42,8 @@ def _l_train_ticks(ax):
 
 
 def _check_legend_outside(fig, ax):
-    r = fig.canvas.get_renderer()
-    legend = ax.get_legend()
-    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r)), "the legend covers the axes"
-    # nor the x axis's label and tick labels (the theory figure's legends, anchored at a fixed -0.16 of the axes'
-    # height, sat on its 'test length l'): matplotlib's own extents of what it drew
-    under = [ax.xaxis.label] + [t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
-    covered = [t.get_text() for t in under if legend.get_window_extent(r).overlaps(t.get_window_extent(r))]
-    assert not covered, f"the legend covers the x axis's {covered}"
-    inside_figure(fig, legend)
+    # the theory figure's legends, anchored at a fixed -0.16 of the axes' height, sat on its 'test length l'
+    check_legend_under(fig, ax)
 
 
 def test_paper_figure_explains_band_and_l_train_and_keeps_its_legend_off_the_lines():

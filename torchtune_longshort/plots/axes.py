@@ -9,7 +9,8 @@
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
   linear axis whose first and last labels are its first and last lengths, never a ``0`` that is no length.
-  :data:`LENGTH_LABEL` / :data:`POSITION_LABEL`: the axis names every report's length and position axes carry.
+  :data:`LENGTH_LABEL` / :data:`POSITION_LABEL`: the axis names every report's length and position axes carry;
+  :func:`below_x_axis`: where a legend under an axes starts, clear of its x axis's labels at any axes height.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
   title that fits the figure; :func:`wrap_columns` / :func:`wrapped_panels` / :func:`panel_row`: a row of many panels
   (one per method or alpha) wraps onto more rows instead of making a figure wider than :data:`MAX_FIGURE_WIDTH_IN`.
@@ -185,6 +186,24 @@ def count_axis(ax, first: int, last: int, axis: str = "x", max_ticks: int = 7) -
     a.set_major_locator(FixedLocator(ticks))
     a.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
     a.set_minor_locator(NullLocator())
+
+
+def below_x_axis(ax):
+    """The axes' coordinates moved down by the height of its x tick marks, tick labels and axis label (in points, as
+    matplotlib lays them out): a legend anchored at ``(0.5, 0)`` of it (``loc="upper center"``) starts under the
+    label whatever the axes' height. A fixed fraction of the height does not: -0.16 put the synthetic theory
+    figure's legends on its 'test length l', -0.14 the study's Table 1 scatter's on its x label when notes under it
+    shortened the axes."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import ScaledTranslation
+
+    def line(key: str) -> float:
+        return 1.25 * FontProperties(size=rcParams[key]).get_size_in_points()
+
+    down = (rcParams["xtick.major.size"] + rcParams["xtick.major.pad"] + line("xtick.labelsize")
+            + rcParams["axes.labelpad"] + line("axes.labelsize") + 2.0)
+    return ax.transAxes + ScaledTranslation(0.0, -down / 72.0, ax.figure.dpi_scale_trans)
 
 
 def heatmap_size(n_cols: int, n_rows: int, cell: Tuple[float, float] = (0.9, 0.5),

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
-from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, length_axis, mark_quick,
-                                            note_missing, overlapping, panel_row, series_style, value_axis)
+from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, below_x_axis, length_axis,
+                                            mark_quick, note_missing, overlapping, panel_row, series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -115,7 +115,8 @@ def scatter_figure(table1: Dict[str, Any], cfg: StudyConfig, recs: Dict[str, Dic
         ax.set_ylabel(f"perplexity at {at_top}")
         ax.set_title(f"{name}\n{rho}{len(xs_all)} checkpoint{'s' * (len(xs_all) != 1)}"
                      + (" (×k: k of them on one dot)" if one_dot else ""), fontsize=9)
-        legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
+        legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_x_axis(ax),
+                           ncols=1, frameon=False)
         if not xs_all:
             ax.set_xticks([])
         note_missing(ax, "no point:\n" + "\n".join(f"{n} checkpoint{'s' * (n > 1)}: {w}" for w, n in lost.items())

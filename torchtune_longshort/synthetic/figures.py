@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from torchtune_longshort.plots.axes import count_axis, mark_quick, series_style, value_axis
+from torchtune_longshort.plots.axes import below_x_axis, count_axis, mark_quick, series_style, value_axis
 from torchtune_longshort.synthetic.theory import length_error_closed_form, sum_error_closed_form
 
 FIGURE_TITLES = {
@@ -82,24 +82,8 @@ def legend_outside(ax, n_seeds: int = 1, chance: Optional[float] = None, loc: st
         handles.append(Line2D([], [], color="k", ls="--", lw=0.5))
         labels.append(f"dashed: chance level {chance:g}")
     where = (dict(loc="upper left", bbox_to_anchor=(1.01, 1.0)) if loc == "right"
-             else dict(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=_below_x_label(ax)))
+             else dict(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_x_axis(ax)))
     ax.legend(handles, labels, fontsize=6.5, frameon=False, **where)
-
-
-def _below_x_label(ax):
-    """The axes' coordinates moved down by the height of its x tick marks, tick labels and axis label (in points, as
-    matplotlib lays them out): a legend anchored at its bottom edge starts under the label whatever the axes'
-    height (a fixed -0.16 of it put the theory figure's legends on its 'test length l')."""
-    from matplotlib import rcParams
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.transforms import ScaledTranslation
-
-    def line(key: str) -> float:
-        return 1.25 * FontProperties(size=rcParams[key]).get_size_in_points()
-
-    down = (rcParams["xtick.major.size"] + rcParams["xtick.major.pad"] + line("xtick.labelsize")
-            + rcParams["axes.labelpad"] + line("axes.labelsize") + 2.0)
-    return ax.transAxes + ScaledTranslation(0.0, -down / 72.0, ax.figure.dpi_scale_trans)
 
 
 def paper_figure(name: str, data: Dict, quick: bool = False):
