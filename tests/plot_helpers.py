@@ -173,6 +173,7 @@ def check_legend_under(fig, ax):
     assert not covered, f"the legend covers the x axis's {covered}"
     inside_figure(fig, legend)
 
+
 # ------------------------------------------------------------------------------------ study configs and tables
 def study(L=256, alphas=(0.0, 0.3), seeds=(0,), quick=False, finetune=None, methods=None, **eval_fields):
     """A study config (the typed one the figures read) with the fields these figures use."""

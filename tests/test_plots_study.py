@@ -329,6 +329,24 @@ def test_convergence_and_per_position_figures_of_a_resumed_and_an_early_stopped_
     assert draw(curve_figure(cfg, recs, "512")).axes[0].get_xlabel() == "position (tokens)"
 
 
+@pytest.mark.parametrize("steps", [range(25, 151, 25), range(10, 201, 10), range(1, 4)])
+def test_convergence_figure_labels_its_first_and_last_step(steps):
+    # docs/study/cpu_medium's finetune_convergence.png: held-out CE at steps 25 .. 150 under matplotlib's ticks
+    # 20, 40, .., 140, neither the first step nor the last labelled; the reference: the steps the records hold
+    from torchtune_longshort.study.figures import finetune_curve_figure
+
+    cfg = lengths_cfg([512], alphas=[0.0], seeds=[0, 1])
+    recs = {f"pi_a0_s{s}": {"status": "ok", "train": {"val_ce": [(n, 4.0 - n / 1e3 + s / 10) for n in steps]}}
+            for s in (0, 1)}
+    fig = draw(finetune_curve_figure(cfg, recs))
+    ax = fig.axes[0]
+    shown = [t for t in drawn_ticklabels(ax.xaxis) if t.get_text()]
+    numbers = [int(t.get_text()) for t in shown]
+    assert numbers[0] == min(steps) and numbers[-1] == max(steps), numbers
+    assert numbers == sorted(set(numbers)) and all(min(steps) <= n <= max(steps) for n in numbers)
+    no_overlap(shown, fig.canvas.get_renderer())
+
+
 def test_a_metrics_line_that_is_not_json_before_the_last_is_named_as_the_recipe_names_it(tmp_path):
     # the study's reader of metrics.jsonl was a near-copy of the recipe's (JsonlMetricLogger on resume): a line
     # that is not JSON before the last ended the report in a bare JSONDecodeError ("Expecting value: line 1

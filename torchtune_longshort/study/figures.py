@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
-from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size,
-                                            length_axis, mark_quick, note_missing, panel_row, series_style, value_axis,
-                                            wrap_columns, wrapped_panels, wrapped_title)
+from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, fraction_text,
+                                            heatmap_size, length_axis, mark_quick, note_missing, panel_row,
+                                            series_style, value_axis, wrap_columns, wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
@@ -228,6 +228,9 @@ def finetune_curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
             ax.plot([s for s, _ in val], [v for _, v in val], label=f"seed {r.seed}",
                     **series_style(i, len(runs), len(val)))
             ys_all += [v for _, v in val]
+        steps = [int(s) for _, val in runs for s, _ in val]
+        if steps:  # the first and the last evaluated step labelled (matplotlib's own ticks: 20 .. 140 of 25 .. 150)
+            count_axis(ax, min(steps), max(steps))
         ax.set_xlabel("fine-tuning step")
         ax.set_title(f"{m}: CE-only, held-out CE at L = {cfg.L}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
