@@ -8,7 +8,8 @@ import math
 
 import pytest
 from matplotlib.colors import to_rgba
-from plot_helpers import check_legend_under, check_plain_value_axis, claims_cfg, draw, inside_figure, no_overlap, series, texts, ticks
+from plot_helpers import (check_legend_under, check_plain_value_axis, claims_cfg, draw, drawn_ticklabels, inside_figure,
+                          no_overlap, series, texts, ticks)
 from scipy.stats import spearmanr
 
 from torchtune_longshort.plots.axes import MISSING_GID, QUICK_MARK, WIDENED_GID
@@ -236,6 +237,25 @@ def test_base_figure_breaks_its_line_at_a_length_without_a_value_and_names_it():
     assert y[0] == 20.0 and math.isnan(y[1]) and y[2] == 900.0
     notes = [" ".join(t.get_text().split()) for t in ax.texts if t.get_gid() == MISSING_GID]
     assert len(notes) == 1 and notes[0].startswith("no perplexity at 512: "), notes
+
+
+def test_base_figure_position_axis_ticks_read_as_plain_numbers():
+    # docs/study's base_failure.png labelled its log2 position axis 2^-1, 2^1, .., 2^11 where every other length and
+    # position axis of the reports reads 128, 512, 1k; the reference: each tick's own location
+    from torchtune_longshort.study.claim_figures import base_figure
+    from torchtune_longshort.lengths import parse_length
+
+    cfg = claims_cfg(ppl_lengths=[512, 2048])
+    base = {"status": "ok", "results": {"longshort_ppl": {"ppl_512": 30.0, "ppl_2k": 80.0}},
+            "curves": {str(n): [4.0 + i / n for i in range(n)] for n in (512, 2048)}}
+    fig = draw(base_figure(cfg, base))
+    got = ticks(fig.axes[1].xaxis)
+    assert len(got) >= 5 and got[0][0] < 1 and got[-1][0] >= 2048, got
+    for loc, text in got:
+        assert not any(c in text for c in "$^e"), got
+        number = float(text) if "." in text else parse_length(text)
+        assert number is not None and math.isclose(number, loc), (loc, text)
+    no_overlap(drawn_ticklabels(fig.axes[1].xaxis), fig.canvas.get_renderer())
 
 
 def test_alpha_curve_breaks_at_an_alpha_without_a_value():

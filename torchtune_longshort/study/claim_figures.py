@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, below_x_axis, length_axis,
-                                            mark_quick, note_missing, overlapping, panel_row, series_style, value_axis)
+                                            mark_quick, note_missing, overlapping, panel_row, plain_number,
+                                            series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
@@ -243,6 +244,7 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
 def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     """The unscaled base beyond L0: ppl against length, and its per-position loss inside each evaluated length."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     L0 = cfg.L0
     asked = list(cfg.eval.ppl_lengths)
@@ -279,6 +281,9 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     if not drawn:  # bare 0-1 axes said nothing (an audit)
         note_missing(ax2, "not drawn: the base's evaluation recorded no per-position loss at these lengths", 3.5)
     ax2.set_xscale("log", base=2)
+    # plain numbers, as every other length and position axis of the reports (matplotlib's own: 2^-1, 2^1, .., 2^11)
+    ax2.xaxis.set_major_formatter(FuncFormatter(lambda v, _: length_label(int(v)) if v >= 1 and v == int(v)
+                                                else plain_number(v)))
     ax2.set_xlabel(f"{POSITION_LABEL}; L0 dashed")
     ax2.set_ylabel("mean NLL (nats)")
     ax2.set_title("base: per-position loss", fontsize=9)
