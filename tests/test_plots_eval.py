@@ -175,6 +175,34 @@ def test_heatmap_cells_without_a_value_say_so_and_values_near_an_end_are_not_rou
     assert ax.get_facecolor()[:3] != (1.0, 1.0, 1.0)  # the empty cells are not white
 
 
+def _wcag_contrast(a, b) -> float:
+    """WCAG 2's contrast ratio of two colours (relative luminance of sRGB), the reference of the test below."""
+    from matplotlib.colors import to_rgb
+
+    def lum(c):
+        r, g, b = ((x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4) for x in to_rgb(c))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_heatmap_cell_numbers_read_on_the_colour_map_s_dark_ends():
+    # longshort-eval-report's heatmaps wrote every cell's number in black: on RdYlGn's dark red (0.00, a model that
+    # never found the passkey) and dark green (1.00) it read at 2.6:1 and 2.7:1, under WCAG's 4.5:1 for small text
+    runs = {"r": {"longshort_passkey": {f"acc_{n}k_d{d}": v for n, d, v in
+                                        [(1, 0, 0.0), (1, 50, 0.05), (2, 0, 0.5), (2, 50, 0.3), (4, 0, 1.0),
+                                         (4, 50, 0.95)]}}}
+    fig = draw(heatmap_figure(heatmaps(runs)[("longshort_passkey", "r", "acc")], "passkey"))
+    ax = fig.axes[0]
+    im = ax.images[0]
+    cells = im.get_array()
+    for t in ax.texts:
+        j, i = (round(p) for p in t.get_position())
+        cell = im.cmap(im.norm(cells[i, j]))
+        assert _wcag_contrast(t.get_color(), cell) >= 4.5, (t.get_text(), t.get_color(), cells[i, j])
+
+
 def test_heatmap_n_without_samples_files_only_when_the_samples_divide_evenly():
     # The GPU study's passkey run: 30 samples, 3 lengths x 5 depths, no --limit: 2 per cell. A placeholder row (a
     # length that could not run) or a --limit breaks the even spread: then n stays unknown.

@@ -69,12 +69,23 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
                 continue
             n = (counts or {}).get((lengths[j][1], depths[i]))
             ax.text(j, i, fraction_text(v) + (f"\nn={n}" if n is not None else ""), ha="center", va="center",
-                    fontsize=7, linespacing=1.1)
+                    fontsize=7, linespacing=1.1, color=text_colour(im.cmap(im.norm(v))))
     if not counts:
         title += " (n per cell not known: run lm-eval with --log_samples to count it)"
     fig.suptitle(wrapped_title(title, size[0]), fontsize=9)
     fig.colorbar(im, ax=ax, label=label)
     return fig
+
+
+def text_colour(rgba) -> str:
+    """Black or white, whichever reads better on a cell of colour ``rgba`` (WCAG's relative luminance: white below
+    0.179, where the two contrast ratios are equal): black on RdYlGn's dark red (0.00) and dark green (1.00) read at
+    about 2.6:1 and 3.2:1."""
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(c) for c in rgba[:3])
+    return "w" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.179 else "k"
 
 
 def ppl_points(metrics: Dict[str, Any]) -> List[Tuple[int, float]]:
