@@ -162,6 +162,30 @@ def test_probe_figures_label_l_train_and_chance_and_keep_legends_off_the_lines()
         _check_legend_outside(fig, ax)
 
 
+@pytest.mark.parametrize("name", ["parity", "planted", "scratchpad"])
+def test_probe_figures_keep_coinciding_lines_visible(name):
+    # docs/synthetic/fig_scratchpad.png: 'scratchpad, RoPE' and 'scratchpad, RoPE + PoSE' are both 0 past l_train, and
+    # every line was drawn alike ('o-', one width, filled markers): the later hid the earlier there; the reference:
+    # matplotlib's own lines and marker positions (plot_helpers.check_every_series_visible)
+    lengths = (5, 10, 20, 40)
+    same = {n: 1.0 if n <= 10 else 0.0 for n in lengths}
+    if name == "parity":  # two sparsities k with the same accuracy at every length
+        table = {"K_train=2": {"l_train": 10, "k_train": 2, "chance": 0.5,
+                               "acc_mean": {f"{k},{n}": v for k in (1, 2) for n, v in same.items()}}}
+    else:
+        groups = ("answer", "exact") if name == "scratchpad" else (2,)
+        labels = ("scratchpad, RoPE", "scratchpad, RoPE + PoSE") if name == "scratchpad" else ("k=2, spread",
+                                                                                               "k=3, spread")
+        acc = {f"{g},{n}": v for g in groups for n, v in same.items()}
+        table = {lab: {"l_train": 10, "chance": 0.5, "acc_mean": acc} for lab in labels}
+    fig = draw(probe_figure(name, table))
+    panels = [ax for ax in fig.axes if ax.get_gid() != L_TRAIN_GID]
+    assert [ax.get_title() for ax in panels] == {"parity": ["K_train=2"], "planted": ["spread"],
+                                                  "scratchpad": ["final answer", "whole scratchpad"]}[name]
+    for ax in panels:
+        check_every_series_visible(ax, fig)
+
+
 def test_quick_synthetic_figures_say_so():
     syn = draw(paper_figure("4", _coinciding(["l_train = 6", "l_train = 10"], 16), quick=True))
     assert QUICK_MARK in syn.get_suptitle()

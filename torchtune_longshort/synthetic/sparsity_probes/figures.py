@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from torchtune_longshort.output_guard import figure_bytes, read_json, save_figure, write_together
-from torchtune_longshort.plots.axes import count_axis, mark_quick
+from torchtune_longshort.plots.axes import count_axis, mark_quick, series_style
 from torchtune_longshort.worker_pool import unordered
 
 from ..figures import legend_outside, mark_l_train
@@ -188,6 +188,14 @@ def probe_figure(name: str, table: Dict, quick: bool = False):
     return fig
 
 
+def _line_style(i: int, n: int, n_points: int) -> dict:
+    """Line ``i`` of ``n``: plots.axes.series_style (its own colour, line style and marker, later lines thinner with
+    open markers), at the probe figures' smaller size: a line drawn over an equal one (scratchpad's RoPE and RoPE +
+    PoSE, both 0 past l_train) leaves it showing."""
+    style = series_style(i, n, n_points)
+    return {**style, "ms": style["ms"] * 0.7, "lw": style["lw"] * 0.7}
+
+
 def _style(ax, title: str, xlabel: str, y_low: float, l_train: int, chance: Optional[float]) -> None:
     # the test lengths' axis labels the first and the last one (matplotlib's own ticks left the first, 5, unlabelled)
     lengths = [int(x) for line in ax.lines for x in line.get_xdata()]
@@ -229,14 +237,15 @@ def _planted_or_scratchpad_figure(name: str, table: Dict):
                 pts = {key: v for key, v in d["acc_mean"].items() if key.startswith(metric + ",")}
                 if pts:
                     panels.setdefault(title, []).append((label, pts, d["l_train"]))
+    # one style per line across panels (colour, line style, marker), so lines that coincide all stay visible
     names = list(dict.fromkeys(line for lines in panels.values() for line, _, _ in lines))
-    colors = {line: f"C{i}" for i, line in enumerate(names)}  # one colour per line across panels
     chance = next(iter(table.values())).get("chance", 0.5)
     fig, axes = _panels(len(panels), 3.4, 4.4)
     for ax, (title, lines) in zip(axes[0], panels.items()):
         for line, acc, l_train in lines:
             pts = sorted((int(key.split(",")[1]), v) for key, v in acc.items())
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=line, color=colors[line])
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=line,
+                    **_line_style(names.index(line), len(names), len(pts)))
         _style(ax, title, "test length l", -0.02, lines[0][2], chance if title != "whole scratchpad" else None)
     return _finish(fig, axes, name)
 
@@ -248,9 +257,9 @@ def _parity_figure(name: str, table: Dict):
     for ax, label in zip(axes[0], labels):
         d = table[label]
         ks = sorted({int(k.split(",")[0]) for k in d["acc_mean"]})
-        for k in ks:
+        for i, k in enumerate(ks):
             pts = sorted((int(key.split(",")[1]), v) for key, v in d["acc_mean"].items() if int(key.split(",")[0]) == k)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2,
-                    label=f"k={k}" + (" (> K_train)" if k > d["k_train"] else ""))
+            line = f"k={k}" + (" (> K_train)" if k > d["k_train"] else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=line, **_line_style(i, len(ks), len(pts)))
         _style(ax, label, "test pairs l", 0.4, d["l_train"], 0.5)
     return _finish(fig, axes, name)
