@@ -33,3 +33,13 @@ def test_a_plus_override_is_refused_as_its_key_without_the_plus_and_says_so():
         f"'+loss.alpha', '+max_steps': {PLUS}: give loss.alpha=..., max_steps=...")
     config = load_recipe_config(_merge_yaml_and_cli_args(Namespace(**BASE), ["loss.alpha=0.2"]), local=False)
     assert config.loss.alpha == 0.2  # without the '+': taken
+
+
+def test_a_plus_override_of_a_refused_value_says_both_in_one_round():
+    # +loss.alpha=-1 said only 'loss.alpha=-1 must be ...'; the '+' refusal came on the next try
+    with pytest.raises(ValueError) as plain:  # the reference: the check's own line without the '+'
+        load_recipe_config(_merge_yaml_and_cli_args(Namespace(**BASE), ["loss.alpha=-1"]), local=False)
+    with pytest.raises(ValueError) as e:
+        load_recipe_config(_merge_yaml_and_cli_args(Namespace(**BASE), ["+loss.alpha=-1"]), local=False)
+    assert "loss.alpha=-1" in str(plain.value)
+    assert str(e.value) == f"{plain.value} ('+loss.alpha': {PLUS}: give loss.alpha=...)"

@@ -153,8 +153,8 @@ def _checked(cfg: Any, node: dict, as_here: dict, world_size: int, local: bool) 
 
 def _refuse_plus_keys(node: dict, local: bool) -> None:
     """``+loss.alhpa=0.2`` (Hydra's add-a-key syntax) on torchtune's command line: a top-level node ``+loss`` that
-    nothing reads. Refused: a key misspelt under it as the config check refuses it without the ``+`` (its close
-    match named), then the ``+`` itself, each with the spelling to give."""
+    nothing reads. Refused: a key misspelt under it (or a value refused) as the config check refuses it without the
+    ``+`` (its close match named), then the ``+`` itself, in one line, each with the spelling to give."""
     merged, paths = plus_keys(node)
     if not paths:
         return
@@ -162,6 +162,8 @@ def _refuse_plus_keys(node: dict, local: bool) -> None:
         _built(merged, torchtune_keys_as_here(merged), local=False)
     except ConfigKeyError as e:
         raise ConfigKeyError(f"{e} ({plus_message(paths)})") from None
+    except ValueError as e:  # a value refused (+loss.alpha=-1): said with the '+', in one round, not two
+        raise ValueError(f"{e} ({plus_message(paths)})") from None
     raise ConfigKeyError(plus_message(paths))
 
 
