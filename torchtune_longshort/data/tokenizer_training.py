@@ -26,11 +26,12 @@ MIN_VOCAB = 300  # the smallest vocabulary train_sentencepiece trains: 256 byte 
 class VocabBelowCharacters(ValueError):
     """sentencepiece refused ``vocab_size`` as smaller than the pieces the training text needs: one per distinct
     character it keeps (``▁`` among them), plus the byte and special pieces. ``needed`` is sentencepiece's own
-    number, read from its message ("Vocabulary size is smaller than required_chars. 300 vs 347")."""
+    number, read from its message ("Vocabulary size is smaller than required_chars. 300 vs 347"). ``field`` and
+    ``also`` name the config keys to raise (:meth:`worded`); the config check names the model node's own key."""
 
-    def __init__(self, vocab_size: int, needed: int):
-        self.vocab_size, self.needed = vocab_size, needed
-        super().__init__(self.worded("vocab_size"))
+    def __init__(self, vocab_size: int, needed: int, field: str = "vocab_size", also: str = ""):
+        self.vocab_size, self.needed, self.field = vocab_size, needed, field
+        super().__init__(self.worded(field, also))
 
     def worded(self, field: str, also: str = "") -> str:
         return (f"{field}={self.vocab_size} is smaller than the {self.needed} pieces sentencepiece needs for the text "

@@ -156,7 +156,7 @@ def check_training_arguments(args: Mapping[str, Any], where: str) -> None:
     # too few pieces for the files' characters: sentencepiece's own count (a fraction of a second), not a training
     needed = _pieces_needed(limit)
     if needed is not None and vocab < needed:
-        raise ValueError(VocabBelowCharacters(vocab, needed).worded(f"{where}.vocab_size", also="model.vocab_size"))
+        raise VocabBelowCharacters(vocab, needed, f"{where}.vocab_size", also="model.vocab_size")
 
 
 @functools.lru_cache(maxsize=8)

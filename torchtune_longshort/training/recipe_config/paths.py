@@ -66,6 +66,15 @@ def _model_nodes(node: Any, where: str):
             yield from _model_nodes(inner, f"{where}.model")
 
 
+def model_vocab_key(node: Mapping[str, Any]) -> str:
+    """The key of the vocabulary size the config's model node gives (``model.vocab_size``; ``model.model.vocab_size``
+    inside ``rope_scaled``), '' when it gives none (read from the start checkpoint): ``node`` the whole config."""
+    where, inner = "model", node.get("model")
+    while isinstance(inner, Mapping) and isinstance(inner.get("model"), Mapping):
+        where, inner = f"{where}.model", inner["model"]
+    return f"{where}.vocab_size" if isinstance(inner, Mapping) and "vocab_size" in inner else ""
+
+
 def resolved_config(cfg: Any) -> DictConfig:
     """A copy of the recipe config ``cfg`` (a ``DictConfig`` or a mapping) with its paths resolved (see the module
     doc); interpolations other than those paths are kept."""

@@ -21,6 +21,7 @@ from torchtune_longshort.rope.base import rope_modules
 from torchtune_longshort.rope.samplers import check_position_bound
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
+from torchtune_longshort.training.recipe_config.paths import model_vocab_key
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.config.fields import with_own_defaults
 from torchtune_longshort.config.values import named_once, resolve_component
@@ -354,8 +355,8 @@ def declared_vocab(config: RecipeConfig) -> Tuple[Optional[int], str]:
     from torchtune_longshort.training.model_setup import model_kwargs
 
     vocab = model_kwargs(config.model.args).get("vocab_size")
-    if isinstance(vocab, int):
-        return vocab, f"model.vocab_size={vocab}"
+    if isinstance(vocab, int):  # its key as the config has it (model.model.vocab_size inside rope_scaled)
+        return vocab, f"{model_vocab_key({'model': config.model.args})}={vocab}"
     if config.checkpointer.checkpoint_dir is not None:
         folder = CheckpointFolder.open(config.checkpointer.checkpoint_dir)
         return folder.vocab_size, (f"vocab_size {folder.vocab_size} in the config.json of checkpointer.checkpoint_dir="

@@ -73,7 +73,7 @@ def load_tokenizer(section: TokenizerConfig):
             raise
         raise TokenizerError(f"tokenizer.path={section.path!r}: {one_line(e)}") from None
     except VocabBelowCharacters as e:  # a component training its path (the tiny configs'): tokenizer.vocab_size
-        raise ValueError(e.worded("tokenizer.vocab_size", also="model.vocab_size")) from None
+        raise VocabBelowCharacters(e.vocab_size, e.needed, "tokenizer.vocab_size", also="model.vocab_size") from None
     except REFUSED as e:
         if not _raised_by_a_library(e):
             raise
