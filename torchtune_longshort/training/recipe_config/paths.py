@@ -97,6 +97,15 @@ _FIELD_FIRST = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*)=")
 def interpolation_at(cfg: Any, field: str) -> Optional[str]:
     """``field``'s value as written in the config ``cfg`` (a ``DictConfig`` or a mapping, unresolved) when it
     interpolates other keys (``${checkpoint_dir}``, ``${output_dir}/logs``), else None."""
+    node = _written_at(cfg, field)
+    return node if isinstance(node, str) and "${" in node else None
+
+
+_ABSENT = object()
+
+
+def _written_at(cfg: Any, field: str) -> Any:
+    """``field``'s value as written in ``cfg`` (unresolved); ``_ABSENT`` where the config has no such key."""
     node = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
     for part in field.split("."):
         if isinstance(node, Mapping) and part in node:
@@ -104,8 +113,16 @@ def interpolation_at(cfg: Any, field: str) -> Optional[str]:
         elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return None
-    return node if isinstance(node, str) and "${" in node else None
+            return _ABSENT
+    return node
+
+
+# What an empty start folder is set to: a Hugging Face folder, the shipped real-model configs' opening comment says
+# how to get one
+START_FOLDER_HINT = ("the start checkpoint's folder (a Hugging Face folder: config.json, its weights and tokenizer; "
+                     "the opening comment of a shipped real-model config says how to get one: for "
+                     "smollm2_135m/*.yaml, python -m torchtune_longshort.models.gguf --model smollm2-135m-instruct "
+                     "converts it and prints the folder)")
 
 
 def naming_the_source(err: Exception, cfg: Any) -> Exception:
@@ -120,6 +137,11 @@ def naming_the_source(err: Exception, cfg: Any) -> Exception:
     full = next(v for v in quoted.groups() if v is not None) if quoted else ""
     tail = whole.group(2) if whole else ""
     value = full[:len(full) - len(tail)] if full.endswith(tail) else ""
+    if whole and _written_at(cfg, whole.group(1)) is None:
+        # checkpoint_dir= (or null) on the command line: refused as tokenizer.path=None, the key it reached first
+        err.args = (f"{whole.group(1)} is empty ({m.group(1)} is {raw!r} in the config and was checked first): set "
+                    f"{whole.group(1)} to {START_FOLDER_HINT if whole.group(1) == 'checkpoint_dir' else 'a value'}",)
+        return err
     if whole and isinstance(err, FileNotFoundError) and value and not Path(value).exists():
         # the key the user set is the one that names a missing path: checkpoint_dir=<typo> was refused as the
         # tokenizer.path its value reached first
