@@ -7,8 +7,9 @@ import pytest
 
 from user_modules import forget_user_module, write_user_module
 
+from torchtune_longshort.refusals import LIBRARY_WORDS_CAP
 from torchtune_longshort.training.recipe_config.components import TokenizerConfig
-from torchtune_longshort.training.recipe_config.tokenizer_check import LIBRARY_WORDS_CAP, load_tokenizer
+from torchtune_longshort.training.recipe_config.tokenizer_check import load_tokenizer
 
 
 def _refusal(component: str, path: str) -> str:

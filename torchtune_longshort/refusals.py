@@ -61,6 +61,19 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(text).split()) or type(error).__name__
 
 
+# A library's message is kept whole (what is wrong is often at its end: the file tiktoken could not parse, the path
+# torch's mmap refusal names); only a huge one (a dump of a file's bytes) is cut, saying so.
+LIBRARY_WORDS_CAP = 1000
+
+
+def capped(words: str) -> str:
+    """A library's ``words`` as a refusal quotes them: whole up to :data:`LIBRARY_WORDS_CAP` characters, else cut
+    there, saying so."""
+    if len(words) <= LIBRARY_WORDS_CAP:
+        return words
+    return f"{words[:LIBRARY_WORDS_CAP]} ... (cut here: {len(words)} characters in all)"
+
+
 def show_traceback() -> bool:
     return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
 

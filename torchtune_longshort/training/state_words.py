@@ -7,6 +7,8 @@ import re
 import zipfile
 from pathlib import Path
 
+from torchtune_longshort.refusals import capped
+
 
 def unreadable_state(path: Path, error: OSError) -> ValueError:
     """The refusal of a recipe state this user may not read (the file's or its folder's mode): it was the system's
@@ -36,9 +38,11 @@ def cut_short(path: Path, error: BaseException) -> str:
 
 def said(error: BaseException) -> str:
     """The first sentence of ``error``'s message on one line (torch's go on with advice to file a bug; its C++
-    checks' start with where: '[enforce fail at inline_container.cc:180] . file in archive is not in ...')."""
+    checks' start with where: '[enforce fail at inline_container.cc:180] . file in archive is not in ...'), whole
+    (its mmap refusal names the file: cut at 200 characters, a long folder lost the rest) up to the cap a library's
+    words share (:func:`~torchtune_longshort.refusals.capped`)."""
     text = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(error))
-    return " ".join(text.split(". ")[0].split())[:200] or type(error).__name__
+    return capped(" ".join(text.split(". ")[0].split())) or type(error).__name__
 
 
 def zero_filled(path: Path) -> str:

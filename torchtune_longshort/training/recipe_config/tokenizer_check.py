@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
 from torchtune_longshort.models.tokenizer_files import TokenizerError
-from torchtune_longshort.refusals import REFUSED, one_line
+from torchtune_longshort.refusals import REFUSED, capped, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
@@ -82,16 +82,9 @@ def load_tokenizer(section: TokenizerConfig):
         raise _unread(section, e) from e
 
 
-# A library's message is kept whole (what is wrong is often at its end: the file tiktoken could not parse); only a huge
-# one (a dump of the file's bytes) is cut, saying so.
-LIBRARY_WORDS_CAP = 1000
-
-
 def _unread(section: TokenizerConfig, error: BaseException) -> ValueError:
     """The refusal of a file the component's library cannot read, its message on one line."""
-    words = one_line(error)
-    if len(words) > LIBRARY_WORDS_CAP:
-        words = f"{words[:LIBRARY_WORDS_CAP]} ... (cut here: {len(words)} characters in all)"
+    words = capped(one_line(error))
     return ValueError(f"tokenizer.path={section.path!r}: {section.component} cannot read it ({type(error).__name__}: "
                       f"{words}); name a tokenizer file of the format that component reads{_format_hint(section)}")
 
