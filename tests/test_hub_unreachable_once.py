@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Each length's ask, as longshort_ppl makes it; connections to the unreachable hub counted at the socket (the
@@ -46,3 +48,31 @@ def test_an_unreachable_hub_is_asked_once_per_data_set(tmp_path):
     assert n1 >= 1 and "the hub cannot be reached from here" in first, (first, n1)
     assert (n2, n3) == (0, 0), (n2, n3)
     assert second == third == f"{first} (asked once in this process, not again for this data set)"
+
+
+def test_an_error_that_is_no_hub_failure_is_not_remembered(monkeypatch):
+    """A parser's ValueError raised while a connection error was handled (its context) passed through on the first
+    ask and was remembered: the next ask of the same data set raised TaskDataError with its words ('... (asked once
+    in this process ...)') without reading. Only a failure of the source is remembered now (the test above: a hub
+    out of reach, worded by the loader as a DataSourceError)."""
+    from torchtune_longshort.eval.tasks.common import unavailable
+
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(unavailable, "_UNREACHABLE", {})
+    asks = []
+
+    def documents():  # the first ask fails as a parser would, the next one reads
+        asks.append(1)
+        if len(asks) == 1:
+            try:
+                raise ConnectionError("connection reset")
+            except ConnectionError:
+                raise ValueError("record 3 is no JSON")
+        yield "a document"
+
+    with pytest.raises(ValueError) as first:
+        list(unavailable.guard_hub_iteration(documents(), "'my/set'"))
+    assert not unavailable.is_hub_failure(first.value) and str(first.value) == "record 3 is no JSON"
+    assert list(unavailable.guard_hub_iteration(documents(), "'my/set'")) == ["a document"]  # the reference: it reads
+    assert unavailable._UNREACHABLE == {}

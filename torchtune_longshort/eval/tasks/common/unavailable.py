@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional
 
 from torchtune_longshort.data.data_files import cache_problem
 from torchtune_longshort.data.hf_loading import offline_variable
+from torchtune_longshort.data.text_files import DataSourceError
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +218,9 @@ def _out_of_reach(err: Optional[BaseException]) -> bool:
 def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
     """Iterate ``it`` (a streamed hub data set), turning a fetch failure at any point into :class:`TaskDataError`.
     A data set out of reach before its first document is asked once a process: later asks (the task's other
-    lengths) fail at once with that reason."""
+    lengths) fail at once with that reason. Only a failure of the source is remembered (a hub error, or the
+    ``DataSourceError`` the training loaders word one in): another error raised while a connection error was handled
+    (a parser's ValueError) passes through, and a later ask reads again."""
     key = _hub_key(what)
     if key in _UNREACHABLE:
         raise TaskDataError(_UNREACHABLE[key])
@@ -231,7 +234,8 @@ def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
     except Exception as err:  # noqa: BLE001
         hub = is_hub_failure(err)
         reason = hub_failure_reason(what, err, alternative) if hub else str(err)  # a DataSourceError: as it is said
-        if not started and not offline_mode() and _out_of_reach(err):  # offline: no retries, nothing to spare
+        source = hub or isinstance(err, DataSourceError)  # not a bug or a record that failed in its wake
+        if source and not started and not offline_mode() and _out_of_reach(err):  # offline: no retries to spare
             _UNREACHABLE[key] = f"{reason} (asked once in this process, not again for this data set)"
         if not hub:
             raise
