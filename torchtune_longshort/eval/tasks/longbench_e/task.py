@@ -231,8 +231,8 @@ def load_longbench_e(
             ``data.zip``); read with ``datasets.load_dataset("json", data_files=...)``. Without it the data
             come from ``longbench_e_hf_path`` (default ``Xnhyacinth/LongBench``, the shipped tasks' source).
         longbench_e_missing: ``"skip"`` (default): a missing or unreadable local file (a line that is not
-            JSON, a field missing or of another kind), or hub data that cannot be fetched (offline, unreachable), is
-            logged as an error and the task reports ``missing_data`` = 1 and the
+            JSON or not UTF-8, a field missing or of another kind), or hub data that cannot be fetched (offline,
+            unreachable), is logged as an error and the task reports ``missing_data`` = 1 and the
             reason instead of a score (see :func:`missing_data_placeholder`), so the other tasks of the run still
             finish; ``"error"``: raise (``FileNotFoundError`` / ``TaskDataError``).
         _metadata: the rest of lm-eval's ``--metadata`` and ``--model_args`` (ignored).
@@ -271,10 +271,14 @@ def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
                 f"LongBench-E data file for {name} not found: {path} (longbench_e_data_dir="
                 f"{data_dir!r}; expected LongBench's own '{name}.jsonl' there)"
             )
-        with open(path, "rb") as f:
-            if not any(line.strip() for line in f):  # datasets raised a bare StopIteration on a 0-byte file
-                raise TaskDataError(f"LongBench-E data {path} is empty (no rows); LongBench's files hold one JSON "
-                                    "object a line: put the data set's rows there or remove the file")
+        raw = path.read_bytes()
+        if not raw.strip():  # datasets raised a bare StopIteration on a 0-byte file
+            raise TaskDataError(f"LongBench-E data {path} is empty (no rows); LongBench's files hold one JSON "
+                                "object a line: put the data set's rows there or remove the file")
+        undecodable = _not_utf8(raw)
+        if undecodable:  # pyarrow keeps such a string unchecked, and the first read of it ended the whole run
+            raise TaskDataError(f"LongBench-E data {path}: {undecodable}; LongBench's files are UTF-8 text, one JSON "
+                                "object a line: fix or remove that line")
         try:
             return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
         except Exception as err:  # datasets' own error for a line it cannot parse; said with the line instead
@@ -283,6 +287,17 @@ def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
     ds = load_hub_dataset(hf_path, name, split="test", alternative=(
         "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
     return ds, f"{hf_path}:{name}"
+
+
+def _not_utf8(raw: bytes) -> Optional[str]:
+    """Where ``raw`` (a JSON-lines file's bytes) is not UTF-8, said as ``line N: ...``; None if it all is."""
+    try:
+        raw.decode("utf-8")
+        return None
+    except UnicodeDecodeError as err:
+        line, start = raw.count(b"\n", 0, err.start) + 1, raw.rfind(b"\n", 0, err.start) + 1
+        byte = raw[err.start:err.start + 1]
+        return f"line {line}: not UTF-8 ({err.reason}: byte {byte!r} at column {err.start - start + 1})"
 
 
 def _unreadable_line(path: Path) -> Optional[str]:
