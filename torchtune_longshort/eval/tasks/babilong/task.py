@@ -168,15 +168,30 @@ def _records(path: Path) -> Iterator[Tuple[str, Any]]:
         except Exception as err:  # pyarrow's ArrowInvalid and kin: a torn or mislabelled file
             raise TaskDataError(f"{path}: not a Parquet file pyarrow reads ({type(err).__name__}: {err})") from None
         return
-    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark before the first line is not part of it
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path} line {i + 1}", json.loads(line)
-            except json.JSONDecodeError as err:
-                raise TaskDataError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one JSON "
-                                    "object a line") from None
+    try:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark before the first line is not part of it
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{path} line {i + 1}", json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise TaskDataError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one "
+                                        "JSON object a line") from None
+    except UnicodeDecodeError as err:  # it ended the whole run; the text reader decodes ahead, so the line is counted
+        raise TaskDataError(f"{path} line {_line_of_byte(path, err)}: not UTF-8 ({err.reason}); BABILong files are "
+                            "UTF-8 text, one JSON object a line: fix or remove that line") from None
+
+
+def _line_of_byte(path: Path, err: UnicodeDecodeError) -> int:
+    """The line of ``path`` holding the first byte that is no UTF-8 (``err`` is of a reader that decodes ahead, so its
+    position is not the file's)."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        return raw.count(b"\n", 0, e.start) + 1
+    return 1
 
 
 def _read_local(paths: Sequence[Path], qa: str, length: str, style: str) -> List[Dict[str, Any]]:
