@@ -8,6 +8,8 @@ from __future__ import annotations
 import glob
 import hashlib
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
@@ -25,13 +27,20 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
     (sorted). ``setting`` names the option in messages. ``left_out``, given, gets the folders' other (not hidden)
     files, sorted, from the same walk; ``hidden``, given, the hidden files it leaves out that end in one of
     ``suffixes`` (versions before 2026-12-05 read them). Raises ``FileNotFoundError`` for an entry that names
-    nothing and for a folder without such files."""
+    nothing, for a folder without such files, and for a folder's entry of such a suffix that is no file to read (a
+    link to nothing, a FIFO: left out without a word before, never opened, so a FIFO cannot block)."""
     entries = [entries] if isinstance(entries, (str, Path)) else list(entries)
     files: List[Path] = []
     for entry in entries:
         p = Path(entry).expanduser()
         if p.is_dir():
-            walked = sorted(f for f in p.rglob("*") if f.is_file())
+            names = sorted(p.rglob("*"))
+            walked = [f for f in names if f.is_file()]
+            unread = [f for f in names if f.suffix in suffixes and not (f.is_file() or f.is_dir() or in_hidden(f, p))]
+            if unread:  # were left out without a word: a corpus read fewer files than the folder names
+                more = f" (and {len(unread) - 1} more such)" if len(unread) > 1 else ""
+                raise FileNotFoundError(f"{setting}={str(entry)!r}: {unread[0]} is {no_file(unread[0])}{more}, no file "
+                                        "to read: remove it from the folder (or put back what it stands for)")
             if hidden is not None:
                 hidden += [f for f in walked if f.suffix in suffixes and in_hidden(f, p)]
             walked = [f for f in walked if not in_hidden(f, p)]
@@ -48,6 +57,17 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
                 raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
         files.extend(found)
     return files
+
+
+def no_file(f: Path) -> str:
+    """What the entry ``f``, which is no file to read (nor a folder), is: a link to nothing, a FIFO, a socket, a
+    device."""
+    mode = f.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link to {os.readlink(f)}, which is no file (missing, or itself no regular file)"
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def in_hidden(f: Path, folder: Path) -> bool:
