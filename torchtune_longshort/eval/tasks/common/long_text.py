@@ -48,10 +48,9 @@ JOIN_MARGIN = 64
 class TaskTokenizer:
     """Encode/decode without special tokens with the evaluated model's tokenizer.
 
-    A local folder or file loads through the project's tokenizer formats
-    (:func:`torchtune_longshort.models.checkpoint_tokenizer`: SentencePiece, tiktoken or ``tokenizer.json``, the ids
-    the ``longshort`` model uses: special-token strings in text get ``AutoTokenizer``'s ids); a hub name through transformers' ``AutoTokenizer``.
-    """
+    A local folder or file loads through the project's tokenizer formats (:func:`torchtune_longshort.models.
+    checkpoint_tokenizer`: SentencePiece, tiktoken or ``tokenizer.json``, the ids the ``longshort`` model uses:
+    special-token strings in text get ``AutoTokenizer``'s ids); a hub name through transformers' ``AutoTokenizer``."""
 
     def __init__(self, name_or_path: str, trust_remote_code: Any = None):
         self.name = str(name_or_path)
@@ -92,8 +91,7 @@ def tokenizer_from_metadata(metadata: Dict[str, Any]) -> TaskTokenizer:
 
     Looks at ``tokenizer``, then ``checkpoint_dir`` (``longshort``), then ``pretrained`` (``hf``), then at the
     model lm-eval's evaluator runs (:func:`.unavailable.model_tokenizer_path`: Python callers with a TaskManager of
-    their own, whose metadata ``simple_evaluate`` leaves without ``model_args``).
-    """
+    their own, whose metadata ``simple_evaluate`` leaves without ``model_args``)."""
     for key in ("tokenizer", "checkpoint_dir", "pretrained"):
         value = metadata.get(key)
         if isinstance(value, (str, os.PathLike)) and str(value):  # a Path from Python callers, as the models take
@@ -125,6 +123,11 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
     except DataRecordError as e:
         hint = skip_hint and not isinstance(e, DataSourceError)
         raise TaskDataError(f"{e} ({skip_hint})" if hint else str(e)) from None
+    except OSError as e:  # a file it may not open (chmod 000) ended the whole run; no skipping passes it (training's
+        if e.filename is None or isinstance(e, ConnectionError):  # DataSourceError alike)
+            raise
+        raise TaskDataError(f"{what + ': ' if what else ''}{e.filename}: cannot be read ({e.strerror}): make it "
+                            "readable, or move it out of the data") from None
 
 
 def iter_texts(
