@@ -115,3 +115,19 @@ def test_a_line_that_is_not_utf8_is_named_and_the_run_goes_on(tmp_path):
     placeholder = lb.load_longbench_e("trec_e", str(tmp_path))["test"]
     assert len(placeholder) == 1 and re.search(match, lb.reason_of(placeholder[0]))
     assert lb.process_results(placeholder[0], ["x"])["missing_data"] == 1.0
+
+
+def test_an_empty_context_is_scored_and_said_in_one_warning(tmp_path, caplog):
+    """A sample whose context is empty (or blank) was scored on its question alone without a word; it still is (the
+    other samples scored with it), and one warning names its file:line and the count. The reference: the lines
+    written, counted here (a blank line between them, which datasets skips)."""
+    row = {"input": "Q?", "context": "Paris is the capital", "answers": ["a"], "length": 12, "all_classes": None,
+           "_id": "1"}
+    text = "\n".join([json.dumps(row), "", json.dumps({**row, "context": " \n"}), json.dumps({**row, "context": ""})])
+    (tmp_path / "hotpotqa_e.jsonl").write_text(text + "\n")
+    with caplog.at_level("WARNING", logger=lb.log.name):
+        ds = lb.load_longbench_e("hotpotqa_e", str(tmp_path))["test"]
+    assert len(ds) == 3 and not any(lb.reason_of(r) for r in ds)
+    said = [r.getMessage() for r in caplog.records if "context" in r.getMessage()]
+    assert said == [f"LongBench-E data {tmp_path / 'hotpotqa_e.jsonl'}:3: field 'context' is empty (2 of 3 samples): "
+                    "scored on the question alone; LongBench's samples each hold the text they ask about"], said

@@ -321,21 +321,32 @@ def _unreadable_line(path: Path) -> Optional[str]:
 def _check_text(ds, source: str) -> None:
     """Raise ``TaskDataError`` when a sample's ``context`` or question is no string: a key missing from one line
     or ``null`` (pyarrow fills in null, and the prompt showed it as the word "None"). Names the first sample by
-    ``file:line`` for a local file, by its index for hub data, and how many samples are so."""
+    ``file:line`` for a local file, by its index for hub data, and how many samples are so. An empty or blank
+    ``context`` is scored as it is (the question alone), said in one warning naming the first such sample."""
     question = "question" if "question" in ds.column_names else "input"
     bad = [(i, f) for f in ("context", question) for i, v in enumerate(ds[f]) if not isinstance(v, str)]
     if not bad:
+        empty = [i for i, v in enumerate(ds["context"]) if not v.strip()]
+        if empty:  # was scored without a word
+            log.warning("LongBench-E data %s: field 'context' is empty (%d of %d samples): scored on the question "
+                        "alone; LongBench's samples each hold the text they ask about", _sample_at(source, empty[0]),
+                        len(empty), len(ds))
         return
     i, field = min(bad)
-    where = f"{source}, sample {i}"
-    if Path(source).is_file():  # datasets skips blank lines: sample i is the i-th line that holds something
-        with open(source, "rb") as f:
-            where = f"{source}:{[n for n, line in enumerate(f, 1) if line.strip()][i]}"
     value = ds[i][field]
     value = "missing or null" if value is None else f"{value!r:.60}"
-    raise TaskDataError(f"LongBench-E data {where}: field {field!r} is {value} ({len({j for j, _ in bad})} of "
-                        f"{len(ds)} samples); a sample's input and context must be text (LongBench's format): fix or "
-                        "remove those lines")
+    count = len({j for j, _ in bad})
+    raise TaskDataError(f"LongBench-E data {_sample_at(source, i)}: field {field!r} is {value} ({count} of {len(ds)} "
+                        "samples); a sample's input and context must be text (LongBench's format): fix or remove those "
+                        "lines")
+
+
+def _sample_at(source: str, i: int) -> str:
+    """Sample ``i`` of ``source``: ``<file>:<line>`` for a local file, ``<source>, sample <i>`` for hub data."""
+    if Path(source).is_file():  # datasets skips blank lines: sample i is the i-th line that holds something
+        with open(source, "rb") as f:
+            return f"{source}:{[n for n, line in enumerate(f, 1) if line.strip()][i]}"
+    return f"{source}, sample {i}"
 
 
 def _with_longbench_fields(ds, source: str, base: str, name: str):
