@@ -4,6 +4,7 @@ model differs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -198,7 +199,7 @@ def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
     link.symlink_to(tmp_path / "gone.yaml")
     with pytest.raises(SystemExit) as exit_info:
         main(["tiny/longshort_stdlib.yaml", str(link)])
-    assert exit_info.value.code == 2 and "exists (a symbolic link); pass --force" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "exists (a symbolic link to " in capsys.readouterr().err
     assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml"]
 
 
@@ -394,3 +395,51 @@ def test_longshort_cp_refuses_a_dash_for_a_destination(tmp_path, monkeypatch, ca
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "'-' is not standard output" in err, err
     assert not any(tmp_path.iterdir())
     assert main(["tiny/longshort_stdlib.yaml", "./-"]) == 0 and (tmp_path / "-.yaml").is_file()  # asked by its path
+
+
+@pytest.mark.parametrize("target_there", [True, False], ids=["link_to_a_file", "link_to_nothing"])
+def test_longshort_cp_force_writes_through_a_link_as_tune_cp_does(tmp_path, capsys, target_there):
+    # `ln -s real.yaml l.yaml; longshort-cp tiny/longshort_stdlib.yaml l.yaml --force` replaced the user's link with a
+    # plain file and left real.yaml stale; `tune cp llama2/7B_full l.yaml` writes the file the link points to, the link
+    # kept (walked): its copy is shutil.copy(src, destination) (torchtune/_cli/cp.py), the reference, run here on its
+    # own folder (importing torchtune for tune cp itself takes seconds)
+    import shutil
+
+    from torchtune_longshort.configs_cli import config_path, main
+
+    def made(tool, argv):
+        folder = tmp_path / tool
+        folder.mkdir()
+        if target_there:
+            (folder / "real.yaml").write_text("mine\n")
+        (folder / "l.yaml").symlink_to("real.yaml")
+        argv(str(folder / "l.yaml"))
+        return folder, (folder / "l.yaml").is_symlink() and os.readlink(folder / "l.yaml"), sorted(os.listdir(folder))
+
+    source = config_path("tiny/longshort_stdlib.yaml")
+    _, *tune_seen = made("tune", lambda dest: shutil.copy(source, dest))
+    ours_folder, *ours_seen = made("ours", lambda dest: main(["tiny/longshort_stdlib.yaml", dest, "--force"]))
+    assert ours_seen == tune_seen == ["real.yaml", ["l.yaml", "real.yaml"]]
+    written = (ours_folder / "real.yaml").read_text()
+    assert written == (tmp_path / "tune" / "real.yaml").read_text() == source.read_text()
+    assert "through the link, into" in capsys.readouterr().out
+    if target_there:  # without --force: refused, naming the link's file, nothing written
+        (ours_folder / "real.yaml").write_text("mine\n")
+        with pytest.raises(SystemExit) as exit_info:
+            main(["tiny/longshort_stdlib.yaml", str(ours_folder / "l.yaml")])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"a symbolic link to {ours_folder / 'real.yaml'}" in err, err
+        assert (ours_folder / "real.yaml").read_text() == "mine\n"
+
+
+def test_longshort_cp_refuses_a_link_loop_in_one_line(tmp_path, capsys):
+    from torchtune_longshort.configs_cli import main
+
+    (tmp_path / "a.yaml").symlink_to("b.yaml")
+    (tmp_path / "b.yaml").symlink_to("a.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml", str(tmp_path / "a.yaml"), "--force"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "a symbolic link in a loop" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]
+    assert all(p.is_symlink() for p in tmp_path.iterdir())

@@ -7,6 +7,7 @@
 ``tune cp``'s flags mean the same here: ``--make-parents`` creates the destination's folders, ``-n/--no-clobber``
 leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. Unlike
 ``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
+A destination that is a symbolic link is written through, the link kept, as ``tune cp`` (``shutil.copy``) does.
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
 so a non-editable ``pip install .`` has them too.
@@ -110,6 +111,30 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
                      f"name one of `longshort-cp --list` (e.g. {next(n for n in like if n)}) or a YAML file")
 
 
+def _destination(ap, args, src):
+    """The path ``longshort-cp`` names (``DEST``, ``DEST/<name>`` for a folder, ``DEST.yaml`` for a name without a
+    suffix) and the file it writes: the same path, or, where that path is a symbolic link, the file the link points to
+    (as ``tune cp`` and ``cp`` write through a link; the user's link stays a link, its target written, made where it
+    is gone)."""
+    dest = Path(args.destination)
+    if dest.is_dir() or args.destination.endswith(("/", os.sep)):  # DEST/ names a folder (as cp reads it)
+        dest = dest / src.name
+    elif not dest.suffix:  # as tune cp: `longshort-cp NAME my_run` writes my_run.yaml
+        dest = dest.with_name(dest.name + ".yaml")
+    if not dest.is_symlink():
+        return dest, dest
+    try:
+        target = Path(os.path.realpath(dest, strict=False))
+        loop = target.is_symlink()
+    except (OSError, RuntimeError):
+        loop = True
+    if loop or target.is_dir():
+        what = "in a loop (it reaches no file)" if loop else f"to the folder {target}"
+        ap.error(f"{dest} is a symbolic link {what}: name a file to copy to" + (
+            "" if loop else ", or the folder with a trailing /"))
+    return dest, target
+
+
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.",
@@ -146,43 +171,39 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if args.force and args.no_clobber:
         ap.error("--force and --no-clobber ask for opposite things: give one of them")
-    dest = Path(args.destination)
-    if dest.is_dir() or args.destination.endswith(("/", os.sep)):  # DEST/ names a folder (as cp reads it)
-        dest = dest / src.name
-    elif not dest.suffix:  # as tune cp: `longshort-cp NAME my_run` writes my_run.yaml
-        dest = dest.with_name(dest.name + ".yaml")
+    dest, target = _destination(ap, args, src)
     if dest.exists() or dest.is_symlink():  # a link to nothing is the user's too
         if args.no_clobber:
             print(f"{dest} exists, not overwriting (--no-clobber)")
             return 0
         if not args.force:
-            ap.error(f"{dest} exists{' (a symbolic link)' if dest.is_symlink() else ''}; pass --force to overwrite "
-                     "it")
+            link = f" (a symbolic link to {target})" if target != dest else ""
+            ap.error(f"{dest} exists{link}; pass --force to overwrite it" + (link and " through the link (kept)"))
     missing = None  # the highest folder --make-parents makes, taken back if the copy then fails
-    for parent in (dest.parent, *dest.parent.parents):
+    for parent in (target.parent, *target.parent.parents):
         if parent.exists() and not parent.is_dir():
             ap.error(f"destination folder {parent} is a file, not a folder; name a file in a folder")
         if parent.is_dir():
             break
         missing = parent
     if missing is not None and not args.make_parents:
-        ap.error(f"destination folder {dest.parent} does not exist; pass --make-parents (as tune cp) or create it "
-                 f"(mkdir -p {dest.parent})")
+        ap.error(f"destination folder {target.parent} does not exist; pass --make-parents (as tune cp) or create it "
+                 f"(mkdir -p {target.parent})")
     try:
         if missing is not None:
-            dest.parent.mkdir(parents=True)
-        atomic_copy(src, dest)
+            target.parent.mkdir(parents=True)
+        atomic_copy(src, target)
     except OSError as e:
         if missing is not None:  # take back the folders this command made, emptied (nothing else is removed)
-            for folder in (dest.parent, *dest.parent.parents):
+            for folder in (target.parent, *target.parent.parents):
                 try:
                     folder.rmdir()
                 except OSError:
                     break
                 if folder == missing:
                     break
-        ap.error(f"cannot write {dest}: {e.strerror or e}; name a destination you can write")
-    print(f"Copied {args.name} to {dest}")
+        ap.error(f"cannot write {target}: {e.strerror or e}; name a destination you can write")
+    print(f"Copied {args.name} to {dest}" + (f" (through the link, into {target})" if target != dest else ""))
     return 0
 
 
