@@ -277,3 +277,24 @@ def test_run_cli_reads_back_the_results_of_either_output_path_form(tmp_path):
         assert str(e) == f"lm-eval wrote no samples_other_<date>.jsonl for --output_path {where}"
     else:
         raise AssertionError("no FileNotFoundError")
+
+
+def test_run_alone_prints_lm_evals_run_help_and_exits_0(monkeypatch, capsys):
+    # `lm-eval run` prints run's help, exit 0; `longshort-eval run` ran an evaluation of no task: lm-eval's start-up
+    # log ('Selected Tasks: []', the seeds) and 'longshort-eval: error: No tasks specified, or no tasks found.', exit 2
+    import pytest
+    from lm_eval._cli.harness import HarnessCLI
+
+    import torchtune_longshort.eval.__main__ as cli
+
+    monkeypatch.setattr(sys, "argv", ["lm-eval", "run"])
+    with pytest.raises(SystemExit) as exit_info:  # the reference: lm-eval's own CLI
+        HarnessCLI().parse_args()
+    assert exit_info.value.code == 0
+    stock = capsys.readouterr().out
+    assert stock.startswith("usage: lm-eval run"), stock
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0 and out.endswith(stock) and help_preamble() in out and not err.strip(), err

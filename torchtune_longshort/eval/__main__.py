@@ -14,7 +14,8 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 ``longshort-eval tasks-path`` prints the installed task pack's folder, for stock lm-eval:
 ``lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" --tasks
 longshort_ppl ...``.
-``--help`` names the ``longshort`` model and its arguments above lm-eval's help. Bad input (a device this machine
+``--help`` (and ``run`` alone, as ``lm-eval run``) names the ``longshort`` model and its arguments above lm-eval's
+help. Bad input (a device this machine
 lacks, a task name lm-eval does not know: with "did you mean", a model argument) is refused in one line
 (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting the metrics left unscored and why.
 The results of every model it runs (``hf`` too) record the project's provenance block and, for a local
@@ -27,7 +28,7 @@ import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
-from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, option
+from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, asks_help, option
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
@@ -67,7 +68,7 @@ def _evaluate(args) -> None:
 
     setup_logging()  # lm-eval's CLI does it first too: the pack's own lines (lm_eval_argv's) then print as lm-eval's
     follow_lm_eval_logging()
-    if "-h" in args or "--help" in args or not args:
+    if asks_help(args):
         print(cli_messages.help_preamble())
     argv = lm_eval_argv(args)
     with checkpoint_code(trusts_remote_code(argv)):  # every checkpoint read, the checks' and lm-eval's (trust_args)

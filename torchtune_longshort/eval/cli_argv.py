@@ -16,6 +16,13 @@ STOCK_LM_EVAL = ('lm-eval run --model hf --model_args pretrained=DIR --include_p
                  "--tasks longshort_ppl ...")
 
 
+def asks_help(args: Sequence[str]) -> bool:
+    """Whether lm-eval 0.4.13's CLI answers ``args`` with a help text (exit 0), evaluating nothing: none given,
+    ``-h`` / ``--help`` anywhere, or ``run`` alone (``lm-eval run`` prints run's help: HarnessCLI.parse_args)."""
+    args = list(args)
+    return not args or args == ["run"] or "-h" in args or "--help" in args
+
+
 def option(args: Sequence[str], name: str) -> Optional[str]:
     """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""
     value = None

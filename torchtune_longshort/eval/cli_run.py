@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
-from torchtune_longshort.eval.cli_argv import canonical_options, flag_given, home_expanded, option
+from torchtune_longshort.eval.cli_argv import asks_help, canonical_options, flag_given, home_expanded, option
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -81,7 +81,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
       is named after the checkpoint whichever of the two a user types, exactly as for ``hf``.
     """
     out = [str(a) for a in args]
-    help_only = not out or out[0] in ("-h", "--help") or "-h" in out or "--help" in out
+    help_only = asks_help(out)
     if not help_only and out[0] not in _SUBCOMMANDS[1:]:
         out = home_expanded(tidy_task_lists(canonical_options(out)))
         out = home_expanded(config_options(out, option(out, "--config")))  # the YAML's output_path too
@@ -137,8 +137,7 @@ def check_arguments(out: List[str]) -> None:
     - with ``--model longshort``, ``--gen_kwargs do_sample=true`` (or a temperature without it, or beams...:
       :func:`~.model.generation.not_greedy`) when a task of the run may generate (the model decodes greedily only:
       it refused the first generation, after loading and any earlier task, exit 2)."""
-    help_only = not out or "-h" in out or "--help" in out
-    if help_only or out[0] in _SUBCOMMANDS[1:]:
+    if asks_help(out) or out[0] in _SUBCOMMANDS[1:]:
         return
     check_output_room(option(out, "--output_path"))
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
