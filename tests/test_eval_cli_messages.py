@@ -298,3 +298,38 @@ def test_run_alone_prints_lm_evals_run_help_and_exits_0(monkeypatch, capsys):
         cli.main()
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0 and out.endswith(stock) and help_preamble() in out and not err.strip(), err
+
+
+def test_a_verbosity_lm_eval_would_fail_on_after_the_run_is_refused_before_it_starts(monkeypatch):
+    """lm-eval 0.4.13 applies --verbosity (upper-cased) only after every task has run: `--verbosity LOUD` evaluated
+    everything, then failed 'Unknown level' (a traceback; longshort-eval: one line) and saved no results. Refused
+    before lm-eval starts exactly where lm-eval's own setup_logging would fail (the reference, run here)."""
+    import logging
+
+    import pytest
+    from lm_eval import utils
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    argv = ["run", "--model", "dummy", "--tasks", "longshort_ppl", "--device", "cpu"]
+    lm_eval_logger = logging.getLogger("lm_eval")
+    monkeypatch.setattr(lm_eval_logger, "level", lm_eval_logger.level)  # setup_logging sets it: given back after
+    monkeypatch.setattr(utils, "_LOGGING_CONFIGURED", True)  # and adds no handler to the logger of later tests
+    spellings = [lambda v: ["--verbosity", v], lambda v: ["-v", v], lambda v: [f"--verbosity={v}"]]
+    seen = set()
+    cases = [(env, level) for env in ("", "warning") for level in ("LOUD", "debug", "10", "NOTSET")] + [("LOUDER", "x")]
+    for i, (env, level) in enumerate(cases):
+        monkeypatch.setenv("LMEVAL_LOG_LEVEL", env)
+        try:
+            utils.setup_logging(verbosity=level.upper())  # as lm-eval's parser (type=str.upper) hands it on
+            fails = False
+        except ValueError:
+            fails = True
+        seen.add(fails)
+        given = argv + spellings[i % 3](level)
+        if fails:
+            with pytest.raises(ValueError, match=rf"^--verbosity {level} is no logging level: give DEBUG, "):
+                lm_eval_argv(given)
+        else:
+            assert any(a.startswith("--verbosity") for a in lm_eval_argv(given)), (env, level)
+    assert seen == {True, False}

@@ -6,6 +6,7 @@ will run."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -134,3 +135,18 @@ def _without_trailing_slash(path: str) -> str:
     Anything else (a hub name, a folder not there, ``/``) is left as given."""
     cut = path.rstrip("/" + os.sep)
     return cut if cut and cut != path and os.path.isdir(path) else path
+
+
+def check_verbosity(value: Optional[str]) -> None:
+    """lm-eval 0.4.13 applies ``--verbosity`` (deprecated there) only once every task has run (``simple_evaluate``
+    calls ``setup_logging`` after ``evaluate``, the level upper-cased, ``LMEVAL_LOG_LEVEL`` naming a level taking its
+    place): a level the logging module lacks (``--verbosity LOUD``) failed there, 'Unknown level', the whole
+    evaluation run and no results saved. Refused before the run instead, naming the levels."""
+    env = os.environ.get("LMEVAL_LOG_LEVEL", "").upper()
+    if value is None or isinstance(logging.getLevelName(env), int):
+        return
+    try:
+        logging.Logger("longshort-eval --verbosity").setLevel(value.upper())
+    except (ValueError, TypeError):
+        raise ValueError(f"--verbosity {value} is no logging level: give DEBUG, INFO, WARNING, ERROR or CRITICAL "
+                         "(lm-eval would find it so only after every task had run, saving no results)") from None

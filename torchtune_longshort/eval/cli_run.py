@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
-from torchtune_longshort.eval.cli_argv import asks_help, canonical_options, flag_given, home_expanded, option
+from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_verbosity, flag_given, home_expanded,
+                                              option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -102,6 +103,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     _check_output_path(option(out, "--output_path"))
     _check_json_option(out, "--metadata")
     _check_limit(option(out, "--limit"))
+    check_verbosity(option(out, "--verbosity"))
     _check_integrity_runnable(out)
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
     # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
