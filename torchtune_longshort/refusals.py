@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -289,6 +290,17 @@ def user_path(value: str) -> str:
     return os.path.expanduser(value)
 
 
+def plain_markup(text: str) -> str:
+    """``text`` (a docstring) as ``--help`` prints it: reST's ``x`` as `x`, and a cross-reference
+    :mod:`pkg.mod` / :func:`~pkg.mod.f` as the name Sphinx shows (`pkg.mod`, `f`)."""
+    def name(match):
+        target = match.group(1).lstrip(".")
+        return f"`{target.rsplit('.', 1)[-1] if target.startswith('~') else target}`"
+
+    text = re.sub(r":(?:mod|func|class|meth|attr|data|obj|exc):`([^`]+)`", name, text)
+    return text.replace("``", "`")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line (argparse's own print the usage above them).
     ``examples``: command lines that ``--help`` prints last, one a line, as lm-eval's and ``tune``'s help do."""
@@ -297,6 +309,8 @@ class ArgumentParser(argparse.ArgumentParser):
         if examples:
             kwargs.setdefault("epilog", "examples:\n" + "\n".join(f"  {line}" for line in examples))
             kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        if kwargs.get("description"):  # a module's docstring, read at a terminal
+            kwargs["description"] = plain_markup(kwargs["description"])
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
