@@ -15,11 +15,11 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 ``lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" --tasks
 longshort_ppl ...``.
 ``--help`` (and ``run`` alone, as ``lm-eval run``) names the ``longshort`` model and its arguments above lm-eval's
-help. Bad input (a device this machine
-lacks, a task name lm-eval does not know: with "did you mean", a model argument) is refused in one line
-(:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting the metrics left unscored and why.
-The results of every model it runs (``hf`` too) record the project's provenance block and, for a local
-``pretrained=`` folder, its path and content fingerprint (:mod:`torchtune_longshort.eval.run_record`).
+help. Bad input (a device this machine lacks, a task name lm-eval does not know: with "did you mean", a model
+argument) is refused in one line (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting
+the metrics left unscored and why. The results of every model it runs (``hf`` too) record the project's provenance
+block and, for a local ``pretrained=`` folder, its path and content fingerprint
+(:mod:`torchtune_longshort.eval.run_record`).
 """
 
 from __future__ import annotations
