@@ -83,6 +83,7 @@ def _checked_run(argv) -> None:
 
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import check_arguments
+    from torchtune_longshort.eval.task_faults import EXIT_STATUS, contained
     from torchtune_longshort.eval.task_index import pack_only_index
 
     check_arguments(argv)
@@ -103,7 +104,7 @@ def _checked_run(argv) -> None:
     argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
     saved = SavedResults()
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching():
+        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching(), contained() as faults:
             cli_evaluate()
     except ValueError as e:
         line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))
@@ -117,6 +118,9 @@ def _checked_run(argv) -> None:
         if results is not None:
             print(cli_messages.summary_line(results), flush=True)
     saved.raise_if_failed()
+    if faults.closing_line():  # a task raised: the others' scores are written, the run is not a success
+        print(f"{PROG}: error: {faults.closing_line()}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_STATUS)
 
 
 def _validate_tasks(argv) -> None:

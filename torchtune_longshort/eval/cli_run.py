@@ -29,6 +29,7 @@ from torchtune_longshort.eval.model.chat import (lacks_template, no_template_mes
 from torchtune_longshort.eval.model.generation import not_greedy
 from torchtune_longshort.eval.other_model_args import check_other_model_args, refuse_missing_folder
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
+from torchtune_longshort.eval.task_faults import contained  # a task that raises: NaN, the others scored
 from torchtune_longshort.eval.trust_args import trusts_remote_code
 from torchtune_longshort.eval.report.run_files import results_files, samples_of  # noqa: F401  (samples_of: for scripts)
 from torchtune_longshort.eval.tasks import (check_metadata_values, check_task_lengths, fixed_context_of, generates,
@@ -388,7 +389,7 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
         check_arguments(argv[1:])
         sys.argv = argv
         try:
-            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching():
+            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), contained():
                 cli_evaluate()
         finally:
             sys.argv = saved

@@ -1,0 +1,97 @@
+"""One task that raises does not sink a longshort-eval run (torchtune_longshort.eval.task_faults).
+
+Walked: `longshort-eval run ... --include_path mytasks --tasks my_boom,longshort_ppl` with my_boom's process_results
+raising on doc 1 ended in a traceback, exit 1, no results file: longshort_ppl's scores lost. The tasks here are tiny
+user tasks under lm-eval's `dummy` model; each scores a number read from its own rows (``score``), so the reference
+is the rows' mean, computed here, whatever the model answers.
+"""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+ROWS = [{"i": i, "score": s, "text": "a", "answer": "b"} for i, s in enumerate([0.25, 0.5, 1.0])]
+
+
+def _user_tasks(folder, boom_at: dict):
+    """Task ``my_ok`` and, for each ``stage: source`` of ``boom_at``, a task ``my_<stage>`` raising there."""
+    folder.mkdir()
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (folder / "funcs.py").write_text(textwrap.dedent("""\
+        def ok(doc, results):
+            return {"acc": doc["score"]}
+
+        def boom(doc, results):
+            if doc["i"] == 1:
+                raise RuntimeError("boom on doc 1\\nsecond line")
+            return {"acc": doc["score"]}
+
+        def text_boom(doc):
+            if doc["i"] == 2:
+                raise KeyError("no field")
+            return doc["text"]
+
+        def mean_boom(items):
+            raise ZeroDivisionError("agg went wrong")
+        """))
+    for name, extra in {"ok": "process_results: !function funcs.ok\n", **boom_at}.items():
+        (folder / f"my_{name}.yaml").write_text(
+            f"task: my_{name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'rows.jsonl'}\n"
+            "test_split: test\noutput_type: loglikelihood\ndoc_to_text: \"{{text}}\"\ndoc_to_target: \" {{answer}}\"\n"
+            + extra + "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+
+
+def _run(tmp_path, monkeypatch, tasks, capsys, caplog):
+    from torchtune_longshort.eval.__main__ import main
+    from torchtune_longshort.eval.report.run_files import results_files
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", "dummy", "--device", "cpu",
+                                      "--include_path", "mytasks", "--tasks", ",".join(tasks),
+                                      "--output_path", "res", "--log_samples"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err + "".join(r.getMessage() + "\n" for r in caplog.records)  # pytest takes the log
+    return e.value.code, err, json.loads(results_files(tmp_path / "res")[-1].read_text())
+
+
+def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp_path, monkeypatch, capsys, caplog):
+    _user_tasks(tmp_path / "mytasks", {
+        "boom": "process_results: !function funcs.boom\n",  # scoring doc 1
+        "build": "process_results: !function funcs.ok\n",  # building requests (doc_to_text below)
+        "agg": "process_results: !function funcs.ok\n",  # aggregation
+        # the pack's own task class, with a bug planted below
+        "pack": "class: !function torchtune_longshort.eval.tasks.common.pack_task.PackTask\n"
+                "process_results: !function funcs.ok\n",
+    })
+    from torchtune_longshort.eval.tasks.common.pack_task import PackTask
+
+    def planted(self, key):
+        raise AttributeError("'PackTask' object has no attribute '_planted'")
+
+    monkeypatch.setattr(PackTask, "add_metric", planted)
+    for name, change in (("build", ("doc_to_text: \"{{text}}\"", "doc_to_text: !function funcs.text_boom")),
+                         ("agg", ("aggregation: mean", "aggregation: !function funcs.mean_boom"))):
+        path = tmp_path / "mytasks" / f"my_{name}.yaml"
+        path.write_text(path.read_text().replace(*change))
+    code, err, results = _run(tmp_path, monkeypatch, ["my_ok", "my_boom", "my_build", "my_agg", "my_pack"], capsys, caplog)
+    reference = sum(r["score"] for r in ROWS) / len(ROWS)
+    assert code == 1
+    assert results["results"]["my_ok"]["acc,none"] == pytest.approx(reference)
+    assert "not_scored" not in results["configs"]["my_ok"]
+    said = {
+        "my_boom": "my_boom: scoring doc 1: RuntimeError: boom on doc 1",
+        "my_build": "my_build: building requests: KeyError: 'no field'",
+        "my_agg": "my_agg: aggregation: ZeroDivisionError: agg went wrong",
+        "my_pack": "my_pack: scoring doc 0: AttributeError: 'PackTask' object has no attribute '_planted'",
+    }
+    for task, reason in said.items():
+        assert results["results"][task]["acc,none"] != results["results"][task]["acc,none"]  # NaN
+        assert results["configs"][task]["not_scored"] == {reason: len(ROWS)}
+        assert err.count(reason) == 2, err  # logged once, and in the closing line
+    assert "second line" not in err and "Traceback" not in err
+    last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
+    assert last.startswith("longshort-eval: error: 4 task(s) raised and are NaN: ") and "exit status 1" in last
+    assert all(reason in last for reason in said.values())

@@ -1,0 +1,202 @@
+"""One task that raises does not sink a ``longshort-eval`` run: its metrics are NaN, the other tasks are scored.
+
+lm-eval 0.4.13 runs every task's requests, then scores each task's documents and aggregates them in one loop
+(``lm_eval.evaluator.evaluate``); an exception in any task there (a task of one's own whose ``process_results``
+raises on one document, a bug in one of the pack's tasks) ended the run with a traceback and no results file, the
+scores of the tasks already computed lost. :func:`contained` wraps, for the tasks of each ``evaluate`` call, only
+the points where a task's own code runs (lm-eval's loop is left as it is):
+
+* **building requests**: the task's ``build_all_requests`` (its documents, prompts and ``construct_requests``);
+* **scoring doc N**: the task's ``process_results`` of document N (and, with ``--log_samples``, its
+  ``doc_to_target``), and its filters;
+* **aggregation**: lm-eval's aggregation of the task's metrics (``evaluator_utils._compute_task_aggregations``).
+
+The first exception of a task makes it *faulted*: every metric it reports is NaN (one whose first document raised
+reports its ``metric_list`` names), nothing more of it is asked, one line names it (``<task>: scoring doc 1:
+RuntimeError: boom``; the traceback too when ``LONGSHORT_TRACEBACK`` is set), and that line is its reason in the
+results file, under ``configs.<task>.not_scored`` (the pack's place for unscored things). ``longshort-eval`` then
+writes the results file and exits 1 (:data:`EXIT_STATUS`). A refusal the run must stop for (checkpoint code not
+trusted) and a full disk still end the run as before. Stock ``lm_eval`` is not wrapped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Any, Dict, Iterator, List, Optional
+
+from torchtune_longshort.disk_space import is_out_of_space
+from torchtune_longshort.eval.tasks.common.unavailable import NOT_SCORED_KEY, RefusedText
+from torchtune_longshort.refusals import show_traceback
+from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
+
+logger = logging.getLogger(__name__)
+
+# longshort-eval's exit status when a task raised (its metrics NaN, the others scored and written); a refusal is 2
+EXIT_STATUS = 1
+_WRAPPED = ("build_all_requests", "doc_iterator", "apply_filters", "process_results", "doc_to_target")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _passes_through(error: BaseException) -> bool:
+    """An error that ends the run as before: a refusal of code the run was not told to trust, a full disk."""
+    return isinstance(error, UntrustedCheckpointCode) or is_out_of_space(error)
+
+
+class TaskFaults:
+    """The tasks that raised in this run: ``{task: reason}`` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.reasons: Dict[str, str] = {}
+        self.documents: Dict[str, int] = {}  # a task that raised building its requests: the documents it had
+
+    def fault(self, task: str, stage: str, error: BaseException) -> None:
+        if _passes_through(error):
+            raise error
+        if task in self.reasons:
+            return
+        self.reasons[task] = f"{task}: {stage}: {_first_line(error)}"
+        logger.error("%s -- the task's metrics are NaN and the run goes on without it (the results file gives this "
+                     "reason)", self.reasons[task], exc_info=error if show_traceback() else None)
+
+    def closing_line(self) -> Optional[str]:
+        """The run's last line when a task raised (None when none did)."""
+        if not self.reasons:
+            return None
+        return (f"{len(self.reasons)} task(s) raised and are NaN: {'; '.join(self.reasons.values())}; the run went on "
+                f"without them: the other tasks' scores and these reasons are in its results (exit status {EXIT_STATUS})")
+
+    # ------------------------------------------------------------------ the wraps
+    def _wrap_task(self, name: str, task: Any) -> None:
+        """Put this run's wraps on ``task``'s own methods (instance attributes, taken off by :meth:`_unwrap`)."""
+        own = {m: getattr(task, m) for m in _WRAPPED}
+        at: Dict[str, Any] = {"doc": 0, "building": False}
+
+        def build_all_requests(**kwargs):
+            at["building"] = True
+            try:
+                return own["build_all_requests"](**kwargs)
+            except Exception as e:
+                self.fault(name, "building requests", e)
+                task._instances = [_stand_in(task, name, self.reasons[name])]
+                with contextlib.suppress(Exception):  # the documents it would have scored (a stand-in is one)
+                    self.documents[name] = sum(1 for _ in own["doc_iterator"](**{
+                        k: kwargs.get(k) for k in ("rank", "limit", "world_size", "samples") if k in kwargs}))
+            finally:
+                at["building"] = False
+
+        def doc_iterator(**kwargs) -> Iterator:
+            if name in self.reasons:  # the stand-in request's one document
+                yield 0, {}
+                return
+            for doc_id, doc in own["doc_iterator"](**kwargs):
+                at["doc"] = doc_id
+                yield doc_id, doc
+
+        def apply_filters():
+            if name not in self.reasons:
+                try:
+                    return own["apply_filters"]()
+                except Exception as e:
+                    self.fault(name, "filtering the responses", e)
+            for inst in task.instances:
+                for key in [f.name for f in getattr(task, "_filters", [])] or ["none"]:
+                    inst.filtered_resps[key] = inst.resps[0] if inst.resps else None
+            return task.instances
+
+        def process_results(doc, results):
+            if name not in self.reasons:
+                try:
+                    return own["process_results"](doc, results)
+                except Exception as e:
+                    self.fault(name, f"scoring doc {at['doc']}", e)
+            return {metric: math.nan for metric in getattr(task, "_metric_fn_list", {}) or ("score",)}
+
+        def doc_to_target(doc):
+            try:
+                return own["doc_to_target"](doc)
+            except Exception as e:
+                if at["building"]:  # building's own wrap says so
+                    raise
+                if name not in self.reasons:
+                    self.fault(name, f"scoring doc {at['doc']}", e)
+                return ""
+
+        for method, wrap in zip(_WRAPPED, (build_all_requests, doc_iterator, apply_filters, process_results,
+                                           doc_to_target)):
+            setattr(task, method, wrap)
+
+    @staticmethod
+    def _unwrap(tasks: List[Any]) -> None:
+        for task in tasks:
+            for method in _WRAPPED:
+                task.__dict__.pop(method, None)
+
+    def _aggregations(self, aggregate):
+        """lm-eval's aggregation of one task's metrics, a faulted task's NaN (stderr "N/A")."""
+        def wrapped(task, raw_metrics, *args, **kwargs):
+            name = str(getattr(task, "task_name", ""))
+            if name not in self.reasons:
+                try:
+                    return aggregate(task, raw_metrics, *args, **kwargs)
+                except Exception as e:
+                    self.fault(name, "aggregation", e)
+            out: Dict[str, Any] = {}
+            for metric, filter_key in raw_metrics:
+                out[f"{metric},{filter_key}"], out[f"{metric}_stderr,{filter_key}"] = math.nan, "N/A"
+            return out, max((len(v) for v in raw_metrics.values()), default=0)
+        return wrapped
+
+    def add_reasons(self, results: Any) -> None:
+        """Each faulted task's reason in ``results`` (``evaluate``'s) under ``configs.<task>.not_scored``
+        (``{reason: documents}``)."""
+        if not isinstance(results, dict):
+            return
+        configs = results.setdefault("configs", {})
+        for task, reason in self.reasons.items():
+            count = self.documents.get(task) or ((results.get("n-samples") or {}).get(task) or {}).get("effective") or 1
+            entry = configs.setdefault(task, {})
+            entry.setdefault(NOT_SCORED_KEY, {})[reason] = count
+
+
+def _stand_in(task: Any, name: str, reason: str):
+    """One request lm-eval never sends (``repeats`` 0), standing for a task that raised while building its own."""
+    from lm_eval.api.instance import Instance
+
+    output = getattr(task, "OUTPUT_TYPE", None)
+    request_type = "loglikelihood" if output in (None, "multiple_choice") else output
+    inst = Instance(request_type=request_type, doc={}, arguments=("", ""), idx=0, metadata=(name, 0, 0))
+    inst.resps.append(RefusedText(reason))
+    return inst
+
+
+@contextlib.contextmanager
+def contained() -> Iterator[TaskFaults]:
+    """While open, every lm-eval ``evaluate`` call keeps a task that raises from sinking the run (module doc)."""
+    # deferred: lm_eval (imported by longshort-eval's run already)
+    from lm_eval import evaluator, evaluator_utils
+
+    faults = TaskFaults()
+    evaluate, aggregate = evaluator.evaluate, evaluator_utils._compute_task_aggregations
+
+    def evaluate_contained(lm, task_dict, *args, **kwargs):
+        tasks = dict(task_dict.get("tasks") or {}) if isinstance(task_dict, dict) else {}
+        for name, task in tasks.items():
+            faults._wrap_task(name, task)
+        try:
+            results = evaluate(lm, task_dict, *args, **kwargs)
+        finally:
+            faults._unwrap(list(tasks.values()))
+        faults.add_reasons(results)
+        return results
+
+    evaluator.evaluate, evaluator_utils._compute_task_aggregations = evaluate_contained, faults._aggregations(aggregate)
+    try:
+        yield faults
+    finally:
+        evaluator.evaluate, evaluator_utils._compute_task_aggregations = evaluate, aggregate
