@@ -76,7 +76,8 @@ def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp
                          ("agg", ("aggregation: mean", "aggregation: !function funcs.mean_boom"))):
         path = tmp_path / "mytasks" / f"my_{name}.yaml"
         path.write_text(path.read_text().replace(*change))
-    code, err, results = _run(tmp_path, monkeypatch, ["my_ok", "my_boom", "my_build", "my_agg", "my_pack"], capsys, caplog)
+    tasks = ["my_ok", "my_boom", "my_build", "my_agg", "my_pack"]
+    code, err, results = _run(tmp_path, monkeypatch, tasks, capsys, caplog)
     reference = sum(r["score"] for r in ROWS) / len(ROWS)
     assert code == 1
     assert results["results"]["my_ok"]["acc,none"] == pytest.approx(reference)

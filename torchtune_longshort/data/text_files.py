@@ -27,6 +27,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.data.replaced_text import decoded_and_said
+
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
 PARQUET_SUFFIX = ".parquet"
@@ -263,12 +265,16 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
         for got in _bad(Unparsed(f"{f}: {what}"), on_bad_record):
             yield 0, got
         return
+    replacing = not json_file and encoding_errors == "replace"
     try:
-        text = raw.decode(encoding, "strict" if json_file else encoding_errors)
+        text = raw.decode(encoding, "strict" if json_file or replacing else encoding_errors)
     except UnicodeDecodeError as e:
-        for got in _bad(Unparsed(f"{f}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
-            yield 0, got
-        return
+        if replacing:  # the evaluation's reading: the text kept, its replaced bytes said once (replaced_text)
+            text = decoded_and_said(f, raw, encoding, e)
+        else:
+            for got in _bad(Unparsed(f"{f}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
+                yield 0, got
+            return
     text = _without_bom(text, encoding)
     if json_file:
         yield from enumerate(_json_array(f, text, text_field, setting, on_bad_record))

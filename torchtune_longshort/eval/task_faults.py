@@ -69,7 +69,8 @@ class TaskFaults:
         if not self.reasons:
             return None
         return (f"{len(self.reasons)} task(s) raised and are NaN: {'; '.join(self.reasons.values())}; the run went on "
-                f"without them: the other tasks' scores and these reasons are in its results (exit status {EXIT_STATUS})")
+                "without them: the other tasks' scores and these reasons are in its results (exit status "
+                f"{EXIT_STATUS})")
 
     # ------------------------------------------------------------------ the wraps
     def _wrap_task(self, name: str, task: Any) -> None:
