@@ -17,7 +17,8 @@ longshort_ppl ...``.
 ``--help`` (and ``run`` alone, as ``lm-eval run``) names the ``longshort`` model and its arguments above lm-eval's
 help. Bad input (a device this machine lacks, a task name lm-eval does not know: with "did you mean", a model
 argument) is refused in one line (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting
-the metrics left unscored and why. The results of every model it runs (``hf`` too) record the project's provenance
+the metrics left unscored and why. A task that raises is NaN with its reason, the others scored and written, and the
+run exits 1 (:mod:`.task_faults`). The results of every model it runs (``hf`` too) record the project's provenance
 block and, for a local ``pretrained=`` folder, its path and content fingerprint
 (:mod:`torchtune_longshort.eval.run_record`).
 """
