@@ -79,3 +79,31 @@ def test_the_checkpointer_false_beside_a_component_true_on_its_folder_is_refused
     over = {**false, "model.checkpoint_dir": str(folder), "model.trust_remote_code": True}
     config = load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, **over))
     assert config.checkpointer.trust_remote_code is False and marker.exists() and not out.exists()
+
+
+def test_a_rope_scaled_wrappers_false_is_no_readers_answer(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """``checkpointer.trust_remote_code=true model.trust_remote_code=false`` with ``model`` a ``rope_scaled`` wrapper
+    was refused '... contradicts ...: drop model.trust_remote_code=false ..., or checkpointer.trust_remote_code=true
+    not to', and taking the second answer met the next refusal: the wrapper takes no such key (its extra keys are the
+    RoPE method's). The refusal is now the one the check gives without the checkpointer's true (the reference),
+    naming the key's home; the same false at that home still contradicts."""
+    from recipe_config import make_cfg
+
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    wrapper = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn", "max_seq_len": 512,
+               "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": "${checkpoint_dir}"}}
+    out, false = tmp_path / "run", {"model.trust_remote_code": False}
+
+    def refusal(**over):
+        with pytest.raises(ValueError) as err:
+            load_recipe_config(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, model=wrapper, **over))
+        return str(err.value)
+
+    reference = refusal(**false)
+    assert reference.startswith("model.trust_remote_code=False is not an argument of RoPE method 'yarn' (did you "
+                                "mean 'model.model.trust_remote_code'?")
+    assert refusal(**false, **{"checkpointer.trust_remote_code": True}) == reference
+    inner = refusal(**{"model.model.trust_remote_code": False, "checkpointer.trust_remote_code": True})
+    assert inner.startswith("model.model.trust_remote_code=false contradicts checkpointer.trust_remote_code=true")
+    assert not out.exists()

@@ -23,6 +23,7 @@ from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
 from torchtune_longshort.training.recipe_config.paths import (model_vocab_key, naming_the_source, resolved_config,
                                                               resolved_container)
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
 from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
@@ -60,7 +61,8 @@ def _refuse_contradicting_trust(node: dict, trust: bool) -> None:
     """``checkpointer.trust_remote_code: true`` beside a ``model`` / ``tokenizer`` component's own
     ``trust_remote_code: false``: the check reads every folder under the checkpointer's answer (and a path it imports
     is held after), so the component's false could not be honoured; refused naming both (README 'Code a checkpoint
-    names')."""
+    names'). A ``rope_scaled`` wrapper's key is no reader's (its extra keys go to the RoPE method): the walk goes
+    on into the model it wraps, and the RoPE check refuses the key naming its home (``model.model``)."""
     if not trust:
         return
     pending = [(k, node.get(k)) for k in ("model", "tokenizer")]
@@ -68,7 +70,7 @@ def _refuse_contradicting_trust(node: dict, trust: bool) -> None:
         where, part = pending.pop(0)
         if not isinstance(part, dict):
             continue
-        if part.get("trust_remote_code") is False:
+        if part.get("trust_remote_code") is False and part.get("_component_") != ROPE_SCALED:
             raise ValueError(
                 f"{where}.trust_remote_code=false contradicts checkpointer.trust_remote_code=true: the checkpointer's "
                 f"true lets the run import the code a folder's config.json names, so {where}'s false would not be "
