@@ -64,7 +64,8 @@ def test_paper_figure_explains_band_and_l_train_and_keeps_its_legend_off_the_lin
     # the x axis labels its first test length (matplotlib's own began at 0, no length, or at 2 on 1..10) and the
     # value axis reads as the reports' do: plain numbers (0.001, not 10^-3), one per decade over 6 decades
     assert [t for _, t in ticks(ax.xaxis)] == ["1", "10", "20", "30", "40"]
-    assert [t for _, t in ticks(ax.yaxis)] == ["0.001", "0.01", "0.1", "1", "10", "100", "1000"]
+    # (to 10000: the top values, 1200, lie past 1000, and the axis ends on a labelled tick at or beyond them)
+    assert [t for _, t in ticks(ax.yaxis)] == ["0.001", "0.01", "0.1", "1", "10", "100", "1000", "10000"]
     short = {"f = y": {"lengths": list(range(1, 11)), "l_train": 5, "mse": [np.linspace(1.0, 2.0, 10)]}}
     assert [t for _, t in ticks(draw(paper_figure("5", short)).axes[0].xaxis)] == ["1", "2", "4", "6", "8", "10"]
     one_seed = draw(paper_figure("4", {k: {**v, "mse": v["mse"][:1]} for k, v in data.items()}))

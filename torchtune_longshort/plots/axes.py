@@ -5,7 +5,8 @@
   text (``+1.219e1`` in a corner, colliding with labels and making the axis read 0-0.0035). A linear axis never
   spans less than :data:`MIN_SPAN_FRACTION` of its largest value (:func:`value_limits`): near-equal values
   (perplexity 408.1 .. 414.3) sit in a band of the axis, with a note saying the axis was widened, instead of
-  filling it and making noise look like separation.
+  filling it and making noise look like separation. Either way the axis ends on a labelled tick at or
+  beyond the values.
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
   linear axis whose first and last labels are its first and last lengths, never a ``0`` that is no length.
@@ -116,15 +117,19 @@ def value_limits(values: Iterable[Optional[float]], min_fraction: float = MIN_SP
 
 
 def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span: float = LOG_SPAN,
-               min_fraction: float = MIN_SPAN_FRACTION) -> str:
-    """Scale, limits and tick labels for the value axis of ``ax`` given the plotted ``values``; returns the scale
-    used. A linear axis is widened to :func:`value_limits` when the values are near-equal, and then carries a
-    small note (gid :data:`WIDENED_GID`) that says how close they are."""
+               min_fraction: float = MIN_SPAN_FRACTION, margin: float = 0.02) -> str:
+    """Scale, limits and tick labels for the value axis of ``ax`` given the plotted ``values`` (every value drawn on
+    it: the limits are set here); returns the scale used. The axis ends on a labelled tick at or beyond the values
+    at both ends (and ``margin`` of the ticks' span past it, room for a marker on it): matplotlib's own limits left
+    the top point (10.2) over the last label (9.0). A linear axis is widened to :func:`value_limits`
+    when the values are near-equal, and then carries a small note (gid :data:`WIDENED_GID`) that says how close
+    they are."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     vals = _finite(values)
     a = ax.yaxis if axis == "y" else ax.xaxis
     set_scale = ax.set_yscale if axis == "y" else ax.set_xscale
+    set_lim = ax.set_ylim if axis == "y" else ax.set_xlim
     if vals and min(vals) > 0 and max(vals) / min(vals) >= log_span:
         set_scale("log")
         # 1-2-5 ticks over a few decades; past LOG_125_DECADES, one per decade (21 labels over 7 decades overlapped)
@@ -132,25 +137,43 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
         a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= LOG_125_DECADES else (1.0,)))
         a.set_major_formatter(FuncFormatter(plain_number))
         a.set_minor_formatter(NullFormatter())
-        scale = "log"
-    else:
-        set_scale("linear")
-        a.set_major_locator(MaxNLocator(nbins=6))
-        a.set_major_formatter(_plain_formatter())
-        scale = "linear"
-        lim = value_limits(vals, min_fraction)
-        if lim is not None:
-            (ax.set_ylim if axis == "y" else ax.set_xlim)(*lim)
-            spread = (max(vals) - min(vals)) / max(abs(v) for v in vals)
-            note = f"{axis} axis widened: " + (f"values within {100 * spread:.2g}% of each other" if spread
-                                               else "all values equal" if len(vals) > 1 else "one value")
-            old = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
-            if old is not None:  # one note per axes, a line per widened axis
-                old.set_text(f"{old.get_text()}\n{note}")
-            else:
-                ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=6.5, color="dimgrey", ha="left",
-                        va="bottom", gid=WIDENED_GID)
-    return scale
+        _end_on_ticks(a, set_lim, min(vals), max(vals), margin, log=True)
+        return "log"
+    set_scale("linear")
+    a.set_major_locator(MaxNLocator(nbins=6))
+    a.set_major_formatter(_plain_formatter())
+    lim = value_limits(vals, min_fraction) or ((min(vals), max(vals)) if vals else None)
+    if lim is not None and lim[1] > lim[0]:
+        _end_on_ticks(a, set_lim, *lim, margin)
+    if value_limits(vals, min_fraction) is not None:
+        spread = (max(vals) - min(vals)) / max(abs(v) for v in vals)
+        note = f"{axis} axis widened: " + (f"values within {100 * spread:.2g}% of each other" if spread
+                                           else "all values equal" if len(vals) > 1 else "one value")
+        old = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
+        if old is not None:  # one note per axes, a line per widened axis
+            old.set_text(f"{old.get_text()}\n{note}")
+        else:
+            ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=6.5, color="dimgrey", ha="left",
+                    va="bottom", gid=WIDENED_GID)
+    return "linear"
+
+
+def _end_on_ticks(a, set_lim, lo: float, hi: float, margin: float, log: bool = False) -> None:
+    """Limits of axis ``a`` just past (``margin`` of their span) its major locator's last tick at or below ``lo`` and
+    first at or above ``hi``, and those ticks fixed (asked again over the wider range, the locator may step
+    differently: 2.5 .. 15 in 2 .. 16)."""
+    from matplotlib.ticker import FixedLocator
+
+    ticks = [float(t) for t in a.get_major_locator().tick_values(lo, hi)]
+    below, above = [t for t in ticks if t <= lo], [t for t in ticks if t >= hi]
+    if below and above:
+        first, last = max(below), min(above)
+        a.set_major_locator(FixedLocator([t for t in ticks if first <= t <= last]))
+        if log:
+            pad = (last / first) ** margin
+            set_lim(first / pad, last * pad)
+        else:
+            set_lim(first - margin * (last - first), last + margin * (last - first))
 
 
 def length_axis(ax, lengths: Sequence[int], axis: str = "x") -> None:

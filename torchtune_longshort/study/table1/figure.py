@@ -47,13 +47,12 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
                    if r[MAIN_PREDICTOR] is not None and r[tid] is not None]
             for name, x, y in pts:
                 handles.setdefault(name, ax.scatter([x], [y], s=30, alpha=0.85, **_style(names, name)))
-            value_axis(ax, [p[1] for p in pts], axis="x")
-            value_axis(ax, [p[2] for p in pts])
+            value_axis(ax, [p[1] for p in pts], axis="x", margin=0.12)  # room for the markers at the ends
+            value_axis(ax, [p[2] for p in pts], margin=0.12)
             c = main_correlation(entry, tid)
             want = "claim: rho > 0" if sign > 0 else "claim: rho < 0"
             missing = _why_no_points(entry["rows"], tid)
             title = f"{tlabel} at {entry['label']}: rho {rho_text(c)}, n = {c['n']}\n({want}; {c['verdict']})"
-            ax.margins(0.12)
             over = "; ".join(", ".join(sorted(g, key=lambda n: names.index(n) if n in names else len(names)))
                              for g in overlapping(ax, pts))
             title += "\n" + wrapped_title(f"no point: {missing}", _PANEL_IN[0] - 0.4, 7) if missing else ""

@@ -1,0 +1,56 @@
+"""The reports' axes at their edges, second round: value axes end on a labelled tick at or beyond the data, position
+axes label their first and last position, the 'axis widened' note lies outside the axes, one name for the length
+axis, and a per-position curve's NaN said. References: the data's own extremes, matplotlib's drawn tick labels and
+window extents, the curve's own NaN count."""
+
+from __future__ import annotations
+
+import math
+
+from plot_helpers import claims_cfg, draw, ticks
+
+
+def _number(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def _check_ends_on_ticks(axis, values):
+    """The first drawn tick label is at or below the data, the last at or beyond it, and the axis ends there (past
+    it by a margin, a marker's room, never by a step: no unlabelled stretch)."""
+    got = ticks(axis)
+    lo, hi = sorted(axis.get_view_interval())
+    first, last = _number(got[0][1]), _number(got[-1][1])
+    assert first <= min(values) and last >= max(values), (got, min(values), max(values))
+    log = axis.get_scale() == "log"
+    span = math.log(last / first) if log else last - first
+    beyond = (math.log(hi / last), math.log(first / lo)) if log else (hi - last, first - lo)
+    assert max(beyond) <= 0.05 * span, (got, lo, hi)
+
+
+def _scatter_recs(points):
+    return {f"{m}_a0_s{s}": {"status": "ok", "method": m, "results": {
+                "longshort_ppl": {"ppl_512": p}, "longshort_misalignment": {"sce_512": x}},
+                "train": {"mean_last_10": {"ce": ce}}}
+            for m, pts in points.items() for s, (x, p, ce) in enumerate(pts)}
+
+
+def test_value_axes_end_on_a_labelled_tick_at_or_beyond_the_data():
+    # docs/study/gpu_smollm2_seeds/metric_vs_performance.png: perplexities 4.3 .. 10.2 under a top label of 9.0
+    from torchtune_longshort.study.claim_figures import base_figure, scatter_figure
+
+    ppl = {"pi": [10.18, 10.12, 9.51, 9.56, 10.15, 9.52], "yarn": [4.27, 4.45, 4.28, 4.46, 4.27, 4.45]}
+    mis = {"pi": [2.47, 2.49, 3.1, 3.16, 2.48, 3.17], "yarn": [1.87, 1.45, 1.88, 1.46, 1.87, 1.45]}
+    pts = {m: [(x, p, 2.3 - 0.2 * (m == "yarn") + 0.01 * i) for i, (x, p) in enumerate(zip(mis[m], ppl[m]))]
+           for m in ppl}
+    cfg = claims_cfg(seeds=range(6), alphas=(0.0,), methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
+    fig = draw(scatter_figure({"correlations": []}, cfg, _scatter_recs(pts)))
+    for ax in fig.axes:
+        _check_ends_on_ticks(ax.yaxis, ppl["pi"] + ppl["yarn"])
+    _check_ends_on_ticks(fig.axes[0].xaxis, mis["pi"] + mis["yarn"])
+    # the base's perplexity (4.5 at 8k, 15.4 at 16k: top label 14) and a log axis (15 .. 400: labels 20 .. 200)
+    cfg = claims_cfg(ppl_lengths=[128, 512])
+    for vals in ([4.51, 15.42], [15.0, 400.0]):
+        base = {"status": "ok", "results": {"longshort_ppl": {"ppl_128": vals[0], "ppl_512": vals[1]}}}
+        ax = draw(base_figure(cfg, base)).axes[0]
+        assert ax.get_yscale() == ("log" if vals[1] / vals[0] > 10 else "linear")
+        _check_ends_on_ticks(ax.yaxis, vals)
