@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 
-from plot_helpers import claims_cfg, draw, ticks
+from plot_helpers import claims_cfg, draw, inside_figure, ticks
+
+from torchtune_longshort.plots.axes import MISSING_GID, WIDENED_GID
 
 
 def _number(text: str) -> float:
@@ -54,3 +56,25 @@ def test_value_axes_end_on_a_labelled_tick_at_or_beyond_the_data():
         ax = draw(base_figure(cfg, base)).axes[0]
         assert ax.get_yscale() == ("log" if vals[1] / vals[0] > 10 else "linear")
         _check_ends_on_ticks(ax.yaxis, vals)
+
+
+def test_widened_note_lies_outside_the_axes_under_the_x_label():
+    # 'y axis widened: ...' sat in the axes' bottom-left corner, on pi's point there (scatter, 6 methods, 3 failed)
+    from torchtune_longshort.study.claim_figures import scatter_figure
+
+    ms = ["pi", "yarn", "clex", "ntk", "longrope", "dyn"]
+    cfg = claims_cfg(seeds=range(4), alphas=(0.0,), methods={m: {"method": "linear"} for m in ms})
+    recs = _scatter_recs({m: [(1.0 + i + j / 10, 50 + i * 3 + j, 2 + j / 10) for j in range(4)]
+                          for i, m in enumerate(ms)})
+    for j in range(3):
+        recs[f"pi_a0_s{j}"] = {"status": "failed", "stage": f"train{j}"}
+    fig = draw(scatter_figure({"correlations": []}, cfg, recs))
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        note = next(t for t in ax.texts if t.get_gid() == WIDENED_GID)
+        box = note.get_window_extent(r)
+        assert not box.overlaps(ax.get_window_extent(r)), "the widened note lies in the axes, where the points are"
+        others = [ax.xaxis.label, ax.get_legend()] + [t for t in ax.texts if t.get_gid() == MISSING_GID] + [
+            t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+        assert not [o for o in others if box.overlaps(o.get_window_extent(r))]
+        inside_figure(fig, note)

@@ -4,8 +4,8 @@
   plain numbers either way (no ``1.10072×10²`` on every tick of a short log axis) and there is never an offset
   text (``+1.219e1`` in a corner, colliding with labels and making the axis read 0-0.0035). A linear axis never
   spans less than :data:`MIN_SPAN_FRACTION` of its largest value (:func:`value_limits`): near-equal values
-  (perplexity 408.1 .. 414.3) sit in a band of the axis, with a note saying the axis was widened, instead of
-  filling it and making noise look like separation. Either way the axis ends on a labelled tick at or
+  (perplexity 408.1 .. 414.3) sit in a band of the axis, with a note under the axes saying the axis was widened,
+  instead of filling it and making noise look like separation. Either way the axis ends on a labelled tick at or
   beyond the values.
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
@@ -41,6 +41,7 @@ MIN_SPAN_FRACTION = 0.25
 QUICK_MARK = "quick (smoke) run: numbers mean nothing"
 # The ``gid`` of the note :func:`value_axis` writes on an axis it widened (tests and readers find it by it).
 WIDENED_GID = "value_axis_widened"
+WIDENED_SIZE = 6.5  # its font size (points)
 # The ``gid`` of the note :func:`note_missing` writes on a panel: what it does not show, and why.
 MISSING_GID = "why_empty"
 # The names of the length and position axes, the same on every plot of the eval and study reports.
@@ -122,8 +123,8 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
     it: the limits are set here); returns the scale used. The axis ends on a labelled tick at or beyond the values
     at both ends (and ``margin`` of the ticks' span past it, room for a marker on it): matplotlib's own limits left
     the top point (10.2) over the last label (9.0). A linear axis is widened to :func:`value_limits`
-    when the values are near-equal, and then carries a small note (gid :data:`WIDENED_GID`) that says how close
-    they are."""
+    when the values are near-equal, and then carries a small note (gid :data:`WIDENED_GID`) under the x axis's
+    label, where it covers no data, that says how close they are."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     vals = _finite(values)
@@ -152,9 +153,10 @@ def value_axis(ax, values: Iterable[Optional[float]], axis: str = "y", log_span:
         old = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
         if old is not None:  # one note per axes, a line per widened axis
             old.set_text(f"{old.get_text()}\n{note}")
-        else:
-            ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=6.5, color="dimgrey", ha="left",
-                    va="bottom", gid=WIDENED_GID)
+        else:  # under the x axis's label, outside the axes: inside, at a corner, it lay on a point there
+            ax.annotate(note, xy=(0.5, 0.0), xycoords=("axes fraction", ax.xaxis.label), xytext=(0, -2),
+                        textcoords="offset points", ha="center", va="top", fontsize=WIDENED_SIZE, color="dimgrey",
+                        gid=WIDENED_GID, annotation_clip=False)
     return "linear"
 
 
@@ -226,6 +228,9 @@ def below_x_axis(ax):
 
     down = (rcParams["xtick.major.size"] + rcParams["xtick.major.pad"] + line("xtick.labelsize")
             + rcParams["axes.labelpad"] + line("axes.labelsize") + 2.0)
+    widened = next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
+    if widened is not None:  # value_axis's note sits under the label: the legend goes under it
+        down += 2.0 + 1.25 * WIDENED_SIZE * (widened.get_text().count("\n") + 1)
     return ax.transAxes + ScaledTranslation(0.0, -down / 72.0, ax.figure.dpi_scale_trans)
 
 
@@ -338,9 +343,10 @@ def note_missing(ax, text: str, width_in: float, fontsize: float = 7.0, below=No
     """Write ``text`` (what the panel ``ax`` does not show, and why) on it, wrapped to ``width_in`` inches, gid
     :data:`MISSING_GID`: centred in the axes when nothing is drawn there (and the meaningless value ticks of an
     empty axis are removed), else under ``below`` (an artist under the axes: its legend; default its x-axis
-    label), where it covers no data."""
+    label, or :func:`value_axis`'s note under it), where it covers no data."""
     if not text:
         return
+    below = below or next((t for t in ax.texts if t.get_gid() == WIDENED_GID), None)
     body = "\n".join(wrapped_title(part, width_in, fontsize) for part in text.split("\n"))
     if not _drawn(ax):
         ax.set_yticks([])
