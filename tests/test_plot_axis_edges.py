@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from plot_helpers import claims_cfg, draw, inside_figure, ticks
+import numpy as np
+from plot_helpers import claims_cfg, draw, inside_figure, no_overlap, ticks
 
 from torchtune_longshort.plots.axes import MISSING_GID, WIDENED_GID
 
@@ -56,6 +57,29 @@ def test_value_axes_end_on_a_labelled_tick_at_or_beyond_the_data():
         ax = draw(base_figure(cfg, base)).axes[0]
         assert ax.get_yscale() == ("log" if vals[1] / vals[0] > 10 else "linear")
         _check_ends_on_ticks(ax.yaxis, vals)
+
+
+def test_position_axes_label_their_first_and_last_position():
+    # longshort-eval-report's per_position_loss.png: 0 .. 1000 of positions 0 .. 1023; docs/study/gpu_smollm2_seeds'
+    # base_failure.png: a log2 axis from 1 where its first point is 0.5, to 16k past the last position
+    from torchtune_longshort.eval.report.figures import curves_figure
+    from torchtune_longshort.study.claim_figures import base_figure
+
+    fig = draw(curves_figure({"ours": {256: [2.0] * 256, 1024: [2.0 + i / 1024 for i in range(1024)]}}))
+    got = ticks(fig.axes[0].xaxis)
+    assert (got[0][1], got[-1][1]) == ("0", "1023"), got
+    no_overlap(fig.axes[0].get_xticklabels(), fig.canvas.get_renderer())
+
+    cfg = claims_cfg(ppl_lengths=[8192, 16384])
+    base = {"status": "ok", "results": {"longshort_ppl": {"ppl_8k": 4.5, "ppl_16k": 15.4}},
+            "curves": {str(n): [4.0 + i / n for i in range(n)] for n in (8192, 16384)}}
+    fig = draw(base_figure(cfg, base))
+    ax = fig.axes[1]
+    first_point = min(float(np.min(ln.get_xdata())) for ln in ax.get_lines() if len(ln.get_xdata()) > 2)
+    got = ticks(ax.xaxis)
+    assert got[0][0] == first_point and _number(got[0][1]) == first_point, got
+    assert got[-1] == (16383, "16383"), got
+    no_overlap([t for t in ax.get_xticklabels() if t.get_text()], fig.canvas.get_renderer())
 
 
 def test_widened_note_lies_outside_the_axes_under_the_x_label():

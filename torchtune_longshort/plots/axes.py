@@ -10,6 +10,7 @@
 - :func:`length_axis`: sequence lengths on a log2 axis with one labelled tick per measured length (``128``,
   ``1k``), nothing else; :func:`count_axis`: every whole length ``1 .. n`` (the synthetic tasks' test lengths) on a
   linear axis whose first and last labels are its first and last lengths, never a ``0`` that is no length.
+  :func:`position_axis`: a per-position curve's axis, its first and last position labelled (linear or log2).
   :data:`LENGTH_LABEL` / :data:`POSITION_LABEL`: the axis names every report's length and position axes carry;
   :func:`below_x_axis`: where a legend under an axes starts, clear of its x axis's labels at any axes height.
 - :func:`heatmap_size` / :func:`wrapped_title`: a heatmap of one row or one column keeps readable cells and a
@@ -211,6 +212,31 @@ def count_axis(ax, first: int, last: int, axis: str = "x", max_ticks: int = 7) -
     a.set_major_locator(FixedLocator(ticks))
     a.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
     a.set_minor_locator(NullLocator())
+
+
+def position_axis(ax, first: float, last: int, log2: bool = False, max_ticks: int = 8) -> None:
+    """The x axis of a per-position curve from ``first`` to ``last`` (its first and last position, labelled, with
+    round ones between: ``0, 200, .., 1023``; matplotlib's own stopped at 1000), in view with a margin. ``log2``: a
+    log2 axis (position 0 has no place on it: ``first`` is the first point, ``0.5``), powers of 2 between, every
+    other one or more when they would crowd (``0.5, 2, 8, .., 16383``; matplotlib's own began at 1)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    if not log2:
+        count_axis(ax, int(first), int(last), max_ticks=max_ticks)
+        pad = 0.03 * max(1, last - first)
+        ax.set_xlim(first - pad, last + pad)
+        return
+    lo, hi = math.log2(first), math.log2(last)
+    stride = max(1, math.ceil((hi - lo) / (max_ticks - 1)))
+    inner = [2.0 ** k for k in range(math.ceil(lo), math.floor(hi) + 1)
+             if k % stride == 0 and k - lo >= stride / 2 and hi - k >= stride / 2]
+    ticks = [first] + inner + [last]
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter([length_label(int(t)) if t >= 1 and t == int(t) else plain_number(t)
+                                                 for t in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(first / 2 ** (0.03 * (hi - lo)), last * 2 ** (0.03 * (hi - lo)))
 
 
 def below_x_axis(ax):

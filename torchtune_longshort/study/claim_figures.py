@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, below_x_axis, length_axis,
-                                            mark_quick, note_missing, overlapping, panel_row, plain_number,
+                                            mark_quick, note_missing, overlapping, panel_row, position_axis,
                                             series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
@@ -244,8 +244,6 @@ def bars_figure(comps: List[Dict[str, Any]], label_key: Callable[[Dict[str, Any]
 def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
     """The unscaled base beyond L0: ppl against length, and its per-position loss inside each evaluated length."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
-
     L0 = cfg.L0
     asked = list(cfg.eval.ppl_lengths)
     values = [metric_value(base, *metric_of("ppl", n)) for n in asked]
@@ -280,10 +278,10 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
         ax.axvline(L0, color="k", ls="--", lw=0.8)
     if not drawn:  # bare 0-1 axes said nothing (an audit)
         note_missing(ax2, "not drawn: the base's evaluation recorded no per-position loss at these lengths", 3.5)
-    ax2.set_xscale("log", base=2)
-    # plain numbers, as every other length and position axis of the reports (matplotlib's own: 2^-1, 2^1, .., 2^11)
-    ax2.xaxis.set_major_formatter(FuncFormatter(lambda v, _: length_label(int(v)) if v >= 1 and v == int(v)
-                                                else plain_number(v)))
+    if drawn:  # plain numbers from the first point to the last position (matplotlib's own began at 1, not 0.5)
+        position_axis(ax2, 0.5, max(len(base["curves"][str(n)]) for n in drawn) - 1, log2=True)
+    else:
+        ax2.set_xscale("log", base=2)
     ax2.set_xlabel(f"{POSITION_LABEL}; L0 dashed")
     ax2.set_ylabel("mean NLL (nats)")
     ax2.set_title("base: per-position loss", fontsize=9)

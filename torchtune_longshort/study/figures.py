@@ -20,6 +20,7 @@ from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, fraction_text,
                                             heatmap_size, length_axis, mark_quick, note_missing, panel_row,
+                                            position_axis,
                                             series_style, value_axis, wrap_columns, wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
@@ -248,6 +249,7 @@ def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str
     fig, axes = panel_row(len(methods), (5, 4))
     for ax, m in zip(axes, methods):
         ys_all: List[float] = []
+        last = 0
         for k, a in enumerate(cfg.alphas):
             curves = [recs[r.key]["curves"][longest] for r in cfg.runs_of(m, a)
                       if recs[r.key].get("status") == "ok" and longest in (recs[r.key].get("curves") or {})]
@@ -259,7 +261,10 @@ def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str
                 ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a),
                         **series_style(k, len(cfg.alphas), len(ys_s)))
                 ys_all += ys_s
+                last = max(last, n - 1)
         value_axis(ax, ys_all, log_span=float("inf"))
+        if last:  # the first and the last position labelled (matplotlib's own: 0 .. 2000 of 0 .. 2047)
+            position_axis(ax, 0, last)
         _mark_lengths(ax, cfg)
         ax.set_xlabel(POSITION_LABEL)
         ax.set_ylabel("mean NLL (nats)")

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import (
     LENGTH_LABEL, LINESTYLES, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size, length_axis, note_missing,
-    series_style, value_axis, wrapped_title,
+    position_axis, series_style, value_axis, wrapped_title,
 )
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -184,6 +184,8 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
         ax.plot(xs, ys, label=label, color=f"C{k % 10}", linestyle=LINESTYLES[(k // 10) % len(LINESTYLES)])
         ys_all += ys
     value_axis(ax, ys_all, log_span=float("inf"))
+    if entries:  # the first and the last position labelled (matplotlib's own: 0 .. 1000 of 0 .. 1023)
+        position_axis(ax, 0, max(len(curve) for _, _, curve in entries) - 1)
     ax.set_xlabel(POSITION_LABEL)
     ax.set_ylabel("mean NLL (nats)")
     ax.set_title("Per-position loss")
