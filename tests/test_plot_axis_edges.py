@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from plot_helpers import claims_cfg, draw, inside_figure, no_overlap, ticks
+from plot_helpers import claims_cfg, draw, inside_figure, no_overlap, study, ticks
 
 from torchtune_longshort.plots.axes import MISSING_GID, WIDENED_GID
 
@@ -102,3 +102,17 @@ def test_widened_note_lies_outside_the_axes_under_the_x_label():
             t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
         assert not [o for o in others if box.overlaps(o.get_window_extent(r))]
         inside_figure(fig, note)
+
+
+def test_heatmaps_name_the_length_axis_as_the_line_plots_do():
+    # the heatmaps said "context length" (eval) and "length" (study), the line plots "sequence length (tokens)"
+    from torchtune_longshort.eval.report.figures import heatmap_figure, ppl_figure
+    from torchtune_longshort.study.figures import babilong_figure
+
+    line = draw(ppl_figure({"r": {"longshort_ppl": {"ppl_128": 30.0, "ppl_256": 35.0}}})).axes[0].get_xlabel()
+    heat = draw(heatmap_figure({(128, "128"): {0: 1.0, 50: 0.5}}, "passkey")).axes[0].get_xlabel()
+    cfg = study(babilong={"lengths": ["1k"], "depths": [0, 50], "n": 1, "qa": "qa1"})
+    recs = {r.key: {"status": "ok", "results": {"longshort_babilong_qa1": {"acc_1k_d0": 1.0, "acc_1k_d50": 0.0}}}
+            for r in cfg.grid}
+    panels = [ax for ax in draw(babilong_figure(cfg, recs)).axes if ax.get_label() != "<colorbar>"]
+    assert heat == line and {ax.get_xlabel() for ax in panels} - {""} == {line}

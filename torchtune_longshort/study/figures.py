@@ -159,7 +159,7 @@ def depth_length_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], lengt
         ax.set_facecolor("0.93")  # an empty cell is light grey, its word dark: never white on white
         ax.set_xticks(range(len(lengths)), labs if show_x else [])
         ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths] if show_y else [])
-        ax.set_xlabel("length" if show_x else "")
+        ax.set_xlabel(LENGTH_LABEL if show_x else "")
         ax.set_ylabel("depth" if show_y else "")
         for i, (row, trow) in enumerate(zip(grid_v, texts)):
             for j, (v, t) in enumerate(zip(row, trow)):

@@ -59,7 +59,7 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
     ax.set_facecolor("0.88")  # a cell without a value is grey with its word, never white under a pale one
     ax.set_xticks(range(len(lengths)), [lab for _, lab in lengths])
     ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
-    ax.set_xlabel("context length")
+    ax.set_xlabel(LENGTH_LABEL)
     ax.set_ylabel("depth")
     for i, row in enumerate(data):
         for j, v in enumerate(row):
