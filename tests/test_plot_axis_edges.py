@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from plot_helpers import claims_cfg, draw, inside_figure, no_overlap, study, ticks
+import pytest
+from plot_helpers import claims_cfg, draw, inside_figure, lengths_cfg, no_overlap, study, ticks
 
 from torchtune_longshort.plots.axes import MISSING_GID, WIDENED_GID
 
@@ -116,3 +117,29 @@ def test_heatmaps_name_the_length_axis_as_the_line_plots_do():
             for r in cfg.grid}
     panels = [ax for ax in draw(babilong_figure(cfg, recs)).axes if ax.get_label() != "<colorbar>"]
     assert heat == line and {ax.get_xlabel() for ax in panels} - {""} == {line}
+
+
+@pytest.mark.parametrize("where", ["eval", "study", "base"])
+def test_a_nan_in_a_per_position_curve_is_said(where):
+    # a NaN position made a gap in the curve (its bucket's mean NaN), and no word said so
+    curve = [3.0 + i / 256 for i in range(256)]
+    curve[40] = curve[41] = float("nan")
+    bad = sum(math.isnan(v) for v in curve)
+    if where == "eval":
+        from torchtune_longshort.eval.report.figures import curves_figure
+
+        ax = draw(curves_figure({"ours": {256: curve}})).axes[0]
+    elif where == "study":
+        from torchtune_longshort.study.figures import curve_figure
+
+        cfg = lengths_cfg([256], alphas=[0.0], seeds=[0])
+        ax = draw(curve_figure(cfg, {"pi_a0_s0": {"status": "ok", "curves": {"256": curve}}}, "256")).axes[0]
+    else:
+        from torchtune_longshort.study.claim_figures import base_figure
+
+        base = {"status": "ok", "results": {"longshort_ppl": {"ppl_128": 20.0, "ppl_256": 30.0}},
+                "curves": {"256": curve}}
+        ax = draw(base_figure(lengths_cfg([128, 256]), base)).axes[1]
+    legends = ([ax.get_legend()] if ax.get_legend() else []) + ax.figure.legends  # long labels: under the axes
+    entries = [t.get_text() for lg in legends for t in lg.get_texts()]
+    assert any(f"{bad} of {len(curve)} positions without a finite loss" in e for e in entries), entries

@@ -16,6 +16,7 @@ from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABE
                                             mark_quick, note_missing, overlapping, panel_row, position_axis,
                                             series_style, value_axis)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
+from torchtune_longshort.plots.not_drawn import positions_not_drawn
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import metric_of
@@ -271,7 +272,8 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
         cuts = {int(round(2 ** (k / 4))) for k in range(4 * len(c).bit_length()) if 2 ** (k / 4) < len(c)}
         bins = list(zip(*[sorted({0, *cuts, len(c)})[i:] for i in (0, 1)]))
         ys = [statistics.fmean(c[a:b]) for a, b in bins]
-        ax2.plot([(a + b) / 2 for a, b in bins], ys, label=f"{n} tokens", **series_style(i, len(drawn), len(bins)))
+        ax2.plot([(a + b) / 2 for a, b in bins], ys, label=f"{n} tokens" + positions_not_drawn(c),
+                 **series_style(i, len(drawn), len(bins)))
         nll_all += ys
     value_axis(ax2, nll_all, log_span=float("inf"))
     for ax in (ax1, ax2):

@@ -24,6 +24,7 @@ from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_
                                             series_style, value_axis, wrap_columns, wrapped_panels, wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
+from torchtune_longshort.plots.not_drawn import positions_not_drawn
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
 from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -258,7 +259,7 @@ def curve_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]], longest: str
                 ys = [statistics.fmean(c[i] for c in curves) for i in range(n)]
                 w = max(1, n // 64)  # smooth over w positions so the lines can be told apart
                 ys_s = [statistics.fmean(ys[i:i + w]) for i in range(0, n, w)]
-                ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a),
+                ax.plot([i + w / 2 for i in range(0, n, w)], ys_s, label=loss_label(a) + positions_not_drawn(ys),
                         **series_style(k, len(cfg.alphas), len(ys_s)))
                 ys_all += ys_s
                 last = max(last, n - 1)

@@ -14,6 +14,7 @@ from torchtune_longshort.plots.axes import (
     LENGTH_LABEL, LINESTYLES, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size, length_axis, note_missing,
     position_axis, series_style, value_axis, wrapped_title,
 )
+from torchtune_longshort.plots.not_drawn import positions_not_drawn
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import length_label, parse_length
@@ -168,7 +169,8 @@ def curves_figure(curves: Mapping[str, Mapping[int, Sequence[float]]], bucket: i
         b = bucket or max(1, len(curve) // 200)
         # each curve gets its own bucket (about 200 points): say it, or a 1k curve's 5-position means read as
         # a smoother loss than a 256 curve's single positions beside it
-        labels.append(f"{short_label(run)} L={length}" + (f" (means of {b} positions)" if b > 1 else ""))
+        labels.append(f"{short_label(run)} L={length}" + (f" (means of {b} positions)" if b > 1 else "")
+                      + positions_not_drawn(curve))  # a NaN position was dropped without a word
     # many curves, or long labels (run folders): the legend goes under the axes, never over the curves
     outside = len(entries) > 6 or max((len(t) for t in labels), default=0) > 40
     ncols = legend_columns(labels, 7.0)
