@@ -47,8 +47,8 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
                    if r[MAIN_PREDICTOR] is not None and r[tid] is not None]
             for name, x, y in pts:
                 handles.setdefault(name, ax.scatter([x], [y], s=30, alpha=0.85, **_style(names, name)))
-            value_axis(ax, [p[1] for p in pts], axis="x", margin=0.12)  # room for the markers at the ends
-            value_axis(ax, [p[2] for p in pts], margin=0.12)
+            value_axis(ax, [p[1] for p in pts], axis="x", margin=0.06)  # room for a marker on an end tick
+            value_axis(ax, [p[2] for p in pts], margin=0.06)
             c = main_correlation(entry, tid)
             want = "claim: rho > 0" if sign > 0 else "claim: rho < 0"
             missing = _why_no_points(entry["rows"], tid)
