@@ -7,6 +7,7 @@ Reference: ``torch.load`` itself fails on each file (the file really is unreadab
 from __future__ import annotations
 
 import os
+import pickle
 import zipfile
 
 import pytest
@@ -18,11 +19,13 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_s
 from torchtune_longshort.training.resume import read_resume_state
 
 
-@pytest.mark.parametrize("keep_bytes", [0, 1000, -100])
+@pytest.mark.parametrize("keep_bytes", [0, 2, 4, 1000, -100])
 def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tiny_llama2_dir, keep_bytes):
     # -100: the state's last 100 bytes cut (the zip's end record with them), as most cuts of a real state: torch
     # says 'OSError: [Errno 22] Invalid argument' (not 'failed finding central directory'), which ended the resume
     # in its traceback
+    # 2: 'PK', less than a zip's 4-byte signature (torch reads it as a pickle: 'A load persistent id instruction
+    # was encountered, ...'); 4: the signature alone, where torch's line goes on past its first sentence with advice
     run = tmp_path / "run"
     step = commit_step(run, 4, tiny_llama2_dir)
     path = recipe_state_path(step)
@@ -32,7 +35,7 @@ def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tin
     keep_bytes = keep_bytes % path.stat().st_size
     os.truncate(path, keep_bytes)
     assert keep_bytes == 0 or not zipfile.is_zipfile(path)  # the reference: no zip's end record is left
-    with pytest.raises((RuntimeError, EOFError, OSError)):  # torch's own reading of the file: it is not a state
+    with pytest.raises((RuntimeError, EOFError, OSError, pickle.UnpicklingError)):  # torch's own reading: no state
         torch.load(path, map_location="cpu", weights_only=False)
     for read in (lambda: StepCheckpoints(run).newest_state(), lambda: read_resume_state(step, {})):
         with pytest.raises(ValueError) as refused:
@@ -43,7 +46,30 @@ def test_a_recipe_state_cut_short_is_refused_in_one_line_naming_it(tmp_path, tin
         assert ("(an empty file: " in line) == (keep_bytes == 0), line  # not torch's 'Ran out of input'
         assert ": a file cut short by a copy or a full disk?)" in line, line
         assert f"checkpoint_dir={str(step)!r}" in line
+        if keep_bytes == 4:  # torch's first sentence, not its advice after it
+            assert "(RuntimeError: PytorchStreamReader failed reading zip archive: not a ZIP archive; " in line, line
+            assert "miniz" not in line, line
     assert path.stat().st_size == keep_bytes and (step / "config.json").is_file()  # nothing removed
+
+
+@pytest.mark.parametrize("keep_bytes", [2, 100])
+def test_a_recipe_state_of_torchs_old_format_cut_short_is_said_cut_short(tmp_path, tiny_llama2_dir, keep_bytes):
+    """A state saved in torch's old (pickle) format and cut short: torch's own reading raises EOFError ('Ran out of
+    input', 2 bytes) or UnpicklingError ('pickle data was truncated', 100 bytes); the resume's read says it is cut
+    short, not 'another file put in its place?'."""
+    run = tmp_path / "run"
+    step = commit_step(run, 4, tiny_llama2_dir)
+    path = recipe_state_path(step)
+    torch.save({"step": 4, "exp_avg": torch.arange(5000.0)}, path, _use_new_zipfile_serialization=False)
+    os.truncate(path, keep_bytes)
+    with pytest.raises((EOFError, RuntimeError, pickle.UnpicklingError)) as torch_error:  # the reference
+        torch.load(path, map_location="cpu", weights_only=False)
+    with pytest.raises(ValueError) as refused:
+        read_resume_state(step, {})
+    line = fault_line(refused.value)
+    assert line is not None and "\n" not in line, line
+    assert (f"{path} cannot be read as a recipe state ({type(torch_error.value).__name__}: "
+            f"{str(torch_error.value).split('. ')[0]}: a file cut short by a copy or a full disk?)") in line, line
 
 
 @pytest.mark.parametrize("other", ["zip", "old_format"])
