@@ -105,3 +105,35 @@ def test_a_streamed_empty_file_is_said_as_a_loaded_one_is(tmp_path, content):
         corpus.hf_text("json", data_files=str(path))
     assert str(streamed.value) == str(loaded.value) == (
         f"dataset.data_files: {path} holds no records (an empty file); name a file with data")
+
+
+def test_a_state_before_both_marks_is_told_of_both_changes(tmp_path):
+    """A state without a reading mark (1) over a folder of .txt files whose first is empty: the reading of mark 2 (text
+    files one record a line) and of mark 3 (the empty file a document) each changed what its position lands on; the
+    refusal names both, joined."""
+    (tmp_path / "books").mkdir()
+    (tmp_path / "books" / "a0.txt").write_text("")
+    for i in range(1, 3):
+        (tmp_path / "books" / f"b{i}.txt").write_text(f"book {i}\n" * 5)
+    stream = PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok)
+    stream.take(60)
+    state = {k: v for k, v in stream.state_dict().items() if k != "reading"}
+    with pytest.raises(ValueError) as refused:
+        PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=_tok).load_state_dict(state)
+    said = str(refused.value)
+    assert "which read text files one record a line" in said, said
+    assert "; and counted empty and whitespace-only records as documents" in said, said
+
+
+def test_a_state_saved_without_a_document_count_is_resumed(tmp_path):
+    """A data state without 'documents' (saved before the count was kept) is not refused for a count it lacks: the
+    stream resumes on the text the saving stream goes on with (the reference). local_text counts its
+    documents (hf_text does not)."""
+    path = _jsonl(tmp_path)
+    stream = PackedTokenStream(corpus.local_text(path), tokenize=_tok)
+    stream.take(15)
+    state = stream.state_dict()
+    assert state.pop("documents") == len([t for t in TEXTS if t.strip()])
+    again = PackedTokenStream(corpus.local_text(path), tokenize=_tok)
+    again.load_state_dict(state)
+    assert again.take(20) == stream.take(20)

@@ -82,3 +82,28 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     said = _warnings(folder, state, caplog)
     assert len(said) == 1 and "its 4 files are not the 3 the run read (files added or removed, others changed" in \
         said[0] and "would land on the edited text" in said[0], said
+
+
+def test_two_edited_files_are_both_counted(tmp_path, caplog):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
+    stream.take(300)
+    state = stream.state_dict()
+    (folder / "doc1.txt").write_text("edited " * 40)
+    (folder / "doc2.txt").write_text("edited too " * 40)
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and f"{folder / 'doc1.txt'} (and 1 more file(s)) changed since" in said[0], said
+
+
+def test_digests_of_a_source_without_its_file_list_are_said_unmatched():
+    """A source whose files are not listed (none given beside the digests): a count of digests that differs is said
+    as files added or removed, not named by an index into the list (which has none)."""
+    from torchtune_longshort.data.file_paths import DIGEST_BYTES
+    from torchtune_longshort.data.resume_reading import edited_files
+
+    a, b, c = (bytes([k]) * DIGEST_BYTES for k in (1, 2, 3))
+    said = edited_files((), a + b, a + b + c, "it would land on")
+    assert said.startswith("its 3 files are not the 2 the run read (files added or removed"), said
