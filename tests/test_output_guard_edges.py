@@ -1,0 +1,41 @@
+"""The edges of output_guard.py the writers' tests do not reach: a NumPy float32's NaN written as null, a names file
+that is a list of other things read as no list, '--out REPORT.JSON' taken for a file as 'report.json' is, and a
+folder made beside a target given a plain mkdir's mode.
+
+References: json.loads of what is written; os.mkdir's own mode under the same umask."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from torchtune_longshort.output_guard import check_output_folder, folder_beside, read_names, strict_json
+
+
+def test_a_numpy_float32_is_written_as_a_number_and_its_nan_as_null():
+    assert json.loads(strict_json({"a": np.float32("nan"), "b": [np.float32(1.5), 2]})) == {"a": None, "b": [1.5, 2]}
+
+
+def test_a_names_file_of_other_things_than_names_is_no_list(tmp_path):
+    (tmp_path / "names.json").write_text(json.dumps([1, 2]))
+    assert read_names(tmp_path / "names.json") is None
+    (tmp_path / "names.json").write_text(json.dumps(["a.md", "b/c.png"]))
+    assert read_names(tmp_path / "names.json") == ["a.md", "b/c.png"]
+
+
+@pytest.mark.parametrize("name", ["report.json", "REPORT.JSON", "Table.Md"])
+def test_an_out_named_as_a_file_is_refused_whatever_its_case(tmp_path, name):
+    with pytest.raises(ValueError, match=r"^--out='.*' names a \.\w+ file, where the command wants the folder"):
+        check_output_folder(tmp_path / name, "--out", ["report.md"], lambda folder: False)
+
+
+def test_a_folder_beside_a_target_has_a_plain_mkdirs_mode(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        os.mkdir(tmp_path / "plain")  # the reference
+        made = folder_beside(tmp_path / "cache" / "model", "convert")
+    finally:
+        os.umask(mask)
+    assert made.parent == tmp_path / "cache" and made.name.startswith(".model.convert_")
+    assert made.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777 == 0o755
