@@ -22,6 +22,21 @@ def _warnings(folder, state, caplog):
     return [r.getMessage() for r in caplog.records if "since the run saved its data state" in r.getMessage()]
 
 
+def _state_after_reading(folder):
+    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
+    stream.take(300)
+    return stream.state_dict()
+
+
+def _three_documents_read(tmp_path):
+    """A folder of three documents and the data state of a run that read into its second."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
+    return folder, _state_after_reading(folder)
+
+
 def test_an_edit_at_the_first_mib_s_last_byte_or_past_it_is_named(tmp_path, caplog):
     folder = tmp_path / "texts"
     folder.mkdir()
@@ -47,13 +62,7 @@ def test_an_edit_at_the_first_mib_s_last_byte_or_past_it_is_named(tmp_path, capl
 def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     """It was said 'its files are not the 3 the run read since the run saved its data state ...; its saved position
     ... would land on the edited text', of no edited text: the file added and that nothing changes are said now."""
-    folder = tmp_path / "texts"
-    folder.mkdir()
-    for i in range(3):
-        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
-    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
-    stream.take(300)
-    state = stream.state_dict()
+    folder, state = _three_documents_read(tmp_path)
     read = list(local_text(str(folder))())
     blank = folder / "a_blank.txt"
     blank.write_text("  \n")  # sorted first, no document: the count is the same
@@ -70,9 +79,7 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     blank.unlink()
     (folder / "z_blank.txt").unlink()
     blank.write_text("  \n")  # a run that read a blank file, then gone
-    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
-    stream.take(300)
-    with_blank = stream.state_dict()
+    with_blank = _state_after_reading(folder)
     blank.unlink()
     said = _warnings(folder, with_blank, caplog)
     assert len(said) == 1 and "1 file(s) the run read, which held no document, are gone since the run saved its " \
@@ -85,13 +92,7 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
 
 
 def test_two_edited_files_are_both_counted(tmp_path, caplog):
-    folder = tmp_path / "texts"
-    folder.mkdir()
-    for i in range(3):
-        (folder / f"doc{i}.txt").write_text(f"document {i} " * 40)
-    stream = PackedTokenStream(local_text(str(folder)), tokenize=_tok)
-    stream.take(300)
-    state = stream.state_dict()
+    folder, state = _three_documents_read(tmp_path)
     (folder / "doc1.txt").write_text("edited " * 40)
     (folder / "doc2.txt").write_text("edited too " * 40)
     said = _warnings(folder, state, caplog)
