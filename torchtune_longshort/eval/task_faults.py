@@ -176,14 +176,32 @@ def _stand_in(task: Any, name: str, reason: str):
     return inst
 
 
+def _loading_named(build):
+    """lm-eval's build of one task (its config, documents and few-shot documents, before any task runs): an error
+    whose words do not name the task is refused naming it, in one line, as a fault later in the run is worded
+    (``my_load: loading the task: ValueError: bad docs``); lm-eval built each task before the model saw any."""
+    def wrapped(factory, entry, *args, **kwargs):
+        try:
+            return build(factory, entry, *args, **kwargs)
+        except Exception as e:
+            name = str(getattr(entry, "name", "") or "")
+            if _passes_through(e) or not name or name in str(e):
+                raise
+            raise ValueError(f"{name}: loading the task: {_first_line(e)} (no task ran: lm-eval builds every task "
+                             f"first; fix it, or leave {name} out of --tasks)") from e
+    return wrapped
+
+
 @contextlib.contextmanager
 def contained() -> Iterator[TaskFaults]:
     """While open, every lm-eval ``evaluate`` call keeps a task that raises from sinking the run (module doc)."""
     # deferred: lm_eval (imported by longshort-eval's run already)
     from lm_eval import evaluator, evaluator_utils
+    from lm_eval.tasks._factory import TaskFactory
 
     faults = TaskFaults()
     evaluate, aggregate = evaluator.evaluate, evaluator_utils._compute_task_aggregations
+    build = TaskFactory._build_task
 
     def evaluate_contained(lm, task_dict, *args, **kwargs):
         tasks = dict(task_dict.get("tasks") or {}) if isinstance(task_dict, dict) else {}
@@ -197,7 +215,9 @@ def contained() -> Iterator[TaskFaults]:
         return results
 
     evaluator.evaluate, evaluator_utils._compute_task_aggregations = evaluate_contained, faults._aggregations(aggregate)
+    TaskFactory._build_task = _loading_named(build)
     try:
         yield faults
     finally:
         evaluator.evaluate, evaluator_utils._compute_task_aggregations = evaluate, aggregate
+        TaskFactory._build_task = build
