@@ -5,8 +5,9 @@
     longshort-cp tiny/longshort_stdlib.yaml runs/new/my_run.yaml --make-parents
 
 ``tune cp``'s flags mean the same here: ``--make-parents`` creates the destination's folders, ``-n/--no-clobber``
-leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. Unlike
-``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
+leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. One with a
+suffix is written as named (``run.yml``), where ``tune cp`` replaces any suffix with ``.yaml`` (its ``run.yml`` and
+``run.v2`` both write ``run.yaml``). Unlike ``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
 A destination that is a symbolic link is written through, the link kept, as ``tune cp`` (``shutil.copy``) does.
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
