@@ -432,6 +432,34 @@ def test_longshort_cp_force_writes_through_a_link_as_tune_cp_does(tmp_path, caps
         assert (ours_folder / "real.yaml").read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("target_there", [False, True])
+def test_longshort_cp_no_clobber_writes_through_a_link_to_nothing_as_tune_cp_does(tmp_path, capsys, target_there):
+    # `ln -s gone.yaml d.yaml; longshort-cp tiny/longshort_stdlib.yaml d.yaml -n` said 'exists, not overwriting', where
+    # `tune cp -n` writes gone.yaml through the link (walked): its rule, `if args.no_clobber and destination.exists()`
+    # (leave it) else shutil.copy (torchtune/_cli/cp.py), the reference, run here on its own folder
+    import shutil
+
+    from torchtune_longshort.configs_cli import config_path, main
+
+    def made(tool, argv):
+        folder = tmp_path / tool
+        folder.mkdir()
+        if target_there:
+            (folder / "gone.yaml").write_text("mine\n")
+        (folder / "d.yaml").symlink_to("gone.yaml")
+        assert argv(folder / "d.yaml") == 0
+        texts = {p.name: p.read_text() for p in folder.iterdir() if p.exists()}
+        return (folder / "d.yaml").is_symlink(), sorted(os.listdir(folder)), texts
+
+    source = config_path("tiny/longshort_stdlib.yaml")
+    tune_seen = made("tune", lambda dest: 0 if dest.exists() else shutil.copy(source, dest) and 0)
+    ours_seen = made("ours", lambda dest: main(["tiny/longshort_stdlib.yaml", str(dest), "-n"]))
+    assert ours_seen == tune_seen
+    assert tune_seen[2]["gone.yaml"] == ("mine\n" if target_there else source.read_text())
+    out = capsys.readouterr().out
+    assert ("not overwriting" in out) == target_there, out
+
+
 def test_longshort_cp_refuses_a_link_loop_in_one_line(tmp_path, capsys):
     from torchtune_longshort.configs_cli import main
 

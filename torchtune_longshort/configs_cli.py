@@ -8,7 +8,8 @@
 leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. One with a
 suffix is written as named (``run.yml``), where ``tune cp`` replaces any suffix with ``.yaml`` (its ``run.yml`` and
 ``run.v2`` both write ``run.yaml``). Unlike ``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
-A destination that is a symbolic link is written through, the link kept, as ``tune cp`` (``shutil.copy``) does.
+A destination that is a symbolic link is written through, the link kept, as ``tune cp`` (``shutil.copy``) does
+(``-n`` too, where the file it points to is not there yet).
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
 so a non-editable ``pip install .`` has them too.
@@ -173,7 +174,8 @@ def main(argv=None) -> int:
     if args.force and args.no_clobber:
         ap.error("--force and --no-clobber ask for opposite things: give one of them")
     dest, target = _destination(ap, args, src)
-    if dest.exists() or dest.is_symlink():  # a link to nothing is the user's too
+    # a link to nothing is the user's too; -n writes through it, as tune cp -n does (nothing there to leave as it is)
+    if dest.exists() or (dest.is_symlink() and not args.no_clobber):
         if args.no_clobber:
             print(f"{dest} exists, not overwriting (--no-clobber)")
             return 0
