@@ -471,3 +471,16 @@ def test_longshort_cp_refuses_a_link_loop_in_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2 and "a symbolic link in a loop" in err and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]
     assert all(p.is_symlink() for p in tmp_path.iterdir())
+
+
+def test_a_config_name_near_none_is_offered_the_readmes_first_config(tmp_path):
+    # `longshort-validate nope.yaml` offered `e.g. gemma_2b/pi_16k_redpajama_book.yaml` (the first alphabetically);
+    # it now offers the config the README's first `longshort-cp` copies (the reference)
+    import re
+
+    from torchtune_longshort.training.recipe_config.validate import validate
+
+    first = re.search(r"longshort-cp (\S+\.yaml) ", (REPO / "README.md").read_text()).group(1)
+    with pytest.raises(ValueError) as refused:
+        validate(str(tmp_path / "nope.yaml"), [])
+    assert f"(e.g. {first})" in str(refused.value), str(refused.value)

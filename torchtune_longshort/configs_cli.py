@@ -29,6 +29,8 @@ from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_l
 
 # The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+# the README's first config (CPU, under a minute): a recipe command's example when no shipped name is near the one given
+MAIN_CONFIG = "tiny/longshort_stdlib.yaml"
 
 
 def configs_root():
@@ -87,11 +89,12 @@ def config_path(name: str) -> Path:
         return Path(p)
 
 
-def resolve_config(value: str, root: Path, key: str) -> Path:
+def resolve_config(value: str, root: Path, key: str, example: Optional[str] = None) -> Path:
     """A config named by a file path (absolute or relative to ``root``) or, failing that, by its shipped name
     (``tiny/longshort_stdlib.yaml``, as ``longshort-cp`` takes it), or by its path in a checkout
     (``configs/study/cpu_small.yaml``, as the reports record a command run there): the same value finds the file from
-    a checkout and from an installed wheel. ``ValueError`` naming ``key`` when it is neither."""
+    a checkout and from an installed wheel. ``ValueError`` naming ``key`` when it is neither, with the shipped config
+    nearest ``value``, else one in its folder, else ``example`` (the command's own main config) for an example."""
     path = Path(os.path.expanduser(value))  # `--config=~/x.yaml`: no shell expands a tilde after "="
     path = path if path.is_absolute() else Path(root) / path
     if path.is_file():
@@ -105,12 +108,13 @@ def resolve_config(value: str, root: Path, key: str) -> Path:
     try:
         shipped = shipped_configs()
     except (FileNotFoundError, ValueError):  # none installed, nor beside the package
-        shipped = ["tiny/longshort_stdlib.yaml"]
-    like = [nearest_shipped(value) or ""] + [n for n in shipped if n.startswith(folder + "/")] + shipped
+        shipped = [MAIN_CONFIG]
+    like = [nearest_shipped(value)] + [n for n in shipped if n.startswith(folder + "/")] + [example]
+    like = [n for n in like if n]  # the first alphabetically (gemma_2b/...) was offered when nothing was near
     where = (f" (looked for at {path})" if str(value).startswith("~") else "" if Path(str(value)).is_absolute()
              else f" (relative to {root})")  # a `~` names the home folder the path was looked for in
     raise ValueError(f"{key}={value!r} is neither a file{where} nor a config this package ships: "
-                     f"name one of `longshort-cp --list` (e.g. {next(n for n in like if n)}) or a YAML file")
+                     f"name one of `longshort-cp --list`{f' (e.g. {like[0]})' if like else ''} or a YAML file")
 
 
 def _destination(ap, args, src):

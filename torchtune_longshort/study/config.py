@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import yaml
 from omegaconf import OmegaConf
 
-from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.configs_cli import MAIN_CONFIG, resolve_config
 from torchtune_longshort.study import values
 from torchtune_longshort.study.base_config import BaseConfig
 from torchtune_longshort.study.eval_config import EvalConfig
@@ -147,7 +147,7 @@ class StudyConfig(StudySection):
 
     def recipe_config_file(self, root: Path) -> Path:
         """The file ``recipe_config`` names (:func:`~torchtune_longshort.configs_cli.resolve_config`)."""
-        return resolve_config(self.recipe_config, root, "recipe_config")
+        return resolve_config(self.recipe_config, root, "recipe_config", example=MAIN_CONFIG)
 
     @cached_property
     def grid(self) -> List[Run]:

@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence
 import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.configs_cli import nearest_shipped, resolve_config
+from torchtune_longshort.configs_cli import MAIN_CONFIG, nearest_shipped, resolve_config
 from torchtune_longshort.launcher import launched_world_size
 from torchtune_longshort.devices import cpu_oversubscribed
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
@@ -154,7 +154,7 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
     ``applied`` each change a ``resume=True`` applies to the run's saved config (one it refuses is raised)."""
     from omegaconf import OmegaConf
 
-    node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config")), overrides)
+    node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config", example=MAIN_CONFIG)), overrides)
     checked = load_recipe_config(node, world_size)
     plain = OmegaConf.to_container(node, resolve=True)
     # a resume's config against the one its run saved, as tune run compares them (it said OK to a seq_len change)
