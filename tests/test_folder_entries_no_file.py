@@ -43,3 +43,20 @@ def test_a_folders_link_to_nothing_or_fifo_is_named_not_left_out(tmp_path):
         resolve_files(str(folder), (".txt",), "dataset.path")
     os.remove(folder / "b_pipe.txt")
     assert resolve_files(str(folder), (".txt",), "dataset.path") == [folder / "good.txt"]
+
+
+def test_the_evals_refusal_says_the_fix_once(tmp_path):
+    # longshort-eval ... --metadata '{"ppl_data_files":"corp3"}' ended '... remove it from the folder (or put back
+    # what it stands for): name files that exist'; it now ends as resolve_files' own words (the reference) do, and a
+    # path that names nothing keeps ': name files that exist' (its words say no fix)
+    from torchtune_longshort.eval.tasks import _check_local_files
+
+    folder = _folder(tmp_path)
+    for path, fix in ((str(folder), ""), (str(tmp_path / "nope"), ": name files that exist")):
+        with pytest.raises(FileNotFoundError) as own:
+            resolve_files(path, (".txt", ".jsonl", ".json", ".parquet"), "ppl_data_files")
+        with pytest.raises(TaskDataError) as checked:
+            _check_local_files("ppl_data_files", path)
+        with pytest.raises(TaskDataError) as read:
+            list(read_local(path, "text", skip_bad_records=True, files_setting="ppl_data_files"))
+        assert str(checked.value) == str(read.value) == f"{own.value}{fix}"

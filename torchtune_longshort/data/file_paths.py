@@ -18,6 +18,10 @@ from torchtune_longshort.launcher import launched_rank
 log = logging.getLogger(__name__)
 
 
+class NoFileToRead(FileNotFoundError):
+    """A folder's entry of a read suffix that is no file to read (:func:`resolve_files`): its message says the fix."""
+
+
 def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixes: Sequence[str],
                   setting: str, left_out: Optional[List[Path]] = None,
                   hidden: Optional[List[Path]] = None) -> List[Path]:
@@ -39,7 +43,7 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
             unread = [f for f in names if f.suffix in suffixes and not (f.is_file() or f.is_dir() or in_hidden(f, p))]
             if unread:  # were left out without a word: a corpus read fewer files than the folder names
                 more = f" (and {len(unread) - 1} more such)" if len(unread) > 1 else ""
-                raise FileNotFoundError(f"{setting}={str(entry)!r}: {unread[0]} is {no_file(unread[0])}{more}, no file "
+                raise NoFileToRead(f"{setting}={str(entry)!r}: {unread[0]} is {no_file(unread[0])}{more}, no file "
                                         "to read: remove it from the folder (or put back what it stands for)")
             if hidden is not None:
                 hidden += [f for f in walked if f.suffix in suffixes and in_hidden(f, p)]

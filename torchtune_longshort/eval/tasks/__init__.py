@@ -25,7 +25,7 @@ from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
 )
 from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
-from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES
+from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES, exist_hint
 from torchtune_longshort.eval.tasks.common.long_text import SOURCES, TEXT_DEFAULTS, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
@@ -387,4 +387,4 @@ def _check_local_files(key: str, value: Any) -> None:
     try:
         resolve_files(value, LOCAL_SUFFIXES, key)
     except (FileNotFoundError, ValueError) as e:
-        raise TaskDataError(f"{e}: name files that exist") from None
+        raise TaskDataError(exist_hint(e)) from None

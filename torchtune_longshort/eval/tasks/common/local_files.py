@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.file_paths import NoFileToRead, resolve_files
 from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
 # The files a folder in ``data_files`` stands for.
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+
+
+def exist_hint(error: Exception) -> str:
+    """A bad ``data_files`` path's words and the fix, once: a folder's entry that is no file says its own."""
+    return str(error) if isinstance(error, NoFileToRead) else f"{error}: name files that exist"
 
 
 def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting: str = "text_field",
@@ -22,7 +27,7 @@ def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting
     try:
         files = resolve_files(data_files, LOCAL_SUFFIXES, files_setting or "data_files")
     except (FileNotFoundError, ValueError) as e:
-        raise TaskDataError(f"{e}: name files that exist") from None
+        raise TaskDataError(exist_hint(e)) from None
     read = False
     try:
         for doc in iter_documents(files, text_field, setting, encoding_errors="replace",
