@@ -48,3 +48,22 @@ def test_the_fit_refusal_names_the_model_key_inside_rope_scaled(tmp_path):
     line = _refusal(cfg)
     assert "does not fit the model's embedding table (400 rows: model.model.vocab_size=400)" in line, line
     _named_key_holds(cfg, line, "=")
+
+
+def test_the_recipes_own_tokenizer_training_names_the_model_key_inside_rope_scaled(tmp_path, monkeypatch):
+    # the recipe's setup trains the tokenizer through tokenizer_check.load_tokenizer, whose refusal still said
+    # '(and model.vocab_size)' inside rope_scaled (reached where the config check's count said nothing)
+    from torchtune_longshort.training import bootstrap
+    from torchtune_longshort.training.recipe_setup import RecipeSetup
+
+    cfg = _rope_scaled(tmp_path, 300, 300)
+    monkeypatch.setattr(bootstrap, "_pieces_needed", lambda limit: None)  # the check's count unknown: it passes
+    setup = RecipeSetup.__new__(RecipeSetup)
+    setup.config = load_recipe_config(cfg)
+    with pytest.raises(ValueError) as refused:
+        setup._setup()  # its first step: the tokenizer, trained here
+    line = str(refused.value)
+    assert line.startswith("tokenizer.vocab_size=300 is smaller than the "), line
+    key = re.search(r"\(and (model[\w.]*\.vocab_size)\)", line).group(1)
+    assert OmegaConf.select(cfg, key) == 300, (key, line)  # a key the config has
+    assert not (tmp_path / "tok").exists()

@@ -52,7 +52,7 @@ from torchtune_longshort.training.output_dir import claim_output_dir
 from torchtune_longshort.training.profiling import StepProfiler
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, check_window_bos, declared_vocab, input_paths, load_recipe_config,
-    load_tokenizer, resolved_config, written_names,
+    load_tokenizer, model_key_of, resolved_config, written_names,
 )
 from torchtune_longshort.training.resume import (
     apply_resume_changes, check_skipped_records, read_resume_state, recorded_seed, restore_optimizer, resume_changes,
@@ -136,7 +136,7 @@ class RecipeSetup:
         # Inputs first: a tokenizer that does not fit the model, or data unreadable or too short, leaves no folder
         # (nor the tokenizer folder this run trained).
         cfg = self.config
-        self._tokenizer = load_tokenizer(cfg.tokenizer)
+        self._tokenizer = load_tokenizer(cfg.tokenizer, model_key_of(cfg))
         check_tokenizer_vocab(cfg, self._tokenizer)
         check_window_bos(cfg, self._tokenizer)
         self._documents = build_documents(cfg.dataset, self._tokenizer)

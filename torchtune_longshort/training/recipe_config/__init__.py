@@ -24,7 +24,7 @@ from torchtune_longshort.training.recipe_config.paths import (model_vocab_key, n
                                                               resolved_container)
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
-from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer
+from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer, model_key_of
 from torchtune_longshort.training.recipe_config.rules import (
     check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
 )
@@ -187,5 +187,5 @@ def _built(node: dict, as_here: dict, local: bool) -> RecipeConfig:
 
 
 __all__ = ["ConfigKeyError", "RecipeConfig", "check_built_model", "check_tokenizer", "check_tokenizer_vocab",
-           "check_window_bos", "declared_vocab", "input_paths", "load_tokenizer",
+           "check_window_bos", "declared_vocab", "input_paths", "load_tokenizer", "model_key_of",
            "load_recipe_config", "resolved_config", "resolved_container", "written_names"]

@@ -24,6 +24,7 @@ from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.refusals import REFUSED, capped, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
+from torchtune_longshort.training.recipe_config.paths import model_vocab_key
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rules import check_tokenizer_vocab, check_window_bos, declared_vocab
 from torchtune_longshort.config.values import resolve_component
@@ -59,10 +60,10 @@ def _raised_by_a_library(error: BaseException) -> bool:
 _PACKAGE = Path(__file__).resolve().parents[2]
 
 
-def load_tokenizer(section: TokenizerConfig):
+def load_tokenizer(section: TokenizerConfig, model_key: str = "model.vocab_size"):
     """The ``tokenizer`` component built (a folder trained first when the component trains a missing path); a file
     it cannot read (not a SentencePiece model, a truncated tiktoken file) is refused naming ``tokenizer.path``, not
-    the library's traceback."""
+    the library's traceback. ``model_key``: the model's vocabulary key to raise too (:func:`model_key_of`)."""
     # deferred: torchtune (importing the config kit does not need it)
     from torchtune import config
 
@@ -73,13 +74,19 @@ def load_tokenizer(section: TokenizerConfig):
             raise
         raise TokenizerError(f"tokenizer.path={section.path!r}: {one_line(e)}") from None
     except VocabBelowCharacters as e:  # a component training its path (the tiny configs'): tokenizer.vocab_size
-        raise VocabBelowCharacters(e.vocab_size, e.needed, "tokenizer.vocab_size", also="model.vocab_size") from None
+        raise VocabBelowCharacters(e.vocab_size, e.needed, "tokenizer.vocab_size", also=model_key) from None
     except REFUSED as e:
         if not _raised_by_a_library(e):
             raise
         raise _unread(section, e) from e
     except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
         raise _unread(section, e) from e
+
+
+def model_key_of(config: RecipeConfig) -> str:
+    """The model node's vocabulary key as the config gives it (``model.model.vocab_size`` inside ``rope_scaled``; ''
+    when the start checkpoint gives the size), as the config check names it (:func:`~.paths.model_vocab_key`)."""
+    return model_vocab_key({"model": config.model.args})
 
 
 def _unread(section: TokenizerConfig, error: BaseException) -> ValueError:
@@ -118,7 +125,7 @@ def check_tokenizer(config: RecipeConfig) -> Optional[Any]:
                              f"rows: {how}); set tokenizer.vocab_size to at most {model_vocab}, or use a model with a "
                              "vocabulary that large")
         return None
-    tokenizer = load_tokenizer(section)
+    tokenizer = load_tokenizer(section, model_key_of(config))
     check_tokenizer_vocab(config, tokenizer)
     check_window_bos(config, tokenizer)
     return tokenizer
