@@ -26,7 +26,16 @@ from torchtune_longshort.training.recipe_config.profiler import TRACE_FOLDER, Pr
 from torchtune_longshort.config.values import (
     boolean, check_device, device_name, integer, number, one_of, refuse, text,
 )
+from torchtune_longshort.training.recipe_config.paths import START_FOLDER_HINT
 from torchtune_longshort.training.recipe_config.windows import WindowsConfig
+
+
+def start_folder(path: str, value: Any) -> str:
+    """``checkpoint_dir``: a non-empty string; ``checkpoint_dir=''`` told how to get the folder, as an empty
+    ``checkpoint_dir=`` is (:func:`~.paths.naming_the_source`)."""
+    if value == "":
+        raise ValueError(f"{path}='' is empty: set {path} to {START_FOLDER_HINT}")
+    return text(path, value)
 
 DTYPES = ("fp32", "bf16")
 
@@ -78,7 +87,7 @@ class RecipeConfig(Section):
     resume: bool = setting(False, doc="continue from the newest resumable step_k", check=boolean, resume="ignored")
     # what it builds
     checkpoint_dir: Optional[str] = setting(None, doc="start checkpoint folder (interpolated into the nodes below)",
-                                            check=text, nullable=True, resume="exact")
+                                            check=start_folder, nullable=True, resume="exact")
     tokenizer: TokenizerConfig = setting(doc="tokenizer component", section=TokenizerConfig, resume="exact")
     model: ModelConfig = setting(doc="model builder component", section=ModelConfig, resume="exact")
     checkpointer: CheckpointerConfig = setting(doc="names the start weights (checkpoint_dir, model_type)",
