@@ -17,6 +17,12 @@ RuntimeError: boom``; the traceback too when ``LONGSHORT_TRACEBACK`` is set), an
 results file, under ``configs.<task>.not_scored`` (the pack's place for unscored things). ``longshort-eval`` then
 writes the results file and exits 1 (:data:`EXIT_STATUS`). A refusal the run must stop for (checkpoint code not
 trusted) and a full disk still end the run as before. Stock ``lm_eval`` is not wrapped.
+
+Under several processes (``torchrun``, ``accelerate launch``: each scores every N-th document) a task may raise on
+one process's documents alone: the processes share their faults after lm-eval's ``evaluate``
+(:meth:`TaskFaults.gather`), so rank 0's results file gives the reason one process would have met first, counted
+over every document, and rank 0 alone says the closing line and exits 1; the others exit 0 (one exiting 1 had
+torchrun end rank 0 while it wrote the results).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.disk_space import is_out_of_space
 from torchtune_longshort.eval.tasks.common.unavailable import NOT_SCORED_KEY, RefusedText
@@ -36,6 +42,7 @@ logger = logging.getLogger(__name__)
 # longshort-eval's exit status when a task raised (its metrics NaN, the others scored and written); a refusal is 2
 EXIT_STATUS = 1
 _WRAPPED = ("build_all_requests", "doc_iterator", "apply_filters", "process_results", "doc_to_target")
+_STAGES = ("building requests", "filtering the responses", "scoring", "aggregation")  # lm-eval's order
 
 
 def _first_line(error: BaseException) -> str:
@@ -54,19 +61,23 @@ class TaskFaults:
     def __init__(self) -> None:
         self.reasons: Dict[str, str] = {}
         self.documents: Dict[str, int] = {}  # a task that raised building its requests: the documents it had
+        self.first: Dict[str, Tuple[int, int]] = {}  # where it raised: (stage, document), the first this process met
+        self.shares: Dict[str, int] = {}  # the documents each task scored in this process
+        self.rank = 0  # this process's among several (rank 0 writes the results and says the closing line)
 
-    def fault(self, task: str, stage: str, error: BaseException) -> None:
+    def fault(self, task: str, stage: str, error: BaseException, doc: int = 0) -> None:
         if _passes_through(error):
             raise error
         if task in self.reasons:
             return
         self.reasons[task] = f"{task}: {stage}: {_first_line(error)}"
+        self.first[task] = (_STAGES.index(stage.split(" doc ")[0]), doc)
         logger.error("%s -- the task's metrics are NaN and the run goes on without it (the results file gives this "
                      "reason)", self.reasons[task], exc_info=error if show_traceback() else None)
 
     def closing_line(self) -> Optional[str]:
-        """The run's last line when a task raised (None when none did)."""
-        if not self.reasons:
+        """The run's last line when a task raised (None when none did, and in a process other than rank 0)."""
+        if not self.reasons or self.rank != 0:
             return None
         return (f"{len(self.reasons)} task(s) raised and are NaN: {'; '.join(self.reasons.values())}; the run went on "
                 "without them: the other tasks' scores and these reasons are in its results (exit status "
@@ -83,7 +94,7 @@ class TaskFaults:
             try:
                 return own["build_all_requests"](**kwargs)
             except Exception as e:
-                self.fault(name, "building requests", e)
+                self.fault(name, "building requests", e, at["doc"])
                 task._instances = [_stand_in(task, name, self.reasons[name])]
                 with contextlib.suppress(Exception):  # the documents it would have scored (a stand-in is one)
                     self.documents[name] = sum(1 for _ in own["doc_iterator"](**{
@@ -97,6 +108,8 @@ class TaskFaults:
                 return
             for doc_id, doc in own["doc_iterator"](**kwargs):
                 at["doc"] = doc_id
+                if not at["building"]:  # lm-eval's scoring loop: this process's share
+                    self.shares[name] = self.shares.get(name, 0) + 1
                 yield doc_id, doc
 
         def apply_filters():
@@ -115,7 +128,7 @@ class TaskFaults:
                 try:
                     return own["process_results"](doc, results)
                 except Exception as e:
-                    self.fault(name, f"scoring doc {at['doc']}", e)
+                    self.fault(name, f"scoring doc {at['doc']}", e, at["doc"])
             return {metric: math.nan for metric in getattr(task, "_metric_fn_list", {}) or ("score",)}
 
         def doc_to_target(doc):
@@ -125,7 +138,7 @@ class TaskFaults:
                 if at["building"]:  # building's own wrap says so
                     raise
                 if name not in self.reasons:
-                    self.fault(name, f"scoring doc {at['doc']}", e)
+                    self.fault(name, f"scoring doc {at['doc']}", e, at["doc"])
                 return ""
 
         for method, wrap in zip(_WRAPPED, (build_all_requests, doc_iterator, apply_filters, process_results,
@@ -152,6 +165,28 @@ class TaskFaults:
                 out[f"{metric},{filter_key}"], out[f"{metric}_stderr,{filter_key}"] = math.nan, "N/A"
             return out, max((len(v) for v in raw_metrics.values()), default=0)
         return wrapped
+
+    def gather(self) -> None:
+        """Every process's faults on every process (``torchrun``, ``accelerate launch``; a collective: each process
+        calls it after lm-eval's ``evaluate``). A task may raise on one process's documents alone (every N-th is
+        its), and rank 0 writes the results: each faulted task's reason is the one a single process would have
+        met first (the earliest stage, then the lowest document), counted over every process's share."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return
+        self.rank = dist.get_rank()
+        mine = {"reasons": self.reasons, "first": self.first, "documents": self.documents, "shares": self.shares}
+        every: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        self.merge(every)
+
+    def merge(self, every: List[Dict[str, Dict[str, Any]]]) -> None:
+        """The faults of every process (:meth:`gather`'s, in rank order) as this process's."""
+        for task in dict.fromkeys(task for one in every for task in one["reasons"]):  # in rank order
+            met = min((tuple(one["first"][task]), rank) for rank, one in enumerate(every) if task in one["reasons"])
+            self.reasons[task], self.first[task] = every[met[1]]["reasons"][task], met[0]
+            self.documents[task] = sum(one["documents"].get(task, one["shares"].get(task, 0)) for one in every)
 
     def add_reasons(self, results: Any) -> None:
         """Each faulted task's reason in ``results`` (``evaluate``'s) under ``configs.<task>.not_scored``
@@ -211,6 +246,7 @@ def contained() -> Iterator[TaskFaults]:
             results = evaluate(lm, task_dict, *args, **kwargs)
         finally:
             faults._unwrap(list(tasks.values()))
+        faults.gather()
         faults.add_reasons(results)
         return results
 
