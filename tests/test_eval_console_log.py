@@ -107,3 +107,27 @@ def test_nothing_changes_without_lm_eval_set_up_or_with_a_root_handler(cli_loggi
     logging.root.addHandler(logging.NullHandler())  # an application's own logging (pytest's capture alike)
     assert follow_lm_eval_logging() is False
     assert logging.getLogger("torchtune_longshort").propagate and not logging.getLogger("torchtune_longshort").handlers
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_warning_alike_on_every_rank_prints_on_rank_0_alone(cli_logging, capsys, monkeypatch, rank):
+    """A data set's reason (each process reads the whole data set) prints once under torchrun, on rank 0 (walked:
+    `torchrun --nproc_per_node 2 -m torchtune_longshort.eval run ... longshort_passkey` printed 'longshort_passkey
+    at length 64: ... -- no score for it' twice, one per process, and its --limit warning twice); a warning of a
+    process's own share of the documents (a request refused) still prints from every rank. The reference: the
+    lines one process prints."""
+    from torchtune_longshort.eval.tasks.common.unavailable import placeholder
+
+    def logged():
+        with _no_root_handler():
+            lm_eval.utils.setup_logging()
+            assert follow_lm_eval_logging()
+            placeholder("my_task", "length=64: too short", {"text": ""})
+            logging.getLogger("torchtune_longshort.eval.model.limits").warning("a request refused")
+        return [LINE.match(line)[6] for line in capsys.readouterr().err.splitlines() if LINE.match(line)]
+
+    one = logged()
+    assert len(one) == 2 and one[0].startswith("my_task: length=64: too short -- no score for it"), one
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    assert logged() == (one if rank == "0" else one[1:])

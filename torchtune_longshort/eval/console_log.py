@@ -18,19 +18,23 @@ from torchtune_longshort.launcher import launched_rank
 
 PACKAGE_LOGGER = "torchtune_longshort"
 LM_EVAL_LOGGER = "lm_eval"
+# ``extra=`` of a warning every process of a launcher logs alike, its words from the command line or from the whole
+# data set each process reads, not from the process's share of the documents (a --limit's cells left out, a data
+# set's reason): printed by rank 0 alone (2 processes printed each such line twice)
+ALIKE_ON_EVERY_RANK = {"alike_on_every_rank": True}
 
 
 class _LmEvalConsole(logging.Handler):
     """The package's records through lm-eval's handlers, at the ``lm_eval`` logger's level of the moment (a later
     ``setup_logging`` or ``LMEVAL_LOG_LEVEL`` counts as for lm-eval's own lines). Under a launcher (``torchrun``,
-    ``accelerate launch``) the INFO lines print on rank 0 alone, as the model's progress bars do; warnings and errors
-    print from every rank."""
+    ``accelerate launch``) the INFO lines print on rank 0 alone, as the model's progress bars do, and so do the
+    warnings logged :data:`ALIKE_ON_EVERY_RANK`; the other warnings and errors print from every rank."""
 
     def handle(self, record: logging.LogRecord) -> bool:
         lm_eval_logger = logging.getLogger(LM_EVAL_LOGGER)
         if not lm_eval_logger.isEnabledFor(record.levelno):
             return False
-        if record.levelno < logging.WARNING and launched_rank() != 0:
+        if (record.levelno < logging.WARNING or getattr(record, "alike_on_every_rank", False)) and launched_rank():
             return False
         for handler in lm_eval_logger.handlers:
             if record.levelno >= handler.level:

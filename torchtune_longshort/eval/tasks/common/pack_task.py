@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
-from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.console_log import ALIKE_ON_EVERY_RANK, follow_lm_eval_logging
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import (
     CONTEXT_OPTIONS,
@@ -230,7 +230,7 @@ class PackTask(ConfigurableTask):
             what = "length x depth cells" if any(d.get("depth") is not None for d in self.eval_docs) else "lengths"
             logger.warning("%s: --limit %s leaves %s of its %d %s without a document: %s; give --limit %d or more to "
                            "score each", self.config.task, limit, len(self.left_out), len(set(cells)), what,
-                           ", ".join(self.left_out), len(set(cells)))
+                           ", ".join(self.left_out), len(set(cells)), extra=ALIKE_ON_EVERY_RANK)
 
     def _sweep_cell(self, doc: Dict[str, Any]) -> Optional[str]:
         """The length (and depth) ``doc`` is scored under, as its metrics name it (``1k``, ``1k_d50``); None for a
@@ -314,7 +314,7 @@ class PackTask(ConfigurableTask):
 def _tell_once(what: str, message: str, *args: Any) -> None:
     if what not in _TOLD:
         _TOLD.add(what)
-        logger.warning(message, *args)
+        logger.warning(message, *args, extra=ALIKE_ON_EVERY_RANK)  # from the command line: every process alike
 
 
 def _seed_given() -> bool:

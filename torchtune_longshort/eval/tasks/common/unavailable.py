@@ -36,6 +36,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional
 from torchtune_longshort.data.data_files import cache_problem
 from torchtune_longshort.data.hf_loading import offline_variable
 from torchtune_longshort.data.text_files import DataSourceError
+from torchtune_longshort.eval.console_log import ALIKE_ON_EVERY_RANK
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ def placeholder(task: str, message: str, fields: Mapping[str, Any], features: An
     import datasets
 
     reason = message if message.startswith(f"{task}:") else f"{task}: {message}"
-    logger.error("%s -- no score for it (the results file gives this reason); the other tasks go on", reason)
+    logger.error("%s -- no score for it (the results file gives this reason); the other tasks go on", reason,
+                 extra=ALIKE_ON_EVERY_RANK)  # every process reads the whole data set
     row = {**fields, ERROR_FIELD: reason}
     return datasets.Dataset.from_list([row], features=features)
 
