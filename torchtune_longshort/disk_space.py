@@ -17,7 +17,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Iterator, Optional, Tuple, Union
 
 PathLike = Union[str, Path]
 OUT_OF_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -34,16 +34,23 @@ def is_out_of_space(error: BaseException, where: Optional[PathLike] = None) -> b
     "unexpected pos ...") while that folder's disk has less than :data:`FULL_BELOW` bytes free."""
     if where is not None and isinstance(error, (OSError, RuntimeError)) and is_full(where):
         return True
+    for e in chain(error):
+        if isinstance(e, OSError) and e.errno in OUT_OF_SPACE_ERRNOS:
+            return True
+        text = str(e).lower()
+        if any(t in text for t in _TEXTS) and not isinstance(e, (MemoryError, ValueError)):
+            return True
+    return False
+
+
+def chain(error: Optional[BaseException]) -> Iterator[BaseException]:
+    """``error`` and the exceptions it was raised from (``__cause__``, else ``__context__``), each once: a chain that
+    loops (``raise a from b`` after ``raise b from a``) ends where it comes back."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in OUT_OF_SPACE_ERRNOS:
-            return True
-        text = str(error).lower()
-        if any(t in text for t in _TEXTS) and not isinstance(error, (MemoryError, ValueError)):
-            return True
+        yield error
         error = error.__cause__ or error.__context__
-    return False
 
 
 def is_full(path: PathLike) -> bool:
@@ -98,19 +105,16 @@ def room_text(path: PathLike) -> str:
 def written_file(error: BaseException) -> Optional[str]:
     """The file an out-of-space ``error`` was writing, when it names one (an ``OSError``'s ``filename``; a copy's
     destination, ``filename2``)."""
-    while error is not None:
-        if isinstance(error, OSError) and (error.filename2 or error.filename):
-            return str(error.filename2 or error.filename)
-        error = error.__cause__ or error.__context__
+    for e in chain(error):
+        if isinstance(e, OSError) and (e.filename2 or e.filename):
+            return str(e.filename2 or e.filename)
     return None
 
 
 def reason(error: BaseException) -> str:
     """What an out-of-space ``error`` says, on one line: the ``OSError`` it was raised from when there is one (torch's
     writer only says "unexpected pos ..."), else its own message."""
-    e = error
-    while e is not None and not (isinstance(e, OSError) and e.errno in OUT_OF_SPACE_ERRNOS):
-        e = e.__cause__ or e.__context__
+    e = next((c for c in chain(error) if isinstance(c, OSError) and c.errno in OUT_OF_SPACE_ERRNOS), None)
     if e is not None and e.strerror:  # the file is named by the message around it
         return f"[Errno {e.errno}] {e.strerror}"
     return " ".join(str(e if e is not None else error).split())[:200]
