@@ -131,9 +131,9 @@ class TaskFaults:
                     self.fault(name, f"scoring doc {at['doc']}", e, at["doc"])
             return {metric: math.nan for metric in getattr(task, "_metric_fn_list", {}) or ("score",)}
 
-        def doc_to_target(doc):
+        def doc_to_target(doc, *args, **kwargs):  # a few-shot context passes the fewshot config's doc_to_target
             try:
-                return own["doc_to_target"](doc)
+                return own["doc_to_target"](doc, *args, **kwargs)
             except Exception as e:
                 if at["building"]:  # building's own wrap says so
                     raise
