@@ -315,12 +315,14 @@ def test_a_users_file_in_staging_is_refused_by_resume_and_overwrite_and_never_cl
     assert not staging.exists()
 
 
-@pytest.mark.parametrize("kind", ["file", "link"])
+@pytest.mark.parametrize("kind", ["file", "link", "link_to_runs"])
 def test_a_users_file_or_link_named_like_a_step_folder_is_refused_not_deleted(tmp_path, tiny_llama2_dir, kind):
     """A plain file named ``step_4`` beside the run's step folders, or a link ``step_4`` to a step folder moved to
     another disk: overwrite deleted it without a word (only folders were looked into), and a resume that saves
     step 4 moved it into ``.staging/old_step_4`` and ended in '[Errno 20] Not a directory' (the link: rmtree of a
-    link). Both are now refused by name, and stay as they were."""
+    link). Both are now refused by name, and stay as they were. A link to a folder of other runs (``ln -s /tmp
+    step_4``; ``/`` alike, its whole tree walked) was followed by the overwrite's search for nested runs, which named
+    'step_4/a_run, the output folder of another run' in the link's place."""
     from torchtune_longshort.training.output_dir import check_output_dir, prepare_output_dir
 
     run = recipe_made(tmp_path / "run")
@@ -328,17 +330,34 @@ def test_a_users_file_or_link_named_like_a_step_folder_is_refused_not_deleted(tm
     if kind == "file":
         (run / "step_4").write_text("mine")
         named = r"step_4 \(a file, not a step folder\)"
-    else:  # a whole step folder of the recipe's, list included, kept elsewhere
+    elif kind == "link":  # a whole step folder of the recipe's, list included, kept elsewhere
         moved = commit_step(recipe_made(tmp_path / "other"), 4, tiny_llama2_dir, state=False)
         (run / "step_4").symlink_to(moved, target_is_directory=True)
         named = r"step_4 \(a symbolic link\)"
-    before, kept = tree(run), tree(tmp_path / "other") if kind == "link" else None
+    else:  # a folder holding another run's output folder
+        recipe_made(tmp_path / "other" / "a_run")
+        (run / "step_4").symlink_to(tmp_path / "other", target_is_directory=True)
+        named = r"step_4 \(a symbolic link\)"
+    before, kept = tree(run), tree(tmp_path / "other") if kind != "file" else None
     with pytest.raises(FileExistsError, match=rf"resume=True would replace step_4 of output_dir=.*holds '{named}'"):
         check_output_dir(run, resume=True, overwrite=False)
     with pytest.raises(FileExistsError, match=rf"it holds '{named}', which this recipe did not write"):
         prepare_output_dir(run, resume=False, overwrite=True)
-    assert tree(run) == before and (run / "step_4").is_symlink() == (kind == "link")
+    assert tree(run) == before and (run / "step_4").is_symlink() == (kind != "file")
     assert (run / "step_4").read_text() == "mine" if kind == "file" else tree(tmp_path / "other") == kept
+
+
+def test_a_run_inside_a_step_folder_is_named_as_another_runs_output(tmp_path, tiny_llama2_dir):
+    """The search for nested runs still looks into the run's own folders (a run whose output_dir was a step folder's
+    subfolder): only a link at the top is left unfollowed."""
+    from torchtune_longshort.training.output_dir import prepare_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    recipe_made(commit_step(run, 2, tiny_llama2_dir) / "evals" / "a_run")
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=r"it holds 'step_2/evals/a_run', the output folder of another run"):
+        prepare_output_dir(run, resume=False, overwrite=True)
+    assert tree(run) == before
 
 
 @pytest.mark.parametrize("name", ["latest", "torchtune_config.yaml"])

@@ -128,7 +128,6 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         _check_deletable(out, protect, written_here)
 
 
-
 def _contains(folder: Path, path: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -158,7 +157,8 @@ def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequen
             return f"it holds {what}, which this run reads"
         if p in real.parents:
             return f"it lies inside {what}, which this run reads"
-    nested = sorted(str(m.parent.relative_to(real)) for m in real.glob(f"*/**/{MARKER}"))
+    nested = sorted(str(m.parent.relative_to(real)) for top in real.iterdir() if top.is_dir() and not top.is_symlink()
+                    for m in top.glob(f"**/{MARKER}"))  # a link is not followed (its target: any tree, / too)
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
     # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
