@@ -85,3 +85,25 @@ def test_a_device_this_machine_lacks_is_not_labelled_with_the_cpu(monkeypatch):
     cuda = device_info("cuda:0")
     assert cuda["type"] == "cuda" and cuda["count"] == 0
     assert cuda["name"] != cpu["name"] and "not available" in cuda["name"]
+
+
+def test_a_repository_that_holds_the_package_untracked_is_not_named_the_projects_checkout(tmp_path):
+    """``pip install --target .`` at the top of the user's own repository puts the package where a checkout's is;
+    that repository's commit was recorded as the project's. Only a repository that tracks the package is named."""
+    from torchtune_longshort.provenance import checkout_commit
+
+    root = tmp_path.resolve()
+    git = ["git", "-C", str(root), "-c", "user.name=u", "-c", "user.email=u@localhost"]
+    (root / "app.py").write_text("X = 1\n")
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "app.py"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "the user's app"], check=True)
+    (root / "torchtune_longshort").mkdir()  # what pip install --target . writes there
+    (root / "torchtune_longshort" / "__init__.py").write_text("")
+    (root / "torchtune_longshort" / "provenance.py").write_bytes((REPO / "torchtune_longshort/provenance.py")
+                                                                  .read_bytes())
+    assert checkout_commit(root) == {"git_commit": None, "git_dirty": None}
+    subprocess.run(git + ["add", "torchtune_longshort"], check=True)  # a checkout: it tracks the package
+    subprocess.run(git + ["commit", "-q", "-m", "the project"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert checkout_commit(root) == {"git_commit": head, "git_dirty": False}

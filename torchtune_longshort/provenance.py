@@ -38,6 +38,9 @@ _DISTRIBUTIONS = {"lm_eval": "lm-eval"}
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The commit a wheel was built from (written into the built package by setup.py; absent from a checkout).
 BUILD_COMMIT = Path(__file__).resolve().with_name("_build_commit.json")
+# A file of this package a checkout of the project tracks (``root``-relative): a repository that holds the package
+# without tracking it is another project's
+_TRACKED = f"{Path(__file__).resolve().parent.name}/{Path(__file__).name}"
 
 
 def _version(dist: str) -> Optional[str]:
@@ -64,8 +67,9 @@ def _git() -> Dict[str, Any]:
 
 
 def checkout_commit(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
-    """Commit and dirty flag of the git checkout whose top folder is ``root``; nulls when ``root`` is not one (a
-    package installed from a wheel: its site-packages may lie inside another repository, which is not named)."""
+    """Commit and dirty flag of the git checkout whose top folder is ``root`` and which tracks this package; nulls
+    otherwise (a package installed from a wheel: its site-packages may lie inside another repository, and ``pip
+    install --target`` may put it at the top of one, the user's own: neither is named)."""
 
     def run(*args: str) -> Optional[str]:
         try:
@@ -75,7 +79,7 @@ def checkout_commit(root: Path = _PROJECT_ROOT) -> Dict[str, Any]:
         return p.stdout.strip() if p.returncode == 0 else None
 
     top = run("rev-parse", "--show-toplevel")
-    if not top or Path(top).resolve() != root:
+    if not top or Path(top).resolve() != root or run("ls-files", "--error-unmatch", "--", _TRACKED) is None:
         return {"git_commit": None, "git_dirty": None}
     status = run("status", "--porcelain", "--untracked-files=no")
     return {"git_commit": run("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status)}
