@@ -94,6 +94,23 @@ def test_a_wheel_built_from_the_sdist_ships_what_the_checkouts_wheel_ships_and_i
         "git_commit": wheel.commit, "git_dirty": False}
 
 
+def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(tmp_path):
+    """``python -m build --sdist`` / ``setup.py sdist`` lists its members as setuptools' egg_info does (SOURCES.txt):
+    every source file of the package and configs/, the files the build reads, and nothing of tests/, which the sdist
+    carried in part (setuptools' default tests/test*.py, without conftest.py and the helpers they import: a suite
+    that did not collect). Fast: egg_info alone, no sdist or wheel built."""
+    subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT, check=True,
+                   capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})  # no zygote
+    members = {m for m in (tmp_path / "torchtune_longshort.egg-info/SOURCES.txt").read_text().splitlines()
+               if not m.startswith(str(tmp_path))}  # the egg-info files, written where --egg-base put them
+    tracked = source_files()  # git ls-files, the reference
+    assert not [m for m in members if m.startswith("tests/")], sorted(m for m in members if m.startswith("tests/"))[:5]
+    assert {m.split("/")[0] for m in members} == {"MANIFEST.in", "README.md", "pyproject.toml", "setup.py",
+                                                 "torchtune_longshort", "configs"}, sorted(members)[:20]
+    assert {rel for rel in tracked if rel.startswith(("torchtune_longshort/", "configs/"))} <= members
+    assert members <= set(tracked)
+
+
 def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
     """setuptools copies the package into ``build/lib`` and zips that folder, so a module, task YAML or config removed
     (or renamed) since an earlier ``pip install .`` / ``pip wheel .`` in the same checkout was still shipped: a
