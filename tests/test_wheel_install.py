@@ -111,6 +111,18 @@ def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(tmp_
     assert members <= set(tracked)
 
 
+def test_the_build_reads_pyproject_toml_without_a_deprecation(tmp_path):
+    """``license = { text = ... }`` made every build (pip install ., python -m build) print setuptools' boxed
+    'SetuptoolsDeprecationWarning: `project.license` as a TOML table is deprecated ... By 2027-Feb-18, you need to
+    update your project ... or your builds will no longer be supported'; the SPDX string it asks for is read
+    silently (setuptools >= 77, which build-system requires). Fast: egg_info alone."""
+    p = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT,
+                       check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
+    assert "Deprecat" not in p.stderr and "!!" not in p.stderr, p.stderr[-3000:]
+    pkg_info = (tmp_path / "torchtune_longshort.egg-info/PKG-INFO").read_text()
+    assert "\nLicense-Expression: BSD-3-Clause\n" in pkg_info  # the license still stated, as an SPDX expression
+
+
 def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
     """setuptools copies the package into ``build/lib`` and zips that folder, so a module, task YAML or config removed
     (or renamed) since an earlier ``pip install .`` / ``pip wheel .`` in the same checkout was still shipped: a
