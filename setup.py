@@ -75,8 +75,19 @@ def _record_commit(package_dir):
             json.dump(commit, f)
 
 
+def _config_packages():
+    """``torchtune_longshort.configs`` and a package name for each folder under ``configs/`` that holds a YAML (a data
+    folder under a package but in no list made setuptools warn, once a folder, 'Package would be ignored')."""
+    names = [f"{PACKAGE}.configs"]
+    for folder, subfolders, files in os.walk("configs"):
+        subfolders.sort()
+        if folder != "configs" and any(f.endswith(".yaml") for f in files):
+            names.append(f"{PACKAGE}.configs." + os.path.relpath(folder, "configs").replace(os.sep, "."))
+    return names
+
+
 setup(
-    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]) + [f"{PACKAGE}.configs"],
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]) + _config_packages(),
     package_dir={f"{PACKAGE}.configs": "configs"},
     cmdclass={"build_py": BuildPyWithoutStaleFiles, "sdist": SdistWithCommit},
 )

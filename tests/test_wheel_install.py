@@ -123,17 +123,36 @@ def test_the_build_reads_pyproject_toml_without_a_deprecation(tmp_path):
     assert "\nLicense-Expression: BSD-3-Clause\n" in pkg_info  # the license still stated, as an SPDX expression
 
 
+def _copy_build_inputs(src: Path) -> Path:
+    """The checkout's files the build reads (not docs/ or tests/) copied to ``src``."""
+    for rel in source_files():
+        if not rel.startswith(("torchtune_longshort/", "configs/")) and "/" in rel:
+            continue
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes((ROOT / rel).read_bytes())
+    return src
+
+
+def test_the_wheels_tree_is_built_without_a_warning_of_a_configs_folder(tmp_path):
+    """Each configs/ folder (configs/tiny, configs/study, ...) made setuptools print a boxed 'WARNING Package
+    'torchtune_longshort.configs.tiny' is absent from the `packages` configuration ... Package would be ignored' at
+    every build of the wheel, ten in all, while shipping it; setup.py now names each such folder a package. The built
+    tree still holds every shipped config (git ls-files the reference). Fast: build_py alone, into a copy."""
+    src = _copy_build_inputs(tmp_path / "src")
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path / "lib")], cwd=src,
+                       check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
+    assert "absent from the `packages`" not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+    built = {str(f.relative_to(tmp_path / "lib")) for f in (tmp_path / "lib").rglob("*.yaml")}
+    assert {"torchtune_longshort/" + rel for rel in source_files() if rel.startswith("configs/")
+            and rel.endswith(".yaml")} <= built
+
+
 def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_left(tmp_path):
     """setuptools copies the package into ``build/lib`` and zips that folder, so a module, task YAML or config removed
     (or renamed) since an earlier ``pip install .`` / ``pip wheel .`` in the same checkout was still shipped: a
     module the source no longer has, a task lm-eval still registered, a config ``longshort-cp --list`` still
     listed. The wheel holds the source's files only."""
-    src = tmp_path / "src"
-    for rel in source_files():  # what the build reads (not docs/ or tests/)
-        if not rel.startswith(("torchtune_longshort/", "configs/")) and "/" in rel:
-            continue
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_bytes((ROOT / rel).read_bytes())
+    src = _copy_build_inputs(tmp_path / "src")
     stale = ["torchtune_longshort/zz_removed.py", "torchtune_longshort/eval/tasks/zz_gone/longshort_zz_gone.yaml",
              "torchtune_longshort/eval/tasks/zz_gone/__init__.py", "torchtune_longshort/configs/tiny/zz_old.yaml",
              "torchtune_longshort/_build_commit.json"]  # an earlier build's commit: this copy is no git checkout
