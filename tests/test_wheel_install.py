@@ -121,6 +121,8 @@ def test_the_build_reads_pyproject_toml_without_a_deprecation(tmp_path):
     assert "Deprecat" not in p.stderr and "!!" not in p.stderr, p.stderr[-3000:]
     pkg_info = (tmp_path / "torchtune_longshort.egg-info/PKG-INFO").read_text()
     assert "\nLicense-Expression: BSD-3-Clause\n" in pkg_info  # the license still stated, as an SPDX expression
+    assert "\nLicense-File: LICENSE\n" in pkg_info  # and its text shipped (the sdist and the wheel's licenses/)
+    assert "BSD 3-Clause License" in (ROOT / "LICENSE").read_text()
 
 
 def _copy_build_inputs(src: Path) -> Path:
