@@ -1,0 +1,64 @@
+"""overwrite_output_dir's deletion rules, checked without a recipe: hand mutants of training/output_dir.py that
+test_output_lock and test_reliability_faults let through. A recipe-made folder lying inside an input of the run is
+not deleted, a refusal naming more than five foreign entries says there are more, and a user's file at the top of a
+folder that is also its log_dir is named once. References: the folder's own tree before and after, and the names
+written here."""
+
+from __future__ import annotations
+
+import pytest
+from run_folders import recipe_made, tree
+
+from torchtune_longshort.training.output_dir import check_output_dir, prepare_output_dir
+from torchtune_longshort.training.written_files import HERE
+
+
+def _refusal(out, **kwargs) -> str:
+    before = tree(out)
+    with pytest.raises(FileExistsError, match=r"^overwrite_output_dir=True refuses to delete output_dir=") as e:
+        prepare_output_dir(out, resume=False, overwrite=True, **kwargs)
+    assert tree(out) == before
+    return str(e.value)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_folder_inside_an_input_of_the_run_is_not_deleted(tmp_path, named):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "model.safetensors").write_text("weights")
+    run = recipe_made(base / "run")
+    check_output_dir(tmp_path / "elsewhere", resume=False, overwrite=True, protect=[base])  # the reference: allowed
+    said = _refusal(run, protect=[("checkpoint_dir", base) if named else base])
+    what = f"checkpoint_dir={str(base)!r}" if named else str(base)
+    assert f"it lies inside {what}, which this run reads" in said, said
+
+
+def test_more_than_five_foreign_entries_are_said_to_be_more(tmp_path):
+    run = recipe_made(tmp_path / "run")
+    names = [f"notes{i}.txt" for i in range(7)]
+    for name in names:
+        (run / name).write_text("mine")
+    said = _refusal(run)
+    shown = ", ".join(repr(n) for n in sorted(names)[:5])
+    assert f"it holds {shown} ..., which this recipe did not write" in said, said
+
+
+def test_a_user_file_in_a_folder_that_is_its_own_log_dir_is_named_once(tmp_path):
+    run = recipe_made(tmp_path / "run")
+    (run / "notes.txt").write_text("mine")
+    said = _refusal(run, written_here=(HERE,))
+    assert said.count("notes.txt") == 1 and "it holds 'notes.txt', which this recipe did not write" in said, said
+
+
+@pytest.mark.parametrize("what", ["cwd", "input"])
+def test_the_working_directory_or_an_input_that_is_the_folder_itself_is_kept(tmp_path, monkeypatch, what):
+    # output_dir=. from inside an earlier run's folder: only a folder strictly above the working directory was kept
+    run = recipe_made(tmp_path / "run")
+    if what == "cwd":
+        monkeypatch.chdir(run)
+        said = _refusal(run)
+    else:
+        said = _refusal(run, protect=[("checkpoint_dir", run)])
+    want = {"cwd": f"it contains the working directory {str(run.resolve())!r}",
+            "input": f"it holds checkpoint_dir={str(run.resolve())!r}, which this run reads"}[what]
+    assert want in said, said
