@@ -397,6 +397,15 @@ def test_longshort_cp_refuses_a_dash_for_a_destination(tmp_path, monkeypatch, ca
     assert main(["tiny/longshort_stdlib.yaml", "./-"]) == 0 and (tmp_path / "-.yaml").is_file()  # asked by its path
 
 
+def _linked_folder(folder, link, target, target_there):
+    """``folder`` made, holding ``link`` -> ``target`` (relative), the target a user's file ("mine") or absent."""
+    folder.mkdir()
+    if target_there:
+        (folder / target).write_text("mine\n")
+    (folder / link).symlink_to(target)
+    return folder
+
+
 @pytest.mark.parametrize("target_there", [True, False], ids=["link_to_a_file", "link_to_nothing"])
 def test_longshort_cp_force_writes_through_a_link_as_tune_cp_does(tmp_path, capsys, target_there):
     # `ln -s real.yaml l.yaml; longshort-cp tiny/longshort_stdlib.yaml l.yaml --force` replaced the user's link with a
@@ -408,11 +417,7 @@ def test_longshort_cp_force_writes_through_a_link_as_tune_cp_does(tmp_path, caps
     from torchtune_longshort.configs_cli import config_path, main
 
     def made(tool, argv):
-        folder = tmp_path / tool
-        folder.mkdir()
-        if target_there:
-            (folder / "real.yaml").write_text("mine\n")
-        (folder / "l.yaml").symlink_to("real.yaml")
+        folder = _linked_folder(tmp_path / tool, "l.yaml", "real.yaml", target_there)
         argv(str(folder / "l.yaml"))
         return folder, (folder / "l.yaml").is_symlink() and os.readlink(folder / "l.yaml"), sorted(os.listdir(folder))
 
@@ -442,11 +447,7 @@ def test_longshort_cp_no_clobber_writes_through_a_link_to_nothing_as_tune_cp_doe
     from torchtune_longshort.configs_cli import config_path, main
 
     def made(tool, argv):
-        folder = tmp_path / tool
-        folder.mkdir()
-        if target_there:
-            (folder / "gone.yaml").write_text("mine\n")
-        (folder / "d.yaml").symlink_to("gone.yaml")
+        folder = _linked_folder(tmp_path / tool, "d.yaml", "gone.yaml", target_there)
         assert argv(folder / "d.yaml") == 0
         texts = {p.name: p.read_text() for p in folder.iterdir() if p.exists()}
         return (folder / "d.yaml").is_symlink(), sorted(os.listdir(folder)), texts
