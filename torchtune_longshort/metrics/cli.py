@@ -107,9 +107,9 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--tokenizer", default=None, type=user_path,
                     help="tokenizer folder or file of any format (default: the checkpoint's own)")
     ap.add_argument("--data", default="stdlib", type=user_path,
-                    help="'stdlib' (default; 'stdlib_tests' / 'stdlib_heldout': the part a training corpus read with "
+                    help="'stdlib' ('stdlib_tests' / 'stdlib_heldout': the part a training corpus read with "
                     "include_tests: False / split: train holds out), a text file, a folder, a .jsonl file, or a "
-                    "Hugging Face dataset name (streamed)")
+                    "Hugging Face dataset name (streamed); default stdlib")
     ap.add_argument("--text-field", default=None,
                     help="the text field of a .jsonl file or a Hugging Face dataset (default: text)")
     ap.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: test)")
@@ -121,10 +121,12 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
                     help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
     ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), type=divergence_arg, metavar="DIVERGENCE",
-                    help=f"the divergences to report: {', '.join(DIVERGENCES)} (default: all three; sce is the paper's "
-                    "Eq. 3), or the dotted path of a function of your own (my_divs.my_div, importable: PYTHONPATH=.)")
+                    help=f"the divergences to report: {', '.join(DIVERGENCES)} (default: {' '.join(DIVERGENCES)}, all "
+                    "three; sce is the paper's Eq. 3), or the dotted path of a function of your own (my_divs.my_div, "
+                    "importable: PYTHONPATH=.)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the (l1, l2) draws (default 0)")
-    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (refused when this machine lacks it)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, cuda, cuda:N (refused when this machine lacks it; default cpu)")
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
                     "(default: on; no page faults on every forward)")

