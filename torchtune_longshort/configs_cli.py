@@ -31,6 +31,9 @@ from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_l
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # the README's first config (CPU, under a minute): a recipe command's example when no shipped name is near the one given
 MAIN_CONFIG = "tiny/longshort_stdlib.yaml"
+# longshort-cp's module form, which a refusal names beside the script where its hint is a command to run: a
+# `pip install --target DIR` install (PYTHONPATH=DIR) puts no console script on PATH (README names both forms)
+CP_MODULE = "python -m torchtune_longshort.configs_cli"
 
 
 def configs_root():
@@ -114,7 +117,8 @@ def resolve_config(value: str, root: Path, key: str, example: Optional[str] = No
     where = (f" (looked for at {path})" if str(value).startswith("~") else "" if Path(str(value)).is_absolute()
              else f" (relative to {root})")  # a `~` names the home folder the path was looked for in
     raise ValueError(f"{key}={value!r} is neither a file{where} nor a config this package ships: "
-                     f"name one of `longshort-cp --list`{f' (e.g. {like[0]})' if like else ''} or a YAML file")
+                     f"name one of `longshort-cp --list` / `{CP_MODULE} --list`{f' (e.g. {like[0]})' if like else ''} or "
+                     "a YAML file")
 
 
 def _destination(ap, args, src):

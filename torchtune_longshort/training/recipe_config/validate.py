@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence
 import yaml
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.configs_cli import MAIN_CONFIG, nearest_shipped, resolve_config
+from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, nearest_shipped, resolve_config
 from torchtune_longshort.launcher import launched_world_size
 from torchtune_longshort.devices import cpu_oversubscribed
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
@@ -48,7 +48,7 @@ def read_config_file(path: Path) -> dict:
         raise FileNotFoundError(
             f"--config {str(path)!r}: {'a folder' if path.is_dir() else 'no such file'}"
             f"{f' (did you mean the shipped {near!r}?)' if near else ''}; name a YAML file, e.g. copy a shipped "
-            f"config first: longshort-cp {shipped} {copy} (longshort-cp --list names them)")
+            f"config first: longshort-cp {shipped} {copy}, or {CP_MODULE} {shipped} {copy} (--list names them)")
     try:
         node = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
