@@ -112,3 +112,20 @@ def test_a_few_shot_task_is_scored(tmp_path, monkeypatch, capsys, caplog):
     assert results["n-shot"]["my_shots"] == 1
     assert results["results"]["my_shots"]["acc,none"] == pytest.approx(sum(r["score"] for r in ROWS) / len(ROWS))
     assert "not_scored" not in results["configs"]["my_shots"]
+
+
+def test_a_task_whose_filter_raises_counts_every_document(tmp_path, monkeypatch, capsys, caplog):
+    """A filter that raises leaves every document unscored, as a task raising while building its requests does
+    (walked: 'my_filt: filtering the responses: RuntimeError: filter broke': 1, and lm-eval's n-samples 'effective':
+    1, of 3 documents: lm-eval was given one stand-in document to score)."""
+    _user_tasks(tmp_path / "mytasks", {"filt": "process_results: !function funcs.ok\nfilter_list:\n  - name: f1\n"
+                                               "    filter:\n      - function: !function funcs.BadFilter\n"})
+    funcs = tmp_path / "mytasks" / "funcs.py"
+    funcs.write_text(funcs.read_text() + "\nfrom lm_eval.api.filter import Filter\n\n\nclass BadFilter(Filter):\n"
+                     "    def apply(self, resps, docs):\n        raise RuntimeError('filter broke')\n")
+    code, err, results = _run(tmp_path, monkeypatch, ["my_filt"], capsys, caplog)
+    assert code == 1, err
+    reason = "my_filt: filtering the responses: RuntimeError: filter broke"
+    assert results["configs"]["my_filt"]["not_scored"] == {reason: len(ROWS)}
+    assert results["n-samples"]["my_filt"] == {"original": len(ROWS), "effective": len(ROWS)}
+    assert results["results"]["my_filt"]["acc,f1"] != results["results"]["my_filt"]["acc,f1"]  # NaN

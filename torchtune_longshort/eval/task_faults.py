@@ -62,7 +62,7 @@ class TaskFaults:
         self.reasons: Dict[str, str] = {}
         self.documents: Dict[str, int] = {}  # a task that raised building its requests: the documents it had
         self.first: Dict[str, Tuple[int, int]] = {}  # where it raised: (stage, document), the first this process met
-        self.shares: Dict[str, int] = {}  # the documents each task scored in this process
+        self.shares: Dict[str, set] = {}  # the documents each task scored in this process (their ids)
         self.rank = 0  # this process's among several (rank 0 writes the results and says the closing line)
 
     def fault(self, task: str, stage: str, error: BaseException, doc: int = 0) -> None:
@@ -87,7 +87,7 @@ class TaskFaults:
     def _wrap_task(self, name: str, task: Any) -> None:
         """Put this run's wraps on ``task``'s own methods (instance attributes, taken off by :meth:`_unwrap`)."""
         own = {m: getattr(task, m) for m in _WRAPPED}
-        at: Dict[str, Any] = {"doc": 0, "building": False}
+        at: Dict[str, Any] = {"doc": 0, "building": False, "stand_in": False}
 
         def build_all_requests(**kwargs):
             at["building"] = True
@@ -95,7 +95,7 @@ class TaskFaults:
                 return own["build_all_requests"](**kwargs)
             except Exception as e:
                 self.fault(name, "building requests", e, at["doc"])
-                task._instances = [_stand_in(task, name, self.reasons[name])]
+                task._instances, at["stand_in"] = [_stand_in(task, name, self.reasons[name])], True
                 with contextlib.suppress(Exception):  # the documents it would have scored (a stand-in is one)
                     self.documents[name] = sum(1 for _ in own["doc_iterator"](**{
                         k: kwargs.get(k) for k in ("rank", "limit", "world_size", "samples") if k in kwargs}))
@@ -103,13 +103,13 @@ class TaskFaults:
                 at["building"] = False
 
         def doc_iterator(**kwargs) -> Iterator:
-            if name in self.reasons:  # the stand-in request's one document
+            if at["stand_in"]:  # the stand-in request's one document (a task raising later: its own, each NaN)
                 yield 0, {}
                 return
             for doc_id, doc in own["doc_iterator"](**kwargs):
                 at["doc"] = doc_id
-                if not at["building"]:  # lm-eval's scoring loop: this process's share
-                    self.shares[name] = self.shares.get(name, 0) + 1
+                if not at["building"]:  # lm-eval's scoring loop (once per filter): this process's share
+                    self.shares.setdefault(name, set()).add(doc_id)
                 yield doc_id, doc
 
         def apply_filters():
@@ -176,7 +176,8 @@ class TaskFaults:
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return
         self.rank = dist.get_rank()
-        mine = {"reasons": self.reasons, "first": self.first, "documents": self.documents, "shares": self.shares}
+        mine = {"reasons": self.reasons, "first": self.first, "documents": self.documents,
+                "shares": {task: len(ids) for task, ids in self.shares.items()}}
         every: List[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(every, mine)
         self.merge(every)
