@@ -13,6 +13,7 @@ rank 0), and torch.distributed's all_gather_object likewise. The reference is on
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def _tasks(folder):
             "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
 
 
-def _evaluate(manager, monkeypatch, rank=None, other=None):
+def _evaluate(manager, monkeypatch, rank=None, other=None, tasks=("my_ok", "my_odd")):
     """lm-eval's simple_evaluate under task_faults.contained(): one process (rank None), or rank 0 / 1 of 2, the
     collectives answered from ``other`` (what the other rank sent, in order); returns (results, faults, sent)."""
     import lm_eval
@@ -69,7 +70,7 @@ def _evaluate(manager, monkeypatch, rank=None, other=None):
                             ("get_rank", lambda: rank), ("all_gather_object", all_gather_object)):
             monkeypatch.setattr(torch.distributed, name, value)
     with contained() as faults:
-        results = lm_eval.simple_evaluate(model=lm, tasks=["my_ok", "my_odd"],
+        results = lm_eval.simple_evaluate(model=lm, tasks=list(tasks),
                                           task_manager=manager)
     monkeypatch.undo()
     return results, faults, sent
@@ -92,3 +93,27 @@ def test_a_fault_on_rank_1_alone_is_in_rank_0s_results_and_said_once(tmp_path, m
     assert faults.closing_line() == one_faults.closing_line()  # rank 0 says it and exits 1
     # rank 1 says nothing and exits 0 (its exit 1 had torchrun end rank 0 while it wrote the results)
     assert rank1_faults.closing_line() is None
+
+
+def test_a_fault_on_rank_1_leaves_no_metric_of_the_task_or_its_group_scored(tmp_path, monkeypatch):
+    """Rank 0 aggregates before it learns of rank 1's fault: a metric the fault's NaN does not name kept the other
+    documents' mean (walked here: my_odd's f1, which its process_results returns beside metric_list's acc, 0.5833
+    over 3 of 4 documents, its stderr and its group's a number; one process: NaN, 'N/A')."""
+    from lm_eval.tasks import TaskManager
+
+    _tasks(tmp_path / "mytasks")
+    funcs = tmp_path / "mytasks" / "funcs.py"
+    funcs.write_text(funcs.read_text().replace("if doc['i'] % 2:", "if doc['i'] == 3:")  # rank 1's second
+                     .replace("return {'acc': doc['score']}", "return {'acc': doc['score'], 'f1': doc['score']}"))
+    (tmp_path / "mytasks" / "my_group.yaml").write_text(
+        "group: my_group\ntask:\n  - my_ok\n  - my_odd\naggregate_metric_list:\n  - metric: f1\n"
+        "    weight_by_size: true\n")
+    manager = TaskManager(include_path=str(tmp_path / "mytasks"), include_defaults=False)
+    one, _, _ = _evaluate(manager, monkeypatch, tasks=["my_group"])  # the reference: one process
+    _, _, rank1_sent = _evaluate(manager, monkeypatch, rank=1, tasks=["my_group"])
+    results, _, _ = _evaluate(manager, monkeypatch, rank=0, other=rank1_sent, tasks=["my_group"])
+    for name in ("my_odd", "my_group", "my_ok"):
+        assert json.dumps(results["results"][name]) == json.dumps(one["results"][name])  # NaN as NaN
+    assert json.dumps(results["groups"]) == json.dumps(one["groups"])
+    assert math.isnan(one["results"]["my_odd"]["f1,none"]) and math.isnan(one["results"]["my_group"]["f1,none"])
+    assert one["results"]["my_odd"]["f1_stderr,none"] == "N/A"

@@ -194,11 +194,33 @@ class TaskFaults:
         (``{reason: documents}``)."""
         if not isinstance(results, dict):
             return
+        self._nan_metrics(results)
         configs = results.setdefault("configs", {})
         for task, reason in self.reasons.items():
             count = self.documents.get(task) or ((results.get("n-samples") or {}).get(task) or {}).get("effective") or 1
             entry = configs.setdefault(task, {})
             entry.setdefault(NOT_SCORED_KEY, {})[reason] = count
+
+
+    def _nan_metrics(self, results: Dict[str, Any]) -> None:
+        """Each faulted task's metrics in ``results`` NaN (stderr "N/A"), and those of a group holding it, as one
+        process aggregates them: under several processes rank 0 aggregates before it learns of another's fault
+        (:meth:`gather` follows lm-eval's last collective), and a metric the fault's NaN does not name (one
+        ``process_results`` returns beyond ``metric_list``, a per-length ``acc_4k``) kept the other documents' mean."""
+        tables = [t for t in (results.get("results"), results.get("groups")) if isinstance(t, dict)]
+        subtasks = results.get("group_subtasks") or {}
+
+        def holds(group: str, task: str, seen: frozenset = frozenset()) -> bool:
+            return any(s == task or (s not in seen and holds(s, task, seen | {group}))
+                       for s in subtasks.get(group, ()))
+
+        for task in self.reasons:
+            keys = [k for k in ((results.get("results") or {}).get(task) or {}) if "," in k]
+            for name in [task, *(g for g in subtasks if holds(g, task))]:
+                for table in tables:
+                    entry = table.get(name)
+                    for key in (k for k in keys if isinstance(entry, dict) and k in entry):
+                        entry[key] = "N/A" if "_stderr," in key else math.nan
 
 
 def _stand_in(task: Any, name: str, reason: str):
