@@ -117,3 +117,21 @@ def test_a_fault_on_rank_1_leaves_no_metric_of_the_task_or_its_group_scored(tmp_
     assert json.dumps(results["groups"]) == json.dumps(one["groups"])
     assert math.isnan(one["results"]["my_odd"]["f1,none"]) and math.isnan(one["results"]["my_group"]["f1,none"])
     assert one["results"]["my_odd"]["f1_stderr,none"] == "N/A"
+
+
+def test_a_two_filter_task_raising_on_rank_1_is_counted_as_one_process_counts_it(tmp_path, monkeypatch):
+    """A task with two filters raising on rank 1's documents: lm-eval's second filter pass was given the stand-in
+    document 0, which rank 1 does not hold (walked here: rank 1 ended in lm-eval's 'IndexError: list index out of
+    range' at requests[0].doc, no results); each process's share is counted once, not once per filter."""
+    from lm_eval.tasks import TaskManager
+
+    _tasks(tmp_path / "mytasks")
+    odd = tmp_path / "mytasks" / "my_odd.yaml"
+    odd.write_text(odd.read_text() + "filter_list:\n" + "".join(
+        f"  - name: {name}\n    filter:\n      - function: take_first\n" for name in ("a", "b")))
+    manager = TaskManager(include_path=str(tmp_path / "mytasks"), include_defaults=False)
+    one, _, _ = _evaluate(manager, monkeypatch)  # the reference: one process
+    _, _, rank1_sent = _evaluate(manager, monkeypatch, rank=1)
+    results, _, _ = _evaluate(manager, monkeypatch, rank=0, other=rank1_sent)
+    assert one["configs"]["my_odd"]["not_scored"] == {"my_odd: scoring doc 1: RuntimeError: boom on doc 1": len(ROWS)}
+    assert results["configs"]["my_odd"]["not_scored"] == one["configs"]["my_odd"]["not_scored"]
