@@ -76,3 +76,31 @@ def test_an_error_that_is_no_hub_failure_is_not_remembered(monkeypatch):
     assert not unavailable.is_hub_failure(first.value) and str(first.value) == "record 3 is no JSON"
     assert list(unavailable.guard_hub_iteration(documents(), "'my/set'")) == ["a document"]  # the reference: it reads
     assert unavailable._UNREACHABLE == {}
+
+
+def test_another_task_reading_the_data_set_is_told_its_own_fix(monkeypatch):
+    """longshort-eval run --tasks longshort_ppl,longshort_passkey --metadata '{"passkey_haystack":"pg19",...}' with
+    the hub out of reach (HF_ENDPOINT=http://127.0.0.1:9) told longshort_passkey '... or from local files
+    (ppl_data_files=<path or glob> in --metadata, or ppl_source=stdlib) (asked once in this process ...)', keys of
+    longshort_ppl, which asked first; the remembered reason is now given to the asks with the same local-data hint."""
+    from torchtune_longshort.eval.tasks.common import unavailable
+
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+    def documents():
+        raise ConnectionError("Couldn't reach 'my/set' on the Hub")
+        yield  # a generator, as a streamed data set is
+
+    def ask(alternative):
+        with pytest.raises(unavailable.TaskDataError) as refused:
+            list(unavailable.guard_hub_iteration(documents(), "'my/set'", alternative))
+        return str(refused.value)
+
+    ppl, passkey = "for local data pass ppl_source=stdlib", "for local data pass passkey_haystack=filler"
+    monkeypatch.setattr(unavailable, "_UNREACHABLE", {})
+    reference = ask(passkey)  # the reference: passkey asking first, in a process of its own
+    monkeypatch.setattr(unavailable, "_UNREACHABLE", {})
+    assert "ppl_source" in ask(ppl)
+    assert ask(passkey) == reference
+    assert ask(passkey) == f"{reference} (asked once in this process, not again for this data set)"

@@ -196,12 +196,13 @@ def load_hub_dataset(path: str, *args: Any, alternative: str = "", **kwargs: Any
 
 # Hub data sets this process found out of reach before reading a document, with the reason the task gave: a task
 # asks its source once per length, and each ask waited out huggingface_hub's retries (~23 s) to fail the same way
-# (longshort_ppl's five default lengths offline: ~2 minutes). The key holds what reaches the hub or a cached copy.
+# (longshort_ppl's five default lengths offline: ~2 minutes). The key holds what reaches the hub or a cached copy,
+# and the asker's local-data hint, as the reason names its keys (ppl_source=stdlib; passkey's are others).
 _UNREACHABLE: Dict[tuple, str] = {}
 
 
-def _hub_key(what: str) -> tuple:
-    return (what, os.environ.get("HF_ENDPOINT"), offline_variable(), os.environ.get("HF_HOME"),
+def _hub_key(what: str, alternative: str = "") -> tuple:
+    return (what, alternative, os.environ.get("HF_ENDPOINT"), offline_variable(), os.environ.get("HF_HOME"),
             os.environ.get("HF_DATASETS_CACHE"))
 
 
@@ -219,11 +220,11 @@ def _out_of_reach(err: Optional[BaseException]) -> bool:
 
 def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
     """Iterate ``it`` (a streamed hub data set), turning a fetch failure at any point into :class:`TaskDataError`.
-    A data set out of reach before its first document is asked once a process: later asks (the task's other
-    lengths) fail at once with that reason. Only a failure of the source is remembered (a hub error, or the
-    ``DataSourceError`` the training loaders word one in): another error raised while a connection error was handled
-    (a parser's ValueError) passes through, and a later ask reads again."""
-    key = _hub_key(what)
+    A data set out of reach before its first document is asked once a process: later asks with the same
+    ``alternative`` (the task's other lengths) fail at once with that reason. Only a failure of the source is
+    remembered (a hub error, or the ``DataSourceError`` the training loaders word one in): another error raised while
+    a connection error was handled (a parser's ValueError) passes through, and a later ask reads again."""
+    key = _hub_key(what, alternative)
     if key in _UNREACHABLE:
         raise TaskDataError(_UNREACHABLE[key])
     started = False
