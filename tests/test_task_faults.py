@@ -6,7 +6,9 @@ user tasks under lm-eval's `dummy` model; each scores a number read from its own
 is the rows' mean, computed here, whatever the model answers.
 """
 
+import io
 import json
+import logging
 import sys
 import textwrap
 
@@ -43,12 +45,12 @@ def _user_tasks(folder, boom_at: dict):
             + extra + "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
 
 
-def _run(tmp_path, monkeypatch, tasks, capsys, caplog):
+def _run(tmp_path, monkeypatch, tasks, capsys, caplog, model="dummy"):
     from torchtune_longshort.eval.__main__ import main
     from torchtune_longshort.eval.report.run_files import results_files
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", "dummy", "--device", "cpu",
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", model, "--device", "cpu",
                                       "--include_path", "mytasks", "--tasks", ",".join(tasks),
                                       "--output_path", "res", "--log_samples"])
     code = 0  # a run with nothing to say returns
@@ -129,3 +131,49 @@ def test_a_task_whose_filter_raises_counts_every_document(tmp_path, monkeypatch,
     assert results["configs"]["my_filt"]["not_scored"] == {reason: len(ROWS)}
     assert results["n-samples"]["my_filt"] == {"original": len(ROWS), "effective": len(ROWS)}
     assert results["results"]["my_filt"]["acc,f1"] != results["results"]["my_filt"]["acc,f1"]  # NaN
+
+
+def test_a_generate_until_task_raising_while_building_runs_under_a_model_without_loglikelihood(
+        tmp_path, monkeypatch, capsys, caplog):
+    """The stand-in request of a task that raised while building its own is of the task's type: a generate_until
+    task under a model that only generates (a chat API: lm-eval's local-chat-completions raises NotImplementedError
+    for loglikelihood) leaves the model no loglikelihood call (with a loglikelihood stand-in the run ended in that
+    NotImplementedError's traceback, the other task's score lost). The model answers every request with the rows'
+    answer: the reference for the task that builds is exact_match 1.0."""
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+
+    class GenerateOnly(LM):
+        def __init__(self, **kwargs):
+            super().__init__()
+
+        def loglikelihood(self, requests):
+            raise NotImplementedError("loglikelihood is not supported by this model")
+
+        loglikelihood_rolling = loglikelihood
+
+        def generate_until(self, requests):
+            return [ROWS[0]["answer"] for _ in requests]
+
+    register_model("longshort_test_generate_only")(GenerateOnly)
+    for handler in logging.getLogger("lm_eval").handlers:  # set up by an earlier test: its captured stderr is closed
+        monkeypatch.setattr(handler, "stream", io.StringIO())  # (its records reach caplog)
+    generate = ("output_type: generate_until\ngeneration_kwargs:\n  until: [\"\\n\"]\n"
+                "metric_list:\n  - metric: exact_match\n")
+    _user_tasks(tmp_path / "mytasks", {"gen": "", "genbuild": ""})
+    for name, text in (("gen", "\"{{text}}\""), ("genbuild", "!function funcs.text_boom")):
+        path = tmp_path / "mytasks" / f"my_{name}.yaml"
+        head = path.read_text().split("output_type:")[0]
+        path.write_text(head + f"doc_to_text: {text}\ndoc_to_target: \"{{{{answer}}}}\"\n" + generate
+                        + "    aggregation: mean\n    higher_is_better: true\n")
+    code, err, results = _run(tmp_path, monkeypatch, ["my_gen", "my_genbuild"], capsys, caplog,
+                              model="longshort_test_generate_only")
+    assert code == 1, err
+    assert "NotImplementedError" not in err and "Traceback" not in err
+    assert results["results"]["my_gen"]["exact_match,none"] == 1.0
+    reason = "my_genbuild: building requests: KeyError: 'no field'"
+    assert results["configs"]["my_genbuild"]["not_scored"] == {reason: len(ROWS)}
+    assert results["results"]["my_genbuild"]["exact_match,none"] != results["results"]["my_genbuild"][
+        "exact_match,none"]  # NaN
+    last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
+    assert last.startswith("longshort-eval: error: 1 task(s) raised and are NaN: " + reason), last
