@@ -397,6 +397,20 @@ def test_longshort_cp_refuses_a_dash_for_a_destination(tmp_path, monkeypatch, ca
     assert main(["tiny/longshort_stdlib.yaml", "./-"]) == 0 and (tmp_path / "-.yaml").is_file()  # asked by its path
 
 
+def test_longshort_cp_refuses_a_name_without_a_destination_in_one_line(tmp_path, monkeypatch, capsys):
+    # `longshort-cp tiny/longshort_stdlib.yaml` (no DEST) ended in a TypeError traceback, exit 1; tune cp says
+    # 'the following arguments are required: destination', exit 2 by argparse
+    from torchtune_longshort.configs_cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny/longshort_stdlib.yaml"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert err == "longshort-cp: error: give a destination: longshort-cp NAME DEST\n"
+    assert not any(tmp_path.iterdir())
+
+
 def _linked_folder(folder, link, target, target_there):
     """``folder`` made, holding ``link`` -> ``target`` (relative), the target a user's file ("mine") or absent."""
     folder.mkdir()

@@ -173,8 +173,8 @@ def main(argv=None) -> int:
             ap.error(str(e))
         return 0
     if not args.destination or args.destination == "-":  # `tune cp NAME -` writes a file named -.yaml
-        ap.error("give a destination: longshort-cp NAME DEST" + (args.destination and " ('-' is not standard output "
-                 "here, and tune cp writes a file named -.yaml for it: name a file, e.g. run.yaml)"))
+        ap.error("give a destination: longshort-cp NAME DEST" + (" ('-' is not standard output here, and tune cp "
+                 "writes a file named -.yaml for it: name a file, e.g. run.yaml)" if args.destination else ""))
     try:
         src = config_path(args.name)
     except FileNotFoundError as e:
