@@ -81,3 +81,16 @@ def test_both_axes_widened_say_so_in_two_lines_and_a_legend_under_them_starts_be
     assert [line.split(":")[0] for line in note.get_text().split("\n")] == ["x axis widened", "y axis widened"]
     r = fig.canvas.get_renderer()
     assert not note.get_window_extent(r).overlaps(legend.get_window_extent(r))
+
+
+@pytest.mark.parametrize("width,last", [(4.0, 2100), (3.0, 2100), (2.0, 600), (6.4, 2100)])
+def test_a_log2_position_axis_drops_a_power_of_2_whose_label_would_touch_a_neighbours(width, last):
+    # a 4-inch axes 0.5 .. 2100: '1k' and '2100', an octave apart, overlapped by 1.3 px (the rule counted octaves)
+    xs = [0.5, 8.0, float(last)]
+    fig, ax = _axes(xs, [1.0] * len(xs), size=(width, 3.0))
+    position_axis(ax, xs[0], last, log2=True)
+    draw(fig)
+    got = ticks(ax.xaxis)
+    assert (got[0], got[-1]) == ((0.5, "0.5"), (last, str(last))), got
+    assert len(got) >= 4, got  # room for powers of 2 between is kept
+    no_overlap([t for t in ax.get_xticklabels() if t.get_text()], fig.canvas.get_renderer())

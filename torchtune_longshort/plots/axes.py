@@ -30,6 +30,7 @@ import textwrap
 from typing import Iterable, Optional, Sequence, Tuple
 
 from torchtune_longshort.lengths import length_label
+from torchtune_longshort.plots.label_room import fitting_ticks
 
 # Values spanning less than this ratio (max / min) go on a linear axis.
 LOG_SPAN = 10.0
@@ -218,7 +219,7 @@ def position_axis(ax, first: float, last: int, log2: bool = False, max_ticks: in
     """The x axis of a per-position curve from ``first`` to ``last`` (its first and last position, labelled, with
     round ones between: ``0, 200, .., 1023``; matplotlib's own stopped at 1000), in view with a margin. ``log2``: a
     log2 axis (position 0 has no place on it: ``first`` is the first point, ``0.5``), powers of 2 between, every
-    other one or more when they would crowd (``0.5, 2, 8, .., 16383``; matplotlib's own began at 1)."""
+    other one or more, none whose label would touch another's as measured (``0.5, 2, 8, .., 16383``)."""
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
     if not log2:
@@ -231,12 +232,13 @@ def position_axis(ax, first: float, last: int, log2: bool = False, max_ticks: in
     inner = [2.0 ** k for k in range(math.ceil(lo), math.floor(hi) + 1)
              if k % stride == 0 and k - lo >= stride / 2 and hi - k >= stride / 2]
     ticks = [first] + inner + [last]
+    labels = [length_label(int(t)) if t >= 1 and t == int(t) else plain_number(t) for t in ticks]
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FixedFormatter([length_label(int(t)) if t >= 1 and t == int(t) else plain_number(t)
-                                                 for t in ticks]))
-    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlim(first / 2 ** (0.03 * (hi - lo)), last * 2 ** (0.03 * (hi - lo)))
+    keep = fitting_ticks(ax, ticks, labels)  # a label too wide for its room drops its tick ("1k" beside "2100")
+    ax.xaxis.set_major_locator(FixedLocator([ticks[i] for i in keep]))
+    ax.xaxis.set_major_formatter(FixedFormatter([labels[i] for i in keep]))
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def below_x_axis(ax):
