@@ -105,7 +105,7 @@ def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(tmp_
                if not m.startswith(str(tmp_path))}  # the egg-info files, written where --egg-base put them
     tracked = source_files()  # git ls-files, the reference
     assert not [m for m in members if m.startswith("tests/")], sorted(m for m in members if m.startswith("tests/"))[:5]
-    assert {m.split("/")[0] for m in members} == {"MANIFEST.in", "README.md", "pyproject.toml", "setup.py",
+    assert {m.split("/")[0] for m in members} == {"LICENSE", "MANIFEST.in", "README.md", "pyproject.toml", "setup.py",
                                                  "torchtune_longshort", "configs"}, sorted(members)[:20]
     assert {rel for rel in tracked if rel.startswith(("torchtune_longshort/", "configs/"))} <= members
     assert members <= set(tracked)
