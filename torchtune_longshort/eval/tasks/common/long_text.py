@@ -30,8 +30,7 @@ from torchtune_longshort.eval.tasks.common.unavailable import (
 
 logger = logging.getLogger(__name__)
 
-# Named Hugging Face sources: (dataset path, config name, split, text field).
-# PG19's test split as YaRN and CLEX evaluate it.
+# Named Hugging Face sources: (dataset path, config name, split, text field); PG19's test split as YaRN and CLEX use it.
 HF_PRESETS: Dict[str, tuple] = {
     "pg19": ("emozilla/pg19-test", None, "test", "text"),
 }
@@ -142,7 +141,7 @@ def iter_texts(
     skip_bad_records: bool = False,
     skip_hint: str = "",
     text_field_setting: str = "text_field",
-    files_setting: str = "",
+    files_setting: str = "", local_files: str = "",
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -162,7 +161,7 @@ def iter_texts(
         skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
             string, a line that is no JSON) is skipped, with a warning, instead of failing; ``skip_hint`` (how to
             ask for that) ends the reason when it is not; ``text_field_setting``: how a reason names ``text_field``;
-            ``files_setting``, given: how it names ``data_files``.
+            ``files_setting``, given: how it names ``data_files``; ``local_files``: a hub failure's words for them.
 
     Raises:
         TaskDataError: a bad source / file, an unreadable record, or hub data that cannot be fetched (offline,
@@ -186,7 +185,8 @@ def iter_texts(
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
         split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
-        names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting})
+        names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting},
+                            local_files=local_files or SourceNames.local_files)  # passkey's haystack: its keys
         if text_field_setting.endswith("_text_field in --metadata"):  # a task's keys: ppl_dataset_path, ...
             prefix = text_field_setting[:-len("_text_field in --metadata")]
             own = {"source": f"{prefix}_dataset_path in --metadata"} if source == "hf" else {}  # a preset: its name

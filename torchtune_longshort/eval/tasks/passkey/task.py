@@ -43,6 +43,9 @@ TASK_DESCRIPTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
     "I will quiz you about the important information there."
 )
+# How a haystack read from the hub that cannot be reached names the local ones (docs/eval.md: passkey_haystack).
+PASSKEY_LOCAL_FILES = ("local files (passkey_haystack=local with passkey_haystack_files=<path or glob> in --metadata, "
+                       "or passkey_haystack=filler)")
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
 GEN_BUDGET = 16
@@ -90,7 +93,7 @@ def haystack_units(source: str = "filler", data_files: Any = None, max_units: in
         return (sentences * (max_units // len(sentences) + 1))[:max_units]
     units: List[str] = []
     for text in iter_texts(source=source, data_files=data_files, skip_bad_records=True,
-                           files_setting="passkey_haystack_files"):
+                           files_setting="passkey_haystack_files", local_files=PASSKEY_LOCAL_FILES):
         for line in text.splitlines():
             line = line.strip()
             if line:
