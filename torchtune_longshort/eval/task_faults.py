@@ -64,6 +64,13 @@ class TaskFaults:
         self.first: Dict[str, Tuple[int, int]] = {}  # where it raised: (stage, document), the first this process met
         self.shares: Dict[str, set] = {}  # the documents each task scored in this process (their ids)
         self.rank = 0  # this process's among several (rank 0 writes the results and says the closing line)
+        self.earlier: Dict[str, str] = {}  # the faults of this run's earlier evaluate calls (the closing line's)
+
+    def begin(self) -> None:
+        """A new ``evaluate`` call (a Python caller's second ``simple_evaluate`` in one :func:`contained`): its tasks
+        run afresh, a task that raised in an earlier call among them; the earlier faults stay in the closing line."""
+        self.earlier.update(self.reasons)
+        self.reasons, self.documents, self.first, self.shares = {}, {}, {}, {}
 
     def fault(self, task: str, stage: str, error: BaseException, doc: int = 0) -> None:
         if _passes_through(error):
@@ -77,9 +84,10 @@ class TaskFaults:
 
     def closing_line(self) -> Optional[str]:
         """The run's last line when a task raised (None when none did, and in a process other than rank 0)."""
-        if not self.reasons or self.rank != 0:
+        every = {**self.earlier, **self.reasons}
+        if not every or self.rank != 0:
             return None
-        return (f"{len(self.reasons)} task(s) raised and are NaN: {'; '.join(self.reasons.values())}; the run went on "
+        return (f"{len(every)} task(s) raised and are NaN: {'; '.join(every.values())}; the run went on "
                 "without them: the other tasks' scores and these reasons are in its results (exit status "
                 f"{EXIT_STATUS})")
 
@@ -262,6 +270,7 @@ def contained() -> Iterator[TaskFaults]:
     build = TaskFactory._build_task
 
     def evaluate_contained(lm, task_dict, *args, **kwargs):
+        faults.begin()
         tasks = dict(task_dict.get("tasks") or {}) if isinstance(task_dict, dict) else {}
         for name, task in tasks.items():
             faults._wrap_task(name, task)
