@@ -44,11 +44,9 @@ logger = logging.getLogger(__name__)
 
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
 
-
 _SUBCOMMANDS = ("run", "ls", "validate")
 # The wrapper's own subcommand: print the installed task pack's folder (for stock lm-eval --include_path).
 TASKS_PATH_COMMAND = "tasks-path"
-
 
 # --metadata keys the pack reads besides its tasks' own: the model's tokenizer (tasks that count tokens: long_text's
 # tokenizer_from_metadata) and the lm-eval model of the run (set here)
@@ -389,11 +387,13 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
         check_arguments(argv[1:])
         sys.argv = argv
         try:
-            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), contained():
+            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), contained() as faults:
                 cli_evaluate()
         finally:
             sys.argv = saved
     written.raise_if_failed()
+    if faults.closing_line():  # longshort-eval's last line, logged: the caller gets the results, NaN among them
+        logger.error("%s", faults.closing_line(exit_status=False))
     given = option(argv, "--output_path")  # `--output_path=DIR` too (it returned {}, as if none were given)
     if given is None:
         return {}

@@ -82,14 +82,15 @@ class TaskFaults:
         logger.error("%s -- the task's metrics are NaN and the run goes on without it (the results file gives this "
                      "reason)", self.reasons[task], exc_info=error if show_traceback() else None)
 
-    def closing_line(self) -> Optional[str]:
-        """The run's last line when a task raised (None when none did, and in a process other than rank 0)."""
+    def closing_line(self, exit_status: bool = True) -> Optional[str]:
+        """The run's last line when a task raised (None when none did, and in a process other than rank 0);
+        ``exit_status``: naming longshort-eval's (a Python caller's run has none)."""
         every = {**self.earlier, **self.reasons}
         if not every or self.rank != 0:
             return None
         return (f"{len(every)} task(s) raised and are NaN: {'; '.join(every.values())}; the run went on "
-                "without them: the other tasks' scores and these reasons are in its results (exit status "
-                f"{EXIT_STATUS})")
+                "without them: the other tasks' scores and these reasons are in its results"
+                + (f" (exit status {EXIT_STATUS})" if exit_status else ""))
 
     # ------------------------------------------------------------------ the wraps
     def _wrap_task(self, name: str, task: Any) -> None:
