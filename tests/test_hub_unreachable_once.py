@@ -4,14 +4,10 @@ offline variable set, waited out huggingface_hub's retries (5, ~23 s) once per l
 get the same reason at once."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from hub_subprocess import run_without_hub
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Each length's ask, as longshort_ppl makes it; connections to the unreachable hub counted at the socket (the
 # reference: what a wait comes from), huggingface_hub's backoff sleeps skipped to keep the test short.
@@ -39,12 +35,8 @@ print(json.dumps(out))
 
 
 def test_an_unreachable_hub_is_asked_once_per_data_set(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
-    env.pop("HF_DATASETS_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    (first, n1), (second, n2), (third, n3) = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_without_hub(SCRIPT, tmp_path, 120, HF_ENDPOINT="http://127.0.0.1:9")
+    (first, n1), (second, n2), (third, n3) = json.loads(out.strip().splitlines()[-1])
     assert n1 >= 1 and "the hub cannot be reached from here" in first, (first, n1)
     assert (n2, n3) == (0, 0), (n2, n3)
     assert second == third == f"{first} (asked once in this process, not again for this data set)"

@@ -3,13 +3,10 @@
 (source: json, data_files: ...)', the training YAML's keys, none of which passkey reads; its reason now names
 passkey's own keys, and following them reads the haystack."""
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from hub_subprocess import run_without_hub
+
 
 SCRIPT = r"""
 from torchtune_longshort.eval.tasks.passkey.task import haystack_units
@@ -23,13 +20,8 @@ except TaskDataError as e:
 
 
 def test_passkey_from_an_unreachable_hub_names_its_own_local_keys(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     # offline mode: the same reason as a hub out of reach, without huggingface_hub's retries
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
-    env.pop("HF_DATASETS_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    reason = done.stdout.strip().splitlines()[-1]
+    reason = run_without_hub(SCRIPT, tmp_path, 60, HF_HUB_OFFLINE="1").strip().splitlines()[-1]
     assert "emozilla/pg19-test" in reason, reason
     hint = reason[reason.index("local files ("):]
     named = {}
