@@ -1,7 +1,8 @@
 """A divergence of one's own, named by its dotted path (``loss.divergence: my_module.my_div``), as a RoPE method
 or a model family is (:mod:`torchtune_longshort.rope.registry`: imported on first lookup in each process).
 
-The function takes two logit tensors ``[..., vocab]`` and returns one float32 value per position (``[...]``), as
+The function takes two logit tensors ``[..., vocab]`` (window A's, the longer context, first; in the metric the
+``l1`` suffix's) and returns one float32 value per position (``[...]``), as
 the shipped ``*_per_position`` functions of :mod:`.divergences` do; it must depend on the logits through their
 softmaxes only (a divergence between two distributions), since the fused loss hands it log-probabilities.
 
