@@ -319,3 +319,28 @@ def test_a_cell_run_again_keeps_a_users_file_in_its_eval_folder(tmp_path, tiny_f
     assert t1.run_cell("pi", 384)["status"] == "failed"
     assert (eval_dir / "notes.md").read_text() == "mine" and not (eval_dir / "model").exists()
     assert any("kept 1 file(s)" in m and "notes.md" in m for m in logged), logged
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file"])
+def test_an_out_that_is_a_file_or_lies_under_one_is_refused_as_out_before_the_preflight(tmp_path, tiny_folder, capsys,
+                                                                                       where):
+    # `--out o`, o a file: refused naming --report-dir='o/report', an option the user never gave; `--out f/o
+    # --report-dir rep`, f a file: the pre-flight ran, then '[Errno 20] Not a directory: ...' named no option
+    from torchtune_longshort.study.table1.__main__ import main
+
+    cfg, mine = tmp_path / "table1.yaml", tmp_path / "f"
+    cfg.write_text(yaml.safe_dump(_tiny_raw(tiny_folder)))
+    mine.write_text("mine")
+    out, extra = (mine, []) if where == "a_file" else (mine / "o", ["--report-dir", str(tmp_path / "rep")])
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(cfg), "--out", str(out), *extra])
+    said = capsys.readouterr()
+    err = said.err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    # the option given, the path given, and the file that stands in its way: what mkdir itself trips on
+    with pytest.raises(OSError) as made:
+        out.mkdir(parents=True)
+    assert err.startswith(f"{PROG}: error: --out (or the config's output_dir)={str(out)!r} "), err
+    assert made.value.errno in (17, 20) and str(mine) in err, err
+    assert "pre-flight" not in said.out, said.out
+    assert sorted(tmp_path.iterdir()) == [mine, cfg] and mine.read_text() == "mine"

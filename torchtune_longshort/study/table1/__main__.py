@@ -31,6 +31,7 @@ from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.table1.config import load_table1_config
 
 PROG = "python -m torchtune_longshort.study.table1"
+OUT_FIELD = "--out (or the config's output_dir)"  # as the runner's refusals name it
 
 
 @quiet_when_the_reader_leaves
@@ -65,11 +66,14 @@ def main(argv=None) -> int:
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     if a.report_only:
         refusing(PROG, t1.check_report_only)
+    else:  # the output folder before the report's (by default inside it): a file there, or a folder it cannot make,
+        # is named as --out, not as a --report-dir the user never gave, and not after the pre-flight as an OSError
+        refusing(PROG, t1.check_output)  # a user's files of the names it writes; a folder inside the checkpoint
+        refusing(PROG, lambda: check_creatable(OUT_FIELD, str(t1.out), writable=True))
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
     t0 = time.time()
     if not a.report_only:
-        refusing(PROG, t1.check_output)  # a user's files of the names it writes; a folder inside the checkpoint
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
         # a second Table 1 on the same folder ran every cell again beside the first
