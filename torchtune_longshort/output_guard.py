@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import glob
 import json
 import math
@@ -79,8 +80,16 @@ def _own_temporary(tmp: Path, mode: str, **kwargs: Any) -> IO:
     it until its file is in place (it wrote through the same ``tmp``: the second truncated the first's, the first
     moved the second's half into place, the second's rename found no file). The flock is taken on the file then
     checked to be still ``tmp``'s (the holder may have renamed it into place meanwhile: then again). What a killed
-    writer left is no one's (its flock went with it). Where the file system has no flock, none."""
-    fd, _ = flock_named(Path(tmp), os.O_WRONLY)
+    writer left is no one's (its flock went with it). Where the file system has no flock, none. A symbolic link
+    there is not one: refused, never written through (the file it named was emptied and overwritten, and moved into
+    place as a link to it; one to nothing was opened again and again, the command never ending)."""
+    try:
+        fd, _ = flock_named(Path(tmp), os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise FileExistsError(errno.EEXIST, f"{tmp} is a symbolic link, not a temporary file of this command's: "
+                              "move it away and run again", str(tmp)) from None
     os.ftruncate(fd, 0)
     return os.fdopen(fd, mode, **kwargs)
 
