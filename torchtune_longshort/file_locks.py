@@ -5,6 +5,7 @@ library only."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -30,7 +31,10 @@ def flock_named(path: Path, flags: int, waiting: Optional[Callable[[], None]] = 
         except FileExistsError:
             try:
                 fd, made = os.open(path, flags), False
-            except FileNotFoundError:  # its holder removed it meanwhile
+            except FileNotFoundError:  # its holder removed it meanwhile; a link to nothing is no one's lock: refused
+                if os.path.islink(path):  # (it was tried again and again, the command never ending)
+                    raise FileExistsError(errno.EEXIST, f"{path} is a symbolic link to nothing, not a lock file of "
+                                          "this command's: move it away and run again", str(path)) from None
                 continue
         try:
             try:
