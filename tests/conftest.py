@@ -3,6 +3,7 @@ Llama-2-shaped checkpoint in Hugging Face format. Both are built once per test s
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# lm_eval's import sets HF_XET_HIGH_PERFORMANCE=1 in os.environ, a variable huggingface_hub reads at import time: a
+# test importing lm_eval in-process after the zygote started (tests/warm: it compares each command's import-time
+# variables with its own) had every later command of its worker declined and run fresh, and test_warm_start's
+# checks of the warm start failed after it (pytest -n 0 tests/test_wheel_install.py tests/test_warm_start.py). Its
+# import is cheap (its evaluator loads lazily): done here, before any zygote, whatever files are collected.
+importlib.import_module("lm_eval")
 # One intra-op thread pool per core, not per process: with two pytest-xdist workers on 2 cores, each worker and every
 # subprocess it starts (tune run, lm-eval, the study) gets cpu_count // workers threads. torch's default (every core
 # in every process) oversubscribes the cores, and a 4-step SmolLM2 fine-tune then took 254 s instead of 64 s.

@@ -4,17 +4,16 @@ stdin/stdout/stderr, exit status, a relayed signal; and the cases the zygote mus
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from warm_start import with_warm_start
-
 
 
 @pytest.fixture(autouse=True)
@@ -64,16 +63,22 @@ def test_an_exception_exits_1_with_its_traceback(tmp_path):
 
 
 def test_a_signal_reaches_the_command_and_its_status_comes_back(tmp_path):
-    code = ("import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *a: (print('got', flush=True), sys.exit(7)))\n"
-            "print('ready', flush=True)\ntime.sleep(60)\n")
+    """The command waits on its stdin, which stays open until it has ended: it ends on the signal, not after a fixed
+    60 s sleep that the 60 s wait for it could outlast on a loaded machine."""
+    wait = "print('ready', flush=True)\nsys.stdin.read()\n"
+    code = ("import signal, sys\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('got', flush=True), sys.exit(7)))\n" + wait)
     for handled in (True, False):
-        c = code if handled else "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+        c = code if handled else "import sys\n" + wait
         e = dict(os.environ, PYTHONPATH=with_warm_start())
-        p = subprocess.Popen([sys.executable, "-c", c], env=e, stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, "-c", c], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
         assert p.stdout.readline() == "ready\n"
         p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=60)
+        p.wait(timeout=120)
+        out = p.stdout.read()
+        p.stdin.close()
+        p.stdout.close()
         assert (p.returncode, out) == ((7, "got\n") if handled else (-signal.SIGTERM, ""))
 
 
@@ -112,3 +117,13 @@ def test_a_warm_command_gets_the_collect_env_report_a_fresh_one_computes(tmp_pat
     (by_warm, warm_text), (by_fresh, fresh_text) = (p.stdout.split("\n", 1) for p in (warm, fresh))
     assert warm_text == fresh_text and "PyTorch version" in warm_text
     assert (by_warm, by_fresh) == ("zygote.py", "collect_env.py")
+
+
+def test_a_test_that_imports_lm_eval_keeps_its_commands_warm(tmp_path):
+    """lm_eval's import sets HF_XET_HIGH_PERFORMANCE in this process's environment, an import-time variable the
+    zygote compares: once a test had imported it (after the zygote started), every later command was declined and
+    ran fresh (test_wheel_install.py before this file under ``-n 0``). conftest imports it before the zygote."""
+    importlib.import_module("lm_eval")
+
+    p = _run([sys.executable, "-c", PROBE], tmp_path, False)
+    assert p.returncode == 0 and json.loads(p.stdout)["torch_imported"], p.stderr[-2000:]
