@@ -37,10 +37,12 @@ import math
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
-from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_length
+from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_from_metadata, per_length
+from torchtune_longshort.eval.tasks.common.limit_share import within_limit
 from torchtune_longshort.eval.tasks.common.pack_task import running_task, sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
-from torchtune_longshort.eval.tasks.common.unavailable import check_fits_model, nan_results, reason_of, refusal_of
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    TooFewSequences, check_fits_model, nan_results, reason_of, refusal_of)
 
 logger = logging.getLogger(__name__)
 FAMILY = TASK_FAMILIES["ppl"]
@@ -74,7 +76,12 @@ def long_ppl_dataset(**metadata: Any):
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
         # BOS + L tokens: the model runs L positions (it predicts the first token from BOS alone)
-        samples = ppl_samples(metadata, length, check_model=False)  # past the model: rows kept, marked (fits)
+        try:
+            samples = ppl_samples(metadata, length, check_model=False)  # past the model: rows kept, marked (fits)
+        except TooFewSequences as err:  # a --limit below ppl_num_samples may need no more than were cut
+            samples = within_limit(f"{running_task(FAMILY.task)} at length {length_label(length)}", err,
+                                   int(metadata.get("ppl_num_samples", 20)), lambda n: ppl_samples(
+                                       {**metadata, "ppl_num_samples": n}, length, check_model=False))
         return [{"text": s.text, "n_tokens": len(s.token_ids), "length": length, "doc_index": s.doc_index,
                  "start": s.start, "source": source} for s in samples]
 
