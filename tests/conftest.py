@@ -4,6 +4,7 @@ Llama-2-shaped checkpoint in Hugging Face format. Both are built once per test s
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -45,6 +46,20 @@ def _hygiene(tmp_path_factory):
     # torch.compile's kernel cache, one per run for every test and worker (inductor's default is under TMPDIR, which
     # the end-to-end tests set per test: each compiled the same tiny layers from nothing)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_run_folder(tmp_path_factory) / "inductor_cache"))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _lm_eval_console_on_live_stderr():
+    """lm-eval's console handler, made once a process by its first run (``lm_eval.utils.setup_logging``: a
+    ``StreamHandler`` on the ``sys.stderr`` of that moment), was left on a test's capsys capture, closed after that
+    test: a later in-process run's lines were lost ('--- Logging error --- ... ValueError: I/O operation on closed
+    file'). Each test starts with it on the ``sys.stderr`` of its start (the stream is set, not flushed: the old one
+    may be closed)."""
+    for handler in logging.getLogger("lm_eval").handlers:
+        if type(handler) is logging.StreamHandler and handler.stream is not sys.stderr:
+            with handler.lock:
+                handler.stream = sys.stderr
     yield
 
 

@@ -31,10 +31,6 @@ def test_run_cli_logs_longshort_evals_closing_line_for_a_task_that_raised(tmp_pa
     from torchtune_longshort.eval.__main__ import main
     from torchtune_longshort.eval.cli_run import run_cli
 
-    from lm_eval.utils import setup_logging
-
-    with capsys.disabled():  # lm-eval's handler (set up once a process) on the session's stderr, not this test's
-        setup_logging()  # captured one, which is closed after it (a later test's lines: 'I/O operation on closed file')
     _boom_task(tmp_path / "mytasks")
     monkeypatch.chdir(tmp_path)
     args = ["run", "--model", "dummy", "--device", "cpu", "--include_path", "mytasks", "--tasks", "my_boom",
