@@ -58,29 +58,52 @@ def stdlib_sentencepiece_tokenizer(
     if not model_file.is_file():
         check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
         made = missing_root(folder)  # the folders this call makes (None: an empty folder of the user's, kept)
-        # Train aside and rename, so two runs starting together never read a half-written tokenizer.
-        tmp = folder_beside(folder, "training")
-        try:
-            files = stdlib_source_files(limit=train_files_limit, include_tests=False)
-            _say(f"Tokenizer: training a SentencePiece BPE of {vocab_size} pieces on {len(files)} standard-library "
-                 f"files ({_size(files)}, tests excluded) under {stdlib_dir()}, into {folder} ...")
-            start = time.monotonic()
-            train_sentencepiece((stdlib_document(f) for f in files), tmp, vocab_size=vocab_size)
-            if _move_into_place(tmp, folder, model_file):
-                _TRAINED[folder.resolve()] = made.resolve() if made is not None else None
-                _say(f"Tokenizer: trained in {time.monotonic() - start:.1f} s: {model_file}")
-            else:
-                _say(f"Tokenizer: {model_file} was put in place by another run meanwhile; using it")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
-            if folder.resolve() not in _TRAINED:
-                remove_made_folders(folder, made)  # training failed or stopped: no empty folder of its stays
+        with _training_turn(folder):  # torchrun's ranks, or runs started together: one trains, the others wait
+            if not model_file.is_file():
+                _train_into(folder, model_file, made, vocab_size, train_files_limit)
+            else:  # trained while this process waited its turn: read, not trained again
+                _say(f"Tokenizer: {model_file} was trained by another process meanwhile (another rank of this run, "
+                     "or a run started at the same time); using it")
     elif Path(path).suffix != ".model" and folder.resolve() not in _HELD:  # once a process (the config check reads it)
         _say(f"Tokenizer: reusing {model_file}, already there (not trained again; its vocab_size is its own: "
              "remove the folder to train it anew)")
     if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
         _hold(folder)
     return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
+
+
+@contextlib.contextmanager
+def _training_turn(folder: Path):
+    """An exclusive flock on the tokenizer folder's parent while this process trains: each of torchrun's ranks
+    builds the component, and every rank trained the same folder at once (twice the CPU, the losers saying 'put in
+    place by another run'); now the first trains and the others find its folder when their turn comes."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def _train_into(folder: Path, model_file: Path, made: Optional[Path], vocab_size: int, train_files_limit: int):
+    """Train aside and rename, so that a process not taking :func:`_training_turn` never reads a half-written one."""
+    tmp = folder_beside(folder, "training")
+    try:
+        files = stdlib_source_files(limit=train_files_limit, include_tests=False)
+        _say(f"Tokenizer: training a SentencePiece BPE of {vocab_size} pieces on {len(files)} standard-library "
+             f"files ({_size(files)}, tests excluded) under {stdlib_dir()}, into {folder} ...")
+        start = time.monotonic()
+        train_sentencepiece((stdlib_document(f) for f in files), tmp, vocab_size=vocab_size)
+        if _move_into_place(tmp, folder, model_file):
+            _TRAINED[folder.resolve()] = made.resolve() if made is not None else None
+            _say(f"Tokenizer: trained in {time.monotonic() - start:.1f} s: {model_file}")
+        else:
+            _say(f"Tokenizer: {model_file} was put in place by another run meanwhile; using it")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
+        if folder.resolve() not in _TRAINED:
+            remove_made_folders(folder, made)  # training failed or stopped: no empty folder of its stays
 
 
 def _say(line: str) -> None:
@@ -113,14 +136,17 @@ def _hold(folder: Path) -> None:
 def discard_trained_tokenizer(folder: Path) -> bool:
     """Remove the tokenizer ``folder`` of a refused run: only when this process's training put it in place and no
     other process reads it (a run started at the same time, with the same ``tokenizer.path``, that trained it or
-    loaded this one: removing it would end that run at its first save). True when removed."""
+    loaded this one: removing it would end that run at its first save). True when removed. A refused process that
+    read the folder without training it (another rank of the same run) gives back its hold, so that the rank which
+    trained it can remove it: it held the folder, and a 2-process run refused at setup left it every time."""
     key = Path(folder).expanduser().resolve()
     fd = _HELD.get(key)
-    if key not in _TRAINED or fd is None:
+    if key not in _TRAINED:
+        if fd is not None:  # refused: this process reads it no more
+            os.close(fd)
+            del _HELD[key]
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while another process holds its shared lock
-    except BlockingIOError:
+    if fd is None or not _exclusive(fd, DISCARD_WAIT_S):  # another process reads it
         return False
     made = _TRAINED.pop(key)
     for child in key.iterdir():  # what the training put there: the folder held nothing else
@@ -130,6 +156,24 @@ def discard_trained_tokenizer(folder: Path) -> bool:
     os.close(fd)
     del _HELD[key]
     return True
+
+
+# How long a refused run's trainer waits for the other ranks of its run, refused at the same point, to give the folder
+# back (discard_trained_tokenizer); a run that reads it while it runs holds it longer, and the folder is kept.
+DISCARD_WAIT_S = 0.5
+
+
+def _exclusive(fd: int, wait_s: float) -> bool:
+    """The exclusive flock of ``fd`` taken within ``wait_s`` seconds; False while another process holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def _move_into_place(tmp: Path, folder: Path, model_file: Path) -> bool:
