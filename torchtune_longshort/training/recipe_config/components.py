@@ -148,6 +148,10 @@ class ModelConfig(ComponentSection):
         for path, node in _nodes({"_component_": self.component, **self.args}, "model"):
             if node["_component_"] == HF_DECODER and node.get("checkpoint_dir"):
                 folder = CheckpointFolder.open(node["checkpoint_dir"], field=f"{path}.checkpoint_dir")
+                try:  # the builder's own refusals, as the run's build gives them
+                    folder.family.check_builds(folder.config)
+                except UnsupportedModelError as e:
+                    raise UnsupportedModelError(f"checkpoint {str(folder.path)!r}: {e}") from None
                 if node.get("lora_rank") is not None:  # QLoRA's shapes, from config.json (the build checked them)
                     check_nf4_shapes(folder.config, dict(node), f"{path}.quantize_base", world_size)
 
