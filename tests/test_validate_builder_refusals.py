@@ -44,3 +44,21 @@ def test_a_config_json_the_builder_refuses_is_refused_by_the_check_as_the_run_re
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [f"longshort-validate: error: {built.value}"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tied_phi4_mini_config_is_refused_naming_its_partial_rotation_as_the_untied_one_is(family_dirs):
+    # Phi-4-mini's config.json ties its embeddings: it was refused as 'not a supported model family' (the phi3 row
+    # reads untied folders), listing phi3 among the supported ones, where README names partial_rotary_factor
+    from torchtune_longshort.models import UnsupportedModelError
+    from torchtune_longshort.models.families import family_of
+    from torchtune_longshort.models.family_builders import build_phi3
+
+    cfg = json.loads((family_dirs["phi3"] / "config.json").read_text())
+    phi4_mini = dict(cfg, partial_rotary_factor=0.75, rope_parameters=None)
+    with pytest.raises(UnsupportedModelError) as untied:  # the phi3 builder's own refusal: the reference
+        build_phi3(phi4_mini, 256, None)
+    with pytest.raises(UnsupportedModelError) as tied:
+        family_of(dict(phi4_mini, tie_word_embeddings=True), "c/config.json")
+    assert str(tied.value) == f"c/config.json: {untied.value}"
+    with pytest.raises(UnsupportedModelError, match=r"\(family phi3 reads model_type 'phi3', untied only\)\. A "):
+        family_of(dict(cfg, tie_word_embeddings=True), "c/config.json")

@@ -280,7 +280,7 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
             return f
     # a text model transformers runs is still evaluated by lm-eval's own model (the vision one is no text model)
     hint = "; lm-eval's --model hf evaluates it" if mt in LEFT_OUT and mt not in VISION_LEFT_OUT else ""
-    why = f" ({LEFT_OUT[mt]}{hint})" if mt in LEFT_OUT else f". {OWN_FAMILY_HINT}"
+    why = f" ({LEFT_OUT[mt]}{hint})" if mt in LEFT_OUT else f"{_other_tying(config, where)}. {OWN_FAMILY_HINT}"
     raise UnsupportedModelError(
         f"{where}: model_type={mt!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}) is not a supported "
         f"model family{why}. Supported: {supported()}"
@@ -348,6 +348,19 @@ def recorded_family(config: Config, family: ModelFamily) -> Config:
 
 def _shipped() -> list:
     return [name for name in MODEL_FAMILIES if not is_dotted_path(name)]
+
+
+def _other_tying(config: Config, where: str) -> str:
+    """Why a family of this ``model_type`` under the other tying does not read ``config``: its builder's own refusal
+    where it has one (a tied Phi-4-mini rotates 3/4 of each head: the reason the README names), else the tying."""
+    for f in MODEL_FAMILIES.values():
+        if f.hf_model_type == config.get("model_type") and f.tied is not None:
+            try:
+                f.check_builds({**config, "tie_word_embeddings": f.tied})
+            except UnsupportedModelError as e:
+                raise UnsupportedModelError(f"{where}: {e}") from None
+            return f" (family {f.name} reads model_type {f.hf_model_type!r}{_tying(f)} only)"
+    return ""
 
 
 def _tying(family: ModelFamily) -> str:
