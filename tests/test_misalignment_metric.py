@@ -265,3 +265,15 @@ def test_cli_data_messages_name_its_own_options(tiny_llama2_dir, sp_tokenizer_di
     assert results["skipped"]["values"] == results["good"]["values"]
     # the result says what was left out of it: the one record without a text field, and none from the good file
     assert (results["skipped"]["records_skipped"], results["good"]["records_skipped"]) == (1, 0)
+
+
+def test_one_suffix_length_for_both_contexts_is_taken():
+    """min_len == max_len (one context length: l1 == l2) is in the range 1 <= min_len <= max_len; the reference:
+    the same distribution on both sides, so Jeffreys and JS are 0 and SCE is twice its entropy (Eq. 3)."""
+    model = LastTokenModel()
+    seqs = [torch.randint(0, 13, (24,), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    res = misalignment_metric(model, seqs, length=32, min_len=20, max_len=20, progress=False)
+    assert res.pairs == [[20, 20]] * 3 and max(res.values["jeffreys"] + res.values["js"]) == 0.0
+    for seq, s in zip(seqs, res.values["sce"]):
+        p = torch.softmax(model.table.weight[seq[-1]].double(), -1)
+        assert s == pytest.approx(-2 * (p * p.log()).sum().item(), rel=1e-5)
