@@ -6,9 +6,7 @@ user tasks under lm-eval's `dummy` model; each scores a number read from its own
 is the rows' mean, computed here, whatever the model answers.
 """
 
-import io
 import json
-import logging
 import sys
 import textwrap
 
