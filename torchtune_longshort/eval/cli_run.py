@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 _CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
 
 _SUBCOMMANDS = ("run", "ls", "validate")
-# The wrapper's own subcommand: print the installed task pack's folder (for stock lm-eval --include_path).
-TASKS_PATH_COMMAND = "tasks-path"
 
 # --metadata keys the pack reads besides its tasks' own: the model's tokenizer (tasks that count tokens: long_text's
 # tokenizer_from_metadata) and the lm-eval model of the run (set here)

@@ -5,8 +5,8 @@ request raises. This module is the one owner of how the task pack says "this can
 
 * **Data that cannot be had** (a missing file, the hub offline or unreachable, no document long enough, a model
   the task cannot use, a length the model does not cover): the task's loader raises :class:`TaskDataError`
-  and turns it into a one-row placeholder whose ``error`` field holds the reason (:func:`placeholder`,
-  :func:`placeholder_dataset`; lm-eval cannot build a task from zero rows).
+  and turns it into a one-row placeholder whose ``error`` field holds the reason (:func:`placeholder`;
+  lm-eval cannot build a task from zero rows).
 * **A request the model refuses** (a prompt longer than the model and a task that declares no truncation, no
   room left to generate): the ``longshort`` model returns a result whose ``refusal`` attribute holds the reason
   (:class:`RefusedText` for generations, :class:`RefusedScores` for divergences, ``TokenLoglikelihood`` with
@@ -88,13 +88,6 @@ def placeholder(task: str, message: str, fields: Mapping[str, Any], features: An
                  extra=ALIKE_ON_EVERY_RANK)  # every process reads the whole data set
     row = {**fields, ERROR_FIELD: reason}
     return datasets.Dataset.from_list([row], features=features)
-
-
-def placeholder_dataset(task: str, message: str, fields: Mapping[str, Any], split: str = "test"):
-    """:func:`placeholder` as a ``DatasetDict`` with one split (what a ``custom_dataset`` function returns)."""
-    import datasets
-
-    return datasets.DatasetDict({split: placeholder(task, message, fields)})
 
 
 def reason_of(doc: Mapping[str, Any]) -> str:

@@ -64,7 +64,6 @@ TRUNCATION = "middle"
 # (key suffix, lower bound inclusive, upper bound exclusive) on the sample's ``length`` field, which
 # LongBench counts in words (English). Same thresholds as LongBench eval.py's scorer_e.
 LENGTH_BUCKETS = (("0_4k", 0, 4000), ("4_8k", 4000, 8000), ("8k_plus", 8000, math.inf))
-BUCKET_METRICS = tuple(f"score_{name}" for name, _, _ in LENGTH_BUCKETS)
 
 REQUIRED_FIELDS = ("context", "answers", "length", "all_classes")
 # LongBench's JSONL calls the question/instruction field ``input``; the HF mirror the shipped tasks read,
