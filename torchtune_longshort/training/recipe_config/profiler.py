@@ -60,8 +60,3 @@ class ProfilerConfig(ComponentSection):
 
         given = {k: getattr(self, k) for k in DEFAULT_SCHEDULE}
         return {k: DEFAULT_SCHEDULE[k] if v is None else v for k, v in given.items()}
-
-    def first_trace_step(self) -> int:
-        """The optimizer step (counted from this process's start) after which the first trace is written."""
-        s = self.schedule()
-        return s["wait_steps"] + s["warmup_steps"] + s["active_steps"]
