@@ -20,8 +20,6 @@ class PeakTensorMemory:
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.peak_bytes = 0
-        self.end_bytes = 0
-        self.num_events = 0
 
     def __enter__(self):
         from torch.profiler import ProfilerActivity, profile
@@ -52,7 +50,7 @@ class PeakTensorMemory:
                 peak = max(peak, cur)
             elif ptr in live:  # frees of memory allocated before the block are ignored
                 cur -= live.pop(ptr)
-        self.peak_bytes, self.end_bytes, self.num_events = peak, cur, len(events)
+        self.peak_bytes = peak
         return False
 
     @property
