@@ -129,10 +129,7 @@ class PackedTokenStream:
         if self.shuffle_seed is not None:
             order = pass_order(count, self.shuffle_seed, self.epoch)
             if self.docs_consumed > count:
-                raise ValueError(
-                    f"cannot resume: the corpus has only {count} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
-                    "run in another output_dir")
+                raise self._cannot_resume(count)
             self._it = self._documents.in_order(order[self.docs_consumed:])
             return
         if count is not None and self.docs_consumed:
@@ -140,10 +137,7 @@ class PackedTokenStream:
             # documents consumed before it are neither built nor tokenized again (they were, one by one: O(consumed)
             # before the first resumed step)
             if self.docs_consumed > count:
-                raise ValueError(
-                    f"cannot resume: the corpus has only {count} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
-                    "run in another output_dir")
+                raise self._cannot_resume(count)
             self._it = self._documents.from_index(self.docs_consumed)
             return
         self._it = iter(self._documents())
@@ -151,11 +145,14 @@ class PackedTokenStream:
             try:
                 next(self._it)
             except StopIteration:
-                raise ValueError(
-                    f"cannot resume: the corpus has only {i} documents but the saved state consumed "
-                    f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
-                    "run in another output_dir"
-                ) from None
+                raise self._cannot_resume(i) from None
+
+    def _cannot_resume(self, count: int) -> ValueError:
+        """The refusal of a saved state that consumed more documents than the corpus's ``count``."""
+        return ValueError(
+            f"cannot resume: the corpus has only {count} documents but the saved state consumed "
+            f"{self.docs_consumed} in epoch {self.epoch}: restore the data the run read, or start a new "
+            "run in another output_dir")
 
     def _next_document(self) -> List[int]:
         if self._it is None:
