@@ -188,35 +188,42 @@ def _unskippable(message: str) -> DataRecordError:
 def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
     """``<file>:<line>`` (JSON lines) or ``<file> record k`` of the ``index``-th record over ``files``, counted as
     ``datasets`` does (blank JSON lines skipped); ``record <index>`` when the files do not say."""
-    left = index
-    for _, f in files:
-        lines = _record_lines(f)
-        if lines is None:
-            break
-        if left < len(lines):
-            return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else f"{f} record {left}"
-        left -= len(lines)
-    return f"record {index}"
+    place = _record_place(files, index)
+    if place is None:
+        return f"record {index}"
+    f, lines, left = place
+    return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else f"{f} record {left}"
 
 
 def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where: str) -> Optional[str]:
     """What this package's reader says of the ``index``-th record (``<file>:<line>: no text field ...``), or None
     when it reads it fine or cannot find it."""
+    place = _record_place(files, index)
+    if place is None:
+        return None
+    f, _, left = place
+    try:
+        records = iter_documents([f], column, f"{where}.column")
+        for _ in range(left + 1):
+            next(records)
+    except DataRecordError as e:
+        return str(e)
+    except StopIteration:
+        pass
+    return None
+
+
+def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[Path, List[int], int]]:
+    """The file holding the ``index``-th record over ``files`` (counted as ``datasets`` does), its records' lines
+    (:func:`_record_lines`) and the record's place among them; None when a file before it does not say its records,
+    or ``index`` is past the last."""
     left = index
     for _, f in files:
         lines = _record_lines(f)
         if lines is None:
             return None
         if left < len(lines):
-            try:
-                records = iter_documents([f], column, f"{where}.column")
-                for _ in range(left + 1):
-                    next(records)
-            except DataRecordError as e:
-                return str(e)
-            except StopIteration:
-                pass
-            return None
+            return f, lines, left
         left -= len(lines)
     return None
 
