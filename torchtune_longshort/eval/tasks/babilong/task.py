@@ -267,47 +267,49 @@ def load_babilong(
     style = check_prompt_style(babilong_prompt)
     parts = []
     for length in parse_lengths(max_seq_lengths):
-        if babilong_data_dir:
-            paths = local_files(babilong_data_dir, length, qa_split)
-            if not paths:
-                folder = Path(babilong_data_dir).expanduser() / length
-                msg = (f"BABILong data file not found: neither {folder / qa_split}.jsonl nor {folder / qa_split}-*"
-                       f".parquet (babilong_data_dir={babilong_data_dir!r}, length {length}, task {qa_split}; expected "
-                       "<dir>/<length>/<qa>.jsonl, as python -m torchtune_longshort.eval.tasks.babilong.generator "
-                       "writes them, or a snapshot of the hub's Parquet files, "
-                       "<dir>/<length>/<qa>-00000-of-00001.parquet)")
-                if babilong_missing == "error":
-                    raise FileNotFoundError(msg)
-                parts.append(_placeholder(qa_split, length, msg))
-                continue
-            try:
-                rows = _read_local(paths, qa_split, length, style)
-                if not rows:
-                    raise TaskDataError(f"{', '.join(map(str, paths))} has no rows: {NO_ROWS_FIX}")
-            except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
-                if babilong_missing == "error":
-                    raise
-                parts.append(_placeholder(qa_split, length, str(err)))
-                continue
-            parts.append(datasets.Dataset.from_list([{**r, MISSING_DATA_FIELD: None} for r in rows], features=_features()))
-        else:
-            try:
-                ds = load_hub_dataset(HF_DATASET, name=length, split=qa_split, alternative=(
-                    "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl, or of a snapshot of the "
-                    "hub's <length>/<qa>-*.parquet> in --metadata (e.g. from python -m "
-                    "torchtune_longshort.eval.tasks.babilong.generator)"))
-            except TaskDataError as err:
-                if babilong_missing == "error":
-                    raise
-                parts.append(_placeholder(qa_split, length, str(err)))
-                continue
-            ds = ds.select_columns(["input", "question", "target"])
-            n = len(ds)
-            ds = ds.add_column("qa", [qa_split] * n).add_column("length", [length] * n)
-            ds = ds.add_column("depth", [None] * n).add_column(MISSING_DATA_FIELD, [None] * n)
-            ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * n)
-            parts.append(ds.cast(_features()))
+        try:
+            parts.append(_local_part(babilong_data_dir, length, qa_split, style, babilong_missing)
+                         if babilong_data_dir else _hub_part(length, qa_split))
+        except TaskDataError as err:  # one bad file scores its length NaN with the reason; the run goes on
+            if babilong_missing == "error":
+                raise
+            parts.append(_placeholder(qa_split, length, str(err)))
     # interleaved across (length, depth), so --limit N keeps every cell: one length's file holds its depths one after
     # another too (the generator's), and --limit 2 of two depths took both rows from the first
     ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return {qa_split: ds.select(round_robin_order(list(zip(ds["length"], ds["depth"]))))}
+
+
+def _local_part(data_dir: str, length: str, qa: str, style: str, missing: str):
+    """One length of ``qa`` from ``data_dir`` as a ``datasets.Dataset``; :class:`TaskDataError` for a file that is
+    missing (``FileNotFoundError`` when ``missing`` is ``"error"``), unreadable or empty."""
+    import datasets
+
+    paths = local_files(data_dir, length, qa)
+    if not paths:
+        folder = Path(data_dir).expanduser() / length
+        msg = (f"BABILong data file not found: neither {folder / qa}.jsonl nor {folder / qa}-*"
+               f".parquet (babilong_data_dir={data_dir!r}, length {length}, task {qa}; expected "
+               "<dir>/<length>/<qa>.jsonl, as python -m torchtune_longshort.eval.tasks.babilong.generator "
+               "writes them, or a snapshot of the hub's Parquet files, "
+               "<dir>/<length>/<qa>-00000-of-00001.parquet)")
+        raise (FileNotFoundError if missing == "error" else TaskDataError)(msg)
+    rows = _read_local(paths, qa, length, style)
+    if not rows:
+        raise TaskDataError(f"{', '.join(map(str, paths))} has no rows: {NO_ROWS_FIX}")
+    return datasets.Dataset.from_list([{**r, MISSING_DATA_FIELD: None} for r in rows], features=_features())
+
+
+def _hub_part(length: str, qa: str):
+    """One length of ``qa`` from the hub's ``RMT-team/babilong-1k-samples``; :class:`TaskDataError` when it cannot
+    be had."""
+    ds = load_hub_dataset(HF_DATASET, name=length, split=qa, alternative=(
+        "for local data pass babilong_data_dir=<folder of <length>/<qa>.jsonl, or of a snapshot of the "
+        "hub's <length>/<qa>-*.parquet> in --metadata (e.g. from python -m "
+        "torchtune_longshort.eval.tasks.babilong.generator)"))
+    ds = ds.select_columns(["input", "question", "target"])
+    n = len(ds)
+    ds = ds.add_column("qa", [qa] * n).add_column("length", [length] * n)
+    ds = ds.add_column("depth", [None] * n).add_column(MISSING_DATA_FIELD, [None] * n)
+    ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * n)
+    return ds.cast(_features())
