@@ -12,7 +12,8 @@ held out from a training corpus read with ``include_tests: False``; ``stdlib_hel
 ``split: train``, the eval pack's ``ppl_source`` names), a text file, a directory of text files, a
 JSONL file (``--text-field``), or a Hugging Face dataset name (``--split``, streamed). Documents are tokenized
 (BOS+text+EOS), packed, and cut into ``length``-token sequences (``data.fixed_length.fixed_length_sequences``); each
-sequence gets one ``(l1, l2)`` draw from ``[length/2, length]``. ``--num-samples`` defaults to the metric's own
+sequence gets one ``(l1, l2)`` draw from ``[length/2, length]`` (``--min-len`` / ``--max-len``: another range, as
+``misalignment_metric``'s ``min_len`` / ``max_len``). ``--num-samples`` defaults to the metric's own
 ``DEFAULT_NUM_SAMPLES`` (the ``misalignment_<L>`` task's default too).
 
 ``--rope <method>,rope_<param>=<value>`` evaluates the checkpoint under another RoPE scaling, exactly as the eval's
@@ -54,6 +55,7 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                          user_path)
 from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
+from torchtune_longshort.windows import suffix_length_range
 
 PROG = "longshort-misalignment"
 # How this command's arguments are named in the checkpoint path's messages (models.checkpoint_open).
@@ -117,7 +119,11 @@ def _parser() -> ArgumentParser:
                     help="skip a record that cannot be read (bytes not UTF-8, a line not JSON, no --text-field), "
                     "counted and logged, instead of stopping")
     ap.add_argument("--length", type=length_arg, required=True,
-                    help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L]")
+                    help="L (512, 1k, ...): suffix lengths are drawn from [L/2, L] (--min-len, --max-len)")
+    ap.add_argument("--min-len", type=int, default=None, metavar="N",
+                    help="the shortest suffix length drawn, misalignment_metric's min_len (default: L/2, Eq. 4's)")
+    ap.add_argument("--max-len", type=int, default=None, metavar="N",
+                    help="the longest suffix length drawn, misalignment_metric's max_len, at most L (default: L)")
     ap.add_argument("--num-samples", type=int, default=DEFAULT_NUM_SAMPLES,
                     help=f"texts to average over, one (l1, l2) draw each (default {DEFAULT_NUM_SAMPLES})")
     ap.add_argument("--divergences", nargs="+", default=list(DIVERGENCES), type=divergence_arg, metavar="DIVERGENCE",
@@ -188,6 +194,21 @@ def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     return opened
 
 
+def _check_suffix_range(args, ap: ArgumentParser) -> None:
+    """``--min-len`` / ``--max-len`` (default Eq. 4's ``[L/2, L]``, as ``misalignment_metric``'s): each in
+    ``[1, --length]`` and min <= max, else refused in one line before anything is read."""
+    default_min, default_max = suffix_length_range(args.length)
+    for name, value in (("--min-len", args.min_len), ("--max-len", args.max_len)):
+        if value is not None and not 1 <= value <= args.length:
+            ap.error(f"{name}={value} is outside [1, --length={args.length}]: a suffix holds 1 to L tokens of an "
+                     f"L-token sequence; give {name} in that range (or a larger --length)")
+    low = default_min if args.min_len is None else args.min_len
+    high = default_max if args.max_len is None else args.max_len
+    if low > high:
+        low_said = f"--min-len={low}" if args.min_len is not None else f"--min-len {low} (its default, L/2)"
+        ap.error(f"{low_said} > --max-len={high}: give --min-len <= --max-len")
+
+
 RESULT_KEYS = ("length", "summary", "values", "provenance")  # what an earlier result of this command holds
 
 
@@ -219,6 +240,7 @@ def _main(argv=None) -> int:
         ap.error(f"--length={args.length}: must be >= 2 tokens")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    _check_suffix_range(args, ap)
     _check_data_options(args, ap)
     _check_output(args.output)
     require_device(args.device, "--device")  # before any file is read or model built
@@ -246,7 +268,7 @@ def _main(argv=None) -> int:
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
         functools.partial(last_position_logits, model), seqs, length=args.length, num_samples=args.num_samples,
-        divergences=args.divergences, seed=args.seed, device=args.device,
+        min_len=args.min_len, max_len=args.max_len, divergences=args.divergences, seed=args.seed, device=args.device,
     )
 
     out = res.to_dict()
