@@ -32,7 +32,7 @@ from torchtune_longshort.data.data_files import (
 )
 from torchtune_longshort.data.resume_reading import Earlier, line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
-from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip
+from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip, record_or_skipped
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
 from torchtune_longshort.data.text_files import (
     RECORD_SUFFIXES,
@@ -297,13 +297,8 @@ def hf_text(
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
             where = f"{section} {source!r} split {split!r} record {i}"
-            try:
-                text = text_of_record(rec, text_field, where, names("text_field"))
-            except DataRecordError as e:
-                if not skip_bad_records:
-                    raise
-                text = SkippedRecord(str(e))
-            yield text
+            yield record_or_skipped(lambda: text_of_record(rec, text_field, where, names("text_field")),
+                                    skip_bad_records)
 
     src = _Source(lambda: filter(kept, docs()), f"hf_text({source!r}, name={name!r}, split={split!r}, "
                   f"field={text_field!r})", earlier_reading={2: earlier, 3: partial(empties_before, docs)})

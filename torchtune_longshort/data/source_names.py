@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, TypeVar, Union
 
-from torchtune_longshort.data.text_files import COMPRESSED, NOT_DECODED, DataRecordError
+from torchtune_longshort.data.text_files import COMPRESSED, NOT_DECODED, DataRecordError, SkippedRecord
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,14 @@ def mend_or_skip(error: object, names: SourceNames) -> DataRecordError:
                 f"({names.where}.source: json or text, {names.where}.data_files: the file; datasets decompresses it)"]
     return DataRecordError(f"{said}: {', '.join(ways)}, or skip such records with "
                            f"{names.turned_on('skip_bad_records')}")
+
+
+def record_or_skipped(read: Callable[[], T], skip_bad_records: bool) -> Union[T, SkippedRecord]:
+    """``read()``, one record of a streamed source; a bad one (:class:`DataRecordError`) raised as it is, or, with
+    ``skip_bad_records``, a :class:`SkippedRecord` with its words in its place (the hub's and torchtune's sources)."""
+    try:
+        return read()
+    except DataRecordError as e:
+        if not skip_bad_records:
+            raise
+        return SkippedRecord(str(e))

@@ -20,7 +20,8 @@ from typing import Any, List, Optional, Tuple
 
 from torchtune_longshort.data.corpus import Documents, _Source
 from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
-from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, check_first_readable
+from torchtune_longshort.data.source_names import record_or_skipped
+from torchtune_longshort.data.text_files import DataRecordError, check_first_readable
 
 
 def takes_tokenizer(component: Any) -> bool:
@@ -100,13 +101,7 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
 
     def docs(indices=range(n)):  # a resumed or shuffled stream reads only the records it needs, in its order
         for i in indices:
-            try:
-                tokens = read_record(dataset, i, what, files, column, where)
-            except DataRecordError as e:
-                if not skip_bad_records:
-                    raise
-                tokens = SkippedRecord(str(e))
-            yield tokens
+            yield record_or_skipped(lambda: read_record(dataset, i, what, files, column, where), skip_bad_records)
 
     check_first_readable(docs(), what)
     return _Source(docs, f"torchtune dataset {name or what} ({n} samples)", count=n, read=docs)
