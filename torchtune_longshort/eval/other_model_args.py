@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
 from torchtune_longshort.models.peft_adapter import LAYOUT_FILE, adapter_folder_hint
@@ -108,19 +109,55 @@ def refuse_uncached_offline(name: str, model: str, revision: Optional[str] = Non
     # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained=)
     from huggingface_hub import constants, try_to_load_from_cache
 
-    if Path(name).is_dir() or not constants.is_offline_mode():
+    if Path(name).is_dir():
         return
     config = "/".join(p for p in (str(subfolder or "").strip("/"), CONFIG_FILE) if p)
     if isinstance(try_to_load_from_cache(name, config, revision=revision), str):
         return
+    at = f" at revision {revision}" if revision else ""
+    if not constants.is_offline_mode():
+        refuse_unanswered_online(name, model, config, revision)
+        return
     variable = next((f"{v}={os.environ[v]}" for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(v)),
                     "offline mode on")
-    at = f" at revision {revision}" if revision else ""
     raise FileNotFoundError(
         f"--model_args pretrained={name}: neither a folder in {str(Path.cwd())!r}, the folder this command runs in, "
         f"nor a model in the Hugging Face cache ({constants.HF_HUB_CACHE}){at}, and the hub is offline ({variable}): "
         f"--model {model} needs a checkpoint folder (give its path) or a cached hub model (run once with offline mode "
         "off to download it)")
+
+
+def refuse_unanswered_online(name: str, model: str, config: str, revision: Optional[str] = None) -> None:
+    """Hub name ``name``, no folder here nor in the cache, the hub online: its ``config`` asked of the hub once (a
+    HEAD, nothing written), and refused (one line) where the hub cannot be reached or says it has no such model or
+    revision: transformers failed there after its retries, a 90-line ``OSError`` traceback. Any other answer (the
+    file there, a gated model, a server error) is left to transformers, which asks again."""
+    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained=)
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    at = f" at revision {revision}" if revision else ""
+    start = (f"--model_args pretrained={name}: neither a folder in {str(Path.cwd())!r}, the folder this command runs "
+             f"in, nor a model in the Hugging Face cache ({constants.HF_HUB_CACHE}){at}, and the hub "
+             f"({constants.ENDPOINT})")
+    try:
+        get_hf_file_metadata(hf_hub_url(name, config, revision=revision))
+    except GatedRepoError:
+        return
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(f"{start} has no model {name} (none this login may read): --model {model} needs a "
+                                "checkpoint folder (give its path) or a hub model's name (`hf auth login` first for "
+                                "a private one)") from None
+    except RevisionNotFoundError:
+        raise FileNotFoundError(f"{start} has no revision {revision} of {name}: give a revision it has (a branch, "
+                                "tag or commit), or leave revision= out") from None
+    except Exception as err:  # noqa: BLE001 -- only a connection failure is refused here; the rest is transformers'
+        if not out_of_reach(err):
+            return
+        said = " ".join(str(err).split())[:200] or type(err).__name__
+        raise FileNotFoundError(f"{start} cannot be reached ({said}): --model {model} needs a checkpoint folder (give "
+                                "its path), or run again once the hub is reachable (or, with the model cached, with "
+                                "HF_HUB_OFFLINE=1)") from None
 
 
 def _not_a_hub_name(name: str) -> bool:

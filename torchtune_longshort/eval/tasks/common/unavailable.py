@@ -199,7 +199,7 @@ def _hub_key(what: str, alternative: str = "") -> tuple:
             os.environ.get("HF_DATASETS_CACHE"))
 
 
-def _out_of_reach(err: Optional[BaseException]) -> bool:
+def out_of_reach(err: Optional[BaseException]) -> bool:
     """Whether ``err`` or an error in its chain is a connection failure (``datasets``' ConnectionError "Couldn't
     reach", or httpx's / requests' own)."""
     seen = set()
@@ -231,7 +231,7 @@ def guard_hub_iteration(it: Iterable[Any], what: str, alternative: str = ""):
         hub = is_hub_failure(err)
         reason = hub_failure_reason(what, err, alternative) if hub else str(err)  # a DataSourceError: as it is said
         source = hub or isinstance(err, DataSourceError)  # not a bug or a record that failed in its wake
-        if source and not started and not offline_mode() and _out_of_reach(err):  # offline: no retries to spare
+        if source and not started and not offline_mode() and out_of_reach(err):  # offline: no retries to spare
             _UNREACHABLE[key] = f"{reason} (asked once in this process, not again for this data set)"
         if not hub:
             raise
