@@ -52,7 +52,7 @@ from torchtune_longshort.eval.report.results_io import (
     predict_only_tasks,
 )
 from torchtune_longshort.eval.model.generation import not_greedy
-from torchtune_longshort.eval.report.run_files import run_label
+from torchtune_longshort.eval.report.run_files import check_scored, run_label
 from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
@@ -194,6 +194,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     if len(set(names)) != len(names):
         fix = "give each run its own" if labels else "pass --labels with a name for each run"
         raise ValueError(f"run labels {names} are not unique: {fix}")
+    for d in results_dirs:
+        check_scored(d)
     check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     outputs_only = {name: tasks for name, d in zip(names, results_dirs) if (tasks := predict_only_tasks(d))}

@@ -141,6 +141,25 @@ def results_files(run: Path) -> List[Path]:
     return files
 
 
+def check_scored(run: Path) -> None:
+    """Refuse (``ValueError``, one line naming the files) a run none of whose results files holds a task with a
+    value (a ``<metric>,<filter>`` key under ``results``: lm-eval's ``{}`` of a run stopped before it wrote any, a
+    file that is no JSON object): the report of it was empty, exit 0."""
+    files = results_files(run)
+    if any(_has_a_task(json_file(f)) for f in files):
+        return
+    named = ", ".join(str(f) for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    raise ValueError(f"results_dir={str(run)!r}: {named} hold{'s' if len(files) == 1 else ''} no task with a value "
+                     "(lm-eval writes them under 'results', e.g. {\"results\": {\"longshort_ppl\": {\"ppl_4k,none\": "
+                     "...}}}): nothing to report; name the --output_path of a run that scored a task, or leave it out")
+
+
+def _has_a_task(data: Any) -> bool:
+    results = data.get("results") if isinstance(data, dict) else None
+    return isinstance(results, dict) and any(isinstance(m, dict) and any("," in str(k) for k in m)
+                                             for m in results.values())
+
+
 def run_label(run: Path) -> str:
     """A run's default name in the report: its folder's name; for a results file, its ``<name>`` of
     ``<name>_<date>.json`` (its folder's name for lm-eval's ``results_<date>.json``)."""
