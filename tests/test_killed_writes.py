@@ -22,6 +22,7 @@ from torchtune_longshort.eval.report import main as report_main
 from torchtune_longshort.output_guard import (
     WRITING, atomic_write_text, check_output_folder, undone_on_failure,
 )
+from torchtune_longshort.temporary_files import temporary_of
 
 PATTERNS = ("out_*.txt", "runs")
 
@@ -83,7 +84,8 @@ def test_a_run_that_only_finishes_leaves_no_record(tmp_path):
     with undone_on_failure(folder, PATTERNS):
         atomic_write_text(folder / "out_a.txt", "a")
         atomic_write_text(tmp_path / "elsewhere.txt", "not in the folder: not recorded")
-        assert json.loads((folder / WRITING).read_text()) == ["out_a.txt", "out_a.txt.tmp"]
+        listed = json.loads((folder / WRITING).read_text())  # the temporary file's name too, once made
+        assert listed[1:] == ["out_a.txt"] and temporary_of(listed[0]) == "out_a.txt", listed
     assert sorted(p.name for p in folder.iterdir()) == ["out_a.txt"]
 
 

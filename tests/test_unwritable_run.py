@@ -94,7 +94,7 @@ def test_a_save_whose_latest_cannot_be_replaced_says_its_step_stands(tmp_path, t
 
     monkeypatch.setattr(os, "replace", immutable_latest)
     with pytest.raises(PermissionError, match=r"^checkpoint step_2 could not be saved \(\[Errno 1\] Operation not "
-                                              r"permitted: '.*latest.tmp' -> '.*/latest'\).*then continue with "
+                                              r"permitted: '.*/\.latest\.[0-9a-f]{8}\.tmp' -> '.*/latest'\).*then continue with "
                                               r"resume=True \(the last saved step, .*step_2, stands\)$"):
         commit_step(run, 2, tiny_llama2_dir)
     assert StepCheckpoints(run).latest(resumable=True) == run / "step_2"

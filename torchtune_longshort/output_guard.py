@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.file_locks import flock_named
+from torchtune_longshort.temporary_files import new_temporary
 
 
 def read_json(path: Path) -> Any:
@@ -40,16 +41,18 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     """A file object writing to a temporary file beside ``path`` that replaces ``path`` (``os.replace``) when the
     block ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
     temporary file (it would hold the disk's last bytes, and a folder check would take it for a user's) and an
-    ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device"). ``tmp``: the
-    temporary file's path (default ``<path>.tmp``), held under an exclusive flock until it is in place: a second
-    process writing ``path`` at once waits for it (:func:`_own_temporary`), then writes its own whole file."""
+    ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device"). The temporary
+    file is a new one of this call's (``.<name>.<random>.tmp``, :mod:`torchtune_longshort.temporary_files`): no file
+    of the user's is written or removed (a user's ``<name>.tmp`` was), and two processes writing ``path`` at once each
+    put a whole file in place, the last to finish staying. ``tmp``: a temporary file of the caller's own instead, held
+    under an exclusive flock until it is in place: a second process writing through it waits (:func:`_own_temporary`)."""
     path = Path(path)
-    tmp = Path(tmp) if tmp is not None else path.with_name(path.name + ".tmp")
     recording = _RECORDING.get()
     if recording is not None:
-        recording.claim(path, tmp)
+        recording.claim(path, *([Path(tmp)] if tmp is not None else []))
     try:
-        f = _own_temporary(tmp, mode, **kwargs)
+        tmp, f = new_temporary(path, mode, _claim=recording and recording.claim, **kwargs) if tmp is None else \
+            (Path(tmp), _own_temporary(Path(tmp), mode, **kwargs))
     except OSError as e:  # the temporary file is not this call's: it stays
         if not e.filename and e.errno:
             raise OSError(e.errno, e.strerror, str(path)) from e

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from torchtune_longshort.output_guard import read_names, write_names
+from torchtune_longshort.temporary_files import temporary_of
 from torchtune_longshort.training.checkpointing import (
     LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, listed_entry,
 )
@@ -19,7 +20,8 @@ from torchtune_longshort.training.output_aside import DISCARDED, LOCK, MARKER, R
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
 # it lies inside): overwrite deletes a folder only when it holds nothing else. torchtune's metric loggers write
-# torchtune_config.yaml; a file written aside (atomic_write_text) is <name>.tmp until renamed.
+# torchtune_config.yaml; a file written aside is .<name>.<random>.tmp until renamed (atomic_write_text; <name>.tmp
+# from older versions, and atomic_torch_save's).
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
 WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
                 REPLACED, DISCARDED)
@@ -28,7 +30,7 @@ HERE = "."  # in ``written_here``: the metric logger writes into the output fold
 
 def written_by_recipe(name: str, written_here: Sequence[str] = ()) -> bool:
     """Whether ``name``, an entry at the top of an output folder, is one the recipe writes."""
-    name = name[: -len(".tmp")] if name.endswith(".tmp") else name
+    name = temporary_of(name) or (name[: -len(".tmp")] if name.endswith(".tmp") else name)
     return name in WRITTEN_HERE or name in written_here or STEP_PATTERN.match(name) is not None
 
 

@@ -1,0 +1,45 @@
+"""The temporary files :func:`torchtune_longshort.output_guard.atomic_open` writes through: new ones of its own,
+``.<name>.<random>.tmp`` beside ``<name>``, never a file of the user's."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import IO, Any, Callable, Optional, Tuple
+
+
+# :func:`new_temporary`'s names: ``.<name>.<8 hex digits>.tmp`` beside ``<name>``
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.tmp$")
+
+
+def temporary_of(name: str) -> Optional[str]:
+    """The name of the file a :func:`new_temporary` file ``name`` was being written for (``.run.yaml.
+    1a2b3c4d.tmp`` -> ``run.yaml``: one a killed writer left), else None."""
+    m = TEMPORARY.match(name)
+    return m["name"] if m else None
+
+
+def new_temporary(path: Path, mode: str, _claim: Optional[Callable[[Path], None]] = None,
+                  **kwargs: Any) -> Tuple[Path, IO]:
+    """A temporary file beside ``path`` that this call made (``O_CREAT | O_EXCL``: a name taken, by a file or a
+    link of anyone's, is never opened; another is drawn), with the mode a plain ``open`` gives a new file (``0o666`` under
+    the umask; ``tempfile.mkstemp``'s 0600 would hide a shared report from other users), opened with ``mode``.
+    ``_claim``: called with its name once made (a record of what a run wrote); a failure there removes it."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            if _claim:
+                _claim(tmp)
+            return tmp, os.fdopen(fd, mode, **kwargs)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink()
+            raise
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path} in 100 tries", str(path))
