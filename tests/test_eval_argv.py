@@ -95,11 +95,11 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
             (["--metadata", '{"mis_num_samples": -1}'], ValueError, "mis_num_samples=-1: expected an integer >= 1"),
             (["--metadata", '{"ppl_join_documents": "yes"}'], ValueError, "ppl_join_documents='yes': expected true"),
             # each family's own values (TaskFamily.value_kinds): a passkey depth past 100 (the task's TaskDataError,
-            # scored NaN), depths as a string (iterated by character), a BABILong / LongBench-E folder that is not
-            # there (every length reported missing_data), a haystack that is not a source
-            (["--metadata", '{"passkey_depths": [0, 150]}'], ValueError, r"passkey_depths=\[0, 150\]: expected a list "
-             r"of percentages in \[0, 100\]"),
-            (["--metadata", '{"passkey_depths": "0,50"}'], ValueError, "passkey_depths='0,50': expected a list"),
+            # scored NaN), depths that are not numbers (a comma list of them is taken), a BABILong / LongBench-E
+            # folder that is not there (every length reported missing_data), a haystack that is not a source
+            (["--metadata", '{"passkey_depths": [0, 150]}'], ValueError, r"passkey_depths=\[0, 150\]: expected "
+             r"percentages in \[0, 100\]"),
+            (["--metadata", '{"passkey_depths": "0,a"}'], ValueError, "passkey_depths='0,a': expected percentages"),
             (["--metadata", json.dumps({"babilong_data_dir": str(tmp_path / "absent")})], ValueError,
              "babilong_data_dir=.*absent': expected a folder that exists"),
             (["--metadata", '{"longbench_e_missing": "ignore"}'], ValueError, "expected skip or error"),

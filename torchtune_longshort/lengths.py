@@ -9,7 +9,7 @@ pack's ``max_seq_lengths``). :func:`length_arg` is the ``argparse`` type of a ``
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 _LABEL = re.compile(r"^(\d+)(k?)$")
 
@@ -32,12 +32,18 @@ def parse_length(label: Union[str, int]) -> Optional[int]:
     return int(m.group(1)) * (1024 if m.group(2) else 1)
 
 
+def list_items(value: Any) -> List[Any]:
+    """The items of a list-valued setting in every form it is given (``--metadata`` JSON, a task YAML, a config):
+    a list or tuple, a comma list ``"0,50,100"`` (each item stripped), or one value (``2048``); empty items dropped.
+    The one reader of ``max_seq_lengths``, ``passkey_depths`` and ``mis_divergences``."""
+    items = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else [value]
+    return [i for i in (i.strip() if isinstance(i, str) else i for i in items) if i != ""]
+
+
 def parse_lengths(value: LengthList, key: str = "max_seq_lengths") -> List[int]:
     """``"1k,4k"``, ``[1024, "4k"]`` or ``2048`` -> token counts in the given order; ``ValueError`` naming ``key``,
     the value and the accepted forms for anything else (empty, negative, not a length)."""
-    items = value.split(",") if isinstance(value, str) else [value] if isinstance(value, int) else list(value)
-    items = [i.strip() if isinstance(i, str) else i for i in items]
-    items = [i for i in items if i != ""]
+    items = list_items(value)
     lengths = [parse_length(i) for i in items]
     bad = [i for i, n in zip(items, lengths) if n is None]
     if not items or bad:

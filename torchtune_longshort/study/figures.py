@@ -206,10 +206,10 @@ def passkey_figure(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]):
     the score of random digits (:data:`torchtune_longshort.eval.tasks.passkey.task.DIGITS_CHANCE`) marked; a cell's
     n is ``passkey_num_samples`` per run (as the run was set up)."""
     # deferred: lm_eval (the passkey task module is built on lm-eval's task classes; only this figure needs it)
-    from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, DIGITS_CHANCE
+    from torchtune_longshort.eval.tasks.passkey.task import DIGITS_CHANCE, depths_of
 
     ev = cfg.eval
-    depths = list(ev.metadata_value("passkey_depths", DEFAULT_DEPTHS))
+    depths = depths_of({"passkey_depths": ev.metadata_value("passkey_depths", None)})
     return depth_length_figure(cfg, recs, ev.passkey_lengths, depths,
                                lambda rec, n, d: metric_value(rec, *metric_of("passkey_digits", n, depth=d)),
                                lambda rec, n, d: int(eval_setting(rec, "passkey_num_samples", ev.passkey_num_samples)),

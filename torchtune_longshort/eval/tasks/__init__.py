@@ -22,7 +22,7 @@ from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
 from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_STYLES as BABILONG_PROMPTS
 from torchtune_longshort.eval.tasks.common.lengths import (
-    METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths,
+    METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths, percentages,
 )
 from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
 from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES, exist_hint
@@ -293,15 +293,11 @@ def _paths(value: Any) -> List[str]:
     return [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in value]
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 # What a kind of TaskFamily.value_kinds accepts: (the check, the words for it in the refusal).
 VALUE_KINDS = {
     "haystack": (lambda v: v in PASSKEY_HAYSTACKS, f"one of {', '.join(PASSKEY_HAYSTACKS)}"),
-    "percentages": (lambda v: isinstance(v, list) and all(_number(x) and 0 <= x <= 100 for x in v),
-                    "a list of percentages in [0, 100], e.g. [0, 50, 100]"),
+    "percentages": (lambda v: percentages(v) is not None,
+                    "percentages in [0, 100]: a list or a comma list, e.g. [0, 50, 100] or \"0,50,100\""),
     "integer": (lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v.isdigit()),
                 "an integer"),
     "files": (lambda v: isinstance(v, (str, Path, list)) and all(Path(f).expanduser().is_file() for f in _paths(v)),

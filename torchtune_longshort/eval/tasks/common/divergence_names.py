@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from torchtune_longshort.lengths import list_items
+
 
 def _names(value: Any) -> Any:
-    return [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    return list_items(value) if isinstance(value, (str, list, tuple)) else value
 
 
 def divergence_names(value: Any) -> Optional[List[str]]:

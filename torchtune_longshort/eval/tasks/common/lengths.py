@@ -11,13 +11,29 @@ reports one metric per length, named ``<metric>_<label>`` (``ppl_4k``, ``acc_2k`
 
 from __future__ import annotations
 
-from typing import Any, Dict, Hashable, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 # The grammar itself (labels, "1k" = 1024) is the package's, shared with every command line and config that takes a
 # length; re-exported here for the pack's modules.
-from torchtune_longshort.lengths import LengthList, length_label, parse_length, parse_lengths  # noqa: F401
+from torchtune_longshort.lengths import LengthList, length_label, list_items, parse_length, parse_lengths  # noqa: F401
 
 METADATA_KEY = "max_seq_lengths"
+
+
+def percentages(value: Any) -> Optional[List[float]]:
+    """The depths of ``passkey_depths`` in percent, in order: a list (``[0, 50, 100]``), a comma list
+    (``"0,50,100"``, as ``max_seq_lengths`` takes one) or one number (:func:`list_items`); each a number in [0, 100]
+    (digits too); None for anything else (empty included)."""
+    out = []
+    for item in list_items(value):
+        try:
+            x = float(item) if not isinstance(item, bool) and isinstance(item, (int, float, str)) else None
+        except ValueError:
+            x = None
+        if x is None or not 0 <= x <= 100:
+            return None
+        out.append(int(x) if x.is_integer() else x)
+    return out or None
 
 
 def lengths_key(prefix: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
-from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length
+from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length, percentages
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
@@ -174,9 +174,22 @@ def _depths_and_keys(length: int, depths: Iterable[int], num_samples: int, seed:
     return [(int(depth), rng.randint(10_000, 99_999)) for depth in depths for _ in range(num_samples)]
 
 
+def depths_of(metadata: Mapping[str, Any]) -> List[float]:
+    """``passkey_depths`` (a list, or a comma list as ``max_seq_lengths`` takes: :func:`percentages`), else the
+    default; :class:`TaskDataError` for a value that is neither."""
+    given = metadata.get("passkey_depths")
+    if given in (None, "", []):
+        return list(DEFAULT_DEPTHS)
+    depths = percentages(given)
+    if depths is None:
+        raise TaskDataError(f"passkey_depths={given!r}: expected percentages in [0, 100]: a list or a comma list, e.g. "
+                            "[0, 50, 100] or \"0,50,100\"")
+    return depths
+
+
 def _sample_settings(metadata: Mapping[str, Any]) -> Dict[str, Any]:
     """:func:`make_passkey_samples`' ``depths``, ``num_samples`` and ``seed`` from the task's metadata."""
-    return {"depths": metadata.get("passkey_depths", DEFAULT_DEPTHS),
+    return {"depths": depths_of(metadata),
             "num_samples": int(metadata.get("passkey_num_samples", 5)),
             "seed": int(metadata.get("passkey_seed", PASSKEY_DEFAULTS["seed"]))}
 
@@ -230,7 +243,7 @@ def passkey_dataset(**metadata: Any):
     def placeholders(length: int) -> List[Dict[str, Any]]:  # a length not run: NaN in each of its depth cells too
         if metadata.get("passkey_data_files"):
             return [_placeholder_row(length)]  # the files' depths are not known without them
-        return [{**_placeholder_row(length), "depth": int(d)} for d in metadata.get("passkey_depths", DEFAULT_DEPTHS)]
+        return [{**_placeholder_row(length), "depth": int(d)} for d in depths_of(metadata)]
 
     return sweep_dataset(FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX), rows_at, placeholders,
                          fits=lambda length: check_fits_model(length, metadata))
