@@ -257,7 +257,30 @@ class SentencePieceTokenizer(SourceTokenizer):
         return self.encode_plain("\n" + text)[len(head):]
 
     def _decode(self, ids: List[int]) -> str:
-        return self._tt.spm_model.decode(ids)
+        """SentencePiece's text, but a run of byte pieces that is no UTF-8 gives one U+FFFD per byte, as the
+        folder's ``tokenizer.json`` (``ByteFallback``, what ``AutoTokenizer`` and lm-eval's ``hf`` decode with)
+        gives it: SentencePiece keeps the run's valid bytes (``<0x78><0x88>``: ``x\ufffd`` against ``\ufffd\ufffd``)."""
+        sp = self._tt.spm_model
+        parts, start, i = [], 0, 0
+        while i < len(ids):
+            end = i
+            while end < len(ids) and sp.is_byte(ids[end]):
+                end += 1
+            run = bytes(int(sp.id_to_piece(t)[3:5], 16) for t in ids[i:end])
+            try:
+                run.decode("utf-8")
+            except UnicodeDecodeError:  # the text before the run, then the run as ByteFallback renders it
+                parts += [self._segment(ids[start:i], first=start == 0), "\ufffd" * len(run)]
+                start = end
+            i = max(end, i + 1)
+        return "".join(parts) + self._segment(ids[start:], first=start == 0) if parts else sp.decode(ids)
+
+    def _segment(self, ids: List[int], first: bool) -> str:
+        """SentencePiece's text of ``ids``; past the first segment a leading ``▁`` stays a space (``<0x61>``,
+        ``a``, decoded before it and dropped, keeps SentencePiece from stripping it as the text's start)."""
+        if first or not ids:
+            return self._tt.spm_model.decode(ids)
+        return self._tt.spm_model.decode([self._tt.spm_model.piece_to_id("<0x61>")] + ids)[1:]
 
     def token_text(self, token_id: int) -> str:
         return self._tt.spm_model.id_to_piece(int(token_id))  # SentencePiece decodes control tokens to ""
