@@ -51,7 +51,8 @@ def test_every_key_of_the_registry_is_accepted():
 
 def _spelled(family) -> set:
     """The ``<prefix>_...`` keys a family's modules spell: quoted in its task.py, parameters of a custom_dataset
-    function (BABILong, LongBench-E), and for the text families long_text's ``f"{prefix}_..."`` keys."""
+    function (BABILong, LongBench-E), for the text families long_text's ``f"{prefix}_..."`` keys, and the quoted keys
+    of common/suffix_range.py for a task.py that reads it."""
     prefix = family.metadata_prefix
     folder = tasks_path() / family.folder
     text = (folder / "task.py").read_text()
@@ -65,6 +66,9 @@ def _spelled(family) -> set:
     if "samples_from_metadata" in text:
         long_text = (tasks_path() / "common" / "long_text.py").read_text()
         keys |= {f"{prefix}_{s}" for s in re.findall(r"f[\"']\{prefix\}_([a-z_]+)[\"']", long_text)}
+    if "suffix_range" in text:  # the misalignment task's mis_min_frac / mis_max_frac, read there
+        keys |= set(re.findall(rf"[\"']({prefix}_[a-z_]*[a-z])[\"']",
+                               (tasks_path() / "common" / "suffix_range.py").read_text()))
     if family.length_swept and f"{prefix}_max_seq_lengths" in family.metadata_keys:
         keys.add(f"{prefix}_max_seq_lengths")  # lengths.lengths_from_metadata: lengths_key(prefix)
     return keys

@@ -26,6 +26,7 @@ from torchtune_longshort.eval.tasks.common.lengths import (
 )
 from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
 from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES, exist_hint
+from torchtune_longshort.eval.tasks.common.suffix_range import FRAC_KEYS, FRAC_WORDS, fraction, suffix_fractions
 from torchtune_longshort.eval.tasks.common.long_text import SOURCES, TEXT_DEFAULTS, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
 
@@ -152,11 +153,13 @@ TASK_FAMILIES: Dict[str, TaskFamily] = {
                                table_metrics=("sce", "jeffreys", "js"), needs_model="longshort",
                                former_names=("misalignment",),
                                study_names=(("misalignment", "sce"), ("jeffreys", "jeffreys")),
-                               metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences"),
-                               value_kinds=(("mis_seed", "integer"), ("mis_divergences", "divergences")),
+                               metadata_keys=_keys("mis", *TEXT_KEYS, "seed", "divergences", "min_frac", "max_frac"),
+                               value_kinds=(("mis_seed", "integer"), ("mis_divergences", "divergences"),
+                                            *((key, "fraction") for key, _ in FRAC_KEYS)),
                                fixed_context=tuple(CONTEXT_OPTIONS), generates=False, min_length=2,
-                               measured_by=_keys("mis", *TEXT_DATA_KEYS, "seed"),
-                               measured_defaults=_defaults("mis", {**TEXT_DEFAULTS, "seed": MIS_DEFAULT_SEED})),
+                               measured_by=_keys("mis", *TEXT_DATA_KEYS, "seed", "min_frac", "max_frac"),
+                               measured_defaults=(*_defaults("mis", {**TEXT_DEFAULTS, "seed": MIS_DEFAULT_SEED}),
+                                                  *FRAC_KEYS)),
     "babilong": TaskFamily("longshort_babilong", "babilong", ("acc",), "babilong", data_dir_key="babilong_data_dir",
                            former_names=("babilong_longshort",), diagnostics=(MISSING_METRIC,),
                            study_names=(("babilong", "acc"),),
@@ -303,6 +306,7 @@ VALUE_KINDS = {
     "files": (lambda v: isinstance(v, (str, Path, list)) and all(Path(f).expanduser().is_file() for f in _paths(v)),
               "a file, or a list of files, that exist"),
     "folder": (lambda v: isinstance(v, (str, Path)) and Path(v).expanduser().is_dir(), "a folder that exists"),
+    "fraction": (lambda v: fraction(v) is not None, FRAC_WORDS),
     "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
     "prompt style": (lambda v: v in BABILONG_PROMPTS, f"{' or '.join(BABILONG_PROMPTS)} (the prompt BABILong's tasks "
                      "send: lm-eval's babilong_qa* prompts, or BABILong's own; docs/longbench_babilong.md)"),
@@ -336,6 +340,7 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
             flag(metadata, key)
         if key in LOCAL_FILES_KEYS:
             _check_local_files(key, value)
+    suffix_fractions(metadata)  # mis_min_frac past mis_max_frac (a default named as such)
 
 
 def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> None:

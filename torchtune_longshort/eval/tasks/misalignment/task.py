@@ -5,7 +5,8 @@ this module).
 
 The task ``longshort_misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata (``mis_max_seq_lengths``
 when set) and reports ``sce_<L>``, ``jeffreys_<L>`` and ``js_<L>``. Each sample is ``L`` tokens of text with one
-``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded). The score
+``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded; ``mis_min_frac`` / ``mis_max_frac``: another range, as
+fractions of L, :mod:`~torchtune_longshort.eval.tasks.common.suffix_range`). The score
 needs full next-token distributions, which no lm-eval request type returns, so the task sends requests of its own
 type ``next_token_divergence``; the ``longshort`` model answers them with
 ``torchtune_longshort.metrics.suffix_misalignment`` (the same code as the ``longshort-misalignment`` CLI).
@@ -17,7 +18,8 @@ run finish.
 Task metadata: ``mis_source`` (stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local; with ``mis_data_files``
 etc. as for long_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
 (1), ``mis_join_documents`` (false: each sample from a document's start; true: the documents packed into one stream,
-cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0), ``mis_divergences`` (["sce", "jeffreys", "js"]; or
+cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0),
+``mis_min_frac`` / ``mis_max_frac`` (0.5, 1), ``mis_divergences`` (["sce", "jeffreys", "js"]; or
 dotted paths of per-position functions of one's own, ``my_divs.my_div``, reported as ``my_divs.my_div_<L>``).
 """
 
@@ -33,10 +35,10 @@ from torchtune_longshort.eval.tasks import MIS_DEFAULT_SEED, TASK_FAMILIES, VALU
 from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset, unsent_request
 from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
+from torchtune_longshort.eval.tasks.common.suffix_range import suffix_range
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
-from torchtune_longshort.windows import suffix_length_range
 
 logger = logging.getLogger(__name__)
 FAMILY = TASK_FAMILIES["misalignment"]
@@ -65,12 +67,12 @@ def misalignment_dataset(**metadata: Any):
     ``max_seq_lengths``, rows ``text`` (exactly ``length`` tokens), ``l1``, ``l2``, ``length``, ``error``."""
 
     def rows_at(length: int) -> List[Dict[str, Any]]:
+        drawn = suffix_range(metadata, length)  # a bad mis_min_frac / mis_max_frac: NaN with the reason
         samples = misalignment_samples(metadata, length)
         rng = random.Random(f"{metadata.get('mis_seed', MIS_DEFAULT_SEED)}-{length}")
-        suffix_range = suffix_length_range(length)
         rows = []
         for s in samples:
-            l1, l2 = rng.randint(*suffix_range), rng.randint(*suffix_range)
+            l1, l2 = rng.randint(*drawn), rng.randint(*drawn)
             rows.append({"text": s.text, "l1": l1, "l2": l2, "length": length, "doc_index": s.doc_index})
         return rows
 
