@@ -27,6 +27,7 @@ from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
+from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
 
 # What the BABILong generator sizes to a length label: the whole request (generator.FITS)
@@ -125,10 +126,11 @@ class RunStages(RunConfigs):
                      "step 0")
             atomic_write_text(retrain, "the checkpoints here are of an earlier recipe.yaml\n")
         if retrain.is_file():
-            done = []
+            done = self._retrained(key, train_dir, done, rc_text)
         atomic_write_text(recipe_yaml, rc_text)  # whole or not at all: one cut off would read as a changed config
         if max_steps in done:
             self.log(f"[study] {key}: training done before (step_{max_steps} exists), skipped")
+            retrain.unlink(missing_ok=True)  # a retrain that ended, its marker left by a study killed then
             return train_dir / f"step_{max_steps}", False
         extra = ["resume=True"] if [s for s in done if s > 0] else ["overwrite_output_dir=True"]
         if extra == ["resume=True"]:
@@ -146,6 +148,30 @@ class RunStages(RunConfigs):
             raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
         retrain.unlink(missing_ok=True)
         return final, True
+
+    def _retrained(self, key: str, train_dir: Path, done: List[int], rc_text: str) -> List[int]:
+        """The steps in ``done`` that a retrain from step 0 (its marker there) saved before it was stopped: all of
+        them when the newest one's recipe state records this ``recipe.yaml`` (``rc_text``) as its config, the recipe
+        having cleared the old checkpoints before it trained; none otherwise (the old checkpoints, or no state to
+        tell). Before, the rerun trained again from step 0 whatever the stopped retrain had saved."""
+        states = [k for k in done if k > 0 and recipe_state_path(train_dir / f"step_{k}").is_file()]
+        if not states:
+            return []
+        try:
+            saved = read_recipe_state(train_dir / f"step_{states[-1]}", mmap=True).get("config")
+        except Exception:  # a state that does not load: not taken as the retrain's
+            return []
+        new = OmegaConf.to_container(OmegaConf.create(rc_text), resolve=True)
+
+        def run_config(c: Any) -> Any:  # the command line's overwrite / resume are no setting of the run
+            return {k: v for k, v in c.items() if k not in ("overwrite_output_dir", "resume")} if isinstance(
+                c, dict) else c
+
+        if run_config(saved) != run_config(new):
+            return []
+        self.log(f"[study] {key}: its retrain from step 0 was stopped after it saved step_{states[-1]} (of this "
+                 "recipe.yaml)")
+        return done
 
     def _babilong_data(self) -> Optional[Path]:
         bab = self.cfg.eval.babilong
