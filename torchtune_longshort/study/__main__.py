@@ -35,8 +35,8 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import (check_outside_base, check_outside_inputs, check_report_apart,
-                                                 check_same_variant, check_study_output)
+from torchtune_longshort.study.run_configs import (RUNS_DIR, check_outside_base, check_outside_inputs,
+                                                 check_report_apart, check_same_variant, check_study_output)
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
@@ -146,8 +146,20 @@ def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]]
     counts = "; ".join(f"{len(v)} {s}" + (f": {', '.join(v)}" if s != "ok" else "") for s, v in by.items())
     plots = summary.get("plots") or []  # every file the report wrote is named, as longshort-eval-report names its own
     drawn = f"plots in {report_dir}: {', '.join(plots)}" if plots else "no plots"
+    others = _outside_grid(study)
+    if others:  # an earlier config's runs (a seed, alpha or method dropped since): said, not silently left out
+        print(f"[study] {len(others)} run(s) in {study.out / RUNS_DIR} not in this config's grid, left out "
+              f"of the report and kept: {', '.join(others)}")
     print(f"[study] report: {report_dir / 'report.md'}, summary.json; {drawn}  ({time.time() - t0:.0f} s; {counts})")
     return _outcome(study, summary["runs"], only)
+
+
+def _outside_grid(study: Study) -> List[str]:
+    """The run folders of the study's ``runs/`` holding a record (``result.json``) whose key the grid lacks."""
+    grid = {r.key for r in study.runs()}
+    runs = study.out / RUNS_DIR
+    return sorted(p.name for p in (runs.iterdir() if runs.is_dir() else ())
+                  if p.name not in grid and (p / "result.json").is_file())
 
 
 def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
