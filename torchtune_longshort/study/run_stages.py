@@ -121,6 +121,7 @@ class RunStages(RunConfigs):
         # A retrain from step 0 is marked until it ends: a study killed before the recipe deleted the old step
         # folders (while it imports) would otherwise find the new recipe.yaml beside the old checkpoints and take them
         retrain = rdir / RETRAIN
+        done_before = bool(done)
         if changed and done:
             self.log(f"[study] {key}: {recipe_yaml} changed since its checkpoints were trained: training again from "
                      "step 0")
@@ -135,6 +136,8 @@ class RunStages(RunConfigs):
         extra = ["resume=True"] if [s for s in done if s > 0] else ["overwrite_output_dir=True"]
         if extra == ["resume=True"]:
             self.log(f"[study] {key}: resuming training from step_{max(done)}")
+        elif not (changed and done_before):  # said once: 'training again from step 0' said it above
+            self.log(f"[study] {key}: training")
         # The recipe path stays relative to the repo root (cwd): tune run turns it into a module name, and an
         # absolute path becomes a relative module name that fails to import.
         argv = [tune_command(), "run", str(self.cfg.recipe), "--config", str(rdir / "recipe.yaml"), *extra]

@@ -128,7 +128,6 @@ class Study(RunStages):
                 if not (ckpt / "config.json").is_file():
                     raise StageError("base", f"base.checkpoint_dir={str(ckpt)!r} has no config.json")
             else:
-                self.log(f"[study] {key}: training")
                 ckpt, trained_now = self._train(key, run)
                 rec["train"] = train_summary(ckpt.parent)
             rec["checkpoint"] = str(ckpt)
