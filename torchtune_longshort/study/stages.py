@@ -90,6 +90,8 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
     subprocess, which got it too, from the process group or forwarded by :mod:`~torchtune_longshort.study.stop`, is
     waited for: the recipe finishes its step and saves), or the study is being stopped (nothing is started)."""
     name = Path(str(argv[0])).name
+    if len(argv) > 2 and str(argv[1]) == "-m":  # 'python' alone named neither lm-eval nor the BABILong generator
+        name = f"{name} -m {argv[2]}"
     if received():
         raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}", received())
     log_path.parent.mkdir(parents=True, exist_ok=True)
