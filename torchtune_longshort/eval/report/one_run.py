@@ -16,6 +16,7 @@ from torchtune_longshort.eval.report.run_files import json_file, limit_text, n_s
 from torchtune_longshort.eval.tasks import (
     CONTEXT_OPTIONS, IGNORED_KEY, PREFIX, TASK_FAMILIES, TaskFamily, current_name, measured_settings, tasks_path,
 )
+from torchtune_longshort.eval.tasks.common.lengths import comparable
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY
 
 # model_args that change how fast a run goes, not its numbers
@@ -141,25 +142,27 @@ def _given(metadata: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     for task, md in metadata.items():
         defaults = {**own, **pack_defaults().get(task, {})}
         for k, v in md.items():
-            if k not in defaults or defaults[k] != v:
+            if k not in defaults or comparable(k, defaults[k]) != comparable(k, v):
                 out.setdefault(k, v)
     return out
 
 
 def _metadata_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     """The ``--metadata`` keys two results files differ in: one given to both with other values, or given to one
-    and read by a task of the other, which ran at another value (its own default)."""
+    and read by a task of the other, which ran at another value (its own default). A list is compared as its task
+    reads it (:func:`~torchtune_longshort.eval.tasks.common.lengths.comparable`: ``"0,50,100"`` is ``[0, 50, 100]``),
+    named as each file spells it."""
     ma, mb = task_metadata(a), task_metadata(b)
     ga, gb = _given(ma), _given(mb)
     out = []
     for key in sorted(ga.keys() | gb.keys()):
         if key in ga and key in gb:
-            if ga[key] != gb[key]:
+            if comparable(key, ga[key]) != comparable(key, gb[key]):
                 out.append(f"--metadata {key}: {ga[key]!r} vs {gb[key]!r}")
             continue
         given, other, first = (ga[key], mb, True) if key in ga else (gb[key], ma, False)
-        ran = [v for v in dict.fromkeys(repr(md.get(key, _UNSET)) for t, md in other.items() if _reads(t, key))
-               if v != repr(given)]  # as text: a list value (passkey_depths) is unhashable
+        ran = list(dict.fromkeys(repr(md.get(key, _UNSET)) for t, md in other.items()  # as text: a list is unhashable
+                                 if _reads(t, key) and comparable(key, md.get(key, _UNSET)) != comparable(key, given)))
         if ran:
             pair = (repr(given), " / ".join(sorted(ran)))
             out.append(f"--metadata {key}: {pair[0] if first else pair[1]} vs {pair[1] if first else pair[0]}")

@@ -22,7 +22,7 @@ from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS as BABILONG_LENGTHS
 from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_STYLES as BABILONG_PROMPTS
 from torchtune_longshort.eval.tasks.common.lengths import (
-    METADATA_KEY as METADATA_LENGTHS_KEY, lengths_source, parse_lengths, percentages,
+    METADATA_KEY as METADATA_LENGTHS_KEY, comparable, lengths_source, parse_lengths, percentages,
 )
 from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
 from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES, exist_hint
@@ -232,9 +232,11 @@ def task_results(results: Mapping[str, Any], task: str) -> Dict[str, Any]:
 def measured_settings(family: TaskFamily, metadata: Mapping[str, Any]) -> Dict[str, Any]:
     """``{key: value}`` of each of ``family``'s :attr:`TaskFamily.measured_by` keys in a task's ``metadata`` (as its
     results file records it: its YAML's defaults with ``--metadata`` over them); an unset key takes its
-    :attr:`TaskFamily.measured_defaults` value, else None (the task's own default)."""
+    :attr:`TaskFamily.measured_defaults` value, else None (the task's own default); a list in any of its forms as
+    its task reads it (:func:`~.common.lengths.comparable`: ``"0,50,100"`` is ``[0, 50, 100]``)."""
     defaults = dict(family.measured_defaults)
-    return {k: metadata[k] if metadata.get(k) not in (None, "", []) else defaults.get(k) for k in family.measured_by}
+    return {k: comparable(k, metadata[k] if metadata.get(k) not in (None, "", []) else defaults.get(k))
+            for k in family.measured_by}
 
 
 def pack_metadata_keys(also=()) -> List[str]:

@@ -36,6 +36,24 @@ def percentages(value: Any) -> Optional[List[float]]:
     return out or None
 
 
+def comparable(key: str, value: Any) -> Any:
+    """``value`` of ``--metadata`` key ``key`` in one spelling, for telling whether two runs ran alike: a list-valued
+    key's items as its task reads them (:func:`list_items`: a list, a comma list or one value), so ``"0,50,100"`` and
+    ``[0, 50, 100]`` are one setting: ``max_seq_lengths`` / ``<prefix>_max_seq_lengths`` as token counts (``"2k"``
+    and ``2048`` alike), ``passkey_depths`` as percentages, ``mis_divergences`` as names; any other key's value, or
+    one its task would refuse, as it is."""
+    try:
+        if key == METADATA_KEY or key.endswith("_" + METADATA_KEY):
+            return parse_lengths(value, key)
+    except (ValueError, TypeError):
+        return value
+    if key == "passkey_depths":
+        return percentages(value) or value
+    if key == "mis_divergences" and isinstance(value, (str, list, tuple)):
+        return list_items(value) or value
+    return value
+
+
 def lengths_key(prefix: str) -> str:
     """The metadata key of one task's own lengths: ``"ppl" -> "ppl_max_seq_lengths"``."""
     return f"{prefix}_{METADATA_KEY}"
