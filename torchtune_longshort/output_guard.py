@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.file_locks import flock_named
-from torchtune_longshort.temporary_files import new_temporary
+from torchtune_longshort.temporary_files import ABANDONED_AFTER_S, new_temporary, remove_abandoned_temporaries
 
 
 def read_json(path: Path) -> Any:
@@ -46,7 +46,7 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     of the user's is written or removed (a user's ``<name>.tmp`` was), and two processes writing ``path`` at once each
     put a whole file in place, the last to finish staying. ``tmp``: a temporary file of the caller's own instead, held
     under an exclusive flock until it is in place: a second process writing through it waits (:func:`_own_temporary`)."""
-    path = Path(path)
+    path, own = Path(path), tmp is None
     recording = _RECORDING.get()
     if recording is not None:
         recording.claim(path, *([Path(tmp)] if tmp is not None else []))
@@ -64,6 +64,8 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
                 f.flush()
                 os.fsync(f.fileno())
                 os.replace(tmp, path)
+                if own:  # what killed writers of path left (.<name>.<8 hex>.tmp, a day old), now written whole
+                    remove_abandoned_temporaries(path)
                 if recording is not None:
                     recording.placed[os.path.abspath(path)] = _identity(os.fstat(f.fileno()))
             except BaseException:
@@ -363,11 +365,6 @@ def plain_file_mode(*paths: Union[str, Path]) -> None:
     os.umask(mask)
     for path in paths:
         os.chmod(path, 0o666 & ~mask)
-
-
-# a temporary folder of folder_beside untouched this long was left by a killed process (a tokenizer trains in
-# seconds, a GGUF converts in a minute; each write into the folder renews its mtime)
-ABANDONED_AFTER_S = 24 * 3600
 
 
 def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float = ABANDONED_AFTER_S) -> Path:

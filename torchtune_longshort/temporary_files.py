@@ -1,18 +1,26 @@
 """The temporary files :func:`torchtune_longshort.output_guard.atomic_open` writes through: new ones of its own,
-``.<name>.<random>.tmp`` beside ``<name>``, never a file of the user's."""
+``.<name>.<random>.tmp`` beside ``<name>``, never a file of the user's; and the removal of those a killed writer left
+(:func:`remove_abandoned_temporaries`)."""
 
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import re
 import secrets
+import stat
+import sys
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Tuple
 
 
 # :func:`new_temporary`'s names: ``.<name>.<8 hex digits>.tmp`` beside ``<name>``
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.tmp$")
+# a temporary file or folder untouched this long was left by a killed process (a tokenizer trains in seconds, a GGUF
+# converts in a minute, a report is written in seconds; each write renews its mtime)
+ABANDONED_AFTER_S = 24 * 3600
 
 
 def temporary_of(name: str) -> Optional[str]:
@@ -43,3 +51,28 @@ def new_temporary(path: Path, mode: str, _claim: Optional[Callable[[Path], None]
             tmp.unlink()
             raise
     raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path} in 100 tries", str(path))
+
+
+def remove_abandoned_temporaries(path: Path, abandoned_after_s: float = ABANDONED_AFTER_S) -> None:
+    """:func:`new_temporary`'s files of ``path`` that a killed writer left (``.<name>.<8 hex>.tmp`` beside it, a
+    plain file of this user's with one link, untouched for ``abandoned_after_s``: a live writer's is newer), removed
+    once a later write of ``path`` is in place, with one line naming them; any other file (a link, another user's,
+    another name) stays, and one that cannot be removed is left."""
+    try:
+        found = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:  # a folder that cannot be listed: nothing is removed
+        return
+    removed = []
+    for tmp in found:
+        try:
+            st = tmp.lstat()
+            if (temporary_of(tmp.name) == path.name and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+                    and st.st_uid == os.getuid() and time.time() - st.st_mtime >= abandoned_after_s):
+                tmp.unlink()
+                removed.append(tmp.name)
+        except OSError:
+            continue
+    if removed:
+        print(f"removed {len(removed)} temporary file(s) a killed process left beside {path} ({', '.join(removed)})",
+              file=sys.stderr)
+
