@@ -9,12 +9,10 @@ and links the test wrote, ``os.readlink``, ``os.stat``'s mode against the umask.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from bounded_child import run_bounded
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.temporary_files import temporary_of
 
@@ -62,11 +60,7 @@ def test_a_link_at_a_callers_own_temporary_name_is_refused_not_spun_on(tmp_path)
     code = ("import sys\nfrom pathlib import Path\nfrom torchtune_longshort.output_guard import atomic_open\n"
             "p = Path(sys.argv[1])\ntry:\n    with atomic_open(p, tmp=p.with_name('.qa1.jsonl.partial')) as f:\n"
             "        f.write('x')\nexcept FileExistsError as e:\n    print(e.strerror)\n")
-    try:
-        p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=10,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    except subprocess.TimeoutExpired:
-        pytest.fail("atomic_open spun on a link to nothing for 10 s")
+    p = run_bounded(code, out, spun="atomic_open spun on a link to nothing")
     assert p.returncode == 0 and ".qa1.jsonl.partial is a symbolic link" in p.stdout, p.stdout + p.stderr
     assert os.readlink(tmp_path / ".qa1.jsonl.partial") == str(tmp_path / "gone.txt")
     assert not os.path.lexists(out) and not os.path.lexists(tmp_path / "gone.txt")

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from bounded_child import run_bounded
 from torchtune_longshort.file_locks import flock_named
 
 
@@ -95,19 +96,12 @@ def test_a_missing_folder_is_made_only_when_asked(tmp_path):
 def test_a_link_to_nothing_at_the_locks_name_is_refused_not_tried_forever(tmp_path):
     # the model cache's lock (.<model>.lock) a link to nothing: each try found it there (O_EXCL) and not there (the
     # open through it), and went round again, the conversion never starting nor ending; run apart, with a limit
-    import subprocess
-    import sys
-    from pathlib import Path
 
     lock = tmp_path / ".model.lock"
     os.symlink(tmp_path / "gone", lock)
     code = ("import os, sys\nfrom pathlib import Path\nfrom torchtune_longshort.file_locks import flock_named\n"
             "try:\n    flock_named(Path(sys.argv[1]), os.O_RDWR, make_folder=True)\n"
             "except FileExistsError as e:\n    print(e.strerror)\n")
-    try:
-        p = subprocess.run([sys.executable, "-c", code, str(lock)], capture_output=True, text=True, timeout=10,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    except subprocess.TimeoutExpired:
-        pytest.fail("flock_named went round a link to nothing for 10 s")
+    p = run_bounded(code, lock, spun="flock_named went round a link to nothing")
     assert p.returncode == 0 and "is a symbolic link to nothing" in p.stdout, p.stdout + p.stderr
     assert os.readlink(lock) == str(tmp_path / "gone") and not os.path.lexists(tmp_path / "gone")
