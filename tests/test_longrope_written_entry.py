@@ -1,11 +1,11 @@
 """LongRoPE entries as written into config.json and read from the hub, checked by transformers' own init function.
 
-Hand mutants that survived test_rope_longrope and test_rope_hf_parity (mutants11): to_hf or extra_spec leaving a
-given attention_factor out of the written entry (a model run with attention_factor 1.3 saved for transformers, which then
+Hand mutants that survived test_rope_longrope and test_rope_hf_parity (mutants11): to_hf or extra_spec leaving a given
+attention_factor out of the written entry (a model run with attention_factor 1.3 saved for transformers, which then
 takes sqrt(1 + ln s / ln L)), from_hf taking 4096 for the pre-trained length of an entry that names none (transformers
-takes max_position_embeddings: another switch and another attention factor), and a divisor of 0 let through
-(1 / (0 * base^(2i/d)): an infinite frequency, NaN logits) where it is refused in one line. The reference:
-transformers' ``ROPE_INIT_FUNCTIONS['longrope']``.
+takes max_position_embeddings: another switch and another attention factor), and a divisor of 0 let through (1 / (0 *
+base^(2i/d)): an infinite frequency, NaN logits) where it is refused in one line. The reference: transformers'
+``ROPE_INIT_FUNCTIONS['longrope']``.
 """
 
 from __future__ import annotations

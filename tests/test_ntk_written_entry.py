@@ -1,11 +1,12 @@
 """NTK and dynamic NTK as written into config.json, read back by transformers' own RoPE init functions.
 
-Hand mutants that survived test_rope_formulas and test_rope_hf_parity (mutants11): NTKRoPE.hf_theta with the
-exponent the other way up, (d - 2) / d (the rope_theta written for transformers then gives other frequencies than the
-model trained with), DynamicNTKRoPE.hf_max_position_embeddings writing the extended length (transformers reads the
-pre-trained length there: its base then switches at 4x the length), from_hf reading a hub dynamic entry as a model of
-the pre-trained length only (a model written for 256 positions read back as one of 64), and NTK on head_dim 2 reaching a ZeroDivisionError instead of its one-line refusal.
-The references: transformers' RoPE init functions on the written entries, and the spec of the model that wrote them.
+Hand mutants that survived test_rope_formulas and test_rope_hf_parity (mutants11): NTKRoPE.hf_theta with the exponent
+the other way up, (d - 2) / d (the rope_theta written for transformers then gives other frequencies than the model
+trained with), DynamicNTKRoPE.hf_max_position_embeddings writing the extended length (transformers reads the pre-trained
+length there: its base then switches at 4x the length), from_hf reading a hub dynamic entry as a model of the pre-
+trained length only (a model written for 256 positions read back as one of 64), and NTK on head_dim 2 reaching a
+ZeroDivisionError instead of its one-line refusal. The references: transformers' RoPE init functions on the written
+entries, and the spec of the model that wrote them.
 """
 
 from __future__ import annotations
