@@ -41,6 +41,12 @@ class StudyInterrupted(Exception):
 _STOPPED = {130: signal.SIGINT, 143: signal.SIGTERM, -2: signal.SIGINT, -15: signal.SIGTERM}
 
 
+def stopped_words(name: str, signum: int, rc: int) -> str:
+    """How a stage stopped by ``signum`` is told, one way whether it exited itself (130, 143) or the signal killed it
+    (Popen's -2, -15): ``<name> stopped by SIGTERM (exit 143)``, the exit status as a shell gives it."""
+    return f"{name} stopped by {signal.Signals(signum).name} (exit {128 - rc if rc < 0 else rc})"
+
+
 def log_tail(path: Path, n: int = 25) -> str:
     if not path.is_file():
         return ""
@@ -111,9 +117,9 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
             except KeyboardInterrupt as e:
                 rc = _wait_saving(proc)
                 by = e.signum if isinstance(e, StudySignal) else signal.SIGINT
-                raise StudyInterrupted(f"{name} stopped by {signal.Signals(by).name} (exit {rc})", by) from None
+                raise StudyInterrupted(stopped_words(name, by, rc), by) from None
     if rc in _STOPPED:  # the stage alone was signalled (a scheduler that signals the fine-tune only)
-        raise StudyInterrupted(f"{name} stopped by {_STOPPED[rc].name} (exit {rc})", _STOPPED[rc])
+        raise StudyInterrupted(stopped_words(name, _STOPPED[rc], rc), _STOPPED[rc])
     return rc
 
 
