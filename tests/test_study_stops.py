@@ -46,6 +46,9 @@ def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
         study.run()
     rec = json.loads((tmp_path / "out" / "runs" / "clex_a0_s0" / "result.json").read_text())
     assert rec["status"] == "interrupted" and rec["stage"] == "train", rec
+    # its stage named once (before: 'train: recipe exited with 1: KeyboardInterrupt', and in the study's line
+    # '[study] clex_a0_s0: interrupted at train: train: ...')
+    assert rec["error"] == "recipe exited with 1: KeyboardInterrupt", rec["error"]
     assert not (tmp_path / "out" / "runs" / "clex_a0.3_s0" / "result.json").exists()  # the grid stopped
 
 

@@ -143,12 +143,13 @@ class Study(RunStages):
                 # recorded (a rerun does it again), and the grid stops. A stage that ended while the study was being
                 # stopped (SIGINT reaches it and its subprocess alike) was stopped by it, whatever its exit code: a
                 # fine-tune stopped while it imports torch exits 1 with a KeyboardInterrupt traceback
-                rec["status"], rec["stage"], rec["error"] = "interrupted", stage, str(e)
-                self.log(f"[study] {key}: interrupted at {stage}: {e}")
+                said = e.message if getattr(e, "stage", None) == stage else str(e)  # 'train:' said once
+                rec["status"], rec["stage"], rec["error"] = "interrupted", stage, said
+                self.log(f"[study] {key}: interrupted at {stage}: {said}")
                 self._write_result(res_path, rec, t0)
                 if isinstance(e, StudyInterrupted):
                     raise
-                raise StudyInterrupted(f"{key} stopped at {stage} ({e})", getattr(e, "signum", 0)) from e
+                raise StudyInterrupted(f"{key} stopped at {stage} ({said})", getattr(e, "signum", 0)) from e
             # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
             rec["error"] = str(e)

@@ -24,7 +24,7 @@ class StageError(RuntimeError):
 
     def __init__(self, stage: str, message: str, log_tail: str = ""):
         super().__init__(f"{stage}: {message}")
-        self.stage, self.log_tail = stage, log_tail
+        self.stage, self.message, self.log_tail = stage, message, log_tail
 
 
 class StudyInterrupted(Exception):
@@ -120,6 +120,9 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
                 raise StudyInterrupted(stopped_words(name, by, rc), by) from None
     if rc in _STOPPED:  # the stage alone was signalled (a scheduler that signals the fine-tune only)
         raise StudyInterrupted(stopped_words(name, _STOPPED[rc], rc), _STOPPED[rc])
+    if rc and received():  # the study's stop reached it where it could not stop as it does (tune importing torch:
+        # a KeyboardInterrupt traceback, exit 1), waited for in a thread the stop was not raised in
+        raise StudyInterrupted(stopped_words(name, received(), rc), received())
     return rc
 
 
