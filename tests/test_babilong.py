@@ -107,13 +107,26 @@ def test_generator_bad_input(sp_tokenizer_dir):
         gen.generate("/nonexistent", lengths=["1k"], n=1)
 
 
-def test_the_generator_says_it_leaves_0k_out_with_depths(tmp_path, sp_tokenizer_dir, capsys):
-    # --lengths 0k,1k --depths 0,100 wrote no 0k/ without a word; a run asking 0k then found its data missing
-    paths = gen.generate(tmp_path / "d", ["qa1"], ["0k", "1k"], n=1, depths=[0], tokenizer=str(sp_tokenizer_dir),
-                         progress=True)
-    assert [p.relative_to(tmp_path / "d").as_posix() for p in paths] == ["1k/qa1.jsonl"]
-    assert "babilong generator: 0k left out: it has no haystack to put the facts at a depth in (writing 1k)" in (
-        capsys.readouterr().err)
+def test_the_generator_refuses_0k_among_lengths_with_depths_as_it_refuses_0k_alone(tmp_path, sp_tokenizer_dir,
+                                                                                    capsys):
+    # --lengths 0k,1k --depths 0,50 wrote 1k/ alone (0k dropped, one stderr line), where --lengths 0k --depths 0,50
+    # was refused: both are now refused before anything is written, the command naming its own flags
+    for lengths in (["0k", "1k"], ["1k", "0k"], ["0k"]):
+        with pytest.raises(ValueError, match=r"'0k' has no haystack to put the facts at a depth in"):
+            gen.generate(tmp_path / "d", ["qa1"], lengths, n=1, depths=[0, 50], tokenizer=str(sp_tokenizer_dir))
+        assert not os.path.exists(tmp_path / "d")
+    with pytest.raises(SystemExit) as ended:
+        gen.main(["--out", str(tmp_path / "c"), "--tokenizer", str(sp_tokenizer_dir), "--lengths", "0k,1k",
+                  "--depths", "0,50", "--n", "1", "--qa", "qa1"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and not os.path.exists(tmp_path / "c"), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "--lengths 0k,1k with --depths 0,50: 0k has no haystack" in err and "without --depths" in err, err
+    # 0k alone without depths, and the depth lengths without 0k, go into one folder (the task reads both)
+    gen.generate(tmp_path / "d", ["qa1"], ["0k"], n=1, tokenizer=str(sp_tokenizer_dir))
+    gen.generate(tmp_path / "d", ["qa1"], ["1k"], n=1, depths=[50], tokenizer=str(sp_tokenizer_dir))
+    rows = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "d").glob("*/qa1.jsonl")}
+    assert sorted(rows) == ["0k", "1k"] and rows["0k"]["depth"] is None and rows["1k"]["depth"] == 50
 
 
 def test_local_text_haystack(tmp_path, sp_tokenizer_dir):

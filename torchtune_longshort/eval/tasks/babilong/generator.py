@@ -72,6 +72,20 @@ def prompt_without_fit(fit: str, prompt: str, cli: bool = False) -> Optional[str
             "with it")
 
 
+def zero_k_with_depths(lengths: Sequence[str], depths: Optional[Sequence[int]], cli: bool = False) -> Optional[str]:
+    """The refusal of ``"0k"`` among ``lengths`` with ``depths`` given: 0k has no haystack to put the facts at a
+    depth in (BABILong's 0k is the facts alone), so no row of it can be a fact-depth row; named as :func:`generate`'s
+    arguments or (``cli``) as the command's flags; None where there is no 0k or no depths."""
+    if depths is None or not any(LENGTHS.get(l) == 0 for l in lengths):
+        return None
+    if cli:
+        return (f"--lengths {','.join(lengths)} with --depths {','.join(map(str, depths))}: 0k has no haystack to "
+                "put the facts at a depth in (it is the facts alone); drop 0k from --lengths, or generate it in a "
+                "run of its own without --depths")
+    return (f"lengths={list(lengths)} with depths={list(depths)}: '0k' has no haystack to put the facts at a depth "
+            "in (it is the facts alone); leave '0k' out of lengths, or generate it without depths")
+
+
 def generate(
     out_dir,
     qa_tasks: Sequence[str] = QA_TASKS,
@@ -87,8 +101,9 @@ def generate(
 ) -> List[Path]:
     """Write ``<out_dir>/<length>/<qa>.jsonl`` files; ``n`` rows per (length, qa[, depth]). Returns the paths.
 
-    ``depths`` (e.g. ``[0, 25, 50, 75, 100]``) makes the fact-depth variant (``"0k"`` is then skipped: it
-    has no haystack); without it facts are scattered at random as in BABILong. ``tokenizer`` is required
+    ``depths`` (e.g. ``[0, 25, 50, 75, 100]``) makes the fact-depth variant (``"0k"`` is then refused: it has no
+    haystack, as BABILong's own 0k; generate it without depths); without it facts are scattered at random as in
+    BABILong. ``tokenizer`` is required
     for any length other than ``"0k"``: lengths are counted in its tokens (give the evaluated model's). ``fit``:
     what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a tqdm bar over the rows (total and
     ETA; long lengths take a while to fit). ``prompt``: with ``fit="prompt"``, the task's prompt the request is
@@ -116,26 +131,22 @@ def generate(
                          "the haystack before the facts)")
     if any(LENGTHS[l] for l in lengths) and tokenizer is None:
         raise ValueError("tokenizer is required for lengths other than '0k' (lengths are counted in its tokens)")
-    todo = [l for l in lengths if not (depths is not None and LENGTHS[l] == 0)]
-    if not todo:
-        raise ValueError(f"lengths={list(lengths)} with depths={list(depths)}: '0k' has no haystack to put the facts "
-                         "at a depth in, so nothing would be generated; give a length of 1k or more, or no depths")
-    if len(todo) < len(lengths) and progress:  # 0k with depths: said, not skipped without a word
-        print(f"babilong generator: 0k left out: it has no haystack to put the facts at a depth in (writing "
-              f"{', '.join(todo)})", file=sys.stderr)
+    said = zero_k_with_depths(lengths, depths)
+    if said:  # refused whole, as 0k alone is: a requested length is never left out of the folder
+        raise ValueError(said)
     out = Path(out_dir)
-    names = [f"{length}/{qa}.jsonl" for length in todo for qa in qa_tasks]
+    names = [f"{length}/{qa}.jsonl" for length in lengths for qa in qa_tasks]
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
     rng = random.Random(seed)
     lines = iter_haystack_lines(haystack)
     lines = itertools.chain([next(lines)], lines)  # a haystack that cannot be read is refused before any write
-    _warn_if_repeated(haystack, max(LENGTHS[l] for l in todo), count_tokens)
+    _warn_if_repeated(haystack, max(LENGTHS[l] for l in lengths), count_tokens)
     paths = []
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(todo) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
+    bar = tqdm(total=len(lengths) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
                disable=not progress)
     prompts = {}
     if fit == "prompt":
@@ -144,7 +155,7 @@ def generate(
 
         prompts = {qa: task_prompt(qa, prompt) for qa in qa_tasks}
     with contextlib.closing(bar):  # closed before a failure's line, which would else end up on the bar's
-        for length in todo:
+        for length in lengths:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, rng, prompts, bar, paths)
     return paths
 
@@ -236,6 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
+    if zero_k_with_depths(a.lengths.split(","), depths, cli=True):  # named as typed, before the tokenizer is read
+        ap.error(zero_k_with_depths(a.lengths.split(","), depths, cli=True))
     with checkpoint_code(a.trust_remote_code, "--trust-remote-code"):  # the --tokenizer folder is someone's
         paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
             a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
