@@ -129,6 +129,38 @@ def test_the_generator_refuses_0k_among_lengths_with_depths_as_it_refuses_0k_alo
     assert sorted(rows) == ["0k", "1k"] and rows["0k"]["depth"] is None and rows["1k"]["depth"] == 50
 
 
+def test_the_generator_writes_only_depths_the_task_reads(tmp_path, sp_tokenizer_dir, capsys):
+    # --depths 10 wrote rows at depth 10, exit 0, which the longshort_babilong task then refused as data ('depth=10;
+    # accepted: [0, 25, 50, 75, 100] or null': no score at that length); the generator now refuses such a depth up
+    # front. The task's own loader is the reference for which depths are read.
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    def task_reads(depth):
+        (tmp_path / "hand" / "1k").mkdir(parents=True, exist_ok=True)
+        row = {"input": "Mary went to the kitchen.", "question": "Where is Mary?", "target": "kitchen",
+               "depth": depth}
+        (tmp_path / "hand" / "1k" / "qa1.jsonl").write_text(json.dumps(row) + "\n")
+        try:
+            bl.load_babilong("qa1", "1k", str(tmp_path / "hand"), "error")
+        except TaskDataError:
+            return False
+        return True
+
+    tok = ["--tokenizer", str(sp_tokenizer_dir), "--lengths", "1k", "--n", "1", "--qa", "qa1"]
+    for depth in (10, 99):
+        assert not task_reads(depth)
+        with pytest.raises(SystemExit) as ended:
+            gen.main(tok + ["--out", str(tmp_path / "o"), "--depths", f"0,{depth}"])
+        err = capsys.readouterr().err
+        assert ended.value.code == 2 and err.count("\n") == 1 and not os.path.exists(tmp_path / "o"), err
+        assert f"--depths 0,{depth}: {depth} is not a depth the longshort_babilong tasks score" in err, err
+        with pytest.raises(ValueError, match=f"depths=\\[{depth}\\]: {depth} is not a depth"):
+            gen.generate(tmp_path / "o", ["qa1"], ["1k"], n=1, depths=[depth], tokenizer=str(sp_tokenizer_dir))
+    assert task_reads(25)
+    assert gen.main(tok + ["--out", str(tmp_path / "o"), "--depths", "25"]) == 0
+    assert [r["depth"] for r in bl.load_babilong("qa1", "1k", str(tmp_path / "o"), "error")["qa1"]] == [25]
+
+
 def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
     (tmp_path / "book.txt").write_text("It was a dark and stormy night.\n" * 50)
     gen.generate(tmp_path / "out", qa_tasks=["qa1"], lengths=["1k"], n=1, tokenizer=str(sp_tokenizer_dir),
@@ -359,7 +391,8 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
              (["--out", "/proc/longshort_x"], "cannot be created"),
              (["--out", "/proc"], "--out='/proc' does not take new files"),  # an OSError traceback at its first file
              # a depth past 100 was refused by the first sample, after the folder's list and a .partial file
-             (["--out", str(tmp_path / "o"), "--depths", "0,101"], "101 is not a depth; accepted: integers 0..100")]
+             (["--out", str(tmp_path / "o"), "--depths", "0,101"],
+              "--depths 0,101: 101 is not a depth the longshort_babilong tasks score")]
     for extra, needle in cases:
         with pytest.raises(SystemExit) as exit_info:
             gen.main(args + extra)

@@ -36,6 +36,7 @@ from typing import List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
+    DEPTHS,
     LENGTHS,
     build_sample,
     iter_haystack_lines,
@@ -70,6 +71,18 @@ def prompt_without_fit(fit: str, prompt: str, cli: bool = False) -> Optional[str
                 "prompt with it")
     return (f"prompt={prompt!r} sizes the task's request, and fit={fit!r} sizes the input alone; give fit='prompt' "
             "with it")
+
+
+def depth_not_scored(depths: Optional[Sequence[int]], cli: bool = False) -> Optional[str]:
+    """The refusal of a depth the ``longshort_babilong`` tasks do not score (they read and report only
+    :data:`~torchtune_longshort.eval.tasks.babilong.haystack.DEPTHS`: a row at 10 % is refused as data), named as
+    :func:`generate`'s ``depths`` or (``cli``) as ``--depths``; None where every depth is one of them."""
+    bad = [d for d in depths or () if isinstance(d, bool) or not isinstance(d, int) or d not in DEPTHS]
+    if not bad:
+        return None
+    given = f"--depths {','.join(map(str, depths))}" if cli else f"depths={list(depths)}"
+    return (f"{given}: {bad[0]!r} is not a depth the longshort_babilong tasks score; accepted: "
+            f"{', '.join(map(str, DEPTHS))} (% of the haystack before the facts; acc_d<depth>)")
 
 
 def zero_k_with_depths(lengths: Sequence[str], depths: Optional[Sequence[int]], cli: bool = False) -> Optional[str]:
@@ -125,10 +138,9 @@ def generate(
         parse_length(length)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r}; accepted: an integer >= 1 (rows per length, task and depth)")
-    bad_depths = [d for d in depths or () if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 100]
-    if bad_depths:  # it was refused by the first sample, after the output folder's files were started
-        raise ValueError(f"depths={list(depths)}: {bad_depths[0]!r} is not a depth; accepted: integers 0..100 (% of "
-                         "the haystack before the facts)")
+    said = depth_not_scored(depths)
+    if said:  # past 100: refused by the first sample, after the output folder's files were started
+        raise ValueError(said)
     if any(LENGTHS[l] for l in lengths) and tokenizer is None:
         raise ValueError("tokenizer is required for lengths other than '0k' (lengths are counted in its tokens)")
     said = zero_k_with_depths(lengths, depths)
@@ -222,8 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5 (default %(default)s)")
     ap.add_argument("--lengths", default="0k,1k,2k,4k",
                     help=f"comma list of {', '.join(LENGTHS)} (default %(default)s)")
-    ap.add_argument("--depths", default=None, help="comma list of fact depths in %% (e.g. 0,25,50,75,100; default: "
-                    "none, the facts scattered at random as in BABILong)")
+    ap.add_argument("--depths", default=None, help=f"comma list of fact depths in %% (of {', '.join(map(str, DEPTHS))}, "
+                    "the depths the tasks score; default: none, the facts scattered at random as in BABILong)")
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
     ap.add_argument("--haystack", default="stdlib",
                     help="stdlib | pg19 | path to .txt file or folder (default %(default)s)")
@@ -247,8 +259,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    if zero_k_with_depths(a.lengths.split(","), depths, cli=True):  # named as typed, before the tokenizer is read
-        ap.error(zero_k_with_depths(a.lengths.split(","), depths, cli=True))
+    for said in (depth_not_scored(depths, cli=True), zero_k_with_depths(a.lengths.split(","), depths, cli=True)):
+        if said:  # named as typed, before the tokenizer is read
+            ap.error(said)
     with checkpoint_code(a.trust_remote_code, "--trust-remote-code"):  # the --tokenizer folder is someone's
         paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
             a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
