@@ -246,3 +246,33 @@ def test_babilong_0k_is_sized_by_its_real_requests(tmp_path, tiny_llama2_dir, sp
     assert any(f"'0k': requests of up to {need} tokens, within eval.max_length={need}" in m for m in logs), logs
     with pytest.raises(StudyConfigError, match="'0k' has no haystack to put the facts at a depth in"):
         preflight(study(need, depths=[50]), log=lambda m: None)
+
+
+def test_babilong_depths_are_those_the_task_reads(tmp_path):
+    """eval.babilong.depths: [10] was taken (any int in [0, 100]); the study trained, then its generator wrote rows at
+    depth 10 (or, since the generator refuses them, failed), and the task refuses such rows: no BABILong score. The
+    config now takes the depths the task reads, refusing another before anything runs. The task's own loader, on a
+    hand-written row, is the reference."""
+    from torchtune_longshort.eval.tasks.babilong.task import load_babilong
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    def task_reads(depth):
+        (tmp_path / "rows" / "1k").mkdir(parents=True, exist_ok=True)
+        row = {"input": "Mary went to the kitchen.", "question": "Where is Mary?", "target": "kitchen", "depth": depth}
+        (tmp_path / "rows" / "1k" / "qa1.jsonl").write_text(json.dumps(row) + "\n")
+        try:
+            load_babilong("qa1", "1k", str(tmp_path / "rows"), "error")
+        except TaskDataError:
+            return False
+        return True
+
+    for depth in (10, 99, 25, 100):
+        babilong = {"lengths": ["1k"], "depths": [0, depth], "n": 1, "qa": "qa1"}
+        if task_reads(depth):
+            assert load_study_config(_config(tmp_path, babilong=babilong), quick=True,
+                                     repo_root=ROOT).eval.babilong.depths == [0, depth]
+            continue
+        with pytest.raises((StudyConfigError, ValueError)) as refused:
+            load_study_config(_config(tmp_path, babilong=babilong), quick=True, repo_root=ROOT)
+        assert f"eval.babilong.depths=[0, {depth}] is not accepted" in str(refused.value), refused.value
+        assert "[0, 25, 50, 75, 100]" in str(refused.value)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from torchtune_longshort.eval.tasks import check_metadata_values, unknown_metadata_keys
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
-from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn, is_divergence
 from torchtune_longshort.rope import check_rope_method
@@ -90,9 +90,11 @@ def babilong_lengths(path: str, value: Any) -> List[str]:
 
 
 def depths(path: str, value: Any) -> List[int]:
+    # the depths the longshort_babilong tasks score (acc_d<depth>): the generator refuses another, the task its rows
     if not isinstance(value, (list, tuple)) or not value or any(
-            isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 100 for d in value):
-        raise refuse(path, value, "a list of fact depths in percent (ints in [0, 100]), or null")
+            isinstance(d, bool) or not isinstance(d, int) or d not in DEPTHS for d in value):
+        raise refuse(path, value, f"a list of fact depths in percent, each one of {list(DEPTHS)} (the depths the "
+                     "BABILong tasks score), or null")
     return list(value)
 
 
