@@ -161,6 +161,32 @@ def test_the_generator_writes_only_depths_the_task_reads(tmp_path, sp_tokenizer_
     assert [r["depth"] for r in bl.load_babilong("qa1", "1k", str(tmp_path / "o"), "error")["qa1"]] == [25]
 
 
+def test_the_generator_reads_its_comma_lists_as_the_task_and_the_study_do(tmp_path, sp_tokenizer_dir, capsys):
+    # --qa 'qa1, qa2' was refused (qa=' qa2'), though the study takes eval.babilong.qa: "qa1, qa2" and passed it on
+    # as it is (refused after the training) and the task reads max_seq_lengths "0k, 1k"; a name given twice wrote its
+    # file twice (--depths 50,50: 2n rows at 50). Names are now stripped and each kept once; none is refused.
+    from torchtune_longshort.study import values
+
+    qa, lengths = "qa1, qa2,qa1", "0k, 0k"
+    assert values.qa_tasks("eval.babilong.qa", qa) == qa and bl.parse_lengths(lengths) == ["0k", "0k"]
+    assert gen.main(["--out", str(tmp_path / "o"), "--lengths", lengths, "--qa", qa, "--n", "2"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "o" / "0k" / f"{q}.jsonl") for q in ("qa1", "qa2")]
+    for q in ("qa1", "qa2"):
+        assert [json.loads(x)["qa"] for x in (tmp_path / "o" / "0k" / f"{q}.jsonl").read_text().splitlines()] == [q] * 2
+    assert gen.main(["--out", str(tmp_path / "d"), "--tokenizer", str(sp_tokenizer_dir), "--lengths", "1k", "--qa",
+                     "qa1", "--n", "1", "--depths", "50, 50"]) == 0
+    rows = (tmp_path / "d" / "1k" / "qa1.jsonl").read_text().splitlines()
+    assert [json.loads(x)["depth"] for x in rows] == [50]
+    capsys.readouterr()
+    for flag in ("--qa", "--lengths"):
+        with pytest.raises(SystemExit) as ended:
+            gen.main(["--out", str(tmp_path / "e"), flag, " , "])
+        err = capsys.readouterr().err
+        names = ", ".join(stories.QA_TASKS if flag == "--qa" else haystack.LENGTHS)
+        assert ended.value.code == 2 and err == f"{gen.PROG}: error: {flag}=' , ': name at least one of {names}\n", err
+    assert not os.path.exists(tmp_path / "e")
+
+
 def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
     (tmp_path / "book.txt").write_text("It was a dark and stormy night.\n" * 50)
     gen.generate(tmp_path / "out", qa_tasks=["qa1"], lengths=["1k"], n=1, tokenizer=str(sp_tokenizer_dir),

@@ -223,6 +223,17 @@ def _record(out: Path, name: str) -> bool:
     return name not in have
 
 
+def _comma_list(ap: ArgumentParser, flag: str, text: str, accepted) -> List[str]:
+    """The names of a comma list flag, as the task reads its max_seq_lengths: spaces around a name and empty items
+    left out (the study's ``qa: "qa1, qa2"`` came here as ``' qa2'`` and was refused after the training), a name given
+    twice kept once (its file was written twice; a depth given twice, ``--depths``, is kept once too: it wrote 2n
+    rows there); none at all is refused, naming the flag."""
+    names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not names:
+        ap.error(f"{flag}={text!r}: name at least one of {', '.join(accepted)}")
+    return names
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: ``python -m torchtune_longshort.eval.tasks.babilong.generator --out DIR --tokenizer TOK [...]``; bad input
     is refused in one line (:mod:`torchtune_longshort.refusals`) before anything is written."""
@@ -256,15 +267,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(prompt_without_fit(a.fit, a.prompt, cli=True))
     quiet_upstream()
     try:
-        depths = None if a.depths is None else [int(d) for d in a.depths.split(",")]
+        depths = None if a.depths is None else list(dict.fromkeys(int(d) for d in a.depths.split(",")))
     except ValueError:
         ap.error(f"--depths={a.depths!r}: expected comma-separated integers 0..100")
-    for said in (depth_not_scored(depths, cli=True), zero_k_with_depths(a.lengths.split(","), depths, cli=True)):
+    qa_tasks, lengths = _comma_list(ap, "--qa", a.qa, QA_TASKS), _comma_list(ap, "--lengths", a.lengths, LENGTHS)
+    for said in (depth_not_scored(depths, cli=True), zero_k_with_depths(lengths, depths, cli=True)):
         if said:  # named as typed, before the tokenizer is read
             ap.error(said)
     with checkpoint_code(a.trust_remote_code, "--trust-remote-code"):  # the --tokenizer folder is someone's
         paths = stoppable(PROG, lambda: refusing(PROG, lambda: generate(
-            a.out, a.qa.split(","), a.lengths.split(","), a.n, depths, a.tokenizer, a.haystack, a.seed,
+            a.out, qa_tasks, lengths, a.n, depths, a.tokenizer, a.haystack, a.seed,
             progress=True, fit=a.fit, prompt=a.prompt)), "each file written so far is whole; the same command writes "
             "them all again")
     for p in paths:
