@@ -113,13 +113,20 @@ def _runs_markdown(cfg: StudyConfig, recs: Dict[str, Dict[str, Any]]) -> List[st
         body.append([key, rec.get("status"), fmt(last.get("ce")), fmt(last.get("misalignment")),
                      fmt(value(rec, "entropy", L)), fmt(curve_mean(rec, top, 0, L)), fmt(curve_mean(rec, top, L, top)),
                      fmt(rec.get("wall_s_train")), fmt(rec.get("wall_s_eval")),
-                     (f"{rec.get('stage')}: {rec.get('error')}" if rec.get("status") == "failed" else "")[:300]])
+                     (_failure(rec) if rec.get("status") == "failed" else "")[:300]])
     md += ["Training columns: mean of the last 10 logged steps of the recipe's metrics.jsonl. Entropy: mean "
            f"next-token entropy (nats) at the misalignment task's {L}-token windows; loss columns: mean NLL of the "
            f"{length_label(top)}-token perplexity curve below and from L = {L}. Wall times in seconds.", ""]
     md += md_table(["run", "status", "train CE", "train misalignment", "entropy", "loss, pos < L", "loss, pos >= L",
                     "train s", "eval s", "error"], body)
     return md
+
+
+def _failure(rec: Dict[str, Any]) -> str:
+    """``<stage>: <error>`` of a failed run, its stage said once (a record written before the error left its stage
+    out holds 'train: recipe exited ...')."""
+    stage, error = rec.get("stage"), str(rec.get("error"))
+    return error if error.startswith(f"{stage}: ") else f"{stage}: {error}"
 
 
 def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs: Any) -> List[str]:

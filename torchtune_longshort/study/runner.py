@@ -152,9 +152,9 @@ class Study(RunStages):
                 raise StudyInterrupted(f"{key} stopped at {stage} ({said})", getattr(e, "signum", 0)) from e
             # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
-            rec["error"] = str(e)
+            rec["error"] = e.message if isinstance(e, StageError) else str(e)  # its stage is rec["stage"]: said once
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
-            self.log(f"[study] {key}: FAILED at {rec['stage']}: {e}")
+            self.log(f"[study] {key}: FAILED at {rec['stage']}: {rec['error']}")
         self._write_result(res_path, rec, t0)
         return rec
 
