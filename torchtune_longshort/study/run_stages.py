@@ -26,7 +26,9 @@ from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
-from torchtune_longshort.study.stages import StageError, error_line, log_tail, run_eval, steps_in, tune_command
+from torchtune_longshort.study.stages import (
+    StageError, error_line, exit_words, log_tail, run_eval, steps_in, tune_command,
+)
 from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
 
@@ -145,7 +147,7 @@ class RunStages(RunConfigs):
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
             tail = log_tail(log_path)
-            raise StageError("train", f"recipe exited with {rc}: {error_line(tail)}", tail)
+            raise StageError("train", f"{exit_words('recipe', rc)}: {error_line(tail)}", tail)
         final = train_dir / f"step_{max_steps}"
         if not final.is_dir():
             raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
@@ -212,7 +214,7 @@ class RunStages(RunConfigs):
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
             tail = log_tail(log_path)
-            raise StageError("babilong_data", f"generator exited with {rc}: {error_line(tail)}", tail)
+            raise StageError("babilong_data", f"{exit_words('generator', rc)}: {error_line(tail)}", tail)
         atomic_write_json(marker, want)
         return out
 

@@ -43,8 +43,22 @@ _STOPPED = {130: signal.SIGINT, 143: signal.SIGTERM, -2: signal.SIGINT, -15: sig
 
 def stopped_words(name: str, signum: int, rc: int) -> str:
     """How a stage stopped by ``signum`` is told, one way whether it exited itself (130, 143) or the signal killed it
-    (Popen's -2, -15): ``<name> stopped by SIGTERM (exit 143)``, the exit status as a shell gives it."""
-    return f"{name} stopped by {signal.Signals(signum).name} (exit {128 - rc if rc < 0 else rc})"
+    (Popen's -2, -15): ``<name> stopped by SIGTERM (exit 143)``, the exit status as a shell gives it. A signal that
+    is no stop (SIGKILL: the out-of-memory killer's, or ``kill -9``) killed it: ``<name> killed by SIGKILL (exit 137;
+    out of memory? see dmesg)``."""
+    status = 128 - rc if rc < 0 else rc
+    if signum in (signal.SIGINT, signal.SIGTERM):
+        return f"{name} stopped by {signal.Signals(signum).name} (exit {status})"
+    hint = "; out of memory? see dmesg" if signum == signal.SIGKILL else ""
+    return f"{name} killed by {signal.Signals(signum).name} (exit {status}{hint})"
+
+
+def exit_words(name: str, rc: int) -> str:
+    """How a stage that ended non-zero is told: ``<name> exited with 1``, or, killed by a signal (Popen's -signal),
+    :func:`stopped_words`' ``<name> killed by SIGKILL (exit 137; ...)`` (before: 'exited with -9')."""
+    if rc < 0 and -rc in signal.valid_signals():
+        return stopped_words(name, -rc, rc)
+    return f"{name} exited with {rc}"
 
 
 def log_tail(path: Path, n: int = 25) -> str:
@@ -144,7 +158,7 @@ def run_eval(executor: Callable[..., int], argv: Sequence[str], log_path: Path, 
     rc = executor(argv, log_path, cwd, env, timeout)
     if rc != 0:
         tail = log_tail(log_path)
-        raise StageError("eval", f"lm-eval exited with {rc}: {error_line(tail)}", tail)
+        raise StageError("eval", f"{exit_words('lm-eval', rc)}: {error_line(tail)}", tail)
     try:
         results = load_results(eval_dir)
     except FileNotFoundError as e:
