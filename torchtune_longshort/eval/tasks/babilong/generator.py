@@ -31,7 +31,7 @@ import os
 import random
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
@@ -120,7 +120,8 @@ def generate(
     for any length other than ``"0k"``: lengths are counted in its tokens (give the evaluated model's). ``fit``:
     what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a tqdm bar over the rows (total and
     ETA; long lengths take a while to fit). ``prompt``: with ``fit="prompt"``, the task's prompt the request is
-    sized with (its ``babilong_prompt``: ``"lm_eval"`` or ``"babilong"``).
+    sized with (its ``babilong_prompt``: ``"lm_eval"`` or ``"babilong"``). The rows of one (qa, length[, depth])
+    depend on ``seed`` and those alone (:func:`stream_seed`), not on the other tasks, lengths and depths asked.
     """
     if fit not in FITS:
         raise ValueError(f"fit={fit!r}; accepted: {', '.join(FITS)}")
@@ -151,9 +152,8 @@ def generate(
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
-    rng = random.Random(seed)
-    lines = iter_haystack_lines(haystack)
-    lines = itertools.chain([next(lines)], lines)  # a haystack that cannot be read is refused before any write
+    lines = _Replay(iter_haystack_lines(haystack))
+    lines.line(0)  # a haystack that cannot be read is refused before any write
     _warn_if_repeated(haystack, max(LENGTHS[l] for l in lengths), count_tokens)
     paths = []
     from tqdm.auto import tqdm
@@ -168,8 +168,30 @@ def generate(
         prompts = {qa: task_prompt(qa, prompt) for qa in qa_tasks}
     with contextlib.closing(bar):  # closed before a failure's line, which would else end up on the bar's
         for length in lengths:
-            _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, rng, prompts, bar, paths)
+            _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, seed, prompts, bar, paths)
     return paths
+
+
+def stream_seed(seed: int, qa: str, length: str, depth: Optional[int]) -> str:
+    """The seed of the random stream of one (qa, length[, depth]) row set: its rows depend on these alone, never on
+    what else one run asked (a length added to a sweep leaves the others' rows as they were)."""
+    return f"{seed}-{qa}-{length}" if depth is None else f"{seed}-{qa}-{length}-d{depth}"
+
+
+class _Replay:
+    """A haystack read once and replayed from its first line to each row set (:func:`stream_seed`), so the text a row
+    set is hidden in does not depend on how much of it the row sets before it used."""
+
+    def __init__(self, lines: Iterator[str]):
+        self._lines, self._seen = lines, []
+
+    def line(self, i: int) -> str:
+        while len(self._seen) <= i:
+            self._seen.append(next(self._lines))
+        return self._seen[i]
+
+    def replay(self) -> Iterator[str]:
+        return (self.line(i) for i in itertools.count())
 
 
 def _warn_if_repeated(haystack: str, longest: int, count_tokens) -> None:
@@ -186,8 +208,8 @@ def _warn_if_repeated(haystack: str, longest: int, count_tokens) -> None:
               "name a longer text", file=sys.stderr)
 
 
-def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count_tokens, rng, prompts, bar,
-                  paths: List[Path]) -> None:
+def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Replay, count_tokens, seed: int,
+                  prompts, bar, paths: List[Path]) -> None:
     """The rows of one length label, one file per task, each written aside and moved into place."""
     plan: List[Optional[int]] = [None] if depths is None else list(depths)
     (out / length).mkdir(parents=True, exist_ok=True)
@@ -198,8 +220,9 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines, count
         try:  # written aside (an earlier file stays whole until this one is); a full disk removes the part
             with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
                 for depth in plan:
+                    rng, hay = random.Random(stream_seed(seed, qa, length, depth)), lines.replay()
                     for _ in range(n):
-                        row = build_sample(make_story(qa, rng), length, lines, count_tokens, rng, depth,
+                        row = build_sample(make_story(qa, rng), length, hay, count_tokens, rng, depth,
                                            prompts.get(qa))
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update(1)
@@ -250,7 +273,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
     ap.add_argument("--haystack", default="stdlib",
                     help="stdlib | pg19 | path to .txt file or folder (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the stories and the haystack (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the stories and of where the facts go; the rows of one (qa, length[, depth]) "
+                    "depend on it and those alone, not on what else is asked (default %(default)s)")
     ap.add_argument("--fit", choices=FITS, default="input",
                     help="what a length label sizes: the row's input (BABILong's way), or the whole request the "
                     "task makes of it (prompt, question and generation budget included: it then fits a model of "
