@@ -250,10 +250,14 @@ def _comma_list(ap: ArgumentParser, flag: str, text: str, accepted) -> List[str]
     """The names of a comma list flag, as the task reads its max_seq_lengths: spaces around a name and empty items
     left out (the study's ``qa: "qa1, qa2"`` came here as ``' qa2'`` and was refused after the training), a name given
     twice kept once (its file was written twice; a depth given twice, ``--depths``, is kept once too: it wrote 2n
-    rows there); none at all is refused, naming the flag."""
+    rows there); none at all, or a name not ``accepted``, is refused, naming the flag."""
     names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
     if not names:
         ap.error(f"{flag}={text!r}: name at least one of {', '.join(accepted)}")
+    bad = [x for x in names if x not in accepted]
+    if bad:  # named as typed (generate() names its qa_tasks= / lengths=)
+        what = "a BABILong length" if flag == "--lengths" else "a task the generator writes"
+        ap.error(f"{flag} {','.join(names)}: {bad[0]} is not {what}; accepted: {', '.join(accepted)}")
     return names
 
 
