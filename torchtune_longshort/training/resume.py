@@ -24,6 +24,7 @@ from torchtune_longshort.config.fields import resume_policies, with_checked_valu
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, scaling_start_of_node
+from torchtune_longshort.training.tokenizer_unchanged import check_tokenizer_unchanged
 from torchtune_longshort.rope import ROPE_METHODS
 
 # {top-level key (or nested key a section ignores): exact / applied / ignored}, from the typed config's declarations.
@@ -239,7 +240,8 @@ def recorded_seed(recipe_state: Dict[str, Any]) -> Optional[int]:
 def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_state: bool = False
                       ) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
     """``(recipe state of the step folder resume_dir, the config changes the resumed run applies)``; a change that
-    breaks exact resume is refused (:func:`compare_resume_config`). ``seed_from_state``: the new config says
+    breaks exact resume is refused (:func:`compare_resume_config`), and so is a tokenizer source replaced since the
+    save (:func:`check_tokenizer_unchanged`). ``seed_from_state``: the new config says
     ``seed: null``, which continues with the run's recorded seed (:func:`recorded_seed`), not a change. A LoRA run's
     trainable weights are read from the step's adapter folder into ``recipe_state["trainable"]`` (refused, naming
     the folder, when its files are gone)."""
@@ -250,6 +252,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
         new_config = {**new_config, "seed": recorded_seed(recipe_state)}
     changes = compare_resume_config(saved, new_config, CheckpointFolder.open(resume_dir).rope_spec
                                     ) if saved is not None else []
+    check_tokenizer_unchanged(resume_dir, new_config)
     if recipe_state.get("adapter"):
         recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
     return recipe_state, changes
@@ -257,7 +260,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
 
 def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
     """What ``resume=True`` with ``new_config`` would apply to ``output_dir``'s newest resumable step, its refusal
-    raised as the run's setup raises it (:func:`compare_resume_config`), read without its tensors (the state file
+    raised as the run's setup raises it (:func:`compare_resume_config`, :func:`check_tokenizer_unchanged`), read without its tensors (the state file
     memory-mapped: a large run's optimizer state is not loaded to check a config). None to compare: ``[]``."""
     steps = StepCheckpoints(output_dir)
     state = steps.newest_state()
@@ -266,7 +269,10 @@ def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[s
         return []
     if new_config.get("seed") is None:  # seed: null continues with the run's recorded seed
         new_config = {**new_config, "seed": recorded_seed(state)}
-    return compare_resume_config(saved, new_config, CheckpointFolder.open(steps.latest(resumable=True)).rope_spec)
+    step_dir = steps.latest(resumable=True)
+    changes = compare_resume_config(saved, new_config, CheckpointFolder.open(step_dir).rope_spec)
+    check_tokenizer_unchanged(step_dir, new_config)
+    return changes
 
 
 def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) -> None:
