@@ -165,13 +165,18 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
             continue
         if _policy(key) == "exact":
             # The lr schedule's shape is fixed by the run; its length follows max_steps and is not a change here.
-            broken.append(f"{key}: {a!r} -> {b!r}")
+            broken.append((key, ABSENT in (a, b), f"{key}: {a!r} -> {b!r}"))
         else:
             applied.append((key, a, b))
     if broken:
+        # a default that one side lacks and neither config writes (another RoPE method's, a node set to null) follows
+        # from a change named beside it; named alone where nothing else differs
+        written = set(_flat(saved)) | set(_flat(new))
+        named = ([text for key, gone, text in broken if key in written or not gone]
+                 or [text for _, _, text in broken])
         raise ValueError(
             "resume=True with a config that changes what the run trains, which would not continue the same run "
-            f"exactly: {'; '.join(broken)}. Resume with the saved values (the recipe state's 'config'), or start a new "
+            f"exactly: {'; '.join(named)}. Resume with the saved values (the recipe state's 'config'), or start a new "
             "run in another output_dir"
         )
     return applied
