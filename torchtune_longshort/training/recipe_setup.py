@@ -28,6 +28,7 @@ from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
 from torchtune_longshort.models.hf_tokenizer import tokenizer_bytes
 from torchtune_longshort.models.rope_scaling import learned_parameters_from
+from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training import recipe_checkpoints
 from torchtune_longshort.training.activation_memory import set_activation_memory
 from torchtune_longshort.training.bootstrap import discard_trained_tokenizer
@@ -126,7 +127,7 @@ class RecipeSetup:
             self.release_output_dir(discard=True)
             if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
                 discard_trained_tokenizer(self._trained_tokenizer)
-            if isinstance(e, Exception) and not isinstance(e, OutOfSpace) and is_out_of_space(e):
+            if isinstance(e, Exception) and not isinstance(e, Refusal) and is_out_of_space(e):
                 raise OutOfSpace(f"no space left on the disk while setting up output_dir {self.output_dir} "
                                  f"({room_text(self.output_dir)}): {reason(e)}; free space there, or set output_dir "
                                  "to a disk with room") from None

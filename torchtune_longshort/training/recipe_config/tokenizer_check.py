@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
+from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
 from torchtune_longshort.models.tokenizer_files import TokenizerError
-from torchtune_longshort.refusals import REFUSED, capped, one_line
+from torchtune_longshort.refusals import REFUSED, Refusal, capped, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
 from torchtune_longshort.training.recipe_config.paths import model_vocab_key
@@ -80,7 +81,16 @@ def load_tokenizer(section: TokenizerConfig, model_key: str = "model.vocab_size"
             raise
         raise _unread(section, e) from e
     except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
+        if is_out_of_space(e):  # a folder the component trains, on a full disk: a write, not a file it cannot read
+            raise TokenizerOutOfSpace(f"no space left on the disk training the tokenizer into tokenizer.path="
+                                      f"{section.path!r} ({room_text(section.path)}): {reason(e)}; free space "
+                                      "there, or set tokenizer.path to a disk with room") from None
         raise _unread(section, e) from e
+
+
+class TokenizerOutOfSpace(Refusal, RuntimeError):
+    """The ``tokenizer`` component found no room writing the folder it trains (one line, exit status 2; the run's
+    setup does not take it for ``output_dir``'s disk)."""
 
 
 def model_key_of(config: RecipeConfig) -> str:
