@@ -245,14 +245,17 @@ def _refused(gguf: Path, tmp_path: Path, capsys, needle: str) -> str:
     hf_logging.get_logger("transformers")  # its handler made now if no test made it yet
     # transformers' handler writes to the stderr of its first use, before capsys's: to capsys's, as to a terminal
     # (its StreamHandlers alone: a test run may have left pytest's live-logging NullHandler there too)
-    was = [(h, h.setStream(sys.stderr)) for h in logging.getLogger("transformers").handlers
-           if isinstance(h, logging.StreamHandler)]
+    # set, not flushed (setStream flushes): the stream it holds may be an earlier test's capture, closed since (made
+    # under one test's capsys, the handler's flush raised 'I/O operation on closed file' in the next test's call)
+    was = [(h, h.stream) for h in logging.getLogger("transformers").handlers if isinstance(h, logging.StreamHandler)]
+    for h, _ in was:
+        h.stream = sys.stderr
     try:
         with pytest.raises(SystemExit) as exit_info:
             main(["--gguf", str(gguf), "--out", str(tmp_path / "new" / "conv")])
     finally:
-        for h, stream in was:
-            h.setStream(stream) if stream is not None else None  # None: it wrote to that stderr already
+        for h, stream in was:  # a capture (this test's or a closed one) is not left behind: the live stderr instead
+            h.stream = sys.__stderr__ if stream is sys.stderr or getattr(stream, "closed", False) else stream
     out, err = capsys.readouterr()
     # transformers' progress bars come first once it has read the file; its load report ('MISSING ... Consider
     # training on your downstream task', 'MISMATCH ... Reinit due to size mismatch') came before the refusal
