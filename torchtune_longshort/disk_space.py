@@ -13,6 +13,7 @@ not written (lm-eval only logs a warning and exits 0).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -109,6 +110,21 @@ def written_file(error: BaseException) -> Optional[str]:
         if isinstance(e, OSError) and (e.filename2 or e.filename):
             return str(e.filename2 or e.filename)
     return None
+
+
+@contextlib.contextmanager
+def naming(path: PathLike) -> Iterator[None]:
+    """An out-of-space error raised in the block that names no file (safetensors' "I/O error: No space left on device
+    (os error 28)", a tokenizer library's) raised again as an ``OSError`` naming ``path``, what the block writes: its
+    one line then says where (:func:`out_of_space_line`). Any other error passes as it is."""
+    try:
+        yield
+    except Exception as e:
+        if written_file(e) is not None or not is_out_of_space(e):
+            raise
+        code = next((c.errno for c in chain(e) if isinstance(c, OSError) and c.errno in OUT_OF_SPACE_ERRNOS),
+                    errno.ENOSPC)
+        raise OSError(code, os.strerror(code), os.fspath(path)) from e
 
 
 def reason(error: BaseException) -> str:

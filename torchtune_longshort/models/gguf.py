@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, Union
 
 from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.disk_space import check_room
+from torchtune_longshort.disk_space import check_room, naming
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
@@ -190,12 +190,13 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
                                                                  keep=False):
             tmp = folder_beside(target, *scratch)
             try:
-                model.save_pretrained(str(tmp))
-                tok.save_pretrained(str(tmp))
-                plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
-                files = sorted(p.name for p in tmp.iterdir())
-                (tmp / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION, "from": gguf.name, "dtype": dtype,
-                                                          "files": files}) + "\n")
+                with naming(out_dir):  # its files are written beside it first, then the folder is renamed into place
+                    model.save_pretrained(str(tmp))
+                    tok.save_pretrained(str(tmp))
+                    plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
+                    files = sorted(p.name for p in tmp.iterdir())
+                    (tmp / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION, "from": gguf.name,
+                                                              "dtype": dtype, "files": files}) + "\n")
                 _replace(tmp, target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
