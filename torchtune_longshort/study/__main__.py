@@ -200,6 +200,10 @@ def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:
         preflight(study, log=study.log)
     except StudyConfigError as e:
         return refusal(PROG, one_line(e))
+    except OSError as e:  # the tokenizer it trained, put in place on a full disk: one line, as a run's write
+        if not is_out_of_space(e) or (line := fault_line(e)) is None:
+            raise
+        return refusal(PROG, line)
     except KeyboardInterrupt:  # Ctrl-C before any run: no traceback
         print("[study] interrupted during the pre-flight: no run started; rerun the same command", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -40,6 +40,7 @@ evaluation uses the tokenizer that was checked.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -61,6 +62,7 @@ from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
+from torchtune_longshort.output_guard import folder_beside
 from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
@@ -297,5 +299,21 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
                                    "before anything trains):\n  - " + "\n  - ".join(problems))
         if trained is not None and not study.tokenizer_dir().exists():
             study.claim_output()
-            shutil.copytree(trained, study.tokenizer_dir())
+            _put_in_place(trained, study.tokenizer_dir())
     log(f"[study] pre-flight check passed ({time.time() - t0:.1f} s)")
+
+
+def _put_in_place(trained: Path, target: Path) -> None:
+    """``trained``'s files copied into a folder beside ``target``, renamed into place once whole: a full disk (or a
+    kill) part-way leaves no ``target`` (a cut one, ``tokenizer.model`` empty, was taken by the rerun as trained, and
+    every run failed reading it). An error naming the copy's file is raised naming ``target``'s instead."""
+    tmp = folder_beside(target, "copying")
+    try:
+        for f in sorted(trained.iterdir()):
+            try:
+                shutil.copyfile(f, tmp / f.name)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, str(target / f.name)) from e
+        os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed
