@@ -36,7 +36,8 @@ from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.run_configs import (RUNS_DIR, check_outside_base, check_outside_inputs,
-                                                 check_report_apart, check_same_variant, check_study_output)
+                                                 check_report_apart, check_same_variant, check_study_output,
+                                                 stage_log)
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
@@ -177,7 +178,8 @@ def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
         print(f"[study] {len(unfinished)} of {ran} runs not finished ({named}): the report holds the runs finished "
               f"so far; the same command without --report-only finishes them (an interrupted fine-tune resumes)")
     if failed:  # the last line: how many failed, and where their logs are
-        logs = [str(p) for k in failed for p in sorted(study.run_dir(k).glob("*.log"))] or [str(study.out)]
+        logs = list(dict.fromkeys(str(p) for k in failed for p in _logs_of(study, k, runs[k].get("stage"))))
+        logs = logs or [str(study.out)]
         print(f"[study] {len(failed)} of {ran} runs failed ({', '.join(failed)}); logs: "
               f"{' '.join(logs)}")
         return 1
@@ -185,6 +187,13 @@ def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
         print(f"[study] none of the {ran} runs finished: the report holds no results")
         return 1
     return 0
+
+
+def _logs_of(study: Study, key: str, stage: Optional[str]) -> List[Path]:
+    """Where run ``key``'s failure is told: the log of the stage it failed at (the BABILong generator's is the
+    study's babilong_data.log, not the run's train.log), else the logs in its folder."""
+    log = stage_log(study.out, study.run_dir(key), stage)
+    return [log] if log is not None else sorted(study.run_dir(key).glob("*.log"))
 
 
 def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:

@@ -29,7 +29,17 @@ STUDY_MARKER = ".longshort_study"  # written into a study's output folder before
 # what a study writes at the top of its output folder (runner's module doc), each name's one owner
 BASE_DIR, RUNS_DIR, TOKENIZER_DIR, STUDY_JSON = "base", "runs", "tokenizer", "study.json"
 BABILONG_DIR, BABILONG_LOG = "babilong_data", "babilong_data.log"
+TRAIN_LOG, EVAL_LOG = "train.log", "eval.log"  # in a run's folder: the output of its fine-tune, its lm-eval
 STUDY_WRITES = (BASE_DIR, RUNS_DIR, TOKENIZER_DIR, BABILONG_DIR, BABILONG_LOG, STUDY_JSON)
+
+
+def stage_log(out: Path, run_dir: Path, stage: Optional[str]) -> Optional[Path]:
+    """The log of the stage a run (its folder ``run_dir``, in the study folder ``out``) failed at: ``train``,
+    ``eval``, or ``babilong_data`` (the generator's, in ``out``, not the run's), when it is there; None for a stage
+    without one (``base``)."""
+    path = {"train": run_dir / TRAIN_LOG, "eval": run_dir / EVAL_LOG, "babilong_data": out / BABILONG_LOG}.get(
+        stage or "")
+    return path if path is not None and path.is_file() else None
 
 
 def made_by_a_study(out: Path) -> bool:

@@ -24,7 +24,7 @@ from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY,
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
-from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, RunConfigs
+from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, EVAL_LOG, TRAIN_LOG, RunConfigs
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import (
     StageError, error_line, exit_words, log_tail, run_eval, steps_in, tune_command,
@@ -143,7 +143,7 @@ class RunStages(RunConfigs):
         # The recipe path stays relative to the repo root (cwd): tune run turns it into a module name, and an
         # absolute path becomes a relative module name that fails to import.
         argv = [tune_command(), "run", str(self.cfg.recipe), "--config", str(rdir / "recipe.yaml"), *extra]
-        log_path = rdir / "train.log"
+        log_path = rdir / TRAIN_LOG
         rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
             tail = log_tail(log_path)
@@ -253,6 +253,6 @@ class RunStages(RunConfigs):
                              f"{', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
         argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
                           self.task_metadata(self._babilong_data()), self.root)
-        have = run_eval(self.executor, argv, rdir / "eval.log", self.root, self.env, self.timeout, eval_dir, tasks)
+        have = run_eval(self.executor, argv, rdir / EVAL_LOG, self.root, self.env, self.timeout, eval_dir, tasks)
         atomic_write_json(spec_file, want, indent=1, default=str)
         return read(eval_dir, have)
