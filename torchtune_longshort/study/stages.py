@@ -71,11 +71,15 @@ def log_tail(path: Path, n: int = 25) -> str:
 
 
 def error_line(tail: str) -> str:
-    """The most telling line of a failed log: the last exception line, else the last line."""
-    for line in reversed(tail.splitlines()):
+    """The most telling line of a failed log: the last exception line, else the last line; a log holding only
+    :func:`run_command`'s ``$ argv`` header (a stage killed before it wrote a line) says so instead of the header."""
+    lines = tail.splitlines()
+    for line in reversed(lines):
         if re.match(r"^\s*[\w.]*(Error|Exception|Interrupt)\b.*", line) or re.match(r"^[\w.-]+: error: ", line):
             return line.strip()
-    return tail.splitlines()[-1].strip() if tail else ""
+    if len(lines) == 1 and lines[0].startswith("$ "):  # the header is the log's first line: nothing after it
+        return "no output before it ended"
+    return lines[-1].strip() if lines else ""
 
 
 def steps_in(train_dir: Path) -> List[int]:
