@@ -15,7 +15,8 @@ meant, or fail after lm-eval's start-up log, refused before it starts (:func:`ch
     the quantized base, they give another model than the run's merged ``step_<k>/`` (a warning: serving them so is
     a choice).
 
-  Another adapter folder (not the recipe's) is PEFT's to check.
+  Another adapter folder (not the recipe's) is PEFT's to check, but for adapters whose shapes do not fit
+  ``pretrained=``'s weights, any adapter's (:mod:`torchtune_longshort.eval.peft_fit`).
 
 - ``pretrained=`` a path that is no folder here (:func:`refuse_missing_folder`): transformers took it for a hub name.
 """
@@ -28,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from torchtune_longshort.eval.peft_fit import refuse_unfitting_adapter
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -45,6 +47,8 @@ def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
                          "start-up): evaluate with --model longshort, or a checkpoint saved with that RoPE")
     if model_args.get("peft"):
         check_peft_args(str(model_args.get("pretrained")), str(model_args["peft"]))
+        pretrained = model_args.get("pretrained")
+        refuse_unfitting_adapter(str(pretrained) if pretrained else None, str(model_args["peft"]))
 
 
 def check_peft_args(pretrained: Optional[str], peft: str) -> None:

@@ -1,0 +1,68 @@
+"""``--model hf --model_args pretrained=<folder>,peft=<adapter>`` whose adapters do not fit the folder's weights,
+refused before lm-eval starts (:func:`refuse_unfitting_adapter`).
+
+An adapter trained on another model (a LoRA run's ``step_<k>/adapter`` given with the start checkpoint of another
+run: other KV heads, another MLP width) failed once lm-eval had loaded the model, in PEFT's ``RuntimeError: Error(s)
+in loading state_dict for PeftModelForCausalLM: size mismatch for ...`` traceback, one line per LoRA matrix, exit 1.
+Only the safetensors headers are read (shapes, no weight): each ``<module>.lora_A.weight`` (``r x in``) and
+``<module>.lora_B.weight`` (``out x r``) of ``adapter_model.safetensors`` against ``<module>.weight`` of the
+folder's weight files. What cannot be read here (a hub name, ``.bin`` files, a module the folder does not hold, such
+as a tied ``lm_head``) is left to PEFT.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PEFT_PREFIX = "base_model.model."
+
+
+def refuse_unfitting_adapter(pretrained: Optional[str], peft: str) -> None:
+    """``ValueError`` (one line) where a LoRA matrix of ``peft`` does not fit the weight it adapts in ``pretrained``."""
+    if not pretrained:
+        return
+    base, adapter = Path(pretrained).expanduser(), Path(peft).expanduser()
+    theirs = _shapes(sorted(base.glob("*.safetensors"))) if base.is_dir() else {}
+    ours = _shapes([adapter / ADAPTER_WEIGHTS]) if adapter.is_dir() else {}
+    if not theirs or not ours:
+        return
+    for key, shape in sorted(ours.items()):
+        for part, (axis, side) in {".lora_A.weight": (1, "columns"), ".lora_B.weight": (0, "rows")}.items():
+            if not key.endswith(part) or len(shape) != 2:
+                continue
+            module = key[len(PEFT_PREFIX):-len(part)] if key.startswith(PEFT_PREFIX) else key[:-len(part)]
+            weight = theirs.get(f"{module}.weight")
+            if weight is None or len(weight) != 2 or weight[axis] == shape[axis]:
+                continue
+            raise ValueError(f"--model_args peft={peft} with pretrained={pretrained}: the adapters do not fit that "
+                             f"model ({module}: its weight is {weight[0]} x {weight[1]}, the adapter's "
+                             f"{part[1:7]} has {shape[axis]} {side} where it needs {weight[axis]}): they were "
+                             f"trained on {_trained_on(adapter)}; give that folder as pretrained=, or the adapter of "
+                             "a run on this one")
+
+
+def _shapes(files) -> Dict[str, Tuple[int, ...]]:
+    """Every tensor's shape in ``files`` (their headers); {} where one cannot be read (PEFT or transformers say)."""
+    from safetensors import safe_open
+
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    try:
+        for f in files:
+            with safe_open(str(f), framework="pt") as handle:
+                for key in handle.keys():
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+    except Exception:  # noqa: BLE001 - a file cut short or no safetensors: the loaders name it
+        return {}
+    return shapes
+
+
+def _trained_on(adapter: Path) -> str:
+    import json
+
+    try:
+        name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return str(name) if name else "another model (its adapter_config.json names none)"
