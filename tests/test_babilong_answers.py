@@ -51,6 +51,11 @@ CASES = [
     # pack compared the output's labels with the whole string and counted these wrong
     ("apple,milk", "milk and apple", "What did Fred give to Bill?", "qa5", True),
     ("apple,milk", "milk, apple and football", "What did Fred give to Bill?", "qa5", False),
+    # one of two sub-targets and one wrong label: as many labels as sub-targets, not the right ones (a hand mutant
+    # testing any() of the sub-targets for all() survived, mutants12)
+    ("apple,milk", "milk and football", "What did Fred give to Bill?", "qa5", False),
+    # the first sentence ends at any ".", a line break after it too (a hand mutant splitting at ". " survived)
+    ("kitchen", "kitchen.\nQuestion: where is Mary? garden", "Where is Mary?", "qa1", True),
     ("kitchen,garden", "kitchen,garden.", "Where is Mary?", "qa1", True),
     ("a,b", "a,b", "Where is Mary?", "qa1", False),  # 3 characters: one target, not a label
 ]
