@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from torchtune_longshort.disk_space import naming
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.training.written_files import METRICS_FILE
@@ -99,7 +100,7 @@ class JsonlMetricLogger:
         row: Dict[str, Any] = {"step": step}
         for k, v in metrics.items():
             row[k] = v.item() if isinstance(v, torch.Tensor) else v
-        with open(self.path, "a") as f:
+        with naming(self.path), open(self.path, "a") as f:  # a full disk's error (at the flush) names no file
             f.write(json.dumps(row) + "\n")
 
 
@@ -144,7 +145,9 @@ class RunLog:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if self.enabled:
-            self.metric_logger.log_dict(dict(metrics), step=step)
+            log_file = getattr(self.metric_logger, "path_to_log_file", None)  # DiskLogger's; a full disk names none
+            with naming(log_file()) if callable(log_file) else contextlib.nullcontext():
+                self.metric_logger.log_dict(dict(metrics), step=step)
             self.jsonl.log(step, metrics)
 
     def log_validation(self, step: int, metrics: Mapping[str, float]) -> None:
