@@ -52,7 +52,7 @@ def test_a_full_disk_ends_in_one_line_and_the_rerun_goes_on(tmp_path, trained_ca
     fill = f"head -c 4000000 /dev/zero > {disk / 'fill'} 2>/dev/null"
     leave_40k = (f"rm {disk / 'fill'}; head -c $(( $(df -k {disk} | tail -1 | awk '{{print $4}}') * 1024 - 40960 )) "
                  f"/dev/zero > {disk / 'fill'}")
-    script = (f"{fill}; {run}; echo '#rc' $?; ls -A {disk / 'c'}; echo '#room'; rm -r {disk / 'fill'} {disk / 'out'}; "
+    script = (f"{fill}; {run}; echo '#rc' $?; ls -A {disk}; echo '#room'; rm {disk / 'fill'}; mkdir {disk / 'c'}; "
               f"cp {trained_cache}/*.json {disk / 'c'}; printf '{{\"test_' > $(ls -d {disk / 'c'}/*.json | head -1); "
               f"{leave_40k}; {run}; echo '#rc' $?; ls -A {disk / 'out'}; echo '#rerun'; rm {disk / 'fill'}; {run}; "
               f"echo '#rc' $?; ls -A {disk / 'out'}")
@@ -60,8 +60,9 @@ def test_a_full_disk_ends_in_one_line_and_the_rerun_goes_on(tmp_path, trained_ca
     full, part, rerun = p.stdout.split("#rc ")[1:]
     errors = p.stderr.split("JSONDecodeError")  # none: the cut-off entry is trained again
     assert len(errors) == 1, p.stderr[-3000:]
-    # a full disk: one line naming the cache entry, and no entry left (a 0-byte one blocked every later run)
-    assert full.split() == ["2", "#room"], p.stdout
+    # a full disk: one line naming the cache entry, and no entry left (a 0-byte one blocked every later run), nor
+    # the --out and --cache folders it made
+    assert full.split() == ["2", "fill", "#room"], p.stdout
     # a cache entry cut off: trained again, said once; then the figure does not fit: one line, exit 2
     warnings = [x for x in p.stderr.splitlines() if x.startswith("warning: the cache entry ")]
     assert len(warnings) == 1 and "training that run again" in warnings[0], p.stderr[-3000:]

@@ -22,7 +22,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import UnwritablePath, check_creatable
 from torchtune_longshort.devices import check_fits
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json, strict_json
+from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, missing_root, read_json
+from torchtune_longshort.output_guard import remove_made_folders, strict_json
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
@@ -33,7 +34,7 @@ from torchtune_longshort.worker_pool import WorkerDied
 from .claims import claim_lines, figure_records
 from .cli_flags import (
     check_beyond_flags, check_figure_flags, check_linear_model_flags, check_replot_flags, check_single_run_flags,
-    flag_names,
+    flag_names, interrupted,
 )
 from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
 from .lr_search import lr_table
@@ -112,26 +113,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# what a figure run stopped by Ctrl-C / SIGTERM leaves (the files are written together once every run has trained and
-# every figure is drawn; a stop while they are written waits for the last)
-INTERRUPTED = "nothing is written until every run has trained and every figure is drawn"
-
-
-def interrupted(a: argparse.Namespace) -> str:
-    """What a command stopped by a signal (or a worker killed) leaves, and how to go on: only the paper's figures
-    keep runs, in --cache (a single run and the beyond figures refuse --cache; the line told every mode to use it)."""
-    if a.replot:
-        return "--replot trains nothing; run it again"
-    if a.figure is None:
-        return "nothing is written until the run has trained; run it again"
-    names = {n.strip() for n in a.figure.split(",")}
-    if not names & {"all", *PAPER_FIGURES}:
-        return f"{INTERRUPTED}; the beyond figures keep no finished run: run it again"
-    if a.cache is None:
-        return f"{INTERRUPTED}; the runs that finished are not kept (with --cache DIR they are, and a rerun reuses them)"
-    return f"{INTERRUPTED}; the runs that finished are kept in {a.cache} and the same command reuses them"
-
-
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     """The synthetic CLI; Ctrl-C / SIGTERM end it in one line (exit 130 / 143), not a traceback."""
@@ -184,18 +165,26 @@ def _main(a: argparse.Namespace, argv=None) -> int:
     if a.figure is None:
         if a.replot:
             return refusal(PROG, "--replot needs --figure (the figures to redraw)")
-        return _writing(lambda: _single_run(base, a.out), interrupted(a))
+        return _writing(lambda: _single_run(base, a.out), a)
     if a.replot:
         return _replot(paper, beyond, a.out)
-    return _writing(lambda: _figures(a, paper, beyond, base, n_seeds, workers, l_trains, lrs), interrupted(a))
+    return _writing(lambda: _figures(a, paper, beyond, base, n_seeds, workers, l_trains, lrs), a)
 
 
-def _writing(job, kept: str) -> int:
+def _writing(job, a: argparse.Namespace) -> int:
+    """:func:`_ended`; --out and --cache, where the run made them and a refused run leaves them empty, removed."""
+    made = [(f, missing_root(f)) for f in (a.out, a.cache) if f is not None]
+    rc = _ended(job, interrupted(a))
+    for folder, root in made if rc else ():
+        remove_made_folders(folder, root)
+    return rc
+
+
+def _ended(job, kept: str) -> int:
     """``job()``; a run that diverged (``train.Diverged``: the lr and the step) or a worker process killed from
-    outside (``worker_pool.WorkerDied``) ends in one line, exit 2; a write
-    that found its disk full (a cache entry, a CSV, a figure) ends in one line, exit 2: every
-    file is written whole or not at all, and the folder's summary is written first, so the same command reruns.
-    ``kept``: what the command leaves (:func:`interrupted`)."""
+    outside (``worker_pool.WorkerDied``) ends in one line, exit 2; a write that found its disk full (a cache entry,
+    a CSV, a figure) ends in one line, exit 2: every file is written whole or not at all, and the folder's summary is
+    written first, so the same command reruns. ``kept``: what the command leaves (:func:`interrupted`)."""
     try:
         return job()
     except Diverged as e:  # a learning rate too large, found at the step it diverged

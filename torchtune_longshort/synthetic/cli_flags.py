@@ -1,12 +1,15 @@
 """Which of the synthetic command's flags go with which of its modes (a single run, the paper's figures, the beyond
 figures, ``--replot``, ``--model linear``): a flag the mode does not read was ignored without a word, and is refused
-in one line naming it; and the messages name the flags the user typed, not ``RunConfig``'s fields."""
+in one line naming it; the messages name the flags the user typed, not ``RunConfig``'s fields; and what
+a command of each mode stopped part-way leaves (:func:`interrupted`)."""
 
 from __future__ import annotations
 
 import argparse
 import re
 from typing import Collection, List, Sequence
+
+from .experiments import PAPER_FIGURES
 
 
 def flag_names(message: str) -> str:
@@ -93,3 +96,23 @@ def check_figure_flags(a: argparse.Namespace) -> None:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} applies with --figure only" + (f" (a single run takes {own})" if own else "")
                              + f": drop {flag}, or add --figure")
+
+
+# what a figure run stopped by Ctrl-C / SIGTERM leaves (the files are written together once every run has trained and
+# every figure is drawn; a stop while they are written waits for the last)
+INTERRUPTED = "nothing is written until every run has trained and every figure is drawn"
+
+
+def interrupted(a: argparse.Namespace) -> str:
+    """What a command stopped by a signal (or a worker killed) leaves, and how to go on: only the paper's figures
+    keep runs, in --cache (a single run and the beyond figures refuse --cache; the line told every mode to use it)."""
+    if a.replot:
+        return "--replot trains nothing; run it again"
+    if a.figure is None:
+        return "nothing is written until the run has trained; run it again"
+    names = {n.strip() for n in a.figure.split(",")}
+    if not names & {"all", *PAPER_FIGURES}:
+        return f"{INTERRUPTED}; the beyond figures keep no finished run: run it again"
+    if a.cache is None:
+        return f"{INTERRUPTED}; the runs that finished are not kept (with --cache DIR they are, and a rerun reuses them)"
+    return f"{INTERRUPTED}; the runs that finished are kept in {a.cache} and the same command reuses them"
