@@ -33,7 +33,7 @@ from torchtune_longshort.eval.peft_fit import refuse_unfitting_adapter
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
-from torchtune_longshort.models.peft_adapter import LAYOUT_FILE, adapter_folder_hint
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, adapter_folder_hint
 from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         raise ValueError(f"{where} with pretrained={pretrained}: that step folder holds these adapters merged already, "
                          "so they would be applied twice; drop peft= to evaluate the trained model, or give "
                          "pretrained=<the run's start checkpoint>")
+    refuse_other_lora_step(base, adapter, where, pretrained)
     theirs, ours = _rope(base / CONFIG_FILE), _rope(step / CONFIG_FILE)
     if theirs is not None and ours is not None and theirs != ours:
         # a RoPE transformers cannot run (CLEX, EABF, YaRN on Phi-3): --model hf loads neither the step nor a base
@@ -82,6 +83,23 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         logger.warning("%s: trained on the %s-quantized base, these adapters on pretrained=%s (full precision) give "
                        "another model than the run's; its step folder %s is the trained one (the adapters merged "
                        "into the dequantized base)", where, layout["base_quantization"], pretrained, step)
+
+
+def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: str) -> None:
+    """``pretrained=`` a step folder of a LoRA run (its ``adapter/`` holds the layout file: the weights hold that
+    run's adapters merged) that is not the base these adapters were trained on (``base_model_name_or_path``),
+    refused: an earlier step's adapters on a later merged step of the same run gave a model neither step is (a tiny
+    run's perplexity read 487.9, exit 0). Unrecorded base: left as it was."""
+    recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
+    if not base.is_dir() or not (base / ADAPTER_DIR / LAYOUT_FILE).is_file() or not recorded:
+        return
+    if base.resolve() == Path(str(recorded)).expanduser().resolve():
+        return  # a chained run's start: the adapters were trained on these merged weights
+    raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
+                     f"its own adapters ({base / ADAPTER_DIR}) merged already, and these adapters were trained on "
+                     f"{recorded}, so both would be applied; evaluate the merged step alone (pretrained="
+                     f"{adapter.parent}, no peft=), or put the adapters on their base (pretrained={recorded},"
+                     f"peft={adapter})")
 
 
 def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,

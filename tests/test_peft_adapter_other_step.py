@@ -1,0 +1,79 @@
+"""``longshort-eval run --model hf --model_args pretrained=<run>/step_3,peft=<run>/step_2/adapter`` (an earlier step's
+adapters on a later merged step of the same LoRA run) was evaluated without a word: a tiny run's perplexity read
+487.89, neither step's, exit 0 (the check refused the adapter's own step folder alone). A step folder of a LoRA run
+(its ``adapter/`` beside the merged weights) other than the adapter's recorded base is now refused before lm-eval
+starts, in one line naming both and the two right ways. PEFT's own ``PeftModel.from_pretrained`` on the same folders
+is the reference: on the later step it gives neither merged step's logits; on the recorded base, the merged step's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+pytest.importorskip("peft")
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv  # noqa: E402
+
+MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+IDS = torch.tensor([[1, 5, 9, 3, 7, 2, 11, 4]])
+
+
+def _check(pretrained, adapter):
+    check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "hf", "--device", "cpu",
+                                  "--model_args", f"pretrained={pretrained},peft={adapter}"]))
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model(IDS).logits
+
+
+def _step(run, k, base_dir, seed):
+    """``run/step_<k>``: the base with seeded adapters merged, and ``adapter/`` (PEFT's files + the layout file)."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(LlamaForCausalLM.from_pretrained(str(base_dir)),
+                                LoraConfig(r=4, lora_alpha=8, target_modules=MODULES, init_lora_weights=False))
+    step = run / f"step_{k}"
+    peft_model.save_pretrained(str(step / "adapter"))
+    (step / "adapter" / "longshort_adapter.json").write_text(json.dumps({"rank": 4, "base_quantization": None}))
+    peft_model.merge_and_unload().save_pretrained(str(step))
+    return step
+
+
+def test_an_earlier_steps_adapter_on_a_later_merged_step_is_refused(tmp_path):
+    from peft import PeftModel
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64)
+    base = tmp_path / "base"
+    LlamaForCausalLM(config).save_pretrained(str(base))
+    run = tmp_path / "run"
+    step2, step3 = _step(run, 2, base, seed=2), _step(run, 3, base, seed=3)
+    merged2, merged3 = (_logits(LlamaForCausalLM.from_pretrained(str(s))) for s in (step2, step3))
+    on_step3 = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(step3)), str(step2 / "adapter")))
+    assert not torch.allclose(on_step3, merged2, atol=1e-4) and not torch.allclose(on_step3, merged3, atol=1e-4)
+    on_base = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(base)), str(step2 / "adapter")))
+    assert torch.allclose(on_base, merged2, atol=1e-4)  # the reference: the adapters belong on their base
+
+    with pytest.raises(ValueError) as e:
+        _check(step3, step2 / "adapter")
+    line = str(e.value)
+    assert "\n" not in line
+    assert line == (f"--model_args peft={step2 / 'adapter'} with pretrained={step3}: that folder is a step of a LoRA "
+                    f"run, its weights hold its own adapters ({step3 / 'adapter'}) merged already, and these adapters "
+                    f"were trained on {base}, so both would be applied; evaluate the merged step alone (pretrained="
+                    f"{step2}, no peft=), or put the adapters on their base (pretrained={base},peft="
+                    f"{step2 / 'adapter'})")
+    _check(base, step2 / "adapter")  # the recorded base: passes
+
+    # a chained run: adapters trained on another LoRA run's merged step (recorded as their base) still pass there
+    chained = _step(tmp_path / "chained", 1, step3, seed=4)
+    _check(step3, chained / "adapter")
