@@ -1,7 +1,8 @@
 """A run whose evaluation failed at ``babilong_data`` (the BABILong generator killed while it wrote) was pointed at by
 the study's last line as '... runs failed (clex_a0_s0); logs: <out>/runs/clex_a0_s0/train.log', the run folder's
 logs, where the generator's output is in the study's own ``babilong_data.log``. The last line now names the log of
-the stage each run failed at. The reference: the log path the stage's executor was handed (where its output went)."""
+the stage each run failed at. The reference: what the stage's executor wrote where it was handed its log
+(appended to the study's log since)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ class _KilledGenerator(FakeExecutor):
 
     def __call__(self, argv, log_path, cwd, env, timeout):
         if list(argv[1:3]) == ["-m", GENERATOR]:
-            self.logs["babilong_data"] = log_path
-            return run_command([sys.executable, "-c", KILLED], log_path, cwd, ENV, timeout)
+            rc = run_command([sys.executable, "-c", KILLED], log_path, cwd, ENV, timeout)
+            self.logs["babilong_data"] = log_path.read_text()  # what the killed stage wrote where it was handed
+            return rc
         return super().__call__(argv, log_path, cwd, env, timeout)
 
 
@@ -40,8 +42,9 @@ def test_the_last_line_names_the_log_of_the_stage_that_failed(tmp_path, capsys):
     study = Study(cfg, output_dir=tmp_path / "q1", repo_root=ROOT, executor=executor, log=lambda m: None)
     rec = study.run_one(KEY, next(r for r in study.runs() if r.key == KEY))
     assert (rec["status"], rec["stage"]) == ("failed", "babilong_data"), rec
-    generator_log = executor.logs["babilong_data"]
-    assert "writing 1k/qa1.jsonl" in generator_log.read_text()  # where the killed stage's output went
+    generator_log = tmp_path / "q1" / "babilong_data.log"  # each attempt's output, appended under a header
+    assert "writing 1k/qa1.jsonl" in executor.logs["babilong_data"]
+    assert executor.logs["babilong_data"] in generator_log.read_text()  # where the killed stage's output went
     runs = {"base": {"status": "ok", "stage": None},
             KEY: {"status": rec["status"], "stage": rec["stage"], "error": rec["error"]}}
     assert study_main._outcome(study, runs, None) == 1

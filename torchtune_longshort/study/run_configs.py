@@ -28,9 +28,10 @@ from torchtune_longshort.training.recipe_config.rules import check_checkpoint_di
 STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
 # what a study writes at the top of its output folder (runner's module doc), each name's one owner
 BASE_DIR, RUNS_DIR, TOKENIZER_DIR, STUDY_JSON = "base", "runs", "tokenizer", "study.json"
-BABILONG_DIR, BABILONG_LOG = "babilong_data", "babilong_data.log"
+BABILONG_DIR, BABILONG_LOG = "babilong_data", "babilong_data.log"  # the log: every generation, each under a header
+BABILONG_ATTEMPT_LOG = "babilong_data.attempt.log"  # the generation running now, appended to BABILONG_LOG as it ends
 TRAIN_LOG, EVAL_LOG = "train.log", "eval.log"  # in a run's folder: the output of its fine-tune, its lm-eval
-STUDY_WRITES = (BASE_DIR, RUNS_DIR, TOKENIZER_DIR, BABILONG_DIR, BABILONG_LOG, STUDY_JSON)
+STUDY_WRITES = (BASE_DIR, RUNS_DIR, TOKENIZER_DIR, BABILONG_DIR, BABILONG_LOG, BABILONG_ATTEMPT_LOG, STUDY_JSON)
 
 
 def stage_log(out: Path, run_dir: Path, stage: Optional[str]) -> Optional[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -24,10 +25,12 @@ from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY,
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
-from torchtune_longshort.study.run_configs import BABILONG_DIR, BABILONG_LOG, EVAL_LOG, TRAIN_LOG, RunConfigs
+from torchtune_longshort.study.run_configs import (
+    BABILONG_ATTEMPT_LOG, BABILONG_DIR, BABILONG_LOG, EVAL_LOG, TRAIN_LOG, RunConfigs,
+)
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import (
-    StageError, error_line, exit_words, log_tail, run_eval, steps_in, tune_command,
+    StageError, error_line, exit_words, keep_attempt, log_tail, run_eval, steps_in, tune_command,
 )
 from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
@@ -210,10 +213,15 @@ class RunStages(RunConfigs):
             argv += ["--depths", ",".join(str(d) for d in bab.depths)]
         if want.get("prompt"):
             argv += ["--prompt", want["prompt"]]
-        log_path = self.out / BABILONG_LOG
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
+        # each attempt written apart, then appended to the study's log: a later run's generation no longer
+        # overwrites the output of the one a failure line names
+        attempt, started = self.out / BABILONG_ATTEMPT_LOG, time.time()
+        try:
+            rc = self.executor(argv, attempt, self.root, self.env, self.timeout)
+            tail = log_tail(attempt)
+        finally:
+            keep_attempt(attempt, self.out / BABILONG_LOG, started)
         if rc != 0:
-            tail = log_tail(log_path)
             raise StageError("babilong_data", f"{exit_words('generator', rc)}: {error_line(tail)}", tail)
         atomic_write_json(marker, want)
         return out

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -68,6 +69,17 @@ def log_tail(path: Path, n: int = 25) -> str:
     # tqdm redraws fill the log; keep the lines that say something.
     lines = [x for x in lines if x.strip() and "it/s]" not in x and "s/it]" not in x]
     return "\n".join(lines[-n:])
+
+
+def keep_attempt(attempt: Path, log_path: Path, started: float) -> None:
+    """Append one attempt's log (``attempt``, then removed) to ``log_path`` under a header line with its start time,
+    so that a later attempt of the same stage (the BABILong generation, retried by each run's evaluation) leaves an
+    earlier one's output, which a failure line names, in place."""
+    text = attempt.read_text(errors="replace") if attempt.is_file() else ""
+    with open(log_path, "a") as log:
+        log.write(f"--- attempt started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} ---\n{text}")
+        log.write("" if not text or text.endswith("\n") else "\n")
+    attempt.unlink(missing_ok=True)
 
 
 def error_line(tail: str) -> str:
