@@ -133,6 +133,11 @@ def _hold(folder: Path) -> None:
         _HELD[key] = fd
 
 
+def trained_here(folder: Path) -> bool:
+    """Whether this process's training put the tokenizer ``folder`` in place (a refused run removes it)."""
+    return Path(folder).expanduser().resolve() in _TRAINED
+
+
 def discard_trained_tokenizer(folder: Path) -> bool:
     """Remove the tokenizer ``folder`` of a refused run: only when this process's training put it in place and no
     other process reads it (a run started at the same time, with the same ``tokenizer.path``, that trained it or

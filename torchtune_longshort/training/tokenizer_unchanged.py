@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.models.hf_tokenizer import _source_root
+from torchtune_longshort.training.bootstrap import trained_here
 from torchtune_longshort.models.tokenizer_formats import HF_JSON, SP_FILE, TIKTOKEN_FILE, TOKENIZER_FORMATS
 
 # the files a tokenizer's ids come from (not its companions: a chat template, generation settings)
@@ -47,9 +48,11 @@ def check_tokenizer_unchanged(step_dir: Path, config: Dict[str, Any]) -> None:
         return
     for src, copy in _pairs(source, Path(step_dir)):
         if src.resolve() != copy.resolve() and not filecmp.cmp(src, copy, shallow=False):
+            # a folder this run trained anew is removed with the refusal: the copy needs it made again
+            put_back = f"{'mkdir -p ' + str(src.parent) + ' && ' if trained_here(src.parent) else ''}cp {copy} {src}"
             raise ValueError(
                 f"resume=True with {field}={str(source)!r}: its {src} is not the tokenizer the run trained with "
                 f"({copy}, copied from it when {Path(step_dir).name} was saved; replaced or retrained since?): the "
-                f"resumed weights would read token ids that meant other text. Put the run's file back (cp {copy} "
-                f"{src}), or start a new run in another output_dir"
+                f"resumed weights would read token ids that meant other text. Put the run's file back ({put_back}), or "
+                "start a new run in another output_dir"
             )
