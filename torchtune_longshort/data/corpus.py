@@ -74,7 +74,8 @@ class _Source:
 
     def __init__(self, fn: Callable[[], Iterable[Any]], description: str, files: Optional[Sequence[Any]] = None,
                  count: Optional[int] = None, read: Optional[Callable[[Sequence[int]], Iterable[Any]]] = None,
-                 earlier_reading: Earlier = None, fingerprinted: bool = False, earlier_text: Earlier = None):
+                 earlier_reading: Earlier = None, fingerprinted: bool = False, earlier_text: Earlier = None,
+                 file_of: Optional[Sequence[int]] = None):
         if (count is None) != (read is None):
             raise ValueError("a source with random access gives both count and read")
         self._fn = fn
@@ -84,6 +85,7 @@ class _Source:
         self.count = count
         self.where = current_names().where
         self.earlier_reading, self.earlier_text = earlier_reading, earlier_text
+        self.file_of = file_of  # each document's index into files (a resume names what an edited file affects)
         self._fingerprinted, self._digests = fingerprinted, None
 
     def digests(self) -> Optional[bytes]:
@@ -233,7 +235,7 @@ def local_text(
     earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                    "them out)" if hidden else None)}
     return _Source(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
-                   earlier_reading=earlier, fingerprinted=True,
+                   earlier_reading=earlier, fingerprinted=True, file_of=files_at,
                    earlier_text={3: lambda state: line_ends_read_otherwise(files, encoding)})
 
 

@@ -105,7 +105,10 @@ class PackedTokenStream:
             raise ValueError(f"cannot resume: the saved data state read documents with shuffle_seed="
                              f"{state.get('shuffle_seed')}, this stream with {self.shuffle_seed}: resume with the seed "
                              "the run was saved with (data_seed, else seed), or start a new run in another output_dir")
-        check_resumable(self._documents, state, self._digests())
+        count = getattr(self._documents, "count", None)
+        order = pass_order(count, self.shuffle_seed, int(state["epoch"])) if (
+            self.shuffle_seed is not None and count is not None) else None
+        check_resumable(self._documents, state, self._digests(), order)
         self.epoch = int(state["epoch"])
         self.docs_consumed = int(state["docs_consumed"])
         self.tokens_consumed = int(state["tokens_consumed"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.data.file_paths import DIGEST_BYTES
 from torchtune_longshort.data.text_files import RECORD_SUFFIXES
@@ -73,10 +73,12 @@ def _left_over(longer: Sequence[bytes], shorter: Sequence[bytes]) -> Optional[li
     return left if j == len(shorter) else None
 
 
-def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes], position: str) -> str:
+def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[bytes], position: str,
+                 reach: Optional[Callable[[List[int]], Optional[str]]] = None) -> str:
     """What changed in ``files`` (a source's, in order; the count of documents the same) between the ``saved`` data
     state's digests and ``now`` (:func:`~.file_paths.file_digests`), and what the resume at ``position`` does; ''
-    when either is None or they are equal. A file added or removed beside unchanged ones holds no document: said so."""
+    when either is None or they are equal. A file added or removed beside unchanged ones holds no document: said so.
+    ``reach``: given the indices of the files changed, what the edit affects (:func:`_reach`; None: not known)."""
     if saved is None or now is None or saved == now:
         return ""
     n = DIGEST_BYTES
@@ -96,16 +98,47 @@ def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[byt
         edited = (f"its {len(new)} files are not the {len(old)} the run read (files added or removed, others "
                   "changed, the document count the same)")
     else:
-        changed = [str(f) for f, a, b in zip(files, old, new) if a != b]
+        indices = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+        changed = [str(files[i]) for i in indices]
         edited = f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
+        affects = reach(indices) if reach is not None else None
+        if affects:
+            return (f"{edited} since the run saved its data state (its size or first MiB); {affects}. To train on "
+                    "it from its start, start a new run from the step's weights (checkpoint_dir=<its step folder>)")
     return (f"{edited} since the run saved its data state (its size or first MiB); {position} the edited text. To "
             "train on it from its start, start a new run from the step's weights (checkpoint_dir=<its step folder>)")
 
 
-def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[bytes]) -> None:
+def _reach(file_of: Optional[Sequence[int]], state: Dict[str, Any], order: Optional[Sequence[int]]
+           ) -> Callable[[List[int]], Optional[str]]:
+    """What an edit of the files at given indices affects, for a source whose document ``d`` is in file
+    ``file_of[d]``, at a data ``state`` read in ``order`` (a shuffled pass's; None: the source's order): a pass reads
+    documents ``order[:docs_consumed]`` before the position, then the rest. None where ``file_of`` is not known."""
+    def reach(indices: List[int]) -> Optional[str]:
+        if file_of is None:
+            return None
+        k, epoch, edited = int(state["docs_consumed"]), int(state["epoch"]), set(indices)
+        passed = [file_of[d] in edited for d in (order if order is not None else range(len(file_of)))]
+        ahead = [i for i in range(k, len(passed)) if passed[i]]
+        it = "it" if len(indices) == 1 else "them"
+        where = f"its saved position (document {k} of pass {epoch})"
+        if ahead:  # documents still to come in this pass
+            before = (f" (and what pass {epoch} read of {it} before it from pass {epoch + 1} on)"
+                      if any(passed[:k]) else "")
+            return (f"{where} comes before {it}: the resumed run reads the edited text in this pass, from its "
+                    f"document {ahead[0]} on{before}")
+        return (f"{where} is past {it}: pass {epoch} read {it} before (what of {it} the saved buffer holds is the "
+                f"old text), the documents still to come in pass {epoch} are unchanged, and the run reads the edited "
+                f"text from pass {epoch + 1} on")
+    return reach
+
+
+def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[bytes],
+                    order: Optional[Sequence[int]] = None) -> None:
     """Refuse (``ValueError``) a saved data ``state`` whose position would land on other documents of ``documents``
     (read otherwise by the version that saved it, or a file added or deleted since), and warn where it lands on the
-    same document with other text (a file edited since: ``digests`` now; read otherwise within a document)."""
+    same document with other text (a file edited since: ``digests`` now, what it affects said where the source
+    gives each document's file; read otherwise within a document). ``order``: this pass's order, when shuffled."""
     saved, count = state.get("documents"), getattr(documents, "count", None)
     source = f"{getattr(documents, 'where', 'dataset')} {getattr(documents, 'description', repr(documents))}"
     position = f"its saved position (document {state['docs_consumed']} of pass {state['epoch']}) would land on"
@@ -131,7 +164,8 @@ def check_resumable(documents: Any, state: Dict[str, Any], digests: Optional[byt
         log.warning(f"resume: this run was saved by an earlier torchtune_longshort, which {line_ends}: {source}: "
                     f"{position} the same document, its text differing by its line ends. To train on the text as the "
                     "run read it, finish this run with the version that started it")
-    edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests, position)
+    edited = edited_files(getattr(documents, "files", None) or (), state.get("digests"), digests, position,
+                          _reach(getattr(documents, "file_of", None), state, order))
     if edited:  # the same count: the position lands on the same document of the edited text (as torchtune's and
         # HF Trainer's resumes go on, which never look): said, not refused, since a corrected corpus is a reason
         log.warning(f"resume: {source}: {edited}")
