@@ -160,6 +160,14 @@ class StepCheckpoints:
         return (f"{folder.name} is whole, but not its optimizer and data state {RECIPE_STATE_DIR}/{folder.name}.pt: "
                 f"to train on from its weights, start a new run with checkpoint_dir={str(folder)!r}")
 
+    def not_made_here(self) -> str:
+        """Why a resume in a folder this recipe did not make is refused, and, where it holds a whole step folder
+        (one copied there alone, without the run's recipe state), the new run its weights can start."""
+        steps = self.steps()
+        start = (f"; to train on from the weights of its {self.path(steps[-1]).name}, start a new run (another "
+                 f"output_dir) with checkpoint_dir={str(self.path(steps[-1]))!r}") if steps else ""
+        return f"this recipe did not make that folder: choose another output_dir, without resume=True{start}"
+
     @staticmethod
     def _saved_config(folder: Path) -> Optional[dict]:
         """The config saved in ``folder``'s recipe state, or None (no state, or one that does not load)."""

@@ -97,7 +97,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
                      "step_0: start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
                     "it does not exist: start the run without resume=True" if not out.exists() else
-                    "this recipe did not make that folder: choose another output_dir, without resume=True")
+                    StepCheckpoints(out).not_made_here())
             raise FileNotFoundError(
                 f"resume=True but output_dir={str(out)!r} holds no complete step_<k> checkpoint with its "
                 f"{RECIPE_STATE_DIR}/step_<k>.pt to resume from ({hint})")
