@@ -24,6 +24,7 @@ from torchtune_longshort.config.fields import resume_policies, with_checked_valu
 from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, scaling_start_of_node
+from torchtune_longshort.training.moved_data import moved_data
 from torchtune_longshort.training.tokenizer_unchanged import check_tokenizer_unchanged
 from torchtune_longshort.rope import ROPE_METHODS
 
@@ -150,13 +151,13 @@ def _policy(key: str) -> str:
     return RESUME_POLICY.get(key) or RESUME_POLICY.get(key.split(".", 1)[0], "applied")
 
 
-def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None
-                          ) -> List[Tuple[str, Any, Any]]:
+def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None,
+                          notes: Optional[Dict[str, str]] = None) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
     ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved),
     compared with their paths resolved, those inside the run's folder relative to it and the defaults they leave
     out filled (:func:`_as_run_sees_it`; ``step_spec``: the resumed step's ``longshort_rope``, which says what a
-    learned RoPE's settings left out were)."""
+    learned RoPE's settings left out were; ``notes``: words said after a key's refused change)."""
     broken, applied = [], []
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
     for key in sorted(set(old_flat) | set(new_flat)):
@@ -165,7 +166,7 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
             continue
         if _policy(key) == "exact":
             # The lr schedule's shape is fixed by the run; its length follows max_steps and is not a change here.
-            broken.append((key, ABSENT in (a, b), f"{key}: {a!r} -> {b!r}"))
+            broken.append((key, ABSENT in (a, b), f"{key}: {a!r} -> {b!r}{(notes or {}).get(key, '')}"))
         else:
             applied.append((key, a, b))
     if broken:
@@ -255,8 +256,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
     saved = recipe_state.get("config")
     if seed_from_state and saved is not None:
         new_config = {**new_config, "seed": recorded_seed(recipe_state)}
-    changes = compare_resume_config(saved, new_config, CheckpointFolder.open(resume_dir).rope_spec
-                                    ) if saved is not None else []
+    changes = _compared(saved, new_config, recipe_state, resume_dir) if saved is not None else []
     check_tokenizer_unchanged(resume_dir, new_config)
     if recipe_state.get("adapter"):
         recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
@@ -275,9 +275,19 @@ def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[s
     if new_config.get("seed") is None:  # seed: null continues with the run's recorded seed
         new_config = {**new_config, "seed": recorded_seed(state)}
     step_dir = steps.latest(resumable=True)
-    changes = compare_resume_config(saved, new_config, CheckpointFolder.open(step_dir).rope_spec)
+    changes = _compared(saved, new_config, state, step_dir)
     check_tokenizer_unchanged(step_dir, new_config)
     return changes
+
+
+def _compared(saved: Dict[str, Any], new_config: Dict[str, Any], state: Dict[str, Any], step_dir: Path
+              ) -> List[Tuple[str, Any, Any]]:
+    """:func:`compare_resume_config` of ``step_dir``'s saved config, a ``local_text`` folder moved with its files as
+    they were (:func:`~.moved_data.moved_data`) taken as the run's data, the move among the changes applied."""
+    data = state.get("data") or {}  # the batcher's state, its stream's inside
+    compared, moved, notes = moved_data(saved, new_config, data.get("stream"))
+    changes = compare_resume_config(saved, compared, CheckpointFolder.open(step_dir).rope_spec, notes)
+    return changes + ([moved] if moved else [])
 
 
 def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) -> None:
