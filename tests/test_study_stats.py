@@ -59,6 +59,25 @@ def test_t_half_width_is_the_closed_form_and_refuses_one_value():
             t_half_width(0.5, n)
 
 
+@pytest.mark.parametrize("confidence", [0.5, 0.9, 0.99])
+def test_an_interval_asked_at_another_confidence_is_that_confidences(confidence):
+    # hand mutants (mutants13) of t_interval not passing confidence on, and of t_half_width reading CONFIDENCE for
+    # it, gave a 95% interval to every caller asking for another; Student t's closed forms at 1 and 2 degrees of
+    # freedom for the quantile p = 1/2 + c/2: tan(pi (p - 1/2)) and (2p - 1) / sqrt(2p(1-p))
+    from torchtune_longshort.intervals import t_half_width
+
+    p = 0.5 + confidence / 2
+    t1, t2 = math.tan(math.pi * (p - 0.5)), (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    assert t_half_width(0.5, 2, confidence) == pytest.approx(t1 * 0.5 / math.sqrt(2))
+    vals = [1.3, 0.2, -0.4]
+    mean, sd = sum(vals) / 3, math.sqrt(sum((v - sum(vals) / 3) ** 2 for v in vals) / 2)
+    got = t_interval(vals, confidence)
+    assert (got["lo"], got["hi"]) == (pytest.approx(mean - t2 * sd / math.sqrt(3)),
+                                      pytest.approx(mean + t2 * sd / math.sqrt(3)))
+    d = paired_difference({0: 1.3, 1: 0.2, 2: -0.4}, {0: 0.0, 1: 0.0, 2: 0.0}, confidence)
+    assert (d["lo"], d["hi"]) == (got["lo"], got["hi"])
+
+
 def test_paired_difference_uses_shared_seeds_only():
     treated = {0: 10.0, 1: 11.25, 2: 12.0, 5: 99.0}
     control = {0: 11.0, 1: 12.5, 2: 13.0, 7: -1.0}
