@@ -1,8 +1,10 @@
 """Fixed-step ODE integration for RoPE methods whose frequencies follow an ODE (CLEX's ``dz/dt = g(z, t)``).
 
-Classic Runge-Kutta 4 with equal steps, as the released CLEX code runs torchdiffeq's ``rk4`` with
-``step_size = time_dt``: the solution is a plain function of its inputs, differentiable by autograd through every
-step (no adjoint).
+Classic Runge-Kutta 4 with ``ceil(span / time_dt)`` equal steps. The released CLEX code runs torchdiffeq's fixed-grid
+``rk4`` with ``step_size = time_dt``, which steps by the 3/8 rule (its ``rk4_alt_step_func``) on a grid of steps exactly
+``time_dt`` long with a shorter last one: another fourth-order method on another grid, so the two agree to the methods'
+truncation error, not bit for bit. The solution is a plain function of its inputs, differentiable by autograd through
+every step (no adjoint).
 """
 
 from __future__ import annotations
