@@ -2,7 +2,7 @@
 logits with its folder as it is, against the same weights under YaRN x2 (``rope_parameters`` yarn, factor 2,
 16384 positions from its 8192), on the first tokens of the standard library's ``argparse.py``; fp32, transformers'
 own model on both sides. Prints the relative L2 norm of the difference (over the YaRN logits) and the largest
-logit's difference (over the largest YaRN logit) for each length: the README's and docs/eval.md's "7.8% off".
+logit's difference (over the largest YaRN logit) for each length: the README's and docs/eval.md's "7.9% off".
 
     python benchmarks/yarn_logit_gap.py                   # the model cached by python -m torchtune_longshort.models.gguf
     python benchmarks/yarn_logit_gap.py --model DIR --lengths 512 2048
