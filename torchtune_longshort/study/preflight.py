@@ -55,7 +55,7 @@ from omegaconf import OmegaConf
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
-from torchtune_longshort.eval.tasks.babilong.generator import stream_seed
+from torchtune_longshort.eval.tasks.babilong.generator import DEFAULT_SEED, stream_seed
 from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS, load_token_counter
 from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import make_story
@@ -75,7 +75,7 @@ NAMES = ArgNames(checkpoint="base.checkpoint_dir", length="eval.max_length",
                  tokenizer="base.tokenizer")
 
 # BABILong's label without a haystack, and how many stories per QA task the pre-flight measures its requests on (drawn
-# from the stream the study's generator draws that task's 0k rows from, seed 0: its first ones are the study's rows).
+# from the stream the study's generator draws that task's 0k rows from: its first ones are the study's rows).
 ZERO_K = next(label for label, n in LENGTHS.items() if n == 0)
 ZERO_K_STORIES = 32
 
@@ -167,7 +167,7 @@ def _zero_k_problems(study: Any, count: Callable[[str], int], tok_path: str, log
     style = check_prompt_style(ev.metadata_value(PROMPT_KEY))  # the prompt the tasks send (BABILong's is longer)
     for qa in ev.babilong.tasks_asked:
         prompt = task_prompt(qa, style)
-        rng = random.Random(stream_seed(0, qa, ZERO_K, None))  # the stream the generator draws this task's 0k from
+        rng = random.Random(stream_seed(DEFAULT_SEED, qa, ZERO_K, None))  # the generator's stream of this 0k
         for _ in range(max(ev.babilong.n, ZERO_K_STORIES)):
             story = make_story(qa, rng)
             need = max(need, prompt.request_tokens(" ".join(story.facts), story.question, count))
