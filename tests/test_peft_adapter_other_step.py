@@ -77,3 +77,52 @@ def test_an_earlier_steps_adapter_on_a_later_merged_step_is_refused(tmp_path):
     # a chained run: adapters trained on another LoRA run's merged step (recorded as their base) still pass there
     chained = _step(tmp_path / "chained", 1, step3, seed=4)
     _check(step3, chained / "adapter")
+
+
+def test_a_plain_peft_adapter_on_a_lora_step_it_was_not_trained_on_is_refused(tmp_path):
+    """A plain PEFT adapter folder (adapter_config.json + weights, no longshort_adapter.json: trained with PEFT
+    directly, or the recipe's with that file removed) on a LoRA run's merged step was left to PEFT, which applied it
+    on top of the merged adapters (the tiny run's walk: ppl 529.90 on step_4 where step_2 gives 549.02 and step_4
+    530.98; 545.72 on its own step_2), exit 0. PEFT's own load on the same folders is the reference."""
+    import shutil
+
+    from peft import PeftModel
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64)
+    base = tmp_path / "base"
+    LlamaForCausalLM(config).save_pretrained(str(base))
+    run = tmp_path / "run"
+    step2, step3 = _step(run, 2, base, seed=2), _step(run, 3, base, seed=3)
+    plain = tmp_path / "plain"
+    shutil.copytree(step2 / "adapter", plain, ignore=shutil.ignore_patterns("longshort_adapter.json"))
+    merged2 = _logits(LlamaForCausalLM.from_pretrained(str(step2)))
+    for step in (step2, step3):
+        on_step = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(step)), str(plain)))
+        assert not torch.allclose(on_step, merged2, atol=1e-4)  # the adapters on top of merged ones: another model
+        with pytest.raises(ValueError) as e:
+            _check(step, plain)
+        assert str(e.value) == (
+            f"--model_args peft={plain} with pretrained={step}: that folder is a step of a LoRA run, its weights "
+            f"hold its own adapters ({step / 'adapter'}) merged already, and these adapters were trained on {base}, "
+            f"so both would be applied; evaluate the merged step alone (pretrained={step}, no peft=), or put the "
+            f"adapters on their base (pretrained={base},peft={plain})")
+    on_base = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(base)), str(plain)))
+    assert torch.allclose(on_base, merged2, atol=1e-4)
+    _check(base, plain)  # their recorded base: passes
+
+    # the recipe's adapter with its layout file removed in place, on its own step: named with its step
+    (step2 / "adapter" / "longshort_adapter.json").unlink()
+    with pytest.raises(ValueError, match=r"so both would be applied; evaluate the merged step alone \(pretrained="
+                       + str(step2).replace("\\", "\\\\") + ", no peft="):
+        _check(step2, step2 / "adapter")
+
+    # a plain adapter trained with PEFT on the merged step itself (recorded as its base) still passes there
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(5)
+    on3 = get_peft_model(LlamaForCausalLM.from_pretrained(str(step3)),
+                         LoraConfig(r=4, lora_alpha=8, target_modules=MODULES, init_lora_weights=False))
+    on3.save_pretrained(str(tmp_path / "on3"))
+    _check(step3, tmp_path / "on3")

@@ -15,8 +15,10 @@ meant, or fail after lm-eval's start-up log, refused before it starts (:func:`ch
     the quantized base, they give another model than the run's merged ``step_<k>/`` (a warning: serving them so is
     a choice).
 
-  Another adapter folder (not the recipe's) is PEFT's to check, but for adapters whose shapes do not fit
-  ``pretrained=``'s weights, any adapter's (:mod:`torchtune_longshort.eval.peft_fit`).
+  Any adapter (the recipe's, or a plain PEFT one) with ``pretrained=`` a LoRA run's step folder (its weights hold
+  that run's adapters merged) it was not trained on (its ``base_model_name_or_path``) is refused: both would be
+  applied. Another adapter folder (not the recipe's) is otherwise PEFT's to check, but for adapters whose shapes do
+  not fit ``pretrained=``'s weights, any adapter's (:mod:`torchtune_longshort.eval.peft_fit`).
 
 - ``pretrained=`` a path that is no folder here (:func:`refuse_missing_folder`): transformers took it for a hub name.
 """
@@ -55,18 +57,18 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
     """Refuse (``ValueError``, one line) or warn about ``pretrained=`` + ``peft=`` of ``--model hf`` (module doc)."""
     adapter = Path(peft).expanduser()
     layout = _json(adapter / LAYOUT_FILE)
-    if layout is None:
-        return
     step = adapter.parent
     where = f"--model_args peft={peft}"
     if pretrained is None:
         return
     base = Path(pretrained).expanduser()
-    if base.is_dir() and base.resolve() == step.resolve():
+    if layout is not None and base.is_dir() and base.resolve() == step.resolve():
         raise ValueError(f"{where} with pretrained={pretrained}: that step folder holds these adapters merged already, "
                          "so they would be applied twice; drop peft= to evaluate the trained model, or give "
                          "pretrained=<the run's start checkpoint>")
     refuse_other_lora_step(base, adapter, where, pretrained)
+    if layout is None:
+        return  # a plain PEFT adapter: the rest is PEFT's (and peft_fit's) to check
     theirs, ours = _rope(base / CONFIG_FILE), _rope(step / CONFIG_FILE)
     if theirs is not None and ours is not None and theirs != ours:
         # a RoPE transformers cannot run (CLEX, EABF, YaRN on Phi-3): --model hf loads neither the step nor a base
@@ -86,19 +88,24 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
 
 
 def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: str) -> None:
-    """``pretrained=`` a step folder of a LoRA run (its ``adapter/`` holds the layout file: the weights hold that
-    run's adapters merged) that is not the base these adapters were trained on (``base_model_name_or_path``),
-    refused: an earlier step's adapters on a later merged step of the same run gave a model neither step is (a tiny
-    run's perplexity read 487.9, exit 0). Unrecorded base: left as it was."""
+    """``pretrained=`` a step folder of a LoRA run (its ``adapter/`` holds PEFT's ``adapter_config.json``, or the
+    layout file: the weights hold that run's adapters merged) with any adapter (the recipe's, or a plain PEFT one)
+    not trained on that folder (``base_model_name_or_path``), refused: both sets of adapters would be applied (an
+    earlier step's adapters on a later merged step of the same run gave a model neither step is, a tiny run's
+    perplexity 487.9, exit 0; a plain copy of a step's adapters on its own step, the adapters twice). The merged
+    step named as the way on is the adapters' own (``<step>/adapter``), else ``pretrained=``. Unrecorded base: left
+    as it was."""
     recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
-    if not base.is_dir() or not (base / ADAPTER_DIR / LAYOUT_FILE).is_file() or not recorded:
+    own = base / ADAPTER_DIR
+    if not base.is_dir() or not recorded or not any((own / f).is_file() for f in (LAYOUT_FILE, "adapter_config.json")):
         return
     if base.resolve() == Path(str(recorded)).expanduser().resolve():
         return  # a chained run's start: the adapters were trained on these merged weights
+    merged = adapter.parent if (adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file()) else base
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
-                     f"its own adapters ({base / ADAPTER_DIR}) merged already, and these adapters were trained on "
+                     f"its own adapters ({own}) merged already, and these adapters were trained on "
                      f"{recorded}, so both would be applied; evaluate the merged step alone (pretrained="
-                     f"{adapter.parent}, no peft=), or put the adapters on their base (pretrained={recorded},"
+                     f"{merged}, no peft=), or put the adapters on their base (pretrained={recorded},"
                      f"peft={adapter})")
 
 
