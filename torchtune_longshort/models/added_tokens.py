@@ -188,6 +188,26 @@ def sentencepiece_prefix_scheme(folder: Path) -> str:
     return _metaspace_scheme(spec.get("pre_tokenizer") or {}) or "never"
 
 
+def strips_leading_space(folder: Path) -> bool:
+    """Whether ``AutoTokenizer`` on ``folder`` drops one space at the start of a decoded text, whatever piece gave it
+    (a byte piece ``<0x20>`` too, which SentencePiece keeps): transformers' ``LlamaTokenizer`` adds ``Strip(" ",
+    left=1)`` to its decoder unless ``add_prefix_space`` is false; any other class runs ``tokenizer.json``'s decoder,
+    which strips the text's start where a ``Strip`` of ``" "`` follows a ``Fuse`` (hub Llama-2's, this project's)."""
+    cfg = _json(folder / "tokenizer_config.json")
+    cls = str(cfg.get("tokenizer_class") or "")
+    if (cls[:-4] if cls.endswith("Fast") else cls) in _METASPACE_CLASSES:
+        return cfg.get("add_prefix_space") is not False
+    decoder = _json(folder / "tokenizer.json").get("decoder") or {}
+    steps = decoder.get("decoders") or [] if decoder.get("type") == "Sequence" else [decoder]
+    fused = False
+    for step in steps if isinstance(steps, list) else []:
+        kind = step.get("type") if isinstance(step, dict) else None
+        fused = fused or kind == "Fuse"
+        if kind == "Strip" and fused and step.get("content") == " " and int(step.get("start") or 0) >= 1:
+            return True
+    return False
+
+
 def without_dummy_prefix(model: bytes) -> bytes:
     """A serialized SentencePiece ``ModelProto`` with ``normalizer_spec.add_dummy_prefix`` false (field 3 of field
     3), rewritten at the wire level so that no ``protobuf`` package is needed."""

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.added_tokens import (
-    AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, without_dummy_prefix,
+    AddedToken, Normalized, SpecialSplitter, read_added_tokens, sentencepiece_prefix_scheme, strips_leading_space,
+    without_dummy_prefix,
 )
 from torchtune_longshort.models.chat_messages import chat_template_of, chat_template_tokens, stop_ids, tokenize_messages
 from torchtune_longshort.models.tokenizer_files import read_json
@@ -227,6 +228,8 @@ class SentencePieceTokenizer(SourceTokenizer):
         self._scheme = sentencepiece_prefix_scheme(self.path.parent)
         self._splitter = SpecialSplitter(added, pipeline_normalizer(self.path.parent, self._scheme, added))
         self._bare: Any = None  # the model without its dummy prefix, built on first use
+        space = sp.piece_to_id("<0x20>")
+        self._stripped_space = space if strips_leading_space(self.path.parent) and sp.is_byte(space) else None
 
     def special_ids(self) -> set:
         """BOS/EOS/pad and the added tokens marked special (``<unk>`` too: what ``AutoTokenizer`` skips)."""
@@ -259,7 +262,16 @@ class SentencePieceTokenizer(SourceTokenizer):
     def _decode(self, ids: List[int]) -> str:
         """SentencePiece's text, but a run of byte pieces that is no UTF-8 gives one U+FFFD per byte, as the
         folder's ``tokenizer.json`` (``ByteFallback``, what ``AutoTokenizer`` and lm-eval's ``hf`` decode with)
-        gives it: SentencePiece keeps the run's valid bytes (``<0x78><0x88>``: ``x\ufffd`` against ``\ufffd\ufffd``)."""
+        gives it: SentencePiece keeps the run's valid bytes (``<0x78><0x88>``: ``x\ufffd`` against ``\ufffd\ufffd``);
+        and a text led by the byte piece of a space loses that space where ``AutoTokenizer``'s decoder strips the
+        text's first space (:func:`~torchtune_longshort.models.added_tokens.strips_leading_space`), which
+        SentencePiece keeps (it drops only a leading ``▁``)."""
+        text = self._decode_runs(ids)
+        if ids and ids[0] == self._stripped_space and text.startswith(" "):
+            return text[1:]
+        return text
+
+    def _decode_runs(self, ids: List[int]) -> str:
         sp = self._tt.spm_model
         parts, start, i = [], 0, 0
         while i < len(ids):
