@@ -5,6 +5,7 @@ run has no per-position curve."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -191,16 +192,17 @@ def test_runs_of_other_n_shot_or_chat_template_are_refused_on_a_task_both_ran_un
     build_report([_run(tmp_path / "ppl_plain", 4), ppl_chat], tmp_path / "ppl")  # ignored: same measurement
 
 
-def _measured(path, task, metadata=None, version=3.0, source=None):
+def _measured(path, task, metadata=None, version=3.0, source=None, pack=None):
     """One run of ``task`` (a results file) whose task ran with ``metadata`` (over its YAML's) at ``version``;
-    ``source``: the YAML it was read from (lm-eval records it as ``config_source``)."""
+    ``source``: the YAML it was read from (lm-eval records it as ``config_source``), under ``pack`` (default: this
+    install's task pack, ``tasks_path()``)."""
     from torchtune_longshort.eval.tasks import tasks_path
 
     f = _lm_eval_file(path / f"results_{D1}.json", metadata=metadata, tasks=(task,))
     data = json.loads(f.read_text())
     data["versions"][task] = version
     if source:
-        data["configs"][task]["metadata"]["config_source"] = str(tasks_path() / source)
+        data["configs"][task]["metadata"]["config_source"] = str((pack or tasks_path()) / source)
     f.write_text(json.dumps(data))
     return path
 
@@ -232,6 +234,29 @@ def test_runs_whose_task_measured_another_thing_are_refused_naming_the_setting(t
     summary = build_report([a, b], tmp_path / "mixed", allow_mixed=True)
     assert needle in (tmp_path / "mixed" / "report.md").read_text()
     assert summary["runs"]["b"]["task_versions" if case == "version" else "task_settings"]
+
+
+def test_a_longbench_member_run_by_another_install_is_still_the_packs(tmp_path, capsys):
+    """Runs evaluated by another install of the package (the checkout's editable one, a GPU machine's venv, the
+    wheel's site-packages elsewhere) record their own pack folder as ``config_source``; LongBench-E's members, named
+    after their dataset, were found the pack's only under this install's ``tasks_path()``, so two such runs over
+    other data were compared without a word. The pack's own folder layout (``torchtune_longshort/eval/tasks``) is
+    the reference."""
+    other = Path("/elsewhere/venv/lib/python3.11/site-packages/torchtune_longshort/eval/tasks")
+    src = f"longbench_e/{LB}.yaml"
+    a = _measured(tmp_path / "a", LB, {}, 3.0, src, pack=other)
+    b = _measured(tmp_path / "b", LB, {"longbench_e_data_dir": "/lb"}, 3.0, src, pack=other)
+    with pytest.raises(SystemExit):
+        main([str(a), str(b), "--out", str(tmp_path / "refused")])
+    err = capsys.readouterr().err
+    assert "longshort_longbench_e's longbench_e_data_dir (`a` (the task's default), `b` /lb)" in err, err
+    # a task of the user's own, read from a folder of theirs with the pack's folder name, is not the pack's
+    from torchtune_longshort.eval.report.one_run import task_settings
+
+    d = _measured(tmp_path / "d", LB, {"longbench_e_data_dir": "/lb"}, 3.0, src, pack=tmp_path / "my_tasks")
+    assert task_settings(json.loads((d / f"results_{D1}.json").read_text()))["settings"] == {}
+    assert task_settings(json.loads((b / f"results_{D1}.json").read_text()))["settings"] == {
+        "longshort_longbench_e": {"longbench_e_data_dir": "/lb", "longbench_e_hf_path": None}}
 
 
 def test_a_measured_setting_at_its_default_or_on_a_task_one_run_lacks_is_no_difference(tmp_path):

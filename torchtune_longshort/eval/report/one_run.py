@@ -109,10 +109,13 @@ def task_metadata(data: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def _family_of_config(task: str, config: Dict[str, Any]) -> Optional[TaskFamily]:
     """The pack's family of ``task`` by its name (:func:`pack_family`), else by the folder its YAML was read from
-    (``config_source``: LongBench-E's datasets, ``longshort_longbench_<name>_e``, are not named after their group)."""
+    (``config_source``: LongBench-E's datasets, ``longshort_longbench_<name>_e``, are not named after their group):
+    the pack's folder of any install (``.../torchtune_longshort/eval/tasks``), as runs evaluated elsewhere (a
+    checkout, another venv or machine) record theirs."""
     fam = pack_family(current_name(task))
     source = ((config or {}).get("metadata") or {}).get("config_source")
-    if fam is None and isinstance(source, str) and Path(source).parent.parent == tasks_path():
+    pack = tasks_path().parts[-3:]
+    if fam is None and isinstance(source, str) and Path(source).parent.parent.parts[-3:] == pack:
         fam = next((f for f in TASK_FAMILIES.values() if f.folder == Path(source).parent.name), None)
     return fam
 
