@@ -40,6 +40,7 @@ from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot
 from .lr_search import lr_table
 from .misalignment import scalar_misalignment
 from .models import POSITIONAL_ENCODINGS
+from .out_room import check_figures_room, check_single_room
 from .outrep import OUTREPS
 from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
 from .tasks import BIT_DISTRIBUTIONS, TASKS
@@ -157,6 +158,11 @@ def _main(a: argparse.Namespace, argv=None) -> int:
             # refused once a run is to be stored there, before it trains (experiments.run_all: one that holds every
             # run is only read)
             check_creatable("--cache", a.cache)
+        # the disk's room for the files it writes, before anything trains (a full disk was found after training)
+        if a.figure is not None and not a.replot:
+            check_figures_room(a.out, a.cache, paper, beyond, base, range(n_seeds), l_trains, lrs)
+        elif not a.replot:
+            check_single_room(a.out, base)
         if a.replot and not Path(a.out).is_dir():
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")

@@ -1,0 +1,102 @@
+"""The room the synthetic command's files take, checked before anything trains (``disk_space.check_room``).
+
+Its files are small and predictable: what they hold besides the numbers a run measures is known from the flags. Each
+estimate here is what a file holds at least, written as the command writes it, the measured numbers left out (a
+figure's PNG counted as the smallest PNG): a disk that cannot take that much would take the run's output neither,
+so the command refuses it before the first run trains (it found the disk full only when it wrote, after training).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import asdict, replace
+from typing import List, Optional, Sequence
+
+from torchtune_longshort.disk_space import check_room
+from torchtune_longshort.output_guard import strict_json
+
+from .experiments import figure_curves
+from .run_cache import cache_path
+from .train import RunConfig
+
+SMALLEST_PNG = 67  # signature, IHDR, one IDAT and IEND of a 1x1 image: no figure is smaller
+
+
+def _csv_text(rows: List[list]) -> int:
+    fh = io.StringIO(newline="")
+    csv.writer(fh).writerows(rows)
+    return len(fh.getvalue().encode("utf-8"))
+
+
+def single_run_bytes(base: RunConfig) -> int:
+    """``run.json`` at least: its config and test lengths, as the run writes them (indent 1)."""
+    return len(strict_json({"config": asdict(base), "test_lengths": list(range(1, base.l_test + 1))}, indent=1))
+
+
+def figure_configs(paper: Sequence[str], base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int],
+                   lrs: Optional[Sequence[float]]) -> List[RunConfig]:
+    """Every distinct run the paper figures ``paper`` train, as ``experiments.run_figures`` lists them (each curve,
+    seed and searched rate; the linear model keeps its own rate)."""
+    runs = {}
+    for n in paper:
+        for _, c in figure_curves(n, base, l_trains):
+            for s in seeds:
+                for lr in (lrs if lrs and c.model == "transformer" else [c.lr]):
+                    cfg = replace(c, seed=s, lr=lr)
+                    runs[json.dumps(asdict(cfg), sort_keys=True)] = cfg
+    return list(runs.values())
+
+
+def figure_csv_bytes(name: str, base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int]) -> int:
+    """``fig<name>.csv`` at least: its rows (one per curve, seed and test length) with each MSE in one character."""
+    rows = [["figure", "curve", "seed", "length", "test_mse"]]
+    rows += [[name, label, s, length, ""] for label, c in figure_curves(name, base, l_trains) for s in seeds
+             for length in range(1, c.l_test + 1)]
+    return _csv_text(rows) + len(rows) - 1
+
+
+def paper_bytes(paper: Sequence[str], base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int],
+                configs: Sequence[RunConfig]) -> int:
+    """The paper figures' files in ``--out`` at least: ``runs.json`` (each run's config, ``configs``), each
+    ``fig<n>.csv`` and ``fig<n>.png``."""
+    runs = sum(len(json.dumps({"config": asdict(c)})) for c in configs)
+    return runs + sum(figure_csv_bytes(n, base, seeds, l_trains) + SMALLEST_PNG for n in paper)
+
+
+def beyond_bytes(beyond: Sequence[str]) -> int:
+    """The beyond figures' files at least: each ``fig_<n>.csv``'s header and its PNG."""
+    header = _csv_text([["figure", "curve", "seed", "group", "l_test", "accuracy"]])
+    return len(beyond) * (header + SMALLEST_PNG)
+
+
+def cache_bytes(configs: Sequence[RunConfig], cache: Optional[str]) -> int:
+    """The ``--cache`` entries at least (each run's config) of the runs it does not hold yet."""
+    if cache is None:
+        return 0
+    return sum(len(json.dumps({"config": asdict(c)})) for c in configs if not os.path.exists(cache_path(cache, c)))
+
+
+def check_figures_room(out: str, cache: Optional[str], paper: Sequence[str], beyond: Sequence[str],
+                       base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int],
+                       lrs: Optional[Sequence[float]]) -> None:
+    """Refuse, before anything trains, an ``--out`` (or ``--cache``) whose disk cannot take what the figures write
+    there (``ValueError`` naming the folder, the bytes and the disk's room)."""
+    configs = figure_configs(paper, base, seeds, l_trains, lrs) if paper else []
+    need = (paper_bytes(paper, base, seeds, l_trains, configs) if paper else 0) + beyond_bytes(beyond)
+    _check(out, "--out", "writing the figures", need)
+    stored = cache_bytes(configs, cache)
+    if cache is not None and stored:
+        _check(cache, "--cache", "storing the runs it does not hold", stored)
+
+
+def check_single_room(out: str, base: RunConfig) -> None:
+    """Refuse, before the run trains, an ``--out`` whose disk cannot take its ``run.json``."""
+    _check(out, "--out", "writing run.json", single_run_bytes(base))
+
+
+def _check(folder: str, option: str, what: str, need: int) -> None:
+    check_room(folder, need, f"{option} {folder}: {what}",
+               f"free space there, or name {'a' if option == '--cache' else 'an'} {option} on a disk with room")
