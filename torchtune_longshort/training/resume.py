@@ -173,12 +173,16 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
         # a default that one side lacks and neither config writes (another RoPE method's, a node set to null) follows
         # from a change named beside it; named alone where nothing else differs
         written = set(_flat(saved)) | set(_flat(new))
-        named = ([text for key, gone, text in broken if key in written or not gone]
-                 or [text for _, _, text in broken])
+        named = ([(key, text) for key, gone, text in broken if key in written or not gone]
+                 or [(key, text) for key, _, text in broken])
+        # a key whose note says how to resume (dataset.path: the data back in place) is not told it again
+        rest = [key for key, _ in named if key not in (notes or {})]
+        values = "values" if len(rest) == len(named) else f"value{'s' * (len(rest) > 1)} of {', '.join(rest)}"
+        advice = (f"Resume with the saved {values} (the recipe state's 'config'), or start a new run in another "
+                  "output_dir" if rest else "Otherwise, start a new run in another output_dir")
         raise ValueError(
             "resume=True with a config that changes what the run trains, which would not continue the same run "
-            f"exactly: {'; '.join(named)}. Resume with the saved values (the recipe state's 'config'), or start a new "
-            "run in another output_dir"
+            f"exactly: {'; '.join(text for _, text in named)}. {advice}"
         )
     return applied
 
