@@ -30,6 +30,7 @@ STUDY_MARKER = ".longshort_study"  # written into a study's output folder before
 BASE_DIR, RUNS_DIR, TOKENIZER_DIR, STUDY_JSON = "base", "runs", "tokenizer", "study.json"
 BABILONG_DIR, BABILONG_LOG = "babilong_data", "babilong_data.log"  # the log: every generation, each under a header
 BABILONG_ATTEMPT_LOG = "babilong_data.attempt.log"  # the generation running now, appended to BABILONG_LOG as it ends
+BABILONG_LOG_ATTEMPTS = 20  # the generations BABILONG_LOG keeps, the last ones (each retry appends one)
 TRAIN_LOG, EVAL_LOG = "train.log", "eval.log"  # in a run's folder: the output of its fine-tune, its lm-eval
 STUDY_WRITES = (BASE_DIR, RUNS_DIR, TOKENIZER_DIR, BABILONG_DIR, BABILONG_LOG, BABILONG_ATTEMPT_LOG, STUDY_JSON)
 

@@ -26,11 +26,11 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
 from torchtune_longshort.study.run_configs import (
-    BABILONG_ATTEMPT_LOG, BABILONG_DIR, BABILONG_LOG, EVAL_LOG, TRAIN_LOG, RunConfigs,
+    BABILONG_ATTEMPT_LOG, BABILONG_DIR, BABILONG_LOG, BABILONG_LOG_ATTEMPTS, EVAL_LOG, TRAIN_LOG, RunConfigs,
 )
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import (
-    StageError, error_line, exit_words, keep_attempt, log_tail, run_eval, steps_in, tune_command,
+    StageError, error_line, exit_words, fold_left_attempt, keep_attempt, log_tail, run_eval, steps_in, tune_command,
 )
 from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
@@ -214,13 +214,15 @@ class RunStages(RunConfigs):
         if want.get("prompt"):
             argv += ["--prompt", want["prompt"]]
         # each attempt written apart, then appended to the study's log: a later run's generation no longer
-        # overwrites the output of the one a failure line names
-        attempt, started = self.out / BABILONG_ATTEMPT_LOG, time.time()
+        # overwrites the output of the one a failure line names; one a killed study left is kept first
+        attempt, log = self.out / BABILONG_ATTEMPT_LOG, self.out / BABILONG_LOG
+        fold_left_attempt(attempt, log, BABILONG_LOG_ATTEMPTS)
+        started = time.time()
         try:
             rc = self.executor(argv, attempt, self.root, self.env, self.timeout)
             tail = log_tail(attempt)
         finally:
-            keep_attempt(attempt, self.out / BABILONG_LOG, started)
+            keep_attempt(attempt, log, started, BABILONG_LOG_ATTEMPTS)
         if rc != 0:
             raise StageError("babilong_data", f"{exit_words('generator', rc)}: {error_line(tail)}", tail)
         atomic_write_json(marker, want)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.report.results_io import load_results
-from torchtune_longshort.output_guard import missing_root
+from torchtune_longshort.output_guard import atomic_write_text, missing_root
 from torchtune_longshort.study.stop import StudySignal, ends_with_study, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 from torchtune_longshort.training.metrics import metric_lines
@@ -71,15 +71,45 @@ def log_tail(path: Path, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
-def keep_attempt(attempt: Path, log_path: Path, started: float) -> None:
+ATTEMPT_HEADER = "--- attempt "  # the line each attempt's section of a stage's log starts with
+
+
+def _stamp(t: float) -> str:
+    return time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))
+
+
+def keep_attempt(attempt: Path, log_path: Path, started: float, keep: int) -> None:
     """Append one attempt's log (``attempt``, then removed) to ``log_path`` under a header line with its start time,
     so that a later attempt of the same stage (the BABILong generation, retried by each run's evaluation) leaves an
-    earlier one's output, which a failure line names, in place."""
+    earlier one's output, which a failure line names, in place; the log keeps its last ``keep`` attempts."""
+    _append(attempt, log_path, f"{ATTEMPT_HEADER}started {_stamp(started)} ---", keep)
+
+
+def fold_left_attempt(attempt: Path, log_path: Path, keep: int) -> None:
+    """An ``attempt`` log a stopped study left (SIGKILL: :func:`keep_attempt` never ran) appended to ``log_path``
+    under a line saying it ended without a word, before the next attempt writes ``attempt`` again."""
+    if attempt.is_file():
+        _append(attempt, log_path, f"{ATTEMPT_HEADER}last written {_stamp(attempt.stat().st_mtime)} ended without a "
+                                   "word (the study was stopped while it ran) ---", keep)
+
+
+def _append(attempt: Path, log_path: Path, header: str, keep: int) -> None:
     text = attempt.read_text(errors="replace") if attempt.is_file() else ""
     with open(log_path, "a") as log:
-        log.write(f"--- attempt started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} ---\n{text}")
+        log.write(f"{header}\n{text}")
         log.write("" if not text or text.endswith("\n") else "\n")
     attempt.unlink(missing_ok=True)
+    trim_attempts(log_path, keep)
+
+
+def trim_attempts(log_path: Path, keep: int) -> None:
+    """``log_path`` cut to its last ``keep`` sections (each from an :data:`ATTEMPT_HEADER` line; text before the
+    first one, an older study's, counts as one), rewritten whole; a log within that is left as it is."""
+    lines = log_path.read_text(errors="replace").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(ATTEMPT_HEADER)]
+    starts = ([0] if lines and starts[:1] != [0] else []) + starts
+    if len(starts) > keep:
+        atomic_write_text(log_path, "".join(lines[starts[-keep]:]))
 
 
 def error_line(tail: str) -> str:
