@@ -62,7 +62,8 @@ def _parser() -> ArgumentParser:
                    help="run command K (1-based) of the config's plan: its runs, as --only would")
     p.add_argument("--plan", action="store_true", help="print the config's plan (commands, estimates) and exit")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
-    p.add_argument("--note", default="", type=utf8_text, help="a paragraph put at the top of report.md (e.g. the machine)")
+    p.add_argument("--note", default="", type=utf8_text,
+                   help="a paragraph put at the top of report.md (e.g. the machine)")
     p.add_argument("--jobs", type=int, default=None,
                    help="fine-tunes run at once, each with cpu_count // jobs threads (default: the config's jobs, 1)")
     p.add_argument("--repo-root", default=".", type=user_path,
@@ -166,8 +167,8 @@ def _outside_grid(study: Study) -> List[str]:
 def _outcome(study: Study, runs: dict, only: Optional[List[str]]) -> int:
     """The exit status of a study whose report is written, and its last line: 1 when a run (of those selected)
     failed, naming their logs, or none finished; 0 otherwise. Runs not finished (``interrupted`` by a signal,
-    ``not run`` yet: after a stopped grid, or a ``--command`` of a plan) are no failure: a line names them and how to finish them, and with
-    ``--report-only`` the report of the runs finished so far is what was asked for."""
+    ``not run`` yet: after a stopped grid, or a ``--command`` of a plan) are no failure: a line names them and how to
+    finish them, and with ``--report-only`` the report of the runs finished so far is what was asked for."""
     chosen = {k: r["status"] for k, r in runs.items() if only is None or k == BASE_KEY or k in only}
     ran = len(runs) if only is None else 1 + len(only)  # the base, and the runs selected
     unfinished = {k: s for k, s in chosen.items() if s in UNFINISHED}
@@ -267,8 +268,8 @@ def _selected(a, cfg) -> Optional[List[str]]:
     for k in keys:
         if k not in known:
             near = difflib.get_close_matches(k, known, n=1)
-            raise ValueError(f"--only: {k!r} is not a run of this study{f' (did you mean {near[0]!r}?)' if near else ''}"
-                             f"; its runs: {', '.join(known)}")
+            raise ValueError(f"--only: {k!r} is not a run of this study"
+                             f"{f' (did you mean {near[0]!r}?)' if near else ''}; its runs: {', '.join(known)}")
     return keys
 
 
