@@ -107,6 +107,10 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
         if why:
             raise UnwritablePath(f"{path}={value!r} does not take new files ({why}); name a folder you can write")
         return
+    link = unreachable_link(p)
+    if link:  # mkdir would fail on it ('File exists', or a loop), after the command's work: a traceback
+        raise NotADirectoryError(f"{path}={value!r} cannot be created: {link}; name another path, or make the "
+                                 "link name a folder")
     parent = p.parent
     while not parent.exists():
         parent = parent.parent
@@ -118,6 +122,23 @@ def check_creatable(path: str, value: str, writable: bool = False) -> None:
     if why:
         raise UnwritablePath(f"{path}={value!r} cannot be created: {str(parent)!r} does not take new folders "
                              f"({why}); name a path in a folder you can write")
+
+
+def unreachable_link(p: Path) -> Optional[str]:
+    """The first of ``p`` and its absent ancestors that is a symbolic link with nothing behind it (its target not
+    there, or a loop of links), described; None when there is none. ``Path.exists`` says False of such a link, and a
+    folder made there fails ('File exists'), neither creating the target nor replacing the link."""
+    for q in (p, *p.parents):
+        if q.exists():
+            return None
+        if q.is_symlink():
+            try:
+                os.stat(q)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    return f"{str(q)!r} is a symbolic link in a loop ({str(q)!r} -> {os.readlink(q)!r} ...)"
+            return f"{str(q)!r} is a symbolic link to {os.readlink(q)!r}, which does not exist"
+    return None
 
 
 def refuses_writes(path: Path) -> Optional[str]:
