@@ -10,6 +10,7 @@ arguments are left as given: ``path`` or ``source`` may name a Hugging Face data
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -55,7 +56,14 @@ def interpolation_refusal(e: Exception) -> ValueError:
 def _resolve_key(node: DictConfig, key: str) -> None:
     value = OmegaConf.select(node, key, default=None, throw_on_resolution_failure=False)
     if isinstance(value, str) and value.strip():
-        OmegaConf.update(node, key, resolve_path(value), merge=False)
+        try:
+            resolved = resolve_path(value)
+        except (RuntimeError, OSError) as e:  # a loop of links: Path.resolve's RuntimeError (OSError from 3.13)
+            if isinstance(e, OSError) and e.errno != errno.ELOOP:
+                raise
+            raise ValueError(f"{key}={value!r} cannot be resolved ({e}): it names a symbolic link in a loop; fix "
+                             "or remove the link, or name another path") from None
+        OmegaConf.update(node, key, resolved, merge=False)
 
 
 def _model_nodes(node: Any, where: str):
