@@ -188,16 +188,21 @@ def sentencepiece_prefix_scheme(folder: Path) -> str:
     return _metaspace_scheme(spec.get("pre_tokenizer") or {}) or "never"
 
 
-def strips_leading_space(folder: Path) -> bool:
+def strips_leading_space(folder: Path) -> Optional[bool]:
     """Whether ``AutoTokenizer`` on ``folder`` drops one space at the start of a decoded text, whatever piece gave it
-    (a byte piece ``<0x20>`` too, which SentencePiece keeps): transformers' ``LlamaTokenizer`` adds ``Strip(" ",
-    left=1)`` to its decoder unless ``add_prefix_space`` is false; any other class runs ``tokenizer.json``'s decoder,
-    which strips the text's start where a ``Strip`` of ``" "`` follows a ``Fuse`` (hub Llama-2's, this project's)."""
+    (a word piece's ``▁`` or a byte piece ``<0x20>``): transformers' ``LlamaTokenizer`` adds ``Strip(" ", left=1)``
+    to its decoder unless ``add_prefix_space`` is false; any other class runs ``tokenizer.json``'s decoder, which
+    strips the text's start where a ``Strip`` of ``" "`` follows a ``Fuse`` (hub Llama-2's, this project's). None
+    where neither gives the pipeline (no ``tokenizer.json``): the folder is read as SentencePiece reads it, whose
+    decode drops a leading ``▁`` where the model adds a dummy prefix and keeps ``<0x20>``."""
     cfg = _json(folder / "tokenizer_config.json")
     cls = str(cfg.get("tokenizer_class") or "")
     if (cls[:-4] if cls.endswith("Fast") else cls) in _METASPACE_CLASSES:
         return cfg.get("add_prefix_space") is not False
-    decoder = _json(folder / "tokenizer.json").get("decoder") or {}
+    spec = _json(folder / "tokenizer.json")
+    if not spec:
+        return None
+    decoder = spec.get("decoder") or {}
     steps = decoder.get("decoders") or [] if decoder.get("type") == "Sequence" else [decoder]
     fused = False
     for step in steps if isinstance(steps, list) else []:

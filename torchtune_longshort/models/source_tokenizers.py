@@ -228,8 +228,8 @@ class SentencePieceTokenizer(SourceTokenizer):
         self._scheme = sentencepiece_prefix_scheme(self.path.parent)
         self._splitter = SpecialSplitter(added, pipeline_normalizer(self.path.parent, self._scheme, added))
         self._bare: Any = None  # the model without its dummy prefix, built on first use
-        space = sp.piece_to_id("<0x20>")
-        self._stripped_space = space if strips_leading_space(self.path.parent) and sp.is_byte(space) else None
+        self._strips = strips_leading_space(self.path.parent)  # None: SentencePiece's own decode
+        self._anchor: Optional[Tuple[int, str]] = None  # a plain piece and its text, found on first use
 
     def special_ids(self) -> set:
         """BOS/EOS/pad and the added tokens marked special (``<unk>`` too: what ``AutoTokenizer`` skips)."""
@@ -260,18 +260,19 @@ class SentencePieceTokenizer(SourceTokenizer):
         return self.encode_plain("\n" + text)[len(head):]
 
     def _decode(self, ids: List[int]) -> str:
-        """SentencePiece's text, but a run of byte pieces that is no UTF-8 gives one U+FFFD per byte, as the
-        folder's ``tokenizer.json`` (``ByteFallback``, what ``AutoTokenizer`` and lm-eval's ``hf`` decode with)
-        gives it: SentencePiece keeps the run's valid bytes (``<0x78><0x88>``: ``x\ufffd`` against ``\ufffd\ufffd``);
-        and a text led by the byte piece of a space loses that space where ``AutoTokenizer``'s decoder strips the
-        text's first space (:func:`~torchtune_longshort.models.added_tokens.strips_leading_space`), which
-        SentencePiece keeps (it drops only a leading ``▁``)."""
-        text = self._decode_runs(ids)
-        if ids and ids[0] == self._stripped_space and text.startswith(" "):
-            return text[1:]
-        return text
+        """The text ``AutoTokenizer`` (what lm-eval's ``hf`` decodes with) gives ``ids``: every ``▁`` a space, one
+        space dropped at the text's start exactly where its decoder strips one
+        (:func:`~torchtune_longshort.models.added_tokens.strips_leading_space`), whatever piece gave it; SentencePiece
+        drops a leading ``▁`` by its model's dummy prefix instead (``add_prefix_space: false``: ``' the|ter'`` read
+        ``'the|ter'``) and keeps ``<0x20>``. A run of byte pieces that is no UTF-8 gives one U+FFFD per byte, as
+        ``ByteFallback`` does (SentencePiece kept the run's valid bytes: ``<0x78><0x88>``, ``x\ufffd``). A folder
+        without such a pipeline (no ``tokenizer.json``) decodes as SentencePiece does."""
+        if self._strips is None:
+            return self._decode_runs(ids, keep_start=False)
+        text = self._decode_runs(ids, keep_start=True)
+        return text[1:] if self._strips and text.startswith(" ") else text
 
-    def _decode_runs(self, ids: List[int]) -> str:
+    def _decode_runs(self, ids: List[int], keep_start: bool) -> str:
         sp = self._tt.spm_model
         parts, start, i = [], 0, 0
         while i < len(ids):
@@ -282,17 +283,23 @@ class SentencePieceTokenizer(SourceTokenizer):
             try:
                 run.decode("utf-8")
             except UnicodeDecodeError:  # the text before the run, then the run as ByteFallback renders it
-                parts += [self._segment(ids[start:i], first=start == 0), "\ufffd" * len(run)]
+                parts += [self._segment(ids[start:i], keep_start or start > 0), "\ufffd" * len(run)]
                 start = end
             i = max(end, i + 1)
-        return "".join(parts) + self._segment(ids[start:], first=start == 0) if parts else sp.decode(ids)
+        return "".join(parts) + self._segment(ids[start:], keep_start or start > 0)
 
-    def _segment(self, ids: List[int], first: bool) -> str:
-        """SentencePiece's text of ``ids``; past the first segment a leading ``▁`` stays a space (``<0x61>``,
-        ``a``, decoded before it and dropped, keeps SentencePiece from stripping it as the text's start)."""
-        if first or not ids:
-            return self._tt.spm_model.decode(ids)
-        return self._tt.spm_model.decode([self._tt.spm_model.piece_to_id("<0x61>")] + ids)[1:]
+    def _segment(self, ids: List[int], keep_start: bool) -> str:
+        """SentencePiece's text of ``ids``; with ``keep_start`` a leading ``▁`` stays a space (a plain piece decoded
+        before it, and its text dropped, keeps SentencePiece from stripping it as the text's start)."""
+        sp = self._tt.spm_model
+        if not keep_start or not ids:
+            return sp.decode(ids)
+        if self._anchor is None:
+            self._anchor = next((i, sp.decode([i])) for i in range(self.vocab_size) if not (
+                sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or sp.is_unused(i))
+                and sp.id_to_piece(i)[:1] not in ("", "\u2581") and sp.decode([i])[:1] not in ("", " "))
+        anchor, text = self._anchor
+        return sp.decode([anchor] + ids)[len(text):]
 
     def token_text(self, token_id: int) -> str:
         return self._tt.spm_model.id_to_piece(int(token_id))  # SentencePiece decodes control tokens to ""
