@@ -234,6 +234,31 @@ def without_dummy_prefix(model: bytes) -> bytes:
     return bytes(out)
 
 
+def adds_dummy_prefix(model: bytes) -> bool:
+    """Whether a serialized SentencePiece ``ModelProto`` encodes a text with its dummy prefix ``▁``
+    (``normalizer_spec.add_dummy_prefix``, field 3 of field 3; true when absent), read at the wire level."""
+    found = True
+    for field, value in _fields(model):
+        if field == 3 and isinstance(value, bytes):
+            found = next((bool(v) for f, v in _fields(value) if f == 3 and isinstance(v, int)), found)
+    return found
+
+
+def _fields(buf: bytes):
+    """``(field, value)`` of a protobuf message: a varint's int, a length-delimited field's bytes, else None."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        if key & 7 == 0:
+            value, i = _varint(buf, i)
+        elif key & 7 == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        else:
+            value, i = None, _skip(buf, i, key & 7)
+        yield key >> 3, value
+
+
 def _varint(buf: bytes, i: int) -> Tuple[int, int]:
     value, shift = 0, 0
     while True:

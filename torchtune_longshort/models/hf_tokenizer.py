@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import List, Union
 
+from torchtune_longshort.models.added_tokens import adds_dummy_prefix
 from torchtune_longshort.models.tokenizer_formats import (
     HF_JSON,
     SP_FILE,
@@ -100,7 +101,8 @@ def write_hf_tokenizer_files(folder: PathLike) -> None:
     ``" starts with space"`` lost a space), and ``tokenizer_class`` is ``PreTrainedTokenizerFast``, which runs the
     file as written (transformers 5's ``LlamaTokenizer`` builds that Metaspace pipeline whatever the file says).
     Each text between two special tokens gets its own ``▁``, as the hub Llama-2 file does (transformers' legacy
-    behaviour).
+    behaviour); a model without SentencePiece's dummy prefix (``add_dummy_prefix: false``) gets none, and no
+    ``Strip`` of the decoded text's first space.
     """
     import json
 
@@ -113,10 +115,12 @@ def write_hf_tokenizer_files(folder: PathLike) -> None:
     tok.save_pretrained(str(folder))
     spec_file, cfg_file = Path(folder) / HF_JSON, Path(folder) / "tokenizer_config.json"
     spec = json.loads(spec_file.read_text())
-    spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
-                                                              {"type": "Replace", "pattern": {"String": " "},
-                                                               "content": "\u2581"}]}
+    prefix = adds_dummy_prefix((Path(folder) / SP_FILE).read_bytes())
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}] * prefix + [
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
     spec["pre_tokenizer"] = None
+    if not prefix:  # no dummy prefix to take off a decoded text: its Strip would eat a real leading space
+        spec["decoder"]["decoders"] = [d for d in spec["decoder"]["decoders"] if d.get("type") != "Strip"]
     spec_file.write_text(json.dumps(spec, ensure_ascii=False, indent=2))
     cfg = json.loads(cfg_file.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
