@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.peft_fit import refuse_unfitting_adapter
+from torchtune_longshort.eval.peft_fit import is_recorded_base, recorded_base_said, refuse_unfitting_adapter
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -94,18 +94,20 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     earlier step's adapters on a later merged step of the same run gave a model neither step is, a tiny run's
     perplexity 487.9, exit 0; a plain copy of a step's adapters on its own step, the adapters twice). The merged
     step named as the way on is the adapters' own (``<step>/adapter``), else ``pretrained=``. Unrecorded base: left
-    as it was."""
+    as it was; a relative record is matched wherever this command runs (:func:`~torchtune_longshort.eval.peft_fit.
+    is_recorded_base`)."""
     recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
     own = base / ADAPTER_DIR
     if not base.is_dir() or not recorded or not any((own / f).is_file() for f in (LAYOUT_FILE, "adapter_config.json")):
         return
-    if base.resolve() == Path(str(recorded)).expanduser().resolve():
+    if is_recorded_base(base, str(recorded)):
         return  # a chained run's start: the adapters were trained on these merged weights
     merged = adapter.parent if (adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file()) else base
+    theirs = "<that folder>" if recorded_base_said(str(recorded)) != str(recorded) else recorded
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
-                     f"{recorded}, so both would be applied; evaluate the merged step alone (pretrained="
-                     f"{merged}, no peft=), or put the adapters on their base (pretrained={recorded},"
+                     f"{recorded_base_said(str(recorded))}, so both would be applied; evaluate the merged step alone "
+                     f"(pretrained={merged}, no peft=), or put the adapters on their base (pretrained={theirs},"
                      f"peft={adapter})")
 
 

@@ -12,6 +12,7 @@ as a tied ``lm_head``) is left to PEFT.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -65,4 +66,31 @@ def _trained_on(adapter: Path) -> str:
         name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
         name = None
-    return str(name) if name else "another model (its adapter_config.json names none)"
+    return recorded_base_said(str(name)) if name else "another model (its adapter_config.json names none)"
+
+
+def _relative(recorded: str) -> bool:
+    return not Path(recorded).expanduser().is_absolute()
+
+
+def recorded_base_said(recorded: str) -> str:
+    """An adapter's recorded base (``base_model_name_or_path``) for a message: a relative one (PEFT records the path
+    its user loaded the base by) says so, as it names a folder from where they trained, not from here."""
+    return f"{recorded} (a path relative to the folder they were trained in)" if _relative(recorded) else recorded
+
+
+def is_recorded_base(base: Path, recorded: str) -> bool:
+    """Whether the folder ``base`` is the one an adapter's recorded ``base_model_name_or_path`` names, the same answer
+    from whatever folder this command runs in. An absolute record (the recipe's) names one folder. A relative one was
+    relative to the folder the training ran in, which nothing records (PEFT's ``AutoPeftModel`` reads it from the
+    current folder, as transformers reads any path): ``base`` is taken for it where its path ends with it (past the
+    leading ``..`` of a record that climbs), whatever folder the training ran in."""
+    path = Path(recorded).expanduser()
+    if base.resolve() == path.resolve():
+        return True
+    tail = Path(os.path.normpath(path)).parts
+    while tail[:1] == ("..",):
+        tail = tail[1:]
+    if path.is_absolute() or not tail or tail == (".",):
+        return False
+    return any(Path(p).parts[-len(tail):] == tail for p in (os.path.abspath(base), base.resolve()))

@@ -1,0 +1,72 @@
+"""An adapter trained with PEFT on a base loaded by a relative path records that path (``base_model_name_or_path``:
+what the user passed to ``from_pretrained``). The check that refuses an adapter on a LoRA run's step it was not
+trained on resolved that record from the folder the command ran in: a chained adapter (trained on a LoRA step, so
+recorded as ``run/step_2``) given with that very step was passed from the training folder and refused from /tmp,
+"... these adapters were trained on run/step_2, so both would be applied; ... put the adapters on their base
+(pretrained=run/step_2,...)". The answer no longer depends on the folder the command runs in. PEFT's own record of
+the relative path is the reference."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("peft")
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from torchtune_longshort.eval.other_model_args import check_peft_args  # noqa: E402
+
+MODULES = ["q_proj", "v_proj"]
+
+
+def _adapter(base_by: str, out: str, merged: str = "") -> None:
+    """PEFT's adapter of the model loaded by ``base_by`` (relative, from the current folder) saved to ``out``; with
+    ``merged``, the merged weights there and the adapter at ``merged/adapter`` (a LoRA run's step)."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(LlamaForCausalLM.from_pretrained(base_by),
+                           LoraConfig(r=2, lora_alpha=4, target_modules=MODULES, init_lora_weights=False))
+    model.save_pretrained(os.path.join(merged, "adapter") if merged else out)
+    if merged:
+        model.merge_and_unload().save_pretrained(merged)
+
+
+def test_a_relative_recorded_base_gives_the_same_answer_from_any_folder(tmp_path, monkeypatch):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
+    _adapter("base", "", merged="run/step_2")  # a LoRA run's step: merged weights + adapter/
+    _adapter("run/step_2", "plain")  # a chained adapter, trained on that step
+    recorded = json.loads((work / "plain" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == "run/step_2"  # the reference: what PEFT records
+
+    step, plain, own = work / "run" / "step_2", work / "plain", work / "run" / "step_2" / "adapter"
+    for folder in (work, elsewhere):
+        monkeypatch.chdir(folder)
+        check_peft_args(str(step), str(plain))  # its recorded base: passes from both (refused from elsewhere before)
+    for folder in (work, elsewhere):
+        monkeypatch.chdir(folder)
+        with pytest.raises(ValueError) as e:  # the step's own adapters (recorded base 'base') on it: refused
+            check_peft_args(str(step), str(own))
+        assert "trained on base (a path relative to the folder they were trained in)" in str(e.value)
+        assert "pretrained=<that folder>," in str(e.value)
+
+
+@pytest.mark.parametrize("recorded, base, same", [
+    ("run/step_2", "/x/run/step_2", True), ("./run/step_2/", "/x/run/step_2", True),
+    ("../up/run", "/x/up/run", True), ("step_2", "/x/run/step_2", True),
+    ("run/step_2", "/x/other/step_2", False), ("run/step_2", "/x/run/step_20", False),
+    ("/y/run/step_2", "/x/run/step_2", False), (".", "/x/run", False),
+])
+def test_a_relative_record_names_the_folders_whose_path_ends_with_it(recorded, base, same, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from torchtune_longshort.eval.peft_fit import is_recorded_base
+
+    monkeypatch.chdir(tmp_path)
+    assert is_recorded_base(Path(base), recorded) is same
