@@ -81,7 +81,7 @@ def check_beyond_flags(argv: Sequence[str]) -> None:
     given = _given(argv, _PAPER_FIGURE_FLAGS)
     if given:
         raise ValueError(f"{', '.join(given)} {_applies(given)} to the paper's figures (all, 1a, ..., theory), not "
-                         "to the beyond figures, which fix their own runs (docs/synthetic/README.md): drop it")
+                         "to the beyond figures, which fix their own runs: drop it")
 
 
 # the flags only figures read (each None unless given), with the single run's own flag where it has one

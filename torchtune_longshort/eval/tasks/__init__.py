@@ -311,7 +311,7 @@ VALUE_KINDS = {
     "fraction": (lambda v: fraction(v) is not None, FRAC_WORDS),
     "skip or error": (lambda v: v in ("skip", "error"), "skip or error"),
     "prompt style": (lambda v: v in BABILONG_PROMPTS, f"{' or '.join(BABILONG_PROMPTS)} (the prompt BABILong's tasks "
-                     "send: lm-eval's babilong_qa* prompts, or BABILong's own; docs/longbench_babilong.md)"),
+                     "send: lm-eval's babilong_qa* prompts, or BABILong's own)"),
     "divergences": (lambda v: divergence_names(v) is not None,
                     "divergence names among sce, jeffreys, js, or dotted paths of functions of your own that import "
                     "(my_divs.my_div, PYTHONPATH=.): a list, or one name or a comma list (\"sce,js\")"),

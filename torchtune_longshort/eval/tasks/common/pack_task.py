@@ -250,12 +250,12 @@ class PackTask(ConfigurableTask):
         self.ignored = [CONTEXT_OPTIONS[o] for o in fixed if given.get(o)]
         for option in self.ignored:
             logger.warning("%s: %s ignored: the task sizes what the model reads itself (L tokens), and the option "
-                           "would put text before it (docs/eval.md)", self.config.task, option)
+                           "would put text before it", self.config.task, option)
         if "num_fewshot" in fixed:
             self.set_config(key="num_fewshot", value=0)
         if self.no_chat_template and kwargs.get("apply_chat_template") and "apply_chat_template" not in fixed:
             self.ignored.append(CONTEXT_OPTIONS["apply_chat_template"])
-            logger.warning("%s: --apply_chat_template ignored: %s (docs/longbench_babilong.md)", self.config.task,
+            logger.warning("%s: --apply_chat_template ignored: %s", self.config.task,
                            self.no_chat_template)
             fixed = (*fixed, "apply_chat_template")
         if "apply_chat_template" in fixed:
