@@ -92,8 +92,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
             raise FileNotFoundError(f"--include_path {given!r} does not exist: name a folder of task YAMLs (or leave "
                                     "it out: the installed task pack is included)")
         elif Path(given).expanduser().resolve() != tasks_path():
-            logger.info("--include_path %s: its tasks are indexed beside the installed task pack's (%s)", given,
-                        tasks_path())
+            from torchtune_longshort.eval.task_index import say_included  # deferred: lm_eval (its task index)
+            say_included(out, given)
     if not evaluating:
         return out
     model = option(out, "--model")

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from pathlib import Path
 from typing import FrozenSet, Iterator, List, Sequence
 
 from lm_eval import tasks as lm_tasks
 
 from torchtune_longshort.eval.tasks import tasks_path
+
+logger = logging.getLogger(__name__)
 
 
 def included_folders(include_path: str) -> List[str]:
@@ -59,6 +62,38 @@ def include_path_covers(argv: Sequence[str], include_path: str) -> bool:
         return False
     known = frozenset().union(*(_folder_tasks(f) for f in included_folders(include_path)))
     return all(n in known for n in names)
+
+
+def say_included(argv: Sequence[str], include_path: str) -> None:
+    """Log how ``--include_path include_path`` (another folder than the pack) is indexed: :func:`overriding_line` as
+    a warning where it says one, else an info line."""
+    line = overriding_line(argv, include_path)
+    if line:
+        logger.warning(line)
+    else:
+        logger.info("--include_path %s: its tasks are indexed beside the installed task pack's (%s)", include_path,
+                    tasks_path())
+
+
+def overriding_line(argv: Sequence[str], include_path: str) -> str:
+    """One line for ``--include_path include_path`` (another folder than the pack), "" where none of its task names
+    is the pack's; else it names both folders and the one lm-eval runs: the folder included last (lm-eval's index
+    lets a later folder's task override an earlier one's, in a warning per task), ``include_path``. Another install's
+    pack folder (every name the pack's) runs its YAMLs with this install's code, which their dotted paths name."""
+    pack = str(tasks_path())
+    if included_folders(include_path) == [pack]:
+        return ""
+    ours, theirs = _folder_tasks(pack), _folder_tasks(include_path)
+    both = sorted(ours & theirs)
+    if not both:
+        return ""
+    asked = [n for n in task_names(argv) if n in both]
+    what = (f"is another copy of the task pack (every task name of the installed pack {pack} is there too)"
+            if ours <= theirs else f"holds {len(both)} task name(s) of the installed pack {pack} ("
+            f"{', '.join(both[:3])}{', ...' if both[3:] else ''})")
+    return (f"--include_path {include_path} {what}: lm-eval runs {include_path}'s YAMLs for "
+            f"{', '.join(asked) if asked else 'them'}, not the installed pack's (the folder included last wins; the "
+            "results' config_source names it); leave --include_path out to run the installed pack")
 
 
 @functools.lru_cache(maxsize=8)
