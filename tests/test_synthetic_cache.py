@@ -4,8 +4,10 @@ the old code's numbers)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +74,44 @@ def test_the_code_key_changes_with_any_source_file(tmp_path):
     assert len(keys) == 5
     (folder / "notes.txt").write_text("not code")  # only the source files count
     assert run_cache.code_key(folder, [outside]) in keys
+
+
+def _imported_modules(path: Path, package: str, root: Path) -> set:
+    """The files of ``package``'s modules that ``path`` imports anywhere in it (module or function level)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            here = path.parent.relative_to(root.parent).parts
+            base = ".".join(here[:len(here) - node.level + 1]) if node.level else ""
+            mod = ".".join(x for x in (base, node.module or "") if x)
+            names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith(package + "."):
+                rel = Path(*name.split(".")[1:])
+                found |= {f for f in (root / rel / "__init__.py", root / rel.with_suffix(".py")) if f.is_file()}
+    return found
+
+
+def test_the_code_key_hashes_every_module_of_the_package_a_cached_run_imports():
+    # the key hashes synthetic/*.py, not the subpackage sparsity_probes/ (whose runs never use the cache): a cached
+    # run importing a module of it would reuse stale entries after that module changed; the import statements of
+    # what the figure runs and their workers run (experiments.py, train.py), followed through the package, are the
+    # reference
+    root = Path(run_cache.__file__).resolve().parent.parent  # torchtune_longshort/
+    todo = [root / "synthetic" / "experiments.py", root / "synthetic" / "train.py", root / "synthetic" / "__init__.py"]
+    seen = set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo += _imported_modules(path, "torchtune_longshort", root) - seen
+    in_package = {p for p in seen if (root / "synthetic") in p.parents}
+    assert root / "synthetic" / "run_cache.py" in in_package and len(in_package) > 8  # the walk follows the imports
+    assert in_package <= {p.resolve() for p in run_cache.PACKAGE_DIR.glob("*.py")}, in_package
 
 
 def test_a_pool_starts_no_more_worker_processes_than_runs(monkeypatch):
