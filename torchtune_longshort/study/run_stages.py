@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -90,6 +91,9 @@ class RunStages(RunConfigs):
         self.env.setdefault("HF_HUB_OFFLINE", "1")
         self.env.setdefault("HF_DATASETS_OFFLINE", "1")
         self.env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # one BABILong generation at a time: with jobs > 1 the runs' evaluations retry a failed one together, into
+        # the same data folder and attempt log (a later one finds the data an earlier one wrote)
+        self.babilong_lock = threading.Lock()
 
     def eval_tasks(self) -> List[str]:
         ev = self.cfg.eval
@@ -182,6 +186,10 @@ class RunStages(RunConfigs):
         return done
 
     def _babilong_data(self) -> Optional[Path]:
+        with self.babilong_lock:
+            return self._babilong_generated()
+
+    def _babilong_generated(self) -> Optional[Path]:
         bab = self.cfg.eval.babilong
         if not bab or not bab.lengths:
             return None
