@@ -62,13 +62,19 @@ def exit_words(name: str, rc: int) -> str:
     return f"{name} exited with {rc}"
 
 
+# one state of a tqdm bar, its description and postfix included ('longshort:  33%|###3      | 2/6 [00:00<00:01,
+# 3.32it/s, e=48, loss=6.0713]', or 'runs: 0it [00:00, ?it/s]'); a line printed after it without a newline follows
+_TQDM_BAR = re.compile(r"(?:[^\s|][^|]*?: *)?(?:\d{1,3}%\|[^|]*\| *\S+|\S+it) \[[^\]]*(?:it/s|s/it)[^\]]*\]")
+
+
 def log_tail(path: Path, n: int = 25) -> str:
+    """The last ``n`` lines of a stage's log that say something: tqdm's redraws (a fine-tune's bar, with its
+    postfix of loss values, redrawn twice a step) taken out, the text a line holds besides them kept."""
     if not path.is_file():
         return ""
     lines = path.read_text(errors="replace").replace("\r", "\n").splitlines()
-    # tqdm redraws fill the log; keep the lines that say something.
-    lines = [x for x in lines if x.strip() and "it/s]" not in x and "s/it]" not in x]
-    return "\n".join(lines[-n:])
+    lines = [_TQDM_BAR.sub("", x) for x in lines]
+    return "\n".join([x for x in lines if x.strip()][-n:])
 
 
 ATTEMPT_HEADER = "--- attempt "  # the line each attempt's section of a stage's log starts with
