@@ -47,16 +47,21 @@ def _step(run, k, base_dir, seed):
     return step
 
 
-def test_an_earlier_steps_adapter_on_a_later_merged_step_is_refused(tmp_path):
-    from peft import PeftModel
-
+def _base_and_two_steps(tmp_path):
+    """A tiny random base and steps 2 and 3 of one LoRA run on it."""
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64)
     base = tmp_path / "base"
     LlamaForCausalLM(config).save_pretrained(str(base))
     run = tmp_path / "run"
-    step2, step3 = _step(run, 2, base, seed=2), _step(run, 3, base, seed=3)
+    return base, _step(run, 2, base, seed=2), _step(run, 3, base, seed=3)
+
+
+def test_an_earlier_steps_adapter_on_a_later_merged_step_is_refused(tmp_path):
+    from peft import PeftModel
+
+    base, step2, step3 = _base_and_two_steps(tmp_path)
     merged2, merged3 = (_logits(LlamaForCausalLM.from_pretrained(str(s))) for s in (step2, step3))
     on_step3 = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(step3)), str(step2 / "adapter")))
     assert not torch.allclose(on_step3, merged2, atol=1e-4) and not torch.allclose(on_step3, merged3, atol=1e-4)
@@ -88,13 +93,7 @@ def test_a_plain_peft_adapter_on_a_lora_step_it_was_not_trained_on_is_refused(tm
 
     from peft import PeftModel
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64)
-    base = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(str(base))
-    run = tmp_path / "run"
-    step2, step3 = _step(run, 2, base, seed=2), _step(run, 3, base, seed=3)
+    base, step2, step3 = _base_and_two_steps(tmp_path)
     plain = tmp_path / "plain"
     shutil.copytree(step2 / "adapter", plain, ignore=shutil.ignore_patterns("longshort_adapter.json"))
     merged2 = _logits(LlamaForCausalLM.from_pretrained(str(step2)))
