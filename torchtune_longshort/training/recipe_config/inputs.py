@@ -16,6 +16,7 @@ from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
 from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.training.written_files import HERE, METRICS_FILE
 from torchtune_longshort.config.fields import ComponentSection
+from torchtune_longshort.config.inside_input import refuse_inside_input
 from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -95,12 +96,7 @@ def written_names(config: RecipeConfig) -> Tuple[str, ...]:
 
 def _refuse_inside_input(name: str, folder: str, inputs, what: str) -> None:
     """``folder`` (a field the run writes to) that is, or lies inside, one of ``inputs``: refused naming both."""
-    real = Path(folder).expanduser().resolve()
-    for field, p in inputs:
-        if p.resolve() in real.parents or (p.resolve() == real and not p.is_file()):
-            where = "is" if p.resolve() == real else "lies inside"
-            raise ValueError(f"{name}={str(folder)!r} {where} {field}={str(p)!r}, which this run reads: {what} would "
-                             "be written among its files; name a folder outside it")
+    refuse_inside_input(name, folder, inputs, what)
 
 
 def check_overwrite(config: RecipeConfig) -> None:

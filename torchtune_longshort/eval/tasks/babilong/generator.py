@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.inside_input import model_folder_at, refuse_inside_input
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
@@ -153,6 +154,7 @@ def generate(
         raise ValueError(said)
     out = Path(out_dir)
     names = [f"{length}/{qa}.jsonl" for length in lengths for qa in qa_tasks]
+    check_apart(out, lengths, tokenizer, haystack)
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
@@ -235,6 +237,27 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
                 write_names(out / WRITTEN, [w for w in _written(out) if w != f"{length}/{qa}.jsonl"])
             raise
         paths.append(path)
+
+
+def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], haystack: str) -> None:
+    """``ValueError`` when ``--out`` is, or lies inside, a model's folder, the ``--tokenizer`` (a file of a folder
+    with a ``tokenizer_config.json`` or ``config.json``: that folder) or the local ``--haystack``, or when a length
+    folder it writes in is or lies inside one of those: the rows and :data:`WRITTEN` were written among a
+    model's files (a later conversion into that folder refused it)."""
+    model = model_folder_at(out)
+    if model is not None:
+        refuse_inside_input("--out", out, [("the model folder", model)], "the rows",
+                            "which holds a model (its config.json and weights, or an adapter's)")
+    inputs = []
+    if tokenizer and Path(tokenizer).expanduser().exists():
+        tok = Path(tokenizer).expanduser()
+        # a tokenizer file of a tokenizer's or model's folder stands for that folder (AutoTokenizer reads it whole)
+        whole = tok.is_file() and any((tok.parent / f).is_file() for f in ("tokenizer_config.json", "config.json"))
+        inputs.append(("--tokenizer", tok.parent if whole else tok))
+    if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
+        inputs.append(("--haystack", haystack))
+    refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
+                        writes_in=[out / length for length in lengths])
 
 
 def _written(out: Path) -> List[str]:

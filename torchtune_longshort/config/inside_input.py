@@ -1,0 +1,63 @@
+"""The one rule that a command's output never lands among what it reads: an output folder that is, or lies inside, an
+input (a model folder, a tokenizer, a data set, a results folder), or a folder the command writes in under its
+output folder that is or lies inside one, is refused naming both, before anything is written.
+
+The recipe (``output_dir``, its log and trace folders) and the BABILong generator's ``--out`` ask it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional, Tuple, Union
+
+PathLike = Union[str, Path]
+
+
+def _named(field: str, p: PathLike) -> str:
+    """``field=path`` for an option or a key; ``field path`` for a description (``the model folder``)."""
+    return f"{field} {str(p)!r}" if field.startswith("the ") else f"{field}={str(p)!r}"
+
+
+def _relation(folder: Path, p: Path) -> str:
+    """How ``folder`` stands to ``p`` (both resolved): ``is``, ``lies inside``, or ``""``."""
+    return "is" if folder == p else "lies inside" if p in folder.parents else ""
+
+
+def refuse_inside_input(name: str, value: PathLike, inputs: Iterable[Tuple[str, PathLike]], what: str,
+                        reads: str = "which this run reads", writes_in: Iterable[PathLike] = ()) -> None:
+    """``ValueError`` when the folder ``value`` (given as ``name``) is, or lies inside, an input of ``inputs``
+    (``(field, path)``; an input file equal to ``value`` is left to the file check of ``name``), or when a folder
+    the command writes ``what`` in (``writes_in``: under ``value``) is or lies inside one; ``reads`` says who
+    reads the inputs. The line names both, and the fix."""
+    real = Path(value).expanduser().resolve()
+    inputs = [(field, p, Path(p).expanduser().resolve()) for field, p in inputs]
+    for field, p, q in inputs:
+        where = _relation(real, q)
+        if where and not (where == "is" and q.is_file()):
+            raise ValueError(f"{name}={str(value)!r} {where} {_named(field, p)}, {reads}: {what} would be written "
+                             "among its files; name a folder outside it")
+    for folder in writes_in:
+        w = Path(folder).expanduser().resolve()
+        for field, p, q in inputs:
+            where = _relation(w, q)
+            if where:
+                raise ValueError(f"{name}={str(value)!r} writes {what} in {str(folder)!r}; that folder {where} "
+                                 f"{_named(field, p)}, {reads}: they would be written among its files; name another "
+                                 f"{name}")
+
+
+# What makes a folder a model's, as transformers and PEFT load one (models/hf_checkpoint.py reads the same names):
+# a config.json beside weights, or a PEFT adapter's config.
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
+
+
+def model_folder_at(path: PathLike) -> Optional[Path]:
+    """The nearest of ``path`` and its parents that holds a model (a ``config.json`` beside its weights, or a PEFT
+    ``adapter_config.json``), else None: a command that writes there mixes its files with the model's, which a later
+    conversion into that folder (or a copy of the checkpoint) refuses or carries along."""
+    real = Path(path).expanduser().resolve()
+    for folder in (real, *real.parents):
+        if folder.is_dir() and ((folder / "adapter_config.json").is_file() or (folder / "config.json").is_file()
+                                and any(any(folder.glob(w)) for w in _WEIGHTS)):
+            return folder
+    return None
