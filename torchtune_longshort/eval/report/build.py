@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.config.inside_input import refuse_inside_input
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
 from torchtune_longshort.eval.report.group_coverage import coverage_note, group_coverage, load_group_subtasks
@@ -196,6 +197,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
         raise ValueError(f"run labels {names} are not unique: {fix}")
     for d in results_dirs:
         check_scored(d)
+    refuse_inside_input("--out", out_dir, [("the results folder", d) for d in results_dirs], "the report",
+                        "which this report reads")  # a report among lm-eval's files: in the run it reads
     check_out_dir(Path(out_dir))
     runs = {name: load_results(d) for name, d in zip(names, results_dirs)}
     outputs_only = {name: tasks for name, d in zip(names, results_dirs) if (tasks := predict_only_tasks(d))}
