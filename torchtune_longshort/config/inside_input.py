@@ -2,8 +2,8 @@
 input (a model folder, a tokenizer, a data set, a results folder), or a folder the command writes in under its
 output folder that is or lies inside one, is refused naming both, before anything is written.
 
-The recipe (``output_dir``, its log and trace folders), the BABILong generator's ``--out`` and
-``longshort-eval-report``'s ``--out`` ask it.
+The recipe (``output_dir``, its log and trace folders), the BABILong generator's ``--out``, ``longshort-eval``'s
+``--output_path`` and ``longshort-eval-report``'s ``--out`` ask it.
 """
 
 from __future__ import annotations
