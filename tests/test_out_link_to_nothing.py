@@ -53,3 +53,21 @@ def test_synthetic_out_through_a_link_to_nothing_is_refused_before_it_trains(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a symbolic link to" in err[0], err
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_chain_of_links_is_named_up_to_the_path_that_is_not_there(tmp_path):
+    """``via -> to_nothing -> gone/deep``: the refusal said ``'via' is a symbolic link to 'to_nothing', which does not
+    exist``, of a link ``ls`` shows (``mkdir to_nothing``, the way it points to, fails: 'File exists'). The chain's end,
+    ``os.path.realpath``, is the reference for what is not there."""
+    _links(tmp_path)
+    (tmp_path / "via").symlink_to("to_nothing")
+    value = str(tmp_path / "via" / "sub")
+    with pytest.raises(OSError):
+        os.makedirs(value, exist_ok=True)
+    with pytest.raises(OSError) as e:
+        check_creatable("--out", value)
+    end = os.path.realpath(tmp_path / "via")
+    assert not os.path.lexists(end)
+    said = str(e.value)
+    assert said.startswith(f"--out={value!r} cannot be created: {str(tmp_path / 'via')!r} is a symbolic link to "
+                           f"'to_nothing' -> {end!r}, which does not exist; "), said

@@ -137,8 +137,19 @@ def unreachable_link(p: Path) -> Optional[str]:
             except OSError as e:
                 if e.errno == errno.ELOOP:
                     return f"{str(q)!r} is a symbolic link in a loop ({str(q)!r} -> {os.readlink(q)!r} ...)"
-            return f"{str(q)!r} is a symbolic link to {os.readlink(q)!r}, which does not exist"
+            return f"{str(q)!r} is a symbolic link to {_link_chain(q)}, which does not exist"
     return None
+
+
+def _link_chain(q: Path) -> str:
+    """Where the link ``q`` leads, each link of a chain named up to the path that is not there (``'dl'`` ->
+    ``'/gone/x'``): naming the first target alone told of a link (``ls`` shows it) that it does not exist."""
+    hops = [os.readlink(q)]
+    at = q.parent / hops[-1]
+    while at.is_symlink() and len(hops) < 40:  # within the chain's end (a loop is ELOOP, refused before)
+        hops.append(os.readlink(at))
+        at = at.parent / hops[-1]
+    return " -> ".join(repr(h) for h in hops)
 
 
 def refuses_writes(path: Path) -> Optional[str]:
