@@ -215,6 +215,20 @@ def _seed_curves(results: Dict[str, Dict], cfg: RunConfig, seeds: Sequence[int])
     return [np.array(results[_key(replace(cfg, seed=s))]["test_mse"]) for s in seeds]
 
 
+def searched_rates(c: RunConfig, lrs: Optional[Sequence[float]]) -> Optional[List[float]]:
+    """The learning rates curve ``c`` is trained at under the grid ``lrs`` (None: it keeps its own lr, as the App.
+    C.1 linear model does)."""
+    return list(lrs) if lrs and c.model == "transformer" else None
+
+
+def figure_run_configs(curves: Dict[str, List[Tuple[str, RunConfig]]], seeds: Sequence[int],
+                       lrs: Optional[Sequence[float]]) -> List[RunConfig]:
+    """Every run the figures' ``curves`` (:func:`figure_curves` by figure) train: each curve, seed and searched rate
+    (a run two figures share listed twice: ``run_all`` trains it once)."""
+    return [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds
+            for lr in searched_rates(c, lrs) or [c.lr]]
+
+
 def run_figures(
     names: Sequence[str],
     out_dir: str,
@@ -245,10 +259,9 @@ def run_figures(
         raise ValueError(f"lrs={list(lrs)} must be a non-empty list of positive learning rates")
 
     def grid(c: RunConfig) -> Optional[List[float]]:  # the rates searched (None: the curve keeps its own lr)
-        return list(lrs) if lrs and c.model == "transformer" else None
+        return searched_rates(c, lrs)
 
-    configs = [replace(c, seed=s, lr=lr) for cs in curves.values() for _, c in cs for s in seeds
-               for lr in grid(c) or [c.lr]]
+    configs = figure_run_configs(curves, seeds, lrs)
     trained = run_all(configs, workers, cache_dir)  # every run, each once: runs.json and meta.runs list them all
     # + each searched curve's kept run under its config without the search (base lr); a diverged rate is skipped
     results, lr_choice = choose_runs(curves, seeds, grid, trained)

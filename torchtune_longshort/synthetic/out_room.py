@@ -12,14 +12,14 @@ import csv
 import io
 import json
 import os
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import List, Optional, Sequence
 
 from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import strict_json
 
-from .experiments import figure_curves
-from .run_cache import cache_path
+from .experiments import figure_curves, figure_run_configs
+from .run_cache import cache_path, key
 from .train import RunConfig
 
 SMALLEST_PNG = 67  # signature, IHDR, one IDAT and IEND of a 1x1 image: no figure is smaller
@@ -38,16 +38,10 @@ def single_run_bytes(base: RunConfig) -> int:
 
 def figure_configs(paper: Sequence[str], base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int],
                    lrs: Optional[Sequence[float]]) -> List[RunConfig]:
-    """Every distinct run the paper figures ``paper`` train, as ``experiments.run_figures`` lists them (each curve,
-    seed and searched rate; the linear model keeps its own rate)."""
-    runs = {}
-    for n in paper:
-        for _, c in figure_curves(n, base, l_trains):
-            for s in seeds:
-                for lr in (lrs if lrs and c.model == "transformer" else [c.lr]):
-                    cfg = replace(c, seed=s, lr=lr)
-                    runs[json.dumps(asdict(cfg), sort_keys=True)] = cfg
-    return list(runs.values())
+    """Every distinct run the paper figures ``paper`` train (``experiments.figure_run_configs``, each once as
+    ``run_all`` trains them: by ``run_cache.key``)."""
+    configs = figure_run_configs({n: figure_curves(n, base, l_trains) for n in paper}, seeds, lrs)
+    return list({key(c): c for c in configs}.values())
 
 
 def figure_csv_bytes(name: str, base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int]) -> int:
