@@ -49,11 +49,12 @@ def test_an_attempt_log_a_killed_study_left_is_kept_before_the_next_generation(t
 def test_the_log_keeps_its_last_attempts(tmp_path):
     log, attempt = tmp_path / "babilong_data.log", tmp_path / "babilong_data.attempt.log"
     log.write_text("an older study's log, before its sections had headers\n")
-    total = BABILONG_LOG_ATTEMPTS + 5
-    for i in range(total):
+    written = ["an older study's log, before its sections had headers"]
+    for i in range(BABILONG_LOG_ATTEMPTS + 5):  # checked after each append: a trim to too few held on every other
         attempt.write_text(f"attempt-{i}: output\n")
         keep_attempt(attempt, log, 0.0, BABILONG_LOG_ATTEMPTS)
-    text = log.read_text()
-    assert [line for line in text.splitlines() if not line.startswith("--- attempt ")] == [
-        f"attempt-{i}: output" for i in range(total - BABILONG_LOG_ATTEMPTS, total)], text
+        written.append(f"attempt-{i}: output")
+        text = log.read_text()
+        assert [line for line in text.splitlines() if not line.startswith("--- attempt ")] == written[
+            -BABILONG_LOG_ATTEMPTS:], (i, text)
     assert text.startswith("--- attempt started ")
