@@ -38,3 +38,24 @@ def test_autotokenizer_on_the_written_folder_gives_sentencepiece_ids(sp_tokenize
         assert ours.encode_plain(text) == ref(text, add_special_tokens=False).input_ids, text
         ids = sp.encode(text)
         assert ref.decode(ids) == sp.decode(ids) == ours.decode(ids), text
+
+
+@pytest.mark.parametrize("values", [(1, 0), (0, 1), (0, 0, 1)])
+def test_a_flag_written_twice_is_read_as_sentencepiece_reads_it(sp_tokenizer_dir, values):
+    """A ``normalizer_spec`` holding ``add_dummy_prefix`` more than once (a merge of two messages, an edit appended
+    to the bytes): protobuf takes the last, and so SentencePiece does; ``adds_dummy_prefix`` took the first, so the
+    written ``tokenizer.json`` prepended ``▁`` for a model that adds none (or none for one that does). SentencePiece
+    on the same bytes is the reference."""
+    import sentencepiece as spm
+
+    from torchtune_longshort.models.added_tokens import _drop_field, _encode_varint, _fields, adds_dummy_prefix
+
+    out = bytearray()
+    for field, value in _fields((sp_tokenizer_dir / "tokenizer.model").read_bytes()):
+        assert isinstance(value, bytes), field  # every top-level field of a ModelProto is a message
+        if field == 3:
+            value = _drop_field(value, 3) + b"".join(bytes([0x18, v]) for v in values)
+        out += _encode_varint(field << 3 | 2) + _encode_varint(len(value)) + value
+    sp = spm.SentencePieceProcessor(model_proto=bytes(out))
+    assert adds_dummy_prefix(bytes(out)) == sp.encode("hello", out_type=str)[0].startswith("\u2581") == bool(
+        values[-1])

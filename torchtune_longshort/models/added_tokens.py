@@ -236,11 +236,13 @@ def without_dummy_prefix(model: bytes) -> bytes:
 
 def adds_dummy_prefix(model: bytes) -> bool:
     """Whether a serialized SentencePiece ``ModelProto`` encodes a text with its dummy prefix ``▁``
-    (``normalizer_spec.add_dummy_prefix``, field 3 of field 3; true when absent), read at the wire level."""
+    (``normalizer_spec.add_dummy_prefix``, field 3 of field 3; true when absent), read at the wire level: the last
+    value written wins, as protobuf (and so SentencePiece) reads a field found more than once."""
     found = True
     for field, value in _fields(model):
         if field == 3 and isinstance(value, bytes):
-            found = next((bool(v) for f, v in _fields(value) if f == 3 and isinstance(v, int)), found)
+            for f, v in _fields(value):
+                found = bool(v) if f == 3 and isinstance(v, int) else found
     return found
 
 
