@@ -8,6 +8,7 @@ The recipe (``output_dir``, its log and trace folders), the BABILong generator's
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Optional, Tuple, Union
 
@@ -17,6 +18,13 @@ PathLike = Union[str, Path]
 def _named(field: str, p: PathLike) -> str:
     """``field=path`` for an option or a key; ``field path`` for a description (``the model folder``)."""
     return f"{field} {str(p)!r}" if field.startswith("the ") else f"{field}={str(p)!r}"
+
+
+def _real(p: PathLike) -> Path:
+    """``p`` with ``~`` expanded, absolute, its links followed as far as they lead: a loop of links is left as it is
+    (``os.path.realpath``), not raised (``Path.resolve``'s RuntimeError, a traceback), and refused by the command's
+    own check of its output folder (:func:`~torchtune_longshort.config.values.check_creatable`)."""
+    return Path(os.path.realpath(Path(p).expanduser()))
 
 
 def _relation(folder: Path, p: Path) -> str:
@@ -30,15 +38,15 @@ def refuse_inside_input(name: str, value: PathLike, inputs: Iterable[Tuple[str, 
     (``(field, path)``; an input file equal to ``value`` is left to the file check of ``name``), or when a folder
     the command writes ``what`` in (``writes_in``: under ``value``) is or lies inside one; ``reads`` says who
     reads the inputs. The line names both, and the fix."""
-    real = Path(value).expanduser().resolve()
-    inputs = [(field, p, Path(p).expanduser().resolve()) for field, p in inputs]
+    real = _real(value)
+    inputs = [(field, p, _real(p)) for field, p in inputs]
     for field, p, q in inputs:
         where = _relation(real, q)
         if where and not (where == "is" and q.is_file()):
             raise ValueError(f"{name}={str(value)!r} {where} {_named(field, p)}, {reads}: {what} would be written "
                              "among its files; name a folder outside it")
     for folder in writes_in:
-        w = Path(folder).expanduser().resolve()
+        w = _real(folder)
         for field, p, q in inputs:
             where = _relation(w, q)
             if where:
@@ -56,7 +64,7 @@ def model_folder_at(path: PathLike) -> Optional[Path]:
     """The nearest of ``path`` and its parents that holds a model (a ``config.json`` beside its weights, or a PEFT
     ``adapter_config.json``), else None: a command that writes there mixes its files with the model's, which a later
     conversion into that folder (or a copy of the checkpoint) refuses or carries along."""
-    real = Path(path).expanduser().resolve()
+    real = _real(path)
     for folder in (real, *real.parents):
         if folder.is_dir() and ((folder / "adapter_config.json").is_file() or (folder / "config.json").is_file()
                                 and any(any(folder.glob(w)) for w in _WEIGHTS)):
