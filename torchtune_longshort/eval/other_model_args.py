@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.peft_fit import is_recorded_base, recorded_base_said, refuse_unfitting_adapter
+from torchtune_longshort.eval.peft_fit import hub_model, is_recorded_base, recorded_base_said, refuse_unfitting_adapter
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -103,7 +103,7 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     if is_recorded_base(base, str(recorded)):
         return  # a chained run's start: the adapters were trained on these merged weights
     merged = adapter.parent if (adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file()) else base
-    theirs = "<that folder>" if recorded_base_said(str(recorded)) != str(recorded) else recorded
+    theirs = recorded if hub_model(str(recorded)) or Path(str(recorded)).expanduser().is_absolute() else "<that folder>"
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
                      f"{recorded_base_said(str(recorded))}, so both would be applied; evaluate the merged step alone "

@@ -40,8 +40,8 @@ def refuse_unfitting_adapter(pretrained: Optional[str], peft: str) -> None:
             raise ValueError(f"--model_args peft={peft} with pretrained={pretrained}: the adapters do not fit that "
                              f"model ({module}: its weight is {weight[0]} x {weight[1]}, the adapter's "
                              f"{part[1:7]} has {shape[axis]} {side} where it needs {weight[axis]}): they were "
-                             f"trained on {_trained_on(adapter)}; give that folder as pretrained=, or the adapter of "
-                             "a run on this one")
+                             f"trained on {_trained_on(adapter)}; give that {_what(adapter)} as pretrained=, or the "
+                             "adapter of a run on this one")
 
 
 def _shapes(files) -> Dict[str, Tuple[int, ...]]:
@@ -59,14 +59,42 @@ def _shapes(files) -> Dict[str, Tuple[int, ...]]:
     return shapes
 
 
-def _trained_on(adapter: Path) -> str:
+def _recorded(adapter: Path) -> Optional[str]:
+    """The adapter's recorded base (``base_model_name_or_path``), None where its config names none."""
     import json
 
     try:
         name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
-        name = None
-    return recorded_base_said(str(name)) if name else "another model (its adapter_config.json names none)"
+        return None
+    return str(name) if name else None
+
+
+def _trained_on(adapter: Path) -> str:
+    name = _recorded(adapter)
+    return recorded_base_said(name) if name else "another model (its adapter_config.json names none)"
+
+
+def _what(adapter: Path) -> str:
+    name = _recorded(adapter)
+    return "model" if name and hub_model(name) else "folder"
+
+
+def hub_model(recorded: str) -> bool:
+    """Whether a recorded base names a model of the Hugging Face hub: a repository id (huggingface_hub's rule), no
+    folder here, whose ``config.json`` the Hugging Face cache holds (PEFT records the name a user loaded the base by,
+    ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that cache)."""
+    if recorded.startswith(("/", "./", "../", "~")) or Path(recorded).is_dir():
+        return False
+    # deferred: huggingface_hub (transformers' dependency; asked only of an adapter's recorded base)
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(recorded)
+        return isinstance(try_to_load_from_cache(recorded, "config.json"), str)
+    except (HFValidationError, OSError, ValueError):
+        return False
 
 
 def _relative(recorded: str) -> bool:
@@ -75,7 +103,10 @@ def _relative(recorded: str) -> bool:
 
 def recorded_base_said(recorded: str) -> str:
     """An adapter's recorded base (``base_model_name_or_path``) for a message: a relative one (PEFT records the path
-    its user loaded the base by) says so, as it names a folder from where they trained, not from here."""
+    its user loaded the base by) says so, as it names a folder from where they trained, not from here; a hub model's
+    name (:func:`hub_model`) is said as such."""
+    if hub_model(recorded):
+        return f"{recorded} (a model of the Hugging Face hub)"
     return f"{recorded} (a path relative to the folder they were trained in)" if _relative(recorded) else recorded
 
 
