@@ -189,8 +189,12 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
     shutil.copytree(step / ADAPTER_DIR, yarn_step / ADAPTER_DIR)
     with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=yarn, .*factor=2.0.* "
                                          r"and pretrained= loads with plain \(base 10000\), another model; evaluate "
-                                         rf"the step folder itself \(pretrained={yarn_step}"):
+                                         rf"the step folder itself \(pretrained={yarn_step}") as e:
         check(folder.path, yarn_step / ADAPTER_DIR)
+    # the way on that --model hf can take (a folder of the base's weights with the step's config.json), the base
+    # said once (it was 'method=yarn, base=10000.0, ... (base 10000)')
+    assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json")
+    assert "base=" not in str(e.value) and str(e.value).count("(base 10000)") == 2
     # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
     # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
     eabf_step = tmp_path / "step_3"

@@ -76,8 +76,8 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         method = not_representable_method(_json(step / CONFIG_FILE) or {})
         fix = (f"evaluate the merged step folder with --model longshort --model_args pretrained={step} (transformers "
                f"cannot run its {method} RoPE, so --model hf loads neither it nor a base with its config.json)"
-               if method else f"evaluate the step folder itself (pretrained={step}, the adapters merged), or load "
-               "the base with the step's config.json")
+               if method else f"evaluate the step folder itself (pretrained={step}, the adapters merged), or give "
+               "pretrained= a folder holding the base's weights and the step's config.json")
         raise ValueError(f"{where} with pretrained={pretrained}: the run trained these adapters with RoPE "
                          f"{_said(ours)} ({step / CONFIG_FILE}), and pretrained= loads with {_said(theirs)}, another "
                          f"model; {fix}")
@@ -227,5 +227,6 @@ def _rope(config_file: Path) -> Optional[Tuple[Any, float]]:
 
 def _said(rope: Tuple[Any, float]) -> str:
     spec, theta = rope
-    method = "plain" if not spec else ", ".join(f"{k}={v}" for k, v in spec.items() if not isinstance(v, (list, dict)))
+    method = "plain" if not spec else ", ".join(f"{k}={v}" for k, v in spec.items()
+                                                if k != "base" and not isinstance(v, (list, dict)))  # base: after it
     return f"{method} (base {theta:g})"
