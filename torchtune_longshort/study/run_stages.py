@@ -31,7 +31,8 @@ from torchtune_longshort.study.run_configs import (
 )
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, read_json, write_names
 from torchtune_longshort.study.stages import (
-    StageError, error_line, exit_words, fold_left_attempt, keep_attempt, log_tail, run_eval, steps_in, tune_command,
+    PROGRAMS, StageError, error_line, exit_words, fold_left_attempt, keep_attempt, log_tail, run_eval, run_stage,
+    steps_in, tune_command,
 )
 from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
@@ -151,13 +152,13 @@ class RunStages(RunConfigs):
         # absolute path becomes a relative module name that fails to import.
         argv = [tune_command(), "run", str(self.cfg.recipe), "--config", str(rdir / "recipe.yaml"), *extra]
         log_path = rdir / TRAIN_LOG
-        rc = self.executor(argv, log_path, self.root, self.env, self.timeout)
+        rc = run_stage(self.executor, "train", argv, log_path, self.root, self.env, self.timeout)
         if rc != 0:
             tail = log_tail(log_path)
-            raise StageError("train", f"{exit_words('recipe', rc)}: {error_line(tail)}", tail)
+            raise StageError("train", f"{exit_words('train', rc)}: {error_line(tail)}", tail)
         final = train_dir / f"step_{max_steps}"
         if not final.is_dir():
-            raise StageError("train", f"recipe exited 0 but wrote no {final}", log_tail(log_path))
+            raise StageError("train", f"{PROGRAMS['train']} exited 0 but wrote no {final}", log_tail(log_path))
         retrain.unlink(missing_ok=True)
         return final, True
 
@@ -227,12 +228,12 @@ class RunStages(RunConfigs):
         fold_left_attempt(attempt, log, BABILONG_LOG_ATTEMPTS)
         started = time.time()
         try:
-            rc = self.executor(argv, attempt, self.root, self.env, self.timeout)
+            rc = run_stage(self.executor, "babilong_data", argv, attempt, self.root, self.env, self.timeout)
             tail = log_tail(attempt)
         finally:
             keep_attempt(attempt, log, started, BABILONG_LOG_ATTEMPTS)
         if rc != 0:
-            raise StageError("babilong_data", f"{exit_words('generator', rc)}: {error_line(tail)}", tail)
+            raise StageError("babilong_data", f"{exit_words('babilong_data', rc)}: {error_line(tail)}", tail)
         atomic_write_json(marker, want)
         return out
 

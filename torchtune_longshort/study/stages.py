@@ -33,9 +33,20 @@ class StudyInterrupted(Exception):
     or forwarded, :mod:`~torchtune_longshort.study.stop`): the study stops its grid instead of recording a failure
     and going on, and exits 128 + ``signum`` (the signal that stopped the stage; 0: not known)."""
 
-    def __init__(self, message: str, signum: int = 0) -> None:
+    def __init__(self, message: str, signum: int = 0, name: str = "") -> None:
         super().__init__(message)
-        self.signum = signum
+        self.signum, self.name = signum, name  # name: the program ``message`` starts with (run_command's)
+
+    def named(self, name: str) -> "StudyInterrupted":
+        """The same stop told with ``name`` for the program (:func:`run_stage`); one told without a name as is."""
+        if not self.name or not str(self).startswith(self.name):
+            return self
+        return StudyInterrupted(name + str(self)[len(self.name):], self.signum, name)
+
+
+# The one name each stage's program is told by, whether it failed, was killed or was stopped (exit_words and
+# run_stage read it; run_command, which knows no stage, names a command by its command line)
+PROGRAMS = {"train": "recipe", "eval": "lm-eval", "babilong_data": "generator"}
 
 
 # what a subprocess ended by SIGINT / SIGTERM exits with: the recipe's 128 + signal after it saved, or -signal
@@ -54,9 +65,10 @@ def stopped_words(name: str, signum: int, rc: int) -> str:
     return f"{name} killed by {signal.Signals(signum).name} (exit {status}{hint})"
 
 
-def exit_words(name: str, rc: int) -> str:
-    """How a stage that ended non-zero is told: ``<name> exited with 1``, or, killed by a signal (Popen's -signal),
-    :func:`stopped_words`' ``<name> killed by SIGKILL (exit 137; ...)`` (before: 'exited with -9')."""
+def exit_words(stage: str, rc: int) -> str:
+    """How ``stage`` that ended non-zero is told, by its program's name (:data:`PROGRAMS`): ``recipe exited with 1``,
+    or, killed by a signal (Popen's -signal), :func:`stopped_words`' ``recipe killed by SIGKILL (exit 137; ...)``."""
+    name = PROGRAMS[stage]
     if rc < 0 and -rc in signal.valid_signals():
         return stopped_words(name, -rc, rc)
     return f"{name} exited with {rc}"
@@ -165,7 +177,8 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
     if len(argv) > 2 and str(argv[1]) == "-m":  # 'python' alone named neither lm-eval nor the BABILong generator
         name = f"{name} -m {argv[2]}"
     if received():
-        raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}", received())
+        raise StudyInterrupted(f"{name} not started: the study got {signal.Signals(received()).name}", received(),
+                               name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, argv)) + "\n")
@@ -183,13 +196,24 @@ def run_command(argv: Sequence[str], log_path: Path, cwd: Path, env: Dict[str, s
             except KeyboardInterrupt as e:
                 rc = _wait_saving(proc)
                 by = e.signum if isinstance(e, StudySignal) else signal.SIGINT
-                raise StudyInterrupted(stopped_words(name, by, rc), by) from None
+                raise StudyInterrupted(stopped_words(name, by, rc), by, name) from None
     if rc in _STOPPED:  # the stage alone was signalled (a scheduler that signals the fine-tune only)
-        raise StudyInterrupted(stopped_words(name, _STOPPED[rc], rc), _STOPPED[rc])
+        raise StudyInterrupted(stopped_words(name, _STOPPED[rc], rc), _STOPPED[rc], name)
     if rc and received():  # the study's stop reached it where it could not stop as it does (tune importing torch:
         # a KeyboardInterrupt traceback, exit 1), waited for in a thread the stop was not raised in
-        raise StudyInterrupted(stopped_words(name, received(), rc), received())
+        raise StudyInterrupted(stopped_words(name, received(), rc), received(), name)
     return rc
+
+
+def run_stage(executor: Callable[..., int], stage: str, argv: Sequence[str], log_path: Path, cwd: Path,
+              env: Dict[str, str], timeout: Optional[float]) -> int:
+    """``executor(argv, ...)``'s exit code for ``stage``; a stop of it told by the stage's program's name
+    (:data:`PROGRAMS`), the name :func:`exit_words` tells its failure by ('recipe stopped by SIGINT (exit 130)' as
+    'recipe killed by SIGKILL', not 'tune stopped by ...')."""
+    try:
+        return executor(argv, log_path, cwd, env, timeout)
+    except StudyInterrupted as e:
+        raise e.named(PROGRAMS[stage]) from None
 
 
 def _wait_saving(proc: subprocess.Popen) -> int:
@@ -207,10 +231,10 @@ def run_eval(executor: Callable[..., int], argv: Sequence[str], log_path: Path, 
     """One lm-eval command through ``executor`` (:func:`run_command`, or a test's stand-in), then its results by
     task: a :class:`StageError` ("eval", with the log's tail) when it exits non-zero, writes no results or lacks
     one of ``tasks``."""
-    rc = executor(argv, log_path, cwd, env, timeout)
+    rc = run_stage(executor, "eval", argv, log_path, cwd, env, timeout)
     if rc != 0:
         tail = log_tail(log_path)
-        raise StageError("eval", f"{exit_words('lm-eval', rc)}: {error_line(tail)}", tail)
+        raise StageError("eval", f"{exit_words('eval', rc)}: {error_line(tail)}", tail)
     try:
         results = load_results(eval_dir)
     except FileNotFoundError as e:
