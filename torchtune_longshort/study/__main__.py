@@ -35,7 +35,7 @@ from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import (RUNS_DIR, check_outside_base, check_outside_inputs,
+from torchtune_longshort.study.run_configs import (RUNS_DIR, check_kinds, check_outside_base, check_outside_inputs,
                                                  check_report_apart, check_same_variant, check_study_output,
                                                  stage_log)
 from torchtune_longshort.study.runner import Study
@@ -106,6 +106,7 @@ def main(argv=None) -> int:
         check_same_variant(study.out, cfg)
         if not a.report_only:
             check_creatable("--out (or the config's output_dir)", str(study.out), writable=True)
+            check_kinds(study.out, cfg)
             check_outside_base(study.out, cfg)
             check_outside_inputs(study.out, cfg, root)
         check_report_apart(report_dir, study.out)

@@ -10,6 +10,7 @@ anything trains, :func:`check_recipe_overrides` reads every run's that way."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -65,6 +66,26 @@ def check_study_output(out: Path, report_only: bool) -> None:
                                     "or runs/): --report-only reads the folder a study wrote; name it")
         return
     check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
+
+
+def check_kinds(out: Path, cfg) -> None:
+    """``OSError`` when a path this study writes in ``out`` is there as the other kind: a file (or a link to
+    nothing) where it keeps a folder, a folder where it writes a file. Before, a file at ``<out>/babilong_data`` in
+    a study's own folder let every fine-tune train, then failed each evaluation at ``babilong_data``."""
+    out = Path(out)
+    babilong = bool(cfg.eval.babilong and cfg.eval.babilong.lengths)
+    folders = [BASE_DIR, RUNS_DIR] + ([] if cfg.base.given else [TOKENIZER_DIR]) + ([BABILONG_DIR] if babilong else [])
+    for name in folders:
+        if os.path.lexists(out / name) and not (out / name).is_dir():
+            what = "a file" if (out / name).exists() else "a link to nothing"
+            raise NotADirectoryError(f"--out (or the config's output_dir) {str(out)!r} holds {str(out / name)!r}, "
+                                     f"{what}, where the study keeps its {name}/ folder: move it away, or name "
+                                     "another folder")
+    for name in [STUDY_JSON] + ([BABILONG_LOG, BABILONG_ATTEMPT_LOG] if babilong else []):
+        if (out / name).is_dir():
+            raise IsADirectoryError(f"--out (or the config's output_dir) {str(out)!r} holds {str(out / name)!r}, a "
+                                    f"folder, where the study writes its file {name}: move it away, or name another "
+                                    "folder")
 
 
 def check_same_variant(out: Path, cfg) -> None:
