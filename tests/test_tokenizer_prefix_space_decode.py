@@ -5,7 +5,9 @@ transformers builds its own pipeline for that class: a ``Strip`` of the text's f
 ``add_prefix_space`` is false. The ``sentencepiece`` format decoded with SentencePiece, which drops a leading ``▁``
 by the model's dummy prefix instead: with ``add_prefix_space: false`` ``[▁the, <0x7C>, ter]`` read ``'the|ter'``
 where ``AutoTokenizer`` (lm-eval's ``hf``) reads ``' the|ter'`` (168 of 2,000 random id sequences), and a model
-without the dummy prefix kept the space ``AutoTokenizer`` strips. Encoding, which already matched, is checked too.
+without the dummy prefix kept the space ``AutoTokenizer`` strips. Encoding, which already matched, is checked too,
+and so is ``decode(..., skip_special_tokens=False)``, which showed a special token as nothing (SentencePiece's
+``[<s>, ▁the, </s>]``: ``'the'``, ``AutoTokenizer``'s ``'<s> the</s>'``).
 A Gemma-style ``tokenizer.json`` (no ``Strip``) on a dummy-prefix model is the same case without the class.
 ``AutoTokenizer`` on the same folder is the reference.
 """
@@ -57,6 +59,11 @@ def _assert_like_autotokenizer(folder):
     cases += [[rng.randrange(ours.vocab_size) for _ in range(rng.randrange(10))] for _ in range(150)]
     for ids in cases:
         assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True), ids
+    # special tokens kept: each read as its text ('<s> the</s>'), where SentencePiece gave none ('the')
+    kept = [ours.bos_id, ours.eos_id, ref.unk_token_id, the, bar, space, blank]
+    cases += [[rng.choice(kept) for _ in range(rng.randrange(1, 8))] for _ in range(100)]
+    for ids in cases:
+        assert ours.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False), ids
     return ours
 
 

@@ -225,6 +225,7 @@ class SentencePieceTokenizer(SourceTokenizer):
         added = read_added_tokens(self.path.parent) or [
             AddedToken(sp.id_to_piece(i), i) for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i)]
         self._added_special = {t.id for t in added if t.special}
+        self._shown = {t.id: t.content for t in added}  # what AutoTokenizer shows for one (SentencePiece: "")
         self._scheme = sentencepiece_prefix_scheme(self.path.parent)
         self._splitter = SpecialSplitter(added, pipeline_normalizer(self.path.parent, self._scheme, added))
         self._bare: Any = None  # the model without its dummy prefix, built on first use
@@ -265,11 +266,19 @@ class SentencePieceTokenizer(SourceTokenizer):
         (:func:`~torchtune_longshort.models.added_tokens.strips_leading_space`), whatever piece gave it; SentencePiece
         drops a leading ``▁`` by its model's dummy prefix instead (``add_prefix_space: false``: ``' the|ter'`` read
         ``'the|ter'``) and keeps ``<0x20>``. A run of byte pieces that is no UTF-8 gives one U+FFFD per byte, as
-        ``ByteFallback`` does (SentencePiece kept the run's valid bytes: ``<0x78><0x88>``, ``x\ufffd``). A folder
-        without such a pipeline (no ``tokenizer.json``) decodes as SentencePiece does."""
-        if self._strips is None:
-            return self._decode_runs(ids, keep_start=False)
-        text = self._decode_runs(ids, keep_start=True)
+        ``ByteFallback`` does (SentencePiece kept the run's valid bytes: ``<0x78><0x88>``, ``x\ufffd``). A special
+        token left in (``decode(..., skip_special_tokens=False)``) reads as its text, ``<s>``, ``</s>``, ``<unk>``, as
+        in ``AutoTokenizer``'s (SentencePiece: nothing, ``' ⁇ '`` for ``<unk>``). A folder without such a pipeline
+        (no ``tokenizer.json``) decodes as SentencePiece does."""
+        special = self.special_ids()
+        parts, start = [], 0
+        for i, t in enumerate(ids + [-1]):  # a special token kept (skip_special_tokens=False) reads as its text,
+            if t in special or t == -1:     # '<s> the</s>', where SentencePiece gives it none
+                head = start == 0 and self._strips is None  # SentencePiece's own decode: its dummy prefix strips
+                parts.append(self._decode_runs(ids[start:i], keep_start=not head) if i > start else "")
+                parts.append(self._shown.get(t, self._tt.spm_model.id_to_piece(t)) if t != -1 else "")
+                start = i + 1
+        text = "".join(parts)
         return text[1:] if self._strips and text.startswith(" ") else text
 
     def _decode_runs(self, ids: List[int], keep_start: bool) -> str:
