@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.eval.peft_fit import hub_model, is_recorded_base, recorded_base_said, refuse_unfitting_adapter
+from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -42,11 +43,13 @@ logger = logging.getLogger(__name__)
 
 
 def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
-    """:func:`check_peft_args` and the ``rope`` keys of ``--model <model>``'s ``model_args`` (module doc)."""
+    """:func:`check_peft_args` and the ``rope`` keys of ``--model <model>``'s ``model_args`` (module doc); a stale
+    ``tokenizer.json`` is warned of (:mod:`~torchtune_longshort.eval.stale_tokenizer_json`)."""
     if "rope" in model_args:
         raise ValueError(f"--model_args rope={model_args['rope']}: a RoPE override is the longshort model's "
                          f"(--model longshort); --model {model} takes none (transformers refused it after lm-eval's "
                          "start-up): evaluate with --model longshort, or a checkpoint saved with that RoPE")
+    warn_stale_tokenizer_json(model_args)
     if model_args.get("peft"):
         check_peft_args(str(model_args.get("pretrained")), str(model_args["peft"]))
         pretrained = model_args.get("pretrained")
