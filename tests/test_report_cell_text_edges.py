@@ -20,9 +20,17 @@ def test_cell_text_takes_the_colour_of_higher_wcag_contrast():
     for rgb in itertools.product(steps, repeat=3):
         lum = _luminance(rgb)
         on_white, on_black = 1.05 / (lum + 0.05), (lum + 0.05) / 0.05
-        if abs(on_white / on_black - 1) < 2e-3:  # a near tie (the module rounds the crossing L=0.17913 to 0.179)
+        if abs(on_white / on_black - 1) < 1e-9:  # a tie to rounding (the nearest on this grid is 1.3e-6 off one)
             continue
         assert text_colour((*rgb, 1.0)) == ("w" if on_white > on_black else "k"), rgb
+
+
+def test_cell_text_just_either_side_of_the_exact_crossing():
+    # WCAG 2.0: (L + 0.05) / 0.05 == 1.05 / (L + 0.05) at L = sqrt(1.05 * 0.05) - 0.05 = 0.179129, not 0.179
+    for rgb in [(0.2, 0.45, 0.85), (0.2, 0.5, 0.55), (0.8, 0.1, 0.8), (0.75, 0.3, 0.5)]:
+        lum = _luminance(rgb)
+        assert abs(lum - 0.17913) < 3e-4, rgb
+        assert text_colour((*rgb, 1.0)) == ("w" if 1.05 / (lum + 0.05) > (lum + 0.05) / 0.05 else "k"), rgb
 
 
 def test_a_group_listed_inside_its_own_subgroup_is_counted_once_not_forever():

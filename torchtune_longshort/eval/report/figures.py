@@ -79,14 +79,16 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
 
 
 def text_colour(rgba) -> str:
-    """Black or white, whichever reads better on a cell of colour ``rgba`` (WCAG's relative luminance: white below
-    0.179, where the two contrast ratios are equal): black on RdYlGn's dark red (0.00) and dark green (1.00) read at
-    about 2.6:1 and 3.2:1."""
+    """Black or white, whichever reads better on a cell of colour ``rgba`` (WCAG 2.0's relative luminance L: white
+    where 1.05 / (L + 0.05) beats (L + 0.05) / 0.05, i.e. below L = sqrt(1.05 * 0.05) - 0.05 = 0.17913, where the
+    two contrast ratios are equal): black on RdYlGn's dark red (0.00) and dark green (1.00) read at about 2.6:1 and
+    3.2:1."""
     def channel(c: float) -> float:
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
     r, g, b = (channel(c) for c in rgba[:3])
-    return "w" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.179 else "k"
+    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "w" if 1.05 / (lum + 0.05) > (lum + 0.05) / 0.05 else "k"
 
 
 def ppl_points(metrics: Dict[str, Any]) -> List[Tuple[int, float]]:
