@@ -105,8 +105,7 @@ def test_a_plain_peft_adapter_on_a_lora_step_it_was_not_trained_on_is_refused(tm
         assert str(e.value) == (
             f"--model_args peft={plain} with pretrained={step}: that folder is a step of a LoRA run, its weights "
             f"hold its own adapters ({step / 'adapter'}) merged already, and these adapters were trained on {base}, "
-            f"so both would be applied; evaluate the merged step alone (pretrained={step}, no peft=), or put the "
-            f"adapters on their base (pretrained={base},peft={plain})")
+            f"so both would be applied; put the adapters on their base (pretrained={base},peft={plain})")
     on_base = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(base)), str(plain)))
     assert torch.allclose(on_base, merged2, atol=1e-4)
     _check(base, plain)  # their recorded base: passes

@@ -31,7 +31,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.peft_fit import hub_model, is_recorded_base, recorded_base_said, refuse_unfitting_adapter
+from torchtune_longshort.eval.peft_fit import (hub_shaped, is_recorded_base, recorded_base_arg, recorded_base_said,
+                                              refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
@@ -96,22 +97,22 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     not trained on that folder (``base_model_name_or_path``), refused: both sets of adapters would be applied (an
     earlier step's adapters on a later merged step of the same run gave a model neither step is, a tiny run's
     perplexity 487.9, exit 0; a plain copy of a step's adapters on its own step, the adapters twice). The merged
-    step named as the way on is the adapters' own (``<step>/adapter``), else ``pretrained=``. Unrecorded base: left
-    as it was; a relative record is matched wherever this command runs (:func:`~torchtune_longshort.eval.peft_fit.
-    is_recorded_base`)."""
+    step alone is named as a way on only where the adapters are a step's own (``<step>/adapter``): that step; a copied
+    adapter's way on is its recorded base. Unrecorded base: left as it was; a relative record is matched wherever
+    this command runs (:func:`~torchtune_longshort.eval.peft_fit.is_recorded_base`)."""
     recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
     own = base / ADAPTER_DIR
     if not base.is_dir() or not recorded or not any((own / f).is_file() for f in (LAYOUT_FILE, "adapter_config.json")):
         return
     if is_recorded_base(base, str(recorded)):
         return  # a chained run's start: the adapters were trained on these merged weights
-    merged = adapter.parent if (adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file()) else base
-    theirs = recorded if hub_model(str(recorded)) or Path(str(recorded)).expanduser().is_absolute() else "<that folder>"
+    alone = ""
+    if adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file():  # <step>/adapter: that step
+        alone = f"evaluate the merged step alone (pretrained={adapter.parent}, no peft=), or "
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
-                     f"{recorded_base_said(str(recorded))}, so both would be applied; evaluate the merged step alone "
-                     f"(pretrained={merged}, no peft=), or put the adapters on their base (pretrained={theirs},"
-                     f"peft={adapter})")
+                     f"{recorded_base_said(str(recorded))}, so both would be applied; {alone}put the adapters on "
+                     f"their base (pretrained={recorded_base_arg(str(recorded))},peft={adapter})")
 
 
 def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,
@@ -122,7 +123,7 @@ def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] =
     'repo_name' or 'namespace/repo_name'"). A hub name (``nothere/step_2``, a run's folder too) that is no folder
     here is refused likewise when the hub is offline and the Hugging Face cache holds no copy of it at ``revision``
     (transformers failed after its retries, an 80-line traceback); online, the hub is asked as before."""
-    if not pretrained.startswith(("/", "./", "../", "~")) and not _not_a_hub_name(pretrained):
+    if not pretrained.startswith(("/", "./", "../", "~")) and hub_shaped(pretrained):
         refuse_uncached_offline(pretrained, model, revision, subfolder)
         return
     folder = Path(pretrained).expanduser()
@@ -192,18 +193,6 @@ def refuse_unanswered_online(name: str, model: str, config: str, revision: Optio
         raise FileNotFoundError(f"{start} cannot be reached ({said}): --model {model} needs a checkpoint folder (give "
                                 "its path), or run again once the hub is reachable (or, with the model cached, with "
                                 "HF_HUB_OFFLINE=1)") from None
-
-
-def _not_a_hub_name(name: str) -> bool:
-    """Whether the hub refuses ``name`` as a repository id (huggingface_hub's own rule, which transformers applies)."""
-    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained=)
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return True
-    return False
 
 
 def _json(path: Path) -> Optional[Dict[str, Any]]:

@@ -84,16 +84,14 @@ def hub_model(recorded: str) -> bool:
     """Whether a recorded base names a model of the Hugging Face hub: a repository id (huggingface_hub's rule), no
     folder here, whose ``config.json`` the Hugging Face cache holds (PEFT records the name a user loaded the base by,
     ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that cache)."""
-    if recorded.startswith(("/", "./", "../", "~")) or Path(recorded).is_dir():
+    if recorded.startswith(("/", "./", "../", "~")) or Path(recorded).is_dir() or not hub_shaped(recorded):
         return False
     # deferred: huggingface_hub (transformers' dependency; asked only of an adapter's recorded base)
     from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
-        validate_repo_id(recorded)
         return isinstance(try_to_load_from_cache(recorded, "config.json"), str)
-    except (HFValidationError, OSError, ValueError):
+    except (OSError, ValueError):
         return False
 
 
@@ -103,11 +101,39 @@ def _relative(recorded: str) -> bool:
 
 def recorded_base_said(recorded: str) -> str:
     """An adapter's recorded base (``base_model_name_or_path``) for a message: a relative one (PEFT records the path
-    its user loaded the base by) says so, as it names a folder from where they trained, not from here; a hub model's
-    name (:func:`hub_model`) is said as such."""
+    its user loaded the base by, or the hub name) says so, as it names a folder from where they trained, not from
+    here; one no folder here matches that a hub repository may be named (``HuggingFaceTB/SmolLM2-135M``) may be
+    either (:func:`recorded_base_arg`); a hub model's name in the cache here (:func:`hub_model`) is said as such."""
     if hub_model(recorded):
         return f"{recorded} (a model of the Hugging Face hub)"
-    return f"{recorded} (a path relative to the folder they were trained in)" if _relative(recorded) else recorded
+    if not _relative(recorded):
+        return recorded
+    if recorded_base_arg(recorded) == recorded:
+        return f"{recorded} (a local path relative to where they were trained, or a hub model)"
+    return f"{recorded} (a path relative to the folder they were trained in)"
+
+
+def recorded_base_arg(recorded: str) -> str:
+    """The ``pretrained=`` a message advises for an adapter's recorded base: the record as written where it is
+    absolute, or relative with no folder here and the shape of a hub name (what transformers then loads); else
+    ``<that folder>``, a folder of the training's that the user names. A hub model in the cache here: its name."""
+    if hub_model(recorded) or not _relative(recorded):
+        return recorded
+    if not Path(recorded).expanduser().is_dir() and hub_shaped(recorded):
+        return recorded
+    return "<that folder>"
+
+
+def hub_shaped(name: str) -> bool:
+    """Whether ``name`` may name a hub repository (huggingface_hub's own rule, which transformers applies)."""
+    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args pretrained= or peft=)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
 
 
 def is_recorded_base(base: Path, recorded: str) -> bool:
