@@ -107,6 +107,15 @@ class FakeExecutor:
         return 0
 
 
+def quick_cpu_small():
+    """The shipped CPU config with ``quick`` merged, read as :func:`load_study_config` reads it, less its checks
+    of the files and the recipe overrides (other tests' subject: they import torchtune, ~4-9 s in a fresh process),
+    for a test of what a study does with a valid config."""
+    from torchtune_longshort.study.config import QUICK_REPLACES, StudyConfig, read_config
+
+    return read_config(CPU_SMALL, StudyConfig, "study", quick=True, repo_root=ROOT, quick_replaces=QUICK_REPLACES)
+
+
 def _study(tmp_path, fail=(), **cfg_changes):
     cfg = load_study_config(_write_cfg(tmp_path, **cfg_changes), repo_root=ROOT)
     ex = FakeExecutor(fail)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
-from study_helpers import CPU_SMALL, ROOT, FakeExecutor
+from study_helpers import ROOT, FakeExecutor, quick_cpu_small
 
-from torchtune_longshort.study import Study, load_study_config
+from torchtune_longshort.study import Study
 from torchtune_longshort.study.run_configs import BABILONG_LOG_ATTEMPTS
 from torchtune_longshort.study.stages import keep_attempt, run_command
 
@@ -35,7 +35,7 @@ def test_an_attempt_log_a_killed_study_left_is_kept_before_the_next_generation(t
     out.mkdir()
     (out / "babilong_data.log").write_text("--- attempt started 2026-12-01 10:00:00 ---\nearlier-attempt: done\n")
     (out / "babilong_data.attempt.log").write_text(LEFT)  # what the SIGKILLed study's generator had written
-    cfg = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
+    cfg = quick_cpu_small()
     study = Study(cfg, output_dir=out, repo_root=ROOT, executor=_Generates(), log=lambda m: None)
     study._babilong_data()
     text = (out / "babilong_data.log").read_text()

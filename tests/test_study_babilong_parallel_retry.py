@@ -12,9 +12,9 @@ import os
 import sys
 import threading
 
-from study_helpers import CPU_SMALL, ROOT, FakeExecutor
+from study_helpers import ROOT, FakeExecutor, quick_cpu_small
 
-from torchtune_longshort.study import Study, load_study_config
+from torchtune_longshort.study import Study
 from torchtune_longshort.study.stages import run_command
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # a minimal env: the child starts at once
@@ -46,7 +46,7 @@ class _FailingGenerator(FakeExecutor):
 
 
 def test_the_runs_retry_the_failed_generation_one_at_a_time(tmp_path):
-    cfg = load_study_config(CPU_SMALL, quick=True, repo_root=ROOT)
+    cfg = quick_cpu_small()
     cfg = dataclasses.replace(cfg, jobs=2)
     executor = _FailingGenerator()
     study = Study(cfg, output_dir=tmp_path / "q1", repo_root=ROOT, executor=executor, log=lambda m: None)
