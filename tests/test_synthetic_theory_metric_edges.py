@@ -47,6 +47,19 @@ def test_shifted_square_finds_where_the_prediction_is_stuck():
     assert fit["slope"] == pytest.approx(1.0) and fit["stuck_at"] == pytest.approx(5.5)
 
 
+def test_a_flat_error_is_stuck_at_no_length_without_a_warning():
+    """fit_shifted_square on a flat beyond-range MSE (what Fig. 1b's fits reach when the error stops growing) printed
+    numpy's 'divide by zero encountered in scalar divide' and gave stuck_at -inf and R^2 NaN. sqrt(MSE) = 2 is the
+    line 0 * l + 2 exactly: slope 0, stuck at no length, R^2 1 (as fit_power_law says of a constant)."""
+    import math
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = fit_shifted_square([5.0, 6.0, 7.0], [4.0, 4.0, 4.0])
+    assert fit["slope"] == pytest.approx(0.0, abs=1e-12) and math.isnan(fit["stuck_at"]) and fit["r2"] == 1.0
+
+
 def test_a_constant_error_is_fit_exactly():
     fit = fit_power_law([1.0, 2.0, 4.0], [3.0, 3.0, 3.0])
     assert fit["exponent"] == pytest.approx(0.0, abs=1e-12) and fit["coef"] == pytest.approx(3.0)

@@ -131,4 +131,9 @@ def fit_shifted_square(l: Sequence[float], mse: Sequence[float]) -> dict:
         raise ValueError("fit_shifted_square needs >= 2 points")
     a, b = np.polyfit(l, r, 1)
     resid = r - (a * l + b)
-    return {"slope": float(a), "stuck_at": float(-b / a), "r2": float(1.0 - resid.var() / r.var())}
+    # a flat error (Fig. 1b's beyond-range MSE can be) is stuck at no length: NaN, not numpy's divide-by-zero
+    # warning and -b/a of a rounding-sized slope (polyfit gives ~1e-16 for a constant); a constant fits exactly: R^2 1
+    scale = float(np.max(np.abs(r)))
+    flat = abs(a) * np.ptp(l) <= 1e-9 * scale
+    r2 = 1.0 if r.var() <= (1e-9 * scale) ** 2 else 1.0 - resid.var() / r.var()
+    return {"slope": 0.0 if flat else float(a), "stuck_at": float("nan") if flat else float(-b / a), "r2": float(r2)}
