@@ -3,7 +3,7 @@ input (a model folder, a tokenizer, a data set, a results folder), or a folder t
 output folder that is or lies inside one, is refused naming both, before anything is written.
 
 The recipe (``output_dir``, its log and trace folders), the BABILong generator's ``--out``, ``longshort-eval``'s
-``--output_path`` and ``longshort-eval-report``'s ``--out`` ask it.
+``--output_path``, ``longshort-eval-report``'s ``--out`` and the GGUF conversion's ``--out`` ask it.
 """
 
 from __future__ import annotations
@@ -70,3 +70,13 @@ def model_folder_at(path: PathLike) -> Optional[Path]:
                                 and any(any(folder.glob(w)) for w in _WEIGHTS)):
             return folder
     return None
+
+
+def refuse_inside_model(name: str, value: PathLike, what: str, itself: bool = True) -> None:
+    """``ValueError`` when the folder ``value`` (given as ``name``) lies inside a model's folder
+    (:func:`model_folder_at`), or is one (``itself``; a conversion replacing its own earlier folder asks without)."""
+    real = Path(value).expanduser().resolve()
+    model = model_folder_at(real if itself else real.parent)
+    if model is not None:
+        refuse_inside_input(name, value, [("the model folder", model)], what,
+                            "which holds a model (its config.json and weights, or an adapter's)")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, Union
 
+from torchtune_longshort.config.inside_input import refuse_inside_model
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room, naming
 from torchtune_longshort.file_locks import flock_named
@@ -98,7 +99,9 @@ def converted_files(out_dir: Path) -> List[str]:
 def check_out_dir(out_dir: Path, field: str = "--out") -> None:
     """A conversion writes a new folder, or replaces one an earlier conversion made and nothing else wrote into: an
     existing file, a folder holding a name no conversion wrote there (a user's note, an adapter beside the weights),
-    or a folder that cannot be created is refused before anything is read or written, naming ``field``."""
+    a folder inside another model's folder, or one that cannot be created is refused before anything is read or
+    written, naming ``field``."""
+    refuse_inside_model(field, out_dir, "the converted model", itself=False)
     check_output_folder(out_dir, field, ["*"], converted_files)
     check_creatable(field, str(out_dir))
 

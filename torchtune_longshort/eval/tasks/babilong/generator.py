@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import model_folder_at, refuse_inside_input
+from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
@@ -244,10 +244,7 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
     with a ``tokenizer_config.json`` or ``config.json``: that folder) or the local ``--haystack``, or when a length
     folder it writes in is or lies inside one of those: the rows and :data:`WRITTEN` were written among a
     model's files (a later conversion into that folder refused it)."""
-    model = model_folder_at(out)
-    if model is not None:
-        refuse_inside_input("--out", out, [("the model folder", model)], "the rows",
-                            "which holds a model (its config.json and weights, or an adapter's)")
+    refuse_inside_model("--out", out, "the rows")
     inputs = []
     if tokenizer and Path(tokenizer).expanduser().exists():
         tok = Path(tokenizer).expanduser()
