@@ -61,3 +61,24 @@ def test_an_output_path_among_the_models_files_is_refused_before_lm_eval(tmp_pat
     assert str(e.value).startswith(said) and "\n" not in str(e.value), str(e.value)
     assert str(e.value).endswith("which this evaluation reads: lm-eval's results would be written among its files; "
                                  "name a folder outside it") or str(e.value).endswith("name another --output_path")
+
+
+@pytest.mark.parametrize("output_path, said", [
+    ("model/ev", "--output_path='model/ev' lies inside --model_args checkpoint_dir='model'"),
+    (".", "--output_path='.' writes lm-eval's results in 'model'; that folder is --model_args checkpoint_dir='model'"),
+])
+def test_the_refusal_names_checkpoint_dir_as_the_user_typed_it(tmp_path, monkeypatch, output_path, said):
+    """``--model longshort --model_args checkpoint_dir=model``: the wrapper passes it on as ``pretrained=`` (so that
+    lm-eval names its folder after it), and the refusal named ``--model_args pretrained='model'``, a key the user
+    never typed. The reference: lm-eval's tracker given the arguments as passed on writes into the model."""
+    pytest.importorskip("lm_eval")
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert _lm_eval_writes(tmp_path, output_path, {"pretrained": "model"}) == {"model"}
+    with pytest.raises(ValueError) as e:
+        check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "longshort", "--device", "cpu",
+                                      "--model_args", "checkpoint_dir=model", "--output_path", output_path]))
+    assert str(e.value).startswith(said) and "pretrained" not in str(e.value), str(e.value)

@@ -98,6 +98,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         return out
     model = option(out, "--model")
     _check_output_path(option(out, "--output_path"))
+    from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
+    check_output_path_apart(option(out, "--output_path"), lambda key: _model_args_value(out, key), model == "longshort")
     _check_json_option(out, "--metadata")
     _check_limit(option(out, "--limit"))
     check_verbosity(option(out, "--verbosity"))
@@ -142,7 +144,6 @@ def check_arguments(out: List[str]) -> None:
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
 
-    from torchtune_longshort.eval.output_path_apart import check_output_path_apart
     from torchtune_longshort.eval.task_index import include_path_covers, task_names
 
     parser = _OneLineParser(add_help=False, allow_abbrev=False)  # else "--model" would read as --model_args
@@ -151,7 +152,6 @@ def check_arguments(out: List[str]) -> None:
     parser.add_argument("--gen_kwargs", nargs="+", action=MergeDictAction, default=None)
     parser.add_argument("--apply_chat_template", type=str, nargs="?", const=True, default=False)  # as lm-eval's
     given = parser.parse_known_args(out)[0]
-    check_output_path_apart(option(out, "--output_path"), given.model_args or {})  # results among the model's
     if include_path_covers(out, str(tasks_path())):  # every task the pack's: their metadata keys are known
         bad, why = unknown_metadata_keys(given.metadata or {}, also=METADATA_ALSO, tasks=task_names(out))
         if bad:

@@ -11,7 +11,7 @@ folder: a later conversion or copy of it carried them, and an adapter folder hel
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 from lm_eval.utils import sanitize_model_name
@@ -30,13 +30,20 @@ def results_folder(output_path: str, model_args: Dict[str, Any]) -> Optional[Pat
     return p / sanitize_model_name(name) if name else None
 
 
-def check_output_path_apart(output_path: Optional[str], model_args: Dict[str, Any]) -> None:
+def check_output_path_apart(output_path: Optional[str], model_arg: Callable[[str], Optional[str]],
+                            longshort: bool = False) -> None:
     """``ValueError`` when ``--output_path``, or the folder lm-eval writes in (:func:`results_folder`), is or lies
-    inside a local path of ``--model_args`` (:data:`~.cli_argv.MODEL_PATH_KEYS`: the model, its adapter, its tokenizer)."""
+    inside a local path of ``--model_args`` (``model_arg(key)``: its value as typed, for each of
+    :data:`~.cli_argv.MODEL_PATH_KEYS`: the model, its adapter, its tokenizer), named by the key the user typed; for
+    the ``longshort`` model, ``checkpoint_dir=`` is passed on as ``pretrained=`` (``cli_run.lm_eval_argv``), so it
+    names lm-eval's folder too."""
     if not output_path:
         return
-    inputs = [(f"--model_args {key}", str(model_args[key])) for key in MODEL_PATH_KEYS
-              if model_args.get(key) and Path(str(model_args[key])).expanduser().exists()]
-    written = results_folder(output_path, model_args)
+    typed = {key: value for key in MODEL_PATH_KEYS if (value := model_arg(key))}
+    inputs = [(f"--model_args {key}", value) for key, value in typed.items() if Path(value).expanduser().exists()]
+    named = dict(typed)
+    if longshort and "pretrained" not in named and "checkpoint_dir" in named:
+        named["pretrained"] = named["checkpoint_dir"]
+    written = results_folder(output_path, named)
     refuse_inside_input("--output_path", output_path, inputs, "lm-eval's results", "which this evaluation reads",
                         writes_in=[written] if written is not None else [])
