@@ -57,3 +57,28 @@ def test_the_babilong_generator_refuses_its_tokenizers_folder_and_a_length_folde
     assert _listing(tmp_path) == before
     generator.check_apart(Path("rows"), ["0k", "1k"], "tok/tokenizer.model", "data/0k")  # beside them: passes
     generator.check_apart(Path("."), ["1k"], "tok/tokenizer.model", "data/0k")  # holding them, writing apart: too
+
+
+@pytest.mark.parametrize("out, haystack, said", [
+    ("hay", "hay/*.txt", "--out='hay' is the folder of --haystack's matches 'hay'"),
+    ("hay/rows", "hay/*.txt", "--out='hay/rows' lies inside the folder of --haystack's matches 'hay'"),
+    ("data", "data/0k/*.txt", "--out='data' writes the rows in 'data/0k'; that folder is the folder of --haystack's "
+                              "matches 'data/0k'"),
+])
+def test_a_glob_haystacks_folders_are_inputs_as_a_folder_haystack_is(tmp_path, capsys, monkeypatch, out, haystack,
+                                                                     said):
+    """``--haystack 'hay/*.txt' --out hay`` wrote ``0k/`` and the generator's list among the haystack's files, exit 0,
+    where ``--haystack hay --out hay`` is refused. The reference: the folders ``glob`` matches files in, and the
+    listing before and after."""
+    import glob
+
+    monkeypatch.chdir(tmp_path)
+    for folder in ("hay", "data/0k"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "a.txt").write_text("a haystack line\n" * 50)
+    assert {str(Path(f).parent) for f in glob.glob(haystack)} == {said.rsplit(" ", 1)[1].strip("'")}
+    before = _listing(tmp_path)
+    code, err = _generate(capsys, "--out", out, "--haystack", haystack)
+    assert code == 2 and len(err) == 1 and said in err[0], err
+    assert _listing(tmp_path) == before
+    generator.check_apart(Path("rows"), ["0k"], None, "hay/*.txt")  # beside them: passes

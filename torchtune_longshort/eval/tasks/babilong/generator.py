@@ -25,6 +25,7 @@ its instruction, examples and post-prompt, and 20 tokens generated); a model's c
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import json
 import os
@@ -241,9 +242,9 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
 
 def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], haystack: str) -> None:
     """``ValueError`` when ``--out`` is, or lies inside, a model's folder, the ``--tokenizer`` (a file of a folder
-    with a ``tokenizer_config.json`` or ``config.json``: that folder) or the local ``--haystack``, or when a length
-    folder it writes in is or lies inside one of those: the rows and :data:`WRITTEN` were written among a
-    model's files (a later conversion into that folder refused it)."""
+    with a ``tokenizer_config.json`` or ``config.json``: that folder) or the local ``--haystack`` (a glob: the
+    folder of each file it matches), or when a length folder it writes in is or lies inside one of those: the rows
+    and :data:`WRITTEN` were written among a model's files (a later conversion into that folder refused it)."""
     refuse_inside_model("--out", out, "the rows")
     inputs = []
     if tokenizer and Path(tokenizer).expanduser().exists():
@@ -253,6 +254,9 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
         inputs.append(("--tokenizer", tok.parent if whole else tok))
     if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
         inputs.append(("--haystack", haystack))
+    elif haystack not in ("stdlib", "pg19"):  # a glob: the folder of each file it matches, as a folder --haystack
+        matched = [Path(f) for f in glob.glob(str(Path(haystack).expanduser())) if Path(f).is_file()]
+        inputs += [("the folder of --haystack's matches", str(d)) for d in sorted({f.parent for f in matched})]
     refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
                         writes_in=[out / length for length in lengths])
 
