@@ -3,7 +3,8 @@ input (a model folder, a tokenizer, a data set, a results folder), or a folder t
 output folder that is or lies inside one, is refused naming both, before anything is written.
 
 The recipe (``output_dir``, its log and trace folders), the BABILong generator's ``--out``, ``longshort-eval``'s
-``--output_path``, ``longshort-eval-report``'s ``--out`` and the GGUF conversion's ``--out`` ask it.
+``--output_path``, ``longshort-eval-report``'s ``--out``, the GGUF conversion's ``--out`` and
+``longshort-misalignment``'s ``--output`` ask it.
 """
 
 from __future__ import annotations
@@ -80,3 +81,11 @@ def refuse_inside_model(name: str, value: PathLike, what: str, itself: bool = Tr
     if model is not None:
         refuse_inside_input(name, value, [("the model folder", model)], what,
                             "which holds a model (its config.json and weights, or an adapter's)")
+
+
+def tokenizer_input(tokenizer: PathLike) -> Path:
+    """What a command that reads ``tokenizer`` reads: a tokenizer file of a tokenizer's or model's folder (one that
+    holds a ``tokenizer_config.json`` or ``config.json``) stands for that folder (AutoTokenizer reads it whole)."""
+    tok = Path(tokenizer).expanduser()
+    whole = tok.is_file() and any((tok.parent / f).is_file() for f in ("tokenizer_config.json", "config.json"))
+    return tok.parent if whole else tok

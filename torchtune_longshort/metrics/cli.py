@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from torchtune_longshort._quiet import quiet_upstream
+from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
@@ -212,9 +213,12 @@ def _check_suffix_range(args, ap: ArgumentParser) -> None:
 RESULT_KEYS = ("length", "summary", "values", "provenance")  # what an earlier result of this command holds
 
 
-def _check_output(path) -> None:
+def _check_output(args) -> None:
     """``--output`` names a new file or an earlier result of this command (replaced); a folder or any other file
-    is refused before anything is read: the command never overwrites a user's file."""
+    is refused before anything is read: the command never overwrites a user's file. One inside what the command
+    reads (``--checkpoint-dir``, ``--tokenizer``'s folder, a local ``--data`` folder) or inside any model's folder
+    is refused too (:mod:`~torchtune_longshort.config.inside_input`): it was written among their files."""
+    path = args.output
     if not path:
         return
     out = Path(path)
@@ -228,6 +232,11 @@ def _check_output(path) -> None:
         if not (isinstance(earlier, dict) and all(k in earlier for k in RESULT_KEYS)):
             raise FileExistsError(f"--output={path!r} exists and is not an earlier result of {PROG}: refusing to "
                                   "overwrite it; name another file, or move that one away")
+    inputs = [(name, p) for name, p in (("--checkpoint-dir", args.checkpoint_dir), ("--data", args.data),
+                                         ("--tokenizer", args.tokenizer and tokenizer_input(args.tokenizer)))
+              if p and (name != "--data" or data_kind(p) == "local") and Path(p).expanduser().exists()]
+    refuse_inside_input("--output", path, inputs, "the result", "which this command reads")
+    refuse_inside_model("--output", path, "the result")
     # its folder, made if absent: asked now, not after the whole measurement (whose result would then be lost)
     check_creatable("--output's folder", str(out.parent), writable=True)
     check_not_full(out, "--output", "its result (after the whole measurement)")
@@ -242,7 +251,7 @@ def _main(argv=None) -> int:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
     _check_suffix_range(args, ap)
     _check_data_options(args, ap)
-    _check_output(args.output)
+    _check_output(args)
     require_device(args.device, "--device")  # before any file is read or model built
     quiet_upstream()  # before torchtune (and so torchao) is imported by the calls below
     opened = _open_checkpoint(args, ap)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model
+from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
@@ -248,10 +248,7 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
     refuse_inside_model("--out", out, "the rows")
     inputs = []
     if tokenizer and Path(tokenizer).expanduser().exists():
-        tok = Path(tokenizer).expanduser()
-        # a tokenizer file of a tokenizer's or model's folder stands for that folder (AutoTokenizer reads it whole)
-        whole = tok.is_file() and any((tok.parent / f).is_file() for f in ("tokenizer_config.json", "config.json"))
-        inputs.append(("--tokenizer", tok.parent if whole else tok))
+        inputs.append(("--tokenizer", tokenizer_input(tokenizer)))
     if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
         inputs.append(("--haystack", haystack))
     elif haystack not in ("stdlib", "pg19"):  # a glob: the folder of each file it matches, as a folder --haystack
