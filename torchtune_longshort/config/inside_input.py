@@ -17,7 +17,10 @@ PathLike = Union[str, Path]
 
 
 def _named(field: str, p: PathLike) -> str:
-    """``field=path`` for an option or a key; ``field path`` for a description (``the model folder``)."""
+    """``field=path`` for an option or a key; ``field path`` for a description (``the model folder``); a field with
+    ``{path}`` in it has the path put there (``the folder {path} of tokenizer.path='tok/t.json'``)."""
+    if "{path}" in field:
+        return field.replace("{path}", repr(str(p)))
     return f"{field} {str(p)!r}" if field.startswith("the ") else f"{field}={str(p)!r}"
 
 

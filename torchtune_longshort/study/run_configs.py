@@ -16,13 +16,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort.config.inside_input import refuse_inside_input
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.models.families import names_own_code
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
-from torchtune_longshort.training.recipe_config.inputs import input_paths
+from torchtune_longshort.training.recipe_config.inputs import folders_apart, input_paths
 from torchtune_longshort.training.recipe_config.rules import check_checkpoint_dimensions
 
 
@@ -284,9 +285,8 @@ def check_outside_inputs(out: Path, cfg: StudyConfig, repo_root: Path) -> None:
     real = Path(out).expanduser().resolve()
     plan = RunConfigs(cfg, Path(repo_root).resolve(), real)
     for key, run, _ in _distinct_runs(cfg):
-        for field, p in input_paths(plan.recipe_fields(key, run)):
-            p = (plan.root / p if not p.is_absolute() else p).resolve()
-            if p == real or p in real.parents:
-                raise ValueError(f"--out (or the config's output_dir) {str(out)!r} lies inside {field}={str(p)!r}, "
-                                 f"which run {key} reads: its runs would be written among its files; name a folder "
-                                 "outside it")
+        # from the root (a tokenizer file of a tokenizer's folder standing for the folder: folders_apart)
+        inputs = [(field, (plan.root / p if not p.is_absolute() else p).resolve())
+                  for field, p in input_paths(plan.recipe_fields(key, run))]
+        refuse_inside_input("--out (or the config's output_dir)", out, folders_apart(inputs), "its runs",
+                            f"which run {key} reads")

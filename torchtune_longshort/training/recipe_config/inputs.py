@@ -16,7 +16,7 @@ from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
 from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.training.written_files import HERE, METRICS_FILE
 from torchtune_longshort.config.fields import ComponentSection
-from torchtune_longshort.config.inside_input import refuse_inside_input
+from torchtune_longshort.config.inside_input import refuse_inside_input, tokenizer_input
 from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -94,6 +94,17 @@ def written_names(config: RecipeConfig) -> Tuple[str, ...]:
     return tuple(names)
 
 
+def folders_apart(inputs: List[Tuple[str, Path]]) -> List[Tuple[str, Path]]:
+    """``inputs`` (:func:`input_paths`), a ``tokenizer.path`` file of a tokenizer's or model's folder standing for
+    that folder (:func:`~torchtune_longshort.config.inside_input.tokenizer_input`, as the BABILong generator reads
+    it): what no output folder may be or lie inside."""
+    out = []
+    for field, p in inputs:
+        folder = tokenizer_input(p) if field == "tokenizer.path" else p
+        out.append((field, p) if folder == p else (f"the folder {{path}} of {field}={str(p)!r}", folder))
+    return out
+
+
 def _refuse_inside_input(name: str, folder: str, inputs, what: str) -> None:
     """``folder`` (a field the run writes to) that is, or lies inside, one of ``inputs``: refused naming both."""
     refuse_inside_input(name, folder, inputs, what)
@@ -112,12 +123,13 @@ def check_overwrite(config: RecipeConfig) -> None:
                          f"{str(config.output_dir)!r}: the tokenizer trained there would fill output_dir before the "
                          "run claims it (and an overwrite would delete it); name a tokenizer folder outside output_dir")
     inputs = input_paths(config)
+    apart = folders_apart(inputs)
     log_dir = config.metric_logger.log_dir
-    _refuse_inside_input("output_dir", config.output_dir, inputs, "the run's checkpoints and logs")
+    _refuse_inside_input("output_dir", config.output_dir, apart, "the run's checkpoints and logs")
     if log_dir:
-        _refuse_inside_input("metric_logger.log_dir", log_dir, inputs, "the logs")
+        _refuse_inside_input("metric_logger.log_dir", log_dir, apart, "the logs")
     if config.trace_dir:
-        _refuse_inside_input("profiler.output_dir", config.trace_dir, inputs, "the profiler's traces")
+        _refuse_inside_input("profiler.output_dir", config.trace_dir, apart, "the profiler's traces")
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
