@@ -61,7 +61,7 @@ def test_the_babilong_generator_refuses_its_tokenizers_folder_and_a_length_folde
 
 @pytest.mark.parametrize("out, haystack, said", [
     ("hay", "hay/*.txt", "--out='hay' is the folder of --haystack's matches 'hay'"),
-    ("hay/rows", "hay/*.txt", "--out='hay/rows' lies inside the folder of --haystack's matches 'hay'"),
+    ("hay/rows", "hay/**/*.txt", "--out='hay/rows' lies inside the folder of --haystack's matches 'hay'"),
     ("data", "data/0k/*.txt", "--out='data' writes the rows in 'data/0k'; that folder is the folder of --haystack's "
                               "matches 'data/0k'"),
 ])
@@ -76,9 +76,12 @@ def test_a_glob_haystacks_folders_are_inputs_as_a_folder_haystack_is(tmp_path, c
     for folder in ("hay", "data/0k"):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "a.txt").write_text("a haystack line\n" * 50)
-    assert {str(Path(f).parent) for f in glob.glob(haystack)} == {said.rsplit(" ", 1)[1].strip("'")}
+    assert {str(Path(f).parent) for f in glob.glob(haystack, recursive=True)} == {said.rsplit(" ", 1)[1].strip("'")}
     before = _listing(tmp_path)
     code, err = _generate(capsys, "--out", out, "--haystack", haystack)
     assert code == 2 and len(err) == 1 and said in err[0], err
     assert _listing(tmp_path) == before
     generator.check_apart(Path("rows"), ["0k"], None, "hay/*.txt")  # beside them: passes
+    # below them, where a glob without ** reads nothing: cd books; --haystack '*.txt' --out rows, a plain call,
+    # passes
+    generator.check_apart(Path("hay/rows"), ["0k"], None, "hay/*.txt")

@@ -251,9 +251,13 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
         inputs.append(("--tokenizer", tokenizer_input(tokenizer)))
     if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
         inputs.append(("--haystack", haystack))
-    elif haystack not in ("stdlib", "pg19"):  # a glob: the folder of each file it matches, as a folder --haystack
-        matched = [Path(f) for f in glob.glob(str(Path(haystack).expanduser())) if Path(f).is_file()]
-        inputs += [("the folder of --haystack's matches", str(d)) for d in sorted({f.parent for f in matched})]
+    elif haystack not in ("stdlib", "pg19"):  # a glob: the folder of each file it matches, where the rows would
+        # land among them (--out or a length folder it writes in is that folder); a folder below one is apart, as a
+        # glob without ** reads none of it (cd books; --haystack '*.txt' --out rows is a user's plain call)
+        matched = [Path(f) for f in glob.glob(str(Path(haystack).expanduser()), recursive=True) if Path(f).is_file()]
+        lands = {os.path.realpath(f) for f in (out, *(out / length for length in lengths))}
+        inputs += [("the folder of --haystack's matches", str(d)) for d in sorted({f.parent for f in matched})
+                   if "**" in haystack or os.path.realpath(d) in lands]
     refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
                         writes_in=[out / length for length in lengths])
 
