@@ -269,7 +269,7 @@ class SentencePieceTokenizer(SourceTokenizer):
         ``ByteFallback`` does (SentencePiece kept the run's valid bytes: ``<0x78><0x88>``, ``x\ufffd``). A special
         token left in (``decode(..., skip_special_tokens=False)``) reads as its text, ``<s>``, ``</s>``, ``<unk>``, as
         in ``AutoTokenizer``'s (SentencePiece: nothing, ``' ⁇ '`` for ``<unk>``). A folder without such a pipeline
-        (no ``tokenizer.json``) decodes as SentencePiece does."""
+        (no ``tokenizer.json``) keeps or drops a leading space as SentencePiece does (byte runs, specials as above)."""
         special = self.special_ids()
         parts, start = [], 0
         for i, t in enumerate(ids + [-1]):  # a special token kept (skip_special_tokens=False) reads as its text,
