@@ -99,7 +99,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     model = option(out, "--model")
     _check_output_path(option(out, "--output_path"))
     from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
-    check_output_path_apart(option(out, "--output_path"), lambda key: _model_args_value(out, key), model == "longshort")
+    check_output_path_apart(out, lambda key: _model_args_value(out, key), model == "longshort")
     _check_json_option(out, "--metadata")
     _check_limit(option(out, "--limit"))
     check_verbosity(option(out, "--verbosity"))
