@@ -3,8 +3,8 @@ input (a model folder, a tokenizer, a data set, a results folder), or a folder t
 output folder that is or lies inside one, is refused naming both, before anything is written.
 
 The recipe (``output_dir``, its log and trace folders), the BABILong generator's ``--out``, ``longshort-eval``'s
-``--output_path``, ``longshort-eval-report``'s ``--out``, the GGUF conversion's ``--out`` and
-``longshort-misalignment``'s ``--output`` ask it.
+``--output_path``, ``longshort-eval-report``'s ``--out``, the GGUF conversion's ``--out``,
+``longshort-misalignment``'s ``--output`` and the study's ``--out`` and ``--report-dir`` ask it.
 """
 
 from __future__ import annotations

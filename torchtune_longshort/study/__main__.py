@@ -36,8 +36,8 @@ from torchtune_longshort.study.plan import BASE_KEY
 from torchtune_longshort.study.preflight import preflight
 from torchtune_longshort.study.report import build_report, check_report_dir
 from torchtune_longshort.study.run_configs import (RUNS_DIR, check_kinds, check_outside_base, check_outside_inputs,
-                                                 check_report_apart, check_same_variant, check_study_output,
-                                                 stage_log)
+                                                 check_report_apart, check_report_outside_base, check_same_variant,
+                                                 check_study_output, stage_log)
 from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
 from torchtune_longshort.study.stop import received, stop_handlers
@@ -110,6 +110,7 @@ def main(argv=None) -> int:
             check_outside_base(study.out, cfg)
             check_outside_inputs(study.out, cfg, root)
         check_report_apart(report_dir, study.out)
+        check_report_outside_base(report_dir, cfg)  # the report's files among the model's every run reads
         check_report_dir(report_dir)
         check_creatable("--report-dir", str(report_dir), writable=True)
     except (OSError, ValueError) as e:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from torchtune_longshort.config.inside_input import refuse_inside_input
+from torchtune_longshort.config.inside_input import refuse_inside_input, tokenizer_input
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.models.families import names_own_code
@@ -122,6 +122,21 @@ def check_report_apart(report_dir: Path, out: Path) -> None:
         raise ValueError(f"--report-dir={str(report_dir)!r} is the study's output folder {str(out)!r}, holds it, or "
                          "lies in a folder of its runs (the report's copies would replace their records): name "
                          "another folder (default: <out>/report)")
+
+
+def check_report_outside_base(report_dir: Path, cfg) -> None:
+    """``ValueError`` when the report folder is or lies inside the base checkpoint folder or its tokenizer's (a
+    tokenizer file of a tokenizer's or model's folder: that folder; :func:`~torchtune_longshort.config.inside_input.
+    tokenizer_input`), which every run reads: the report's files were written among the model's."""
+    base = cfg.base
+    if not base.checkpoint_dir or str(base.checkpoint_dir).startswith("pypi:"):
+        return
+    inputs = [("base.checkpoint_dir", str(base.checkpoint_dir))]
+    if base.tokenizer and not str(base.tokenizer).startswith("pypi:"):
+        tok = tokenizer_input(base.tokenizer)
+        inputs.append(("base.tokenizer" if tok == Path(base.tokenizer).expanduser() else
+                       f"the folder {{path}} of base.tokenizer={str(base.tokenizer)!r}", str(tok)))
+    refuse_inside_input("--report-dir", report_dir, inputs, "the report", "which every run reads")
 
 
 def run_folder(out: Path, key: str) -> Path:
