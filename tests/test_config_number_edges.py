@@ -1,0 +1,38 @@
+"""Two hand mutants of config/values.number survived every test that reaches it (mutants16): a strict minimum taken
+as inclusive (clip_grad_norm=0, a study's alpha=0 accepted) and a number that is not finite (nan, -inf) taken. With
+clip_grad_norm=0 torch's clip_grad_norm_ scales every gradient to zero: a run that trains nothing, without a word;
+nan compares False with any minimum. The references: torch.nn.utils.clip_grad_norm_ itself, and math.isfinite."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from torchtune_longshort.config.values import number
+from torchtune_longshort.training.recipe_config.recipe import _clip_grad_norm
+
+
+def test_a_clip_of_zero_is_refused_as_torch_would_train_nothing_with_it():
+    weight = torch.nn.Parameter(torch.ones(3))
+    (weight * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    torch.nn.utils.clip_grad_norm_([weight], max_norm=0.0)
+    assert torch.count_nonzero(weight.grad) == 0  # the reference: every gradient scaled to nothing
+    for zero in (0, 0.0):
+        with pytest.raises(ValueError, match=r"clip_grad_norm=0(\.0)? is not accepted: expected a finite number > 0"):
+            _clip_grad_norm("clip_grad_norm", zero)
+        with pytest.raises(ValueError, match="a finite number > 0"):
+            number(0.0, inclusive=False)("study.alpha", zero)
+    assert number(0.0, inclusive=False)("study.alpha", 1e-9) == 1e-9
+    assert number(0.0)("loss.alpha", 0) == 0.0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1.5, 0, 7])
+def test_a_number_is_taken_only_where_it_is_finite(value):
+    for check in (number(0.0), number(-10.0, inclusive=False)):
+        if math.isfinite(value):
+            assert check("loss.alpha", value) == float(value)
+        else:
+            with pytest.raises(ValueError, match="is not accepted: expected a finite number"):
+                check("loss.alpha", value)
