@@ -1,7 +1,8 @@
-"""Two hand mutants of config/values.number survived every test that reaches it (mutants16): a strict minimum taken
-as inclusive (clip_grad_norm=0, a study's alpha=0 accepted) and a number that is not finite (nan, -inf) taken. With
+"""Hand mutants of config/values.number and integer survived every test that reaches them (mutants16): a strict
+minimum taken as inclusive (clip_grad_norm=0, a study's alpha=0 accepted) and a number that is not finite (nan, -inf) taken. With
 clip_grad_norm=0 torch's clip_grad_norm_ scales every gradient to zero: a run that trains nothing, without a word;
-nan compares False with any minimum. The references: torch.nn.utils.clip_grad_norm_ itself, and math.isfinite."""
+nan compares False with any minimum; and integer() taking True for 1 (max_steps: true). The references:
+torch.nn.utils.clip_grad_norm_ itself, math.isfinite, and isinstance(True, int)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def test_a_number_is_taken_only_where_it_is_finite(value):
         else:
             with pytest.raises(ValueError, match="is not accepted: expected a finite number"):
                 check("loss.alpha", value)
+
+
+def test_a_count_of_true_is_refused_though_python_counts_it_an_int():
+    from torchtune_longshort.config.values import integer
+
+    assert isinstance(True, int) and True == 1  # the reference: a bool passes an int check alone
+    for value in (True, False):
+        with pytest.raises(ValueError, match=rf"max_steps={value} is not accepted: expected an integer >= 0"):
+            integer(0)("max_steps", value)
+    assert integer(0)("max_steps", 1) == 1
