@@ -1,8 +1,8 @@
-"""Hand mutants of config/values.number and integer survived every test that reaches them (mutants16): a strict
-minimum taken as inclusive (clip_grad_norm=0, a study's alpha=0 accepted) and a number that is not finite (nan, -inf) taken. With
-clip_grad_norm=0 torch's clip_grad_norm_ scales every gradient to zero: a run that trains nothing, without a word;
-nan compares False with any minimum; and integer() taking True for 1 (max_steps: true). The references:
-torch.nn.utils.clip_grad_norm_ itself, math.isfinite, and isinstance(True, int)."""
+"""Hand mutants of config/values survived every test that reaches them (mutants16): number() taking a strict minimum
+as inclusive (clip_grad_norm=0, a study's alpha=0 accepted) and a number that is not finite (nan, -inf); with
+clip_grad_norm=0 torch's clip_grad_norm_ scales every gradient to zero, a run that trains nothing, without a word;
+integer() taking True for 1 (max_steps: true); text() taking an empty string. The references:
+torch.nn.utils.clip_grad_norm_ itself, math.isfinite, isinstance(True, int), and len of the text."""
 
 from __future__ import annotations
 
@@ -47,3 +47,14 @@ def test_a_count_of_true_is_refused_though_python_counts_it_an_int():
         with pytest.raises(ValueError, match=rf"max_steps={value} is not accepted: expected an integer >= 0"):
             integer(0)("max_steps", value)
     assert integer(0)("max_steps", 1) == 1
+
+
+def test_an_empty_text_is_refused():
+    from torchtune_longshort.config.values import text
+
+    for value in ("", "x"):
+        if len(value) == 0:
+            with pytest.raises(ValueError, match=r"name='' is not accepted: expected a non-empty string"):
+                text("name", value)
+        else:
+            assert text("name", value) == value
