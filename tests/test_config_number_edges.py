@@ -58,3 +58,17 @@ def test_an_empty_text_is_refused():
                 text("name", value)
         else:
             assert text("name", value) == value
+
+
+@pytest.mark.parametrize("name", ["cuda:x", "cuda:", "cuda:-1", "cuda:1x"])
+def test_a_cuda_device_without_an_index_number_is_refused(name):
+    """values.device_name taking any 'cuda:' text (mutants16: cuda:x passed the name check, left to torch's own
+    'Invalid device string' traceback); torch.device is the reference for what a device string is."""
+    from torchtune_longshort.config.values import device_name
+
+    if name != "cuda:-1":
+        with pytest.raises(RuntimeError):
+            torch.device(name)
+    with pytest.raises(ValueError, match=rf"device='{name}' is not accepted: expected cpu, cuda or cuda:N"):
+        device_name("device", name)
+    assert device_name("device", "cuda:1") == "cuda:1"
