@@ -47,7 +47,8 @@ class RunConfig:
     task/bits: see ``tasks.py``.  pe: positional encoding.  outrep: target transform name.  model: "transformer"
     or "linear" (App. C.1 model; ``query`` picks its query token).  l_train/l_test: train lengths U[1, l_train],
     test lengths every value 1..l_test.  max_steps/eval_every/patience: early stopping on the validation MSE (in
-    f-space) -- stop after ``patience`` evaluations without a 1% improvement, keep the best weights.
+    f-space) -- stop after ``patience`` evaluations without a 1% improvement, keep the best weights.  optimizer:
+    "adamw", or "sgd" (momentum 0.9).
     """
 
     task: str = "length"
