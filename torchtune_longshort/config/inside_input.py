@@ -24,7 +24,7 @@ def _named(field: str, p: PathLike) -> str:
     return f"{field} {str(p)!r}" if field.startswith("the ") else f"{field}={str(p)!r}"
 
 
-def _real(p: PathLike) -> Path:
+def real_path(p: PathLike) -> Path:
     """``p`` with ``~`` expanded, absolute, its links followed as far as they lead: a loop of links is left as it is
     (``os.path.realpath``), not raised (``Path.resolve``'s RuntimeError, a traceback), and refused by the command's
     own check of its output folder (:func:`~torchtune_longshort.config.values.check_creatable`)."""
@@ -42,15 +42,15 @@ def refuse_inside_input(name: str, value: PathLike, inputs: Iterable[Tuple[str, 
     (``(field, path)``; an input file equal to ``value`` is left to the file check of ``name``), or when a folder
     the command writes ``what`` in (``writes_in``: under ``value``) is or lies inside one; ``reads`` says who
     reads the inputs. The line names both, and the fix."""
-    real = _real(value)
-    inputs = [(field, p, _real(p)) for field, p in inputs]
+    real = real_path(value)
+    inputs = [(field, p, real_path(p)) for field, p in inputs]
     for field, p, q in inputs:
         where = _relation(real, q)
         if where and not (where == "is" and q.is_file()):
             raise ValueError(f"{name}={str(value)!r} {where} {_named(field, p)}, {reads}: {what} would be written "
                              "among its files; name a folder outside it")
     for folder in writes_in:
-        w = _real(folder)
+        w = real_path(folder)
         for field, p, q in inputs:
             where = _relation(w, q)
             if where:
@@ -68,7 +68,7 @@ def model_folder_at(path: PathLike) -> Optional[Path]:
     """The nearest of ``path`` and its parents that holds a model (a ``config.json`` beside its weights, or a PEFT
     ``adapter_config.json``), else None: a command that writes there mixes its files with the model's, which a later
     conversion into that folder (or a copy of the checkpoint) refuses or carries along."""
-    real = _real(path)
+    real = real_path(path)
     for folder in (real, *real.parents):
         if folder.is_dir() and ((folder / "adapter_config.json").is_file() or (folder / "config.json").is_file()
                                 and any(any(folder.glob(w)) for w in _WEIGHTS)):
@@ -79,7 +79,7 @@ def model_folder_at(path: PathLike) -> Optional[Path]:
 def refuse_inside_model(name: str, value: PathLike, what: str, itself: bool = True) -> None:
     """``ValueError`` when the folder ``value`` (given as ``name``) lies inside a model's folder
     (:func:`model_folder_at`), or is one (``itself``; a conversion replacing its own earlier folder asks without)."""
-    real = Path(value).expanduser().resolve()
+    real = real_path(value)
     model = model_folder_at(real if itself else real.parent)
     if model is not None:
         refuse_inside_input(name, value, [("the model folder", model)], what,

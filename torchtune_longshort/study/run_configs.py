@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from torchtune_longshort.config.inside_input import refuse_inside_input, tokenizer_input
+from torchtune_longshort.config.inside_input import real_path, refuse_inside_input, tokenizer_input
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json
 from torchtune_longshort.models.families import names_own_code
@@ -106,7 +106,7 @@ def check_outside_base(out: Path, cfg) -> None:
     base = cfg.base.checkpoint_dir
     if not base or str(base).startswith("pypi:"):
         return
-    real, ckpt = Path(out).expanduser().resolve(), Path(base).expanduser().resolve()
+    real, ckpt = real_path(out), real_path(base)
     if ckpt == real or ckpt in real.parents:
         raise ValueError(f"--out (or the config's output_dir) {str(out)!r} lies inside base.checkpoint_dir="
                          f"{str(base)!r}, which every run reads: name a folder outside it")
@@ -116,7 +116,7 @@ def check_report_apart(report_dir: Path, out: Path) -> None:
     """``ValueError`` when the report folder is the study's output folder, holds it, or lies in one of the folders
     the study writes its runs in: the report copies each run's records to ``runs/<key>/`` and clears what an earlier
     report wrote, so there it deleted the study's own records."""
-    rep, real = Path(report_dir).expanduser().resolve(), Path(out).expanduser().resolve()
+    rep, real = real_path(report_dir), real_path(out)
     own = [real / name for name in STUDY_WRITES]
     if rep == real or rep in real.parents or any(o == rep or o in rep.parents for o in own):
         raise ValueError(f"--report-dir={str(report_dir)!r} is the study's output folder {str(out)!r}, holds it, or "
@@ -297,7 +297,7 @@ def check_outside_inputs(out: Path, cfg: StudyConfig, repo_root: Path) -> None:
     a ``local_text`` corpus, a tokenizer, any path a component argument names): every run's recipe refuses an
     output folder there, and the study had written its folder, trained its tokenizer there and reported every run
     failed. Checked before anything is written."""
-    real = Path(out).expanduser().resolve()
+    real = real_path(out)
     plan = RunConfigs(cfg, Path(repo_root).resolve(), real)
     for key, run, _ in _distinct_runs(cfg):
         # from the root (a tokenizer file of a tokenizer's folder standing for the folder: folders_apart)
