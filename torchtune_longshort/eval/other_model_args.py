@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.peft_fit import (hub_shaped, is_recorded_base, recorded_base_arg, recorded_base_said,
+from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_said,
                                               refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
@@ -123,7 +123,7 @@ def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] =
     'repo_name' or 'namespace/repo_name'"). A hub name (``nothere/step_2``, a run's folder too) that is no folder
     here is refused likewise when the hub is offline and the Hugging Face cache holds no copy of it at ``revision``
     (transformers failed after its retries, an 80-line traceback); online, the hub is asked as before."""
-    if not pretrained.startswith(("/", "./", "../", "~")) and hub_shaped(pretrained):
+    if hub_named(pretrained):
         refuse_uncached_offline(pretrained, model, revision, subfolder)
         return
     folder = Path(pretrained).expanduser()

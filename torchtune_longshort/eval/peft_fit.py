@@ -84,7 +84,7 @@ def hub_model(recorded: str) -> bool:
     """Whether a recorded base names a model of the Hugging Face hub: a repository id (huggingface_hub's rule), no
     folder here, whose ``config.json`` the Hugging Face cache holds (PEFT records the name a user loaded the base by,
     ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that cache)."""
-    if recorded.startswith(("/", "./", "../", "~")) or Path(recorded).is_dir() or not hub_shaped(recorded):
+    if Path(recorded).is_dir() or not hub_named(recorded):
         return False
     # deferred: huggingface_hub (transformers' dependency; asked only of an adapter's recorded base)
     from huggingface_hub import try_to_load_from_cache
@@ -122,6 +122,12 @@ def recorded_base_arg(recorded: str) -> str:
     if not Path(recorded).expanduser().is_dir() and hub_shaped(recorded):
         return recorded
     return "<that folder>"
+
+
+def hub_named(name: str) -> bool:
+    """Whether ``name``, as typed, may name a hub repository: not written as a path (``/``, ``./``, ``../``, ``~``)
+    and of a repository id's shape (:func:`hub_shaped`)."""
+    return not name.startswith(("/", "./", "../", "~")) and hub_shaped(name)
 
 
 def hub_shaped(name: str) -> bool:
