@@ -57,5 +57,24 @@ def test_an_adapter_of_other_shapes_is_refused_before_lm_eval_starts(tmp_path):
     assert line.endswith(f"trained on {tmp_path / 'base'}; give that folder as pretrained=, or the adapter of a run "
                          "on this one")
 
+    # recorded against a hub name no folder here holds (PEFT's record of from_pretrained("HuggingFaceTB/...")):
+    # that model is named as one, not as a folder (huggingface_hub's validate_repo_id accepts the name)
+    import json
+
+    from huggingface_hub.utils import validate_repo_id
+
+    validate_repo_id("HuggingFaceTB/SmolLM2-135M")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    hub_adapter = tmp_path / "hub_adapter"
+    hub_adapter.mkdir()
+    (hub_adapter / "adapter_model.safetensors").write_bytes((adapter / "adapter_model.safetensors").read_bytes())
+    config["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M"
+    (hub_adapter / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as e:
+        _check(other, hub_adapter)
+    assert str(e.value).endswith("trained on HuggingFaceTB/SmolLM2-135M (a local path relative to where they were "
+                                 "trained, or a hub model); give that model as pretrained=, or the adapter of a run "
+                                 "on this one")
+
     PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(tmp_path / "base")), str(adapter))  # it fits
     check_other_model_args({"pretrained": str(tmp_path / "base"), "peft": str(adapter)}, "hf")  # not refused

@@ -76,8 +76,11 @@ def _trained_on(adapter: Path) -> str:
 
 
 def _what(adapter: Path) -> str:
+    """What the adapter's record names, for "give that ... as pretrained=": a hub model (cached here, or a relative
+    name of a hub id's shape no folder here matches: :func:`recorded_base_arg` advises it as written), else a
+    folder."""
     name = _recorded(adapter)
-    return "model" if name and hub_model(name) else "folder"
+    return "model" if name and _relative(name) and recorded_base_arg(name) == name else "folder"
 
 
 def hub_model(recorded: str) -> bool:
