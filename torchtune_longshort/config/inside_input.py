@@ -9,9 +9,10 @@ The recipe (``output_dir``, its log and trace folders), the BABILong generator's
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
-from typing import Iterable, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -84,6 +85,15 @@ def refuse_inside_model(name: str, value: PathLike, what: str, itself: bool = Tr
     if model is not None:
         refuse_inside_input(name, value, [("the model folder", model)], what,
                             "which holds a model (its config.json and weights, or an adapter's)")
+
+
+def glob_folders(pattern: str, lands: Iterable[PathLike]) -> List[Path]:
+    """The folders of the files a glob ``pattern`` matches that a command's output must keep out of: those it writes
+    in (``lands``), or every one under a ``**`` glob (read recursively, as a folder input is); a folder below one
+    is apart for a glob without ``**``, which reads nothing there (``cd books; --haystack '*.txt' --out rows``)."""
+    matched = [Path(f) for f in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(f).is_file()]
+    real = {os.path.realpath(p) for p in lands}
+    return [d for d in sorted({f.parent for f in matched}) if "**" in pattern or os.path.realpath(d) in real]
 
 
 def tokenizer_input(tokenizer: PathLike) -> Path:

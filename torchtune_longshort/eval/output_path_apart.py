@@ -13,8 +13,6 @@ a folder the run reads (:func:`evaluation_reads`): a user's ``--include_path`` o
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -23,7 +21,7 @@ from lm_eval._cli.utils import MergeDictAction
 from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 from lm_eval.utils import sanitize_model_name
 
-from torchtune_longshort.config.inside_input import refuse_inside_input, tokenizer_input
+from torchtune_longshort.config.inside_input import glob_folders, refuse_inside_input, tokenizer_input
 from torchtune_longshort.eval.cli_argv import MODEL_PATH_KEYS, option
 from torchtune_longshort.eval.tasks import LOCAL_FILES_KEYS, TASK_FAMILIES, TEXT_PREFIXES, tasks_path
 
@@ -67,7 +65,6 @@ def evaluation_reads(out: Sequence[str], written: Optional[Path]) -> List[Tuple[
     include = option(out, "--include_path")
     if include and Path(include).expanduser().resolve() != tasks_path():
         reads.append(("--include_path", include))
-    lands = os.path.realpath(written) if written is not None else None
     for key, value in _metadata(out).items():
         if key not in METADATA_PATH_KEYS or not isinstance(value, (str, list)):
             continue
@@ -78,9 +75,8 @@ def evaluation_reads(out: Sequence[str], written: Optional[Path]) -> List[Tuple[
                 field = f"--metadata {key}" if whole == p else f"the folder {{path}} of --metadata {key}={entry!r}"
                 reads.append((field, str(whole)))
                 continue
-            folders = {Path(f).parent for f in glob.glob(str(p), recursive=True) if Path(f).is_file()}
-            reads += [(f"the folder {{path}} of --metadata {key}={entry!r}", str(d)) for d in sorted(folders)
-                      if "**" in entry or os.path.realpath(d) == lands]
+            reads += [(f"the folder {{path}} of --metadata {key}={entry!r}", str(d))
+                      for d in glob_folders(entry, [written] if written is not None else [])]
     return reads
 
 

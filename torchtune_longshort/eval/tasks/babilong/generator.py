@@ -25,7 +25,6 @@ its instruction, examples and post-prompt, and 20 tokens generated); a model's c
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
 import json
 import os
@@ -35,7 +34,8 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
+from torchtune_longshort.config.inside_input import (glob_folders, refuse_inside_input, refuse_inside_model,
+                                                     tokenizer_input)
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
@@ -251,13 +251,9 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
         inputs.append(("--tokenizer", tokenizer_input(tokenizer)))
     if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
         inputs.append(("--haystack", haystack))
-    elif haystack not in ("stdlib", "pg19"):  # a glob: the folder of each file it matches, where the rows would
-        # land among them (--out or a length folder it writes in is that folder); a folder below one is apart, as a
-        # glob without ** reads none of it (cd books; --haystack '*.txt' --out rows is a user's plain call)
-        matched = [Path(f) for f in glob.glob(str(Path(haystack).expanduser()), recursive=True) if Path(f).is_file()]
-        lands = {os.path.realpath(f) for f in (out, *(out / length for length in lengths))}
-        inputs += [("the folder of --haystack's matches", str(d)) for d in sorted({f.parent for f in matched})
-                   if "**" in haystack or os.path.realpath(d) in lands]
+    elif haystack not in ("stdlib", "pg19"):  # a glob: the folders of its matches the rows would land in
+        inputs += [("the folder of --haystack's matches", str(d))
+                   for d in glob_folders(haystack, [out, *(out / length for length in lengths)])]
     refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
                         writes_in=[out / length for length in lengths])
 
