@@ -8,9 +8,9 @@ read otherwise (only '\\r\\n' looked for). The references: the source's own docu
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
+from test_resume_digests import _tok, _warnings
 
 from torchtune_longshort.data.corpus import local_text
 from torchtune_longshort.data.dual_window import PackedTokenStream
@@ -19,15 +19,8 @@ from torchtune_longshort.data.resume_reading import line_ends_read_otherwise
 MARK = "EDITED "
 
 
-def _tok(text):
-    return [1] + [ord(c) % 256 for c in text] + [2]
-
-
 def _said(folder, state, caplog):
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        PackedTokenStream(local_text(str(folder)), tokenize=_tok).load_state_dict(state)
-    said = [r.getMessage() for r in caplog.records if "since the run saved its data state" in r.getMessage()]
+    said = _warnings(folder, state, caplog)
     assert len(said) == 1, said
     return said[0]
 
