@@ -53,12 +53,9 @@ def test_a_relative_recorded_base_gives_the_same_answer_from_any_folder(tmp_path
         monkeypatch.chdir(folder)
         with pytest.raises(ValueError) as e:  # the step's own adapters (recorded base 'base') on it: refused
             check_peft_args(str(step), str(own))
-        if folder == work:  # 'base' is a folder here: a path of the training's
-            assert "trained on base (a path relative to the folder they were trained in)" in str(e.value)
-            assert "pretrained=<that folder>," in str(e.value)
-        else:  # no folder here, and a name the hub may hold: either
-            assert "trained on base (a local path relative to where they were trained, or a hub model)" in str(e.value)
-            assert "pretrained=base," in str(e.value)
+        # 'base' lies above the adapter (run/step_2/adapter): that folder is named, from either folder
+        assert f"trained on base (relative to the folder they were trained in: {work / 'base'}, " in str(e.value)
+        assert f"pretrained={work / 'base'}," in str(e.value)
 
 
 @pytest.mark.parametrize("recorded, base, same", [
@@ -74,3 +71,35 @@ def test_a_relative_record_names_the_folders_whose_path_ends_with_it(recorded, b
 
     monkeypatch.chdir(tmp_path)
     assert is_recorded_base(Path(base), recorded) is same
+
+
+def test_a_relative_record_is_the_folder_above_the_adapter_that_holds_it(tmp_path, monkeypatch):
+    """Trained from run_a by ``step_2`` (PEFT records 'step_2'), the adapter was accepted on run_b's step_2 (both
+    runs' adapters then applied), and trained by a link's name ('base_link' -> run_a/step_2) it was refused on
+    run_a/step_2 from another folder and accepted on another folder named base_link. The reference: the folder the
+    training loaded (os.path.realpath of the path PEFT was given)."""
+    import shutil
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "other").mkdir(parents=True), elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
+    _adapter("base", "", merged="run_a/step_2"), _adapter("base", "", merged="run_b/step_2")  # two LoRA runs
+    os.symlink("run_a/step_2", "base_link"), os.symlink("../run_b/step_2", "other/base_link")
+    _adapter("base_link", "linked")  # trained by the link's name
+    monkeypatch.chdir(work / "run_a")
+    _adapter("step_2", "chained")  # trained on run_a's step_2, from run_a
+    for adapter, by in ((work / "run_a" / "chained", work / "run_a" / "step_2"), (work / "linked", work / "base_link")):
+        recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+        assert os.path.realpath(by) == os.path.realpath(work / "run_a" / "step_2") and recorded == by.name
+    shutil.copytree(work / "run_a" / "step_2", work / "copy_a")  # the same files elsewhere
+    for folder in (work, elsewhere, work / "run_b"):
+        monkeypatch.chdir(folder)
+        for adapter, by, other in ((work / "run_a" / "chained", work / "run_a" / "step_2", work / "run_b" / "step_2"),
+                                   (work / "linked", work / "base_link", work / "other" / "base_link")):
+            for same in (work / "run_a" / "step_2", work / "copy_a"):
+                check_peft_args(str(same), str(adapter))  # the folder the training loaded, or a copy: passes
+            with pytest.raises(ValueError, match="both would be applied") as e:  # the same name, another run's
+                check_peft_args(str(other), str(adapter))
+            assert f"put the adapters on their base (pretrained={by},peft={adapter})" in str(e.value)

@@ -31,8 +31,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_said,
-                                              refuse_unfitting_adapter)
+from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_found,
+                                              recorded_base_said, refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
@@ -99,20 +99,20 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     perplexity 487.9, exit 0; a plain copy of a step's adapters on its own step, the adapters twice). The merged
     step alone is named as a way on only where the adapters are a step's own (``<step>/adapter``): that step; a copied
     adapter's way on is its recorded base. Unrecorded base: left as it was; a relative record is matched wherever
-    this command runs (:func:`~torchtune_longshort.eval.peft_fit.is_recorded_base`)."""
+    this command runs, by the folder above the adapter that holds it where one does (:func:`~torchtune_longshort.eval.peft_fit.is_recorded_base`)."""
     recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
     own = base / ADAPTER_DIR
     if not base.is_dir() or not recorded or not any((own / f).is_file() for f in (LAYOUT_FILE, "adapter_config.json")):
         return
-    if is_recorded_base(base, str(recorded)):
+    if is_recorded_base(base, str(recorded), adapter):
         return  # a chained run's start: the adapters were trained on these merged weights
-    alone = ""
+    alone, found = "", recorded_base_found(adapter, str(recorded))
     if adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file():  # <step>/adapter: that step
         alone = f"evaluate the merged step alone (pretrained={adapter.parent}, no peft=), or "
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
-                     f"{recorded_base_said(str(recorded))}, so both would be applied; {alone}put the adapters on "
-                     f"their base (pretrained={recorded_base_arg(str(recorded))},peft={adapter})")
+                     f"{recorded_base_said(str(recorded), found)}, so both would be applied; {alone}put the adapters "
+                     f"on their base (pretrained={recorded_base_arg(str(recorded), found)},peft={adapter})")
 
 
 def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,

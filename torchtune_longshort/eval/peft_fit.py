@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
 
@@ -102,11 +104,15 @@ def _relative(recorded: str) -> bool:
     return not Path(recorded).expanduser().is_absolute()
 
 
-def recorded_base_said(recorded: str) -> str:
+def recorded_base_said(recorded: str, found: Optional[Path] = None) -> str:
     """An adapter's recorded base (``base_model_name_or_path``) for a message: a relative one (PEFT records the path
     its user loaded the base by, or the hub name) says so, as it names a folder from where they trained, not from
-    here; one no folder here matches that a hub repository may be named (``HuggingFaceTB/SmolLM2-135M``) may be
-    either (:func:`recorded_base_arg`); a hub model's name in the cache here (:func:`hub_model`) is said as such."""
+    here, and names the folder it was found as above the adapter (``found``: :func:`recorded_base_found`); one no
+    folder here matches that a hub repository may be named (``HuggingFaceTB/SmolLM2-135M``) may be either
+    (:func:`recorded_base_arg`); a hub model's name in the cache here (:func:`hub_model`) is said as such."""
+    if found is not None:
+        link = f", a link to {found.resolve()}" if found.resolve() != Path(os.path.abspath(found)) else ""
+        return f"{recorded} (relative to the folder they were trained in: {found}{link}, found above the adapter)"
     if hub_model(recorded):
         return f"{recorded} (a model of the Hugging Face hub)"
     if not _relative(recorded):
@@ -116,10 +122,13 @@ def recorded_base_said(recorded: str) -> str:
     return f"{recorded} (a path relative to the folder they were trained in)"
 
 
-def recorded_base_arg(recorded: str) -> str:
-    """The ``pretrained=`` a message advises for an adapter's recorded base: the record as written where it is
-    absolute, or relative with no folder here and the shape of a hub name (what transformers then loads); else
-    ``<that folder>``, a folder of the training's that the user names. A hub model in the cache here: its name."""
+def recorded_base_arg(recorded: str, found: Optional[Path] = None) -> str:
+    """The ``pretrained=`` a message advises for an adapter's recorded base: the folder found above the adapter
+    (``found``: :func:`recorded_base_found`); the record as written where it is absolute, or relative with no folder
+    here and the shape of a hub name (what transformers then loads); else ``<that folder>``, a folder of the
+    training's that the user names. A hub model in the cache here: its name."""
+    if found is not None:
+        return str(found)
     if hub_model(recorded) or not _relative(recorded):
         return recorded
     if not Path(recorded).expanduser().is_dir() and hub_shaped(recorded):
@@ -145,13 +154,46 @@ def hub_shaped(name: str) -> bool:
     return True
 
 
-def is_recorded_base(base: Path, recorded: str) -> bool:
+def recorded_base_found(adapter: Path, recorded: str) -> Optional[Path]:
+    """The folder a relative recorded base names, found from the adapter's own place: ``recorded`` under the nearest
+    folder above ``adapter`` (as given, then as links resolve) that holds it as a folder. PEFT records the path
+    relative to the folder the training ran in, which nothing records; an adapter saved there by a relative path
+    lies below it (``run_a/chained`` of a base ``step_2`` finds ``run_a/step_2``). None: an absolute record, ``.``,
+    or no such folder."""
+    path = Path(recorded).expanduser()
+    if path.is_absolute() or os.path.normpath(path) == ".":
+        return None
+    for above in (Path(os.path.abspath(adapter)), adapter.resolve()):
+        for top in above.parents:
+            if (top / path).is_dir():
+                return top / path
+    return None
+
+
+def same_checkpoint(base: Path, other: Path) -> bool:
+    """Whether two folders hold one checkpoint: the same folder (links resolved), or the same content
+    (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.content_digest`: a copy)."""
+    if base.resolve() == other.resolve():
+        return True
+    try:
+        return CheckpointFolder.open(base).content_digest() == CheckpointFolder.open(other).content_digest()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def is_recorded_base(base: Path, recorded: str, adapter: Optional[Path] = None) -> bool:
     """Whether the folder ``base`` is the one an adapter's recorded ``base_model_name_or_path`` names, the same answer
     from whatever folder this command runs in. An absolute record (the recipe's) names one folder. A relative one was
     relative to the folder the training ran in, which nothing records (PEFT's ``AutoPeftModel`` reads it from the
-    current folder, as transformers reads any path): ``base`` is taken for it where its path ends with it (past the
-    leading ``..`` of a record that climbs), whatever folder the training ran in."""
+    current folder, as transformers reads any path): where a folder above ``adapter`` holds it
+    (:func:`recorded_base_found`), ``base`` must be that checkpoint (:func:`same_checkpoint`: another run's
+    ``step_2``, or another folder named as a link the training loaded by, is not); else ``base`` is taken for it
+    where its path ends with it (past the leading ``..`` of a record that climbs), whatever folder the training ran
+    in."""
     path = Path(recorded).expanduser()
+    found = recorded_base_found(adapter, recorded) if adapter is not None else None
+    if found is not None:
+        return same_checkpoint(base, found)
     if base.resolve() == path.resolve():
         return True
     tail = Path(os.path.normpath(path)).parts
