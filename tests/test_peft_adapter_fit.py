@@ -78,3 +78,24 @@ def test_an_adapter_of_other_shapes_is_refused_before_lm_eval_starts(tmp_path):
 
     PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(tmp_path / "base")), str(adapter))  # it fits
     check_other_model_args({"pretrained": str(tmp_path / "base"), "peft": str(adapter)}, "hf")  # not refused
+
+
+def test_a_relative_record_found_above_the_adapter_is_named_as_that_folder(tmp_path, monkeypatch):
+    """Trained from ``work`` by ``from_pretrained("base")`` (PEFT records 'base') and refused on a model of other
+    shapes from another folder, the line said 'trained on base (a local path relative to where they were trained, or
+    a hub model); give that model as pretrained='; it names work/base, the folder PEFT loads the adapter on."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    (tmp_path / "work").mkdir(), (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    base = _model("base", kv_heads=2, mlp=96)
+    _model(tmp_path / "other", kv_heads=4, mlp=128)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["down_proj"], init_lora_weights=False)).save_pretrained("a")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    adapter = tmp_path / "work" / "a"
+    PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(tmp_path / "work" / "base")), str(adapter))
+    with pytest.raises(ValueError) as e:
+        check_other_model_args({"pretrained": str(tmp_path / "other"), "peft": str(adapter)}, "hf")
+    assert str(e.value).endswith(f"trained on base (relative to the folder they were trained in: {tmp_path / 'work'}"
+                                 "/base, found above the adapter); give that folder as pretrained=, or the adapter "
+                                 "of a run on this one")

@@ -74,7 +74,8 @@ def _recorded(adapter: Path) -> Optional[str]:
 
 def _trained_on(adapter: Path) -> str:
     name = _recorded(adapter)
-    return recorded_base_said(name) if name else "another model (its adapter_config.json names none)"
+    return recorded_base_said(name, recorded_base_found(adapter, name)) if name else \
+        "another model (its adapter_config.json names none)"
 
 
 def _what(adapter: Path) -> str:
@@ -82,7 +83,8 @@ def _what(adapter: Path) -> str:
     name of a hub id's shape no folder here matches: :func:`recorded_base_arg` advises it as written), else a
     folder."""
     name = _recorded(adapter)
-    return "model" if name and _relative(name) and recorded_base_arg(name) == name else "folder"
+    found = recorded_base_found(adapter, name) if name else None
+    return "model" if name and _relative(name) and recorded_base_arg(name, found) == name else "folder"
 
 
 def hub_model(recorded: str) -> bool:
