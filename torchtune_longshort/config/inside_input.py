@@ -9,10 +9,11 @@ The recipe (``output_dir``, its log and trace folders), the BABILong generator's
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple, Union
+
+from torchtune_longshort.config.glob_match import glob_files, glob_meets
 
 PathLike = Union[str, Path]
 
@@ -88,12 +89,25 @@ def refuse_inside_model(name: str, value: PathLike, what: str, itself: bool = Tr
 
 
 def glob_folders(pattern: str, lands: Iterable[PathLike]) -> List[Path]:
-    """The folders of the files a glob ``pattern`` matches that a command's output must keep out of: those it writes
-    in (``lands``), or every one under a ``**`` glob (read recursively, as a folder input is); a folder below one
-    is apart for a glob without ``**``, which reads nothing there (``cd books; --haystack '*.txt' --out rows``)."""
-    matched = [Path(f) for f in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(f).is_file()]
+    """The folders of the files a glob ``pattern`` matches (:func:`~.glob_match.glob_files`, as the readers expand
+    it) that a command's output must keep out of: those it writes in (``lands``). A folder below one is apart: what
+    the command writes there is refused only where the pattern matches it (:func:`refuse_glob_reads`)."""
+    matched = glob_files(pattern)
     real = {os.path.realpath(p) for p in lands}
-    return [d for d in sorted({f.parent for f in matched}) if "**" in pattern or os.path.realpath(d) in real]
+    return [d for d in sorted({f.parent for f in matched}) if os.path.realpath(d) in real]
+
+
+def refuse_glob_reads(name: str, value: PathLike, field: str, pattern: str, written: Iterable[PathLike],
+                      what: str) -> None:
+    """``ValueError`` when the glob ``pattern`` (given as ``field``) could match a file the command writes under
+    ``value`` (``name``): ``written``, each a path whose ``*`` stands for text not known before it runs and a ``**``
+    name for any folders (:func:`~.glob_match.glob_meets`); the next run would read it back. Files it can never
+    match (``./**/*.txt`` beside ``.jsonl`` rows) leave ``value`` free, wherever it lies below the pattern."""
+    for w in written:
+        if glob_meets(pattern, w):
+            raise ValueError(f"{name}={str(value)!r} writes {what} as {str(w)!r}, which {field}={pattern!r} matches: "
+                             "the next run would read them back as its input; name a folder the pattern does not "
+                             "reach")
 
 
 def tokenizer_input(tokenizer: PathLike) -> Path:

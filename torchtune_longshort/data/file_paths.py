@@ -5,7 +5,6 @@ task pack resolves its local data with it at import time."""
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import logging
 import os
@@ -13,6 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
+from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.launcher import launched_rank
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
         elif p.is_file():
             found = [p]
         else:
-            found = [Path(f) for f in sorted(glob.glob(str(p))) if Path(f).is_file()]
+            found = glob_files(p)
             if not found:
                 raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
         files.extend(found)

@@ -21,7 +21,8 @@ from lm_eval._cli.utils import MergeDictAction
 from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 from lm_eval.utils import sanitize_model_name
 
-from torchtune_longshort.config.inside_input import glob_folders, refuse_inside_input, tokenizer_input
+from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_reads, refuse_inside_input,
+                                                     tokenizer_input)
 from torchtune_longshort.eval.cli_argv import MODEL_PATH_KEYS, option
 from torchtune_longshort.eval.tasks import LOCAL_FILES_KEYS, TASK_FAMILIES, TEXT_PREFIXES, tasks_path
 
@@ -59,8 +60,8 @@ def _metadata(out: Sequence[str]) -> Dict[str, Any]:
 def evaluation_reads(out: Sequence[str], written: Optional[Path]) -> List[Tuple[str, str]]:
     """``(field, path)`` of what the evaluation ``out`` reads besides ``--model_args``: the task pack's folder and a
     user's ``--include_path`` (lm-eval indexes their YAMLs), and each local path of :data:`METADATA_PATH_KEYS`
-    (a file of a tokenizer's folder its folder; a glob the folder of each file it matches, where the results land
-    in it, ``written``, or any below it for a ``**`` glob: one without reads nothing below its folder)."""
+    (a file of a tokenizer's folder its folder; a glob the folder of each file it matches where the results land in
+    it, ``written``: a folder below it is refused only where the glob matches lm-eval's files, :func:`glob_reads`)."""
     reads = [("the task pack's folder", str(tasks_path()))]
     include = option(out, "--include_path")
     if include and Path(include).expanduser().resolve() != tasks_path():
@@ -78,6 +79,27 @@ def evaluation_reads(out: Sequence[str], written: Optional[Path]) -> List[Tuple[
             reads += [(f"the folder {{path}} of --metadata {key}={entry!r}", str(d))
                       for d in glob_folders(entry, [written] if written is not None else [])]
     return reads
+
+
+def written_files(output_path: str, written: Optional[Path]) -> List[Path]:
+    """The files lm-eval writes for ``output_path`` in ``written`` (:func:`results_folder`; None: a folder it names
+    itself, ``*``), as ``EvaluationTracker`` names them: ``results_<date>.json`` (``<stem>_<date>.json`` for an
+    ``output_path`` ending ``.json``) and ``samples_<task>_<date>.jsonl``, each ``*`` text not known before it runs."""
+    folder = written if written is not None else Path(output_path).expanduser() / "*"
+    p = Path(output_path).expanduser()
+    results = f"{p.stem}_*.json" if p.suffix == ".json" else "results_*.json"
+    return [folder / results, folder / "samples_*_*.jsonl"]
+
+
+def glob_reads(out: Sequence[str]) -> List[Tuple[str, str]]:
+    """``(field, glob)`` of each local path of :data:`METADATA_PATH_KEYS` in ``out`` that names no file or folder:
+    the tasks read what it matches."""
+    globs = []
+    for key, value in _metadata(out).items():
+        if key in METADATA_PATH_KEYS and isinstance(value, (str, list)):
+            globs += [(f"--metadata {key}", str(v)) for v in ([value] if isinstance(value, str) else value)
+                      if not Path(str(v)).expanduser().exists()]
+    return globs
 
 
 def check_output_path_apart(out: Sequence[str], model_arg: Callable[[str], Optional[str]],
@@ -99,3 +121,6 @@ def check_output_path_apart(out: Sequence[str], model_arg: Callable[[str], Optio
     inputs += evaluation_reads(out, written)
     refuse_inside_input("--output_path", output_path, inputs, "lm-eval's results", "which this evaluation reads",
                         writes_in=[written] if written is not None else [])
+    for field, pattern in glob_reads(out):
+        refuse_glob_reads("--output_path", output_path, field, pattern, written_files(output_path, written),
+                          "lm-eval's results")

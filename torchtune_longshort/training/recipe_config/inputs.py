@@ -9,14 +9,15 @@ run's own folder: none is an input.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
 from torchtune_longshort.training.output_dir import check_output_dir
-from torchtune_longshort.training.written_files import HERE, METRICS_FILE
+from torchtune_longshort.training.written_files import HERE, METRICS_FILE, WRITTEN_HERE
 from torchtune_longshort.config.fields import ComponentSection
-from torchtune_longshort.config.inside_input import refuse_inside_input, tokenizer_input
+from torchtune_longshort.config.inside_input import refuse_glob_reads, refuse_inside_input, tokenizer_input
 from torchtune_longshort.config.values import UnwritablePath, check_creatable, refuses_writes
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
@@ -110,6 +111,23 @@ def _refuse_inside_input(name: str, folder: str, inputs, what: str) -> None:
     refuse_inside_input(name, folder, inputs, what)
 
 
+def refuse_glob_read_back(config: RecipeConfig, inputs: List[Tuple[str, Path]]) -> None:
+    """A data glob of ``inputs`` (a ``path`` that names no file: ``dataset.path='./**/*.txt'``) that could match a
+    file the run writes: refused naming both, as the next run would train on it (the metric logger's
+    ``log_<time>.txt``). In ``output_dir`` the run writes the names of :data:`WRITTEN_HERE`, and any file below them
+    and ``step_<k>`` (a tokenizer's copy); in the log and trace folders any name (a logger's)."""
+    out = Path(config.output_dir).expanduser()
+    own = [*(out / n for n in WRITTEN_HERE), *(out / n / "**" / "*" for n in (*WRITTEN_HERE, "step_*"))]
+    writes = [("output_dir", config.output_dir, own),
+              *((name, folder, [Path(folder).expanduser() / "**" / "*"]) for name, folder in
+                (("metric_logger.log_dir", config.metric_logger.log_dir), ("profiler.output_dir", config.trace_dir))
+                if folder)]
+    for field, p in inputs:
+        if not p.exists() and glob.has_magic(str(p)):
+            for name, folder, written in writes:
+                refuse_glob_reads(name, folder, field, str(p), written, "the run's files")
+
+
 def check_overwrite(config: RecipeConfig) -> None:
     """The output folder's rules (:func:`~torchtune_longshort.training.output_dir.check_output_dir`), asked
     before anything is built: an output folder (or a log folder) inside an input, an existing folder without
@@ -130,6 +148,7 @@ def check_overwrite(config: RecipeConfig) -> None:
         _refuse_inside_input("metric_logger.log_dir", log_dir, apart, "the logs")
     if config.trace_dir:
         _refuse_inside_input("profiler.output_dir", config.trace_dir, apart, "the profiler's traces")
+    refuse_glob_read_back(config, inputs)
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import (glob_folders, refuse_inside_input, refuse_inside_model,
-                                                     tokenizer_input)
+from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_reads, refuse_inside_input,
+                                                     refuse_inside_model, tokenizer_input)
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
@@ -155,7 +155,7 @@ def generate(
         raise ValueError(said)
     out = Path(out_dir)
     names = [f"{length}/{qa}.jsonl" for length in lengths for qa in qa_tasks]
-    check_apart(out, lengths, tokenizer, haystack)
+    check_apart(out, lengths, tokenizer, haystack, names)
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer) if tokenizer else (lambda t: len(t.split()))
@@ -240,11 +240,14 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
         paths.append(path)
 
 
-def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], haystack: str) -> None:
+def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], haystack: str,
+                names: Sequence[str] = ()) -> None:
     """``ValueError`` when ``--out`` is, or lies inside, a model's folder, the ``--tokenizer`` (a file of a folder
     with a ``tokenizer_config.json`` or ``config.json``: that folder) or the local ``--haystack`` (a glob: the
     folder of each file it matches), or when a length folder it writes in is or lies inside one of those: the rows
-    and :data:`WRITTEN` were written among a model's files (a later conversion into that folder refused it)."""
+    and :data:`WRITTEN` were written among a model's files (a later conversion into that folder refused it). A glob
+    ``--haystack`` that would match a file it writes (``names``, ``<length>/<qa>.jsonl``; each length's ``*.jsonl``
+    without them) is refused too: the next run read the rows as haystack."""
     refuse_inside_model("--out", out, "the rows")
     inputs = []
     if tokenizer and Path(tokenizer).expanduser().exists():
@@ -256,6 +259,9 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
                    for d in glob_folders(haystack, [out, *(out / length for length in lengths)])]
     refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
                         writes_in=[out / length for length in lengths])
+    if haystack not in ("stdlib", "pg19") and not Path(haystack).expanduser().exists():
+        written = [out / n for n in (names or [f"{length}/*.jsonl" for length in lengths])]
+        refuse_glob_reads("--out", out, "--haystack", haystack, [out / WRITTEN, *written], "the rows")
 
 
 def _written(out: Path) -> List[str]:

@@ -1,0 +1,97 @@
+"""Whether a glob a command reads could match a file the command writes: the files of its output that the next run
+would read back (:func:`glob_meets`).
+
+Both sides are patterns: the glob as the project's readers expand it (:func:`glob_files`: ``*``, ``?``, ``[...]`` in a
+name, a ``**`` name one name as ``*`` is), and what the command writes, whose names may
+hold ``*`` for text not known before it runs (``results_*.json``: lm-eval's date) and a ``**`` name for folders a
+component fills as it likes (a metric logger's). They meet when one path fits both.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, List, Sequence, Tuple, Union
+
+RECURSIVE = False  # how a data glob is read (glob.glob's recursive): a ``**`` name is one name, as ``*`` is
+STAR = object()  # a run of anything: ``*`` in a name, ``**`` among a path's names
+
+
+def glob_files(pattern: Union[str, Path]) -> List[Path]:
+    """The files a data glob ``pattern`` names, sorted, as every reader of the project expands it
+    (:func:`~torchtune_longshort.data.file_paths.resolve_files`)."""
+    matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=RECURSIVE))
+    return [Path(f) for f in matches if Path(f).is_file()]
+
+
+def _name_tokens(name: str) -> Tuple[object, ...]:
+    """``name`` of a glob as fnmatch reads it: :data:`STAR`, or a pattern of one character (``?``, ``[...]``, a
+    character; a ``[`` that never closes is itself)."""
+    out, i = [], 0
+    while i < len(name):
+        c = name[i]
+        if c == "*":
+            out.append(STAR)
+        elif c == "[":
+            j = i + 1 + (name[i + 1: i + 2] == "!")
+            j += name[j: j + 1] == "]"
+            close = name.find("]", j)
+            if close >= 0:
+                out.append(name[i: close + 1])
+                i = close
+            else:
+                out.append(glob.escape(c))
+        else:
+            out.append(glob.escape(c))
+        i += 1
+    return tuple(out)
+
+
+def _meet(p: Sequence[object], t: Sequence[object], one: Callable[[object, object], bool],
+          star_takes: Callable[[object], bool] = lambda _: True) -> bool:
+    """Whether some sequence fits both ``p`` and ``t``: each a list of :data:`STAR` (any run) and single items, two
+    single items fitting one another when ``one(p_item, t_item)``; ``star_takes(t_item)``: whether a star of ``p``
+    may take that item of ``t``."""
+
+    @lru_cache(maxsize=None)
+    def f(i: int, j: int) -> bool:
+        if i == len(p) and j == len(t):
+            return True
+        if i < len(p) and p[i] is STAR and (f(i + 1, j) or j < len(t) and star_takes(t[j]) and f(i, j + 1)):
+            return True
+        if j < len(t) and t[j] is STAR and (f(i, j + 1) or i < len(p) and f(i + 1, j)):
+            return True
+        return (i < len(p) and j < len(t) and p[i] is not STAR and t[j] is not STAR and one(p[i], t[j])
+                and f(i + 1, j + 1))
+
+    return f(0, 0)
+
+
+def _name_meets(pattern: str, written: str) -> bool:
+    """Whether a name fits both the glob name ``pattern`` and ``written`` (literal but for its ``*``); a hidden
+    name (a leading dot) fits only a pattern that starts with a dot, as ``glob`` reads it."""
+    if written.startswith(".") and not pattern.startswith("."):
+        return False
+    w = tuple(STAR if c == "*" else c for c in written)
+    return _meet(_name_tokens(pattern), w, lambda pc, wc: fnmatch.fnmatchcase(wc, pc))
+
+
+def _names(path: str, deep: bool) -> Tuple[object, ...]:
+    """``path`` absolute, the folders before its first pattern name resolved (links followed), as a list of names,
+    a ``**`` name as :data:`STAR` where ``deep``."""
+    parts = Path(os.path.abspath(os.path.expanduser(path))).parts
+    first = next((k for k, part in enumerate(parts) if glob.has_magic(part)), len(parts))
+    head = Path(os.path.realpath(Path(*parts[:first]))).parts
+    return tuple(STAR if part == "**" and deep else part for part in (*head, *parts[first:]))
+
+
+def glob_meets(pattern: Union[str, Path], written: Union[str, Path]) -> bool:
+    """Whether the glob ``pattern`` (a data path: ``./**/*.txt``) could match a file the command writes at
+    ``written`` (``out/0k/qa1.jsonl``, ``res/model/results_*.json``, ``out/logs/**/*``; a ``*`` in it any text, a
+    ``**`` name any folders), both read from the working directory."""
+    return _meet(_names(str(pattern), RECURSIVE), _names(str(written), True),
+                 _name_meets,
+                 lambda w: not (isinstance(w, str) and w.startswith(".")))
