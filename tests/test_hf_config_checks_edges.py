@@ -1,0 +1,47 @@
+"""Edges of the config.json value checks run when a checkpoint folder is opened (``models/hf_config_checks``) that
+the folder-level tests do not reach: called on the dicts directly, each against a reference outside the check
+(json's own types, Python's float(), transformers' own head choice)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.models.hf_config_checks import (check_causal_lm, check_max_position_embeddings,
+                                                         check_rope_base)
+
+WHERE = Path("m/config.json")
+
+
+@pytest.mark.parametrize("text", ["1", "4096.0", "4096"])
+def test_a_count_of_positions_as_json_writes_it_is_accepted(text):
+    """1 is the least count (the rule: an integer >= 1); json reads 4096.0 as a float that is still a whole count."""
+    value = json.loads(text)
+    assert float(value).is_integer() and value >= 1
+    check_max_position_embeddings({"max_position_embeddings": value}, WHERE)  # nothing raised
+
+
+def test_a_json_true_is_no_count_of_positions():
+    value = json.loads("true")
+    assert isinstance(value, int) and value == 1  # the trap: Python counts the bool as the int 1
+    with pytest.raises(ValueError, match=r"^m/config.json: max_position_embeddings=True is not a count of positions"):
+        check_max_position_embeddings({"max_position_embeddings": value}, WHERE)
+
+
+def test_an_empty_architectures_list_names_no_other_head():
+    """``architectures: []`` names no head; transformers picks the causal LM from model_type, so it is no refusal."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    assert MODEL_FOR_CAUSAL_LM_MAPPING_NAMES["llama"].endswith("ForCausalLM")
+    check_causal_lm({"model_type": "llama", "architectures": []}, WHERE)  # nothing raised
+
+
+def test_a_null_rope_base_inside_rope_scaling_is_refused_in_one_line():
+    """``rope_scaling: {rope_theta: null}`` is a base float() cannot read (TypeError, not ValueError): refused naming
+    the key, not a traceback."""
+    with pytest.raises(TypeError):
+        float(None)
+    with pytest.raises(ValueError, match=r"^m/config.json: rope_scaling.rope_theta=None is not a RoPE base"):
+        check_rope_base({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": None}}, WHERE)
