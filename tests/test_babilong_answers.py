@@ -84,6 +84,7 @@ def test_compare_answers_random_outputs_agree_with_reference():
 NAME = r"([A-Z][a-z]+)"
 LOC = r"(bathroom|bedroom|garden|hallway|kitchen|office)"
 OBJ = r"(apple|football|milk)"
+COMPASS_OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
 
 def check_answer(facts, question):
@@ -113,7 +114,8 @@ def check_answer(facts, question):
             holder[m[2]] = m[3]
             gives.append((m[1], m[2], m[3]))
         elif m := re.fullmatch(rf"The {LOC} is (north|south|east|west) of the {LOC}\.", s):
-            rel.append((m[1], m[2], m[3]))
+            # a relation holds both ways: a north of b is b south of a (a question it makes has two answers)
+            rel += [(m[1], m[2], m[3]), (m[3], COMPASS_OPPOSITE[m[2]], m[1])]
         else:
             raise AssertionError(f"unparsed sentence {s!r}")
 

@@ -124,6 +124,8 @@ _OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 def _qa4(rng: random.Random) -> Story:
     a, b, c = rng.sample(LOCATIONS, 3)
     d1, d2 = rng.choice(DIRECTIONS), rng.choice(DIRECTIONS)
+    while d2 == _OPPOSITE[d1]:  # a north of b, b south of c: c is north of b too, and either question has two answers
+        d2 = rng.choice(DIRECTIONS)
     facts = [f"The {a} is {d1} of the {b}.", f"The {b} is {d2} of the {c}."]
     order = [0, 1] if rng.random() < 0.5 else [1, 0]
     facts = [facts[i] for i in order]
