@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.eval.report.group_coverage import finite_number, load_group_subtasks
-from torchtune_longshort.eval.report.one_run import (  # noqa: F401
-    chat_tasks, check_one_run, pack_family, run_identity, task_settings,
-)
+from torchtune_longshort.eval.report.one_run import chat_tasks, check_one_run, pack_family, task_settings
 from torchtune_longshort.eval.report.run_files import (  # noqa: F401  (re-exported)
     LM_EVAL_FILE,
     json_file,
