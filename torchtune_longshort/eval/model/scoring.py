@@ -22,7 +22,7 @@ __all__ = ["Prepared", "TokenLoglikelihood", "forward_hidden", "length_batches",
 class TokenLoglikelihood(tuple):
     """``(logprob, is_greedy)`` as lm-eval expects, carrying the per-token log-probabilities as an attribute.
 
-    lm-eval passes the object unchanged to a task's ``process_results``; ``long_ppl`` uses
+    lm-eval passes the object unchanged to a task's ``process_results``; ``longshort_ppl`` uses
     ``token_logprobs`` for its per-position loss curve. Other models return plain tuples. A refused request is
     ``(nan, False)`` with the reason in ``refusal`` (``torchtune_longshort.eval.tasks.common.unavailable.refusal_of``).
     """

@@ -3,8 +3,8 @@
 
 A length label is a token count written as ``<n>k`` when it is a whole multiple of 1024 (``1024 -> "1k"``,
 ``0 -> "0k"``, BABILong's empty-haystack length) and as plain digits otherwise (``512 -> "512"``). Length-swept
-tasks (``long_ppl``, ``longshort_passkey``, ``misalignment``, ``babilong_longshort``) take their lengths from
-lm-eval's ``--metadata``, as lm-eval's RULER does: the shared key ``max_seq_lengths`` (``"2k,4k"``, ``[2048,
+tasks (``longshort_ppl``, ``longshort_passkey``, ``longshort_misalignment``, ``longshort_babilong``) take their lengths
+from lm-eval's ``--metadata``, as lm-eval's RULER does: the shared key ``max_seq_lengths`` (``"2k,4k"``, ``[2048,
 4096]``), or a task's own ``<prefix>_max_seq_lengths`` when one run sweeps different lengths per task. Each task
 reports one metric per length, named ``<metric>_<label>`` (``ppl_4k``, ``acc_2k``, ``sce_512``).
 """
@@ -15,7 +15,7 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 # The grammar itself (labels, "1k" = 1024) is the package's, shared with every command line and config that takes a
 # length; re-exported here for the pack's modules.
-from torchtune_longshort.lengths import LengthList, length_label, list_items, parse_length, parse_lengths  # noqa: F401
+from torchtune_longshort.lengths import length_label, list_items, parse_length, parse_lengths  # noqa: F401
 
 METADATA_KEY = "max_seq_lengths"
 

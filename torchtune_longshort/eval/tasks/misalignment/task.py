@@ -16,9 +16,9 @@ request is built (its placeholder rows score NaN with the reason and send nothin
 run finish.
 
 Task metadata: ``mis_source`` (stdlib | stdlib_tests | stdlib_heldout | pg19 | hf | local; with ``mis_data_files``
-etc. as for long_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
+etc. as for longshort_ppl), ``mis_num_samples`` (default: the metric's ``DEFAULT_NUM_SAMPLES``), ``mis_chunks_per_doc``
 (1), ``mis_join_documents`` (false: each sample from a document's start; true: the documents packed into one stream,
-cut end to end, as for long_ppl), ``mis_skip_bad_records`` (false, as for long_ppl), ``mis_seed`` (0),
+cut end to end, as for longshort_ppl), ``mis_skip_bad_records`` (false, as for longshort_ppl), ``mis_seed`` (0),
 ``mis_min_frac`` / ``mis_max_frac`` (0.5, 1), ``mis_divergences`` (["sce", "jeffreys", "js"]; or
 dotted paths of per-position functions of one's own, ``my_divs.my_div``, reported as ``my_divs.my_div_<L>``).
 """
