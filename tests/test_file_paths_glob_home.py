@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 
-from torchtune_longshort.data import file_paths
+from torchtune_longshort.config import glob_match
 from torchtune_longshort.data.file_paths import resolve_files
 
 
@@ -23,7 +23,7 @@ def test_a_globs_matches_are_read_sorted_whatever_order_the_file_system_lists(tm
     pattern = str(tmp_path / "*.txt")
     reference = sorted(glob.glob(pattern))
     real = glob.glob
-    monkeypatch.setattr(file_paths.glob, "glob", lambda p, *a, **k: sorted(real(p, *a, **k), reverse=True))
+    monkeypatch.setattr(glob_match.glob, "glob", lambda p, *a, **k: sorted(real(p, *a, **k), reverse=True))
     assert [str(f) for f in resolve_files(pattern, [".txt"], "path")] == reference
 
 
