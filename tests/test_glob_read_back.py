@@ -18,16 +18,18 @@ def _files(root: Path):
 
 
 @pytest.mark.parametrize("pattern", ["./**/*.txt", "**/*.jsonl", "*/*/*.jsonl", "rows/*/qa[12].jsonl",
-                                     "rows/0k/*", "*.json", "rows/*", "rows/**/.*.json", "[!r]*/*/*.txt"])
+                                     "rows/0k/*", "*.json", "rows/*", "rows/**/.*.json", "[!r]*/*/*.txt", "**",
+                                     "**/*.json", "a/**", "a/**/c.*", "**/b/*", "**/0k/**/qa1.jsonl", "x**/*.txt"])
 def test_glob_meets_what_glob_itself_matches(tmp_path, monkeypatch, pattern):
-    """The reference: ``glob.glob`` (as the readers expand a data glob) over the written files made real."""
+    """The reference: ``glob.glob(recursive=True)`` (as the readers expand a data glob, ``datasets`` alike: ``**``
+    any folders) over the written files made real."""
     monkeypatch.chdir(tmp_path)
     written = ["rows/0k/qa1.jsonl", "rows/.longshort_babilong.json", "out/log_1.txt", "a/b/c.txt", "top.json",
-               "a/b/c.jsonl"]
+               "a/b/c.jsonl", "top.txt", "a/.h/d.txt", "a/b/e/f/g.json"]
     for w in written:
         Path(w).parent.mkdir(parents=True, exist_ok=True)
         Path(w).write_text("x")
-    matched = {os.path.normpath(f) for f in glob.glob(pattern)}
+    matched = {os.path.normpath(f) for f in glob.glob(pattern, recursive=True)}
     assert {w for w in written if glob_meets(pattern, w)} == {w for w in written if w in matched}
 
 
@@ -66,14 +68,21 @@ def test_the_recipe_refuses_a_data_glob_that_reads_its_log_back(tmp_path, capsys
     base = ["tiny/longshort_stdlib.yaml", "dataset._component_=torchtune_longshort.data.corpus.local_text",
             "dataset.path=./**/*.txt", "~dataset.include_tests", "~dataset.split", "~validation",
             f"tokenizer.path={tmp_path / 'tok'}", "output_dir=out"]
-    with pytest.raises(SystemExit) as e:
-        validate_main([*base, "metric_logger.log_dir=out"])
+    with pytest.raises(SystemExit) as e:  # books/ and logs/, not out/
+        validate_main([*base, "dataset.path=./[bl]*/**/*.txt", "metric_logger.log_dir=logs"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and "which dataset.path=" in err[0] and "/out/**/*'" in err[0], err
+    assert e.value.code == 2 and len(err) == 1 and "metric_logger.log_dir=" in err[0] and "/logs/**/*'" in err[0] \
+        and "which dataset.path=" in err[0], err
     assert sorted(os.listdir(tmp_path)) == ["books"]
-    Path("out").mkdir()
-    Path("out/log_1.txt").write_text("x")
-    assert "out/log_1.txt" in glob.glob("./**/*.txt") or "./out/log_1.txt" in glob.glob("./**/*.txt")
-    os.remove("out/log_1.txt")
-    os.rmdir("out")
-    assert validate_main(base) == 0  # the logs in out/logs: ./**/*.txt reads no file there
+    Path("out/logs").mkdir(parents=True)
+    Path("out/logs/log_1.txt").write_text("x")  # the DiskLogger's file in its default folder, out/logs
+    assert "./out/logs/log_1.txt" in glob.glob("./**/*.txt", recursive=True)  # as datasets reads ** too
+    os.remove("out/logs/log_1.txt")
+    os.removedirs("out/logs")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # the logs in out/logs: ./**/*.txt reads them (it read one name deep)
+        validate_main(base)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "which dataset.path=" in err[0], err
+    assert sorted(os.listdir(tmp_path)) == ["books"]
+    assert validate_main([*base, "dataset.path=./books/**/*.txt"]) == 0  # a glob that never reaches out/

@@ -2,9 +2,9 @@
 would read back (:func:`glob_meets`).
 
 Both sides are patterns: the glob as the project's readers expand it (:func:`glob_files`: ``*``, ``?``, ``[...]`` in a
-name, a ``**`` name one name as ``*`` is), and what the command writes, whose names may
-hold ``*`` for text not known before it runs (``results_*.json``: lm-eval's date) and a ``**`` name for folders a
-component fills as it likes (a metric logger's). They meet when one path fits both.
+name, a ``**`` name any folders, none included, as ``datasets``' ``data_files`` reads it), and what the command writes,
+whose names may hold ``*`` for text not known before it runs (``results_*.json``: lm-eval's date) and a ``**`` name
+for folders a component fills as it likes (a metric logger's). They meet when one path fits both.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, List, Sequence, Tuple, Union
 
-RECURSIVE = False  # how a data glob is read (glob.glob's recursive): a ``**`` name is one name, as ``*`` is
+# How a data glob is read (glob.glob's recursive): a ``**`` name is any folders, none included (``./**/*.txt`` reads
+# ``./notes.txt`` and ``./a/b/c.txt``), as ``datasets``' data_files reads it; it was one name, as ``*`` is.
+RECURSIVE = True
 STAR = object()  # a run of anything: ``*`` in a name, ``**`` among a path's names
 
 

@@ -9,12 +9,12 @@ built (each exists and is not empty), a build failure is explained by reading th
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.data.text_files import JSON_LINES_SUFFIX, JSON_SUFFIX, DataRecordError, Unparsed, iter_documents
 
@@ -70,7 +70,7 @@ def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     out: List[Tuple[str, Path]] = []
     for at, entry in entries:
         p = Path(entry).expanduser()
-        if not p.exists() and not glob.glob(str(p)):
+        if not p.exists() and not glob_files(p):
             raise FileNotFoundError(f"{where}.path{at}={entry!r} does not exist (no such file, folder or glob match)")
         out.append((f"{where}.path{at}", p))
     return out
