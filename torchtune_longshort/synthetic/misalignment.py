@@ -25,6 +25,10 @@ from torchtune_longshort.windows import suffix_length_range
 from .outrep import get_outrep
 from .tasks import check_bits, check_task, sample_bits, suffix_batch
 
+# The spreads a scalar misalignment reports, each with its ``_std`` (:func:`scalar_misalignment`): model output and true
+# target, in f-space and y-space.
+SPREADS = ("model_f", "model_y", "target_f", "target_y")
+
 
 def _suffix_var(values: torch.Tensor) -> float:
     # values: [n_seq, n_suffix]; population variance over suffixes == E(a-b)^2/2 for iid uniform suffix lengths
@@ -78,6 +82,6 @@ def scalar_misalignment(
         tf = _suffix_var(f.forward(ts))
     except ValueError:
         tf = float("nan")
-    out = {"model_f": _suffix_var(zs), "model_y": _suffix_var(ys), "target_f": tf, "target_y": _suffix_var(ts)}
+    out = dict(zip(SPREADS, (_suffix_var(zs), _suffix_var(ys), tf, _suffix_var(ts))))
     out.update({k + "_std": math.sqrt(v) for k, v in list(out.items())})
     return out

@@ -1,9 +1,11 @@
 """The room the synthetic command's files take, checked before anything trains (``disk_space.check_room``).
 
-Its files are small and predictable: what they hold besides the numbers a run measures is known from the flags. Each
-estimate here is what a file holds at least, written as the command writes it, the measured numbers left out (a
-figure's PNG counted as the smallest PNG): a disk that cannot take that much would take the run's output neither,
-so the command refuses it before the first run trains (it found the disk full only when it wrote, after training).
+Its files are small and predictable: what they hold besides the numbers a run measures is known from the flags. A
+single run's ``run.json`` is estimated at most (each number at its longest JSON form): a disk with less room would
+fill before the run's result is written. The figures' files are estimated at least, written as the command writes
+them, the measured numbers left out (a figure's PNG counted as the smallest PNG): a disk that cannot take that much
+would take them neither. Either way the command refuses it before the first run trains (it found the disk full only
+when it wrote, after training).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from torchtune_longshort.disk_space import check_room
 from torchtune_longshort.output_guard import strict_json
 
 from .experiments import figure_curves, figure_run_configs
+from .misalignment import SPREADS
 from .run_cache import cache_path, key
-from .train import RunConfig
+from .train import RunConfig, run_provenance
 
 SMALLEST_PNG = 67  # signature, IHDR, one IDAT and IEND of a 1x1 image: no figure is smaller
+LONGEST_FLOAT = -2.2250738585072014e-308  # a float whose JSON form (repr) is the longest any float's is: 24 characters
 
 
 def _csv_text(rows: List[list]) -> int:
@@ -32,8 +36,16 @@ def _csv_text(rows: List[list]) -> int:
 
 
 def single_run_bytes(base: RunConfig) -> int:
-    """``run.json`` at least: its config and test lengths, as the run writes them (indent 1)."""
-    return len(strict_json({"config": asdict(base), "test_lengths": list(range(1, base.l_test + 1))}, indent=1))
+    """``run.json`` at most: a stand-in of the result a run writes (indent 1), each measured number at its longest
+    JSON form (:data:`LONGEST_FLOAT`), the step count at ``max_steps``, and this process's own provenance block
+    (the run writes the same one: its git state is read once)."""
+    n = [LONGEST_FLOAT] * base.l_test
+    spread = {k: LONGEST_FLOAT for s in SPREADS for k in (s, s + "_std")}
+    res = {"config": asdict(base), "steps": base.max_steps, "best_val_mse": LONGEST_FLOAT,
+           "test_lengths": list(range(1, base.l_test + 1)), "test_mse": n, "test_mse_f": n, "seconds": LONGEST_FLOAT,
+           "misalignment": {str(L): spread for L in (base.l_train, base.l_test) if L >= 2},
+           "provenance": run_provenance()}
+    return len(strict_json(res, indent=1).encode("utf-8"))
 
 
 def figure_configs(paper: Sequence[str], base: RunConfig, seeds: Sequence[int], l_trains: Sequence[int],
