@@ -122,7 +122,7 @@ def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys,
     from torchtune_longshort.eval.__main__ import main
 
     for args, needle in [(["run", "--model", "dummy", "--tasks", "longshort_ppl", "--limit", "abc"],
-                          "argument --limit/-L: invalid float value: 'abc'"),
+                          "--limit abc: give a whole number of documents per task"),
                          (["run", "--bogus", "1"], "unrecognized arguments: --bogus 1"),
                          (["validate", "--tasks", "longshort_pll"], "no task 'longshort_pll' (did you mean 'longshort_ppl'")]:
         monkeypatch.setattr(sys, "argv", ["longshort-eval", *args])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -42,16 +43,77 @@ def flag_given(out: Sequence[str], name: str) -> bool:
                or (a.startswith(name + "=") and a.split("=", 1)[1].lower() != "false") for i, a in enumerate(out))
 
 
-def _run_options() -> Dict[str, Tuple[str, bool]]:
-    """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
-    whether it takes a value), read from lm-eval's own parser."""
+def _run_actions() -> list:
+    """The options lm-eval's ``run`` command declares, as its own parser's actions."""
     # deferred: lm_eval (its CLI's parser; tasks-path answers without it)
     from lm_eval._cli.harness import HarnessCLI
 
     parser = HarnessCLI()._parser
-    run = next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]
-    return {name: (action.option_strings[0], action.nargs != 0) for action in run._actions
+    return next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]._actions
+
+
+def _run_options() -> Dict[str, Tuple[str, bool]]:
+    """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
+    whether it takes a value), read from lm-eval's own parser."""
+    return {name: (action.option_strings[0], action.nargs != 0) for action in _run_actions()
             for name in action.option_strings}
+
+
+# what a value of lm-eval's typed `run` options must be, said where lm-eval's parser named its type function:
+# `argument --seed: invalid functools.partial(<function _int_or_none_list_arg_type at 0x...>, 3, 4,
+# '0,1234,1234,1234') value: 'x'`, `argument --samples/-E: invalid try_parse_json value: '{x'`
+TAKES = {
+    "--seed": "give one integer for all four seeds (python, numpy, torch, fewshot), or 3 or 4 of them comma-separated, "
+              "None leaving one unset (e.g. --seed 42, --seed 0,None,8,52)",
+    "--limit": "give a whole number of documents per task (e.g. 10), or a fraction of them between 0 and 1 (e.g. 0.1)",
+    "--num_fewshot": "give a whole number of few-shot examples (e.g. 5)",
+    "--max_batch_size": "give a whole number, the largest batch --batch_size auto tries (e.g. 64)",
+    "--samples": "give a JSON object of task names to document indices, e.g. --samples '{\"longshort_ppl\": [0, 1]}' "
+                 "(double quotes inside, single outside)",
+    "--fewshot_as_multiturn": "give true or false (lm-eval reads any word but true, 1 or yes as false)",
+}
+_BOOLEAN_WORDS = ("true", "1", "yes", "false", "0", "no")
+
+
+def check_option_values(args: Sequence[str]) -> None:
+    """Each value of an lm-eval ``run`` option in ``args`` (long names: :func:`canonical_options`) that lm-eval's
+    parser types read by that parser's own type function, before anything runs; ``ValueError`` in one line naming
+    the option and what it takes (:data:`TAKES`). ``--fewshot_as_multiturn maybe``, which lm-eval read as false, is
+    refused too, and so is a ``--limit`` lm-eval would misread (:func:`check_limit`)."""
+    from argparse import ArgumentTypeError
+
+    for action in _run_actions():
+        name = action.option_strings[0] if action.option_strings else ""
+        value = option(args, name) if callable(action.type) and action.type is not str else None
+        if value is None or (action.nargs == "?" and value.startswith("-")):  # `--fewshot_as_multiturn --x`: bare
+            continue
+        takes = TAKES.get(name, "")
+        if name == "--fewshot_as_multiturn" and value.strip().lower() not in _BOOLEAN_WORDS:
+            raise ValueError(f"{name} {value}: {takes}")
+        logging.disable(logging.WARNING)  # --seed 1,2,3 logs its "filled with defaults" once, when lm-eval reads it
+        try:
+            action.type(value)
+        except ArgumentTypeError as e:
+            raise ValueError(f"{name} {value}: {e}") from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name} {value}: {takes or e}") from None
+        finally:
+            logging.disable(logging.NOTSET)
+    check_limit(option(args, "--limit"))
+
+
+def check_limit(value: Optional[str]) -> None:
+    """lm-eval takes ``--limit`` < 1 as a fraction of each task's documents (``ceil``) and one >= 1 as a count
+    (``int``): 0 and a negative one failed after the model had loaded ("task.build_requests() did not find any
+    docs!", an islice error naming no option), and 1.5 ran 1 document without a word."""
+    if value is None:
+        return
+    try:
+        limit = float(value)
+    except ValueError:
+        return  # check_option_values says what it takes
+    if not math.isfinite(limit) or limit <= 0 or (limit >= 1 and not limit.is_integer()):
+        raise ValueError(f"--limit {value} is not accepted: {TAKES['--limit']}")
 
 
 def canonical_options(args: Sequence[str]) -> List[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import sys
 from argparse import ArgumentParser
@@ -18,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
-from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_verbosity, flag_given, home_expanded,
-                                              option)
+from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_option_values, check_verbosity,
+                                              flag_given, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -97,11 +96,11 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     if not evaluating:
         return out
     model = option(out, "--model")
+    check_option_values(out)  # --seed, --limit, --samples...: lm-eval's parser named its type function
     _check_output_path(option(out, "--output_path"))
     from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
     check_output_path_apart(out, lambda key: _model_args_value(out, key), model == "longshort")
     _check_json_option(out, "--metadata")
-    _check_limit(option(out, "--limit"))
     check_verbosity(option(out, "--verbosity"))
     _check_integrity_runnable(out)
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
@@ -291,21 +290,6 @@ def _check_json_option(out: List[str], name: str) -> None:
             except ValueError as e:
                 raise ValueError(f"{name} {value!r} is not JSON ({e}); e.g. {name} "
                                  "'{\"max_seq_lengths\": \"1k,4k\"}' (double quotes inside, single outside)") from None
-
-
-def _check_limit(value: Optional[str]) -> None:
-    """lm-eval takes ``--limit`` < 1 as a fraction of each task's documents (``ceil``) and one >= 1 as a count
-    (``int``): 0 and a negative one failed after the model had loaded ("task.build_requests() did not find any
-    docs!", an islice error naming no option), and 1.5 ran 1 document without a word."""
-    if value is None:
-        return
-    try:
-        limit = float(value)
-    except ValueError:
-        return  # lm-eval's own parser says so, naming --limit
-    if not math.isfinite(limit) or limit <= 0 or (limit >= 1 and not limit.is_integer()):
-        raise ValueError(f"--limit {value} is not accepted: give a whole number of documents per task (e.g. 10), "
-                         "or a fraction of them between 0 and 1 (e.g. 0.1)")
 
 
 def _check_integrity_runnable(out: List[str]) -> None:

@@ -1,0 +1,53 @@
+"""lm-eval's typed ``run`` options refused by ``longshort-eval`` in one line naming the option and what it takes:
+lm-eval's parser named its type function (``argument --seed: invalid functools.partial(<function
+_int_or_none_list_arg_type at 0x...>, 3, 4, '0,1234,1234,1234') value: 'x'``)."""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+
+def _seed(value):  # lm-eval's own reading of --seed, the reference for what is taken
+    from lm_eval._cli.utils import _int_or_none_list_arg_type
+
+    return partial(_int_or_none_list_arg_type, 3, 4, "0,1234,1234,1234")(value)
+
+
+def test_a_bad_typed_value_is_one_line_naming_the_option_and_what_it_takes():
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    for args in (["--seed", "x"], ["--seed", "1,2"], ["--seed=1,2,3,4,5"], ["-L", "abc"], ["--num_fewshot", "x"],
+                 ["--max_batch_size", "x"], ["--samples", "{x"], ["--fewshot_as_multiturn", "maybe"]):
+        with pytest.raises(ValueError) as e:
+            lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", *args])
+        line, name = str(e.value), args[0].split("=")[0].replace("-L", "--limit")
+        assert line.startswith(name + " ") and "\n" not in line and " give " in line, line
+        assert "functools" not in line and "<function" not in line and "try_parse_json" not in line, line
+    for bad in ("x", "1,2", "1,2,3,4,5", "1.5"):  # refused where lm-eval's own parser refuses them
+        with pytest.raises(ValueError):
+            _seed(bad)
+    # what the --seed line offers is what lm-eval takes, and longshort-eval passes it on
+    for good in ("42", "0,None,8,52", "1,2,3"):
+        _seed(good)
+        out = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--seed", good])
+        assert out[out.index("--seed") + 1] == good
+    out = lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", "--fewshot_as_multiturn", "--limit", "2"])
+    assert "--fewshot_as_multiturn" in out  # bare: lm-eval's const True
+
+
+def test_the_refusal_is_the_whole_output_exit_2_and_nothing_written(capsys, monkeypatch, tmp_path):
+    from torchtune_longshort.eval.__main__ import main
+
+    out_dir = tmp_path / "results"
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", "hf", "--tasks", "longshort_ppl", "--seed",
+                                      "x", "--output_path", str(out_dir)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: --seed x: "), err
+    assert not out_dir.exists()
