@@ -51,3 +51,22 @@ def test_the_refusal_is_the_whole_output_exit_2_and_nothing_written(capsys, monk
     out, err = capsys.readouterr()
     assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: --seed x: "), err
     assert not out_dir.exists()
+
+
+def test_json_that_does_not_parse_names_its_option():
+    """``--model_args '{bad'`` and ``--gen_kwargs '{bad'`` gave lm-eval's "Invalid JSON: {bad. Hint: Use double
+    quotes for JSON strings.", naming no option (``--metadata`` alone was named)."""
+    import json
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    for name, value in (("--model_args", "{bad"), ("--gen_kwargs", "{'max_gen_toks': 64}"),
+                        ("--metadata", "{'max_seq_lengths': '1k'}"), ("--wandb_args", "{x")):
+        with pytest.raises(ValueError):
+            json.loads(value)  # the reference: not JSON
+        with pytest.raises(ValueError) as e:
+            lm_eval_argv(["run", "--model", "hf", "--tasks", "longshort_ppl", name, value])
+        line = str(e.value)
+        assert line.startswith(f"{name} {value!r} is not JSON (") and "\n" not in line, line
+        example = line.split(f"e.g. {name} '", 1)[1].split("' (double quotes", 1)[0]
+        assert isinstance(json.loads(example), dict), line  # the spelling it offers parses

@@ -73,17 +73,25 @@ TAKES = {
     "--fewshot_as_multiturn": "give true or false (lm-eval reads any word but true, 1 or yes as false)",
 }
 _BOOLEAN_WORDS = ("true", "1", "yes", "false", "0", "no")
+# an example of each key=value option's JSON spelling (lm-eval's "Invalid JSON: {x. Hint: ..." named no option); a
+# path with a comma needs it in --model_args
+JSON_EXAMPLES = {"--metadata": '{"max_seq_lengths": "1k,4k"}', "--model_args": '{"pretrained": "/runs 1,2/step_2"}',
+                 "--gen_kwargs": '{"max_gen_toks": 64}'}
 
 
 def check_option_values(args: Sequence[str]) -> None:
     """Each value of an lm-eval ``run`` option in ``args`` (long names: :func:`canonical_options`) that lm-eval's
     parser types read by that parser's own type function, before anything runs; ``ValueError`` in one line naming
-    the option and what it takes (:data:`TAKES`). ``--fewshot_as_multiturn maybe``, which lm-eval read as false, is
+    the option and what it takes (:data:`TAKES`); a ``key=value`` option's JSON that does not parse names the
+    option (:data:`JSON_EXAMPLES`). ``--fewshot_as_multiturn maybe``, which lm-eval read as false, is
     refused too, and so is a ``--limit`` lm-eval would misread (:func:`check_limit`)."""
     from argparse import ArgumentTypeError
 
+    from lm_eval._cli.utils import MergeDictAction  # deferred: lm_eval (as _run_actions)
+
     for action in _run_actions():
         name = action.option_strings[0] if action.option_strings else ""
+        _check_json(name, option(args, name) if isinstance(action, MergeDictAction) else None)
         value = option(args, name) if callable(action.type) and action.type is not str else None
         if value is None or (action.nargs == "?" and value.startswith("-")):  # `--fewshot_as_multiturn --x`: bare
             continue
@@ -100,6 +108,18 @@ def check_option_values(args: Sequence[str]) -> None:
         finally:
             logging.disable(logging.NOTSET)
     check_limit(option(args, "--limit"))
+
+
+def _check_json(name: str, value: Optional[str]) -> None:
+    """A ``key=value`` option's value meant as JSON (it holds ``{``, as lm-eval reads it) parses."""
+    if value is None or "{" not in value:
+        return
+    try:
+        json.loads(value)
+    except ValueError as e:
+        example = JSON_EXAMPLES.get(name, '{"key": "value"}')
+        raise ValueError(f"{name} {value!r} is not JSON ({e}); e.g. {name} '{example}' (double quotes inside, single "
+                         "outside)") from None
 
 
 def check_limit(value: Optional[str]) -> None:
@@ -175,7 +195,7 @@ def _model_args_expanded(value: str) -> str:
         try:
             given = json.loads(value)
         except ValueError:
-            return value  # refused as it is, naming --model_args (cli_run's JSON check)
+            return value  # refused as it is, naming --model_args (check_option_values)
         if not isinstance(given, dict):
             return value
         paths = {k: _model_path(k, v) for k, v in given.items() if isinstance(v, str)}

@@ -100,7 +100,6 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     _check_output_path(option(out, "--output_path"))
     from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
     check_output_path_apart(out, lambda key: _model_args_value(out, key), model == "longshort")
-    _check_json_option(out, "--metadata")
     check_verbosity(option(out, "--verbosity"))
     _check_integrity_runnable(out)
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
@@ -277,19 +276,6 @@ def _without_model_args_key(out: List[str], key: str) -> List[str]:
         value = ",".join(item for item in value.split(",") if not item.startswith(f"{key}="))
         out[k] = head + sep + value
     return out
-
-
-def _check_json_option(out: List[str], name: str) -> None:
-    """Each ``name`` value that is meant as JSON (it holds ``{``) parses (lm-eval's message, ``Invalid JSON: ...``,
-    named no option)."""
-    for i, a in enumerate(out):
-        value = out[i + 1] if a == name and i + 1 < len(out) else a.split("=", 1)[1] if a.startswith(name + "=") else None
-        if value is not None and "{" in value:
-            try:
-                json.loads(value)
-            except ValueError as e:
-                raise ValueError(f"{name} {value!r} is not JSON ({e}); e.g. {name} "
-                                 "'{\"max_seq_lengths\": \"1k,4k\"}' (double quotes inside, single outside)") from None
 
 
 def _check_integrity_runnable(out: List[str]) -> None:
