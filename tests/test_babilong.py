@@ -413,7 +413,8 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
     (mine / "1k" / "qa1.jsonl").write_text("my rows\n")
     cases = [(["--out", str(mine)], "holds '1k/qa1.jsonl', which no earlier run there wrote"),
              (["--out", str(tmp_path / "o"), "--haystack", str(tmp_path / "absent.txt")], "haystack="),
-             (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")], "is no local file or folder"),
+             (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")],
+              "absent_tok': no tokenizer file or folder there: name a tokenizer folder or file"),
              (["--out", "/proc/longshort_x"], "cannot be created"),
              (["--out", "/proc"], "--out='/proc' does not take new files"),  # an OSError traceback at its first file
              # a depth past 100 was refused by the first sample, after the folder's list and a .partial file

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_found,
                                               recorded_base_said, refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
+from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_variable
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -153,8 +153,7 @@ def refuse_uncached_offline(name: str, model: str, revision: Optional[str] = Non
     if not constants.is_offline_mode():
         refuse_unanswered_online(name, model, config, revision)
         return
-    variable = next((f"{v}={os.environ[v]}" for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(v)),
-                    "offline mode on")
+    variable = hub_offline_variable()
     raise FileNotFoundError(
         f"--model_args pretrained={name}: neither a folder in {str(Path.cwd())!r}, the folder this command runs in, "
         f"nor a model in the Hugging Face cache ({constants.HF_HUB_CACHE}){at}, and the hub is offline ({variable}): "

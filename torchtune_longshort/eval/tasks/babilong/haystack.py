@@ -53,11 +53,12 @@ class RequestPrompt(Protocol):
     def request_tokens(self, input_text: str, question: str, count_tokens: CountTokens) -> int: ...
 
 
-def load_token_counter(tokenizer: str, trust_remote_code: Optional[bool] = None) -> Callable[[str], int]:
+def load_token_counter(tokenizer: str, trust_remote_code: Optional[bool] = None,
+                       label: str = "tokenizer") -> Callable[[str], int]:
     """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
     project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`,
-    ``trust_remote_code`` as it takes it)."""
-    tok = TaskTokenizer(tokenizer, trust_remote_code)
+    ``trust_remote_code`` as it takes it; ``label``: the name a refusal gives it)."""
+    tok = TaskTokenizer(tokenizer, trust_remote_code, label)
     return lambda text: len(tok.encode(text))
 
 

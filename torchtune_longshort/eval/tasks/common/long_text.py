@@ -25,6 +25,7 @@ from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
+from torchtune_longshort.eval.tasks.common.missing_tokenizer import missing_tokenizer_line
 from torchtune_longshort.eval.tasks.common.unavailable import (
     TaskDataError, TooFewSequences, guard_hub_iteration, metadata_trust, model_tokenizer_path)
 
@@ -51,7 +52,7 @@ class TaskTokenizer:
     checkpoint_tokenizer`: SentencePiece, tiktoken or ``tokenizer.json``, the ids the ``longshort`` model uses:
     special-token strings in text get ``AutoTokenizer``'s ids); a hub name through transformers' ``AutoTokenizer``."""
 
-    def __init__(self, name_or_path: str, trust_remote_code: Any = None):
+    def __init__(self, name_or_path: str, trust_remote_code: Any = None, label: str = "tokenizer"):
         self.name = str(name_or_path)
         if Path(self.name).expanduser().exists():
             # deferred: torch (the models package's __init__ imports it; a hub tokenizer name needs none of it)
@@ -68,9 +69,7 @@ class TaskTokenizer:
             try:
                 self._hf = AutoTokenizer.from_pretrained(self.name)
             except OSError as e:  # transformers' word for a path that is not there and a hub name it cannot get
-                raise FileNotFoundError(f"tokenizer {self.name!r} is no local file or folder, and no tokenizer the "
-                                        f"hub gives ({' '.join(str(e).split())[:200]}): name a tokenizer folder or "
-                                        "file, or a hub name") from None
+                raise FileNotFoundError(missing_tokenizer_line(self.name, e, label)) from None
 
     def encode(self, text: str) -> List[int]:
         """Token ids of ``text``, no BOS/EOS."""
