@@ -33,7 +33,7 @@ from typing import Any, Dict, Optional, Tuple
 from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_found,
                                               recorded_base_said, refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
-from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_variable
+from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_variable, missing_tokenizer_line
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
@@ -51,10 +51,27 @@ def check_other_model_args(model_args: Dict[str, Any], model: str) -> None:
                          f"(--model longshort); --model {model} takes none (transformers refused it after lm-eval's "
                          "start-up): evaluate with --model longshort, or a checkpoint saved with that RoPE")
     warn_stale_tokenizer_json(model_args)
+    if model == "hf" and isinstance(model_args.get("tokenizer"), str) and model_args["tokenizer"]:
+        refuse_unloadable_tokenizer(model_args["tokenizer"])
     if model_args.get("peft"):
         check_peft_args(str(model_args.get("pretrained")), str(model_args["peft"]))
         pretrained = model_args.get("pretrained")
         refuse_unfitting_adapter(str(pretrained) if pretrained else None, str(model_args["peft"]))
+
+
+def refuse_unloadable_tokenizer(name: str) -> None:
+    """``--model hf``'s ``tokenizer=`` that no tokenizer load can find, refused before lm-eval starts (transformers
+    raised it, offline, once the model had loaded: an ``OSError`` traceback): a path that is not there, or, offline
+    (huggingface_hub's ``is_offline_mode``), a hub name its cache holds no tokenizer file of."""
+    # deferred: huggingface_hub (transformers' dependency; asked only of a --model_args tokenizer=)
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if Path(name).expanduser().exists():
+        return
+    cached = hub_named(name) and any(isinstance(try_to_load_from_cache(name, f), str)
+                                     for f in ("tokenizer_config.json", "tokenizer.json", "config.json"))
+    if not cached and (not hub_named(name) or constants.is_offline_mode()):
+        raise FileNotFoundError(missing_tokenizer_line(name, FileNotFoundError(name), "--model_args tokenizer"))
 
 
 def check_peft_args(pretrained: Optional[str], peft: str) -> None:
