@@ -168,3 +168,19 @@ def test_a_llama_family_of_ones_own_beside_a_llama_folder_is_told_to_name_it_in_
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, FAMILY_KEY: mine}))
     LongShortFinetuneRecipe(make_cfg(folder, sp_tokenizer_dir, tmp_path / "run", model=model))  # the fix: accepted
+
+
+def test_a_family_of_ones_own_inside_rope_scaled_passes_the_config_check(own_module, tiny_llama2_dir, tmp_path):
+    """The README's family of one's own named beside checkpoint_dir inside rope_scaled (model.model.family), YaRN to
+    twice the folder's positions: the config check opened the folder to find the scaling's start before the family
+    was imported, and refused it ("model_type='mymodel' ... is not a supported model family"); now the start is the
+    folder's own max_position_embeddings (read here from its config.json)."""
+    from torchtune_longshort.training.recipe_config.rope_node import scaling_start_of_node
+
+    folder = _as_mymodel(tiny_llama2_dir, tmp_path / "ckpt")
+    positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    model = {"_component_": "torchtune_longshort.models.rope_scaled", "method": "yarn", "max_seq_len": 2 * positions,
+             "model": {"_component_": "torchtune_longshort.models.hf_decoder", "checkpoint_dir": str(folder),
+                       "family": PATH}}
+    assert PKG not in sys.modules  # as in a fresh longshort-validate / tune run process
+    assert scaling_start_of_node(model) == positions

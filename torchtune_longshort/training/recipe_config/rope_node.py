@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from torchtune_longshort.config.values import resolve_component
+from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_model import scaling_start_of, scaling_start_past_checkpoint
@@ -97,6 +98,9 @@ def scaling_start_of_node(node: Mapping[str, Any]) -> Optional[int]:
     if isinstance(node.get("original_max_seq_len"), int) or not isinstance(inner, Mapping):
         return node.get("original_max_seq_len")
     given = inner.get("max_seq_len")
+    if inner.get("_component_") == HF_DECODER and inner.get("family") is not None:
+        # a family of one's own reads the folder: imported (kept) before it is opened, as hf_decoder does
+        family_named(inner["family"], "model.model.family")
     if inner.get("_component_") == HF_DECODER and inner.get("checkpoint_dir") \
             and Path(str(inner["checkpoint_dir"])).is_dir() and (given is None or isinstance(given, int)):
         return scaling_start_of(inner["checkpoint_dir"], given, bool(inner.get("plain_rope")))[0]
