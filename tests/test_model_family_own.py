@@ -184,3 +184,17 @@ def test_a_family_of_ones_own_inside_rope_scaled_passes_the_config_check(own_mod
                        "family": PATH}}
     assert PKG not in sys.modules  # as in a fresh longshort-validate / tune run process
     assert scaling_start_of_node(model) == positions
+
+
+def test_the_readme_family_builds_the_rope_base_transformers_5_writes(own_module):
+    """transformers 5 writes a folder's RoPE base inside rope_parameters, with no top-level rope_theta; the README's
+    build_mymodel read config.get("rope_theta", 10_000.0) and built base 10000 for a 500000 folder (silently another
+    model). Reference: the base transformers' own LlamaConfig holds after reading that config.json."""
+    from transformers import LlamaConfig
+
+    written = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    config = written.to_dict()
+    assert "rope_theta" not in config  # the layout the README's builder must read
+    model = family_named(PATH).build(config, 64, None)
+    assert model.layers[0].attn.pos_embeddings.base == LlamaConfig(**config).rope_parameters["rope_theta"]
