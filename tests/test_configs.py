@@ -304,14 +304,19 @@ def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(t
     # `--config configs/<name>.yaml`, which tune run and the study refused from a pip install ("no such file" /
     # "neither a file nor a config this package ships"). Now every `--config X` they show resolves from a folder
     # that is not the checkout: for the study commands a shipped name, for tune run the file a `longshort-cp NAME X`
-    # before it wrote (NAME shipped); and no comment names a path under configs/.
+    # before it wrote (NAME shipped); and no comment names a path under configs/. The installed recipe's docstrings
+    # showed `--config configs/tiny/longshort_stdlib.yaml` and two config headers "tests/conftest.py's
+    # tiny_llama2_dir": no text a wheel user reads names a checkout's configs/ or tests/ path.
     import re
 
+    import torchtune_longshort.recipes.longshort_finetune as recipe
     import torchtune_longshort.study.__main__ as study_cli
     import torchtune_longshort.study.table1.__main__ as table1_cli
     from torchtune_longshort.configs_cli import resolve_config, shipped_configs
 
     texts = {f"{m.__name__} --help": m.__doc__ for m in (study_cli, table1_cli)}
+    texts[recipe.__name__] = recipe.__doc__ + recipe.LongShortFinetuneRecipe.__doc__
+    checkout_free = {*shipped_configs(), recipe.__name__}
     for path in sorted((REPO / "configs").rglob("*.yaml")):  # the files the wheel ships as torchtune_longshort.configs
         texts[str(path.relative_to(REPO / "configs"))] = "\n".join(
             x for x in path.read_text().splitlines() if x.lstrip().startswith("#"))
@@ -321,7 +326,7 @@ def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(t
         bad += [f"{where}: longshort-cp {src}" for src, _ in re.findall(r"longshort-cp (\S+) (\S+)", text)
                 if src not in shipped_configs()]
         for line in text.splitlines():
-            wrong = where in shipped_configs() and "configs/" in line
+            wrong = (where in checkout_free and "configs/" in line) or "tests/" in line
             for value in re.findall(r"--config (\S+)", line):
                 if "tune run" in line:
                     wrong |= value not in copied

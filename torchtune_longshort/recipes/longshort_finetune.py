@@ -1,7 +1,7 @@
 """Long-short alignment fine-tuning (Du et al., ICML 2025) as a torchtune recipe.
 
-    tune run torchtune_longshort/recipes/longshort_finetune.py --config configs/tiny/longshort_stdlib.yaml [key=value ...]
-    tune run --nproc_per_node 2 torchtune_longshort/recipes/longshort_finetune.py --config my.yaml [key=value ...]
+    longshort-cp tiny/longshort_stdlib.yaml run.yaml   # copies a shipped config (--list names them)
+    tune run [--nproc_per_node 2] torchtune_longshort/recipes/longshort_finetune.py --config run.yaml [key=value ...]
 
 ``tune run`` imports the path as module ``torchtune_longshort.recipes.longshort_finetune``: it runs from any folder
 once installed (``longshort-cp`` copies the shipped configs). One file serves one process and ``torchrun`` (FSDP2
@@ -66,9 +66,9 @@ class LongShortFinetuneRecipe(RecipeSetup):
     """Full / LoRA / QLoRA fine-tuning with ``ce + alpha * misalignment`` on dual-window batches.
 
     The config's fields, with their defaults and checks, are :class:`~torchtune_longshort.training.recipe_config.
-    RecipeConfig` and its sections (the README's table is generated from them); configs/tiny/longshort_stdlib.yaml is
-    a complete, commented example. The constructor builds and checks it before any side effect; :meth:`setup` builds
-    the run's parts (:class:`~torchtune_longshort.training.recipe_setup.RecipeSetup`), :meth:`train` runs the loop.
+    RecipeConfig` and its sections (the README's table is generated from them); the shipped tiny/longshort_stdlib.yaml
+    (``longshort-cp`` copies it) is a complete, commented example. The constructor builds and checks it before any side
+    effect; :meth:`setup` builds the run's parts (:class:`RecipeSetup`), :meth:`train` runs the loop.
     """
 
     def __init__(self, cfg: DictConfig) -> None:
