@@ -367,3 +367,22 @@ def test_a_report_dir_that_is_the_studys_own_folder_is_refused_before_anything_r
     assert len(err.splitlines()) == 1, err
     assert "is the study's output folder" in err and "name another folder" in err, err
     assert not (tmp_path / "s").exists()
+
+
+def test_a_bad_jobs_is_refused_with_plan_too(capsys):
+    # `--plan --jobs 0` printed the plan and exited 0 (--plan returned before --jobs was read), while the same
+    # --jobs 0 without --plan is refused: now refused in one line, exit 2 (argparse's status for a bad flag), no plan
+    import argparse
+
+    from torchtune_longshort.study.__main__ import main
+
+    with pytest.raises(SystemExit) as argparse_exit:
+        argparse.ArgumentParser().error("a bad flag")
+    capsys.readouterr()
+
+    argv = ["--config", str(ROOT / "configs/study/gpu_smollm2_seeds.yaml"), "--repo-root", str(ROOT), "--plan"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + ["--jobs", "0"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == argparse_exit.value.code and out == "", out
+    assert err.count("\n") == 1 and "--jobs=0: expected a positive integer" in err and "Traceback" not in err, err

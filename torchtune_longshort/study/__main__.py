@@ -76,6 +76,8 @@ def _parser() -> ArgumentParser:
 def main(argv=None) -> int:
     p = _parser()
     a = p.parse_args(argv)
+    if a.jobs is not None and a.jobs < 1:  # before the config is read: --plan (which exits early) took it too
+        p.error(f"--jobs={a.jobs}: expected a positive integer")
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
@@ -91,8 +93,6 @@ def main(argv=None) -> int:
         print(cfg.plan.table(cfg.jobs, a.config))
         return 0
     if a.jobs is not None:
-        if a.jobs < 1:
-            p.error(f"--jobs={a.jobs}: expected a positive integer")
         cfg = dataclasses.replace(cfg, jobs=a.jobs)
     # a command-line --out is read from the working directory, as --report-dir is; the config's output_dir from root
     out = Path(a.out).absolute() if a.out else None
