@@ -49,6 +49,19 @@ def test_transformers_name_in_capitals_still_gets_torchtunes_name():
         check_lora_settings({**GOOD, "lora_attn_modules": ["O_proj"]})
 
 
+def test_a_typo_of_a_transformers_name_gets_torchtunes_name_for_it():
+    """``o_projj`` (one key too many on ``o_proj``) was told "use 'v_proj'" (the nearest of torchtune's four names);
+    it is nearest transformers' ``o_proj``, whose torchtune name (torchtune's HF weight map) is the hint now."""
+    import difflib
+
+    from torchtune.models.convert_weights import _FROM_HF
+
+    hf = {k.split(".")[-2]: v.split(".")[-2] for k, v in _FROM_HF.items() if ".self_attn." in k and v}
+    assert difflib.get_close_matches("o_projj", list(hf), n=1) == ["o_proj"]
+    with pytest.raises(ValueError, match=rf"\(for 'o_projj' use '{hf['o_proj']}'\)"):
+        check_lora_settings({**GOOD, "lora_attn_modules": ["o_projj"]})
+
+
 def test_torchtunes_default_lora_values_without_a_rank_are_full_fine_tuning():
     """The values torchtune's LoRA builder takes when none is given change nothing: no refusal without lora_rank."""
     from torchtune.models.llama2 import lora_llama2

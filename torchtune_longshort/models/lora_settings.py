@@ -39,8 +39,10 @@ def _check_modules(modules: Any, where: str) -> None:
     for name in modules:
         if name in ATTN_MODULES:
             continue
+        # a typo of a transformers name ('o_projj') is nearer that name than any of torchtune's: hint what it means
+        names = {**{m: repr(m) for m in ATTN_MODULES}, **_OTHER_NAMES}
         near = _OTHER_NAMES.get(str(name).lower()) or next(
-            (repr(m) for m in difflib.get_close_matches(str(name), ATTN_MODULES, n=1)), None)
+            (names[m] for m in difflib.get_close_matches(str(name), list(names), n=1)), None)
         hint = f" (for {name!r} use {near})" if near else ""
         raise ValueError(f"{key}: {name!r} is not a module torchtune's LoRA builders adapt{hint}; accepted: "
                          f"{list(ATTN_MODULES)}, with apply_lora_to_mlp / apply_lora_to_output for the MLP and output")
