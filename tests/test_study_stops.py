@@ -33,7 +33,9 @@ class _CtrlCWhileStarting(FakeExecutor):
     def __call__(self, argv, log_path, cwd, env, timeout):
         if Path(argv[0]).name == "tune" and log_path.parent.name == self.key:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.5)
+            # the recipe's traceback comes after the study's handler ran (a fixed sleep lost that race on a loaded
+            # machine: the main thread had not run the handler 0.5 s later)
+            assert self.stopping.wait(60), "the study's SIGINT handler never ran"
             log_path.write_text("Traceback (most recent call last):\nKeyboardInterrupt\n")
             return 1
         return super().__call__(argv, log_path, cwd, env, timeout)
@@ -41,7 +43,9 @@ class _CtrlCWhileStarting(FakeExecutor):
 
 def test_a_fine_tune_stopped_by_ctrl_c_while_it_starts_is_interrupted(tmp_path):
     """Before: its result.json said "failed" (the recipe exited 1), where the README says interrupted."""
-    study = _study(tmp_path / "out", _CtrlCWhileStarting("clex_a0_s0"))
+    executor = _CtrlCWhileStarting("clex_a0_s0")
+    study = _study(tmp_path / "out", executor)
+    executor.stopping = study.stopping
     with pytest.raises(StudyInterrupted):
         study.run()
     rec = json.loads((tmp_path / "out" / "runs" / "clex_a0_s0" / "result.json").read_text())
@@ -94,7 +98,7 @@ def test_ctrl_c_as_the_pool_starts_the_first_runs_thread_waits_for_that_run(tmp_
             if threading.current_thread().name.startswith("ThreadPoolExecutor") and not ran:
                 ran.append(log_path.parent.name)  # the first command of the first run, stopped by the Ctrl-C
                 started.set()
-                time.sleep(0.5)
+                assert self.stopping.wait(60), "the study's stop never came"  # the stop first, then the exit 1
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 log_path.write_text("Traceback (most recent call last):\nKeyboardInterrupt\n")
                 return 1
@@ -112,7 +116,9 @@ def test_ctrl_c_as_the_pool_starts_the_first_runs_thread_waits_for_that_run(tmp_
             os.kill(os.getpid(), signal.SIGINT)  # Python's handler raises here, in the main thread, inside submit
 
     monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
-    study = _study(tmp_path / "out", SlowFirst())
+    executor = SlowFirst()
+    study = _study(tmp_path / "out", executor)
+    executor.stopping = study.stopping
     with pytest.raises(BaseException) as e:  # before: the KeyboardInterrupt itself (it would stop pytest)
         study.run()
     assert isinstance(e.value, StudyInterrupted), repr(e.value)
