@@ -159,8 +159,8 @@ main()
 
 @needs_unshare
 def test_eval_whose_results_cannot_be_written_says_so(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
-    """lm-eval logs "Could not save results aggregated" and exits 0; longshort-eval names the file (cut off by the
-    full disk: removed) and exits 2. A disk already full is refused before lm-eval starts."""
+    """lm-eval logs "Could not save results aggregated" and exits 0; longshort-eval names the file (written whole or
+    not at all: the full disk left none) and exits 2. A disk already full is refused before lm-eval starts."""
     disk, script = tmp_path / "disk", tmp_path / "fill.py"
     script.write_text(FILL_AFTER_SCORING)
     args = (f"run --model longshort --model_args pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},"
@@ -171,7 +171,7 @@ def test_eval_whose_results_cannot_be_written_says_so(tmp_path, tiny_llama2_dir,
                                   f"find {disk / 'res'} -name '*.json'", TMPDIR=tmp_path)
     assert "#rc 2" in p.stdout and "token_nll_64" in p.stdout, p.stderr[-3000:]  # the scores were printed
     line = _one_error_line(p.stderr, "longshort-eval")
-    assert "lm-eval could not write 1 results file(s)" in line and "(cut off; removed)" in line, line
+    assert "lm-eval could not write 1 results file(s)" in line and "(not written)" in line, line
     assert "the disk is full" in line, line
     assert not p.stdout.split("#rc 2", 1)[1].strip()  # no cut-off JSON left for a report to read
 

@@ -6,7 +6,10 @@ full disk, a folder it may not write), logs "Could not save results aggregated",
 scores are then only in the printed table, and a write cut off by a full disk leaves a JSON file that stops mid-way,
 which a report would then read. :class:`SavedResults` watches both methods during a ``longshort-eval`` run: after
 each it opens the file the tracker meant to write (its name is the tracker's ``date_id``), and a file missing or cut
-off (removed: it is this run's, and unreadable) is named in the run's last line (exit status 2).
+off (removed: it is this run's, and unreadable) is named in the run's last line (exit status 2). lm-eval writes the
+results file straight at its name; during the run it is written whole or not at all (:func:`_results_whole`), so a
+kill part-way (SIGKILL, the out-of-memory killer) leaves no ``results_<date>.json`` cut off, which the report refused,
+also once the run was evaluated again into the same ``--output_path``.
 
 :func:`check_output_room` refuses, before lm-eval starts, an ``--output_path`` on a disk that is already full.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 from torchtune_longshort.disk_space import check_not_full, is_full, room_text
+from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.refusals import Refusal
 
 
@@ -40,6 +44,26 @@ def samples_file(tracker, task_name: str) -> Path:
     path = Path(tracker.output_path)
     folder = path.parent if path.suffix == ".json" else path / str(tracker.general_config_tracker.model_name_sanitized)
     return folder / f"samples_{task_name}_{tracker.date_id}.jsonl"
+
+
+@contextlib.contextmanager
+def _results_whole(tracker) -> Iterator[None]:
+    """While the context is open, lm-eval's ``Path.write_text`` of ``tracker``'s results file (:func:`results_file`,
+    named once its ``date_id`` is drawn) goes through :func:`atomic_write_text`: a temporary file beside, then
+    ``os.replace``; every other ``write_text`` is left as it is."""
+    write_text = Path.write_text
+
+    def write(path, data, *args, **kwargs):
+        if tracker.output_path and getattr(tracker, "date_id", None) and Path(path) == results_file(tracker):
+            atomic_write_text(path, data)  # lm-eval writes it as UTF-8, as this does
+            return len(data)
+        return write_text(path, data, *args, **kwargs)
+
+    Path.write_text = write
+    try:
+        yield
+    finally:
+        Path.write_text = write_text
 
 
 def _read_json(path: Path) -> None:
@@ -88,7 +112,8 @@ class SavedResults:
 
         def save_aggregated(tracker, *args, **kwargs):
             add_run_record(args[0] if args else kwargs.get("results"))  # provenance, for every model
-            aggregated(tracker, *args, **kwargs)
+            with _results_whole(tracker):
+                aggregated(tracker, *args, **kwargs)
             if tracker.output_path:
                 self.check(results_file(tracker), _read_json)
 
