@@ -187,12 +187,13 @@ def real_model_dir():
 # Files split from those since (2026-12-06, the 400-line limit): the old figure shared by each part's per-test
 # durations in a -n 0 run (test_recipe.py 105 -> 50 + 55, test_recipe_lora.py's QLoRA refusal then moved in-process:
 # 44; test_study_faults.py 80 -> 46 + test_study_stops.py 34; test_study_table1.py 37 -> 30; test_reliability_eval.py
-# 16 -> 15); a part under 16 s is left to the slow-marker rule.
+# 16 -> 15; test_babilong.py 25 -> 24 + test_babilong_generator.py 1); a part under 16 s is left to the
+# slow-marker rule.
 FILE_SECONDS = {
     "test_wheel_install.py": 82, "test_study_quick.py": 73, "test_recipe.py": 50, "test_recipe_lora.py": 44,
     "test_compile.py": 49, "test_disk_full.py": 47, "test_study_faults.py": 46, "test_real_model_train.py": 46,
     "test_e2e_matrix.py": 44, "test_real_model_eval.py": 40, "test_study_report.py": 40, "test_study_stops.py": 34,
-    "test_study_claims.py": 33, "test_eval_interrupts.py": 31, "test_study_table1.py": 30, "test_babilong.py": 25,
+    "test_study_claims.py": 33, "test_eval_interrupts.py": 31, "test_study_table1.py": 30, "test_babilong.py": 24,
     "test_gpu_suite.py": 25, "test_study.py": 25, "test_quiet.py": 23, "test_stop_signals.py": 21,
     "test_synthetic_faults.py": 18, "test_synthetic_cli.py": 17, "test_host_syncs.py": 16,
     "test_reliability_eval.py": 15,
