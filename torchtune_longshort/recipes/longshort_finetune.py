@@ -51,7 +51,7 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                           check_finite_norms, clip_gradient_norms, loss_terms,
                                                           read_step)
-    from torchtune_longshort.training.stop_signals import StopSignals, at_once
+    from torchtune_longshort.training.stop_signals import StopSignals, at_once, stopped_line
     from torchtune_longshort.training.validation import validation_metrics
     from torchtune_longshort.windows import unstack_window_outputs
 except KeyboardInterrupt:
@@ -208,11 +208,8 @@ class LongShortFinetuneRecipe(RecipeSetup):
                 self._stop_step = self.global_step + 1
             if stop_signal:
                 self.stopped_by = stop_signal
-                utils.log_rank_zero(
-                    log,
-                    f"{StopSignals.name(stop_signal)} received: finished step {self.global_step}, saved "
-                    f"{self.ckpts.path(self.global_step)}; continue with resume=True",
-                )
+                utils.log_rank_zero(log, stopped_line(stop_signal, self.global_step, max_steps,
+                                                      str(self.ckpts.path(self.global_step))))
                 break
         else:
             if stop_at < max_steps:  # the loop ran to stop_at (every other way out breaks or raises)

@@ -99,6 +99,16 @@ class StopSignals:
         return f"{name}: finishing step {step}, then saving it; {again} to stop now without saving it"
 
 
+def stopped_line(signum: int, step: int, max_steps: int, saved: str) -> str:
+    """The line a run stopped by a signal ends with, once ``step`` is saved at ``saved``: resume continues it, unless
+    ``step`` is the run's last (``max_steps``, the steps the recipe trains) and the run is finished, ``saved`` its
+    final checkpoint (``resume=True`` would only say "Nothing to train")."""
+    said = f"{StopSignals.name(signum)} received: finished step {step}, saved {saved}"
+    if step >= max_steps:
+        return f"{said}; that was the run's last step: the run is finished, and {saved} is its final checkpoint"
+    return f"{said}; continue with resume=True"
+
+
 def at_once(ckpts: StepCheckpoints) -> str:
     """What a run stopped at once by a second signal leaves (the end of its one line): a save cut short leaves the
     step before it standing (the saves are written aside and renamed into place), as a kill -9 does."""
