@@ -10,6 +10,7 @@ import json
 import pytest
 
 from torchtune_longshort.eval.report import build_report, main
+from torchtune_longshort.eval.report.results_io import load_results
 from report_runs import lm_eval_run as _run
 from test_eval_report import _write
 
@@ -79,6 +80,25 @@ def test_a_torn_samples_line_is_skipped_and_a_broken_results_file_named(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "results_2026-01-01T00-00-00.json: not a JSON file" in err, err
     assert not (tmp_path / "rep2").exists()
+
+
+def test_a_cut_off_results_file_is_named_with_what_to_do_with_it(tmp_path, capsys):
+    """A run evaluated again into the folder of a cut-off results file (stock lm-eval's, killed) was refused with
+    "evaluate that run again, or leave its folder out", and evaluating it again was refused the same way; now the
+    line says to move or delete that file, and doing so lets the report read the run."""
+    _write(tmp_path / "run", {"longshort_ppl": {"ppl_512,none": 9.25}})
+    cut = tmp_path / "run" / "results_2026-01-01T00-00-00.json"
+    cut.write_text(cut.read_text()[:12])  # the kill's
+    (tmp_path / "run" / "results_2026-01-02T00-00-00.json").write_text(json.dumps({"results": {
+        "longshort_ppl": {"ppl_512,none": 8.5}}}))  # the run evaluated again beside it
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "run"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.split(": not a JSON file")[0].endswith(str(cut)) and "move or delete it" in err, err
+    assert "another --output_path" in err and not (tmp_path / "rep").exists()
+    cut.unlink()  # as the line says: the run evaluated again is read
+    assert load_results(tmp_path / "run")["longshort_ppl"]["ppl_512"] == 8.5
 
 
 def test_cut_off_samples_are_said_and_the_curve_is_built_from_the_readable_ones(tmp_path):

@@ -35,11 +35,15 @@ NO_RESULTS = ("lm-eval writes results_<date>.json under an --output_path folder,
 
 
 def json_file(path: Path) -> Any:
-    """A results file parsed; one that is not JSON is refused naming it (the report cannot stand without it)."""
+    """A results file parsed; one that is not JSON is refused naming it (the report cannot stand without it): cut off
+    as stock lm-eval, which writes it in place, leaves it when killed. The report reads every results file of a run,
+    so a run evaluated again into the same ``--output_path`` is refused as long as the cut-off file lies beside it."""
     try:
         return json.loads(Path(path).read_text())
     except ValueError as e:
-        raise ValueError(f"{path}: not a JSON file ({e}); evaluate that run again, or leave its folder out") from None
+        raise ValueError(f"{path}: not a JSON file ({e}), a results file cut off while it was written; move or delete "
+                         f"it (a run evaluated again beside it is refused while it is there), or evaluate the run "
+                         f"again into another --output_path folder") from None
 
 
 def is_results_file(path: Path) -> bool:
