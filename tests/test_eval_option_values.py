@@ -70,3 +70,35 @@ def test_json_that_does_not_parse_names_its_option():
         assert line.startswith(f"{name} {value!r} is not JSON (") and "\n" not in line, line
         example = line.split(f"e.g. {name} '", 1)[1].split("' (double quotes", 1)[0]
         assert isinstance(json.loads(example), dict), line  # the spelling it offers parses
+
+
+def _hf_batch_size(value):  # lm-eval's hf reading of --batch_size (HFLM.__init__), the reference for what it takes
+    if str(value).startswith("auto"):
+        parts = value.split(":")
+        return parts[0], float(parts[1]) if len(parts) > 1 else 1
+    return int(value), 1
+
+
+@pytest.mark.parametrize("model", ["hf", "longshort"])
+def test_a_bad_batch_size_is_refused_naming_the_flag_before_any_model_loads(model):
+    # `--batch_size x` loaded the model, then hf said "invalid literal for int() with base 10: 'x'" and ours
+    # "batch_size='x' is not an integer" (a model argument); the pretrained folder here does not exist, so a
+    # refusal that reached the model would name it
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    run = ["run", "--model", model, "--model_args", "pretrained=/nonexistent", "--tasks", "longshort_ppl"]
+    for bad in ("x", "1.5", "auto:x", "auto:"):
+        with pytest.raises(ValueError):
+            _hf_batch_size(bad)
+        with pytest.raises(ValueError) as e:
+            lm_eval_argv([*run, "--batch_size", bad])
+        line = str(e.value)
+        assert line.startswith(f"--batch_size {bad}: ") and "auto:N" in line and "\n" not in line, line
+    with pytest.raises(ValueError, match=r"^--model_args batch_size=x: "):
+        lm_eval_argv(["run", "--model", "hf", "--model_args", "pretrained=/nonexistent,batch_size=x", "--tasks",
+                      "longshort_ppl"])
+    for good in ("8", "auto", "auto:4", "auto:2.5"):  # what lm-eval's hf takes goes on to it
+        _hf_batch_size(good)
+        if model == "hf":
+            out = lm_eval_argv([*run, "--batch_size", good])
+            assert out[out.index("--batch_size") + 1] == good

@@ -71,6 +71,8 @@ TAKES = {
     "--samples": "give a JSON object of task names to document indices, e.g. --samples '{\"longshort_ppl\": [0, 1]}' "
                  "(double quotes inside, single outside)",
     "--fewshot_as_multiturn": "give true or false (lm-eval reads any word but true, 1 or yes as false)",
+    "--batch_size": "give a whole number (e.g. 8), auto, or auto:N (N a positive number: auto-tune N times), as "
+                    "lm-eval takes them",
 }
 _BOOLEAN_WORDS = ("true", "1", "yes", "false", "0", "no")
 # an example of each key=value option's JSON spelling (lm-eval's "Invalid JSON: {x. Hint: ..." named no option); a
@@ -108,6 +110,23 @@ def check_option_values(args: Sequence[str]) -> None:
         finally:
             logging.disable(logging.NOTSET)
     check_limit(option(args, "--limit"))
+    check_batch_size(option(args, "--batch_size"), f"--batch_size {option(args, '--batch_size')}")
+
+
+def check_batch_size(value: Optional[str], given_as: str) -> None:
+    """lm-eval's parser takes any ``--batch_size`` string; its ``hf`` model reads ``auto`` / ``auto:N`` (``N`` by
+    ``float``), else ``int``, once the model has loaded ("invalid literal for int() with base 10: 'x'"), and our
+    model named ``batch_size=`` of its arguments: refused before, in one line starting with ``given_as`` (the flag
+    and its value, or ``--model_args batch_size=...``, which goes on as the flag)."""
+    if value is None:
+        return
+    every = value[len("auto:"):] if value.startswith("auto:") else None
+    try:
+        ok = value == "auto" or (float(every) > 0 if every is not None else int(value) >= 1)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{given_as}: {TAKES['--batch_size']}")
 
 
 def _check_json(name: str, value: Optional[str]) -> None:
